@@ -1,0 +1,68 @@
+"""The command codec: a versioned msgpack envelope with a size limit.
+
+A command is a dict ``{"v": version, "op": name, "now": now_ms, "rid": request_id | None, ...}``.
+Times are integer milliseconds since the epoch, UTC. ``decode`` refuses, as a value, anything
+it cannot read: bad bytes, an unknown version or an oversize command raise ``InvalidCommand``,
+which ``SchedulerState.apply_bytes`` turns into a refusal (apply never raises).
+"""
+from __future__ import annotations
+
+import msgpack
+
+from . import limits
+from .errors import InvalidCommand, LimitExceeded
+
+OPS = (
+    "noop",        # a barrier: applied for its position in the log only
+    "put_job",     # create or replace a job; carries the proposer-computed next slot
+    "delete_job",
+    "pause_job",
+    "resume_job",  # carries the next slot computed by the proposer
+    "trigger_job", # a manual run now
+    "fire",        # a batch of due slots, planned by the leader
+    "takeover",    # a new leader's first command
+    "put_queue",
+    # Issue 3 (execution): acquire, heartbeat, complete, expire, dlq_*, lock_* are added here.
+)
+
+
+def encode(cmd: dict) -> bytes:
+    """Encode a command. :raises LimitExceeded: when it is larger than ``command_bytes_max``."""
+    data = msgpack.packb(cmd, use_bin_type=True)
+    if len(data) > limits.command_bytes_max:
+        raise LimitExceeded(
+            f"command is {len(data)} bytes; the limit is {limits.command_bytes_max}", field=None
+        )
+    return data
+
+
+def make(op: str, now_ms: int, rid: str | None = None, **fields) -> dict:
+    cmd = {"v": limits.command_version, "op": op, "now": int(now_ms), "rid": rid}
+    cmd.update(fields)
+    return cmd
+
+
+def decode(data: bytes) -> dict:
+    """Decode and check the envelope. :raises InvalidCommand: for anything unreadable."""
+    if not isinstance(data, (bytes, bytearray)):
+        raise InvalidCommand(f"command must be bytes, not {type(data).__name__}")
+    if len(data) > limits.command_bytes_max:
+        raise InvalidCommand(f"command is {len(data)} bytes; limit {limits.command_bytes_max}")
+    try:
+        # The size is bounded above; unpackb has no max_buffer_size (that is Unpacker's).
+        cmd = msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=True)
+    except Exception as e:  # msgpack raises several unrelated types
+        raise InvalidCommand(f"undecodable command: {type(e).__name__}") from None
+    if not isinstance(cmd, dict):
+        raise InvalidCommand("command is not a map")
+    if cmd.get("v") != limits.command_version:
+        raise InvalidCommand(f"unsupported command version {cmd.get('v')!r}")
+    if cmd.get("op") not in OPS:
+        raise InvalidCommand(f"unknown op {cmd.get('op')!r}")
+    now = cmd.get("now")
+    if not isinstance(now, int) or isinstance(now, bool) or now < 0:
+        raise InvalidCommand("command has no valid now")
+    rid = cmd.get("rid")
+    if rid is not None and (not isinstance(rid, str) or len(rid) > limits.request_id_chars_max):
+        raise InvalidCommand("bad request id")
+    return cmd

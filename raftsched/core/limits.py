@@ -1,0 +1,77 @@
+"""Every bound in raftsched, in one place.
+
+Each constant says what it bounds. Relations between them are asserted at import, so a change
+that breaks one fails at once rather than in production (TigerBeetle's constants.zig).
+Units go last in names: ``command_bytes_max``, ``grace_s_default``.
+"""
+
+# Commands -----------------------------------------------------------------------------------
+#: Largest encoded command. pysyncobj 0.3.17 mis-handles messages above 64 KiB (its chunking
+#: path), and pickling inflates bytes ~1.7x on the wire, so commands stay well under 40 KB.
+command_bytes_max = 32 * 1024
+#: Current version of the command envelope. Older versions are refused as values.
+command_version = 1
+#: Request ids remembered for idempotent retries (per cluster, FIFO eviction).
+request_ids_max = 10_000
+#: Longest request id a client may send.
+request_id_chars_max = 64
+
+# Jobs ---------------------------------------------------------------------------------------
+jobs_max = 2_000_000
+job_name_chars_max = 128
+#: Encoded spec size bound (argv, payload, url together): keeps a put_job far below
+#: command_bytes_max.
+job_spec_bytes_max = 16 * 1024
+payload_bytes_max = 8 * 1024
+argv_items_max = 256
+timeout_s_max = 7 * 24 * 3600
+timeout_s_default = 600
+priority_max = 9
+priority_default = 5
+queue_name_chars_max = 64
+tenant_name_chars_max = 64
+every_s_min = 1
+every_s_max = 366 * 24 * 3600
+
+# Misfire ------------------------------------------------------------------------------------
+#: A slot fired within grace_s of its time is on time. 5 s covers a normal fail-over
+#: (measured ~0.4-1.5 s) plus a trigger tick, so a leader change alone never turns a slot into a
+#: misfire; a real outage (the cluster down for minutes) does.
+grace_s_default = 5
+grace_s_max = 24 * 3600
+#: fire_all runs at most max_catchup missed slots; the rest are recorded as skipped.
+#: 100 bounds the burst a long outage can release on the workers.
+max_catchup_default = 100
+max_catchup_max = 1000
+
+# Firing -------------------------------------------------------------------------------------
+#: Job entries in one fire command (each entry is ~60-100 bytes encoded).
+fire_entries_max = 200
+#: Slots the proposer enumerates for one job in one fire (beyond that, slots are counted as a
+#: recorded range, not listed one by one).
+fire_slots_enumerated_max = max_catchup_max + 1
+#: croniter's search bound for expressions that rarely or never match (e.g. 30 Feb).
+cron_years_between_matches_max = 10
+
+# History ------------------------------------------------------------------------------------
+#: Entries (runs and recorded slots) kept per job, newest first; older finished entries are
+#: dropped. Queued or running runs are never dropped by this bound.
+history_per_job_default = 100
+history_per_job_max = 1000
+#: Runs waiting in one queue before its on_full policy applies.
+queue_depth_default = 10_000
+queue_depth_max = 1_000_000
+error_chars_max = 2048
+output_bytes_max = 4096
+
+# Trigger and replication -------------------------------------------------------------------
+trigger_interval_ms = 50
+propose_timeout_s_default = 5.0
+
+assert command_bytes_max < 40 * 1024
+assert fire_slots_enumerated_max > max_catchup_max
+assert job_spec_bytes_max + 1024 < command_bytes_max
+assert payload_bytes_max < job_spec_bytes_max
+assert max_catchup_default <= max_catchup_max
+assert history_per_job_default <= history_per_job_max
+assert grace_s_default * 1000 > 2 * trigger_interval_ms

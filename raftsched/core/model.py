@@ -1,0 +1,239 @@
+"""Job specs: validation and normalisation, and the policy enums.
+
+``validate_job`` turns what a client sent into the normalised spec stored in the state, or raises
+``InvalidSpec`` naming the field and why. It is pure and deterministic; it is called by the node
+that receives the request (the proposer), and again by apply as a guard, so a malformed command
+can never put a bad job into any replica.
+"""
+from __future__ import annotations
+
+import enum
+import json
+import re
+
+import msgpack
+
+from . import limits, schedule
+from .errors import InvalidSpec
+
+
+class MisfirePolicy(str, enum.Enum):
+    """What happens to slots older than ``grace_s`` when the leader fires them."""
+
+    #: one run for every missed slot, oldest first, at most ``max_catchup``; the rest are
+    #: recorded as skipped (reason ``catchup_limit``).
+    FIRE_ALL = "fire_all"
+    #: one run for the latest missed slot; the others are recorded as coalesced.
+    FIRE_ONCE = "fire_once"
+    #: no run for missed slots; each is recorded as skipped (reason ``misfire``).
+    SKIP = "skip"
+
+
+class RunState(str, enum.Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    DEAD = "dead"
+    #: recorded slots that did not become runs
+    SKIPPED = "skipped"
+    COALESCED = "coalesced"
+
+
+TERMINAL_STATES = frozenset({"succeeded", "failed", "dead", "skipped", "coalesced"})
+EXECUTOR_TYPES = ("shell", "http", "python")
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+TARGET_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
+
+_TOP_FIELDS = {
+    "schedule", "executor", "payload", "timeout_s", "misfire", "retry", "queue", "priority",
+    "tenant", "history", "description",
+}
+
+
+def check_name(name, field: str = "name", max_chars: int = limits.job_name_chars_max) -> str:
+    if not isinstance(name, str) or not name:
+        raise InvalidSpec("must be a non-empty string", field=field)
+    if len(name) > max_chars:
+        raise InvalidSpec(f"is longer than {max_chars} characters", field=field)
+    if not NAME_RE.match(name):
+        raise InvalidSpec(
+            "may contain only letters, digits, '.', '_' and '-', and must start with a letter or digit",
+            field=field,
+        )
+    return name
+
+
+def _int(value, field: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise InvalidSpec(f"must be an integer between {lo} and {hi}", field=field)
+    value = int(value)
+    if not lo <= value <= hi:
+        raise InvalidSpec(f"must be between {lo} and {hi}; got {value}", field=field)
+    return value
+
+
+def _num(value, field: str, lo: float, hi: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise InvalidSpec(f"must be a number between {lo} and {hi}", field=field)
+    if not lo <= value <= hi:
+        raise InvalidSpec(f"must be between {lo} and {hi}; got {value}", field=field)
+    return value
+
+
+def _obj(value, field: str, allowed: set[str]) -> dict:
+    if not isinstance(value, dict):
+        raise InvalidSpec("must be an object", field=field)
+    for k in value:
+        if k not in allowed:
+            raise InvalidSpec(f"unknown field; allowed: {', '.join(sorted(allowed))}", field=f"{field}.{k}")
+    return value
+
+
+def validate_schedule(raw) -> dict:
+    sched = _obj(raw, "schedule", {"cron", "timezone", "every_s", "at"})
+    kinds = [k for k in ("cron", "every_s", "at") if k in sched]
+    if len(kinds) != 1:
+        raise InvalidSpec("must have exactly one of cron, every_s or at", field="schedule")
+    if "timezone" in sched and kinds[0] != "cron":
+        raise InvalidSpec("timezone applies to cron schedules only", field="schedule.timezone")
+    if kinds[0] == "cron":
+        tz = sched.get("timezone", "UTC")
+        if not isinstance(tz, str) or not tz:
+            raise InvalidSpec("must be an IANA zone name such as Europe/Berlin", field="schedule.timezone")
+        schedule.zone(tz)
+        expr = sched["cron"]
+        schedule.check_cron(expr)
+        return {"cron": " ".join(expr.split()), "timezone": tz}
+    if kinds[0] == "every_s":
+        return {"every_s": _int(sched["every_s"], "schedule.every_s", limits.every_s_min, limits.every_s_max)}
+    at = sched["at"]
+    if isinstance(at, str):
+        at_ms = schedule.parse_iso_ms(at, "schedule.at")
+    else:
+        at_ms = _int(at, "schedule.at", 0, 2**53)
+    return {"at": at_ms}
+
+
+def validate_executor(raw) -> dict:
+    if not isinstance(raw, dict):
+        raise InvalidSpec("must be an object with a type", field="executor")
+    t = raw.get("type")
+    if t not in EXECUTOR_TYPES:
+        raise InvalidSpec(f"type must be one of {', '.join(EXECUTOR_TYPES)}", field="executor.type")
+    if t == "shell":
+        ex = _obj(raw, "executor", {"type", "argv", "env", "cwd"})
+        argv = ex.get("argv")
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+            raise InvalidSpec("must be a non-empty list of strings (use [\"sh\", \"-c\", \"...\"] for a shell line)", field="executor.argv")
+        if len(argv) > limits.argv_items_max:
+            raise InvalidSpec(f"has more than {limits.argv_items_max} items", field="executor.argv")
+        out = {"type": "shell", "argv": list(argv)}
+        if "env" in ex:
+            env = ex["env"]
+            if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+                raise InvalidSpec("must be an object of string values", field="executor.env")
+            out["env"] = dict(env)
+        if "cwd" in ex:
+            if not isinstance(ex["cwd"], str) or not ex["cwd"]:
+                raise InvalidSpec("must be a non-empty string", field="executor.cwd")
+            out["cwd"] = ex["cwd"]
+        return out
+    if t == "http":
+        ex = _obj(raw, "executor", {"type", "url", "headers"})
+        url = ex.get("url")
+        if not isinstance(url, str) or not re.match(r"^https?://[^\s/]+", url):
+            raise InvalidSpec("must be an http:// or https:// URL", field="executor.url")
+        out = {"type": "http", "url": url}
+        if "headers" in ex:
+            h = ex["headers"]
+            if not isinstance(h, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in h.items()):
+                raise InvalidSpec("must be an object of string values", field="executor.headers")
+            out["headers"] = dict(h)
+        return out
+    ex = _obj(raw, "executor", {"type", "target"})
+    target = ex.get("target")
+    if not isinstance(target, str) or not TARGET_RE.match(target):
+        raise InvalidSpec("must be 'module:function', e.g. 'myapp.jobs:nightly'", field="executor.target")
+    return {"type": "python", "target": target}
+
+
+def validate_misfire(raw) -> dict:
+    if raw is None:
+        raise InvalidSpec(
+            "is required: choose a policy, one of fire_all, fire_once, skip "
+            "(there is no silent default for missed slots)", field="misfire",
+        )
+    m = _obj(raw, "misfire", {"policy", "grace_s", "max_catchup"})
+    policy = m.get("policy")
+    choices = [p.value for p in MisfirePolicy]
+    if policy not in choices:
+        raise InvalidSpec(f"must be one of {', '.join(choices)}", field="misfire.policy")
+    return {
+        "policy": policy,
+        "grace_s": _int(m.get("grace_s", limits.grace_s_default), "misfire.grace_s", 0, limits.grace_s_max),
+        "max_catchup": _int(m.get("max_catchup", limits.max_catchup_default), "misfire.max_catchup", 0, limits.max_catchup_max),
+    }
+
+
+def validate_retry(raw) -> dict:
+    r = _obj(raw if raw is not None else {}, "retry", {"max_attempts", "backoff_s", "backoff_multiplier", "backoff_max_s", "jitter"})
+    out = {
+        "max_attempts": _int(r.get("max_attempts", 1), "retry.max_attempts", 1, 100),
+        "backoff_s": _num(r.get("backoff_s", 1), "retry.backoff_s", 0, 86400),
+        "backoff_multiplier": _num(r.get("backoff_multiplier", 2), "retry.backoff_multiplier", 1, 10),
+        "backoff_max_s": _num(r.get("backoff_max_s", 300), "retry.backoff_max_s", 0, 86400),
+        "jitter": _num(r.get("jitter", 0.1), "retry.jitter", 0, 1),
+    }
+    if out["backoff_max_s"] < out["backoff_s"]:
+        raise InvalidSpec("must be at least backoff_s", field="retry.backoff_max_s")
+    return out
+
+
+def validate_job(name, raw) -> dict:
+    """Validate a job spec and return its normalised form.
+
+    :raises InvalidSpec: naming the first offending field and why.
+    """
+    check_name(name)
+    if not isinstance(raw, dict):
+        raise InvalidSpec("the job spec must be a JSON object", field=None)
+    for k in raw:
+        if k not in _TOP_FIELDS:
+            raise InvalidSpec(f"unknown field; allowed: {', '.join(sorted(_TOP_FIELDS))}", field=str(k))
+    if "schedule" not in raw:
+        raise InvalidSpec("is required: {\"cron\": ...}, {\"every_s\": ...} or {\"at\": ...}", field="schedule")
+    if "executor" not in raw:
+        raise InvalidSpec("is required: {\"type\": \"shell\"|\"http\"|\"python\", ...}", field="executor")
+    spec = {
+        "schedule": validate_schedule(raw["schedule"]),
+        "executor": validate_executor(raw["executor"]),
+        "payload": raw.get("payload", {}),
+        "timeout_s": _int(raw.get("timeout_s", limits.timeout_s_default), "timeout_s", 1, limits.timeout_s_max),
+        "misfire": validate_misfire(raw.get("misfire")),
+        "retry": validate_retry(raw.get("retry")),
+        "queue": check_name(raw.get("queue", "default"), "queue", limits.queue_name_chars_max),
+        "priority": _int(raw.get("priority", limits.priority_default), "priority", 0, limits.priority_max),
+        "tenant": check_name(raw.get("tenant", "default"), "tenant", limits.tenant_name_chars_max),
+        "history": _int(raw.get("history", limits.history_per_job_default), "history", 1, limits.history_per_job_max),
+    }
+    if "description" in raw:
+        d = raw["description"]
+        if not isinstance(d, str) or len(d) > 1024:
+            raise InvalidSpec("must be a string of at most 1024 characters", field="description")
+        spec["description"] = d
+    payload = spec["payload"]
+    try:
+        encoded = json.dumps(payload, allow_nan=False)
+    except (TypeError, ValueError):
+        raise InvalidSpec("must be JSON-serialisable", field="payload") from None
+    if len(encoded) > limits.payload_bytes_max:
+        raise InvalidSpec(f"is {len(encoded)} bytes as JSON; the limit is {limits.payload_bytes_max}", field="payload")
+    try:
+        size = len(msgpack.packb(spec, use_bin_type=True))
+    except (TypeError, ValueError, OverflowError):
+        raise InvalidSpec("contains a value that cannot be stored (integers must fit in 64 bits)", field="payload") from None
+    if size > limits.job_spec_bytes_max:
+        raise InvalidSpec(f"spec is {size} bytes encoded; the limit is {limits.job_spec_bytes_max}", field=None)
+    return spec

@@ -1,0 +1,105 @@
+"""Misfire rules, as pure functions (DESIGN.md section 4; docs/design.md I5-I7).
+
+The proposer (the leader's trigger loop) calls :func:`plan_fire` for each due job; the plan goes
+into a ``fire`` command, and apply checks it against the job's cursor so that a plan made from a
+stale view, or proposed twice, or by two leaders, changes nothing (I2).
+
+Terms: a job's *cursor* is the time up to which its slots have been handled (fired or
+recorded). The *due* slots are those in (cursor, now]. A due slot is *on time* when
+``now - slot <= grace``; older due slots were *missed*.
+"""
+from __future__ import annotations
+
+from . import limits, schedule
+
+
+def _enumerate_due(spec: dict, anchor_ms: int, cursor_ms: int, now_ms: int):
+    """Due slots in (cursor, now]: (head, middle, tail).
+
+    ``head`` is the oldest slots (at most ``fire_slots_enumerated_max``), ``tail`` the newest
+    ones when there are more than head holds, and ``middle`` = (first_ms, last_ms, count|None)
+    summarises the slots in between (count None when too many to count: cron only).
+    """
+    sched = spec["schedule"]
+    n = limits.fire_slots_enumerated_max
+    head = list(schedule.iter_slots(sched, cursor_ms, now_ms, anchor_ms, n))
+    if len(head) < n:
+        return head, None, []
+    tail = schedule.last_slots_until(sched, head[-1], now_ms, anchor_ms, n)
+    if not tail:
+        return head, None, []
+    first_mid = schedule.next_slot_after(sched, head[-1], anchor_ms)
+    if first_mid is None or first_mid >= tail[0]:
+        return head, None, tail
+    count = schedule.count_slots(sched, head[-1], tail[0] - 1, anchor_ms, 100_000)
+    # last slot of the middle: the one before tail[0]
+    last_mid = schedule.last_slots_until(sched, head[-1], tail[0] - 1, anchor_ms, 1)
+    return head, (first_mid, last_mid[-1] if last_mid else first_mid, count), tail
+
+
+def plan_fire(spec: dict, anchor_ms: int, cursor_ms: int, now_ms: int, gen: int, name: str) -> dict | None:
+    """Plan one job's fire entry: which due slots become runs and which are recorded.
+
+    :returns: ``{"job", "gen", "after", "runs": [slot_ms], "rec": [[state, reason, from_ms,
+        to_ms, count]], "next": next_ms | None}``, or None when nothing is due.
+    """
+    head, middle, tail = _enumerate_due(spec, anchor_ms, cursor_ms, now_ms)
+    if not head:
+        return None
+    m = spec["misfire"]
+    grace_ms = m["grace_s"] * 1000
+    newest = tail if tail else head
+    # On-time slots are the newest ones; at most max_catchup_max of them run.
+    on_time = [s for s in newest if now_ms - s <= grace_ms][-limits.max_catchup_max:]
+    cut = on_time[0] if on_time else None
+    head_missed = [s for s in head if cut is None or s < cut]
+    tail_missed = [s for s in tail if cut is None or s < cut] if tail else []
+    runs: list[int] = []
+    recs: list[list] = []
+    policy = m["policy"]
+    missed_any = bool(head_missed)
+    if missed_any:
+        if policy == "fire_all":
+            k = m["max_catchup"]
+            runs.extend(head_missed[:k])
+            rest_head = head_missed[k:]
+            recs.append(_span("skipped", "catchup_limit", rest_head, middle, tail_missed))
+        elif policy == "fire_once":
+            latest = tail_missed[-1] if tail_missed else head_missed[-1]
+            runs.append(latest)
+            recs.append(_span("coalesced", "misfire", head_missed, middle,
+                              tail_missed, exclude=latest))
+        else:  # skip
+            recs.append(_span("skipped", "misfire", head_missed, middle, tail_missed))
+    runs.extend(on_time)
+    last_due = newest[-1]
+    nxt = schedule.next_slot_after(spec["schedule"], max(now_ms, last_due), anchor_ms)
+    return {
+        "job": name, "gen": gen, "after": cursor_ms,
+        "runs": runs, "rec": [r for r in recs if r is not None],
+        "next": nxt, "upto": max(now_ms, last_due),
+    }
+
+
+def _span(state, reason, head_part, middle, tail_part, exclude=None):
+    """One record covering head_part + middle + tail_part (all missed, ascending), minus exclude."""
+    slots = [s for s in head_part if s != exclude]
+    tail_slots = [s for s in tail_part if s != exclude]
+    lo = slots[0] if slots else (middle[0] if middle else (tail_slots[0] if tail_slots else None))
+    hi = tail_slots[-1] if tail_slots else (middle[1] if middle else (slots[-1] if slots else None))
+    if lo is None:
+        return None
+    mid_count = middle[2] if middle else 0
+    count = None if mid_count is None else len(slots) + mid_count + len(tail_slots)
+    if count == 0:
+        return None
+    return [state, reason, lo, hi, count]
+
+
+def explain_outage(spec: dict, anchor_ms: int, down_from_ms: int, down_to_ms: int, name: str = "job") -> dict:
+    """What firing would do if the leader was down from ``down_from_ms`` until ``down_to_ms``:
+    the same :func:`plan_fire` the trigger uses, with the cursor at the start of the outage."""
+    return plan_fire(spec, anchor_ms, down_from_ms, down_to_ms, 0, name) or {
+        "job": name, "gen": 0, "after": down_from_ms, "runs": [], "rec": [],
+        "next": schedule.next_slot_after(spec["schedule"], down_to_ms, anchor_ms), "upto": down_to_ms,
+    }

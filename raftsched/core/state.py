@@ -1,0 +1,460 @@
+"""The replicated scheduler state: apply, snapshot, restore.
+
+Pure and deterministic (I1 in docs/design.md): ``apply`` reads no clock, no randomness, no
+environment and no disk; every time it uses is a field of the command (``now``, written by the
+proposer). The same commands in the same order give the same snapshot bytes on every replica.
+
+``apply_bytes`` never raises (I3): an exception inside a pysyncobj replicated method wedges that
+node forever, so a malformed or unknown command is refused as a value, identically on every
+replica, and changes nothing.
+
+Derived indexes (the due-job heap, queue depths) are not part of the snapshot; ``restore``
+rebuilds them.
+"""
+from __future__ import annotations
+
+import hashlib
+import heapq
+import threading
+from collections import OrderedDict
+
+import msgpack
+
+from . import limits
+from .commands import decode
+from .errors import Conflict, InvalidCommand, LimitExceeded, NotFound, RaftschedError
+from .model import TERMINAL_STATES
+
+SNAPSHOT_VERSION = 1
+
+
+def _ok(**fields) -> dict:
+    fields["ok"] = True
+    return fields
+
+
+def _err(e: RaftschedError) -> dict:
+    return {"ok": False, "error": e.to_dict()}
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_stored_spec(spec) -> None:
+    """A structural guard on a spec inside a command. Full validation (croniter, zoneinfo) runs
+    on the proposer only: apply must not depend on a replica's library versions (I4)."""
+    if not isinstance(spec, dict):
+        raise InvalidCommand("spec is not a map")
+    sched = spec.get("schedule")
+    if not isinstance(sched, dict) or not (
+        isinstance(sched.get("cron"), str) or _is_int(sched.get("every_s")) or _is_int(sched.get("at"))
+    ):
+        raise InvalidCommand("spec.schedule is malformed")
+    for key, typ in (("executor", dict), ("misfire", dict), ("retry", dict), ("queue", str), ("tenant", str)):
+        if not isinstance(spec.get(key), typ):
+            raise InvalidCommand(f"spec.{key} is malformed")
+    for key in ("priority", "timeout_s", "history"):
+        if not _is_int(spec.get(key)):
+            raise InvalidCommand(f"spec.{key} is malformed")
+    m = spec["misfire"]
+    if m.get("policy") not in ("fire_all", "fire_once", "skip") or not _is_int(m.get("grace_s")) or not _is_int(m.get("max_catchup")):
+        raise InvalidCommand("spec.misfire is malformed")
+
+
+class SchedulerState:
+    """The whole replicated state of a raftsched cluster."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self._reset()
+
+    # ------------------------------------------------------------------ state
+    def _reset(self) -> None:
+        #: name -> job record (see _apply_put_job)
+        self.jobs: dict[str, dict] = {}
+        #: run id -> run or recorded-slot record
+        self.runs: dict[str, dict] = {}
+        #: job name -> run ids, oldest first (bounded by the job's history)
+        self.history: dict[str, list[str]] = {}
+        #: queue name -> {"max_depth", "on_full"}
+        self.queues: dict[str, dict] = {}
+        #: request id -> result, FIFO-bounded by request_ids_max
+        self.requests: OrderedDict[str, dict] = OrderedDict()
+        #: highest ``now`` seen: state time never runs backwards
+        self.now_ms = 0
+        #: global, only-increasing counters
+        self.gen = 0           # job generations (a replaced job gets a new one)
+        self.manual_seq = 0    # manual trigger suffixes
+        self.fencing_token = 0 # issue 3: tokens for leases
+        self.applied = 0       # commands applied (including refused ones)
+        self.leader: dict | None = None
+        # Derived (not in the snapshot).
+        self._due: list[tuple[int, str, int]] = []
+        self._queue_depth: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ apply
+    def apply_bytes(self, data: bytes) -> dict:
+        """Apply one committed command. Never raises."""
+        with self.lock:
+            self.applied += 1
+            try:
+                cmd = decode(data)
+            except RaftschedError as e:
+                return _err(e)
+            except Exception as e:  # pragma: no cover - decode maps its errors already
+                return _err(InvalidCommand(f"undecodable: {type(e).__name__}"))
+            return self.apply(cmd)
+
+    def apply(self, cmd: dict) -> dict:
+        """Apply one decoded command (see commands.OPS). Never raises."""
+        with self.lock:
+            rid = cmd.get("rid")
+            if rid is not None and rid in self.requests:
+                res = dict(self.requests[rid])
+                res["duplicate"] = True
+                return res
+            now = cmd["now"]
+            if now > self.now_ms:
+                self.now_ms = now
+            handler = getattr(self, "_apply_" + cmd["op"], None)
+            try:
+                if handler is None:
+                    raise InvalidCommand(f"unknown op {cmd['op']!r}")
+                res = handler(cmd, self.now_ms)
+            except RaftschedError as e:
+                res = _err(e)
+            except Exception as e:
+                # A bug, not a request: refuse as a value rather than wedge the replica. Every
+                # replica runs the same code on the same input, so all refuse alike.
+                res = _err(InvalidCommand(f"command could not be applied: {type(e).__name__}: {e}"))
+            if rid is not None:
+                self.requests[rid] = res
+                while len(self.requests) > limits.request_ids_max:
+                    self.requests.popitem(last=False)
+            return res
+
+    # Each handler validates every field it reads before it changes anything, so a refused
+    # command leaves the state as it was.
+
+    def _apply_noop(self, cmd, now):
+        return _ok(now=now)
+
+    def _apply_takeover(self, cmd, now):
+        node = cmd.get("node")
+        if not isinstance(node, str):
+            raise InvalidCommand("takeover needs node")
+        self.leader = {"node": node, "since": now}
+        return _ok()
+
+    def _apply_put_job(self, cmd, now):
+        name, spec = cmd.get("name"), cmd.get("spec")
+        if not isinstance(name, str) or not name:
+            raise InvalidCommand("put_job needs name")
+        _check_stored_spec(spec)
+        nxt, cursor, anchor = cmd.get("next"), cmd.get("cursor"), cmd.get("anchor")
+        if nxt is not None and not _is_int(nxt):
+            raise InvalidCommand("put_job.next must be an integer or nil")
+        if not _is_int(cursor) or not _is_int(anchor):
+            raise InvalidCommand("put_job needs cursor and anchor")
+        create_only = bool(cmd.get("create_only"))
+        old = self.jobs.get(name)
+        if old is not None and create_only:
+            raise Conflict(f"job {name!r} exists", field="name")
+        if old is None and len(self.jobs) >= limits.jobs_max:
+            raise LimitExceeded(f"the cluster holds {limits.jobs_max} jobs, its limit", field="name")
+        self.gen += 1
+        if old is not None and old["spec"]["schedule"] == spec["schedule"]:
+            # Same schedule: keep the cursor and next slot, so a replace never re-fires a slot
+            # nor loses a pending one.
+            cursor, nxt, anchor = old["cursor"], old["next"], old["anchor"]
+        elif old is not None:
+            cursor = max(cursor, old["cursor"])
+        job = {
+            "name": name, "spec": spec, "gen": self.gen,
+            "created": old["created"] if old else now, "updated": now,
+            "anchor": anchor, "cursor": cursor, "next": nxt,
+            "paused": old["paused"] if old else False,
+            "stats": old["stats"] if old else {"runs": 0, "recorded": 0, "lag_ms_last": None, "lag_ms_max": 0, "lag_ms_sum": 0},
+        }
+        self.jobs[name] = job
+        self.history.setdefault(name, [])
+        self._push_due(job)
+        return _ok(job=name, gen=job["gen"], created=old is None)
+
+    def _job(self, cmd) -> dict:
+        name = cmd.get("name")
+        if not isinstance(name, str):
+            raise InvalidCommand(f"{cmd['op']} needs name")
+        job = self.jobs.get(name)
+        if job is None:
+            raise NotFound(f"no job named {name!r}", field="name")
+        return job
+
+    def _apply_delete_job(self, cmd, now):
+        job = self._job(cmd)
+        name = job["name"]
+        for rid in self.history.pop(name, []):
+            run = self.runs.pop(rid, None)
+            if run is not None and run["state"] == "queued":
+                self._queue_depth[run["queue"]] = self._queue_depth.get(run["queue"], 1) - 1
+        del self.jobs[name]
+        return _ok(job=name, deleted=True)
+
+    def _apply_pause_job(self, cmd, now):
+        job = self._job(cmd)
+        job["paused"] = True
+        job["updated"] = now
+        return _ok(job=job["name"], paused=True)
+
+    def _apply_resume_job(self, cmd, now):
+        """Resume: slots that fell due while paused are recorded as skipped (paused), unless the
+        command says ``catch_up``, in which case the misfire policy decides for them."""
+        job = self._job(cmd)
+        if not job["paused"]:
+            return _ok(job=job["name"], paused=False)
+        catch_up = bool(cmd.get("catch_up"))
+        if not catch_up:
+            nxt, rec = cmd.get("next"), cmd.get("rec")
+            if nxt is not None and not _is_int(nxt):
+                raise InvalidCommand("resume_job.next must be an integer or nil")
+            if cmd.get("gen") != job["gen"] or cmd.get("after") != job["cursor"]:
+                raise Conflict("the job changed while resuming; retry", field="name")
+            if rec:
+                self._record(job, rec, now)
+            job["cursor"] = max(job["cursor"], cmd.get("upto", now))
+            job["next"] = nxt
+        job["paused"] = False
+        job["updated"] = now
+        self._push_due(job)
+        return _ok(job=job["name"], paused=False)
+
+    def _apply_trigger_job(self, cmd, now):
+        job = self._job(cmd)
+        self.manual_seq += 1
+        rid = f"{job['name']}@{now}!manual-{self.manual_seq}"
+        run = self._new_run(job, now, now, rid, "manual")
+        return _ok(job=job["name"], run=run["id"], state=run["state"])
+
+    def _apply_put_queue(self, cmd, now):
+        name = cmd.get("name")
+        depth, on_full = cmd.get("max_depth"), cmd.get("on_full")
+        if not isinstance(name, str) or not _is_int(depth) or on_full not in ("reject", "drop_oldest"):
+            raise InvalidCommand("put_queue needs name, max_depth, on_full")
+        self.queues[name] = {"max_depth": depth, "on_full": on_full}
+        return _ok(queue=name)
+
+    def _apply_fire(self, cmd, now):
+        """Apply a batch of planned fires. An entry planned from a stale view (its job's
+        generation or cursor moved since) is dropped whole: no slot can become two runs (I2)."""
+        entries = cmd.get("entries")
+        if not isinstance(entries, list) or len(entries) > limits.fire_entries_max:
+            raise InvalidCommand("fire needs a bounded list of entries")
+        for e in entries:
+            self._check_fire_entry(e)
+        fired = stale = recorded = 0
+        for e in entries:
+            job = self.jobs.get(e["job"])
+            if job is None or job["gen"] != e["gen"] or job["cursor"] != e["after"] or job["paused"]:
+                stale += 1
+                continue
+            for slot in e["runs"]:
+                self._new_run(job, slot, now, f"{job['name']}@{slot}", "scheduled")
+                fired += 1
+            if e["rec"]:
+                recorded += self._record(job, e["rec"], now)
+            job["cursor"] = e["upto"]
+            job["next"] = e["next"]
+            self._push_due(job)
+        return _ok(fired=fired, recorded=recorded, stale=stale)
+
+    def _check_fire_entry(self, e) -> None:
+        if not isinstance(e, dict):
+            raise InvalidCommand("fire entry is not a map")
+        if not isinstance(e.get("job"), str) or not _is_int(e.get("gen")) or not _is_int(e.get("after")) or not _is_int(e.get("upto")):
+            raise InvalidCommand("fire entry needs job, gen, after, upto")
+        runs, rec, nxt = e.get("runs"), e.get("rec"), e.get("next")
+        if not isinstance(runs, list) or not all(_is_int(s) for s in runs) or len(runs) > 2 * limits.max_catchup_max + 1:
+            raise InvalidCommand("fire entry runs malformed")
+        if runs != sorted(set(runs)) or (runs and (runs[0] <= e["after"] or runs[-1] > e["upto"])):
+            raise InvalidCommand("fire entry runs must be ascending, unique and inside (after, upto]")
+        if nxt is not None and (not _is_int(nxt) or nxt <= e["upto"]):
+            raise InvalidCommand("fire entry next must be after upto")
+        self._check_records(rec, e["after"], e["upto"])
+
+    def _check_records(self, rec, after, upto) -> None:
+        if not isinstance(rec, list) or len(rec) > 4:
+            raise InvalidCommand("records malformed")
+        for r in rec:
+            if not (isinstance(r, list) and len(r) == 5 and r[0] in ("skipped", "coalesced")
+                    and isinstance(r[1], str) and _is_int(r[2]) and _is_int(r[3])
+                    and (r[4] is None or _is_int(r[4])) and after < r[2] <= r[3] <= upto):
+                raise InvalidCommand("record malformed")
+
+    # ------------------------------------------------------------------ runs
+    def _new_run(self, job: dict, slot: int, now: int, rid: str, kind: str) -> dict:
+        spec = job["spec"]
+        qname = spec["queue"]
+        q = self.queues.get(qname, {"max_depth": limits.queue_depth_default, "on_full": "reject"})
+        depth = self._queue_depth.get(qname, 0)
+        lag = max(0, now - slot)
+        if depth >= q["max_depth"]:
+            if q["on_full"] == "reject":
+                return self._add_entry(job, {
+                    "id": rid, "job": job["name"], "slot": slot, "state": "skipped",
+                    "reason": "queue_full", "kind": kind, "fired_at": now, "queue": qname,
+                })
+            self._drop_oldest_queued(qname, now)
+        run = {
+            "id": rid, "job": job["name"], "slot": slot, "state": "queued", "kind": kind,
+            "attempt": 1, "fencing_token": None, "worker": None, "queue": qname,
+            "priority": spec["priority"], "tenant": spec["tenant"],
+            "fired_at": now, "started_at": None, "finished_at": None, "error": None,
+        }
+        self._queue_depth[qname] = depth + 1
+        st = job["stats"]
+        st["runs"] += 1
+        st["lag_ms_last"] = lag
+        st["lag_ms_max"] = max(st["lag_ms_max"], lag)
+        st["lag_ms_sum"] += lag
+        return self._add_entry(job, run)
+
+    def _drop_oldest_queued(self, qname: str, now: int) -> None:
+        # The oldest queued run of the queue (by due time). Linear in queued runs; queues are
+        # bounded and this runs only when one is full with on_full=drop_oldest.
+        oldest = None
+        for run in self.runs.values():
+            if run["state"] == "queued" and run["queue"] == qname and (oldest is None or run["slot"] < oldest["slot"]):
+                oldest = run
+        if oldest is not None:
+            oldest["state"] = "skipped"
+            oldest["reason"] = "queue_full"
+            oldest["finished_at"] = now
+            self._queue_depth[qname] -= 1
+
+    def _record(self, job: dict, recs: list, now: int) -> int:
+        n = 0
+        for state, reason, lo, hi, count in recs:
+            rid = f"{job['name']}@{lo}"
+            entry = {"id": rid, "job": job["name"], "slot": lo, "state": state, "reason": reason,
+                     "kind": "recorded", "fired_at": now}
+            if hi != lo or count != 1:
+                entry["slot_to"] = hi
+                entry["count"] = count
+            self._add_entry(job, entry)
+            job["stats"]["recorded"] += 1 if count is None else count
+            n += 1
+        return n
+
+    def _add_entry(self, job: dict, entry: dict) -> dict:
+        rid = entry["id"]
+        assert rid not in self.runs, f"I2: run id {rid} already exists"
+        self.runs[rid] = entry
+        hist = self.history.setdefault(job["name"], [])
+        hist.append(rid)
+        bound = job["spec"]["history"]
+        if len(hist) > bound:
+            self._trim(hist, bound)
+        return entry
+
+    def _trim(self, hist: list[str], bound: int) -> None:
+        """Drop the oldest finished entries beyond the bound; queued/running ones stay."""
+        excess = len(hist) - bound
+        keep = []
+        for rid in hist:
+            if excess > 0 and self.runs[rid]["state"] in TERMINAL_STATES:
+                del self.runs[rid]
+                excess -= 1
+            else:
+                keep.append(rid)
+        hist[:] = keep
+
+    # ------------------------------------------------------------------ derived: due heap
+    def _push_due(self, job: dict) -> None:
+        if job["next"] is not None and not job["paused"]:
+            heapq.heappush(self._due, (job["next"], job["name"], job["gen"]))
+            if len(self._due) > 2 * len(self.jobs) + 1024:
+                self.rebuild_due()
+
+    def rebuild_due(self) -> None:
+        """Rebuild the due heap from the jobs (on restore, and on becoming leader)."""
+        with self.lock:
+            self._due = [(j["next"], n, j["gen"]) for n, j in self.jobs.items() if j["next"] is not None and not j["paused"]]
+            heapq.heapify(self._due)
+
+    def pop_due(self, now_ms: int, limit: int) -> list[dict]:
+        """Pop up to ``limit`` jobs whose next slot is at or before ``now_ms`` (leader only).
+
+        A popped job comes back into the heap when its fire applies (or by ``repush``)."""
+        out, seen = [], set()
+        with self.lock:
+            while self._due and self._due[0][0] <= now_ms and len(out) < limit:
+                nxt, name, gen = heapq.heappop(self._due)
+                job = self.jobs.get(name)
+                if job is None or job["gen"] != gen or job["next"] != nxt or job["paused"] or name in seen:
+                    continue
+                seen.add(name)
+                out.append(job)
+            return out
+
+    def next_due_ms(self) -> int | None:
+        with self.lock:
+            while self._due:
+                nxt, name, gen = self._due[0]
+                job = self.jobs.get(name)
+                if job is None or job["gen"] != gen or job["next"] != nxt or job["paused"]:
+                    heapq.heappop(self._due)
+                    continue
+                return nxt
+            return None
+
+    def repush(self, names) -> None:
+        with self.lock:
+            for n in names:
+                job = self.jobs.get(n)
+                if job is not None:
+                    self._push_due(job)
+
+    # ------------------------------------------------------------------ snapshot
+    def _snapshot_obj(self) -> dict:
+        return {
+            "v": SNAPSHOT_VERSION, "jobs": self.jobs, "runs": self.runs, "history": self.history,
+            "queues": self.queues, "requests": list(self.requests.items()), "now_ms": self.now_ms,
+            "gen": self.gen, "manual_seq": self.manual_seq, "fencing_token": self.fencing_token,
+            "applied": self.applied, "leader": self.leader,
+        }
+
+    def snapshot(self) -> bytes:
+        with self.lock:
+            return msgpack.packb(self._snapshot_obj(), use_bin_type=True)
+
+    def restore(self, data: bytes) -> None:
+        """Discard all state and load a snapshot. :raises ValueError: for a newer version."""
+        obj = msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False)
+        if obj.get("v") != SNAPSHOT_VERSION:
+            raise ValueError(f"snapshot version {obj.get('v')} is not {SNAPSHOT_VERSION}")
+        with self.lock:
+            self._reset()
+            self.jobs = obj["jobs"]
+            self.runs = obj["runs"]
+            self.history = obj["history"]
+            self.queues = obj["queues"]
+            self.requests = OrderedDict((k, v) for k, v in obj["requests"])
+            self.now_ms = obj["now_ms"]
+            self.gen = obj["gen"]
+            self.manual_seq = obj["manual_seq"]
+            self.fencing_token = obj["fencing_token"]
+            self.applied = obj["applied"]
+            self.leader = obj["leader"]
+            self.rebuild_due()
+            for run in self.runs.values():
+                if run["state"] == "queued":
+                    self._queue_depth[run["queue"]] = self._queue_depth.get(run["queue"], 0) + 1
+
+    def state_hash(self) -> str:
+        return hashlib.sha256(self.snapshot()).hexdigest()
+
+    # ------------------------------------------------------------------ reads
+    def queue_depth(self, name: str) -> int:
+        with self.lock:
+            return self._queue_depth.get(name, 0)
