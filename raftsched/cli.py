@@ -1,0 +1,152 @@
+"""The ``raftsched`` command: ``raftsched node ...`` starts a node; the other subcommands are a
+thin client of the admin API (see docs/api.md)."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+import urllib.error
+import urllib.request
+
+from .node.node import ConfigError, NodeConfig, ensure_token, is_loopback, parse_hostport, read_secret_file, run_node
+
+
+class _LogFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        base = f"{self.formatTime(record, '%Y-%m-%dT%H:%M:%S')}.{int(record.msecs):03d} {record.levelname.lower()} {record.name}: {record.getMessage()}"
+        if record.exc_info:
+            base += "\n" + self.formatException(record.exc_info)
+        return base
+
+
+def _setup_logging(level: str) -> None:
+    h = logging.StreamHandler(sys.stderr)
+    h.setFormatter(_LogFormatter())
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), handlers=[h])
+
+
+def cmd_node(args) -> int:
+    _setup_logging(args.log_level)
+    try:
+        api_host, api_port = parse_hostport(args.api, "--api")
+        raft_host, raft_port = parse_hostport(args.raft, "--raft")
+        peers = [p.strip() for p in (args.peers or "").split(",") if p.strip()]
+        for p in peers:
+            parse_hostport(p, "--peers")
+        if f"{raft_host}:{raft_port}" in peers:
+            raise ConfigError("--peers must not contain this node's own --raft address")
+        if not args.cluster_secret_file:
+            raise ConfigError("--cluster-secret-file is required: the Raft port speaks pickle, and the secret "
+                              "authenticates every message before it is unpickled")
+        secret = read_secret_file(args.cluster_secret_file, "cluster secret file")
+        if not is_loopback(raft_host) and not args.allow_remote_raft:
+            raise ConfigError(f"--raft {args.raft} is not a loopback address; pass --allow-remote-raft to bind it "
+                              "(the cluster secret protects it; see docs/operations.md)")
+        os.makedirs(args.data_dir, exist_ok=True)
+        token = read_secret_file(args.token_file, "token file") if args.token_file else ensure_token(args.data_dir)
+    except ConfigError as e:
+        print(f"raftsched node: {e}", file=sys.stderr)
+        return 2
+    cfg = NodeConfig(
+        node_id=args.id, api_host=api_host, api_port=api_port, raft_addr=f"{raft_host}:{raft_port}",
+        peers=peers, data_dir=args.data_dir, secret=secret, token=token,
+    )
+    try:
+        asyncio.run(run_node(cfg))
+    except OSError as e:
+        print(f"raftsched node: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+# ---------------------------------------------------------------------------- client
+def _request(args, method: str, path: str, body=None) -> int:
+    url = args.url.rstrip("/") + path
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method)
+    req.add_header("Content-Type", "application/json")
+    token = args.token or os.environ.get("RAFTSCHED_TOKEN")
+    if not token and os.path.exists(".raftsched/token"):
+        with open(".raftsched/token") as f:
+            token = f.read().strip()
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            out = resp.read().decode()
+            status = resp.status
+    except urllib.error.HTTPError as e:
+        out = e.read().decode()
+        status = e.code
+    except urllib.error.URLError as e:
+        print(f"raftsched: cannot reach {url}: {e.reason}", file=sys.stderr)
+        return 1
+    try:
+        print(json.dumps(json.loads(out), indent=2))
+    except ValueError:
+        print(out)
+    return 0 if status < 400 else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="raftsched", description="A distributed job scheduler on Raft.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    n = sub.add_parser("node", help="start a node")
+    n.add_argument("--id", required=True)
+    n.add_argument("--api", required=True, help="HOST:PORT of the admin API")
+    n.add_argument("--raft", required=True, help="HOST:PORT of the Raft port (loopback unless --allow-remote-raft)")
+    n.add_argument("--peers", default="", help="the other members' Raft HOST:PORT, comma-separated; none = a one-node cluster")
+    n.add_argument("--data-dir", required=True)
+    n.add_argument("--cluster-secret-file", required=False)
+    n.add_argument("--token-file", help="API bearer token; without it the node generates DATA_DIR/token")
+    n.add_argument("--allow-remote-raft", action="store_true")
+    n.add_argument("--log-level", default="info")
+    n.set_defaults(func=cmd_node)
+
+    def client(name, help_, method, path_fn, body_fn=None):
+        c = sub.add_parser(name, help=help_)
+        c.add_argument("--url", default=os.environ.get("RAFTSCHED_URL", "http://127.0.0.1:8701"))
+        c.add_argument("--token")
+        return c
+
+    c = client("cluster", "show the cluster", "GET", None)
+    c.set_defaults(func=lambda a: _request(a, "GET", "/v1/cluster"))
+    c = client("jobs", "list jobs", "GET", None)
+    c.set_defaults(func=lambda a: _request(a, "GET", "/v1/jobs"))
+    c = client("get", "show a job", "GET", None)
+    c.add_argument("name")
+    c.set_defaults(func=lambda a: _request(a, "GET", f"/v1/jobs/{a.name}"))
+    c = client("put", "create or replace a job from a JSON spec file (- for stdin)", "PUT", None)
+    c.add_argument("name")
+    c.add_argument("spec_file")
+    def _put(a):
+        text = sys.stdin.read() if a.spec_file == "-" else open(a.spec_file).read()
+        try:
+            body = json.loads(text)
+        except ValueError as e:
+            print(f"raftsched: {a.spec_file}: malformed JSON: {e}", file=sys.stderr)
+            return 1
+        return _request(a, "PUT", f"/v1/jobs/{a.name}", body)
+    c.set_defaults(func=_put)
+    for verb in ("pause", "resume", "trigger"):
+        c = client(verb, f"{verb} a job", "POST", None)
+        c.add_argument("name")
+        c.set_defaults(func=lambda a, v=verb: _request(a, "POST", f"/v1/jobs/{a.name}/{v}"))
+    c = client("delete", "delete a job", "DELETE", None)
+    c.add_argument("name")
+    c.set_defaults(func=lambda a: _request(a, "DELETE", f"/v1/jobs/{a.name}"))
+    c = client("runs", "a job's runs and recorded slots, newest first", "GET", None)
+    c.add_argument("name")
+    c.add_argument("--limit", type=int, default=20)
+    c.set_defaults(func=lambda a: _request(a, "GET", f"/v1/jobs/{a.name}/runs?limit={a.limit}"))
+
+    args = p.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

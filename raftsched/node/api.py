@@ -1,0 +1,232 @@
+"""The admin API (aiohttp, JSON, under /v1). See docs/api.md.
+
+Any node accepts any request; writes go through Raft (the replication layer forwards a follower's
+command to the leader). One middleware maps every error to ``{"error": {"code", "message",
+"field"}}`` with the status its type carries; nothing a client sends produces a 500.
+"""
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import os
+
+from aiohttp import web
+
+from ..core import limits
+from ..core.errors import BadRequest, NotFound, RaftschedError, Unauthorized, Unavailable
+from .service import RUN_STATES, Service, parse_slot_param
+
+log = logging.getLogger("raftsched.api")
+
+SERVICE = web.AppKey("service", Service)
+TOKEN = web.AppKey("token", str)
+EXTRA = web.AppKey("extra", dict)
+
+#: Largest request body: a job spec is at most job_spec_bytes_max encoded.
+REQUEST_BYTES_MAX = 64 * 1024
+
+
+def _error_response(e: RaftschedError) -> web.Response:
+    headers = {}
+    if isinstance(e, Unavailable):
+        headers["Retry-After"] = "1"
+    if isinstance(e, Unauthorized):
+        headers["WWW-Authenticate"] = "Bearer"
+    return web.json_response({"error": e.to_dict()}, status=e.http_status, headers=headers)
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler):
+    try:
+        return await handler(request)
+    except RaftschedError as e:
+        return _error_response(e)
+    except web.HTTPRequestEntityTooLarge:
+        return web.json_response(
+            {"error": {"code": "too_large", "message": f"request body larger than {REQUEST_BYTES_MAX} bytes", "field": None}},
+            status=413,
+        )
+    except web.HTTPException as e:
+        if e.status >= 400:
+            code = {404: "not_found", 405: "method_not_allowed"}.get(e.status, "http_error")
+            return web.json_response(
+                {"error": {"code": code, "message": e.reason, "field": None}}, status=e.status,
+                headers={k: v for k, v in e.headers.items() if k.lower() == "allow"},
+            )
+        raise
+    except Exception:
+        log.exception("api: internal error on %s %s", request.method, request.path)
+        return web.json_response(
+            {"error": {"code": "internal", "message": "internal error (logged on the node)", "field": None}},
+            status=500,
+        )
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler):
+    token = request.app[TOKEN]
+    if token and request.method not in ("GET", "HEAD", "OPTIONS"):
+        got = request.headers.get("Authorization", "")
+        if not got.startswith("Bearer ") or not hmac.compare_digest(got[7:].strip().encode(), token.encode()):
+            raise Unauthorized("mutations need 'Authorization: Bearer <token>' (the token file given to the node)")
+    return await handler(request)
+
+
+async def _json_body(request: web.Request):
+    raw = await request.read()
+    if not raw:
+        raise BadRequest("request body is empty; send a JSON object")
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadRequest(f"malformed JSON: {e}") from None
+
+
+def _rid(request: web.Request) -> str | None:
+    rid = request.headers.get("Idempotency-Key") or request.headers.get("X-Request-Id")
+    if rid is not None and (not rid or len(rid) > limits.request_id_chars_max):
+        raise BadRequest(f"Idempotency-Key must be 1-{limits.request_id_chars_max} characters", field="Idempotency-Key")
+    return rid
+
+
+def _int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
+    text = request.query.get(name)
+    if text is None:
+        return default
+    try:
+        v = int(text)
+    except ValueError:
+        raise BadRequest(f"must be an integer between {lo} and {hi}", field=name) from None
+    if not lo <= v <= hi:
+        raise BadRequest(f"must be between {lo} and {hi}", field=name)
+    return v
+
+
+def _bool_param(request: web.Request, name: str) -> bool:
+    text = request.query.get(name, "false").lower()
+    if text not in ("true", "false", "1", "0", "yes", "no"):
+        raise BadRequest("must be true or false", field=name)
+    return text in ("true", "1", "yes")
+
+
+def _state_param(request: web.Request) -> str | None:
+    s = request.query.get("state")
+    if s is not None and s not in RUN_STATES:
+        raise BadRequest(f"must be one of {', '.join(RUN_STATES)}", field="state")
+    return s
+
+
+def make_app(service: Service, token: str | None, extra: dict | None = None) -> web.Application:
+    """Build the API application. ``extra`` carries node facts for /v1/cluster (id, pid)."""
+    app = web.Application(middlewares=[errors_middleware, auth_middleware], client_max_size=REQUEST_BYTES_MAX)
+    app[SERVICE] = service
+    app[TOKEN] = token or ""
+    app[EXTRA] = extra or {}
+    r = app.router
+    r.add_get("/healthz", healthz)
+    r.add_get("/v1/cluster", cluster)
+    r.add_get("/v1/jobs", list_jobs)
+    r.add_put("/v1/jobs/{name}", put_job)
+    r.add_get("/v1/jobs/{name}", get_job)
+    r.add_delete("/v1/jobs/{name}", delete_job)
+    r.add_post("/v1/jobs/{name}/pause", pause_job)
+    r.add_post("/v1/jobs/{name}/resume", resume_job)
+    r.add_post("/v1/jobs/{name}/trigger", trigger_job)
+    r.add_get("/v1/jobs/{name}/runs", job_runs)
+    r.add_get("/v1/runs", list_runs)
+    r.add_get("/v1/runs/{run}", get_run)
+    return app
+
+
+async def healthz(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    st = svc.raft.status()
+    ok = st.get("leader") is not None
+    return web.json_response({"ok": ok, "role": st.get("role"), "leader": st.get("leader")}, status=200 if ok else 503)
+
+
+async def cluster(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    await svc.read_barrier(_bool_param(request, "consistent"))
+    st = svc.raft.status()
+    extra = request.app[EXTRA]
+    with svc.state.lock:
+        jobs = len(svc.state.jobs)
+        runs = len(svc.state.runs)
+        now_ms = svc.state.now_ms
+    body = {
+        "node": svc.node_id, "role": st.get("role"), "leader": st.get("leader"),
+        "term": st.get("term"), "commit_index": st.get("commit_index"),
+        "last_applied": st.get("last_applied"), "members": st.get("members"),
+        "pid": os.getpid(), "raft": st.get("self"), "jobs": jobs, "runs": runs,
+        "state_now_ms": now_ms,
+    }
+    if "trigger" in extra:
+        t = extra["trigger"]
+        body["trigger"] = {"fires_proposed": t.fires_proposed, "slots_fired": t.slots_fired}
+    return web.json_response(body)
+
+
+async def list_jobs(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    await svc.read_barrier(_bool_param(request, "consistent"))
+    limit = _int_param(request, "limit", 100, 1, 1000)
+    return web.json_response(svc.list_jobs(limit, request.query.get("after")))
+
+
+async def put_job(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    body = await _json_body(request)
+    create_only = request.headers.get("If-None-Match") == "*"
+    res = await svc.put_job(request.match_info["name"], body, _rid(request), create_only=create_only)
+    return web.json_response(res, status=201 if res["created"] else 200)
+
+
+async def get_job(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    await svc.read_barrier(_bool_param(request, "consistent"))
+    return web.json_response(svc.get_job(request.match_info["name"]))
+
+
+async def delete_job(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    return web.json_response(await svc.delete_job(request.match_info["name"], _rid(request)))
+
+
+async def pause_job(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    return web.json_response(await svc.pause_job(request.match_info["name"], _rid(request)))
+
+
+async def resume_job(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    catch_up = _bool_param(request, "catch_up")
+    return web.json_response(await svc.resume_job(request.match_info["name"], _rid(request), catch_up))
+
+
+async def trigger_job(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    return web.json_response(await svc.trigger_job(request.match_info["name"], _rid(request)), status=201)
+
+
+async def job_runs(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    await svc.read_barrier(_bool_param(request, "consistent"))
+    limit = _int_param(request, "limit", 100, 1, limits.history_per_job_max + limits.queue_depth_max)
+    slot = request.query.get("slot")
+    slot_ms = parse_slot_param(slot) if slot is not None else None
+    return web.json_response(svc.job_runs(request.match_info["name"], limit, _state_param(request), slot_ms))
+
+
+async def list_runs(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    await svc.read_barrier(_bool_param(request, "consistent"))
+    limit = _int_param(request, "limit", 100, 1, 10_000)
+    return web.json_response(svc.list_runs(_state_param(request), limit))
+
+
+async def get_run(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    await svc.read_barrier(_bool_param(request, "consistent"))
+    return web.json_response(svc.get_run(request.match_info["run"]))

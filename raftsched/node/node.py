@@ -1,0 +1,146 @@
+"""One raftsched node: the replicated state, the Raft adapter, the trigger loop and the API,
+wired together and run until SIGTERM/SIGINT."""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import ipaddress
+import logging
+import os
+import secrets
+import signal
+import stat
+
+from aiohttp import web
+
+from ..clock import Clock, clock_from_env
+from ..core.state import SchedulerState
+from .. import replication
+from .api import make_app
+from .service import Service
+from .trigger import Trigger
+
+log = logging.getLogger("raftsched.node")
+
+
+class ConfigError(Exception):
+    pass
+
+
+@dataclasses.dataclass
+class NodeConfig:
+    node_id: str
+    api_host: str
+    api_port: int
+    raft_addr: str
+    peers: list[str]
+    data_dir: str
+    secret: str
+    token: str
+    conf_overrides: dict = dataclasses.field(default_factory=dict)
+
+
+def parse_hostport(text: str, what: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host:
+        raise ConfigError(f"{what}: expected HOST:PORT, got {text!r}")
+    try:
+        p = int(port)
+    except ValueError:
+        raise ConfigError(f"{what}: port {port!r} is not a number") from None
+    if not 0 < p < 65536:
+        raise ConfigError(f"{what}: port {p} out of range")
+    return host, p
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def read_secret_file(path: str, what: str) -> str:
+    """Read a secret from a file readable by its owner only. :raises ConfigError:"""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise ConfigError(f"{what} {path}: {e.strerror}") from None
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ConfigError(f"{what} {path} is readable by others (mode {oct(st.st_mode & 0o777)}): chmod 600 it")
+    with open(path) as f:
+        value = f.read().strip()
+    if len(value) < 16:
+        raise ConfigError(f"{what} {path} holds fewer than 16 characters")
+    return value
+
+
+def ensure_token(data_dir: str) -> str:
+    """A node started without --token-file makes its own token (never an open API)."""
+    path = os.path.join(data_dir, "token")
+    if not os.path.exists(path):
+        old = os.umask(0o077)
+        try:
+            with open(path, "w") as f:
+                f.write(secrets.token_urlsafe(32) + "\n")
+        finally:
+            os.umask(old)
+        log.warning("no --token-file: generated an API token at %s", path)
+    return read_secret_file(path, "token file")
+
+
+async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Event | None = None) -> None:
+    clock = clock or clock_from_env()
+    loop = asyncio.get_running_loop()
+    stop = stop or asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    os.makedirs(cfg.data_dir, exist_ok=True)
+    state = SchedulerState()
+    trigger_box: list[Trigger] = []
+
+    def on_role_change(is_leader: bool) -> None:
+        log.info("role: %s", "leader" if is_leader else "not leader")
+        if trigger_box:
+            trigger_box[0].on_role_change(is_leader)
+
+    dial_map = None
+    dial_env = os.environ.get("RAFTSCHED_DIAL_MAP")
+    if dial_env:
+        # Test-only: "peer=proxy,peer=proxy" makes this node dial its peers through TCP proxies
+        # (the jepsen-style nemesis cuts links there).
+        dial_map = dict(item.split("=", 1) for item in dial_env.split(",") if item)
+    raft = replication.RaftNode(
+        self_addr=cfg.raft_addr, peers=cfg.peers, data_dir=cfg.data_dir, secret=cfg.secret,
+        state=state, on_role_change=on_role_change, dial_map=dial_map,
+        conf_overrides=cfg.conf_overrides or None,
+    )
+    trigger = Trigger(state, raft, clock, cfg.node_id)
+    trigger_box.append(trigger)
+    service = Service(state, raft, clock, cfg.node_id)
+    app = make_app(service, cfg.token, {"trigger": trigger})
+    raft.start(loop)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, cfg.api_host, cfg.api_port, reuse_address=True)
+    try:
+        await site.start()
+        log.info("node %s: api http://%s:%d raft %s peers %s data %s pid %d", cfg.node_id,
+                 cfg.api_host, cfg.api_port, cfg.raft_addr, ",".join(cfg.peers) or "-", cfg.data_dir, os.getpid())
+        trigger_task = asyncio.create_task(trigger.run(), name="trigger")
+        stop_task = asyncio.create_task(stop.wait(), name="stop")
+        done, _ = await asyncio.wait({trigger_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+        if trigger_task in done and trigger_task.exception() is not None:
+            log.error("trigger loop failed: %r", trigger_task.exception())
+        for t in (trigger_task, stop_task):
+            t.cancel()
+        await asyncio.gather(trigger_task, stop_task, return_exceptions=True)
+    finally:
+        log.info("node %s: stopping", cfg.node_id)
+        await runner.cleanup()
+        raft.stop()

@@ -1,0 +1,143 @@
+"""The leader's trigger loop: due slots become ``fire`` commands.
+
+Runs on the leader only (Nomad's periodic dispatcher). On gaining leadership it first proposes a
+barrier, so its replica has applied everything its predecessor committed, then a ``takeover``
+command, then rebuilds the due heap from the state and fires whatever is due, per each job's
+misfire policy (the same code path as every tick: a missed slot is just a due slot older than
+grace).
+
+Each tick pops every due job from the state's heap, plans each with ``policy.plan_fire`` and
+proposes the plans in as few ``fire`` commands as the size limit allows, concurrently. A job
+popped from the heap comes back when its fire applies; if the proposal fails, it is pushed back
+so the next tick (or the next leader) plans it again. Re-proposing is always safe: apply drops a
+plan whose job cursor has moved (I2).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import msgpack
+
+from ..clock import Clock
+from ..core import commands, limits, policy
+from ..core.errors import RaftschedError
+
+log = logging.getLogger("raftsched.trigger")
+
+#: bytes of entries per fire command; the envelope and msgpack framing fit in the rest.
+_FIRE_ENTRY_BYTES_MAX = limits.command_bytes_max - 2048
+#: jobs planned per tick; the rest wait for the next tick (keeps one tick bounded).
+_JOBS_PER_TICK_MAX = 50_000
+
+
+class Trigger:
+    def __init__(self, state, raft, clock: Clock, node_id: str,
+                 interval_ms: int = limits.trigger_interval_ms) -> None:
+        self.state = state
+        self.raft = raft
+        self.clock = clock
+        self.node_id = node_id
+        self.interval_s = interval_ms / 1000
+        self._leader_event = asyncio.Event()
+        self.fires_proposed = 0
+        self.slots_fired = 0
+        self.last_fire_error: str | None = None
+
+    def on_role_change(self, is_leader: bool) -> None:
+        if is_leader:
+            self._leader_event.set()
+        else:
+            self._leader_event.clear()
+
+    async def run(self) -> None:
+        while True:
+            if not self.raft.is_leader():
+                self._leader_event.clear()
+                try:
+                    await asyncio.wait_for(self._leader_event.wait(), timeout=0.5)
+                except asyncio.TimeoutError:
+                    continue
+                if not self.raft.is_leader():
+                    continue
+            try:
+                await self._lead()
+            except asyncio.CancelledError:
+                raise
+            except RaftschedError as e:
+                log.warning("trigger: leadership term ended: %s", e.message)
+            except Exception:
+                log.exception("trigger: unexpected error; retrying")
+                await asyncio.sleep(self.interval_s)
+
+    async def _lead(self) -> None:
+        log.info("trigger: became leader; barrier then takeover")
+        await self.raft.barrier(timeout_s=limits.propose_timeout_s_default)
+        data = commands.encode(commands.make("takeover", self.clock.now_ms(), None, node=self.node_id))
+        await self.raft.propose(data, timeout_s=limits.propose_timeout_s_default)
+        self.state.rebuild_due()
+        log.info("trigger: leading; %d jobs", len(self.state.jobs))
+        while self.raft.is_leader():
+            await self.tick()
+            nxt = self.state.next_due_ms()
+            now = self.clock.now_ms()
+            delay = self.interval_s if nxt is None else min(self.interval_s, max(0.0, (nxt - now) / 1000))
+            await asyncio.sleep(max(delay, 0.002))
+        log.info("trigger: no longer leader")
+
+    async def tick(self) -> int:
+        """Fire everything due now. Returns the number of jobs planned."""
+        now = self.clock.now_ms()
+        jobs = self.state.pop_due(now, _JOBS_PER_TICK_MAX)
+        if not jobs:
+            return 0
+        batches: list[list[dict]] = []
+        cur: list[dict] = []
+        cur_bytes = 0
+        names_of: list[list[str]] = []
+        cur_names: list[str] = []
+        for job in jobs:
+            with self.state.lock:
+                spec, anchor, cursor, gen, name = job["spec"], job["anchor"], job["cursor"], job["gen"], job["name"]
+            try:
+                plan = policy.plan_fire(spec, anchor, cursor, now, gen, name)
+            except Exception:
+                log.exception("trigger: cannot plan job %s", name)
+                continue
+            if plan is None:
+                self.state.repush([name])
+                continue
+            size = len(msgpack.packb(plan, use_bin_type=True))
+            if cur and (cur_bytes + size > _FIRE_ENTRY_BYTES_MAX or len(cur) >= limits.fire_entries_max):
+                batches.append(cur)
+                names_of.append(cur_names)
+                cur, cur_bytes, cur_names = [], 0, []
+            cur.append(plan)
+            cur_names.append(name)
+            cur_bytes += size
+        if cur:
+            batches.append(cur)
+            names_of.append(cur_names)
+        results = await asyncio.gather(
+            *(self._propose_fire(now, b) for b in batches), return_exceptions=True
+        )
+        for names, res in zip(names_of, results):
+            if isinstance(res, BaseException):
+                self.last_fire_error = str(res)
+                log.warning("trigger: fire of %d jobs failed: %s", len(names), res)
+                self.state.repush(names)
+            else:
+                self.fires_proposed += 1
+                self.slots_fired += res.get("fired", 0)
+                if res.get("stale"):
+                    # Some plan was made from a view older than the state: those jobs were
+                    # already pushed back by the apply that moved them, or need a push now.
+                    self.state.repush(names)
+        return len(jobs)
+
+    async def _propose_fire(self, now: int, entries: list[dict]) -> dict:
+        data = commands.encode(commands.make("fire", now, None, entries=entries))
+        res = await self.raft.propose(data, timeout_s=limits.propose_timeout_s_default)
+        if not res.get("ok"):
+            raise RaftschedError.from_dict(res.get("error") or {})
+        return res

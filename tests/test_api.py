@@ -1,0 +1,225 @@
+"""The admin API over an in-process replica (FakeRaft, FakeClock): every error path returns its
+status and body; nothing a client sends gives a 500 (I11)."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from raftsched.clock import FakeClock
+from raftsched.core.state import SchedulerState
+from raftsched.node.api import make_app
+from raftsched.node.service import Service
+from raftsched.node.trigger import Trigger
+
+from fakes import FakeRaft
+
+TOKEN = "x" * 32
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+SPEC = {"schedule": {"every_s": 10}, "executor": {"type": "shell", "argv": ["true"]}, "misfire": {"policy": "fire_all"}}
+
+
+class Env:
+    def __init__(self):
+        self.state = SchedulerState()
+        self.raft = FakeRaft(self.state)
+        self.clock = FakeClock()
+        self.service = Service(self.state, self.raft, self.clock, "node-1")
+        self.trigger = Trigger(self.state, self.raft, self.clock, "node-1")
+        self.app = make_app(self.service, TOKEN, {"trigger": self.trigger})
+
+
+def run(coro_fn):
+    async def main():
+        env = Env()
+        async with TestClient(TestServer(env.app, host="127.0.0.1")) as client:
+            await coro_fn(env, client)
+    asyncio.run(main())
+
+
+async def put(client, name, spec=SPEC, headers=AUTH):
+    return await client.put(f"/v1/jobs/{name}", data=json.dumps(spec), headers=headers)
+
+
+async def err(resp, status, code, field="__any__"):
+    assert resp.status == status, await resp.text()
+    body = await resp.json()
+    assert body["error"]["code"] == code, body
+    assert "message" in body["error"] and body["error"]["message"]
+    if field != "__any__":
+        assert body["error"]["field"] == field, body
+    return body
+
+
+def test_put_get_list_delete_job():
+    async def t(env, c):
+        r = await put(c, "a")
+        assert r.status == 201
+        assert (await r.json())["next_slot"].endswith("Z")
+        r = await put(c, "a")
+        assert r.status == 200, "a replace is 200"
+        r = await c.get("/v1/jobs/a")
+        body = await r.json()
+        assert body["spec"]["misfire"]["policy"] == "fire_all"
+        assert body["state"]["next_slot"] is not None
+        r = await c.get("/v1/jobs")
+        assert [j["name"] for j in (await r.json())["jobs"]] == ["a"]
+        r = await c.delete("/v1/jobs/a", headers=AUTH)
+        assert r.status == 200
+        await err(await c.get("/v1/jobs/a"), 404, "not_found")
+        await err(await c.delete("/v1/jobs/a", headers=AUTH), 404, "not_found")
+    run(t)
+
+
+def test_runs_appear_after_trigger_tick_with_lag_and_history():
+    async def t(env, c):
+        await put(c, "a")
+        env.clock.advance(35_000)
+        assert await env.trigger.tick() == 1
+        r = await c.get("/v1/jobs/a/runs")
+        runs = (await r.json())["runs"]
+        assert [x["state"] for x in runs] == ["queued"] * 3
+        assert runs[0]["slot"] > runs[-1]["slot"], "newest first"
+        assert all(x["fire_lag_ms"] >= 0 for x in runs)
+        r = await c.get("/v1/runs?state=queued")
+        assert len((await r.json())["runs"]) == 3
+        r = await c.get("/v1/runs/" + runs[0]["id"])
+        assert (await r.json())["id"] == runs[0]["id"]
+        job = await (await c.get("/v1/jobs/a")).json()
+        assert job["state"]["runs_fired"] == 3
+        assert job["state"]["fire_lag_ms"]["max"] >= 5000
+    run(t)
+
+
+def test_did_my_slot_run_and_if_not_why():
+    async def t(env, c):
+        await put(c, "s", dict(SPEC, misfire={"policy": "skip", "grace_s": 1}))
+        env.clock.advance(95_000)  # nine slots due, the last 5 s late: all missed
+        await env.trigger.tick()
+        runs = (await (await c.get("/v1/jobs/s/runs")).json())["runs"]
+        rec = [r for r in runs if r["state"] == "skipped"]
+        assert len(rec) == 1 and rec[0]["reason"] == "misfire" and rec[0]["count"] == 9
+        slot = rec[0]["slot"]
+        found = (await (await c.get(f"/v1/jobs/s/runs?slot={slot}")).json())["runs"]
+        assert found and found[0]["state"] == "skipped"
+    run(t)
+
+
+def test_pause_resume_trigger():
+    async def t(env, c):
+        await put(c, "p")
+        assert (await c.post("/v1/jobs/p/pause", headers=AUTH)).status == 200
+        env.clock.advance(30_000)
+        assert await env.trigger.tick() == 0, "a paused job does not fire"
+        assert (await c.post("/v1/jobs/p/resume", headers=AUTH)).status == 200
+        runs = (await (await c.get("/v1/jobs/p/runs")).json())["runs"]
+        assert runs and runs[0]["state"] == "skipped" and runs[0]["reason"] == "paused"
+        r = await c.post("/v1/jobs/p/trigger", headers=AUTH)
+        assert r.status == 201
+        assert "manual" in (await r.json())["run"]
+    run(t)
+
+
+def test_malformed_json_is_400():
+    async def t(env, c):
+        r = await c.put("/v1/jobs/a", data=b"{not json", headers=AUTH)
+        await err(r, 400, "bad_request")
+        r = await c.put("/v1/jobs/a", data=b"", headers=AUTH)
+        await err(r, 400, "bad_request")
+        r = await c.put("/v1/jobs/a", data=b"\xff\xfe", headers=AUTH)
+        await err(r, 400, "bad_request")
+    run(t)
+
+
+@pytest.mark.parametrize("spec,field", [
+    ({k: v for k, v in SPEC.items() if k != "misfire"}, "misfire"),
+    (dict(SPEC, misfire={"policy": "sometimes"}), "misfire.policy"),
+    (dict(SPEC, schedule={"cron": "61 * * * *"}), "schedule.cron"),
+    (dict(SPEC, schedule={"cron": "0 * * * *", "timezone": "Mars/Olympus"}), "schedule.timezone"),
+    (dict(SPEC, schedule={"every_s": 0}), "schedule.every_s"),
+    (dict(SPEC, executor={"type": "ftp"}), "executor.type"),
+    (dict(SPEC, priority=11), "priority"),
+    (dict(SPEC, surprise=1), "surprise"),
+    ([1, 2], None),
+])
+def test_invalid_spec_is_422_naming_the_field(spec, field):
+    async def t(env, c):
+        before = env.state.snapshot()
+        body = await err(await put(c, "a", spec), 422, "invalid", field)
+        assert env.state.snapshot() == before, "a refused request changes nothing"
+        if field == "misfire":
+            assert "fire_all" in body["error"]["message"] and "skip" in body["error"]["message"]
+    run(t)
+
+
+def test_bad_names_and_params():
+    async def t(env, c):
+        await err(await put(c, "bad name!"), 422, "invalid", "name")
+        await err(await c.get("/v1/jobs?limit=abc"), 400, "bad_request", "limit")
+        await err(await c.get("/v1/jobs?limit=0"), 400, "bad_request", "limit")
+        await err(await c.get("/v1/runs?state=exploded"), 400, "bad_request", "state")
+        await put(c, "a")
+        await err(await c.get("/v1/jobs/a/runs?slot=yesterday"), 400, "bad_request", "slot")
+        await err(await c.get("/v1/jobs/a?consistent=maybe"), 400, "bad_request", "consistent")
+        await err(await c.get("/v1/nowhere"), 404, "not_found")
+        await err(await c.post("/v1/jobs", headers=AUTH), 405, "method_not_allowed")
+        r = await c.put("/v1/jobs/a", data=b"[" + b"1," * 40000 + b"1]", headers=AUTH)
+        await err(r, 413, "too_large")
+    run(t)
+
+
+def test_mutations_need_the_token():
+    async def t(env, c):
+        await err(await put(c, "a", headers={}), 401, "unauthorized")
+        await err(await put(c, "a", headers={"Authorization": "Bearer nope"}), 401, "unauthorized")
+        await err(await c.post("/v1/jobs/a/pause"), 401, "unauthorized")
+        assert "a" not in env.state.jobs
+        assert (await c.get("/v1/jobs")).status == 200, "reads are open"
+    run(t)
+
+
+def test_no_leader_is_503_with_retry_after():
+    async def t(env, c):
+        env.raft.fail = "unavailable"
+        r = await put(c, "a")
+        await err(r, 503, "unavailable")
+        assert r.headers["Retry-After"] == "1"
+        await err(await c.get("/v1/jobs?consistent=true"), 503, "unavailable")
+    run(t)
+
+
+def test_unknown_outcome_is_504_and_retry_with_same_key_is_safe():
+    async def t(env, c):
+        await put(c, "a")
+        env.raft.fail = "indeterminate_applied"  # applied, but the caller hears a timeout
+        h = dict(AUTH, **{"Idempotency-Key": "req-2"})
+        await err(await c.post("/v1/jobs/a/trigger", headers=h), 504, "indeterminate")
+        env.raft.fail = None
+        r = await c.post("/v1/jobs/a/trigger", headers=h)
+        assert r.status == 201
+        manual = [x for x in env.state.runs.values() if x["kind"] == "manual"]
+        assert len(manual) == 1, "the retried request did not act twice"
+        await err(await c.post("/v1/jobs/a/trigger", headers=dict(AUTH, **{"Idempotency-Key": "x" * 65})), 400, "bad_request")
+    run(t)
+
+
+def test_create_only_conflict_is_409():
+    async def t(env, c):
+        assert (await put(c, "a")).status == 201
+        r = await put(c, "a", headers=dict(AUTH, **{"If-None-Match": "*"}))
+        await err(r, 409, "conflict")
+    run(t)
+
+
+def test_cluster_and_healthz():
+    async def t(env, c):
+        body = await (await c.get("/v1/cluster")).json()
+        for k in ("node", "role", "leader", "term", "commit_index", "members", "pid"):
+            assert k in body
+        assert body["role"] == "leader"
+        assert (await c.get("/healthz")).status == 200
+        env.raft.leader = False
+        assert (await c.get("/healthz")).status == 503
+    run(t)
