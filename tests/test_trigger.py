@@ -1,0 +1,145 @@
+"""The leader's trigger loop over an in-process replica: no sockets, no clock, no sleeps."""
+from __future__ import annotations
+
+import asyncio
+
+from raftsched.clock import FakeClock
+from raftsched.core import commands, limits, model, policy, schedule
+from raftsched.core.state import SchedulerState
+from raftsched.node.service import Service
+from raftsched.node.trigger import Trigger
+
+from fakes import FakeRaft
+
+
+def spec(every_s=10, pol="fire_all", **kw):
+    raw = {"schedule": {"every_s": every_s}, "executor": {"type": "shell", "argv": ["true"]},
+           "misfire": {"policy": pol, **kw}, "history": 1000}
+    return raw
+
+
+def setup(n_jobs=1, **kw):
+    st = SchedulerState()
+    raft = FakeRaft(st)
+    clock = FakeClock()
+    svc = Service(st, raft, clock, "n1")
+    trig = Trigger(st, raft, clock, "n1")
+    for i in range(n_jobs):
+        asyncio.run(svc.put_job(f"j{i}", spec(**kw), None))
+    return st, raft, clock, trig
+
+
+def scheduled_slots(st, job):
+    return [r["slot"] for r in st.runs.values() if r["job"] == job and r["kind"] == "scheduled"]
+
+
+def test_tick_fires_each_due_slot_once():
+    st, raft, clock, trig = setup()
+    for _ in range(10):
+        clock.advance(10_000)
+        asyncio.run(trig.tick())
+    slots = scheduled_slots(st, "j0")
+    assert len(slots) == 10 and len(set(slots)) == 10
+    assert all(b - a == 10_000 for a, b in zip(slots, slots[1:]))
+
+
+def test_nothing_due_proposes_nothing():
+    st, raft, clock, trig = setup()
+    n = len(raft.proposed)
+    clock.advance(5_000)
+    assert asyncio.run(trig.tick()) == 0
+    assert len(raft.proposed) == n
+
+
+def test_one_fire_command_carries_every_due_job_within_size_limit():
+    st, raft, clock, trig = setup(n_jobs=500)
+    n = len(raft.proposed)
+    clock.advance(10_000)
+    asyncio.run(trig.tick())
+    fires = raft.proposed[n:]
+    assert 1 <= len(fires) <= 500 // limits.fire_entries_max + 2
+    assert all(len(f) <= limits.command_bytes_max for f in fires)
+    assert sum(len(scheduled_slots(st, f"j{i}")) for i in range(500)) == 500
+
+
+def test_failed_proposal_pushes_jobs_back_and_next_tick_fires_them():
+    st, raft, clock, trig = setup()
+    clock.advance(10_000)
+    raft.fail = "unavailable"
+    asyncio.run(trig.tick())
+    assert scheduled_slots(st, "j0") == []
+    raft.fail = None
+    asyncio.run(trig.tick())
+    assert len(scheduled_slots(st, "j0")) == 1
+
+
+def test_indeterminate_fire_that_applied_is_not_fired_twice():
+    st, raft, clock, trig = setup()
+    clock.advance(10_000)
+    raft.fail = "indeterminate_applied"
+    asyncio.run(trig.tick())
+    raft.fail = None
+    asyncio.run(trig.tick())
+    assert len(scheduled_slots(st, "j0")) == 1, "I2: the re-planned fire was a no-op"
+
+
+def test_a_second_leader_replaying_an_old_fire_creates_nothing():
+    st, raft, clock, trig = setup()
+    clock.advance(10_000)
+    asyncio.run(trig.tick())
+    old_fire = raft.proposed[-1]
+    clock.advance(10_000)
+    asyncio.run(trig.tick())
+    res = st.apply_bytes(old_fire)
+    assert res["ok"] and res["stale"] == 1 and res["fired"] == 0
+    assert len(scheduled_slots(st, "j0")) == 2
+
+
+def test_leader_outage_follows_policy_fire_once():
+    st, raft, clock, trig = setup(pol="fire_once", grace_s=5)
+    clock.advance(10_000)
+    asyncio.run(trig.tick())
+    clock.advance(95_000)  # the leader was away for 95 s: 9 slots due, one on time
+    asyncio.run(trig.tick())
+    runs = [r for r in st.runs.values() if r["job"] == "j0"]
+    sched = [r for r in runs if r["kind"] == "scheduled"]
+    recs = [r for r in runs if r["kind"] == "recorded"]
+    # slots 20..100 s: 100 is 5 s late (on time); 90 is the latest missed; 20..80 coalesced.
+    assert [r["slot"] - sched[0]["slot"] for r in sched] == [0, 80_000, 90_000]
+    assert len(recs) == 1 and recs[0]["state"] == "coalesced" and recs[0]["count"] == 7
+
+
+def test_takeover_barrier_then_fires_missed_slots():
+    st, raft, clock, trig = setup(pol="skip", grace_s=1)
+    clock.advance(60_000)
+
+    async def lead_once():
+        raft.leader = True
+        task = asyncio.create_task(trig._lead())
+        for _ in range(100):
+            await asyncio.sleep(0)
+            if st.leader is not None and any(r["state"] == "skipped" for r in st.runs.values()):
+                break
+        raft.leader = False
+        await asyncio.wait_for(task, 5)
+
+    asyncio.run(lead_once())
+    assert st.leader == {"node": "n1", "since": clock.now_ms()}
+    recs = [r for r in st.runs.values() if r["state"] == "skipped"]
+    # Slots at 10..60 s: 60 s is on time (fired at once), 10..50 s were missed and are recorded.
+    assert len(recs) == 1 and recs[0]["count"] == 5 and recs[0]["reason"] == "misfire"
+    assert [s - clock.now_ms() for s in scheduled_slots(st, "j0")] == [0]
+
+
+def test_at_job_in_the_past_follows_misfire_policy():
+    st, raft, clock, trig = setup(n_jobs=0)
+    svc = Service(st, raft, clock, "n1")
+    at = schedule.iso(clock.now_ms() - 3_600_000)
+    raw = {"schedule": {"at": at}, "executor": {"type": "shell", "argv": ["true"]}, "misfire": {"policy": "fire_once"}}
+    asyncio.run(svc.put_job("once", raw, None))
+    asyncio.run(trig.tick())
+    assert len(scheduled_slots(st, "once")) == 1
+    clock.advance(3_600_000)
+    asyncio.run(trig.tick())
+    assert len(scheduled_slots(st, "once")) == 1, "a one-shot fires once"
+    assert st.jobs["once"]["next"] is None
