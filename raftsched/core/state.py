@@ -95,7 +95,7 @@ class SchedulerState:
 
     # ------------------------------------------------------------------ apply
     def apply_bytes(self, data: bytes) -> dict:
-        """Apply one committed command. Never raises."""
+        """Apply one committed command. Never raises (I3)."""
         with self.lock:
             self.applied += 1
             try:
@@ -110,12 +110,12 @@ class SchedulerState:
         """Apply one decoded command (see commands.OPS). Never raises."""
         with self.lock:
             rid = cmd.get("rid")
-            if rid is not None and rid in self.requests:
+            if rid is not None and rid in self.requests:  # I7: a retried request acts once
                 res = dict(self.requests[rid])
                 res["duplicate"] = True
                 return res
             now = cmd["now"]
-            if now > self.now_ms:
+            if now > self.now_ms:  # I6: state time never runs backwards
                 self.now_ms = now
             handler = getattr(self, "_apply_" + cmd["op"], None)
             try:
@@ -256,6 +256,7 @@ class SchedulerState:
         for e in entries:
             job = self.jobs.get(e["job"])
             if job is None or job["gen"] != e["gen"] or job["cursor"] != e["after"] or job["paused"]:
+                # I2: a plan made from any other view of the job is dropped whole.
                 stale += 1
                 continue
             for slot in e["runs"]:

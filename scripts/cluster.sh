@@ -1,0 +1,617 @@
+#!/usr/bin/env bash
+# Run a local three-node raftsched cluster on 127.0.0.1.
+#
+# Usage: scripts/cluster.sh [start|stop|status|kill-leader|restart N|logs N]
+#
+# State lives in .raftsched/ at the repo root:
+#   cluster-secret, token      shared secrets (mode 0600, generated once)
+#   ports                      the base ports the cluster was started with
+#   node-N/                    data dir of node N, plus node.log and pid
+#
+# Environment:
+#   RAFTSCHED_API_PORT_BASE    API port base (default 8700); node N listens on base+N
+#   RAFTSCHED_RAFT_PORT_BASE   Raft port base (default 9700); node N uses base+N
+#   RAFTSCHED_NODE_CMD         TESTING HOOK: command prefix used to launch a node,
+#                              split on whitespace (default ".venv/bin/raftsched node").
+#                              When set, the venv is not created/installed by this script.
+#   RAFTSCHED_PYTHON           interpreter used to create .venv (default python3)
+set -euo pipefail
+
+# Everything this script creates (secrets, data dirs, logs) is private to the user,
+# and so is everything the nodes create, since they inherit this umask.
+umask 077
+
+ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
+cd -- "$ROOT"
+
+PROG=scripts/cluster.sh
+STATE=.raftsched
+SECRET_FILE=$STATE/cluster-secret
+TOKEN_FILE=$STATE/token
+PORTS_FILE=$STATE/ports
+HOST=127.0.0.1
+NODES=(1 2 3)
+START_TIMEOUT=30     # seconds to wait for a leader after start/restart
+FAILOVER_TIMEOUT=15  # seconds to wait for a new leader after kill-leader
+STOP_TIMEOUT=10      # seconds between SIGTERM and SIGKILL
+
+DEFAULT_NODE_CMD=".venv/bin/raftsched node"
+read -r -a NODE_CMD <<<"${RAFTSCHED_NODE_CMD:-$DEFAULT_NODE_CMD}"
+
+usage() {
+  cat <<EOF
+Usage: $PROG [command]
+
+Commands:
+  start          start the three nodes (default) and wait for a leader
+  stop           stop all nodes (SIGTERM, SIGKILL after ${STOP_TIMEOUT}s)
+  status         show pid, role, leader, term and commit index of each node
+  kill-leader    kill -9 the current leader and time the election of a new one
+  restart N      start node N (1-3) again on its data dir
+  logs N         follow node N's log
+EOF
+}
+
+die() { echo "$PROG: $*" >&2; exit 1; }
+warn() { echo "$PROG: $*" >&2; }
+
+now() { echo "${EPOCHREALTIME:-$(date +%s.%N)}"; }
+# elapsed START -> seconds since START with 2 decimals
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
+# before DEADLINE -> true while now < DEADLINE
+before() { awk -v d="$1" -v n="$(now)" 'BEGIN { exit !(n < d) }'; }
+deadline_in() { awk -v s="$1" -v n="$(now)" 'BEGIN { printf "%.3f", n + s }'; }
+
+command -v curl >/dev/null 2>&1 || die "curl is required"
+
+# Interpreter used only to parse JSON (stdlib only); resolved once, lazily, so
+# that a freshly created .venv is picked up and slow shims (pyenv) are bypassed.
+JSON_PY=''
+json_python() {
+  if [[ -z $JSON_PY ]]; then
+    if [[ -x .venv/bin/python ]]; then
+      JSON_PY=.venv/bin/python
+    else
+      JSON_PY=$(python3 -c 'import sys; print(sys.executable)') || die "python3 is required"
+    fi
+  fi
+}
+
+# ---------------------------------------------------------------- setup
+
+ensure_venv() {
+  if [[ -n "${RAFTSCHED_NODE_CMD:-}" ]]; then
+    return 0 # testing hook: the node command does not come from the venv
+  fi
+  if [[ -x .venv/bin/raftsched ]]; then
+    return 0
+  fi
+  echo "Setting up .venv (pip install -e .) ..."
+  local log
+  log=$(mktemp)
+  if ! { [[ -x .venv/bin/python ]] || "${RAFTSCHED_PYTHON:-python3}" -m venv .venv; } >"$log" 2>&1 ||
+    ! .venv/bin/python -m pip install -q --disable-pip-version-check -e . >>"$log" 2>&1; then
+    cat "$log" >&2
+    rm -f "$log"
+    die "failed to set up .venv"
+  fi
+  rm -f "$log"
+  [[ -x .venv/bin/raftsched ]] || die ".venv/bin/raftsched missing after pip install -e ."
+}
+
+# new_secret FILE: write a fresh random secret to FILE (0600) unless it exists.
+new_secret() {
+  local file=$1 tmp
+  [[ -s "$file" ]] && return 0
+  tmp="$file.tmp.$$"
+  # umask 077 is in effect: the file is 0600 from the moment it is created.
+  if command -v python3 >/dev/null 2>&1; then
+    python3 -c 'import secrets, sys; sys.stdout.write(secrets.token_urlsafe(32))' >"$tmp"
+  else
+    openssl rand -base64 33 | tr '+/' '-_' | tr -d '\n=' >"$tmp"
+  fi
+  [[ -s "$tmp" ]] || { rm -f "$tmp"; die "could not generate $file"; }
+  chmod 600 "$tmp"
+  # A hard link creates FILE atomically and never replaces one that a concurrent
+  # run created in the meantime.
+  ln "$tmp" "$file" 2>/dev/null || true
+  rm -f "$tmp"
+  [[ -s "$file" ]] || die "could not create $file"
+}
+
+ensure_state() {
+  mkdir -p "$STATE"
+  chmod 700 "$STATE"
+  new_secret "$SECRET_FILE"
+  new_secret "$TOKEN_FILE"
+  chmod 600 "$SECRET_FILE" "$TOKEN_FILE"
+}
+
+# ---------------------------------------------------------------- ports
+
+API_BASE=
+RAFT_BASE=
+
+valid_base() { [[ "$1" =~ ^[0-9]+$ ]] && (("$1" >= 1 && "$1" + ${#NODES[@]} <= 65535)); }
+
+# read_ports_file: sets REC_API/REC_RAFT from $PORTS_FILE; false if absent or invalid.
+read_ports_file() {
+  REC_API='' REC_RAFT=''
+  [[ -f "$PORTS_FILE" ]] || return 1
+  local key val
+  while IFS='=' read -r key val; do
+    case $key in
+      RAFTSCHED_API_PORT_BASE) REC_API=$val ;;
+      RAFTSCHED_RAFT_PORT_BASE) REC_RAFT=$val ;;
+    esac
+  done <"$PORTS_FILE"
+  valid_base "$REC_API" && valid_base "$REC_RAFT"
+}
+
+# load_ports MODE: MODE=start prefers the environment, anything else prefers
+# the recorded ports (the cluster that is actually running).
+load_ports() {
+  local mode=$1 env_api=${RAFTSCHED_API_PORT_BASE:-} env_raft=${RAFTSCHED_RAFT_PORT_BASE:-}
+  local have_rec=0
+  read_ports_file && have_rec=1
+  if [[ $mode == start && $have_rec == 1 ]] && any_alive; then
+    # Nodes are running: they use the recorded ports, whatever the environment says.
+    if [[ -n $env_api && $env_api != "$REC_API" ]] || [[ -n $env_raft && $env_raft != "$REC_RAFT" ]]; then
+      die "a cluster is already running with API base $REC_API / Raft base $REC_RAFT; run '$PROG stop' first to change ports"
+    fi
+    API_BASE=$REC_API RAFT_BASE=$REC_RAFT
+  elif [[ $mode == start || $have_rec == 0 ]]; then
+    API_BASE=${env_api:-8700} RAFT_BASE=${env_raft:-9700}
+  else
+    API_BASE=$REC_API RAFT_BASE=$REC_RAFT
+  fi
+  valid_base "$API_BASE" || die "invalid API port base: $API_BASE"
+  valid_base "$RAFT_BASE" || die "invalid Raft port base: $RAFT_BASE"
+}
+
+write_ports_file() {
+  printf 'RAFTSCHED_API_PORT_BASE=%s\nRAFTSCHED_RAFT_PORT_BASE=%s\n' "$API_BASE" "$RAFT_BASE" >"$PORTS_FILE.tmp.$$"
+  mv -f "$PORTS_FILE.tmp.$$" "$PORTS_FILE"
+}
+
+api_port() { echo $((API_BASE + $1)); }
+raft_addr() { echo "$HOST:$((RAFT_BASE + $1))"; }
+api_url() { echo "http://$HOST:$(api_port "$1")"; }
+
+# ---------------------------------------------------------------- processes
+
+node_dir() { echo "$STATE/node-$1"; }
+pid_file() { echo "$STATE/node-$1/pid"; }
+log_file() { echo "$STATE/node-$1/node.log"; }
+
+# cmdline_of PID: the process's command line, space separated.
+cmdline_of() {
+  if [[ -r /proc/$1/cmdline ]]; then
+    tr '\0' ' ' <"/proc/$1/cmdline"
+  else
+    ps -o args= -p "$1" 2>/dev/null || true
+  fi
+}
+
+# pid_is_node PID N: PID is alive and is raftsched node N (guards against pid reuse).
+pid_is_node() {
+  local pid=$1 n=$2 cmd
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  kill -0 "$pid" 2>/dev/null || return 1
+  cmd=$(cmdline_of "$pid")
+  [[ $cmd == *raftsched* && $cmd == *"node-$n"* ]]
+}
+
+# node_pid N: prints the pid recorded for node N if that process is alive.
+node_pid() {
+  local f pid
+  f=$(pid_file "$1")
+  [[ -f "$f" ]] || return 1
+  pid=$(<"$f")
+  pid_is_node "$pid" "$1" || return 1
+  echo "$pid"
+}
+
+is_alive() { node_pid "$1" >/dev/null; }
+
+any_alive() {
+  local n
+  for n in "${NODES[@]}"; do is_alive "$n" && return 0; done
+  return 1
+}
+
+peers_of() {
+  local n=$1 m peers=()
+  for m in "${NODES[@]}"; do
+    [[ $m == "$n" ]] || peers+=("$(raft_addr "$m")")
+  done
+  local IFS=,
+  echo "${peers[*]}"
+}
+
+# start_node N: launch node N in its own session, detached from this shell.
+start_node() {
+  local n=$1 dir pidf log
+  dir=$(node_dir "$n") pidf=$(pid_file "$n") log=$(log_file "$n")
+  mkdir -p "$dir"
+  rm -f "$pidf"
+  printf '=== %s %s: starting node-%s (api %s:%s, raft %s)\n' \
+    "$(date '+%Y-%m-%d %H:%M:%S')" "$PROG" "$n" "$HOST" "$(api_port "$n")" "$(raft_addr "$n")" >>"$log"
+  # The inner bash records its own pid and then execs the node, so the pid file
+  # holds the node's pid even if setsid has to fork.
+  local detach=()
+  command -v setsid >/dev/null 2>&1 && detach=(setsid)
+  # shellcheck disable=SC2016  # $$, $0 and $@ are expanded by the inner bash
+  "${detach[@]}" nohup bash -c 'echo $$ >"$0.tmp" && mv -f "$0.tmp" "$0" && exec "$@"' "$pidf" \
+    "${NODE_CMD[@]}" \
+    --id "node-$n" \
+    --api "$HOST:$(api_port "$n")" \
+    --raft "$(raft_addr "$n")" \
+    --peers "$(peers_of "$n")" \
+    --data-dir "$dir" \
+    --cluster-secret-file "$SECRET_FILE" \
+    --token-file "$TOKEN_FILE" \
+    </dev/null >>"$log" 2>&1 &
+  local i
+  for ((i = 0; i < 50; i++)); do
+    [[ -s "$pidf" ]] && return 0
+    sleep 0.1
+  done
+  die "node-$n did not record its pid in $pidf"
+}
+
+# tail_logs N...: to stderr, the last lines of each node's log written since
+# its most recent start.
+tail_logs() {
+  local n log from
+  for n in "$@"; do
+    log=$(log_file "$n")
+    echo "----- node-$n: $log (last 30 lines of the latest run) -----" >&2
+    if [[ -f "$log" ]]; then
+      from=$(grep -n "^=== .* starting node-$n " "$log" | tail -n 1 | cut -d: -f1) || true
+      tail -n "+${from:-1}" "$log" | tail -n 30 >&2
+    else
+      echo "(no log)" >&2
+    fi
+  done
+}
+
+# ---------------------------------------------------------------- /v1/cluster
+
+# Parses one /v1/cluster body (argv[1]) for node name argv[2] and prints
+#   role leader term commit_index pid
+# tab separated, "-" for null. Exit 1 (with a reason on stdout) if invalid.
+# shellcheck disable=SC2016
+PARSE_PY='
+import json, sys
+body, expect = sys.argv[1], sys.argv[2]
+try:
+    d = json.loads(body)
+except ValueError:
+    print("no valid JSON from /v1/cluster" if body else "no response"); sys.exit(1)
+if not isinstance(d, dict) or "role" not in d:
+    print("unexpected /v1/cluster response: " + body[:200]); sys.exit(1)
+if d.get("node") != expect:
+    print("port answered by %r, not %s" % (d.get("node"), expect)); sys.exit(1)
+def f(k):
+    v = d.get(k)
+    return "-" if v is None or v == "" else str(v)
+print("\t".join(f(k) for k in ("role", "leader", "term", "commit_index", "pid")))
+'
+
+# query_node N: sets Q_ROLE Q_LEADER Q_TERM Q_COMMIT Q_PID; false (with Q_ERR) if
+# the node does not answer properly.
+query_node() {
+  local n=$1 body out
+  Q_ROLE=- Q_LEADER=- Q_TERM=- Q_COMMIT=- Q_PID=- Q_ERR=
+  local curl_args=(-s --connect-timeout 1 --max-time 2)
+  body=$(
+    if [[ -r "$TOKEN_FILE" ]]; then
+      # Send the token via a curl config on stdin so it never appears in argv.
+      printf 'header = "Authorization: Bearer %s"\n' "$(<"$TOKEN_FILE")" |
+        curl "${curl_args[@]}" -K - "$(api_url "$n")/v1/cluster"
+    else
+      curl "${curl_args[@]}" "$(api_url "$n")/v1/cluster"
+    fi
+  ) || true
+  json_python
+  if ! out=$("$JSON_PY" -I -S -c "$PARSE_PY" "$body" "node-$n"); then
+    Q_ERR=$out
+    return 1
+  fi
+  IFS=$'\t' read -r Q_ROLE Q_LEADER Q_TERM Q_COMMIT Q_PID <<<"$out"
+}
+
+# check_leader N...: true if every listed node answers, all report the same
+# non-null leader and exactly one of them has role "leader". Sets LEADER_NODE
+# (its number), LEADER_ADDR, LEADER_TERM and LEADER_PID.
+check_leader() {
+  local n leaders=0 addr=
+  LEADER_NODE='' LEADER_ADDR='' LEADER_TERM='' LEADER_PID=''
+  (($# > 0)) || return 1
+  for n in "$@"; do
+    query_node "$n" || return 1
+    [[ $Q_LEADER != - ]] || return 1
+    if [[ -z $addr ]]; then
+      addr=$Q_LEADER
+    elif [[ $addr != "$Q_LEADER" ]]; then
+      return 1
+    fi
+    if [[ $Q_ROLE == leader ]]; then
+      leaders=$((leaders + 1))
+      LEADER_NODE=$n LEADER_TERM=$Q_TERM LEADER_PID=$Q_PID
+    fi
+  done
+  LEADER_ADDR=$addr
+  ((leaders == 1))
+}
+
+# alive_nodes: sets the array ALIVE to the numbers of the nodes that are running.
+alive_nodes() {
+  local n
+  ALIVE=()
+  for n in "${NODES[@]}"; do
+    if is_alive "$n"; then ALIVE+=("$n"); fi
+  done
+}
+
+# wait_for_leader TIMEOUT REQUIRED...: poll every 0.2 s until the nodes that are
+# alive agree on one leader. Nodes listed in REQUIRED must stay alive and be part
+# of the agreement. Returns 1 on timeout, 2 if a required node died (after
+# printing its log).
+wait_for_leader() {
+  local timeout=$1 deadline n
+  shift
+  local required=("$@")
+  deadline=$(deadline_in "$timeout")
+  while before "$deadline"; do
+    for n in "${required[@]}"; do
+      if ! is_alive "$n"; then
+        warn "node-$n exited while waiting for a leader"
+        tail_logs "$n"
+        return 2
+      fi
+    done
+    alive_nodes
+    if check_leader "${ALIVE[@]}"; then
+      return 0
+    fi
+    sleep 0.2
+  done
+  return 1
+}
+
+print_token_help() {
+  cat <<EOF
+
+API token: $TOKEN_FILE
+  export RAFTSCHED_TOKEN=\$(cat $TOKEN_FILE)
+  curl -H "Authorization: Bearer \$RAFTSCHED_TOKEN" $(api_url 1)/v1/jobs
+EOF
+}
+
+print_nodes() {
+  local n pid mark
+  for n in "${NODES[@]}"; do
+    pid=$(node_pid "$n") || pid="(not running)"
+    mark=
+    [[ $n == "${LEADER_NODE:-}" ]] && mark="  <- leader (term $LEADER_TERM)"
+    printf '  node-%s  %-24s raft %-16s pid %s%s\n' "$n" "$(api_url "$n")" "$(raft_addr "$n")" "$pid" "$mark"
+  done
+}
+
+# ---------------------------------------------------------------- commands
+
+cmd_start() {
+  ensure_venv
+  ensure_state
+  load_ports start
+  write_ports_file
+  local n pid started=()
+  for n in "${NODES[@]}"; do
+    if pid=$(node_pid "$n"); then
+      echo "node-$n is already running (pid $pid); not starting it again"
+    else
+      start_node "$n"
+      started+=("$n")
+      echo "started node-$n (pid $(<"$(pid_file "$n")"), log $(log_file "$n"))"
+    fi
+  done
+  echo "Waiting up to ${START_TIMEOUT}s for a leader ..."
+  local t0
+  t0=$(now)
+  local rc=0
+  wait_for_leader "$START_TIMEOUT" "${started[@]}" || rc=$?
+  if ((rc == 1)); then
+    warn "no leader elected within ${START_TIMEOUT}s"
+    alive_nodes
+    report_state "${ALIVE[@]}" >&2
+    tail_logs "${NODES[@]}"
+  fi
+  if ((rc != 0)); then
+    alive_nodes
+    ((${#ALIVE[@]} == 0)) || warn "nodes still running:$(printf ' node-%s' "${ALIVE[@]}"); '$PROG stop' stops them"
+    exit 1
+  fi
+  echo "Leader elected after $(elapsed "$t0")s: node-$LEADER_NODE ($LEADER_ADDR)"
+  echo
+  echo "Cluster:"
+  print_nodes
+  print_token_help
+}
+
+# report_state N...: one line per node with what /v1/cluster says.
+report_state() {
+  local n
+  for n in "$@"; do
+    if query_node "$n"; then
+      printf '  node-%s: role %s, leader %s, term %s, commit index %s\n' "$n" "$Q_ROLE" "$Q_LEADER" "$Q_TERM" "$Q_COMMIT"
+    else
+      printf '  node-%s: %s\n' "$n" "$Q_ERR"
+    fi
+  done
+}
+
+cmd_stop() {
+  load_ports other
+  local n pid pids=() names=()
+  for n in "${NODES[@]}"; do
+    if pid=$(node_pid "$n"); then
+      kill -TERM "$pid" 2>/dev/null || true
+      pids+=("$pid") names+=("$n")
+      echo "node-$n: sent SIGTERM to pid $pid"
+    else
+      echo "node-$n: not running"
+      rm -f "$(pid_file "$n")"
+    fi
+  done
+  local deadline i remaining
+  deadline=$(deadline_in "$STOP_TIMEOUT")
+  while ((${#pids[@]} > 0)); do
+    remaining=()
+    for i in "${!pids[@]}"; do
+      if pid_is_node "${pids[i]}" "${names[i]}"; then
+        remaining+=("$i")
+      else
+        echo "node-${names[i]}: stopped"
+        rm -f "$(pid_file "${names[i]}")"
+        unset 'pids[i]' 'names[i]'
+      fi
+    done
+    ((${#remaining[@]} > 0)) || break
+    if ! before "$deadline"; then
+      for i in "${remaining[@]}"; do
+        echo "node-${names[i]}: still running after ${STOP_TIMEOUT}s, sending SIGKILL to pid ${pids[i]}"
+        kill_hard "${pids[i]}"
+        rm -f "$(pid_file "${names[i]}")"
+      done
+      break
+    fi
+    sleep 0.2
+  done
+}
+
+# kill_hard PID: SIGKILL the node and, if it leads its own process group (it
+# was started with setsid), everything else in that group too (e.g. job runs).
+kill_hard() {
+  local pid=$1 pgid
+  pgid=$(ps -o pgid= -p "$pid" 2>/dev/null | tr -d ' ') || true
+  if [[ $pgid == "$pid" ]]; then
+    kill -KILL -- "-$pid" 2>/dev/null || true
+  else
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+}
+
+cmd_status() {
+  load_ports other
+  echo "Ports: API base $API_BASE, Raft base $RAFT_BASE"
+  local n pid rec
+  for n in "${NODES[@]}"; do
+    if pid=$(node_pid "$n"); then
+      if query_node "$n"; then
+        rec=
+        [[ $Q_PID == "$pid" ]] || rec=" (WARNING: /v1/cluster reports pid $Q_PID)"
+        printf 'node-%s  %-24s pid %s alive%s\n         role %s, leader %s, term %s, commit index %s\n' \
+          "$n" "$(api_url "$n")" "$pid" "$rec" "$Q_ROLE" "$Q_LEADER" "$Q_TERM" "$Q_COMMIT"
+      else
+        printf 'node-%s  %-24s pid %s alive\n         %s\n' "$n" "$(api_url "$n")" "$pid" "$Q_ERR"
+      fi
+    else
+      printf 'node-%s  %-24s not running\n' "$n" "$(api_url "$n")"
+    fi
+  done
+}
+
+cmd_kill_leader() {
+  load_ports other
+  alive_nodes
+  check_leader "${ALIVE[@]}" || {
+    report_state "${ALIVE[@]}" >&2
+    die "no agreed leader among the running nodes; nothing killed"
+  }
+  local n=$LEADER_NODE pid
+  pid=$(node_pid "$n") || die "node-$n is the leader but its pid file names no live raftsched process"
+  [[ $LEADER_PID == "$pid" ]] ||
+    die "node-$n: /v1/cluster reports pid $LEADER_PID but $(pid_file "$n") says $pid; refusing to kill"
+  kill -KILL "$pid"
+  local t0 i
+  t0=$(now)
+  echo "Killed leader node-$n (pid $pid, term $LEADER_TERM) with SIGKILL"
+  for ((i = 0; i < 50; i++)); do
+    pid_is_node "$pid" "$n" || break
+    sleep 0.1
+  done
+  rm -f "$(pid_file "$n")"
+  alive_nodes
+  local survivors=("${ALIVE[@]}")
+  ((${#survivors[@]} > 0)) || die "no surviving nodes"
+  echo "Waiting up to ${FAILOVER_TIMEOUT}s for a new leader among:$(printf ' node-%s' "${survivors[@]}")"
+  local rc=0
+  wait_for_leader "$FAILOVER_TIMEOUT" "${survivors[@]}" || rc=$?
+  if ((rc == 0)); then
+    echo "New leader: node-$LEADER_NODE ($LEADER_ADDR, term $LEADER_TERM) elected $(elapsed "$t0")s after the kill"
+  elif ((rc == 2)); then
+    exit 1
+  else
+    warn "TIMEOUT: no new leader among the survivors within ${FAILOVER_TIMEOUT}s of killing node-$n"
+    report_state "${survivors[@]}" >&2
+    exit 1
+  fi
+}
+
+# node_arg VALUE: validate a node number argument.
+node_arg() {
+  [[ ${1:-} =~ ^[1-3]$ ]] || { usage >&2; exit 2; }
+}
+
+cmd_restart() {
+  local n=$1 pid
+  ensure_venv
+  load_ports other
+  [[ -s $SECRET_FILE && -s $TOKEN_FILE ]] || die "no cluster secrets in $STATE; run '$PROG start' first"
+  if pid=$(node_pid "$n"); then
+    echo "node-$n is already running (pid $pid); not starting it again"
+  else
+    start_node "$n"
+    echo "started node-$n (pid $(<"$(pid_file "$n")"), log $(log_file "$n"))"
+  fi
+  echo "Waiting up to ${START_TIMEOUT}s for node-$n to report a leader ..."
+  local t0
+  t0=$(now)
+  local rc=0
+  wait_for_leader "$START_TIMEOUT" "$n" || rc=$?
+  if ((rc == 1)); then
+    warn "node-$n did not join an agreed leader within ${START_TIMEOUT}s"
+    alive_nodes
+    report_state "${ALIVE[@]}" >&2
+    tail_logs "$n"
+  fi
+  ((rc == 0)) || exit 1
+  echo "node-$n sees leader node-$LEADER_NODE ($LEADER_ADDR, term $LEADER_TERM) after $(elapsed "$t0")s"
+  print_nodes
+}
+
+cmd_logs() {
+  local log
+  log=$(log_file "$1")
+  [[ -f $log ]] || die "no log at $log"
+  exec tail -n 50 -F "$log"
+}
+
+main() {
+  local cmd=${1:-start}
+  (($# == 0)) || shift
+  case $cmd in
+    start) (($# == 0)) || { usage >&2; exit 2; }; cmd_start ;;
+    stop) (($# == 0)) || { usage >&2; exit 2; }; cmd_stop ;;
+    status) (($# == 0)) || { usage >&2; exit 2; }; cmd_status ;;
+    kill-leader) (($# == 0)) || { usage >&2; exit 2; }; cmd_kill_leader ;;
+    restart) node_arg "${1:-}"; (($# == 1)) || { usage >&2; exit 2; }; cmd_restart "$1" ;;
+    logs) node_arg "${1:-}"; (($# == 1)) || { usage >&2; exit 2; }; cmd_logs "$1" ;;
+    -h | --help | help) usage ;;
+    *) echo "$PROG: unknown command: $cmd" >&2; usage >&2; exit 2 ;;
+  esac
+}
+
+main "$@"

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Run the raftsched checks: scripts/test.sh [pytest args...]
+#
+# Sets up .venv (pip install -e '.[dev]') when it is missing or out of date, then
+# runs each step in turn. A failing step does not stop the later ones; the script
+# exits non-zero (the first failing step's status) if any step failed.
+#
+# To add a check, add one `step NAME COMMAND...` line at the bottom. Steps run from
+# the repo root. Note that `set -e` does not apply inside a shell function used as a
+# step, so such a function must return its own failure status.
+#
+# Environment: RAFTSCHED_PYTHON  interpreter used to create .venv (default python3)
+set -euo pipefail
+
+ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
+cd -- "$ROOT"
+
+VENV_PY=.venv/bin/python
+
+# Prints what is missing from .venv (nothing if it is complete): the project
+# itself (installed editable), its dependencies and its dev extra. Run with -I so
+# that the source tree's raftsched.egg-info (cwd on sys.path) is not picked up.
+# shellcheck disable=SC2016
+CHECK_PY='
+import importlib.metadata as md, json, re, sys, tomllib
+try:
+    from pip._vendor.packaging.requirements import Requirement
+except Exception:
+    Requirement = None
+with open("pyproject.toml", "rb") as f:
+    project = tomllib.load(f)["project"]
+reqs = list(project.get("dependencies", []))
+reqs += list(project.get("optional-dependencies", {}).get("dev", []))
+missing = []
+for r in reqs:
+    spec = None
+    if Requirement is not None:
+        req = Requirement(r)
+        if req.marker is not None and not req.marker.evaluate({"extra": "dev"}):
+            continue
+        name, spec = req.name, req.specifier
+    else:
+        name = re.match(r"[A-Za-z0-9._-]+", r).group(0)
+    try:
+        have = md.version(name)
+    except md.PackageNotFoundError:
+        missing.append(r)
+        continue
+    if spec is not None and not spec.contains(have, prereleases=True):
+        missing.append("%s (have %s)" % (r, have))
+try:
+    direct = json.loads(md.distribution(project["name"]).read_text("direct_url.json") or "{}")
+    if not direct.get("dir_info", {}).get("editable"):
+        missing.append(project["name"] + " (not installed editable)")
+except md.PackageNotFoundError:
+    missing.append(project["name"])
+print(", ".join(missing))
+'
+
+ensure_venv() {
+  local missing=''
+  if [[ -x .venv/bin/pytest && -x $VENV_PY ]]; then
+    missing=$("$VENV_PY" -I -c "$CHECK_PY" 2>&1) || missing="(check failed: $missing)"
+    [[ -n $missing ]] || return 0
+    echo "test.sh: .venv is out of date: $missing"
+  fi
+  echo "test.sh: setting up .venv (pip install -e '.[dev]') ..."
+  local log rc=0
+  log=$(mktemp)
+  {
+    [[ -x $VENV_PY ]] || "${RAFTSCHED_PYTHON:-python3}" -m venv .venv
+    "$VENV_PY" -m pip install -q --disable-pip-version-check -e '.[dev]'
+  } >"$log" 2>&1 || rc=$?
+  if ((rc != 0)); then
+    cat "$log" >&2
+    rm -f "$log"
+    echo "test.sh: failed to set up .venv" >&2
+    exit 1
+  fi
+  rm -f "$log"
+}
+
+FAILED=()
+FIRST_RC=0
+
+# step NAME COMMAND...: run COMMAND, record a failure, carry on.
+step() {
+  local name=$1 rc=0 t0=$SECONDS
+  shift
+  echo
+  echo "==> $name"
+  "$@" || rc=$?
+  if ((rc != 0)); then
+    FAILED+=("$name (exit $rc)")
+    ((FIRST_RC != 0)) || FIRST_RC=$rc
+    echo "==> $name: FAILED (exit $rc, $((SECONDS - t0))s)"
+  else
+    echo "==> $name: ok ($((SECONDS - t0))s)"
+  fi
+}
+
+# pytest exits 5 when it collects no tests: that is a failure here too.
+# shellcheck disable=SC2317  # invoked indirectly, through step
+run_pytest() {
+  local rc=0
+  "$VENV_PY" -m pytest -q "$@" || rc=$?
+  if ((rc == 5)); then
+    echo "test.sh: pytest collected no tests" >&2
+    return 1
+  fi
+  return "$rc"
+}
+
+finish() {
+  echo
+  if ((${#FAILED[@]} > 0)); then
+    echo "test.sh: FAILED steps:"
+    printf '  %s\n' "${FAILED[@]}"
+    exit "$FIRST_RC"
+  fi
+  echo "test.sh: all steps passed"
+  exit 0
+}
+
+trap 'echo; echo "test.sh: interrupted" >&2; exit 130' INT TERM
+
+ensure_venv
+echo "raftsched tests in $ROOT"
+echo "$("$VENV_PY" --version 2>&1) ($VENV_PY), pytest $("$VENV_PY" -c 'import pytest; print(pytest.__version__)')"
+
+step pytest run_pytest "$@"
+# step bench-quick ...       (benchmark quick run: add here)
+# step fault-injection ...   (fault-injection run: add here)
+
+finish
