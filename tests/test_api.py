@@ -223,3 +223,22 @@ def test_cluster_and_healthz():
         env.raft.leader = False
         assert (await c.get("/healthz")).status == 503
     run(t)
+
+
+def test_preview_and_explain_endpoints():
+    async def t(env, c):
+        await put(c, "a", dict(SPEC, schedule={"cron": "0 2 * * *", "timezone": "Europe/Berlin"}, misfire={"policy": "skip"}))
+        body = await (await c.get("/v1/jobs/a/preview?count=3")).json()
+        assert len(body["slots"]) == 3 and body["slots"][0]["local"].endswith("02:00:00+01:00")
+        r = await c.post("/v1/preview?count=2", data=json.dumps(dict(SPEC, schedule={"every_s": 60})))
+        assert r.status == 200 and len((await r.json())["slots"]) == 2
+        await err(await c.post("/v1/preview", data=json.dumps({"schedule": {"every_s": 60}})), 422, "invalid", "executor")
+        r = await c.post("/v1/jobs/a/explain", data=json.dumps({"down_from": "2026-12-01T00:00:00Z", "down_to": "2026-12-01T02:00:30Z"}))
+        body = await r.json()
+        assert r.status == 200, body
+        assert body["runs"] == [] and body["recorded"][0]["from"] == "2026-12-01T01:00:00Z"
+        await err(await c.post("/v1/jobs/a/explain", data=json.dumps({"down_from": "x"})), 400, "bad_request", "down_from")
+        await err(await c.post("/v1/jobs/a/explain", data=json.dumps({"down_from": "2026-12-01T02:00:00Z", "down_to": "2026-12-01T01:00:00Z"})), 400, "bad_request", "down_to")
+        await err(await c.post("/v1/jobs/nope/explain", data=json.dumps({})), 404, "not_found")
+        await err(await c.get("/v1/jobs/a/preview?count=0"), 400, "bad_request", "count")
+    run(t)

@@ -66,7 +66,8 @@ async def errors_middleware(request: web.Request, handler):
 @web.middleware
 async def auth_middleware(request: web.Request, handler):
     token = request.app[TOKEN]
-    if token and request.method not in ("GET", "HEAD", "OPTIONS"):
+    # Read-only POSTs (preview, explain) propose nothing and need no token.
+    if token and request.method not in ("GET", "HEAD", "OPTIONS") and not getattr(handler, "read_only", False):
         got = request.headers.get("Authorization", "")
         if not got.startswith("Bearer ") or not hmac.compare_digest(got[7:].strip().encode(), token.encode()):
             raise Unauthorized("mutations need 'Authorization: Bearer <token>' (the token file given to the node)")
@@ -134,6 +135,9 @@ def make_app(service: Service, token: str | None, extra: dict | None = None) -> 
     r.add_post("/v1/jobs/{name}/resume", resume_job)
     r.add_post("/v1/jobs/{name}/trigger", trigger_job)
     r.add_get("/v1/jobs/{name}/runs", job_runs)
+    r.add_get("/v1/jobs/{name}/preview", preview_job)
+    r.add_post("/v1/jobs/{name}/explain", explain_job)
+    r.add_post("/v1/preview", preview_spec)
     r.add_get("/v1/runs", list_runs)
     r.add_get("/v1/runs/{run}", get_run)
     return app
@@ -230,3 +234,27 @@ async def get_run(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     await svc.read_barrier(_bool_param(request, "consistent"))
     return web.json_response(svc.get_run(request.match_info["run"]))
+
+
+async def preview_job(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    count = _int_param(request, "count", 10, 1, 1000)
+    after = request.query.get("after")
+    after_ms = parse_slot_param(after) if after is not None else None
+    return web.json_response(svc.preview_job(request.match_info["name"], count, after_ms))
+
+
+async def preview_spec(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    count = _int_param(request, "count", 10, 1, 1000)
+    return web.json_response(svc.preview_spec(await _json_body(request), count))
+
+
+async def explain_job(request: web.Request) -> web.Response:
+    """Read-only (it proposes nothing), so it needs no token."""
+    svc = request.app[SERVICE]
+    return web.json_response(svc.explain_job(request.match_info["name"], await _json_body(request)))
+
+
+for _h in (preview_spec, explain_job):
+    _h.read_only = True

@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 
 from ..clock import Clock
-from ..core import commands, limits, model, schedule
+from ..core import commands, limits, model, preview, schedule
 from ..core.errors import InvalidSpec, NotFound, RaftschedError, BadRequest
 from ..core.model import check_name
 
@@ -101,6 +101,41 @@ class Service:
         check_name(name)
         res = await self.propose(commands.make("trigger_job", self.clock.now_ms(), rid or new_request_id(), name=name))
         return {"job": name, "run": res["run"], "state": res["state"]}
+
+    # ------------------------------------------------------------------ preview / explain
+    def _job_spec(self, name: str) -> tuple[dict, int]:
+        check_name(name)
+        with self.state.lock:
+            job = self.state.jobs.get(name)
+            if job is None:
+                raise NotFound(f"no job named {name!r}", field="name")
+            return job["spec"], job["anchor"]
+
+    def preview_job(self, name: str, count: int, after_ms: int | None) -> dict:
+        spec, anchor = self._job_spec(name)
+        after = self.clock.now_ms() if after_ms is None else after_ms
+        return {"job": name, "slots": preview.preview(spec, anchor, after, count)}
+
+    def preview_spec(self, raw, count: int) -> dict:
+        spec = model.validate_job("preview", raw)
+        now = self.clock.now_ms()
+        anchor = now - now % 1000 + (1000 if now % 1000 else 0)
+        return {"slots": preview.preview(spec, anchor, now, count)}
+
+    def explain_job(self, name: str, body) -> dict:
+        spec, anchor = self._job_spec(name)
+        if not isinstance(body, dict):
+            raise BadRequest("send {\"down_from\": ISO time, \"down_to\": ISO time}")
+        try:
+            lo = schedule.parse_iso_ms(body.get("down_from"), "down_from")
+            hi = schedule.parse_iso_ms(body.get("down_to"), "down_to")
+        except InvalidSpec as e:
+            raise BadRequest(e.message, field=e.field) from None
+        if hi <= lo:
+            raise BadRequest("must be after down_from", field="down_to")
+        if hi - lo > 366 * 86_400_000:
+            raise BadRequest("an outage window is at most 366 days", field="down_to")
+        return dict(job=name, **preview.explain(spec, anchor, lo, hi))
 
     # ------------------------------------------------------------------ reads
     def job_view(self, job: dict) -> dict:

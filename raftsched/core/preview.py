@@ -1,0 +1,93 @@
+"""Preview and explain: what the schedule and the misfire rules will do, computed by the same
+pure functions the trigger loop uses (core.schedule, core.policy), so the answer cannot drift
+from the behaviour.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from . import limits, policy, schedule
+
+preview_count_max = 1000
+
+
+def _local(ms: int, tz: str) -> tuple[str, int, bool]:
+    """(local ISO time, UTC offset in seconds, ambiguous?) of a slot in zone ``tz``."""
+    z = schedule.zone(tz)
+    dt = datetime.fromtimestamp(ms / 1000, tz=timezone.utc).astimezone(z)
+    naive = dt.replace(tzinfo=None)
+    ambiguous = naive.replace(tzinfo=z, fold=0).utcoffset() != naive.replace(tzinfo=z, fold=1).utcoffset()
+    return dt.isoformat(), int(dt.utcoffset().total_seconds()), ambiguous
+
+
+def _fmt_offset(sec: int) -> str:
+    sign = "-" if sec < 0 else "+"
+    sec = abs(sec)
+    return f"{sign}{sec // 3600:02d}:{sec % 3600 // 60:02d}"
+
+
+def preview(spec: dict, anchor_ms: int, after_ms: int, count: int) -> list[dict]:
+    """The next ``count`` slots after ``after_ms``: UTC, local time, and DST marks.
+
+    ``dst`` is set on a slot whose UTC offset differs from the previous slot's (the first slot
+    after a transition: a spring-forward slot that fires after the gap, or the first slot after
+    a fall-back), and ``ambiguous_local_time`` on a slot whose local time happens twice that day
+    (it fires once, at this first occurrence, unless its cron hour field is a wildcard).
+    """
+    sched = spec["schedule"]
+    tz = sched.get("timezone", "UTC")
+    out: list[dict] = []
+    prev_off = None
+    if "cron" in sched:
+        before = schedule.last_slots_until(sched, after_ms - 400 * 86_400_000, after_ms, anchor_ms, 1)
+        if before:
+            prev_off = _local(before[-1], tz)[1]
+    for ms in schedule.iter_slots(sched, after_ms, 2**62, anchor_ms, min(count, preview_count_max)):
+        local, off, ambiguous = _local(ms, tz)
+        item = {"slot": schedule.iso(ms), "slot_ms": ms, "local": local, "timezone": tz, "utc_offset": _fmt_offset(off)}
+        if prev_off is not None and off != prev_off:
+            item["dst"] = "spring_forward" if off > prev_off else "fall_back"
+        if ambiguous:
+            item["ambiguous_local_time"] = True
+        prev_off = off
+        out.append(item)
+    return out
+
+
+def explain(spec: dict, anchor_ms: int, down_from_ms: int, down_to_ms: int) -> dict:
+    """What happens to a job's slots if the scheduler is down from ``down_from_ms`` and a leader
+    fires at ``down_to_ms``: the same plan_fire the trigger loop runs, with the cursor at the
+    start of the outage."""
+    plan = policy.plan_fire(spec, anchor_ms, down_from_ms, down_to_ms, 0, "explain")
+    m = spec["misfire"]
+    grace_ms = m["grace_s"] * 1000
+    runs = []
+    for s in (plan["runs"] if plan else []):
+        late = down_to_ms - s
+        runs.append({
+            "slot": schedule.iso(s), "slot_ms": s, "fire_lag_ms": late,
+            "why": "on time (within grace_s)" if late <= grace_ms else {
+                "fire_all": "missed; fire_all runs the oldest max_catchup missed slots",
+                "fire_once": "missed; fire_once runs the latest missed slot",
+                "skip": "missed",
+            }[m["policy"]],
+        })
+    recorded = []
+    for state, reason, lo, hi, count in (plan["rec"] if plan else []):
+        recorded.append({
+            "state": state, "reason": reason, "from": schedule.iso(lo), "to": schedule.iso(hi),
+            "count": count,
+            "why": {
+                ("skipped", "misfire"): "missed by more than grace_s; policy skip records them",
+                ("coalesced", "misfire"): "missed; fire_once coalesces them into the latest missed slot's run",
+                ("skipped", "catchup_limit"): "missed beyond max_catchup; fire_all records the rest",
+            }.get((state, reason), reason),
+        })
+    nxt = plan["next"] if plan else schedule.next_slot_after(spec["schedule"], down_to_ms, anchor_ms)
+    return {
+        "down_from": schedule.iso(down_from_ms), "down_to": schedule.iso(down_to_ms),
+        "policy": m["policy"], "grace_s": m["grace_s"], "max_catchup": m["max_catchup"],
+        "runs": runs, "recorded": recorded,
+        "slots_due": len(runs) + sum((r["count"] or 0) for r in recorded),
+        "next_slot": schedule.iso(nxt),
+    }

@@ -1,0 +1,54 @@
+"""Preview and explain use the same pure functions as the trigger loop."""
+from __future__ import annotations
+
+from raftsched.core import model, policy, preview
+from raftsched.core.schedule import parse_iso_ms
+
+
+def spec(schedule, pol="skip", **kw):
+    return model.validate_job("j", {"schedule": schedule, "executor": {"type": "shell", "argv": ["true"]},
+                                    "misfire": {"policy": pol, **kw}})
+
+
+def t(s):
+    return parse_iso_ms(s, "t")
+
+
+def test_preview_marks_fall_back_ambiguous_and_fires_once():
+    sl = preview.preview(spec({"cron": "30 1 * * *", "timezone": "America/New_York"}), 0, t("2026-10-31T00:00:00Z"), 3)
+    assert [s["slot"] for s in sl] == ["2026-10-31T05:30:00Z", "2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z"]
+    assert sl[1].get("ambiguous_local_time") is True
+    assert sl[2]["dst"] == "fall_back" and sl[2]["utc_offset"] == "-05:00"
+
+
+def test_preview_marks_spring_forward_slot_after_the_gap():
+    sl = preview.preview(spec({"cron": "30 2 * * *", "timezone": "America/New_York"}), 0, t("2026-03-07T00:00:00Z"), 3)
+    assert sl[1]["slot"] == "2026-03-08T07:00:00Z"
+    assert sl[1]["local"].startswith("2026-03-08T03:00:00")
+    assert sl[1]["dst"] == "spring_forward"
+    assert "dst" not in sl[0] and "dst" not in sl[2]
+
+
+def test_preview_interval_ignores_dst():
+    sl = preview.preview(spec({"every_s": 3600}), t("2026-03-08T00:00:00Z"), t("2026-03-08T00:00:00Z"), 5)
+    ms = [s["slot_ms"] for s in sl]
+    assert all(b - a == 3_600_000 for a, b in zip(ms, ms[1:]))
+
+
+def test_explain_is_plan_fire():
+    sp = spec({"every_s": 30}, "fire_once")
+    lo, hi = t("2026-12-01T00:00:00Z"), t("2026-12-01T00:01:30Z")
+    e = preview.explain(sp, lo, lo, hi)
+    plan = policy.plan_fire(sp, lo, lo, hi, 0, "explain")
+    assert [r["slot_ms"] for r in e["runs"]] == plan["runs"]
+    assert e["slots_due"] == 3
+    assert e["runs"][-1]["why"].startswith("on time")
+
+
+def test_explain_skip_daily_job_whose_slot_fell_in_the_window():
+    sp = spec({"cron": "0 2 * * *"}, "skip")
+    e = preview.explain(sp, 0, t("2026-12-01T01:59:00Z"), t("2026-12-01T02:00:30Z"))
+    assert e["runs"] == []
+    assert e["recorded"] == [{"state": "skipped", "reason": "misfire", "from": "2026-12-01T02:00:00Z",
+                              "to": "2026-12-01T02:00:00Z", "count": 1, "why": e["recorded"][0]["why"]}]
+    assert e["next_slot"] == "2026-12-02T02:00:00Z"
