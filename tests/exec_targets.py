@@ -1,0 +1,92 @@
+"""Targets for the python executor in tests/test_executors.py.
+
+Each target records what it received in ``RECORDED`` (keyed by run id), so a test can check the
+RunContext, the thread and the cancellation a target saw. Tests that need to synchronise with a
+running target put an event in ``STARTED`` / ``RELEASE`` under the run id first.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+
+RECORDED: dict[str, list[dict]] = {}
+#: run id -> asyncio.Event (async targets) set once the target is running.
+STARTED: dict[str, asyncio.Event] = {}
+#: run id -> threading.Event the blocking target waits for.
+RELEASE: dict[str, threading.Event] = {}
+
+NOT_CALLABLE = 42
+
+
+def _record(ctx, **extra) -> None:
+    RECORDED.setdefault(ctx.run_id, []).append({
+        "run_id": ctx.run_id,
+        "job": ctx.job,
+        "attempt": ctx.attempt,
+        "fencing_token": ctx.fencing_token,
+        "payload": ctx.payload,
+        "env": ctx.env(),
+        "thread": threading.current_thread(),
+        **extra,
+    })
+
+
+def record_sync(ctx):
+    _record(ctx, kind="sync")
+    return {"rows": 3, "run": ctx.run_id}
+
+
+async def record_async(ctx):
+    _record(ctx, kind="async", loop=asyncio.get_running_loop())
+    await asyncio.sleep(0)
+    return ["done", ctx.fencing_token]
+
+
+def returns_coroutine(ctx):
+    """A plain function that returns an awaitable: the executor awaits it."""
+    return record_async(ctx)
+
+
+def boom(ctx):
+    raise ValueError(f"bad input {ctx.run_id}")
+
+
+async def boom_async(ctx):
+    await asyncio.sleep(0)
+    raise KeyError("missing")
+
+
+def sys_exit(ctx):
+    raise SystemExit(3)
+
+
+async def sys_exit_async(ctx):
+    raise SystemExit(4)
+
+
+async def slow_async(ctx):
+    _record(ctx, kind="started")
+    STARTED[ctx.run_id].set()
+    try:
+        await asyncio.Event().wait()  # forever
+    except asyncio.CancelledError:
+        _record(ctx, kind="cancelled")
+        raise
+
+
+def blocking(ctx):
+    _record(ctx, kind="started")
+    released = RELEASE[ctx.run_id].wait(30)
+    _record(ctx, kind="finished", released=released)
+    return "late"
+
+
+async def stubborn_async(ctx):
+    """Swallows the first cancellation and keeps going (until cancelled again)."""
+    _record(ctx, kind="started")
+    STARTED[ctx.run_id].set()
+    try:
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:
+        _record(ctx, kind="ignored cancel")
+    await asyncio.Event().wait()
