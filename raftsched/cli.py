@@ -11,6 +11,7 @@ import sys
 import urllib.error
 import urllib.request
 
+from .core import limits
 from .node.node import ConfigError, NodeConfig, ensure_token, is_loopback, parse_hostport, read_secret_file, run_node
 
 
@@ -50,13 +51,29 @@ def cmd_node(args) -> int:
     except ConfigError as e:
         print(f"raftsched node: {e}", file=sys.stderr)
         return 2
+    types = frozenset(t.strip() for t in args.executors.split(",") if t.strip())
+    bad = types - {"shell", "http", "python"}
+    if bad:
+        print(f"raftsched node: --executors: unknown type(s) {', '.join(sorted(bad))}; choose from shell, http, python", file=sys.stderr)
+        return 2
+    if not 0 <= args.slots <= limits.worker_slots_max:
+        print(f"raftsched node: --slots must be 0..{limits.worker_slots_max}", file=sys.stderr)
+        return 2
+    ttl_ms = int(args.lease_ttl_s * 1000)
+    if not limits.lease_ttl_ms_min <= ttl_ms <= limits.lease_ttl_ms_max:
+        print(f"raftsched node: --lease-ttl-s must be {limits.lease_ttl_ms_min / 1000}..{limits.lease_ttl_ms_max / 1000}", file=sys.stderr)
+        return 2
+    queues = [q.strip() for q in args.queues.split(",") if q.strip()] if args.queues else None
     cfg = NodeConfig(
         node_id=args.id, api_host=api_host, api_port=api_port, raft_addr=f"{raft_host}:{raft_port}",
         peers=peers, data_dir=args.data_dir, secret=secret, token=token,
+        worker_slots=args.slots, worker_queues=queues, executor_types=types,
+        execute_on_leader=args.execute_on_leader, lease_ttl_ms=ttl_ms,
     )
     try:
         asyncio.run(run_node(cfg))
-    except OSError as e:
+    except (OSError, RuntimeError) as e:
+        # A port in use, or the data directory locked by another node.
         print(f"raftsched node: {e}", file=sys.stderr)
         return 1
     return 0
@@ -104,6 +121,13 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("--cluster-secret-file", required=False)
     n.add_argument("--token-file", help="API bearer token; without it the node generates DATA_DIR/token")
     n.add_argument("--allow-remote-raft", action="store_true")
+    n.add_argument("--slots", type=int, default=4, help="runs this node executes at once (0: none)")
+    n.add_argument("--queues", default="", help="queues this node's worker serves, comma-separated (default: all)")
+    n.add_argument("--executors", default="shell,http,python",
+                   help="executor types this node runs (shell runs commands: code execution by design)")
+    n.add_argument("--execute-on-leader", action="store_true",
+                   help="let the leader execute runs too (by default only followers do, unless the cluster has one node)")
+    n.add_argument("--lease-ttl-s", type=float, default=10.0, help="lease TTL this node's worker asks for")
     n.add_argument("--log-level", default="info")
     n.set_defaults(func=cmd_node)
 

@@ -22,7 +22,18 @@ OPS = (
     "fire",        # a batch of due slots, planned by the leader
     "takeover",    # a new leader's first command
     "put_queue",
-    # Issue 3 (execution): acquire, heartbeat, complete, expire, dlq_*, lock_* are added here.
+    # Leased execution (core/execution.py)
+    "acquire",     # a worker asks for up to N runs of its queues: leases + fencing tokens
+    "heartbeat",   # one per worker per interval: extends all its leases
+    "complete",    # success or failure of one attempt, with its fencing token
+    "expire",      # the leader's reaper: leases and locks past their deadline
+    "dlq_requeue",
+    "dlq_delete",
+    "put_tenant",  # a tenant's rate limit (token bucket)
+    "delete_tenant",
+    "lock_acquire",
+    "lock_renew",
+    "lock_release",
 )
 
 

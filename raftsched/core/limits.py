@@ -75,3 +75,31 @@ assert payload_bytes_max < job_spec_bytes_max
 assert max_catchup_default <= max_catchup_max
 assert history_per_job_default <= history_per_job_max
 assert grace_s_default * 1000 > 2 * trigger_interval_ms
+
+# Execution: leases, retries, dead letters, locks ---------------------------------------------
+#: Runs one acquire may hand out (a worker asks for at most its free run slots).
+acquire_runs_max = 100
+#: Queue entries one acquire may look at (runs held back by a tenant's rate limit included).
+acquire_scan_max = 2_000
+lease_ttl_ms_min = 1_000
+lease_ttl_ms_max = 600_000
+lease_ttl_ms_default = 10_000
+#: Leases one heartbeat may carry (a worker holds at most its run slots, <= worker_slots_max).
+#: An item is a run id (job name <= 128 chars + "@" + ms) and a token: <= ~160 bytes encoded.
+heartbeat_leases_max = 150
+#: Leases and locks one expire command may carry (the reaper sends more in later ticks).
+expire_items_max = 150
+worker_slots_max = 100
+#: Attempts whose record (token, worker, times, error) a run keeps; max_attempts is at most 100.
+attempts_kept_max = 100
+attempt_error_chars_max = 512
+#: Dead runs kept per queue; beyond it the oldest is purged (counted in the queue's stats).
+dlq_per_queue_max = 10_000
+locks_max = 100_000
+lock_name_chars_max = 128
+
+assert acquire_runs_max <= heartbeat_leases_max
+assert worker_slots_max <= heartbeat_leases_max
+assert heartbeat_leases_max * 160 < command_bytes_max and expire_items_max * 160 < command_bytes_max
+assert lease_ttl_ms_default >= 4 * trigger_interval_ms
+assert attempts_kept_max >= 100  # every attempt of the largest max_attempts is kept

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 import re
 
 import msgpack
@@ -66,7 +67,8 @@ def check_name(name, field: str = "name", max_chars: int = limits.job_name_chars
 
 
 def _int(value, field: str, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or (isinstance(value, float) and not math.isfinite(value)) or value != int(value)):
         raise InvalidSpec(f"must be an integer between {lo} and {hi}", field=field)
     value = int(value)
     if not lo <= value <= hi:
@@ -110,7 +112,8 @@ def validate_schedule(raw) -> dict:
         return {"every_s": _int(sched["every_s"], "schedule.every_s", limits.every_s_min, limits.every_s_max)}
     at = sched["at"]
     if isinstance(at, str):
-        at_ms = schedule.parse_iso_ms(at, "schedule.at")
+        # The same range as the integer form: an ISO time before the epoch is refused too.
+        at_ms = _int(schedule.parse_iso_ms(at, "schedule.at"), "schedule.at", 0, 2**53)
     else:
         at_ms = _int(at, "schedule.at", 0, 2**53)
     return {"at": at_ms}

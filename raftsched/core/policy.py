@@ -49,8 +49,11 @@ def plan_fire(spec: dict, anchor_ms: int, cursor_ms: int, now_ms: int, gen: int,
     m = spec["misfire"]
     grace_ms = m["grace_s"] * 1000
     newest = tail if tail else head
-    # On-time slots are the newest ones; at most max_catchup_max of them run.
-    on_time = [s for s in newest if now_ms - s <= grace_ms][-limits.max_catchup_max:]
+    # On-time slots are the newest ones; at most max_catchup_max of them run. They are looked for
+    # in head and tail together: when the tail is short (just over fire_slots_enumerated_max due
+    # slots), some on-time slots are still in the head and must not be treated as missed. The
+    # middle only holds on-time slots when more than max_catchup_max are on time (capped anyway).
+    on_time = [s for s in head + tail if now_ms - s <= grace_ms][-limits.max_catchup_max:]
     cut = on_time[0] if on_time else None
     head_missed = [s for s in head if cut is None or s < cut]
     tail_missed = [s for s in tail if cut is None or s < cut] if tail else []

@@ -19,7 +19,8 @@ DST (the default, documented in docs/design.md):
 from __future__ import annotations
 
 import functools
-from datetime import datetime, timezone
+import re
+from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter, CroniterError
@@ -28,6 +29,13 @@ from . import limits
 from .errors import InvalidSpec
 
 UTC = timezone.utc
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+
+#: croniter's hashed/random items (``H``, ``R``, ``R(0-30)``, ``r/5``; croniter lowercases the
+#: expression, so both cases count). Matched per comma-separated item, so that month and day
+#: names containing an R (MAR, APR, FRI, MON-FRI) stay valid.
+_HASH_OR_RANDOM_RE = re.compile(r"^[hr](\(|/|$)", re.IGNORECASE)
 
 
 @functools.lru_cache(maxsize=512)
@@ -52,7 +60,7 @@ def check_cron(expr: str) -> None:
             f"cron needs 5 fields (m h dom mon dow) or 6 with seconds first; got {len(parts)}",
             field=field,
         )
-    if any("R" in p for p in parts):
+    if any(_HASH_OR_RANDOM_RE.match(item) for p in parts for item in p.split(",")):
         # croniter's R ("random") is drawn per instance: replicas would disagree.
         raise InvalidSpec("cron field 'R' (random) is not allowed", field=field)
     if parts[0].startswith("@") or expr.startswith("@"):
@@ -189,7 +197,7 @@ def iso(ms: int | None) -> str | None:
     """ISO-8601 UTC with a Z, millisecond precision only when needed."""
     if ms is None:
         return None
-    dt = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    dt = _EPOCH + timedelta(milliseconds=ms)  # exact: no float rounding
     if ms % 1000:
         return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
     return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -205,4 +213,6 @@ def parse_iso_ms(text: str, field: str) -> int:
         raise InvalidSpec(f"{text!r} is not an ISO-8601 time", field=field) from None
     if dt.tzinfo is None:
         raise InvalidSpec(f"{text!r} has no time zone offset (add Z for UTC)", field=field)
-    return int(dt.timestamp() * 1000)
+    # Integer arithmetic: int(dt.timestamp() * 1000) loses a millisecond to float rounding
+    # (1987-06-03T21:56:53.887Z became ...886).
+    return (dt - _EPOCH) // _MS

@@ -23,6 +23,7 @@ import msgpack
 from . import limits
 from .commands import decode
 from .errors import Conflict, InvalidCommand, LimitExceeded, NotFound, RaftschedError
+from .execution import ExecutionMixin
 from .model import TERMINAL_STATES
 
 SNAPSHOT_VERSION = 1
@@ -62,7 +63,16 @@ def _check_stored_spec(spec) -> None:
         raise InvalidCommand("spec.misfire is malformed")
 
 
-class SchedulerState:
+def _check_disjoint(runs: list, rec: list) -> None:
+    """Runs and records of one entry must cover disjoint slots: a slot is a run or recorded,
+    once. (Checked before applying: an overlap would otherwise fail half-way, on a duplicate
+    entry id, after some entries were already added.)"""
+    spans = sorted([(s, s) for s in runs] + [(r[2], r[3]) for r in rec])
+    if any(a[1] >= b[0] for a, b in zip(spans, spans[1:])):
+        raise InvalidCommand("runs and records overlap")
+
+
+class SchedulerState(ExecutionMixin):
     """The whole replicated state of a raftsched cluster."""
 
     def __init__(self) -> None:
@@ -92,6 +102,7 @@ class SchedulerState:
         # Derived (not in the snapshot).
         self._due: list[tuple[int, str, int]] = []
         self._queue_depth: dict[str, int] = {}
+        self._reset_execution()
 
     # ------------------------------------------------------------------ apply
     def apply_bytes(self, data: bytes) -> dict:
@@ -110,8 +121,14 @@ class SchedulerState:
         """Apply one decoded command (see commands.OPS). Never raises."""
         with self.lock:
             rid = cmd.get("rid")
+            what = f"{cmd['op']}:{cmd.get('name') or cmd.get('run') or ''}"
             if rid is not None and rid in self.requests:  # I7: a retried request acts once
-                res = dict(self.requests[rid])
+                seen_what, seen = self.requests[rid]
+                if seen_what != what:
+                    return _err(Conflict(
+                        f"request id {rid!r} was already used for a different request ({seen_what})",
+                        field="Idempotency-Key"))
+                res = dict(seen)
                 res["duplicate"] = True
                 return res
             now = cmd["now"]
@@ -129,7 +146,7 @@ class SchedulerState:
                 # replica runs the same code on the same input, so all refuse alike.
                 res = _err(InvalidCommand(f"command could not be applied: {type(e).__name__}: {e}"))
             if rid is not None:
-                self.requests[rid] = res
+                self.requests[rid] = [what, res]
                 while len(self.requests) > limits.request_ids_max:
                     self.requests.popitem(last=False)
             return res
@@ -145,7 +162,7 @@ class SchedulerState:
         if not isinstance(node, str):
             raise InvalidCommand("takeover needs node")
         self.leader = {"node": node, "since": now}
-        return _ok()
+        return _ok(extended=self._takeover_leases(now))
 
     def _apply_put_job(self, cmd, now):
         name, spec = cmd.get("name"), cmd.get("spec")
@@ -198,6 +215,9 @@ class SchedulerState:
             run = self.runs.pop(rid, None)
             if run is not None and run["state"] == "queued":
                 self._queue_depth[run["queue"]] = self._queue_depth.get(run["queue"], 1) - 1
+            elif run is not None and run["state"] == "running":
+                # Its lease dies with it: the worker's heartbeat and completion are refused.
+                self._running_count[run["queue"]] = self._running_count.get(run["queue"], 1) - 1
         del self.jobs[name]
         return _ok(job=name, deleted=True)
 
@@ -220,9 +240,18 @@ class SchedulerState:
                 raise InvalidCommand("resume_job.next must be an integer or nil")
             if cmd.get("gen") != job["gen"] or cmd.get("after") != job["cursor"]:
                 raise Conflict("the job changed while resuming; retry", field="name")
+            upto = cmd.get("upto", now)
+            if not _is_int(upto):
+                raise InvalidCommand("resume_job.upto must be an integer")
+            upto = max(job["cursor"], upto)
+            # Validate every record before recording any: a refused command changes nothing,
+            # and a record may only cover slots after the cursor (no slot handled twice).
+            rec = rec or []
+            self._check_records(rec, job["cursor"], upto)
+            _check_disjoint([], rec)
             if rec:
                 self._record(job, rec, now)
-            job["cursor"] = max(job["cursor"], cmd.get("upto", now))
+            job["cursor"] = upto
             job["next"] = nxt
         job["paused"] = False
         job["updated"] = now
@@ -259,11 +288,15 @@ class SchedulerState:
                 # I2: a plan made from any other view of the job is dropped whole.
                 stale += 1
                 continue
-            for slot in e["runs"]:
-                self._new_run(job, slot, now, f"{job['name']}@{slot}", "scheduled")
-                fired += 1
-            if e["rec"]:
-                recorded += self._record(job, e["rec"], now)
+            # Oldest slot first, runs and records interleaved, so history reads in slot order.
+            items = sorted([(slot, None) for slot in e["runs"]] + [(r[2], r) for r in e["rec"]],
+                           key=lambda it: it[0])
+            for slot, rec in items:
+                if rec is None:
+                    self._new_run(job, slot, now, f"{job['name']}@{slot}", "scheduled")
+                    fired += 1
+                else:
+                    recorded += self._record(job, [rec], now)
             job["cursor"] = e["upto"]
             job["next"] = e["next"]
             self._push_due(job)
@@ -279,9 +312,13 @@ class SchedulerState:
             raise InvalidCommand("fire entry runs malformed")
         if runs != sorted(set(runs)) or (runs and (runs[0] <= e["after"] or runs[-1] > e["upto"])):
             raise InvalidCommand("fire entry runs must be ascending, unique and inside (after, upto]")
+        if e["upto"] < e["after"]:
+            # The cursor would move back and let slots already handled fire again.
+            raise InvalidCommand("fire entry upto must not be before after")
         if nxt is not None and (not _is_int(nxt) or nxt <= e["upto"]):
             raise InvalidCommand("fire entry next must be after upto")
         self._check_records(rec, e["after"], e["upto"])
+        _check_disjoint(runs, rec)
 
     def _check_records(self, rec, after, upto) -> None:
         if not isinstance(rec, list) or len(rec) > 4:
@@ -311,14 +348,18 @@ class SchedulerState:
             "attempt": 1, "fencing_token": None, "worker": None, "queue": qname,
             "priority": spec["priority"], "tenant": spec["tenant"],
             "fired_at": now, "started_at": None, "finished_at": None, "error": None,
+            "due": slot, "deadline": None, "ttl": None,
         }
-        self._queue_depth[qname] = depth + 1
-        st = job["stats"]
-        st["runs"] += 1
-        st["lag_ms_last"] = lag
-        st["lag_ms_max"] = max(st["lag_ms_max"], lag)
-        st["lag_ms_sum"] += lag
-        return self._add_entry(job, run)
+        if kind == "scheduled":
+            # Fire lag is a property of the trigger: manual runs (lag 0 by definition) stay out.
+            st = job["stats"]
+            st["runs"] += 1
+            st["lag_ms_last"] = lag
+            st["lag_ms_max"] = max(st["lag_ms_max"], lag)
+            st["lag_ms_sum"] += lag
+        self._add_entry(job, run)
+        self._enqueue(run)  # counts it in the queue's depth (re-read: drop_oldest may have lowered it)
+        return run
 
     def _drop_oldest_queued(self, qname: str, now: int) -> None:
         # The oldest queued run of the queue (by due time). Linear in queued runs; queues are
@@ -363,7 +404,8 @@ class SchedulerState:
         excess = len(hist) - bound
         keep = []
         for rid in hist:
-            if excess > 0 and self.runs[rid]["state"] in TERMINAL_STATES:
+            # Dead runs are the dead-letter queue: they leave by requeue, delete or its own bound.
+            if excess > 0 and self.runs[rid]["state"] in TERMINAL_STATES and self.runs[rid]["state"] != "dead":
                 del self.runs[rid]
                 excess -= 1
             else:
@@ -423,6 +465,7 @@ class SchedulerState:
             "queues": self.queues, "requests": list(self.requests.items()), "now_ms": self.now_ms,
             "gen": self.gen, "manual_seq": self.manual_seq, "fencing_token": self.fencing_token,
             "applied": self.applied, "leader": self.leader,
+            "tenants": self.tenants, "locks": self.locks,
         }
 
     def snapshot(self) -> bytes:
@@ -448,9 +491,9 @@ class SchedulerState:
             self.applied = obj["applied"]
             self.leader = obj["leader"]
             self.rebuild_due()
-            for run in self.runs.values():
-                if run["state"] == "queued":
-                    self._queue_depth[run["queue"]] = self._queue_depth.get(run["queue"], 0) + 1
+            self.tenants = obj["tenants"]
+            self.locks = obj["locks"]
+            self._rebuild_execution()
 
     def state_hash(self) -> str:
         return hashlib.sha256(self.snapshot()).hexdigest()

@@ -138,6 +138,19 @@ def make_app(service: Service, token: str | None, extra: dict | None = None) -> 
     r.add_get("/v1/jobs/{name}/preview", preview_job)
     r.add_post("/v1/jobs/{name}/explain", explain_job)
     r.add_post("/v1/preview", preview_spec)
+    r.add_get("/v1/queues", list_queues)
+    r.add_put("/v1/queues/{name}", put_queue)
+    r.add_get("/v1/tenants", list_tenants)
+    r.add_put("/v1/tenants/{name}", put_tenant)
+    r.add_delete("/v1/tenants/{name}", delete_tenant)
+    r.add_get("/v1/dlq", list_dlq)
+    r.add_get("/v1/dlq/{run}", get_dlq)
+    r.add_post("/v1/dlq/{run}/requeue", dlq_requeue)
+    r.add_delete("/v1/dlq/{run}", dlq_delete)
+    r.add_get("/v1/locks/{name}", get_lock)
+    r.add_post("/v1/locks/{name}/acquire", lock_acquire)
+    r.add_post("/v1/locks/{name}/renew", lock_renew)
+    r.add_post("/v1/locks/{name}/release", lock_release)
     r.add_get("/v1/runs", list_runs)
     r.add_get("/v1/runs/{run}", get_run)
     return app
@@ -147,7 +160,8 @@ async def healthz(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     st = svc.raft.status()
     ok = st.get("leader") is not None
-    return web.json_response({"ok": ok, "role": st.get("role"), "leader": st.get("leader")}, status=200 if ok else 503)
+    return web.json_response({"ok": ok, "role": st.get("role"), "leader": st.get("leader")},
+                             status=200 if ok else 503, headers={} if ok else {"Retry-After": "1"})
 
 
 async def cluster(request: web.Request) -> web.Response:
@@ -166,6 +180,11 @@ async def cluster(request: web.Request) -> web.Response:
         "pid": os.getpid(), "raft": st.get("self"), "jobs": jobs, "runs": runs,
         "state_now_ms": now_ms,
     }
+    if "worker" in extra:
+        w = extra["worker"]
+        body["worker"] = {"id": w.worker_id, "slots": w.slots, "running": len(w.held),
+                          "completed": w.completed, "refused": w.refused,
+                          "executes": w._may_execute() if w.slots else False}
     if "trigger" in extra:
         t = extra["trigger"]
         body["trigger"] = {"fires_proposed": t.fires_proposed, "slots_fired": t.slots_fired}
@@ -254,6 +273,77 @@ async def explain_job(request: web.Request) -> web.Response:
     """Read-only (it proposes nothing), so it needs no token."""
     svc = request.app[SERVICE]
     return web.json_response(svc.explain_job(request.match_info["name"], await _json_body(request)))
+
+
+async def list_queues(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    await svc.read_barrier(_bool_param(request, "consistent"))
+    return web.json_response(svc.list_queues())
+
+
+async def put_queue(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    return web.json_response(await svc.put_queue(request.match_info["name"], await _json_body(request), _rid(request)))
+
+
+async def list_tenants(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    await svc.read_barrier(_bool_param(request, "consistent"))
+    return web.json_response(svc.list_tenants())
+
+
+async def put_tenant(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    return web.json_response(await svc.put_tenant(request.match_info["name"], await _json_body(request), _rid(request)))
+
+
+async def delete_tenant(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    return web.json_response(await svc.delete_tenant(request.match_info["name"], _rid(request)))
+
+
+async def list_dlq(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    await svc.read_barrier(_bool_param(request, "consistent"))
+    limit = _int_param(request, "limit", 100, 1, 10_000)
+    return web.json_response(svc.list_dlq(request.query.get("queue"), limit))
+
+
+async def get_dlq(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    await svc.read_barrier(_bool_param(request, "consistent"))
+    return web.json_response(svc.get_dlq(request.match_info["run"]))
+
+
+async def dlq_requeue(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    return web.json_response(await svc.dlq_requeue(request.match_info["run"], _rid(request)))
+
+
+async def dlq_delete(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    return web.json_response(await svc.dlq_delete(request.match_info["run"], _rid(request)))
+
+
+async def get_lock(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    await svc.read_barrier(_bool_param(request, "consistent"))
+    return web.json_response(svc.get_lock(request.match_info["name"]))
+
+
+async def lock_acquire(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    return web.json_response(await svc.lock_acquire(request.match_info["name"], await _json_body(request), _rid(request)))
+
+
+async def lock_renew(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    return web.json_response(await svc.lock_renew(request.match_info["name"], await _json_body(request), _rid(request)))
+
+
+async def lock_release(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    return web.json_response(await svc.lock_release(request.match_info["name"], await _json_body(request), _rid(request)))
 
 
 for _h in (preview_spec, explain_job):

@@ -19,6 +19,7 @@ from .. import replication
 from .api import make_app
 from .service import Service
 from .trigger import Trigger
+from .worker import Worker
 
 log = logging.getLogger("raftsched.node")
 
@@ -38,6 +39,14 @@ class NodeConfig:
     secret: str
     token: str
     conf_overrides: dict = dataclasses.field(default_factory=dict)
+    #: run slots of this node's worker (0: this node executes nothing)
+    worker_slots: int = 4
+    #: queues this node's worker serves (None: all)
+    worker_queues: list[str] | None = None
+    #: executor types this node runs
+    executor_types: frozenset = frozenset({"shell", "http", "python"})
+    execute_on_leader: bool = False
+    lease_ttl_ms: int = 10_000
 
 
 def parse_hostport(text: str, what: str) -> tuple[str, int]:
@@ -100,6 +109,8 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
             loop.add_signal_handler(sig, stop.set)
         except (NotImplementedError, RuntimeError):
             pass
+    # The journal and dump hold job specs (env, headers): private to the node's user.
+    os.umask(0o077)
     os.makedirs(cfg.data_dir, exist_ok=True)
     state = SchedulerState()
     trigger_box: list[Trigger] = []
@@ -122,8 +133,11 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
     )
     trigger = Trigger(state, raft, clock, cfg.node_id)
     trigger_box.append(trigger)
+    worker = Worker(state, raft, clock, cfg.node_id, slots=cfg.worker_slots, queues=cfg.worker_queues,
+                    allowed_types=cfg.executor_types, lease_ttl_ms=cfg.lease_ttl_ms,
+                    execute_on_leader=cfg.execute_on_leader, single_node=not cfg.peers)
     service = Service(state, raft, clock, cfg.node_id)
-    app = make_app(service, cfg.token, {"trigger": trigger})
+    app = make_app(service, cfg.token, {"trigger": trigger, "worker": worker})
     raft.start(loop)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
@@ -132,14 +146,17 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
         await site.start()
         log.info("node %s: api http://%s:%d raft %s peers %s data %s pid %d", cfg.node_id,
                  cfg.api_host, cfg.api_port, cfg.raft_addr, ",".join(cfg.peers) or "-", cfg.data_dir, os.getpid())
-        trigger_task = asyncio.create_task(trigger.run(), name="trigger")
+        tasks = {asyncio.create_task(trigger.run(), name="trigger")}
+        if cfg.worker_slots > 0:
+            tasks.add(asyncio.create_task(worker.run(), name="worker"))
         stop_task = asyncio.create_task(stop.wait(), name="stop")
-        done, _ = await asyncio.wait({trigger_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
-        if trigger_task in done and trigger_task.exception() is not None:
-            log.error("trigger loop failed: %r", trigger_task.exception())
-        for t in (trigger_task, stop_task):
+        done, _ = await asyncio.wait(tasks | {stop_task}, return_when=asyncio.FIRST_COMPLETED)
+        for t in done:
+            if t is not stop_task and not t.cancelled() and t.exception() is not None:
+                log.error("%s loop failed: %r", t.get_name(), t.exception())
+        for t in tasks | {stop_task}:
             t.cancel()
-        await asyncio.gather(trigger_task, stop_task, return_exceptions=True)
+        await asyncio.gather(*tasks, stop_task, return_exceptions=True)
     finally:
         log.info("node %s: stopping", cfg.node_id)
         await runner.cleanup()

@@ -38,6 +38,13 @@ class Service:
             raise RaftschedError.from_dict(res.get("error") or {"code": "internal", "message": "refused"})
         return res
 
+    @staticmethod
+    def _out(res: dict, body: dict) -> dict:
+        """The response body, marked when the request id had already been applied."""
+        if res.get("duplicate"):
+            body["duplicate"] = True
+        return body
+
     async def read_barrier(self, consistent: bool) -> None:
         if consistent:
             await self.raft.barrier(timeout_s=self.propose_timeout_s)
@@ -60,17 +67,17 @@ class Service:
         cmd = commands.make("put_job", now, rid or new_request_id(), name=name, spec=spec,
                             next=nxt, cursor=cursor, anchor=anchor, create_only=create_only)
         res = await self.propose(cmd)
-        return {"job": name, "created": res.get("created", False), "next_slot": schedule.iso(nxt)}
+        return self._out(res, {"job": name, "created": res.get("created", False), "next_slot": schedule.iso(nxt)})
 
     async def delete_job(self, name: str, rid: str | None) -> dict:
         check_name(name)
-        await self.propose(commands.make("delete_job", self.clock.now_ms(), rid or new_request_id(), name=name))
-        return {"job": name, "deleted": True}
+        res = await self.propose(commands.make("delete_job", self.clock.now_ms(), rid or new_request_id(), name=name))
+        return self._out(res, {"job": name, "deleted": True})
 
     async def pause_job(self, name: str, rid: str | None) -> dict:
         check_name(name)
-        await self.propose(commands.make("pause_job", self.clock.now_ms(), rid or new_request_id(), name=name))
-        return {"job": name, "paused": True}
+        res = await self.propose(commands.make("pause_job", self.clock.now_ms(), rid or new_request_id(), name=name))
+        return self._out(res, {"job": name, "paused": True})
 
     async def resume_job(self, name: str, rid: str | None, catch_up: bool = False) -> dict:
         """Resume a paused job. By default the slots that fell due while it was paused are
@@ -94,13 +101,158 @@ class Service:
                 rec = [["skipped", "paused", first, last[-1] if last else first, n]]
             fields.update(gen=gen, after=cursor, upto=upto, rec=rec,
                           next=schedule.next_slot_after(spec["schedule"], upto, anchor))
-        await self.propose(commands.make("resume_job", now, rid or new_request_id(), **fields))
-        return {"job": name, "paused": False}
+        res = await self.propose(commands.make("resume_job", now, rid or new_request_id(), **fields))
+        return self._out(res, {"job": name, "paused": False})
 
     async def trigger_job(self, name: str, rid: str | None) -> dict:
         check_name(name)
         res = await self.propose(commands.make("trigger_job", self.clock.now_ms(), rid or new_request_id(), name=name))
-        return {"job": name, "run": res["run"], "state": res["state"]}
+        return self._out(res, {"job": name, "run": res["run"], "state": res["state"]})
+
+    # ------------------------------------------------------------------ queues and tenants
+    async def put_queue(self, name: str, body, rid: str | None) -> dict:
+        check_name(name, "queue", limits.queue_name_chars_max)
+        b = _body_obj(body, {"max_depth", "on_full"})
+        depth = _int_field(b.get("max_depth", limits.queue_depth_default), "max_depth", 1, limits.queue_depth_max)
+        on_full = b.get("on_full", "reject")
+        if on_full not in ("reject", "drop_oldest"):
+            raise InvalidSpec("must be reject or drop_oldest", field="on_full")
+        res = await self.propose(commands.make("put_queue", self.clock.now_ms(), rid or new_request_id(),
+                                         name=name, max_depth=depth, on_full=on_full))
+        return self._out(res, {"queue": name, "max_depth": depth, "on_full": on_full})
+
+    def list_queues(self) -> dict:
+        now = self.clock.now_ms()
+        with self.state.lock:
+            stats: dict[str, dict] = {}
+            def q(name):
+                if name not in stats:
+                    cfg = self.state.queues.get(name, {"max_depth": limits.queue_depth_default, "on_full": "reject"})
+                    stats[name] = {"name": name, "max_depth": cfg["max_depth"], "on_full": cfg["on_full"],
+                                   "configured": name in self.state.queues, "depth": 0, "ready": 0,
+                                   "running": 0, "dead": 0, "oldest_waiting_age_ms": None}
+                return stats[name]
+            for name in self.state.queues:
+                q(name)
+            for run in self.state.runs.values():
+                st = run["state"]
+                if st == "queued":
+                    e = q(run["queue"])
+                    e["depth"] += 1
+                    due = run.get("due", run["slot"])
+                    if due <= now:
+                        e["ready"] += 1
+                        age = now - due
+                        if e["oldest_waiting_age_ms"] is None or age > e["oldest_waiting_age_ms"]:
+                            e["oldest_waiting_age_ms"] = age
+                elif st == "running":
+                    q(run["queue"])["running"] += 1
+                elif st == "dead":
+                    q(run["queue"])["dead"] += 1
+            return {"queues": [stats[k] for k in sorted(stats)]}
+
+    async def put_tenant(self, name: str, body, rid: str | None) -> dict:
+        check_name(name, "tenant", limits.tenant_name_chars_max)
+        b = _body_obj(body, {"rate_per_s", "burst"})
+        if "rate_per_s" not in b:
+            raise InvalidSpec("is required: runs per second this tenant may start", field="rate_per_s")
+        rate = b["rate_per_s"]
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.001 <= rate <= 100_000:
+            raise InvalidSpec("must be a number between 0.001 and 100000", field="rate_per_s")
+        burst = _int_field(b.get("burst", max(1, int(rate))), "burst", 1, 1_000_000)
+        res = await self.propose(commands.make("put_tenant", self.clock.now_ms(), rid or new_request_id(),
+                                         name=name, rate_milli=round(rate * 1000), burst=burst))
+        return self._out(res, {"tenant": name, "rate_per_s": round(rate * 1000) / 1000, "burst": burst})
+
+    async def delete_tenant(self, name: str, rid: str | None) -> dict:
+        check_name(name, "tenant", limits.tenant_name_chars_max)
+        res = await self.propose(commands.make("delete_tenant", self.clock.now_ms(), rid or new_request_id(), name=name))
+        return self._out(res, {"tenant": name, "deleted": True})
+
+    def list_tenants(self) -> dict:
+        with self.state.lock:
+            return {"tenants": [
+                {"name": n, "rate_per_s": t["rate_milli"] / 1000, "burst": t["burst"],
+                 "tokens": t["tokens_micro"] / 1_000_000}
+                for n, t in sorted(self.state.tenants.items())
+            ]}
+
+    # ------------------------------------------------------------------ dead-letter queue
+    def list_dlq(self, queue: str | None, limit: int) -> dict:
+        with self.state.lock:
+            out = []
+            for run in self.state.runs.values():
+                if run["state"] == "dead" and (queue is None or run["queue"] == queue):
+                    out.append(run_view(run))
+            out.sort(key=lambda r: (r["finished_at"] or "", r["id"]), reverse=True)
+            return {"runs": out[:limit], "total": len(out)}
+
+    def get_dlq(self, run_id: str) -> dict:
+        with self.state.lock:
+            run = self.state.runs.get(run_id)
+            if run is None or run["state"] != "dead":
+                raise NotFound(f"no run {run_id!r} in a dead-letter queue", field="run")
+            return run_view(run)
+
+    async def dlq_requeue(self, run_id: str, rid: str | None) -> dict:
+        res = await self.propose(commands.make("dlq_requeue", self.clock.now_ms(), rid or new_request_id(), run=run_id))
+        return self._out(res, {"run": run_id, "state": res["state"], "attempt": res["attempt"]})
+
+    async def dlq_delete(self, run_id: str, rid: str | None) -> dict:
+        res = await self.propose(commands.make("dlq_delete", self.clock.now_ms(), rid or new_request_id(), run=run_id))
+        return self._out(res, {"run": run_id, "deleted": True})
+
+    # ------------------------------------------------------------------ locks
+    def _lock_body(self, name: str, body, fields: set[str]) -> dict:
+        check_name(name, "name", limits.lock_name_chars_max)
+        return _body_obj(body, fields)
+
+    def _ttl_ms(self, b: dict, required: bool) -> int | None:
+        if "ttl_s" not in b:
+            if required:
+                raise InvalidSpec("is required: seconds the lock is held without a renew", field="ttl_s")
+            return None
+        v = b["ttl_s"]
+        lo, hi = limits.lease_ttl_ms_min / 1000, limits.lease_ttl_ms_max / 1000
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
+            raise InvalidSpec(f"must be a number of seconds between {lo:g} and {hi:g}", field="ttl_s")
+        return int(v * 1000)
+
+    def _token(self, b: dict) -> int:
+        t = b.get("token")
+        if isinstance(t, bool) or not isinstance(t, int) or t < 1:
+            raise InvalidSpec("is required: the fencing token acquire returned", field="token")
+        return t
+
+    async def lock_acquire(self, name: str, body, rid: str | None) -> dict:
+        b = self._lock_body(name, body, {"owner", "ttl_s"})
+        owner = b.get("owner")
+        if not isinstance(owner, str) or not owner or len(owner) > 256:
+            raise InvalidSpec("is required: a string of 1-256 characters naming the holder", field="owner")
+        res = await self.propose(commands.make("lock_acquire", self.clock.now_ms(), rid or new_request_id(),
+                                               name=name, owner=owner, ttl=self._ttl_ms(b, True)))
+        return self._out(res, {"lock": name, "owner": owner, "token": res["token"], "expires_at": schedule.iso(res["deadline"])})
+
+    async def lock_renew(self, name: str, body, rid: str | None) -> dict:
+        b = self._lock_body(name, body, {"token", "ttl_s"})
+        res = await self.propose(commands.make("lock_renew", self.clock.now_ms(), rid or new_request_id(),
+                                               name=name, token=self._token(b), ttl=self._ttl_ms(b, False)))
+        return self._out(res, {"lock": name, "token": res["token"], "expires_at": schedule.iso(res["deadline"])})
+
+    async def lock_release(self, name: str, body, rid: str | None) -> dict:
+        b = self._lock_body(name, body, {"token"})
+        res = await self.propose(commands.make("lock_release", self.clock.now_ms(), rid or new_request_id(),
+                                         name=name, token=self._token(b)))
+        return self._out(res, {"lock": name, "released": True})
+
+    def get_lock(self, name: str) -> dict:
+        check_name(name, "name", limits.lock_name_chars_max)
+        with self.state.lock:
+            lk = self.state.locks.get(name)
+            if lk is None or lk["deadline"] < self.clock.now_ms():
+                raise NotFound(f"lock {name!r} is not held", field="name")
+            return {"lock": name, "owner": lk["owner"], "token": lk["token"],
+                    "expires_at": schedule.iso(lk["deadline"]), "since": schedule.iso(lk["since"])}
 
     # ------------------------------------------------------------------ preview / explain
     def _job_spec(self, name: str) -> tuple[dict, int]:
@@ -217,6 +369,21 @@ class Service:
             return run_view(run)
 
 
+def _body_obj(body, fields: set[str]) -> dict:
+    if not isinstance(body, dict):
+        raise InvalidSpec("the body must be a JSON object", field=None)
+    for k in body:
+        if k not in fields:
+            raise InvalidSpec(f"unknown field; allowed: {', '.join(sorted(fields))}", field=str(k))
+    return body
+
+
+def _int_field(v, field: str, lo: int, hi: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise InvalidSpec(f"must be an integer between {lo} and {hi}", field=field)
+    return v
+
+
 def _spec_view(spec: dict) -> dict:
     out = dict(spec)
     sched = dict(spec["schedule"])
@@ -238,6 +405,14 @@ def run_view(run: dict) -> dict:
         "fired_at": schedule.iso(run.get("fired_at")), "started_at": schedule.iso(run.get("started_at")),
         "finished_at": schedule.iso(run.get("finished_at")), "error": run.get("error"),
     }
+    if run.get("kind") != "recorded":
+        v["due"] = schedule.iso(run.get("due"))
+        v["lease_deadline"] = schedule.iso(run.get("deadline"))
+        v["output"] = run.get("output")
+        v["attempts"] = [
+            dict(a, started_at=schedule.iso(a.get("started_at")), finished_at=schedule.iso(a.get("finished_at")))
+            for a in run.get("attempts", [])
+        ]
     if run["state"] in ("skipped", "coalesced"):
         v["reason"] = run.get("reason")
         if "slot_to" in run:

@@ -43,6 +43,7 @@ class Trigger:
         self.fires_proposed = 0
         self.slots_fired = 0
         self.last_fire_error: str | None = None
+        self.leases_expired = 0
 
     def on_role_change(self, is_leader: bool) -> None:
         if is_leader:
@@ -86,8 +87,10 @@ class Trigger:
         log.info("trigger: no longer leader")
 
     async def tick(self) -> int:
-        """Fire everything due now. Returns the number of jobs planned."""
+        """Fire everything due now and expire what is past its lease. Returns the number of
+        jobs planned."""
         now = self.clock.now_ms()
+        await self.reap(now)
         jobs = self.state.pop_due(now, _JOBS_PER_TICK_MAX)
         if not jobs:
             return 0
@@ -134,6 +137,22 @@ class Trigger:
                     # already pushed back by the apply that moved them, or need a push now.
                     self.state.repush(names)
         return len(jobs)
+
+    async def reap(self, now: int) -> None:
+        """The lease reaper: propose ``expire`` for leases and locks past their deadline by this
+        leader's clock. Apply re-checks each deadline against the command's ``now``, and ignores
+        a lease renewed or re-granted in between."""
+        runs, locks = self.state.expired_leases(now, limits.expire_items_max)
+        if not runs and not locks:
+            return
+        data = commands.encode(commands.make("expire", now, None, runs=runs, locks=locks))
+        try:
+            res = await self.raft.propose(data, timeout_s=limits.propose_timeout_s_default)
+            if res.get("expired") or res.get("released"):
+                log.info("reaper: expired leases %s, released locks %s", res.get("expired"), res.get("released"))
+                self.leases_expired += len(res.get("expired") or [])
+        except RaftschedError as e:
+            log.warning("reaper: expire failed: %s", e.message)
 
     async def _propose_fire(self, now: int, entries: list[dict]) -> dict:
         data = commands.encode(commands.make("fire", now, None, entries=entries))

@@ -1,0 +1,451 @@
+"""Leased execution in the replicated state: queues, leases, fencing tokens, retries, the
+dead-letter queue, tenant rate limits and locks (DESIGN.md sections 3 and 5).
+
+A mixin of :class:`raftsched.core.state.SchedulerState`; every method here runs under the state
+lock inside ``apply``, is deterministic, and takes its time from the command (``now``).
+
+Lifecycle of a run::
+
+    queued --acquire--> running --complete ok--> succeeded
+       ^                   |  \\--complete failed / expire--> (attempts left) queued, due = now + backoff
+       |                   |                               \\-> (budget spent) dead  (the queue's DLQ)
+       +---- dlq_requeue --+-------------------------------------------------------+
+
+Every grant of a lease takes a new token from one global counter that only increases (I13); a
+``heartbeat`` or ``complete`` carrying any other token than the run's current one is refused, so
+a worker that was paused past its lease can never overwrite the newer attempt's outcome (I14).
+
+Derived indexes (not in the snapshot, rebuilt by ``_rebuild_execution``): per queue a ready heap
+ordered by (-priority, due, id) and a delayed heap of runs whose retry is not yet due; a lease
+heap ordered by deadline for the reaper; per queue the dead runs oldest first. Keys are unique
+(they end with the run id), so the order in which runs are handed out is the same on every
+replica, whether a replica built its heaps incrementally or from a snapshot.
+"""
+from __future__ import annotations
+
+import hashlib
+import heapq
+from collections import deque
+
+from . import limits
+from .errors import Conflict, InvalidCommand, NotFound
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _s(v, n: int) -> str | None:
+    """Bound a text field: its last ``n`` characters (the end of an error says the most)."""
+    if v is None:
+        return None
+    v = str(v)
+    return v if len(v) <= n else "…" + v[-(n - 1):]
+
+
+def backoff_ms(retry: dict, run_id: str, attempt: int) -> int:
+    """Delay before attempt ``attempt + 1`` after attempt ``attempt`` failed.
+
+    ``backoff_s * backoff_multiplier ** (attempt - 1)``, capped at ``backoff_max_s``, then spread by
+    ``jitter`` (a fraction: 0.1 = +-10 %) using a hash of the run id and attempt, never a random
+    generator, so every replica computes the same delay.
+    """
+    base = min(retry["backoff_max_s"], retry["backoff_s"] * retry["backoff_multiplier"] ** (attempt - 1))
+    h = hashlib.blake2b(f"{run_id}#{attempt}".encode(), digest_size=8).digest()
+    u = int.from_bytes(h, "big") / 2**64  # [0, 1)
+    factor = 1 + retry["jitter"] * (2 * u - 1)
+    return max(0, int(base * factor * 1000))
+
+
+class ExecutionMixin:
+    # -------------------------------------------------------------- state and indexes
+    def _reset_execution(self) -> None:
+        #: tenant -> {"rate_milli": tokens per 1000 s, "burst": int, "tokens_micro": int, "last_ms": int}
+        self.tenants: dict[str, dict] = {}
+        #: lock name -> {"owner", "token", "deadline", "ttl", "since"}
+        self.locks: dict[str, dict] = {}
+        self._ready: dict[str, list] = {}
+        self._delayed: dict[str, list] = {}
+        self._lease_heap: list = []
+        self._dead: dict[str, deque] = {}
+        self._running_count: dict[str, int] = {}
+
+    def _rebuild_execution(self) -> None:
+        self._ready, self._delayed, self._lease_heap, self._dead, self._running_count = {}, {}, [], {}, {}
+        self._queue_depth = {}
+        dead = []
+        for run in self.runs.values():
+            st = run["state"]
+            if st == "queued":
+                self._enqueue(run)
+            elif st == "running":
+                self._running_count[run["queue"]] = self._running_count.get(run["queue"], 0) + 1
+                heapq.heappush(self._lease_heap, (run["deadline"], run["id"], run["fencing_token"]))
+            elif st == "dead":
+                dead.append(run)
+        for run in sorted(dead, key=lambda r: (r["finished_at"], r["id"])):
+            self._dead.setdefault(run["queue"], deque()).append(run["id"])
+
+    def _enqueue(self, run: dict) -> None:
+        """Put a queued run into its queue's indexes."""
+        q = run["queue"]
+        self._queue_depth[q] = self._queue_depth.get(q, 0) + 1
+        if run.get("due", run["slot"]) > self.now_ms:
+            heapq.heappush(self._delayed.setdefault(q, []), (run["due"], run["id"]))
+        else:
+            heapq.heappush(self._ready.setdefault(q, []), (-run["priority"], run.get("due", run["slot"]), run["id"]))
+
+    def _unqueue_count(self, run: dict) -> None:
+        q = run["queue"]
+        self._queue_depth[q] = self._queue_depth.get(q, 1) - 1
+
+    def _promote_delayed(self, q: str, now: int) -> None:
+        d = self._delayed.get(q)
+        while d and d[0][0] <= now:
+            due, rid = heapq.heappop(d)
+            run = self.runs.get(rid)
+            if run is not None and run["state"] == "queued" and run.get("due") == due:
+                heapq.heappush(self._ready.setdefault(q, []), (-run["priority"], due, rid))
+
+    # -------------------------------------------------------------- tenants
+    def _apply_put_tenant(self, cmd, now):
+        name, rate, burst = cmd.get("name"), cmd.get("rate_milli"), cmd.get("burst")
+        if not isinstance(name, str) or not _is_int(rate) or not _is_int(burst) or rate < 0 or burst < 1:
+            raise InvalidCommand("put_tenant needs name, rate_milli >= 0, burst >= 1")
+        old = self.tenants.get(name)
+        self.tenants[name] = {"rate_milli": rate, "burst": burst,
+                              "tokens_micro": min(old["tokens_micro"], burst * 1_000_000) if old else burst * 1_000_000,
+                              "last_ms": old["last_ms"] if old else now}
+        return {"ok": True, "tenant": name}
+
+    def _apply_delete_tenant(self, cmd, now):
+        name = cmd.get("name")
+        if self.tenants.pop(name, None) is None:
+            raise NotFound(f"no tenant {name!r} has a rate limit", field="name")
+        return {"ok": True, "tenant": name, "deleted": True}
+
+    def _tenant_take(self, tenant: str, now: int) -> bool:
+        """Take one token from the tenant's bucket, refilled from ``now``. Integer arithmetic:
+        micro-tokens, and rates in tokens per 1000 s, so every replica agrees exactly."""
+        t = self.tenants.get(tenant)
+        if t is None:
+            return True
+        elapsed = max(0, now - t["last_ms"])
+        t["tokens_micro"] = min(t["burst"] * 1_000_000, t["tokens_micro"] + elapsed * t["rate_milli"])
+        t["last_ms"] = max(t["last_ms"], now)
+        if t["tokens_micro"] >= 1_000_000:
+            t["tokens_micro"] -= 1_000_000
+            return True
+        return False
+
+    # -------------------------------------------------------------- acquire
+    def _apply_acquire(self, cmd, now):
+        worker, queues, n, ttl = cmd.get("worker"), cmd.get("queues"), cmd.get("max"), cmd.get("ttl")
+        if not isinstance(worker, str) or not worker:
+            raise InvalidCommand("acquire needs worker")
+        if queues is not None and (not isinstance(queues, list) or not all(isinstance(q, str) for q in queues)):
+            raise InvalidCommand("acquire.queues must be a list of names or nil")
+        if not _is_int(n) or not 1 <= n <= limits.acquire_runs_max:
+            raise InvalidCommand(f"acquire.max must be 1..{limits.acquire_runs_max}")
+        if not _is_int(ttl) or not limits.lease_ttl_ms_min <= ttl <= limits.lease_ttl_ms_max:
+            raise InvalidCommand("acquire.ttl out of range")
+        names = sorted(set(queues)) if queues is not None else sorted(set(self._ready) | set(self._delayed))
+        for q in names:
+            self._promote_delayed(q, now)
+        granted: list[dict] = []
+        held_back: list[tuple[str, tuple]] = []
+        scanned = 0
+        # Merge the served queues' ready heaps by key: priority first, then due time.
+        heads = []
+        for q in names:
+            h = self._ready.get(q)
+            if h:
+                heads.append(q)
+        while len(granted) < n and scanned < limits.acquire_scan_max:
+            best_q, best = None, None
+            for q in heads:
+                h = self._ready.get(q)
+                while h:
+                    key = h[0]
+                    run = self.runs.get(key[2])
+                    if run is None or run["state"] != "queued" or (-run["priority"], run.get("due", run["slot"])) != key[:2]:
+                        heapq.heappop(h)  # stale index entry
+                        continue
+                    break
+                if h and (best is None or h[0] < best):
+                    best_q, best = q, h[0]
+            if best is None:
+                break
+            heapq.heappop(self._ready[best_q])
+            scanned += 1
+            run = self.runs[best[2]]
+            if not self._tenant_take(run["tenant"], now):
+                held_back.append((best_q, best))  # over its rate: wait; others go ahead
+                continue
+            granted.append(self._grant(run, worker, ttl, now))
+        for q, key in held_back:
+            heapq.heappush(self._ready[q], key)
+        return {"ok": True, "runs": granted}
+
+    def _grant(self, run: dict, worker: str, ttl: int, now: int) -> dict:
+        self.fencing_token += 1  # I13: one counter, only increases
+        tok = self.fencing_token
+        self._unqueue_count(run)
+        run.update(state="running", fencing_token=tok, worker=worker, started_at=now,
+                   deadline=now + ttl, ttl=ttl, finished_at=None)
+        self._running_count[run["queue"]] = self._running_count.get(run["queue"], 0) + 1
+        heapq.heappush(self._lease_heap, (run["deadline"], run["id"], tok))
+        job = self.jobs.get(run["job"])
+        spec = job["spec"] if job else None
+        return {
+            "id": run["id"], "job": run["job"], "slot": run["slot"], "attempt": run["attempt"],
+            "token": tok, "deadline": run["deadline"], "queue": run["queue"],
+            "executor": spec["executor"] if spec else None,
+            "payload": spec["payload"] if spec else None,
+            "timeout_s": spec["timeout_s"] if spec else limits.timeout_s_default,
+        }
+
+    # -------------------------------------------------------------- heartbeat / complete
+    def _live(self, rid, tok) -> dict | None:
+        run = self.runs.get(rid) if isinstance(rid, str) else None
+        if run is None or run["state"] != "running" or run.get("fencing_token") != tok:
+            return None
+        return run
+
+    def _apply_heartbeat(self, cmd, now):
+        worker, leases, ttl = cmd.get("worker"), cmd.get("leases"), cmd.get("ttl")
+        if not isinstance(worker, str) or not isinstance(leases, list) or len(leases) > limits.heartbeat_leases_max:
+            raise InvalidCommand("heartbeat needs worker and a bounded list of leases")
+        if not _is_int(ttl) or not limits.lease_ttl_ms_min <= ttl <= limits.lease_ttl_ms_max:
+            raise InvalidCommand("heartbeat.ttl out of range")
+        lost, extended = [], 0
+        for item in leases:
+            if not (isinstance(item, list) and len(item) == 2 and _is_int(item[1])):
+                raise InvalidCommand("heartbeat lease must be [run_id, token]")
+        for rid, tok in leases:
+            run = self._live(rid, tok)
+            if run is None or run["worker"] != worker:
+                lost.append(rid)
+                continue
+            run["deadline"] = max(run["deadline"], now + ttl)
+            run["ttl"] = ttl
+            heapq.heappush(self._lease_heap, (run["deadline"], rid, tok))
+            extended += 1
+        return {"ok": True, "extended": extended, "lost": lost}
+
+    def _apply_complete(self, cmd, now):
+        rid, tok, ok = cmd.get("run"), cmd.get("token"), cmd.get("success")
+        if not isinstance(rid, str) or not _is_int(tok) or not isinstance(ok, bool):
+            raise InvalidCommand("complete needs run, token, success")
+        run = self.runs.get(rid)
+        if run is None:
+            raise NotFound(f"no run {rid!r}", field="run")
+        if self._live(rid, tok) is None:
+            raise Conflict(
+                f"token {tok} is stale for run {rid}: its current token is {run.get('fencing_token')} "
+                f"and its state {run['state']}", field="token", code_detail="stale_token",
+            )
+        error = _s(cmd.get("error"), limits.error_chars_max)
+        output = _s(cmd.get("output"), limits.output_bytes_max)
+        self._finish_attempt(run, now, ok, error, output)
+        return {"ok": True, "run": rid, "state": run["state"], "attempt": run["attempt"]}
+
+    def _finish_attempt(self, run: dict, now: int, ok: bool, error: str | None, output: str | None) -> None:
+        """Close the current attempt: success, a retry, or the dead-letter queue."""
+        q = run["queue"]
+        self._running_count[q] = self._running_count.get(q, 1) - 1
+        attempts = run.setdefault("attempts", [])
+        attempts.append({"attempt": run["attempt"], "token": run["fencing_token"], "worker": run["worker"],
+                         "started_at": run["started_at"], "finished_at": now,
+                         "ok": ok, "error": _s(error, limits.attempt_error_chars_max)})
+        if len(attempts) > limits.attempts_kept_max:
+            del attempts[0]
+        run["finished_at"] = now
+        run["error"] = error
+        run["output"] = output
+        run["deadline"] = None
+        if ok:
+            run["state"] = "succeeded"
+            return
+        job = self.jobs.get(run["job"])
+        budget = run.get("budget") or (job["spec"]["retry"]["max_attempts"] if job else 1)
+        if job is not None and run["attempt"] < budget:
+            run["attempt"] += 1
+            run["state"] = "queued"
+            run["due"] = now + backoff_ms(job["spec"]["retry"], run["id"], run["attempt"] - 1)
+            run["worker"] = None
+            self._enqueue(run)
+            return
+        run["state"] = "dead"
+        dq = self._dead.setdefault(q, deque())
+        dq.append(run["id"])
+        while len(dq) > limits.dlq_per_queue_max:
+            old = self.runs.get(dq.popleft())
+            if old is not None and old["state"] == "dead":
+                self._drop_entry(old)
+
+    def _drop_entry(self, run: dict) -> None:
+        self.runs.pop(run["id"], None)
+        hist = self.history.get(run["job"])
+        if hist is not None:
+            try:
+                hist.remove(run["id"])
+            except ValueError:
+                pass
+
+    # -------------------------------------------------------------- expiry and takeover
+    def _apply_expire(self, cmd, now):
+        """Leases past their deadline (by this command's ``now``) fail their attempt; locks past
+        theirs are released. An entry whose lease was renewed or re-granted since is ignored."""
+        runs, locks = cmd.get("runs", []), cmd.get("locks", [])
+        if not isinstance(runs, list) or not isinstance(locks, list) or len(runs) + len(locks) > limits.expire_items_max:
+            raise InvalidCommand("expire needs bounded lists runs and locks")
+        for item in runs + locks:
+            if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and _is_int(item[1])):
+                raise InvalidCommand("expire items are [id, token]")
+        expired, ignored = [], 0
+        for rid, tok in runs:
+            run = self._live(rid, tok)
+            if run is None or run["deadline"] >= now:
+                ignored += 1
+                continue
+            self._finish_attempt(run, now, False, f"lease expired (worker {run['worker']} stopped heartbeating)", run.get("output"))
+            expired.append(rid)
+        released = []
+        for name, tok in locks:
+            lk = self.locks.get(name)
+            if lk is None or lk["token"] != tok or lk["deadline"] >= now:
+                ignored += 1
+                continue
+            del self.locks[name]
+            released.append(name)
+        return {"ok": True, "expired": expired, "released": released, "ignored": ignored}
+
+    def _takeover_leases(self, now: int) -> int:
+        """A new leader's clock may be ahead of its predecessor's: give every live lease and lock
+        one full TTL from this leader's ``now`` before anything can expire (I15)."""
+        n = 0
+        for run in self.runs.values():
+            if run["state"] == "running":
+                run["deadline"] = max(run["deadline"], now + run["ttl"])
+                heapq.heappush(self._lease_heap, (run["deadline"], run["id"], run["fencing_token"]))
+                n += 1
+        for lk in self.locks.values():
+            lk["deadline"] = max(lk["deadline"], now + lk["ttl"])
+            n += 1
+        return n
+
+    def has_ready_work(self, queues: list[str] | None, now_ms: int) -> bool:
+        """Whether an acquire could hand out something (a cheap local check; it may say yes for
+        index entries that turn out stale or rate-limited, never no when work is ready)."""
+        with self.lock:
+            names = queues if queues is not None else list(self._ready.keys() | self._delayed.keys())
+            for q in names:
+                if self._ready.get(q):
+                    return True
+                d = self._delayed.get(q)
+                if d and d[0][0] <= now_ms:
+                    return True
+        return False
+
+    def expired_leases(self, now_ms: int, limit: int) -> tuple[list, list]:
+        """Leases and locks whose deadline is before ``now_ms``: what the leader's reaper proposes
+        in an ``expire``. Read-only for the state (valid heap entries are pushed back, so a
+        failed proposal is retried; apply's change of the run makes them stale)."""
+        runs, keep = [], []
+        with self.lock:
+            h = self._lease_heap
+            while h and h[0][0] < now_ms and len(runs) < limit:
+                deadline, rid, tok = heapq.heappop(h)
+                run = self._live(rid, tok)
+                if run is None or run["deadline"] != deadline or [rid, tok] in runs:
+                    continue  # stale entry: renewed, finished or re-granted since
+                runs.append([rid, tok])
+                keep.append((deadline, rid, tok))
+            for item in keep:
+                heapq.heappush(h, item)
+            locks = [[n, lk["token"]] for n, lk in self.locks.items() if lk["deadline"] < now_ms][:limit]
+        return runs, locks
+
+    # -------------------------------------------------------------- dead-letter queue
+    def _apply_dlq_requeue(self, cmd, now):
+        run = self._dead_run(cmd)
+        job = self.jobs.get(run["job"])
+        if job is None:
+            raise Conflict(f"job {run['job']!r} no longer exists; the run cannot be requeued", field="run")
+        self._remove_dead(run)
+        run["attempt"] += 1
+        run["budget"] = run["attempt"] - 1 + job["spec"]["retry"]["max_attempts"]  # a fresh budget
+        run.update(state="queued", due=now, worker=None, deadline=None, finished_at=None)
+        self._enqueue(run)
+        return {"ok": True, "run": run["id"], "state": "queued", "attempt": run["attempt"]}
+
+    def _apply_dlq_delete(self, cmd, now):
+        run = self._dead_run(cmd)
+        self._remove_dead(run)
+        self._drop_entry(run)
+        return {"ok": True, "run": run["id"], "deleted": True}
+
+    def _dead_run(self, cmd) -> dict:
+        rid = cmd.get("run")
+        if not isinstance(rid, str):
+            raise InvalidCommand(f"{cmd['op']} needs run")
+        run = self.runs.get(rid)
+        if run is None or run["state"] != "dead":
+            raise NotFound(f"no run {rid!r} in a dead-letter queue", field="run")
+        return run
+
+    def _remove_dead(self, run: dict) -> None:
+        dq = self._dead.get(run["queue"])
+        if dq is not None:
+            try:
+                dq.remove(run["id"])
+            except ValueError:
+                pass
+
+    # -------------------------------------------------------------- locks
+    def _lock_args(self, cmd, need_owner: bool):
+        name, ttl = cmd.get("name"), cmd.get("ttl")
+        if not isinstance(name, str) or not name:
+            raise InvalidCommand("lock command needs name")
+        if need_owner and (not isinstance(cmd.get("owner"), str) or not cmd["owner"]):
+            raise InvalidCommand("lock_acquire needs owner")
+        if ttl is not None and (not _is_int(ttl) or not limits.lease_ttl_ms_min <= ttl <= limits.lease_ttl_ms_max):
+            raise InvalidCommand("lock ttl out of range")
+        return name, ttl
+
+    def _apply_lock_acquire(self, cmd, now):
+        name, ttl = self._lock_args(cmd, True)
+        if ttl is None:
+            raise InvalidCommand("lock_acquire needs ttl")
+        lk = self.locks.get(name)
+        if lk is not None and lk["deadline"] >= now:
+            raise Conflict(f"lock {name!r} is held by {lk['owner']!r}", field="name",
+                           holder=lk["owner"], expires_at_ms=lk["deadline"])
+        if lk is None and len(self.locks) >= limits.locks_max:
+            raise Conflict(f"the cluster holds {limits.locks_max} locks, its limit", field="name")
+        self.fencing_token += 1
+        self.locks[name] = {"owner": cmd["owner"], "token": self.fencing_token, "deadline": now + ttl,
+                            "ttl": ttl, "since": now}
+        return {"ok": True, "lock": name, "owner": cmd["owner"], "token": self.fencing_token, "deadline": now + ttl}
+
+    def _held(self, cmd, now) -> tuple[str, dict]:
+        name, _ = self._lock_args(cmd, False)
+        tok = cmd.get("token")
+        lk = self.locks.get(name)
+        if lk is None or lk["token"] != tok or lk["deadline"] < now:
+            raise Conflict(f"token {tok} does not hold lock {name!r}", field="token",
+                           holder=lk["owner"] if lk else None)
+        return name, lk
+
+    def _apply_lock_renew(self, cmd, now):
+        name, lk = self._held(cmd, now)
+        ttl = cmd.get("ttl") or lk["ttl"]
+        lk["deadline"] = max(lk["deadline"], now + ttl)
+        lk["ttl"] = ttl
+        return {"ok": True, "lock": name, "token": lk["token"], "deadline": lk["deadline"]}
+
+    def _apply_lock_release(self, cmd, now):
+        name, lk = self._held(cmd, now)
+        del self.locks[name]
+        return {"ok": True, "lock": name, "released": True}

@@ -1,0 +1,201 @@
+"""The worker: leases runs, executes them, heartbeats, reports (DESIGN.md sections 3 and 6).
+
+Every node runs one. Following the design card, followers execute and the leader executes only
+when it is the only member or was told to (``execute_on_leader``), so the leader's event loop
+stays free for the trigger loop and the log.
+
+- It asks for work only when its local replica shows runs ready in the queues it serves, and
+  never for more runs than it has free run slots (``slots``): a node never holds a lease it
+  cannot run.
+- One ``heartbeat`` command per interval (a third of the lease TTL) extends all its leases. A
+  lease the state reports lost is killed at once. If no heartbeat has succeeded for a whole TTL,
+  by this process's monotonic clock, every run is killed: the leader may already have expired
+  the leases and handed the runs to another worker.
+- ``complete`` carries the run's fencing token; a refusal (stale token) means another attempt
+  owns the run now, and the outcome is dropped. A completion whose outcome is unknown (504) is
+  retried with the same request id, which the state machine deduplicates.
+
+The worker id includes the process id, so a restarted node never mistakes its predecessor's
+leases for its own: those expire and their runs are executed again, with attempt + 1.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+
+import aiohttp
+
+from ..clock import Clock
+from ..core import commands, limits
+from ..core.errors import Conflict, Indeterminate, NotFound, RaftschedError, Unavailable
+from .executors import ALL_TYPES, RunContext, execute
+
+log = logging.getLogger("raftsched.worker")
+
+
+class _Held:
+    __slots__ = ("grant", "cancel", "task", "token")
+
+    def __init__(self, grant: dict) -> None:
+        self.grant = grant
+        self.token = grant["token"]
+        self.cancel = asyncio.Event()
+        self.task: asyncio.Task | None = None
+
+
+class Worker:
+    def __init__(self, state, raft, clock: Clock, node_id: str, *, slots: int = 4,
+                 queues: list[str] | None = None, allowed_types=ALL_TYPES,
+                 lease_ttl_ms: int = limits.lease_ttl_ms_default, execute_on_leader: bool = False,
+                 single_node: bool = False, poll_interval_s: float = 0.1, kill_grace_s: float = 5.0) -> None:
+        self.state = state
+        self.raft = raft
+        self.clock = clock
+        self.worker_id = f"{node_id}/{os.getpid()}"
+        self.slots = slots
+        self.queues = sorted(set(queues)) if queues else None
+        self.allowed_types = frozenset(allowed_types)
+        self.lease_ttl_ms = lease_ttl_ms
+        self.execute_on_leader = execute_on_leader
+        self.single_node = single_node
+        self.poll_interval_s = poll_interval_s
+        self.kill_grace_s = kill_grace_s
+        self.held: dict[str, _Held] = {}
+        self._last_hb_ok = time.monotonic()
+        self._session: aiohttp.ClientSession | None = None
+        self.completed = 0
+        self.refused = 0
+
+    # ---------------------------------------------------------------- main loops
+    async def run(self) -> None:
+        self._session = aiohttp.ClientSession()
+        hb = asyncio.create_task(self._heartbeat_loop(), name="heartbeat")
+        try:
+            while True:
+                free = self.slots - len(self.held)
+                if free > 0 and self._may_execute() and self.state.has_ready_work(self.queues, self.clock.now_ms()):
+                    try:
+                        got = await self._acquire(free)
+                    except RaftschedError as e:
+                        log.debug("worker: acquire failed: %s", e.message)
+                        await asyncio.sleep(self.poll_interval_s)
+                        continue
+                    if got == free:
+                        continue  # maybe more is ready
+                    if got == 0:
+                        # Ready entries were stale or rate-limited: do not spin on the log.
+                        await asyncio.sleep(5 * self.poll_interval_s)
+                        continue
+                await asyncio.sleep(self.poll_interval_s)
+        finally:
+            hb.cancel()
+            for h in list(self.held.values()):
+                h.cancel.set()
+            tasks = [h.task for h in self.held.values() if h.task]
+            if tasks:
+                await asyncio.wait(tasks, timeout=self.kill_grace_s + 2)
+            await asyncio.gather(hb, return_exceptions=True)
+            await self._session.close()
+
+    def _may_execute(self) -> bool:
+        if self.single_node or self.execute_on_leader:
+            return True
+        return not self.raft.is_leader()
+
+    async def _acquire(self, free: int) -> int:
+        n = min(free, limits.acquire_runs_max)
+        cmd = commands.make("acquire", self.clock.now_ms(), None, worker=self.worker_id,
+                            queues=self.queues, max=n, ttl=self.lease_ttl_ms)
+        res = await self._propose(cmd)
+        sent = time.monotonic()
+        for grant in res.get("runs", []):
+            h = _Held(grant)
+            self.held[grant["id"]] = h
+            # A fresh lease counts as a heartbeat that succeeded when it was asked for.
+            self._last_hb_ok = max(self._last_hb_ok, sent)
+            h.task = asyncio.create_task(self._execute(h), name=f"run {grant['id']}")
+        return len(res.get("runs", []))
+
+    async def _heartbeat_loop(self) -> None:
+        interval = self.lease_ttl_ms / 3000
+        while True:
+            await asyncio.sleep(min(interval, 1.0) if self.held else interval)
+            if not self.held:
+                self._last_hb_ok = time.monotonic()
+                continue
+            leases = [[rid, h.token] for rid, h in self.held.items()]
+            sent = time.monotonic()
+            try:
+                res = await self._propose(commands.make(
+                    "heartbeat", self.clock.now_ms(), None, worker=self.worker_id,
+                    leases=leases, ttl=self.lease_ttl_ms))
+                self._last_hb_ok = sent
+                for rid in res.get("lost", []):
+                    h = self.held.get(rid)
+                    if h is not None and not h.cancel.is_set():
+                        log.warning("worker: lease on %s lost (heartbeat refused): killing the run", rid)
+                        h.cancel.set()
+            except RaftschedError as e:
+                log.warning("worker: heartbeat failed: %s", e.message)
+            if time.monotonic() - self._last_hb_ok > self.lease_ttl_ms / 1000:
+                # No heartbeat succeeded for a whole TTL: the leases may be gone already.
+                for rid, h in self.held.items():
+                    if not h.cancel.is_set():
+                        log.warning("worker: no heartbeat for a lease TTL: killing %s", rid)
+                        h.cancel.set()
+
+    # ---------------------------------------------------------------- one run
+    async def _execute(self, h: _Held) -> None:
+        g = h.grant
+        try:
+            if g.get("executor") is None:
+                outcome_ok, error, output = False, "the job was deleted", ""
+            else:
+                ctx = RunContext(run_id=g["id"], job=g["job"], slot_ms=g["slot"], attempt=g["attempt"],
+                                 fencing_token=g["token"], payload=g.get("payload"))
+                out = await execute(g["executor"], ctx, g["timeout_s"], cancel=h.cancel,
+                                    allowed_types=self.allowed_types, kill_grace_s=self.kill_grace_s,
+                                    http_session=self._session)
+                outcome_ok, error, output = out.ok, out.error, out.output
+            if h.cancel.is_set() and not outcome_ok:
+                # Lease lost: another attempt owns the run (or soon will); report anyway, the
+                # state refuses it if the token is stale, and accepts it if the lease survived.
+                pass
+            await self._complete(g, outcome_ok, error, output)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("worker: run %s failed unexpectedly", g["id"])
+        finally:
+            self.held.pop(g["id"], None)
+
+    async def _complete(self, g: dict, ok: bool, error: str | None, output: str | None) -> None:
+        rid = uuid.uuid4().hex
+        deadline = time.monotonic() + 60
+        while True:
+            cmd = commands.make("complete", self.clock.now_ms(), rid, run=g["id"], token=g["token"],
+                                success=ok, error=error, output=output, worker=self.worker_id)
+            try:
+                await self._propose(cmd)
+                self.completed += 1
+                return
+            except Conflict as e:
+                self.refused += 1
+                log.warning("worker: completion of %s refused: %s", g["id"], e.message)
+                return
+            except NotFound:
+                return
+            except (Indeterminate, Unavailable) as e:
+                if time.monotonic() > deadline:
+                    log.warning("worker: giving up reporting %s: %s (its lease will expire)", g["id"], e.message)
+                    return
+                await asyncio.sleep(0.2)
+
+    async def _propose(self, cmd: dict) -> dict:
+        res = await self.raft.propose(commands.encode(cmd), timeout_s=limits.propose_timeout_s_default)
+        if not res.get("ok"):
+            raise RaftschedError.from_dict(res.get("error") or {})
+        return res
