@@ -76,8 +76,9 @@ class Cluster:
     """n raftsched node processes on free loopback ports, each with its own data dir."""
 
     def __init__(self, tmp: Path, n: int = 3, secret: str | None = "s" * 32, token: str = "t" * 32,
-                 env: dict | None = None) -> None:
+                 env: dict | None = None, node_args: list[str] | None = None) -> None:
         self.tmp = Path(tmp)
+        self.node_args = list(node_args or [])
         self.n = n
         self.token = token
         self.env = env or {}
@@ -112,7 +113,7 @@ class Cluster:
                 "--token-file", str(self.token_file)]
         if peers:
             argv += ["--peers", peers]
-        return argv
+        return argv + self.node_args
 
     def start(self, i: int | None = None) -> None:
         for j in ([i] if i is not None else range(self.n)):
@@ -121,6 +122,10 @@ class Cluster:
             env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
             self.procs[j] = subprocess.Popen(self.argv(j), stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env)
             log.close()
+
+    def node_of_worker(self, worker: str) -> int:
+        """The index of the node whose worker id ("node-N/pid") is given."""
+        return int(worker.split("/")[0].split("-")[1]) - 1
 
     def alive(self) -> list[int]:
         return [i for i, p in self.procs.items() if p.poll() is None]
