@@ -1,0 +1,811 @@
+"""Replication: the only module that imports pysyncobj.
+
+``RaftNode`` replicates one state object (``apply_bytes`` / ``snapshot`` / ``restore``) through a
+pysyncobj 0.3.17 Raft group with static membership, and gives the asyncio world three things:
+``await propose(bytes) -> result``, leadership events, and ``status()``. ``LocalLog`` has the same
+API for a single in-process replica, for tests of the upper layers.
+
+pysyncobj is used from the outside only, through its extension points (a ``SyncObjConsumer``, a
+``transportClass``, ``addOnTickCallback``, ``onStateChanged``, the conf), because several of its
+behaviours are traps (measured on 0.3.17; the figures are in RAFT_CONF_DEFAULTS):
+
+- An exception inside a replicated method wedges the node forever, and an exception inside a
+  result callback makes it apply the same entry again. ``_apply`` and every callback here catch
+  everything.
+- Results come back on pysyncobj's tick thread. Callbacks only hand them to the event loop with
+  ``loop.call_soon_threadsafe``; a timed-out ``propose`` does not cancel anything in pysyncobj (it
+  cannot), so a late result is dropped and the command may still apply: ``Indeterminate``.
+- Its messages are pickles. A node never starts without a secret (pysyncobj's ``password``:
+  Fernet, authenticated before unpickling), and the Raft port binds only on ``self_addr``'s host
+  (pysyncobj binds 0.0.0.0 unless ``bindAddress`` is set).
+- ``SyncObjConf`` silently accepts misspelt options: ``make_conf`` refuses unknown keys.
+- A journal without a full dump file loses the state after a compaction and a restart: both files
+  are always set, in ``data_dir``.
+- The tick thread that runs Raft also serialises snapshots. The dump is written by a forked child
+  (``useFork``), and the state is encoded *in the child* (see ``_DeferredSnapshot``), so a
+  compaction costs the tick thread a ``fork()``, not an encoding of the whole state.
+- Membership is static: pysyncobj's membership change is unsafe (its one-change-at-a-time guard
+  is dead code), so ``dynamicMembershipChange`` is refused.
+
+Threading contract: ``start``, ``propose``, ``barrier``, ``status``, ``is_leader`` and ``stop`` are
+called from the event loop thread. ``start`` must run on a thread that outlives the node (the loop
+thread): pysyncobj's tick thread exits when the thread that created the ``SyncObj`` ends.
+"""
+from __future__ import annotations
+
+import asyncio
+import errno
+import fcntl
+import functools
+import logging
+import os
+import threading
+import time
+from typing import Any, Callable
+
+from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj.config import FAIL_REASON
+from pysyncobj.monotonic import monotonic  # the clock pysyncobj's own timers use
+from pysyncobj.node import TCPNode
+from pysyncobj.tcp_connection import CONNECTION_STATE
+from pysyncobj.transport import TCPTransport
+
+from .core import limits
+from .core.errors import Indeterminate, LimitExceeded, Unavailable
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["make_conf", "RaftNode", "LocalLog", "RAFT_CONF_DEFAULTS", "BARRIER_NOOP"]
+
+# ---------------------------------------------------------------------------------------------
+# Configuration
+# ---------------------------------------------------------------------------------------------
+
+#: Every option SyncObjConf knows, read from a default instance (its __init__ assigns them all).
+_KNOWN_CONF_KEYS = frozenset(vars(SyncObjConf()).keys())
+
+#: Tuned defaults, with the figures behind them (2 vCPU, loopback, password on; "in one process"
+#: = three RaftNodes sharing one interpreter, as in tests/test_replication.py).
+RAFT_CONF_DEFAULTS: dict[str, Any] = {
+    # Batching off. With batching on (pysyncobj's default) a lone command waits for the next
+    # heartbeat: a lone propose measured p50 103 ms on the leader, 207 ms on a follower (60
+    # sequential proposals, in one process); the shared notes: 101.5 ms, i.e. ~10 writes/s. Off,
+    # the leader sends append_entries at once: p50 2.7 ms on the leader, 3.7 ms on a follower (in
+    # one process, so the three nodes share a GIL; 0.25 ms in the notes' 3-process bench without
+    # a password). Throughput comes from batching at the command level (one `fire` for all due
+    # slots, one `heartbeat` per worker), which costs less than pysyncobj's batching gives
+    # (notes: 11.8k vs 15.8k ops/s).
+    "appendEntriesUseBatch": False,
+    # Heartbeat. pysyncobj requires raftMinTimeout > 3 x appendEntriesPeriod; 0.1 s lets a
+    # follower miss four heartbeats (a ~0.4 s stall of a tick thread: GC, a large apply) before
+    # it runs for leader.
+    "appendEntriesPeriod": 0.1,
+    # Election timeout, drawn uniformly in [min, max]. pysyncobj has no pre-vote: a spurious
+    # election deposes a healthy leader, so the floor stays at five heartbeats rather than the
+    # 0.3 s that gave the fastest fail-over in the notes (0.41 s). Measured kill -9 of the leader
+    # -> first commit on a survivor, 3 processes: medians 0.65, 0.86 and 0.65 s over three runs
+    # of 8 kills (range 0.53-1.7 s); 1.0/2.0 measured 1.56 s in the notes. Inside the 5 s misfire
+    # grace (limits.grace_s_default) either way.
+    "raftMinTimeout": 0.5,
+    "raftMaxTimeout": 1.0,
+    # A leader cut off from the majority steps down after this long without answers (pysyncobj
+    # default 30 s: a zombie leader for 30 s). 1.0 s = raftMaxTimeout, so an old and a new leader
+    # both believe they lead for at most ~0.5 s. Nothing may be decided on that belief alone:
+    # fires, leases and reads go through the log.
+    "leaderFallbackTimeout": 1.0,
+    # A connection with nothing received for this long is dropped. pysyncobj requires it to be
+    # >= raftMaxTimeout. Every link carries a keepalive every _KEEPALIVE_PERIOD_S (0.5 s) and the
+    # leader's links a heartbeat every 0.1 s, so 2.0 s is four lost keepalives: it detects a
+    # black-holed or paused peer in 2 s and does not flap on a GC pause.
+    "connectionTimeout": 2.0,
+    # pysyncobj's dialling side retries a dead peer only every connectionRetryTime (default 5 s).
+    # A restarted node runs for leader after 0.5-1.0 s without a heartbeat and, with no pre-vote,
+    # deposes the healthy leader: at 0.25 s the leader's reconnect + key exchange + first
+    # heartbeat (<= ~0.35 s) lands before the restarted node's earliest election timeout. A
+    # connect attempt to a dead peer costs one SYN.
+    "connectionRetryTime": 0.25,
+    # Fail fast with MISSING_LEADER (definite) instead of queueing commands inside pysyncobj until
+    # some leader appears, possibly long after the caller gave up. propose() itself waits for a
+    # reachable leader until its deadline, resubmitting only after definite failures.
+    "commandsWaitLeader": False,
+    # Bound on commands queued for the tick thread: ~1 s of backlog at pysyncobj's ~10k ops/s;
+    # beyond that callers get QUEUE_FULL (Unavailable, 503) instead of growing latency.
+    "commandsQueueSize": 10_000,
+    # Dumps are written by a forked child, which also encodes the state (see _DeferredSnapshot):
+    # the tick thread pays for fork() only. In-thread, 200k jobs blocked the tick thread 6-7 s
+    # and caused elections (notes).
+    "useFork": True,
+    "logCompactionMinEntries": 5000,
+    "logCompactionMinTime": 300,
+    "bindRetryTime": 0.5,
+    "dynamicMembershipChange": False,
+}
+
+#: Keys RaftNode sets itself; conf_overrides may not change them.
+_RESERVED_CONF_KEYS = frozenset({
+    "password", "journalFile", "fullDumpFile", "bindAddress", "onStateChanged", "onReady",
+    "dynamicMembershipChange", "serializer", "deserializer", "serializeChecker", "autoTick",
+    "useFork",
+})
+
+#: Keepalive period on every link; see _RaftTransport.
+_KEEPALIVE_PERIOD_S = 0.5
+#: The keepalive message. A dict with an unknown 'type', so that a peer running a plain
+#: TCPTransport ignores it too (SyncObj dispatches on message['type'] and has no else branch).
+_KEEPALIVE_MESSAGE = {"type": "raftsched_keepalive"}
+
+#: The log entry barrier() proposes when no barrier_command is given. _apply recognises it and
+#: returns without touching the state: it is applied for its position in the log only.
+BARRIER_NOOP = b""
+
+#: Pause between two attempts of a proposal that failed definitely for want of a leader.
+_RETRY_PAUSE_S = 0.025
+
+
+def make_conf(**kwargs: Any) -> SyncObjConf:
+    """Build a ``SyncObjConf``, refusing what pysyncobj would silently ignore or assert on.
+
+    :raises ValueError: for a key SyncObjConf does not know (pysyncobj accepts typos as no-ops),
+        or for values that break its own invariants.
+    """
+    unknown = sorted(set(kwargs) - _KNOWN_CONF_KEYS)
+    if unknown:
+        raise ValueError(f"unknown SyncObjConf option(s): {', '.join(unknown)}")
+    conf = SyncObjConf(**kwargs)
+    # SyncObjConf.validate() uses bare asserts (gone under -O, and without messages): check the
+    # timing relations ourselves, then let validate() catch the rest.
+    if not conf.raftMinTimeout > 3 * conf.appendEntriesPeriod:
+        raise ValueError("raftMinTimeout must be > 3 x appendEntriesPeriod")
+    if not conf.raftMaxTimeout > conf.raftMinTimeout:
+        raise ValueError("raftMaxTimeout must be > raftMinTimeout")
+    if not conf.connectionTimeout >= conf.raftMaxTimeout:
+        raise ValueError("connectionTimeout must be >= raftMaxTimeout")
+    if not conf.leaderFallbackTimeout > conf.appendEntriesPeriod:
+        raise ValueError("leaderFallbackTimeout must be > appendEntriesPeriod")
+    try:
+        conf.validate()
+    except AssertionError:
+        raise ValueError("SyncObjConf.validate() refused the options") from None
+    return conf
+
+
+# ---------------------------------------------------------------------------------------------
+# The replicated state
+# ---------------------------------------------------------------------------------------------
+
+_DUMP_FORMAT = 1
+
+
+class _DeferredSnapshot:
+    """Pickles as ``state.snapshot()`` bytes, encoded when pickled, not when created.
+
+    pysyncobj builds the dump data on its tick thread, then forks and pickles it in the child. By
+    deferring the encoding to pickling time, the child encodes its copy-on-write image of the
+    state and the tick thread only pays for ``fork()``. The tick thread holds ``state.lock``
+    across the fork (``_StateConsumer._serialize``), so in the child the lock is owned by the
+    surviving thread and ``snapshot()`` may take it again (it must be an RLock); no other thread
+    can be half-way through the state in the copied image. Unpickled, it is plain ``bytes``.
+    """
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state):
+        self._state = state
+
+    def __reduce__(self):
+        with self._state.lock:
+            return (bytes, (bytes(self._state.snapshot()),))
+
+
+def _error_result(code: str, message: str) -> dict:
+    return {"ok": False, "error": {"code": code, "message": message, "field": None}}
+
+
+class _StateConsumer(SyncObjConsumer):
+    """Holds the state for pysyncobj. The state is set before SyncObj exists (a state assigned
+    after SyncObj.__init__ races its tick thread, which may already apply the journal)."""
+
+    def __init__(self, state):
+        super().__init__()
+        self._state = state
+        # True while the tick thread holds state.lock across a dump fork; released by
+        # _release_snapshot_lock on the same thread at the end of the same tick.
+        self._snapshot_lock_held = False
+
+    # A single replicated method, forever: pysyncobj numbers replicated methods by sorted
+    # (version, name), so adding one could renumber the ids stored in old log entries. Commands
+    # are versioned inside the msgpack envelope instead.
+    @replicated
+    def _apply(self, data: bytes) -> dict:
+        if data == BARRIER_NOOP:
+            return {"ok": True}
+        try:
+            return self._state.apply_bytes(data)
+        except BaseException as e:  # noqa: BLE001 - an exception here wedges pysyncobj forever
+            logger.critical("replication.apply_raised error=%r (a bug in apply_bytes; the entry "
+                            "is recorded as refused on this replica)", e, exc_info=True)
+            return _error_result("internal", f"apply failed: {type(e).__name__}")
+
+    def _serialize(self) -> dict:
+        # Called on the tick thread right before pysyncobj forks the dump writer. See
+        # _DeferredSnapshot for why the lock is held across the fork.
+        if not self._snapshot_lock_held:
+            self._state.lock.acquire()
+            self._snapshot_lock_held = True
+        return {"format": _DUMP_FORMAT, "state": _DeferredSnapshot(self._state)}
+
+    def _release_snapshot_lock(self) -> None:
+        if self._snapshot_lock_held:
+            self._snapshot_lock_held = False
+            self._state.lock.release()
+
+    def _deserialize(self, data) -> None:
+        # A full dump loaded at start-up, or a snapshot installed from the leader. pysyncobj
+        # catches and logs an exception here and leaves the node unable to apply further: a
+        # fail-stop, which beats applying entries to a half-restored state.
+        if not isinstance(data, dict) or data.get("format") != _DUMP_FORMAT \
+                or not isinstance(data.get("state"), (bytes, bytearray)):
+            logger.critical("replication.dump_unreadable type=%s", type(data).__name__)
+            raise ValueError("unreadable raftsched dump")
+        started = time.monotonic()
+        with self._state.lock:
+            self._state.restore(bytes(data["state"]))
+        logger.info("replication.restored bytes=%d ms=%.1f", len(data["state"]),
+                    (time.monotonic() - started) * 1000)
+
+
+# ---------------------------------------------------------------------------------------------
+# Transport: dial map, keepalive, bind warnings
+# ---------------------------------------------------------------------------------------------
+
+class _RaftTransport(TCPTransport):
+    """pysyncobj's TCP transport with three additions.
+
+    - ``dial_map``: this node dials ``dial_map[peer]`` instead of the peer's own address, and
+      still identifies the link by the peer's address (so one TCP proxy per link can cut it).
+      Only the node with the larger address dials a link (pysyncobj's rule), so a map entry for
+      a larger-addressed peer is unused.
+    - A keepalive to every connected peer every 0.5 s. pysyncobj only notices a dead link when it
+      sends on it, and follower<->follower links carry nothing while a leader lives: the first
+      vote request after a leader dies hit connectionTimeout on that idle link, was lost, and the
+      election needed a second round. Measured (in one process, links idle 2.6 s, 5 kills
+      each): leader stop -> first commit, median 1.46 s without the keepalive, 0.56 s with it
+      (notes, 3 processes: 1.26 s -> 0.41 s). The keepalive is swallowed on receipt: SyncObj
+      never sees it, so it cannot keep a cut-off leader believing it leads.
+    - A warning while the Raft port cannot be bound (pysyncobj retries silently forever).
+    """
+
+    def __init__(self, syncObj, selfNode, otherNodes, *, dial_map=None, counters=None):
+        # Set before super().__init__, which adds the nodes and registers our tick callback.
+        self._dial_map = dict(dial_map or {})
+        self._counters = counters if counters is not None else {}
+        self._counters.setdefault("keepalive_sent", 0)
+        self._counters.setdefault("keepalive_received", 0)
+        self._next_keepalive = 0.0
+        self._created = monotonic()
+        self._bind_warned_at = 0.0
+        super().__init__(syncObj, selfNode, otherNodes)
+        syncObj.addOnTickCallback(self._keepalive_tick)
+
+    def _connectIfNecessarySingle(self, node):
+        target = self._dial_map.get(node.id) if isinstance(node, TCPNode) else None
+        if target is None:
+            return super()._connectIfNecessarySingle(node)
+        # TCPTransport._connectIfNecessarySingle, with the dial address swapped.
+        conn = self._connections.get(node)
+        if conn is not None and conn.state != CONNECTION_STATE.DISCONNECTED:
+            return True
+        if not self._shouldConnect(node):
+            return False
+        last = self._lastConnectAttempt.get(node)
+        if last is not None and monotonic() - last < self._syncObj.conf.connectionRetryTime:
+            return False
+        self._lastConnectAttempt[node] = monotonic()
+        dial = TCPNode(target)
+        return self._connections[node].connect(dial.ip, dial.port)
+
+    def _keepalive_tick(self):
+        now = monotonic()
+        if now < self._next_keepalive:
+            return
+        self._next_keepalive = now + _KEEPALIVE_PERIOD_S
+        for node in list(self._nodes):
+            # Only on links SyncObj considers connected: before the key exchange completes, an
+            # unexpected message would break the handshake and drop the connection.
+            if self._syncObj.isNodeConnected(node) and self.send(node, _KEEPALIVE_MESSAGE):
+                self._counters["keepalive_sent"] += 1
+
+    def _onMessageReceived(self, node, message):
+        if isinstance(message, dict) and message.get("type") == _KEEPALIVE_MESSAGE["type"]:
+            self._counters["keepalive_received"] += 1
+            return
+        super()._onMessageReceived(node, message)
+
+    def _maybeBind(self):
+        try:
+            super()._maybeBind()
+        finally:
+            now = monotonic()
+            if not self._ready and now - self._created > 2.0 and now - self._bind_warned_at > 5.0:
+                self._bind_warned_at = now
+                logger.warning("replication.bind_retrying addr=%s (port in use or address not "
+                               "local; retrying)", self._syncObj.conf.bindAddress)
+
+
+# ---------------------------------------------------------------------------------------------
+# Cross-thread delivery
+# ---------------------------------------------------------------------------------------------
+
+def _post(loop: asyncio.AbstractEventLoop | None, fn: Callable, *args) -> None:
+    """Run ``fn(*args)`` on ``loop``, from any thread. Never raises: it runs inside pysyncobj
+    callbacks, where an exception makes pysyncobj apply the same entry again."""
+    try:
+        if loop is None or loop.is_closed():
+            return
+        loop.call_soon_threadsafe(fn, *args)
+    except BaseException:  # noqa: BLE001 - loop closed between the check and the call, etc.
+        pass
+
+
+def _settle(fut: asyncio.Future, value) -> None:
+    # A late result for a future that already timed out is dropped here.
+    if not fut.done():
+        fut.set_result(value)
+
+
+def _parse_addr(addr: str, what: str) -> tuple[str, int]:
+    if not isinstance(addr, str) or ":" not in addr:
+        raise ValueError(f"{what} must be 'host:port', got {addr!r}")
+    host, port_s = addr.rsplit(":", 1)
+    try:
+        port = int(port_s)
+    except ValueError:
+        raise ValueError(f"{what} has no numeric port: {addr!r}") from None
+    if not host or not 0 < port < 65536:
+        raise ValueError(f"{what} must be 'host:port' with a port in 1..65535, got {addr!r}")
+    return host, port
+
+
+def _check_command(data) -> None:
+    if not isinstance(data, (bytes, bytearray)):
+        raise TypeError(f"a command is bytes, not {type(data).__name__}")
+    # pysyncobj mis-handles messages above 64 KiB (its chunking path), and pickling inflates
+    # bytes ~1.7x: refuse before anything enters the log.
+    if len(data) > limits.command_bytes_max:
+        raise LimitExceeded(
+            f"command is {len(data)} bytes; the limit is {limits.command_bytes_max}")
+
+
+_ROLE_BY_RAFT_STATE = {0: "follower", 1: "candidate", 2: "leader"}
+
+_DEFINITE_NO_LEADER = (FAIL_REASON.MISSING_LEADER, FAIL_REASON.NOT_LEADER)
+_REASON_NAMES = {v: k for k, v in vars(FAIL_REASON).items() if k.isupper()}
+
+
+# ---------------------------------------------------------------------------------------------
+# RaftNode
+# ---------------------------------------------------------------------------------------------
+
+class RaftNode:
+    """One member of a static Raft group replicating ``state``.
+
+    :param self_addr: this node's ``host:port``; the Raft port binds on that host only.
+    :param peers: every member's ``host:port`` (this node's may be included).
+    :param data_dir: holds the journal (``raft.journal``, ``.meta``) and the full dump
+        (``raft.dump``); created if missing; locked against a second node.
+    :param secret: the cluster secret (pysyncobj's ``password``); never empty.
+    :param state: a *freshly constructed* state (``lock``: RLock, ``apply_bytes``, ``snapshot``,
+        ``restore``); the node rebuilds it from ``data_dir`` and the group.
+    :param on_role_change: ``f(is_leader: bool)``, called on the event loop whenever this node
+        gains or loses leadership.
+    :param dial_map: ``{peer_addr: proxy_addr}``: dial the proxy instead of the peer.
+    :param conf_overrides: SyncObjConf options over ``RAFT_CONF_DEFAULTS`` (not the reserved
+        ones: password, files, bind address, callbacks, membership, serializer, fork).
+    :param barrier_command: the bytes ``barrier()`` proposes; by default ``BARRIER_NOOP``, which
+        never reaches the state.
+    """
+
+    def __init__(self, *, self_addr: str, peers: list[str], data_dir: str, secret: str,
+                 state, on_role_change: Callable[[bool], Any] | None = None,
+                 dial_map: dict[str, str] | None = None, conf_overrides: dict | None = None,
+                 barrier_command: bytes | None = None):
+        if not isinstance(secret, str) or not secret:
+            raise ValueError("a cluster secret is required: pysyncobj unpickles whatever reaches "
+                             "its port unless every message is authenticated")
+        self_host, _ = _parse_addr(self_addr, "self_addr")
+        for p in peers:
+            _parse_addr(p, "peer")
+        for k, v in (dial_map or {}).items():
+            _parse_addr(k, "dial_map key")
+            _parse_addr(v, "dial_map value")
+            if k not in peers or k == self_addr:
+                raise ValueError(f"dial_map key {k!r} is not a peer")
+        if not isinstance(getattr(state, "lock", None), type(threading.RLock())):
+            raise TypeError("state.lock must be a threading.RLock (snapshots re-enter it)")
+        overrides = dict(conf_overrides or {})
+        reserved = sorted(set(overrides) & _RESERVED_CONF_KEYS)
+        if reserved:
+            raise ValueError(f"conf_overrides may not set {', '.join(reserved)}")
+        if barrier_command is not None:
+            _check_command(barrier_command)
+
+        self._self_addr = self_addr
+        self._peers = sorted({p for p in peers if p != self_addr})
+        self._members = sorted(set(self._peers) | {self_addr})
+        self._data_dir = os.path.abspath(data_dir)
+        self._state = state
+        self._on_role_change = on_role_change
+        self._dial_map = dict(dial_map or {})
+        self._barrier_command = BARRIER_NOOP if barrier_command is None else bytes(barrier_command)
+        self.counters: dict[str, int] = {}
+
+        os.makedirs(self._data_dir, exist_ok=True)
+        options = dict(RAFT_CONF_DEFAULTS)
+        options.update(overrides)
+        options.update(
+            password=secret,
+            journalFile=os.path.join(self._data_dir, "raft.journal"),
+            fullDumpFile=os.path.join(self._data_dir, "raft.dump"),
+            # pysyncobj binds 0.0.0.0 unless told otherwise.
+            bindAddress=self_addr,
+            onStateChanged=self._on_state_changed,
+        )
+        self._conf = make_conf(**options)
+        if self_host in ("0.0.0.0", "::"):
+            logger.warning("replication.bind_all_interfaces addr=%s", self_addr)
+
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._sync: SyncObj | None = None
+        self._consumer: _StateConsumer | None = None
+        self._lock_fd: int | None = None
+        self._stopped = False
+        self._raft_state = 0           # written by the tick thread (onStateChanged)
+        self._leader_flag = False      # last leadership value handed to on_role_change
+        self._pending: set[asyncio.Future] = set()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Bind the event loop used for callbacks and start pysyncobj (its tick thread binds the
+        port and connects to the peers in the background).
+
+        :raises RuntimeError: when started twice, or when another node holds ``data_dir``.
+        """
+        if self._sync is not None or self._stopped:
+            raise RuntimeError("a RaftNode starts once; build a new one (with a fresh state)")
+        self._loop = loop
+        self._lock_data_dir()
+        try:
+            self._consumer = _StateConsumer(self._state)
+            transport = functools.partial(_RaftTransport, dial_map=self._dial_map,
+                                          counters=self.counters)
+            self._sync = SyncObj(self._self_addr, self._peers, conf=self._conf,
+                                 consumers=[self._consumer], transportClass=transport)
+            self._sync.addOnTickCallback(self._consumer._release_snapshot_lock)
+        except BaseException:
+            self._unlock_data_dir()
+            raise
+        logger.info("replication.started self=%s members=%s data_dir=%s", self._self_addr,
+                    ",".join(self._members), self._data_dir)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Destroy the SyncObj, join its tick thread, release the port and ``data_dir``.
+        Proposals still waiting raise ``Indeterminate``. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        sync, self._sync = self._sync, None
+        if sync is not None:
+            sync.destroy()
+            deadline = time.monotonic() + timeout_s
+            while sync.tick_thread_alive() and time.monotonic() < deadline:
+                time.sleep(0.005)
+            if sync.tick_thread_alive():
+                logger.error("replication.stop_timeout self=%s: tick thread still running",
+                             self._self_addr)
+            else:
+                self._close_leaked_fds(sync)
+        for fut in list(self._pending):
+            if not fut.done():
+                fut.set_result((None, "stopped"))
+        self._pending.clear()
+        if self._leader_flag:
+            self._leader_flag = False
+            self._deliver_role(False)
+        self._unlock_data_dir()
+        logger.info("replication.stopped self=%s", self._self_addr)
+
+    @staticmethod
+    def _close_leaked_fds(sync: SyncObj) -> None:
+        # With appendEntriesUseBatch off, SyncObj wakes its poller through a pipe that destroy()
+        # never closes: two fds per node. Closed here once the tick thread is gone.
+        notifier = getattr(sync, "_SyncObj__pipeNotifier", None)
+        for name in ("_PipeNotifier__pipeR", "_PipeNotifier__pipeW"):
+            fd = getattr(notifier, name, None)
+            if isinstance(fd, int):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+    def _lock_data_dir(self, wait_s: float = 10.0) -> None:
+        # Two nodes on one journal would corrupt it (it is an mmap). A dump writer forked by a
+        # previous node inherits the lock until it exits, so a restart also waits for it: its
+        # late rename could otherwise put an older dump behind a newer, compacted journal.
+        path = os.path.join(self._data_dir, "raft.lock")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as e:
+                if e.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() > deadline:
+                    os.close(fd)
+                    raise RuntimeError(f"data dir {self._data_dir} is in use by another node")
+                time.sleep(0.02)
+        self._lock_fd = fd
+
+    def _unlock_data_dir(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # -- callbacks from the tick thread ------------------------------------------------------
+
+    def _on_state_changed(self, old_state, new_state) -> None:
+        # Tick thread, inside pysyncobj's message handling: must never raise.
+        try:
+            self._raft_state = new_state
+            is_leader = new_state == 2
+            if is_leader != self._leader_flag:
+                self._leader_flag = is_leader
+                logger.info("replication.role self=%s role=%s term=%s", self._self_addr,
+                            _ROLE_BY_RAFT_STATE.get(new_state), self._term_or_none())
+                self._deliver_role(is_leader)
+        except BaseException:  # noqa: BLE001
+            pass
+
+    def _term_or_none(self):
+        sync = self._sync
+        return None if sync is None else sync.raftCurrentTerm
+
+    def _deliver_role(self, is_leader: bool) -> None:
+        if self._on_role_change is not None:
+            _post(self._loop, self._call_role_change, is_leader)
+
+    def _call_role_change(self, is_leader: bool) -> None:
+        try:
+            self._on_role_change(is_leader)
+        except Exception:
+            logger.exception("replication.on_role_change_raised")
+
+    # -- proposals ---------------------------------------------------------------------------
+
+    def _submit(self, data: bytes) -> asyncio.Future:
+        loop = self._loop
+        fut = loop.create_future()
+        self._pending.add(fut)
+        fut.add_done_callback(self._pending.discard)
+
+        def on_result(result, reason, _fut=fut, _loop=loop):
+            # Tick thread (or this thread for QUEUE_FULL). Must never raise: pysyncobj would
+            # apply the entry again.
+            _post(_loop, _settle, _fut, (result, reason))
+
+        try:
+            self._consumer._apply(data, callback=on_result)
+        except OSError as e:
+            # The command is queued; only waking the tick thread failed (its notify pipe is
+            # full: the thread is behind). The result will still come.
+            logger.debug("replication.notify_failed error=%r", e)
+        except Exception as e:  # noqa: BLE001
+            fut.cancel()
+            raise Indeterminate(f"submitting the command failed: {type(e).__name__}",
+                                leader=self._leader_id()) from e
+        return fut
+
+    def _leader_id(self) -> str | None:
+        sync = self._sync
+        leader = None if sync is None else sync._getLeader()
+        return None if leader is None else leader.id
+
+    def _reachable_leader(self) -> tuple[bool, str]:
+        sync = self._sync
+        leader = sync._getLeader()
+        if leader is None:
+            return False, "no leader (election in progress or no quorum)"
+        if leader == sync.selfNode:
+            return (True, "") if sync._isLeader() else (False, "no leader")
+        if not sync.isNodeConnected(leader):
+            return False, f"leader {leader.id} is not reachable from {self._self_addr}"
+        return True, ""
+
+    async def propose(self, data: bytes, timeout_s: float = 5.0) -> dict:
+        """Replicate one command and return ``apply_bytes``'s result, as applied on this node.
+
+        While there is no reachable leader, waits for one until the deadline, resubmitting only
+        after definite failures.
+
+        :raises Unavailable: the command did not happen (no leader, queue full, discarded).
+        :raises Indeterminate: it may still happen (leader changed, timeout, node stopped).
+        :raises LimitExceeded: the command is larger than ``limits.command_bytes_max``.
+        """
+        _check_command(data)
+        if timeout_s <= 0:
+            raise ValueError("timeout_s must be > 0")
+        if self._sync is None:
+            raise Unavailable("raft node is not running", leader=None)
+        loop = self._loop
+        if asyncio.get_running_loop() is not loop:
+            raise RuntimeError("propose() must run on the loop given to start()")
+        data = bytes(data)
+        deadline = loop.time() + timeout_s
+        why = ""
+        while True:
+            if self._sync is None:
+                raise Unavailable("raft node stopped", leader=None)
+            ok, why = self._reachable_leader()
+            if ok:
+                fut = self._submit(data)
+                remaining = deadline - loop.time()
+                try:
+                    result, reason = await asyncio.wait_for(fut, max(remaining, 0.001))
+                except asyncio.TimeoutError:
+                    raise Indeterminate(
+                        f"no result within {timeout_s:g} s; the command may still apply",
+                        leader=self._leader_id()) from None
+                if reason == FAIL_REASON.SUCCESS:
+                    return result
+                if reason == "stopped":
+                    raise Indeterminate("raft node stopped before the result arrived",
+                                        leader=None)
+                name = _REASON_NAMES.get(reason, str(reason))
+                if reason in _DEFINITE_NO_LEADER:
+                    why = f"no leader accepted the command ({name})"
+                elif reason == FAIL_REASON.QUEUE_FULL:
+                    raise Unavailable("raft command queue is full", leader=self._leader_id(),
+                                      reason=name)
+                elif reason in (FAIL_REASON.DISCARDED, FAIL_REASON.REQUEST_DENIED):
+                    raise Unavailable(f"command not applied ({name})", leader=self._leader_id(),
+                                      reason=name)
+                else:  # LEADER_CHANGED, UNKNOWN_OUTCOME, anything new
+                    raise Indeterminate(f"outcome unknown ({name}); the command may still apply",
+                                        leader=self._leader_id(), reason=name)
+            if deadline - loop.time() <= _RETRY_PAUSE_S:
+                leader = self._leader_id()
+                raise Unavailable(f"{why}; last known leader: {leader or 'none'}", leader=leader)
+            await asyncio.sleep(_RETRY_PAUSE_S)
+
+    async def barrier(self, timeout_s: float = 5.0) -> None:
+        """Commit a no-op and wait until this node applied it: a read of the local state after
+        this returns sees every write acknowledged before the call (a linearizable read through
+        the log; pysyncobj has no ReadIndex or leader lease).
+
+        :raises Unavailable, Indeterminate: as ``propose``.
+        """
+        await self.propose(self._barrier_command, timeout_s)
+
+    # -- introspection -------------------------------------------------------------------------
+
+    def is_leader(self) -> bool:
+        """Whether this node is in the leader role now. A leader cut off from the majority keeps
+        this True for up to leaderFallbackTimeout: decide nothing on it alone."""
+        sync = self._sync
+        return sync is not None and sync._isLeader()
+
+    def status(self) -> dict:
+        """A snapshot of this node's view, read without locks (single attribute reads are atomic
+        under the GIL; ``SyncObj.getStatus()`` iterates dicts the tick thread may grow)."""
+        sync = self._sync
+        if sync is None:
+            return {"self": self._self_addr, "role": "follower", "leader": None, "term": 0,
+                    "commit_index": 0, "last_applied": 0, "members": list(self._members),
+                    "is_leader": False, "running": False, "peers_connected": []}
+        leader = sync._getLeader()
+        role = _ROLE_BY_RAFT_STATE.get(self._raft_state, "follower")
+        return {
+            "self": self._self_addr,
+            "role": role,
+            "leader": None if leader is None else leader.id,
+            "term": sync.raftCurrentTerm,
+            "commit_index": sync.raftCommitIndex,
+            "last_applied": sync.raftLastApplied,
+            "members": list(self._members),
+            "is_leader": role == "leader",
+            "running": True,
+            "peers_connected": sorted(n.id for n in sync.otherNodes if sync.isNodeConnected(n)),
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# LocalLog
+# ---------------------------------------------------------------------------------------------
+
+class LocalLog:
+    """A single in-process replica with RaftNode's API, for tests of the upper layers.
+
+    ``propose`` applies at once under ``state.lock`` and returns the result; the node is always
+    the leader (term 1) unless a test calls ``set_leader(False)``; ``commit_index`` counts the
+    commands applied (``barrier`` counts only when a ``barrier_command`` is applied).
+
+    Test hooks: ``set_leader(flag)`` (delivers ``on_role_change``; while not leader, proposals
+    raise ``Unavailable``) and ``fail_next(exc, count=1)`` (the next proposals raise ``exc``
+    without applying, e.g. ``Indeterminate(...)``).
+    """
+
+    def __init__(self, state, *, self_addr: str = "local", on_role_change=None,
+                 barrier_command: bytes | None = None):
+        self._state = state
+        self._self_addr = self_addr
+        self._on_role_change = on_role_change
+        self._barrier_command = barrier_command
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._leader = True
+        self._running = False
+        self._index = 0
+        self._failures: list[BaseException] = []
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._running = True
+        if self._on_role_change is not None:
+            loop.call_soon(self._on_role_change, True)
+
+    def stop(self) -> None:
+        if self._running and self._leader and self._on_role_change is not None \
+                and self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon(self._on_role_change, False)
+        self._running = False
+
+    def set_leader(self, flag: bool) -> None:
+        flag = bool(flag)
+        if flag != self._leader:
+            self._leader = flag
+            if self._on_role_change is not None and self._loop is not None:
+                self._loop.call_soon(self._on_role_change, flag)
+
+    def fail_next(self, exc: BaseException, count: int = 1) -> None:
+        self._failures.extend([exc] * count)
+
+    def _apply(self, data: bytes) -> dict:
+        with self._state.lock:
+            result = self._state.apply_bytes(bytes(data))
+            self._index += 1
+        return result
+
+    async def propose(self, data: bytes, timeout_s: float = 5.0) -> dict:
+        _check_command(data)
+        if not self._running:
+            raise Unavailable("local log is not running", leader=None)
+        if self._failures:
+            raise self._failures.pop(0)
+        if not self._leader:
+            raise Unavailable("no leader (LocalLog.set_leader(False))", leader=None)
+        return self._apply(data)
+
+    async def barrier(self, timeout_s: float = 5.0) -> None:
+        if not self._running:
+            raise Unavailable("local log is not running", leader=None)
+        if not self._leader:
+            raise Unavailable("no leader (LocalLog.set_leader(False))", leader=None)
+        if self._barrier_command is not None:
+            self._apply(self._barrier_command)
+
+    def is_leader(self) -> bool:
+        return self._running and self._leader
+
+    def status(self) -> dict:
+        leader = self._running and self._leader
+        return {
+            "self": self._self_addr,
+            "role": "leader" if leader else "follower",
+            "leader": self._self_addr if leader else None,
+            "term": 1,
+            "commit_index": self._index,
+            "last_applied": self._index,
+            "members": [self._self_addr],
+            "is_leader": leader,
+            "running": self._running,
+            "peers_connected": [],
+        }

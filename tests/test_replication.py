@@ -1,0 +1,511 @@
+"""Tests of raftsched.replication: the pysyncobj adapter and LocalLog.
+
+The cluster tests run three real RaftNodes (pysyncobj, one tick thread each) in this process on
+free loopback ports, with a fake state (counters in a dict, msgpack snapshots). They wait on
+conditions with deadlines, never on fixed sleeps, and stop every node they start.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+import time
+
+import msgpack
+import pytest
+
+from raftsched.core import limits
+from raftsched.core.errors import Indeterminate, LimitExceeded, RaftschedError, Unavailable
+from raftsched.replication import (
+    BARRIER_NOOP, LocalLog, RaftNode, _post, _StateConsumer, make_conf,
+)
+
+SECRET = "test-cluster-secret"
+#: Small compaction threshold so a few dozen commands force a full dump (and its restore path).
+COMPACT = {"logCompactionMinEntries": 20}
+
+
+# -- fakes and helpers ---------------------------------------------------------------------------
+
+class FakeState:
+    """The SchedulerState interface over a dict of counters."""
+
+    def __init__(self):
+        self.lock = threading.RLock()
+        self.counters: dict[str, int] = {}
+        self.restores = 0
+
+    def apply_bytes(self, data: bytes) -> dict:
+        with self.lock:
+            try:
+                cmd = msgpack.unpackb(data, raw=False)
+            except Exception as e:  # apply_bytes never raises...
+                return {"ok": False, "error": {"code": "invalid_command", "message": str(e),
+                                               "field": None}}
+            if cmd.get("op") == "raise":  # ...except this one, to test the adapter's guard
+                raise RuntimeError("apply bug")
+            if cmd.get("op") == "incr":
+                key = cmd["key"]
+                self.counters[key] = self.counters.get(key, 0) + 1
+                return {"ok": True, "value": self.counters[key]}
+            return {"ok": True}
+
+    def snapshot(self) -> bytes:
+        with self.lock:
+            return msgpack.packb({"counters": self.counters}, use_bin_type=True)
+
+    def restore(self, data: bytes) -> None:
+        with self.lock:
+            self.counters = dict(msgpack.unpackb(data, raw=False)["counters"])
+            self.restores += 1
+
+    def read(self) -> dict:
+        with self.lock:
+            return dict(self.counters)
+
+
+def incr(key: str = "k") -> bytes:
+    return msgpack.packb({"op": "incr", "key": key})
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def wait_until(cond, timeout_s: float = 10.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        await asyncio.sleep(0.01)  # ok-sleep: the poll interval of a deadline-bounded wait
+
+
+async def propose_retrying(node, data: bytes, timeout_s: float = 10.0) -> dict:
+    """Propose, retrying only definite failures (Unavailable: the command did not happen), for
+    steps where a fail-over may be under way. An Indeterminate is not retried: a retried
+    increment could count twice, and the tests count."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return await node.propose(data, timeout_s=2.0)
+        except Unavailable:
+            if time.monotonic() > deadline:
+                raise
+
+
+class Cluster:
+    """Three RaftNodes on loopback; every node started here is stopped in close()."""
+
+    def __init__(self, tmp_path, addrs=None, conf_overrides=None, dial_maps=None):
+        self.addrs = addrs or [f"127.0.0.1:{free_port()}" for _ in range(3)]
+        self.dirs = {a: str(tmp_path / f"node{i}") for i, a in enumerate(self.addrs)}
+        self.conf_overrides = conf_overrides
+        self.dial_maps = dial_maps or {}
+        self.nodes: dict[str, RaftNode] = {}
+        self.states: dict[str, FakeState] = {}
+        self.roles: dict[str, list[bool]] = {}
+        self._all: list[RaftNode] = []
+
+    def start(self, addr: str) -> RaftNode:
+        loop = asyncio.get_running_loop()
+        state = FakeState()
+        events = self.roles.setdefault(addr, [])
+        node = RaftNode(self_addr=addr, peers=self.addrs, data_dir=self.dirs[addr], secret=SECRET,
+                        state=state, on_role_change=events.append,
+                        dial_map=self.dial_maps.get(addr), conf_overrides=self.conf_overrides)
+        self._all.append(node)
+        node.start(loop)
+        self.nodes[addr], self.states[addr] = node, state
+        return node
+
+    def start_all(self):
+        for a in self.addrs:
+            self.start(a)
+
+    def stop(self, addr: str):
+        self.nodes.pop(addr).stop()
+
+    def close(self):
+        for node in self._all:
+            node.stop()
+
+    async def agreed_leader(self, timeout_s: float = 10.0) -> str:
+        """Wait until exactly one running node leads and every running node names it."""
+        def agreed():
+            leaders = [a for a, n in self.nodes.items() if n.is_leader()]
+            if len(leaders) != 1:
+                return None
+            named = {n.status()["leader"] for n in self.nodes.values()}
+            return leaders[0] if named == {leaders[0]} else None
+        return await wait_until(agreed, timeout_s, "one agreed leader")
+
+    async def converged(self, expected: dict, timeout_s: float = 10.0):
+        """Barrier on every node, then compare its state. A barrier is a no-op, so retrying one
+        after any failure is safe (a restarted node may still force one election: no pre-vote)."""
+        deadline = time.monotonic() + timeout_s
+        for addr, node in self.nodes.items():
+            while True:
+                try:
+                    await node.barrier(timeout_s=2.0)
+                    break
+                except RaftschedError:
+                    if time.monotonic() > deadline:
+                        raise
+            assert self.states[addr].read() == expected, addr
+
+
+def run(coro_fn, *args):
+    return asyncio.run(coro_fn(*args))
+
+
+# -- configuration ---------------------------------------------------------------------------------
+
+def test_make_conf_refuses_an_unknown_key_and_names_it():
+    with pytest.raises(ValueError, match="raftMinTimeoutt"):
+        make_conf(raftMinTimeoutt=0.5)
+
+
+def test_make_conf_accepts_known_keys():
+    conf = make_conf(raftMinTimeout=0.5, raftMaxTimeout=1.0, appendEntriesUseBatch=False,
+                     leaderFallbackTimeout=1.0)
+    assert (conf.raftMinTimeout, conf.raftMaxTimeout) == (0.5, 1.0)
+    assert conf.appendEntriesUseBatch is False and conf.leaderFallbackTimeout == 1.0
+
+
+def test_make_conf_refuses_broken_timing_relations():
+    with pytest.raises(ValueError, match="raftMinTimeout"):
+        make_conf(raftMinTimeout=0.2, appendEntriesPeriod=0.1)
+    with pytest.raises(ValueError, match="connectionTimeout"):
+        make_conf(raftMinTimeout=0.5, raftMaxTimeout=3.0, connectionTimeout=1.0)
+
+
+def _node(tmp_path, **kw):
+    args = dict(self_addr="127.0.0.1:7001", peers=["127.0.0.1:7001"], data_dir=str(tmp_path),
+                secret=SECRET, state=FakeState())
+    args.update(kw)
+    return RaftNode(**args)
+
+
+def test_raft_node_refuses_an_empty_secret(tmp_path):
+    with pytest.raises(ValueError, match="secret"):
+        _node(tmp_path, secret="")
+    with pytest.raises(ValueError, match="secret"):
+        _node(tmp_path, secret=None)
+
+
+def test_raft_node_refuses_reserved_unknown_or_unsafe_overrides(tmp_path):
+    with pytest.raises(ValueError, match="password"):
+        _node(tmp_path, conf_overrides={"password": None})
+    with pytest.raises(ValueError, match="dynamicMembershipChange"):
+        _node(tmp_path, conf_overrides={"dynamicMembershipChange": True})
+    with pytest.raises(ValueError, match="leaderFallbackTimout"):
+        _node(tmp_path, conf_overrides={"leaderFallbackTimout": 1.0})
+
+
+# -- the adapter's guards, without a network ---------------------------------------------------
+
+def test_apply_never_raises_and_the_barrier_never_reaches_the_state():
+    state = FakeState()
+    consumer = _StateConsumer(state)
+    # _doApply=True is how pysyncobj runs a committed entry.
+    assert consumer._apply(incr("a"), _doApply=True) == {"ok": True, "value": 1}
+    failed = consumer._apply(msgpack.packb({"op": "raise"}), _doApply=True)
+    assert failed["ok"] is False and failed["error"]["code"] == "internal"
+    assert consumer._apply(BARRIER_NOOP, _doApply=True) == {"ok": True}
+    assert state.read() == {"a": 1}
+
+
+def test_post_to_a_closed_loop_does_not_raise():
+    loop = asyncio.new_event_loop()
+    loop.close()
+    _post(loop, lambda: None)
+    _post(None, lambda: None)
+
+
+def test_snapshot_roundtrip_through_the_consumer():
+    import pickle
+    state = FakeState()
+    state.apply_bytes(incr("x"))
+    consumer = _StateConsumer(state)
+    dumped = pickle.dumps(consumer._serialize(), 2)  # what the dump writer does
+    consumer._release_snapshot_lock()
+    assert state.lock.acquire(blocking=False)  # released
+    state.lock.release()
+    other = FakeState()
+    _StateConsumer(other)._deserialize(pickle.loads(dumped))
+    assert other.read() == {"x": 1} and other.restores == 1
+
+
+# -- LocalLog --------------------------------------------------------------------------------------
+
+def test_local_log_applies_synchronously_and_reports_leader():
+    async def main():
+        state = FakeState()
+        roles = []
+        log = LocalLog(state, on_role_change=roles.append)
+        log.start(asyncio.get_running_loop())
+        assert await log.propose(incr("a")) == {"ok": True, "value": 1}
+        assert await log.propose(incr("a")) == {"ok": True, "value": 2}
+        await log.barrier()
+        st = log.status()
+        assert st["role"] == "leader" and st["is_leader"] and log.is_leader()
+        assert (st["term"], st["commit_index"], st["leader"]) == (1, 2, "local")
+        await asyncio.sleep(0)  # ok-sleep: one loop turn runs the call_soon'd role change
+        assert roles == [True]
+
+        log.fail_next(Indeterminate("injected"))
+        with pytest.raises(Indeterminate):
+            await log.propose(incr("a"))
+        log.set_leader(False)
+        with pytest.raises(Unavailable):
+            await log.propose(incr("a"))
+        log.set_leader(True)
+        with pytest.raises(LimitExceeded):
+            await log.propose(b"x" * (limits.command_bytes_max + 1))
+        assert state.read() == {"a": 2} and log.status()["commit_index"] == 2
+        log.stop()
+        with pytest.raises(Unavailable):
+            await log.propose(incr("a"))
+        await asyncio.sleep(0)  # ok-sleep: one loop turn runs the call_soon'd role changes
+        assert roles == [True, False, True, False]
+    run(main)
+
+
+# -- three real nodes ------------------------------------------------------------------------------
+
+@pytest.mark.cluster
+@pytest.mark.timeout(60)
+def test_three_nodes_elect_replicate_and_fail_over(tmp_path):
+    async def main():
+        c = Cluster(tmp_path, conf_overrides=COMPACT)
+        try:
+            c.start_all()
+            leader = await c.agreed_leader()
+            follower = next(a for a in c.addrs if a != leader)
+
+            # A proposal on a follower is forwarded and returns the result applied locally.
+            assert await c.nodes[follower].propose(incr("a")) == {"ok": True, "value": 1}
+            assert c.states[follower].read() == {"a": 1}
+
+            # An apply that raises is refused as a value; the node is not wedged.
+            failed = await c.nodes[leader].propose(msgpack.packb({"op": "raise"}))
+            assert failed["ok"] is False and failed["error"]["code"] == "internal"
+
+            for i in range(29):
+                node = c.nodes[c.addrs[i % 3]]
+                assert (await node.propose(incr("a")))["ok"]
+            await c.converged({"a": 30})
+
+            st = c.nodes[leader].status()
+            assert st["role"] == "leader" and st["is_leader"] and st["members"] == sorted(c.addrs)
+            assert st["term"] >= 1 and st["term"] == c.nodes[follower].status()["term"]
+            assert st["commit_index"] >= 31 and st["last_applied"] >= 31
+            assert c.nodes[follower].status()["role"] == "follower"
+            await wait_until(lambda: c.roles[leader] and c.roles[leader][-1] is True, 5,
+                             "on_role_change(True) on the leader")
+            # The keepalive flows on every node.
+            await wait_until(lambda: all(n.counters["keepalive_received"] > 0
+                                         for n in c.nodes.values()), 5, "keepalives")
+
+            # More than logCompactionMinEntries entries: every node writes a full dump (forked
+            # child), and the tick thread gives state.lock back afterwards.
+            await wait_until(lambda: all(os.path.exists(os.path.join(d, "raft.dump"))
+                                         for d in c.dirs.values()), 10, "dump files")
+            for s in c.states.values():
+                assert s.lock.acquire(timeout=2), "state.lock still held after a dump"
+                s.lock.release()
+
+            # Stop the leader: the others elect a new one and keep committing.
+            c.stop(leader)
+            await wait_until(lambda: c.roles[leader][-1] is False, 5, "role change on stop")
+            new_leader = await c.agreed_leader()
+            assert new_leader != leader
+            survivor = next(a for a in c.nodes)
+            assert (await propose_retrying(c.nodes[survivor], incr("a")))["value"] == 31
+            # Enough entries that the survivors compact past the old leader's log: it must
+            # come back through a snapshot install (or its own dump) plus the journal.
+            for _ in range(25):
+                await propose_retrying(c.nodes[new_leader], incr("b"))
+            c.start(leader)
+            await c.agreed_leader()
+            await c.converged({"a": 31, "b": 25})
+            assert c.states[leader].restores >= 1
+        finally:
+            c.close()
+    run(main)
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(60)
+def test_whole_cluster_restart_keeps_the_state(tmp_path):
+    async def main():
+        c = Cluster(tmp_path, conf_overrides=COMPACT)
+        try:
+            c.start_all()
+            leader = await c.agreed_leader()
+            for _ in range(30):
+                await c.nodes[leader].propose(incr("r"))
+            await c.converged({"r": 30})
+            await wait_until(lambda: all(os.path.exists(os.path.join(d, "raft.dump"))
+                                         for d in c.dirs.values()), 10, "dump files")
+            for _ in range(5):  # some entries after the dump, in the journal only
+                await c.nodes[leader].propose(incr("r"))
+            await c.converged({"r": 35})
+
+            for a in list(c.nodes):
+                c.stop(a)
+            c.start_all()  # fresh states, same data dirs
+            leader = await c.agreed_leader()
+            await c.converged({"r": 35})
+            assert all(s.restores >= 1 for s in c.states.values())  # the dump path ran
+            assert (await propose_retrying(c.nodes[leader], incr("r")))["value"] == 36
+        finally:
+            c.close()
+    run(main)
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(60)
+def test_a_minority_cannot_commit_and_says_so_within_the_deadline(tmp_path):
+    async def main():
+        c = Cluster(tmp_path)
+        try:
+            c.start_all()
+            leader = await c.agreed_leader()
+            await c.nodes[leader].propose(incr("m"))
+            # Keep the old leader: it believes it leads for leaderFallbackTimeout, then steps
+            # down. Either way nothing commits and propose must not hang.
+            for a in [a for a in c.addrs if a != leader]:
+                c.stop(a)
+            for node in (c.nodes[leader],):
+                for _ in range(2):  # once as a zombie leader, once after it stepped down
+                    started = time.monotonic()
+                    with pytest.raises((Unavailable, Indeterminate)):
+                        await node.propose(incr("m"), timeout_s=1.0)
+                    assert time.monotonic() - started < 2.0
+            await wait_until(lambda: not c.nodes[leader].is_leader(), 5, "leader fallback")
+            await wait_until(lambda: c.roles[leader][-1] is False, 5, "on_role_change(False)")
+            started = time.monotonic()
+            with pytest.raises(Unavailable) as info:
+                await c.nodes[leader].propose(incr("m"), timeout_s=0.5)
+            assert time.monotonic() - started < 1.5
+            assert "leader" in info.value.message
+        finally:
+            c.close()
+    run(main)
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(60)
+def test_a_follower_cut_off_from_the_leader_fails_definitely(tmp_path):
+    async def main():
+        c = Cluster(tmp_path)
+        try:
+            c.start_all()
+            leader = await c.agreed_leader()
+            lone = next(a for a in c.addrs if a != leader)
+            for a in [a for a in c.addrs if a != lone]:
+                c.stop(a)
+            # Once the follower has seen the links drop, it still names the dead leader but does
+            # not forward (the command would be lost) and reports Unavailable. (Before it has
+            # noticed, a forwarded command ends Indeterminate, which is also honest.)
+            await wait_until(lambda: c.nodes[lone].status()["peers_connected"] == [], 5,
+                             "the follower sees its links down")
+            assert c.nodes[lone].status()["leader"] == leader
+            started = time.monotonic()
+            with pytest.raises(Unavailable):
+                await c.nodes[lone].propose(incr("m"), timeout_s=1.0)
+            assert time.monotonic() - started < 2.0
+        finally:
+            c.close()
+    run(main)
+
+
+async def _forwarder(target_port: int, stats: dict):
+    """A loopback TCP forwarder (what a partition proxy will be): counts connections."""
+    async def pipe(reader, writer):
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def handle(reader, writer):
+        stats["connections"] += 1
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", target_port)
+        except OSError:
+            writer.close()
+            return
+        try:
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        except asyncio.CancelledError:  # the test's loop is shutting down
+            pass
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(60)
+def test_dial_map_routes_links_through_proxies_and_keeps_peer_ids(tmp_path):
+    async def main():
+        addrs = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+        servers, stats, dial_maps = [], {}, {a: {} for a in addrs}
+        try:
+            # pysyncobj's rule: of two nodes, the one with the larger address dials.
+            for a in addrs:
+                for b in addrs:
+                    if a > b:
+                        stats[(a, b)] = {"connections": 0}
+                        server = await _forwarder(int(b.rsplit(":", 1)[1]), stats[(a, b)])
+                        servers.append(server)
+                        port = server.sockets[0].getsockname()[1]
+                        dial_maps[a][b] = f"127.0.0.1:{port}"
+            c = Cluster(tmp_path, addrs=addrs, dial_maps=dial_maps)
+            try:
+                c.start_all()
+                leader = await c.agreed_leader()
+                follower = next(a for a in addrs if a != leader)
+                assert (await c.nodes[follower].propose(incr("p")))["ok"]
+                await c.converged({"p": 1})
+                assert all(s["connections"] >= 1 for s in stats.values()), stats
+                await wait_until(lambda: all(
+                    n.status()["peers_connected"] == sorted(set(addrs) - {a})
+                    for a, n in c.nodes.items()), 5, "all links up through the proxies")
+            finally:
+                c.close()
+        finally:
+            for s in servers:
+                s.close()
+    run(main)
+
+
+def test_raft_port_binds_only_on_the_given_host(tmp_path):
+    async def main():
+        port = free_port()
+        node = RaftNode(self_addr=f"127.0.0.1:{port}", peers=[f"127.0.0.1:{port}"],
+                        data_dir=str(tmp_path), secret=SECRET, state=FakeState())
+        try:
+            node.start(asyncio.get_running_loop())
+            await wait_until(node.is_leader, 10, "single-node leader")
+            assert (await node.propose(incr("s")))["value"] == 1
+            # Bound on 127.0.0.1 only: the same port is free on another loopback address.
+            with socket.socket() as s:
+                s.bind(("127.0.0.2", port))
+            # The data dir is locked against a second node.
+            other = RaftNode(self_addr=f"127.0.0.1:{free_port()}", peers=[], data_dir=str(tmp_path),
+                             secret=SECRET, state=FakeState())
+            with pytest.raises(RuntimeError, match="in use"):
+                other._lock_data_dir(wait_s=0.1)
+        finally:
+            node.stop()
+    run(main)
