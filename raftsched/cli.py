@@ -10,6 +10,7 @@ import os
 import sys
 import urllib.error
 import urllib.request
+import uuid
 
 from .core import limits
 from .node.node import ConfigError, NodeConfig, ensure_token, is_loopback, parse_hostport, read_secret_file, run_node
@@ -81,26 +82,35 @@ def cmd_node(args) -> int:
 
 # ---------------------------------------------------------------------------- client
 def _request(args, method: str, path: str, body=None) -> int:
+    """One API call. A mutation carries an Idempotency-Key and is retried with the same key when
+    its outcome is unknown (504), which the state machine deduplicates."""
     url = args.url.rstrip("/") + path
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method)
-    req.add_header("Content-Type", "application/json")
     token = args.token or os.environ.get("RAFTSCHED_TOKEN")
     if not token and os.path.exists(".raftsched/token"):
         with open(".raftsched/token") as f:
             token = f.read().strip()
-    if token:
-        req.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            out = resp.read().decode()
-            status = resp.status
-    except urllib.error.HTTPError as e:
-        out = e.read().decode()
-        status = e.code
-    except urllib.error.URLError as e:
-        print(f"raftsched: cannot reach {url}: {e.reason}", file=sys.stderr)
-        return 1
+    key = uuid.uuid4().hex
+    for attempt in range(4):
+        req = urllib.request.Request(url, data=data, method=method)
+        req.add_header("Content-Type", "application/json")
+        if method != "GET":
+            req.add_header("Idempotency-Key", key)
+        if token:
+            req.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                out = resp.read().decode()
+                status = resp.status
+        except urllib.error.HTTPError as e:
+            out = e.read().decode()
+            status = e.code
+        except urllib.error.URLError as e:
+            print(f"raftsched: cannot reach {url}: {e.reason}", file=sys.stderr)
+            return 1
+        if status != 504 or method == "GET" or attempt == 3:
+            break
+        print("raftsched: outcome unknown (504); retrying with the same Idempotency-Key", file=sys.stderr)
     try:
         print(json.dumps(json.loads(out), indent=2))
     except ValueError:
@@ -131,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("--log-level", default="info")
     n.set_defaults(func=cmd_node)
 
-    def client(name, help_, method, path_fn, body_fn=None):
+    def client(name, help_, *_):
         c = sub.add_parser(name, help=help_)
         c.add_argument("--url", default=os.environ.get("RAFTSCHED_URL", "http://127.0.0.1:8701"))
         c.add_argument("--token")
@@ -167,6 +177,28 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("name")
     c.add_argument("--limit", type=int, default=20)
     c.set_defaults(func=lambda a: _request(a, "GET", f"/v1/jobs/{a.name}/runs?limit={a.limit}"))
+
+    c = client("dlq", "list dead runs (optionally of one queue)", "GET", None)
+    c.add_argument("--queue")
+    c.set_defaults(func=lambda a: _request(a, "GET", "/v1/dlq" + (f"?queue={a.queue}" if a.queue else "")))
+    c = client("requeue", "requeue a dead run with a fresh attempt budget", "POST", None)
+    c.add_argument("run")
+    c.set_defaults(func=lambda a: _request(a, "POST", f"/v1/dlq/{a.run}/requeue"))
+    c = client("purge", "delete a dead run from its dead-letter queue", "DELETE", None)
+    c.add_argument("run")
+    c.set_defaults(func=lambda a: _request(a, "DELETE", f"/v1/dlq/{a.run}"))
+    c = client("queues", "queues: depth, running, oldest waiting, dead", "GET", None)
+    c.set_defaults(func=lambda a: _request(a, "GET", "/v1/queues"))
+    c = client("explain", "what an outage window would do to a job's slots", "POST", None)
+    c.add_argument("name")
+    c.add_argument("down_from", help="ISO time, e.g. 2026-12-01T01:58:45Z")
+    c.add_argument("down_to")
+    c.set_defaults(func=lambda a: _request(a, "POST", f"/v1/jobs/{a.name}/explain",
+                                           {"down_from": a.down_from, "down_to": a.down_to}))
+    c = client("preview", "a job's next slots, with DST marks", "GET", None)
+    c.add_argument("name")
+    c.add_argument("--count", type=int, default=10)
+    c.set_defaults(func=lambda a: _request(a, "GET", f"/v1/jobs/{a.name}/preview?count={a.count}"))
 
     args = p.parse_args(argv)
     return args.func(args)

@@ -53,9 +53,11 @@ class Service:
     async def put_job(self, name: str, raw, rid: str | None, create_only: bool = False) -> dict:
         spec = model.validate_job(name, raw)
         now = self.clock.now_ms()
-        anchor = now - now % 1000 + (1000 if now % 1000 else 0)  # interval slots on whole seconds
+        # Interval slots fall on whole seconds, counted from the creation time rounded up; the
+        # first is one interval after it (as Kubernetes, Dkron and APScheduler do), not at once.
+        anchor = now - now % 1000 + (1000 if now % 1000 else 0)
         sched = spec["schedule"]
-        cursor = now
+        cursor = anchor if "every_s" in sched else now
         if "at" in sched and sched["at"] <= now:
             # A one-shot time already past: its slot is due now and the misfire policy decides.
             cursor = sched["at"] - 1
@@ -272,7 +274,7 @@ class Service:
         spec = model.validate_job("preview", raw)
         now = self.clock.now_ms()
         anchor = now - now % 1000 + (1000 if now % 1000 else 0)
-        return {"slots": preview.preview(spec, anchor, now, count)}
+        return {"slots": preview.preview(spec, anchor, anchor if "every_s" in spec["schedule"] else now, count)}
 
     def explain_job(self, name: str, body) -> dict:
         spec, anchor = self._job_spec(name)

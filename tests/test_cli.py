@@ -1,0 +1,62 @@
+"""The raftsched command: node flag errors, and the client subcommands against one real node."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from procs import Cluster, REPO, wait_for
+
+
+def cli(*args, env=None, stdin=None):
+    return subprocess.run([sys.executable, "-m", "raftsched.cli", *args], capture_output=True, text=True,
+                          timeout=60, cwd=REPO, input=stdin, env=env)
+
+
+@pytest.mark.parametrize("extra,msg", [
+    (["--executors", "shell,ftp"], "unknown type(s) ftp"),
+    (["--slots", "1000"], "--slots must be"),
+    (["--lease-ttl-s", "0.1"], "--lease-ttl-s must be"),
+    (["--raft", "10.1.2.3:9000"], "not a loopback address"),
+    (["--api", "nohost"], "expected HOST:PORT"),
+])
+def test_node_flag_errors_are_one_line_and_exit_2(tmp_path, extra, msg):
+    c = Cluster(tmp_path, n=1)
+    argv = c.argv(0)[3:]  # drop python -m raftsched.cli
+    for flag, value in zip(extra[::2], extra[1::2]):
+        if flag in argv:
+            argv[argv.index(flag) + 1] = value
+        else:
+            argv += [flag, value]
+    p = cli(*argv)
+    assert p.returncode == 2, p.stderr
+    assert msg in p.stderr and "Traceback" not in p.stderr
+
+
+def test_client_subcommands(tmp_path):
+    c = Cluster(tmp_path, n=1)
+    c.start()
+    try:
+        c.wait_leader(30)
+        base = ["--url", c.url(0), "--token", c.token]
+        spec = {"schedule": {"every_s": 3600}, "executor": {"type": "shell", "argv": ["false"]},
+                "misfire": {"policy": "skip"}}
+        p = cli("put", "cj", "-", *base, stdin=json.dumps(spec))
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert json.loads(p.stdout)["created"] is True
+        p = cli("trigger", "cj", *base)
+        assert p.returncode == 0, p.stdout
+        run = json.loads(p.stdout)["run"]
+        wait_for(lambda: run in [r["id"] for r in json.loads(cli("dlq", *base).stdout)["runs"]], 30, "run dead")
+        p = cli("requeue", run, *base)
+        assert p.returncode == 0 and json.loads(p.stdout)["attempt"] == 2, p.stdout
+        p = cli("get", "nope", *base)
+        assert p.returncode == 1 and json.loads(p.stdout)["error"]["code"] == "not_found"
+        p = cli("put", "cj", "-", "--url", c.url(0), "--token", "wrong" * 8, stdin=json.dumps(spec))
+        assert p.returncode == 1 and json.loads(p.stdout)["error"]["code"] == "unauthorized"
+        p = cli("explain", "cj", "2026-12-01T00:00:00Z", "2026-12-01T03:00:00Z", *base)
+        assert p.returncode == 0 and json.loads(p.stdout)["slots_due"] == 3
+    finally:
+        c.stop()
