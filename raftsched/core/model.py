@@ -49,8 +49,10 @@ TARGET_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
 
 _TOP_FIELDS = {
     "schedule", "executor", "payload", "timeout_s", "misfire", "retry", "queue", "priority",
-    "tenant", "history", "description",
+    "tenant", "history", "description", "overlap", "jitter_s",
 }
+
+OVERLAP_POLICIES = ("allow", "forbid", "queue_one", "replace")
 
 
 def check_name(name, field: str = "name", max_chars: int = limits.job_name_chars_max) -> str:
@@ -94,12 +96,14 @@ def _obj(value, field: str, allowed: set[str]) -> dict:
 
 
 def validate_schedule(raw) -> dict:
-    sched = _obj(raw, "schedule", {"cron", "timezone", "every_s", "at"})
+    sched = _obj(raw, "schedule", {"cron", "timezone", "every_s", "at", "dst"})
     kinds = [k for k in ("cron", "every_s", "at") if k in sched]
     if len(kinds) != 1:
         raise InvalidSpec("must have exactly one of cron, every_s or at", field="schedule")
     if "timezone" in sched and kinds[0] != "cron":
         raise InvalidSpec("timezone applies to cron schedules only", field="schedule.timezone")
+    if "dst" in sched and kinds[0] != "cron":
+        raise InvalidSpec("dst applies to cron schedules only (intervals are absolute time)", field="schedule.dst")
     if kinds[0] == "cron":
         tz = sched.get("timezone", "UTC")
         if not isinstance(tz, str) or not tz:
@@ -107,7 +111,21 @@ def validate_schedule(raw) -> dict:
         schedule.zone(tz)
         expr = sched["cron"]
         schedule.check_cron(expr)
-        return {"cron": " ".join(expr.split()), "timezone": tz}
+        out = {"cron": " ".join(expr.split()), "timezone": tz}
+        if "dst" in sched:
+            dst = _obj(sched["dst"], "schedule.dst", {"spring_forward", "fall_back"})
+            norm = {}
+            if "spring_forward" in dst:
+                if dst["spring_forward"] not in ("skip", "run_after_gap"):
+                    raise InvalidSpec("must be skip or run_after_gap", field="schedule.dst.spring_forward")
+                norm["spring_forward"] = dst["spring_forward"]
+            if "fall_back" in dst:
+                if dst["fall_back"] not in ("once", "twice"):
+                    raise InvalidSpec("must be once or twice", field="schedule.dst.fall_back")
+                norm["fall_back"] = dst["fall_back"]
+            if norm:
+                out["dst"] = norm
+        return out
     if kinds[0] == "every_s":
         return {"every_s": _int(sched["every_s"], "schedule.every_s", limits.every_s_min, limits.every_s_max)}
     at = sched["at"]
@@ -194,6 +212,39 @@ def validate_retry(raw) -> dict:
     return out
 
 
+def validate_overlap(raw) -> dict:
+    o = _obj(raw if raw is not None else {}, "overlap", {"policy", "max_concurrent"})
+    policy = o.get("policy", "allow")
+    if policy not in OVERLAP_POLICIES:
+        raise InvalidSpec(f"must be one of {', '.join(OVERLAP_POLICIES)}", field="overlap.policy")
+    out = {"policy": policy}
+    if "max_concurrent" in o:
+        if policy != "allow":
+            raise InvalidSpec("applies to policy allow only", field="overlap.max_concurrent")
+        out["max_concurrent"] = _int(o["max_concurrent"], "overlap.max_concurrent", 1, 10_000)
+    return out
+
+
+def _add_jitter(name: str, sched: dict, jitter_s) -> None:
+    """Validate ``jitter_s`` and store it in the schedule: below the schedule's shortest interval
+    (checked over the next 200 slots for cron), so jittered slots keep their order."""
+    j = _int(jitter_s, "jitter_s", 0, 3600)
+    if j == 0:
+        return
+    if "at" in sched:
+        raise InvalidSpec("a one-shot schedule has nothing to spread", field="jitter_s")
+    if "every_s" in sched:
+        gap_s = sched["every_s"]
+    else:
+        start = schedule.parse_iso_ms("2026-01-01T00:00:00Z", "jitter_s")
+        slots = list(schedule.iter_slots(sched, start, 2**62, 0, 200))
+        gap_s = min((b - a for a, b in zip(slots, slots[1:])), default=10**9) / 1000
+    if j >= gap_s:
+        raise InvalidSpec(f"must be less than the schedule's shortest interval ({gap_s:g} s)", field="jitter_s")
+    sched["jitter_ms"] = j * 1000
+    sched["jitter_key"] = name
+
+
 def validate_job(name, raw) -> dict:
     """Validate a job spec and return its normalised form.
 
@@ -220,7 +271,10 @@ def validate_job(name, raw) -> dict:
         "priority": _int(raw.get("priority", limits.priority_default), "priority", 0, limits.priority_max),
         "tenant": check_name(raw.get("tenant", "default"), "tenant", limits.tenant_name_chars_max),
         "history": _int(raw.get("history", limits.history_per_job_default), "history", 1, limits.history_per_job_max),
+        "overlap": validate_overlap(raw.get("overlap")),
     }
+    if "jitter_s" in raw:
+        _add_jitter(name, spec["schedule"], raw["jitter_s"])
     if "description" in raw:
         d = raw["description"]
         if not isinstance(d, str) or len(d) > 1024:

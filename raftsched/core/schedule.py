@@ -19,6 +19,7 @@ DST (the default, documented in docs/design.md):
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -95,15 +96,39 @@ def _hour_is_wildcard(expr: str) -> bool:
     return hour.startswith("*")
 
 
-def _cron_next(expr: str, tz: str, after_ms: int) -> int | None:
+#: Slots one next-slot search may pass over: the second occurrences of a repeated hour (at
+#: most 3600 for a seconds cron) and one slot shifted past a spring-forward gap.
+_SKIPS_MAX = 4000
+
+
+def fall_back_once(expr: str, dst: dict | None) -> bool:
+    """Whether a repeated local time fires once (at its first occurrence). Explicit
+    ``dst.fall_back`` wins; by default fixed-hour expressions fire once and wildcard-hour ones
+    (``*``, ``*/n``) keep firing through the repeated hour, at real intervals (Vixie cron)."""
+    if dst and dst.get("fall_back"):
+        return dst["fall_back"] == "once"
+    return not _hour_is_wildcard(expr)
+
+
+def _gap_shifted(expr: str, dt: datetime) -> bool:
+    """Whether croniter moved this slot past a spring-forward gap: its local wall time does not
+    match the expression (02:30 that does not exist, fired at 03:00)."""
+    if dt.utcoffset() == (dt - timedelta(hours=3)).utcoffset():
+        return False  # no transition in the last three hours: nothing can have been shifted
+    six = len(expr.split()) == 6
+    return not croniter.match(expr, dt.replace(tzinfo=None), second_at_beginning=six)
+
+
+def _cron_next(expr: str, tz: str, after_ms: int, dst: dict | None = None) -> int | None:
     it = _cron_iter(expr, tz)
     z = zone(tz)
     start = datetime.fromtimestamp(after_ms / 1000, tz=UTC).astimezone(z)
-    repeat_once = not _hour_is_wildcard(expr)
+    repeat_once = fall_back_once(expr, dst)
+    skip_gap = bool(dst) and dst.get("spring_forward") == "skip"
     # croniter's set_current/get_next are not thread-safe on a shared instance; callers run on
     # one thread per process (the event loop), which is all that calls this.
     it.set_current(start, force=True)
-    for _ in range(4):
+    for _ in range(_SKIPS_MAX):
         try:
             nxt = it.get_next(datetime)
         except CroniterError:
@@ -112,7 +137,10 @@ def _cron_next(expr: str, tz: str, after_ms: int) -> int | None:
         if ms <= after_ms:
             continue
         if repeat_once and nxt.fold == 1 and _is_ambiguous(nxt):
-            # Second occurrence of a repeated local time: fires once (DST default).
+            # Second occurrence of a repeated local time: fires once.
+            continue
+        if skip_gap and _gap_shifted(expr, nxt):
+            # A local time that did not exist: spring_forward=skip drops it.
             continue
         return ms
     return None
@@ -124,12 +152,39 @@ def _is_ambiguous(dt: datetime) -> bool:
     return a != b
 
 
+def jitter_offset_ms(key: str, nominal_ms: int, jitter_ms: int) -> int:
+    """A slot's deterministic offset in [0, jitter_ms), whole seconds: a hash of the job name and the nominal
+    slot, so jobs that all say ``0 * * * *`` spread out, and every replica and every run of the
+    proposer agree."""
+    h = hashlib.blake2b(f"{key}@{nominal_ms}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "big") % max(1, jitter_ms // 1000) * 1000  # whole seconds
+
+
 def next_slot_after(schedule: dict, after_ms: int, anchor_ms: int) -> int | None:
     """The first slot strictly after ``after_ms``, or None when the schedule has no more.
+
+    A schedule with ``jitter_ms`` moves each nominal slot later by its jitter offset; validation
+    keeps the jitter below the schedule's shortest interval, so slots keep their order.
 
     :param schedule: a validated schedule (see model.validate_job)
     :param anchor_ms: where an interval schedule's slots start (the job's anchor)
     """
+    j = schedule.get("jitter_ms")
+    if not j:
+        return _nominal_next(schedule, after_ms, anchor_ms)
+    key = schedule["jitter_key"]
+    n = _nominal_next(schedule, after_ms - j, anchor_ms)
+    for _ in range(_SKIPS_MAX):
+        if n is None:
+            return None
+        s = n + jitter_offset_ms(key, n, j)
+        if s > after_ms:
+            return s
+        n = _nominal_next(schedule, n, anchor_ms)
+    return None
+
+
+def _nominal_next(schedule: dict, after_ms: int, anchor_ms: int) -> int | None:
     if "every_s" in schedule:
         every = schedule["every_s"] * 1000
         if after_ms < anchor_ms:
@@ -139,7 +194,7 @@ def next_slot_after(schedule: dict, after_ms: int, anchor_ms: int) -> int | None
     if "at" in schedule:
         at = schedule["at"]
         return at if at > after_ms else None
-    return _cron_next(schedule["cron"], schedule.get("timezone", "UTC"), after_ms)
+    return _cron_next(schedule["cron"], schedule.get("timezone", "UTC"), after_ms, schedule.get("dst"))
 
 
 def iter_slots(schedule: dict, after_ms: int, until_ms: int, anchor_ms: int, limit: int):
@@ -160,7 +215,7 @@ def count_slots(schedule: dict, after_ms: int, until_ms: int, anchor_ms: int, li
     intervals are counted exactly by arithmetic)."""
     if until_ms <= after_ms:
         return 0
-    if "every_s" in schedule:
+    if "every_s" in schedule and not schedule.get("jitter_ms"):
         first = next_slot_after(schedule, after_ms, anchor_ms)
         if first > until_ms:
             return 0
@@ -173,7 +228,7 @@ def count_slots(schedule: dict, after_ms: int, until_ms: int, anchor_ms: int, li
 
 def last_slots_until(schedule: dict, after_ms: int, until_ms: int, anchor_ms: int, count: int) -> list[int]:
     """The last ``count`` slots in (after_ms, until_ms], ascending."""
-    if "every_s" in schedule:
+    if "every_s" in schedule and not schedule.get("jitter_ms"):
         every = schedule["every_s"] * 1000
         first = next_slot_after(schedule, after_ms, anchor_ms)
         if first is None or first > until_ms:

@@ -58,6 +58,12 @@ def _check_stored_spec(spec) -> None:
     for key in ("priority", "timeout_s", "history"):
         if not _is_int(spec.get(key)):
             raise InvalidCommand(f"spec.{key} is malformed")
+    ov = spec.get("overlap")
+    if ov is not None and (not isinstance(ov, dict) or ov.get("policy") not in ("allow", "forbid", "queue_one", "replace")
+                           or ("max_concurrent" in ov and not _is_int(ov["max_concurrent"]))):
+        raise InvalidCommand("spec.overlap is malformed")
+    if "jitter_ms" in sched and (not _is_int(sched["jitter_ms"]) or not isinstance(sched.get("jitter_key"), str)):
+        raise InvalidCommand("spec.schedule jitter is malformed")
     m = spec["misfire"]
     if m.get("policy") not in ("fire_all", "fire_once", "skip") or not _is_int(m.get("grace_s")) or not _is_int(m.get("max_catchup")):
         raise InvalidCommand("spec.misfire is malformed")
@@ -293,7 +299,16 @@ class SchedulerState(ExecutionMixin):
                            key=lambda it: it[0])
             for slot, rec in items:
                 if rec is None:
-                    self._new_run(job, slot, now, f"{job['name']}@{slot}", "scheduled")
+                    rid = f"{job['name']}@{slot}"
+                    blocked = self._overlap(job, rid, now)
+                    if blocked is not None:
+                        # The slot is handled (the cursor passes it) but becomes a record.
+                        self._add_entry(job, {"id": rid, "job": job["name"], "slot": slot, "state": blocked,
+                                              "reason": "overlap", "kind": "recorded", "fired_at": now})
+                        job["stats"]["recorded"] += 1
+                        recorded += 1
+                        continue
+                    self._new_run(job, slot, now, rid, "scheduled")
                     fired += 1
                 else:
                     recorded += self._record(job, [rec], now)
@@ -328,6 +343,49 @@ class SchedulerState(ExecutionMixin):
                     and isinstance(r[1], str) and _is_int(r[2]) and _is_int(r[3])
                     and (r[4] is None or _is_int(r[4])) and after < r[2] <= r[3] <= upto):
                 raise InvalidCommand("record malformed")
+
+    # ------------------------------------------------------------------ overlap
+    def _active_runs(self, job: dict) -> list[dict]:
+        """The job's queued and running runs (scans its history, which bounds them)."""
+        out = []
+        for rid in self.history.get(job["name"], ()):
+            run = self.runs.get(rid)
+            if run is not None and run["state"] in ("queued", "running"):
+                out.append(run)
+        return out
+
+    def _overlap(self, job: dict, new_id: str, now: int) -> str | None:
+        """Apply the job's overlap policy to a slot about to become a run (DESIGN.md section 4).
+
+        :returns: None to create the run, or the state ("skipped" / "coalesced") to record the
+            slot as instead. ``replace`` revokes the active runs first: a running run's token
+            goes stale (its heartbeat and completion are refused, its worker kills it).
+        """
+        ov = job["spec"].get("overlap") or {"policy": "allow"}
+        policy = ov["policy"]
+        if policy == "allow" and "max_concurrent" not in ov:
+            return None
+        active = self._active_runs(job)
+        if policy == "allow":
+            return "skipped" if len(active) >= ov["max_concurrent"] else None
+        if policy == "forbid":
+            return "skipped" if active else None
+        if policy == "queue_one":
+            return "coalesced" if any(r["state"] == "queued" for r in active) else None
+        for run in active:  # replace
+            self._revoke(run, now, f"replaced by run {new_id} (overlap policy replace)")
+        return None
+
+    def _revoke(self, run: dict, now: int, why: str) -> None:
+        q = run["queue"]
+        if run["state"] == "running":
+            self._running_count[q] = self._running_count.get(q, 1) - 1
+            run.setdefault("attempts", []).append({
+                "attempt": run["attempt"], "token": run["fencing_token"], "worker": run["worker"],
+                "started_at": run["started_at"], "finished_at": now, "ok": False, "error": why})
+        else:
+            self._unqueue_count(run)
+        run.update(state="failed", error=why, finished_at=now, deadline=None)
 
     # ------------------------------------------------------------------ runs
     def _new_run(self, job: dict, slot: int, now: int, rid: str, kind: str) -> dict:
