@@ -1,0 +1,563 @@
+"""A small synchronous client of the raftsched admin API (standard library only).
+
+    from raftsched.client import Client
+
+    c = Client(["http://127.0.0.1:8701", "http://127.0.0.1:8702", "http://127.0.0.1:8703"],
+               token=open(".raftsched/token").read().strip())
+    c.put_job("nightly", {"schedule": {"cron": "30 2 * * *"}, ...})
+    with c.lock("reindex", owner="host-a", ttl_s=10) as lease:
+        store.write("index", data, token=lease.token)   # pass the token to EVERY downstream write
+
+How a call is routed and retried
+--------------------------------
+- The nodes are tried in order, starting with the last one that answered. A node that cannot be
+  reached (the connection is refused or times out before the request is sent) or that answers
+  503 (no leader: the command definitely did not happen) is skipped for the next one. When every
+  node was tried, the client waits (``Retry-After``, at most a second) and goes round again until
+  the call's deadline (``deadline_s``).
+- Every mutating call gets one ``Idempotency-Key`` (a uuid4 hex) for its whole life. On a 504 (the
+  outcome is unknown) or when the connection is lost after the request was sent, the same
+  request is sent again with the same key; the state machine applies it at most once and answers
+  the retry with the first result. If the deadline passes after such an unknown outcome, the
+  client raises :class:`~raftsched.core.errors.Indeterminate` (``definite`` is False: the command
+  may still have applied), never a plain ``Unavailable``.
+- Every other error status is raised at once as the typed error of its ``code``
+  (:meth:`RaftschedError.from_dict`), with ``.status`` (and ``.http_status``) set to the HTTP status.
+
+Locks, honestly
+---------------
+A lock here is a lease: it expires ``ttl_s`` after its last renewal unless renewed. Holding it does
+NOT make you safe by itself: your process can be paused (GC, SIGSTOP, a VM migration, a slow disk)
+for longer than the TTL, the lock passes to someone else, and then your process wakes up and
+writes, believing it still holds it. The only protection is the fencing token: every acquire
+returns a token that is larger than every token handed out before, cluster-wide, and the system
+you write to must refuse a write that carries a lower token than one it has already accepted (see
+``examples/fenced_store.py`` and ``docs/fencing.md``). Pass ``lease.token`` to every downstream write.
+"""
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import random
+import threading
+import time
+import urllib.parse
+import uuid
+from typing import Any
+
+from .core.errors import Conflict, Indeterminate, NotFound, RaftschedError, Unavailable
+
+log = logging.getLogger("raftsched.client")
+
+__all__ = ["Client", "Lock", "Lease", "LockHeld", "LockLost"]
+
+
+class LockHeld(Conflict):
+    """The lock is held by someone else. ``holder`` names them (when the node said so) and
+    ``expires_at_ms`` is when their lease ends unless renewed (epoch ms, by the cluster's clock)."""
+
+    @property
+    def holder(self) -> str | None:
+        return self.extra.get("holder")
+
+    @property
+    def expires_at_ms(self) -> int | None:
+        return self.extra.get("expires_at_ms")
+
+
+class LockLost(Conflict):
+    """A renew or release was refused: the token no longer holds the lock (it expired, and maybe
+    someone else holds it now). Stop writing with that token."""
+
+    @property
+    def holder(self) -> str | None:
+        return self.extra.get("holder")
+
+
+def _q(segment: str) -> str:
+    return urllib.parse.quote(str(segment), safe="")
+
+
+def _with_status(e: RaftschedError, status: int | None) -> RaftschedError:
+    e.status = status
+    if status is not None:
+        e.http_status = status
+    return e
+
+
+class _Node:
+    __slots__ = ("url", "host", "port", "https", "prefix")
+
+    def __init__(self, url: str) -> None:
+        u = urllib.parse.urlsplit(url if "://" in url else "http://" + url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"not an http(s) URL: {url!r}")
+        self.url = url
+        self.https = u.scheme == "https"
+        self.host = u.hostname
+        self.port = u.port or (443 if self.https else 80)
+        self.prefix = u.path.rstrip("/")
+
+
+class _NotSent(Exception):
+    """The request never left: the node is unreachable; nothing can have happened."""
+
+
+class _LostAfterSend(Exception):
+    """The request was sent but no (complete) answer came back: the outcome is unknown."""
+
+
+class Client:
+    """A synchronous, thread-safe client of a raftsched cluster.
+
+    :param urls: one base URL (``http://127.0.0.1:8701``) or a list of them, one per node.
+    :param token: the API bearer token (mutations need it when the node has one).
+    :param timeout_s: the socket timeout of one HTTP attempt. Keep it above the node's propose
+        timeout (5 s) so a write that waits for a new leader is not cut short.
+    :param deadline_s: how long one logical call keeps retrying (other nodes, 503, 504) before it
+        raises.
+    """
+
+    def __init__(self, urls: list[str] | str, token: str | None = None, timeout_s: float = 10.0,
+                 *, deadline_s: float = 30.0) -> None:
+        if isinstance(urls, str):
+            urls = [urls]
+        if not urls:
+            raise ValueError("give at least one node URL")
+        self._nodes = [_Node(u) for u in urls]
+        self.token = token
+        self.timeout_s = timeout_s
+        self.deadline_s = deadline_s
+        self._preferred = 0  # index of the node that answered last
+
+    @property
+    def urls(self) -> list[str]:
+        return [n.url for n in self._nodes]
+
+    # ------------------------------------------------------------------ transport
+    def _once(self, node: _Node, method: str, path: str, body: bytes | None, headers: dict,
+              timeout: float) -> tuple[int, dict, Any]:
+        cls = http.client.HTTPSConnection if node.https else http.client.HTTPConnection
+        conn = cls(node.host, node.port, timeout=timeout)
+        try:
+            try:
+                conn.connect()
+            except OSError as e:
+                raise _NotSent(f"{node.url}: {e}") from e
+            try:
+                conn.request(method, node.prefix + path, body=body, headers=headers)
+                resp = conn.getresponse()
+                raw = resp.read()
+            except (OSError, http.client.HTTPException) as e:
+                raise _LostAfterSend(f"{node.url}: {type(e).__name__}: {e}") from e
+            try:
+                data = json.loads(raw) if raw else None
+            except ValueError:
+                data = raw.decode(errors="replace")
+            return resp.status, dict((k.lower(), v) for k, v in resp.getheaders()), data
+        finally:
+            conn.close()
+
+    def request(self, method: str, path: str, body: Any = None, *, idempotent_key: str | None = None,
+                deadline_s: float | None = None, headers: dict | None = None) -> Any:
+        """Send one logical request and return the decoded JSON body of its 2xx answer.
+
+        A mutation (anything but GET/HEAD) carries one ``Idempotency-Key`` for all its retries
+        (``idempotent_key``, or a fresh uuid4 hex).
+
+        :raises RaftschedError: the typed error of the answer's ``code``, with ``.status``.
+        :raises Unavailable: no node answered, or none had a leader, until the deadline.
+        :raises Indeterminate: the last attempts' outcome is unknown (504 / lost after sending).
+        """
+        mutating = method not in ("GET", "HEAD")
+        hdrs = {"Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            hdrs["Content-Type"] = "application/json"
+        if mutating:
+            hdrs["Idempotency-Key"] = idempotent_key or uuid.uuid4().hex
+            if self.token:
+                hdrs["Authorization"] = f"Bearer {self.token}"
+        if headers:
+            hdrs.update(headers)
+        budget = self.deadline_s if deadline_s is None else deadline_s
+        deadline = time.monotonic() + budget
+        maybe_applied = False  # a 504 or a lost connection happened: never report "definitely not"
+        last: RaftschedError | None = None
+        attempts = 0
+        n = len(self._nodes)
+        while True:
+            retry_after = 0.0
+            start = self._preferred
+            for k in range(n):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 and attempts:
+                    break
+                attempts += 1
+                i = (start + k) % n
+                node = self._nodes[i]
+                try:
+                    status, rh, payload = self._once(node, method, path, data, hdrs,
+                                                     max(0.05, min(self.timeout_s, remaining)))
+                except _NotSent as e:
+                    last = _with_status(Unavailable(f"node unreachable: {e}", node=node.url), None)
+                    log.debug("client: %s", last.message)
+                    continue
+                except _LostAfterSend as e:
+                    maybe_applied = maybe_applied or mutating
+                    last = _with_status(Indeterminate(
+                        f"connection lost after sending {method} {path}: {e}; the request may have applied",
+                        node=node.url), None)
+                    log.info("client: %s (retrying with the same Idempotency-Key)", last.message)
+                    continue
+                if 200 <= status < 300:
+                    self._preferred = i
+                    return payload
+                err = self._error(status, payload, rh)
+                if status == 503:
+                    last = err
+                    try:
+                        retry_after = max(retry_after, float(rh.get("retry-after", "0.2")))
+                    except ValueError:
+                        retry_after = max(retry_after, 0.2)
+                    log.debug("client: %s answered 503: %s", node.url, err.message)
+                    continue
+                if status == 504:
+                    maybe_applied = maybe_applied or mutating
+                    last = err
+                    log.info("client: %s answered 504 (%s); retrying with the same Idempotency-Key",
+                             node.url, err.message)
+                    continue
+                self._preferred = i
+                raise err
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            # Every node was tried: wait a little (jittered), then go round again.
+            time.sleep(min(max(0.05, min(retry_after or 0.2, 1.0)) * random.uniform(0.7, 1.0), remaining))
+            if deadline - time.monotonic() <= 0:
+                break
+        assert last is not None
+        if maybe_applied and not isinstance(last, Indeterminate):
+            raise _with_status(Indeterminate(
+                f"gave up after {budget:g} s; an earlier attempt's outcome is unknown, so the request "
+                f"may have applied (last error: {last.message})"), None)
+        if isinstance(last, Unavailable) and last.status is None:
+            raise _with_status(Unavailable(
+                f"no node reachable within {budget:g} s ({', '.join(self.urls)}); last: {last.message}"), None)
+        raise last
+
+    @staticmethod
+    def _error(status: int, payload: Any, rh: dict) -> RaftschedError:
+        if isinstance(payload, dict) and isinstance(payload.get("error"), dict):
+            e = RaftschedError.from_dict(payload["error"])
+        else:
+            e = RaftschedError(f"HTTP {status}: {str(payload)[:200]}")
+        return _with_status(e, status)
+
+    def _get(self, path: str, params: dict | None = None) -> Any:
+        q = {k: v for k, v in (params or {}).items() if v is not None}
+        if q:
+            path += "?" + urllib.parse.urlencode(q)
+        return self.request("GET", path)
+
+    # ------------------------------------------------------------------ cluster and jobs
+    def cluster(self, consistent: bool = False) -> dict:
+        """``GET /v1/cluster``: the answering node, its role, the leader, members, indexes."""
+        return self._get("/v1/cluster", {"consistent": "true" if consistent else None})
+
+    def put_job(self, name: str, spec: dict, create_only: bool = False) -> dict:
+        """Create or replace a job; ``create_only`` sends ``If-None-Match: *`` (409 if it exists)."""
+        return self.request("PUT", f"/v1/jobs/{_q(name)}", spec,
+                            headers={"If-None-Match": "*"} if create_only else None)
+
+    def get_job(self, name: str, consistent: bool = False) -> dict:
+        return self._get(f"/v1/jobs/{_q(name)}", {"consistent": "true" if consistent else None})
+
+    def delete_job(self, name: str) -> dict:
+        return self.request("DELETE", f"/v1/jobs/{_q(name)}")
+
+    def list_jobs(self, limit: int = 100, after: str | None = None, consistent: bool = False) -> dict:
+        """One page: ``{"jobs", "next", "total"}``; pass ``after=page["next"]`` for the next one."""
+        return self._get("/v1/jobs", {"limit": limit, "after": after, "consistent": "true" if consistent else None})
+
+    def runs(self, name: str, limit: int = 100, state: str | None = None, slot: str | None = None,
+             consistent: bool = False) -> dict:
+        """A job's runs, newest first; ``slot`` is an ISO-8601 time."""
+        return self._get(f"/v1/jobs/{_q(name)}/runs",
+                         {"limit": limit, "state": state, "slot": slot,
+                          "consistent": "true" if consistent else None})
+
+    def get_run(self, run: str) -> dict:
+        return self._get(f"/v1/runs/{_q(run)}")
+
+    def trigger(self, name: str) -> dict:
+        """Start a manual run now (one run per call, even when the call is retried)."""
+        return self.request("POST", f"/v1/jobs/{_q(name)}/trigger")
+
+    def pause(self, name: str) -> dict:
+        return self.request("POST", f"/v1/jobs/{_q(name)}/pause")
+
+    def resume(self, name: str, catch_up: bool = False) -> dict:
+        path = f"/v1/jobs/{_q(name)}/resume" + ("?catch_up=true" if catch_up else "")
+        return self.request("POST", path)
+
+    # ------------------------------------------------------------------ queues, tenants, DLQ
+    def dlq(self, queue: str | None = None, limit: int = 100) -> dict:
+        return self._get("/v1/dlq", {"queue": queue, "limit": limit})
+
+    def dlq_requeue(self, run: str) -> dict:
+        return self.request("POST", f"/v1/dlq/{_q(run)}/requeue")
+
+    def queues(self) -> dict:
+        return self._get("/v1/queues")
+
+    def put_queue(self, name: str, max_depth: int | None = None, on_full: str | None = None) -> dict:
+        body = {k: v for k, v in (("max_depth", max_depth), ("on_full", on_full)) if v is not None}
+        return self.request("PUT", f"/v1/queues/{_q(name)}", body)
+
+    def tenants(self) -> dict:
+        return self._get("/v1/tenants")
+
+    def put_tenant(self, name: str, rate_per_s: float, burst: int | None = None) -> dict:
+        body: dict = {"rate_per_s": rate_per_s}
+        if burst is not None:
+            body["burst"] = burst
+        return self.request("PUT", f"/v1/tenants/{_q(name)}", body)
+
+    # ------------------------------------------------------------------ locks
+    def lock_acquire(self, name: str, owner: str, ttl_s: float, *, deadline_s: float | None = None) -> dict:
+        """Acquire lock ``name`` for ``ttl_s`` seconds: ``{"lock", "owner", "token", "expires_at"}``.
+
+        ``token`` is the fencing token: pass it to every write you make under the lock. Holding
+        the lock does not make you safe by itself (see the module docstring).
+
+        :raises LockHeld: someone else holds it (``.holder``, ``.expires_at_ms``).
+        """
+        try:
+            return self.request("POST", f"/v1/locks/{_q(name)}/acquire", {"owner": owner, "ttl_s": ttl_s},
+                                deadline_s=deadline_s)
+        except Conflict as e:
+            raise _retype(e, LockHeld) from None
+
+    def lock_renew(self, name: str, token: int, ttl_s: float | None = None, *,
+                   deadline_s: float | None = None) -> dict:
+        """Extend the lease of ``token`` by ``ttl_s`` (default: the TTL it was acquired with).
+
+        :raises LockLost: the token does not hold the lock any more.
+        """
+        body: dict = {"token": token}
+        if ttl_s is not None:
+            body["ttl_s"] = ttl_s
+        try:
+            return self.request("POST", f"/v1/locks/{_q(name)}/renew", body, deadline_s=deadline_s)
+        except Conflict as e:
+            raise _retype(e, LockLost) from None
+
+    def lock_release(self, name: str, token: int, *, deadline_s: float | None = None) -> dict:
+        """Release the lock held with ``token``.
+
+        :raises LockLost: the token did not hold it (it had expired already).
+        """
+        try:
+            return self.request("POST", f"/v1/locks/{_q(name)}/release", {"token": token}, deadline_s=deadline_s)
+        except Conflict as e:
+            raise _retype(e, LockLost) from None
+
+    def lock_info(self, name: str, consistent: bool = False) -> dict | None:
+        """The current holder ``{"lock", "owner", "token", "expires_at", "since"}``, or None."""
+        try:
+            return self._get(f"/v1/locks/{_q(name)}", {"consistent": "true" if consistent else None})
+        except NotFound:
+            return None
+
+    def lock(self, name: str, owner: str, ttl_s: float = 10.0, *, blocking: bool = False,
+             timeout_s: float | None = None) -> "Lock":
+        """A :class:`Lock` context manager: acquire, renew in the background, release on exit.
+
+        Holding the lock does not make you safe by itself; pass ``lease.token`` to every
+        downstream write, and check ``lease.lost`` before each one.
+        """
+        return Lock(self, name, owner, ttl_s, blocking=blocking, timeout_s=timeout_s)
+
+
+def _retype(e: Conflict, klass: type[Conflict]) -> Conflict:
+    if e.field == "Idempotency-Key" or (klass is LockHeld and "holder" not in e.extra):
+        return e  # a reused request id, or the cluster's lock limit: not about this lock's holder
+    new = klass(e.message, e.field, **e.extra)
+    return _with_status(new, getattr(e, "status", 409))
+
+
+class Lease:
+    """What a :class:`Lock` holds while it is held.
+
+    ``token`` is the fencing token: pass it to every downstream write; holding the lease does not
+    make you safe by itself. ``lost`` is set when a renew was refused, or when no renew has
+    succeeded for a whole TTL by this process's monotonic clock; after that, stop working: the
+    lock may belong to someone else already.
+    """
+
+    def __init__(self, name: str, owner: str, token: int, ttl_s: float, expires_at: str | None,
+                 valid_until: float) -> None:
+        self.name = name
+        self.owner = owner
+        self.token = token
+        self.ttl_s = ttl_s
+        self.expires_at = expires_at  # the cluster's view, ISO-8601 UTC
+        self.lost = threading.Event()
+        self.renewals = 0
+        #: time.monotonic() until which the lease is held at the earliest estimate: the send
+        #: time of the last successful acquire/renew plus the TTL.
+        self.valid_until = valid_until
+
+    def remaining_s(self) -> float:
+        """Seconds the lease is still held by the local estimate (0 when lost)."""
+        if self.lost.is_set():
+            return 0.0
+        return max(0.0, self.valid_until - time.monotonic())
+
+    def valid(self) -> bool:
+        """Not lost and not past its local estimate. Still NOT a guarantee: use the token."""
+        return self.remaining_s() > 0
+
+    def __repr__(self) -> str:
+        return (f"Lease({self.name!r}, owner={self.owner!r}, token={self.token}, "
+                f"lost={self.lost.is_set()}, remaining_s={self.remaining_s():.2f})")
+
+
+class Lock:
+    """A lock held with a lease that a background daemon thread renews every ``ttl_s / 3``.
+
+        with client.lock("reindex", owner="host-a", ttl_s=10) as lease:
+            for batch in work:
+                if lease.lost.is_set():
+                    break
+                sink.write(batch, fencing_token=lease.token)
+
+    Holding the lock does not make you safe by itself. Your process can stop for longer than the
+    TTL (GC pause, SIGSTOP, VM migration) between checking ``lease.lost`` and writing; meanwhile
+    another owner gets the lock. Pass ``lease.token`` to every downstream write and make the
+    downstream refuse a lower token than one it has already seen.
+
+    :param blocking: wait for the lock when it is held (polling until the holder's lease ends),
+        instead of raising :class:`LockHeld` at once.
+    :param timeout_s: with ``blocking``, how long to wait (None: forever); then LockHeld.
+
+    If acquiring raises :class:`~raftsched.core.errors.Indeterminate`, the lock may have been
+    granted to this owner anyway; nobody renews it, so it ends by its TTL.
+    """
+
+    def __init__(self, client: Client, name: str, owner: str, ttl_s: float = 10.0, *,
+                 blocking: bool = False, timeout_s: float | None = None) -> None:
+        self.client = client
+        self.name = name
+        self.owner = owner
+        self.ttl_s = float(ttl_s)
+        self.blocking = blocking
+        self.timeout_s = timeout_s
+        self.lease: Lease | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ acquire / release
+    def acquire(self) -> Lease:
+        if self.lease is not None:
+            raise RuntimeError(f"lock {self.name!r} is already acquired by this Lock object")
+        wait_until = None if self.timeout_s is None else time.monotonic() + self.timeout_s
+        while True:
+            sent = time.monotonic()
+            try:
+                res = self.client.lock_acquire(self.name, self.owner, self.ttl_s)
+                break
+            except LockHeld as e:
+                if not self.blocking:
+                    raise
+                now = time.monotonic()
+                if wait_until is not None and now >= wait_until:
+                    raise
+                # Poll: right after the holder's lease ends by its expiry if we know it (clocks
+                # differ, so never wait more than a second between attempts).
+                pause = 0.25
+                if e.expires_at_ms is not None:
+                    pause = e.expires_at_ms / 1000 - time.time() + 0.02
+                pause = min(max(pause, 0.05), 1.0) * random.uniform(0.8, 1.0)
+                if wait_until is not None:
+                    pause = min(pause, max(0.0, wait_until - now))
+                time.sleep(pause)
+        self.lease = Lease(self.name, self.owner, res["token"], self.ttl_s, res.get("expires_at"),
+                           valid_until=sent + self.ttl_s)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._renew_loop, args=(self.lease,),
+                                        name=f"raftsched-lock-renew:{self.name}", daemon=True)
+        self._thread.start()
+        return self.lease
+
+    def release(self) -> None:
+        """Stop renewing and release. A refused release (the lease had expired already) is
+        logged, not raised; so is a release that could not reach the cluster (the lease then ends
+        by its TTL)."""
+        lease = self.lease
+        if lease is None:
+            return
+        self._stop.set()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout=self.ttl_s + self.client.timeout_s)
+        self._thread = None
+        self.lease = None
+        try:
+            self.client.lock_release(self.name, lease.token, deadline_s=max(1.0, min(self.ttl_s, self.client.deadline_s)))
+        except LockLost as e:
+            log.info("lock %s: release of token %d refused (the lease had expired already): %s",
+                     self.name, lease.token, e.message)
+        except RaftschedError as e:
+            log.warning("lock %s: release of token %d failed (%s); it ends by its TTL",
+                        self.name, lease.token, e.message)
+        finally:
+            lease.lost.set()  # whatever happened, this lease is not held any more
+
+    def __enter__(self) -> Lease:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    # ------------------------------------------------------------------ renewals
+    def _renew_loop(self, lease: Lease) -> None:
+        interval = self.ttl_s / 3
+        retry = max(0.05, self.ttl_s / 10)
+        wait = interval
+        while not self._stop.wait(min(wait, max(0.0, lease.valid_until - time.monotonic()))):
+            left = lease.valid_until - time.monotonic()
+            if left <= 0:
+                log.warning("lock %s: no renew succeeded for a whole TTL (%.3g s); the lease is lost",
+                            self.name, self.ttl_s)
+                lease.lost.set()
+                return
+            sent = time.monotonic()
+            try:
+                # Bounded by what is left of the lease, so `lost` is set on time.
+                res = self.client.lock_renew(self.name, lease.token, self.ttl_s, deadline_s=left)
+            except LockLost as e:
+                log.warning("lock %s: renew refused, the lease is lost: %s", self.name, e.message)
+                lease.lost.set()
+                return
+            except RaftschedError as e:
+                log.warning("lock %s: renew failed (%s); retrying", self.name, e.message)
+                wait = retry
+                continue
+            except Exception:  # a bug here must not leave the holder believing it holds the lock
+                log.exception("lock %s: renew raised unexpectedly; the lease is treated as lost", self.name)
+                lease.lost.set()
+                return
+            if res.get("token") != lease.token:
+                log.warning("lock %s: renew answered token %s, not %d; the lease is lost",
+                            self.name, res.get("token"), lease.token)
+                lease.lost.set()
+                return
+            lease.valid_until = max(lease.valid_until, sent + self.ttl_s)
+            lease.expires_at = res.get("expires_at", lease.expires_at)
+            lease.renewals += 1
+            wait = interval
