@@ -81,6 +81,60 @@ def render() -> str:
             w("- no run.")
         w(f"- next slot: {e['next_slot']}.")
     w("")
+    w("## Overlap: a run of the job is still queued or running when the next slot fires")
+    w("")
+    w("Decided when the slot fires, from the replicated run states, so every replica agrees. A slot")
+    w("that does not become a run is recorded with reason `overlap`. Manual triggers are not subject to it.")
+    w("")
+    w("| `overlap.policy` | the new slot | the active run |")
+    w("|---|---|---|")
+    w("| `allow` (default) | a run; with `max_concurrent: N`, recorded `skipped` once N are active | untouched |")
+    w("| `forbid` | recorded `skipped` | untouched |")
+    w("| `queue_one` | a run if none of the job's runs is waiting, else recorded `coalesced` | untouched |")
+    w("| `replace` | a run | revoked: state `failed`, error `replaced by run ...`; its token goes stale, its worker kills it |")
+    w("")
+    w("A run waiting for a retry counts as active (queued).")
+    w("")
+    w("## Daylight saving time")
+    w("")
+    w("Cron is evaluated in the job's `timezone`. `schedule.dst` says what happens to local times that do")
+    w("not exist (`spring_forward`: `run_after_gap`, the default, fires once right after the gap; `skip` drops")
+    w("the slot) and to local times that happen twice (`fall_back`: `once` fires at the first occurrence;")
+    w("`twice` fires at both). When `fall_back` is not given, fixed-hour expressions fire `once` and")
+    w("wildcard-hour ones (`*`, `*/n` in the hour field) fire `twice`, at real intervals, so `*/5 * * * *`")
+    w("is not silent for an hour (Vixie cron's rule). Intervals (`every_s`) are absolute time and ignore DST.")
+    w("")
+    w("The slots below are `GET /v1/jobs/{name}/preview` output for the options (America/New_York):")
+    for title, cron, dst, start in [
+        ("spring forward, `30 2 * * *`", "30 2 * * *", None, "2026-03-07T00:00:00Z"),
+        ("spring forward, `30 2 * * *`, `spring_forward: skip`", "30 2 * * *", {"spring_forward": "skip"}, "2026-03-07T00:00:00Z"),
+        ("fall back, `30 1 * * *`", "30 1 * * *", None, "2026-10-31T00:00:00Z"),
+        ("fall back, `30 1 * * *`, `fall_back: twice`", "30 1 * * *", {"fall_back": "twice"}, "2026-10-31T00:00:00Z"),
+    ]:
+        sched = {"cron": cron, "timezone": "America/New_York"}
+        if dst:
+            sched["dst"] = dst
+        spec = model.validate_job("dst", {"schedule": sched, "executor": {"type": "shell", "argv": ["true"]},
+                                          "misfire": {"policy": "skip"}})
+        w("")
+        w(f"{title}:")
+        w("")
+        for sl in preview.preview(spec, 0, parse_iso_ms(start, "x"), 3):
+            marks = ", ".join(m for m in (sl.get("dst"), "ambiguous local time" if sl.get("ambiguous_local_time") else None) if m)
+            w(f"- {sl['slot']} = {sl['local']}" + (f" ({marks})" if marks else ""))
+    w("")
+    w("## Paused jobs")
+    w("")
+    w("A paused job fires nothing. `POST /v1/jobs/{name}/resume` records the slots that fell due while it")
+    w("was paused as one `skipped` range with reason `paused` and resumes from now; `?catch_up=true`")
+    w("leaves them due instead, for the misfire policy to decide.")
+    w("")
+    w("## Spreading `0 * * * *` storms: `jitter_s`")
+    w("")
+    w("`jitter_s: N` moves each slot later by a whole number of seconds below N, derived from a hash of")
+    w("the job name and the slot (never a random generator, so every replica and every leader agree). It")
+    w("must be below the schedule's shortest interval, so slots keep their order.")
+    w("")
     w("## Defaults, and why")
     w("")
     w(f"- `grace_s` = {limits.grace_s_default}: a leader fail-over (measured 0.4-1.5 s on a 2-core machine, "
