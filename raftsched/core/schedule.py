@@ -244,7 +244,7 @@ def last_slots_until(schedule: dict, after_ms: int, until_ms: int, anchor_ms: in
         lo = max(after_ms, until_ms - window_ms)
         out = list(iter_slots(schedule, lo, until_ms, anchor_ms, 10**6))
         if len(out) >= count or lo == after_ms:
-            return out[-count:]
+            return out[-count:] if count > 0 else []  # out[-0:] would be all of them
         window_ms *= 8
 
 

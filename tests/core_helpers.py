@@ -1,0 +1,138 @@
+"""Shared helpers for the tests of the pure core (raftsched/core).
+
+They build commands exactly the way the proposer does (node/service.py, node/trigger.py), so the
+tests exercise the same command shapes the cluster replicates. Nothing here reads a clock.
+"""
+from __future__ import annotations
+
+import msgpack
+
+from raftsched.core import commands, limits, model, policy, schedule
+from raftsched.core.state import SchedulerState
+
+#: 2026-05-28T20:26:40Z, a whole second; every test time is an offset from it.
+T0 = 1_780_000_000_000
+SEC = 1000
+MIN = 60 * SEC
+HOUR = 60 * MIN
+DAY = 24 * HOUR
+
+
+def ms(text: str) -> int:
+    return schedule.parse_iso_ms(text, "t")
+
+
+def raw_job(sched: dict, policy_name: str = "fire_all", grace_s: int | None = None,
+            max_catchup: int | None = None, **extra) -> dict:
+    misfire = {"policy": policy_name}
+    if grace_s is not None:
+        misfire["grace_s"] = grace_s
+    if max_catchup is not None:
+        misfire["max_catchup"] = max_catchup
+    raw = {"schedule": sched, "executor": {"type": "python", "target": "app.jobs:run"},
+           "misfire": misfire}
+    raw.update(extra)
+    return raw
+
+
+def spec_of(sched: dict, policy_name: str = "fire_all", grace_s: int | None = None,
+            max_catchup: int | None = None, name: str = "j", **extra) -> dict:
+    return model.validate_job(name, raw_job(sched, policy_name, grace_s, max_catchup, **extra))
+
+
+def put_cmd(state: SchedulerState | None, name: str, spec: dict, now: int, rid: str | None = None,
+            create_only: bool = False, anchor: int | None = None) -> dict:
+    """A put_job command as node/service.py proposes it: interval slots fall on whole seconds
+    from the creation time rounded up (the anchor), the first one interval after it."""
+    if anchor is None:
+        anchor = now - now % 1000 + (1000 if now % 1000 else 0)
+    sched = spec["schedule"]
+    cursor = anchor if "every_s" in sched else now
+    if "at" in sched and sched["at"] <= now:
+        cursor = sched["at"] - 1
+    if state is not None:
+        old = state.jobs.get(name)
+        if old is not None and old["spec"]["schedule"] == sched:
+            cursor, anchor = old["cursor"], old["anchor"]
+    nxt = schedule.next_slot_after(sched, cursor, anchor)
+    return commands.make("put_job", now, rid, name=name, spec=spec, next=nxt, cursor=cursor,
+                         anchor=anchor, create_only=create_only)
+
+
+def resume_cmd(state: SchedulerState, name: str, now: int, rid: str | None = None,
+               catch_up: bool = False) -> dict:
+    """A resume_job command as node/service.py proposes it."""
+    job = state.jobs[name]
+    spec, cursor, anchor, gen = job["spec"], job["cursor"], job["anchor"], job["gen"]
+    fields = {"name": name, "catch_up": catch_up}
+    if not catch_up:
+        upto = max(now, cursor)
+        rec = []
+        n = schedule.count_slots(spec["schedule"], cursor, upto, anchor, 100_000)
+        if n != 0:
+            first = schedule.next_slot_after(spec["schedule"], cursor, anchor)
+            last = schedule.last_slots_until(spec["schedule"], cursor, upto, anchor, 1)
+            rec = [["skipped", "paused", first, last[-1] if last else first, n]]
+        fields.update(gen=gen, after=cursor, upto=upto, rec=rec,
+                      next=schedule.next_slot_after(spec["schedule"], upto, anchor))
+    return commands.make("resume_job", now, rid, **fields)
+
+
+def apply(state: SchedulerState, cmd: dict) -> dict:
+    """Encode and apply, as replication does."""
+    return state.apply_bytes(commands.encode(cmd))
+
+
+def plan_tick(state: SchedulerState, now: int, limit: int = limits.fire_entries_max):
+    """What the leader's trigger does in one tick: pop due jobs, plan each, build one fire.
+
+    Returns (fire command or None, names popped). Jobs whose plan is None are pushed back.
+    """
+    jobs = state.pop_due(now, limit)
+    entries, names = [], []
+    for job in jobs:
+        plan = policy.plan_fire(job["spec"], job["anchor"], job["cursor"], now, job["gen"], job["name"])
+        if plan is None:
+            state.repush([job["name"]])
+            continue
+        entries.append(plan)
+        names.append(job["name"])
+    if not entries:
+        return None, names
+    return commands.make("fire", now, None, entries=entries), names
+
+
+def tick(state: SchedulerState, now: int):
+    """Plan and apply one tick. Returns (fire command or None, result or None)."""
+    cmd, names = plan_tick(state, now)
+    if cmd is None:
+        return None, None
+    res = apply(state, cmd)
+    if res.get("ok") and res.get("stale"):
+        state.repush(names)
+    return cmd, res
+
+
+def snap_obj(state: SchedulerState, drop=("applied",)) -> dict:
+    """The snapshot as a dict, minus the fields every apply changes by design (``applied``)."""
+    obj = msgpack.unpackb(state.snapshot(), raw=False, strict_map_key=False)
+    for k in drop:
+        obj.pop(k, None)
+    return obj
+
+
+def restored(state: SchedulerState) -> SchedulerState:
+    s = SchedulerState()
+    s.restore(state.snapshot())
+    return s
+
+
+def runs_of(state: SchedulerState, job: str, kind: str | None = None) -> list[dict]:
+    out = [state.runs[r] for r in state.history.get(job, [])]
+    if kind is not None:
+        out = [r for r in out if r["kind"] == kind]
+    return out
+
+
+def queued_count(state: SchedulerState, queue: str) -> int:
+    return sum(1 for r in state.runs.values() if r["state"] == "queued" and r["queue"] == queue)

@@ -1,0 +1,261 @@
+"""A stateful test of SchedulerState against a simple model (DESIGN.md section 9).
+
+The machine plays the cluster: proposers build commands exactly as node/service.py and the
+trigger loop do (pop_due + plan_fire), every command is applied to the state and to a follower
+replica, a second leader re-proposes old fires or plans from a lagging view, and the state is
+snapshotted and restored now and then. The model is a dict of jobs and the slots fired/recorded.
+"""
+from __future__ import annotations
+
+from hypothesis import HealthCheck, event, settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from raftsched.core import commands, policy, schedule
+from raftsched.core.state import SchedulerState
+
+from core_helpers import HOUR, MIN, SEC, T0, plan_tick, put_cmd, resume_cmd, spec_of
+
+NAMES = ("a", "b", "c")
+SPECS = [
+    spec_of({"every_s": 1}, "fire_all", grace_s=2, max_catchup=5, history=4),
+    spec_of({"every_s": 10}, "fire_once", grace_s=0, history=3),
+    spec_of({"every_s": 45}, "skip", grace_s=5, history=50),
+    spec_of({"every_s": 10}, "skip", grace_s=30, history=2),  # same schedule as SPECS[1]
+    spec_of({"cron": "*/20 * * * * *"}, "fire_all", grace_s=5, max_catchup=3, history=5),
+    spec_of({"cron": "0,30 * * * *", "timezone": "America/New_York"}, "fire_once", grace_s=60, history=10),
+    spec_of({"at": T0 + 2 * MIN}, "fire_all", history=5),
+]
+STEPS = st.sampled_from([1, 999, 5 * SEC, 21 * SEC, 61 * SEC, 10 * MIN, 3 * HOUR])
+
+
+def _fields(cmd: dict) -> dict:
+    return {k: v for k, v in cmd.items() if k not in ("v", "op", "now", "rid")}
+
+
+class SchedulerMachine(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        self.state = SchedulerState()
+        self.follower = SchedulerState()
+        self.now = T0
+        self.gen = 0
+        #: name -> {"spec", "gen", "cursor", "paused", "start", "anchor"}; start: where the
+        #: current schedule's coverage begins (creation, or a replace with a new schedule)
+        self.jobs: dict[str, dict] = {}
+        self.fired: dict[str, set[int]] = {}
+        self.recorded: dict[str, list[tuple[int, int, int]]] = {}
+        self.manual_ids: set[str] = set()
+        self.old_fires: list[bytes] = []
+        self.views: list[bytes] = []
+        self.last_fire_now = None
+
+    # ------------------------------------------------------------------ plumbing
+    def propose(self, cmd: dict) -> dict:
+        data = commands.encode(cmd)
+        res = self.state.apply_bytes(data)
+        assert self.follower.apply_bytes(data) == res, "the follower answered differently"
+        return res
+
+    def _apply_fire(self, cmd: dict) -> dict:
+        expected_stale = 0
+        accepted = []
+        for e in cmd["entries"]:
+            m = self.jobs.get(e["job"])
+            if m is None or m["gen"] != e["gen"] or m["cursor"] != e["after"] or m["paused"]:
+                expected_stale += 1
+            else:
+                accepted.append(e)
+        res = self.propose(cmd)
+        assert res["ok"], res
+        assert res["stale"] == expected_stale, (res, expected_stale)
+        event(f"fire: {len(accepted)} accepted, {expected_stale} stale")
+        event(f"fire: {'records' if any(e['rec'] for e in accepted) else 'no records'}")
+        assert res["fired"] == sum(len(e["runs"]) for e in accepted)
+        for e in accepted:
+            name = e["job"]
+            for slot in e["runs"]:
+                assert slot not in self.fired[name], f"slot {slot} of {name} fired twice"
+                self.fired[name].add(slot)
+            for _state, _reason, lo, hi, count in e["rec"]:
+                self.recorded[name].append((lo, hi, count))
+            self.jobs[name]["cursor"] = e["upto"]
+        return res
+
+    # ------------------------------------------------------------------ rules
+    @rule(name=st.sampled_from(NAMES), i=st.integers(0, len(SPECS) - 1), create_only=st.booleans(),
+          skew=st.sampled_from([0, 0, 0, 1, 1500, 40 * SEC]))
+    def put_job(self, name, i, create_only, skew):
+        """skew: the proposing node's clock is behind the leader's."""
+        spec = SPECS[i]
+        cmd = put_cmd(self.state, name, spec, self.now - skew, create_only=create_only)
+        res = self.propose(cmd)
+        old = self.jobs.get(name)
+        if old is not None and create_only:
+            assert not res["ok"] and res["error"]["code"] == "conflict"
+            return
+        assert res["ok"] and res["created"] is (old is None)
+        self.gen += 1
+        assert res["gen"] == self.gen
+        if old is None:
+            self.jobs[name] = {"spec": spec, "gen": self.gen, "cursor": cmd["cursor"], "paused": False,
+                               "start": cmd["cursor"], "anchor": cmd["anchor"]}
+            self.fired[name], self.recorded[name] = set(), []
+        elif old["spec"]["schedule"] == spec["schedule"]:
+            old.update(spec=spec, gen=self.gen)
+        else:
+            cursor = max(cmd["cursor"], old["cursor"])
+            old.update(spec=spec, gen=self.gen, cursor=cursor, start=cursor, anchor=cmd["anchor"])
+
+    @rule(name=st.sampled_from(NAMES))
+    def delete_job(self, name):
+        res = self.propose(commands.make("delete_job", self.now, None, name=name))
+        if name in self.jobs:
+            assert res["ok"]
+            del self.jobs[name]
+            del self.fired[name], self.recorded[name]
+        else:
+            assert res["error"]["code"] == "not_found"
+
+    @rule(name=st.sampled_from(NAMES))
+    def pause_job(self, name):
+        res = self.propose(commands.make("pause_job", self.now, None, name=name))
+        assert res["ok"] is (name in self.jobs)
+        if name in self.jobs:
+            self.jobs[name]["paused"] = True
+
+    @rule(name=st.sampled_from(NAMES), catch_up=st.booleans())
+    def resume_job(self, name, catch_up):
+        if name not in self.jobs:
+            assert self.propose(commands.make("resume_job", self.now, None, name=name))["error"]["code"] == "not_found"
+            return
+        m = self.jobs[name]
+        cmd = resume_cmd(self.state, name, self.now, catch_up=catch_up)
+        res = self.propose(cmd)
+        assert res["ok"], res
+        if m["paused"] and not catch_up:
+            for _s, _r, lo, hi, count in cmd["rec"]:
+                assert all(not lo <= s <= hi for s in self.fired[name])
+                self.recorded[name].append((lo, hi, count))
+            m["cursor"] = max(m["cursor"], cmd["upto"])
+        m["paused"] = False
+
+    @rule(name=st.sampled_from(NAMES))
+    def trigger_job(self, name):
+        res = self.propose(commands.make("trigger_job", self.now, None, name=name))
+        if name in self.jobs:
+            assert res["ok"] and res["run"] not in self.manual_ids
+            self.manual_ids.add(res["run"])
+        else:
+            assert res["error"]["code"] == "not_found"
+
+    @rule(dt=STEPS)
+    def advance_and_fire(self, dt):
+        """The leader's tick: pop every due job, plan each, propose one fire."""
+        self.now += dt
+        self.views.append(self.state.snapshot())
+        del self.views[:-8]
+        cmd, names = plan_tick(self.state, self.now)
+        popped = set(names)
+        for name in popped:
+            assert not self.jobs[name]["paused"], "pop_due returned a paused job"
+        if cmd is not None:
+            self.old_fires.append(commands.encode(cmd))
+            del self.old_fires[:-10]
+            res = self._apply_fire(cmd)
+            assert res["stale"] == 0
+        self.last_fire_now = self.now
+        # Every unpaused job has nothing left due: none was lost from the due heap.
+        for name, m in self.jobs.items():
+            if not m["paused"]:
+                nxt = schedule.next_slot_after(m["spec"]["schedule"], m["cursor"], m["anchor"])
+                assert nxt is None or nxt > self.now, f"{name} has a due slot the leader did not fire"
+
+    @precondition(lambda self: self.old_fires)
+    @rule(k=st.integers(0, 9))
+    def second_leader_reproposes_old_fire(self, k):
+        data = self.old_fires[max(0, len(self.old_fires) - 1 - k)]
+        cmd = commands.decode(data)
+        res = self._apply_fire(cmd)
+        assert res["fired"] == 0 and res["recorded"] == 0 and res["stale"] == len(cmd["entries"])
+
+    @precondition(lambda self: self.views)
+    @rule(k=st.integers(0, 7), dt=st.sampled_from([0, 1, 5 * SEC, 61 * SEC]))
+    def lagging_leader_fires_from_old_view(self, k, dt):
+        view = SchedulerState()
+        view.restore(self.views[max(0, len(self.views) - 1 - k)])
+        now = self.now + dt  # its clock may also run ahead
+        entries = []
+        for name, job in view.jobs.items():
+            if job["paused"] or job["next"] is None or job["next"] > now:
+                continue
+            plan = policy.plan_fire(job["spec"], job["anchor"], job["cursor"], now, job["gen"], name)
+            if plan is not None:
+                entries.append(plan)
+        if entries:
+            self._apply_fire(commands.make("fire", now, None, entries=entries))
+            self.now = max(self.now, now)
+
+    @rule()
+    def snapshot_and_restore(self):
+        data = self.state.snapshot()
+        self.state = SchedulerState()
+        self.state.restore(data)
+        assert self.state.snapshot() == data
+
+    # ------------------------------------------------------------------ invariants
+    @invariant()
+    def replicas_agree_and_model_matches(self):
+        assert self.state.snapshot() == self.follower.snapshot()
+        assert set(self.state.jobs) == set(self.jobs)
+        assert self.state.gen == self.gen
+        for name, m in self.jobs.items():
+            job = self.state.jobs[name]
+            assert (job["gen"], job["cursor"], job["paused"]) == (m["gen"], m["cursor"], m["paused"])
+
+    @invariant()
+    def state_cursor_not_after_state_now(self):
+        for job in self.state.jobs.values():
+            # An interval job created at a fractional second starts with its cursor at its
+            # anchor, the creation time rounded up to a whole second (node/service.py).
+            # An interval job's cursor starts at its anchor, the creation time rounded up to a
+            # whole second, so it may lead state time by less than a second.
+            assert job["cursor"] < self.state.now_ms + 1000, (job, self.state.now_ms)
+
+    @invariant()
+    def history_is_bounded(self):
+        for name, job in self.state.jobs.items():
+            hist = self.state.history[name]
+            queued = sum(1 for rid in hist if self.state.runs[rid]["state"] == "queued")
+            assert len(hist) <= job["spec"]["history"] + queued
+            # what the state holds agrees with the model: scheduled runs are fired slots
+            for rid in hist:
+                run = self.state.runs[rid]
+                if run["kind"] == "scheduled":
+                    assert run["slot"] in self.fired[name] and rid == f"{name}@{run['slot']}"
+
+    @invariant()
+    def no_slot_fired_twice_and_every_due_slot_handled(self):
+        for name, m in self.jobs.items():
+            sched, anchor = m["spec"]["schedule"], m["anchor"]
+            lo, hi = m["start"], m["cursor"]
+            fired = sorted(s for s in self.fired[name] if lo < s <= hi)
+            ranges = sorted((a, b, c) for a, b, c in self.recorded[name] if lo < a)
+            # records are disjoint from each other and from runs
+            assert all(p[1] < q[0] for p, q in zip(ranges, ranges[1:])), "records overlap"
+            for a, b, c in ranges:
+                assert b <= hi
+                assert not any(a <= s <= b for s in fired), "a slot both fired and recorded"
+                assert c == schedule.count_slots(sched, a - 1, b, anchor, 10**6), "record count wrong"
+            # fired slots are slots of the schedule
+            for s in fired:
+                assert schedule.next_slot_after(sched, s - 1, anchor) == s
+            # and together they are every due slot, once
+            due = schedule.count_slots(sched, lo, hi, anchor, 10**6)
+            assert len(fired) + sum(c for _, _, c in ranges) == due, f"{name}: a due slot was lost"
+
+
+SchedulerMachine.TestCase.settings = settings(
+    max_examples=60, stateful_step_count=35, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestSchedulerMachine = SchedulerMachine.TestCase
