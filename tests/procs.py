@@ -86,6 +86,7 @@ class Cluster:
         self.api_ports = ports[:n]
         self.raft_ports = ports[n:]
         self.procs: dict[int, subprocess.Popen] = {}
+        self.stopped: set[int] = set()
         self.secret_file = self.tmp / "secret"
         self.token_file = self.tmp / "token"
         old = os.umask(0o077)
@@ -128,12 +129,17 @@ class Cluster:
         return int(worker.split("/")[0].split("-")[1]) - 1
 
     def alive(self) -> list[int]:
-        return [i for i, p in self.procs.items() if p.poll() is None]
+        """Nodes whose process runs and is not stopped by SIGSTOP (a stopped one answers nothing)."""
+        return [i for i, p in self.procs.items() if p.poll() is None and i not in self.stopped]
 
     def kill(self, i: int, sig=signal.SIGKILL) -> None:
         p = self.procs.get(i)
         if p is not None and p.poll() is None:
             os.kill(p.pid, sig)
+            if sig == signal.SIGSTOP:
+                self.stopped.add(i)
+            elif sig == signal.SIGCONT:
+                self.stopped.discard(i)
             if sig in (signal.SIGKILL, signal.SIGTERM):
                 p.wait(timeout=15)
 

@@ -250,8 +250,15 @@ class ExecutionMixin:
         self._finish_attempt(run, now, ok, error, output)
         return {"ok": True, "run": rid, "state": run["state"], "attempt": run["attempt"]}
 
-    def _finish_attempt(self, run: dict, now: int, ok: bool, error: str | None, output: str | None) -> None:
-        """Close the current attempt: success, a retry, or the dead-letter queue."""
+    def _finish_attempt(self, run: dict, now: int, ok: bool, error: str | None, output: str | None,
+                        lost: bool = False) -> None:
+        """Close the current attempt: success, a retry, or the dead-letter queue.
+
+        Two budgets: attempts that ran and failed count against the job's ``max_attempts`` (and
+        set the backoff); attempts lost with their worker (``lost``: the lease expired) are not
+        the handler's failure and are retried at once, up to ``lease_losses_max`` times, so a run
+        whose worker dies is run again even with ``max_attempts: 1`` (the README's promise).
+        """
         q = run["queue"]
         self._running_count[q] = self._running_count.get(q, 1) - 1
         attempts = run.setdefault("attempts", [])
@@ -268,17 +275,33 @@ class ExecutionMixin:
             run["state"] = "succeeded"
             return
         job = self.jobs.get(run["job"])
-        budget = run.get("budget") or (job["spec"]["retry"]["max_attempts"] if job else 1)
-        if job is not None and run["attempt"] < budget:
+        if lost:
+            run["lost"] = run.get("lost", 0) + 1
+            retry = job is not None and run["lost"] <= limits.lease_losses_max
+            delay = 0
+        else:
+            run["failures"] = run.get("failures", 0) + 1
+            retry = job is not None and run["failures"] < job["spec"]["retry"]["max_attempts"]
+            delay = backoff_ms(job["spec"]["retry"], run["id"], run["failures"]) if retry else 0
+        if retry:
             run["attempt"] += 1
             run["state"] = "queued"
-            run["due"] = now + backoff_ms(job["spec"]["retry"], run["id"], run["attempt"] - 1)
+            run["due"] = now + delay
             run["worker"] = None
             self._enqueue(run)
             return
         run["state"] = "dead"
         dq = self._dead.setdefault(q, deque())
-        dq.append(run["id"])
+        # Oldest first by (finished_at, id), the order _rebuild_execution restores: runs that
+        # die at the same now in another order than their ids must be purged alike on a replica
+        # restored from a snapshot. (finished_at only grows, so this looks at the tail only.)
+        i = len(dq)
+        while i > 0:
+            prev = self.runs.get(dq[i - 1])
+            if prev is None or (prev["finished_at"], prev["id"]) < (now, run["id"]):
+                break
+            i -= 1
+        dq.insert(i, run["id"])
         while len(dq) > limits.dlq_per_queue_max:
             old = self.runs.get(dq.popleft())
             if old is not None and old["state"] == "dead":
@@ -295,26 +318,31 @@ class ExecutionMixin:
 
     # -------------------------------------------------------------- expiry and takeover
     def _apply_expire(self, cmd, now):
-        """Leases past their deadline (by this command's ``now``) fail their attempt; locks past
-        theirs are released. An entry whose lease was renewed or re-granted since is ignored."""
+        """The leader's reaper: leases and locks it saw unrenewed for a whole TTL by its own
+        monotonic clock (node/trigger.py). Items are ``[id, token, deadline]``: one is applied only
+        if the lease still has that token and that deadline, i.e. nothing renewed or re-granted it
+        since the reaper looked. No wall clock is compared here: a node whose clock runs fast
+        cannot make a live lease expire (I15)."""
         runs, locks = cmd.get("runs", []), cmd.get("locks", [])
         if not isinstance(runs, list) or not isinstance(locks, list) or len(runs) + len(locks) > limits.expire_items_max:
             raise InvalidCommand("expire needs bounded lists runs and locks")
         for item in runs + locks:
-            if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and _is_int(item[1])):
-                raise InvalidCommand("expire items are [id, token]")
+            if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str)
+                    and _is_int(item[1]) and _is_int(item[2])):
+                raise InvalidCommand("expire items are [id, token, deadline]")
         expired, ignored = [], 0
-        for rid, tok in runs:
+        for rid, tok, deadline in runs:
             run = self._live(rid, tok)
-            if run is None or run["deadline"] >= now:
+            if run is None or run["deadline"] != deadline:
                 ignored += 1
                 continue
-            self._finish_attempt(run, now, False, f"lease expired (worker {run['worker']} stopped heartbeating)", run.get("output"))
+            self._finish_attempt(run, now, False, f"lease expired (worker {run['worker']} stopped heartbeating)",
+                                 run.get("output"), lost=True)
             expired.append(rid)
         released = []
-        for name, tok in locks:
+        for name, tok, deadline in locks:
             lk = self.locks.get(name)
-            if lk is None or lk["token"] != tok or lk["deadline"] >= now:
+            if lk is None or lk["token"] != tok or lk["deadline"] != deadline:
                 ignored += 1
                 continue
             del self.locks[name]
@@ -348,24 +376,14 @@ class ExecutionMixin:
                     return True
         return False
 
-    def expired_leases(self, now_ms: int, limit: int) -> tuple[list, list]:
-        """Leases and locks whose deadline is before ``now_ms``: what the leader's reaper proposes
-        in an ``expire``. Read-only for the state (valid heap entries are pushed back, so a
-        failed proposal is retried; apply's change of the run makes them stale)."""
-        runs, keep = [], []
+    def lease_snapshot(self) -> list[tuple]:
+        """Every live lease and lock as ``(kind, id, token, deadline, ttl_ms)``: what the leader's
+        reaper watches. Linear in running runs (bounded by the workers' slots) and held locks."""
         with self.lock:
-            h = self._lease_heap
-            while h and h[0][0] < now_ms and len(runs) < limit:
-                deadline, rid, tok = heapq.heappop(h)
-                run = self._live(rid, tok)
-                if run is None or run["deadline"] != deadline or [rid, tok] in runs:
-                    continue  # stale entry: renewed, finished or re-granted since
-                runs.append([rid, tok])
-                keep.append((deadline, rid, tok))
-            for item in keep:
-                heapq.heappush(h, item)
-            locks = [[n, lk["token"]] for n, lk in self.locks.items() if lk["deadline"] < now_ms][:limit]
-        return runs, locks
+            out = [("run", r["id"], r["fencing_token"], r["deadline"], r["ttl"])
+                   for r in self.runs.values() if r["state"] == "running"]
+            out.extend(("lock", n, lk["token"], lk["deadline"], lk["ttl"]) for n, lk in self.locks.items())
+            return out
 
     # -------------------------------------------------------------- dead-letter queue
     def _apply_dlq_requeue(self, cmd, now):
@@ -375,7 +393,8 @@ class ExecutionMixin:
             raise Conflict(f"job {run['job']!r} no longer exists; the run cannot be requeued", field="run")
         self._remove_dead(run)
         run["attempt"] += 1
-        run["budget"] = run["attempt"] - 1 + job["spec"]["retry"]["max_attempts"]  # a fresh budget
+        run["failures"] = 0  # a fresh budget: max_attempts more failures, and backoff from the start
+        run["lost"] = 0
         run.update(state="queued", due=now, worker=None, deadline=None, finished_at=None)
         self._enqueue(run)
         return {"ok": True, "run": run["id"], "state": "queued", "attempt": run["attempt"]}
@@ -419,7 +438,9 @@ class ExecutionMixin:
         if ttl is None:
             raise InvalidCommand("lock_acquire needs ttl")
         lk = self.locks.get(name)
-        if lk is not None and lk["deadline"] >= now:
+        if lk is not None:
+            # Held until its holder releases it or the leader's reaper expires it: never judged
+            # from this command's clock, which may be another node's and run fast.
             raise Conflict(f"lock {name!r} is held by {lk['owner']!r}", field="name",
                            holder=lk["owner"], expires_at_ms=lk["deadline"])
         if lk is None and len(self.locks) >= limits.locks_max:
@@ -433,9 +454,10 @@ class ExecutionMixin:
         name, _ = self._lock_args(cmd, False)
         tok = cmd.get("token")
         lk = self.locks.get(name)
-        if lk is None or lk["token"] != tok or lk["deadline"] < now:
+        if lk is None or lk["token"] != tok:
             raise Conflict(f"token {tok} does not hold lock {name!r}", field="token",
-                           holder=lk["owner"] if lk else None)
+                           holder=lk["owner"] if lk else None,
+                           expires_at_ms=lk["deadline"] if lk else None)
         return name, lk
 
     def _apply_lock_renew(self, cmd, now):

@@ -95,7 +95,11 @@ attempts_kept_max = 100
 attempt_error_chars_max = 512
 #: Dead runs kept per queue; beyond it the oldest is purged (counted in the queue's stats).
 dlq_per_queue_max = 10_000
-locks_max = 100_000
+#: Locks held at once (the reaper looks at every held lock each tick).
+locks_max = 10_000
+#: Attempts of one run lost with their worker (lease expired) that are retried on top of
+#: max_attempts: losing a worker is not the handler's failure.
+lease_losses_max = 5
 lock_name_chars_max = 128
 
 assert acquire_runs_max <= heartbeat_leases_max
@@ -103,3 +107,8 @@ assert worker_slots_max <= heartbeat_leases_max
 assert heartbeat_leases_max * 160 < command_bytes_max and expire_items_max * 160 < command_bytes_max
 assert lease_ttl_ms_default >= 4 * trigger_interval_ms
 assert attempts_kept_max >= 100  # every attempt of the largest max_attempts is kept
+
+#: Cron slots counted one by one to give a skipped range an exact count (croniter costs
+#: 20-60 us a step, so this bounds one plan to well under a second); beyond it the record's
+#: count is null ("more than this many"). Intervals are always counted exactly, by arithmetic.
+cron_slots_counted_max = 10_000

@@ -31,7 +31,7 @@ def _enumerate_due(spec: dict, anchor_ms: int, cursor_ms: int, now_ms: int):
     first_mid = schedule.next_slot_after(sched, head[-1], anchor_ms)
     if first_mid is None or first_mid >= tail[0]:
         return head, None, tail
-    count = schedule.count_slots(sched, head[-1], tail[0] - 1, anchor_ms, 100_000)
+    count = schedule.count_slots(sched, head[-1], tail[0] - 1, anchor_ms, limits.cron_slots_counted_max)
     # last slot of the middle: the one before tail[0]
     last_mid = schedule.last_slots_until(sched, head[-1], tail[0] - 1, anchor_ms, 1)
     return head, (first_mid, last_mid[-1] if last_mid else first_mid, count), tail

@@ -224,6 +224,10 @@ class SchedulerState(ExecutionMixin):
             elif run is not None and run["state"] == "running":
                 # Its lease dies with it: the worker's heartbeat and completion are refused.
                 self._running_count[run["queue"]] = self._running_count.get(run["queue"], 1) - 1
+            elif run is not None and run["state"] == "dead":
+                # Out of its queue's DLQ index too: a stale id there would count against
+                # dlq_per_queue_max (and purge a live dead run early) on this replica only.
+                self._remove_dead(run)
         del self.jobs[name]
         return _ok(job=name, deleted=True)
 

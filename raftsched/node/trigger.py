@@ -44,6 +44,8 @@ class Trigger:
         self.slots_fired = 0
         self.last_fire_error: str | None = None
         self.leases_expired = 0
+        #: (kind, id, token, deadline) -> this leader's monotonic time when it first saw it
+        self._lease_seen: dict[tuple, float] = {}
 
     def on_role_change(self, is_leader: bool) -> None:
         if is_leader:
@@ -77,6 +79,7 @@ class Trigger:
         data = commands.encode(commands.make("takeover", self.clock.now_ms(), None, node=self.node_id))
         await self.raft.propose(data, timeout_s=limits.propose_timeout_s_default)
         self.state.rebuild_due()
+        self._lease_seen = {}  # a new term starts every lease's TTL afresh (I15)
         log.info("trigger: leading; %d jobs", len(self.state.jobs))
         while self.raft.is_leader():
             await self.tick()
@@ -139,13 +142,36 @@ class Trigger:
         return len(jobs)
 
     async def reap(self, now: int) -> None:
-        """The lease reaper: propose ``expire`` for leases and locks past their deadline by this
-        leader's clock. Apply re-checks each deadline against the command's ``now``, and ignores
-        a lease renewed or re-granted in between."""
-        runs, locks = self.state.expired_leases(now, limits.expire_items_max)
-        if not runs and not locks:
+        """The lease reaper (leader only): propose ``expire`` for leases and locks that have not
+        been renewed for a whole TTL *as this leader has observed it*, by its monotonic clock.
+
+        Wall clocks take no part: a lease is identified by (id, token, deadline), and each heartbeat
+        or renew changes its deadline, so a lease whose triple this leader has seen unchanged
+        for its TTL was not renewed for that long. Clock skew between nodes, or a wall-clock jump
+        on any node, can therefore neither expire a live lease early nor keep a dead one alive.
+        A new leader starts with an empty view, which gives every live lease one full TTL
+        (the takeover rule, I15). Apply expires an item only if its token and deadline are
+        still those the reaper saw, so a renewal that raced the expire wins.
+        """
+        mono = self.clock.monotonic_s()
+        leases = self.state.lease_snapshot()
+        seen = self._lease_seen
+        current = set()
+        due_runs, due_locks = [], []
+        for kind, ident, tok, deadline, ttl_ms in leases:
+            key = (kind, ident, tok, deadline)
+            current.add(key)
+            first = seen.setdefault(key, mono)
+            if mono - first >= ttl_ms / 1000:
+                (due_runs if kind == "run" else due_locks).append([ident, tok, deadline])
+        for key in list(seen):
+            if key not in current:
+                del seen[key]
+        if not due_runs and not due_locks:
             return
-        data = commands.encode(commands.make("expire", now, None, runs=runs, locks=locks))
+        n = limits.expire_items_max
+        due_runs, due_locks = due_runs[:n], due_locks[:max(0, n - len(due_runs[:n]))]
+        data = commands.encode(commands.make("expire", now, None, runs=due_runs, locks=due_locks))
         try:
             res = await self.raft.propose(data, timeout_s=limits.propose_timeout_s_default)
             if res.get("expired") or res.get("released"):

@@ -73,6 +73,7 @@ class Worker:
     async def run(self) -> None:
         self._session = aiohttp.ClientSession()
         hb = asyncio.create_task(self._heartbeat_loop(), name="heartbeat")
+        watchdog = asyncio.create_task(self._watchdog(), name="lease watchdog")
         try:
             while True:
                 free = self.slots - len(self.held)
@@ -92,12 +93,13 @@ class Worker:
                 await asyncio.sleep(self.poll_interval_s)
         finally:
             hb.cancel()
+            watchdog.cancel()
             for h in list(self.held.values()):
                 h.cancel.set()
             tasks = [h.task for h in self.held.values() if h.task]
             if tasks:
                 await asyncio.wait(tasks, timeout=self.kill_grace_s + 2)
-            await asyncio.gather(hb, return_exceptions=True)
+            await asyncio.gather(hb, watchdog, return_exceptions=True)
             await self._session.close()
 
     def _may_execute(self) -> bool:
@@ -129,9 +131,11 @@ class Worker:
             leases = [[rid, h.token] for rid, h in self.held.items()]
             sent = time.monotonic()
             try:
+                # Bounded by half a TTL: a heartbeat that takes longer is of no use, and the
+                # watchdog must not wait behind it.
                 res = await self._propose(commands.make(
                     "heartbeat", self.clock.now_ms(), None, worker=self.worker_id,
-                    leases=leases, ttl=self.lease_ttl_ms))
+                    leases=leases, ttl=self.lease_ttl_ms), timeout_s=self.lease_ttl_ms / 2000)
                 self._last_hb_ok = sent
                 for rid in res.get("lost", []):
                     h = self.held.get(rid)
@@ -140,8 +144,15 @@ class Worker:
                         h.cancel.set()
             except RaftschedError as e:
                 log.warning("worker: heartbeat failed: %s", e.message)
-            if time.monotonic() - self._last_hb_ok > self.lease_ttl_ms / 1000:
-                # No heartbeat succeeded for a whole TTL: the leases may be gone already.
+
+    async def _watchdog(self) -> None:
+        """Kill every run once no heartbeat has succeeded for a whole TTL by this process's
+        monotonic clock: the leader may have expired the leases and handed the runs on. The
+        leader judges expiry from when it saw the last heartbeat, which is after it was sent,
+        so this kill comes first."""
+        while True:
+            await asyncio.sleep(0.1)
+            if self.held and time.monotonic() - self._last_hb_ok > self.lease_ttl_ms / 1000:
                 for rid, h in self.held.items():
                     if not h.cancel.is_set():
                         log.warning("worker: no heartbeat for a lease TTL: killing %s", rid)
@@ -194,8 +205,8 @@ class Worker:
                     return
                 await asyncio.sleep(0.2)
 
-    async def _propose(self, cmd: dict) -> dict:
-        res = await self.raft.propose(commands.encode(cmd), timeout_s=limits.propose_timeout_s_default)
+    async def _propose(self, cmd: dict, timeout_s: float = limits.propose_timeout_s_default) -> dict:
+        res = await self.raft.propose(commands.encode(cmd), timeout_s=timeout_s)
         if not res.get("ok"):
             raise RaftschedError.from_dict(res.get("error") or {})
         return res
