@@ -16,8 +16,9 @@ Every grant of a lease takes a new token from one global counter that only incre
 a worker that was paused past its lease can never overwrite the newer attempt's outcome (I14).
 
 Derived indexes (not in the snapshot, rebuilt by ``_rebuild_execution``): per queue a ready heap
-ordered by (-priority, due, id) and a delayed heap of runs whose retry is not yet due; a lease
-heap ordered by deadline for the reaper; per queue the dead runs oldest first. Keys are unique
+ordered by (-priority, due, id) and a delayed heap of runs whose retry is not yet due; per queue
+the dead runs oldest first, by (finished_at, id). (No lease index: the reaper reads
+``lease_snapshot``, and an index nothing pops would grow with every heartbeat.) Keys are unique
 (they end with the run id), so the order in which runs are handed out is the same on every
 replica, whether a replica built its heaps incrementally or from a snapshot.
 """
@@ -66,12 +67,14 @@ class ExecutionMixin:
         self.locks: dict[str, dict] = {}
         self._ready: dict[str, list] = {}
         self._delayed: dict[str, list] = {}
-        self._lease_heap: list = []
         self._dead: dict[str, deque] = {}
         self._running_count: dict[str, int] = {}
+        #: ids of running runs, in grant order: what the reaper watches
+        self._running_ids: dict[str, None] = {}
 
     def _rebuild_execution(self) -> None:
-        self._ready, self._delayed, self._lease_heap, self._dead, self._running_count = {}, {}, [], {}, {}
+        self._ready, self._delayed, self._dead, self._running_count = {}, {}, {}, {}
+        self._running_ids = {}
         self._queue_depth = {}
         dead = []
         for run in self.runs.values():
@@ -80,7 +83,7 @@ class ExecutionMixin:
                 self._enqueue(run)
             elif st == "running":
                 self._running_count[run["queue"]] = self._running_count.get(run["queue"], 0) + 1
-                heapq.heappush(self._lease_heap, (run["deadline"], run["id"], run["fencing_token"]))
+                self._running_ids[run["id"]] = None
             elif st == "dead":
                 dead.append(run)
         for run in sorted(dead, key=lambda r: (r["finished_at"], r["id"])):
@@ -149,6 +152,9 @@ class ExecutionMixin:
             raise InvalidCommand(f"acquire.max must be 1..{limits.acquire_runs_max}")
         if not _is_int(ttl) or not limits.lease_ttl_ms_min <= ttl <= limits.lease_ttl_ms_max:
             raise InvalidCommand("acquire.ttl out of range")
+        types = cmd.get("types")
+        if types is not None and (not isinstance(types, list) or not all(isinstance(t, str) for t in types)):
+            raise InvalidCommand("acquire.types must be a list of executor types or nil")
         names = sorted(set(queues)) if queues is not None else sorted(set(self._ready) | set(self._delayed))
         for q in names:
             self._promote_delayed(q, now)
@@ -179,6 +185,11 @@ class ExecutionMixin:
             heapq.heappop(self._ready[best_q])
             scanned += 1
             run = self.runs[best[2]]
+            if types is not None:
+                job = self.jobs.get(run["job"])
+                if job is not None and job["spec"]["executor"]["type"] not in types:
+                    held_back.append((best_q, best))  # another node runs this executor type
+                    continue
             if not self._tenant_take(run["tenant"], now):
                 held_back.append((best_q, best))  # over its rate: wait; others go ahead
                 continue
@@ -192,9 +203,9 @@ class ExecutionMixin:
         tok = self.fencing_token
         self._unqueue_count(run)
         run.update(state="running", fencing_token=tok, worker=worker, started_at=now,
-                   deadline=now + ttl, ttl=ttl, finished_at=None)
+                   deadline=now + ttl, ttl=ttl, finished_at=None, renewals=0)
+        self._running_ids[run["id"]] = None
         self._running_count[run["queue"]] = self._running_count.get(run["queue"], 0) + 1
-        heapq.heappush(self._lease_heap, (run["deadline"], run["id"], tok))
         job = self.jobs.get(run["job"])
         spec = job["spec"] if job else None
         return {
@@ -229,7 +240,9 @@ class ExecutionMixin:
                 continue
             run["deadline"] = max(run["deadline"], now + ttl)
             run["ttl"] = ttl
-            heapq.heappush(self._lease_heap, (run["deadline"], rid, tok))
+            # The reaper identifies a lease by its renewal count, not its deadline: a deadline
+            # may not move (state time ahead of this worker's clock) while the lease is renewed.
+            run["renewals"] = run.get("renewals", 0) + 1
             extended += 1
         return {"ok": True, "extended": extended, "lost": lost}
 
@@ -261,6 +274,7 @@ class ExecutionMixin:
         """
         q = run["queue"]
         self._running_count[q] = self._running_count.get(q, 1) - 1
+        self._running_ids.pop(run["id"], None)
         attempts = run.setdefault("attempts", [])
         attempts.append({"attempt": run["attempt"], "token": run["fencing_token"], "worker": run["worker"],
                          "started_at": run["started_at"], "finished_at": now,
@@ -319,9 +333,9 @@ class ExecutionMixin:
     # -------------------------------------------------------------- expiry and takeover
     def _apply_expire(self, cmd, now):
         """The leader's reaper: leases and locks it saw unrenewed for a whole TTL by its own
-        monotonic clock (node/trigger.py). Items are ``[id, token, deadline]``: one is applied only
-        if the lease still has that token and that deadline, i.e. nothing renewed or re-granted it
-        since the reaper looked. No wall clock is compared here: a node whose clock runs fast
+        monotonic clock (node/trigger.py). Items are ``[id, token, renewals]``: one is applied only
+        if the lease still has that token and that renewal count, i.e. nothing renewed or
+        re-granted it since the reaper looked. No wall clock is compared here: a node whose clock runs fast
         cannot make a live lease expire (I15)."""
         runs, locks = cmd.get("runs", []), cmd.get("locks", [])
         if not isinstance(runs, list) or not isinstance(locks, list) or len(runs) + len(locks) > limits.expire_items_max:
@@ -329,20 +343,20 @@ class ExecutionMixin:
         for item in runs + locks:
             if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str)
                     and _is_int(item[1]) and _is_int(item[2])):
-                raise InvalidCommand("expire items are [id, token, deadline]")
+                raise InvalidCommand("expire items are [id, token, renewals]")
         expired, ignored = [], 0
-        for rid, tok, deadline in runs:
+        for rid, tok, renewals in runs:
             run = self._live(rid, tok)
-            if run is None or run["deadline"] != deadline:
+            if run is None or run.get("renewals", 0) != renewals:
                 ignored += 1
                 continue
             self._finish_attempt(run, now, False, f"lease expired (worker {run['worker']} stopped heartbeating)",
                                  run.get("output"), lost=True)
             expired.append(rid)
         released = []
-        for name, tok, deadline in locks:
+        for name, tok, renewals in locks:
             lk = self.locks.get(name)
-            if lk is None or lk["token"] != tok or lk["deadline"] != deadline:
+            if lk is None or lk["token"] != tok or lk.get("renewals", 0) != renewals:
                 ignored += 1
                 continue
             del self.locks[name]
@@ -353,13 +367,14 @@ class ExecutionMixin:
         """A new leader's clock may be ahead of its predecessor's: give every live lease and lock
         one full TTL from this leader's ``now`` before anything can expire (I15)."""
         n = 0
-        for run in self.runs.values():
-            if run["state"] == "running":
-                run["deadline"] = max(run["deadline"], now + run["ttl"])
-                heapq.heappush(self._lease_heap, (run["deadline"], run["id"], run["fencing_token"]))
-                n += 1
+        for rid in self._running_ids:
+            run = self.runs[rid]
+            run["deadline"] = max(run["deadline"], now + run["ttl"])
+            run["renewals"] = run.get("renewals", 0) + 1
+            n += 1
         for lk in self.locks.values():
             lk["deadline"] = max(lk["deadline"], now + lk["ttl"])
+            lk["renewals"] = lk.get("renewals", 0) + 1
             n += 1
         return n
 
@@ -377,12 +392,17 @@ class ExecutionMixin:
         return False
 
     def lease_snapshot(self) -> list[tuple]:
-        """Every live lease and lock as ``(kind, id, token, deadline, ttl_ms)``: what the leader's
+        """Every live lease and lock as ``(kind, id, token, renewals, ttl_ms)``: what the leader's
         reaper watches. Linear in running runs (bounded by the workers' slots) and held locks."""
         with self.lock:
-            out = [("run", r["id"], r["fencing_token"], r["deadline"], r["ttl"])
-                   for r in self.runs.values() if r["state"] == "running"]
-            out.extend(("lock", n, lk["token"], lk["deadline"], lk["ttl"]) for n, lk in self.locks.items())
+            out = []
+            for rid in self._running_ids:
+                r = self.runs[rid]
+                out.append(("run", rid, r["fencing_token"], r.get("renewals", 0), r["ttl"]))
+            out.extend(("lock", n, lk["token"], lk.get("renewals", 0), lk["ttl"]) for n, lk in self.locks.items())
+            # Canonical order: a replica restored from a snapshot rebuilds _running_ids in
+            # another order than the grants happened, and the reaper's command must not differ.
+            out.sort()
             return out
 
     # -------------------------------------------------------------- dead-letter queue
@@ -447,7 +467,7 @@ class ExecutionMixin:
             raise Conflict(f"the cluster holds {limits.locks_max} locks, its limit", field="name")
         self.fencing_token += 1
         self.locks[name] = {"owner": cmd["owner"], "token": self.fencing_token, "deadline": now + ttl,
-                            "ttl": ttl, "since": now}
+                            "ttl": ttl, "since": now, "renewals": 0}
         return {"ok": True, "lock": name, "owner": cmd["owner"], "token": self.fencing_token, "deadline": now + ttl}
 
     def _held(self, cmd, now) -> tuple[str, dict]:
@@ -465,6 +485,7 @@ class ExecutionMixin:
         ttl = cmd.get("ttl") or lk["ttl"]
         lk["deadline"] = max(lk["deadline"], now + ttl)
         lk["ttl"] = ttl
+        lk["renewals"] = lk.get("renewals", 0) + 1
         return {"ok": True, "lock": name, "token": lk["token"], "deadline": lk["deadline"]}
 
     def _apply_lock_release(self, cmd, now):

@@ -224,6 +224,7 @@ class SchedulerState(ExecutionMixin):
             elif run is not None and run["state"] == "running":
                 # Its lease dies with it: the worker's heartbeat and completion are refused.
                 self._running_count[run["queue"]] = self._running_count.get(run["queue"], 1) - 1
+                self._running_ids.pop(run["id"], None)
             elif run is not None and run["state"] == "dead":
                 # Out of its queue's DLQ index too: a stale id there would count against
                 # dlq_per_queue_max (and purge a live dead run early) on this replica only.
@@ -384,6 +385,7 @@ class SchedulerState(ExecutionMixin):
         q = run["queue"]
         if run["state"] == "running":
             self._running_count[q] = self._running_count.get(q, 1) - 1
+            self._running_ids.pop(run["id"], None)
             run.setdefault("attempts", []).append({
                 "attempt": run["attempt"], "token": run["fencing_token"], "worker": run["worker"],
                 "started_at": run["started_at"], "finished_at": now, "ok": False, "error": why})

@@ -44,7 +44,7 @@ class Trigger:
         self.slots_fired = 0
         self.last_fire_error: str | None = None
         self.leases_expired = 0
-        #: (kind, id, token, deadline) -> this leader's monotonic time when it first saw it
+        #: (kind, id, token, renewals) -> this leader's monotonic time when it first saw it
         self._lease_seen: dict[tuple, float] = {}
 
     def on_role_change(self, is_leader: bool) -> None:
@@ -145,12 +145,12 @@ class Trigger:
         """The lease reaper (leader only): propose ``expire`` for leases and locks that have not
         been renewed for a whole TTL *as this leader has observed it*, by its monotonic clock.
 
-        Wall clocks take no part: a lease is identified by (id, token, deadline), and each heartbeat
-        or renew changes its deadline, so a lease whose triple this leader has seen unchanged
-        for its TTL was not renewed for that long. Clock skew between nodes, or a wall-clock jump
+        Wall clocks take no part: a lease is identified by (id, token, renewals), and each
+        accepted heartbeat or renew increments its renewal count, so a lease whose triple this
+        leader has seen unchanged for its TTL was not renewed for that long. Clock skew between nodes, or a wall-clock jump
         on any node, can therefore neither expire a live lease early nor keep a dead one alive.
         A new leader starts with an empty view, which gives every live lease one full TTL
-        (the takeover rule, I15). Apply expires an item only if its token and deadline are
+        (the takeover rule, I15). Apply expires an item only if its token and renewal count are
         still those the reaper saw, so a renewal that raced the expire wins.
         """
         mono = self.clock.monotonic_s()
@@ -158,12 +158,12 @@ class Trigger:
         seen = self._lease_seen
         current = set()
         due_runs, due_locks = [], []
-        for kind, ident, tok, deadline, ttl_ms in leases:
-            key = (kind, ident, tok, deadline)
+        for kind, ident, tok, renewals, ttl_ms in leases:
+            key = (kind, ident, tok, renewals)
             current.add(key)
             first = seen.setdefault(key, mono)
             if mono - first >= ttl_ms / 1000:
-                (due_runs if kind == "run" else due_locks).append([ident, tok, deadline])
+                (due_runs if kind == "run" else due_locks).append([ident, tok, renewals])
         for key in list(seen):
             if key not in current:
                 del seen[key]

@@ -7,7 +7,7 @@ stays free for the trigger loop and the log.
 - It asks for work only when its local replica shows runs ready in the queues it serves, and
   never for more runs than it has free run slots (``slots``): a node never holds a lease it
   cannot run.
-- One ``heartbeat`` command per interval (a third of the lease TTL) extends all its leases. A
+- One ``heartbeat`` command per interval (a third of the lease TTL, at most 1 s) extends all its leases. A
   lease the state reports lost is killed at once. If no heartbeat has succeeded for a whole TTL,
   by this process's monotonic clock, every run is killed: the leader may already have expired
   the leases and handed the runs to another worker.
@@ -109,10 +109,13 @@ class Worker:
 
     async def _acquire(self, free: int) -> int:
         n = min(free, limits.acquire_runs_max)
+        sent = time.monotonic()  # a fresh lease counts from when it was asked for
+        # Only runs of executor types this node runs: a node started with --executors http
+        # leaves shell runs to the nodes that take them.
+        types = sorted(self.allowed_types) if self.allowed_types != ALL_TYPES else None
         cmd = commands.make("acquire", self.clock.now_ms(), None, worker=self.worker_id,
-                            queues=self.queues, max=n, ttl=self.lease_ttl_ms)
+                            queues=self.queues, max=n, ttl=self.lease_ttl_ms, types=types)
         res = await self._propose(cmd)
-        sent = time.monotonic()
         for grant in res.get("runs", []):
             h = _Held(grant)
             self.held[grant["id"]] = h
@@ -122,9 +125,10 @@ class Worker:
         return len(res.get("runs", []))
 
     async def _heartbeat_loop(self) -> None:
-        interval = self.lease_ttl_ms / 3000
+        # A third of the TTL, and at most a second: a lease survives two lost heartbeats.
+        interval = min(self.lease_ttl_ms / 3000, 1.0)
         while True:
-            await asyncio.sleep(min(interval, 1.0) if self.held else interval)
+            await asyncio.sleep(interval)
             if not self.held:
                 self._last_hb_ok = time.monotonic()
                 continue
