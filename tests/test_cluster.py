@@ -72,9 +72,9 @@ def test_job_registered_on_follower_gets_runs_on_time(cluster):
     follower = (leader + 1) % 3
     s, b = cluster.call(follower, "PUT", "/v1/jobs/tick", dict(EVERY_S, misfire={"policy": "skip", "grace_s": 2}))
     assert s in (200, 201), b
-    wait_for(lambda: len([r for r in runs_of(cluster, follower, "tick") if r["state"] == "queued"]) >= 3, 20, "three runs")
+    wait_for(lambda: len([r for r in runs_of(cluster, follower, "tick") if r["kind"] == "scheduled"]) >= 3, 20, "three runs")
     runs = runs_of(cluster, (leader + 2) % 3, "tick")
-    assert all(r["state"] == "queued" for r in runs), "no slot was recorded as missed with a healthy leader"
+    assert all(r["kind"] == "scheduled" for r in runs), "no slot was recorded as missed with a healthy leader"
     assert all(r["fire_lag_ms"] < 2000 for r in runs), [r["fire_lag_ms"] for r in runs]
     assert_slots_accounted(runs, 1000, "skip")
 

@@ -47,7 +47,7 @@ def encode(cmd: dict) -> bytes:
     return data
 
 
-def make(op: str, now_ms: int, rid: str | None = None, **fields) -> dict:
+def make(op: str, now_ms: int, rid: str | None = None, /, **fields) -> dict:
     cmd = {"v": limits.command_version, "op": op, "now": int(now_ms), "rid": rid}
     cmd.update(fields)
     return cmd
