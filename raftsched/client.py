@@ -26,7 +26,7 @@ How a call is routed and retried
 
 Locks, honestly
 ---------------
-A lock here is a lease: it expires ``ttl_s`` after its last renewal unless renewed. Holding it does
+A lock here is a lease: unless renewed, the leader expires it once it has seen no renewal for ``ttl_s`` (by its own monotonic clock). Holding it does
 NOT make you safe by itself: your process can be paused (GC, SIGSTOP, a VM migration, a slow disk)
 for longer than the TTL, the lock passes to someone else, and then your process wakes up and
 writes, believing it still holds it. The only protection is the fencing token: every acquire

@@ -7,9 +7,12 @@ lock inside ``apply``, is deterministic, and takes its time from the command (``
 Lifecycle of a run::
 
     queued --acquire--> running --complete ok--> succeeded
-       ^                   |  \\--complete failed / expire--> (attempts left) queued, due = now + backoff
-       |                   |                               \\-> (budget spent) dead  (the queue's DLQ)
-       +---- dlq_requeue --+-------------------------------------------------------+
+       ^                   |--complete failed--> failures < max_attempts: queued, due = now + backoff
+       |                   |                     else dead (the queue's DLQ)
+       |                   |--expire (lease lost)--> lost <= lease_losses_max: queued, due = now
+       |                   |                         else dead
+       |                   \\--overlap replace--> failed (revoked)
+       +---- dlq_requeue (fresh budgets) <---- dead
 
 Every grant of a lease takes a new token from one global counter that only increases (I13); a
 ``heartbeat`` or ``complete`` carrying any other token than the run's current one is refused, so
