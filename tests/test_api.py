@@ -10,7 +10,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from raftsched.clock import FakeClock
 from raftsched.core.state import SchedulerState
-from raftsched.node.api import make_app
+from raftsched.node.api import EXTRA, make_app
 from raftsched.node.service import Service
 from raftsched.node.trigger import Trigger
 
@@ -241,4 +241,41 @@ def test_preview_and_explain_endpoints():
         await err(await c.post("/v1/jobs/a/explain", data=json.dumps({"down_from": "2026-12-01T02:00:00Z", "down_to": "2026-12-01T01:00:00Z"})), 400, "bad_request", "down_to")
         await err(await c.post("/v1/jobs/nope/explain", data=json.dumps({})), 404, "not_found")
         await err(await c.get("/v1/jobs/a/preview?count=0"), 400, "bad_request", "count")
+    run(t)
+
+
+def test_cluster_state_hash_is_opt_in_and_matches_the_replica():
+    """GET /v1/cluster?hash=true (the fault-injection harness's convergence check, docs/testing.md)."""
+    async def t(env, c):
+        assert (await put(c, "a")).status == 201
+        plain = await (await c.get("/v1/cluster")).json()
+        assert "state_hash" not in plain and "state_applied" not in plain
+        body = await (await c.get("/v1/cluster?hash=true")).json()
+        assert body["state_hash"] == env.state.state_hash()
+        assert body["state_applied"] == env.state.applied
+        await err(await c.get("/v1/cluster?hash=maybe"), 400, "bad_request", "hash")
+    run(t)
+
+
+def test_metrics_endpoint_exposes_state_and_fire_lag():
+    from raftsched.node.metrics import NodeMetrics
+    from raftsched.node.worker import Worker
+
+    async def t(env, c):
+        worker = Worker(env.state, env.raft, env.clock, "node-1", slots=0)
+        m = NodeMetrics(env.state, env.raft, env.trigger, worker)
+        env.trigger.lag_observer = m.observe_fire_lags
+        env.app[EXTRA]["metrics"] = m
+        await put(c, "a")
+        env.clock.advance(35_000)
+        await env.trigger.tick()
+        r = await c.get("/metrics")
+        assert r.status == 200 and r.headers["Content-Type"].startswith("text/plain")
+        text = await r.text()
+        assert "raftsched_jobs 1.0" in text
+        assert 'raftsched_runs{state="queued"} 3.0' in text
+        assert 'raftsched_queue_depth{queue="default"} 3.0' in text
+        assert "raftsched_fire_lag_seconds_count 3.0" in text
+        assert "raftsched_slots_fired_total 3.0" in text
+        assert "raftsched_raft_is_leader 1.0" in text
     run(t)

@@ -127,6 +127,7 @@ def make_app(service: Service, token: str | None, extra: dict | None = None) -> 
     r = app.router
     r.add_get("/healthz", healthz)
     r.add_get("/v1/cluster", cluster)
+    r.add_get("/metrics", metrics)
     r.add_get("/v1/jobs", list_jobs)
     r.add_put("/v1/jobs/{name}", put_job)
     r.add_get("/v1/jobs/{name}", get_job)
@@ -156,6 +157,13 @@ def make_app(service: Service, token: str | None, extra: dict | None = None) -> 
     return app
 
 
+async def metrics(request: web.Request) -> web.Response:
+    m = request.app[EXTRA].get("metrics")
+    if m is None:
+        raise NotFound("metrics are not enabled on this node")
+    return web.Response(body=m.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+
 async def healthz(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     st = svc.raft.status()
@@ -169,10 +177,14 @@ async def cluster(request: web.Request) -> web.Response:
     await svc.read_barrier(_bool_param(request, "consistent"))
     st = svc.raft.status()
     extra = request.app[EXTRA]
+    want_hash = _bool_param(request, "hash")
     with svc.state.lock:
         jobs = len(svc.state.jobs)
         runs = len(svc.state.runs)
         now_ms = svc.state.now_ms
+        # Opt-in (it encodes the whole state): the hash and the count of commands it reflects,
+        # read under one lock, so two replicas with equal state_applied must have equal hashes (I1).
+        digest = (svc.state.state_hash(), svc.state.applied) if want_hash else None
     body = {
         "node": svc.node_id, "role": st.get("role"), "leader": st.get("leader"),
         "term": st.get("term"), "commit_index": st.get("commit_index"),
@@ -180,6 +192,8 @@ async def cluster(request: web.Request) -> web.Response:
         "pid": os.getpid(), "raft": st.get("self"), "jobs": jobs, "runs": runs,
         "state_now_ms": now_ms,
     }
+    if digest is not None:
+        body["state_hash"], body["state_applied"] = digest
     if "worker" in extra:
         w = extra["worker"]
         body["worker"] = {"id": w.worker_id, "slots": w.slots, "running": len(w.held),

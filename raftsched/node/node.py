@@ -19,6 +19,7 @@ from .. import replication
 from .api import make_app
 from .service import Service
 from .trigger import Trigger
+from .metrics import NodeMetrics
 from .worker import Worker
 
 log = logging.getLogger("raftsched.node")
@@ -137,7 +138,9 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
                     allowed_types=cfg.executor_types, lease_ttl_ms=cfg.lease_ttl_ms,
                     execute_on_leader=cfg.execute_on_leader, single_node=not cfg.peers)
     service = Service(state, raft, clock, cfg.node_id)
-    app = make_app(service, cfg.token, {"trigger": trigger, "worker": worker})
+    metrics = NodeMetrics(state, raft, trigger, worker)
+    trigger.lag_observer = metrics.observe_fire_lags
+    app = make_app(service, cfg.token, {"trigger": trigger, "worker": worker, "metrics": metrics})
     raft.start(loop)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()

@@ -44,6 +44,8 @@ class Trigger:
         self.slots_fired = 0
         self.last_fire_error: str | None = None
         self.leases_expired = 0
+        #: called with the fire lags (ms) of the runs each committed fire created (metrics)
+        self.lag_observer = None
         #: (kind, id, token, renewals) -> this leader's monotonic time when it first saw it
         self._lease_seen: dict[tuple, float] = {}
 
@@ -127,7 +129,7 @@ class Trigger:
         results = await asyncio.gather(
             *(self._propose_fire(now, b) for b in batches), return_exceptions=True
         )
-        for names, res in zip(names_of, results):
+        for batch, names, res in zip(batches, names_of, results):
             if isinstance(res, BaseException):
                 self.last_fire_error = str(res)
                 log.warning("trigger: fire of %d jobs failed: %s", len(names), res)
@@ -135,6 +137,8 @@ class Trigger:
             else:
                 self.fires_proposed += 1
                 self.slots_fired += res.get("fired", 0)
+                if self.lag_observer is not None and res.get("fired"):
+                    self.lag_observer([now - slot for e in batch for slot in e["runs"]])
                 if res.get("stale"):
                     # Some plan was made from a view older than the state: those jobs were
                     # already pushed back by the apply that moved them, or need a push now.

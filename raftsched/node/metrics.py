@@ -1,0 +1,86 @@
+"""Prometheus metrics (``GET /metrics``), read from the node's own replica and loops at scrape time.
+
+One registry per node (not the process-global one), so tests and several nodes in one process do
+not collide. Gauges are computed on each scrape from the local replica: a follower's view may lag
+the leader's by the replication delay. Counters (``*_total``) count what this node did: fires it
+proposed while leading, runs its worker completed.
+"""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+#: fire lag buckets (seconds): from a normal tick (tens of ms) to a catch-up after an outage
+FIRE_LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
+
+
+class _StateCollector:
+    def __init__(self, state, raft, trigger, worker) -> None:
+        self.state, self.raft, self.trigger, self.worker = state, raft, trigger, worker
+
+    def collect(self):
+        st = self.raft.status()
+        yield GaugeMetricFamily("raftsched_raft_is_leader", "1 if this node leads", value=1 if st.get("is_leader") else 0)
+        yield GaugeMetricFamily("raftsched_raft_term", "current Raft term", value=st.get("term") or 0)
+        yield GaugeMetricFamily("raftsched_raft_commit_index", "Raft commit index", value=st.get("commit_index") or 0)
+        runs = GaugeMetricFamily("raftsched_runs", "runs and recorded slots kept in the state, by state", labels=["state"])
+        depth = GaugeMetricFamily("raftsched_queue_depth", "runs waiting in the queue", labels=["queue"])
+        running = GaugeMetricFamily("raftsched_queue_running", "runs leased and running", labels=["queue"])
+        dead = GaugeMetricFamily("raftsched_dlq_runs", "runs in the queue's dead-letter queue", labels=["queue"])
+        with self.state.lock:
+            jobs = len(self.state.jobs)
+            paused = sum(1 for j in self.state.jobs.values() if j["paused"])
+            by_state: dict[str, int] = {}
+            per_q: dict[str, list[int]] = {}
+            for run in self.state.runs.values():
+                s = run["state"]
+                by_state[s] = by_state.get(s, 0) + 1
+                if s in ("queued", "running", "dead"):
+                    c = per_q.setdefault(run["queue"], [0, 0, 0])
+                    c[("queued", "running", "dead").index(s)] += 1
+            for q in self.state.queues:
+                per_q.setdefault(q, [0, 0, 0])
+            token = self.state.fencing_token
+            locks = len(self.state.locks)
+        yield GaugeMetricFamily("raftsched_jobs", "registered jobs", value=jobs)
+        yield GaugeMetricFamily("raftsched_jobs_paused", "paused jobs", value=paused)
+        yield GaugeMetricFamily("raftsched_locks_held", "locks held", value=locks)
+        yield GaugeMetricFamily("raftsched_fencing_token", "highest fencing token granted", value=token)
+        for s in ("queued", "running", "succeeded", "failed", "dead", "skipped", "coalesced"):
+            runs.add_metric([s], by_state.get(s, 0))
+        yield runs
+        for q, (a, b, c) in sorted(per_q.items()):
+            depth.add_metric([q], a)
+            running.add_metric([q], b)
+            dead.add_metric([q], c)
+        yield depth
+        yield running
+        yield dead
+        t = self.trigger
+        yield CounterMetricFamily("raftsched_slots_fired", "slots this node fired as runs while leading", value=t.slots_fired)
+        yield CounterMetricFamily("raftsched_fire_commands", "fire commands this node proposed while leading", value=t.fires_proposed)
+        yield CounterMetricFamily("raftsched_leases_expired", "leases this node's reaper expired", value=t.leases_expired)
+        w = self.worker
+        yield CounterMetricFamily("raftsched_worker_runs_completed", "attempts this node's worker reported", value=w.completed)
+        yield CounterMetricFamily("raftsched_worker_completions_refused", "reports refused for a stale token", value=w.refused)
+        yield GaugeMetricFamily("raftsched_worker_runs_running", "runs this node's worker is executing", value=len(w.held))
+        yield GaugeMetricFamily("raftsched_worker_slots", "run slots of this node's worker", value=w.slots)
+
+
+class NodeMetrics:
+    def __init__(self, state, raft, trigger, worker) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_StateCollector(state, raft, trigger, worker))
+        self.fire_lag = Histogram(
+            "raftsched_fire_lag_seconds", "how late each slot was fired versus its scheduled time (leader)",
+            buckets=FIRE_LAG_BUCKETS, registry=self.registry,
+        )
+
+    def observe_fire_lags(self, lags_ms) -> None:
+        for lag in lags_ms:
+            self.fire_lag.observe(max(0, lag) / 1000)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
