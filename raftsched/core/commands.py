@@ -26,6 +26,7 @@ OPS = (
     "acquire",     # a worker asks for up to N runs of its queues: leases + fencing tokens
     "heartbeat",   # one per worker per interval: extends all its leases
     "complete",    # success or failure of one attempt, with its fencing token
+    "complete_many",  # several outcomes in one command, each judged alone
     "expire",      # the leader's reaper: leases and locks past their deadline
     "dlq_requeue",
     "dlq_delete",

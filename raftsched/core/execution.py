@@ -266,6 +266,25 @@ class ExecutionMixin:
         self._finish_attempt(run, now, ok, error, output)
         return {"ok": True, "run": rid, "state": run["state"], "attempt": run["attempt"]}
 
+    def _apply_complete_many(self, cmd, now):
+        """Several outcomes in one command (a worker batches the completions of a few ms): each
+        item is judged like ``complete``, alone; a stale item is refused without affecting the
+        others. Returns one result per item, in order."""
+        items = cmd.get("results")
+        if not isinstance(items, list) or not 1 <= len(items) <= limits.complete_batch_max:
+            raise InvalidCommand(f"complete_many needs 1..{limits.complete_batch_max} results")
+        for it in items:
+            if not (isinstance(it, dict) and isinstance(it.get("run"), str) and _is_int(it.get("token"))
+                    and isinstance(it.get("success"), bool)):
+                raise InvalidCommand("each result needs run, token, success")
+        out = []
+        for it in items:
+            try:
+                out.append(self._apply_complete(it, now))
+            except (Conflict, NotFound) as e:
+                out.append({"ok": False, "run": it["run"], "error": e.to_dict()})
+        return {"ok": True, "results": out}
+
     def _finish_attempt(self, run: dict, now: int, ok: bool, error: str | None, output: str | None,
                         lost: bool = False) -> None:
         """Close the current attempt: success, a retry, or the dead-letter queue.

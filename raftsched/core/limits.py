@@ -90,6 +90,8 @@ heartbeat_leases_max = 150
 #: Leases and locks one expire command may carry (the reaper sends more in later ticks).
 expire_items_max = 150
 worker_slots_max = 100
+#: Outcomes one complete_many may carry (the worker also keeps it under the command size).
+complete_batch_max = 100
 #: Attempts whose record (token, worker, times, error) a run keeps; max_attempts is at most 100.
 attempts_kept_max = 100
 attempt_error_chars_max = 512

@@ -27,6 +27,7 @@ import time
 import uuid
 
 import aiohttp
+import msgpack
 
 from ..clock import Clock
 from ..core import commands, limits
@@ -35,15 +36,20 @@ from .executors import ALL_TYPES, RunContext, execute
 
 log = logging.getLogger("raftsched.worker")
 
+#: encoded outcomes per complete_many, leaving room for the envelope under command_bytes_max
+_COMPLETE_BATCH_BYTES_MAX = limits.command_bytes_max - 4096
+
 
 class _Held:
-    __slots__ = ("grant", "cancel", "task", "token")
+    __slots__ = ("grant", "cancel", "task", "token", "executing")
 
     def __init__(self, grant: dict) -> None:
         self.grant = grant
         self.token = grant["token"]
         self.cancel = asyncio.Event()
         self.task: asyncio.Task | None = None
+        #: True while the executor runs; False once only its report is pending
+        self.executing = True
 
 
 class Worker:
@@ -66,6 +72,9 @@ class Worker:
         self.held: dict[str, _Held] = {}
         self._last_hb_ok = time.monotonic()
         self._session: aiohttp.ClientSession | None = None
+        self._outbox: list[tuple[dict, asyncio.Future]] = []
+        self._outbox_ready = asyncio.Event()
+        self._slot_freed = asyncio.Event()
         self.completed = 0
         self.refused = 0
 
@@ -74,9 +83,12 @@ class Worker:
         self._session = aiohttp.ClientSession()
         hb = asyncio.create_task(self._heartbeat_loop(), name="heartbeat")
         watchdog = asyncio.create_task(self._watchdog(), name="lease watchdog")
+        flusher = asyncio.create_task(self._flush_loop(), name="outcome flusher")
         try:
             while True:
-                free = self.slots - len(self.held)
+                # A run slot is taken while its executor runs; a finished run whose report is
+                # still on its way keeps its lease (heartbeated) but not a slot.
+                free = self.slots - sum(1 for h in self.held.values() if h.executing)
                 if free > 0 and self._may_execute() and self.state.has_ready_work(self.queues, self.clock.now_ms()):
                     try:
                         got = await self._acquire(free)
@@ -90,7 +102,12 @@ class Worker:
                         # Ready entries were stale or rate-limited: do not spin on the log.
                         await asyncio.sleep(5 * self.poll_interval_s)
                         continue
-                await asyncio.sleep(self.poll_interval_s)
+                # Wake when a slot frees, or poll for new work.
+                self._slot_freed.clear()
+                try:
+                    await asyncio.wait_for(self._slot_freed.wait(), self.poll_interval_s)
+                except asyncio.TimeoutError:
+                    pass
         finally:
             hb.cancel()
             watchdog.cancel()
@@ -99,7 +116,8 @@ class Worker:
             tasks = [h.task for h in self.held.values() if h.task]
             if tasks:
                 await asyncio.wait(tasks, timeout=self.kill_grace_s + 2)
-            await asyncio.gather(hb, watchdog, return_exceptions=True)
+            flusher.cancel()
+            await asyncio.gather(hb, watchdog, flusher, return_exceptions=True)
             await self._session.close()
 
     def _may_execute(self) -> bool:
@@ -175,10 +193,10 @@ class Worker:
                                     allowed_types=self.allowed_types, kill_grace_s=self.kill_grace_s,
                                     http_session=self._session)
                 outcome_ok, error, output = out.ok, out.error, out.output
-            if h.cancel.is_set() and not outcome_ok:
-                # Lease lost: another attempt owns the run (or soon will); report anyway, the
-                # state refuses it if the token is stale, and accepts it if the lease survived.
-                pass
+            # Reported even when the lease was lost: the state refuses a stale token, and
+            # accepts the outcome if the lease survived after all.
+            h.executing = False
+            self._slot_freed.set()
             await self._complete(g, outcome_ok, error, output)
         except asyncio.CancelledError:
             raise
@@ -188,26 +206,59 @@ class Worker:
             self.held.pop(g["id"], None)
 
     async def _complete(self, g: dict, ok: bool, error: str | None, output: str | None) -> None:
+        """Report one outcome. Outcomes are batched: the flusher sends every outcome that is ready
+        in one ``complete_many`` (each judged alone by the state), so a busy worker spends one log
+        entry on many runs."""
+        item = {"run": g["id"], "token": g["token"], "success": ok, "error": error, "output": output}
+        fut = asyncio.get_running_loop().create_future()
+        self._outbox.append((item, fut))
+        self._outbox_ready.set()
+        res = await fut
+        if res is None:
+            return  # gave up: the lease will expire and the run is retried
+        if res.get("ok"):
+            self.completed += 1
+        elif (res.get("error") or {}).get("code") == "conflict":
+            self.refused += 1
+            log.warning("worker: completion of %s refused: %s", g["id"], res["error"].get("message"))
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._outbox_ready.wait()
+            await asyncio.sleep(0.002)  # let the outcomes of the same moment join one command
+            self._outbox_ready.clear()
+            while self._outbox:
+                batch, size = [], 0
+                while self._outbox and len(batch) < limits.complete_batch_max:
+                    item, fut = self._outbox[0]
+                    n = len(msgpack.packb(item, use_bin_type=True))
+                    if batch and size + n > _COMPLETE_BATCH_BYTES_MAX:
+                        break
+                    self._outbox.pop(0)
+                    batch.append((item, fut))
+                    size += n
+                results = await self._send_outcomes([it for it, _ in batch])
+                for k, (_, fut) in enumerate(batch):
+                    if not fut.done():
+                        fut.set_result(None if results is None else results[k])
+
+    async def _send_outcomes(self, items: list[dict]) -> list[dict] | None:
+        """Propose one complete_many, retrying an unknown outcome with the same request id (the
+        state machine deduplicates it). None when it could not be delivered for a minute."""
         rid = uuid.uuid4().hex
         deadline = time.monotonic() + 60
         while True:
-            cmd = commands.make("complete", self.clock.now_ms(), rid, run=g["id"], token=g["token"],
-                                success=ok, error=error, output=output, worker=self.worker_id)
+            cmd = commands.make("complete_many", self.clock.now_ms(), rid, results=items, worker=self.worker_id)
             try:
-                await self._propose(cmd)
-                self.completed += 1
-                return
-            except Conflict as e:
-                self.refused += 1
-                log.warning("worker: completion of %s refused: %s", g["id"], e.message)
-                return
-            except NotFound:
-                return
+                return (await self._propose(cmd))["results"]
             except (Indeterminate, Unavailable) as e:
                 if time.monotonic() > deadline:
-                    log.warning("worker: giving up reporting %s: %s (its lease will expire)", g["id"], e.message)
-                    return
+                    log.warning("worker: giving up reporting %d outcomes: %s (their leases will expire)", len(items), e.message)
+                    return None
                 await asyncio.sleep(0.2)
+            except RaftschedError as e:
+                log.error("worker: outcomes refused as a whole: %s", e.message)
+                return None
 
     async def _propose(self, cmd: dict, timeout_s: float = limits.propose_timeout_s_default) -> dict:
         res = await self.raft.propose(commands.encode(cmd), timeout_s=timeout_s)
