@@ -130,6 +130,7 @@ echo "$("$VENV_PY" --version 2>&1) ($VENV_PY), pytest $("$VENV_PY" -c 'import py
 
 step pytest run_pytest "$@"
 # step bench-quick ...       (benchmark quick run: add here)
-# step fault-injection ...   (fault-injection run: add here)
+# About 2 minutes of faults against three real nodes (docs/testing.md); fails on an invalid verdict.
+step fault-injection "$VENV_PY" jepsen-style/run.py --profile ci ${JEPSEN_SEED:+--seed "$JEPSEN_SEED"}
 
 finish

@@ -1,0 +1,913 @@
+"""Checkers: pure functions from a run's data to a verdict per property, Jepsen-style.
+
+Each checker returns ``{"valid": "valid"|"invalid"|"unknown", "counterexamples": [...],
+"stats": {...}, "note": str}``; the first counterexample is the one verdict.txt shows. Verdicts
+combine as Jepsen's do: invalid > unknown > valid. A property that the run did not exercise is
+"unknown", never "valid".
+
+The input (``data``) is what run.py collected; tests/test_jepsen_checkers.py builds small ones by
+hand. Keys (all optional except where a checker needs them):
+
+- ``schedule``: generator output (``ops``, ``plan``: {"jobs": {name: {"fail_pct", "work_ms"}}}, ...)
+- ``history``: client and nemesis operations (client.History records)
+- ``sink``: the fenced sink's log, in arrival order
+- ``reads``: {"final"|"restart": {node: read}}; ``periodic``: [read]; a read has ``t_start_ms``,
+  ``jobs`` (name, spec, paused, cursor, ...) and ``runs`` (compact run records, times in ms)
+- ``hashes``: {phase: [{"node", "applied", "hash"}]}; ``monitor``: role samples
+- ``faults``: the nemesis log; ``times``: t0_ms, heal_ms, ...; ``settle``: what stayed pending
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+
+import failure_plan
+
+VALID, UNKNOWN, INVALID = "valid", "unknown", "invalid"
+_RANK = {VALID: 0, UNKNOWN: 1, INVALID: 2}
+
+#: Slots due this long before a final read must be handled by then (the trigger ticks every
+#: 50 ms and a fire commits in milliseconds once the cluster is healthy; the rest is slack).
+DUE_SLACK_MS = 3000
+#: After the last fault is healed, every unpaused job fires again within its interval plus this.
+RESUME_BOUND_MS = 15000
+#: Fewer client operations or sink writes than this, or no leader change: "unknown".
+MIN_CLIENT_OK = 10
+MIN_SINK_WRITES = 30
+#: Counterexamples kept per checker.
+EXAMPLES_MAX = 20
+
+
+def combine(*verdicts: str) -> str:
+    return max(verdicts, key=lambda v: _RANK[v]) if verdicts else VALID
+
+
+def _result(valid: str, examples: list, stats: dict | None = None, note: str = "") -> dict:
+    return {"valid": valid, "counterexamples": examples[:EXAMPLES_MAX], "counterexample_count": len(examples),
+            "stats": stats or {}, "note": note}
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared views of the data
+# ---------------------------------------------------------------------------------------------
+
+def _all_reads(data: dict, phases=("final", "restart")) -> list[dict]:
+    out = []
+    for ph in phases:
+        for _, r in sorted((data.get("reads") or {}).get(ph, {}).items()):
+            if r.get("runs") is not None:
+                out.append(r)
+    return out
+
+
+def client_ops(data: dict) -> list[dict]:
+    """Completed client operations: each invoke paired with its completion (type ok/fail/info);
+    an invoke without a completion counts as info."""
+    pending: dict[str, dict] = {}
+    done = []
+    for rec in data.get("history", []):
+        if not str(rec.get("process", "")).startswith("client"):
+            continue
+        if rec["type"] == "invoke":
+            pending[rec["key"]] = rec
+        else:
+            inv = pending.pop(rec["key"], None)
+            done.append(dict(rec, invoke_t_ms=inv["t_ms"] if inv else rec["t_ms"], invoke_index=inv["index"] if inv else rec["index"]))
+    for inv in pending.values():
+        done.append(dict(inv, type="info", error="no completion recorded", invoke_t_ms=inv["t_ms"], invoke_index=inv["index"]))
+    done.sort(key=lambda o: o["invoke_index"])
+    return done
+
+
+def spec_versions(data: dict) -> dict[str, list[dict]]:
+    """Every spec a client may have given each job (ok and info puts; a failed put did not
+    happen)."""
+    out: dict[str, list[dict]] = {}
+    for op in client_ops(data):
+        if op["f"] in ("create", "update") and op["type"] in ("ok", "info"):
+            out.setdefault(op["job"], []).append(op["spec"])
+    return out
+
+
+def paused_ever(data: dict) -> set[str]:
+    return {op["job"] for op in client_ops(data) if op["f"] == "pause" and op["type"] in ("ok", "info")}
+
+
+def grid_ms(schedule: dict) -> tuple[int, int | None] | None:
+    """(every_ms, phase_ms or None when it comes from the job's anchor) for schedules whose slots
+    form a uniform grid; None otherwise."""
+    if "every_s" in schedule:
+        return schedule["every_s"] * 1000, None
+    m = re.fullmatch(r"\*/(\d+) \* \* \* \* \*", schedule.get("cron", ""))
+    if m and 60 % int(m.group(1)) == 0:
+        return int(m.group(1)) * 1000, 0
+    return None
+
+
+def _allowed_records(specs: list[dict], paused: bool) -> set[tuple[str, str]]:
+    allowed = set()
+    for s in specs:
+        p = s.get("misfire", {}).get("policy")
+        allowed.add({"skip": ("skipped", "misfire"), "fire_once": ("coalesced", "misfire"),
+                     "fire_all": ("skipped", "catchup_limit")}.get(p, ("?", "?")))
+        ov = s.get("overlap") or {"policy": "allow"}
+        if ov.get("policy") == "forbid" or (ov.get("policy") == "allow" and "max_concurrent" in ov):
+            allowed.add(("skipped", "overlap"))
+        elif ov.get("policy") == "queue_one":
+            allowed.add(("coalesced", "overlap"))
+    if paused:
+        allowed.add(("skipped", "paused"))
+    return allowed
+
+
+def _spans(runs: list[dict]) -> list[tuple[int, int, dict]]:
+    out = []
+    for r in runs:
+        if r.get("kind") == "manual":
+            continue
+        lo = r["slot_ms"]
+        hi = r.get("slot_to") if r.get("slot_to") is not None else lo
+        out.append((lo, hi, r))
+    out.sort(key=lambda s: (s[0], s[1]))
+    return out
+
+
+def _ceil_s(ms: int) -> int:
+    return ms - ms % 1000 + (1000 if ms % 1000 else 0)
+
+
+def _clock_fault_during(data: dict, t_lo: int, t_hi: int) -> bool:
+    for f in data.get("faults", []):
+        if f.get("kind") == "clock" and f.get("start_ms", 0) <= t_hi and f.get("end_ms", 1 << 62) >= t_lo:
+            return True
+    return False
+
+
+def _sink_end_ok(data: dict) -> set[tuple[str, int]]:
+    return {(w["resource"], w["token"]) for w in data.get("sink", [])
+            if w.get("accepted") and w.get("phase") == "end" and w.get("ok")}
+
+
+def _short(x, n: int = 400) -> str:
+    s = x if isinstance(x, str) else json.dumps(x, sort_keys=True, default=str)
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. No lost slot
+# ---------------------------------------------------------------------------------------------
+
+def check_lost_slots(data: dict) -> dict:
+    """Every slot of every job present in a final read, from its first slot up to the read time
+    minus DUE_SLACK_MS (or up to its cursor while paused), is a run or inside a record whose
+    state/reason one of the job's misfire policies (or a pause) allows; records count their slots
+    exactly; the first slot is no later than the create's acknowledgement allows; and every run
+    that succeeded reached the sink (an accepted "end" write, ok, with its final token)."""
+    examples, checked_slots, jobs_checked = [], 0, 0
+    versions = spec_versions(data)
+    paused = paused_ever(data)
+    creates = {op["job"]: op for op in client_ops(data) if op["f"] == "create" and op["type"] == "ok"}
+    sink_ok = _sink_end_ok(data)
+    reads = _all_reads(data)
+    seen = set()
+
+    def ex(key, text):
+        if key not in seen:
+            seen.add(key)
+            examples.append(text)
+
+    for read in reads:
+        node = read["node"]
+        by_job: dict[str, list] = {}
+        for r in read["runs"]:
+            by_job.setdefault(r["job"], []).append(r)
+        for job in read.get("jobs", []):
+            name = job["name"]
+            sched = job["spec"]["schedule"]
+            g = grid_ms(sched)
+            if g is None:
+                continue
+            every, phase = g
+            spans = _spans(by_job.get(name, []))
+            specs = versions.get(name) or [job["spec"]]
+            allowed = _allowed_records(specs, name in paused)
+            covered = set()
+            jobs_checked += 1
+            for lo, hi, r in spans:
+                if phase is None:
+                    phase = lo % every
+                if (lo - phase) % every or (hi - phase) % every:
+                    ex(("offgrid", r["id"]), f"node-{node + 1} {read['phase']}: {r['id']} covers {lo}..{hi}, off the job's {every} ms grid (phase {phase})")
+                    continue
+                n = (hi - lo) // every + 1
+                if r["state"] in ("skipped", "coalesced") and r.get("kind") == "recorded":
+                    if (r["state"], r.get("reason")) not in allowed:
+                        ex(("policy", r["id"]), f"node-{node + 1} {read['phase']}: job {name} recorded {r['state']}/{r.get('reason')} for {n} slot(s) from {lo}, which none of its misfire policies {sorted({s['misfire']['policy'] for s in specs})} allows")
+                    if r.get("count") is not None and r["count"] != n and r.get("slot_to") is not None:
+                        ex(("count", r["id"]), f"node-{node + 1} {read['phase']}: record {r['id']} says {r['count']} slots in {lo}..{hi}, the grid has {n}")
+                for s in range(lo, hi + 1, every):
+                    covered.add(s)
+            if not covered:
+                continue
+            first, last = min(covered), max(covered)
+            # The first slot: no later than one interval after the acknowledged create.
+            op = creates.get(name)
+            if op is not None and phase is not None and "every_s" in sched \
+                    and not _clock_fault_during(data, op["invoke_t_ms"] - 10_000, op["t_ms"] + 10_000):
+                latest_first = _ceil_s(op["t_ms"]) + every
+                earliest_first = _ceil_s(op["invoke_t_ms"]) + every
+                if first > latest_first:
+                    for s in range(latest_first - (latest_first - phase) % every, first, every):
+                        if s >= earliest_first:
+                            ex(("lost", name, s), f"node-{node + 1} {read['phase']}: job {name} slot {s} lost: created (ok) at {op['t_ms']}, its first entry is slot {first}")
+                            break
+                if first < earliest_first:
+                    ex(("early", name), f"node-{node + 1} {read['phase']}: job {name} has slot {first}, before it was created ({op['invoke_t_ms']})")
+            # The end: due slots handled by the read (an unpaused job), else up to the cursor.
+            if job.get("paused"):
+                end = job.get("cursor") or last
+            else:
+                end = read["t_start_ms"] - DUE_SLACK_MS
+            for s in range(first, max(last, end) + 1, every):
+                if s > end and s > last:
+                    break
+                checked_slots += 1
+                if s not in covered:
+                    ex(("lost", name, s), f"node-{node + 1} {read['phase']}: job {name} slot {s} is neither a run nor recorded "
+                                          f"(entries {first}..{last}, read at {read['t_start_ms']}, paused={job.get('paused')})")
+            for r in by_job.get(name, []):
+                if r["state"] == "succeeded" and (r["id"], r.get("fencing_token")) not in sink_ok:
+                    ex(("sink", r["id"]), f"node-{node + 1} {read['phase']}: run {r['id']} succeeded with token {r.get('fencing_token')} but the sink has no accepted ok end write with that token")
+    if not reads:
+        return _result(UNKNOWN, [], note="no final read succeeded")
+    stats = {"jobs_checked": jobs_checked, "slots_checked": checked_slots}
+    # Figures, not verdicts: the schedule follows the leader's wall clock, so a leader whose clock
+    # is fast starts runs before their slot (by the sink's clock); lateness is the fire lag.
+    early = [w["slot"] - w["t_ms"] for w in data.get("sink", [])
+             if w.get("phase") == "begin" and w.get("attempt") == 1 and isinstance(w.get("slot"), int) and w["t_ms"] < w["slot"]]
+    stats["runs_begun_before_their_slot"] = len(early)
+    stats["earliest_begin_before_slot_ms"] = max(early) if early else 0
+    if examples:
+        return _result(INVALID, examples, stats)
+    if checked_slots == 0:
+        return _result(UNKNOWN, [], stats, "no slot was due")
+    return _result(VALID, [], stats)
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. No duplicate
+# ---------------------------------------------------------------------------------------------
+
+def check_duplicates(data: dict) -> dict:
+    """No slot is two runs (or a run and a record) in any node's state at any read; a run id keeps
+    its identity across reads (the same slot and fire time: it was created once); an attempt of a
+    run is granted once (one token per attempt, in the states and at the sink); a token belongs to
+    one attempt of one run."""
+    examples = []
+    reads = _all_reads(data) + list(data.get("periodic") or [])
+    identity: dict[str, tuple] = {}
+    attempt_token: dict[tuple[str, int], int] = {}
+    token_owner: dict[int, tuple[str, int]] = {}
+
+    def note_grant(where: str, rid: str, attempt, token) -> None:
+        if attempt is None or token is None:
+            return
+        k = (rid, attempt)
+        if attempt_token.setdefault(k, token) != token:
+            examples.append(f"{where}: attempt {attempt} of {rid} has token {token} and also {attempt_token[k]}: granted twice")
+        if token_owner.setdefault(token, k) != k:
+            examples.append(f"{where}: token {token} belongs to {k} and to {token_owner[token]}")
+
+    for read in reads:
+        where = f"node-{read['node'] + 1} {read.get('phase')} read at {read.get('t_start_ms')}"
+        ids = [r["id"] for r in read["runs"]]
+        if len(ids) != len(set(ids)):
+            dup = sorted({i for i in ids if ids.count(i) > 1})
+            examples.append(f"{where}: run id(s) listed twice: {dup[:5]}")
+        by_job: dict[str, list] = {}
+        for r in read["runs"]:
+            by_job.setdefault(r["job"], []).append(r)
+            ident = (r["slot_ms"], r.get("kind"), r.get("fired_at"))
+            old = identity.setdefault(r["id"], ident)
+            if old != ident:
+                examples.append(f"{where}: run {r['id']} was (slot, kind, fired_at) {old} and is now {ident}: fired twice")
+            for a in r.get("attempts") or []:
+                note_grant(where, r["id"], a.get("attempt"), a.get("token"))
+            if r.get("state") == "running":
+                note_grant(where, r["id"], r.get("attempt"), r.get("fencing_token"))
+        for job, runs in by_job.items():
+            spans = _spans(runs)
+            for (lo1, hi1, r1), (lo2, hi2, r2) in zip(spans, spans[1:]):
+                if lo2 <= hi1:
+                    examples.append(f"{where}: job {job} slot {lo2} is both {r1['id']} ({r1['state']}) and {r2['id']} ({r2['state']})")
+    for w in data.get("sink", []):
+        if w.get("accepted") or w.get("token") is not None:
+            note_grant(f"sink seq {w.get('seq')}", w.get("run") or w["resource"], w.get("attempt"), w.get("token"))
+    stats = {"reads": len(reads), "runs_seen": len(identity), "grants_seen": len(token_owner)}
+    if not reads:
+        return _result(UNKNOWN, [], stats, "no read")
+    return _result(INVALID if examples else VALID, examples, stats)
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. Fencing
+# ---------------------------------------------------------------------------------------------
+
+def check_fencing(data: dict) -> dict:
+    """At the sink, in arrival order, no accepted write carries a token lower than one already
+    accepted for its resource. Tokens granted (in the states and at the sink) are unique, grow with
+    the attempt within a run, and grow with grant time. If a pause ran and the sink refused
+    nothing, the property was not exercised: unknown."""
+    examples = []
+    highest: dict[str, int] = {}
+    accepted = refused = 0
+    for w in sorted(data.get("sink", []), key=lambda w: w.get("seq", 0)):
+        res, tok = w["resource"], w["token"]
+        if w.get("accepted"):
+            accepted += 1
+            if res in highest and tok < highest[res]:
+                examples.append(f"sink seq {w.get('seq')}: accepted token {tok} for {res} after token {highest[res]} was accepted")
+            highest[res] = max(highest.get(res, tok), tok)
+        else:
+            refused += 1
+            if res not in highest or tok >= highest[res]:
+                examples.append(f"sink seq {w.get('seq')}: refused token {tok} for {res} though the highest accepted was {highest.get(res)}")
+    grants: dict[int, dict] = {}
+    for read in _all_reads(data) + list(data.get("periodic") or []):
+        for r in read["runs"]:
+            prev = None
+            for a in r.get("attempts") or []:
+                if a.get("token") is None:
+                    continue
+                grants.setdefault(a["token"], {"run": r["id"], "attempt": a["attempt"], "started_at": a.get("started_at")})
+                if prev is not None and not (a["attempt"] > prev["attempt"] and a["token"] > prev["token"]):
+                    examples.append(f"run {r['id']}: attempt {a['attempt']} has token {a['token']} after attempt {prev['attempt']} had {prev['token']}")
+                prev = a
+            if r.get("state") == "running" and r.get("fencing_token") is not None:
+                grants.setdefault(r["fencing_token"], {"run": r["id"], "attempt": r.get("attempt"), "started_at": r.get("started_at")})
+    ordered = sorted((t, g) for t, g in grants.items() if g.get("started_at") is not None)
+    for (t1, g1), (t2, g2) in zip(ordered, ordered[1:]):
+        if g2["started_at"] < g1["started_at"]:
+            examples.append(f"token {t2} ({g2['run']} attempt {g2['attempt']}) was granted at {g2['started_at']}, before token {t1} ({g1['run']}) at {g1['started_at']}: tokens do not grow with grant time")
+    pauses = [f for f in data.get("faults", []) if f.get("kind") == "pause"]
+    stats = {"sink_accepted": accepted, "sink_refused": refused, "grants": len(grants), "pauses": len(pauses)}
+    if examples:
+        return _result(INVALID, examples, stats)
+    if accepted == 0:
+        return _result(UNKNOWN, [], stats, "the sink accepted nothing")
+    if pauses and refused == 0:
+        return _result(UNKNOWN, [], stats, "not exercised: pauses ran but the sink refused no stale write")
+    return _result(VALID, [], stats)
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. Durability (Jepsen's set-full, per job, with a small search over unknown outcomes)
+# ---------------------------------------------------------------------------------------------
+
+def _spec_matches(sent: dict, stored: dict) -> bool:
+    """Whether the stored (normalised) spec holds every field the client sent."""
+    for k, v in sent.items():
+        if k not in stored:
+            return False
+        if isinstance(v, dict):
+            if not isinstance(stored[k], dict) or not _spec_matches(v, stored[k]):
+                return False
+        elif stored[k] != v:
+            return False
+    return True
+
+
+def _apply_op(state: tuple, op: dict) -> tuple | None:
+    """The job's model (exists, spec index, paused) after ``op``; None if ``op`` cannot have done
+    what its ok answer says."""
+    exists, spec, paused = state
+    f = op["f"]
+    if f in ("create", "update"):
+        if op["type"] == "ok" and isinstance(op.get("value"), dict) and "created" in op["value"] \
+                and op["value"]["created"] != (not exists):
+            return None
+        return (True, op["invoke_index"], paused if exists else False)
+    if not exists:
+        return None if op["type"] == "ok" else state
+    if f == "pause":
+        return (True, spec, True)
+    if f == "resume":
+        return (True, spec, False)
+    if f == "delete":
+        return (False, None, False)
+    return state
+
+
+def job_models(ops: list[dict], budget: int = 200_000) -> tuple[set | None, dict | None]:
+    """Every final model of one job its operations allow: ok operations happened, in order (one
+    client owns a job, so they never overlap); fail ones did not (a 404 says the job did not
+    exist); each info one happened at any point after its invocation, or never.
+
+    :returns: (set of (exists, spec invoke index, paused), None), or (None, the first op no
+        placement explains), or (None, None) when the search ran out of ``budget``.
+    """
+    configs = {((False, None, False), frozenset())}
+    spent = 0
+
+    def closure(cfgs):
+        nonlocal spent
+        out, todo = set(cfgs), list(cfgs)
+        while todo:
+            state, pend = todo.pop()
+            for idx in pend:
+                spent += 1
+                op = by_index[idx]
+                ns = _apply_op(state, op)
+                for nxt in ((ns if ns is not None else state, pend - {idx}),):
+                    if nxt not in out:
+                        out.add(nxt)
+                        todo.append(nxt)
+        return out
+
+    by_index = {op["invoke_index"]: op for op in ops}
+    for op in ops:
+        if op["type"] == "info":
+            configs = {(s, p | {op["invoke_index"]}) for s, p in configs}
+            continue
+        configs = closure(configs)
+        if spent > budget:
+            return None, None
+        if op["type"] == "ok":
+            new = set()
+            for s, p in configs:
+                ns = _apply_op(s, op)
+                if ns is not None:
+                    new.add((ns, p))
+            if not new:
+                return None, op
+            configs = new
+        elif op.get("status") == 404:
+            configs = {(s, p) for s, p in configs if not s[0]}
+            if not configs:
+                return None, op
+    configs = closure(configs)
+    if spent > budget:
+        return None, None
+    return {s for s, _ in configs}, None
+
+
+def check_durability(data: dict) -> dict:
+    """Every acknowledged client write is in the final state, before and after the full restart,
+    and nothing is there that no client asked for (per job: the final job, absent or present with
+    its spec and paused flag, is one that some placement of the info operations explains). Info
+    writes that appear are counted as recovered. Across the restart, the jobs and every run read
+    before it are still there."""
+    examples = []
+    ops = client_ops(data)
+    per_job: dict[str, list] = {}
+    for op in ops:
+        per_job.setdefault(op["job"], []).append(op)
+    by_index = {op["invoke_index"]: op for op in ops}
+    models: dict[str, set] = {}
+    unknown_jobs = []
+    for job, jops in per_job.items():
+        m, bad = job_models(jops)
+        if m is None and bad is not None:
+            examples.append(f"job {job}: client op #{bad['invoke_index']} {bad['f']} answered {bad['type']} {bad.get('status')} "
+                            f"{_short(bad.get('value'), 120)}, which no order of the job's earlier operations explains")
+        elif m is None:
+            unknown_jobs.append(job)
+        else:
+            models[job] = m
+    reads = _all_reads(data)
+    recovered = set()
+    for read in reads:
+        where = f"node-{read['node'] + 1} {read['phase']} read"
+        present = {j["name"]: j for j in read.get("jobs", [])}
+        for name in present:
+            if name not in per_job:
+                examples.append(f"{where}: job {name} exists, but no client ever asked for it")
+        for job, m in models.items():
+            j = present.get(job)
+            ok = False
+            for exists, spec_idx, paused in m:
+                if not exists and j is None:
+                    ok = True
+                elif exists and j is not None and bool(j.get("paused")) == paused \
+                        and _spec_matches(by_index[spec_idx]["spec"], j["spec"]):
+                    ok = True
+                    if by_index[spec_idx]["type"] == "info":
+                        recovered.add((job, spec_idx))
+                if ok:
+                    break
+            if not ok:
+                acked = [o for o in per_job[job] if o["type"] == "ok"]
+                last = acked[-1] if acked else None
+                examples.append(f"{where}: job {job} is {'absent' if j is None else 'paused=%s %s' % (j.get('paused'), j['spec'].get('description'))}; "
+                                f"the client history allows only {sorted((e, by_index[i]['spec'].get('description') if i is not None else None, p) for e, i, p in m)}"
+                                + (f" (last ok op: #{last['invoke_index']} {last['f']})" if last else ""))
+    final = (data.get("reads") or {}).get("final", {})
+    restart = (data.get("reads") or {}).get("restart", {})
+    for node, before in final.items():
+        after = restart.get(node)
+        if not after or after.get("runs") is None or before.get("runs") is None:
+            continue
+        after_ids = {r["id"] for r in after["runs"]}
+        lost = [r["id"] for r in before["runs"] if r["id"] not in after_ids]
+        if lost:
+            examples.append(f"node-{int(node) + 1}: {len(lost)} run(s) read before the full restart are gone after it, e.g. {lost[:3]}")
+        bj = {j["name"]: (j["paused"], json.dumps(j["spec"], sort_keys=True)) for j in before.get("jobs", [])}
+        aj = {j["name"]: (j["paused"], json.dumps(j["spec"], sort_keys=True)) for j in after.get("jobs", [])}
+        if bj != aj:
+            diff = sorted(set(bj.items()) ^ set(aj.items()))[:2]
+            examples.append(f"node-{int(node) + 1}: jobs differ across the full restart: {_short(diff, 300)}")
+    stats = {"client_ops": len(ops), "ok": sum(o["type"] == "ok" for o in ops),
+             "fail": sum(o["type"] == "fail" for o in ops), "info": sum(o["type"] == "info" for o in ops),
+             "info_recovered": len(recovered), "jobs": len(per_job), "reads": len(reads)}
+    if examples:
+        return _result(INVALID, examples, stats)
+    if not reads or "restart" not in (data.get("reads") or {}):
+        return _result(UNKNOWN, [], stats, "missing final or post-restart reads")
+    if unknown_jobs:
+        return _result(UNKNOWN, [], stats, f"search budget exhausted for {unknown_jobs[:5]}")
+    return _result(VALID, [], stats)
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. Retries and dead letters
+# ---------------------------------------------------------------------------------------------
+
+def backoff_bounds_ms(retry: dict, attempt: int) -> tuple[float, float]:
+    """The delay before attempt ``attempt + 1`` may start, without and with full jitter spread."""
+    base = min(retry["backoff_max_s"], retry["backoff_s"] * retry["backoff_multiplier"] ** (attempt - 1)) * 1000
+    j = retry.get("jitter", 0)
+    return base * (1 - j), base * (1 + j)
+
+
+#: Faults that excuse a lease expiry: they stop a worker, or cut it off (a partition isolates one
+#: node from both others). A clock jump is not among them: a lease must not expire because some
+#: node's wall clock moved (I15's rule, applied to a leader whose clock jumps).
+_WORKER_FAULTS = ("kill", "pause", "partition", "restart-all")
+#: State time runs ahead of wall time by up to the largest forward clock jump; faults are matched
+#: against attempts with this much slack on both sides.
+_STATE_TIME_SLACK_MS = 8000
+
+
+def spurious_expiries(data: dict, runs: list[dict]) -> list[str]:
+    """Attempts that failed "lease expired" although no fault stopped or cut off their worker's
+    node while the lease was held (from one lease TTL before the grant to the expiry)."""
+    ttl_ms = int(((data.get("schedule") or {}).get("lease_ttl_s") or 2) * 1000)
+    nodes = {n["id"]: i for i, n in enumerate(data.get("nodes") or [])} or {f"node-{i + 1}": i for i in range(3)}
+    # The lease's start in wall time: its attempt's first sink write (state time can run ahead of
+    # or behind wall time by a clock jump, so it is only the fallback, with slack).
+    begin_wall = {}
+    for w in data.get("sink", []):
+        if w.get("phase") == "begin":
+            begin_wall.setdefault((w.get("run"), w.get("attempt")), w["t_ms"])
+    out = []
+    for r in runs:
+        for a in r.get("attempts") or []:
+            if a.get("ok") or "lease expired" not in (a.get("error") or "") or a.get("started_at") is None:
+                continue
+            node = nodes.get(str(a.get("worker") or "").split("/")[0])
+            held_ms = (a.get("finished_at") or a["started_at"]) - a["started_at"]
+            began = begin_wall.get((r["id"], a["attempt"]))
+            if began is not None:
+                lo, hi = began - 500, began + held_ms + _STATE_TIME_SLACK_MS
+            else:
+                lo = a["started_at"] - ttl_ms - _STATE_TIME_SLACK_MS
+                hi = a["started_at"] + held_ms + _STATE_TIME_SLACK_MS
+            excused = any(f.get("kind") in _WORKER_FAULTS and node in (f.get("nodes") or [node])
+                          and f.get("start_ms", 0) <= hi and (f.get("end_ms") or 1 << 62) >= lo
+                          for f in data.get("faults", []))
+            if not excused:
+                skew = f"; state time was {a['started_at'] - began:+d} ms off wall time at the grant" if began is not None else ""
+                clocks = [f"{f['fault'].get('offset_ms'):+d} ms on node-{f['nodes'][0] + 1}" for f in data.get("faults", [])
+                          if f.get("kind") == "clock" and f.get("start_ms", 0) <= hi and (f.get("end_ms") or 1 << 62) >= lo]
+                out.append(f"run {r['id']} attempt {a['attempt']}: its lease (worker {a.get('worker')}) expired at {a.get('finished_at')} "
+                           f"though no fault stopped or cut off that worker's node{skew}" + (f"; clock jump(s) at the time: {', '.join(clocks)}" if clocks else ""))
+    return out
+
+
+#: The error of an attempt the leader's reaper ended (its worker stopped heartbeating).
+LOST_PREFIX = "lease expired"
+try:  # the product's bound on retried worker losses
+    from raftsched.core.limits import lease_losses_max as LEASE_LOSSES_MAX
+except ImportError:  # pragma: no cover - an older product
+    LEASE_LOSSES_MAX = 5
+
+
+def check_retries(data: dict) -> dict:
+    """Each run's attempts and final place match the failure plan and the two retry budgets
+    (core/execution.py): attempts are numbered 1..n; an attempt the plan fails never succeeds, one
+    it lets succeed never fails with the planned error (other failures are the faults': lease
+    expired or lost, fenced); a succeeded run's last attempt succeeded; an attempt lost with its
+    worker ("lease expired") is retried at once, at most lease_losses_max times; any other failure
+    counts against max_attempts and is retried, while some spec version's max_attempts allows it,
+    no earlier than backoff(failures so far) after it ended (state time); a dead run spent one of
+    those budgets; and no lease expires while its worker's node is healthy and connected
+    (``spurious_expiries``)."""
+    examples = []
+    plan = (data.get("schedule") or {}).get("plan", {}).get("jobs", {})
+    versions = spec_versions(data)
+    counts = {"runs": 0, "succeeded": 0, "dead": 0, "retried": 0, "planned_failures": 0, "fault_failures": 0,
+              "matches_plan_exactly": 0}
+    seen = set()
+    for read in _all_reads(data):
+        where = f"node-{read['node'] + 1} {read['phase']}"
+        for r in read["runs"]:
+            if r.get("kind") not in ("scheduled", "manual") or r["job"] not in plan:
+                continue
+            specs = versions.get(r["job"]) or []
+            if not specs:
+                continue
+            budgets = sorted({s["retry"]["max_attempts"] for s in specs})
+            fail_pct = plan[r["job"]]["fail_pct"]
+            atts = r.get("attempts") or []
+            first_read = r["id"] not in seen
+            seen.add(r["id"])
+            if first_read:
+                counts["runs"] += 1
+            nums = [a["attempt"] for a in atts]
+            if nums != list(range(1, len(nums) + 1)):
+                examples.append(f"{where}: run {r['id']} attempts are numbered {nums}")
+                continue
+            # Two budgets (core/execution.py): an attempt lost with its worker (the reaper's
+            # "lease expired") is retried at once, up to lease_losses_max times; any other failure
+            # counts against max_attempts and is retried after backoff(failures so far).
+            failures = lost = fault_caused = 0
+            steps = []  # (attempt, lost?, failures, lost) after each failed attempt
+            for a in atts:
+                planned_fail = failure_plan.attempt_fails(r["id"], a["attempt"], fail_pct)
+                err = a.get("error") or ""
+                if a.get("ok"):
+                    if planned_fail:
+                        examples.append(f"{where}: run {r['id']} attempt {a['attempt']} succeeded, but the plan fails it")
+                    if a is not atts[-1]:
+                        examples.append(f"{where}: run {r['id']} was attempted again after attempt {a['attempt']} succeeded")
+                    continue
+                if failure_plan.PLANNED_FAILURE in err:
+                    if not planned_fail:
+                        examples.append(f"{where}: run {r['id']} attempt {a['attempt']} failed as planned, but the plan lets it succeed")
+                    elif first_read:
+                        counts["planned_failures"] += 1
+                else:
+                    fault_caused += 1
+                    if first_read:
+                        counts["fault_failures"] += 1
+                is_lost = err.startswith(LOST_PREFIX)
+                if is_lost:
+                    lost += 1
+                else:
+                    failures += 1
+                steps.append((a, is_lost, failures, lost))
+            st = r["state"]
+            if st == "succeeded":
+                if not atts or not atts[-1].get("ok"):
+                    examples.append(f"{where}: run {r['id']} is succeeded but its last attempt {atts[-1] if atts else None} did not succeed")
+                counts["succeeded"] += first_read
+            elif st == "dead":
+                if any(a.get("ok") for a in atts):
+                    examples.append(f"{where}: run {r['id']} is dead though an attempt succeeded")
+                elif steps:
+                    _, last_lost, f, l = steps[-1]
+                    if last_lost and l <= LEASE_LOSSES_MAX:
+                        examples.append(f"{where}: run {r['id']} is dead after losing its worker {l} time(s); up to {LEASE_LOSSES_MAX} losses are retried")
+                    if not last_lost and not budgets[0] <= f <= budgets[-1]:
+                        examples.append(f"{where}: run {r['id']} is dead after {f} failed attempt(s); its max_attempts were {budgets}")
+                counts["dead"] += first_read
+            elif st in ("queued", "running") and atts:
+                if atts[-1].get("ok"):
+                    examples.append(f"{where}: run {r['id']} is {st} again after a success")
+            elif st == "failed":
+                # Only the overlap policy "replace" ends a run as failed (a newer slot's run
+                # revoked it); a failure of the handler retries or dead-letters.
+                if not any((sp.get("overlap") or {}).get("policy") == "replace" for sp in specs):
+                    examples.append(f"{where}: run {r['id']} is failed ({_short(r.get('error'), 80)}) but no spec of job {r['job']} has overlap policy replace")
+                elif "replaced by run" not in (r.get("error") or ""):
+                    examples.append(f"{where}: run {r['id']} is failed for another reason than its replacement: {_short(r.get('error'), 80)}")
+                counts["replaced"] = counts.get("replaced", 0) + first_read
+            # Each retry was allowed, and started no earlier than its delay (state time).
+            nxt_start = {a["attempt"]: a.get("started_at") for a in atts}
+            if st == "running":
+                nxt_start[r.get("attempt")] = r.get("started_at")
+            for a, is_lost, f, l in steps:
+                start = nxt_start.get(a["attempt"] + 1)
+                if start is None and not (st == "queued" and a is atts[-1]):
+                    continue
+                if is_lost and l > LEASE_LOSSES_MAX:
+                    examples.append(f"{where}: run {r['id']} was retried after losing its worker {l} times (at most {LEASE_LOSSES_MAX})")
+                if not is_lost and f >= budgets[-1]:
+                    examples.append(f"{where}: run {r['id']} was retried after {f} failed attempt(s); its max_attempts were {budgets}")
+                if start is None or is_lost or a.get("finished_at") is None:
+                    continue
+                lo = min(backoff_bounds_ms(sp["retry"], f)[0] for sp in specs)
+                if start < a["finished_at"] + lo - 1:
+                    examples.append(f"{where}: run {r['id']} attempt {a['attempt'] + 1} started {start - a['finished_at']} ms after attempt {a['attempt']} failed; its backoff is at least {lo:.0f} ms")
+            if len(atts) > 1:
+                counts["retried"] += first_read
+            if st in ("succeeded", "dead") and fault_caused == 0 and len(budgets) == 1 and first_read:
+                exp = failure_plan.expected_outcome(r["id"], fail_pct, budgets[0])
+                if (st, len(atts)) != exp:
+                    examples.append(f"{where}: run {r['id']} ended {st} after {len(atts)} attempt(s) with no fault; the plan says {exp}")
+                else:
+                    counts["matches_plan_exactly"] += 1
+    latest = {}
+    for read in _all_reads(data):
+        for r in read["runs"]:
+            latest[r["id"]] = r
+    spurious = spurious_expiries(data, list(latest.values()))
+    counts["spurious_expiries"] = len(spurious)
+    examples += spurious
+    if not seen:
+        return _result(UNKNOWN, [], counts, "no run read")
+    if examples:
+        return _result(INVALID, examples, counts)
+    if counts["retried"] == 0 or counts["dead"] == 0:
+        return _result(UNKNOWN, [], counts, "not exercised: no retry or no dead letter")
+    return _result(VALID, [], counts)
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. Convergence and liveness
+# ---------------------------------------------------------------------------------------------
+
+def check_convergence(data: dict) -> dict:
+    """After healing: every node serves consistent reads; nodes at the same applied count have the
+    same state hash (each pair compared at least once per phase); the jobs read through each node
+    agree; runs fired before the heal finished while the harness waited; and every unpaused job
+    fired (a run or a record) for a slot after the heal within its interval + RESUME_BOUND_MS."""
+    examples, unknowns = [], []
+    stats: dict = {}
+    for phase, samples in (data.get("hashes") or {}).items():
+        by_applied: dict[int, dict[int, str]] = {}
+        for s in samples:
+            by_applied.setdefault(s["applied"], {})
+            prev = by_applied[s["applied"]].setdefault(s["node"], s["hash"])
+            if prev != s["hash"]:
+                examples.append(f"{phase}: node-{s['node'] + 1} gave two hashes at applied {s['applied']}")
+        pairs = set()
+        for applied, hs in sorted(by_applied.items()):
+            for a, b in itertools.combinations(sorted(hs), 2):
+                pairs.add((a, b))
+                if hs[a] != hs[b]:
+                    examples.append(f"{phase}: at applied {applied}, node-{a + 1} state hash {hs[a][:12]} != node-{b + 1} {hs[b][:12]}")
+        stats[f"{phase}_pairs_compared"] = len(pairs)
+        if len(pairs) < 3:
+            unknowns.append(f"{phase}: only node pairs {sorted(pairs)} were sampled at a common applied count")
+    if not data.get("hashes"):
+        unknowns.append("no state hash was sampled")
+    for phase in ("final", "restart"):
+        reads = (data.get("reads") or {}).get(phase, {})
+        for node, r in sorted(reads.items()):
+            if r.get("runs") is None:
+                examples.append(f"{phase}: node-{int(node) + 1} served no consistent read after healing: {_short(r.get('error'), 200)}")
+        jobs_by_node = {n: {j["name"]: (j["paused"], json.dumps(j["spec"], sort_keys=True)) for j in r.get("jobs", [])}
+                        for n, r in reads.items() if r.get("runs") is not None}
+        views = list(jobs_by_node.items())
+        for (n1, v1), (n2, v2) in zip(views, views[1:]):
+            if v1 != v2:
+                examples.append(f"{phase}: jobs read through node-{int(n1) + 1} and node-{int(n2) + 1} differ: {_short(sorted(set(v1.items()) ^ set(v2.items()))[:2], 200)}")
+    settle = data.get("settle") or {}
+    for what in settle.get("no_leader") or []:
+        examples.append(f"liveness: no leader agreed by all three nodes {what}")
+    if settle.get("pending_count"):
+        examples.append(f"liveness: {settle['pending_count']} run(s) fired before the heal were still queued or running "
+                        f"{settle.get('waited_s')} s after it, e.g. {settle.get('pending_at_end', [])[:3]}")
+    heal = (data.get("times") or {}).get("heal_ms")
+    final = (data.get("reads") or {}).get("final", {})
+    resumed = []
+    if heal is not None and final:
+        read = next((r for _, r in sorted(final.items()) if r.get("runs") is not None), None)
+        if read is not None:
+            for job in read.get("jobs", []):
+                if job.get("paused"):
+                    continue
+                g = grid_ms(job["spec"]["schedule"])
+                every = g[0] if g else 60_000
+                after = [r.get("fired_at") for r in read["runs"] if r["job"] == job["name"] and r["slot_ms"] > heal
+                         and r.get("fired_at") is not None]
+                if read["t_start_ms"] - heal < every + DUE_SLACK_MS:
+                    continue  # not enough time has passed to judge
+                if not after:
+                    examples.append(f"liveness: job {job['name']} fired nothing for slots after the heal at {heal} (read at {read['t_start_ms']})")
+                else:
+                    lag = min(after) - heal
+                    resumed.append(lag)
+                    if lag > every + RESUME_BOUND_MS:
+                        examples.append(f"liveness: job {job['name']} fired first {lag} ms after the heal (bound {every + RESUME_BOUND_MS} ms)")
+    stats["resume_after_heal_ms_max"] = max(resumed) if resumed else None
+    # A figure, not a verdict: after each fault ended, how long until the sink saw a run begin.
+    begins = sorted(w["t_ms"] for w in data.get("sink", []) if w.get("phase") == "begin" and w.get("accepted"))
+    recovery: dict[str, int] = {}
+    for f in data.get("faults", []):
+        end = f.get("end_ms")
+        if end is None or (f.get("fault") or {}).get("harness"):
+            continue
+        nxt = next((t for t in begins if t >= end), None)
+        if nxt is not None:
+            recovery[f["kind"]] = max(recovery.get(f["kind"], 0), nxt - end)
+    stats["first_run_after_fault_ms_max"] = recovery
+    if examples:
+        return _result(INVALID, examples, stats)
+    if unknowns:
+        return _result(UNKNOWN, unknowns, stats, unknowns[0])
+    return _result(VALID, [], stats)
+
+
+# ---------------------------------------------------------------------------------------------
+# 7. Was the run stressed at all?
+# ---------------------------------------------------------------------------------------------
+
+def leader_changes(data: dict) -> int:
+    """Leader changes the monitor saw while the workload ran (from t0 to the heal): each new
+    (node, term) in which a node said it leads, after the first."""
+    seen = []
+    times = data.get("times") or {}
+    lo, hi = times.get("t0_ms", 0), times.get("heal_ms", 1 << 62)
+    for s in sorted(data.get("monitor", []), key=lambda s: (s["t_ms"], s["node"])):
+        if not lo <= s["t_ms"] <= hi:
+            continue
+        if s.get("role") == "leader":
+            key = (s["node"], s.get("term"))
+            if not seen or seen[-1] != key:
+                if key not in seen:
+                    seen.append(key)
+    return max(0, len(seen) - 1)
+
+
+def check_stress(data: dict) -> dict:
+    """A run with too few operations, too few sink writes, or no leader change proves nothing:
+    unknown. Faults that were scheduled but did not run are listed."""
+    ops = client_ops(data)
+    ok = sum(o["type"] == "ok" for o in ops)
+    writes = sum(1 for w in data.get("sink", []) if w.get("accepted"))
+    changes = leader_changes(data)
+    ran = sum(1 for f in data.get("faults", []) if not (f.get("fault") or {}).get("harness"))
+    scheduled = len((data.get("schedule") or {}).get("faults", []))
+    stats = {"client_ok": ok, "sink_accepted": writes, "leader_changes": changes, "faults_run": ran,
+             "faults_scheduled": scheduled}
+    why = []
+    if ok < MIN_CLIENT_OK:
+        why.append(f"only {ok} client operations succeeded (< {MIN_CLIENT_OK})")
+    if writes < MIN_SINK_WRITES:
+        why.append(f"only {writes} sink writes were accepted (< {MIN_SINK_WRITES})")
+    if changes < 1:
+        why.append("no leader change was observed")
+    if ran < scheduled:
+        why.append(f"only {ran} of {scheduled} scheduled faults ran")
+    return _result(UNKNOWN if why else VALID, why, stats, "; ".join(why))
+
+
+CHECKERS = {
+    "no-lost-slot": check_lost_slots,
+    "no-duplicate": check_duplicates,
+    "fencing": check_fencing,
+    "durability": check_durability,
+    "retries": check_retries,
+    "convergence": check_convergence,
+    "stress": check_stress,
+}
+
+
+def check_all(data: dict) -> dict:
+    results = {}
+    for name, fn in CHECKERS.items():
+        try:
+            results[name] = fn(data)
+        except Exception as e:  # a checker crash is not a pass
+            import traceback
+            results[name] = _result(UNKNOWN, [f"checker crashed: {e!r}"], note=traceback.format_exc()[-2000:])
+    return {"valid": combine(*(r["valid"] for r in results.values())), "checkers": results}
+
+
+def render_verdict(results: dict, data: dict, run_dir=None) -> str:
+    """One screen: the overall verdict, each checker's with its first counterexample, the faults."""
+    sched = data.get("schedule") or {}
+    lines = [f"raftsched jepsen-style run: seed {sched.get('seed')}, profile {sched.get('profile')}, "
+             f"time limit {sched.get('time_limit_s')} s, nemesis {','.join(sched.get('nemeses', [])) or 'none'}"]
+    if run_dir is not None:
+        lines.append(f"store: {run_dir}")
+    kinds: dict[str, int] = {}
+    for f in data.get("faults", []):
+        if (f.get("fault") or {}).get("harness"):
+            continue
+        k = f["kind"] + (f"/{f['fault'].get('mode')}" if f["kind"] == "partition" else "") + \
+            (f"/{f['fault'].get('offset_ms'):+d}ms" if f["kind"] == "clock" else "")
+        kinds[k] = kinds.get(k, 0) + 1
+    lines.append("faults: " + (", ".join(f"{k} x{n}" for k, n in sorted(kinds.items())) or "none"))
+    lines.append("")
+    lines.append(f"OVERALL: {results['valid'].upper()}")
+    for name, r in results["checkers"].items():
+        stats = ", ".join(f"{k}={v}" for k, v in r.get("stats", {}).items())
+        lines.append(f"  {name:<13} {r['valid']:<8} {stats}")
+        if r["counterexamples"]:
+            more = r.get("counterexample_count", len(r["counterexamples"])) - 1
+            lines.append(f"      first: {_short(r['counterexamples'][0], 300)}" + (f" (+{more} more in results.json)" if more > 0 else ""))
+        elif r.get("note"):
+            lines.append(f"      note: {_short(r['note'], 300)}")
+    if data.get("notes"):
+        lines.append("")
+        lines += [f"harness: {n}" for n in data["notes"][:5]]
+    lines.append("")
+    lines.append(f"replay: .venv/bin/python jepsen-style/run.py --profile {sched.get('profile')} --seed {sched.get('seed')} "
+                 f"--time-limit {sched.get('time_limit_s'):g} --nemesis {','.join(sched.get('nemeses', [])) or 'none'}"
+                 if sched.get("time_limit_s") is not None else "")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,207 @@
+"""The seeded workload and fault schedule, generated up front (before anything starts), saved as
+schedule.json, and replayable: the same seed and profile give the same schedule.
+
+Everything random is drawn from ``random.Random(seed)`` here. What only the running system can
+tell (which node leads when a fault starts, which worker holds leases) is resolved by the nemesis
+at run time and recorded in the history; the pre-drawn ``node`` of each fault is used when the
+target is "random" and as the fallback otherwise.
+"""
+from __future__ import annotations
+
+import random
+
+NEMESES = ("kill", "pause", "partition", "clock", "restart-all")
+LEASE_TTL_S = 2
+CLOCK_JUMP_MS = 3 * LEASE_TTL_S * 1000  # "several lease TTLs"
+
+PROFILES = {
+    # About two minutes of faults on a 2-core machine: 12 jobs, two clients, one fault at a time.
+    "ci": {"time_limit_s": 120, "jobs_initial": 12, "jobs_min": 10, "jobs_max": 16, "clients": 2,
+           "op_gap_s": (1.5, 3.5), "calm_s": (2.5, 4.0), "cron_share": 0.0, "extra_faults": True},
+    # Longer, more jobs, cron schedules too, longer faults.
+    "soak": {"time_limit_s": 600, "jobs_initial": 16, "jobs_min": 10, "jobs_max": 20, "clients": 3,
+             "op_gap_s": (1.0, 3.0), "calm_s": (2.0, 6.0), "cron_share": 0.3, "extra_faults": True},
+}
+
+EXECUTOR = {"type": "python", "target": "jepsen_runner:attempt"}
+
+
+def _misfire(rng: random.Random) -> dict:
+    policy = rng.choice(["fire_all", "fire_once", "skip"])
+    m = {"policy": policy, "grace_s": rng.choice([1, 2])}
+    if policy == "fire_all":
+        m["max_catchup"] = rng.choice([1, 2, 3])
+    return m
+
+
+def _retry(rng: random.Random) -> dict:
+    return {"max_attempts": rng.choice([1, 2, 3]), "backoff_s": rng.choice([0.2, 0.5, 1.0]),
+            "backoff_multiplier": rng.choice([1, 2]), "backoff_max_s": 4, "jitter": 0.1}
+
+
+def _schedule(rng: random.Random, cron_share: float) -> dict:
+    every = rng.choice([1, 2, 3])
+    if rng.random() < cron_share:
+        # Seconds steps that divide 60 make a uniform grid anchored at the epoch.
+        return {"cron": f"*/{every} * * * * *"}
+    return {"every_s": every}
+
+
+def _overlap(rng: random.Random) -> dict:
+    policy = rng.choices(["allow", "forbid", "queue_one", "replace"], [50, 20, 15, 15])[0]
+    return {"policy": policy}
+
+
+def job_spec(rng: random.Random, cron_share: float, version: int) -> dict:
+    return {"schedule": _schedule(rng, cron_share), "executor": EXECUTOR, "misfire": _misfire(rng),
+            "retry": _retry(rng), "overlap": _overlap(rng), "timeout_s": 30, "history": 1000,
+            "description": f"version {version}"}
+
+
+def updated_spec(rng: random.Random, spec: dict, version: int) -> dict:
+    """An update keeps the schedule (so the slot grid stays one grid) and the overlap policy, and
+    changes the misfire policy, the retry policy or both."""
+    new = dict(spec, description=f"version {version}")
+    what = rng.choice(["misfire", "retry", "both"])
+    if what in ("misfire", "both"):
+        new["misfire"] = _misfire(rng)
+    if what in ("retry", "both"):
+        new["retry"] = _retry(rng)
+    return new
+
+
+def generate_workload(rng: random.Random, prof: dict, time_limit_s: float) -> tuple[list, dict]:
+    """Client operations ``{"at", "client", "f", "job", "node", "spec"?}`` in time order per client,
+    and the failure plan ``{job: {"fail_pct", "work_ms"}}`` for every job the run may create."""
+    nclients = prof["clients"]
+    plan: dict[str, dict] = {}
+    ops: list[dict] = []
+    counter = 0
+    live: dict[str, dict] = {}     # name -> {"spec", "paused", "owner", "version"}
+
+    def new_job(at: float, client: int) -> None:
+        nonlocal counter
+        name = f"j{counter:02d}"
+        counter += 1
+        spec = job_spec(rng, prof["cron_share"], 1)
+        # A third of the jobs work longer than the lease TTL (2 s), so their leases live on
+        # heartbeats: renewals, a pause in mid-attempt, a clock jump during a lease.
+        long_work = rng.random() < 0.3
+        plan[name] = {"fail_pct": rng.choice([0, 0, 25, 50]),
+                      "work_ms": [1000, 4000] if long_work else [50, 300]}
+        live[name] = {"spec": spec, "paused": False, "owner": client, "version": 1}
+        ops.append({"at": at, "client": client, "f": "create", "job": name, "node": rng.randrange(3), "spec": spec})
+
+    for k in range(prof["jobs_initial"]):
+        new_job(round(0.15 * k, 3), k % nclients)
+    for c in range(nclients):
+        t = 3.0 + rng.uniform(*prof["op_gap_s"])
+        while t < time_limit_s - 2:
+            mine = [n for n, j in live.items() if j["owner"] == c]
+            choices = []
+            if mine:
+                choices += [("update", 35), ("pause", 15)]
+                if any(live[n]["paused"] for n in mine):
+                    choices += [("resume", 25)]
+                if len(live) > prof["jobs_min"]:
+                    choices += [("delete", 6)]
+            if len(live) < prof["jobs_max"]:
+                choices += [("create", 8)]
+            f = rng.choices([x for x, _ in choices], [w for _, w in choices])[0]
+            node = rng.randrange(3)
+            at = round(t, 3)
+            if f == "create":
+                new_job(at, c)
+            else:
+                if f == "resume":
+                    name = rng.choice(sorted(n for n in mine if live[n]["paused"]))
+                else:
+                    name = rng.choice(sorted(mine))
+                op = {"at": at, "client": c, "f": f, "job": name, "node": node}
+                j = live[name]
+                if f == "update":
+                    j["version"] += 1
+                    j["spec"] = updated_spec(rng, j["spec"], j["version"])
+                    op["spec"] = j["spec"]
+                elif f == "pause":
+                    j["paused"] = True
+                elif f == "resume":
+                    j["paused"] = False
+                elif f == "delete":
+                    del live[name]
+                ops.append(op)
+            t += rng.uniform(*prof["op_gap_s"])
+    ops.sort(key=lambda o: (o["at"], o["client"]))
+    return ops, plan
+
+
+def _fault(rng: random.Random, kind: str, **kw) -> dict:
+    f = {"kind": kind, "node": rng.randrange(3)}
+    if kind == "kill":
+        f.update(target=kw.get("target", rng.choice(["leader", "random"])), duration=round(rng.uniform(2.0, 5.0), 2))
+    elif kind == "pause":
+        # Past the lease TTL, so the leader expires the paused worker's leases and regrants.
+        f.update(target=kw.get("target", rng.choice(["worker", "leader"])),
+                 duration=round(rng.uniform(2.5, 3.5) * LEASE_TTL_S, 2))
+    elif kind == "partition":
+        f.update(target=kw.get("target", "leader"), mode=kw.get("mode", rng.choice(["blackhole", "reset"])),
+                 duration=round(rng.uniform(5.0, 9.0), 2))
+    elif kind == "clock":
+        f.update(target=kw.get("target", rng.choice(["leader", "random"])),
+                 offset_ms=kw.get("offset_ms", rng.choice([CLOCK_JUMP_MS, -CLOCK_JUMP_MS])),
+                 duration=round(rng.uniform(6.0, 10.0), 2))
+    elif kind == "restart-all":
+        f.update(target="all", duration=round(rng.uniform(1.0, 3.0), 2))
+    return f
+
+
+def generate_faults(rng: random.Random, prof: dict, time_limit_s: float, nemeses: list[str]) -> list[dict]:
+    """One fault at a time, each followed by a calm gap. The required faults of the CI brief come
+    first (in a seeded order, the full restart in the second half), extra random ones fill the
+    remaining time; faults that would not end before the time limit are dropped."""
+    required = []
+    if "kill" in nemeses:
+        required += [_fault(rng, "kill", target="leader") for _ in range(3)] + [_fault(rng, "kill", target="random")]
+    if "pause" in nemeses:
+        # Two pauses of a worker inside a long attempt (the stale write fencing must refuse), one
+        # of the leader (a zombie leader wakes up deposed).
+        required += [_fault(rng, "pause", target="worker"), _fault(rng, "pause", target="worker"),
+                     _fault(rng, "pause", target="leader")]
+    if "partition" in nemeses:
+        required += [_fault(rng, "partition", mode="blackhole"), _fault(rng, "partition", mode="reset")]
+    if "clock" in nemeses:
+        # On the leader: forward, it fires early and its reaper judges leases by its clock;
+        # backward, it fires late (misfires) until its clock catches up with the cursors.
+        required += [_fault(rng, "clock", target="leader", offset_ms=CLOCK_JUMP_MS),
+                     _fault(rng, "clock", target="leader", offset_ms=-CLOCK_JUMP_MS)]
+    rng.shuffle(required)
+    if "restart-all" in nemeses:
+        required.insert(len(required) // 2 + rng.randrange(len(required) // 2 + 1), _fault(rng, "restart-all"))
+    faults = []
+    t = 6.0  # let the workload create its jobs and runs start first
+    queue = list(required)
+    kinds = [k for k in nemeses if k in NEMESES]
+    while kinds:
+        f = queue.pop(0) if queue else (_fault(rng, rng.choice(kinds)) if prof["extra_faults"] else None)
+        if f is None:
+            break
+        if t + f["duration"] > time_limit_s - 3:
+            if queue:
+                continue  # a shorter required fault may still fit
+            break
+        f["at"] = round(t, 2)
+        f["id"] = len(faults)
+        faults.append(f)
+        t += f["duration"] + rng.uniform(*prof["calm_s"])
+    return faults
+
+
+def generate(seed: int, profile: str, time_limit_s: float | None, nemeses: list[str]) -> dict:
+    prof = PROFILES[profile]
+    tl = float(time_limit_s if time_limit_s is not None else prof["time_limit_s"])
+    rng = random.Random(seed)
+    ops, plan = generate_workload(random.Random(rng.random()), prof, tl)
+    faults = generate_faults(random.Random(rng.random()), prof, tl, nemeses)
+    return {"seed": seed, "profile": profile, "time_limit_s": tl, "nemeses": list(nemeses),
+            "lease_ttl_s": LEASE_TTL_S, "clients": prof["clients"], "ops": ops, "plan": {"jobs": plan},
+            "faults": faults}

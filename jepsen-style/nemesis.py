@@ -1,0 +1,189 @@
+"""The nemesis: runs the fault schedule against the live cluster and records every fault in the
+history (``invoke`` when it starts, ``info`` when it is in place, again when healed), with the
+node it actually hit. ``heal`` undoes everything at once."""
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+
+import aiohttp
+
+from client import History
+from processes import ClusterProcs
+
+
+class Nemesis:
+    def __init__(self, cp: ClusterProcs, history: History, session: aiohttp.ClientSession,
+                 plan: dict | None = None) -> None:
+        self.cp = cp
+        #: jobs whose attempts work long (>= 0.8 s): a worker paused while running one is paused
+        #: between its two sink writes, and its late "end" write is the stale write fencing refuses
+        self.long_jobs = {j for j, p in ((plan or {}).get("jobs") or {}).items() if p["work_ms"][0] >= 800}
+        self.history = history
+        self.session = session
+        self.down: set[int] = set()          # killed, not restarted yet
+        self.paused: set[int] = set()
+        self.cut: set[str] = set()           # links not in pass mode
+        self.shifted: set[int] = set()       # nodes with a clock offset
+        #: fault intervals as they happened, for the checkers and the timeline
+        self.log: list[dict] = []
+
+    async def status(self, i: int, timeout_s: float = 1.0) -> dict | None:
+        try:
+            async with self.session.get(self.cp.nodes[i].url + "/v1/cluster",
+                                        timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
+                return await r.json() if r.status == 200 else None
+        except (asyncio.TimeoutError, aiohttp.ClientError, OSError, ValueError):
+            return None
+
+    async def leader(self, wait_s: float = 5.0) -> int | None:
+        """The node the live nodes agree leads, waiting up to ``wait_s`` for one."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            live = [i for i in range(3) if i not in self.down and i not in self.paused]
+            sts = await asyncio.gather(*(self.status(i) for i in live))
+            by_addr = {self.cp.nodes[i].raft: i for i in range(3)}
+            votes = [s["leader"] for s in sts if s and s.get("leader")]
+            for addr in set(votes):
+                i = by_addr.get(addr)
+                if i is not None and votes.count(addr) >= 2 and i in live:
+                    st = sts[live.index(i)]
+                    if st and st.get("role") == "leader":
+                        return i
+            if time.monotonic() > deadline:
+                return None
+            await asyncio.sleep(0.2)
+
+    async def worker_with_leases(self, long_only: bool = False) -> int | None:
+        """The follower whose worker holds the most leases (running runs) right now; with
+        ``long_only``, counting only runs of long-working jobs."""
+        for i in range(3):
+            if i in self.down or i in self.paused:
+                continue
+            try:
+                async with self.session.get(self.cp.nodes[i].url + "/v1/runs?state=running&limit=1000",
+                                            timeout=aiohttp.ClientTimeout(total=2)) as r:
+                    if r.status != 200:
+                        continue
+                    runs = (await r.json())["runs"]
+            except (asyncio.TimeoutError, aiohttp.ClientError, OSError, ValueError, KeyError):
+                continue
+            count: dict[int, int] = {}
+            for run in runs:
+                if long_only and run.get("job") not in self.long_jobs:
+                    continue
+                w = run.get("worker") or ""
+                try:
+                    n = int(w.split("/")[0].split("-")[1]) - 1
+                except (IndexError, ValueError):
+                    continue
+                count[n] = count.get(n, 0) + 1
+            best = sorted((c, n) for n, c in count.items() if n not in self.down and n not in self.paused)
+            if best:
+                return best[-1][1]
+            return None
+        return None
+
+    async def resolve(self, f: dict) -> int:
+        target = f.get("target")
+        if target == "leader":
+            i = await self.leader()
+        elif target == "worker":
+            i = None
+            for k in range(25):  # a moment when a worker is inside a long attempt, else any lease
+                i = await self.worker_with_leases(long_only=k < 20)
+                if i is not None:
+                    break
+                await asyncio.sleep(0.15)
+        else:
+            i = None
+        return f["node"] if i is None else i
+
+    def _rec(self, f: dict, type_: str, what: str, **kw) -> None:
+        self.history.add({"process": "nemesis", "type": type_, "f": what, "fault": f, **kw})
+
+    async def run(self, faults: list[dict], t0: float) -> None:
+        for f in faults:
+            delay = t0 + f["at"] - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            entry = {"id": f["id"], "kind": f["kind"], "start_ms": time.time_ns() // 1_000_000, "fault": f}
+            self.log.append(entry)
+            entry["nodes"] = await self.start(f)
+            entry["in_place_ms"] = time.time_ns() // 1_000_000
+            await asyncio.sleep(max(0.0, f["duration"] - (time.monotonic() - (t0 + f["at"]))))
+            await self.stop(f, entry["nodes"])
+            entry["end_ms"] = time.time_ns() // 1_000_000
+
+    async def start(self, f: dict) -> list[int]:
+        self._rec(f, "invoke", "start")
+        kind = f["kind"]
+        if kind == "restart-all":
+            nodes = [0, 1, 2]
+            for i in nodes:
+                self.cp.signal_node(i, signal.SIGKILL)
+                self.down.add(i)
+                self.paused.discard(i)
+        else:
+            i = await self.resolve(f)
+            nodes = [i]
+            if kind == "kill":
+                self.cp.signal_node(i, signal.SIGKILL)
+                self.down.add(i)
+                self.paused.discard(i)
+            elif kind == "pause":
+                if i not in self.down:
+                    self.cp.signal_node(i, signal.SIGSTOP)
+                    self.paused.add(i)
+            elif kind == "partition":
+                for j in range(3):
+                    if j != i:
+                        name = self.cp.link_between(i, j)
+                        self.cp.set_link(name, f["mode"])
+                        self.cut.add(name)
+            elif kind == "clock":
+                self.cp.set_clock(i, f["offset_ms"])
+                self.shifted.add(i)
+        self._rec(f, "info", "start", nodes=nodes)
+        return nodes
+
+    async def stop(self, f: dict, nodes: list[int]) -> None:
+        self._rec(f, "invoke", "stop", nodes=nodes)
+        kind = f["kind"]
+        for i in nodes:
+            if kind in ("kill", "restart-all") and i in self.down:
+                self.cp.start_node(i)
+                self.down.discard(i)
+            elif kind == "pause" and i in self.paused:
+                self.cp.signal_node(i, signal.SIGCONT)
+                self.paused.discard(i)
+            elif kind == "partition":
+                for j in range(3):
+                    if j != i:
+                        name = self.cp.link_between(i, j)
+                        self.cp.set_link(name, "pass")
+                        self.cut.discard(name)
+            elif kind == "clock":
+                self.cp.set_clock(i, 0)
+                self.shifted.discard(i)
+        self._rec(f, "info", "stop", nodes=nodes)
+
+    def heal(self) -> None:
+        """Undo every fault still in place (the schedule may have been cut short)."""
+        for i in sorted(self.paused):
+            self.cp.signal_node(i, signal.SIGCONT)
+        self.paused.clear()
+        for name in sorted(self.cut):
+            self.cp.set_link(name, "pass")
+        self.cut.clear()
+        for i in range(3):
+            self.cp.set_clock(i, 0)
+        self.shifted.clear()
+        for i in range(3):
+            if not self.cp.node_alive(i):
+                self.cp.start_node(i)
+        self.down.clear()
+        for e in self.log:
+            e.setdefault("end_ms", time.time_ns() // 1_000_000)
+        self.history.add({"process": "nemesis", "type": "info", "f": "heal"})

@@ -1,0 +1,442 @@
+#!/usr/bin/env python3
+"""Run one Jepsen-style test of raftsched against real node processes on 127.0.0.1.
+
+    .venv/bin/python jepsen-style/run.py --profile ci --seed 7 [--time-limit 120]
+        [--nemesis kill,pause,partition,clock,restart-all] [--store store] [--replay schedule.json]
+
+1. Generate the workload and the fault schedule from the seed (generator.py), save schedule.json.
+2. Start the fenced sink, one proxy per node pair, three nodes (fresh data dirs) dialling each other
+   through the proxies.
+3. Run the clients, the nemesis, a monitor (each node's role every 0.5 s) and a reader (a node's
+   whole run table every few seconds) until the time limit.
+4. Heal everything; wait for the schedule to settle; read the final state through every node with
+   ?consistent=true, and sample every node's state hash.
+5. kill -9 the whole cluster, restart it on its data, read again.
+6. Stop every process (by PID, also on failure), run the checkers (checker.py), write
+   store/<time>-<seed>/: schedule.json, history.jsonl, sink.jsonl, monitor.jsonl, reads.jsonl,
+   final-states.json, nodes/*.log, results.json, verdict.txt, timeline.png.
+
+Exit status: 0 when no checker says invalid (valid or unknown), 1 when one does, 2 when the
+harness itself failed.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import aiohttp  # noqa: E402
+
+import checker  # noqa: E402
+import generator  # noqa: E402
+from client import History, client_loop  # noqa: E402
+from nemesis import Nemesis  # noqa: E402
+from processes import ClusterProcs  # noqa: E402
+
+MONITOR_PERIOD_S = 0.5
+READER_PERIOD_S = 5.0
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def iso_ms(text):
+    """An ISO-8601 UTC time as the API writes it (raftsched.core.schedule.iso) -> integer ms."""
+    if text is None:
+        return None
+    d = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return int((d - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) / dt.timedelta(milliseconds=1))
+
+
+def compact_run(r: dict) -> dict:
+    """The fields the checkers use, times as integer ms."""
+    out = {k: r.get(k) for k in ("id", "job", "slot_ms", "state", "kind", "attempt", "fencing_token",
+                                 "worker", "reason", "count", "error")}
+    for k in ("fired_at", "started_at", "finished_at", "slot_to", "due"):
+        out[k] = iso_ms(r.get(k))
+    if r.get("attempts") is not None:
+        out["attempts"] = [{"attempt": a.get("attempt"), "token": a.get("token"), "worker": a.get("worker"),
+                            "ok": a.get("ok"), "error": a.get("error"),
+                            "started_at": iso_ms(a.get("started_at")), "finished_at": iso_ms(a.get("finished_at"))}
+                           for a in r["attempts"]]
+    return out
+
+
+def compact_job(j: dict) -> dict:
+    st = j.get("state", {})
+    return {"name": j["name"], "spec": j["spec"], "paused": st.get("paused"), "cursor": iso_ms(st.get("cursor")),
+            "next": iso_ms(st.get("next_slot")), "created": iso_ms(st.get("created_at")),
+            "generation": st.get("generation")}
+
+
+class Run:
+    def __init__(self, args, sched: dict, run_dir: Path, work: Path) -> None:
+        self.args = args
+        self.sched = sched
+        self.run_dir = run_dir
+        self.work = work
+        self.cp = ClusterProcs(work, sched["lease_ttl_s"], product=Path(args.product))
+        self.history = History(run_dir / "history.jsonl")
+        self.monitor: list[dict] = []
+        self.periodic: list[dict] = []
+        self.reads: dict[str, dict] = {}
+        self.hashes: dict[str, list] = {}
+        self.times: dict[str, int] = {}
+        self.settle: dict = {}
+        self.notes: list[str] = []
+        self.session: aiohttp.ClientSession | None = None
+        self.nemesis: Nemesis | None = None
+        self._monitor_f = open(run_dir / "monitor.jsonl", "a")
+        self._reads_f = open(run_dir / "reads.jsonl", "a")
+
+    # ------------------------------------------------------------------ HTTP helpers
+    async def get(self, i: int, path: str, timeout_s: float = 5.0):
+        async with self.session.get(self.cp.nodes[i].url + path, timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
+            return r.status, await r.json(content_type=None)
+
+    async def get_retry(self, i: int, path: str, tries: int = 5, timeout_s: float = 10.0):
+        last = None
+        for _ in range(tries):
+            try:
+                s, b = await self.get(i, path, timeout_s)
+                if s == 200:
+                    return b
+                last = f"HTTP {s}: {b}"
+            except (asyncio.TimeoutError, aiohttp.ClientError, OSError, ValueError) as e:
+                last = repr(e)
+            await asyncio.sleep(1.0)
+        raise RuntimeError(f"GET {path} on node {i + 1} failed {tries} times: {last}")
+
+    async def wait_leader(self, timeout_s: float) -> int:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            sts = await asyncio.gather(*(self.nemesis.status(i) for i in range(3)))
+            if all(sts):
+                leaders = {s["leader"] for s in sts}
+                if len(leaders) == 1 and None not in leaders:
+                    addr = leaders.pop()
+                    for i, s in enumerate(sts):
+                        if s["raft"] == addr and s["role"] == "leader":
+                            return i
+            await asyncio.sleep(0.2)
+        raise RuntimeError(f"no leader agreed by all three nodes within {timeout_s}s")
+
+    async def try_wait_leader(self, timeout_s: float, when: str) -> bool:
+        """wait_leader, but a cluster that elects no leader is the product's failure (a liveness
+        counterexample), not the harness's: record it and carry on to the reads."""
+        try:
+            await self.wait_leader(timeout_s)
+            return True
+        except RuntimeError as e:
+            self.notes.append(f"{when}: {e}")
+            self.settle.setdefault("no_leader", []).append(f"{when}: {e}")
+            return False
+
+    # ------------------------------------------------------------------ background tasks
+    async def monitor_loop(self) -> None:
+        while True:
+            t = now_ms()
+            sts = await asyncio.gather(*(self.nemesis.status(i, 0.8) for i in range(3)))
+            for i, s in enumerate(sts):
+                rec = {"t_ms": t, "node": i, "up": s is not None, "alive": self.cp.node_alive(i),
+                       "paused": self.cp.node_paused(i)}
+                if s:
+                    rec.update(role=s.get("role"), leader=s.get("leader"), term=s.get("term"),
+                               commit=s.get("commit_index"), running=(s.get("worker") or {}).get("running"))
+                self.monitor.append(rec)
+                self._monitor_f.write(json.dumps(rec) + "\n")
+            self._monitor_f.flush()
+            await asyncio.sleep(MONITOR_PERIOD_S)
+
+    async def read_node(self, i: int, consistent: bool, phase: str, full: bool = True) -> dict:
+        c = "true" if consistent else "false"
+        rec = {"node": i, "phase": phase, "consistent": consistent, "t_start_ms": now_ms()}
+        if full:
+            rec["cluster"] = await self.get_retry(i, f"/v1/cluster?consistent={c}&hash=true")
+            jobs = await self.get_retry(i, f"/v1/jobs?consistent={c}&limit=1000")
+            rec["jobs"] = [compact_job(j) for j in jobs["jobs"]]
+            runs = await self.get_retry(i, f"/v1/runs?consistent={c}&limit=10000")
+        else:
+            s, runs = await self.get(i, f"/v1/runs?consistent={c}&limit=10000", 5.0)
+            if s != 200:
+                raise RuntimeError(f"HTTP {s}")
+        rec["runs"] = [compact_run(r) for r in runs["runs"]]
+        rec["t_end_ms"] = now_ms()
+        self._reads_f.write(json.dumps(rec) + "\n")
+        self._reads_f.flush()
+        return rec
+
+    async def reader_loop(self) -> None:
+        k = 0
+        while True:
+            await asyncio.sleep(READER_PERIOD_S)
+            i = k % 3
+            k += 1
+            if not self.cp.node_alive(i) or self.cp.node_paused(i):
+                continue
+            try:
+                self.periodic.append(await self.read_node(i, consistent=bool(k % 2), phase="periodic", full=False))
+            except (asyncio.TimeoutError, aiohttp.ClientError, OSError, ValueError, RuntimeError):
+                pass  # a read that fails tells nothing
+
+    # ------------------------------------------------------------------ phases
+    async def settle_schedule(self, heal_ms: int) -> None:
+        """Wait until every run fired before the heal has finished (bounded), and at least long
+        enough for every job to have fired again."""
+        t_start = time.monotonic()
+        every_max = max((o["spec"]["schedule"].get("every_s", 3) for o in self.sched["ops"] if "spec" in o), default=3)
+        min_wait = every_max + 3
+        pending = []
+        while time.monotonic() - t_start < 45:
+            try:
+                leader = await self.wait_leader(10)
+                q = (await self.get(leader, "/v1/runs?state=queued&limit=10000", 5))[1]["runs"]
+                r = (await self.get(leader, "/v1/runs?state=running&limit=10000", 5))[1]["runs"]
+                pending = [x["id"] for x in q + r if x["slot_ms"] <= heal_ms]
+            except (asyncio.TimeoutError, aiohttp.ClientError, OSError, ValueError, KeyError, RuntimeError) as e:
+                pending = [f"(read failed: {e!r})"]
+            if not pending and time.monotonic() - t_start >= min_wait:
+                break
+            await asyncio.sleep(1.0)
+        self.settle = {"waited_s": round(time.monotonic() - t_start, 1), "pending_at_end": pending[:20],
+                       "pending_count": len(pending)}
+
+    async def sample_hashes(self, phase: str, duration_s: float = 10.0) -> None:
+        """Every node's (state_applied, state_hash), sampled together until each pair of nodes
+        was seen at the same applied count three times (or the time is up)."""
+        samples = []
+        seen_pairs: dict[tuple, int] = {}
+        deadline = time.monotonic() + duration_s
+        while time.monotonic() < deadline:
+            t = now_ms()
+
+            async def one(i):
+                try:
+                    s, b = await self.get(i, "/v1/cluster?hash=true", 2.0)
+                    return b if s == 200 else None
+                except (asyncio.TimeoutError, aiohttp.ClientError, OSError, ValueError):
+                    return None
+            sts = await asyncio.gather(*(one(i) for i in range(3)))
+            for i, s in enumerate(sts):
+                if s and "state_hash" in s:
+                    samples.append({"t_ms": t, "node": i, "applied": s["state_applied"], "hash": s["state_hash"]})
+            by_applied: dict[int, set] = {}
+            for smp in samples:
+                by_applied.setdefault(smp["applied"], set()).add(smp["node"])
+            seen_pairs = {}
+            for nodes in by_applied.values():
+                for a in nodes:
+                    for b in nodes:
+                        if a < b:
+                            seen_pairs[(a, b)] = seen_pairs.get((a, b), 0) + 1
+            if len(seen_pairs) == 3 and min(seen_pairs.values()) >= 3:
+                break
+            await asyncio.sleep(0.05)
+        self.hashes[phase] = samples
+
+    async def final_reads(self, phase: str) -> None:
+        out = {}
+        for i in range(3):
+            try:
+                out[str(i)] = await self.read_node(i, consistent=True, phase=phase)
+            except RuntimeError as e:
+                out[str(i)] = {"node": i, "phase": phase, "error": str(e), "t_start_ms": now_ms()}
+                self.notes.append(f"{phase} read of node {i + 1} failed: {e}")
+        self.reads[phase] = out
+
+    # ------------------------------------------------------------------ main
+    async def main(self) -> None:
+        sched = self.sched
+        cp = self.cp
+        cp.plan_file.write_text(json.dumps(sched["plan"]))
+        cp.start_sink()
+        cp.start_proxy()
+        for i in range(3):
+            cp.start_node(i)
+        connector = aiohttp.TCPConnector(force_close=True, limit=50)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            self.session = session
+            self.nemesis = Nemesis(cp, self.history, session, sched["plan"])
+            await self.wait_leader(60)
+            t0 = time.monotonic()
+            self.times["t0_ms"] = now_ms()
+            self.history.add({"process": "harness", "type": "info", "f": "start"})
+            print(f"run.py: cluster up; workload and faults for {sched['time_limit_s']:.0f}s", flush=True)
+            stop = asyncio.Event()
+            bg = [asyncio.create_task(self.monitor_loop(), name="monitor"),
+                  asyncio.create_task(self.reader_loop(), name="reader")]
+            clients = []
+            for c in range(sched["clients"]):
+                ops = [o for o in sched["ops"] if o["client"] == c]
+                clients.append(asyncio.create_task(
+                    client_loop(f"client-{c}", ops, t0, cp.nodes, cp.token, self.history, session, stop)))
+            nem = asyncio.create_task(self.nemesis.run(sched["faults"], t0), name="nemesis")
+            # The workload runs for the whole time limit, whatever the nemesis does.
+            await asyncio.sleep(max(0.0, t0 + sched["time_limit_s"] - time.monotonic()))
+            if not nem.done():
+                remaining = t0 + sched["time_limit_s"] + 15 - time.monotonic()
+                try:
+                    await asyncio.wait_for(nem, timeout=max(remaining, 1))
+                except asyncio.TimeoutError:
+                    self.notes.append("the nemesis overran the time limit; cancelled")
+            if nem.done() and not nem.cancelled() and nem.exception():
+                raise nem.exception()
+            stop.set()
+            await asyncio.wait(clients, timeout=20)
+            for t in clients:
+                t.cancel()
+            self.nemesis.heal()
+            self.times["heal_ms"] = now_ms()
+            print("run.py: healed; waiting for the schedule to settle", flush=True)
+            if await self.try_wait_leader(60, "after healing"):
+                await self.settle_schedule(self.times["heal_ms"])
+            self.times["settled_ms"] = now_ms()
+            await self.final_reads("final")
+            self.times["final_read_ms"] = now_ms()
+            await self.sample_hashes("final")
+            print("run.py: kill -9 of the whole cluster, restart, read again", flush=True)
+            self.history.add({"process": "harness", "type": "invoke", "f": "restart-all"})
+            for i in range(3):
+                cp.signal_node(i, signal.SIGKILL)
+            self.times["restart_ms"] = now_ms()
+            final_restart = {"id": "final-restart", "kind": "restart-all", "nodes": [0, 1, 2],
+                             "start_ms": self.times["restart_ms"],
+                             "fault": {"kind": "restart-all", "target": "all", "harness": True}}
+            self.nemesis.log.append(final_restart)
+            for i in range(3):
+                cp.start_node(i)
+            final_restart["end_ms"] = now_ms()
+            await self.try_wait_leader(60, "after the full restart")
+            self.history.add({"process": "harness", "type": "info", "f": "restart-all"})
+            # Let the new leader's takeover fire what fell due while the cluster was down, so the
+            # read after the restart judges a running schedule, not the first instants of a term.
+            await asyncio.sleep(3.0)
+            await self.final_reads("restart")
+            self.times["restart_read_ms"] = now_ms()
+            await self.sample_hashes("restart")
+            for t in bg:
+                t.cancel()
+            await asyncio.gather(*bg, return_exceptions=True)
+            self.times["end_ms"] = now_ms()
+
+    def data(self) -> dict:
+        sink = []
+        try:
+            with open(self.run_dir / "sink.jsonl") as f:
+                for line in f:
+                    try:
+                        sink.append(json.loads(line))
+                    except ValueError:
+                        pass
+        except OSError:
+            pass
+        return {"schedule": self.sched, "history": self.history.ops, "sink": sink, "reads": self.reads,
+                "periodic": self.periodic, "monitor": self.monitor, "faults": self.nemesis.log if self.nemesis else [],
+                "hashes": self.hashes, "times": self.times, "settle": self.settle,
+                "nodes": [{"id": n.id, "raft": n.raft} for n in self.cp.nodes], "notes": self.notes}
+
+    def collect(self) -> None:
+        (self.run_dir / "nodes").mkdir(exist_ok=True)
+        for n in self.cp.nodes:
+            if n.log.exists():
+                shutil.copy(n.log, self.run_dir / "nodes" / f"{n.id}.log")
+        for name in ("sink.jsonl", "sink.out", "proxy.log", "plan.json"):
+            if (self.work / name).exists():
+                shutil.copy(self.work / name, self.run_dir / name)
+        self._monitor_f.close()
+        self._reads_f.close()
+        self.history.close()
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", choices=sorted(generator.PROFILES), default="ci")
+    ap.add_argument("--seed", type=int, default=None, help="default: drawn, and printed")
+    ap.add_argument("--time-limit", type=float, default=None, help="seconds of workload and faults (profile default)")
+    ap.add_argument("--nemesis", default=",".join(generator.NEMESES),
+                    help=f"comma-separated subset of {','.join(generator.NEMESES)} (or 'none')")
+    ap.add_argument("--store", default=str(HERE.parent / "store"))
+    ap.add_argument("--replay", default=None, help="a saved schedule.json to run exactly (overrides seed, profile, ...)")
+    ap.add_argument("--product", default=str(HERE.parent),
+                    help="the source tree whose raftsched the nodes run (default: this repository)")
+    ap.add_argument("--keep-data", action="store_true", help="keep the nodes' data directories")
+    ap.add_argument("--no-plot", action="store_true")
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.replay:
+        sched = json.loads(Path(args.replay).read_text())
+    else:
+        seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(3), "big")
+        nemeses = [] if args.nemesis in ("", "none") else [n.strip() for n in args.nemesis.split(",") if n.strip()]
+        bad = set(nemeses) - set(generator.NEMESES)
+        if bad:
+            print(f"run.py: unknown nemesis {', '.join(sorted(bad))}", file=sys.stderr)
+            return 2
+        sched = generator.generate(seed, args.profile, args.time_limit, nemeses)
+    seed = sched["seed"]
+    stamp = dt.datetime.now().strftime("%Y%m%dT%H%M%S")
+    run_dir = Path(args.store) / f"{stamp}-{seed}"
+    run_dir.mkdir(parents=True, exist_ok=False)
+    (run_dir / "schedule.json").write_text(json.dumps(sched, indent=1))
+    print(f"run.py: seed {seed}, profile {sched['profile']}, {len(sched['faults'])} faults, "
+          f"{len(sched['ops'])} client ops; store {run_dir}", flush=True)
+    work = Path(tempfile.mkdtemp(prefix=f"jepsen-{seed}-"))
+    run = Run(args, sched, run_dir, work)
+
+    def on_signal(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGTERM, on_signal)
+    harness_error = None
+    try:
+        asyncio.run(run.main())
+    except BaseException as e:  # noqa: BLE001 - a harness failure still stops every process
+        harness_error = "".join(traceback.format_exception(e))
+        print(f"run.py: harness failed: {e!r}", file=sys.stderr)
+    finally:
+        run.cp.procs.stop_all()
+        run.collect()
+        if not args.keep_data:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"run.py: data kept in {work}")
+    data = run.data()
+    results = checker.check_all(data)
+    if harness_error:
+        results["harness_error"] = harness_error
+        results["valid"] = "unknown" if results["valid"] != "invalid" else "invalid"
+    (run_dir / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    (run_dir / "final-states.json").write_text(json.dumps(run.reads, default=str))
+    (run_dir / "run-data.json").write_text(json.dumps({k: data[k] for k in ("faults", "hashes", "times", "settle", "nodes", "notes")},
+                                                      default=str))
+    verdict = checker.render_verdict(results, data, run_dir)
+    (run_dir / "verdict.txt").write_text(verdict)
+    if not args.no_plot:
+        try:
+            import timeline
+            timeline.plot(data, results, run_dir / "timeline.png")
+        except Exception as e:  # the plot is a view; its failure does not change the verdict
+            print(f"run.py: timeline.png failed: {e!r}", file=sys.stderr)
+    print(verdict)
+    if harness_error:
+        return 2
+    return 1 if results["valid"] == "invalid" else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,586 @@
+"""The jepsen-style checkers (jepsen-style/checker.py) on known-good and known-bad histories.
+
+Each test starts from one small, hand-built run that every checker judges valid (``good()``), breaks
+exactly one property, and checks that the matching checker says invalid (or unknown where the
+property was not exercised) and names the counterexample.
+"""
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "jepsen-style"))
+
+import checker  # noqa: E402
+import failure_plan  # noqa: E402
+
+T0 = 1_800_000_000_000  # a whole second
+EXEC = {"type": "python", "target": "jepsen_runner:attempt"}
+SPEC_A = {"schedule": {"every_s": 1}, "executor": EXEC, "misfire": {"policy": "skip", "grace_s": 1},
+          "retry": {"max_attempts": 1, "backoff_s": 0.5, "backoff_multiplier": 1, "backoff_max_s": 4, "jitter": 0.1},
+          "timeout_s": 30, "history": 1000, "description": "version 1"}
+SPEC_B = {"schedule": {"every_s": 2}, "executor": EXEC, "misfire": {"policy": "fire_once", "grace_s": 1},
+          "retry": {"max_attempts": 2, "backoff_s": 0.5, "backoff_multiplier": 1, "backoff_max_s": 4, "jitter": 0.1},
+          "timeout_s": 30, "history": 1000, "description": "version 1"}
+READ_AT = T0 + 24_000
+HEAL = T0 + 15_000
+
+
+def stored(spec: dict) -> dict:
+    """The spec as the API returns it: the client's fields plus the defaults it filled in."""
+    s = copy.deepcopy(spec)
+    s["misfire"].setdefault("max_catchup", 100)
+    s.update(payload={}, queue="default", priority=5, tenant="default")
+    return s
+
+
+class Builder:
+    def __init__(self) -> None:
+        self.history: list[dict] = []
+        self.sink: list[dict] = []
+        self.runs: list[dict] = []
+        self.token = 0
+        self.seq = 0
+        self.t = T0
+
+    def op(self, f: str, job: str, type_: str, spec=None, status=None, value=None, inv_ms=None, done_ms=None):
+        key = f"k{len(self.history)}"
+        inv = {"process": "client-0", "type": "invoke", "f": f, "job": job, "node": 0, "key": key,
+               "index": len(self.history), "t_ms": inv_ms if inv_ms is not None else T0 + 50}
+        if spec is not None:
+            inv["spec"] = spec
+        self.history.append(inv)
+        done = dict(inv, type=type_, index=len(self.history), t_ms=done_ms if done_ms is not None else inv["t_ms"] + 50)
+        if status is not None:
+            done["status"] = status
+        if value is not None:
+            done["value"] = value
+        self.history.append(done)
+
+    def write(self, rid, job, slot, attempt, token, phase, ok, accepted=True, t=None):
+        self.seq += 1
+        self.sink.append({"seq": self.seq, "resource": rid, "run": rid, "job": job, "slot": slot, "attempt": attempt,
+                          "token": token, "phase": phase, "ok": ok, "accepted": accepted, "worker": "node-2/1",
+                          "t_ms": t or slot + 100})
+
+    def run(self, job: str, slot: int, spec: dict, fail_pct: int, fault_first: bool = False) -> dict:
+        """A scheduled run that follows the failure plan (attempt 1 lost to a lease expiry when
+        ``fault_first``), with its attempts in the state and its writes at the sink."""
+        rid = f"{job}@{slot}"
+        attempts, t = [], slot + 50
+        budget = spec["retry"]["max_attempts"]
+        n = 0
+        while n < budget:
+            n += 1
+            self.token += 1
+            tok = self.token
+            fault = fault_first and n == 1
+            ok = not fault and not failure_plan.attempt_fails(rid, n, fail_pct)
+            self.write(rid, job, slot, n, tok, "begin", None, t=t)
+            if not fault:
+                self.write(rid, job, slot, n, tok, "end", ok, t=t + 100)
+            attempts.append({"attempt": n, "token": tok, "worker": "node-2/1", "ok": ok, "started_at": t, "finished_at": t + 200,
+                             "error": None if ok else ("lease expired (worker node-2/1 stopped heartbeating)" if fault
+                                                      else f"PlannedFailure: {failure_plan.PLANNED_FAILURE} of attempt {n}")})
+            t += 200 + 600  # the backoff (0.5 s +- 10 %) and a little more
+            if ok:
+                break
+        state = "succeeded" if attempts[-1]["ok"] else "dead"
+        if fault_first and n == 1:
+            # The stale attempt wakes up and writes after attempt 2 did: refused.
+            pass
+        r = {"id": rid, "job": job, "slot_ms": slot, "state": state, "kind": "scheduled", "attempt": n,
+             "fencing_token": attempts[-1]["token"], "worker": "node-2/1", "fired_at": slot + 20,
+             "started_at": attempts[-1]["started_at"], "finished_at": attempts[-1]["finished_at"],
+             "slot_to": None, "count": None, "reason": None, "attempts": attempts}
+        self.runs.append(r)
+        return r
+
+
+def good() -> dict:
+    b = Builder()
+    b.op("create", "a", "ok", SPEC_A, 201, {"created": True})
+    b.op("create", "b", "ok", SPEC_B, 201, {"created": True})
+    plan = {"a": {"fail_pct": 0, "work_ms": [50, 300]}, "b": {"fail_pct": 50, "work_ms": [50, 300]}}
+    for k in range(2, 22):                       # a: every 1 s, first slot one interval after the anchor
+        b.run("a", T0 + 1000 * k, SPEC_A, 0)
+    faulted = None
+    for k in range(10):                          # b: every 2 s
+        slot = T0 + 3000 + 2000 * k
+        if faulted is None and not failure_plan.attempt_fails(f"b@{slot}", 2, 50):
+            faulted = b.run("b", slot, SPEC_B, 50, fault_first=True)
+            a1 = faulted["attempts"][0]
+            b.write(faulted["id"], "b", slot, 1, a1["token"], "end", True, accepted=False, t=slot + 5000)
+        else:
+            b.run("b", slot, SPEC_B, 50)
+    # Tokens come from one counter in grant order, and the sink sees writes in time order.
+    atts = sorted((a for r in b.runs for a in r["attempts"]), key=lambda a: (a["started_at"], a["token"]))
+    renum = {a["token"]: k + 1 for k, a in enumerate(atts)}
+    for r in b.runs:
+        for a in r["attempts"]:
+            a["token"] = renum[a["token"]]
+        r["fencing_token"] = r["attempts"][-1]["token"]
+    b.sink.sort(key=lambda w: (w["t_ms"], w["seq"]))
+    for k, w in enumerate(b.sink):
+        w.update(token=renum[w["token"]], seq=k + 1)
+    outcomes = {r["state"] for r in b.runs if r["job"] == "b"}
+    assert outcomes == {"succeeded", "dead"}, "the plan must give both outcomes for job b"
+    jobs = [{"name": "a", "spec": stored(SPEC_A), "paused": False, "cursor": READ_AT, "created": T0 + 60},
+            {"name": "b", "spec": stored(SPEC_B), "paused": False, "cursor": READ_AT, "created": T0 + 60}]
+
+    def read(node, phase):
+        return {"node": node, "phase": phase, "consistent": True, "t_start_ms": READ_AT,
+                "jobs": copy.deepcopy(jobs), "runs": copy.deepcopy(b.runs)}
+    monitor = [{"t_ms": T0 + 1000, "node": 0, "up": True, "alive": True, "role": "leader", "term": 1},
+               {"t_ms": T0 + 9000, "node": 1, "up": True, "alive": True, "role": "leader", "term": 2}]
+    hashes = [{"node": i, "applied": 100, "hash": "h100"} for i in range(3)]
+    return {
+        "schedule": {"seed": 1, "profile": "ci", "time_limit_s": 20, "nemeses": ["pause"], "plan": {"jobs": plan},
+                     "faults": [{"kind": "pause"}]},
+        "history": b.history, "sink": b.sink,
+        "reads": {"final": {str(i): read(i, "final") for i in range(3)},
+                  "restart": {str(i): read(i, "restart") for i in range(3)}},
+        "periodic": [], "monitor": monitor,
+        "faults": [{"kind": "pause", "start_ms": T0 + 5000, "end_ms": T0 + 11000, "nodes": [1], "fault": {"kind": "pause"}}],
+        "hashes": {"final": hashes, "restart": copy.deepcopy(hashes)},
+        "times": {"t0_ms": T0, "heal_ms": HEAL},
+        "settle": {"pending_count": 0},
+    }
+
+
+@pytest.fixture(autouse=True)
+def low_thresholds(monkeypatch):
+    monkeypatch.setattr(checker, "MIN_CLIENT_OK", 2)
+    monkeypatch.setattr(checker, "MIN_SINK_WRITES", 10)
+
+
+def each_read(data):
+    for phase in ("final", "restart"):
+        yield from data["reads"][phase].values()
+
+
+def verdict(data, name):
+    r = checker.CHECKERS[name](data)
+    return r["valid"], r["counterexamples"]
+
+
+# ------------------------------------------------------------------------------- the good run
+
+def test_the_good_run_is_valid_for_every_checker():
+    res = checker.check_all(good())
+    assert {n: r["valid"] for n, r in res["checkers"].items()} == {n: "valid" for n in checker.CHECKERS}, res
+    assert res["valid"] == "valid"
+    text = checker.render_verdict(res, good())
+    assert "OVERALL: VALID" in text and "replay:" in text
+
+
+def test_verdicts_combine_invalid_over_unknown_over_valid():
+    assert checker.combine("valid", "unknown") == "unknown"
+    assert checker.combine("unknown", "invalid", "valid") == "invalid"
+    assert checker.combine("valid", "valid") == "valid"
+
+
+# ------------------------------------------------------------------------------- no lost slot
+
+def test_a_slot_neither_run_nor_recorded_is_lost():
+    d = good()
+    for r in each_read(d):
+        r["runs"] = [x for x in r["runs"] if x["id"] != f"a@{T0 + 7000}"]
+    v, ex = verdict(d, "no-lost-slot")
+    assert v == "invalid" and f"slot {T0 + 7000}" in ex[0]
+
+
+def test_slots_due_before_the_read_must_be_handled():
+    d = good()
+    for r in each_read(d):
+        r["t_start_ms"] = READ_AT + 5000   # slots up to READ_AT + 2000 were due: a stalled schedule
+    v, ex = verdict(d, "no-lost-slot")
+    assert v == "invalid" and "neither a run nor recorded" in ex[0]
+
+
+def test_a_record_its_policy_allows_covers_slots():
+    d = good()
+    for r in each_read(d):
+        keep = [x for x in r["runs"] if not (x["job"] == "a" and T0 + 5000 <= x["slot_ms"] <= T0 + 8000)]
+        keep.append({"id": f"a@{T0 + 5000}", "job": "a", "slot_ms": T0 + 5000, "slot_to": T0 + 8000, "count": 4,
+                     "state": "skipped", "reason": "misfire", "kind": "recorded", "fired_at": T0 + 9000})
+        r["runs"] = keep
+    assert verdict(d, "no-lost-slot")[0] == "valid"
+
+
+def test_a_record_its_policy_forbids_is_invalid():
+    d = good()
+    for r in each_read(d):
+        keep = [x for x in r["runs"] if x["id"] != f"a@{T0 + 5000}"]
+        keep.append({"id": f"a@{T0 + 5000}", "job": "a", "slot_ms": T0 + 5000, "slot_to": None, "count": None,
+                     "state": "coalesced", "reason": "misfire", "kind": "recorded", "fired_at": T0 + 9000})
+        r["runs"] = keep
+    v, ex = verdict(d, "no-lost-slot")
+    assert v == "invalid" and "coalesced/misfire" in ex[0] and "skip" in ex[0]
+
+
+def test_a_record_that_miscounts_its_slots_is_invalid():
+    d = good()
+    for r in each_read(d):
+        keep = [x for x in r["runs"] if not (x["job"] == "a" and T0 + 5000 <= x["slot_ms"] <= T0 + 6000)]
+        keep.append({"id": f"a@{T0 + 5000}", "job": "a", "slot_ms": T0 + 5000, "slot_to": T0 + 6000, "count": 5,
+                     "state": "skipped", "reason": "misfire", "kind": "recorded", "fired_at": T0 + 9000})
+        r["runs"] = keep
+    v, ex = verdict(d, "no-lost-slot")
+    assert v == "invalid" and "says 5 slots" in ex[0]
+
+
+def test_the_first_slot_after_an_acknowledged_create_is_not_lost():
+    d = good()
+    for r in each_read(d):
+        r["runs"] = [x for x in r["runs"] if x["id"] != f"a@{T0 + 2000}"]
+    v, ex = verdict(d, "no-lost-slot")
+    assert v == "invalid" and f"slot {T0 + 2000} lost" in ex[0]
+
+
+def test_a_succeeded_run_must_have_reached_the_sink():
+    d = good()
+    rid = f"a@{T0 + 4000}"
+    d["sink"] = [w for w in d["sink"] if not (w["resource"] == rid and w["phase"] == "end")]
+    v, ex = verdict(d, "no-lost-slot")
+    assert v == "invalid" and rid in ex[0] and "sink" in ex[0]
+
+
+def test_a_paused_job_is_checked_up_to_its_cursor():
+    d = good()
+    for r in each_read(d):
+        r["jobs"][0]["paused"] = True
+        r["jobs"][0]["cursor"] = T0 + 15_000
+        r["runs"] = [x for x in r["runs"] if not (x["job"] == "a" and x["slot_ms"] > T0 + 15_000)]
+    assert verdict(d, "no-lost-slot")[0] == "valid"
+
+
+# ------------------------------------------------------------------------------- no duplicate
+
+def test_a_slot_that_is_a_run_and_a_record_is_a_duplicate():
+    d = good()
+    r = d["reads"]["final"]["1"]
+    r["runs"].append({"id": f"a@{T0 + 3000}x", "job": "a", "slot_ms": T0 + 3000, "slot_to": T0 + 4000, "count": 2,
+                      "state": "skipped", "reason": "misfire", "kind": "recorded", "fired_at": T0 + 9000})
+    v, ex = verdict(d, "no-duplicate")
+    assert v == "invalid" and f"slot {T0 + 3000}" in ex[0] and "node-2" in ex[0]
+
+
+def test_a_run_created_twice_changes_its_fire_time_between_reads():
+    d = good()
+    periodic = copy.deepcopy(d["reads"]["final"]["0"])
+    periodic.update(phase="periodic", t_start_ms=T0 + 10_000)
+    periodic["runs"][3]["fired_at"] += 777
+    d["periodic"] = [periodic]
+    v, ex = verdict(d, "no-duplicate")
+    assert v == "invalid" and "fired twice" in ex[0]
+
+
+def test_one_attempt_granted_twice_at_the_sink_is_a_duplicate():
+    d = good()
+    w = next(w for w in d["sink"] if w["resource"] == f"a@{T0 + 6000}" and w["phase"] == "begin")
+    d["sink"].append(dict(w, seq=9999, token=10_000))
+    v, ex = verdict(d, "no-duplicate")
+    assert v == "invalid" and "granted twice" in ex[0]
+
+
+def test_a_token_given_to_two_runs_is_a_duplicate():
+    d = good()
+    w = next(w for w in d["sink"] if w["resource"] == f"a@{T0 + 6000}" and w["phase"] == "begin")
+    d["sink"].append(dict(w, seq=9999, resource=f"a@{T0 + 99000}", run=f"a@{T0 + 99000}"))
+    v, ex = verdict(d, "no-duplicate")
+    assert v == "invalid" and f"token {w['token']}" in ex[0]
+
+
+# ------------------------------------------------------------------------------- fencing
+
+def test_the_sink_accepting_a_lower_token_is_invalid():
+    d = good()
+    w = next(w for w in d["sink"] if not w["accepted"])
+    w["accepted"] = True
+    v, ex = verdict(d, "fencing")
+    assert v == "invalid" and f"accepted token {w['token']}" in ex[0]
+
+
+def test_pauses_without_a_refused_write_are_not_exercised():
+    d = good()
+    d["sink"] = [w for w in d["sink"] if w["accepted"]]
+    r = checker.check_fencing(d)
+    assert r["valid"] == "unknown" and "not exercised" in r["note"]
+
+
+def test_no_pause_and_no_refusal_is_valid():
+    d = good()
+    d["sink"] = [w for w in d["sink"] if w["accepted"]]
+    d["faults"] = []
+    assert verdict(d, "fencing")[0] == "valid"
+
+
+def test_tokens_must_grow_with_grant_time():
+    d = good()
+    r = d["reads"]["final"]["0"]["runs"][5]
+    r["attempts"][0]["started_at"] = T0 - 50_000
+    v, ex = verdict(d, "fencing")
+    assert v == "invalid" and "do not grow with grant time" in ex[0]
+
+
+# ------------------------------------------------------------------------------- durability
+
+def test_an_acknowledged_create_missing_from_the_final_state_is_lost():
+    d = good()
+    for r in each_read(d):
+        r["jobs"] = [j for j in r["jobs"] if j["name"] != "b"]
+        r["runs"] = [x for x in r["runs"] if x["job"] != "b"]
+    v, ex = verdict(d, "durability")
+    assert v == "invalid" and "job b is absent" in ex[0]
+
+
+def test_a_job_no_client_asked_for_is_invalid():
+    d = good()
+    for r in each_read(d):
+        r["jobs"].append({"name": "ghost", "spec": stored(SPEC_A), "paused": False, "cursor": READ_AT})
+    v, ex = verdict(d, "durability")
+    assert v == "invalid" and "ghost" in ex[0]
+
+
+def test_an_unknown_create_may_or_may_not_appear_and_is_counted_recovered():
+    d = good()
+    d["history"].extend(_ops([("create", "c", "info", SPEC_A, 504, None)], start=len(d["history"])))
+    assert verdict(d, "durability")[0] == "valid"
+    for r in each_read(d):
+        r["jobs"].append({"name": "c", "spec": stored(SPEC_A), "paused": False, "cursor": READ_AT})
+    res = checker.check_durability(d)
+    assert res["valid"] == "valid" and res["stats"]["info_recovered"] == 1
+
+
+def test_an_acknowledged_delete_of_a_job_still_present_is_invalid():
+    d = good()
+    d["history"].extend(_ops([("delete", "b", "ok", None, 200, {"deleted": True})], start=len(d["history"])))
+    v, ex = verdict(d, "durability")
+    assert v == "invalid" and "job b" in ex[0]
+
+
+def test_an_acknowledged_pause_must_show_in_the_final_state():
+    d = good()
+    d["history"].extend(_ops([("pause", "a", "ok", None, 200, {"paused": True})], start=len(d["history"])))
+    v, ex = verdict(d, "durability")
+    assert v == "invalid" and "job a" in ex[0]
+    # An unknown resume after it may have applied, or not: both final states are explained.
+    d["history"].extend(_ops([("resume", "a", "info", None, 504, None)], start=len(d["history"])))
+    assert verdict(d, "durability")[0] == "valid"
+
+
+def test_an_unknown_update_may_apply_after_a_later_acknowledged_one():
+    d = good()
+    v2 = dict(SPEC_A, description="version 2")
+    v3 = dict(SPEC_A, description="version 3")
+    d["history"].extend(_ops([("update", "a", "info", v2, 504, None), ("update", "a", "ok", v3, 200, {"created": False})],
+                             start=len(d["history"])))
+    for r in each_read(d):
+        r["jobs"][0]["spec"] = stored(v2)   # the unknown write landed last
+    assert verdict(d, "durability")[0] == "valid"
+
+
+def test_an_ok_answer_no_order_explains_is_invalid():
+    d = good()
+    # "created": true for a job an earlier acknowledged create had already created.
+    d["history"].extend(_ops([("update", "a", "ok", SPEC_A, 201, {"created": True})], start=len(d["history"])))
+    v, ex = verdict(d, "durability")
+    assert v == "invalid" and "no order" in ex[0]
+
+
+def test_a_run_lost_across_the_full_restart_is_invalid():
+    d = good()
+    d["reads"]["restart"]["2"]["runs"].pop(4)
+    v, ex = verdict(d, "durability")
+    assert v == "invalid" and "node-3" in ex[0] and "gone after" in ex[0]
+
+
+def _ops(specs, start):
+    out = []
+    for k, (f, job, type_, spec, status, value) in enumerate(specs):
+        key = f"x{start + 2 * k}"
+        inv = {"process": "client-1", "type": "invoke", "f": f, "job": job, "node": 1, "key": key,
+               "index": start + 2 * k, "t_ms": T0 + 20_000 + k}
+        if spec is not None:
+            inv["spec"] = spec
+        done = dict(inv, type=type_, index=start + 2 * k + 1, status=status)
+        if value is not None:
+            done["value"] = value
+        out += [inv, done]
+    return out
+
+
+# ------------------------------------------------------------------------------- retries
+
+def _b_run(d, pred):
+    return next(r for r in d["reads"]["final"]["0"]["runs"] if r["job"] == "b" and pred(r))
+
+
+def test_an_attempt_the_plan_fails_must_not_succeed():
+    d = good()
+    r = _b_run(d, lambda r: r["state"] == "dead")
+    for read in each_read(d):
+        x = next(x for x in read["runs"] if x["id"] == r["id"])
+        x["attempts"][0].update(ok=True, error=None)
+        x["attempts"] = x["attempts"][:1]
+        x["state"] = "succeeded"
+    v, ex = verdict(d, "retries")
+    assert v == "invalid" and "the plan fails it" in ex[0]
+
+
+def test_a_dead_run_that_had_budget_left_is_invalid():
+    d = good()
+    r = _b_run(d, lambda r: r["state"] == "dead")
+    for read in each_read(d):
+        x = next(x for x in read["runs"] if x["id"] == r["id"])
+        x["attempts"] = x["attempts"][:1]
+    v, ex = verdict(d, "retries")
+    assert v == "invalid" and "dead after 1 failed attempt" in ex[0]
+
+
+def test_a_retry_before_its_backoff_is_invalid():
+    d = good()
+    r = _b_run(d, lambda r: len(r["attempts"]) == 2 and "planned" in (r["attempts"][0]["error"] or ""))
+    for read in each_read(d):
+        x = next(x for x in read["runs"] if x["id"] == r["id"])
+        x["attempts"][1]["started_at"] = x["attempts"][0]["finished_at"] + 100
+    v, ex = verdict(d, "retries")
+    assert v == "invalid" and "backoff" in ex[0]
+
+
+def test_an_attempt_lost_with_its_worker_is_retried_at_once_and_spends_no_budget():
+    d = good()
+    r = _b_run(d, lambda r: "lease expired" in (r["attempts"][0]["error"] or ""))
+    for read in each_read(d):
+        x = next(x for x in read["runs"] if x["id"] == r["id"])
+        x["attempts"][1]["started_at"] = x["attempts"][0]["finished_at"] + 1   # no backoff after a loss
+    assert verdict(d, "retries")[0] == "valid"
+    for read in each_read(d):
+        x = next(x for x in read["runs"] if x["id"] == r["id"])
+        x["attempts"] = x["attempts"][:1]
+        x["state"] = "dead"   # dead after one loss: losses up to lease_losses_max are retried
+    v, ex = verdict(d, "retries")
+    assert v == "invalid" and "losing its worker 1 time" in ex[0]
+
+
+def test_a_retry_after_max_attempts_failures_is_invalid():
+    d = good()
+    r = _b_run(d, lambda r: r["state"] == "dead")
+    for read in each_read(d):
+        x = next(x for x in read["runs"] if x["id"] == r["id"])
+        x["state"] = "queued"   # a third attempt for a job with max_attempts 2
+    v, ex = verdict(d, "retries")
+    assert v == "invalid" and "retried after 2 failed attempt(s)" in ex[0]
+
+
+def test_no_dead_letter_means_retries_were_not_exercised():
+    d = good()
+    d["schedule"]["plan"]["jobs"]["b"]["fail_pct"] = 0
+    for read in each_read(d):
+        read["runs"] = [x for x in read["runs"] if x["job"] != "b"]
+    assert checker.check_retries(d)["valid"] == "unknown"
+
+
+# ------------------------------------------------------------------------------- convergence
+
+def test_different_hashes_at_the_same_applied_count_diverge():
+    d = good()
+    d["hashes"]["final"][2]["hash"] = "other"
+    v, ex = verdict(d, "convergence")
+    assert v == "invalid" and "node-1" in ex[0] and "node-3" in ex[0]
+
+
+def test_nodes_never_sampled_together_is_unknown():
+    d = good()
+    d["hashes"]["final"] = [{"node": 0, "applied": 100, "hash": "h"}, {"node": 1, "applied": 101, "hash": "h2"}]
+    assert checker.check_convergence(d)["valid"] == "unknown"
+
+
+def test_a_job_that_fires_nothing_after_the_heal_is_a_liveness_failure():
+    d = good()
+    for read in each_read(d):
+        read["runs"] = [x for x in read["runs"] if not (x["job"] == "a" and x["slot_ms"] > HEAL)]
+    v, ex = verdict(d, "convergence")
+    assert v == "invalid" and "job a fired nothing" in ex[0]
+
+
+def test_runs_stuck_after_the_heal_are_a_liveness_failure():
+    d = good()
+    d["settle"] = {"pending_count": 2, "waited_s": 45, "pending_at_end": ["a@1", "b@2"]}
+    v, ex = verdict(d, "convergence")
+    assert v == "invalid" and "still queued or running" in ex[0]
+
+
+def test_a_node_without_a_consistent_read_after_healing_is_invalid():
+    d = good()
+    d["reads"]["final"]["1"] = {"node": 1, "phase": "final", "error": "GET failed 5 times: HTTP 503"}
+    v, ex = verdict(d, "convergence")
+    assert v == "invalid" and "node-2 served no consistent read" in ex[0]
+
+
+# ------------------------------------------------------------------------------- stress
+
+def test_a_run_without_a_leader_change_is_unknown_never_valid():
+    d = good()
+    d["monitor"] = [m for m in d["monitor"] if m["node"] == 0]
+    r = checker.check_stress(d)
+    assert r["valid"] == "unknown" and "no leader change" in r["note"]
+    assert checker.check_all(d)["valid"] == "unknown"
+
+
+def test_a_run_with_too_few_operations_is_unknown(monkeypatch):
+    monkeypatch.setattr(checker, "MIN_CLIENT_OK", 50)
+    r = checker.check_stress(good())
+    assert r["valid"] == "unknown" and "client operations" in r["note"]
+
+
+def test_a_crashing_checker_is_unknown_not_valid(monkeypatch):
+    def boom(data):
+        raise KeyError("x")
+    monkeypatch.setitem(checker.CHECKERS, "fencing", boom)
+    res = checker.check_all(good())
+    assert res["checkers"]["fencing"]["valid"] == "unknown" and res["valid"] == "unknown"
+
+
+def test_a_lease_expiring_while_its_worker_was_healthy_is_invalid():
+    d = good()
+    # The faulted run's expiry (worker node-2) is excused by the pause of node-2 ...
+    assert verdict(d, "retries")[0] == "valid"
+    # ... but not when the only fault at the time was a clock jump.
+    d["faults"] = [{"kind": "clock", "start_ms": T0, "end_ms": T0 + 30_000, "nodes": [0],
+                    "fault": {"kind": "clock", "offset_ms": 6000}}]
+    v, ex = verdict(d, "retries")
+    assert v == "invalid" and "expired" in ex[0] and "+6000 ms on node-1" in ex[0]
+
+
+def test_overlap_records_and_replaced_runs_follow_the_overlap_policy():
+    d = good()
+    rid = f"a@{T0 + 9000}"
+    for r in each_read(d):
+        x = next(x for x in r["runs"] if x["id"] == rid)
+        x.clear()
+        x.update(id=rid, job="a", slot_ms=T0 + 9000, slot_to=None, count=None, state="skipped", reason="overlap",
+                 kind="recorded", fired_at=T0 + 9010)
+    v, ex = verdict(d, "no-lost-slot")
+    assert v == "invalid" and "skipped/overlap" in ex[0]      # job a allows overlap
+    forbid = dict(SPEC_A, overlap={"policy": "forbid"})
+    for op in d["history"]:
+        if op.get("job") == "a" and "spec" in op:
+            op["spec"] = forbid
+    assert verdict(d, "no-lost-slot")[0] == "valid"
+    # A run ended "failed" by a replacement: only with overlap policy replace.
+    rid = f"a@{T0 + 11000}"
+    for r in each_read(d):
+        x = next(x for x in r["runs"] if x["id"] == rid)
+        x["state"], x["error"] = "failed", f"replaced by run a@{T0 + 12000} (overlap policy replace)"
+        x["attempts"][-1].update(ok=False, error=x["error"])
+    v, ex = verdict(d, "retries")
+    assert v == "invalid" and "overlap policy replace" in ex[0]
+    for op in d["history"]:
+        if op.get("job") == "a" and "spec" in op:
+            op["spec"] = dict(SPEC_A, overlap={"policy": "replace"})
+    assert verdict(d, "retries")[0] == "valid"

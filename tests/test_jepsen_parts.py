@@ -1,0 +1,140 @@
+"""The fault-injection harness's own moving parts (jepsen-style/): the fenced sink refuses a lower
+token per resource and keeps its verdicts across a restart; the link proxy passes, blackholes (and
+delivers what it held once healed) and resets; the schedule is a function of the seed."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import socketserver
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent.parent / "jepsen-style"
+sys.path.insert(0, str(HERE))
+
+import generator  # noqa: E402
+import jepsen_runner  # noqa: E402
+from processes import free_ports, wait_port  # noqa: E402
+
+
+def start(argv: list[str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, *argv], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop(p: subprocess.Popen) -> None:
+    if p.poll() is None:
+        os.kill(p.pid, signal.SIGTERM)
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait(timeout=5)
+
+
+def test_the_sink_refuses_a_lower_token_per_resource_and_remembers_across_a_restart(tmp_path, monkeypatch):
+    port = free_ports(1)[0]
+    log = tmp_path / "sink.jsonl"
+    monkeypatch.setenv("JEPSEN_SINK", f"127.0.0.1:{port}")
+
+    def w(resource, token):
+        return jepsen_runner.sink_write({"op": "write", "resource": resource, "token": token})["accepted"]
+
+    p = start([str(HERE / "sink.py"), "--port", str(port), "--log", str(log)])
+    try:
+        wait_port(port, 10)
+        assert [w("r1", 5), w("r1", 7), w("r1", 6), w("r1", 7), w("r2", 1)] == [True, True, False, True, True]
+    finally:
+        stop(p)
+    recs = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(r["resource"], r["token"], r["accepted"], r["highest_before"]) for r in recs] == [
+        ("r1", 5, True, None), ("r1", 7, True, 5), ("r1", 6, False, 7), ("r1", 7, True, 7), ("r2", 1, True, None)]
+    p = start([str(HERE / "sink.py"), "--port", str(port), "--log", str(log)])
+    try:
+        wait_port(port, 10)
+        assert w("r1", 6) is False and w("r1", 8) is True
+    finally:
+        stop(p)
+
+
+class _Echo(socketserver.BaseRequestHandler):
+    def handle(self):
+        try:
+            while data := self.request.recv(4096):
+                self.request.sendall(data)
+        except OSError:
+            pass
+
+
+def _control(port: int, link: str, mode: str) -> None:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall((json.dumps({"link": link, "mode": mode}) + "\n").encode())
+        assert json.loads(s.makefile().readline())["ok"]
+
+
+def test_the_link_proxy_passes_blackholes_then_delivers_and_resets():
+    echo = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Echo)
+    echo.daemon_threads = True
+    threading.Thread(target=echo.serve_forever, daemon=True).start()
+    listen, control = free_ports(2)
+    p = start([str(HERE / "proxy.py"), "--control", str(control), "--link", f"l:{listen}:{echo.server_address[1]}"])
+    try:
+        wait_port(control, 10)
+        c = socket.create_connection(("127.0.0.1", listen), timeout=2)
+        c.sendall(b"one")
+        assert c.recv(10) == b"one"
+        _control(control, "l", "blackhole")
+        c.sendall(b"two")
+        c.settimeout(0.5)
+        with pytest.raises(socket.timeout):
+            c.recv(10)
+        _control(control, "l", "pass")
+        c.settimeout(2)
+        assert c.recv(10) == b"two"   # held, not lost: delivered once healed
+        _control(control, "l", "reset")
+        with pytest.raises((ConnectionResetError, ConnectionAbortedError, socket.timeout, OSError)):
+            c.sendall(b"x")
+            if not c.recv(10):
+                raise ConnectionResetError("closed")
+        c.close()
+        d = socket.create_connection(("127.0.0.1", listen), timeout=2)
+        with pytest.raises((ConnectionResetError, OSError)):
+            d.sendall(b"y")
+            time.sleep(0.1)  # ok-sleep: let the RST arrive
+            if not d.recv(10):
+                raise ConnectionResetError("closed")
+        d.close()
+        _control(control, "l", "pass")
+        e = socket.create_connection(("127.0.0.1", listen), timeout=2)
+        e.sendall(b"three")
+        assert e.recv(10) == b"three"
+        e.close()
+    finally:
+        stop(p)
+        echo.shutdown()
+        echo.server_close()
+
+
+def test_the_schedule_is_a_function_of_the_seed():
+    a = generator.generate(42, "ci", None, list(generator.NEMESES))
+    assert a == generator.generate(42, "ci", None, list(generator.NEMESES))
+    assert a != generator.generate(43, "ci", None, list(generator.NEMESES))
+    kinds = [f["kind"] for f in a["faults"]]
+    # The CI brief's minimum: several leader kills, a partition of each kind, pauses, both clock
+    # jumps, a full restart; one fault at a time, all before the time limit.
+    assert sum(f["kind"] == "kill" and f["target"] == "leader" for f in a["faults"]) >= 3
+    assert {f.get("mode") for f in a["faults"] if f["kind"] == "partition"} >= {"blackhole", "reset"}
+    assert {f.get("offset_ms") for f in a["faults"] if f["kind"] == "clock"} >= {6000, -6000}
+    assert "pause" in kinds and "restart-all" in kinds
+    ends = [f["at"] + f["duration"] for f in a["faults"]]
+    assert all(e <= nxt for e, nxt in zip(ends, [f["at"] for f in a["faults"]][1:]))
+    assert ends[-1] <= a["time_limit_s"]
+    jobs = {o["job"] for o in a["ops"] if o["f"] == "create"}
+    assert 10 <= sum(o["f"] == "create" and o["at"] < 3 for o in a["ops"]) <= 20
+    assert jobs <= set(a["plan"]["jobs"])
