@@ -157,7 +157,8 @@ class Cluster:
                 except RaftschedError:
                     if time.monotonic() > deadline:
                         raise
-            assert self.states[addr].read() == expected, addr
+            got = self.states[addr].read()
+            assert got == expected, (addr, got, expected, node.status())
 
 
 def run(coro_fn, *args):
