@@ -104,6 +104,15 @@ def render() -> str:
     w("wildcard-hour ones (`*`, `*/n` in the hour field) fire `twice`, at real intervals, so `*/5 * * * *`")
     w("is not silent for an hour (Vixie cron's rule). Intervals (`every_s`) are absolute time and ignore DST.")
     w("")
+    w("Known edges (pinned by tests/test_rules.py):")
+    w("")
+    w("- `spring_forward` applies to fixed-hour expressions. An hour field of `*` has no slot in the gap to")
+    w("  move (`30 * * * *` has no 02:30 that day either way); `*/2` moves 02:30 to 03:00 like a fixed hour.")
+    w("- A seconds cron keeps its seconds past the gap: `15 30 2 * * *` fires at 03:00:15.")
+    w("- An hour field that names all 24 hours (`0-23`) behaves like `*` in the gap (no slot that day, whatever")
+    w("  `spring_forward` says) while counting as fixed-hour for `fall_back` (an expected failure in the tests).")
+    w("- `queue_one` limits *new* slots to one waiting run; a run waiting for its retry is a second one.")
+    w("")
     w("The slots below are `GET /v1/jobs/{name}/preview` output for the options (America/New_York):")
     for title, cron, dst, start in [
         ("spring forward, `30 2 * * *`", "30 2 * * *", None, "2026-03-07T00:00:00Z"),

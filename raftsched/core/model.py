@@ -11,6 +11,7 @@ import enum
 import json
 import math
 import re
+from datetime import datetime, timezone
 
 import msgpack
 
@@ -225,9 +226,30 @@ def validate_overlap(raw) -> dict:
     return out
 
 
+def _offset_changes_ms(tz: str, lo_ms: int, hi_ms: int) -> list[int]:
+    """The instants in [lo_ms, hi_ms) where the zone's UTC offset changes (a week's step, then
+    bisection to the millisecond)."""
+    z = schedule.zone(tz)
+
+    def off(ms: int):
+        return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).astimezone(z).utcoffset()
+
+    week = 7 * 86_400_000
+    out = []
+    for t in range(lo_ms, hi_ms, week):
+        if off(t) != off(t + week):
+            a, b = t, t + week
+            while b - a > 1:
+                mid = (a + b) // 2
+                a, b = (mid, b) if off(mid) == off(a) else (a, mid)
+            out.append(b)
+    return out
+
+
 def _add_jitter(name: str, sched: dict, jitter_s) -> None:
     """Validate ``jitter_s`` and store it in the schedule: below the schedule's shortest interval
-    (checked over the next 200 slots for cron), so jittered slots keep their order."""
+    (checked over the next 200 slots for cron, and around the zone's DST transitions), so
+    jittered slots keep their order."""
     j = _int(jitter_s, "jitter_s", 0, 3600)
     if j == 0:
         return
@@ -238,7 +260,16 @@ def _add_jitter(name: str, sched: dict, jitter_s) -> None:
     else:
         start = schedule.parse_iso_ms("2026-01-01T00:00:00Z", "jitter_s")
         slots = list(schedule.iter_slots(sched, start, 2**62, 0, 200))
-        gap_s = min((b - a for a, b in zip(slots, slots[1:])), default=10**9) / 1000
+        gaps = [b - a for a, b in zip(slots, slots[1:])]
+        # A DST transition can bring two slots closer than anywhere else: "59 1,2 * * *" in
+        # Australia/Sydney fires at 01:59 and, on 2026-10-04, at 03:00 for the 02:59 that does not
+        # exist, a minute later. The 200 slots above need not reach a transition, so look at the
+        # slots on either side of each transition of 2026 too (the zone's rules repeat yearly).
+        for t in _offset_changes_ms(sched["timezone"], start, start + 366 * 86_400_000):
+            near = (schedule.last_slots_until(sched, t - 2 * 86_400_000, t - 1, 0, 2)
+                    + list(schedule.iter_slots(sched, t - 1, 2**62, 0, 3)))
+            gaps += [b - a for a, b in zip(near, near[1:])]
+        gap_s = min(gaps, default=10**9) / 1000
     if j >= gap_s:
         raise InvalidSpec(f"must be less than the schedule's shortest interval ({gap_s:g} s)", field="jitter_s")
     sched["jitter_ms"] = j * 1000
