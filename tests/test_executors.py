@@ -42,7 +42,7 @@ async def wait_until(cond, timeout_s: float = 5.0, what: str = "condition"):
         if value:
             return value
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # ok-sleep: polling interval inside a deadline loop
 
 
 def alive(pid: int) -> bool:
@@ -69,7 +69,7 @@ _CHILD = """
 import os, signal, sys, time
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 print(os.getpid(), flush=True)
-time.sleep(3600)
+time.sleep(3600)  # ok-sleep: a child that waits to be killed
 """
 _GROUP = """
 import os, subprocess, sys, time
@@ -84,7 +84,7 @@ def put(name, pid):
 put("child", child_pid)
 put("parent", os.getpid())
 print("ready", flush=True)
-time.sleep(3600)
+time.sleep(3600)  # ok-sleep: a child that waits to be killed
 """
 
 
@@ -431,7 +431,7 @@ def test_python_exceptions_are_failures():
         for target, code in (("sys_exit", 3), ("sys_exit_async", 4)):
             out = await execute(py(target), ctx(), 10)
             assert (out.ok, out.error) == (False, f"SystemExit: {code}")
-        await asyncio.sleep(0)  # still running
+        await asyncio.sleep(0)  # ok-sleep: still running
     run(t())
 
 
