@@ -811,3 +811,20 @@ def test_no_run_id_twice_and_no_slot_both_run_and_recorded(actions):
             assert not any(lo <= x <= hi for x in slots), f"{j}: slot both a run and recorded"
         rs = sorted(ranges.get(j, []))
         assert all(p[1] < q[0] for p, q in zip(rs, rs[1:])), f"{j}: records overlap"
+
+
+def test_replace_that_lowers_the_history_bound_trims_at_once():
+    from raftsched.core import model as _model
+    s = SchedulerState()
+    raw = {"schedule": {"every_s": 1}, "executor": {"type": "shell", "argv": ["true"]},
+           "misfire": {"policy": "skip"}, "history": 5}
+    spec = _model.validate_job("h", raw)
+    assert apply(s, put_cmd(s, "h", spec, T0))["ok"]
+    for k in range(1, 6):
+        assert apply(s, commands.make("trigger_job", T0 + k, None, name="h"))["ok"]
+    for rid in list(s.history["h"]):
+        s.runs[rid]["state"] = "succeeded"  # finished runs, so the bound may drop them
+    smaller = _model.validate_job("h", dict(raw, history=2))
+    assert apply(s, put_cmd(s, "h", smaller, T0 + 10))["ok"]
+    assert len(s.history["h"]) == 2
+    assert all(rid in s.runs for rid in s.history["h"])

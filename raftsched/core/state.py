@@ -201,7 +201,10 @@ class SchedulerState(ExecutionMixin):
             "stats": old["stats"] if old else {"runs": 0, "recorded": 0, "lag_ms_last": None, "lag_ms_max": 0, "lag_ms_sum": 0},
         }
         self.jobs[name] = job
-        self.history.setdefault(name, [])
+        hist = self.history.setdefault(name, [])
+        if len(hist) > spec["history"]:
+            # A replace may lower the bound: trim now, not at the next fire.
+            self._trim(hist, spec["history"])
         self._push_due(job)
         return _ok(job=name, gen=job["gen"], created=old is None)
 
