@@ -44,12 +44,12 @@ def put_cmd(state: SchedulerState | None, name: str, spec: dict, now: int, rid: 
             create_only: bool = False, anchor: int | None = None) -> dict:
     """A put_job command as node/service.py proposes it: interval slots fall on whole seconds
     from the creation time rounded up (the anchor), the first one interval after it."""
-    if anchor is None:
-        anchor = now - now % 1000 + (1000 if now % 1000 else 0)
     sched = spec["schedule"]
-    cursor = anchor if "every_s" in sched else now
-    if "at" in sched and sched["at"] <= now:
-        cursor = sched["at"] - 1
+    default_anchor, cursor = policy.initial_position(sched, now)
+    if anchor is None:
+        anchor = default_anchor
+    elif "every_s" in sched:
+        cursor = anchor
     if state is not None:
         old = state.jobs.get(name)
         if old is not None and old["spec"]["schedule"] == sched:
@@ -66,15 +66,7 @@ def resume_cmd(state: SchedulerState, name: str, now: int, rid: str | None = Non
     spec, cursor, anchor, gen = job["spec"], job["cursor"], job["anchor"], job["gen"]
     fields = {"name": name, "catch_up": catch_up}
     if not catch_up:
-        upto = max(now, cursor)
-        rec = []
-        n = schedule.count_slots(spec["schedule"], cursor, upto, anchor, 100_000)
-        if n != 0:
-            first = schedule.next_slot_after(spec["schedule"], cursor, anchor)
-            last = schedule.last_slots_until(spec["schedule"], cursor, upto, anchor, 1)
-            rec = [["skipped", "paused", first, last[-1] if last else first, n]]
-        fields.update(gen=gen, after=cursor, upto=upto, rec=rec,
-                      next=schedule.next_slot_after(spec["schedule"], upto, anchor))
+        fields.update(gen=gen, **policy.plan_resume(spec, anchor, cursor, now))
     return commands.make("resume_job", now, rid, **fields)
 
 

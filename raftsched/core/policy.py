@@ -106,3 +106,32 @@ def explain_outage(spec: dict, anchor_ms: int, down_from_ms: int, down_to_ms: in
         "job": name, "gen": 0, "after": down_from_ms, "runs": [], "rec": [],
         "next": schedule.next_slot_after(spec["schedule"], down_to_ms, anchor_ms), "upto": down_to_ms,
     }
+
+
+def initial_position(sched: dict, now_ms: int) -> tuple[int, int]:
+    """Where a new job's slots start: ``(anchor, cursor)``.
+
+    Interval slots fall on whole seconds counted from the creation time rounded up (the anchor),
+    the first one interval after it. A one-shot time already past is due at once (its misfire
+    policy decides). Other schedules count from ``now``.
+    """
+    anchor = now_ms - now_ms % 1000 + (1000 if now_ms % 1000 else 0)
+    cursor = anchor if "every_s" in sched else now_ms
+    if "at" in sched and sched["at"] <= now_ms:
+        cursor = sched["at"] - 1
+    return anchor, cursor
+
+
+def plan_resume(spec: dict, anchor_ms: int, cursor_ms: int, now_ms: int) -> dict:
+    """The fields of a ``resume_job`` that resumes from now: every slot that fell due while the
+    job was paused is one ``skipped`` / ``paused`` record."""
+    sched = spec["schedule"]
+    upto = max(now_ms, cursor_ms)
+    rec = []
+    n = schedule.count_slots(sched, cursor_ms, upto, anchor_ms, limits.cron_slots_counted_max)
+    if n != 0:
+        first = schedule.next_slot_after(sched, cursor_ms, anchor_ms)
+        last = schedule.last_slots_until(sched, cursor_ms, upto, anchor_ms, 1)
+        rec = [["skipped", "paused", first, last[-1] if last else first, n]]
+    return {"after": cursor_ms, "upto": upto, "rec": rec,
+            "next": schedule.next_slot_after(sched, upto, anchor_ms)}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 
 from ..clock import Clock
-from ..core import commands, limits, model, preview, schedule
+from ..core import commands, limits, model, policy, preview, schedule
 from ..core.errors import InvalidSpec, NotFound, RaftschedError, BadRequest
 from ..core.model import check_name
 
@@ -53,14 +53,8 @@ class Service:
     async def put_job(self, name: str, raw, rid: str | None, create_only: bool = False) -> dict:
         spec = model.validate_job(name, raw)
         now = self.clock.now_ms()
-        # Interval slots fall on whole seconds, counted from the creation time rounded up; the
-        # first is one interval after it (as Kubernetes, Dkron and APScheduler do), not at once.
-        anchor = now - now % 1000 + (1000 if now % 1000 else 0)
         sched = spec["schedule"]
-        cursor = anchor if "every_s" in sched else now
-        if "at" in sched and sched["at"] <= now:
-            # A one-shot time already past: its slot is due now and the misfire policy decides.
-            cursor = sched["at"] - 1
+        anchor, cursor = policy.initial_position(sched, now)
         with self.state.lock:
             old = self.state.jobs.get(name)
             if old is not None and old["spec"]["schedule"] == sched:
@@ -94,15 +88,7 @@ class Service:
             spec, cursor, anchor, gen = job["spec"], job["cursor"], job["anchor"], job["gen"]
         fields = {"name": name, "catch_up": catch_up}
         if not catch_up:
-            upto = max(now, cursor)
-            rec = []
-            n = schedule.count_slots(spec["schedule"], cursor, upto, anchor, limits.cron_slots_counted_max)
-            if n != 0:
-                first = schedule.next_slot_after(spec["schedule"], cursor, anchor)
-                last = schedule.last_slots_until(spec["schedule"], cursor, upto, anchor, 1)
-                rec = [["skipped", "paused", first, last[-1] if last else first, n]]
-            fields.update(gen=gen, after=cursor, upto=upto, rec=rec,
-                          next=schedule.next_slot_after(spec["schedule"], upto, anchor))
+            fields.update(gen=gen, **policy.plan_resume(spec, anchor, cursor, now))
         res = await self.propose(commands.make("resume_job", now, rid or new_request_id(), **fields))
         return self._out(res, {"job": name, "paused": False})
 
@@ -273,8 +259,8 @@ class Service:
     def preview_spec(self, raw, count: int) -> dict:
         spec = model.validate_job("preview", raw)
         now = self.clock.now_ms()
-        anchor = now - now % 1000 + (1000 if now % 1000 else 0)
-        return {"slots": preview.preview(spec, anchor, anchor if "every_s" in spec["schedule"] else now, count)}
+        anchor, cursor = policy.initial_position(spec["schedule"], now)
+        return {"slots": preview.preview(spec, anchor, cursor, count)}
 
     def explain_job(self, name: str, body) -> dict:
         spec, anchor = self._job_spec(name)
