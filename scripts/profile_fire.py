@@ -13,6 +13,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import cProfile
+import gc
+if os.environ.get("GC_THRESHOLD"): gc.set_threshold(*map(int, os.environ["GC_THRESHOLD"].split(",")))
 import pstats
 import time
 from raftsched.core.state import SchedulerState
@@ -30,15 +32,16 @@ print("put_job/s", N/(time.perf_counter()-t))
 def tick(t_ms):
     t0=time.perf_counter()
     jobs=st.pop_due(t_ms, 10**6)
-    plans=[policy.plan_fire(j["spec"],j["anchor"],j["cursor"],t_ms,j["gen"],j["name"]) for j in jobs]
+    plans=[policy.plan_fire_compact(j["spec"],j["anchor"],j["cursor"],t_ms,j["gen"],j["name"]) for j in jobs]
     t1=time.perf_counter()
     datas=[]
-    for k in range(0,len(plans),200):
-        datas.append(C.encode(C.make("fire",t_ms,None,entries=plans[k:k+200])))
+    for k in range(0,len(plans),400):
+        datas.append(C.encode(C.make("fire",t_ms,None,entries=plans[k:k+400])))
     t2=time.perf_counter()
     for d in datas: st.apply_bytes(d)
     t3=time.perf_counter()
     print(f"jobs {len(jobs)} plan {1e6*(t1-t0)/len(jobs):.1f}us encode {1e6*(t2-t1)/len(jobs):.1f}us apply {1e6*(t3-t2)/len(jobs):.1f}us bytes/entry {sum(map(len,datas))/len(jobs):.0f}")
 tick(now+1000)
-pr=cProfile.Profile(); pr.enable(); tick(now+2000); pr.disable()
+for k in range(2, 6): tick(now+k*1000)
+pr=cProfile.Profile(); pr.enable(); tick(now+6000); pr.disable()
 pstats.Stats(pr).sort_stats("cumtime").print_stats(18)

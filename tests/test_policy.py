@@ -304,3 +304,31 @@ def test_plan_fire_cron_property(sched, grace, max_catchup, pol, cursor, span, j
         assert runs_missed == []
     for _, _, lo, hi, count in p["rec"]:
         assert count == len([s for s in due if lo <= s <= hi])
+
+
+# ----------------------------------------------------------------------------- wire form
+@settings(max_examples=400, deadline=None)
+@given(
+    every=st.one_of(st.integers(1, 5), st.integers(1, 600)),
+    grace=st.integers(0, 10),
+    pol=st.sampled_from(POLICIES),
+    anchor_off=st.integers(-10**6, 10**6),
+    cursor_off=st.integers(-10**6, 10**6),
+    now_off=st.integers(-2000, 30_000),
+    jitter=st.booleans(),
+)
+def test_plan_fire_compact_is_plan_fire_in_wire_form(every, grace, pol, anchor_off, cursor_off, now_off, jitter):
+    """The trigger's fast path (one on-time interval slot) plans exactly what plan_fire plans."""
+    extra = {"jitter_s": 1} if jitter and every >= 2 else {}
+    spec = spec_of({"every_s": every}, pol, grace_s=grace, **extra)
+    anchor, cursor = T0 + anchor_off, T0 + cursor_off
+    now = max(cursor, anchor) + now_off
+    full = policy.plan_fire(spec, anchor, cursor, now, 7, "j")
+    fast = policy.plan_fire_compact(spec, anchor, cursor, now, 7, "j")
+    assert fast == (None if full is None else policy.compact_entry(full))
+
+
+def test_plan_fire_compact_for_cron_falls_back_to_plan_fire():
+    spec = spec_of({"cron": "*/5 * * * *", "timezone": "UTC"}, "skip")
+    full = policy.plan_fire(spec, T0, T0, T0 + HOUR, 3, "c")
+    assert policy.plan_fire_compact(spec, T0, T0, T0 + HOUR, 3, "c") == policy.compact_entry(full)

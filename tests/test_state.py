@@ -160,7 +160,7 @@ def test_paused_job_is_not_due_and_its_fires_are_dropped():
     s = new_state(("a", EVERY10))
     fire, _ = plan_tick(s, T0 + 10 * SEC)  # planned before the pause applies
     assert apply(s, commands.make("pause_job", T0 + 10 * SEC, None, name="a"))["paused"] is True
-    assert apply(s, fire) == {"ok": True, "fired": 0, "recorded": 0, "stale": 1}
+    assert apply(s, fire) == {"ok": True, "fired": 0, "recorded": 0, "stale": 1, "stale_jobs": ["a"]}
     s.repush(["a"])
     assert s.pop_due(T0 + HOUR, 10) == []
     assert s.next_due_ms() is None
@@ -267,7 +267,7 @@ def test_same_fire_twice_is_stale_and_adds_no_run():
     assert first["fired"] == 4 and first["recorded"] == 1
     before = len(s.runs)
     again = apply(s, cmd)
-    assert again == {"ok": True, "fired": 0, "recorded": 0, "stale": 1}
+    assert again == {"ok": True, "fired": 0, "recorded": 0, "stale": 1, "stale_jobs": ["a"]}
     assert len(s.runs) == before
 
 
@@ -295,11 +295,11 @@ def test_fire_batch_applies_fresh_entries_and_drops_stale_ones():
     p_a = policy.plan_fire(EVERY10, T0, T0, T0 + 10 * SEC, s.jobs["a"]["gen"], "a")
     p_b_stale = policy.plan_fire(EVERY10, T0, T0, T0 + 10 * SEC, 99, "b")
     res = apply(s, commands.make("fire", T0 + 10 * SEC, None, entries=[p_a, p_b_stale]))
-    assert res == {"ok": True, "fired": 1, "recorded": 0, "stale": 1}
+    assert res == {"ok": True, "fired": 1, "recorded": 0, "stale": 1, "stale_jobs": ["b"]}
     assert s.jobs["b"]["cursor"] == T0
 
 
-@pytest.mark.parametrize("entries", [
+MALFORMED_FIRE_ENTRIES = [
     None, "x", [1], [{}],
     [{"job": "a"}],
     [fire_entry("a", 1, T0, T0 + 20 * SEC, [T0 + 20 * SEC, T0 + 10 * SEC])],           # not ascending
@@ -321,6 +321,25 @@ def test_fire_batch_applies_fresh_entries_and_drops_stale_ones():
     [fire_entry("a", 1, T0, T0 + 30 * SEC, rec=[["skipped", "x", T0 + 10 * SEC, T0 + 20 * SEC, 2], ["coalesced", "y", T0 + 20 * SEC, T0 + 30 * SEC, 2]], nxt=T0 + 40 * SEC)],
     # upto before after: the cursor would run backwards
     [fire_entry("a", 1, T0, T0 - HOUR)],
+]
+
+
+def _compact(entries):
+    """The same entries in the trigger's wire form (policy.compact_entry), where they have it."""
+    if not isinstance(entries, list):
+        return entries
+    return [[e.get("job"), e.get("gen"), e.get("after"), e.get("upto"), e.get("next"), e.get("runs"), e.get("rec")]
+            if isinstance(e, dict) else e for e in entries]
+
+
+@pytest.mark.parametrize("entries", MALFORMED_FIRE_ENTRIES + [_compact(e) for e in MALFORMED_FIRE_ENTRIES] + [
+    [["a", 1, T0, T0 + 20 * SEC, None, [T0 + 10 * SEC]]],                     # 6 items
+    [["a", 1, T0, T0 + 20 * SEC, None, [T0 + 10 * SEC], [], "extra"]],         # 8 items
+    [["a", True, T0, T0 + 20 * SEC, None, [T0 + 10 * SEC], []]],               # bool gen
+    [["a", 1, T0, T0 + 20 * SEC, None, [T0 + 10 * SEC], None]],                # rec not a list
+    [["a", 1, T0, T0 + 20 * SEC, None, [float(T0 + 10 * SEC)], []]],           # float slot
+    [["a", 1, T0, T0 + 20 * SEC, "x", [T0 + 10 * SEC], []]],                   # next not an integer
+    [["a", 1, T0, T0 + 20 * SEC, None, [T0 + 10 * SEC], []], "x"],             # a good one, then junk
 ])
 def test_fire_malformed_entries_are_refused_and_change_nothing(entries):
     s = new_state(("a", EVERY10), now=T0 + 30 * SEC)
@@ -328,6 +347,19 @@ def test_fire_malformed_entries_are_refused_and_change_nothing(entries):
     s.jobs["a"]["next"] = T0 + 10 * SEC
     s.rebuild_due()
     refused(s, commands.make("fire", T0 + 30 * SEC, None, entries=entries), "invalid_command")
+
+
+def test_fire_wire_form_and_map_form_apply_alike():
+    """The trigger proposes lists (policy.compact_entry); a map entry (older logs, plan_fire's own
+    form) must give the same state, byte for byte."""
+    a, b = new_state(("a", EVERY10), ("b", EVERY10)), new_state(("a", EVERY10), ("b", EVERY10))
+    for now in (T0 + 10 * SEC, T0 + 20 * SEC, T0 + 95 * SEC):
+        plans = [policy.plan_fire(x.get("spec"), x["anchor"], x["cursor"], now, x["gen"], x["name"])
+                 for x in a.pop_due(now, 10)]
+        b.pop_due(now, 10)
+        apply(a, commands.make("fire", now, None, entries=plans))
+        apply(b, commands.make("fire", now, None, entries=[policy.compact_entry(p) for p in plans]))
+    assert a.snapshot() == b.snapshot() and len(a.runs) > 4
 
 
 def test_fire_cursor_never_runs_backwards():

@@ -45,8 +45,9 @@ max_catchup_default = 100
 max_catchup_max = 1000
 
 # Firing -------------------------------------------------------------------------------------
-#: Job entries in one fire command (each entry is ~60-100 bytes encoded).
-fire_entries_max = 200
+#: Job entries in one fire command (an on-time interval entry is ~55-75 bytes encoded; the
+#: command size limit usually binds first).
+fire_entries_max = 500
 #: Slots the proposer enumerates for one job in one fire (beyond that, slots are counted as a
 #: recorded range, not listed one by one).
 fire_slots_enumerated_max = max_catchup_max + 1

@@ -106,7 +106,9 @@ class SchedulerState(ExecutionMixin):
         self.applied = 0       # commands applied (including refused ones)
         self.leader: dict | None = None
         # Derived (not in the snapshot).
-        self._due: list[tuple[int, str, int]] = []
+        self._due_at: dict[int, list[tuple[str, int]]] = {}
+        self._due_times: list[int] = []
+        self._due_size = 0
         self._queue_depth: dict[str, int] = {}
         self._reset_execution()
 
@@ -289,29 +291,52 @@ class SchedulerState(ExecutionMixin):
 
     def _apply_fire(self, cmd, now):
         """Apply a batch of planned fires. An entry planned from a stale view (its job's
-        generation or cursor moved since) is dropped whole: no slot can become two runs (I2)."""
+        generation or cursor moved since) is dropped whole: no slot can become two runs (I2).
+
+        An entry is a list ``[job, gen, after, upto, next, runs, rec]`` (what the trigger
+        proposes: see :func:`raftsched.core.policy.compact_entry`) or the same fields as a map
+        (``policy.plan_fire``'s form; older logs). Every entry is checked before any applies.
+        This is the hottest path of the cluster (every replica applies every slot), hence the
+        inline checks for the common shape: one on-time run and no records.
+        """
         entries = cmd.get("entries")
-        if not isinstance(entries, list) or len(entries) > limits.fire_entries_max:
+        if type(entries) is not list or len(entries) > limits.fire_entries_max:
             raise InvalidCommand("fire needs a bounded list of entries")
+        checked = []
         for e in entries:
+            if type(e) is list and len(e) == 7:
+                name, gen, after, upto, nxt, runs, rec = e
+                if (type(name) is str and type(gen) is int and type(after) is int and type(upto) is int
+                        and type(runs) is list and len(runs) == 1 and type(runs[0]) is int
+                        and after < runs[0] <= upto and type(rec) is list and not rec
+                        and (nxt is None or (type(nxt) is int and nxt > upto))):
+                    checked.append((name, gen, after, upto, nxt, runs, rec))
+                    continue
+                e = {"job": name, "gen": gen, "after": after, "upto": upto, "next": nxt, "runs": runs, "rec": rec}
             self._check_fire_entry(e)
+            checked.append((e["job"], e["gen"], e["after"], e["upto"], e.get("next"), e["runs"], e["rec"]))
         fired = stale = recorded = 0
-        for e in entries:
-            job = self.jobs.get(e["job"])
-            if job is None or job["gen"] != e["gen"] or job["cursor"] != e["after"] or job["paused"]:
+        stale_jobs = []
+        jobs = self.jobs
+        for name, gen, after, upto, nxt, runs, rec in checked:
+            job = jobs.get(name)
+            if job is None or job["gen"] != gen or job["cursor"] != after or job["paused"]:
                 # I2: a plan made from any other view of the job is dropped whole.
                 stale += 1
+                stale_jobs.append(name)
                 continue
-            # Oldest slot first, runs and records interleaved, so history reads in slot order.
-            items = sorted([(slot, None) for slot in e["runs"]] + [(r[2], r) for r in e["rec"]],
-                           key=lambda it: it[0])
-            for slot, rec in items:
-                if rec is None:
-                    rid = f"{job['name']}@{slot}"
+            if rec:
+                # Oldest slot first, runs and records interleaved, so history reads in slot order.
+                items = sorted([(slot, None) for slot in runs] + [(r[2], r) for r in rec], key=lambda it: it[0])
+            else:
+                items = [(slot, None) for slot in runs]
+            for slot, r in items:
+                if r is None:
+                    rid = f"{name}@{slot}"
                     blocked = self._overlap(job, rid, now)
                     if blocked is not None:
                         # The slot is handled (the cursor passes it) but becomes a record.
-                        self._add_entry(job, {"id": rid, "job": job["name"], "slot": slot, "state": blocked,
+                        self._add_entry(job, {"id": rid, "job": name, "slot": slot, "state": blocked,
                                               "reason": "overlap", "kind": "recorded", "fired_at": now})
                         job["stats"]["recorded"] += 1
                         recorded += 1
@@ -319,15 +344,17 @@ class SchedulerState(ExecutionMixin):
                     self._new_run(job, slot, now, rid, "scheduled")
                     fired += 1
                 else:
-                    recorded += self._record(job, [rec], now)
-            job["cursor"] = e["upto"]
-            job["next"] = e["next"]
+                    recorded += self._record(job, [r], now)
+            job["cursor"] = upto
+            job["next"] = nxt
             self._push_due(job)
+        if stale_jobs:
+            return _ok(fired=fired, recorded=recorded, stale=stale, stale_jobs=stale_jobs)
         return _ok(fired=fired, recorded=recorded, stale=stale)
 
     def _check_fire_entry(self, e) -> None:
         if not isinstance(e, dict):
-            raise InvalidCommand("fire entry is not a map")
+            raise InvalidCommand("fire entry is not a map or a 7-item list")
         if not isinstance(e.get("job"), str) or not _is_int(e.get("gen")) or not _is_int(e.get("after")) or not _is_int(e.get("upto")):
             raise InvalidCommand("fire entry needs job, gen, after, upto")
         runs, rec, nxt = e.get("runs"), e.get("rec"), e.get("next")
@@ -467,55 +494,104 @@ class SchedulerState(ExecutionMixin):
         return entry
 
     def _trim(self, hist: list[str], bound: int) -> None:
-        """Drop the oldest finished entries beyond the bound; queued/running ones stay."""
+        """Drop the oldest finished entries beyond the bound; queued/running ones stay.
+
+        Dead runs are the dead-letter queue: they leave by requeue, delete or its own bound."""
         excess = len(hist) - bound
+        runs = self.runs
+        # Fast path (a job at its bound, firing): the oldest entries are finished.
+        while excess > 0:
+            st = runs[hist[0]]["state"]
+            if st not in TERMINAL_STATES or st == "dead":
+                break
+            del runs[hist[0]]
+            del hist[0]
+            excess -= 1
+        if excess <= 0:
+            return
         keep = []
         for rid in hist:
-            # Dead runs are the dead-letter queue: they leave by requeue, delete or its own bound.
-            if excess > 0 and self.runs[rid]["state"] in TERMINAL_STATES and self.runs[rid]["state"] != "dead":
-                del self.runs[rid]
+            st = runs[rid]["state"]
+            if excess > 0 and st in TERMINAL_STATES and st != "dead":
+                del runs[rid]
                 excess -= 1
             else:
                 keep.append(rid)
         hist[:] = keep
 
-    # ------------------------------------------------------------------ derived: due heap
+    # ------------------------------------------------------------------ derived: due index
+    # A timer wheel keyed by the exact due time: {next_ms: [(name, gen), ...]} plus a heap of the
+    # distinct times. Jobs that share a slot (every `every_s: 60` job, every `0 * * * *` job) share
+    # one bucket, so pushing and popping a job is O(1) and the heap holds one entry per distinct
+    # time, not per job. Entries are checked lazily against the job (a replaced, paused, deleted or
+    # already fired job leaves a stale entry behind, skipped when met); the index is rebuilt when
+    # stale entries outnumber the jobs.
+
     def _push_due(self, job: dict) -> None:
-        if job["next"] is not None and not job["paused"]:
-            heapq.heappush(self._due, (job["next"], job["name"], job["gen"]))
-            if len(self._due) > 2 * len(self.jobs) + 1024:
+        nxt = job["next"]
+        if nxt is not None and not job["paused"]:
+            bucket = self._due_at.get(nxt)
+            if bucket is None:
+                self._due_at[nxt] = [(job["name"], job["gen"])]
+                heapq.heappush(self._due_times, nxt)
+            else:
+                bucket.append((job["name"], job["gen"]))
+            self._due_size += 1
+            if self._due_size > 2 * len(self.jobs) + 1024:
                 self.rebuild_due()
 
     def rebuild_due(self) -> None:
-        """Rebuild the due heap from the jobs (on restore, and on becoming leader)."""
+        """Rebuild the due index from the jobs (on restore, and on becoming leader)."""
         with self.lock:
-            self._due = [(j["next"], n, j["gen"]) for n, j in self.jobs.items() if j["next"] is not None and not j["paused"]]
-            heapq.heapify(self._due)
+            self._due_at = {}
+            self._due_size = 0
+            for n, j in self.jobs.items():
+                if j["next"] is not None and not j["paused"]:
+                    self._due_at.setdefault(j["next"], []).append((n, j["gen"]))
+                    self._due_size += 1
+            self._due_times = list(self._due_at)
+            heapq.heapify(self._due_times)
+
+    def _due_valid(self, name: str, gen: int, nxt: int) -> bool:
+        job = self.jobs.get(name)
+        return job is not None and job["gen"] == gen and job["next"] == nxt and not job["paused"]
 
     def pop_due(self, now_ms: int, limit: int) -> list[dict]:
-        """Pop up to ``limit`` jobs whose next slot is at or before ``now_ms`` (leader only).
+        """Pop up to ``limit`` jobs whose next slot is at or before ``now_ms`` (leader only),
+        oldest due time first.
 
-        A popped job comes back into the heap when its fire applies (or by ``repush``)."""
+        A popped job comes back into the index when its fire applies (or by ``repush``)."""
         out, seen = [], set()
         with self.lock:
-            while self._due and self._due[0][0] <= now_ms and len(out) < limit:
-                nxt, name, gen = heapq.heappop(self._due)
-                job = self.jobs.get(name)
-                if job is None or job["gen"] != gen or job["next"] != nxt or job["paused"] or name in seen:
-                    continue
-                seen.add(name)
-                out.append(job)
+            times, due_at = self._due_times, self._due_at
+            while times and times[0] <= now_ms and len(out) < limit:
+                t = times[0]
+                bucket = due_at[t]
+                while bucket and len(out) < limit:
+                    name, gen = bucket.pop()
+                    self._due_size -= 1
+                    if name in seen or not self._due_valid(name, gen, t):
+                        continue
+                    seen.add(name)
+                    out.append(self.jobs[name])
+                if not bucket:
+                    heapq.heappop(times)
+                    del due_at[t]
             return out
 
     def next_due_ms(self) -> int | None:
         with self.lock:
-            while self._due:
-                nxt, name, gen = self._due[0]
-                job = self.jobs.get(name)
-                if job is None or job["gen"] != gen or job["next"] != nxt or job["paused"]:
-                    heapq.heappop(self._due)
-                    continue
-                return nxt
+            times, due_at = self._due_times, self._due_at
+            while times:
+                t = times[0]
+                bucket = due_at[t]
+                while bucket and not self._due_valid(bucket[-1][0], bucket[-1][1], t):
+                    bucket.pop()
+                    self._due_size -= 1
+                if bucket:
+                    return t
+                heapq.heappop(times)
+                del due_at[t]
             return None
 
     def repush(self, names) -> None:

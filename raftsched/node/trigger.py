@@ -15,9 +15,9 @@ plan whose job cursor has moved (I2).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
-
-import msgpack
+import os
 
 from ..clock import Clock
 from ..core import commands, limits, policy
@@ -29,6 +29,15 @@ log = logging.getLogger("raftsched.trigger")
 _FIRE_ENTRY_BYTES_MAX = limits.command_bytes_max - 2048
 #: jobs planned per tick; the rest wait for the next tick (keeps one tick bounded).
 _JOBS_PER_TICK_MAX = 50_000
+#: Benchmarks: a file to which the leading trigger appends one JSON line per committed fire
+#: command, {"c": commit_ms, "p": plan_ms, "s": [slot_ms of each run]} (scripts/bench.py).
+FIRE_LOG_ENV = "RAFTSCHED_FIRE_LOG"
+
+
+def _entry_bytes_max(entry: list) -> int:
+    """An upper bound of an entry's msgpack size (``policy.compact_entry``): the name, four
+    integers of at most 9 bytes, nine per run slot and 64 per record, plus list headers."""
+    return len(entry[0].encode()) + 5 + 36 + 5 + 9 * len(entry[5]) + 5 + 64 * len(entry[6]) + 1
 
 
 class Trigger:
@@ -48,6 +57,8 @@ class Trigger:
         self.lag_observer = None
         #: (kind, id, token, renewals) -> this leader's monotonic time when it first saw it
         self._lease_seen: dict[tuple, float] = {}
+        path = os.environ.get(FIRE_LOG_ENV)
+        self._fire_log = open(path, "a", encoding="utf-8") if path else None
 
     def on_role_change(self, is_leader: bool) -> None:
         if is_leader:
@@ -93,57 +104,86 @@ class Trigger:
 
     async def tick(self) -> int:
         """Fire everything due now and expire what is past its lease. Returns the number of
-        jobs planned."""
+        jobs planned.
+
+        Planning is pipelined with replication: each fire command is proposed as soon as it is
+        full, and the loop yields between chunks, so the first slots of a large tick commit
+        while the rest are still being planned and the API keeps answering."""
         now = self.clock.now_ms()
         await self.reap(now)
         jobs = self.state.pop_due(now, _JOBS_PER_TICK_MAX)
         if not jobs:
             return 0
-        batches: list[list[dict]] = []
-        cur: list[dict] = []
-        cur_bytes = 0
-        names_of: list[list[str]] = []
+        plan = policy.plan_fire_compact
+        chunk_n = limits.fire_entries_max
+        tasks = []
+        cur: list[list] = []
         cur_names: list[str] = []
-        for job in jobs:
+        cur_bytes = 0
+        for i in range(0, len(jobs), chunk_n):
+            # One consistent view of each job (apply runs on the raft thread): a spec read before
+            # a replace and a gen read after it would make a plan that apply cannot tell is stale.
             with self.state.lock:
-                spec, anchor, cursor, gen, name = job["spec"], job["anchor"], job["cursor"], job["gen"], job["name"]
-            try:
-                plan = policy.plan_fire(spec, anchor, cursor, now, gen, name)
-            except Exception:
-                log.exception("trigger: cannot plan job %s", name)
-                continue
-            if plan is None:
-                self.state.repush([name])
-                continue
-            size = len(msgpack.packb(plan, use_bin_type=True))
-            if cur and (cur_bytes + size > _FIRE_ENTRY_BYTES_MAX or len(cur) >= limits.fire_entries_max):
-                batches.append(cur)
-                names_of.append(cur_names)
-                cur, cur_bytes, cur_names = [], 0, []
-            cur.append(plan)
-            cur_names.append(name)
-            cur_bytes += size
+                views = [(j["spec"], j["anchor"], j["cursor"], j["gen"], j["name"]) for j in jobs[i:i + chunk_n]]
+            for spec, anchor, cursor, gen, name in views:
+                try:
+                    entry = plan(spec, anchor, cursor, now, gen, name)
+                except Exception:
+                    log.exception("trigger: cannot plan job %s", name)
+                    continue
+                if entry is None:
+                    self.state.repush([name])
+                    continue
+                size = _entry_bytes_max(entry)
+                if cur and (cur_bytes + size > _FIRE_ENTRY_BYTES_MAX or len(cur) >= limits.fire_entries_max):
+                    tasks.append(asyncio.ensure_future(self._fire(now, cur, cur_names)))
+                    cur, cur_names, cur_bytes = [], [], 0
+                cur.append(entry)
+                cur_names.append(name)
+                cur_bytes += size
+            if i + chunk_n < len(jobs):
+                await asyncio.sleep(0)
         if cur:
-            batches.append(cur)
-            names_of.append(cur_names)
-        results = await asyncio.gather(
-            *(self._propose_fire(now, b) for b in batches), return_exceptions=True
-        )
-        for batch, names, res in zip(batches, names_of, results):
-            if isinstance(res, BaseException):
-                self.last_fire_error = str(res)
-                log.warning("trigger: fire of %d jobs failed: %s", len(names), res)
-                self.state.repush(names)
-            else:
-                self.fires_proposed += 1
-                self.slots_fired += res.get("fired", 0)
-                if self.lag_observer is not None and res.get("fired"):
-                    self.lag_observer([now - slot for e in batch for slot in e["runs"]])
-                if res.get("stale"):
-                    # Some plan was made from a view older than the state: those jobs were
-                    # already pushed back by the apply that moved them, or need a push now.
-                    self.state.repush(names)
+            tasks.append(asyncio.ensure_future(self._fire(now, cur, cur_names)))
+        await asyncio.gather(*tasks)
         return len(jobs)
+
+    async def _fire(self, now: int, entries: list[list], names: list[str]) -> None:
+        """Propose one fire command and account for its outcome. Never raises (but cancellation):
+        a failed proposal pushes its jobs back, so the next tick (or leader) plans them again."""
+        try:
+            res = await self._propose_fire(now, entries)
+        except asyncio.CancelledError:
+            self.state.repush(names)
+            raise
+        except Exception as e:  # RaftschedError, or a bug: either way the jobs must come back
+            self.last_fire_error = str(e)
+            log.warning("trigger: fire of %d jobs failed: %s", len(names), e)
+            self.state.repush(names)
+            return
+        commit_ms = self.clock.now_ms()
+        self.fires_proposed += 1
+        self.slots_fired += res.get("fired", 0)
+        stale = set(res.get("stale_jobs") or ())
+        if self.lag_observer is not None or self._fire_log is not None:
+            slots = [slot for e in entries if e[0] not in stale for slot in e[5]]
+            if self.lag_observer is not None and slots:
+                # Fire lag: the slot's commit (its result came back to the leader), not its plan.
+                self.lag_observer([commit_ms - slot for slot in slots])
+            if self._fire_log is not None and slots:
+                self._log_fire(now, commit_ms, slots)
+        if res.get("stale"):
+            # Some plan was made from a view older than the state: those jobs were already
+            # pushed back by the apply that moved them, or need a push now.
+            self.state.repush(stale or names)
+
+    def _log_fire(self, plan_ms: int, commit_ms: int, slots: list[int]) -> None:
+        try:
+            self._fire_log.write(json.dumps({"c": commit_ms, "p": plan_ms, "s": slots}, separators=(",", ":")) + "\n")
+            self._fire_log.flush()
+        except (OSError, ValueError) as e:
+            log.warning("trigger: fire log disabled: %s", e)
+            self._fire_log = None
 
     async def reap(self, now: int) -> None:
         """The lease reaper (leader only): propose ``expire`` for leases and locks that have not
@@ -184,7 +224,7 @@ class Trigger:
         except RaftschedError as e:
             log.warning("reaper: expire failed: %s", e.message)
 
-    async def _propose_fire(self, now: int, entries: list[dict]) -> dict:
+    async def _propose_fire(self, now: int, entries: list) -> dict:
         data = commands.encode(commands.make("fire", now, None, entries=entries))
         res = await self.raft.propose(data, timeout_s=limits.propose_timeout_s_default)
         if not res.get("ok"):
