@@ -781,15 +781,19 @@ def test_dead_runs_are_not_trimmed_by_the_jobs_history_bound():
     s = new_state(("a", jspec(history=2)))
     dead = [_dead_run(s, "a", T0 + i) for i in range(3)]
     ok = []
-    for i in range(4):
+    for i in range(40):
         rid = trig(s, "a", T0 + 10 + i)
         (g,) = acq(s, T0 + 10 + i)
         complete(s, T0 + 10 + i, rid, g["token"])
         ok.append(rid)
-    new = trig(s, "a", T0 + 20)
+        # Behind the dead runs, finished entries go in steps of state._TRIM_SCAN_SLACK.
+        assert len(s.history["a"]) <= 3 + 2 + 15
+    new = trig(s, "a", T0 + 60)
     assert all(s.runs[r]["state"] == "dead" for r in dead)
-    assert [r for r in ok if r in s.runs] == [], "succeeded runs beyond the bound are trimmed"
-    assert s.history["a"] == dead + [new]
+    kept = [r for r in ok if r in s.runs]
+    assert kept == ok[len(ok) - len(kept):], "the oldest succeeded runs go first"
+    assert len(kept) < 2 + 15, "succeeded runs beyond the bound are trimmed"
+    assert s.history["a"] == dead + kept + [new]
 
 
 def test_dlq_bound_purges_the_oldest_dead_run(monkeypatch):

@@ -48,6 +48,11 @@ max_catchup_max = 1000
 #: Job entries in one fire command (an on-time interval entry is ~55-75 bytes encoded; the
 #: command size limit usually binds first).
 fire_entries_max = 500
+#: Fire commands the leader keeps proposed and unanswered at once. A pipeline, so planning and
+#: replication overlap, but a bounded one: every replica applies all newly committed entries in
+#: one pysyncobj tick, and an unbounded burst (25 commands for a 10 000-job storm) held each
+#: follower's tick thread for long enough to look like a dead leader.
+fire_commands_in_flight_max = 4
 #: Slots the proposer enumerates for one job in one fire (beyond that, slots are counted as a
 #: recorded range, not listed one by one).
 fire_slots_enumerated_max = max_catchup_max + 1
@@ -115,3 +120,20 @@ assert attempts_kept_max >= 100  # every attempt of the largest max_attempts is 
 #: 20-60 us a step, so this bounds one plan to well under a second); beyond it the record's
 #: count is null ("more than this many"). Intervals are always counted exactly, by arithmetic.
 cron_slots_counted_max = 10_000
+
+# Bulk registration (POST /v1/jobs:batch, the put_jobs command) ------------------------------
+#: Jobs in one POST /v1/jobs:batch request. The node validates them all before proposing any,
+#: on its event loop (yielding every batch_validate_step jobs), so this bounds that work.
+batch_jobs_max = 10_000
+#: Largest POST /v1/jobs:batch body (other requests keep the API's 64 KiB).
+batch_request_bytes_max = 16 * 1024 * 1024
+#: Jobs validated between two yields to the event loop.
+batch_validate_step = 256
+#: Items in one put_jobs command. The command size (command_bytes_max) binds first: an item
+#: is at least ~150 bytes encoded, so a command holds at most ~220.
+put_jobs_items_max = 500
+#: put_jobs commands of one request in flight at once (pipelined through Raft).
+put_jobs_in_flight_max = 8
+
+assert batch_jobs_max * 160 < batch_request_bytes_max
+assert put_jobs_items_max * 100 > command_bytes_max  # an item is >= ~150 bytes: bytes bind first

@@ -57,6 +57,8 @@ class Trigger:
         self.lag_observer = None
         #: (kind, id, token, renewals) -> this leader's monotonic time when it first saw it
         self._lease_seen: dict[tuple, float] = {}
+        #: fire commands proposed and not yet answered: a bounded pipeline (see limits)
+        self._window = asyncio.Semaphore(limits.fire_commands_in_flight_max)
         path = os.environ.get(FIRE_LOG_ENV)
         self._fire_log = open(path, "a", encoding="utf-8") if path else None
 
@@ -91,15 +93,19 @@ class Trigger:
         await self.raft.barrier(timeout_s=limits.propose_timeout_s_default)
         data = commands.encode(commands.make("takeover", self.clock.now_ms(), None, node=self.node_id))
         await self.raft.propose(data, timeout_s=limits.propose_timeout_s_default)
-        self.state.rebuild_due()
+        self.state.set_due_index(True)
         self._lease_seen = {}  # a new term starts every lease's TTL afresh (I15)
         log.info("trigger: leading; %d jobs", len(self.state.jobs))
-        while self.raft.is_leader():
-            await self.tick()
-            nxt = self.state.next_due_ms()
-            now = self.clock.now_ms()
-            delay = self.interval_s if nxt is None else min(self.interval_s, max(0.0, (nxt - now) / 1000))
-            await asyncio.sleep(max(delay, 0.002))
+        try:
+            while self.raft.is_leader():
+                await self.tick()
+                nxt = self.state.next_due_ms()
+                now = self.clock.now_ms()
+                delay = self.interval_s if nxt is None else min(self.interval_s, max(0.0, (nxt - now) / 1000))
+                await asyncio.sleep(max(delay, 0.002))
+        finally:
+            # Only a leader reads the due index; the next leadership rebuilds it.
+            self.state.set_due_index(False)
         log.info("trigger: no longer leader")
 
     async def tick(self) -> int:
@@ -136,6 +142,7 @@ class Trigger:
                     continue
                 size = _entry_bytes_max(entry)
                 if cur and (cur_bytes + size > _FIRE_ENTRY_BYTES_MAX or len(cur) >= limits.fire_entries_max):
+                    await self._window.acquire()
                     tasks.append(asyncio.ensure_future(self._fire(now, cur, cur_names)))
                     cur, cur_names, cur_bytes = [], [], 0
                 cur.append(entry)
@@ -144,13 +151,15 @@ class Trigger:
             if i + chunk_n < len(jobs):
                 await asyncio.sleep(0)
         if cur:
+            await self._window.acquire()
             tasks.append(asyncio.ensure_future(self._fire(now, cur, cur_names)))
         await asyncio.gather(*tasks)
         return len(jobs)
 
     async def _fire(self, now: int, entries: list[list], names: list[str]) -> None:
         """Propose one fire command and account for its outcome. Never raises (but cancellation):
-        a failed proposal pushes its jobs back, so the next tick (or leader) plans them again."""
+        a failed proposal pushes its jobs back, so the next tick (or leader) plans them again.
+        Releases the window slot its caller acquired."""
         try:
             res = await self._propose_fire(now, entries)
         except asyncio.CancelledError:
@@ -161,6 +170,8 @@ class Trigger:
             log.warning("trigger: fire of %d jobs failed: %s", len(names), e)
             self.state.repush(names)
             return
+        finally:
+            self._window.release()
         commit_ms = self.clock.now_ms()
         self.fires_proposed += 1
         self.slots_fired += res.get("fired", 0)
