@@ -316,16 +316,42 @@ def test_plan_fire_cron_property(sched, grace, max_catchup, pol, cursor, span, j
     cursor_off=st.integers(-10**6, 10**6),
     now_off=st.integers(-2000, 30_000),
     jitter=st.booleans(),
+    ahead=st.one_of(st.just(0), st.just(limits.fire_ahead_ms), st.integers(0, 3000)),
 )
-def test_plan_fire_compact_is_plan_fire_in_wire_form(every, grace, pol, anchor_off, cursor_off, now_off, jitter):
+def test_plan_fire_compact_is_plan_fire_in_wire_form(every, grace, pol, anchor_off, cursor_off, now_off, jitter, ahead):
     """The trigger's fast path (one on-time interval slot) plans exactly what plan_fire plans."""
     extra = {"jitter_s": 1} if jitter and every >= 2 else {}
     spec = spec_of({"every_s": every}, pol, grace_s=grace, **extra)
     anchor, cursor = T0 + anchor_off, T0 + cursor_off
     now = max(cursor, anchor) + now_off
-    full = policy.plan_fire(spec, anchor, cursor, now, 7, "j")
-    fast = policy.plan_fire_compact(spec, anchor, cursor, now, 7, "j")
+    full = policy.plan_fire(spec, anchor, cursor, now, 7, "j", ahead)
+    fast = policy.plan_fire_compact(spec, anchor, cursor, now, 7, "j", ahead)
     assert fast == (None if full is None else policy.compact_entry(full))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    every=st.integers(1, 120),
+    grace=st.integers(0, 60),
+    pol=st.sampled_from(POLICIES),
+    cursor_off=st.integers(0, 10**6),
+    late=st.integers(0, 200_000),
+    ahead=st.integers(1, 3000),
+)
+def test_firing_ahead_adds_only_future_slots_and_judges_lateness_by_now(every, grace, pol, cursor_off, late, ahead):
+    """Planning ahead fires the same past slots, with the same records, as planning at now;
+    what it adds are the slots in (now, now + ahead], all as runs."""
+    spec = spec_of({"every_s": every}, pol, grace_s=grace, max_catchup=3)
+    cursor = T0 + cursor_off
+    now = cursor + late
+    at_now = policy.plan_fire(spec, T0, cursor, now, 1, "j")
+    ahead_plan = policy.plan_fire(spec, T0, cursor, now, 1, "j", ahead)
+    future = [s for s in schedule.iter_slots(spec["schedule"], now, now + ahead, T0, 10**6)]
+    past_runs = [] if at_now is None else at_now["runs"]
+    assert (ahead_plan or {"runs": []})["runs"] == past_runs + future
+    assert (ahead_plan or {"rec": []})["rec"] == ([] if at_now is None else at_now["rec"])
+    if ahead_plan is not None:
+        assert ahead_plan["upto"] == now + ahead and (ahead_plan["next"] is None or ahead_plan["next"] > now + ahead)
 
 
 def test_plan_fire_compact_for_cron_falls_back_to_plan_fire():

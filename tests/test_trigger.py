@@ -143,3 +143,58 @@ def test_at_job_in_the_past_follows_misfire_policy():
     asyncio.run(trig.tick())
     assert len(scheduled_slots(st, "once")) == 1, "a one-shot fires once"
     assert st.jobs["once"]["next"] is None
+
+
+# ----------------------------------------------------------------------------- firing ahead
+def test_allow_jobs_fire_ahead_and_their_runs_wait_for_the_slot():
+    st, raft, clock, trig = setup()
+    slot = st.jobs["j0"]["next"]
+    clock.advance(slot - limits.fire_ahead_ms - 1 - clock.now_ms())
+    asyncio.run(trig.tick())
+    assert scheduled_slots(st, "j0") == [], "not before fire_ahead_ms"
+    clock.advance(slot - limits.fire_ahead_ms + 10 - clock.now_ms())
+    asyncio.run(trig.tick())
+    assert scheduled_slots(st, "j0") == [slot]
+    run = st.runs[f"j0@{slot}"]
+    assert run["state"] == "queued" and run["fired_at"] < slot
+    early = st.apply(commands.make("acquire", clock.now_ms(), None, worker="w", queues=None, max=10, ttl=30_000))
+    assert early["ok"] and early["runs"] == [], "no worker may start it before its slot"
+    at_slot = st.apply(commands.make("acquire", slot, None, worker="w", queues=None, max=10, ttl=30_000))
+    assert [r["id"] for r in at_slot["runs"]] == [f"j0@{slot}"]
+    assert st.jobs["j0"]["stats"]["lag_ms_last"] == 0
+    # the next tick does not fire the same slot again
+    clock.advance(slot - clock.now_ms())
+    asyncio.run(trig.tick())
+    assert scheduled_slots(st, "j0") == [slot]
+
+
+def test_jobs_whose_overlap_policy_reads_other_runs_fire_at_their_slot():
+    st = SchedulerState()
+    raft = FakeRaft(st)
+    clock = FakeClock()
+    svc = Service(st, raft, clock, "n1")
+    trig = Trigger(st, raft, clock, "n1")
+    for pol in ("forbid", "queue_one", "replace"):
+        asyncio.run(svc.put_job(pol, {**spec(), "overlap": {"policy": pol}}, None))
+    slot = st.jobs["forbid"]["next"]
+    clock.advance(slot - 1 - clock.now_ms())
+    asyncio.run(trig.tick())
+    assert [r for r in st.runs.values() if r["kind"] == "scheduled"] == []
+    clock.advance(slot - clock.now_ms())
+    asyncio.run(trig.tick())
+    assert sorted(r["job"] for r in st.runs.values() if r["kind"] == "scheduled") == ["forbid", "queue_one", "replace"]
+
+
+def test_pausing_withdraws_runs_fired_ahead():
+    st, raft, clock, trig = setup()
+    slot = st.jobs["j0"]["next"]
+    clock.advance(slot - 100 - clock.now_ms())
+    asyncio.run(trig.tick())
+    assert st.queue_depth("default") == 1
+    svc = Service(st, raft, clock, "n1")
+    asyncio.run(svc.pause_job("j0", None))
+    run = st.runs[f"j0@{slot}"]
+    assert (run["state"], run["reason"]) == ("skipped", "paused")
+    assert st.queue_depth("default") == 0
+    res = st.apply(commands.make("acquire", slot + 1, None, worker="w", queues=None, max=10, ttl=30_000))
+    assert res["ok"] and res["runs"] == [], "a withdrawn run is never handed out"

@@ -37,13 +37,28 @@ def _enumerate_due(spec: dict, anchor_ms: int, cursor_ms: int, now_ms: int):
     return head, (first_mid, last_mid[-1] if last_mid else first_mid, count), tail
 
 
-def plan_fire(spec: dict, anchor_ms: int, cursor_ms: int, now_ms: int, gen: int, name: str) -> dict | None:
+def fires_ahead(spec: dict) -> bool:
+    """Whether the leader may commit this job's slots up to ``limits.fire_ahead_ms`` before they
+    fall due (docs/design.md, "Firing ahead"). Only when nothing decided at fire time depends on
+    the job's other runs: the overlap policy is ``allow`` with no ``max_concurrent``. (forbid,
+    queue_one, replace and max_concurrent look at the runs still active, which must be judged at
+    the slot, not before it.)"""
+    ov = spec.get("overlap")
+    return ov is None or (ov.get("policy") == "allow" and "max_concurrent" not in ov)
+
+
+def plan_fire(spec: dict, anchor_ms: int, cursor_ms: int, now_ms: int, gen: int, name: str,
+              ahead_ms: int = 0) -> dict | None:
     """Plan one job's fire entry: which due slots become runs and which are recorded.
 
+    :param ahead_ms: also plan the slots of the next ``ahead_ms`` (firing ahead: they become
+        runs that no worker may start before their slot). Lateness is still judged against
+        ``now_ms``.
     :returns: ``{"job", "gen", "after", "runs": [slot_ms], "rec": [[state, reason, from_ms,
-        to_ms, count]], "next": next_ms | None}``, or None when nothing is due.
+        to_ms, count]], "next": next_ms | None, "upto"}``, or None when nothing is due.
     """
-    head, middle, tail = _enumerate_due(spec, anchor_ms, cursor_ms, now_ms)
+    until_ms = now_ms + ahead_ms
+    head, middle, tail = _enumerate_due(spec, anchor_ms, cursor_ms, until_ms)
     if not head:
         return None
     m = spec["misfire"]
@@ -76,11 +91,11 @@ def plan_fire(spec: dict, anchor_ms: int, cursor_ms: int, now_ms: int, gen: int,
             recs.append(_span("skipped", "misfire", head_missed, middle, tail_missed))
     runs.extend(on_time)
     last_due = newest[-1]
-    nxt = schedule.next_slot_after(spec["schedule"], max(now_ms, last_due), anchor_ms)
+    nxt = schedule.next_slot_after(spec["schedule"], max(until_ms, last_due), anchor_ms)
     return {
         "job": name, "gen": gen, "after": cursor_ms,
         "runs": runs, "rec": [r for r in recs if r is not None],
-        "next": nxt, "upto": max(now_ms, last_due),
+        "next": nxt, "upto": max(until_ms, last_due),
     }
 
 
@@ -92,7 +107,8 @@ def compact_entry(plan: dict) -> list:
     return [plan["job"], plan["gen"], plan["after"], plan["upto"], plan["next"], plan["runs"], plan["rec"]]
 
 
-def plan_fire_compact(spec: dict, anchor_ms: int, cursor_ms: int, now_ms: int, gen: int, name: str) -> list | None:
+def plan_fire_compact(spec: dict, anchor_ms: int, cursor_ms: int, now_ms: int, gen: int, name: str,
+                      ahead_ms: int = 0) -> list | None:
     """:func:`plan_fire` in wire form (:func:`compact_entry`), with a fast path for the common
     case: an interval job without jitter whose one due slot is on time. The result is the same
     as ``compact_entry(plan_fire(...))`` (tests/test_policy.py checks it on random inputs)."""
@@ -100,13 +116,14 @@ def plan_fire_compact(spec: dict, anchor_ms: int, cursor_ms: int, now_ms: int, g
     every_s = sched.get("every_s")
     if every_s is not None and not sched.get("jitter_ms"):
         every = every_s * 1000
+        until = now_ms + ahead_ms
         first = anchor_ms if cursor_ms < anchor_ms else anchor_ms + ((cursor_ms - anchor_ms) // every + 1) * every
-        if first > now_ms:
+        if first > until:
             return None
-        if first + every > now_ms and now_ms - first <= spec["misfire"]["grace_s"] * 1000:
-            nxt = anchor_ms + ((now_ms - anchor_ms) // every + 1) * every
-            return [name, gen, cursor_ms, now_ms, nxt, [first], []]
-    plan = plan_fire(spec, anchor_ms, cursor_ms, now_ms, gen, name)
+        if first + every > until and now_ms - first <= spec["misfire"]["grace_s"] * 1000:
+            nxt = anchor_ms + ((until - anchor_ms) // every + 1) * every
+            return [name, gen, cursor_ms, until, nxt, [first], []]
+    plan = plan_fire(spec, anchor_ms, cursor_ms, now_ms, gen, name, ahead_ms)
     return None if plan is None else compact_entry(plan)
 
 

@@ -25,6 +25,7 @@ from .commands import decode
 from .errors import Conflict, InvalidCommand, LimitExceeded, NotFound, RaftschedError
 from .execution import ExecutionMixin
 from .model import TERMINAL_STATES
+from .policy import fires_ahead
 
 SNAPSHOT_VERSION = 1
 #: How far past its bound a job's history may grow while its oldest entry is still active
@@ -97,6 +98,61 @@ def _check_disjoint(runs: list, rec: list) -> None:
         raise InvalidCommand("runs and records overlap")
 
 
+class _DueWheel:
+    """Jobs by next slot, a timer wheel: ``{slot_ms: [(name, gen), ...]}`` plus a heap of the
+    distinct slots. Jobs that share a slot (every ``every_s: 60`` job, every ``0 * * * *`` job)
+    share one bucket, so a push and a pop are O(1) and the heap holds one entry per distinct
+    time, not per job. Entries are checked lazily against the job (a replaced, paused, deleted or
+    already fired job leaves a stale entry behind, skipped when met); the state rebuilds the
+    wheel when stale entries outnumber the jobs. Derived, leader-only: not in the snapshot."""
+
+    __slots__ = ("at", "times", "size")
+
+    def __init__(self) -> None:
+        self.at: dict[int, list[tuple[str, int]]] = {}
+        self.times: list[int] = []
+        self.size = 0
+
+    def push(self, slot: int, name: str, gen: int) -> None:
+        bucket = self.at.get(slot)
+        if bucket is None:
+            self.at[slot] = [(name, gen)]
+            heapq.heappush(self.times, slot)
+        else:
+            bucket.append((name, gen))
+        self.size += 1
+
+    def pop_until(self, until: int, limit: int, valid, jobs: dict, out: list, seen: set) -> None:
+        times, at = self.times, self.at
+        while times and times[0] <= until and len(out) < limit:
+            t = times[0]
+            bucket = at[t]
+            while bucket and len(out) < limit:
+                name, gen = bucket.pop()
+                self.size -= 1
+                if name in seen or not valid(name, gen, t):
+                    continue
+                seen.add(name)
+                out.append(jobs[name])
+            if not bucket:
+                heapq.heappop(times)
+                del at[t]
+
+    def peek(self, valid) -> int | None:
+        times, at = self.times, self.at
+        while times:
+            t = times[0]
+            bucket = at[t]
+            while bucket and not valid(bucket[-1][0], bucket[-1][1], t):
+                bucket.pop()
+                self.size -= 1
+            if bucket:
+                return t
+            heapq.heappop(times)
+            del at[t]
+        return None
+
+
 class SchedulerState(ExecutionMixin):
     """The whole replicated state of a raftsched cluster."""
 
@@ -130,9 +186,8 @@ class SchedulerState(ExecutionMixin):
         self.applied = 0       # commands applied (including refused ones)
         self.leader: dict | None = None
         # Derived (not in the snapshot).
-        self._due_at: dict[int, list[tuple[str, int]]] = {}
-        self._due_times: list[int] = []
-        self._due_size = 0
+        self._due_now = _DueWheel()
+        self._due_ahead = _DueWheel()
         self._queue_depth: dict[str, int] = {}
         self._reset_execution()
 
@@ -297,9 +352,20 @@ class SchedulerState(ExecutionMixin):
         return _ok(job=name, deleted=True)
 
     def _apply_pause_job(self, cmd, now):
+        """Pause: no slot fires until resume. Runs fired ahead for slots after now (still
+        queued, not yet startable) are recorded as skipped / paused, like the slots of the pause."""
         job = self._job(cmd)
         job["paused"] = True
         job["updated"] = now
+        withdrawn = 0
+        for rid in self.history.get(job["name"], ()):
+            run = self.runs[rid]
+            if run["state"] == "queued" and run["kind"] == "scheduled" and run["slot"] > now:
+                self._unqueue_count(run)
+                run.update(state="skipped", reason="paused", finished_at=now)
+                withdrawn += 1
+        if withdrawn:
+            return _ok(job=job["name"], paused=True, withdrawn=withdrawn)
         return _ok(job=job["name"], paused=True)
 
     def _apply_resume_job(self, cmd, now):
@@ -586,66 +652,43 @@ class SchedulerState(ExecutionMixin):
         hist[:] = keep
 
     # ------------------------------------------------------------------ derived: due index
-    # A timer wheel keyed by the exact due time: {next_ms: [(name, gen), ...]} plus a heap of the
-    # distinct times. Jobs that share a slot (every `every_s: 60` job, every `0 * * * *` job) share
-    # one bucket, so pushing and popping a job is O(1) and the heap holds one entry per distinct
-    # time, not per job. Entries are checked lazily against the job (a replaced, paused, deleted or
-    # already fired job leaves a stale entry behind, skipped when met); the index is rebuilt when
-    # stale entries outnumber the jobs.
+    # Two timer wheels (_DueWheel) keyed by next slot: jobs that fire ahead (policy.fires_ahead)
+    # and the others. The leader pops the first up to limits.fire_ahead_ms past now, the others
+    # up to now; pop_due's ``ahead_ms`` defaults to 0, which pops both by their slot.
 
     def _push_due(self, job: dict) -> None:
         nxt = job["next"]
         if nxt is not None and not job["paused"] and self.due_index:
-            bucket = self._due_at.get(nxt)
-            if bucket is None:
-                self._due_at[nxt] = [(job["name"], job["gen"])]
-                heapq.heappush(self._due_times, nxt)
-            else:
-                bucket.append((job["name"], job["gen"]))
-            self._due_size += 1
-            if self._due_size > 2 * len(self.jobs) + 1024:
+            wheel = self._due_ahead if fires_ahead(job["spec"]) else self._due_now
+            wheel.push(nxt, job["name"], job["gen"])
+            if wheel.size > 2 * len(self.jobs) + 1024:
                 self.rebuild_due()
 
     def rebuild_due(self) -> None:
         """Rebuild the due index from the jobs (on restore, and on becoming leader)."""
         with self.lock:
-            self._due_at = {}
-            self._due_times = []
-            self._due_size = 0
+            self._due_now, self._due_ahead = _DueWheel(), _DueWheel()
             if not self.due_index:
                 return
             for n, j in self.jobs.items():
                 if j["next"] is not None and not j["paused"]:
-                    self._due_at.setdefault(j["next"], []).append((n, j["gen"]))
-                    self._due_size += 1
-            self._due_times = list(self._due_at)
-            heapq.heapify(self._due_times)
+                    (self._due_ahead if fires_ahead(j["spec"]) else self._due_now).push(j["next"], n, j["gen"])
 
     def _due_valid(self, name: str, gen: int, nxt: int) -> bool:
         job = self.jobs.get(name)
         return job is not None and job["gen"] == gen and job["next"] == nxt and not job["paused"]
 
-    def pop_due(self, now_ms: int, limit: int) -> list[dict]:
-        """Pop up to ``limit`` jobs whose next slot is at or before ``now_ms`` (leader only),
-        oldest due time first.
+    def pop_due(self, now_ms: int, limit: int, ahead_ms: int = 0) -> list[dict]:
+        """Pop up to ``limit`` jobs to plan at ``now_ms`` (leader only): those whose next slot is
+        at or before it, and, with ``ahead_ms``, the jobs that fire ahead whose next slot is at
+        most that much later. Earliest slots first within each kind.
 
         A popped job comes back into the index when its fire applies (or by ``repush``)."""
-        out, seen = [], set()
         with self.lock:
-            times, due_at = self._due_times, self._due_at
-            while times and times[0] <= now_ms and len(out) < limit:
-                t = times[0]
-                bucket = due_at[t]
-                while bucket and len(out) < limit:
-                    name, gen = bucket.pop()
-                    self._due_size -= 1
-                    if name in seen or not self._due_valid(name, gen, t):
-                        continue
-                    seen.add(name)
-                    out.append(self.jobs[name])
-                if not bucket:
-                    heapq.heappop(times)
-                    del due_at[t]
+            out: list[dict] = []
+            seen: set[str] = set()
+            self._due_ahead.pop_until(now_ms + ahead_ms, limit, self._due_valid, self.jobs, out, seen)
+            self._due_now.pop_until(now_ms, limit, self._due_valid, self.jobs, out, seen)
             return out
 
     def set_due_index(self, on: bool) -> None:
@@ -654,20 +697,13 @@ class SchedulerState(ExecutionMixin):
             self.due_index = on
             self.rebuild_due()
 
-    def next_due_ms(self) -> int | None:
+    def next_due_ms(self, ahead_ms: int = 0) -> int | None:
+        """When the leader should next plan something (see pop_due), or None."""
         with self.lock:
-            times, due_at = self._due_times, self._due_at
-            while times:
-                t = times[0]
-                bucket = due_at[t]
-                while bucket and not self._due_valid(bucket[-1][0], bucket[-1][1], t):
-                    bucket.pop()
-                    self._due_size -= 1
-                if bucket:
-                    return t
-                heapq.heappop(times)
-                del due_at[t]
-            return None
+            a = self._due_ahead.peek(self._due_valid)
+            b = self._due_now.peek(self._due_valid)
+            cands = ([] if a is None else [a - ahead_ms]) + ([] if b is None else [b])
+            return min(cands) if cands else None
 
     def repush(self, names) -> None:
         with self.lock:

@@ -21,6 +21,7 @@ import os
 
 from ..clock import Clock
 from ..core import commands, limits, policy
+from ..core.policy import fires_ahead
 from ..core.errors import RaftschedError
 
 log = logging.getLogger("raftsched.trigger")
@@ -48,6 +49,8 @@ class Trigger:
         self.clock = clock
         self.node_id = node_id
         self.interval_s = interval_ms / 1000
+        #: how far ahead of their slots jobs that may fire ahead are committed (docs/design.md)
+        self.fire_ahead_ms = limits.fire_ahead_ms
         self._leader_event = asyncio.Event()
         self.fires_proposed = 0
         self.slots_fired = 0
@@ -99,7 +102,7 @@ class Trigger:
         try:
             while self.raft.is_leader():
                 await self.tick()
-                nxt = self.state.next_due_ms()
+                nxt = self.state.next_due_ms(self.fire_ahead_ms)
                 now = self.clock.now_ms()
                 delay = self.interval_s if nxt is None else min(self.interval_s, max(0.0, (nxt - now) / 1000))
                 await asyncio.sleep(max(delay, 0.002))
@@ -117,7 +120,8 @@ class Trigger:
         while the rest are still being planned and the API keeps answering."""
         now = self.clock.now_ms()
         await self.reap(now)
-        jobs = self.state.pop_due(now, _JOBS_PER_TICK_MAX)
+        ahead = self.fire_ahead_ms
+        jobs = self.state.pop_due(now, _JOBS_PER_TICK_MAX, ahead_ms=ahead)
         if not jobs:
             return 0
         plan = policy.plan_fire_compact
@@ -133,7 +137,7 @@ class Trigger:
                 views = [(j["spec"], j["anchor"], j["cursor"], j["gen"], j["name"]) for j in jobs[i:i + chunk_n]]
             for spec, anchor, cursor, gen, name in views:
                 try:
-                    entry = plan(spec, anchor, cursor, now, gen, name)
+                    entry = plan(spec, anchor, cursor, now, gen, name, ahead if fires_ahead(spec) else 0)
                 except Exception:
                     log.exception("trigger: cannot plan job %s", name)
                     continue
@@ -179,8 +183,9 @@ class Trigger:
         if self.lag_observer is not None or self._fire_log is not None:
             slots = [slot for e in entries if e[0] not in stale for slot in e[5]]
             if self.lag_observer is not None and slots:
-                # Fire lag: the slot's commit (its result came back to the leader), not its plan.
-                self.lag_observer([commit_ms - slot for slot in slots])
+                # Fire lag: the slot's commit (its result came back to the leader), not its plan;
+                # 0 for a slot committed ahead of time.
+                self.lag_observer([max(0, commit_ms - slot) for slot in slots])
             if self._fire_log is not None and slots:
                 self._log_fire(now, commit_ms, slots)
         if res.get("stale"):
