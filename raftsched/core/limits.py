@@ -53,6 +53,9 @@ fire_entries_max = 500
 #: takes ~0.5-1 s on two cores; firing ahead makes it ready when the slot comes. Only for jobs whose
 #: fire decision does not depend on their other runs (policy.fires_ahead).
 fire_ahead_ms = 1000
+#: Distinct spec parts (schedule, misfire, retry, overlap, payload) a replica keeps one shared
+#: copy of (SchedulerState._share_spec); past this, new distinct parts are simply not shared.
+shared_spec_parts_max = 100_000
 #: Fire commands the leader keeps proposed and unanswered at once. A pipeline, so planning and
 #: replication overlap, but a bounded one: every replica applies all newly committed entries in
 #: one pysyncobj tick, and an unbounded burst (25 commands for a 10 000-job storm) held each

@@ -13,8 +13,10 @@ rebuilds them.
 """
 from __future__ import annotations
 
+import gc
 import hashlib
 import heapq
+import sys
 import threading
 from collections import OrderedDict
 
@@ -87,6 +89,26 @@ def _check_put_job(cmd: dict, what: str) -> None:
         raise InvalidCommand(f"{what}.next must be an integer or nil")
     if not _is_int(cursor) or not _is_int(anchor):
         raise InvalidCommand(f"{what} needs cursor and anchor")
+
+
+#: Parts of a spec that many jobs tend to share (the defaults, a fleet's templates). Specs are
+#: never changed in place (a replace stores a new spec), so jobs may hold the same part objects.
+_SHARED_PARTS = ("schedule", "misfire", "retry", "overlap", "payload")
+
+
+def _freeze(v):
+    """A hashable key for a spec part made of maps, lists and scalars (None: not shareable)."""
+    if isinstance(v, dict):
+        return ("d",) + tuple((k, _freeze(x)) for k, x in v.items())
+    if isinstance(v, list):
+        return ("l",) + tuple(_freeze(x) for x in v)
+    if isinstance(v, (str, int, float, bool)) or v is None:
+        return (type(v).__name__, v)
+    raise TypeError
+
+
+def _intern_str(v):
+    return sys.intern(v) if type(v) is str and len(v) <= 64 else v
 
 
 def _check_disjoint(runs: list, rec: list) -> None:
@@ -188,6 +210,8 @@ class SchedulerState(ExecutionMixin):
         # Derived (not in the snapshot).
         self._due_now = _DueWheel()
         self._due_ahead = _DueWheel()
+        #: frozen spec part -> the one object every job with that part holds (_share_spec)
+        self._parts: dict[tuple, object] = {}
         self._queue_depth: dict[str, int] = {}
         self._reset_execution()
 
@@ -274,6 +298,7 @@ class SchedulerState(ExecutionMixin):
             cursor, nxt, anchor = old["cursor"], old["next"], old["anchor"]
         elif old is not None:
             cursor = max(cursor, old["cursor"])
+        spec = self._share_spec(spec)
         job = {
             "name": name, "spec": spec, "gen": self.gen,
             "created": old["created"] if old else now, "updated": now,
@@ -504,6 +529,36 @@ class SchedulerState(ExecutionMixin):
                     and (r[4] is None or _is_int(r[4])) and after < r[2] <= r[3] <= upto):
                 raise InvalidCommand("record malformed")
 
+    # ------------------------------------------------------------------ memory
+    def _share_spec(self, spec: dict) -> dict:
+        """The same spec, holding shared objects for the parts other jobs have identical, and
+        interned short strings. Derived and invisible: the snapshot bytes do not change. At 1M
+        jobs the parts were ~1.1 KB of a job's ~2.7 KB (docs/benchmarks.md, "Scale")."""
+        parts = self._parts
+        out = {}
+        for k, v in spec.items():
+            if k in _SHARED_PARTS and isinstance(v, (dict, list)):
+                try:
+                    # Flat maps (most parts): their items, with the value types (True == 1 in a
+                    # tuple, but not on the wire: a shared part must encode the same bytes).
+                    key = (k, tuple(v.items()), tuple(map(type, v.values()))) if type(v) is dict else None
+                    if key is None or any(type(x) in (dict, list) for x in v.values()):
+                        key = (k, _freeze(v))
+                except TypeError:
+                    out[k] = v
+                    continue
+                shared = parts.get(key)
+                if shared is None:
+                    if len(parts) < limits.shared_spec_parts_max:
+                        parts[key] = v
+                    shared = v
+                out[k] = shared
+            elif type(v) is dict:
+                out[k] = {kk: _intern_str(vv) for kk, vv in v.items()}
+            else:
+                out[k] = _intern_str(v)
+        return out
+
     # ------------------------------------------------------------------ overlap
     def _active_runs(self, job: dict) -> list[dict]:
         """The job's queued and running runs (scans its history, which bounds them)."""
@@ -727,13 +782,28 @@ class SchedulerState(ExecutionMixin):
             return msgpack.packb(self._snapshot_obj(), use_bin_type=True)
 
     def restore(self, data: bytes) -> None:
-        """Discard all state and load a snapshot. :raises ValueError: for a newer version."""
+        """Discard all state and load a snapshot. :raises ValueError: for a newer version.
+
+        The collector is paused while it runs: unpacking creates every object of the state
+        (tens of millions at 1M jobs), and young collections over them cost more than the
+        unpacking itself (docs/benchmarks.md, "Scale")."""
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self._restore(data)
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    def _restore(self, data: bytes) -> None:
         obj = msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False)
         if obj.get("v") != SNAPSHOT_VERSION:
             raise ValueError(f"snapshot version {obj.get('v')} is not {SNAPSHOT_VERSION}")
         with self.lock:
             self._reset()
             self.jobs = obj["jobs"]
+            for job in self.jobs.values():
+                job["spec"] = self._share_spec(job["spec"])
             self.runs = obj["runs"]
             self.history = obj["history"]
             self.queues = obj["queues"]
