@@ -118,6 +118,38 @@ def _request(args, method: str, path: str, body=None) -> int:
     return 0 if status < 400 else 1
 
 
+def _apply(a) -> int:
+    """POST /v1/jobs:batch with the jobs of a file, at most batch_jobs_max per request (each
+    request is validated whole before it changes anything; a file of more is sent as several)."""
+    try:
+        text = sys.stdin.read() if a.file == "-" else open(a.file).read()
+    except OSError as e:
+        print(f"raftsched: {a.file}: {e.strerror}", file=sys.stderr)
+        return 1
+    try:
+        body = json.loads(text)
+    except ValueError as e:
+        print(f"raftsched: {a.file}: malformed JSON: {e}", file=sys.stderr)
+        return 1
+    if not isinstance(body, dict) or not isinstance(body.get("jobs"), dict) or set(body) - {"jobs", "create_only"}:
+        print(f'raftsched: {a.file}: expected {{"jobs": {{"NAME": SPEC, ...}}}} (and optionally "create_only")', file=sys.stderr)
+        return 1
+    names = list(body["jobs"])
+    create_only = bool(body.get("create_only")) or a.create_only
+    step = limits.batch_jobs_max
+    if len(names) > step:
+        print(f"raftsched: {len(names)} jobs: sending {-(-len(names) // step)} requests of at most {step}; "
+              "each is validated on its own", file=sys.stderr)
+    for k in range(0, max(len(names), 1), step):
+        part = {"jobs": {n: body["jobs"][n] for n in names[k:k + step]}}
+        if create_only:
+            part["create_only"] = True
+        rc = _request(a, "POST", "/v1/jobs:batch", part)
+        if rc:
+            return rc
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="raftsched", description="A distributed job scheduler on Raft.")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -166,6 +198,11 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return _request(a, "PUT", f"/v1/jobs/{a.name}", body)
     c.set_defaults(func=_put)
+    c = client("apply", "create or replace many jobs from a JSON file (- for stdin): "
+                        '{"jobs": {"NAME": SPEC, ...}}', "POST", None)
+    c.add_argument("file")
+    c.add_argument("--create-only", action="store_true", help="never replace: existing jobs are reported as conflicts")
+    c.set_defaults(func=_apply)
     for verb in ("pause", "resume", "trigger"):
         c = client(verb, f"{verb} a job", "POST", None)
         c.add_argument("name")

@@ -46,6 +46,7 @@ import urllib.parse
 import uuid
 from typing import Any
 
+from .core import limits
 from .core.errors import Conflict, Indeterminate, NotFound, RaftschedError, Unavailable
 
 log = logging.getLogger("raftsched.client")
@@ -272,6 +273,33 @@ class Client:
         """Create or replace a job; ``create_only`` sends ``If-None-Match: *`` (409 if it exists)."""
         return self.request("PUT", f"/v1/jobs/{_q(name)}", spec,
                             headers={"If-None-Match": "*"} if create_only else None)
+
+    def put_jobs(self, jobs: dict[str, dict], create_only: bool = False, *,
+                 idempotency_key: str | None = None, deadline_s: float | None = None) -> dict:
+        """Create or replace up to ``limits.batch_jobs_max`` (10 000) jobs in one request,
+        ``POST /v1/jobs:batch``: ``{"jobs": {name: result}, "created", "replaced", "conflicts",
+        "commands"}``. A result is ``{"created", "gen", "next_slot"}``, or with ``create_only``
+        and an existing job, ``{"error": {"code": "conflict", ...}}``.
+
+        Every job is validated before anything changes. The call is retried like every other
+        (503 on the next node, 504 or a lost connection with the same Idempotency-Key), and a
+        retry of the same jobs with the same key applies each of the node's commands at most
+        once, so a failure part-way is finished by the retry. A batch of thousands of jobs
+        can take seconds: give the client a ``timeout_s`` to match.
+
+        :raises InvalidSpec: a job is invalid; ``.extra["job"]`` and ``.field`` name the first,
+            ``.extra["errors"]`` lists up to 100. Nothing changed.
+        :raises Unavailable, Indeterminate: the deadline passed with commands still failing;
+            ``.extra`` says which jobs are committed (``jobs``), ``not_committed`` and
+            ``unknown``, and the ``idempotency_key`` to retry with.
+        """
+        if len(jobs) > limits.batch_jobs_max:
+            raise ValueError(f"{len(jobs)} jobs; send at most {limits.batch_jobs_max} per call")
+        body: dict = {"jobs": jobs}
+        if create_only:
+            body["create_only"] = True
+        return self.request("POST", "/v1/jobs:batch", body, idempotent_key=idempotency_key,
+                            deadline_s=deadline_s)
 
     def get_job(self, name: str, consistent: bool = False) -> dict:
         return self._get(f"/v1/jobs/{_q(name)}", {"consistent": "true" if consistent else None})

@@ -58,5 +58,15 @@ def test_client_subcommands(tmp_path):
         assert p.returncode == 1 and json.loads(p.stdout)["error"]["code"] == "unauthorized"
         p = cli("explain", "cj", "2026-12-01T00:00:00Z", "2026-12-01T03:00:00Z", *base)
         assert p.returncode == 0 and json.loads(p.stdout)["slots_due"] == 3
+        # apply: many jobs from one file; with --create-only the existing one is a conflict.
+        p = cli("apply", "-", "--create-only", *base, stdin=json.dumps({"jobs": {"cj": spec, "cj-2": spec, "cj-3": spec}}))
+        assert p.returncode == 0, p.stdout + p.stderr
+        out = json.loads(p.stdout)
+        assert (out["created"], out["conflicts"]) == (2, 1) and out["jobs"]["cj"]["error"]["code"] == "conflict"
+        p = cli("apply", "-", *base, stdin=json.dumps({"jobs": {"cj-4": spec, "cj-5": {"schedule": {"every_s": 0}}}}))
+        assert p.returncode == 1 and json.loads(p.stdout)["error"]["job"] == "cj-5"
+        p = cli("apply", "-", *base, stdin=json.dumps({"cj-6": spec}))
+        assert p.returncode == 1 and "expected" in p.stderr
+        assert cli("get", "cj-4", *base).returncode == 1, "an invalid batch changes nothing"
     finally:
         c.stop()

@@ -12,6 +12,7 @@ import pytest
 from procs import REPO, Cluster, free_ports, http, wait_for
 
 from raftsched.client import Client, Lease, LockHeld, LockLost
+from raftsched.core import limits
 from raftsched.core.errors import Conflict, InvalidSpec, NotFound, Unauthorized, Unavailable
 
 
@@ -293,6 +294,23 @@ def test_put_get_job(client):
     with pytest.raises(NotFound) as ei:
         client.get_job("client-job")
     assert ei.value.status == 404
+
+
+def test_put_jobs(client):
+    jobs = {f"client-bulk-{k}": SPEC for k in range(300)}
+    res = client.put_jobs(jobs, idempotency_key="client-bulk-1")
+    assert res["created"] == 300 and res["commands"] >= 1
+    again = client.put_jobs(jobs, idempotency_key="client-bulk-1")
+    assert again.get("duplicate") is True and again["jobs"] == res["jobs"]
+    res = client.put_jobs({"client-bulk-0": SPEC, "client-bulk-new": SPEC}, create_only=True)
+    assert res["jobs"]["client-bulk-0"]["error"]["code"] == "conflict" and res["created"] == 1
+    with pytest.raises(InvalidSpec) as ei:
+        client.put_jobs({"client-bulk-x": SPEC, "client-bulk-y": {"schedule": {}}})
+    assert ei.value.status == 422 and ei.value.extra["job"] == "client-bulk-y" and ei.value.field == "executor"
+    with pytest.raises(NotFound):
+        client.get_job("client-bulk-x")
+    with pytest.raises(ValueError):
+        client.put_jobs({f"j{k}": SPEC for k in range(limits.batch_jobs_max + 1)})
 
 
 def test_typed_errors(client, node):

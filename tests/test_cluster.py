@@ -79,6 +79,36 @@ def test_job_registered_on_follower_gets_runs_on_time(cluster):
     assert_slots_accounted(runs, 1000, "skip")
 
 
+def test_batch_registration_through_a_follower_reaches_every_replica(cluster):
+    """POST /v1/jobs:batch: 800 jobs (several put_jobs commands, pipelined) sent to a follower are
+    on every replica; the same body with the same key again applies nothing; an invalid job
+    makes the whole batch 422 and changes nothing."""
+    leader = cluster.wait_leader(30)
+    follower = (leader + 1) % 3
+    spec = {"schedule": {"cron": "0 3 * * *", "timezone": "Europe/Berlin"},
+            "executor": {"type": "shell", "argv": ["true"]}, "misfire": {"policy": "skip"}}
+    jobs = {f"bulk-{k:04d}": spec for k in range(800)}
+    key = {"Idempotency-Key": "bulk-import-1"}
+    s, b = cluster.call(follower, "POST", "/v1/jobs:batch", {"jobs": jobs}, headers=key, timeout=60)
+    assert s == 200, b
+    assert b["created"] == 800 and b["commands"] > 1
+    gens = {n: r["gen"] for n, r in b["jobs"].items()}
+
+    def bulk_jobs(i):
+        s, page = cluster.get(i, "/v1/jobs?limit=1000&after=bulk-&consistent=true")
+        assert s == 200, page
+        return {j["name"]: j["state"]["generation"] for j in page["jobs"] if j["name"].startswith("bulk-")}
+    for i in range(3):
+        assert bulk_jobs(i) == gens, f"node-{i + 1}"
+    s, again = cluster.call(leader, "POST", "/v1/jobs:batch", {"jobs": jobs}, headers=key, timeout=60)
+    assert s == 200 and again.get("duplicate") is True, again
+    assert {n: r["gen"] for n, r in again["jobs"].items()} == gens
+    bad = dict(jobs, **{"bulk-zz-new": spec, "bulk-zz-bad": dict(spec, misfire={"policy": "sometimes"})})
+    s, b = cluster.call(follower, "POST", "/v1/jobs:batch", {"jobs": bad}, timeout=60)
+    assert s == 422 and (b["error"]["job"], b["error"]["field"]) == ("bulk-zz-bad", "misfire.policy"), b
+    assert bulk_jobs(follower) == gens
+
+
 @pytest.mark.parametrize("policy", ["fire_once", "skip"])
 def test_kill_leader_schedule_carries_on(cluster, policy):
     """kill -9 of the leader: a new leader, the job keeps getting runs, no slot has two runs,

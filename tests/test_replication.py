@@ -18,8 +18,9 @@ import pytest
 from raftsched.core import limits
 from raftsched.core.errors import Indeterminate, LimitExceeded, RaftschedError, Unavailable
 from raftsched.replication import (
-    BARRIER_NOOP, LocalLog, RaftNode, _post, _StateConsumer, make_conf,
+    BARRIER_NOOP, LocalLog, RaftNode, _post, _settle_group, _StateConsumer, make_conf,
 )
+from pysyncobj.config import FAIL_REASON
 
 SECRET = "test-cluster-secret"
 #: Small compaction threshold so a few dozen commands force a full dump (and its restore path).
@@ -222,6 +223,37 @@ def test_apply_never_raises_and_the_barrier_never_reaches_the_state():
     assert state.read() == {"a": 1}
 
 
+def test_a_group_applies_each_command_in_order_with_its_own_result():
+    """Group commit: one log entry holding several commands applies each as if it had its own
+    entry; a command that raises or does not decode is refused alone."""
+    state = FakeState()
+    consumer = _StateConsumer(state)
+    group = (incr("a"), msgpack.packb({"op": "raise"}), BARRIER_NOOP, b"\xc1garbage", incr("a"))
+    res = consumer._apply(group, _doApply=True)
+    assert len(res) == 5
+    assert res[0] == {"ok": True, "value": 1} and res[4] == {"ok": True, "value": 2}
+    assert res[1]["ok"] is False and res[1]["error"]["code"] == "internal"
+    assert res[2] == {"ok": True}
+    assert res[3]["ok"] is False and res[3]["error"]["code"] == "invalid_command"
+    assert state.read() == {"a": 2}
+
+
+def test_a_groups_outcome_reaches_each_of_its_proposals():
+    async def main():
+        loop = asyncio.get_running_loop()
+        ok = [loop.create_future() for _ in range(3)]
+        _settle_group(tuple(ok), [{"v": 1}, {"v": 2}, {"v": 3}], FAIL_REASON.SUCCESS)
+        assert [f.result() for f in ok] == [({"v": k}, FAIL_REASON.SUCCESS) for k in (1, 2, 3)]
+        failed = [loop.create_future() for _ in range(2)]
+        failed[1].cancel()  # a caller that gave up
+        _settle_group(tuple(failed), None, FAIL_REASON.LEADER_CHANGED)
+        assert failed[0].result() == (None, FAIL_REASON.LEADER_CHANGED) and failed[1].cancelled()
+        odd = [loop.create_future() for _ in range(2)]
+        _settle_group(tuple(odd), [{"v": 1}], FAIL_REASON.SUCCESS)
+        assert all(f.result()[0] is None and f.result()[1] != FAIL_REASON.SUCCESS for f in odd)
+    run(main)
+
+
 def test_post_to_a_closed_loop_does_not_raise():
     loop = asyncio.new_event_loop()
     loop.close()
@@ -337,6 +369,44 @@ def test_three_nodes_elect_replicate_and_fail_over(tmp_path):
             await c.agreed_leader()
             await c.converged({"a": 31, "b": 25})
             assert c.states[leader].restores >= 1
+        finally:
+            c.close()
+    run(main)
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(60)
+def test_concurrent_proposals_share_log_entries_and_each_gets_its_own_result(tmp_path):
+    """Group commit: proposals made in one turn of the event loop go into one log entry; each
+    still gets the result of its own command, on the leader and through a follower."""
+    async def main():
+        c = Cluster(tmp_path, conf_overrides=COMPACT)
+        try:
+            c.start_all()
+            leader = await c.agreed_leader()
+            follower = next(a for a in c.addrs if a != leader)
+            before = {a: dict(n.counters) for a, n in c.nodes.items()}
+            results = await asyncio.gather(
+                *(c.nodes[leader].propose(incr("g")) for _ in range(40)),
+                *(c.nodes[follower].propose(incr("g")) for _ in range(20)),
+                c.nodes[leader].barrier(), c.nodes[follower].barrier())
+            values = [r["value"] for r in results[:60]]
+            assert sorted(values) == list(range(1, 61)), "every command applied once, in some order"
+            assert values[:40] == sorted(values[:40]) and values[40:] == sorted(values[40:]), \
+                "one node's proposals apply in the order they were made"
+            for a in (leader, follower):
+                n = c.nodes[a].counters
+                commands = n["commands_proposed"] - before[a]["commands_proposed"]
+                entries = n["log_entries_proposed"] - before[a]["log_entries_proposed"]
+                assert commands in (41, 21) and entries < commands, (a, commands, entries)
+            await c.converged({"g": 60})
+            # Groups go through compaction, dumps and restarts like single commands.
+            for _ in range(3):
+                await asyncio.gather(*(c.nodes[leader].propose(incr("h")) for _ in range(10)))
+            c.stop(follower)
+            c.start(follower)
+            await c.agreed_leader()
+            await c.converged({"g": 60, "h": 30})
         finally:
             c.close()
     run(main)

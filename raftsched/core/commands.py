@@ -15,6 +15,7 @@ from .errors import InvalidCommand, LimitExceeded
 OPS = (
     "noop",        # a barrier: applied for its position in the log only
     "put_job",     # create or replace a job; carries the proposer-computed next slot
+    "put_jobs",    # several put_job payloads in one command (POST /v1/jobs:batch)
     "delete_job",
     "pause_job",
     "resume_job",  # carries the next slot computed by the proposer

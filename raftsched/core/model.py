@@ -42,6 +42,9 @@ class RunState(str, enum.Enum):
     COALESCED = "coalesced"
 
 
+#: The policy names, in declaration order (built once: iterating an Enum costs microseconds).
+MISFIRE_POLICIES = tuple(p.value for p in MisfirePolicy)
+
 TERMINAL_STATES = frozenset({"succeeded", "failed", "dead", "skipped", "coalesced"})
 EXECUTOR_TYPES = ("shell", "http", "python")
 
@@ -189,24 +192,33 @@ def validate_misfire(raw) -> dict:
         )
     m = _obj(raw, "misfire", {"policy", "grace_s", "max_catchup"})
     policy = m.get("policy")
-    choices = [p.value for p in MisfirePolicy]
-    if policy not in choices:
-        raise InvalidSpec(f"must be one of {', '.join(choices)}", field="misfire.policy")
+    if policy not in MISFIRE_POLICIES:
+        raise InvalidSpec(f"must be one of {', '.join(MISFIRE_POLICIES)}", field="misfire.policy")
+    # An absent field takes its default as is (a constant, not re-validated for every job).
     return {
         "policy": policy,
-        "grace_s": _int(m.get("grace_s", limits.grace_s_default), "misfire.grace_s", 0, limits.grace_s_max),
-        "max_catchup": _int(m.get("max_catchup", limits.max_catchup_default), "misfire.max_catchup", 0, limits.max_catchup_max),
+        "grace_s": (_int(m["grace_s"], "misfire.grace_s", 0, limits.grace_s_max)
+                    if "grace_s" in m else limits.grace_s_default),
+        "max_catchup": (_int(m["max_catchup"], "misfire.max_catchup", 0, limits.max_catchup_max)
+                        if "max_catchup" in m else limits.max_catchup_default),
     }
 
 
+#: The retry block of a spec that has none (checked against validate_retry at import).
+RETRY_DEFAULT = {"max_attempts": 1, "backoff_s": 1, "backoff_multiplier": 2, "backoff_max_s": 300, "jitter": 0.1}
+
+
 def validate_retry(raw) -> dict:
-    r = _obj(raw if raw is not None else {}, "retry", {"max_attempts", "backoff_s", "backoff_multiplier", "backoff_max_s", "jitter"})
+    if raw is None:
+        return dict(RETRY_DEFAULT)
+    r = _obj(raw, "retry", {"max_attempts", "backoff_s", "backoff_multiplier", "backoff_max_s", "jitter"})
+    d = RETRY_DEFAULT
     out = {
-        "max_attempts": _int(r.get("max_attempts", 1), "retry.max_attempts", 1, 100),
-        "backoff_s": _num(r.get("backoff_s", 1), "retry.backoff_s", 0, 86400),
-        "backoff_multiplier": _num(r.get("backoff_multiplier", 2), "retry.backoff_multiplier", 1, 10),
-        "backoff_max_s": _num(r.get("backoff_max_s", 300), "retry.backoff_max_s", 0, 86400),
-        "jitter": _num(r.get("jitter", 0.1), "retry.jitter", 0, 1),
+        "max_attempts": _int(r.get("max_attempts", d["max_attempts"]), "retry.max_attempts", 1, 100),
+        "backoff_s": _num(r.get("backoff_s", d["backoff_s"]), "retry.backoff_s", 0, 86400),
+        "backoff_multiplier": _num(r.get("backoff_multiplier", d["backoff_multiplier"]), "retry.backoff_multiplier", 1, 10),
+        "backoff_max_s": _num(r.get("backoff_max_s", d["backoff_max_s"]), "retry.backoff_max_s", 0, 86400),
+        "jitter": _num(r.get("jitter", d["jitter"]), "retry.jitter", 0, 1),
     }
     if out["backoff_max_s"] < out["backoff_s"]:
         raise InvalidSpec("must be at least backoff_s", field="retry.backoff_max_s")
@@ -214,7 +226,9 @@ def validate_retry(raw) -> dict:
 
 
 def validate_overlap(raw) -> dict:
-    o = _obj(raw if raw is not None else {}, "overlap", {"policy", "max_concurrent"})
+    if raw is None:
+        return {"policy": "allow"}
+    o = _obj(raw, "overlap", {"policy", "max_concurrent"})
     policy = o.get("policy", "allow")
     if policy not in OVERLAP_POLICIES:
         raise InvalidSpec(f"must be one of {', '.join(OVERLAP_POLICIES)}", field="overlap.policy")
@@ -291,17 +305,24 @@ def validate_job(name, raw) -> dict:
         raise InvalidSpec("is required: {\"cron\": ...}, {\"every_s\": ...} or {\"at\": ...}", field="schedule")
     if "executor" not in raw:
         raise InvalidSpec("is required: {\"type\": \"shell\"|\"http\"|\"python\", ...}", field="executor")
+    # An absent field takes its default as is: the defaults are valid constants (checked at
+    # import), not re-validated for every job of a bulk registration.
     spec = {
         "schedule": validate_schedule(raw["schedule"]),
         "executor": validate_executor(raw["executor"]),
         "payload": raw.get("payload", {}),
-        "timeout_s": _int(raw.get("timeout_s", limits.timeout_s_default), "timeout_s", 1, limits.timeout_s_max),
+        "timeout_s": (_int(raw["timeout_s"], "timeout_s", 1, limits.timeout_s_max)
+                      if "timeout_s" in raw else limits.timeout_s_default),
         "misfire": validate_misfire(raw.get("misfire")),
         "retry": validate_retry(raw.get("retry")),
-        "queue": check_name(raw.get("queue", "default"), "queue", limits.queue_name_chars_max),
-        "priority": _int(raw.get("priority", limits.priority_default), "priority", 0, limits.priority_max),
-        "tenant": check_name(raw.get("tenant", "default"), "tenant", limits.tenant_name_chars_max),
-        "history": _int(raw.get("history", limits.history_per_job_default), "history", 1, limits.history_per_job_max),
+        "queue": (check_name(raw["queue"], "queue", limits.queue_name_chars_max)
+                  if "queue" in raw else "default"),
+        "priority": (_int(raw["priority"], "priority", 0, limits.priority_max)
+                     if "priority" in raw else limits.priority_default),
+        "tenant": (check_name(raw["tenant"], "tenant", limits.tenant_name_chars_max)
+                   if "tenant" in raw else "default"),
+        "history": (_int(raw["history"], "history", 1, limits.history_per_job_max)
+                    if "history" in raw else limits.history_per_job_default),
         "overlap": validate_overlap(raw.get("overlap")),
     }
     if "jitter_s" in raw:
@@ -312,12 +333,13 @@ def validate_job(name, raw) -> dict:
             raise InvalidSpec("must be a string of at most 1024 characters", field="description")
         spec["description"] = d
     payload = spec["payload"]
-    try:
-        encoded = json.dumps(payload, allow_nan=False)
-    except (TypeError, ValueError):
-        raise InvalidSpec("must be JSON-serialisable", field="payload") from None
-    if len(encoded) > limits.payload_bytes_max:
-        raise InvalidSpec(f"is {len(encoded)} bytes as JSON; the limit is {limits.payload_bytes_max}", field="payload")
+    if "payload" in raw:  # the default, {}, is valid
+        try:
+            encoded = json.dumps(payload, allow_nan=False)
+        except (TypeError, ValueError):
+            raise InvalidSpec("must be JSON-serialisable", field="payload") from None
+        if len(encoded) > limits.payload_bytes_max:
+            raise InvalidSpec(f"is {len(encoded)} bytes as JSON; the limit is {limits.payload_bytes_max}", field="payload")
     try:
         size = len(msgpack.packb(spec, use_bin_type=True))
     except (TypeError, ValueError, OverflowError):
@@ -325,3 +347,13 @@ def validate_job(name, raw) -> dict:
     if size > limits.job_spec_bytes_max:
         raise InvalidSpec(f"spec is {size} bytes encoded; the limit is {limits.job_spec_bytes_max}", field=None)
     return spec
+
+
+# The defaults validate_job takes as they are, without validating them per job.
+assert validate_retry({}) == RETRY_DEFAULT
+assert validate_overlap({}) == {"policy": "allow"}
+assert check_name("default", "queue", limits.queue_name_chars_max) == "default"
+assert check_name("default", "tenant", limits.tenant_name_chars_max) == "default"
+assert 1 <= limits.timeout_s_default <= limits.timeout_s_max and 0 <= limits.priority_default <= limits.priority_max
+assert 1 <= limits.history_per_job_default <= limits.history_per_job_max
+assert 0 <= limits.grace_s_default <= limits.grace_s_max and 0 <= limits.max_catchup_default <= limits.max_catchup_max

@@ -129,6 +129,7 @@ def make_app(service: Service, token: str | None, extra: dict | None = None) -> 
     r.add_get("/v1/cluster", cluster)
     r.add_get("/metrics", metrics)
     r.add_get("/v1/jobs", list_jobs)
+    r.add_post("/v1/jobs:batch", put_jobs_batch)
     r.add_put("/v1/jobs/{name}", put_job)
     r.add_get("/v1/jobs/{name}", get_job)
     r.add_delete("/v1/jobs/{name}", delete_job)
@@ -218,6 +219,22 @@ async def put_job(request: web.Request) -> web.Response:
     create_only = request.headers.get("If-None-Match") == "*"
     res = await svc.put_job(request.match_info["name"], body, _rid(request), create_only=create_only)
     return web.json_response(res, status=201 if res["created"] else 200)
+
+
+async def put_jobs_batch(request: web.Request) -> web.Response:
+    """Create or replace many jobs; the body may be up to batch_request_bytes_max."""
+    svc = request.app[SERVICE]
+    limit = limits.batch_request_bytes_max
+    too_large = web.json_response(
+        {"error": {"code": "too_large", "message": f"request body larger than {limit} bytes; send at most "
+                   f"{limits.batch_jobs_max} jobs per request", "field": None}}, status=413)
+    if request.content_length is not None and request.content_length > limit:
+        return too_large
+    try:
+        body = await _json_body(request.clone(client_max_size=limit))
+    except web.HTTPRequestEntityTooLarge:
+        return too_large
+    return web.json_response(await svc.put_jobs(body, _rid(request)))
 
 
 async def get_job(request: web.Request) -> web.Response:

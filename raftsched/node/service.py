@@ -7,11 +7,15 @@ read). Nothing here knows HTTP or pysyncobj.
 """
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import uuid
+
+import msgpack
 
 from ..clock import Clock
 from ..core import commands, limits, model, policy, preview, schedule
-from ..core.errors import InvalidSpec, NotFound, RaftschedError, BadRequest
+from ..core.errors import InvalidSpec, NotFound, RaftschedError, BadRequest, Unavailable
 from ..core.model import check_name
 
 
@@ -32,7 +36,10 @@ class Service:
     async def propose(self, cmd: dict) -> dict:
         """Propose and return the applied result. :raises RaftschedError: refusals and
         Unavailable / Indeterminate from replication."""
-        data = commands.encode(cmd)
+        return await self.propose_data(commands.encode(cmd))
+
+    async def propose_data(self, data: bytes) -> dict:
+        """``propose`` for a command already encoded."""
         res = await self.raft.propose(data, timeout_s=self.propose_timeout_s)
         if not res.get("ok"):
             raise RaftschedError.from_dict(res.get("error") or {"code": "internal", "message": "refused"})
@@ -50,20 +57,154 @@ class Service:
             await self.raft.barrier(timeout_s=self.propose_timeout_s)
 
     # ------------------------------------------------------------------ jobs
-    async def put_job(self, name: str, raw, rid: str | None, create_only: bool = False) -> dict:
-        spec = model.validate_job(name, raw)
-        now = self.clock.now_ms()
-        sched = spec["schedule"]
+    def _position(self, name: str, sched: dict, now: int, memo: dict | None = None) -> tuple[int, int, int | None]:
+        """The proposer's part of a put_job: ``(cursor, anchor, next)``. A replace with the same
+        schedule keeps the job's cursor and anchor (apply keeps them whatever the command says).
+        ``memo`` caches cron next slots within one batch (croniter: ~0.1 ms a call)."""
         anchor, cursor = policy.initial_position(sched, now)
         with self.state.lock:
             old = self.state.jobs.get(name)
             if old is not None and old["spec"]["schedule"] == sched:
                 cursor, anchor = old["cursor"], old["anchor"]
-        nxt = schedule.next_slot_after(sched, cursor, anchor)
+        if memo is None or "cron" not in sched:
+            return cursor, anchor, schedule.next_slot_after(sched, cursor, anchor)
+        key = (repr(sched), cursor, anchor)
+        if key not in memo:
+            memo[key] = schedule.next_slot_after(sched, cursor, anchor)
+        return cursor, anchor, memo[key]
+
+    async def put_job(self, name: str, raw, rid: str | None, create_only: bool = False) -> dict:
+        spec = model.validate_job(name, raw)
+        now = self.clock.now_ms()
+        cursor, anchor, nxt = self._position(name, spec["schedule"], now)
         cmd = commands.make("put_job", now, rid or new_request_id(), name=name, spec=spec,
                             next=nxt, cursor=cursor, anchor=anchor, create_only=create_only)
         res = await self.propose(cmd)
         return self._out(res, {"job": name, "created": res.get("created", False), "next_slot": schedule.iso(nxt)})
+
+    async def put_jobs(self, body, key: str | None) -> dict:
+        """Create or replace many jobs: ``POST /v1/jobs:batch`` (docs/api.md).
+
+        1. Validate the body (BadRequest, 400), then every job as PUT does. If any job is
+           invalid, raise InvalidSpec (422) naming the first one and its field, with up to 100
+           in ``errors``, and propose nothing.
+        2. Cut the jobs, sorted by name, into put_jobs commands of at most command_bytes_max.
+           The cut depends on the names, specs and create_only alone (each item is sized with
+           its times at their largest encoding), so the same body always gives the same
+           commands; each command's request id is ``jb-`` and a BLAKE2b of the Idempotency-Key,
+           its index and its items sized so. Sending the same body with the same key again
+           therefore applies each command at most once.
+        3. Propose the commands concurrently, put_jobs_in_flight_max at a time.
+
+        :returns: ``{"jobs": {name: result}, "created", "replaced", "conflicts", "commands"}``.
+        :raises RaftschedError: when a command failed: the type of the worst failure
+            (Indeterminate, then Unavailable, then the first other), carrying which jobs are
+            committed (their results), which are not, and which are unknown.
+        """
+        jobs_raw, create_only = _batch_body(body)
+        key = key or new_request_id()
+        step = limits.batch_validate_step
+        specs: dict[str, dict] = {}
+        invalid: list[dict] = []
+        for k, (name, raw) in enumerate(jobs_raw.items()):
+            if k and k % step == 0:
+                await asyncio.sleep(0)  # a yield, not a wait: other requests, the trigger, heartbeats
+            try:
+                specs[name] = model.validate_job(name, raw)
+            except InvalidSpec as e:
+                invalid.append({"job": name, "field": e.field, "message": e.message})
+        if invalid:
+            first = invalid[0]
+            raise InvalidSpec(f"job {first['job']!r}: {first['message']}", field=first["field"], job=first["job"],
+                              invalid=len(invalid), errors=invalid[:100])
+
+        now = self.clock.now_ms()
+        memo: dict = {}
+        chunks: list[list[dict]] = []  # put_jobs items
+        hashes: list = []
+        budget = limits.command_bytes_max - _PUT_JOBS_ENVELOPE_BYTES
+        cur: list[dict] = []
+        cur_bytes = 0
+        h = None
+        for k, name in enumerate(sorted(specs)):
+            if k and k % step == 0:
+                await asyncio.sleep(0)
+            spec = specs[name]
+            # The item at its largest: the times it will carry encode in at most 9 bytes each.
+            widest = msgpack.packb({"name": name, "spec": spec, "next": _TIME_WIDEST, "cursor": _TIME_WIDEST,
+                                    "anchor": _TIME_WIDEST, "create_only": create_only}, use_bin_type=True)
+            if cur and (cur_bytes + len(widest) > budget or len(cur) >= limits.put_jobs_items_max):
+                chunks.append(cur)
+                hashes.append(h)
+                cur, cur_bytes = [], 0
+            if not cur:
+                h = hashlib.blake2b(key.encode("utf-8", "backslashreplace") + b"\0%d\0" % len(chunks), digest_size=20)
+            h.update(widest)
+            cursor, anchor, nxt = self._position(name, spec["schedule"], now, memo)
+            cur.append({"name": name, "spec": spec, "next": nxt, "cursor": cursor, "anchor": anchor,
+                        "create_only": create_only})
+            cur_bytes += len(widest)
+        chunks.append(cur)
+        hashes.append(h)
+        datas = [commands.encode(commands.make("put_jobs", now, "jb-" + hh.hexdigest(), jobs=chunk))
+                 for chunk, hh in zip(chunks, hashes)]
+
+        window = asyncio.Semaphore(limits.put_jobs_in_flight_max)
+
+        async def one(data: bytes) -> dict:
+            async with window:
+                return await self.propose_data(data)
+
+        results = await asyncio.gather(*(one(d) for d in datas), return_exceptions=True)
+
+        done: dict[str, dict] = {}
+        not_committed: list[str] = []
+        unknown: list[str] = []
+        failures: list[RaftschedError] = []
+        duplicates = 0
+        isos: dict = {}  # next slot -> ISO text (many jobs share one: ~7 us a strftime)
+        for chunk, res in zip(chunks, results):
+            names = [item["name"] for item in chunk]
+            if isinstance(res, BaseException):
+                if not isinstance(res, RaftschedError):
+                    raise res  # a bug: the middleware logs it (500)
+                failures.append(res)
+                (not_committed if res.definite else unknown).extend(names)
+                continue
+            gens, created, conflicts = res.get("gen"), res.get("created"), set(res.get("conflicts") or ())
+            if not isinstance(gens, list) or len(gens) != len(chunk):
+                # Only if the derived request id had served another request (a hash collision).
+                failures.append(RaftschedError("a derived request id answered for another request", field="Idempotency-Key"))
+                unknown.extend(names)
+                continue
+            duplicates += bool(res.get("duplicate"))
+            for i, item in enumerate(chunk):
+                name = item["name"]
+                if i in conflicts:
+                    done[name] = {"error": {"code": "conflict", "message": f"job {name!r} exists", "field": "name"}}
+                else:
+                    nxt = item["next"]
+                    if nxt not in isos:
+                        isos[nxt] = schedule.iso(nxt)
+                    done[name] = {"created": bool(created[i]), "gen": gens[i], "next_slot": isos[nxt]}
+        ordered = {name: done[name] for name in jobs_raw if name in done}
+        if failures:
+            worst = (next((e for e in failures if not e.definite), None)
+                     or next((e for e in failures if isinstance(e, Unavailable)), None) or failures[0])
+            extra = {k: v for k, v in worst.extra.items() if k in ("leader", "reason")}
+            n = len(jobs_raw)
+            raise type(worst)(
+                f"{len(ordered)} of {n} jobs committed, {len(not_committed)} not, {len(unknown)} unknown: "
+                f"{len(failures)} of {len(chunks)} commands failed ({worst.message}). Sending the same body "
+                f"again with Idempotency-Key {key!r} applies each command at most once",
+                field=worst.field, **extra, idempotency_key=key, commands=len(chunks),
+                commands_failed=len(failures), jobs=ordered, not_committed=not_committed, unknown=unknown)
+        out = {"jobs": ordered, "created": sum(1 for r in ordered.values() if r.get("created")),
+               "replaced": sum(1 for r in ordered.values() if r.get("created") is False),
+               "conflicts": sum(1 for r in ordered.values() if "error" in r), "commands": len(chunks)}
+        if duplicates == len(chunks):
+            out["duplicate"] = True
+        return out
 
     async def delete_job(self, name: str, rid: str | None) -> dict:
         check_name(name)
@@ -355,6 +496,30 @@ class Service:
             if run is None:
                 raise NotFound(f"no run {run_id!r}", field="run")
             return run_view(run)
+
+
+#: put_jobs envelope (v, op, now, rid, the jobs key, the list header): bytes kept free in a command.
+_PUT_JOBS_ENVELOPE_BYTES = 256
+#: Stands for a time while sizing a put_jobs item: encodes as long as any time can (9 bytes).
+_TIME_WIDEST = 2**63 - 1
+
+
+def _batch_body(body) -> tuple[dict, bool]:
+    """``{"jobs": {name: spec, ...}, "create_only": bool}`` -> (jobs, create_only). :raises BadRequest:"""
+    if not isinstance(body, dict):
+        raise BadRequest('send {"jobs": {"<name>": <job spec>, ...}}', field=None)
+    for k in body:
+        if k not in ("jobs", "create_only"):
+            raise BadRequest("unknown field; allowed: create_only, jobs", field=str(k))
+    jobs = body.get("jobs")
+    if not isinstance(jobs, dict) or not jobs:
+        raise BadRequest('must be a non-empty object {"<name>": <job spec>, ...}', field="jobs")
+    if len(jobs) > limits.batch_jobs_max:
+        raise BadRequest(f"holds {len(jobs)} jobs; at most {limits.batch_jobs_max} per request", field="jobs")
+    create_only = body.get("create_only", False)
+    if not isinstance(create_only, bool):
+        raise BadRequest("must be true or false", field="create_only")
+    return jobs, create_only
 
 
 def _body_obj(body, fields: set[str]) -> dict:
