@@ -542,9 +542,26 @@ def test_snapshot_restore_is_byte_identical_and_rebuilds_derived_indexes():
 def test_restore_refuses_other_versions():
     s = SchedulerState()
     obj = msgpack.unpackb(s.snapshot(), raw=False)
-    obj["v"] = 2
+    obj["v"] = state_mod.SNAPSHOT_VERSION + 1
     with pytest.raises(ValueError):
         SchedulerState().restore(msgpack.packb(obj))
+
+
+def test_restore_reads_version_1_snapshots():
+    """Version 1 wrote each job's spec whole; a node upgraded over such a dump restores it."""
+    s = new_state(("a", EVERY10), ("b", spec_of({"every_s": 10}, "skip", name="b", payload={"k": [1]})))
+    tick(s, T0 + 30 * SEC)
+    obj = msgpack.unpackb(s.snapshot(), raw=False, strict_map_key=False)
+    parts = obj.pop("parts")
+    for job in obj["jobs"].values():
+        for k, v in job["spec"].items():
+            if k in state_mod._SHARED_PARTS:
+                job["spec"][k] = parts[v]
+    obj["v"] = 1
+    r = SchedulerState()
+    r.restore(msgpack.packb(obj, use_bin_type=True))
+    assert r.snapshot() == s.snapshot()
+    assert r.jobs["a"]["spec"]["retry"] is r.jobs["b"]["spec"]["retry"]
 
 
 # ----------------------------------------------------------------------------- properties
@@ -910,4 +927,6 @@ def test_shared_parts_never_conflate_values_that_encode_differently():
     twin = SchedulerState()
     apply(twin, put_cmd(twin, "b", true, T0))
     apply(twin, put_cmd(twin, "a", one, T0))
-    assert msgpack.unpackb(s.snapshot())["jobs"]["b"]["spec"]["payload"] == {"v": True}
+    snap = msgpack.unpackb(s.snapshot())
+    assert snap["parts"][snap["jobs"]["b"]["spec"]["payload"]] == {"v": True}
+    assert snap["parts"][snap["jobs"]["a"]["spec"]["payload"]] == {"v": 1}

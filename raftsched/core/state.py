@@ -29,7 +29,9 @@ from .execution import ExecutionMixin
 from .model import TERMINAL_STATES
 from .policy import fires_ahead
 
-SNAPSHOT_VERSION = 1
+#: 2: spec parts (_SHARED_PARTS) are stored once, in "parts", and jobs refer to them by index.
+#: restore reads 1 and 2.
+SNAPSHOT_VERSION = 2
 #: How far past its bound a job's history may grow while its oldest entry is still active
 #: before trimming scans past it (SchedulerState._trim).
 _TRIM_SCAN_SLACK = 16
@@ -105,6 +107,16 @@ def _freeze(v):
     if isinstance(v, (str, int, float, bool)) or v is None:
         return (type(v).__name__, v)
     raise TypeError
+
+
+def _part_key(k: str, v):
+    """The sharing key of spec part ``k``: equal keys encode to the same bytes. Flat maps (most
+    parts) by their items and the value types (True == 1 in a tuple, not on the wire)."""
+    if type(v) is dict and not any(type(x) in (dict, list) for x in v.values()):
+        key = (k, tuple(v.items()), tuple(map(type, v.values())))
+        hash(key)  # TypeError for an unhashable value
+        return key
+    return (k, _freeze(v))
 
 
 def _intern_str(v):
@@ -537,13 +549,9 @@ class SchedulerState(ExecutionMixin):
         parts = self._parts
         out = {}
         for k, v in spec.items():
-            if k in _SHARED_PARTS and isinstance(v, (dict, list)):
+            if k in _SHARED_PARTS:
                 try:
-                    # Flat maps (most parts): their items, with the value types (True == 1 in a
-                    # tuple, but not on the wire: a shared part must encode the same bytes).
-                    key = (k, tuple(v.items()), tuple(map(type, v.values()))) if type(v) is dict else None
-                    if key is None or any(type(x) in (dict, list) for x in v.values()):
-                        key = (k, _freeze(v))
+                    key = _part_key(k, v)
                 except TypeError:
                     out[k] = v
                     continue
@@ -769,8 +777,38 @@ class SchedulerState(ExecutionMixin):
 
     # ------------------------------------------------------------------ snapshot
     def _snapshot_obj(self) -> dict:
+        # Spec parts go once into "parts" and jobs refer to them by index: a restore then
+        # creates one object per distinct part instead of one per job (1M jobs: tens of
+        # millions of objects fewer) and shares them for free. Indexed by content, in order
+        # of first use, so replicas that share objects differently still write the same bytes.
+        parts: list = []
+        index: dict = {}
+        key_of: dict[int, object] = {}
+        jobs = {}
+        for name, job in self.jobs.items():
+            spec = job["spec"]
+            flat = dict(spec)
+            for k in _SHARED_PARTS:
+                if k not in spec:
+                    continue
+                v = spec[k]
+                key = key_of.get(id(v))
+                if key is None:
+                    try:
+                        key = _part_key(k, v)
+                    except TypeError:
+                        key = ("unshareable", id(v))
+                    key_of[id(v)] = key
+                i = index.get(key)
+                if i is None:
+                    i = index[key] = len(parts)
+                    parts.append(v)
+                flat[k] = i
+            out = dict(job)
+            out["spec"] = flat
+            jobs[name] = out
         return {
-            "v": SNAPSHOT_VERSION, "jobs": self.jobs, "runs": self.runs, "history": self.history,
+            "v": SNAPSHOT_VERSION, "parts": parts, "jobs": jobs, "runs": self.runs, "history": self.history,
             "queues": self.queues, "requests": list(self.requests.items()), "now_ms": self.now_ms,
             "gen": self.gen, "manual_seq": self.manual_seq, "fencing_token": self.fencing_token,
             "applied": self.applied, "leader": self.leader,
@@ -797,13 +835,35 @@ class SchedulerState(ExecutionMixin):
 
     def _restore(self, data: bytes) -> None:
         obj = msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False)
-        if obj.get("v") != SNAPSHOT_VERSION:
-            raise ValueError(f"snapshot version {obj.get('v')} is not {SNAPSHOT_VERSION}")
+        if obj.get("v") not in (1, 2):
+            raise ValueError(f"snapshot version {obj.get('v')} is not 1 or {SNAPSHOT_VERSION}")
         with self.lock:
             self._reset()
             self.jobs = obj["jobs"]
-            for job in self.jobs.values():
-                job["spec"] = self._share_spec(job["spec"])
+            if obj["v"] == 1:
+                for job in self.jobs.values():
+                    job["spec"] = self._share_spec(job["spec"])
+            else:
+                parts = obj["parts"]
+                for job in self.jobs.values():
+                    spec = job["spec"]
+                    for k in _SHARED_PARTS:
+                        if k in spec:
+                            spec[k] = parts[spec[k]]
+                # Later put_jobs share these same objects.
+                seen = set()
+                for job in self.jobs.values():
+                    spec = job["spec"]
+                    for k in _SHARED_PARTS:
+                        v = spec.get(k)
+                        if v is not None and id(v) not in seen and len(self._parts) < limits.shared_spec_parts_max:
+                            seen.add(id(v))
+                            try:
+                                self._parts.setdefault(_part_key(k, v), v)
+                            except TypeError:
+                                pass
+                    if len(seen) >= len(parts):
+                        break
             self.runs = obj["runs"]
             self.history = obj["history"]
             self.queues = obj["queues"]
