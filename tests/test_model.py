@@ -211,6 +211,21 @@ def test_at_before_epoch_is_refused_in_iso_form_as_in_integer_form():
     assert _refusal(_with(schedule={"at": "1960-01-01T00:00:00Z"})).field == "schedule.at"
 
 
+@pytest.mark.parametrize("start", ["2026-06-01T12:00:00", "soon", -1, 1.5, True, None])
+def test_bad_interval_start_at_is_refused(start):
+    assert _refusal(_with(schedule={"every_s": 5, "start_at": start})).field == "schedule.start_at"
+
+
+@pytest.mark.parametrize("sched", [{"cron": "* * * * *", "start_at": 0}, {"at": T0, "start_at": 0}])
+def test_start_at_belongs_to_intervals_only(sched):
+    assert _refusal(_with(schedule=sched)).field == "schedule.start_at"
+
+
+def test_interval_start_at_is_normalised_to_milliseconds():
+    spec = model.validate_job("j", _with(schedule={"every_s": 5, "start_at": "2026-06-01T12:00:00.437Z"}))
+    assert spec["schedule"] == {"every_s": 5, "start_at": 1780315200437}
+
+
 def test_unknown_schedule_field_is_named():
     assert _refusal(_with(schedule={"every_s": 5, "jitter": 1})).field == "schedule.jitter"
 

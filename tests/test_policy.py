@@ -358,3 +358,19 @@ def test_plan_fire_compact_for_cron_falls_back_to_plan_fire():
     spec = spec_of({"cron": "*/5 * * * *", "timezone": "UTC"}, "skip")
     full = policy.plan_fire(spec, T0, T0, T0 + HOUR, 3, "c")
     assert policy.plan_fire_compact(spec, T0, T0, T0 + HOUR, 3, "c") == policy.compact_entry(full)
+
+
+# ----------------------------------------------------------------------------- start_at
+def test_interval_start_at_in_the_future_is_the_first_slot():
+    sched = {"every_s": 10, "start_at": T0 + 437}
+    anchor, cursor = policy.initial_position(sched, T0 - 5 * SEC)
+    assert anchor == T0 + 437
+    assert schedule.next_slot_after(sched, cursor, anchor) == T0 + 437
+    assert list(schedule.iter_slots(sched, cursor, T0 + 25 * SEC, anchor, 10)) == [T0 + 437, T0 + 10_437, T0 + 20_437]
+
+
+def test_interval_start_at_in_the_past_keeps_its_phase_and_fires_nothing_before_creation():
+    sched = {"every_s": 10, "start_at": T0 + 437}
+    anchor, cursor = policy.initial_position(sched, T0 + HOUR + 3 * SEC)
+    assert cursor == T0 + HOUR + 3 * SEC
+    assert schedule.next_slot_after(sched, cursor, anchor) == T0 + HOUR + 10_437

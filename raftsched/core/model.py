@@ -100,12 +100,14 @@ def _obj(value, field: str, allowed: set[str]) -> dict:
 
 
 def validate_schedule(raw) -> dict:
-    sched = _obj(raw, "schedule", {"cron", "timezone", "every_s", "at", "dst"})
+    sched = _obj(raw, "schedule", {"cron", "timezone", "every_s", "at", "dst", "start_at"})
     kinds = [k for k in ("cron", "every_s", "at") if k in sched]
     if len(kinds) != 1:
         raise InvalidSpec("must have exactly one of cron, every_s or at", field="schedule")
     if "timezone" in sched and kinds[0] != "cron":
         raise InvalidSpec("timezone applies to cron schedules only", field="schedule.timezone")
+    if "start_at" in sched and kinds[0] != "every_s":
+        raise InvalidSpec("start_at applies to every_s schedules only", field="schedule.start_at")
     if "dst" in sched and kinds[0] != "cron":
         raise InvalidSpec("dst applies to cron schedules only (intervals are absolute time)", field="schedule.dst")
     if kinds[0] == "cron":
@@ -131,14 +133,19 @@ def validate_schedule(raw) -> dict:
                 out["dst"] = norm
         return out
     if kinds[0] == "every_s":
-        return {"every_s": _int(sched["every_s"], "schedule.every_s", limits.every_s_min, limits.every_s_max)}
-    at = sched["at"]
-    if isinstance(at, str):
+        out = {"every_s": _int(sched["every_s"], "schedule.every_s", limits.every_s_min, limits.every_s_max)}
+        if "start_at" in sched:
+            out["start_at"] = _time_ms(sched["start_at"], "schedule.start_at")
+        return out
+    return {"at": _time_ms(sched["at"], "schedule.at")}
+
+
+def _time_ms(v, field: str) -> int:
+    """An ISO-8601 time with a zone, or integer milliseconds since the epoch, as milliseconds."""
+    if isinstance(v, str):
         # The same range as the integer form: an ISO time before the epoch is refused too.
-        at_ms = _int(schedule.parse_iso_ms(at, "schedule.at"), "schedule.at", 0, 2**53)
-    else:
-        at_ms = _int(at, "schedule.at", 0, 2**53)
-    return {"at": at_ms}
+        return _int(schedule.parse_iso_ms(v, field), field, 0, 2**53)
+    return _int(v, field, 0, 2**53)
 
 
 def validate_executor(raw) -> dict:

@@ -155,9 +155,15 @@ def initial_position(sched: dict, now_ms: int) -> tuple[int, int]:
     """Where a new job's slots start: ``(anchor, cursor)``.
 
     Interval slots fall on whole seconds counted from the creation time rounded up (the anchor),
-    the first one interval after it. A one-shot time already past is due at once (its misfire
+    the first one interval after it, unless the schedule has ``start_at``. A one-shot time already past is due at once (its misfire
     policy decides). Other schedules count from ``now``.
     """
+    if "start_at" in sched:
+        # An explicit phase: slots at start_at + k * every_s. The first is start_at itself when
+        # it is still ahead; otherwise the first point of that grid after now (slots before
+        # the job existed are not due).
+        anchor = sched["start_at"]
+        return anchor, (anchor - 1 if anchor > now_ms else now_ms)
     anchor = now_ms - now_ms % 1000 + (1000 if now_ms % 1000 else 0)
     cursor = anchor if "every_s" in sched else now_ms
     if "at" in sched and sched["at"] <= now_ms:

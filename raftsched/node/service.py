@@ -540,8 +540,9 @@ def _int_field(v, field: str, lo: int, hi: int) -> int:
 def _spec_view(spec: dict) -> dict:
     out = dict(spec)
     sched = dict(spec["schedule"])
-    if "at" in sched:
-        sched["at"] = schedule.iso(sched["at"])
+    for k in ("at", "start_at"):
+        if k in sched:
+            sched[k] = schedule.iso(sched[k])
     out["schedule"] = sched
     return out
 
