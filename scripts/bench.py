@@ -1,16 +1,33 @@
 #!/usr/bin/env python3
-"""raftsched benchmarks, first cut: fail-over, lone write latency, burst commit rate.
+"""raftsched benchmarks (issue #6): fire throughput and punctuality, a storm of aligned slots, end to
+end execution, fail-over, writes and scale, side by side with APScheduler and raw pysyncobj.
 
-Usage:  .venv/bin/python scripts/bench.py [--quick] [--out bench-results.json]
+Usage:  .venv/bin/python scripts/bench.py [--quick] [--out bench-results.json] [--plot PNG]
 
-Starts its own three-node clusters (real node processes, tests/procs.py) on free 127.0.0.1
-ports in a temporary directory, and stops every process it started, by PID, whatever happens.
-Prints a Markdown table and writes every figure (and each fail-over trial) as JSON to --out.
-What each figure means, exactly, is in docs/benchmarks.md; the short version is in the
-docstring of each scenario below.
+Each scenario starts its own three-node cluster (real node processes, tests/procs.py) on free
+127.0.0.1 ports in a temporary directory, and stops every process it started, by PID, whatever
+happens. The baselines (scripts/baselines/aps_bench.py, scripts/baselines/raw_raft.py) run as
+subprocesses with the venv's Python, never at the same time as a cluster; a missing baseline is
+recorded as "not run: <why>". Prints a Markdown table, writes every figure as JSON to --out and a
+plot of the fire lag distributions (matplotlib, Agg) to --plot (default: --out with .png).
 
-Exit status: 0 when every scenario ran and every invariant held; 1 when a scenario failed
-outright (no leader, a 5xx, a timeout, a node that died) or a slot was lost or duplicated.
+Scenarios (--only takes a comma-separated subset; docs/benchmarks.md says what each figure means):
+  failover  kill -9 of the leader, repeated: time to the next committed fire, slots lost/duplicated
+  writes    lone PUT latency (leader, follower); jobs registered per second, 32 clients (and bulk)
+  sweep     N interval jobs every 1 s: slots committed per second, fire lag, where each falls behind
+  storm     M one-shot jobs due at one aligned second: fire lag, lost/duplicated, replicas agree
+  e2e       no-op python runs fired, leased, executed, completed per second; slot -> completion
+  raw_raft  raw pysyncobj commits per second and latency (the Raft layer's ceiling)
+  scale     resident memory per node at 100k jobs (1M with --scale-1m); cold restart until it fires
+
+Fire lag on our nodes comes from the fire-commit log: a node started with RAFTSCHED_FIRE_LOG=<path>
+appends {"c": commit_ms, "p": plan_ms, "s": [slot_ms, ...]} for each committed fire command while it
+leads; each node gets its own path, and the bench reads all three. Code without that log is reported
+as "no fire log", with the figures that do not need it.
+
+Exit status: 0 when every scenario ran and every invariant held; 1 when a scenario failed outright
+(no leader, a 5xx, a timeout, a node that died), a slot was lost or duplicated, or the code has a
+fire log that stayed empty. A missing baseline does not fail the run.
 """
 from __future__ import annotations
 
@@ -21,6 +38,7 @@ import json
 import math
 import os
 import platform
+import random
 import shutil
 import signal
 import subprocess
@@ -40,19 +58,54 @@ from procs import Cluster, wait_for  # noqa: E402  (tests/procs.py: real nodes, 
 HOST = "127.0.0.1"  # every cluster and every request stays on loopback
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 SHELL_TRUE = {"type": "shell", "argv": ["true"]}
+PY_NOOP = {"type": "python", "target": "builtins:id"}
 FAILOVER_SPEC = {"schedule": {"every_s": 1}, "executor": SHELL_TRUE, "misfire": {"policy": "fire_all"}, "history": 1000}
 #: A job that never falls due during the benchmark: writes measure the write path only.
 IDLE_SPEC = {"schedule": {"at": "2099-01-01T00:00:00Z"}, "executor": SHELL_TRUE, "misfire": {"policy": "skip"}}
+#: The scale scenario's jobs: real interval jobs in the trigger's heap, first due an hour after
+#: their creation, so the scenario measures what holding them costs, not firing them.
+SCALE_SPEC = {"schedule": {"every_s": 3600}, "executor": PY_NOOP, "misfire": {"policy": "skip"}, "history": 1}
+#: Three jobs that fire every second on the scale cluster: "it fires again" after a cold restart.
+BEACON_SPEC = {"schedule": {"every_s": 1}, "executor": PY_NOOP, "misfire": {"policy": "fire_all"}, "history": 10}
 
+ALL_SCENARIOS = ("failover", "writes", "sweep", "storm", "e2e", "raw_raft", "scale")
 PROFILES = {
-    "quick": {"failover_trials": 5, "writes": 200, "burst_jobs": 2000},
-    "full": {"failover_trials": 20, "writes": 1000, "burst_jobs": 20000},
+    # Sizes for a run that checks the harness end to end in about a minute (scripts/test.sh).
+    # Registering through PUT costs ~2-5 ms of the leader per job, so without a bulk endpoint the
+    # sizes marked *_put are used instead (the run records which).
+    "quick": {"failover_trials": 5, "writes": 200, "writes_register_put": 500, "writes_register_bulk": 2000,
+              "storm_jobs": 2000, "sweep_ns": [1000, 5000], "sweep_ns_put": [1000, 3000], "sweep_window_s": 2,
+              "sweep_warmup_s": 1, "e2e_jobs": 500, "e2e_window_s": 2, "e2e_warmup_s": 0, "e2e_slots": 32,
+              "raw_raft_s": 1, "raw_raft_warmup_s": 0.5, "scale_ns": [10000], "scale_ns_put": [2000]},
+    "full": {"failover_trials": 20, "writes": 1000, "writes_register_put": 5000, "writes_register_bulk": 50000,
+             "storm_jobs": 10000, "sweep_ns": [1000, 10000, 30000, 100000], "sweep_ns_put": None,
+             "sweep_window_s": 10, "sweep_warmup_s": 3, "e2e_jobs": 5000, "e2e_window_s": 10, "e2e_warmup_s": 3,
+             "e2e_slots": 32, "raw_raft_s": 10, "raw_raft_warmup_s": 2, "scale_ns": [100000], "scale_ns_put": None},
 }
+SCALE_1M = 1_000_000
 POLL_FAILOVER_S = 0.010
 POLL_BURST_S = 0.050
 CONCURRENCY = 32
 BURST_QUEUE = "bench-burst"
-WRITES_BURST_NODE_ARGS = ("--slots", "0")
+SWEEP_QUEUE = "sweep"
+E2E_QUEUE = "e2e"
+#: --slots 0: no worker on any node, so firing is measured alone (runs stay queued).
+NO_WORKER = ("--slots", "0")
+WRITES_BURST_NODE_ARGS = NO_WORKER
+#: The bulk registration endpoint (body {"jobs": {name: spec}}); absent (404/405) -> PUT per job.
+BULK_PATH = "/v1/jobs:batch"
+#: A bulk request: well under the endpoint's limits (limits.batch_jobs_max, batch_request_bytes_max).
+BULK_BODY_BYTES_MAX = 2 * 1024 * 1024
+BULK_JOBS_MAX = 2000
+BULK_CONCURRENCY = 4
+#: How a run of one job's slots is considered late: fell behind when fewer than this share of the
+#: due slots was committed in the window, or the fire lag p99 exceeded FELL_BEHIND_P99_MS.
+FELL_BEHIND_SHARE = 0.95
+FELL_BEHIND_P99_MS = 1000
+#: Jobs whose runs are read back for the slot-to-completion latency of the e2e scenario.
+E2E_SAMPLE_JOBS = 100
+#: Fire lag values kept in the JSON for a plot (a seeded sample; the quantiles use all of them).
+LAG_SAMPLE_MAX = 5000
 
 
 class BenchError(Exception):
@@ -160,30 +213,41 @@ def check_alive(c: Cluster, expected) -> None:
 CODE_DIR = REPO
 
 
+
+
+#: Where the nodes' code comes from: the working tree (default) or an exported commit (--git-ref).
+CODE_DIR = REPO
+
+
+def venv_python() -> str:
+    """The interpreter for the baselines: the repository's venv, else the one running this."""
+    p = REPO / ".venv" / "bin" / "python"
+    return str(p) if p.exists() else sys.executable
+
+
 class BenchCluster(Cluster):
     """tests/procs.Cluster with extra arguments for every node (e.g. ``--slots 0``), started from
-    CODE_DIR (cwd and PYTHONPATH), so a benchmark can run a fixed commit while the tree changes."""
+    CODE_DIR (cwd and PYTHONPATH), so a benchmark can run a fixed commit while the tree changes.
+    With ``fire_log``, node i writes its fire-commit log to ``fire_log_path(i)``."""
 
-    def __init__(self, tmp: Path, extra_args: tuple = (), **kw) -> None:
-        super().__init__(tmp, env={"PYTHONPATH": str(CODE_DIR)}, **kw)
+    def __init__(self, tmp: Path, extra_args: tuple = (), fire_log: bool = False, **kw) -> None:
+        super().__init__(tmp, env={"PYTHONPATH": str(CODE_DIR)}, cwd=CODE_DIR,
+                         node_env=(lambda i: {"RAFTSCHED_FIRE_LOG": str(self.fire_log_path(i))}) if fire_log else None, **kw)
         self.extra_args = list(extra_args)
+        self.fire_log = fire_log
+        #: the bulk endpoint: None until probed, then its path or False (see register_jobs)
+        self.bulk_path: str | bool | None = None
 
     def argv(self, i: int) -> list[str]:
         return super().argv(i) + self.extra_args
 
-    def start(self, i: int | None = None) -> None:
-        # procs.Cluster.start, with cwd=CODE_DIR: ``python -m raftsched.cli`` imports from its cwd.
-        for j in ([i] if i is not None else range(self.n)):
-            self.data_dir(j).mkdir(parents=True, exist_ok=True)
-            log = open(self.data_dir(j) / "node.log", "ab")
-            env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
-            self.procs[j] = subprocess.Popen(self.argv(j), stdout=log, stderr=subprocess.STDOUT, cwd=CODE_DIR, env=env)
-            log.close()
+    def fire_log_path(self, i: int) -> Path:
+        return self.data_dir(i) / "fire.log"
 
 
-def start_cluster(tmp: Path, name: str, clusters: list, extra_args: tuple = ()) -> Cluster:
+def start_cluster(tmp: Path, name: str, clusters: list, extra_args: tuple = (), fire_log: bool = False) -> BenchCluster:
     (tmp / name).mkdir(parents=True)
-    c = BenchCluster(tmp / name, extra_args)
+    c = BenchCluster(tmp / name, extra_args, fire_log=fire_log)
     clusters.append(c)  # registered before start: the finally block stops whatever started
     t0 = time.monotonic()
     c.start()
@@ -192,7 +256,7 @@ def start_cluster(tmp: Path, name: str, clusters: list, extra_args: tuple = ()) 
     except AssertionError as e:
         raise BenchError(f"{name}: no leader within 30 s: {e}\n" + "\n".join(node_log_excerpt(c, i) for i in range(c.n))) from None
     print(f"[bench] {name}: 3 nodes up, leader elected in {time.monotonic() - t0:.1f} s "
-          f"(API ports {c.api_ports}; extra node args {list(extra_args)})", file=sys.stderr)
+          f"(API ports {c.api_ports}; extra node args {list(extra_args)}{'; fire log on' if fire_log else ''})", file=sys.stderr)
     return c
 
 
@@ -212,6 +276,414 @@ def put_ok(c: Cluster, i: int, name: str, spec: dict) -> None:
     s, b = c.call(i, "PUT", f"/v1/jobs/{name}", spec)
     if s not in (200, 201):
         raise BenchError(f"PUT /v1/jobs/{name} on node-{i + 1}: {s} {b}")
+
+
+def put_queue(c: Cluster, i: int, name: str, max_depth: int, on_full: str) -> None:
+    s, b = c.call(i, "PUT", f"/v1/queues/{name}", {"max_depth": max_depth, "on_full": on_full})
+    if s not in (200, 201):
+        raise BenchError(f"PUT /v1/queues/{name}: {s} {b}")
+
+
+def rss_kib(pid: int) -> dict:
+    """VmRSS and VmHWM (peak) of a process, KiB, from /proc/PID/status."""
+    out = {}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                out[line.split(":")[0]] = int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def dir_sizes(d: Path) -> dict:
+    """Bytes of each file in a node's data dir (journal, dump, logs)."""
+    out = {}
+    try:
+        for p in sorted(d.iterdir()):
+            if p.is_file():
+                out[p.name] = p.stat().st_size
+    except OSError:
+        pass
+    return out
+
+
+# ------------------------------------------------------------------------------------ fire log
+
+def fire_log_supported() -> bool:
+    """Whether the nodes' code (CODE_DIR) reads RAFTSCHED_FIRE_LOG at all."""
+    for p in (CODE_DIR / "raftsched").rglob("*.py"):
+        try:
+            if "RAFTSCHED_FIRE_LOG" in p.read_text(errors="replace"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+class FireLogs:
+    """Reads the three nodes' fire-commit logs incrementally (each node writes only while it
+    leads, and leadership may move). A record is (commit_ms, plan_ms, [slot_ms, ...], node).
+
+    Only complete lines are read; a line cut by ``skip_to_end`` or a half-written last line is
+    left for later or dropped, never misread."""
+
+    def __init__(self, c: BenchCluster) -> None:
+        self.paths = {i: c.fire_log_path(i) for i in range(c.n)}
+        self.offsets = {i: 0 for i in self.paths}
+        self.resync = {i: False for i in self.paths}  # offset set blindly: drop up to the next newline
+        self.bad_lines = 0
+        self.max_commit_ms = 0.0
+
+    def skip_to_end(self) -> None:
+        """Forget everything written so far (e.g. the registration's fires)."""
+        for i, p in self.paths.items():
+            try:
+                with open(p, "rb") as f:
+                    size = os.fstat(f.fileno()).st_size
+                    if size > self.offsets[i]:
+                        f.seek(size - 1)
+                        # At a line boundary nothing is cut; otherwise drop the rest of that line.
+                        self.resync[i] = f.read(1) != b"\n"
+                        self.offsets[i] = size
+            except OSError:
+                continue
+
+    def read_new(self) -> list[tuple]:
+        out = []
+        for i, p in self.paths.items():
+            try:
+                with open(p, "rb") as f:
+                    if os.fstat(f.fileno()).st_size < self.offsets[i]:
+                        self.offsets[i] = 0  # truncated or replaced (a restarted node reopened it): from the top
+                        self.resync[i] = False
+                    f.seek(self.offsets[i])
+                    data = f.read()
+            except OSError:
+                continue
+            if not data:
+                continue
+            start = 0
+            if self.resync[i]:
+                nl = data.find(b"\n")
+                if nl < 0:
+                    continue
+                start = nl + 1
+                self.resync[i] = False
+            end = data.rfind(b"\n")
+            if end < start:
+                self.offsets[i] += start
+                continue
+            for line in data[start:end].split(b"\n"):
+                if not line.strip():
+                    continue
+                try:
+                    r = json.loads(line)
+                    rec = (float(r["c"]), float(r.get("p", r["c"])), [int(s) for s in r["s"]], i)
+                except (ValueError, KeyError, TypeError):
+                    self.bad_lines += 1
+                    continue
+                self.max_commit_ms = max(self.max_commit_ms, rec[0])
+                out.append(rec)
+            self.offsets[i] += end + 1
+        return out
+
+    def total_bytes(self) -> int:
+        return sum(p.stat().st_size for p in self.paths.values() if p.exists())
+
+
+def wait_fire_log_past(logs: FireLogs, t_ms: float, timeout_s: float, keep: list) -> bool:
+    """Read the logs into ``keep`` until one record was committed at or after t_ms (so every record
+    committed before t_ms has been written), or the deadline passes. Returns whether it got there."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        keep += logs.read_new()
+        if logs.max_commit_ms >= t_ms:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)  # ok-sleep: polling interval inside a deadline loop
+
+
+def fire_ahead_ms() -> int:
+    """How far ahead of a slot the nodes' code may commit it (``limits.fire_ahead_ms`` in
+    CODE_DIR; 0 for code that fires at the slot). Read from the source, so that --git-ref works."""
+    import re
+    try:
+        m = re.search(r"^fire_ahead_ms\s*=\s*([0-9_]+)", (CODE_DIR / "raftsched" / "core" / "limits.py").read_text(), re.M)
+    except OSError:
+        return 0
+    return int(m.group(1).replace("_", "")) if m else 0
+
+
+def measurement_window(window_s: int) -> tuple[float, float]:
+    """Wait out a window of ``window_s`` whole seconds that starts on the next whole second and
+    return its bounds (wall ms). Interval slots fall on whole seconds, so a window aligned to them
+    holds whole seconds' commits: one that started mid-burst would cut a second's slots in two."""
+    w0 = (wall_ms() // 1000 + 1) * 1000
+    w1 = w0 + int(window_s) * 1000
+    for t in (w0, w1):
+        time.sleep(max(0.0, (t - wall_ms()) / 1000))  # ok-sleep: measurement window
+    return w0, w1
+
+
+def lag_stats(lags: list[float]) -> dict:
+    """p50 / p99 / max (and more) of fire lags in ms, plus quantiles for a CDF plot."""
+    if not lags:
+        return {"n": 0}
+    s = sorted(lags)
+    out = summary(s, 1)
+    out["quantiles_ms"] = [round(s[min(len(s) - 1, int(q / 100 * len(s)))], 1) for q in range(0, 101)]
+    return out
+
+
+def lag_sample(lags: list[float], seed: int = 6) -> list[float]:
+    if len(lags) <= LAG_SAMPLE_MAX:
+        return [round(x, 1) for x in lags]
+    return [round(x, 1) for x in random.Random(seed).sample(lags, LAG_SAMPLE_MAX)]
+
+
+# ------------------------------------------------------------------------------------ registration
+
+def _chunks(items: list[tuple[str, dict]]) -> list[list[tuple[str, dict]]]:
+    """Bulk request bodies: at most BULK_JOBS_MAX jobs and BULK_BODY_BYTES_MAX bytes each."""
+    out, cur, size = [], [], 20
+    for name, spec in items:
+        n = len(json.dumps(spec)) + len(name) + 8
+        if cur and (len(cur) >= BULK_JOBS_MAX or size + n > BULK_BODY_BYTES_MAX):
+            out.append(cur)
+            cur, size = [], 20
+        cur.append((name, spec))
+        size += n
+    if cur:
+        out.append(cur)
+    return out
+
+
+def _bulk_errors(body) -> list[str]:
+    """Per-job refusals in a bulk answer, whatever its exact shape: an "errors" list or mapping,
+    or per-job results carrying a status >= 400."""
+    if not isinstance(body, dict):
+        return []
+    errs = body.get("errors")
+    if isinstance(errs, dict):
+        return [f"{k}: {v}" for k, v in errs.items()]
+    if isinstance(errs, list):
+        return [str(e)[:300] for e in errs]
+    res = body.get("results") or body.get("jobs")
+    if isinstance(res, dict):
+        return [f"{k}: {v}" for k, v in res.items() if isinstance(v, dict) and int(v.get("status", 200)) >= 400]
+    if isinstance(res, list):
+        return [str(v)[:300] for v in res if isinstance(v, dict) and int(v.get("status", 200)) >= 400]
+    return []
+
+
+def register_jobs(c: BenchCluster, i: int, items: list[tuple[str, dict]], method: str = "auto",
+                  deadline_s: float | None = None) -> dict:
+    """Register (name, spec) pairs through node i: the one registrar of this script.
+
+    ``method``: "auto" tries the bulk endpoint (BULK_PATH, body {"jobs": {name: spec}}) with the
+    first chunk and keeps using it if the node has it; on 404/405 (or any other refusal of the
+    probe) it registers with PUT /v1/jobs/{name}, CONCURRENCY requests in flight. "put" forces PUT,
+    "bulk" fails without the endpoint. The probe's outcome is remembered on the cluster. Every
+    request carries an Idempotency-Key; 503 and 504 are retried with it.
+
+    Returns jobs/s, the slowest and fastest whole second, per-request latency, statuses and errors,
+    ``method`` ("bulk" or "put") and ``incomplete`` when ``deadline_s`` passed first."""
+    return asyncio.run(_register_async(c, i, items, method, deadline_s))
+
+
+async def _register_async(c: BenchCluster, i: int, items, method: str, deadline_s) -> dict:
+    import aiohttp
+
+    base = c.url(i)
+    headers = {"Authorization": f"Bearer {c.token}"}
+    lat, done_at, statuses, errors = [], [], {}, []
+    retries = 0
+    notes = []
+    t0 = time.perf_counter()
+    deadline = None if deadline_s is None else time.monotonic() + deadline_s
+    registered = 0
+
+    async def send(session, verb, path, body, key):
+        """One request, retried on 503/504 with the same key: (status, parsed body, latency ms)."""
+        nonlocal retries
+        for attempt in range(6):
+            a = time.perf_counter()
+            async with session.request(verb, base + path, json=body, headers={**headers, "Idempotency-Key": key}) as r:
+                raw = await r.read()
+                s = r.status
+            statuses[s] = statuses.get(s, 0) + 1
+            if s in (503, 504) and attempt < 5:
+                retries += 1
+                await asyncio.sleep(0.2 * (attempt + 1))  # backoff before a retry with the same key
+                continue
+            break
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            parsed = raw[:300].decode(errors="replace")
+        return s, parsed, (time.perf_counter() - a) * 1000
+
+    def account(n_jobs, s, body, ms, what):
+        nonlocal registered
+        lat.append(ms)
+        done_at.append((time.time(), n_jobs))
+        if s not in (200, 201, 207):
+            errors.append(f"{what}: {s} {str(body)[:300]}")
+            return
+        errs = _bulk_errors(body) if n_jobs > 1 else []
+        errors.extend(errs[:10])
+        registered += n_jobs - len(errs)
+
+    conn = aiohttp.TCPConnector(limit=CONCURRENCY)
+    used = "put"
+    async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=120)) as session:
+        todo = list(items)
+        if method in ("auto", "bulk") and c.bulk_path is not False and todo:
+            chunks = _chunks(todo)
+            s, body, ms = await send(session, "POST", BULK_PATH, {"jobs": dict(chunks[0])}, f"bench-bulk-{chunks[0][0][0]}")
+            if s in (200, 201, 207):
+                c.bulk_path = BULK_PATH
+                used = "bulk"
+                account(len(chunks[0]), s, body, ms, f"POST {BULK_PATH}")
+                it = iter(chunks[1:])
+
+                async def bulk_worker():
+                    for ch in it:
+                        if deadline is not None and time.monotonic() > deadline:
+                            return
+                        s, body, ms = await send(session, "POST", BULK_PATH, {"jobs": dict(ch)}, f"bench-bulk-{ch[0][0]}")
+                        account(len(ch), s, body, ms, f"POST {BULK_PATH} ({ch[0][0]}..)")
+
+                await asyncio.gather(*(bulk_worker() for _ in range(BULK_CONCURRENCY)))
+                todo = []
+            else:
+                c.bulk_path = False
+                statuses.clear()  # the probe's status is a note, not a registration outcome
+                notes.append(f"POST {BULK_PATH} answered {s}: {str(body)[:200]}; registered with PUT instead")
+                if method == "bulk":
+                    raise BenchError(notes[-1])
+        if todo:
+            it2 = iter(todo)
+
+            async def put_worker():
+                for name, spec in it2:
+                    if deadline is not None and time.monotonic() > deadline:
+                        return
+                    s, body, ms = await send(session, "PUT", f"/v1/jobs/{name}", spec, f"bench-{name}")
+                    account(1, s, body, ms, name)
+
+            await asyncio.gather(*(put_worker() for _ in range(CONCURRENCY)))
+    total = time.perf_counter() - t0
+    per_sec: dict[int, int] = {}
+    for t, n in done_at:
+        per_sec[int(t)] = per_sec.get(int(t), 0) + n
+    secs = sorted(per_sec)
+    full_secs = [per_sec[s] for s in secs[1:-1]]  # whole seconds only (the first and last are partial)
+    return {"method": used, "notes": notes, "n": len(items), "registered": registered,
+            "incomplete": registered < len(items) and not errors,
+            "seconds": round(total, 2), "jobs_per_s": round(registered / total, 1) if total > 0 else None,
+            "per_whole_second": {"min": min(full_secs), "max": max(full_secs)} if full_secs else None,
+            "per_second_series": [per_sec[s] for s in secs],
+            "requests": len(lat), "latency_ms": summary(lat, 1), "statuses": statuses, "retries_503_504": retries,
+            "errors": errors[:10], "error_count": len(errors), "ended_at": time.time()}
+
+
+def register_checked(c: BenchCluster, i: int, items, what: str, method: str = "auto", deadline_s: float | None = None,
+                     expect_jobs: int | None = None) -> dict:
+    """register_jobs, then fail the scenario on any error, and check that node i holds
+    ``expect_jobs`` jobs (its own replica: a write answers once applied on the node it went to)."""
+    t0 = time.monotonic()
+    reg = register_jobs(c, i, items, method, deadline_s)
+    check_alive(c, range(c.n))
+    if reg["error_count"]:
+        raise BenchError(f"{what}: {reg['error_count']} registration errors: {reg['errors']}\n" + node_log_excerpt(c, i))
+    if reg["incomplete"]:
+        raise BenchError(f"{what}: registered {reg['registered']} of {reg['n']} jobs in {deadline_s} s "
+                         f"({reg['jobs_per_s']} jobs/s, {reg['method']}); the run's time budget is spent")
+    if expect_jobs is not None:
+        st = c.status(i) or {}
+        if st.get("jobs") is not None and st["jobs"] < expect_jobs:
+            raise BenchError(f"{what}: node-{i + 1} holds {st['jobs']} jobs after registration, expected {expect_jobs}")
+    print(f"[bench] {what}: registered {len(items)} jobs in {time.monotonic() - t0:.1f} s ({reg['jobs_per_s']} jobs/s, "
+          f"{reg['method']}{'; ' + reg['notes'][0] if reg['notes'] else ''})", file=sys.stderr)
+    return reg
+
+
+def bulk_available(c: BenchCluster, i: int) -> bool:
+    """Whether node i has the bulk endpoint: probed with an empty request body once per cluster
+    (404/405 = absent; any other answer, e.g. 422 for an empty batch, = present)."""
+    if c.bulk_path is None:
+        s, _ = c.call(i, "POST", BULK_PATH, {"jobs": {}})
+        c.bulk_path = False if s in (404, 405) else BULK_PATH
+    return bool(c.bulk_path)
+
+
+# ------------------------------------------------------------------------------------ baselines
+
+def run_baseline(tmp: Path, script: str, args: list[str], label: str, timeout_s: float) -> dict:
+    """Run scripts/baselines/<script> with the venv's Python and parse the JSON it writes to --out.
+
+    Never raises: a missing script, a non-zero exit, a timeout or unreadable JSON is recorded as
+    {"not_run": "<why>"}. The script runs in its own session; on a timeout its process group (whose
+    id is the PID we started) is killed, so its children go too."""
+    path = REPO / "scripts" / "baselines" / script
+    if not path.exists():
+        return {"not_run": f"scripts/baselines/{script} does not exist"}
+    out = tmp / "baselines" / f"{label}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    log_path = out.with_suffix(".log")
+    argv = [venv_python(), str(path), *args, "--out", str(out)]
+    t0 = time.monotonic()
+    with open(log_path, "wb") as log:
+        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+    try:
+        try:
+            rc = p.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return {"not_run": f"timed out after {timeout_s:.0f} s", "argv": argv[1:], "log_tail": _tail(log_path)}
+    finally:
+        if p.poll() is None:
+            # Its own session: the group id is the PID we started. SIGTERM first, so that it can
+            # stop its children and remove its files; SIGKILL the group after 5 s.
+            for sig, wait_s in ((signal.SIGTERM, 5), (signal.SIGKILL, 10)):
+                try:
+                    os.killpg(p.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    p.wait(timeout=wait_s)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+    elapsed = round(time.monotonic() - t0, 1)
+    if rc != 0:
+        return {"not_run": f"exit status {rc}", "argv": argv[1:], "log_tail": _tail(log_path), "elapsed_s": elapsed}
+    try:
+        res = json.loads(out.read_text())
+    except (OSError, ValueError) as e:
+        return {"not_run": f"no JSON in --out ({e})", "argv": argv[1:], "log_tail": _tail(log_path), "elapsed_s": elapsed}
+    if not isinstance(res, dict):
+        return {"not_run": "its JSON is not an object", "argv": argv[1:]}
+    res["argv"] = argv[1:]
+    res["elapsed_s"] = elapsed
+    print(f"[bench] baseline {label}: done in {elapsed} s", file=sys.stderr)
+    return res
+
+
+def _tail(p: Path, n: int = 15) -> str:
+    try:
+        return "\n".join(p.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+def ratio(ours, theirs, digits: int = 2):
+    """ours ÷ theirs, or None when either is missing or theirs is 0."""
+    if not isinstance(ours, (int, float)) or not isinstance(theirs, (int, float)) or not theirs:
+        return None
+    return round(ours / theirs, digits)
 
 
 # ------------------------------------------------------------------------------------ 1. fail-over
@@ -255,7 +727,7 @@ def failover(tmp: Path, trials: int, clusters: list, n_jobs: int = 3) -> dict:
     jobs = [f"fo-{k}" for k in range(n_jobs)]
     for j in jobs:
         put_ok(c, leader, j, FAILOVER_SPEC)
-    wait_for(lambda: all(len(c.get(leader, f"/v1/jobs/{j}/runs?limit=5")[1]["runs"]) >= 2 for j in jobs), 20,
+    wait_for(lambda: all(len(c.get(leader, f"/v1/jobs/{j}/runs?limit=5")[1]["runs"]) >= 1 for j in jobs), 20,
              "first runs of the fail-over jobs")
     out_trials = []
     for k in range(trials):
@@ -267,11 +739,12 @@ def failover(tmp: Path, trials: int, clusters: list, n_jobs: int = 3) -> dict:
             t_ready = wall_ms()
             wait_for(lambda: any(iso_ms(r["fired_at"]) > t_ready for r in conns[survivors[0]].get("/v1/runs?limit=10")[1]["runs"]),
                      10, "a fire by the current leader before the kill", interval_s=0.02)
-            # Kill at phase k/trials of a second.
+            # Kill at phase k/trials of a second: this second's if that is still 50 ms ahead, else
+            # the next one's.
             phase_ms = (k * 1000) // trials
             now = wall_ms()
-            target = (now // 1000 + 1) * 1000 + phase_ms
-            if target - now < 50:
+            target = (now // 1000) * 1000 + phase_ms
+            while target - now < 50:
                 target += 1000
             time.sleep((target - wall_ms()) / 1000)  # ok-sleep: choosing the kill's phase
             pid = c.procs[leader].pid
@@ -320,7 +793,8 @@ def failover(tmp: Path, trials: int, clusters: list, n_jobs: int = 3) -> dict:
                 "new_term": None if elected is None else elected["term"], **first,
             }
             # The unavoidable part: a slot due after the kill cannot be fired before it is due.
-            trial["observed_minus_slot_wait_ms"] = round(first["observed_ms"] - max(0.0, first["slot_minus_kill_ms"]), 1)
+            # (Fired ahead, a slot can be committed fire_ahead_ms before it is due.)
+            trial["observed_minus_slot_wait_ms"] = round(first["observed_ms"] - max(0.0, first["slot_minus_kill_ms"] - fire_ahead_ms()), 1)
             # Restart the killed node on its data dir; wait until it has applied what the leader had
             # committed when we looked, and every node agrees on one leader.
             t_restart = time.monotonic()
@@ -380,7 +854,7 @@ def failover(tmp: Path, trials: int, clusters: list, n_jobs: int = 3) -> dict:
     }
 
 
-# ------------------------------------------------------------------------------------ 2. writes
+# ------------------------------------------------------------------------------------ 2. writes: lone writes (the registration rate is below)
 
 def lone_writes(c: Cluster, n: int, warmup: int = 20) -> dict:
     """Sequential PUT /v1/jobs/w-N (a job that never falls due) from one client on one persistent
@@ -421,61 +895,13 @@ def lone_writes(c: Cluster, n: int, warmup: int = 20) -> dict:
     return out
 
 
-# ------------------------------------------------------------------------------------ 3. burst
+# ------------------------------------------------------------------------------------ 3. storm (the burst of aligned one-shot slots)
 
-async def _register(port: int, token: str, items: list[tuple[str, dict]]) -> dict:
-    """PUT every (name, spec) with CONCURRENCY requests in flight; per-request latency and the
-    wall second in which each one completed. 503/504 are retried with the same Idempotency-Key."""
-    import aiohttp
-
-    base = f"http://{HOST}:{port}"
-    headers = {"Authorization": f"Bearer {token}"}
-    lat, done_at, statuses, errors = [], [], {}, []
-    retries = 0
-    it = iter(enumerate(items))
-
-    async def worker(session):
-        nonlocal retries
-        for k, (name, spec) in it:
-            key = f"bench-{name}"
-            for attempt in range(6):
-                a = time.perf_counter()
-                async with session.put(f"{base}/v1/jobs/{name}", json=spec,
-                                       headers={**headers, "Idempotency-Key": key}) as r:
-                    body = await r.read()
-                    s = r.status
-                statuses[s] = statuses.get(s, 0) + 1
-                if s in (503, 504) and attempt < 5:
-                    retries += 1
-                    await asyncio.sleep(0.2 * (attempt + 1))
-                    continue
-                break
-            lat.append((time.perf_counter() - a) * 1000)
-            done_at.append(time.time())
-            if s not in (200, 201):
-                errors.append(f"{name}: {s} {body[:300]!r}")
-
-    t0 = time.perf_counter()
-    conn = aiohttp.TCPConnector(limit=CONCURRENCY)
-    async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=60)) as session:
-        await asyncio.gather(*(worker(session) for _ in range(CONCURRENCY)))
-    total = time.perf_counter() - t0
-    per_sec: dict[int, int] = {}
-    for t in done_at:
-        per_sec[int(t)] = per_sec.get(int(t), 0) + 1
-    secs = sorted(per_sec)
-    full_secs = [per_sec[s] for s in secs[1:-1]]  # whole seconds only (the first and last are partial)
-    return {"n": len(items), "seconds": round(total, 2), "jobs_per_s": round(len(items) / total, 1),
-            "per_whole_second": {"min": min(full_secs), "max": max(full_secs)} if full_secs else None,
-            "per_second_series": [per_sec[s] for s in secs],
-            "latency_ms": summary(lat, 1), "statuses": statuses, "retries_503_504": retries,
-            "errors": errors[:10], "error_count": len(errors), "ended_at": time.time()}
-
-
-def burst(c: Cluster, m: int) -> dict:
+def burst(c: BenchCluster, m: int, logs: FireLogs | None = None) -> dict:
     """M one-shot jobs due at the same instant T; how long the leader takes to commit all M slots.
+    With the fire-commit log (``logs``), each slot's fire lag: the leader's commit time minus T.
 
-    The jobs are registered first (32 concurrent PUTs), with T far enough ahead that the last
+    The jobs are registered first (register_jobs: bulk, or 32 concurrent PUTs), with T far enough ahead that the last
     registration ends before it. From T-1 s, the leader's GET /v1/cluster is sampled every 50 ms:
     ``runs`` (entries in its applied state) shows slots being committed and applied;
     ``trigger.slots_fired`` moves once, when the whole tick's fire commands have returned."""
@@ -487,25 +913,28 @@ def burst(c: Cluster, m: int) -> dict:
     if s_ not in (200, 201):
         raise BenchError(f"burst: PUT /v1/queues/{BURST_QUEUE}: {s_} {b_}")
     # Calibrate the registration rate with a few idle jobs, then pick T.
-    ncal = max(64, min(256, m // 8))
-    cal = asyncio.run(_register(lport, c.token, [(f"bc-{k}", IDLE_SPEC) for k in range(ncal)]))
-    if cal["error_count"]:
-        raise BenchError(f"burst calibration: {cal['error_count']} errors: {cal['errors']}")
+    # (The same registrar as the registration below: bulk when the node has it, else PUT.)
+    ncal = max(64, min(256, m // 8)) if not bulk_available(c, leader) else min(m, 500)
+    cal = register_checked(c, leader, [(f"bc-{k}", IDLE_SPEC) for k in range(ncal)], "storm calibration")
     est_s = m / cal["jobs_per_s"]
-    t_slot = (math.ceil(time.time() + est_s * 1.5 + 2.0)) * 1000
+    # The leader may commit these slots up to `ahead` ms before T (firing ahead): registration must
+    # end, and sampling begin, before then.
+    ahead = fire_ahead_ms()
+    t_slot = (math.ceil(time.time() + est_s * 1.4 + 1.5 + ahead / 1000)) * 1000
     spec = {"schedule": {"at": iso(t_slot)}, "executor": SHELL_TRUE, "misfire": {"policy": "fire_all"}, "queue": BURST_QUEUE}
-    print(f"[bench] burst: calibration {cal['jobs_per_s']} jobs/s; registering {m} jobs due at {iso(t_slot)} "
+    print(f"[bench] storm: calibration {cal['jobs_per_s']} jobs/s ({cal['method']}); registering {m} jobs due at {iso(t_slot)} "
           f"(~{est_s:.1f} s of registration expected)", file=sys.stderr)
-    reg = asyncio.run(_register(lport, c.token, [(f"b-{k}", spec) for k in range(m)]))
+    reg = register_jobs(c, leader, [(f"b-{k}", spec) for k in range(m)])
     check_alive(c, range(c.n))
     if reg["error_count"]:
         raise BenchError(f"burst registration: {reg['error_count']} errors: {reg['errors']}\n" + node_log_excerpt(c, leader))
     if reg["statuses"].get(500):
         raise BenchError(f"burst registration: 500s {reg['statuses']}\n" + node_log_excerpt(c, leader))
     margin_ms = t_slot - reg["ended_at"] * 1000
-    if margin_ms < 300:
-        raise BenchError(f"burst registration ended {(-margin_ms):.0f} ms after the slot: slower than calibrated; no clean burst")
-    print(f"[bench] burst: registered {m} jobs in {reg['seconds']} s ({reg['jobs_per_s']} jobs/s); "
+    if margin_ms - ahead < 300:
+        raise BenchError(f"burst registration ended {margin_ms:.0f} ms before the slot, less than 300 ms before the leader may "
+                         f"fire it ({ahead} ms ahead): slower than calibrated; no clean burst")
+    print(f"[bench] storm: registered {m} jobs in {reg['seconds']} s ({reg['jobs_per_s']} jobs/s); "
           f"slot in {margin_ms / 1000:.1f} s", file=sys.stderr)
     # A leader change while registering is recorded (a warning), and the burst is measured on
     # whichever node leads now.
@@ -517,8 +946,10 @@ def burst(c: Cluster, m: int) -> dict:
         changed = {"leader_before": f"node-{leader_before + 1}", "term_before": term_before,
                    "leader_after": f"node-{leader + 1}", "term_after": st0["term"]}
         print(f"[bench] burst: WARNING leadership changed during registration: {changed}", file=sys.stderr)
-    # Sample the leader's counters from T-1 s.
-    time.sleep(max(0.0, (t_slot - 1000 - wall_ms()) / 1000))  # ok-sleep: until just before the slot
+    # Sample the leader's counters from 250 ms before the leader may fire the slots (T - ahead).
+    time.sleep(max(0.0, (t_slot - ahead - 250 - wall_ms()) / 1000))  # ok-sleep: until just before the burst
+    if logs is not None:
+        logs.skip_to_end()  # the calibration and registration fired nothing; start clean anyway
     conn = Conn(lport)
     samples = []
     leader_changes = []
@@ -554,10 +985,10 @@ def burst(c: Cluster, m: int) -> dict:
             smp = {"t_ms": round(t - t_slot, 1), "node": f"node-{cur_leader + 1}", "runs": b["runs"],
                    "slots_fired": b["trigger"]["slots_fired"], "commit_index": b["commit_index"]}
             samples.append(smp)
-            if t < t_slot:
-                base = smp
-            elif base is None:
-                raise BenchError("burst: no sample before the slot (the bench fell behind)")
+            if base is None:
+                base = smp  # the first sample, before the leader may fire the slots
+                if t >= t_slot - ahead:
+                    raise BenchError("burst: no sample before the leader could fire the slots (the bench fell behind)")
             elif smp["runs"] - base["runs"] >= m and (leader_changes or smp["slots_fired"] - base["slots_fired"] >= m):
                 break
             if time.monotonic() > deadline:
@@ -571,11 +1002,11 @@ def burst(c: Cluster, m: int) -> dict:
         conn.close()
     leader = cur_leader
     check_alive(c, range(c.n))
-    after = [x for x in samples if x["t_ms"] >= 0]
+    after = samples[1:]
     first_applied = next((x["t_ms"] for x in after if x["runs"] > base["runs"]), None)
     all_applied = next((x["t_ms"] for x in after if x["runs"] - base["runs"] >= m), None)
     # The sample just before all were applied: the true time lies in (before, all_applied].
-    before_all = max((x["t_ms"] for x in after if x["runs"] - base["runs"] < m), default=0.0)
+    before_all = max((x["t_ms"] for x in samples if x["runs"] - base["runs"] < m), default=0.0)
     # slots_fired is the leading trigger's own counter: meaningless across a leader change.
     all_fired = None if leader_changes else next((x["t_ms"] for x in after if x["slots_fired"] - base["slots_fired"] >= m), None)
     # Every burst job's view, paged from the leader after a barrier: how many runs its slot became
@@ -598,9 +1029,37 @@ def burst(c: Cluster, m: int) -> dict:
     for a, b2 in zip(after, after[1:]):
         if b2["t_ms"] > a["t_ms"]:
             peak = max(peak, (b2["runs"] - a["runs"]) / ((b2["t_ms"] - a["t_ms"]) / 1000))
+    # Fire lag from the fire-commit log: every slot T that a committed fire turned into a run.
+    fire_log = None
+    if logs is not None:
+        # Every run of T is committed (the samples above saw them applied on the leader); its fire
+        # log line follows the commit at once. Read until the log has them all, or 10 s passed.
+        recs: list = []
+        deadline = time.monotonic() + 10
+        while True:
+            recs += logs.read_new()
+            got = sum(1 for r in recs for s_ in r[2] if s_ == t_slot) >= fired_once + dup
+            if got or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)  # ok-sleep: polling interval inside a deadline loop
+        raw = [r[0] - t_slot for r in recs for s_ in r[2] if s_ == t_slot]
+        lags = [max(0.0, x) for x in raw]  # 0 for a slot committed ahead of it (docs/design.md)
+        first_c = min((r[0] for r in recs if t_slot in r[2]), default=None)
+        mine = [r for r in recs if t_slot in r[2]]
+        span_ms = (max(r[0] for r in mine) - min(r[1] for r in mine)) if mine else None
+        fire_log = {"slots": len(lags), "commands": len(mine),
+                    "lag_ms": lag_stats(lags), "lags_sample": lag_sample(lags),
+                    "commit_minus_slot_ms": summary(raw, 1), "committed_ahead": sum(1 for x in raw if x < 0),
+                    "first_plan_to_last_commit_ms": None if span_ms is None else round(span_ms, 1),
+                    "slots_per_s": round(len(lags) / (span_ms / 1000), 1) if span_ms else None,
+                    "plan_minus_slot_ms_max": round(max((r[1] - t_slot for r in recs if t_slot in r[2]), default=0), 1),
+                    "first_commit_minus_slot_ms": None if first_c is None else round(first_c - t_slot, 1),
+                    "bad_lines": logs.bad_lines}
+        if not got or len(lags) != fired_once + dup:
+            fire_log["problem"] = f"the fire logs show {len(lags)} commits of slot T (after 10 s), the job views {fired_once + dup} runs"
     res = {
-        "jobs": m, "slot": iso(t_slot), "job_spec": spec,
-        "calibration": {k: cal[k] for k in ("n", "jobs_per_s", "latency_ms")},
+        "jobs": m, "slot": iso(t_slot), "job_spec": spec, "fire_log": fire_log,
+        "calibration": {k: cal[k] for k in ("n", "jobs_per_s", "latency_ms", "method")},
         "registration": {k: v for k, v in reg.items() if k != "ended_at"},
         "registration_margin_s": round(margin_ms / 1000, 2),
         "leader_change_during_registration": changed, "burst_leader": f"node-{leader + 1}",
@@ -610,8 +1069,10 @@ def burst(c: Cluster, m: int) -> dict:
         "jobs_not_past_slot": unhandled, "lost": lost, "duplicated": dup,
         "first_applied_ms": first_applied, "all_applied_ms": all_applied,
         "all_applied_after_ms": before_all, "slots_fired_counter_ms": all_fired,
-        "slots_per_s": round(m / (all_applied / 1000), 1) if all_applied else None,
-        "slots_per_s_upper_bound": round(m / (before_all / 1000), 1) if before_all > 0 else None,
+        # From T - ahead, when the leader may start committing the burst.
+        "fire_ahead_ms": ahead,
+        "slots_per_s": round(m / ((all_applied + ahead) / 1000), 1) if all_applied is not None and all_applied + ahead > 0 else None,
+        "slots_per_s_upper_bound": round(m / ((before_all + ahead) / 1000), 1) if before_all + ahead > 0 else None,
         "peak_slots_per_s_50ms": round(peak, 1),
         "fired_at_minus_slot_ms": summary(lag, 1),
         "sample_interval_ms": POLL_BURST_S * 1000,
@@ -621,10 +1082,407 @@ def burst(c: Cluster, m: int) -> dict:
         res["replicas"] = replica_agreement(c)
     except BenchError as e:
         res["replicas"] = {"agree": False, "error": str(e)}
-    print(f"[bench] burst: {m} slots, first applied at +{first_applied} ms, all applied at +{all_applied} ms, "
+    print(f"[bench] storm: {m} slots, first applied at +{first_applied} ms, all applied at +{all_applied} ms, "
           f"runs {fired_once}, queue_full {qfull}", file=sys.stderr)
     return res
 
+
+
+def storm(tmp: Path, m: int, clusters: list, fire_log_ok: bool) -> dict:
+    """The storm: M one-shot jobs all due at one aligned whole second, on a cluster of its own
+    with no workers (the burst measurement above, plus the fire lag from the fire-commit log)."""
+    c = start_cluster(tmp, "storm", clusters, NO_WORKER, fire_log=True)
+    return burst(c, m, FireLogs(c) if fire_log_ok else None)
+
+
+# ------------------------------------------------------------------------------------ 2b. writes: the scenario
+
+def writes(tmp: Path, p: dict, clusters: list) -> dict:
+    """Lone writes (above), then jobs registered per second through the API: CONCURRENCY clients
+    sending PUT /v1/jobs/{name}, and the bulk endpoint when the nodes have it."""
+    c = start_cluster(tmp, "writes", clusters, NO_WORKER)
+    out = lone_writes(c, p["writes"])
+    leader, _ = leader_checked(c)
+    n_put = p["writes_register_put"]
+    reg = register_checked(c, leader, [(f"wr-{k}", IDLE_SPEC) for k in range(n_put)],
+                           f"writes: registration ({CONCURRENCY} PUT clients)", method="put")
+    out["register_put"] = {k: v for k, v in reg.items() if k != "ended_at"}
+    if bulk_available(c, leader):
+        n_bulk = p["writes_register_bulk"]
+        reg = register_checked(c, leader, [(f"wb-{k}", IDLE_SPEC) for k in range(n_bulk)],
+                               f"writes: registration (bulk, {BULK_CONCURRENCY} clients)", method="bulk")
+        out["register_bulk"] = {k: v for k, v in reg.items() if k != "ended_at"}
+    else:
+        out["register_bulk"] = {"not_run": f"the nodes have no bulk endpoint (POST {BULK_PATH}: 404/405)"}
+    return out
+
+
+# ------------------------------------------------------------------------------------ 4. sweep
+
+#: The golden ratio's fractional part: job k's phase frac(k * PHI) * 1000 ms spreads any prefix of
+#: the jobs evenly over the second, so registering in steps keeps every step staggered.
+PHI = (math.sqrt(5) - 1) / 2
+
+
+def stagger_probe(c: Cluster, i: int) -> dict:
+    """How an interval job's phase within the second can be set, if at all: a few plausible schedule
+    fields are tried with POST /v1/preview (validated like a PUT, nothing stored), and one counts
+    only if the previewed slots move to that phase. Today an interval is anchored at its creation
+    rounded up to a whole second (docs/api.md), and jitter_s is whole seconds below the interval
+    (0 for every_s: 1), so every slot falls on a whole second."""
+    now = wall_ms()
+    target = (int(now) // 1000 + 5) * 1000 + 437  # a phase nothing else produces
+    candidates = [("anchor", iso(target)), ("start_at", iso(target)), ("offset_ms", 437)]
+    tried = {}
+    for field, value in candidates:
+        spec = {"schedule": {"every_s": 1, field: value}, "executor": PY_NOOP, "misfire": {"policy": "fire_all"}}
+        s, b = c.call(i, "POST", "/v1/preview?count=2", spec)
+        tried[field] = s
+        if s == 200 and isinstance(b, dict) and b.get("slots") and all(x["slot_ms"] % 1000 == 437 for x in b["slots"]):
+            return {"staggered": True, "field": field, "tried": tried}
+    return {"staggered": False, "tried": tried,
+            "why": "an every_s job's slots fall on whole seconds (anchor = creation rounded up) and jitter_s must be "
+                   "below the interval, so no field sets a sub-second phase: every second, all N slots fall due at once"}
+
+
+def sweep_spec(k: int, stagger: dict) -> dict:
+    spec = {"schedule": {"every_s": 1}, "executor": PY_NOOP, "misfire": {"policy": "fire_all"}, "history": 1,
+            "queue": SWEEP_QUEUE}
+    if stagger.get("staggered"):
+        # A future whole second plus job k's phase; the schedule keeps that phase every second.
+        phase = int((k * PHI) % 1 * 1000)
+        base = (int(wall_ms()) // 1000 + 2) * 1000
+        field = stagger["field"]
+        spec["schedule"][field] = phase if field == "offset_ms" else iso(base + phase)
+    return spec
+
+
+def sweep(tmp: Path, ns: list[int], window_s: float, warmup_s: float, clusters: list, fire_log_ok: bool,
+          register_budget_s: float, out: dict) -> dict:
+    """N interval jobs every 1 s on one cluster with no workers, for each N in ``ns`` in turn (the
+    jobs are added between steps). Per step, after a warm-up, a window of ``window_s``: slots
+    committed per second (slots in fire-log records committed in the window), the fire lag of those
+    slots (commit time minus slot), and whether the cluster fell behind. Fills ``out`` as it goes
+    (so the steps done survive a failure of a later one) and returns it."""
+    steps = out.setdefault("steps", [])
+    out.update({"queue": {"name": SWEEP_QUEUE, "max_depth": 1_000_000, "on_full": "drop_oldest"},
+                "job_spec": sweep_spec(0, {"staggered": False})})
+    c = start_cluster(tmp, "sweep", clusters, NO_WORKER, fire_log=True)
+    leader, _ = leader_checked(c)
+    # Runs stay queued (no worker): the deepest queue the limits allow, and drop_oldest so that a
+    # full queue still turns every slot into a run (the fire log lists runs, not records).
+    put_queue(c, leader, SWEEP_QUEUE, 1_000_000, "drop_oldest")
+    stagger = out["stagger"] = stagger_probe(c, leader)
+    logs = FireLogs(c) if fire_log_ok else None
+    have = 0
+    for n in ns:
+        leader, _ = leader_checked(c)
+        reg = register_checked(c, leader, [(f"sw-{k}", sweep_spec(k, stagger)) for k in range(have, n)],
+                               f"sweep N={n}", deadline_s=register_budget_s)
+        have = n
+        time.sleep(warmup_s)  # ok-sleep: measurement window (warm-up: the last jobs registered reach their first slot)
+        leader, st0 = leader_checked(c)
+        if logs is not None:
+            logs.skip_to_end()
+        w0, w1 = measurement_window(window_s)
+        st1 = c.status(leader) or {}
+        check_alive(c, range(c.n))
+        win_s = (w1 - w0) / 1000
+        step = {"n": n, "registration": {k: v for k, v in reg.items() if k not in ("ended_at", "per_second_series")},
+                "window_s": round(win_s, 2), "expected_slots": round(n * win_s),
+                "leader": f"node-{leader + 1}", "term_changed": st1.get("term") != st0["term"],
+                "slots_fired_counter": (st1.get("trigger", {}).get("slots_fired", 0) - st0["trigger"]["slots_fired"])
+                if st1.get("term") == st0["term"] else None,
+                "rss_kib": {f"node-{i + 1}": rss_kib(c.procs[i].pid) for i in range(c.n)}}
+        if logs is not None:
+            recs: list = []
+            step["fire_log_caught_up"] = wait_fire_log_past(logs, w1, 5, recs)
+            win = [r for r in recs if w0 <= r[0] < w1]
+            raw = [r[0] - s for r in win for s in r[2]]
+            lags = [max(0.0, x) for x in raw]  # 0 for a slot committed ahead of it (docs/design.md)
+            per_sec = [0] * int(window_s)
+            for r in win:
+                per_sec[int((r[0] - w0) // 1000)] += len(r[2])
+            committed = len(lags)
+            step.update({
+                "slots_committed": committed, "fire_commands": len(win),
+                "slots_per_s": round(committed / win_s, 1),
+                "per_second": {"series": per_sec, "median": pct(per_sec, 50), "min": min(per_sec), "max": max(per_sec)},
+                "lag_ms": lag_stats(lags), "lags_sample": lag_sample(lags),
+                "commit_minus_slot_ms": summary(raw, 1), "committed_ahead": sum(1 for x in raw if x < 0),
+                "plan_to_commit_ms": summary([r[0] - r[1] for r in win], 1),
+            })
+            p99 = step["lag_ms"].get("p99")
+            step["fell_behind"] = committed < FELL_BEHIND_SHARE * step["expected_slots"] or (p99 is not None and p99 > FELL_BEHIND_P99_MS)
+        else:
+            cnt = step["slots_fired_counter"]
+            step["slots_per_s"] = None if cnt is None else round(cnt / win_s, 1)
+            step["fell_behind"] = None if cnt is None else cnt < FELL_BEHIND_SHARE * step["expected_slots"]
+            step["note"] = "no fire log: slots/s from the leader's trigger.slots_fired counter; no fire lag"
+        steps.append(step)
+        print(f"[bench] sweep N={n}: {step['slots_per_s']} slots/s committed (expected {n}/s), lag "
+              f"{step.get('lag_ms', {}).get('p50')} / {step.get('lag_ms', {}).get('p99')} / {step.get('lag_ms', {}).get('max')} ms, "
+              f"fell behind: {step['fell_behind']}", file=sys.stderr)
+    out["fire_log_bad_lines"] = logs.bad_lines if logs else None
+    return out
+
+
+def aps_interval(tmp: Path, ns: list[int], window_s: float, warmup_s: float) -> dict:
+    """APScheduler with the same N, run before the sweep cluster starts (never beside it)."""
+    out = {}
+    for n in ns:
+        out[str(n)] = run_baseline(tmp, "aps_bench.py", ["--mode", "interval", "--jobs", str(n), "--seconds", str(window_s),
+                                                         "--warmup", str(warmup_s)], f"aps-interval-{n}",
+                                   timeout_s=warmup_s + window_s + 60 + n / 1000)
+        if "not_run" in out[str(n)] and "does not exist" in out[str(n)]["not_run"]:
+            for m in ns[ns.index(n) + 1:]:
+                out[str(m)] = out[str(n)]
+            break
+    return out
+
+
+def falls_behind_at(ns: list[int], flags: list) -> dict:
+    """The smallest N that fell behind, or None with the largest N tested that kept up."""
+    for n, f in zip(ns, flags):
+        if f:
+            return {"n": n, "kept_up_to": max([m for m, g in zip(ns, flags) if m < n and g is False], default=None)}
+    tested = [n for n, f in zip(ns, flags) if f is False]
+    return {"n": None, "kept_up_to": max(tested, default=None)}
+
+
+# ------------------------------------------------------------------------------------ 5. e2e
+
+def e2e(tmp: Path, n: int, window_s: float, warmup_s: float, slots: int, clusters: list, fire_log_ok: bool) -> dict:
+    """No-op python runs (builtins:id) end to end: N interval jobs every 1 s, workers on (the two
+    followers, ``--slots`` each; a leader of several nodes does not execute). Over a window:
+    fired (fire log, else the leader's counter), leased, executed and completed per second across
+    the cluster (worker counters), and slot -> completion for the window's runs of a sample of jobs."""
+    c = start_cluster(tmp, "e2e", clusters, ("--slots", str(slots)), fire_log=True)
+    leader, _ = leader_checked(c)
+    put_queue(c, leader, E2E_QUEUE, 1_000_000, "reject")
+    history = min(1000, int(window_s + warmup_s) + 30)  # every run of the window is still kept at read-back
+    spec = {"schedule": {"every_s": 1}, "executor": PY_NOOP, "misfire": {"policy": "fire_all"}, "history": history,
+            "queue": E2E_QUEUE}
+    reg = register_checked(c, leader, [(f"e2e-{k}", spec) for k in range(n)], f"e2e N={n}")
+
+    def workers():
+        sts = {i: c.status(i) for i in range(c.n)}
+        if any(s is None for s in sts.values()):
+            return None
+        w = [s.get("worker", {}) for s in sts.values()]
+        return {"completed": sum(x.get("completed", 0) for x in w), "refused": sum(x.get("refused", 0) for x in w),
+                "running": sum(x.get("running", 0) for x in w), "sts": sts}
+
+    try:
+        wait_for(lambda: (workers() or {}).get("completed", 0) >= n, 60, "the first round of runs to complete")
+    except AssertionError as e:
+        raise BenchError(f"e2e: {e}\n" + "\n".join(node_log_excerpt(c, i) for i in range(c.n))) from None
+    time.sleep(warmup_s)  # ok-sleep: measurement window (warm-up)
+    follower = next(i for i in range(c.n) if i != leader)
+    logs = FireLogs(c) if fire_log_ok else None
+    leader, _ = leader_checked(c)
+    if logs is not None:
+        logs.skip_to_end()
+    # The window: whole seconds from the next one. The worker counters are read at its start and
+    # end (their rates use the times of those reads); the backlog half a second after its start and
+    # half a second before its end (mid-second: every second's runs fall due at once, on the second).
+    w0 = (wall_ms() // 1000 + 1) * 1000
+    w1 = w0 + int(window_s) * 1000
+
+    def at(t_ms):
+        time.sleep(max(0.0, (t_ms - wall_ms()) / 1000))  # ok-sleep: measurement window
+
+    at(w0)
+    ta, a = wall_ms(), workers()
+    at(w0 + 500)
+    q0 = _queue_depth(c, follower, E2E_QUEUE)
+    at(w1 - 500)
+    q1 = _queue_depth(c, follower, E2E_QUEUE)
+    at(w1)
+    tb, b = wall_ms(), workers()
+    check_alive(c, range(c.n))
+    if a is None or b is None:
+        raise BenchError("e2e: a node did not answer GET /v1/cluster around the window")
+    win_s = (w1 - w0) / 1000
+    counters_s = (tb - ta) / 1000
+    fired = None
+    if logs is not None:
+        recs: list = []
+        wait_fire_log_past(logs, w1, 5, recs)
+        fired = sum(len(r[2]) for r in recs if w0 <= r[0] < w1)
+    else:
+        la, lb = a["sts"][leader], b["sts"][leader]
+        if la["term"] == lb["term"]:
+            fired = lb["trigger"]["slots_fired"] - la["trigger"]["slots_fired"]
+    d = {k: b[k] - a[k] for k in ("completed", "refused", "running")}
+    rates = {"offered": n, "fired": None if fired is None else round(fired / win_s, 1),
+             "leased": round((d["completed"] + d["refused"] + d["running"]) / counters_s, 1),
+             "executed": round((d["completed"] + d["refused"]) / counters_s, 1),
+             "completed": round(d["completed"] / counters_s, 1)}
+    lat = _e2e_latency(c, follower, n, w0, w1, history)
+    out = {"jobs": n, "job_spec": spec, "worker_slots_per_node": slots, "registration": {k: reg[k] for k in ("method", "jobs_per_s", "seconds")},
+           "window_s": round(win_s, 2), "per_s": rates, "fired_source": "fire log" if logs is not None else "leader's slots_fired counter",
+           "refused": d["refused"], "worker_counters_s": round(counters_s, 3), "queue_depth_before_after": [q0, q1], **lat}
+    print(f"[bench] e2e N={n}: per second {rates}; slot -> completion p50 {lat['slot_to_completion_ms'].get('p50')} ms, "
+          f"p99 {lat['slot_to_completion_ms'].get('p99')} ms; backlog {q0} -> {q1}", file=sys.stderr)
+    return out
+
+
+def _queue_depth(c: Cluster, i: int, queue: str) -> dict | None:
+    """The queue's depth (queued runs, including runs fired ahead that are not due yet) and ready
+    (queued runs already due: the backlog the workers have not taken)."""
+    s, b = c.get(i, "/v1/queues")
+    if s != 200:
+        return None
+    q = next((q for q in b["queues"] if q["name"] == queue), {})
+    return {"depth": q.get("depth", 0), "ready": q.get("ready", 0)}
+
+
+def _e2e_latency(c: Cluster, i: int, n: int, w0: float, w1: float, history: int) -> dict:
+    """Slot -> finished_at and slot -> started_at of every run with its slot in [w0, w1) of a
+    sample of jobs (every (n / E2E_SAMPLE_JOBS)-th), read from node i's replica once all of them
+    are finished (or 15 s passed: those are counted as unfinished)."""
+    step = max(1, n // E2E_SAMPLE_JOBS)
+    pending = {f"e2e-{k}" for k in range(0, n, step)}
+    sample = len(pending)
+    done: dict[str, list] = {}
+    unfinished: dict[str, int] = {}
+    conn = Conn(c.api_ports[i])
+    deadline = time.monotonic() + 15
+    try:
+        while pending:
+            for name in sorted(pending):
+                s, b = conn.get(f"/v1/jobs/{name}/runs?limit={history}")
+                if s != 200:
+                    raise BenchError(f"e2e: GET /v1/jobs/{name}/runs on node-{i + 1}: {s} {b}")
+                runs = [r for r in b["runs"] if r.get("kind") != "manual" and r["state"] not in ("skipped", "coalesced")
+                        and w0 <= r["slot_ms"] < w1]
+                open_ = [r for r in runs if r["state"] in ("queued", "running")]
+                if not open_:
+                    done[name] = runs
+                    pending.discard(name)
+                    unfinished.pop(name, None)
+                else:
+                    unfinished[name] = len(open_)
+            if not pending or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)  # ok-sleep: polling interval inside a deadline loop
+    finally:
+        conn.close()
+    runs = [r for rs in done.values() for r in rs]
+    fin = [iso_ms(r["finished_at"]) - r["slot_ms"] for r in runs if r.get("finished_at")]
+    start = [iso_ms(r["started_at"]) - r["slot_ms"] for r in runs if r.get("started_at")]
+    states: dict[str, int] = {}
+    for r in runs:
+        states[r["state"]] = states.get(r["state"], 0) + 1
+    return {"latency_sample": {"jobs": sample, "runs": len(runs), "states": states,
+                               "unfinished_after_15_s": sum(unfinished.values()), "jobs_unfinished": len(unfinished)},
+            "slot_to_completion_ms": summary(fin, 1), "slot_to_start_ms": summary(start, 1)}
+
+
+# ------------------------------------------------------------------------------------ 6. scale
+
+def scale(tmp: Path, ns: list[int], clusters: list, fire_log_ok: bool, register_budget_s: float, out: dict) -> dict:
+    """For each N in ``ns`` (jobs added between steps): resident memory of each node once every
+    replica holds N idle interval jobs (SCALE_SPEC) plus three beacons that fire every second, then a
+    whole-cluster cold restart: stop all three by PID, start them on their data dirs, and time how
+    long until every node has restored every job and until the first new fire commits. Fills
+    ``out`` as it goes and returns it."""
+    steps = out.setdefault("steps", [])
+    out.update({"job_spec": SCALE_SPEC, "beacon_spec": BEACON_SPEC,
+                "snapshot": "not measured on its own: no API triggers a snapshot, and pysyncobj compacts only after "
+                            "logCompactionMinEntries (5000) and logCompactionMinTime (300 s); the cold restart loads "
+                            "whatever dump and journal the nodes have (sizes in data_dir_bytes)"})
+    c = start_cluster(tmp, "scale", clusters, NO_WORKER, fire_log=True)
+    leader, _ = leader_checked(c)
+    for k in range(3):
+        put_ok(c, leader, f"beacon-{k}", BEACON_SPEC)
+    logs = FireLogs(c) if fire_log_ok else None
+    have = 0
+    for n in ns:
+        leader, _ = leader_checked(c)
+        reg = register_checked(c, leader, [(f"s-{k}", SCALE_SPEC) for k in range(have, n)], f"scale N={n}",
+                               deadline_s=register_budget_s, expect_jobs=n + 3)
+        have = n
+        try:
+            wait_for(lambda: all((c.status(i) or {}).get("jobs") == n + 3 for i in range(c.n)), 60 + n / 2000,
+                     f"every replica to hold {n + 3} jobs")
+        except AssertionError as e:
+            raise BenchError(f"scale: {e}") from None
+        step = {"n": n, "registration": {k: reg[k] for k in ("method", "jobs_per_s", "seconds", "latency_ms")},
+                "rss_kib": {f"node-{i + 1}": rss_kib(c.procs[i].pid) for i in range(c.n)},
+                "data_dir_bytes": {f"node-{i + 1}": dir_sizes(c.data_dir(i)) for i in range(c.n)}}
+        step["rss_mib_max"] = round(max(v.get("VmRSS", 0) for v in step["rss_kib"].values()) / 1024, 1)
+        step["restart"] = cold_restart(c, n + 3, logs)
+        step["rss_kib_after_restart"] = {f"node-{i + 1}": rss_kib(c.procs[i].pid) for i in range(c.n)}
+        steps.append(step)
+        r = step["restart"]
+        print(f"[bench] scale N={n}: RSS max {step['rss_mib_max']} MiB; cold restart: all restored in {r['all_restored_s']} s, "
+              f"first fire {r['first_fire_s']} s after start ({r['first_fire_source']})", file=sys.stderr)
+    return out
+
+
+def cold_restart(c: BenchCluster, expect_jobs: int, logs: FireLogs | None) -> dict:
+    """Stop every node (SIGTERM by PID, SIGKILL after 10 s), start them again on their data dirs
+    and ports, and time (from the start) each node's API answering, a leader agreed, each node
+    holding ``expect_jobs`` jobs with last_applied at least the commit index before the stop, and
+    the first fire committed after the start (fire log; else a run with fired_at after the start)."""
+    leader, _ = leader_checked(c)
+    s, b = c.get(leader, "/v1/jobs?limit=1&consistent=true")  # a barrier: everything acknowledged is committed
+    if s != 200:
+        raise BenchError(f"scale: barrier read on node-{leader + 1}: {s} {b}")
+    ci = (c.status(leader) or {}).get("commit_index")
+    t0 = time.monotonic()
+    c.stop()
+    stop_s = time.monotonic() - t0
+    if logs is not None:
+        logs.read_new()  # drop what was committed before the stop
+    t_start = wall_ms()
+    t1 = time.monotonic()
+    c.start()
+    api_up, restored, leader_at, first_fire = {}, {}, None, None
+    deadline = t1 + max(120.0, expect_jobs / 2000)
+    fire_src = "fire log" if logs is not None else "GET /v1/runs: a beacon run with fired_at after the start"
+    while True:
+        now = time.monotonic() - t1
+        for i in range(c.n):
+            st = c.status(i)
+            if st is None:
+                continue
+            api_up.setdefault(i, round(now, 2))
+            if st.get("jobs", 0) >= expect_jobs and st.get("last_applied", 0) >= ci:
+                restored.setdefault(i, round(now, 2))
+        if leader_at is None and c.leader() is not None:
+            leader_at = round(time.monotonic() - t1, 2)
+        if first_fire is None:
+            if logs is not None:
+                new = [r for r in logs.read_new() if r[0] >= t_start]
+                if new:
+                    r = min(new, key=lambda r: r[0])
+                    first_fire = {"s": round((r[0] - t_start) / 1000, 2), "slot_minus_start_ms": round(min(r[2]) - t_start) if r[2] else None}
+            else:
+                for i in api_up:
+                    s_, b_ = c.get(i, "/v1/runs?limit=5")
+                    hits = [iso_ms(x["fired_at"]) for x in (b_.get("runs", []) if s_ == 200 else [])
+                            if x.get("fired_at") and iso_ms(x["fired_at"]) > t_start]
+                    if hits:
+                        first_fire = {"s": round((min(hits) - t_start) / 1000, 2), "seen_s": round(time.monotonic() - t1, 2)}
+                        break
+        if len(restored) == c.n and first_fire is not None:
+            break
+        check_alive(c, range(c.n))
+        if time.monotonic() > deadline:
+            raise BenchError(f"scale: cold restart not done after {deadline - t1:.0f} s: API up {api_up}, restored {restored}, "
+                             f"leader at {leader_at}, first fire {first_fire}\n" + "\n".join(node_log_excerpt(c, i) for i in range(c.n)))
+        time.sleep(0.05)  # ok-sleep: polling interval inside a deadline loop
+    return {"commit_index_before": ci, "stop_s": round(stop_s, 2), "stop": "SIGTERM to each node by PID (SIGKILL after 10 s)",
+            "api_up_s": {f"node-{i + 1}": v for i, v in sorted(api_up.items())}, "leader_s": leader_at,
+            "restored_s": {f"node-{i + 1}": v for i, v in sorted(restored.items())},
+            "all_restored_s": max(restored.values()), "first_fire_s": first_fire["s"], "first_fire": first_fire,
+            "first_fire_source": fire_src}
+
+
+# ------------------------------------------------------------------------------------ replicas, logs, machine
 
 def all_jobs(c: Cluster, i: int, consistent: bool) -> list[dict]:
     """Every job's view from node i, paged (1,000 a page); the first page after a barrier when
@@ -710,8 +1568,6 @@ def raft_log_warnings(c: Cluster) -> dict:
     return out
 
 
-# ------------------------------------------------------------------------------------ report
-
 def machine() -> dict:
     def ver(p):
         try:
@@ -742,13 +1598,48 @@ def machine() -> dict:
     return {
         "nproc": os.cpu_count(), "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "cpu": cpu, "memory": mem, "kernel": platform.release(), "python": platform.python_version(),
-        "packages": {p: ver(p) for p in ("pysyncobj", "aiohttp", "msgpack", "croniter")},
+        "packages": {p: ver(p) for p in ("pysyncobj", "aiohttp", "msgpack", "croniter", "apscheduler", "matplotlib")},
         "git_commit": commit, "git_dirty": dirty,
     }
 
 
+
+# ------------------------------------------------------------------------------------ report
+
+
 def fmt(v, unit=""):
-    return "-" if v is None else f"{v}{unit}"
+    if v is None:
+        return "-"
+    if isinstance(v, float) and v < 1000:
+        return f"{round(v, 1)}{unit}"
+    if isinstance(v, float) and v >= 1000:
+        return f"{v:,.0f}{unit}"
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 1000:
+        return f"{v:,}{unit}"
+    return f"{v}{unit}"
+
+
+def fmt_ratio(r) -> str:
+    return "-" if r is None else f"{r}×"
+
+
+def _ppm(d: dict | None) -> str:
+    """p50 / p99 / max of a summary (or "-")."""
+    if not isinstance(d, dict) or not d.get("n", d.get("p50")):
+        return "-"
+    return f"{fmt(d.get('p50'))} / {fmt(d.get('p99'))} / {fmt(d.get('max'))}"
+
+
+def _not_run(b) -> str | None:
+    if not isinstance(b, dict):
+        return "not run"
+    if "not_run" in b:
+        return f"not run: {b['not_run']}"
+    return None
+
+
+def _kn(n: int) -> str:
+    return f"{n // 1_000_000}M" if n >= 1_000_000 and n % 1_000_000 == 0 else (f"{n // 1000}k" if n >= 1000 and n % 1000 == 0 else str(n))
 
 
 def markdown(res: dict) -> str:
@@ -758,82 +1649,256 @@ def markdown(res: dict) -> str:
              + ", ".join(f"{k} {v}" for k, v in m["packages"].items()),
              "", "Code: " + (f"commit {res['code']['commit'][:12]} (--git-ref {res['code']['ref']})" if res["code"].get("commit")
                              else f"working tree at {m['git_commit']}{' with uncommitted changes' if m['git_dirty'] else ''}")
-             + f"; command: `{res['command']}`",
-             "", "| scenario | figure | value |", "|---|---|---|"]
+             + f"; command: `{res['command']}`; {res.get('elapsed_s', '?')} s",
+             "", "Fire log: " + res["fire_log"]["note"] + f". Registration: {res['registration_note']}.",
+             "", "| scenario | figure | raftsched | baseline | raftsched ÷ baseline |", "|---|---|---|---|---|"]
+
+    def row(scen, fig, ours="-", base="-", r=None):
+        lines.append(f"| {scen} | {fig} | {ours} | {base} | {fmt_ratio(r)} |")
+
+    raw = res.get("raw_raft")
+    raw_ok = isinstance(raw, dict) and "leader" in raw
     f = res.get("failover")
     if isinstance(f, dict) and "trials" in f:
         o, e, x = f["first_fire_observed_ms"], f["election_observed_ms"], f["observed_minus_slot_wait_ms"]
-        lines += [
-            f"| fail-over ({len(f['trials'])} kill -9 of the leader, {f['jobs']} jobs every 1 s) | SIGKILL → first run with fired_at > kill, seen on a survivor (ms) p50 / p99 / max | {o['p50']} / {o['p99']} / {o['max']} |",
-            f"| | same, minus the wait for the first slot due after the kill, if any (ms) p50 / p99 / max | {x['p50']} / {x['p99']} / {x['max']} |",
-            f"| | SIGKILL → a survivor reports role=leader in a new term (ms) p50 / p99 / max | {e.get('p50')} / {e.get('p99')} / {e.get('max')} |",
-            f"| | killed node restarted → caught up (s) p50 / max | {f['restart_catch_up_s']['p50']} / {f['restart_catch_up_s']['max']} |",
-            f"| | slots lost / duplicated (of {f['slots_audited']} audited on 3 replicas) | {f['slots_lost']} / {f['slots_duplicated']} |",
-        ]
+        row(f"fail-over ({len(f['trials'])} kill -9 of the leader, {f['jobs']} jobs every 1 s)",
+            "SIGKILL → first run with fired_at > kill, seen on a survivor (ms) p50 / p99 / max", _ppm(o))
+        row("", "same, minus the wait for the first slot due after the kill, if any (ms) p50 / p99 / max", _ppm(x))
+        row("", "SIGKILL → a survivor reports role=leader in a new term (ms) p50 / p99 / max", _ppm(e))
+        row("", "killed node restarted → caught up (s) p50 / max", f"{f['restart_catch_up_s']['p50']} / {f['restart_catch_up_s']['max']}")
+        row("", f"slots lost / duplicated (of {f['slots_audited']} audited on 3 replicas)", f"{f['slots_lost']} / {f['slots_duplicated']}")
     w = res.get("writes")
     if isinstance(w, dict) and "leader" in w:
         for role in ("leader", "follower"):
             if role in w:
-                l = w[role]["latency_ms"]
-                lines.append(f"| lone writes ({w['n']} sequential PUT, 1 client) | to the {role}: p50 / p99 / max (ms), writes/s | "
-                             f"{l['p50']} / {l['p99']} / {l['max']}, {w[role]['writes_per_s']} |")
-    b = res.get("burst")
-    if isinstance(b, dict) and "burst_size" in b:
-        r = b["registration"]
-        lines += [
-            f"| burst ({b['jobs']} one-shot jobs due at one instant) | registration, 32 concurrent PUT: jobs/s (whole seconds min-max); PUT p50 / p99 ms | "
-            f"{r['jobs_per_s']} ({fmt(r['per_whole_second'] and r['per_whole_second']['min'])}-{fmt(r['per_whole_second'] and r['per_whole_second']['max'])}); {r['latency_ms']['p50']} / {r['latency_ms']['p99']} |",
-            f"| | burst size: slots that became runs + queue_full records (lost / duplicated) | {b['burst_size']} = {b['runs']} + {b['records_queue_full']} ({b['lost']} / {b['duplicated']}) |",
-            f"| | slot → first / all of the burst applied on the leader (ms, sampled every 50 ms: all applied after the previous sample, {b['all_applied_after_ms']} ms) | {b['first_applied_ms']} / {b['all_applied_ms']} |",
-            f"| | slots committed per second = burst size / (slot → all applied) (at most: / previous sample) | {b['slots_per_s']} (≤ {fmt(b['slots_per_s_upper_bound'])}) |",
-            f"| | fired_at − slot (the leader's decision time, not commit) max | {b['fired_at_minus_slot_ms'].get('max')} ms |",
-            f"| | replicas agree afterwards (job count, run count, SHA-256 of every job view and queue depth) | {'yes' if b.get('replicas', {}).get('agree') else 'NO'} |",
-        ]
-    for name in ("failover", "writes", "burst"):
-        if isinstance(res.get(name), dict) and "error" in res[name]:
-            lines.append(f"| {name} | FAILED | {res[name]['error'].splitlines()[0][:200]} |")
-    notes = []
-    for name in ("failover", "writes", "burst"):
+                lat = w[role]["latency_ms"]
+                row(f"lone writes ({w['n']} sequential PUT, 1 client)" if role == "leader" else "",
+                    f"to the {role}: p50 / p99 / max (ms), writes/s", f"{_ppm(lat)}; {w[role]['writes_per_s']}")
+        for key, label in (("register_put", f"{CONCURRENCY} clients, PUT per job"), ("register_bulk", f"bulk endpoint, {BULK_CONCURRENCY} clients")):
+            r = w.get(key) or {}
+            if "not_run" in r:
+                row("", f"jobs registered per second ({label})", r["not_run"])
+            elif r:
+                pw = r.get("per_whole_second")
+                row("", f"jobs registered per second ({label}; {fmt(r['n'])} jobs): jobs/s (whole seconds min-max); request p50 / p99 ms",
+                    f"{fmt(r['jobs_per_s'])}" + (f" ({fmt(pw['min'])}-{fmt(pw['max'])})" if pw else "")
+                    + f"; {r['latency_ms'].get('p50')} / {r['latency_ms'].get('p99')}")
+    sw = res.get("sweep")
+    if isinstance(sw, dict) and "ours" in sw:
+        ours, aps = sw["ours"], sw.get("apscheduler", {})
+        stag = ("staggered" if (ours.get("stagger") or {}).get("staggered")
+                else "ours NOT staggered: all N due on each whole second; APScheduler's spread over the second")
+        for st in ours.get("steps", []):
+            a = aps.get(str(st["n"]), {})
+            nr = _not_run(a)
+            ps = st.get("per_second") or {}
+            row(f"sweep N={_kn(st['n'])} (every 1 s, {stag}; window {st['window_s']} s)",
+                "slots committed per second (whole seconds: median, min-max); baseline: APScheduler fires/s",
+                f"{fmt(st.get('slots_per_s'))}" + (f" ({fmt(ps.get('median'))}, {fmt(ps.get('min'))}-{fmt(ps.get('max'))})" if ps else ""),
+                nr or fmt(a.get("fires_per_s")), ratio(st.get("slots_per_s"), a.get("fires_per_s")))
+            lag = st.get("lag_ms")
+            row("", f"fire lag = commit − slot, 0 if committed ahead ({fmt(st.get('committed_ahead'))} were) (ms) p50 / p99 / max; "
+                    "baseline: run time − scheduled time",
+                _ppm(lag) if lag else "no fire log", nr or _ppm(a.get("lag_ms")), ratio((lag or {}).get("p99"), (a.get("lag_ms") or {}).get("p99")))
+            row("", f"fell behind (< {FELL_BEHIND_SHARE:.0%} of N × window committed, or p99 > {FELL_BEHIND_P99_MS} ms)",
+                {True: "yes", False: "no", None: "-"}[st.get("fell_behind")], nr or {True: "yes", False: "no"}.get(a.get("fell_behind"), "-"))
+        fb = sw.get("falls_behind_at", {})
+
+        def fb_s(d):
+            if not d:
+                return "-"
+            if d.get("n") is None:
+                return f"not up to N={_kn(d['kept_up_to'])}" if d.get("kept_up_to") else "-"
+            return f"N={_kn(d['n'])}" + (f" (kept up at {_kn(d['kept_up_to'])})" if d.get("kept_up_to") else "")
+        row("sweep", "falls behind first at", fb_s(fb.get("raftsched")), fb_s(fb.get("apscheduler")))
+    stm = res.get("storm")
+    if isinstance(stm, dict) and "ours" in stm:
+        b, a = stm["ours"], stm.get("apscheduler", {})
+        nr = _not_run(a)
+        if "burst_size" in b:
+            fl = b.get("fire_log")
+            lag = (fl or {}).get("lag_ms")
+            row(f"storm ({fmt(b['jobs'])} one-shot jobs due at one aligned second)",
+                f"fire lag = commit − slot, 0 if committed ahead ({fmt((fl or {}).get('committed_ahead'))} were) (ms) p50 / p99 / max; "
+                "baseline: APScheduler run time − scheduled time",
+                _ppm(lag) if lag else "no fire log", nr or _ppm(a.get("lag_ms")),
+                ratio((lag or {}).get("p99"), (a.get("lag_ms") or {}).get("p99")))
+            if a.get("slot_to_last_fire_ms") is not None or fl:
+                row("", "slot → last slot committed (ms); baseline: slot → last fire",
+                    fmt((lag or {}).get("max")), nr or fmt(a.get("slot_to_last_fire_ms")), ratio((lag or {}).get("max"), a.get("slot_to_last_fire_ms")))
+            r = b["registration"]
+            row("", f"registration ({r.get('method')}): jobs/s; request p50 / p99 ms", f"{fmt(r['jobs_per_s'])}; {r['latency_ms']['p50']} / {r['latency_ms']['p99']}")
+            row("", "burst size: slots that became runs + queue_full records (lost / duplicated)",
+                f"{fmt(b['burst_size'])} = {fmt(b['runs'])} + {b['records_queue_full']} ({b['lost']} / {b['duplicated']})")
+            row("", f"slot → first / all applied on the leader (ms, 50 ms samples, negative = before the slot; previous sample "
+                    f"{b['all_applied_after_ms']} ms); slots/s from T − {b.get('fire_ahead_ms', 0)} ms (when it may fire)",
+                f"{b['first_applied_ms']} / {b['all_applied_ms']}; {fmt(b['slots_per_s'])}")
+            if fl and fl.get("slots_per_s"):
+                row("", "slots committed per second = burst / (first fire planned → last committed), from the fire log",
+                    f"{fmt(fl['slots_per_s'])} ({fl['first_plan_to_last_commit_ms']} ms)")
+            row("", "replicas agree afterwards (job count, run count, SHA-256 of every job view and queue depth)",
+                "yes" if b.get("replicas", {}).get("agree") else "NO")
+    e = res.get("e2e")
+    if isinstance(e, dict) and "per_s" in e:
+        r = e["per_s"]
+        row(f"end to end ({fmt(e['jobs'])} no-op python jobs every 1 s, {e['worker_slots_per_node']} slots per worker; window {e['window_s']} s)",
+            f"runs per second fired / leased / executed / completed (offered {fmt(r['offered'])}/s)",
+            f"{fmt(r['fired'])} / {fmt(r['leased'])} / {fmt(r['executed'])} / {fmt(r['completed'])}")
+        ls = e["latency_sample"]
+        row("", f"slot → completion (finished_at − slot) ms p50 / p99 / max ({ls['runs']} runs of {ls['jobs']} jobs; "
+                f"{ls['unfinished_after_15_s']} unfinished)", _ppm(e["slot_to_completion_ms"]))
+        row("", "slot → start (started_at − slot) ms p50 / p99 / max", _ppm(e["slot_to_start_ms"]))
+        q = [x or {} for x in (e.get("queue_depth_before_after") or [None, None])]
+        row("", "backlog before → after the window: queued runs already due (all queued, with those fired ahead)",
+            f"{fmt(q[0].get('ready'))} → {fmt(q[1].get('ready'))} ({fmt(q[0].get('depth'))} → {fmt(q[1].get('depth'))})")
+    if raw_ok:
+        best = max((s.get("slots_per_s") or 0 for s in (res.get("sweep") or {}).get("ours", {}).get("steps", [])), default=None)
+        for role in ("leader", "follower"):
+            x = raw.get(role) or {}
+            row("raw pysyncobj (3 processes, our Raft configuration, pipelined no-op commands)" if role == "leader" else "",
+                f"commits per second, client on the {role}; latency p50 / p99 / max (ms)", "-",
+                f"{fmt(x.get('commits_per_s'))}; {_ppm(x.get('latency_ms'))}")
+        row("", "our best sweep slots/s ÷ raw commits/s on the leader (slots are batched into fire commands)",
+            fmt(best or None), fmt((raw.get("leader") or {}).get("commits_per_s")), ratio(best or None, (raw.get("leader") or {}).get("commits_per_s")))
+    elif "raw_raft" in res:
+        row("raw pysyncobj", "commits per second", "-", _not_run(raw) or "failed")
+    sc = res.get("scale")
+    if isinstance(sc, dict) and "steps" in sc:
+        for st in sc["steps"]:
+            rss = " / ".join(f"{v.get('VmRSS', 0) / 1024:.0f}" for v in st["rss_kib"].values())
+            rr = st["restart"]
+            row(f"scale ({_kn(st['n'])} idle interval jobs + 3 every 1 s)", "resident memory per node (MiB)", rss)
+            row("", "whole-cluster cold restart (SIGTERM all three, start again): leader / every job restored on all nodes / first new fire committed (s after start)",
+                f"{rr['leader_s']} / {rr['all_restored_s']} / {rr['first_fire_s']}")
+        row("scale", "snapshot time", "not measured: " + sc["snapshot"].split(": ", 1)[-1][:120] + "…")
+        if sc.get("skipped"):
+            row("scale (1M jobs)", "resident memory, restart", f"skipped: {sc['skipped']}")
+    for name in ALL_SCENARIOS:
+        v = res.get(name)
+        if isinstance(v, dict) and "error" in v:
+            row(name, "FAILED", v["error"].splitlines()[0][:200].replace("|", "\\|"))
+        elif isinstance(v, dict) and "not_run" in v and name != "raw_raft":  # raw_raft has its own row
+            row(name, "not run", v["not_run"])
+    notes = list(res.get("notes") or [])
+    for name in ALL_SCENARIOS:
         la = (res.get(name) or {}).get("loadavg_before_after")
         if la and la[0][0] > 1.0:
-            notes.append(f"{name}: load average {la[0][0]} when it started (2 CPUs): other processes were competing for the CPUs")
-    if isinstance(b, dict) and b.get("leader_change_during_registration"):
+            notes.append(f"{name}: load average {la[0][0]} when it started ({m['nproc']} CPUs): other processes were competing for the CPUs")
+    b = (res.get("storm") or {}).get("ours") or {}
+    if b.get("leader_change_during_registration"):
         ch = b["leader_change_during_registration"]
-        notes.append(f"leadership changed during the burst's registration: {ch['leader_before']} (term {ch['term_before']}) → "
+        notes.append(f"storm: leadership changed during registration: {ch['leader_before']} (term {ch['term_before']}) → "
                      f"{ch['leader_after']} (term {ch['term_after']}); the burst was measured on {b['burst_leader']}")
-    for ev in (b.get("leader_changes_during_burst") or []) if isinstance(b, dict) else []:
-        notes.append(f"leadership changed during the burst, {ev['t_ms']} ms after the slot: {ev['from']} (term {ev['term_from']}) → "
+    for ev in b.get("leader_changes_during_burst") or []:
+        notes.append(f"storm: leadership changed {ev['t_ms']} ms after the slot: {ev['from']} (term {ev['term_from']}) → "
                      f"{ev['to']} (term {ev['term_to']}); sampling moved to the new leader")
+    if (b.get("fire_log") or {}).get("problem"):
+        notes.append("storm: " + b["fire_log"]["problem"])
+    for st in ((res.get("sweep") or {}).get("ours") or {}).get("steps", []):
+        if st.get("term_changed"):
+            notes.append(f"sweep N={st['n']}: the leader's term changed during the window (records of every node were counted)")
+        if st.get("fire_log_caught_up") is False:
+            notes.append(f"sweep N={st['n']}: no fire-log record committed after the window was seen within 5 s (the leader stalled)")
     for cname, nodes in (res.get("node_log_warnings") or {}).items():
         for node, kinds in nodes.items():
             for key, k in kinds.items():
                 notes.append(f"{cname}/{node}: {k['count']} × `{k['first'][24:140]}…`")
     if notes:
-        lines += ["", "Warnings:", ""] + [f"- {n}" for n in notes]
+        lines += ["", "Notes and warnings:", ""] + [f"- {n}" for n in notes]
     if isinstance(f, dict) and "trials" in f:
         lines += ["", "Fail-over trials:", "",
                   "| # | killed | phase ms | leader seen ms | first fire seen ms | its slot − kill ms | fired_at − kill ms | rejoin s |",
                   "|---|---|---|---|---|---|---|---|"]
         for t in f["trials"]:
-            lines.append(f"| {t['trial']} | {t['killed']} | {t['kill_phase_ms']} | {fmt(t['election_observed_ms'])} | {t['observed_ms']} | "
+            lines.append(f"| {t['trial']} | {t['killed']} | {t['kill_phase_ms']} | {fmt(t['election_observed_ms'])} | {fmt(t['observed_ms'])} | "
                          f"{t['slot_minus_kill_ms']:+.0f} | {t['fired_at_minus_kill_ms']} | {t['restart_catch_up_s']} |")
     return "\n".join(lines)
 
 
+def plot(res: dict, path: Path) -> str | None:
+    """Fire lag CDFs, ours (solid) and APScheduler (dashed): one panel per sweep N, one for the
+    storm. Returns None, or why no plot was written."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        return f"matplotlib is not installed ({e})"
+    panels = []
+    sw = res.get("sweep") or {}
+    for st in (sw.get("ours") or {}).get("steps", []):
+        aps = (sw.get("apscheduler") or {}).get(str(st["n"])) or {}
+        panels.append((f"sweep: N = {st['n']:,} jobs every 1 s", st.get("lags_sample"), aps.get("lags_sample")))
+    stm = res.get("storm") or {}
+    if "ours" in stm:
+        fl = (stm["ours"] or {}).get("fire_log") or {}
+        panels.append((f"storm: {(stm['ours'] or {}).get('jobs', '?'):,} jobs due at one second", fl.get("lags_sample"),
+                       (stm.get("apscheduler") or {}).get("lags_sample")))
+    if not panels:
+        return "no sweep or storm results"
+    cols = min(3, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
+    for ax, (title, ours, theirs) in zip(axes.flat, panels):
+        drawn = False
+        for vals, label, style in ((ours, "raftsched (commit − slot, 0 if ahead)", "-"), (theirs, "APScheduler (run − scheduled)", "--")):
+            if vals:
+                s = sorted(max(0.1, float(v)) for v in vals)
+                ax.plot(s, [(k + 1) / len(s) for k in range(len(s))], style, label=f"{label}, {len(vals):,} slots" + (" (a sample)" if len(vals) >= LAG_SAMPLE_MAX else ""))
+                drawn = True
+        if not drawn:
+            ax.text(0.5, 0.5, "no data\n(no fire log, baseline not run)", ha="center", va="center", transform=ax.transAxes)
+        ax.set_xscale("log")
+        ax.set_xlabel("fire lag (ms, log; values below 0.1 shown at 0.1)")
+        ax.set_ylabel("share of slots")
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        if drawn:
+            ax.legend(fontsize=8, loc="lower right")
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    fig.suptitle(f"fire lag CDF, {res['profile']} run {res['started_at']}", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None
+
+
+def code_has(text: str) -> bool:
+    """Whether the nodes' code (CODE_DIR/raftsched) contains ``text`` (e.g. the bulk route)."""
+    for p in (CODE_DIR / "raftsched").rglob("*.py"):
+        try:
+            if text in p.read_text(errors="replace"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="5 fail-overs, 200 writes, 2,000-job burst (< ~60 s)")
+    ap.add_argument("--quick", action="store_true", help="a small version of every scenario (about a minute)")
     ap.add_argument("--out", default="bench-results.json", help="JSON results (default: bench-results.json in the cwd)")
+    ap.add_argument("--plot", help="PNG of the fire lag distributions (default: --out with .png)")
     ap.add_argument("--keep", action="store_true", help="keep the clusters' data dirs and logs even on success")
     ap.add_argument("--git-ref", help="run the nodes from this commit (git archive into the temp dir) "
                                       "instead of the working tree")
-    ap.add_argument("--burst-jobs", type=int, help="override the burst size (for investigations)")
-    ap.add_argument("--only", default="failover,writes,burst", help="comma-separated subset of failover,writes,burst")
+    ap.add_argument("--storm-jobs", "--burst-jobs", dest="storm_jobs", type=int, help="override the storm size")
+    ap.add_argument("--sweep-ns", help="override the sweep's job counts, comma-separated (e.g. 1000,10000)")
+    ap.add_argument("--e2e-jobs", type=int, help="override the end-to-end scenario's job count (offered runs per second)")
+    ap.add_argument("--scale-1m", action="store_true", help="also register 1,000,000 jobs in the scale scenario "
+                                                           "(through PUT that takes an hour or more)")
+    ap.add_argument("--only", default=",".join(ALL_SCENARIOS), help="comma-separated subset of " + ",".join(ALL_SCENARIOS)
+                    + " (burst = storm)")
     args = ap.parse_args(argv)
     profile = "quick" if args.quick else "full"
     p = dict(PROFILES[profile])
-    if args.burst_jobs:
-        p["burst_jobs"] = args.burst_jobs
+    only = [("storm" if x.strip() == "burst" else x.strip()) for x in args.only.split(",") if x.strip()]
+    unknown = [x for x in only if x not in ALL_SCENARIOS]
+    if unknown:
+        ap.error(f"unknown scenario(s) {unknown}; choose from {','.join(ALL_SCENARIOS)}")
+    plot_path = Path(args.plot) if args.plot else Path(args.out).with_suffix(".png")
 
     def on_term(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
@@ -850,69 +1915,153 @@ def main(argv=None) -> int:
         arch = subprocess.run(["git", "archive", sha], cwd=REPO, capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", str(CODE_DIR)], input=arch, check=True)
         code = {"source": "git archive", "ref": args.git_ref, "commit": sha}
+    # What the nodes' code offers decides what can be measured, and (for a quick run) how many jobs
+    # fit in its time: registering through PUT costs the leader a Raft entry per job.
+    fire_log_ok = fire_log_supported()
+    bulk = code_has(BULK_PATH.rsplit("/", 1)[-1])
+    if args.storm_jobs:
+        p["storm_jobs"] = args.storm_jobs
+    if args.e2e_jobs:
+        p["e2e_jobs"] = args.e2e_jobs
+    p["sweep_ns"] = ([int(x) for x in args.sweep_ns.split(",")] if args.sweep_ns
+                     else (p["sweep_ns"] if bulk or not p["sweep_ns_put"] else p["sweep_ns_put"]))
+    p["scale_ns"] = p["scale_ns"] if bulk or not p["scale_ns_put"] else p["scale_ns_put"]
+    skipped_1m = None
+    if args.scale_1m:
+        p["scale_ns"] = sorted(set(p["scale_ns"] + [SCALE_1M]))
+    else:
+        skipped_1m = "needs --scale-1m (registering 1M jobs takes minutes with the bulk endpoint, an hour or more through PUT)"
+    register_budget_s = 120.0 if args.quick else (5 * 3600.0 if args.scale_1m else 3600.0)
     clusters: list[Cluster] = []
     t0 = time.monotonic()
     res = {"profile": profile, "params": p, "command": " ".join([".venv/bin/python", "scripts/bench.py"] + sys.argv[1:]),
-           "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine(), "code": code}
+           "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine(), "code": code,
+           "scenarios": only,
+           "fire_log": {"supported": fire_log_ok,
+                        "note": ("on (RAFTSCHED_FIRE_LOG, one file per node)" if fire_log_ok else
+                                 "NO FIRE LOG: the nodes' code does not read RAFTSCHED_FIRE_LOG (raftsched/node/trigger.py), "
+                                 "so there is no fire lag; slots/s come from the leader's trigger counter")},
+           "registration_note": (f"bulk endpoint ({BULK_PATH}) found in the code" if bulk else
+                                 f"no bulk endpoint ({BULK_PATH}) in the code: PUT per job"
+                                 + (", with the smaller *_put sizes" if args.quick else "")),
+           "notes": []}
+    if not fire_log_ok:
+        print("[bench] NO FIRE LOG: the nodes' code has no RAFTSCHED_FIRE_LOG; fire lag will be missing", file=sys.stderr)
     failed = []
     try:
-        for name in [n for n in ("failover", "writes", "burst") if n in args.only.split(",")]:
+        for name in [n for n in ALL_SCENARIOS if n in only]:
             load_before = [round(x, 2) for x in os.getloadavg()]
+            t_scen = time.monotonic()
             try:
                 if name == "failover":
                     res[name] = failover(tmp, p["failover_trials"], clusters)
-                    clusters[-1].stop()  # free the CPU for the next scenario
                 elif name == "writes":
-                    # No run ever falls due on this cluster before the burst; the burst's runs wait
-                    # in their queue (--slots 0: no node executes), so the burst measures firing.
-                    res[name] = lone_writes(start_cluster(tmp, "writes", clusters, WRITES_BURST_NODE_ARGS), p["writes"])
-                else:
-                    c = clusters[-1] if clusters else None
-                    if c is None or c.tmp.name != "writes" or len(c.alive()) != c.n:
-                        c = start_cluster(tmp, "burst", clusters, WRITES_BURST_NODE_ARGS)
-                    res[name] = burst(c, p["burst_jobs"])
+                    res[name] = writes(tmp, p, clusters)
+                elif name == "raw_raft":
+                    res[name] = run_baseline(tmp, "raw_raft.py", ["--seconds", str(p["raw_raft_s"]), "--warmup", str(p["raw_raft_warmup_s"])],
+                                             "raw-raft", timeout_s=2 * (p["raw_raft_s"] + p["raw_raft_warmup_s"]) + 90)
+                elif name == "sweep":
+                    # APScheduler first, alone; then our cluster (never both at once: they share the CPUs).
+                    aps = aps_interval(tmp, p["sweep_ns"], p["sweep_window_s"], p["sweep_warmup_s"])
+                    res[name] = {"apscheduler": aps, "ours": {}}
+                    sweep(tmp, p["sweep_ns"], p["sweep_window_s"], p["sweep_warmup_s"], clusters, fire_log_ok, register_budget_s,
+                          res[name]["ours"])
+                elif name == "storm":
+                    res[name] = {"ours": storm(tmp, p["storm_jobs"], clusters, fire_log_ok)}
+                    _stop_all(clusters)  # the baseline runs alone
+                    res[name]["apscheduler"] = run_baseline(tmp, "aps_bench.py", ["--mode", "storm", "--jobs", str(p["storm_jobs"])],
+                                                            f"aps-storm-{p['storm_jobs']}", timeout_s=90 + p["storm_jobs"] / 500)
+                elif name == "e2e":
+                    res[name] = e2e(tmp, p["e2e_jobs"], p["e2e_window_s"], p["e2e_warmup_s"], p["e2e_slots"], clusters, fire_log_ok)
+                elif name == "scale":
+                    res[name] = {"skipped": skipped_1m}
+                    scale(tmp, p["scale_ns"], clusters, fire_log_ok, register_budget_s, res[name])
             except Exception as e:  # any failure of a scenario is reported, and the next one still runs
                 failed.append(name)
-                res[name] = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+                partial = res.get(name) if isinstance(res.get(name), dict) else {}
+                res[name] = {**partial, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
                 print(f"[bench] {name} FAILED: {e}", file=sys.stderr)
+            _stop_all(clusters)  # free the CPUs for the next scenario
+            if name == "sweep" and (res[name].get("ours") or {}).get("steps"):
+                # Over the steps that ran (all of them, unless the scenario failed part way).
+                steps = res[name]["ours"]["steps"]
+                ns = [st["n"] for st in steps]
+                res[name]["falls_behind_at"] = {
+                    "raftsched": falls_behind_at(ns, [st["fell_behind"] for st in steps]),
+                    "apscheduler": falls_behind_at(ns, [res[name]["apscheduler"].get(str(n), {}).get("fell_behind") for n in ns])}
             res[name]["loadavg_before_after"] = [load_before, [round(x, 2) for x in os.getloadavg()]]
+            res[name]["elapsed_s"] = round(time.monotonic() - t_scen, 1)
+            print(f"[bench] {name}: {res[name]['elapsed_s']} s", file=sys.stderr)
             if load_before[0] > 1.0:
                 print(f"[bench] WARNING: load average {load_before} before {name}: other work shares the CPUs", file=sys.stderr)
     except KeyboardInterrupt as e:
         failed.append(f"interrupted ({e})")
     finally:
-        for c in clusters:
-            try:
-                c.stop()
-            except Exception as e:  # keep stopping the others
-                print(f"[bench] stopping a cluster: {e!r}", file=sys.stderr)
+        _stop_all(clusters)
         res["node_log_warnings"] = {c.tmp.name: raft_log_warnings(c) for c in clusters}
         leftover = [pr.pid for c in clusters for pr in c.procs.values() if pr.poll() is None]
         if leftover:
             print(f"[bench] WARNING: processes still running: {leftover}", file=sys.stderr)
     res["elapsed_s"] = round(time.monotonic() - t0, 1)
-    f = res.get("failover", {})
-    b = res.get("burst", {})
-    if f.get("slots_lost") or f.get("slots_duplicated") or f.get("problems"):
-        failed.append("fail-over audit: " + "; ".join(f.get("problems") or []))
-    if b.get("replicas") and not b["replicas"].get("agree"):
-        failed.append(f"burst: replicas: {b['replicas'].get('error') or 'disagree'}")
-    if b.get("lost") or b.get("duplicated") or b.get("jobs_not_past_slot"):
-        failed.append(f"burst: lost {b.get('lost')}, duplicated {b.get('duplicated')}, jobs whose cursor did not pass "
-                      f"the slot {b.get('jobs_not_past_slot')}")
+    failed += invariant_failures(res, fire_log_ok)
+    for name in ("sweep", "storm"):
+        for who, b in (((res.get(name) or {}).get("apscheduler") or {}).items() if name == "sweep"
+                       else [("storm", (res.get(name) or {}).get("apscheduler"))]):
+            if isinstance(b, dict) and "not_run" in b:
+                res["notes"].append(f"APScheduler baseline ({name} {who}) not run: {b['not_run']}")
+    if isinstance(res.get("raw_raft"), dict) and "not_run" in res["raw_raft"]:
+        res["notes"].append(f"raw pysyncobj baseline not run: {res['raw_raft']['not_run']}")
     res["failed"] = failed
     res["ok"] = not failed
     if failed or args.keep:
         res["data_dir"] = str(tmp)
+    why = None
+    try:
+        why = plot(res, plot_path)
+    except Exception as e:  # a plot never fails the run; the JSON has every figure
+        why = f"{type(e).__name__}: {e}"
+    res["plot"] = str(plot_path) if why is None else None
+    if why:
+        res["notes"].append(f"no plot: {why}")
     Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
     print(markdown(res))
-    print(f"\nelapsed {res['elapsed_s']} s; JSON in {args.out}")
+    print(f"\nelapsed {res['elapsed_s']} s; JSON in {args.out}" + (f"; plot in {plot_path}" if why is None else ""))
     if failed:
         print(f"FAILED: {failed}; node logs kept in {tmp}", file=sys.stderr)
         return 1
     if not args.keep:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
+
+
+def _stop_all(clusters: list) -> None:
+    for c in clusters:
+        try:
+            c.stop()
+        except Exception as e:  # keep stopping the others
+            print(f"[bench] stopping a cluster: {e!r}", file=sys.stderr)
+
+
+def invariant_failures(res: dict, fire_log_ok: bool) -> list[str]:
+    """What makes the run fail besides a scenario error: a lost or duplicated slot, replicas that
+    disagree, and a fire log that the code has but that stayed empty."""
+    failed = []
+    f = res.get("failover") or {}
+    b = (res.get("storm") or {}).get("ours") or {}
+    if f.get("slots_lost") or f.get("slots_duplicated") or f.get("problems"):
+        failed.append("fail-over audit: " + "; ".join(f.get("problems") or []))
+    if b.get("replicas") and not b["replicas"].get("agree"):
+        failed.append(f"storm: replicas: {b['replicas'].get('error') or 'disagree'}")
+    if b.get("lost") or b.get("duplicated") or b.get("jobs_not_past_slot"):
+        failed.append(f"storm: lost {b.get('lost')}, duplicated {b.get('duplicated')}, jobs whose cursor did not pass "
+                      f"the slot {b.get('jobs_not_past_slot')}")
+    if fire_log_ok:
+        if (b.get("fire_log") or {}).get("problem"):
+            failed.append("storm fire log: " + b["fire_log"]["problem"])
+        for st in ((res.get("sweep") or {}).get("ours") or {}).get("steps", []):
+            if not st.get("slots_committed"):
+                failed.append(f"sweep N={st['n']}: the fire logs hold no record committed in the window")
+    return failed
 
 
 if __name__ == "__main__":

@@ -129,7 +129,32 @@ echo "raftsched tests in $ROOT"
 echo "$("$VENV_PY" --version 2>&1) ($VENV_PY), pytest $("$VENV_PY" -c 'import pytest; print(pytest.__version__)')"
 
 step pytest run_pytest "$@"
-# step bench-quick ...       (benchmark quick run: add here)
+# The benchmark's quick run (scripts/bench.py --quick, 1.5-2 minutes on 2 shared cores): checks that every
+# scenario ran (exit 0, every scenario in the JSON without an error), not how fast.
+# shellcheck disable=SC2317  # invoked indirectly, through step
+bench_quick() {
+  local dir rc=0
+  dir=$(mktemp -d)
+  "$VENV_PY" scripts/bench.py --quick --out "$dir/bench.json" --plot "$dir/bench.png" >"$dir/bench.out" 2>&1 || rc=$?
+  if ((rc == 0)); then
+    "$VENV_PY" - "$dir/bench.json" <<'PY' || rc=$?
+import json, sys
+sys.path.insert(0, "scripts")
+from bench import ALL_SCENARIOS
+res = json.load(open(sys.argv[1]))
+bad = [s for s in ALL_SCENARIOS if not isinstance(res.get(s), dict) or "error" in res[s]]
+if bad or not res.get("ok"):
+    sys.exit(f"bench-quick: scenarios missing or failed: {bad}; failed: {res.get('failed')}")
+print(f"bench-quick: all {len(ALL_SCENARIOS)} scenarios ran in {res['elapsed_s']} s ({res['fire_log']['note']})")
+PY
+  fi
+  if ((rc != 0)); then
+    tail -n 60 "$dir/bench.out"
+  fi
+  rm -rf -- "$dir"
+  return "$rc"
+}
+step bench-quick bench_quick
 # About 2 minutes of faults against three real nodes (docs/testing.md); fails on an invalid verdict.
 step fault-injection "$VENV_PY" jepsen-style/run.py --profile ci ${JEPSEN_SEED:+--seed "$JEPSEN_SEED"}
 

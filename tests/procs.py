@@ -76,12 +76,19 @@ class Cluster:
     """n raftsched node processes on free loopback ports, each with its own data dir."""
 
     def __init__(self, tmp: Path, n: int = 3, secret: str | None = "s" * 32, token: str = "t" * 32,
-                 env: dict | None = None, node_args: list[str] | None = None) -> None:
+                 env: dict | None = None, node_args: list[str] | None = None,
+                 node_env=None, cwd: Path | None = None) -> None:
+        """``env`` is added to every node's environment; ``node_env`` to one node's: a mapping
+        ``{index: {var: value}}`` or a callable ``index -> {var: value}`` (e.g. a per-node log path,
+        which must differ between nodes because leadership moves). ``cwd`` is where the nodes run
+        (default: the repository), so ``python -m raftsched.cli`` imports the code found there."""
         self.tmp = Path(tmp)
         self.node_args = list(node_args or [])
         self.n = n
         self.token = token
         self.env = env or {}
+        self.node_env = node_env
+        self.cwd = Path(cwd) if cwd is not None else REPO
         ports = free_ports(2 * n)
         self.api_ports = ports[:n]
         self.raft_ports = ports[n:]
@@ -120,9 +127,16 @@ class Cluster:
         for j in ([i] if i is not None else range(self.n)):
             self.data_dir(j).mkdir(parents=True, exist_ok=True)
             log = open(self.data_dir(j) / "node.log", "ab")
-            env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
-            self.procs[j] = subprocess.Popen(self.argv(j), stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env)
+            self.procs[j] = subprocess.Popen(self.argv(j), stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd,
+                                             env=self.env_of(j))
             log.close()
+
+    def env_of(self, i: int) -> dict:
+        """The environment node i starts with: ours, ``env``, then ``node_env`` for node i."""
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
+        extra = self.node_env(i) if callable(self.node_env) else (self.node_env or {}).get(i, {})
+        env.update(extra or {})
+        return env
 
     def node_of_worker(self, worker: str) -> int:
         """The index of the node whose worker id ("node-N/pid") is given."""
