@@ -816,8 +816,17 @@ class SchedulerState(ExecutionMixin):
         }
 
     def snapshot(self) -> bytes:
-        with self.lock:
-            return msgpack.packb(self._snapshot_obj(), use_bin_type=True)
+        """The whole state as bytes (msgpack). The collector is paused meanwhile: building the
+        snapshot's job maps allocates millions of containers at 1M jobs, and young collections
+        over a large heap made it 2.7x slower (200 000 jobs: 3.5 s -> 1.3 s)."""
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            with self.lock:
+                return msgpack.packb(self._snapshot_obj(), use_bin_type=True)
+        finally:
+            if was_enabled:
+                gc.enable()
 
     def restore(self, data: bytes) -> None:
         """Discard all state and load a snapshot. :raises ValueError: for a newer version.
