@@ -17,6 +17,7 @@ from ..clock import Clock
 from ..core import commands, limits, model, policy, preview, schedule
 from ..core.errors import InvalidSpec, NotFound, RaftschedError, BadRequest, Unavailable
 from ..core.model import check_name
+from ..core.state import STATS_FIELDS
 
 
 def new_request_id() -> str:
@@ -420,7 +421,7 @@ class Service:
 
     # ------------------------------------------------------------------ reads
     def job_view(self, job: dict) -> dict:
-        st = job["stats"]
+        st = dict(zip(STATS_FIELDS, job["stats"]))
         n = st["runs"]
         return {
             "name": job["name"],
