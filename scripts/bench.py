@@ -14,11 +14,16 @@ plot of the fire lag distributions (matplotlib, Agg) to --plot (default: --out w
 Scenarios (--only takes a comma-separated subset; docs/benchmarks.md says what each figure means):
   failover  kill -9 of the leader, repeated: time to the next committed fire, slots lost/duplicated
   writes    lone PUT latency (leader, follower); jobs registered per second, 32 clients (and bulk)
-  sweep     N interval jobs every 1 s: slots committed per second, fire lag, where each falls behind
+  sweep     N interval jobs every 1 s, staggered over the second (schedule.start_at): slots committed
+            per second, fire lag, slots fired ahead, where each falls behind
   storm     M one-shot jobs due at one aligned second: fire lag, lost/duplicated, replicas agree
   e2e       no-op python runs fired, leased, executed, completed per second; slot -> completion
   raw_raft  raw pysyncobj commits per second and latency (the Raft layer's ceiling)
-  scale     resident memory per node at 100k jobs (1M with --scale-1m); cold restart until it fires
+  scale     in process: a SchedulerState's memory, snapshot and restore time at 100k jobs; on a cluster:
+            resident memory per node at 100k jobs (1M with --scale-1m); cold restart until it fires,
+            with the raft journal it replayed
+
+--quick runs every scenario small (about a minute): writes, scale and e2e share one cluster.
 
 Fire lag on our nodes comes from the fire-commit log: a node started with RAFTSCHED_FIRE_LOG=<path>
 appends {"c": commit_ms, "p": plan_ms, "s": [slot_ms, ...]} for each committed fire command while it
@@ -62,26 +67,48 @@ PY_NOOP = {"type": "python", "target": "builtins:id"}
 FAILOVER_SPEC = {"schedule": {"every_s": 1}, "executor": SHELL_TRUE, "misfire": {"policy": "fire_all"}, "history": 1000}
 #: A job that never falls due during the benchmark: writes measure the write path only.
 IDLE_SPEC = {"schedule": {"at": "2099-01-01T00:00:00Z"}, "executor": SHELL_TRUE, "misfire": {"policy": "skip"}}
-#: The scale scenario's jobs: real interval jobs in the trigger's heap, first due an hour after
-#: their creation, so the scenario measures what holding them costs, not firing them.
-SCALE_SPEC = {"schedule": {"every_s": 3600}, "executor": PY_NOOP, "misfire": {"policy": "skip"}, "history": 1}
+#: The scale scenario's jobs, as a fleet registers them: one template (interval, misfire, history)
+#: with an executor of each job's own (an HTTP hook per job, on loopback, never called: the jobs
+#: first fall due an hour after their creation). The scenario measures what holding them costs,
+#: not firing them; the in-process state-machine figures use the same jobs (fleet_spec).
+SCALE_SPEC = {"schedule": {"every_s": 3600}, "executor": {"type": "http", "url": "http://127.0.0.1:9/hooks/s-0"},
+              "misfire": {"policy": "skip"}, "history": 1}
+
+
+def fleet_spec(k: int) -> dict:
+    """Job s-k of the scale scenario: SCALE_SPEC with its own executor URL."""
+    spec = dict(SCALE_SPEC)
+    spec["executor"] = {"type": "http", "url": f"http://127.0.0.1:9/hooks/s-{k}"}
+    return spec
+
+
 #: Three jobs that fire every second on the scale cluster: "it fires again" after a cold restart.
 BEACON_SPEC = {"schedule": {"every_s": 1}, "executor": PY_NOOP, "misfire": {"policy": "fire_all"}, "history": 10}
 
 ALL_SCENARIOS = ("failover", "writes", "sweep", "storm", "e2e", "raw_raft", "scale")
 PROFILES = {
-    # Sizes for a run that checks the harness end to end in about a minute (scripts/test.sh).
-    # Registering through PUT costs ~2-5 ms of the leader per job, so without a bulk endpoint the
-    # sizes marked *_put are used instead (the run records which).
-    "quick": {"failover_trials": 5, "writes": 200, "writes_register_put": 500, "writes_register_bulk": 2000,
-              "storm_jobs": 2000, "sweep_ns": [1000, 5000], "sweep_ns_put": [1000, 3000], "sweep_window_s": 2,
-              "sweep_warmup_s": 1, "e2e_jobs": 500, "e2e_window_s": 2, "e2e_warmup_s": 0, "e2e_slots": 32,
-              "raw_raft_s": 1, "raw_raft_warmup_s": 0.5, "scale_ns": [10000], "scale_ns_put": [2000]},
+    # Sizes for a run that checks the harness end to end (scripts/test.sh), not figures: about a
+    # minute on 2 shared cores. Writes, scale and e2e share one cluster (shared_cluster), in that
+    # order; windows are 1 s and sizes small. Registering through PUT costs ~2-5 ms of the leader
+    # per job, so without a bulk endpoint the sizes marked *_put are used (the run records which).
+    "quick": {"failover_trials": 3, "writes": 50, "writes_register_put": 300, "writes_register_bulk": 1000,
+              "storm_jobs": 1000, "sweep_ns": [1000, 3000], "sweep_ns_put": [500, 1500], "sweep_window_s": 1,
+              "sweep_warmup_s": 0.5, "aps_warmup_s": 0.25, "aps_margin_s": 0.5, "storm_margin_s": 1.0,
+              "e2e_jobs": 300, "e2e_window_s": 1, "e2e_warmup_s": 0, "e2e_slots": 32,
+              "raw_raft_s": 0.5, "raw_raft_warmup_s": 0.25, "raw_raft_in_flight": 200, "scale_ns": [5000], "scale_ns_put": [1000],
+              "state_ns": [10000], "shared_cluster": True},
     "full": {"failover_trials": 20, "writes": 1000, "writes_register_put": 5000, "writes_register_bulk": 50000,
              "storm_jobs": 10000, "sweep_ns": [1000, 10000, 30000, 100000], "sweep_ns_put": None,
-             "sweep_window_s": 10, "sweep_warmup_s": 3, "e2e_jobs": 5000, "e2e_window_s": 10, "e2e_warmup_s": 3,
-             "e2e_slots": 32, "raw_raft_s": 10, "raw_raft_warmup_s": 2, "scale_ns": [100000], "scale_ns_put": None},
+             "sweep_window_s": 10, "sweep_warmup_s": 3, "aps_warmup_s": 3, "aps_margin_s": 2.0, "storm_margin_s": 1.5,
+             "e2e_jobs": 5000, "e2e_window_s": 10, "e2e_warmup_s": 3,
+             "e2e_slots": 32, "raw_raft_s": 10, "raw_raft_warmup_s": 2, "raw_raft_in_flight": 1000, "scale_ns": [100000], "scale_ns_put": None,
+             "state_ns": [100000], "shared_cluster": False},
 }
+#: With shared_cluster (quick), these scenarios run one after the other on one cluster, started by
+#: the first of them, with workers on (the e2e scenario needs them) and the fire log on.
+SHARED_SCENARIOS = ("writes", "scale", "e2e")
+#: The order of a quick run: the shared cluster's scenarios next to each other.
+QUICK_ORDER = ("failover", "writes", "scale", "e2e", "sweep", "storm", "raw_raft")
 SCALE_1M = 1_000_000
 POLL_FAILOVER_S = 0.010
 POLL_BURST_S = 0.050
@@ -405,15 +432,30 @@ def wait_fire_log_past(logs: FireLogs, t_ms: float, timeout_s: float, keep: list
         time.sleep(0.05)  # ok-sleep: polling interval inside a deadline loop
 
 
-def fire_ahead_ms() -> int:
-    """How far ahead of a slot the nodes' code may commit it (``limits.fire_ahead_ms`` in
-    CODE_DIR; 0 for code that fires at the slot). Read from the source, so that --git-ref works."""
+def code_limit(name: str) -> int | None:
+    """An integer constant of raftsched/core/limits.py in the nodes' code (CODE_DIR), read from the
+    source so that --git-ref works: ``name = 123`` or ``name = 16 * 2**20``; None if absent."""
     import re
     try:
-        m = re.search(r"^fire_ahead_ms\s*=\s*([0-9_]+)", (CODE_DIR / "raftsched" / "core" / "limits.py").read_text(), re.M)
+        m = re.search(rf"^{name}\s*=\s*([0-9_ *]+)$", (CODE_DIR / "raftsched" / "core" / "limits.py").read_text(), re.M)
     except OSError:
-        return 0
-    return int(m.group(1).replace("_", "")) if m else 0
+        return None
+    if not m:
+        return None
+    try:
+        v = 1
+        for factor in m.group(1).replace("_", "").split(" * "):
+            b, _, e = factor.strip().partition("**")
+            v *= int(b) ** int(e) if e else int(b)
+        return v
+    except ValueError:
+        return None
+
+
+def fire_ahead_ms() -> int:
+    """How far ahead of a slot the nodes' code may commit it (``limits.fire_ahead_ms`` in
+    CODE_DIR; 0 for code that fires at the slot)."""
+    return code_limit("fire_ahead_ms") or 0
 
 
 def measurement_window(window_s: int) -> tuple[float, float]:
@@ -897,7 +939,7 @@ def lone_writes(c: Cluster, n: int, warmup: int = 20) -> dict:
 
 # ------------------------------------------------------------------------------------ 3. storm (the burst of aligned one-shot slots)
 
-def burst(c: BenchCluster, m: int, logs: FireLogs | None = None) -> dict:
+def burst(c: BenchCluster, m: int, logs: FireLogs | None = None, margin_s: float = 1.5) -> dict:
     """M one-shot jobs due at the same instant T; how long the leader takes to commit all M slots.
     With the fire-commit log (``logs``), each slot's fire lag: the leader's commit time minus T.
 
@@ -920,7 +962,7 @@ def burst(c: BenchCluster, m: int, logs: FireLogs | None = None) -> dict:
     # The leader may commit these slots up to `ahead` ms before T (firing ahead): registration must
     # end, and sampling begin, before then.
     ahead = fire_ahead_ms()
-    t_slot = (math.ceil(time.time() + est_s * 1.4 + 1.5 + ahead / 1000)) * 1000
+    t_slot = (math.ceil(time.time() + est_s * 1.4 + margin_s + ahead / 1000)) * 1000
     spec = {"schedule": {"at": iso(t_slot)}, "executor": SHELL_TRUE, "misfire": {"policy": "fire_all"}, "queue": BURST_QUEUE}
     print(f"[bench] storm: calibration {cal['jobs_per_s']} jobs/s ({cal['method']}); registering {m} jobs due at {iso(t_slot)} "
           f"(~{est_s:.1f} s of registration expected)", file=sys.stderr)
@@ -1050,6 +1092,7 @@ def burst(c: BenchCluster, m: int, logs: FireLogs | None = None) -> dict:
         fire_log = {"slots": len(lags), "commands": len(mine),
                     "lag_ms": lag_stats(lags), "lags_sample": lag_sample(lags),
                     "commit_minus_slot_ms": summary(raw, 1), "committed_ahead": sum(1 for x in raw if x < 0),
+                    "fired_ahead": fired_ahead(raw),
                     "first_plan_to_last_commit_ms": None if span_ms is None else round(span_ms, 1),
                     "slots_per_s": round(len(lags) / (span_ms / 1000), 1) if span_ms else None,
                     "plan_minus_slot_ms_max": round(max((r[1] - t_slot for r in recs if t_slot in r[2]), default=0), 1),
@@ -1088,20 +1131,22 @@ def burst(c: BenchCluster, m: int, logs: FireLogs | None = None) -> dict:
 
 
 
-def storm(tmp: Path, m: int, clusters: list, fire_log_ok: bool) -> dict:
+def storm(tmp: Path, m: int, clusters: list, fire_log_ok: bool, margin_s: float = 1.5) -> dict:
     """The storm: M one-shot jobs all due at one aligned whole second, on a cluster of its own
     with no workers (the burst measurement above, plus the fire lag from the fire-commit log)."""
     c = start_cluster(tmp, "storm", clusters, NO_WORKER, fire_log=True)
-    return burst(c, m, FireLogs(c) if fire_log_ok else None)
+    return burst(c, m, FireLogs(c) if fire_log_ok else None, margin_s)
 
 
 # ------------------------------------------------------------------------------------ 2b. writes: the scenario
 
-def writes(tmp: Path, p: dict, clusters: list) -> dict:
+def writes(tmp: Path, p: dict, clusters: list, shared: BenchCluster | None = None) -> dict:
     """Lone writes (above), then jobs registered per second through the API: CONCURRENCY clients
-    sending PUT /v1/jobs/{name}, and the bulk endpoint when the nodes have it."""
-    c = start_cluster(tmp, "writes", clusters, NO_WORKER)
+    sending PUT /v1/jobs/{name}, and the bulk endpoint when the nodes have it. On ``shared`` when
+    given (a quick run), else on a cluster of its own with no workers."""
+    c = shared or start_cluster(tmp, "writes", clusters, NO_WORKER)
     out = lone_writes(c, p["writes"])
+    out["cluster"] = c.tmp.name + ("" if shared is None else f" (shared, node args {c.extra_args})")
     leader, _ = leader_checked(c)
     n_put = p["writes_register_put"]
     reg = register_checked(c, leader, [(f"wr-{k}", IDLE_SPEC) for k in range(n_put)],
@@ -1127,34 +1172,66 @@ PHI = (math.sqrt(5) - 1) / 2
 def stagger_probe(c: Cluster, i: int) -> dict:
     """How an interval job's phase within the second can be set, if at all: a few plausible schedule
     fields are tried with POST /v1/preview (validated like a PUT, nothing stored), and one counts
-    only if the previewed slots move to that phase. Today an interval is anchored at its creation
-    rounded up to a whole second (docs/api.md), and jitter_s is whole seconds below the interval
-    (0 for every_s: 1), so every slot falls on a whole second."""
+    only if the previewed slots move to that phase. Since commit 07707e3 that is ``start_at``
+    (docs/api.md: slots at start_at + k * every_s). Older code anchors an interval at its creation
+    rounded up to a whole second, and its jitter_s is whole seconds below the interval (0 for
+    every_s: 1), so every slot falls on a whole second."""
     now = wall_ms()
     target = (int(now) // 1000 + 5) * 1000 + 437  # a phase nothing else produces
-    candidates = [("anchor", iso(target)), ("start_at", iso(target)), ("offset_ms", 437)]
+    candidates = [("start_at", iso(target)), ("anchor", iso(target)), ("offset_ms", 437)]
     tried = {}
     for field, value in candidates:
         spec = {"schedule": {"every_s": 1, field: value}, "executor": PY_NOOP, "misfire": {"policy": "fire_all"}}
         s, b = c.call(i, "POST", "/v1/preview?count=2", spec)
         tried[field] = s
         if s == 200 and isinstance(b, dict) and b.get("slots") and all(x["slot_ms"] % 1000 == 437 for x in b["slots"]):
-            return {"staggered": True, "field": field, "tried": tried}
+            return {"staggered": True, "field": field, "tried": tried,
+                    "how": f"job sw-k: schedule.{field} = a whole second in the past + frac(k·φ)·1000 ms, so its slots "
+                           "fall at that phase of every second (the first one within a second of its creation)"}
     return {"staggered": False, "tried": tried,
-            "why": "an every_s job's slots fall on whole seconds (anchor = creation rounded up) and jitter_s must be "
-                   "below the interval, so no field sets a sub-second phase: every second, all N slots fall due at once"}
+            "why": "no schedule field sets a sub-second phase for an every_s job in this code (start_at came with "
+                   "commit 07707e3): its slots fall on whole seconds, so every second all N slots fall due at once"}
+
+
+#: The stagger's base: a whole second well in the past (set by sweep()). With start_at in the past
+#: a job's first slot is the first point of its grid after its creation (docs/api.md), so no slot
+#: waits for a base ahead and none is missed; only the phase (start_at mod 1000) matters.
+_STAGGER_BASE_MS = 0
 
 
 def sweep_spec(k: int, stagger: dict) -> dict:
     spec = {"schedule": {"every_s": 1}, "executor": PY_NOOP, "misfire": {"policy": "fire_all"}, "history": 1,
             "queue": SWEEP_QUEUE}
     if stagger.get("staggered"):
-        # A future whole second plus job k's phase; the schedule keeps that phase every second.
+        # Job k's phase: frac(k * PHI) of the second; any prefix of the jobs is spread evenly.
         phase = int((k * PHI) % 1 * 1000)
-        base = (int(wall_ms()) // 1000 + 2) * 1000
         field = stagger["field"]
-        spec["schedule"][field] = phase if field == "offset_ms" else iso(base + phase)
+        spec["schedule"][field] = phase if field == "offset_ms" else iso(_STAGGER_BASE_MS + phase)
     return spec
+
+
+def slot_phases(slots: list[int]) -> dict:
+    """Where in the second the slots fall: counts per 100 ms bucket of slot mod 1000, the smallest
+    and largest bucket's share, and how many distinct millisecond phases there are. Aligned slots
+    put everything in bucket 0 with 1 distinct phase."""
+    buckets = [0] * 10
+    distinct = set()
+    for s_ in slots:
+        ph = s_ % 1000
+        buckets[ph // 100] += 1
+        distinct.add(ph)
+    n = len(slots)
+    return {"buckets_100ms": buckets, "distinct_ms": len(distinct),
+            "share_min_pct": round(100 * min(buckets) / n, 1) if n else None,
+            "share_max_pct": round(100 * max(buckets) / n, 1) if n else None}
+
+
+def fired_ahead(raw: list[float]) -> dict:
+    """Slots committed before their slot (fire ahead): how many, their share, and by how much
+    (lead = slot - commit, ms). ``raw`` holds commit - slot per slot."""
+    leads = [-x for x in raw if x < 0]
+    return {"n": len(leads), "share_pct": round(100 * len(leads) / len(raw), 1) if raw else None,
+            "lead_ms": summary(leads, 1)}
 
 
 def sweep(tmp: Path, ns: list[int], window_s: float, warmup_s: float, clusters: list, fire_log_ok: bool,
@@ -1165,14 +1242,17 @@ def sweep(tmp: Path, ns: list[int], window_s: float, warmup_s: float, clusters: 
     slots (commit time minus slot), and whether the cluster fell behind. Fills ``out`` as it goes
     (so the steps done survive a failure of a later one) and returns it."""
     steps = out.setdefault("steps", [])
-    out.update({"queue": {"name": SWEEP_QUEUE, "max_depth": 1_000_000, "on_full": "drop_oldest"},
-                "job_spec": sweep_spec(0, {"staggered": False})})
+    out.update({"queue": {"name": SWEEP_QUEUE, "max_depth": 1_000_000, "on_full": "drop_oldest"}})
     c = start_cluster(tmp, "sweep", clusters, NO_WORKER, fire_log=True)
     leader, _ = leader_checked(c)
     # Runs stay queued (no worker): the deepest queue the limits allow, and drop_oldest so that a
     # full queue still turns every slot into a run (the fire log lists runs, not records).
     put_queue(c, leader, SWEEP_QUEUE, 1_000_000, "drop_oldest")
     stagger = out["stagger"] = stagger_probe(c, leader)
+    global _STAGGER_BASE_MS
+    _STAGGER_BASE_MS = (int(wall_ms()) // 1000 - 60) * 1000
+    out["job_spec"] = sweep_spec(0, stagger)
+    out["job_spec_1"] = sweep_spec(1, stagger)
     logs = FireLogs(c) if fire_log_ok else None
     have = 0
     for n in ns:
@@ -1210,7 +1290,9 @@ def sweep(tmp: Path, ns: list[int], window_s: float, warmup_s: float, clusters: 
                 "per_second": {"series": per_sec, "median": pct(per_sec, 50), "min": min(per_sec), "max": max(per_sec)},
                 "lag_ms": lag_stats(lags), "lags_sample": lag_sample(lags),
                 "commit_minus_slot_ms": summary(raw, 1), "committed_ahead": sum(1 for x in raw if x < 0),
+                "fired_ahead": fired_ahead(raw),
                 "plan_to_commit_ms": summary([r[0] - r[1] for r in win], 1),
+                "slot_phase": slot_phases([s_ for r in win for s_ in r[2]]),
             })
             p99 = step["lag_ms"].get("p99")
             step["fell_behind"] = committed < FELL_BEHIND_SHARE * step["expected_slots"] or (p99 is not None and p99 > FELL_BEHIND_P99_MS)
@@ -1222,17 +1304,20 @@ def sweep(tmp: Path, ns: list[int], window_s: float, warmup_s: float, clusters: 
         steps.append(step)
         print(f"[bench] sweep N={n}: {step['slots_per_s']} slots/s committed (expected {n}/s), lag "
               f"{step.get('lag_ms', {}).get('p50')} / {step.get('lag_ms', {}).get('p99')} / {step.get('lag_ms', {}).get('max')} ms, "
-              f"fell behind: {step['fell_behind']}", file=sys.stderr)
+              f"fell behind: {step['fell_behind']}; slot phases {step.get('slot_phase', {}).get('buckets_100ms')} "
+              f"({step.get('slot_phase', {}).get('distinct_ms')} distinct ms)", file=sys.stderr)
     out["fire_log_bad_lines"] = logs.bad_lines if logs else None
     return out
 
 
-def aps_interval(tmp: Path, ns: list[int], window_s: float, warmup_s: float) -> dict:
-    """APScheduler with the same N, run before the sweep cluster starts (never beside it)."""
+def aps_interval(tmp: Path, ns: list[int], window_s: float, warmup_s: float, margin_s: float) -> dict:
+    """APScheduler with the same N, run before the sweep cluster starts (never beside it).
+    ``margin_s``: its first slot at least this long after its last add_job."""
     out = {}
     for n in ns:
         out[str(n)] = run_baseline(tmp, "aps_bench.py", ["--mode", "interval", "--jobs", str(n), "--seconds", str(window_s),
-                                                         "--warmup", str(warmup_s)], f"aps-interval-{n}",
+                                                         "--warmup", str(warmup_s), "--margin", str(margin_s)],
+                                   f"aps-interval-{n}",
                                    timeout_s=warmup_s + window_s + 60 + n / 1000)
         if "not_run" in out[str(n)] and "does not exist" in out[str(n)]["not_run"]:
             for m in ns[ns.index(n) + 1:]:
@@ -1252,18 +1337,18 @@ def falls_behind_at(ns: list[int], flags: list) -> dict:
 
 # ------------------------------------------------------------------------------------ 5. e2e
 
-def e2e(tmp: Path, n: int, window_s: float, warmup_s: float, slots: int, clusters: list, fire_log_ok: bool) -> dict:
+def e2e(tmp: Path, n: int, window_s: float, warmup_s: float, slots: int, clusters: list, fire_log_ok: bool,
+        shared: BenchCluster | None = None) -> dict:
     """No-op python runs (builtins:id) end to end: N interval jobs every 1 s, workers on (the two
     followers, ``--slots`` each; a leader of several nodes does not execute). Over a window:
     fired (fire log, else the leader's counter), leased, executed and completed per second across
     the cluster (worker counters), and slot -> completion for the window's runs of a sample of jobs."""
-    c = start_cluster(tmp, "e2e", clusters, ("--slots", str(slots)), fire_log=True)
+    c = shared or start_cluster(tmp, "e2e", clusters, ("--slots", str(slots)), fire_log=True)
     leader, _ = leader_checked(c)
     put_queue(c, leader, E2E_QUEUE, 1_000_000, "reject")
     history = min(1000, int(window_s + warmup_s) + 30)  # every run of the window is still kept at read-back
     spec = {"schedule": {"every_s": 1}, "executor": PY_NOOP, "misfire": {"policy": "fire_all"}, "history": history,
             "queue": E2E_QUEUE}
-    reg = register_checked(c, leader, [(f"e2e-{k}", spec) for k in range(n)], f"e2e N={n}")
 
     def workers():
         sts = {i: c.status(i) for i in range(c.n)}
@@ -1273,8 +1358,11 @@ def e2e(tmp: Path, n: int, window_s: float, warmup_s: float, slots: int, cluster
         return {"completed": sum(x.get("completed", 0) for x in w), "refused": sum(x.get("refused", 0) for x in w),
                 "running": sum(x.get("running", 0) for x in w), "sts": sts}
 
+    # Runs completed before (a shared cluster's beacons): the first round is counted from here.
+    done0 = (workers() or {}).get("completed", 0)
+    reg = register_checked(c, leader, [(f"e2e-{k}", spec) for k in range(n)], f"e2e N={n}")
     try:
-        wait_for(lambda: (workers() or {}).get("completed", 0) >= n, 60, "the first round of runs to complete")
+        wait_for(lambda: (workers() or {}).get("completed", 0) - done0 >= n, 60, "the first round of runs to complete")
     except AssertionError as e:
         raise BenchError(f"e2e: {e}\n" + "\n".join(node_log_excerpt(c, i) for i in range(c.n))) from None
     time.sleep(warmup_s)  # ok-sleep: measurement window (warm-up)
@@ -1320,7 +1408,9 @@ def e2e(tmp: Path, n: int, window_s: float, warmup_s: float, slots: int, cluster
              "executed": round((d["completed"] + d["refused"]) / counters_s, 1),
              "completed": round(d["completed"] / counters_s, 1)}
     lat = _e2e_latency(c, follower, n, w0, w1, history)
-    out = {"jobs": n, "job_spec": spec, "worker_slots_per_node": slots, "registration": {k: reg[k] for k in ("method", "jobs_per_s", "seconds")},
+    out = {"cluster": c.tmp.name + ("" if shared is None else f" (shared, node args {c.extra_args}; other jobs on it: "
+                                                          f"{(a['sts'][leader].get('jobs') or 0) - n})"),
+           "jobs": n, "job_spec": spec, "worker_slots_per_node": slots, "registration": {k: reg[k] for k in ("method", "jobs_per_s", "seconds")},
            "window_s": round(win_s, 2), "per_s": rates, "fired_source": "fire log" if logs is not None else "leader's slots_fired counter",
            "refused": d["refused"], "worker_counters_s": round(counters_s, 3), "queue_depth_before_after": [q0, q1], **lat}
     print(f"[bench] e2e N={n}: per second {rates}; slot -> completion p50 {lat['slot_to_completion_ms'].get('p50')} ms, "
@@ -1382,43 +1472,239 @@ def _e2e_latency(c: Cluster, i: int, n: int, w0: float, w1: float, history: int)
 
 # ------------------------------------------------------------------------------------ 6. scale
 
-def scale(tmp: Path, ns: list[int], clusters: list, fire_log_ok: bool, register_budget_s: float, out: dict) -> dict:
-    """For each N in ``ns`` (jobs added between steps): resident memory of each node once every
-    replica holds N idle interval jobs (SCALE_SPEC) plus three beacons that fire every second, then a
+#: The in-process state-machine measurement's repeats: snapshot and restore are timed this many
+#: times up to STATE_REPEAT_MAX_N jobs (median and spread), once above.
+STATE_REPEATS = 3
+STATE_REPEAT_MAX_N = 100_000
+
+
+def state_machine_child(n: int) -> dict:
+    """Runs in a subprocess of its own (``--state-machine-child N``), with the nodes' code
+    (CODE_DIR) on PYTHONPATH: builds a SchedulerState holding N jobs the way a node's replica
+    does (put_jobs commands of at most command_bytes_max, encoded with core.commands and applied
+    with apply_bytes; each job validated with model.validate_job and positioned with
+    policy.initial_position, as the API's bulk path does), then times state.snapshot() (what a
+    node's dump writer encodes) and SchedulerState().restore(bytes) (what a node loads from its
+    dump at start), and reads this process's VmRSS."""
+    import gc
+
+    import msgpack
+
+    import raftsched
+    from raftsched.core import commands, limits, model, policy, schedule
+    from raftsched.core.state import SchedulerState
+    gen0 = None
+    try:  # the node's garbage collector setting (raftsched/node/node.py), when the code has one
+        from raftsched.node.node import GC_GEN0_THRESHOLD as gen0
+    except (ImportError, AttributeError):
+        pass
+    if gen0:
+        _, g1, g2 = gc.get_threshold()
+        gc.set_threshold(gen0, g1, g2)
+    pid = os.getpid()
+    rss_start = rss_kib(pid)
+    state = SchedulerState()
+    now = int(time.time() * 1000)
+    budget = limits.command_bytes_max - 1024  # the put_jobs envelope
+    items_max = getattr(limits, "put_jobs_items_max", 500)
+    t_apply = 0.0
+    n_cmds = 0
+    cmd_bytes = 0
+
+    def flush(items):
+        nonlocal t_apply, n_cmds, cmd_bytes
+        data = commands.encode(commands.make("put_jobs", now, f"sm-{n_cmds}", jobs=items))
+        t = time.perf_counter()
+        r = state.apply_bytes(data)
+        t_apply += time.perf_counter() - t
+        if not r.get("ok"):
+            raise RuntimeError(f"put_jobs command {n_cmds} refused: {r}")
+        n_cmds += 1
+        cmd_bytes += len(data)
+
+    t0 = time.perf_counter()
+    items, size = [], 0
+    for k in range(n):
+        name = f"s-{k}"
+        spec = model.validate_job(name, fleet_spec(k))
+        anchor, cursor = policy.initial_position(spec["schedule"], now)
+        item = {"name": name, "spec": spec, "next": schedule.next_slot_after(spec["schedule"], cursor, anchor),
+                "cursor": cursor, "anchor": anchor, "create_only": False}
+        isz = len(msgpack.packb(item, use_bin_type=True))
+        if items and (size + isz > budget or len(items) >= items_max):
+            flush(items)
+            items, size = [], 0
+        items.append(item)
+        size += isz
+    if items:
+        flush(items)
+    del items
+    build_s = time.perf_counter() - t0
+    rss_built = rss_kib(pid)
+    if len(state.jobs) != n:
+        raise RuntimeError(f"the state holds {len(state.jobs)} jobs, not {n}")
+    repeats = STATE_REPEATS if n <= STATE_REPEAT_MAX_N else 1
+    snap_s, restore_s = [], []
+    data = b""
+    for _ in range(repeats):
+        data = b""
+        t = time.perf_counter()
+        data = state.snapshot()
+        snap_s.append(time.perf_counter() - t)
+    identical = None
+    for r in range(repeats):
+        s2 = SchedulerState()
+        t = time.perf_counter()
+        s2.restore(data)
+        restore_s.append(time.perf_counter() - t)
+        if r == repeats - 1:
+            if len(s2.jobs) != n:
+                raise RuntimeError(f"the restored state holds {len(s2.jobs)} jobs, not {n}")
+            identical = s2.snapshot() == data
+        del s2
+    rss_end = rss_kib(pid)
+    return {"n": n, "code": str(Path(raftsched.__file__).resolve().parent), "gc_gen0_threshold": gc.get_threshold()[0],
+            "due_index": getattr(state, "due_index", None), "job_spec_0": fleet_spec(0),
+            "build_s": round(build_s, 2), "apply_s": round(t_apply, 2), "put_jobs_commands": n_cmds, "command_bytes": cmd_bytes,
+            "rss_kib_start": rss_start.get("VmRSS"), "rss_kib_built": rss_built.get("VmRSS"),
+            "rss_mib_built": round(rss_built.get("VmRSS", 0) / 1024, 1),
+            "state_mib": round((rss_built.get("VmRSS", 0) - rss_start.get("VmRSS", 0)) / 1024, 1),
+            "peak_mib": round(rss_end.get("VmHWM", 0) / 1024, 1),
+            "snapshot_bytes": len(data), "repeats": repeats,
+            "snapshot_s": summary(snap_s, 3), "restore_s": summary(restore_s, 3),
+            "snapshot_plus_restore_s": round(pct(snap_s, 50) + pct(restore_s, 50), 3),
+            "round_trip_identical": identical}
+
+
+def state_machine(tmp: Path, n: int, timeout_s: float) -> dict:
+    """state_machine_child(n) in a subprocess (this script, the venv's Python, the nodes' code on
+    PYTHONPATH), stopped by its PID on a timeout. Raises BenchError when it fails."""
+    argv = [venv_python(), str(Path(__file__).resolve()), "--state-machine-child", str(n)]
+    env = dict(os.environ, PYTHONPATH=str(CODE_DIR))
+    log = tmp / f"state-machine-{n}.log"
+    t0 = time.monotonic()
+    with open(log, "wb") as err:
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, cwd=CODE_DIR, env=env)
+    try:
+        out, _ = p.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"state machine N={n}: not done after {timeout_s:.0f} s\n{_tail(log)}") from None
+    finally:
+        if p.poll() is None:
+            p.kill()  # by its PID (Popen.kill)
+            p.wait(timeout=10)
+    if p.returncode != 0:
+        raise BenchError(f"state machine N={n}: exit status {p.returncode}\n{_tail(log)}")
+    try:
+        res = json.loads(out.decode().strip().splitlines()[-1])
+    except (ValueError, IndexError) as e:
+        raise BenchError(f"state machine N={n}: no JSON on stdout ({e})\n{_tail(log)}") from None
+    res["elapsed_s"] = round(time.monotonic() - t0, 1)
+    print(f"[bench] state machine N={n}: built in {res['build_s']} s, RSS {res['rss_mib_built']} MiB "
+          f"(+{res['state_mib']} MiB), snapshot {res['snapshot_bytes']:,} B in {res['snapshot_s']['p50']} s, "
+          f"restore {res['restore_s']['p50']} s, round trip identical: {res['round_trip_identical']}", file=sys.stderr)
+    return res
+
+
+def journal_info(path: Path) -> dict:
+    """A pysyncobj journal file (raft.journal): its size on disk, and the records it holds (what
+    a node replays at start, on top of its last full dump): their bytes, count and first/last
+    index. The file is an mmap that only grows, so its size is a high-water mark; the live part
+    ends at the last-record offset in its header (pysyncobj/journal.py, format 1)."""
+    import mmap
+    import struct
+    out: dict = {"file_bytes": None}
+    try:
+        f = open(path, "rb")
+    except OSError:
+        return out
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        out["file_bytes"] = size
+        if size < 40:
+            return out
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as raw:
+            _journal_records(raw, out)
+    return out
+
+
+def _journal_records(raw, out: dict) -> None:
+    import struct
+    try:
+        # Header: name (24 bytes), version (8), format (uint32), last-record offset (uint32).
+        (version,) = struct.unpack_from("<I", raw, 32)
+        (last,) = struct.unpack_from("<I", raw, 36)
+        first = 40
+        if version != 1 or not first <= last <= len(raw):
+            return
+        off, count, idx0, idx1 = first, 0, None, None
+        while off < last:
+            (size,) = struct.unpack_from("<I", raw, off)
+            idx, _term = struct.unpack_from("<QQ", raw, off + 4)
+            idx0 = idx if idx0 is None else idx0
+            idx1 = idx
+            count += 1
+            off += size + 8
+        out.update({"records_bytes": last - first, "records": count, "first_index": idx0, "last_index": idx1})
+    except struct.error:
+        pass
+
+
+
+def scale(tmp: Path, ns: list[int], state_ns: list[int], clusters: list, fire_log_ok: bool, register_budget_s: float,
+          out: dict, shared: BenchCluster | None = None) -> dict:
+    """First, in-process, for each N in ``state_ns``: the state machine alone holding N jobs
+    (state_machine: its memory, snapshot and restore time), before any cluster of this scenario
+    starts. Then, on a cluster (``shared`` when given, else one of its own with no workers), for
+    each N in ``ns`` (jobs added between steps): resident memory of each node once every replica
+    holds N idle interval jobs (fleet_spec) plus three beacons that fire every second, then a
     whole-cluster cold restart: stop all three by PID, start them on their data dirs, and time how
     long until every node has restored every job and until the first new fire commits. Fills
     ``out`` as it goes and returns it."""
     steps = out.setdefault("steps", [])
-    out.update({"job_spec": SCALE_SPEC, "beacon_spec": BEACON_SPEC,
-                "snapshot": "not measured on its own: no API triggers a snapshot, and pysyncobj compacts only after "
-                            "logCompactionMinEntries (5000) and logCompactionMinTime (300 s); the cold restart loads "
-                            "whatever dump and journal the nodes have (sizes in data_dir_bytes)"})
-    c = start_cluster(tmp, "scale", clusters, NO_WORKER, fire_log=True)
-    leader, _ = leader_checked(c)
+    out.update({"job_spec": SCALE_SPEC, "job_spec_k": "the same with executor.url http://127.0.0.1:9/hooks/s-k",
+                "journal_bytes_compact": code_limit("journal_bytes_compact"),
+                "beacon_spec": BEACON_SPEC,
+                "snapshot": "no API triggers a snapshot on a node, so snapshot and restore are measured in process "
+                            "(state_machine): SchedulerState.snapshot() and restore() with N jobs"})
+    sm = out.setdefault("state_machine", {
+        "what": "in-process state-machine figures: one SchedulerState built through apply (put_jobs commands), in a "
+                "subprocess of its own; not a node (no Raft, no API, no journal)", "steps": []})
+    for n in state_ns:
+        sm["steps"].append(state_machine(tmp, n, timeout_s=120 + n / 250))
+    c = shared or start_cluster(tmp, "scale", clusters, NO_WORKER, fire_log=True)
+    out["cluster"] = c.tmp.name + ("" if shared is None else f" (shared, node args {c.extra_args})")
+    leader, st = leader_checked(c)
+    base = st.get("jobs") or 0  # jobs an earlier scenario left on a shared cluster
+    out["jobs_before"] = base
     for k in range(3):
         put_ok(c, leader, f"beacon-{k}", BEACON_SPEC)
     logs = FireLogs(c) if fire_log_ok else None
     have = 0
     for n in ns:
         leader, _ = leader_checked(c)
-        reg = register_checked(c, leader, [(f"s-{k}", SCALE_SPEC) for k in range(have, n)], f"scale N={n}",
-                               deadline_s=register_budget_s, expect_jobs=n + 3)
+        total = base + 3 + n
+        reg = register_checked(c, leader, [(f"s-{k}", fleet_spec(k)) for k in range(have, n)], f"scale N={n}",
+                               deadline_s=register_budget_s, expect_jobs=total)
         have = n
         try:
-            wait_for(lambda: all((c.status(i) or {}).get("jobs") == n + 3 for i in range(c.n)), 60 + n / 2000,
-                     f"every replica to hold {n + 3} jobs")
+            wait_for(lambda: all((c.status(i) or {}).get("jobs") == total for i in range(c.n)), 60 + n / 2000,
+                     f"every replica to hold {total} jobs")
         except AssertionError as e:
             raise BenchError(f"scale: {e}") from None
-        step = {"n": n, "registration": {k: reg[k] for k in ("method", "jobs_per_s", "seconds", "latency_ms")},
+        step = {"n": n, "jobs_total": total,
+                "registration": {k: reg[k] for k in ("method", "jobs_per_s", "seconds", "latency_ms")},
                 "rss_kib": {f"node-{i + 1}": rss_kib(c.procs[i].pid) for i in range(c.n)},
                 "data_dir_bytes": {f"node-{i + 1}": dir_sizes(c.data_dir(i)) for i in range(c.n)}}
         step["rss_mib_max"] = round(max(v.get("VmRSS", 0) for v in step["rss_kib"].values()) / 1024, 1)
-        step["restart"] = cold_restart(c, n + 3, logs)
+        step["restart"] = cold_restart(c, total, logs)
         step["rss_kib_after_restart"] = {f"node-{i + 1}": rss_kib(c.procs[i].pid) for i in range(c.n)}
         steps.append(step)
         r = step["restart"]
         print(f"[bench] scale N={n}: RSS max {step['rss_mib_max']} MiB; cold restart: all restored in {r['all_restored_s']} s, "
-              f"first fire {r['first_fire_s']} s after start ({r['first_fire_source']})", file=sys.stderr)
+              f"first fire {r['first_fire_s']} s after start ({r['first_fire_source']}); journal records replayed "
+              f"{[j.get('records') for j in r['journal'].values()]} ({[j.get('records_bytes') for j in r['journal'].values()]} B)",
+              file=sys.stderr)
     return out
 
 
@@ -1435,6 +1721,12 @@ def cold_restart(c: BenchCluster, expect_jobs: int, logs: FireLogs | None) -> di
     t0 = time.monotonic()
     c.stop()
     stop_s = time.monotonic() - t0
+    # What the start will load: each node's last full dump and the journal written since the last
+    # log compaction (pysyncobj compacts after 5,000 entries or 300 s; the node also asks for one
+    # per limits.journal_bytes_compact applied), which it replays entry by entry.
+    journal = {f"node-{i + 1}": journal_info(c.data_dir(i) / "raft.journal") for i in range(c.n)}
+    dump = {f"node-{i + 1}": (c.data_dir(i) / "raft.dump").stat().st_size if (c.data_dir(i) / "raft.dump").exists() else None
+            for i in range(c.n)}
     if logs is not None:
         logs.read_new()  # drop what was committed before the stop
     t_start = wall_ms()
@@ -1475,7 +1767,7 @@ def cold_restart(c: BenchCluster, expect_jobs: int, logs: FireLogs | None) -> di
             raise BenchError(f"scale: cold restart not done after {deadline - t1:.0f} s: API up {api_up}, restored {restored}, "
                              f"leader at {leader_at}, first fire {first_fire}\n" + "\n".join(node_log_excerpt(c, i) for i in range(c.n)))
         time.sleep(0.05)  # ok-sleep: polling interval inside a deadline loop
-    return {"commit_index_before": ci, "stop_s": round(stop_s, 2), "stop": "SIGTERM to each node by PID (SIGKILL after 10 s)",
+    return {"commit_index_before": ci, "journal": journal, "dump_bytes": dump, "stop_s": round(stop_s, 2), "stop": "SIGTERM to each node by PID (SIGKILL after 10 s)",
             "api_up_s": {f"node-{i + 1}": v for i, v in sorted(api_up.items())}, "leader_s": leader_at,
             "restored_s": {f"node-{i + 1}": v for i, v in sorted(restored.items())},
             "all_restored_s": max(restored.values()), "first_fire_s": first_fire["s"], "first_fire": first_fire,
@@ -1638,6 +1930,13 @@ def _not_run(b) -> str | None:
     return None
 
 
+def _ahead(fa: dict) -> str:
+    """'share % / lead p50 ms' of fired_ahead()."""
+    if fa.get("share_pct") is None:
+        return "-"
+    return f"{fa['share_pct']} % / {fmt((fa.get('lead_ms') or {}).get('p50'))}"
+
+
 def _kn(n: int) -> str:
     return f"{n // 1_000_000}M" if n >= 1_000_000 and n % 1_000_000 == 0 else (f"{n // 1000}k" if n >= 1000 and n % 1000 == 0 else str(n))
 
@@ -1672,7 +1971,8 @@ def markdown(res: dict) -> str:
         for role in ("leader", "follower"):
             if role in w:
                 lat = w[role]["latency_ms"]
-                row(f"lone writes ({w['n']} sequential PUT, 1 client)" if role == "leader" else "",
+                row(f"lone writes ({w['n']} sequential PUT, 1 client{'; on the shared cluster' if 'shared' in str(w.get('cluster')) else ''})"
+                    if role == "leader" else "",
                     f"to the {role}: p50 / p99 / max (ms), writes/s", f"{_ppm(lat)}; {w[role]['writes_per_s']}")
         for key, label in (("register_put", f"{CONCURRENCY} clients, PUT per job"), ("register_bulk", f"bulk endpoint, {BULK_CONCURRENCY} clients")):
             r = w.get(key) or {}
@@ -1686,7 +1986,9 @@ def markdown(res: dict) -> str:
     sw = res.get("sweep")
     if isinstance(sw, dict) and "ours" in sw:
         ours, aps = sw["ours"], sw.get("apscheduler", {})
-        stag = ("staggered" if (ours.get("stagger") or {}).get("staggered")
+        sg = ours.get("stagger") or {}
+        stag = (f"staggered: schedule.{sg.get('field')} gives job k the phase frac(k·φ) of the second; APScheduler's job k "
+                "starts at k/N s" if sg.get("staggered")
                 else "ours NOT staggered: all N due on each whole second; APScheduler's spread over the second")
         for st in ours.get("steps", []):
             a = aps.get(str(st["n"]), {})
@@ -1700,6 +2002,14 @@ def markdown(res: dict) -> str:
             row("", f"fire lag = commit − slot, 0 if committed ahead ({fmt(st.get('committed_ahead'))} were) (ms) p50 / p99 / max; "
                     "baseline: run time − scheduled time",
                 _ppm(lag) if lag else "no fire log", nr or _ppm(a.get("lag_ms")), ratio((lag or {}).get("p99"), (a.get("lag_ms") or {}).get("p99")))
+            fa = st.get("fired_ahead")
+            if fa:
+                row("", "slots committed before their slot (fired ahead), % / lead p50 (ms)", _ahead(fa))
+            ph = st.get("slot_phase")
+            if ph:
+                row("", "where the window's slots fall in the second (slot mod 1000 ms): share of the smallest-largest "
+                        "100 ms bucket; distinct ms phases", f"{ph['share_min_pct']}-{ph['share_max_pct']} %; {fmt(ph['distinct_ms'])}",
+                    nr or "k/N of the second by construction")
             row("", f"fell behind (< {FELL_BEHIND_SHARE:.0%} of N × window committed, or p99 > {FELL_BEHIND_P99_MS} ms)",
                 {True: "yes", False: "no", None: "-"}[st.get("fell_behind")], nr or {True: "yes", False: "no"}.get(a.get("fell_behind"), "-"))
         fb = sw.get("falls_behind_at", {})
@@ -1708,7 +2018,7 @@ def markdown(res: dict) -> str:
             if not d:
                 return "-"
             if d.get("n") is None:
-                return f"not up to N={_kn(d['kept_up_to'])}" if d.get("kept_up_to") else "-"
+                return f"did not (kept up to N={_kn(d['kept_up_to'])}, the largest tested)" if d.get("kept_up_to") else "-"
             return f"N={_kn(d['n'])}" + (f" (kept up at {_kn(d['kept_up_to'])})" if d.get("kept_up_to") else "")
         row("sweep", "falls behind first at", fb_s(fb.get("raftsched")), fb_s(fb.get("apscheduler")))
     stm = res.get("storm")
@@ -1723,9 +2033,15 @@ def markdown(res: dict) -> str:
                 "baseline: APScheduler run time − scheduled time",
                 _ppm(lag) if lag else "no fire log", nr or _ppm(a.get("lag_ms")),
                 ratio((lag or {}).get("p99"), (a.get("lag_ms") or {}).get("p99")))
+            if (fl or {}).get("fired_ahead"):
+                row("", "slots committed before their slot (fired ahead), % / lead p50 (ms)", _ahead(fl["fired_ahead"]))
             if a.get("slot_to_last_fire_ms") is not None or fl:
-                row("", "slot → last slot committed (ms); baseline: slot → last fire",
-                    fmt((lag or {}).get("max")), nr or fmt(a.get("slot_to_last_fire_ms")), ratio((lag or {}).get("max"), a.get("slot_to_last_fire_ms")))
+                # The raw commit - slot of the last slot committed: negative when the whole storm was
+                # committed ahead (no ratio then: it would compare a lead with a lag).
+                last = ((fl or {}).get("commit_minus_slot_ms") or {}).get("max")
+                row("", "slot → last slot committed (ms, negative = before the slot: fired ahead); baseline: slot → last fire",
+                    fmt(last), nr or fmt(a.get("slot_to_last_fire_ms")),
+                    ratio(last, a.get("slot_to_last_fire_ms")) if isinstance(last, (int, float)) and last > 0 else None)
             r = b["registration"]
             row("", f"registration ({r.get('method')}): jobs/s; request p50 / p99 ms", f"{fmt(r['jobs_per_s'])}; {r['latency_ms']['p50']} / {r['latency_ms']['p99']}")
             row("", "burst size: slots that became runs + queue_full records (lost / duplicated)",
@@ -1741,7 +2057,8 @@ def markdown(res: dict) -> str:
     e = res.get("e2e")
     if isinstance(e, dict) and "per_s" in e:
         r = e["per_s"]
-        row(f"end to end ({fmt(e['jobs'])} no-op python jobs every 1 s, {e['worker_slots_per_node']} slots per worker; window {e['window_s']} s)",
+        row(f"end to end ({fmt(e['jobs'])} no-op python jobs every 1 s, {e['worker_slots_per_node']} slots per worker; window {e['window_s']} s"
+            + ("; on the shared cluster, with the jobs earlier scenarios left on it" if "shared" in str(e.get("cluster")) else "") + ")",
             f"runs per second fired / leased / executed / completed (offered {fmt(r['offered'])}/s)",
             f"{fmt(r['fired'])} / {fmt(r['leased'])} / {fmt(r['executed'])} / {fmt(r['completed'])}")
         ls = e["latency_sample"]
@@ -1755,7 +2072,8 @@ def markdown(res: dict) -> str:
         best = max((s.get("slots_per_s") or 0 for s in (res.get("sweep") or {}).get("ours", {}).get("steps", [])), default=None)
         for role in ("leader", "follower"):
             x = raw.get(role) or {}
-            row("raw pysyncobj (3 processes, our Raft configuration, pipelined no-op commands)" if role == "leader" else "",
+            row(f"raw pysyncobj (3 processes, our Raft configuration, pipelined no-op commands, {raw.get('in_flight')} in flight)"
+                if role == "leader" else "",
                 f"commits per second, client on the {role}; latency p50 / p99 / max (ms)", "-",
                 f"{fmt(x.get('commits_per_s'))}; {_ppm(x.get('latency_ms'))}")
         row("", "our best sweep slots/s ÷ raw commits/s on the leader (slots are batched into fire commands)",
@@ -1763,16 +2081,40 @@ def markdown(res: dict) -> str:
     elif "raw_raft" in res:
         row("raw pysyncobj", "commits per second", "-", _not_run(raw) or "failed")
     sc = res.get("scale")
-    if isinstance(sc, dict) and "steps" in sc:
-        for st in sc["steps"]:
+    if isinstance(sc, dict) and ("steps" in sc or "state_machine" in sc):
+        shared_note = "; on the shared cluster" if "shared" in str(sc.get("cluster", "")) else ""
+        for st in sc.get("steps", []):
             rss = " / ".join(f"{v.get('VmRSS', 0) / 1024:.0f}" for v in st["rss_kib"].values())
             rr = st["restart"]
-            row(f"scale ({_kn(st['n'])} idle interval jobs + 3 every 1 s)", "resident memory per node (MiB)", rss)
-            row("", "whole-cluster cold restart (SIGTERM all three, start again): leader / every job restored on all nodes / first new fire committed (s after start)",
-                f"{rr['leader_s']} / {rr['all_restored_s']} / {rr['first_fire_s']}")
-        row("scale", "snapshot time", "not measured: " + sc["snapshot"].split(": ", 1)[-1][:120] + "…")
+            row(f"scale ({_kn(st['n'])} idle interval jobs + 3 every 1 s{shared_note})", "resident memory per node (MiB)", rss)
+            jr = rr.get("journal") or {}
+            jl = [f"{fmt(j.get('records'))} entries / {round(j['records_bytes'] / 2**20, 1)} MiB"
+                  for j in jr.values() if j.get("records_bytes") is not None]
+            jtxt = (f"{jl[0]} on each node" if len(jl) == len(jr) and len(set(jl)) == 1 else ", ".join(jl)) or "-"
+            jbc = sc.get("journal_bytes_compact")
+            dump = [d for d in (rr.get("dump_bytes") or {}).values() if d]
+            row("", "whole-cluster cold restart (SIGTERM all three, start again): leader / every job restored on all nodes / "
+                    "first new fire committed (s after start). A start loads the node's last full dump and replays the "
+                    "raft journal written since the last log compaction (pysyncobj compacts after 5,000 entries or 300 s"
+                    + (f"; the node also asks for one per {round(jbc / 2**20)} MiB applied" if jbc else "")
+                    + "): journal replayed per node; largest dump",
+                f"{rr['leader_s']} / {rr['all_restored_s']} / {rr['first_fire_s']}; journal {jtxt}; "
+                + (f"dump {fmt(round(max(dump) / 2**20, 1))} MiB" if dump else "no dump yet"))
+        sm = sc.get("state_machine") or {}
+        for st in sm.get("steps", []):
+            sn, rs = st["snapshot_s"], st["restore_s"]
+            spread = (lambda d: f"{d['p50']}" + (f" ({d['min']}-{d['max']} over {d['n']})" if d.get("n", 1) > 1 else ""))
+            row(f"scale, in-process state-machine figures ({_kn(st['n'])} jobs in one SchedulerState built through apply, "
+                "in a subprocess; not a node)",
+                "resident memory of that process with the state built (MiB; the state's share over the interpreter with the code imported)",
+                f"{st['rss_mib_built']} (+{st['state_mib']})")
+            row("", "state.snapshot(): bytes; time (s) p50 (min-max)",
+                f"{fmt(st['snapshot_bytes'])} B ({st['snapshot_bytes'] / 2**20:.1f} MiB); {spread(sn)}")
+            row("", "SchedulerState().restore(bytes): time (s) p50 (min-max); restored state snapshots to the same bytes",
+                f"{spread(rs)}; {'yes' if st.get('round_trip_identical') else 'NO'}")
+            row("", "snapshot + restore (s, p50s)", f"{st['snapshot_plus_restore_s']:.3f}")
         if sc.get("skipped"):
-            row("scale (1M jobs)", "resident memory, restart", f"skipped: {sc['skipped']}")
+            row("scale (1M jobs)", "resident memory, cold restart, in-process snapshot and restore", f"skipped: {sc['skipped']}")
     for name in ALL_SCENARIOS:
         v = res.get(name)
         if isinstance(v, dict) and "error" in v:
@@ -1780,6 +2122,10 @@ def markdown(res: dict) -> str:
         elif isinstance(v, dict) and "not_run" in v and name != "raw_raft":  # raw_raft has its own row
             row(name, "not run", v["not_run"])
     notes = list(res.get("notes") or [])
+    if res.get("shared_cluster"):
+        sh = res["shared_cluster"]
+        notes.append(f"{', '.join(sh['scenarios'])} ran one after the other on one cluster (node args {sh['node_args']}): "
+                     "a quick run checks that every scenario works; its figures are not comparable with a full run's")
     for name in ALL_SCENARIOS:
         la = (res.get(name) or {}).get("loadavg_before_after")
         if la and la[0][0] > 1.0:
@@ -1878,7 +2224,8 @@ def code_has(text: str) -> bool:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="a small version of every scenario (about a minute)")
+    ap.add_argument("--quick", action="store_true", help="a small version of every scenario (about a minute; "
+                                                         "writes, scale and e2e share one cluster)")
     ap.add_argument("--out", default="bench-results.json", help="JSON results (default: bench-results.json in the cwd)")
     ap.add_argument("--plot", help="PNG of the fire lag distributions (default: --out with .png)")
     ap.add_argument("--keep", action="store_true", help="keep the clusters' data dirs and logs even on success")
@@ -1889,9 +2236,13 @@ def main(argv=None) -> int:
     ap.add_argument("--e2e-jobs", type=int, help="override the end-to-end scenario's job count (offered runs per second)")
     ap.add_argument("--scale-1m", action="store_true", help="also register 1,000,000 jobs in the scale scenario "
                                                            "(through PUT that takes an hour or more)")
+    ap.add_argument("--state-machine-child", type=int, metavar="N", help=argparse.SUPPRESS)
     ap.add_argument("--only", default=",".join(ALL_SCENARIOS), help="comma-separated subset of " + ",".join(ALL_SCENARIOS)
                     + " (burst = storm)")
     args = ap.parse_args(argv)
+    if args.state_machine_child:  # the scale scenario's in-process measurement (state_machine)
+        print(json.dumps(state_machine_child(args.state_machine_child)))
+        return 0
     profile = "quick" if args.quick else "full"
     p = dict(PROFILES[profile])
     only = [("storm" if x.strip() == "burst" else x.strip()) for x in args.only.split(",") if x.strip()]
@@ -1929,6 +2280,7 @@ def main(argv=None) -> int:
     skipped_1m = None
     if args.scale_1m:
         p["scale_ns"] = sorted(set(p["scale_ns"] + [SCALE_1M]))
+        p["state_ns"] = sorted(set(p["state_ns"] + [SCALE_1M]))
     else:
         skipped_1m = "needs --scale-1m (registering 1M jobs takes minutes with the bulk endpoint, an hour or more through PUT)"
     register_budget_s = 120.0 if args.quick else (5 * 3600.0 if args.scale_1m else 3600.0)
@@ -1948,40 +2300,72 @@ def main(argv=None) -> int:
     if not fire_log_ok:
         print("[bench] NO FIRE LOG: the nodes' code has no RAFTSCHED_FIRE_LOG; fire lag will be missing", file=sys.stderr)
     failed = []
+    order = [n for n in (QUICK_ORDER if p["shared_cluster"] else ALL_SCENARIOS) if n in only]
+    res["run_order"] = order
+    sharing = [n for n in order if p["shared_cluster"] and n in SHARED_SCENARIOS]
+    if sharing:
+        res["shared_cluster"] = {"scenarios": sharing, "node_args": ["--slots", str(p["e2e_slots"])], "fire_log": True,
+                                 "note": "a quick run's writes, scale and e2e run one after the other on one cluster "
+                                         "(workers on, for e2e): their figures include what the earlier ones left on it"}
+    shared: BenchCluster | None = None
+    shared_starts = 0
+
+    def shared_cluster() -> BenchCluster:
+        nonlocal shared, shared_starts
+        if shared is None:
+            shared_starts += 1
+            shared = start_cluster(tmp, "shared" + (f"-{shared_starts}" if shared_starts > 1 else ""), clusters,
+                                   ("--slots", str(p["e2e_slots"])), fire_log=True)
+        return shared
+
     try:
-        for name in [n for n in ALL_SCENARIOS if n in only]:
+        for pos, name in enumerate(order):
             load_before = [round(x, 2) for x in os.getloadavg()]
             t_scen = time.monotonic()
+            ok = False
             try:
                 if name == "failover":
                     res[name] = failover(tmp, p["failover_trials"], clusters)
                 elif name == "writes":
-                    res[name] = writes(tmp, p, clusters)
+                    res[name] = writes(tmp, p, clusters, shared_cluster() if name in sharing else None)
                 elif name == "raw_raft":
-                    res[name] = run_baseline(tmp, "raw_raft.py", ["--seconds", str(p["raw_raft_s"]), "--warmup", str(p["raw_raft_warmup_s"])],
+                    res[name] = run_baseline(tmp, "raw_raft.py", ["--seconds", str(p["raw_raft_s"]), "--warmup", str(p["raw_raft_warmup_s"]),
+                                                            "--in-flight", str(p["raw_raft_in_flight"])],
                                              "raw-raft", timeout_s=2 * (p["raw_raft_s"] + p["raw_raft_warmup_s"]) + 90)
                 elif name == "sweep":
                     # APScheduler first, alone; then our cluster (never both at once: they share the CPUs).
-                    aps = aps_interval(tmp, p["sweep_ns"], p["sweep_window_s"], p["sweep_warmup_s"])
+                    aps = aps_interval(tmp, p["sweep_ns"], p["sweep_window_s"], p["aps_warmup_s"], p["aps_margin_s"])
                     res[name] = {"apscheduler": aps, "ours": {}}
                     sweep(tmp, p["sweep_ns"], p["sweep_window_s"], p["sweep_warmup_s"], clusters, fire_log_ok, register_budget_s,
                           res[name]["ours"])
                 elif name == "storm":
-                    res[name] = {"ours": storm(tmp, p["storm_jobs"], clusters, fire_log_ok)}
+                    res[name] = {"ours": storm(tmp, p["storm_jobs"], clusters, fire_log_ok, p["storm_margin_s"])}
                     _stop_all(clusters)  # the baseline runs alone
-                    res[name]["apscheduler"] = run_baseline(tmp, "aps_bench.py", ["--mode", "storm", "--jobs", str(p["storm_jobs"])],
+                    res[name]["apscheduler"] = run_baseline(tmp, "aps_bench.py", ["--mode", "storm", "--jobs", str(p["storm_jobs"]),
+                                                                                   "--margin", str(p["aps_margin_s"])],
                                                             f"aps-storm-{p['storm_jobs']}", timeout_s=90 + p["storm_jobs"] / 500)
                 elif name == "e2e":
-                    res[name] = e2e(tmp, p["e2e_jobs"], p["e2e_window_s"], p["e2e_warmup_s"], p["e2e_slots"], clusters, fire_log_ok)
+                    res[name] = e2e(tmp, p["e2e_jobs"], p["e2e_window_s"], p["e2e_warmup_s"], p["e2e_slots"], clusters, fire_log_ok,
+                                    shared_cluster() if name in sharing else None)
                 elif name == "scale":
                     res[name] = {"skipped": skipped_1m}
-                    scale(tmp, p["scale_ns"], clusters, fire_log_ok, register_budget_s, res[name])
+                    # The in-process measurement first, before this scenario's cluster starts (on a
+                    # quick run the shared cluster is already up, idle).
+                    scale(tmp, p["scale_ns"], p["state_ns"], clusters, fire_log_ok, register_budget_s, res[name],
+                          shared_cluster() if name in sharing else None)
+                ok = True
             except Exception as e:  # any failure of a scenario is reported, and the next one still runs
                 failed.append(name)
                 partial = res.get(name) if isinstance(res.get(name), dict) else {}
                 res[name] = {**partial, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
                 print(f"[bench] {name} FAILED: {e}", file=sys.stderr)
-            _stop_all(clusters)  # free the CPUs for the next scenario
+            # Free the CPUs for the next scenario; the shared cluster stays up for the next scenario
+            # that shares it, unless this one failed (the next one then starts a fresh cluster).
+            keep = shared if (ok and shared is not None and name in sharing and pos + 1 < len(order)
+                              and order[pos + 1] in sharing) else None
+            _stop_all([c for c in clusters if c is not keep])
+            if keep is None:
+                shared = None
             if name == "sweep" and (res[name].get("ours") or {}).get("steps"):
                 # Over the steps that ran (all of them, unless the scenario failed part way).
                 steps = res[name]["ours"]["steps"]

@@ -129,8 +129,9 @@ echo "raftsched tests in $ROOT"
 echo "$("$VENV_PY" --version 2>&1) ($VENV_PY), pytest $("$VENV_PY" -c 'import pytest; print(pytest.__version__)')"
 
 step pytest run_pytest "$@"
-# The benchmark's quick run (scripts/bench.py --quick, 1.5-2 minutes on 2 shared cores): checks that every
-# scenario ran (exit 0, every scenario in the JSON without an error), not how fast.
+# The benchmark's quick run (scripts/bench.py --quick, about a minute on 2 shared cores): checks that every
+# scenario ran (exit 0, every scenario in the JSON without an error, the scale scenario's in-process
+# state-machine figures and journal sizes present), not how fast.
 # shellcheck disable=SC2317  # invoked indirectly, through step
 bench_quick() {
   local dir rc=0
@@ -145,6 +146,10 @@ res = json.load(open(sys.argv[1]))
 bad = [s for s in ALL_SCENARIOS if not isinstance(res.get(s), dict) or "error" in res[s]]
 if bad or not res.get("ok"):
     sys.exit(f"bench-quick: scenarios missing or failed: {bad}; failed: {res.get('failed')}")
+sc = res["scale"]
+steps = sc.get("steps") or []
+if not (sc.get("state_machine") or {}).get("steps") or not steps or not all((st.get("restart") or {}).get("journal") for st in steps):
+    sys.exit("bench-quick: the scale scenario has no in-process state-machine figures or no journal sizes")
 print(f"bench-quick: all {len(ALL_SCENARIOS)} scenarios ran in {res['elapsed_s']} s ({res['fire_log']['note']})")
 PY
   fi

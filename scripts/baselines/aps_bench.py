@@ -3,8 +3,8 @@
 
 Usage (scripts/bench.py runs it in its own process):
 
-    .venv/bin/python scripts/baselines/aps_bench.py --mode interval --jobs N --seconds W [--warmup S] --out result.json
-    .venv/bin/python scripts/baselines/aps_bench.py --mode storm --jobs N --out result.json
+    .venv/bin/python scripts/baselines/aps_bench.py --mode interval --jobs N --seconds W [--warmup S] [--margin M] --out result.json
+    .venv/bin/python scripts/baselines/aps_bench.py --mode storm --jobs N [--margin M] --out result.json
 
 Setup, the same in both modes: one ``BackgroundScheduler`` (timezone UTC) with the default memory
 job store and the default ``ThreadPoolExecutor`` (10 threads). The job function is a no-op. Job
@@ -24,8 +24,8 @@ Percentiles are nearest-rank on the sorted list.
 Registration: the jobs are added one ``add_job`` call at a time to the running scheduler.
 Registration time is the time those calls take. Nothing is due while they run. A short
 calibration (at most 500 jobs, removed afterwards) estimates how long the real registration will
-take. The first slot is then put at a whole second at least 2 s after the estimated end of
-registration. If registration overruns that, the jobs are removed and the registration is retried
+take. The first slot is then put at a whole second at least ``--margin`` (default 2 s) after the
+estimated end of registration. If registration overruns that, the jobs are removed and the registration is retried
 with a later slot, at most 3 times.
 
 * interval: N jobs, each ``IntervalTrigger(seconds=1)``. Job k starts at ``base + k/N`` s, where
@@ -37,8 +37,8 @@ with a later slot, at most 3 times.
   early once every slot in the window is accounted for (executed, missed, error or
   max_instances). ``fell_behind`` is true when fires < 95 % of expected, or when the lag p99 is
   over 1000 ms.
-* storm: N jobs, each a ``DateTrigger`` at one whole-second slot at least 2 s after the last
-  add. The script polls (no fixed sleep) until all N have executed or 60 s have passed since the
+* storm: N jobs, each a ``DateTrigger`` at one whole-second slot at least ``--margin`` s after
+  the last add. The script polls (no fixed sleep) until all N have executed or 60 s have passed since the
   slot. It reports the lag of each fire and the time from the slot to the last fire.
 
 The result is written to --out as JSON and printed on stdout as one line. Exit status: 0 when the
@@ -70,7 +70,7 @@ from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 UTC = timezone.utc
-MARGIN_S = 2.0  # first slot >= this long after the last add_job
+MARGIN_S = 2.0  # first slot >= this long after the last add_job (--margin)
 CALIBRATION_JOBS = 500
 REGISTRATION_ATTEMPTS = 3
 POLL_S = 0.02  # polling interval while waiting for a count (a poll, not a wait for the condition)
@@ -175,15 +175,15 @@ def calibrate(sched: BackgroundScheduler, n: int) -> float:
     return dt / k
 
 
-def register(sched: BackgroundScheduler, rec: Recorder, n: int, mode: str) -> dict:
-    """Add the N jobs with their first slot >= MARGIN_S after the last add. Returns the slot base
-    (a whole second, epoch s) and the registration figures."""
+def register(sched: BackgroundScheduler, rec: Recorder, n: int, mode: str, margin_s: float = MARGIN_S) -> dict:
+    """Add the N jobs with their first slot >= ``margin_s`` after the last add. Returns the slot
+    base (a whole second, epoch s) and the registration figures."""
     per_job = calibrate(sched, n)
     estimate = n * per_job * 1.5 + 0.5
     attempts = []
     for attempt in range(1, REGISTRATION_ATTEMPTS + 1):
         rec.reset()
-        base = float(math.ceil(time.time() + estimate + MARGIN_S))
+        base = float(math.ceil(time.time() + estimate + margin_s))
         t0 = time.perf_counter()
         if mode == "interval":
             for k in range(n):
@@ -197,7 +197,7 @@ def register(sched: BackgroundScheduler, rec: Recorder, n: int, mode: str) -> di
         end = time.time()
         attempts.append({"estimate_s": round(estimate, 3), "registration_s": round(elapsed, 3),
                          "margin_s": round(base - end, 3)})
-        if end + MARGIN_S <= base:
+        if end + margin_s <= base:
             return {"base": base, "registration_s": elapsed, "registration_jobs_per_s": n / elapsed,
                     "attempts": attempts}
         print(f"[aps_bench] registration took {elapsed:.2f} s, over the estimate of {estimate:.2f} s; "
@@ -216,8 +216,8 @@ def sleep_until(t: float) -> None:
         time.sleep(min(d, 0.5))
 
 
-def run_interval(sched, rec: Recorder, n: int, window_s: float, warmup_s: float) -> dict:
-    reg = register(sched, rec, n, "interval")
+def run_interval(sched, rec: Recorder, n: int, window_s: float, warmup_s: float, margin_s: float = MARGIN_S) -> dict:
+    reg = register(sched, rec, n, "interval", margin_s)
     ws = reg["base"] + warmup_s
     we = ws + window_s
     expected = int(round(n * window_s))
@@ -286,8 +286,8 @@ def run_interval(sched, rec: Recorder, n: int, window_s: float, warmup_s: float)
     }
 
 
-def run_storm(sched, rec: Recorder, n: int) -> dict:
-    reg = register(sched, rec, n, "storm")
+def run_storm(sched, rec: Recorder, n: int, margin_s: float = MARGIN_S) -> dict:
+    reg = register(sched, rec, n, "storm", margin_s)
     slot = reg["base"]
     deadline = slot + STORM_DEADLINE_S
     sleep_until(slot)
@@ -329,12 +329,16 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, required=True)
     ap.add_argument("--seconds", type=float, default=5.0, help="interval mode: measurement window (s)")
     ap.add_argument("--warmup", type=float, default=3.0, help="interval mode: warm-up before the window (s)")
+    ap.add_argument("--margin", type=float, default=MARGIN_S,
+                    help="first slot at least this long after the last add_job (s; default %(default)s)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     if args.jobs < 1:
         ap.error("--jobs must be >= 1")
     if args.mode == "interval" and (args.seconds <= 0 or args.warmup < 0):
         ap.error("--seconds must be > 0 and --warmup >= 0")
+    if args.margin < 0.5:
+        ap.error("--margin must be >= 0.5")
 
     load_before = loadavg()
     sched = make_scheduler()
@@ -343,9 +347,9 @@ def main(argv=None) -> int:
     try:
         sched.start()
         if args.mode == "interval":
-            body = run_interval(sched, rec, args.jobs, args.seconds, args.warmup)
+            body = run_interval(sched, rec, args.jobs, args.seconds, args.warmup, args.margin)
         else:
-            body = run_storm(sched, rec, args.jobs)
+            body = run_storm(sched, rec, args.jobs, args.margin)
     finally:
         sched.shutdown(wait=False)
 
@@ -353,7 +357,8 @@ def main(argv=None) -> int:
               "python": platform.python_version(), "mode": args.mode, "jobs": args.jobs}
     result.update(body)
     result["settings"] = {"jobstore": "memory", "executor": "ThreadPoolExecutor(max_workers=10)",
-                          "misfire_grace_time": None, "coalesce": False, "max_instances": 1}
+                          "misfire_grace_time": None, "coalesce": False, "max_instances": 1,
+                          "margin_s": args.margin}
     result["loadavg_before_after"] = [load_before, loadavg()]
     line = json.dumps(result)
     with open(args.out, "w") as f:

@@ -566,6 +566,15 @@ def run(args) -> dict:
     tmp = tempfile.mkdtemp(prefix="raw_raft-")
     procs: list[subprocess.Popen] = []
     children: list[Child] = []
+    t_mark = time.monotonic()
+    phases: dict = {}  # seconds each step took: where a run's time goes
+
+    def mark(name: str) -> None:
+        nonlocal t_mark
+        now = time.monotonic()
+        phases[name] = round(now - t_mark, 3)
+        t_mark = now
+
     try:
         ports = free_ports(N_NODES)
         addrs = [f"{HOST}:{p}" for p in ports]
@@ -586,12 +595,14 @@ def run(args) -> dict:
         deadline = time.monotonic() + START_DEADLINE_S
         for c in children:
             c.wait_started(deadline)
+        mark("children_started")
 
         t0 = time.monotonic()
         leader = wait_until(lambda: stable_leader(children), LEADER_DEADLINE_S,
                             "one leader seen by all nodes, every link connected") - 1
         election_s = time.monotonic() - t0
         wait_until(lambda: settled(children, leader), SETTLE_DEADLINE_S, "the nodes to settle")
+        mark("elected_and_settled")
 
         drive = {"cmd": "drive", "seconds": args.seconds, "warmup": args.warmup,
                  "payload": args.payload, "in_flight": args.in_flight,
@@ -606,6 +617,7 @@ def run(args) -> dict:
                    "every node to apply the leader run")
         trunc1 = truncation_counts(children)
         leader_run["log_truncations"] = diff_counts(trunc1, trunc0)
+        mark("leader_run_and_settle")
 
         follower = next(i for i in range(len(children)) if i != leader2)
         follower_run = children[follower].request(drive, reply_timeout)["run"]
@@ -614,6 +626,7 @@ def run(args) -> dict:
         wait_until(lambda: settled(children, leader3), SETTLE_DEADLINE_S,
                    "every node to apply the follower run")
         follower_run["log_truncations"] = diff_counts(truncation_counts(children), trunc1)
+        mark("follower_run_and_settle")
         final = [c.status() for c in children]
         successes = sum(r["completed"] - sum(r["failures"].values())
                         for r in (leader_run, follower_run))
@@ -641,6 +654,7 @@ def run(args) -> dict:
                 "leader_changed_between_runs": leader2 != leader or leader3 != leader2,
             },
             "python": sys.version.split()[0],
+            "phases_s": phases,
             "loadavg": [round(x, 2) for x in os.getloadavg()],
             "cpus": os.cpu_count(),
         }
