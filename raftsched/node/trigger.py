@@ -102,7 +102,11 @@ class Trigger:
         try:
             while self.raft.is_leader():
                 await self.tick()
-                nxt = self.state.next_due_ms(self.fire_ahead_ms)
+                # Jobs that fire ahead are woken for a batch window after they could first be
+                # planned: each tick then plans ~fire_ahead_batch_ms of slots in full commands
+                # (staggered slots would otherwise make a tick, and a tiny command, every 2 ms),
+                # and they still commit up to fire_ahead_ms - fire_ahead_batch_ms ahead.
+                nxt = self.state.next_due_ms(max(0, self.fire_ahead_ms - limits.fire_ahead_batch_ms))
                 now = self.clock.now_ms()
                 delay = self.interval_s if nxt is None else min(self.interval_s, max(0.0, (nxt - now) / 1000))
                 await asyncio.sleep(max(delay, 0.002))
