@@ -245,15 +245,12 @@ class _StateConsumer(SyncObjConsumer):
         # True while the tick thread holds state.lock across a dump fork; released by
         # _release_snapshot_lock on the same thread at the end of the same tick.
         self._snapshot_lock_held = False
-        #: command bytes applied since this replica last asked for a log compaction
-        self.bytes_since_compaction = 0
 
     # A single replicated method, forever: pysyncobj numbers replicated methods by sorted
     # (version, name), so adding one could renumber the ids stored in old log entries. Commands
     # are versioned inside the msgpack envelope instead.
     @replicated
     def _apply(self, data: bytes | tuple) -> dict | list:
-        self.bytes_since_compaction += sum(map(len, data)) if isinstance(data, tuple) else len(data)
         if isinstance(data, tuple):
             # A group (RaftNode._flush_group): commands proposed in one event-loop turn and
             # committed as one log entry. Each is applied in order, exactly as if it had its own
@@ -284,16 +281,6 @@ class _StateConsumer(SyncObjConsumer):
         if self._snapshot_lock_held:
             self._snapshot_lock_held = False
             self._state.lock.release()
-
-    def _compact_when_heavy(self, sync: SyncObj) -> None:
-        """Ask for a log compaction once the commands applied since the last ask weigh
-        limits.journal_bytes_compact (tick thread). pysyncobj compacts by entry count (5 000) or
-        age (300 s); a fire entry carries up to ~500 slots, so 5 000 of them are 2.5M slots that
-        a cold restart would re-apply (measured: a 10 000-job cluster took 9 s to restart after
-        one minute of firing). Bytes bound the replay instead."""
-        if self.bytes_since_compaction >= limits.journal_bytes_compact:
-            self.bytes_since_compaction = 0
-            sync.forceLogCompaction()
 
     def _deserialize(self, data) -> None:
         # A full dump loaded at start-up, or a snapshot installed from the leader. pysyncobj
@@ -555,8 +542,6 @@ class RaftNode:
             self._sync = _SyncObj(self._self_addr, self._peers, conf=self._conf,
                                  consumers=[self._consumer], transportClass=transport)
             self._sync.addOnTickCallback(self._consumer._release_snapshot_lock)
-            sync, consumer = self._sync, self._consumer
-            self._sync.addOnTickCallback(lambda: consumer._compact_when_heavy(sync))
         except BaseException:
             self._unlock_data_dir()
             raise

@@ -580,22 +580,3 @@ def test_raft_port_binds_only_on_the_given_host(tmp_path):
         finally:
             node.stop()
     run(main)
-
-
-def test_a_replica_asks_for_compaction_once_the_applied_commands_weigh_enough():
-    from raftsched.core.state import SchedulerState
-    from raftsched.replication import _StateConsumer
-
-    class Sync:
-        forced = 0
-
-        def forceLogCompaction(self):
-            self.forced += 1
-
-    consumer, sync = _StateConsumer(SchedulerState()), Sync()
-    consumer.bytes_since_compaction = limits.journal_bytes_compact - 1
-    consumer._compact_when_heavy(sync)
-    assert sync.forced == 0
-    consumer.bytes_since_compaction += 1
-    consumer._compact_when_heavy(sync)
-    assert sync.forced == 1 and consumer.bytes_since_compaction == 0

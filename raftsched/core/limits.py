@@ -53,10 +53,6 @@ fire_entries_max = 500
 #: takes ~0.5-1 s on two cores; firing ahead makes it ready when the slot comes. Only for jobs whose
 #: fire decision does not depend on their other runs (policy.fires_ahead).
 fire_ahead_ms = 1000
-#: Command bytes a replica applies before it asks pysyncobj for a log compaction (a dump of the
-#: state, written by a forked child): what bounds the journal a cold restart replays. 16 MB is
-#: ~650 full fire commands, ~300 000 slots, a few seconds of replay.
-journal_bytes_compact = 16 * 2**20
 #: Distinct spec parts (schedule, misfire, retry, overlap, payload) a replica keeps one shared
 #: copy of (SchedulerState._share_spec); past this, new distinct parts are simply not shared.
 shared_spec_parts_max = 100_000
