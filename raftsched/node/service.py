@@ -222,6 +222,11 @@ class Service:
         recorded as skipped (reason ``paused``) and it resumes from now; with ``catch_up`` its
         misfire policy decides for them instead."""
         check_name(name)
+        # The plan is made from this replica's view of the job, which may lag the log (a follower
+        # behind, a node replaying its journal after a restart): without the barrier, a resume
+        # sent there answered a definite 404 for a job that existed (fault-injection seed
+        # 16325040, after a whole-cluster restart).
+        await self.raft.barrier(timeout_s=self.propose_timeout_s)
         now = self.clock.now_ms()
         with self.state.lock:
             job = self.state.jobs.get(name)
