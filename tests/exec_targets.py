@@ -90,3 +90,37 @@ async def stubborn_async(ctx):
     except asyncio.CancelledError:
         _record(ctx, kind="ignored cancel")
     await asyncio.Event().wait()
+
+
+# Targets for tests/test_worker.py -----------------------------------------------------------
+
+#: concurrent(): how many run at this moment, and the most that ever ran at once.
+CONCURRENCY = {"now": 0, "max": 0}
+_concurrency_lock = threading.Lock()
+#: gate() waits for this event (set it to let every gated run return).
+GATE = threading.Event()
+
+
+def concurrent(ctx):
+    """Runs for a few milliseconds, counting how many run at once."""
+    with _concurrency_lock:
+        CONCURRENCY["now"] += 1
+        CONCURRENCY["max"] = max(CONCURRENCY["max"], CONCURRENCY["now"])
+    try:
+        GATE.wait(0.005)  # a short, blocking run (GATE unset: the full 5 ms)
+    finally:
+        with _concurrency_lock:
+            CONCURRENCY["now"] -= 1
+    _record(ctx, kind="concurrent")
+
+
+def gate(ctx):
+    _record(ctx, kind="started")
+    GATE.wait(30)
+    _record(ctx, kind="finished")
+
+
+def sleepy(ctx):
+    """A run much longer than an in-process acquire."""
+    threading.Event().wait(0.15)
+    _record(ctx, kind="slept")

@@ -138,6 +138,25 @@ def test_acquire_breaks_equal_priority_by_due_time_then_run_id():
     assert got == [f"{j}@{T0 + k * SEC}" for j, k in zip("abaab", slots)]
 
 
+def test_a_run_not_yet_due_waits_without_holding_back_lower_priorities():
+    # hi's retry (due after its backoff) sits at the head of the highest priority's heap: the
+    # lower priorities' due runs go first, and hi goes first again once due, on any replica.
+    s = new_state(("hi", jspec(priority=9, retry=RETRY3)), ("lo", jspec(priority=1)), ("mid", jspec(priority=5)))
+    hi = trig(s, "hi", T0)
+    (g,) = acq(s, T0)
+    complete(s, T0, hi, g["token"], ok=False)
+    due = s.runs[hi]["due"]
+    assert due > T0 + SEC
+    lo1, mid1, lo2, mid2 = trig(s, "lo", T0 + 1), trig(s, "mid", T0 + 2), trig(s, "lo", T0 + 3), trig(s, "mid", T0 + 4)
+    assert [r["id"] for r in acq(s, T0 + 5, n=2)] == [mid1, mid2]
+    assert [r["id"] for r in acq(s, due - 1, n=1)] == [lo1]
+    r2 = restored(s)
+    assert s.has_ready_work(None, due - 1) and r2.has_ready_work(None, due - 1)  # lo2
+    assert [r["id"] for r in acq(s, due, n=5)] == [hi, lo2]
+    assert [r["id"] for r in acq(r2, due, n=5)] == [hi, lo2]  # a restored replica: the same order
+    assert not s.has_ready_work(None, due + HOUR) and s.queue_depth("default") == 0
+
+
 def test_acquire_serves_only_the_queues_asked_for():
     s = new_state(("a", jspec(queue="qa")), ("b", jspec(queue="qb")), ("c", jspec(queue="qc", priority=9)))
     ra, rb, rc = trig(s, "a", T0), trig(s, "b", T0), trig(s, "c", T0)

@@ -484,12 +484,61 @@ def test_python_sync_timeout_abandons_the_thread():
         recs = exec_targets.RECORDED["py-block"]
         assert [r["kind"] for r in recs] == ["started"]  # still running: a thread cannot be killed
         thread = recs[0]["thread"]
-        assert thread.is_alive() and thread.daemon
+        assert thread.is_alive() and thread.daemon and thread.name == "raftsched-run-py-block"
+        # The abandoned thread delays no other run: the next one gets another thread at once.
+        out = await execute(py("record_sync"), ctx("py-after-block"), 10)
+        assert out.ok, out
+        assert exec_targets.RECORDED["py-after-block"][0]["thread"] is not thread
         release.set()
-        await asyncio.to_thread(thread.join, 5)
-        assert not thread.is_alive()
-        assert [r["kind"] for r in recs] == ["started", "finished"]
+        await wait_until(lambda: [r["kind"] for r in recs] == ["started", "finished"], 5, "the function to return")
+        # Returned: the thread goes back to the pool for the next run.
+        await wait_until(lambda: thread.name.startswith("raftsched-run-idle-"), 5, "the thread to be idle")
     run(t())
+
+
+def test_python_threads_are_reused_and_idle_ones_exit():
+    from raftsched.node import executors
+
+    async def t():
+        # One run after another: each takes the thread the one before it left idle.
+        before = {th for th in threading.enumerate() if th.name.startswith("raftsched-run-")}
+        for k in range(50):
+            out = await execute(py("record_sync"), ctx(f"py-seq-{k}"), 10)
+            assert out.ok, out
+        used = {exec_targets.RECORDED[f"py-seq-{k}"][0]["thread"] for k in range(50)}
+        assert len(used - before) <= 1, used - before
+        # Runs at once: a thread each (a blocked or abandoned run never holds up another).
+        outs = await asyncio.gather(*(execute(py("record_sync"), ctx(f"py-par-{k}"), 10) for k in range(20)))
+        assert all(o.ok for o in outs), outs
+    run(t())
+
+    # A pool's thread exits once idle for idle_s; a job never waits for a busy thread.
+    pool = executors._RunThreads(idle_s=0.2)
+    gate, done = threading.Event(), []
+    pool.submit(lambda: (gate.wait(10), done.append("blocked"), lambda: None)[-1])
+    pool.submit(lambda: (done.append(threading.current_thread()), lambda: None)[-1])
+    deadline = time.monotonic() + 5
+    while len(done) < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)  # ok-sleep: polling inside a deadline loop
+    assert len(done) == 1 and done[0] is not None  # ran while the first job blocks its thread
+    worker = done[0]
+    gate.set()
+    worker.join(5)
+    assert not worker.is_alive()
+    deadline = time.monotonic() + 5
+    while pool._idle and time.monotonic() < deadline:
+        time.sleep(0.01)  # ok-sleep: polling inside a deadline loop
+    assert pool._idle == 0 and done[1] == "blocked"
+
+
+def test_python_target_already_imported_resolves_without_a_thread():
+    from raftsched.node import executors
+
+    assert executors._imported("builtins:id") is id
+    assert executors._imported("exec_targets:record_sync") is exec_targets.record_sync
+    for target in ("exec_targets:nope", "exec_targets:NOT_CALLABLE", "raftsched_no_such_module:f", "no-colon",
+                   ":f", "exec_targets:"):
+        assert executors._imported(target) is None, target  # resolved (and refused) in a thread
 
 
 # ---------------------------------------------------------------------------------------------
@@ -512,3 +561,87 @@ def test_malformed_specs_fail_without_raising():
                  {"type": "http"}, {"type": "http", "url": "not a url"}, {"type": "python"}):
         out = run(execute(spec, ctx(), 5, allowed_types=frozenset({"shell", "http", "python", "ftp"})))
         assert isinstance(out, Outcome) and not out.ok and out.error, (spec, out)
+
+
+# ---------------------------------------------------------------------------------------------
+# execute_soon: the same contract without a task per run
+
+async def soon(spec, c: RunContext, timeout_s, **kw) -> Outcome:
+    """execute_soon, awaited: asserts it took the run and returns its one Outcome."""
+    from raftsched.node.executors import execute_soon
+    done = asyncio.get_running_loop().create_future()
+    outcomes = []
+
+    def on_done(out):
+        outcomes.append(out)
+        if not done.done():
+            done.set_result(out)
+
+    assert execute_soon(spec, c, timeout_s, on_done, **kw) is True
+    out = await asyncio.wait_for(done, timeout_s + 5)
+    await asyncio.sleep(0.05)  # ok-sleep: a second on_done would come within a loop turn or two
+    assert outcomes == [out]
+    return out
+
+
+def test_execute_soon_gives_the_outcomes_of_execute():
+    from raftsched.node.executors import CancelEvent
+
+    async def t():
+        import exec_targets as _  # imported: execute_soon takes it
+        for target, run_id in (("record_sync", "soon-ok"), ("boom", "soon-boom"), ("sys_exit", "soon-exit"),
+                               ("returns_coroutine", "soon-coro")):
+            a = await soon(py(target), ctx(run_id), 10, cancel=CancelEvent())
+            b = await execute(py(target), ctx(run_id), 10, cancel=CancelEvent())
+            assert (a.ok, a.error, a.output) == (b.ok, b.error, b.output), (target, a, b)
+        rec = exec_targets.RECORDED["soon-ok"][0]
+        assert rec["env"] == ctx("soon-ok").env() and rec["thread"] is not threading.main_thread()
+        out = await soon({"type": "python", "target": "builtins:id"}, ctx(), 10)
+        assert out.ok and int(out.output) > 0
+    run(t())
+
+
+def test_execute_soon_timeout_and_cancel_settle_once_and_abandon_the_thread():
+    from raftsched.node.executors import CancelEvent
+
+    async def t():
+        exec_targets.RELEASE["soon-block"] = release = threading.Event()
+        cancel = CancelEvent()
+        t0 = time.monotonic()
+        out = await soon(py("blocking"), ctx("soon-block"), 0.3, cancel=cancel)
+        assert (out.ok, out.error) == (False, "timed out after 0.3s") and time.monotonic() - t0 < 2
+        assert cancel._callbacks == []  # nothing left registered on the run's event
+        assert [r["kind"] for r in exec_targets.RECORDED["soon-block"]] == ["started"]
+        release.set()  # returns later: nothing more is reported (soon() checks on_done ran once)
+        await wait_until(lambda: len(exec_targets.RECORDED["soon-block"]) == 2, 5, "the function to return")
+
+        exec_targets.RELEASE["soon-lease"] = release = threading.Event()
+        cancel = CancelEvent()
+        task = asyncio.ensure_future(soon(py("blocking"), ctx("soon-lease"), 30, cancel=cancel))
+        await wait_until(lambda: exec_targets.RECORDED.get("soon-lease"), 5, "the function to start")
+        cancel.set()
+        out = await asyncio.wait_for(task, 5)
+        assert (out.ok, out.error) == (False, "lease lost")
+        release.set()
+    run(t())
+
+
+def test_execute_soon_declines_what_it_does_not_run_fast():
+    from raftsched.node.executors import CancelEvent, execute_soon
+
+    async def t():
+        calls = []
+        cancelled = CancelEvent()
+        cancelled.set()
+        for spec, kw in (({"type": "shell", "argv": ["true"]}, {}),
+                         (py("record_async"), {}),  # a coroutine function runs on the loop
+                         ({"type": "python", "target": "raftsched_no_such_module:f"}, {}),  # not imported
+                         (py("nope"), {}),
+                         (py("record_sync"), {"cancel": asyncio.Event()}),  # not a CancelEvent
+                         (py("record_sync"), {"cancel": cancelled}),  # already set: execute() says so
+                         (py("record_sync"), {"allowed_types": frozenset({"shell"})}),
+                         ({"type": "python", "target": 42}, {}), (None, {})):
+            assert execute_soon(spec, ctx("soon-declined"), 10, calls.append, **kw) is False, spec
+        await asyncio.sleep(0.05)  # ok-sleep: nothing may run or report in the meantime
+        assert calls == [] and "soon-declined" not in exec_targets.RECORDED
+    run(t())

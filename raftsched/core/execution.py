@@ -18,10 +18,11 @@ Every grant of a lease takes a new token from one global counter that only incre
 ``heartbeat`` or ``complete`` carrying any other token than the run's current one is refused, so
 a worker that was paused past its lease can never overwrite the newer attempt's outcome (I14).
 
-Derived indexes (not in the snapshot, rebuilt by ``_rebuild_execution``): per queue a ready heap
-ordered by (-priority, due, id) and a delayed heap of runs whose retry is not yet due; per queue
-the dead runs oldest first, by (finished_at, id). (No lease index: the reaper reads
-``lease_snapshot``, and an index nothing pops would grow with every heartbeat.) Keys are unique
+Derived indexes (not in the snapshot, rebuilt by ``_rebuild_execution``): per queue and priority
+a heap of the queued runs ordered by (due, id), whose heads are the runs whose due has come (an
+acquire merges the heads by (-priority, due, id)); per queue the dead runs oldest first, by
+(finished_at, id). (No lease index: the reaper reads ``lease_snapshot``, and an index nothing
+pops would grow with every heartbeat.) Keys are unique
 (they end with the run id), so the order in which runs are handed out is the same on every
 replica, whether a replica built its heaps incrementally or from a snapshot.
 """
@@ -68,15 +69,15 @@ class ExecutionMixin:
         self.tenants: dict[str, dict] = {}
         #: lock name -> {"owner", "token", "deadline", "ttl", "since"}
         self.locks: dict[str, dict] = {}
-        self._ready: dict[str, list] = {}
-        self._delayed: dict[str, list] = {}
+        #: queue -> priority -> heap of (due, run id) of its queued runs; ready once due has come
+        self._queued: dict[str, dict[int, list]] = {}
         self._dead: dict[str, deque] = {}
         self._running_count: dict[str, int] = {}
         #: ids of running runs, in grant order: what the reaper watches
         self._running_ids: dict[str, None] = {}
 
     def _rebuild_execution(self) -> None:
-        self._ready, self._delayed, self._dead, self._running_count = {}, {}, {}, {}
+        self._queued, self._dead, self._running_count = {}, {}, {}
         self._running_ids = {}
         self._queue_depth = {}
         dead = []
@@ -96,22 +97,17 @@ class ExecutionMixin:
         """Put a queued run into its queue's indexes."""
         q = run["queue"]
         self._queue_depth[q] = self._queue_depth.get(q, 0) + 1
-        if run.get("due", run["slot"]) > self.now_ms:
-            heapq.heappush(self._delayed.setdefault(q, []), (run["due"], run["id"]))
-        else:
-            heapq.heappush(self._ready.setdefault(q, []), (-run["priority"], run.get("due", run["slot"]), run["id"]))
+        prios = self._queued.get(q)
+        if prios is None:
+            prios = self._queued[q] = {}
+        h = prios.get(run["priority"])
+        if h is None:
+            h = prios[run["priority"]] = []
+        heapq.heappush(h, (run.get("due", run["slot"]), run["id"]))
 
     def _unqueue_count(self, run: dict) -> None:
         q = run["queue"]
         self._queue_depth[q] = self._queue_depth.get(q, 1) - 1
-
-    def _promote_delayed(self, q: str, now: int) -> None:
-        d = self._delayed.get(q)
-        while d and d[0][0] <= now:
-            due, rid = heapq.heappop(d)
-            run = self.runs.get(rid)
-            if run is not None and run["state"] == "queued" and run.get("due") == due:
-                heapq.heappush(self._ready.setdefault(q, []), (-run["priority"], due, rid))
 
     # -------------------------------------------------------------- tenants
     def _apply_put_tenant(self, cmd, now):
@@ -158,65 +154,86 @@ class ExecutionMixin:
         types = cmd.get("types")
         if types is not None and (not isinstance(types, list) or not all(isinstance(t, str) for t in types)):
             raise InvalidCommand("acquire.types must be a list of executor types or nil")
-        names = sorted(set(queues)) if queues is not None else sorted(set(self._ready) | set(self._delayed))
-        for q in names:
-            self._promote_delayed(q, now)
+        names = sorted(set(queues)) if queues is not None else sorted(self._queued)
         granted: list[dict] = []
-        held_back: list[tuple[str, tuple]] = []
+        held_back: list[tuple[list, tuple]] = []
         scanned = 0
-        # Merge the served queues' ready heaps by key: priority first, then due time.
-        heads = []
-        for q in names:
-            h = self._ready.get(q)
-            if h:
-                heads.append(q)
+        runs, pop = self.runs, heapq.heappop
+        # The served queues' heaps, highest priority first. Handed out by the key (-priority,
+        # due, run id) among the runs whose due has come: a merge of the heaps' heads.
+        heaps = sorted(((p, h) for q in names for p, h in self._queued.get(q, {}).items() if h),
+                       key=lambda ph: -ph[0])
+        if len(heaps) == 1 and types is None and not self.tenants:
+            # One heap and nothing to hold back (no executor types asked for, no tenant rate
+            # limits): the loop below, reduced to popping that heap in key order.
+            p, h = heaps[0]
+            while len(granted) < n and scanned < limits.acquire_scan_max and h and h[0][0] <= now:
+                due, rid = pop(h)
+                run = runs.get(rid)
+                if run is None or run["state"] != "queued" or run["priority"] != p \
+                        or run.get("due", run["slot"]) != due:
+                    continue  # stale index entry
+                scanned += 1
+                granted.append(self._grant(run, worker, ttl, now))
+            return {"ok": True, "runs": granted}
         while len(granted) < n and scanned < limits.acquire_scan_max:
-            best_q, best = None, None
-            for q in heads:
-                h = self._ready.get(q)
-                while h:
-                    key = h[0]
-                    run = self.runs.get(key[2])
-                    if run is None or run["state"] != "queued" or (-run["priority"], run.get("due", run["slot"])) != key[:2]:
-                        heapq.heappop(h)  # stale index entry
+            best, best_h = None, None
+            for p, h in heaps:
+                if best is not None and -p > best[0]:
+                    break  # lower priorities than the best found so far
+                while h and h[0][0] <= now:
+                    due, rid = h[0]
+                    run = runs.get(rid)
+                    if run is None or run["state"] != "queued" or run["priority"] != p \
+                            or run.get("due", run["slot"]) != due:
+                        pop(h)  # stale index entry
                         continue
+                    if best is None or (-p, due, rid) < best:
+                        best, best_h = (-p, due, rid), h
                     break
-                if h and (best is None or h[0] < best):
-                    best_q, best = q, h[0]
             if best is None:
                 break
-            heapq.heappop(self._ready[best_q])
+            entry = pop(best_h)
             scanned += 1
-            run = self.runs[best[2]]
+            run = runs[best[2]]
             if types is not None:
                 job = self.jobs.get(run["job"])
                 if job is not None and job["spec"]["executor"]["type"] not in types:
-                    held_back.append((best_q, best))  # another node runs this executor type
+                    held_back.append((best_h, entry))  # another node runs this executor type
                     continue
             if not self._tenant_take(run["tenant"], now):
-                held_back.append((best_q, best))  # over its rate: wait; others go ahead
+                held_back.append((best_h, entry))  # over its rate: wait; others go ahead
                 continue
             granted.append(self._grant(run, worker, ttl, now))
-        for q, key in held_back:
-            heapq.heappush(self._ready[q], key)
+        for h, entry in held_back:
+            heapq.heappush(h, entry)
         return {"ok": True, "runs": granted}
 
     def _grant(self, run: dict, worker: str, ttl: int, now: int) -> dict:
-        self.fencing_token += 1  # I13: one counter, only increases
-        tok = self.fencing_token
-        self._unqueue_count(run)
-        run.update(state="running", fencing_token=tok, worker=worker, started_at=now,
-                   deadline=now + ttl, ttl=ttl, finished_at=None, renewals=0)
-        self._running_ids[run["id"]] = None
-        self._running_count[run["queue"]] = self._running_count.get(run["queue"], 0) + 1
+        self.fencing_token = tok = self.fencing_token + 1  # I13: one counter, only increases
+        rid, q, deadline = run["id"], run["queue"], now + ttl
+        self._queue_depth[q] = self._queue_depth.get(q, 1) - 1
+        run["state"] = "running"
+        run["fencing_token"] = tok
+        run["worker"] = worker
+        run["started_at"] = now
+        run["deadline"] = deadline
+        run["ttl"] = ttl
+        run["finished_at"] = None
+        run["renewals"] = 0
+        self._running_ids[rid] = None
+        self._running_count[q] = self._running_count.get(q, 0) + 1
         job = self.jobs.get(run["job"])
-        spec = job["spec"] if job else None
+        if job is None:
+            executor = payload = None
+            timeout_s = limits.timeout_s_default
+        else:
+            spec = job["spec"]
+            executor, payload, timeout_s = spec["executor"], spec["payload"], spec["timeout_s"]
         return {
-            "id": run["id"], "job": run["job"], "slot": run["slot"], "attempt": run["attempt"],
-            "token": tok, "deadline": run["deadline"], "queue": run["queue"],
-            "executor": spec["executor"] if spec else None,
-            "payload": spec["payload"] if spec else None,
-            "timeout_s": spec["timeout_s"] if spec else limits.timeout_s_default,
+            "id": rid, "job": run["job"], "slot": run["slot"], "attempt": run["attempt"],
+            "token": tok, "deadline": deadline, "queue": q,
+            "executor": executor, "payload": payload, "timeout_s": timeout_s,
         }
 
     # -------------------------------------------------------------- heartbeat / complete
@@ -256,7 +273,7 @@ class ExecutionMixin:
         run = self.runs.get(rid)
         if run is None:
             raise NotFound(f"no run {rid!r}", field="run")
-        if self._live(rid, tok) is None:
+        if run["state"] != "running" or run.get("fencing_token") != tok:  # not _live(rid, tok)
             raise Conflict(
                 f"token {tok} is stale for run {rid}: its current token is {run.get('fencing_token')} "
                 f"and its state {run['state']}", field="token", code_detail="stale_token",
@@ -404,13 +421,11 @@ class ExecutionMixin:
         """Whether an acquire could hand out something (a cheap local check; it may say yes for
         index entries that turn out stale or rate-limited, never no when work is ready)."""
         with self.lock:
-            names = queues if queues is not None else list(self._ready.keys() | self._delayed.keys())
+            names = queues if queues is not None else list(self._queued)
             for q in names:
-                if self._ready.get(q):
-                    return True
-                d = self._delayed.get(q)
-                if d and d[0][0] <= now_ms:
-                    return True
+                for h in self._queued.get(q, {}).values():
+                    if h and h[0][0] <= now_ms:
+                        return True
         return False
 
     def lease_snapshot(self) -> list[tuple]:

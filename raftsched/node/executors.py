@@ -28,8 +28,10 @@ Three executor types:
     ``{"type": "python", "target": "module:function"}``. Imports the module in the worker
     process and calls the function with the :class:`RunContext`. Coroutine functions run on
     the worker's event loop and are cancelled on timeout or lease loss. Plain functions run in
-    a dedicated daemon thread; a thread cannot be killed, so on timeout or lease loss the run is
-    reported failed and the thread is abandoned (it keeps running until it returns).
+    a daemon thread of their own while they run (threads are reused from one run to the next,
+    and a new one starts whenever none is idle); a thread cannot be killed, so on timeout or
+    lease loss the run is reported failed and the thread is abandoned (it keeps running until
+    it returns). The module is imported in such a thread too, unless it is imported already.
 
 A run past ``timeout_s`` is killed and fails with "timed out after {timeout_s}s"; when the
 ``cancel`` event is set (the worker lost its lease), the run is killed the same way and fails
@@ -41,17 +43,23 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
+import functools
 import importlib
 import inspect
+import itertools
 import json
 import logging
 import os
+import queue
 import reprlib
 import signal
 import subprocess
+import sys
 import threading
 import time
 import traceback
+import types
+import weakref
 from typing import Any, Awaitable, Callable
 
 import aiohttp
@@ -221,21 +229,63 @@ def _timed_out(timeout_s: float) -> str:
     return f"timed out after {int(t) if t.is_integer() else t}s"
 
 
+class CancelEvent(asyncio.Event):
+    """An :class:`asyncio.Event` that also calls back when set. The worker gives one to
+    :func:`execute` as ``cancel``: waiting for it then costs a callback rather than a task per
+    run. (Any asyncio.Event works as ``cancel``.)"""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._callbacks: list[Callable[[], None]] = []
+
+    def add_callback(self, cb: Callable[[], None]) -> None:
+        self._callbacks.append(cb)
+
+    def remove_callback(self, cb: Callable[[], None]) -> None:
+        try:
+            self._callbacks.remove(cb)
+        except ValueError:
+            pass
+
+    def set(self) -> None:
+        super().set()
+        callbacks, self._callbacks = self._callbacks, []
+        for cb in callbacks:
+            cb()
+
+
 async def _race(aw: asyncio.Future, timeout_s: float, cancel: asyncio.Event | None) -> str:
     """Wait for ``aw``, the deadline or the cancel event, whichever comes first.
 
     :returns: "done", "timeout" or "cancel". When ``aw`` is done it wins a tie: the run finished.
     """
-    waiters: set[asyncio.Future] = {aw}
-    cancel_waiter = None
-    if cancel is not None:
-        cancel_waiter = asyncio.ensure_future(cancel.wait())
-        waiters.add(cancel_waiter)
-    try:
-        await asyncio.wait(waiters, timeout=max(0.0, timeout_s), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        if cancel_waiter is not None:
-            cancel_waiter.cancel()
+    if not aw.done() and not (cancel is not None and cancel.is_set()):
+        # One future woken by whichever comes first (a callback each), not asyncio.wait's
+        # machinery and a task waiting on the event: this runs once per run.
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+
+        def wake(_: object = None) -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        aw.add_done_callback(wake)
+        timer = loop.call_later(max(0.0, timeout_s), wake)
+        cancel_task = None
+        if isinstance(cancel, CancelEvent):
+            cancel.add_callback(wake)
+        elif cancel is not None:
+            cancel_task = asyncio.ensure_future(cancel.wait())
+            cancel_task.add_done_callback(wake)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            aw.remove_done_callback(wake)
+            if isinstance(cancel, CancelEvent):
+                cancel.remove_callback(wake)
+            elif cancel_task is not None:
+                cancel_task.cancel()
     if aw.done():
         return "done"
     if cancel is not None and cancel.is_set():
@@ -552,33 +602,156 @@ _repr.maxarray = 100
 _repr.maxstring = _repr.maxlong = _repr.maxother = OUTPUT_BYTES_MAX
 
 
-def _in_thread(fn: Callable, *args: Any, name: str) -> asyncio.Future:
-    """Run ``fn(*args)`` in a new daemon thread; the future gets ("ok", result) or ("exc", e).
+class _LoopInbox:
+    """Results from run threads to one event loop, with one wake-up of the loop (a write to its
+    self-pipe, ``call_soon_threadsafe``) for all the results that arrive before it drains them,
+    rather than one per run."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        # A weak reference: _inboxes maps the loop to this inbox weakly, and a strong one here
+        # would keep every loop that ever ran a thread alive.
+        self._loop = weakref.ref(loop)
+        self._lock = threading.Lock()
+        self._items: list[tuple[Callable[[tuple], None], tuple]] = []
+
+    def post(self, deliver: Callable[[tuple], None], value: tuple) -> None:
+        """From any thread: call ``deliver(value)`` on the loop. Never raises."""
+        with self._lock:
+            self._items.append((deliver, value))
+            if len(self._items) > 1:
+                return  # a drain is already on its way
+        loop = self._loop()
+        try:
+            if loop is None:
+                raise RuntimeError("the loop is gone")
+            loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:  # the loop is closed: an abandoned run finished after the worker stopped
+            with self._lock:
+                self._items.clear()
+
+    def _drain(self) -> None:
+        with self._lock:
+            items, self._items = self._items, []
+        for deliver, value in items:
+            try:
+                deliver(value)
+            except Exception:  # one run's delivery must not lose the others'
+                log.exception("delivering a run's result failed")
+
+
+_inboxes: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopInbox]" = weakref.WeakKeyDictionary()
+
+
+class _RunThreads:
+    """Daemon threads for plain python runs, reused from run to run.
+
+    A job always gets a thread at once: when no thread is idle, a new one is started, so a run
+    that blocks, or one abandoned at its timeout, never delays another (as with a thread per
+    run), but a busy worker does not pay for starting a thread per run. A thread idle for
+    ``idle_s`` exits. ``_idle`` counts the threads waiting for a job minus the jobs queued for
+    them, so it is never negative and a queued job always has a waiting thread.
+    """
+
+    def __init__(self, idle_s: float) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._idle_s = idle_s
+        self._seq = itertools.count(1)
+
+    def submit(self, job: Callable[[], Callable[[], None]]) -> None:
+        """Run ``job()`` in a thread now, then the callable it returns once the thread counts as
+        idle again (the delivery of the result: the next run may then take the same thread).
+        Neither may raise."""
+        with self._lock:
+            spawn = self._idle == 0
+            if not spawn:
+                self._idle -= 1  # that waiting thread is spoken for
+        if spawn:
+            # Started before the job is queued: if no thread can be started, this raises and
+            # nothing is left queued without a thread to take it.
+            threading.Thread(target=self._serve, name=f"raftsched-run-idle-{next(self._seq)}", daemon=True).start()
+        self._jobs.put(job)
+
+    def _serve(self) -> None:
+        me = threading.current_thread()
+        idle_name = me.name
+        while True:
+            try:
+                job = self._jobs.get(timeout=self._idle_s)
+            except queue.Empty:
+                with self._lock:
+                    if self._idle > 0:
+                        self._idle -= 1
+                        return
+                continue  # every waiting thread is spoken for: a job is on its way to one of us
+            deliver = job()
+            job = None
+            me.name = idle_name
+            with self._lock:
+                self._idle += 1
+            deliver()
+            deliver = None  # hold nothing of a finished run while idle
+
+
+#: seconds an idle run thread waits for another run before it exits.
+_THREAD_IDLE_S = 30.0
+_threads = _RunThreads(_THREAD_IDLE_S)
+
+
+def _submit(fn: Callable, args: tuple, name: str, deliver: Callable[[tuple], None]) -> None:
+    """Run ``fn(*args)`` in a daemon thread (:class:`_RunThreads`, named ``name`` while it runs
+    this), in a copy of the caller's context; ``deliver`` gets ("ok", result) or ("exc", e) on
+    the caller's event loop.
 
     Not ``asyncio.to_thread``: a run that times out abandons its thread, and abandoned threads
     in the loop's default executor would, one by one, starve everything else that uses it
-    (aiohttp's DNS resolution among them). Daemon, so an abandoned thread never holds up exit.
+    (aiohttp's DNS resolution among them). Here a thread that is not idle is never waited for.
+    Daemon, so an abandoned thread never holds up exit.
     """
     loop = asyncio.get_running_loop()
-    fut = loop.create_future()
     context = contextvars.copy_context()
+    inbox = _inboxes.get(loop)
+    if inbox is None:
+        inbox = _inboxes[loop] = _LoopInbox(loop)
+
+    def job() -> Callable[[], None]:
+        threading.current_thread().name = name
+        try:
+            value: tuple = ("ok", context.run(fn, *args))
+        except BaseException as e:  # the job's SystemExit too: it ends the run, not the worker
+            value = ("exc", e)
+        return functools.partial(inbox.post, deliver, value)
+
+    _threads.submit(job)
+
+
+def _in_thread(fn: Callable, *args: Any, name: str) -> asyncio.Future:
+    """:func:`_submit` with a future: it gets ("ok", result) or ("exc", e)."""
+    fut = asyncio.get_running_loop().create_future()
 
     def settle(value: tuple) -> None:
         if not fut.done():
             fut.set_result(value)
 
-    def body() -> None:
-        try:
-            value: tuple = ("ok", context.run(fn, *args))
-        except BaseException as e:  # the job's SystemExit too: it ends the run, not the worker
-            value = ("exc", e)
-        try:
-            loop.call_soon_threadsafe(settle, value)
-        except RuntimeError:
-            pass  # the loop is closed: an abandoned run finished after the worker stopped
-
-    threading.Thread(target=body, name=name, daemon=True).start()
+    _submit(fn, args, name, settle)
     return fut
+
+
+def _imported(target: str) -> Callable | None:
+    """The target's function if its module is imported already, fully, and defines it: then
+    resolving it is a dictionary lookup that runs none of the job's code, and needs no thread.
+    None otherwise (:func:`_resolve` in a thread imports it, and reports what is wrong)."""
+    module_name, _, attr = target.partition(":")
+    module = sys.modules.get(module_name)
+    if type(module) is not types.ModuleType or not attr:
+        return None
+    namespace = module.__dict__
+    spec = namespace.get("__spec__")
+    if spec is not None and getattr(spec, "_initializing", False):
+        return None  # still importing (in another thread): _resolve waits for it
+    fn = namespace.get(attr)
+    return fn if fn is not None and callable(fn) else None
 
 
 def _resolve(target: str) -> Callable:
@@ -633,16 +806,18 @@ async def _run_python(ex: dict, ctx: RunContext, timeout_s: float,
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     thread_name = f"raftsched-run-{ctx.run_id}"
-    # Import in a thread too: module-level code is the job's, and it must neither block the
-    # loop (lease renewals) nor escape the deadline.
-    fut = _in_thread(_resolve, ex["target"], name=thread_name + "-import")
-    how = await _race(fut, timeout_s, cancel)
-    if how != "done":
-        log.warning("run %s: import of %s abandoned (%s)", ctx.run_id, ex["target"], how)
-        return _stopped(how, timeout_s)
-    kind, fn = fut.result()
-    if kind == "exc":
-        return _python_result((kind, fn))
+    fn = _imported(ex["target"])
+    if fn is None:
+        # Import in a thread: module-level code is the job's, and it must neither block the
+        # loop (lease renewals) nor escape the deadline.
+        fut = _in_thread(_resolve, ex["target"], name=thread_name + "-import")
+        how = await _race(fut, timeout_s, cancel)
+        if how != "done":
+            log.warning("run %s: import of %s abandoned (%s)", ctx.run_id, ex["target"], how)
+            return _stopped(how, timeout_s)
+        kind, fn = fut.result()
+        if kind == "exc":
+            return _python_result((kind, fn))
 
     if inspect.iscoroutinefunction(fn):
         how, value = await _run_task(_call_async(fn, ctx), deadline - loop.time(), cancel, kill_grace_s)
@@ -662,3 +837,107 @@ async def _run_python(ex: dict, ctx: RunContext, timeout_s: float,
         if how != "done":
             return _stopped(how, timeout_s)
     return _python_result(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# The fast path: a plain python function already imported, without a coroutine per run.
+
+def execute_soon(executor: dict, ctx: RunContext, timeout_s: float, on_done: Callable[[Outcome], None], *,
+                 cancel: CancelEvent | None = None, allowed_types: frozenset[str] = ALL_TYPES,
+                 kill_grace_s: float = 5.0) -> bool:
+    """Start a run the way :func:`execute` would and return True, if it is a plain python
+    function whose module is imported already; ``on_done(outcome)`` is then called on the
+    event loop once, with the :class:`Outcome` that ``execute`` would have returned. A busy
+    worker's runs are mostly such, and each then costs a thread handoff, a timer and a few
+    callbacks instead of a task and its coroutines.
+
+    For anything else (another executor type, a coroutine function, a module not imported
+    yet, a ``cancel`` that is not a :class:`CancelEvent` or is already set) nothing starts and
+    it returns False: await :func:`execute` instead.
+    """
+    if (not isinstance(executor, dict) or executor.get("type") != "python" or "python" not in allowed_types
+            or not isinstance(executor.get("target"), str)
+            or (cancel is not None and (not isinstance(cancel, CancelEvent) or cancel.is_set()))):
+        return False
+    fn = _imported(executor["target"])
+    if fn is None or inspect.iscoroutinefunction(fn):
+        return False
+    _PythonRun(executor["target"], ctx, timeout_s, cancel, kill_grace_s, on_done).start(fn)
+    return True
+
+
+class _PythonRun:
+    """One run of :func:`execute_soon`: the function in a thread, raced against a timer and the
+    cancel event by callbacks; whichever comes first settles it, once."""
+
+    __slots__ = ("target", "ctx", "timeout_s", "cancel", "kill_grace_s", "on_done", "t0", "deadline",
+                 "timer", "settled", "thread_name")
+
+    def __init__(self, target: str, ctx: RunContext, timeout_s: float, cancel: CancelEvent | None,
+                 kill_grace_s: float, on_done: Callable[[Outcome], None]) -> None:
+        self.target, self.ctx, self.timeout_s, self.cancel = target, ctx, timeout_s, cancel
+        self.kill_grace_s, self.on_done = kill_grace_s, on_done
+        self.settled = False
+        self.thread_name = f"raftsched-run-{ctx.run_id}"
+
+    def start(self, fn: Callable) -> None:
+        loop = asyncio.get_running_loop()
+        self.t0 = time.monotonic()
+        self.deadline = loop.time() + self.timeout_s
+        self.timer = loop.call_later(max(0.0, self.timeout_s), self._stop, "timeout")
+        if self.cancel is not None:
+            self.cancel.add_callback(self._cancelled)
+        try:
+            _submit(fn, (self.ctx,), self.thread_name, self._returned)
+        except Exception as e:  # no thread could be started: the run fails, reported on the loop
+            self._settle()
+            log.error("run %s: %s not started: %s", self.ctx.run_id, self.target, _exc_reason(e))
+            loop.call_soon(self._emit, (False, _short(f"executor error: {_exc_reason(e)}"), ""))
+
+    def _cancelled(self) -> None:
+        self._stop("cancel")
+
+    def _stop(self, how: str) -> None:
+        if self.settled:
+            return
+        log.warning("run %s: %s still running in thread %s; abandoned (%s)",
+                    self.ctx.run_id, self.target, self.thread_name, how)
+        self._settle()
+        self._emit(_stopped(how, self.timeout_s))
+
+    def _returned(self, value: tuple) -> None:
+        if self.settled:
+            return  # already reported as timed out or lease lost
+        self._settle()
+        if value[0] == "ok" and inspect.isawaitable(value[1]):
+            # A plain callable that returned an awaitable: await it on the loop, as execute()
+            # does, within what is left of the deadline.
+            asyncio.ensure_future(self._await(value[1]))
+            return
+        try:
+            result = _python_result(value)
+        except Exception as e:  # the contract is an Outcome, whatever went wrong in here
+            result = (False, _short(f"executor error: {_exc_reason(e)}"), "")
+        self._emit(result)
+
+    async def _await(self, aw: Any) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            how, value = await _run_task(_guarded(aw), self.deadline - loop.time(), self.cancel, self.kill_grace_s)
+            result = _python_result(value) if how == "done" else _stopped(how, self.timeout_s)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            result = (False, _short(f"executor error: {_exc_reason(e)}"), _tail_str(_format_tb(e)))
+        self._emit(result)
+
+    def _settle(self) -> None:
+        self.settled = True
+        self.timer.cancel()
+        if self.cancel is not None:
+            self.cancel.remove_callback(self._cancelled)
+
+    def _emit(self, result: _Result) -> None:
+        ok, error, output = result
+        self.on_done(Outcome(ok=ok, error=error, output=output,
+                             duration_ms=int(round((time.monotonic() - self.t0) * 1000))))

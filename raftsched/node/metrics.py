@@ -65,7 +65,7 @@ class _StateCollector:
         w = self.worker
         yield CounterMetricFamily("raftsched_worker_runs_completed", "attempts this node's worker reported", value=w.completed)
         yield CounterMetricFamily("raftsched_worker_completions_refused", "reports refused for a stale token", value=w.refused)
-        yield GaugeMetricFamily("raftsched_worker_runs_running", "runs this node's worker is executing", value=len(w.held))
+        yield GaugeMetricFamily("raftsched_worker_runs_running", "leases this node's worker holds: runs executing, prefetched to start next, or finished with the outcome on its way", value=len(w.held))
         yield GaugeMetricFamily("raftsched_worker_slots", "run slots of this node's worker", value=w.slots)
 
 

@@ -4,9 +4,16 @@ Every node runs one. Following the design card, followers execute and the leader
 when it is the only member or was told to (``execute_on_leader``), so the leader's event loop
 stays free for the trigger loop and the log.
 
-- It asks for work only when its local replica shows runs ready in the queues it serves, and
-  never for more runs than it has free run slots (``slots``): a node never holds a lease it
-  cannot run.
+- It asks for work only when its local replica shows runs ready in the queues it serves. At
+  most ``slots`` runs execute at once. It asks for no more runs than it has free slots, plus,
+  while its runs end faster than an acquire's round trip through the log, as many again
+  (prefetch): those wait for a slot, in the order granted, with their leases renewed. Runs
+  slower than that round trip turn prefetching off, so a run waits behind long ones only if it
+  was prefetched just before the runs turned slow.
+- Outcomes are reported in batches (``complete_many``), and the acquire for the slots they
+  free goes out in the same turn of the event loop, so both travel in one log entry.
+- A plain python function whose module is imported already runs in a pooled thread without a
+  task of its own (``executors.execute_soon``); anything else is awaited through ``execute``.
 - One ``heartbeat`` command per interval (a third of the lease TTL, at most 1 s) extends all its leases. A
   lease the state reports lost is killed at once. If no heartbeat has succeeded for a whole TTL,
   by this process's monotonic clock, every run is killed: the leader may already have expired
@@ -21,6 +28,8 @@ leases for its own: those expire and their runs are executed again, with attempt
 from __future__ import annotations
 
 import asyncio
+import collections
+import functools
 import logging
 import os
 import time
@@ -32,10 +41,19 @@ import msgpack
 from ..clock import Clock
 from ..core import commands, limits
 from ..core.errors import Conflict, Indeterminate, NotFound, RaftschedError, Unavailable
-from .executors import ALL_TYPES, RunContext, execute
+from .executors import ALL_TYPES, CancelEvent, Outcome, RunContext, execute, execute_soon
 
 log = logging.getLogger("raftsched.worker")
 
+#: acquires one worker keeps in flight at once. The next one goes out while the runs of the last
+#: still execute, once 1/this of the slots are free, so slots do not wait a log round trip idle.
+_ACQUIRES_IN_FLIGHT_MAX = 2
+#: weight of the newest sample in the moving averages of run and acquire times.
+_EWMA = 0.1
+#: complete_many commands one worker keeps in flight at once.
+_REPORTS_IN_FLIGHT_MAX = 2
+#: how long an outcome waits for the runs still executing, so that they share one command.
+_OUTCOME_COALESCE_S = 0.002
 #: encoded outcomes per complete_many, leaving room for the envelope under command_bytes_max
 _COMPLETE_BATCH_BYTES_MAX = limits.command_bytes_max - 4096
 
@@ -46,10 +64,10 @@ class _Held:
     def __init__(self, grant: dict) -> None:
         self.grant = grant
         self.token = grant["token"]
-        self.cancel = asyncio.Event()
+        self.cancel = CancelEvent()
         self.task: asyncio.Task | None = None
-        #: True while the executor runs; False once only its report is pending
-        self.executing = True
+        #: True while the executor runs (False before it starts and once only its report is pending)
+        self.executing = False
 
 
 class Worker:
@@ -72,9 +90,25 @@ class Worker:
         self.held: dict[str, _Held] = {}
         self._last_hb_ok = time.monotonic()
         self._session: aiohttp.ClientSession | None = None
-        self._outbox: list[tuple[dict, asyncio.Future]] = []
-        self._outbox_ready = asyncio.Event()
-        self._slot_freed = asyncio.Event()
+        #: outcomes not yet sent, oldest first, and since when the oldest waits
+        self._outbox: collections.deque[tuple[dict, _Held]] = collections.deque()
+        self._outbox_since = 0.0
+        #: complete_many commands in flight
+        self._reporting: set[asyncio.Task] = set()
+        #: set when a slot frees (its outcome queued) or an acquire or report ends: _pump looks again
+        self._wake = asyncio.Event()
+        #: runs executing now (held with ``executing``), runs granted and waiting for a slot
+        #: (prefetched), and runs asked for by acquires in flight
+        self._executing = 0
+        self._waiting: collections.deque[_Held] = collections.deque()
+        self._asked = 0
+        #: moving averages of how long a run executes and an acquire takes (None: not seen yet)
+        self._exec_s: float | None = None
+        self._acquire_rtt_s: float | None = None
+        self._acquiring: set[asyncio.Task] = set()
+        #: no acquire before this monotonic time (a pause after a failed or empty acquire)
+        self._acquire_after = 0.0
+        self._stopping = False
         self.completed = 0
         self.refused = 0
 
@@ -83,64 +117,141 @@ class Worker:
         self._session = aiohttp.ClientSession()
         hb = asyncio.create_task(self._heartbeat_loop(), name="heartbeat")
         watchdog = asyncio.create_task(self._watchdog(), name="lease watchdog")
-        flusher = asyncio.create_task(self._flush_loop(), name="outcome flusher")
         try:
             while True:
-                # A run slot is taken while its executor runs; a finished run whose report is
-                # still on its way keeps its lease (heartbeated) but not a slot.
-                free = self.slots - sum(1 for h in self.held.values() if h.executing)
-                if free > 0 and self._may_execute() and self.state.has_ready_work(self.queues, self.clock.now_ms()):
-                    try:
-                        got = await self._acquire(free)
-                    except RaftschedError as e:
-                        log.debug("worker: acquire failed: %s", e.message)
-                        await asyncio.sleep(self.poll_interval_s)
-                        continue
-                    if got == free:
-                        continue  # maybe more is ready
-                    if got == 0:
-                        # Ready entries were stale or rate-limited: do not spin on the log.
-                        await asyncio.sleep(5 * self.poll_interval_s)
-                        continue
-                # Wake when a slot frees, or poll for new work.
-                self._slot_freed.clear()
+                self._wake.clear()
+                timeout = self._pump()
+                # Wake when a slot frees, an outcome is ready, an acquire or report ends; or poll
+                # for new work.
                 try:
-                    await asyncio.wait_for(self._slot_freed.wait(), self.poll_interval_s)
+                    await asyncio.wait_for(self._wake.wait(), timeout)
                 except asyncio.TimeoutError:
                     pass
         finally:
-            hb.cancel()
+            self._stopping = True
+            for t in list(self._acquiring):
+                t.cancel()  # its runs, if granted after all, are never started: their leases expire
+            for h in self._waiting:
+                self._release(h)  # never started: their leases expire and they run elsewhere
+            self._waiting.clear()
             watchdog.cancel()
             for h in list(self.held.values()):
                 h.cancel.set()
-            tasks = [h.task for h in self.held.values() if h.task]
+            tasks = [h.task for h in self.held.values() if h.task and not h.task.done()]
+            deadline = time.monotonic() + self.kill_grace_s + 2
             if tasks:
                 await asyncio.wait(tasks, timeout=self.kill_grace_s + 2)
-            flusher.cancel()
-            await asyncio.gather(hb, watchdog, flusher, return_exceptions=True)
+            # Report what ended, heartbeating meanwhile, within the same bound.
+            while (self._outbox or self._reporting) and time.monotonic() < deadline:
+                while self._outbox and len(self._reporting) < _REPORTS_IN_FLIGHT_MAX:
+                    self._flush()
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), max(0.01, deadline - time.monotonic()))
+                except asyncio.TimeoutError:
+                    pass
+            for t in list(self._reporting):
+                t.cancel()
+            hb.cancel()
+            await asyncio.gather(hb, watchdog, *self._reporting, return_exceptions=True)
             await self._session.close()
+
+    def _pump(self) -> float:
+        """Send what is due, in one turn of the event loop: outcomes (``complete_many``) and an
+        acquire for the free slots. Commands proposed in one turn travel as one log entry
+        (replication's group commit), so a worker whose runs all ended reports them and asks
+        for as many again at the price of one entry. Returns how long the loop may sleep.
+
+        At most ``slots`` runs execute at once. The runs asked for, granted and waiting, and
+        executing together stay within the slots plus the prefetch (``_prefetch``); a finished
+        run whose report is still on its way keeps its lease (heartbeated) but counts in
+        neither. A second acquire goes out while one is in flight only for
+        1/_ACQUIRES_IN_FLIGHT_MAX of that budget or more, so slots do not sit idle for a log
+        round trip and each acquire still carries many runs. Outcomes wait for the runs still
+        executing, at most _OUTCOME_COALESCE_S, so that the outcomes of one batch share one
+        command.
+        """
+        now = time.monotonic()
+        timeout = self.poll_interval_s
+        budget = self.slots + self._prefetch()
+        free = budget - self._executing - len(self._waiting) - self._asked
+        can_acquire = (free > 0 and len(self._acquiring) < _ACQUIRES_IN_FLIGHT_MAX
+                       and now >= self._acquire_after)
+        want_acquire = can_acquire and (not self._acquiring or free * _ACQUIRES_IN_FLIGHT_MAX >= budget)
+        if self._acquire_after > now:
+            timeout = min(timeout, self._acquire_after - now)
+        flushed = False
+        if self._outbox and len(self._reporting) < _REPORTS_IN_FLIGHT_MAX:
+            waited = now - self._outbox_since
+            if (self._executing == 0 or waited >= _OUTCOME_COALESCE_S or want_acquire
+                    or len(self._outbox) >= limits.complete_batch_max):
+                while self._outbox and len(self._reporting) < _REPORTS_IN_FLIGHT_MAX:
+                    self._flush()
+                flushed = True
+            else:
+                timeout = min(timeout, _OUTCOME_COALESCE_S - waited)
+        # An acquire that rides with a report costs no log entry of its own.
+        if (want_acquire or (flushed and can_acquire)) and self._may_execute() \
+                and self.state.has_ready_work(self.queues, self.clock.now_ms()):
+            n = min(free, limits.acquire_runs_max)
+            self._asked += n
+            t = asyncio.create_task(self._acquire(n), name="acquire")
+            self._acquiring.add(t)
+            t.add_done_callback(self._acquiring.discard)
+        return max(0.001, timeout)
+
+    def _prefetch(self) -> int:
+        """Runs this worker may hold beyond its slots, waiting for one to free: as many as its
+        slots while its runs end faster than an acquire's round trip (they would otherwise sit
+        idle for most of it, and the round trip, not the slots, would bound the rate), none
+        while they take longer (a run must not wait behind long ones when another worker could
+        start it)."""
+        if self._exec_s is None or self._acquire_rtt_s is None or self._exec_s >= self._acquire_rtt_s:
+            return 0
+        return self.slots
 
     def _may_execute(self) -> bool:
         if self.single_node or self.execute_on_leader:
             return True
         return not self.raft.is_leader()
 
-    async def _acquire(self, free: int) -> int:
-        n = min(free, limits.acquire_runs_max)
+    async def _acquire(self, n: int) -> None:
+        """One acquire for ``n`` runs (slots reserved by the caller in ``_asked``); starts every
+        run granted. Backs off after a failure, or when nothing was granted (ready entries were
+        stale or rate-limited), rather than spin on the log."""
         sent = time.monotonic()  # a fresh lease counts from when it was asked for
         # Only runs of executor types this node runs: a node started with --executors http
         # leaves shell runs to the nodes that take them.
         types = sorted(self.allowed_types) if self.allowed_types != ALL_TYPES else None
         cmd = commands.make("acquire", self.clock.now_ms(), None, worker=self.worker_id,
                             queues=self.queues, max=n, ttl=self.lease_ttl_ms, types=types)
-        res = await self._propose(cmd)
-        for grant in res.get("runs", []):
-            h = _Held(grant)
-            self.held[grant["id"]] = h
+        try:
+            try:
+                res = await self._propose(cmd)
+            except RaftschedError as e:
+                log.debug("worker: acquire failed: %s", e.message)
+                self._acquire_after = time.monotonic() + self.poll_interval_s
+                return
+            runs = res.get("runs", [])
+            if not runs:
+                self._acquire_after = time.monotonic() + 5 * self.poll_interval_s
+                return
+            self._acquire_after = 0.0
+            rtt = time.monotonic() - sent
+            self._acquire_rtt_s = rtt if self._acquire_rtt_s is None else self._acquire_rtt_s + _EWMA * (rtt - self._acquire_rtt_s)
             # A fresh lease counts as a heartbeat that succeeded when it was asked for.
             self._last_hb_ok = max(self._last_hb_ok, sent)
-            h.task = asyncio.create_task(self._execute(h), name=f"run {grant['id']}")
-        return len(res.get("runs", []))
+            for grant in runs:
+                h = _Held(grant)
+                self.held[grant["id"]] = h
+                if self._executing < self.slots:
+                    self._start(h)
+                else:
+                    self._waiting.append(h)  # prefetched: starts when a slot frees
+        finally:
+            self._asked -= n
+            self._acquiring.discard(asyncio.current_task())  # before _pump looks again
+            self._wake.set()
 
     async def _heartbeat_loop(self) -> None:
         # A third of the TTL, and at most a second: a lease survives two lost heartbeats.
@@ -181,66 +292,117 @@ class Worker:
                         h.cancel.set()
 
     # ---------------------------------------------------------------- one run
-    async def _execute(self, h: _Held) -> None:
+    def _start(self, h: _Held) -> None:
+        h.executing = True
+        self._executing += 1
         g = h.grant
+        t0 = time.monotonic()
         try:
-            if g.get("executor") is None:
-                outcome_ok, error, output = False, "the job was deleted", ""
-            else:
+            if g.get("executor") is not None:
                 ctx = RunContext(run_id=g["id"], job=g["job"], slot_ms=g["slot"], attempt=g["attempt"],
                                  fencing_token=g["token"], payload=g.get("payload"))
+                # A plain python function already imported runs without a task of its own.
+                if execute_soon(g["executor"], ctx, g["timeout_s"], functools.partial(self._executed, h, t0),
+                                cancel=h.cancel, allowed_types=self.allowed_types, kill_grace_s=self.kill_grace_s):
+                    return
+            else:
+                ctx = None
+            h.task = asyncio.create_task(self._execute(h, ctx, t0), name=f"run {g['id']}")
+        except Exception:
+            # Never a slot lost to a bug here: the run is dropped (its lease expires).
+            log.exception("worker: run %s could not be started", g["id"])
+            self._release(h)
+            self._free_slot(h)
+
+    async def _execute(self, h: _Held, ctx: RunContext | None, t0: float) -> None:
+        g = h.grant
+        try:
+            if ctx is None:
+                out = Outcome(ok=False, error="the job was deleted", output="", duration_ms=0)
+            else:
                 out = await execute(g["executor"], ctx, g["timeout_s"], cancel=h.cancel,
                                     allowed_types=self.allowed_types, kill_grace_s=self.kill_grace_s,
                                     http_session=self._session)
-                outcome_ok, error, output = out.ok, out.error, out.output
-            # Reported even when the lease was lost: the state refuses a stale token, and
-            # accepts the outcome if the lease survived after all.
-            h.executing = False
-            self._slot_freed.set()
-            await self._complete(g, outcome_ok, error, output)
+            self._executed(h, t0, out)
         except asyncio.CancelledError:
+            self._release(h)
             raise
         except Exception:
             log.exception("worker: run %s failed unexpectedly", g["id"])
+            self._release(h)
         finally:
-            self.held.pop(g["id"], None)
+            self._free_slot(h)
 
-    async def _complete(self, g: dict, ok: bool, error: str | None, output: str | None) -> None:
-        """Report one outcome. Outcomes are batched: the flusher sends every outcome that is ready
-        in one ``complete_many`` (each judged alone by the state), so a busy worker spends one log
-        entry on many runs."""
-        item = {"run": g["id"], "token": g["token"], "success": ok, "error": error, "output": output}
-        fut = asyncio.get_running_loop().create_future()
-        self._outbox.append((item, fut))
-        self._outbox_ready.set()
-        res = await fut
-        if res is None:
-            return  # gave up: the lease will expire and the run is retried
-        if res.get("ok"):
-            self.completed += 1
-        elif (res.get("error") or {}).get("code") == "conflict":
-            self.refused += 1
-            log.warning("worker: completion of %s refused: %s", g["id"], res["error"].get("message"))
+    def _executed(self, h: _Held, t0: float, out: Outcome) -> None:
+        """Queue the outcome for the next report and free the run's slot. Reported even when
+        the lease was lost: the state refuses a stale token, and accepts the outcome if the
+        lease survived after all. The lease stays held (and heartbeated) until the report is
+        answered."""
+        now = time.monotonic()
+        self._exec_s = now - t0 if self._exec_s is None else self._exec_s + _EWMA * (now - t0 - self._exec_s)
+        if not self._outbox:
+            self._outbox_since = now
+        g = h.grant
+        self._outbox.append(({"run": g["id"], "token": g["token"], "success": out.ok,
+                              "error": out.error, "output": out.output}, h))
+        self._free_slot(h)
 
-    async def _flush_loop(self) -> None:
-        while True:
-            await self._outbox_ready.wait()
-            await asyncio.sleep(0.002)  # let the outcomes of the same moment join one command
-            self._outbox_ready.clear()
-            while self._outbox:
-                batch, size = [], 0
-                while self._outbox and len(batch) < limits.complete_batch_max:
-                    item, fut = self._outbox[0]
-                    n = len(msgpack.packb(item, use_bin_type=True))
-                    if batch and size + n > _COMPLETE_BATCH_BYTES_MAX:
-                        break
-                    self._outbox.pop(0)
-                    batch.append((item, fut))
-                    size += n
-                results = await self._send_outcomes([it for it, _ in batch])
-                for k, (_, fut) in enumerate(batch):
-                    if not fut.done():
-                        fut.set_result(None if results is None else results[k])
+    def _free_slot(self, h: _Held) -> None:
+        if h.executing:
+            h.executing = False
+            self._executing -= 1
+            self._wake.set()
+            while self._waiting and not self._stopping:
+                nxt = self._waiting.popleft()
+                if nxt.cancel.is_set():
+                    # Its lease was lost, or given up, before it started: nothing ran, nothing
+                    # to report; if the lease still exists it expires, a lost attempt.
+                    self._release(nxt)
+                    continue
+                self._start(nxt)
+                break
+
+    def _release(self, h: _Held) -> None:
+        """Forget a lease: its run was reported, or will never be (then the lease expires)."""
+        rid = h.grant["id"]
+        if self.held.get(rid) is h:
+            del self.held[rid]
+
+    def _flush(self) -> None:
+        """Send the oldest outcomes as one ``complete_many`` (each judged alone by the state), as
+        many as fit in a command."""
+        batch, size = [], 0
+        while self._outbox and len(batch) < limits.complete_batch_max:
+            item = self._outbox[0][0]
+            n = len(msgpack.packb(item, use_bin_type=True))
+            if batch and size + n > _COMPLETE_BATCH_BYTES_MAX:
+                break
+            batch.append(self._outbox.popleft())
+            size += n
+        self._outbox_since = time.monotonic()
+        t = asyncio.create_task(self._report(batch), name="report")
+        self._reporting.add(t)
+        t.add_done_callback(self._reporting.discard)
+
+    async def _report(self, batch: list[tuple[dict, _Held]]) -> None:
+        results = None
+        try:
+            results = await self._send_outcomes([item for item, _ in batch])
+        finally:
+            # Answered, or given up (then the leases expire and the runs are retried): the
+            # leases are no longer this worker's to renew.
+            for k, (item, h) in enumerate(batch):
+                self._release(h)
+                res = None if results is None else results[k]
+                if res is None:
+                    continue
+                if res.get("ok"):
+                    self.completed += 1
+                elif (res.get("error") or {}).get("code") == "conflict":
+                    self.refused += 1
+                    log.warning("worker: completion of %s refused: %s", item["run"], res["error"].get("message"))
+            self._reporting.discard(asyncio.current_task())  # before _pump looks again
+            self._wake.set()
 
     async def _send_outcomes(self, items: list[dict]) -> list[dict] | None:
         """Propose one complete_many, retrying an unknown outcome with the same request id (the

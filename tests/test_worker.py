@@ -1,0 +1,176 @@
+"""The worker over an in-process replica: a real SchedulerState behind a fake log that commits,
+like replication.RaftNode, the commands proposed in one turn of the event loop as one group.
+Every wait has a deadline; no fixed sleeps decide an outcome."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import exec_targets
+from raftsched.clock import FakeClock
+from raftsched.core import commands
+from raftsched.core.state import SchedulerState
+from raftsched.node.service import Service
+from raftsched.node.worker import Worker
+
+
+class GroupRaft:
+    """Applies the commands proposed in one turn of the event loop together, ``delay_s`` later
+    (a log round trip), and records each group's decoded commands."""
+
+    def __init__(self, state, delay_s: float = 0.0) -> None:
+        self.state = state
+        self.delay_s = delay_s
+        self.groups: list[list[dict]] = []
+        self._pending: list[tuple[bytes, asyncio.Future]] = []
+
+    def is_leader(self) -> bool:
+        return True
+
+    async def propose(self, data: bytes, timeout_s: float = 5.0) -> dict:
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        if not self._pending:
+            loop.call_soon(self._flush)
+        self._pending.append((data, fut))
+        return await fut
+
+    def _flush(self) -> None:
+        group, self._pending = self._pending, []
+
+        async def commit() -> None:
+            if self.delay_s:
+                await asyncio.sleep(self.delay_s)  # ok-sleep: the simulated round trip
+            self.groups.append([commands.decode(d) for d, _ in group])
+            for d, fut in group:
+                res = self.state.apply_bytes(d)
+                if not fut.done():
+                    fut.set_result(res)
+
+        asyncio.ensure_future(commit())
+
+    def ops(self, op: str) -> list[dict]:
+        return [c for g in self.groups for c in g if c["op"] == op]
+
+
+async def wait_until(cond, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.005)  # ok-sleep: polling interval inside a deadline loop
+
+
+class Env:
+    def __init__(self, job: str, target: str, runs: int, slots: int, delay_s: float = 0.0, **worker_kw) -> None:
+        self.state = SchedulerState()
+        self.raft = GroupRaft(self.state, delay_s)
+        self.clock = FakeClock()
+        self.service = Service(self.state, self.raft, self.clock, "node-1")
+        self.job, self.target, self.runs = job, target, runs
+        self.worker = Worker(self.state, self.raft, self.clock, "node-1", slots=slots, single_node=True,
+                             poll_interval_s=0.01, **worker_kw)
+
+    async def setup(self) -> list[str]:
+        spec = {"schedule": {"every_s": 3600}, "executor": {"type": "python", "target": self.target},
+                "history": 1000, "misfire": {"policy": "skip"}}
+        await self.service.put_job(self.job, spec, None)
+        return [(await self.service.trigger_job(self.job, None))["run"] for _ in range(self.runs)]
+
+    def states(self, ids) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for rid in ids:
+            st = self.state.runs[rid]["state"]
+            out[st] = out.get(st, 0) + 1
+        return out
+
+
+def run(coro, timeout_s: float = 30.0):
+    return asyncio.run(asyncio.wait_for(coro, timeout_s))
+
+
+async def stop(task: asyncio.Task) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+def test_runs_are_reported_in_batches_that_share_an_entry_with_the_next_acquire():
+    async def t():
+        env = Env("batched", "builtins:id", runs=200, slots=8)
+        ids = await env.setup()
+        task = asyncio.create_task(env.worker.run())
+        await wait_until(lambda: env.worker.completed == 200, 20, "every run to complete")
+        await stop(task)
+        assert env.states(ids) == {"succeeded": 200}
+        assert all(int(env.state.runs[r]["output"]) > 0 for r in ids)  # id()'s value, as repr
+        reports = env.raft.ops("complete_many")
+        assert sum(len(c["results"]) for c in reports) == 200
+        assert len(reports) < 200 / 4, len(reports)  # batched
+        # Reports and the acquire for the slots they freed travel in one group (one log entry).
+        assert any({"acquire", "complete_many"} <= {c["op"] for c in g} for g in env.raft.groups)
+        # Never more asked for than slots plus prefetch (as many again).
+        assert max(c["max"] for c in env.raft.ops("acquire")) <= 16
+        assert env.worker.held == {} and env.worker._executing == 0
+    run(t())
+
+
+def test_short_runs_are_prefetched_but_no_more_than_slots_execute_at_once():
+    async def t():
+        exec_targets.GATE.clear()
+        exec_targets.CONCURRENCY.update(now=0, max=0)
+        # Runs of ~5 ms against a 30 ms round trip: the round trip would bound the rate.
+        env = Env("prefetched", "exec_targets:concurrent", runs=120, slots=4)
+        ids = await env.setup()
+        env.raft.delay_s = 0.03
+        task = asyncio.create_task(env.worker.run())
+        waiting_max = 0
+        while env.worker.completed < 120:
+            waiting_max = max(waiting_max, len(env.worker._waiting))
+            assert len(env.worker._waiting) <= 4  # prefetch: at most the slots again
+            await asyncio.sleep(0.001)  # ok-sleep: sampling interval; the loop ends on the count
+            assert not task.done(), task
+        await stop(task)
+        assert env.states(ids) == {"succeeded": 120}
+        assert exec_targets.CONCURRENCY["max"] <= 4
+        assert waiting_max > 0  # runs were granted ahead of a free slot
+        assert max(c["max"] for c in env.raft.ops("acquire")) > 4
+    run(t())
+
+
+def test_long_runs_are_not_prefetched():
+    async def t():
+        env = Env("long", "exec_targets:sleepy", runs=12, slots=3)
+        ids = await env.setup()
+        task = asyncio.create_task(env.worker.run())
+        while env.worker.completed < 12:
+            assert not env.worker._waiting and env.worker._prefetch() == 0
+            await asyncio.sleep(0.005)  # ok-sleep: sampling interval; the loop ends on the count
+            assert not task.done(), task
+        await stop(task)
+        assert env.states(ids) == {"succeeded": 12}
+        assert max(c["max"] for c in env.raft.ops("acquire")) <= 3
+    run(t())
+
+
+def test_a_prefetched_run_whose_lease_is_lost_never_starts():
+    async def t():
+        exec_targets.GATE.clear()
+        env = Env("lost-ahead", "exec_targets:gate", runs=2, slots=1)
+        ids = await env.setup()
+        # As if short runs and a slow log had been measured: prefetch one run.
+        env.worker._exec_s, env.worker._acquire_rtt_s = 0.001, 1.0
+        task = asyncio.create_task(env.worker.run())
+        await wait_until(lambda: len(env.worker._waiting) == 1, 5, "a run granted ahead of a slot")
+        await wait_until(lambda: any(r in exec_targets.RECORDED for r in ids), 5, "the first run to start")
+        first = next(r for r in ids if r in exec_targets.RECORDED)
+        second = next(r for r in ids if r != first)
+        assert env.worker._waiting[0].grant["id"] == second
+        env.worker._waiting[0].cancel.set()  # its heartbeat came back "lost"
+        exec_targets.GATE.set()
+        await wait_until(lambda: env.worker.completed == 1, 5, "the first run to be reported")
+        await wait_until(lambda: not env.worker.held, 5, "the worker to let go of both leases")
+        await stop(task)
+        assert second not in exec_targets.RECORDED  # never started
+        assert env.state.runs[first]["state"] == "succeeded"
+        assert env.state.runs[second]["state"] == "running"  # its lease expires: a lost attempt
+        exec_targets.GATE.clear()
+    run(t())
