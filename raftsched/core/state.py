@@ -588,10 +588,10 @@ class SchedulerState(ExecutionMixin):
             slot as instead. ``replace`` revokes the active runs first: a running run's token
             goes stale (its heartbeat and completion are refused, its worker kills it).
         """
-        ov = job["spec"].get("overlap") or {"policy": "allow"}
+        if fires_ahead(job["spec"]):
+            return None  # allow without max_concurrent: nothing here depends on other runs
+        ov = job["spec"]["overlap"]
         policy = ov["policy"]
-        if policy == "allow" and "max_concurrent" not in ov:
-            return None
         active = self._active_runs(job)
         if policy == "allow":
             return "skipped" if len(active) >= ov["max_concurrent"] else None
@@ -861,25 +861,21 @@ class SchedulerState(ExecutionMixin):
                     job["stats"] = [st[k] for k in STATS_FIELDS]  # version 1 kept a map
             else:
                 parts = obj["parts"]
+                seeded = [False] * len(parts)
                 for job in self.jobs.values():
                     spec = job["spec"]
                     for k in _SHARED_PARTS:
                         if k in spec:
-                            spec[k] = parts[spec[k]]
-                # Later put_jobs share these same objects.
-                seen = set()
-                for job in self.jobs.values():
-                    spec = job["spec"]
-                    for k in _SHARED_PARTS:
-                        v = spec.get(k)
-                        if v is not None and id(v) not in seen and len(self._parts) < limits.shared_spec_parts_max:
-                            seen.add(id(v))
-                            try:
-                                self._parts.setdefault(_part_key(k, v), v)
-                            except TypeError:
-                                pass
-                    if len(seen) >= len(parts):
-                        break
+                            i = spec[k]
+                            spec[k] = parts[i]
+                            if not seeded[i]:
+                                # Later put_jobs share these same objects.
+                                seeded[i] = True
+                                if len(self._parts) < limits.shared_spec_parts_max:
+                                    try:
+                                        self._parts.setdefault(_part_key(k, parts[i]), parts[i])
+                                    except TypeError:
+                                        pass
             self.runs = obj["runs"]
             self.history = obj["history"]
             self.queues = obj["queues"]

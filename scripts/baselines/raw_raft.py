@@ -504,29 +504,32 @@ def diff_counts(after: list[int], before: list[int]) -> int:
     return sum(a - b for a, b in zip(after, before))
 
 
+def _wait_all(procs: list[subprocess.Popen], within_s: float) -> None:
+    deadline = time.monotonic() + within_s
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _signal_alive(procs: list[subprocess.Popen], sig: int) -> None:
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.kill(p.pid, sig)
+            except ProcessLookupError:
+                pass
+
+
 def stop_children(children: list[Child], procs: list[subprocess.Popen]) -> None:
     """Stop every process started, by PID: ask, then terminate, then kill, each with a deadline."""
     for c in children:
         if c.proc.poll() is None:
             c.send_stop()
-    deadline = time.monotonic() + STOP_DEADLINE_S
-    for p in procs:
-        try:
-            p.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-    for p in procs:
-        if p.poll() is None:
-            try:
-                os.kill(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-    deadline = time.monotonic() + KILL_DEADLINE_S
-    for p in procs:
-        try:
-            p.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
+    _wait_all(procs, STOP_DEADLINE_S)
+    _signal_alive(procs, signal.SIGTERM)
+    _wait_all(procs, KILL_DEADLINE_S)
     for p in procs:
         if p.poll() is None:
             try:
