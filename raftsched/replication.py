@@ -210,7 +210,8 @@ def _error_result(code: str, message: str) -> dict:
 
 
 class _SyncObj(SyncObj):
-    """SyncObj whose followers do not count time spent applying toward their election timeout.
+    """SyncObj whose followers do not count time spent applying toward their election timeout,
+    and whose start-up keeps the journal entries that follow the full dump.
 
     pysyncobj's tick checks the election deadline, then applies every committed entry, then
     reads the sockets. A follower that spent 0.6 s applying a burst of fire commands (or was
@@ -229,6 +230,60 @@ class _SyncObj(SyncObj):
         if spent > _APPLY_STALL_S and not self._isLeader():
             self._SyncObj__raftElectionDeadline += spent
         return res
+
+
+    def _SyncObj__loadDumpFile(self, clearJournal):
+        """Load the full dump without throwing away journal entries that follow it.
+
+        pysyncobj's loader keeps the journal only if its first two entries are the two the dump
+        ends with, i.e. only if the journal was trimmed after the dump. A node that stopped
+        after a dump was written but before the next tick trimmed the journal (the dump is
+        written by a forked child; the trim happens when the tick thread sees it finished)
+        restarts with a journal that still begins further back, and the loader clears it:
+        every entry after the dump, committed ones included, is gone on this node. If the whole
+        cluster restarts that way, they are gone from the cluster (measured: the 100k cold
+        restart in scripts/bench.py clamped every node's commit index). Here the journal is
+        trimmed up to the dump first, which is what the missing tick would have done, and the
+        loader then finds it consistent. A journal that does not hold the dump's entries (it
+        is behind the dump, or from another history) is still replaced, as pysyncobj does; so
+        is every journal when a snapshot comes from the leader (``clearJournal``).
+        """
+        serializer = self._SyncObj__serializer
+        if clearJournal:
+            return SyncObj._SyncObj__loadDumpFile(self, clearJournal)
+        try:
+            data = serializer.deserialize()
+        except Exception:  # noqa: BLE001 - the loader below logs it and fails the same way
+            return SyncObj._SyncObj__loadDumpFile(self, clearJournal)
+        _keep_journal_after_dump(self, data)
+        # The loader reads the file again: hand it the copy already read (a 1M-job dump takes
+        # seconds to gunzip).
+        serializer.deserialize = lambda: data
+        try:
+            return SyncObj._SyncObj__loadDumpFile(self, clearJournal)
+        finally:
+            del serializer.deserialize
+
+
+def _keep_journal_after_dump(sync: SyncObj, data) -> None:
+    """Trim ``sync``'s journal so that it begins with the dump's last two entries, if it holds
+    them (``data`` is a deserialized dump: ``(state, last, before_last, cluster)``)."""
+    try:
+        last, before = tuple(data[1]), tuple(data[2])
+        log = sync._SyncObj__raftLog
+        if len(log) < 2:
+            return
+        pos = before[1] - log[0][1]
+        if pos <= 0 or pos + 1 >= len(log):
+            return  # already trimmed (pos 0), or the journal does not reach past the dump
+        if tuple(log[pos]) != before or tuple(log[pos + 1]) != last:
+            return
+        logger.warning("replication.journal_untrimmed_after_dump first=%d dump_last=%d "
+                       "journal_last=%d (stopped between a dump and its trim; keeping the "
+                       "entries after the dump)", log[0][1], last[1], log[len(log) - 1][1])
+        sync._SyncObj__deleteEntriesTo(before[1])
+    except Exception:  # noqa: BLE001 - fall back to pysyncobj's own rule, never fail the load
+        logger.exception("replication.journal_trim_check_failed")
 
 
 #: An apply longer than this extends a follower's election deadline by its duration (_SyncObj).

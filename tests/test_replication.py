@@ -443,6 +443,46 @@ def test_whole_cluster_restart_keeps_the_state(tmp_path):
 
 @pytest.mark.cluster
 @pytest.mark.timeout(60)
+def test_a_restart_between_a_dump_and_its_trim_keeps_the_entries_after_the_dump(tmp_path,
+                                                                                 monkeypatch):
+    """Every node stops after writing a dump but before trimming its journal (the trim runs on
+    the tick after the forked writer finishes). pysyncobj's loader would clear each journal down
+    to the dump and lose the five entries committed after it, on every node."""
+    from raftsched.replication import _SyncObj
+
+    async def main():
+        c = Cluster(tmp_path, conf_overrides=COMPACT)
+        try:
+            with monkeypatch.context() as m:
+                m.setattr(_SyncObj, "_SyncObj__deleteEntriesTo", lambda self, idx: None,
+                          raising=False)
+                c.start_all()
+                leader = await c.agreed_leader()
+                for _ in range(30):
+                    await c.nodes[leader].propose(incr("r"))
+                await c.converged({"r": 30})
+                await wait_until(lambda: all(os.path.exists(os.path.join(d, "raft.dump"))
+                                             for d in c.dirs.values()), 10, "dump files")
+                # No further dumps: what follows is in the untrimmed journals only.
+                m.setattr(_SyncObj, "_SyncObj__tryLogCompaction", lambda self: None,
+                          raising=False)
+                for _ in range(5):
+                    await c.nodes[leader].propose(incr("r"))
+                await c.converged({"r": 35})
+                for a in list(c.nodes):
+                    c.stop(a)
+            c.start_all()  # fresh states, same data dirs, pysyncobj's own trim back in place
+            leader = await c.agreed_leader()
+            await c.converged({"r": 35})
+            assert all(s.restores >= 1 for s in c.states.values())  # the dump path ran
+            assert (await propose_retrying(c.nodes[leader], incr("r")))["value"] == 36
+        finally:
+            c.close()
+    run(main)
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(60)
 def test_a_minority_cannot_commit_and_says_so_within_the_deadline(tmp_path):
     async def main():
         c = Cluster(tmp_path)
