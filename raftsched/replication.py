@@ -211,7 +211,8 @@ def _error_result(code: str, message: str) -> dict:
 
 class _SyncObj(SyncObj):
     """SyncObj whose followers do not count time spent applying toward their election timeout,
-    and whose start-up keeps the journal entries that follow the full dump.
+    whose followers never truncate entries they already hold (``_entries_already_held``), and
+    whose start-up keeps the journal entries that follow the full dump.
 
     pysyncobj's tick checks the election deadline, then applies every committed entry, then
     reads the sockets. A follower that spent 0.6 s applying a burst of fire commands (or was
@@ -231,6 +232,23 @@ class _SyncObj(SyncObj):
             self._SyncObj__raftElectionDeadline += spent
         return res
 
+
+    def _SyncObj__onMessageReceived(self, node, message):
+        if type(message) is dict and message.get("type") == "append_entries" \
+                and message.get("entries") and "prevLogIdx" in message \
+                and "transmission" not in message:
+            held = _entries_already_held(self, message)
+            if held is not None:
+                message, _tick.keep_log_tail = held
+        try:
+            return SyncObj._SyncObj__onMessageReceived(self, node, message)
+        finally:
+            _tick.keep_log_tail = False
+
+    def _SyncObj__deleteEntriesFrom(self, fromIDx):
+        if getattr(_tick, "keep_log_tail", False):
+            return  # see _entries_already_held: no entry after prevLogIdx conflicts
+        return SyncObj._SyncObj__deleteEntriesFrom(self, fromIDx)
 
     def _SyncObj__loadDumpFile(self, clearJournal):
         """Load the full dump without throwing away journal entries that follow it.
@@ -263,6 +281,72 @@ class _SyncObj(SyncObj):
             return SyncObj._SyncObj__loadDumpFile(self, clearJournal)
         finally:
             del serializer.deserialize
+
+
+#: Per tick thread: set while pysyncobj handles an append_entries whose entries this follower
+#: already holds and whose log goes further (``_entries_already_held``).
+_tick = threading.local()
+
+
+class _HeldEntriesLogFilter(logging.Filter):
+    """Drops pysyncobj's "truncating already-applied log entries" warning for a message whose
+    entries were all held: nothing is truncated then (``_SyncObj__deleteEntriesFrom``), and
+    the warning would claim a divergence that did not happen. A real truncation still logs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (getattr(_tick, "keep_log_tail", False)
+                    and str(record.msg).startswith("truncating already-applied"))
+
+
+logging.getLogger("pysyncobj.syncobj").addFilter(_HeldEntriesLogFilter())
+
+
+def _entries_already_held(sync: SyncObj, message: dict):
+    """Raft's AppendEntries receiver rule for entries this follower already holds.
+
+    pysyncobj deletes every entry after ``prevLogIdx`` whenever its log goes further, then
+    appends the message's entries, even when those entries are ones it holds already (same
+    index, same term). Raft deletes only from the first *conflicting* entry. The difference
+    bites on a late or repeated append_entries (a resend after a ``reset``, a leader going
+    back after a stale answer): a follower that had acknowledged entries 1..10 receives 1..6
+    again and drops 7..10, which the leader has already counted toward a commit. Until they
+    are sent again, those committed entries exist on fewer nodes than the leader believes;
+    if it dies then, they can be lost (logged by pysyncobj as "truncating already-applied log
+    entries", seen in every busy benchmark run).
+
+    Returns None to let pysyncobj handle the message as it is (the previous entry does not
+    match, or the first entry is new or conflicts), or ``(message, keep_tail)``: a copy with
+    the already-held prefix of the entries dropped (``prevLogIdx`` moved to the last held
+    one). ``keep_tail`` is True when every entry was held and the log goes further: then
+    nothing is deleted, and the commit index the message carries is capped at the last
+    entry it vouched for (Raft: min(leaderCommit, index of last new entry)), because the
+    entries after it have not been checked against the leader's log.
+    """
+    log = sync._SyncObj__raftLog
+    n = len(log)
+    if n == 0:
+        return None
+    first = log[0][1]
+    prev = message["prevLogIdx"]
+    p = prev - first
+    if p < 0 or p >= n or log[p][2] != message["prevLogTerm"]:
+        return None
+    entries = message["entries"]
+    k = 0
+    for e in entries:
+        q = e[1] - first
+        if q >= n or log[q][2] != e[2]:
+            break
+        k += 1
+    if k == 0:
+        return None
+    out = dict(message)
+    out["prevLogIdx"], out["prevLogTerm"] = entries[k - 1][1], entries[k - 1][2]
+    out["entries"] = list(entries[k:])
+    keep_tail = k == len(entries) and entries[-1][1] < log[n - 1][1]
+    if keep_tail:
+        out["commit_index"] = min(message["commit_index"], entries[-1][1])
+    return out, keep_tail
 
 
 def _keep_journal_after_dump(sync: SyncObj, data) -> None:

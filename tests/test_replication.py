@@ -441,6 +441,56 @@ def test_whole_cluster_restart_keeps_the_state(tmp_path):
     run(main)
 
 
+def test_a_follower_never_truncates_entries_it_already_holds():
+    """Raft's receiver rules, fed to one follower's pysyncobj message handler directly (no
+    network, no tick): a late append_entries repeating a prefix of the log deletes nothing and
+    does not commit past what it vouches for; a conflict still truncates from the conflict."""
+    from raftsched.replication import _SyncObj
+    me, leader_addr, other = (f"127.0.0.1:{free_port()}" for _ in range(3))
+    sync = _SyncObj(me, [leader_addr, other], conf=make_conf(autoTick=False, password=SECRET),
+                    consumers=[_StateConsumer(FakeState())])
+    try:
+        leader = next(n for n in sync._SyncObj__otherNodes if n.address == leader_addr)
+
+        def append(term, prev, prev_term, entries, commit):
+            sync._SyncObj__onMessageReceived(leader, {
+                "type": "append_entries", "term": term, "commit_index": commit,
+                "entries": [(f"c{i}-{t}".encode(), i, t) for i, t in entries],
+                "prevLogIdx": prev, "prevLogTerm": prev_term})
+
+        def log():
+            j = sync._SyncObj__raftLog
+            return [(j[k][1], j[k][2]) for k in range(len(j))]
+
+        assert log() == [(1, 0)]  # pysyncobj's initial no-op
+        append(1, 1, 0, [(2, 1), (3, 1), (4, 1), (5, 1)], commit=1)
+        assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1)]
+        # A late resend of 2..3 with the leader's newer commit index: 4 and 5 stay, and the
+        # commit index stops at 3, the last entry this message vouches for.
+        append(1, 1, 0, [(2, 1), (3, 1)], commit=5)
+        assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1)]
+        assert sync._SyncObj__raftCommitIndex == 3
+        # A resend of everything it holds: nothing changes, the commit index follows.
+        append(1, 1, 0, [(2, 1), (3, 1), (4, 1), (5, 1)], commit=5)
+        assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1)]
+        assert sync._SyncObj__raftCommitIndex == 5
+        # A held prefix then new entries: appended after the held ones.
+        append(1, 3, 1, [(4, 1), (5, 1), (6, 1)], commit=5)
+        assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1), (6, 1)]
+        # A new leader whose entry 6 differs (term 2): the log is cut at the conflict.
+        append(2, 4, 1, [(5, 1), (6, 2)], commit=5)
+        assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1), (6, 2)]
+        assert sync._SyncObj__raftLog[5][0] == b"c6-2"
+        append(2, 5, 1, [(6, 2), (7, 2)], commit=5)
+        append(3, 5, 1, [(6, 3)], commit=5)  # a conflict right after prev: 7 goes with 6
+        assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1), (6, 3)]
+        # A previous entry it does not hold: refused, nothing changes.
+        append(3, 9, 2, [(10, 2)], commit=5)
+        assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1), (6, 3)]
+    finally:
+        sync.destroy()
+
+
 @pytest.mark.cluster
 @pytest.mark.timeout(60)
 def test_a_restart_between_a_dump_and_its_trim_keeps_the_entries_after_the_dump(tmp_path,
