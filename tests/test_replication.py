@@ -441,54 +441,91 @@ def test_whole_cluster_restart_keeps_the_state(tmp_path):
     run(main)
 
 
-def test_a_follower_never_truncates_entries_it_already_holds():
-    """Raft's receiver rules, fed to one follower's pysyncobj message handler directly (no
-    network, no tick): a late append_entries repeating a prefix of the log deletes nothing and
-    does not commit past what it vouches for; a conflict still truncates from the conflict."""
+@pytest.fixture
+def lone_follower():
+    """One _SyncObj whose message handler the test calls directly (no network, no tick), and
+    its two peers as pysyncobj nodes."""
     from raftsched.replication import _SyncObj
-    me, leader_addr, other = (f"127.0.0.1:{free_port()}" for _ in range(3))
-    sync = _SyncObj(me, [leader_addr, other], conf=make_conf(autoTick=False, password=SECRET),
+    me, a, b = (f"127.0.0.1:{free_port()}" for _ in range(3))
+    sync = _SyncObj(me, [a, b], conf=make_conf(autoTick=False, password=SECRET),
                     consumers=[_StateConsumer(FakeState())])
     try:
-        leader = next(n for n in sync._SyncObj__otherNodes if n.address == leader_addr)
-
-        def append(term, prev, prev_term, entries, commit):
-            sync._SyncObj__onMessageReceived(leader, {
-                "type": "append_entries", "term": term, "commit_index": commit,
-                "entries": [(f"c{i}-{t}".encode(), i, t) for i, t in entries],
-                "prevLogIdx": prev, "prevLogTerm": prev_term})
-
-        def log():
-            j = sync._SyncObj__raftLog
-            return [(j[k][1], j[k][2]) for k in range(len(j))]
-
-        assert log() == [(1, 0)]  # pysyncobj's initial no-op
-        append(1, 1, 0, [(2, 1), (3, 1), (4, 1), (5, 1)], commit=1)
-        assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1)]
-        # A late resend of 2..3 with the leader's newer commit index: 4 and 5 stay, and the
-        # commit index stops at 3, the last entry this message vouches for.
-        append(1, 1, 0, [(2, 1), (3, 1)], commit=5)
-        assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1)]
-        assert sync._SyncObj__raftCommitIndex == 3
-        # A resend of everything it holds: nothing changes, the commit index follows.
-        append(1, 1, 0, [(2, 1), (3, 1), (4, 1), (5, 1)], commit=5)
-        assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1)]
-        assert sync._SyncObj__raftCommitIndex == 5
-        # A held prefix then new entries: appended after the held ones.
-        append(1, 3, 1, [(4, 1), (5, 1), (6, 1)], commit=5)
-        assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1), (6, 1)]
-        # A new leader whose entry 6 differs (term 2): the log is cut at the conflict.
-        append(2, 4, 1, [(5, 1), (6, 2)], commit=5)
-        assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1), (6, 2)]
-        assert sync._SyncObj__raftLog[5][0] == b"c6-2"
-        append(2, 5, 1, [(6, 2), (7, 2)], commit=5)
-        append(3, 5, 1, [(6, 3)], commit=5)  # a conflict right after prev: 7 goes with 6
-        assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1), (6, 3)]
-        # A previous entry it does not hold: refused, nothing changes.
-        append(3, 9, 2, [(10, 2)], commit=5)
-        assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1), (6, 3)]
+        peers = sorted(sync._SyncObj__otherNodes, key=lambda n: [a, b].index(n.address))
+        yield sync, peers[0], peers[1]
     finally:
         sync.destroy()
+
+
+def _append(sync, leader, term, prev, prev_term, entries, commit):
+    sync._SyncObj__onMessageReceived(leader, {
+        "type": "append_entries", "term": term, "commit_index": commit,
+        "entries": [(f"c{i}-{t}".encode(), i, t) for i, t in entries],
+        "prevLogIdx": prev, "prevLogTerm": prev_term})
+
+
+def test_a_follower_never_truncates_entries_it_already_holds(lone_follower):
+    """Raft's receiver rules, fed to one follower's pysyncobj message handler: a late
+    append_entries repeating a prefix of the log deletes nothing and does not commit past what
+    it vouches for; a conflict still truncates from the conflict."""
+    sync, leader, _ = lone_follower
+
+    def append(term, prev, prev_term, entries, commit):
+        _append(sync, leader, term, prev, prev_term, entries, commit)
+
+    def log():
+        j = sync._SyncObj__raftLog
+        return [(j[k][1], j[k][2]) for k in range(len(j))]
+
+    assert log() == [(1, 0)]  # pysyncobj's initial no-op
+    append(1, 1, 0, [(2, 1), (3, 1), (4, 1), (5, 1)], commit=1)
+    assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1)]
+    # A late resend of 2..3 with the leader's newer commit index: 4 and 5 stay, and the
+    # commit index stops at 3, the last entry this message vouches for.
+    append(1, 1, 0, [(2, 1), (3, 1)], commit=5)
+    assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1)]
+    assert sync._SyncObj__raftCommitIndex == 3
+    # A resend of everything it holds: nothing changes, the commit index follows.
+    append(1, 1, 0, [(2, 1), (3, 1), (4, 1), (5, 1)], commit=5)
+    assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1)]
+    assert sync._SyncObj__raftCommitIndex == 5
+    # A held prefix then new entries: appended after the held ones.
+    append(1, 3, 1, [(4, 1), (5, 1), (6, 1)], commit=5)
+    assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1), (6, 1)]
+    # A new leader whose entry 6 differs (term 2): the log is cut at the conflict.
+    append(2, 4, 1, [(5, 1), (6, 2)], commit=5)
+    assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1), (6, 2)]
+    assert sync._SyncObj__raftLog[5][0] == b"c6-2"
+    append(2, 5, 1, [(6, 2), (7, 2)], commit=5)
+    append(3, 5, 1, [(6, 3)], commit=5)  # a conflict right after prev: 7 goes with 6
+    assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1), (6, 3)]
+    # A previous entry it does not hold: refused, nothing changes.
+    append(3, 9, 2, [(10, 2)], commit=5)
+    assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1), (6, 3)]
+
+
+def test_a_follower_asked_by_a_staler_candidate_stands_for_election_soon(lone_follower):
+    from pysyncobj.monotonic import monotonic
+    sync, leader, candidate = lone_follower
+    _append(sync, leader, 1, 1, 0, [(2, 1), (3, 1), (4, 1)], commit=4)
+
+    def vote(term, last_idx, last_term):
+        sync._SyncObj__onMessageReceived(candidate, {
+            "type": "request_vote", "term": term, "last_log_index": last_idx,
+            "last_log_term": last_term})
+        return sync._SyncObj__raftElectionDeadline - monotonic()
+
+    conf = make_conf(autoTick=False, password=SECRET)
+    # Up to date (same last entry): the vote is granted and the timeout starts over.
+    assert vote(2, 4, 1) >= conf.raftMinTimeout - 0.05
+    assert sync._SyncObj__votedForNodeId == candidate.id
+    # Behind (shorter log, or an older last term): refused, and this node stands within 0.1 s.
+    assert vote(3, 3, 1) <= 0.1
+    assert sync._SyncObj__votedForNodeId is None
+    sync._SyncObj__raftElectionDeadline = monotonic() + 5
+    assert vote(4, 9, 0) <= 0.1
+    # A candidate from an older term changes nothing.
+    sync._SyncObj__raftElectionDeadline = monotonic() + 5
+    assert vote(1, 1, 0) > 4
 
 
 @pytest.mark.cluster
