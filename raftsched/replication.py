@@ -403,6 +403,17 @@ def _keep_journal_after_dump(sync: SyncObj, data) -> None:
         logger.exception("replication.journal_trim_check_failed")
 
 
+# The overrides above replace pysyncobj internals by their mangled names. If a pysyncobj release
+# renamed one, the override would silently stop applying: refuse to run instead. (The private
+# attributes they read are exercised by tests/test_replication.py.)
+_OVERRIDDEN = ("_SyncObj__applyLogEntries", "_SyncObj__onMessageReceived",
+               "_SyncObj__deleteEntriesFrom", "_SyncObj__deleteEntriesTo",
+               "_SyncObj__loadDumpFile")
+_missing = [n for n in _OVERRIDDEN if not hasattr(SyncObj, n)]
+if _missing:  # pragma: no cover - only with an unsupported pysyncobj
+    raise ImportError(f"raftsched.replication needs pysyncobj 0.3.x internals {_missing}")
+
+
 #: An apply longer than this extends a follower's election deadline by its duration (_SyncObj).
 _APPLY_STALL_S = 0.02
 
