@@ -15,8 +15,9 @@ behaviours are traps (measured on 0.3.17; the figures are in RAFT_CONF_DEFAULTS)
 - Results come back on pysyncobj's tick thread. Callbacks only hand them to the event loop with
   ``loop.call_soon_threadsafe``; a timed-out ``propose`` does not cancel anything in pysyncobj (it
   cannot), so a late result is dropped and the command may still apply: ``Indeterminate``.
-- Its messages are pickles. A node never starts without a secret (pysyncobj's ``password``:
-  Fernet, authenticated before unpickling), and the Raft port binds only on ``self_addr``'s host
+- Its messages are pickles. A node never starts without a secret, every message is
+  authenticated before it is unpickled (AES-256-GCM, ``_AeadEncryptor``, in place of pysyncobj's
+  Fernet, which cost ~14x more per message), and the Raft port binds only on ``self_addr``'s host
   (pysyncobj binds 0.0.0.0 unless ``bindAddress`` is set).
 - ``SyncObjConf`` silently accepts misspelt options: ``make_conf`` refuses unknown keys.
 - A journal without a full dump file loses the state after a compaction and a restart: both files
@@ -40,6 +41,7 @@ import asyncio
 import errno
 import fcntl
 import functools
+import itertools
 import logging
 import os
 import random
@@ -47,6 +49,10 @@ import threading
 import time
 from typing import Any, Callable
 
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from cryptography.hazmat.primitives.kdf.pbkdf2 import PBKDF2HMAC
 from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, replicated
 from pysyncobj.config import FAIL_REASON
 from pysyncobj.monotonic import monotonic  # the clock pysyncobj's own timers use
@@ -225,6 +231,19 @@ class _SyncObj(SyncObj):
     most that much later, and a busy follower no longer mistakes its own work for silence.
     (Name-mangled override: SyncObj calls ``self.__applyLogEntries``.)
     """
+
+    def __init__(self, *args, encryptor: "_AeadEncryptor | None" = None, **kwargs):
+        # Set before SyncObj.__init__: its tick thread may connect to peers right away.
+        self._raft_encryptor = encryptor
+        super().__init__(*args, **kwargs)
+
+    @property
+    def encryptor(self):
+        """What pysyncobj's transport protects each connection with: ours (``_AeadEncryptor``)
+        when given, else pysyncobj's Fernet from ``password``."""
+        if self._raft_encryptor is not None:
+            return self._raft_encryptor
+        return SyncObj.encryptor.fget(self)
 
     def _SyncObj__applyLogEntries(self):
         t0 = monotonic()
@@ -481,6 +500,81 @@ class _StateConsumer(SyncObjConsumer):
 
 
 # ---------------------------------------------------------------------------------------------
+# Message protection: AES-256-GCM in place of Fernet
+# ---------------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=8)
+def _master_key(secret: str) -> bytes:
+    # Stretched like pysyncobj's own key (PBKDF2-SHA256, 100 000 rounds), with our own salt so the
+    # two keys are unrelated. Cached: a test process starts many nodes with one secret.
+    return PBKDF2HMAC(algorithm=hashes.SHA256(), length=32, salt=b"raftsched raft key v1",
+                      iterations=100_000).derive(secret.encode())
+
+
+class _AeadEncryptor:
+    """Protects every Raft message with AES-256-GCM, in pysyncobj's encryptor interface
+    (``encrypt_at_time`` / ``extract_timestamp`` / ``decrypt``; pysyncobj zlib-compresses the
+    pickle first and refuses a timestamp older than the last one seen on the connection).
+
+    Why not pysyncobj's Fernet: its per-message cost is mostly Python (AES-CBC, padding, a
+    separate HMAC, base64 both ways): ~56 us for a 200-byte message, 790 us for 32 KB, against
+    ~4 and ~30 us here (one C call each way), and Raft traffic is several messages per command.
+    The guarantee is the same: nothing unauthenticated is unpickled, and the traffic is secret.
+
+    Nonces never repeat under one key: each process draws a random 16-byte salt, derives its own
+    sending key from the master key with HKDF, and numbers its messages (a 96-bit counter). The
+    salt travels in each message, so a receiver derives the sender's key once and keeps it
+    (only after a message under it verified, so garbage cannot fill the cache).
+
+    Token: version (1) | salt (16) | timestamp (8) | nonce (12) | ciphertext and tag; the first
+    three are authenticated as associated data.
+    """
+
+    _VERSION = b"\x01"
+    _AAD_END = 1 + 16 + 8
+    _NONCE_END = _AAD_END + 12
+    _TAG = 16
+    _PEER_KEYS_MAX = 256
+
+    def __init__(self, secret: str):
+        self._master = _master_key(secret)
+        self._salt = os.urandom(16)
+        self._aead = AESGCM(self._subkey(self._salt))
+        self._count = itertools.count(1)
+        self._peer_keys: dict[bytes, AESGCM] = {}
+
+    def _subkey(self, salt: bytes) -> bytes:
+        return HKDF(algorithm=hashes.SHA256(), length=32, salt=salt,
+                    info=b"raftsched raft aes-256-gcm v1").derive(self._master)
+
+    def encrypt_at_time(self, data: bytes, current_time: int) -> bytes:
+        head = self._VERSION + self._salt + int(current_time).to_bytes(8, "big")
+        nonce = next(self._count).to_bytes(12, "big")
+        return head + nonce + self._aead.encrypt(nonce, bytes(data), head)
+
+    def extract_timestamp(self, token: bytes) -> int:
+        if len(token) < self._NONCE_END + self._TAG or token[:1] != self._VERSION:
+            raise ValueError("not a raftsched Raft message")
+        return int.from_bytes(token[17:self._AAD_END], "big")
+
+    def decrypt(self, token: bytes) -> bytes:
+        token = bytes(token)
+        self.extract_timestamp(token)  # checks the version and the length
+        salt = token[1:17]
+        aead = self._peer_keys.get(salt)
+        known = aead is not None
+        if not known:
+            aead = AESGCM(self._subkey(salt))
+        data = aead.decrypt(token[self._AAD_END:self._NONCE_END], token[self._NONCE_END:],
+                            token[:self._AAD_END])  # raises InvalidTag: pysyncobj disconnects
+        if not known:
+            if len(self._peer_keys) >= self._PEER_KEYS_MAX:
+                self._peer_keys.clear()  # peers restarted many times; re-derived on use
+            self._peer_keys[salt] = aead
+        return data
+
+
+# ---------------------------------------------------------------------------------------------
 # Transport: dial map, keepalive, bind warnings
 # ---------------------------------------------------------------------------------------------
 
@@ -723,7 +817,8 @@ class RaftNode:
             transport = functools.partial(_RaftTransport, dial_map=self._dial_map,
                                           counters=self.counters)
             self._sync = _SyncObj(self._self_addr, self._peers, conf=self._conf,
-                                 consumers=[self._consumer], transportClass=transport)
+                                  consumers=[self._consumer], transportClass=transport,
+                                  encryptor=_AeadEncryptor(self._conf.password))
             self._sync.addOnTickCallback(self._consumer._release_snapshot_lock)
         except BaseException:
             self._unlock_data_dir()

@@ -441,6 +441,33 @@ def test_whole_cluster_restart_keeps_the_state(tmp_path):
     run(main)
 
 
+def test_raft_messages_are_sealed_with_aes_gcm_and_refused_when_altered():
+    from cryptography.exceptions import InvalidTag
+
+    from raftsched.replication import _AeadEncryptor
+    a, b = _AeadEncryptor(SECRET), _AeadEncryptor(SECRET)  # two processes, one secret
+    data = b"a pickled message" * 10
+    t1, t2 = a.encrypt_at_time(data, 7), a.encrypt_at_time(data, 8)
+    assert data not in t1 and t1 != t2  # secret, and a fresh nonce each time
+    assert b.extract_timestamp(t1) == 7 and b.extract_timestamp(t2) == 8
+    assert b.decrypt(t1) == data and b.decrypt(t2) == data and a.decrypt(t1) == data
+    assert b.decrypt(b.encrypt_at_time(b"", 0)) == b""
+    # Any altered byte (version, salt, timestamp, nonce, ciphertext, tag) is refused.
+    for i in range(len(t1)):
+        bad = bytearray(t1)
+        bad[i] ^= 0x01
+        with pytest.raises((InvalidTag, ValueError)):
+            _AeadEncryptor(SECRET).decrypt(bytes(bad))
+    with pytest.raises(InvalidTag):
+        _AeadEncryptor("another secret").decrypt(t1)
+    for junk in (b"", b"\x01" * 20, t1[:-1] + b"", b"\x80" + t1[1:]):
+        with pytest.raises((InvalidTag, ValueError)):
+            b.decrypt(junk)
+    # Nonces come from a counter under a per-process key: distinct processes, distinct keys.
+    assert t1[1:17] == t2[1:17] != b.encrypt_at_time(data, 7)[1:17]
+    assert int.from_bytes(t2[25:37], "big") == int.from_bytes(t1[25:37], "big") + 1
+
+
 @pytest.fixture
 def lone_follower():
     """One _SyncObj whose message handler the test calls directly (no network, no tick), and
