@@ -468,6 +468,19 @@ def test_raft_messages_are_sealed_with_aes_gcm_and_refused_when_altered():
     assert int.from_bytes(t2[25:37], "big") == int.from_bytes(t1[25:37], "big") + 1
 
 
+def test_raft_messages_are_not_compressed_and_old_compressed_ones_still_read():
+    import zlib
+
+    import pysyncobj.tcp_connection
+
+    from raftsched.replication import _Uncompressed
+    assert pysyncobj.tcp_connection.zlib is _Uncompressed
+    data = b"\x80\x04a pickle"
+    assert _Uncompressed.compress(data, 3) == b"\x00" + data
+    assert _Uncompressed.decompress(_Uncompressed.compress(data, 3)) == data
+    assert _Uncompressed.decompress(zlib.compress(data, 3)) == data
+
+
 @pytest.fixture
 def lone_follower():
     """One _SyncObj whose message handler the test calls directly (no network, no tick), and
