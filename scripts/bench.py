@@ -458,15 +458,42 @@ def fire_ahead_ms() -> int:
     return code_limit("fire_ahead_ms") or 0
 
 
-def measurement_window(window_s: int) -> tuple[float, float]:
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_s(pid: int) -> float | None:
+    """CPU seconds a process has used (user + system, its waited-for children included), from
+    /proc/PID/stat; None if it cannot be read. CPU per unit of work holds on a shared machine
+    where rates do not: a competing process slows the cluster down, it does not make a slot or
+    a run cost more CPU (to a first approximation: caches and frequency are shared too)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return sum(int(x) for x in fields[11:15]) / _CLK_TCK  # utime stime cutime cstime
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def cluster_cpu_s(c) -> float | None:
+    """CPU seconds used so far by every node process of cluster ``c`` (None if one is unreadable)."""
+    vals = [cpu_s(p.pid) for p in c.procs.values()]
+    return None if any(v is None for v in vals) else sum(vals)
+
+
+def measurement_window(window_s: int, c=None) -> tuple[float, float] | tuple[float, float, float | None]:
     """Wait out a window of ``window_s`` whole seconds that starts on the next whole second and
     return its bounds (wall ms). Interval slots fall on whole seconds, so a window aligned to them
-    holds whole seconds' commits: one that started mid-burst would cut a second's slots in two."""
+    holds whole seconds' commits: one that started mid-burst would cut a second's slots in two.
+    With a cluster ``c``, also the CPU seconds its node processes used in the window."""
     w0 = (wall_ms() // 1000 + 1) * 1000
     w1 = w0 + int(window_s) * 1000
+    marks = []
     for t in (w0, w1):
         time.sleep(max(0.0, (t - wall_ms()) / 1000))  # ok-sleep: measurement window
-    return w0, w1
+        if c is not None:
+            marks.append(cluster_cpu_s(c))
+    if c is None:
+        return w0, w1
+    return w0, w1, None if None in marks else marks[1] - marks[0]
 
 
 def lag_stats(lags: list[float]) -> dict:
@@ -1264,7 +1291,7 @@ def sweep(tmp: Path, ns: list[int], window_s: float, warmup_s: float, clusters: 
         leader, st0 = leader_checked(c)
         if logs is not None:
             logs.skip_to_end()
-        w0, w1 = measurement_window(window_s)
+        w0, w1, cpu_win = measurement_window(window_s, c)
         st1 = c.status(leader) or {}
         check_alive(c, range(c.n))
         win_s = (w1 - w0) / 1000
@@ -1296,6 +1323,8 @@ def sweep(tmp: Path, ns: list[int], window_s: float, warmup_s: float, clusters: 
             })
             p99 = step["lag_ms"].get("p99")
             step["fell_behind"] = committed < FELL_BEHIND_SHARE * step["expected_slots"] or (p99 is not None and p99 > FELL_BEHIND_P99_MS)
+            step["cluster_cpu_s"] = None if cpu_win is None else round(cpu_win, 2)
+            step["cpu_us_per_slot"] = None if not cpu_win or not committed else round(cpu_win * 1e6 / committed, 1)
         else:
             cnt = step["slots_fired_counter"]
             step["slots_per_s"] = None if cnt is None else round(cnt / win_s, 1)
@@ -1387,6 +1416,7 @@ def e2e(tmp: Path, n: int, window_s: float, warmup_s: float, slots: int, cluster
         time.sleep(max(0.0, (t_ms - wall_ms()) / 1000))  # ok-sleep: measurement window
 
     at(w0)
+    cpu_a = cluster_cpu_s(c)
     ta, a = wall_ms(), workers()
     at(w0 + 500)
     q0 = _queue_depth(c, follower, E2E_QUEUE)
@@ -1394,6 +1424,7 @@ def e2e(tmp: Path, n: int, window_s: float, warmup_s: float, slots: int, cluster
     q1 = _queue_depth(c, follower, E2E_QUEUE)
     at(w1)
     tb, b = wall_ms(), workers()
+    cpu_b = cluster_cpu_s(c)
     check_alive(c, range(c.n))
     if a is None or b is None:
         raise BenchError("e2e: a node did not answer GET /v1/cluster around the window")
@@ -1418,7 +1449,10 @@ def e2e(tmp: Path, n: int, window_s: float, warmup_s: float, slots: int, cluster
                                                           f"{(a['sts'][leader].get('jobs') or 0) - n})"),
            "jobs": n, "job_spec": spec, "worker_slots_per_node": slots, "registration": {k: reg[k] for k in ("method", "jobs_per_s", "seconds")},
            "window_s": round(win_s, 2), "per_s": rates, "fired_source": "fire log" if logs is not None else "leader's slots_fired counter",
-           "refused": d["refused"], "worker_counters_s": round(counters_s, 3), "queue_depth_before_after": [q0, q1], **lat}
+           "refused": d["refused"], "worker_counters_s": round(counters_s, 3), "queue_depth_before_after": [q0, q1],
+           "cluster_cpu_s": None if None in (cpu_a, cpu_b) else round(cpu_b - cpu_a, 2),
+           "cpu_us_per_run": None if None in (cpu_a, cpu_b) or not d["completed"] else round((cpu_b - cpu_a) * 1e6 / d["completed"], 1),
+           **lat}
     print(f"[bench] e2e N={n}: per second {rates}; slot -> completion p50 {lat['slot_to_completion_ms'].get('p50')} ms, "
           f"p99 {lat['slot_to_completion_ms'].get('p99')} ms; backlog {q0} -> {q1}", file=sys.stderr)
     return out
@@ -2018,6 +2052,9 @@ def markdown(res: dict) -> str:
                     nr or "k/N of the second by construction")
             row("", f"fell behind (< {FELL_BEHIND_SHARE:.0%} of N × window committed, or p99 > {FELL_BEHIND_P99_MS} ms)",
                 {True: "yes", False: "no", None: "-"}[st.get("fell_behind")], nr or {True: "yes", False: "no"}.get(a.get("fell_behind"), "-"))
+            if st.get("cpu_us_per_slot") is not None:
+                row("", "CPU of the three node processes per committed slot (µs; cores busy in the window)",
+                    f"{fmt(st['cpu_us_per_slot'])} ({st['cluster_cpu_s'] / st['window_s']:.2f})")
         for skipped_n in ours.get("not_run_after_falling_behind") or []:
             a = aps.get(str(skipped_n), {})
             row(f"sweep N={_kn(skipped_n)}", "not run for raftsched: it fell behind at a smaller N; baseline: APScheduler fires/s, lag p50 / p99 / max (ms)",
@@ -2078,6 +2115,9 @@ def markdown(res: dict) -> str:
         q = [x or {} for x in (e.get("queue_depth_before_after") or [None, None])]
         row("", "backlog before → after the window: queued runs already due (all queued, with those fired ahead)",
             f"{fmt(q[0].get('ready'))} → {fmt(q[1].get('ready'))} ({fmt(q[0].get('depth'))} → {fmt(q[1].get('depth'))})")
+        if e.get("cpu_us_per_run") is not None:
+            row("", "CPU of the three node processes per completed run (µs; cores busy in the window)",
+                f"{fmt(e['cpu_us_per_run'])} ({e['cluster_cpu_s'] / e['worker_counters_s']:.2f})")
     if raw_ok:
         best = max((s.get("slots_per_s") or 0 for s in (res.get("sweep") or {}).get("ours", {}).get("steps", [])), default=None)
         for role in ("leader", "follower"):
