@@ -1,0 +1,191 @@
+"""The inlined fast paths of apply (SchedulerState._fast_paths: fire's one-slot entry,
+complete_many's success) against the general code they stand for.
+
+Two replicas apply the same random commands, one with the fast paths and one without; after
+every command their answers, their snapshot bytes and their derived indexes (queue heaps and
+depths, running leases, due wheels, the fencing counter) must be identical. The commands cover
+what makes the fast paths step aside: several slots or records in one entry, overlap policies
+that read other runs, full queues (reject and drop_oldest), stale plans, paused jobs, retries,
+stale tokens, executor types and tenant limits on acquire.
+"""
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from raftsched.core import commands, limits, policy
+from raftsched.core.state import SchedulerState
+
+from core_helpers import SEC, T0, put_cmd, resume_cmd, spec_of
+
+NAMES = ("a", "b", "c", "d")
+QUEUES = ("q1", "q2", "default", "default")
+#: Mostly the overlap policies of the fast path (the default, allow), then the others.
+OVERLAPS = (None, None, None, {"policy": "allow"}, {"policy": "allow"}, {"policy": "allow", "max_concurrent": 1},
+            {"policy": "forbid"}, {"policy": "queue_one"}, {"policy": "replace"})
+
+job_specs = st.builds(
+    lambda every, ov, hist, prio, q, pol, attempts: spec_of(
+        {"every_s": every}, pol, grace_s=1, max_catchup=3, history=hist, priority=prio, queue=q,
+        retry={"max_attempts": attempts, "backoff_s": 0},
+        **({} if ov is None else {"overlap": ov})),
+    st.sampled_from([1, 2]), st.sampled_from(OVERLAPS), st.sampled_from([1, 2, 5]),
+    st.sampled_from([0, 1]), st.sampled_from(QUEUES), st.sampled_from(["fire_all", "fire_once", "skip"]),
+    st.sampled_from([1, 2]))
+
+ops = st.one_of(
+    st.tuples(st.just("put"), st.sampled_from(NAMES), job_specs),
+    # Ticks mostly one interval apart (one slot an entry: the fast path), sometimes more.
+    st.tuples(st.just("tick"), st.sampled_from([1, 400, 999, 1000, 1000, 1000, 1001, 2000, 3500]),
+              st.sampled_from([0, 0, 1000])),
+    st.tuples(st.just("tick"), st.sampled_from([1000]), st.just(0)),
+    st.tuples(st.just("tick"), st.sampled_from([1000]), st.just(0)),
+    st.tuples(st.just("tick"), st.sampled_from([1000]), st.just(1000)),
+    st.tuples(st.just("replay"), st.integers(0, 5)),
+    st.tuples(st.just("acquire"), st.integers(1, 6), st.sampled_from([None, ["q1"], ["q1", "q2"], ["default"]]),
+              st.sampled_from([None, None, ["python"], ["shell"]])),
+    st.tuples(st.just("acquire"), st.integers(1, 6), st.just(None), st.just(None)),
+    st.tuples(st.just("acquire"), st.integers(1, 6), st.just(None), st.just(None)),
+    st.tuples(st.just("complete"), st.lists(st.tuples(st.integers(0, 50), st.just(True), st.just(False),
+                                                       st.just(None)), min_size=1, max_size=6)),
+    st.tuples(st.just("complete"), st.lists(st.tuples(st.integers(0, 50), st.booleans(), st.booleans(),
+                                                       st.sampled_from([None, "boom", "x" * 3000])),
+                                            min_size=1, max_size=6)),
+    st.tuples(st.just("pause"), st.sampled_from(NAMES)),
+    st.tuples(st.just("resume"), st.sampled_from(NAMES)),
+    st.tuples(st.just("trigger"), st.sampled_from(NAMES)),
+    st.tuples(st.just("expire"), st.integers(0, 50)),
+    st.tuples(st.just("tenant"), st.integers(0, 2000)),
+)
+
+
+def _derived(s: SchedulerState):
+    wheels = [(w.at, sorted(w.times), w.size) for w in (s._due_now, s._due_ahead)]
+    return (s._queued, s._queue_depth, list(s._running_ids), s._running_count, s.fencing_token,
+            {q: list(d) for q, d in s._dead.items()}, wheels)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(job_specs, min_size=len(NAMES), max_size=len(NAMES)), st.lists(ops, min_size=15, max_size=80),
+       st.booleans())
+def test_fast_paths_change_nothing(specs, steps, due_index):
+    fast, slow = SchedulerState(), SchedulerState()
+    slow._fast_paths = False
+    assert fast._fast_paths
+    for s in (fast, slow):
+        s.set_due_index(due_index)
+    now = T0
+    fires: list[bytes] = []
+
+    def propose(cmd):
+        data = commands.encode(cmd)
+        a, b = fast.apply_bytes(data), slow.apply_bytes(data)
+        assert a == b, (cmd["op"], a, b)
+        assert fast.snapshot() == slow.snapshot(), cmd["op"]
+        assert _derived(fast) == _derived(slow), cmd["op"]
+        return a
+
+    propose(commands.make("put_queue", now, None, name="q1", max_depth=6, on_full="reject"))
+    propose(commands.make("put_queue", now, None, name="q2", max_depth=4, on_full="drop_oldest"))
+    for name, spec in zip(NAMES, specs):
+        propose(put_cmd(fast, name, spec, now))
+    for op in steps:
+        kind = op[0]
+        if kind == "put":
+            propose(put_cmd(fast, op[1], op[2], now))
+        elif kind == "tick":
+            now += op[1]
+            jobs = (fast.pop_due(now, 500, op[2]) if due_index
+                    else [j for j in fast.jobs.values() if j["next"] is not None and not j["paused"]])
+            if due_index:
+                slow.pop_due(now, 500, op[2])  # keep the second replica's wheels in step
+            entries = []
+            for j in jobs:
+                ahead = op[2] if policy.fires_ahead(j["spec"]) else 0
+                e = policy.plan_fire_compact(j["spec"], j["anchor"], j["cursor"], now, j["gen"], j["name"], ahead)
+                if e is not None:
+                    entries.append(e)
+            if entries:
+                cmd = commands.make("fire", now, None, entries=entries)
+                fires.append(commands.encode(cmd))
+                res = propose(cmd)
+                assert res["ok"], res
+            if due_index:
+                for s in (fast, slow):
+                    s.repush(sorted(fast.jobs))
+        elif kind == "replay" and fires:
+            # A re-proposed or stale fire: every entry must be dropped whole on both.
+            propose(commands.decode(fires[max(0, len(fires) - 1 - op[1])]))
+        elif kind == "acquire":
+            propose(commands.make("acquire", now, None, worker="w", queues=op[2], max=op[1], ttl=30_000,
+                                  types=op[3]))
+        elif kind == "complete":
+            running = list(fast._running_ids)
+            items = []
+            for k, ok, stale_tok, err in op[1]:
+                if not running:
+                    break
+                rid = running[k % len(running)]
+                tok = fast.runs[rid]["fencing_token"] + (1 if stale_tok else 0)
+                item = {"run": rid, "token": tok, "success": ok}
+                if err is not None:
+                    item["error"] = err
+                    item["output"] = err
+                items.append(item)
+            if items:
+                propose(commands.make("complete_many", now, None, results=items))
+        elif kind == "pause" and op[1] in fast.jobs:
+            propose(commands.make("pause_job", now, None, name=op[1]))
+        elif kind == "resume" and op[1] in fast.jobs:
+            propose(resume_cmd(fast, op[1], now))
+        elif kind == "trigger" and op[1] in fast.jobs:
+            propose(commands.make("trigger_job", now, None, name=op[1]))
+        elif kind == "expire":
+            leases = [x for x in fast.lease_snapshot() if x[0] == "run"]
+            if leases:
+                _, rid, tok, renewals, _ = leases[op[1] % len(leases)]
+                propose(commands.make("expire", now, None, runs=[[rid, tok, renewals]], locks=[]))
+        elif kind == "tenant":
+            propose(commands.make("put_tenant", now, None, name="default", rate_milli=op[1], burst=1))
+
+
+def test_the_fast_paths_are_taken():
+    """The comparison above means something only if the fast paths run: count them."""
+    s = SchedulerState()
+    spec = spec_of({"every_s": 1}, "fire_all", history=5)
+    s.apply_bytes(commands.encode(put_cmd(s, "a", spec, T0)))
+    job = s.jobs["a"]
+    now = T0 + 5 * SEC
+    e = policy.plan_fire_compact(job["spec"], job["anchor"], job["cursor"], job["next"], job["gen"], "a")
+    assert len(e[5]) == 1 and not e[6]
+    calls = []
+    s._new_run = lambda *a, **k: calls.append("new_run")  # the general path: must not be reached
+    s._apply_complete = lambda *a, **k: calls.append("complete")
+    assert s.apply_bytes(commands.encode(commands.make("fire", now, None, entries=[e])))["fired"] == 1
+    got = s.apply_bytes(commands.encode(commands.make("acquire", now, None, worker="w", queues=None, max=5, ttl=30_000)))
+    assert len(got["runs"]) == 1
+    r = got["runs"][0]
+    res = s.apply_bytes(commands.encode(commands.make("complete_many", now, None,
+                                                      results=[{"run": r["id"], "token": r["token"], "success": True}])))
+    assert res["results"][0]["state"] == "succeeded"
+    assert calls == []
+
+
+def test_a_success_beyond_the_kept_attempts_drops_the_oldest_alike():
+    """complete_many's fast path bounds a run's attempts like _finish_attempt (limits.attempts_kept_max)."""
+    states = [SchedulerState(), SchedulerState()]
+    states[1]._fast_paths = False
+    spec = spec_of({"every_s": 1}, "fire_all", history=5)
+    for s in states:
+        s.apply_bytes(commands.encode(put_cmd(s, "a", spec, T0)))
+        job = s.jobs["a"]
+        e = policy.plan_fire_compact(job["spec"], job["anchor"], job["cursor"], job["next"], job["gen"], "a")
+        s.apply_bytes(commands.encode(commands.make("fire", job["next"], None, entries=[e])))
+        r = s.apply_bytes(commands.encode(commands.make("acquire", T0 + 5 * SEC, None, worker="w", queues=None,
+                                                        max=5, ttl=30_000)))["runs"][0]
+        run = s.runs[r["id"]]
+        run["attempts"] = [{"attempt": k, "token": 0, "worker": "w", "started_at": 0, "finished_at": 0,
+                            "ok": False, "error": None} for k in range(limits.attempts_kept_max)]
+        s.apply_bytes(commands.encode(commands.make("complete_many", T0 + 6 * SEC, None, results=[
+            {"run": r["id"], "token": r["token"], "success": True, "error": "e" * 5000, "output": "o" * 9000}])))
+        assert len(run["attempts"]) == limits.attempts_kept_max and run["attempts"][0]["attempt"] == 1
+    assert states[0].snapshot() == states[1].snapshot()
