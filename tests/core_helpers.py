@@ -128,3 +128,51 @@ def runs_of(state: SchedulerState, job: str, kind: str | None = None) -> list[di
 
 def queued_count(state: SchedulerState, queue: str) -> int:
     return sum(1 for r in state.runs.values() if r["state"] == "queued" and r["queue"] == queue)
+
+
+# ----------------------------------------------------------------------------- older snapshots
+_SHARED_PARTS_V2 = ("schedule", "misfire", "retry", "overlap", "payload")
+_STATS_FIELDS_V1 = ("runs", "recorded", "lag_ms_last", "lag_ms_max", "lag_ms_sum")
+
+
+def snapshot_v2_obj(state: SchedulerState) -> dict:
+    """What snapshot version 2 (code before the columnar version 3) wrote for ``state``: a map a
+    job, its spec parts by index into "parts", and a history for every job (that code made one,
+    empty, when a job was put), jobs first, in job order. Equal parts are found by encoded bytes
+    here (the code used a content key; the result is the same)."""
+    parts, index, jobs = [], {}, {}
+    for name, job in state.jobs.items():
+        flat = dict(job["spec"])
+        for k in _SHARED_PARTS_V2:
+            if k in flat:
+                key = (k, msgpack.packb(flat[k], use_bin_type=True))
+                if key not in index:
+                    index[key] = len(parts)
+                    parts.append(flat[k])
+                flat[k] = index[key]
+        out = dict(job)
+        out["spec"] = flat
+        jobs[name] = out
+    history = {name: list(state.history.get(name, [])) for name in state.jobs}
+    history.update((k, v) for k, v in state.history.items() if k not in history)
+    return {
+        "v": 2, "parts": parts, "jobs": jobs, "runs": state.runs, "history": history,
+        "queues": state.queues, "requests": list(state.requests.items()), "now_ms": state.now_ms,
+        "gen": state.gen, "manual_seq": state.manual_seq, "fencing_token": state.fencing_token,
+        "applied": state.applied, "leader": state.leader, "tenants": state.tenants, "locks": state.locks,
+    }
+
+
+def snapshot_v1_obj(state: SchedulerState) -> dict:
+    """What snapshot version 1 wrote: version 2 with each spec whole and the stats a map."""
+    obj = snapshot_v2_obj(state)
+    parts = obj.pop("parts")
+    for name, job in obj["jobs"].items():
+        spec = {k: (parts[v] if k in _SHARED_PARTS_V2 else v) for k, v in job["spec"].items()}
+        obj["jobs"][name] = dict(job, spec=spec, stats=dict(zip(_STATS_FIELDS_V1, job["stats"])))
+    obj["v"] = 1
+    return obj
+
+
+def pack(obj: dict) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)

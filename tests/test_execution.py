@@ -17,7 +17,8 @@ from raftsched.core import commands, limits
 from raftsched.core.execution import backoff_ms
 from raftsched.core.state import SchedulerState
 
-from core_helpers import SEC, MIN, HOUR, T0, apply, plan_tick, put_cmd, queued_count, restored, snap_obj, spec_of
+from core_helpers import (SEC, MIN, HOUR, T0, apply, plan_tick, put_cmd, queued_count, restored, snap_obj,
+                          snapshot_v2_obj, spec_of)
 
 TTL = 10 * SEC
 RETRY3 = {"max_attempts": 3, "backoff_s": 2, "backoff_multiplier": 2, "backoff_max_s": 60, "jitter": 0.1}
@@ -771,7 +772,7 @@ def test_dlq_delete_removes_the_dead_run():
     keep = _dead_run(s, "a", T0 + 1)
     res = do(s, "dlq_delete", T0 + 2, run=rid)
     assert res == {"ok": True, "run": rid, "deleted": True}
-    assert rid not in s.runs and rid not in s.history["a"] and keep in s.runs
+    assert rid not in s.runs and rid not in s.history.get("a", []) and keep in s.runs
     refused(s, commands.make("dlq_delete", T0 + 2, None, run=rid), "not_found")
     assert restored(s).snapshot() == s.snapshot()
 
@@ -787,10 +788,11 @@ def test_dlq_requeue_of_a_run_whose_job_is_gone_is_a_conflict():
 
     s = new_state(("a", jspec()), ("b", jspec()))
     rid = _dead_run(s, "a", T0)
-    obj = msgpack.unpackb(s.snapshot(), raw=False, strict_map_key=False)
+    obj = snapshot_v2_obj(s)
     del obj["jobs"]["a"]
     s2 = SchedulerState()
     s2.restore(msgpack.packb(obj, use_bin_type=True))
+    assert restored(s2).snapshot() == s2.snapshot(), "a history without its job round-trips (version 3)"
     res = refused(s2, commands.make("dlq_requeue", T0, None, run=rid), "conflict")
     assert res["error"]["field"] == "run"
     assert s2.runs[rid]["state"] == "dead"
@@ -806,13 +808,13 @@ def test_dead_runs_are_not_trimmed_by_the_jobs_history_bound():
         complete(s, T0 + 10 + i, rid, g["token"])
         ok.append(rid)
         # Behind the dead runs, finished entries go in steps of state._TRIM_SCAN_SLACK.
-        assert len(s.history["a"]) <= 3 + 2 + 15
+        assert len(s.history.get("a", [])) <= 3 + 2 + 15
     new = trig(s, "a", T0 + 60)
     assert all(s.runs[r]["state"] == "dead" for r in dead)
     kept = [r for r in ok if r in s.runs]
     assert kept == ok[len(ok) - len(kept):], "the oldest succeeded runs go first"
     assert len(kept) < 2 + 15, "succeeded runs beyond the bound are trimmed"
-    assert s.history["a"] == dead + kept + [new]
+    assert s.history.get("a", []) == dead + kept + [new]
 
 
 def test_dlq_bound_purges_the_oldest_dead_run(monkeypatch):
@@ -820,7 +822,7 @@ def test_dlq_bound_purges_the_oldest_dead_run(monkeypatch):
     s = new_state(("a", jspec()), ("b", jspec(queue="other")))
     d = [_dead_run(s, "a", T0 + i) for i in range(3)]
     other = _dead_run(s, "b", T0 + 5)
-    assert d[0] not in s.runs and d[0] not in s.history["a"]
+    assert d[0] not in s.runs and d[0] not in s.history.get("a", [])
     assert s.runs[d[1]]["state"] == s.runs[d[2]]["state"] == s.runs[other]["state"] == "dead"
     # a requeued run leaves the DLQ: it does not count, and its return counts as newest
     do(s, "dlq_requeue", T0 + 6, run=d[1])
@@ -874,7 +876,7 @@ def test_queue_full_reject_records_a_skipped_queue_full_entry():
     assert s.queue_depth("q") == 2
     assert [g["id"] for g in acq(s, T0 + 3)] == [r1, r2]
     # a running run does not count against the depth
-    assert trig(s, "a", T0 + 4) and s.runs[s.history["a"][-1]]["state"] == "queued"
+    assert trig(s, "a", T0 + 4) and s.runs[s.history.get("a", [])[-1]]["state"] == "queued"
 
 
 def test_queue_full_drop_oldest_drops_the_oldest_queued_run():

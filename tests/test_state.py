@@ -15,7 +15,7 @@ from raftsched.core.state import SchedulerState
 
 from core_helpers import (
     DAY, HOUR, MIN, SEC, T0, apply, plan_tick, put_cmd, queued_count, restored, resume_cmd,
-    runs_of, snap_obj, spec_of, tick,
+    runs_of, snap_obj, snapshot_v1_obj, spec_of, tick,
 )
 
 EVERY10 = spec_of({"every_s": 10}, "fire_all", grace_s=5, max_catchup=3)
@@ -153,7 +153,7 @@ def test_recreated_job_after_delete_starts_fresh():
     apply(s, commands.make("delete_job", T0 + 11 * SEC, None, name="a"))
     res = apply(s, put_cmd(s, "a", EVERY10, T0))
     assert res["created"] is True and res["gen"] == 2
-    assert s.history["a"] == [] and s.jobs["a"]["stats"][0] == 0  # runs (state.STATS_FIELDS)
+    assert not s.history.get("a") and s.jobs["a"]["stats"][0] == 0  # runs (state.STATS_FIELDS)
 
 
 # ----------------------------------------------------------------------------- pause / resume
@@ -429,7 +429,7 @@ def test_history_bound_trims_oldest_terminal_entries_but_never_queued_ones():
     assert len(queued) == 6, "queued runs are never trimmed"
     # Behind a queued oldest entry, finished ones go in steps of _TRIM_SCAN_SLACK (docs/api.md).
     assert len(terminal) <= 3 + 15, "terminal entries beyond the bound are trimmed"
-    assert all(rid in s.runs for rid in s.history["a"])
+    assert all(rid in s.runs for rid in s.history.get("a", []))
     for _ in range(20):
         now += 35 * SEC
         tick(s, now)
@@ -448,7 +448,7 @@ def test_history_bound_is_exact_when_the_oldest_entry_is_finished():
         for r in runs_of(s, "a"):
             if r["state"] == "queued":
                 s.runs[r["id"]]["state"] = "succeeded"  # as if run (the bound is what is tested)
-    assert len(s.history["a"]) <= 3 + 1
+    assert len(s.history.get("a", [])) <= 3 + 1
 
 
 def test_history_bound_keeps_newest_terminal_entries():
@@ -551,15 +551,8 @@ def test_restore_reads_version_1_snapshots():
     """Version 1 wrote each job's spec whole; a node upgraded over such a dump restores it."""
     s = new_state(("a", EVERY10), ("b", spec_of({"every_s": 10}, "skip", name="b", payload={"k": [1]})))
     tick(s, T0 + 30 * SEC)
-    obj = msgpack.unpackb(s.snapshot(), raw=False, strict_map_key=False)
-    parts = obj.pop("parts")
-    for job in obj["jobs"].values():
-        for k, v in job["spec"].items():
-            if k in state_mod._SHARED_PARTS:
-                job["spec"][k] = parts[v]
-    for job in obj["jobs"].values():
-        job["stats"] = dict(zip(state_mod.STATS_FIELDS, job["stats"]))
-    obj["v"] = 1
+    obj = snapshot_v1_obj(s)
+    assert obj["v"] == 1 and isinstance(obj["jobs"]["a"]["stats"], dict)
     r = SchedulerState()
     r.restore(msgpack.packb(obj, use_bin_type=True))
     assert r.snapshot() == s.snapshot()
@@ -764,7 +757,7 @@ def _invariants(s: SchedulerState):
         assert s.queue_depth(q) == queued_count(s, q), "derived queue depth drifted"
     for name, job in s.jobs.items():
         assert job["cursor"] <= s.now_ms or job["cursor"] == job["anchor"] < s.now_ms + 1000
-        hist = s.history[name]
+        hist = s.history.get(name, [])
         queued = sum(1 for rid in hist if s.runs[rid]["state"] == "queued")
         # Finished entries behind a queued oldest one are trimmed in steps (state._TRIM_SCAN_SLACK);
         # a run dropped by on_full=drop_oldest finishes after it was added, so it may wait longer.
@@ -897,12 +890,12 @@ def test_replace_that_lowers_the_history_bound_trims_at_once():
     assert apply(s, put_cmd(s, "h", spec, T0))["ok"]
     for k in range(1, 6):
         assert apply(s, commands.make("trigger_job", T0 + k, None, name="h"))["ok"]
-    for rid in list(s.history["h"]):
+    for rid in list(s.history.get("h", [])):
         s.runs[rid]["state"] = "succeeded"  # finished runs, so the bound may drop them
     smaller = _model.validate_job("h", dict(raw, history=2))
     assert apply(s, put_cmd(s, "h", smaller, T0 + 10))["ok"]
-    assert len(s.history["h"]) == 2
-    assert all(rid in s.runs for rid in s.history["h"])
+    assert len(s.history.get("h", [])) == 2
+    assert all(rid in s.runs for rid in s.history.get("h", []))
 
 
 # ----------------------------------------------------------------------------- shared spec parts
@@ -930,5 +923,6 @@ def test_shared_parts_never_conflate_values_that_encode_differently():
     apply(twin, put_cmd(twin, "b", true, T0))
     apply(twin, put_cmd(twin, "a", one, T0))
     snap = msgpack.unpackb(s.snapshot())
-    assert snap["parts"][snap["jobs"]["b"]["spec"]["payload"]] == {"v": True}
-    assert snap["parts"][snap["jobs"]["a"]["spec"]["payload"]] == {"v": 1}
+    cols = snap["jobs"]
+    payload = {name: snap["parts"][snap["specs"][ti]["payload"]] for name, ti in zip(cols["name"], cols["spec"])}
+    assert payload["b"] == {"v": True} and payload["a"] == {"v": 1}

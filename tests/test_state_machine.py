@@ -224,7 +224,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     @invariant()
     def history_is_bounded(self):
         for name, job in self.state.jobs.items():
-            hist = self.state.history[name]
+            hist = self.state.history.get(name, [])
             # queued, running and dead entries are never trimmed by the bound; finished ones go
             # at once from the front, and in steps behind an active or dead oldest entry
             # (tests/test_state.py and test_execution.py check the steps). This model has no
