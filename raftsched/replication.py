@@ -221,8 +221,8 @@ def _error_result(code: str, message: str) -> dict:
 class _SyncObj(SyncObj):
     """SyncObj whose followers do not count time spent applying toward their election timeout,
     never truncate entries they already hold (``_entries_already_held``), and stand for election
-    at once when a candidate with a staler log asks for their vote; and whose start-up keeps the
-    journal entries that follow the full dump.
+    at once when a candidate with a staler log asks for their vote; whose split votes are broken
+    by node id; and whose start-up keeps the journal entries that follow the full dump.
 
     pysyncobj's tick checks the election deadline, then applies every committed entry, then
     reads the sockets. A follower that spent 0.6 s applying a burst of fire commands (or was
@@ -263,20 +263,39 @@ class _SyncObj(SyncObj):
             held = _entries_already_held(self, message)
             if held is not None:
                 message, _tick.keep_log_tail = held
-        stand = kind == "request_vote" and _candidate_log_behind(self, message)
+        order = _candidate_log_order(self, message) if kind == "request_vote" else None
+        # Two candidates of one term with equally recent logs: a split vote (each voted for
+        # itself), seen from both sides as each one's request reaches the other.
+        split = order == 0 and self._SyncObj__raftState == _CANDIDATE \
+            and message["term"] == self._SyncObj__raftCurrentTerm
         try:
             return SyncObj._SyncObj__onMessageReceived(self, node, message)
         finally:
             _tick.keep_log_tail = False
-            if stand and self._SyncObj__raftState != _LEADER:
+            if order == -1 and self._SyncObj__raftState != _LEADER:
                 # A candidate whose log is behind ours cannot win, and it has already moved
                 # the term on (no pre-vote): the leader is gone or deposed. Stand soon rather
                 # than at our own timeout, which may come after the stale candidate's next
                 # one (measured: a kill of the leader that took three election rounds, 2.75 s,
                 # the fail-over tail). Raft leaves election timing free; safety is unchanged.
-                soon = monotonic() + random.uniform(0.0, _STAND_AFTER_STALE_CANDIDATE_S)
-                if self._SyncObj__raftElectionDeadline > soon:
-                    self._SyncObj__raftElectionDeadline = soon
+                self._stand_soon()
+            elif split and self._SyncObj__raftState == _CANDIDATE:
+                # Break the tie by node id instead of by another random draw (which costs a
+                # whole election timeout and may split again: measured, a second round took a
+                # fail-over to 2.35 s). Both candidates see the same pair of ids, so exactly one
+                # stands again at once; the other waits at least a minimum timeout, and grants
+                # the newer term's request when it comes.
+                if self._SyncObj__selfNode.id < node.id:
+                    self._stand_soon()
+                else:
+                    later = monotonic() + self._SyncObj__conf.raftMinTimeout
+                    if self._SyncObj__raftElectionDeadline < later:
+                        self._SyncObj__raftElectionDeadline = later
+
+    def _stand_soon(self) -> None:
+        soon = monotonic() + random.uniform(0.0, _STAND_SOON_S)
+        if self._SyncObj__raftElectionDeadline > soon:
+            self._SyncObj__raftElectionDeadline = soon
 
     def _SyncObj__deleteEntriesFrom(self, fromIDx):
         if getattr(_tick, "keep_log_tail", False):
@@ -334,25 +353,27 @@ class _HeldEntriesLogFilter(logging.Filter):
 logging.getLogger("pysyncobj.syncobj").addFilter(_HeldEntriesLogFilter())
 
 
-#: pysyncobj's raft state for a leader (``_RAFT_STATE.LEADER``).
-_LEADER = 2
-#: A follower that refuses a vote to a candidate whose log is behind its own stands for election
-#: within this many seconds (uniformly drawn, so two such followers rarely collide).
-_STAND_AFTER_STALE_CANDIDATE_S = 0.1
+#: pysyncobj's raft states (``_RAFT_STATE``).
+_CANDIDATE, _LEADER = 1, 2
+#: A node that refuses its vote to a candidate whose log is behind its own, or that wins the tie
+#: of a split vote, stands for election within this many seconds (uniformly drawn, so two such
+#: nodes rarely collide).
+_STAND_SOON_S = 0.1
 
 
-def _candidate_log_behind(sync: SyncObj, message: dict) -> bool:
-    """True if a request_vote comes from a candidate, at our term or later, whose log is less
-    up to date than ours (Raft §5.4.1), so that we will refuse it."""
+def _candidate_log_order(sync: SyncObj, message: dict) -> int | None:
+    """How a request_vote's candidate's log compares with ours (Raft §5.4.1: last term, then
+    last index): -1 behind (we refuse it), 0 as recent, 1 more recent; None for a request from
+    an older term or a malformed one."""
     try:
         if message["term"] < sync._SyncObj__raftCurrentTerm:
-            return False
+            return None
         log = sync._SyncObj__raftLog
         last = log[len(log) - 1]
-        theirs = (message["last_log_term"], message["last_log_index"])
-        return theirs < (last[2], last[1])
+        theirs, ours = (message["last_log_term"], message["last_log_index"]), (last[2], last[1])
+        return (theirs > ours) - (theirs < ours)
     except (KeyError, TypeError, IndexError):
-        return False
+        return None
 
 
 def _entries_already_held(sync: SyncObj, message: dict):

@@ -543,6 +543,42 @@ def test_a_follower_never_truncates_entries_it_already_holds(lone_follower):
     assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1), (6, 3)]
 
 
+def test_a_split_vote_is_broken_by_node_id():
+    """Two candidates of one term with equally recent logs each refuse the other (each voted for
+    itself). The one with the lower id stands again within 0.1 s; the other waits at least a
+    minimum timeout, so the next term's request reaches it first."""
+    from pysyncobj.monotonic import monotonic
+
+    from raftsched.replication import _SyncObj
+    lo, me, hi = sorted(f"127.0.0.1:{free_port()}" for _ in range(3))
+    conf = make_conf(autoTick=False, password=SECRET)
+    sync = _SyncObj(me, [lo, hi], conf=conf, consumers=[_StateConsumer(FakeState())])
+    try:
+        peer = {n.address: n for n in sync._SyncObj__otherNodes}
+
+        def split_with(addr):
+            sync._SyncObj__raftState = 1  # a candidate of term 5 that voted for itself
+            sync._SyncObj__raftCurrentTerm = 5
+            sync._SyncObj__votedForNodeId = sync._SyncObj__selfNode.id
+            sync._SyncObj__raftElectionDeadline = monotonic() + 0.3
+            sync._SyncObj__onMessageReceived(peer[addr], {
+                "type": "request_vote", "term": 5, "last_log_index": 1, "last_log_term": 0})
+            assert sync._SyncObj__votedForNodeId == sync._SyncObj__selfNode.id  # refused
+            return sync._SyncObj__raftElectionDeadline - monotonic()
+
+        assert split_with(hi) <= 0.1                          # lower id than the other: stand
+        assert split_with(lo) >= conf.raftMinTimeout - 0.05   # higher: let the other stand
+        # The same request seen by a follower is an ordinary vote: granted.
+        sync._SyncObj__raftState = 0
+        sync._SyncObj__raftCurrentTerm = 5
+        sync._SyncObj__votedForNodeId = None
+        sync._SyncObj__onMessageReceived(peer[lo], {
+            "type": "request_vote", "term": 5, "last_log_index": 1, "last_log_term": 0})
+        assert sync._SyncObj__votedForNodeId == peer[lo].id
+    finally:
+        sync.destroy()
+
+
 def test_a_follower_asked_by_a_staler_candidate_stands_for_election_soon(lone_follower):
     from pysyncobj.monotonic import monotonic
     sync, leader, candidate = lone_follower
