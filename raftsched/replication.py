@@ -303,6 +303,20 @@ class _SyncObj(SyncObj):
         return SyncObj._SyncObj__deleteEntriesFrom(self, fromIDx)
 
     def _SyncObj__loadDumpFile(self, clearJournal):
+        try:
+            return self._load_dump(clearJournal)
+        finally:
+            # Restoring a large state blocks the tick thread for seconds (1M jobs: ~6 s), and a
+            # follower that installed the leader's snapshot then found its election deadline
+            # long past and deposed the leader that had just sent it: measured, registering 1M
+            # jobs moved the term from 7 to 83 in eight minutes, a snapshot install and an
+            # election at a time. A load counts as hearing from the leader: the timeout starts
+            # over (a dead leader is still detected, one timeout after the load).
+            if self._SyncObj__raftState != _LEADER:
+                self._SyncObj__raftElectionDeadline = \
+                    monotonic() + self._SyncObj__generateRaftTimeout()
+
+    def _load_dump(self, clearJournal):
         """Load the full dump without throwing away journal entries that follow it.
 
         pysyncobj's loader keeps the journal only if its first two entries are the two the dump
@@ -450,7 +464,7 @@ def _keep_journal_after_dump(sync: SyncObj, data) -> None:
 # attributes they read are exercised by tests/test_replication.py.)
 _OVERRIDDEN = ("_SyncObj__applyLogEntries", "_SyncObj__onMessageReceived",
                "_SyncObj__deleteEntriesFrom", "_SyncObj__deleteEntriesTo",
-               "_SyncObj__loadDumpFile")
+               "_SyncObj__loadDumpFile", "_SyncObj__generateRaftTimeout")
 _missing = [n for n in _OVERRIDDEN if not hasattr(SyncObj, n)]
 if _missing:  # pragma: no cover - only with an unsupported pysyncobj
     raise ImportError(f"raftsched.replication needs pysyncobj 0.3.x internals {_missing}")

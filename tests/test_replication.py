@@ -543,6 +543,24 @@ def test_a_follower_never_truncates_entries_it_already_holds(lone_follower):
     assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1), (6, 3)]
 
 
+def test_loading_a_dump_restarts_a_followers_election_timeout(lone_follower, monkeypatch):
+    """A restore blocks the tick thread for seconds at 1M jobs; a follower that installed the
+    leader's snapshot must not find its deadline long past and depose that leader."""
+    from pysyncobj.monotonic import monotonic
+
+    from raftsched.replication import _SyncObj
+    sync, _, _ = lone_follower
+    monkeypatch.setattr(_SyncObj, "_load_dump", lambda self, clear: None)
+    conf = make_conf(autoTick=False, password=SECRET)
+    sync._SyncObj__raftElectionDeadline = monotonic() - 5  # as after a long restore
+    sync._SyncObj__loadDumpFile(True)
+    assert sync._SyncObj__raftElectionDeadline - monotonic() >= conf.raftMinTimeout - 0.05
+    sync._SyncObj__raftState = 2  # a leader's deadline is not its concern
+    sync._SyncObj__raftElectionDeadline = 0.0
+    sync._SyncObj__loadDumpFile(False)
+    assert sync._SyncObj__raftElectionDeadline == 0.0
+
+
 def test_a_split_vote_is_broken_by_node_id():
     """Two candidates of one term with equally recent logs each refuse the other (each voted for
     itself). The one with the lower id stands again within 0.1 s; the other waits at least a
