@@ -162,6 +162,16 @@ class Cluster:
             assert got == expected, (addr, got, expected, node.status())
 
 
+async def incr_until_every_node_dumped(c: Cluster, leader: str, n: int) -> None:
+    """``n`` increments of "r" (more than COMPACT's threshold), converged on every node, then
+    wait until every node has written a full dump."""
+    for _ in range(n):
+        await c.nodes[leader].propose(incr("r"))
+    await c.converged({"r": n})
+    await wait_until(lambda: all(os.path.exists(os.path.join(d, "raft.dump"))
+                                 for d in c.dirs.values()), 10, "dump files")
+
+
 def run(coro_fn, *args):
     return asyncio.run(coro_fn(*args))
 
@@ -420,11 +430,7 @@ def test_whole_cluster_restart_keeps_the_state(tmp_path):
         try:
             c.start_all()
             leader = await c.agreed_leader()
-            for _ in range(30):
-                await c.nodes[leader].propose(incr("r"))
-            await c.converged({"r": 30})
-            await wait_until(lambda: all(os.path.exists(os.path.join(d, "raft.dump"))
-                                         for d in c.dirs.values()), 10, "dump files")
+            await incr_until_every_node_dumped(c, leader, 30)
             for _ in range(5):  # some entries after the dump, in the journal only
                 await c.nodes[leader].propose(incr("r"))
             await c.converged({"r": 35})
@@ -639,11 +645,7 @@ def test_a_restart_between_a_dump_and_its_trim_keeps_the_entries_after_the_dump(
                           raising=False)
                 c.start_all()
                 leader = await c.agreed_leader()
-                for _ in range(30):
-                    await c.nodes[leader].propose(incr("r"))
-                await c.converged({"r": 30})
-                await wait_until(lambda: all(os.path.exists(os.path.join(d, "raft.dump"))
-                                             for d in c.dirs.values()), 10, "dump files")
+                await incr_until_every_node_dumped(c, leader, 30)
                 # No further dumps: what follows is in the untrimmed journals only.
                 m.setattr(_SyncObj, "_SyncObj__tryLogCompaction", lambda self: None,
                           raising=False)

@@ -1142,6 +1142,21 @@ class SchedulerState(ExecutionMixin):
             if was_enabled:
                 gc.enable()
 
+    def _part_resolver(self, parts: list):
+        """A function that replaces a snapshot spec's (or template's) part indexes by the parts
+        themselves (versions 2 and 3), seeding each part once for later put_jobs to share."""
+        seeded = [False] * len(parts)
+
+        def resolve(spec: dict) -> None:
+            for k in _SHARED_PARTS:
+                if k in spec:
+                    i = spec[k]
+                    spec[k] = parts[i]
+                    if not seeded[i]:
+                        seeded[i] = True
+                        self._seed_parts(k, parts[i])
+        return resolve
+
     def _seed_parts(self, k: str, part) -> None:
         """Later put_jobs share this restored part object."""
         if len(self._parts) < limits.shared_spec_parts_max:
@@ -1185,17 +1200,10 @@ class SchedulerState(ExecutionMixin):
                 st = job["stats"]
                 job["stats"] = [st[k] for k in STATS_FIELDS]  # version 1 kept a map
         else:
-            parts = obj["parts"]
-            seeded = [False] * len(parts)
+            resolve = self._part_resolver(obj["parts"])
             for job in self.jobs.values():
                 spec = job["spec"]
-                for k in _SHARED_PARTS:
-                    if k in spec:
-                        i = spec[k]
-                        spec[k] = parts[i]
-                        if not seeded[i]:
-                            seeded[i] = True
-                            self._seed_parts(k, parts[i])
+                resolve(spec)
                 for k, v in spec.items():  # the other fields as _share_spec holds them
                     t = type(v)
                     if t is str:
@@ -1221,17 +1229,10 @@ class SchedulerState(ExecutionMixin):
         built the due index too (from the columns: what rebuild_due makes, without walking the
         job records again; fires_ahead reads the overlap only, so a template answers for its
         jobs)."""
-        parts = obj["parts"]
         tmpls, has_exec = obj["specs"], []
-        seeded = [False] * len(parts)
+        resolve = self._part_resolver(obj["parts"])
         for t in tmpls:
-            for k in _SHARED_PARTS:
-                if k in t:
-                    i = t[k]
-                    t[k] = parts[i]
-                    if not seeded[i]:
-                        seeded[i] = True
-                        self._seed_parts(k, parts[i])
+            resolve(t)
             has_exec.append("executor" in t)
         c = obj["jobs"]
         cols = [(_decode_ints(c[f]) if f in _SHARED_INT_FIELDS else c[f]) for f in _JOB_FIELDS]
