@@ -255,7 +255,6 @@ class _SyncObj(SyncObj):
             self._SyncObj__raftElectionDeadline += spent
         return res
 
-
     def _SyncObj__onMessageReceived(self, node, message):
         kind = message.get("type") if type(message) is dict else None
         if kind == "append_entries" and message.get("entries") and "prevLogIdx" in message \
