@@ -172,6 +172,18 @@ async def incr_until_every_node_dumped(c: Cluster, leader: str, n: int) -> None:
                                  for d in c.dirs.values()), 10, "dump files")
 
 
+async def restart_all_and_count_on(c: Cluster, r: int) -> None:
+    """Stop every running node and start each again on its data dir with a fresh state: every
+    node comes back to {"r": r} through its dump, and the cluster counts on from there."""
+    for a in list(c.nodes):
+        c.stop(a)
+    c.start_all()
+    leader = await c.agreed_leader()
+    await c.converged({"r": r})
+    assert all(s.restores >= 1 for s in c.states.values())  # the dump path ran
+    assert (await propose_retrying(c.nodes[leader], incr("r")))["value"] == r + 1
+
+
 def run(coro_fn, *args):
     return asyncio.run(coro_fn(*args))
 
@@ -435,13 +447,7 @@ def test_whole_cluster_restart_keeps_the_state(tmp_path):
                 await c.nodes[leader].propose(incr("r"))
             await c.converged({"r": 35})
 
-            for a in list(c.nodes):
-                c.stop(a)
-            c.start_all()  # fresh states, same data dirs
-            leader = await c.agreed_leader()
-            await c.converged({"r": 35})
-            assert all(s.restores >= 1 for s in c.states.values())  # the dump path ran
-            assert (await propose_retrying(c.nodes[leader], incr("r")))["value"] == 36
+            await restart_all_and_count_on(c, 35)
         finally:
             c.close()
     run(main)
@@ -652,13 +658,10 @@ def test_a_restart_between_a_dump_and_its_trim_keeps_the_entries_after_the_dump(
                 for _ in range(5):
                     await c.nodes[leader].propose(incr("r"))
                 await c.converged({"r": 35})
-                for a in list(c.nodes):
+                for a in list(c.nodes):  # stopped while trimming is still off
                     c.stop(a)
-            c.start_all()  # fresh states, same data dirs, pysyncobj's own trim back in place
-            leader = await c.agreed_leader()
-            await c.converged({"r": 35})
-            assert all(s.restores >= 1 for s in c.states.values())  # the dump path ran
-            assert (await propose_retrying(c.nodes[leader], incr("r")))["value"] == 36
+            # Started again with pysyncobj's own trim back in place.
+            await restart_all_and_count_on(c, 35)
         finally:
             c.close()
     run(main)

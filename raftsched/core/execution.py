@@ -309,19 +309,7 @@ class ExecutionMixin:
                     error = _s(error, limits.error_chars_max)
                 if output is not None:
                     output = _s(output, limits.output_bytes_max)
-                q = run["queue"]
-                self._running_count[q] = self._running_count.get(q, 1) - 1
-                self._running_ids.pop(rid, None)
-                attempts = run.setdefault("attempts", [])
-                attempts.append({"attempt": run["attempt"], "token": run["fencing_token"], "worker": run["worker"],
-                                 "started_at": run["started_at"], "finished_at": now,
-                                 "ok": True, "error": None if error is None else _s(error, limits.attempt_error_chars_max)})
-                if len(attempts) > limits.attempts_kept_max:
-                    del attempts[0]
-                run["finished_at"] = now
-                run["error"] = error
-                run["output"] = output
-                run["deadline"] = None
+                self._close_attempt(run, now, True, error, output)
                 run["state"] = "succeeded"
                 out.append({"ok": True, "run": rid, "state": "succeeded", "attempt": run["attempt"]})
                 continue
@@ -331,15 +319,10 @@ class ExecutionMixin:
                 out.append({"ok": False, "run": it["run"], "error": e.to_dict()})
         return {"ok": True, "results": out}
 
-    def _finish_attempt(self, run: dict, now: int, ok: bool, error: str | None, output: str | None,
-                        lost: bool = False) -> None:
-        """Close the current attempt: success, a retry, or the dead-letter queue.
-
-        Two budgets: attempts that ran and failed count against the job's ``max_attempts`` (and
-        set the backoff); attempts lost with their worker (``lost``: the lease expired) are not
-        the handler's failure and are retried at once, up to ``lease_losses_max`` times, so a run
-        whose worker dies is run again even with ``max_attempts: 1`` (the README's promise).
-        """
+    def _close_attempt(self, run: dict, now: int, ok: bool, error: str | None,
+                       output: str | None) -> None:
+        """End the current attempt's lease and record it in ``run["attempts"]`` (the last
+        ``attempts_kept_max``); the caller decides the run's next state."""
         q = run["queue"]
         self._running_count[q] = self._running_count.get(q, 1) - 1
         self._running_ids.pop(run["id"], None)
@@ -353,6 +336,17 @@ class ExecutionMixin:
         run["error"] = error
         run["output"] = output
         run["deadline"] = None
+
+    def _finish_attempt(self, run: dict, now: int, ok: bool, error: str | None, output: str | None,
+                        lost: bool = False) -> None:
+        """Close the current attempt: success, a retry, or the dead-letter queue.
+
+        Two budgets: attempts that ran and failed count against the job's ``max_attempts`` (and
+        set the backoff); attempts lost with their worker (``lost``: the lease expired) are not
+        the handler's failure and are retried at once, up to ``lease_losses_max`` times, so a run
+        whose worker dies is run again even with ``max_attempts: 1`` (the README's promise).
+        """
+        self._close_attempt(run, now, ok, error, output)
         if ok:
             run["state"] = "succeeded"
             return
@@ -373,7 +367,7 @@ class ExecutionMixin:
             self._enqueue(run)
             return
         run["state"] = "dead"
-        dq = self._dead.setdefault(q, deque())
+        dq = self._dead.setdefault(run["queue"], deque())
         # Oldest first by (finished_at, id), the order _rebuild_execution restores: runs that
         # die at the same now in another order than their ids must be purged alike on a replica
         # restored from a snapshot. (finished_at only grows, so this looks at the tail only.)

@@ -185,6 +185,15 @@ def _decode_ints(col) -> list:
     return col
 
 
+def _count_fire(st: list, lag: int) -> None:
+    """Count a scheduled run and its fire lag in a job's stats (STATS_FIELDS)."""
+    st[_RUNS] += 1
+    st[_LAG_LAST] = lag
+    if lag > st[_LAG_MAX]:
+        st[_LAG_MAX] = lag
+    st[_LAG_SUM] += lag
+
+
 def _check_disjoint(runs: list, rec: list) -> None:
     """Runs and records of one entry must cover disjoint slots: a slot is a run or recorded,
     once. (Checked before applying: an overlap would otherwise fail half-way, on a duplicate
@@ -599,15 +608,7 @@ class SchedulerState(ExecutionMixin):
                     run["tenant"] = spec["tenant"]
                     run["fired_at"] = now
                     run["due"] = slot
-                    lag = now - slot
-                    if lag < 0:
-                        lag = 0
-                    st = job["stats"]
-                    st[_RUNS] += 1
-                    st[_LAG_LAST] = lag
-                    if lag > st[_LAG_MAX]:
-                        st[_LAG_MAX] = lag
-                    st[_LAG_SUM] += lag
+                    _count_fire(job["stats"], now - slot if now > slot else 0)
                     assert rid not in all_runs, f"I2: run id {rid} already exists"
                     all_runs[rid] = run
                     hist = history.get(name)
@@ -805,12 +806,7 @@ class SchedulerState(ExecutionMixin):
         run["due"] = slot
         if kind == "scheduled":
             # Fire lag is a property of the trigger: manual runs (lag 0 by definition) stay out.
-            st = job["stats"]
-            st[_RUNS] += 1
-            st[_LAG_LAST] = lag
-            if lag > st[_LAG_MAX]:
-                st[_LAG_MAX] = lag
-            st[_LAG_SUM] += lag
+            _count_fire(job["stats"], lag)
         self._add_entry(job, run)
         self._enqueue(run)  # counts it in the queue's depth (re-read: drop_oldest may have lowered it)
         return run
