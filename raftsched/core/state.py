@@ -47,16 +47,65 @@ _JOB_FIELDS = ("name", "spec", "gen", "created", "updated", "anchor", "cursor", 
 #: them when that halves it (_encode_ints), and a restore then holds one object for equal values.
 _SHARED_INT_FIELDS = ("created", "updated", "anchor", "cursor", "next")
 _INT_OR_NONE = frozenset({int, type(None)})
+
+
+# Records (jobs, specs, runs) are plain dicts whose key table is shared by every record of their
+# kind: CPython's key-sharing dictionaries (PEP 412), the ones instances' __dict__ use. A dict of
+# its own keys costs a table of hashes, keys and values; a shared-key one a row of values. Python
+# 3.11, measured (scripts/bench.py scale, docs/benchmarks.md): a job map 280 -> 176 bytes, a
+# spec 472 -> 184, a run 472 -> 336, and a run is copied from its template in half the time.
+# Only memory and speed differ: they are dicts, equal, ordered and encoded as any other, on any
+# Python; a record that gains a key of another kind simply gets a table of its own again.
+class _JobKeys:
+    """Makes job records (``_job(...)``), fields in _JOB_FIELDS order."""
+
+    def __init__(self, name, spec, gen, created, updated, anchor, cursor, next, paused, stats):
+        self.name = name
+        self.spec = spec
+        self.gen = gen
+        self.created = created
+        self.updated = updated
+        self.anchor = anchor
+        self.cursor = cursor
+        self.next = next
+        self.paused = paused
+        self.stats = stats
+
+
+def _job(name, spec, gen, created, updated, anchor, cursor, nxt, paused, stats) -> dict:
+    """A job record: ``{"name": name, "spec": spec, ...}`` in _JOB_FIELDS order, keys shared."""
+    return _JobKeys(name, spec, gen, created, updated, anchor, cursor, nxt, paused, stats).__dict__
+
+
+class _SpecKeys:
+    """The key table of stored specs (_shared_keys)."""
+
+
+class _RunKeys:
+    """The key table of run records (_RUN_TEMPLATE and its copies)."""
+
+
+def _shared_keys(kind: type, items=()) -> dict:
+    """A dict with ``items`` (pairs, in order) whose key table is ``kind``'s, shared. Any key
+    works: one that is not a str, or one past what a shared table holds, only costs the sharing.
+    (Never from a dict: ``dict.update(dict)`` copies the other's table; its ``.items()`` do not.)"""
+    d = object.__new__(kind).__dict__
+    if items:
+        d.update(items)
+    return d
+
+
 #: A new run, its fields in their order (the snapshot's bytes follow it). Runs are made by copying
 #: it and setting the fields of the run: a copy of a map of constant keys costs ~0.5 us, a map
-#: display of 18 keys ~1.2 us (Python 3.11), and every replica makes one per slot. Never changed.
-_RUN_TEMPLATE = {
+#: display of 18 keys ~1.2 us (Python 3.11), and every replica makes one per slot. Its copies
+#: share its key table (_shared_keys). Never changed.
+_RUN_TEMPLATE = _shared_keys(_RunKeys, {
     "id": None, "job": None, "slot": None, "state": "queued", "kind": "scheduled",
     "attempt": 1, "fencing_token": None, "worker": None, "queue": None,
     "priority": None, "tenant": None,
     "fired_at": None, "started_at": None, "finished_at": None, "error": None,
     "due": None, "deadline": None, "ttl": None,
-}
+}.items())
 #: How far past its bound a job's history may grow while its oldest entry is still active
 #: before trimming scans past it (SchedulerState._trim).
 _TRIM_SCAN_SLACK = 16
@@ -402,13 +451,9 @@ class SchedulerState(ExecutionMixin):
             cursor = max(cursor, old["cursor"])
         spec = self._share_spec(spec)
         share = self._share_int
-        job = {
-            "name": name, "spec": spec, "gen": self.gen,
-            "created": old["created"] if old else now, "updated": now,
-            "anchor": share(anchor), "cursor": share(cursor), "next": share(nxt),
-            "paused": old["paused"] if old else False,
-            "stats": old["stats"] if old else [0, 0, None, 0, 0],  # see STATS_FIELDS
-        }
+        job = _job(name, spec, self.gen, old["created"] if old else now, now,
+                   share(anchor), share(cursor), share(nxt), old["paused"] if old else False,
+                   old["stats"] if old else [0, 0, None, 0, 0])  # see STATS_FIELDS
         self.jobs[name] = job
         # A job's history list is made by its first entry (_add_entry), not here: an empty list
         # and its map entry cost ~110 bytes a job (1M jobs never fired: 105 MiB). The snapshot
@@ -699,7 +744,7 @@ class SchedulerState(ExecutionMixin):
         interned short strings. Derived and invisible: the snapshot bytes do not change. At 1M
         jobs the parts were ~1.1 KB of a job's ~2.7 KB (docs/benchmarks.md, "Scale")."""
         parts = self._parts
-        out = {}
+        out = _shared_keys(_SpecKeys)
         for k, v in spec.items():
             if k in _SHARED_PARTS:
                 try:
@@ -1172,7 +1217,11 @@ class SchedulerState(ExecutionMixin):
                 due_built = self._restore_jobs_v3(obj)
             else:
                 self._restore_jobs_v2(obj)
-            self.runs = obj["runs"]
+            runs = obj["runs"]
+            for rid, run in runs.items():  # to the key table runs are made with (_RUN_TEMPLATE)
+                if type(run) is dict:
+                    runs[rid] = _shared_keys(_RunKeys, run.items())
+            self.runs = runs
             self.queues = obj["queues"]
             self.requests = OrderedDict((k, v) for k, v in obj["requests"])
             self.now_ms = obj["now_ms"]
@@ -1227,9 +1276,10 @@ class SchedulerState(ExecutionMixin):
         jobs)."""
         tmpls, has_exec = obj["specs"], []
         resolve = self._part_resolver(obj["parts"])
-        for t in tmpls:
+        for i, t in enumerate(tmpls):
             resolve(t)
             has_exec.append("executor" in t)
+            tmpls[i] = _shared_keys(_SpecKeys, t.items())  # its copies share its key table
         c = obj["jobs"]
         cols = [(_decode_ints(c[f]) if f in _SHARED_INT_FIELDS else c[f]) for f in _JOB_FIELDS]
         n = len(cols[0])
@@ -1241,8 +1291,7 @@ class SchedulerState(ExecutionMixin):
             spec = tmpls[ti].copy()
             if has_exec[ti]:
                 spec["executor"] = ex
-            jobs[name] = {"name": name, "spec": spec, "gen": g, "created": cr, "updated": up,
-                          "anchor": an, "cursor": cu, "next": nx, "paused": pa, "stats": st}
+            jobs[name] = _job(name, spec, g, cr, up, an, cu, nx, pa, st)
         others = obj["jobs_other"]
         if others:  # jobs of another shape, at their positions
             merged, it = {}, iter(jobs.items())
