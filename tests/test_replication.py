@@ -667,6 +667,38 @@ def test_a_restart_between_a_dump_and_its_trim_keeps_the_entries_after_the_dump(
     run(main)
 
 
+def test_the_journal_file_is_not_mapped_and_is_cut_back_after_a_compaction(tmp_path):
+    """pysyncobj's FileJournal on _JournalFile: the same records read back, the file never
+    mmapped (its pages counted in a node's resident memory, on top of FileJournal's own list),
+    and a compaction cuts the file back to the records it keeps."""
+    from pysyncobj.journal import FIRST_RECORD_OFFSET, createJournal
+    from raftsched.replication import _cut_journal_file, _JournalFile
+
+    path = str(tmp_path / "raft.journal")
+    j = createJournal(path)
+    assert isinstance(j._FileJournal__journalFile, _JournalFile)
+    entries = [(os.urandom(1000), i, 1 + i // 20) for i in range(1, 61)]
+    for e in entries:
+        j.add(*e)
+    with open("/proc/self/maps") as f:
+        assert path not in f.read()
+    record = 8 + 16 + 1000  # two lengths, index and term, the command
+    assert os.path.getsize(path) == FIRST_RECORD_OFFSET + 60 * record
+    j._destroy()
+
+    j = createJournal(path)  # what a restarted node reads
+    assert [tuple(j[i]) for i in range(len(j))] == entries
+    j.deleteEntriesTo(50)  # what a compaction does (pysyncobj), then _SyncObj cuts the file
+    _cut_journal_file(j)
+    assert os.path.getsize(path) == FIRST_RECORD_OFFSET + 10 * record
+    j.add(b"x" * 10, 61, 4)
+    j._destroy()
+
+    j = createJournal(path)
+    assert [tuple(j[i]) for i in range(len(j))] == entries[50:] + [(b"x" * 10, 61, 4)]
+    j._destroy()
+
+
 @pytest.mark.cluster
 @pytest.mark.timeout(60)
 def test_a_minority_cannot_commit_and_says_so_within_the_deadline(tmp_path):
