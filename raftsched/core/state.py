@@ -633,49 +633,52 @@ class SchedulerState(ExecutionMixin):
                 continue
             spec = job["spec"]
             ov = spec.get("overlap")
-            if fast and not rec and len(runs) == 1 and (ov is None or (ov.get("policy") == "allow" and "max_concurrent" not in ov)):
-                # The common case, inline: one slot, an overlap policy that reads no other run
-                # (policy.fires_ahead, so _overlap creates it), room in its queue. Exactly what
-                # _new_run, _add_entry, _enqueue and _push_due do, in the same order (the
+            if fast and runs and not rec and (ov is None or (ov.get("policy") == "allow" and "max_concurrent" not in ov)):
+                # The common case, inline: slots that all become runs (no records), an overlap
+                # policy that reads no other run (policy.fires_ahead, so _overlap creates them),
+                # room in its queue for all of them. One slot when on time; several when the
+                # trigger catches up, which is when speed matters most. Exactly what _new_run,
+                # _add_entry, _enqueue and _push_due do, slot by slot, in the same order (the
                 # property test in tests/test_state_fast_paths.py compares the two paths).
                 qname = spec["queue"]
                 q = queues.get(qname)
                 depth = depths.get(qname, 0)
-                if depth < (limits.queue_depth_default if q is None else q["max_depth"]):
-                    slot = runs[0]
-                    rid = f"{name}@{slot}"
-                    run = _RUN_TEMPLATE.copy()
-                    run["id"] = rid
-                    run["job"] = name
-                    run["slot"] = slot
-                    run["queue"] = qname
-                    prio = run["priority"] = spec["priority"]
-                    run["tenant"] = spec["tenant"]
-                    run["fired_at"] = now
-                    run["due"] = slot
-                    _count_fire(job["stats"], now - slot if now > slot else 0)
-                    assert rid not in all_runs, f"I2: run id {rid} already exists"
-                    all_runs[rid] = run
+                if depth + len(runs) <= (limits.queue_depth_default if q is None else q["max_depth"]):
+                    prio, tenant, bound, stats = spec["priority"], spec["tenant"], spec["history"], job["stats"]
                     hist = history.get(name)
                     if hist is None:
                         hist = history[name] = []
-                    hist.append(rid)
-                    excess = len(hist) - spec["history"]
-                    if excess > 0:
-                        # _trim, unless it would return at once: the oldest entry is still active
-                        # and this is not a scan turn (a backlog, or a sweep's queued runs).
-                        head = all_runs[hist[0]]["state"]
-                        if (head in TERMINAL_STATES and head != "dead") or not excess % _TRIM_SCAN_SLACK:
-                            self._trim(hist, spec["history"])
-                    depths[qname] = depth + 1
                     prios = queued.get(qname)
                     if prios is None:
                         prios = queued[qname] = {}
                     h = prios.get(prio)
                     if h is None:
                         h = prios[prio] = []
-                    heappush(h, (slot, rid))
-                    fired += 1
+                    for slot in runs:
+                        rid = f"{name}@{slot}"
+                        run = _RUN_TEMPLATE.copy()
+                        run["id"] = rid
+                        run["job"] = name
+                        run["slot"] = slot
+                        run["queue"] = qname
+                        run["priority"] = prio
+                        run["tenant"] = tenant
+                        run["fired_at"] = now
+                        run["due"] = slot
+                        _count_fire(stats, now - slot if now > slot else 0)
+                        assert rid not in all_runs, f"I2: run id {rid} already exists"
+                        all_runs[rid] = run
+                        hist.append(rid)
+                        excess = len(hist) - bound
+                        if excess > 0:
+                            # _trim, unless it would return at once: the oldest entry is still
+                            # active and this is not a scan turn (a backlog, or a sweep's queued runs).
+                            head = all_runs[hist[0]]["state"]
+                            if (head in TERMINAL_STATES and head != "dead") or not excess % _TRIM_SCAN_SLACK:
+                                self._trim(hist, bound)
+                        heappush(h, (slot, rid))
+                    depths[qname] = depth + len(runs)
+                    fired += len(runs)
                     job["cursor"] = upto
                     job["next"] = nxt
                     if nxt is not None and due_index:
@@ -1286,12 +1289,13 @@ class SchedulerState(ExecutionMixin):
         if any(len(col) != n for col in cols) or len(c["executor"]) != n:
             raise ValueError("snapshot job columns differ in length")
         jobs: dict = {}
+        job = _JobKeys  # _job, without its call
         for name, ti, ex, g, cr, up, an, cu, nx, pa, st in zip(
                 cols[0], cols[1], c["executor"], *cols[2:]):
             spec = tmpls[ti].copy()
             if has_exec[ti]:
                 spec["executor"] = ex
-            jobs[name] = _job(name, spec, g, cr, up, an, cu, nx, pa, st)
+            jobs[name] = job(name, spec, g, cr, up, an, cu, nx, pa, st).__dict__
         others = obj["jobs_other"]
         if others:  # jobs of another shape, at their positions
             merged, it = {}, iter(jobs.items())
