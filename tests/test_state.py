@@ -341,6 +341,13 @@ def _compact(entries):
     [["a", 1, T0, T0 + 20 * SEC, None, [float(T0 + 10 * SEC)], []]],           # float slot
     [["a", 1, T0, T0 + 20 * SEC, "x", [T0 + 10 * SEC], []]],                   # next not an integer
     [["a", 1, T0, T0 + 20 * SEC, None, [T0 + 10 * SEC], []], "x"],             # a good one, then junk
+    # several slots (the fast path's own check of an entry without records)
+    [["a", 1, T0, T0 + 30 * SEC, None, [T0 + 20 * SEC, T0 + 10 * SEC], []]],   # descending
+    [["a", 1, T0, T0 + 30 * SEC, None, [T0 + 10 * SEC, T0 + 10 * SEC], []]],   # twice the same slot
+    [["a", 1, T0, T0 + 30 * SEC, None, [T0 + 10 * SEC, True], []]],            # bool slot
+    [["a", 1, T0, T0 + 20 * SEC, None, [T0 + 10 * SEC, T0 + 30 * SEC], []]],   # past upto
+    [["a", 1, T0, T0 + 30 * SEC, T0 + 30 * SEC, [T0 + 10 * SEC, T0 + 20 * SEC], []]],  # next not after upto
+    [["a", 1, T0, T0 + 30 * SEC, None, [T0 + 10 * SEC] * 500, []]],            # more slots than any plan
 ])
 def test_fire_malformed_entries_are_refused_and_change_nothing(entries):
     s = new_state(("a", EVERY10), now=T0 + 30 * SEC)

@@ -604,15 +604,24 @@ class SchedulerState(ExecutionMixin):
         if type(entries) is not list or len(entries) > limits.fire_entries_max:
             raise InvalidCommand("fire needs a bounded list of entries")
         checked = []
+        runs_max = 2 * limits.max_catchup_max + 1
         for e in entries:
             if type(e) is list and len(e) == 7:
                 name, gen, after, upto, nxt, runs, rec = e
                 if (type(name) is str and type(gen) is int and type(after) is int and type(upto) is int
-                        and type(runs) is list and len(runs) == 1 and type(runs[0]) is int
-                        and after < runs[0] <= upto and type(rec) is list and not rec
+                        and type(runs) is list and 0 < len(runs) <= runs_max and type(rec) is list and not rec
                         and (nxt is None or (type(nxt) is int and nxt > upto))):
-                    checked.append(e)
-                    continue
+                    # What _check_fire_entry asks of an entry without records: slots ascending,
+                    # unique, inside (after, upto].
+                    prev = after
+                    for slot in runs:
+                        if type(slot) is not int or slot <= prev:
+                            break
+                        prev = slot
+                    else:
+                        if prev <= upto:
+                            checked.append(e)
+                            continue
                 e = {"job": name, "gen": gen, "after": after, "upto": upto, "next": nxt, "runs": runs, "rec": rec}
             self._check_fire_entry(e)
             checked.append((e["job"], e["gen"], e["after"], e["upto"], e.get("next"), e["runs"], e["rec"]))
