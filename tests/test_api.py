@@ -276,6 +276,13 @@ def test_metrics_endpoint_exposes_state_and_fire_lag():
         assert 'raftsched_runs{state="queued"} 3.0' in text
         assert 'raftsched_queue_depth{queue="default"} 3.0' in text
         assert "raftsched_fire_lag_seconds_count 3.0" in text
+        # Slots at 10, 20 and 30 s fired at 35 s: lags 25, 15 and 5 s, cumulative buckets.
+        assert 'raftsched_fire_lag_seconds_bucket{le="2.5"} 0.0' in text
+        assert 'raftsched_fire_lag_seconds_bucket{le="5.0"} 1.0' in text
+        assert 'raftsched_fire_lag_seconds_bucket{le="10.0"} 1.0' in text
+        assert 'raftsched_fire_lag_seconds_bucket{le="30.0"} 3.0' in text
+        assert 'raftsched_fire_lag_seconds_bucket{le="+Inf"} 3.0' in text
+        assert "raftsched_fire_lag_seconds_sum 45.0" in text
         assert "raftsched_slots_fired_total 3.0" in text
         assert "raftsched_raft_is_leader 1.0" in text
     run(t)

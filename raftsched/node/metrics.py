@@ -7,8 +7,11 @@ proposed while leading, runs its worker completed.
 """
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from bisect import bisect_left
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -69,18 +72,51 @@ class _StateCollector:
         yield GaugeMetricFamily("raftsched_worker_slots", "run slots of this node's worker", value=w.slots)
 
 
+class _FireLag:
+    """The fire lag histogram, observed a batch of slots at a time.
+
+    prometheus_client's Histogram.observe takes a lock and walks the buckets for each value:
+    ~1 us a slot, 3.6 % of a sweep leader's samples at 30k slots/s (py-spy). Here a slot is one
+    bisect into the bounds (in ms, as lags are) and an add; the same series (``_bucket``,
+    ``_count``, ``_sum``) are exposed at scrape time. Updated and read on the event loop only.
+    """
+
+    def __init__(self, name: str, doc: str, buckets) -> None:
+        self.name, self.doc = name, doc
+        self.bounds = tuple(buckets)
+        self._bounds_ms = [b * 1000 for b in self.bounds]
+        self.counts = [0] * (len(self.bounds) + 1)  # the last: above every bound (+Inf)
+        self.sum_ms = 0
+
+    def observe_ms(self, lags_ms) -> None:
+        counts, bounds = self.counts, self._bounds_ms
+        total = 0
+        for lag in lags_ms:
+            if lag < 0:
+                lag = 0
+            counts[bisect_left(bounds, lag)] += 1
+            total += lag
+        self.sum_ms += total
+
+    def collect(self):
+        cumulative, acc = [], 0
+        for bound, n in zip(self.bounds + (float("inf"),), self.counts):
+            acc += n
+            cumulative.append((floatToGoString(bound), acc))
+        yield HistogramMetricFamily(self.name, self.doc, buckets=cumulative, sum_value=self.sum_ms / 1000)
+
+
 class NodeMetrics:
     def __init__(self, state, raft, trigger, worker) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_StateCollector(state, raft, trigger, worker))
-        self.fire_lag = Histogram(
+        self.fire_lag = _FireLag(
             "raftsched_fire_lag_seconds", "how late each slot was fired versus its scheduled time (leader)",
-            buckets=FIRE_LAG_BUCKETS, registry=self.registry,
-        )
+            FIRE_LAG_BUCKETS)
+        self.registry.register(self.fire_lag)
 
     def observe_fire_lags(self, lags_ms) -> None:
-        for lag in lags_ms:
-            self.fire_lag.observe(max(0, lag) / 1000)
+        self.fire_lag.observe_ms(lags_ms)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
