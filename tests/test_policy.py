@@ -319,7 +319,7 @@ def test_plan_fire_cron_property(sched, grace, max_catchup, pol, cursor, span, j
     ahead=st.one_of(st.just(0), st.just(limits.fire_ahead_ms), st.integers(0, 3000)),
 )
 def test_plan_fire_compact_is_plan_fire_in_wire_form(every, grace, pol, anchor_off, cursor_off, now_off, jitter, ahead):
-    """The trigger's fast path (one on-time interval slot) plans exactly what plan_fire plans."""
+    """The trigger's fast path (interval slots all on time) plans exactly what plan_fire plans."""
     extra = {"jitter_s": 1} if jitter and every >= 2 else {}
     spec = spec_of({"every_s": every}, pol, grace_s=grace, **extra)
     anchor, cursor = T0 + anchor_off, T0 + cursor_off

@@ -110,7 +110,7 @@ def compact_entry(plan: dict) -> list:
 def plan_fire_compact(spec: dict, anchor_ms: int, cursor_ms: int, now_ms: int, gen: int, name: str,
                       ahead_ms: int = 0) -> list | None:
     """:func:`plan_fire` in wire form (:func:`compact_entry`), with a fast path for the common
-    case: an interval job without jitter whose one due slot is on time. The result is the same
+    case: an interval job without jitter whose due slots are all on time. The result is the same
     as ``compact_entry(plan_fire(...))`` (tests/test_policy.py checks it on random inputs)."""
     sched = spec["schedule"]
     every_s = sched.get("every_s")
@@ -120,9 +120,15 @@ def plan_fire_compact(spec: dict, anchor_ms: int, cursor_ms: int, now_ms: int, g
         first = anchor_ms if cursor_ms < anchor_ms else anchor_ms + ((cursor_ms - anchor_ms) // every + 1) * every
         if first > until:
             return None
-        if first + every > until and now_ms - first <= spec["misfire"]["grace_s"] * 1000:
-            nxt = anchor_ms + ((until - anchor_ms) // every + 1) * every
-            return [name, gen, cursor_ms, until, nxt, [first], []]
+        if now_ms - first <= spec["misfire"]["grace_s"] * 1000:
+            # The oldest due slot is on time, so all are; as long as they are few enough to
+            # all run (max_catchup_max), they are the runs and nothing is recorded. One slot
+            # when on time, several when the trigger catches up.
+            n = (until - first) // every + 1
+            if n <= limits.max_catchup_max:
+                nxt = anchor_ms + ((until - anchor_ms) // every + 1) * every
+                return [name, gen, cursor_ms, until, nxt,
+                        [first] if n == 1 else list(range(first, first + n * every, every)), []]
     plan = plan_fire(spec, anchor_ms, cursor_ms, now_ms, gen, name, ahead_ms)
     return None if plan is None else compact_entry(plan)
 
