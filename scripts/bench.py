@@ -1649,8 +1649,9 @@ def state_machine(tmp: Path, n: int, timeout_s: float) -> dict:
 def journal_info(path: Path) -> dict:
     """A pysyncobj journal file (raft.journal): its size on disk, and the records it holds (what
     a node replays at start, on top of its last full dump): their bytes, count and first/last
-    index. The file is an mmap that only grows, so its size is a high-water mark; the live part
-    ends at the last-record offset in its header (pysyncobj/journal.py, format 1)."""
+    index. The live part ends at the last-record offset in its header (pysyncobj/journal.py,
+    format 1); a node cuts the file back to it at each compaction, and code before that let the
+    file only grow (its size then a high-water mark)."""
     import mmap
     import struct
     out: dict = {"file_bytes": None}
