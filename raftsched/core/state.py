@@ -186,10 +186,13 @@ def _freeze(v):
 def _part_key(k: str, v):
     """The sharing key of spec part ``k``: equal keys encode to the same bytes. Flat maps (most
     parts) by their items and the value types (True == 1 in a tuple, not on the wire)."""
-    if type(v) is dict and not any(type(x) in (dict, list) for x in v.values()):
+    if type(v) is dict:
         key = (k, tuple(v.items()), tuple(map(type, v.values())))
-        hash(key)  # TypeError for an unhashable value
-        return key
+        try:
+            hash(key)  # TypeError for a value that is a map or a list: not flat
+            return key
+        except TypeError:
+            pass
     return (k, _freeze(v))
 
 
