@@ -24,6 +24,7 @@ from ..clock import Clock
 from ..core import commands, limits, policy
 from ..core.policy import fires_ahead
 from ..core.errors import RaftschedError
+from .aio import wait_event
 
 log = logging.getLogger("raftsched.trigger")
 
@@ -83,9 +84,7 @@ class Trigger:
         while True:
             if not self.raft.is_leader():
                 self._leader_event.clear()
-                try:
-                    await asyncio.wait_for(self._leader_event.wait(), timeout=0.5)
-                except asyncio.TimeoutError:
+                if not await wait_event(self._leader_event, 0.5):
                     continue
                 if not self.raft.is_leader():
                     continue

@@ -41,6 +41,7 @@ import msgpack
 from ..clock import Clock
 from ..core import commands, limits
 from ..core.errors import Conflict, Indeterminate, NotFound, RaftschedError, Unavailable
+from .aio import wait_event
 from .executors import ALL_TYPES, CancelEvent, Outcome, RunContext, execute, execute_soon
 
 log = logging.getLogger("raftsched.worker")
@@ -123,10 +124,7 @@ class Worker:
                 timeout = self._pump()
                 # Wake when a slot frees, an outcome is ready, an acquire or report ends; or poll
                 # for new work.
-                try:
-                    await asyncio.wait_for(self._wake.wait(), timeout)
-                except asyncio.TimeoutError:
-                    pass
+                await wait_event(self._wake, timeout)
         finally:
             self._stopping = True
             for t in list(self._acquiring):
@@ -146,10 +144,7 @@ class Worker:
                 while self._outbox and len(self._reporting) < _REPORTS_IN_FLIGHT_MAX:
                     self._flush()
                 self._wake.clear()
-                try:
-                    await asyncio.wait_for(self._wake.wait(), max(0.01, deadline - time.monotonic()))
-                except asyncio.TimeoutError:
-                    pass
+                await wait_event(self._wake, max(0.01, deadline - time.monotonic()))
             for t in list(self._reporting):
                 t.cancel()
             hb.cancel()
