@@ -36,7 +36,7 @@ def test_a_cancellation_in_the_turn_the_event_is_set_is_not_lost():
 
         for _ in range(20):
             task = asyncio.create_task(loop_like_the_worker())
-            await asyncio.sleep(0)  # it is waiting on the event now
+            await asyncio.sleep(0)  # ok-sleep: one turn of the loop, after which it waits on the event
             ev.set()
             task.cancel()
             done, _ = await asyncio.wait({task}, timeout=2)
