@@ -213,8 +213,7 @@ class Trigger:
             self._fire_log_dirty = True
             self._flush_fire_log()
         except (OSError, ValueError) as e:
-            log.warning("trigger: fire log disabled: %s", e)
-            self._fire_log = None
+            self._fire_log_failed(e)
 
     def _flush_fire_log(self, force: bool = False) -> None:
         if self._fire_log is None or not self._fire_log_dirty:
@@ -224,10 +223,13 @@ class Trigger:
             try:
                 self._fire_log.flush()
             except (OSError, ValueError) as e:
-                log.warning("trigger: fire log disabled: %s", e)
-                self._fire_log = None
+                self._fire_log_failed(e)
             self._fire_log_dirty = False
             self._fire_log_flushed = t
+
+    def _fire_log_failed(self, e: Exception) -> None:
+        log.warning("trigger: fire log disabled: %s", e)
+        self._fire_log = None
 
     async def reap(self, now: int) -> None:
         """The lease reaper (leader only): propose ``expire`` for leases and locks that have not
