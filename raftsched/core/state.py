@@ -106,6 +106,10 @@ _RUN_TEMPLATE = _shared_keys(_RunKeys, {
     "fired_at": None, "started_at": None, "finished_at": None, "error": None,
     "due": None, "deadline": None, "ttl": None,
 }.items())
+#: Most slots one fire entry may carry as runs: a plan runs up to max_catchup_max missed slots and
+#: max_catchup_max on-time ones; plus one, the bound the entry check always had. The inline check
+#: of _apply_fire and _check_fire_entry both use it.
+_FIRE_ENTRY_RUNS_MAX = 2 * limits.max_catchup_max + 1
 #: How far past its bound a job's history may grow while its oldest entry is still active
 #: before trimming scans past it (SchedulerState._trim).
 _TRIM_SCAN_SLACK = 16
@@ -607,12 +611,11 @@ class SchedulerState(ExecutionMixin):
         if type(entries) is not list or len(entries) > limits.fire_entries_max:
             raise InvalidCommand("fire needs a bounded list of entries")
         checked = []
-        runs_max = 2 * limits.max_catchup_max + 1
         for e in entries:
             if type(e) is list and len(e) == 7:
                 name, gen, after, upto, nxt, runs, rec = e
                 if (type(name) is str and type(gen) is int and type(after) is int and type(upto) is int
-                        and type(runs) is list and 0 < len(runs) <= runs_max and type(rec) is list and not rec
+                        and type(runs) is list and 0 < len(runs) <= _FIRE_ENTRY_RUNS_MAX and type(rec) is list and not rec
                         and (nxt is None or (type(nxt) is int and nxt > upto))):
                     # What _check_fire_entry asks of an entry without records: slots ascending,
                     # unique, inside (after, upto].
@@ -732,7 +735,7 @@ class SchedulerState(ExecutionMixin):
         if not isinstance(e.get("job"), str) or not _is_int(e.get("gen")) or not _is_int(e.get("after")) or not _is_int(e.get("upto")):
             raise InvalidCommand("fire entry needs job, gen, after, upto")
         runs, rec, nxt = e.get("runs"), e.get("rec"), e.get("next")
-        if not isinstance(runs, list) or not all(_is_int(s) for s in runs) or len(runs) > 2 * limits.max_catchup_max + 1:
+        if not isinstance(runs, list) or not all(_is_int(s) for s in runs) or len(runs) > _FIRE_ENTRY_RUNS_MAX:
             raise InvalidCommand("fire entry runs malformed")
         if runs != sorted(set(runs)) or (runs and (runs[0] <= e["after"] or runs[-1] > e["upto"])):
             raise InvalidCommand("fire entry runs must be ascending, unique and inside (after, upto]")
