@@ -11,7 +11,9 @@ times, per tick after the first, applying the tick's fire commands (decode inclu
 first 16 hex digits of the final state hash. CODE_DIR (default: this checkout) is put first on
 sys.path, to compare another checkout (``git worktree add /tmp/base HEAD``) on the same run.
 ``FAST_PATHS=0`` turns off the apply fast paths (SchedulerState._fast_paths): the hash must not
-change. Every replica applies every command, so a three-node cluster pays these three times.
+change. ``QUEUE_DEPTH=n`` bounds the queue (default 1,000,000; ``sweep`` keeps every run queued,
+so a depth under N * TICKS makes the later ticks drop their queue's oldest run for every slot).
+Every replica applies every command, so a three-node cluster pays these three times.
 """
 import gc
 import hashlib
@@ -35,7 +37,7 @@ now = 1_800_000_000_000
 sweep = mode == "sweep"
 raw = {"schedule": {"every_s": 1}, "executor": {"type": "python", "target": "builtins:id"},
        "misfire": {"policy": "fire_all"}, "queue": "q", "history": 1 if sweep else 43}
-st.apply(C.make("put_queue", now, None, name="q", max_depth=10**6, on_full="drop_oldest" if sweep else "reject"))
+st.apply(C.make("put_queue", now, None, name="q", max_depth=int(os.environ.get("QUEUE_DEPTH", 10**6)), on_full="drop_oldest" if sweep else "reject"))
 spec = model.validate_job("j", raw)
 for i in range(N):
     off = i * 1000 // N if sweep else 0

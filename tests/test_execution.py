@@ -890,6 +890,58 @@ def test_queue_full_drop_oldest_drops_the_oldest_queued_run():
     assert s.queue_depth("q") == 0
 
 
+def test_drop_oldest_breaks_equal_slots_by_run_id_not_by_creation_order():
+    s = new_state(("b", jspec(queue="q")), ("a", jspec(queue="q")), ("c", jspec(queue="q")))
+    do(s, "put_queue", T0, name="q", max_depth=2, on_full="drop_oldest")
+    rb, ra = trig(s, "b", T0), trig(s, "a", T0)  # the same slot; b's run is created first
+    assert ra < rb
+    trig(s, "c", T0 + 1)
+    assert (s.runs[ra]["state"], s.runs[ra]["reason"]) == ("skipped", "queue_full")
+    assert s.runs[rb]["state"] == "queued"
+
+
+def _oldest_queued(s: SchedulerState, q: str) -> str | None:
+    live = [(r["slot"], r["id"]) for r in s.runs.values() if r["state"] == "queued" and r["queue"] == q]
+    return min(live)[1] if live else None
+
+
+def test_drop_oldest_drops_what_a_scan_would_and_its_heaps_stay_bounded_when_nothing_acquires():
+    """A drop_oldest queue at its bound with no worker: every new run drops one. The heaps behind
+    acquire and drop_oldest get a stale entry a drop; they must be compacted, not grow with every
+    fire. Retries (a new due), pauses and deletes make stale entries of other kinds."""
+    spec = spec_of({"every_s": 1}, "fire_all", grace_s=1000, max_catchup=5, queue="q",
+                   retry={"max_attempts": 3, "backoff_s": 1, "backoff_max_s": 1})
+    s = new_state(("a", spec), ("b", spec), ("c", spec))
+    do(s, "put_queue", T0, name="q", max_depth=4, on_full="drop_oldest")
+    now, dropped = T0, 0
+    with mock.patch.object(limits, "queue_index_stale_slack", 8):
+        for step in range(400):
+            now += SEC + step % 3 * 700
+            expect = _oldest_queued(s, "q")
+            before = {rid for rid, r in s.runs.items() if r["state"] == "queued"}
+            cmd, _ = plan_tick(s, now)
+            if cmd is not None:
+                assert apply(s, cmd)["ok"]
+            gone = [s.runs[rid] for rid in before if rid in s.runs and s.runs[rid].get("reason") == "queue_full"]
+            if gone:  # the first drop took the oldest; any later one, runs at least as old
+                assert min((r["slot"], r["id"]) for r in gone)[1] == expect, (step, gone, expect)
+                dropped += len(gone)
+            if step % 11 == 5:
+                for g in acq(s, now, n=1):
+                    complete(s, now, g["id"], g["token"], ok=False)  # queued again, with a new due
+            if step % 37 == 20:
+                do(s, "pause_job", now, name="b")
+                do(s, "resume_job", now, name="b")
+            if step % 53 == 30:
+                do(s, "delete_job", now, name="c")
+                apply(s, put_cmd(s, "c", spec, now))
+            assert s.queue_depth("q") == queued_count(s, "q") <= 4
+            bound = 2 * s.queue_depth("q") + 8 + 5 * 3  # + one fire command's slots
+            sizes = [len(h) for h in s._queued.get("q", {}).values()] + [len(s._by_slot.get("q", ()))]
+            assert max(sizes) <= bound, (step, sizes)
+    assert dropped > 300
+
+
 def test_queue_depth_never_goes_negative_over_fire_acquire_complete_and_delete():
     spec = spec_of({"every_s": 1}, "fire_all", grace_s=1000, max_catchup=5, queue="q",
                    retry={"max_attempts": 2, "backoff_s": 0, "backoff_max_s": 0})
@@ -1249,6 +1301,12 @@ class ExecDriver:
 def _exec_invariants(s: SchedulerState):
     for q in ("q1", "q2"):
         assert s.queue_depth(q) == queued_count(s, q) >= 0
+    # Every queued run is in its queue's indexes, under its current key.
+    for r in s.runs.values():
+        if r["state"] == "queued":
+            assert (r.get("due", r["slot"]), r["id"]) in s._queued[r["queue"]][r["priority"]]
+            if r["queue"] in s._by_slot:
+                assert (r["slot"], r["id"]) in s._by_slot[r["queue"]]
     toks = [r["fencing_token"] for r in s.runs.values() if r.get("state") == "running"]
     toks += [lk["token"] for lk in s.locks.values()]
     assert len(toks) == len(set(toks)), "two live leases share a token"

@@ -21,7 +21,11 @@ a worker that was paused past its lease can never overwrite the newer attempt's 
 Derived indexes (not in the snapshot, rebuilt by ``_rebuild_execution``): per queue and priority
 a heap of the queued runs ordered by (due, id), whose heads are the runs whose due has come (an
 acquire merges the heads by (-priority, due, id)); per queue the dead runs oldest first, by
-(finished_at, id). (No lease index: the reaper reads ``lease_snapshot``, and an index nothing
+(finished_at, id); per queue whose ``drop_oldest`` had to drop a run, a heap of its queued runs
+by (slot, id), built when first needed and kept from then on (``_drop_oldest_queued``). A heap's
+entries go stale when a run leaves the queue another way than by being popped; stale entries are
+skipped when popped, and a heap that holds more than twice its queue's depth in entries is
+compacted (``limits.queue_index_stale_slack``). (No lease index: the reaper reads ``lease_snapshot``, and an index nothing
 pops would grow with every heartbeat.) Keys are unique
 (they end with the run id), so the order in which runs are handed out is the same on every
 replica, whether a replica built its heaps incrementally or from a snapshot.
@@ -71,6 +75,8 @@ class ExecutionMixin:
         self.locks: dict[str, dict] = {}
         #: queue -> priority -> heap of (due, run id) of its queued runs; ready once due has come
         self._queued: dict[str, dict[int, list]] = {}
+        #: queue -> heap of (slot, run id) of its queued runs (drop_oldest's index; built lazily)
+        self._by_slot: dict[str, list] = {}
         self._dead: dict[str, deque] = {}
         self._running_count: dict[str, int] = {}
         #: ids of running runs, in grant order: what the reaper watches
@@ -78,6 +84,7 @@ class ExecutionMixin:
 
     def _rebuild_execution(self) -> None:
         self._queued, self._dead, self._running_count = {}, {}, {}
+        self._by_slot = {}
         self._running_ids = {}
         self._queue_depth = {}
         dead = []
@@ -96,14 +103,68 @@ class ExecutionMixin:
     def _enqueue(self, run: dict) -> None:
         """Put a queued run into its queue's indexes."""
         q = run["queue"]
-        self._queue_depth[q] = self._queue_depth.get(q, 0) + 1
+        depth = self._queue_depth[q] = self._queue_depth.get(q, 0) + 1
         prios = self._queued.get(q)
         if prios is None:
             prios = self._queued[q] = {}
-        h = prios.get(run["priority"])
+        p = run["priority"]
+        h = prios.get(p)
         if h is None:
-            h = prios[run["priority"]] = []
+            h = prios[p] = []
         heapq.heappush(h, (run.get("due", run["slot"]), run["id"]))
+        if len(h) > 2 * depth + limits.queue_index_stale_slack:
+            self._compact_queued(q, p, h)
+        bs = self._by_slot.get(q)
+        if bs is not None:
+            heapq.heappush(bs, (run["slot"], run["id"]))
+            if len(bs) > 2 * depth + limits.queue_index_stale_slack:
+                del self._by_slot[q]  # mostly stale: rebuilt when next needed
+
+    def _compact_queued(self, q: str, p: int, h: list) -> None:
+        """Keep only the live entries of queue ``q``'s priority ``p`` heap, in place (callers
+        hold it). Which entries a heap holds beside the live ones changes nothing any replica
+        decides: acquire skips stale ones, and every queued run has a live one."""
+        runs, seen, keep = self.runs, set(), []
+        for e in h:
+            due, rid = e
+            run = runs.get(rid)
+            if run is not None and rid not in seen and run["state"] == "queued" and run["queue"] == q \
+                    and run["priority"] == p and run.get("due", run["slot"]) == due:
+                seen.add(rid)
+                keep.append(e)
+        heapq.heapify(keep)
+        h[:] = keep
+
+    def _drop_oldest_queued(self, qname: str, now: int) -> None:
+        """Mark the queued run of ``qname`` with the oldest slot (the smallest id among equal
+        slots) skipped: on_full=drop_oldest. O(log n) from the queue's by-slot heap, which is
+        built from the queue's acquire heaps the first time a drop is needed."""
+        bs = self._by_slot.get(qname)
+        if bs is None:
+            bs = self._by_slot[qname] = self._queued_by_slot(qname)
+        runs, pop = self.runs, heapq.heappop
+        while bs:
+            slot, rid = pop(bs)
+            run = runs.get(rid)
+            if run is not None and run["state"] == "queued" and run["queue"] == qname and run["slot"] == slot:
+                run["state"] = "skipped"
+                run["reason"] = "queue_full"
+                run["finished_at"] = now
+                self._queue_depth[qname] -= 1
+                return
+
+    def _queued_by_slot(self, qname: str) -> list:
+        """A heap of (slot, id) of every queued run of ``qname``, from its acquire heaps (every
+        queued run has an entry there)."""
+        runs, seen, out = self.runs, set(), []
+        for h in self._queued.get(qname, {}).values():
+            for _, rid in h:
+                run = runs.get(rid)
+                if run is not None and rid not in seen and run["state"] == "queued" and run["queue"] == qname:
+                    seen.add(rid)
+                    out.append((run["slot"], rid))
+        heapq.heapify(out)
+        return out
 
     def _unqueue_count(self, run: dict) -> None:
         q = run["queue"]

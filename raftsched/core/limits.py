@@ -79,6 +79,12 @@ history_per_job_max = 1000
 #: Runs waiting in one queue before its on_full policy applies.
 queue_depth_default = 10_000
 queue_depth_max = 1_000_000
+#: Entries past twice a queue's depth after which one of its derived heaps (the per-priority
+#: heaps acquire pops, the by-slot heap drop_oldest pops) is compacted or dropped. Their entries
+#: go stale when a run leaves the queue by any other way than being popped (dropped, revoked,
+#: paused, deleted, retried with a new due); without a bound a queue nothing acquires from would
+#: grow its heaps by one entry a fire, forever. Twice the depth makes the work amortised O(1).
+queue_index_stale_slack = 1024
 error_chars_max = 2048
 output_bytes_max = 4096
 

@@ -651,14 +651,16 @@ class SchedulerState(ExecutionMixin):
             if fast and runs and not rec and (ov is None or (ov.get("policy") == "allow" and "max_concurrent" not in ov)):
                 # The common case, inline: slots that all become runs (no records), an overlap
                 # policy that reads no other run (policy.fires_ahead, so _overlap creates them),
-                # room in its queue for all of them. One slot when on time; several when the
+                # room in its queue for all of them or a queue that drops its oldest run for each. One slot when on time; several when the
                 # trigger catches up, which is when speed matters most. Exactly what _new_run,
                 # _add_entry, _enqueue and _push_due do, slot by slot, in the same order (the
                 # property test in tests/test_state_fast_paths.py compares the two paths).
                 qname = spec["queue"]
                 q = queues.get(qname)
                 depth = depths.get(qname, 0)
-                if depth + len(runs) <= (limits.queue_depth_default if q is None else q["max_depth"]):
+                max_depth = limits.queue_depth_default if q is None else q["max_depth"]
+                # Room for every slot, or a full queue that drops its oldest run for each.
+                if depth + len(runs) <= max_depth or (q is not None and q["on_full"] == "drop_oldest"):
                     prio, tenant, bound, stats = spec["priority"], spec["tenant"], spec["history"], job["stats"]
                     hist = history.get(name)
                     if hist is None:
@@ -669,7 +671,13 @@ class SchedulerState(ExecutionMixin):
                     h = prios.get(prio)
                     if h is None:
                         h = prios[prio] = []
+                    by_slot = self._by_slot.get(qname)
                     for slot in runs:
+                        if depth >= max_depth:
+                            depths[qname] = depth
+                            self._drop_oldest_queued(qname, now)  # before the new run exists, as _new_run
+                            depth = depths[qname]
+                            by_slot = self._by_slot.get(qname)
                         rid = f"{name}@{slot}"
                         run = _RUN_TEMPLATE.copy()
                         run["id"] = rid
@@ -692,7 +700,14 @@ class SchedulerState(ExecutionMixin):
                             if (head in TERMINAL_STATES and head != "dead") or not excess % _TRIM_SCAN_SLACK:
                                 self._trim(hist, bound)
                         heappush(h, (slot, rid))
-                    depths[qname] = depth + len(runs)
+                        depth += 1
+                        if by_slot is not None:
+                            heappush(by_slot, (slot, rid))
+                    depths[qname] = depth
+                    if len(h) > 2 * depth + limits.queue_index_stale_slack:
+                        self._compact_queued(qname, prio, h)
+                    if by_slot is not None and len(by_slot) > 2 * depth + limits.queue_index_stale_slack:
+                        del self._by_slot[qname]
                     fired += len(runs)
                     job["cursor"] = upto
                     job["next"] = nxt
@@ -873,19 +888,6 @@ class SchedulerState(ExecutionMixin):
         self._add_entry(job, run)
         self._enqueue(run)  # counts it in the queue's depth (re-read: drop_oldest may have lowered it)
         return run
-
-    def _drop_oldest_queued(self, qname: str, now: int) -> None:
-        # The oldest queued run of the queue (by due time). Linear in queued runs; queues are
-        # bounded and this runs only when one is full with on_full=drop_oldest.
-        oldest = None
-        for run in self.runs.values():
-            if run["state"] == "queued" and run["queue"] == qname and (oldest is None or run["slot"] < oldest["slot"]):
-                oldest = run
-        if oldest is not None:
-            oldest["state"] = "skipped"
-            oldest["reason"] = "queue_full"
-            oldest["finished_at"] = now
-            self._queue_depth[qname] -= 1
 
     def _record(self, job: dict, recs: list, now: int) -> int:
         n = 0
