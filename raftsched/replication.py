@@ -12,8 +12,9 @@ behaviours are traps (measured on 0.3.17; the figures are in RAFT_CONF_DEFAULTS)
 - An exception inside a replicated method wedges the node forever, and an exception inside a
   result callback makes it apply the same entry again. ``_apply`` and every callback here catch
   everything.
-- Results come back on pysyncobj's tick thread. Callbacks only hand them to the event loop with
-  ``loop.call_soon_threadsafe``; a timed-out ``propose`` does not cancel anything in pysyncobj (it
+- Results come back on pysyncobj's tick thread. Callbacks only hand them to the event loop
+  (through a ``LoopInbox``: one ``loop.call_soon_threadsafe`` for all the results that arrive
+  before the loop drains them); a timed-out ``propose`` does not cancel anything in pysyncobj (it
   cannot), so a late result is dropped and the command may still apply: ``Indeterminate``.
 - Its messages are pickles. A node never starts without a secret, every message is
   authenticated before it is unpickled (AES-256-GCM, ``_AeadEncryptor``, in place of pysyncobj's
@@ -67,6 +68,7 @@ from pysyncobj.transport import TCPTransport
 
 from .core import limits
 from .core.errors import Indeterminate, LimitExceeded, Unavailable
+from .node.aio import LoopInbox
 
 logger = logging.getLogger(__name__)
 
@@ -809,15 +811,10 @@ class _RaftTransport(TCPTransport):
 # Cross-thread delivery
 # ---------------------------------------------------------------------------------------------
 
-def _post(loop: asyncio.AbstractEventLoop | None, fn: Callable, *args) -> None:
-    """Run ``fn(*args)`` on ``loop``, from any thread. Never raises: it runs inside pysyncobj
-    callbacks, where an exception makes pysyncobj apply the same entry again."""
-    try:
-        if loop is None or loop.is_closed():
-            return
-        loop.call_soon_threadsafe(fn, *args)
-    except BaseException:  # noqa: BLE001 - loop closed between the check and the call, etc.
-        pass
+# Every call from the tick thread to the loop goes through one LoopInbox (RaftNode._inbox): one
+# wake-up of the loop for all the calls that arrive before it drains them, in the order they were
+# posted. Its post never raises: it runs inside pysyncobj callbacks, where an exception makes
+# pysyncobj apply the same entry again.
 
 
 def _settle(fut: asyncio.Future, value) -> None:
@@ -826,8 +823,9 @@ def _settle(fut: asyncio.Future, value) -> None:
         fut.set_result(value)
 
 
-def _settle_group(futs: tuple, result, reason) -> None:
+def _settle_group(futs: tuple, value: tuple) -> None:
     """Hand each command of a group its own result (pysyncobj's result is their list)."""
+    result, reason = value
     if reason == FAIL_REASON.SUCCESS:
         if isinstance(result, list) and len(result) == len(futs):
             for fut, res in zip(futs, result):
@@ -941,6 +939,7 @@ class RaftNode:
             logger.warning("replication.bind_all_interfaces addr=%s", self_addr)
 
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._inbox: LoopInbox | None = None
         self._sync: SyncObj | None = None
         self._consumer: _StateConsumer | None = None
         self._lock_fd: int | None = None
@@ -964,6 +963,7 @@ class RaftNode:
         if self._sync is not None or self._stopped:
             raise RuntimeError("a RaftNode starts once; build a new one (with a fresh state)")
         self._loop = loop
+        self._inbox = LoopInbox(loop)
         self._lock_data_dir()
         try:
             self._consumer = _StateConsumer(self._state)
@@ -1064,7 +1064,9 @@ class RaftNode:
 
     def _deliver_role(self, is_leader: bool) -> None:
         if self._on_role_change is not None:
-            _post(self._loop, self._call_role_change, is_leader)
+            inbox = self._inbox
+            if inbox is not None:
+                inbox.post(self._call_role_change, is_leader)
 
     def _call_role_change(self, is_leader: bool) -> None:
         try:
@@ -1109,20 +1111,20 @@ class RaftNode:
         self._group, self._group_bytes = [], 0
         if not group:
             return
-        loop = self._loop
+        post = self._inbox.post
         futs = tuple(f for _, f in group)
         if len(group) == 1:
             payload = group[0][0]
 
-            def on_result(result, reason, _fut=futs[0], _loop=loop):
+            def on_result(result, reason, _settle_it=functools.partial(_settle, futs[0])):
                 # Tick thread (or this thread for QUEUE_FULL). Must never raise: pysyncobj
-                # would apply the entry again.
-                _post(_loop, _settle, _fut, (result, reason))
+                # would apply the entry again (post never does).
+                post(_settle_it, (result, reason))
         else:
             payload = tuple(d for d, _ in group)
 
-            def on_result(result, reason, _futs=futs, _loop=loop):
-                _post(_loop, _settle_group, _futs, result, reason)
+            def on_result(result, reason, _settle_them=functools.partial(_settle_group, futs)):
+                post(_settle_them, (result, reason))
         self.counters["log_entries_proposed"] += 1
         self.counters["commands_proposed"] += len(group)
         sync, consumer = self._sync, self._consumer

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+from unittest import mock
 
-from raftsched.node.aio import wait_event
+from raftsched.node.aio import LoopInbox, wait_event
 
 
 def run(coro):
@@ -43,3 +45,54 @@ def test_a_cancellation_in_the_turn_the_event_is_set_is_not_lost():
             assert task in done and task.cancelled(), "the cancellation was swallowed"
         assert turns == 0
     run(main())
+
+
+def test_loop_inbox_wakes_the_loop_once_for_the_calls_before_a_drain_in_their_order():
+    async def main():
+        loop = asyncio.get_running_loop()
+        inbox = LoopInbox(loop)
+        got: list = []
+        done = asyncio.Event()
+
+        def from_a_thread():
+            for i in range(200):
+                inbox.post(got.append, i)
+            inbox.post(lambda _: done.set(), None)
+
+        with mock.patch.object(loop, "call_soon_threadsafe", wraps=loop.call_soon_threadsafe) as wake:
+            t = threading.Thread(target=from_a_thread)
+            t.start()  # the loop does not run while the thread posts: one drain for all of them
+            t.join()
+            assert wake.call_count == 1
+            assert await wait_event(done, 5)
+        assert got == list(range(200))
+        inbox.post(got.append, "next")  # a new wake-up after a drain
+        await asyncio.sleep(0)  # ok-sleep: one turn of the loop runs the drain
+        assert got[-1] == "next"
+    run(main())
+
+
+def test_loop_inbox_delivers_the_other_calls_when_one_raises():
+    async def main():
+        loop = asyncio.get_running_loop()
+        inbox = LoopInbox(loop)
+        got: list = []
+
+        def boom(_):
+            raise ValueError("one call fails")
+
+        inbox.post(got.append, 1)
+        inbox.post(boom, None)
+        inbox.post(got.append, 2)
+        await asyncio.sleep(0)  # ok-sleep: one turn of the loop runs the drain
+        assert got == [1, 2]
+    run(main())
+
+
+def test_loop_inbox_post_to_a_closed_loop_does_not_raise_and_holds_nothing():
+    loop = asyncio.new_event_loop()
+    inbox = LoopInbox(loop)
+    loop.close()
+    inbox.post(print, "never")
+    inbox.post(print, "never")
+    assert inbox._items == []

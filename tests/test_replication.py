@@ -18,7 +18,7 @@ import pytest
 from raftsched.core import limits
 from raftsched.core.errors import Indeterminate, LimitExceeded, RaftschedError, Unavailable
 from raftsched.replication import (
-    BARRIER_NOOP, LocalLog, RaftNode, _post, _settle_group, _StateConsumer, make_conf,
+    BARRIER_NOOP, LocalLog, RaftNode, _settle_group, _StateConsumer, make_conf,
 )
 from pysyncobj.config import FAIL_REASON
 
@@ -264,23 +264,18 @@ def test_a_groups_outcome_reaches_each_of_its_proposals():
     async def main():
         loop = asyncio.get_running_loop()
         ok = [loop.create_future() for _ in range(3)]
-        _settle_group(tuple(ok), [{"v": 1}, {"v": 2}, {"v": 3}], FAIL_REASON.SUCCESS)
+        _settle_group(tuple(ok), ([{"v": 1}, {"v": 2}, {"v": 3}], FAIL_REASON.SUCCESS))
         assert [f.result() for f in ok] == [({"v": k}, FAIL_REASON.SUCCESS) for k in (1, 2, 3)]
         failed = [loop.create_future() for _ in range(2)]
         failed[1].cancel()  # a caller that gave up
-        _settle_group(tuple(failed), None, FAIL_REASON.LEADER_CHANGED)
+        _settle_group(tuple(failed), (None, FAIL_REASON.LEADER_CHANGED))
         assert failed[0].result() == (None, FAIL_REASON.LEADER_CHANGED) and failed[1].cancelled()
         odd = [loop.create_future() for _ in range(2)]
-        _settle_group(tuple(odd), [{"v": 1}], FAIL_REASON.SUCCESS)
+        _settle_group(tuple(odd), ([{"v": 1}], FAIL_REASON.SUCCESS))
         assert all(f.result()[0] is None and f.result()[1] != FAIL_REASON.SUCCESS for f in odd)
     run(main)
 
 
-def test_post_to_a_closed_loop_does_not_raise():
-    loop = asyncio.new_event_loop()
-    loop.close()
-    _post(loop, lambda: None)
-    _post(None, lambda: None)
 
 
 def test_snapshot_roundtrip_through_the_consumer():

@@ -66,6 +66,7 @@ import aiohttp
 from multidict import CIMultiDict
 
 from ..core.schedule import iso
+from .aio import LoopInbox
 
 log = logging.getLogger("raftsched.executors")
 
@@ -602,44 +603,7 @@ _repr.maxarray = 100
 _repr.maxstring = _repr.maxlong = _repr.maxother = OUTPUT_BYTES_MAX
 
 
-class _LoopInbox:
-    """Results from run threads to one event loop, with one wake-up of the loop (a write to its
-    self-pipe, ``call_soon_threadsafe``) for all the results that arrive before it drains them,
-    rather than one per run."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        # A weak reference: _inboxes maps the loop to this inbox weakly, and a strong one here
-        # would keep every loop that ever ran a thread alive.
-        self._loop = weakref.ref(loop)
-        self._lock = threading.Lock()
-        self._items: list[tuple[Callable[[tuple], None], tuple]] = []
-
-    def post(self, deliver: Callable[[tuple], None], value: tuple) -> None:
-        """From any thread: call ``deliver(value)`` on the loop. Never raises."""
-        with self._lock:
-            self._items.append((deliver, value))
-            if len(self._items) > 1:
-                return  # a drain is already on its way
-        loop = self._loop()
-        try:
-            if loop is None:
-                raise RuntimeError("the loop is gone")
-            loop.call_soon_threadsafe(self._drain)
-        except RuntimeError:  # the loop is closed: an abandoned run finished after the worker stopped
-            with self._lock:
-                self._items.clear()
-
-    def _drain(self) -> None:
-        with self._lock:
-            items, self._items = self._items, []
-        for deliver, value in items:
-            try:
-                deliver(value)
-            except Exception:  # one run's delivery must not lose the others'
-                log.exception("delivering a run's result failed")
-
-
-_inboxes: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopInbox]" = weakref.WeakKeyDictionary()
+_inboxes: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopInbox]" = weakref.WeakKeyDictionary()
 
 
 class _RunThreads:
@@ -713,7 +677,7 @@ def _submit(fn: Callable, args: tuple, name: str, deliver: Callable[[tuple], Non
     context = contextvars.copy_context()
     inbox = _inboxes.get(loop)
     if inbox is None:
-        inbox = _inboxes[loop] = _LoopInbox(loop)
+        inbox = _inboxes[loop] = LoopInbox(loop)
 
     def job() -> Callable[[], None]:
         threading.current_thread().name = name
