@@ -13,6 +13,8 @@ sys.path, to compare another checkout (``git worktree add /tmp/base HEAD``) on t
 ``FAST_PATHS=0`` turns off the apply fast paths (SchedulerState._fast_paths): the hash must not
 change. ``QUEUE_DEPTH=n`` bounds the queue (default 1,000,000; ``sweep`` keeps every run queued,
 so a depth under N * TICKS makes the later ticks drop their queue's oldest run for every slot).
+``AHEAD=ms`` plans each job's slots up to that far past the tick, ticks every 1000 + ms: with
+1000, an entry carries two slots, as the trigger's fire_ahead_span_ms makes for every_s: 1 jobs.
 Every replica applies every command, so a three-node cluster pays these three times.
 """
 import gc
@@ -29,6 +31,7 @@ from raftsched.core.state import SchedulerState  # noqa: E402
 
 mode, N, TICKS = (args + ["sweep", "20000", "8"][len(args):])[:3]
 N, TICKS = int(N), int(TICKS)
+AHEAD = int(os.environ.get("AHEAD", 0))
 gc.set_threshold(20_000, *gc.get_threshold()[1:])  # node.GC_GEN0_THRESHOLD
 st = SchedulerState()
 if os.environ.get("FAST_PATHS") == "0":
@@ -46,16 +49,17 @@ for i in range(N):
 tf = ta = tc = 0.0
 nf = na = nc = 0
 for k in range(1, TICKS + 1):
-    t_ms = now + k * 1000
+    t_ms = now + k * (1000 + AHEAD)
     jobs = st.pop_due(t_ms, 10**7)
-    plans = [policy.plan_fire_compact(j["spec"], j["anchor"], j["cursor"], t_ms, j["gen"], j["name"]) for j in jobs]
+    plans = [policy.plan_fire_compact(j["spec"], j["anchor"], j["cursor"], t_ms, j["gen"], j["name"], AHEAD)
+             for j in jobs]
     datas = [C.encode(C.make("fire", t_ms, None, entries=plans[i:i + 400])) for i in range(0, len(plans), 400)]
     t0 = time.perf_counter()
     for d in datas:
         st.apply_bytes(d)
     if k > 1:  # the first tick's entries carry two slots (the general path)
         tf += time.perf_counter() - t0
-        nf += len(plans)
+        nf += sum(len(p[5]) for p in plans)
     if sweep:
         continue
     got = []

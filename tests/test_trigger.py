@@ -168,6 +168,32 @@ def test_allow_jobs_fire_ahead_and_their_runs_wait_for_the_slot():
     assert scheduled_slots(st, "j0") == [slot]
 
 
+def test_a_job_taken_up_ahead_has_the_next_span_of_its_slots_planned_with_it():
+    """An every_s: 1 job is planned every 2 s with two slots (limits.fire_ahead_span_ms); an
+    every_s: 2 job still one slot at a time. Every slot fires once, in order, none earlier than
+    fire_ahead_ms + fire_ahead_span_ms before it, and each entry's first slot no earlier than
+    fire_ahead_ms before it."""
+    for every_s, per_entry in ((1, 2), (2, 1)):
+        st, raft, clock, trig = setup(every_s=every_s)
+        first = st.jobs["j0"]["next"]
+        clock.advance(first - limits.fire_ahead_ms - clock.now_ms())
+        n = len(raft.proposed)
+        for _ in range(80):
+            asyncio.run(trig.tick())
+            clock.advance(100)
+        cmds = [commands.decode(d) for d in raft.proposed[n:]]
+        entries = [e for c in cmds if c["op"] == "fire" for e in c["entries"]]
+        assert entries and all(len(e[5]) == per_entry for e in entries), (every_s, entries)
+        slots = scheduled_slots(st, "j0")
+        assert slots == sorted(set(slots)) == list(range(first, first + len(slots) * every_s * 1000, every_s * 1000))
+        assert len(slots) >= 4
+        for r in (st.runs[f"j0@{s_}"] for s_ in slots):
+            assert r["slot"] - r["fired_at"] <= limits.fire_ahead_ms + limits.fire_ahead_span_ms
+        for e in entries:
+            fired_at = st.runs[f"j0@{e[5][0]}"]["fired_at"]
+            assert e[5][0] - fired_at <= limits.fire_ahead_ms
+
+
 def test_jobs_whose_overlap_policy_reads_other_runs_fire_at_their_slot():
     st = SchedulerState()
     raft = FakeRaft(st)

@@ -48,7 +48,8 @@ max_catchup_max = 1000
 #: Job entries in one fire command (an on-time interval entry is ~55-75 bytes encoded; the
 #: command size limit usually binds first).
 fire_entries_max = 500
-#: How long before a slot the leader may commit its fire (docs/design.md, "Firing ahead"): the run
+#: How long before its next slot the leader may take a job up and commit its fire (docs/design.md,
+#: "Firing ahead"; with fire_ahead_span_ms, a later slot of the same entry up to 2 s before): the run
 #: exists, queued, but no worker may start it before its slot. Committing a 10 000-slot storm
 #: takes ~0.5-1 s on two cores; firing ahead makes it ready when the slot comes. Only for jobs whose
 #: fire decision does not depend on their other runs (policy.fires_ahead).
@@ -60,6 +61,12 @@ shared_spec_parts_max = 100_000
 #: jobs staggered over the second made a tick (and a fire command of ~20 entries) every 2 ms,
 #: whose fixed costs halved the slots committed per second.
 fire_ahead_batch_ms = 100
+#: A job that fires ahead, once taken up (at most fire_ahead_ms before its next slot), has its
+#: slots of this many more milliseconds planned in the same entry. An every_s: 1 job is then
+#: planned every 2 s with two slots, not every second with one: per job planned, the leader plans,
+#: encodes and replicates an entry and every replica checks it, looks the job up and moves its
+#: cursor, about half of what a one-slot entry costs (scripts/profile_apply.py, AHEAD).
+fire_ahead_span_ms = 1000
 #: Fire commands the leader keeps proposed and unanswered at once. A pipeline, so planning and
 #: replication overlap, but a bounded one: every replica applies all newly committed entries in
 #: one pysyncobj tick, and an unbounded burst (25 commands for a 10 000-job storm) held each

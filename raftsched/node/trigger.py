@@ -135,6 +135,7 @@ class Trigger:
         now = self.clock.now_ms()
         await self.reap(now)
         ahead = self.fire_ahead_ms
+        span = ahead + limits.fire_ahead_span_ms
         jobs = self.state.pop_due(now, _JOBS_PER_TICK_MAX, ahead_ms=ahead)
         if not jobs:
             return 0
@@ -151,7 +152,7 @@ class Trigger:
                 views = [(j["spec"], j["anchor"], j["cursor"], j["gen"], j["name"]) for j in jobs[i:i + chunk_n]]
             for spec, anchor, cursor, gen, name in views:
                 try:
-                    entry = plan(spec, anchor, cursor, now, gen, name, ahead if fires_ahead(spec) else 0)
+                    entry = plan(spec, anchor, cursor, now, gen, name, span if fires_ahead(spec) else 0)
                 except Exception:
                     log.exception("trigger: cannot plan job %s", name)
                     continue
