@@ -106,10 +106,35 @@ class _FireLag:
         yield HistogramMetricFamily(self.name, self.doc, buckets=cumulative, sum_value=self.sum_ms / 1000)
 
 
+class _GcCollector:
+    """The collector's pauses as node/gcpause.py times them, and its freezes."""
+
+    def __init__(self, gc_pauses) -> None:
+        self.gc = gc_pauses
+
+    def collect(self):
+        g = self.gc
+        n = CounterMetricFamily("raftsched_gc_collections", "garbage collections by generation", labels=["generation"])
+        t = CounterMetricFamily("raftsched_gc_pause_seconds", "time spent in garbage collections (the GIL held)",
+                                labels=["generation"])
+        m = GaugeMetricFamily("raftsched_gc_pause_seconds_max", "the longest garbage collection since the node started",
+                              labels=["generation"])
+        for gen in range(3):
+            n.add_metric([str(gen)], g.collections[gen])
+            t.add_metric([str(gen)], g.pause_s_total[gen])
+            m.add_metric([str(gen)], g.pause_s_max[gen])
+        yield n
+        yield t
+        yield m
+        yield CounterMetricFamily("raftsched_gc_freezes", "gc.freeze calls (node/gcpause.py)", value=g.freezes)
+
+
 class NodeMetrics:
-    def __init__(self, state, raft, trigger, worker) -> None:
+    def __init__(self, state, raft, trigger, worker, gc_pauses=None) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_StateCollector(state, raft, trigger, worker))
+        if gc_pauses is not None:
+            self.registry.register(_GcCollector(gc_pauses))
         self.fire_lag = _FireLag(
             "raftsched_fire_lag_seconds", "how late each slot was fired versus its scheduled time (leader)",
             FIRE_LAG_BUCKETS)

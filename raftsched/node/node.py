@@ -20,6 +20,7 @@ from .. import replication
 from .api import make_app
 from .service import Service
 from .trigger import Trigger
+from .gcpause import GcPauses
 from .metrics import NodeMetrics
 from .worker import Worker
 
@@ -106,10 +107,22 @@ def ensure_token(data_dir: str) -> str:
 #: default is 700; one 400-entry fire command allocates thousands of containers, and with the
 #: default, young collections cost as much as planning the fire itself (scripts/profile_fire.py:
 #: planning 23 -> 5 us a slot at 20 000). gen1/gen2 stay at their defaults, and CPython runs a
-#: full collection only when a quarter of the long-lived objects are new, so a large state is
-#: walked rarely. (gc.freeze was tried and left out: called periodically, it leaks any cyclic
-#: garbage that happened to be alive at a freeze, and the node runs for months.)
+#: full collection only when a quarter of the long-lived objects are new. That is still too often
+#: for a large state (a full walk of 1M jobs holds the GIL ~1.2 s): node/gcpause.py freezes the
+#: long-lived state as it grows, not on a timer (a periodic gc.freeze, tried earlier, leaks any
+#: cyclic garbage alive at each freeze, and the node runs for months).
 GC_GEN0_THRESHOLD = 20_000
+
+
+async def _poll_gc(gc_pauses: GcPauses) -> None:
+    """Let ``GcPauses`` freeze the long-lived state when it asks to (node/gcpause.py)."""
+    while True:
+        gc_pauses.poll()
+        await asyncio.sleep(GC_POLL_S)
+
+
+#: How often the node checks whether to freeze its long-lived objects (node/gcpause.py).
+GC_POLL_S = 1.0
 
 
 async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Event | None = None) -> None:
@@ -152,9 +165,11 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
                     allowed_types=cfg.executor_types, lease_ttl_ms=cfg.lease_ttl_ms,
                     execute_on_leader=cfg.execute_on_leader, single_node=not cfg.peers)
     service = Service(state, raft, clock, cfg.node_id)
-    metrics = NodeMetrics(state, raft, trigger, worker)
+    gc_pauses = GcPauses(lambda: state.jobs)
+    metrics = NodeMetrics(state, raft, trigger, worker, gc_pauses)
     trigger.lag_observer = metrics.observe_fire_lags
     app = make_app(service, cfg.token, {"trigger": trigger, "worker": worker, "metrics": metrics})
+    gc_pauses.install()
     raft.start(loop)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
@@ -163,7 +178,8 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
         await site.start()
         log.info("node %s: api http://%s:%d raft %s peers %s data %s pid %d", cfg.node_id,
                  cfg.api_host, cfg.api_port, cfg.raft_addr, ",".join(cfg.peers) or "-", cfg.data_dir, os.getpid())
-        tasks = {asyncio.create_task(trigger.run(), name="trigger")}
+        tasks = {asyncio.create_task(trigger.run(), name="trigger"),
+                 asyncio.create_task(_poll_gc(gc_pauses), name="gc")}
         if cfg.worker_slots > 0:
             tasks.add(asyncio.create_task(worker.run(), name="worker"))
         stop_task = asyncio.create_task(stop.wait(), name="stop")
@@ -178,3 +194,4 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
         log.info("node %s: stopping", cfg.node_id)
         await runner.cleanup()
         raft.stop()
+        gc_pauses.uninstall()

@@ -1,0 +1,121 @@
+"""Keep the garbage collector's full collections short on a node that holds a large state.
+
+A full collection walks every tracked container and holds the GIL while it does, so the Raft
+thread sends no heartbeat meanwhile. A node holding 1M jobs tracks ~3M containers (each job's
+map, its spec, its counters, its history list), and a full collection of them takes ~1.2 s on
+this machine (2 shared vCPUs): longer than the election timeout (0.5-1.0 s). CPython runs one
+whenever the containers that survived younger collections outnumber a quarter of those that
+survived the last full one, which happens again and again while a large state is registered or
+restored; a full run of scripts/bench.py saw the leader change three times while 1M jobs were
+registered, and the registration failed (docs/benchmarks.md, "What bounds 1M jobs").
+
+``gc.freeze()`` moves every tracked object into a permanent generation that no collection walks.
+This module freezes:
+
+- after a full collection that took ``freeze_pause_s`` or longer: its survivors are the
+  long-lived state, and the next full collection walks only what was allocated since;
+- when the replica's jobs grew by ``freeze_growth_jobs`` since the last freeze, or its job map
+  was replaced (a snapshot was restored): before a full collection would have to walk them.
+
+The price: an object frozen while alive that later becomes part of a garbage reference cycle is
+never freed (objects freed by reference counting, which is every job and run record, are freed
+as usual). Freezes happen only as the state grows (or is restored), not on a timer, so what can
+leak is bounded by the number of such events times what was in flight at each (a few requests,
+futures and tasks). ``gc.freeze`` was left out earlier as a periodic call for that reason.
+"""
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import time
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+#: A full collection at least this long is followed by a freeze of its survivors.
+FREEZE_PAUSE_S = 0.05
+#: Jobs added to the replica since the last freeze after which the next poll freezes.
+FREEZE_GROWTH_JOBS = 50_000
+#: Collections at least this long are logged as warnings.
+LOG_PAUSE_S = 0.2
+
+
+class GcPauses:
+    """Times every collection (``gc.callbacks``) and freezes as described in the module doc.
+
+    ``jobs`` returns the replica's job map (read without its lock: only its identity and size).
+    ``poll`` is called from the node's event loop about once a second; the callback may run on
+    any thread (the one that allocated when a collection fell due).
+    """
+
+    def __init__(self, jobs: Callable[[], dict], *, freeze_pause_s: float = FREEZE_PAUSE_S,
+                 freeze_growth_jobs: int = FREEZE_GROWTH_JOBS, log_pause_s: float = LOG_PAUSE_S,
+                 clock: Callable[[], float] = time.perf_counter,
+                 freeze: Callable[[], None] = gc.freeze) -> None:
+        self._jobs = jobs
+        self._freeze_pause_s = freeze_pause_s
+        self._freeze_growth_jobs = freeze_growth_jobs
+        self._log_pause_s = log_pause_s
+        self._clock = clock
+        self._freeze = freeze
+        self._lock = threading.Lock()
+        self._started = 0.0
+        self._freeze_wanted = False
+        self._jobs_map = None
+        self._jobs_at_freeze = 0
+        #: per generation: collections, seconds spent in them, the longest one (s)
+        self.collections = [0, 0, 0]
+        self.pause_s_total = [0.0, 0.0, 0.0]
+        self.pause_s_max = [0.0, 0.0, 0.0]
+        self.freezes = 0
+
+    def install(self) -> None:
+        if self._callback not in gc.callbacks:
+            gc.callbacks.append(self._callback)
+
+    def uninstall(self) -> None:
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        # Runs inside the collector: no allocation-heavy work, and never raises.
+        try:
+            if phase == "start":
+                self._started = self._clock()
+                return
+            gen = info["generation"]
+            dt = self._clock() - self._started
+            self.collections[gen] += 1
+            self.pause_s_total[gen] += dt
+            if dt > self.pause_s_max[gen]:
+                self.pause_s_max[gen] = dt
+            if gen == 2 and dt >= self._freeze_pause_s:
+                self._freeze_wanted = True
+            if dt >= self._log_pause_s:
+                log.warning("gc.pause generation=%d ms=%.0f collected=%d", gen, dt * 1000,
+                            info.get("collected", 0))
+        except Exception:  # noqa: BLE001 - a failing callback must not break the collector
+            pass
+
+    def poll(self) -> bool:
+        """Freeze if a long full collection or the state's growth asks for it. :returns: whether it did."""
+        jobs = self._jobs()
+        n = len(jobs)
+        with self._lock:
+            replaced = self._jobs_map is not None and jobs is not self._jobs_map and n > 0
+            if not (self._freeze_wanted or replaced or n - self._jobs_at_freeze >= self._freeze_growth_jobs):
+                if n < self._jobs_at_freeze:
+                    self._jobs_at_freeze = n  # jobs deleted: growth counts from here
+                self._jobs_map = jobs
+                return False
+            self._freeze_wanted = False
+            self._jobs_map = jobs
+            self._jobs_at_freeze = n
+        t0 = self._clock()
+        self._freeze()
+        self.freezes += 1
+        # Not gc.get_freeze_count(): it walks the frozen objects (0.5 s at 850 000 jobs, with
+        # the GIL held: it cost a scale run its leader).
+        log.info("gc.freeze jobs=%d ms=%.1f", n, (self._clock() - t0) * 1000)
+        return True
