@@ -7,6 +7,7 @@ conditions with deadlines, never on fixed sleeps, and stop every node they start
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import socket
 import threading
@@ -288,7 +289,13 @@ def test_snapshot_roundtrip_through_the_consumer():
     assert state.lock.acquire(blocking=False)  # released
     state.lock.release()
     other = FakeState()
-    _StateConsumer(other)._deserialize(pickle.loads(dumped))
+    frozen = gc.get_freeze_count()
+    try:
+        _StateConsumer(other)._deserialize(pickle.loads(dumped))
+        # The restored state is frozen out of the collector's walks, and the collector is on again.
+        assert gc.get_freeze_count() > frozen and gc.isenabled()
+    finally:
+        gc.unfreeze()
     assert other.read() == {"x": 1} and other.restores == 1
 
 

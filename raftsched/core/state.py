@@ -651,8 +651,9 @@ class SchedulerState(ExecutionMixin):
             if fast and runs and not rec and (ov is None or (ov.get("policy") == "allow" and "max_concurrent" not in ov)):
                 # The common case, inline: slots that all become runs (no records), an overlap
                 # policy that reads no other run (policy.fires_ahead, so _overlap creates them),
-                # room in its queue for all of them or a queue that drops its oldest run for each. One slot when on time; several when the
-                # trigger catches up, which is when speed matters most. Exactly what _new_run,
+                # room in its queue for all of them or a queue that drops its oldest run for each.
+                # One slot when on time; several when the trigger catches up (which is when speed
+                # matters most) or for a job firing every second (limits.fire_ahead_span_ms). Exactly what _new_run,
                 # _add_entry, _enqueue and _push_due do, slot by slot, in the same order (the
                 # property test in tests/test_state_fast_paths.py compares the two paths).
                 qname = spec["queue"]
