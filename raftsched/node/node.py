@@ -117,7 +117,10 @@ GC_GEN0_THRESHOLD = 20_000
 async def _poll_gc(gc_pauses: GcPauses) -> None:
     """Let ``GcPauses`` freeze the long-lived state when it asks to (node/gcpause.py)."""
     while True:
-        gc_pauses.poll()
+        try:
+            gc_pauses.poll()
+        except Exception:  # a bug here must not stop the node (run_node ends when a loop does)
+            log.exception("gc poll failed")
         await asyncio.sleep(GC_POLL_S)
 
 
