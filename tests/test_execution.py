@@ -13,7 +13,7 @@ import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from raftsched.core import commands, limits
+from raftsched.core import commands, limits, policy
 from raftsched.core.execution import backoff_ms
 from raftsched.core.state import SchedulerState
 
@@ -940,6 +940,33 @@ def test_drop_oldest_drops_what_a_scan_would_and_its_heaps_stay_bounded_when_not
             sizes = [len(h) for h in s._queued.get("q", {}).values()] + [len(s._by_slot.get("q", ()))]
             assert max(sizes) <= bound, (step, sizes)
     assert dropped > 300
+
+
+def test_a_run_id_that_comes_back_in_another_queue_is_not_handed_out_from_the_old_one():
+    """A job deleted while runs fired ahead are queued, then put again in another queue,
+    re-creates the same run ids there. The old queue's index entry for such an id must not hand
+    the new run out: a replica restored from a snapshot has no such entry, and the two replicas
+    would give different answers (found in review; reproduced on 4949ed6 with start_at)."""
+    a = SchedulerState()
+    apply(a, put_cmd(a, "a", spec_of({"every_s": 1}, queue="q1"), T0 + 100))
+
+    def fire(now):
+        j = a.jobs["a"]
+        e = policy.plan_fire_compact(j["spec"], j["anchor"], j["cursor"], now, j["gen"], "a", 2000)
+        assert apply(a, commands.make("fire", now, None, entries=[e]))["ok"]
+        return e[5]
+
+    first = fire(T0 + 1100)
+    do(a, "delete_job", T0 + 1200, name="a")
+    apply(a, put_cmd(a, "a", spec_of({"every_s": 1}, queue="q2"), T0 + 1300))
+    again = fire(T0 + 1400)
+    assert set(first) & set(again), "the scenario needs an id re-created in the other queue"
+    b = restored(a)
+    for s in (a, b):
+        res = do(s, "acquire", T0 + 3000, worker="w", queues=["q1"], max=5, ttl=TTL)
+        assert res == {"ok": True, "runs": []}
+    assert a.snapshot() == b.snapshot()
+    assert [g["queue"] for g in acq(a, T0 + 3000, queues=["q2"])] == ["q2"] * len(again)
 
 
 def test_queue_depth_never_goes_negative_over_fire_acquire_complete_and_delete():

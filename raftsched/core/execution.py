@@ -222,31 +222,35 @@ class ExecutionMixin:
         runs, pop = self.runs, heapq.heappop
         # The served queues' heaps, highest priority first. Handed out by the key (-priority,
         # due, run id) among the runs whose due has come: a merge of the heaps' heads.
-        heaps = sorted(((p, h) for q in names for p, h in self._queued.get(q, {}).items() if h),
-                       key=lambda ph: -ph[0])
+        # An entry is live when its run is queued in this heap's queue, at this priority and
+        # due: a run id can come back in another queue (a job deleted and put again in another
+        # queue re-creates its ids), and the old queue's entry must not hand it out; a replica
+        # restored from a snapshot has no such entry.
+        heaps = sorted(((q, p, h) for q in names for p, h in self._queued.get(q, {}).items() if h),
+                       key=lambda qph: -qph[1])
         if len(heaps) == 1 and types is None and not self.tenants:
             # One heap and nothing to hold back (no executor types asked for, no tenant rate
             # limits): the loop below, reduced to popping that heap in key order.
-            p, h = heaps[0]
+            q, p, h = heaps[0]
             while len(granted) < n and scanned < limits.acquire_scan_max and h and h[0][0] <= now:
                 due, rid = pop(h)
                 run = runs.get(rid)
                 if run is None or run["state"] != "queued" or run["priority"] != p \
-                        or run.get("due", run["slot"]) != due:
+                        or run.get("due", run["slot"]) != due or run["queue"] != q:
                     continue  # stale index entry
                 scanned += 1
                 granted.append(self._grant(run, worker, ttl, now))
             return {"ok": True, "runs": granted}
         while len(granted) < n and scanned < limits.acquire_scan_max:
             best, best_h = None, None
-            for p, h in heaps:
+            for q, p, h in heaps:
                 if best is not None and -p > best[0]:
                     break  # lower priorities than the best found so far
                 while h and h[0][0] <= now:
                     due, rid = h[0]
                     run = runs.get(rid)
                     if run is None or run["state"] != "queued" or run["priority"] != p \
-                            or run.get("due", run["slot"]) != due:
+                            or run.get("due", run["slot"]) != due or run["queue"] != q:
                         pop(h)  # stale index entry
                         continue
                     if best is None or (-p, due, rid) < best:
