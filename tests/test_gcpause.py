@@ -56,14 +56,17 @@ def test_growth_of_the_jobs_freezes_once_per_step_and_deletions_reset_the_base()
     assert g.poll() is True and frozen == [100, 149]
 
 
-def test_a_restored_state_is_frozen_at_the_next_poll():
-    g, box, frozen, clock = make({"a": {}}, freeze_growth_jobs=10**9)
+def test_a_restored_state_is_not_frozen_again_and_its_size_is_the_new_base():
+    """A restore freezes what it made (replication._StateConsumer._deserialize); a second freeze
+    here would only keep more cyclic garbage alive. Growth counts from the restored size."""
+    g, box, frozen, clock = make({"a": {}}, freeze_growth_jobs=10)
     assert g.poll() is False
-    box["jobs"] = {f"j{i}": {} for i in range(5)}  # restore() replaces the job map
-    assert g.poll() is True and frozen == [5]
+    box["jobs"] = {f"j{i}": {} for i in range(15)}  # restore() replaces the job map
+    assert g.poll() is False and frozen == []
+    box["jobs"].update((f"k{i}", {}) for i in range(9))
     assert g.poll() is False
-    box["jobs"] = {}  # reset to an empty state: nothing to freeze
-    assert g.poll() is False
+    box["jobs"]["k9"] = {}
+    assert g.poll() is True and frozen == [25]
 
 
 def test_real_collections_are_timed_and_exposed_as_metrics():

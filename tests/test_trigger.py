@@ -194,6 +194,21 @@ def test_a_job_taken_up_ahead_has_the_next_span_of_its_slots_planned_with_it():
             assert e[5][0] - fired_at <= limits.fire_ahead_ms
 
 
+def test_a_trigger_that_fires_at_the_slot_plans_no_span():
+    st, raft, clock, trig = setup(every_s=1)
+    trig.fire_ahead_ms = 0
+    first = st.jobs["j0"]["next"]
+    clock.advance(first - clock.now_ms())
+    n = len(raft.proposed)
+    for _ in range(40):
+        asyncio.run(trig.tick())
+        clock.advance(100)
+    cmds = [commands.decode(d) for d in raft.proposed[n:]]
+    entries = [e for c in cmds if c["op"] == "fire" for e in c["entries"]]
+    assert entries and all(len(e[5]) == 1 for e in entries)
+    assert all(r["fired_at"] >= r["slot"] for r in st.runs.values() if r["job"] == "j0")
+
+
 def test_jobs_whose_overlap_policy_reads_other_runs_fire_at_their_slot():
     st = SchedulerState()
     raft = FakeRaft(st)

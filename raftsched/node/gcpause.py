@@ -14,11 +14,13 @@ This module freezes:
 
 - after a full collection that took ``freeze_pause_s`` or longer: its survivors are the
   long-lived state, and the next full collection walks only what was allocated since;
-- when the replica's jobs grew by ``freeze_growth_jobs`` since the last freeze, or its job map
-  was replaced (a snapshot was restored): before a full collection would have to walk them.
-  (A restore itself freezes what it made before the collector runs again, in
-  ``replication._StateConsumer._deserialize``: otherwise the first young collection after it
-  walks every restored object, 1.0-1.3 s at 1M jobs in a scale run.)
+- when the replica's jobs grew by ``freeze_growth_jobs`` since the last freeze: before a full
+  collection would have to walk them.
+
+A restore freezes what it made itself, before the collector runs again
+(``replication._StateConsumer._deserialize``: otherwise the first young collection after it walks
+every restored object, 1.0-1.3 s at 1M jobs in a scale run); here a replaced job map only moves
+the base the growth is counted from.
 
 The price: an object frozen while alive that later becomes part of a garbage reference cycle is
 never freed (objects freed by reference counting, which is every job and run record, are freed
@@ -106,14 +108,14 @@ class GcPauses:
         jobs = self._jobs()
         n = len(jobs)
         with self._lock:
-            replaced = self._jobs_map is not None and jobs is not self._jobs_map and n > 0
-            if not (self._freeze_wanted or replaced or n - self._jobs_at_freeze >= self._freeze_growth_jobs):
+            if self._jobs_map is not None and jobs is not self._jobs_map:
+                self._jobs_at_freeze = n  # restored, and frozen by the restore: growth counts from here
+            self._jobs_map = jobs
+            if not (self._freeze_wanted or n - self._jobs_at_freeze >= self._freeze_growth_jobs):
                 if n < self._jobs_at_freeze:
                     self._jobs_at_freeze = n  # jobs deleted: growth counts from here
-                self._jobs_map = jobs
                 return False
             self._freeze_wanted = False
-            self._jobs_map = jobs
             self._jobs_at_freeze = n
         t0 = self._clock()
         self._freeze()

@@ -173,6 +173,13 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
     trigger.lag_observer = metrics.observe_fire_lags
     app = make_app(service, cfg.token, {"trigger": trigger, "worker": worker, "metrics": metrics})
     gc_pauses.install()
+    try:
+        await _serve(cfg, raft, loop, app, trigger, worker, stop, gc_pauses)
+    finally:
+        gc_pauses.uninstall()  # its callback holds the state: never left behind by a failed start
+
+
+async def _serve(cfg: NodeConfig, raft, loop, app, trigger, worker, stop, gc_pauses: GcPauses) -> None:
     raft.start(loop)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
@@ -197,4 +204,3 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
         log.info("node %s: stopping", cfg.node_id)
         await runner.cleanup()
         raft.stop()
-        gc_pauses.uninstall()

@@ -135,7 +135,7 @@ class Trigger:
         now = self.clock.now_ms()
         await self.reap(now)
         ahead = self.fire_ahead_ms
-        span = ahead + limits.fire_ahead_span_ms
+        span = ahead + limits.fire_ahead_span_ms if ahead > 0 else 0  # a trigger that fires at the slot plans no span
         jobs = self.state.pop_due(now, _JOBS_PER_TICK_MAX, ahead_ms=ahead)
         if not jobs:
             return 0
