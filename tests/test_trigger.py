@@ -33,6 +33,16 @@ def scheduled_slots(st, job):
     return [r["slot"] for r in st.runs.values() if r["job"] == job and r["kind"] == "scheduled"]
 
 
+def tick_for(raft, clock, trig, ticks: int) -> list:
+    """Tick every 100 ms ``ticks`` times; the fire entries proposed meanwhile, in order."""
+    n = len(raft.proposed)
+    for _ in range(ticks):
+        asyncio.run(trig.tick())
+        clock.advance(100)
+    cmds = [commands.decode(d) for d in raft.proposed[n:]]
+    return [e for c in cmds if c["op"] == "fire" for e in c["entries"]]
+
+
 def test_tick_fires_each_due_slot_once():
     st, raft, clock, trig = setup()
     for _ in range(10):
@@ -177,12 +187,7 @@ def test_a_job_taken_up_ahead_has_the_next_span_of_its_slots_planned_with_it():
         st, raft, clock, trig = setup(every_s=every_s)
         first = st.jobs["j0"]["next"]
         clock.advance(first - limits.fire_ahead_ms - clock.now_ms())
-        n = len(raft.proposed)
-        for _ in range(80):
-            asyncio.run(trig.tick())
-            clock.advance(100)
-        cmds = [commands.decode(d) for d in raft.proposed[n:]]
-        entries = [e for c in cmds if c["op"] == "fire" for e in c["entries"]]
+        entries = tick_for(raft, clock, trig, 80)
         assert entries and all(len(e[5]) == per_entry for e in entries), (every_s, entries)
         slots = scheduled_slots(st, "j0")
         assert slots == sorted(set(slots)) == list(range(first, first + len(slots) * every_s * 1000, every_s * 1000))
@@ -199,12 +204,7 @@ def test_a_trigger_that_fires_at_the_slot_plans_no_span():
     trig.fire_ahead_ms = 0
     first = st.jobs["j0"]["next"]
     clock.advance(first - clock.now_ms())
-    n = len(raft.proposed)
-    for _ in range(40):
-        asyncio.run(trig.tick())
-        clock.advance(100)
-    cmds = [commands.decode(d) for d in raft.proposed[n:]]
-    entries = [e for c in cmds if c["op"] == "fire" for e in c["entries"]]
+    entries = tick_for(raft, clock, trig, 40)
     assert entries and all(len(e[5]) == 1 for e in entries)
     assert all(r["fired_at"] >= r["slot"] for r in st.runs.values() if r["job"] == "j0")
 
