@@ -4,10 +4,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+from datetime import datetime, timezone
 
 import pytest
 
 from procs import Cluster, REPO, wait_for
+
+
+def iso(t_s: int) -> str:
+    return datetime.fromtimestamp(t_s, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def cli(*args, env=None, stdin=None):
@@ -56,8 +62,11 @@ def test_client_subcommands(tmp_path):
         assert p.returncode == 1 and json.loads(p.stdout)["error"]["code"] == "not_found"
         p = cli("put", "cj", "-", "--url", c.url(0), "--token", "wrong" * 8, stdin=json.dumps(spec))
         assert p.returncode == 1 and json.loads(p.stdout)["error"]["code"] == "unauthorized"
-        p = cli("explain", "cj", "2026-12-01T00:00:00Z", "2026-12-01T03:00:00Z", *base)
-        assert p.returncode == 0 and json.loads(p.stdout)["slots_due"] == 3
+        # An outage window after the job exists, relative to now (a fixed date would fall before
+        # the job's creation once it is past, and explain would rightly find no slot in it).
+        lo = int(time.time()) + 600
+        p = cli("explain", "cj", iso(lo), iso(lo + 3 * 3600), *base)
+        assert p.returncode == 0 and json.loads(p.stdout)["slots_due"] == 3, p.stdout
         # apply: many jobs from one file; with --create-only the existing one is a conflict.
         p = cli("apply", "-", "--create-only", *base, stdin=json.dumps({"jobs": {"cj": spec, "cj-2": spec, "cj-3": spec}}))
         assert p.returncode == 0, p.stdout + p.stderr
