@@ -158,7 +158,7 @@ def test_schedule_needs_exactly_one_kind(sched):
 
 
 @pytest.mark.parametrize("expr", ["* * * *", "* * * * * * *", "61 * * * *", "* 25 * * *", "0 0 30 2 *",
-                                  "@daily", "", "   ", "a b c d e", 5, "* * * * * " * 60])
+                                  "@reboot", "@fortnightly", "15W * * * *", "5-1 * * * *", "", "   ", "a b c d e", 5, "* * * * * " * 60])
 def test_bad_cron_is_refused_naming_cron(expr):
     assert _refusal(_with(schedule={"cron": expr})).field == "schedule.cron"
 

@@ -119,7 +119,7 @@ def _field(values, draw):
 
 @st.composite
 def fixed_hour_cron(draw):
-    """A cron with a fixed-hour field (never all 24 hours: see the xfail test below), minutes and
+    """A cron with a fixed-hour field (all 24 hours: see the full-range test below), minutes and
     optionally seconds, hours biased to where transitions happen (00-03 and 23 local)."""
     near = st.sampled_from([0, 1, 2, 3, 23])
     hours = draw(st.lists(st.one_of(near, st.integers(0, 23)), min_size=1, max_size=3, unique=True))
@@ -204,11 +204,8 @@ def test_dst_fall_back_wildcard_hour_follows_vixie_or_the_option(tz, k, form, m,
     assert got == expected
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (reported): an hour field naming all 24 hours (0-23, or 0,1,...,23) is a fixed-hour "
-    "field by the documented rule (fall-back: once), but croniter normalises it to '*', so on a "
-    "spring-forward day the nonexistent 02:30 is neither run after the gap (the default "
-    "run_after_gap) nor distinguishable from skip; '30 1-23 * * *' does run it at 03:00."))
+# An hour field naming all 24 hours is fixed-hour by the documented rule (it does not start with
+# '*'): croniter read it as '*', so this was an expected failure until cron moved to cronsim.
 @pytest.mark.parametrize("hours", ["0-23", ",".join(map(str, range(24)))])
 def test_dst_full_range_hour_field_runs_the_missing_time_after_the_gap(hours):
     sched = spec_of({"cron": f"30 {hours} * * *", "timezone": "America/New_York"})["schedule"]

@@ -135,6 +135,118 @@ def test_dst_spring_forward_wildcard_hour_skips_nothing_real():
     assert len(got) == 24 and all(b - a == HOUR for a, b in zip(got, got[1:]))
 
 
+# ----------------------------------------------------------------------------- the cron dialect
+@pytest.mark.parametrize("expr,expected", [
+    # A range with equal ends is that one value (croniter 6.x/7.x read it as '*': daily, hourly).
+    ("0 9 * * MON-MON", ["2026-12-07T09:00:00Z", "2026-12-14T09:00:00Z", "2026-12-21T09:00:00Z"]),
+    ("0 9 * * 1-1", ["2026-12-07T09:00:00Z", "2026-12-14T09:00:00Z", "2026-12-21T09:00:00Z"]),
+    ("0 10-10 * * *", ["2026-12-01T10:00:00Z", "2026-12-02T10:00:00Z", "2026-12-03T10:00:00Z"]),
+    ("0 9 1-1 * *", ["2026-12-01T09:00:00Z", "2027-01-01T09:00:00Z", "2027-02-01T09:00:00Z"]),
+    ("0 9 * * MON,WED-WED", ["2026-12-02T09:00:00Z", "2026-12-07T09:00:00Z", "2026-12-09T09:00:00Z"]),
+    ("0 10-10/5 * * *", ["2026-12-01T10:00:00Z", "2026-12-02T10:00:00Z", "2026-12-03T10:00:00Z"]),
+    # Names, either case; 0 and 7 are Sunday.
+    ("0 0 * * sun", ["2026-12-06T00:00:00Z", "2026-12-13T00:00:00Z", "2026-12-20T00:00:00Z"]),
+    ("0 0 * * 7", ["2026-12-06T00:00:00Z", "2026-12-13T00:00:00Z", "2026-12-20T00:00:00Z"]),
+    ("0 0 1 jan,Jul *", ["2027-01-01T00:00:00Z", "2027-07-01T00:00:00Z", "2028-01-01T00:00:00Z"]),
+    # Steps: from the start of the range, or from a value to the end of the field.
+    ("0 5/8 * * *", ["2026-12-01T05:00:00Z", "2026-12-01T13:00:00Z", "2026-12-01T21:00:00Z"]),
+    ("0 0 1-10/4 * *", ["2026-12-05T00:00:00Z", "2026-12-09T00:00:00Z", "2027-01-01T00:00:00Z"]),
+    # L: the last day of the month; LW its last weekday; 5L the last Friday; FRI#2 the second.
+    ("0 0 L * *", ["2026-12-31T00:00:00Z", "2027-01-31T00:00:00Z", "2027-02-28T00:00:00Z"]),
+    ("0 0 LW * *", ["2026-12-31T00:00:00Z", "2027-01-29T00:00:00Z", "2027-02-26T00:00:00Z"]),
+    ("0 0 * * 5L", ["2026-12-25T00:00:00Z", "2027-01-29T00:00:00Z", "2027-02-26T00:00:00Z"]),
+    ("0 0 * * FRI#2", ["2026-12-11T00:00:00Z", "2027-01-08T00:00:00Z", "2027-02-12T00:00:00Z"]),
+    # Day of month and day of week both restricted: either matches (Vixie cron).
+    ("0 0 13 * FRI", ["2026-12-04T00:00:00Z", "2026-12-11T00:00:00Z", "2026-12-13T00:00:00Z"]),
+    # ... but when one of them starts with '*' both must (a '*/n' too, as in Vixie cron).
+    ("0 0 */10 * MON", ["2026-12-21T00:00:00Z", "2027-01-11T00:00:00Z", "2027-02-01T00:00:00Z"]),
+    # Aliases.
+    ("@hourly", ["2026-12-01T01:00:00Z", "2026-12-01T02:00:00Z", "2026-12-01T03:00:00Z"]),
+    ("@daily", ["2026-12-02T00:00:00Z", "2026-12-03T00:00:00Z", "2026-12-04T00:00:00Z"]),
+    ("@midnight", ["2026-12-02T00:00:00Z", "2026-12-03T00:00:00Z", "2026-12-04T00:00:00Z"]),
+    ("@weekly", ["2026-12-06T00:00:00Z", "2026-12-13T00:00:00Z", "2026-12-20T00:00:00Z"]),
+    ("@monthly", ["2027-01-01T00:00:00Z", "2027-02-01T00:00:00Z", "2027-03-01T00:00:00Z"]),
+    ("@yearly", ["2027-01-01T00:00:00Z", "2028-01-01T00:00:00Z", "2029-01-01T00:00:00Z"]),
+    ("@annually", ["2027-01-01T00:00:00Z", "2028-01-01T00:00:00Z", "2029-01-01T00:00:00Z"]),
+    # Matches rarely (leap days), but matches: accepted, its next slots computed.
+    ("0 0 29 2 *", ["2028-02-29T00:00:00Z", "2032-02-29T00:00:00Z", "2036-02-29T00:00:00Z"]),
+])
+def test_cron_dialect(expr, expected):
+    schedule.check_cron(expr, ms("2026-12-01T00:30:00Z"))
+    got = [schedule.iso(x) for x in schedule.iter_slots(cron(expr), ms("2026-12-01T00:30:00Z"), 2**62, 0, 3)]
+    assert got == expected
+
+
+@pytest.mark.parametrize("expr,words", [
+    ("@reboot", "a cluster has no boot"),
+    ("@fortnightly", "unknown cron alias"),
+    ("0 0 15W * *", "day-of-month"),   # W (nearest weekday) is not supported
+    ("0 0 ? * *", "day-of-month"),     # Quartz's '?' is not cron
+    ("0 0 * * FRI-MON", "day-of-week"),  # a range may not wrap around
+    ("0 0 30 2 *", "day-of-month"),    # 30 February never exists
+    ("H * * * *", "not allowed"),
+    ("0 0 L/2 * *", "L takes no step"),
+])
+def test_check_cron_refuses_what_the_dialect_does_not_have(expr, words):
+    with pytest.raises(InvalidSpec) as ei:
+        schedule.check_cron(expr)
+    assert ei.value.field == "schedule.cron" and words in ei.value.message, ei.value.message
+
+
+def test_check_cron_refuses_an_expression_that_never_matches_again_from_now():
+    # Cron has no year field, so "never again" means no match left before the calendar ends (the
+    # last leap day datetime can hold is 9996-02-29) or within the search bound. The check starts
+    # at the now it is given, not at a fixed year: the same expression passes the day before.
+    expr = "0 0 29 2 *"
+    schedule.check_cron(expr, ms("9996-02-28T00:00:00Z"))
+    with pytest.raises(InvalidSpec) as ei:
+        schedule.check_cron(expr, ms("9996-03-01T00:00:00Z"))
+    assert "never matches after 9996-03-01T00:00:00Z" in ei.value.message
+
+
+def test_dst_chatham_fall_back_crosses_an_hour_boundary():
+    # Pacific/Chatham, 2026-04-05: 03:45 CHADT (+13:45) -> 02:45 CHAST (+12:45), at 14:00Z, so local
+    # 02:45-03:44 happens twice. A wildcard hour fires through both passes, the 02:45-02:59 minutes
+    # of the second pass included; fall_back twice makes a fixed hour do the same.
+    got = isos(cron("*/5 * * * *", "Pacific/Chatham"), "2026-04-04T13:50:00Z", "2026-04-04T14:10:00Z")
+    assert got == ["2026-04-04T13:55:00Z", "2026-04-04T14:00:00Z", "2026-04-04T14:05:00Z", "2026-04-04T14:10:00Z"]
+    twice = dict(cron("50 2,3 * * *", "Pacific/Chatham"), dst={"fall_back": "twice"})
+    assert isos(twice, "2026-04-04T12:00:00Z", "2026-04-04T16:00:00Z") == [
+        "2026-04-04T13:05:00Z",  # 02:50 CHADT, first pass
+        "2026-04-04T14:05:00Z",  # 02:50 CHAST, second pass (02:45-02:59 was missed before)
+        "2026-04-04T15:05:00Z",  # 03:50 CHAST: after the repeated span, once
+    ]
+    once = cron("50 2,3 * * *", "Pacific/Chatham")
+    assert isos(once, "2026-04-04T12:00:00Z", "2026-04-04T16:00:00Z") == [
+        "2026-04-04T13:05:00Z", "2026-04-04T15:05:00Z"]
+
+
+def test_dst_lord_howe_half_hour_shifts():
+    # Australia/Lord_Howe: 2026-04-05 02:00 (+11) -> 01:30 (+10:30) at 15:00Z on 04-04, so
+    # 01:30-01:59 repeats; 2026-10-04 02:00 (+10:30) -> 02:30 (+11) at 15:30Z on 10-03.
+    assert isos(cron("45 1 * * *", "Australia/Lord_Howe"), "2026-04-04T12:00:00Z", "2026-04-05T12:00:00Z") == [
+        "2026-04-04T14:45:00Z"]
+    twice = dict(cron("45 1 * * *", "Australia/Lord_Howe"), dst={"fall_back": "twice"})
+    assert isos(twice, "2026-04-04T12:00:00Z", "2026-04-05T12:00:00Z") == [
+        "2026-04-04T14:45:00Z", "2026-04-04T15:15:00Z"]
+    # 02:15 does not exist on 10-04: it fires at 02:30 (+11), the first instant after the gap.
+    assert isos(cron("15 2 * * *", "Australia/Lord_Howe"), "2026-10-02T12:00:00Z", "2026-10-04T18:00:00Z") == [
+        "2026-10-02T15:45:00Z", "2026-10-03T15:30:00Z", "2026-10-04T15:15:00Z"]
+    skip = dict(cron("15 2 * * *", "Australia/Lord_Howe"), dst={"spring_forward": "skip"})
+    assert isos(skip, "2026-10-02T12:00:00Z", "2026-10-04T18:00:00Z") == [
+        "2026-10-02T15:45:00Z", "2026-10-04T15:15:00Z"]
+
+
+def test_dst_spring_forward_wildcard_hour_has_no_slot_in_the_gap_unless_asked():
+    # America/New_York, 2026-03-08: 02:00 EST -> 03:00 EDT at 07:00Z. "30 */2" names 02:30, which
+    # does not exist: a wildcard hour lets it go by (as every hour goes by); run_after_gap fires it.
+    sched = cron("30 */2 * * *", NY)
+    assert isos(sched, "2026-03-08T05:00:00Z", "2026-03-08T09:00:00Z") == ["2026-03-08T05:30:00Z", "2026-03-08T08:30:00Z"]
+    sched["dst"] = {"spring_forward": "run_after_gap"}
+    assert isos(sched, "2026-03-08T05:00:00Z", "2026-03-08T09:00:00Z") == [
+        "2026-03-08T05:30:00Z", "2026-03-08T07:00:00Z", "2026-03-08T08:30:00Z"]
+
+
 # ----------------------------------------------------------------------------- intervals
 def test_every_s_slots_are_anchor_plus_multiples():
     s = {"every_s": 10}

@@ -75,8 +75,11 @@ fire_commands_in_flight_max = 4
 #: Slots the proposer enumerates for one job in one fire (beyond that, slots are counted as a
 #: recorded range, not listed one by one).
 fire_slots_enumerated_max = max_catchup_max + 1
-#: croniter's search bound for expressions that rarely or never match (e.g. 30 Feb).
-cron_years_between_matches_max = 10
+#: How far ahead a cron expression's next match is searched (cronsim's own bound, not a setting:
+#: it gives up after 50 years). An expression with no match that far ahead is refused (422).
+cron_years_between_matches_max = 50
+#: The longest cron expression accepted (the longest useful one, a list of every minute, is 170).
+cron_chars_max = 256
 
 # History ------------------------------------------------------------------------------------
 #: Entries (runs and recorded slots) kept per job, newest first; older finished entries are
@@ -141,8 +144,8 @@ assert heartbeat_leases_max * 160 < command_bytes_max and expire_items_max * 160
 assert lease_ttl_ms_default >= 4 * trigger_interval_ms
 assert attempts_kept_max >= 100  # every attempt of the largest max_attempts is kept
 
-#: Cron slots counted one by one to give a skipped range an exact count (croniter costs
-#: 20-60 us a step, so this bounds one plan to well under a second); beyond it the record's
+#: Cron slots counted one by one to give a skipped range an exact count (a cron step costs
+#: 20-60 us, so this bounds one plan to well under a second); beyond it the record's
 #: count is null ("more than this many"). Intervals are always counted exactly, by arithmetic.
 cron_slots_counted_max = 10_000
 

@@ -99,7 +99,7 @@ def _obj(value, field: str, allowed: set[str]) -> dict:
     return value
 
 
-def validate_schedule(raw) -> dict:
+def validate_schedule(raw, now_ms: int | None = None) -> dict:
     sched = _obj(raw, "schedule", {"cron", "timezone", "every_s", "at", "dst", "start_at"})
     kinds = [k for k in ("cron", "every_s", "at") if k in sched]
     if len(kinds) != 1:
@@ -116,7 +116,7 @@ def validate_schedule(raw) -> dict:
             raise InvalidSpec("must be an IANA zone name such as Europe/Berlin", field="schedule.timezone")
         schedule.zone(tz)
         expr = sched["cron"]
-        schedule.check_cron(expr)
+        schedule.check_cron(expr, now_ms, tz)
         out = {"cron": " ".join(expr.split()), "timezone": tz}
         if "dst" in sched:
             dst = _obj(sched["dst"], "schedule.dst", {"spring_forward", "fall_back"})
@@ -297,8 +297,11 @@ def _add_jitter(name: str, sched: dict, jitter_s) -> None:
     sched["jitter_key"] = name
 
 
-def validate_job(name, raw) -> dict:
+def validate_job(name, raw, now_ms: int | None = None) -> dict:
     """Validate a job spec and return its normalised form.
+
+    :param now_ms: the proposer's now: a cron expression that never matches after it is
+        refused (None: not checked, for tools that validate specs outside a node)
 
     :raises InvalidSpec: naming the first offending field and why.
     """
@@ -315,7 +318,7 @@ def validate_job(name, raw) -> dict:
     # An absent field takes its default as is: the defaults are valid constants (checked at
     # import), not re-validated for every job of a bulk registration.
     spec = {
-        "schedule": validate_schedule(raw["schedule"]),
+        "schedule": validate_schedule(raw["schedule"], now_ms),
         "executor": validate_executor(raw["executor"]),
         "payload": raw.get("payload", {}),
         "timeout_s": (_int(raw["timeout_s"], "timeout_s", 1, limits.timeout_s_max)

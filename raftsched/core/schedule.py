@@ -3,18 +3,26 @@
 Pure: every function takes the time it starts from (integer ms since the epoch, UTC); nothing
 here reads the clock. Only the proposer (the leader's trigger loop, or the node handling an API
 write) calls these functions and writes their results into commands, so replicas never depend on
-their own tzdata or croniter version (I4 in docs/design.md).
+their own tzdata or cron library version (I4 in docs/design.md).
 
 Cron: 5 fields (minute precision) or 6 fields with *seconds first* (``s m h dom mon dow``, as in
-Quartz, Spring and Dkron). Each expression is evaluated in its IANA time zone (default UTC).
+Quartz, Spring and Dkron), or one of the aliases ``@yearly @annually @monthly @weekly @daily
+@midnight @hourly``. Fields follow Vixie/Debian cron (docs/api.md, "The cron dialect"), evaluated
+by cronsim on *local wall times* of the job's IANA time zone (default UTC); this module maps
+those wall times to instants, with the DST rules below. (croniter, used before, reads a range
+with equal ends such as ``MON-MON`` as ``*`` in its 6.x and 7.x releases and departs from Vixie
+cron's day-of-month/day-of-week rule: docs/design.md, "Cron".)
 
-DST (the default, documented in docs/design.md):
-- a local time that does not exist (spring forward) fires once, right after the gap (croniter's
-  own behaviour: 02:30 on a day when 02:00-03:00 is skipped fires at 03:00);
-- a local time that happens twice (fall back) fires once, at its first occurrence, when the
-  expression names fixed hours; an expression whose hour field is a wildcard (``*`` or ``*/n``)
-  keeps firing through the repeated hour, at real intervals (Vixie cron's rule). croniter alone
-  would fire ``30 1 * * *`` twice in America/New_York on 2026-11-01.
+DST (docs/misfire.md): an expression is *wildcard-hour* when its hour field starts with ``*``
+(``*``, ``*/n``), *fixed-hour* otherwise.
+- A local time that does not exist (spring forward): fixed-hour expressions fire once right after
+  the gap (``spring_forward: run_after_gap``), at the first instant after it whose seconds match;
+  wildcard-hour ones have no slot in the gap (``skip``). ``schedule.dst.spring_forward`` chooses
+  for either kind.
+- A local time that happens twice (fall back): fixed-hour expressions fire once, at its first
+  occurrence (``fall_back: once``); wildcard-hour ones fire at both, at real intervals (``twice``,
+  Vixie cron's rule, so ``*/5 * * * *`` is not silent for an hour). ``schedule.dst.fall_back``
+  chooses for either kind.
 """
 from __future__ import annotations
 
@@ -24,87 +32,130 @@ import re
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter, CroniterError
+from cronsim import CronSim, CronSimError
 
 from . import limits
 from .errors import InvalidSpec
 
 UTC = timezone.utc
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_EPOCH_NAIVE = datetime(1970, 1, 1)
 _MS = timedelta(milliseconds=1)
+_SECOND = timedelta(seconds=1)
 
-#: croniter's hashed/random items (``H``, ``R``, ``R(0-30)``, ``r/5``; croniter lowercases the
-#: expression, so both cases count). Matched per comma-separated item, so that month and day
-#: names containing an R (MAR, APR, FRI, MON-FRI) stay valid.
+#: The aliases users paste from crontabs and Kubernetes, and the fields they stand for.
+CRON_ALIASES = {
+    "@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0", "@daily": "0 0 * * *", "@midnight": "0 0 * * *", "@hourly": "0 * * * *",
+}
+
+#: Hashed or random items (``H``, ``R``, ``R(0-30)``, ``r/5``) that other cron dialects draw per
+#: parser: replicas and successive leaders would disagree. Matched per comma-separated item, so
+#: that month and day names containing an R (MAR, APR, FRI, MON-FRI) stay valid.
 _HASH_OR_RANDOM_RE = re.compile(r"^[hr](\(|/|$)", re.IGNORECASE)
+
+#: How far a DST transition can move local time: 2 h at the most (Antarctica/Troll), 1 h almost
+#: everywhere, 30 min on Lord Howe Island. A repeated or skipped span lies within this of its
+#: transition, so looking this far either side of an instant finds the one that matters.
+_DST_SHIFT_MAX_MS = 3 * 3_600_000
 
 
 @functools.lru_cache(maxsize=512)
 def zone(name: str) -> ZoneInfo:
     """:raises InvalidSpec: for an unknown zone."""
+    # ZoneInfo refuses relative and absolute paths itself (ValueError), and a name that is no
+    # zone file (ZoneInfoNotFoundError); both are an unknown zone to the user.
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, TypeError):
+    except (ZoneInfoNotFoundError, ValueError, TypeError, OSError):
         raise InvalidSpec(f"unknown time zone {name!r}", field="schedule.timezone") from None
 
 
-def check_cron(expr: str) -> None:
-    """Validate a cron expression. :raises InvalidSpec: naming what is wrong."""
+#: A range with equal ends, with or without a step (``10-10/5``, ``MON-MON``): one value.
+_EQUAL_ENDS_RE = re.compile(r"^([0-9A-Za-z]+)-([0-9A-Za-z]+)(/[0-9]+)?$")
+
+
+def _one_value(item: str) -> str:
+    m = _EQUAL_ENDS_RE.match(item)
+    if m and m.group(1).upper() == m.group(2).upper():
+        # cronsim reads "N-N/S" as "N/S" (N, N+S, ... to the end of the field); Vixie cron and
+        # cronsim's own "N-M/S" mean the values of the range, stepped: here, N alone.
+        return m.group(1)
+    return item
+
+
+@functools.lru_cache(maxsize=4096)
+def _fields(expr: str) -> str:
+    """The expression's fields, an alias expanded, white space normalised and each range with
+    equal ends written as its one value."""
+    text = " ".join(expr.split())
+    text = CRON_ALIASES.get(text.lower(), text)
+    if "-" not in text:
+        return text
+    return " ".join(",".join(map(_one_value, f.split(","))) for f in text.split())
+
+
+def check_cron(expr: str, now_ms: int | None = None, tz: str = "UTC") -> None:
+    """Validate a cron expression; with ``now_ms``, also refuse one that never matches again
+    after that time in zone ``tz``. :raises InvalidSpec: naming what is wrong."""
     field = "schedule.cron"
     if not isinstance(expr, str) or not expr.strip():
         raise InvalidSpec("cron must be a non-empty string", field=field)
-    if len(expr) > 256:
-        raise InvalidSpec("cron expression is longer than 256 characters", field=field)
+    if len(expr) > limits.cron_chars_max:
+        raise InvalidSpec(f"cron expression is longer than {limits.cron_chars_max} characters", field=field)
     why = _cron_error(expr)
+    if why is None and now_ms is not None and not _matches_after(expr, tz, now_ms // 60_000):
+        why = (f"cron expression {expr!r} never matches after {iso(now_ms)} "
+               f"(searched {limits.cron_years_between_matches_max} years ahead)")
     if why is not None:
         raise InvalidSpec(why, field=field)
 
 
 @functools.lru_cache(maxsize=4096)
 def _cron_error(expr: str) -> str | None:
-    """Why ``expr`` (a non-empty string of at most 256 characters) is not a valid cron
-    expression, or None. Memoised: the verdict depends on the text alone (and on croniter's
-    version), and croniter parses an expression twice here, at 0.1-0.7 ms each; a crontab
-    import or a bulk registration repeats the same few expressions many times."""
-    parts = expr.split()
+    """Why ``expr`` (a non-empty string of bounded length) is not a valid cron expression, or
+    None. Memoised: the verdict depends on the text alone; a crontab import or a bulk
+    registration repeats the same few expressions many times."""
+    text = " ".join(expr.split())
+    if text.startswith("@"):
+        if text.lower() == "@reboot":
+            return ("@reboot is not a schedule: a cluster has no boot of its own (nodes restart one at "
+                    "a time); use a one-shot {\"at\": ...} schedule or POST /v1/jobs/{name}/trigger")
+        if text.lower() not in CRON_ALIASES:
+            return f"unknown cron alias {text!r}; known: {', '.join(CRON_ALIASES)}"
+    parts = _fields(text).split()
     if len(parts) not in (5, 6):
         return f"cron needs 5 fields (m h dom mon dow) or 6 with seconds first; got {len(parts)}"
-    if any(_HASH_OR_RANDOM_RE.match(item) for p in parts for item in p.split(",")):
-        # croniter's R ("random") is drawn per instance: replicas would disagree.
-        return "cron field 'R' (random) is not allowed"
-    if parts[0].startswith("@") or expr.startswith("@"):
-        return "cron aliases (@daily, ...) are not supported: write the fields"
+    items = [item for p in parts for item in p.split(",")]
+    if any(_HASH_OR_RANDOM_RE.match(item) for item in items):
+        return "cron items 'H' (hashed) and 'R' (random) are not allowed: replicas would disagree"
+    if any("L" in item.upper() and "/" in item for item in items):
+        return "L takes no step: write L, LW or nL alone"
     try:
-        if not croniter.is_valid(expr, second_at_beginning=len(parts) == 6):
-            return f"invalid cron expression {expr!r}"
-        it = _cron_iter(expr, "UTC")
-        it.set_current(datetime(2026, 1, 1, tzinfo=UTC), force=True)
-        it.get_next(datetime)
-    except Exception as e:
-        return f"cron expression {expr!r} never matches or is invalid: {e}"
+        CronSim(_fields(text), datetime(2000, 1, 1))
+    except CronSimError as e:
+        # cronsim names the field ("Bad day-of-month"); say which expression and what is allowed.
+        return f"invalid cron expression {expr!r}: {e} (docs/api.md, \"The cron dialect\")"
+    except (ValueError, IndexError, KeyError, TypeError) as e:
+        return f"invalid cron expression {expr!r}: {type(e).__name__}"
     return None
 
 
 @functools.lru_cache(maxsize=4096)
-def _cron_iter(expr: str, tz: str) -> croniter:
-    """One parsed croniter per (expression, zone): parsing costs far more than stepping."""
-    six = len(expr.split()) == 6
-    return croniter(
-        expr,
-        datetime(2000, 1, 1, tzinfo=zone(tz)),
-        second_at_beginning=six,
-        max_years_between_matches=limits.cron_years_between_matches_max,
-    )
+def _matches_after(expr: str, tz: str, minute: int) -> bool:
+    """Whether ``expr`` has a slot after the start of minute ``minute`` (since the epoch).
+    Memoised by the minute: a bulk registration validates the same expressions at one now."""
+    return _cron_next(expr, tz, minute * 60_000) is not None
 
 
 def _hour_is_wildcard(expr: str) -> bool:
-    parts = expr.split()
+    parts = _fields(expr).split()
     hour = parts[2] if len(parts) == 6 else parts[1]
     return hour.startswith("*")
 
 
-#: Slots one next-slot search may pass over: the second occurrences of a repeated hour (at
-#: most 3600 for a seconds cron) and one slot shifted past a spring-forward gap.
+#: Matches one next-slot search may pass over: local times in a spring-forward gap that
+#: ``skip`` drops (at most 3600 for a seconds cron in a one-hour gap) and a few more.
 _SKIPS_MAX = 4000
 
 
@@ -117,46 +168,128 @@ def fall_back_once(expr: str, dst: dict | None) -> bool:
     return not _hour_is_wildcard(expr)
 
 
-def _gap_shifted(expr: str, dt: datetime) -> bool:
-    """Whether croniter moved this slot past a spring-forward gap: its local wall time does not
-    match the expression (02:30 that does not exist, fired at 03:00)."""
-    if dt.utcoffset() == (dt - timedelta(hours=3)).utcoffset():
-        return False  # no transition in the last three hours: nothing can have been shifted
-    six = len(expr.split()) == 6
-    return not croniter.match(expr, dt.replace(tzinfo=None), second_at_beginning=six)
+def spring_forward_runs(expr: str, dst: dict | None) -> bool:
+    """Whether local times that do not exist fire once after the gap. Explicit
+    ``dst.spring_forward`` wins; by default fixed-hour expressions run after the gap and
+    wildcard-hour ones have no slot in it (the hour they name goes by, like any other)."""
+    if dst and dst.get("spring_forward"):
+        return dst["spring_forward"] == "run_after_gap"
+    return not _hour_is_wildcard(expr)
+
+
+def _naive_next(expr: str, wall: datetime) -> datetime | None:
+    """The first local wall time strictly after ``wall`` (naive) that ``expr`` matches."""
+    try:
+        return next(CronSim(expr, wall))
+    except (StopIteration, OverflowError, ValueError):
+        return None  # no match within cronsim's search bound (or past datetime's year 9999)
+
+
+def _wall_of(ms: int, z: ZoneInfo) -> datetime:
+    """The naive local wall time of instant ``ms`` in zone ``z``."""
+    return (_EPOCH + ms * _MS).astimezone(z).replace(tzinfo=None)
+
+
+def _offset_ms(ms: int, z: ZoneInfo) -> int:
+    return (_EPOCH + ms * _MS).astimezone(z).utcoffset() // _MS
+
+
+def _first_change_ms(z: ZoneInfo, lo: int, hi: int) -> int:
+    """The first instant in (lo, hi] whose UTC offset differs from lo's (one change in between)."""
+    off = _offset_ms(lo, z)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if _offset_ms(mid, z) == off else (lo, mid)
+    return hi
+
+
+_UNIQUE, _REPEATED, _MISSING = 0, 1, 2
+
+
+def _instants(wall: datetime, z: ZoneInfo) -> tuple[int, int, int]:
+    """What local wall time ``wall`` is in zone ``z``: ``(_UNIQUE, ms, ms)``, ``(_REPEATED, first
+    ms, second ms)``, or ``(_MISSING, transition ms, transition ms)`` for a time in a
+    spring-forward gap, the transition being the first instant after the gap. PEP 495: fold 0 is
+    the offset before a transition, fold 1 the one after."""
+    off0 = wall.replace(tzinfo=z, fold=0).utcoffset()
+    off1 = wall.replace(tzinfo=z, fold=1).utcoffset()
+    base = wall - _EPOCH_NAIVE
+    a = (base - off0) // _MS
+    if off0 == off1:
+        return _UNIQUE, a, a
+    b = (base - off1) // _MS
+    if off0 > off1:
+        return _REPEATED, a, b
+    t = _first_change_ms(z, b, a)  # offset goes up: fold 1's instant is the earlier one
+    return _MISSING, t, t
+
+
+def _repeat_span(z: ZoneInfo, ms: int):
+    """``(transition ms, first repeated wall time, wall time where repetition ends)`` when
+    instant ``ms`` lies in a repeated span (either pass), else None."""
+    lo, hi = ms - _DST_SHIFT_MAX_MS, ms + _DST_SHIFT_MAX_MS
+    before, after = _offset_ms(lo, z), _offset_ms(hi, z)
+    if before <= after:
+        return None  # no fall-back within reach
+    t = _first_change_ms(z, lo, hi)
+    shift = before - after
+    if not t - shift <= ms < t + shift:
+        return None
+    end = _EPOCH_NAIVE + (t + before) * _MS
+    return t, end - shift * _MS, end
+
+
+def _after_gap_ms(expr: str, t_ms: int) -> int:
+    """The first instant at or after transition ``t_ms`` whose seconds match ``expr``'s seconds
+    field (a 5-field expression: second 0), where a missing local time fires."""
+    parts = expr.split()
+    sec = parts[0] if len(parts) == 6 else "0"
+    wall = _EPOCH_NAIVE + (t_ms - 1000) * _MS
+    nxt = _naive_next(f"{sec} * * * * *", wall)
+    return t_ms if nxt is None else max(t_ms, (nxt - _EPOCH_NAIVE) // _MS)
 
 
 def _cron_next(expr: str, tz: str, after_ms: int, dst: dict | None = None) -> int | None:
-    it = _cron_iter(expr, tz)
+    """The first slot of ``expr`` in ``tz`` strictly after ``after_ms``, or None.
+
+    Two streams of instants, each increasing with wall time: first (or only) occurrences, and,
+    when repeated times fire twice, second occurrences; the slot is the smaller of each stream's
+    first instant after ``after_ms``. Only an instant inside a repeated span has a second stream
+    to look at (_repeat_span)."""
+    expr = _fields(expr)
     z = zone(tz)
-    start = datetime.fromtimestamp(after_ms / 1000, tz=UTC).astimezone(z)
-    repeat_once = fall_back_once(expr, dst)
-    skip_gap = bool(dst) and dst.get("spring_forward") == "skip"
-    # croniter's set_current/get_next are not thread-safe on a shared instance; callers run on
-    # one thread per process (the event loop), which is all that calls this.
-    it.set_current(start, force=True)
+    wall = _wall_of(after_ms, z)
+    span = _repeat_span(z, after_ms)
+    run_gap = spring_forward_runs(expr, dst)
+    best = None
+    start = wall
+    if span is not None and after_ms >= span[0]:
+        # In the second pass: first occurrences of wall times up to the end of the repeated span
+        # are already in the past.
+        start = max(wall, span[2] - _SECOND)
+    t = start
     for _ in range(_SKIPS_MAX):
-        try:
-            nxt = it.get_next(datetime)
-        except CroniterError:
-            return None
-        ms = int(nxt.timestamp() * 1000)
-        if ms <= after_ms:
-            continue
-        if repeat_once and nxt.fold == 1 and _is_ambiguous(nxt):
-            # Second occurrence of a repeated local time: fires once.
-            continue
-        if skip_gap and _gap_shifted(expr, nxt):
-            # A local time that did not exist: spring_forward=skip drops it.
-            continue
-        return ms
-    return None
-
-
-def _is_ambiguous(dt: datetime) -> bool:
-    a = dt.replace(fold=0).utcoffset()
-    b = dt.replace(fold=1).utcoffset()
-    return a != b
+        t = _naive_next(expr, t)
+        if t is None:
+            break
+        kind, a, _b = _instants(t, z)
+        if kind == _MISSING:
+            if run_gap:
+                g = _after_gap_ms(expr, a)
+                if g > after_ms and (best is None or g < best):
+                    best = g
+            continue  # a real slot right after the gap may still come first
+        if a > after_ms:
+            best = a if best is None else min(best, a)
+            break
+    if span is not None and not fall_back_once(expr, dst):
+        t0, first, end = span
+        t = _naive_next(expr, (first - _SECOND) if after_ms < t0 else wall)
+        if t is not None and t < end:
+            kind, _a, b = _instants(t, z)
+            if kind == _REPEATED and b > after_ms and (best is None or b < best):
+                best = b
+    return best
 
 
 def jitter_offset_ms(key: str, nominal_ms: int, jitter_ms: int) -> int:
@@ -243,8 +376,8 @@ def last_slots_until(schedule: dict, after_ms: int, until_ms: int, anchor_ms: in
         last = anchor_ms + ((until_ms - anchor_ms) // every) * every
         start = max(first, last - (count - 1) * every)
         return list(range(start, last + 1, every))
-    # Cron and one-shot: walk back by bisection-free stepping. For cron, croniter's get_prev is
-    # not DST-consistent with get_next, so step forward from a point far enough back instead.
+    # Cron and one-shot: step forward from a point far enough back (a backward search would need
+    # its own copy of the DST rules, which _cron_next applies forward only).
     out: list[int] = []
     window_ms = 60_000
     while True:

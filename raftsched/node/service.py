@@ -61,7 +61,7 @@ class Service:
     def _position(self, name: str, sched: dict, now: int, memo: dict | None = None) -> tuple[int, int, int | None]:
         """The proposer's part of a put_job: ``(cursor, anchor, next)``. A replace with the same
         schedule keeps the job's cursor and anchor (apply keeps them whatever the command says).
-        ``memo`` caches cron next slots within one batch (croniter: ~0.1 ms a call)."""
+        ``memo`` caches cron next slots within one batch (20-40 us a call)."""
         anchor, cursor = policy.initial_position(sched, now)
         with self.state.lock:
             old = self.state.jobs.get(name)
@@ -75,8 +75,8 @@ class Service:
         return cursor, anchor, memo[key]
 
     async def put_job(self, name: str, raw, rid: str | None, create_only: bool = False) -> dict:
-        spec = model.validate_job(name, raw)
         now = self.clock.now_ms()
+        spec = model.validate_job(name, raw, now)
         cursor, anchor, nxt = self._position(name, spec["schedule"], now)
         cmd = commands.make("put_job", now, rid or new_request_id(), name=name, spec=spec,
                             next=nxt, cursor=cursor, anchor=anchor, create_only=create_only)
@@ -105,13 +105,14 @@ class Service:
         jobs_raw, create_only = _batch_body(body)
         key = key or new_request_id()
         step = limits.batch_validate_step
+        now = self.clock.now_ms()
         specs: dict[str, dict] = {}
         invalid: list[dict] = []
         for k, (name, raw) in enumerate(jobs_raw.items()):
             if k and k % step == 0:
                 await asyncio.sleep(0)  # a yield, not a wait: other requests, the trigger, heartbeats
             try:
-                specs[name] = model.validate_job(name, raw)
+                specs[name] = model.validate_job(name, raw, now)
             except InvalidSpec as e:
                 invalid.append({"job": name, "field": e.field, "message": e.message})
         if invalid:
@@ -119,7 +120,6 @@ class Service:
             raise InvalidSpec(f"job {first['job']!r}: {first['message']}", field=first["field"], job=first["job"],
                               invalid=len(invalid), errors=invalid[:100])
 
-        now = self.clock.now_ms()
         memo: dict = {}
         chunks: list[list[dict]] = []  # put_jobs items
         hashes: list = []
@@ -404,8 +404,8 @@ class Service:
         return {"job": name, "slots": preview.preview(spec, anchor, after, count)}
 
     def preview_spec(self, raw, count: int) -> dict:
-        spec = model.validate_job("preview", raw)
         now = self.clock.now_ms()
+        spec = model.validate_job("preview", raw, now)
         anchor, cursor = policy.initial_position(spec["schedule"], now)
         return {"slots": preview.preview(spec, anchor, cursor, count)}
 
