@@ -69,7 +69,7 @@ from pysyncobj.transport import TCPTransport
 
 from .core import limits
 from .core.errors import Indeterminate, LimitExceeded, Unavailable
-from .node.aio import LoopInbox
+from .aio import LoopInbox
 
 logger = logging.getLogger(__name__)
 
