@@ -42,7 +42,6 @@ import asyncio
 import errno
 import fcntl
 import functools
-import gc
 import gzip
 import itertools
 import logging
@@ -69,6 +68,7 @@ from pysyncobj.transport import TCPTransport
 
 from .core import limits
 from .core.errors import Indeterminate, LimitExceeded, Unavailable
+from . import gcpolicy
 from .aio import LoopInbox
 
 logger = logging.getLogger(__name__)
@@ -216,7 +216,10 @@ class _DeferredSnapshot:
         self._state = state
 
     def __reduce__(self):
-        with self._state.lock:
+        # The encoding builds a container for every job at once: no collection meanwhile
+        # (gcpolicy.paused). In a node it runs in the forked dump writer (useFork), whose
+        # collector is the only one it pauses.
+        with self._state.lock, gcpolicy.paused():
             return (bytes, (bytes(self._state.snapshot()),))
 
 
@@ -545,19 +548,12 @@ class _StateConsumer(SyncObjConsumer):
             logger.critical("replication.dump_unreadable type=%s", type(data).__name__)
             raise ValueError("unreadable raftsched dump")
         started = time.monotonic()
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
+        # No collection while the restore creates every object of the state, and the restored
+        # state frozen out of the collector's walks before it runs again (gcpolicy says why).
+        with gcpolicy.paused():
             with self._state.lock:
                 self._state.restore(bytes(data["state"]))
-            # The restored state is long-lived: frozen out of the collector's walks before it
-            # runs again. Otherwise the next young collection walks every object restored
-            # (1.0-1.3 s at 1M jobs, the GIL held: longer than the election timeout).
-            # node/gcpause.py does the same as the state grows.
-            gc.freeze()
-        finally:
-            if was_enabled:
-                gc.enable()
+            gcpolicy.freeze_restored()
         logger.info("replication.restored bytes=%d ms=%.1f", len(data["state"]),
                     (time.monotonic() - started) * 1000)
 

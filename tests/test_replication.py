@@ -299,6 +299,39 @@ def test_snapshot_roundtrip_through_the_consumer():
     assert other.read() == {"x": 1} and other.restores == 1
 
 
+def test_the_collector_is_paused_while_a_snapshot_is_encoded_and_while_one_is_restored():
+    """Encoding and restoring build the whole state at once: replication pauses the collector
+    around both (gcpolicy.paused), whatever the state itself does, and switches it on again."""
+    import pickle
+
+    class Watched(FakeState):
+        def __init__(self):
+            super().__init__()
+            self.collector_on: list[tuple[str, bool]] = []
+
+        def snapshot(self):
+            self.collector_on.append(("snapshot", gc.isenabled()))
+            return super().snapshot()
+
+        def restore(self, data):
+            self.collector_on.append(("restore", gc.isenabled()))
+            super().restore(data)
+
+    state = Watched()
+    state.apply_bytes(incr("x"))
+    consumer = _StateConsumer(state)
+    dumped = pickle.dumps(consumer._serialize(), 2)
+    consumer._release_snapshot_lock()
+    assert gc.isenabled()
+    other = Watched()
+    try:
+        _StateConsumer(other)._deserialize(pickle.loads(dumped))
+    finally:
+        gc.unfreeze()
+    assert gc.isenabled()
+    assert state.collector_on == [("snapshot", False)] and other.collector_on == [("restore", False)]
+
+
 # -- LocalLog --------------------------------------------------------------------------------------
 
 def test_local_log_applies_synchronously_and_reports_leader():
