@@ -2,8 +2,8 @@
 
 ``RaftNode`` replicates one state object (``apply_bytes`` / ``snapshot`` / ``restore``) through a
 pysyncobj 0.3.17 Raft group with static membership, and gives the asyncio world three things:
-``await propose(bytes) -> result``, leadership events, and ``status()``. ``LocalLog`` has the same
-API for a single in-process replica, for tests of the upper layers.
+``await propose(bytes) -> result``, leadership events, and ``status()``. The upper layers are
+tested against ``raftsched.testing.fakes.FakeRaft`` instead.
 
 pysyncobj is used from the outside only, through its extension points (a ``SyncObjConsumer``, a
 ``transportClass``, ``addOnTickCallback``, ``onStateChanged``, the conf), because several of its
@@ -73,7 +73,7 @@ from .aio import LoopInbox
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["make_conf", "RaftNode", "LocalLog", "RAFT_CONF_DEFAULTS", "BARRIER_NOOP"]
+__all__ = ["make_conf", "RaftNode", "RAFT_CONF_DEFAULTS", "BARRIER_NOOP"]
 
 # ---------------------------------------------------------------------------------------------
 # Configuration
@@ -1265,97 +1265,4 @@ class RaftNode:
             "is_leader": role == "leader",
             "running": True,
             "peers_connected": sorted(n.id for n in sync.otherNodes if sync.isNodeConnected(n)),
-        }
-
-
-# ---------------------------------------------------------------------------------------------
-# LocalLog
-# ---------------------------------------------------------------------------------------------
-
-class LocalLog:
-    """A single in-process replica with RaftNode's API, for tests of the upper layers.
-
-    ``propose`` applies at once under ``state.lock`` and returns the result; the node is always
-    the leader (term 1) unless a test calls ``set_leader(False)``; ``commit_index`` counts the
-    commands applied (``barrier`` counts only when a ``barrier_command`` is applied).
-
-    Test hooks: ``set_leader(flag)`` (delivers ``on_role_change``; while not leader, proposals
-    raise ``Unavailable``) and ``fail_next(exc, count=1)`` (the next proposals raise ``exc``
-    without applying, e.g. ``Indeterminate(...)``).
-    """
-
-    def __init__(self, state, *, self_addr: str = "local", on_role_change=None,
-                 barrier_command: bytes | None = None):
-        self._state = state
-        self._self_addr = self_addr
-        self._on_role_change = on_role_change
-        self._barrier_command = barrier_command
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._leader = True
-        self._running = False
-        self._index = 0
-        self._failures: list[BaseException] = []
-
-    def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._running = True
-        if self._on_role_change is not None:
-            loop.call_soon(self._on_role_change, True)
-
-    def stop(self) -> None:
-        if self._running and self._leader and self._on_role_change is not None \
-                and self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon(self._on_role_change, False)
-        self._running = False
-
-    def set_leader(self, flag: bool) -> None:
-        flag = bool(flag)
-        if flag != self._leader:
-            self._leader = flag
-            if self._on_role_change is not None and self._loop is not None:
-                self._loop.call_soon(self._on_role_change, flag)
-
-    def fail_next(self, exc: BaseException, count: int = 1) -> None:
-        self._failures.extend([exc] * count)
-
-    def _apply(self, data: bytes) -> dict:
-        with self._state.lock:
-            result = self._state.apply_bytes(bytes(data))
-            self._index += 1
-        return result
-
-    async def propose(self, data: bytes, timeout_s: float = 5.0) -> dict:
-        _check_command(data)
-        if not self._running:
-            raise Unavailable("local log is not running", leader=None)
-        if self._failures:
-            raise self._failures.pop(0)
-        if not self._leader:
-            raise Unavailable("no leader (LocalLog.set_leader(False))", leader=None)
-        return self._apply(data)
-
-    async def barrier(self, timeout_s: float = 5.0) -> None:
-        if not self._running:
-            raise Unavailable("local log is not running", leader=None)
-        if not self._leader:
-            raise Unavailable("no leader (LocalLog.set_leader(False))", leader=None)
-        if self._barrier_command is not None:
-            self._apply(self._barrier_command)
-
-    def is_leader(self) -> bool:
-        return self._running and self._leader
-
-    def status(self) -> dict:
-        leader = self._running and self._leader
-        return {
-            "self": self._self_addr,
-            "role": "leader" if leader else "follower",
-            "leader": self._self_addr if leader else None,
-            "term": 1,
-            "commit_index": self._index,
-            "last_applied": self._index,
-            "members": [self._self_addr],
-            "is_leader": leader,
-            "running": self._running,
-            "peers_connected": [],
         }

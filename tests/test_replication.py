@@ -1,4 +1,4 @@
-"""Tests of raftsched.replication: the pysyncobj adapter and LocalLog.
+"""Tests of raftsched.replication: the pysyncobj adapter.
 
 The cluster tests run three real RaftNodes (pysyncobj, one tick thread each) in this process on
 free loopback ports, with a fake state (counters in a dict, msgpack snapshots). They wait on
@@ -19,7 +19,7 @@ import pytest
 from raftsched.core import limits
 from raftsched.core.errors import Indeterminate, LimitExceeded, RaftschedError, Unavailable
 from raftsched.replication import (
-    BARRIER_NOOP, LocalLog, RaftNode, _settle_group, _StateConsumer, make_conf,
+    BARRIER_NOOP, RaftNode, _settle_group, _StateConsumer, make_conf,
 )
 from pysyncobj.config import FAIL_REASON
 
@@ -233,6 +233,21 @@ def test_raft_node_refuses_reserved_unknown_or_unsafe_overrides(tmp_path):
         _node(tmp_path, conf_overrides={"leaderFallbackTimout": 1.0})
 
 
+def test_a_command_over_the_size_limit_is_refused_before_anything_enters_the_log(tmp_path):
+    """pysyncobj mis-handles messages above 64 KiB: propose refuses a larger command (and a
+    command that is not bytes) at once, before it looks for a leader; so does the constructor
+    for a barrier command."""
+    node = _node(tmp_path)
+    with pytest.raises(LimitExceeded):
+        asyncio.run(node.propose(b"x" * (limits.command_bytes_max + 1)))
+    with pytest.raises(TypeError):
+        asyncio.run(node.propose("not bytes"))
+    with pytest.raises(Unavailable):  # within the limit: refused only because it is not running
+        asyncio.run(node.propose(b"x" * limits.command_bytes_max))
+    with pytest.raises(LimitExceeded):
+        _node(tmp_path, barrier_command=b"x" * (limits.command_bytes_max + 1))
+
+
 # -- the adapter's guards, without a network ---------------------------------------------------
 
 def test_apply_never_raises_and_the_barrier_never_reaches_the_state():
@@ -330,41 +345,6 @@ def test_the_collector_is_paused_while_a_snapshot_is_encoded_and_while_one_is_re
         gc.unfreeze()
     assert gc.isenabled()
     assert state.collector_on == [("snapshot", False)] and other.collector_on == [("restore", False)]
-
-
-# -- LocalLog --------------------------------------------------------------------------------------
-
-def test_local_log_applies_synchronously_and_reports_leader():
-    async def main():
-        state = FakeState()
-        roles = []
-        log = LocalLog(state, on_role_change=roles.append)
-        log.start(asyncio.get_running_loop())
-        assert await log.propose(incr("a")) == {"ok": True, "value": 1}
-        assert await log.propose(incr("a")) == {"ok": True, "value": 2}
-        await log.barrier()
-        st = log.status()
-        assert st["role"] == "leader" and st["is_leader"] and log.is_leader()
-        assert (st["term"], st["commit_index"], st["leader"]) == (1, 2, "local")
-        await asyncio.sleep(0)  # ok-sleep: one loop turn runs the call_soon'd role change
-        assert roles == [True]
-
-        log.fail_next(Indeterminate("injected"))
-        with pytest.raises(Indeterminate):
-            await log.propose(incr("a"))
-        log.set_leader(False)
-        with pytest.raises(Unavailable):
-            await log.propose(incr("a"))
-        log.set_leader(True)
-        with pytest.raises(LimitExceeded):
-            await log.propose(b"x" * (limits.command_bytes_max + 1))
-        assert state.read() == {"a": 2} and log.status()["commit_index"] == 2
-        log.stop()
-        with pytest.raises(Unavailable):
-            await log.propose(incr("a"))
-        await asyncio.sleep(0)  # ok-sleep: one loop turn runs the call_soon'd role changes
-        assert roles == [True, False, True, False]
-    run(main)
 
 
 # -- three real nodes ------------------------------------------------------------------------------
