@@ -9,7 +9,7 @@ Three processes on free 127.0.0.1 ports, each a pysyncobj ``SyncObj`` configured
 ``raftsched.replication.RaftNode`` configures one: ``RAFT_CONF_DEFAULTS`` through ``make_conf``,
 a password (a fresh random secret), journal and full dump files in a temporary directory,
 ``bindAddress`` = its own 127.0.0.1 address, an ``onStateChanged`` callback, and the same
-transport class (``raftsched.replication._RaftTransport``: pysyncobj's TCP transport plus the
+transport class (``raftsched.replication.RaftTransport``: pysyncobj's TCP transport plus the
 0.5 s keepalive; no dial map). What differs from RaftNode: the replicated state is a counter whose
 one ``@replicated`` method, ``noop(payload)``, only increments it (RaftNode's state decodes and
 applies a msgpack command), the client calls the method directly with a pysyncobj callback
@@ -168,7 +168,7 @@ def node_main(args) -> int:
     from pysyncobj import SyncObj, SyncObjConsumer, replicated
     from pysyncobj.config import FAIL_REASON
 
-    from raftsched.replication import _RaftTransport, make_conf
+    from raftsched.replication import RaftTransport, make_conf
 
     reason_names = {v: k for k, v in vars(FAIL_REASON).items() if k.isupper()}
 
@@ -195,7 +195,7 @@ def node_main(args) -> int:
     conf = make_conf(**options, onStateChanged=on_state_changed)
     counters: dict = {}
     consumer = Counter()
-    transport = functools.partial(_RaftTransport, dial_map=None, counters=counters)
+    transport = functools.partial(RaftTransport, dial_map=None, counters=counters)
     sync = SyncObj(args.self_addr, peers, conf=conf, consumers=[consumer],
                    transportClass=transport)
 
@@ -206,7 +206,7 @@ def node_main(args) -> int:
     shown["bindAddress"] = "127.0.0.1:<port>"
     shown["onStateChanged"] = "<callback>"
     reply({"event": "started", "pid": os.getpid(), "conf": shown,
-           "transport": f"{_RaftTransport.__module__}.{_RaftTransport.__qualname__}"})
+           "transport": f"{RaftTransport.__module__}.{RaftTransport.__qualname__}"})
 
     def leader_id():
         leader = sync._getLeader()

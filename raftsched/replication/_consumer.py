@@ -1,0 +1,113 @@
+"""The replicated state as pysyncobj sees it: ``_StateConsumer`` (the one ``@replicated``
+method, and the dump's serializer and deserializer) and ``_DeferredSnapshot`` (a dump encoded by
+the forked writer rather than by the tick thread)."""
+from __future__ import annotations
+
+import logging
+import time
+
+from pysyncobj import SyncObjConsumer, replicated
+
+from .. import gcpolicy
+
+logger = logging.getLogger("raftsched.replication")  # one logger for the package (docs/operations.md)
+
+#: The log entry barrier() proposes when no barrier_command is given. _apply recognises it and
+#: returns without touching the state: it is applied for its position in the log only.
+BARRIER_NOOP = b""
+
+_DUMP_FORMAT = 1
+
+
+class _DeferredSnapshot:
+    """Pickles as ``state.snapshot()`` bytes, encoded when pickled, not when created.
+
+    pysyncobj builds the dump data on its tick thread, then forks and pickles it in the child. By
+    deferring the encoding to pickling time, the child encodes its copy-on-write image of the
+    state and the tick thread only pays for ``fork()``. The tick thread holds ``state.lock``
+    across the fork (``_StateConsumer._serialize``), so in the child the lock is owned by the
+    surviving thread and ``snapshot()`` may take it again (it must be an RLock); no other thread
+    can be half-way through the state in the copied image. Unpickled, it is plain ``bytes``.
+    """
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state):
+        self._state = state
+
+    def __reduce__(self):
+        # The encoding builds a container for every job at once: no collection meanwhile
+        # (gcpolicy.paused). In a node it runs in the forked dump writer (useFork), whose
+        # collector is the only one it pauses.
+        with self._state.lock, gcpolicy.paused():
+            return (bytes, (bytes(self._state.snapshot()),))
+
+
+def _error_result(code: str, message: str) -> dict:
+    return {"ok": False, "error": {"code": code, "message": message, "field": None}}
+
+
+class _StateConsumer(SyncObjConsumer):
+    """Holds the state for pysyncobj. The state is set before SyncObj exists (a state assigned
+    after SyncObj.__init__ races its tick thread, which may already apply the journal)."""
+
+    def __init__(self, state):
+        super().__init__()
+        self._state = state
+        # True while the tick thread holds state.lock across a dump fork; released by
+        # _release_snapshot_lock on the same thread at the end of the same tick.
+        self._snapshot_lock_held = False
+
+    # A single replicated method, forever: pysyncobj numbers replicated methods by sorted
+    # (version, name), so adding one could renumber the ids stored in old log entries. Commands
+    # are versioned inside the msgpack envelope instead.
+    @replicated
+    def _apply(self, data: bytes | tuple) -> dict | list:
+        if isinstance(data, tuple):
+            # A group (RaftNode._flush_group): commands proposed in one event-loop turn and
+            # committed as one log entry. Each is applied in order, exactly as if it had its own
+            # entry, and gets its own result; under one lock, so readers see whole groups.
+            with self._state.lock:
+                return [self._apply_one(d) for d in data]
+        return self._apply_one(data)
+
+    def _apply_one(self, data: bytes) -> dict:
+        if data == BARRIER_NOOP:
+            return {"ok": True}
+        try:
+            return self._state.apply_bytes(data)
+        except BaseException as e:  # noqa: BLE001 - an exception here wedges pysyncobj forever
+            logger.critical("replication.apply_raised error=%r (a bug in apply_bytes; the entry "
+                            "is recorded as refused on this replica)", e, exc_info=True)
+            return _error_result("internal", f"apply failed: {type(e).__name__}")
+
+    def _serialize(self) -> dict:
+        # Called on the tick thread right before pysyncobj forks the dump writer. See
+        # _DeferredSnapshot for why the lock is held across the fork.
+        if not self._snapshot_lock_held:
+            self._state.lock.acquire()
+            self._snapshot_lock_held = True
+        return {"format": _DUMP_FORMAT, "state": _DeferredSnapshot(self._state)}
+
+    def _release_snapshot_lock(self) -> None:
+        if self._snapshot_lock_held:
+            self._snapshot_lock_held = False
+            self._state.lock.release()
+
+    def _deserialize(self, data) -> None:
+        # A full dump loaded at start-up, or a snapshot installed from the leader. pysyncobj
+        # catches and logs an exception here and leaves the node unable to apply further: a
+        # fail-stop, which beats applying entries to a half-restored state.
+        if not isinstance(data, dict) or data.get("format") != _DUMP_FORMAT \
+                or not isinstance(data.get("state"), (bytes, bytearray)):
+            logger.critical("replication.dump_unreadable type=%s", type(data).__name__)
+            raise ValueError("unreadable raftsched dump")
+        started = time.monotonic()
+        # No collection while the restore creates every object of the state, and the restored
+        # state frozen out of the collector's walks before it runs again (gcpolicy says why).
+        with gcpolicy.paused():
+            with self._state.lock:
+                self._state.restore(bytes(data["state"]))
+            gcpolicy.freeze_restored()
+        logger.info("replication.restored bytes=%d ms=%.1f", len(data["state"]),
+                    (time.monotonic() - started) * 1000)
