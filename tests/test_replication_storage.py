@@ -10,12 +10,14 @@ import pickle
 from pysyncobj import serializer
 from pysyncobj.journal import FIRST_RECORD_OFFSET, createJournal
 
+from raftsched.replication import install
 from raftsched.replication._storage import _cut_journal_file, _FastGzip, _JournalFile
 
 
 def test_dumps_are_gzip_level_1_and_level_9_dumps_still_read(tmp_path):
     """pysyncobj wrote dumps at gzip level 9 (seconds at 1M jobs for a slightly larger file);
     _FastGzip writes level 1, and reads what level 9 wrote."""
+    install()  # what every RaftNode does
     assert serializer.gzip is _FastGzip
     path = str(tmp_path / "raft.dump")
     data = (b"state" * 1000, 7, 8)
@@ -37,6 +39,7 @@ def test_the_journal_file_is_not_mapped_and_is_cut_back_after_a_compaction(tmp_p
     """pysyncobj's FileJournal on _JournalFile: the same records read back, the file never
     mmapped (its pages counted in a node's resident memory, on top of FileJournal's own list),
     and a compaction cuts the file back to the records it keeps."""
+    install()  # what every RaftNode does
     path = str(tmp_path / "raft.journal")
     j = createJournal(path)
     assert isinstance(j._FileJournal__journalFile, _JournalFile)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pysyncobj.monotonic import monotonic
 
-from raftsched.replication import make_conf
+from raftsched.replication import install, make_conf
 from raftsched.replication._consumer import _StateConsumer
 from raftsched.replication._syncobj import _SyncObj
 
@@ -20,6 +20,7 @@ from replication_helpers import (
 def lone_follower():
     """One _SyncObj whose message handler the test calls directly (no network, no tick), and
     its two peers as pysyncobj nodes."""
+    install()  # what every RaftNode does before it builds one
     me, a, b = (f"127.0.0.1:{free_port()}" for _ in range(3))
     sync = _SyncObj(me, [a, b], conf=make_conf(autoTick=False, password=SECRET),
                     consumers=[_StateConsumer(FakeState())])
@@ -96,6 +97,7 @@ def test_a_split_vote_is_broken_by_node_id():
     """Two candidates of one term with equally recent logs each refuse the other (each voted for
     itself). The one with the lower id stands again within 0.1 s; the other waits at least a
     minimum timeout, so the next term's request reaches it first."""
+    install()  # what every RaftNode does before it builds one
     lo, me, hi = sorted(f"127.0.0.1:{free_port()}" for _ in range(3))
     conf = make_conf(autoTick=False, password=SECRET)
     sync = _SyncObj(me, [lo, hi], conf=conf, consumers=[_StateConsumer(FakeState())])

@@ -41,6 +41,11 @@ The modules: ``node`` (RaftNode), ``conf`` (RAFT_CONF_DEFAULTS, make_conf), ``_c
 replicated state as pysyncobj sees it), ``_syncobj`` (the Raft corrections to SyncObj),
 ``_transport`` (RaftTransport, uncompressed messages), ``_storage`` (the journal file, the dump's
 gzip), ``_crypto`` (message protection) and ``_install`` (the stand-ins put into pysyncobj).
+
+Importing the package changes nothing in pysyncobj. The stand-ins for three of its module
+globals and the filter on its logger are put in place by ``install()``, which every ``RaftNode``
+calls when it is made, and which refuses to run on a pysyncobj whose internals differ from the
+ones they were written against.
 """
 from __future__ import annotations
 
@@ -83,6 +88,3 @@ class Replicator(Protocol):
 
     def status(self) -> dict:
         """This node's view of the group: role, leader, term, commit index, members..."""
-
-# The stand-ins are still put into pysyncobj when the package is imported.
-install()

@@ -20,6 +20,7 @@ from ..core import limits
 from ..core.errors import Indeterminate, LimitExceeded, Unavailable
 from ._consumer import BARRIER_NOOP, _StateConsumer
 from ._crypto import _AeadEncryptor
+from ._install import install
 from ._syncobj import _SyncObj
 from ._transport import RaftTransport
 from .conf import _RESERVED_CONF_KEYS, RAFT_CONF_DEFAULTS, make_conf
@@ -106,12 +107,17 @@ class RaftNode:
         ones: password, files, bind address, callbacks, membership, serializer, fork).
     :param barrier_command: the bytes ``barrier()`` proposes; by default ``BARRIER_NOOP``, which
         never reaches the state.
+    :raises RuntimeError: when this pysyncobj's internals are not the ones ``install`` expects.
+    :raises ValueError, TypeError: for an empty secret, a bad address, or refused options.
     """
 
     def __init__(self, *, self_addr: str, peers: list[str], data_dir: str, secret: str,
                  state, on_role_change: Callable[[bool], Any] | None = None,
                  dial_map: dict[str, str] | None = None, conf_overrides: dict | None = None,
                  barrier_command: bytes | None = None):
+        # The stand-ins for pysyncobj's parts, before anything of pysyncobj is built (raises
+        # RuntimeError for a pysyncobj whose internals are not the expected ones).
+        install()
         if not isinstance(secret, str) or not secret:
             raise ValueError("a cluster secret is required: pysyncobj unpickles whatever reaches "
                              "its port unless every message is authenticated")
