@@ -6,6 +6,7 @@ and stop every node they start.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import threading
@@ -22,15 +23,22 @@ COMPACT = {"logCompactionMinEntries": 20}
 
 
 class FakeState:
-    """The SchedulerState interface over a dict of counters."""
+    """The SchedulerState interface over a dict of counters.
 
-    def __init__(self):
-        self.lock = threading.RLock()
+    With ``own_lock`` it has a ``lock`` (an RLock) that it takes itself and that RaftNode takes
+    too; without, it has no lock and relies on the replica's alone, as a state of a core that
+    owns no lock does.
+    """
+
+    def __init__(self, own_lock: bool = True):
+        if own_lock:
+            self.lock = threading.RLock()
+        self._guard = self.lock if own_lock else contextlib.nullcontext()
         self.counters: dict[str, int] = {}
         self.restores = 0
 
     def apply_bytes(self, data: bytes) -> dict:
-        with self.lock:
+        with self._guard:
             try:
                 cmd = msgpack.unpackb(data, raw=False)
             except Exception as e:  # apply_bytes never raises...
@@ -45,17 +53,32 @@ class FakeState:
             return {"ok": True}
 
     def snapshot(self) -> bytes:
-        with self.lock:
+        with self._guard:
             return msgpack.packb({"counters": self.counters}, use_bin_type=True)
 
     def restore(self, data: bytes) -> None:
-        with self.lock:
+        with self._guard:
             self.counters = dict(msgpack.unpackb(data, raw=False)["counters"])
             self.restores += 1
 
     def read(self) -> dict:
-        with self.lock:
+        with self._guard:
             return dict(self.counters)
+
+
+def free_elsewhere(lock) -> bool:
+    """Whether a thread other than this one can take ``lock`` now (it gives it back at once).
+    Asking from this thread would prove nothing: an RLock it holds, it may take again."""
+    got = []
+
+    def take():
+        if lock.acquire(blocking=False):
+            got.append(True)
+            lock.release()
+    t = threading.Thread(target=take)
+    t.start()
+    t.join()
+    return bool(got)
 
 
 def incr(key: str = "k") -> bytes:
@@ -93,13 +116,17 @@ async def propose_retrying(node, data: bytes, timeout_s: float = 10.0) -> dict:
 
 
 class Cluster:
-    """Three RaftNodes on loopback; every node started here is stopped in close()."""
+    """Three RaftNodes on loopback; every node started here is stopped in close(). States are
+compared through ``RaftNode.read``."""
 
-    def __init__(self, tmp_path, addrs=None, conf_overrides=None, dial_maps=None):
+    def __init__(self, tmp_path, addrs=None, conf_overrides=None, dial_maps=None,
+                 own_lock: bool = True):
         self.addrs = addrs or [f"127.0.0.1:{free_port()}" for _ in range(3)]
         self.dirs = {a: str(tmp_path / f"node{i}") for i, a in enumerate(self.addrs)}
         self.conf_overrides = conf_overrides
         self.dial_maps = dial_maps or {}
+        #: whether each node's FakeState has a lock of its own (see FakeState)
+        self.own_lock = own_lock
         self.nodes: dict[str, RaftNode] = {}
         self.states: dict[str, FakeState] = {}
         self.roles: dict[str, list[bool]] = {}
@@ -107,7 +134,7 @@ class Cluster:
 
     def start(self, addr: str) -> RaftNode:
         loop = asyncio.get_running_loop()
-        state = FakeState()
+        state = FakeState(own_lock=self.own_lock)
         events = self.roles.setdefault(addr, [])
         node = RaftNode(self_addr=addr, peers=self.addrs, data_dir=self.dirs[addr], secret=SECRET,
                         state=state, on_role_change=events.append,
@@ -150,7 +177,7 @@ class Cluster:
                 except RaftschedError:
                     if time.monotonic() > deadline:
                         raise
-            got = self.states[addr].read()
+            got = node.read(FakeState.read)
             assert got == expected, (addr, got, expected, node.status())
 
 

@@ -41,9 +41,8 @@ def test_importing_the_package_changes_nothing_in_pysyncobj_and_a_raft_node_inst
         assert after[:3] == before[:3] and all(a is b for a, b in zip(after[:3], before[:3])), after
         assert after[3] == before[3] == [], after[3]
 
-        import threading, types
         r.RaftNode(self_addr="127.0.0.1:7001", peers=[], data_dir={str(tmp_path)!r},
-                   secret="a test secret", state=types.SimpleNamespace(lock=threading.RLock()))
+                   secret="a test secret", state=object())
         made = globals_()
         assert [x.__name__ for x in made[:3]] == ["_Uncompressed", "_JournalFile", "_FastGzip"], made
         assert len(made[3]) == 1, made[3]

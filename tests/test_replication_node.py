@@ -19,7 +19,8 @@ from raftsched.replication.node import _settle_group
 from raftsched.testing.fakes import FakeRaft
 
 from replication_helpers import (
-    COMPACT, SECRET, Cluster, FakeState, free_port, incr, incr_until_every_node_dumped,
+    COMPACT, SECRET, Cluster, FakeState, free_elsewhere, free_port, incr,
+    incr_until_every_node_dumped,
     propose_retrying, restart_all_and_count_on, run, wait_until,
 )
 
@@ -86,6 +87,27 @@ def test_a_command_over_the_size_limit_is_refused_before_anything_enters_the_log
         _node(tmp_path, barrier_command=b"x" * (limits.command_bytes_max + 1))
 
 
+@pytest.mark.parametrize("own_lock", [True, False], ids=["state-with-a-lock", "lockless-state"])
+def test_read_runs_the_function_on_the_state_under_the_replicas_lock(tmp_path, own_lock):
+    """read(fn, *args) is fn(state, *args) while no command applies and no snapshot is taken or
+    restored (the consumer holds the same lock for those); a state's own lock is held too."""
+    state = FakeState(own_lock)
+    state.apply_bytes(incr("a"))
+    node = _node(tmp_path, state=state)
+
+    def look(s, key):
+        assert s is state
+        locks = (node._lock, s.lock) if own_lock else (node._lock,)
+        return s.counters.get(key), [free_elsewhere(lk) for lk in locks]
+
+    value, free = node.read(look, "a")
+    assert value == 1 and free == [False] * len(free)
+    assert node.read(lambda s: dict(s.counters)) == {"a": 1}
+    with pytest.raises(KeyError):
+        node.read(lambda s: s.counters["missing"])
+    assert free_elsewhere(node._lock), "released when fn raises"
+
+
 def test_a_groups_outcome_reaches_each_of_its_proposals():
     async def main():
         loop = asyncio.get_running_loop()
@@ -137,12 +159,15 @@ def test_three_nodes_elect_replicate_and_fail_over(tmp_path):
                                          for n in c.nodes.values()), 5, "keepalives")
 
             # More than logCompactionMinEntries entries: every node writes a full dump (forked
-            # child), and the tick thread gives state.lock back afterwards.
+            # child), and the tick thread gives the replica's lock and state.lock back
+            # afterwards.
             await wait_until(lambda: all(os.path.exists(os.path.join(d, "raft.dump"))
                                          for d in c.dirs.values()), 10, "dump files")
-            for s in c.states.values():
+            for a, s in c.states.items():
                 assert s.lock.acquire(timeout=2), "state.lock still held after a dump"
                 s.lock.release()
+                assert c.nodes[a]._lock.acquire(timeout=2), "the lock still held after a dump"
+                c.nodes[a]._lock.release()
 
             # Stop the leader: the others elect a new one and keep committing.
             c.stop(leader)
@@ -204,9 +229,10 @@ def test_concurrent_proposals_share_log_entries_and_each_gets_its_own_result(tmp
 
 @pytest.mark.cluster
 @pytest.mark.timeout(60)
-def test_whole_cluster_restart_keeps_the_state(tmp_path):
+@pytest.mark.parametrize("own_lock", [True, False], ids=["state-with-a-lock", "lockless-state"])
+def test_whole_cluster_restart_keeps_the_state(tmp_path, own_lock):
     async def main():
-        c = Cluster(tmp_path, conf_overrides=COMPACT)
+        c = Cluster(tmp_path, conf_overrides=COMPACT, own_lock=own_lock)
         try:
             c.start_all()
             leader = await c.agreed_leader()

@@ -50,7 +50,7 @@ ones they were written against.
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
 
 from ._consumer import BARRIER_NOOP
 from ._install import install
@@ -60,6 +60,9 @@ from .node import RaftNode
 
 __all__ = ["BARRIER_NOOP", "RAFT_CONF_DEFAULTS", "RaftNode", "RaftTransport", "Replicator",
            "install", "make_conf"]
+
+
+T = TypeVar("T")
 
 
 @runtime_checkable
@@ -88,3 +91,6 @@ class Replicator(Protocol):
 
     def status(self) -> dict:
         """This node's view of the group: role, leader, term, commit index, members..."""
+
+    def read(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(state, *args)``, run while no command applies: the one way to read the state."""

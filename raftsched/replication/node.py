@@ -1,5 +1,5 @@
 """``RaftNode``: one member of a static Raft group, as the asyncio world uses it (lifecycle,
-group commit, ``propose`` and what its outcomes mean, ``status``)."""
+group commit, ``propose`` and what its outcomes mean, ``read``, ``status``)."""
 from __future__ import annotations
 
 import asyncio
@@ -8,9 +8,8 @@ import fcntl
 import functools
 import logging
 import os
-import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from pysyncobj import SyncObj
 from pysyncobj.config import FAIL_REASON
@@ -18,7 +17,7 @@ from pysyncobj.config import FAIL_REASON
 from ..aio import LoopInbox
 from ..core import limits
 from ..core.errors import Indeterminate, LimitExceeded, Unavailable
-from ._consumer import BARRIER_NOOP, _StateConsumer
+from ._consumer import BARRIER_NOOP, _StateConsumer, replica_lock
 from ._crypto import _AeadEncryptor
 from ._install import install
 from ._syncobj import _SyncObj
@@ -26,6 +25,8 @@ from ._transport import RaftTransport
 from .conf import _RESERVED_CONF_KEYS, RAFT_CONF_DEFAULTS, make_conf
 
 logger = logging.getLogger("raftsched.replication")  # one logger for the package (docs/operations.md)
+
+T = TypeVar("T")
 
 #: Pause between two attempts of a proposal that failed definitely for want of a leader.
 _RETRY_PAUSE_S = 0.025
@@ -98,8 +99,9 @@ class RaftNode:
     :param data_dir: holds the journal (``raft.journal``, ``.meta``) and the full dump
         (``raft.dump``); created if missing; locked against a second node.
     :param secret: the cluster secret (pysyncobj's ``password``); never empty.
-    :param state: a *freshly constructed* state (``lock``: RLock, ``apply_bytes``, ``snapshot``,
-        ``restore``); the node rebuilds it from ``data_dir`` and the group.
+    :param state: a *freshly constructed* state (``apply_bytes``, ``snapshot``, ``restore``); the
+        node rebuilds it from ``data_dir`` and the group. Read it through ``read``. If it has a
+        ``lock`` of its own (an RLock), the node takes that too wherever it takes its own.
     :param on_role_change: ``f(is_leader: bool)``, called on the event loop whenever this node
         gains or loses leadership.
     :param dial_map: ``{peer_addr: proxy_addr}``: dial the proxy instead of the peer.
@@ -129,8 +131,6 @@ class RaftNode:
             _parse_addr(v, "dial_map value")
             if k not in peers or k == self_addr:
                 raise ValueError(f"dial_map key {k!r} is not a peer")
-        if not isinstance(getattr(state, "lock", None), type(threading.RLock())):
-            raise TypeError("state.lock must be a threading.RLock (snapshots re-enter it)")
         overrides = dict(conf_overrides or {})
         reserved = sorted(set(overrides) & _RESERVED_CONF_KEYS)
         if reserved:
@@ -143,6 +143,8 @@ class RaftNode:
         self._members = sorted(set(self._peers) | {self_addr})
         self._data_dir = os.path.abspath(data_dir)
         self._state = state
+        #: The replica's lock: every apply, snapshot and restore holds it, and so does ``read``.
+        self._lock = replica_lock(state)
         self._on_role_change = on_role_change
         self._dial_map = dict(dial_map or {})
         self._barrier_command = BARRIER_NOOP if barrier_command is None else bytes(barrier_command)
@@ -192,7 +194,7 @@ class RaftNode:
         self._inbox = LoopInbox(loop)
         self._lock_data_dir()
         try:
-            self._consumer = _StateConsumer(self._state)
+            self._consumer = _StateConsumer(self._state, self._lock)
             transport = functools.partial(RaftTransport, dial_map=self._dial_map,
                                           counters=self.counters)
             self._sync = _SyncObj(self._self_addr, self._peers, conf=self._conf,
@@ -453,6 +455,17 @@ class RaftNode:
         :raises Unavailable, Indeterminate: as ``propose``.
         """
         await self.propose(self._barrier_command, timeout_s)
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def read(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(state, *args)`` under the replica's lock and return what it returns: no
+        command applies, and no snapshot is taken or restored, while it runs, so it sees the
+        state between two log entries (whole groups). Callable from any thread, before ``start``
+        too. The tick thread waits for it: keep ``fn`` short and let it copy what it needs.
+        """
+        with self._lock:
+            return fn(self._state, *args)
 
     # -- introspection -------------------------------------------------------------------------
 
