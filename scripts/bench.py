@@ -1537,10 +1537,13 @@ def state_machine_child(n: int) -> dict:
     from raftsched.core import commands, limits, model, policy, schedule
     from raftsched.core.state import SchedulerState
     gen0 = None
-    try:  # the node's garbage collector setting (raftsched/node/node.py), when the code has one
-        from raftsched.node.node import GC_GEN0_THRESHOLD as gen0
+    try:  # the node's garbage collector setting (raftsched/gcpolicy.py), when the code has one
+        from raftsched.gcpolicy import GC_GEN0_THRESHOLD as gen0
     except (ImportError, AttributeError):
-        pass
+        try:  # where older code kept it
+            from raftsched.node.node import GC_GEN0_THRESHOLD as gen0
+        except (ImportError, AttributeError):
+            pass
     if gen0:
         _, g1, g2 = gc.get_threshold()
         gc.set_threshold(gen0, g1, g2)

@@ -32,7 +32,7 @@ from raftsched.core.state import SchedulerState  # noqa: E402
 mode, N, TICKS = (args + ["sweep", "20000", "8"][len(args):])[:3]
 N, TICKS = int(N), int(TICKS)
 AHEAD = int(os.environ.get("AHEAD", 0))
-gc.set_threshold(20_000, *gc.get_threshold()[1:])  # node.GC_GEN0_THRESHOLD
+gc.set_threshold(20_000, *gc.get_threshold()[1:])  # gcpolicy.GC_GEN0_THRESHOLD
 st = SchedulerState()
 if os.environ.get("FAST_PATHS") == "0":
     st._fast_paths = False

@@ -1,11 +1,11 @@
-"""raftsched/node/aio.py."""
+"""raftsched/aio.py."""
 from __future__ import annotations
 
 import asyncio
 import threading
 from unittest import mock
 
-from raftsched.node.aio import LoopInbox, wait_event
+from raftsched.aio import LoopInbox, wait_event
 
 
 def run(coro):

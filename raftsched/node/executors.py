@@ -66,7 +66,7 @@ import aiohttp
 from multidict import CIMultiDict
 
 from ..core.schedule import iso
-from .aio import LoopInbox
+from ..aio import LoopInbox
 
 log = logging.getLogger("raftsched.executors")
 

@@ -107,7 +107,7 @@ class _FireLag:
 
 
 class _GcCollector:
-    """The collector's pauses as node/gcpause.py times them, and its freezes."""
+    """The collector's pauses as gcpolicy.GcPauses times them, and its freezes."""
 
     def __init__(self, gc_pauses) -> None:
         self.gc = gc_pauses
@@ -126,7 +126,7 @@ class _GcCollector:
         yield n
         yield t
         yield m
-        yield CounterMetricFamily("raftsched_gc_freezes", "gc.freeze calls (node/gcpause.py)", value=g.freezes)
+        yield CounterMetricFamily("raftsched_gc_freezes", "gc.freeze calls (raftsched/gcpolicy.py)", value=g.freezes)
 
 
 class NodeMetrics:

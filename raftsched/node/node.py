@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import gc
 import ipaddress
 import logging
 import os
@@ -16,11 +15,10 @@ from aiohttp import web
 
 from ..clock import Clock, clock_from_env
 from ..core.state import SchedulerState
-from .. import replication
+from .. import gcpolicy, replication
 from .api import make_app
 from .service import Service
 from .trigger import Trigger
-from .gcpause import GcPauses
 from .metrics import NodeMetrics
 from .worker import Worker
 
@@ -103,35 +101,9 @@ def ensure_token(data_dir: str) -> str:
     return read_secret_file(path, "token file")
 
 
-#: gen0 threshold of the garbage collector: allocations between young collections. CPython's
-#: default is 700; one 400-entry fire command allocates thousands of containers, and with the
-#: default, young collections cost as much as planning the fire itself (scripts/profile_fire.py:
-#: planning 23 -> 5 us a slot at 20 000). gen1/gen2 stay at their defaults, and CPython runs a
-#: full collection only when a quarter of the long-lived objects are new. That is still too often
-#: for a large state (a full walk of 1M jobs holds the GIL ~1.2 s): node/gcpause.py freezes the
-#: long-lived state as it grows, not on a timer (a periodic gc.freeze, tried earlier, leaks any
-#: cyclic garbage alive at each freeze, and the node runs for months).
-GC_GEN0_THRESHOLD = 20_000
-
-
-async def _poll_gc(gc_pauses: GcPauses) -> None:
-    """Let ``GcPauses`` freeze the long-lived state when it asks to (node/gcpause.py)."""
-    while True:
-        try:
-            gc_pauses.poll()
-        except Exception:  # a bug here must not stop the node (run_node ends when a loop does)
-            log.exception("gc poll failed")
-        await asyncio.sleep(GC_POLL_S)
-
-
-#: How often the node checks whether to freeze its long-lived objects (node/gcpause.py).
-GC_POLL_S = 1.0
-
-
 async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Event | None = None) -> None:
     clock = clock or clock_from_env()
-    _, gen1, gen2 = gc.get_threshold()
-    gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
+    gcpolicy.set_young_threshold()
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -168,7 +140,7 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
                     allowed_types=cfg.executor_types, lease_ttl_ms=cfg.lease_ttl_ms,
                     execute_on_leader=cfg.execute_on_leader, single_node=not cfg.peers)
     service = Service(state, raft, clock, cfg.node_id)
-    gc_pauses = GcPauses(lambda: state.jobs)
+    gc_pauses = gcpolicy.GcPauses(lambda: state.jobs)
     metrics = NodeMetrics(state, raft, trigger, worker, gc_pauses)
     trigger.lag_observer = metrics.observe_fire_lags
     app = make_app(service, cfg.token, {"trigger": trigger, "worker": worker, "metrics": metrics})
@@ -179,7 +151,7 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
         gc_pauses.uninstall()  # its callback holds the state: never left behind by a failed start
 
 
-async def _serve(cfg: NodeConfig, raft, loop, app, trigger, worker, stop, gc_pauses: GcPauses) -> None:
+async def _serve(cfg: NodeConfig, raft, loop, app, trigger, worker, stop, gc_pauses: gcpolicy.GcPauses) -> None:
     raft.start(loop)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
@@ -189,7 +161,7 @@ async def _serve(cfg: NodeConfig, raft, loop, app, trigger, worker, stop, gc_pau
         log.info("node %s: api http://%s:%d raft %s peers %s data %s pid %d", cfg.node_id,
                  cfg.api_host, cfg.api_port, cfg.raft_addr, ",".join(cfg.peers) or "-", cfg.data_dir, os.getpid())
         tasks = {asyncio.create_task(trigger.run(), name="trigger"),
-                 asyncio.create_task(_poll_gc(gc_pauses), name="gc")}
+                 asyncio.create_task(gcpolicy.poll_forever(gc_pauses), name="gc")}
         if cfg.worker_slots > 0:
             tasks.add(asyncio.create_task(worker.run(), name="worker"))
         stop_task = asyncio.create_task(stop.wait(), name="stop")

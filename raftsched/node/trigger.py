@@ -24,7 +24,7 @@ from ..clock import Clock
 from ..core import commands, limits, policy
 from ..core.policy import fires_ahead
 from ..core.errors import RaftschedError
-from .aio import wait_event
+from ..aio import wait_event
 
 log = logging.getLogger("raftsched.trigger")
 

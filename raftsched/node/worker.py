@@ -41,7 +41,7 @@ import msgpack
 from ..clock import Clock
 from ..core import commands, limits
 from ..core.errors import Conflict, Indeterminate, NotFound, RaftschedError, Unavailable
-from .aio import wait_event
+from ..aio import wait_event
 from .executors import ALL_TYPES, CancelEvent, Outcome, RunContext, execute, execute_soon
 
 log = logging.getLogger("raftsched.worker")

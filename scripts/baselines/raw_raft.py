@@ -9,8 +9,10 @@ Three processes on free 127.0.0.1 ports, each a pysyncobj ``SyncObj`` configured
 ``raftsched.replication.RaftNode`` configures one: ``RAFT_CONF_DEFAULTS`` through ``make_conf``,
 a password (a fresh random secret), journal and full dump files in a temporary directory,
 ``bindAddress`` = its own 127.0.0.1 address, an ``onStateChanged`` callback, and the same
-transport class (``raftsched.replication._RaftTransport``: pysyncobj's TCP transport plus the
-0.5 s keepalive; no dial map). What differs from RaftNode: the replicated state is a counter whose
+transport class (``raftsched.replication.RaftTransport``: pysyncobj's TCP transport plus the
+0.5 s keepalive; no dial map), and the same stand-ins for pysyncobj's parts
+(``raftsched.replication.install``: messages uncompressed, the journal written with pwrite,
+dumps at gzip level 1). What differs from RaftNode: the replicated state is a counter whose
 one ``@replicated`` method, ``noop(payload)``, only increments it (RaftNode's state decodes and
 applies a msgpack command), the client calls the method directly with a pysyncobj callback
 (RaftNode goes through an asyncio future and ``call_soon_threadsafe``), and there is no data-dir
@@ -168,7 +170,11 @@ def node_main(args) -> int:
     from pysyncobj import SyncObj, SyncObjConsumer, replicated
     from pysyncobj.config import FAIL_REASON
 
-    from raftsched.replication import _RaftTransport, make_conf
+    from raftsched.replication import RaftTransport, install, make_conf
+
+    # The stand-ins RaftNode puts into pysyncobj, so that the baseline measures the same Raft
+    # layer (importing raftsched.replication does not).
+    install()
 
     reason_names = {v: k for k, v in vars(FAIL_REASON).items() if k.isupper()}
 
@@ -195,7 +201,7 @@ def node_main(args) -> int:
     conf = make_conf(**options, onStateChanged=on_state_changed)
     counters: dict = {}
     consumer = Counter()
-    transport = functools.partial(_RaftTransport, dial_map=None, counters=counters)
+    transport = functools.partial(RaftTransport, dial_map=None, counters=counters)
     sync = SyncObj(args.self_addr, peers, conf=conf, consumers=[consumer],
                    transportClass=transport)
 
@@ -206,7 +212,7 @@ def node_main(args) -> int:
     shown["bindAddress"] = "127.0.0.1:<port>"
     shown["onStateChanged"] = "<callback>"
     reply({"event": "started", "pid": os.getpid(), "conf": shown,
-           "transport": f"{_RaftTransport.__module__}.{_RaftTransport.__qualname__}"})
+           "transport": f"{RaftTransport.__module__}.{RaftTransport.__qualname__}"})
 
     def leader_id():
         leader = sync._getLeader()

@@ -1,4 +1,9 @@
-"""asyncio helpers the node's loops share."""
+"""asyncio helpers that the node's loops and the replication layer share.
+
+They sit at the package root, beside ``clock.py``, because both floors above the core use them:
+``replication`` posts pysyncobj's results to the loop through a ``LoopInbox``, and ``node/``
+waits on events with ``wait_event``. A module under ``node/`` would make replication import
+upward."""
 from __future__ import annotations
 
 import asyncio
@@ -34,7 +39,7 @@ class LoopInbox:
     rather than one each. First in, first called.
 
     The run threads deliver results through one (node/executors.py), and pysyncobj's tick thread
-    the results of proposals and role changes (replication.py): a wake-up is a system call, and a
+    the results of proposals and role changes (the replication layer): a wake-up is a system call, and a
     leader committing ~30 000 slots a second spent 4.4 % of its samples (py-spy) in
     ``_write_to_self``, one a proposal's result.
     """

@@ -1,4 +1,5 @@
-"""Keep the garbage collector's full collections short on a node that holds a large state.
+"""The garbage collector's policy, in one place: what the node and the replication layer do to
+keep collections from stalling the Raft thread on a node that holds a large state.
 
 A full collection walks every tracked container and holds the GIL while it does, so the Raft
 thread sends no heartbeat meanwhile. A node holding 1M jobs tracks ~3M containers (each job's
@@ -9,17 +10,27 @@ survived the last full one, which happens again and again while a large state is
 restored; a full run of scripts/bench.py saw the leader change three times while 1M jobs were
 registered, and the registration failed (docs/benchmarks.md, "What bounds 1M jobs").
 
+Four measures, each used by one caller:
+
+- ``set_young_threshold()`` (the node, at start): young collections less often
+  (``GC_GEN0_THRESHOLD``).
+- ``paused()`` (replication, around encoding a snapshot and around restoring one): no
+  collection while millions of containers are built at once.
+- ``freeze_restored()`` (replication, after a restore, before the collector runs again):
+  otherwise the first young collection after it walks every restored object, 1.0-1.3 s at 1M
+  jobs in a scale run.
+- ``GcPauses`` and ``poll_forever`` (the node, about once a second): time every collection and
+  freeze the long-lived state as it grows.
+
 ``gc.freeze()`` moves every tracked object into a permanent generation that no collection walks.
-This module freezes:
+``GcPauses`` freezes:
 
 - after a full collection that took ``freeze_pause_s`` or longer: its survivors are the
   long-lived state, and the next full collection walks only what was allocated since;
 - when the replica's jobs grew by ``freeze_growth_jobs`` since the last freeze: before a full
   collection would have to walk them.
 
-A restore freezes what it made itself, before the collector runs again
-(``replication._StateConsumer._deserialize``: otherwise the first young collection after it walks
-every restored object, 1.0-1.3 s at 1M jobs in a scale run); here a replaced job map only moves
+A restore freezes what it made itself (``freeze_restored``); there a replaced job map only moves
 the base the growth is counted from.
 
 The price: an object frozen while alive that later becomes part of a garbage reference cycle is
@@ -30,13 +41,71 @@ futures and tasks). ``gc.freeze`` was left out earlier as a periodic call for th
 """
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import logging
 import threading
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 log = logging.getLogger(__name__)
+
+# ---------------------------------------------------------------------------------------------
+# Young collections
+# ---------------------------------------------------------------------------------------------
+
+#: gen0 threshold of the garbage collector: allocations between young collections. CPython's
+#: default is 700; one 400-entry fire command allocates thousands of containers, and with the
+#: default, young collections cost as much as planning the fire itself (scripts/profile_fire.py:
+#: planning 23 -> 5 us a slot at 20 000). gen1/gen2 stay at their defaults, and CPython runs a
+#: full collection only when a quarter of the long-lived objects are new. That is still too often
+#: for a large state (a full walk of 1M jobs holds the GIL ~1.2 s): ``GcPauses`` freezes the
+#: long-lived state as it grows, not on a timer (a periodic gc.freeze, tried earlier, leaks any
+#: cyclic garbage alive at each freeze, and the node runs for months).
+GC_GEN0_THRESHOLD = 20_000
+
+
+def set_young_threshold(gen0: int = GC_GEN0_THRESHOLD) -> None:
+    """Set the collector's gen0 threshold to ``gen0``, keeping gen1 and gen2 as they are."""
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(gen0, gen1, gen2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Snapshots and restores
+# ---------------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """No collection inside the block; afterwards the collector is enabled again only if it was
+    enabled before (so blocks nest, and a caller that switched it off keeps it off).
+
+    For work that builds millions of containers at once: encoding a snapshot (building its job
+    maps at 1M jobs; young collections over a large heap made it 2.7x slower, 200 000 jobs:
+    3.5 s -> 1.3 s) and restoring one (unpacking creates every object of the state, tens of
+    millions at 1M jobs, and young collections over them cost more than the unpacking itself:
+    docs/benchmarks.md, "Scale").
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def freeze_restored() -> None:
+    """Freeze what a restore just made, before the collector runs again: the restored state is
+    long-lived, and otherwise the next young collection walks every object restored (1.0-1.3 s
+    at 1M jobs, the GIL held: longer than the election timeout). Call it inside ``paused()``."""
+    gc.freeze()
+
+
+# ---------------------------------------------------------------------------------------------
+# Freezing as the state grows
+# ---------------------------------------------------------------------------------------------
 
 #: A full collection at least this long is followed by a freeze of its survivors.
 FREEZE_PAUSE_S = 0.05
@@ -124,3 +193,18 @@ class GcPauses:
         # the GIL held: it cost a scale run its leader).
         log.info("gc.freeze jobs=%d ms=%.1f", n, (self._clock() - t0) * 1000)
         return True
+
+
+#: How often the node checks whether to freeze its long-lived objects.
+GC_POLL_S = 1.0
+
+
+async def poll_forever(gc_pauses: GcPauses, period_s: float = GC_POLL_S) -> None:
+    """Let ``gc_pauses`` freeze the long-lived state when it asks to, every ``period_s``, until
+    cancelled (the node runs it as one of its loops)."""
+    while True:
+        try:
+            gc_pauses.poll()
+        except Exception:  # a bug here must not stop the node (run_node ends when a loop does)
+            log.exception("gc poll failed")
+        await asyncio.sleep(period_s)

@@ -1,9 +1,14 @@
-"""raftsched/node/gcpause.py: when the node freezes its long-lived objects, and what it times."""
+"""raftsched/gcpolicy.py: when the node freezes its long-lived objects, what it times, and the
+collector paused around snapshots and restores."""
 from __future__ import annotations
 
+import asyncio
 import gc
 
-from raftsched.node.gcpause import GcPauses
+import pytest
+
+from raftsched import gcpolicy
+from raftsched.gcpolicy import GcPauses
 from raftsched.node.metrics import _GcCollector
 
 
@@ -57,7 +62,7 @@ def test_growth_of_the_jobs_freezes_once_per_step_and_deletions_reset_the_base()
 
 
 def test_a_restored_state_is_not_frozen_again_and_its_size_is_the_new_base():
-    """A restore freezes what it made (replication._StateConsumer._deserialize); a second freeze
+    """A restore freezes what it made (gcpolicy.freeze_restored); a second freeze
     here would only keep more cyclic garbage alive. Growth counts from the restored size."""
     g, box, frozen, clock = make({"a": {}}, freeze_growth_jobs=10)
     assert g.poll() is False
@@ -102,3 +107,59 @@ def test_a_freeze_walks_nothing(monkeypatch):
     monkeypatch.setattr(gc, "get_objects", walks)
     g, box, frozen, clock = make({f"j{i}": {} for i in range(10)}, freeze_growth_jobs=10)
     assert g.poll() is True and frozen == [10]
+
+
+def test_paused_switches_the_collector_off_and_back_on_only_if_it_was_on():
+    assert gc.isenabled()
+    with gcpolicy.paused():
+        assert not gc.isenabled()
+        with gcpolicy.paused():  # nested: the inner block leaves it off
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gcpolicy.paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled(), "a collector switched off before stays off"
+    finally:
+        gc.enable()
+    with pytest.raises(RuntimeError):
+        with gcpolicy.paused():
+            raise RuntimeError("the block failed")
+    assert gc.isenabled()
+
+
+def test_the_young_threshold_is_set_and_the_older_ones_kept():
+    before = gc.get_threshold()
+    try:
+        gcpolicy.set_young_threshold()
+        assert gc.get_threshold() == (gcpolicy.GC_GEN0_THRESHOLD, before[1], before[2])
+        gcpolicy.set_young_threshold(1234)
+        assert gc.get_threshold() == (1234, before[1], before[2])
+    finally:
+        gc.set_threshold(*before)
+
+
+def test_the_poll_loop_polls_and_survives_a_failing_poll():
+    class Pauses:
+        def __init__(self):
+            self.polls = 0
+
+        def poll(self):
+            self.polls += 1
+            if self.polls == 1:
+                raise RuntimeError("a bug in poll")
+            return False
+
+    async def main():
+        p = Pauses()
+        task = asyncio.create_task(gcpolicy.poll_forever(p, period_s=0.001))
+        deadline = asyncio.get_running_loop().time() + 5
+        while p.polls < 3:
+            assert asyncio.get_running_loop().time() < deadline, "the loop stopped polling"
+            await asyncio.sleep(0.001)  # ok-sleep: the poll interval of a deadline-bounded wait
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    asyncio.run(main())

@@ -1,0 +1,169 @@
+"""The replicated state as pysyncobj sees it: ``_StateConsumer`` (the one ``@replicated``
+method, and the dump's serializer and deserializer), ``_DeferredSnapshot`` (a dump encoded by
+the forked writer rather than by the tick thread), and the replica's lock.
+
+The lock is replication's: pysyncobj's tick thread applies commands, takes snapshots and
+restores them, and the event loop reads the state (``RaftNode.read``); the lock keeps each of
+those whole. It is an RLock, created here (``replica_lock``), and held around every apply, the
+fork of a dump writer and every restore. A state that still has a ``lock`` of its own has it
+taken too, inside this one, so that code reading it under ``state.lock`` alone stays correct.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from pysyncobj import SyncObjConsumer, replicated
+
+from .. import gcpolicy
+
+logger = logging.getLogger("raftsched.replication")  # one logger for the package (docs/operations.md)
+
+#: The log entry barrier() proposes when no barrier_command is given. _apply recognises it and
+#: returns without touching the state: it is applied for its position in the log only.
+BARRIER_NOOP = b""
+
+_DUMP_FORMAT = 1
+
+
+class _BothLocks:
+    """Replication's RLock, then a state's own lock, taken and released as one lock, always in
+    that order. Code that holds the state's lock alone must therefore not call ``RaftNode.read``
+    inside it: that would take the two the other way round, and could deadlock with the tick
+    thread."""
+
+    __slots__ = ("_own", "_state")
+
+    def __init__(self, own, state_lock):
+        self._own = own
+        self._state = state_lock
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if not self._own.acquire(blocking, timeout):
+            return False
+        try:
+            if self._state.acquire(blocking, timeout):
+                return True
+        except BaseException:
+            self._own.release()
+            raise
+        self._own.release()
+        return False
+
+    def release(self) -> None:
+        self._state.release()
+        self._own.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def replica_lock(state):
+    """A new lock for the replica holding ``state``: an RLock (a dump writer's child re-enters
+    it, see ``_DeferredSnapshot``), combined with ``state.lock`` if the state has one."""
+    own = threading.RLock()
+    state_lock = getattr(state, "lock", None)
+    return own if state_lock is None else _BothLocks(own, state_lock)
+
+
+class _DeferredSnapshot:
+    """Pickles as ``state.snapshot()`` bytes, encoded when pickled, not when created.
+
+    pysyncobj builds the dump data on its tick thread, then forks and pickles it in the child. By
+    deferring the encoding to pickling time, the child encodes its copy-on-write image of the
+    state and the tick thread only pays for ``fork()``. The tick thread holds the replica's lock
+    across the fork (``_StateConsumer._serialize``), so in the child the lock is owned by the
+    surviving thread and the encoding may take it again (it is an RLock, and so must a state's
+    own lock be); no other thread can be half-way through the state in the copied image.
+    Unpickled, it is plain ``bytes``.
+    """
+
+    __slots__ = ("_state", "_lock")
+
+    def __init__(self, state, lock):
+        self._state = state
+        self._lock = lock
+
+    def __reduce__(self):
+        # The encoding builds a container for every job at once: no collection meanwhile
+        # (gcpolicy.paused). In a node it runs in the forked dump writer (useFork), whose
+        # collector is the only one it pauses.
+        with self._lock, gcpolicy.paused():
+            return (bytes, (bytes(self._state.snapshot()),))
+
+
+def _error_result(code: str, message: str) -> dict:
+    return {"ok": False, "error": {"code": code, "message": message, "field": None}}
+
+
+class _StateConsumer(SyncObjConsumer):
+    """Holds the state for pysyncobj. The state is set before SyncObj exists (a state assigned
+    after SyncObj.__init__ races its tick thread, which may already apply the journal)."""
+
+    def __init__(self, state, lock=None):
+        super().__init__()
+        self._state = state
+        #: The replica's lock (``replica_lock``), held around every apply, snapshot and restore.
+        self._lock = replica_lock(state) if lock is None else lock
+        # True while the tick thread holds the lock across a dump fork; released by
+        # _release_snapshot_lock on the same thread at the end of the same tick.
+        self._snapshot_lock_held = False
+
+    # A single replicated method, forever: pysyncobj numbers replicated methods by sorted
+    # (version, name), so adding one could renumber the ids stored in old log entries. Commands
+    # are versioned inside the msgpack envelope instead.
+    @replicated
+    def _apply(self, data: bytes | tuple) -> dict | list:
+        if isinstance(data, tuple):
+            # A group (RaftNode._flush_group): commands proposed in one event-loop turn and
+            # committed as one log entry. Each is applied in order, exactly as if it had its own
+            # entry, and gets its own result; under one lock, so readers see whole groups.
+            with self._lock:
+                return [self._apply_one(d) for d in data]
+        with self._lock:
+            return self._apply_one(data)
+
+    def _apply_one(self, data: bytes) -> dict:
+        if data == BARRIER_NOOP:
+            return {"ok": True}
+        try:
+            return self._state.apply_bytes(data)
+        except BaseException as e:  # noqa: BLE001 - an exception here wedges pysyncobj forever
+            logger.critical("replication.apply_raised error=%r (a bug in apply_bytes; the entry "
+                            "is recorded as refused on this replica)", e, exc_info=True)
+            return _error_result("internal", f"apply failed: {type(e).__name__}")
+
+    def _serialize(self) -> dict:
+        # Called on the tick thread right before pysyncobj forks the dump writer. See
+        # _DeferredSnapshot for why the lock is held across the fork.
+        if not self._snapshot_lock_held:
+            self._lock.acquire()
+            self._snapshot_lock_held = True
+        return {"format": _DUMP_FORMAT, "state": _DeferredSnapshot(self._state, self._lock)}
+
+    def _release_snapshot_lock(self) -> None:
+        if self._snapshot_lock_held:
+            self._snapshot_lock_held = False
+            self._lock.release()
+
+    def _deserialize(self, data) -> None:
+        # A full dump loaded at start-up, or a snapshot installed from the leader. pysyncobj
+        # catches and logs an exception here and leaves the node unable to apply further: a
+        # fail-stop, which beats applying entries to a half-restored state.
+        if not isinstance(data, dict) or data.get("format") != _DUMP_FORMAT \
+                or not isinstance(data.get("state"), (bytes, bytearray)):
+            logger.critical("replication.dump_unreadable type=%s", type(data).__name__)
+            raise ValueError("unreadable raftsched dump")
+        started = time.monotonic()
+        # No collection while the restore creates every object of the state, and the restored
+        # state frozen out of the collector's walks before it runs again (gcpolicy says why).
+        with gcpolicy.paused():
+            with self._lock:
+                self._state.restore(bytes(data["state"]))
+            gcpolicy.freeze_restored()
+        logger.info("replication.restored bytes=%d ms=%.1f", len(data["state"]),
+                    (time.monotonic() - started) * 1000)

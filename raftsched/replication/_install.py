@@ -1,0 +1,61 @@
+"""``install``: put raftsched's stand-ins into pysyncobj's module globals, once, and only into a
+pysyncobj whose internals are the ones they were written against.
+
+pysyncobj is used from the outside, but three of its parts can only be replaced where its
+modules look them up: ``zlib`` in ``pysyncobj.tcp_connection`` (``_Uncompressed``),
+``ResizableFile`` in ``pysyncobj.journal`` (``_JournalFile``) and ``gzip`` in
+``pysyncobj.serializer`` (``_FastGzip``); and one of ``_SyncObj``'s corrections silences a
+warning of pysyncobj's logger (``HELD_ENTRIES_LOG_FILTER``). These are process-wide, so they are
+made by an explicit call (``RaftNode`` makes it), not as a side effect of importing the package:
+a process that imports ``raftsched.replication`` without building a node keeps pysyncobj as it is.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+
+from pysyncobj import SyncObj
+from pysyncobj import journal as _pysyncobj_journal
+from pysyncobj import serializer as _pysyncobj_serializer
+from pysyncobj import tcp_connection as _pysyncobj_tcp_connection
+
+from ._storage import _FastGzip, _JournalFile
+from ._syncobj import _OVERRIDDEN, HELD_ENTRIES_LOG_FILTER, PYSYNCOBJ_LOGGER
+from ._transport import _Uncompressed
+
+_install_lock = threading.Lock()
+
+
+def missing_internals() -> list[str]:
+    """The pysyncobj internals that raftsched overrides or replaces and this pysyncobj lacks
+    (empty for the 0.3.x it was written against). An override of a renamed internal would
+    silently stop applying, so ``install`` refuses to run rather than run without it."""
+    missing = [n for n in _OVERRIDDEN if not hasattr(SyncObj, n)]
+    if not hasattr(_pysyncobj_tcp_connection, "zlib"):  # _Uncompressed stands in for it
+        missing.append("tcp_connection.zlib")
+    if not hasattr(_pysyncobj_serializer, "gzip"):  # _FastGzip stands in for it
+        missing.append("serializer.gzip")
+    if not ("ResizableFile" in _pysyncobj_journal.FileJournal.__init__.__code__.co_names
+            and hasattr(_pysyncobj_journal, "ResizableFile")):  # _JournalFile stands in for it
+        missing.append("journal.FileJournal -> ResizableFile")
+    return missing
+
+
+def install() -> None:
+    """Put the stand-ins in place: messages sent uncompressed, the journal written with
+    ``pwrite``, dumps at gzip level 1, and the held-entries warning filtered. Idempotent and
+    thread-safe; a second call changes nothing.
+
+    :raises RuntimeError: when this pysyncobj lacks an internal that raftsched overrides or
+        replaces (``missing_internals``); nothing is changed then.
+    """
+    with _install_lock:
+        missing = missing_internals()
+        if missing:
+            raise RuntimeError("raftsched.replication needs pysyncobj 0.3.x internals that this "
+                               f"pysyncobj lacks: {', '.join(missing)}")
+        _pysyncobj_tcp_connection.zlib = _Uncompressed
+        _pysyncobj_journal.ResizableFile = _JournalFile
+        _pysyncobj_serializer.gzip = _FastGzip
+        # One filter instance: Logger.addFilter adds it only if it is not there yet.
+        logging.getLogger(PYSYNCOBJ_LOGGER).addFilter(HELD_ENTRIES_LOG_FILTER)

@@ -1,0 +1,281 @@
+"""``_SyncObj``: pysyncobj's ``SyncObj`` with the Raft corrections raftsched makes to it, and the
+log filter that goes with one of them.
+
+The corrections override pysyncobj internals by their mangled names (``_OVERRIDDEN``); the guard
+in ``install`` refuses to run if a pysyncobj release renamed one of them.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from typing import TYPE_CHECKING
+
+from pysyncobj import SyncObj
+from pysyncobj.monotonic import monotonic  # the clock pysyncobj's own timers use
+
+from ._storage import _cut_journal_file
+
+if TYPE_CHECKING:
+    from ._crypto import _AeadEncryptor
+
+logger = logging.getLogger("raftsched.replication")  # one logger for the package (docs/operations.md)
+
+#: An apply longer than this extends a follower's election deadline by its duration (_SyncObj).
+_APPLY_STALL_S = 0.02
+
+
+class _SyncObj(SyncObj):
+    """SyncObj whose followers do not count time spent applying toward their election timeout,
+    never truncate entries they already hold (``_entries_already_held``), and stand for election
+    at once when a candidate with a staler log asks for their vote; whose split votes are broken
+    by node id; and whose start-up keeps the journal entries that follow the full dump.
+
+    pysyncobj's tick checks the election deadline, then applies every committed entry, then
+    reads the sockets. A follower that spent 0.6 s applying a burst of fire commands (or was
+    starved of CPU while doing so) finds its deadline passed at the next tick, with the leader's
+    heartbeats unread in its socket, and deposes a healthy leader (there is no pre-vote). Measured:
+    a 10 000-job aligned storm under load 4 on two cores caused an election every few seconds.
+    Here the deadline moves on by the time the apply took: a dead leader is still detected, at
+    most that much later, and a busy follower no longer mistakes its own work for silence.
+    (Name-mangled override: SyncObj calls ``self.__applyLogEntries``.)
+    """
+
+    def __init__(self, *args, encryptor: "_AeadEncryptor | None" = None, **kwargs):
+        # Set before SyncObj.__init__: its tick thread may connect to peers right away.
+        self._raft_encryptor = encryptor
+        super().__init__(*args, **kwargs)
+
+    @property
+    def encryptor(self):
+        """What pysyncobj's transport protects each connection with: ours (``_AeadEncryptor``)
+        when given, else pysyncobj's Fernet from ``password``."""
+        if self._raft_encryptor is not None:
+            return self._raft_encryptor
+        return SyncObj.encryptor.fget(self)
+
+    def _SyncObj__applyLogEntries(self):
+        t0 = monotonic()
+        res = SyncObj._SyncObj__applyLogEntries(self)
+        spent = monotonic() - t0
+        if spent > _APPLY_STALL_S and not self._isLeader():
+            self._SyncObj__raftElectionDeadline += spent
+        return res
+
+    def _SyncObj__onMessageReceived(self, node, message):
+        kind = message.get("type") if type(message) is dict else None
+        if kind == "append_entries" and message.get("entries") and "prevLogIdx" in message \
+                and "transmission" not in message:
+            held = _entries_already_held(self, message)
+            if held is not None:
+                message, _tick.keep_log_tail = held
+        order = _candidate_log_order(self, message) if kind == "request_vote" else None
+        # Two candidates of one term with equally recent logs: a split vote (each voted for
+        # itself), seen from both sides as each one's request reaches the other.
+        split = order == 0 and self._SyncObj__raftState == _CANDIDATE \
+            and message["term"] == self._SyncObj__raftCurrentTerm
+        try:
+            return SyncObj._SyncObj__onMessageReceived(self, node, message)
+        finally:
+            _tick.keep_log_tail = False
+            if order == -1 and self._SyncObj__raftState != _LEADER:
+                # A candidate whose log is behind ours cannot win, and it has already moved
+                # the term on (no pre-vote): the leader is gone or deposed. Stand soon rather
+                # than at our own timeout, which may come after the stale candidate's next
+                # one (measured: a kill of the leader that took three election rounds, 2.75 s,
+                # the fail-over tail). Raft leaves election timing free; safety is unchanged.
+                self._stand_soon()
+            elif split and self._SyncObj__raftState == _CANDIDATE:
+                # Break the tie by node id instead of by another random draw (which costs a
+                # whole election timeout and may split again: measured, a second round took a
+                # fail-over to 2.35 s). Both candidates see the same pair of ids, so exactly one
+                # stands again at once; the other waits at least a minimum timeout, and grants
+                # the newer term's request when it comes.
+                if self._SyncObj__selfNode.id < node.id:
+                    self._stand_soon()
+                else:
+                    later = monotonic() + self._SyncObj__conf.raftMinTimeout
+                    if self._SyncObj__raftElectionDeadline < later:
+                        self._SyncObj__raftElectionDeadline = later
+
+    def _stand_soon(self) -> None:
+        soon = monotonic() + random.uniform(0.0, _STAND_SOON_S)
+        if self._SyncObj__raftElectionDeadline > soon:
+            self._SyncObj__raftElectionDeadline = soon
+
+    def _SyncObj__deleteEntriesFrom(self, fromIDx):
+        if getattr(_tick, "keep_log_tail", False):
+            return  # see _entries_already_held: no entry after prevLogIdx conflicts
+        return SyncObj._SyncObj__deleteEntriesFrom(self, fromIDx)
+
+    def _SyncObj__deleteEntriesTo(self, toIDx):
+        # A compaction: pysyncobj rewrites the entries it keeps from the start of the file.
+        SyncObj._SyncObj__deleteEntriesTo(self, toIDx)
+        _cut_journal_file(self._SyncObj__raftLog)
+
+    def _SyncObj__loadDumpFile(self, clearJournal):
+        try:
+            return self._load_dump(clearJournal)
+        finally:
+            # Restoring a large state blocks the tick thread for seconds (1M jobs: ~6 s), and a
+            # follower that installed the leader's snapshot then found its election deadline
+            # long past and deposed the leader that had just sent it: measured, registering 1M
+            # jobs moved the term from 7 to 83 in eight minutes, a snapshot install and an
+            # election at a time. A load counts as hearing from the leader: the timeout starts
+            # over (a dead leader is still detected, one timeout after the load).
+            if self._SyncObj__raftState != _LEADER:
+                self._SyncObj__raftElectionDeadline = \
+                    monotonic() + self._SyncObj__generateRaftTimeout()
+
+    def _load_dump(self, clearJournal):
+        """Load the full dump without throwing away journal entries that follow it.
+
+        pysyncobj's loader keeps the journal only if its first two entries are the two the dump
+        ends with, i.e. only if the journal was trimmed after the dump. A node that stopped
+        after a dump was written but before the next tick trimmed the journal (the dump is
+        written by a forked child; the trim happens when the tick thread sees it finished)
+        restarts with a journal that still begins further back, and the loader clears it:
+        every entry after the dump, committed ones included, is gone on this node. If the whole
+        cluster restarts that way, they are gone from the cluster (measured: the 100k cold
+        restart in scripts/bench.py clamped every node's commit index). Here the journal is
+        trimmed up to the dump first, which is what the missing tick would have done, and the
+        loader then finds it consistent. A journal that does not hold the dump's entries (it
+        is behind the dump, or from another history) is still replaced, as pysyncobj does; so
+        is every journal when a snapshot comes from the leader (``clearJournal``).
+        """
+        serializer = self._SyncObj__serializer
+        if clearJournal:
+            return SyncObj._SyncObj__loadDumpFile(self, clearJournal)
+        try:
+            data = serializer.deserialize()
+        except Exception:  # noqa: BLE001 - the loader below logs it and fails the same way
+            return SyncObj._SyncObj__loadDumpFile(self, clearJournal)
+        _keep_journal_after_dump(self, data)
+        # The loader reads the file again: hand it the copy already read (a 1M-job dump takes
+        # seconds to gunzip).
+        serializer.deserialize = lambda: data
+        try:
+            return SyncObj._SyncObj__loadDumpFile(self, clearJournal)
+        finally:
+            del serializer.deserialize
+
+
+#: Per tick thread: set while pysyncobj handles an append_entries whose entries this follower
+#: already holds and whose log goes further (``_entries_already_held``).
+_tick = threading.local()
+
+
+class _HeldEntriesLogFilter(logging.Filter):
+    """Drops pysyncobj's "truncating already-applied log entries" warning for a message whose
+    entries were all held: nothing is truncated then (``_SyncObj__deleteEntriesFrom``), and
+    the warning would claim a divergence that did not happen. A real truncation still logs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (getattr(_tick, "keep_log_tail", False)
+                    and str(record.msg).startswith("truncating already-applied"))
+
+
+#: The one filter ``install`` adds to pysyncobj's logger (one instance, so adding it is idempotent).
+HELD_ENTRIES_LOG_FILTER = _HeldEntriesLogFilter()
+#: The logger it filters: pysyncobj's SyncObj logs there.
+PYSYNCOBJ_LOGGER = "pysyncobj.syncobj"
+
+
+#: pysyncobj's raft states (``_RAFT_STATE``).
+_CANDIDATE, _LEADER = 1, 2
+#: A node that refuses its vote to a candidate whose log is behind its own, or that wins the tie
+#: of a split vote, stands for election within this many seconds (uniformly drawn, so two such
+#: nodes rarely collide).
+_STAND_SOON_S = 0.1
+
+
+def _candidate_log_order(sync: SyncObj, message: dict) -> int | None:
+    """How a request_vote's candidate's log compares with ours (Raft §5.4.1: last term, then
+    last index): -1 behind (we refuse it), 0 as recent, 1 more recent; None for a request from
+    an older term or a malformed one."""
+    try:
+        if message["term"] < sync._SyncObj__raftCurrentTerm:
+            return None
+        log = sync._SyncObj__raftLog
+        last = log[len(log) - 1]
+        theirs, ours = (message["last_log_term"], message["last_log_index"]), (last[2], last[1])
+        return (theirs > ours) - (theirs < ours)
+    except (KeyError, TypeError, IndexError):
+        return None
+
+
+def _entries_already_held(sync: SyncObj, message: dict):
+    """Raft's AppendEntries receiver rule for entries this follower already holds.
+
+    pysyncobj deletes every entry after ``prevLogIdx`` whenever its log goes further, then
+    appends the message's entries, even when those entries are ones it holds already (same
+    index, same term). Raft deletes only from the first *conflicting* entry. The difference
+    bites on a late or repeated append_entries (a resend after a ``reset``, a leader going
+    back after a stale answer): a follower that had acknowledged entries 1..10 receives 1..6
+    again and drops 7..10, which the leader has already counted toward a commit. Until they
+    are sent again, those committed entries exist on fewer nodes than the leader believes;
+    if it dies then, they can be lost (logged by pysyncobj as "truncating already-applied log
+    entries", seen in every busy benchmark run).
+
+    Returns None to let pysyncobj handle the message as it is (the previous entry does not
+    match, or the first entry is new or conflicts), or ``(message, keep_tail)``: a copy with
+    the already-held prefix of the entries dropped (``prevLogIdx`` moved to the last held
+    one). ``keep_tail`` is True when every entry was held and the log goes further: then
+    nothing is deleted, and the commit index the message carries is capped at the last
+    entry it vouched for (Raft: min(leaderCommit, index of last new entry)), because the
+    entries after it have not been checked against the leader's log.
+    """
+    log = sync._SyncObj__raftLog
+    n = len(log)
+    if n == 0:
+        return None
+    first = log[0][1]
+    prev = message["prevLogIdx"]
+    p = prev - first
+    if p < 0 or p >= n or log[p][2] != message["prevLogTerm"]:
+        return None
+    entries = message["entries"]
+    k = 0
+    for e in entries:
+        q = e[1] - first
+        if q >= n or log[q][2] != e[2]:
+            break
+        k += 1
+    if k == 0:
+        return None
+    out = dict(message)
+    out["prevLogIdx"], out["prevLogTerm"] = entries[k - 1][1], entries[k - 1][2]
+    out["entries"] = list(entries[k:])
+    keep_tail = k == len(entries) and entries[-1][1] < log[n - 1][1]
+    if keep_tail:
+        out["commit_index"] = min(message["commit_index"], entries[-1][1])
+    return out, keep_tail
+
+
+def _keep_journal_after_dump(sync: SyncObj, data) -> None:
+    """Trim ``sync``'s journal so that it begins with the dump's last two entries, if it holds
+    them (``data`` is a deserialized dump: ``(state, last, before_last, cluster)``)."""
+    try:
+        last, before = tuple(data[1]), tuple(data[2])
+        log = sync._SyncObj__raftLog
+        if len(log) < 2:
+            return
+        pos = before[1] - log[0][1]
+        if pos <= 0 or pos + 1 >= len(log):
+            return  # already trimmed (pos 0), or the journal does not reach past the dump
+        if tuple(log[pos]) != before or tuple(log[pos + 1]) != last:
+            return
+        logger.warning("replication.journal_untrimmed_after_dump first=%d dump_last=%d "
+                       "journal_last=%d (stopped between a dump and its trim; keeping the "
+                       "entries after the dump)", log[0][1], last[1], log[len(log) - 1][1])
+        sync._SyncObj__deleteEntriesTo(before[1])
+    except Exception:  # noqa: BLE001 - fall back to pysyncobj's own rule, never fail the load
+        logger.exception("replication.journal_trim_check_failed")
+
+
+# The overrides above replace pysyncobj internals by their mangled names. If a pysyncobj release
+# renamed one, the override would silently stop applying: ``install`` refuses to run instead.
+# (The private attributes they read are exercised by tests/test_replication_syncobj.py.)
+_OVERRIDDEN = ("_SyncObj__applyLogEntries", "_SyncObj__onMessageReceived",
+               "_SyncObj__deleteEntriesFrom", "_SyncObj__deleteEntriesTo",
+               "_SyncObj__loadDumpFile", "_SyncObj__generateRaftTimeout")

@@ -1,0 +1,499 @@
+"""``RaftNode``: one member of a static Raft group, as the asyncio world uses it (lifecycle,
+group commit, ``propose`` and what its outcomes mean, ``read``, ``status``)."""
+from __future__ import annotations
+
+import asyncio
+import errno
+import fcntl
+import functools
+import logging
+import os
+import time
+from typing import Any, Callable, TypeVar
+
+from pysyncobj import SyncObj
+from pysyncobj.config import FAIL_REASON
+
+from ..aio import LoopInbox
+from ..core import limits
+from ..core.errors import Indeterminate, LimitExceeded, Unavailable
+from ._consumer import BARRIER_NOOP, _StateConsumer, replica_lock
+from ._crypto import _AeadEncryptor
+from ._install import install
+from ._syncobj import _SyncObj
+from ._transport import RaftTransport
+from .conf import _RESERVED_CONF_KEYS, RAFT_CONF_DEFAULTS, make_conf
+
+logger = logging.getLogger("raftsched.replication")  # one logger for the package (docs/operations.md)
+
+T = TypeVar("T")
+
+#: Pause between two attempts of a proposal that failed definitely for want of a leader.
+_RETRY_PAUSE_S = 0.025
+
+#: Bytes a command adds to a group's pickled tuple beyond its own (opcode, length, memo).
+_GROUP_ITEM_BYTES = 8
+#: The reason a proposal's future is settled with when its deadline passes first.
+_TIMED_OUT = "raftsched_timed_out"
+
+
+# Every call from the tick thread to the loop goes through one LoopInbox (RaftNode._inbox): one
+# wake-up of the loop for all the calls that arrive before it drains them, in the order they were
+# posted. Its post never raises: it runs inside pysyncobj callbacks, where an exception makes
+# pysyncobj apply the same entry again.
+
+
+def _settle(fut: asyncio.Future, value) -> None:
+    # A late result for a future that already timed out is dropped here.
+    if not fut.done():
+        fut.set_result(value)
+
+
+def _settle_group(futs: tuple, value: tuple) -> None:
+    """Hand each command of a group its own result (pysyncobj's result is their list)."""
+    result, reason = value
+    if reason == FAIL_REASON.SUCCESS:
+        if isinstance(result, list) and len(result) == len(futs):
+            for fut, res in zip(futs, result):
+                _settle(fut, (res, reason))
+            return
+        reason = "bad_group_result"  # cannot happen: _apply returns one result per command
+    for fut in futs:
+        _settle(fut, (None, reason))
+
+
+def _parse_addr(addr: str, what: str) -> tuple[str, int]:
+    if not isinstance(addr, str) or ":" not in addr:
+        raise ValueError(f"{what} must be 'host:port', got {addr!r}")
+    host, port_s = addr.rsplit(":", 1)
+    try:
+        port = int(port_s)
+    except ValueError:
+        raise ValueError(f"{what} has no numeric port: {addr!r}") from None
+    if not host or not 0 < port < 65536:
+        raise ValueError(f"{what} must be 'host:port' with a port in 1..65535, got {addr!r}")
+    return host, port
+
+
+def _check_command(data) -> None:
+    if not isinstance(data, (bytes, bytearray)):
+        raise TypeError(f"a command is bytes, not {type(data).__name__}")
+    # pysyncobj mis-handles messages above 64 KiB (its chunking path), and pickling inflates
+    # bytes ~1.7x: refuse before anything enters the log.
+    if len(data) > limits.command_bytes_max:
+        raise LimitExceeded(
+            f"command is {len(data)} bytes; the limit is {limits.command_bytes_max}")
+
+
+_ROLE_BY_RAFT_STATE = {0: "follower", 1: "candidate", 2: "leader"}
+
+_DEFINITE_NO_LEADER = (FAIL_REASON.MISSING_LEADER, FAIL_REASON.NOT_LEADER)
+_REASON_NAMES = {v: k for k, v in vars(FAIL_REASON).items() if k.isupper()}
+
+
+class RaftNode:
+    """One member of a static Raft group replicating ``state``.
+
+    :param self_addr: this node's ``host:port``; the Raft port binds on that host only.
+    :param peers: every member's ``host:port`` (this node's may be included).
+    :param data_dir: holds the journal (``raft.journal``, ``.meta``) and the full dump
+        (``raft.dump``); created if missing; locked against a second node.
+    :param secret: the cluster secret (pysyncobj's ``password``); never empty.
+    :param state: a *freshly constructed* state (``apply_bytes``, ``snapshot``, ``restore``); the
+        node rebuilds it from ``data_dir`` and the group. Read it through ``read``. If it has a
+        ``lock`` of its own (an RLock), the node takes that too wherever it takes its own.
+    :param on_role_change: ``f(is_leader: bool)``, called on the event loop whenever this node
+        gains or loses leadership.
+    :param dial_map: ``{peer_addr: proxy_addr}``: dial the proxy instead of the peer.
+    :param conf_overrides: SyncObjConf options over ``RAFT_CONF_DEFAULTS`` (not the reserved
+        ones: password, files, bind address, callbacks, membership, serializer, fork).
+    :param barrier_command: the bytes ``barrier()`` proposes; by default ``BARRIER_NOOP``, which
+        never reaches the state.
+    :raises RuntimeError: when this pysyncobj's internals are not the ones ``install`` expects.
+    :raises ValueError, TypeError: for an empty secret, a bad address, or refused options.
+    """
+
+    def __init__(self, *, self_addr: str, peers: list[str], data_dir: str, secret: str,
+                 state, on_role_change: Callable[[bool], Any] | None = None,
+                 dial_map: dict[str, str] | None = None, conf_overrides: dict | None = None,
+                 barrier_command: bytes | None = None):
+        # The stand-ins for pysyncobj's parts, before anything of pysyncobj is built (raises
+        # RuntimeError for a pysyncobj whose internals are not the expected ones).
+        install()
+        if not isinstance(secret, str) or not secret:
+            raise ValueError("a cluster secret is required: pysyncobj unpickles whatever reaches "
+                             "its port unless every message is authenticated")
+        self_host, _ = _parse_addr(self_addr, "self_addr")
+        for p in peers:
+            _parse_addr(p, "peer")
+        for k, v in (dial_map or {}).items():
+            _parse_addr(k, "dial_map key")
+            _parse_addr(v, "dial_map value")
+            if k not in peers or k == self_addr:
+                raise ValueError(f"dial_map key {k!r} is not a peer")
+        overrides = dict(conf_overrides or {})
+        reserved = sorted(set(overrides) & _RESERVED_CONF_KEYS)
+        if reserved:
+            raise ValueError(f"conf_overrides may not set {', '.join(reserved)}")
+        if barrier_command is not None:
+            _check_command(barrier_command)
+
+        self._self_addr = self_addr
+        self._peers = sorted({p for p in peers if p != self_addr})
+        self._members = sorted(set(self._peers) | {self_addr})
+        self._data_dir = os.path.abspath(data_dir)
+        self._state = state
+        #: The replica's lock: every apply, snapshot and restore holds it, and so does ``read``.
+        self._lock = replica_lock(state)
+        self._on_role_change = on_role_change
+        self._dial_map = dict(dial_map or {})
+        self._barrier_command = BARRIER_NOOP if barrier_command is None else bytes(barrier_command)
+        #: keepalives (the transport's), and log entries vs commands proposed (group commit)
+        self.counters: dict[str, int] = {"log_entries_proposed": 0, "commands_proposed": 0}
+
+        os.makedirs(self._data_dir, exist_ok=True)
+        options = dict(RAFT_CONF_DEFAULTS)
+        options.update(overrides)
+        options.update(
+            password=secret,
+            journalFile=os.path.join(self._data_dir, "raft.journal"),
+            fullDumpFile=os.path.join(self._data_dir, "raft.dump"),
+            # pysyncobj binds 0.0.0.0 unless told otherwise.
+            bindAddress=self_addr,
+            onStateChanged=self._on_state_changed,
+        )
+        self._conf = make_conf(**options)
+        if self_host in ("0.0.0.0", "::"):
+            logger.warning("replication.bind_all_interfaces addr=%s", self_addr)
+
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._inbox: LoopInbox | None = None
+        self._sync: SyncObj | None = None
+        self._consumer: _StateConsumer | None = None
+        self._lock_fd: int | None = None
+        self._stopped = False
+        self._raft_state = 0           # written by the tick thread (onStateChanged)
+        self._leader_flag = False      # last leadership value handed to on_role_change
+        self._pending: set[asyncio.Future] = set()
+        # Group commit (_enqueue): commands waiting for the next loop turn, their encoded size.
+        self._group: list[tuple[bytes, asyncio.Future]] = []
+        self._group_bytes = 0
+        self._flush_handle: asyncio.Handle | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Bind the event loop used for callbacks and start pysyncobj (its tick thread binds the
+        port and connects to the peers in the background).
+
+        :raises RuntimeError: when started twice, or when another node holds ``data_dir``.
+        """
+        if self._sync is not None or self._stopped:
+            raise RuntimeError("a RaftNode starts once; build a new one (with a fresh state)")
+        self._loop = loop
+        self._inbox = LoopInbox(loop)
+        self._lock_data_dir()
+        try:
+            self._consumer = _StateConsumer(self._state, self._lock)
+            transport = functools.partial(RaftTransport, dial_map=self._dial_map,
+                                          counters=self.counters)
+            self._sync = _SyncObj(self._self_addr, self._peers, conf=self._conf,
+                                  consumers=[self._consumer], transportClass=transport,
+                                  encryptor=_AeadEncryptor(self._conf.password))
+            self._sync.addOnTickCallback(self._consumer._release_snapshot_lock)
+        except BaseException:
+            self._unlock_data_dir()
+            raise
+        logger.info("replication.started self=%s members=%s data_dir=%s", self._self_addr,
+                    ",".join(self._members), self._data_dir)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Destroy the SyncObj, join its tick thread, release the port and ``data_dir``.
+        Proposals still waiting raise ``Indeterminate``. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        sync, self._sync = self._sync, None
+        if sync is not None:
+            sync.destroy()
+            deadline = time.monotonic() + timeout_s
+            while sync.tick_thread_alive() and time.monotonic() < deadline:
+                time.sleep(0.005)
+            if sync.tick_thread_alive():
+                logger.error("replication.stop_timeout self=%s: tick thread still running",
+                             self._self_addr)
+            else:
+                self._close_leaked_fds(sync)
+        for fut in list(self._pending):
+            if not fut.done():
+                fut.set_result((None, "stopped"))
+        self._pending.clear()
+        self._group, self._group_bytes = [], 0
+        if self._leader_flag:
+            self._leader_flag = False
+            self._deliver_role(False)
+        self._unlock_data_dir()
+        logger.info("replication.stopped self=%s", self._self_addr)
+
+    @staticmethod
+    def _close_leaked_fds(sync: SyncObj) -> None:
+        # With appendEntriesUseBatch off, SyncObj wakes its poller through a pipe that destroy()
+        # never closes: two fds per node. Closed here once the tick thread is gone.
+        notifier = getattr(sync, "_SyncObj__pipeNotifier", None)
+        for name in ("_PipeNotifier__pipeR", "_PipeNotifier__pipeW"):
+            fd = getattr(notifier, name, None)
+            if isinstance(fd, int):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+    def _lock_data_dir(self, wait_s: float = 10.0) -> None:
+        # Two nodes on one journal would corrupt it (it is an mmap). A dump writer forked by a
+        # previous node inherits the lock until it exits, so a restart also waits for it: its
+        # late rename could otherwise put an older dump behind a newer, compacted journal.
+        path = os.path.join(self._data_dir, "raft.lock")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as e:
+                if e.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() > deadline:
+                    os.close(fd)
+                    raise RuntimeError(f"data dir {self._data_dir} is in use by another node")
+                time.sleep(0.02)
+        self._lock_fd = fd
+
+    def _unlock_data_dir(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # -- callbacks from the tick thread ------------------------------------------------------
+
+    def _on_state_changed(self, old_state, new_state) -> None:
+        # Tick thread, inside pysyncobj's message handling: must never raise.
+        try:
+            self._raft_state = new_state
+            is_leader = new_state == 2
+            if is_leader != self._leader_flag:
+                self._leader_flag = is_leader
+                logger.info("replication.role self=%s role=%s term=%s", self._self_addr,
+                            _ROLE_BY_RAFT_STATE.get(new_state), self._term_or_none())
+                self._deliver_role(is_leader)
+        except BaseException:  # noqa: BLE001
+            pass
+
+    def _term_or_none(self):
+        sync = self._sync
+        return None if sync is None else sync.raftCurrentTerm
+
+    def _deliver_role(self, is_leader: bool) -> None:
+        if self._on_role_change is not None:
+            inbox = self._inbox
+            if inbox is not None:
+                inbox.post(self._call_role_change, is_leader)
+
+    def _call_role_change(self, is_leader: bool) -> None:
+        try:
+            self._on_role_change(is_leader)
+        except Exception:
+            logger.exception("replication.on_role_change_raised")
+
+    # -- proposals ---------------------------------------------------------------------------
+
+    def _enqueue(self, data: bytes) -> asyncio.Future:
+        """Queue one command for the next group and return the future of its (result, reason).
+
+        Group commit: every command proposed during one turn of the event loop goes into
+        pysyncobj as one log entry (``_flush_group`` runs at the next turn), up to
+        ``command_bytes_max`` bytes. With batching off (RAFT_CONF_DEFAULTS), pysyncobj sends one
+        encrypted append_entries to every follower per log entry, gets one answer from each, and
+        wakes its tick thread through a pipe per command: per entry, not per byte. Measured with
+        32 concurrent API clients on a three-node cluster, that was over half of the leader's
+        CPU (scripts/bench_register.py). A lone proposal still goes out at the next turn, alone, as
+        plain bytes.
+        """
+        loop = self._loop
+        fut = loop.create_future()
+        self._pending.add(fut)
+        fut.add_done_callback(self._pending.discard)
+        size = len(data) + _GROUP_ITEM_BYTES
+        if self._group and self._group_bytes + size > limits.command_bytes_max:
+            self._flush_group()
+        self._group.append((data, fut))
+        self._group_bytes += size
+        if self._flush_handle is None:
+            self._flush_handle = loop.call_soon(self._flush_group)
+        return fut
+
+    def _flush_group(self) -> None:
+        """Submit the queued commands as one log entry (plain bytes when there is one)."""
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        # A caller that gave up (cancelled) before its command left: it never happens.
+        group = [(d, f) for d, f in self._group if not f.done()]
+        self._group, self._group_bytes = [], 0
+        if not group:
+            return
+        post = self._inbox.post
+        futs = tuple(f for _, f in group)
+        if len(group) == 1:
+            payload = group[0][0]
+
+            def on_result(result, reason, _settle_it=functools.partial(_settle, futs[0])):
+                # Tick thread (or this thread for QUEUE_FULL). Must never raise: pysyncobj
+                # would apply the entry again (post never does).
+                post(_settle_it, (result, reason))
+        else:
+            payload = tuple(d for d, _ in group)
+
+            def on_result(result, reason, _settle_them=functools.partial(_settle_group, futs)):
+                post(_settle_them, (result, reason))
+        self.counters["log_entries_proposed"] += 1
+        self.counters["commands_proposed"] += len(group)
+        sync, consumer = self._sync, self._consumer
+        try:
+            if sync is None:
+                raise RuntimeError("raft node stopped")
+            consumer._apply(payload, callback=on_result)
+        except OSError as e:
+            # The command is queued; only waking the tick thread failed (its notify pipe is
+            # full: the thread is behind). The result will still come.
+            logger.debug("replication.notify_failed error=%r", e)
+        except Exception as e:  # noqa: BLE001
+            err = Indeterminate(f"submitting the command failed: {type(e).__name__}",
+                                leader=self._leader_id())
+            for f in futs:
+                if not f.done():
+                    f.set_exception(err)
+
+    def _leader_id(self) -> str | None:
+        sync = self._sync
+        leader = None if sync is None else sync._getLeader()
+        return None if leader is None else leader.id
+
+    def _reachable_leader(self) -> tuple[bool, str]:
+        sync = self._sync
+        leader = sync._getLeader()
+        if leader is None:
+            return False, "no leader (election in progress or no quorum)"
+        if leader == sync.selfNode:
+            return (True, "") if sync._isLeader() else (False, "no leader")
+        if not sync.isNodeConnected(leader):
+            return False, f"leader {leader.id} is not reachable from {self._self_addr}"
+        return True, ""
+
+    async def propose(self, data: bytes, timeout_s: float = 5.0) -> dict:
+        """Replicate one command and return ``apply_bytes``'s result, as applied on this node.
+
+        While there is no reachable leader, waits for one until the deadline, resubmitting only
+        after definite failures.
+
+        :raises Unavailable: the command did not happen (no leader, queue full, discarded).
+        :raises Indeterminate: it may still happen (leader changed, timeout, node stopped).
+        :raises LimitExceeded: the command is larger than ``limits.command_bytes_max``.
+        """
+        _check_command(data)
+        if timeout_s <= 0:
+            raise ValueError("timeout_s must be > 0")
+        if self._sync is None:
+            raise Unavailable("raft node is not running", leader=None)
+        loop = self._loop
+        if asyncio.get_running_loop() is not loop:
+            raise RuntimeError("propose() must run on the loop given to start()")
+        data = bytes(data)
+        deadline = loop.time() + timeout_s
+        why = ""
+        while True:
+            if self._sync is None:
+                raise Unavailable("raft node stopped", leader=None)
+            ok, why = self._reachable_leader()
+            if ok:
+                fut = self._enqueue(data)
+                # One timer that settles the future, rather than asyncio.wait_for (a second
+                # future, two callbacks and a timer per proposal).
+                timer = loop.call_at(max(deadline, loop.time() + 0.001), _settle, fut, (None, _TIMED_OUT))
+                try:
+                    result, reason = await fut
+                finally:
+                    timer.cancel()
+                if reason == _TIMED_OUT:
+                    raise Indeterminate(
+                        f"no result within {timeout_s:g} s; the command may still apply",
+                        leader=self._leader_id())
+                if reason == FAIL_REASON.SUCCESS:
+                    return result
+                if reason == "stopped":
+                    raise Indeterminate("raft node stopped before the result arrived",
+                                        leader=None)
+                name = _REASON_NAMES.get(reason, str(reason))
+                if reason in _DEFINITE_NO_LEADER:
+                    why = f"no leader accepted the command ({name})"
+                elif reason == FAIL_REASON.QUEUE_FULL:
+                    raise Unavailable("raft command queue is full", leader=self._leader_id(),
+                                      reason=name)
+                elif reason in (FAIL_REASON.DISCARDED, FAIL_REASON.REQUEST_DENIED):
+                    raise Unavailable(f"command not applied ({name})", leader=self._leader_id(),
+                                      reason=name)
+                else:  # LEADER_CHANGED, UNKNOWN_OUTCOME, anything new
+                    raise Indeterminate(f"outcome unknown ({name}); the command may still apply",
+                                        leader=self._leader_id(), reason=name)
+            if deadline - loop.time() <= _RETRY_PAUSE_S:
+                leader = self._leader_id()
+                raise Unavailable(f"{why}; last known leader: {leader or 'none'}", leader=leader)
+            await asyncio.sleep(_RETRY_PAUSE_S)
+
+    async def barrier(self, timeout_s: float = 5.0) -> None:
+        """Commit a no-op and wait until this node applied it: a read of the local state after
+        this returns sees every write acknowledged before the call (a linearizable read through
+        the log; pysyncobj has no ReadIndex or leader lease).
+
+        :raises Unavailable, Indeterminate: as ``propose``.
+        """
+        await self.propose(self._barrier_command, timeout_s)
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def read(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(state, *args)`` under the replica's lock and return what it returns: no
+        command applies, and no snapshot is taken or restored, while it runs, so it sees the
+        state between two log entries (whole groups). Callable from any thread, before ``start``
+        too. The tick thread waits for it: keep ``fn`` short and let it copy what it needs.
+        """
+        with self._lock:
+            return fn(self._state, *args)
+
+    # -- introspection -------------------------------------------------------------------------
+
+    def is_leader(self) -> bool:
+        """Whether this node is in the leader role now. A leader cut off from the majority keeps
+        this True for up to leaderFallbackTimeout: decide nothing on it alone."""
+        sync = self._sync
+        return sync is not None and sync._isLeader()
+
+    def status(self) -> dict:
+        """A snapshot of this node's view, read without locks (single attribute reads are atomic
+        under the GIL; ``SyncObj.getStatus()`` iterates dicts the tick thread may grow)."""
+        sync = self._sync
+        if sync is None:
+            return {"self": self._self_addr, "role": "follower", "leader": None, "term": 0,
+                    "commit_index": 0, "last_applied": 0, "members": list(self._members),
+                    "is_leader": False, "running": False, "peers_connected": []}
+        leader = sync._getLeader()
+        role = _ROLE_BY_RAFT_STATE.get(self._raft_state, "follower")
+        return {
+            "self": self._self_addr,
+            "role": role,
+            "leader": None if leader is None else leader.id,
+            "term": sync.raftCurrentTerm,
+            "commit_index": sync.raftCommitIndex,
+            "last_applied": sync.raftLastApplied,
+            "members": list(self._members),
+            "is_leader": role == "leader",
+            "running": True,
+            "peers_connected": sorted(n.id for n in sync.otherNodes if sync.isNodeConnected(n)),
+        }

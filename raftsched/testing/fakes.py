@@ -1,0 +1,71 @@
+"""In-process stand-ins for the replication layer: no sockets, no threads, no clock.
+
+``FakeRaft`` is the one replication fake: it has the methods of the ``Replicator`` protocol
+(``raftsched.replication``) that the node layer calls, and applies each proposal at once to one
+state, so the upper layers (service, API, trigger, worker) are tested without pysyncobj.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable, TypeVar
+
+from raftsched.core.errors import Indeterminate, Unavailable
+
+__all__ = ["FakeRaft"]
+
+T = TypeVar("T")
+
+
+class FakeRaft:
+    """Applies each proposal at once to one state; can be told to fail like pysyncobj does.
+
+    ``fail`` = None | "unavailable" (definite: not applied) | "indeterminate_applied" (applied,
+    but the caller hears a timeout) | "indeterminate_lost" (not applied, caller hears a timeout).
+    ``leader`` is what ``is_leader`` and ``status`` report; a proposal applies either way (a
+    RaftNode that follows forwards it to the leader). ``proposed`` holds every command that was
+    applied, in order, and ``index`` counts them.
+    """
+
+    def __init__(self, state, leader: bool = True) -> None:
+        self.state = state
+        self.leader = leader
+        self.fail: str | None = None
+        self.proposed: list[bytes] = []
+        self.index = 0
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Nothing to start: remembers the loop, as RaftNode does."""
+        self.loop = loop
+
+    def stop(self) -> None:
+        """Nothing to stop."""
+
+    def is_leader(self) -> bool:
+        return self.leader
+
+    def read(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(state, *args)``: a plain call, since nothing here applies concurrently."""
+        return fn(self.state, *args)
+
+    async def propose(self, data: bytes, timeout_s: float = 5.0) -> dict:
+        if self.fail == "unavailable":
+            raise Unavailable("no leader", leader=None)
+        if self.fail == "indeterminate_lost":
+            raise Indeterminate("timed out")
+        self.proposed.append(data)
+        self.index += 1
+        res = self.state.apply_bytes(data)
+        if self.fail == "indeterminate_applied":
+            raise Indeterminate("leader changed")
+        return res
+
+    async def barrier(self, timeout_s: float = 5.0) -> None:
+        if self.fail:
+            raise Unavailable("no leader")
+
+    def status(self) -> dict:
+        return {"self": "127.0.0.1:1", "role": "leader" if self.leader else "follower",
+                "leader": "127.0.0.1:1" if self.leader else None, "term": 1,
+                "commit_index": self.index, "last_applied": self.index, "members": ["127.0.0.1:1"],
+                "is_leader": self.leader}

@@ -1,0 +1,134 @@
+"""raftsched/replication/_consumer.py: the replicated state as pysyncobj sees it (apply never
+raises, a group applies command by command, a dump round-trips, the collector is paused around
+both ends)."""
+from __future__ import annotations
+
+import gc
+import pickle
+
+import msgpack
+import pytest
+
+from raftsched.replication import BARRIER_NOOP
+from raftsched.replication._consumer import _StateConsumer
+
+from replication_helpers import FakeState, free_elsewhere, incr
+
+
+def test_apply_never_raises_and_the_barrier_never_reaches_the_state():
+    state = FakeState()
+    consumer = _StateConsumer(state)
+    # _doApply=True is how pysyncobj runs a committed entry.
+    assert consumer._apply(incr("a"), _doApply=True) == {"ok": True, "value": 1}
+    failed = consumer._apply(msgpack.packb({"op": "raise"}), _doApply=True)
+    assert failed["ok"] is False and failed["error"]["code"] == "internal"
+    assert consumer._apply(BARRIER_NOOP, _doApply=True) == {"ok": True}
+    assert state.read() == {"a": 1}
+
+
+def test_a_group_applies_each_command_in_order_with_its_own_result():
+    """Group commit: one log entry holding several commands applies each as if it had its own
+    entry; a command that raises or does not decode is refused alone."""
+    state = FakeState()
+    consumer = _StateConsumer(state)
+    group = (incr("a"), msgpack.packb({"op": "raise"}), BARRIER_NOOP, b"\xc1garbage", incr("a"))
+    res = consumer._apply(group, _doApply=True)
+    assert len(res) == 5
+    assert res[0] == {"ok": True, "value": 1} and res[4] == {"ok": True, "value": 2}
+    assert res[1]["ok"] is False and res[1]["error"]["code"] == "internal"
+    assert res[2] == {"ok": True}
+    assert res[3]["ok"] is False and res[3]["error"]["code"] == "invalid_command"
+    assert state.read() == {"a": 2}
+
+
+@pytest.mark.parametrize("own_lock", [True, False], ids=["state-with-a-lock", "lockless-state"])
+def test_snapshot_roundtrip_through_the_consumer(own_lock):
+    state = FakeState(own_lock)
+    state.apply_bytes(incr("x"))
+    consumer = _StateConsumer(state)
+    dumped = pickle.dumps(consumer._serialize(), 2)  # what the dump writer does
+    # Held from the serialize to the end of the tick (across the fork of the dump writer).
+    assert not free_elsewhere(consumer._lock)
+    if own_lock:
+        assert not free_elsewhere(state.lock)
+    consumer._release_snapshot_lock()
+    assert free_elsewhere(consumer._lock)  # released
+    if own_lock:
+        assert free_elsewhere(state.lock)
+    other = FakeState(own_lock)
+    frozen = gc.get_freeze_count()
+    try:
+        _StateConsumer(other)._deserialize(pickle.loads(dumped))
+        # The restored state is frozen out of the collector's walks, and the collector is on again.
+        assert gc.get_freeze_count() > frozen and gc.isenabled()
+    finally:
+        gc.unfreeze()
+    assert other.read() == {"x": 1} and other.restores == 1
+
+
+def test_the_collector_is_paused_while_a_snapshot_is_encoded_and_while_one_is_restored():
+    """Encoding and restoring build the whole state at once: replication pauses the collector
+    around both (gcpolicy.paused), whatever the state itself does, and switches it on again."""
+    class Watched(FakeState):
+        def __init__(self):
+            super().__init__()
+            self.collector_on: list[tuple[str, bool]] = []
+
+        def snapshot(self):
+            self.collector_on.append(("snapshot", gc.isenabled()))
+            return super().snapshot()
+
+        def restore(self, data):
+            self.collector_on.append(("restore", gc.isenabled()))
+            super().restore(data)
+
+    state = Watched()
+    state.apply_bytes(incr("x"))
+    consumer = _StateConsumer(state)
+    dumped = pickle.dumps(consumer._serialize(), 2)
+    consumer._release_snapshot_lock()
+    assert gc.isenabled()
+    other = Watched()
+    try:
+        _StateConsumer(other)._deserialize(pickle.loads(dumped))
+    finally:
+        gc.unfreeze()
+    assert gc.isenabled()
+    assert state.collector_on == [("snapshot", False)] and other.collector_on == [("restore", False)]
+
+
+@pytest.mark.parametrize("own_lock", [True, False], ids=["state-with-a-lock", "lockless-state"])
+def test_every_apply_and_restore_holds_the_replicas_lock_and_the_states_own(own_lock):
+    """Replication owns the lock that keeps applies, snapshots and restores whole, whether or
+    not the state has a lock of its own; if it has, that is held too, for code that still reads
+    under it alone."""
+    class Watched(FakeState):
+        def __init__(self):
+            super().__init__(own_lock)
+            self.seen: list[tuple] = []
+
+        def held(self, what):
+            mine = () if not own_lock else (not free_elsewhere(self.lock),)
+            self.seen.append((what, not free_elsewhere(consumer._lock)) + mine)
+
+        def apply_bytes(self, data):
+            self.held("apply")
+            return super().apply_bytes(data)
+
+        def restore(self, data):
+            self.held("restore")
+            super().restore(data)
+
+    state = Watched()
+    consumer = _StateConsumer(state)
+    consumer._apply(incr("a"), _doApply=True)
+    consumer._apply((incr("a"), incr("b")), _doApply=True)
+    dumped = pickle.dumps(consumer._serialize(), 2)
+    consumer._release_snapshot_lock()
+    try:
+        consumer._deserialize(pickle.loads(dumped))
+    finally:
+        gc.unfreeze()
+    both = (True,) * (2 if own_lock else 1)
+    assert state.seen == [("apply",) + both] * 3 + [("restore",) + both]
+    assert free_elsewhere(consumer._lock) and state.read() == {"a": 2, "b": 1}

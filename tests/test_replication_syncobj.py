@@ -1,0 +1,182 @@
+"""raftsched/replication/_syncobj.py: the Raft corrections to pysyncobj's SyncObj, fed to one
+node's message handler directly (no network, no tick), and a whole-cluster restart between a
+dump and its trim."""
+from __future__ import annotations
+
+import pytest
+from pysyncobj.monotonic import monotonic
+
+from raftsched.replication import install, make_conf
+from raftsched.replication._consumer import _StateConsumer
+from raftsched.replication._syncobj import _SyncObj
+
+from replication_helpers import (
+    COMPACT, SECRET, Cluster, FakeState, free_port, incr, incr_until_every_node_dumped,
+    restart_all_and_count_on, run,
+)
+
+
+@pytest.fixture
+def lone_follower():
+    """One _SyncObj whose message handler the test calls directly (no network, no tick), and
+    its two peers as pysyncobj nodes."""
+    install()  # what every RaftNode does before it builds one
+    me, a, b = (f"127.0.0.1:{free_port()}" for _ in range(3))
+    sync = _SyncObj(me, [a, b], conf=make_conf(autoTick=False, password=SECRET),
+                    consumers=[_StateConsumer(FakeState())])
+    try:
+        peers = sorted(sync._SyncObj__otherNodes, key=lambda n: [a, b].index(n.address))
+        yield sync, peers[0], peers[1]
+    finally:
+        sync.destroy()
+
+
+def _append(sync, leader, term, prev, prev_term, entries, commit):
+    sync._SyncObj__onMessageReceived(leader, {
+        "type": "append_entries", "term": term, "commit_index": commit,
+        "entries": [(f"c{i}-{t}".encode(), i, t) for i, t in entries],
+        "prevLogIdx": prev, "prevLogTerm": prev_term})
+
+
+def test_a_follower_never_truncates_entries_it_already_holds(lone_follower):
+    """Raft's receiver rules, fed to one follower's pysyncobj message handler: a late
+    append_entries repeating a prefix of the log deletes nothing and does not commit past what
+    it vouches for; a conflict still truncates from the conflict."""
+    sync, leader, _ = lone_follower
+
+    def append(term, prev, prev_term, entries, commit):
+        _append(sync, leader, term, prev, prev_term, entries, commit)
+
+    def log():
+        j = sync._SyncObj__raftLog
+        return [(j[k][1], j[k][2]) for k in range(len(j))]
+
+    assert log() == [(1, 0)]  # pysyncobj's initial no-op
+    append(1, 1, 0, [(2, 1), (3, 1), (4, 1), (5, 1)], commit=1)
+    assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1)]
+    # A late resend of 2..3 with the leader's newer commit index: 4 and 5 stay, and the
+    # commit index stops at 3, the last entry this message vouches for.
+    append(1, 1, 0, [(2, 1), (3, 1)], commit=5)
+    assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1)]
+    assert sync._SyncObj__raftCommitIndex == 3
+    # A resend of everything it holds: nothing changes, the commit index follows.
+    append(1, 1, 0, [(2, 1), (3, 1), (4, 1), (5, 1)], commit=5)
+    assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1)]
+    assert sync._SyncObj__raftCommitIndex == 5
+    # A held prefix then new entries: appended after the held ones.
+    append(1, 3, 1, [(4, 1), (5, 1), (6, 1)], commit=5)
+    assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1), (6, 1)]
+    # A new leader whose entry 6 differs (term 2): the log is cut at the conflict.
+    append(2, 4, 1, [(5, 1), (6, 2)], commit=5)
+    assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1), (6, 2)]
+    assert sync._SyncObj__raftLog[5][0] == b"c6-2"
+    append(2, 5, 1, [(6, 2), (7, 2)], commit=5)
+    append(3, 5, 1, [(6, 3)], commit=5)  # a conflict right after prev: 7 goes with 6
+    assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1), (6, 3)]
+    # A previous entry it does not hold: refused, nothing changes.
+    append(3, 9, 2, [(10, 2)], commit=5)
+    assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1), (6, 3)]
+
+
+def test_loading_a_dump_restarts_a_followers_election_timeout(lone_follower, monkeypatch):
+    """A restore blocks the tick thread for seconds at 1M jobs; a follower that installed the
+    leader's snapshot must not find its deadline long past and depose that leader."""
+    sync, _, _ = lone_follower
+    monkeypatch.setattr(_SyncObj, "_load_dump", lambda self, clear: None)
+    conf = make_conf(autoTick=False, password=SECRET)
+    sync._SyncObj__raftElectionDeadline = monotonic() - 5  # as after a long restore
+    sync._SyncObj__loadDumpFile(True)
+    assert sync._SyncObj__raftElectionDeadline - monotonic() >= conf.raftMinTimeout - 0.05
+    sync._SyncObj__raftState = 2  # a leader's deadline is not its concern
+    sync._SyncObj__raftElectionDeadline = 0.0
+    sync._SyncObj__loadDumpFile(False)
+    assert sync._SyncObj__raftElectionDeadline == 0.0
+
+
+def test_a_split_vote_is_broken_by_node_id():
+    """Two candidates of one term with equally recent logs each refuse the other (each voted for
+    itself). The one with the lower id stands again within 0.1 s; the other waits at least a
+    minimum timeout, so the next term's request reaches it first."""
+    install()  # what every RaftNode does before it builds one
+    lo, me, hi = sorted(f"127.0.0.1:{free_port()}" for _ in range(3))
+    conf = make_conf(autoTick=False, password=SECRET)
+    sync = _SyncObj(me, [lo, hi], conf=conf, consumers=[_StateConsumer(FakeState())])
+    try:
+        peer = {n.address: n for n in sync._SyncObj__otherNodes}
+
+        def split_with(addr):
+            sync._SyncObj__raftState = 1  # a candidate of term 5 that voted for itself
+            sync._SyncObj__raftCurrentTerm = 5
+            sync._SyncObj__votedForNodeId = sync._SyncObj__selfNode.id
+            sync._SyncObj__raftElectionDeadline = monotonic() + 0.3
+            sync._SyncObj__onMessageReceived(peer[addr], {
+                "type": "request_vote", "term": 5, "last_log_index": 1, "last_log_term": 0})
+            assert sync._SyncObj__votedForNodeId == sync._SyncObj__selfNode.id  # refused
+            return sync._SyncObj__raftElectionDeadline - monotonic()
+
+        assert split_with(hi) <= 0.1                          # lower id than the other: stand
+        assert split_with(lo) >= conf.raftMinTimeout - 0.05   # higher: let the other stand
+        # The same request seen by a follower is an ordinary vote: granted.
+        sync._SyncObj__raftState = 0
+        sync._SyncObj__raftCurrentTerm = 5
+        sync._SyncObj__votedForNodeId = None
+        sync._SyncObj__onMessageReceived(peer[lo], {
+            "type": "request_vote", "term": 5, "last_log_index": 1, "last_log_term": 0})
+        assert sync._SyncObj__votedForNodeId == peer[lo].id
+    finally:
+        sync.destroy()
+
+
+def test_a_follower_asked_by_a_staler_candidate_stands_for_election_soon(lone_follower):
+    sync, leader, candidate = lone_follower
+    _append(sync, leader, 1, 1, 0, [(2, 1), (3, 1), (4, 1)], commit=4)
+
+    def vote(term, last_idx, last_term):
+        sync._SyncObj__onMessageReceived(candidate, {
+            "type": "request_vote", "term": term, "last_log_index": last_idx,
+            "last_log_term": last_term})
+        return sync._SyncObj__raftElectionDeadline - monotonic()
+
+    conf = make_conf(autoTick=False, password=SECRET)
+    # Up to date (same last entry): the vote is granted and the timeout starts over.
+    assert vote(2, 4, 1) >= conf.raftMinTimeout - 0.05
+    assert sync._SyncObj__votedForNodeId == candidate.id
+    # Behind (shorter log, or an older last term): refused, and this node stands within 0.1 s.
+    assert vote(3, 3, 1) <= 0.1
+    assert sync._SyncObj__votedForNodeId is None
+    sync._SyncObj__raftElectionDeadline = monotonic() + 5
+    assert vote(4, 9, 0) <= 0.1
+    # A candidate from an older term changes nothing.
+    sync._SyncObj__raftElectionDeadline = monotonic() + 5
+    assert vote(1, 1, 0) > 4
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(60)
+def test_a_restart_between_a_dump_and_its_trim_keeps_the_entries_after_the_dump(tmp_path,
+                                                                                 monkeypatch):
+    """Every node stops after writing a dump but before trimming its journal (the trim runs on
+    the tick after the forked writer finishes). pysyncobj's loader would clear each journal down
+    to the dump and lose the five entries committed after it, on every node."""
+    async def main():
+        c = Cluster(tmp_path, conf_overrides=COMPACT)
+        try:
+            with monkeypatch.context() as m:
+                m.setattr(_SyncObj, "_SyncObj__deleteEntriesTo", lambda self, idx: None,
+                          raising=False)
+                c.start_all()
+                leader = await c.agreed_leader()
+                await incr_until_every_node_dumped(c, leader, 30)
+                # No further dumps: what follows is in the untrimmed journals only.
+                m.setattr(_SyncObj, "_SyncObj__tryLogCompaction", lambda self: None,
+                          raising=False)
+                for _ in range(5):
+                    await c.nodes[leader].propose(incr("r"))
+                await c.converged({"r": 35})
+                for a in list(c.nodes):  # stopped while trimming is still off
+                    c.stop(a)
+            # Started again with pysyncobj's own trim back in place.
+            await restart_all_and_count_on(c, 35)
+        finally:
+            c.close()
+    run(main)
