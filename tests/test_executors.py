@@ -497,7 +497,7 @@ def test_python_sync_timeout_abandons_the_thread():
 
 
 def test_python_threads_are_reused_and_idle_ones_exit():
-    from raftsched.node import executors
+    from raftsched.node.executors import python as executors
 
     async def t():
         # One run after another: each takes the thread the one before it left idle.
@@ -532,7 +532,7 @@ def test_python_threads_are_reused_and_idle_ones_exit():
 
 
 def test_python_target_already_imported_resolves_without_a_thread():
-    from raftsched.node import executors
+    from raftsched.node.executors import python as executors
 
     assert executors._imported("builtins:id") is id
     assert executors._imported("exec_targets:record_sync") is exec_targets.record_sync

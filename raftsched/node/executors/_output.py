@@ -1,0 +1,44 @@
+"""Output bounding and error reasons, shared by all executor types."""
+from __future__ import annotations
+
+import traceback
+
+#: bytes of output kept per run (the tail: the end of a log says why a run failed).
+OUTPUT_BYTES_MAX = 4096
+#: characters of an error reason kept: the reason is one short line, the detail is in output.
+ERROR_CHARS_MAX = 300
+
+
+def tail_bytes(data: bytes | bytearray, limit: int = OUTPUT_BYTES_MAX, cut: bool = False) -> str:
+    """The last ``limit`` bytes of ``data`` as text (UTF-8, invalid bytes replaced).
+
+    :param cut: ``data`` is itself the tail of something longer (so it may start mid-character).
+    """
+    tail = bytes(data[-limit:]) if limit > 0 else b""
+    if cut or len(data) > limit:
+        # The cut may fall inside a multi-byte character: drop its continuation bytes rather
+        # than show a replacement character for half a character.
+        i = 0
+        while i < min(3, len(tail)) and 0x80 <= tail[i] <= 0xBF:
+            i += 1
+        tail = tail[i:]
+    return tail.decode("utf-8", "replace")
+
+
+def tail_str(text: str, limit: int = OUTPUT_BYTES_MAX) -> str:
+    return tail_bytes(text.encode("utf-8", "replace"), limit)
+
+
+def short(text: str) -> str:
+    text = " ".join(text.split())  # one line
+    return text if len(text) <= ERROR_CHARS_MAX else text[:ERROR_CHARS_MAX - 3] + "..."
+
+
+def exc_reason(e: BaseException) -> str:
+    msg = str(e)
+    return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+
+
+def format_tb(e: BaseException) -> str:
+    return "".join(traceback.format_exception(type(e), e, e.__traceback__))
+
