@@ -92,6 +92,25 @@ async def stubborn_async(ctx):
     await asyncio.Event().wait()
 
 
+def returns_slow_coroutine(ctx):
+    """A plain function that returns a coroutine that waits until it is cancelled."""
+    return slow_async(ctx)
+
+
+async def cancels_own_task(ctx):
+    """Cancels the task it runs in (as code that cancels "the current task" by mistake would)."""
+    asyncio.current_task().cancel()
+    await asyncio.sleep(0)  # ok-sleep: a yield, where the cancellation is delivered
+
+
+def returns_self_cancelling(ctx):
+    return cancels_own_task(ctx)
+
+
+#: exec_slow_import waits for this event while it is being imported.
+IMPORT_GATE = threading.Event()
+
+
 # Targets for tests/test_worker.py -----------------------------------------------------------
 
 #: concurrent(): how many run at this moment, and the most that ever ran at once.

@@ -541,6 +541,115 @@ def test_python_target_already_imported_resolves_without_a_thread():
         assert executors._imported(target) is None, target  # resolved (and refused) in a thread
 
 
+def test_python_import_is_raced_against_the_deadline_and_the_cancel_event():
+    import sys as _sys
+
+    async def t():
+        spec = {"type": "python", "target": "exec_slow_import:imported"}
+        assert "exec_slow_import" not in _sys.modules
+        # Lease lost while the module's code runs: the run ends at once; the import goes on.
+        cancel = asyncio.Event()
+        task = asyncio.create_task(execute(spec, ctx("py-import-lease"), 30, cancel=cancel))
+        await wait_until(lambda: "exec_slow_import" in _sys.modules, 5, "the import to start")
+        cancel.set()
+        out = await asyncio.wait_for(task, 5)
+        assert (out.ok, out.error) == (False, "lease lost")
+        # Still importing: the next run waits for that import in a thread of its own, within
+        # its deadline.
+        t0 = time.monotonic()
+        out = await execute(spec, ctx("py-import-slow"), 0.3)
+        assert (out.ok, out.error) == (False, "timed out after 0.3s") and time.monotonic() - t0 < 2
+        exec_targets.IMPORT_GATE.set()
+        await wait_until(lambda: not getattr(_sys.modules["exec_slow_import"].__spec__, "_initializing", False)
+                         and hasattr(_sys.modules["exec_slow_import"], "imported"), 5, "the import to finish")
+        out = await execute(spec, ctx("py-import-done"), 10)
+        assert (out.ok, out.output) == (True, repr("imported")), out
+    run(t())
+
+
+def test_python_caller_cancellation_cancels_the_coroutine_at_once_and_propagates():
+    async def t():
+        exec_targets.STARTED["py-caller"] = started = asyncio.Event()
+        task = asyncio.create_task(execute(py("slow_async"), ctx("py-caller"), 30, kill_grace_s=30))
+        await asyncio.wait_for(started.wait(), 5)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        else:
+            raise AssertionError("a cancelled execute must propagate the cancellation")
+        # No grace for a caller's cancellation: the coroutine is cancelled, not waited for.
+        await wait_until(lambda: [r["kind"] for r in exec_targets.RECORDED["py-caller"]] == ["started", "cancelled"],
+                         2, "the coroutine to be cancelled")
+    run(t())
+
+
+def test_python_caller_cancellation_abandons_the_thread_quietly():
+    async def t():
+        errors = []
+        asyncio.get_running_loop().set_exception_handler(lambda loop, context: errors.append(context))
+        exec_targets.RELEASE["py-caller-block"] = release = threading.Event()
+        task = asyncio.create_task(execute(py("blocking"), ctx("py-caller-block"), 30))
+        await wait_until(lambda: exec_targets.RECORDED.get("py-caller-block"), 5, "the function to start")
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        else:
+            raise AssertionError("a cancelled execute must propagate the cancellation")
+        # The function returns later: what it returns goes nowhere, and raises nothing on the loop.
+        release.set()
+        recs = exec_targets.RECORDED["py-caller-block"]
+        await wait_until(lambda: [r["kind"] for r in recs] == ["started", "finished"], 5, "the function to return")
+        await wait_until(lambda: recs[0]["thread"].name.startswith("raftsched-run-idle-"), 5, "the thread to be idle")
+        await asyncio.sleep(0.05)  # ok-sleep: a late delivery would come within a loop turn or two
+        assert errors == []
+    run(t())
+
+
+def test_python_awaitable_returned_by_a_plain_function_keeps_the_deadline_and_the_cancel_event():
+    from raftsched.node.executors import CancelEvent
+
+    async def t():
+        for way, run_id in (("execute", "py-ret-slow"), ("soon", "soon-ret-slow")):
+            exec_targets.STARTED[run_id] = asyncio.Event()
+            t0 = time.monotonic()
+            if way == "execute":
+                out = await execute(py("returns_slow_coroutine"), ctx(run_id), 0.3, cancel=CancelEvent())
+            else:
+                out = await soon(py("returns_slow_coroutine"), ctx(run_id), 0.3, cancel=CancelEvent())
+            assert (out.ok, out.error) == (False, "timed out after 0.3s"), (way, out)
+            assert time.monotonic() - t0 < 2
+            assert [r["kind"] for r in exec_targets.RECORDED[run_id]] == ["started", "cancelled"], way
+
+            lease_id = run_id + "-lease"
+            exec_targets.STARTED[lease_id] = started = asyncio.Event()
+            cancel = CancelEvent()
+            if way == "execute":
+                task = asyncio.ensure_future(execute(py("returns_slow_coroutine"), ctx(lease_id), 30, cancel=cancel))
+            else:
+                task = asyncio.ensure_future(soon(py("returns_slow_coroutine"), ctx(lease_id), 30, cancel=cancel))
+            await asyncio.wait_for(started.wait(), 5)
+            cancel.set()
+            out = await asyncio.wait_for(task, 5)
+            assert (out.ok, out.error) == (False, "lease lost"), (way, out)
+            assert [r["kind"] for r in exec_targets.RECORDED[lease_id]] == ["started", "cancelled"], way
+            assert cancel._callbacks == []
+    run(t())
+
+
+def test_python_task_cancelled_from_elsewhere_is_an_executor_error():
+    async def t():
+        outs = [await execute(py("cancels_own_task"), ctx(), 10),
+                await soon(py("returns_self_cancelling"), ctx(), 10)]
+        for out in outs:
+            assert (out.ok, out.error) == (False, "executor error: RuntimeError: the run's task was cancelled from elsewhere"), out
+        await asyncio.sleep(0)  # ok-sleep: the caller's task was not cancelled; it still runs
+    run(t())
+
+
 # ---------------------------------------------------------------------------------------------
 # allowed types and specs that cannot run
 

@@ -43,14 +43,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Callable
 
 import aiohttp
 
 from ._context import ALL_TYPES, Outcome, RunContext, Result
 from ._deadline import CancelEvent
-from ._output import ERROR_CHARS_MAX, OUTPUT_BYTES_MAX, exc_reason, format_tb, short, tail_str
+from ._output import ERROR_CHARS_MAX, OUTPUT_BYTES_MAX, executor_error
 from .http import HTTP_BODY_READ_MAX, run_http
-from .python import execute_soon, run_python
+from .python import run_python, start_soon
 from .shell import run_shell
 
 __all__ = ["ALL_TYPES", "CancelEvent", "ERROR_CHARS_MAX", "HTTP_BODY_READ_MAX", "OUTPUT_BYTES_MAX",
@@ -100,7 +101,7 @@ async def execute(executor: dict, ctx: RunContext, timeout_s: float, *,
         elif kind == "http":
             result = await run_http(executor, ctx, timeout_s, cancel, http_session)
         elif kind == "python":
-            result = await run_python(executor, ctx, timeout_s, cancel, kill_grace_s)
+            return await run_python(executor, ctx, timeout_s, cancel, kill_grace_s, t0)
         else:
             result = (False, f"unknown executor type {kind!r}", "")
     except asyncio.CancelledError:
@@ -110,7 +111,27 @@ async def execute(executor: dict, ctx: RunContext, timeout_s: float, *,
         log.exception("%s executor for run %s failed unexpectedly",
                       executor.get("type") if isinstance(executor, dict) else type(executor).__name__,
                       getattr(ctx, "run_id", "?"))
-        result = (False, short(f"executor error: {exc_reason(e)}"), tail_str(format_tb(e)))
+        result = executor_error(e)
     ok, error, output = result
     return Outcome(ok=ok, error=error, output=output,
                    duration_ms=int(round((time.monotonic() - t0) * 1000)))
+
+
+def execute_soon(executor: dict, ctx: RunContext, timeout_s: float, on_done: Callable[[Outcome], None], *,
+                 cancel: CancelEvent | None = None, allowed_types: frozenset[str] = ALL_TYPES,
+                 kill_grace_s: float = 5.0) -> bool:
+    """Start a run the way :func:`execute` would and return True, if it is a plain python
+    function whose module is imported already; ``on_done(outcome)`` is then called on the
+    event loop once, with the :class:`Outcome` that ``execute`` would have returned. A busy
+    worker's runs are mostly such, and each then costs a thread handoff, a timer and a few
+    callbacks instead of a task and its coroutines.
+
+    For anything else (another executor type, a coroutine function, a module not imported
+    yet, a ``cancel`` that is not a :class:`CancelEvent` or is already set) nothing starts and
+    it returns False: await :func:`execute` instead.
+    """
+    if (not isinstance(executor, dict) or executor.get("type") != "python" or "python" not in allowed_types
+            or not isinstance(executor.get("target"), str)
+            or (cancel is not None and (not isinstance(cancel, CancelEvent) or cancel.is_set()))):
+        return False
+    return start_soon(executor["target"], ctx, timeout_s, cancel, kill_grace_s, on_done)

@@ -42,3 +42,9 @@ def exc_reason(e: BaseException) -> str:
 def format_tb(e: BaseException) -> str:
     return "".join(traceback.format_exception(type(e), e, e.__traceback__))
 
+
+
+def executor_error(e: BaseException) -> tuple[bool, str, str]:
+    """The result of a run that failed by an error of the executor's own, not the job's: the
+    contract is an Outcome, whatever went wrong in here."""
+    return False, short(f"executor error: {exc_reason(e)}"), tail_str(format_tb(e))

@@ -18,12 +18,12 @@ import threading
 import time
 import types
 import weakref
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable
 
 from ..aio import LoopInbox
-from ._context import ALL_TYPES, Outcome, RunContext, Result
-from ._deadline import CancelEvent, race, run_task, stopped
-from ._output import OUTPUT_BYTES_MAX, exc_reason, format_tb, short, tail_str
+from ._context import Outcome, RunContext, Result
+from ._deadline import CancelEvent, stopped
+from ._output import OUTPUT_BYTES_MAX, exc_reason, executor_error, format_tb, short, tail_str
 
 log = logging.getLogger("raftsched.executors")
 
@@ -122,18 +122,6 @@ def _submit(fn: Callable, args: tuple, name: str, deliver: Callable[[tuple], Non
     _threads.submit(job)
 
 
-def _in_thread(fn: Callable, *args: Any, name: str) -> asyncio.Future:
-    """:func:`_submit` with a future: it gets ("ok", result) or ("exc", e)."""
-    fut = asyncio.get_running_loop().create_future()
-
-    def settle(value: tuple) -> None:
-        if not fut.done():
-            fut.set_result(value)
-
-    _submit(fn, args, name, settle)
-    return fut
-
-
 def _imported(target: str) -> Callable | None:
     """The target's function if its module is imported already, fully, and defines it: then
     resolving it is a dictionary lookup that runs none of the job's code, and needs no thread.
@@ -197,143 +185,248 @@ def _python_result(value: tuple) -> Result:
     return True, None, tail_str(text)
 
 
-async def run_python(ex: dict, ctx: RunContext, timeout_s: float,
-                      cancel: asyncio.Event | None, kill_grace_s: float) -> Result:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    thread_name = f"raftsched-run-{ctx.run_id}"
-    fn = _imported(ex["target"])
-    if fn is None:
-        # Import in a thread: module-level code is the job's, and it must neither block the
-        # loop (lease renewals) nor escape the deadline.
-        fut = _in_thread(_resolve, ex["target"], name=thread_name + "-import")
-        how = await race(fut, timeout_s, cancel)
-        if how != "done":
-            log.warning("run %s: import of %s abandoned (%s)", ctx.run_id, ex["target"], how)
-            return stopped(how, timeout_s)
-        kind, fn = fut.result()
-        if kind == "exc":
-            return _python_result((kind, fn))
-
-    if inspect.iscoroutinefunction(fn):
-        how, value = await run_task(_call_async(fn, ctx), deadline - loop.time(), cancel, kill_grace_s)
-        return _python_result(value) if how == "done" else stopped(how, timeout_s)
-
-    fut = _in_thread(fn, ctx, name=thread_name)
-    how = await race(fut, deadline - loop.time(), cancel)
-    if how != "done":
-        log.warning("run %s: %s still running in thread %s; abandoned (%s)",
-                    ctx.run_id, ex["target"], thread_name, how)
-        return stopped(how, timeout_s)
-    value = fut.result()
-    if value[0] == "ok" and inspect.isawaitable(value[1]):
-        # A plain callable that returns an awaitable (a decorated or partial coroutine
-        # function, an object with an async __call__): await it on the loop.
-        how, value = await run_task(_guarded(value[1]), deadline - loop.time(), cancel, kill_grace_s)
-        if how != "done":
-            return stopped(how, timeout_s)
-    return _python_result(value)
+def _consume(task: asyncio.Future) -> None:
+    # A done callback that retrieves the result, so that a late exception is not logged as
+    # "never retrieved": the run has already been reported.
+    task.cancelled() or task.exception()
 
 
-# ---------------------------------------------------------------------------------------------
-# The fast path: a plain python function already imported, without a coroutine per run.
+async def run_python(ex: dict, ctx: RunContext, timeout_s: float, cancel: asyncio.Event | None,
+                     kill_grace_s: float, t0: float) -> Outcome:
+    """:func:`~raftsched.node.executors.execute` for a python spec: one :class:`_PythonRun`,
+    awaited. When the caller is cancelled the run is killed (:meth:`_PythonRun.kill`) and the
+    cancellation propagates."""
+    target = ex["target"]
+    fn = _imported(target)
+    fut = asyncio.get_running_loop().create_future()
 
-def execute_soon(executor: dict, ctx: RunContext, timeout_s: float, on_done: Callable[[Outcome], None], *,
-                 cancel: CancelEvent | None = None, allowed_types: frozenset[str] = ALL_TYPES,
-                 kill_grace_s: float = 5.0) -> bool:
-    """Start a run the way :func:`execute` would and return True, if it is a plain python
-    function whose module is imported already; ``on_done(outcome)`` is then called on the
-    event loop once, with the :class:`Outcome` that ``execute`` would have returned. A busy
-    worker's runs are mostly such, and each then costs a thread handoff, a timer and a few
-    callbacks instead of a task and its coroutines.
+    def settle(outcome: Outcome) -> None:
+        if not fut.done():  # cancelled with our caller, and the run not killed yet
+            fut.set_result(outcome)
 
-    For anything else (another executor type, a coroutine function, a module not imported
-    yet, a ``cancel`` that is not a :class:`CancelEvent` or is already set) nothing starts and
-    it returns False: await :func:`execute` instead.
-    """
-    if (not isinstance(executor, dict) or executor.get("type") != "python" or "python" not in allowed_types
-            or not isinstance(executor.get("target"), str)
-            or (cancel is not None and (not isinstance(cancel, CancelEvent) or cancel.is_set()))):
-        return False
-    fn = _imported(executor["target"])
+    run = _PythonRun(target, ctx, timeout_s, cancel, kill_grace_s, settle, t0)
+    run.start(fn)
+    try:
+        return await fut
+    except asyncio.CancelledError:
+        run.kill()
+        raise
+
+
+def start_soon(target: str, ctx: RunContext, timeout_s: float, cancel: CancelEvent | None,
+               kill_grace_s: float, on_done: Callable[[Outcome], None]) -> bool:
+    """:func:`~raftsched.node.executors.execute_soon` for a python spec whose other conditions
+    hold: start the run if its function is a plain one imported already, else return False."""
+    fn = _imported(target)
     if fn is None or inspect.iscoroutinefunction(fn):
         return False
-    _PythonRun(executor["target"], ctx, timeout_s, cancel, kill_grace_s, on_done).start(fn)
+    _PythonRun(target, ctx, timeout_s, cancel, kill_grace_s, on_done, time.monotonic()).start(fn, plain=True)
     return True
 
 
 class _PythonRun:
-    """One run of :func:`execute_soon`: the function in a thread, raced against a timer and the
-    cancel event by callbacks; whichever comes first settles it, once."""
+    """One python run, from the import of its target to its Outcome, by callbacks on the event
+    loop: both :func:`run_python` (for ``execute``) and :func:`start_soon` (for
+    ``execute_soon``) are this.
 
-    __slots__ = ("target", "ctx", "timeout_s", "cancel", "kill_grace_s", "on_done", "t0", "deadline",
-                 "timer", "settled", "thread_name")
+    The run goes through up to three steps, each raced against one timer (the run's deadline)
+    and the cancel event; whichever comes first settles the run, once, and ``on_done`` gets its
+    Outcome on the loop:
 
-    def __init__(self, target: str, ctx: RunContext, timeout_s: float, cancel: CancelEvent | None,
-                 kill_grace_s: float, on_done: Callable[[Outcome], None]) -> None:
+    - the import of the target's module, in a run thread, unless it is imported already;
+    - the call: a plain function in a run thread, a coroutine function as a task on the loop;
+    - an awaitable the plain function returned (a decorated or partial coroutine function, an
+      object with an async ``__call__``), awaited as a task on the loop.
+
+    A thread cannot be killed: stopped, it is abandoned (it keeps running until it returns, and
+    what it returns is dropped). A task is cancelled and gets ``kill_grace_s`` to finish
+    before it is abandoned. The common run, a plain function imported already, costs a thread
+    handoff, a timer and a few callbacks: no task and no coroutine.
+    """
+
+    __slots__ = ("target", "ctx", "timeout_s", "cancel", "kill_grace_s", "on_done", "t0", "timer",
+                 "settled", "thread_name", "importing", "task", "cancel_task", "stop_how", "grace")
+
+    def __init__(self, target: str, ctx: RunContext, timeout_s: float, cancel: asyncio.Event | None,
+                 kill_grace_s: float, on_done: Callable[[Outcome], None], t0: float) -> None:
         self.target, self.ctx, self.timeout_s, self.cancel = target, ctx, timeout_s, cancel
-        self.kill_grace_s, self.on_done = kill_grace_s, on_done
-        self.settled = False
+        self.kill_grace_s, self.on_done, self.t0 = kill_grace_s, on_done, t0
+        self.settled = self.importing = False
+        self.task: asyncio.Future | None = None
+        self.cancel_task: asyncio.Future | None = None
+        self.stop_how: str | None = None  # set while a stopped task has its grace
+        self.grace: asyncio.TimerHandle | None = None
         self.thread_name = f"raftsched-run-{ctx.run_id}"
 
-    def start(self, fn: Callable) -> None:
+    def start(self, fn: Callable | None, plain: bool = False) -> None:
+        """Start the run. Never raises: a run that cannot start fails, reported on the loop.
+
+        :param fn: the target's function when it is imported already (:func:`_imported`);
+            None to import it in a run thread first.
+        :param plain: ``fn`` is known not to be a coroutine function.
+        """
         loop = asyncio.get_running_loop()
-        self.t0 = time.monotonic()
-        self.deadline = loop.time() + self.timeout_s
         self.timer = loop.call_later(max(0.0, self.timeout_s), self._stop, "timeout")
-        if self.cancel is not None:
-            self.cancel.add_callback(self._cancelled)
+        cancel = self.cancel
+        if isinstance(cancel, CancelEvent):
+            cancel.add_callback(self._cancelled)
+        elif cancel is not None:
+            # Any asyncio.Event works as cancel; one that calls nobody back costs a task that
+            # waits for it.
+            self.cancel_task = asyncio.ensure_future(cancel.wait())
+            self.cancel_task.add_done_callback(self._cancelled)
         try:
-            _submit(fn, (self.ctx,), self.thread_name, self._returned)
+            if plain:
+                _submit(fn, (self.ctx,), self.thread_name, self._returned)
+            elif fn is not None:
+                self._call(fn)
+            else:
+                # Import in a thread: module-level code is the job's, and it must neither block
+                # the loop (lease renewals) nor escape the deadline.
+                self.importing = True
+                _submit(_resolve, (self.target,), self.thread_name + "-import", self._resolved)
         except Exception as e:  # no thread could be started: the run fails, reported on the loop
+            self._failed(e)
+
+    def kill(self) -> None:
+        """Our caller is cancelled: report nothing, and cancel a task at once (no grace: the
+        run must not outlive the worker's interest in it). A thread is abandoned."""
+        if not self.settled:
             self._settle()
-            log.error("run %s: %s not started: %s", self.ctx.run_id, self.target, exc_reason(e))
-            loop.call_soon(self._emit, (False, short(f"executor error: {exc_reason(e)}"), ""))
+            if self.task is not None:
+                self.task.cancel()
+        self.on_done = None
+        self.stop_how = None
+        if self.grace is not None:
+            self.grace.cancel()
+        if self.task is not None:
+            self.task.add_done_callback(_consume)
 
-    def _cancelled(self) -> None:
-        self._stop("cancel")
+    # Steps.
 
-    def _stop(self, how: str) -> None:
+    def _call(self, fn: Callable) -> None:
+        if inspect.iscoroutinefunction(fn):
+            self._await(_call_async(fn, self.ctx))
+        else:
+            _submit(fn, (self.ctx,), self.thread_name, self._returned)
+
+    def _resolved(self, value: tuple) -> None:
         if self.settled:
+            return  # stopped during the import: already reported
+        self.importing = False
+        if value[0] == "exc":
+            self._finish(value)
             return
-        log.warning("run %s: %s still running in thread %s; abandoned (%s)",
-                    self.ctx.run_id, self.target, self.thread_name, how)
-        self._settle()
-        self._emit(stopped(how, self.timeout_s))
+        try:
+            self._call(value[1])
+        except Exception as e:
+            self._failed(e)
 
     def _returned(self, value: tuple) -> None:
         if self.settled:
             return  # already reported as timed out or lease lost
-        self._settle()
         if value[0] == "ok" and inspect.isawaitable(value[1]):
-            # A plain callable that returned an awaitable: await it on the loop, as execute()
-            # does, within what is left of the deadline.
-            asyncio.ensure_future(self._await(value[1]))
+            # A plain callable that returned an awaitable: await it on the loop, within what is
+            # left of the deadline.
+            try:
+                self._await(_guarded(value[1]))
+            except Exception as e:
+                self._failed(e)
             return
+        self._finish(value)
+
+    def _await(self, coro: Awaitable) -> None:
+        self.task = task = asyncio.ensure_future(coro)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Future) -> None:
+        if self.stop_how is not None:
+            self._abandon()  # stopped, and it finished within its grace
+            return
+        if self.settled:
+            return  # killed with our caller
+        if task.cancelled():
+            # Not our cancellation (that settles the run first) and not our caller's (kill()
+            # does): it must not look like the caller's own cancellation to our caller.
+            try:
+                raise RuntimeError("the run's task was cancelled from elsewhere")
+            except RuntimeError as e:
+                self._failed(e)
+            return
+        self._finish(task.result())
+
+    # Ends.
+
+    def _cancelled(self, _: object = None) -> None:
+        self._stop("cancel")
+
+    def _stop(self, how: str) -> None:
+        """The deadline passed ("timeout") or the cancel event was set ("cancel")."""
+        if self.settled:
+            return
+        task = self.task
+        if task is not None and task.done():
+            return  # finished in this turn of the loop: its result wins, on its way to _task_done
+        self._settle()
+        if task is None:
+            if self.importing:
+                log.warning("run %s: import of %s abandoned (%s)", self.ctx.run_id, self.target, how)
+            else:
+                log.warning("run %s: %s still running in thread %s; abandoned (%s)",
+                            self.ctx.run_id, self.target, self.thread_name, how)
+            self._emit(stopped(how, self.timeout_s))
+            return
+        # Give the coroutine a moment to run its finally blocks; one that swallows the
+        # cancellation and keeps going is abandoned rather than allowed to hold the worker.
+        self.stop_how = how
+        task.cancel()
+        self.grace = asyncio.get_running_loop().call_later(self.kill_grace_s, self._abandon)
+
+    def _abandon(self) -> None:
+        """A stopped task's grace is over, or it finished within it: report the stop."""
+        how, self.stop_how = self.stop_how, None
+        if how is None:
+            return
+        self.grace.cancel()
+        task = self.task
+        task.add_done_callback(_consume)
+        if not task.done():
+            log.warning("run task %r ignored cancellation; abandoned", task)
+        self._emit(stopped(how, self.timeout_s))
+
+    def _finish(self, value: tuple) -> None:
+        self._settle()
         try:
             result = _python_result(value)
         except Exception as e:  # the contract is an Outcome, whatever went wrong in here
-            result = (False, short(f"executor error: {exc_reason(e)}"), "")
+            self._failed(e)
+            return
         self._emit(result)
 
-    async def _await(self, aw: Any) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            how, value = await run_task(_guarded(aw), self.deadline - loop.time(), self.cancel, self.kill_grace_s)
-            result = _python_result(value) if how == "done" else stopped(how, self.timeout_s)
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            result = (False, short(f"executor error: {exc_reason(e)}"), tail_str(format_tb(e)))
-        self._emit(result)
+    def _failed(self, e: Exception) -> None:
+        """An error of the executor's own, not the job's (called in its ``except`` block): the
+        run fails with it, reported on the loop in a later turn (never from inside ``start``)."""
+        log.exception("python executor for run %s failed unexpectedly", self.ctx.run_id)
+        if not self.settled:
+            self._settle()
+        if self.task is not None:
+            self.task.add_done_callback(_consume)
+        asyncio.get_running_loop().call_soon(self._emit, executor_error(e))
 
     def _settle(self) -> None:
         self.settled = True
         self.timer.cancel()
-        if self.cancel is not None:
-            self.cancel.remove_callback(self._cancelled)
+        cancel = self.cancel
+        if cancel is not None:
+            if self.cancel_task is None:
+                cancel.remove_callback(self._cancelled)
+            else:
+                self.cancel_task.cancel()
 
     def _emit(self, result: Result) -> None:
+        on_done, self.on_done = self.on_done, None
+        if on_done is None:
+            return  # reported already, or killed with our caller
         ok, error, output = result
-        self.on_done(Outcome(ok=ok, error=error, output=output,
-                             duration_ms=int(round((time.monotonic() - self.t0) * 1000))))
+        on_done(Outcome(ok=ok, error=error, output=output,
+                        duration_ms=int(round((time.monotonic() - self.t0) * 1000))))
