@@ -497,7 +497,7 @@ def test_python_sync_timeout_abandons_the_thread():
 
 
 def test_python_threads_are_reused_and_idle_ones_exit():
-    from raftsched.node.executors import python as executors
+    from raftsched.node.executors._threads import RunThreads
 
     async def t():
         # One run after another: each takes the thread the one before it left idle.
@@ -513,7 +513,7 @@ def test_python_threads_are_reused_and_idle_ones_exit():
     run(t())
 
     # A pool's thread exits once idle for idle_s; a job never waits for a busy thread.
-    pool = executors._RunThreads(idle_s=0.2)
+    pool = RunThreads(idle_s=0.2)
     gate, done = threading.Event(), []
     pool.submit(lambda: (gate.wait(10), done.append("blocked"), lambda: None)[-1])
     pool.submit(lambda: (done.append(threading.current_thread()), lambda: None)[-1])

@@ -5,25 +5,19 @@
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import functools
 import importlib
 import inspect
-import itertools
 import logging
-import queue
 import reprlib
 import sys
-import threading
 import time
 import types
-import weakref
 from typing import Awaitable, Callable
 
-from ..aio import LoopInbox
 from ._context import Outcome, RunContext, Result
 from ._deadline import CancelEvent, stopped
 from ._output import OUTPUT_BYTES_MAX, exc_reason, executor_error, format_tb, short, tail_str
+from ._threads import THREADS
 
 log = logging.getLogger("raftsched.executors")
 
@@ -33,93 +27,6 @@ _repr.maxlevel = 6
 _repr.maxdict = _repr.maxlist = _repr.maxtuple = _repr.maxset = _repr.maxfrozenset = _repr.maxdeque = 100
 _repr.maxarray = 100
 _repr.maxstring = _repr.maxlong = _repr.maxother = OUTPUT_BYTES_MAX
-
-
-_inboxes: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopInbox]" = weakref.WeakKeyDictionary()
-
-
-class _RunThreads:
-    """Daemon threads for plain python runs, reused from run to run.
-
-    A job always gets a thread at once: when no thread is idle, a new one is started, so a run
-    that blocks, or one abandoned at its timeout, never delays another (as with a thread per
-    run), but a busy worker does not pay for starting a thread per run. A thread idle for
-    ``idle_s`` exits. ``_idle`` counts the threads waiting for a job minus the jobs queued for
-    them, so it is never negative and a queued job always has a waiting thread.
-    """
-
-    def __init__(self, idle_s: float) -> None:
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._idle = 0
-        self._idle_s = idle_s
-        self._seq = itertools.count(1)
-
-    def submit(self, job: Callable[[], Callable[[], None]]) -> None:
-        """Run ``job()`` in a thread now, then the callable it returns once the thread counts as
-        idle again (the delivery of the result: the next run may then take the same thread).
-        Neither may raise."""
-        with self._lock:
-            spawn = self._idle == 0
-            if not spawn:
-                self._idle -= 1  # that waiting thread is spoken for
-        if spawn:
-            # Started before the job is queued: if no thread can be started, this raises and
-            # nothing is left queued without a thread to take it.
-            threading.Thread(target=self._serve, name=f"raftsched-run-idle-{next(self._seq)}", daemon=True).start()
-        self._jobs.put(job)
-
-    def _serve(self) -> None:
-        me = threading.current_thread()
-        idle_name = me.name
-        while True:
-            try:
-                job = self._jobs.get(timeout=self._idle_s)
-            except queue.Empty:
-                with self._lock:
-                    if self._idle > 0:
-                        self._idle -= 1
-                        return
-                continue  # every waiting thread is spoken for: a job is on its way to one of us
-            deliver = job()
-            job = None
-            me.name = idle_name
-            with self._lock:
-                self._idle += 1
-            deliver()
-            deliver = None  # hold nothing of a finished run while idle
-
-
-#: seconds an idle run thread waits for another run before it exits.
-_THREAD_IDLE_S = 30.0
-_threads = _RunThreads(_THREAD_IDLE_S)
-
-
-def _submit(fn: Callable, args: tuple, name: str, deliver: Callable[[tuple], None]) -> None:
-    """Run ``fn(*args)`` in a daemon thread (:class:`_RunThreads`, named ``name`` while it runs
-    this), in a copy of the caller's context; ``deliver`` gets ("ok", result) or ("exc", e) on
-    the caller's event loop.
-
-    Not ``asyncio.to_thread``: a run that times out abandons its thread, and abandoned threads
-    in the loop's default executor would, one by one, starve everything else that uses it
-    (aiohttp's DNS resolution among them). Here a thread that is not idle is never waited for.
-    Daemon, so an abandoned thread never holds up exit.
-    """
-    loop = asyncio.get_running_loop()
-    context = contextvars.copy_context()
-    inbox = _inboxes.get(loop)
-    if inbox is None:
-        inbox = _inboxes[loop] = LoopInbox(loop)
-
-    def job() -> Callable[[], None]:
-        threading.current_thread().name = name
-        try:
-            value: tuple = ("ok", context.run(fn, *args))
-        except BaseException as e:  # the job's SystemExit too: it ends the run, not the worker
-            value = ("exc", e)
-        return functools.partial(inbox.post, deliver, value)
-
-    _threads.submit(job)
 
 
 def _imported(target: str) -> Callable | None:
@@ -277,14 +184,14 @@ class _PythonRun:
             self.cancel_task.add_done_callback(self._cancelled)
         try:
             if plain:
-                _submit(fn, (self.ctx,), self.thread_name, self._returned)
+                THREADS.call(fn, (self.ctx,), self.thread_name, self._returned)
             elif fn is not None:
                 self._call(fn)
             else:
                 # Import in a thread: module-level code is the job's, and it must neither block
                 # the loop (lease renewals) nor escape the deadline.
                 self.importing = True
-                _submit(_resolve, (self.target,), self.thread_name + "-import", self._resolved)
+                THREADS.call(_resolve, (self.target,), self.thread_name + "-import", self._resolved)
         except Exception as e:  # no thread could be started: the run fails, reported on the loop
             self._failed(e)
 
@@ -308,7 +215,7 @@ class _PythonRun:
         if inspect.iscoroutinefunction(fn):
             self._await(_call_async(fn, self.ctx))
         else:
-            _submit(fn, (self.ctx,), self.thread_name, self._returned)
+            THREADS.call(fn, (self.ctx,), self.thread_name, self._returned)
 
     def _resolved(self, value: tuple) -> None:
         if self.settled:
