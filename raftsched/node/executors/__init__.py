@@ -49,13 +49,13 @@ import aiohttp
 
 from ._context import ALL_TYPES, Outcome, RunContext, Result
 from ._deadline import CancelEvent
-from ._output import ERROR_CHARS_MAX, OUTPUT_BYTES_MAX, executor_error
-from .http import HTTP_BODY_READ_MAX, run_http
+from .. import limits
+from ._output import OUTPUT_BYTES_MAX, executor_error
+from .http import run_http
 from .python import run_python, start_soon
 from .shell import run_shell
 
-__all__ = ["ALL_TYPES", "CancelEvent", "ERROR_CHARS_MAX", "HTTP_BODY_READ_MAX", "OUTPUT_BYTES_MAX",
-           "Outcome", "RunContext", "execute", "execute_soon"]
+__all__ = ["ALL_TYPES", "CancelEvent", "OUTPUT_BYTES_MAX", "Outcome", "RunContext", "execute", "execute_soon"]
 
 log = logging.getLogger("raftsched.executors")
 
@@ -63,7 +63,7 @@ log = logging.getLogger("raftsched.executors")
 async def execute(executor: dict, ctx: RunContext, timeout_s: float, *,
                   cancel: asyncio.Event | None = None,
                   allowed_types: frozenset[str] = ALL_TYPES,
-                  kill_grace_s: float = 5.0,
+                  kill_grace_s: float = limits.kill_grace_s_default,
                   http_session: aiohttp.ClientSession | None = None) -> Outcome:
     """Run one executor spec for one run and report how it ended.
 
@@ -119,7 +119,7 @@ async def execute(executor: dict, ctx: RunContext, timeout_s: float, *,
 
 def execute_soon(executor: dict, ctx: RunContext, timeout_s: float, on_done: Callable[[Outcome], None], *,
                  cancel: CancelEvent | None = None, allowed_types: frozenset[str] = ALL_TYPES,
-                 kill_grace_s: float = 5.0) -> bool:
+                 kill_grace_s: float = limits.kill_grace_s_default) -> bool:
     """Start a run the way :func:`execute` would and return True, if it is a plain python
     function whose module is imported already; ``on_done(outcome)`` is then called on the
     event loop once, with the :class:`Outcome` that ``execute`` would have returned. A busy

@@ -5,13 +5,10 @@ import asyncio
 import logging
 from typing import Any, Awaitable, Callable
 
+from .. import limits
 from ._context import Result
 
 log = logging.getLogger("raftsched.executors")
-
-#: how long a cancelled HTTP request gets to finish its cleanup before it is abandoned (a job's
-#: coroutine gets ``kill_grace_s``, like a process).
-_CANCEL_WAIT_S = 1.0
 
 
 def timed_out(timeout_s: float) -> str:
@@ -85,7 +82,7 @@ async def race(aw: asyncio.Future, timeout_s: float, cancel: asyncio.Event | Non
 
 
 async def run_task(coro: Awaitable, timeout_s: float, cancel: asyncio.Event | None,
-                    grace_s: float = _CANCEL_WAIT_S) -> tuple[str, Any]:
+                    grace_s: float = limits.http_cancel_grace_s) -> tuple[str, Any]:
     """Run ``coro`` as a task under a deadline and a cancel event; cancel it when either fires.
 
     :param grace_s: how long the cancelled task gets to finish before it is abandoned.

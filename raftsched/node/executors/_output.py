@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import traceback
 
-#: bytes of output kept per run (the tail: the end of a log says why a run failed).
-OUTPUT_BYTES_MAX = 4096
-#: characters of an error reason kept: the reason is one short line, the detail is in output.
-ERROR_CHARS_MAX = 300
+from ...core import limits as core_limits
+from .. import limits
+
+#: bytes of output kept per run (the tail: the end of a log says why a run failed): what the
+#: replicated state keeps of a run's output, so the state never cuts it again.
+OUTPUT_BYTES_MAX = core_limits.output_bytes_max
 
 
 def tail_bytes(data: bytes | bytearray, limit: int = OUTPUT_BYTES_MAX, cut: bool = False) -> str:
@@ -29,9 +31,10 @@ def tail_str(text: str, limit: int = OUTPUT_BYTES_MAX) -> str:
     return tail_bytes(text.encode("utf-8", "replace"), limit)
 
 
-def short(text: str) -> str:
+def short(text: str, limit: int = limits.outcome_error_chars_max) -> str:
+    """An error reason: one line of at most ``limit`` characters."""
     text = " ".join(text.split())  # one line
-    return text if len(text) <= ERROR_CHARS_MAX else text[:ERROR_CHARS_MAX - 3] + "..."
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def exc_reason(e: BaseException) -> str:

@@ -10,6 +10,7 @@ import threading
 import weakref
 from typing import Callable
 
+from .. import limits
 from ..aio import LoopInbox
 
 
@@ -94,9 +95,7 @@ class RunThreads:
             deliver = None  # hold nothing of a finished run while idle
 
 
-#: seconds an idle run thread waits for another run before it exits.
-_THREAD_IDLE_S = 30.0
 #: The process's run threads, shared by every worker and event loop in it. One pool per process
 #: rather than one per worker: a thread abandoned at a timeout outlives the run, and can outlive
 #: the worker that started it, so no worker could shut its own pool down anyway.
-THREADS = RunThreads(_THREAD_IDLE_S)
+THREADS = RunThreads(limits.run_thread_idle_s)

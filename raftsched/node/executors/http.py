@@ -9,12 +9,10 @@ import asyncio
 import aiohttp
 from multidict import CIMultiDict
 
+from .. import limits
 from ._context import RunContext, Result
 from ._deadline import run_task, stopped, timed_out
 from ._output import OUTPUT_BYTES_MAX, exc_reason, short, tail_bytes
-
-#: bytes of an HTTP response body read at most; the rest is never read.
-HTTP_BODY_READ_MAX = 64 * 1024
 
 
 async def _read_capped(content: aiohttp.StreamReader, cap: int) -> bytes:
@@ -44,9 +42,9 @@ async def _http_post(ex: dict, ctx: RunContext, timeout_s: float,
         try:
             async with session.post(ex["url"], data=body, headers=headers, allow_redirects=False,
                                     timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-                data = await _read_capped(resp.content, HTTP_BODY_READ_MAX)
+                data = await _read_capped(resp.content, limits.http_body_read_bytes_max)
                 # Cut at the read cap: the kept tail may then start mid-character.
-                cut = len(data) >= HTTP_BODY_READ_MAX
+                cut = len(data) >= limits.http_body_read_bytes_max
                 status = resp.status
                 location = resp.headers.get("Location")
         except asyncio.TimeoutError:

@@ -14,6 +14,7 @@ import time
 import types
 from typing import Awaitable, Callable
 
+from .. import limits
 from ._context import Outcome, RunContext, Result
 from ._deadline import CancelEvent, stopped
 from ._output import OUTPUT_BYTES_MAX, exc_reason, executor_error, format_tb, short, tail_str
@@ -23,9 +24,9 @@ log = logging.getLogger("raftsched.executors")
 
 _repr = reprlib.Repr()
 # Generous but bounded: a huge return value must not cost a huge repr.
-_repr.maxlevel = 6
-_repr.maxdict = _repr.maxlist = _repr.maxtuple = _repr.maxset = _repr.maxfrozenset = _repr.maxdeque = 100
-_repr.maxarray = 100
+_repr.maxlevel = limits.python_repr_levels_max
+_repr.maxdict = _repr.maxlist = _repr.maxtuple = _repr.maxset = _repr.maxfrozenset = _repr.maxdeque = \
+    _repr.maxarray = limits.python_repr_items_max
 _repr.maxstring = _repr.maxlong = _repr.maxother = OUTPUT_BYTES_MAX
 
 

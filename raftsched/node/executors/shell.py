@@ -11,18 +11,12 @@ import os
 import signal
 import subprocess
 
+from .. import limits
 from ._context import RunContext, Result
 from ._deadline import race, timed_out
 from ._output import OUTPUT_BYTES_MAX, short, tail_bytes
 
 log = logging.getLogger("raftsched.executors")
-
-#: after the process group is gone, how long to wait for the pipe's end-of-file. Only a process
-#: that left the group (setsid) while keeping stdout can hold it open; then the pipe is closed.
-_DRAIN_S = 1.0
-#: after SIGKILL, how long to wait for the main process to be reaped (a process stuck in the
-#: kernel can outlive SIGKILL for a while; the child watcher still reaps it later).
-_REAP_WAIT_S = 5.0
 
 
 class _TailProtocol(asyncio.Protocol):
@@ -102,7 +96,7 @@ async def _terminate_group(pgid: int, main_exit: asyncio.Future, grace_s: float)
     _signal_group(pgid, signal.SIGCONT)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + grace_s
-    delay = 0.01
+    delay = limits.kill_poll_s_min
     while True:
         if main_exit.done() and not _group_has_live_member(pgid):
             break
@@ -115,7 +109,7 @@ async def _terminate_group(pgid: int, main_exit: asyncio.Future, grace_s: float)
             await asyncio.sleep(min(delay, remaining))
         else:
             await asyncio.wait({main_exit}, timeout=min(delay, remaining))
-        delay = min(delay * 2, 0.1)
+        delay = min(delay * 2, limits.kill_poll_s_max)
     # Unconditionally while kill(2) finds the group: SIGKILL to a zombie is harmless, and the
     # /proc check above must not be the only thing standing between a survivor and SIGKILL.
     if _group_exists(pgid):
@@ -157,8 +151,8 @@ async def run_shell(ex: dict, ctx: RunContext, timeout_s: float, cancel: asyncio
             # The main process is done; what it left behind in its group is part of the run.
             log.info("run %s: killing processes left in group %d after exit", ctx.run_id, pgid)
             await _terminate_group(pgid, main_exit, kill_grace_s)
-        await asyncio.wait({main_exit}, timeout=_REAP_WAIT_S)
-        await asyncio.wait({proto.closed}, timeout=_DRAIN_S)
+        await asyncio.wait({main_exit}, timeout=limits.shell_reap_s_max)
+        await asyncio.wait({proto.closed}, timeout=limits.shell_drain_s_max)
     except BaseException:
         # Our caller is cancelled (or something broke here): no grace, the run must not outlive
         # the worker's interest in it. The child watcher still reaps the main process.
