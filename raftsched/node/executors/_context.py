@@ -5,10 +5,11 @@ import dataclasses
 import json
 from typing import Any
 
+from ...core.model import EXECUTOR_TYPES
 from ...core.schedule import iso
 
-#: the executor types a node runs unless configured otherwise.
-ALL_TYPES = frozenset({"shell", "http", "python"})
+#: the executor types a node runs unless configured otherwise: all that a job may name.
+ALL_TYPES = frozenset(EXECUTOR_TYPES)
 
 
 @dataclasses.dataclass
