@@ -1,4 +1,4 @@
-"""Targets for the python executor in tests/test_executors.py.
+"""Targets for the python executor in tests/test_executors_python.py (and tests/test_worker.py, below).
 
 Each target records what it received in ``RECORDED`` (keyed by run id), so a test can check the
 RunContext, the thread and the cancellation a target saw. Tests that need to synchronise with a
