@@ -37,6 +37,12 @@ A run past ``timeout_s`` is killed and fails with "timed out after {timeout_s}s"
 ``cancel`` event is set (the worker lost its lease), the run is killed the same way and fails
 with "lease lost". Killing a shell run is SIGTERM to its process group, then SIGKILL after
 ``kill_grace_s`` if anything in the group is still alive.
+
+The package: this module holds the two entry points, :func:`execute` (awaited, any type) and
+:func:`execute_soon` (the worker's fast path, python only). ``shell``, ``http`` and ``python``
+are one executor each; ``_context`` holds RunContext and Outcome, ``_deadline`` the race of a
+run against its deadline and the cancel event, ``_output`` the output tails and error reasons,
+``_threads`` the process's run threads. Bounds are ``node/limits.py``'s.
 """
 from __future__ import annotations
 
@@ -47,9 +53,9 @@ from typing import Callable
 
 import aiohttp
 
+from .. import limits
 from ._context import ALL_TYPES, Outcome, RunContext, Result
 from ._deadline import CancelEvent
-from .. import limits
 from ._output import OUTPUT_BYTES_MAX, executor_error
 from .http import run_http
 from .python import run_python, start_soon
