@@ -13,6 +13,7 @@ import urllib.request
 import uuid
 
 from .core import limits
+from .core.model import EXECUTOR_TYPES
 from .node.node import ConfigError, NodeConfig, ensure_token, is_loopback, parse_hostport, read_secret_file, run_node
 
 
@@ -53,9 +54,9 @@ def cmd_node(args) -> int:
         print(f"raftsched node: {e}", file=sys.stderr)
         return 2
     types = frozenset(t.strip() for t in args.executors.split(",") if t.strip())
-    bad = types - {"shell", "http", "python"}
+    bad = types - set(EXECUTOR_TYPES)
     if bad:
-        print(f"raftsched node: --executors: unknown type(s) {', '.join(sorted(bad))}; choose from shell, http, python", file=sys.stderr)
+        print(f"raftsched node: --executors: unknown type(s) {', '.join(sorted(bad))}; choose from {', '.join(EXECUTOR_TYPES)}", file=sys.stderr)
         return 2
     if not 0 <= args.slots <= limits.worker_slots_max:
         print(f"raftsched node: --slots must be 0..{limits.worker_slots_max}", file=sys.stderr)
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("--allow-remote-raft", action="store_true")
     n.add_argument("--slots", type=int, default=4, help="runs this node executes at once (0: none)")
     n.add_argument("--queues", default="", help="queues this node's worker serves, comma-separated (default: all)")
-    n.add_argument("--executors", default="shell,http,python",
+    n.add_argument("--executors", default=",".join(EXECUTOR_TYPES),
                    help="executor types this node runs (shell runs commands: code execution by design)")
     n.add_argument("--execute-on-leader", action="store_true",
                    help="let the leader execute runs too (by default only followers do, unless the cluster has one node)")

@@ -1,4 +1,4 @@
-"""Targets for the python executor in tests/test_executors.py.
+"""Targets for the python executor in tests/test_executors_python.py (and tests/test_worker.py, below).
 
 Each target records what it received in ``RECORDED`` (keyed by run id), so a test can check the
 RunContext, the thread and the cancellation a target saw. Tests that need to synchronise with a
@@ -90,6 +90,25 @@ async def stubborn_async(ctx):
     except asyncio.CancelledError:
         _record(ctx, kind="ignored cancel")
     await asyncio.Event().wait()
+
+
+def returns_slow_coroutine(ctx):
+    """A plain function that returns a coroutine that waits until it is cancelled."""
+    return slow_async(ctx)
+
+
+async def cancels_own_task(ctx):
+    """Cancels the task it runs in (as code that cancels "the current task" by mistake would)."""
+    asyncio.current_task().cancel()
+    await asyncio.sleep(0)  # ok-sleep: a yield, where the cancellation is delivered
+
+
+def returns_self_cancelling(ctx):
+    return cancels_own_task(ctx)
+
+
+#: exec_slow_import waits for this event while it is being imported.
+IMPORT_GATE = threading.Event()
 
 
 # Targets for tests/test_worker.py -----------------------------------------------------------

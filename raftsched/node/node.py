@@ -14,6 +14,7 @@ import stat
 from aiohttp import web
 
 from ..clock import Clock, clock_from_env
+from ..core.model import EXECUTOR_TYPES
 from ..core.state import SchedulerState
 from .. import gcpolicy, replication
 from .api import make_app
@@ -45,7 +46,7 @@ class NodeConfig:
     #: queues this node's worker serves (None: all)
     worker_queues: list[str] | None = None
     #: executor types this node runs
-    executor_types: frozenset = frozenset({"shell", "http", "python"})
+    executor_types: frozenset = frozenset(EXECUTOR_TYPES)
     execute_on_leader: bool = False
     lease_ttl_ms: int = 10_000
 

@@ -1,0 +1,143 @@
+"""Executors: how a worker runs one leased run (DESIGN.md section 6, the executor contract).
+
+:func:`execute` takes a validated executor spec (``core.model.validate_executor``), the run's
+identity (:class:`RunContext`) and a timeout, and returns an :class:`Outcome`. It never raises
+(an unexpected error becomes a failed Outcome), except ``asyncio.CancelledError`` when the
+calling task itself is cancelled, and then only after the run has been killed.
+
+Three executor types:
+
+``shell``
+    ``{"type": "shell", "argv": [...], "env"?: {...}, "cwd"?: "..."}``. argv is executed
+    directly, never through a shell (use ``["sh", "-c", "..."]`` to ask for one), in a new
+    session, so the run is a process group that can be signalled as a whole. Environment:
+    the worker's, then the executor's ``env``, then the run identity (``RAFTSCHED_*``, last, so
+    a job cannot spoof it). stdin is /dev/null; stdout and stderr share one pipe, so the output
+    is interleaved as the process wrote it, and only its last :data:`OUTPUT_BYTES_MAX` bytes
+    are kept. Success is exit status 0. When the main process exits, whatever is left of its
+    process group is killed too (the run is the whole group; a job that wants a daemon to
+    outlive it must detach it into its own session and away from stdout).
+
+``http``
+    ``{"type": "http", "url": "...", "headers"?: {...}}``. POSTs the payload as JSON with the
+    run identity in ``X-Raftsched-*`` headers. 2xx is success. Redirects are not followed: a
+    3xx is a failure "HTTP 3xx" (following a 302 would turn the POST into a GET and drop the
+    payload while reporting success).
+
+``python``
+    ``{"type": "python", "target": "module:function"}``. Imports the module in the worker
+    process and calls the function with the :class:`RunContext`. Coroutine functions run on
+    the worker's event loop and are cancelled on timeout or lease loss. Plain functions run in
+    a daemon thread of their own while they run (threads are reused from one run to the next,
+    and a new one starts whenever none is idle); a thread cannot be killed, so on timeout or
+    lease loss the run is reported failed and the thread is abandoned (it keeps running until
+    it returns). The module is imported in such a thread too, unless it is imported already.
+
+A run past ``timeout_s`` is killed and fails with "timed out after {timeout_s}s"; when the
+``cancel`` event is set (the worker lost its lease), the run is killed the same way and fails
+with "lease lost". Killing a shell run is SIGTERM to its process group, then SIGKILL after
+``kill_grace_s`` if anything in the group is still alive.
+
+The package: this module holds the two entry points, :func:`execute` (awaited, any type) and
+:func:`execute_soon` (the worker's fast path, python only). ``shell``, ``http`` and ``python``
+are one executor each; ``_context`` holds RunContext and Outcome, ``_deadline`` the race of a
+run against its deadline and the cancel event, ``_output`` the output tails and error reasons,
+``_threads`` the process's run threads. Bounds are ``node/limits.py``'s.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Callable
+
+import aiohttp
+
+from .. import limits
+from ._context import ALL_TYPES, Outcome, RunContext, Result
+from ._deadline import CancelEvent
+from ._output import OUTPUT_BYTES_MAX, executor_error
+from .http import run_http
+from .python import run_python, start_soon
+from .shell import run_shell
+
+__all__ = ["ALL_TYPES", "CancelEvent", "OUTPUT_BYTES_MAX", "Outcome", "RunContext", "execute", "execute_soon"]
+
+log = logging.getLogger("raftsched.executors")
+
+
+async def execute(executor: dict, ctx: RunContext, timeout_s: float, *,
+                  cancel: asyncio.Event | None = None,
+                  allowed_types: frozenset[str] = ALL_TYPES,
+                  kill_grace_s: float = limits.kill_grace_s_default,
+                  http_session: aiohttp.ClientSession | None = None) -> Outcome:
+    """Run one executor spec for one run and report how it ended.
+
+    Never raises: a spec that cannot run, a failing job and an internal error all become a
+    failed :class:`Outcome`. The one exception is ``asyncio.CancelledError`` when the calling
+    task is cancelled (e.g. the worker shuts down): the run is killed first (SIGKILL to a shell
+    run's process group, cancellation of a coroutine) and the cancellation propagates.
+
+    A plain (non-async) python function cannot be killed: on timeout or lease loss the Outcome
+    is a failure and the thread is abandoned, still running, until the function returns.
+
+    :param executor: a validated executor spec, ``{"type": "shell"|"http"|"python", ...}``.
+    :param ctx: the run's identity and payload.
+    :param timeout_s: the run's deadline in seconds from now; past it the run is killed and
+        fails with "timed out after {timeout_s}s".
+    :param cancel: set by the worker when it loses the run's lease; the run is killed and fails
+        with "lease lost". Already set: nothing runs.
+    :param allowed_types: the executor types this node runs; another type fails without
+        running anything ("executor type 'shell' is not allowed on this node").
+    :param kill_grace_s: how long a shell run's process group has between SIGTERM and SIGKILL;
+        also how long a cancelled python coroutine has to finish before it is abandoned.
+    :param http_session: a session for http executors to share connections; by default each
+        run opens (and closes) its own.
+    :returns: the Outcome; ``duration_ms`` covers the kill and cleanup too.
+    """
+    t0 = time.monotonic()
+    try:
+        kind = executor.get("type") if isinstance(executor, dict) else None
+        if kind not in allowed_types:
+            result: Result = (False, f"executor type {kind!r} is not allowed on this node", "")
+        elif cancel is not None and cancel.is_set():
+            result = (False, "lease lost", "")
+        elif kind == "shell":
+            result = await run_shell(executor, ctx, timeout_s, cancel, kill_grace_s)
+        elif kind == "http":
+            result = await run_http(executor, ctx, timeout_s, cancel, http_session)
+        elif kind == "python":
+            return await run_python(executor, ctx, timeout_s, cancel, kill_grace_s, t0)
+        else:
+            result = (False, f"unknown executor type {kind!r}", "")
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:  # the contract is an Outcome, whatever went wrong in here
+        # The type only: a spec's env and headers may hold secrets.
+        log.exception("%s executor for run %s failed unexpectedly",
+                      executor.get("type") if isinstance(executor, dict) else type(executor).__name__,
+                      getattr(ctx, "run_id", "?"))
+        result = executor_error(e)
+    ok, error, output = result
+    return Outcome(ok=ok, error=error, output=output,
+                   duration_ms=int(round((time.monotonic() - t0) * 1000)))
+
+
+def execute_soon(executor: dict, ctx: RunContext, timeout_s: float, on_done: Callable[[Outcome], None], *,
+                 cancel: CancelEvent | None = None, allowed_types: frozenset[str] = ALL_TYPES,
+                 kill_grace_s: float = limits.kill_grace_s_default) -> bool:
+    """Start a run the way :func:`execute` would and return True, if it is a plain python
+    function whose module is imported already; ``on_done(outcome)`` is then called on the
+    event loop once, with the :class:`Outcome` that ``execute`` would have returned. A busy
+    worker's runs are mostly such, and each then costs a thread handoff, a timer and a few
+    callbacks instead of a task and its coroutines.
+
+    For anything else (another executor type, a coroutine function, a module not imported
+    yet, a ``cancel`` that is not a :class:`CancelEvent` or is already set) nothing starts and
+    it returns False: await :func:`execute` instead.
+    """
+    if (not isinstance(executor, dict) or executor.get("type") != "python" or "python" not in allowed_types
+            or not isinstance(executor.get("target"), str)
+            or (cancel is not None and (not isinstance(cancel, CancelEvent) or cancel.is_set()))):
+        return False
+    return start_soon(executor["target"], ctx, timeout_s, cancel, kill_grace_s, on_done)
