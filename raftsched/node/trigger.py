@@ -18,7 +18,6 @@ import asyncio
 import json
 import logging
 import os
-import time
 
 from ..clock import Clock
 from ..core import commands, limits, policy
@@ -219,7 +218,7 @@ class Trigger:
     def _flush_fire_log(self, force: bool = False) -> None:
         if self._fire_log is None or not self._fire_log_dirty:
             return
-        t = time.monotonic()
+        t = self.clock.monotonic_s()
         if force or t - self._fire_log_flushed >= FIRE_LOG_FLUSH_S:
             try:
                 self._fire_log.flush()

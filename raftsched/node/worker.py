@@ -32,7 +32,6 @@ import collections
 import functools
 import logging
 import os
-import time
 import uuid
 
 import aiohttp
@@ -89,7 +88,7 @@ class Worker:
         self.poll_interval_s = poll_interval_s
         self.kill_grace_s = kill_grace_s
         self.held: dict[str, _Held] = {}
-        self._last_hb_ok = time.monotonic()
+        self._last_hb_ok = clock.monotonic_s()
         self._session: aiohttp.ClientSession | None = None
         #: outcomes not yet sent, oldest first, and since when the oldest waits
         self._outbox: collections.deque[tuple[dict, _Held]] = collections.deque()
@@ -136,15 +135,15 @@ class Worker:
             for h in list(self.held.values()):
                 h.cancel.set()
             tasks = [h.task for h in self.held.values() if h.task and not h.task.done()]
-            deadline = time.monotonic() + self.kill_grace_s + 2
+            deadline = self.clock.monotonic_s() + self.kill_grace_s + 2
             if tasks:
                 await asyncio.wait(tasks, timeout=self.kill_grace_s + 2)
             # Report what ended, heartbeating meanwhile, within the same bound.
-            while (self._outbox or self._reporting) and time.monotonic() < deadline:
+            while (self._outbox or self._reporting) and self.clock.monotonic_s() < deadline:
                 while self._outbox and len(self._reporting) < _REPORTS_IN_FLIGHT_MAX:
                     self._flush()
                 self._wake.clear()
-                await wait_event(self._wake, max(0.01, deadline - time.monotonic()))
+                await wait_event(self._wake, max(0.01, deadline - self.clock.monotonic_s()))
             for t in list(self._reporting):
                 t.cancel()
             hb.cancel()
@@ -166,7 +165,7 @@ class Worker:
         executing, at most _OUTCOME_COALESCE_S, so that the outcomes of one batch share one
         command.
         """
-        now = time.monotonic()
+        now = self.clock.monotonic_s()
         timeout = self.poll_interval_s
         budget = self.slots + self._prefetch()
         free = budget - self._executing - len(self._waiting) - self._asked
@@ -214,7 +213,7 @@ class Worker:
         """One acquire for ``n`` runs (slots reserved by the caller in ``_asked``); starts every
         run granted. Backs off after a failure, or when nothing was granted (ready entries were
         stale or rate-limited), rather than spin on the log."""
-        sent = time.monotonic()  # a fresh lease counts from when it was asked for
+        sent = self.clock.monotonic_s()  # a fresh lease counts from when it was asked for
         # Only runs of executor types this node runs: a node started with --executors http
         # leaves shell runs to the nodes that take them.
         types = sorted(self.allowed_types) if self.allowed_types != ALL_TYPES else None
@@ -225,14 +224,14 @@ class Worker:
                 res = await self._propose(cmd)
             except RaftschedError as e:
                 log.debug("worker: acquire failed: %s", e.message)
-                self._acquire_after = time.monotonic() + self.poll_interval_s
+                self._acquire_after = self.clock.monotonic_s() + self.poll_interval_s
                 return
             runs = res.get("runs", [])
             if not runs:
-                self._acquire_after = time.monotonic() + 5 * self.poll_interval_s
+                self._acquire_after = self.clock.monotonic_s() + 5 * self.poll_interval_s
                 return
             self._acquire_after = 0.0
-            rtt = time.monotonic() - sent
+            rtt = self.clock.monotonic_s() - sent
             self._acquire_rtt_s = rtt if self._acquire_rtt_s is None else self._acquire_rtt_s + _EWMA * (rtt - self._acquire_rtt_s)
             # A fresh lease counts as a heartbeat that succeeded when it was asked for.
             self._last_hb_ok = max(self._last_hb_ok, sent)
@@ -254,10 +253,10 @@ class Worker:
         while True:
             await asyncio.sleep(interval)
             if not self.held:
-                self._last_hb_ok = time.monotonic()
+                self._last_hb_ok = self.clock.monotonic_s()
                 continue
             leases = [[rid, h.token] for rid, h in self.held.items()]
-            sent = time.monotonic()
+            sent = self.clock.monotonic_s()
             try:
                 # Bounded by half a TTL: a heartbeat that takes longer is of no use, and the
                 # watchdog must not wait behind it.
@@ -280,18 +279,23 @@ class Worker:
         so this kill comes first."""
         while True:
             await asyncio.sleep(0.1)
-            if self.held and time.monotonic() - self._last_hb_ok > self.lease_ttl_ms / 1000:
-                for rid, h in self.held.items():
-                    if not h.cancel.is_set():
-                        log.warning("worker: no heartbeat for a lease TTL: killing %s", rid)
-                        h.cancel.set()
+            self._check_heartbeats()
+
+    def _check_heartbeats(self) -> None:
+        """One look of the watchdog: kill every run held if no heartbeat has succeeded for a
+        whole TTL, by the injected clock."""
+        if self.held and self.clock.monotonic_s() - self._last_hb_ok > self.lease_ttl_ms / 1000:
+            for rid, h in self.held.items():
+                if not h.cancel.is_set():
+                    log.warning("worker: no heartbeat for a lease TTL: killing %s", rid)
+                    h.cancel.set()
 
     # ---------------------------------------------------------------- one run
     def _start(self, h: _Held) -> None:
         h.executing = True
         self._executing += 1
         g = h.grant
-        t0 = time.monotonic()
+        t0 = self.clock.monotonic_s()
         try:
             if g.get("executor") is not None:
                 ctx = RunContext(run_id=g["id"], job=g["job"], slot_ms=g["slot"], attempt=g["attempt"],
@@ -333,7 +337,7 @@ class Worker:
         the lease was lost: the state refuses a stale token, and accepts the outcome if the
         lease survived after all. The lease stays held (and heartbeated) until the report is
         answered."""
-        now = time.monotonic()
+        now = self.clock.monotonic_s()
         self._exec_s = now - t0 if self._exec_s is None else self._exec_s + _EWMA * (now - t0 - self._exec_s)
         if not self._outbox:
             self._outbox_since = now
@@ -374,7 +378,7 @@ class Worker:
                 break
             batch.append(self._outbox.popleft())
             size += n
-        self._outbox_since = time.monotonic()
+        self._outbox_since = self.clock.monotonic_s()
         t = asyncio.create_task(self._report(batch), name="report")
         self._reporting.add(t)
         t.add_done_callback(self._reporting.discard)
@@ -403,13 +407,13 @@ class Worker:
         """Propose one complete_many, retrying an unknown outcome with the same request id (the
         state machine deduplicates it). None when it could not be delivered for a minute."""
         rid = uuid.uuid4().hex
-        deadline = time.monotonic() + 60
+        deadline = self.clock.monotonic_s() + 60
         while True:
             cmd = commands.make("complete_many", self.clock.now_ms(), rid, results=items, worker=self.worker_id)
             try:
                 return (await self._propose(cmd))["results"]
             except (Indeterminate, Unavailable) as e:
-                if time.monotonic() > deadline:
+                if self.clock.monotonic_s() > deadline:
                     log.warning("worker: giving up reporting %d outcomes: %s (their leases will expire)", len(items), e.message)
                     return None
                 await asyncio.sleep(0.2)
