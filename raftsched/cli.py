@@ -30,6 +30,19 @@ def _setup_logging(level: str) -> None:
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), handlers=[h])
 
 
+def parse_dial_map(text: str) -> dict[str, str] | None:
+    """``--dial-map PEER=ADDR,PEER=ADDR`` (a test hook): dial each named peer's Raft address at
+    another address, a TCP proxy of the jepsen-style harness. :raises ConfigError:"""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    for item in items:
+        peer, sep, addr = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--dial-map: expected PEER=HOST:PORT, got {item!r}")
+        parse_hostport(peer, "--dial-map")
+        parse_hostport(addr, "--dial-map")
+    return dict(item.split("=", 1) for item in items) or None
+
+
 def cmd_node(args) -> int:
     _setup_logging(args.log_level)
     try:
@@ -65,11 +78,18 @@ def cmd_node(args) -> int:
         print(f"raftsched node: --lease-ttl-s must be {limits.lease_ttl_ms_min / 1000}..{limits.lease_ttl_ms_max / 1000}", file=sys.stderr)
         return 2
     queues = [q.strip() for q in args.queues.split(",") if q.strip()] if args.queues else None
+    try:
+        dial_map = parse_dial_map(args.dial_map)
+    except ConfigError as e:
+        print(f"raftsched node: {e}", file=sys.stderr)
+        return 2
     cfg = NodeConfig(
         node_id=args.id, api_host=api_host, api_port=api_port, raft_addr=f"{raft_host}:{raft_port}",
         peers=peers, data_dir=args.data_dir, secret=secret, token=token,
         worker_slots=args.slots, worker_queues=queues, executor_types=types,
         execute_on_leader=args.execute_on_leader, lease_ttl_ms=ttl_ms,
+        dial_map=dial_map, clock_offset_file=args.clock_offset_file or None,
+        fire_log_path=args.fire_log or None,
     )
     try:
         asyncio.run(run_node(cfg))
@@ -171,6 +191,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="let the leader execute runs too (by default only followers do, unless the cluster has one node)")
     n.add_argument("--lease-ttl-s", type=float, default=10.0, help="lease TTL this node's worker asks for")
     n.add_argument("--log-level", default="info")
+    # Test and benchmark hooks (NodeConfig), hidden from --help: a production node needs none.
+    n.add_argument("--dial-map", default="", help=argparse.SUPPRESS)
+    n.add_argument("--clock-offset-file", default="", help=argparse.SUPPRESS)
+    n.add_argument("--fire-log", default="", help=argparse.SUPPRESS)
     n.set_defaults(func=cmd_node)
 
     def client(name, help_, *_):

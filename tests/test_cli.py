@@ -79,3 +79,29 @@ def test_client_subcommands(tmp_path):
         assert cli("get", "cj-4", *base).returncode == 1, "an invalid batch changes nothing"
     finally:
         c.stop()
+
+
+def test_hidden_test_hooks_reach_the_node_config_and_stay_out_of_help(tmp_path, monkeypatch):
+    """The dial map, the clock-offset file and the fire log are NodeConfig fields set by hidden
+    flags (run_node reads no environment variable); --help does not list them."""
+    from raftsched import cli as cli_mod
+
+    seen = []
+
+    async def fake_run_node(cfg):
+        seen.append(cfg)
+
+    monkeypatch.setattr(cli_mod, "run_node", fake_run_node)
+    c = Cluster(tmp_path, n=1)
+    argv = c.argv(0)[3:]
+    rc = cli_mod.main(argv + ["--dial-map", "127.0.0.1:9001=127.0.0.1:9101,127.0.0.1:9002=127.0.0.1:9102",
+                              "--clock-offset-file", str(tmp_path / "clock"), "--fire-log", str(tmp_path / "fire.log")])
+    assert rc == 0 and len(seen) == 1
+    cfg = seen[0]
+    assert cfg.dial_map == {"127.0.0.1:9001": "127.0.0.1:9101", "127.0.0.1:9002": "127.0.0.1:9102"}
+    assert (cfg.clock_offset_file, cfg.fire_log_path) == (str(tmp_path / "clock"), str(tmp_path / "fire.log"))
+    assert cli_mod.main(argv) == 0
+    assert (seen[1].dial_map, seen[1].clock_offset_file, seen[1].fire_log_path) == (None, None, None)
+    assert cli_mod.main(argv + ["--dial-map", "nohost"]) == 2
+    help_text = cli("node", "--help").stdout
+    assert "--id" in help_text and not any(f in help_text for f in ("--dial-map", "--clock-offset-file", "--fire-log"))

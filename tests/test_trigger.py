@@ -241,17 +241,15 @@ def test_pausing_withdraws_runs_fired_ahead():
     assert res["ok"] and res["runs"] == [], "a withdrawn run is never handed out"
 
 
-def test_the_fire_log_is_buffered_and_flushed_on_its_period_or_when_forced(tmp_path, monkeypatch):
-    """RAFTSCHED_FIRE_LOG (benchmarks): one JSON line per committed fire command, written through
-    a buffer flushed at most every FIRE_LOG_FLUSH_S while firing and whenever forced (the loop
-    forces it before it idles and when it stops leading)."""
+def test_the_fire_log_is_buffered_and_flushed_on_its_period_or_when_forced(tmp_path):
+    """The fire log (benchmarks, ``fire_log_path``): one JSON line per committed fire command,
+    written through a buffer flushed at most every FIRE_LOG_FLUSH_S while firing and whenever
+    forced (the loop forces it before it idles and when it stops leading)."""
     import json
 
-    from raftsched.node import trigger as trigger_mod
-
     path = tmp_path / "fire.log"
-    monkeypatch.setenv(trigger_mod.FIRE_LOG_ENV, str(path))
-    st, raft, clock, trig = setup(n_jobs=2)
+    st, raft, clock, _ = setup(n_jobs=2)
+    trig = Trigger(st, raft, clock, "n1", fire_log_path=str(path))
     clock.advance(10_000)
     trig._fire_log_flushed = clock.monotonic_s()  # flushed just now; the fake clock stands still
     asyncio.run(trig.tick())

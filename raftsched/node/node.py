@@ -14,7 +14,7 @@ import stat
 
 from aiohttp import web
 
-from ..clock import Clock, clock_from_env
+from ..clock import Clock, SystemClock
 from ..core.state import SchedulerState
 from .. import replication
 from .api import make_app
@@ -50,6 +50,17 @@ class NodeConfig:
     executor_types: frozenset = frozenset({"shell", "http", "python"})
     execute_on_leader: bool = False
     lease_ttl_ms: int = 10_000
+    # Test and benchmark hooks, set by hidden flags of ``raftsched node``: a production node
+    # leaves them unset.
+    #: peer Raft address -> the address to dial it at: the jepsen-style harness puts a TCP proxy
+    #: on every link, where its nemesis cuts them (None: dial the peers themselves)
+    dial_map: dict[str, str] | None = None
+    #: a file whose integer content (ms) shifts this node's wall clock: the jepsen-style
+    #: nemesis writes skews there (None: the system clock as it is)
+    clock_offset_file: str | None = None
+    #: a file to which the leading trigger appends a line per committed fire command, read by
+    #: scripts/bench.py for fire lag (None: no fire log)
+    fire_log_path: str | None = None
 
 
 def parse_hostport(text: str, what: str) -> tuple[str, int]:
@@ -129,7 +140,7 @@ GC_POLL_S = 1.0
 
 
 async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Event | None = None) -> None:
-    clock = clock or clock_from_env()
+    clock = clock or SystemClock(cfg.clock_offset_file)
     _, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
     loop = asyncio.get_running_loop()
@@ -151,18 +162,12 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
         if trigger_box:
             trigger_box[0].on_role_change(is_leader)
 
-    dial_map = None
-    dial_env = os.environ.get("RAFTSCHED_DIAL_MAP")
-    if dial_env:
-        # Test-only: "peer=proxy,peer=proxy" makes this node dial its peers through TCP proxies
-        # (the jepsen-style nemesis cuts links there).
-        dial_map = dict(item.split("=", 1) for item in dial_env.split(",") if item)
     raft = replication.RaftNode(
         self_addr=cfg.raft_addr, peers=cfg.peers, data_dir=cfg.data_dir, secret=cfg.secret,
-        state=state, on_role_change=on_role_change, dial_map=dial_map,
+        state=state, on_role_change=on_role_change, dial_map=cfg.dial_map or None,
         conf_overrides=cfg.conf_overrides or None,
     )
-    trigger = Trigger(state, raft, clock, cfg.node_id)
+    trigger = Trigger(state, raft, clock, cfg.node_id, fire_log_path=cfg.fire_log_path)
     trigger_box.append(trigger)
     worker = Worker(state, raft, clock, cfg.node_id, slots=cfg.worker_slots, queues=cfg.worker_queues,
                     allowed_types=cfg.executor_types, lease_ttl_ms=cfg.lease_ttl_ms,

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 
 from ..clock import Clock
 from ..core import commands, limits, policy
@@ -31,9 +30,6 @@ log = logging.getLogger("raftsched.trigger")
 _FIRE_ENTRY_BYTES_MAX = limits.command_bytes_max - 2048
 #: jobs planned per tick; the rest wait for the next tick (keeps one tick bounded).
 _JOBS_PER_TICK_MAX = 50_000
-#: Benchmarks: a file to which the leading trigger appends one JSON line per committed fire
-#: command, {"c": commit_ms, "p": plan_ms, "s": [slot_ms of each run]} (scripts/bench.py).
-FIRE_LOG_ENV = "RAFTSCHED_FIRE_LOG"
 #: While firing, the fire log is flushed at most this often (and always before the trigger idles).
 FIRE_LOG_FLUSH_S = 0.05
 
@@ -46,7 +42,10 @@ def _entry_bytes_max(entry: list) -> int:
 
 class Trigger:
     def __init__(self, state, raft, clock: Clock, node_id: str,
-                 interval_ms: int = limits.trigger_interval_ms) -> None:
+                 interval_ms: int = limits.trigger_interval_ms, fire_log_path: str | None = None) -> None:
+        """:param fire_log_path: benchmarks only: a file to which the leading trigger appends one
+            JSON line per committed fire command, ``{"c": commit_ms, "p": plan_ms, "s": [slot_ms
+            of each run]}`` (scripts/bench.py; ``NodeConfig.fire_log_path``)."""
         self.state = state
         self.raft = raft
         self.clock = clock
@@ -65,11 +64,10 @@ class Trigger:
         self._lease_seen: dict[tuple, float] = {}
         #: fire commands proposed and not yet answered: a bounded pipeline (see limits)
         self._window = asyncio.Semaphore(limits.fire_commands_in_flight_max)
-        path = os.environ.get(FIRE_LOG_ENV)
         # The fire log (benchmarks) is flushed at most every FIRE_LOG_FLUSH_S while firing, and
         # before the trigger idles: a write and a flush per fire command cost a leader at 30k
         # slots/s ~4 % of its time (py-spy). Readers take complete lines only.
-        self._fire_log = open(path, "a", encoding="utf-8", buffering=1 << 20) if path else None
+        self._fire_log = open(fire_log_path, "a", encoding="utf-8", buffering=1 << 20) if fire_log_path else None
         self._fire_log_dirty = False
         self._fire_log_flushed = 0.0
 
