@@ -13,7 +13,7 @@ import urllib.request
 import uuid
 
 from .core import limits
-from .node.node import ConfigError, NodeConfig, ensure_token, is_loopback, parse_hostport, read_secret_file, run_node
+from .node.node import ConfigError, LoopFailed, NodeConfig, ensure_token, is_loopback, parse_hostport, read_secret_file, run_node
 
 
 class _LogFormatter(logging.Formatter):
@@ -93,6 +93,10 @@ def cmd_node(args) -> int:
     )
     try:
         asyncio.run(run_node(cfg))
+    except LoopFailed as e:
+        # Logged with its traceback already; a supervisor sees a failure, not a clean stop.
+        print(f"raftsched node: {e}; stopped", file=sys.stderr)
+        return 1
     except (OSError, RuntimeError) as e:
         # A port in use, or the data directory locked by another node.
         print(f"raftsched node: {e}", file=sys.stderr)

@@ -11,6 +11,7 @@ import os
 import secrets
 import signal
 import stat
+from collections.abc import Awaitable
 
 from aiohttp import web
 
@@ -29,6 +30,15 @@ log = logging.getLogger("raftsched.node")
 
 class ConfigError(Exception):
     pass
+
+
+class LoopFailed(Exception):
+    """One of the node's loops (trigger, worker, gc) ended with an error, or ended at all: the
+    node stopped. ``loop`` names it; the cause is chained."""
+
+    def __init__(self, loop: str, reason: str) -> None:
+        super().__init__(f"the {loop} loop failed: {reason}")
+        self.loop = loop
 
 
 @dataclasses.dataclass
@@ -135,11 +145,29 @@ async def _poll_gc(gc_pauses: GcPauses) -> None:
         await asyncio.sleep(GC_POLL_S)
 
 
+async def _supervised(name: str, loop: Awaitable) -> None:
+    """Run one of the node's loops, which run until cancelled: an error, or an end, is a
+    failure of the node. Logs which loop failed and why, and raises :class:`LoopFailed`."""
+    try:
+        await loop
+    except Exception as e:
+        log.error("%s loop failed: %r; stopping the node", name, e, exc_info=True)
+        raise LoopFailed(name, repr(e)) from e
+    log.error("%s loop ended; stopping the node", name)
+    raise LoopFailed(name, "it returned")
+
+
 #: How often the node checks whether to freeze its long-lived objects (node/gcpause.py).
 GC_POLL_S = 1.0
 
 
 async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Event | None = None) -> None:
+    """Run one node until ``stop`` is set (SIGTERM and SIGINT set it), then stop it cleanly.
+
+    :raises LoopFailed: a loop of the node failed; every other loop was stopped with it, and
+        the failure was logged with its traceback.
+    :raises OSError: the API port could not be bound.
+    """
     clock = clock or SystemClock(cfg.clock_offset_file)
     _, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
@@ -193,18 +221,23 @@ async def _serve(cfg: NodeConfig, raft, loop, app, trigger, worker, stop, gc_pau
         await site.start()
         log.info("node %s: api http://%s:%d raft %s peers %s data %s pid %d", cfg.node_id,
                  cfg.api_host, cfg.api_port, cfg.raft_addr, ",".join(cfg.peers) or "-", cfg.data_dir, os.getpid())
-        tasks = {asyncio.create_task(trigger.run(), name="trigger"),
-                 asyncio.create_task(_poll_gc(gc_pauses), name="gc")}
+        loops = {"trigger": trigger.run(), "gc": _poll_gc(gc_pauses)}
         if cfg.worker_slots > 0:
-            tasks.add(asyncio.create_task(worker.run(), name="worker"))
-        stop_task = asyncio.create_task(stop.wait(), name="stop")
-        done, _ = await asyncio.wait(tasks | {stop_task}, return_when=asyncio.FIRST_COMPLETED)
-        for t in done:
-            if t is not stop_task and not t.cancelled() and t.exception() is not None:
-                log.error("%s loop failed: %r", t.get_name(), t.exception())
-        for t in tasks | {stop_task}:
-            t.cancel()
-        await asyncio.gather(*tasks, stop_task, return_exceptions=True)
+            loops["worker"] = worker.run()
+        # One task group: a loop that fails cancels the others and the wait for ``stop``, and
+        # its error leaves run_node (trio's "exceptions always propagate"), so the process
+        # exits non-zero rather than looking like a clean stop to its supervisor.
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tasks = [tg.create_task(_supervised(name, coro), name=name) for name, coro in loops.items()]
+                await stop.wait()
+                for t in tasks:
+                    t.cancel()
+        except BaseExceptionGroup as eg:
+            failed = [e for e in eg.exceptions if isinstance(e, LoopFailed)]
+            if len(failed) == len(eg.exceptions):
+                raise failed[0] from failed[0].__cause__
+            raise
     finally:
         log.info("node %s: stopping", cfg.node_id)
         await runner.cleanup()
