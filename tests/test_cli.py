@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from procs import Cluster, REPO, wait_for
+from procs import Cluster, REPO, free_ports, wait_for
 
 
 def iso(t_s: int) -> str:
@@ -77,6 +77,13 @@ def test_client_subcommands(tmp_path):
         p = cli("apply", "-", *base, stdin=json.dumps({"cj-6": spec}))
         assert p.returncode == 1 and "expected" in p.stderr
         assert cli("get", "cj-4", *base).returncode == 1, "an invalid batch changes nothing"
+        # Several URLs: a node that is down is skipped for the next (the Client's failover).
+        dead = f"http://127.0.0.1:{free_ports(1)[0]}"
+        p = cli("get", "cj", "--url", f"{dead},{c.url(0)}", "--token", c.token)
+        assert p.returncode == 0 and json.loads(p.stdout)["name"] == "cj", p.stdout + p.stderr
+        p = cli("get", "cj", "--url", dead, "--token", c.token, "--deadline-s", "0.5")
+        assert p.returncode == 1 and p.stdout == "" and "no node reachable" in p.stderr, p.stderr
+        assert cli("get", "cj", "--url", "ftp://x", "--token", c.token).returncode == 2
     finally:
         c.stop()
 
