@@ -204,7 +204,7 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
     gc_pauses = GcPauses(lambda: state.jobs)
     metrics = NodeMetrics(state, raft, trigger, worker, gc_pauses)
     trigger.lag_observer = metrics.observe_fire_lags
-    app = make_app(service, cfg.token, {"trigger": trigger, "worker": worker, "metrics": metrics})
+    app = make_app(service, cfg.token, trigger=trigger, worker=worker, metrics=metrics)
     gc_pauses.install()
     try:
         await _serve(cfg, raft, loop, app, trigger, worker, stop, gc_pauses)

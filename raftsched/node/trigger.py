@@ -71,6 +71,14 @@ class Trigger:
         self._fire_log_dirty = False
         self._fire_log_flushed = 0.0
 
+    def stats(self) -> dict:
+        """This node's trigger counters: ``fires_proposed`` (fire commands committed while it
+        led), ``slots_fired`` (runs they created), ``leases_expired`` (by its reaper) and
+        ``last_fire_error`` (the last failed fire's reason, or None). Each counts since the
+        process started, across its terms as leader."""
+        return {"fires_proposed": self.fires_proposed, "slots_fired": self.slots_fired,
+                "leases_expired": self.leases_expired, "last_fire_error": self.last_fire_error}
+
     def on_role_change(self, is_leader: bool) -> None:
         if is_leader:
             self._leader_event.set()

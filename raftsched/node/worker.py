@@ -112,6 +112,15 @@ class Worker:
         self.completed = 0
         self.refused = 0
 
+    def stats(self) -> dict:
+        """This node's worker: ``id``, ``slots``, ``running`` (leases held: runs executing,
+        prefetched, or finished with their report on its way), ``completed`` (attempts reported
+        and accepted), ``refused`` (reports refused for a stale token) and ``executes`` (whether
+        it takes runs now: not while it leads a cluster of several, unless told to)."""
+        return {"id": self.worker_id, "slots": self.slots, "running": len(self.held),
+                "completed": self.completed, "refused": self.refused,
+                "executes": self.slots > 0 and self._may_execute()}
+
     # ---------------------------------------------------------------- main loops
     async def run(self) -> None:
         self._session = aiohttp.ClientSession()
