@@ -243,8 +243,8 @@ def test_pausing_withdraws_runs_fired_ahead():
 
 def test_the_fire_log_is_buffered_and_flushed_on_its_period_or_when_forced(tmp_path):
     """The fire log (benchmarks, ``fire_log_path``): one JSON line per committed fire command,
-    written through a buffer flushed at most every FIRE_LOG_FLUSH_S while firing and whenever
-    forced (the loop forces it before it idles and when it stops leading)."""
+    written through a buffer flushed at most every ``fire_log_flush_s`` (node/limits.py) while
+    firing and whenever forced (the loop forces it before it idles and when it stops leading)."""
     import json
 
     path = tmp_path / "fire.log"

@@ -13,8 +13,9 @@ import os
 
 from aiohttp import web
 
-from ..core import limits
+from ..core import limits, preview
 from ..core.errors import BadRequest, NotFound, RaftschedError, Unauthorized, Unavailable
+from . import limits as node_limits
 from .metrics import NodeMetrics
 from .service import RUN_STATES, Service, parse_slot_param
 from .trigger import Trigger
@@ -29,9 +30,6 @@ TOKEN = web.AppKey("token", str)
 TRIGGER = web.AppKey("trigger", Trigger)
 WORKER = web.AppKey("worker", Worker)
 METRICS = web.AppKey("metrics", NodeMetrics)
-
-#: Largest request body: a job spec is at most job_spec_bytes_max encoded.
-REQUEST_BYTES_MAX = 64 * 1024
 
 
 def _error_response(e: RaftschedError) -> web.Response:
@@ -51,7 +49,7 @@ async def errors_middleware(request: web.Request, handler):
         return _error_response(e)
     except web.HTTPRequestEntityTooLarge:
         return web.json_response(
-            {"error": {"code": "too_large", "message": f"request body larger than {REQUEST_BYTES_MAX} bytes", "field": None}},
+            {"error": {"code": "too_large", "message": f"request body larger than {node_limits.request_bytes_max} bytes", "field": None}},
             status=413,
         )
     except web.HTTPException as e:
@@ -133,7 +131,7 @@ def make_app(service: Service, token: str | None, *, trigger: Trigger | None = N
     :param worker: the node's worker, likewise.
     :param metrics: the node's metrics, which /metrics renders (404 without them).
     """
-    app = web.Application(middlewares=[errors_middleware, auth_middleware], client_max_size=REQUEST_BYTES_MAX)
+    app = web.Application(middlewares=[errors_middleware, auth_middleware], client_max_size=node_limits.request_bytes_max)
     app[SERVICE] = service
     app[TOKEN] = token or ""
     for key, value in ((TRIGGER, trigger), (WORKER, worker), (METRICS, metrics)):
@@ -222,7 +220,7 @@ async def cluster(request: web.Request) -> web.Response:
 async def list_jobs(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     await svc.read_barrier(_bool_param(request, "consistent"))
-    limit = _int_param(request, "limit", 100, 1, 1000)
+    limit = _int_param(request, "limit", 100, 1, node_limits.jobs_page_max)
     return web.json_response(svc.list_jobs(limit, request.query.get("after")))
 
 
@@ -289,7 +287,7 @@ async def job_runs(request: web.Request) -> web.Response:
 async def list_runs(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     await svc.read_barrier(_bool_param(request, "consistent"))
-    limit = _int_param(request, "limit", 100, 1, 10_000)
+    limit = _int_param(request, "limit", 100, 1, node_limits.runs_page_max)
     return web.json_response(svc.list_runs(_state_param(request), limit))
 
 
@@ -301,7 +299,7 @@ async def get_run(request: web.Request) -> web.Response:
 
 async def preview_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    count = _int_param(request, "count", 10, 1, 1000)
+    count = _int_param(request, "count", 10, 1, preview.preview_count_max)
     after = request.query.get("after")
     after_ms = parse_slot_param(after) if after is not None else None
     return web.json_response(svc.preview_job(request.match_info["name"], count, after_ms))
@@ -309,7 +307,7 @@ async def preview_job(request: web.Request) -> web.Response:
 
 async def preview_spec(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    count = _int_param(request, "count", 10, 1, 1000)
+    count = _int_param(request, "count", 10, 1, preview.preview_count_max)
     return web.json_response(svc.preview_spec(await _json_body(request), count))
 
 
@@ -349,7 +347,7 @@ async def delete_tenant(request: web.Request) -> web.Response:
 async def list_dlq(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     await svc.read_barrier(_bool_param(request, "consistent"))
-    limit = _int_param(request, "limit", 100, 1, 10_000)
+    limit = _int_param(request, "limit", 100, 1, node_limits.runs_page_max)
     return web.json_response(svc.list_dlq(request.query.get("queue"), limit))
 
 
