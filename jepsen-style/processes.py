@@ -188,15 +188,9 @@ class ClusterProcs:
             raise RuntimeError(f"proxy refused {name} {mode}: {ans}")
 
     def node_env(self, n: Node) -> dict:
-        dial = []
-        for l in self.links.values():
-            if l["dialer"] == n.i:
-                dial.append(f"{self.nodes[l['acceptor']].raft}=127.0.0.1:{l['port']}")
         path = os.environ.get("PYTHONPATH")
         return {
             "PYTHONPATH": os.pathsep.join([str(self.product), str(HERE)] + ([path] if path else [])),
-            "RAFTSCHED_DIAL_MAP": ",".join(dial),
-            "RAFTSCHED_CLOCK_OFFSET_FILE": str(n.clock_file),
             "JEPSEN_SINK": f"127.0.0.1:{self.sink_port}",
             "JEPSEN_PLAN": str(self.plan_file),
             "JEPSEN_NODE": n.id,
@@ -204,11 +198,16 @@ class ClusterProcs:
 
     def node_argv(self, n: Node) -> list[str]:
         peers = ",".join(m.raft for m in self.nodes if m is not n)
+        dial = []
+        for l in self.links.values():
+            if l["dialer"] == n.i:
+                dial.append(f"{self.nodes[l['acceptor']].raft}=127.0.0.1:{l['port']}")
         return [sys.executable, "-m", "raftsched.cli", "node", "--id", n.id,
                 "--api", f"127.0.0.1:{n.api_port}", "--raft", n.raft, "--peers", peers,
                 "--data-dir", str(n.data_dir), "--cluster-secret-file", str(self.secret_file),
                 "--token-file", str(self.token_file), "--slots", str(self.slots),
-                "--lease-ttl-s", str(self.lease_ttl_s), "--executors", "python"]
+                "--lease-ttl-s", str(self.lease_ttl_s), "--executors", "python",
+                "--dial-map", ",".join(dial), "--clock-offset-file", str(n.clock_file)]
 
     def start_node(self, i: int) -> None:
         n = self.nodes[i]

@@ -3,7 +3,7 @@
 
     python proxy.py --control PORT --link NAME:LISTEN_PORT:TARGET_PORT [--link ...]
 
-The nodes dial their peers through these ports (RAFTSCHED_DIAL_MAP). pysyncobj dials a link from
+The nodes dial their peers through these ports (``raftsched node --dial-map``). pysyncobj dials a link from
 the node with the larger "host:port" only, and that node announces its own address first, so one
 proxy listening for the dialler and forwarding to the other node carries the whole link.
 

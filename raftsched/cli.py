@@ -8,13 +8,12 @@ import json
 import logging
 import os
 import sys
-import urllib.error
-import urllib.request
-import uuid
 
+from .client import Client
 from .core import limits
+from .core.errors import RaftschedError
 from .core.model import EXECUTOR_TYPES
-from .node.node import ConfigError, NodeConfig, ensure_token, is_loopback, parse_hostport, read_secret_file, run_node
+from .node.node import ConfigError, LoopFailed, NodeConfig, ensure_token, is_loopback, parse_hostport, read_secret_file, run_node
 
 
 class _LogFormatter(logging.Formatter):
@@ -29,6 +28,19 @@ def _setup_logging(level: str) -> None:
     h = logging.StreamHandler(sys.stderr)
     h.setFormatter(_LogFormatter())
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), handlers=[h])
+
+
+def parse_dial_map(text: str) -> dict[str, str] | None:
+    """``--dial-map PEER=ADDR,PEER=ADDR`` (a test hook): dial each named peer's Raft address at
+    another address, a TCP proxy of the jepsen-style harness. :raises ConfigError:"""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    for item in items:
+        peer, sep, addr = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--dial-map: expected PEER=HOST:PORT, got {item!r}")
+        parse_hostport(peer, "--dial-map")
+        parse_hostport(addr, "--dial-map")
+    return dict(item.split("=", 1) for item in items) or None
 
 
 def cmd_node(args) -> int:
@@ -66,14 +78,25 @@ def cmd_node(args) -> int:
         print(f"raftsched node: --lease-ttl-s must be {limits.lease_ttl_ms_min / 1000}..{limits.lease_ttl_ms_max / 1000}", file=sys.stderr)
         return 2
     queues = [q.strip() for q in args.queues.split(",") if q.strip()] if args.queues else None
+    try:
+        dial_map = parse_dial_map(args.dial_map)
+    except ConfigError as e:
+        print(f"raftsched node: {e}", file=sys.stderr)
+        return 2
     cfg = NodeConfig(
         node_id=args.id, api_host=api_host, api_port=api_port, raft_addr=f"{raft_host}:{raft_port}",
         peers=peers, data_dir=args.data_dir, secret=secret, token=token,
         worker_slots=args.slots, worker_queues=queues, executor_types=types,
         execute_on_leader=args.execute_on_leader, lease_ttl_ms=ttl_ms,
+        dial_map=dial_map, clock_offset_file=args.clock_offset_file or None,
+        fire_log_path=args.fire_log or None,
     )
     try:
         asyncio.run(run_node(cfg))
+    except LoopFailed as e:
+        # Logged with its traceback already; a supervisor sees a failure, not a clean stop.
+        print(f"raftsched node: {e}; stopped", file=sys.stderr)
+        return 1
     except (OSError, RuntimeError) as e:
         # A port in use, or the data directory locked by another node.
         print(f"raftsched node: {e}", file=sys.stderr)
@@ -82,55 +105,71 @@ def cmd_node(args) -> int:
 
 
 # ---------------------------------------------------------------------------- client
-def _request(args, method: str, path: str, body=None) -> int:
-    """One API call. A mutation carries an Idempotency-Key and is retried with the same key when
-    its outcome is unknown (504), which the state machine deduplicates."""
-    url = args.url.rstrip("/") + path
-    data = json.dumps(body).encode() if body is not None else None
-    token = args.token or os.environ.get("RAFTSCHED_TOKEN")
+#: socket timeout of one attempt: above the node's propose timeout, and long enough for a batch
+#: of thousands of jobs (client.Client.put_jobs)
+_ATTEMPT_TIMEOUT_S = 30.0
+
+
+def _token(a) -> str | None:
+    token = a.token or os.environ.get("RAFTSCHED_TOKEN")
     if not token and os.path.exists(".raftsched/token"):
         with open(".raftsched/token") as f:
             token = f.read().strip()
-    key = uuid.uuid4().hex
-    for attempt in range(4):
-        req = urllib.request.Request(url, data=data, method=method)
-        req.add_header("Content-Type", "application/json")
-        if method != "GET":
-            req.add_header("Idempotency-Key", key)
-        if token:
-            req.add_header("Authorization", f"Bearer {token}")
-        try:
-            with urllib.request.urlopen(req, timeout=30) as resp:
-                out = resp.read().decode()
-                status = resp.status
-        except urllib.error.HTTPError as e:
-            out = e.read().decode()
-            status = e.code
-        except urllib.error.URLError as e:
-            print(f"raftsched: cannot reach {url}: {e.reason}", file=sys.stderr)
-            return 1
-        if status != 504 or method == "GET" or attempt == 3:
-            break
-        print("raftsched: outcome unknown (504); retrying with the same Idempotency-Key", file=sys.stderr)
+    return token
+
+
+def _print(payload) -> None:
+    if payload is None:
+        print("")
+    elif isinstance(payload, str):
+        print(payload)
+    else:
+        print(json.dumps(payload, indent=2))
+
+
+def _show(call) -> int:
+    """Make one Client call and print what came back: the JSON body of the answer (exit 0), the
+    body of a node's error answer (exit 1), or, when no node answered, why (stderr, exit 1).
+    Routing and retries are the Client's: other nodes of --url, Retry-After, the same
+    Idempotency-Key after an unknown outcome, one deadline."""
     try:
-        print(json.dumps(json.loads(out), indent=2))
-    except ValueError:
-        print(out)
-    return 0 if status < 400 else 1
+        payload = call()
+    except RaftschedError as e:
+        if getattr(e, "status", None) is None:
+            print(f"raftsched: {e.message}", file=sys.stderr)
+        else:
+            _print(getattr(e, "body", None))
+        return 1
+    _print(payload)
+    return 0
 
 
-def _apply(a) -> int:
+def _read_json(path: str):
+    """The JSON value of a file (- for stdin), or None after printing why not."""
+    try:
+        text = sys.stdin.read() if path == "-" else open(path).read()
+    except OSError as e:
+        print(f"raftsched: {path}: {e.strerror}", file=sys.stderr)
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        print(f"raftsched: {path}: malformed JSON: {e}", file=sys.stderr)
+        return None
+
+
+def _put(a, c: Client) -> int:
+    body = _read_json(a.spec_file)
+    if body is None:
+        return 1
+    return _show(lambda: c.put_job(a.name, body))
+
+
+def _apply(a, c: Client) -> int:
     """POST /v1/jobs:batch with the jobs of a file, at most batch_jobs_max per request (each
     request is validated whole before it changes anything; a file of more is sent as several)."""
-    try:
-        text = sys.stdin.read() if a.file == "-" else open(a.file).read()
-    except OSError as e:
-        print(f"raftsched: {a.file}: {e.strerror}", file=sys.stderr)
-        return 1
-    try:
-        body = json.loads(text)
-    except ValueError as e:
-        print(f"raftsched: {a.file}: malformed JSON: {e}", file=sys.stderr)
+    body = _read_json(a.file)
+    if body is None:
         return 1
     if not isinstance(body, dict) or not isinstance(body.get("jobs"), dict) or set(body) - {"jobs", "create_only"}:
         print(f'raftsched: {a.file}: expected {{"jobs": {{"NAME": SPEC, ...}}}} (and optionally "create_only")', file=sys.stderr)
@@ -142,13 +181,26 @@ def _apply(a) -> int:
         print(f"raftsched: {len(names)} jobs: sending {-(-len(names) // step)} requests of at most {step}; "
               "each is validated on its own", file=sys.stderr)
     for k in range(0, max(len(names), 1), step):
-        part = {"jobs": {n: body["jobs"][n] for n in names[k:k + step]}}
-        if create_only:
-            part["create_only"] = True
-        rc = _request(a, "POST", "/v1/jobs:batch", part)
+        part = {n: body["jobs"][n] for n in names[k:k + step]}
+        rc = _show(lambda: c.put_jobs(part, create_only))
         if rc:
             return rc
     return 0
+
+
+def _with_client(a) -> int:
+    """Run a client subcommand: a Client over every node of --url (comma-separated), which it
+    fails over between."""
+    urls = [u.strip() for u in a.url.split(",") if u.strip()]
+    try:
+        c = Client(urls, token=_token(a), timeout_s=_ATTEMPT_TIMEOUT_S, deadline_s=a.deadline_s)
+    except ValueError as e:
+        print(f"raftsched: --url: {e}", file=sys.stderr)
+        return 2
+    # The client says on stderr when it retries after an unknown outcome.
+    _setup_logging("warning")
+    logging.getLogger("raftsched.client").setLevel(logging.INFO)
+    return a.client_run(a, c)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,71 +224,55 @@ def main(argv: list[str] | None = None) -> int:
                    help="let the leader execute runs too (by default only followers do, unless the cluster has one node)")
     n.add_argument("--lease-ttl-s", type=float, default=10.0, help="lease TTL this node's worker asks for")
     n.add_argument("--log-level", default="info")
+    # Test and benchmark hooks (NodeConfig), hidden from --help: a production node needs none.
+    n.add_argument("--dial-map", default="", help=argparse.SUPPRESS)
+    n.add_argument("--clock-offset-file", default="", help=argparse.SUPPRESS)
+    n.add_argument("--fire-log", default="", help=argparse.SUPPRESS)
     n.set_defaults(func=cmd_node)
 
-    def client(name, help_, *_):
+    def client(name: str, help_: str, call=None, *, run=None) -> argparse.ArgumentParser:
+        """A client subcommand. ``call(args, client)`` makes the Client call whose answer is
+        printed (``_show``); ``run(args, client)`` does its own and returns the exit status."""
         c = sub.add_parser(name, help=help_)
-        c.add_argument("--url", default=os.environ.get("RAFTSCHED_URL", "http://127.0.0.1:8701"))
+        c.add_argument("--url", default=os.environ.get("RAFTSCHED_URL", "http://127.0.0.1:8701"),
+                       help="the API of one node, or of several, comma-separated (tried in turn)")
         c.add_argument("--token")
+        c.add_argument("--deadline-s", type=float, default=30.0,
+                       help="how long one call keeps retrying (other nodes, no leader, unknown outcome)")
+        c.set_defaults(func=_with_client, client_run=run or (lambda a, cl: _show(lambda: call(a, cl))))
         return c
 
-    c = client("cluster", "show the cluster", "GET", None)
-    c.set_defaults(func=lambda a: _request(a, "GET", "/v1/cluster"))
-    c = client("jobs", "list jobs", "GET", None)
-    c.set_defaults(func=lambda a: _request(a, "GET", "/v1/jobs"))
-    c = client("get", "show a job", "GET", None)
-    c.add_argument("name")
-    c.set_defaults(func=lambda a: _request(a, "GET", f"/v1/jobs/{a.name}"))
-    c = client("put", "create or replace a job from a JSON spec file (- for stdin)", "PUT", None)
+    client("cluster", "show the cluster", lambda a, c: c.cluster())
+    client("jobs", "list jobs", lambda a, c: c.list_jobs())
+    client("get", "show a job", lambda a, c: c.get_job(a.name)).add_argument("name")
+    c = client("put", "create or replace a job from a JSON spec file (- for stdin)", run=_put)
     c.add_argument("name")
     c.add_argument("spec_file")
-    def _put(a):
-        text = sys.stdin.read() if a.spec_file == "-" else open(a.spec_file).read()
-        try:
-            body = json.loads(text)
-        except ValueError as e:
-            print(f"raftsched: {a.spec_file}: malformed JSON: {e}", file=sys.stderr)
-            return 1
-        return _request(a, "PUT", f"/v1/jobs/{a.name}", body)
-    c.set_defaults(func=_put)
     c = client("apply", "create or replace many jobs from a JSON file (- for stdin): "
-                        '{"jobs": {"NAME": SPEC, ...}}', "POST", None)
+                        '{"jobs": {"NAME": SPEC, ...}}', run=_apply)
     c.add_argument("file")
     c.add_argument("--create-only", action="store_true", help="never replace: existing jobs are reported as conflicts")
-    c.set_defaults(func=_apply)
-    for verb in ("pause", "resume", "trigger"):
-        c = client(verb, f"{verb} a job", "POST", None)
-        c.add_argument("name")
-        c.set_defaults(func=lambda a, v=verb: _request(a, "POST", f"/v1/jobs/{a.name}/{v}"))
-    c = client("delete", "delete a job", "DELETE", None)
-    c.add_argument("name")
-    c.set_defaults(func=lambda a: _request(a, "DELETE", f"/v1/jobs/{a.name}"))
-    c = client("runs", "a job's runs and recorded slots, newest first", "GET", None)
+    client("pause", "pause a job", lambda a, c: c.pause(a.name)).add_argument("name")
+    client("resume", "resume a job", lambda a, c: c.resume(a.name)).add_argument("name")
+    client("trigger", "trigger a job", lambda a, c: c.trigger(a.name)).add_argument("name")
+    client("delete", "delete a job", lambda a, c: c.delete_job(a.name)).add_argument("name")
+    c = client("runs", "a job's runs and recorded slots, newest first", lambda a, c: c.runs(a.name, limit=a.limit))
     c.add_argument("name")
     c.add_argument("--limit", type=int, default=20)
-    c.set_defaults(func=lambda a: _request(a, "GET", f"/v1/jobs/{a.name}/runs?limit={a.limit}"))
 
-    c = client("dlq", "list dead runs (optionally of one queue)", "GET", None)
-    c.add_argument("--queue")
-    c.set_defaults(func=lambda a: _request(a, "GET", "/v1/dlq" + (f"?queue={a.queue}" if a.queue else "")))
-    c = client("requeue", "requeue a dead run with a fresh attempt budget", "POST", None)
-    c.add_argument("run")
-    c.set_defaults(func=lambda a: _request(a, "POST", f"/v1/dlq/{a.run}/requeue"))
-    c = client("purge", "delete a dead run from its dead-letter queue", "DELETE", None)
-    c.add_argument("run")
-    c.set_defaults(func=lambda a: _request(a, "DELETE", f"/v1/dlq/{a.run}"))
-    c = client("queues", "queues: depth, running, oldest waiting, dead", "GET", None)
-    c.set_defaults(func=lambda a: _request(a, "GET", "/v1/queues"))
-    c = client("explain", "what an outage window would do to a job's slots", "POST", None)
+    client("dlq", "list dead runs (optionally of one queue)", lambda a, c: c.dlq(a.queue)).add_argument("--queue")
+    client("requeue", "requeue a dead run with a fresh attempt budget",
+           lambda a, c: c.dlq_requeue(a.run)).add_argument("run")
+    client("purge", "delete a dead run from its dead-letter queue", lambda a, c: c.dlq_delete(a.run)).add_argument("run")
+    client("queues", "queues: depth, running, oldest waiting, dead", lambda a, c: c.queues())
+    c = client("explain", "what an outage window would do to a job's slots",
+               lambda a, c: c.explain(a.name, a.down_from, a.down_to))
     c.add_argument("name")
     c.add_argument("down_from", help="ISO time, e.g. 2026-12-01T01:58:45Z")
     c.add_argument("down_to")
-    c.set_defaults(func=lambda a: _request(a, "POST", f"/v1/jobs/{a.name}/explain",
-                                           {"down_from": a.down_from, "down_to": a.down_to}))
-    c = client("preview", "a job's next slots, with DST marks", "GET", None)
+    c = client("preview", "a job's next slots, with DST marks", lambda a, c: c.preview(a.name, a.count))
     c.add_argument("name")
     c.add_argument("--count", type=int, default=10)
-    c.set_defaults(func=lambda a: _request(a, "GET", f"/v1/jobs/{a.name}/preview?count={a.count}"))
 
     args = p.parse_args(argv)
     return args.func(args)

@@ -22,7 +22,8 @@ How a call is routed and retried
   client raises :class:`~raftsched.core.errors.Indeterminate` (``definite`` is False: the command
   may still have applied), never a plain ``Unavailable``.
 - Every other error status is raised at once as the typed error of its ``code``
-  (:meth:`RaftschedError.from_dict`), with ``.status`` (and ``.http_status``) set to the HTTP status.
+  (:meth:`RaftschedError.from_dict`), with ``.status`` (and ``.http_status``) set to the HTTP status
+  and ``.body`` to the decoded answer.
 
 Locks, honestly
 ---------------
@@ -256,6 +257,7 @@ class Client:
             e = RaftschedError.from_dict(payload["error"])
         else:
             e = RaftschedError(f"HTTP {status}: {str(payload)[:200]}")
+        e.body = payload  # the answer as the node sent it (the CLI prints it)
         return _with_status(e, status)
 
     def _get(self, path: str, params: dict | None = None) -> Any:
@@ -321,6 +323,15 @@ class Client:
     def get_run(self, run: str) -> dict:
         return self._get(f"/v1/runs/{_q(run)}")
 
+    def preview(self, name: str, count: int = 10) -> dict:
+        """A job's next ``count`` slots, with DST marks."""
+        return self._get(f"/v1/jobs/{_q(name)}/preview", {"count": count})
+
+    def explain(self, name: str, down_from: str, down_to: str) -> dict:
+        """What an outage from ``down_from`` to ``down_to`` (ISO-8601) would do to a job's
+        slots, by its misfire policy. Read-only: it proposes nothing."""
+        return self.request("POST", f"/v1/jobs/{_q(name)}/explain", {"down_from": down_from, "down_to": down_to})
+
     def trigger(self, name: str) -> dict:
         """Start a manual run now (one run per call, even when the call is retried)."""
         return self.request("POST", f"/v1/jobs/{_q(name)}/trigger")
@@ -338,6 +349,10 @@ class Client:
 
     def dlq_requeue(self, run: str) -> dict:
         return self.request("POST", f"/v1/dlq/{_q(run)}/requeue")
+
+    def dlq_delete(self, run: str) -> dict:
+        """Delete a dead run from its dead-letter queue."""
+        return self.request("DELETE", f"/v1/dlq/{_q(run)}")
 
     def queues(self) -> dict:
         return self._get("/v1/queues")

@@ -5,7 +5,6 @@ The core never reads either: time reaches it as a command field.
 """
 from __future__ import annotations
 
-import os
 import time
 from typing import Protocol
 
@@ -16,8 +15,9 @@ class Clock(Protocol):
 
 
 class SystemClock:
-    """Wall time, with an optional offset read from a file (a test-only fault-injection hook:
-    the jepsen-style nemesis writes a number of milliseconds there to shift one node's clock)."""
+    """Wall time, with an optional offset read from a file (a test-only fault-injection hook,
+    ``NodeConfig.clock_offset_file``: the jepsen-style nemesis writes a number of milliseconds
+    there to shift one node's clock)."""
 
     def __init__(self, offset_file: str | None = None) -> None:
         self._offset_file = offset_file
@@ -65,7 +65,3 @@ class FakeClock:
     def jump(self, ms: int) -> None:
         """Wall time jumps (either way); monotonic time does not."""
         self._now_ms += ms
-
-
-def clock_from_env() -> Clock:
-    return SystemClock(os.environ.get("RAFTSCHED_CLOCK_OFFSET_FILE") or None)

@@ -25,8 +25,8 @@ Scenarios (--only takes a comma-separated subset; docs/benchmarks.md says what e
 
 --quick runs every scenario small (about a minute): writes, scale and e2e share one cluster.
 
-Fire lag on our nodes comes from the fire-commit log: a node started with RAFTSCHED_FIRE_LOG=<path>
-appends {"c": commit_ms, "p": plan_ms, "s": [slot_ms, ...]} for each committed fire command while it
+Fire lag on our nodes comes from the fire-commit log: a node started with --fire-log <path>
+(RAFTSCHED_FIRE_LOG=<path> in code from before that flag) appends {"c": commit_ms, "p": plan_ms, "s": [slot_ms, ...]} for each committed fire command while it
 leads; each node gets its own path, and the bench reads all three. Code without that log is reported
 as "no fire log", with the figures that do not need it.
 
@@ -258,15 +258,17 @@ class BenchCluster(Cluster):
     With ``fire_log``, node i writes its fire-commit log to ``fire_log_path(i)``."""
 
     def __init__(self, tmp: Path, extra_args: tuple = (), fire_log: bool = False, **kw) -> None:
+        how = fire_log_how() if fire_log else None
         super().__init__(tmp, env={"PYTHONPATH": str(CODE_DIR)}, cwd=CODE_DIR,
-                         node_env=(lambda i: {"RAFTSCHED_FIRE_LOG": str(self.fire_log_path(i))}) if fire_log else None, **kw)
+                         node_env=(lambda i: {"RAFTSCHED_FIRE_LOG": str(self.fire_log_path(i))}) if how == "env" else None, **kw)
         self.extra_args = list(extra_args)
         self.fire_log = fire_log
+        self._fire_log_flag = how == "flag"
         #: the bulk endpoint: None until probed, then its path or False (see register_jobs)
         self.bulk_path: str | bool | None = None
 
     def argv(self, i: int) -> list[str]:
-        return super().argv(i) + self.extra_args
+        return super().argv(i) + self.extra_args + (["--fire-log", str(self.fire_log_path(i))] if self._fire_log_flag else [])
 
     def fire_log_path(self, i: int) -> Path:
         return self.data_dir(i) / "fire.log"
@@ -337,15 +339,27 @@ def dir_sizes(d: Path) -> dict:
 
 # ------------------------------------------------------------------------------------ fire log
 
-def fire_log_supported() -> bool:
-    """Whether the nodes' code (CODE_DIR) reads RAFTSCHED_FIRE_LOG at all."""
+def fire_log_how() -> str | None:
+    """How the nodes' code (CODE_DIR) is told where to write its fire-commit log: "flag" (the
+    hidden --fire-log of ``raftsched node``), "env" (RAFTSCHED_FIRE_LOG, in code from before
+    that flag), or None (no fire log)."""
+    try:
+        if '"--fire-log"' in (CODE_DIR / "raftsched" / "cli.py").read_text(errors="replace"):
+            return "flag"
+    except OSError:
+        pass
     for p in (CODE_DIR / "raftsched").rglob("*.py"):
         try:
             if "RAFTSCHED_FIRE_LOG" in p.read_text(errors="replace"):
-                return True
+                return "env"
         except OSError:
             continue
-    return False
+    return None
+
+
+def fire_log_supported() -> bool:
+    """Whether the nodes' code (CODE_DIR) can write the fire-commit log at all."""
+    return fire_log_how() is not None
 
 
 class FireLogs:
@@ -2347,15 +2361,15 @@ def main(argv=None) -> int:
            "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine(), "code": code,
            "scenarios": only,
            "fire_log": {"supported": fire_log_ok,
-                        "note": ("on (RAFTSCHED_FIRE_LOG, one file per node)" if fire_log_ok else
-                                 "NO FIRE LOG: the nodes' code does not read RAFTSCHED_FIRE_LOG (raftsched/node/trigger.py), "
+                        "note": ("on (one file per node)" if fire_log_ok else
+                                 "NO FIRE LOG: the nodes' code has neither --fire-log nor RAFTSCHED_FIRE_LOG, "
                                  "so there is no fire lag; slots/s come from the leader's trigger counter")},
            "registration_note": (f"bulk endpoint ({BULK_PATH}) found in the code" if bulk else
                                  f"no bulk endpoint ({BULK_PATH}) in the code: PUT per job"
                                  + (", with the smaller *_put sizes" if args.quick else "")),
            "notes": []}
     if not fire_log_ok:
-        print("[bench] NO FIRE LOG: the nodes' code has no RAFTSCHED_FIRE_LOG; fire lag will be missing", file=sys.stderr)
+        print("[bench] NO FIRE LOG: the nodes' code has neither --fire-log nor RAFTSCHED_FIRE_LOG; fire lag will be missing", file=sys.stderr)
     failed = []
     order = [n for n in (QUICK_ORDER if p["shared_cluster"] else ALL_SCENARIOS) if n in only]
     res["run_order"] = order

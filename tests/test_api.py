@@ -10,9 +10,11 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from raftsched.clock import FakeClock
 from raftsched.core.state import SchedulerState
-from raftsched.node.api import EXTRA, make_app
+from raftsched.node.api import make_app
+from raftsched.node.metrics import NodeMetrics
 from raftsched.node.service import Service
 from raftsched.node.trigger import Trigger
+from raftsched.node.worker import Worker
 
 from fakes import FakeRaft
 
@@ -22,18 +24,25 @@ SPEC = {"schedule": {"every_s": 10}, "executor": {"type": "shell", "argv": ["tru
 
 
 class Env:
-    def __init__(self):
+    """An app over one replica, with a trigger; ``metrics`` adds a worker and the metrics."""
+
+    def __init__(self, metrics: bool = False):
         self.state = SchedulerState()
         self.raft = FakeRaft(self.state)
         self.clock = FakeClock()
         self.service = Service(self.state, self.raft, self.clock, "node-1")
         self.trigger = Trigger(self.state, self.raft, self.clock, "node-1")
-        self.app = make_app(self.service, TOKEN, {"trigger": self.trigger})
+        self.worker = self.metrics = None
+        if metrics:
+            self.worker = Worker(self.state, self.raft, self.clock, "node-1", slots=0)
+            self.metrics = NodeMetrics(self.state, self.raft, self.trigger, self.worker)
+            self.trigger.lag_observer = self.metrics.observe_fire_lags
+        self.app = make_app(self.service, TOKEN, trigger=self.trigger, worker=self.worker, metrics=self.metrics)
 
 
-def run(coro_fn):
+def run(coro_fn, **env_kw):
     async def main():
-        env = Env()
+        env = Env(**env_kw)
         async with TestClient(TestServer(env.app, host="127.0.0.1")) as client:
             await coro_fn(env, client)
     asyncio.run(main())
@@ -225,6 +234,26 @@ def test_cluster_and_healthz():
     run(t)
 
 
+def test_cluster_shows_the_trigger_and_worker_counters_and_metrics_need_metrics():
+    async def t(env, c):
+        await put(c, "a")
+        env.clock.advance(35_000)
+        await env.trigger.tick()
+        body = await (await c.get("/v1/cluster")).json()
+        assert body["trigger"] == {"fires_proposed": 1, "slots_fired": 3}
+        assert "worker" not in body  # this app was given no worker
+        await err(await c.get("/metrics"), 404, "not_found")
+    run(t)
+
+    async def with_worker(env, c):
+        body = await (await c.get("/v1/cluster")).json()
+        # The worker's stats, in this order; a worker without slots never executes.
+        assert list(body["worker"].items()) == [("id", env.worker.worker_id), ("slots", 0), ("running", 0),
+                                                ("completed", 0), ("refused", 0), ("executes", False)]
+        assert (await c.get("/metrics")).status == 200
+    run(with_worker, metrics=True)
+
+
 def test_preview_and_explain_endpoints():
     async def t(env, c):
         await put(c, "a", dict(SPEC, schedule={"cron": "0 2 * * *", "timezone": "Europe/Berlin"}, misfire={"policy": "skip"}))
@@ -258,14 +287,7 @@ def test_cluster_state_hash_is_opt_in_and_matches_the_replica():
 
 
 def test_metrics_endpoint_exposes_state_and_fire_lag():
-    from raftsched.node.metrics import NodeMetrics
-    from raftsched.node.worker import Worker
-
     async def t(env, c):
-        worker = Worker(env.state, env.raft, env.clock, "node-1", slots=0)
-        m = NodeMetrics(env.state, env.raft, env.trigger, worker)
-        env.trigger.lag_observer = m.observe_fire_lags
-        env.app[EXTRA]["metrics"] = m
         await put(c, "a")
         env.clock.advance(35_000)
         await env.trigger.tick()
@@ -285,4 +307,4 @@ def test_metrics_endpoint_exposes_state_and_fire_lag():
         assert "raftsched_fire_lag_seconds_sum 45.0" in text
         assert "raftsched_slots_fired_total 3.0" in text
         assert "raftsched_raft_is_leader 1.0" in text
-    run(t)
+    run(t, metrics=True)

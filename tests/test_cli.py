@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from procs import Cluster, REPO, wait_for
+from procs import Cluster, REPO, free_ports, wait_for
 
 
 def iso(t_s: int) -> str:
@@ -77,5 +77,38 @@ def test_client_subcommands(tmp_path):
         p = cli("apply", "-", *base, stdin=json.dumps({"cj-6": spec}))
         assert p.returncode == 1 and "expected" in p.stderr
         assert cli("get", "cj-4", *base).returncode == 1, "an invalid batch changes nothing"
+        # Several URLs: a node that is down is skipped for the next (the Client's failover).
+        dead = f"http://127.0.0.1:{free_ports(1)[0]}"
+        p = cli("get", "cj", "--url", f"{dead},{c.url(0)}", "--token", c.token)
+        assert p.returncode == 0 and json.loads(p.stdout)["name"] == "cj", p.stdout + p.stderr
+        p = cli("get", "cj", "--url", dead, "--token", c.token, "--deadline-s", "0.5")
+        assert p.returncode == 1 and p.stdout == "" and "no node reachable" in p.stderr, p.stderr
+        assert cli("get", "cj", "--url", "ftp://x", "--token", c.token).returncode == 2
     finally:
         c.stop()
+
+
+def test_hidden_test_hooks_reach_the_node_config_and_stay_out_of_help(tmp_path, monkeypatch):
+    """The dial map, the clock-offset file and the fire log are NodeConfig fields set by hidden
+    flags (run_node reads no environment variable); --help does not list them."""
+    from raftsched import cli as cli_mod
+
+    seen = []
+
+    async def fake_run_node(cfg):
+        seen.append(cfg)
+
+    monkeypatch.setattr(cli_mod, "run_node", fake_run_node)
+    c = Cluster(tmp_path, n=1)
+    argv = c.argv(0)[3:]
+    rc = cli_mod.main(argv + ["--dial-map", "127.0.0.1:9001=127.0.0.1:9101,127.0.0.1:9002=127.0.0.1:9102",
+                              "--clock-offset-file", str(tmp_path / "clock"), "--fire-log", str(tmp_path / "fire.log")])
+    assert rc == 0 and len(seen) == 1
+    cfg = seen[0]
+    assert cfg.dial_map == {"127.0.0.1:9001": "127.0.0.1:9101", "127.0.0.1:9002": "127.0.0.1:9102"}
+    assert (cfg.clock_offset_file, cfg.fire_log_path) == (str(tmp_path / "clock"), str(tmp_path / "fire.log"))
+    assert cli_mod.main(argv) == 0
+    assert (seen[1].dial_map, seen[1].clock_offset_file, seen[1].fire_log_path) == (None, None, None)
+    assert cli_mod.main(argv + ["--dial-map", "nohost"]) == 2
+    help_text = cli("node", "--help").stdout
+    assert "--id" in help_text and not any(f in help_text for f in ("--dial-map", "--clock-offset-file", "--fire-log"))

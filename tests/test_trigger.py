@@ -241,21 +241,17 @@ def test_pausing_withdraws_runs_fired_ahead():
     assert res["ok"] and res["runs"] == [], "a withdrawn run is never handed out"
 
 
-def test_the_fire_log_is_buffered_and_flushed_on_its_period_or_when_forced(tmp_path, monkeypatch):
-    """RAFTSCHED_FIRE_LOG (benchmarks): one JSON line per committed fire command, written through
-    a buffer flushed at most every FIRE_LOG_FLUSH_S while firing and whenever forced (the loop
-    forces it before it idles and when it stops leading)."""
+def test_the_fire_log_is_buffered_and_flushed_on_its_period_or_when_forced(tmp_path):
+    """The fire log (benchmarks, ``fire_log_path``): one JSON line per committed fire command,
+    written through a buffer flushed at most every ``fire_log_flush_s`` (node/limits.py) while
+    firing and whenever forced (the loop forces it before it idles and when it stops leading)."""
     import json
-    import time
-
-    from raftsched.node import trigger as trigger_mod
 
     path = tmp_path / "fire.log"
-    monkeypatch.setenv(trigger_mod.FIRE_LOG_ENV, str(path))
-    monkeypatch.setattr(trigger_mod, "FIRE_LOG_FLUSH_S", 3600.0)
-    st, raft, clock, trig = setup(n_jobs=2)
-    trig._fire_log_flushed = time.monotonic()  # flushed just now: the next period is an hour away
+    st, raft, clock, _ = setup(n_jobs=2)
+    trig = Trigger(st, raft, clock, "n1", fire_log_path=str(path))
     clock.advance(10_000)
+    trig._fire_log_flushed = clock.monotonic_s()  # flushed just now; the fake clock stands still
     asyncio.run(trig.tick())
     assert path.read_text() == ""  # in the buffer
     trig._flush_fire_log(force=True)
@@ -263,7 +259,6 @@ def test_the_fire_log_is_buffered_and_flushed_on_its_period_or_when_forced(tmp_p
     assert sorted(s for x in lines for s in x["s"]) == sorted(scheduled_slots(st, "j0") + scheduled_slots(st, "j1"))
     assert all(x["c"] >= x["p"] for x in lines)
 
-    monkeypatch.setattr(trigger_mod, "FIRE_LOG_FLUSH_S", 0.0)  # every write is past the period
-    clock.advance(10_000)
+    clock.advance(10_000)  # every write of this tick is past the flush period
     asyncio.run(trig.tick())
     assert len(path.read_text().splitlines()) > len(lines)

@@ -6,9 +6,12 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 import exec_targets
-from raftsched.clock import FakeClock
+from raftsched.clock import Clock, FakeClock, SystemClock
 from raftsched.core import commands
+from raftsched.core.errors import Indeterminate, Unavailable
 from raftsched.core.state import SchedulerState
 from raftsched.node.service import Service
 from raftsched.node.worker import Worker
@@ -23,11 +26,22 @@ class GroupRaft:
         self.delay_s = delay_s
         self.groups: list[list[dict]] = []
         self._pending: list[tuple[bytes, asyncio.Future]] = []
+        #: op -> how its proposals fail: "unavailable" (refused at once, like a lost leader) or
+        #: "hang" (no answer until the proposal's timeout, then Indeterminate, like RaftNode)
+        self.failing: dict[str, str] = {}
 
     def is_leader(self) -> bool:
         return True
 
     async def propose(self, data: bytes, timeout_s: float = 5.0) -> dict:
+        how = self.failing.get(commands.decode(data)["op"]) if self.failing else None
+        if how == "unavailable":
+            raise Unavailable("no leader", leader=None)
+        if how == "hang":
+            try:
+                await asyncio.wait_for(asyncio.get_running_loop().create_future(), timeout_s)
+            except asyncio.TimeoutError:
+                raise Indeterminate("timed out") from None
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         if not self._pending:
@@ -61,10 +75,15 @@ async def wait_until(cond, timeout_s: float, what: str):
 
 
 class Env:
-    def __init__(self, job: str, target: str, runs: int, slots: int, delay_s: float = 0.0, **worker_kw) -> None:
+    """One worker over one replica. The clock is the system's by default: prefetching and
+    outcome coalescing are decided by how long real runs and the simulated log round trip take.
+    A test of the lease watchdog passes a ``FakeClock`` and moves it by hand."""
+
+    def __init__(self, job: str, target: str, runs: int, slots: int, delay_s: float = 0.0,
+                 clock: Clock | None = None, **worker_kw) -> None:
         self.state = SchedulerState()
         self.raft = GroupRaft(self.state, delay_s)
-        self.clock = FakeClock()
+        self.clock = clock if clock is not None else SystemClock()
         self.service = Service(self.state, self.raft, self.clock, "node-1")
         self.job, self.target, self.runs = job, target, runs
         self.worker = Worker(self.state, self.raft, self.clock, "node-1", slots=slots, single_node=True,
@@ -173,4 +192,99 @@ def test_a_prefetched_run_whose_lease_is_lost_never_starts():
         assert env.state.runs[first]["state"] == "succeeded"
         assert env.state.runs[second]["state"] == "running"  # its lease expires: a lost attempt
         exec_targets.GATE.clear()
+    run(t())
+
+
+class _Looks:
+    """Counts the lease watchdog's looks, so a test can wait until it has looked at a clock it
+    just moved (a deadline on a condition, not a sleep)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.n = 0
+        check = worker._check_heartbeats
+
+        def counted() -> None:
+            check()
+            self.n += 1
+
+        worker._check_heartbeats = counted
+
+    async def twice_more(self) -> None:
+        # Twice: the first look may have read the clock before the test moved it.
+        target = self.n + 2
+        await wait_until(lambda: self.n >= target, 5, "the watchdog to look twice")
+
+
+async def _gated_setup(env: Env) -> list[str]:
+    ids = await env.setup()
+    for rid in ids:
+        exec_targets.RECORDED.pop(rid, None)  # run ids are derived: another test may have used them
+    return ids
+
+
+async def _gated_runs(env: Env, ids: list[str]) -> dict:
+    """Wait until every run executes (blocked on GATE), and return what the worker holds."""
+    await wait_until(lambda: all(r in exec_targets.RECORDED for r in ids), 5, "every run to start")
+    assert set(env.worker.held) == set(ids)
+    return dict(env.worker.held)
+
+
+async def _release_gated(task: asyncio.Task, ids: list[str]) -> None:
+    await stop(task)
+    exec_targets.GATE.set()  # the abandoned threads return
+    await wait_until(lambda: all(any(r["kind"] == "finished" for r in exec_targets.RECORDED[i]) for i in ids),
+                     5, "the gated threads to return")
+    exec_targets.GATE.clear()
+
+
+@pytest.mark.parametrize("failure", ["unavailable", "hang"])
+def test_no_heartbeat_succeeding_for_a_whole_ttl_kills_every_run_the_worker_holds(failure):
+    """docs/design.md, Leases: "A watchdog ... kills the worker's runs once no heartbeat has
+    succeeded for a whole TTL by the worker's monotonic clock, counted from when the last
+    successful heartbeat (or the acquire of a fresh lease) was sent" (docs/fencing.md: "no
+    heartbeat has succeeded for a whole TTL by the worker's own monotonic clock"). Heartbeats
+    are refused at once, or hang until their timeout; the clock is moved by hand."""
+    async def t():
+        exec_targets.GATE.clear()
+        clock = FakeClock()
+        env = Env(f"watched-{failure}", "exec_targets:gate", runs=3, slots=3, clock=clock, lease_ttl_ms=1000)
+        ids = await _gated_setup(env)
+        env.raft.failing["heartbeat"] = failure
+        task = asyncio.create_task(env.worker.run())
+        looks = _Looks(env.worker)
+        held = await _gated_runs(env, ids)
+        clock.advance(999)  # a TTL since the acquire, less a millisecond
+        await looks.twice_more()
+        assert not any(h.cancel.is_set() for h in held.values())
+        clock.advance(2)
+        await wait_until(lambda: all(h.cancel.is_set() for h in held.values()), 5, "every run killed")
+        assert env.raft.ops("heartbeat") == []  # none got through: the kill is the watchdog's
+        await _release_gated(task, ids)
+    run(t())
+
+
+def test_a_heartbeat_that_succeeds_within_the_ttl_keeps_the_runs_and_restarts_the_count():
+    """The same sentence, from the other side: the TTL is counted from the last successful
+    heartbeat, so a success before the TTL keeps every run, and only a whole TTL after it
+    without another kills them."""
+    async def t():
+        exec_targets.GATE.clear()
+        clock = FakeClock()
+        env = Env("kept", "exec_targets:gate", runs=2, slots=2, clock=clock, lease_ttl_ms=1000)
+        ids = await _gated_setup(env)
+        env.raft.failing["heartbeat"] = "unavailable"
+        task = asyncio.create_task(env.worker.run())
+        looks = _Looks(env.worker)
+        held = await _gated_runs(env, ids)
+        clock.advance(600)
+        del env.raft.failing["heartbeat"]
+        await wait_until(lambda: env.raft.ops("heartbeat"), 5, "a heartbeat to succeed")
+        env.raft.failing["heartbeat"] = "unavailable"
+        clock.advance(600)  # 1.2 TTL since the acquire, 0.6 since the heartbeat
+        await looks.twice_more()
+        assert not any(h.cancel.is_set() for h in held.values())
+        assert set(env.worker.held) == set(ids)
+        clock.advance(401)  # a whole TTL since the heartbeat
+        await wait_until(lambda: all(h.cancel.is_set() for h in held.values()), 5, "every run killed")
+        await _release_gated(task, ids)
     run(t())

@@ -13,18 +13,23 @@ import os
 
 from aiohttp import web
 
-from ..core import limits
+from ..core import limits, preview
 from ..core.errors import BadRequest, NotFound, RaftschedError, Unauthorized, Unavailable
+from . import limits as node_limits
+from .metrics import NodeMetrics
 from .service import RUN_STATES, Service, parse_slot_param
+from .trigger import Trigger
+from .worker import Worker
 
 log = logging.getLogger("raftsched.api")
 
 SERVICE = web.AppKey("service", Service)
 TOKEN = web.AppKey("token", str)
-EXTRA = web.AppKey("extra", dict)
-
-#: Largest request body: a job spec is at most job_spec_bytes_max encoded.
-REQUEST_BYTES_MAX = 64 * 1024
+#: The node's loops, when the app serves a node: /v1/cluster shows their counters, /metrics
+#: renders the registry. An app without them (tests) leaves the keys unset.
+TRIGGER = web.AppKey("trigger", Trigger)
+WORKER = web.AppKey("worker", Worker)
+METRICS = web.AppKey("metrics", NodeMetrics)
 
 
 def _error_response(e: RaftschedError) -> web.Response:
@@ -44,7 +49,7 @@ async def errors_middleware(request: web.Request, handler):
         return _error_response(e)
     except web.HTTPRequestEntityTooLarge:
         return web.json_response(
-            {"error": {"code": "too_large", "message": f"request body larger than {REQUEST_BYTES_MAX} bytes", "field": None}},
+            {"error": {"code": "too_large", "message": f"request body larger than {node_limits.request_bytes_max} bytes", "field": None}},
             status=413,
         )
     except web.HTTPException as e:
@@ -67,7 +72,7 @@ async def errors_middleware(request: web.Request, handler):
 async def auth_middleware(request: web.Request, handler):
     token = request.app[TOKEN]
     # Read-only POSTs (preview, explain) propose nothing and need no token.
-    if token and request.method not in ("GET", "HEAD", "OPTIONS") and not getattr(handler, "read_only", False):
+    if token and request.method not in ("GET", "HEAD", "OPTIONS") and request.match_info.handler not in READ_ONLY_POSTS:
         got = request.headers.get("Authorization", "")
         if not got.startswith("Bearer ") or not hmac.compare_digest(got[7:].strip().encode(), token.encode()):
             raise Unauthorized("mutations need 'Authorization: Bearer <token>' (the token file given to the node)")
@@ -118,16 +123,24 @@ def _state_param(request: web.Request) -> str | None:
     return s
 
 
-def make_app(service: Service, token: str | None, extra: dict | None = None) -> web.Application:
-    """Build the API application. ``extra`` carries node facts for /v1/cluster (id, pid)."""
-    app = web.Application(middlewares=[errors_middleware, auth_middleware], client_max_size=REQUEST_BYTES_MAX)
+def make_app(service: Service, token: str | None, *, trigger: Trigger | None = None,
+             worker: Worker | None = None, metrics: NodeMetrics | None = None) -> web.Application:
+    """Build the API application.
+
+    :param trigger: the node's trigger, whose counters /v1/cluster shows.
+    :param worker: the node's worker, likewise.
+    :param metrics: the node's metrics, which /metrics renders (404 without them).
+    """
+    app = web.Application(middlewares=[errors_middleware, auth_middleware], client_max_size=node_limits.request_bytes_max)
     app[SERVICE] = service
     app[TOKEN] = token or ""
-    app[EXTRA] = extra or {}
+    for key, value in ((TRIGGER, trigger), (WORKER, worker), (METRICS, metrics)):
+        if value is not None:
+            app[key] = value
     r = app.router
     r.add_get("/healthz", healthz)
     r.add_get("/v1/cluster", cluster)
-    r.add_get("/metrics", metrics)
+    r.add_get("/metrics", metrics_text)
     r.add_get("/v1/jobs", list_jobs)
     r.add_post("/v1/jobs:batch", put_jobs_batch)
     r.add_put("/v1/jobs/{name}", put_job)
@@ -158,8 +171,8 @@ def make_app(service: Service, token: str | None, extra: dict | None = None) -> 
     return app
 
 
-async def metrics(request: web.Request) -> web.Response:
-    m = request.app[EXTRA].get("metrics")
+async def metrics_text(request: web.Request) -> web.Response:
+    m = request.app.get(METRICS)
     if m is None:
         raise NotFound("metrics are not enabled on this node")
     return web.Response(body=m.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
@@ -177,7 +190,6 @@ async def cluster(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     await svc.read_barrier(_bool_param(request, "consistent"))
     st = svc.raft.status()
-    extra = request.app[EXTRA]
     want_hash = _bool_param(request, "hash")
     with svc.state.lock:
         jobs = len(svc.state.jobs)
@@ -195,21 +207,20 @@ async def cluster(request: web.Request) -> web.Response:
     }
     if digest is not None:
         body["state_hash"], body["state_applied"] = digest
-    if "worker" in extra:
-        w = extra["worker"]
-        body["worker"] = {"id": w.worker_id, "slots": w.slots, "running": len(w.held),
-                          "completed": w.completed, "refused": w.refused,
-                          "executes": w._may_execute() if w.slots else False}
-    if "trigger" in extra:
-        t = extra["trigger"]
-        body["trigger"] = {"fires_proposed": t.fires_proposed, "slots_fired": t.slots_fired}
+    worker = request.app.get(WORKER)
+    if worker is not None:
+        body["worker"] = worker.stats()
+    trigger = request.app.get(TRIGGER)
+    if trigger is not None:
+        ts = trigger.stats()
+        body["trigger"] = {"fires_proposed": ts["fires_proposed"], "slots_fired": ts["slots_fired"]}
     return web.json_response(body)
 
 
 async def list_jobs(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     await svc.read_barrier(_bool_param(request, "consistent"))
-    limit = _int_param(request, "limit", 100, 1, 1000)
+    limit = _int_param(request, "limit", 100, 1, node_limits.jobs_page_max)
     return web.json_response(svc.list_jobs(limit, request.query.get("after")))
 
 
@@ -276,7 +287,7 @@ async def job_runs(request: web.Request) -> web.Response:
 async def list_runs(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     await svc.read_barrier(_bool_param(request, "consistent"))
-    limit = _int_param(request, "limit", 100, 1, 10_000)
+    limit = _int_param(request, "limit", 100, 1, node_limits.runs_page_max)
     return web.json_response(svc.list_runs(_state_param(request), limit))
 
 
@@ -288,7 +299,7 @@ async def get_run(request: web.Request) -> web.Response:
 
 async def preview_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    count = _int_param(request, "count", 10, 1, 1000)
+    count = _int_param(request, "count", 10, 1, preview.preview_count_max)
     after = request.query.get("after")
     after_ms = parse_slot_param(after) if after is not None else None
     return web.json_response(svc.preview_job(request.match_info["name"], count, after_ms))
@@ -296,7 +307,7 @@ async def preview_job(request: web.Request) -> web.Response:
 
 async def preview_spec(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    count = _int_param(request, "count", 10, 1, 1000)
+    count = _int_param(request, "count", 10, 1, preview.preview_count_max)
     return web.json_response(svc.preview_spec(await _json_body(request), count))
 
 
@@ -336,7 +347,7 @@ async def delete_tenant(request: web.Request) -> web.Response:
 async def list_dlq(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     await svc.read_barrier(_bool_param(request, "consistent"))
-    limit = _int_param(request, "limit", 100, 1, 10_000)
+    limit = _int_param(request, "limit", 100, 1, node_limits.runs_page_max)
     return web.json_response(svc.list_dlq(request.query.get("queue"), limit))
 
 
@@ -377,5 +388,6 @@ async def lock_release(request: web.Request) -> web.Response:
     return web.json_response(await svc.lock_release(request.match_info["name"], await _json_body(request), _rid(request)))
 
 
-for _h in (preview_spec, explain_job):
-    _h.read_only = True
+
+#: POST handlers that propose nothing (a spec's preview, an outage's explanation): no token.
+READ_ONLY_POSTS = frozenset({preview_spec, explain_job})

@@ -44,3 +44,69 @@ python_repr_items_max = 100
 assert outcome_error_chars_max <= core.attempt_error_chars_max <= core.error_chars_max
 assert http_body_read_bytes_max >= core.output_bytes_max
 assert 0 < kill_poll_s_min <= kill_poll_s_max
+
+# Trigger ------------------------------------------------------------------------------------
+#: Bytes of entries per fire command; the envelope and msgpack framing fit in the rest.
+fire_entry_bytes_max = core.command_bytes_max - 2048
+#: Jobs planned per tick; the rest wait for the next tick (keeps one tick bounded).
+jobs_per_tick_max = 50_000
+#: While firing, the fire log (benchmarks) is flushed at most this often (and always before the
+#: trigger idles).
+fire_log_flush_s = 0.05
+#: How long a trigger that does not lead waits for a leadership event before it asks the Raft
+#: adapter again (the event can be missed while the adapter's view settles).
+leader_wait_s = 0.5
+#: The shortest sleep between two ticks of a leading trigger: other tasks (the API, the worker)
+#: get the loop even when slots are due back to back.
+tick_sleep_s_min = 0.002
+
+# Worker -------------------------------------------------------------------------------------
+#: Acquires one worker keeps in flight at once. The next one goes out while the runs of the last
+#: still execute, once 1/this of the slots are free, so slots do not wait a log round trip idle.
+acquires_in_flight_max = 2
+#: complete_many commands one worker keeps in flight at once.
+reports_in_flight_max = 2
+#: How long an outcome waits for the runs still executing, so that they share one command.
+outcome_coalesce_s = 0.002
+#: Encoded outcomes per complete_many, leaving room for the envelope under command_bytes_max.
+complete_batch_bytes_max = core.command_bytes_max - 4096
+#: How often an idle worker looks at its replica for ready work, unless told otherwise; after a
+#: failed acquire it waits as long before the next.
+worker_poll_s_default = 0.1
+#: After an acquire that granted nothing (its ready entries were stale or rate-limited), the
+#: worker waits this many poll intervals before the next, rather than spin on the log.
+empty_acquire_backoff_polls = 5
+#: Heartbeats per lease TTL: with three, a lease survives two lost heartbeats.
+heartbeats_per_lease_ttl = 3
+#: ... and never further apart than this, whatever the TTL.
+heartbeat_interval_s_max = 1.0
+#: A heartbeat is given up after this share of the lease TTL: one that takes longer is of no use,
+#: and the lease watchdog must not wait behind it.
+heartbeat_timeout_lease_ttl_share = 0.5
+#: How often the lease watchdog looks whether no heartbeat has succeeded for a whole TTL
+#: (docs/design.md, "A watchdog checks every 100 ms").
+lease_watchdog_interval_s = 0.1
+#: How long a stopping worker waits, beyond the kill grace of its runs, for them to end and for
+#: their reports to be answered.
+stop_report_grace_s = 2.0
+#: How long a worker retries a complete_many that found no leader or whose outcome is unknown
+#: (with the same request id); then it gives up, and the leases expire and the runs are retried.
+report_deadline_s = 60.0
+#: The pause between two tries of such a report.
+report_retry_s = 0.2
+
+# API ----------------------------------------------------------------------------------------
+#: Largest request body (but ``POST /v1/jobs:batch``, bounded by core batch_request_bytes_max):
+#: a job spec is at most job_spec_bytes_max encoded.
+request_bytes_max = 64 * 1024
+#: Jobs per page of ``GET /v1/jobs`` (``limit``).
+jobs_page_max = 1000
+#: Runs per answer of ``GET /v1/runs`` and dead runs per answer of ``GET /v1/dlq`` (``limit``).
+runs_page_max = 10_000
+
+assert fire_entry_bytes_max > 0 and complete_batch_bytes_max > 0
+assert jobs_per_tick_max >= core.fire_entries_max
+assert heartbeats_per_lease_ttl >= 2  # a lease survives a lost heartbeat
+assert 0 < heartbeat_timeout_lease_ttl_share < 1
+assert lease_watchdog_interval_s < core.lease_ttl_ms_min / 1000
+assert request_bytes_max >= core.job_spec_bytes_max and request_bytes_max <= core.batch_request_bytes_max

@@ -61,15 +61,15 @@ class _StateCollector:
         yield depth
         yield running
         yield dead
-        t = self.trigger
-        yield CounterMetricFamily("raftsched_slots_fired", "slots this node fired as runs while leading", value=t.slots_fired)
-        yield CounterMetricFamily("raftsched_fire_commands", "fire commands this node proposed while leading", value=t.fires_proposed)
-        yield CounterMetricFamily("raftsched_leases_expired", "leases this node's reaper expired", value=t.leases_expired)
-        w = self.worker
-        yield CounterMetricFamily("raftsched_worker_runs_completed", "attempts this node's worker reported", value=w.completed)
-        yield CounterMetricFamily("raftsched_worker_completions_refused", "reports refused for a stale token", value=w.refused)
-        yield GaugeMetricFamily("raftsched_worker_runs_running", "leases this node's worker holds: runs executing, prefetched to start next, or finished with the outcome on its way", value=len(w.held))
-        yield GaugeMetricFamily("raftsched_worker_slots", "run slots of this node's worker", value=w.slots)
+        t = self.trigger.stats()
+        yield CounterMetricFamily("raftsched_slots_fired", "slots this node fired as runs while leading", value=t["slots_fired"])
+        yield CounterMetricFamily("raftsched_fire_commands", "fire commands this node proposed while leading", value=t["fires_proposed"])
+        yield CounterMetricFamily("raftsched_leases_expired", "leases this node's reaper expired", value=t["leases_expired"])
+        w = self.worker.stats()
+        yield CounterMetricFamily("raftsched_worker_runs_completed", "attempts this node's worker reported", value=w["completed"])
+        yield CounterMetricFamily("raftsched_worker_completions_refused", "reports refused for a stale token", value=w["refused"])
+        yield GaugeMetricFamily("raftsched_worker_runs_running", "leases this node's worker holds: runs executing, prefetched to start next, or finished with the outcome on its way", value=w["running"])
+        yield GaugeMetricFamily("raftsched_worker_slots", "run slots of this node's worker", value=w["slots"])
 
 
 class _FireLag:

@@ -10,10 +10,11 @@ import os
 import secrets
 import signal
 import stat
+from collections.abc import Awaitable
 
 from aiohttp import web
 
-from ..clock import Clock, clock_from_env
+from ..clock import Clock, SystemClock
 from ..core.model import EXECUTOR_TYPES
 from ..core.state import SchedulerState
 from .. import gcpolicy, replication
@@ -28,6 +29,15 @@ log = logging.getLogger("raftsched.node")
 
 class ConfigError(Exception):
     pass
+
+
+class LoopFailed(Exception):
+    """One of the node's loops (trigger, worker, gc) ended with an error, or ended at all: the
+    node stopped. ``loop`` names it; the cause is chained."""
+
+    def __init__(self, loop: str, reason: str) -> None:
+        super().__init__(f"the {loop} loop failed: {reason}")
+        self.loop = loop
 
 
 @dataclasses.dataclass
@@ -49,6 +59,17 @@ class NodeConfig:
     executor_types: frozenset = frozenset(EXECUTOR_TYPES)
     execute_on_leader: bool = False
     lease_ttl_ms: int = 10_000
+    # Test and benchmark hooks, set by hidden flags of ``raftsched node``: a production node
+    # leaves them unset.
+    #: peer Raft address -> the address to dial it at: the jepsen-style harness puts a TCP proxy
+    #: on every link, where its nemesis cuts them (None: dial the peers themselves)
+    dial_map: dict[str, str] | None = None
+    #: a file whose integer content (ms) shifts this node's wall clock: the jepsen-style
+    #: nemesis writes skews there (None: the system clock as it is)
+    clock_offset_file: str | None = None
+    #: a file to which the leading trigger appends a line per committed fire command, read by
+    #: scripts/bench.py for fire lag (None: no fire log)
+    fire_log_path: str | None = None
 
 
 def parse_hostport(text: str, what: str) -> tuple[str, int]:
@@ -102,8 +123,26 @@ def ensure_token(data_dir: str) -> str:
     return read_secret_file(path, "token file")
 
 
+async def _supervised(name: str, loop: Awaitable) -> None:
+    """Run one of the node's loops, which run until cancelled: an error, or an end, is a
+    failure of the node. Logs which loop failed and why, and raises :class:`LoopFailed`."""
+    try:
+        await loop
+    except Exception as e:
+        log.error("%s loop failed: %r; stopping the node", name, e, exc_info=True)
+        raise LoopFailed(name, repr(e)) from e
+    log.error("%s loop ended; stopping the node", name)
+    raise LoopFailed(name, "it returned")
+
+
 async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Event | None = None) -> None:
-    clock = clock or clock_from_env()
+    """Run one node until ``stop`` is set (SIGTERM and SIGINT set it), then stop it cleanly.
+
+    :raises LoopFailed: a loop of the node failed; every other loop was stopped with it, and
+        the failure was logged with its traceback.
+    :raises OSError: the API port could not be bound.
+    """
+    clock = clock or SystemClock(cfg.clock_offset_file)
     gcpolicy.set_young_threshold()
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
@@ -124,18 +163,12 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
         if trigger_box:
             trigger_box[0].on_role_change(is_leader)
 
-    dial_map = None
-    dial_env = os.environ.get("RAFTSCHED_DIAL_MAP")
-    if dial_env:
-        # Test-only: "peer=proxy,peer=proxy" makes this node dial its peers through TCP proxies
-        # (the jepsen-style nemesis cuts links there).
-        dial_map = dict(item.split("=", 1) for item in dial_env.split(",") if item)
     raft = replication.RaftNode(
         self_addr=cfg.raft_addr, peers=cfg.peers, data_dir=cfg.data_dir, secret=cfg.secret,
-        state=state, on_role_change=on_role_change, dial_map=dial_map,
+        state=state, on_role_change=on_role_change, dial_map=cfg.dial_map or None,
         conf_overrides=cfg.conf_overrides or None,
     )
-    trigger = Trigger(state, raft, clock, cfg.node_id)
+    trigger = Trigger(state, raft, clock, cfg.node_id, fire_log_path=cfg.fire_log_path)
     trigger_box.append(trigger)
     worker = Worker(state, raft, clock, cfg.node_id, slots=cfg.worker_slots, queues=cfg.worker_queues,
                     allowed_types=cfg.executor_types, lease_ttl_ms=cfg.lease_ttl_ms,
@@ -144,7 +177,7 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
     gc_pauses = gcpolicy.GcPauses(lambda: state.jobs)
     metrics = NodeMetrics(state, raft, trigger, worker, gc_pauses)
     trigger.lag_observer = metrics.observe_fire_lags
-    app = make_app(service, cfg.token, {"trigger": trigger, "worker": worker, "metrics": metrics})
+    app = make_app(service, cfg.token, trigger=trigger, worker=worker, metrics=metrics)
     gc_pauses.install()
     try:
         await _serve(cfg, raft, loop, app, trigger, worker, stop, gc_pauses)
@@ -161,18 +194,23 @@ async def _serve(cfg: NodeConfig, raft, loop, app, trigger, worker, stop, gc_pau
         await site.start()
         log.info("node %s: api http://%s:%d raft %s peers %s data %s pid %d", cfg.node_id,
                  cfg.api_host, cfg.api_port, cfg.raft_addr, ",".join(cfg.peers) or "-", cfg.data_dir, os.getpid())
-        tasks = {asyncio.create_task(trigger.run(), name="trigger"),
-                 asyncio.create_task(gcpolicy.poll_forever(gc_pauses), name="gc")}
+        loops = {"trigger": trigger.run(), "gc": gcpolicy.poll_forever(gc_pauses)}
         if cfg.worker_slots > 0:
-            tasks.add(asyncio.create_task(worker.run(), name="worker"))
-        stop_task = asyncio.create_task(stop.wait(), name="stop")
-        done, _ = await asyncio.wait(tasks | {stop_task}, return_when=asyncio.FIRST_COMPLETED)
-        for t in done:
-            if t is not stop_task and not t.cancelled() and t.exception() is not None:
-                log.error("%s loop failed: %r", t.get_name(), t.exception())
-        for t in tasks | {stop_task}:
-            t.cancel()
-        await asyncio.gather(*tasks, stop_task, return_exceptions=True)
+            loops["worker"] = worker.run()
+        # One task group: a loop that fails cancels the others and the wait for ``stop``, and
+        # its error leaves run_node (trio's "exceptions always propagate"), so the process
+        # exits non-zero rather than looking like a clean stop to its supervisor.
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tasks = [tg.create_task(_supervised(name, coro), name=name) for name, coro in loops.items()]
+                await stop.wait()
+                for t in tasks:
+                    t.cancel()
+        except BaseExceptionGroup as eg:
+            failed = [e for e in eg.exceptions if isinstance(e, LoopFailed)]
+            if len(failed) == len(eg.exceptions):
+                raise failed[0] from failed[0].__cause__
+            raise
     finally:
         log.info("node %s: stopping", cfg.node_id)
         await runner.cleanup()

@@ -17,26 +17,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
-import time
 
 from ..clock import Clock
 from ..core import commands, limits, policy
 from ..core.policy import fires_ahead
 from ..core.errors import RaftschedError
+from . import limits as node_limits
 from ..aio import wait_event
 
 log = logging.getLogger("raftsched.trigger")
-
-#: bytes of entries per fire command; the envelope and msgpack framing fit in the rest.
-_FIRE_ENTRY_BYTES_MAX = limits.command_bytes_max - 2048
-#: jobs planned per tick; the rest wait for the next tick (keeps one tick bounded).
-_JOBS_PER_TICK_MAX = 50_000
-#: Benchmarks: a file to which the leading trigger appends one JSON line per committed fire
-#: command, {"c": commit_ms, "p": plan_ms, "s": [slot_ms of each run]} (scripts/bench.py).
-FIRE_LOG_ENV = "RAFTSCHED_FIRE_LOG"
-#: While firing, the fire log is flushed at most this often (and always before the trigger idles).
-FIRE_LOG_FLUSH_S = 0.05
 
 
 def _entry_bytes_max(entry: list) -> int:
@@ -47,7 +36,10 @@ def _entry_bytes_max(entry: list) -> int:
 
 class Trigger:
     def __init__(self, state, raft, clock: Clock, node_id: str,
-                 interval_ms: int = limits.trigger_interval_ms) -> None:
+                 interval_ms: int = limits.trigger_interval_ms, fire_log_path: str | None = None) -> None:
+        """:param fire_log_path: benchmarks only: a file to which the leading trigger appends one
+            JSON line per committed fire command, ``{"c": commit_ms, "p": plan_ms, "s": [slot_ms
+            of each run]}`` (scripts/bench.py; ``NodeConfig.fire_log_path``)."""
         self.state = state
         self.raft = raft
         self.clock = clock
@@ -66,13 +58,20 @@ class Trigger:
         self._lease_seen: dict[tuple, float] = {}
         #: fire commands proposed and not yet answered: a bounded pipeline (see limits)
         self._window = asyncio.Semaphore(limits.fire_commands_in_flight_max)
-        path = os.environ.get(FIRE_LOG_ENV)
-        # The fire log (benchmarks) is flushed at most every FIRE_LOG_FLUSH_S while firing, and
+        # The fire log (benchmarks) is flushed at most every fire_log_flush_s while firing, and
         # before the trigger idles: a write and a flush per fire command cost a leader at 30k
         # slots/s ~4 % of its time (py-spy). Readers take complete lines only.
-        self._fire_log = open(path, "a", encoding="utf-8", buffering=1 << 20) if path else None
+        self._fire_log = open(fire_log_path, "a", encoding="utf-8", buffering=1 << 20) if fire_log_path else None
         self._fire_log_dirty = False
         self._fire_log_flushed = 0.0
+
+    def stats(self) -> dict:
+        """This node's trigger counters: ``fires_proposed`` (fire commands committed while it
+        led), ``slots_fired`` (runs they created), ``leases_expired`` (by its reaper) and
+        ``last_fire_error`` (the last failed fire's reason, or None). Each counts since the
+        process started, across its terms as leader."""
+        return {"fires_proposed": self.fires_proposed, "slots_fired": self.slots_fired,
+                "leases_expired": self.leases_expired, "last_fire_error": self.last_fire_error}
 
     def on_role_change(self, is_leader: bool) -> None:
         if is_leader:
@@ -84,7 +83,7 @@ class Trigger:
         while True:
             if not self.raft.is_leader():
                 self._leader_event.clear()
-                if not await wait_event(self._leader_event, 0.5):
+                if not await wait_event(self._leader_event, node_limits.leader_wait_s):
                     continue
                 if not self.raft.is_leader():
                     continue
@@ -116,9 +115,9 @@ class Trigger:
                 nxt = self.state.next_due_ms(max(0, self.fire_ahead_ms - limits.fire_ahead_batch_ms))
                 now = self.clock.now_ms()
                 delay = self.interval_s if nxt is None else min(self.interval_s, max(0.0, (nxt - now) / 1000))
-                if delay >= FIRE_LOG_FLUSH_S:
+                if delay >= node_limits.fire_log_flush_s:
                     self._flush_fire_log(force=True)
-                await asyncio.sleep(max(delay, 0.002))
+                await asyncio.sleep(max(delay, node_limits.tick_sleep_s_min))
         finally:
             # Only a leader reads the due index; the next leadership rebuilds it.
             self.state.set_due_index(False)
@@ -136,7 +135,7 @@ class Trigger:
         await self.reap(now)
         ahead = self.fire_ahead_ms
         span = ahead + limits.fire_ahead_span_ms if ahead > 0 else 0  # a trigger that fires at the slot plans no span
-        jobs = self.state.pop_due(now, _JOBS_PER_TICK_MAX, ahead_ms=ahead)
+        jobs = self.state.pop_due(now, node_limits.jobs_per_tick_max, ahead_ms=ahead)
         if not jobs:
             return 0
         plan = policy.plan_fire_compact
@@ -160,7 +159,7 @@ class Trigger:
                     self.state.repush([name])
                     continue
                 size = _entry_bytes_max(entry)
-                if cur and (cur_bytes + size > _FIRE_ENTRY_BYTES_MAX or len(cur) >= limits.fire_entries_max):
+                if cur and (cur_bytes + size > node_limits.fire_entry_bytes_max or len(cur) >= limits.fire_entries_max):
                     await self._window.acquire()
                     tasks.append(asyncio.ensure_future(self._fire(now, cur, cur_names)))
                     cur, cur_names, cur_bytes = [], [], 0
@@ -219,8 +218,8 @@ class Trigger:
     def _flush_fire_log(self, force: bool = False) -> None:
         if self._fire_log is None or not self._fire_log_dirty:
             return
-        t = time.monotonic()
-        if force or t - self._fire_log_flushed >= FIRE_LOG_FLUSH_S:
+        t = self.clock.monotonic_s()
+        if force or t - self._fire_log_flushed >= node_limits.fire_log_flush_s:
             try:
                 self._fire_log.flush()
             except (OSError, ValueError) as e:

@@ -32,7 +32,6 @@ import collections
 import functools
 import logging
 import os
-import time
 import uuid
 
 import aiohttp
@@ -41,22 +40,14 @@ import msgpack
 from ..clock import Clock
 from ..core import commands, limits
 from ..core.errors import Conflict, Indeterminate, NotFound, RaftschedError, Unavailable
+from . import limits as node_limits
 from ..aio import wait_event
 from .executors import ALL_TYPES, CancelEvent, Outcome, RunContext, execute, execute_soon
 
 log = logging.getLogger("raftsched.worker")
 
-#: acquires one worker keeps in flight at once. The next one goes out while the runs of the last
-#: still execute, once 1/this of the slots are free, so slots do not wait a log round trip idle.
-_ACQUIRES_IN_FLIGHT_MAX = 2
 #: weight of the newest sample in the moving averages of run and acquire times.
 _EWMA = 0.1
-#: complete_many commands one worker keeps in flight at once.
-_REPORTS_IN_FLIGHT_MAX = 2
-#: how long an outcome waits for the runs still executing, so that they share one command.
-_OUTCOME_COALESCE_S = 0.002
-#: encoded outcomes per complete_many, leaving room for the envelope under command_bytes_max
-_COMPLETE_BATCH_BYTES_MAX = limits.command_bytes_max - 4096
 
 
 class _Held:
@@ -75,7 +66,8 @@ class Worker:
     def __init__(self, state, raft, clock: Clock, node_id: str, *, slots: int = 4,
                  queues: list[str] | None = None, allowed_types=ALL_TYPES,
                  lease_ttl_ms: int = limits.lease_ttl_ms_default, execute_on_leader: bool = False,
-                 single_node: bool = False, poll_interval_s: float = 0.1, kill_grace_s: float = 5.0) -> None:
+                 single_node: bool = False, poll_interval_s: float = node_limits.worker_poll_s_default,
+                 kill_grace_s: float = node_limits.kill_grace_s_default) -> None:
         self.state = state
         self.raft = raft
         self.clock = clock
@@ -89,7 +81,7 @@ class Worker:
         self.poll_interval_s = poll_interval_s
         self.kill_grace_s = kill_grace_s
         self.held: dict[str, _Held] = {}
-        self._last_hb_ok = time.monotonic()
+        self._last_hb_ok = clock.monotonic_s()
         self._session: aiohttp.ClientSession | None = None
         #: outcomes not yet sent, oldest first, and since when the oldest waits
         self._outbox: collections.deque[tuple[dict, _Held]] = collections.deque()
@@ -112,6 +104,15 @@ class Worker:
         self._stopping = False
         self.completed = 0
         self.refused = 0
+
+    def stats(self) -> dict:
+        """This node's worker: ``id``, ``slots``, ``running`` (leases held: runs executing,
+        prefetched, or finished with their report on its way), ``completed`` (attempts reported
+        and accepted), ``refused`` (reports refused for a stale token) and ``executes`` (whether
+        it takes runs now: not while it leads a cluster of several, unless told to)."""
+        return {"id": self.worker_id, "slots": self.slots, "running": len(self.held),
+                "completed": self.completed, "refused": self.refused,
+                "executes": self.slots > 0 and self._may_execute()}
 
     # ---------------------------------------------------------------- main loops
     async def run(self) -> None:
@@ -136,15 +137,16 @@ class Worker:
             for h in list(self.held.values()):
                 h.cancel.set()
             tasks = [h.task for h in self.held.values() if h.task and not h.task.done()]
-            deadline = time.monotonic() + self.kill_grace_s + 2
+            grace_s = self.kill_grace_s + node_limits.stop_report_grace_s
+            deadline = self.clock.monotonic_s() + grace_s
             if tasks:
-                await asyncio.wait(tasks, timeout=self.kill_grace_s + 2)
+                await asyncio.wait(tasks, timeout=grace_s)
             # Report what ended, heartbeating meanwhile, within the same bound.
-            while (self._outbox or self._reporting) and time.monotonic() < deadline:
-                while self._outbox and len(self._reporting) < _REPORTS_IN_FLIGHT_MAX:
+            while (self._outbox or self._reporting) and self.clock.monotonic_s() < deadline:
+                while self._outbox and len(self._reporting) < node_limits.reports_in_flight_max:
                     self._flush()
                 self._wake.clear()
-                await wait_event(self._wake, max(0.01, deadline - time.monotonic()))
+                await wait_event(self._wake, max(0.01, deadline - self.clock.monotonic_s()))
             for t in list(self._reporting):
                 t.cancel()
             hb.cancel()
@@ -161,30 +163,30 @@ class Worker:
         executing together stay within the slots plus the prefetch (``_prefetch``); a finished
         run whose report is still on its way keeps its lease (heartbeated) but counts in
         neither. A second acquire goes out while one is in flight only for
-        1/_ACQUIRES_IN_FLIGHT_MAX of that budget or more, so slots do not sit idle for a log
+        1/acquires_in_flight_max (node/limits.py) of that budget or more, so slots do not sit idle for a log
         round trip and each acquire still carries many runs. Outcomes wait for the runs still
-        executing, at most _OUTCOME_COALESCE_S, so that the outcomes of one batch share one
+        executing, at most outcome_coalesce_s, so that the outcomes of one batch share one
         command.
         """
-        now = time.monotonic()
+        now = self.clock.monotonic_s()
         timeout = self.poll_interval_s
         budget = self.slots + self._prefetch()
         free = budget - self._executing - len(self._waiting) - self._asked
-        can_acquire = (free > 0 and len(self._acquiring) < _ACQUIRES_IN_FLIGHT_MAX
+        can_acquire = (free > 0 and len(self._acquiring) < node_limits.acquires_in_flight_max
                        and now >= self._acquire_after)
-        want_acquire = can_acquire and (not self._acquiring or free * _ACQUIRES_IN_FLIGHT_MAX >= budget)
+        want_acquire = can_acquire and (not self._acquiring or free * node_limits.acquires_in_flight_max >= budget)
         if self._acquire_after > now:
             timeout = min(timeout, self._acquire_after - now)
         flushed = False
-        if self._outbox and len(self._reporting) < _REPORTS_IN_FLIGHT_MAX:
+        if self._outbox and len(self._reporting) < node_limits.reports_in_flight_max:
             waited = now - self._outbox_since
-            if (self._executing == 0 or waited >= _OUTCOME_COALESCE_S or want_acquire
+            if (self._executing == 0 or waited >= node_limits.outcome_coalesce_s or want_acquire
                     or len(self._outbox) >= limits.complete_batch_max):
-                while self._outbox and len(self._reporting) < _REPORTS_IN_FLIGHT_MAX:
+                while self._outbox and len(self._reporting) < node_limits.reports_in_flight_max:
                     self._flush()
                 flushed = True
             else:
-                timeout = min(timeout, _OUTCOME_COALESCE_S - waited)
+                timeout = min(timeout, node_limits.outcome_coalesce_s - waited)
         # An acquire that rides with a report costs no log entry of its own.
         if (want_acquire or (flushed and can_acquire)) and self._may_execute() \
                 and self.state.has_ready_work(self.queues, self.clock.now_ms()):
@@ -214,7 +216,7 @@ class Worker:
         """One acquire for ``n`` runs (slots reserved by the caller in ``_asked``); starts every
         run granted. Backs off after a failure, or when nothing was granted (ready entries were
         stale or rate-limited), rather than spin on the log."""
-        sent = time.monotonic()  # a fresh lease counts from when it was asked for
+        sent = self.clock.monotonic_s()  # a fresh lease counts from when it was asked for
         # Only runs of executor types this node runs: a node started with --executors http
         # leaves shell runs to the nodes that take them.
         types = sorted(self.allowed_types) if self.allowed_types != ALL_TYPES else None
@@ -225,14 +227,14 @@ class Worker:
                 res = await self._propose(cmd)
             except RaftschedError as e:
                 log.debug("worker: acquire failed: %s", e.message)
-                self._acquire_after = time.monotonic() + self.poll_interval_s
+                self._acquire_after = self.clock.monotonic_s() + self.poll_interval_s
                 return
             runs = res.get("runs", [])
             if not runs:
-                self._acquire_after = time.monotonic() + 5 * self.poll_interval_s
+                self._acquire_after = self.clock.monotonic_s() + node_limits.empty_acquire_backoff_polls * self.poll_interval_s
                 return
             self._acquire_after = 0.0
-            rtt = time.monotonic() - sent
+            rtt = self.clock.monotonic_s() - sent
             self._acquire_rtt_s = rtt if self._acquire_rtt_s is None else self._acquire_rtt_s + _EWMA * (rtt - self._acquire_rtt_s)
             # A fresh lease counts as a heartbeat that succeeded when it was asked for.
             self._last_hb_ok = max(self._last_hb_ok, sent)
@@ -250,20 +252,22 @@ class Worker:
 
     async def _heartbeat_loop(self) -> None:
         # A third of the TTL, and at most a second: a lease survives two lost heartbeats.
-        interval = min(self.lease_ttl_ms / 3000, 1.0)
+        interval = min(self.lease_ttl_ms / 1000 / node_limits.heartbeats_per_lease_ttl,
+                       node_limits.heartbeat_interval_s_max)
         while True:
             await asyncio.sleep(interval)
             if not self.held:
-                self._last_hb_ok = time.monotonic()
+                self._last_hb_ok = self.clock.monotonic_s()
                 continue
             leases = [[rid, h.token] for rid, h in self.held.items()]
-            sent = time.monotonic()
+            sent = self.clock.monotonic_s()
             try:
                 # Bounded by half a TTL: a heartbeat that takes longer is of no use, and the
                 # watchdog must not wait behind it.
                 res = await self._propose(commands.make(
                     "heartbeat", self.clock.now_ms(), None, worker=self.worker_id,
-                    leases=leases, ttl=self.lease_ttl_ms), timeout_s=self.lease_ttl_ms / 2000)
+                    leases=leases, ttl=self.lease_ttl_ms),
+                    timeout_s=self.lease_ttl_ms / 1000 * node_limits.heartbeat_timeout_lease_ttl_share)
                 self._last_hb_ok = sent
                 for rid in res.get("lost", []):
                     h = self.held.get(rid)
@@ -279,19 +283,24 @@ class Worker:
         leader judges expiry from when it saw the last heartbeat, which is after it was sent,
         so this kill comes first."""
         while True:
-            await asyncio.sleep(0.1)
-            if self.held and time.monotonic() - self._last_hb_ok > self.lease_ttl_ms / 1000:
-                for rid, h in self.held.items():
-                    if not h.cancel.is_set():
-                        log.warning("worker: no heartbeat for a lease TTL: killing %s", rid)
-                        h.cancel.set()
+            await asyncio.sleep(node_limits.lease_watchdog_interval_s)
+            self._check_heartbeats()
+
+    def _check_heartbeats(self) -> None:
+        """One look of the watchdog: kill every run held if no heartbeat has succeeded for a
+        whole TTL, by the injected clock."""
+        if self.held and self.clock.monotonic_s() - self._last_hb_ok > self.lease_ttl_ms / 1000:
+            for rid, h in self.held.items():
+                if not h.cancel.is_set():
+                    log.warning("worker: no heartbeat for a lease TTL: killing %s", rid)
+                    h.cancel.set()
 
     # ---------------------------------------------------------------- one run
     def _start(self, h: _Held) -> None:
         h.executing = True
         self._executing += 1
         g = h.grant
-        t0 = time.monotonic()
+        t0 = self.clock.monotonic_s()
         try:
             if g.get("executor") is not None:
                 ctx = RunContext(run_id=g["id"], job=g["job"], slot_ms=g["slot"], attempt=g["attempt"],
@@ -333,7 +342,7 @@ class Worker:
         the lease was lost: the state refuses a stale token, and accepts the outcome if the
         lease survived after all. The lease stays held (and heartbeated) until the report is
         answered."""
-        now = time.monotonic()
+        now = self.clock.monotonic_s()
         self._exec_s = now - t0 if self._exec_s is None else self._exec_s + _EWMA * (now - t0 - self._exec_s)
         if not self._outbox:
             self._outbox_since = now
@@ -370,11 +379,11 @@ class Worker:
         while self._outbox and len(batch) < limits.complete_batch_max:
             item = self._outbox[0][0]
             n = len(msgpack.packb(item, use_bin_type=True))
-            if batch and size + n > _COMPLETE_BATCH_BYTES_MAX:
+            if batch and size + n > node_limits.complete_batch_bytes_max:
                 break
             batch.append(self._outbox.popleft())
             size += n
-        self._outbox_since = time.monotonic()
+        self._outbox_since = self.clock.monotonic_s()
         t = asyncio.create_task(self._report(batch), name="report")
         self._reporting.add(t)
         t.add_done_callback(self._reporting.discard)
@@ -403,16 +412,16 @@ class Worker:
         """Propose one complete_many, retrying an unknown outcome with the same request id (the
         state machine deduplicates it). None when it could not be delivered for a minute."""
         rid = uuid.uuid4().hex
-        deadline = time.monotonic() + 60
+        deadline = self.clock.monotonic_s() + node_limits.report_deadline_s
         while True:
             cmd = commands.make("complete_many", self.clock.now_ms(), rid, results=items, worker=self.worker_id)
             try:
                 return (await self._propose(cmd))["results"]
             except (Indeterminate, Unavailable) as e:
-                if time.monotonic() > deadline:
+                if self.clock.monotonic_s() > deadline:
                     log.warning("worker: giving up reporting %d outcomes: %s (their leases will expire)", len(items), e.message)
                     return None
-                await asyncio.sleep(0.2)
+                await asyncio.sleep(node_limits.report_retry_s)
             except RaftschedError as e:
                 log.error("worker: outcomes refused as a whole: %s", e.message)
                 return None
