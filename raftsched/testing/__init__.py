@@ -1,0 +1,1 @@
+"""Test helpers shipped with the package: the process harness and the fakes."""
