@@ -318,12 +318,11 @@ class LocalCluster:
 
 # ------------------------------------------------------------------------------------ cluster.sh
 
-def probe(urls: Mapping[int, str], members: Sequence[str], token: str | None, timeout_s: float,
-          unanimous: bool) -> tuple[dict[int, dict | str], int | None]:
-    """Ask each node of ``urls`` (index -> API URL) for ``/v1/cluster`` at once; a node whose
+def probe(urls: Mapping[int, str], members: Sequence[str], token: str | None,
+          timeout_s: float) -> dict[int, dict | str]:
+    """Ask each node of ``urls`` (index -> API URL) for ``/v1/cluster`` at once. A node whose
     body names another node id than ``node-{index + 1}`` (another process on its port) counts
-    as not answering. Returns each node's body or the reason it has none, and the agreed leader.
-    """
+    as not answering. Returns each node's body, or the reason it has none."""
     def ask(i: int) -> dict | str:
         try:
             s, b = http("GET", urls[i] + "/v1/cluster", token=token, timeout=timeout_s)
@@ -337,23 +336,25 @@ def probe(urls: Mapping[int, str], members: Sequence[str], token: str | None, ti
             return f"port answered by {b.get('node')!r}, not node-{i + 1}"
         return b
 
-    with ThreadPoolExecutor(max_workers=max(1, len(urls))) as pool:
-        got = dict(zip(urls, pool.map(ask, urls)))
-    leader = agreed_leader({i: b if isinstance(b, dict) else None for i, b in got.items()}, members, unanimous)
-    return got, leader
+    if not urls:
+        return {}
+    with ThreadPoolExecutor(max_workers=len(urls)) as pool:
+        return dict(zip(urls, pool.map(ask, urls)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m raftsched.testing.cluster probe N...``: for scripts/cluster.sh, ask nodes
-    1..n (numbered from 1, as the script numbers them) on ``--api-base + N`` for
-    ``/v1/cluster``, and print tab-separated lines (``-`` for an empty field; bash's ``read``
+    numbered N (from 1, as the script numbers them; node N serves its API on ``--api-base + N``)
+    for ``/v1/cluster`` and print tab-separated lines, ``-`` for an empty field (bash's ``read``
     merges empty fields)::
 
         node N ok ROLE LEADER TERM COMMIT_INDEX PID
         node N error REASON
         leader N RAFT_ADDRESS TERM PID        (or: leader -)
+        majority N RAFT_ADDRESS TERM PID      (or: majority -)
 
-    The leader is the agreed one, unanimous among the nodes asked. Exit status 0."""
+    ``leader`` is the agreed leader named by every node asked (unanimous), ``majority`` the one
+    a majority of the cluster names. Exit status 0."""
     ap = argparse.ArgumentParser(prog="python -m raftsched.testing.cluster")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("probe", help="ask nodes for /v1/cluster and print the agreed leader")
@@ -372,8 +373,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError:
             pass
     members = [f"{args.host}:{args.raft_base + k}" for k in range(1, args.members + 1)]
-    urls = {n - 1: f"http://{args.host}:{args.api_base + n}" for n in args.nodes}
-    got, leader = probe(urls, members, token, args.timeout_s, unanimous=True) if urls else ({}, None)
+    got = probe({n - 1: f"http://{args.host}:{args.api_base + n}" for n in args.nodes}, members, token,
+                args.timeout_s)
+    answers = {i: b if isinstance(b, dict) else None for i, b in got.items()}
 
     def f(v) -> str:
         return "-" if v is None or v == "" else str(v)
@@ -383,11 +385,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                                                "commit_index", "pid")]))
         else:
             print("\t".join(["node", str(i + 1), "error", b.replace("\t", " ")]))
-    if leader is None:
-        print("leader\t-")
-    else:
-        b = got[leader]
-        print("\t".join(["leader", str(leader + 1), members[leader], f(b.get("term")), f(b.get("pid"))]))
+    for kind, unanimous in (("leader", True), ("majority", False)):
+        i = agreed_leader(answers, members, unanimous) if answers else None
+        if i is None:
+            print(f"{kind}\t-")
+        else:
+            print("\t".join([kind, str(i + 1), members[i], f(got[i].get("term")), f(got[i].get("pid"))]))
     return 0
 
 
