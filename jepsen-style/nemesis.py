@@ -9,6 +9,8 @@ import time
 
 import aiohttp
 
+from raftsched.testing.cluster import agreed_leader
+
 from client import History
 from processes import ClusterProcs
 
@@ -38,19 +40,17 @@ class Nemesis:
             return None
 
     async def leader(self, wait_s: float = 5.0) -> int | None:
-        """The node the live nodes agree leads, waiting up to ``wait_s`` for one."""
+        """The agreed leader among the live nodes (``agreed_leader``: it says it leads and a
+        majority of the cluster names it; not every node, since another one may be down or cut
+        off right now), waiting up to ``wait_s`` for one."""
         deadline = time.monotonic() + wait_s
+        members = [n.raft for n in self.cp.nodes]
         while True:
             live = [i for i in range(3) if i not in self.down and i not in self.paused]
             sts = await asyncio.gather(*(self.status(i) for i in live))
-            by_addr = {self.cp.nodes[i].raft: i for i in range(3)}
-            votes = [s["leader"] for s in sts if s and s.get("leader")]
-            for addr in set(votes):
-                i = by_addr.get(addr)
-                if i is not None and votes.count(addr) >= 2 and i in live:
-                    st = sts[live.index(i)]
-                    if st and st.get("role") == "leader":
-                        return i
+            i = agreed_leader(dict(zip(live, sts)), members)
+            if i is not None:
+                return i
             if time.monotonic() > deadline:
                 return None
             await asyncio.sleep(0.2)

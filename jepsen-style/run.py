@@ -44,6 +44,7 @@ import generator  # noqa: E402
 from client import History, client_loop  # noqa: E402
 from nemesis import Nemesis  # noqa: E402
 from processes import ClusterProcs  # noqa: E402
+from raftsched.testing.cluster import agreed_leader  # noqa: E402
 
 MONITOR_PERIOD_S = 0.5
 READER_PERIOD_S = 5.0
@@ -121,16 +122,15 @@ class Run:
         raise RuntimeError(f"GET {path} on node {i + 1} failed {tries} times: {last}")
 
     async def wait_leader(self, timeout_s: float) -> int:
+        """The agreed leader, named by all three nodes (``agreed_leader``, unanimous): what
+        follows reads every node."""
         deadline = time.monotonic() + timeout_s
+        members = [n.raft for n in self.cp.nodes]
         while time.monotonic() < deadline:
             sts = await asyncio.gather(*(self.nemesis.status(i) for i in range(3)))
-            if all(sts):
-                leaders = {s["leader"] for s in sts}
-                if len(leaders) == 1 and None not in leaders:
-                    addr = leaders.pop()
-                    for i, s in enumerate(sts):
-                        if s["raft"] == addr and s["role"] == "leader":
-                            return i
+            i = agreed_leader(dict(enumerate(sts)), members, unanimous=True)
+            if i is not None:
+                return i
             await asyncio.sleep(0.2)
         raise RuntimeError(f"no leader agreed by all three nodes within {timeout_s}s")
 
@@ -409,7 +409,7 @@ def main(argv=None) -> int:
         harness_error = "".join(traceback.format_exception(e))
         print(f"run.py: harness failed: {e!r}", file=sys.stderr)
     finally:
-        run.cp.procs.stop_all()
+        run.cp.stop_all()
         run.collect()
         if not args.keep_data:
             shutil.rmtree(work, ignore_errors=True)

@@ -64,15 +64,16 @@ deadline_in() { awk -v s="$1" -v n="$(now)" 'BEGIN { printf "%.3f", n + s }'; }
 
 command -v curl >/dev/null 2>&1 || die "curl is required"
 
-# Interpreter used only to parse JSON (stdlib only); resolved once, lazily, so
-# that a freshly created .venv is picked up and slow shims (pyenv) are bypassed.
-JSON_PY=''
-json_python() {
-  if [[ -z $JSON_PY ]]; then
+# Interpreter that asks the nodes for /v1/cluster (raftsched/testing/cluster.py, standard library
+# only, run from the source tree with -E -S); resolved once, lazily, so that a freshly created
+# .venv is picked up and slow shims (pyenv) are bypassed.
+PROBE_PY=''
+probe_python() {
+  if [[ -z $PROBE_PY ]]; then
     if [[ -x .venv/bin/python ]]; then
-      JSON_PY=.venv/bin/python
+      PROBE_PY=.venv/bin/python
     else
-      JSON_PY=$(python3 -c 'import sys; print(sys.executable)') || die "python3 is required"
+      PROBE_PY=$(python3 -c 'import sys; print(sys.executable)') || die "python3 is required"
     fi
   fi
 }
@@ -278,73 +279,49 @@ tail_logs() {
 
 # ---------------------------------------------------------------- /v1/cluster
 
-# Parses one /v1/cluster body (argv[1]) for node name argv[2] and prints
-#   role leader term commit_index pid
-# tab separated, "-" for null. Exit 1 (with a reason on stdout) if invalid.
-# shellcheck disable=SC2016
-PARSE_PY='
-import json, sys
-body, expect = sys.argv[1], sys.argv[2]
-try:
-    d = json.loads(body)
-except ValueError:
-    print("no valid JSON from /v1/cluster" if body else "no response"); sys.exit(1)
-if not isinstance(d, dict) or "role" not in d:
-    print("unexpected /v1/cluster response: " + body[:200]); sys.exit(1)
-if d.get("node") != expect:
-    print("port answered by %r, not %s" % (d.get("node"), expect)); sys.exit(1)
-def f(k):
-    v = d.get(k)
-    return "-" if v is None or v == "" else str(v)
-print("\t".join(f(k) for k in ("role", "leader", "term", "commit_index", "pid")))
-'
-
-# query_node N: sets Q_ROLE Q_LEADER Q_TERM Q_COMMIT Q_PID; false (with Q_ERR) if
-# the node does not answer properly.
-query_node() {
-  local n=$1 body out
-  Q_ROLE=- Q_LEADER=- Q_TERM=- Q_COMMIT=- Q_PID=- Q_ERR=
-  local curl_args=(-s --connect-timeout 1 --max-time 2)
-  body=$(
-    if [[ -r "$TOKEN_FILE" ]]; then
-      # Send the token via a curl config on stdin so it never appears in argv.
-      printf 'header = "Authorization: Bearer %s"\n' "$(<"$TOKEN_FILE")" |
-        curl "${curl_args[@]}" -K - "$(api_url "$n")/v1/cluster"
-    else
-      curl "${curl_args[@]}" "$(api_url "$n")/v1/cluster"
-    fi
-  ) || true
-  json_python
-  if ! out=$("$JSON_PY" -I -S -c "$PARSE_PY" "$body" "node-$n"); then
-    Q_ERR=$out
-    return 1
-  fi
-  IFS=$'\t' read -r Q_ROLE Q_LEADER Q_TERM Q_COMMIT Q_PID <<<"$out"
-}
-
-# check_leader N...: true if every listed node answers, all report the same
-# non-null leader and exactly one of them has role "leader". Sets LEADER_NODE
-# (its number), LEADER_ADDR, LEADER_TERM and LEADER_PID.
-check_leader() {
-  local n leaders=0 addr=
+# probe N...: ask the listed nodes for /v1/cluster, all at once, and find the agreed leader by
+# the rule the tests and the fault harness use (raftsched/testing/cluster.py, docs/testing.md):
+# the node that says it leads, named as leader by every listed node and by a majority of the
+# cluster. A port that answers as another node counts as no answer. Sets, per node number N,
+# P_OK[N] (1 if it answered) with P_ROLE[N] P_LEADER[N] P_TERM[N] P_COMMIT[N] P_PID[N] ("-" for
+# null), or P_ERR[N] (why it did not); LEADER_NODE (its number), LEADER_ADDR, LEADER_TERM and
+# LEADER_PID, empty without an agreed leader; and MAJORITY_NODE, MAJORITY_ADDR, MAJORITY_TERM:
+# the leader a majority of the cluster names, even if not every listed node does (for status).
+# True if there is an agreed leader.
+probe() {
+  local out kind n st a b c d e
+  P_OK=() P_ROLE=() P_LEADER=() P_TERM=() P_COMMIT=() P_PID=() P_ERR=()
   LEADER_NODE='' LEADER_ADDR='' LEADER_TERM='' LEADER_PID=''
+  MAJORITY_NODE='' MAJORITY_ADDR='' MAJORITY_TERM=''
   (($# > 0)) || return 1
-  for n in "$@"; do
-    query_node "$n" || return 1
-    [[ $Q_LEADER != - ]] || return 1
-    if [[ -z $addr ]]; then
-      addr=$Q_LEADER
-    elif [[ $addr != "$Q_LEADER" ]]; then
-      return 1
-    fi
-    if [[ $Q_ROLE == leader ]]; then
-      leaders=$((leaders + 1))
-      LEADER_NODE=$n LEADER_TERM=$Q_TERM LEADER_PID=$Q_PID
-    fi
-  done
-  LEADER_ADDR=$addr
-  ((leaders == 1))
+  probe_python
+  # The token travels in a file the probe reads, never in argv.
+  out=$("$PROBE_PY" -E -S -m raftsched.testing.cluster probe --host "$HOST" --api-base "$API_BASE" \
+    --raft-base "$RAFT_BASE" --members "${#NODES[@]}" --token-file "$TOKEN_FILE" "$@") ||
+    die "could not ask the nodes for /v1/cluster ($PROBE_PY -m raftsched.testing.cluster failed)"
+  while IFS=$'\t' read -r kind n st a b c d e; do
+    case $kind in
+      node)
+        if [[ $st == ok ]]; then
+          P_OK[n]=1 P_ROLE[n]=$a P_LEADER[n]=$b P_TERM[n]=$c P_COMMIT[n]=$d P_PID[n]=$e
+        else
+          P_ERR[n]=$a
+        fi
+        ;;
+      leader)
+        [[ $n == - ]] || LEADER_NODE=$n LEADER_ADDR=$st LEADER_TERM=$a LEADER_PID=$b
+        ;;
+      majority)
+        [[ $n == - ]] || MAJORITY_NODE=$n MAJORITY_ADDR=$st MAJORITY_TERM=$a
+        ;;
+    esac
+  done <<<"$out"
+  [[ -n $LEADER_NODE ]]
 }
+
+# check_leader N...: true if the listed nodes agree on one leader (probe). Sets LEADER_NODE,
+# LEADER_ADDR, LEADER_TERM and LEADER_PID.
+check_leader() { probe "$@"; }
 
 # alive_nodes: sets the array ALIVE to the numbers of the nodes that are running.
 alive_nodes() {
@@ -443,11 +420,13 @@ cmd_start() {
 # report_state N...: one line per node with what /v1/cluster says.
 report_state() {
   local n
+  probe "$@" || true
   for n in "$@"; do
-    if query_node "$n"; then
-      printf '  node-%s: role %s, leader %s, term %s, commit index %s\n' "$n" "$Q_ROLE" "$Q_LEADER" "$Q_TERM" "$Q_COMMIT"
+    if [[ -n ${P_OK[n]:-} ]]; then
+      printf '  node-%s: role %s, leader %s, term %s, commit index %s\n' "$n" "${P_ROLE[n]}" "${P_LEADER[n]}" \
+        "${P_TERM[n]}" "${P_COMMIT[n]}"
     else
-      printf '  node-%s: %s\n' "$n" "$Q_ERR"
+      printf '  node-%s: %s\n' "$n" "${P_ERR[n]:-no response}"
     fi
   done
 }
@@ -507,20 +486,29 @@ cmd_status() {
   load_ports other
   echo "Ports: API base $API_BASE, Raft base $RAFT_BASE"
   local n pid rec
+  alive_nodes
+  probe "${ALIVE[@]}" || true
   for n in "${NODES[@]}"; do
     if pid=$(node_pid "$n"); then
-      if query_node "$n"; then
+      if [[ -n ${P_OK[n]:-} ]]; then
         rec=
-        [[ $Q_PID == "$pid" ]] || rec=" (WARNING: /v1/cluster reports pid $Q_PID)"
+        [[ ${P_PID[n]} == "$pid" ]] || rec=" (WARNING: /v1/cluster reports pid ${P_PID[n]})"
         printf 'node-%s  %-24s pid %s alive%s\n         role %s, leader %s, term %s, commit index %s\n' \
-          "$n" "$(api_url "$n")" "$pid" "$rec" "$Q_ROLE" "$Q_LEADER" "$Q_TERM" "$Q_COMMIT"
+          "$n" "$(api_url "$n")" "$pid" "$rec" "${P_ROLE[n]}" "${P_LEADER[n]}" "${P_TERM[n]}" "${P_COMMIT[n]}"
       else
-        printf 'node-%s  %-24s pid %s alive\n         %s\n' "$n" "$(api_url "$n")" "$pid" "$Q_ERR"
+        printf 'node-%s  %-24s pid %s alive\n         %s\n' "$n" "$(api_url "$n")" "$pid" "${P_ERR[n]:-no response}"
       fi
     else
       printf 'node-%s  %-24s not running\n' "$n" "$(api_url "$n")"
     fi
   done
+  if [[ -n $LEADER_NODE ]]; then
+    echo "Leader: node-$LEADER_NODE ($LEADER_ADDR, term $LEADER_TERM), agreed by every running node"
+  elif [[ -n $MAJORITY_NODE ]]; then
+    echo "Leader: node-$MAJORITY_NODE ($MAJORITY_ADDR, term $MAJORITY_TERM), agreed by a majority but not by every running node"
+  elif ((${#ALIVE[@]} > 0)); then
+    echo "Leader: none agreed by a majority of the nodes"
+  fi
 }
 
 cmd_kill_leader() {

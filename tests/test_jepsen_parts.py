@@ -21,7 +21,7 @@ sys.path.insert(0, str(HERE))
 
 import generator  # noqa: E402
 import jepsen_runner  # noqa: E402
-from processes import free_ports, wait_port  # noqa: E402
+from raftsched.testing.procs import free_ports, wait_port  # noqa: E402
 
 
 def start(argv: list[str]) -> subprocess.Popen:

@@ -60,7 +60,6 @@ import queue
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -73,6 +72,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+from raftsched.testing.procs import free_ports  # noqa: E402  (the harness's: loopback, distinct)
 
 HOST = "127.0.0.1"
 N_NODES = 3
@@ -374,21 +375,6 @@ def node_main(args) -> int:
 # =============================================================================================
 # Parent mode
 # =============================================================================================
-
-def free_ports(n: int) -> list[int]:
-    """n distinct free loopback ports (bound together, then released)."""
-    socks, ports = [], []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind((HOST, 0))
-            socks.append(s)
-            ports.append(s.getsockname()[1])
-    finally:
-        for s in socks:
-            s.close()
-    return ports
-
 
 class Child:
     """One node process and its JSON-lines channel."""

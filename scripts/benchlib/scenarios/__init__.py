@@ -1,0 +1,1 @@
+"""One module per scenario of the benchmark; each returns the figures it measured as a dict."""

@@ -1,0 +1,73 @@
+"""Writes: lone PUT latency to the leader and to a follower, then jobs registered per second by
+concurrent clients (PUT per job, and the bulk endpoint when the nodes have it)."""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from raftsched.testing.cluster import LocalCluster
+
+from ..common import BenchError, IDLE_SPEC, summary
+from ..harness import BenchCluster, Conn, NO_WORKER, check_alive, leader_checked, node_log_excerpt, start_cluster
+from ..register import BULK_CONCURRENCY, BULK_PATH, CONCURRENCY, bulk_available, register_checked
+
+def lone_writes(c: LocalCluster, n: int, warmup: int = 20) -> dict:
+    """Sequential PUT /v1/jobs/w-N (a job that never falls due) from one client on one persistent
+    connection, first to the leader, then to a follower; client-side time of each request."""
+    leader, _ = leader_checked(c)
+    follower = (leader + 1) % c.n
+    out = {"spec": IDLE_SPEC, "n": n, "warmup": warmup}
+    seq = 0
+    for role, i in (("leader", leader), ("follower", follower)):
+        conn = Conn(c.api_ports[i], token=c.token)
+        try:
+            for w in range(warmup):
+                s, b = conn.request("PUT", f"/v1/jobs/w-warm-{role}-{w}", IDLE_SPEC)
+                if s not in (200, 201):
+                    raise BenchError(f"warm-up PUT on node-{i + 1} ({role}): {s} {b}")
+            lat, statuses = [], {}
+            t0 = time.perf_counter()
+            for _ in range(n):
+                body = IDLE_SPEC
+                path = f"/v1/jobs/w-{seq}"
+                seq += 1
+                a = time.perf_counter()
+                s, b = conn.request("PUT", path, body, retry=False)
+                lat.append((time.perf_counter() - a) * 1000)
+                statuses[s] = statuses.get(s, 0) + 1
+                if s >= 500:
+                    raise BenchError(f"PUT {path} on node-{i + 1} ({role}): {s} {b}\n" + node_log_excerpt(c, i))
+            total = time.perf_counter() - t0
+            check_alive(c, range(c.n))
+            if set(statuses) != {201}:
+                raise BenchError(f"writes to the {role}: statuses {statuses} (expected 201 only)")
+            out[role] = {"node": f"node-{i + 1}", "latency_ms": summary(lat, 2), "statuses": statuses,
+                         "writes_per_s": round(n / total, 1), "reconnects": conn.reconnects - 1}
+            print(f"[bench] writes to the {role}: p50 {out[role]['latency_ms']['p50']} ms, "
+                  f"p99 {out[role]['latency_ms']['p99']} ms", file=sys.stderr)
+        finally:
+            conn.close()
+    return out
+
+
+def writes(tmp: Path, p: dict, clusters: list, shared: BenchCluster | None = None) -> dict:
+    """Lone writes (above), then jobs registered per second through the API: CONCURRENCY clients
+    sending PUT /v1/jobs/{name}, and the bulk endpoint when the nodes have it. On ``shared`` when
+    given (a quick run), else on a cluster of its own with no workers."""
+    c = shared or start_cluster(tmp, "writes", clusters, NO_WORKER)
+    out = lone_writes(c, p["writes"])
+    out["cluster"] = c.tmp.name + ("" if shared is None else f" (shared, node args {c.extra_args})")
+    leader, _ = leader_checked(c)
+    n_put = p["writes_register_put"]
+    reg = register_checked(c, leader, [(f"wr-{k}", IDLE_SPEC) for k in range(n_put)],
+                           f"writes: registration ({CONCURRENCY} PUT clients)", method="put")
+    out["register_put"] = {k: v for k, v in reg.items() if k != "ended_at"}
+    if bulk_available(c, leader):
+        n_bulk = p["writes_register_bulk"]
+        reg = register_checked(c, leader, [(f"wb-{k}", IDLE_SPEC) for k in range(n_bulk)],
+                               f"writes: registration (bulk, {BULK_CONCURRENCY} clients)", method="bulk")
+        out["register_bulk"] = {k: v for k, v in reg.items() if k != "ended_at"}
+    else:
+        out["register_bulk"] = {"not_run": f"the nodes have no bulk endpoint (POST {BULK_PATH}: 404/405)"}
+    return out
