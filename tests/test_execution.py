@@ -1,4 +1,4 @@
-"""Leased execution (raftsched/core/execution.py): acquire, heartbeat, complete, expire, takeover,
+"""Leased execution (raftsched/core/leases.py, queues.py, tenants.py, locks.py): acquire, heartbeat, complete, expire, takeover,
 retries and backoff, the dead-letter queue, queue bounds, tenant rate limits, locks, and
 determinism of the derived heaps across snapshot/restore.
 
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from raftsched.core import commands, limits, policy
-from raftsched.core.execution import backoff_ms
+from raftsched.core.policy import backoff_ms
 from raftsched.core.state import SchedulerState
 
 from core_helpers import (SEC, MIN, HOUR, T0, apply, plan_tick, put_cmd, queued_count, restored, snap_obj,
@@ -807,7 +807,7 @@ def test_dead_runs_are_not_trimmed_by_the_jobs_history_bound():
         (g,) = acq(s, T0 + 10 + i)
         complete(s, T0 + 10 + i, rid, g["token"])
         ok.append(rid)
-        # Behind the dead runs, finished entries go in steps of state._TRIM_SCAN_SLACK.
+        # Behind the dead runs, finished entries go in steps of fire.TRIM_SCAN_SLACK.
         assert len(s.history.get("a", [])) <= 3 + 2 + 15
     new = trig(s, "a", T0 + 60)
     assert all(s.runs[r]["state"] == "dead" for r in dead)

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from raftsched.core import commands, limits
-from raftsched.core.execution import backoff_ms
+from raftsched.core.policy import backoff_ms
 from raftsched.core.state import SchedulerState
 
 from core_helpers import MIN, HOUR, T0, apply, plan_tick, put_cmd, queued_count, restored, spec_of

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from raftsched.core import commands, limits, policy
-from raftsched.core import state as state_mod
+from raftsched.core import fire as fire_mod, records as records_mod, snapshot as snapshot_mod
 from raftsched.core.state import SchedulerState
 
 from core_helpers import (
@@ -153,7 +153,7 @@ def test_recreated_job_after_delete_starts_fresh():
     apply(s, commands.make("delete_job", T0 + 11 * SEC, None, name="a"))
     res = apply(s, put_cmd(s, "a", EVERY10, T0))
     assert res["created"] is True and res["gen"] == 2
-    assert not s.history.get("a") and s.jobs["a"]["stats"][0] == 0  # runs (state.STATS_FIELDS)
+    assert not s.history.get("a") and s.jobs["a"]["stats"][0] == 0  # runs (records.STATS_FIELDS)
 
 
 # ----------------------------------------------------------------------------- pause / resume
@@ -434,7 +434,7 @@ def test_history_bound_trims_oldest_terminal_entries_but_never_queued_ones():
     queued = [r for r in hist if r["state"] == "queued"]
     terminal = [r for r in hist if r["state"] != "queued"]
     assert len(queued) == 6, "queued runs are never trimmed"
-    # Behind a queued oldest entry, finished ones go in steps of _TRIM_SCAN_SLACK (docs/api.md).
+    # Behind a queued oldest entry, finished ones go in steps of fire.TRIM_SCAN_SLACK (docs/api.md).
     assert len(terminal) <= 3 + 15, "terminal entries beyond the bound are trimmed"
     assert all(rid in s.runs for rid in s.history.get("a", []))
     for _ in range(20):
@@ -549,7 +549,7 @@ def test_snapshot_restore_is_byte_identical_and_rebuilds_derived_indexes():
 def test_restore_refuses_other_versions():
     s = SchedulerState()
     obj = msgpack.unpackb(s.snapshot(), raw=False)
-    obj["v"] = state_mod.SNAPSHOT_VERSION + 1
+    obj["v"] = snapshot_mod.SNAPSHOT_VERSION + 1
     with pytest.raises(ValueError):
         SchedulerState().restore(msgpack.packb(obj))
 
@@ -766,10 +766,10 @@ def _invariants(s: SchedulerState):
         assert job["cursor"] <= s.now_ms or job["cursor"] == job["anchor"] < s.now_ms + 1000
         hist = s.history.get(name, [])
         queued = sum(1 for rid in hist if s.runs[rid]["state"] == "queued")
-        # Finished entries behind a queued oldest one are trimmed in steps (state._TRIM_SCAN_SLACK);
+        # Finished entries behind a queued oldest one are trimmed in steps (fire.TRIM_SCAN_SLACK);
         # a run dropped by on_full=drop_oldest finishes after it was added, so it may wait longer.
         dropped = sum(1 for rid in hist if s.runs[rid].get("reason") == "queue_full")
-        slack = 0 if not hist or s.runs[hist[0]]["state"] != "queued" else state_mod._TRIM_SCAN_SLACK - 1
+        slack = 0 if not hist or s.runs[hist[0]]["state"] != "queued" else fire_mod.TRIM_SCAN_SLACK - 1
         assert len(hist) <= job["spec"]["history"] + queued + slack + dropped
     assert set(s.runs) == {rid for h in s.history.values() for rid in h}
 
@@ -939,7 +939,7 @@ def test_shared_parts_never_conflate_values_that_encode_differently():
                     reason="key-sharing dictionaries are CPython's")
 def test_job_spec_and_run_records_share_their_key_tables():
     """The records are plain dicts, equal to maps of their own, but hold a row of values against
-    a key table shared by their kind (state._shared_keys): measured as the memory 2 000 of them
+    a key table shared by their kind (records.shared_keys): measured as the memory 2 000 of them
     take against the same records as maps of their own, which cost at least a key table more
     (Python 3.11: job 177 against 280 bytes, spec 560 against 656 with its executor map, run 336
     against 472)."""
@@ -950,12 +950,13 @@ def test_job_spec_and_run_records_share_their_key_tables():
     raw = spec_of({"every_s": 60}, "skip")
     # Everything a record holds is made before the measure: it counts the records' own maps.
     names = [f"j{i}" for i in range(2000)]
-    specs = [s._share_spec(dict(raw, executor={"type": "shell", "argv": [str(i)]})) for i in range(2000)]
+    share = lambda spec: records_mod.share_spec(spec, s._parts, s._ints)  # noqa: E731
+    specs = [share(dict(raw, executor={"type": "shell", "argv": [str(i)]})) for i in range(2000)]
     kinds = {  # kind: (make a record, the same as a map of its own), over its inputs
-        "job": (lambda n: state_mod._job(n, None, 1, 1, 2, 3, 4, 5, False, None), dict, names),
-        # _share_spec makes each spec's executor map anew: so does its twin
-        "spec": (s._share_spec, lambda r: dict(r, executor=dict(r["executor"])), specs),
-        "run": (lambda n: state_mod._RUN_TEMPLATE.copy(), dict, names),
+        "job": (lambda n: records_mod.job_record(n, None, 1, 1, 2, 3, 4, 5, False, None), dict, names),
+        # share_spec makes each spec's executor map anew: so does its twin
+        "spec": (share, lambda r: dict(r, executor=dict(r["executor"])), specs),
+        "run": (lambda n: records_mod.RUN_TEMPLATE.copy(), dict, names),
     }
 
     def per_record(make, inputs):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from raftsched.core import commands, limits, policy
+from raftsched.core import commands, fire, leases, limits, policy
 from raftsched.core.state import SchedulerState
 
 from core_helpers import SEC, T0, put_cmd, resume_cmd, spec_of
@@ -59,7 +59,7 @@ ops = st.one_of(
 
 
 def _derived(s: SchedulerState):
-    wheels = [(w.at, sorted(w.times), w.size) for w in (s._due_now, s._due_ahead)]
+    wheels = [(w.at, sorted(w.times), w.size) for w in ((s.due.now, s.due.ahead) if s.due is not None else ())]
     return (s._queued, s._queue_depth, list(s._running_ids), s._running_count, s.fencing_token,
             {q: list(d) for q, d in s._dead.items()}, wheels)
 
@@ -148,7 +148,7 @@ def test_fast_paths_change_nothing(specs, steps, due_index):
             propose(commands.make("put_tenant", now, None, name="default", rate_milli=op[1], burst=1))
 
 
-def test_the_fast_paths_are_taken():
+def test_the_fast_paths_are_taken(monkeypatch):
     """The comparison above means something only if the fast paths run: count them."""
     s = SchedulerState()
     spec = spec_of({"every_s": 1}, "fire_all", history=5)
@@ -158,8 +158,9 @@ def test_the_fast_paths_are_taken():
     e = policy.plan_fire_compact(job["spec"], job["anchor"], job["cursor"], job["next"], job["gen"], "a")
     assert len(e[5]) == 1 and not e[6]
     calls = []
-    s._new_run = lambda *a, **k: calls.append("new_run")  # the general path: must not be reached
-    s._apply_complete = lambda *a, **k: calls.append("complete")
+    # The general paths: must not be reached.
+    monkeypatch.setattr(fire, "new_run", lambda *a, **k: calls.append("new_run"))
+    monkeypatch.setattr(leases, "apply_complete", lambda *a, **k: calls.append("complete"))
     assert s.apply_bytes(commands.encode(commands.make("fire", now, None, entries=[e])))["fired"] == 1
     got = s.apply_bytes(commands.encode(commands.make("acquire", now, None, worker="w", queues=None, max=5, ttl=30_000)))
     assert len(got["runs"]) == 1

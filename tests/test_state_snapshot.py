@@ -1,5 +1,5 @@
 """Snapshot version 3 (columnar jobs, spec templates, histories by position) and the restore of
-versions 1 and 2 (raftsched/core/state.py, ``_snapshot_obj`` and ``_restore``).
+versions 1 and 2 (raftsched/core/snapshot.py, ``snapshot_obj`` and ``decode``).
 
 What must hold (I1 in docs/design.md): the bytes depend only on the replicated content, never on
 which objects a replica shares, the order it holds a spec's keys or its histories in, or whether
@@ -13,7 +13,7 @@ import msgpack
 import pytest
 
 from raftsched.core import commands
-from raftsched.core import state as state_mod
+from raftsched.core import records, snapshot as snapshot_mod
 from raftsched.core.state import SchedulerState
 
 from core_helpers import (
@@ -59,10 +59,10 @@ def _continue(s: SchedulerState) -> None:
 def test_snapshot_is_version_3_with_job_columns_and_no_empty_history():
     s = _workload()
     obj = _unpack(s.snapshot())
-    assert obj["v"] == state_mod.SNAPSHOT_VERSION == 3
+    assert obj["v"] == snapshot_mod.SNAPSHOT_VERSION == 3
     cols = obj["jobs"]
     assert cols["name"] == list(s.jobs)
-    assert set(cols) == set(state_mod._JOB_FIELDS) | {"executor"}
+    assert set(cols) == set(records.JOB_FIELDS) | {"executor"}
     assert all(len(c if isinstance(c, list) else c["index"]) == len(s.jobs) for c in cols.values())
     assert obj["jobs_other"] == []
     # One template for the fleet (f0, f3, f4, f5; f2 has its own history bound): they differ in
@@ -241,26 +241,30 @@ def test_a_put_makes_no_history_and_a_kept_empty_one_changes_no_byte():
     assert r.snapshot() == s.snapshot()
 
 
+def _wheels(s: SchedulerState) -> tuple:
+    now, ahead = s.due.now, s.due.ahead
+    return ({k: list(v) for k, v in now.at.items()}, {k: list(v) for k, v in ahead.at.items()},
+            sorted(now.times), sorted(ahead.times), now.size, ahead.size)
+
+
 def test_a_version_3_restore_builds_the_due_index_rebuild_due_builds():
     s = _workload()
     assert apply(s, put_cmd(s, "forbid", spec_of({"every_s": 10}, "skip", name="forbid",
                                                  overlap={"policy": "forbid"}), T0 + 46 * SEC))["ok"]
     assert s.jobs["f1"]["paused"]
     r = restored(s)
-    built = ({k: list(v) for k, v in r._due_now.at.items()}, {k: list(v) for k, v in r._due_ahead.at.items()},
-             sorted(r._due_now.times), sorted(r._due_ahead.times), r._due_now.size, r._due_ahead.size)
+    built = _wheels(r)
     assert built[1] and built[0], "both wheels hold jobs (forbid and o do not fire ahead)"
     assert "f1" not in sum(built[1].values(), []), "a paused job is not due"
     r.rebuild_due()
-    again = ({k: list(v) for k, v in r._due_now.at.items()}, {k: list(v) for k, v in r._due_ahead.at.items()},
-             sorted(r._due_now.times), sorted(r._due_ahead.times), r._due_now.size, r._due_ahead.size)
+    again = _wheels(r)
     assert built == again
     t = T0 + 200 * SEC
     assert [j["name"] for j in restored(s).pop_due(t, 100, 5000)] == [j["name"] for j in r.pop_due(t, 100, 5000)]
     off = SchedulerState()
-    off.due_index = False
+    off.due = None
     off.restore(s.snapshot())
-    assert not off._due_now.at and not off._due_ahead.at
+    assert off.due is None
 
 
 def test_int_columns_are_indexed_only_when_it_halves_them_and_keep_their_types():

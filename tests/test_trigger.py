@@ -171,7 +171,7 @@ def test_allow_jobs_fire_ahead_and_their_runs_wait_for_the_slot():
     assert early["ok"] and early["runs"] == [], "no worker may start it before its slot"
     at_slot = st.apply(commands.make("acquire", slot, None, worker="w", queues=None, max=10, ttl=30_000))
     assert [r["id"] for r in at_slot["runs"]] == [f"j0@{slot}"]
-    assert st.jobs["j0"]["stats"][2] == 0  # lag_ms_last (state.STATS_FIELDS)
+    assert st.jobs["j0"]["stats"][2] == 0  # lag_ms_last (records.STATS_FIELDS)
     # the next tick does not fire the same slot again
     clock.advance(slot - clock.now_ms())
     asyncio.run(trig.tick())

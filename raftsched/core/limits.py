@@ -55,7 +55,7 @@ fire_entries_max = 500
 #: fire decision does not depend on their other runs (policy.fires_ahead).
 fire_ahead_ms = 1000
 #: Distinct spec parts (schedule, misfire, retry, overlap, payload) a replica keeps one shared
-#: copy of (SchedulerState._share_spec); past this, new distinct parts are simply not shared.
+#: copy of (records.share_spec); past this, new distinct parts are simply not shared.
 shared_spec_parts_max = 100_000
 #: The leader plans jobs that fire ahead in batches of this many milliseconds of slots: 10 000
 #: jobs staggered over the second made a tick (and a fire command of ~20 entries) every 2 ms,

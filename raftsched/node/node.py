@@ -143,7 +143,7 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
     os.umask(0o077)
     os.makedirs(cfg.data_dir, exist_ok=True)
     state = SchedulerState()
-    state.due_index = False  # the trigger keeps it while this node leads
+    state.due = None  # the trigger keeps one while this node leads
     trigger_box: list[Trigger] = []
 
     def on_role_change(is_leader: bool) -> None:

@@ -17,7 +17,7 @@ from ..clock import Clock
 from ..core import commands, limits, model, policy, preview, schedule
 from ..core.errors import InvalidSpec, NotFound, RaftschedError, BadRequest, Unavailable
 from ..core.model import check_name
-from ..core.state import STATS_FIELDS
+from ..core.records import STATS_FIELDS
 
 
 def new_request_id() -> str:
