@@ -11,6 +11,7 @@ from .due import push_due
 from .errors import Conflict, InvalidCommand, LimitExceeded, NotFound
 from .fire import check_disjoint, check_records, new_run, record, trim
 from .model import MISFIRE_POLICIES, OVERLAP_POLICIES
+from .queries import kept_position
 from .queues import remove_dead, unqueue_count
 from .records import is_int, job_record, ok, share_int, share_spec
 
@@ -85,10 +86,11 @@ def put_job(s, cmd: dict, now: int) -> dict:
     if old is None and len(jobs) >= limits.jobs_max:
         raise LimitExceeded(f"the cluster holds {limits.jobs_max} jobs, its limit", field="name")
     s.gen += 1
-    if old is not None and old["spec"]["schedule"] == spec["schedule"]:
+    kept = kept_position(old, spec["schedule"])
+    if kept is not None:
         # Same schedule: keep the cursor and next slot, so a replace never re-fires a slot
         # nor loses a pending one.
-        cursor, nxt, anchor = old["cursor"], old["next"], old["anchor"]
+        cursor, anchor, nxt = kept
     elif old is not None:
         cursor = max(cursor, old["cursor"])
     ints = s._ints

@@ -13,9 +13,10 @@ import os
 
 from aiohttp import web
 
-from ..core import limits
+from ..core import limits, queries
 from ..core.errors import BadRequest, NotFound, RaftschedError, Unauthorized, Unavailable
-from .service import RUN_STATES, Service, parse_slot_param
+from ..core.model import RUN_STATES
+from .service import Service, parse_slot_param
 
 log = logging.getLogger("raftsched.api")
 
@@ -179,22 +180,18 @@ async def cluster(request: web.Request) -> web.Response:
     st = svc.raft.status()
     extra = request.app[EXTRA]
     want_hash = _bool_param(request, "hash")
-    with svc.state.lock:
-        jobs = len(svc.state.jobs)
-        runs = len(svc.state.runs)
-        now_ms = svc.state.now_ms
-        # Opt-in (it encodes the whole state): the hash and the count of commands it reflects,
-        # read under one lock, so two replicas with equal state_applied must have equal hashes (I1).
-        digest = (svc.state.state_hash(), svc.state.applied) if want_hash else None
+    # The hash is opt-in (it encodes the whole state); with it, the count of commands it reflects,
+    # read in the same query, so two replicas with equal state_applied must have equal hashes (I1).
+    c = svc.read(queries.counts, want_hash)
     body = {
         "node": svc.node_id, "role": st.get("role"), "leader": st.get("leader"),
         "term": st.get("term"), "commit_index": st.get("commit_index"),
         "last_applied": st.get("last_applied"), "members": st.get("members"),
-        "pid": os.getpid(), "raft": st.get("self"), "jobs": jobs, "runs": runs,
-        "state_now_ms": now_ms,
+        "pid": os.getpid(), "raft": st.get("self"), "jobs": c["jobs"], "runs": c["runs"],
+        "state_now_ms": c["now_ms"],
     }
-    if digest is not None:
-        body["state_hash"], body["state_applied"] = digest
+    if want_hash:
+        body["state_hash"], body["state_applied"] = c["state_hash"], c["applied"]
     if "worker" in extra:
         w = extra["worker"]
         body["worker"] = {"id": w.worker_id, "slots": w.slots, "running": len(w.held),
