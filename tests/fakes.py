@@ -21,6 +21,10 @@ class FakeRaft:
     def is_leader(self) -> bool:
         return self.leader
 
+    def read(self, fn, *args):
+        """``fn(state, *args)``: one thread here, so no lock to take."""
+        return fn(self.state, *args)
+
     async def propose(self, data: bytes, timeout_s: float = 5.0) -> dict:
         if self.fail == "unavailable":
             raise Unavailable("no leader", leader=None)

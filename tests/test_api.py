@@ -28,6 +28,7 @@ class Env:
         self.clock = FakeClock()
         self.service = Service(self.state, self.raft, self.clock, "node-1")
         self.trigger = Trigger(self.state, self.raft, self.clock, "node-1")
+        self.trigger.take_due_index()  # as it does on leading
         self.app = make_app(self.service, TOKEN, {"trigger": self.trigger})
 
 

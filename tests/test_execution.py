@@ -13,12 +13,12 @@ import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from raftsched.core import commands, limits, policy
+from raftsched.core import commands, queries, limits, policy
 from raftsched.core.policy import backoff_ms
 from raftsched.core.state import SchedulerState
 
-from core_helpers import (SEC, MIN, HOUR, T0, apply, plan_tick, put_cmd, queued_count, restored, snap_obj,
-                          snapshot_v2_obj, spec_of)
+from core_helpers import (HOUR, MIN, SEC, T0, apply, new_state, plan_tick, put_cmd, queued_count, restored,
+    snap_obj, snapshot_v2_obj, spec_of)
 
 TTL = 10 * SEC
 RETRY3 = {"max_attempts": 3, "backoff_s": 2, "backoff_multiplier": 2, "backoff_max_s": 60, "jitter": 0.1}
@@ -27,14 +27,6 @@ RETRY3 = {"max_attempts": 3, "backoff_s": 2, "backoff_multiplier": 2, "backoff_m
 def jspec(**extra) -> dict:
     """A job that never falls due within a test (hourly): its runs come from trigger_job."""
     return spec_of({"every_s": 3600}, "skip", grace_s=0, **extra)
-
-
-def new_state(*jobs, now=T0) -> SchedulerState:
-    s = SchedulerState()
-    for name, spec in jobs:
-        res = apply(s, put_cmd(s, name, spec, now))
-        assert res["ok"], res
-    return s
 
 
 def do(s: SchedulerState, op: str, now: int, rid=None, **fields) -> dict:
@@ -88,7 +80,7 @@ def overdue(s, now) -> tuple[list, list]:
     unrenewed for a TTL by its monotonic clock; apply only checks that an item still names the
     lease as it is, so any selection will do for these tests.)"""
     runs, locks = [], []
-    for kind, ident, tok, renewals, _ttl in s.lease_snapshot():
+    for kind, ident, tok, renewals, _ttl in queries.lease_snapshot(s):
         deadline = (s.runs[ident] if kind == "run" else s.locks[ident])["deadline"]
         if deadline < now:
             (runs if kind == "run" else locks).append([ident, tok, renewals])
@@ -152,10 +144,10 @@ def test_a_run_not_yet_due_waits_without_holding_back_lower_priorities():
     assert [r["id"] for r in acq(s, T0 + 5, n=2)] == [mid1, mid2]
     assert [r["id"] for r in acq(s, due - 1, n=1)] == [lo1]
     r2 = restored(s)
-    assert s.has_ready_work(None, due - 1) and r2.has_ready_work(None, due - 1)  # lo2
+    assert queries.has_ready_work(s, None, due - 1) and queries.has_ready_work(r2, None, due - 1)  # lo2
     assert [r["id"] for r in acq(s, due, n=5)] == [hi, lo2]
     assert [r["id"] for r in acq(r2, due, n=5)] == [hi, lo2]  # a restored replica: the same order
-    assert not s.has_ready_work(None, due + HOUR) and s.queue_depth("default") == 0
+    assert not queries.has_ready_work(s, None, due + HOUR) and queries.queue_depth(s, "default") == 0
 
 
 def test_acquire_serves_only_the_queues_asked_for():
@@ -176,7 +168,7 @@ def test_acquire_never_hands_out_more_than_max():
     assert len(acq(s, T0 + 10, n=1)) == 1
     assert [g["id"] for g in acq(s, T0 + 10, n=100)] == ids[4:]
     assert acq(s, T0 + 10, n=5) == []
-    assert s.queue_depth("default") == 0
+    assert queries.queue_depth(s, "default") == 0
 
 
 def test_acquire_grants_lease_deadline_now_plus_ttl_and_tokens_from_one_increasing_counter():
@@ -254,7 +246,7 @@ def test_acquire_validation_errors_are_refused_as_values_and_change_nothing(fiel
     refused(s, commands.make("acquire", T0, None, **fields), "invalid_command")
     # snapshot bytes are equal except the applied counter: compare the derived behaviour too
     assert restored(s).snapshot() == s.snapshot()
-    assert s.fencing_token == 0 and s.queue_depth("default") == 3
+    assert s.fencing_token == 0 and queries.queue_depth(s, "default") == 3
     # the tenant's bucket (burst 1, no refill) was not touched by the refusal
     assert len(acq(s, T0)) == 2 and acq(s, T0) == []
     assert before != s.snapshot()
@@ -262,14 +254,14 @@ def test_acquire_validation_errors_are_refused_as_values_and_change_nothing(fiel
 
 def test_has_ready_work_is_never_no_when_an_acquire_would_grant():
     s = new_state(("a", jspec(retry=RETRY3, queue="q")))
-    assert not s.has_ready_work(None, T0) and not s.has_ready_work(["q"], T0)
+    assert not queries.has_ready_work(s, None, T0) and not queries.has_ready_work(s, ["q"], T0)
     rid = trig(s, "a", T0)
-    assert s.has_ready_work(["q"], T0) and s.has_ready_work(None, T0)
-    assert not s.has_ready_work(["other"], T0)
+    assert queries.has_ready_work(s, ["q"], T0) and queries.has_ready_work(s, None, T0)
+    assert not queries.has_ready_work(s, ["other"], T0)
     (g,) = acq(s, T0)
     complete(s, T0, rid, g["token"], ok=False)
     due = s.runs[rid]["due"]
-    assert s.has_ready_work(["q"], due) and restored(s).has_ready_work(["q"], due)
+    assert queries.has_ready_work(s, ["q"], due) and queries.has_ready_work(restored(s), ["q"], due)
 
 
 # ============================================================================ heartbeat
@@ -338,7 +330,7 @@ def test_complete_with_the_current_token_succeeds():
                                 "finished_at": T0 + 3 * SEC, "ok": True, "error": None}]
     # A second completion with the same token is refused: the lease is gone.
     refused(s, commands.make("complete", T0 + 3 * SEC, None, run=rid, token=g["token"], success=True), "conflict")
-    assert s.lease_snapshot() == [], "a finished run holds no lease"
+    assert queries.lease_snapshot(s) == [], "a finished run holds no lease"
     assert hb(s, T0 + 3 * SEC, "w1", [[rid, g["token"]]])["lost"] == [rid]
 
 
@@ -389,7 +381,7 @@ def test_failure_with_attempts_left_requeues_with_next_attempt_and_backoff_due()
     run = s.runs[rid]
     assert run["due"] == T0 + 5 * SEC + backoff_ms(RETRY3, rid, 1)
     assert run["worker"] is None and run["deadline"] is None
-    assert s.queue_depth("default") == 1 == queued_count(s, "default")
+    assert queries.queue_depth(s, "default") == 1 == queued_count(s, "default")
     assert run["attempts"][0]["error"] == "exit 1" and run["attempts"][0]["ok"] is False
 
 
@@ -408,7 +400,7 @@ def test_failure_when_the_budget_is_spent_goes_dead_with_every_attempts_error():
     assert [a["error"] for a in run["attempts"]] == errors
     assert [a["attempt"] for a in run["attempts"]] == [1, 2, 3]
     assert len({a["token"] for a in run["attempts"]}) == 3
-    assert s.queue_depth("default") == 0 and acq(s, s.now_ms + HOUR // 2) == []
+    assert queries.queue_depth(s, "default") == 0 and acq(s, s.now_ms + HOUR // 2) == []
 
 
 def test_lost_lease_is_retried_at_once_without_spending_max_attempts():
@@ -498,7 +490,7 @@ def test_expire_applies_only_to_the_lease_it_names_by_token_and_renewals():
     run = s.runs[r1]
     assert run["state"] == "queued" and run["attempt"] == 2 and run["deadline"] is None
     assert s.runs[r2]["state"] == "running"
-    assert [x[1] for x in s.lease_snapshot()] == [r2]
+    assert [x[1] for x in queries.lease_snapshot(s)] == [r2]
     # The same expire again (a re-proposal, or a deposed leader's) is ignored.
     assert expire(s, T0 + TTL + 2, [l1])["ignored"] == 1
     assert s.runs[r1]["attempt"] == 2
@@ -568,7 +560,7 @@ def test_the_reapers_view_survives_clock_skew_in_both_directions():
         res = expire(s, now, [read_before, [rid, g["token"], 1], [rid, g["token"], 2]])
         assert res["expired"] == [] and res["ignored"] == 3
     assert s.runs[rid]["state"] == "running" and s.runs[rid]["fencing_token"] == g["token"]
-    assert restored(s).lease_snapshot() == s.lease_snapshot()
+    assert queries.lease_snapshot(restored(s)) == queries.lease_snapshot(s)
 
     # A's locks: B's lock_acquire carrying a far-future now finds them held (past their
     # deadlines by that now, but a command's clock does not decide).
@@ -629,10 +621,10 @@ def test_lease_snapshot_lists_every_live_lease_and_lock():
     complete(s, T0, r1, g[r1]["token"])
     # (kind, id, token, renewals, ttl_ms), in canonical (sorted) order; no deadline: the reaper
     # names a lease by its token and renewal count.
-    assert s.lease_snapshot() == [
+    assert queries.lease_snapshot(s) == [
         ("lock", "L", lk["token"], 0, 3 * SEC), ("run", r2, g[r2]["token"], 0, 4 * SEC)]
-    assert r3 not in {x[1] for x in s.lease_snapshot()}
-    assert restored(s).lease_snapshot() == s.lease_snapshot()
+    assert r3 not in {x[1] for x in queries.lease_snapshot(s)}
+    assert queries.lease_snapshot(restored(s)) == queries.lease_snapshot(s)
     # Every accepted heartbeat and renew counts, and so does a takeover, for every live lease
     # and lock; a refused one does not. The ttl is the latest asked for.
     hb(s, T0 + SEC, "w1", [[r2, g[r2]["token"]], [r2, g[r2]["token"]]], ttl=6 * SEC)
@@ -640,17 +632,17 @@ def test_lease_snapshot_lists_every_live_lease_and_lock():
     hb(s, T0 + SEC, "w2", [[r2, g[r2]["token"]]])
     do(s, "lock_renew", T0 + SEC, name="L", token=lk["token"], ttl=2 * SEC)
     assert not do(s, "lock_renew", T0 + SEC, name="L", token=lk["token"] - 1)["ok"]
-    assert s.lease_snapshot() == [
+    assert queries.lease_snapshot(s) == [
         ("lock", "L", lk["token"], 1, 2 * SEC), ("run", r2, g[r2]["token"], 2, 6 * SEC)]
     do(s, "takeover", T0 + 2 * SEC, node="n2")
-    assert s.lease_snapshot() == [
+    assert queries.lease_snapshot(s) == [
         ("lock", "L", lk["token"], 2, 2 * SEC), ("run", r2, g[r2]["token"], 3, 6 * SEC)]
-    assert restored(s).lease_snapshot() == s.lease_snapshot()
+    assert queries.lease_snapshot(restored(s)) == queries.lease_snapshot(s)
     # a new grant of the same run starts again from 0
     assert expire(s, T0 + 2 * SEC, [lease(s, r2)])["expired"] == [r2]
     again = {x["id"]: x for x in acq(s, T0 + 2 * SEC, worker="w2", n=2, ttl=5 * SEC)}
     assert set(again) == {r2, r3}
-    assert s.lease_snapshot() == [
+    assert queries.lease_snapshot(s) == [
         ("lock", "L", lk["token"], 2, 2 * SEC), ("run", r2, again[r2]["token"], 0, 5 * SEC),
         ("run", r3, again[r3]["token"], 0, 5 * SEC)]
 
@@ -743,7 +735,7 @@ def test_dlq_requeue_gives_a_fresh_budget():
     assert s.runs[rid]["state"] == "dead"
     res = do(s, "dlq_requeue", T0 + MIN, run=rid)
     assert res == {"ok": True, "run": rid, "state": "queued", "attempt": 4}
-    assert s.queue_depth("default") == 1 and s.runs[rid]["due"] == T0 + MIN
+    assert queries.queue_depth(s, "default") == 1 and s.runs[rid]["due"] == T0 + MIN
     states = []
     for n in (4, 5, 6):
         (g,) = acq(s, s.now_ms)
@@ -790,7 +782,7 @@ def test_dlq_requeue_of_a_run_whose_job_is_gone_is_a_conflict():
     rid = _dead_run(s, "a", T0)
     obj = snapshot_v2_obj(s)
     del obj["jobs"]["a"]
-    s2 = SchedulerState()
+    s2 = new_state()
     s2.restore(msgpack.packb(obj, use_bin_type=True))
     assert restored(s2).snapshot() == s2.snapshot(), "a history without its job round-trips (version 3)"
     res = refused(s2, commands.make("dlq_requeue", T0, None, run=rid), "conflict")
@@ -873,7 +865,7 @@ def test_queue_full_reject_records_a_skipped_queue_full_entry():
     assert res["state"] == "skipped"
     e = s.runs[res["run"]]
     assert (e["state"], e["reason"], e["queue"]) == ("skipped", "queue_full", "q")
-    assert s.queue_depth("q") == 2
+    assert queries.queue_depth(s, "q") == 2
     assert [g["id"] for g in acq(s, T0 + 3)] == [r1, r2]
     # a running run does not count against the depth
     assert trig(s, "a", T0 + 4) and s.runs[s.history.get("a", [])[-1]]["state"] == "queued"
@@ -885,9 +877,9 @@ def test_queue_full_drop_oldest_drops_the_oldest_queued_run():
     r1, r2 = trig(s, "a", T0), trig(s, "a", T0 + 1)
     r3 = trig(s, "a", T0 + 2)
     assert (s.runs[r1]["state"], s.runs[r1]["reason"]) == ("skipped", "queue_full")
-    assert s.runs[r3]["state"] == "queued" and s.queue_depth("q") == 2 == queued_count(s, "q")
+    assert s.runs[r3]["state"] == "queued" and queries.queue_depth(s, "q") == 2 == queued_count(s, "q")
     assert [g["id"] for g in acq(s, T0 + 3)] == [r2, r3]
-    assert s.queue_depth("q") == 0
+    assert queries.queue_depth(s, "q") == 0
 
 
 def test_drop_oldest_breaks_equal_slots_by_run_id_not_by_creation_order():
@@ -935,8 +927,8 @@ def test_drop_oldest_drops_what_a_scan_would_and_its_heaps_stay_bounded_when_not
             if step % 53 == 30:
                 do(s, "delete_job", now, name="c")
                 apply(s, put_cmd(s, "c", spec, now))
-            assert s.queue_depth("q") == queued_count(s, "q") <= 4
-            bound = 2 * s.queue_depth("q") + 8 + 5 * 3  # + one fire command's slots
+            assert queries.queue_depth(s, "q") == queued_count(s, "q") <= 4
+            bound = 2 * queries.queue_depth(s, "q") + 8 + 5 * 3  # + one fire command's slots
             sizes = [len(h) for h in s._queued.get("q", {}).values()] + [len(s._by_slot.get("q", ()))]
             assert max(sizes) <= bound, (step, sizes)
     assert dropped > 300
@@ -947,7 +939,7 @@ def test_a_run_id_that_comes_back_in_another_queue_is_not_handed_out_from_the_ol
     re-creates the same run ids there. The old queue's index entry for such an id must not hand
     the new run out: a replica restored from a snapshot has no such entry, and the two replicas
     would give different answers (found in review; reproduced on 4949ed6 with start_at)."""
-    a = SchedulerState()
+    a = new_state()
     apply(a, put_cmd(a, "a", spec_of({"every_s": 1}, queue="q1"), T0 + 100))
 
     def fire(now):
@@ -992,8 +984,8 @@ def test_queue_depth_never_goes_negative_over_fire_acquire_complete_and_delete()
             apply(s, put_cmd(s, victim, spec, now))
         if step % 9 == 8:
             reap(s, now + TTL + 1)
-        assert s.queue_depth("q") == queued_count(s, "q") >= 0
-        assert restored(s).queue_depth("q") == s.queue_depth("q")
+        assert queries.queue_depth(s, "q") == queued_count(s, "q") >= 0
+        assert queries.queue_depth(restored(s), "q") == queries.queue_depth(s, "q")
 
 
 # ============================================================================ tenants
@@ -1232,7 +1224,7 @@ class ExecDriver:
         elif kind == "acquire":
             _, worker, queues, n, ttl, dt = a
             self.now += dt
-            could = L.has_ready_work(queues, self.now)
+            could = queries.has_ready_work(L, queues, self.now)
             res = self.cmd("acquire", worker=worker, queues=queues, max=n, ttl=ttl)
             assert res["ok"] and len(res["runs"]) <= n
             assert could or not res["runs"], "has_ready_work said no while work was ready"
@@ -1275,7 +1267,7 @@ class ExecDriver:
                 assert L.runs.get(run["id"]) == before, "a refused completion changed the run"
         elif kind == "reap":
             self.now += a[1]
-            reads = [r.lease_snapshot() for r in self.replicas]
+            reads = [queries.lease_snapshot(r) for r in self.replicas]
             assert all(x == reads[0] for x in reads), "replicas see different leases"
             runs, locks = overdue(L, self.now)
             runs = runs[:limits.expire_items_max]
@@ -1327,7 +1319,7 @@ class ExecDriver:
 
 def _exec_invariants(s: SchedulerState):
     for q in ("q1", "q2"):
-        assert s.queue_depth(q) == queued_count(s, q) >= 0
+        assert queries.queue_depth(s, q) == queued_count(s, q) >= 0
     # Every queued run is in its queue's indexes, under its current key.
     for r in s.runs.values():
         if r["state"] == "queued":
@@ -1346,7 +1338,7 @@ def _exec_invariants(s: SchedulerState):
             assert r.get("deadline") is None
     for lk in s.locks.values():
         assert type(lk["renewals"]) is int and lk["renewals"] >= 0 and lk["deadline"] >= lk["since"]
-    snap = s.lease_snapshot()
+    snap = queries.lease_snapshot(s)
     assert snap == sorted(snap), "lease_snapshot is not in canonical order"
     for t in s.tenants.values():
         assert type(t["tokens_micro"]) is int and 0 <= t["tokens_micro"] <= t["burst"] * 1_000_000
@@ -1361,12 +1353,12 @@ def _exec_invariants(s: SchedulerState):
 @given(actions=EXEC_SEQUENCES, restore_at=st.sets(st.integers(0, 48), max_size=12))
 def test_replicas_restored_from_snapshots_stay_identical_and_hand_out_runs_in_the_same_order(actions, restore_at):
     with mock.patch.object(limits, "dlq_per_queue_max", 2):
-        a, b = SchedulerState(), SchedulerState()
+        a, b = new_state(), new_state()
         d = ExecDriver([a, b])
 
         def snapshot_restore():
             data = d.replicas[1].snapshot()
-            fresh = SchedulerState()
+            fresh = new_state()
             fresh.restore(data)
             assert fresh.snapshot() == data
             d.replicas[1] = fresh

@@ -16,7 +16,7 @@ from raftsched.core.errors import NotFound
 from raftsched.core.model import RUN_STATES
 from raftsched.core.state import SchedulerState
 
-from core_helpers import SEC, T0, apply, put_cmd, spec_of, tick
+from core_helpers import SEC, T0, apply, new_state, put_cmd, spec_of, tick
 from test_execution import EXEC_SEQUENCES, ExecDriver
 
 
@@ -90,10 +90,10 @@ def check_against_walks(s: SchedulerState, now: int) -> None:
 def test_counter_reads_say_what_a_walk_of_every_run_says(actions, restore_at):
     # A DLQ bound of 2 makes dead runs purge; restores make the indexes from the runs.
     with mock.patch.object(limits, "dlq_per_queue_max", 2):
-        d = ExecDriver([SchedulerState()])
+        d = ExecDriver([new_state()])
 
         def snapshot_restore():
-            fresh = SchedulerState()
+            fresh = new_state()
             fresh.restore(d.replicas[0].snapshot())
             d.replicas[0] = fresh
 
@@ -110,7 +110,7 @@ EVERY5 = spec_of({"every_s": 5}, "fire_all", grace_s=2, max_catchup=3, queue="q1
 
 
 def _state() -> SchedulerState:
-    s = SchedulerState()
+    s = new_state()
     assert apply(s, put_cmd(s, "a", EVERY5, T0))["ok"]
     assert apply(s, put_cmd(s, "b", dict(EVERY5, queue="q2"), T0))["ok"]
     tick(s, T0 + 10 * SEC)

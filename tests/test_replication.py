@@ -279,15 +279,29 @@ def test_a_groups_outcome_reaches_each_of_its_proposals():
 
 
 
+def _free_elsewhere(lock) -> bool:
+    """Whether another thread can take ``lock`` now (an RLock is always free to its holder)."""
+    got = []
+
+    def take():
+        if lock.acquire(blocking=False):
+            lock.release()
+            got.append(True)
+    t = threading.Thread(target=take)
+    t.start()
+    t.join()
+    return bool(got)
+
+
 def test_snapshot_roundtrip_through_the_consumer():
     import pickle
     state = FakeState()
     state.apply_bytes(incr("x"))
     consumer = _StateConsumer(state)
     dumped = pickle.dumps(consumer._serialize(), 2)  # what the dump writer does
+    assert not _free_elsewhere(consumer._lock), "held across the dump, until the tick ends"
     consumer._release_snapshot_lock()
-    assert state.lock.acquire(blocking=False)  # released
-    state.lock.release()
+    assert _free_elsewhere(consumer._lock)  # released
     other = FakeState()
     frozen = gc.get_freeze_count()
     try:
@@ -371,12 +385,12 @@ def test_three_nodes_elect_replicate_and_fail_over(tmp_path):
                                          for n in c.nodes.values()), 5, "keepalives")
 
             # More than logCompactionMinEntries entries: every node writes a full dump (forked
-            # child), and the tick thread gives state.lock back afterwards.
+            # child), and the tick thread gives the state's lock back afterwards.
             await wait_until(lambda: all(os.path.exists(os.path.join(d, "raft.dump"))
                                          for d in c.dirs.values()), 10, "dump files")
-            for s in c.states.values():
-                assert s.lock.acquire(timeout=2), "state.lock still held after a dump"
-                s.lock.release()
+            for n in c.nodes.values():
+                assert n._lock.acquire(timeout=2), "the state's lock still held after a dump"
+                n._lock.release()
 
             # Stop the leader: the others elect a new one and keep committing.
             c.stop(leader)
@@ -867,3 +881,20 @@ def test_raft_port_binds_only_on_the_given_host(tmp_path):
         finally:
             node.stop()
     run(main)
+
+
+def test_read_runs_a_query_under_the_lock_applies_take(tmp_path):
+    """RaftNode.read(fn, *args) is fn(state, *args) while the apply lock is held; LocalLog.read
+    the same over its own lock."""
+    state = FakeState()
+    state.apply_bytes(incr("x"))
+    node = RaftNode(self_addr="127.0.0.1:1", peers=[], data_dir=str(tmp_path), secret=SECRET, state=state)
+    seen = []
+
+    def query(s, key):
+        seen.append(_free_elsewhere(node._lock))
+        return s.counters.get(key)
+    assert node.read(query, "x") == 1 and seen == [False]
+    assert _free_elsewhere(node._lock)
+    log = LocalLog(state)
+    assert log.read(lambda s, k: s.counters[k], "x") == 1

@@ -16,9 +16,8 @@ from raftsched.core import commands
 from raftsched.core import records, snapshot as snapshot_mod
 from raftsched.core.state import SchedulerState
 
-from core_helpers import (
-    SEC, T0, apply, pack, put_cmd, restored, snapshot_v1_obj, snapshot_v2_obj, spec_of, tick,
-)
+from core_helpers import (SEC, T0, apply, new_state, pack, pop_due, put_cmd, repush, restored,
+    snapshot_v1_obj, snapshot_v2_obj, spec_of, tick)
 
 EVERY10 = spec_of({"every_s": 10}, "fire_all", grace_s=5, max_catchup=3)
 
@@ -30,7 +29,7 @@ def _unpack(data: bytes) -> dict:
 def _workload() -> SchedulerState:
     """Jobs of a few templates (a fleet with executors of their own, other policies, a
     description, a paused job, a replaced one, a deleted one), some fired, some never."""
-    s = SchedulerState()
+    s = new_state()
     for i in range(6):
         spec = dict(EVERY10, executor={"type": "http", "url": f"http://h/{i}"})
         assert apply(s, put_cmd(s, f"f{i}", spec, T0))["ok"]
@@ -50,7 +49,7 @@ def _workload() -> SchedulerState:
 
 def _continue(s: SchedulerState) -> None:
     for n in list(s.jobs):
-        s.repush([n])
+        repush(s, [n])
     tick(s, T0 + 75 * SEC)
     assert apply(s, put_cmd(s, "late", EVERY10, T0 + 76 * SEC))["ok"]
     tick(s, T0 + 95 * SEC)
@@ -83,7 +82,7 @@ def test_older_versions_restore_to_the_same_state(old):
     obj = old(s)
     assert obj["v"] in (1, 2) and isinstance(obj["jobs"], dict)
     assert set(obj["history"]) >= set(s.jobs), "older versions wrote a history for every job"
-    r = SchedulerState()
+    r = new_state()
     r.restore(pack(obj))
     assert r.snapshot() == s.snapshot()
     assert not any(not h for h in r.history.values()), "empty histories are not kept"
@@ -96,7 +95,7 @@ def test_older_versions_restore_to_the_same_state(old):
 def test_round_trip_is_byte_identical_and_continues_identically():
     s = _workload()
     data = s.snapshot()
-    r = SchedulerState()
+    r = new_state()
     r.restore(data)
     assert r.snapshot() == data
     assert restored(r).snapshot() == data
@@ -157,7 +156,7 @@ def test_replicas_sharing_objects_differently_write_the_same_bytes():
 
 
 def test_a_fleet_interleaved_with_another_still_writes_its_templates_by_content():
-    s = SchedulerState()
+    s = new_state()
     a = spec_of({"every_s": 10}, "skip", name="a")
     b = spec_of({"every_s": 10}, "skip", name="b", priority=9)
     for i in range(8):
@@ -168,7 +167,7 @@ def test_a_fleet_interleaved_with_another_still_writes_its_templates_by_content(
 
 
 def test_templates_never_conflate_values_that_encode_differently():
-    s = SchedulerState()
+    s = new_state()
     base = spec_of({"every_s": 10}, "skip", name="a")
     values = [1, True, 1.0, 0.0, -0.0, "1", None]
     for i, v in enumerate(values):
@@ -188,7 +187,7 @@ def test_a_value_of_another_type_keeps_a_template_a_job_whatever_the_replica_sha
     template of its own. A replica whose jobs happen to hold one float object must not find
     that template again by the identity of the values, or it would write fewer templates."""
     def build(shared: bool) -> SchedulerState:
-        s = SchedulerState()
+        s = new_state()
         base = spec_of({"every_s": 10}, "skip", name="a")
         for i in range(3):
             assert apply(s, put_cmd(s, f"j{i}", dict(base, description=1.5), T0))["ok"]
@@ -209,13 +208,13 @@ def test_job_records_of_another_shape_and_histories_without_a_job_round_trip():
     del obj["jobs"]["f3"]["spec"]["executor"]     # a spec without an executor
     obj["history"]["ghost"] = ["ghost@1"]         # a history with no job
     obj["runs"]["ghost@1"] = {"id": "ghost@1", "job": "ghost", "slot": 1, "state": "succeeded"}
-    r = SchedulerState()
+    r = new_state()
     r.restore(pack(obj))
     data = r.snapshot()
     v3 = _unpack(data)
     assert [(p, n) for p, n, _ in v3["jobs_other"]] == [(list(r.jobs).index("o"), "o")]
     assert "ghost" in v3["history_at"]
-    r2 = SchedulerState()
+    r2 = new_state()
     r2.restore(data)
     assert list(r2.jobs) == list(r.jobs), "jobs keep their order"
     assert r2.jobs["o"]["extra"] == [1, 2] and "executor" not in r2.jobs["f3"]["spec"]
@@ -229,11 +228,11 @@ def test_restore_refuses_columns_of_different_lengths():
     obj = _unpack(s.snapshot())
     obj["jobs"]["gen"].pop()
     with pytest.raises(ValueError):
-        SchedulerState().restore(pack(obj))
+        new_state().restore(pack(obj))
 
 
 def test_a_put_makes_no_history_and_a_kept_empty_one_changes_no_byte():
-    s = SchedulerState()
+    s = new_state()
     assert apply(s, put_cmd(s, "a", EVERY10, T0))["ok"]
     assert "a" not in s.history
     r = restored(s)
@@ -256,12 +255,12 @@ def test_a_version_3_restore_builds_the_due_index_rebuild_due_builds():
     built = _wheels(r)
     assert built[1] and built[0], "both wheels hold jobs (forbid and o do not fire ahead)"
     assert "f1" not in sum(built[1].values(), []), "a paused job is not due"
-    r.rebuild_due()
+    r.due.rebuild(r.jobs)
     again = _wheels(r)
     assert built == again
     t = T0 + 200 * SEC
-    assert [j["name"] for j in restored(s).pop_due(t, 100, 5000)] == [j["name"] for j in r.pop_due(t, 100, 5000)]
-    off = SchedulerState()
+    assert [j["name"] for j in pop_due(restored(s), t, 100, 5000)] == [j["name"] for j in pop_due(r, t, 100, 5000)]
+    off = new_state()
     off.due = None
     off.restore(s.snapshot())
     assert off.due is None
@@ -277,11 +276,11 @@ def test_int_columns_are_indexed_only_when_it_halves_them_and_keep_their_types()
     obj = snapshot_v2_obj(s)
     jobs = list(obj["jobs"].values())
     jobs[0]["created"], jobs[1]["created"], jobs[2]["next"] = 1, True, 1.0
-    r = SchedulerState()
+    r = new_state()
     r.restore(pack(obj))
     data = r.snapshot()
     assert isinstance(_unpack(data)["jobs"]["created"], list)
-    r2 = SchedulerState()
+    r2 = new_state()
     r2.restore(data)
     assert [type(j["created"]) for j in list(r2.jobs.values())[:2]] == [int, bool]
     assert type(list(r2.jobs.values())[2]["next"]) is float

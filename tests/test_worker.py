@@ -27,6 +27,9 @@ class GroupRaft:
     def is_leader(self) -> bool:
         return True
 
+    def read(self, fn, *args):
+        return fn(self.state, *args)
+
     async def propose(self, data: bytes, timeout_s: float = 5.0) -> dict:
         loop = asyncio.get_running_loop()
         fut = loop.create_future()

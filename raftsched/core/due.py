@@ -1,11 +1,13 @@
 """The due index: which jobs the leader should plan next, by their next slot.
 
 Derived and leader-only: it is not in the snapshot, and no replica's replicated state depends on
-it. Apply feeds it as it moves a job's next slot (a put, a resume, a fire); the leader's trigger
-pops the jobs that fell due, plans them, and pushes back the ones whose plan did not commit. A
-follower keeps none (``state.due`` is None): it would push every fired job and never pop,
-rebuilding the index whenever it held twice the jobs (measured: 2 % of a follower's time at 10k
-slots/s).
+it. The trigger makes one when its node leads and hands it to the state (``attach``), and takes
+it back when it stops (``detach``). Apply feeds it as it moves a job's next slot (a put, a
+resume, a fire); the trigger pops the jobs that fell due (``pop_due``), plans them, and pushes
+back the ones whose plan did not commit (``repush``), each through the replication adapter's
+``read`` so that it runs under the lock applies take. A follower keeps none (``state.due`` is
+None): it would push every fired job and never pop, rebuilding the index whenever it held twice
+the jobs (measured: 2 % of a follower's time at 10k slots/s).
 
 Two timer wheels (:class:`DueWheel`) keyed by next slot: jobs that fire ahead
 (``policy.fires_ahead``) and the others. The leader pops the first up to
@@ -190,3 +192,36 @@ def push_due(s, job: dict) -> None:
     due = s.due
     if due is not None:
         due.push(job, s.jobs)
+
+
+# The trigger's side, each ``fn(state, ...)`` for RaftNode.read. Without an attached index they
+# find nothing and do nothing.
+
+def attach(s, index: DueIndex) -> None:
+    """Hand ``index`` to the state (its node now leads), built from the jobs."""
+    s.due = index
+    index.rebuild(s.jobs)
+
+
+def detach(s) -> None:
+    """Take the due index away (its node no longer leads): apply stops feeding it."""
+    s.due = None
+
+
+def pop_due(s, now_ms: int, limit: int, ahead_ms: int = 0) -> list[str]:
+    """The names of the jobs to plan at ``now_ms`` (DueIndex.pop), at most ``limit``."""
+    due = s.due
+    return [] if due is None else [j["name"] for j in due.pop(s.jobs, now_ms, limit, ahead_ms)]
+
+
+def next_due_ms(s, ahead_ms: int = 0) -> int | None:
+    """When the trigger should next plan something (DueIndex.next_ms), or None."""
+    due = s.due
+    return None if due is None else due.next_ms(s.jobs, ahead_ms)
+
+
+def repush(s, names) -> None:
+    """Index again the jobs ``names`` whose plans did not commit."""
+    due = s.due
+    if due is not None:
+        due.repush(s.jobs, names)

@@ -85,6 +85,18 @@ def job_runs(s, name: str, limit: int, state: str | None = None, slot_ms: int | 
     return {"job": name, "runs": out, "history_max": j["spec"]["history"]}
 
 
+def plan_views(s, names: list[str]) -> list[tuple]:
+    """What the trigger plans a fire from: ``(spec, anchor, cursor, gen, name)`` of each job of
+    ``names`` that still exists, one consistent view of each (a spec read before a replace and a
+    generation read after it would make a plan that apply cannot tell is stale)."""
+    jobs, out = s.jobs, []
+    for n in names:
+        j = jobs.get(n)
+        if j is not None:
+            out.append((j["spec"], j["anchor"], j["cursor"], j["gen"], n))
+    return out
+
+
 # ------------------------------------------------------------------ runs
 def _run_copy(r: dict) -> dict:
     out = dict(r)

@@ -16,15 +16,17 @@ snapshot codec snapshot.py's, the leader's due index due.py's.
 
 Derived indexes (the due index, queue heaps and depths) are not part of the snapshot; ``restore``
 rebuilds them.
+
+Single-threaded, like etcd's RawNode: the state owns no lock and sets no collector policy. Whoever
+makes a second thread (replication: its tick thread applies, the event loop reads) serialises
+applies and reads (``RaftNode.read``), and pauses the collector around a snapshot or a restore.
 """
 from __future__ import annotations
 
-import gc
 import hashlib
-import threading
 from collections import OrderedDict
 
-from . import commands, limits, queries, snapshot
+from . import commands, limits, snapshot
 from .due import DueIndex
 from .errors import Conflict, InvalidCommand, RaftschedError
 from .fire import apply_fire
@@ -84,10 +86,10 @@ class SchedulerState:
     _fast_paths = True
 
     def __init__(self) -> None:
-        self.lock = threading.RLock()
-        #: The leader's due index (due.py), or None: only a leader's trigger reads it. A node's
-        #: trigger attaches one when it leads and detaches it when it stops; a follower keeps none.
-        self.due: DueIndex | None = DueIndex()
+        #: The leader's due index (due.py), or None: only a leader's trigger reads it. The
+        #: trigger attaches one when its node leads (due.attach) and detaches it when it stops;
+        #: a follower keeps none, and neither does a state nobody attached one to.
+        self.due: DueIndex | None = None
         self._reset()
 
     # ------------------------------------------------------------------ state
@@ -126,128 +128,67 @@ class SchedulerState:
     # ------------------------------------------------------------------ apply
     def apply_bytes(self, data: bytes) -> dict:
         """Apply one committed command. Never raises (I3)."""
-        with self.lock:
-            self.applied += 1
-            try:
-                cmd = commands.decode(data)
-            except RaftschedError as e:
-                return err(e)
-            except Exception as e:  # pragma: no cover - decode maps its errors already
-                return err(InvalidCommand(f"undecodable: {type(e).__name__}"))
-            return self.apply(cmd)
+        self.applied += 1
+        try:
+            cmd = commands.decode(data)
+        except RaftschedError as e:
+            return err(e)
+        except Exception as e:  # pragma: no cover - decode maps its errors already
+            return err(InvalidCommand(f"undecodable: {type(e).__name__}"))
+        return self.apply(cmd)
 
     def apply(self, cmd: dict) -> dict:
         """Apply one decoded command (see commands.OPS). Never raises."""
-        with self.lock:
-            rid = cmd.get("rid")
-            what = f"{cmd['op']}:{cmd.get('name') or cmd.get('run') or ''}"
-            if rid is not None and rid in self.requests:  # I7: a retried request acts once
-                seen_what, seen = self.requests[rid]
-                if seen_what != what:
-                    return err(Conflict(
-                        f"request id {rid!r} was already used for a different request ({seen_what})",
-                        field="Idempotency-Key"))
-                res = dict(seen)
-                res["duplicate"] = True
-                return res
-            now = cmd["now"]
-            if now > self.now_ms:  # I6: state time never runs backwards
-                self.now_ms = now
-            handler = HANDLERS.get(cmd["op"])
-            try:
-                if handler is None:
-                    raise InvalidCommand(f"unknown op {cmd['op']!r}")
-                res = handler(self, cmd, self.now_ms)
-            except RaftschedError as e:
-                res = err(e)
-            except Exception as e:
-                # A bug, not a request: refuse as a value rather than wedge the replica. Every
-                # replica runs the same code on the same input, so all refuse alike.
-                res = err(InvalidCommand(f"command could not be applied: {type(e).__name__}: {e}"))
-            if rid is not None:
-                self.requests[rid] = [what, res]
-                while len(self.requests) > limits.request_ids_max:
-                    self.requests.popitem(last=False)
+        rid = cmd.get("rid")
+        what = f"{cmd['op']}:{cmd.get('name') or cmd.get('run') or ''}"
+        if rid is not None and rid in self.requests:  # I7: a retried request acts once
+            seen_what, seen = self.requests[rid]
+            if seen_what != what:
+                return err(Conflict(
+                    f"request id {rid!r} was already used for a different request ({seen_what})",
+                    field="Idempotency-Key"))
+            res = dict(seen)
+            res["duplicate"] = True
             return res
+        now = cmd["now"]
+        if now > self.now_ms:  # I6: state time never runs backwards
+            self.now_ms = now
+        handler = HANDLERS.get(cmd["op"])
+        try:
+            if handler is None:
+                raise InvalidCommand(f"unknown op {cmd['op']!r}")
+            res = handler(self, cmd, self.now_ms)
+        except RaftschedError as e:
+            res = err(e)
+        except Exception as e:
+            # A bug, not a request: refuse as a value rather than wedge the replica. Every
+            # replica runs the same code on the same input, so all refuse alike.
+            res = err(InvalidCommand(f"command could not be applied: {type(e).__name__}: {e}"))
+        if rid is not None:
+            self.requests[rid] = [what, res]
+            while len(self.requests) > limits.request_ids_max:
+                self.requests.popitem(last=False)
+        return res
 
     # ------------------------------------------------------------------ snapshot
     def snapshot(self) -> bytes:
-        """The whole state as bytes (snapshot.py). The collector is paused meanwhile: building the
-        snapshot's job maps allocates millions of containers at 1M jobs, and young collections
-        over a large heap made it 2.7x slower (200 000 jobs: 3.5 s -> 1.3 s)."""
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            with self.lock:
-                return snapshot.encode(self)
-        finally:
-            if was_enabled:
-                gc.enable()
+        """The whole state as bytes (snapshot.py, version 3)."""
+        return snapshot.encode(self)
 
     def restore(self, data: bytes) -> None:
-        """Discard all state and load a snapshot. :raises ValueError: for a newer version.
-
-        The collector is paused while it runs: unpacking creates every object of the state
-        (tens of millions at 1M jobs), and young collections over them cost more than the
-        unpacking itself (docs/benchmarks.md, "Scale")."""
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            self._restore(data)
-        finally:
-            if was_enabled:
-                gc.enable()
-
-    def _restore(self, data: bytes) -> None:
+        """Discard all state and load a snapshot (versions 1-3), then rebuild the derived
+        indexes; an attached due index is rebuilt in place. :raises ValueError: for another
+        version (nothing changes then)."""
         fields, due_src = snapshot.decode(data)
-        with self.lock:
-            self._reset()
-            for k, v in fields.items():
-                setattr(self, k, v)
-            if self.due is not None:
-                if due_src is not None:
-                    snapshot.fill_due(self.due, due_src)
-                else:
-                    self.due.rebuild(self.jobs)
-            rebuild_indexes(self)
+        self._reset()
+        for k, v in fields.items():
+            setattr(self, k, v)
+        if self.due is not None:
+            if due_src is not None:
+                snapshot.fill_due(self.due, due_src)
+            else:
+                self.due.rebuild(self.jobs)
+        rebuild_indexes(self)
 
     def state_hash(self) -> str:
         return hashlib.sha256(self.snapshot()).hexdigest()
-
-    # ------------------------------------------------------------------ the due index
-    def pop_due(self, now_ms: int, limit: int, ahead_ms: int = 0) -> list[dict]:
-        with self.lock:
-            return self.due.pop(self.jobs, now_ms, limit, ahead_ms) if self.due is not None else []
-
-    def next_due_ms(self, ahead_ms: int = 0) -> int | None:
-        with self.lock:
-            return self.due.next_ms(self.jobs, ahead_ms) if self.due is not None else None
-
-    def repush(self, names) -> None:
-        with self.lock:
-            if self.due is not None:
-                self.due.repush(self.jobs, names)
-
-    def rebuild_due(self) -> None:
-        with self.lock:
-            if self.due is not None:
-                self.due.rebuild(self.jobs)
-
-    def set_due_index(self, on: bool) -> None:
-        """Keep (and rebuild) the due index, or drop it."""
-        with self.lock:
-            self.due = DueIndex() if on else None
-            self.rebuild_due()
-
-    # ------------------------------------------------------------------ reads
-    def queue_depth(self, name: str) -> int:
-        with self.lock:
-            return queries.queue_depth(self, name)
-
-    def has_ready_work(self, queues: list[str] | None, now_ms: int) -> bool:
-        with self.lock:
-            return queries.has_ready_work(self, queues, now_ms)
-
-    def lease_snapshot(self) -> list[tuple]:
-        with self.lock:
-            return queries.lease_snapshot(self)

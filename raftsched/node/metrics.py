@@ -34,8 +34,7 @@ class _StateCollector:
         depth = GaugeMetricFamily("raftsched_queue_depth", "runs waiting in the queue", labels=["queue"])
         running = GaugeMetricFamily("raftsched_queue_running", "runs leased and running", labels=["queue"])
         dead = GaugeMetricFamily("raftsched_dlq_runs", "runs in the queue's dead-letter queue", labels=["queue"])
-        with self.state.lock:
-            g = queries.gauges(self.state)
+        g = self.raft.read(queries.gauges)
         yield GaugeMetricFamily("raftsched_jobs", "registered jobs", value=g["jobs"])
         yield GaugeMetricFamily("raftsched_jobs_paused", "paused jobs", value=g["jobs_paused"])
         yield GaugeMetricFamily("raftsched_locks_held", "locks held", value=g["locks"])

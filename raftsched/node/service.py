@@ -26,8 +26,8 @@ def new_request_id() -> str:
 class Service:
     """The proposer side of every write the API offers, and its reads of the local replica.
 
-    :param state: this node's replica, read only through ``core.queries`` under its lock.
-    :param raft: the replication adapter (``propose``, ``barrier``).
+    :param state: this node's replica, read only through ``core.queries`` (``read``).
+    :param raft: the replication adapter (``propose``, ``barrier``, ``read``).
     :param clock: the proposer's clock: every command's ``now``, and the first slots of a job.
     """
 
@@ -60,9 +60,9 @@ class Service:
         return body
 
     def read(self, query, *args):
-        """``query(state, *args)`` (a core.queries function), under the lock apply takes."""
-        with self.state.lock:
-            return query(self.state, *args)
+        """``query(state, *args)`` (a core.queries function) on the local replica, under the
+        lock applies take (``raft.read``)."""
+        return self.raft.read(query, *args)
 
     async def read_barrier(self, consistent: bool) -> None:
         if consistent:

@@ -39,7 +39,7 @@ import aiohttp
 import msgpack
 
 from ..clock import Clock
-from ..core import commands, limits
+from ..core import commands, limits, queries
 from ..core.errors import Conflict, Indeterminate, NotFound, RaftschedError, Unavailable
 from .aio import wait_event
 from .executors import ALL_TYPES, CancelEvent, Outcome, RunContext, execute, execute_soon
@@ -187,7 +187,7 @@ class Worker:
                 timeout = min(timeout, _OUTCOME_COALESCE_S - waited)
         # An acquire that rides with a report costs no log entry of its own.
         if (want_acquire or (flushed and can_acquire)) and self._may_execute() \
-                and self.state.has_ready_work(self.queues, self.clock.now_ms()):
+                and self.raft.read(queries.has_ready_work, self.queues, self.clock.now_ms()):
             n = min(free, limits.acquire_runs_max)
             self._asked += n
             t = asyncio.create_task(self._acquire(n), name="acquire")
