@@ -17,7 +17,7 @@ from raftsched.core.model import RUN_STATES
 from raftsched.core.state import SchedulerState
 
 from core_helpers import SEC, T0, apply, new_state, put_cmd, spec_of, tick
-from test_execution import EXEC_SEQUENCES, ExecDriver
+from test_execution_determinism import EXEC_SEQUENCES, ExecDriver
 
 
 # ------------------------------------------------------------------ the walks they replace
