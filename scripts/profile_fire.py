@@ -21,6 +21,12 @@ from raftsched.core.state import SchedulerState
 from raftsched.core import commands as C, model, policy, limits
 import msgpack
 st=SchedulerState()
+try:  # the leader's due index, attached as its trigger does (code before core/due.py kept one built in)
+    from raftsched.core.due import DueIndex
+    st.due = DueIndex()
+    pop_due = lambda t, n: st.due.pop(st.jobs, t, n)
+except ImportError:
+    pop_due = st.pop_due
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 20000
 now=1_800_000_000_000
 spec=model.validate_job("j",{"schedule":{"every_s":1},"executor":{"type":"shell","argv":["true"]},"misfire":{"policy":"skip"},"queue":"q"})
@@ -31,7 +37,7 @@ for i in range(N):
 print("put_job/s", N/(time.perf_counter()-t))
 def tick(t_ms):
     t0=time.perf_counter()
-    jobs=st.pop_due(t_ms, 10**6)
+    jobs=pop_due(t_ms, 10**6)
     plans=[policy.plan_fire_compact(j["spec"],j["anchor"],j["cursor"],t_ms,j["gen"],j["name"]) for j in jobs]
     t1=time.perf_counter()
     datas=[]

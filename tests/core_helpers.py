@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import msgpack
 
-from raftsched.core import commands, limits, model, policy, schedule
+from raftsched.core import commands, due, limits, model, policy, schedule
+from raftsched.core.due import DueIndex
 from raftsched.core.state import SchedulerState
 
 #: 2026-05-28T20:26:40Z, a whole second; every test time is an offset from it.
@@ -80,12 +81,12 @@ def plan_tick(state: SchedulerState, now: int, limit: int = limits.fire_entries_
 
     Returns (fire command or None, names popped). Jobs whose plan is None are pushed back.
     """
-    jobs = state.pop_due(now, limit)
+    jobs = pop_due(state, now, limit)
     entries, names = [], []
     for job in jobs:
         plan = policy.plan_fire(job["spec"], job["anchor"], job["cursor"], now, job["gen"], job["name"])
         if plan is None:
-            state.repush([job["name"]])
+            repush(state, [job["name"]])
             continue
         entries.append(plan)
         names.append(job["name"])
@@ -101,8 +102,33 @@ def tick(state: SchedulerState, now: int):
         return None, None
     res = apply(state, cmd)
     if res.get("ok") and res.get("stale"):
-        state.repush(names)
+        repush(state, names)
     return cmd, res
+
+
+def new_state(*jobs: tuple[str, dict], now: int = T0) -> SchedulerState:
+    """A replica as its node holds it while leading: with a due index, attached as the trigger
+    attaches one (core/due.py; the index is derived: states with and without one snapshot
+    alike), holding ``jobs`` (name, spec pairs) put at ``now`` as the proposer puts them."""
+    s = SchedulerState()
+    due.attach(s, DueIndex())
+    for name, spec in jobs:
+        res = apply(s, put_cmd(s, name, spec, now))
+        assert res["ok"], res
+    return s
+
+
+def pop_due(state: SchedulerState, now: int, limit: int, ahead_ms: int = 0) -> list[dict]:
+    """The trigger's pop (due.pop_due), as the job records it names."""
+    return [state.jobs[n] for n in due.pop_due(state, now, limit, ahead_ms)]
+
+
+def repush(state: SchedulerState, names) -> None:
+    due.repush(state, names)
+
+
+def next_due_ms(state: SchedulerState, ahead_ms: int = 0) -> int | None:
+    return due.next_due_ms(state, ahead_ms)
 
 
 def snap_obj(state: SchedulerState, drop=("applied",)) -> dict:
@@ -114,7 +140,8 @@ def snap_obj(state: SchedulerState, drop=("applied",)) -> dict:
 
 
 def restored(state: SchedulerState) -> SchedulerState:
-    s = SchedulerState()
+    """A fresh replica restored from ``state``'s snapshot, with a due index when it has one."""
+    s = new_state() if state.due is not None else SchedulerState()
     s.restore(state.snapshot())
     return s
 

@@ -32,6 +32,7 @@ class Env:
         self.clock = FakeClock()
         self.service = Service(self.state, self.raft, self.clock, "node-1")
         self.trigger = Trigger(self.state, self.raft, self.clock, "node-1")
+        self.trigger.take_due_index()  # as it does on leading
         self.worker = self.metrics = None
         if metrics:
             self.worker = Worker(self.state, self.raft, self.clock, "node-1", slots=0)

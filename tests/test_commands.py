@@ -157,3 +157,13 @@ def test_decode_never_raises_anything_but_invalid_command(data):
 def test_invalid_command_is_a_definite_422_refusal():
     e = InvalidCommand("x")
     assert e.definite and e.http_status == 422 and e.to_dict()["code"] == "invalid_command"
+
+
+def test_every_op_has_one_handler_whose_docstring_is_its_commands_schema():
+    """The codec's ops and apply's table are one list (state.py checks it at import too), and
+    each handler's docstring opens with its command: ``op {fields}``."""
+    from raftsched.core.state import HANDLERS
+    assert tuple(HANDLERS) == commands.OPS
+    for op, handler in HANDLERS.items():
+        assert handler.__name__ == f"apply_{op}", (op, handler)
+        assert (handler.__doc__ or "").lstrip().startswith(f"``{op}"), f"{op}: its docstring names no command"

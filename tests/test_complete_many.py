@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 from raftsched.core import commands, limits
-from raftsched.core.state import SchedulerState
 
-from core_helpers import T0, apply, put_cmd, spec_of
+from core_helpers import T0, apply, new_state, put_cmd, spec_of
 
 
 def do(s, op, now, rid=None, **fields):
@@ -12,7 +11,7 @@ def do(s, op, now, rid=None, **fields):
 
 
 def setup(n):
-    s = SchedulerState()
+    s = new_state()
     assert apply(s, put_cmd(s, "a", spec_of({"every_s": 3600}, "skip", grace_s=0), T0))["ok"]
     for k in range(n):
         do(s, "trigger_job", T0 + k, name="a")

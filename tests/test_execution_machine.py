@@ -25,11 +25,11 @@ import copy
 from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from raftsched.core import commands, limits
-from raftsched.core.execution import backoff_ms
+from raftsched.core import commands, queries, limits
+from raftsched.core.policy import backoff_ms
 from raftsched.core.state import SchedulerState
 
-from core_helpers import MIN, HOUR, T0, apply, plan_tick, put_cmd, queued_count, restored, spec_of
+from core_helpers import HOUR, MIN, T0, apply, new_state, plan_tick, put_cmd, queued_count, restored, spec_of
 
 SPECS = {
     "a": spec_of({"every_s": 5}, "fire_all", grace_s=3, max_catchup=2, queue="q1", priority=5, history=1000,
@@ -50,7 +50,7 @@ TERMINAL = {"succeeded": "finished", "dead": "dead", "skipped": "recorded", "coa
 class LeaseMachine(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
-        self.s = SchedulerState()
+        self.s = new_state()
         self.now = T0       # the leader's clock (and the clock of every command but a lagging one)
         self.state_time = 0  # the highest now of any command applied: what apply computes from
         for name, spec in SPECS.items():
@@ -423,13 +423,13 @@ class LeaseMachine(RuleBasedStateMachine):
         want = [("run", rid, m["lease"]["token"], m["lease"]["renewals"], m["lease"]["ttl"])
                 for rid, m in self.m.items() if m["place"] == "running"]
         want += [("lock", n, lk["token"], lk["renewals"], lk["ttl"]) for n, lk in self.locks.items()]
-        assert self.s.lease_snapshot() == sorted(want), "not every live lease, or not in canonical order"
+        assert queries.lease_snapshot(self.s) == sorted(want), "not every live lease, or not in canonical order"
 
     @invariant()
     def queue_depth_counts_queued_runs(self):
         for q in QUEUES:
             n = sum(1 for m in self.m.values() if m["place"] == "queued" and m["queue"] == q)
-            assert self.s.queue_depth(q) == queued_count(self.s, q) == n
+            assert queries.queue_depth(self.s, q) == queued_count(self.s, q) == n
 
     @invariant()
     def locks_are_where_the_model_says(self):

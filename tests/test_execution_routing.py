@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 from raftsched.core import commands
-from raftsched.core.state import SchedulerState
 
-from core_helpers import T0, apply, put_cmd, spec_of
+from core_helpers import T0, apply, new_state, put_cmd, spec_of
 
 TTL = 10_000
 
@@ -20,7 +19,7 @@ def do(s, op, now, **fields):
 
 
 def test_acquire_with_types_leaves_other_executor_types_queued_for_other_nodes():
-    s = SchedulerState()
+    s = new_state()
     assert apply(s, put_cmd(s, "sh", job({"type": "shell", "argv": ["true"]}), T0))["ok"]
     assert apply(s, put_cmd(s, "web", job({"type": "http", "url": "http://127.0.0.1:1/x"}), T0))["ok"]
     shell_run = do(s, "trigger_job", T0, name="sh")["run"]
@@ -33,7 +32,7 @@ def test_acquire_with_types_leaves_other_executor_types_queued_for_other_nodes()
 
 
 def test_acquire_types_must_be_a_list_of_names():
-    s = SchedulerState()
+    s = new_state()
     assert apply(s, put_cmd(s, "sh", job({"type": "shell", "argv": ["true"]}), T0))["ok"]
     rid = do(s, "trigger_job", T0, name="sh")["run"]
     token_before = s.fencing_token

@@ -7,6 +7,7 @@ from hypothesis import given, settings, strategies as st
 from raftsched.core import limits, policy, schedule
 
 from core_helpers import DAY, HOUR, MIN, SEC, T0, spec_of
+from raftsched.core.policy import backoff_ms
 
 POLICIES = ("fire_all", "fire_once", "skip")
 
@@ -374,3 +375,39 @@ def test_interval_start_at_in_the_past_keeps_its_phase_and_fires_nothing_before_
     anchor, cursor = policy.initial_position(sched, T0 + HOUR + 3 * SEC)
     assert cursor == T0 + HOUR + 3 * SEC
     assert schedule.next_slot_after(sched, cursor, anchor) == T0 + HOUR + 10_437
+
+
+# ----------------------------------------------------------------------------- retry backoff
+RETRIES = st.builds(
+    lambda b, m, cap_extra, j, n: {"max_attempts": n, "backoff_s": b, "backoff_multiplier": m,
+                                   "backoff_max_s": b + cap_extra, "jitter": j},
+    st.sampled_from([0, 0.5, 1, 2, 30]), st.sampled_from([1, 1.5, 2, 10]),
+    st.sampled_from([0, 1, 100, 3600]), st.sampled_from([0, 0.1, 0.5, 1]), st.integers(1, 100))
+
+
+@settings(max_examples=300, deadline=None)
+@given(retry=RETRIES, attempt=st.integers(1, 100), run_id=st.text(min_size=1, max_size=20))
+def test_backoff_ms_is_capped_exponential_within_the_jitter_fraction(retry, attempt, run_id):
+    d = backoff_ms(retry, run_id, attempt)
+    assert isinstance(d, int) and d >= 0
+    base = min(retry["backoff_max_s"], retry["backoff_s"] * retry["backoff_multiplier"] ** (attempt - 1)) * 1000
+    j = retry["jitter"]
+    assert base * (1 - j) - 1 <= d <= base * (1 + j), (base, d)
+    assert d <= retry["backoff_max_s"] * 1000 * (1 + j)
+    assert backoff_ms(retry, run_id, attempt) == d  # deterministic
+
+
+def test_backoff_ms_grows_by_the_multiplier_until_the_cap():
+    r = {"max_attempts": 10, "backoff_s": 1, "backoff_multiplier": 2, "backoff_max_s": 10, "jitter": 0}
+    assert [backoff_ms(r, "j@1", n) for n in range(1, 7)] == [1000, 2000, 4000, 8000, 10000, 10000]
+
+
+def test_backoff_jitter_is_a_hash_of_run_and_attempt():
+    r = {"max_attempts": 10, "backoff_s": 100, "backoff_multiplier": 1, "backoff_max_s": 100, "jitter": 0.5}
+    same = [backoff_ms(r, "job@1780000000000", 3) for _ in range(5)]
+    assert len(set(same)) == 1
+    across_attempts = {backoff_ms(r, "job@1780000000000", n) for n in range(1, 21)}
+    across_runs = {backoff_ms(r, f"job@{T0 + i * 1000}", 1) for i in range(20)}
+    assert len(across_attempts) >= 15 and len(across_runs) >= 15
+    spread = across_attempts | across_runs
+    assert min(spread) < 100_000 < max(spread), "jitter goes both ways"

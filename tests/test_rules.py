@@ -18,12 +18,12 @@ from zoneinfo import ZoneInfo
 import pytest
 from hypothesis import HealthCheck, assume, example, given, note, settings, strategies as st
 
-from raftsched.core import commands, limits, model, policy, preview, schedule
+from raftsched.core import commands, queries, limits, model, policy, preview, schedule
 from raftsched.core.errors import InvalidSpec
 from raftsched.core.state import SchedulerState
 
-from core_helpers import (DAY, HOUR, MIN, SEC, T0, apply, plan_tick, put_cmd, resume_cmd, spec_of,
-                          tick)
+from core_helpers import (DAY, HOUR, MIN, SEC, T0, apply, new_state, next_due_ms, plan_tick, pop_due,
+    put_cmd, repush, resume_cmd, spec_of, tick)
 
 UTC = timezone.utc
 DST_ZONES = ("America/New_York", "Europe/Berlin", "Australia/Sydney", "America/Santiago", "Europe/London")
@@ -169,9 +169,9 @@ def test_dst_fixed_hour_slots_match_the_option_exactly(tz, k, cron, dst):
     if len(expected) > 40:
         return  # minute-by-minute hours: the slot list above is the point; keep firing cheap
     # The same slots through the state machine: a leader that fires each slot the moment it is due.
-    s = SchedulerState()
+    s = new_state()
     assert apply(s, put_cmd(s, "j", spec, lo))["ok"]
-    while (nd := s.next_due_ms()) is not None and nd <= hi:
+    while (nd := next_due_ms(s)) is not None and nd <= hi:
         tick(s, nd)
     runs = [s.runs[r] for r in s.history.get("j", [])]
     assert [r["slot"] for r in runs if r["kind"] == "scheduled"] == expected
@@ -338,13 +338,13 @@ def drive(spec: dict, created: int, until: int, down: list[tuple[int, int]], lag
     (plus a lag within grace_s), except while it is down: a slot due in an outage (a, b) is fired
     at b. Checks every fire against :func:`expected_fire` and the next-slot rule, and returns
     (state, fires) with fires = [(now, outage index or None, runs, records, due, missed)]."""
-    s = SchedulerState()
+    s = new_state()
     cmd = put_cmd(s, "j", spec, created)
     assert apply(s, cmd)["ok"]
     anchor = cmd["anchor"]
     fires = []
     for i in range(10_000):
-        nd = s.next_due_ms()
+        nd = next_due_ms(s)
         if nd is None or nd > until:
             break
         now, which = nd + lags[i % len(lags)], None
@@ -493,7 +493,7 @@ def test_long_outage_records_are_exact_or_marked_uncounted(raw, pol, grace, mc, 
             spec = spec_of(raw, pol, grace_s=grace, max_catchup=mc, history=1000, **extra)
         except InvalidSpec:
             assume(False)
-        s = SchedulerState()
+        s = new_state()
         cmd = put_cmd(s, "j", spec, start)
         assert apply(s, cmd)["ok"]
         now = start + n * period
@@ -536,7 +536,7 @@ def test_next_slot_after_firing_is_after_now_and_the_schedules_next(raw, pol, wa
         spec = spec_of(raw, pol, history=1000, **extra)
     except InvalidSpec:  # the jitter is not below this cron's shortest interval
         spec = spec_of(raw, pol, history=1000)
-    s = SchedulerState()
+    s = new_state()
     cmd = put_cmd(s, "j", spec, start)
     assert apply(s, cmd)["ok"]
     assert s.jobs["j"]["next"] == schedule.next_slot_after(spec["schedule"], cmd["cursor"], cmd["anchor"])
@@ -685,7 +685,7 @@ TTL = 10 * SEC
 
 def lease_item(state: SchedulerState, rid: str) -> list:
     """The run's lease as the leader's reaper names it in an expire command (from lease_snapshot)."""
-    [item] = [list(x[1:4]) for x in state.lease_snapshot() if x[0] == "run" and x[1] == rid]
+    [item] = [list(x[1:4]) for x in queries.lease_snapshot(state) if x[0] == "run" and x[1] == rid]
     return item
 
 
@@ -697,7 +697,7 @@ def test_overlap_runs_and_records_match_a_simple_model(ov, actions):
     of the policy says; replaced runs are failed 'replaced by ...' and their token is refused."""
     retry = {"max_attempts": 2, "backoff_s": 0, "backoff_max_s": 0, "jitter": 0}
     spec = spec_of({"every_s": 10}, "fire_all", grace_s=3600, max_catchup=100, history=1000, overlap=ov, retry=retry)
-    s = SchedulerState()
+    s = new_state()
     assert apply(s, put_cmd(s, "j", spec, T0))["ok"]
     now, slot = T0, T0
     runs: dict[str, dict] = {}   # id -> {"state", "due", "token", "failures", "lost"}
@@ -791,7 +791,7 @@ def test_overlap_runs_and_records_match_a_simple_model(ov, actions):
 
 def test_replace_revokes_the_running_run_and_queues_the_new_one():
     spec = spec_of({"every_s": 10}, "fire_all", grace_s=60, overlap={"policy": "replace"})
-    s = SchedulerState()
+    s = new_state()
     assert apply(s, put_cmd(s, "j", spec, T0))["ok"]
     tick(s, T0 + 10 * SEC)
     g = apply(s, commands.make("acquire", T0 + 11 * SEC, None, worker="w", queues=None, max=1, ttl=TTL))["runs"][0]
@@ -800,11 +800,11 @@ def test_replace_revokes_the_running_run_and_queues_the_new_one():
     old, new = s.runs[g["id"]], s.runs[f"j@{T0 + 20 * SEC}"]
     assert old["state"] == "failed" and old["error"].startswith(f"replaced by run j@{T0 + 20 * SEC}")
     assert old["attempts"][-1]["token"] == g["token"] and old["attempts"][-1]["ok"] is False
-    assert new["state"] == "queued" and s.queue_depth("default") == 1
+    assert new["state"] == "queued" and queries.queue_depth(s, "default") == 1
     assert apply(s, commands.make("heartbeat", T0 + 21 * SEC, None, worker="w", leases=[[g["id"], g["token"]]], ttl=TTL))["lost"] == [g["id"]]
     res = apply(s, commands.make("complete", T0 + 21 * SEC, None, run=g["id"], token=g["token"], success=True))
     assert res["error"]["code"] == "conflict" and s.runs[g["id"]]["state"] == "failed"
-    assert not [x for x in s.lease_snapshot() if x[1] == g["id"]]
+    assert not [x for x in queries.lease_snapshot(s) if x[1] == g["id"]]
 
 
 # =============================================================================== pause / resume
@@ -815,12 +815,12 @@ def test_pause_resume_records_paused_slots_or_leaves_them_to_the_misfire_policy(
         raw, pol, grace, mc, before, paused, catch_up, stale_fire):
     raw, period, start = raw
     spec = spec_of(raw, pol, grace_s=grace, max_catchup=mc, history=1000)
-    s = SchedulerState()
+    s = new_state()
     cmd = put_cmd(s, "j", spec, start)
     assert apply(s, cmd)["ok"]
     anchor = cmd["anchor"]
     p = start + before * period
-    while (nd := s.next_due_ms()) is not None and nd <= p:
+    while (nd := next_due_ms(s)) is not None and nd <= p:
         tick(s, nd)
     late_fire, _ = plan_tick(s, p + period)  # planned before the pause, applied during it
     assert apply(s, commands.make("pause_job", p, None, name="j"))["ok"]
@@ -829,7 +829,7 @@ def test_pause_resume_records_paused_slots_or_leaves_them_to_the_misfire_policy(
     r = p + paused * period + 1
     if late_fire is not None and stale_fire:
         assert apply(s, late_fire)["stale"] == 1
-    assert s.pop_due(r + 100 * DAY, 10) == [], "a paused job is never due"
+    assert pop_due(s, r + 100 * DAY, 10) == [], "a paused job is never due"
     assert apply(s, resume_cmd(s, "j", r, catch_up=catch_up))["ok"]
     while_paused = list(schedule.iter_slots(spec["schedule"], cursor, r, anchor, 10**6))
     if not catch_up:
@@ -839,7 +839,7 @@ def test_pause_resume_records_paused_slots_or_leaves_them_to_the_misfire_policy(
         upto = max(r, cursor)  # (an interval job's cursor starts at its anchor, up to 1 s ahead)
         assert s.jobs["j"]["cursor"] == upto
         assert s.jobs["j"]["next"] == schedule.next_slot_after(spec["schedule"], upto, anchor)
-        assert s.pop_due(upto, 10) == []
+        assert pop_due(s, upto, 10) == []
     else:
         assert s.jobs["j"]["cursor"] == cursor
         exp_runs, exp_recs, due, _ = expected_fire(spec, anchor, cursor, r)
@@ -856,7 +856,7 @@ def test_pause_resume_records_paused_slots_or_leaves_them_to_the_misfire_policy(
 def test_explain_is_what_the_state_machine_does_after_the_same_outage(raw, pol, grace, mc, lead, down):
     raw, period, start = raw
     spec = spec_of(raw, pol, grace_s=grace, max_catchup=mc, history=1000)
-    s = SchedulerState()
+    s = new_state()
     cmd = put_cmd(s, "j", spec, start)
     assert apply(s, cmd)["ok"]
     anchor = cmd["anchor"]
@@ -914,7 +914,7 @@ def test_no_slot_ever_becomes_two_runs(start, first, program):
     second leader from an older view with its clock ahead, interleaved with put_job replacing
     the spec, pause and resume, and workers taking and finishing runs): no (job, slot) becomes
     two runs, and no slot is both a run and recorded, nor recorded twice."""
-    s = SchedulerState()
+    s = new_state()
     now = start
     for name, i in zip("ab", first):
         assert apply(s, put_cmd(s, name, SPECS_2L[i], now))["ok"]
@@ -939,7 +939,7 @@ def test_no_slot_ever_becomes_two_runs(start, first, program):
             if cmd is not None:
                 old_fires.append(commands.encode(cmd))
                 if do(cmd).get("stale"):
-                    s.repush(names)
+                    repush(s, names)
         elif op == "refire" and old_fires:
             # (it may still apply: a fire dropped because its job was paused is fresh again after
             # a resume with catch_up; the ledger below is what must hold)
@@ -949,7 +949,7 @@ def test_no_slot_ever_becomes_two_runs(start, first, program):
             views.append(s.snapshot())
         elif op == "lagging" and views:
             k, ahead = arg
-            view = SchedulerState()
+            view = new_state()
             view.restore(views[max(0, len(views) - 1 - k)])
             entries = [policy.plan_fire(j["spec"], j["anchor"], j["cursor"], now + ahead, j["gen"], n)
                        for n, j in view.jobs.items() if not j["paused"] and j["next"] is not None and j["next"] <= now + ahead]

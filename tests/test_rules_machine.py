@@ -20,10 +20,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, event, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from raftsched.core import commands, policy, schedule
-from raftsched.core.state import SchedulerState
+from raftsched.core import commands, queries, policy, schedule
 
-from core_helpers import HOUR, MIN, SEC, T0, plan_tick, put_cmd, resume_cmd, spec_of
+from core_helpers import HOUR, MIN, SEC, T0, new_state, plan_tick, put_cmd, resume_cmd, spec_of
 
 NAMES = ("a", "b", "c")
 #: 2026-11-01T05:00:00Z: 01:00 EDT in New York, an hour before its fall-back.
@@ -69,8 +68,8 @@ def overlap_record_state(ov: dict) -> str | None:
 class RulesMachine(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
-        self.state = SchedulerState()
-        self.follower = SchedulerState()
+        self.state = new_state()
+        self.follower = new_state()
         self.now = T0
         self.gen = 0
         #: name -> {"spec", "gen", "cursor", "paused", "anchor"}
@@ -296,7 +295,7 @@ class RulesMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.views)
     @rule(k=st.integers(0, 5), ahead=st.sampled_from([0, 1, 5 * SEC, 61 * SEC]))
     def lagging_leader_fires_from_old_view(self, k, ahead):
-        view = SchedulerState()
+        view = new_state()
         view.restore(self.views[max(0, len(self.views) - 1 - k)])
         now = self.now + ahead
         entries = [policy.plan_fire(j["spec"], j["anchor"], j["cursor"], now, j["gen"], n)
@@ -313,7 +312,7 @@ class RulesMachine(RuleBasedStateMachine):
         self.grants += [(g["id"], g["token"]) for g in res["runs"]]
 
     def _leases(self):
-        return sorted(x for x in self.state.lease_snapshot() if x[0] == "run")
+        return sorted(x for x in queries.lease_snapshot(self.state) if x[0] == "run")
 
     @precondition(lambda self: self.grants)
     @rule(k=st.integers(0, 5), ok=st.booleans())
@@ -339,7 +338,7 @@ class RulesMachine(RuleBasedStateMachine):
     @rule()
     def snapshot_and_restore(self):
         data = self.state.snapshot()
-        self.state = SchedulerState()
+        self.state = new_state()
         self.state.restore(data)
         assert self.state.snapshot() == data
 

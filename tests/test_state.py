@@ -9,24 +9,14 @@ import msgpack
 import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
-from raftsched.core import commands, limits, policy
-from raftsched.core import state as state_mod
+from raftsched.core import commands, queries, limits, policy
+from raftsched.core import fire as fire_mod, records as records_mod, snapshot as snapshot_mod
 from raftsched.core.state import SchedulerState
 
-from core_helpers import (
-    DAY, HOUR, MIN, SEC, T0, apply, plan_tick, put_cmd, queued_count, restored, resume_cmd,
-    runs_of, snap_obj, snapshot_v1_obj, spec_of, tick,
-)
+from core_helpers import (DAY, HOUR, MIN, SEC, T0, apply, new_state, next_due_ms, plan_tick, pop_due,
+    put_cmd, queued_count, repush, restored, resume_cmd, runs_of, snap_obj, snapshot_v1_obj, spec_of, tick)
 
 EVERY10 = spec_of({"every_s": 10}, "fire_all", grace_s=5, max_catchup=3)
-
-
-def new_state(*jobs, now=T0) -> SchedulerState:
-    s = SchedulerState()
-    for name, spec in jobs:
-        res = apply(s, put_cmd(s, name, spec, now))
-        assert res["ok"], res
-    return s
 
 
 def refused(s: SchedulerState, cmd, code: str) -> dict:
@@ -47,13 +37,13 @@ def fire_entry(job, gen, after, upto, runs=(), rec=(), nxt=None):
 
 # ----------------------------------------------------------------------------- put_job
 def test_put_job_creates_job_with_proposer_fields():
-    s = SchedulerState()
+    s = new_state()
     res = apply(s, put_cmd(s, "a", EVERY10, T0))
     assert res == {"ok": True, "job": "a", "gen": 1, "created": True}
     job = s.jobs["a"]
     assert (job["cursor"], job["anchor"], job["next"], job["paused"]) == (T0, T0, T0 + 10 * SEC, False)
-    assert s.pop_due(T0 + 9999, 10) == []
-    assert [j["name"] for j in s.pop_due(T0 + 10 * SEC, 10)] == ["a"]
+    assert pop_due(s, T0 + 9999, 10) == []
+    assert [j["name"] for j in pop_due(s, T0 + 10 * SEC, 10)] == ["a"]
 
 
 def test_put_job_replace_with_same_schedule_keeps_cursor_and_next():
@@ -135,13 +125,13 @@ def test_delete_job_removes_job_history_runs_and_queue_depth():
     other = spec_of({"every_s": 10}, "fire_all", grace_s=5)
     s = new_state(("a", EVERY10), ("b", other))
     tick(s, T0 + 30 * SEC)
-    assert s.queue_depth("default") == 6
+    assert queries.queue_depth(s, "default") == 6
     res = apply(s, commands.make("delete_job", T0 + 31 * SEC, None, name="a"))
     assert res == {"ok": True, "job": "a", "deleted": True}
     assert "a" not in s.jobs and "a" not in s.history
     assert not any(r["job"] == "a" for r in s.runs.values())
-    assert s.queue_depth("default") == 3 == queued_count(s, "default")
-    assert [j["name"] for j in s.pop_due(T0 + HOUR, 10)] == ["b"]
+    assert queries.queue_depth(s, "default") == 3 == queued_count(s, "default")
+    assert [j["name"] for j in pop_due(s, T0 + HOUR, 10)] == ["b"]
     # a stale fire for the deleted job changes nothing
     cmd = commands.make("fire", T0 + 40 * SEC, None, entries=[fire_entry("a", 1, T0 + 30 * SEC, T0 + 40 * SEC, [T0 + 40 * SEC], nxt=T0 + 50 * SEC)])
     assert apply(s, cmd)["stale"] == 1 and "a" not in s.history
@@ -153,7 +143,7 @@ def test_recreated_job_after_delete_starts_fresh():
     apply(s, commands.make("delete_job", T0 + 11 * SEC, None, name="a"))
     res = apply(s, put_cmd(s, "a", EVERY10, T0))
     assert res["created"] is True and res["gen"] == 2
-    assert not s.history.get("a") and s.jobs["a"]["stats"][0] == 0  # runs (state.STATS_FIELDS)
+    assert not s.history.get("a") and s.jobs["a"]["stats"][0] == 0  # runs (records.STATS_FIELDS)
 
 
 # ----------------------------------------------------------------------------- pause / resume
@@ -162,9 +152,9 @@ def test_paused_job_is_not_due_and_its_fires_are_dropped():
     fire, _ = plan_tick(s, T0 + 10 * SEC)  # planned before the pause applies
     assert apply(s, commands.make("pause_job", T0 + 10 * SEC, None, name="a"))["paused"] is True
     assert apply(s, fire) == {"ok": True, "fired": 0, "recorded": 0, "stale": 1, "stale_jobs": ["a"]}
-    s.repush(["a"])
-    assert s.pop_due(T0 + HOUR, 10) == []
-    assert s.next_due_ms() is None
+    repush(s, ["a"])
+    assert pop_due(s, T0 + HOUR, 10) == []
+    assert next_due_ms(s) is None
 
 
 def test_resume_records_paused_slots_and_resumes_from_now():
@@ -180,8 +170,8 @@ def test_resume_records_paused_slots_and_resumes_from_now():
     assert (r["state"], r["reason"], r["slot"], r["slot_to"], r["count"]) == ("skipped", "paused", T0 + 20 * SEC, T0 + 60 * SEC, 5)
     job = s.jobs["a"]
     assert job["cursor"] == now and job["next"] == T0 + 70 * SEC and not job["paused"]
-    assert s.pop_due(now, 10) == []
-    assert [j["name"] for j in s.pop_due(T0 + 70 * SEC, 10)] == ["a"]
+    assert pop_due(s, now, 10) == []
+    assert [j["name"] for j in pop_due(s, T0 + 70 * SEC, 10)] == ["a"]
 
 
 def test_resume_with_catch_up_lets_the_misfire_policy_decide():
@@ -353,7 +343,7 @@ def test_fire_malformed_entries_are_refused_and_change_nothing(entries):
     s = new_state(("a", EVERY10), now=T0 + 30 * SEC)
     s.jobs["a"]["cursor"] = T0  # as if created at T0 (keep the state's now at T0+30s)
     s.jobs["a"]["next"] = T0 + 10 * SEC
-    s.rebuild_due()
+    s.due.rebuild(s.jobs)
     refused(s, commands.make("fire", T0 + 30 * SEC, None, entries=entries), "invalid_command")
 
 
@@ -363,8 +353,8 @@ def test_fire_wire_form_and_map_form_apply_alike():
     a, b = new_state(("a", EVERY10), ("b", EVERY10)), new_state(("a", EVERY10), ("b", EVERY10))
     for now in (T0 + 10 * SEC, T0 + 20 * SEC, T0 + 95 * SEC):
         plans = [policy.plan_fire(x.get("spec"), x["anchor"], x["cursor"], now, x["gen"], x["name"])
-                 for x in a.pop_due(now, 10)]
-        b.pop_due(now, 10)
+                 for x in pop_due(a, now, 10)]
+        pop_due(b, now, 10)
         apply(a, commands.make("fire", now, None, entries=plans))
         apply(b, commands.make("fire", now, None, entries=[policy.compact_entry(p) for p in plans]))
     assert a.snapshot() == b.snapshot() and len(a.runs) > 4
@@ -384,7 +374,7 @@ def test_fire_cursor_never_runs_backwards():
 
 # ----------------------------------------------------------------------------- request ids
 def test_request_id_dedupe_returns_first_result_and_applies_once():
-    s = SchedulerState()
+    s = new_state()
     cmd = put_cmd(s, "a", EVERY10, T0, rid="req-1")
     first = apply(s, cmd)
     again = apply(s, put_cmd(s, "a", EVERY10, T0 + 5, rid="req-1"))
@@ -434,7 +424,7 @@ def test_history_bound_trims_oldest_terminal_entries_but_never_queued_ones():
     queued = [r for r in hist if r["state"] == "queued"]
     terminal = [r for r in hist if r["state"] != "queued"]
     assert len(queued) == 6, "queued runs are never trimmed"
-    # Behind a queued oldest entry, finished ones go in steps of _TRIM_SCAN_SLACK (docs/api.md).
+    # Behind a queued oldest entry, finished ones go in steps of fire.TRIM_SCAN_SLACK (docs/api.md).
     assert len(terminal) <= 3 + 15, "terminal entries beyond the bound are trimmed"
     assert all(rid in s.runs for rid in s.history.get("a", []))
     for _ in range(20):
@@ -481,7 +471,7 @@ def test_queue_full_reject_records_the_slot_as_skipped():
     states = [(r["slot"], r["state"], r.get("reason")) for r in runs_of(s, "a", "scheduled")]
     assert states == [(T0 + 10 * SEC, "queued", None), (T0 + 20 * SEC, "queued", None),
                       (T0 + 30 * SEC, "skipped", "queue_full")]
-    assert s.queue_depth("default") == 2 == queued_count(s, "default")
+    assert queries.queue_depth(s, "default") == 2 == queued_count(s, "default")
     assert apply(s, commands.make("trigger_job", T0 + 31 * SEC, None, name="a"))["state"] == "skipped"
 
 
@@ -492,7 +482,7 @@ def test_queue_full_drop_oldest_keeps_the_newest():
     states = {r["slot"]: (r["state"], r.get("reason")) for r in runs_of(s, "a", "scheduled")}
     assert states == {T0 + 10 * SEC: ("skipped", "queue_full"), T0 + 20 * SEC: ("queued", None),
                       T0 + 30 * SEC: ("queued", None)}
-    assert s.queue_depth("default") == 2 == queued_count(s, "default")
+    assert queries.queue_depth(s, "default") == 2 == queued_count(s, "default")
 
 
 def test_put_queue_malformed_is_refused():
@@ -514,7 +504,7 @@ def test_state_time_never_runs_backwards():
 
 
 def test_noop_and_takeover():
-    s = SchedulerState()
+    s = new_state()
     assert apply(s, commands.make("noop", T0, None)) == {"ok": True, "now": T0}
     assert apply(s, commands.make("takeover", T0 + 1, None, node="n2"))["ok"]
     assert s.leader == {"node": "n2", "since": T0 + 1}
@@ -537,21 +527,21 @@ def test_snapshot_restore_is_byte_identical_and_rebuilds_derived_indexes():
     tick(s, T0 + 30 * SEC)
     r = restored(s)
     assert r.snapshot() == s.snapshot() and r.state_hash() == s.state_hash()
-    assert r.queue_depth("default") == s.queue_depth("default") == 3
-    assert [j["name"] for j in r.pop_due(T0 + HOUR, 10)] == ["a"]
+    assert queries.queue_depth(r, "default") == queries.queue_depth(s, "default") == 3
+    assert [j["name"] for j in pop_due(r, T0 + HOUR, 10)] == ["a"]
     # both continue identically
     for st_ in (s, r):
-        st_.repush(["a"])
+        repush(st_, ["a"])
         tick(st_, T0 + 50 * SEC)
     assert r.snapshot() == s.snapshot()
 
 
 def test_restore_refuses_other_versions():
-    s = SchedulerState()
+    s = new_state()
     obj = msgpack.unpackb(s.snapshot(), raw=False)
-    obj["v"] = state_mod.SNAPSHOT_VERSION + 1
+    obj["v"] = snapshot_mod.SNAPSHOT_VERSION + 1
     with pytest.raises(ValueError):
-        SchedulerState().restore(msgpack.packb(obj))
+        new_state().restore(msgpack.packb(obj))
 
 
 def test_restore_reads_version_1_snapshots():
@@ -560,7 +550,7 @@ def test_restore_reads_version_1_snapshots():
     tick(s, T0 + 30 * SEC)
     obj = snapshot_v1_obj(s)
     assert obj["v"] == 1 and isinstance(obj["jobs"]["a"]["stats"], dict)
-    r = SchedulerState()
+    r = new_state()
     r.restore(msgpack.packb(obj, use_bin_type=True))
     assert r.snapshot() == s.snapshot()
     assert r.jobs["a"]["spec"]["retry"] is r.jobs["b"]["spec"]["retry"]
@@ -710,7 +700,7 @@ class Driver:
                 assert res["stale"] == 0, "a plan from the current view is never stale"
         elif kind == "stale_tick":
             _, back, dt = action
-            view = SchedulerState()
+            view = new_state()
             view.restore(self.views[max(0, len(self.views) - 1 - back)])
             # another leader, whose view lags and whose clock may run ahead
             cmd, _ = plan_tick(view, self.now + dt)
@@ -740,7 +730,7 @@ class Driver:
             _, how, dt = action
             view = restored(L)
             at = self.now + dt
-            nxt = view.next_due_ms()
+            nxt = next_due_ms(view)
             if nxt is not None and nxt > at and nxt - at <= DAY:
                 at = nxt  # plan when something is due, so that there is an entry to break
             cmd, _ = plan_tick(view, at)
@@ -761,15 +751,15 @@ class Driver:
 
 def _invariants(s: SchedulerState):
     for q in set(r["queue"] for r in s.runs.values() if "queue" in r) | {"default", "q"}:
-        assert s.queue_depth(q) == queued_count(s, q), "derived queue depth drifted"
+        assert queries.queue_depth(s, q) == queued_count(s, q), "derived queue depth drifted"
     for name, job in s.jobs.items():
         assert job["cursor"] <= s.now_ms or job["cursor"] == job["anchor"] < s.now_ms + 1000
         hist = s.history.get(name, [])
         queued = sum(1 for rid in hist if s.runs[rid]["state"] == "queued")
-        # Finished entries behind a queued oldest one are trimmed in steps (state._TRIM_SCAN_SLACK);
+        # Finished entries behind a queued oldest one are trimmed in steps (fire.TRIM_SCAN_SLACK);
         # a run dropped by on_full=drop_oldest finishes after it was added, so it may wait longer.
         dropped = sum(1 for rid in hist if s.runs[rid].get("reason") == "queue_full")
-        slack = 0 if not hist or s.runs[hist[0]]["state"] != "queued" else state_mod._TRIM_SCAN_SLACK - 1
+        slack = 0 if not hist or s.runs[hist[0]]["state"] != "queued" else fire_mod.TRIM_SCAN_SLACK - 1
         assert len(hist) <= job["spec"]["history"] + queued + slack + dropped
     assert set(s.runs) == {rid for h in s.history.values() for rid in h}
 
@@ -777,13 +767,13 @@ def _invariants(s: SchedulerState):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(actions=SEQUENCES, restore_at=st.sets(st.integers(0, 40), max_size=4))
 def test_replicas_applying_the_same_commands_end_byte_identical(actions, restore_at):
-    a, b = SchedulerState(), SchedulerState()
+    a, b = new_state(), new_state()
     d = Driver([a, b])
 
     def snapshot_restore():
         nonlocal b
         data = b.snapshot()
-        fresh = SchedulerState()
+        fresh = new_state()
         fresh.restore(data)
         assert fresh.snapshot() == data
         b = fresh
@@ -799,13 +789,13 @@ def test_replicas_applying_the_same_commands_end_byte_identical(actions, restore
     _invariants(b)
     r = restored(a)
     assert r.snapshot() == a.snapshot()
-    assert r.queue_depth("default") == a.queue_depth("default")
+    assert queries.queue_depth(r, "default") == queries.queue_depth(a, "default")
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(actions=REFUSAL_SEQUENCES)
 def test_refused_commands_change_nothing(actions):
-    s = SchedulerState()
+    s = new_state()
     d = Driver([s])
     orig = d.propose
 
@@ -825,15 +815,15 @@ def test_refused_commands_change_nothing(actions):
 @settings(max_examples=60, deadline=None)
 @given(actions=SEQUENCES)
 def test_restore_of_snapshot_is_byte_identical(actions):
-    s = SchedulerState()
+    s = new_state()
     d = Driver([s])
     for act in actions:
         d.run(act)
     data = s.snapshot()
-    r = SchedulerState()
+    r = new_state()
     r.restore(data)
     assert r.snapshot() == data
-    r2 = SchedulerState()
+    r2 = new_state()
     r2.restore(r.snapshot())
     assert r2.snapshot() == data
 
@@ -855,7 +845,7 @@ BIG_HISTORY = [dict(sp, history=1000) for sp in SPECS[:3]]
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(actions=st.lists(FIRE_ACTIONS, min_size=1, max_size=40))
 def test_no_run_id_twice_and_no_slot_both_run_and_recorded(actions):
-    s = SchedulerState()
+    s = new_state()
     d = Driver([s])
     seen_ids: dict[str, set] = {}
     run_slots: dict[str, list] = {}
@@ -890,7 +880,7 @@ def test_no_run_id_twice_and_no_slot_both_run_and_recorded(actions):
 
 def test_replace_that_lowers_the_history_bound_trims_at_once():
     from raftsched.core import model as _model
-    s = SchedulerState()
+    s = new_state()
     raw = {"schedule": {"every_s": 1}, "executor": {"type": "shell", "argv": ["true"]},
            "misfire": {"policy": "skip"}, "history": 5}
     spec = _model.validate_job("h", raw)
@@ -920,13 +910,13 @@ def test_jobs_share_identical_spec_parts_without_changing_the_snapshot():
 
 
 def test_shared_parts_never_conflate_values_that_encode_differently():
-    s = SchedulerState()
+    s = new_state()
     one = spec_of({"every_s": 10}, "skip", name="a", payload={"v": 1})
     true = spec_of({"every_s": 10}, "skip", name="b", payload={"v": True})
     apply(s, put_cmd(s, "a", one, T0))
     apply(s, put_cmd(s, "b", true, T0))
     assert type(s.jobs["a"]["spec"]["payload"]["v"]) is int and s.jobs["b"]["spec"]["payload"]["v"] is True
-    twin = SchedulerState()
+    twin = new_state()
     apply(twin, put_cmd(twin, "b", true, T0))
     apply(twin, put_cmd(twin, "a", one, T0))
     snap = msgpack.unpackb(s.snapshot())
@@ -939,23 +929,24 @@ def test_shared_parts_never_conflate_values_that_encode_differently():
                     reason="key-sharing dictionaries are CPython's")
 def test_job_spec_and_run_records_share_their_key_tables():
     """The records are plain dicts, equal to maps of their own, but hold a row of values against
-    a key table shared by their kind (state._shared_keys): measured as the memory 2 000 of them
+    a key table shared by their kind (records.shared_keys): measured as the memory 2 000 of them
     take against the same records as maps of their own, which cost at least a key table more
     (Python 3.11: job 177 against 280 bytes, spec 560 against 656 with its executor map, run 336
     against 472)."""
     import gc
     import tracemalloc
 
-    s = SchedulerState()
+    s = new_state()
     raw = spec_of({"every_s": 60}, "skip")
     # Everything a record holds is made before the measure: it counts the records' own maps.
     names = [f"j{i}" for i in range(2000)]
-    specs = [s._share_spec(dict(raw, executor={"type": "shell", "argv": [str(i)]})) for i in range(2000)]
+    share = lambda spec: records_mod.share_spec(spec, s._parts, s._ints)  # noqa: E731
+    specs = [share(dict(raw, executor={"type": "shell", "argv": [str(i)]})) for i in range(2000)]
     kinds = {  # kind: (make a record, the same as a map of its own), over its inputs
-        "job": (lambda n: state_mod._job(n, None, 1, 1, 2, 3, 4, 5, False, None), dict, names),
-        # _share_spec makes each spec's executor map anew: so does its twin
-        "spec": (s._share_spec, lambda r: dict(r, executor=dict(r["executor"])), specs),
-        "run": (lambda n: state_mod._RUN_TEMPLATE.copy(), dict, names),
+        "job": (lambda n: records_mod.job_record(n, None, 1, 1, 2, 3, 4, 5, False, None), dict, names),
+        # share_spec makes each spec's executor map anew: so does its twin
+        "spec": (share, lambda r: dict(r, executor=dict(r["executor"])), specs),
+        "run": (lambda n: records_mod.RUN_TEMPLATE.copy(), dict, names),
     }
 
     def per_record(make, inputs):

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from raftsched.core import commands, limits, policy
+from raftsched.core import commands, due, fire, leases, limits, policy, queries
+from raftsched.core.due import DueIndex
 from raftsched.core.state import SchedulerState
 
-from core_helpers import SEC, T0, put_cmd, resume_cmd, spec_of
+from core_helpers import SEC, T0, new_state, pop_due, put_cmd, repush, resume_cmd, spec_of
 
 NAMES = ("a", "b", "c", "d")
 QUEUES = ("q1", "q2", "default", "default")
@@ -59,7 +60,7 @@ ops = st.one_of(
 
 
 def _derived(s: SchedulerState):
-    wheels = [(w.at, sorted(w.times), w.size) for w in (s._due_now, s._due_ahead)]
+    wheels = [(w.at, sorted(w.times), w.size) for w in ((s.due.now, s.due.ahead) if s.due is not None else ())]
     return (s._queued, s._queue_depth, list(s._running_ids), s._running_count, s.fencing_token,
             {q: list(d) for q, d in s._dead.items()}, wheels)
 
@@ -72,7 +73,8 @@ def test_fast_paths_change_nothing(specs, steps, due_index):
     slow._fast_paths = False
     assert fast._fast_paths
     for s in (fast, slow):
-        s.set_due_index(due_index)
+        if due_index:
+            due.attach(s, DueIndex())
     now = T0
     fires: list[bytes] = []
 
@@ -94,10 +96,10 @@ def test_fast_paths_change_nothing(specs, steps, due_index):
             propose(put_cmd(fast, op[1], op[2], now))
         elif kind == "tick":
             now += op[1]
-            jobs = (fast.pop_due(now, 500, op[2]) if due_index
+            jobs = (pop_due(fast, now, 500, op[2]) if due_index
                     else [j for j in fast.jobs.values() if j["next"] is not None and not j["paused"]])
             if due_index:
-                slow.pop_due(now, 500, op[2])  # keep the second replica's wheels in step
+                pop_due(slow, now, 500, op[2])  # keep the second replica's wheels in step
             entries = []
             for j in jobs:
                 ahead = op[2] if policy.fires_ahead(j["spec"]) else 0
@@ -111,7 +113,7 @@ def test_fast_paths_change_nothing(specs, steps, due_index):
                 assert res["ok"], res
             if due_index:
                 for s in (fast, slow):
-                    s.repush(sorted(fast.jobs))
+                    repush(s, sorted(fast.jobs))
         elif kind == "replay" and fires:
             # A re-proposed or stale fire: every entry must be dropped whole on both.
             propose(commands.decode(fires[max(0, len(fires) - 1 - op[1])]))
@@ -140,7 +142,7 @@ def test_fast_paths_change_nothing(specs, steps, due_index):
         elif kind == "trigger" and op[1] in fast.jobs:
             propose(commands.make("trigger_job", now, None, name=op[1]))
         elif kind == "expire":
-            leases = [x for x in fast.lease_snapshot() if x[0] == "run"]
+            leases = [x for x in queries.lease_snapshot(fast) if x[0] == "run"]
             if leases:
                 _, rid, tok, renewals, _ = leases[op[1] % len(leases)]
                 propose(commands.make("expire", now, None, runs=[[rid, tok, renewals]], locks=[]))
@@ -148,9 +150,9 @@ def test_fast_paths_change_nothing(specs, steps, due_index):
             propose(commands.make("put_tenant", now, None, name="default", rate_milli=op[1], burst=1))
 
 
-def test_the_fast_paths_are_taken():
+def test_the_fast_paths_are_taken(monkeypatch):
     """The comparison above means something only if the fast paths run: count them."""
-    s = SchedulerState()
+    s = new_state()
     spec = spec_of({"every_s": 1}, "fire_all", history=5)
     s.apply_bytes(commands.encode(put_cmd(s, "a", spec, T0)))
     job = s.jobs["a"]
@@ -158,8 +160,9 @@ def test_the_fast_paths_are_taken():
     e = policy.plan_fire_compact(job["spec"], job["anchor"], job["cursor"], job["next"], job["gen"], "a")
     assert len(e[5]) == 1 and not e[6]
     calls = []
-    s._new_run = lambda *a, **k: calls.append("new_run")  # the general path: must not be reached
-    s._apply_complete = lambda *a, **k: calls.append("complete")
+    # The general paths: must not be reached.
+    monkeypatch.setattr(fire, "new_run", lambda *a, **k: calls.append("new_run"))
+    monkeypatch.setattr(leases, "apply_complete", lambda *a, **k: calls.append("complete"))
     assert s.apply_bytes(commands.encode(commands.make("fire", now, None, entries=[e])))["fired"] == 1
     got = s.apply_bytes(commands.encode(commands.make("acquire", now, None, worker="w", queues=None, max=5, ttl=30_000)))
     assert len(got["runs"]) == 1
@@ -172,7 +175,7 @@ def test_the_fast_paths_are_taken():
 
 def test_a_success_beyond_the_kept_attempts_drops_the_oldest_alike():
     """complete_many's fast path bounds a run's attempts like _finish_attempt (limits.attempts_kept_max)."""
-    states = [SchedulerState(), SchedulerState()]
+    states = [new_state(), new_state()]
     states[1]._fast_paths = False
     spec = spec_of({"every_s": 1}, "fire_all", history=5)
     for s in states:

@@ -13,7 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from raftsched.core import commands, policy, schedule
 from raftsched.core.state import SchedulerState
 
-from core_helpers import HOUR, MIN, SEC, T0, plan_tick, put_cmd, resume_cmd, spec_of
+from core_helpers import HOUR, MIN, SEC, T0, new_state, plan_tick, put_cmd, resume_cmd, spec_of
 
 NAMES = ("a", "b", "c")
 SPECS = [
@@ -35,8 +35,8 @@ def _fields(cmd: dict) -> dict:
 class SchedulerMachine(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
-        self.state = SchedulerState()
-        self.follower = SchedulerState()
+        self.state = new_state()
+        self.follower = new_state()
         self.now = T0
         self.gen = 0
         #: name -> {"spec", "gen", "cursor", "paused", "start", "anchor"}; start: where the
@@ -181,7 +181,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.views)
     @rule(k=st.integers(0, 7), dt=st.sampled_from([0, 1, 5 * SEC, 61 * SEC]))
     def lagging_leader_fires_from_old_view(self, k, dt):
-        view = SchedulerState()
+        view = new_state()
         view.restore(self.views[max(0, len(self.views) - 1 - k)])
         now = self.now + dt  # its clock may also run ahead
         entries = []
@@ -198,7 +198,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     @rule()
     def snapshot_and_restore(self):
         data = self.state.snapshot()
-        self.state = SchedulerState()
+        self.state = new_state()
         self.state.restore(data)
         assert self.state.snapshot() == data
 

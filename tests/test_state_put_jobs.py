@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from raftsched.core import commands, limits
 from raftsched.core.state import SchedulerState
 
-from core_helpers import SEC, T0, apply, put_cmd, restored, snap_obj, spec_of, tick
+from core_helpers import SEC, T0, apply, new_state, pop_due, put_cmd, restored, snap_obj, spec_of, tick
 
 EVERY10 = spec_of({"every_s": 10}, "fire_all", grace_s=5, max_catchup=3)
 EVERY7 = spec_of({"every_s": 7}, "skip")
@@ -43,19 +43,19 @@ def refused(s: SchedulerState, cmd, code: str) -> dict:
 
 
 def test_put_jobs_creates_every_job_in_order_with_consecutive_generations():
-    s = SchedulerState()
+    s = new_state()
     items = [item(s, n, spec, T0) for n, spec in (("b", EVERY10), ("a", CRON), ("c", AT))]
     res = apply(s, put_jobs_cmd(items, T0))
     assert res == {"ok": True, "gen": [1, 2, 3], "created": [True, True, True], "conflicts": []}
     assert [s.jobs[n]["gen"] for n in ("b", "a", "c")] == [1, 2, 3]
     assert s.jobs["b"]["next"] == T0 + 10 * SEC
-    assert [j["name"] for j in s.pop_due(T0 + 10 * SEC, 10)] == ["b"]
+    assert [j["name"] for j in pop_due(s, T0 + 10 * SEC, 10)] == ["b"]
 
 
 def test_put_jobs_is_the_put_jobs_it_holds_applied_one_by_one():
     """Creates, replaces with the same and with another schedule, and one create_only conflict:
     the state after one put_jobs equals the state after the same put_job commands in order."""
-    one, many = SchedulerState(), SchedulerState()
+    one, many = new_state(), new_state()
     for s in (one, many):
         assert apply(s, put_cmd(s, "old-same", EVERY10, T0))["ok"]
         assert apply(s, put_cmd(s, "old-other", EVERY10, T0))["ok"]
@@ -76,11 +76,11 @@ def test_put_jobs_is_the_put_jobs_it_holds_applied_one_by_one():
     assert res["created"] == [r.get("created", False) for r in singles]
     # The same schedule kept the cursor; the due jobs are the same on both.
     assert many.jobs["old-same"]["cursor"] == T0 + 20 * SEC
-    assert [j["name"] for j in one.pop_due(now + 60 * SEC, 100)] == [j["name"] for j in many.pop_due(now + 60 * SEC, 100)]
+    assert [j["name"] for j in pop_due(one, now + 60 * SEC, 100)] == [j["name"] for j in pop_due(many, now + 60 * SEC, 100)]
 
 
 def test_create_only_conflicts_are_per_job_and_the_others_apply():
-    s = SchedulerState()
+    s = new_state()
     assert apply(s, put_cmd(s, "x", EVERY10, T0))["ok"]
     spec_x = s.jobs["x"]["spec"]
     items = [item(s, "a", EVERY7, T0, True), item(s, "x", EVERY7, T0, True), item(s, "b", EVERY7, T0, True)]
@@ -111,7 +111,7 @@ def _mutations():
 @pytest.mark.parametrize("mutate", _mutations())
 @pytest.mark.parametrize("where", [0, 2, 4])
 def test_one_malformed_item_refuses_the_whole_command_and_changes_nothing(mutate, where):
-    s = SchedulerState()
+    s = new_state()
     assert apply(s, put_cmd(s, "x", EVERY10, T0))["ok"]
     items = [item(s, f"j{i}", SPECS[i % 4], T0) for i in range(5)]
     mutate(items[where])
@@ -122,7 +122,7 @@ def test_one_malformed_item_refuses_the_whole_command_and_changes_nothing(mutate
 
 @pytest.mark.parametrize("jobs", [None, "jobs", {}, [], [5], ["x"]])
 def test_malformed_lists_are_refused(jobs):
-    s = SchedulerState()
+    s = new_state()
     assert apply(s, put_cmd(s, "x", EVERY10, T0))["ok"]
     cmd = commands.make("put_jobs", T0, None)
     if jobs is not None:
@@ -132,7 +132,7 @@ def test_malformed_lists_are_refused(jobs):
 
 def test_more_items_than_the_bound_are_refused(monkeypatch):
     monkeypatch.setattr(limits, "put_jobs_items_max", 3)
-    s = SchedulerState()
+    s = new_state()
     assert apply(s, put_cmd(s, "x", EVERY10, T0))["ok"]
     items = [item(s, f"j{i}", AT, T0) for i in range(4)]
     refused(s, put_jobs_cmd(items, T0), "invalid_command")
@@ -141,7 +141,7 @@ def test_more_items_than_the_bound_are_refused(monkeypatch):
 
 def test_jobs_limit_is_checked_for_the_whole_command_first(monkeypatch):
     monkeypatch.setattr(limits, "jobs_max", 3)
-    s = SchedulerState()
+    s = new_state()
     assert apply(s, put_cmd(s, "x", EVERY10, T0))["ok"]
     # Two new jobs and a replace fit; three new ones do not, and then none is created.
     too_many = [item(s, n, AT, T0) for n in ("x", "a", "b", "c")]
@@ -153,7 +153,7 @@ def test_jobs_limit_is_checked_for_the_whole_command_first(monkeypatch):
 
 
 def test_a_retried_request_id_returns_the_first_result_and_applies_once():
-    s = SchedulerState()
+    s = new_state()
     items = [item(s, n, EVERY10, T0) for n in ("a", "b")]
     first = apply(s, put_jobs_cmd(items, T0, rid="jb-1"))
     snap = snap_obj(s)
@@ -164,7 +164,7 @@ def test_a_retried_request_id_returns_the_first_result_and_applies_once():
 
 def test_a_full_size_command_fits_and_round_trips():
     """What the API packs: as many items as fit in command_bytes_max."""
-    s = SchedulerState()
+    s = new_state()
     items, size = [], 0
     while True:
         it = item(s, f"job-{len(items):05d}", CRON, T0)
@@ -215,7 +215,7 @@ def _command(s: SchedulerState, action, now):
 def test_replicas_applying_the_same_commands_end_byte_identical(actions, restore_at):
     """The proposer (replica a) plans every command from its own view; replica b applies the
     same bytes, and is rebuilt from its own snapshot now and then."""
-    a, b = SchedulerState(), SchedulerState()
+    a, b = new_state(), new_state()
     now = T0
     for k, action in enumerate(actions):
         now += action[2] * SEC

@@ -1,5 +1,5 @@
 """Snapshot version 3 (columnar jobs, spec templates, histories by position) and the restore of
-versions 1 and 2 (raftsched/core/state.py, ``_snapshot_obj`` and ``_restore``).
+versions 1 and 2 (raftsched/core/snapshot.py, ``snapshot_obj`` and ``decode``).
 
 What must hold (I1 in docs/design.md): the bytes depend only on the replicated content, never on
 which objects a replica shares, the order it holds a spec's keys or its histories in, or whether
@@ -13,12 +13,11 @@ import msgpack
 import pytest
 
 from raftsched.core import commands
-from raftsched.core import state as state_mod
+from raftsched.core import records, snapshot as snapshot_mod
 from raftsched.core.state import SchedulerState
 
-from core_helpers import (
-    SEC, T0, apply, pack, put_cmd, restored, snapshot_v1_obj, snapshot_v2_obj, spec_of, tick,
-)
+from core_helpers import (SEC, T0, apply, new_state, pack, pop_due, put_cmd, repush, restored,
+    snapshot_v1_obj, snapshot_v2_obj, spec_of, tick)
 
 EVERY10 = spec_of({"every_s": 10}, "fire_all", grace_s=5, max_catchup=3)
 
@@ -30,7 +29,7 @@ def _unpack(data: bytes) -> dict:
 def _workload() -> SchedulerState:
     """Jobs of a few templates (a fleet with executors of their own, other policies, a
     description, a paused job, a replaced one, a deleted one), some fired, some never."""
-    s = SchedulerState()
+    s = new_state()
     for i in range(6):
         spec = dict(EVERY10, executor={"type": "http", "url": f"http://h/{i}"})
         assert apply(s, put_cmd(s, f"f{i}", spec, T0))["ok"]
@@ -50,7 +49,7 @@ def _workload() -> SchedulerState:
 
 def _continue(s: SchedulerState) -> None:
     for n in list(s.jobs):
-        s.repush([n])
+        repush(s, [n])
     tick(s, T0 + 75 * SEC)
     assert apply(s, put_cmd(s, "late", EVERY10, T0 + 76 * SEC))["ok"]
     tick(s, T0 + 95 * SEC)
@@ -59,10 +58,10 @@ def _continue(s: SchedulerState) -> None:
 def test_snapshot_is_version_3_with_job_columns_and_no_empty_history():
     s = _workload()
     obj = _unpack(s.snapshot())
-    assert obj["v"] == state_mod.SNAPSHOT_VERSION == 3
+    assert obj["v"] == snapshot_mod.SNAPSHOT_VERSION == 3
     cols = obj["jobs"]
     assert cols["name"] == list(s.jobs)
-    assert set(cols) == set(state_mod._JOB_FIELDS) | {"executor"}
+    assert set(cols) == set(records.JOB_FIELDS) | {"executor"}
     assert all(len(c if isinstance(c, list) else c["index"]) == len(s.jobs) for c in cols.values())
     assert obj["jobs_other"] == []
     # One template for the fleet (f0, f3, f4, f5; f2 has its own history bound): they differ in
@@ -83,7 +82,7 @@ def test_older_versions_restore_to_the_same_state(old):
     obj = old(s)
     assert obj["v"] in (1, 2) and isinstance(obj["jobs"], dict)
     assert set(obj["history"]) >= set(s.jobs), "older versions wrote a history for every job"
-    r = SchedulerState()
+    r = new_state()
     r.restore(pack(obj))
     assert r.snapshot() == s.snapshot()
     assert not any(not h for h in r.history.values()), "empty histories are not kept"
@@ -96,7 +95,7 @@ def test_older_versions_restore_to_the_same_state(old):
 def test_round_trip_is_byte_identical_and_continues_identically():
     s = _workload()
     data = s.snapshot()
-    r = SchedulerState()
+    r = new_state()
     r.restore(data)
     assert r.snapshot() == data
     assert restored(r).snapshot() == data
@@ -157,7 +156,7 @@ def test_replicas_sharing_objects_differently_write_the_same_bytes():
 
 
 def test_a_fleet_interleaved_with_another_still_writes_its_templates_by_content():
-    s = SchedulerState()
+    s = new_state()
     a = spec_of({"every_s": 10}, "skip", name="a")
     b = spec_of({"every_s": 10}, "skip", name="b", priority=9)
     for i in range(8):
@@ -168,7 +167,7 @@ def test_a_fleet_interleaved_with_another_still_writes_its_templates_by_content(
 
 
 def test_templates_never_conflate_values_that_encode_differently():
-    s = SchedulerState()
+    s = new_state()
     base = spec_of({"every_s": 10}, "skip", name="a")
     values = [1, True, 1.0, 0.0, -0.0, "1", None]
     for i, v in enumerate(values):
@@ -188,7 +187,7 @@ def test_a_value_of_another_type_keeps_a_template_a_job_whatever_the_replica_sha
     template of its own. A replica whose jobs happen to hold one float object must not find
     that template again by the identity of the values, or it would write fewer templates."""
     def build(shared: bool) -> SchedulerState:
-        s = SchedulerState()
+        s = new_state()
         base = spec_of({"every_s": 10}, "skip", name="a")
         for i in range(3):
             assert apply(s, put_cmd(s, f"j{i}", dict(base, description=1.5), T0))["ok"]
@@ -209,13 +208,13 @@ def test_job_records_of_another_shape_and_histories_without_a_job_round_trip():
     del obj["jobs"]["f3"]["spec"]["executor"]     # a spec without an executor
     obj["history"]["ghost"] = ["ghost@1"]         # a history with no job
     obj["runs"]["ghost@1"] = {"id": "ghost@1", "job": "ghost", "slot": 1, "state": "succeeded"}
-    r = SchedulerState()
+    r = new_state()
     r.restore(pack(obj))
     data = r.snapshot()
     v3 = _unpack(data)
     assert [(p, n) for p, n, _ in v3["jobs_other"]] == [(list(r.jobs).index("o"), "o")]
     assert "ghost" in v3["history_at"]
-    r2 = SchedulerState()
+    r2 = new_state()
     r2.restore(data)
     assert list(r2.jobs) == list(r.jobs), "jobs keep their order"
     assert r2.jobs["o"]["extra"] == [1, 2] and "executor" not in r2.jobs["f3"]["spec"]
@@ -229,16 +228,22 @@ def test_restore_refuses_columns_of_different_lengths():
     obj = _unpack(s.snapshot())
     obj["jobs"]["gen"].pop()
     with pytest.raises(ValueError):
-        SchedulerState().restore(pack(obj))
+        new_state().restore(pack(obj))
 
 
 def test_a_put_makes_no_history_and_a_kept_empty_one_changes_no_byte():
-    s = SchedulerState()
+    s = new_state()
     assert apply(s, put_cmd(s, "a", EVERY10, T0))["ok"]
     assert "a" not in s.history
     r = restored(s)
     r.history["a"] = []
     assert r.snapshot() == s.snapshot()
+
+
+def _wheels(s: SchedulerState) -> tuple:
+    now, ahead = s.due.now, s.due.ahead
+    return ({k: list(v) for k, v in now.at.items()}, {k: list(v) for k, v in ahead.at.items()},
+            sorted(now.times), sorted(ahead.times), now.size, ahead.size)
 
 
 def test_a_version_3_restore_builds_the_due_index_rebuild_due_builds():
@@ -247,20 +252,18 @@ def test_a_version_3_restore_builds_the_due_index_rebuild_due_builds():
                                                  overlap={"policy": "forbid"}), T0 + 46 * SEC))["ok"]
     assert s.jobs["f1"]["paused"]
     r = restored(s)
-    built = ({k: list(v) for k, v in r._due_now.at.items()}, {k: list(v) for k, v in r._due_ahead.at.items()},
-             sorted(r._due_now.times), sorted(r._due_ahead.times), r._due_now.size, r._due_ahead.size)
+    built = _wheels(r)
     assert built[1] and built[0], "both wheels hold jobs (forbid and o do not fire ahead)"
     assert "f1" not in sum(built[1].values(), []), "a paused job is not due"
-    r.rebuild_due()
-    again = ({k: list(v) for k, v in r._due_now.at.items()}, {k: list(v) for k, v in r._due_ahead.at.items()},
-             sorted(r._due_now.times), sorted(r._due_ahead.times), r._due_now.size, r._due_ahead.size)
+    r.due.rebuild(r.jobs)
+    again = _wheels(r)
     assert built == again
     t = T0 + 200 * SEC
-    assert [j["name"] for j in restored(s).pop_due(t, 100, 5000)] == [j["name"] for j in r.pop_due(t, 100, 5000)]
-    off = SchedulerState()
-    off.due_index = False
+    assert [j["name"] for j in pop_due(restored(s), t, 100, 5000)] == [j["name"] for j in pop_due(r, t, 100, 5000)]
+    off = new_state()
+    off.due = None
     off.restore(s.snapshot())
-    assert not off._due_now.at and not off._due_ahead.at
+    assert off.due is None
 
 
 def test_int_columns_are_indexed_only_when_it_halves_them_and_keep_their_types():
@@ -273,11 +276,11 @@ def test_int_columns_are_indexed_only_when_it_halves_them_and_keep_their_types()
     obj = snapshot_v2_obj(s)
     jobs = list(obj["jobs"].values())
     jobs[0]["created"], jobs[1]["created"], jobs[2]["next"] = 1, True, 1.0
-    r = SchedulerState()
+    r = new_state()
     r.restore(pack(obj))
     data = r.snapshot()
     assert isinstance(_unpack(data)["jobs"]["created"], list)
-    r2 = SchedulerState()
+    r2 = new_state()
     r2.restore(data)
     assert [type(j["created"]) for j in list(r2.jobs.values())[:2]] == [int, bool]
     assert type(list(r2.jobs.values())[2]["next"]) is float

@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 
 from raftsched.clock import FakeClock
-from raftsched.core import commands, limits, model, policy, schedule
+from raftsched.core import commands, limits, model, policy, queries, schedule
 from raftsched.core.state import SchedulerState
 from raftsched.node.service import Service
 from raftsched.node.trigger import Trigger
@@ -24,6 +24,7 @@ def setup(n_jobs=1, **kw):
     clock = FakeClock()
     svc = Service(st, raft, clock, "n1")
     trig = Trigger(st, raft, clock, "n1")
+    trig.take_due_index()  # as _lead does on gaining leadership
     for i in range(n_jobs):
         asyncio.run(svc.put_job(f"j{i}", spec(**kw), None))
     return st, raft, clock, trig
@@ -141,6 +142,34 @@ def test_takeover_barrier_then_fires_missed_slots():
     assert [s - clock.now_ms() for s in scheduled_slots(st, "j0")] == [0]
 
 
+def test_the_due_index_is_the_leading_triggers_and_goes_with_the_leadership():
+    """The state holds a due index only while its trigger leads (core/due.py): made fresh from
+    the jobs when the trigger takes over, fed by apply meanwhile, taken back when it stops."""
+    st, raft, clock, trig = setup(n_jobs=3)
+    trig.drop_due_index()
+    assert st.due is None
+    seen = []
+
+    async def lead_once():
+        raft.leader = True
+        task = asyncio.create_task(trig._lead())
+        for _ in range(100):
+            await asyncio.sleep(0)  # ok-sleep: yields to the task under test, bounded by the loop
+            if st.due is not None:
+                seen.append(sorted(n for b in st.due.now.at.values() for n in b[::2]) +
+                            sorted(n for b in st.due.ahead.at.values() for n in b[::2]))
+                break
+        raft.leader = False
+        await asyncio.wait_for(task, 5)
+
+    asyncio.run(lead_once())
+    assert seen == [["j0", "j1", "j2"]], "built from the jobs on leading"
+    assert st.due is None, "taken back when leadership ends"
+    # Without one, apply feeds nothing and the trigger pops nothing.
+    clock.advance(60_000)
+    assert asyncio.run(trig.tick()) == 0
+
+
 def test_at_job_in_the_past_follows_misfire_policy():
     st, raft, clock, trig = setup(n_jobs=0)
     svc = Service(st, raft, clock, "n1")
@@ -171,7 +200,7 @@ def test_allow_jobs_fire_ahead_and_their_runs_wait_for_the_slot():
     assert early["ok"] and early["runs"] == [], "no worker may start it before its slot"
     at_slot = st.apply(commands.make("acquire", slot, None, worker="w", queues=None, max=10, ttl=30_000))
     assert [r["id"] for r in at_slot["runs"]] == [f"j0@{slot}"]
-    assert st.jobs["j0"]["stats"][2] == 0  # lag_ms_last (state.STATS_FIELDS)
+    assert st.jobs["j0"]["stats"][2] == 0  # lag_ms_last (records.STATS_FIELDS)
     # the next tick does not fire the same slot again
     clock.advance(slot - clock.now_ms())
     asyncio.run(trig.tick())
@@ -215,6 +244,7 @@ def test_jobs_whose_overlap_policy_reads_other_runs_fire_at_their_slot():
     clock = FakeClock()
     svc = Service(st, raft, clock, "n1")
     trig = Trigger(st, raft, clock, "n1")
+    trig.take_due_index()  # as _lead does on gaining leadership
     for pol in ("forbid", "queue_one", "replace"):
         asyncio.run(svc.put_job(pol, {**spec(), "overlap": {"policy": pol}}, None))
     slot = st.jobs["forbid"]["next"]
@@ -231,12 +261,12 @@ def test_pausing_withdraws_runs_fired_ahead():
     slot = st.jobs["j0"]["next"]
     clock.advance(slot - 100 - clock.now_ms())
     asyncio.run(trig.tick())
-    assert st.queue_depth("default") == 1
+    assert queries.queue_depth(st, "default") == 1
     svc = Service(st, raft, clock, "n1")
     asyncio.run(svc.pause_job("j0", None))
     run = st.runs[f"j0@{slot}"]
     assert (run["state"], run["reason"]) == ("skipped", "paused")
-    assert st.queue_depth("default") == 0
+    assert queries.queue_depth(st, "default") == 0
     res = st.apply(commands.make("acquire", slot + 1, None, worker="w", queues=None, max=10, ttl=30_000))
     assert res["ok"] and res["runs"] == [], "a withdrawn run is never handed out"
 

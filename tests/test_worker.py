@@ -33,6 +33,9 @@ class GroupRaft:
     def is_leader(self) -> bool:
         return True
 
+    def read(self, fn, *args):
+        return fn(self.state, *args)
+
     async def propose(self, data: bytes, timeout_s: float = 5.0) -> dict:
         how = self.failing.get(commands.decode(data)["op"]) if self.failing else None
         if how == "unavailable":

@@ -23,7 +23,7 @@ OPS = (
     "fire",        # a batch of due slots, planned by the leader
     "takeover",    # a new leader's first command
     "put_queue",
-    # Leased execution (core/execution.py)
+    # Leased execution (core/leases.py, core/queues.py, core/tenants.py, core/locks.py)
     "acquire",     # a worker asks for up to N runs of its queues: leases + fencing tokens
     "heartbeat",   # one per worker per interval: extends all its leases
     "complete",    # success or failure of one attempt, with its fencing token

@@ -55,7 +55,7 @@ fire_entries_max = 500
 #: fire decision does not depend on their other runs (policy.fires_ahead).
 fire_ahead_ms = 1000
 #: Distinct spec parts (schedule, misfire, retry, overlap, payload) a replica keeps one shared
-#: copy of (SchedulerState._share_spec); past this, new distinct parts are simply not shared.
+#: copy of (records.share_spec); past this, new distinct parts are simply not shared.
 shared_spec_parts_max = 100_000
 #: The leader plans jobs that fire ahead in batches of this many milliseconds of slots: 10 000
 #: jobs staggered over the second made a tick (and a fire command of ~20 entries) every 2 ms,
@@ -137,12 +137,21 @@ locks_max = 10_000
 #: max_attempts: losing a worker is not the handler's failure.
 lease_losses_max = 5
 lock_name_chars_max = 128
+#: Longest name a lock holder gives itself (``owner``).
+lock_owner_chars_max = 256
+#: The rates a tenant may be given, in runs per second. A rate is stored in tokens per 1000 s
+#: (core/tenants.py), so the smallest is one token; the largest is far above what a cluster starts.
+tenant_rate_per_s_min = 0.001
+tenant_rate_per_s_max = 100_000
+#: Largest burst (the size of a tenant's token bucket).
+tenant_burst_max = 1_000_000
 
 assert acquire_runs_max <= heartbeat_leases_max
 assert worker_slots_max <= heartbeat_leases_max
 assert heartbeat_leases_max * 160 < command_bytes_max and expire_items_max * 160 < command_bytes_max
 assert lease_ttl_ms_default >= 4 * trigger_interval_ms
 assert attempts_kept_max >= 100  # every attempt of the largest max_attempts is kept
+assert round(tenant_rate_per_s_min * 1000) >= 1  # the smallest rate is not stored as zero
 
 #: Cron slots counted one by one to give a skipped range an exact count (a cron step costs
 #: 20-60 us, so this bounds one plan to well under a second); beyond it the record's

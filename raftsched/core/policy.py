@@ -1,4 +1,4 @@
-"""Misfire rules, as pure functions (DESIGN.md section 4; docs/design.md I5-I7).
+"""Misfire and retry rules, as pure functions (DESIGN.md sections 4 and 5; docs/design.md I5-I7).
 
 The proposer (the leader's trigger loop) calls :func:`plan_fire` for each due job; the plan goes
 into a ``fire`` command, and apply checks it against the job's cursor so that a plan made from a
@@ -9,6 +9,8 @@ recorded). The *due* slots are those in (cursor, now]. A due slot is *on time* w
 ``now - slot <= grace``; older due slots were *missed*.
 """
 from __future__ import annotations
+
+import hashlib
 
 from . import limits, schedule
 
@@ -190,3 +192,17 @@ def plan_resume(spec: dict, anchor_ms: int, cursor_ms: int, now_ms: int) -> dict
         rec = [["skipped", "paused", first, last[-1] if last else first, n]]
     return {"after": cursor_ms, "upto": upto, "rec": rec,
             "next": schedule.next_slot_after(sched, upto, anchor_ms)}
+
+
+def backoff_ms(retry: dict, run_id: str, attempt: int) -> int:
+    """Delay before attempt ``attempt + 1`` after attempt ``attempt`` failed.
+
+    ``backoff_s * backoff_multiplier ** (attempt - 1)``, capped at ``backoff_max_s``, then spread by
+    ``jitter`` (a fraction: 0.1 = +-10 %) using a hash of the run id and attempt, never a random
+    generator, so every replica computes the same delay.
+    """
+    base = min(retry["backoff_max_s"], retry["backoff_s"] * retry["backoff_multiplier"] ** (attempt - 1))
+    h = hashlib.blake2b(f"{run_id}#{attempt}".encode(), digest_size=8).digest()
+    u = int.from_bytes(h, "big") / 2**64  # [0, 1)
+    factor = 1 + retry["jitter"] * (2 * u - 1)
+    return max(0, int(base * factor * 1000))

@@ -13,11 +13,12 @@ import os
 
 from aiohttp import web
 
-from ..core import limits, preview
+from ..core import limits, preview, queries
 from ..core.errors import BadRequest, NotFound, RaftschedError, Unauthorized, Unavailable
+from ..core.model import RUN_STATES
 from . import limits as node_limits
 from .metrics import NodeMetrics
-from .service import RUN_STATES, Service, parse_slot_param
+from .service import Service, parse_slot_param
 from .trigger import Trigger
 from .worker import Worker
 
@@ -191,22 +192,18 @@ async def cluster(request: web.Request) -> web.Response:
     await svc.read_barrier(_bool_param(request, "consistent"))
     st = svc.raft.status()
     want_hash = _bool_param(request, "hash")
-    with svc.state.lock:
-        jobs = len(svc.state.jobs)
-        runs = len(svc.state.runs)
-        now_ms = svc.state.now_ms
-        # Opt-in (it encodes the whole state): the hash and the count of commands it reflects,
-        # read under one lock, so two replicas with equal state_applied must have equal hashes (I1).
-        digest = (svc.state.state_hash(), svc.state.applied) if want_hash else None
+    # The hash is opt-in (it encodes the whole state); with it, the count of commands it reflects,
+    # read in the same query, so two replicas with equal state_applied must have equal hashes (I1).
+    c = svc.read(queries.counts, want_hash)
     body = {
         "node": svc.node_id, "role": st.get("role"), "leader": st.get("leader"),
         "term": st.get("term"), "commit_index": st.get("commit_index"),
         "last_applied": st.get("last_applied"), "members": st.get("members"),
-        "pid": os.getpid(), "raft": st.get("self"), "jobs": jobs, "runs": runs,
-        "state_now_ms": now_ms,
+        "pid": os.getpid(), "raft": st.get("self"), "jobs": c["jobs"], "runs": c["runs"],
+        "state_now_ms": c["now_ms"],
     }
-    if digest is not None:
-        body["state_hash"], body["state_applied"] = digest
+    if want_hash:
+        body["state_hash"], body["state_applied"] = c["state_hash"], c["applied"]
     worker = request.app.get(WORKER)
     if worker is not None:
         body["worker"] = worker.stats()

@@ -13,6 +13,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
+from ..core import queries
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 #: fire lag buckets (seconds): from a normal tick (tens of ms) to a catch-up after an outage
@@ -32,29 +34,15 @@ class _StateCollector:
         depth = GaugeMetricFamily("raftsched_queue_depth", "runs waiting in the queue", labels=["queue"])
         running = GaugeMetricFamily("raftsched_queue_running", "runs leased and running", labels=["queue"])
         dead = GaugeMetricFamily("raftsched_dlq_runs", "runs in the queue's dead-letter queue", labels=["queue"])
-        with self.state.lock:
-            jobs = len(self.state.jobs)
-            paused = sum(1 for j in self.state.jobs.values() if j["paused"])
-            by_state: dict[str, int] = {}
-            per_q: dict[str, list[int]] = {}
-            for run in self.state.runs.values():
-                s = run["state"]
-                by_state[s] = by_state.get(s, 0) + 1
-                if s in ("queued", "running", "dead"):
-                    c = per_q.setdefault(run["queue"], [0, 0, 0])
-                    c[("queued", "running", "dead").index(s)] += 1
-            for q in self.state.queues:
-                per_q.setdefault(q, [0, 0, 0])
-            token = self.state.fencing_token
-            locks = len(self.state.locks)
-        yield GaugeMetricFamily("raftsched_jobs", "registered jobs", value=jobs)
-        yield GaugeMetricFamily("raftsched_jobs_paused", "paused jobs", value=paused)
-        yield GaugeMetricFamily("raftsched_locks_held", "locks held", value=locks)
-        yield GaugeMetricFamily("raftsched_fencing_token", "highest fencing token granted", value=token)
-        for s in ("queued", "running", "succeeded", "failed", "dead", "skipped", "coalesced"):
-            runs.add_metric([s], by_state.get(s, 0))
+        g = self.raft.read(queries.gauges)
+        yield GaugeMetricFamily("raftsched_jobs", "registered jobs", value=g["jobs"])
+        yield GaugeMetricFamily("raftsched_jobs_paused", "paused jobs", value=g["jobs_paused"])
+        yield GaugeMetricFamily("raftsched_locks_held", "locks held", value=g["locks"])
+        yield GaugeMetricFamily("raftsched_fencing_token", "highest fencing token granted", value=g["fencing_token"])
+        for s, n in g["runs_by_state"].items():
+            runs.add_metric([s], n)
         yield runs
-        for q, (a, b, c) in sorted(per_q.items()):
+        for q, (a, b, c) in sorted(g["queues"].items()):
             depth.add_metric([q], a)
             running.add_metric([q], b)
             dead.add_metric([q], c)

@@ -154,8 +154,7 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
     # The journal and dump hold job specs (env, headers): private to the node's user.
     os.umask(0o077)
     os.makedirs(cfg.data_dir, exist_ok=True)
-    state = SchedulerState()
-    state.due_index = False  # the trigger keeps it while this node leads
+    state = SchedulerState()  # no due index: the trigger attaches one while this node leads
     trigger_box: list[Trigger] = []
 
     def on_role_change(is_leader: bool) -> None:

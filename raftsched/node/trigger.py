@@ -2,15 +2,16 @@
 
 Runs on the leader only (Nomad's periodic dispatcher). On gaining leadership it first proposes a
 barrier, so its replica has applied everything its predecessor committed, then a ``takeover``
-command, then rebuilds the due heap from the state and fires whatever is due, per each job's
-misfire policy (the same code path as every tick: a missed slot is just a due slot older than
-grace).
+command, then hands the state a due index of its own (core/due.py, built from the jobs) and fires
+whatever is due, per each job's misfire policy (the same code path as every tick: a missed slot
+is just a due slot older than grace). When it stops leading it takes the index back.
 
-Each tick pops every due job from the state's heap, plans each with ``policy.plan_fire`` and
-proposes the plans in as few ``fire`` commands as the size limit allows, concurrently. A job
-popped from the heap comes back when its fire applies; if the proposal fails, it is pushed back
-so the next tick (or the next leader) plans it again. Re-proposing is always safe: apply drops a
-plan whose job cursor has moved (I2).
+Each tick pops every due job from that index, plans each with ``policy.plan_fire`` and proposes
+the plans in as few ``fire`` commands as the size limit allows, concurrently. A job popped from
+the index comes back when its fire applies; if the proposal fails, it is pushed back so the next
+tick (or the next leader) plans it again. Re-proposing is always safe: apply drops a plan whose
+job cursor has moved (I2). Every read of the replica (the index, the jobs' views, the leases)
+goes through ``raft.read``, under the lock applies take.
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ import json
 import logging
 
 from ..clock import Clock
-from ..core import commands, limits, policy
+from ..core import commands, due, limits, policy, queries
+from ..core.due import DueIndex
 from ..core.policy import fires_ahead
 from ..core.errors import RaftschedError
 from . import limits as node_limits
@@ -35,6 +37,14 @@ def _entry_bytes_max(entry: list) -> int:
 
 
 class Trigger:
+    """The leader's loop: due slots become fire commands, and leases unrenewed for their TTL
+    become expire commands.
+
+    :param state: this node's replica; the trigger reads it only through ``raft.read``.
+    :param raft: the replication adapter (``propose``, ``barrier``, ``is_leader``, ``read``).
+    :param clock: wall time for the commands' ``now``, monotonic time for the reaper.
+    """
+
     def __init__(self, state, raft, clock: Clock, node_id: str,
                  interval_ms: int = limits.trigger_interval_ms, fire_log_path: str | None = None) -> None:
         """:param fire_log_path: benchmarks only: a file to which the leading trigger appends one
@@ -102,9 +112,9 @@ class Trigger:
         await self.raft.barrier(timeout_s=limits.propose_timeout_s_default)
         data = commands.encode(commands.make("takeover", self.clock.now_ms(), None, node=self.node_id))
         await self.raft.propose(data, timeout_s=limits.propose_timeout_s_default)
-        self.state.set_due_index(True)
+        self.take_due_index()
         self._lease_seen = {}  # a new term starts every lease's TTL afresh (I15)
-        log.info("trigger: leading; %d jobs", len(self.state.jobs))
+        log.info("trigger: leading; %d jobs", self.raft.read(queries.counts)["jobs"])
         try:
             while self.raft.is_leader():
                 await self.tick()
@@ -112,17 +122,25 @@ class Trigger:
                 # planned: each tick then plans ~fire_ahead_batch_ms of slots in full commands
                 # (staggered slots would otherwise make a tick, and a tiny command, every 2 ms),
                 # and they still commit up to fire_ahead_ms - fire_ahead_batch_ms ahead.
-                nxt = self.state.next_due_ms(max(0, self.fire_ahead_ms - limits.fire_ahead_batch_ms))
+                nxt = self.raft.read(due.next_due_ms, max(0, self.fire_ahead_ms - limits.fire_ahead_batch_ms))
                 now = self.clock.now_ms()
                 delay = self.interval_s if nxt is None else min(self.interval_s, max(0.0, (nxt - now) / 1000))
                 if delay >= node_limits.fire_log_flush_s:
                     self._flush_fire_log(force=True)
                 await asyncio.sleep(max(delay, node_limits.tick_sleep_s_min))
         finally:
-            # Only a leader reads the due index; the next leadership rebuilds it.
-            self.state.set_due_index(False)
+            # Only a leader reads the due index; the next leadership makes a new one.
+            self.drop_due_index()
             self._flush_fire_log(force=True)
         log.info("trigger: no longer leader")
+
+    def take_due_index(self) -> None:
+        """Give the state a due index of this trigger's, built from its jobs (on leading)."""
+        self.raft.read(due.attach, DueIndex())
+
+    def drop_due_index(self) -> None:
+        """Take the due index away (on no longer leading): apply stops feeding it."""
+        self.raft.read(due.detach)
 
     async def tick(self) -> int:
         """Fire everything due now and expire what is past its lease. Returns the number of
@@ -135,7 +153,7 @@ class Trigger:
         await self.reap(now)
         ahead = self.fire_ahead_ms
         span = ahead + limits.fire_ahead_span_ms if ahead > 0 else 0  # a trigger that fires at the slot plans no span
-        jobs = self.state.pop_due(now, node_limits.jobs_per_tick_max, ahead_ms=ahead)
+        jobs = self.raft.read(due.pop_due, now, node_limits.jobs_per_tick_max, ahead)
         if not jobs:
             return 0
         plan = policy.plan_fire_compact
@@ -147,8 +165,7 @@ class Trigger:
         for i in range(0, len(jobs), chunk_n):
             # One consistent view of each job (apply runs on the raft thread): a spec read before
             # a replace and a gen read after it would make a plan that apply cannot tell is stale.
-            with self.state.lock:
-                views = [(j["spec"], j["anchor"], j["cursor"], j["gen"], j["name"]) for j in jobs[i:i + chunk_n]]
+            views = self.raft.read(queries.plan_views, jobs[i:i + chunk_n])
             for spec, anchor, cursor, gen, name in views:
                 try:
                     entry = plan(spec, anchor, cursor, now, gen, name, span if fires_ahead(spec) else 0)
@@ -156,7 +173,7 @@ class Trigger:
                     log.exception("trigger: cannot plan job %s", name)
                     continue
                 if entry is None:
-                    self.state.repush([name])
+                    self.raft.read(due.repush, [name])
                     continue
                 size = _entry_bytes_max(entry)
                 if cur and (cur_bytes + size > node_limits.fire_entry_bytes_max or len(cur) >= limits.fire_entries_max):
@@ -181,12 +198,12 @@ class Trigger:
         try:
             res = await self._propose_fire(now, entries)
         except asyncio.CancelledError:
-            self.state.repush(names)
+            self.raft.read(due.repush, names)
             raise
         except Exception as e:  # RaftschedError, or a bug: either way the jobs must come back
             self.last_fire_error = str(e)
             log.warning("trigger: fire of %d jobs failed: %s", len(names), e)
-            self.state.repush(names)
+            self.raft.read(due.repush, names)
             return
         finally:
             self._window.release()
@@ -205,7 +222,7 @@ class Trigger:
         if res.get("stale"):
             # Some plan was made from a view older than the state: those jobs were already
             # pushed back by the apply that moved them, or need a push now.
-            self.state.repush(stale or names)
+            self.raft.read(due.repush, stale or names)
 
     def _log_fire(self, plan_ms: int, commit_ms: int, slots: list[int]) -> None:
         try:
@@ -244,7 +261,7 @@ class Trigger:
         still those the reaper saw, so a renewal that raced the expire wins.
         """
         mono = self.clock.monotonic_s()
-        leases = self.state.lease_snapshot()
+        leases = self.raft.read(queries.lease_snapshot)
         seen = self._lease_seen
         current = set()
         due_runs, due_locks = [], []

@@ -38,7 +38,7 @@ import aiohttp
 import msgpack
 
 from ..clock import Clock
-from ..core import commands, limits
+from ..core import commands, limits, queries
 from ..core.errors import Conflict, Indeterminate, NotFound, RaftschedError, Unavailable
 from . import limits as node_limits
 from ..aio import wait_event
@@ -189,7 +189,7 @@ class Worker:
                 timeout = min(timeout, node_limits.outcome_coalesce_s - waited)
         # An acquire that rides with a report costs no log entry of its own.
         if (want_acquire or (flushed and can_acquire)) and self._may_execute() \
-                and self.state.has_ready_work(self.queues, self.clock.now_ms()):
+                and self.raft.read(queries.has_ready_work, self.queues, self.clock.now_ms()):
             n = min(free, limits.acquire_runs_max)
             self._asked += n
             t = asyncio.create_task(self._acquire(n), name="acquire")

@@ -1,0 +1,380 @@
+"""Fire: the leader's planned slots become runs and records (docs/design.md, "Slots, cursors and
+fire plans").
+
+``apply_fire`` is the hottest path of the cluster: every replica applies every slot. Its common
+case (one or a few on-time slots of a job whose overlap policy reads no other run) is written
+inline, beside the general path it stands for: ``new_run``, ``add_entry``, ``queues.enqueue``
+and the due index's push, slot by slot, in the same order (tests/test_state_fast_paths.py
+compares the two paths, command by command).
+
+The rest of this module is what makes a run or a record out of a slot: the overlap policy and
+the revocation it may do, the queue's bound, and the job's history and its trim.
+"""
+from __future__ import annotations
+
+import heapq
+
+from . import limits
+from .due import push_due
+from .errors import InvalidCommand
+from .model import TERMINAL_STATES
+from .policy import fires_ahead
+from .queues import compact_queued, drop_oldest_queued, enqueue, unqueue_count
+from .records import RECORDED, RUN_TEMPLATE, count_fire, is_int, ok
+
+#: Most slots one fire entry may carry as runs: a plan runs up to max_catchup_max missed slots and
+#: max_catchup_max on-time ones; plus one, the bound the entry check always had. The inline check
+#: of apply_fire and check_fire_entry both use it.
+FIRE_ENTRY_RUNS_MAX = 2 * limits.max_catchup_max + 1
+#: How far past its bound a job's history may grow while its oldest entry is still active
+#: before trimming scans past it (trim).
+TRIM_SCAN_SLACK = 16
+#: Most records one fire entry (or a resume) may carry. Today's plans make at most one
+#: (policy.plan_fire, policy.plan_resume); the bound apply checks has always been 4.
+RECORDS_PER_ENTRY_MAX = 4
+
+
+def apply_fire(s, cmd: dict, now: int) -> dict:
+    """``fire {entries}``: apply a batch of planned fires. An entry planned from a stale view
+    (its job's generation or cursor moved since, or the job is paused) is dropped whole: no
+    slot can become two runs (I2). Each slot of an entry's ``runs`` becomes a run (or a record,
+    when its overlap policy or a full queue says so), each of its ``rec`` a recorded range; the
+    job's cursor moves to ``upto`` and its next slot to ``next``.
+
+    An entry is a list ``[job, gen, after, upto, next, runs, rec]`` (what the trigger
+    proposes: see :func:`raftsched.core.policy.compact_entry`) or the same fields as a map
+    (``policy.plan_fire``'s form; older logs). Every entry is checked before any applies.
+    This is the hottest path of the cluster (every replica applies every slot), hence the
+    inline checks for the common shape: one on-time run and no records.
+
+    :raises InvalidCommand: more than fire_entries_max entries, or an entry whose slots are
+        not ascending and unique inside (after, upto], whose next is not after upto, or whose
+        runs and records overlap (then none applies).
+    """
+    entries = cmd.get("entries")
+    if type(entries) is not list or len(entries) > limits.fire_entries_max:
+        raise InvalidCommand("fire needs a bounded list of entries")
+    checked = []
+    for e in entries:
+        if type(e) is list and len(e) == 7:
+            name, gen, after, upto, nxt, runs, rec = e
+            if (type(name) is str and type(gen) is int and type(after) is int and type(upto) is int
+                    and type(runs) is list and 0 < len(runs) <= FIRE_ENTRY_RUNS_MAX and type(rec) is list and not rec
+                    and (nxt is None or (type(nxt) is int and nxt > upto))):
+                # What check_fire_entry asks of an entry without records: slots ascending,
+                # unique, inside (after, upto].
+                prev = after
+                for slot in runs:
+                    if type(slot) is not int or slot <= prev:
+                        break
+                    prev = slot
+                else:
+                    if prev <= upto:
+                        checked.append(e)
+                        continue
+            e = {"job": name, "gen": gen, "after": after, "upto": upto, "next": nxt, "runs": runs, "rec": rec}
+        check_fire_entry(e)
+        checked.append((e["job"], e["gen"], e["after"], e["upto"], e.get("next"), e["runs"], e["rec"]))
+    fired = stale = recorded = 0
+    stale_jobs = []
+    jobs, all_runs, history = s.jobs, s.runs, s.history
+    queues, depths, queued = s.queues, s._queue_depth, s._queued
+    due = s.due
+    due_max = due.rebuild_bound(jobs) if due is not None else 0  # no fire adds or removes jobs
+    heappush = heapq.heappush
+    fast = s._fast_paths
+    for name, gen, after, upto, nxt, runs, rec in checked:
+        job = jobs.get(name)
+        if job is None or job["gen"] != gen or job["cursor"] != after or job["paused"]:
+            # I2: a plan made from any other view of the job is dropped whole.
+            stale += 1
+            stale_jobs.append(name)
+            continue
+        spec = job["spec"]
+        ov = spec.get("overlap")
+        if fast and runs and not rec and (ov is None or (ov.get("policy") == "allow" and "max_concurrent" not in ov)):
+            # The common case, inline: slots that all become runs (no records), an overlap
+            # policy that reads no other run (policy.fires_ahead, so overlap() creates them),
+            # room in its queue for all of them or a queue that drops its oldest run for each.
+            # One slot when on time; several when the trigger catches up (which is when speed
+            # matters most) or for a job firing every second (limits.fire_ahead_span_ms). Exactly what new_run,
+            # add_entry, enqueue and the due push do, slot by slot, in the same order (the
+            # property test in tests/test_state_fast_paths.py compares the two paths).
+            qname = spec["queue"]
+            q = queues.get(qname)
+            depth = depths.get(qname, 0)
+            max_depth = limits.queue_depth_default if q is None else q["max_depth"]
+            # Room for every slot, or a full queue that drops its oldest run for each.
+            if depth + len(runs) <= max_depth or (q is not None and q["on_full"] == "drop_oldest"):
+                prio, tenant, bound, stats = spec["priority"], spec["tenant"], spec["history"], job["stats"]
+                hist = history.get(name)
+                if hist is None:
+                    hist = history[name] = []
+                prios = queued.get(qname)
+                if prios is None:
+                    prios = queued[qname] = {}
+                h = prios.get(prio)
+                if h is None:
+                    h = prios[prio] = []
+                by_slot = s._by_slot.get(qname)
+                for slot in runs:
+                    if depth >= max_depth:
+                        depths[qname] = depth
+                        drop_oldest_queued(s, qname, now)  # before the new run exists, as new_run
+                        depth = depths[qname]
+                        by_slot = s._by_slot.get(qname)
+                    rid = f"{name}@{slot}"
+                    run = RUN_TEMPLATE.copy()
+                    run["id"] = rid
+                    run["job"] = name
+                    run["slot"] = slot
+                    run["queue"] = qname
+                    run["priority"] = prio
+                    run["tenant"] = tenant
+                    run["fired_at"] = now
+                    run["due"] = slot
+                    count_fire(stats, now - slot if now > slot else 0)
+                    assert rid not in all_runs, f"I2: run id {rid} already exists"
+                    all_runs[rid] = run
+                    hist.append(rid)
+                    excess = len(hist) - bound
+                    if excess > 0:
+                        # trim, unless it would return at once: the oldest entry is still
+                        # active and this is not a scan turn (a backlog, or a sweep's queued runs).
+                        head = all_runs[hist[0]]["state"]
+                        if (head in TERMINAL_STATES and head != "dead") or not excess % TRIM_SCAN_SLACK:
+                            trim(s, hist, bound)
+                    heappush(h, (slot, rid))
+                    depth += 1
+                    if by_slot is not None:
+                        heappush(by_slot, (slot, rid))
+                depths[qname] = depth
+                if len(h) > 2 * depth + limits.queue_index_stale_slack:
+                    compact_queued(s, qname, prio, h)
+                if by_slot is not None and len(by_slot) > 2 * depth + limits.queue_index_stale_slack:
+                    del s._by_slot[qname]
+                fired += len(runs)
+                job["cursor"] = upto
+                job["next"] = nxt
+                if nxt is not None and due is not None:
+                    wheel = due.ahead  # fires_ahead: this job's wheel (DueIndex.push)
+                    wheel.push(nxt, name, gen)
+                    if wheel.size > due_max:
+                        due.rebuild(jobs)
+                continue
+        if rec:
+            # Oldest slot first, runs and records interleaved, so history reads in slot order.
+            items = sorted([(slot, None) for slot in runs] + [(r[2], r) for r in rec], key=lambda it: it[0])
+        else:
+            items = [(slot, None) for slot in runs]
+        for slot, r in items:
+            if r is None:
+                rid = f"{name}@{slot}"
+                blocked = overlap(s, job, rid, now)
+                if blocked is not None:
+                    # The slot is handled (the cursor passes it) but becomes a record.
+                    add_entry(s, job, {"id": rid, "job": name, "slot": slot, "state": blocked,
+                                       "reason": "overlap", "kind": "recorded", "fired_at": now})
+                    job["stats"][RECORDED] += 1
+                    recorded += 1
+                    continue
+                new_run(s, job, slot, now, rid, "scheduled")
+                fired += 1
+            else:
+                recorded += record(s, job, [r], now)
+        job["cursor"] = upto
+        job["next"] = nxt
+        push_due(s, job)
+    if stale_jobs:
+        return ok(fired=fired, recorded=recorded, stale=stale, stale_jobs=stale_jobs)
+    return ok(fired=fired, recorded=recorded, stale=stale)
+
+
+def check_fire_entry(e) -> None:
+    """The full check of a fire entry in its map form (apply_fire's inline check passes the
+    common shape without it). :raises InvalidCommand: naming what is wrong."""
+    if not isinstance(e, dict):
+        raise InvalidCommand("fire entry is not a map or a 7-item list")
+    if not isinstance(e.get("job"), str) or not is_int(e.get("gen")) or not is_int(e.get("after")) or not is_int(e.get("upto")):
+        raise InvalidCommand("fire entry needs job, gen, after, upto")
+    runs, rec, nxt = e.get("runs"), e.get("rec"), e.get("next")
+    if not isinstance(runs, list) or not all(is_int(s) for s in runs) or len(runs) > FIRE_ENTRY_RUNS_MAX:
+        raise InvalidCommand("fire entry runs malformed")
+    if runs != sorted(set(runs)) or (runs and (runs[0] <= e["after"] or runs[-1] > e["upto"])):
+        raise InvalidCommand("fire entry runs must be ascending, unique and inside (after, upto]")
+    if e["upto"] < e["after"]:
+        # The cursor would move back and let slots already handled fire again.
+        raise InvalidCommand("fire entry upto must not be before after")
+    if nxt is not None and (not is_int(nxt) or nxt <= e["upto"]):
+        raise InvalidCommand("fire entry next must be after upto")
+    check_records(rec, e["after"], e["upto"])
+    check_disjoint(runs, rec)
+
+
+def check_records(rec, after, upto) -> None:
+    """Records ``[state, reason, from_ms, to_ms, count]`` of slots in (after, upto], at most
+    RECORDS_PER_ENTRY_MAX of them. :raises InvalidCommand:"""
+    if not isinstance(rec, list) or len(rec) > RECORDS_PER_ENTRY_MAX:
+        raise InvalidCommand("records malformed")
+    for r in rec:
+        if not (isinstance(r, list) and len(r) == 5 and r[0] in ("skipped", "coalesced")
+                and isinstance(r[1], str) and is_int(r[2]) and is_int(r[3])
+                and (r[4] is None or is_int(r[4])) and after < r[2] <= r[3] <= upto):
+            raise InvalidCommand("record malformed")
+
+
+def check_disjoint(runs: list, rec: list) -> None:
+    """Runs and records of one entry must cover disjoint slots: a slot is a run or recorded,
+    once. (Checked before applying: an overlap would otherwise fail half-way, on a duplicate
+    entry id, after some entries were already added.)"""
+    spans = sorted([(s, s) for s in runs] + [(r[2], r[3]) for r in rec])
+    if any(a[1] >= b[0] for a, b in zip(spans, spans[1:])):
+        raise InvalidCommand("runs and records overlap")
+
+
+# ------------------------------------------------------------------ overlap
+def active_runs(s, job: dict) -> list[dict]:
+    """The job's queued and running runs (scans its history, which bounds them)."""
+    out = []
+    for rid in s.history.get(job["name"], ()):
+        run = s.runs.get(rid)
+        if run is not None and run["state"] in ("queued", "running"):
+            out.append(run)
+    return out
+
+
+def overlap(s, job: dict, new_id: str, now: int) -> str | None:
+    """Apply the job's overlap policy to a slot about to become a run (DESIGN.md section 4).
+
+    :returns: None to create the run, or the state ("skipped" / "coalesced") to record the
+        slot as instead. ``replace`` revokes the active runs first: a running run's token
+        goes stale (its heartbeat and completion are refused, its worker kills it).
+    """
+    if fires_ahead(job["spec"]):
+        return None  # allow without max_concurrent: nothing here depends on other runs
+    ov = job["spec"]["overlap"]
+    policy = ov["policy"]
+    active = active_runs(s, job)
+    if policy == "allow":
+        return "skipped" if len(active) >= ov["max_concurrent"] else None
+    if policy == "forbid":
+        return "skipped" if active else None
+    if policy == "queue_one":
+        return "coalesced" if any(r["state"] == "queued" for r in active) else None
+    for run in active:  # replace
+        revoke(s, run, now, f"replaced by run {new_id} (overlap policy replace)")
+    return None
+
+
+def revoke(s, run: dict, now: int, why: str) -> None:
+    """End a queued or running run as failed (overlap replace): a running one's lease ends with
+    it, so its token goes stale."""
+    q = run["queue"]
+    if run["state"] == "running":
+        s._running_count[q] = s._running_count.get(q, 1) - 1
+        s._running_ids.pop(run["id"], None)
+        run.setdefault("attempts", []).append({
+            "attempt": run["attempt"], "token": run["fencing_token"], "worker": run["worker"],
+            "started_at": run["started_at"], "finished_at": now, "ok": False, "error": why})
+    else:
+        unqueue_count(s, run)
+    run.update(state="failed", error=why, finished_at=now, deadline=None)
+
+
+# ------------------------------------------------------------------ runs and records
+def new_run(s, job: dict, slot: int, now: int, rid: str, kind: str) -> dict:
+    """A run of ``job`` for ``slot`` in the job's queue, or, when the queue is full and rejects,
+    a record of the slot as skipped (``queue_full``). A full ``drop_oldest`` queue drops its
+    oldest queued run first."""
+    spec = job["spec"]
+    qname = spec["queue"]
+    q = s.queues.get(qname, {"max_depth": limits.queue_depth_default, "on_full": "reject"})
+    depth = s._queue_depth.get(qname, 0)
+    lag = max(0, now - slot)
+    if depth >= q["max_depth"]:
+        if q["on_full"] == "reject":
+            return add_entry(s, job, {
+                "id": rid, "job": job["name"], "slot": slot, "state": "skipped",
+                "reason": "queue_full", "kind": kind, "fired_at": now, "queue": qname,
+            })
+        drop_oldest_queued(s, qname, now)
+    run = RUN_TEMPLATE.copy()
+    run["id"] = rid
+    run["job"] = job["name"]
+    run["slot"] = slot
+    run["kind"] = kind
+    run["queue"] = qname
+    run["priority"] = spec["priority"]
+    run["tenant"] = spec["tenant"]
+    run["fired_at"] = now
+    run["due"] = slot
+    if kind == "scheduled":
+        # Fire lag is a property of the trigger: manual runs (lag 0 by definition) stay out.
+        count_fire(job["stats"], lag)
+    add_entry(s, job, run)
+    enqueue(s, run)  # counts it in the queue's depth (re-read: drop_oldest may have lowered it)
+    return run
+
+
+def record(s, job: dict, recs: list, now: int) -> int:
+    """Record ranges of slots that did not become runs (``[state, reason, lo, hi, count]``)
+    in the job's history. :returns: how many records were added."""
+    n = 0
+    for state, reason, lo, hi, count in recs:
+        rid = f"{job['name']}@{lo}"
+        entry = {"id": rid, "job": job["name"], "slot": lo, "state": state, "reason": reason,
+                 "kind": "recorded", "fired_at": now}
+        if hi != lo or count != 1:
+            entry["slot_to"] = hi
+            entry["count"] = count
+        add_entry(s, job, entry)
+        job["stats"][RECORDED] += 1 if count is None else count
+        n += 1
+    return n
+
+
+def add_entry(s, job: dict, entry: dict) -> dict:
+    """Keep a run or a record, newest last in its job's history (trimmed to its bound)."""
+    rid = entry["id"]
+    assert rid not in s.runs, f"I2: run id {rid} already exists"
+    s.runs[rid] = entry
+    hist = s.history.setdefault(job["name"], [])
+    hist.append(rid)
+    bound = job["spec"]["history"]
+    if len(hist) > bound:
+        trim(s, hist, bound)
+    return entry
+
+
+def trim(s, hist: list[str], bound: int, full: bool = False) -> None:
+    """Drop the oldest finished entries beyond the bound; queued/running ones stay.
+
+    Dead runs are the dead-letter queue: they leave by requeue, delete or its own bound.
+
+    The common case is O(1): the oldest entries are finished and go from the front. When the
+    oldest entry is still queued, running or dead (a backlog, or the DLQ), finding finished
+    entries behind it means scanning the history, so that scan runs only on every
+    ``TRIM_SCAN_SLACK``-th entry past the bound (or when ``full``): behind such an entry,
+    finished entries over the bound wait for at most that many more adds. (Scanning on every
+    fire cost 30 % of a follower's time with 50 queued runs a job: scripts/profile_fire.py.)
+    The rule reads only replicated state, so every replica trims the same entries."""
+    excess = len(hist) - bound
+    runs = s.runs
+    while excess > 0:
+        st = runs[hist[0]]["state"]
+        if st not in TERMINAL_STATES or st == "dead":
+            break
+        del runs[hist[0]]
+        del hist[0]
+        excess -= 1
+    if excess <= 0 or (excess % TRIM_SCAN_SLACK and not full):
+        return
+    keep = []
+    for rid in hist:
+        st = runs[rid]["state"]
+        if excess > 0 and st in TERMINAL_STATES and st != "dead":
+            del runs[rid]
+            excess -= 1
+        else:
+            keep.append(rid)
+    hist[:] = keep

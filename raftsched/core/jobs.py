@@ -1,0 +1,256 @@
+"""The job registry's commands: put (one or many), delete, pause, resume and a manual trigger.
+
+A command carries what only its proposer may compute (node/service.py): the full validation of
+the spec (croniter, zoneinfo) and the job's first slots. Apply checks only the shape of what it
+is given (I4): it must not depend on a replica's library versions.
+"""
+from __future__ import annotations
+
+from . import limits
+from .due import push_due
+from .errors import Conflict, InvalidCommand, LimitExceeded, NotFound
+from .fire import check_disjoint, check_records, new_run, record, trim
+from .model import MISFIRE_POLICIES, OVERLAP_POLICIES
+from .queries import kept_position
+from .queues import remove_dead, unqueue_count
+from .records import is_int, job_record, ok, share_int, share_spec
+
+def check_stored_spec(spec) -> None:
+    """A structural guard on a spec inside a command. Full validation (croniter, zoneinfo) runs
+    on the proposer only: apply must not depend on a replica's library versions (I4)."""
+    if not isinstance(spec, dict):
+        raise InvalidCommand("spec is not a map")
+    sched = spec.get("schedule")
+    if not isinstance(sched, dict) or not (
+        isinstance(sched.get("cron"), str) or is_int(sched.get("every_s")) or is_int(sched.get("at"))
+    ):
+        raise InvalidCommand("spec.schedule is malformed")
+    for key, typ in (("executor", dict), ("misfire", dict), ("retry", dict), ("queue", str), ("tenant", str)):
+        if not isinstance(spec.get(key), typ):
+            raise InvalidCommand(f"spec.{key} is malformed")
+    for key in ("priority", "timeout_s", "history"):
+        if not is_int(spec.get(key)):
+            raise InvalidCommand(f"spec.{key} is malformed")
+    ov = spec.get("overlap")
+    if ov is not None and (not isinstance(ov, dict) or ov.get("policy") not in OVERLAP_POLICIES
+                           or ("max_concurrent" in ov and not is_int(ov["max_concurrent"]))):
+        raise InvalidCommand("spec.overlap is malformed")
+    if "jitter_ms" in sched and (not is_int(sched["jitter_ms"]) or not isinstance(sched.get("jitter_key"), str)):
+        raise InvalidCommand("spec.schedule jitter is malformed")
+    m = spec["misfire"]
+    if m.get("policy") not in MISFIRE_POLICIES or not is_int(m.get("grace_s")) or not is_int(m.get("max_catchup")):
+        raise InvalidCommand("spec.misfire is malformed")
+
+
+def check_put_job(cmd: dict, what: str) -> None:
+    """The shape of one put_job payload (the put_job command itself, or an item of put_jobs)."""
+    name, spec = cmd.get("name"), cmd.get("spec")
+    if not isinstance(name, str) or not name:
+        raise InvalidCommand(f"{what} needs name")
+    try:
+        check_stored_spec(spec)
+    except InvalidCommand as e:
+        raise InvalidCommand(f"{what}: {e.message}") from None
+    nxt, cursor, anchor = cmd.get("next"), cmd.get("cursor"), cmd.get("anchor")
+    if nxt is not None and not is_int(nxt):
+        raise InvalidCommand(f"{what}.next must be an integer or nil")
+    if not is_int(cursor) or not is_int(anchor):
+        raise InvalidCommand(f"{what} needs cursor and anchor")
+
+
+def apply_put_job(s, cmd: dict, now: int) -> dict:
+    """``put_job {name, spec, next, cursor, anchor, create_only?}``: create or replace a job.
+    ``spec`` is model.validate_job's output; ``cursor``, ``anchor`` and ``next`` are the
+    proposer's first position for it (policy.initial_position, schedule.next_slot_after). A
+    replace with the same schedule keeps the job's position whatever the command says; with
+    another schedule, its cursor never moves back. A replace keeps the job's counters and pause.
+
+    :raises InvalidCommand: a field missing or malformed (the spec's shape only, I4).
+    :raises Conflict: ``create_only`` and the job exists.
+    :raises LimitExceeded: a new job beyond jobs_max."""
+    check_put_job(cmd, "put_job")
+    return put_job(s, cmd, now)
+
+
+def put_job(s, cmd: dict, now: int) -> dict:
+    """Create or replace one job from a payload ``check_put_job`` accepted (a put_job command,
+    or an item of put_jobs). :raises Conflict: create_only and the job exists.
+    :raises LimitExceeded: a new job beyond jobs_max. Either raises before any change."""
+    name, spec = cmd["name"], cmd["spec"]
+    nxt, cursor, anchor = cmd.get("next"), cmd["cursor"], cmd["anchor"]
+    create_only = bool(cmd.get("create_only"))
+    jobs = s.jobs
+    old = jobs.get(name)
+    if old is not None and create_only:
+        raise Conflict(f"job {name!r} exists", field="name")
+    if old is None and len(jobs) >= limits.jobs_max:
+        raise LimitExceeded(f"the cluster holds {limits.jobs_max} jobs, its limit", field="name")
+    s.gen += 1
+    kept = kept_position(old, spec["schedule"])
+    if kept is not None:
+        # Same schedule: keep the cursor and next slot, so a replace never re-fires a slot
+        # nor loses a pending one.
+        cursor, anchor, nxt = kept
+    elif old is not None:
+        cursor = max(cursor, old["cursor"])
+    ints = s._ints
+    spec = share_spec(spec, s._parts, ints)
+    job = job_record(name, spec, s.gen, old["created"] if old else now, now,
+                     share_int(anchor, ints), share_int(cursor, ints), share_int(nxt, ints),
+                     old["paused"] if old else False,
+                     old["stats"] if old else [0, 0, None, 0, 0])  # see records.STATS_FIELDS
+    jobs[name] = job
+    # A job's history list is made by its first entry (fire.add_entry), not here: an empty list
+    # and its map entry cost ~110 bytes a job (1M jobs never fired: 105 MiB). The snapshot
+    # writes no empty history, so a replica that made one writes the same bytes.
+    hist = s.history.get(name)
+    if hist is not None and len(hist) > spec["history"]:
+        # A replace may lower the bound: trim now, not at the next fire.
+        trim(s, hist, spec["history"], full=True)
+    push_due(s, job)
+    return ok(job=name, gen=job["gen"], created=old is None)
+
+
+def apply_put_jobs(s, cmd: dict, now: int) -> dict:
+    """``put_jobs {jobs: [put_job payload, ...]}``: create or replace several jobs in one
+    command, in the order given (a chunk of POST /v1/jobs:batch). Each item is applied exactly
+    as a put_job command with the same fields would be.
+
+    Every item is checked, and the jobs limit for all of them, before anything changes: a
+    malformed item, or more new jobs than the cluster may still hold, refuses the whole
+    command. An item whose job exists while it says ``create_only`` is refused alone (a
+    conflict, listed by index in ``conflicts``); the others apply. The result is compact
+    (it is kept with the request id for retries): per item, its generation (None when
+    refused) and whether it created the job.
+
+    :raises InvalidCommand: no items, more than put_jobs_items_max, or one malformed.
+    :raises LimitExceeded: the new jobs would exceed jobs_max."""
+    items = cmd.get("jobs")
+    if not isinstance(items, list) or not items or len(items) > limits.put_jobs_items_max:
+        raise InvalidCommand(f"put_jobs needs a list of 1-{limits.put_jobs_items_max} jobs")
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise InvalidCommand(f"put_jobs.jobs[{i}] is not a map")
+        check_put_job(item, f"put_jobs.jobs[{i}]")
+    new = {item["name"] for item in items if item["name"] not in s.jobs}
+    if len(s.jobs) + len(new) > limits.jobs_max:
+        raise LimitExceeded(f"{len(new)} new jobs would exceed the cluster's limit of {limits.jobs_max}",
+                            field="jobs")
+    gens, created, conflicts = [], [], []
+    for i, item in enumerate(items):
+        try:
+            res = put_job(s, item, now)
+        except Conflict:
+            gens.append(None)
+            created.append(False)
+            conflicts.append(i)
+            continue
+        gens.append(res["gen"])
+        created.append(res["created"])
+    return ok(gen=gens, created=created, conflicts=conflicts)
+
+
+def _job(s, cmd) -> dict:
+    name = cmd.get("name")
+    if not isinstance(name, str):
+        raise InvalidCommand(f"{cmd['op']} needs name")
+    job = s.jobs.get(name)
+    if job is None:
+        raise NotFound(f"no job named {name!r}", field="name")
+    return job
+
+
+def apply_delete_job(s, cmd: dict, now: int) -> dict:
+    """``delete_job {name}``: the job and its history go; its queued runs leave their queues,
+    its running runs lose their leases (their heartbeats and completions are refused), its dead
+    runs leave the DLQ.
+
+    :raises NotFound: no such job."""
+    job = _job(s, cmd)
+    name = job["name"]
+    for rid in s.history.pop(name, []):
+        run = s.runs.pop(rid, None)
+        if run is not None and run["state"] == "queued":
+            s._queue_depth[run["queue"]] = s._queue_depth.get(run["queue"], 1) - 1
+        elif run is not None and run["state"] == "running":
+            # Its lease dies with it: the worker's heartbeat and completion are refused.
+            s._running_count[run["queue"]] = s._running_count.get(run["queue"], 1) - 1
+            s._running_ids.pop(run["id"], None)
+        elif run is not None and run["state"] == "dead":
+            # Out of its queue's DLQ index too: a stale id there would count against
+            # dlq_per_queue_max (and purge a live dead run early) on this replica only.
+            remove_dead(s, run)
+    del s.jobs[name]
+    return ok(job=name, deleted=True)
+
+
+def apply_pause_job(s, cmd: dict, now: int) -> dict:
+    """``pause_job {name}``: no slot fires until resume. Runs fired ahead for slots after now
+    (still queued, not yet startable) are recorded as skipped / paused, like the slots of the
+    pause; ``withdrawn`` counts them.
+
+    :raises NotFound: no such job."""
+    job = _job(s, cmd)
+    job["paused"] = True
+    job["updated"] = now
+    withdrawn = 0
+    for rid in s.history.get(job["name"], ()):
+        run = s.runs[rid]
+        if run["state"] == "queued" and run["kind"] == "scheduled" and run["slot"] > now:
+            unqueue_count(s, run)
+            run.update(state="skipped", reason="paused", finished_at=now)
+            withdrawn += 1
+    if withdrawn:
+        return ok(job=job["name"], paused=True, withdrawn=withdrawn)
+    return ok(job=job["name"], paused=True)
+
+
+def apply_resume_job(s, cmd: dict, now: int) -> dict:
+    """``resume_job {name, catch_up, gen?, after?, upto?, next?, rec?}``: resume a paused job.
+    Slots that fell due while paused are recorded as skipped (paused), as the proposer planned
+    them from its view (policy.plan_resume: ``gen`` and ``after`` are the generation and cursor
+    it planned from, ``rec`` its records of slots in (after, upto], ``next`` the next slot),
+    unless ``catch_up``, in which case the misfire policy decides for them at the next fire.
+    A job that is not paused is left as it is.
+
+    :raises NotFound: no such job. :raises Conflict: the job changed since the proposer looked.
+    :raises InvalidCommand: malformed next, upto or records (then nothing is recorded)."""
+    job = _job(s, cmd)
+    if not job["paused"]:
+        return ok(job=job["name"], paused=False)
+    catch_up = bool(cmd.get("catch_up"))
+    if not catch_up:
+        nxt, rec = cmd.get("next"), cmd.get("rec")
+        if nxt is not None and not is_int(nxt):
+            raise InvalidCommand("resume_job.next must be an integer or nil")
+        if cmd.get("gen") != job["gen"] or cmd.get("after") != job["cursor"]:
+            raise Conflict("the job changed while resuming; retry", field="name")
+        upto = cmd.get("upto", now)
+        if not is_int(upto):
+            raise InvalidCommand("resume_job.upto must be an integer")
+        upto = max(job["cursor"], upto)
+        # Validate every record before recording any: a refused command changes nothing,
+        # and a record may only cover slots after the cursor (no slot handled twice).
+        rec = rec or []
+        check_records(rec, job["cursor"], upto)
+        check_disjoint([], rec)
+        if rec:
+            record(s, job, rec, now)
+        job["cursor"] = upto
+        job["next"] = nxt
+    job["paused"] = False
+    job["updated"] = now
+    push_due(s, job)
+    return ok(job=job["name"], paused=False)
+
+
+def apply_trigger_job(s, cmd: dict, now: int) -> dict:
+    """``trigger_job {name}``: a manual run now, ``job@now!manual-N`` (N from the state's
+    manual counter), queued like a scheduled one (or recorded skipped when its queue is full).
+
+    :raises NotFound: no such job."""
+    job = _job(s, cmd)
+    s.manual_seq += 1
+    rid = f"{job['name']}@{now}!manual-{s.manual_seq}"
+    run = new_run(s, job, now, now, rid, "manual")
+    return ok(job=job["name"], run=run["id"], state=run["state"])

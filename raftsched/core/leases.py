@@ -1,0 +1,364 @@
+"""Leased execution: acquire, heartbeat, complete, expire and takeover (DESIGN.md section 3).
+
+Every handler here is deterministic and takes its time from the command (``now``).
+
+Lifecycle of a run::
+
+    queued --acquire--> running --complete ok--> succeeded
+       ^                   |--complete failed--> failures < max_attempts: queued, due = now + backoff
+       |                   |                     else dead (the queue's DLQ)
+       |                   |--expire (lease lost)--> lost <= lease_losses_max: queued, due = now
+       |                   |                         else dead
+       |                   \\--overlap replace--> failed (revoked)
+       +---- dlq_requeue (fresh budgets) <---- dead
+
+Every grant of a lease takes a new token from one global counter that only increases (I13); a
+``heartbeat`` or ``complete`` carrying any other token than the run's current one is refused, so
+a worker that was paused past its lease can never overwrite the newer attempt's outcome (I14).
+The queues a run waits in, and the dead-letter queue, are queues.py's.
+"""
+from __future__ import annotations
+
+import heapq
+
+from . import limits
+from .errors import Conflict, InvalidCommand, NotFound
+from .policy import backoff_ms
+from .queues import add_dead, enqueue
+from .records import bound_text, is_int, ok
+from .tenants import tenant_take
+
+
+# -------------------------------------------------------------- acquire
+def apply_acquire(s, cmd: dict, now: int) -> dict:
+    """``acquire {worker, queues, max, ttl, types?}``: lease up to ``max`` runs of ``queues``
+    (None: every queue) to ``worker`` for ``ttl`` ms, highest priority first, then earliest due,
+    then run id, among the runs whose due has come. With ``types``, runs of other executor
+    types stay queued for another worker; a run whose tenant is over its rate stays queued
+    too. At most ``limits.acquire_scan_max`` runs are looked at. Each grant carries a new
+    fencing token and what the worker needs to run it (executor, payload, timeout).
+
+    :raises InvalidCommand: no worker, ``max`` outside 1..acquire_runs_max, ``ttl`` outside
+        the lease range, or queues / types that are not lists of names."""
+    worker, queues, n, ttl = cmd.get("worker"), cmd.get("queues"), cmd.get("max"), cmd.get("ttl")
+    if not isinstance(worker, str) or not worker:
+        raise InvalidCommand("acquire needs worker")
+    if queues is not None and (not isinstance(queues, list) or not all(isinstance(q, str) for q in queues)):
+        raise InvalidCommand("acquire.queues must be a list of names or nil")
+    if not is_int(n) or not 1 <= n <= limits.acquire_runs_max:
+        raise InvalidCommand(f"acquire.max must be 1..{limits.acquire_runs_max}")
+    if not is_int(ttl) or not limits.lease_ttl_ms_min <= ttl <= limits.lease_ttl_ms_max:
+        raise InvalidCommand("acquire.ttl out of range")
+    types = cmd.get("types")
+    if types is not None and (not isinstance(types, list) or not all(isinstance(t, str) for t in types)):
+        raise InvalidCommand("acquire.types must be a list of executor types or nil")
+    queued = s._queued
+    names = sorted(set(queues)) if queues is not None else sorted(queued)
+    granted: list[dict] = []
+    held_back: list[tuple[list, tuple]] = []
+    scanned = 0
+    runs, pop = s.runs, heapq.heappop
+    # The served queues' heaps, highest priority first. Handed out by the key (-priority,
+    # due, run id) among the runs whose due has come: a merge of the heaps' heads.
+    # An entry is live when its run is queued in this heap's queue, at this priority and
+    # due: a run id can come back in another queue (a job deleted and put again in another
+    # queue re-creates its ids), and the old queue's entry must not hand it out; a replica
+    # restored from a snapshot has no such entry.
+    heaps = sorted(((q, p, h) for q in names for p, h in queued.get(q, {}).items() if h),
+                   key=lambda qph: -qph[1])
+    if len(heaps) == 1 and types is None and not s.tenants:
+        # One heap and nothing to hold back (no executor types asked for, no tenant rate
+        # limits): the loop below, reduced to popping that heap in key order.
+        q, p, h = heaps[0]
+        while len(granted) < n and scanned < limits.acquire_scan_max and h and h[0][0] <= now:
+            due, rid = pop(h)
+            run = runs.get(rid)
+            if run is None or run["state"] != "queued" or run["priority"] != p \
+                    or run.get("due", run["slot"]) != due or run["queue"] != q:
+                continue  # stale index entry
+            scanned += 1
+            granted.append(grant(s, run, worker, ttl, now))
+        return {"ok": True, "runs": granted}
+    while len(granted) < n and scanned < limits.acquire_scan_max:
+        best, best_h = None, None
+        for q, p, h in heaps:
+            if best is not None and -p > best[0]:
+                break  # lower priorities than the best found so far
+            while h and h[0][0] <= now:
+                due, rid = h[0]
+                run = runs.get(rid)
+                if run is None or run["state"] != "queued" or run["priority"] != p \
+                        or run.get("due", run["slot"]) != due or run["queue"] != q:
+                    pop(h)  # stale index entry
+                    continue
+                if best is None or (-p, due, rid) < best:
+                    best, best_h = (-p, due, rid), h
+                break
+        if best is None:
+            break
+        entry = pop(best_h)
+        scanned += 1
+        run = runs[best[2]]
+        if types is not None:
+            job = s.jobs.get(run["job"])
+            if job is not None and job["spec"]["executor"]["type"] not in types:
+                held_back.append((best_h, entry))  # another node runs this executor type
+                continue
+        if not tenant_take(s, run["tenant"], now):
+            held_back.append((best_h, entry))  # over its rate: wait; others go ahead
+            continue
+        granted.append(grant(s, run, worker, ttl, now))
+    for h, entry in held_back:
+        heapq.heappush(h, entry)
+    return {"ok": True, "runs": granted}
+
+
+def grant(s, run: dict, worker: str, ttl: int, now: int) -> dict:
+    """Lease a queued run (out of its queue's index already) to ``worker``: the grant."""
+    s.fencing_token = tok = s.fencing_token + 1  # I13: one counter, only increases
+    rid, q, deadline = run["id"], run["queue"], now + ttl
+    s._queue_depth[q] = s._queue_depth.get(q, 1) - 1
+    run["state"] = "running"
+    run["fencing_token"] = tok
+    run["worker"] = worker
+    run["started_at"] = now
+    run["deadline"] = deadline
+    run["ttl"] = ttl
+    run["finished_at"] = None
+    run["renewals"] = 0
+    s._running_ids[rid] = None
+    s._running_count[q] = s._running_count.get(q, 0) + 1
+    job = s.jobs.get(run["job"])
+    if job is None:
+        executor = payload = None
+        timeout_s = limits.timeout_s_default
+    else:
+        spec = job["spec"]
+        executor, payload, timeout_s = spec["executor"], spec["payload"], spec["timeout_s"]
+    return {
+        "id": rid, "job": run["job"], "slot": run["slot"], "attempt": run["attempt"],
+        "token": tok, "deadline": deadline, "queue": q,
+        "executor": executor, "payload": payload, "timeout_s": timeout_s,
+    }
+
+
+# -------------------------------------------------------------- heartbeat / complete
+def live(s, rid, tok) -> dict | None:
+    """The run ``rid`` if it is running under token ``tok``, else None."""
+    run = s.runs.get(rid) if isinstance(rid, str) else None
+    if run is None or run["state"] != "running" or run.get("fencing_token") != tok:
+        return None
+    return run
+
+
+def apply_heartbeat(s, cmd: dict, now: int) -> dict:
+    """``heartbeat {worker, leases: [[run_id, token], ...], ttl}``: extend each lease the
+    worker still holds to ``now + ttl`` (never shorten it) and count a renewal. The result
+    lists the leases it no longer holds (``lost``): their worker must stop them.
+
+    :raises InvalidCommand: no worker, more than heartbeat_leases_max leases, a malformed
+        lease, or a ttl out of range."""
+    worker, leases, ttl = cmd.get("worker"), cmd.get("leases"), cmd.get("ttl")
+    if not isinstance(worker, str) or not isinstance(leases, list) or len(leases) > limits.heartbeat_leases_max:
+        raise InvalidCommand("heartbeat needs worker and a bounded list of leases")
+    if not is_int(ttl) or not limits.lease_ttl_ms_min <= ttl <= limits.lease_ttl_ms_max:
+        raise InvalidCommand("heartbeat.ttl out of range")
+    lost, extended = [], 0
+    for item in leases:
+        if not (isinstance(item, list) and len(item) == 2 and is_int(item[1])):
+            raise InvalidCommand("heartbeat lease must be [run_id, token]")
+    for rid, tok in leases:
+        run = live(s, rid, tok)
+        if run is None or run["worker"] != worker:
+            lost.append(rid)
+            continue
+        run["deadline"] = max(run["deadline"], now + ttl)
+        run["ttl"] = ttl
+        # The reaper identifies a lease by its renewal count, not its deadline: a deadline
+        # may not move (state time ahead of this worker's clock) while the lease is renewed.
+        run["renewals"] = run.get("renewals", 0) + 1
+        extended += 1
+    return {"ok": True, "extended": extended, "lost": lost}
+
+
+def apply_complete(s, cmd: dict, now: int) -> dict:
+    """``complete {run, token, success, error?, output?}``: the outcome of the run's current
+    attempt (error and output bounded to their last characters). A success ends the run; a
+    failure retries it after its backoff or sends it to the DLQ (``finish_attempt``).
+
+    :raises InvalidCommand: run, token or success missing. :raises NotFound: no such run.
+    :raises Conflict: ``token`` is not the run's current one (a stale worker: I14)."""
+    rid, tok, success = cmd.get("run"), cmd.get("token"), cmd.get("success")
+    if not isinstance(rid, str) or not is_int(tok) or not isinstance(success, bool):
+        raise InvalidCommand("complete needs run, token, success")
+    run = s.runs.get(rid)
+    if run is None:
+        raise NotFound(f"no run {rid!r}", field="run")
+    if run["state"] != "running" or run.get("fencing_token") != tok:  # not live(s, rid, tok)
+        raise Conflict(
+            f"token {tok} is stale for run {rid}: its current token is {run.get('fencing_token')} "
+            f"and its state {run['state']}", field="token", code_detail="stale_token",
+        )
+    error = bound_text(cmd.get("error"), limits.error_chars_max)
+    output = bound_text(cmd.get("output"), limits.output_bytes_max)
+    finish_attempt(s, run, now, success, error, output)
+    return {"ok": True, "run": rid, "state": run["state"], "attempt": run["attempt"]}
+
+
+def apply_complete_many(s, cmd: dict, now: int) -> dict:
+    """``complete_many {results: [{run, token, success, error?, output?}, ...]}``: several
+    outcomes in one command (a worker batches the completions of a few ms): each item is
+    judged like ``complete``, alone; a stale item is refused without affecting the others.
+    Returns one result per item, in order.
+
+    :raises InvalidCommand: no results, more than complete_batch_max, or an item without run,
+        token and success (then none applies)."""
+    items = cmd.get("results")
+    if not isinstance(items, list) or not 1 <= len(items) <= limits.complete_batch_max:
+        raise InvalidCommand(f"complete_many needs 1..{limits.complete_batch_max} results")
+    for it in items:
+        if not (isinstance(it, dict) and isinstance(it.get("run"), str) and is_int(it.get("token"))
+                and isinstance(it.get("success"), bool)):
+            raise InvalidCommand("each result needs run, token, success")
+    out = []
+    fast = s._fast_paths
+    runs = s.runs
+    for it in items:
+        rid = it["run"]
+        run = runs.get(rid)
+        if fast and it["success"] and run is not None and run["state"] == "running" \
+                and run.get("fencing_token") == it["token"]:
+            # A success of the current attempt (nearly every item): apply_complete and
+            # finish_attempt inline, the same changes in the same order.
+            error, output = it.get("error"), it.get("output")
+            if error is not None:
+                error = bound_text(error, limits.error_chars_max)
+            if output is not None:
+                output = bound_text(output, limits.output_bytes_max)
+            close_attempt(s, run, now, True, error, output)
+            run["state"] = "succeeded"
+            out.append({"ok": True, "run": rid, "state": "succeeded", "attempt": run["attempt"]})
+            continue
+        try:
+            out.append(apply_complete(s, it, now))
+        except (Conflict, NotFound) as e:
+            out.append({"ok": False, "run": it["run"], "error": e.to_dict()})
+    return {"ok": True, "results": out}
+
+
+def close_attempt(s, run: dict, now: int, success: bool, error: str | None, output: str | None) -> None:
+    """End the current attempt's lease and record it in ``run["attempts"]`` (the last
+    ``attempts_kept_max``); the caller decides the run's next state."""
+    q = run["queue"]
+    s._running_count[q] = s._running_count.get(q, 1) - 1
+    s._running_ids.pop(run["id"], None)
+    attempts = run.setdefault("attempts", [])
+    attempts.append({"attempt": run["attempt"], "token": run["fencing_token"], "worker": run["worker"],
+                     "started_at": run["started_at"], "finished_at": now,
+                     "ok": success, "error": bound_text(error, limits.attempt_error_chars_max)})
+    if len(attempts) > limits.attempts_kept_max:
+        del attempts[0]
+    run["finished_at"] = now
+    run["error"] = error
+    run["output"] = output
+    run["deadline"] = None
+
+
+def finish_attempt(s, run: dict, now: int, success: bool, error: str | None, output: str | None,
+                   lost: bool = False) -> None:
+    """Close the current attempt: success, a retry, or the dead-letter queue.
+
+    Two budgets: attempts that ran and failed count against the job's ``max_attempts`` (and
+    set the backoff); attempts lost with their worker (``lost``: the lease expired) are not
+    the handler's failure and are retried at once, up to ``lease_losses_max`` times, so a run
+    whose worker dies is run again even with ``max_attempts: 1`` (the README's promise).
+    """
+    close_attempt(s, run, now, success, error, output)
+    if success:
+        run["state"] = "succeeded"
+        return
+    job = s.jobs.get(run["job"])
+    if lost:
+        run["lost"] = run.get("lost", 0) + 1
+        retry = job is not None and run["lost"] <= limits.lease_losses_max
+        delay = 0
+    else:
+        run["failures"] = run.get("failures", 0) + 1
+        retry = job is not None and run["failures"] < job["spec"]["retry"]["max_attempts"]
+        delay = backoff_ms(job["spec"]["retry"], run["id"], run["failures"]) if retry else 0
+    if retry:
+        run["attempt"] += 1
+        run["state"] = "queued"
+        run["due"] = now + delay
+        run["worker"] = None
+        enqueue(s, run)
+        return
+    run["state"] = "dead"
+    add_dead(s, run, now)
+
+
+# -------------------------------------------------------------- expiry and takeover
+def apply_expire(s, cmd: dict, now: int) -> dict:
+    """``expire {runs: [[id, token, renewals], ...], locks: [[name, token, renewals], ...]}``:
+    the leader's reaper, for leases and locks it saw unrenewed for a whole TTL by its own
+    monotonic clock (node/trigger.py). An item is applied only if the lease still has that
+    token and that renewal count, i.e. nothing renewed or re-granted it since the reaper looked;
+    the others are counted as ``ignored``. An expired lease is a lost attempt
+    (``finish_attempt(lost=True)``); an expired lock is released. No wall clock is compared
+    here: a node whose clock runs fast cannot make a live lease expire (I15).
+
+    :raises InvalidCommand: lists missing, longer than expire_items_max together, or an item
+        that is not ``[id, token, renewals]``."""
+    runs, locks = cmd.get("runs", []), cmd.get("locks", [])
+    if not isinstance(runs, list) or not isinstance(locks, list) or len(runs) + len(locks) > limits.expire_items_max:
+        raise InvalidCommand("expire needs bounded lists runs and locks")
+    for item in runs + locks:
+        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str)
+                and is_int(item[1]) and is_int(item[2])):
+            raise InvalidCommand("expire items are [id, token, renewals]")
+    expired, ignored = [], 0
+    for rid, tok, renewals in runs:
+        run = live(s, rid, tok)
+        if run is None or run.get("renewals", 0) != renewals:
+            ignored += 1
+            continue
+        finish_attempt(s, run, now, False, f"lease expired (worker {run['worker']} stopped heartbeating)",
+                       run.get("output"), lost=True)
+        expired.append(rid)
+    released = []
+    for name, tok, renewals in locks:
+        lk = s.locks.get(name)
+        if lk is None or lk["token"] != tok or lk.get("renewals", 0) != renewals:
+            ignored += 1
+            continue
+        del s.locks[name]
+        released.append(name)
+    return {"ok": True, "expired": expired, "released": released, "ignored": ignored}
+
+
+def apply_takeover(s, cmd: dict, now: int) -> dict:
+    """``takeover {node}``: a new leader's first command. It records the leader and gives every
+    live lease and lock one full TTL from this leader's ``now`` (``extended`` counts them).
+
+    :raises InvalidCommand: no node."""
+    node = cmd.get("node")
+    if not isinstance(node, str):
+        raise InvalidCommand("takeover needs node")
+    s.leader = {"node": node, "since": now}
+    return ok(extended=takeover_leases(s, now))
+
+
+def takeover_leases(s, now: int) -> int:
+    """A new leader's clock may be ahead of its predecessor's: give every live lease and lock
+    one full TTL from this leader's ``now`` before anything can expire (I15)."""
+    n = 0
+    for rid in s._running_ids:
+        run = s.runs[rid]
+        run["deadline"] = max(run["deadline"], now + run["ttl"])
+        run["renewals"] = run.get("renewals", 0) + 1
+        n += 1
+    for lk in s.locks.values():
+        lk["deadline"] = max(lk["deadline"], now + lk["ttl"])
+        lk["renewals"] = lk.get("renewals", 0) + 1
+        n += 1
+    return n

@@ -1,0 +1,80 @@
+"""Named locks with fencing tokens (``POST /v1/locks/{name}``).
+
+A lock is held until its holder releases it or the leader's reaper expires it (``expire``, see
+leases.py): never judged from a command's clock, which may be another node's and run fast. Every
+acquire takes a new token from the global fencing counter that leases use too (I13), so a
+downstream system can reject a holder that lost the lock.
+"""
+from __future__ import annotations
+
+from . import limits
+from .errors import Conflict, InvalidCommand
+from .records import is_int
+
+
+def _lock_args(cmd, need_owner: bool):
+    name, ttl = cmd.get("name"), cmd.get("ttl")
+    if not isinstance(name, str) or not name:
+        raise InvalidCommand("lock command needs name")
+    if need_owner and (not isinstance(cmd.get("owner"), str) or not cmd["owner"]):
+        raise InvalidCommand("lock_acquire needs owner")
+    if ttl is not None and (not is_int(ttl) or not limits.lease_ttl_ms_min <= ttl <= limits.lease_ttl_ms_max):
+        raise InvalidCommand("lock ttl out of range")
+    return name, ttl
+
+
+def apply_lock_acquire(s, cmd: dict, now: int) -> dict:
+    """``lock_acquire {name, owner, ttl}``: take a free lock for ``ttl`` ms, with a new fencing
+    token.
+
+    :raises InvalidCommand: no name, no owner, or a ttl out of the lease range.
+    :raises Conflict: the lock is held (the error names its holder and deadline), or the
+        cluster holds ``limits.locks_max`` locks."""
+    name, ttl = _lock_args(cmd, True)
+    if ttl is None:
+        raise InvalidCommand("lock_acquire needs ttl")
+    lk = s.locks.get(name)
+    if lk is not None:
+        # Held until its holder releases it or the leader's reaper expires it: never judged
+        # from this command's clock, which may be another node's and run fast.
+        raise Conflict(f"lock {name!r} is held by {lk['owner']!r}", field="name",
+                       holder=lk["owner"], expires_at_ms=lk["deadline"])
+    if lk is None and len(s.locks) >= limits.locks_max:
+        raise Conflict(f"the cluster holds {limits.locks_max} locks, its limit", field="name")
+    s.fencing_token += 1
+    s.locks[name] = {"owner": cmd["owner"], "token": s.fencing_token, "deadline": now + ttl,
+                     "ttl": ttl, "since": now, "renewals": 0}
+    return {"ok": True, "lock": name, "owner": cmd["owner"], "token": s.fencing_token, "deadline": now + ttl}
+
+
+def _held(s, cmd, now) -> tuple[str, dict]:
+    name, _ = _lock_args(cmd, False)
+    tok = cmd.get("token")
+    lk = s.locks.get(name)
+    if lk is None or lk["token"] != tok:
+        raise Conflict(f"token {tok} does not hold lock {name!r}", field="token",
+                       holder=lk["owner"] if lk else None,
+                       expires_at_ms=lk["deadline"] if lk else None)
+    return name, lk
+
+
+def apply_lock_renew(s, cmd: dict, now: int) -> dict:
+    """``lock_renew {name, token, ttl?}``: extend a held lock to ``now + ttl`` (never shorten
+    it); without a ttl, by the one it had.
+
+    :raises Conflict: ``token`` does not hold the lock (released, expired or taken again)."""
+    name, lk = _held(s, cmd, now)
+    ttl = cmd.get("ttl") or lk["ttl"]
+    lk["deadline"] = max(lk["deadline"], now + ttl)
+    lk["ttl"] = ttl
+    lk["renewals"] = lk.get("renewals", 0) + 1
+    return {"ok": True, "lock": name, "token": lk["token"], "deadline": lk["deadline"]}
+
+
+def apply_lock_release(s, cmd: dict, now: int) -> dict:
+    """``lock_release {name, token}``: free the lock.
+
+    :raises Conflict: ``token`` does not hold the lock."""
+    name, lk = _held(s, cmd, now)
+    del s.locks[name]
+    return {"ok": True, "lock": name, "released": True}

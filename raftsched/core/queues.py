@@ -1,0 +1,225 @@
+"""Run queues: their derived indexes, the queue_full policies, and the dead-letter queue.
+
+Derived indexes (not in the snapshot, made again by ``rebuild_indexes`` on restore): per queue
+and priority a heap of the queued runs ordered by (due, id), whose heads are the runs whose due
+has come (an acquire merges the heads by (-priority, due, id)); per queue the dead runs oldest
+first, by (finished_at, id); per queue whose ``drop_oldest`` had to drop a run, a heap of its
+queued runs by (slot, id), built when first needed and kept from then on (``drop_oldest_queued``);
+and the counts of queued and running runs per queue. A heap's entries go stale when a run leaves
+the queue another way than by being popped; stale entries are skipped when popped, and a heap
+that holds more than twice its queue's depth in entries is compacted
+(``limits.queue_index_stale_slack``). (No lease index: the reaper reads
+``queries.lease_snapshot``, and an index nothing pops would grow with every heartbeat.) Keys are
+unique (they end with the run id), so the order in which runs are handed out is the same on
+every replica, whether a replica built its heaps incrementally or from a snapshot.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+from . import limits
+from .errors import Conflict, InvalidCommand, NotFound
+from .records import is_int, ok
+
+
+def reset_indexes(s) -> None:
+    """Empty indexes, for a state with no runs."""
+    #: queue -> priority -> heap of (due, run id) of its queued runs; ready once due has come
+    s._queued = {}
+    #: queue -> heap of (slot, run id) of its queued runs (drop_oldest's index; built lazily)
+    s._by_slot = {}
+    #: queue -> ids of its dead runs, oldest first by (finished_at, id)
+    s._dead = {}
+    #: queue -> runs queued in it (its depth) / leased and running
+    s._queue_depth = {}
+    s._running_count = {}
+    #: ids of running runs, in grant order: what the reaper watches
+    s._running_ids = {}
+
+
+def rebuild_indexes(s) -> None:
+    """Make every index from the runs (after a restore)."""
+    reset_indexes(s)
+    dead = []
+    for run in s.runs.values():
+        st = run["state"]
+        if st == "queued":
+            enqueue(s, run)
+        elif st == "running":
+            s._running_count[run["queue"]] = s._running_count.get(run["queue"], 0) + 1
+            s._running_ids[run["id"]] = None
+        elif st == "dead":
+            dead.append(run)
+    for run in sorted(dead, key=lambda r: (r["finished_at"], r["id"])):
+        s._dead.setdefault(run["queue"], deque()).append(run["id"])
+
+
+def enqueue(s, run: dict) -> None:
+    """Put a queued run into its queue's indexes."""
+    q = run["queue"]
+    depth = s._queue_depth[q] = s._queue_depth.get(q, 0) + 1
+    prios = s._queued.get(q)
+    if prios is None:
+        prios = s._queued[q] = {}
+    p = run["priority"]
+    h = prios.get(p)
+    if h is None:
+        h = prios[p] = []
+    heapq.heappush(h, (run.get("due", run["slot"]), run["id"]))
+    if len(h) > 2 * depth + limits.queue_index_stale_slack:
+        compact_queued(s, q, p, h)
+    bs = s._by_slot.get(q)
+    if bs is not None:
+        heapq.heappush(bs, (run["slot"], run["id"]))
+        if len(bs) > 2 * depth + limits.queue_index_stale_slack:
+            del s._by_slot[q]  # mostly stale: rebuilt when next needed
+
+
+def compact_queued(s, q: str, p: int, h: list) -> None:
+    """Keep only the live entries of queue ``q``'s priority ``p`` heap, in place (callers
+    hold it). Which entries a heap holds beside the live ones changes nothing any replica
+    decides: acquire skips stale ones, and every queued run has a live one."""
+    runs, seen, keep = s.runs, set(), []
+    for e in h:
+        due, rid = e
+        run = runs.get(rid)
+        if run is not None and rid not in seen and run["state"] == "queued" and run["queue"] == q \
+                and run["priority"] == p and run.get("due", run["slot"]) == due:
+            seen.add(rid)
+            keep.append(e)
+    heapq.heapify(keep)
+    h[:] = keep
+
+
+def drop_oldest_queued(s, qname: str, now: int) -> None:
+    """Mark the queued run of ``qname`` with the oldest slot (the smallest id among equal
+    slots) skipped: on_full=drop_oldest. O(log n) from the queue's by-slot heap, which is
+    built from the queue's acquire heaps the first time a drop is needed."""
+    bs = s._by_slot.get(qname)
+    if bs is None:
+        bs = s._by_slot[qname] = _queued_by_slot(s, qname)
+    runs, pop = s.runs, heapq.heappop
+    while bs:
+        slot, rid = pop(bs)
+        run = runs.get(rid)
+        if run is not None and run["state"] == "queued" and run["queue"] == qname and run["slot"] == slot:
+            run["state"] = "skipped"
+            run["reason"] = "queue_full"
+            run["finished_at"] = now
+            s._queue_depth[qname] -= 1
+            return
+
+
+def _queued_by_slot(s, qname: str) -> list:
+    """A heap of (slot, id) of every queued run of ``qname``, from its acquire heaps (every
+    queued run has an entry there)."""
+    runs, seen, out = s.runs, set(), []
+    for h in s._queued.get(qname, {}).values():
+        for _, rid in h:
+            run = runs.get(rid)
+            if run is not None and rid not in seen and run["state"] == "queued" and run["queue"] == qname:
+                seen.add(rid)
+                out.append((run["slot"], rid))
+    heapq.heapify(out)
+    return out
+
+
+def unqueue_count(s, run: dict) -> None:
+    """A queued run leaves its queue by another way than acquire: one fewer in its depth."""
+    q = run["queue"]
+    s._queue_depth[q] = s._queue_depth.get(q, 1) - 1
+
+
+# ------------------------------------------------------------------ the dead-letter queue
+def add_dead(s, run: dict, now: int) -> None:
+    """Put a run that just died (``finished_at`` = ``now``) into its queue's DLQ, purging the
+    oldest dead runs beyond ``limits.dlq_per_queue_max``."""
+    dq = s._dead.setdefault(run["queue"], deque())
+    # Oldest first by (finished_at, id), the order rebuild_indexes restores: runs that die at
+    # the same now in another order than their ids must be purged alike on a replica restored
+    # from a snapshot. (finished_at only grows, so this looks at the tail only.)
+    i = len(dq)
+    while i > 0:
+        prev = s.runs.get(dq[i - 1])
+        if prev is None or (prev["finished_at"], prev["id"]) < (now, run["id"]):
+            break
+        i -= 1
+    dq.insert(i, run["id"])
+    while len(dq) > limits.dlq_per_queue_max:
+        old = s.runs.get(dq.popleft())
+        if old is not None and old["state"] == "dead":
+            drop_entry(s, old)
+
+
+def drop_entry(s, run: dict) -> None:
+    """Forget a run: out of the runs and out of its job's history."""
+    s.runs.pop(run["id"], None)
+    hist = s.history.get(run["job"])
+    if hist is not None:
+        try:
+            hist.remove(run["id"])
+        except ValueError:
+            pass
+
+
+def remove_dead(s, run: dict) -> None:
+    """Take a dead run out of its queue's DLQ index (requeued, deleted, or its job deleted)."""
+    dq = s._dead.get(run["queue"])
+    if dq is not None:
+        try:
+            dq.remove(run["id"])
+        except ValueError:
+            pass
+
+
+def _dead_run(s, cmd) -> dict:
+    rid = cmd.get("run")
+    if not isinstance(rid, str):
+        raise InvalidCommand(f"{cmd['op']} needs run")
+    run = s.runs.get(rid)
+    if run is None or run["state"] != "dead":
+        raise NotFound(f"no run {rid!r} in a dead-letter queue", field="run")
+    return run
+
+
+def apply_dlq_requeue(s, cmd: dict, now: int) -> dict:
+    """``dlq_requeue {run}``: a dead run queued again, due now, with fresh budgets (its
+    failures and lost leases count from zero) and its attempt number one higher.
+
+    :raises NotFound: no dead run of that id. :raises Conflict: its job no longer exists."""
+    run = _dead_run(s, cmd)
+    job = s.jobs.get(run["job"])
+    if job is None:
+        raise Conflict(f"job {run['job']!r} no longer exists; the run cannot be requeued", field="run")
+    remove_dead(s, run)
+    run["attempt"] += 1
+    run["failures"] = 0  # a fresh budget: max_attempts more failures, and backoff from the start
+    run["lost"] = 0
+    run.update(state="queued", due=now, worker=None, deadline=None, finished_at=None)
+    enqueue(s, run)
+    return {"ok": True, "run": run["id"], "state": "queued", "attempt": run["attempt"]}
+
+
+def apply_dlq_delete(s, cmd: dict, now: int) -> dict:
+    """``dlq_delete {run}``: purge a dead run (out of the DLQ and its job's history).
+
+    :raises NotFound: no dead run of that id."""
+    run = _dead_run(s, cmd)
+    remove_dead(s, run)
+    drop_entry(s, run)
+    return {"ok": True, "run": run["id"], "deleted": True}
+
+
+def apply_put_queue(s, cmd: dict, now: int) -> dict:
+    """``put_queue {name, max_depth, on_full}``: a queue's bound and what a full queue does
+    with a new run (``reject`` it, recorded skipped, or ``drop_oldest``). Queues that were
+    never put have ``limits.queue_depth_default`` and reject.
+
+    :raises InvalidCommand: a field missing or of the wrong type."""
+    name = cmd.get("name")
+    depth, on_full = cmd.get("max_depth"), cmd.get("on_full")
+    if not isinstance(name, str) or not is_int(depth) or on_full not in ("reject", "drop_oldest"):
+        raise InvalidCommand("put_queue needs name, max_depth, on_full")
+    s.queues[name] = {"max_depth": depth, "on_full": on_full}
+    return ok(queue=name)

@@ -1,0 +1,201 @@
+"""The shapes of the state's records, and the memory they cost.
+
+Jobs, specs and runs are plain dicts (they are encoded as they are, and every edge reads them as
+maps), made here so that records of one kind share one key table, and so that equal spec parts
+and equal integers of different jobs are one object. None of this is visible in a snapshot's
+bytes: it only decides how much a replica holds per job (docs/benchmarks.md, "Scale").
+
+Also here, because every handler module needs them: the result helpers (``ok``, ``err``), the
+integer check apply uses on command fields (``is_int``) and a job's counters (``STATS_FIELDS``).
+"""
+from __future__ import annotations
+
+import sys
+
+from . import limits
+from .errors import RaftschedError
+
+#: A job's counters, a list (a 5-key map cost ~200 bytes a job; 1M jobs: 190 MB).
+STATS_FIELDS = ("runs", "recorded", "lag_ms_last", "lag_ms_max", "lag_ms_sum")
+RUNS, RECORDED, LAG_LAST, LAG_MAX, LAG_SUM = range(5)
+#: A job record's fields (jobs.put_job), in the order of its map and of a version 3 snapshot's
+#: columns.
+JOB_FIELDS = ("name", "spec", "gen", "created", "updated", "anchor", "cursor", "next", "paused", "stats")
+
+
+def ok(**fields) -> dict:
+    """A handler's result for a command that applied."""
+    fields["ok"] = True
+    return fields
+
+
+def err(e: RaftschedError) -> dict:
+    """The result of a refused command: the error as a value, kept with its request id."""
+    return {"ok": False, "error": e.to_dict()}
+
+
+def is_int(v) -> bool:
+    """Whether a command field is an integer (a bool is not, though Python says so)."""
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def bound_text(v, n: int) -> str | None:
+    """Bound a text field: its last ``n`` characters (the end of an error says the most)."""
+    if v is None:
+        return None
+    v = str(v)
+    return v if len(v) <= n else "…" + v[-(n - 1):]
+
+
+def count_fire(st: list, lag: int) -> None:
+    """Count a scheduled run and its fire lag in a job's stats (STATS_FIELDS)."""
+    st[RUNS] += 1
+    st[LAG_LAST] = lag
+    if lag > st[LAG_MAX]:
+        st[LAG_MAX] = lag
+    st[LAG_SUM] += lag
+
+
+# Records (jobs, specs, runs) are plain dicts whose key table is shared by every record of their
+# kind: CPython's key-sharing dictionaries (PEP 412), the ones instances' __dict__ use. A dict of
+# its own keys costs a table of hashes, keys and values; a shared-key one a row of values. Python
+# 3.11, measured (scripts/bench.py scale, docs/benchmarks.md): a job map 280 -> 176 bytes, a
+# spec 472 -> 184, a run 472 -> 336, and a run is copied from its template in half the time.
+# Only memory and speed differ: they are dicts, equal, ordered and encoded as any other, on any
+# Python; a record that gains a key of another kind simply gets a table of its own again.
+class JobKeys:
+    """Makes job records (``job_record(...)``), fields in JOB_FIELDS order."""
+
+    def __init__(self, name, spec, gen, created, updated, anchor, cursor, next, paused, stats):
+        self.name = name
+        self.spec = spec
+        self.gen = gen
+        self.created = created
+        self.updated = updated
+        self.anchor = anchor
+        self.cursor = cursor
+        self.next = next
+        self.paused = paused
+        self.stats = stats
+
+
+def job_record(name, spec, gen, created, updated, anchor, cursor, nxt, paused, stats) -> dict:
+    """A job record: ``{"name": name, "spec": spec, ...}`` in JOB_FIELDS order, keys shared."""
+    return JobKeys(name, spec, gen, created, updated, anchor, cursor, nxt, paused, stats).__dict__
+
+
+class SpecKeys:
+    """The key table of stored specs (shared_keys)."""
+
+
+class RunKeys:
+    """The key table of run records (RUN_TEMPLATE and its copies)."""
+
+
+def shared_keys(kind: type, items=()) -> dict:
+    """A dict with ``items`` (pairs, in order) whose key table is ``kind``'s, shared. Any key
+    works: one that is not a str, or one past what a shared table holds, only costs the sharing.
+    (Never from a dict: ``dict.update(dict)`` copies the other's table; its ``.items()`` do not.)"""
+    d = object.__new__(kind).__dict__
+    if items:
+        d.update(items)
+    return d
+
+
+#: A new run, its fields in their order (the snapshot's bytes follow it). Runs are made by copying
+#: it and setting the fields of the run: a copy of a map of constant keys costs ~0.5 us, a map
+#: display of 18 keys ~1.2 us (Python 3.11), and every replica makes one per slot. Its copies
+#: share its key table (shared_keys). Never changed.
+RUN_TEMPLATE = shared_keys(RunKeys, {
+    "id": None, "job": None, "slot": None, "state": "queued", "kind": "scheduled",
+    "attempt": 1, "fencing_token": None, "worker": None, "queue": None,
+    "priority": None, "tenant": None,
+    "fired_at": None, "started_at": None, "finished_at": None, "error": None,
+    "due": None, "deadline": None, "ttl": None,
+}.items())
+
+#: Parts of a spec that many jobs tend to share (the defaults, a fleet's templates). Specs are
+#: never changed in place (a replace stores a new spec), so jobs may hold the same part objects.
+SHARED_PARTS = ("schedule", "misfire", "retry", "overlap", "payload")
+#: Distinct ints share_int keeps before it starts again from empty.
+_SHARED_INTS_MAX = 4096
+
+
+def freeze(v):
+    """A hashable key for a spec part made of maps, lists and scalars (None: not shareable)."""
+    if isinstance(v, dict):
+        return ("d",) + tuple((k, freeze(x)) for k, x in v.items())
+    if isinstance(v, list):
+        return ("l",) + tuple(freeze(x) for x in v)
+    if isinstance(v, (str, int, float, bool)) or v is None:
+        return (type(v).__name__, v)
+    raise TypeError
+
+
+def part_key(k: str, v):
+    """The sharing key of spec part ``k``: equal keys encode to the same bytes. Flat maps (most
+    parts) by their items and the value types (True == 1 in a tuple, not on the wire)."""
+    if type(v) is dict:
+        key = (k, tuple(v.items()), tuple(map(type, v.values())))
+        try:
+            hash(key)  # TypeError for a value that is a map or a list: not flat
+            return key
+        except TypeError:
+            pass
+    return (k, freeze(v))
+
+
+def intern_str(v):
+    return sys.intern(v) if type(v) is str and len(v) <= 64 else v
+
+
+def share_spec(spec: dict, parts: dict, ints: dict) -> dict:
+    """The same spec, holding shared objects for the parts other jobs have identical (``parts``:
+    the state's table of them), and interned short strings. Derived and invisible: the snapshot
+    bytes do not change. At 1M jobs the parts were ~1.1 KB of a job's ~2.7 KB
+    (docs/benchmarks.md, "Scale")."""
+    out = shared_keys(SpecKeys)
+    for k, v in spec.items():
+        if k in SHARED_PARTS:
+            try:
+                key = part_key(k, v)
+            except TypeError:
+                out[k] = v
+                continue
+            shared = parts.get(key)
+            if shared is None:
+                if len(parts) < limits.shared_spec_parts_max:
+                    parts[key] = v
+                shared = v
+            out[k] = shared
+        elif type(v) is dict:
+            out[k] = {kk: intern_str(vv) for kk, vv in v.items()}
+        elif type(v) is int:
+            out[k] = share_int(v, ints)
+        else:
+            out[k] = intern_str(v)
+    return out
+
+
+def share_int(v, ints: dict):
+    """``v``, or an equal int object already held by another job (``ints``: the state's table):
+    jobs registered together share their anchor, cursor and next slot, and a fleet its timeout
+    (an int past 256 is a 32-byte object of its own each time it is decoded). Invisible in the
+    bytes. Only exact ints (True == 1 as a key); the table is emptied when it reaches its bound."""
+    if type(v) is not int:
+        return v
+    shared = ints.get(v)
+    if shared is None:
+        if len(ints) >= _SHARED_INTS_MAX:
+            ints.clear()
+        shared = ints[v] = v
+    return shared
+
+
+def seed_part(parts: dict, k: str, part) -> None:
+    """Later put_jobs share this part object (one restored from a snapshot)."""
+    if len(parts) < limits.shared_spec_parts_max:
+        try:
+            parts.setdefault(part_key(k, part), part)
+        except TypeError:
+            pass

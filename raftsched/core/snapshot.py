@@ -1,0 +1,373 @@
+"""The snapshot codec: a state as bytes (version 3), and bytes of versions 1, 2 and 3 as the
+fields of a state (docs/design.md, "Snapshots").
+
+Version 3: the jobs as columns, one list a field, instead of a map a job: the field names are
+written once, not once a job, and a restore makes each job's record with one map display instead
+of unpacking ~30 objects a job. A spec is written as a template (its fields in canonical order
+(``spec_keys``) but the executor, spec parts by index into "parts") and its own executor; jobs
+with equal templates share one. Templates and parts are indexed by content, in order of first
+use, so replicas that share objects differently (or hold a spec's keys in another order) still
+write the same bytes. Histories are written in job order, by job position, only when not empty.
+
+Version 2 wrote a map a job, its spec parts by index into "parts", and a job's stats as a list;
+version 1 the same with whole specs and the stats as a map. Both still restore, to a state that
+snapshots to the same bytes as the one they were taken from.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from itertools import repeat
+from operator import is_, itemgetter
+
+import msgpack
+
+from .policy import fires_ahead
+from .records import (
+    JOB_FIELDS, SHARED_PARTS, STATS_FIELDS, JobKeys, RunKeys, SpecKeys, intern_str, part_key,
+    seed_part, share_int, share_spec, shared_keys,
+)
+
+#: 2: spec parts (SHARED_PARTS) are stored once, in "parts", and jobs refer to them by index;
+#: a job's stats are a list (STATS_FIELDS).
+#: 3: jobs as columns, specs as shared templates plus each job's executor, histories by job
+#: position and only when not empty (snapshot_obj).
+#: decode reads 1, 2 and 3.
+SNAPSHOT_VERSION = 3
+#: Job fields whose values jobs often have in common (registered together, or due together):
+#: a version 3 snapshot writes each of these columns as its distinct values and an index into
+#: them when that halves it (encode_ints), and a restore then holds one object for equal values.
+SHARED_INT_FIELDS = ("created", "updated", "anchor", "cursor", "next")
+_INT_OR_NONE = frozenset({int, type(None)})
+
+#: The canonical order of a spec's keys in a version 3 snapshot: model.validate_job's, then any
+#: other key (spec_keys).
+_SPEC_KEY_ORDER = {k: i for i, k in enumerate((
+    "schedule", "executor", "payload", "timeout_s", "misfire", "retry", "queue", "priority",
+    "tenant", "history", "overlap", "description"))}
+
+
+def spec_keys(spec: dict) -> tuple:
+    """``spec``'s keys in canonical order: a version 3 snapshot writes (and a restore makes) every
+    spec in it, so the bytes do not depend on the order a replica holds them in."""
+    n = len(_SPEC_KEY_ORDER)
+    return tuple(sorted(spec, key=lambda k: (_SPEC_KEY_ORDER.get(k, n), type(k).__name__, k)))
+
+
+def encode_ints(col):
+    """A job column of ints (and None) as ``{"values": distinct values in order of first use,
+    "index": [i, ...]}`` when it has at most half as many distinct values as jobs (a fleet
+    registered together, jobs due at one time), else as it is. The index is small ints: they
+    pack in a byte or two and unpack to Python's cached objects, and a restore holds one object
+    for each value (an int past 256 is 32 bytes of its own). Only ints and None: True == 1 and
+    0.0 == -0.0 must stay apart. All at C speed: ``map(len, repeat(seen))`` yields the next
+    index just before ``seen.setdefault`` is called with it."""
+    if not set(map(type, col)) <= _INT_OR_NONE:
+        return col
+    seen: dict = {}
+    index = list(map(seen.setdefault, col, map(len, repeat(seen))))
+    if 2 * len(seen) > len(col):
+        return col
+    return {"values": list(seen), "index": index}
+
+
+def decode_ints(col) -> list:
+    if type(col) is dict:
+        return list(map(col["values"].__getitem__, col["index"]))
+    return col
+
+
+# ------------------------------------------------------------------ encode
+def encode(s) -> bytes:
+    """The whole state as bytes (msgpack, version 3)."""
+    return msgpack.packb(snapshot_obj(s), use_bin_type=True)
+
+
+def snapshot_obj(s) -> dict:
+    """The map a version 3 snapshot encodes (see the module docstring)."""
+    parts: list = []
+    part_index: dict = {}
+    key_of: dict[int, object] = {}
+
+    def part_ref(k, v) -> int:
+        key = key_of.get(id(v))
+        if key is None:
+            try:
+                key = part_key(k, v)
+            except TypeError:
+                key = ("unshareable", id(v))
+            key_of[id(v)] = key
+        i = part_index.get(key)
+        if i is None:
+            i = part_index[key] = len(parts)
+            parts.append(v)
+        return i
+
+    specs: list = []          # templates, by first use
+    spec_index: dict = {}     # content key -> template index
+    by_ids: dict = {}         # (keys, ids of the values) -> template index: a memo
+
+    def template_of(spec: dict):
+        """The template index of ``spec``, the number of its keys, a getter of its values
+        (the executor last) and the values but the executor, or no getter when the spec has
+        no executor."""
+        keys = spec_keys(spec)
+        has_exec = "executor" in spec
+        rest = tuple(k for k in keys if k != "executor")
+        get = itemgetter(*rest, "executor") if has_exec else None
+        vals = tuple(spec[k] for k in rest)
+        memo = (rest, has_exec, tuple(map(id, vals)))
+        ti = by_ids.get(memo)
+        if ti is None:
+            tmpl, key, own = {}, [], False
+            for k in keys:
+                v = spec[k]
+                if k == "executor":
+                    tmpl[k] = None
+                    key.append((k,))
+                elif k in SHARED_PARTS:
+                    tmpl[k] = i = part_ref(k, v)
+                    key.append((k, i))
+                else:
+                    tmpl[k] = v
+                    t = type(v)
+                    # Equal and of one type encode alike (True == 1, 0.0 == -0.0 do not);
+                    # any other value keeps a template of its own.
+                    if t is str or t is int or t is bool or v is None:
+                        key.append((k, t, v))
+                    else:
+                        key.append((k, id(spec)))
+                        own = True
+            key = tuple(key)
+            ti = spec_index.get(key)
+            if ti is None:
+                ti = spec_index[key] = len(specs)
+                specs.append(tmpl)
+            if own:
+                # A template of its own must stay one on every replica: never found again
+                # by the identity of its values (a replica whose jobs happen to hold the
+                # same float object would otherwise write fewer templates).
+                return ti, len(spec), None, vals
+            by_ids[memo] = ti
+        return ti, len(spec), get, vals
+
+    fields = itemgetter(*JOB_FIELDS)
+    nf = len(JOB_FIELDS)
+    names, records = list(s.jobs), list(s.jobs.values())
+    others: list = []
+    cols = None
+    if set(map(len, records)) <= {nf}:
+        try:  # a column a field, at C speed, when every job is of this shape
+            cols = [list(map(itemgetter(f), records)) for f in JOB_FIELDS]
+        except KeyError:
+            pass
+    if cols is None or cols[0] != names or set(map(type, cols[1])) - {dict}:
+        rows = []
+        for pos, (name, job) in enumerate(zip(names, records)):
+            row = None
+            if len(job) == nf:
+                try:
+                    row = fields(job)
+                except KeyError:
+                    pass
+            if row is None or row[0] != name or type(row[1]) is not dict:
+                others.append([pos, name, job])  # not a job record of this version: written whole
+            else:
+                rows.append(row)
+        cols = [list(col) for col in zip(*rows)] if rows else [[] for _ in JOB_FIELDS]
+        del rows
+    del records
+    history = s.history
+    hist_at, hist = [], []
+    if history:
+        hist = list(map(history.get, names))
+        hist_at = [pos for pos, h in enumerate(hist) if h]
+        hist = [hist[pos] for pos in hist_at]
+        if len(hist) < len(history):  # a history with no job (or empty ones): by name, after
+            jobs = s.jobs
+            for name, h in history.items():
+                if h and name not in jobs:
+                    hist_at.append(name)
+                    hist.append(h)
+    del names
+    # Templates: a job whose spec holds the very objects of the previous job's (a fleet)
+    # takes its template without looking at the content.
+    spec_col, execs = [], []
+    ti, n, get, same = -1, -1, None, ()
+    for spec in cols[1]:
+        if len(spec) == n:
+            try:
+                vals = get(spec)
+            except KeyError:
+                vals = None
+            if vals is not None and all(map(is_, vals, same)):
+                spec_col.append(ti)
+                execs.append(vals[-1])
+                continue
+        ti, n, get, same = template_of(spec)
+        if get is None:
+            n = -1
+        spec_col.append(ti)
+        execs.append(spec.get("executor"))
+    columns = dict(zip(JOB_FIELDS, cols))
+    for f in SHARED_INT_FIELDS:
+        columns[f] = encode_ints(columns[f])
+    columns["spec"] = spec_col
+    columns["executor"] = execs
+    return {
+        "v": SNAPSHOT_VERSION, "parts": parts, "specs": specs, "jobs": columns, "jobs_other": others,
+        "runs": s.runs, "history_at": hist_at, "history": hist,
+        "queues": s.queues, "requests": list(s.requests.items()), "now_ms": s.now_ms,
+        "gen": s.gen, "manual_seq": s.manual_seq, "fencing_token": s.fencing_token,
+        "applied": s.applied, "leader": s.leader,
+        "tenants": s.tenants, "locks": s.locks,
+    }
+
+
+# ------------------------------------------------------------------ decode
+def decode(data: bytes) -> tuple[dict, tuple | None]:
+    """The fields of the state ``data`` holds, and what builds its due index without walking
+    the jobs again (``fill_due``), or None when the jobs must be walked (``DueIndex.rebuild``).
+
+    The fields are the replicated ones (``jobs``, ``runs``, ``history``, ``queues``,
+    ``requests``, ``now_ms``, ``gen``, ``manual_seq``, ``fencing_token``, ``applied``,
+    ``leader``, ``tenants``, ``locks``) and the interning tables made while decoding
+    (``_parts``, ``_ints``), so that later puts share the restored objects.
+
+    :raises ValueError: for a version other than 1, 2 or 3, or malformed job columns."""
+    obj = msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False)
+    if obj.get("v") not in (1, 2, 3):
+        raise ValueError(f"snapshot version {obj.get('v')} is not 1, 2 or {SNAPSHOT_VERSION}")
+    parts: dict = {}
+    ints: dict = {}
+    due_src = None
+    if obj["v"] == 3:
+        jobs, history, due_src = _jobs_v3(obj, parts, ints)
+    else:
+        jobs, history = _jobs_v2(obj, parts, ints)
+    runs = obj["runs"]
+    for rid, run in runs.items():  # to the key table runs are made with (RUN_TEMPLATE)
+        if type(run) is dict:
+            runs[rid] = shared_keys(RunKeys, run.items())
+    fields = {
+        "jobs": jobs, "runs": runs, "history": history, "queues": obj["queues"],
+        "requests": OrderedDict((k, v) for k, v in obj["requests"]),
+        "now_ms": obj["now_ms"], "gen": obj["gen"], "manual_seq": obj["manual_seq"],
+        "fencing_token": obj["fencing_token"], "applied": obj["applied"], "leader": obj["leader"],
+        "tenants": obj["tenants"], "locks": obj["locks"],
+        "_parts": parts, "_ints": ints,
+    }
+    return fields, due_src
+
+
+def _part_resolver(parts: list, table: dict):
+    """A function that replaces a snapshot spec's (or template's) part indexes by the parts
+    themselves (versions 2 and 3), seeding each part once in ``table`` for later puts to
+    share."""
+    seeded = [False] * len(parts)
+
+    def resolve(spec: dict) -> None:
+        for k in SHARED_PARTS:
+            if k in spec:
+                i = spec[k]
+                spec[k] = parts[i]
+                if not seeded[i]:
+                    seeded[i] = True
+                    seed_part(table, k, parts[i])
+    return resolve
+
+
+def _jobs_v2(obj: dict, parts: dict, ints: dict) -> tuple[dict, dict]:
+    """Jobs and histories of a version 1 or 2 snapshot: a map a job."""
+    jobs = obj["jobs"]
+    if obj["v"] == 1:
+        for job in jobs.values():
+            job["spec"] = share_spec(job["spec"], parts, ints)
+            st = job["stats"]
+            job["stats"] = [st[k] for k in STATS_FIELDS]  # version 1 kept a map
+    else:
+        resolve = _part_resolver(obj["parts"], parts)
+        for job in jobs.values():
+            spec = job["spec"]
+            resolve(spec)
+            for k, v in spec.items():  # the other fields as share_spec holds them
+                t = type(v)
+                if t is str:
+                    spec[k] = intern_str(v)
+                elif t is int:
+                    spec[k] = share_int(v, ints)
+                elif t is dict and k not in SHARED_PARTS:
+                    spec[k] = {kk: intern_str(vv) for kk, vv in v.items()}
+    # One object for a job's name and equal positions, as jobs.put_job holds them: version 3's
+    # snapshot finds a fleet's template by the identity of its values (snapshot_obj).
+    for name, job in jobs.items():
+        if job.get("name") == name:
+            job["name"] = name
+        for k in SHARED_INT_FIELDS:
+            if k in job:
+                job[k] = share_int(job[k], ints)
+    # Empty histories are not kept (jobs.put_job): versions 1 and 2 wrote one for every job.
+    history = {name: h for name, h in obj["history"].items() if h}
+    return jobs, history
+
+
+def _jobs_v3(obj: dict, parts: dict, ints: dict) -> tuple[dict, dict, tuple | None]:
+    """Jobs and histories of a version 3 snapshot (see snapshot_obj), and what fill_due needs
+    to build the due index from the columns (what DueIndex.rebuild makes, without walking the
+    job records again; fires_ahead reads the overlap only, so a template answers for its jobs),
+    or None when there are jobs of another shape."""
+    tmpls, has_exec = obj["specs"], []
+    resolve = _part_resolver(obj["parts"], parts)
+    for i, t in enumerate(tmpls):
+        resolve(t)
+        has_exec.append("executor" in t)
+        tmpls[i] = shared_keys(SpecKeys, t.items())  # its copies share its key table
+    c = obj["jobs"]
+    cols = [(decode_ints(c[f]) if f in SHARED_INT_FIELDS else c[f]) for f in JOB_FIELDS]
+    n = len(cols[0])
+    if any(len(col) != n for col in cols) or len(c["executor"]) != n:
+        raise ValueError("snapshot job columns differ in length")
+    jobs: dict = {}
+    job = JobKeys  # records.job_record, without its call
+    for name, ti, ex, g, cr, up, an, cu, nx, pa, st in zip(
+            cols[0], cols[1], c["executor"], *cols[2:]):
+        spec = tmpls[ti].copy()
+        if has_exec[ti]:
+            spec["executor"] = ex
+        jobs[name] = job(name, spec, g, cr, up, an, cu, nx, pa, st).__dict__
+    others = obj["jobs_other"]
+    if others:  # jobs of another shape, at their positions
+        merged, it = {}, iter(jobs.items())
+        for pos, name, job in others:
+            while len(merged) < pos:
+                k, v = next(it)
+                merged[k] = v
+            if isinstance(job.get("spec"), dict):
+                job["spec"] = share_spec(job["spec"], parts, ints)
+            merged[name] = job
+        for k, v in it:
+            merged[k] = v
+        jobs = merged
+    names = list(jobs) if obj["history_at"] else []
+    history = {(names[p] if type(p) is int else p): h
+               for p, h in zip(obj["history_at"], obj["history"])}
+    due_src = None if others else (tmpls, cols[0], cols[1], cols[2], cols[7], cols[8])
+    return jobs, history, due_src
+
+
+def fill_due(due, src: tuple) -> None:
+    """Fill an empty due index from a version 3 snapshot's columns (decode's ``due_src``): the
+    buckets DueIndex.rebuild makes, in the same order."""
+    tmpls, names, tis, gens, nexts, paused = src
+    ahead = [fires_ahead(t) for t in tmpls]
+    at = (due.now.at, due.ahead.at)
+    for name, ti, g, nx, pa in zip(names, tis, gens, nexts, paused):
+        if nx is None or pa:
+            continue
+        wheel = at[ahead[ti]]
+        bucket = wheel.get(nx)
+        if bucket is None:
+            wheel[nx] = [name, g]
+        else:
+            bucket.append(name)
+            bucket.append(g)
+    due.reindex()

@@ -1,0 +1,80 @@
+"""The API's JSON shapes of what core.queries returns: times as ISO-8601 UTC text, counters by
+name. Presentation only: the reads themselves, in storage units, are core/queries.py's."""
+from __future__ import annotations
+
+from ..core import schedule
+
+
+def job_view(job: dict) -> dict:
+    """A job (queries.job) as ``GET /v1/jobs/{name}`` shows it."""
+    st = job["stats"]
+    n = st["runs"]
+    return {
+        "name": job["name"],
+        "spec": spec_view(job["spec"]),
+        "state": {
+            "paused": job["paused"],
+            "next_slot": schedule.iso(job["next"]),
+            "cursor": schedule.iso(job["cursor"]),
+            "generation": job["gen"],
+            "created_at": schedule.iso(job["created"]),
+            "updated_at": schedule.iso(job["updated"]),
+            "runs_fired": n,
+            "slots_recorded": st["recorded"],
+            "fire_lag_ms": {
+                "last": st["lag_ms_last"], "max": st["lag_ms_max"],
+                "mean": round(st["lag_ms_sum"] / n, 1) if n else None,
+            },
+        },
+    }
+
+
+def spec_view(spec: dict) -> dict:
+    """A stored spec with its schedule's times (``at``, ``start_at``) as ISO text."""
+    out = dict(spec)
+    sched = dict(spec["schedule"])
+    for k in ("at", "start_at"):
+        if k in sched:
+            sched[k] = schedule.iso(sched[k])
+    out["schedule"] = sched
+    return out
+
+
+def run_view(run: dict) -> dict:
+    """A run or recorded slot (queries.run) as ``GET /v1/runs/{id}`` shows it."""
+    v = {
+        "id": run["id"], "job": run["job"], "slot": schedule.iso(run["slot"]), "slot_ms": run["slot"],
+        "state": run["state"], "kind": run.get("kind"),
+        "attempt": run.get("attempt"), "fencing_token": run.get("fencing_token"),
+        "worker": run.get("worker"), "queue": run.get("queue"),
+        "fired_at": schedule.iso(run.get("fired_at")), "started_at": schedule.iso(run.get("started_at")),
+        "finished_at": schedule.iso(run.get("finished_at")), "error": run.get("error"),
+    }
+    if run.get("kind") != "recorded":
+        v["due"] = schedule.iso(run.get("due"))
+        v["lease_deadline"] = schedule.iso(run.get("deadline"))
+        v["output"] = run.get("output")
+        v["attempts"] = [
+            dict(a, started_at=schedule.iso(a.get("started_at")), finished_at=schedule.iso(a.get("finished_at")))
+            for a in run.get("attempts", [])
+        ]
+    if run["state"] in ("skipped", "coalesced"):
+        v["reason"] = run.get("reason")
+        if "slot_to" in run:
+            v["slot_to"] = schedule.iso(run["slot_to"])
+            v["count"] = run.get("count")
+    else:
+        v["fire_lag_ms"] = (run["fired_at"] - run["slot"]) if run.get("fired_at") is not None else None
+    return v
+
+
+def tenant_view(t: dict) -> dict:
+    """A tenant's limit (queries.tenants) in runs per second and whole tokens."""
+    return {"name": t["name"], "rate_per_s": t["rate_milli"] / 1000, "burst": t["burst"],
+            "tokens": t["tokens_micro"] / 1_000_000}
+
+
+def lock_view(name: str, lk: dict) -> dict:
+    """A held lock (queries.lock) as ``GET /v1/locks/{name}`` shows it."""
+    return {"lock": name, "owner": lk["owner"], "token": lk["token"],
+            "expires_at": schedule.iso(lk["deadline"]), "since": schedule.iso(lk["since"])}
