@@ -25,15 +25,11 @@ COMPACT = {"logCompactionMinEntries": 20}
 class FakeState:
     """The SchedulerState interface over a dict of counters.
 
-    With ``own_lock`` it has a ``lock`` (an RLock) that it takes itself and that RaftNode takes
-    too; without, it has no lock and relies on the replica's alone, as a state of a core that
-    owns no lock does.
+    It has no lock and relies on the replica's alone, as the core's state does.
     """
 
-    def __init__(self, own_lock: bool = True):
-        if own_lock:
-            self.lock = threading.RLock()
-        self._guard = self.lock if own_lock else contextlib.nullcontext()
+    def __init__(self):
+        self._guard = contextlib.nullcontext()
         self.counters: dict[str, int] = {}
         self.restores = 0
 
@@ -119,14 +115,11 @@ class Cluster:
     """Three RaftNodes on loopback; every node started here is stopped in close(). States are
 compared through ``RaftNode.read``."""
 
-    def __init__(self, tmp_path, addrs=None, conf_overrides=None, dial_maps=None,
-                 own_lock: bool = True):
+    def __init__(self, tmp_path, addrs=None, conf_overrides=None, dial_maps=None):
         self.addrs = addrs or [f"127.0.0.1:{free_port()}" for _ in range(3)]
         self.dirs = {a: str(tmp_path / f"node{i}") for i, a in enumerate(self.addrs)}
         self.conf_overrides = conf_overrides
         self.dial_maps = dial_maps or {}
-        #: whether each node's FakeState has a lock of its own (see FakeState)
-        self.own_lock = own_lock
         self.nodes: dict[str, RaftNode] = {}
         self.states: dict[str, FakeState] = {}
         self.roles: dict[str, list[bool]] = {}
@@ -134,7 +127,7 @@ compared through ``RaftNode.read``."""
 
     def start(self, addr: str) -> RaftNode:
         loop = asyncio.get_running_loop()
-        state = FakeState(own_lock=self.own_lock)
+        state = FakeState()
         events = self.roles.setdefault(addr, [])
         node = RaftNode(self_addr=addr, peers=self.addrs, data_dir=self.dirs[addr], secret=SECRET,
                         state=state, on_role_change=events.append,

@@ -41,21 +41,16 @@ def test_a_group_applies_each_command_in_order_with_its_own_result():
     assert state.read() == {"a": 2}
 
 
-@pytest.mark.parametrize("own_lock", [True, False], ids=["state-with-a-lock", "lockless-state"])
-def test_snapshot_roundtrip_through_the_consumer(own_lock):
-    state = FakeState(own_lock)
+def test_snapshot_roundtrip_through_the_consumer():
+    state = FakeState()
     state.apply_bytes(incr("x"))
     consumer = _StateConsumer(state)
     dumped = pickle.dumps(consumer._serialize(), 2)  # what the dump writer does
     # Held from the serialize to the end of the tick (across the fork of the dump writer).
     assert not free_elsewhere(consumer._lock)
-    if own_lock:
-        assert not free_elsewhere(state.lock)
     consumer._release_snapshot_lock()
     assert free_elsewhere(consumer._lock)  # released
-    if own_lock:
-        assert free_elsewhere(state.lock)
-    other = FakeState(own_lock)
+    other = FakeState()
     frozen = gc.get_freeze_count()
     try:
         _StateConsumer(other)._deserialize(pickle.loads(dumped))
@@ -97,18 +92,16 @@ def test_the_collector_is_paused_while_a_snapshot_is_encoded_and_while_one_is_re
     assert state.collector_on == [("snapshot", False)] and other.collector_on == [("restore", False)]
 
 
-@pytest.mark.parametrize("own_lock", [True, False], ids=["state-with-a-lock", "lockless-state"])
-def test_every_apply_and_restore_holds_the_replicas_lock_and_the_states_own(own_lock):
-    """Replication owns the lock that keeps applies, snapshots and restores whole, whether or
-    not the state has a lock of its own; if it has, that is held too, for code that still reads
-    under it alone."""
+def test_every_apply_and_restore_holds_the_replicas_lock():
+    """Replication owns the lock that keeps applies, snapshots and restores whole (the state
+    owns none)."""
     class Watched(FakeState):
         def __init__(self):
-            super().__init__(own_lock)
+            super().__init__()
             self.seen: list[tuple] = []
 
         def held(self, what):
-            mine = () if not own_lock else (not free_elsewhere(self.lock),)
+            mine = ()
             self.seen.append((what, not free_elsewhere(consumer._lock)) + mine)
 
         def apply_bytes(self, data):
@@ -129,6 +122,6 @@ def test_every_apply_and_restore_holds_the_replicas_lock_and_the_states_own(own_
         consumer._deserialize(pickle.loads(dumped))
     finally:
         gc.unfreeze()
-    both = (True,) * (2 if own_lock else 1)
+    both = (True,)
     assert state.seen == [("apply",) + both] * 3 + [("restore",) + both]
     assert free_elsewhere(consumer._lock) and state.read() == {"a": 2, "b": 1}

@@ -87,17 +87,16 @@ def test_a_command_over_the_size_limit_is_refused_before_anything_enters_the_log
         _node(tmp_path, barrier_command=b"x" * (limits.command_bytes_max + 1))
 
 
-@pytest.mark.parametrize("own_lock", [True, False], ids=["state-with-a-lock", "lockless-state"])
-def test_read_runs_the_function_on_the_state_under_the_replicas_lock(tmp_path, own_lock):
+def test_read_runs_the_function_on_the_state_under_the_replicas_lock(tmp_path):
     """read(fn, *args) is fn(state, *args) while no command applies and no snapshot is taken or
-    restored (the consumer holds the same lock for those); a state's own lock is held too."""
-    state = FakeState(own_lock)
+    restored (the consumer holds the same lock for those)."""
+    state = FakeState()
     state.apply_bytes(incr("a"))
     node = _node(tmp_path, state=state)
 
     def look(s, key):
         assert s is state
-        locks = (node._lock, s.lock) if own_lock else (node._lock,)
+        locks = (node._lock,)
         return s.counters.get(key), [free_elsewhere(lk) for lk in locks]
 
     value, free = node.read(look, "a")
@@ -159,13 +158,10 @@ def test_three_nodes_elect_replicate_and_fail_over(tmp_path):
                                          for n in c.nodes.values()), 5, "keepalives")
 
             # More than logCompactionMinEntries entries: every node writes a full dump (forked
-            # child), and the tick thread gives the replica's lock and state.lock back
-            # afterwards.
+            # child), and the tick thread gives the replica's lock back afterwards.
             await wait_until(lambda: all(os.path.exists(os.path.join(d, "raft.dump"))
                                          for d in c.dirs.values()), 10, "dump files")
             for a, s in c.states.items():
-                assert s.lock.acquire(timeout=2), "state.lock still held after a dump"
-                s.lock.release()
                 assert c.nodes[a]._lock.acquire(timeout=2), "the lock still held after a dump"
                 c.nodes[a]._lock.release()
 
@@ -229,10 +225,9 @@ def test_concurrent_proposals_share_log_entries_and_each_gets_its_own_result(tmp
 
 @pytest.mark.cluster
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("own_lock", [True, False], ids=["state-with-a-lock", "lockless-state"])
-def test_whole_cluster_restart_keeps_the_state(tmp_path, own_lock):
+def test_whole_cluster_restart_keeps_the_state(tmp_path):
     async def main():
-        c = Cluster(tmp_path, conf_overrides=COMPACT, own_lock=own_lock)
+        c = Cluster(tmp_path, conf_overrides=COMPACT)
         try:
             c.start_all()
             leader = await c.agreed_leader()

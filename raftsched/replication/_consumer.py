@@ -5,8 +5,7 @@ the forked writer rather than by the tick thread), and the replica's lock.
 The lock is replication's: pysyncobj's tick thread applies commands, takes snapshots and
 restores them, and the event loop reads the state (``RaftNode.read``); the lock keeps each of
 those whole. It is an RLock, created here (``replica_lock``), and held around every apply, the
-fork of a dump writer and every restore. A state that still has a ``lock`` of its own has it
-taken too, inside this one, so that code reading it under ``state.lock`` alone stays correct.
+fork of a dump writer and every restore; the state (core/) owns no lock of its own.
 """
 from __future__ import annotations
 
@@ -27,47 +26,10 @@ BARRIER_NOOP = b""
 _DUMP_FORMAT = 1
 
 
-class _BothLocks:
-    """Replication's RLock, then a state's own lock, taken and released as one lock, always in
-    that order. Code that holds the state's lock alone must therefore not call ``RaftNode.read``
-    inside it: that would take the two the other way round, and could deadlock with the tick
-    thread."""
-
-    __slots__ = ("_own", "_state")
-
-    def __init__(self, own, state_lock):
-        self._own = own
-        self._state = state_lock
-
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        if not self._own.acquire(blocking, timeout):
-            return False
-        try:
-            if self._state.acquire(blocking, timeout):
-                return True
-        except BaseException:
-            self._own.release()
-            raise
-        self._own.release()
-        return False
-
-    def release(self) -> None:
-        self._state.release()
-        self._own.release()
-
-    def __enter__(self) -> bool:
-        return self.acquire()
-
-    def __exit__(self, *exc) -> None:
-        self.release()
-
-
 def replica_lock(state):
-    """A new lock for the replica holding ``state``: an RLock (a dump writer's child re-enters
-    it, see ``_DeferredSnapshot``), combined with ``state.lock`` if the state has one."""
-    own = threading.RLock()
-    state_lock = getattr(state, "lock", None)
-    return own if state_lock is None else _BothLocks(own, state_lock)
+    """A new lock for the replica holding ``state``: an RLock, since a dump writer's child
+    re-enters it (``_DeferredSnapshot``). The state itself is single-threaded and owns none."""
+    return threading.RLock()
 
 
 class _DeferredSnapshot:
@@ -77,8 +39,7 @@ class _DeferredSnapshot:
     deferring the encoding to pickling time, the child encodes its copy-on-write image of the
     state and the tick thread only pays for ``fork()``. The tick thread holds the replica's lock
     across the fork (``_StateConsumer._serialize``), so in the child the lock is owned by the
-    surviving thread and the encoding may take it again (it is an RLock, and so must a state's
-    own lock be); no other thread can be half-way through the state in the copied image.
+    surviving thread and the encoding may take it again (it is an RLock); no other thread can be half-way through the state in the copied image.
     Unpickled, it is plain ``bytes``.
     """
 
