@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import msgpack
 
-from raftsched.core import commands, due, limits, model, policy, schedule
+from raftsched.core import queries, commands, due, limits, model, policy, schedule
 from raftsched.core.due import DueIndex
 from raftsched.core.state import SchedulerState
 
@@ -52,9 +52,13 @@ def put_cmd(state: SchedulerState | None, name: str, spec: dict, now: int, rid: 
     elif "every_s" in sched:
         cursor = anchor
     if state is not None:
-        old = state.jobs.get(name)
-        if old is not None and old["spec"]["schedule"] == sched:
-            cursor, anchor = old["cursor"], old["anchor"]
+        kept = queries.put_position(state, name, sched)
+        if kept is not None:
+            cursor, anchor, _ = kept
+        else:
+            floor = queries.cursor_floor(state, name)
+            if floor is not None and floor > cursor:
+                cursor = floor
     nxt = schedule.next_slot_after(sched, cursor, anchor)
     return commands.make("put_job", now, rid, name=name, spec=spec, next=nxt, cursor=cursor,
                          anchor=anchor, create_only=create_only)

@@ -66,12 +66,35 @@ def test_put_job_replace_with_same_schedule_keeps_cursor_and_next():
 
 
 def test_put_job_replace_with_new_schedule_never_moves_cursor_back():
+    """A new schedule starts after the old one's cursor (no new slot may take the id of a run
+    the old one made, I2), and its next slot is computed from there: a replace planned from an
+    older view, whose next slot is not after the cursor, is refused and changes nothing."""
     s = new_state(("a", EVERY10))
     tick(s, T0 + 30 * SEC)
-    cmd = commands.make("put_job", T0 + 5 * SEC, None, name="a", spec=spec_of({"every_s": 7}),
-                        next=T0 + 12 * SEC, cursor=T0 + 5 * SEC, anchor=T0 + 5 * SEC)
+    stale = commands.make("put_job", T0 + 5 * SEC, None, name="a", spec=spec_of({"every_s": 7}),
+                          next=T0 + 12 * SEC, cursor=T0 + 5 * SEC, anchor=T0 + 5 * SEC)
+    res = refused(s, stale, "conflict")
+    assert "send it again" in res["error"]["message"]
+    # Planned from the current view, as the proposer does (queries.cursor_floor): accepted.
+    assert apply(s, put_cmd(s, "a", spec_of({"every_s": 7}), T0 + 5 * SEC))["ok"]
+    job = s.jobs["a"]
+    assert job["cursor"] == T0 + 30 * SEC and job["next"] > job["cursor"]
+
+
+def test_put_job_replace_after_firing_ahead_plans_from_the_fired_cursor():
+    """An every-second job fires up to 2 s ahead; a replace with a cron schedule at that moment
+    keeps the cursor where the old schedule fired to, and its next slot is the first cron slot
+    after it (the proposer's floor), not one before it."""
+    s = new_state(("a", spec_of({"every_s": 20}, "skip")))
+    tick(s, T0 + 61 * SEC)  # fires 20, 40, 60
+    fired_to = s.jobs["a"]["cursor"]
+    assert fired_to >= T0 + 60 * SEC
+    cron = spec_of({"cron": "* * * * * *"}, "skip")
+    cmd = put_cmd(s, "a", cron, T0 + 59 * SEC)  # the proposer's clock is behind the fire
+    first = (fired_to // SEC + 1) * SEC
+    assert cmd["cursor"] == fired_to and cmd["next"] == first
     assert apply(s, cmd)["ok"]
-    assert s.jobs["a"]["cursor"] == T0 + 30 * SEC
+    assert (s.jobs["a"]["cursor"], s.jobs["a"]["next"]) == (fired_to, first)
 
 
 def test_put_job_create_only_conflicts_with_existing_job():

@@ -50,6 +50,11 @@ class Conflict(RaftschedError):
     code = "conflict"
 
 
+class StaleReplace(Conflict):
+    """A replace of a job's schedule planned from a view older than the job's cursor (the job
+    fired ahead meanwhile): refused, changing nothing; sending it again plans from a newer view."""
+
+
 class InvalidSpec(RaftschedError, ValueError):
     http_status = 422
     code = "invalid"

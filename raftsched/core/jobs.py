@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from . import limits
 from .due import push_due
-from .errors import Conflict, InvalidCommand, LimitExceeded, NotFound
+from .errors import Conflict, InvalidCommand, LimitExceeded, NotFound, StaleReplace
 from .fire import check_disjoint, check_records, new_run, record, trim
 from .model import MISFIRE_POLICIES, OVERLAP_POLICIES
 from .queries import kept_position
@@ -85,14 +85,24 @@ def put_job(s, cmd: dict, now: int) -> dict:
         raise Conflict(f"job {name!r} exists", field="name")
     if old is None and len(jobs) >= limits.jobs_max:
         raise LimitExceeded(f"the cluster holds {limits.jobs_max} jobs, its limit", field="name")
-    s.gen += 1
     kept = kept_position(old, spec["schedule"])
     if kept is not None:
         # Same schedule: keep the cursor and next slot, so a replace never re-fires a slot
         # nor loses a pending one.
         cursor, anchor, nxt = kept
-    elif old is not None:
-        cursor = max(cursor, old["cursor"])
+    elif old is not None and old["cursor"] > cursor:
+        # Another schedule: its slots start after the old one's cursor, which may be ahead of
+        # the one this replace was planned from (fired ahead, up to 2 s), so that no new slot can
+        # take the id of a run the old schedule already made (I2). The proposer plans from the
+        # same floor (queries.cursor_floor); when its replica lagged and the command's next slot
+        # is not after the cursor, the replace is refused rather than stored with a next slot
+        # behind its cursor.
+        cursor = old["cursor"]
+        if nxt is not None and nxt <= cursor:
+            raise StaleReplace(
+                f"job {name!r} fired up to {cursor} while this replace was planned from an older "
+                f"view; send it again", field="name")
+    s.gen += 1
     ints = s._ints
     spec = share_spec(spec, s._parts, ints)
     job = job_record(name, spec, s.gen, old["created"] if old else now, now,
@@ -119,7 +129,8 @@ def apply_put_jobs(s, cmd: dict, now: int) -> dict:
     Every item is checked, and the jobs limit for all of them, before anything changes: a
     malformed item, or more new jobs than the cluster may still hold, refuses the whole
     command. An item whose job exists while it says ``create_only`` is refused alone (a
-    conflict, listed by index in ``conflicts``); the others apply. The result is compact
+    conflict, listed by index in ``conflicts``), and so is a replace planned from a view older than
+    the job's cursor (listed in ``stale``, see put_job); the others apply. The result is compact
     (it is kept with the request id for retries): per item, its generation (None when
     refused) and whether it created the job.
 
@@ -136,10 +147,15 @@ def apply_put_jobs(s, cmd: dict, now: int) -> dict:
     if len(s.jobs) + len(new) > limits.jobs_max:
         raise LimitExceeded(f"{len(new)} new jobs would exceed the cluster's limit of {limits.jobs_max}",
                             field="jobs")
-    gens, created, conflicts = [], [], []
+    gens, created, conflicts, stale = [], [], [], []
     for i, item in enumerate(items):
         try:
             res = put_job(s, item, now)
+        except StaleReplace:
+            gens.append(None)
+            created.append(False)
+            stale.append(i)
+            continue
         except Conflict:
             gens.append(None)
             created.append(False)
@@ -147,6 +163,8 @@ def apply_put_jobs(s, cmd: dict, now: int) -> dict:
             continue
         gens.append(res["gen"])
         created.append(res["created"])
+    if stale:  # only then: a result without it keeps the bytes it always had
+        return ok(gen=gens, created=created, conflicts=conflicts, stale=stale)
     return ok(gen=gens, created=created, conflicts=conflicts)
 
 

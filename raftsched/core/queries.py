@@ -42,6 +42,13 @@ def put_position(s, name: str, sched: dict) -> tuple[int, int, int | None] | Non
     return kept_position(s.jobs.get(name), sched)
 
 
+def cursor_floor(s, name: str) -> int | None:
+    """The cursor a put of job ``name`` with another schedule starts from at the least (the old
+    job's, which apply keeps when it is ahead: jobs.put_job), or None for a new job."""
+    old = s.jobs.get(name)
+    return None if old is None else old["cursor"]
+
+
 def job(s, name: str) -> dict | None:
     """Job ``name`` as ``{"name", "spec", "gen", "created", "updated", "anchor", "cursor",
     "next", "paused", "stats": {STATS_FIELDS...}}``, or None."""

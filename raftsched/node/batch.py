@@ -128,6 +128,7 @@ def merge(jobs_raw: dict, chunks: list[list[dict]], results: list, key: str) -> 
             (not_committed if res.definite else unknown).extend(names)
             continue
         gens, created, conflicts = res.get("gen"), res.get("created"), set(res.get("conflicts") or ())
+        stale = set(res.get("stale") or ())
         if not isinstance(gens, list) or len(gens) != len(chunk):
             # Only if the derived request id had served another request (a hash collision).
             failures.append(RaftschedError("a derived request id answered for another request", field="Idempotency-Key"))
@@ -138,6 +139,9 @@ def merge(jobs_raw: dict, chunks: list[list[dict]], results: list, key: str) -> 
             name = item["name"]
             if i in conflicts:
                 done[name] = {"error": {"code": "conflict", "message": f"job {name!r} exists", "field": "name"}}
+            elif i in stale:
+                done[name] = {"error": {"code": "conflict", "field": "name", "message": (
+                    f"job {name!r} fired ahead while this replace was planned from an older view; send it again")}}
             else:
                 nxt = item["next"]
                 if nxt not in isos:

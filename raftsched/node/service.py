@@ -78,6 +78,12 @@ class Service:
         kept = self.read(queries.put_position, name, sched)
         if kept is not None:
             cursor, anchor, _ = kept
+        else:
+            # Another schedule starts after the old one's cursor when that is ahead (it fired
+            # ahead of now): apply keeps the larger, so the next slot is computed from it too.
+            floor = self.read(queries.cursor_floor, name)
+            if floor is not None and floor > cursor:
+                cursor = floor
         if memo is None or "cron" not in sched:
             return cursor, anchor, schedule.next_slot_after(sched, cursor, anchor)
         key = (repr(sched), cursor, anchor)
