@@ -30,13 +30,13 @@ class Env:
         self.state = SchedulerState()
         self.raft = FakeRaft(self.state)
         self.clock = FakeClock()
-        self.service = Service(self.state, self.raft, self.clock, "node-1")
-        self.trigger = Trigger(self.state, self.raft, self.clock, "node-1")
+        self.service = Service(self.raft, self.clock, "node-1")
+        self.trigger = Trigger(self.raft, self.clock, "node-1")
         self.trigger.take_due_index()  # as it does on leading
         self.worker = self.metrics = None
         if metrics:
-            self.worker = Worker(self.state, self.raft, self.clock, "node-1", slots=0)
-            self.metrics = NodeMetrics(self.state, self.raft, self.trigger, self.worker)
+            self.worker = Worker(self.raft, self.clock, "node-1", slots=0)
+            self.metrics = NodeMetrics(self.raft, self.trigger, self.worker)
             self.trigger.lag_observer = self.metrics.observe_fire_lags
         self.app = make_app(self.service, TOKEN, trigger=self.trigger, worker=self.worker, metrics=self.metrics)
 

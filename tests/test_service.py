@@ -32,7 +32,7 @@ def test_resume_reads_the_job_after_a_barrier_not_from_a_lagging_replica():
     st = SchedulerState()
     raft = LaggingRaft(st)
     clock = FakeClock()
-    svc = Service(st, raft, clock, "n1")
+    svc = Service(raft, clock, "n1")
     asyncio.run(svc.put_job("j", {"schedule": {"every_s": 10}, "executor": {"type": "shell", "argv": ["true"]},
                                    "misfire": {"policy": "skip"}}, None))
     raft.commit_later(commands.encode(commands.make("pause_job", clock.now_ms(), None, name="j")))
@@ -47,7 +47,7 @@ def test_resume_of_a_job_created_but_not_yet_applied_here_is_not_a_404():
     st = SchedulerState()
     raft = LaggingRaft(st)
     clock = FakeClock()
-    svc = Service(st, raft, clock, "n1")
+    svc = Service(raft, clock, "n1")
     spec = {"schedule": {"every_s": 10}, "executor": {"type": "shell", "argv": ["true"]}, "misfire": {"policy": "skip"}}
     asyncio.run(svc.put_job("j", spec, None))
     asyncio.run(svc.pause_job("j", None))
@@ -55,5 +55,5 @@ def test_resume_of_a_job_created_but_not_yet_applied_here_is_not_a_404():
     lag = LaggingRaft(st2)
     for data in raft.proposed:
         lag.commit_later(data)
-    out = asyncio.run(Service(st2, lag, clock, "n2").resume_job("j", None))
+    out = asyncio.run(Service(lag, clock, "n2").resume_job("j", None))
     assert out["paused"] is False

@@ -22,8 +22,8 @@ def setup(n_jobs=1, **kw):
     st = SchedulerState()
     raft = FakeRaft(st)
     clock = FakeClock()
-    svc = Service(st, raft, clock, "n1")
-    trig = Trigger(st, raft, clock, "n1")
+    svc = Service(raft, clock, "n1")
+    trig = Trigger(raft, clock, "n1")
     trig.take_due_index()  # as _lead does on gaining leadership
     for i in range(n_jobs):
         asyncio.run(svc.put_job(f"j{i}", spec(**kw), None))
@@ -172,7 +172,7 @@ def test_the_due_index_is_the_leading_triggers_and_goes_with_the_leadership():
 
 def test_at_job_in_the_past_follows_misfire_policy():
     st, raft, clock, trig = setup(n_jobs=0)
-    svc = Service(st, raft, clock, "n1")
+    svc = Service(raft, clock, "n1")
     at = schedule.iso(clock.now_ms() - 3_600_000)
     raw = {"schedule": {"at": at}, "executor": {"type": "shell", "argv": ["true"]}, "misfire": {"policy": "fire_once"}}
     asyncio.run(svc.put_job("once", raw, None))
@@ -242,8 +242,8 @@ def test_jobs_whose_overlap_policy_reads_other_runs_fire_at_their_slot():
     st = SchedulerState()
     raft = FakeRaft(st)
     clock = FakeClock()
-    svc = Service(st, raft, clock, "n1")
-    trig = Trigger(st, raft, clock, "n1")
+    svc = Service(raft, clock, "n1")
+    trig = Trigger(raft, clock, "n1")
     trig.take_due_index()  # as _lead does on gaining leadership
     for pol in ("forbid", "queue_one", "replace"):
         asyncio.run(svc.put_job(pol, {**spec(), "overlap": {"policy": pol}}, None))
@@ -262,7 +262,7 @@ def test_pausing_withdraws_runs_fired_ahead():
     clock.advance(slot - 100 - clock.now_ms())
     asyncio.run(trig.tick())
     assert queries.queue_depth(st, "default") == 1
-    svc = Service(st, raft, clock, "n1")
+    svc = Service(raft, clock, "n1")
     asyncio.run(svc.pause_job("j0", None))
     run = st.runs[f"j0@{slot}"]
     assert (run["state"], run["reason"]) == ("skipped", "paused")
@@ -279,7 +279,7 @@ def test_the_fire_log_is_buffered_and_flushed_on_its_period_or_when_forced(tmp_p
 
     path = tmp_path / "fire.log"
     st, raft, clock, _ = setup(n_jobs=2)
-    trig = Trigger(st, raft, clock, "n1", fire_log_path=str(path))
+    trig = Trigger(raft, clock, "n1", fire_log_path=str(path))
     clock.advance(10_000)
     trig._fire_log_flushed = clock.monotonic_s()  # flushed just now; the fake clock stands still
     asyncio.run(trig.tick())

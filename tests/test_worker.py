@@ -87,9 +87,9 @@ class Env:
         self.state = SchedulerState()
         self.raft = GroupRaft(self.state, delay_s)
         self.clock = clock if clock is not None else SystemClock()
-        self.service = Service(self.state, self.raft, self.clock, "node-1")
+        self.service = Service(self.raft, self.clock, "node-1")
         self.job, self.target, self.runs = job, target, runs
-        self.worker = Worker(self.state, self.raft, self.clock, "node-1", slots=slots, single_node=True,
+        self.worker = Worker(self.raft, self.clock, "node-1", slots=slots, single_node=True,
                              poll_interval_s=0.01, **worker_kw)
 
     async def setup(self) -> list[str]:

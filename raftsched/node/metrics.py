@@ -22,8 +22,8 @@ FIRE_LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 
 
 class _StateCollector:
-    def __init__(self, state, raft, trigger, worker) -> None:
-        self.state, self.raft, self.trigger, self.worker = state, raft, trigger, worker
+    def __init__(self, raft, trigger, worker) -> None:
+        self.raft, self.trigger, self.worker = raft, trigger, worker
 
     def collect(self):
         st = self.raft.status()
@@ -118,9 +118,9 @@ class _GcCollector:
 
 
 class NodeMetrics:
-    def __init__(self, state, raft, trigger, worker, gc_pauses=None) -> None:
+    def __init__(self, raft, trigger, worker, gc_pauses=None) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_StateCollector(state, raft, trigger, worker))
+        self.registry.register(_StateCollector(raft, trigger, worker))
         if gc_pauses is not None:
             self.registry.register(_GcCollector(gc_pauses))
         self.fire_lag = _FireLag(

@@ -167,14 +167,14 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
         state=state, on_role_change=on_role_change, dial_map=cfg.dial_map or None,
         conf_overrides=cfg.conf_overrides or None,
     )
-    trigger = Trigger(state, raft, clock, cfg.node_id, fire_log_path=cfg.fire_log_path)
+    trigger = Trigger(raft, clock, cfg.node_id, fire_log_path=cfg.fire_log_path)
     trigger_box.append(trigger)
-    worker = Worker(state, raft, clock, cfg.node_id, slots=cfg.worker_slots, queues=cfg.worker_queues,
+    worker = Worker(raft, clock, cfg.node_id, slots=cfg.worker_slots, queues=cfg.worker_queues,
                     allowed_types=cfg.executor_types, lease_ttl_ms=cfg.lease_ttl_ms,
                     execute_on_leader=cfg.execute_on_leader, single_node=not cfg.peers)
-    service = Service(state, raft, clock, cfg.node_id)
+    service = Service(raft, clock, cfg.node_id)
     gc_pauses = gcpolicy.GcPauses(lambda: state.jobs)
-    metrics = NodeMetrics(state, raft, trigger, worker, gc_pauses)
+    metrics = NodeMetrics(raft, trigger, worker, gc_pauses)
     trigger.lag_observer = metrics.observe_fire_lags
     app = make_app(service, cfg.token, trigger=trigger, worker=worker, metrics=metrics)
     gc_pauses.install()

@@ -26,14 +26,12 @@ def new_request_id() -> str:
 class Service:
     """The proposer side of every write the API offers, and its reads of the local replica.
 
-    :param state: this node's replica, read only through ``core.queries`` (``read``).
     :param raft: the replication adapter (``propose``, ``barrier``, ``read``).
     :param clock: the proposer's clock: every command's ``now``, and the first slots of a job.
     """
 
-    def __init__(self, state, raft, clock: Clock, node_id: str,
+    def __init__(self, raft, clock: Clock, node_id: str,
                  propose_timeout_s: float = limits.propose_timeout_s_default) -> None:
-        self.state = state
         self.raft = raft
         self.clock = clock
         self.node_id = node_id

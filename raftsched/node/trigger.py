@@ -40,17 +40,15 @@ class Trigger:
     """The leader's loop: due slots become fire commands, and leases unrenewed for their TTL
     become expire commands.
 
-    :param state: this node's replica; the trigger reads it only through ``raft.read``.
     :param raft: the replication adapter (``propose``, ``barrier``, ``is_leader``, ``read``).
     :param clock: wall time for the commands' ``now``, monotonic time for the reaper.
     """
 
-    def __init__(self, state, raft, clock: Clock, node_id: str,
+    def __init__(self, raft, clock: Clock, node_id: str,
                  interval_ms: int = limits.trigger_interval_ms, fire_log_path: str | None = None) -> None:
         """:param fire_log_path: benchmarks only: a file to which the leading trigger appends one
             JSON line per committed fire command, ``{"c": commit_ms, "p": plan_ms, "s": [slot_ms
             of each run]}`` (scripts/bench.py; ``NodeConfig.fire_log_path``)."""
-        self.state = state
         self.raft = raft
         self.clock = clock
         self.node_id = node_id

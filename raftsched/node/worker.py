@@ -63,12 +63,11 @@ class _Held:
 
 
 class Worker:
-    def __init__(self, state, raft, clock: Clock, node_id: str, *, slots: int = 4,
+    def __init__(self, raft, clock: Clock, node_id: str, *, slots: int = 4,
                  queues: list[str] | None = None, allowed_types=ALL_TYPES,
                  lease_ttl_ms: int = limits.lease_ttl_ms_default, execute_on_leader: bool = False,
                  single_node: bool = False, poll_interval_s: float = node_limits.worker_poll_s_default,
                  kill_grace_s: float = node_limits.kill_grace_s_default) -> None:
-        self.state = state
         self.raft = raft
         self.clock = clock
         self.worker_id = f"{node_id}/{os.getpid()}"
