@@ -9,6 +9,12 @@ with equal templates share one. Templates and parts are indexed by content, in o
 use, so replicas that share objects differently (or hold a spec's keys in another order) still
 write the same bytes. Histories are written in job order, by job position, only when not empty.
 
+Version 4 is version 3 plus ``"ext"``: the sections of the state added since (the worker fleet,
+backfills, tokens...), each registered by the module that owns it (``register``, ``EXTENSIONS``)
+and written only when it is not empty. A state that uses none of them therefore snapshots to
+exactly the version 3 bytes it always did, and code that knows only version 3 refuses a snapshot
+that holds a section it would otherwise drop (ValueError), rather than lose it silently.
+
 Version 2 wrote a map a job, its spec parts by index into "parts", and a job's stats as a list;
 version 1 the same with whole specs and the stats as a map. Both still restore, to a state that
 snapshots to the same bytes as the one they were taken from.
@@ -16,7 +22,9 @@ snapshots to the same bytes as the one they were taken from.
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 from itertools import repeat
+from typing import Any, Callable
 from operator import is_, itemgetter
 
 import msgpack
@@ -31,8 +39,46 @@ from .records import (
 #: a job's stats are a list (STATS_FIELDS).
 #: 3: jobs as columns, specs as shared templates plus each job's executor, histories by job
 #: position and only when not empty (snapshot_obj).
-#: decode reads 1, 2 and 3.
+#: 4: version 3 and "ext", the sections registered in EXTENSIONS that are not empty.
+#: decode reads 1, 2, 3 and 4.
 SNAPSHOT_VERSION = 3
+SNAPSHOT_VERSION_EXT = 4
+
+
+@dataclass(frozen=True)
+class Extension:
+    """A section of the replicated state added after snapshot version 3.
+
+    :param name: the section's key in ``"ext"``, and the state's attribute that holds it.
+    :param new: makes an empty section (``SchedulerState._reset`` sets the attribute to it).
+    :param encode: the section as plain msgpack data, or None when it is empty (then it is not
+        written at all). Deterministic: equal sections give equal data on every replica.
+    :param decode: the section from that data (what ``encode`` wrote).
+    :param rebuild: rebuilds the section's derived indexes on a restored state (or None).
+    """
+
+    name: str
+    new: Callable[[], Any]
+    encode: Callable[[Any], Any]
+    decode: Callable[[Any], Any]
+    rebuild: Callable[[Any], None] | None = None
+
+
+#: name -> Extension, in registration order (the order their data is written in).
+EXTENSIONS: dict[str, Extension] = {}
+
+
+def register(ext: Extension) -> Extension:
+    """Add a section of the state (at import of the module that owns it). :raises ValueError:
+    a section of that name exists, or the name is a field of version 3."""
+    if ext.name in EXTENSIONS or ext.name in _V3_FIELDS:
+        raise ValueError(f"snapshot section {ext.name!r} exists")
+    EXTENSIONS[ext.name] = ext
+    return ext
+
+
+_V3_FIELDS = frozenset({"jobs", "runs", "history", "queues", "requests", "now_ms", "gen", "manual_seq",
+                        "fencing_token", "applied", "leader", "tenants", "locks", "due"})
 #: Job fields whose values jobs often have in common (registered together, or due together):
 #: a version 3 snapshot writes each of these columns as its distinct values and an index into
 #: them when that halves it (encode_ints), and a restore then holds one object for equal values.
@@ -213,7 +259,7 @@ def snapshot_obj(s) -> dict:
         columns[f] = encode_ints(columns[f])
     columns["spec"] = spec_col
     columns["executor"] = execs
-    return {
+    obj = {
         "v": SNAPSHOT_VERSION, "parts": parts, "specs": specs, "jobs": columns, "jobs_other": others,
         "runs": s.runs, "history_at": hist_at, "history": hist,
         "queues": s.queues, "requests": list(s.requests.items()), "now_ms": s.now_ms,
@@ -221,6 +267,15 @@ def snapshot_obj(s) -> dict:
         "applied": s.applied, "leader": s.leader,
         "tenants": s.tenants, "locks": s.locks,
     }
+    ext = {}
+    for name, e in EXTENSIONS.items():
+        data = e.encode(getattr(s, name))
+        if data is not None:
+            ext[name] = data
+    if ext:
+        obj["v"] = SNAPSHOT_VERSION_EXT
+        obj["ext"] = ext
+    return obj
 
 
 # ------------------------------------------------------------------ decode
@@ -233,14 +288,24 @@ def decode(data: bytes) -> tuple[dict, tuple | None]:
     ``leader``, ``tenants``, ``locks``) and the interning tables made while decoding
     (``_parts``, ``_ints``), so that later puts share the restored objects.
 
-    :raises ValueError: for a version other than 1, 2 or 3, or malformed job columns."""
+    Version 4 adds each registered section (``EXTENSIONS``): the fields hold every section, the
+    ones the snapshot does not hold empty.
+
+    :raises ValueError: for a version other than 1-4, a section this code does not know, or
+        malformed job columns."""
     obj = msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False)
-    if obj.get("v") not in (1, 2, 3):
-        raise ValueError(f"snapshot version {obj.get('v')} is not 1, 2 or {SNAPSHOT_VERSION}")
+    if obj.get("v") not in (1, 2, 3, SNAPSHOT_VERSION_EXT):
+        raise ValueError(f"snapshot version {obj.get('v')} is not 1, 2, 3 or {SNAPSHOT_VERSION_EXT}")
+    ext = (obj.get("ext") or {}) if obj["v"] == SNAPSHOT_VERSION_EXT else {}
+    if not isinstance(ext, dict):
+        raise ValueError("snapshot sections (ext) are not a map")
+    unknown = sorted(set(ext) - set(EXTENSIONS))
+    if unknown:
+        raise ValueError(f"snapshot holds sections this code does not know: {', '.join(map(str, unknown))}")
     parts: dict = {}
     ints: dict = {}
     due_src = None
-    if obj["v"] == 3:
+    if obj["v"] >= 3:
         jobs, history, due_src = _jobs_v3(obj, parts, ints)
     else:
         jobs, history = _jobs_v2(obj, parts, ints)
@@ -256,6 +321,8 @@ def decode(data: bytes) -> tuple[dict, tuple | None]:
         "tenants": obj["tenants"], "locks": obj["locks"],
         "_parts": parts, "_ints": ints,
     }
+    for name, e in EXTENSIONS.items():
+        fields[name] = e.decode(ext[name]) if name in ext else e.new()
     return fields, due_src
 
 

@@ -116,6 +116,9 @@ class SchedulerState:
         self.tenants: dict[str, dict] = {}
         #: lock name -> {"owner", "token", "deadline", "ttl", "since", "renewals"}
         self.locks: dict[str, dict] = {}
+        #: the sections added since snapshot version 3 (snapshot.EXTENSIONS), each empty
+        for name, ext in snapshot.EXTENSIONS.items():
+            setattr(self, name, ext.new())
         # Derived (not in the snapshot).
         if self.due is not None:
             self.due.clear()
@@ -172,11 +175,12 @@ class SchedulerState:
 
     # ------------------------------------------------------------------ snapshot
     def snapshot(self) -> bytes:
-        """The whole state as bytes (snapshot.py, version 3)."""
+        """The whole state as bytes (snapshot.py: version 3, or 4 when a section added since is
+        not empty)."""
         return snapshot.encode(self)
 
     def restore(self, data: bytes) -> None:
-        """Discard all state and load a snapshot (versions 1-3), then rebuild the derived
+        """Discard all state and load a snapshot (versions 1-4), then rebuild the derived
         indexes; an attached due index is rebuilt in place. :raises ValueError: for another
         version (nothing changes then)."""
         fields, due_src = snapshot.decode(data)
@@ -189,6 +193,9 @@ class SchedulerState:
             else:
                 self.due.rebuild(self.jobs)
         rebuild_indexes(self)
+        for ext in snapshot.EXTENSIONS.values():
+            if ext.rebuild is not None:
+                ext.rebuild(self)
 
     def state_hash(self) -> str:
         return hashlib.sha256(self.snapshot()).hexdigest()
