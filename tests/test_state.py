@@ -562,7 +562,7 @@ def test_snapshot_restore_is_byte_identical_and_rebuilds_derived_indexes():
 def test_restore_refuses_other_versions():
     s = new_state()
     obj = msgpack.unpackb(s.snapshot(), raw=False)
-    obj["v"] = snapshot_mod.SNAPSHOT_VERSION + 1
+    obj["v"] = snapshot_mod.SNAPSHOT_VERSION_EXT + 1
     with pytest.raises(ValueError):
         new_state().restore(msgpack.packb(obj))
 
