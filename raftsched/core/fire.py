@@ -26,12 +26,10 @@ from .records import RECORDED, RUN_TEMPLATE, count_fire, is_int, ok
 #: max_catchup_max on-time ones; plus one, the bound the entry check always had. The inline check
 #: of apply_fire and check_fire_entry both use it.
 FIRE_ENTRY_RUNS_MAX = 2 * limits.max_catchup_max + 1
-#: How far past its bound a job's history may grow while its oldest entry is still active
-#: before trimming scans past it (trim).
-TRIM_SCAN_SLACK = 16
-#: Most records one fire entry (or a resume) may carry. Today's plans make at most one
-#: (policy.plan_fire, policy.plan_resume); the bound apply checks has always been 4.
-RECORDS_PER_ENTRY_MAX = 4
+#: limits.history_trim_scan_slack and limits.fire_entry_records_max, by the names this module
+#: reads them under in its hot paths.
+TRIM_SCAN_SLACK = limits.history_trim_scan_slack
+RECORDS_PER_ENTRY_MAX = limits.fire_entry_records_max
 
 
 def apply_fire(s, cmd: dict, now: int) -> dict:

@@ -32,6 +32,19 @@ queue_name_chars_max = 64
 tenant_name_chars_max = 64
 every_s_min = 1
 every_s_max = 366 * 24 * 3600
+#: A job's description (free text, shown by the API).
+description_chars_max = 1024
+#: retry: failed attempts after which a run is dead, and the delays' ranges (seconds, the
+#: multiplier applied once a failure).
+retry_attempts_max = 100
+retry_backoff_s_max = 24 * 3600
+retry_backoff_multiplier_max = 10
+#: overlap allow's max_concurrent: runs of one job queued or running at once.
+overlap_concurrent_max = 10_000
+#: jitter_s: the most a slot may be moved later (it must also stay below the shortest interval).
+jitter_s_max = 3600
+#: Slots one preview answers (GET /v1/jobs/{name}/preview, POST /v1/preview).
+preview_count_max = 1000
 
 # Misfire ------------------------------------------------------------------------------------
 #: A slot fired within grace_s of its time is on time. 5 s covers a normal fail-over
@@ -95,6 +108,17 @@ queue_depth_max = 1_000_000
 #: paused, deleted, retried with a new due); without a bound a queue nothing acquires from would
 #: grow its heaps by one entry a fire, forever. Twice the depth makes the work amortised O(1).
 queue_index_stale_slack = 1024
+#: How far past its bound a job's history may grow while its oldest entry is still active
+#: (queued, running or dead) before trimming scans behind it (fire.trim): scanning on every add
+#: cost 30 % of a follower's time with 50 queued runs a job.
+history_trim_scan_slack = 16
+#: Records (skipped or coalesced ranges) one fire entry or one resume may carry. Plans make at
+#: most one (policy.plan_fire, policy.plan_resume); the bound apply checks has always been 4.
+fire_entry_records_max = 4
+#: Distinct ints the state's interning table keeps before it starts again from empty
+#: (records.share_int), and the longest string it interns (records.intern_str).
+shared_ints_max = 4096
+interned_str_chars_max = 64
 error_chars_max = 2048
 output_bytes_max = 4096
 

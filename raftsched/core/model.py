@@ -223,10 +223,10 @@ def validate_retry(raw) -> dict:
     r = _obj(raw, "retry", {"max_attempts", "backoff_s", "backoff_multiplier", "backoff_max_s", "jitter"})
     d = RETRY_DEFAULT
     out = {
-        "max_attempts": _int(r.get("max_attempts", d["max_attempts"]), "retry.max_attempts", 1, 100),
-        "backoff_s": _num(r.get("backoff_s", d["backoff_s"]), "retry.backoff_s", 0, 86400),
-        "backoff_multiplier": _num(r.get("backoff_multiplier", d["backoff_multiplier"]), "retry.backoff_multiplier", 1, 10),
-        "backoff_max_s": _num(r.get("backoff_max_s", d["backoff_max_s"]), "retry.backoff_max_s", 0, 86400),
+        "max_attempts": _int(r.get("max_attempts", d["max_attempts"]), "retry.max_attempts", 1, limits.retry_attempts_max),
+        "backoff_s": _num(r.get("backoff_s", d["backoff_s"]), "retry.backoff_s", 0, limits.retry_backoff_s_max),
+        "backoff_multiplier": _num(r.get("backoff_multiplier", d["backoff_multiplier"]), "retry.backoff_multiplier", 1, limits.retry_backoff_multiplier_max),
+        "backoff_max_s": _num(r.get("backoff_max_s", d["backoff_max_s"]), "retry.backoff_max_s", 0, limits.retry_backoff_s_max),
         "jitter": _num(r.get("jitter", d["jitter"]), "retry.jitter", 0, 1),
     }
     if out["backoff_max_s"] < out["backoff_s"]:
@@ -245,7 +245,7 @@ def validate_overlap(raw) -> dict:
     if "max_concurrent" in o:
         if policy != "allow":
             raise InvalidSpec("applies to policy allow only", field="overlap.max_concurrent")
-        out["max_concurrent"] = _int(o["max_concurrent"], "overlap.max_concurrent", 1, 10_000)
+        out["max_concurrent"] = _int(o["max_concurrent"], "overlap.max_concurrent", 1, limits.overlap_concurrent_max)
     return out
 
 
@@ -273,7 +273,7 @@ def _add_jitter(name: str, sched: dict, jitter_s) -> None:
     """Validate ``jitter_s`` and store it in the schedule: below the schedule's shortest interval
     (checked over the next 200 slots for cron, and around the zone's DST transitions), so
     jittered slots keep their order."""
-    j = _int(jitter_s, "jitter_s", 0, 3600)
+    j = _int(jitter_s, "jitter_s", 0, limits.jitter_s_max)
     if j == 0:
         return
     if "at" in sched:
@@ -341,8 +341,8 @@ def validate_job(name, raw, now_ms: int | None = None) -> dict:
         _add_jitter(name, spec["schedule"], raw["jitter_s"])
     if "description" in raw:
         d = raw["description"]
-        if not isinstance(d, str) or len(d) > 1024:
-            raise InvalidSpec("must be a string of at most 1024 characters", field="description")
+        if not isinstance(d, str) or len(d) > limits.description_chars_max:
+            raise InvalidSpec(f"must be a string of at most {limits.description_chars_max} characters", field="description")
         spec["description"] = d
     payload = spec["payload"]
     if "payload" in raw:  # the default, {}, is valid

@@ -8,7 +8,6 @@ from datetime import datetime, timezone
 
 from . import limits, policy, schedule
 
-preview_count_max = 1000
 
 
 def _local(ms: int, tz: str) -> tuple[str, int, bool]:
@@ -42,7 +41,7 @@ def preview(spec: dict, anchor_ms: int, after_ms: int, count: int) -> list[dict]
         before = schedule.last_slots_until(sched, after_ms - 400 * 86_400_000, after_ms, anchor_ms, 1)
         if before:
             prev_off = _local(before[-1], tz)[1]
-    for ms in schedule.iter_slots(sched, after_ms, 2**62, anchor_ms, min(count, preview_count_max)):
+    for ms in schedule.iter_slots(sched, after_ms, 2**62, anchor_ms, min(count, limits.preview_count_max)):
         local, off, ambiguous = _local(ms, tz)
         item = {"slot": schedule.iso(ms), "slot_ms": ms, "local": local, "timezone": tz, "utc_offset": _fmt_offset(off)}
         if prev_off is not None and off != prev_off:

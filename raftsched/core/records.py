@@ -117,8 +117,8 @@ RUN_TEMPLATE = shared_keys(RunKeys, {
 #: Parts of a spec that many jobs tend to share (the defaults, a fleet's templates). Specs are
 #: never changed in place (a replace stores a new spec), so jobs may hold the same part objects.
 SHARED_PARTS = ("schedule", "misfire", "retry", "overlap", "payload")
-#: Distinct ints share_int keeps before it starts again from empty.
-_SHARED_INTS_MAX = 4096
+#: limits.shared_ints_max: distinct ints share_int keeps before it starts again from empty.
+_SHARED_INTS_MAX = limits.shared_ints_max
 
 
 def freeze(v):
@@ -146,7 +146,7 @@ def part_key(k: str, v):
 
 
 def intern_str(v):
-    return sys.intern(v) if type(v) is str and len(v) <= 64 else v
+    return sys.intern(v) if type(v) is str and len(v) <= limits.interned_str_chars_max else v
 
 
 def share_spec(spec: dict, parts: dict, ints: dict) -> dict:

@@ -296,7 +296,7 @@ async def get_run(request: web.Request) -> web.Response:
 
 async def preview_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    count = _int_param(request, "count", 10, 1, preview.preview_count_max)
+    count = _int_param(request, "count", 10, 1, limits.preview_count_max)
     after = request.query.get("after")
     after_ms = parse_slot_param(after) if after is not None else None
     return web.json_response(svc.preview_job(request.match_info["name"], count, after_ms))
@@ -304,7 +304,7 @@ async def preview_job(request: web.Request) -> web.Response:
 
 async def preview_spec(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    count = _int_param(request, "count", 10, 1, preview.preview_count_max)
+    count = _int_param(request, "count", 10, 1, limits.preview_count_max)
     return web.json_response(svc.preview_spec(await _json_body(request), count))
 
 
