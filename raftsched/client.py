@@ -50,7 +50,7 @@ import urllib.parse
 import uuid
 from typing import Any, Callable
 
-from .client_rules import Call, Done, Fail, LostAfterSendError, NotSentError, Wait, error_of, with_status
+from .client_rules import Call, Done, Fail, LostAfterSendError, NotSentError, Wait, with_status
 from .core import limits
 from .core.errors import Conflict, NotFound, RaftschedError
 
@@ -83,9 +83,6 @@ class LockLost(Conflict):
 
 def _q(segment: str) -> str:
     return urllib.parse.quote(str(segment), safe="")
-
-
-_with_status = with_status
 
 
 def prepare(method: str, body: Any, idempotent_key: str | None, token: str | None,
@@ -220,10 +217,6 @@ class Client:
             if recover is None:
                 raise
             return recover(e)
-
-    @staticmethod
-    def _error(status: int, payload: Any, rh: dict) -> RaftschedError:
-        return error_of(status, payload)
 
     def _get(self, path: str, params: dict | None = None, **kw) -> Any:
         """A GET with the query ``params`` (None values left out, a list repeats its key);
@@ -435,7 +428,7 @@ def _retype(e: Conflict, klass: type[Conflict]) -> Conflict:
     if e.field == "Idempotency-Key" or (klass is LockHeld and "holder" not in e.extra):
         return e  # a reused request id, or the cluster's lock limit: not about this lock's holder
     new = klass(e.message, e.field, **e.extra)
-    return _with_status(new, getattr(e, "status", 409))
+    return with_status(new, getattr(e, "status", 409))
 
 
 def lock_poll_pause(e: LockHeld, now_s: float, wait_until: float | None) -> float | None:

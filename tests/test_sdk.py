@@ -159,6 +159,10 @@ def test_bad_names_and_handlers_are_refused():
         app.job("m", every_s=60, misfire="skip")(script_fn)
     assert "__main__" in ei.value.message
 
+    with pytest.raises(DeclarationError) as ei:
+        app.job(sdk_targets.report)  # @app.job without its parentheses
+    assert "parentheses" in ei.value.message
+
     app.job("twice", every_s=60, misfire="skip")(sdk_targets.report)
     with pytest.raises(DeclarationError) as ei:
         app.job("twice", every_s=60, misfire="skip")(sdk_targets.other)

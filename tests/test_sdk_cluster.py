@@ -102,6 +102,13 @@ def test_the_example_handler_runs_with_its_context_and_fencing_token(cluster):
         db.close()
     assert len(rows) == 1 and rows[0][1] == run["fencing_token"] and rows[0][2] == rid
 
+    # The async handler runs on the executing node's loop, with its Context too.
+    s, b = cluster.call(cluster.wait_leader(30), "POST", "/v1/jobs/refresh-dashboard/trigger")
+    assert s == 201, b
+    rid = b["run"]
+    run = wait_for(done, 60, "the manual run of refresh-dashboard finished")
+    assert run["state"] == "succeeded" and f"'refreshed_for': '{run['slot']}'" in run["output"], run
+
 
 def test_prune_deletes_only_this_apps_undeclared_jobs(cluster, tmp_path):
     mod = tmp_path / "pruned_jobs.py"

@@ -147,6 +147,9 @@ class App:
             API would refuse, a job name declared twice, a handler that is not a module-level
             function.
         """
+        if callable(name):
+            raise DeclarationError(f"@app.job on {getattr(name, '__qualname__', name)!r} needs its parentheses "
+                                   "and options: @app.job(\"name\", cron=..., misfire=...)", field="name")
         for k in options:
             if k not in OPTIONS:
                 raise DeclarationError(
