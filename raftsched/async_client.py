@@ -44,7 +44,10 @@ log = logging.getLogger("raftsched.client")
 __all__ = ["AsyncClient", "AsyncLock"]
 
 #: Client's methods that are not endpoints: the transport, and the thread-renewed Lock (this
-#: client has its own, :meth:`AsyncClient.lock`).
+#: client has its own, :meth:`AsyncClient.lock`). Every other public method of Client is taken
+#: as it is, so it must be an endpoint call: build the request and return ``self.request(...)``
+#: or ``self._get(...)`` (post-processing goes in ``recover``), doing nothing after it. A
+#: method of Client that does more belongs here, with an async version of its own.
 _NOT_BORROWED = frozenset({"request", "lock"})
 
 
