@@ -40,6 +40,10 @@ def check_stored_spec(spec) -> None:
     m = spec["misfire"]
     if m.get("policy") not in MISFIRE_POLICIES or not is_int(m.get("grace_s")) or not is_int(m.get("max_catchup")):
         raise InvalidCommand("spec.misfire is malformed")
+    labels = spec.get("labels")
+    if labels is not None and (not isinstance(labels, dict) or len(labels) > limits.job_labels_max
+                               or not all(type(k) is str and type(v) is str for k, v in labels.items())):
+        raise InvalidCommand("spec.labels is malformed")
 
 
 def check_put_job(cmd: dict, what: str) -> None:

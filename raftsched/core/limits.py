@@ -198,3 +198,16 @@ put_jobs_in_flight_max = 8
 
 assert batch_jobs_max * 160 < batch_request_bytes_max
 assert put_jobs_items_max * 100 > command_bytes_max  # an item is >= ~150 bytes: bytes bind first
+
+# Labels (the job spec's ``labels``) ---------------------------------------------------------
+#: Labels on one job: a small map saying who manages the job (the SDK's ``raftsched.app``, a
+#: team), which ``GET /v1/jobs?label=k=v`` filters on. Metadata beyond that belongs in the
+#: payload or the description.
+job_labels_max = 16
+#: A label key: letters, digits, ``.``, ``_``, ``/`` and ``-``, starting and ending with a letter
+#: or digit (``raftsched.app``, ``team``).
+label_key_chars_max = 128
+#: A label value (any printable text, the empty string included).
+label_value_chars_max = 256
+
+assert job_labels_max * (label_key_chars_max + label_value_chars_max) + 1024 < job_spec_bytes_max
