@@ -58,6 +58,9 @@ def run_view(run: dict) -> dict:
             dict(a, started_at=schedule.iso(a.get("started_at")), finished_at=schedule.iso(a.get("finished_at")))
             for a in run.get("attempts", [])
         ]
+    for k in ("backfill", "requeue", "payload"):  # a backfill's run, a bulk requeue's, an override
+        if k in run:
+            v[k] = run[k]
     if run["state"] in ("skipped", "coalesced"):
         v["reason"] = run.get("reason")
         if "slot_to" in run:
