@@ -30,10 +30,31 @@ def generated_id(rid: str) -> str:
     return hashlib.blake2b(rid.encode(), digest_size=5).hexdigest()
 
 
+def _floor(sched: dict, anchor: int) -> int | None:
+    """The time a schedule's slots come after: an interval's grid starts at its anchor (the
+    creation time, rounded up), whose first slot is one interval later (policy.initial_position),
+    unless it has a ``start_at``, which is a slot itself. None: no floor."""
+    return anchor if "every_s" in sched and "start_at" not in sched else None
+
+
 def range_slots(sched: dict, anchor: int, lo: int, hi: int, limit: int, order: str) -> list[int]:
     """The slots of ``[lo, hi)``, at most ``limit``, in the backfill's order."""
-    slots = list(schedule.iter_slots(sched, lo - 1, hi - 1, anchor, limit))
+    floor = _floor(sched, anchor)
+    after = lo - 1 if floor is None else max(lo - 1, floor)
+    slots = list(schedule.iter_slots(sched, after, hi - 1, anchor, limit))
     return slots[::-1] if order == "newest" else slots
+
+
+def next_slots(sched: dict, anchor: int, req: dict, cursor: int, limit: int) -> list[int]:
+    """The next slots of a backfill's range after its cursor, in its order, at most ``limit``."""
+    floor = _floor(sched, anchor)
+    if req["order"] == "oldest":
+        after = cursor if floor is None else max(cursor, floor)
+        return list(schedule.iter_slots(sched, after, req["to"] - 1, anchor, limit))
+    lo = req["from"] if floor is None else max(req["from"], floor + 1)
+    if cursor <= lo:
+        return []
+    return schedule.last_slots_until(sched, lo - 1, cursor - 1, anchor, limit)[::-1]
 
 
 # ------------------------------------------------------------------ views
@@ -286,14 +307,7 @@ class BackfillStepper:
                 self._slots[bf_id] = (cursor, rest, complete)
                 return rest, complete
         k = node_limits.backfill_slots_enumerated
-        sched, anchor = v["plan"]["schedule"], v["plan"]["anchor"]
-        if req["order"] == "oldest":
-            slots = await asyncio.to_thread(lambda: list(schedule.iter_slots(sched, cursor, req["to"] - 1, anchor, k)))
-        elif cursor <= req["from"]:
-            slots = []
-        else:
-            slots = await asyncio.to_thread(schedule.last_slots_until, sched, req["from"] - 1, cursor - 1, anchor, k)
-            slots = slots[::-1]
+        slots = await asyncio.to_thread(next_slots, v["plan"]["schedule"], v["plan"]["anchor"], req, cursor, k)
         complete = len(slots) < k
         self._slots[bf_id] = (cursor, slots, complete)
         return slots, complete
