@@ -263,6 +263,14 @@ def test_a_slot_after_the_jobs_cursor_is_left_out_as_not_yet_due():
     res = backfill_plan.dry_run_backfill(s, "j", range_slots(s, "j", anchor, later), "all")
     assert [x for x, _ in res["left_out"]] == [x for x in range_slots(s, "j", anchor, later) if x > cursor]
     assert {why for _, why in res["left_out"]} == {"not_yet_due"}
+    # ... and for good: when the job's cursor passes them later, the backfill still leaves them out.
+    apply(s, backfill_cmd(s, "j", anchor, later, end, "bf", reprocess="all", max_concurrent=100))
+    apply(s, commands.make("resume_job", later + MIN, None, name="j", catch_up=True))
+    tick(s, later + MIN)
+    while s.backfills["bf"]["state"] != "done":
+        step(s, "bf", later + MIN)
+        finish_runs(s, later + MIN)
+    assert sorted(r["slot"] for r in backfill_runs(s, "bf")) == res["slots"]
 
 
 def test_pause_stops_steps_resume_goes_on_and_cancel_withdraws_queued_runs():

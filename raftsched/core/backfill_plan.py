@@ -112,8 +112,9 @@ def history_snapshot(s, job: dict, lo: int, hi: int) -> tuple[list, int | None]:
 def verdict(mode: str, slot: int, latest: str | None, horizon: int | None, job_cursor: int) -> str | None:
     """Whether a backfill in ``mode`` runs ``slot`` (None) or leaves it out, and why.
 
-    - ``not_yet_due``: after the job's cursor, the schedule has not handled the slot yet (its
-      scheduled run is still to come; a paused job's cursor waits for its resume).
+    - ``not_yet_due``: after the job's cursor (when the backfill was made), the schedule had not
+      handled the slot yet (its scheduled run was still to come; a paused job's cursor waits for
+      its resume).
     - ``missing`` leaves out every slot that has a run (the reason is the latest run's state:
       ``succeeded``, ``failed``, ``dead``, ``queued``, ``running``); ``failed`` leaves out those
       whose latest run is ``succeeded``, ``queued`` or ``running``; ``all`` runs every slot.
@@ -186,7 +187,9 @@ class BackfillWalk:
         self.live = latest_by_slot(s, job["name"]) if self.mode != "all" else {}
         self.known = {slot: st for slot, st in plan["known"]} if self.mode != "all" else {}
         self.horizon = plan["horizon"]
-        self.job_cursor = job["cursor"]
+        # Not the job's cursor now: its cursor when the backfill was made (a cursor only moves
+        # on), so a slot left out as not yet due then is left out for good, as the dry run said.
+        self.job_cursor = plan["job_cursor"]
         self.room = req["max_concurrent"] - live_active(s, bf["active"])
         self.tokens = tokens(bf["bucket"], now)
         self.forbid = req["overlap"] == "forbid"

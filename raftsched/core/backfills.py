@@ -134,8 +134,9 @@ def apply_backfill(s, cmd: dict, now: int) -> dict:
     in ``[from, to)``. ``schedule`` and ``anchor`` are the job's as the proposer saw them when it
     counted the range's slots (``planned``, at most ``max_slots``); the backfill keeps them, so its
     slots are the ones counted even if the job's schedule changes later. It also keeps what the
-    job's history says of the range's slots now (backfill_plan.history_snapshot). An id that
-    exists with the same request answers with that backfill (``created`` False).
+    job's history says of the range's slots now (backfill_plan.history_snapshot) and the job's
+    cursor: slots after it are left out, not yet due, for good. An id that exists with the same
+    request answers with that backfill (``created`` False).
 
     :raises InvalidCommand: a field missing or malformed. :raises NotFound: no such job.
     :raises Conflict: the id is used by another request, or the job's schedule is no longer
@@ -174,7 +175,7 @@ def apply_backfill(s, cmd: dict, now: int) -> dict:
     _bound_active(s)
     known, horizon = history_snapshot(s, job, lo, hi)
     plan = {"schedule": job["spec"]["schedule"], "anchor": anchor, "job_created": job["created"],
-            "horizon": horizon, "known": known}
+            "job_cursor": job["cursor"], "horizon": horizon, "known": known}
     cursor = lo - 1 if order == "oldest" else hi
     s.backfills[bf_id] = _record(bf_id, "backfill", job_name, req, plan, cursor, planned, req["rate_milli"], now)
     return ok(id=bf_id, created=True, state="running")
