@@ -504,8 +504,8 @@ def trigger_job_with(s, job: dict, cmd: dict, now: int) -> dict:
         if not is_int(slot):
             raise InvalidCommand("trigger_job.slot must be an integer")
         if slot > job["cursor"]:
-            raise Conflict(f"slot {slot} is after job {name!r}'s cursor ({job['cursor']}): the schedule has not "
-                           f"handled it yet, and its run will come", field="slot", cursor=job["cursor"])
+            raise Conflict(f"slot {slot} is after the cursor of job {name!r} ({job['cursor']}): the schedule "
+                           f"has not handled it yet, and its run will come", field="slot", cursor=job["cursor"])
         base = f"{name}@{slot}"
         for rid in (base, base + "#manual"):
             r = s.runs.get(rid)

@@ -16,7 +16,7 @@ import hashlib
 import logging
 
 from ..core import backfill_model, backfill_plan, commands, limits, queries, schedule
-from ..core.errors import InvalidSpec, NotFound, RaftschedError
+from ..core.errors import Conflict, InvalidSpec, NotFound, RaftschedError
 from ..core.model import check_name
 from . import limits as node_limits
 from .service import Service, new_request_id
@@ -63,7 +63,9 @@ def _rate(milli):
 
 
 def backfill_view(bf: dict) -> dict:
-    """A backfill or bulk operation (backfill_plan.view) as ``GET /v1/backfills/{id}`` shows it."""
+    """A backfill or bulk operation (backfill_plan.view) as ``GET /v1/backfills/{id}`` shows it:
+    ``cursor`` is the last slot (dead run) handled, null before the first and once
+    ``range_handled`` (every slot made a run or left out; ``done`` follows when its runs end)."""
     req, kind = bf["req"], bf["kind"]
     p = bf["progress"]
     left = dict(sorted(bf["left_out"].items()))
@@ -80,14 +82,15 @@ def backfill_view(bf: dict) -> dict:
         if "payload" in req:
             v["request"]["payload"] = req["payload"]
         first = req["from"] - 1 if req["order"] == "oldest" else req["to"]
-        v["cursor"] = None if bf["cursor"] == first else schedule.iso(bf["cursor"])
+        v["cursor"] = None if bf["cursor"] == first or bf["exhausted"] else schedule.iso(bf["cursor"])
     else:
         v["request"] = {"queue": req["queue"], "job": req["job"], "error": req["error"],
                         "dead_from": schedule.iso(req["dead_from"]), "dead_to": schedule.iso(req["dead_to"]),
                         "max_count": req["max_count"], "max_concurrent": req["max_concurrent"],
                         "rate_per_s": _rate(req["rate_milli"])}
-        v["cursor"] = None if bf["cursor"] is None else {"finished_at": schedule.iso(bf["cursor"][0]),
-                                                          "run": bf["cursor"][1]}
+        v["cursor"] = None if bf["cursor"] is None or bf["exhausted"] else {
+            "finished_at": schedule.iso(bf["cursor"][0]), "run": bf["cursor"][1]}
+    v["range_handled"] = bf["exhausted"]
     if kind != "purge":
         for k in ("queued", "running", "succeeded", "failed", "dead"):
             counts[k] = p.get(k, 0)
@@ -132,7 +135,7 @@ class BackfillService:
             n = await asyncio.to_thread(schedule.count_slots, sched, b["from"] - 1, b["to"] - 1, anchor,
                                         limits.backfill_slots_max)
             many = f"{n}" if n is not None else f"more than {limits.backfill_slots_max}"
-            raise InvalidSpec(f"the range holds {many} slots of job {name!r}'s schedule, more than max_slots "
+            raise InvalidSpec(f"the range holds {many} slots of the schedule of job {name!r}, more than max_slots "
                               f"({b['max_slots']}); raise max_slots (at most {limits.backfill_slots_max}) or "
                               f"split the range", field="max_slots", slots=n)
         overlap = b["overlap"] or backfill_model.overlap_of(job["spec"])
@@ -205,7 +208,12 @@ class BackfillService:
                 raise NotFound(f"no job named {name!r}", field="name")
             sched = job["spec"]["schedule"]
             if schedule.next_slot_after(sched, t["slot"] - 1, job["anchor"]) != t["slot"]:
-                raise InvalidSpec(f"{schedule.iso(t['slot'])} is not a slot of job {name!r}'s schedule", field="slot")
+                raise InvalidSpec(f"{schedule.iso(t['slot'])} is not a slot of the schedule of job {name!r}",
+                                  field="slot")
+            if t["slot"] > job["cursor"]:  # apply refuses it too; here the message has ISO times
+                raise Conflict(f"slot {schedule.iso(t['slot'])} is after the cursor of job {name!r} "
+                               f"({schedule.iso(job['cursor'])}): the schedule has not handled it yet, and its run "
+                               f"will come", field="slot", cursor=schedule.iso(job["cursor"]))
         res = await self.svc.propose(commands.make("trigger_job", self.svc.clock.now_ms(), rid or new_request_id(),
                                                    name=name, **t))
         body = {"job": name, "run": res["run"], "state": res["state"], "created": res.get("created", True)}

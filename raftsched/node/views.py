@@ -66,6 +66,8 @@ def run_view(run: dict) -> dict:
         if "slot_to" in run:
             v["slot_to"] = schedule.iso(run["slot_to"])
             v["count"] = run.get("count")
+    elif run.get("kind") == "backfill":
+        v["fire_lag_ms"] = None  # a past slot run on request: no lag of the trigger's
     else:
         v["fire_lag_ms"] = (run["fired_at"] - run["slot"]) if run.get("fired_at") is not None else None
     return v
