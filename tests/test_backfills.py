@@ -476,12 +476,13 @@ def test_a_bulk_operation_acts_on_exactly_the_matching_dead_runs_once(queue, job
     assert follower.snapshot() == s.snapshot()
 
 
-def test_a_full_queue_pauses_a_requeue():
+def test_a_full_queue_pauses_a_requeue_and_room_resumes_it():
     s, now = dead_state(4)
     apply(s, commands.make("put_queue", now, None, name="default", max_depth=1, on_full="reject"))
     apply(s, bulk_cmd(s, now, queue="default"))
     res = step(s, "q1", now)
     assert res["acted"] == 1 and s.backfills["q1"]["paused_by"] == "queue_full"
+    assert step_cmd(s, "q1", now) is None, "still full: the stepper proposes nothing"
     finish_runs(s, now)
     assert step(s, "q1", now)["acted"] == 1
 

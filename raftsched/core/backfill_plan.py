@@ -412,6 +412,14 @@ def stepper_views(s, now: int) -> list[dict]:
                 v["stop"] = BackfillWalk(s, bf, job, now).stop_reason()
         else:
             v["stop"] = BulkWalk(s, bf, now).stop_reason()
+            if v["stop"] is None and bf["state"] == "paused":
+                # Paused by a full queue: the queue of the next dead run decides whether to go on
+                # (a step would only pause it again, ten times a second).
+                nxt = dead_matching(s, bf["req"], bf["cursor"], 1)
+                if nxt and s.runs[nxt[0][1]]["queue"] is not None:
+                    depth, max_depth = queue_room(s, s.runs[nxt[0][1]]["queue"])
+                    if depth >= max_depth:
+                        v["stop"] = "queue_full"
         out.append(v)
     return out
 
