@@ -184,8 +184,8 @@ class BackfillWalk:
         self.bf_id = bf["id"]
         self.job_name = job["name"]
         self.mode = req["reprocess"]
-        self.live = latest_by_slot(s, job["name"]) if self.mode != "all" else {}
-        self.known = {slot: st for slot, st in plan["known"]} if self.mode != "all" else {}
+        self._plan = plan
+        self._live = None  # the slots' latest states, read on the first next(): stop_reason needs none
         self.horizon = plan["horizon"]
         # Not the job's cursor now: its cursor when the backfill was made (a cursor only moves
         # on), so a slot left out as not yet due then is left out for good, as the dry run said.
@@ -213,9 +213,15 @@ class BackfillWalk:
         return None
 
     def next(self, slot: int) -> tuple[str, str | None]:
-        latest = self.live.get(slot)
+        if self._live is None:
+            if self.mode == "all":
+                self._live, self._known = {}, {}
+            else:
+                self._live = latest_by_slot(self.s, self.job_name)
+                self._known = {x: st for x, st in self._plan["known"]}
+        latest = self._live.get(slot)
         if latest is None:
-            latest = self.known.get(slot)
+            latest = self._known.get(slot)
         why = verdict(self.mode, slot, latest, self.horizon, self.job_cursor)
         if why is not None:
             return "left", why
