@@ -419,6 +419,8 @@ def test_trigger_without_slot_or_payload_keeps_its_bytes():
     res = do(s, "trigger_job", T0, name="j")
     assert set(res) == {"ok", "job", "run", "state"}
     assert "payload" not in s.runs[res["run"]]
+    res = do(s, "trigger_job", T0, name="j", slot=None)  # a nil slot is no slot, and no payload
+    assert res["ok"] and "payload" not in s.runs[res["run"]]
 
 
 # ============================================================================ bulk DLQ operations

@@ -497,24 +497,23 @@ def trigger_job_with(s, job: dict, cmd: dict, now: int) -> dict:
     if slot is None:  # a manual run now, as without a payload (a full queue records it skipped)
         s.manual_seq += 1
         run = new_run(s, job, now, now, f"{name}@{now}!manual-{s.manual_seq}", "manual")
-        if run["state"] == "queued":
+        if payload_given and run["state"] == "queued":
             run["payload"] = payload
         return ok(job=name, run=run["id"], state=run["state"], created=True)
-    else:
-        if not is_int(slot):
-            raise InvalidCommand("trigger_job.slot must be an integer")
-        if slot > job["cursor"]:
-            raise Conflict(f"slot {slot} is after the cursor of job {name!r} ({job['cursor']}): the schedule "
-                           f"has not handled it yet, and its run will come", field="slot", cursor=job["cursor"])
-        base = f"{name}@{slot}"
-        for rid in (base, base + "#manual"):
-            r = s.runs.get(rid)
-            if r is not None and r["kind"] != "recorded" and r["state"] in REAL_STATES:
-                return ok(job=name, run=rid, state=r["state"], created=False)
-        rid = base if base not in s.runs else base + "#manual"
-        if rid in s.runs:  # an earlier manual run of the slot that never ran (a full queue)
-            s.manual_seq += 1
-            rid = f"{base}#manual-{s.manual_seq}"
+    if not is_int(slot):
+        raise InvalidCommand("trigger_job.slot must be an integer")
+    if slot > job["cursor"]:
+        raise Conflict(f"slot {slot} is after the cursor of job {name!r} ({job['cursor']}): the schedule "
+                       f"has not handled it yet, and its run will come", field="slot", cursor=job["cursor"])
+    base = f"{name}@{slot}"
+    for rid in (base, base + "#manual"):
+        r = s.runs.get(rid)
+        if r is not None and r["kind"] != "recorded" and r["state"] in REAL_STATES:
+            return ok(job=name, run=rid, state=r["state"], created=False)
+    rid = base if base not in s.runs else base + "#manual"
+    if rid in s.runs:  # an earlier manual run of the slot that never ran (a full queue)
+        s.manual_seq += 1
+        rid = f"{base}#manual-{s.manual_seq}"
     spec = job["spec"]
     depth, max_depth = queue_room(s, spec["queue"])
     if depth >= max_depth:
