@@ -18,6 +18,7 @@ hand. Keys (all optional except where a checker needs them):
 """
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import itertools
 import json
@@ -123,9 +124,11 @@ def _allowed_records(specs: list[dict], paused: bool) -> set[tuple[str, str]]:
 
 
 def _spans(runs: list[dict]) -> list[tuple[int, int, dict]]:
+    """The slots each scheduled run or record covers. Manual runs and a backfill's runs are not
+    the schedule's (a backfill may run a slot again: check_backfills judges those)."""
     out = []
     for r in runs:
-        if r.get("kind") == "manual":
+        if r.get("kind") in ("manual", "backfill"):
             continue
         lo = r["slot_ms"]
         hi = r.get("slot_to") if r.get("slot_to") is not None else lo
@@ -384,6 +387,8 @@ def _apply_op(state: tuple, op: dict) -> tuple | None:
     what its ok answer says."""
     exists, spec, paused = state
     f = op["f"]
+    if f not in JOB_OPS:
+        return state  # a backfill or a bulk requeue changes no job
     if f in ("create", "update"):
         if op["type"] == "ok" and isinstance(op.get("value"), dict) and "created" in op["value"] \
                 and op["value"]["created"] != (not exists):
@@ -398,6 +403,10 @@ def _apply_op(state: tuple, op: dict) -> tuple | None:
     if f == "delete":
         return (False, None, False)
     return state
+
+
+#: The client operations that change a job (durability's model).
+JOB_OPS = ("create", "update", "pause", "resume", "delete")
 
 
 def job_models(ops: list[dict], budget: int = 200_000) -> tuple[set | None, dict | None]:
@@ -443,7 +452,7 @@ def job_models(ops: list[dict], budget: int = 200_000) -> tuple[set | None, dict
             if not new:
                 return None, op
             configs = new
-        elif op.get("status") == 404:
+        elif op.get("status") == 404 and op["f"] in JOB_OPS + ("backfill",):
             configs = {(s, p) for s, p in configs if not s[0]}
             if not configs:
                 return None, op
@@ -613,7 +622,12 @@ def check_retries(data: dict) -> dict:
     for read in _all_reads(data):
         where = f"node-{read['node'] + 1} {read['phase']}"
         for r in read["runs"]:
-            if r.get("kind") not in ("scheduled", "manual") or r["job"] not in plan:
+            if r.get("kind") not in ("scheduled", "manual", "backfill") or r["job"] not in plan:
+                continue
+            if r.get("requeue"):
+                # A bulk requeue gave it fresh budgets part-way (check_backfills judges it).
+                counts["requeued_not_judged"] = counts.get("requeued_not_judged", 0) + (r["id"] not in seen)
+                seen.add(r["id"])
                 continue
             specs = versions.get(r["job"]) or []
             if not specs:
@@ -813,7 +827,103 @@ def check_convergence(data: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# 7. Was the run stressed at all?
+# 7. Backfills and bulk requeues
+# ---------------------------------------------------------------------------------------------
+
+def _iso_ms(text) -> int | None:
+    """An ISO-8601 UTC time as the API writes it -> integer ms (run.py's iso_ms)."""
+    if text is None:
+        return None
+    d = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return int((d - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) / dt.timedelta(milliseconds=1))
+
+
+def check_backfills(data: dict) -> dict:
+    """Each backfill ran exactly the slots its dry run listed, each once: in every read, its runs
+    (``backfill`` naming it) are of distinct slots its dry run listed, or left out as not yet due
+    then (the schedule may have reached them in the milliseconds before the backfill was made);
+    once it is done, every listed slot has its run, unless another backfill of the same slots ran
+    beside it (a slot it ran first is then left out here, rightly) or the job was deleted since
+    (with its runs). A backfill that definitely did
+    not happen has no run. A bulk requeue requeued at most ``max_count`` runs, of its job only,
+    each once (one attempt after it died, not two)."""
+    examples, stats = [], {"backfills": 0, "backfills_done": 0, "backfill_runs": 0, "requeues": 0, "requeued": 0}
+    ops = [op for op in client_ops(data) if op["f"] in ("backfill", "requeue")]
+    reads = _all_reads(data) + [r for r in data.get("periodic") or [] if r.get("runs") is not None]
+    listed: dict[str, set] = {}
+    for op in ops:
+        dry = (op.get("value") or {}).get("dry")
+        if op["f"] == "backfill" and isinstance(dry, dict) and "slots" in dry:
+            listed[op["id"]] = {_iso_ms(x) for x in dry["slots"]}
+    for op in ops:
+        bf_id, value = op["id"], op.get("value") or {}
+        dry = value.get("dry") if isinstance(value.get("dry"), dict) else None
+        if op["f"] == "requeue":
+            stats["requeues"] += 1
+            cap = (op.get("body") or {}).get("max_count")
+            only = (op.get("body") or {}).get("job")
+            for read in reads:
+                where = f"node-{read['node'] + 1} {read.get('phase')} read"
+                mine = [r for r in read["runs"] if r.get("requeue") == bf_id]
+                if op["type"] == "fail" and mine:
+                    examples.append(f"{where}: bulk requeue {bf_id} definitely did not happen, but requeued {len(mine)} run(s)")
+                if cap is not None and len(mine) > cap:
+                    examples.append(f"{where}: bulk requeue {bf_id} requeued {len(mine)} runs, more than max_count {cap}")
+                for r in mine:
+                    if only is not None and r["job"] != only:
+                        examples.append(f"{where}: bulk requeue {bf_id} of job {only} requeued {r['id']} of job {r['job']}")
+                if read.get("phase") in ("final", "restart"):
+                    stats["requeued"] = max(stats["requeued"], len(mine))
+            continue
+        if dry is None or bf_id not in listed:
+            continue  # the dry run failed (no answer, or an error's): nothing was asked for
+        stats["backfills"] += 1
+        slots = listed[bf_id]
+        not_yet = {_iso_ms(x["slot"]) for x in dry.get("left_out", []) if x.get("reason") == "not_yet_due"}
+        beside = any(other != bf_id and slots & s2 for other, s2 in listed.items()
+                     if next((o["job"] for o in ops if o["id"] == other), None) == op["job"])
+        # Deleting the job deletes its runs (and a backfill's with them).
+        deleted = any(o["f"] == "delete" and o["job"] == op["job"] and o["type"] in ("ok", "info")
+                      and o["invoke_index"] > op["invoke_index"] for o in client_ops(data))
+        done_seen, runs_final = False, 0
+        for read in reads:
+            where = f"node-{read['node'] + 1} {read.get('phase')} read"
+            mine = [r for r in read["runs"] if r.get("backfill") == bf_id]
+            if op["type"] == "fail" and mine:
+                examples.append(f"{where}: backfill {bf_id} definitely did not happen, but has {len(mine)} run(s)")
+                continue
+            got = [r["slot_ms"] for r in mine]
+            dup = sorted({s for s in got if got.count(s) > 1})
+            if dup:
+                examples.append(f"{where}: backfill {bf_id} made two runs for slot(s) {dup[:3]}")
+            extra = sorted(set(got) - slots - not_yet)
+            if extra:
+                examples.append(f"{where}: backfill {bf_id} ran slot(s) {extra[:3]} its dry run did not list")
+            for r in mine:
+                if r.get("kind") != "backfill" or r["id"] not in (f"{r['job']}@{r['slot_ms']}",
+                                                                  f"{r['job']}@{r['slot_ms']}#b{bf_id}"):
+                    examples.append(f"{where}: run {r['id']} of backfill {bf_id} has kind {r.get('kind')} and an id "
+                                    f"that is neither its slot's nor the backfill's")
+            view = next((b for b in read.get("backfills") or [] if b["id"] == bf_id), None)
+            if view is not None and view["state"] == "done" and read.get("phase") in ("final", "restart"):
+                done_seen = True
+                missing = sorted(slots - set(got))
+                if missing and not beside and not deleted:
+                    examples.append(f"{where}: backfill {bf_id} is done, but slot(s) {missing[:3]} its dry run "
+                                    f"listed have no run of it (left out: {view['progress'].get('left_out_reasons')})")
+            if read.get("phase") == "final":
+                runs_final = max(runs_final, len(mine))
+        stats["backfills_done"] += done_seen
+        stats["backfill_runs"] += runs_final
+    if examples:
+        return _result(INVALID, examples, stats)
+    if stats["backfills_done"] == 0:
+        return _result(UNKNOWN, [], stats, "no backfill was done by the final read")
+    return _result(VALID, [], stats)
+
+
+# ---------------------------------------------------------------------------------------------
+# 8. Was the run stressed at all?
 # ---------------------------------------------------------------------------------------------
 
 def leader_changes(data: dict) -> int:
@@ -863,6 +973,7 @@ CHECKERS = {
     "durability": check_durability,
     "retries": check_retries,
     "convergence": check_convergence,
+    "backfills": check_backfills,
     "stress": check_stress,
 }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from datetime import datetime, timezone
 
 import aiohttp
 
@@ -74,6 +75,61 @@ async def perform(session: aiohttp.ClientSession, url: str, token: str, op: dict
     return history.add(dict(base, type=kind, status=status, value=value))
 
 
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def bulk_body(op: dict, now_ms: int) -> dict:
+    """The body of a backfill (a past range from this client's clock, on whole seconds) or a bulk
+    requeue (the job's dead runs, or every job's), without dry_run."""
+    if op["f"] == "backfill":
+        to = (now_ms // 1000 - op["back_s"]) * 1000
+        body = {"from": _iso(to - op["span_s"] * 1000), "to": _iso(to), "reprocess": op["reprocess"],
+                "order": op["order"], "max_concurrent": op["max_concurrent"], "id": op["id"]}
+        if op.get("rate_per_s") is not None:
+            body["rate_per_s"] = op["rate_per_s"]
+        return body
+    body = {"max_count": op["max_count"], "rate_per_s": op["rate_per_s"], "id": op["id"]}
+    if not op.get("any_job"):
+        body["job"] = op["job"]
+    return body
+
+
+async def perform_bulk(session: aiohttp.ClientSession, url: str, token: str, op: dict, history: History,
+                       process: str, key: str, timeout_s: float = 12.0) -> dict:
+    """A backfill or bulk requeue: its dry run, then the operation itself with the same body and
+    its id (idempotent). Recorded as one operation whose value holds both answers: ``fail`` when
+    the dry run or the operation definitely did not happen; ``info`` when the operation's outcome
+    is unknown."""
+    path = f"/v1/jobs/{op['job']}/backfills" if op["f"] == "backfill" else "/v1/dlq:requeue"
+    body = bulk_body(op, time.time_ns() // 1_000_000)
+    base = {"process": process, "f": op["f"], "job": op["job"], "node": op["node"], "key": key, "id": op["id"],
+            "body": body}
+    history.add(dict(base, type="invoke"))
+    headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": key}
+    value: dict = {}
+    for phase, b in (("dry", dict(body, dry_run=True)), ("res", body)):
+        try:
+            async with session.post(url + path, json=b, headers=headers if phase == "res" else
+                                    {"Authorization": headers["Authorization"]},
+                                    timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
+                status = r.status
+                try:
+                    value[phase] = await r.json(content_type=None)
+                except (ValueError, aiohttp.ContentTypeError):
+                    value[phase] = {"text": (await r.text())[:500]}
+        except aiohttp.ClientConnectorError as e:
+            return history.add(dict(base, type="fail", error=f"{phase}: connect: {e.os_error!r}", value=value))
+        except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as e:
+            # A dry run that timed out changed nothing; the operation's may still apply.
+            return history.add(dict(base, type="fail" if phase == "dry" else "info",
+                                    error=f"{phase}: {type(e).__name__}: {e}", value=value))
+        if not 200 <= status < 300:
+            kind = "info" if phase == "res" and (status == 504 or status >= 500 and status != 503) else "fail"
+            return history.add(dict(base, type=kind, status=status, value=value))
+    return history.add(dict(base, type="ok", status=status, value=value))
+
+
 async def client_loop(name: str, ops: list[dict], t0: float, nodes, token: str, history: History,
                       session: aiohttp.ClientSession, stop: asyncio.Event) -> None:
     """Perform ``ops`` (this client's, in order), each no earlier than ``t0 + op["at"]``. One
@@ -88,4 +144,7 @@ async def client_loop(name: str, ops: list[dict], t0: float, nodes, token: str, 
         if stop.is_set():
             return
         key = f"{name}-{k}-{op['f']}-{op['job']}"
-        await perform(session, nodes[op["node"]].url, token, op, history, name, key)
+        if op["f"] in ("backfill", "requeue"):
+            await perform_bulk(session, nodes[op["node"]].url, token, op, history, name, key)
+        else:
+            await perform(session, nodes[op["node"]].url, token, op, history, name, key)

@@ -70,6 +70,31 @@ def updated_spec(rng: random.Random, spec: dict, version: int) -> dict:
     return new
 
 
+#: A job is backfilled once it is this old (seconds of the workload's clock): its range, which
+#: ends a few seconds before the backfill and spans a few, then lies in the job's life.
+BACKFILL_AGE_S = 14
+#: Bulk requeues start once some runs have had time to die.
+REQUEUE_AFTER_S = 20
+
+
+def bulk_op(rng: random.Random, f: str, at: float, client: int, job: str, node: int, op_id: str) -> dict:
+    """A backfill of a past range of ``job`` (the client computes the range from its clock:
+    ``[now - back_s - span_s, now - back_s)``), or a bulk requeue of dead runs (the job's, or any
+    job's with ``any_job``); each
+    dry-runs first, then runs with the id ``op_id`` (the same id on a retry)."""
+    op = {"at": at, "client": client, "f": f, "job": job, "node": node, "id": op_id}
+    if f == "backfill":
+        op.update(back_s=rng.choice([2, 3, 4]), span_s=rng.choice([4, 6, 8]),
+                  reprocess=rng.choice(["all", "all", "missing"]),
+                  order=rng.choice(["oldest", "newest"]), max_concurrent=rng.choice([1, 2, 3]),
+                  rate_per_s=rng.choice([2, 5, None]))
+    else:
+        # Mostly every queue's dead runs (which jobs die is the failure plan's draw), sometimes
+        # only this job's.
+        op.update(max_count=rng.choice([1, 3, 5]), rate_per_s=rng.choice([2, 5]), any_job=rng.random() < 0.7)
+    return op
+
+
 def generate_workload(rng: random.Random, prof: dict, time_limit_s: float) -> tuple[list, dict]:
     """Client operations ``{"at", "client", "f", "job", "node", "spec"?}`` in time order per client,
     and the failure plan ``{job: {"fail_pct", "work_ms"}}`` for every job the run may create."""
@@ -89,7 +114,7 @@ def generate_workload(rng: random.Random, prof: dict, time_limit_s: float) -> tu
         long_work = rng.random() < 0.3
         plan[name] = {"fail_pct": rng.choice([0, 0, 25, 50]),
                       "work_ms": [1000, 4000] if long_work else [50, 300]}
-        live[name] = {"spec": spec, "paused": False, "owner": client, "version": 1}
+        live[name] = {"spec": spec, "paused": False, "owner": client, "version": 1, "created_at": at}
         ops.append({"at": at, "client": client, "f": "create", "job": name, "node": rng.randrange(3), "spec": spec})
 
     for k in range(prof["jobs_initial"]):
@@ -107,11 +132,20 @@ def generate_workload(rng: random.Random, prof: dict, time_limit_s: float) -> tu
                     choices += [("delete", 6)]
             if len(live) < prof["jobs_max"]:
                 choices += [("create", 8)]
+            # A backfill needs a job that has had time to fire over a past range of its life.
+            old_enough = [n for n in mine if t - live[n]["created_at"] >= BACKFILL_AGE_S]
+            if old_enough:
+                choices += [("backfill", 10)]
+            if mine and t >= REQUEUE_AFTER_S:
+                choices += [("requeue", 3)]
             f = rng.choices([x for x, _ in choices], [w for _, w in choices])[0]
             node = rng.randrange(3)
             at = round(t, 3)
             if f == "create":
                 new_job(at, c)
+            elif f in ("backfill", "requeue"):
+                name = rng.choice(sorted(old_enough if f == "backfill" else mine))
+                ops.append(bulk_op(rng, f, at, c, name, node, f"{'bf' if f == 'backfill' else 'rq'}-{c}-{len(ops)}"))
             else:
                 if f == "resume":
                     name = rng.choice(sorted(n for n in mine if live[n]["paused"]))

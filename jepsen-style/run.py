@@ -65,7 +65,7 @@ def iso_ms(text):
 def compact_run(r: dict) -> dict:
     """The fields the checkers use, times as integer ms."""
     out = {k: r.get(k) for k in ("id", "job", "slot_ms", "state", "kind", "attempt", "fencing_token",
-                                 "worker", "reason", "count", "error")}
+                                 "worker", "reason", "count", "error", "backfill", "requeue")}
     for k in ("fired_at", "started_at", "finished_at", "slot_to", "due"):
         out[k] = iso_ms(r.get(k))
     if r.get("attempts") is not None:
@@ -168,6 +168,9 @@ class Run:
             rec["cluster"] = await self.get_retry(i, f"/v1/cluster?consistent={c}&hash=true")
             jobs = await self.get_retry(i, f"/v1/jobs?consistent={c}&limit=1000")
             rec["jobs"] = [compact_job(j) for j in jobs["jobs"]]
+            bfs = await self.get_retry(i, f"/v1/backfills?consistent={c}")
+            rec["backfills"] = [{k: b.get(k) for k in ("id", "kind", "job", "state", "reason", "progress")}
+                                for b in bfs["backfills"]]
             runs = await self.get_retry(i, f"/v1/runs?consistent={c}&limit=10000")
         else:
             s, runs = await self.get(i, f"/v1/runs?consistent={c}&limit=10000", 5.0)

@@ -48,7 +48,7 @@ __all__ = ["AsyncClient", "AsyncLock"]
 #: as it is, so it must be an endpoint call: build the request and return ``self.request(...)``
 #: or ``self._get(...)`` (post-processing goes in ``recover``), doing nothing after it. A
 #: method of Client that does more belongs here, with an async version of its own.
-_NOT_BORROWED = frozenset({"request", "lock"})
+_NOT_BORROWED = frozenset({"request", "lock", "wait_backfill"})
 
 
 def _base(node: _Node) -> str:
@@ -162,8 +162,23 @@ class AsyncClient:
                 raise
             return recover(e)
 
-    # Client._get builds the query and returns self.request(...): here, the coroutine.
+    # Client._get and _dlq_bulk build the request and return self.request(...): here, the coroutine.
     _get = Client._get
+    _dlq_bulk = Client._dlq_bulk
+
+    async def wait_backfill(self, backfill_id: str, *, poll_s: float = 0.5, timeout_s: float | None = None,
+                            on_progress=None) -> dict:
+        """:meth:`raftsched.client.Client.wait_backfill`, awaited: polls without blocking the loop."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            view = await self.get_backfill(backfill_id)
+            if on_progress is not None:
+                on_progress(view)
+            if view["state"] in ("done", "cancelled"):
+                return view
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"backfill {backfill_id} is still {view['state']} after {timeout_s:g} s")
+            await asyncio.sleep(poll_s)
 
     def lock(self, name: str, owner: str, ttl_s: float = 10.0, *, blocking: bool = False,
              timeout_s: float | None = None) -> AsyncLock:

@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 
+from . import backfill_cli
 from .client import Client
 from .core import limits
 from .core.errors import RaftschedError
@@ -267,9 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--limit", type=int, default=20)
 
     client("dlq", "list dead runs (optionally of one queue)", lambda a, c: c.dlq(a.queue)).add_argument("--queue")
-    client("requeue", "requeue a dead run with a fresh attempt budget",
-           lambda a, c: c.dlq_requeue(a.run)).add_argument("run")
-    client("purge", "delete a dead run from its dead-letter queue", lambda a, c: c.dlq_delete(a.run)).add_argument("run")
+    # requeue and purge (one run, or --all-matching), backfill, backfills, backfill-cancel ...
+    backfill_cli.add_commands(client)
     client("queues", "queues: depth, running, oldest waiting, dead", lambda a, c: c.queues())
     c = client("explain", "what an outage window would do to a job's slots",
                lambda a, c: c.explain(a.name, a.down_from, a.down_to))

@@ -58,6 +58,9 @@ log = logging.getLogger("raftsched.client")
 
 __all__ = ["Client", "Lock", "Lease", "LockHeld", "LockLost"]
 
+#: "not given", for arguments whose None is a value (a payload may be null).
+_UNSET = object()
+
 
 class LockHeld(Conflict):
     """The lock is held by someone else. ``holder`` names them (when the node said so) and
@@ -296,9 +299,17 @@ class Client:
         slots, by its misfire policy. Read-only: it proposes nothing."""
         return self.request("POST", f"/v1/jobs/{_q(name)}/explain", {"down_from": down_from, "down_to": down_to})
 
-    def trigger(self, name: str) -> dict:
-        """Start a manual run now (one run per call, even when the call is retried)."""
-        return self.request("POST", f"/v1/jobs/{_q(name)}/trigger")
+    def trigger(self, name: str, *, slot: str | None = None, payload: Any = _UNSET) -> dict:
+        """Start a manual run now (one run per call, even when the call is retried). ``payload``
+        overrides the job's for this run; ``slot`` (ISO-8601) makes it the run of that scheduled
+        time, deduplicated: when the slot has a run already, that run is the answer
+        (``created`` False)."""
+        body: dict = {}
+        if slot is not None:
+            body["slot"] = slot
+        if payload is not _UNSET:
+            body["payload"] = payload
+        return self.request("POST", f"/v1/jobs/{_q(name)}/trigger", body or None)
 
     def pause(self, name: str) -> dict:
         return self.request("POST", f"/v1/jobs/{_q(name)}/pause")
@@ -333,6 +344,91 @@ class Client:
         if burst is not None:
             body["burst"] = burst
         return self.request("PUT", f"/v1/tenants/{_q(name)}", body)
+
+    # ------------------------------------------------------------------ backfills and bulk DLQ operations
+    def backfill(self, job: str, from_: str, to: str, *, reprocess: str | None = None, order: str | None = None,
+                 max_concurrent: int | None = None, rate_per_s: float | None = None, max_slots: int | None = None,
+                 payload: Any = _UNSET, overlap: str | None = None, dry_run: bool = False,
+                 backfill_id: str | None = None) -> dict:
+        """``POST /v1/jobs/{job}/backfills``: run ``job`` for the slots of ``[from_, to)`` (ISO-8601)
+        that never ran (``reprocess`` ``missing``, the default), also those whose last run failed
+        or went dead (``failed``), or all of them (``all``); ``order`` ``oldest`` (default) or
+        ``newest``; at most ``max_concurrent`` (default 1) of its runs queued or running, at most
+        ``rate_per_s`` started a second. ``dry_run``: the slots it would run and why the others
+        are left out, changing nothing. ``backfill_id`` makes the call idempotent: the same id
+        again answers with the same backfill (``created`` False; docs/backfill.md)."""
+        body: dict = {"from": from_, "to": to}
+        for k, v in (("reprocess", reprocess), ("order", order), ("max_concurrent", max_concurrent),
+                     ("rate_per_s", rate_per_s), ("max_slots", max_slots), ("overlap", overlap),
+                     ("id", backfill_id)):
+            if v is not None:
+                body[k] = v
+        if payload is not _UNSET:
+            body["payload"] = payload
+        if dry_run:
+            body["dry_run"] = True
+        return self.request("POST", f"/v1/jobs/{_q(job)}/backfills", body)
+
+    def backfills(self, kind: str | None = None, job: str | None = None, state: str | None = None) -> dict:
+        """``GET /v1/backfills``: every backfill and bulk DLQ operation the cluster keeps."""
+        return self._get("/v1/backfills", {"kind": kind, "job": job, "state": state})
+
+    def get_backfill(self, backfill_id: str, consistent: bool = False) -> dict:
+        return self._get(f"/v1/backfills/{_q(backfill_id)}", {"consistent": "true" if consistent else None})
+
+    def pause_backfill(self, backfill_id: str) -> dict:
+        return self.request("POST", f"/v1/backfills/{_q(backfill_id)}/pause")
+
+    def resume_backfill(self, backfill_id: str) -> dict:
+        return self.request("POST", f"/v1/backfills/{_q(backfill_id)}/resume")
+
+    def cancel_backfill(self, backfill_id: str) -> dict:
+        """Stop a backfill (its queued runs are withdrawn) or a bulk operation."""
+        return self.request("POST", f"/v1/backfills/{_q(backfill_id)}/cancel")
+
+    def wait_backfill(self, backfill_id: str, *, poll_s: float = 0.5, timeout_s: float | None = None,
+                      on_progress=None) -> dict:
+        """Poll a backfill (or bulk operation) until it is done or cancelled; ``on_progress(view)``
+        is called with each view read. :raises TimeoutError: still running after ``timeout_s``."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            view = self.get_backfill(backfill_id)
+            if on_progress is not None:
+                on_progress(view)
+            if view["state"] in ("done", "cancelled"):
+                return view
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"backfill {backfill_id} is still {view['state']} after {timeout_s:g} s")
+            time.sleep(poll_s)
+
+    def _dlq_bulk(self, action: str, filters: dict, dry_run: bool, op_id: str | None) -> dict:
+        body = {k: v for k, v in filters.items() if v is not None}
+        if dry_run:
+            body["dry_run"] = True
+        if op_id is not None:
+            body["id"] = op_id
+        return self.request("POST", f"/v1/dlq:{action}", body)
+
+    def dlq_requeue_matching(self, *, queue: str | None = None, job: str | None = None, error: str | None = None,
+                             dead_from: str | None = None, dead_to: str | None = None, max_count: int | None = None,
+                             rate_per_s: float | None = None, max_concurrent: int | None = None,
+                             dry_run: bool = False, op_id: str | None = None) -> dict:
+        """``POST /v1/dlq:requeue``: queue again, with fresh budgets, the dead runs that match
+        (``error`` is a substring of their error; dead between ``dead_from`` and ``dead_to``, ISO),
+        at most ``max_count``, ``rate_per_s`` a second (10 by default): one replicated operation
+        whose progress :meth:`get_backfill` shows. ``dry_run``: the runs it would requeue."""
+        return self._dlq_bulk("requeue", {"queue": queue, "job": job, "error": error, "dead_from": dead_from,
+                                          "dead_to": dead_to, "max_count": max_count, "rate_per_s": rate_per_s,
+                                          "max_concurrent": max_concurrent}, dry_run, op_id)
+
+    def dlq_purge_matching(self, *, queue: str | None = None, job: str | None = None, error: str | None = None,
+                           dead_from: str | None = None, dead_to: str | None = None, max_count: int | None = None,
+                           rate_per_s: float | None = None, dry_run: bool = False, op_id: str | None = None) -> dict:
+        """``POST /v1/dlq:purge``: delete the dead runs that match, as :meth:`dlq_requeue_matching`
+        selects them (no rate unless given)."""
+        return self._dlq_bulk("purge", {"queue": queue, "job": job, "error": error, "dead_from": dead_from,
+                                        "dead_to": dead_to, "max_count": max_count, "rate_per_s": rate_per_s},
+                              dry_run, op_id)
 
     # ------------------------------------------------------------------ locks
     def lock_acquire(self, name: str, owner: str, ttl_s: float, *, deadline_s: float | None = None) -> dict:

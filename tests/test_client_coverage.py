@@ -59,6 +59,13 @@ CALLS = [
     (("GET", "/v1/locks/{name}"), "lock_info", ("l",)),
     (("POST", "/v1/locks/{name}/renew"), "lock_renew", ("l", _token)),
     (("POST", "/v1/locks/{name}/release"), "lock_release", ("l", _token)),
+    (("POST", "/v1/jobs/{name}/backfills"), "backfill", ("a", "2027-01-15T07:59:00Z", "2027-01-15T08:00:00Z"),
+     {"dry_run": True}),
+    (("GET", "/v1/backfills"), "backfills", ()),
+    (("GET", "/v1/backfills/{id}"), "get_backfill", ("nosuch",)),
+    (("POST", "/v1/backfills/{id}/{action}"), "cancel_backfill", ("nosuch",)),
+    (("POST", "/v1/dlq:requeue"), "dlq_requeue_matching", (), {"dry_run": True}),
+    (("POST", "/v1/dlq:purge"), "dlq_purge_matching", (), {"dry_run": True}),
     (("DELETE", "/v1/jobs/{name}"), "delete_job", ("b",)),
 ]
 

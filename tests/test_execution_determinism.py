@@ -13,6 +13,7 @@ from raftsched.core.state import SchedulerState
 
 from core_helpers import SEC, T0, new_state, plan_tick, put_cmd, queued_count, restored, snap_obj, spec_of
 from exec_helpers import overdue
+from backfill_helpers import backfill_cmd, step_cmd
 
 
 # ============================================================================ determinism
@@ -74,6 +75,11 @@ EXEC_ACTIONS = st.one_of(
     st.tuples(st.just("queue"), st.sampled_from(["q1", "q2"]), st.integers(1, 6),
               st.sampled_from(["reject", "drop_oldest"])),
     st.tuples(st.just("snapshot"),),
+    # backfills and bulk DLQ operations among leases, retries and dead runs (core/backfills.py)
+    st.tuples(st.just("backfill"), st.sampled_from(JOBS), st.sampled_from(["missing", "failed", "all"]),
+              st.integers(1, 3), st.sampled_from([None, 2000])),
+    st.tuples(st.just("bulk"), st.sampled_from(["requeue", "purge"]), st.sampled_from([None, 1, 3])),
+    st.tuples(st.just("bf_step"), DT), st.tuples(st.just("bf_step"), DT),
 )
 #: the three jobs first, then anything
 EXEC_SEQUENCES = st.tuples(
@@ -104,6 +110,11 @@ class ExecDriver:
 
     def cmd(self, op, **fields) -> dict:
         return self.propose(commands.make(op, self.now, None, **fields))
+
+    def cmd_of(self, cmd: dict) -> dict:
+        res = self.propose(cmd)
+        assert res["ok"], res
+        return res
 
     def running(self):
         return sorted((r for r in self.L.runs.values() if r["state"] == "running"), key=lambda r: r["id"])
@@ -221,6 +232,24 @@ class ExecDriver:
             self.cmd(kind, name=a[1], token=tok)
         elif kind == "queue":
             self.cmd("put_queue", name=a[1], max_depth=a[2], on_full=a[3])
+        elif kind == "backfill":
+            _, job, mode, mc, rate = a
+            if job in L.jobs:
+                hi = min(self.now, L.jobs[job]["cursor"] + 1)
+                n = len(L.backfills)
+                self.cmd_of(backfill_cmd(L, job, hi - 30 * SEC, hi, self.now, f"b{n}", reprocess=mode,
+                                         max_concurrent=mc, rate_milli=rate))
+        elif kind == "bulk":
+            _, action, n = a
+            self.cmd("dlq_bulk", name=f"d{len(L.backfills)}", action=action, queue=None, job=None, error=None,
+                     dead_from=None, dead_to=self.now, max_count=n,
+                     max_concurrent=2 if action == "requeue" else None, rate_milli=None)
+        elif kind == "bf_step":
+            self.now += a[1]
+            for bf_id in list(L.backfills):
+                c = step_cmd(L, bf_id, self.now)
+                if c is not None:
+                    assert self.propose(c)["ok"]
         elif kind == "snapshot":
             on_snapshot()
 

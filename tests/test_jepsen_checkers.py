@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,11 @@ SPEC_B = {"schedule": {"every_s": 2}, "executor": EXEC, "misfire": {"policy": "f
           "timeout_s": 30, "history": 1000, "description": "version 1"}
 READ_AT = T0 + 24_000
 HEAL = T0 + 15_000
+
+
+def iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + (
+        f".{ms % 1000:03d}Z" if ms % 1000 else "Z")
 
 
 def stored(spec: dict) -> dict:
@@ -66,10 +72,12 @@ class Builder:
                           "token": token, "phase": phase, "ok": ok, "accepted": accepted, "worker": "node-2/1",
                           "t_ms": t or slot + 100})
 
-    def run(self, job: str, slot: int, spec: dict, fail_pct: int, fault_first: bool = False) -> dict:
+    def run(self, job: str, slot: int, spec: dict, fail_pct: int, fault_first: bool = False,
+            backfill: str | None = None) -> dict:
         """A scheduled run that follows the failure plan (attempt 1 lost to a lease expiry when
-        ``fault_first``), with its attempts in the state and its writes at the sink."""
-        rid = f"{job}@{slot}"
+        ``fault_first``), with its attempts in the state and its writes at the sink; with
+        ``backfill``, that backfill's run of the slot (its id suffixed: the slot ran already)."""
+        rid = f"{job}@{slot}" if backfill is None else f"{job}@{slot}#b{backfill}"
         attempts, t = [], slot + 50
         budget = spec["retry"]["max_attempts"]
         n = 0
@@ -92,7 +100,8 @@ class Builder:
         if fault_first and n == 1:
             # The stale attempt wakes up and writes after attempt 2 did: refused.
             pass
-        r = {"id": rid, "job": job, "slot_ms": slot, "state": state, "kind": "scheduled", "attempt": n,
+        r = {"id": rid, "job": job, "slot_ms": slot, "state": state, "kind": "scheduled" if backfill is None else "backfill",
+             "backfill": backfill, "requeue": None, "attempt": n,
              "fencing_token": attempts[-1]["token"], "worker": "node-2/1", "fired_at": slot + 20,
              "started_at": attempts[-1]["started_at"], "finished_at": attempts[-1]["finished_at"],
              "slot_to": None, "count": None, "reason": None, "attempts": attempts}
@@ -116,6 +125,15 @@ def good() -> dict:
             b.write(faulted["id"], "b", slot, 1, a1["token"], "end", True, accepted=False, t=slot + 5000)
         else:
             b.run("b", slot, SPEC_B, 50)
+    # A backfill of job a, reprocess all, over three of its slots (they ran: their runs get the
+    # backfill's suffix), dry-run first.
+    bf_slots = [T0 + 3000, T0 + 4000, T0 + 5000]
+    b.op("backfill", "a", "ok", value={"dry": {"dry_run": True, "slots": [iso(x) for x in bf_slots], "left_out": []},
+                                        "res": {"id": "bf-0-1", "state": "running"}}, inv_ms=T0 + 12_000)
+    b.history[-1]["id"] = b.history[-2]["id"] = "bf-0-1"
+    for slot in bf_slots:
+        b.run("a", slot, SPEC_A, 0, backfill="bf-0-1")
+        b.runs[-1]["fired_at"] = T0 + 12_100
     # Tokens come from one counter in grant order, and the sink sees writes in time order.
     atts = sorted((a for r in b.runs for a in r["attempts"]), key=lambda a: (a["started_at"], a["token"]))
     renum = {a["token"]: k + 1 for k, a in enumerate(atts)}
@@ -131,9 +149,12 @@ def good() -> dict:
     jobs = [{"name": "a", "spec": stored(SPEC_A), "paused": False, "cursor": READ_AT, "created": T0 + 60},
             {"name": "b", "spec": stored(SPEC_B), "paused": False, "cursor": READ_AT, "created": T0 + 60}]
 
+    backfills = [{"id": "bf-0-1", "kind": "backfill", "job": "a", "state": "done", "reason": None,
+                  "progress": {"planned": 3, "created": 3, "left_out": 0, "left_out_reasons": {}}}]
+
     def read(node, phase):
         return {"node": node, "phase": phase, "consistent": True, "t_start_ms": READ_AT,
-                "jobs": copy.deepcopy(jobs), "runs": copy.deepcopy(b.runs)}
+                "jobs": copy.deepcopy(jobs), "runs": copy.deepcopy(b.runs), "backfills": copy.deepcopy(backfills)}
     monitor = [{"t_ms": T0 + 1000, "node": 0, "up": True, "alive": True, "role": "leader", "term": 1},
                {"t_ms": T0 + 9000, "node": 1, "up": True, "alive": True, "role": "leader", "term": 2}]
     hashes = [{"node": i, "applied": 100, "hash": "h100"} for i in range(3)]
@@ -584,3 +605,94 @@ def test_overlap_records_and_replaced_runs_follow_the_overlap_policy():
         if op.get("job") == "a" and "spec" in op:
             op["spec"] = dict(SPEC_A, overlap={"policy": "replace"})
     assert verdict(d, "retries")[0] == "valid"
+
+
+# ------------------------------------------------------------------------------- backfills
+
+def _backfill_runs(data):
+    for r in each_read(data):
+        yield r, [x for x in r["runs"] if x.get("backfill") == "bf-0-1"]
+
+
+def test_a_backfill_that_ran_a_slot_its_dry_run_did_not_list_is_invalid():
+    d = good()
+    for read, mine in _backfill_runs(d):
+        extra = dict(mine[0], id=f"a@{T0 + 9000}#bbf-0-1", slot_ms=T0 + 9000)
+        read["runs"].append(extra)
+    v, ex = verdict(d, "backfills")
+    assert v == "invalid" and "did not list" in ex[0], ex
+
+
+def test_a_backfill_with_two_runs_for_one_slot_is_invalid():
+    d = good()
+    for read, mine in _backfill_runs(d):
+        read["runs"].append(dict(mine[0], id=f"a@{mine[0]['slot_ms']}"))
+    v, ex = verdict(d, "backfills")
+    assert v == "invalid" and "two runs" in ex[0], ex
+
+
+def test_a_done_backfill_missing_a_listed_slot_is_invalid_but_one_still_running_is_not():
+    d = good()
+    for read, mine in _backfill_runs(d):
+        read["runs"].remove(mine[-1])
+    v, ex = verdict(d, "backfills")
+    assert v == "invalid" and "have no run of it" in ex[0], ex
+    for read in each_read(d):
+        read["backfills"][0]["state"] = "running"
+    assert verdict(d, "backfills")[0] == "unknown"  # nothing done to judge: not exercised
+
+
+def test_a_slot_not_yet_due_at_the_dry_run_may_have_run_by_the_time_the_backfill_was_made():
+    d = good()
+    late = T0 + 9000
+    op = next(o for o in d["history"] if o.get("f") == "backfill" and o["type"] == "ok")
+    op["value"]["dry"]["left_out"] = [{"slot": iso(late), "reason": "not_yet_due"}]
+    for read, mine in _backfill_runs(d):
+        read["runs"].append(dict(mine[0], id=f"a@{late}#bbf-0-1", slot_ms=late))
+    assert verdict(d, "backfills")[0] == "valid"
+
+
+def test_a_backfill_that_definitely_did_not_happen_has_no_run():
+    d = good()
+    op = next(o for o in d["history"] if o.get("f") == "backfill" and o["type"] == "ok")
+    op.update(type="fail", status=503)
+    v, ex = verdict(d, "backfills")
+    assert v == "invalid" and "definitely did not happen" in ex[0], ex
+
+
+def test_a_bulk_requeue_beyond_max_count_or_of_another_job_is_invalid():
+    d = good()
+    d["history"] += [
+        {"process": "client-0", "type": "invoke", "f": "requeue", "job": "b", "node": 0, "key": "rq", "id": "rq-0-9",
+         "body": {"job": "b", "max_count": 1}, "index": len(d["history"]), "t_ms": T0 + 13_000},
+        {"process": "client-0", "type": "ok", "f": "requeue", "job": "b", "node": 0, "key": "rq", "id": "rq-0-9",
+         "body": {"job": "b", "max_count": 1}, "index": len(d["history"]) + 1, "t_ms": T0 + 13_050,
+         "value": {"dry": {"runs": []}, "res": {"id": "rq-0-9"}}}]
+    assert verdict(d, "backfills")[0] == "valid"
+    for read in each_read(d):
+        for r in [r for r in read["runs"] if r["job"] == "b"][:2]:
+            r["requeue"] = "rq-0-9"
+    v, ex = verdict(d, "backfills")
+    assert v == "invalid" and "more than max_count" in ex[0], ex
+    for read in each_read(d):
+        for r in read["runs"]:
+            if r.get("requeue") == "rq-0-9":
+                r["requeue"] = None
+        next(r for r in read["runs"] if r["job"] == "a")["requeue"] = "rq-0-9"
+    v, ex = verdict(d, "backfills")
+    assert v == "invalid" and "of job a" in ex[0], ex
+
+
+def test_a_done_backfill_whose_job_was_deleted_since_has_lost_its_runs_with_the_job():
+    d = good()
+    for read, mine in _backfill_runs(d):
+        for r in mine:
+            read["runs"].remove(r)
+    assert verdict(d, "backfills")[0] == "invalid"
+    inv = len(d["history"])
+    d["history"] += [
+        {"process": "client-0", "type": "invoke", "f": "delete", "job": "a", "node": 0, "key": "del", "index": inv,
+         "t_ms": T0 + 20_000},
+        {"process": "client-0", "type": "ok", "f": "delete", "job": "a", "node": 0, "key": "del", "index": inv + 1,
+         "t_ms": T0 + 20_050, "status": 200}]
+    assert verdict(d, "backfills")[0] == "valid"

@@ -135,6 +135,9 @@ def test_the_schedule_is_a_function_of_the_seed():
     ends = [f["at"] + f["duration"] for f in a["faults"]]
     assert all(e <= nxt for e, nxt in zip(ends, [f["at"] for f in a["faults"]][1:]))
     assert ends[-1] <= a["time_limit_s"]
+    # Backfills (dry run, then the real one) and bulk requeues run among the faults.
+    assert sum(o["f"] == "backfill" for o in a["ops"]) >= 3 and any(o["f"] == "requeue" for o in a["ops"])
+    assert all(o["id"] and o["span_s"] > 0 for o in a["ops"] if o["f"] == "backfill")
     jobs = {o["job"] for o in a["ops"] if o["f"] == "create"}
     assert 10 <= sum(o["f"] == "create" and o["at"] < 3 for o in a["ops"]) <= 20
     assert jobs <= set(a["plan"]["jobs"])

@@ -8,12 +8,13 @@ snapshotted and restored now and then. The model is a dict of jobs and the slots
 from __future__ import annotations
 
 from hypothesis import HealthCheck, event, settings, strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from raftsched.core import commands, policy, schedule
+from raftsched.core import backfill_plan, commands, policy, schedule
 from raftsched.core.state import SchedulerState
 
 from core_helpers import HOUR, MIN, SEC, T0, new_state, plan_tick, put_cmd, resume_cmd, spec_of
+from backfill_helpers import backfill_cmd, step_cmd
 
 NAMES = ("a", "b", "c")
 SPECS = [
@@ -49,6 +50,13 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.old_fires: list[bytes] = []
         self.views: list[bytes] = []
         self.last_fire_now = None
+        #: backfill id -> {"job", "mode", "lo", "hi", "ran": slots with a run at creation,
+        #: "made": slots it made a run for}
+        self.backfills: dict[str, dict] = {}
+        self.old_steps: list[bytes] = []
+        #: whether a worker finished runs (then a history may hold finished entries past its
+        #: bound until its next add trims them)
+        self.worked = False
 
     # ------------------------------------------------------------------ plumbing
     def propose(self, cmd: dict) -> dict:
@@ -196,6 +204,83 @@ class SchedulerMachine(RuleBasedStateMachine):
             self._apply_fire(commands.make("fire", now, None, entries=entries))
             self.now = max(self.now, now)
 
+    # ------------------------------------------------------------------ backfills
+    @rule(k=st.integers(0, 2), back=st.sampled_from([0, 1, 5 * SEC, 61 * SEC, 10 * MIN]),
+          span=st.sampled_from([1, 10 * SEC, 90 * SEC, 10 * MIN, 2 * HOUR]), mode=st.sampled_from(backfill_plan.MODES),
+          order=st.sampled_from(backfill_plan.ORDERS), mc=st.integers(1, 3), rate=st.sampled_from([None, 1500]))
+    def start_backfill(self, k, back, span, mode, order, mc, rate):
+        """A backfill of a past range of a job that has a history, as BackfillService proposes
+        it: a range that ends up to ``back`` before what the job has handled (or after it: those
+        slots wait)."""
+        names = [n for n in sorted(self.jobs) if self.state.history.get(n)]
+        if not names:
+            return
+        name = names[k % len(names)]
+        hi = min(self.now, self.state.jobs[name]["cursor"] + 1) - back
+        lo = hi - span
+        bf_id = f"bf{len(self.backfills)}"
+        ran = {r["slot"] for r in (self.state.runs[x] for x in self.state.history.get(name, ()))
+               if r["kind"] != "recorded" and r["state"] in ("queued", "running", "succeeded", "failed", "dead")}
+        res = self.propose(backfill_cmd(self.state, name, lo, hi, self.now, bf_id, reprocess=mode, order=order,
+                                        max_concurrent=mc, rate_milli=rate))
+        assert res["ok"], res
+        self.backfills[bf_id] = {"job": name, "mode": mode, "lo": lo, "hi": hi, "ran": ran, "made": set()}
+
+    @precondition(lambda self: self.backfills)
+    @rule(k=st.integers(0, 9), dt=st.sampled_from([0, 1, 700, 5 * SEC]))
+    def step_backfill(self, k, dt):
+        """The leader's stepper: the next step of one backfill."""
+        self.now += dt
+        bf_id = sorted(self.backfills)[k % len(self.backfills)]
+        cmd = step_cmd(self.state, bf_id, self.now)
+        if cmd is None:
+            return
+        self.old_steps.append(commands.encode(cmd))
+        del self.old_steps[:-10]
+        self._apply_step(bf_id, cmd)
+
+    def _apply_step(self, bf_id, cmd):
+        res = self.propose(cmd)
+        assert res["ok"], res
+        m = self.backfills[bf_id]
+        for r in self.state.runs.values():
+            if r.get("backfill") == bf_id and r["id"] not in m.setdefault("ids", set()):
+                m["ids"].add(r["id"])
+                assert r["slot"] not in m["made"], f"backfill {bf_id} made two runs for slot {r['slot']}"
+                m["made"].add(r["slot"])
+                assert m["lo"] <= r["slot"] < m["hi"]
+                if m["mode"] == "missing":
+                    assert r["slot"] not in m["ran"], f"backfill {bf_id} of missing ran a slot that had a run"
+        event(f"backfill step: {'stale' if res.get('stale') else 'made runs' if res.get('created') else 'no run'}")
+        if res.get("left_out"):
+            event("backfill step: left slots out")
+
+    @precondition(lambda self: self.old_steps)
+    @rule(k=st.integers(0, 9))
+    def replay_old_step(self, k):
+        """A step proposed again (a retry, a second leader): it creates nothing twice."""
+        cmd = commands.decode(self.old_steps[max(0, len(self.old_steps) - 1 - k)])
+        if cmd["name"] in self.backfills:
+            self._apply_step(cmd["name"], cmd)
+
+    @precondition(lambda self: self.backfills)
+    @rule(k=st.integers(0, 9), action=st.sampled_from(["pause", "resume", "cancel"]))
+    def control_backfill(self, k, action):
+        bf_id = sorted(self.backfills)[k % len(self.backfills)]
+        res = self.propose(commands.make("backfill_control", self.now, None, name=bf_id, action=action))
+        assert res["ok"] or res["error"]["code"] in ("conflict", "not_found"), res
+
+    @rule(dt=st.sampled_from([0, 1000]), fail=st.booleans())
+    def a_worker_finishes_the_ready_runs(self, dt, fail):
+        """A worker takes up to 5 ready runs and reports them (some fail: retried or dead)."""
+        self.now += dt
+        self.worked = True
+        res = self.propose(commands.make("acquire", self.now, None, worker="w", queues=None, max=5, ttl=10_000))
+        if res["runs"]:
+            results = [{"run": g["id"], "token": g["token"], "success": not (fail and i % 2)}
+                       for i, g in enumerate(res["runs"])]
+            assert self.propose(commands.make("complete_many", self.now, None, results=results))["ok"]
+
     @rule()
     def snapshot_and_restore(self):
         data = self.state.snapshot()
@@ -232,7 +317,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             # worker: an entry is finished when added (a record) or stays queued. So a history
             # with nothing queued is trimmed exactly at every add.
             kept = sum(1 for rid in hist if self.state.runs[rid]["state"] in ("queued", "running", "dead"))
-            if kept == 0:
+            if kept == 0 and not self.worked:  # a worker's runs finish between adds: trimmed at the next
                 assert len(hist) <= job["spec"]["history"]
             # what the state holds agrees with the model: scheduled runs are fired slots
             for rid in hist:
@@ -278,3 +363,25 @@ SchedulerMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestSchedulerMachine = SchedulerMachine.TestCase
+
+
+class BackfillMachine(SchedulerMachine):
+    """The same machine, starting from jobs that have a history, so that most of its runs
+    exercise backfills among the other commands."""
+
+    @initialize(specs=st.lists(st.integers(0, len(SPECS) - 1), min_size=3, max_size=3),
+                dts=st.lists(STEPS, min_size=1, max_size=6), finish=st.booleans())
+    def jobs_with_a_history(self, specs, dts, finish):
+        for name, i in zip(NAMES, specs):
+            self.put_job(name, i, False, 0)
+        for dt in dts:
+            self.advance_and_fire(dt)
+            if finish:
+                self.a_worker_finishes_the_ready_runs(0, True)
+
+
+BackfillMachine.TestCase.settings = settings(
+    max_examples=80, stateful_step_count=30, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestBackfillMachine = BackfillMachine.TestCase

@@ -36,6 +36,12 @@ OPS = (
     "lock_acquire",
     "lock_renew",
     "lock_release",
+    # Backfills and bulk dead-letter operations (core/backfills.py)
+    "backfill",          # a new backfill of a job's past slots
+    "backfill_step",     # the leader's next slots of a backfill, from its cursor
+    "backfill_control",  # pause, resume or cancel a backfill or bulk operation
+    "dlq_bulk",          # a new bulk requeue or purge of matching dead runs
+    "dlq_bulk_step",     # the leader's next dead runs of a bulk operation, from its cursor
 )
 
 

@@ -13,6 +13,7 @@ from .fire import check_disjoint, check_records, new_run, record, trim
 from .model import MISFIRE_POLICIES, OVERLAP_POLICIES
 from .queries import kept_position
 from .queues import remove_dead, unqueue_count
+from .backfills import trigger_job_with
 from .records import is_int, job_record, ok, share_int, share_spec
 
 def check_stored_spec(spec) -> None:
@@ -267,11 +268,15 @@ def apply_resume_job(s, cmd: dict, now: int) -> dict:
 
 
 def apply_trigger_job(s, cmd: dict, now: int) -> dict:
-    """``trigger_job {name}``: a manual run now, ``job@now!manual-N`` (N from the state's
-    manual counter), queued like a scheduled one (or recorded skipped when its queue is full).
+    """``trigger_job {name, slot?, payload?}``: a manual run now, ``job@now!manual-N`` (N from
+    the state's manual counter), queued like a scheduled one (or recorded skipped when its queue
+    is full). With a ``slot`` (a run for that scheduled time, deduplicated) or a ``payload``
+    override: backfills.trigger_job_with.
 
     :raises NotFound: no such job."""
     job = _job(s, cmd)
+    if "slot" in cmd or "payload" in cmd:
+        return trigger_job_with(s, job, cmd, now)
     s.manual_seq += 1
     rid = f"{job['name']}@{now}!manual-{s.manual_seq}"
     run = new_run(s, job, now, now, rid, "manual")

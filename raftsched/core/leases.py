@@ -135,6 +135,8 @@ def grant(s, run: dict, worker: str, ttl: int, now: int) -> dict:
     else:
         spec = job["spec"]
         executor, payload, timeout_s = spec["executor"], spec["payload"], spec["timeout_s"]
+    if "payload" in run:  # a trigger's or a backfill's override
+        payload = run["payload"]
     return {
         "id": rid, "job": run["job"], "slot": run["slot"], "attempt": run["attempt"],
         "token": tok, "deadline": deadline, "queue": q,

@@ -211,3 +211,46 @@ label_key_chars_max = 128
 label_value_chars_max = 256
 
 assert job_labels_max * (label_key_chars_max + label_value_chars_max) + 1024 < job_spec_bytes_max
+# Backfills and bulk dead-letter operations (core/backfills.py) -------------------------------
+#: Backfills and bulk DLQ operations running or paused at once, cluster-wide: the leader's
+#: stepper looks at each of them on every one of its ticks (node/backfills.py).
+backfills_active_max = 64
+#: Finished ones (done or cancelled) kept for GET /v1/backfills; beyond it the oldest finished
+#: one is forgotten (its runs stay in their jobs' histories, naming it).
+backfills_kept_max = 100
+#: Slots one backfill may cover (the ceiling of its max_slots): the proposer enumerates them with
+#: cron for the dry run and to count them, so this is cron_slots_counted_max.
+backfill_slots_max = 10_000
+#: max_slots when the request gives none.
+backfill_max_slots_default = 1000
+#: A backfill's (or a bulk requeue's) runs queued or running at once: its list of active runs
+#: is kept in the state, so this bounds it.
+backfill_concurrent_max = 1000
+#: max_concurrent of a backfill that gives none: one at a time, oldest first, unless asked.
+backfill_concurrent_default = 1
+#: The rates a backfill or bulk operation may be given, in runs per second (stored like a
+#: tenant's: tokens per 1000 s).
+backfill_rate_per_s_min = 0.001
+backfill_rate_per_s_max = 1000
+#: The rate of a bulk requeue that gives none (runs per second): a re-drive of thousands of dead
+#: runs should not land on the workers at once.
+dlq_requeue_rate_per_s_default = 10
+#: Slots one backfill_step command may carry (9 bytes each at most) and runs it may create.
+backfill_step_slots_max = 1000
+backfill_step_runs_max = 100
+#: Dead runs one dlq_bulk_step may carry (a run id is <= ~150 bytes, with its key ~170).
+dlq_bulk_step_runs_max = 150
+#: Longest backfill id (a client-given one; generated ones are 10 characters).
+backfill_id_chars_max = 64
+#: Longest error substring a bulk DLQ operation filters on.
+dlq_error_filter_chars_max = 256
+#: The most dead runs one bulk operation may act on (max_count's ceiling).
+dlq_bulk_count_max = 1_000_000
+
+assert backfill_slots_max <= cron_slots_counted_max
+assert backfill_step_runs_max <= backfill_step_slots_max and backfill_step_runs_max <= backfill_concurrent_max
+assert backfill_step_slots_max * 9 + 1024 < command_bytes_max
+assert dlq_bulk_step_runs_max * 180 < command_bytes_max
+assert backfill_concurrent_default <= backfill_concurrent_max
+assert backfill_max_slots_default <= backfill_slots_max
+assert round(backfill_rate_per_s_min * 1000) >= 1

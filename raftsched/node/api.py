@@ -17,6 +17,7 @@ from ..core import limits, preview, queries
 from ..core.errors import BadRequest, InvalidSpec, NotFound, RaftschedError, Unauthorized, Unavailable
 from ..core.model import RUN_STATES, check_label_key, check_label_value
 from . import limits as node_limits
+from .backfills import BackfillService
 from .metrics import NodeMetrics
 from .service import Service, parse_slot_param
 from .trigger import Trigger
@@ -31,6 +32,7 @@ TOKEN = web.AppKey("token", str)
 TRIGGER = web.AppKey("trigger", Trigger)
 WORKER = web.AppKey("worker", Worker)
 METRICS = web.AppKey("metrics", NodeMetrics)
+BACKFILLS = web.AppKey("backfills", BackfillService)
 
 
 def _error_response(e: RaftschedError) -> web.Response:
@@ -191,6 +193,14 @@ def make_app(service: Service, token: str | None, *, trigger: Trigger | None = N
     r.add_post("/v1/locks/{name}/release", lock_release)
     r.add_get("/v1/runs", list_runs)
     r.add_get("/v1/runs/{run}", get_run)
+    # Backfills and bulk dead-letter operations (node/backfills.py)
+    app[BACKFILLS] = BackfillService(service)
+    r.add_post("/v1/jobs/{name}/backfills", create_backfill)
+    r.add_get("/v1/backfills", list_backfills)
+    r.add_get("/v1/backfills/{id}", get_backfill)
+    r.add_post("/v1/backfills/{id}/{action:pause|resume|cancel}", control_backfill)
+    r.add_post("/v1/dlq:requeue", dlq_bulk_requeue)
+    r.add_post("/v1/dlq:purge", dlq_bulk_purge)
     return app
 
 
@@ -291,6 +301,10 @@ async def resume_job(request: web.Request) -> web.Response:
 
 async def trigger_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
+    if await request.read():  # a payload override or a slot: node/backfills.py
+        status, body = await request.app[BACKFILLS].trigger(request.match_info["name"], await _json_body(request),
+                                                            _rid(request))
+        return web.json_response(body, status=status)
     return web.json_response(await svc.trigger_job(request.match_info["name"], _rid(request)), status=201)
 
 
@@ -406,6 +420,55 @@ async def lock_release(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     return web.json_response(await svc.lock_release(request.match_info["name"], await _json_body(request), _rid(request)))
 
+
+# ------------------------------------------------------------------ backfills and bulk DLQ operations
+_BACKFILL_KINDS = ("backfill", "requeue", "purge")
+_BACKFILL_STATES = ("running", "paused", "done", "cancelled")
+
+
+def _choice_param(request: web.Request, name: str, choices: tuple) -> str | None:
+    v = request.query.get(name)
+    if v is not None and v not in choices:
+        raise BadRequest(f"must be one of {', '.join(choices)}", field=name)
+    return v
+
+
+async def create_backfill(request: web.Request) -> web.Response:
+    status, body = await request.app[BACKFILLS].create(request.match_info["name"], await _json_body(request),
+                                                       _rid(request))
+    return web.json_response(body, status=status)
+
+
+async def list_backfills(request: web.Request) -> web.Response:
+    await request.app[SERVICE].read_barrier(_bool_param(request, "consistent"))
+    return web.json_response(request.app[BACKFILLS].list(
+        _choice_param(request, "kind", _BACKFILL_KINDS), request.query.get("job"),
+        _choice_param(request, "state", _BACKFILL_STATES)))
+
+
+async def get_backfill(request: web.Request) -> web.Response:
+    await request.app[SERVICE].read_barrier(_bool_param(request, "consistent"))
+    return web.json_response(request.app[BACKFILLS].get(request.match_info["id"]))
+
+
+async def control_backfill(request: web.Request) -> web.Response:
+    return web.json_response(await request.app[BACKFILLS].control(
+        request.match_info["id"], request.match_info["action"], _rid(request)))
+
+
+async def _dlq_bulk(request: web.Request, action: str) -> web.Response:
+    raw = await request.read()
+    body = await _json_body(request) if raw else {}
+    status, out = await request.app[BACKFILLS].dlq_bulk(action, body, _rid(request))
+    return web.json_response(out, status=status)
+
+
+async def dlq_bulk_requeue(request: web.Request) -> web.Response:
+    return await _dlq_bulk(request, "requeue")
+
+
+async def dlq_bulk_purge(request: web.Request) -> web.Response:
+    return await _dlq_bulk(request, "purge")
 
 
 #: POST handlers that propose nothing (a spec's preview, an outage's explanation): no token.

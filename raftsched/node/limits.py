@@ -110,3 +110,16 @@ assert heartbeats_per_lease_ttl >= 2  # a lease survives a lost heartbeat
 assert 0 < heartbeat_timeout_lease_ttl_share < 1
 assert lease_watchdog_interval_s < core.lease_ttl_ms_min / 1000
 assert request_bytes_max >= core.job_spec_bytes_max and request_bytes_max <= core.batch_request_bytes_max
+
+# Backfills and bulk DLQ operations (node/backfills.py) -------------------------------------
+#: How often the leader's stepper looks at the active backfills: a rate is kept to this
+#: precision (a bucket holds a second of its rate, so no rate is capped by it), and a backfill
+#: whose run finished starts its next one within it.
+backfill_tick_s = 0.1
+#: Slots the stepper enumerates (cron) at once after a backfill's cursor; later steps take theirs
+#: from that list until fewer than backfill_slots_refill_min are left.
+backfill_slots_enumerated = 256
+backfill_slots_refill_min = 2 * core.backfill_step_runs_max
+
+assert backfill_slots_enumerated <= core.backfill_step_slots_max
+assert backfill_slots_refill_min < backfill_slots_enumerated

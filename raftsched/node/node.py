@@ -19,6 +19,7 @@ from ..core.model import EXECUTOR_TYPES
 from ..core.state import SchedulerState
 from .. import gcpolicy, replication
 from .api import make_app
+from .backfills import BackfillStepper
 from .service import Service
 from .trigger import Trigger
 from .metrics import NodeMetrics
@@ -168,6 +169,7 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
         conf_overrides=cfg.conf_overrides or None,
     )
     trigger = Trigger(raft, clock, cfg.node_id, fire_log_path=cfg.fire_log_path)
+    trigger.leader_tasks.append(BackfillStepper(raft, clock).run_while_leading)
     trigger_box.append(trigger)
     worker = Worker(raft, clock, cfg.node_id, slots=cfg.worker_slots, queues=cfg.worker_queues,
                     allowed_types=cfg.executor_types, lease_ttl_ms=cfg.lease_ttl_ms,

@@ -72,6 +72,10 @@ class Trigger:
         self._fire_log = open(fire_log_path, "a", encoding="utf-8", buffering=1 << 20) if fire_log_path else None
         self._fire_log_dirty = False
         self._fire_log_flushed = 0.0
+        #: coroutine functions run beside the firing loop while this node leads, started after
+        #: the takeover and cancelled when leadership ends (the backfill stepper:
+        #: node/backfills.py)
+        self.leader_tasks: list = []
 
     def stats(self) -> dict:
         """This node's trigger counters: ``fires_proposed`` (fire commands committed while it
@@ -113,6 +117,7 @@ class Trigger:
         self.take_due_index()
         self._lease_seen = {}  # a new term starts every lease's TTL afresh (I15)
         log.info("trigger: leading; %d jobs", self.raft.read(queries.counts)["jobs"])
+        beside = [asyncio.ensure_future(task()) for task in self.leader_tasks]
         try:
             while self.raft.is_leader():
                 await self.tick()
@@ -127,6 +132,10 @@ class Trigger:
                     self._flush_fire_log(force=True)
                 await asyncio.sleep(max(delay, node_limits.tick_sleep_s_min))
         finally:
+            for task in beside:
+                task.cancel()
+            if beside:
+                await asyncio.gather(*beside, return_exceptions=True)
             # Only a leader reads the due index; the next leadership makes a new one.
             self.drop_due_index()
             self._flush_fire_log(force=True)

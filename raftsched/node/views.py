@@ -58,11 +58,16 @@ def run_view(run: dict) -> dict:
             dict(a, started_at=schedule.iso(a.get("started_at")), finished_at=schedule.iso(a.get("finished_at")))
             for a in run.get("attempts", [])
         ]
+    for k in ("backfill", "requeue", "payload"):  # a backfill's run, a bulk requeue's, an override
+        if k in run:
+            v[k] = run[k]
     if run["state"] in ("skipped", "coalesced"):
         v["reason"] = run.get("reason")
         if "slot_to" in run:
             v["slot_to"] = schedule.iso(run["slot_to"])
             v["count"] = run.get("count")
+    elif run.get("kind") == "backfill":
+        v["fire_lag_ms"] = None  # a past slot run on request: no lag of the trigger's
     else:
         v["fire_lag_ms"] = (run["fired_at"] - run["slot"]) if run.get("fired_at") is not None else None
     return v

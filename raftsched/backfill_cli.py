@@ -1,0 +1,190 @@
+"""The CLI's backfill and bulk dead-letter subcommands (``raftsched backfill``, ``backfills``,
+``backfill-cancel`` ..., ``requeue --all-matching``, ``purge --all-matching``): the Client's calls,
+and with ``--wait`` a progress bar on stderr until the operation ends, then a final table."""
+from __future__ import annotations
+
+import json
+import sys
+
+from .client import Client
+from .core.errors import RaftschedError
+
+BAR_WIDTH = 30
+
+
+def _json_arg(text: str | None):
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise SystemExit(f"raftsched: --payload: malformed JSON: {e}") from None
+
+
+def _error(e: RaftschedError) -> int:
+    body = getattr(e, "body", None)
+    if getattr(e, "status", None) is None or body is None:
+        print(f"raftsched: {e.message}", file=sys.stderr)
+    else:
+        print(json.dumps(body, indent=2))
+    return 1
+
+
+def progress_line(v: dict) -> str:
+    """One line of progress: a bar of the slots (dead runs) handled, and the runs' counts."""
+    p = v["progress"]
+    made = p.get("created", p.get("requeued", p.get("purged", 0)))
+    handled = made + p["left_out"]
+    total = max(p["planned"], handled, 1)
+    filled = round(BAR_WIDTH * handled / total)
+    bar = "#" * filled + "-" * (BAR_WIDTH - filled)
+    if v["kind"] == "purge":
+        counts = f"purged {made}"
+    else:
+        done = p.get("succeeded", 0)
+        failed = p.get("failed", 0) + p.get("dead", 0)
+        counts = f"created {made} running {p.get('running', 0) + p.get('queued', 0)} done {done} failed {failed}"
+    return f"{v['id']} [{bar}] {handled}/{p['planned']} {counts} left out {p['left_out']} ({v['state']})"
+
+
+def final_table(v: dict, runs: list[dict]) -> str:
+    """The table printed when a waited-for operation ends: its counts, and a backfill's runs."""
+    p = v["progress"]
+    lines = [f"{v['kind']} {v['id']}" + (f" of job {v['job']}" if v["job"] else "") + f": {v['state']}"
+             + (f" ({v['reason']})" if v.get("reason") else "")]
+    if runs:
+        lines.append(f"{'slot':<26}{'state':<11}{'attempt':<9}run")
+        for r in sorted(runs, key=lambda r: r["slot_ms"]):
+            lines.append(f"{r['slot']:<26}{r['state']:<11}{str(r.get('attempt')):<9}{r['id']}")
+    counts = {k: v2 for k, v2 in p.items() if k not in ("left_out_reasons",) and v2}
+    lines.append("counts: " + ", ".join(f"{k} {n}" for k, n in counts.items()))
+    if p["left_out_reasons"]:
+        lines.append("left out: " + ", ".join(f"{k} {n}" for k, n in p["left_out_reasons"].items()))
+    return "\n".join(lines)
+
+
+def _wait(c: Client, view: dict) -> int:
+    tty = sys.stderr.isatty()
+    last = [""]
+
+    def show(v):
+        line = progress_line(v)
+        if tty:
+            sys.stderr.write("\r" + line.ljust(len(last[0])))
+        elif line != last[0]:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+        last[0] = line
+    try:
+        end = c.wait_backfill(view["id"], on_progress=show)
+    except RaftschedError as e:
+        return _error(e)
+    if tty:
+        sys.stderr.write("\n")
+    runs = []
+    if end["kind"] == "backfill":
+        try:
+            hist = c.runs(end["job"], limit=100_000)["runs"]
+            runs = [r for r in hist if r.get("backfill") == end["id"]]
+        except RaftschedError:
+            pass  # the job is gone: the counts say what happened
+    print(final_table(end, runs))
+    return 0 if end["state"] == "done" else 1
+
+
+def _backfill(a, c: Client) -> int:
+    try:
+        res = c.backfill(a.job, a.from_, a.to, reprocess=a.reprocess, order=a.order,
+                         max_concurrent=a.max_concurrent, rate_per_s=a.rate, max_slots=a.max_slots,
+                         overlap=a.overlap, dry_run=a.dry_run, backfill_id=a.id,
+                         **({"payload": _json_arg(a.payload)} if a.payload is not None else {}))
+    except RaftschedError as e:
+        return _error(e)
+    if a.dry_run or not a.wait:
+        print(json.dumps(res, indent=2))
+        return 0
+    return _wait(c, res)
+
+
+def _bulk(action: str):
+    def run(a, c: Client) -> int:
+        if not a.all_matching:
+            if not a.run:
+                print(f"raftsched {action}: give a RUN, or --all-matching with filters", file=sys.stderr)
+                return 2
+            call = c.dlq_requeue if action == "requeue" else c.dlq_delete
+            try:
+                print(json.dumps(call(a.run), indent=2))
+            except RaftschedError as e:
+                return _error(e)
+            return 0
+        if a.run:
+            print(f"raftsched {action}: --all-matching selects by filters; give no RUN", file=sys.stderr)
+            return 2
+        kw = dict(queue=a.queue, job=a.job, error=a.error, dead_from=a.dead_from, dead_to=a.dead_to,
+                  max_count=a.max, rate_per_s=a.rate, dry_run=a.dry_run, op_id=a.id)
+        try:
+            if action == "requeue":
+                res = c.dlq_requeue_matching(max_concurrent=a.max_concurrent, **kw)
+            else:
+                res = c.dlq_purge_matching(**kw)
+        except RaftschedError as e:
+            return _error(e)
+        if a.dry_run or not a.wait:
+            print(json.dumps(res, indent=2))
+            return 0
+        return _wait(c, res)
+    return run
+
+
+def _backfills(a, c: Client) -> int:
+    try:
+        res = c.get_backfill(a.id) if a.id else c.backfills(a.kind, a.job, a.state)
+    except RaftschedError as e:
+        return _error(e)
+    print(json.dumps(res, indent=2))
+    return 0
+
+
+def add_commands(client) -> None:
+    """Add the subcommands through cli.main's ``client(name, help, call, run=)``."""
+    b = client("backfill", "run a job for the slots of a past range (docs/backfill.md)", run=_backfill)
+    b.add_argument("job")
+    b.add_argument("--from", dest="from_", metavar="FROM", required=True, help="ISO time: the range is [FROM, TO)")
+    b.add_argument("--to", required=True, help="ISO time, not after now")
+    b.add_argument("--reprocess", choices=("missing", "failed", "all"), help="which slots (default: missing)")
+    b.add_argument("--order", choices=("oldest", "newest"), help="default: oldest")
+    b.add_argument("--max-concurrent", type=int, help="its runs queued or running at once (default 1)")
+    b.add_argument("--rate", type=float, help="runs it starts per second at most")
+    b.add_argument("--max-slots", type=int, help="refuse a range of more slots (default 1000)")
+    b.add_argument("--overlap", choices=("allow", "forbid"), help="forbid: wait while another run of the job is active")
+    b.add_argument("--payload", help="a JSON payload for its runs, instead of the job's")
+    b.add_argument("--id", help="a backfill id: the same id again is the same backfill")
+    b.add_argument("--dry-run", action="store_true", help="list the slots it would run and why others are left out")
+    b.add_argument("--wait", action="store_true", help="a progress bar on stderr until it ends, then a table")
+    s = client("backfills", "list backfills and bulk DLQ operations, or show one", run=_backfills)
+    s.add_argument("id", nargs="?")
+    s.add_argument("--kind", choices=("backfill", "requeue", "purge"))
+    s.add_argument("--job")
+    s.add_argument("--state", choices=("running", "paused", "done", "cancelled"))
+    for verb in ("cancel", "pause", "resume"):
+        call = {"cancel": Client.cancel_backfill, "pause": Client.pause_backfill, "resume": Client.resume_backfill}[verb]
+        client(f"backfill-{verb}", f"{verb} a backfill or bulk DLQ operation",
+               (lambda f: lambda a, cl: f(cl, a.id))(call)).add_argument("id")
+    for action, what in (("requeue", "requeue a dead run with a fresh attempt budget"),
+                         ("purge", "delete a dead run from its dead-letter queue")):
+        r = client(action, f"{what}; --all-matching: every dead run that matches the filters", run=_bulk(action))
+        r.add_argument("run", nargs="?")
+        r.add_argument("--all-matching", action="store_true", help="act on every dead run matching the filters")
+        r.add_argument("--queue")
+        r.add_argument("--job")
+        r.add_argument("--error", help="a substring of the run's error")
+        r.add_argument("--dead-from", help="ISO time: dead at or after")
+        r.add_argument("--dead-to", help="ISO time: dead at or before (default: now)")
+        r.add_argument("--max", type=int, help="at most this many")
+        r.add_argument("--rate", type=float, help="per second at most" + (" (default 10)" if action == "requeue" else ""))
+        if action == "requeue":
+            r.add_argument("--max-concurrent", type=int, help="requeued runs queued or running at once")
+        r.add_argument("--id", help="an operation id: the same id again is the same operation")
+        r.add_argument("--dry-run", action="store_true", help="list the runs it would act on")
+        r.add_argument("--wait", action="store_true", help="a progress bar on stderr until it ends")

@@ -1,0 +1,174 @@
+"""The bodies of the backfill and bulk dead-letter requests, validated on the proposer (like
+model.validate_queue and friends): each turns what a client sent into its command's fields, or
+raises InvalidSpec naming the field and why."""
+from __future__ import annotations
+
+import json
+
+from . import limits, schedule
+from .backfill_plan import MODES, ORDERS, OVERLAPS
+from .errors import InvalidSpec
+from .model import NAME_RE
+
+BACKFILL_FIELDS = {"from", "to", "reprocess", "order", "max_concurrent", "rate_per_s", "max_slots", "payload",
+                   "overlap", "dry_run", "id"}
+DLQ_BULK_FIELDS = {"queue", "job", "error", "dead_from", "dead_to", "max_count", "max_concurrent", "rate_per_s",
+                   "dry_run", "id"}
+TRIGGER_FIELDS = {"payload", "slot"}
+
+
+def _body(body, fields: set[str]) -> dict:
+    if body is None:
+        return {}
+    if not isinstance(body, dict):
+        raise InvalidSpec("the body must be a JSON object", field=None)
+    for k in body:
+        if k not in fields:
+            raise InvalidSpec(f"unknown field; allowed: {', '.join(sorted(fields))}", field=str(k))
+    return body
+
+
+def _int(b: dict, key: str, default, lo: int, hi: int):
+    v = b.get(key, default)
+    if v is None and default is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise InvalidSpec(f"must be an integer between {lo} and {hi}", field=key)
+    return v
+
+
+def _rate_milli(b: dict, default: float | None) -> int | None:
+    v = b.get("rate_per_s", default)
+    if v is None:
+        return None
+    lo, hi = limits.backfill_rate_per_s_min, limits.backfill_rate_per_s_max
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
+        raise InvalidSpec(f"must be a number of runs per second between {lo:g} and {hi:g}, or null", field="rate_per_s")
+    return max(1, round(v * 1000))
+
+
+def _time(b: dict, key: str, required: bool) -> int | None:
+    if key not in b or b[key] is None:
+        if required:
+            raise InvalidSpec("is required: an ISO-8601 time such as 2026-11-22T00:00:00Z", field=key)
+        return None
+    return schedule.parse_iso_ms(b[key], key)
+
+
+def _flag(b: dict, key: str) -> bool:
+    v = b.get(key, False)
+    if not isinstance(v, bool):
+        raise InvalidSpec("must be true or false", field=key)
+    return v
+
+
+def _id(b: dict) -> str | None:
+    v = b.get("id")
+    if v is None:
+        return None
+    n = limits.backfill_id_chars_max
+    if not isinstance(v, str) or not 1 <= len(v) <= n or not NAME_RE.match(v):
+        raise InvalidSpec(f"must be 1-{n} characters: letters, digits, '.', '_', '-', starting with a letter "
+                          f"or digit", field="id")
+    return v
+
+
+def check_payload(v, field: str = "payload"):
+    """A payload override: JSON data of at most payload_bytes_max."""
+    try:
+        encoded = json.dumps(v, allow_nan=False)
+    except (TypeError, ValueError):
+        raise InvalidSpec("must be JSON-serialisable", field=field) from None
+    if len(encoded) > limits.payload_bytes_max:
+        raise InvalidSpec(f"is {len(encoded)} bytes as JSON; the limit is {limits.payload_bytes_max}", field=field)
+    return v
+
+
+def validate_backfill(body, now_ms: int) -> dict:
+    """``POST /v1/jobs/{name}/backfills``'s body -> ``{"from", "to" (ms), "reprocess", "order",
+    "max_concurrent", "rate_milli" (or None), "max_slots", "overlap" (or None: from the job's
+    own policy), "payload"? (only when given), "dry_run", "id" (or None)}``.
+
+    A backfill covers the past: ``to`` may not be after ``now_ms``. :raises InvalidSpec:"""
+    b = _body(body, BACKFILL_FIELDS)
+    lo, hi = _time(b, "from", True), _time(b, "to", True)
+    if hi <= lo:
+        raise InvalidSpec("must be after from (the range is [from, to))", field="to")
+    if hi > now_ms:
+        raise InvalidSpec(f"is after now ({schedule.iso(now_ms)}): a backfill runs slots of the past; the schedule "
+                          f"runs the ones to come", field="to")
+    out = {"from": lo, "to": hi}
+    for key, choices, default in (("reprocess", MODES, "missing"), ("order", ORDERS, "oldest")):
+        v = b.get(key, default)
+        if v not in choices:
+            raise InvalidSpec(f"must be one of {', '.join(choices)}", field=key)
+        out[key] = v
+    out["max_concurrent"] = _int(b, "max_concurrent", limits.backfill_concurrent_default, 1,
+                                 limits.backfill_concurrent_max)
+    out["rate_milli"] = _rate_milli(b, None)
+    out["max_slots"] = _int(b, "max_slots", limits.backfill_max_slots_default, 1, limits.backfill_slots_max)
+    ov = b.get("overlap")
+    if isinstance(ov, dict) and set(ov) == {"policy"}:
+        ov = ov["policy"]
+    if ov is not None and ov not in OVERLAPS:
+        raise InvalidSpec(f"must be one of {', '.join(OVERLAPS)} (a backfill never skips nor replaces a run: "
+                          f"forbid waits while another run of the job is queued or running)", field="overlap")
+    out["overlap"] = ov
+    if "payload" in b:
+        out["payload"] = check_payload(b["payload"])
+    out["dry_run"] = _flag(b, "dry_run")
+    out["id"] = _id(b)
+    return out
+
+
+def overlap_of(job_spec: dict) -> str:
+    """A backfill's overlap rule when the request gives none: ``allow`` for a job whose own
+    policy is allow (without max_concurrent), else ``forbid``: where the job's policy would skip,
+    coalesce or replace a run, the backfill waits instead."""
+    ov = job_spec.get("overlap") or {"policy": "allow"}
+    return "allow" if ov.get("policy") == "allow" and "max_concurrent" not in ov else "forbid"
+
+
+def validate_dlq_bulk(body, action: str, now_ms: int) -> dict:
+    """``POST /v1/dlq:requeue`` / ``:purge``'s body -> the dlq_bulk command's filters and bounds:
+    ``{"queue", "job", "error", "dead_from", "dead_to" (ms; now when not given), "max_count",
+    "max_concurrent", "rate_milli", "dry_run", "id"}``. A requeue is rate-limited by default
+    (limits.dlq_requeue_rate_per_s_default) and keeps at most max_concurrent (default
+    backfill_concurrent_max) of its runs queued or running. :raises InvalidSpec:"""
+    b = _body(body, DLQ_BULK_FIELDS)
+    out = {}
+    for key, n in (("queue", limits.queue_name_chars_max), ("job", limits.job_name_chars_max),
+                   ("error", limits.dlq_error_filter_chars_max)):
+        v = b.get(key)
+        if v is not None and (not isinstance(v, str) or not 1 <= len(v) <= n):
+            raise InvalidSpec(f"must be a string of 1-{n} characters, or null", field=key)
+        out[key] = v
+    out["dead_from"] = _time(b, "dead_from", False)
+    to = _time(b, "dead_to", False)
+    out["dead_to"] = now_ms if to is None else to
+    if out["dead_from"] is not None and out["dead_from"] > out["dead_to"]:
+        raise InvalidSpec("must not be after dead_to", field="dead_from")
+    out["max_count"] = _int(b, "max_count", None, 1, limits.dlq_bulk_count_max)
+    if action == "requeue":
+        out["max_concurrent"] = _int(b, "max_concurrent", limits.backfill_concurrent_max, 1,
+                                     limits.backfill_concurrent_max)
+        out["rate_milli"] = _rate_milli(b, limits.dlq_requeue_rate_per_s_default)
+    else:
+        if b.get("max_concurrent") is not None:
+            raise InvalidSpec("a purge runs nothing: max_concurrent is for requeue", field="max_concurrent")
+        out["max_concurrent"] = None
+        out["rate_milli"] = _rate_milli(b, None)
+    out["dry_run"] = _flag(b, "dry_run")
+    out["id"] = _id(b)
+    return out
+
+
+def validate_trigger(body) -> dict:
+    """``POST /v1/jobs/{name}/trigger``'s optional body -> ``{"payload"? , "slot"? (ms)}``."""
+    b = _body(body, TRIGGER_FIELDS)
+    out = {}
+    if "payload" in b:
+        out["payload"] = check_payload(b["payload"])
+    if b.get("slot") is not None:
+        out["slot"] = schedule.parse_iso_ms(b["slot"], "slot")
+    return out

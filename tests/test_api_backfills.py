@@ -1,0 +1,163 @@
+"""The backfill and bulk dead-letter endpoints over an in-process replica (FakeRaft, FakeClock),
+with the leader's stepper (node/backfills.py): answers, errors (which field, why), idempotent
+ids, and the trigger's payload and slot."""
+from __future__ import annotations
+
+import json
+from urllib.parse import quote
+
+from raftsched.core import commands, schedule
+from raftsched.node.backfills import BackfillStepper
+
+from test_api import AUTH, err, put, run
+
+DAY_MS = 86_400_000
+NIGHTLY = {"schedule": {"cron": "0 2 * * *", "timezone": "Europe/Berlin"},
+           "executor": {"type": "shell", "argv": ["true"]}, "misfire": {"policy": "skip"}}
+
+
+async def post(c, path, body=None, headers=AUTH):
+    return await c.post(path, data=None if body is None else json.dumps(body), headers=headers)
+
+
+async def nightly_for_days(env, c, days=12):
+    """Job ``nightly`` fired for ``days`` nights (every night recorded skipped: the trigger
+    ticks once a day, after the grace)."""
+    r = await put(c, "nightly", NIGHTLY)
+    assert r.status == 201
+    for _ in range(days):
+        env.clock.advance(DAY_MS)
+        await env.trigger.tick()
+    return env.clock.now_ms()
+
+
+def rng(now, days=10):
+    return {"from": schedule.iso(now - days * DAY_MS), "to": schedule.iso(now)}
+
+
+def test_a_dry_run_lists_the_slots_and_proposes_nothing_then_the_backfill_runs_them():
+    async def t(env, c):
+        now = await nightly_for_days(env, c)
+        before = env.raft.index
+        r = await post(c, "/v1/jobs/nightly/backfills", dict(rng(now), dry_run=True))
+        assert r.status == 200
+        dry = await r.json()
+        assert dry["dry_run"] is True and dry["planned"] == 10 and len(dry["slots"]) == 10 and dry["left_out"] == []
+        assert env.raft.index == before, "a dry run proposed a command"
+        r = await post(c, "/v1/jobs/nightly/backfills", dict(rng(now), id="nine", max_concurrent=2))
+        assert r.status == 201
+        v = await r.json()
+        assert (v["id"], v["kind"], v["job"], v["state"], v["created"]) == ("nine", "backfill", "nightly", "running", True)
+        assert v["progress"]["planned"] == 10 and v["request"]["max_concurrent"] == 2 and v["cursor"] is None
+        stepper = BackfillStepper(env.raft, env.clock)
+        assert await stepper.tick() == 1
+        assert await stepper.tick() == 0, "two queued: max_concurrent holds the rest"
+        r = await c.get("/v1/backfills/nine")
+        v = await r.json()
+        assert v["progress"]["created"] == 2 and v["progress"]["queued"] == 2
+        runs = (await (await c.get("/v1/jobs/nightly/runs?state=queued")).json())["runs"]
+        assert {x["slot"] for x in runs} == set(dry["slots"][:2]) and {x["backfill"] for x in runs} == {"nine"}
+        assert {x["kind"] for x in runs} == {"backfill"}
+        # The same id again: the same backfill, 200.
+        r = await post(c, "/v1/jobs/nightly/backfills", dict(rng(now), id="nine", max_concurrent=2))
+        assert r.status == 200 and (await r.json())["created"] is False
+        await err(await post(c, "/v1/jobs/nightly/backfills", dict(rng(now), id="nine")), 409, "conflict", "id")
+        r = await post(c, "/v1/backfills/nine/pause")
+        assert r.status == 200 and (await r.json())["state"] == "paused"
+        r = await post(c, "/v1/backfills/nine/cancel")
+        body = await r.json()
+        assert body["state"] == "cancelled" and body["withdrawn"] == 2
+        await err(await post(c, "/v1/backfills/nine/resume"), 409, "conflict", "id")
+        lst = (await (await c.get("/v1/backfills?kind=backfill&state=cancelled")).json())["backfills"]
+        assert [b["id"] for b in lst] == ["nine"]
+    run(t)
+
+
+def test_backfill_requests_that_fail_say_which_field_and_why():
+    async def t(env, c):
+        now = await nightly_for_days(env, c, 3)
+        p = "/v1/jobs/nightly/backfills"
+        await err(await post(c, "/v1/jobs/nope/backfills", rng(now)), 404, "not_found", "name")
+        await err(await c.post(p, data=b"{nope", headers=AUTH), 400, "bad_request")
+        await err(await post(c, p, {"to": rng(now)["to"]}), 422, "invalid", "from")
+        await err(await post(c, p, dict(rng(now), to=rng(now)["from"])), 422, "invalid", "to")
+        await err(await post(c, p, dict(rng(now), to=schedule.iso(now + 60_000))), 422, "invalid", "to")
+        await err(await post(c, p, dict(rng(now), reprocess="some")), 422, "invalid", "reprocess")
+        await err(await post(c, p, dict(rng(now), order="random")), 422, "invalid", "order")
+        await err(await post(c, p, dict(rng(now), max_concurrent=0)), 422, "invalid", "max_concurrent")
+        await err(await post(c, p, dict(rng(now), rate_per_s=0)), 422, "invalid", "rate_per_s")
+        await err(await post(c, p, dict(rng(now), overlap="replace")), 422, "invalid", "overlap")
+        await err(await post(c, p, dict(rng(now), id="has space")), 422, "invalid", "id")
+        await err(await post(c, p, dict(rng(now), colour="red")), 422, "invalid", "colour")
+        body = await err(await post(c, p, dict(rng(now, 400), max_slots=100)), 422, "invalid", "max_slots")
+        assert body["error"]["slots"] == 400 and "400 slots" in body["error"]["message"] and "(100)" in body["error"]["message"]
+        await err(await c.post(p, data=json.dumps(rng(now))), 401, "unauthorized")
+        await err(await c.get("/v1/backfills/nope"), 404, "not_found", "id")
+        await err(await c.get("/v1/backfills?kind=other"), 400, "bad_request", "kind")
+        await err(await post(c, "/v1/backfills/nope/pause"), 404, "not_found", "id")
+        r = await post(c, "/v1/backfills/x/explode")
+        assert r.status == 404
+    run(t)
+
+
+def test_the_trigger_takes_a_payload_and_a_slot_deduplicated():
+    async def t(env, c):
+        now = await nightly_for_days(env, c, 3)
+        slot = schedule.iso(schedule.next_slot_after(NIGHTLY["schedule"], now - 2 * DAY_MS, 0))
+        r = await post(c, "/v1/jobs/nightly/trigger", {"slot": slot, "payload": {"day": 1}})
+        assert r.status == 201
+        first = await r.json()
+        assert first["created"] is True and "@" in first["run"]
+        r = await post(c, "/v1/jobs/nightly/trigger", {"slot": slot})
+        assert r.status == 200 and (await r.json())["run"] == first["run"]
+        run_view = await (await c.get(f"/v1/runs/{quote(first['run'], safe='')}")).json()  # '#' is %23
+        assert run_view["payload"] == {"day": 1} and run_view["kind"] == "manual" and run_view["slot"] == slot
+        await err(await post(c, "/v1/jobs/nightly/trigger", {"slot": schedule.iso(now - DAY_MS + 1)}),
+                  422, "invalid", "slot")
+        later = schedule.iso(schedule.next_slot_after(NIGHTLY["schedule"], now, 0))
+        await err(await post(c, "/v1/jobs/nightly/trigger", {"slot": later}), 409, "conflict", "slot")
+        await err(await post(c, "/v1/jobs/nightly/trigger", {"x": 1}), 422, "invalid", "x")
+        r = await post(c, "/v1/jobs/nightly/trigger", {"payload": [1]})
+        assert r.status == 201 and "!manual-" in (await r.json())["run"]
+        r = await c.post("/v1/jobs/nightly/trigger", headers=AUTH)  # no body: as it always was
+        assert r.status == 201 and set(await r.json()) == {"job", "run", "state"}
+    run(t)
+
+
+def test_a_bulk_requeue_dry_runs_then_requeues_the_matching_dead_runs_and_a_purge_deletes():
+    async def t(env, c):
+        spec = {"schedule": {"every_s": 86400}, "executor": {"type": "shell", "argv": ["false"]},
+                "misfire": {"policy": "skip"}}
+        assert (await put(c, "flaky", spec)).status == 201
+        assert (await put(c, "other", dict(spec, queue="q2"))).status == 201
+        for job in ("flaky", "flaky", "other"):
+            assert (await c.post(f"/v1/jobs/{job}/trigger", headers=AUTH)).status == 201
+        env.clock.advance(10)
+        res = await env.service.propose(commands.make("acquire", env.clock.now_ms(), None, worker="w", queues=None,
+                                                      max=10, ttl=10_000))
+        for g in res["runs"]:
+            await env.service.propose(commands.make("complete", env.clock.now_ms(), None, run=g["id"], token=g["token"],
+                                                    success=False, error="disk full" if g["job"] == "flaky" else "nope"))
+        r = await post(c, "/v1/dlq:requeue", {"dry_run": True, "error": "disk"})
+        dry = await r.json()
+        assert r.status == 200 and dry["total"] == 2 and len(dry["runs"]) == 2
+        r = await post(c, "/v1/dlq:requeue", {"error": "disk", "id": "redrive-1", "rate_per_s": 100})
+        v = await r.json()
+        assert r.status == 201 and v["kind"] == "requeue" and v["progress"]["planned"] == 2
+        stepper = BackfillStepper(env.raft, env.clock)
+        assert await stepper.tick() == 1  # the bucket starts with one token
+        env.clock.advance(10)
+        assert await stepper.tick() == 1  # and gains one every 10 ms at 100/s
+        v = await (await c.get("/v1/backfills/redrive-1")).json()
+        assert v["progress"]["requeued"] == 2 and v["progress"]["queued"] == 2
+        dlq = await (await c.get("/v1/dlq")).json()
+        assert [x["job"] for x in dlq["runs"]] == ["other"]
+        queued = (await (await c.get("/v1/jobs/flaky/runs?state=queued")).json())["runs"]
+        assert {x["requeue"] for x in queued} == {"redrive-1"} and {x["attempt"] for x in queued} == {2}
+        await err(await post(c, "/v1/dlq:purge", {"max_concurrent": 3}), 422, "invalid", "max_concurrent")
+        await err(await post(c, "/v1/dlq:requeue", {"dead_to": "yesterday"}), 422, "invalid", "dead_to")
+        r = await post(c, "/v1/dlq:purge", {"queue": "q2"})
+        assert r.status == 201
+        await BackfillStepper(env.raft, env.clock).tick()
+        assert (await (await c.get("/v1/dlq")).json())["total"] == 0
+    run(t)
