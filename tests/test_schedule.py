@@ -361,3 +361,15 @@ def test_cron_slots_strictly_increase_and_next_is_first(s, after):
         # no slot between two consecutive ones
         for a, b in zip(got, got[1:]):
             assert schedule.next_slot_after(s, a, 0) == b
+
+
+def test_dst_a_two_hour_gap_does_not_stop_a_seconds_cron():
+    # Antarctica/Troll, 2026-03-29 01:00Z: +00 -> +02, local 01:00-02:59:59 does not exist. A
+    # wildcard-hour seconds cron has 7 200 missing times there; the next slot after the gap is
+    # still found (it once ran out of its search budget and answered "no more slots").
+    got = isos(cron("* * * * * *", "Antarctica/Troll"), "2026-03-29T00:59:58Z", "2026-03-29T01:00:02Z")
+    assert got == ["2026-03-29T00:59:59Z", "2026-03-29T01:00:00Z", "2026-03-29T01:00:01Z", "2026-03-29T01:00:02Z"]
+    # Hours 1 and 2 are all missing that day: skipped, the next slot is the next day's 01:00 (+02).
+    skip_all = dict(cron("*/30 * 1,2 * * *", "Antarctica/Troll"), dst={"spring_forward": "skip"})
+    assert isos(skip_all, "2026-03-29T00:00:00Z", "2026-03-30T01:01:00Z")[:2] == [
+        "2026-03-29T23:00:00Z", "2026-03-29T23:00:30Z"]

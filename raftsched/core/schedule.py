@@ -278,7 +278,11 @@ def _cron_next(expr: str, tz: str, after_ms: int, dst: dict | None = None) -> in
                 g = _after_gap_ms(expr, a)
                 if g > after_ms and (best is None or g < best):
                     best = g
-            continue  # a real slot right after the gap may still come first
+            # Every other missing time of this gap fires at the same instant, or not at all: go on
+            # from the gap's end (a seconds cron has 7 200 missing times in Troll's 2-hour gap).
+            # A real slot right after the gap may still come first.
+            t = max(t, _wall_of(a, z) - _SECOND)
+            continue
         if a > after_ms:
             best = a if best is None else min(best, a)
             break
