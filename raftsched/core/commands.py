@@ -36,6 +36,12 @@ OPS = (
     "lock_acquire",
     "lock_renew",
     "lock_release",
+    # The worker fleet (core/workers.py)
+    "worker_hello",    # a worker registers, or says its facts changed
+    "workers_seen",    # one per node per interval: the workers connected to it
+    "drain_worker",
+    "forget_workers",  # the leader's clean-up of workers long gone
+    "release",         # a worker gives leases back: queued again, no budget spent
 )
 
 

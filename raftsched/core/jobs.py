@@ -40,6 +40,12 @@ def check_stored_spec(spec) -> None:
     m = spec["misfire"]
     if m.get("policy") not in MISFIRE_POLICIES or not is_int(m.get("grace_s")) or not is_int(m.get("max_catchup")):
         raise InvalidCommand("spec.misfire is malformed")
+    # Placement (docs/workers.md): acquire compares its labels with a worker's, so its shape is
+    # what apply relies on (I18).
+    pl = spec.get("placement")
+    if pl is not None and not (isinstance(pl, dict) and isinstance(pl.get("labels"), dict)
+                               and all(isinstance(k, str) and isinstance(v, str) for k, v in pl["labels"].items())):
+        raise InvalidCommand("spec.placement is malformed")
 
 
 def check_put_job(cmd: dict, what: str) -> None:

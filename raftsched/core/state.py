@@ -40,6 +40,9 @@ from .locks import apply_lock_acquire, apply_lock_release, apply_lock_renew
 from .queues import apply_dlq_delete, apply_dlq_requeue, apply_put_queue, rebuild_indexes, reset_indexes
 from .records import err, ok
 from .tenants import apply_delete_tenant, apply_put_tenant
+from .workers import (
+    apply_drain_worker, apply_forget_workers, apply_release, apply_worker_hello, apply_workers_seen,
+)
 
 
 def apply_noop(s, cmd: dict, now: int) -> dict:
@@ -72,6 +75,12 @@ HANDLERS = {
     "lock_acquire": apply_lock_acquire,
     "lock_renew": apply_lock_renew,
     "lock_release": apply_lock_release,
+    # The worker fleet (core/workers.py)
+    "worker_hello": apply_worker_hello,
+    "workers_seen": apply_workers_seen,
+    "drain_worker": apply_drain_worker,
+    "forget_workers": apply_forget_workers,
+    "release": apply_release,
 }
 # The codec refuses an op with no handler; a handler for an op the codec refuses would never run.
 assert tuple(HANDLERS) == commands.OPS, "commands.OPS and state.HANDLERS must list the same ops"
