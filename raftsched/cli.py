@@ -43,6 +43,26 @@ def parse_dial_map(text: str) -> dict[str, str] | None:
     return dict(item.split("=", 1) for item in items) or None
 
 
+def parse_labels(text: str, what: str = "--labels") -> dict[str, str]:
+    """``--labels k=v,k=v`` (docs/workers.md): a worker's labels. :raises ConfigError:"""
+    from .core.errors import InvalidSpec
+    from .core.workers import check_labels
+    out = {}
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        k, sep, v = item.partition("=")
+        if not sep:
+            raise ConfigError(f"{what}: expected NAME=VALUE, got {item!r}")
+        if k.strip() in out:
+            raise ConfigError(f"{what}: label {k.strip()!r} given twice")
+        out[k.strip()] = v.strip()
+    try:
+        return check_labels(out, what)
+    except InvalidSpec as e:
+        raise ConfigError(f"{e.field}: {e.message}") from None
+
+
 def cmd_node(args) -> int:
     _setup_logging(args.log_level)
     try:
@@ -80,6 +100,7 @@ def cmd_node(args) -> int:
     queues = [q.strip() for q in args.queues.split(",") if q.strip()] if args.queues else None
     try:
         dial_map = parse_dial_map(args.dial_map)
+        labels = parse_labels(args.labels)
     except ConfigError as e:
         print(f"raftsched node: {e}", file=sys.stderr)
         return 2
@@ -87,7 +108,7 @@ def cmd_node(args) -> int:
         node_id=args.id, api_host=api_host, api_port=api_port, raft_addr=f"{raft_host}:{raft_port}",
         peers=peers, data_dir=args.data_dir, secret=secret, token=token,
         worker_slots=args.slots, worker_queues=queues, executor_types=types,
-        execute_on_leader=args.execute_on_leader, lease_ttl_ms=ttl_ms,
+        execute_on_leader=args.execute_on_leader, lease_ttl_ms=ttl_ms, worker_labels=labels,
         dial_map=dial_map, clock_offset_file=args.clock_offset_file or None,
         fire_log_path=args.fire_log or None,
     )
@@ -223,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("--execute-on-leader", action="store_true",
                    help="let the leader execute runs too (by default only followers do, unless the cluster has one node)")
     n.add_argument("--lease-ttl-s", type=float, default=10.0, help="lease TTL this node's worker asks for")
+    n.add_argument("--labels", default="", help="this node's worker's labels, NAME=VALUE,... (none by default): "
+                                                "jobs placed on labels run only on workers that carry them")
     n.add_argument("--log-level", default="info")
     # Test and benchmark hooks (NodeConfig), hidden from --help: a production node needs none.
     n.add_argument("--dial-map", default="", help=argparse.SUPPRESS)

@@ -1,0 +1,251 @@
+"""A node's dispatcher of waiting lease requests: fair and herd-free long-polls.
+
+Remote workers ask a node for runs with a long-poll (``POST /v1/workers/{id}/lease``, docs/api.md):
+"up to N runs of these queues that my labels satisfy, wait at most W seconds". Hundreds of them
+may wait at one node at once. Answering them by letting each one propose an acquire whenever the
+replica shows work would be a thundering herd: a thousand acquires for one run, all but one
+granting nothing, each a log entry. The dispatcher instead keeps the waiting requests first in,
+first out, grouped by what they can take (queues, labels, executor types: requests of one group
+are interchangeable), and, when its replica shows ready work for a group (``queries.ready_for``),
+proposes ONE acquire, for that group's oldest request and its free slots, answers it, and only
+then looks again, for the next one, if work remains. A request that waits ``wait_s`` without
+work is answered with no runs.
+
+The acquire is a replicated command like any other (core/leases.py): a run is granted once,
+through the log, to one worker, whichever node's dispatcher proposed the acquire. Dispatchers
+of different nodes may propose at the same moment for the same run; one gets it, the others'
+acquires grant nothing, and their group waits ``dispatch_empty_backoff_s`` before it tries again.
+
+A request whose acquire grants runs after it was given up (its client went away, or its wait
+ran out while the acquire was in flight) has its runs given back at once (``release``: queued
+again without an attempt spent), so no run waits a lease TTL for a worker that never heard of
+it.
+
+Everything runs on the node's event loop; the replica is read through ``raft.read``.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from typing import Awaitable, Callable
+
+from ..aio import wait_event
+from ..clock import Clock
+from ..core import commands, limits, queries
+from ..core.errors import RaftschedError, Unavailable
+from . import limits as node_limits
+
+log = logging.getLogger("raftsched.dispatch")
+
+
+class LeaseRequest:
+    """One waiting lease request: whose, what it can take, how many runs for how long.
+
+    ``key`` groups interchangeable requests: the same queues, labels and executor types."""
+
+    __slots__ = ("worker", "queues", "labels", "types", "n", "ttl_ms", "key", "done", "grants", "draining",
+                 "error", "in_flight", "abandoned")
+
+    def __init__(self, worker: str, queues: list[str] | None, labels: dict, types: list[str] | None, n: int,
+                 ttl_ms: int) -> None:
+        self.worker = worker
+        self.queues = queues
+        self.labels = labels
+        self.types = types
+        self.n = n
+        self.ttl_ms = ttl_ms
+        self.key = (None if queues is None else tuple(queues), tuple(sorted(labels.items())),
+                    None if types is None else tuple(types))
+        self.done = asyncio.Event()
+        self.grants: list[dict] = []
+        self.draining = False
+        self.error: RaftschedError | None = None
+        #: an acquire for it has been proposed and not answered yet
+        self.in_flight = False
+        #: its client no longer waits for it (timed out, went away)
+        self.abandoned = False
+
+
+class Dispatcher:
+    """The waiting lease requests of one node, and the loop that serves them.
+
+    :param raft: the replication adapter (``read``).
+    :param propose: ``await propose(cmd) -> result``, raising RaftschedError on a refusal.
+    :param release: ``await release(worker, grants, reason)``: give back runs granted to a
+        request nobody waits for any more.
+    """
+
+    def __init__(self, raft, clock: Clock, propose: Callable[[dict], Awaitable[dict]],
+                 release: Callable[[str, list[dict], str], Awaitable[None]]) -> None:
+        self.raft = raft
+        self.clock = clock
+        self._propose = propose
+        self._release = release
+        self._groups: dict[tuple, collections.deque[LeaseRequest]] = {}
+        self._busy: set[tuple] = set()
+        #: group -> no acquire before this monotonic time (after one that granted nothing)
+        self._backoff: dict[tuple, float] = {}
+        #: group -> monotonic time of its last acquire
+        self._last_try: dict[tuple, float] = {}
+        self._wake = asyncio.Event()
+        self._tasks: set[asyncio.Task] = set()
+        #: requests waiting (not abandoned, not answered)
+        self.waiting = 0
+        self.acquires = 0
+        self.acquires_empty = 0
+        self.given_back = 0
+
+    def stats(self) -> dict:
+        """``waiting`` requests, ``groups``, ``acquires`` proposed, ``acquires_empty`` (granted
+        nothing) and ``given_back`` (runs released because nobody waited for them any more)."""
+        return {"waiting": self.waiting, "groups": len(self._groups), "acquires": self.acquires,
+                "acquires_empty": self.acquires_empty, "given_back": self.given_back}
+
+    def waiting_workers(self) -> set[str]:
+        """The ids of the workers with a request waiting here now."""
+        return {r.worker for q in self._groups.values() for r in q if not r.abandoned}
+
+    async def lease(self, req: LeaseRequest, wait_s: float) -> LeaseRequest:
+        """Wait until ``req`` is answered (its ``grants``, maybe ``draining``) or ``wait_s``
+        passed (no grants). An acquire in flight for it when the wait runs out is waited for:
+        its grants are the request's.
+
+        :raises Unavailable: too many requests wait at this node already.
+        :raises RaftschedError: the acquire proposed for it failed (no leader, ...)."""
+        if self.waiting >= node_limits.lease_waiters_max:
+            raise Unavailable(f"{self.waiting} lease requests wait at this node already; try another node")
+        self._groups.setdefault(req.key, collections.deque()).append(req)
+        self.waiting += 1
+        self._wake.set()
+        try:
+            got = await wait_event(req.done, wait_s)
+            if not got and req.in_flight:
+                got = await wait_event(req.done, limits.propose_timeout_s_default + 1)
+        except asyncio.CancelledError:
+            self._abandon(req)
+            raise
+        if not got:
+            self._abandon(req)
+            return req
+        if req.error is not None:
+            raise req.error
+        return req
+
+    def _abandon(self, req: LeaseRequest) -> None:
+        if not req.abandoned and not req.done.is_set():
+            req.abandoned = True
+            if not req.in_flight:
+                self.waiting -= 1
+
+    async def run(self) -> None:
+        """Serve the waiting requests until cancelled."""
+        try:
+            while True:
+                self._wake.clear()
+                timeout = self._look()
+                await wait_event(self._wake, timeout)
+        finally:
+            for t in list(self._tasks):
+                t.cancel()
+
+    def _look(self) -> float:
+        """One look at every group: an acquire for the oldest request of each group (not busy,
+        not backing off) that its replica shows ready work for. Returns how long to sleep."""
+        if not self._groups:
+            return node_limits.dispatch_poll_s * 50  # nothing waits: a request wakes the loop
+        mono = self.clock.monotonic_s()
+        now_ms = self.clock.now_ms()
+        timeout = node_limits.dispatch_poll_s
+        for key in list(self._groups):
+            q = self._groups[key]
+            while q and (q[0].abandoned or q[0].done.is_set()):
+                q.popleft()
+            if not q:
+                del self._groups[key]
+                self._backoff.pop(key, None)
+                self._last_try.pop(key, None)
+                continue
+            if key in self._busy:
+                continue
+            after = self._backoff.get(key, 0.0)
+            if after > mono:
+                timeout = min(timeout, after - mono)
+                continue
+            head = q[0]
+            types = None if head.types is None else frozenset(head.types)
+            ready = self.raft.read(queries.ready_for, head.queues, head.labels, types, now_ms,
+                                   node_limits.dispatch_ready_scan_max)
+            if not ready and mono - self._last_try.get(key, 0.0) >= node_limits.dispatch_retry_s:
+                # Ready work beyond the scan, maybe: acquire looks further, now and then.
+                ready = self.raft.read(queries.has_ready_work, head.queues, now_ms)
+            if not ready:
+                nxt = self.raft.read(queries.next_due_ms, head.queues)
+                if nxt is not None and nxt > now_ms:
+                    timeout = min(timeout, (nxt - now_ms) / 1000)
+                continue
+            self._busy.add(key)
+            self._last_try[key] = mono
+            t = asyncio.create_task(self._serve(key), name="dispatch acquire")
+            self._tasks.add(t)
+            t.add_done_callback(self._tasks.discard)
+        return max(0.001, timeout)
+
+    async def _serve(self, key: tuple) -> None:
+        """One acquire for the oldest request of group ``key``; answer it, or give its runs back
+        if nobody waits for them any more."""
+        req = None
+        try:
+            q = self._groups.get(key)
+            while q and (q[0].abandoned or q[0].done.is_set()):
+                q.popleft()
+            if not q:
+                return
+            req = q[0]
+            req.in_flight = True
+            cmd = commands.make("acquire", self.clock.now_ms(), None, worker=req.worker, queues=req.queues,
+                                max=req.n, ttl=req.ttl_ms, types=req.types)
+            self.acquires += 1
+            try:
+                res = await self._propose(cmd)
+            except RaftschedError as e:
+                if not req.abandoned:
+                    self._answer(q, req, [], False, e)
+                else:
+                    self._drop(q, req)
+                self._backoff[key] = self.clock.monotonic_s() + node_limits.dispatch_empty_backoff_s
+                return
+            grants, draining = res.get("runs", []), bool(res.get("draining"))
+            if not grants:
+                self.acquires_empty += 1
+                self._backoff[key] = self.clock.monotonic_s() + node_limits.dispatch_empty_backoff_s
+            if req.abandoned:
+                self._drop(q, req)
+                if grants:
+                    self.given_back += len(grants)
+                    await self._release(req.worker, grants, "its lease request was no longer waited for")
+            elif grants or draining:
+                self._answer(q, req, grants, draining, None)
+            else:
+                req.in_flight = False  # nothing for it: it waits on, still the oldest
+        finally:
+            self._busy.discard(key)
+            self._wake.set()
+
+    def _answer(self, q, req: LeaseRequest, grants: list[dict], draining: bool, error) -> None:
+        req.grants, req.draining, req.error = grants, draining, error
+        req.in_flight = False
+        self.waiting -= 1
+        req.done.set()
+        try:
+            q.remove(req)
+        except ValueError:
+            pass
+
+    def _drop(self, q, req: LeaseRequest) -> None:
+        req.in_flight = False
+        self.waiting -= 1  # abandoned while in flight: counted out now
+        try:
+            q.remove(req)
+        except ValueError:
+            pass
