@@ -176,7 +176,7 @@ class Dispatcher:
             types = None if head.types is None else frozenset(head.types)
             ready = self.raft.read(queries.ready_for, head.queues, head.labels, types, now_ms,
                                    node_limits.dispatch_ready_scan_max)
-            if not ready and mono - self._last_try.get(key, 0.0) >= node_limits.dispatch_retry_s:
+            if not ready and mono - self._last_try.setdefault(key, mono) >= node_limits.dispatch_retry_s:
                 # Ready work beyond the scan, maybe: acquire looks further, now and then.
                 ready = self.raft.read(queries.has_ready_work, head.queues, now_ms)
             if not ready:

@@ -1,0 +1,296 @@
+"""``raftsched worker``: a worker process outside the Raft quorum (docs/workers.md).
+
+It is the same lease loop as a node's embedded worker (node/worker.py) over a
+:class:`RemoteChannel`: the worker protocol over HTTP (docs/api.md, "The worker protocol") to
+whichever node of ``--url`` answers. It is not a Raft member and holds no state of the
+cluster's: what it knows is the leases it holds.
+
+Routing: the nodes of ``--url`` are tried in turn, starting with the one that answered last (a
+worker's first pick is spread by its id, so a fleet does not all start on the first node). A
+connection error, a timeout, a 502, 503 or 504 moves to the next node; a round of failures over
+every node is followed by a pause (``worker_retry_s_min`` doubling to ``worker_retry_s_max``,
+each drawn between half and all of it), until the call's deadline. An error answer that names
+a ``leader_url`` is followed there next. Any other error answer (4xx) is final for that call.
+
+- Lease: one long-poll at a time while idle (the node answers when it has granted runs, or
+  with none after ``wait_s``); while busy, two, as the embedded worker pipelines its acquires.
+- Heartbeat: one request per interval for all its leases, given up after half a TTL; the
+  watchdog kills every run when none succeeded for a whole TTL.
+- Completions: batched, each batch with one Idempotency-Key for all its retries (another node
+  after a lost connection or a 504), so a batch acts once.
+- SIGTERM (or SIGINT, or the cluster's ``draining``): drain for up to ``--drain-s``, then exit 0.
+  A second signal stops at once (runs are killed; their leases expire).
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import random
+import signal
+import socket
+import urllib.parse
+import uuid
+import zlib
+
+import aiohttp
+
+from ..clock import Clock, SystemClock
+from ..core import limits
+from ..core.errors import Indeterminate, RaftschedError, Unavailable
+from . import limits as node_limits
+from .executors import ALL_TYPES
+from .worker import VERSION, ExecutorLookup, Grants, LeaseLoop
+
+log = logging.getLogger("raftsched.remote")
+
+
+def default_worker_id() -> str:
+    """``host/pid``: stable for the life of the process, and another one's after a restart."""
+    host = "".join(ch if ch.isalnum() or ch in "._-" else "-" for ch in socket.gethostname()) or "worker"
+    if not host[0].isalnum():
+        host = "w" + host
+    return f"{host[:100]}/{os.getpid()}"
+
+
+@dataclasses.dataclass
+class WorkerConfig:
+    """What ``raftsched worker`` was started with (cli.py validates each field)."""
+
+    urls: list[str]
+    token: str | None
+    worker_id: str
+    queues: list[str] | None = None
+    labels: dict = dataclasses.field(default_factory=dict)
+    slots: int = 4
+    executors: frozenset = ALL_TYPES
+    drain_s: float = node_limits.drain_s_default
+    lease_ttl_ms: int = limits.lease_ttl_ms_default
+    wait_s: float = node_limits.lease_wait_s_default
+    #: the seam for ``--app`` (node/worker.py ExecutorLookup); None: the built-in executors
+    executor_lookup: ExecutorLookup | None = None
+
+
+class RemoteChannel:
+    """The worker protocol over HTTP, with failover between the nodes of ``urls``."""
+
+    kind = "remote"
+
+    def __init__(self, cfg: WorkerConfig, clock: Clock) -> None:
+        if not cfg.urls:
+            raise ValueError("give at least one node URL")
+        self.cfg = cfg
+        self.clock = clock
+        self.worker_id = cfg.worker_id
+        self.urls = [u.rstrip("/") for u in cfg.urls]
+        self._base = "/v1/workers/" + urllib.parse.quote(cfg.worker_id, safe="")
+        self._preferred = zlib.crc32(cfg.worker_id.encode()) % len(self.urls)
+        self._hint: str | None = None
+        self._session: aiohttp.ClientSession | None = None
+        #: this process, as its lease requests describe it (the node says hello for it)
+        self.facts = {"queues": cfg.queues, "labels": dict(sorted(cfg.labels.items())), "slots": cfg.slots,
+                      "executors": sorted(cfg.executors), "version": VERSION, "instance": uuid.uuid4().hex[:16]}
+        self.requests = 0
+        self.failovers = 0
+
+    # ------------------------------------------------------------------ the Channel
+    async def hello(self) -> None:
+        """Nothing to send: every lease request carries the facts, and the node says hello for
+        the worker when its replica does not hold them."""
+
+    def registered(self) -> bool:
+        return True
+
+    def may_acquire(self) -> bool:
+        return True  # the lease request itself waits at the node for work
+
+    def executes(self) -> bool:
+        return True
+
+    async def acquire(self, n: int, ttl_ms: int, types: list[str] | None) -> Grants:
+        wait_s = self.cfg.wait_s
+        body = dict(self.facts, max=n, wait_s=wait_s, ttl_ms=ttl_ms)
+        attempt = wait_s + node_limits.lease_request_slack_s
+        t0 = self.clock.monotonic_s()
+        res = await self._call("POST", "/lease", body, attempt_timeout_s=attempt, deadline_s=attempt)
+        runs, draining = res.get("runs") or [], bool(res.get("draining"))
+        # An empty answer well before wait_s (a node that answers at once) is not a long-poll:
+        # the loop's own pause applies, so the worker does not spin on it.
+        quick = not runs and self.clock.monotonic_s() - t0 < wait_s / 2
+        return Grants(runs, draining, None if quick else 0.0)
+
+    async def heartbeat(self, leases: list[list], ttl_ms: int, timeout_s: float) -> tuple[list[str], bool]:
+        res = await self._call("POST", "/heartbeat", {"leases": leases, "ttl_ms": ttl_ms},
+                               attempt_timeout_s=max(0.2, timeout_s / 2), deadline_s=timeout_s)
+        return res.get("lost", []), bool(res.get("draining"))
+
+    async def complete(self, items: list[dict]) -> list[dict] | None:
+        key = uuid.uuid4().hex
+        try:
+            res = await self._call("POST", "/complete", {"results": items}, key=key,
+                                   attempt_timeout_s=node_limits.worker_request_timeout_s,
+                                   deadline_s=node_limits.report_deadline_s)
+        except (Indeterminate, Unavailable) as e:
+            log.warning("worker: giving up reporting %d outcomes: %s (their leases will expire)", len(items), e.message)
+            return None
+        except RaftschedError as e:
+            log.error("worker: outcomes refused as a whole: %s", e.message)
+            return None
+        return res.get("results")
+
+    async def release(self, leases: list[list], reason: str) -> None:
+        await self._call("POST", "/release", {"leases": leases, "reason": reason[:200]}, key=uuid.uuid4().hex,
+                         attempt_timeout_s=node_limits.worker_request_timeout_s,
+                         deadline_s=node_limits.release_deadline_s)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # ------------------------------------------------------------------ transport
+    def _session_(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            headers = {"Accept": "application/json"}
+            if self.cfg.token:
+                headers["Authorization"] = f"Bearer {self.cfg.token}"
+            # Two long-polls, two heartbeats, two reports and a release at most at once, each
+            # on a connection of its own, kept alive between requests.
+            self._session = aiohttp.ClientSession(headers=headers, connector=aiohttp.TCPConnector(limit=16))
+        return self._session
+
+    def _order(self) -> list[str]:
+        n = len(self.urls)
+        order = [self.urls[(self._preferred + k) % n] for k in range(n)]
+        if self._hint:
+            order = [self._hint] + [u for u in order if u != self._hint]
+            self._hint = None
+        return order
+
+    async def _call(self, method: str, path: str, body, *, attempt_timeout_s: float, deadline_s: float,
+                    key: str | None = None) -> dict:
+        """One logical request, over the nodes in turn, until ``deadline_s`` (see the module
+        docstring). :raises RaftschedError: a final error answer, or the last failure."""
+        session = self._session_()
+        headers = {"Idempotency-Key": key} if key else None
+        deadline = self.clock.monotonic_s() + deadline_s
+        rounds = 0
+        last: RaftschedError | None = None
+        sent = False  # an attempt may have been applied: never report "definitely not"
+        while True:
+            for url in self._order():
+                remaining = deadline - self.clock.monotonic_s()
+                if remaining <= 0 and last is not None:
+                    break
+                self.requests += 1
+                timeout = aiohttp.ClientTimeout(total=max(0.05, min(attempt_timeout_s, remaining)))
+                try:
+                    async with session.request(method, url + self._base + path, json=body, headers=headers,
+                                               timeout=timeout) as r:
+                        status = r.status
+                        try:
+                            data = await r.json(content_type=None)
+                        except ValueError:
+                            data = None
+                except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError, ConnectionRefusedError) as e:
+                    last = Unavailable(f"{url}: {e}")
+                    self._failed_over(url)
+                    continue
+                except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+                    sent = True
+                    last = Indeterminate(f"{url}: {type(e).__name__}: {e}")
+                    self._failed_over(url)
+                    continue
+                if 200 <= status < 300:
+                    if url in self.urls:
+                        self._preferred = self.urls.index(url)
+                    return data if isinstance(data, dict) else {}
+                err = self._error(status, data)
+                if status in (502, 503, 504):
+                    last = err
+                    sent = sent or status == 504
+                    hint = (data or {}).get("error", {}).get("leader_url") if isinstance(data, dict) else None
+                    if isinstance(hint, str) and hint.startswith(("http://", "https://")):
+                        self._hint = hint.rstrip("/")
+                    self._failed_over(url)
+                    continue
+                raise err
+            if self.clock.monotonic_s() >= deadline:
+                break
+            pause = min(node_limits.worker_retry_s_max, node_limits.worker_retry_s_min * 2 ** rounds)
+            rounds += 1
+            await asyncio.sleep(min(pause * random.uniform(0.5, 1.0), max(0.0, deadline - self.clock.monotonic_s())))
+        assert last is not None
+        if sent and not isinstance(last, Indeterminate):
+            raise Indeterminate(f"{method} {path}: an attempt's outcome is unknown; last: {last.message}")
+        raise last
+
+    def _failed_over(self, url: str) -> None:
+        self.failovers += 1
+        log.debug("worker: %s failed; trying the next node", url)
+
+    @staticmethod
+    def _error(status: int, data) -> RaftschedError:
+        if isinstance(data, dict) and isinstance(data.get("error"), dict):
+            e = RaftschedError.from_dict(data["error"])
+        else:
+            e = RaftschedError(f"HTTP {status}: {str(data)[:200]}")
+        e.http_status = status
+        return e
+
+
+async def run_worker(cfg: WorkerConfig, clock: Clock | None = None, stop: asyncio.Event | None = None) -> int:
+    """Run a remote worker until SIGTERM/SIGINT (or ``stop``) or the cluster's ``draining``;
+    then drain (up to ``cfg.drain_s``) and return 0. A second signal stops at once. Returns 1
+    when the lease loop failed."""
+    clock = clock or SystemClock()
+    stop = stop or asyncio.Event()
+    force = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        if stop.is_set():
+            force.set()
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, on_signal)
+        except (NotImplementedError, RuntimeError):
+            pass
+    channel = RemoteChannel(cfg, clock)
+    lease_loop = LeaseLoop(channel, clock, slots=cfg.slots, allowed_types=cfg.executors,
+                           lease_ttl_ms=cfg.lease_ttl_ms, executor_lookup=cfg.executor_lookup)
+    log.info("worker %s: %d slots, executors %s, queues %s, labels %s; nodes %s; pid %d", cfg.worker_id, cfg.slots,
+             ",".join(sorted(cfg.executors)), ",".join(cfg.queues) if cfg.queues else "all",
+             ",".join(f"{k}={v}" for k, v in sorted(cfg.labels.items())) or "none", ",".join(cfg.urls), os.getpid())
+    task = asyncio.create_task(lease_loop.run(), name="lease loop")
+    stop_w = asyncio.create_task(stop.wait())
+    drain_w = asyncio.create_task(lease_loop.drain_requested.wait())
+    rc = 0
+    try:
+        await asyncio.wait({task, stop_w, drain_w}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            exc = task.exception() if not task.cancelled() else None
+            log.error("worker %s: the lease loop ended: %r", cfg.worker_id, exc)
+            return 1
+        why = "SIGTERM" if stop.is_set() else "the cluster drains this worker"
+        log.info("worker %s: draining (%s)", cfg.worker_id, why)
+        drain = asyncio.create_task(lease_loop.drain(cfg.drain_s))
+        force_w = asyncio.create_task(force.wait())
+        await asyncio.wait({drain, force_w}, return_when=asyncio.FIRST_COMPLETED)
+        if not drain.done():
+            log.warning("worker %s: second signal: stopping now (runs killed, their leases expire)", cfg.worker_id)
+            drain.cancel()
+        force_w.cancel()
+        await asyncio.gather(drain, return_exceptions=True)
+    finally:
+        for t in (stop_w, drain_w):
+            t.cancel()
+        task.cancel()
+        await asyncio.gather(task, stop_w, drain_w, return_exceptions=True)
+        await channel.close()
+        log.info("worker %s: stopped (%d completed, %d refused, %d given back)", cfg.worker_id,
+                 lease_loop.completed, lease_loop.refused, lease_loop.released)
+    return rc
