@@ -409,7 +409,8 @@ async def worker_lease(request: web.Request) -> web.StreamResponse:
     for a client that can no longer be answered are given back at once (release)."""
     fleet = request.app[FLEET]
     wid = request.match_info["id"]
-    res = await fleet.lease(wid, await _json_body(request))
+    res = await fleet.lease(wid, await _json_body(request),
+                            alive=lambda: request.transport is not None and not request.transport.is_closing())
     resp = web.json_response(res)
     if not res["runs"]:
         return resp

@@ -45,10 +45,10 @@ class LeaseRequest:
     ``key`` groups interchangeable requests: the same queues, labels and executor types."""
 
     __slots__ = ("worker", "queues", "labels", "types", "n", "ttl_ms", "key", "done", "grants", "draining",
-                 "error", "in_flight", "abandoned")
+                 "error", "in_flight", "abandoned", "alive")
 
     def __init__(self, worker: str, queues: list[str] | None, labels: dict, types: list[str] | None, n: int,
-                 ttl_ms: int) -> None:
+                 ttl_ms: int, alive: Callable[[], bool] | None = None) -> None:
         self.worker = worker
         self.queues = queues
         self.labels = labels
@@ -65,6 +65,13 @@ class LeaseRequest:
         self.in_flight = False
         #: its client no longer waits for it (timed out, went away)
         self.abandoned = False
+        #: whether its client is still connected (None: assume so): a worker that died while its
+        #: request waited is passed over, not granted runs it will never hear of
+        self.alive = alive
+
+    def gone(self) -> bool:
+        """Answered, given up, or its client disconnected."""
+        return self.abandoned or self.done.is_set() or (self.alive is not None and not self.alive())
 
 
 class Dispatcher:
@@ -159,8 +166,8 @@ class Dispatcher:
         timeout = node_limits.dispatch_poll_s
         for key in list(self._groups):
             q = self._groups[key]
-            while q and (q[0].abandoned or q[0].done.is_set()):
-                q.popleft()
+            while q and q[0].gone():
+                self._abandon(q.popleft())
             if not q:
                 del self._groups[key]
                 self._backoff.pop(key, None)
@@ -197,8 +204,8 @@ class Dispatcher:
         req = None
         try:
             q = self._groups.get(key)
-            while q and (q[0].abandoned or q[0].done.is_set()):
-                q.popleft()
+            while q and q[0].gone():
+                self._abandon(q.popleft())
             if not q:
                 return
             req = q[0]

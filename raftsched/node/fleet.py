@@ -177,9 +177,12 @@ class Fleet:
         return dict(self.dispatcher.stats(), hellos=self.hellos)
 
     # ------------------------------------------------------------------ the worker protocol
-    async def lease(self, wid: str, body) -> dict:
+    async def lease(self, wid: str, body, alive=None) -> dict:
         """``POST /v1/workers/{id}/lease``: register the worker if its facts are new, then wait
-        for runs (node/dispatch.py). ``{"runs": [grant...], "draining": bool}``."""
+        for runs (node/dispatch.py). ``{"runs": [grant...], "draining": bool}``.
+
+        :param alive: whether the client still waits (its connection is open): a request whose
+            worker went away is passed over."""
         wid = _worker_id(wid)
         facts, n, wait_s, ttl_ms = parse_lease(body)
         self._seen.add(wid)
@@ -190,7 +193,7 @@ class Fleet:
         if rec is not None and rec["state"] == "draining":
             return {"runs": [], "draining": True}
         types = None if set(facts["executors"]) == set(EXECUTOR_TYPES) else facts["executors"]
-        req = LeaseRequest(wid, facts["queues"], facts["labels"], types, n, ttl_ms)
+        req = LeaseRequest(wid, facts["queues"], facts["labels"], types, n, ttl_ms, alive)
         await self.dispatcher.lease(req, wait_s)
         return {"runs": req.grants, "draining": req.draining}
 
