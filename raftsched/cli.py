@@ -367,6 +367,10 @@ def main(argv: list[str] | None = None) -> int:
            lambda a, c: c.dlq_requeue(a.run)).add_argument("run")
     client("purge", "delete a dead run from its dead-letter queue", lambda a, c: c.dlq_delete(a.run)).add_argument("run")
     client("queues", "queues: depth, running, oldest waiting, dead", lambda a, c: c.queues())
+    client("workers", "the worker fleet: every worker, or one with the runs it holds (--id)",
+           lambda a, c: c.worker(a.id) if a.id else c.workers()).add_argument("--id")
+    client("drain", "drain a worker: no more runs for it; it finishes what it runs and stops",
+           lambda a, c: c.drain_worker(a.worker)).add_argument("worker")
     c = client("explain", "what an outage window would do to a job's slots",
                lambda a, c: c.explain(a.name, a.down_from, a.down_to))
     c.add_argument("name")

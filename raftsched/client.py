@@ -370,6 +370,20 @@ class Client:
             body["burst"] = burst
         return self.request("PUT", f"/v1/tenants/{_q(name)}", body)
 
+    # ------------------------------------------------------------------ the worker fleet
+    def workers(self, consistent: bool = False) -> dict:
+        """Every registered worker: ``{"workers": [...], "total"}`` (docs/api.md, "Workers")."""
+        return self._get("/v1/workers", {"consistent": "true" if consistent else None})
+
+    def worker(self, worker_id: str, consistent: bool = False) -> dict:
+        """One worker, with the runs it holds. :raises NotFound: no such worker."""
+        return self._get(f"/v1/workers/{_q(worker_id)}", {"consistent": "true" if consistent else None})
+
+    def drain_worker(self, worker_id: str) -> dict:
+        """Drain a worker: it is granted nothing more, lets its runs finish and stops
+        (docs/workers.md). ``{"worker", "state": "draining", "held"}``."""
+        return self.request("POST", f"/v1/workers/{_q(worker_id)}/drain")
+
     # ------------------------------------------------------------------ locks
     def lock_acquire(self, name: str, owner: str, ttl_s: float, *, deadline_s: float | None = None) -> dict:
         """Acquire lock ``name`` for ``ttl_s`` seconds: ``{"lock", "owner", "token", "expires_at"}``.
