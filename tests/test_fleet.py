@@ -174,6 +174,26 @@ def test_waiting_requests_are_served_oldest_first_with_one_acquire_each():
     run(t)
 
 
+def test_a_burst_of_runs_goes_to_as_many_of_the_oldest_requests_as_it_needs():
+    async def t(env, c):
+        await put_job(env, "j")
+        polls = []
+        for k in range(5):
+            polls.append(asyncio.ensure_future(lease(c, f"w{k}", wait_s=10, max=2)))
+            await until(lambda: env.fleet.dispatcher.waiting == k + 1, what=f"request {k} waiting")
+        acquires0 = len(env.ops("acquire"))
+        for _ in range(5):
+            await trigger(env, "j")
+        done = [await p for p in polls[:3]]
+        assert [len(d["runs"]) for d in done] == [2, 2, 1]
+        assert len(env.ops("acquire")) - acquires0 == 3  # three requests cover five runs
+        assert not polls[3].done() and not polls[4].done()
+        for p in polls[3:]:
+            p.cancel()
+        await asyncio.gather(*polls[3:], return_exceptions=True)
+    run(t)
+
+
 def test_placement_sends_a_run_to_the_request_whose_labels_fit_even_if_it_came_later():
     async def t(env, c):
         await put_job(env, "gpu", dict(SPEC, placement={"labels": {"pool": "gpu"}}))

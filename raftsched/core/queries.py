@@ -448,13 +448,21 @@ def fleet_gauges(s, now_ms: int) -> dict:
 def ready_for(s, queues: list[str] | None, labels: dict, types: frozenset | None, now_ms: int,
               scan_max: int) -> bool:
     """Whether an acquire by a worker of ``labels`` and executor ``types`` (None: every type)
-    serving ``queues`` (None: every queue) would hand something out now: a cheap local check for
-    a node's dispatcher of lease requests. Looks at the ready part of each heap (the entries
-    whose due has come, a subtree at its root) up to ``scan_max`` entries in all; it may say yes
-    for a run acquire turns out not to hand out (another node's worker took it first), and no
-    for one beyond the scan (the dispatcher then tries now and then anyway)."""
+    serving ``queues`` (None: every queue) would hand something out now (``ready_count``)."""
+    return ready_count(s, queues, labels, types, now_ms, scan_max, 1) > 0
+
+
+def ready_count(s, queues: list[str] | None, labels: dict, types: frozenset | None, now_ms: int,
+                scan_max: int, limit: int) -> int:
+    """How many runs (up to ``limit``) an acquire by a worker of ``labels`` and executor
+    ``types`` (None: every type) serving ``queues`` (None: every queue) could hand out now: a
+    cheap local count for a node's dispatcher of lease requests. Looks at the ready part of each
+    heap (the entries whose due has come, a subtree at its root) up to ``scan_max`` entries in
+    all; it may count a run acquire turns out not to hand out (another node's worker took it
+    first, or its tenant's tokens were counted once for several of its runs), and miss one
+    beyond the scan (the dispatcher then tries now and then anyway)."""
     names = queues if queues is not None else list(s._queued)
-    runs, jobs, tenants, scanned = s.runs, s.jobs, s.tenants, 0
+    runs, jobs, tenants, scanned, found = s.runs, s.jobs, s.tenants, 0, 0
     for q in names:
         for p, h in s._queued.get(q, {}).items():
             stack = [0]
@@ -481,8 +489,10 @@ def ready_for(s, queues: list[str] | None, labels: dict, types: frozenset | None
                 if t is not None and min(t["burst"] * 1_000_000, t["tokens_micro"]
                                          + max(0, now_ms - t["last_ms"]) * t["rate_milli"]) < 1_000_000:
                     continue
-                return True
-    return False
+                found += 1
+                if found >= limit:
+                    return found
+    return found
 
 
 def next_due_ms(s, queues: list[str] | None) -> int | None:

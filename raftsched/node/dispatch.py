@@ -6,10 +6,12 @@ may wait at one node at once. Answering them by letting each one propose an acqu
 replica shows work would be a thundering herd: a thousand acquires for one run, all but one
 granting nothing, each a log entry. The dispatcher instead keeps the waiting requests first in,
 first out, grouped by what they can take (queues, labels, executor types: requests of one group
-are interchangeable), and, when its replica shows ready work for a group (``queries.ready_for``),
-proposes ONE acquire, for that group's oldest request and its free slots, answers it, and only
-then looks again, for the next one, if work remains. A request that waits ``wait_s`` without
-work is answered with no runs.
+are interchangeable), and, when its replica shows ready work for a group
+(``queries.ready_count``), proposes acquires for that group's oldest requests (their free
+slots), only as many as cover the work it counted (one, for one run), in one turn of the loop,
+so they travel in one log entry and apply oldest first; it answers them, and only then looks
+again, for the next ones, if work remains. A request that waits ``wait_s`` without work is
+answered with no runs.
 
 The acquire is a replicated command like any other (core/leases.py): a run is granted once,
 through the log, to one worker, whichever node's dispatcher proposed the acquire. Dispatchers
@@ -90,7 +92,8 @@ class Dispatcher:
         self._propose = propose
         self._release = release
         self._groups: dict[tuple, collections.deque[LeaseRequest]] = {}
-        self._busy: set[tuple] = set()
+        #: group -> acquires in flight for it (a group is looked at again once they all ended)
+        self._busy: dict[tuple, int] = {}
         #: group -> no acquire before this monotonic time (after one that granted nothing)
         self._backoff: dict[tuple, float] = {}
         #: group -> monotonic time of its last acquire
@@ -157,8 +160,10 @@ class Dispatcher:
                 t.cancel()
 
     def _look(self) -> float:
-        """One look at every group: an acquire for the oldest request of each group (not busy,
-        not backing off) that its replica shows ready work for. Returns how long to sleep."""
+        """One look at every group that is not busy nor backing off: when its replica shows
+        ready work for it, acquires for its oldest requests, as many as cover that work (at
+        most ``dispatch_batch_max``), proposed in one turn of the loop (one log entry). Returns
+        how long to sleep."""
         if not self._groups:
             return node_limits.dispatch_poll_s * 50  # nothing waits: a request wakes the loop
         mono = self.clock.monotonic_s()
@@ -181,35 +186,39 @@ class Dispatcher:
                 continue
             head = q[0]
             types = None if head.types is None else frozenset(head.types)
-            ready = self.raft.read(queries.ready_for, head.queues, head.labels, types, now_ms,
-                                   node_limits.dispatch_ready_scan_max)
-            if not ready and mono - self._last_try.setdefault(key, mono) >= node_limits.dispatch_retry_s:
+            want = min(sum(r.n for r in q), node_limits.dispatch_ready_scan_max)
+            count = self.raft.read(queries.ready_count, head.queues, head.labels, types, now_ms,
+                                   node_limits.dispatch_ready_scan_max, want)
+            if not count and mono - self._last_try.setdefault(key, mono) >= node_limits.dispatch_retry_s:
                 # Ready work beyond the scan, maybe: acquire looks further, now and then.
-                ready = self.raft.read(queries.has_ready_work, head.queues, now_ms)
-            if not ready:
+                count = int(self.raft.read(queries.has_ready_work, head.queues, now_ms))
+            if not count:
                 nxt = self.raft.read(queries.next_due_ms, head.queues)
                 if nxt is not None and nxt > now_ms:
                     timeout = min(timeout, (nxt - now_ms) / 1000)
                 continue
-            self._busy.add(key)
+            picked, covered = [], 0
+            for r in q:
+                if r.gone():
+                    continue
+                picked.append(r)
+                covered += r.n
+                if covered >= count or len(picked) >= node_limits.dispatch_batch_max:
+                    break
+            self._busy[key] = len(picked)
             self._last_try[key] = mono
-            t = asyncio.create_task(self._serve(key), name="dispatch acquire")
-            self._tasks.add(t)
-            t.add_done_callback(self._tasks.discard)
+            for r in picked:
+                r.in_flight = True
+                t = asyncio.create_task(self._serve(key, r), name="dispatch acquire")
+                self._tasks.add(t)
+                t.add_done_callback(self._tasks.discard)
         return max(0.001, timeout)
 
-    async def _serve(self, key: tuple) -> None:
-        """One acquire for the oldest request of group ``key``; answer it, or give its runs back
-        if nobody waits for them any more."""
-        req = None
+    async def _serve(self, key: tuple, req: LeaseRequest) -> None:
+        """One acquire for ``req``; answer it, or give its runs back if nobody waits for them
+        any more."""
+        q = self._groups.get(key)
         try:
-            q = self._groups.get(key)
-            while q and q[0].gone():
-                self._abandon(q.popleft())
-            if not q:
-                return
-            req = q[0]
-            req.in_flight = True
             cmd = commands.make("acquire", self.clock.now_ms(), None, worker=req.worker, queues=req.queues,
                                 max=req.n, ttl=req.ttl_ms, types=req.types)
             self.acquires += 1
@@ -234,9 +243,13 @@ class Dispatcher:
             elif grants or draining:
                 self._answer(q, req, grants, draining, None)
             else:
-                req.in_flight = False  # nothing for it: it waits on, still the oldest
+                req.in_flight = False  # nothing for it: it waits on, in its place
         finally:
-            self._busy.discard(key)
+            left = self._busy.get(key, 1) - 1
+            if left > 0:
+                self._busy[key] = left
+            else:
+                self._busy.pop(key, None)
             self._wake.set()
 
     def _answer(self, q, req: LeaseRequest, grants: list[dict], draining: bool, error) -> None:
@@ -244,15 +257,17 @@ class Dispatcher:
         req.in_flight = False
         self.waiting -= 1
         req.done.set()
-        try:
-            q.remove(req)
-        except ValueError:
-            pass
+        self._unlink(q, req)
 
     def _drop(self, q, req: LeaseRequest) -> None:
         req.in_flight = False
         self.waiting -= 1  # abandoned while in flight: counted out now
-        try:
-            q.remove(req)
-        except ValueError:
-            pass
+        self._unlink(q, req)
+
+    @staticmethod
+    def _unlink(q, req: LeaseRequest) -> None:
+        if q is not None:
+            try:
+                q.remove(req)
+            except ValueError:
+                pass

@@ -122,6 +122,11 @@ dispatch_empty_backoff_s = 0.1
 #: acquire itself looks further: core acquire_scan_max).
 dispatch_ready_scan_max = 256
 dispatch_retry_s = 1.0
+#: Acquires the dispatcher proposes at once for one group (its oldest requests, as many as cover
+#: the ready work it counted), in one turn of the loop: they travel in one log entry, in order,
+#: so the oldest request is served first, and a burst of runs falling due together (a fired
+#: ahead second) goes out to that many waiting workers in one round trip.
+dispatch_batch_max = 32
 #: A remote worker's pauses between rounds of failed requests over every node: from the first,
 #: doubling to the last, each drawn between half and all of it (jitter, so a fleet that lost a
 #: node does not come back in step).
