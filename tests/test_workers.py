@@ -123,6 +123,10 @@ def test_commands_that_name_a_worker_see_it():
     res = do(s, "complete_many", T0 + 3 * SEC, results=[{"run": g["id"], "token": g["token"], "success": True}],
              worker="w1")
     assert res["results"][0]["ok"] and s.workers["w1"]["last_seen"] == T0 + 3 * SEC
+    assert s.workers["w1"]["completed"] == 1
+    # A refused (stale) outcome does not count.
+    do(s, "complete_many", T0 + 3 * SEC, results=[{"run": g["id"], "token": g["token"], "success": True}], worker="w1")
+    assert s.workers["w1"]["completed"] == 1
 
 
 def test_an_expired_lease_counts_as_a_loss_of_its_worker():

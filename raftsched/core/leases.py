@@ -261,10 +261,9 @@ def apply_complete_many(s, cmd: dict, now: int) -> dict:
                 and isinstance(it.get("success"), bool)):
             raise InvalidCommand("each result needs run, token, success")
     worker = cmd.get("worker")
-    if isinstance(worker, str):
-        w = s.workers.get(worker)
-        if w is not None and now > w["last_seen"]:
-            w["last_seen"] = now  # a registered worker is seen (workers.py)
+    w = s.workers.get(worker) if isinstance(worker, str) else None
+    if w is not None and now > w["last_seen"]:
+        w["last_seen"] = now  # a registered worker is seen (workers.py)
     out = []
     fast = s._fast_paths
     runs = s.runs
@@ -288,6 +287,8 @@ def apply_complete_many(s, cmd: dict, now: int) -> dict:
             out.append(apply_complete(s, it, now))
         except (Conflict, NotFound) as e:
             out.append({"ok": False, "run": it["run"], "error": e.to_dict()})
+    if w is not None:
+        w["completed"] += sum(1 for r in out if r["ok"])  # the worker's accepted outcomes
     return {"ok": True, "results": out}
 
 

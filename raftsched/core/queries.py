@@ -304,7 +304,7 @@ def _worker_view(wid: str, w: dict, now_ms: int, held: int) -> dict:
 def workers(s, now_ms: int) -> list[dict]:
     """Every registered worker by id: its record (workers._record: kind, labels, slots,
     executors, queues, version, instance, first_seen, last_seen, state, grants, losses,
-    releases) with ``id``, ``gone``, ``status`` (``active``, ``draining`` or ``gone``) and
+    releases, completed) with ``id``, ``gone``, ``status`` (``active``, ``draining`` or ``gone``) and
     ``held`` (runs it holds). Linear in the workers and the running runs."""
     held = _held_by(s)
     return [_worker_view(wid, w, now_ms, len(held.get(wid, ()))) for wid, w in sorted(s.workers.items())]

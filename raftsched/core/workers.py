@@ -5,7 +5,8 @@ Every process that leases runs is a **worker**: the embedded worker of a node (`
 to any node over the API (docs/workers.md). Each registers with a ``worker_hello`` carrying its
 facts (labels, slots, executors, queues, version, process instance); the registry
 (``s.workers``, a snapshot section of its own) keeps them with when it was first and last seen,
-whether it is ``active`` or ``draining``, and how many leases it was granted and lost.
+whether it is ``active`` or ``draining``, and how many leases it was granted, lost and gave
+back, and how many outcomes it reported that were accepted.
 
 Time is state time only, as everywhere in the core: ``last_seen`` is the ``now`` of the last
 command that named the worker (its hello, an acquire, a heartbeat, a completion, a release) or
@@ -140,7 +141,7 @@ def _record(facts: dict, now: int) -> dict:
     return {"kind": facts["kind"], "labels": facts["labels"], "slots": facts["slots"],
             "executors": facts["executors"], "queues": facts["queues"], "version": facts["version"],
             "instance": facts["instance"], "first_seen": now, "last_seen": now, "state": "active",
-            "grants": 0, "losses": 0, "releases": 0}
+            "grants": 0, "losses": 0, "releases": 0, "completed": 0}
 
 
 def _pairs(cmd: dict, key: str, op: str, max_items: int, second=is_int) -> list:
