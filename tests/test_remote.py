@@ -125,6 +125,19 @@ def test_when_no_node_answers_the_call_gives_up_at_its_deadline():
     run(t())
 
 
+def test_a_lease_request_refused_for_good_pauses_the_worker_instead_of_spinning():
+    async def t():
+        n = Node([(401, {"error": {"code": "unauthorized", "message": "wrong token", "field": None}})])
+        ch = RemoteChannel(WorkerConfig(urls=[await n.start()], token="wrong" * 8, worker_id="w1"), SystemClock())
+        try:
+            g = await ch.acquire(4, 10_000, None)
+            assert (g.runs, g.retry_after_s) == ([], node_limits.lease_refused_pause_s) and len(n.requests) == 1
+        finally:
+            await ch.close()
+            await n.close()
+    run(t())
+
+
 def test_a_default_worker_id_is_host_slash_pid():
     wid = default_worker_id()
     host, _, pid = wid.rpartition("/")

@@ -138,6 +138,9 @@ lease_request_slack_s = core.propose_timeout_s_default + 5.0
 #: One completion or release request's timeout, and how long a worker keeps retrying a release.
 worker_request_timeout_s = 10.0
 release_deadline_s = 15.0
+#: After a node refused a lease request for good (a wrong token, a full registry), the pause
+#: before the worker asks again.
+lease_refused_pause_s = 5.0
 #: How long a draining ``raftsched worker`` lets its runs finish before it gives them back,
 #: unless told otherwise (``--drain-s``).
 drain_s_default = 30.0

@@ -113,7 +113,16 @@ class RemoteChannel:
         body = dict(self.facts, max=n, wait_s=wait_s, ttl_ms=ttl_ms)
         attempt = wait_s + node_limits.lease_request_slack_s
         t0 = self.clock.monotonic_s()
-        res = await self._call("POST", "/lease", body, attempt_timeout_s=attempt, deadline_s=attempt)
+        try:
+            res = await self._call("POST", "/lease", body, attempt_timeout_s=attempt, deadline_s=attempt)
+        except RaftschedError as e:
+            if 400 <= getattr(e, "http_status", 0) < 500:
+                # Final: a wrong token (401), a full registry (422), a body this node refuses
+                # (another version): said once a pause, not ten times a second.
+                log.error("worker %s: the node refuses its lease requests (HTTP %s %s: %s); asking again in %g s",
+                          self.worker_id, e.http_status, e.code, e.message, node_limits.lease_refused_pause_s)
+                return Grants([], False, node_limits.lease_refused_pause_s)
+            raise
         runs, draining = res.get("runs") or [], bool(res.get("draining"))
         # An empty answer well before wait_s (a node that answers at once) is not a long-poll:
         # the loop's own pause applies, so the worker does not spin on it.
