@@ -101,6 +101,15 @@ def cmd_node(args) -> int:
     try:
         dial_map = parse_dial_map(args.dial_map)
         labels = parse_labels(args.labels)
+        if queues:
+            # The worker registers them (core/workers.py): a name the registry refuses would
+            # leave this node's worker unregistered.
+            from .core.errors import InvalidSpec
+            from .core.workers import check_queues
+            try:
+                check_queues(queues, "--queues")
+            except InvalidSpec as e:
+                raise ConfigError(f"{e.field}: {e.message}") from None
     except ConfigError as e:
         print(f"raftsched node: {e}", file=sys.stderr)
         return 2

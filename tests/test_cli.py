@@ -29,6 +29,7 @@ def cli(*args, env=None, stdin=None):
     (["--api", "nohost"], "expected HOST:PORT"),
     (["--labels", "pool"], "expected NAME=VALUE"),
     (["--labels", "pool=a b"], "label values are"),
+    (["--queues", "a b"], "--queues"),
 ])
 def test_node_flag_errors_are_one_line_and_exit_2(tmp_path, extra, msg):
     c = Cluster(tmp_path, n=1)

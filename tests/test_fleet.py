@@ -194,6 +194,33 @@ def test_a_burst_of_runs_goes_to_as_many_of_the_oldest_requests_as_it_needs():
     run(t)
 
 
+def test_idle_requests_of_many_groups_cost_one_read_a_look_while_nothing_changes():
+    """The dispatcher skips its look at every group while the replica applied nothing, no due time
+    came and nothing happened at the node, but for one full look a second."""
+    async def t(env, c):
+        polls = [asyncio.ensure_future(lease(c, f"w{k}", wait_s=10, labels={"host": f"h{k}"})) for k in range(40)]
+        await until(lambda: env.fleet.dispatcher.waiting == 40, what="40 requests waiting")
+        await asyncio.sleep(0.2)  # ok-sleep: lets the hellos' looks pass
+        reads = []
+        real = env.raft.read
+
+        def counted(fn, *args):
+            reads.append(fn.__name__)
+            return real(fn, *args)
+        env.raft.read = counted
+        await asyncio.sleep(0.5)  # ok-sleep: the window whose reads are counted
+        env.raft.read = real
+        looks = reads.count("applied_count")
+        assert looks >= 10, reads[:20]
+        # Without the skip: two reads a group a look (1 000 here); with it, one a look and at most
+        # one full look (two reads a group).
+        assert len(reads) <= looks + 2 * 40 + 10, (len(reads), looks)
+        for p in polls:
+            p.cancel()
+        await asyncio.gather(*polls, return_exceptions=True)
+    run(t)
+
+
 def test_placement_sends_a_run_to_the_request_whose_labels_fit_even_if_it_came_later():
     async def t(env, c):
         await put_job(env, "gpu", dict(SPEC, placement={"labels": {"pool": "gpu"}}))

@@ -495,6 +495,12 @@ def ready_count(s, queues: list[str] | None, labels: dict, types: frozenset | No
     return found
 
 
+def applied_count(s) -> int:
+    """Commands this replica applied (refused ones included): a reader that saw the same count
+    before saw the same state."""
+    return s.applied
+
+
 def next_due_ms(s, queues: list[str] | None) -> int | None:
     """The earliest due time at the head of the served queues' heaps (a hint: the head may be
     stale), or None when they are empty: how long a dispatcher may sleep."""

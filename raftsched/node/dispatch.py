@@ -100,6 +100,13 @@ class Dispatcher:
         self._last_try: dict[tuple, float] = {}
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
+        #: what the last full look saw: the replica's applied count, the earliest future due time
+        #: of the groups' queues (ms), when it ran (monotonic), and whether anything happened since
+        #: that a look must see (a request came, an acquire ended, a backoff ran out)
+        self._seen_applied: int | None = None
+        self._next_due_ms: float = float("inf")
+        self._full_at = 0.0
+        self._dirty = True
         #: requests waiting (not abandoned, not answered)
         self.waiting = 0
         self.acquires = 0
@@ -127,6 +134,7 @@ class Dispatcher:
             raise Unavailable(f"{self.waiting} lease requests wait at this node already; try another node")
         self._groups.setdefault(req.key, collections.deque()).append(req)
         self.waiting += 1
+        self._dirty = True
         self._wake.set()
         try:
             got = await wait_event(req.done, wait_s)
@@ -169,6 +177,17 @@ class Dispatcher:
         mono = self.clock.monotonic_s()
         now_ms = self.clock.now_ms()
         timeout = node_limits.dispatch_poll_s
+        # A look whose answer cannot have changed is skipped: the same replica (no command applied
+        # since), no due time reached, nothing new here, and a full look not long ago (time alone
+        # refills tenants' buckets). Idle requests of many groups then cost one read a poll.
+        applied = self.raft.read(queries.applied_count)
+        if (not self._dirty and applied == self._seen_applied and now_ms < self._next_due_ms
+                and mono - self._full_at < node_limits.dispatch_full_look_s):
+            return max(0.001, min(timeout, (self._next_due_ms - now_ms) / 1000))
+        self._dirty = False
+        self._seen_applied = applied
+        self._full_at = mono
+        self._next_due_ms = float("inf")
         for key in list(self._groups):
             q = self._groups[key]
             while q and q[0].gone():
@@ -183,6 +202,7 @@ class Dispatcher:
             after = self._backoff.get(key, 0.0)
             if after > mono:
                 timeout = min(timeout, after - mono)
+                self._dirty = True  # its backoff runs out before the state need change: look again
                 continue
             head = q[0]
             types = None if head.types is None else frozenset(head.types)
@@ -196,6 +216,7 @@ class Dispatcher:
                 nxt = self.raft.read(queries.next_due_ms, head.queues)
                 if nxt is not None and nxt > now_ms:
                     timeout = min(timeout, (nxt - now_ms) / 1000)
+                    self._next_due_ms = min(self._next_due_ms, nxt)
                 continue
             picked, covered = [], 0
             for r in q:
@@ -250,6 +271,7 @@ class Dispatcher:
                 self._busy[key] = left
             else:
                 self._busy.pop(key, None)
+            self._dirty = True
             self._wake.set()
 
     def _answer(self, q, req: LeaseRequest, grants: list[dict], draining: bool, error) -> None:

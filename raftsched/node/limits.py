@@ -122,6 +122,10 @@ dispatch_empty_backoff_s = 0.1
 #: acquire itself looks further: core acquire_scan_max).
 dispatch_ready_scan_max = 256
 dispatch_retry_s = 1.0
+#: While nothing changes (no command applied, no due time reached, no request, no acquire
+#: ended), the dispatcher skips its look at the groups, but looks at least this often (a
+#: tenant's bucket refills with time alone).
+dispatch_full_look_s = 1.0
 #: Acquires the dispatcher proposes at once for one group (its oldest requests, as many as cover
 #: the ready work it counted), in one turn of the loop: they travel in one log entry, in order,
 #: so the oldest request is served first, and a burst of runs falling due together (a fired
