@@ -117,6 +117,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sweep-ns", help="override the sweep's job counts, comma-separated (e.g. 1000,10000)")
     ap.add_argument("--e2e-jobs", type=int, help="override the end-to-end scenarios' job count (offered runs per second; "
                                              "e2e and fleet_e2e alike, so that their ratio compares one offered rate)")
+    ap.add_argument("--fleet-slots", type=int, help="override the slots of each fleet_e2e worker process")
     ap.add_argument("--scale-1m", action="store_true", help="also register 1,000,000 jobs in the scale scenario "
                                                            "(through PUT that takes an hour or more)")
     ap.add_argument("--state-machine-child", type=int, metavar="N", help=argparse.SUPPRESS)
@@ -152,6 +153,8 @@ def main(argv=None) -> int:
         p["storm_jobs"] = args.storm_jobs
     if args.e2e_jobs:
         p["e2e_jobs"] = args.e2e_jobs
+    if args.fleet_slots:
+        p["fleet_slots"] = args.fleet_slots
     p["sweep_ns"] = ([int(x) for x in args.sweep_ns.split(",")] if args.sweep_ns
                      else (p["sweep_ns"] if bulk or not p["sweep_ns_put"] else p["sweep_ns_put"]))
     p["scale_ns"] = p["scale_ns"] if bulk or not p["scale_ns_put"] else p["scale_ns_put"]
