@@ -355,7 +355,13 @@ def check_fencing(data: dict) -> dict:
         if g2["started_at"] < g1["started_at"]:
             examples.append(f"token {t2} ({g2['run']} attempt {g2['attempt']}) was granted at {g2['started_at']}, before token {t1} ({g1['run']}) at {g1['started_at']}: tokens do not grow with grant time")
     pauses = [f for f in data.get("faults", []) if f.get("kind") == "pause"]
-    stats = {"sink_accepted": accepted, "sink_refused": refused, "grants": len(grants), "pauses": len(pauses)}
+    remote = tuple(f"{w}/" for w in data.get("remote_workers") or [])
+    stats = {"sink_accepted": accepted, "sink_refused": refused, "grants": len(grants), "pauses": len(pauses),
+             # writes of attempts that ran on remote workers (raftsched worker processes)
+             "sink_accepted_remote": sum(1 for w in data.get("sink", []) if w.get("accepted")
+                                         and remote and str(w.get("worker") or "").startswith(remote)),
+             "sink_refused_remote": sum(1 for w in data.get("sink", []) if not w.get("accepted")
+                                        and remote and str(w.get("worker") or "").startswith(remote))}
     if examples:
         return _result(INVALID, examples, stats)
     if accepted == 0:
@@ -570,12 +576,14 @@ def spurious_expiries(data: dict, runs: list[dict]) -> list[str]:
     for w in data.get("sink", []):
         if w.get("phase") == "begin":
             begin_wall.setdefault((w.get("run"), w.get("attempt")), w["t_ms"])
+    remote = set(data.get("remote_workers") or [])
     out = []
     for r in runs:
         for a in r.get("attempts") or []:
             if a.get("ok") or "lease expired" not in (a.get("error") or "") or a.get("started_at") is None:
                 continue
-            node = nodes.get(str(a.get("worker") or "").split("/")[0])
+            worker = str(a.get("worker") or "")
+            node = nodes.get(worker.split("/")[0])
             held_ms = (a.get("finished_at") or a["started_at"]) - a["started_at"]
             began = begin_wall.get((r["id"], a["attempt"]))
             if began is not None:
@@ -583,15 +591,24 @@ def spurious_expiries(data: dict, runs: list[dict]) -> list[str]:
             else:
                 lo = a["started_at"] - ttl_ms - _STATE_TIME_SLACK_MS
                 hi = a["started_at"] + held_ms + _STATE_TIME_SLACK_MS
-            excused = any(f.get("kind") in _WORKER_FAULTS and node in (f.get("nodes") or [node])
-                          and f.get("start_ms", 0) <= hi and (f.get("end_ms") or 1 << 62) >= lo
-                          for f in data.get("faults", []))
+            if worker in remote:
+                # A remote worker talks to any node: a fault that stops or cuts off any node, or
+                # one of its own (killed, paused, cut off), excuses its lease's expiry.
+                excused = any(f.get("start_ms", 0) <= hi and (f.get("end_ms") or 1 << 62) >= lo
+                              and (f.get("kind") in _WORKER_FAULTS
+                                   or (f.get("kind", "").startswith("worker-") and worker in (f.get("workers") or [])))
+                              for f in data.get("faults", []))
+            else:
+                excused = any(f.get("kind") in _WORKER_FAULTS and node in (f.get("nodes") or [node])
+                              and f.get("start_ms", 0) <= hi and (f.get("end_ms") or 1 << 62) >= lo
+                              for f in data.get("faults", []))
             if not excused:
                 skew = f"; state time was {a['started_at'] - began:+d} ms off wall time at the grant" if began is not None else ""
                 clocks = [f"{f['fault'].get('offset_ms'):+d} ms on node-{f['nodes'][0] + 1}" for f in data.get("faults", [])
                           if f.get("kind") == "clock" and f.get("start_ms", 0) <= hi and (f.get("end_ms") or 1 << 62) >= lo]
+                whose = "that worker or any node" if worker in remote else "that worker's node"
                 out.append(f"run {r['id']} attempt {a['attempt']}: its lease (worker {a.get('worker')}) expired at {a.get('finished_at')} "
-                           f"though no fault stopped or cut off that worker's node{skew}" + (f"; clock jump(s) at the time: {', '.join(clocks)}" if clocks else ""))
+                           f"though no fault stopped or cut off {whose}{skew}" + (f"; clock jump(s) at the time: {', '.join(clocks)}" if clocks else ""))
     return out
 
 
@@ -651,6 +668,15 @@ def check_retries(data: dict) -> dict:
             for a in atts:
                 planned_fail = failure_plan.attempt_fails(r["id"], a["attempt"], fail_pct)
                 err = a.get("error") or ""
+                if a.get("released"):
+                    # Given back by its worker (a remote worker draining, or a lease answer that
+                    # could not be delivered): queued again at once, spending neither budget (I19).
+                    fault_caused += 1
+                    if first_read:
+                        counts["fault_failures"] += 1
+                        counts["released"] = counts.get("released", 0) + 1
+                    steps.append((a, None, failures, lost))
+                    continue
                 if a.get("ok"):
                     if planned_fail:
                         examples.append(f"{where}: run {r['id']} attempt {a['attempt']} succeeded, but the plan fails it")
@@ -680,7 +706,7 @@ def check_retries(data: dict) -> dict:
             elif st == "dead":
                 if any(a.get("ok") for a in atts):
                     examples.append(f"{where}: run {r['id']} is dead though an attempt succeeded")
-                elif steps:
+                elif steps and steps[-1][1] is not None:  # (a release of a deleted job's run ends it dead)
                     _, last_lost, f, l = steps[-1]
                     if last_lost and l <= LEASE_LOSSES_MAX:
                         examples.append(f"{where}: run {r['id']} is dead after losing its worker {l} time(s); up to {LEASE_LOSSES_MAX} losses are retried")
@@ -704,6 +730,8 @@ def check_retries(data: dict) -> dict:
                 nxt_start[r.get("attempt")] = r.get("started_at")
             for a, is_lost, f, l in steps:
                 start = nxt_start.get(a["attempt"] + 1)
+                if is_lost is None:
+                    continue  # released: retried at once, whatever the budgets
                 if start is None and not (st == "queued" and a is atts[-1]):
                     continue
                 if is_lost and l > LEASE_LOSSES_MAX:
@@ -963,6 +991,12 @@ def check_stress(data: dict) -> dict:
         why.append("no leader change was observed")
     if ran < scheduled:
         why.append(f"only {ran} of {scheduled} scheduled faults ran")
+    remote = tuple(f"{w}/" for w in data.get("remote_workers") or [])
+    if remote:
+        stats["sink_accepted_remote"] = sum(1 for w in data.get("sink", []) if w.get("accepted")
+                                            and str(w.get("worker") or "").startswith(remote))
+        if not stats["sink_accepted_remote"]:
+            why.append("no run executed on a remote worker reached the sink")
     return _result(UNKNOWN if why else VALID, why, stats, "; ".join(why))
 
 

@@ -10,17 +10,24 @@ from __future__ import annotations
 
 import random
 
-NEMESES = ("kill", "pause", "partition", "clock", "restart-all")
+NEMESES = ("kill", "pause", "partition", "clock", "restart-all", "worker")
+#: Remote workers (``raftsched worker`` processes, outside the quorum) of every run, and the label
+#: they carry: a job placed on it runs only on them, the nodes' own workers carry no label.
+REMOTE_WORKERS = ("w1", "w2")
+FLEET_LABELS = {"pool": "fleet"}
 LEASE_TTL_S = 2
 CLOCK_JUMP_MS = 3 * LEASE_TTL_S * 1000  # "several lease TTLs"
 
 PROFILES = {
-    # About two minutes of faults on a 2-core machine: 12 jobs, two clients, one fault at a time.
-    "ci": {"time_limit_s": 120, "jobs_initial": 12, "jobs_min": 10, "jobs_max": 16, "clients": 2,
-           "op_gap_s": (1.5, 3.5), "calm_s": (2.5, 4.0), "cron_share": 0.0, "extra_faults": True},
+    # About two minutes of faults on a 2-core machine: 12 jobs, two clients, one fault at a time
+    # (140 s since the remote workers' three faults joined the twelve on the nodes).
+    "ci": {"time_limit_s": 140, "jobs_initial": 12, "jobs_min": 10, "jobs_max": 16, "clients": 2,
+           "op_gap_s": (1.5, 3.5), "calm_s": (2.5, 4.0), "cron_share": 0.0, "extra_faults": True,
+           "placed_share": 0.4},
     # Longer, more jobs, cron schedules too, longer faults.
     "soak": {"time_limit_s": 600, "jobs_initial": 16, "jobs_min": 10, "jobs_max": 20, "clients": 3,
-             "op_gap_s": (1.0, 3.0), "calm_s": (2.0, 6.0), "cron_share": 0.3, "extra_faults": True},
+             "op_gap_s": (1.0, 3.0), "calm_s": (2.0, 6.0), "cron_share": 0.3, "extra_faults": True,
+             "placed_share": 0.4},
 }
 
 EXECUTOR = {"type": "python", "target": "jepsen_runner:attempt"}
@@ -52,10 +59,13 @@ def _overlap(rng: random.Random) -> dict:
     return {"policy": policy}
 
 
-def job_spec(rng: random.Random, cron_share: float, version: int) -> dict:
-    return {"schedule": _schedule(rng, cron_share), "executor": EXECUTOR, "misfire": _misfire(rng),
+def job_spec(rng: random.Random, cron_share: float, version: int, placed: bool = False) -> dict:
+    spec = {"schedule": _schedule(rng, cron_share), "executor": EXECUTOR, "misfire": _misfire(rng),
             "retry": _retry(rng), "overlap": _overlap(rng), "timeout_s": 30, "history": 1000,
             "description": f"version {version}"}
+    if placed:  # runs only on the remote workers (docs/workers.md, placement)
+        spec["placement"] = {"labels": dict(FLEET_LABELS)}
+    return spec
 
 
 def updated_spec(rng: random.Random, spec: dict, version: int) -> dict:
@@ -108,7 +118,7 @@ def generate_workload(rng: random.Random, prof: dict, time_limit_s: float) -> tu
         nonlocal counter
         name = f"j{counter:02d}"
         counter += 1
-        spec = job_spec(rng, prof["cron_share"], 1)
+        spec = job_spec(rng, prof["cron_share"], 1, placed=rng.random() < prof.get("placed_share", 0))
         # A third of the jobs work longer than the lease TTL (2 s), so their leases live on
         # heartbeats: renewals, a pause in mid-attempt, a clock jump during a lease.
         long_work = rng.random() < 0.3
@@ -186,6 +196,13 @@ def _fault(rng: random.Random, kind: str, **kw) -> dict:
                  duration=round(rng.uniform(6.0, 10.0), 2))
     elif kind == "restart-all":
         f.update(target="all", duration=round(rng.uniform(1.0, 3.0), 2))
+    elif kind in ("worker-kill", "worker-pause", "worker-partition"):
+        # A remote worker: the one holding the most leases when the fault starts (the nemesis
+        # resolves it), else the pre-drawn one. A pause outlasts the lease TTL, as a node's does.
+        f.update(target="remote-worker", worker=rng.choice(REMOTE_WORKERS),
+                 duration=round(rng.uniform(2.5, 3.5) * LEASE_TTL_S if kind == "worker-pause" else rng.uniform(3.0, 5.0), 2))
+        if kind == "worker-partition":
+            f["mode"] = kw.get("mode", rng.choice(["blackhole", "reset"]))
     return f
 
 
@@ -208,13 +225,17 @@ def generate_faults(rng: random.Random, prof: dict, time_limit_s: float, nemeses
         # backward, it fires late (misfires) until its clock catches up with the cursors.
         required += [_fault(rng, "clock", target="leader", offset_ms=CLOCK_JUMP_MS),
                      _fault(rng, "clock", target="leader", offset_ms=-CLOCK_JUMP_MS)]
+    if "worker" in nemeses:
+        # The remote workers: killed, paused past the lease TTL, cut off from every node.
+        required += [_fault(rng, "worker-kill"), _fault(rng, "worker-pause"), _fault(rng, "worker-partition")]
     rng.shuffle(required)
     if "restart-all" in nemeses:
         required.insert(len(required) // 2 + rng.randrange(len(required) // 2 + 1), _fault(rng, "restart-all"))
     faults = []
     t = 6.0  # let the workload create its jobs and runs start first
     queue = list(required)
-    kinds = [k for k in nemeses if k in NEMESES]
+    kinds = [k for k in nemeses if k in NEMESES and k != "worker"]
+    kinds += ["worker-kill", "worker-pause", "worker-partition"] if "worker" in nemeses else []
     while kinds:
         f = queue.pop(0) if queue else (_fault(rng, rng.choice(kinds)) if prof["extra_faults"] else None)
         if f is None:
@@ -238,4 +259,4 @@ def generate(seed: int, profile: str, time_limit_s: float | None, nemeses: list[
     faults = generate_faults(random.Random(rng.random()), prof, tl, nemeses)
     return {"seed": seed, "profile": profile, "time_limit_s": tl, "nemeses": list(nemeses),
             "lease_ttl_s": LEASE_TTL_S, "clients": prof["clients"], "ops": ops, "plan": {"jobs": plan},
-            "faults": faults}
+            "faults": faults, "remote_workers": list(REMOTE_WORKERS), "fleet_labels": dict(FLEET_LABELS)}

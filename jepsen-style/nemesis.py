@@ -28,6 +28,9 @@ class Nemesis:
         self.paused: set[int] = set()
         self.cut: set[str] = set()           # links not in pass mode
         self.shifted: set[int] = set()       # nodes with a clock offset
+        self.workers_down: set[str] = set()  # remote workers killed, not restarted yet
+        self.workers_paused: set[str] = set()
+        self.workers_cut: set[str] = set()
         #: fault intervals as they happened, for the checkers and the timeline
         self.log: list[dict] = []
 
@@ -85,6 +88,33 @@ class Nemesis:
             return None
         return None
 
+    async def remote_worker(self, f: dict) -> str:
+        """The remote worker holding the most leases now (of long-working jobs when there are),
+        among those that run and are neither paused nor cut off; else the pre-drawn one."""
+        ok = [w for w in self.cp.remote_workers
+              if w not in self.workers_down and w not in self.workers_paused and w not in self.workers_cut]
+        for k in range(25):
+            for i in range(3):
+                if i in self.down or i in self.paused:
+                    continue
+                try:
+                    async with self.session.get(self.cp.nodes[i].url + "/v1/runs?state=running&limit=1000",
+                                                timeout=aiohttp.ClientTimeout(total=2)) as r:
+                        runs = (await r.json())["runs"] if r.status == 200 else None
+                except (asyncio.TimeoutError, aiohttp.ClientError, OSError, ValueError, KeyError):
+                    runs = None
+                if runs is None:
+                    continue
+                count: dict[str, int] = {}
+                for run in runs:
+                    if run.get("worker") in ok and (k >= 20 or run.get("job") in self.long_jobs):
+                        count[run["worker"]] = count.get(run["worker"], 0) + 1
+                if count:
+                    return max(sorted(count), key=count.get)
+                break
+            await asyncio.sleep(0.15)
+        return f["worker"] if f["worker"] in ok or not ok else ok[0]
+
     async def resolve(self, f: dict) -> int:
         target = f.get("target")
         if target == "leader":
@@ -110,13 +140,16 @@ class Nemesis:
                 await asyncio.sleep(delay)
             entry = {"id": f["id"], "kind": f["kind"], "start_ms": time.time_ns() // 1_000_000, "fault": f}
             self.log.append(entry)
-            entry["nodes"] = await self.start(f)
+            hit = await self.start(f)
+            entry["workers" if f["kind"].startswith("worker-") else "nodes"] = hit
             entry["in_place_ms"] = time.time_ns() // 1_000_000
             await asyncio.sleep(max(0.0, f["duration"] - (time.monotonic() - (t0 + f["at"]))))
-            await self.stop(f, entry["nodes"])
+            await self.stop(f, hit)
             entry["end_ms"] = time.time_ns() // 1_000_000
 
-    async def start(self, f: dict) -> list[int]:
+    async def start(self, f: dict) -> list:
+        """Start fault ``f``; returns what it hit: node indexes, or remote worker ids for the
+        worker-* kinds."""
         self._rec(f, "invoke", "start")
         kind = f["kind"]
         if kind == "restart-all":
@@ -125,6 +158,19 @@ class Nemesis:
                 self.cp.signal_node(i, signal.SIGKILL)
                 self.down.add(i)
                 self.paused.discard(i)
+        elif kind.startswith("worker-"):
+            w = await self.remote_worker(f)
+            if kind == "worker-kill":
+                self.cp.signal_worker(w, signal.SIGKILL)
+                self.workers_down.add(w)
+            elif kind == "worker-pause":
+                self.cp.signal_worker(w, signal.SIGSTOP)
+                self.workers_paused.add(w)
+            else:
+                self.cp.set_worker_links(w, f["mode"])
+                self.workers_cut.add(w)
+            self._rec(f, "info", "start", workers=[w])
+            return [w]
         else:
             i = await self.resolve(f)
             nodes = [i]
@@ -148,9 +194,23 @@ class Nemesis:
         self._rec(f, "info", "start", nodes=nodes)
         return nodes
 
-    async def stop(self, f: dict, nodes: list[int]) -> None:
-        self._rec(f, "invoke", "stop", nodes=nodes)
+    async def stop(self, f: dict, nodes: list) -> None:
         kind = f["kind"]
+        if kind.startswith("worker-"):
+            self._rec(f, "invoke", "stop", workers=nodes)
+            for w in nodes:
+                if kind == "worker-kill" and w in self.workers_down:
+                    self.cp.start_worker(w)  # the same --id: a new process, with none of the old leases
+                    self.workers_down.discard(w)
+                elif kind == "worker-pause" and w in self.workers_paused:
+                    self.cp.signal_worker(w, signal.SIGCONT)
+                    self.workers_paused.discard(w)
+                elif kind == "worker-partition" and w in self.workers_cut:
+                    self.cp.set_worker_links(w, "pass")
+                    self.workers_cut.discard(w)
+            self._rec(f, "info", "stop", workers=nodes)
+            return
+        self._rec(f, "invoke", "stop", nodes=nodes)
         for i in nodes:
             if kind in ("kill", "restart-all") and i in self.down:
                 self.cp.start_node(i)
@@ -184,6 +244,16 @@ class Nemesis:
             if not self.cp.node_alive(i):
                 self.cp.start_node(i)
         self.down.clear()
+        for w in self.cp.remote_workers:
+            if w in self.workers_paused:
+                self.cp.signal_worker(w, signal.SIGCONT)
+            if w in self.workers_cut:
+                self.cp.set_worker_links(w, "pass")
+            if not self.cp.worker_alive(w):
+                self.cp.start_worker(w)
+        self.workers_down.clear()
+        self.workers_paused.clear()
+        self.workers_cut.clear()
         for e in self.log:
             e.setdefault("end_ms", time.time_ns() // 1_000_000)
         self.history.add({"process": "nemesis", "type": "info", "f": "heal"})

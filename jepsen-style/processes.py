@@ -1,8 +1,10 @@
-"""The processes of one run: three nodes (the package's harness, raftsched.testing), the fenced
-sink and the link proxies. What is this harness's own: the nodes dial each other through one
-proxy per link, each node reads its clock offset from a file, the sink and the proxy run beside
-them, and every process runs in a session of its own. Every process is stopped by its PID,
-whatever happens (``stop_all`` in a ``finally``)."""
+"""The processes of one run: three nodes (the package's harness, raftsched.testing), two remote
+workers (``raftsched worker``, outside the quorum), the fenced sink and the link proxies. What is
+this harness's own: the nodes dial each other through one proxy per link, each remote worker
+reaches each node's API through a proxy link of its own (so the nemesis can cut a worker off),
+each node reads its clock offset from a file, the sink and the proxy run beside them, and every
+process runs in a session of its own. Every process is stopped by its PID, whatever happens
+(``stop_all`` in a ``finally``)."""
 from __future__ import annotations
 
 import json
@@ -34,14 +36,19 @@ class Node:
 
 
 class ClusterProcs:
-    """Three nodes dialling each other through one proxy per link, a sink, a proxy process."""
+    """Three nodes dialling each other through one proxy per link, remote workers reaching the
+    nodes through proxy links of their own, a sink, a proxy process."""
 
-    def __init__(self, work: Path, lease_ttl_s: float, slots: int = 8, product: Path = REPO) -> None:
+    def __init__(self, work: Path, lease_ttl_s: float, slots: int = 8, product: Path = REPO,
+                 remote_workers: tuple = (), worker_labels: dict | None = None) -> None:
         self.work = work
         #: the source tree whose raftsched the nodes run (python -m puts its cwd first on sys.path)
         self.product = Path(product).resolve()
+        #: the remote workers' ids, and the labels they carry (placed jobs run only on them)
+        self.remote_workers = list(remote_workers)
+        self.worker_labels = dict(worker_labels or {})
         # Every port of the run in one call, so that none of them can be handed out twice.
-        ports = free_ports(3 + 3 + 3 + 2)
+        ports = free_ports(3 + 3 + 3 + 2 + 3 * len(self.remote_workers))
         self.token = "jepsen-token-" + os.urandom(8).hex()
         self.lease_ttl_s = lease_ttl_s
         # Run slots per worker: enough that one worker alone (the other paused or killed) has a
@@ -63,6 +70,17 @@ class ClusterProcs:
             name = f"n{a + 1}-n{b + 1}"
             self.links[name] = {"nodes": (a, b), "port": ports[6 + k], "dialer": dialer.i, "acceptor": acceptor.i}
         self.sink_port, self.proxy_control = ports[9], ports[10]
+        #: worker id -> {node index: its proxy link's name}; the worker's --url lists the links
+        self.worker_links: dict[str, dict[int, str]] = {}
+        for w, wid in enumerate(self.remote_workers):
+            self.worker_links[wid] = {}
+            for i in range(3):
+                name = f"{wid}-n{i + 1}"
+                self.links[name] = {"worker": wid, "node": i, "port": ports[11 + 3 * w + i],
+                                    "target": self.nodes[i].api_port}
+                self.worker_links[wid][i] = name
+        #: the remote workers run in this group, apart from the sink and the proxy
+        self.workers = Procs(new_session=True)
         self.sink_log = work / "sink.jsonl"
         self.plan_file = work / "plan.json"
         self.secret_file = self.cluster.secret_file
@@ -72,7 +90,7 @@ class ClusterProcs:
 
     def link_between(self, a: int, b: int) -> str:
         for name, l in self.links.items():
-            if set(l["nodes"]) == {a, b}:
+            if "nodes" in l and set(l["nodes"]) == {a, b}:
                 return name
         raise KeyError((a, b))
 
@@ -84,7 +102,8 @@ class ClusterProcs:
     def start_proxy(self) -> None:
         argv = [sys.executable, str(HERE / "proxy.py"), "--control", str(self.proxy_control)]
         for name, l in self.links.items():
-            argv += ["--link", f"{name}:{l['port']}:{self.nodes[l['acceptor']].raft_port}"]
+            target = l["target"] if "worker" in l else self.nodes[l["acceptor"]].raft_port
+            argv += ["--link", f"{name}:{l['port']}:{target}"]
         self.procs.start("proxy", argv, self.work / "proxy.log", cwd=REPO)
         wait_port(self.proxy_control, 15)
 
@@ -108,12 +127,43 @@ class ClusterProcs:
         """Node i's flags: the shared ones, its peers' proxies (the dial map) and its clock file."""
         n = self.nodes[i]
         dial = [f"{self.nodes[l['acceptor']].raft}=127.0.0.1:{l['port']}"
-                for l in self.links.values() if l["dialer"] == n.i]
+                for l in self.links.values() if l.get("dialer") == n.i]
         return ["--slots", str(self.slots), "--lease-ttl-s", str(self.lease_ttl_s), "--executors", "python",
                 "--dial-map", ",".join(dial), "--clock-offset-file", str(n.clock_file)]
 
     def start_node(self, i: int) -> None:
         self.cluster.start(i)
+
+    # ------------------------------------------------------------------ remote workers
+    def worker_log(self, wid: str) -> Path:
+        return self.work / f"{wid}.log"
+
+    def start_worker(self, wid: str) -> None:
+        """Start remote worker ``wid``: ``raftsched worker`` with the fleet's labels, reaching
+        the nodes through its proxy links, running the workload's python target."""
+        urls = ",".join(f"http://127.0.0.1:{self.links[name]['port']}" for name in self.worker_links[wid].values())
+        labels = ",".join(f"{k}={v}" for k, v in sorted(self.worker_labels.items()))
+        argv = [sys.executable, "-m", "raftsched.cli", "worker", "--url", urls, "--token-file", str(self.token_file),
+                "--id", wid, "--slots", str(self.slots), "--lease-ttl-s", str(self.lease_ttl_s), "--executors", "python",
+                "--wait-s", "5", "--drain-s", "1"] + (["--labels", labels] if labels else [])
+        path = os.environ.get("PYTHONPATH")
+        env = {"PYTHONPATH": os.pathsep.join([str(self.product), str(HERE)] + ([path] if path else [])),
+               "JEPSEN_SINK": f"127.0.0.1:{self.sink_port}", "JEPSEN_PLAN": str(self.plan_file), "JEPSEN_NODE": wid}
+        self.workers.start(wid, argv, self.worker_log(wid), env=env, cwd=self.product)
+
+    def worker_alive(self, wid: str) -> bool:
+        return self.workers.alive(wid)
+
+    def worker_paused(self, wid: str) -> bool:
+        return wid in self.workers.paused
+
+    def signal_worker(self, wid: str, sig: int) -> bool:
+        return self.workers.signal(wid, sig)
+
+    def set_worker_links(self, wid: str, mode: str) -> None:
+        """Cut remote worker ``wid`` off from every node (blackhole, reset), or reconnect it (pass)."""
+        for name in self.worker_links[wid].values():
+            self.set_link(name, mode)
 
     def node_alive(self, i: int) -> bool:
         return self.cluster.children.alive(i)
@@ -126,7 +176,7 @@ class ClusterProcs:
 
     def stop_all(self) -> None:
         """Stop the nodes, the sink and the proxy, each by its PID."""
-        for group in (self.cluster.children, self.procs):
+        for group in (self.workers, self.cluster.children, self.procs):
             try:
                 group.stop_all()
             except Exception as e:  # keep stopping the others

@@ -2,11 +2,12 @@
 """Run one Jepsen-style test of raftsched against real node processes on 127.0.0.1.
 
     .venv/bin/python jepsen-style/run.py --profile ci --seed 7 [--time-limit 120]
-        [--nemesis kill,pause,partition,clock,restart-all] [--store store] [--replay schedule.json]
+        [--nemesis kill,pause,partition,clock,restart-all,worker] [--store store] [--replay schedule.json]
 
 1. Generate the workload and the fault schedule from the seed (generator.py), save schedule.json.
-2. Start the fenced sink, one proxy per node pair, three nodes (fresh data dirs) dialling each other
-   through the proxies.
+2. Start the fenced sink, one proxy per node pair (and one per remote worker and node), three nodes
+   (fresh data dirs) dialling each other through the proxies, then the remote workers
+   (``raftsched worker``, outside the quorum; the jobs placed on their label run only there).
 3. Run the clients, the nemesis, a monitor (each node's role every 0.5 s) and a reader (a node's
    whole run table every few seconds) until the time limit.
 4. Heal everything; wait for the schedule to settle; read the final state through every node with
@@ -70,7 +71,7 @@ def compact_run(r: dict) -> dict:
         out[k] = iso_ms(r.get(k))
     if r.get("attempts") is not None:
         out["attempts"] = [{"attempt": a.get("attempt"), "token": a.get("token"), "worker": a.get("worker"),
-                            "ok": a.get("ok"), "error": a.get("error"),
+                            "ok": a.get("ok"), "error": a.get("error"), "released": bool(a.get("released")),
                             "started_at": iso_ms(a.get("started_at")), "finished_at": iso_ms(a.get("finished_at"))}
                            for a in r["attempts"]]
     return out
@@ -89,7 +90,9 @@ class Run:
         self.sched = sched
         self.run_dir = run_dir
         self.work = work
-        self.cp = ClusterProcs(work, sched["lease_ttl_s"], product=Path(args.product))
+        self.cp = ClusterProcs(work, sched["lease_ttl_s"], product=Path(args.product),
+                               remote_workers=tuple(sched.get("remote_workers") or ()),
+                               worker_labels=sched.get("fleet_labels"))
         self.history = History(run_dir / "history.jsonl")
         self.monitor: list[dict] = []
         self.periodic: list[dict] = []
@@ -274,6 +277,8 @@ class Run:
             self.session = session
             self.nemesis = Nemesis(cp, self.history, session, sched["plan"])
             await self.wait_leader(60)
+            for w in cp.remote_workers:
+                cp.start_worker(w)
             t0 = time.monotonic()
             self.times["t0_ms"] = now_ms()
             self.history.add({"process": "harness", "type": "info", "f": "start"})
@@ -349,13 +354,17 @@ class Run:
         return {"schedule": self.sched, "history": self.history.ops, "sink": sink, "reads": self.reads,
                 "periodic": self.periodic, "monitor": self.monitor, "faults": self.nemesis.log if self.nemesis else [],
                 "hashes": self.hashes, "times": self.times, "settle": self.settle,
-                "nodes": [{"id": n.id, "raft": n.raft} for n in self.cp.nodes], "notes": self.notes}
+                "nodes": [{"id": n.id, "raft": n.raft} for n in self.cp.nodes],
+                "remote_workers": list(self.cp.remote_workers), "notes": self.notes}
 
     def collect(self) -> None:
         (self.run_dir / "nodes").mkdir(exist_ok=True)
         for n in self.cp.nodes:
             if n.log.exists():
                 shutil.copy(n.log, self.run_dir / "nodes" / f"{n.id}.log")
+        for w in self.cp.remote_workers:
+            if self.cp.worker_log(w).exists():
+                shutil.copy(self.cp.worker_log(w), self.run_dir / "nodes" / f"{w}.log")
         for name in ("sink.jsonl", "sink.out", "proxy.log", "plan.json"):
             if (self.work / name).exists():
                 shutil.copy(self.work / name, self.run_dir / name)
@@ -425,7 +434,8 @@ def main(argv=None) -> int:
         results["valid"] = "unknown" if results["valid"] != "invalid" else "invalid"
     (run_dir / "results.json").write_text(json.dumps(results, indent=1, default=str))
     (run_dir / "final-states.json").write_text(json.dumps(run.reads, default=str))
-    (run_dir / "run-data.json").write_text(json.dumps({k: data[k] for k in ("faults", "hashes", "times", "settle", "nodes", "notes")},
+    (run_dir / "run-data.json").write_text(json.dumps({k: data[k] for k in ("faults", "hashes", "times", "settle", "nodes",
+                                                                           "remote_workers", "notes")},
                                                       default=str))
     verdict = checker.render_verdict(results, data, run_dir)
     (run_dir / "verdict.txt").write_text(verdict)

@@ -126,12 +126,13 @@ class AsyncClient:
         return status, rh, data
 
     async def request(self, method: str, path: str, body: Any = None, *, idempotent_key: str | None = None,
-                      deadline_s: float | None = None, headers: dict | None = None,
+                      deadline_s: float | None = None, timeout_s: float | None = None, headers: dict | None = None,
                       recover: Callable[[RaftschedError], Any] | None = None,
                       accept: tuple[int, ...] = ()) -> Any:
         """:meth:`raftsched.client.Client.request`, awaited: the same rules, the same errors."""
         mutating, data, hdrs = prepare(method, body, idempotent_key, self.token, headers)
-        call = Call(self.urls, method, path, mutating, start=self._preferred, timeout_s=self.timeout_s,
+        call = Call(self.urls, method, path, mutating, start=self._preferred,
+                    timeout_s=self.timeout_s if timeout_s is None else timeout_s,
                     budget_s=self.deadline_s if deadline_s is None else deadline_s,
                     now_s=time.monotonic(), accept=accept)
         try:

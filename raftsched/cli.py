@@ -44,6 +44,26 @@ def parse_dial_map(text: str) -> dict[str, str] | None:
     return dict(item.split("=", 1) for item in items) or None
 
 
+def parse_labels(text: str, what: str = "--labels") -> dict[str, str]:
+    """``--labels k=v,k=v`` (docs/workers.md): a worker's labels. :raises ConfigError:"""
+    from .core.errors import InvalidSpec
+    from .core.workers import check_labels
+    out = {}
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        k, sep, v = item.partition("=")
+        if not sep:
+            raise ConfigError(f"{what}: expected NAME=VALUE, got {item!r}")
+        if k.strip() in out:
+            raise ConfigError(f"{what}: label {k.strip()!r} given twice")
+        out[k.strip()] = v.strip()
+    try:
+        return check_labels(out, what)
+    except InvalidSpec as e:
+        raise ConfigError(f"{e.field}: {e.message}") from None
+
+
 def cmd_node(args) -> int:
     _setup_logging(args.log_level)
     try:
@@ -81,6 +101,16 @@ def cmd_node(args) -> int:
     queues = [q.strip() for q in args.queues.split(",") if q.strip()] if args.queues else None
     try:
         dial_map = parse_dial_map(args.dial_map)
+        labels = parse_labels(args.labels)
+        if queues:
+            # The worker registers them (core/workers.py): a name the registry refuses would
+            # leave this node's worker unregistered.
+            from .core.errors import InvalidSpec
+            from .core.workers import check_queues
+            try:
+                check_queues(queues, "--queues")
+            except InvalidSpec as e:
+                raise ConfigError(f"{e.field}: {e.message}") from None
     except ConfigError as e:
         print(f"raftsched node: {e}", file=sys.stderr)
         return 2
@@ -88,7 +118,7 @@ def cmd_node(args) -> int:
         node_id=args.id, api_host=api_host, api_port=api_port, raft_addr=f"{raft_host}:{raft_port}",
         peers=peers, data_dir=args.data_dir, secret=secret, token=token,
         worker_slots=args.slots, worker_queues=queues, executor_types=types,
-        execute_on_leader=args.execute_on_leader, lease_ttl_ms=ttl_ms,
+        execute_on_leader=args.execute_on_leader, lease_ttl_ms=ttl_ms, worker_labels=labels,
         dial_map=dial_map, clock_offset_file=args.clock_offset_file or None,
         fire_log_path=args.fire_log or None,
     )
@@ -103,6 +133,69 @@ def cmd_node(args) -> int:
         print(f"raftsched node: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+# ---------------------------------------------------------------------------- worker
+def cmd_worker(args) -> int:
+    """``raftsched worker``: a worker process outside the Raft quorum (node/remote.py)."""
+    from .core.errors import InvalidSpec
+    from .core.workers import check_queues, check_worker_id
+    from .node.remote import WorkerConfig, default_worker_id, run_worker
+
+    _setup_logging(args.log_level)
+    try:
+        urls = [u.strip() for u in (args.url or "").split(",") if u.strip()]
+        if not urls:
+            raise ConfigError("--url is required: the API of one node, or of several, comma-separated")
+        for u in urls:
+            if not u.startswith(("http://", "https://")):
+                raise ConfigError(f"--url: {u!r} is not an http:// or https:// URL")
+        token = None
+        if args.token_file:
+            token = read_secret_file(args.token_file, "token file")
+        elif os.environ.get("RAFTSCHED_TOKEN"):
+            token = os.environ["RAFTSCHED_TOKEN"].strip()
+        else:
+            raise ConfigError("--token-file is required (or RAFTSCHED_TOKEN): the worker protocol's requests "
+                              "are mutations, and a node refuses them without its token")
+        wid = args.id or default_worker_id()
+        queues = [q.strip() for q in args.queues.split(",") if q.strip()] or None
+        try:
+            check_worker_id(wid, "--id")
+            queues = check_queues(queues, "--queues")
+        except InvalidSpec as e:
+            raise ConfigError(f"{e.field}: {e.message}") from None
+        labels = parse_labels(args.labels)
+    except ConfigError as e:
+        print(f"raftsched worker: {e}", file=sys.stderr)
+        return 2
+    types = frozenset(t.strip() for t in args.executors.split(",") if t.strip())
+    bad = types - set(EXECUTOR_TYPES)
+    if bad or not types:
+        print(f"raftsched worker: --executors: unknown type(s) {', '.join(sorted(bad)) or '(none given)'}; "
+              f"choose from {', '.join(EXECUTOR_TYPES)}", file=sys.stderr)
+        return 2
+    if not 1 <= args.slots <= limits.worker_slots_max:
+        print(f"raftsched worker: --slots must be 1..{limits.worker_slots_max}", file=sys.stderr)
+        return 2
+    ttl_ms = int(args.lease_ttl_s * 1000)
+    if not limits.lease_ttl_ms_min <= ttl_ms <= limits.lease_ttl_ms_max:
+        print(f"raftsched worker: --lease-ttl-s must be {limits.lease_ttl_ms_min / 1000}..{limits.lease_ttl_ms_max / 1000}",
+              file=sys.stderr)
+        return 2
+    from .node import limits as node_limits
+    if not 0 <= args.wait_s <= node_limits.lease_wait_s_max:
+        print(f"raftsched worker: --wait-s must be 0..{node_limits.lease_wait_s_max:g}", file=sys.stderr)
+        return 2
+    if not 0 <= args.drain_s <= 24 * 3600:
+        print("raftsched worker: --drain-s must be 0..86400", file=sys.stderr)
+        return 2
+    cfg = WorkerConfig(urls=urls, token=token, worker_id=wid, queues=queues, labels=labels, slots=args.slots,
+                       executors=types, drain_s=args.drain_s, lease_ttl_ms=ttl_ms, wait_s=args.wait_s)
+    try:
+        return asyncio.run(run_worker(cfg))
+    except KeyboardInterrupt:
+        return 130
 
 
 # ---------------------------------------------------------------------------- client
@@ -230,12 +323,30 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("--execute-on-leader", action="store_true",
                    help="let the leader execute runs too (by default only followers do, unless the cluster has one node)")
     n.add_argument("--lease-ttl-s", type=float, default=10.0, help="lease TTL this node's worker asks for")
+    n.add_argument("--labels", default="", help="this node's worker's labels, NAME=VALUE,... (none by default): "
+                                                "jobs placed on labels run only on workers that carry them")
     n.add_argument("--log-level", default="info")
     # Test and benchmark hooks (NodeConfig), hidden from --help: a production node needs none.
     n.add_argument("--dial-map", default="", help=argparse.SUPPRESS)
     n.add_argument("--clock-offset-file", default="", help=argparse.SUPPRESS)
     n.add_argument("--fire-log", default="", help=argparse.SUPPRESS)
     n.set_defaults(func=cmd_node)
+
+    w = sub.add_parser("worker", help="run a worker outside the Raft quorum: leases runs from the nodes over the API")
+    w.add_argument("--url", default=os.environ.get("RAFTSCHED_URL", ""),
+                   help="the API of one node, or of several, comma-separated (tried in turn)")
+    w.add_argument("--token-file", help="the API token (default: $RAFTSCHED_TOKEN)")
+    w.add_argument("--id", help="this worker's id (default: HOST/PID); keep it stable to recognise a machine")
+    w.add_argument("--queues", default="", help="queues to serve, comma-separated (default: all)")
+    w.add_argument("--labels", default="", help="NAME=VALUE,...: jobs placed on labels run only on workers carrying them")
+    w.add_argument("--slots", type=int, default=4, help="runs executed at once")
+    w.add_argument("--executors", default=",".join(EXECUTOR_TYPES), help="executor types this worker runs")
+    w.add_argument("--drain-s", type=float, default=30.0,
+                   help="on SIGTERM, how long running runs may finish before they are given back")
+    w.add_argument("--lease-ttl-s", type=float, default=10.0, help="lease TTL this worker asks for")
+    w.add_argument("--wait-s", type=float, default=20.0, help="how long one lease request waits at a node for work")
+    w.add_argument("--log-level", default="info")
+    w.set_defaults(func=cmd_worker)
 
     def client(name: str, help_: str, call=None, *, run=None) -> argparse.ArgumentParser:
         """A client subcommand. ``call(args, client)`` makes the Client call whose answer is
@@ -271,6 +382,10 @@ def main(argv: list[str] | None = None) -> int:
     # requeue and purge (one run, or --all-matching), backfill, backfills, backfill-cancel ...
     backfill_cli.add_commands(client)
     client("queues", "queues: depth, running, oldest waiting, dead", lambda a, c: c.queues())
+    client("workers", "the worker fleet: every worker, or one with the runs it holds (--id)",
+           lambda a, c: c.worker(a.id) if a.id else c.workers()).add_argument("--id")
+    client("drain", "drain a worker: no more runs for it; it finishes what it runs and stops",
+           lambda a, c: c.drain_worker(a.worker)).add_argument("worker")
     c = client("explain", "what an outage window would do to a job's slots",
                lambda a, c: c.explain(a.name, a.down_from, a.down_to))
     c.add_argument("name")

@@ -173,7 +173,7 @@ class Client:
             conn.close()
 
     def request(self, method: str, path: str, body: Any = None, *, idempotent_key: str | None = None,
-                deadline_s: float | None = None, headers: dict | None = None,
+                deadline_s: float | None = None, timeout_s: float | None = None, headers: dict | None = None,
                 recover: Callable[[RaftschedError], Any] | None = None, accept: tuple[int, ...] = ()) -> Any:
         """Send one logical request and return the decoded JSON body of its 2xx answer (the
         text, for a body that is not JSON).
@@ -182,6 +182,8 @@ class Client:
         (``idempotent_key``, or a fresh uuid4 hex). The retries follow
         :class:`raftsched.client_rules.Call`, which the AsyncClient drives too.
 
+        :param timeout_s: the longest one attempt may take, instead of the client's (a
+            long-poll waits at the node longer than an ordinary answer takes).
         :param recover: called with the error the call ends with; what it returns is returned
             instead (or it raises another error).
         :param accept: error statuses whose answer is returned like a 2xx one.
@@ -190,7 +192,8 @@ class Client:
         :raises Indeterminate: the last attempts' outcome is unknown (504 / lost after sending).
         """
         mutating, data, hdrs = prepare(method, body, idempotent_key, self.token, headers)
-        call = Call(self.urls, method, path, mutating, start=self._preferred, timeout_s=self.timeout_s,
+        call = Call(self.urls, method, path, mutating, start=self._preferred,
+                    timeout_s=self.timeout_s if timeout_s is None else timeout_s,
                     budget_s=self.deadline_s if deadline_s is None else deadline_s,
                     now_s=time.monotonic(), accept=accept)
         try:
@@ -429,6 +432,55 @@ class Client:
         return self._dlq_bulk("purge", {"queue": queue, "job": job, "error": error, "dead_from": dead_from,
                                         "dead_to": dead_to, "max_count": max_count, "rate_per_s": rate_per_s},
                               dry_run, op_id)
+    # ------------------------------------------------------------------ the worker fleet
+    def workers(self, consistent: bool = False) -> dict:
+        """Every registered worker: ``{"workers": [...], "total"}`` (docs/api.md, "Workers")."""
+        return self._get("/v1/workers", {"consistent": "true" if consistent else None})
+
+    def worker(self, worker_id: str, consistent: bool = False) -> dict:
+        """One worker, with the runs it holds. :raises NotFound: no such worker."""
+        return self._get(f"/v1/workers/{_q(worker_id)}", {"consistent": "true" if consistent else None})
+
+    def drain_worker(self, worker_id: str) -> dict:
+        """Drain a worker: it is granted nothing more, lets its runs finish and stops
+        (docs/workers.md). ``{"worker", "state": "draining", "held"}``."""
+        return self.request("POST", f"/v1/workers/{_q(worker_id)}/drain")
+
+    # ------------------------------------------------------------------ the worker protocol (docs/api.md)
+    # What `raftsched worker` speaks (node/remote.py drives these through the AsyncClient); a
+    # worker-role token may call them and nothing else.
+    def worker_lease(self, worker_id: str, *, max_runs: int, wait_s: float, ttl_ms: int,
+                     facts: dict | None = None, timeout_s: float | None = None,
+                     deadline_s: float | None = None) -> dict:
+        """``POST /v1/workers/{id}/lease``: up to ``max_runs`` runs this worker's facts (queues,
+        labels, slots, executors, version, instance) allow, waiting at the node up to ``wait_s``
+        for work: ``{"runs": [grants], "draining"}``. Retried on another node only while no
+        attempt may have granted runs (a lease is not idempotent: its runs would wait out their
+        TTL)."""
+        body = dict(facts or {}, max=max_runs, wait_s=wait_s, ttl_ms=ttl_ms)
+        return self.request("POST", f"/v1/workers/{_q(worker_id)}/lease", body,
+                            timeout_s=timeout_s, deadline_s=deadline_s)
+
+    def worker_heartbeat(self, worker_id: str, leases: list, ttl_ms: int, *, timeout_s: float | None = None,
+                         deadline_s: float | None = None) -> dict:
+        """``POST /v1/workers/{id}/heartbeat``: extend ``leases`` (``[[run, token], ...]``):
+        ``{"extended", "lost", "draining"}``."""
+        return self.request("POST", f"/v1/workers/{_q(worker_id)}/heartbeat", {"leases": leases, "ttl_ms": ttl_ms},
+                            timeout_s=timeout_s, deadline_s=deadline_s)
+
+    def worker_complete(self, worker_id: str, results: list, *, idempotent_key: str | None = None,
+                        timeout_s: float | None = None, deadline_s: float | None = None) -> dict:
+        """``POST /v1/workers/{id}/complete``: outcomes (``{"run", "token", "success", "error",
+        "output"}``), each judged alone: ``{"results": [...]}``."""
+        return self.request("POST", f"/v1/workers/{_q(worker_id)}/complete", {"results": results},
+                            idempotent_key=idempotent_key, timeout_s=timeout_s, deadline_s=deadline_s)
+
+    def worker_release(self, worker_id: str, leases: list, reason: str = "", *, idempotent_key: str | None = None,
+                       timeout_s: float | None = None, deadline_s: float | None = None) -> dict:
+        """``POST /v1/workers/{id}/release``: give ``leases`` back (queued again at once, no
+        budget spent)."""
+        return self.request("POST", f"/v1/workers/{_q(worker_id)}/release", {"leases": leases, "reason": reason},
+                            idempotent_key=idempotent_key, timeout_s=timeout_s, deadline_s=deadline_s)
 
     # ------------------------------------------------------------------ locks
     def lock_acquire(self, name: str, owner: str, ttl_s: float, *, deadline_s: float | None = None) -> dict:

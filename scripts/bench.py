@@ -22,6 +22,10 @@ Scenarios (--only takes a comma-separated subset; docs/benchmarks.md says what e
   scale     in process: a SchedulerState's memory, snapshot and restore time at 100k jobs; on a cluster:
             resident memory per node at 100k jobs (1M with --scale-1m); cold restart until it fires,
             with the raft journal it replayed
+  fleet_e2e  the e2e jobs through raftsched worker processes (nodes --slots 0): completed per second,
+            slot -> start, CPU of nodes and workers a run, ratio to e2e's figure of the same run
+  fleet_rest 1 000 simulated long-polling workers (asyncio HTTP clients): the nodes' CPU with no work,
+            memory per connected worker, due -> receipt of runs fired ahead
 
 --quick runs every scenario small (about a minute): writes, scale and e2e share one cluster.
 

@@ -184,7 +184,7 @@ PY
   return "$rc"
 }
 step bench-quick bench_quick
-# About 2 minutes of faults against three real nodes (docs/testing.md); fails on an invalid verdict.
+# About 2.5 minutes of faults against three real nodes and two remote workers (docs/testing.md); fails on an invalid verdict.
 step fault-injection "$VENV_PY" jepsen-style/run.py --profile ci ${JEPSEN_SEED:+--seed "$JEPSEN_SEED"}
 
 finish

@@ -27,6 +27,9 @@ def cli(*args, env=None, stdin=None):
     (["--lease-ttl-s", "0.1"], "--lease-ttl-s must be"),
     (["--raft", "10.1.2.3:9000"], "not a loopback address"),
     (["--api", "nohost"], "expected HOST:PORT"),
+    (["--labels", "pool"], "expected NAME=VALUE"),
+    (["--labels", "pool=a b"], "label values are"),
+    (["--queues", "a b"], "--queues"),
 ])
 def test_node_flag_errors_are_one_line_and_exit_2(tmp_path, extra, msg):
     c = Cluster(tmp_path, n=1)
@@ -39,6 +42,26 @@ def test_node_flag_errors_are_one_line_and_exit_2(tmp_path, extra, msg):
     p = cli(*argv)
     assert p.returncode == 2, p.stderr
     assert msg in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("extra,msg", [
+    ([], "--url is required"),
+    (["--url", "ftp://x"], "is not an http"),
+    (["--url", "http://127.0.0.1:9", "--slots", "0"], "--slots must be"),
+    (["--url", "http://127.0.0.1:9", "--executors", "shell,ftp"], "unknown type(s) ftp"),
+    (["--url", "http://127.0.0.1:9", "--labels", "pool"], "expected NAME=VALUE"),
+    (["--url", "http://127.0.0.1:9", "--id", "a b"], "--id"),
+    (["--url", "http://127.0.0.1:9", "--queues", "a b"], "--queues"),
+    (["--url", "http://127.0.0.1:9", "--lease-ttl-s", "0.1"], "--lease-ttl-s must be"),
+    (["--url", "http://127.0.0.1:9", "--wait-s", "600"], "--wait-s must be"),
+])
+def test_worker_flag_errors_are_one_line_and_exit_2(tmp_path, extra, msg):
+    token = tmp_path / "token"
+    token.write_text("t" * 32)
+    token.chmod(0o600)
+    p = cli("worker", *extra, "--token-file", str(token))
+    assert p.returncode == 2, p.stderr
+    assert msg in p.stderr and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
 
 
 def test_client_subcommands(tmp_path):
@@ -84,6 +107,14 @@ def test_client_subcommands(tmp_path):
         p = cli("get", "cj", "--url", dead, "--token", c.token, "--deadline-s", "0.5")
         assert p.returncode == 1 and p.stdout == "" and "no node reachable" in p.stderr, p.stderr
         assert cli("get", "cj", "--url", "ftp://x", "--token", c.token).returncode == 2
+        # The fleet: the node's embedded worker is registered; drain it.
+        ws = json.loads(cli("workers", *base).stdout)["workers"]
+        assert [w["kind"] for w in ws] == ["embedded"]
+        p = cli("workers", "--id", ws[0]["id"], *base)
+        assert p.returncode == 0 and json.loads(p.stdout)["runs"] == []
+        p = cli("drain", ws[0]["id"], *base)
+        assert p.returncode == 0 and json.loads(p.stdout)["state"] == "draining", p.stdout
+        assert cli("drain", "nobody", *base).returncode == 1
     finally:
         c.stop()
 

@@ -66,6 +66,14 @@ CALLS = [
     (("POST", "/v1/backfills/{id}/{action}"), "cancel_backfill", ("nosuch",)),
     (("POST", "/v1/dlq:requeue"), "dlq_requeue_matching", (), {"dry_run": True}),
     (("POST", "/v1/dlq:purge"), "dlq_purge_matching", (), {"dry_run": True}),
+    (("POST", "/v1/workers/{id}/lease"), "worker_lease", ("w/1",), {"max_runs": 1, "wait_s": 0.05, "ttl_ms": 10_000}),
+    (("POST", "/v1/workers/{id}/heartbeat"), "worker_heartbeat", ("w/1", [["a@nosuch", 1]], 10_000)),
+    (("POST", "/v1/workers/{id}/complete"), "worker_complete",
+     ("w/1", [{"run": "a@nosuch", "token": 1, "success": True}])),
+    (("POST", "/v1/workers/{id}/release"), "worker_release", ("w/1", [["a@nosuch", 1]])),
+    (("GET", "/v1/workers"), "workers", ()),
+    (("GET", "/v1/workers/{id}"), "worker", ("w/1",)),
+    (("POST", "/v1/workers/{id}/drain"), "drain_worker", ("w/1",)),
     (("DELETE", "/v1/jobs/{name}"), "delete_job", ("b",)),
 ]
 

@@ -6,7 +6,10 @@ stale one; heartbeats and lock renewals may carry a clock behind state time), ow
 renew and release locks, the reaper expires leases named ``[id, token, renewals]`` as
 ``lease_snapshot`` shows them (or as they were before a renewal, or by an older token), a new
 leader takes over with a clock far ahead, runs are requeued from the DLQ, and the state is
-snapshotted and restored.
+snapshotted and restored. Workers register (with labels, from one process instance or
+another), are drained and give leases back (release); one job is placed on pool=gpu, so the
+model grants its runs only to a worker registered with that label (I18), and a released run is
+queued again with attempt + 1 and no budget spent (I19).
 
 The model is a dict per run: where it is (queued, running, finished, dead, recorded), its
 attempt, failures and lost leases, its due time, and its lease (worker, token, renewals,
@@ -37,7 +40,12 @@ SPECS = {
     "b": spec_of({"every_s": 7}, "fire_once", grace_s=0, queue="q2", priority=1, history=1000),
     "c": spec_of({"every_s": 11}, "skip", grace_s=5, queue="q1", priority=9, history=1000,
                  retry={"max_attempts": 2, "backoff_s": 0, "backoff_max_s": 0, "jitter": 0}),
+    # The worker fleet: runs only on a worker registered with pool=gpu (I18).
+    "d": spec_of({"every_s": 13}, "skip", grace_s=5, queue="q1", priority=3, history=1000,
+                 placement={"labels": {"pool": "gpu"}}),
 }
+PLACEMENT = {"d": {"pool": "gpu"}}
+FLEET_LABELS = st.sampled_from([{}, {"pool": "gpu"}, {"pool": "cpu"}, {"pool": "gpu", "zone": "a"}])
 WORKERS = ("w1", "w2", "w3")
 QUEUES = ("q1", "q2")
 TTLS = st.sampled_from([1000, 4000, 15_000])
@@ -63,6 +71,8 @@ class LeaseMachine(RuleBasedStateMachine):
         self.old_lock_tokens: dict[str, list[int]] = {}  # lock name -> tokens of its earlier holders
         #: [id, token, renewals] (+ "lock") that no longer name a live lease as it is
         self.old_leases: list[list] = []
+        #: the worker registry: worker -> {"labels", "state", "instance"} (unregistered: no labels)
+        self.reg: dict[str, dict] = {}
 
     # ---------------------------------------------------------------- plumbing
     def apply(self, cmd) -> dict:
@@ -251,12 +261,18 @@ class LeaseMachine(RuleBasedStateMachine):
           n=st.integers(1, 3), ttl=TTLS)
     def acquire(self, worker, queues, n, ttl):
         served = QUEUES if queues is None else queues
+        w = self.reg.get(worker)
+        labels = w["labels"] if w else {}
+
+        def placeable(m):  # I18: every label of the job's placement is one of the worker's
+            return all(labels.get(k) == v for k, v in PLACEMENT.get(m["job"], {}).items())
         ready = sorted((-m["priority"], m["due"], rid) for rid, m in self.m.items()
-                       if m["place"] == "queued" and m["queue"] in served and m["due"] <= self.now)
-        want = [rid for _, _, rid in ready[:n]]
+                       if m["place"] == "queued" and m["queue"] in served and m["due"] <= self.now and placeable(m))
+        want = [] if w is not None and w["state"] == "draining" else [rid for _, _, rid in ready[:n]]
         res = self.cmd("acquire", worker=worker, queues=queues, max=n, ttl=ttl)
         assert res["ok"]
-        assert [g["id"] for g in res["runs"]] == want, "acquire order: priority, then due time"
+        assert res.get("draining", False) == (w is not None and w["state"] == "draining")
+        assert [g["id"] for g in res["runs"]] == want, "acquire order: priority, then due time, among placeable runs"
         for g in res["runs"]:
             self.grant_token(g["token"])
             m = self.m[g["id"]]
@@ -285,6 +301,57 @@ class LeaseMachine(RuleBasedStateMachine):
         for rid, tok in leases:
             if (rid, tok) in mine:  # a lease named twice is renewed twice
                 self.renew("run", rid, self.m[rid]["lease"], ttl)
+
+    # ---------------------------------------------------------------- the worker fleet
+    @rule(worker=st.sampled_from(WORKERS), labels=FLEET_LABELS, instance=st.sampled_from(["a", "b"]))
+    def hello(self, worker, labels, instance):
+        """A worker registers or says its facts changed; a new process under a drained id is
+        active again (core/workers.py)."""
+        res = self.cmd("worker_hello", worker=worker, kind="remote", labels=labels, slots=4,
+                       executors=["http", "python", "shell"], queues=None, version="1", instance=instance)
+        w = self.reg.get(worker)
+        state = "active" if w is None or w["instance"] != instance else w["state"]
+        self.reg[worker] = {"labels": labels, "state": state, "instance": instance}
+        assert res["ok"] and res["created"] == (w is None) and res["state"] == state, res
+
+    @rule(worker=st.sampled_from(WORKERS))
+    def drain(self, worker):
+        res = self.cmd("drain_worker", worker=worker)
+        if worker not in self.reg:
+            assert not res["ok"] and res["error"]["code"] == "not_found"
+            return
+        assert res["ok"]
+        self.reg[worker]["state"] = "draining"
+
+    @rule(worker=st.sampled_from(WORKERS), holder=st.booleans(), stale=st.booleans(), pick=st.integers(0, 99),
+          dt=st.sampled_from([0, 10]))
+    def release(self, worker, holder, stale, pick, dt):
+        """A worker (with ``holder``, one that holds a lease) gives its leases back, maybe naming
+        a stale one too: each run it holds is queued again at once with attempt + 1, spending
+        no budget (I19); the rest change nothing."""
+        self.now += dt
+        if holder and self.live():
+            worker = self.m[self.live()[pick % len(self.live())]]["lease"]["worker"]
+        leases = [[rid, self.m[rid]["lease"]["token"]] for rid in self.live(worker)]
+        if stale and self.old_tokens:
+            rid = sorted(self.old_tokens)[pick % len(self.old_tokens)]
+            if [rid, self.old_tokens[rid][-1]] not in leases:
+                leases.append([rid, self.old_tokens[rid][-1]])
+        mine = {(rid, self.m[rid]["lease"]["token"]) for rid in self.live(worker)}
+        res = self.cmd("release", worker=worker, leases=leases, reason="drain")
+        assert res["ok"]
+        assert res["released"] == [rid for rid, tok in leases if (rid, tok) in mine]
+        assert res["lost"] == [rid for rid, tok in leases if (rid, tok) not in mine]
+        for rid in res["released"]:
+            m = self.m[rid]
+            self.end_lease(rid)
+            m["attempt"] += 1
+            m["place"], m["due"] = "queued", self.now
+            att = self.s.runs[rid]["attempts"][-1]
+            assert att["released"] is True and att["worker"] == worker
+        for rid in res["released"]:
+            run = self.s.runs[rid]
+            assert run.get("failures", 0) == self.m[rid]["failures"] and run.get("lost", 0) == self.m[rid]["lost"]
 
     @precondition(lambda self: self.live())
     @rule(pick=st.integers(0, 99), ok=st.sampled_from([True, False, False]), dt=st.sampled_from([0, 10, 2000]))

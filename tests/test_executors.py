@@ -28,6 +28,13 @@ def test_slot_iso_env_and_headers():
     }
 
 
+def test_the_worker_that_holds_the_lease_is_named_when_known():
+    c = RunContext("r", "j", SLOT_MS, 1, 5, None, worker_id="gpu-7/4242")
+    assert c.env()["RAFTSCHED_WORKER_ID"] == "gpu-7/4242"
+    assert c.headers()["X-Raftsched-Worker"] == "gpu-7/4242"
+    assert "RAFTSCHED_WORKER_ID" not in ctx().env() and "X-Raftsched-Worker" not in ctx().headers()
+
+
 def test_disallowed_type_is_refused_without_running(tmp_path):
     marker = tmp_path / "ran"
     out = run(execute({"type": "shell", "argv": ["touch", str(marker)]}, ctx(), 10,

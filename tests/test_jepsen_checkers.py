@@ -578,6 +578,46 @@ def test_a_lease_expiring_while_its_worker_was_healthy_is_invalid():
     assert v == "invalid" and "expired" in ex[0] and "+6000 ms on node-1" in ex[0]
 
 
+def test_a_released_attempt_is_retried_at_once_and_spends_no_budget():
+    """A remote worker that gives a lease back (release, docs/workers.md): its attempt is neither a
+    failure against max_attempts nor a lost lease, and the next one may start at once."""
+    d = good()
+    r = _b_run(d, lambda r: "lease expired" in (r["attempts"][0]["error"] or ""))
+    for read in each_read(d):
+        x = next(x for x in read["runs"] if x["id"] == r["id"])
+        a1 = x["attempts"][0]
+        a1.update(error="released by worker w1: draining", released=True, worker="w1")
+        x["attempts"][1]["started_at"] = a1["finished_at"]
+    assert verdict(d, "retries")[0] == "valid"
+
+
+def test_a_remote_workers_lease_expiry_is_excused_by_its_own_fault_or_any_nodes():
+    d = good()
+    d["remote_workers"] = ["w1", "w2"]
+    r = _b_run(d, lambda r: "lease expired" in (r["attempts"][0]["error"] or ""))
+    for read in each_read(d):
+        x = next(x for x in read["runs"] if x["id"] == r["id"])
+        x["attempts"][0]["worker"] = "w1"
+    t_lo, t_hi = r["attempts"][0]["started_at"] - 1000, r["attempts"][0]["finished_at"] + 1000
+    # The pause of node-2 in good() overlaps: a remote worker may have talked through it.
+    assert verdict(d, "retries")[0] == "valid"
+    d["faults"] = [{"kind": "worker-pause", "start_ms": t_lo, "end_ms": t_hi, "workers": ["w2"], "fault": {}}]
+    v, ex = verdict(d, "retries")
+    assert v == "invalid" and "that worker or any node" in ex[0], "another worker's fault excuses nothing"
+    d["faults"][0]["workers"] = ["w1"]
+    assert verdict(d, "retries")[0] == "valid"
+
+
+def test_a_run_with_remote_workers_none_of_which_ran_anything_is_unknown():
+    d = good()
+    d["remote_workers"] = ["w1"]
+    r = checker.check_stress(d)
+    assert r["valid"] == "unknown" and "remote worker" in r["note"]
+    for w in d["sink"][:5]:
+        w["worker"] = "w1/77"
+    assert checker.check_stress(d)["stats"]["sink_accepted_remote"] == 5
+
+
 def test_overlap_records_and_replaced_runs_follow_the_overlap_policy():
     d = good()
     rid = f"a@{T0 + 9000}"

@@ -63,6 +63,8 @@ CASES = {
                     {"schedule": BASE, "misfire": SKIP, "description": "what it does"}),
     "labels": ({"every_s": 60, "misfire": "skip", "labels": {"team": "billing"}},
                {"schedule": BASE, "misfire": SKIP, "labels": {"team": "billing"}}),
+    "placement": ({"every_s": 60, "misfire": "skip", "placement": {"labels": {"pool": "gpu"}}},
+                  {"schedule": BASE, "misfire": SKIP, "placement": {"labels": {"pool": "gpu"}}}),
 }
 
 

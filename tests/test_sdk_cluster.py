@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import datetime, timedelta, timezone
 import sqlite3
 import subprocess
 import sys
@@ -177,6 +178,10 @@ def test_a_declaration_of_another_apps_job_is_a_conflict_and_applies_nothing(clu
     assert rc == 2 and "has no 'nope'" in err
 
 
+def _iso(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def test_the_async_client_calls_every_endpoint_of_a_live_cluster(cluster):
     """One call of each endpoint (the names of test_client_coverage.CALLS, which the router's
     routes guard), each answer checked for its shape."""
@@ -207,7 +212,10 @@ def test_the_async_client_calls_every_endpoint_of_a_live_cluster(cluster):
             pv = await call("preview", "async-fail", 2)
             assert len(pv["slots"]) == 2 and pv["job"] == "async-fail"
             assert len((await call("preview_spec", shell, 3))["slots"]) == 3
-            ex = await call("explain", "async-fail", "2030-01-01T00:00:00Z", "2030-01-01T03:00:00Z")
+            # An outage window after the job exists, from now: any three hours hold three slots of
+            # an hourly job (a fixed date would fall before the job once that date is past).
+            lo = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(minutes=10)
+            ex = await call("explain", "async-fail", _iso(lo), _iso(lo + timedelta(hours=3)))
             # an hourly job, skip: three slots fall in a three-hour outage
             assert ex["job"] == "async-fail" and ex["policy"] == "skip" and ex["slots_due"] == 3, ex
 
@@ -261,6 +269,39 @@ def test_the_async_client_calls_every_endpoint_of_a_live_cluster(cluster):
             async with c.lock("async-lock", owner="ctx", ttl_s=2) as lease:
                 assert lease.token > lk["token"] and not lease.lost.is_set()
             assert await c.lock_info("async-lock", consistent=True) is None
+
+            # Backfills and bulk DLQ operations: dry runs, and the listing.
+            past = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(hours=3)
+            dry = await call("backfill", "async-fail", _iso(past), _iso(past + timedelta(hours=2)), dry_run=True)
+            assert dry["dry_run"] is True and isinstance(dry["slots"], list) and isinstance(dry["left_out"], list)
+            assert isinstance((await call("backfills"))["backfills"], list)
+            for name in ("get_backfill", "cancel_backfill"):
+                try:
+                    await call(name, "no-such-backfill")
+                    raise AssertionError(f"{name} of an unknown backfill answered")
+                except NotFound:
+                    pass
+            rq = await call("dlq_requeue_matching", job="async-fail", dry_run=True)
+            # (the job's dead run was requeued and purged above: nothing matches now)
+            assert rq["dry_run"] is True and rq["runs"] == [] and rq["total"] == 0, rq
+            pg = await call("dlq_purge_matching", job="async-fail", dry_run=True)
+            assert pg["dry_run"] is True
+
+            # The worker protocol, as a worker speaks it, and the fleet's admin routes.
+            wid = "sdk-test/1"
+            lease = await call("worker_lease", wid, max_runs=1, wait_s=0.05, ttl_ms=10_000,
+                               facts={"queues": ["no-such-queue"], "labels": {}, "slots": 1, "executors": ["shell"],
+                                      "version": "test", "instance": "sdk-test"})
+            assert lease["runs"] == [] and lease["draining"] is False
+            hb = await call("worker_heartbeat", wid, [["async-fail@0", 1]], 10_000)
+            assert hb["lost"] == ["async-fail@0"]
+            done = await call("worker_complete", wid, [{"run": rid, "token": 1, "success": True}])
+            assert done["results"][0]["ok"] is False  # not this worker's lease: refused
+            await call("worker_release", wid, [[rid, 1]])
+            fleet = await call("workers", consistent=True)
+            assert wid in [w["id"] for w in fleet["workers"]]
+            assert (await call("worker", wid, consistent=True))["id"] == wid
+            assert (await call("drain_worker", wid))["state"] == "draining"
 
             assert (await call("delete_job", "async-b"))["deleted"] is True
             assert (await call("delete_job", "async-fail"))["deleted"] is True

@@ -42,6 +42,12 @@ OPS = (
     "backfill_control",  # pause, resume or cancel a backfill or bulk operation
     "dlq_bulk",          # a new bulk requeue or purge of matching dead runs
     "dlq_bulk_step",     # the leader's next dead runs of a bulk operation, from its cursor
+    # The worker fleet (core/workers.py)
+    "worker_hello",    # a worker registers, or says its facts changed
+    "workers_seen",    # one per node per interval: the workers connected to it
+    "drain_worker",
+    "forget_workers",  # the leader's clean-up of workers long gone
+    "release",         # a worker gives leases back: queued again, no budget spent
 )
 
 

@@ -45,6 +45,12 @@ def check_stored_spec(spec) -> None:
     if labels is not None and (not isinstance(labels, dict) or len(labels) > limits.job_labels_max
                                or not all(type(k) is str and type(v) is str for k, v in labels.items())):
         raise InvalidCommand("spec.labels is malformed")
+    # Placement (docs/workers.md): acquire compares its labels with a worker's, so its shape is
+    # what apply relies on (I18).
+    pl = spec.get("placement")
+    if pl is not None and not (isinstance(pl, dict) and isinstance(pl.get("labels"), dict)
+                               and all(isinstance(k, str) and isinstance(v, str) for k, v in pl["labels"].items())):
+        raise InvalidCommand("spec.placement is malformed")
 
 
 def check_put_job(cmd: dict, what: str) -> None:

@@ -23,6 +23,7 @@ import heapq
 
 from . import limits
 from .errors import Conflict, InvalidCommand, NotFound
+from .model import placement_ok
 from .policy import backoff_ms
 from .queues import add_dead, enqueue
 from .records import bound_text, is_int, ok
@@ -38,6 +39,11 @@ def apply_acquire(s, cmd: dict, now: int) -> dict:
     too. At most ``limits.acquire_scan_max`` runs are looked at. Each grant carries a new
     fencing token and what the worker needs to run it (executor, payload, timeout).
 
+    The worker fleet (workers.py): a run whose job has a placement goes only to a worker
+    whose registered labels satisfy it (I18; an unregistered worker has no labels), and is held
+    back for another one otherwise; a draining worker is granted nothing (the result says
+    ``draining``); a registered worker is seen at ``now`` and counts its grants.
+
     :raises InvalidCommand: no worker, ``max`` outside 1..acquire_runs_max, ``ttl`` outside
         the lease range, or queues / types that are not lists of names."""
     worker, queues, n, ttl = cmd.get("worker"), cmd.get("queues"), cmd.get("max"), cmd.get("ttl")
@@ -52,6 +58,15 @@ def apply_acquire(s, cmd: dict, now: int) -> dict:
     types = cmd.get("types")
     if types is not None and (not isinstance(types, list) or not all(isinstance(t, str) for t in types)):
         raise InvalidCommand("acquire.types must be a list of executor types or nil")
+    w = s.workers.get(worker)
+    if w is not None:
+        if now > w["last_seen"]:
+            w["last_seen"] = now
+        if w["state"] == "draining":
+            return {"ok": True, "runs": [], "draining": True}
+        labels = w["labels"]
+    else:
+        labels = _NO_LABELS
     queued = s._queued
     names = sorted(set(queues)) if queues is not None else sorted(queued)
     granted: list[dict] = []
@@ -68,8 +83,10 @@ def apply_acquire(s, cmd: dict, now: int) -> dict:
                    key=lambda qph: -qph[1])
     if len(heaps) == 1 and types is None and not s.tenants:
         # One heap and nothing to hold back (no executor types asked for, no tenant rate
-        # limits): the loop below, reduced to popping that heap in key order.
+        # limits): the loop below, reduced to popping that heap in key order. Placement is
+        # looked at per run, as below: one look-up of a key a spec without placement lacks.
         q, p, h = heaps[0]
+        jobs = s.jobs
         while len(granted) < n and scanned < limits.acquire_scan_max and h and h[0][0] <= now:
             due, rid = pop(h)
             run = runs.get(rid)
@@ -77,7 +94,15 @@ def apply_acquire(s, cmd: dict, now: int) -> dict:
                     or run.get("due", run["slot"]) != due or run["queue"] != q:
                 continue  # stale index entry
             scanned += 1
+            job = jobs.get(run["job"])
+            if job is not None and "placement" in job["spec"] and not placement_ok(job["spec"], labels):
+                held_back.append((h, (due, rid)))  # I18: another worker's labels satisfy it
+                continue
             granted.append(grant(s, run, worker, ttl, now))
+        for h, entry in held_back:
+            heapq.heappush(h, entry)
+        if w is not None:
+            w["grants"] += len(granted)
         return {"ok": True, "runs": granted}
     while len(granted) < n and scanned < limits.acquire_scan_max:
         best, best_h = None, None
@@ -99,18 +124,27 @@ def apply_acquire(s, cmd: dict, now: int) -> dict:
         entry = pop(best_h)
         scanned += 1
         run = runs[best[2]]
+        job = s.jobs.get(run["job"])
         if types is not None:
-            job = s.jobs.get(run["job"])
             if job is not None and job["spec"]["executor"]["type"] not in types:
                 held_back.append((best_h, entry))  # another node runs this executor type
                 continue
+        if job is not None and "placement" in job["spec"] and not placement_ok(job["spec"], labels):
+            held_back.append((best_h, entry))  # I18: another worker's labels satisfy it
+            continue
         if not tenant_take(s, run["tenant"], now):
             held_back.append((best_h, entry))  # over its rate: wait; others go ahead
             continue
         granted.append(grant(s, run, worker, ttl, now))
     for h, entry in held_back:
         heapq.heappush(h, entry)
+    if w is not None:
+        w["grants"] += len(granted)
     return {"ok": True, "runs": granted}
+
+
+#: the labels of an unregistered worker (never changed)
+_NO_LABELS: dict = {}
 
 
 def grant(s, run: dict, worker: str, ttl: int, now: int) -> dict:
@@ -156,7 +190,8 @@ def live(s, rid, tok) -> dict | None:
 def apply_heartbeat(s, cmd: dict, now: int) -> dict:
     """``heartbeat {worker, leases: [[run_id, token], ...], ttl}``: extend each lease the
     worker still holds to ``now + ttl`` (never shorten it) and count a renewal. The result
-    lists the leases it no longer holds (``lost``): their worker must stop them.
+    lists the leases it no longer holds (``lost``): their worker must stop them; and says
+    ``draining`` when the worker is registered and draining (workers.py).
 
     :raises InvalidCommand: no worker, more than heartbeat_leases_max leases, a malformed
         lease, or a ttl out of range."""
@@ -169,6 +204,9 @@ def apply_heartbeat(s, cmd: dict, now: int) -> dict:
     for item in leases:
         if not (isinstance(item, list) and len(item) == 2 and is_int(item[1])):
             raise InvalidCommand("heartbeat lease must be [run_id, token]")
+    w = s.workers.get(worker)
+    if w is not None and now > w["last_seen"]:
+        w["last_seen"] = now  # a registered worker is seen (workers.py)
     for rid, tok in leases:
         run = live(s, rid, tok)
         if run is None or run["worker"] != worker:
@@ -180,6 +218,8 @@ def apply_heartbeat(s, cmd: dict, now: int) -> dict:
         # may not move (state time ahead of this worker's clock) while the lease is renewed.
         run["renewals"] = run.get("renewals", 0) + 1
         extended += 1
+    if w is not None and w["state"] == "draining":
+        return {"ok": True, "extended": extended, "lost": lost, "draining": True}
     return {"ok": True, "extended": extended, "lost": lost}
 
 
@@ -222,6 +262,10 @@ def apply_complete_many(s, cmd: dict, now: int) -> dict:
         if not (isinstance(it, dict) and isinstance(it.get("run"), str) and is_int(it.get("token"))
                 and isinstance(it.get("success"), bool)):
             raise InvalidCommand("each result needs run, token, success")
+    worker = cmd.get("worker")
+    w = s.workers.get(worker) if isinstance(worker, str) else None
+    if w is not None and now > w["last_seen"]:
+        w["last_seen"] = now  # a registered worker is seen (workers.py)
     out = []
     fast = s._fast_paths
     runs = s.runs
@@ -245,6 +289,8 @@ def apply_complete_many(s, cmd: dict, now: int) -> dict:
             out.append(apply_complete(s, it, now))
         except (Conflict, NotFound) as e:
             out.append({"ok": False, "run": it["run"], "error": e.to_dict()})
+    if w is not None:
+        w["completed"] += sum(1 for r in out if r["ok"])  # the worker's accepted outcomes
     return {"ok": True, "results": out}
 
 
@@ -324,6 +370,9 @@ def apply_expire(s, cmd: dict, now: int) -> dict:
         if run is None or run.get("renewals", 0) != renewals:
             ignored += 1
             continue
+        w = s.workers.get(run["worker"])
+        if w is not None:
+            w["losses"] += 1  # the worker fleet's per-worker count (workers.py)
         finish_attempt(s, run, now, False, f"lease expired (worker {run['worker']} stopped heartbeating)",
                        run.get("output"), lost=True)
         expired.append(rid)

@@ -254,3 +254,33 @@ assert dlq_bulk_step_runs_max * 180 < command_bytes_max
 assert backfill_concurrent_default <= backfill_concurrent_max
 assert backfill_max_slots_default <= backfill_slots_max
 assert round(backfill_rate_per_s_min * 1000) >= 1
+# The worker fleet (core/workers.py) -------------------------------------------------------
+#: Workers the registry holds, embedded and remote together. A hello of one more when it is full
+#: evicts the worker unseen the longest if that one is gone, and is refused otherwise: a flood of
+#: worker ids cannot grow the state without limit.
+workers_max = 10_000
+#: Longest worker id ("host/pid", a node id and a pid, an address).
+worker_id_chars_max = 128
+#: Labels one worker may carry, and labels one job's placement may ask for.
+worker_labels_max = 16
+#: Longest label name and value (the bound Kubernetes puts on a label's name).
+worker_label_chars_max = 63
+#: Queues one worker may name (a worker that serves more serves every queue: it names none).
+worker_queues_max = 64
+#: Longest version string, and process instance id, a worker reports of itself.
+worker_version_chars_max = 64
+#: A worker unseen this long (no hello, lease, heartbeat, completion or release of its own reached
+#: the state, and no node reported it connected in a workers_seen) is gone: read time against its
+#: last_seen, in state time. Nodes report their connected workers every few seconds
+#: (node/limits.py workers_seen_interval_s), so only a worker that stopped is ever gone.
+worker_gone_ms = 30_000
+#: A worker gone this long is forgotten (the leader's forget_workers): operators see a dead worker
+#: for an hour, and a fleet whose ids change with every restart keeps the registry small.
+worker_forget_ms = 3_600_000
+#: Worker ids one workers_seen command may carry (a node sends more in several), and items one
+#: forget_workers may carry.
+workers_seen_ids_max = 1000
+forget_workers_max = 500
+
+assert worker_forget_ms > worker_gone_ms > 2 * lease_ttl_ms_min
+assert worker_labels_max * 2 * (worker_label_chars_max + 2) < job_spec_bytes_max // 4

@@ -57,6 +57,7 @@ _TOP_FIELDS = {
     "schedule", "executor", "payload", "timeout_s", "misfire", "retry", "queue", "priority",
     "tenant", "history", "description", "overlap", "jitter_s",
     "labels",
+    "placement",
 }
 #: The top-level fields of a job spec (what PUT /v1/jobs/{name} accepts).
 SPEC_FIELDS = frozenset(_TOP_FIELDS)
@@ -389,6 +390,8 @@ def validate_job(name, raw, now_ms: int | None = None) -> dict:
         labels = validate_labels(raw["labels"])
         if labels:  # no labels and {} are the same spec
             spec["labels"] = labels
+    if "placement" in raw:
+        spec["placement"] = validate_placement(raw["placement"])
     payload = spec["payload"]
     if "payload" in raw:  # the default, {}, is valid
         try:
@@ -404,6 +407,59 @@ def validate_job(name, raw, now_ms: int | None = None) -> dict:
     if size > limits.job_spec_bytes_max:
         raise InvalidSpec(f"spec is {size} bytes encoded; the limit is {limits.job_spec_bytes_max}", field=None)
     return spec
+
+
+# ------------------------------------------------------------------ placement (docs/workers.md)
+#: What a label name or value may hold (the worker registry's rule too, core/workers.py).
+LABEL_RE = NAME_RE
+
+
+def validate_worker_labels(raw, field: str) -> dict:
+    """A map of worker labels, returned with its names in order (a state's bytes must not depend
+    on the order a client wrote them in). :raises InvalidSpec: naming the label and why."""
+    if not isinstance(raw, dict):
+        raise InvalidSpec("must be an object of label: value strings", field=field)
+    if len(raw) > limits.worker_labels_max:
+        raise InvalidSpec(f"has more than {limits.worker_labels_max} labels", field=field)
+    n = limits.worker_label_chars_max
+    for k, v in raw.items():
+        if not isinstance(k, str) or not k or len(k) > n or not LABEL_RE.match(k):
+            raise InvalidSpec(f"label names are 1-{n} letters, digits, '.', '_' or '-', starting with a letter "
+                              "or digit", field=f"{field}.{k}")
+        if not isinstance(v, str) or not v or len(v) > n or not LABEL_RE.match(v):
+            raise InvalidSpec(f"label values are 1-{n} letters, digits, '.', '_' or '-', starting with a letter "
+                              "or digit", field=f"{field}.{k}")
+    return {k: raw[k] for k in sorted(raw)}
+
+
+def validate_placement(raw) -> dict:
+    """``{"labels": {name: value, ...}}``: the labels a worker must carry, all of them, to run
+    the job's runs. :raises InvalidSpec: naming the field."""
+    p = _obj(raw, "placement", {"labels"})
+    if "labels" not in p:
+        raise InvalidSpec("is required: the labels a worker must carry, e.g. {\"pool\": \"gpu\"}",
+                          field="placement.labels")
+    labels = validate_worker_labels(p["labels"], "placement.labels")
+    if not labels:
+        raise InvalidSpec("must name at least one label (leave placement out for any worker)",
+                          field="placement.labels")
+    return {"labels": labels}
+
+
+def placement_ok(spec: dict, labels: dict) -> bool:
+    """Whether a worker with ``labels`` may run a job of ``spec`` (I18): every label of its
+    placement is one of the worker's, with the same value. A spec without placement: any worker.
+    A malformed placement (apply's guard refuses one before it is stored) matches no worker."""
+    pl = spec.get("placement")
+    if pl is None:
+        return True
+    want = pl.get("labels") if type(pl) is dict else None
+    if type(want) is not dict:
+        return False
+    for k, v in want.items():
+        if labels.get(k) != v:
+            return False
+    return True
 
 
 # The defaults validate_job takes as they are, without validating them per job.

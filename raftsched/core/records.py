@@ -116,7 +116,7 @@ RUN_TEMPLATE = shared_keys(RunKeys, {
 
 #: Parts of a spec that many jobs tend to share (the defaults, a fleet's templates). Specs are
 #: never changed in place (a replace stores a new spec), so jobs may hold the same part objects.
-SHARED_PARTS = ("schedule", "misfire", "retry", "overlap", "payload")
+SHARED_PARTS = ("schedule", "misfire", "retry", "overlap", "payload", "placement")
 #: limits.shared_ints_max: distinct ints share_int keeps before it starts again from empty.
 _SHARED_INTS_MAX = limits.shared_ints_max
 

@@ -89,7 +89,7 @@ _INT_OR_NONE = frozenset({int, type(None)})
 #: other key (spec_keys).
 _SPEC_KEY_ORDER = {k: i for i, k in enumerate((
     "schedule", "executor", "payload", "timeout_s", "misfire", "retry", "queue", "priority",
-    "tenant", "history", "overlap", "description"))}
+    "tenant", "history", "overlap", "description", "placement"))}
 
 
 def spec_keys(spec: dict) -> tuple:

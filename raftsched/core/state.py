@@ -43,6 +43,9 @@ from .tenants import apply_delete_tenant, apply_put_tenant
 from .backfills import (
     apply_backfill, apply_backfill_control, apply_backfill_step, apply_dlq_bulk, apply_dlq_bulk_step,
 )
+from .workers import (
+    apply_drain_worker, apply_forget_workers, apply_release, apply_worker_hello, apply_workers_seen,
+)
 
 
 def apply_noop(s, cmd: dict, now: int) -> dict:
@@ -80,6 +83,12 @@ HANDLERS = {
     "backfill_control": apply_backfill_control,
     "dlq_bulk": apply_dlq_bulk,
     "dlq_bulk_step": apply_dlq_bulk_step,
+    # The worker fleet (core/workers.py)
+    "worker_hello": apply_worker_hello,
+    "workers_seen": apply_workers_seen,
+    "drain_worker": apply_drain_worker,
+    "forget_workers": apply_forget_workers,
+    "release": apply_release,
 }
 # The codec refuses an op with no handler; a handler for an op the codec refuses would never run.
 assert tuple(HANDLERS) == commands.OPS, "commands.OPS and state.HANDLERS must list the same ops"

@@ -18,6 +18,7 @@ from ..core.errors import BadRequest, InvalidSpec, NotFound, RaftschedError, Una
 from ..core.model import RUN_STATES, check_label_key, check_label_value
 from . import limits as node_limits
 from .backfills import BackfillService
+from .fleet import Fleet
 from .metrics import NodeMetrics
 from .service import Service, parse_slot_param
 from .trigger import Trigger
@@ -33,6 +34,8 @@ TRIGGER = web.AppKey("trigger", Trigger)
 WORKER = web.AppKey("worker", Worker)
 METRICS = web.AppKey("metrics", NodeMetrics)
 BACKFILLS = web.AppKey("backfills", BackfillService)
+#: The worker fleet's side of this node (node/fleet.py): the worker protocol and /v1/workers.
+FLEET = web.AppKey("fleet", Fleet)
 
 
 def _error_response(e: RaftschedError) -> web.Response:
@@ -149,12 +152,15 @@ def _state_param(request: web.Request) -> str | None:
 
 
 def make_app(service: Service, token: str | None, *, trigger: Trigger | None = None,
-             worker: Worker | None = None, metrics: NodeMetrics | None = None) -> web.Application:
+             worker: Worker | None = None, metrics: NodeMetrics | None = None,
+             fleet: Fleet | None = None) -> web.Application:
     """Build the API application.
 
     :param trigger: the node's trigger, whose counters /v1/cluster shows.
     :param worker: the node's worker, likewise.
     :param metrics: the node's metrics, which /metrics renders (404 without them).
+    :param fleet: the node's side of the worker fleet (node/fleet.py); without it, one over the
+        service's replica is made (it needs its ``run`` loop for long-polls to be answered).
     """
     app = web.Application(middlewares=[errors_middleware, auth_middleware], client_max_size=node_limits.request_bytes_max)
     app[SERVICE] = service
@@ -162,6 +168,7 @@ def make_app(service: Service, token: str | None, *, trigger: Trigger | None = N
     for key, value in ((TRIGGER, trigger), (WORKER, worker), (METRICS, metrics)):
         if value is not None:
             app[key] = value
+    app[FLEET] = fleet if fleet is not None else Fleet(service.raft, service.clock, service.node_id)
     r = app.router
     r.add_get("/healthz", healthz)
     r.add_get("/v1/cluster", cluster)
@@ -201,6 +208,16 @@ def make_app(service: Service, token: str | None, *, trigger: Trigger | None = N
     r.add_post("/v1/backfills/{id}/{action:pause|resume|cancel}", control_backfill)
     r.add_post("/v1/dlq:requeue", dlq_bulk_requeue)
     r.add_post("/v1/dlq:purge", dlq_bulk_purge)
+    # The worker fleet (docs/api.md, "The worker protocol" and "Workers"): the protocol a
+    # `raftsched worker` speaks (lease, heartbeat, complete, release), then the admin routes.
+    # A worker id may hold a "/": it is sent percent-encoded, and routes match the raw path.
+    r.add_post("/v1/workers/{id}/lease", worker_lease)
+    r.add_post("/v1/workers/{id}/heartbeat", worker_heartbeat)
+    r.add_post("/v1/workers/{id}/complete", worker_complete)
+    r.add_post("/v1/workers/{id}/release", worker_release)
+    r.add_get("/v1/workers", list_workers)
+    r.add_get("/v1/workers/{id}", get_worker)
+    r.add_post("/v1/workers/{id}/drain", drain_worker)
     return app
 
 
@@ -469,6 +486,60 @@ async def dlq_bulk_requeue(request: web.Request) -> web.Response:
 
 async def dlq_bulk_purge(request: web.Request) -> web.Response:
     return await _dlq_bulk(request, "purge")
+
+
+# ------------------------------------------------------------------ the worker fleet
+async def worker_lease(request: web.Request) -> web.StreamResponse:
+    """A long-poll: answered when runs were granted, or with none after ``wait_s``. Runs granted
+    for a client that can no longer be answered are given back at once (release)."""
+    fleet = request.app[FLEET]
+    wid = request.match_info["id"]
+    res = await fleet.lease(wid, await _json_body(request),
+                            alive=lambda: request.transport is not None and not request.transport.is_closing())
+    resp = web.json_response(res)
+    if not res["runs"]:
+        return resp
+    try:
+        if request.transport is None or request.transport.is_closing():
+            raise ConnectionResetError("the client went away")
+        await resp.prepare(request)
+        await resp.write_eof()
+    except (ConnectionError, RuntimeError) as e:
+        log.info("api: lease answer for %s not delivered (%s): giving its %d runs back", wid, e, len(res["runs"]))
+        await fleet.release_grants(wid, res["runs"], "the lease answer could not be delivered")
+    return resp
+
+
+async def worker_heartbeat(request: web.Request) -> web.Response:
+    fleet = request.app[FLEET]
+    return web.json_response(await fleet.heartbeat(request.match_info["id"], await _json_body(request)))
+
+
+async def worker_complete(request: web.Request) -> web.Response:
+    fleet = request.app[FLEET]
+    return web.json_response(await fleet.complete(request.match_info["id"], await _json_body(request), _rid(request)))
+
+
+async def worker_release(request: web.Request) -> web.Response:
+    fleet = request.app[FLEET]
+    return web.json_response(await fleet.release(request.match_info["id"], await _json_body(request), _rid(request)))
+
+
+async def list_workers(request: web.Request) -> web.Response:
+    svc, fleet = request.app[SERVICE], request.app[FLEET]
+    await svc.read_barrier(_bool_param(request, "consistent"))
+    return web.json_response(fleet.list_workers())
+
+
+async def get_worker(request: web.Request) -> web.Response:
+    svc, fleet = request.app[SERVICE], request.app[FLEET]
+    await svc.read_barrier(_bool_param(request, "consistent"))
+    return web.json_response(fleet.get_worker(request.match_info["id"]))
+
+
+async def drain_worker(request: web.Request) -> web.Response:
+    fleet = request.app[FLEET]
+    return web.json_response(await fleet.drain(request.match_info["id"], _rid(request)))
 
 
 #: POST handlers that propose nothing (a spec's preview, an outage's explanation): no token.

@@ -95,6 +95,59 @@ report_deadline_s = 60.0
 #: The pause between two tries of such a report.
 report_retry_s = 0.2
 
+# The worker fleet (node/dispatch.py, node/fleet.py, node/remote.py) --------------------------
+#: How often a node reports, in one workers_seen, the workers that contacted it (and those whose
+#: lease requests wait at it): a thousand idle long-polling workers cost a few small commands
+#: every interval, not a heartbeat each. Well inside core worker_gone_ms (asserted below).
+workers_seen_interval_s = 5.0
+#: How often the leader looks for workers gone for core worker_forget_ms (forget_workers).
+workers_forget_check_s = 60.0
+#: The longest a lease request may wait at a node for work (its ``wait_s``), and what
+#: ``raftsched worker`` asks for unless told otherwise.
+lease_wait_s_max = 60.0
+lease_wait_s_default = 20.0
+#: Lease requests one node keeps waiting at once; beyond it a request is answered 503 (the
+#: worker tries another node, or again after a backoff). Bounds a node's memory per connection.
+lease_waiters_max = 20_000
+#: While lease requests wait, how often the dispatcher looks at its replica for ready work; it
+#: also wakes at the earliest due time it sees there, if sooner (a run fired ahead is acquired
+#: as it falls due), and at once when a request arrives or an acquire ends. Bounds the time from
+#: a run queued due now (a manual trigger, a retry) to its acquire being proposed.
+dispatch_poll_s = 0.02
+#: After an acquire for a group of waiting requests granted nothing (another node's worker took
+#: the runs, or a tenant is over its rate), the group's next acquire waits this long.
+dispatch_empty_backoff_s = 0.1
+#: Ready queue entries the dispatcher looks at for one group before it says "nothing for them";
+#: when the replica still shows ready work, the group gets an acquire this often anyway (the
+#: acquire itself looks further: core acquire_scan_max).
+dispatch_ready_scan_max = 256
+dispatch_retry_s = 1.0
+#: While nothing changes (no command applied, no due time reached, no request, no acquire
+#: ended), the dispatcher skips its look at the groups, but looks at least this often (a
+#: tenant's bucket refills with time alone).
+dispatch_full_look_s = 1.0
+#: Acquires the dispatcher proposes at once for one group (its oldest requests, as many as cover
+#: the ready work it counted), in one turn of the loop: they travel in one log entry, in order,
+#: so the oldest request is served first, and a burst of runs falling due together (a fired
+#: ahead second) goes out to that many waiting workers in one round trip.
+dispatch_batch_max = 32
+#: A lease request's HTTP timeout is its wait_s plus this (the node answers at wait_s at the
+#: latest, then the acquire in flight for it, at most a propose timeout).
+lease_request_slack_s = core.propose_timeout_s_default + 5.0
+#: One completion or release request's timeout, and how long a worker keeps retrying a release.
+worker_request_timeout_s = 10.0
+release_deadline_s = 15.0
+#: After a node refused a lease request for good (a wrong token, a full registry), the pause
+#: before the worker asks again.
+lease_refused_pause_s = 5.0
+#: How long a draining ``raftsched worker`` lets its runs finish before it gives them back,
+#: unless told otherwise (``--drain-s``).
+drain_s_default = 30.0
+
+assert workers_seen_interval_s * 3 * 1000 < core.worker_gone_ms
+assert 0 < dispatch_poll_s < dispatch_empty_backoff_s < dispatch_retry_s
+assert lease_wait_s_default <= lease_wait_s_max
+
 # API ----------------------------------------------------------------------------------------
 #: Largest request body (but ``POST /v1/jobs:batch``, bounded by core batch_request_bytes_max):
 #: a job spec is at most job_spec_bytes_max encoded.

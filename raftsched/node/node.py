@@ -20,6 +20,7 @@ from ..core.state import SchedulerState
 from .. import gcpolicy, replication
 from .api import make_app
 from .backfills import BackfillStepper
+from .fleet import Fleet
 from .service import Service
 from .trigger import Trigger
 from .metrics import NodeMetrics
@@ -60,6 +61,8 @@ class NodeConfig:
     executor_types: frozenset = frozenset(EXECUTOR_TYPES)
     execute_on_leader: bool = False
     lease_ttl_ms: int = 10_000
+    #: this node's worker's labels (``--labels``): which placed jobs it may run (docs/workers.md)
+    worker_labels: dict = dataclasses.field(default_factory=dict)
     # Test and benchmark hooks, set by hidden flags of ``raftsched node``: a production node
     # leaves them unset.
     #: peer Raft address -> the address to dial it at: the jepsen-style harness puts a TCP proxy
@@ -173,20 +176,24 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
     trigger_box.append(trigger)
     worker = Worker(raft, clock, cfg.node_id, slots=cfg.worker_slots, queues=cfg.worker_queues,
                     allowed_types=cfg.executor_types, lease_ttl_ms=cfg.lease_ttl_ms,
-                    execute_on_leader=cfg.execute_on_leader, single_node=not cfg.peers)
+                    execute_on_leader=cfg.execute_on_leader, single_node=not cfg.peers,
+                    labels=cfg.worker_labels)
     service = Service(raft, clock, cfg.node_id)
+    fleet = Fleet(raft, clock, cfg.node_id, embedded_id=worker.worker_id if cfg.worker_slots > 0 else None)
     gc_pauses = gcpolicy.GcPauses(lambda: state.jobs)
     metrics = NodeMetrics(raft, trigger, worker, gc_pauses)
+    metrics.registry.register(fleet.collector())
     trigger.lag_observer = metrics.observe_fire_lags
-    app = make_app(service, cfg.token, trigger=trigger, worker=worker, metrics=metrics)
+    app = make_app(service, cfg.token, trigger=trigger, worker=worker, metrics=metrics, fleet=fleet)
     gc_pauses.install()
     try:
-        await _serve(cfg, raft, loop, app, trigger, worker, stop, gc_pauses)
+        await _serve(cfg, raft, loop, app, trigger, worker, stop, gc_pauses, fleet)
     finally:
         gc_pauses.uninstall()  # its callback holds the state: never left behind by a failed start
 
 
-async def _serve(cfg: NodeConfig, raft, loop, app, trigger, worker, stop, gc_pauses: gcpolicy.GcPauses) -> None:
+async def _serve(cfg: NodeConfig, raft, loop, app, trigger, worker, stop, gc_pauses: gcpolicy.GcPauses,
+                 fleet: Fleet) -> None:
     raft.start(loop)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
@@ -195,7 +202,7 @@ async def _serve(cfg: NodeConfig, raft, loop, app, trigger, worker, stop, gc_pau
         await site.start()
         log.info("node %s: api http://%s:%d raft %s peers %s data %s pid %d", cfg.node_id,
                  cfg.api_host, cfg.api_port, cfg.raft_addr, ",".join(cfg.peers) or "-", cfg.data_dir, os.getpid())
-        loops = {"trigger": trigger.run(), "gc": gcpolicy.poll_forever(gc_pauses)}
+        loops = {"trigger": trigger.run(), "gc": gcpolicy.poll_forever(gc_pauses), "fleet": fleet.run()}
         if cfg.worker_slots > 0:
             loops["worker"] = worker.run()
         # One task group: a loop that fails cancels the others and the wait for ``stop``, and

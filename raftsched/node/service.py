@@ -167,7 +167,13 @@ class Service:
         return self._out(res, {"queue": name, **q})
 
     def list_queues(self) -> dict:
-        return {"queues": self.read(queries.queue_stats, self.clock.now_ms())}
+        now = self.clock.now_ms()
+        qs = self.read(queries.queue_stats, now)
+        # The worker fleet: runs no live worker may take for their placement (docs/workers.md).
+        unplaceable = self.read(queries.unplaceable, now)
+        for q in qs:
+            q["unplaceable"] = unplaceable.get(q["name"], 0)
+        return {"queues": qs}
 
     async def put_tenant(self, name: str, body, rid: str | None) -> dict:
         t = model.validate_tenant(name, body)
@@ -286,17 +292,29 @@ class Service:
     def job_runs(self, name: str, limit: int, state_filter: str | None, slot_ms: int | None) -> dict:
         check_name(name)
         out = self.read(queries.job_runs, name, limit, state_filter, slot_ms)
-        out["runs"] = [run_view(r) for r in out["runs"]]
+        out["runs"] = self._views(out["runs"])
         return out
 
     def list_runs(self, state_filter: str | None, limit: int) -> dict:
-        return {"runs": [run_view(r) for r in self.read(queries.runs, state_filter, limit)]}
+        return {"runs": self._views(self.read(queries.runs, state_filter, limit))}
 
     def get_run(self, run_id: str) -> dict:
         run = self.read(queries.run, run_id)
         if run is None:
             raise NotFound(f"no run {run_id!r}", field="run")
-        return run_view(run)
+        return self._views([run])[0]
+
+    def _views(self, runs: list[dict]) -> list[dict]:
+        """run_view of each, and ``waiting_for`` on a queued run no live worker may take for its
+        placement (the worker fleet, docs/workers.md)."""
+        out = [run_view(r) for r in runs]
+        queued = [r["id"] for r in runs if r["state"] == "queued"]
+        if queued:
+            why = self.read(queries.waiting_for_many, queued, self.clock.now_ms())
+            for v in out:
+                if v["id"] in why:
+                    v["waiting_for"] = why[v["id"]]
+        return out
 
 
 def parse_slot_param(text: str) -> int:

@@ -83,3 +83,16 @@ def lock_view(name: str, lk: dict) -> dict:
     """A held lock (queries.lock) as ``GET /v1/locks/{name}`` shows it."""
     return {"lock": name, "owner": lk["owner"], "token": lk["token"],
             "expires_at": schedule.iso(lk["deadline"]), "since": schedule.iso(lk["since"])}
+
+
+def worker_view(w: dict) -> dict:
+    """A worker (queries.workers / queries.worker) as ``GET /v1/workers`` shows it: its times as
+    ISO text, and the runs it holds (``GET /v1/workers/{id}``) with theirs."""
+    out = dict(w)
+    for k in ("first_seen", "last_seen"):
+        if k in out:
+            out[k] = schedule.iso(out[k])
+    if "runs" in out:
+        out["runs"] = [dict(r, started_at=schedule.iso(r["started_at"]), lease_deadline=schedule.iso(r.pop("deadline")))
+                       for r in (dict(x) for x in out["runs"])]
+    return out

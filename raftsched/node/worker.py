@@ -1,29 +1,46 @@
-"""The worker: leases runs, executes them, heartbeats, reports (DESIGN.md sections 3 and 6).
+"""The lease loop: leases runs, executes them, heartbeats, reports (DESIGN.md sections 3 and 6).
 
-Every node runs one. Following the design card, followers execute and the leader executes only
-when it is the only member or was told to (``execute_on_leader``), so the leader's event loop
-stays free for the trigger loop and the log.
+One implementation for both kinds of worker (docs/workers.md): the loop (:class:`LeaseLoop`)
+talks to the cluster through a small :class:`Channel`, of which there are two. The embedded
+worker of a node (:class:`Worker`, :class:`EmbeddedChannel`) proposes its commands through the
+node's own Raft adapter and looks at the local replica for ready work; a ``raftsched worker``
+process outside the quorum (node/remote.py, ``RemoteChannel``) speaks the worker protocol over
+HTTP to any node (docs/api.md, "The worker protocol").
 
-- It asks for work only when its local replica shows runs ready in the queues it serves. At
-  most ``slots`` runs execute at once. It asks for no more runs than it has free slots, plus,
-  while its runs end faster than an acquire's round trip through the log, as many again
-  (prefetch): those wait for a slot, in the order granted, with their leases renewed. Runs
-  slower than that round trip turn prefetching off, so a run waits behind long ones only if it
-  was prefetched just before the runs turned slow.
+Following the design card, followers execute and the leader executes only when it is the only
+member or was told to (``execute_on_leader``), so the leader's event loop stays free for the
+trigger loop and the log.
+
+- It asks for work only when its channel says runs may be ready (the embedded channel: the
+  local replica shows runs ready in the queues it serves; the remote one: always, since its
+  lease request waits at the node until there is work). At most ``slots`` runs execute at once.
+  It asks for no more runs than it has free slots, plus, while its runs end faster than an
+  acquire's round trip through the log, as many again (prefetch): those wait for a slot, in the
+  order granted, with their leases renewed. Runs slower than that round trip turn prefetching
+  off, so a run waits behind long ones only if it was prefetched just before the runs turned
+  slow.
 - Outcomes are reported in batches (``complete_many``), and the acquire for the slots they
   free goes out in the same turn of the event loop, so both travel in one log entry.
 - A plain python function whose module is imported already runs in a pooled thread without a
   task of its own (``executors.execute_soon``); anything else is awaited through ``execute``.
-- One ``heartbeat`` command per interval (a third of the lease TTL, at most 1 s) extends all its leases. A
-  lease the state reports lost is killed at once. If no heartbeat has succeeded for a whole TTL,
-  by this process's monotonic clock, every run is killed: the leader may already have expired
-  the leases and handed the runs to another worker.
+- One ``heartbeat`` per interval (a third of the lease TTL, at most 1 s) extends all its leases
+  (in as many commands as heartbeat_leases_max makes). A lease the state reports lost is killed
+  at once. If no heartbeat has succeeded for a whole TTL, by this process's monotonic clock,
+  every run is killed: the leader may already have expired the leases and handed the runs to
+  another worker.
 - ``complete`` carries the run's fencing token; a refusal (stale token) means another attempt
   owns the run now, and the outcome is dropped. A completion whose outcome is unknown (504) is
   retried with the same request id, which the state machine deduplicates.
+- Draining (``drain``: SIGTERM of a ``raftsched worker``, or the cluster's answer ``draining``
+  after ``POST /v1/workers/{id}/drain``): no more leases; runs granted but not started are given
+  back at once (``release``), running ones get up to the drain time to finish and be reported,
+  and those still running then are killed and given back: queued again without spending an
+  attempt.
 
-The worker id includes the process id, so a restarted node never mistakes its predecessor's
-leases for its own: those expire and their runs are executed again, with attempt + 1.
+The embedded worker's id includes the process id, so a restarted node never mistakes its
+predecessor's leases for its own: those expire and their runs are executed again, with attempt
++ 1. A remote worker keeps its ``--id`` across restarts, and its tokens keep the leases of one
+process apart from the next's.
 """
 from __future__ import annotations
 
@@ -33,6 +50,7 @@ import functools
 import logging
 import os
 import uuid
+from typing import Awaitable, Callable, Protocol
 
 import aiohttp
 import msgpack
@@ -48,10 +66,72 @@ log = logging.getLogger("raftsched.worker")
 
 #: weight of the newest sample in the moving averages of run and acquire times.
 _EWMA = 0.1
+#: the version a worker reports of itself in its hello
+VERSION = "0.1.0"
+
+#: The seam for applications that bring their own handlers (``raftsched worker --app``): given a
+#: grant, an awaitable executor ``(ctx, timeout_s, cancel) -> Outcome`` for it, or None for the
+#: built-in executors (shell, http, python). Called on the event loop when the run starts.
+ExecutorLookup = Callable[[dict], "Callable[[RunContext, float, CancelEvent], Awaitable[Outcome]] | None"]
+
+
+class Grants:
+    """What an acquire answered: the grants, whether the worker is draining, and how long to
+    wait before asking again when nothing was granted (None: the loop's own backoff)."""
+
+    __slots__ = ("runs", "draining", "retry_after_s")
+
+    def __init__(self, runs: list[dict], draining: bool = False, retry_after_s: float | None = None) -> None:
+        self.runs = runs
+        self.draining = draining
+        self.retry_after_s = retry_after_s
+
+
+class Channel(Protocol):
+    """How a lease loop talks to the cluster. Every method but ``may_acquire`` and
+    ``executes`` may raise a RaftschedError (Unavailable, Indeterminate, a refusal)."""
+
+    #: the worker's id, as every command and request names it
+    worker_id: str
+    #: "embedded" or "remote"
+    kind: str
+
+    async def hello(self) -> None:
+        """Register (or update) the worker's facts in the cluster; idempotent."""
+
+    def registered(self) -> bool:
+        """Whether the cluster is known to hold the worker's facts as they are (the loop says
+        hello again when not)."""
+
+    def may_acquire(self) -> bool:
+        """Whether an acquire may grant something now (a cheap local hint; the remote channel's
+        lease request waits at the node instead, so it always says yes)."""
+
+    def executes(self) -> bool:
+        """Whether this worker takes runs at all now (an embedded worker does not while its
+        node leads a cluster of several)."""
+
+    async def acquire(self, n: int, ttl_ms: int, types: list[str] | None) -> Grants:
+        """Up to ``n`` runs, each with a lease of ``ttl_ms``, of the executor ``types`` (None:
+        every type)."""
+
+    async def heartbeat(self, leases: list[list], ttl_ms: int, timeout_s: float) -> tuple[list[str], bool]:
+        """Extend ``leases`` (``[run, token]``, at most heartbeat_leases_max): the runs whose
+        lease is lost, and whether the worker is draining."""
+
+    async def complete(self, items: list[dict]) -> list[dict] | None:
+        """Report outcomes (``complete_many`` items); one result per item, or None when they
+        could not be delivered (the leases then expire)."""
+
+    async def release(self, leases: list[list], reason: str) -> None:
+        """Give leases back: the runs are queued again without spending an attempt."""
+
+    async def close(self) -> None:
+        """Free what the channel holds (connections)."""
 
 
 class _Held:
-    __slots__ = ("grant", "cancel", "task", "token", "executing")
+    __slots__ = ("grant", "cancel", "task", "token", "executing", "giving_back")
 
     def __init__(self, grant: dict) -> None:
         self.grant = grant
@@ -60,25 +140,31 @@ class _Held:
         self.task: asyncio.Task | None = None
         #: True while the executor runs (False before it starts and once only its report is pending)
         self.executing = False
+        #: killed by a drain: its lease is given back (release), its outcome is not reported
+        self.giving_back = False
 
 
-class Worker:
-    def __init__(self, raft, clock: Clock, node_id: str, *, slots: int = 4,
-                 queues: list[str] | None = None, allowed_types=ALL_TYPES,
-                 lease_ttl_ms: int = limits.lease_ttl_ms_default, execute_on_leader: bool = False,
-                 single_node: bool = False, poll_interval_s: float = node_limits.worker_poll_s_default,
-                 kill_grace_s: float = node_limits.kill_grace_s_default) -> None:
-        self.raft = raft
+class LeaseLoop:
+    """The lease loop of one worker, over one :class:`Channel`.
+
+    :param executor_lookup: the seam for ``--app`` (``ExecutorLookup``); None: the built-in
+        executors only.
+    """
+
+    def __init__(self, channel: Channel, clock: Clock, *, slots: int = 4, allowed_types=ALL_TYPES,
+                 lease_ttl_ms: int = limits.lease_ttl_ms_default,
+                 poll_interval_s: float = node_limits.worker_poll_s_default,
+                 kill_grace_s: float = node_limits.kill_grace_s_default,
+                 executor_lookup: ExecutorLookup | None = None) -> None:
+        self.channel = channel
         self.clock = clock
-        self.worker_id = f"{node_id}/{os.getpid()}"
+        self.worker_id = channel.worker_id
         self.slots = slots
-        self.queues = sorted(set(queues)) if queues else None
         self.allowed_types = frozenset(allowed_types)
         self.lease_ttl_ms = lease_ttl_ms
-        self.execute_on_leader = execute_on_leader
-        self.single_node = single_node
         self.poll_interval_s = poll_interval_s
         self.kill_grace_s = kill_grace_s
+        self.executor_lookup = executor_lookup
         self.held: dict[str, _Held] = {}
         self._last_hb_ok = clock.monotonic_s()
         self._session: aiohttp.ClientSession | None = None
@@ -100,18 +186,28 @@ class Worker:
         self._acquiring: set[asyncio.Task] = set()
         #: no acquire before this monotonic time (a pause after a failed or empty acquire)
         self._acquire_after = 0.0
+        #: the last acquire granted nothing: one lease request at a time until one grants again
+        #: (a remote worker's idle long-poll needs no second one beside it)
+        self._idle = False
         self._stopping = False
+        #: no more leases: set by drain(), or when the cluster answers "draining"
+        self.draining = False
+        #: set when the cluster said this worker is draining (POST /v1/workers/{id}/drain)
+        self.drain_requested = asyncio.Event()
         self.completed = 0
         self.refused = 0
+        self.released = 0
 
     def stats(self) -> dict:
-        """This node's worker: ``id``, ``slots``, ``running`` (leases held: runs executing,
+        """This worker: ``id``, ``slots``, ``running`` (leases held: runs executing,
         prefetched, or finished with their report on its way), ``completed`` (attempts reported
-        and accepted), ``refused`` (reports refused for a stale token) and ``executes`` (whether
-        it takes runs now: not while it leads a cluster of several, unless told to)."""
+        and accepted), ``refused`` (reports refused for a stale token), ``released`` (leases
+        given back by a drain), ``draining`` and ``executes`` (whether it takes runs now: not
+        while it leads a cluster of several, unless told to, nor while draining)."""
         return {"id": self.worker_id, "slots": self.slots, "running": len(self.held),
-                "completed": self.completed, "refused": self.refused,
-                "executes": self.slots > 0 and self._may_execute()}
+                "completed": self.completed, "refused": self.refused, "released": self.released,
+                "draining": self.draining,
+                "executes": self.slots > 0 and not self.draining and self.channel.executes()}
 
     # ---------------------------------------------------------------- main loops
     async def run(self) -> None:
@@ -119,6 +215,7 @@ class Worker:
         hb = asyncio.create_task(self._heartbeat_loop(), name="heartbeat")
         watchdog = asyncio.create_task(self._watchdog(), name="lease watchdog")
         try:
+            await self._say_hello()
             while True:
                 self._wake.clear()
                 timeout = self._pump()
@@ -152,6 +249,13 @@ class Worker:
             await asyncio.gather(hb, watchdog, *self._reporting, return_exceptions=True)
             await self._session.close()
 
+    async def _say_hello(self) -> None:
+        """Register with the cluster; a failure is not fatal (the heartbeat loop tries again)."""
+        try:
+            await self.channel.hello()
+        except RaftschedError as e:
+            log.info("worker %s: hello not delivered yet: %s", self.worker_id, e.message)
+
     def _pump(self) -> float:
         """Send what is due, in one turn of the event loop: outcomes (``complete_many``) and an
         acquire for the free slots. Commands proposed in one turn travel as one log entry
@@ -163,16 +267,17 @@ class Worker:
         run whose report is still on its way keeps its lease (heartbeated) but counts in
         neither. A second acquire goes out while one is in flight only for
         1/acquires_in_flight_max (node/limits.py) of that budget or more, so slots do not sit idle for a log
-        round trip and each acquire still carries many runs. Outcomes wait for the runs still
-        executing, at most outcome_coalesce_s, so that the outcomes of one batch share one
-        command.
+        round trip and each acquire still carries many runs; and not while the last acquire
+        granted nothing. Outcomes wait for the runs still executing, at most
+        outcome_coalesce_s, so that the outcomes of one batch share one command.
         """
         now = self.clock.monotonic_s()
         timeout = self.poll_interval_s
         budget = self.slots + self._prefetch()
         free = budget - self._executing - len(self._waiting) - self._asked
-        can_acquire = (free > 0 and len(self._acquiring) < node_limits.acquires_in_flight_max
-                       and now >= self._acquire_after)
+        in_flight_max = 1 if self._idle else node_limits.acquires_in_flight_max
+        can_acquire = (free > 0 and len(self._acquiring) < in_flight_max and now >= self._acquire_after
+                       and not self.draining)
         want_acquire = can_acquire and (not self._acquiring or free * node_limits.acquires_in_flight_max >= budget)
         if self._acquire_after > now:
             timeout = min(timeout, self._acquire_after - now)
@@ -187,8 +292,7 @@ class Worker:
             else:
                 timeout = min(timeout, node_limits.outcome_coalesce_s - waited)
         # An acquire that rides with a report costs no log entry of its own.
-        if (want_acquire or (flushed and can_acquire)) and self._may_execute() \
-                and self.raft.read(queries.has_ready_work, self.queues, self.clock.now_ms()):
+        if (want_acquire or (flushed and can_acquire)) and self.channel.executes() and self.channel.may_acquire():
             n = min(free, limits.acquire_runs_max)
             self._asked += n
             t = asyncio.create_task(self._acquire(n), name="acquire")
@@ -206,48 +310,58 @@ class Worker:
             return 0
         return self.slots
 
-    def _may_execute(self) -> bool:
-        if self.single_node or self.execute_on_leader:
-            return True
-        return not self.raft.is_leader()
-
     async def _acquire(self, n: int) -> None:
         """One acquire for ``n`` runs (slots reserved by the caller in ``_asked``); starts every
         run granted. Backs off after a failure, or when nothing was granted (ready entries were
         stale or rate-limited), rather than spin on the log."""
         sent = self.clock.monotonic_s()  # a fresh lease counts from when it was asked for
-        # Only runs of executor types this node runs: a node started with --executors http
+        # Only runs of executor types this worker runs: a node started with --executors http
         # leaves shell runs to the nodes that take them.
         types = sorted(self.allowed_types) if self.allowed_types != ALL_TYPES else None
-        cmd = commands.make("acquire", self.clock.now_ms(), None, worker=self.worker_id,
-                            queues=self.queues, max=n, ttl=self.lease_ttl_ms, types=types)
         try:
             try:
-                res = await self._propose(cmd)
+                res = await self.channel.acquire(n, self.lease_ttl_ms, types)
             except RaftschedError as e:
                 log.debug("worker: acquire failed: %s", e.message)
                 self._acquire_after = self.clock.monotonic_s() + self.poll_interval_s
                 return
-            runs = res.get("runs", [])
+            if res.draining:
+                self._on_draining()
+            runs = res.runs
             if not runs:
-                self._acquire_after = self.clock.monotonic_s() + node_limits.empty_acquire_backoff_polls * self.poll_interval_s
+                self._idle = True
+                after = (res.retry_after_s if res.retry_after_s is not None
+                         else node_limits.empty_acquire_backoff_polls * self.poll_interval_s)
+                self._acquire_after = self.clock.monotonic_s() + after
                 return
+            self._idle = False
             self._acquire_after = 0.0
             rtt = self.clock.monotonic_s() - sent
             self._acquire_rtt_s = rtt if self._acquire_rtt_s is None else self._acquire_rtt_s + _EWMA * (rtt - self._acquire_rtt_s)
             # A fresh lease counts as a heartbeat that succeeded when it was asked for.
             self._last_hb_ok = max(self._last_hb_ok, sent)
+            back = []
             for grant in runs:
                 h = _Held(grant)
                 self.held[grant["id"]] = h
-                if self._executing < self.slots:
+                if self.draining or self._stopping:
+                    back.append(h)  # granted as the drain began: given back at once
+                elif self._executing < self.slots:
                     self._start(h)
                 else:
                     self._waiting.append(h)  # prefetched: starts when a slot frees
+            if back:
+                await self._give_back(back, "draining")
         finally:
             self._asked -= n
             self._acquiring.discard(asyncio.current_task())  # before _pump looks again
             self._wake.set()
+
+    def _on_draining(self) -> None:
+        if not self.drain_requested.is_set():
+            log.warning("worker %s: the cluster says this worker is draining: no more leases", self.worker_id)
+            self.drain_requested.set()
+        self.draining = True
 
     async def _heartbeat_loop(self) -> None:
         # A third of the TTL, and at most a second: a lease survives two lost heartbeats.
@@ -255,26 +369,33 @@ class Worker:
                        node_limits.heartbeat_interval_s_max)
         while True:
             await asyncio.sleep(interval)
+            if not self.channel.registered():
+                await self._say_hello()
             if not self.held:
                 self._last_hb_ok = self.clock.monotonic_s()
                 continue
             leases = [[rid, h.token] for rid, h in self.held.items()]
             sent = self.clock.monotonic_s()
+            # Bounded by half a TTL: a heartbeat that takes longer is of no use, and the watchdog
+            # must not wait behind it. One command carries at most heartbeat_leases_max leases
+            # (a worker with prefetched runs can hold twice its slots).
+            timeout_s = self.lease_ttl_ms / 1000 * node_limits.heartbeat_timeout_lease_ttl_share
+            step = limits.heartbeat_leases_max
             try:
-                # Bounded by half a TTL: a heartbeat that takes longer is of no use, and the
-                # watchdog must not wait behind it.
-                res = await self._propose(commands.make(
-                    "heartbeat", self.clock.now_ms(), None, worker=self.worker_id,
-                    leases=leases, ttl=self.lease_ttl_ms),
-                    timeout_s=self.lease_ttl_ms / 1000 * node_limits.heartbeat_timeout_lease_ttl_share)
-                self._last_hb_ok = sent
-                for rid in res.get("lost", []):
+                parts = await asyncio.gather(*(self.channel.heartbeat(leases[k:k + step], self.lease_ttl_ms, timeout_s)
+                                               for k in range(0, len(leases), step)))
+            except RaftschedError as e:
+                log.warning("worker: heartbeat failed: %s", e.message)
+                continue
+            self._last_hb_ok = sent
+            for lost, draining in parts:
+                if draining:
+                    self._on_draining()
+                for rid in lost:
                     h = self.held.get(rid)
                     if h is not None and not h.cancel.is_set():
                         log.warning("worker: lease on %s lost (heartbeat refused): killing the run", rid)
                         h.cancel.set()
-            except RaftschedError as e:
-                log.warning("worker: heartbeat failed: %s", e.message)
 
     async def _watchdog(self) -> None:
         """Kill every run once no heartbeat has succeeded for a whole TTL by this process's
@@ -294,6 +415,56 @@ class Worker:
                     log.warning("worker: no heartbeat for a lease TTL: killing %s", rid)
                     h.cancel.set()
 
+    # ---------------------------------------------------------------- draining
+    async def drain(self, drain_s: float) -> None:
+        """Stop leasing and let go of every lease (SIGTERM, or the cluster's ``draining``):
+        acquires in flight are cancelled (a grant that still arrives is given back), runs
+        granted but not started are given back at once, running ones get ``drain_s`` to finish
+        and be reported, and those still running then are killed and given back. Returns when
+        the worker holds nothing (or the stop grace is spent); the caller then stops ``run``."""
+        self.draining = True
+        log.info("worker %s: draining: %d runs held, up to %.1f s for them to finish", self.worker_id,
+                 len(self.held), drain_s)
+        for t in list(self._acquiring):
+            t.cancel()
+        waiting, self._waiting = list(self._waiting), collections.deque()
+        if waiting:
+            await self._give_back(waiting, "draining")
+        deadline = self.clock.monotonic_s() + drain_s
+        while self._executing and self.clock.monotonic_s() < deadline:
+            self._wake.clear()
+            await wait_event(self._wake, max(0.01, min(0.5, deadline - self.clock.monotonic_s())))
+        running = [h for h in self.held.values() if h.executing]
+        for h in running:
+            h.giving_back = True
+            h.cancel.set()
+        tasks = [h.task for h in running if h.task and not h.task.done()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.kill_grace_s + 1)
+        if running:
+            await self._give_back(running, f"still running after the drain time ({drain_s:g} s)")
+        # What finished is reported by the loop (it flushes the outbox); wait for that.
+        deadline = self.clock.monotonic_s() + node_limits.stop_report_grace_s
+        while (self._outbox or self._reporting) and self.clock.monotonic_s() < deadline:
+            self._wake.set()
+            await asyncio.sleep(0.01)  # ok-sleep: polling inside a deadline; the pump flushes
+        log.info("worker %s: drained (%d completed, %d given back)", self.worker_id, self.completed, self.released)
+
+    async def _give_back(self, hs: list[_Held], reason: str) -> None:
+        """Release the leases of ``hs`` (runs not started, or killed by a drain): queued again at
+        once without spending an attempt. Forgotten here whatever the answer (a lease whose
+        release did not get through expires: a lost attempt)."""
+        for h in hs:
+            self._release(h)
+        leases = [[h.grant["id"], h.token] for h in hs]
+        step = limits.heartbeat_leases_max
+        for k in range(0, len(leases), step):
+            try:
+                await self.channel.release(leases[k:k + step], reason)
+                self.released += len(leases[k:k + step])
+            except RaftschedError as e:
+                log.warning("worker: release of %d leases failed (they will expire): %s", len(leases[k:k + step]), e.message)
+
     # ---------------------------------------------------------------- one run
     def _start(self, h: _Held) -> None:
         h.executing = True
@@ -303,25 +474,29 @@ class Worker:
         try:
             if g.get("executor") is not None:
                 ctx = RunContext(run_id=g["id"], job=g["job"], slot_ms=g["slot"], attempt=g["attempt"],
-                                 fencing_token=g["token"], payload=g.get("payload"))
+                                 fencing_token=g["token"], payload=g.get("payload"), worker_id=self.worker_id)
+                own = self.executor_lookup(g) if self.executor_lookup is not None else None
                 # A plain python function already imported runs without a task of its own.
-                if execute_soon(g["executor"], ctx, g["timeout_s"], functools.partial(self._executed, h, t0),
-                                cancel=h.cancel, allowed_types=self.allowed_types, kill_grace_s=self.kill_grace_s):
+                if own is None and execute_soon(g["executor"], ctx, g["timeout_s"], functools.partial(self._executed, h, t0),
+                                                cancel=h.cancel, allowed_types=self.allowed_types,
+                                                kill_grace_s=self.kill_grace_s):
                     return
             else:
-                ctx = None
-            h.task = asyncio.create_task(self._execute(h, ctx, t0), name=f"run {g['id']}")
+                ctx = own = None
+            h.task = asyncio.create_task(self._execute(h, ctx, t0, own), name=f"run {g['id']}")
         except Exception:
             # Never a slot lost to a bug here: the run is dropped (its lease expires).
             log.exception("worker: run %s could not be started", g["id"])
             self._release(h)
             self._free_slot(h)
 
-    async def _execute(self, h: _Held, ctx: RunContext | None, t0: float) -> None:
+    async def _execute(self, h: _Held, ctx: RunContext | None, t0: float, own=None) -> None:
         g = h.grant
         try:
             if ctx is None:
                 out = Outcome(ok=False, error="the job was deleted", output="", duration_ms=0)
+            elif own is not None:
+                out = await own(ctx, g["timeout_s"], h.cancel)
             else:
                 out = await execute(g["executor"], ctx, g["timeout_s"], cancel=h.cancel,
                                     allowed_types=self.allowed_types, kill_grace_s=self.kill_grace_s,
@@ -340,9 +515,12 @@ class Worker:
         """Queue the outcome for the next report and free the run's slot. Reported even when
         the lease was lost: the state refuses a stale token, and accepts the outcome if the
         lease survived after all. The lease stays held (and heartbeated) until the report is
-        answered."""
+        answered. A run killed by a drain is given back instead (``drain``)."""
         now = self.clock.monotonic_s()
         self._exec_s = now - t0 if self._exec_s is None else self._exec_s + _EWMA * (now - t0 - self._exec_s)
+        if h.giving_back:
+            self._free_slot(h)
+            return
         if not self._outbox:
             self._outbox_since = now
         g = h.grant
@@ -355,7 +533,7 @@ class Worker:
             h.executing = False
             self._executing -= 1
             self._wake.set()
-            while self._waiting and not self._stopping:
+            while self._waiting and not self._stopping and not self.draining:
                 nxt = self._waiting.popleft()
                 if nxt.cancel.is_set():
                     # Its lease was lost, or given up, before it started: nothing ran, nothing
@@ -390,7 +568,7 @@ class Worker:
     async def _report(self, batch: list[tuple[dict, _Held]]) -> None:
         results = None
         try:
-            results = await self._send_outcomes([item for item, _ in batch])
+            results = await self.channel.complete([item for item, _ in batch])
         finally:
             # Answered, or given up (then the leases expire and the runs are retried): the
             # leases are no longer this worker's to renew.
@@ -407,7 +585,56 @@ class Worker:
             self._reporting.discard(asyncio.current_task())  # before _pump looks again
             self._wake.set()
 
-    async def _send_outcomes(self, items: list[dict]) -> list[dict] | None:
+
+# ---------------------------------------------------------------------------- embedded
+class EmbeddedChannel:
+    """The embedded worker's channel: commands proposed through the node's own Raft adapter
+    (``propose``), ready work and the worker's registration read from the local replica
+    (``read``)."""
+
+    kind = "embedded"
+
+    def __init__(self, raft, clock: Clock, worker_id: str, *, slots: int, queues: list[str] | None,
+                 allowed_types, labels: dict | None = None, execute_on_leader: bool = False,
+                 single_node: bool = False) -> None:
+        self.raft = raft
+        self.clock = clock
+        self.worker_id = worker_id
+        self.queues = queues
+        self.execute_on_leader = execute_on_leader
+        self.single_node = single_node
+        #: what this worker says of itself (core/workers.py FACTS); the instance is this process
+        self.facts = {"kind": "embedded", "labels": dict(sorted((labels or {}).items())), "slots": slots,
+                      "executors": sorted(allowed_types), "queues": queues, "version": VERSION,
+                      "instance": uuid.uuid4().hex[:16]}
+
+    async def hello(self) -> None:
+        await self._propose(commands.make("worker_hello", self.clock.now_ms(), None, worker=self.worker_id,
+                                          **self.facts))
+
+    def registered(self) -> bool:
+        rec = self.raft.read(queries.worker_record, self.worker_id)
+        return rec is not None and all(rec[k] == v for k, v in self.facts.items())
+
+    def may_acquire(self) -> bool:
+        return self.raft.read(queries.has_ready_work, self.queues, self.clock.now_ms())
+
+    def executes(self) -> bool:
+        if self.single_node or self.execute_on_leader:
+            return True
+        return not self.raft.is_leader()
+
+    async def acquire(self, n: int, ttl_ms: int, types: list[str] | None) -> Grants:
+        res = await self._propose(commands.make("acquire", self.clock.now_ms(), None, worker=self.worker_id,
+                                                queues=self.queues, max=n, ttl=ttl_ms, types=types))
+        return Grants(res.get("runs", []), bool(res.get("draining")))
+
+    async def heartbeat(self, leases: list[list], ttl_ms: int, timeout_s: float) -> tuple[list[str], bool]:
+        res = await self._propose(commands.make("heartbeat", self.clock.now_ms(), None, worker=self.worker_id,
+                                                leases=leases, ttl=ttl_ms), timeout_s=timeout_s)
+        return res.get("lost", []), bool(res.get("draining"))
+
+    async def complete(self, items: list[dict]) -> list[dict] | None:
         """Propose one complete_many, retrying an unknown outcome with the same request id (the
         state machine deduplicates it). None when it could not be delivered for a minute."""
         rid = uuid.uuid4().hex
@@ -425,8 +652,44 @@ class Worker:
                 log.error("worker: outcomes refused as a whole: %s", e.message)
                 return None
 
+    async def release(self, leases: list[list], reason: str) -> None:
+        await self._propose(commands.make("release", self.clock.now_ms(), uuid.uuid4().hex, worker=self.worker_id,
+                                          leases=leases, reason=reason))
+
+    async def close(self) -> None:
+        pass
+
     async def _propose(self, cmd: dict, timeout_s: float = limits.propose_timeout_s_default) -> dict:
         res = await self.raft.propose(commands.encode(cmd), timeout_s=timeout_s)
         if not res.get("ok"):
             raise RaftschedError.from_dict(res.get("error") or {})
         return res
+
+
+class Worker(LeaseLoop):
+    """A node's embedded worker: the lease loop over an :class:`EmbeddedChannel`.
+
+    :param labels: the node's ``--labels``: which placed jobs this worker may run.
+    """
+
+    def __init__(self, raft, clock: Clock, node_id: str, *, slots: int = 4,
+                 queues: list[str] | None = None, allowed_types=ALL_TYPES,
+                 lease_ttl_ms: int = limits.lease_ttl_ms_default, execute_on_leader: bool = False,
+                 single_node: bool = False, poll_interval_s: float = node_limits.worker_poll_s_default,
+                 kill_grace_s: float = node_limits.kill_grace_s_default, labels: dict | None = None) -> None:
+        queues = sorted(set(queues)) if queues else None
+        channel = EmbeddedChannel(raft, clock, f"{node_id}/{os.getpid()}", slots=slots, queues=queues,
+                                  allowed_types=allowed_types, labels=labels, execute_on_leader=execute_on_leader,
+                                  single_node=single_node)
+        super().__init__(channel, clock, slots=slots, allowed_types=allowed_types, lease_ttl_ms=lease_ttl_ms,
+                         poll_interval_s=poll_interval_s, kill_grace_s=kill_grace_s)
+        self.raft = raft
+        self.queues = queues
+
+    def _on_draining(self) -> None:
+        """A drained embedded worker stops leasing and stays so until its node restarts (a new
+        process instance); the node itself carries on."""
+        if not self.draining:
+            log.warning("worker %s: drained: this node's worker takes no more runs until the node restarts",
+                        self.worker_id)
+        self.draining = True

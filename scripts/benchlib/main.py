@@ -27,6 +27,7 @@ from .register import BULK_PATH
 from .report import markdown, plot
 from .scenarios.e2e import e2e
 from .scenarios.failover import failover
+from .scenarios.fleet import fleet_e2e, fleet_rest
 from .scenarios.scale import scale
 from .scenarios.state_machine import state_machine_child
 from .scenarios.raw_raft import raw_raft
@@ -46,19 +47,25 @@ PROFILES = {
               "sweep_warmup_s": 0.5, "aps_warmup_s": 0.25, "aps_margin_s": 0.5, "storm_margin_s": 1.0,
               "e2e_jobs": 300, "e2e_window_s": 1, "e2e_warmup_s": 0, "e2e_slots": 32,
               "raw_raft_s": 0.5, "raw_raft_warmup_s": 0.25, "raw_raft_in_flight": 200, "scale_ns": [5000], "scale_ns_put": [1000],
-              "state_ns": [10000], "shared_cluster": True},
+              "state_ns": [10000], "shared_cluster": True,
+              "fleet_e2e_jobs": 300, "fleet_workers": 4, "fleet_slots": 8, "fleet_window_s": 1, "fleet_warmup_s": 0,
+              "fleet_rest_workers": 200, "fleet_rest_procs": 2, "fleet_rest_window_s": 1, "fleet_rest_due_jobs": 20,
+              "fleet_rest_due_window_s": 2},
     "full": {"failover_trials": 20, "writes": 1000, "writes_register_put": 5000, "writes_register_bulk": 50000,
              "storm_jobs": 10000, "sweep_ns": [1000, 10000, 30000, 100000], "sweep_ns_put": None,
              "sweep_window_s": 10, "sweep_warmup_s": 3, "aps_warmup_s": 3, "aps_margin_s": 2.0, "storm_margin_s": 1.5,
              "e2e_jobs": 5000, "e2e_window_s": 10, "e2e_warmup_s": 3,
              "e2e_slots": 32, "raw_raft_s": 10, "raw_raft_warmup_s": 2, "raw_raft_in_flight": 1000, "scale_ns": [100000], "scale_ns_put": None,
-             "state_ns": [100000], "shared_cluster": False},
+             "state_ns": [100000], "shared_cluster": False,
+             "fleet_e2e_jobs": 5000, "fleet_workers": 4, "fleet_slots": 32, "fleet_window_s": 10, "fleet_warmup_s": 3,
+             "fleet_rest_workers": 1000, "fleet_rest_procs": 4, "fleet_rest_window_s": 10, "fleet_rest_due_jobs": 50,
+             "fleet_rest_due_window_s": 10},
 }
 #: With shared_cluster (quick), these scenarios run one after the other on one cluster, started by
 #: the first of them, with workers on (the e2e scenario needs them) and the fire log on.
 SHARED_SCENARIOS = ("writes", "scale", "e2e")
 #: The order of a quick run: the shared cluster's scenarios next to each other.
-QUICK_ORDER = ("failover", "writes", "scale", "e2e", "sweep", "storm", "raw_raft")
+QUICK_ORDER = ("failover", "writes", "scale", "e2e", "sweep", "storm", "raw_raft", "fleet_e2e", "fleet_rest")
 SCALE_1M = 1_000_000
 
 
@@ -108,7 +115,9 @@ def main(argv=None) -> int:
                                       "instead of the working tree")
     ap.add_argument("--storm-jobs", "--burst-jobs", dest="storm_jobs", type=int, help="override the storm size")
     ap.add_argument("--sweep-ns", help="override the sweep's job counts, comma-separated (e.g. 1000,10000)")
-    ap.add_argument("--e2e-jobs", type=int, help="override the end-to-end scenario's job count (offered runs per second)")
+    ap.add_argument("--e2e-jobs", type=int, help="override the end-to-end scenarios' job count (offered runs per second; "
+                                             "e2e and fleet_e2e alike, so that their ratio compares one offered rate)")
+    ap.add_argument("--fleet-slots", type=int, help="override the slots of each fleet_e2e worker process")
     ap.add_argument("--scale-1m", action="store_true", help="also register 1,000,000 jobs in the scale scenario "
                                                            "(through PUT that takes an hour or more)")
     ap.add_argument("--state-machine-child", type=int, metavar="N", help=argparse.SUPPRESS)
@@ -144,6 +153,8 @@ def main(argv=None) -> int:
         p["storm_jobs"] = args.storm_jobs
     if args.e2e_jobs:
         p["e2e_jobs"] = args.e2e_jobs
+    if args.fleet_slots:
+        p["fleet_slots"] = args.fleet_slots
     p["sweep_ns"] = ([int(x) for x in args.sweep_ns.split(",")] if args.sweep_ns
                      else (p["sweep_ns"] if bulk or not p["sweep_ns_put"] else p["sweep_ns_put"]))
     p["scale_ns"] = p["scale_ns"] if bulk or not p["scale_ns_put"] else p["scale_ns_put"]
@@ -213,6 +224,13 @@ def main(argv=None) -> int:
                 elif name == "e2e":
                     res[name] = e2e(tmp, p["e2e_jobs"], p["e2e_window_s"], p["e2e_warmup_s"], p["e2e_slots"], clusters, fire_log_ok,
                                     shared_cluster() if name in sharing else None)
+                elif name == "fleet_e2e":
+                    n_jobs = args.e2e_jobs or p["fleet_e2e_jobs"]
+                    res[name] = fleet_e2e(tmp, n_jobs, p["fleet_window_s"], p["fleet_warmup_s"], p["fleet_workers"],
+                                          p["fleet_slots"], clusters)
+                elif name == "fleet_rest":
+                    res[name] = fleet_rest(tmp, p["fleet_rest_workers"], p["fleet_rest_procs"], p["fleet_rest_window_s"],
+                                           p["fleet_rest_due_jobs"], p["fleet_rest_due_window_s"], clusters)
                 elif name == "scale":
                     res[name] = {"skipped": skipped_1m}
                     # The in-process measurement first, before this scenario's cluster starts (on a

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .common import ALL_SCENARIOS, FELL_BEHIND_P99_MS, FELL_BEHIND_SHARE, LAG_SAMPLE_MAX
 from .register import BULK_CONCURRENCY, CONCURRENCY
+from .scenarios.fleet import report_rows as fleet_rows
 
 def ratio(ours, theirs, digits: int = 2):
     """ours ÷ theirs, or None when either is missing or theirs is 0."""
@@ -194,6 +195,7 @@ def markdown(res: dict) -> str:
         if e.get("cpu_us_per_run") is not None:
             row("", "CPU of the three node processes per completed run (µs; cores busy in the window)",
                 f"{fmt(e['cpu_us_per_run'])} ({e['cluster_cpu_s'] / e['worker_counters_s']:.2f})")
+    fleet_rows(res, row, fmt, _ppm, ratio)
     if raw_ok:
         best = max((s.get("slots_per_s") or 0 for s in (res.get("sweep") or {}).get("ours", {}).get("steps", [])), default=None)
         for role in ("leader", "follower"):

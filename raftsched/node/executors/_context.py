@@ -23,6 +23,8 @@ class RunContext:
     :param fencing_token: the lease's fencing token; a downstream system that records the
         highest token it has seen can refuse writes from a stale worker.
     :param payload: the job's JSON-able payload.
+    :param worker_id: the id of the worker that holds the run's lease (an embedded worker's
+        ``node-id/pid``, or a ``raftsched worker``'s ``--id``), or None when not known.
     """
 
     run_id: str
@@ -31,6 +33,7 @@ class RunContext:
     attempt: int
     fencing_token: int
     payload: Any
+    worker_id: str | None = None
 
     @property
     def slot_iso(self) -> str:
@@ -50,6 +53,7 @@ class RunContext:
             "RAFTSCHED_ATTEMPT": str(self.attempt),
             "RAFTSCHED_FENCING_TOKEN": str(self.fencing_token),
             "RAFTSCHED_PAYLOAD": self.payload_json(),
+            **({} if self.worker_id is None else {"RAFTSCHED_WORKER_ID": self.worker_id}),
         }
 
     def headers(self) -> dict[str, str]:
@@ -60,6 +64,7 @@ class RunContext:
             "X-Raftsched-Slot": self.slot_iso,
             "X-Raftsched-Attempt": str(self.attempt),
             "X-Raftsched-Fencing-Token": str(self.fencing_token),
+            **({} if self.worker_id is None else {"X-Raftsched-Worker": self.worker_id}),
         }
 
 

@@ -1,0 +1,295 @@
+"""A node's dispatcher of waiting lease requests: fair and herd-free long-polls.
+
+Remote workers ask a node for runs with a long-poll (``POST /v1/workers/{id}/lease``, docs/api.md):
+"up to N runs of these queues that my labels satisfy, wait at most W seconds". Hundreds of them
+may wait at one node at once. Answering them by letting each one propose an acquire whenever the
+replica shows work would be a thundering herd: a thousand acquires for one run, all but one
+granting nothing, each a log entry. The dispatcher instead keeps the waiting requests first in,
+first out, grouped by what they can take (queues, labels, executor types: requests of one group
+are interchangeable), and, when its replica shows ready work for a group
+(``queries.ready_count``), proposes acquires for that group's oldest requests (their free
+slots), only as many as cover the work it counted (one, for one run), in one turn of the loop,
+so they travel in one log entry and apply oldest first; it answers them, and only then looks
+again, for the next ones, if work remains. A request that waits ``wait_s`` without work is
+answered with no runs.
+
+The acquire is a replicated command like any other (core/leases.py): a run is granted once,
+through the log, to one worker, whichever node's dispatcher proposed the acquire. Dispatchers
+of different nodes may propose at the same moment for the same run; one gets it, the others'
+acquires grant nothing, and their group waits ``dispatch_empty_backoff_s`` before it tries again.
+
+A request whose acquire grants runs after it was given up (its client went away, or its wait
+ran out while the acquire was in flight) has its runs given back at once (``release``: queued
+again without an attempt spent), so no run waits a lease TTL for a worker that never heard of
+it.
+
+Everything runs on the node's event loop; the replica is read through ``raft.read``.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from typing import Awaitable, Callable
+
+from ..aio import wait_event
+from ..clock import Clock
+from ..core import commands, limits, queries
+from ..core.errors import RaftschedError, Unavailable
+from . import limits as node_limits
+
+log = logging.getLogger("raftsched.dispatch")
+
+
+class LeaseRequest:
+    """One waiting lease request: whose, what it can take, how many runs for how long.
+
+    ``key`` groups interchangeable requests: the same queues, labels and executor types."""
+
+    __slots__ = ("worker", "queues", "labels", "types", "n", "ttl_ms", "key", "done", "grants", "draining",
+                 "error", "in_flight", "abandoned", "alive")
+
+    def __init__(self, worker: str, queues: list[str] | None, labels: dict, types: list[str] | None, n: int,
+                 ttl_ms: int, alive: Callable[[], bool] | None = None) -> None:
+        self.worker = worker
+        self.queues = queues
+        self.labels = labels
+        self.types = types
+        self.n = n
+        self.ttl_ms = ttl_ms
+        self.key = (None if queues is None else tuple(queues), tuple(sorted(labels.items())),
+                    None if types is None else tuple(types))
+        self.done = asyncio.Event()
+        self.grants: list[dict] = []
+        self.draining = False
+        self.error: RaftschedError | None = None
+        #: an acquire for it has been proposed and not answered yet
+        self.in_flight = False
+        #: its client no longer waits for it (timed out, went away)
+        self.abandoned = False
+        #: whether its client is still connected (None: assume so): a worker that died while its
+        #: request waited is passed over, not granted runs it will never hear of
+        self.alive = alive
+
+    def gone(self) -> bool:
+        """Answered, given up, or its client disconnected."""
+        return self.abandoned or self.done.is_set() or (self.alive is not None and not self.alive())
+
+
+class Dispatcher:
+    """The waiting lease requests of one node, and the loop that serves them.
+
+    :param raft: the replication adapter (``read``).
+    :param propose: ``await propose(cmd) -> result``, raising RaftschedError on a refusal.
+    :param release: ``await release(worker, grants, reason)``: give back runs granted to a
+        request nobody waits for any more.
+    """
+
+    def __init__(self, raft, clock: Clock, propose: Callable[[dict], Awaitable[dict]],
+                 release: Callable[[str, list[dict], str], Awaitable[None]]) -> None:
+        self.raft = raft
+        self.clock = clock
+        self._propose = propose
+        self._release = release
+        self._groups: dict[tuple, collections.deque[LeaseRequest]] = {}
+        #: group -> acquires in flight for it (a group is looked at again once they all ended)
+        self._busy: dict[tuple, int] = {}
+        #: group -> no acquire before this monotonic time (after one that granted nothing)
+        self._backoff: dict[tuple, float] = {}
+        #: group -> monotonic time of its last acquire
+        self._last_try: dict[tuple, float] = {}
+        self._wake = asyncio.Event()
+        self._tasks: set[asyncio.Task] = set()
+        #: what the last full look saw: the replica's applied count, the earliest future due time
+        #: of the groups' queues (ms), when it ran (monotonic), and whether anything happened since
+        #: that a look must see (a request came, an acquire ended, a backoff ran out)
+        self._seen_applied: int | None = None
+        self._next_due_ms: float = float("inf")
+        self._full_at = 0.0
+        self._dirty = True
+        #: requests waiting (not abandoned, not answered)
+        self.waiting = 0
+        self.acquires = 0
+        self.acquires_empty = 0
+        self.given_back = 0
+
+    def stats(self) -> dict:
+        """``waiting`` requests, ``groups``, ``acquires`` proposed, ``acquires_empty`` (granted
+        nothing) and ``given_back`` (runs released because nobody waited for them any more)."""
+        return {"waiting": self.waiting, "groups": len(self._groups), "acquires": self.acquires,
+                "acquires_empty": self.acquires_empty, "given_back": self.given_back}
+
+    def waiting_workers(self) -> set[str]:
+        """The ids of the workers with a request waiting here now."""
+        return {r.worker for q in self._groups.values() for r in q if not r.abandoned}
+
+    async def lease(self, req: LeaseRequest, wait_s: float) -> LeaseRequest:
+        """Wait until ``req`` is answered (its ``grants``, maybe ``draining``) or ``wait_s``
+        passed (no grants). An acquire in flight for it when the wait runs out is waited for:
+        its grants are the request's.
+
+        :raises Unavailable: too many requests wait at this node already.
+        :raises RaftschedError: the acquire proposed for it failed (no leader, ...)."""
+        if self.waiting >= node_limits.lease_waiters_max:
+            raise Unavailable(f"{self.waiting} lease requests wait at this node already; try another node")
+        self._groups.setdefault(req.key, collections.deque()).append(req)
+        self.waiting += 1
+        self._dirty = True
+        self._wake.set()
+        try:
+            got = await wait_event(req.done, wait_s)
+            if not got and req.in_flight:
+                got = await wait_event(req.done, limits.propose_timeout_s_default + 1)
+        except asyncio.CancelledError:
+            self._abandon(req)
+            raise
+        if not got:
+            self._abandon(req)
+            return req
+        if req.error is not None:
+            raise req.error
+        return req
+
+    def _abandon(self, req: LeaseRequest) -> None:
+        if not req.abandoned and not req.done.is_set():
+            req.abandoned = True
+            if not req.in_flight:
+                self.waiting -= 1
+
+    async def run(self) -> None:
+        """Serve the waiting requests until cancelled."""
+        try:
+            while True:
+                self._wake.clear()
+                timeout = self._look()
+                await wait_event(self._wake, timeout)
+        finally:
+            for t in list(self._tasks):
+                t.cancel()
+
+    def _look(self) -> float:
+        """One look at every group that is not busy nor backing off: when its replica shows
+        ready work for it, acquires for its oldest requests, as many as cover that work (at
+        most ``dispatch_batch_max``), proposed in one turn of the loop (one log entry). Returns
+        how long to sleep."""
+        if not self._groups:
+            return node_limits.dispatch_poll_s * 50  # nothing waits: a request wakes the loop
+        mono = self.clock.monotonic_s()
+        now_ms = self.clock.now_ms()
+        timeout = node_limits.dispatch_poll_s
+        # A look whose answer cannot have changed is skipped: the same replica (no command applied
+        # since), no due time reached, nothing new here, and a full look not long ago (time alone
+        # refills tenants' buckets). Idle requests of many groups then cost one read a poll.
+        applied = self.raft.read(queries.applied_count)
+        if (not self._dirty and applied == self._seen_applied and now_ms < self._next_due_ms
+                and mono - self._full_at < node_limits.dispatch_full_look_s):
+            return max(0.001, min(timeout, (self._next_due_ms - now_ms) / 1000))
+        self._dirty = False
+        self._seen_applied = applied
+        self._full_at = mono
+        self._next_due_ms = float("inf")
+        for key in list(self._groups):
+            q = self._groups[key]
+            while q and q[0].gone():
+                self._abandon(q.popleft())
+            if not q:
+                del self._groups[key]
+                self._backoff.pop(key, None)
+                self._last_try.pop(key, None)
+                continue
+            if key in self._busy:
+                continue
+            after = self._backoff.get(key, 0.0)
+            if after > mono:
+                timeout = min(timeout, after - mono)
+                self._dirty = True  # its backoff runs out before the state need change: look again
+                continue
+            head = q[0]
+            types = None if head.types is None else frozenset(head.types)
+            want = min(sum(r.n for r in q), node_limits.dispatch_ready_scan_max)
+            count = self.raft.read(queries.ready_count, head.queues, head.labels, types, now_ms,
+                                   node_limits.dispatch_ready_scan_max, want)
+            if not count and mono - self._last_try.setdefault(key, mono) >= node_limits.dispatch_retry_s:
+                # Ready work beyond the scan, maybe: acquire looks further, now and then.
+                count = int(self.raft.read(queries.has_ready_work, head.queues, now_ms))
+            if not count:
+                nxt = self.raft.read(queries.next_due_ms, head.queues)
+                if nxt is not None and nxt > now_ms:
+                    timeout = min(timeout, (nxt - now_ms) / 1000)
+                    self._next_due_ms = min(self._next_due_ms, nxt)
+                continue
+            picked, covered = [], 0
+            for r in q:
+                if r.gone():
+                    continue
+                picked.append(r)
+                covered += r.n
+                if covered >= count or len(picked) >= node_limits.dispatch_batch_max:
+                    break
+            self._busy[key] = len(picked)
+            self._last_try[key] = mono
+            for r in picked:
+                r.in_flight = True
+                t = asyncio.create_task(self._serve(key, r), name="dispatch acquire")
+                self._tasks.add(t)
+                t.add_done_callback(self._tasks.discard)
+        return max(0.001, timeout)
+
+    async def _serve(self, key: tuple, req: LeaseRequest) -> None:
+        """One acquire for ``req``; answer it, or give its runs back if nobody waits for them
+        any more."""
+        q = self._groups.get(key)
+        try:
+            cmd = commands.make("acquire", self.clock.now_ms(), None, worker=req.worker, queues=req.queues,
+                                max=req.n, ttl=req.ttl_ms, types=req.types)
+            self.acquires += 1
+            try:
+                res = await self._propose(cmd)
+            except RaftschedError as e:
+                if not req.abandoned:
+                    self._answer(q, req, [], False, e)
+                else:
+                    self._drop(q, req)
+                self._backoff[key] = self.clock.monotonic_s() + node_limits.dispatch_empty_backoff_s
+                return
+            grants, draining = res.get("runs", []), bool(res.get("draining"))
+            if not grants:
+                self.acquires_empty += 1
+                self._backoff[key] = self.clock.monotonic_s() + node_limits.dispatch_empty_backoff_s
+            if req.abandoned:
+                self._drop(q, req)
+                if grants:
+                    self.given_back += len(grants)
+                    await self._release(req.worker, grants, "its lease request was no longer waited for")
+            elif grants or draining:
+                self._answer(q, req, grants, draining, None)
+            else:
+                req.in_flight = False  # nothing for it: it waits on, in its place
+        finally:
+            left = self._busy.get(key, 1) - 1
+            if left > 0:
+                self._busy[key] = left
+            else:
+                self._busy.pop(key, None)
+            self._dirty = True
+            self._wake.set()
+
+    def _answer(self, q, req: LeaseRequest, grants: list[dict], draining: bool, error) -> None:
+        req.grants, req.draining, req.error = grants, draining, error
+        req.in_flight = False
+        self.waiting -= 1
+        req.done.set()
+        self._unlink(q, req)
+
+    def _drop(self, q, req: LeaseRequest) -> None:
+        req.in_flight = False
+        self.waiting -= 1  # abandoned while in flight: counted out now
+        self._unlink(q, req)
+
+    @staticmethod
+    def _unlink(q, req: LeaseRequest) -> None:
+        if q is not None:
+            try:
+                q.remove(req)
+            except ValueError:
+                pass

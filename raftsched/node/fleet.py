@@ -1,0 +1,393 @@
+"""The node's side of the worker fleet (docs/workers.md): the worker protocol, the admin reads,
+the workers_seen reports and the leader's forget_workers.
+
+``Fleet`` is to the worker protocol what ``Service`` is to the admin API: it validates a
+request's body (InvalidSpec naming the field, 422), completes it with what only the proposer
+knows (the time), proposes its commands and reads the local replica through core.queries. The
+HTTP handlers are node/fleet_api.py's.
+
+- A lease request says who the worker is (its facts: labels, slots, executors, queues, version,
+  process instance). When the local replica does not hold those facts for it, the node proposes
+  a ``worker_hello`` first: a worker registers on first contact, and again only when something
+  changed. Then the request waits in the node's dispatcher (node/dispatch.py).
+- Every worker that contacts the node, and every one whose request waits here, is noted; every
+  ``workers_seen_interval_s`` the node proposes one ``workers_seen`` for them (so that idle
+  long-polling workers are seen without a command each). The node's own embedded worker is
+  always in it.
+- The leader looks every ``workers_forget_check_s`` for workers gone for core
+  ``worker_forget_ms`` and proposes ``forget_workers`` for them.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import uuid
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from ..clock import Clock
+from ..core import commands, limits, queries
+from ..core.errors import InvalidSpec, NotFound, RaftschedError
+from ..core.model import EXECUTOR_TYPES
+from ..core.workers import check_executors, check_labels, check_queues, check_worker_id
+from ..core.records import is_int
+from . import limits as node_limits
+from .dispatch import Dispatcher, LeaseRequest
+from .views import worker_view
+
+log = logging.getLogger("raftsched.fleet")
+
+#: the fields of each request body of the worker protocol (docs/api.md)
+LEASE_FIELDS = {"queues", "labels", "slots", "executors", "version", "instance", "max", "wait_s", "ttl_ms"}
+HEARTBEAT_FIELDS = {"leases", "ttl_ms"}
+COMPLETE_FIELDS = {"results"}
+RESULT_FIELDS = {"run", "token", "success", "error", "output"}
+RELEASE_FIELDS = {"leases", "reason"}
+
+
+# ---------------------------------------------------------------------------- request bodies
+def _body(body, fields: set[str]) -> dict:
+    if not isinstance(body, dict):
+        raise InvalidSpec("the body must be a JSON object", field=None)
+    for k in body:
+        if k not in fields:
+            raise InvalidSpec(f"unknown field; allowed: {', '.join(sorted(fields))}", field=str(k))
+    return body
+
+
+def _int_field(b: dict, name: str, lo: int, hi: int, default=None) -> int:
+    v = b.get(name, default)
+    if not is_int(v) or not lo <= v <= hi:
+        raise InvalidSpec(f"must be an integer between {lo} and {hi}", field=name)
+    return v
+
+
+def _short(b: dict, name: str) -> str | None:
+    v = b.get(name)
+    if v is not None and (not isinstance(v, str) or len(v) > limits.worker_version_chars_max):
+        raise InvalidSpec(f"must be a string of at most {limits.worker_version_chars_max} characters", field=name)
+    return v
+
+
+def _ttl(b: dict) -> int:
+    return _int_field(b, "ttl_ms", limits.lease_ttl_ms_min, limits.lease_ttl_ms_max, limits.lease_ttl_ms_default)
+
+
+def _leases(b: dict) -> list[list]:
+    leases = b.get("leases")
+    n = limits.heartbeat_leases_max
+    if not isinstance(leases, list) or len(leases) > n:
+        raise InvalidSpec(f"must be a list of at most {n} [run_id, token] pairs", field="leases")
+    for item in leases:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and item[0]
+                and is_int(item[1]) and item[1] >= 0):
+            raise InvalidSpec("each lease is [run_id, fencing token]", field="leases")
+    return leases
+
+
+def parse_lease(body) -> tuple[dict, int, float, int]:
+    """A lease request's body -> (the worker's facts, max runs, wait_s, ttl_ms).
+
+    :raises InvalidSpec: naming the field."""
+    b = _body(body, LEASE_FIELDS)
+    if "slots" not in b:
+        raise InvalidSpec("is required: the runs this worker executes at once", field="slots")
+    if "executors" not in b:
+        raise InvalidSpec("is required: the executor types this worker runs", field="executors")
+    facts = {"kind": "remote", "labels": check_labels(b.get("labels", {})),
+             "slots": _int_field(b, "slots", 1, limits.worker_slots_max),
+             "executors": check_executors(b["executors"]), "queues": check_queues(b.get("queues")),
+             "version": _short(b, "version"), "instance": _short(b, "instance")}
+    n = _int_field(b, "max", 1, limits.acquire_runs_max)
+    wait = b.get("wait_s", 0)
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not math.isfinite(wait) \
+            or not 0 <= wait <= node_limits.lease_wait_s_max:
+        raise InvalidSpec(f"must be a number of seconds between 0 and {node_limits.lease_wait_s_max:g}", field="wait_s")
+    return facts, n, float(wait), _ttl(b)
+
+
+def parse_results(body) -> list[dict]:
+    """A completion request's results: ``complete_many`` items. :raises InvalidSpec:"""
+    b = _body(body, COMPLETE_FIELDS)
+    items = b.get("results")
+    if not isinstance(items, list) or not 1 <= len(items) <= limits.complete_batch_max:
+        raise InvalidSpec(f"must be a list of 1-{limits.complete_batch_max} outcomes", field="results")
+    out = []
+    for k, it in enumerate(items):
+        f = f"results[{k}]"
+        if not isinstance(it, dict):
+            raise InvalidSpec("must be an object {run, token, success, error?, output?}", field=f)
+        for key in it:
+            if key not in RESULT_FIELDS:
+                raise InvalidSpec(f"unknown field; allowed: {', '.join(sorted(RESULT_FIELDS))}", field=f"{f}.{key}")
+        if not isinstance(it.get("run"), str) or not it["run"]:
+            raise InvalidSpec("is required: the run id", field=f"{f}.run")
+        if not is_int(it.get("token")) or it["token"] < 0:
+            raise InvalidSpec("is required: the lease's fencing token", field=f"{f}.token")
+        if not isinstance(it.get("success"), bool):
+            raise InvalidSpec("is required: true or false", field=f"{f}.success")
+        for key in ("error", "output"):
+            if it.get(key) is not None and not isinstance(it[key], str):
+                raise InvalidSpec("must be a string or null", field=f"{f}.{key}")
+        out.append({"run": it["run"], "token": it["token"], "success": it["success"],
+                    "error": it.get("error"), "output": it.get("output")})
+    return out
+
+
+def _worker_id(wid: str) -> str:
+    try:
+        return check_worker_id(wid, "id")
+    except InvalidSpec as e:
+        raise InvalidSpec(f"worker id {e.message}", field="id") from None
+
+
+# ---------------------------------------------------------------------------- the fleet
+class Fleet:
+    """The worker fleet as one node serves it.
+
+    :param raft: the replication adapter (``propose``, ``read``, ``is_leader``).
+    :param embedded_id: the id of this node's own worker (reported seen with the others), or
+        None when the node runs none (``--slots 0``).
+    """
+
+    def __init__(self, raft, clock: Clock, node_id: str, *, embedded_id: str | None = None,
+                 propose_timeout_s: float = limits.propose_timeout_s_default) -> None:
+        self.raft = raft
+        self.clock = clock
+        self.node_id = node_id
+        self.embedded_id = embedded_id
+        self.propose_timeout_s = propose_timeout_s
+        self.dispatcher = Dispatcher(raft, clock, self.propose, self.release_grants)
+        #: workers that contacted this node since its last workers_seen
+        self._seen: set[str] = set()
+        #: worker -> its hello in flight (a worker's concurrent requests share one)
+        self._hellos: dict[str, asyncio.Task] = {}
+        self.hellos = 0
+
+    async def propose(self, cmd: dict) -> dict:
+        """Propose and return the applied result. :raises RaftschedError: a refusal, or
+        Unavailable / Indeterminate from replication."""
+        res = await self.raft.propose(commands.encode(cmd), timeout_s=self.propose_timeout_s)
+        if not res.get("ok"):
+            raise RaftschedError.from_dict(res.get("error") or {"code": "internal", "message": "refused"})
+        return res
+
+    def stats(self) -> dict:
+        return dict(self.dispatcher.stats(), hellos=self.hellos)
+
+    # ------------------------------------------------------------------ the worker protocol
+    async def lease(self, wid: str, body, alive=None) -> dict:
+        """``POST /v1/workers/{id}/lease``: register the worker if its facts are new, then wait
+        for runs (node/dispatch.py). ``{"runs": [grant...], "draining": bool}``.
+
+        :param alive: whether the client still waits (its connection is open): a request whose
+            worker went away is passed over."""
+        wid = _worker_id(wid)
+        facts, n, wait_s, ttl_ms = parse_lease(body)
+        self._seen.add(wid)
+        rec = self.raft.read(queries.worker_record, wid)
+        if rec is None or any(rec[k] != v for k, v in facts.items()):
+            await self._hello(wid, facts)
+            rec = self.raft.read(queries.worker_record, wid)
+        if rec is not None and rec["state"] == "draining":
+            return {"runs": [], "draining": True}
+        types = None if set(facts["executors"]) == set(EXECUTOR_TYPES) else facts["executors"]
+        req = LeaseRequest(wid, facts["queues"], facts["labels"], types, n, ttl_ms, alive)
+        await self.dispatcher.lease(req, wait_s)
+        return {"runs": req.grants, "draining": req.draining}
+
+    async def _hello(self, wid: str, facts: dict) -> None:
+        t = self._hellos.get(wid)
+        if t is None or t.done():
+            cmd = commands.make("worker_hello", self.clock.now_ms(), None, worker=wid, **facts)
+            t = self._hellos[wid] = asyncio.ensure_future(self.propose(cmd))
+            t.add_done_callback(lambda _t, w=wid: self._hellos.pop(w, None) if self._hellos.get(w) is _t else None)
+            self.hellos += 1
+        await asyncio.shield(t)
+
+    async def heartbeat(self, wid: str, body) -> dict:
+        """``POST /v1/workers/{id}/heartbeat``: ``{"extended", "lost", "draining"}``."""
+        wid = _worker_id(wid)
+        b = _body(body, HEARTBEAT_FIELDS)
+        leases, ttl = _leases(b), _ttl(b)
+        self._seen.add(wid)
+        res = await self.propose(commands.make("heartbeat", self.clock.now_ms(), None, worker=wid, leases=leases,
+                                               ttl=ttl))
+        return {"extended": res["extended"], "lost": res["lost"], "draining": bool(res.get("draining"))}
+
+    async def complete(self, wid: str, body, key: str | None) -> dict:
+        """``POST /v1/workers/{id}/complete``: one ``complete_many`` with the request's
+        Idempotency-Key as its request id (a retry acts once). ``{"results": [...]}``, one per
+        outcome: a stale token is refused for that outcome alone."""
+        wid = _worker_id(wid)
+        items = parse_results(body)
+        self._seen.add(wid)
+        res = await self.propose(commands.make("complete_many", self.clock.now_ms(), key or uuid.uuid4().hex,
+                                               results=items, worker=wid))
+        out = {"results": res["results"]}
+        if res.get("duplicate"):
+            out["duplicate"] = True
+        return out
+
+    async def release(self, wid: str, body, key: str | None) -> dict:
+        """``POST /v1/workers/{id}/release``: ``{"released", "lost"}``."""
+        wid = _worker_id(wid)
+        b = _body(body, RELEASE_FIELDS)
+        leases = _leases(b)
+        reason = b.get("reason")
+        if reason is not None and (not isinstance(reason, str) or len(reason) > 200):
+            raise InvalidSpec("must be a string of at most 200 characters", field="reason")
+        self._seen.add(wid)
+        res = await self.propose(commands.make("release", self.clock.now_ms(), key or uuid.uuid4().hex, worker=wid,
+                                               leases=leases, reason=reason))
+        return {"released": res["released"], "lost": res["lost"]}
+
+    async def release_grants(self, wid: str, grants: list[dict], reason: str) -> None:
+        """Give back runs granted for a request nobody waits for any more. Never raises: a
+        release that fails leaves the leases to expire (a lost attempt)."""
+        leases = [[g["id"], g["token"]] for g in grants]
+        try:
+            await self.propose(commands.make("release", self.clock.now_ms(), uuid.uuid4().hex, worker=wid,
+                                             leases=leases, reason=reason))
+        except RaftschedError as e:
+            log.warning("fleet: could not give back %d runs granted to %s (their leases will expire): %s",
+                        len(leases), wid, e.message)
+
+    # ------------------------------------------------------------------ admin
+    def list_workers(self) -> dict:
+        now = self.clock.now_ms()
+        ws = [worker_view(w) for w in self.raft.read(queries.workers, now)]
+        return {"workers": ws, "total": len(ws)}
+
+    def get_worker(self, wid: str) -> dict:
+        wid = _worker_id(wid)
+        w = self.raft.read(queries.worker, wid, self.clock.now_ms())
+        if w is None:
+            raise NotFound(f"no worker {wid!r}", field="id")
+        return worker_view(w)
+
+    async def drain(self, wid: str, rid: str | None) -> dict:
+        """``POST /v1/workers/{id}/drain``."""
+        wid = _worker_id(wid)
+        res = await self.propose(commands.make("drain_worker", self.clock.now_ms(), rid or uuid.uuid4().hex,
+                                               worker=wid))
+        held = (self.raft.read(queries.worker, wid, self.clock.now_ms()) or {}).get("held", 0)
+        out = {"worker": wid, "state": res["state"], "held": held}
+        if res.get("duplicate"):
+            out["duplicate"] = True
+        return out
+
+    # ------------------------------------------------------------------ loops
+    async def run(self) -> None:
+        """The dispatcher, the workers_seen reports and (while leading) forget_workers, until
+        cancelled. A failing part fails the loop (the node stops, node.py)."""
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self.dispatcher.run(), name="dispatcher")
+            tg.create_task(self._seen_loop(), name="workers seen")
+            tg.create_task(self._forget_loop(), name="workers forget")
+
+    async def _seen_loop(self) -> None:
+        while True:
+            await asyncio.sleep(node_limits.workers_seen_interval_s)
+            await self.report_seen()
+
+    async def report_seen(self) -> int:
+        """Propose workers_seen for the workers that contacted this node since the last report,
+        those waiting at it and its embedded worker, in as many commands as needed; only those
+        its replica holds (the others say hello with their next request). Returns how many."""
+        ids = self._seen | self.dispatcher.waiting_workers()
+        self._seen = set()
+        if self.embedded_id is not None:
+            ids.add(self.embedded_id)
+        known = self.raft.read(_registered, sorted(ids))
+        chunks, cur, size = [], [], 0
+        for wid in known:  # each command under its bound, in ids and in bytes
+            n = len(wid.encode()) + 3
+            if cur and (len(cur) >= limits.workers_seen_ids_max or size + n > limits.command_bytes_max - 1024):
+                chunks.append(cur)
+                cur, size = [], 0
+            cur.append(wid)
+            size += n
+        if cur:
+            chunks.append(cur)
+        for chunk in chunks:
+            try:
+                await self.propose(commands.make("workers_seen", self.clock.now_ms(), None, node=self.node_id,
+                                                 workers=chunk))
+            except RaftschedError as e:
+                log.debug("fleet: workers_seen not applied: %s", e.message)
+        return len(known)
+
+    async def _forget_loop(self) -> None:
+        while True:
+            await asyncio.sleep(node_limits.workers_forget_check_s)
+            if self.raft.is_leader():
+                await self.forget()
+
+    async def forget(self) -> list[str]:
+        """The leader's clean-up: forget_workers for workers gone for core worker_forget_ms."""
+        items = self.raft.read(queries.workers_to_forget, self.clock.now_ms(), limits.forget_workers_max)
+        if not items:
+            return []
+        try:
+            res = await self.propose(commands.make("forget_workers", self.clock.now_ms(), None, workers=items))
+        except RaftschedError as e:
+            log.warning("fleet: forget_workers failed: %s", e.message)
+            return []
+        if res["forgotten"]:
+            log.info("fleet: forgot %d workers gone for %d s: %s", len(res["forgotten"]),
+                     limits.worker_forget_ms // 1000, ", ".join(res["forgotten"][:10]))
+        return res["forgotten"]
+
+    # ------------------------------------------------------------------ metrics
+    def collector(self) -> "FleetCollector":
+        return FleetCollector(self)
+
+
+def _registered(s, ids: list[str]) -> list[str]:
+    """The ids of ``ids`` the replica holds (a read under the replica's lock)."""
+    return [i for i in ids if i in s.workers]
+
+
+class FleetCollector:
+    """The fleet's metrics (``GET /metrics``), from the local replica at scrape time: workers by
+    status, and per worker the runs it holds and its lease grants, losses and releases; per
+    queue the queued runs no live worker may take for their placement."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+
+    def collect(self):
+        f = self.fleet
+        g = f.raft.read(queries.fleet_gauges, f.clock.now_ms())
+        by = GaugeMetricFamily("raftsched_workers", "registered workers by status (gone: unseen for worker_gone_ms)",
+                               labels=["status"])
+        for st, n in g["by_status"].items():
+            by.add_metric([st], n)
+        yield by
+        held = GaugeMetricFamily("raftsched_worker_runs_held", "runs the worker holds (leased, running)", labels=["worker"])
+        grants = CounterMetricFamily("raftsched_worker_lease_grants", "leases granted to the worker", labels=["worker"])
+        losses = CounterMetricFamily("raftsched_worker_lease_losses", "leases of the worker that expired",
+                                     labels=["worker"])
+        rel = CounterMetricFamily("raftsched_worker_lease_releases", "leases the worker gave back", labels=["worker"])
+        for wid, (h, gr, lo, re) in sorted(g["workers"].items()):
+            held.add_metric([wid], h)
+            grants.add_metric([wid], gr)
+            losses.add_metric([wid], lo)
+            rel.add_metric([wid], re)
+        yield held
+        yield grants
+        yield losses
+        yield rel
+        un = GaugeMetricFamily("raftsched_runs_unplaceable",
+                               "queued runs whose placement no live worker serving the queue satisfies", labels=["queue"])
+        for q, n in sorted(g["unplaceable"].items()):
+            un.add_metric([q], n)
+        yield un
+        d = f.dispatcher.stats()
+        yield GaugeMetricFamily("raftsched_lease_requests_waiting", "lease requests waiting at this node", value=d["waiting"])
+        yield CounterMetricFamily("raftsched_dispatch_acquires", "acquires this node's dispatcher proposed",
+                                  value=d["acquires"])
+        yield CounterMetricFamily("raftsched_dispatch_acquires_empty", "of those, acquires that granted nothing",
+                                  value=d["acquires_empty"])

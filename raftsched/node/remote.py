@@ -1,0 +1,210 @@
+"""``raftsched worker``: a worker process outside the Raft quorum (docs/workers.md).
+
+It is the same lease loop as a node's embedded worker (node/worker.py) over a
+:class:`RemoteChannel`: the worker protocol over HTTP (docs/api.md, "The worker protocol") to
+whichever node of ``--url`` answers. It is not a Raft member and holds no state of the
+cluster's: what it knows is the leases it holds.
+
+Routing: the requests go through :class:`raftsched.AsyncClient`, so they follow the same rules
+as every client of the API (raftsched/client_rules.py): the nodes of ``--url`` are tried in turn,
+starting with the one that answered last (a worker's first pick is spread by its id, so a fleet
+does not all start on the first node); a connection error, a timeout, a 503 or 504 moves to the
+next node, rounds of failures are separated by jittered pauses, until the call's deadline; an
+unknown outcome is never reported as "definitely not". Any other error answer (4xx) is final.
+
+- Lease: one long-poll at a time while idle (the node answers when it has granted runs, or
+  with none after ``wait_s``); while busy, two, as the embedded worker pipelines its acquires.
+- Heartbeat: one request per interval for all its leases, given up after half a TTL; the
+  watchdog kills every run when none succeeded for a whole TTL.
+- Completions: batched, each batch with one Idempotency-Key for all its retries (another node
+  after a lost connection or a 504), so a batch acts once.
+- SIGTERM (or SIGINT, or the cluster's ``draining``): drain for up to ``--drain-s``, then exit 0.
+  A second signal stops at once (runs are killed; their leases expire).
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import signal
+import socket
+import uuid
+import zlib
+
+from ..async_client import AsyncClient
+from ..clock import Clock, SystemClock
+from ..core import limits
+from ..core.errors import Indeterminate, RaftschedError, Unavailable
+from . import limits as node_limits
+from .executors import ALL_TYPES
+from .worker import VERSION, ExecutorLookup, Grants, LeaseLoop
+
+log = logging.getLogger("raftsched.remote")
+
+
+def default_worker_id() -> str:
+    """``host/pid``: stable for the life of the process, and another one's after a restart."""
+    host = "".join(ch if ch.isalnum() or ch in "._-" else "-" for ch in socket.gethostname()) or "worker"
+    if not host[0].isalnum():
+        host = "w" + host
+    return f"{host[:100]}/{os.getpid()}"
+
+
+@dataclasses.dataclass
+class WorkerConfig:
+    """What ``raftsched worker`` was started with (cli.py validates each field)."""
+
+    urls: list[str]
+    token: str | None
+    worker_id: str
+    queues: list[str] | None = None
+    labels: dict = dataclasses.field(default_factory=dict)
+    slots: int = 4
+    executors: frozenset = ALL_TYPES
+    drain_s: float = node_limits.drain_s_default
+    lease_ttl_ms: int = limits.lease_ttl_ms_default
+    wait_s: float = node_limits.lease_wait_s_default
+    #: the seam for ``--app`` (node/worker.py ExecutorLookup); None: the built-in executors
+    executor_lookup: ExecutorLookup | None = None
+
+
+class RemoteChannel:
+    """The worker protocol over HTTP, through :class:`raftsched.AsyncClient` (one retry
+    semantics for every client of the API: raftsched/client_rules.py), with failover between
+    the nodes of ``urls``."""
+
+    kind = "remote"
+
+    def __init__(self, cfg: WorkerConfig, clock: Clock) -> None:
+        if not cfg.urls:
+            raise ValueError("give at least one node URL")
+        self.cfg = cfg
+        self.clock = clock
+        self.worker_id = cfg.worker_id
+        urls = [u.rstrip("/") for u in cfg.urls]
+        # A worker's first pick is spread by its id, so that a fleet does not all start on the
+        # first node of the list; afterwards the client sticks to the node that answered last.
+        k = zlib.crc32(cfg.worker_id.encode()) % len(urls)
+        self.urls = urls[k:] + urls[:k]
+        self.client = AsyncClient(self.urls, token=cfg.token, timeout_s=node_limits.worker_request_timeout_s,
+                                  deadline_s=node_limits.report_deadline_s)
+        #: this process, as its lease requests describe it (the node says hello for it)
+        self.facts = {"queues": cfg.queues, "labels": dict(sorted(cfg.labels.items())), "slots": cfg.slots,
+                      "executors": sorted(cfg.executors), "version": VERSION, "instance": uuid.uuid4().hex[:16]}
+
+    # ------------------------------------------------------------------ the Channel
+    async def hello(self) -> None:
+        """Nothing to send: every lease request carries the facts, and the node says hello for
+        the worker when its replica does not hold them."""
+
+    def registered(self) -> bool:
+        return True
+
+    def may_acquire(self) -> bool:
+        return True  # the lease request itself waits at the node for work
+
+    def executes(self) -> bool:
+        return True
+
+    async def acquire(self, n: int, ttl_ms: int, types: list[str] | None) -> Grants:
+        wait_s = self.cfg.wait_s
+        attempt = wait_s + node_limits.lease_request_slack_s
+        t0 = self.clock.monotonic_s()
+        try:
+            res = await self.client.worker_lease(self.worker_id, max_runs=n, wait_s=wait_s, ttl_ms=ttl_ms,
+                                                 facts=self.facts, timeout_s=attempt, deadline_s=attempt)
+        except RaftschedError as e:
+            status = getattr(e, "status", None) or 0
+            if 400 <= status < 500:
+                # Final: a wrong token (401), a full registry (422), a body this node refuses
+                # (another version): said once a pause, not ten times a second.
+                log.error("worker %s: the node refuses its lease requests (HTTP %s %s: %s); asking again in %g s",
+                          self.worker_id, status, e.code, e.message, node_limits.lease_refused_pause_s)
+                return Grants([], False, node_limits.lease_refused_pause_s)
+            raise
+        runs, draining = res.get("runs") or [], bool(res.get("draining"))
+        # An empty answer well before wait_s (a node that answers at once) is not a long-poll:
+        # the loop's own pause applies, so the worker does not spin on it.
+        quick = not runs and self.clock.monotonic_s() - t0 < wait_s / 2
+        return Grants(runs, draining, None if quick else 0.0)
+
+    async def heartbeat(self, leases: list[list], ttl_ms: int, timeout_s: float) -> tuple[list[str], bool]:
+        res = await self.client.worker_heartbeat(self.worker_id, leases, ttl_ms,
+                                                 timeout_s=max(0.2, timeout_s / 2), deadline_s=timeout_s)
+        return res.get("lost", []), bool(res.get("draining"))
+
+    async def complete(self, items: list[dict]) -> list[dict] | None:
+        try:
+            res = await self.client.worker_complete(self.worker_id, items, idempotent_key=uuid.uuid4().hex,
+                                                    deadline_s=node_limits.report_deadline_s)
+        except (Indeterminate, Unavailable) as e:
+            log.warning("worker: giving up reporting %d outcomes: %s (their leases will expire)", len(items), e.message)
+            return None
+        except RaftschedError as e:
+            log.error("worker: outcomes refused as a whole: %s", e.message)
+            return None
+        return res.get("results")
+
+    async def release(self, leases: list[list], reason: str) -> None:
+        await self.client.worker_release(self.worker_id, leases, reason[:200], idempotent_key=uuid.uuid4().hex,
+                                         deadline_s=node_limits.release_deadline_s)
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+async def run_worker(cfg: WorkerConfig, clock: Clock | None = None, stop: asyncio.Event | None = None) -> int:
+    """Run a remote worker until SIGTERM/SIGINT (or ``stop``) or the cluster's ``draining``;
+    then drain (up to ``cfg.drain_s``) and return 0. A second signal stops at once. Returns 1
+    when the lease loop failed."""
+    clock = clock or SystemClock()
+    stop = stop or asyncio.Event()
+    force = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        if stop.is_set():
+            force.set()
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, on_signal)
+        except (NotImplementedError, RuntimeError):
+            pass
+    channel = RemoteChannel(cfg, clock)
+    lease_loop = LeaseLoop(channel, clock, slots=cfg.slots, allowed_types=cfg.executors,
+                           lease_ttl_ms=cfg.lease_ttl_ms, executor_lookup=cfg.executor_lookup)
+    log.info("worker %s: %d slots, executors %s, queues %s, labels %s; nodes %s; pid %d", cfg.worker_id, cfg.slots,
+             ",".join(sorted(cfg.executors)), ",".join(cfg.queues) if cfg.queues else "all",
+             ",".join(f"{k}={v}" for k, v in sorted(cfg.labels.items())) or "none", ",".join(cfg.urls), os.getpid())
+    task = asyncio.create_task(lease_loop.run(), name="lease loop")
+    stop_w = asyncio.create_task(stop.wait())
+    drain_w = asyncio.create_task(lease_loop.drain_requested.wait())
+    rc = 0
+    try:
+        await asyncio.wait({task, stop_w, drain_w}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            exc = task.exception() if not task.cancelled() else None
+            log.error("worker %s: the lease loop ended: %r", cfg.worker_id, exc)
+            return 1
+        why = "SIGTERM" if stop.is_set() else "the cluster drains this worker"
+        log.info("worker %s: draining (%s)", cfg.worker_id, why)
+        drain = asyncio.create_task(lease_loop.drain(cfg.drain_s))
+        force_w = asyncio.create_task(force.wait())
+        await asyncio.wait({drain, force_w}, return_when=asyncio.FIRST_COMPLETED)
+        if not drain.done():
+            log.warning("worker %s: second signal: stopping now (runs killed, their leases expire)", cfg.worker_id)
+            drain.cancel()
+        force_w.cancel()
+        await asyncio.gather(drain, return_exceptions=True)
+    finally:
+        for t in (stop_w, drain_w):
+            t.cancel()
+        task.cancel()
+        await asyncio.gather(task, stop_w, drain_w, return_exceptions=True)
+        await channel.close()
+        log.info("worker %s: stopped (%d completed, %d refused, %d given back)", cfg.worker_id,
+                 lease_loop.completed, lease_loop.refused, lease_loop.released)
+    return rc

@@ -1,0 +1,242 @@
+"""The worker fleet (docs/workers.md): end to end through remote workers, and a fleet at rest.
+
+``fleet_e2e``: three nodes that only schedule (``--slots 0``) and W ``raftsched worker``
+processes, N no-op python jobs every 1 s: runs completed per second (the workers' accepted
+outcomes, from the registry), slot -> start p50 / p99 (the e2e scenario's sample of jobs), the
+CPU of the nodes and of the workers per completed run, and the ratio to the embedded-worker e2e
+figure of the same run (the report computes it when both ran).
+
+``fleet_rest``: three nodes ``--slots 0`` and M simulated workers (scripts/benchlib/fleet_sim.py,
+a few processes of asyncio HTTP clients, one waiting lease request each): the nodes' CPU with
+no work (% of one core, all three together), their resident memory per connected worker, then
+J jobs every 1 s staggered over the second (fired ahead, as interval jobs are): the time from a
+run becoming due to a simulated worker receiving it, p50 / p99."""
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from raftsched.node import limits as node_limits
+from raftsched.testing.procs import Procs, wait_for
+
+from .. import common
+from ..common import BenchError, PY_NOOP, REPO, summary, wall_ms
+from ..harness import check_alive, leader_checked, node_log_excerpt, put_queue, start_cluster
+from ..probes import cluster_cpu_s, cpu_s, rss_kib
+from ..register import register_checked
+from .e2e import E2E_QUEUE, _e2e_latency
+
+REST_QUEUE = "rest"
+#: golden-ratio phases: any prefix of the jobs is spread evenly over the second (as the sweep does)
+_PHI = 0.6180339887498949
+
+
+def _worker_cmd(c, wid: str, slots: int) -> list[str]:
+    urls = ",".join(c.url(i) for i in range(c.n))
+    return [sys.executable, "-m", "raftsched.cli", "worker", "--url", urls, "--token-file", str(c.token_file),
+            "--id", wid, "--slots", str(slots), "--executors", "python", "--queues", E2E_QUEUE, "--wait-s", "5",
+            "--log-level", "warning"]
+
+
+def _workers(c, prefix: str) -> dict:
+    i = c.alive()[0]
+    s, b = c.get(i, "/v1/workers")
+    if s != 200:
+        raise BenchError(f"GET /v1/workers on node-{i + 1}: {s} {b}")
+    return {w["id"]: w for w in b["workers"] if w["id"].startswith(prefix)}
+
+
+def fleet_e2e(tmp: Path, n: int, window_s: float, warmup_s: float, workers: int, slots: int, clusters: list) -> dict:
+    c = start_cluster(tmp, "fleet-e2e", clusters, ("--slots", "0"), fire_log=True)
+    procs = Procs(new_session=True)
+    try:
+        leader, _ = leader_checked(c)
+        put_queue(c, leader, E2E_QUEUE, 1_000_000, "reject")
+        for k in range(workers):
+            procs.start(k, _worker_cmd(c, f"bench-w{k}", slots), c.tmp / f"worker-{k}.log",
+                        env={"PYTHONPATH": str(common.CODE_DIR)}, cwd=common.CODE_DIR)
+        try:
+            wait_for(lambda: len(_workers(c, "bench-w")) == workers, 30, f"{workers} workers registered")
+        except AssertionError as e:
+            raise BenchError(f"fleet_e2e: {e}\n" + "\n".join(procs.log_tail(k, 20) for k in range(workers))) from None
+        history = min(1000, int(window_s + warmup_s) + 30)
+        spec = {"schedule": {"every_s": 1}, "executor": PY_NOOP, "misfire": {"policy": "fire_all"}, "history": history,
+                "queue": E2E_QUEUE}
+        reg = register_checked(c, leader, [(f"e2e-{k}", spec) for k in range(n)], f"fleet_e2e N={n}")
+
+        def counters() -> dict:
+            ws = _workers(c, "bench-w")
+            return {k: sum(w[k] for w in ws.values()) for k in ("completed", "grants", "held", "releases", "losses")}
+        try:
+            wait_for(lambda: counters()["completed"] >= n, 60, "the first round of runs to complete")
+        except AssertionError as e:
+            raise BenchError(f"fleet_e2e: {e}\n" + "\n".join(node_log_excerpt(c, i) for i in range(c.n))) from None
+        time.sleep(warmup_s)  # ok-sleep: measurement window (warm-up)
+        w0 = (wall_ms() // 1000 + 1) * 1000
+        w1 = w0 + int(window_s) * 1000
+        time.sleep(max(0.0, (w0 - wall_ms()) / 1000))  # ok-sleep: measurement window
+        pids = [p.pid for p in procs.procs.values()]
+        cpu_a, wcpu_a = cluster_cpu_s(c), [cpu_s(p) for p in pids]
+        ta, a = wall_ms(), counters()
+        time.sleep(max(0.0, (w1 - wall_ms()) / 1000))  # ok-sleep: measurement window
+        tb, b = wall_ms(), counters()
+        cpu_b, wcpu_b = cluster_cpu_s(c), [cpu_s(p) for p in pids]
+        check_alive(c, range(c.n))
+        dead = [k for k in procs.procs if not procs.alive(k)]
+        if dead:
+            raise BenchError(f"fleet_e2e: worker(s) {dead} died:\n" + "\n".join(procs.log_tail(k, 30) for k in dead))
+        secs = (tb - ta) / 1000
+        d = {k: b[k] - a[k] for k in a}
+        node_cpu = None if None in (cpu_a, cpu_b) else cpu_b - cpu_a
+        worker_cpu = None if None in wcpu_a + wcpu_b else sum(wcpu_b) - sum(wcpu_a)
+        done = d["completed"]
+        rates = {"offered": n, "leased": round(d["grants"] / secs, 1), "completed": round(done / secs, 1)}
+        follower = next(i for i in range(c.n) if i != leader_checked(c)[0])
+        lat = _e2e_latency(c, follower, n, w0, w1, history)
+        out = {"cluster": c.tmp.name, "jobs": n, "job_spec": spec, "workers": workers, "worker_slots": slots,
+               "registration": {k: reg[k] for k in ("method", "jobs_per_s", "seconds")}, "window_s": round(secs, 2),
+               "per_s": rates, "given_back": d["releases"], "lost": d["losses"],
+               "node_cpu_s": None if node_cpu is None else round(node_cpu, 2),
+               "worker_cpu_s": None if worker_cpu is None else round(worker_cpu, 2),
+               "cpu_us_per_run": {"nodes": None if node_cpu is None or not done else round(node_cpu * 1e6 / done, 1),
+                                  "workers": None if worker_cpu is None or not done else round(worker_cpu * 1e6 / done, 1)},
+               **lat}
+        print(f"[bench] fleet_e2e N={n}, {workers} workers: per second {rates}; slot -> start p50 "
+              f"{lat['slot_to_start_ms'].get('p50')} ms, p99 {lat['slot_to_start_ms'].get('p99')} ms", file=sys.stderr)
+        return out
+    finally:
+        procs.stop_all()
+
+
+def _waiting(c) -> int | None:
+    """Lease requests waiting at the three nodes together, from their /metrics."""
+    total = 0
+    for i in range(c.n):
+        s, m = c.get(i, "/metrics")
+        if s != 200:
+            return None
+        for line in m.splitlines():
+            if line.startswith("raftsched_lease_requests_waiting "):
+                total += int(float(line.split()[1]))
+    return total
+
+
+def fleet_rest(tmp: Path, n_workers: int, n_procs: int, window_s: float, due_jobs: int, due_window_s: float,
+               clusters: list) -> dict:
+    c = start_cluster(tmp, "fleet-rest", clusters, ("--slots", "0"))
+    procs = Procs(new_session=True)
+    outs = {k: c.tmp / f"sim-{k}.json" for k in range(n_procs)}
+    try:
+        leader, _ = leader_checked(c)
+        put_queue(c, leader, REST_QUEUE, 100_000, "reject")
+        time.sleep(1.0)  # ok-sleep: let the fresh cluster settle before its idle CPU is taken
+        pids = {i: p.pid for i, p in c.procs.items()}
+        rss0 = {i: rss_kib(p).get("VmRSS") for i, p in pids.items()}
+        cpu0 = cluster_cpu_s(c)
+        time.sleep(window_s)  # ok-sleep: measurement window (no workers)
+        idle_cpu = None if cpu0 is None else (cluster_cpu_s(c) - cpu0)
+        urls = ",".join(c.url(i) for i in range(c.n))
+        per = -(-n_workers // n_procs)
+        started = 0
+        for k in range(n_procs):
+            m = min(per, n_workers - started)
+            started += m
+            procs.start(k, [sys.executable, str(REPO / "scripts" / "benchlib" / "fleet_sim.py"), "--url", urls,
+                            "--token-file", str(c.token_file), "--workers", str(m), "--prefix", f"sim{k}-",
+                            "--queue", REST_QUEUE, "--out", str(outs[k])], c.tmp / f"sim-{k}.log",
+                        env={"PYTHONPATH": str(common.CODE_DIR)}, cwd=common.CODE_DIR)
+        t0 = time.monotonic()
+        try:
+            wait_for(lambda: (_waiting(c) or 0) >= n_workers, 120, f"{n_workers} lease requests waiting")
+        except AssertionError as e:
+            raise BenchError(f"fleet_rest: {e}; waiting {_waiting(c)}\n" + "\n".join(procs.log_tail(k, 10) for k in procs.procs)) from None
+        connect_s = time.monotonic() - t0
+        # ok-sleep: a workers_seen interval passes after the last hello (its cost is part of "at rest")
+        time.sleep(node_limits.workers_seen_interval_s + 1)
+        rss1 = {i: rss_kib(p).get("VmRSS") for i, p in pids.items()}
+        cpu_a = cluster_cpu_s(c)
+        time.sleep(window_s)  # ok-sleep: measurement window (at rest, every worker waiting)
+        rest_cpu = None if cpu_a is None else (cluster_cpu_s(c) - cpu_a)
+        waiting = _waiting(c)
+        # Due runs: J jobs every 1 s, staggered over the second (start_at), fired ahead.
+        base_s = int(time.time()) - 60
+        jobs = []
+        for k in range(due_jobs):
+            phase_ms = int(((k * _PHI) % 1.0) * 1000)
+            start = datetime.fromtimestamp(base_s + phase_ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
+            jobs.append((f"due-{k}", {"schedule": {"every_s": 1, "start_at": start.replace("+00:00", "Z")},
+                                      "executor": PY_NOOP, "misfire": {"policy": "skip"}, "history": 20,
+                                      "queue": REST_QUEUE}))
+        register_checked(c, leader, jobs, f"fleet_rest due jobs J={due_jobs}")
+        time.sleep(2.0)  # ok-sleep: warm-up (the first slots after the registration)
+        w0 = wall_ms()
+        cpu_d = cluster_cpu_s(c)
+        time.sleep(due_window_s)  # ok-sleep: measurement window (due runs)
+        w1 = wall_ms()
+        due_cpu = None if cpu_d is None else (cluster_cpu_s(c) - cpu_d)
+        check_alive(c, range(c.n))
+        for k in procs.procs:
+            procs.signal(k, signal.SIGTERM)
+        received, errors, sim_rss, leases = [], 0, [], 0
+        for k, path in outs.items():
+            try:
+                r = json.loads(path.read_text())
+            except (OSError, ValueError) as e:
+                raise BenchError(f"fleet_rest: simulator {k} wrote no results ({e}):\n{procs.log_tail(k, 20)}") from None
+            received += r["received"]
+            errors += r["errors"]
+            leases += r["leases"]
+            sim_rss.append(r.get("rss_kib"))
+        lag = [recv - slot for _, slot, recv in received if w0 <= slot < w1]
+        grown = [rss1[i] - rss0[i] for i in rss0 if rss0[i] is not None and rss1[i] is not None]
+        out = {"cluster": c.tmp.name, "workers": n_workers, "simulator_processes": n_procs,
+               "connected_in_s": round(connect_s, 1), "waiting_at_window_end": waiting, "window_s": window_s,
+               "nodes_cpu_pct_of_one_core": {
+                   "no_workers": None if idle_cpu is None else round(100 * idle_cpu / window_s, 2),
+                   "at_rest": None if rest_cpu is None else round(100 * rest_cpu / window_s, 2),
+                   "due_runs": None if due_cpu is None else round(100 * due_cpu / due_window_s, 2)},
+               "nodes_rss_kib_before_after": [rss0, rss1],
+               "node_kib_per_worker": round(sum(grown) / n_workers, 1) if grown else None,
+               "simulator_kib_per_worker": (round(sum(x for x in sim_rss if x) / n_workers, 1)
+                                            if all(sim_rss) else None),
+               "due_jobs": due_jobs, "due_window_s": due_window_s, "due_runs_received": len(lag),
+               "due_runs_expected": int(due_jobs * due_window_s), "due_to_start_ms": summary(lag, 1),
+               "simulator_errors": errors, "lease_answers": leases}
+        print(f"[bench] fleet_rest {n_workers} workers: nodes' CPU at rest {out['nodes_cpu_pct_of_one_core']} % of one core, "
+              f"{out['node_kib_per_worker']} KiB a worker; due -> start p50 {out['due_to_start_ms'].get('p50')} ms, "
+              f"p99 {out['due_to_start_ms'].get('p99')} ms", file=sys.stderr)
+        return out
+    finally:
+        procs.stop_all()
+
+
+def report_rows(res: dict, row, fmt, ppm, ratio) -> None:
+    """The fleet's rows of the Markdown report (report.markdown calls this)."""
+    f = res.get("fleet_e2e")
+    if isinstance(f, dict) and "per_s" in f:
+        r = f["per_s"]
+        emb = ((res.get("e2e") or {}).get("per_s") or {}).get("completed")
+        row(f"fleet end to end ({f['jobs']} no-op python jobs every 1 s; nodes --slots 0, {f['workers']} raftsched "
+            f"worker processes of {f['worker_slots']} slots; window {f['window_s']} s)",
+            f"runs per second leased / completed (offered {fmt(r['offered'])}/s); baseline: the embedded workers' e2e "
+            "completed in this run", f"{fmt(r['leased'])} / {fmt(r['completed'])}", fmt(emb), ratio(r["completed"], emb))
+        row("", "slot → start (started_at − slot) ms p50 / p99 / max", ppm(f["slot_to_start_ms"]))
+        row("", "slot → completion ms p50 / p99 / max", ppm(f["slot_to_completion_ms"]))
+        cu = f.get("cpu_us_per_run") or {}
+        row("", "CPU per completed run (µs): the three nodes / the worker processes",
+            f"{fmt(cu.get('nodes'))} / {fmt(cu.get('workers'))}")
+    g = res.get("fleet_rest")
+    if isinstance(g, dict) and "nodes_cpu_pct_of_one_core" in g:
+        cpu = g["nodes_cpu_pct_of_one_core"]
+        row(f"fleet at rest ({fmt(g['workers'])} connected workers, each a long-polling HTTP client, in "
+            f"{g['simulator_processes']} processes; nodes --slots 0)",
+            "the three nodes' CPU, % of one core: no workers / all waiting, no work / with the due runs below",
+            f"{fmt(cpu['no_workers'])} / {fmt(cpu['at_rest'])} / {fmt(cpu['due_runs'])}")
+        row("", "resident memory per connected worker, KiB: the nodes (all three) / the simulated client",
+            f"{fmt(g['node_kib_per_worker'])} / {fmt(g['simulator_kib_per_worker'])}")
+        row("", f"due → start ms p50 / p99 / max ({g['due_jobs']} jobs every 1 s, staggered, fired ahead; "
+                f"{g['due_runs_received']} of {g['due_runs_expected']} runs)", ppm(g["due_to_start_ms"]))

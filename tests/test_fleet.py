@@ -1,0 +1,352 @@
+"""The node's side of the worker fleet, in process (node/fleet.py, node/dispatch.py, the worker
+protocol's routes in node/api.py): an app over one replica behind FakeRaft, its fleet loop
+running, and real HTTP clients. Every wait has a deadline; long-polls are given short waits."""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.parse
+
+from aiohttp.test_utils import TestClient, TestServer
+
+from raftsched.clock import SystemClock
+from raftsched.core import commands, limits
+from raftsched.core.model import EXECUTOR_TYPES
+from raftsched.core.state import SchedulerState
+from raftsched.node.api import make_app
+from raftsched.node.fleet import Fleet
+from raftsched.node.service import Service
+from raftsched.testing.fakes import FakeRaft
+
+TOKEN = "t" * 32
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+ALL = list(EXECUTOR_TYPES)
+SPEC = {"schedule": {"every_s": 3600}, "executor": {"type": "python", "target": "builtins:id"},
+        "misfire": {"policy": "skip"}}
+
+
+class Env:
+    def __init__(self) -> None:
+        self.state = SchedulerState()
+        self.raft = FakeRaft(self.state)
+        self.clock = SystemClock()
+        self.service = Service(self.raft, self.clock, "node-1")
+        self.fleet = Fleet(self.raft, self.clock, "node-1")
+        self.app = make_app(self.service, TOKEN, fleet=self.fleet)
+
+    def ops(self, op: str) -> list[dict]:
+        return [c for c in map(commands.decode, self.raft.proposed) if c["op"] == op]
+
+
+def run(coro_fn):
+    async def main():
+        env = Env()
+        loop_task = asyncio.create_task(env.fleet.run())
+        try:
+            async with TestClient(TestServer(env.app, host="127.0.0.1")) as client:
+                await asyncio.wait_for(coro_fn(env, client), 30)
+        finally:
+            loop_task.cancel()
+            await asyncio.gather(loop_task, return_exceptions=True)
+    asyncio.run(main())
+
+
+def path(wid: str, what: str = "") -> str:
+    return "/v1/workers/" + urllib.parse.quote(wid, safe="") + (f"/{what}" if what else "")
+
+
+def lease_body(**kw) -> dict:
+    body = {"slots": 4, "executors": ALL, "labels": {}, "queues": None, "version": "1", "instance": "i1",
+            "max": 4, "wait_s": 0.2, "ttl_ms": 10_000}
+    body.update(kw)
+    return body
+
+
+async def lease(c, wid, **kw):
+    r = await c.post(path(wid, "lease"), data=json.dumps(lease_body(**kw)), headers=AUTH)
+    assert r.status == 200, await r.text()
+    return await r.json()
+
+
+async def post(c, p, body, status=200, headers=AUTH):
+    r = await c.post(p, data=json.dumps(body), headers=headers)
+    assert r.status == status, await r.text()
+    return await r.json()
+
+
+async def put_job(env, name, spec=SPEC) -> None:
+    await env.service.put_job(name, spec, None)
+
+
+async def trigger(env, name) -> str:
+    return (await env.service.trigger_job(name, None))["run"]
+
+
+async def until(cond, timeout_s=5.0, what="condition"):
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)  # ok-sleep: polling interval inside a deadline loop
+
+
+# ---------------------------------------------------------------------------- bad input
+def test_bad_requests_name_the_field_and_change_nothing():
+    async def t(env, c):
+        before = env.state.snapshot()
+        for body, field in (({"executors": ALL, "max": 1}, "slots"), (lease_body(max=0), "max"),
+                            (lease_body(max=limits.acquire_runs_max + 1), "max"), (lease_body(wait_s=-1), "wait_s"),
+                            (lease_body(wait_s=3600), "wait_s"), (lease_body(ttl_ms=5), "ttl_ms"),
+                            (lease_body(labels={"pool": ""}), "labels.pool"), (lease_body(executors=["docker"]), "executors"),
+                            (lease_body(queues=[]), "queues"), (lease_body(nodes=3), "nodes"), ([1, 2], None)):
+            r = await c.post(path("w1", "lease"), data=json.dumps(body), headers=AUTH)
+            assert r.status == 422, (body, await r.text())
+            assert (await r.json())["error"]["field"] == field
+        r = await c.post(path("bad id!", "lease"), data=json.dumps(lease_body()), headers=AUTH)
+        assert r.status == 422 and (await r.json())["error"]["field"] == "id"
+        r = await c.post(path("w1", "lease"), data="{not json", headers=AUTH)
+        assert r.status == 400
+        for what, body, field in (("heartbeat", {"leases": [["r", "x"]]}, "leases"), ("heartbeat", {"leases": "r"}, "leases"),
+                                  ("complete", {"results": []}, "results"),
+                                  ("complete", {"results": [{"run": "r", "token": 1}]}, "results[0].success"),
+                                  ("complete", {"results": [{"run": "r", "token": 1, "success": True, "x": 1}]}, "results[0].x"),
+                                  ("release", {"leases": [["r", 1]], "reason": 5}, "reason")):
+            r = await c.post(path("w1", what), data=json.dumps(body), headers=AUTH)
+            assert r.status == 422, (what, body, await r.text())
+            assert (await r.json())["error"]["field"] == field
+        # Without the token: refused, like every mutation.
+        r = await c.post(path("w1", "lease"), data=json.dumps(lease_body()))
+        assert r.status == 401
+        assert env.state.snapshot() == before
+        assert not [w for w in env.state.workers]
+    run(t)
+
+
+# ---------------------------------------------------------------------------- lease
+def test_a_worker_says_hello_on_first_contact_and_again_only_when_its_facts_change():
+    async def t(env, c):
+        assert await lease(c, "h/1", wait_s=0) == {"runs": [], "draining": False}
+        assert env.state.workers["h/1"]["kind"] == "remote" and len(env.ops("worker_hello")) == 1
+        await lease(c, "h/1", wait_s=0)
+        assert len(env.ops("worker_hello")) == 1
+        await lease(c, "h/1", wait_s=0, labels={"pool": "gpu"})
+        assert len(env.ops("worker_hello")) == 2 and env.state.workers["h/1"]["labels"] == {"pool": "gpu"}
+        # Its id holds a "/": the admin routes take it percent-encoded too.
+        r = await c.get(path("h/1"))
+        assert r.status == 200 and (await r.json())["labels"] == {"pool": "gpu"}
+    run(t)
+
+
+def test_a_long_poll_is_answered_when_work_comes_and_empty_when_its_wait_runs_out():
+    async def t(env, c):
+        await put_job(env, "j")
+        t0 = time.monotonic()
+        assert (await lease(c, "w1", wait_s=0.3))["runs"] == []
+        assert 0.25 <= time.monotonic() - t0 < 3
+        poll = asyncio.ensure_future(lease(c, "w1", wait_s=10))
+        await until(lambda: env.fleet.dispatcher.waiting == 1, what="the request to wait")
+        rid = await trigger(env, "j")
+        res = await poll
+        assert [g["id"] for g in res["runs"]] == [rid] and res["runs"][0]["token"] > 0
+        assert env.state.runs[rid]["worker"] == "w1" and env.state.runs[rid]["state"] == "running"
+    run(t)
+
+
+def test_waiting_requests_are_served_oldest_first_with_one_acquire_each():
+    """Fair and herd-free: three workers wait; each run that comes goes to the oldest request
+    still waiting, with one acquire for it, not one per waiting worker."""
+    async def t(env, c):
+        await put_job(env, "j")
+        polls = []
+        for k in range(3):
+            polls.append(asyncio.ensure_future(lease(c, f"w{k}", wait_s=10, max=1)))
+            await until(lambda: env.fleet.dispatcher.waiting == k + 1, what=f"request {k} waiting")
+        acquires0 = len(env.ops("acquire"))
+        got = []
+        for k in range(3):
+            rid = await trigger(env, "j")
+            res = await polls[k]
+            assert [g["id"] for g in res["runs"]] == [rid], (k, res)
+            got.append(rid)
+            assert all(not p.done() for p in polls[k + 1:]), "a later request was answered first"
+        assert len(env.ops("acquire")) - acquires0 == 3
+        assert [env.state.runs[r]["worker"] for r in got] == ["w0", "w1", "w2"]
+    run(t)
+
+
+def test_a_burst_of_runs_goes_to_as_many_of_the_oldest_requests_as_it_needs():
+    async def t(env, c):
+        await put_job(env, "j")
+        polls = []
+        for k in range(5):
+            polls.append(asyncio.ensure_future(lease(c, f"w{k}", wait_s=10, max=2)))
+            await until(lambda: env.fleet.dispatcher.waiting == k + 1, what=f"request {k} waiting")
+        acquires0 = len(env.ops("acquire"))
+        for _ in range(5):
+            await trigger(env, "j")
+        done = [await p for p in polls[:3]]
+        assert [len(d["runs"]) for d in done] == [2, 2, 1]
+        assert len(env.ops("acquire")) - acquires0 == 3  # three requests cover five runs
+        assert not polls[3].done() and not polls[4].done()
+        for p in polls[3:]:
+            p.cancel()
+        await asyncio.gather(*polls[3:], return_exceptions=True)
+    run(t)
+
+
+def test_idle_requests_of_many_groups_cost_one_read_a_look_while_nothing_changes():
+    """The dispatcher skips its look at every group while the replica applied nothing, no due time
+    came and nothing happened at the node, but for one full look a second."""
+    async def t(env, c):
+        polls = [asyncio.ensure_future(lease(c, f"w{k}", wait_s=10, labels={"host": f"h{k}"})) for k in range(40)]
+        await until(lambda: env.fleet.dispatcher.waiting == 40, what="40 requests waiting")
+        await asyncio.sleep(0.2)  # ok-sleep: lets the hellos' looks pass
+        reads = []
+        real = env.raft.read
+
+        def counted(fn, *args):
+            reads.append(fn.__name__)
+            return real(fn, *args)
+        env.raft.read = counted
+        await asyncio.sleep(0.5)  # ok-sleep: the window whose reads are counted
+        env.raft.read = real
+        looks = reads.count("applied_count")
+        assert looks >= 10, reads[:20]
+        # Without the skip: two reads a group a look (1 000 here); with it, one a look and at most
+        # one full look (two reads a group).
+        assert len(reads) <= looks + 2 * 40 + 10, (len(reads), looks)
+        for p in polls:
+            p.cancel()
+        await asyncio.gather(*polls, return_exceptions=True)
+    run(t)
+
+
+def test_placement_sends_a_run_to_the_request_whose_labels_fit_even_if_it_came_later():
+    async def t(env, c):
+        await put_job(env, "gpu", dict(SPEC, placement={"labels": {"pool": "gpu"}}))
+        cpu = asyncio.ensure_future(lease(c, "cpu-1", wait_s=1.0, labels={"pool": "cpu"}))
+        await until(lambda: env.fleet.dispatcher.waiting == 1)
+        gpu = asyncio.ensure_future(lease(c, "gpu-1", wait_s=10, labels={"pool": "gpu"}))
+        await until(lambda: env.fleet.dispatcher.waiting == 2)
+        rid = await trigger(env, "gpu")
+        assert [g["id"] for g in (await gpu)["runs"]] == [rid]
+        assert (await cpu)["runs"] == []
+        # No acquire was wasted on the worker whose labels do not fit.
+        assert {a["worker"] for a in env.ops("acquire")} == {"gpu-1"}
+    run(t)
+
+
+def test_a_draining_worker_hears_it_at_once_from_lease_and_heartbeat():
+    async def t(env, c):
+        await put_job(env, "j")
+        await trigger(env, "j")
+        g = (await lease(c, "w1", wait_s=5))["runs"][0]
+        assert (await post(c, path("w1", "drain"), {}))["state"] == "draining"
+        t0 = time.monotonic()
+        assert await lease(c, "w1", wait_s=10) == {"runs": [], "draining": True}
+        assert time.monotonic() - t0 < 2
+        hb = await post(c, path("w1", "heartbeat"), {"leases": [[g["id"], g["token"]]], "ttl_ms": 10_000})
+        assert hb == {"extended": 1, "lost": [], "draining": True}
+        r = await c.post(path("nobody", "drain"), headers=AUTH)
+        assert r.status == 404
+    run(t)
+
+
+def test_a_request_given_up_while_its_acquire_is_in_flight_gives_its_runs_back():
+    async def t(env, c):
+        await put_job(env, "j")
+        rid = await trigger(env, "j")
+        gate = asyncio.Event()
+        real = env.raft.propose
+
+        async def slow(data, timeout_s=5.0):
+            if commands.decode(data)["op"] == "acquire":
+                await gate.wait()
+            return await real(data, timeout_s)
+        env.raft.propose = slow
+        poll = asyncio.ensure_future(lease(c, "w1", wait_s=5))
+        await until(lambda: env.fleet.dispatcher.stats()["acquires"] == 1, what="the acquire to be proposed")
+        poll.cancel()  # the client goes away while the acquire is in flight
+        await asyncio.gather(poll, return_exceptions=True)
+        await asyncio.sleep(0.1)  # ok-sleep: lets the server notice the closed connection
+        gate.set()
+        await until(lambda: env.ops("release"), what="the runs to be given back")
+        run_ = env.state.runs[rid]
+        assert run_["state"] == "queued" and run_["attempt"] == 2 and run_["attempts"][-1]["released"]
+    run(t)
+
+
+# ---------------------------------------------------------------------------- heartbeat, complete, release
+def test_heartbeat_complete_and_release_judge_each_lease_by_its_token():
+    async def t(env, c):
+        await put_job(env, "j")
+        ids = [await trigger(env, "j") for _ in range(3)]
+        grants = {g["id"]: g for g in (await lease(c, "w1", wait_s=5, max=3))["runs"]}
+        assert set(grants) == set(ids)
+        a, b, d = ids
+        hb = await post(c, path("w1", "heartbeat"), {"leases": [[a, grants[a]["token"]], [b, grants[b]["token"] + 99]],
+                                                     "ttl_ms": 5000})
+        assert hb == {"extended": 1, "lost": [b], "draining": False}
+        key = {"Idempotency-Key": "batch-1", **AUTH}
+        results = [{"run": a, "token": grants[a]["token"], "success": True},
+                   {"run": b, "token": grants[b]["token"] - 1, "success": True}]
+        res = await post(c, path("w1", "complete"), {"results": results}, headers=key)
+        assert res["results"][0]["ok"] and not res["results"][1]["ok"]
+        assert res["results"][1]["error"]["code"] == "conflict"
+        # A retry of the same batch acts once.
+        again = await post(c, path("w1", "complete"), {"results": results}, headers=key)
+        assert again["duplicate"] is True and again["results"] == res["results"]
+        assert env.state.runs[a]["state"] == "succeeded" and env.state.runs[b]["state"] == "running"
+        rel = await post(c, path("w1", "release"), {"leases": [[d, grants[d]["token"]], [a, grants[a]["token"]]],
+                                                    "reason": "draining"})
+        assert rel == {"released": [d], "lost": [a]}
+        assert env.state.runs[d]["state"] == "queued" and env.state.runs[d]["attempt"] == 2
+    run(t)
+
+
+# ---------------------------------------------------------------------------- admin, seen, forget
+def test_workers_are_listed_with_the_runs_they_hold():
+    async def t(env, c):
+        await put_job(env, "j")
+        rid = await trigger(env, "j")
+        g = (await lease(c, "w1", wait_s=5))["runs"][0]
+        assert (await lease(c, "w2", wait_s=0, labels={"pool": "a"}))["runs"] == []
+        body = await (await c.get("/v1/workers")).json()
+        assert [w["id"] for w in body["workers"]] == ["w1", "w2"] and body["total"] == 2
+        w1 = body["workers"][0]
+        assert (w1["status"], w1["held"], w1["grants"], w1["kind"]) == ("active", 1, 1, "remote")
+        assert w1["last_seen"].endswith("Z")
+        one = await (await c.get(path("w1"))).json()
+        assert [r["id"] for r in one["runs"]] == [rid] and one["runs"][0]["token"] == g["token"]
+        assert one["runs"][0]["lease_deadline"].endswith("Z")
+        assert (await c.get(path("nobody"))).status == 404
+        q = (await (await c.get("/v1/queues")).json())["queues"][0]
+        assert q["unplaceable"] == 0
+        m = env.fleet.collector()
+        names = {fam.name for fam in m.collect()}
+        assert {"raftsched_workers", "raftsched_worker_runs_held", "raftsched_runs_unplaceable"} <= names
+    run(t)
+
+
+def test_a_node_reports_the_workers_that_contacted_it_or_wait_at_it():
+    async def t(env, c):
+        await lease(c, "w1", wait_s=0)
+        poll = asyncio.ensure_future(lease(c, "w2", wait_s=10))
+        await until(lambda: env.fleet.dispatcher.waiting == 1)
+        assert await env.fleet.report_seen() == 2
+        seen = env.ops("workers_seen")[-1]
+        assert seen["workers"] == ["w1", "w2"] and seen["node"] == "node-1"
+        # w1 did not come back; w2 still waits: only it is reported next time.
+        assert await env.fleet.report_seen() == 1 and env.ops("workers_seen")[-1]["workers"] == ["w2"]
+        poll.cancel()
+        await asyncio.gather(poll, return_exceptions=True)
+    run(t)
+
+
+def test_the_leader_forgets_workers_gone_long_enough():
+    async def t(env, c):
+        await lease(c, "old", wait_s=0)
+        assert await env.fleet.forget() == []
+        env.state.workers["old"]["last_seen"] -= limits.worker_forget_ms + 1  # as if an hour passed
+        assert await env.fleet.forget() == ["old"] and "old" not in env.state.workers
+    run(t)

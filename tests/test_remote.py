@@ -1,0 +1,217 @@
+"""The remote worker, in process (node/remote.py): its channel's failover between nodes, the
+lease loop's drain (node/worker.py, shared by both kinds of worker), and a whole
+``run_worker`` against a node's app. Every wait has a deadline."""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+import exec_targets
+from raftsched.clock import SystemClock
+from raftsched.core.errors import Indeterminate, Unavailable
+from raftsched.core.state import SchedulerState
+from raftsched.node import limits as node_limits
+from raftsched.node.api import make_app
+from raftsched.node.fleet import Fleet
+from raftsched.node.remote import RemoteChannel, WorkerConfig, default_worker_id, run_worker
+from raftsched.node.service import Service
+from raftsched.node.worker import EmbeddedChannel, LeaseLoop
+from raftsched.testing.fakes import FakeRaft
+from raftsched.testing.procs import free_ports
+
+TOKEN = "t" * 32
+
+
+def run(coro, timeout_s: float = 30.0):
+    return asyncio.run(asyncio.wait_for(coro, timeout_s))
+
+
+async def until(cond, timeout_s=5.0, what="condition"):
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)  # ok-sleep: polling interval inside a deadline loop
+
+
+class Node:
+    """A stand-in node: answers each worker-protocol request with the next of its ``answers``
+    (a status and a body, or "hang"), recording the requests."""
+
+    def __init__(self, answers: list) -> None:
+        self.answers = list(answers)
+        self.requests: list[tuple[str, dict, dict]] = []
+        self.server: TestServer | None = None
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.requests.append((request.raw_path, dict(request.headers), await request.json()))
+        ans = self.answers.pop(0) if self.answers else (200, {})
+        if ans == "hang":
+            await asyncio.sleep(30)  # ok-sleep: a node that never answers (the client times out)
+        status, body = ans
+        return web.json_response(body, status=status)
+
+    async def start(self) -> str:
+        app = web.Application()
+        app.router.add_post("/v1/workers/{id}/{what}", self.handle)
+        self.server = TestServer(app, host="127.0.0.1")
+        await self.server.start_server()
+        return f"http://127.0.0.1:{self.server.port}"
+
+    async def close(self) -> None:
+        await self.server.close()
+
+
+def test_a_worker_fails_over_on_connection_errors_503_and_timeouts():
+    async def t():
+        dead = f"http://127.0.0.1:{free_ports(1)[0]}"
+        hang, busy, good = Node(["hang"]), Node([]), Node([(200, {"extended": 1, "lost": [], "draining": False})] * 3)
+        busy.answers = [(503, {"error": {"code": "unavailable", "message": "no leader", "field": None}})]
+        urls = [dead, await hang.start(), await busy.start(), await good.start()]
+        ch = RemoteChannel(WorkerConfig(urls=urls, token=TOKEN, worker_id="w/1"), SystemClock())
+        ch.client._preferred = ch.urls.index(dead)  # start at the dead node, whatever the id's spread
+        try:
+            lost, draining = await ch.heartbeat([["r", 1]], 10_000, timeout_s=3.0)
+            assert (lost, draining) == ([], False)
+            # dead refused, hang timed out, busy said 503, good answered.
+            assert [r[0] for r in hang.requests + busy.requests + good.requests] == ["/v1/workers/w%2F1/heartbeat"] * 3
+            assert good.requests[0][1]["Authorization"] == f"Bearer {TOKEN}"
+        finally:
+            await ch.close()
+            for n in (hang, busy, good):
+                await n.close()
+    run(t())
+
+
+def test_a_completion_is_retried_with_the_same_idempotency_key_until_a_node_answers():
+    async def t():
+        a = Node([(504, {"error": {"code": "indeterminate", "message": "timed out", "field": None}})])
+        b = Node([(200, {"results": [{"ok": True, "run": "r"}]})])
+        a_url = await a.start()
+        ch = RemoteChannel(WorkerConfig(urls=[a_url, await b.start()], token=TOKEN, worker_id="w1"),
+                           SystemClock())
+        ch.client._preferred = ch.urls.index(sorted(ch.urls, key=lambda u: u != a_url)[0])
+        try:
+            res = await ch.complete([{"run": "r", "token": 3, "success": True, "error": None, "output": None}])
+            assert res == [{"ok": True, "run": "r"}]
+            keys = {r[1]["Idempotency-Key"] for r in a.requests + b.requests}
+            assert len(keys) == 1 and len(a.requests) == len(b.requests) == 1
+        finally:
+            await ch.close()
+            await a.close()
+            await b.close()
+    run(t())
+
+
+def test_when_no_node_answers_the_call_gives_up_at_its_deadline():
+    async def t():
+        urls = [f"http://127.0.0.1:{p}" for p in free_ports(2)]
+        ch = RemoteChannel(WorkerConfig(urls=urls, token=TOKEN, worker_id="w1"), SystemClock())
+        t0 = time.monotonic()
+        try:
+            await ch.heartbeat([["r", 1]], 10_000, timeout_s=1.0)
+            raise AssertionError("no node answers: the heartbeat must fail")
+        except (Unavailable, Indeterminate):  # refused, or (on a loaded machine) timed out
+            pass
+        finally:
+            await ch.close()
+        assert 0.9 <= time.monotonic() - t0 < 6
+    run(t())
+
+
+def test_a_lease_request_refused_for_good_pauses_the_worker_instead_of_spinning():
+    async def t():
+        n = Node([(401, {"error": {"code": "unauthorized", "message": "wrong token", "field": None}})])
+        ch = RemoteChannel(WorkerConfig(urls=[await n.start()], token="wrong" * 8, worker_id="w1"), SystemClock())
+        try:
+            g = await ch.acquire(4, 10_000, None)
+            assert (g.runs, g.retry_after_s) == ([], node_limits.lease_refused_pause_s) and len(n.requests) == 1
+        finally:
+            await ch.close()
+            await n.close()
+    run(t())
+
+
+def test_a_default_worker_id_is_host_slash_pid():
+    wid = default_worker_id()
+    host, _, pid = wid.rpartition("/")
+    assert host and pid.isdigit()
+
+
+# ---------------------------------------------------------------------------- drain
+def test_a_drain_lets_running_runs_finish_then_gives_back_the_rest_without_spending_an_attempt():
+    async def t():
+        state = SchedulerState()
+        raft = FakeRaft(state)
+        clock = SystemClock()
+        svc = Service(raft, clock, "node-1")
+        base = {"schedule": {"every_s": 3600}, "misfire": {"policy": "skip"}}
+        await svc.put_job("slow", dict(base, executor={"type": "python", "target": "exec_targets:slow_async"}), None)
+        await svc.put_job("quick", dict(base, executor={"type": "python", "target": "exec_targets:blocking"}), None)
+        slow = (await svc.trigger_job("slow", None))["run"]
+        quick = (await svc.trigger_job("quick", None))["run"]
+        exec_targets.STARTED[slow] = asyncio.Event()
+        exec_targets.RELEASE[quick] = threading.Event()
+        exec_targets.RECORDED.pop(quick, None)
+        ch = EmbeddedChannel(raft, clock, "w1", slots=2, queues=None, allowed_types={"python"}, single_node=True)
+        loop = LeaseLoop(ch, clock, slots=2, allowed_types={"python"}, poll_interval_s=0.01, kill_grace_s=0.5)
+        task = asyncio.create_task(loop.run())
+        try:
+            await until(lambda: exec_targets.STARTED[slow].is_set() and quick in exec_targets.RECORDED,
+                        what="both runs started")
+            drain = asyncio.create_task(loop.drain(1.0))
+            # The quick one finishes within the drain time: reported as usual.
+            exec_targets.RELEASE[quick].set()
+            await drain
+            assert not loop.held and loop.released == 1 and loop.completed == 1
+            assert state.runs[quick]["state"] == "succeeded"
+            r = state.runs[slow]
+            assert r["state"] == "queued" and r["attempt"] == 2 and r.get("failures", 0) == 0
+            assert r["attempts"][-1]["released"] is True and "drain time" in r["attempts"][-1]["error"]
+            # Nothing more is leased while draining.
+            before = len(raft.proposed)
+            await asyncio.sleep(0.1)  # ok-sleep: a window in which a non-draining loop would acquire
+            assert not any(b"acquire" in d for d in raft.proposed[before:])
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    run(t())
+
+
+# ---------------------------------------------------------------------------- a whole worker
+def test_run_worker_leases_executes_and_reports_through_a_node_then_drains_on_stop():
+    async def t():
+        state = SchedulerState()
+        raft = FakeRaft(state)
+        clock = SystemClock()
+        svc = Service(raft, clock, "node-1")
+        fleet = Fleet(raft, clock, "node-1")
+        app = make_app(svc, TOKEN, fleet=fleet)
+        fleet_task = asyncio.create_task(fleet.run())
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        stop = asyncio.Event()
+        cfg = WorkerConfig(urls=[f"http://127.0.0.1:{server.port}"], token=TOKEN, worker_id="gpu/1",
+                           labels={"pool": "gpu"}, slots=3, wait_s=2.0)
+        worker = asyncio.create_task(run_worker(cfg, clock, stop))
+        try:
+            spec = {"schedule": {"every_s": 3600}, "misfire": {"policy": "skip"}, "placement": {"labels": {"pool": "gpu"}},
+                    "executor": {"type": "python", "target": "builtins:id"}}
+            await svc.put_job("j", spec, None)
+            rids = [(await svc.trigger_job("j", None))["run"] for _ in range(5)]
+            await until(lambda: all(state.runs[r]["state"] == "succeeded" for r in rids), 10, "every run done")
+            assert {state.runs[r]["worker"] for r in rids} == {"gpu/1"}
+            assert state.workers["gpu/1"]["labels"] == {"pool": "gpu"} and state.workers["gpu/1"]["kind"] == "remote"
+            stop.set()
+            assert await asyncio.wait_for(worker, 10) == 0
+        finally:
+            stop.set()
+            worker.cancel()
+            await asyncio.gather(worker, return_exceptions=True)
+            fleet_task.cancel()
+            await asyncio.gather(fleet_task, return_exceptions=True)
+            await server.close()
+    run(t())
