@@ -594,6 +594,9 @@ JSONISH = st.recursive(st.none() | st.booleans() | st.integers(-2**40, 2**62) | 
                        lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3),
                        max_leaves=6)
 
+TOKEN_ROLES = ("admin", "operator", "reader", "worker")
+TOKEN_TENANTS = (None, ["billing"], ["b", "a"], [])
+
 ACTIONS = st.one_of(
     st.tuples(st.just("put"), st.sampled_from(JOBS), st.integers(0, len(SPECS) - 1), st.booleans()),
     st.tuples(st.just("delete"), st.sampled_from(JOBS)),
@@ -614,6 +617,10 @@ ACTIONS = st.one_of(
     st.tuples(st.just("snapshot"),),
     st.tuples(st.just("bad_fire"), st.integers(0, 5), DTS),
     st.tuples(st.just("bad_resume"), st.sampled_from(JOBS), st.integers(0, 4)),
+    # API tokens (core/tokens.py): created, revoked, a table that fills and gives up its oldest
+    st.tuples(st.just("token"), st.integers(0, 5), st.sampled_from(TOKEN_ROLES), st.sampled_from(TOKEN_TENANTS),
+              st.sampled_from([None, T0 + 30 * SEC])),
+    st.tuples(st.just("revoke"), st.integers(0, 6)),
 )
 
 #: sequences aimed at refusals: jobs that fall due, pauses, and malformed proposals
@@ -762,6 +769,14 @@ class Driver:
                 entries = [_mutate_fire_entry(e, how) for e in cmd["entries"]]
                 res = self.propose(commands.encode(commands.make("fire", self.now + dt, None, entries=entries)))
                 event(f"bad_fire {how}: {'ok' if res['ok'] else res['error']['code']}")
+        elif kind == "token":
+            # What the proposer draws (id, salt, digest) is in the command; apply draws nothing.
+            _, i, role, tenants, expires = action
+            tid = f"{i:016x}"
+            self.cmd("token_create", id=tid, role=role, tenants=tenants, expires=expires,
+                     hash={"alg": "hmac-sha256", "salt": bytes([i]) * 16, "digest": bytes([i + 1]) * 32})
+        elif kind == "revoke":
+            self.cmd("token_revoke", id=f"{action[1]:016x}")
         elif kind == "bad_resume":
             _, name, how = action
             if name in L.jobs and L.jobs[name]["paused"]:

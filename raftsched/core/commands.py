@@ -36,6 +36,9 @@ OPS = (
     "lock_acquire",
     "lock_renew",
     "lock_release",
+    # API tokens (core/tokens.py)
+    "token_create",  # a token's role, tenants, expiry and salted hash (never its secret)
+    "token_revoke",
 )
 
 

@@ -198,3 +198,15 @@ put_jobs_in_flight_max = 8
 
 assert batch_jobs_max * 160 < batch_request_bytes_max
 assert put_jobs_items_max * 100 > command_bytes_max  # an item is >= ~150 bytes: bytes bind first
+
+# API tokens (core/tokens.py) -----------------------------------------------------------------
+#: Tokens the state holds, revoked and expired ones included until a new token needs their place
+#: (the oldest revoked, then the oldest expired, is given up first). Each is ~150 bytes; every
+#: node reads the table on every request, by id.
+tokens_max = 10_000
+#: Tenants one token may be limited to.
+token_tenants_max = 64
+#: A token's note (who or what it is for), free text shown by GET /v1/tokens.
+token_note_chars_max = 256
+
+assert token_tenants_max * (tenant_name_chars_max + 2) + token_note_chars_max + 512 < command_bytes_max

@@ -276,3 +276,23 @@ def gauges(s) -> dict:
     return {"jobs": len(s.jobs), "jobs_paused": sum(map(bool, map(_paused_of, s.jobs.values()))),
             "runs_by_state": {st: by_state.get(st, 0) for st in RUN_STATES}, "queues": per_q,
             "locks": len(s.locks), "fencing_token": s.fencing_token}
+
+
+# ------------------------------------------------------------------ API tokens (core/tokens.py)
+def token_list(s) -> list[dict]:
+    """Every token without its hash, oldest first (by created, then id): ``{"id", "role",
+    "tenants", "created", "expires", "revoked", "note"}``."""
+    out = [{"id": tid, "role": t["role"], "tenants": None if t["tenants"] is None else list(t["tenants"]),
+            "created": t["created"], "expires": t["expires"], "revoked": t["revoked"], "note": t["note"]}
+           for tid, t in s.tokens.items()]
+    out.sort(key=lambda t: (t["created"], t["id"]))
+    return out
+
+
+def token_auth(s, token_id: str) -> tuple | None:
+    """What a node checks a presented token against: ``(role, tenants, expires, hash)`` of a
+    token that is not revoked, or None (no such token, or revoked)."""
+    t = s.tokens.get(token_id)
+    if t is None or t["revoked"] is not None:
+        return None
+    return t["role"], None if t["tenants"] is None else tuple(t["tenants"]), t["expires"], t["hash"]

@@ -40,6 +40,7 @@ from .locks import apply_lock_acquire, apply_lock_release, apply_lock_renew
 from .queues import apply_dlq_delete, apply_dlq_requeue, apply_put_queue, rebuild_indexes, reset_indexes
 from .records import err, ok
 from .tenants import apply_delete_tenant, apply_put_tenant
+from .tokens import apply_token_create, apply_token_revoke
 
 
 def apply_noop(s, cmd: dict, now: int) -> dict:
@@ -72,6 +73,8 @@ HANDLERS = {
     "lock_acquire": apply_lock_acquire,
     "lock_renew": apply_lock_renew,
     "lock_release": apply_lock_release,
+    "token_create": apply_token_create,
+    "token_revoke": apply_token_revoke,
 }
 # The codec refuses an op with no handler; a handler for an op the codec refuses would never run.
 assert tuple(HANDLERS) == commands.OPS, "commands.OPS and state.HANDLERS must list the same ops"
