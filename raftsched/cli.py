@@ -13,7 +13,11 @@ from .client import Client
 from .core import limits
 from .core.errors import RaftschedError
 from .core.model import EXECUTOR_TYPES
-from .node.node import ConfigError, LoopFailed, NodeConfig, ensure_token, is_loopback, parse_hostport, read_secret_file, run_node
+from .node import limits as node_limits
+from .node.node import (
+    ConfigError, LoopFailed, NodeConfig, ensure_token, is_loopback, parse_hostport, read_secret_file, run_node,
+    tls_context,
+)
 
 
 class _LogFormatter(logging.Formatter):
@@ -90,7 +94,17 @@ def cmd_node(args) -> int:
         execute_on_leader=args.execute_on_leader, lease_ttl_ms=ttl_ms,
         dial_map=dial_map, clock_offset_file=args.clock_offset_file or None,
         fire_log_path=args.fire_log or None,
+        metrics_open=args.metrics_open, tls_cert=args.tls_cert or None, tls_key=args.tls_key or None,
+        tls_client_ca=args.tls_client_ca or None,
+        auth_failures_burst=args.auth_failures_burst, auth_failures_per_s=args.auth_failures_per_s,
     )
+    try:
+        tls_context(cfg)  # refuse a bad certificate or key before anything starts
+        if args.auth_failures_burst < 1 or args.auth_failures_per_s <= 0:
+            raise ConfigError("--auth-failures-burst must be at least 1 and --auth-failures-per-s above 0")
+    except ConfigError as e:
+        print(f"raftsched node: {e}", file=sys.stderr)
+        return 2
     try:
         asyncio.run(run_node(cfg))
     except LoopFailed as e:
@@ -214,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("--peers", default="", help="the other members' Raft HOST:PORT, comma-separated; none = a one-node cluster")
     n.add_argument("--data-dir", required=True)
     n.add_argument("--cluster-secret-file", required=False)
-    n.add_argument("--token-file", help="API bearer token; without it the node generates DATA_DIR/token")
+    n.add_argument("--token-file", help="the bootstrap (admin) API token; without it the node generates DATA_DIR/token")
     n.add_argument("--allow-remote-raft", action="store_true")
     n.add_argument("--slots", type=int, default=4, help="runs this node executes at once (0: none)")
     n.add_argument("--queues", default="", help="queues this node's worker serves, comma-separated (default: all)")
@@ -224,6 +238,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="let the leader execute runs too (by default only followers do, unless the cluster has one node)")
     n.add_argument("--lease-ttl-s", type=float, default=10.0, help="lease TTL this node's worker asks for")
     n.add_argument("--log-level", default="info")
+    n.add_argument("--tls-cert", default="", help="serve the API over TLS with this certificate chain (PEM)")
+    n.add_argument("--tls-key", default="", help="the private key of --tls-cert (PEM)")
+    n.add_argument("--tls-client-ca", default="", help="mutual TLS: clients must present a certificate this CA (PEM) signed")
+    n.add_argument("--metrics-open", action="store_true", help="GET /metrics needs no token")
+    n.add_argument("--auth-failures-burst", type=float, default=node_limits.auth_failures_burst,
+                   help="refused tokens one source address may send before it is answered 429")
+    n.add_argument("--auth-failures-per-s", type=float, default=node_limits.auth_failures_per_s,
+                   help="refused tokens a second a source address gets back")
     # Test and benchmark hooks (NodeConfig), hidden from --help: a production node needs none.
     n.add_argument("--dial-map", default="", help=argparse.SUPPRESS)
     n.add_argument("--clock-offset-file", default="", help=argparse.SUPPRESS)

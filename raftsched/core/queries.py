@@ -296,3 +296,51 @@ def token_auth(s, token_id: str) -> tuple | None:
     if t is None or t["revoked"] is not None:
         return None
     return t["role"], None if t["tenants"] is None else tuple(t["tenants"]), t["expires"], t["hash"]
+
+
+# ------------------------------------------------------------------ reads limited to tenants
+# For tokens limited to tenants (node/tenancy.py): the same reads as above, of those tenants'
+# jobs and runs only. A run belongs to the tenant its job had when the run was created.
+def job_tenant(s, name: str) -> str | None:
+    """The tenant of job ``name``, or None when there is no such job."""
+    j = s.jobs.get(name)
+    return None if j is None else j["spec"]["tenant"]
+
+
+def run_tenant(s, run_id: str) -> str | None:
+    """The tenant of run (or recorded slot) ``run_id``, or None when there is no such run."""
+    r = s.runs.get(run_id)
+    return None if r is None else r.get("tenant")
+
+
+def jobs_page_in(s, tenants, limit: int, after: str | None) -> dict:
+    """jobs_page of the jobs of ``tenants`` only (``total`` counts those)."""
+    names = sorted(n for n, j in s.jobs.items() if j["spec"]["tenant"] in tenants)
+    total = len(names)
+    if after:
+        names = names[bisect.bisect_right(names, after):]
+    page = names[:limit]
+    return {"jobs": [job(s, n) for n in page], "next": page[-1] if len(names) > limit else None,
+            "total": total}
+
+
+def runs_in(s, tenants, state: str | None, limit: int) -> list[dict]:
+    """runs of ``tenants`` only."""
+    out = []
+    for r in reversed(s.runs.values()):
+        if r.get("tenant") not in tenants or (state and r["state"] != state):
+            continue
+        out.append(_run_copy(r))
+        if len(out) >= limit:
+            break
+    return out
+
+
+def queue_tenants(s, queue: str) -> set[str]:
+    """The tenants of the jobs whose queue is ``queue``."""
+    return {j["spec"]["tenant"] for j in s.jobs.values() if j["spec"]["queue"] == queue}
+
+
+def queues_of(s, tenants) -> set[str]:
+    """The queues of the jobs of ``tenants``."""
+    return {j["spec"]["queue"] for j in s.jobs.values() if j["spec"]["tenant"] in tenants}

@@ -16,6 +16,7 @@ from ..core import commands, limits, model, policy, preview, queries, schedule
 from ..core.errors import InvalidSpec, NotFound, RaftschedError, BadRequest
 from ..core.model import check_name
 from . import batch
+from .redact import PROCESS_DEFAULT, Fingerprint, restore_redacted
 from .views import job_view, lock_view, run_view, tenant_view
 
 
@@ -28,14 +29,18 @@ class Service:
 
     :param raft: the replication adapter (``propose``, ``barrier``, ``read``).
     :param clock: the proposer's clock: every command's ``now``, and the first slots of a job.
+    :param fingerprint: how reads show secrets (node/redact.py); the node's is keyed by the
+        cluster secret, so every node shows the same fingerprints.
     """
 
     def __init__(self, raft, clock: Clock, node_id: str,
-                 propose_timeout_s: float = limits.propose_timeout_s_default) -> None:
+                 propose_timeout_s: float = limits.propose_timeout_s_default,
+                 fingerprint: Fingerprint = PROCESS_DEFAULT) -> None:
         self.raft = raft
         self.clock = clock
         self.node_id = node_id
         self.propose_timeout_s = propose_timeout_s
+        self.fingerprint = fingerprint
 
     # ------------------------------------------------------------------ plumbing
     async def propose(self, cmd: dict) -> dict:
@@ -89,9 +94,24 @@ class Service:
             memo[key] = schedule.next_slot_after(sched, cursor, anchor)
         return cursor, anchor, memo[key]
 
+    def unredact(self, name: str, raw):
+        """``raw`` with the redacted values a read showed of job ``name``'s stored secrets put
+        back (node/redact.py). :raises InvalidSpec: a redacted value that matches none."""
+        if not isinstance(raw, dict) or not isinstance(name, str):
+            return raw
+
+        def stored():
+            old = self.read(queries.job, name)
+            return old["spec"] if old is not None else None
+        return restore_redacted(raw, stored, self.fingerprint)
+
+    def job_view(self, job: dict) -> dict:
+        """``job`` (queries.job) as the API shows it, secrets redacted."""
+        return job_view(job, self.fingerprint)
+
     async def put_job(self, name: str, raw, rid: str | None, create_only: bool = False) -> dict:
         now = self.clock.now_ms()
-        spec = model.validate_job(name, raw, now)
+        spec = model.validate_job(name, self.unredact(name, raw), now)
         cursor, anchor, nxt = self._position(name, spec["schedule"], now)
         cmd = commands.make("put_job", now, rid or new_request_id(), name=name, spec=spec,
                             next=nxt, cursor=cursor, anchor=anchor, create_only=create_only)
@@ -107,6 +127,12 @@ class Service:
         :raises RaftschedError: as batch.merge, when a command failed.
         """
         jobs_raw, create_only = batch.parse_body(body)
+        for name, raw in jobs_raw.items():
+            try:
+                jobs_raw[name] = self.unredact(name, raw)
+            except InvalidSpec as e:
+                raise InvalidSpec(f"job {name!r}: {e.message}", field=e.field, job=name, invalid=1,
+                                  errors=[{"job": name, "field": e.field, "message": e.message}]) from None
         key = key or new_request_id()
         now = self.clock.now_ms()
         specs = await batch.validate_all(jobs_raw, now)
@@ -272,11 +298,11 @@ class Service:
         job = self.read(queries.job, name)
         if job is None:
             raise NotFound(f"no job named {name!r}", field="name")
-        return job_view(job)
+        return self.job_view(job)
 
     def list_jobs(self, limit: int, after: str | None) -> dict:
         page = self.read(queries.jobs_page, limit, after)
-        page["jobs"] = [job_view(j) for j in page["jobs"]]
+        page["jobs"] = [self.job_view(j) for j in page["jobs"]]
         return page
 
     def job_runs(self, name: str, limit: int, state_filter: str | None, slot_ms: int | None) -> dict:

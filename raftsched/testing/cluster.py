@@ -50,13 +50,14 @@ NODE_COMMAND = (sys.executable, "-m", "raftsched.cli")
 # ------------------------------------------------------------------------------------ HTTP
 
 def http(method: str, url: str, body=None, token: str | None = None, headers: dict | None = None,
-         timeout: float = 10.0):
+         timeout: float = 10.0, context=None):
     """One request to a node's API; returns ``(status, JSON body)``, or the text when the body
     is not JSON. An HTTP error status is returned, not raised; a connection error raises
     ``OSError``.
 
     :param body: JSON-encoded unless already ``bytes``.
     :param token: sent as ``Authorization: Bearer``.
+    :param context: an ``ssl.SSLContext`` for ``https://`` URLs (one that trusts the nodes' CA).
     """
     data = None
     if body is not None:
@@ -68,7 +69,7 @@ def http(method: str, url: str, body=None, token: str | None = None, headers: di
     for k, v in (headers or {}).items():
         req.add_header(k, v)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
+        with urllib.request.urlopen(req, timeout=timeout, context=context) as r:
             raw = r.read()
             status = r.status
     except urllib.error.HTTPError as e:
@@ -286,6 +287,9 @@ class LocalCluster:
 
     # -------------------------------------------------------------- the API
     def get(self, i: int, path: str, **kw):
+        """A GET with the cluster's token (every request but /healthz needs one), unless
+        ``token`` says otherwise."""
+        kw.setdefault("token", self.token)
         return http("GET", self.url(i) + path, **kw)
 
     def call(self, i: int, method: str, path: str, body=None, **kw):
