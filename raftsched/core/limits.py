@@ -34,6 +34,18 @@ every_s_min = 1
 every_s_max = 366 * 24 * 3600
 #: A job's description (free text, shown by the API).
 description_chars_max = 1024
+#: Secrets a job may declare (its ``secrets`` map, given to its runs as environment variables or
+#: headers), the longest name and the longest value.
+secrets_max = 32
+secret_name_chars_max = 64
+secret_value_chars_max = 4096
+#: Headers of an http executor, and variables of a shell executor's ``env``.
+executor_headers_max = 64
+executor_env_max = 256
+#: Nesting levels of a payload (arrays and objects). JSON as deep as the parser takes (~1000)
+#: would overflow the stack of code that walks it later, at a deeper stack: the view's encoder,
+#: a run's RAFTSCHED_PAYLOAD.
+payload_depth_max = 32
 #: retry: failed attempts after which a run is dead, and the delays' ranges (seconds, the
 #: multiplier applied once a failure).
 retry_attempts_max = 100

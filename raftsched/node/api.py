@@ -127,6 +127,8 @@ async def _json_body(request: web.Request):
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
         raise BadRequest(f"malformed JSON: {e}") from None
+    except RecursionError:
+        raise BadRequest("malformed JSON: nested too deeply") from None
 
 
 def _rid(request: web.Request) -> str | None:

@@ -131,3 +131,15 @@ def mask(text: str | None, values: list[str]) -> str | None:
         if v in text:
             text = text.replace(v, "***")
     return text
+
+
+def deliver(executor: dict, secrets: dict | None) -> dict:
+    """The executor a run executes with its job's ``secrets`` given to it: added to a shell
+    executor's ``env`` and an http executor's ``headers`` (after the executor's own, before the
+    run's identity, which nothing overrides); a python run reads ``ctx.secrets`` instead."""
+    if not secrets or not isinstance(executor, dict):
+        return executor
+    key = {"shell": "env", "http": "headers"}.get(executor.get("type"))
+    if key is None:
+        return executor
+    return dict(executor, **{key: {**(executor.get(key) or {}), **secrets}})

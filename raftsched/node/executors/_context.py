@@ -23,6 +23,8 @@ class RunContext:
     :param fencing_token: the lease's fencing token; a downstream system that records the
         highest token it has seen can refuse writes from a stale worker.
     :param payload: the job's JSON-able payload.
+    :param secrets: the job's ``secrets`` (name -> value; node/redact.py): a shell run has them
+        in its environment and an http run as headers already; a python function reads them here.
     """
 
     run_id: str
@@ -31,6 +33,7 @@ class RunContext:
     attempt: int
     fencing_token: int
     payload: Any
+    secrets: dict[str, str] = dataclasses.field(default_factory=dict, repr=False)
 
     @property
     def slot_iso(self) -> str:
