@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import os
+import ssl
 import sys
 
 from .client import Client
@@ -207,9 +208,13 @@ def _with_client(a) -> int:
     fails over between."""
     urls = [u.strip() for u in a.url.split(",") if u.strip()]
     try:
-        c = Client(urls, token=_token(a), timeout_s=_ATTEMPT_TIMEOUT_S, deadline_s=a.deadline_s)
+        c = Client(urls, token=_token(a), timeout_s=_ATTEMPT_TIMEOUT_S, deadline_s=a.deadline_s,
+                   ca_file=a.ca_file or None, cert_file=a.client_cert or None, key_file=a.client_key or None)
     except ValueError as e:
         print(f"raftsched: --url: {e}", file=sys.stderr)
+        return 2
+    except (OSError, ssl.SSLError) as e:
+        print(f"raftsched: --ca-file/--client-cert: {e}", file=sys.stderr)
         return 2
     # The client says on stderr when it retries after an unknown outcome.
     _setup_logging("warning")
@@ -252,13 +257,21 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("--fire-log", default="", help=argparse.SUPPRESS)
     n.set_defaults(func=cmd_node)
 
-    def client(name: str, help_: str, call=None, *, run=None) -> argparse.ArgumentParser:
-        """A client subcommand. ``call(args, client)`` makes the Client call whose answer is
-        printed (``_show``); ``run(args, client)`` does its own and returns the exit status."""
-        c = sub.add_parser(name, help=help_)
+    def client(name: str, help_: str, call=None, *, run=None, parent=None) -> argparse.ArgumentParser:
+        """A client subcommand (of ``parent``, default the top level). ``call(args, client)``
+        makes the Client call whose answer is printed (``_show``); ``run(args, client)`` does its
+        own and returns the exit status."""
+        c = (parent or sub).add_parser(name, help=help_)
         c.add_argument("--url", default=os.environ.get("RAFTSCHED_URL", "http://127.0.0.1:8701"),
                        help="the API of one node, or of several, comma-separated (tried in turn)")
-        c.add_argument("--token")
+        c.add_argument("--token", help="default $RAFTSCHED_TOKEN, else the file .raftsched/token")
+        c.add_argument("--ca-file", default=os.environ.get("RAFTSCHED_CA_FILE", ""),
+                       help="https: the CA (PEM) the nodes' certificates chain to (default $RAFTSCHED_CA_FILE, "
+                            "else the system's)")
+        c.add_argument("--client-cert", default=os.environ.get("RAFTSCHED_CLIENT_CERT", ""),
+                       help="mutual TLS: this client certificate (PEM; default $RAFTSCHED_CLIENT_CERT)")
+        c.add_argument("--client-key", default=os.environ.get("RAFTSCHED_CLIENT_KEY", ""),
+                       help="the key of --client-cert, when not in it (default $RAFTSCHED_CLIENT_KEY)")
         c.add_argument("--deadline-s", type=float, default=30.0,
                        help="how long one call keeps retrying (other nodes, no leader, unknown outcome)")
         c.set_defaults(func=_with_client, client_run=run or (lambda a, cl: _show(lambda: call(a, cl))))
@@ -295,6 +308,20 @@ def main(argv: list[str] | None = None) -> int:
     c = client("preview", "a job's next slots, with DST marks", lambda a, c: c.preview(a.name, a.count))
     c.add_argument("name")
     c.add_argument("--count", type=int, default=10)
+
+    # API tokens (admin): create, list, revoke.
+    ts = sub.add_parser("tokens", help="API tokens: create (the secret is shown once), list, revoke") \
+        .add_subparsers(dest="tokens_cmd", required=True)
+    tc = client("create", "create a token; its secret is printed this once",
+                lambda a, c: c.create_token(a.role, a.tenants, a.expires, a.note), parent=ts)
+    tc.add_argument("--role", required=True, choices=["admin", "operator", "reader", "worker"])
+    tc.add_argument("--tenant", action="append", dest="tenants",
+                    help="limit it to this tenant (repeat for several); default: every tenant")
+    tc.add_argument("--expires", help="ISO-8601 time after which it is refused, e.g. 2027-01-01T00:00:00Z")
+    tc.add_argument("--note", help="who or what it is for")
+    client("list", "every token, without secrets", lambda a, c: c.tokens(), parent=ts)
+    client("revoke", "revoke a token: every node refuses it once the revocation is committed",
+           lambda a, c: c.revoke_token(a.id), parent=ts).add_argument("id")
 
     args = p.parse_args(argv)
     return args.func(args)
