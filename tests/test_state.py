@@ -1003,3 +1003,18 @@ def test_job_spec_and_run_records_share_their_key_tables():
         assert copies == records and [list(c) for c in copies] == [list(r) for r in records]
         assert type(records[0]) is dict
         assert shared <= own - 64, (kind, shared, own)
+
+
+def test_a_proposer_answers_a_replayed_request_id_as_apply_would():
+    """queries.replayed: what apply answers a command whose request id it has seen, which the
+    proposer answers itself (node/service.py) without adding an entry to the log."""
+    s = new_state(("a", spec_of({"every_s": 10}, "skip")))
+    first = s.apply(commands.make("pause_job", T0, "k1", name="a"))
+    same = commands.make("pause_job", T0 + 1, "k1", name="a")
+    other = commands.make("delete_job", T0 + 1, "k1", name="a")
+    assert queries.replayed(s, commands.make("pause_job", T0, "k2", name="a")) is None
+    for cmd in (same, other):
+        predicted = queries.replayed(s, cmd)
+        assert predicted == s.apply(cmd)
+    assert queries.replayed(s, same) == dict(first, duplicate=True)
+    assert queries.replayed(s, other)["error"]["code"] == "conflict"

@@ -44,9 +44,17 @@ class Service:
 
     # ------------------------------------------------------------------ plumbing
     async def propose(self, cmd: dict) -> dict:
-        """Propose and return the applied result. :raises RaftschedError: refusals and
-        Unavailable / Indeterminate from replication."""
-        return await self.propose_data(commands.encode(cmd))
+        """Propose and return the applied result. A request id this replica has seen applied
+        is answered from there, without proposing: that answer is final (a retry, or a key
+        reused for another request). :raises RaftschedError: refusals and Unavailable /
+        Indeterminate from replication."""
+        data = commands.encode(cmd)
+        seen = self.read(queries.replayed, cmd)
+        if seen is not None:
+            if not seen.get("ok"):
+                raise RaftschedError.from_dict(seen.get("error") or {"code": "internal", "message": "refused"})
+            return seen
+        return await self.propose_data(data)
 
     async def propose_data(self, data: bytes) -> dict:
         """``propose`` for a command already encoded."""
