@@ -81,6 +81,17 @@ def check_name(name, field: str = "name", max_chars: int = limits.job_name_chars
     return name
 
 
+def check_run_id(run_id, field: str = "run") -> str:
+    """A run id's shape: ``job@...``, the job part a valid job name (run ids are made by apply:
+    ``job@slot_ms``, ``job@now!manual-N``). Refused before anything is proposed.
+
+    :raises InvalidSpec:"""
+    if not isinstance(run_id, str) or "@" not in run_id or len(run_id) > limits.job_name_chars_max + 64:
+        raise InvalidSpec("must be a run id, JOB@...", field=field)
+    check_name(run_id.split("@", 1)[0], field)
+    return run_id
+
+
 def _int(value, field: str, lo: int, hi: int) -> int:
     if (isinstance(value, bool) or not isinstance(value, (int, float))
             or (isinstance(value, float) and not math.isfinite(value)) or value != int(value)):
@@ -521,7 +532,7 @@ def _lock_ttl_ms(b: dict, required: bool) -> int | None:
 
 def _lock_token(b: dict) -> int:
     t = b.get("token")
-    if isinstance(t, bool) or not isinstance(t, int) or t < 1:
+    if isinstance(t, bool) or not isinstance(t, int) or not 1 <= t < 2**63:
         raise InvalidSpec("is required: the fencing token acquire returned", field="token")
     return t
 

@@ -214,7 +214,8 @@ class Auth:
         """The principal of an ``Authorization`` header. :raises Unauthorized: no bearer token,
         or one that is unknown, malformed, revoked or expired (the message says which, naming
         no secret)."""
-        if not header or not header.startswith("Bearer "):
+        # The scheme is case-insensitive (RFC 9110, section 11.1).
+        if not header or header[:7].lower() != "bearer ":
             raise Unauthorized("every request needs 'Authorization: Bearer <token>' (docs/security.md)")
         text = header[7:].strip()
         parsed = parse_token(text)
@@ -263,7 +264,7 @@ def check_request(auth: Auth, request: web.Request) -> tuple[Principal | None, s
         auth.refused += 1
         auth.limiter.failed(source, now_s)
         header = request.headers.get("Authorization") or ""
-        parsed = parse_token(header[7:].strip()) if header.startswith("Bearer ") else None
+        parsed = parse_token(header[7:].strip()) if header[:7].lower() == "bearer " else None
         if parsed is not None:
             request[CLAIMED] = parsed[0]
         raise

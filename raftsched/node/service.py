@@ -232,10 +232,12 @@ class Service:
         return run_view(run)
 
     async def dlq_requeue(self, run_id: str, rid: str | None) -> dict:
+        model.check_run_id(run_id)
         res = await self.propose(commands.make("dlq_requeue", self.clock.now_ms(), rid or new_request_id(), run=run_id))
         return self._out(res, {"run": run_id, "state": res["state"], "attempt": res["attempt"]})
 
     async def dlq_delete(self, run_id: str, rid: str | None) -> dict:
+        model.check_run_id(run_id)
         res = await self.propose(commands.make("dlq_delete", self.clock.now_ms(), rid or new_request_id(), run=run_id))
         return self._out(res, {"run": run_id, "deleted": True})
 
