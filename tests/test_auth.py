@@ -354,3 +354,19 @@ def test_a_limited_token_sees_only_its_tenants_dead_runs():
         a1_run = [r for r in env.state.runs if r.startswith("a1@")][0]
         assert (await call(c, "POST", f"/v1/dlq/{a1_run}/requeue", tok))[0] == 200
     run(t)
+
+
+def test_a_limited_token_sees_the_recorded_slots_of_its_jobs():
+    async def t(env, c):
+        await call(c, "PUT", "/v1/jobs/r", body=dict(SPEC, tenant="alpha", misfire={"policy": "skip", "grace_s": 0},
+                                                     schedule={"every_s": 5}))
+        env.clock.advance(60_000)
+        await env.trigger.tick()
+        rec = [rid for rid, r in env.state.runs.items() if r["state"] == "skipped"]
+        assert rec, "the missed slots were recorded"
+        tok = (await new_token(c, "reader", tenants=["alpha"]))["token"]
+        assert (await call(c, "GET", f"/v1/runs/{rec[0]}", tok))[0] == 200
+        assert rec[0] in [r["id"] for r in (await call(c, "GET", "/v1/runs", tok))[1]["runs"]]
+        other = (await new_token(c, "reader", tenants=["beta"]))["token"]
+        assert (await call(c, "GET", f"/v1/runs/{rec[0]}", other))[0] == 404
+    run(t)

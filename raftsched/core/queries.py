@@ -300,17 +300,27 @@ def token_auth(s, token_id: str) -> tuple | None:
 
 # ------------------------------------------------------------------ reads limited to tenants
 # For tokens limited to tenants (node/tenancy.py): the same reads as above, of those tenants'
-# jobs and runs only. A run belongs to the tenant its job had when the run was created.
+# jobs and runs only. A run belongs to the tenant its job had when the run was created; a
+# recorded slot (skipped, coalesced) to its job's tenant.
 def job_tenant(s, name: str) -> str | None:
     """The tenant of job ``name``, or None when there is no such job."""
     j = s.jobs.get(name)
     return None if j is None else j["spec"]["tenant"]
 
 
+def _tenant_of_run(s, r: dict) -> str | None:
+    """A run's tenant; a recorded slot (which has none) belongs to its job's."""
+    t = r.get("tenant")
+    if t is None:
+        j = s.jobs.get(r["job"])
+        t = None if j is None else j["spec"]["tenant"]
+    return t
+
+
 def run_tenant(s, run_id: str) -> str | None:
     """The tenant of run (or recorded slot) ``run_id``, or None when there is no such run."""
     r = s.runs.get(run_id)
-    return None if r is None else r.get("tenant")
+    return None if r is None else _tenant_of_run(s, r)
 
 
 def jobs_page_in(s, tenants, limit: int, after: str | None) -> dict:
@@ -328,7 +338,7 @@ def runs_in(s, tenants, state: str | None, limit: int) -> list[dict]:
     """runs of ``tenants`` only."""
     out = []
     for r in reversed(s.runs.values()):
-        if r.get("tenant") not in tenants or (state and r["state"] != state):
+        if (state and r["state"] != state) or _tenant_of_run(s, r) not in tenants:
             continue
         out.append(_run_copy(r))
         if len(out) >= limit:
