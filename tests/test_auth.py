@@ -370,3 +370,22 @@ def test_a_limited_token_sees_the_recorded_slots_of_its_jobs():
         other = (await new_token(c, "reader", tenants=["beta"]))["token"]
         assert (await call(c, "GET", f"/v1/runs/{rec[0]}", other))[0] == 404
     run(t)
+
+
+def test_a_request_the_http_parser_refuses_is_logged_without_its_token(caplog):
+    import logging
+
+    from aiohttp.http_exceptions import BadHttpMessage
+
+    from raftsched.node.audit import install_log_redaction
+    install_log_redaction()
+    install_log_redaction()  # once only
+    assert sum(type(f).__name__ == "RedactBadRequests" for f in logging.getLogger("aiohttp.server").filters) == 1
+    try:
+        raise BadHttpMessage(f"Invalid header value char:\n\n    b'Authorization: Bearer {BOOT}\\x00'")
+    except BadHttpMessage as e:
+        exc = e
+    with caplog.at_level(logging.ERROR, logger="aiohttp.server"):
+        logging.getLogger("aiohttp.server").error("Error handling request from %s", "10.0.0.1", exc_info=exc)
+    text = caplog.text
+    assert "Error handling request from 10.0.0.1: BadHttpMessage 400" in text and BOOT not in text

@@ -476,3 +476,22 @@ def test_shell_metacharacters_in_argv_stay_arguments(node, tmp_path):
     assert r["state"] == "succeeded", r
     assert json.loads(r["output"]) == args
     assert not marker.exists()
+
+
+def test_the_node_log_and_the_audit_log_hold_no_token_or_secret(node):
+    """After a request whose token the HTTP parser refuses (a NUL in it) and one with a token of
+    the wrong role (and, in a whole run, every row above)."""
+    c = node.cluster
+    assert node.request("GET", "/v1/jobs", token=node.tokens["admin"] + "\x00")[0] == 400
+    assert node.request("PUT", "/v1/jobs/x", _j(SPEC), token=node.tokens["reader"])[0] == 403
+
+    def logged():
+        text = c.log_path(0).read_text(errors="replace")
+        return (text,) if "BadHttpMessage 400" in text else None
+    log_text = wait_for(logged, 10, "the parser's refusal in the node log")[0]
+    audit = (c.data_dir(0) / "audit.jsonl").read_text()
+    assert '"status":403' in audit
+    for text in (log_text, audit):
+        for tok in (*node.tokens.values(), "k-123456"):
+            secret = tok.split("_", 2)[2] if tok.startswith("rst_") else tok
+            assert secret not in text

@@ -96,3 +96,31 @@ class AuditLog:
         if self._f is not None:
             self._f.close()
             self._f = None
+
+
+class RedactBadRequests(logging.Filter):
+    """aiohttp logs a request its HTTP parser refuses with the parser's error, which quotes the
+    offending line as it came: an ``Authorization`` header with a stray character in it would put
+    the caller's token into the node's log. This filter (on the ``aiohttp.server`` logger) keeps
+    the line and the error's class and status, and drops the quote. Installed by run_node."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        from aiohttp.http_exceptions import HttpProcessingError
+        if isinstance(exc, HttpProcessingError):
+            record.msg = f"{record.getMessage()}: {type(exc).__name__} {exc.code} (the request is not shown: it may hold a token)"
+            record.args = ()
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def install_log_redaction() -> RedactBadRequests:
+    """Add RedactBadRequests to the ``aiohttp.server`` logger (once)."""
+    lg = logging.getLogger("aiohttp.server")
+    for f in lg.filters:
+        if isinstance(f, RedactBadRequests):
+            return f
+    f = RedactBadRequests()
+    lg.addFilter(f)
+    return f

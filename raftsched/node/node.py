@@ -21,7 +21,7 @@ from ..core.state import SchedulerState
 from .. import gcpolicy, replication
 from . import limits as node_limits
 from .api import make_app
-from .audit import AuditLog
+from .audit import AuditLog, install_log_redaction
 from .auth import Auth, FailureLimiter
 from .redact import Fingerprint
 from .service import Service
@@ -216,6 +216,7 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
     auth = Auth(cfg.token, raft.read, clock, metrics_open=cfg.metrics_open,
                 limiter=FailureLimiter(cfg.auth_failures_burst, cfg.auth_failures_per_s))
     audit = AuditLog(os.path.join(cfg.data_dir, "audit.jsonl"), cfg.node_id)
+    install_log_redaction()  # aiohttp's parser errors quote the request: never a token in the log
     app = make_app(service, cfg.token, trigger=trigger, worker=worker, metrics=metrics, auth=auth, audit=audit)
     gc_pauses.install()
     try:
