@@ -154,8 +154,9 @@ def new_token() -> tuple[str, str, dict]:
 
 
 class FailureLimiter:
-    """A token bucket of refused tokens per source address (bounded: the least recently failing
-    source is forgotten first). Integer-free and clock-injected: ``now_s`` is monotonic."""
+    """A token bucket of refused tokens per source address: ``burst`` of them, ``per_s`` more a
+    second. Bounded: past ``sources_max`` sources, the least recently failing is forgotten.
+    Times are the caller's monotonic clock (``now_s``)."""
 
     def __init__(self, burst: float = node_limits.auth_failures_burst,
                  per_s: float = node_limits.auth_failures_per_s,
