@@ -82,7 +82,11 @@ async def _put_jobs(request, handler, p):
     svc = _svc(request)
     if request.content_length is not None and request.content_length > limits.batch_request_bytes_max:
         return await handler(request)  # too large: the handler says so, having read nothing
-    body = await _json_body(request.clone(client_max_size=limits.batch_request_bytes_max))
+    try:
+        body = await _json_body(request.clone(client_max_size=limits.batch_request_bytes_max))
+    except web.HTTPRequestEntityTooLarge:
+        return web.json_response({"error": {"code": "too_large", "message": f"request body larger than "
+                                            f"{limits.batch_request_bytes_max} bytes", "field": None}}, status=413)
     jobs = body.get("jobs") if isinstance(body, dict) else None
     if isinstance(jobs, dict):
         for name, spec in jobs.items():
