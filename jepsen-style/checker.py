@@ -596,7 +596,7 @@ except ImportError:  # pragma: no cover - an older product
 
 def check_retries(data: dict) -> dict:
     """Each run's attempts and final place match the failure plan and the two retry budgets
-    (core/execution.py): attempts are numbered 1..n; an attempt the plan fails never succeeds, one
+    (core/leases.py): attempts are numbered 1..n; an attempt the plan fails never succeeds, one
     it lets succeed never fails with the planned error (other failures are the faults': lease
     expired or lost, fenced); a succeeded run's last attempt succeeded; an attempt lost with its
     worker ("lease expired") is retried at once, at most lease_losses_max times; any other failure
@@ -629,7 +629,7 @@ def check_retries(data: dict) -> dict:
             if nums != list(range(1, len(nums) + 1)):
                 examples.append(f"{where}: run {r['id']} attempts are numbered {nums}")
                 continue
-            # Two budgets (core/execution.py): an attempt lost with its worker (the reaper's
+            # Two budgets (core/leases.py): an attempt lost with its worker (the reaper's
             # "lease expired") is retried at once, up to lease_losses_max times; any other failure
             # counts against max_attempts and is retried after backoff(failures so far).
             failures = lost = fault_caused = 0

@@ -203,6 +203,12 @@ def _apply(a, c: Client) -> int:
     return 0
 
 
+def _sync(a, c: Client) -> int:
+    """``raftsched sync``: raftsched/sdk/sync.py (imported here: no other subcommand needs it)."""
+    from .sdk import sync
+    return sync.run(a, c)
+
+
 def _with_client(a) -> int:
     """Run a client subcommand: a Client over every node of --url (comma-separated), which it
     fails over between."""
@@ -308,6 +314,13 @@ def main(argv: list[str] | None = None) -> int:
     c = client("preview", "a job's next slots, with DST marks", lambda a, c: c.preview(a.name, a.count))
     c.add_argument("name")
     c.add_argument("--count", type=int, default=10)
+
+    c = client("sync", "make the cluster's jobs match an app's declarations (docs/sdk.md)", run=_sync)
+    c.add_argument("app", help="MODULE:ATTR of the raftsched.App, e.g. myproject.jobs:app (MODULE is imported "
+                               "from the current directory first)")
+    c.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    c.add_argument("--prune", action="store_true", help="delete this app's jobs that are no longer declared")
+    c.add_argument("--json", action="store_true", help="print the plan (and what was applied) as JSON")
 
     # API tokens (admin): create, list, revoke.
     ts = sub.add_parser("tokens", help="API tokens: create (the secret is shown once), list, revoke") \

@@ -10,6 +10,9 @@
 
 How a call is routed and retried
 --------------------------------
+The rules below are :class:`raftsched.client_rules.Call`'s, in one place: this client and
+:class:`raftsched.AsyncClient` (asyncio, aiohttp, the same methods) both follow them.
+
 - The nodes are tried in order, starting with the last one that answered. A node that cannot be
   reached (the connection is refused or times out before the request is sent) or that answers
   503 (no leader: the command definitely did not happen) is skipped for the next one. When every
@@ -46,10 +49,11 @@ import threading
 import time
 import urllib.parse
 import uuid
-from typing import Any
+from typing import Any, Callable
 
+from .client_rules import Call, Done, Fail, LostAfterSendError, NotSentError, Wait, with_status
 from .core import limits
-from .core.errors import Conflict, Indeterminate, NotFound, RaftschedError, Unavailable
+from .core.errors import Conflict, NotFound, RaftschedError, Unavailable
 
 log = logging.getLogger("raftsched.client")
 
@@ -82,25 +86,24 @@ def _q(segment: str) -> str:
     return urllib.parse.quote(str(segment), safe="")
 
 
-def _with_status(e: RaftschedError, status: int | None) -> RaftschedError:
-    e.status = status
-    if status is not None:
-        e.http_status = status
-    return e
-
-
-class _Node:
-    __slots__ = ("url", "host", "port", "https", "prefix")
-
-    def __init__(self, url: str) -> None:
-        u = urllib.parse.urlsplit(url if "://" in url else "http://" + url)
-        if u.scheme not in ("http", "https") or not u.hostname:
-            raise ValueError(f"not an http(s) URL: {url!r}")
-        self.url = url
-        self.https = u.scheme == "https"
-        self.host = u.hostname
-        self.port = u.port or (443 if self.https else 80)
-        self.prefix = u.path.rstrip("/")
+def prepare(method: str, body: Any, idempotent_key: str | None, token: str | None,
+            headers: dict | None) -> tuple[bool, bytes | None, dict]:
+    """``(mutating, encoded body, headers)`` of a request: JSON, the bearer token (every request
+    but ``/healthz`` needs one, reads included), and for a mutation one ``Idempotency-Key``
+    (``idempotent_key`` or a fresh uuid4 hex)."""
+    mutating = method not in ("GET", "HEAD")
+    hdrs = {"Accept": "application/json"}
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        hdrs["Content-Type"] = "application/json"
+    if mutating:
+        hdrs["Idempotency-Key"] = idempotent_key or uuid.uuid4().hex
+    if token:
+        hdrs["Authorization"] = f"Bearer {token}"
+    if headers:
+        hdrs.update(headers)
+    return mutating, data, hdrs
 
 
 def client_tls_context(ca_file: str | None = None, cert_file: str | None = None,
@@ -115,16 +118,23 @@ def client_tls_context(ca_file: str | None = None, cert_file: str | None = None,
     return ctx
 
 
-class _TlsFailed(Exception):
-    """The TLS handshake failed (a certificate that does not verify): nothing was sent."""
+class TlsFailedError(Exception):
+    """The TLS handshake failed (a certificate that does not verify): nothing was sent, and
+    trying again or another node would only wait for the deadline."""
 
 
-class _NotSent(Exception):
-    """The request never left: the node is unreachable; nothing can have happened."""
+class _Node:
+    __slots__ = ("url", "host", "port", "https", "prefix")
 
-
-class _LostAfterSend(Exception):
-    """The request was sent but no (complete) answer came back: the outcome is unknown."""
+    def __init__(self, url: str) -> None:
+        u = urllib.parse.urlsplit(url if "://" in url else "http://" + url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"not an http(s) URL: {url!r}")
+        self.url = url
+        self.https = u.scheme == "https"
+        self.host = u.hostname
+        self.port = u.port or (443 if self.https else 80)
+        self.prefix = u.path.rstrip("/")
 
 
 class Client:
@@ -173,17 +183,15 @@ class Client:
             try:
                 conn.connect()
             except ssl.SSLError as e:
-                # A certificate that does not verify, or a node that wants one: retrying or
-                # trying the next node would only wait for the deadline.
-                raise _TlsFailed(f"TLS with {node.url} failed: {e}") from e
+                raise TlsFailedError(f"TLS with {node.url} failed: {e}") from e
             except OSError as e:
-                raise _NotSent(f"{node.url}: {e}") from e
+                raise NotSentError(f"{node.url}: {e}") from e
             try:
                 conn.request(method, node.prefix + path, body=body, headers=headers)
                 resp = conn.getresponse()
                 raw = resp.read()
             except (OSError, http.client.HTTPException) as e:
-                raise _LostAfterSend(f"{node.url}: {type(e).__name__}: {e}") from e
+                raise LostAfterSendError(f"{node.url}: {type(e).__name__}: {e}") from e
             try:
                 data = json.loads(raw) if raw else None
             except ValueError:
@@ -193,111 +201,63 @@ class Client:
             conn.close()
 
     def request(self, method: str, path: str, body: Any = None, *, idempotent_key: str | None = None,
-                deadline_s: float | None = None, headers: dict | None = None) -> Any:
-        """Send one logical request and return the decoded JSON body of its 2xx answer.
+                deadline_s: float | None = None, headers: dict | None = None,
+                recover: Callable[[RaftschedError], Any] | None = None, accept: tuple[int, ...] = ()) -> Any:
+        """Send one logical request and return the decoded JSON body of its 2xx answer (the
+        text, for a body that is not JSON).
 
         A mutation (anything but GET/HEAD) carries one ``Idempotency-Key`` for all its retries
-        (``idempotent_key``, or a fresh uuid4 hex).
+        (``idempotent_key``, or a fresh uuid4 hex). The retries follow
+        :class:`raftsched.client_rules.Call`, which the AsyncClient drives too.
 
+        :param recover: called with the error the call ends with; what it returns is returned
+            instead (or it raises another error).
+        :param accept: error statuses whose answer is returned like a 2xx one.
         :raises RaftschedError: the typed error of the answer's ``code``, with ``.status``.
         :raises Unavailable: no node answered, or none had a leader, until the deadline.
         :raises Indeterminate: the last attempts' outcome is unknown (504 / lost after sending).
         """
-        mutating = method not in ("GET", "HEAD")
-        hdrs = {"Accept": "application/json"}
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            hdrs["Content-Type"] = "application/json"
-        if mutating:
-            hdrs["Idempotency-Key"] = idempotent_key or uuid.uuid4().hex
-        if self.token:
-            hdrs["Authorization"] = f"Bearer {self.token}"
-        if headers:
-            hdrs.update(headers)
-        budget = self.deadline_s if deadline_s is None else deadline_s
-        deadline = time.monotonic() + budget
-        maybe_applied = False  # a 504 or a lost connection happened: never report "definitely not"
-        last: RaftschedError | None = None
-        attempts = 0
-        n = len(self._nodes)
-        while True:
-            retry_after = 0.0
-            start = self._preferred
-            for k in range(n):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 and attempts:
-                    break
-                attempts += 1
-                i = (start + k) % n
-                node = self._nodes[i]
+        mutating, data, hdrs = prepare(method, body, idempotent_key, self.token, headers)
+        call = Call(self.urls, method, path, mutating, start=self._preferred, timeout_s=self.timeout_s,
+                    budget_s=self.deadline_s if deadline_s is None else deadline_s,
+                    now_s=time.monotonic(), accept=accept)
+        try:
+            while True:
+                step = call.next(time.monotonic())
+                if isinstance(step, Wait):
+                    time.sleep(step.seconds)
+                    continue
+                if isinstance(step, Fail):
+                    raise step.error
                 try:
-                    status, rh, payload = self._once(node, method, path, data, hdrs,
-                                                     max(0.05, min(self.timeout_s, remaining)))
-                except _TlsFailed as e:
-                    raise _with_status(Unavailable(str(e), node=node.url), None) from None
-                except _NotSent as e:
-                    last = _with_status(Unavailable(f"node unreachable: {e}", node=node.url), None)
-                    log.debug("client: %s", last.message)
+                    status, rh, payload = self._once(self._nodes[step.node], method, path, data, hdrs, step.timeout_s)
+                except TlsFailedError as e:
+                    raise with_status(Unavailable(str(e), node=self._nodes[step.node].url), None) from None
+                except NotSentError as e:
+                    call.not_sent(step.node, str(e))
                     continue
-                except _LostAfterSend as e:
-                    maybe_applied = maybe_applied or mutating
-                    last = _with_status(Indeterminate(
-                        f"connection lost after sending {method} {path}: {e}; the request may have applied",
-                        node=node.url), None)
-                    log.info("client: %s (retrying with the same Idempotency-Key)", last.message)
+                except LostAfterSendError as e:
+                    call.lost(step.node, str(e))
                     continue
-                if 200 <= status < 300:
-                    self._preferred = i
-                    return payload
-                err = self._error(status, payload, rh)
-                if status == 503:
-                    last = err
-                    try:
-                        retry_after = max(retry_after, float(rh.get("retry-after", "0.2")))
-                    except ValueError:
-                        retry_after = max(retry_after, 0.2)
-                    log.debug("client: %s answered 503: %s", node.url, err.message)
+                end = call.answered(step.node, status, rh, payload)
+                if end is None:
                     continue
-                if status == 504:
-                    maybe_applied = maybe_applied or mutating
-                    last = err
-                    log.info("client: %s answered 504 (%s); retrying with the same Idempotency-Key",
-                             node.url, err.message)
-                    continue
-                self._preferred = i
-                raise err
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            # Every node was tried: wait a little (jittered), then go round again.
-            time.sleep(min(max(0.05, min(retry_after or 0.2, 1.0)) * random.uniform(0.7, 1.0), remaining))
-            if deadline - time.monotonic() <= 0:
-                break
-        assert last is not None
-        if maybe_applied and not isinstance(last, Indeterminate):
-            raise _with_status(Indeterminate(
-                f"gave up after {budget:g} s; an earlier attempt's outcome is unknown, so the request "
-                f"may have applied (last error: {last.message})"), None)
-        if isinstance(last, Unavailable) and last.status is None:
-            raise _with_status(Unavailable(
-                f"no node reachable within {budget:g} s ({', '.join(self.urls)}); last: {last.message}"), None)
-        raise last
+                self._preferred = end.node
+                if isinstance(end, Done):
+                    return end.payload
+                raise end.error
+        except RaftschedError as e:
+            if recover is None:
+                raise
+            return recover(e)
 
-    @staticmethod
-    def _error(status: int, payload: Any, rh: dict) -> RaftschedError:
-        if isinstance(payload, dict) and isinstance(payload.get("error"), dict):
-            e = RaftschedError.from_dict(payload["error"])
-        else:
-            e = RaftschedError(f"HTTP {status}: {str(payload)[:200]}")
-        e.body = payload  # the answer as the node sent it (the CLI prints it)
-        return _with_status(e, status)
-
-    def _get(self, path: str, params: dict | None = None) -> Any:
+    def _get(self, path: str, params: dict | None = None, **kw) -> Any:
+        """A GET with the query ``params`` (None values left out, a list repeats its key);
+        ``kw`` goes to :meth:`request`."""
         q = {k: v for k, v in (params or {}).items() if v is not None}
         if q:
-            path += "?" + urllib.parse.urlencode(q)
-        return self.request("GET", path)
+            path += "?" + urllib.parse.urlencode(q, doseq=True)
+        return self.request("GET", path, **kw)
 
     # ------------------------------------------------------------------ cluster and jobs
     def cluster(self, consistent: bool = False) -> dict:
@@ -342,9 +302,12 @@ class Client:
     def delete_job(self, name: str) -> dict:
         return self.request("DELETE", f"/v1/jobs/{_q(name)}")
 
-    def list_jobs(self, limit: int = 100, after: str | None = None, consistent: bool = False) -> dict:
-        """One page: ``{"jobs", "next", "total"}``; pass ``after=page["next"]`` for the next one."""
-        return self._get("/v1/jobs", {"limit": limit, "after": after, "consistent": "true" if consistent else None})
+    def list_jobs(self, limit: int = 100, after: str | None = None, consistent: bool = False,
+                  labels: dict[str, str] | None = None) -> dict:
+        """One page: ``{"jobs", "next", "total"}``; pass ``after=page["next"]`` for the next one.
+        With ``labels``, only the jobs that carry every one of them (``?label=KEY=VALUE``)."""
+        return self._get("/v1/jobs", {"limit": limit, "after": after, "consistent": "true" if consistent else None,
+                                      "label": [f"{k}={v}" for k, v in labels.items()] if labels else None})
 
     def runs(self, name: str, limit: int = 100, state: str | None = None, slot: str | None = None,
              consistent: bool = False) -> dict:
@@ -356,9 +319,10 @@ class Client:
     def get_run(self, run: str) -> dict:
         return self._get(f"/v1/runs/{_q(run)}")
 
-    def preview(self, name: str, count: int = 10) -> dict:
-        """A job's next ``count`` slots, with DST marks."""
-        return self._get(f"/v1/jobs/{_q(name)}/preview", {"count": count})
+    def preview(self, name: str, count: int = 10, after: str | None = None) -> dict:
+        """A job's next ``count`` slots (after ``after``, an ISO-8601 time; default now), with
+        DST marks."""
+        return self._get(f"/v1/jobs/{_q(name)}/preview", {"count": count, "after": after})
 
     def explain(self, name: str, down_from: str, down_to: str) -> dict:
         """What an outage from ``down_from`` to ``down_to`` (ISO-8601) would do to a job's
@@ -431,11 +395,8 @@ class Client:
 
         :raises LockHeld: someone else holds it (``.holder``, ``.expires_at_ms``).
         """
-        try:
-            return self.request("POST", f"/v1/locks/{_q(name)}/acquire", {"owner": owner, "ttl_s": ttl_s},
-                                deadline_s=deadline_s)
-        except Conflict as e:
-            raise _retype(e, LockHeld) from None
+        return self.request("POST", f"/v1/locks/{_q(name)}/acquire", {"owner": owner, "ttl_s": ttl_s},
+                            deadline_s=deadline_s, recover=_conflict_as(LockHeld))
 
     def lock_renew(self, name: str, token: int, ttl_s: float | None = None, *,
                    deadline_s: float | None = None) -> dict:
@@ -446,27 +407,21 @@ class Client:
         body: dict = {"token": token}
         if ttl_s is not None:
             body["ttl_s"] = ttl_s
-        try:
-            return self.request("POST", f"/v1/locks/{_q(name)}/renew", body, deadline_s=deadline_s)
-        except Conflict as e:
-            raise _retype(e, LockLost) from None
+        return self.request("POST", f"/v1/locks/{_q(name)}/renew", body, deadline_s=deadline_s,
+                            recover=_conflict_as(LockLost))
 
     def lock_release(self, name: str, token: int, *, deadline_s: float | None = None) -> dict:
         """Release the lock held with ``token``.
 
         :raises LockLost: the token did not hold it (it had expired already).
         """
-        try:
-            return self.request("POST", f"/v1/locks/{_q(name)}/release", {"token": token}, deadline_s=deadline_s)
-        except Conflict as e:
-            raise _retype(e, LockLost) from None
+        return self.request("POST", f"/v1/locks/{_q(name)}/release", {"token": token}, deadline_s=deadline_s,
+                            recover=_conflict_as(LockLost))
 
     def lock_info(self, name: str, consistent: bool = False) -> dict | None:
         """The current holder ``{"lock", "owner", "token", "expires_at", "since"}``, or None."""
-        try:
-            return self._get(f"/v1/locks/{_q(name)}", {"consistent": "true" if consistent else None})
-        except NotFound:
-            return None
+        return self._get(f"/v1/locks/{_q(name)}", {"consistent": "true" if consistent else None},
+                         recover=_none_if_not_found)
 
     def lock(self, name: str, owner: str, ttl_s: float = 10.0, *, blocking: bool = False,
              timeout_s: float | None = None) -> "Lock":
@@ -477,12 +432,70 @@ class Client:
         """
         return Lock(self, name, owner, ttl_s, blocking=blocking, timeout_s=timeout_s)
 
+    # ------------------------------------------------------------------ the other endpoints
+    def healthz(self) -> dict:
+        """``GET /healthz`` of the node tried first: ``{"ok", "role", "leader"}``, ``ok`` False
+        (a 503, returned rather than raised) when that node sees no leader."""
+        return self._get("/healthz", accept=(503,))
+
+    def metrics(self) -> str:
+        """``GET /metrics``: the node's Prometheus text (NotFound when the node has none)."""
+        return self._get("/metrics")
+
+    def list_runs(self, state: str | None = None, limit: int = 100, consistent: bool = False) -> dict:
+        """``GET /v1/runs``: runs and recorded slots of every job, newest first: ``{"runs"}``."""
+        return self._get("/v1/runs", {"state": state, "limit": limit, "consistent": "true" if consistent else None})
+
+    def preview_spec(self, spec: dict, count: int = 10) -> dict:
+        """``POST /v1/preview``: the next ``count`` slots of a spec that is not stored (it is
+        validated like a PUT's). Read-only: it proposes nothing."""
+        return self.request("POST", f"/v1/preview?count={int(count)}", spec)
+
+    def dlq_get(self, run: str, consistent: bool = False) -> dict:
+        """``GET /v1/dlq/{run}``: one dead run (NotFound unless it is in a dead-letter queue)."""
+        return self._get(f"/v1/dlq/{_q(run)}", {"consistent": "true" if consistent else None})
+
+    def delete_tenant(self, name: str) -> dict:
+        """``DELETE /v1/tenants/{name}``: lift the tenant's rate limit."""
+        return self.request("DELETE", f"/v1/tenants/{_q(name)}")
+
+
+def _conflict_as(klass: type[Conflict]) -> Callable[[RaftschedError], Any]:
+    """A ``recover`` for :meth:`Client.request` that raises a 409 as ``klass``."""
+    def recover(e: RaftschedError):
+        if isinstance(e, Conflict):
+            raise _retype(e, klass) from None
+        raise e
+    return recover
+
+
+def _none_if_not_found(e: RaftschedError) -> None:
+    """A ``recover`` for :meth:`Client.request`: a 404 is None."""
+    if isinstance(e, NotFound):
+        return None
+    raise e
+
 
 def _retype(e: Conflict, klass: type[Conflict]) -> Conflict:
     if e.field == "Idempotency-Key" or (klass is LockHeld and "holder" not in e.extra):
         return e  # a reused request id, or the cluster's lock limit: not about this lock's holder
     new = klass(e.message, e.field, **e.extra)
-    return _with_status(new, getattr(e, "status", 409))
+    return with_status(new, getattr(e, "status", 409))
+
+
+def lock_poll_pause(e: LockHeld, now_s: float, wait_until: float | None) -> float | None:
+    """How long a blocking acquire that got ``e`` waits before it tries again (None: give up,
+    ``wait_until`` has passed). Right after the holder's lease ends by its expiry, if the node
+    said when; clocks differ, so never more than a second between attempts."""
+    if wait_until is not None and now_s >= wait_until:
+        return None
+    pause = 0.25
+    if e.expires_at_ms is not None:
+        pause = e.expires_at_ms / 1000 - time.time() + 0.02
+    pause = min(max(pause, 0.05), 1.0) * random.uniform(0.8, 1.0)
+    if wait_until is not None:
+        pause = min(pause, max(0.0, wait_until - now_s))
+    return pause
 
 
 class Lease:
@@ -569,17 +582,9 @@ class Lock:
             except LockHeld as e:
                 if not self.blocking:
                     raise
-                now = time.monotonic()
-                if wait_until is not None and now >= wait_until:
+                pause = lock_poll_pause(e, time.monotonic(), wait_until)
+                if pause is None:
                     raise
-                # Poll: right after the holder's lease ends by its expiry if we know it (clocks
-                # differ, so never wait more than a second between attempts).
-                pause = 0.25
-                if e.expires_at_ms is not None:
-                    pause = e.expires_at_ms / 1000 - time.time() + 0.02
-                pause = min(max(pause, 0.05), 1.0) * random.uniform(0.8, 1.0)
-                if wait_until is not None:
-                    pause = min(pause, max(0.0, wait_until - now))
                 time.sleep(pause)
         self.lease = Lease(self.name, self.owner, res["token"], self.ttl_s, res.get("expires_at"),
                            valid_until=sent + self.ttl_s)

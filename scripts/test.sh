@@ -129,6 +129,30 @@ echo "raftsched tests in $ROOT"
 echo "$("$VENV_PY" --version 2>&1) ($VENV_PY), pytest $("$VENV_PY" -c 'import pytest; print(pytest.__version__)')"
 
 step pytest run_pytest "$@"
+# The tests that read the wall clock again, with it moved 7 years and 123 days ahead
+# (scripts/anyyear/wallclock_shift.c, LD_PRELOAD; monotonic clocks untouched): a test that passes
+# only before some calendar date fails here, today, instead of in CI on that date.
+# shellcheck disable=SC2317  # invoked indirectly, through step
+any_year() {
+  local so=.venv/wallclock_shift.so src=scripts/anyyear/wallclock_shift.c
+  if [[ ! -f $so || $src -nt $so ]]; then
+    cc -shared -fPIC -O2 -o "$so" "$src" -ldl || return 1
+  fi
+  local shift=$(((7 * 365 + 123) * 86400)) now
+  now=$(date +%s)
+  # The shim must really move the clock (a silently unloaded LD_PRELOAD would prove nothing).
+  SHIFT_WALL_S=$shift LD_PRELOAD="$PWD/$so" "$VENV_PY" -c \
+    "import sys, time; sys.exit(0 if time.time() >= $now + $shift else 'the wall clock did not move')" || return 1
+  local rc=0
+  SHIFT_WALL_S=$shift LD_PRELOAD="$PWD/$so" "$VENV_PY" -m pytest -q -m wallclock "$@" || rc=$?
+  if ((rc == 5 && $# > 0)); then
+    echo "test.sh: no wall-clock tests among those selected"
+    return 0
+  fi
+  ((rc == 5)) && echo "test.sh: no test is marked wallclock (tests/conftest.py)" >&2
+  return "$rc"
+}
+step any-year any_year "$@"
 # The benchmark's quick run (scripts/bench.py --quick, about a minute on 2 shared cores): checks that every
 # scenario ran (exit 0, every scenario in the JSON without an error, the scale scenario's in-process
 # state-machine figures and journal sizes present), not how fast.

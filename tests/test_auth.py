@@ -305,6 +305,11 @@ def test_a_token_limited_to_tenants_sees_and_changes_only_theirs():
         tok = (await new_token(c, "operator", tenants=["alpha"]))["token"]
         s, b = await call(c, "GET", "/v1/jobs", tok)
         assert [j["name"] for j in b["jobs"]] == ["a1", "a2"] and b["total"] == 2
+        await call(c, "PUT", "/v1/jobs/a5", body=dict(SPEC, tenant="alpha", labels={"team": "x"}))
+        await call(c, "PUT", "/v1/jobs/b5", body=dict(SPEC, tenant="beta", labels={"team": "x"}))
+        s, b = await call(c, "GET", "/v1/jobs?label=team=x", tok)
+        assert [j["name"] for j in b["jobs"]] == ["a5"] and b["total"] == 1, "labels filter within its tenants"
+        await call(c, "DELETE", "/v1/jobs/a5")
         assert (await call(c, "GET", "/v1/jobs/a1", tok))[0] == 200
         s, e = await call(c, "GET", "/v1/jobs/b1", tok)
         assert s == 404 and e["error"]["message"] == "no job named 'b1'", "another tenant's job does not exist for it"

@@ -588,6 +588,8 @@ SPECS = [
     spec_of({"cron": "*/10 * * * * *"}, "fire_all", grace_s=5, max_catchup=2, history=3, queue="q"),
     spec_of({"cron": "0 * * * *", "timezone": "America/New_York"}, "fire_once", grace_s=30, queue="q"),
     spec_of({"at": T0 + 90 * SEC}, "fire_all"),
+    # SPECS[1] managed by an app (labels): a replace between the two keeps the position.
+    spec_of({"every_s": 7}, "fire_once", grace_s=0, history=4, labels={"raftsched.app": "reports"}),
 ]
 DTS = st.sampled_from([0, 1, 999, 3 * SEC, 10 * SEC, 61 * SEC, 15 * MIN, 2 * HOUR, 30 * HOUR])
 JSONISH = st.recursive(st.none() | st.booleans() | st.integers(-2**40, 2**62) | st.text(max_size=6),

@@ -24,6 +24,7 @@ SPECS = [
     spec_of({"cron": "*/20 * * * * *"}, "fire_all", grace_s=5, max_catchup=3, history=5),
     spec_of({"cron": "0,30 * * * *", "timezone": "America/New_York"}, "fire_once", grace_s=60, history=10),
     spec_of({"at": T0 + 2 * MIN}, "fire_all", history=5),
+    spec_of({"every_s": 45}, "skip", grace_s=5, history=50, labels={"raftsched.app": "reports"}),  # SPECS[2], labelled
 ]
 STEPS = st.sampled_from([1, 999, 5 * SEC, 21 * SEC, 61 * SEC, 10 * MIN, 3 * HOUR])
 

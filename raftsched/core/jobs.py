@@ -1,7 +1,7 @@
 """The job registry's commands: put (one or many), delete, pause, resume and a manual trigger.
 
 A command carries what only its proposer may compute (node/service.py): the full validation of
-the spec (croniter, zoneinfo) and the job's first slots. Apply checks only the shape of what it
+the spec (cron, zoneinfo) and the job's first slots. Apply checks only the shape of what it
 is given (I4): it must not depend on a replica's library versions.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from .queues import remove_dead, unqueue_count
 from .records import is_int, job_record, ok, share_int, share_spec
 
 def check_stored_spec(spec) -> None:
-    """A structural guard on a spec inside a command. Full validation (croniter, zoneinfo) runs
+    """A structural guard on a spec inside a command. Full validation (cron, zoneinfo) runs
     on the proposer only: apply must not depend on a replica's library versions (I4)."""
     if not isinstance(spec, dict):
         raise InvalidCommand("spec is not a map")
@@ -45,6 +45,10 @@ def check_stored_spec(spec) -> None:
     m = spec["misfire"]
     if m.get("policy") not in MISFIRE_POLICIES or not is_int(m.get("grace_s")) or not is_int(m.get("max_catchup")):
         raise InvalidCommand("spec.misfire is malformed")
+    labels = spec.get("labels")
+    if labels is not None and (not isinstance(labels, dict) or len(labels) > limits.job_labels_max
+                               or not all(type(k) is str and type(v) is str for k, v in labels.items())):
+        raise InvalidCommand("spec.labels is malformed")
 
 
 def check_put_job(cmd: dict, what: str) -> None:

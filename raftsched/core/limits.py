@@ -222,3 +222,16 @@ token_tenants_max = 64
 token_note_chars_max = 256
 
 assert token_tenants_max * (tenant_name_chars_max + 2) + token_note_chars_max + 512 < command_bytes_max
+
+# Labels (the job spec's ``labels``) ---------------------------------------------------------
+#: Labels on one job: a small map saying who manages the job (the SDK's ``raftsched.app``, a
+#: team), which ``GET /v1/jobs?label=k=v`` filters on. Metadata beyond that belongs in the
+#: payload or the description.
+job_labels_max = 16
+#: A label key: letters, digits, ``.``, ``_``, ``/`` and ``-``, starting and ending with a letter
+#: or digit (``raftsched.app``, ``team``).
+label_key_chars_max = 128
+#: A label value (any printable text, the empty string included).
+label_value_chars_max = 256
+
+assert job_labels_max * (label_key_chars_max + label_value_chars_max) + 1024 < job_spec_bytes_max

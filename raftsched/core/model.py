@@ -63,7 +63,12 @@ TARGET_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
 _TOP_FIELDS = {
     "schedule", "executor", "payload", "timeout_s", "misfire", "retry", "queue", "priority",
     "tenant", "history", "description", "overlap", "jitter_s", "secrets", "keep_output",
+    "labels",
 }
+#: The top-level fields of a job spec (what PUT /v1/jobs/{name} accepts).
+SPEC_FIELDS = frozenset(_TOP_FIELDS)
+#: The fields of a spec's ``schedule``.
+SCHEDULE_FIELDS = frozenset({"cron", "timezone", "every_s", "at", "dst", "start_at"})
 
 OVERLAP_POLICIES = ("allow", "forbid", "queue_one", "replace")
 
@@ -120,7 +125,7 @@ def _obj(value, field: str, allowed: set[str]) -> dict:
 
 
 def validate_schedule(raw, now_ms: int | None = None) -> dict:
-    sched = _obj(raw, "schedule", {"cron", "timezone", "every_s", "at", "dst", "start_at"})
+    sched = _obj(raw, "schedule", SCHEDULE_FIELDS)
     kinds = [k for k in ("cron", "every_s", "at") if k in sched]
     if len(kinds) != 1:
         raise InvalidSpec("must have exactly one of cron, every_s or at", field="schedule")
@@ -382,6 +387,42 @@ def validate_secrets(raw) -> dict:
     return out
 
 
+LABEL_KEY_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?$")
+
+
+def check_label_key(key, field: str) -> str:
+    """A label key (``raftsched.app``, ``team``). :raises InvalidSpec: naming ``field``."""
+    n = limits.label_key_chars_max
+    if not isinstance(key, str) or not key or len(key) > n or not LABEL_KEY_RE.match(key):
+        raise InvalidSpec(f"a label key is 1-{n} letters, digits, '.', '_', '/' and '-', starting and "
+                          "ending with a letter or digit", field=field)
+    return key
+
+
+def check_label_value(value, field: str) -> str:
+    """A label value: printable text of at most label_value_chars_max characters, '' included.
+    :raises InvalidSpec: naming ``field``."""
+    n = limits.label_value_chars_max
+    if not isinstance(value, str) or len(value) > n or not value.isprintable():
+        raise InvalidSpec(f"a label value is printable text of at most {n} characters", field=field)
+    return value
+
+
+def validate_labels(raw) -> dict:
+    """A job's ``labels``: a map of at most job_labels_max keys to string values, returned with
+    its keys sorted (so equal maps store equal bytes).
+
+    :raises InvalidSpec: naming the field (``labels.<key>`` for a bad value)."""
+    if not isinstance(raw, dict):
+        raise InvalidSpec("must be an object of string values, e.g. {\"team\": \"billing\"}", field="labels")
+    if len(raw) > limits.job_labels_max:
+        raise InvalidSpec(f"has {len(raw)} labels; at most {limits.job_labels_max}", field="labels")
+    for k, v in raw.items():
+        check_label_key(k, "labels")
+        check_label_value(v, f"labels.{k}")
+    return {k: raw[k] for k in sorted(raw)}
+
+
 def validate_job(name, raw, now_ms: int | None = None) -> dict:
     """Validate a job spec and return its normalised form.
 
@@ -434,6 +475,10 @@ def validate_job(name, raw, now_ms: int | None = None) -> dict:
         if not isinstance(d, str) or len(d) > limits.description_chars_max:
             raise InvalidSpec(f"must be a string of at most {limits.description_chars_max} characters", field="description")
         spec["description"] = d
+    if "labels" in raw:
+        labels = validate_labels(raw["labels"])
+        if labels:  # no labels and {} are the same spec
+            spec["labels"] = labels
     payload = spec["payload"]
     if "payload" in raw:  # the default, {}, is valid
         if _depth(payload) > limits.payload_depth_max:

@@ -71,6 +71,19 @@ def jobs_page(s, limit: int, after: str | None) -> dict:
             "total": len(s.jobs)}
 
 
+def jobs_labelled_page(s, labels: dict, limit: int, after: str | None) -> dict:
+    """jobs_page of the jobs whose spec has every label of ``labels`` (key and value): ``next``
+    and ``total`` count those jobs only. A scan of every job, as jobs_page's sort already is."""
+    want = labels.items()
+    names = sorted(n for n, j in s.jobs.items() if want <= j["spec"].get("labels", {}).items())
+    total = len(names)
+    if after:
+        names = names[bisect.bisect_right(names, after):]
+    page = names[:limit]
+    return {"jobs": [job(s, n) for n in page], "next": page[-1] if len(names) > limit else None,
+            "total": total}
+
+
 def job_runs(s, name: str, limit: int, state: str | None = None, slot_ms: int | None = None) -> dict:
     """Job ``name``'s history, newest first: up to ``limit`` runs and records, those in ``state``
     only, or only the one covering ``slot_ms``. ``{"job", "runs": [run...], "history_max"}``.
@@ -323,9 +336,12 @@ def run_tenant(s, run_id: str) -> str | None:
     return None if r is None else _tenant_of_run(s, r)
 
 
-def jobs_page_in(s, tenants, limit: int, after: str | None) -> dict:
-    """jobs_page of the jobs of ``tenants`` only (``total`` counts those)."""
-    names = sorted(n for n, j in s.jobs.items() if j["spec"]["tenant"] in tenants)
+def jobs_page_in(s, tenants, limit: int, after: str | None, labels: dict | None = None) -> dict:
+    """jobs_page of the jobs of ``tenants`` only (``total`` counts those); with ``labels``, of
+    those that carry every one of them too (jobs_labelled_page)."""
+    want = labels.items() if labels else None
+    names = sorted(n for n, j in s.jobs.items() if j["spec"]["tenant"] in tenants
+                   and (want is None or want <= j["spec"].get("labels", {}).items()))
     total = len(names)
     if after:
         names = names[bisect.bisect_right(names, after):]

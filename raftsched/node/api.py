@@ -14,8 +14,8 @@ import os
 from aiohttp import web
 
 from ..core import limits, preview, queries
-from ..core.errors import BadRequest, NotFound, RaftschedError, TooManyRequests, Unauthorized, Unavailable
-from ..core.model import RUN_STATES
+from ..core.errors import BadRequest, InvalidSpec, NotFound, RaftschedError, TooManyRequests, Unauthorized, Unavailable
+from ..core.model import RUN_STATES, check_label_key, check_label_value
 from . import auth as auth_module
 from . import tenancy
 from . import limits as node_limits
@@ -158,6 +158,28 @@ def _bool_param(request: web.Request, name: str) -> bool:
     return text in ("true", "1", "yes")
 
 
+def _label_params(request: web.Request) -> dict:
+    """``?label=KEY=VALUE``, repeatable (every one must match): the labels a job list is
+    filtered on. :raises BadRequest: naming ``label``."""
+    items = request.query.getall("label", [])
+    if len(items) > limits.job_labels_max:
+        raise BadRequest(f"at most {limits.job_labels_max} label filters", field="label")
+    out: dict = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        try:
+            if not sep:
+                raise InvalidSpec("must be KEY=VALUE, e.g. label=raftsched.app=billing", field="label")
+            check_label_key(key, "label")
+            check_label_value(value, "label")
+        except InvalidSpec as e:
+            raise BadRequest(e.message, field="label") from None
+        if out.get(key, value) != value:
+            raise BadRequest(f"label {key!r} is given twice with different values", field="label")
+        out[key] = value
+    return out
+
+
 def _state_param(request: web.Request) -> str | None:
     s = request.query.get("state")
     if s is not None and s not in RUN_STATES:
@@ -268,7 +290,7 @@ async def list_jobs(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     await svc.read_barrier(_bool_param(request, "consistent"))
     limit = _int_param(request, "limit", 100, 1, node_limits.jobs_page_max)
-    return web.json_response(svc.list_jobs(limit, request.query.get("after")))
+    return web.json_response(svc.list_jobs(limit, request.query.get("after"), _label_params(request)))
 
 
 async def put_job(request: web.Request) -> web.Response:

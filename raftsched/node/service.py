@@ -310,8 +310,12 @@ class Service:
             raise NotFound(f"no job named {name!r}", field="name")
         return self.job_view(job)
 
-    def list_jobs(self, limit: int, after: str | None) -> dict:
-        page = self.read(queries.jobs_page, limit, after)
+    def list_jobs(self, limit: int, after: str | None, labels: dict | None = None) -> dict:
+        """A page of jobs by name; with ``labels``, of the jobs that carry all of them."""
+        if labels:
+            page = self.read(queries.jobs_labelled_page, labels, limit, after)
+        else:
+            page = self.read(queries.jobs_page, limit, after)
         page["jobs"] = [self.job_view(j) for j in page["jobs"]]
         return page
 

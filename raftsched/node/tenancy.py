@@ -96,11 +96,11 @@ async def _put_jobs(request, handler, p):
 
 
 async def _list_jobs(request, handler, p):
-    from .api import _bool_param, _int_param
+    from .api import _bool_param, _int_param, _label_params
     svc = _svc(request)
     await svc.read_barrier(_bool_param(request, "consistent"))
     limit = _int_param(request, "limit", 100, 1, node_limits.jobs_page_max)
-    page = svc.read(queries.jobs_page_in, p.tenants, limit, request.query.get("after"))
+    page = svc.read(queries.jobs_page_in, p.tenants, limit, request.query.get("after"), _label_params(request))
     page["jobs"] = [svc.job_view(j) for j in page["jobs"]]
     return web.json_response(page)
 

@@ -1,0 +1,279 @@
+"""The SDK against three real nodes (one cluster for the module): ``raftsched sync`` of the
+example app twice (the second changes nothing), ``--prune`` deleting only this app's removed
+jobs, the example's handler run by a node's python executor with its Context and fencing token,
+and the AsyncClient calling every endpoint once."""
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from procs import REPO, Cluster, wait_for
+
+from raftsched import AsyncClient
+from raftsched.client import LockHeld
+from raftsched.core.errors import NotFound
+from test_client_coverage import CALLS
+
+pytestmark = pytest.mark.cluster
+
+EXAMPLES = REPO / "examples"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sdk")
+    # The nodes' python executor imports the example's handlers (a worker holding the App
+    # will, once there is one; today the nodes run python jobs themselves).
+    c = Cluster(tmp, env={"PYTHONPATH": str(EXAMPLES), "REPORTS_DB": str(tmp / "reports.db")},
+                node_args=["--slots", "2"])
+    c.db = tmp / "reports.db"
+    c.start()
+    try:
+        c.wait_leader(30)
+        yield c
+    finally:
+        c.stop()
+
+
+def sync(c: Cluster, ref: str, *args: str, cwd=EXAMPLES) -> tuple[int, str, str]:
+    urls = ",".join(c.url(i) for i in range(c.n))
+    p = subprocess.run([sys.executable, "-m", "raftsched.cli", "sync", ref, "--url", urls, "--token", c.token,
+                        *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def job(c: Cluster, name: str) -> dict | None:
+    s, b = c.get(c.wait_leader(30), f"/v1/jobs/{name}?consistent=true")
+    return b if s == 200 else None
+
+
+def test_sync_creates_the_jobs_then_a_second_sync_changes_nothing(cluster):
+    rc, out, err = sync(cluster, "nightly_report:app", "--dry-run")
+    assert rc == 0, err
+    assert "create     nightly-report" in out and "(dry run)" in out
+    assert job(cluster, "nightly-report") is None  # a dry run changes nothing
+
+    rc, out, err = sync(cluster, "nightly_report:app")
+    assert rc == 0, err
+    assert "plan: 2 to create, 0 to update, 0 unchanged, 0 to delete" in out
+    assert "applied: 2 created, 0 updated, 0 deleted" in out
+    nightly = job(cluster, "nightly-report")
+    assert nightly["spec"]["labels"] == {"raftsched.app": "reports"}
+    assert nightly["spec"]["executor"] == {"type": "python", "target": "nightly_report:nightly_report"}
+    assert nightly["spec"]["misfire"] == {"policy": "fire_all", "grace_s": 300, "max_catchup": 7}
+    gens = {n: job(cluster, n)["state"]["generation"] for n in ("nightly-report", "refresh-dashboard")}
+
+    rc, out, err = sync(cluster, "nightly_report:app", "--json")
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["plan"]["unchanged"] == ["nightly-report", "refresh-dashboard"]
+    assert not res["plan"]["create"] and not res["plan"]["update"] and res["applied"] is None
+    # Nothing was written: a replace would have given the jobs a new generation.
+    assert {n: job(cluster, n)["state"]["generation"] for n in gens} == gens
+    rc, out, err = sync(cluster, "nightly_report:app")
+    assert rc == 0 and "nothing to change" in out, (out, err)
+
+
+def test_the_example_handler_runs_with_its_context_and_fencing_token(cluster):
+    if job(cluster, "nightly-report") is None:
+        assert sync(cluster, "nightly_report:app")[0] == 0
+    leader = cluster.wait_leader(30)
+    s, b = cluster.call(leader, "POST", "/v1/jobs/nightly-report/trigger")
+    assert s == 201, b
+    rid = b["run"]
+
+    def done():
+        s, r = cluster.get(cluster.wait_leader(30), f"/v1/runs/{rid}")
+        return r if s == 200 and r["state"] in ("succeeded", "dead", "failed") else None
+
+    run = wait_for(done, 60, "the manual run of nightly-report finished")
+    assert run["state"] == "succeeded", run
+    assert "'kept': True" in run["output"]
+    db = sqlite3.connect(cluster.db)
+    try:
+        rows = db.execute("SELECT day, token, run_id FROM reports").fetchall()
+    finally:
+        db.close()
+    assert len(rows) == 1 and rows[0][1] == run["fencing_token"] and rows[0][2] == rid
+
+    # The async handler runs on the executing node's loop, with its Context too.
+    s, b = cluster.call(cluster.wait_leader(30), "POST", "/v1/jobs/refresh-dashboard/trigger")
+    assert s == 201, b
+    rid = b["run"]
+    run = wait_for(done, 60, "the manual run of refresh-dashboard finished")
+    assert run["state"] == "succeeded" and f"'refreshed_for': '{run['slot']}'" in run["output"], run
+
+
+def test_prune_deletes_only_this_apps_undeclared_jobs(cluster, tmp_path):
+    mod = tmp_path / "pruned_jobs.py"
+    mod.write_text(textwrap.dedent("""
+        from raftsched import App
+        app = App("pruned", misfire="skip")
+
+        @app.job("pruned-kept", every_s=3600)
+        def kept(ctx):
+            return None
+
+        @app.job("pruned-dropped", every_s=3600)
+        def dropped(ctx):
+            return None
+    """))
+    assert sync(cluster, "pruned_jobs:app", cwd=tmp_path)[0] == 0
+    leader = cluster.wait_leader(30)
+    base = {"schedule": {"every_s": 3600}, "executor": {"type": "shell", "argv": ["true"]}, "misfire": {"policy": "skip"}}
+    for name, labels in (("pruned-by-hand", None), ("pruned-other-app", {"raftsched.app": "someone-else"})):
+        s, b = cluster.call(leader, "PUT", f"/v1/jobs/{name}", dict(base, labels=labels) if labels else base)
+        assert s == 201, b
+
+    # "pruned-dropped" is no longer declared.
+    mod.write_text(mod.read_text().replace('@app.job("pruned-dropped", every_s=3600)', ""))
+    rc, out, err = sync(cluster, "pruned_jobs:app", cwd=tmp_path)
+    assert rc == 0, err
+    assert "undeclared pruned-dropped" in out and job(cluster, "pruned-dropped") is not None  # kept without --prune
+
+    rc, out, err = sync(cluster, "pruned_jobs:app", "--prune", "--dry-run", cwd=tmp_path)
+    assert rc == 0 and "delete     pruned-dropped" in out, (out, err)
+    assert job(cluster, "pruned-dropped") is not None
+
+    rc, out, err = sync(cluster, "pruned_jobs:app", "--prune", "--json", cwd=tmp_path)
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["plan"]["delete"] == ["pruned-dropped"] and res["applied"]["deleted"] == ["pruned-dropped"]
+    assert job(cluster, "pruned-dropped") is None
+    for name in ("pruned-kept", "pruned-by-hand", "pruned-other-app"):
+        assert job(cluster, name) is not None, name
+    # the example app's jobs (another app) are untouched too
+    rc, out, _ = sync(cluster, "pruned_jobs:app", "--prune", cwd=tmp_path)
+    assert rc == 0 and "nothing to change" in out
+
+
+def test_a_declaration_of_another_apps_job_is_a_conflict_and_applies_nothing(cluster, tmp_path):
+    (tmp_path / "thief_jobs.py").write_text(textwrap.dedent("""
+        from raftsched import App
+        app = App("thief", misfire="skip")
+
+        @app.job("pruned-other-app", every_s=60)
+        def steal(ctx):
+            return None
+
+        @app.job("thief-new", every_s=60)
+        def new(ctx):
+            return None
+    """))
+    leader = cluster.wait_leader(30)
+    base = {"schedule": {"every_s": 3600}, "executor": {"type": "shell", "argv": ["true"]}, "misfire": {"policy": "skip"}}
+    cluster.call(leader, "PUT", "/v1/jobs/pruned-other-app", dict(base, labels={"raftsched.app": "someone-else"}))
+    rc, out, err = sync(cluster, "thief_jobs:app", cwd=tmp_path)
+    assert rc == 1 and "conflict   pruned-other-app" in out and "nothing applied" in err, (out, err)
+    assert job(cluster, "thief-new") is None
+    assert job(cluster, "pruned-other-app")["spec"]["labels"] == {"raftsched.app": "someone-else"}
+    rc, _, err = sync(cluster, "thief_jobs:nope", cwd=tmp_path)
+    assert rc == 2 and "has no 'nope'" in err
+
+
+def test_the_async_client_calls_every_endpoint_of_a_live_cluster(cluster):
+    """One call of each endpoint (the names of test_client_coverage.CALLS, which the router's
+    routes guard), each answer checked for its shape."""
+    urls = [cluster.url(i) for i in range(cluster.n)]
+    shell = {"schedule": {"every_s": 3600}, "executor": {"type": "shell", "argv": ["sh", "-c", "exit 3"]},
+             "misfire": {"policy": "skip"}, "retry": {"max_attempts": 1}}
+    called: set[str] = set()
+
+    async def main():
+        async with AsyncClient(urls, token=cluster.token, deadline_s=30) as c:
+            async def call(name, *args, **kw):
+                called.add(name)
+                return await getattr(c, name)(*args, **kw)
+
+            h = await call("healthz")
+            assert h["ok"] is True and h["role"] in ("leader", "follower") and h["leader"]
+            cl = await call("cluster")
+            assert cl["leader"] and len(cl["members"]) == 3 and cl["role"] in ("leader", "follower")
+            assert "raftsched_" in await call("metrics")
+
+            assert (await call("put_job", "async-fail", shell))["created"] is True
+            batch = await call("put_jobs", {"async-b": dict(shell, labels={"raftsched.app": "async"})})
+            assert batch["created"] == 1 and batch["jobs"]["async-b"]["created"] is True
+            got = await call("get_job", "async-fail", consistent=True)
+            assert got["name"] == "async-fail" and got["spec"]["retry"]["max_attempts"] == 1
+            page = await call("list_jobs", labels={"raftsched.app": "async"}, consistent=True)
+            assert [j["name"] for j in page["jobs"]] == ["async-b"] and page["total"] == 1
+            pv = await call("preview", "async-fail", 2)
+            assert len(pv["slots"]) == 2 and pv["job"] == "async-fail"
+            assert len((await call("preview_spec", shell, 3))["slots"]) == 3
+            # A window a day from now (a fixed date falls before the job's creation once it has
+            # passed, and the any-year run of the suite moves the clock years ahead).
+            lo = (int(time.time()) // 3600 + 24) * 3600
+            iso = lambda t: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))  # noqa: E731
+            ex = await call("explain", "async-fail", iso(lo), iso(lo + 3 * 3600))
+            # an hourly job, skip: three slots fall in a three-hour outage
+            assert ex["job"] == "async-fail" and ex["policy"] == "skip" and ex["slots_due"] == 3, ex
+
+            trig = await call("trigger", "async-fail")
+            rid = trig["run"]
+            assert trig["job"] == "async-fail" and trig["state"] == "queued"
+            for _ in range(600):  # the run fails once (max_attempts 1) and is dead: wait for it
+                r = await call("get_run", rid)
+                if r["state"] == "dead":
+                    break
+                await asyncio.sleep(0.05)
+            assert r["state"] == "dead" and "exit status 3" in (r["error"] or ""), r
+            assert any(x["id"] == rid for x in (await call("runs", "async-fail", consistent=True))["runs"])
+            assert any(x["id"] == rid for x in (await call("list_runs", state="dead"))["runs"])
+            assert rid in [x["id"] for x in (await call("dlq"))["runs"]]
+            assert (await call("dlq_get", rid))["state"] == "dead"
+            rq = await call("dlq_requeue", rid)
+            assert rq["run"] == rid and rq["state"] == "queued"
+            for _ in range(600):
+                if (await c.get_run(rid))["state"] == "dead":
+                    break
+                await asyncio.sleep(0.05)
+            assert (await call("dlq_delete", rid))["deleted"] is True
+            try:
+                await c.dlq_get(rid)
+                raise AssertionError("purged run still in the DLQ")
+            except NotFound:
+                pass
+
+            assert (await call("pause", "async-fail"))["paused"] is True
+            assert (await call("resume", "async-fail"))["paused"] is False
+            q = await call("put_queue", "async-q", 50, "drop_oldest")
+            assert q == {"queue": "async-q", "max_depth": 50, "on_full": "drop_oldest"}
+            assert any(x["name"] == "async-q" for x in (await call("queues"))["queues"])
+            t = await call("put_tenant", "async-t", 2.5, 3)
+            assert t["rate_per_s"] == 2.5 and t["burst"] == 3
+            assert any(x["name"] == "async-t" for x in (await call("tenants"))["tenants"])
+            assert (await call("delete_tenant", "async-t"))["deleted"] is True
+
+            lk = await call("lock_acquire", "async-lock", "me", 5)
+            assert lk["owner"] == "me" and isinstance(lk["token"], int)
+            info = await call("lock_info", "async-lock", consistent=True)
+            assert info["owner"] == "me" and info["token"] == lk["token"]
+            try:
+                await c.lock_acquire("async-lock", "someone", 5)
+                raise AssertionError("a held lock was acquired twice")
+            except LockHeld as e:
+                assert e.holder == "me"
+            assert (await call("lock_renew", "async-lock", lk["token"], 5))["token"] == lk["token"]
+            assert (await call("lock_release", "async-lock", lk["token"]))["released"] is True
+            async with c.lock("async-lock", owner="ctx", ttl_s=2) as lease:
+                assert lease.token > lk["token"] and not lease.lost.is_set()
+            assert await c.lock_info("async-lock", consistent=True) is None
+
+            assert (await call("delete_job", "async-b"))["deleted"] is True
+            assert (await call("delete_job", "async-fail"))["deleted"] is True
+
+            made = await call("create_token", "reader", note="async")
+            assert made["token"].startswith("rst_" + made["id"]) and made["role"] == "reader"
+            assert made["id"] in [t["id"] for t in (await call("tokens"))["tokens"]]
+            assert (await call("revoke_token", made["id"]))["revoked_at"]
+
+    asyncio.run(main())
+    assert called == {name for _, name, *_ in CALLS}
