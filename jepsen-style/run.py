@@ -273,7 +273,9 @@ class Run:
         for i in range(3):
             cp.start_node(i)
         connector = aiohttp.TCPConnector(force_close=True, limit=50)
-        async with aiohttp.ClientSession(connector=connector) as session:
+        # Every request needs a token, reads included (the nodes' bootstrap admin token).
+        async with aiohttp.ClientSession(connector=connector,
+                                         headers={"Authorization": f"Bearer {cp.token}"}) as session:
             self.session = session
             self.nemesis = Nemesis(cp, self.history, session, sched["plan"])
             await self.wait_leader(60)

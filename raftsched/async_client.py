@@ -35,9 +35,9 @@ import aiohttp
 import yarl
 
 from .aio import wait_event
-from .client import Client, Lease, LockHeld, LockLost, _Node, lock_poll_pause, prepare
-from .client_rules import Call, Done, Fail, LostAfterSendError, NotSentError, Wait
-from .core.errors import RaftschedError
+from .client import Client, Lease, LockHeld, LockLost, TlsFailedError, _Node, client_tls_context, lock_poll_pause, prepare
+from .client_rules import Call, Done, Fail, LostAfterSendError, NotSentError, Wait, with_status
+from .core.errors import RaftschedError, Unavailable
 
 log = logging.getLogger("raftsched.client")
 
@@ -65,16 +65,22 @@ class AsyncClient:
         timeout).
     :param deadline_s: how long one logical call keeps retrying before it raises.
     :param session: an aiohttp session to use (this client then does not close it).
+    :param ca_file: for ``https://`` URLs, the CA (PEM) the nodes' certificates chain to
+        (default: the system's); ``cert_file`` and ``key_file``, a client certificate for mutual
+        TLS. As :class:`raftsched.client.Client`: certificates and host names are always verified,
+        and a certificate that does not verify fails at once.
     """
 
     def __init__(self, urls: list[str] | str, token: str | None = None, timeout_s: float = 10.0,
-                 *, deadline_s: float = 30.0, session: aiohttp.ClientSession | None = None) -> None:
+                 *, deadline_s: float = 30.0, session: aiohttp.ClientSession | None = None,
+                 ca_file: str | None = None, cert_file: str | None = None, key_file: str | None = None) -> None:
         if isinstance(urls, str):
             urls = [urls]
         if not urls:
             raise ValueError("give at least one node URL")
         self._nodes = [_Node(u) for u in urls]
         self._bases = [_base(n) for n in self._nodes]
+        self._ssl = client_tls_context(ca_file, cert_file, key_file) if any(n.https for n in self._nodes) else None
         self.token = token
         self.timeout_s = timeout_s
         self.deadline_s = deadline_s
@@ -100,7 +106,8 @@ class AsyncClient:
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession()
+            connector = aiohttp.TCPConnector(ssl=self._ssl) if self._ssl is not None else None
+            self._session = aiohttp.ClientSession(connector=connector)
             self._own_session = True
         return self._session
 
@@ -115,6 +122,8 @@ class AsyncClient:
                 raw = await resp.read()
                 status = resp.status
                 rh = {k.lower(): v for k, v in resp.headers.items()}
+        except (aiohttp.ClientConnectorCertificateError, aiohttp.ClientConnectorSSLError) as e:
+            raise TlsFailedError(f"TLS with {self._nodes[i].url} failed: {e}") from e
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
             raise NotSentError(f"{self._nodes[i].url}: {e}") from e
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
@@ -145,6 +154,8 @@ class AsyncClient:
                     raise step.error
                 try:
                     status, rh, payload = await self._once(step.node, method, path, data, hdrs, step.timeout_s)
+                except TlsFailedError as e:
+                    raise with_status(Unavailable(str(e), node=self._nodes[step.node].url), None) from None
                 except NotSentError as e:
                     call.not_sent(step.node, str(e))
                     continue

@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import os
+import ssl
 import sys
 
 from . import backfill_cli
@@ -14,7 +15,11 @@ from .client import Client
 from .core import limits
 from .core.errors import RaftschedError
 from .core.model import EXECUTOR_TYPES
-from .node.node import ConfigError, LoopFailed, NodeConfig, ensure_token, is_loopback, parse_hostport, read_secret_file, run_node
+from .node import limits as node_limits
+from .node.node import (
+    ConfigError, LoopFailed, NodeConfig, ensure_token, is_loopback, parse_hostport, read_secret_file, run_node,
+    tls_context,
+)
 
 
 class _LogFormatter(logging.Formatter):
@@ -121,7 +126,17 @@ def cmd_node(args) -> int:
         execute_on_leader=args.execute_on_leader, lease_ttl_ms=ttl_ms, worker_labels=labels,
         dial_map=dial_map, clock_offset_file=args.clock_offset_file or None,
         fire_log_path=args.fire_log or None,
+        metrics_open=args.metrics_open, tls_cert=args.tls_cert or None, tls_key=args.tls_key or None,
+        tls_client_ca=args.tls_client_ca or None,
+        auth_failures_burst=args.auth_failures_burst, auth_failures_per_s=args.auth_failures_per_s,
     )
+    try:
+        tls_context(cfg)  # refuse a bad certificate or key before anything starts
+        if args.auth_failures_burst < 1 or args.auth_failures_per_s <= 0:
+            raise ConfigError("--auth-failures-burst must be at least 1 and --auth-failures-per-s above 0")
+    except ConfigError as e:
+        print(f"raftsched node: {e}", file=sys.stderr)
+        return 2
     try:
         asyncio.run(run_node(cfg))
     except LoopFailed as e:
@@ -191,7 +206,9 @@ def cmd_worker(args) -> int:
         print("raftsched worker: --drain-s must be 0..86400", file=sys.stderr)
         return 2
     cfg = WorkerConfig(urls=urls, token=token, worker_id=wid, queues=queues, labels=labels, slots=args.slots,
-                       executors=types, drain_s=args.drain_s, lease_ttl_ms=ttl_ms, wait_s=args.wait_s)
+                       executors=types, drain_s=args.drain_s, lease_ttl_ms=ttl_ms, wait_s=args.wait_s,
+                       ca_file=args.ca_file or None, cert_file=args.client_cert or None,
+                       key_file=args.client_key or None)
     try:
         return asyncio.run(run_worker(cfg))
     except KeyboardInterrupt:
@@ -293,9 +310,13 @@ def _with_client(a) -> int:
     fails over between."""
     urls = [u.strip() for u in a.url.split(",") if u.strip()]
     try:
-        c = Client(urls, token=_token(a), timeout_s=_ATTEMPT_TIMEOUT_S, deadline_s=a.deadline_s)
+        c = Client(urls, token=_token(a), timeout_s=_ATTEMPT_TIMEOUT_S, deadline_s=a.deadline_s,
+                   ca_file=a.ca_file or None, cert_file=a.client_cert or None, key_file=a.client_key or None)
     except ValueError as e:
         print(f"raftsched: --url: {e}", file=sys.stderr)
+        return 2
+    except (OSError, ssl.SSLError) as e:
+        print(f"raftsched: --ca-file/--client-cert: {e}", file=sys.stderr)
         return 2
     # The client says on stderr when it retries after an unknown outcome.
     _setup_logging("warning")
@@ -314,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("--peers", default="", help="the other members' Raft HOST:PORT, comma-separated; none = a one-node cluster")
     n.add_argument("--data-dir", required=True)
     n.add_argument("--cluster-secret-file", required=False)
-    n.add_argument("--token-file", help="API bearer token; without it the node generates DATA_DIR/token")
+    n.add_argument("--token-file", help="the bootstrap (admin) API token; without it the node generates DATA_DIR/token")
     n.add_argument("--allow-remote-raft", action="store_true")
     n.add_argument("--slots", type=int, default=4, help="runs this node executes at once (0: none)")
     n.add_argument("--queues", default="", help="queues this node's worker serves, comma-separated (default: all)")
@@ -326,6 +347,14 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("--labels", default="", help="this node's worker's labels, NAME=VALUE,... (none by default): "
                                                 "jobs placed on labels run only on workers that carry them")
     n.add_argument("--log-level", default="info")
+    n.add_argument("--tls-cert", default="", help="serve the API over TLS with this certificate chain (PEM)")
+    n.add_argument("--tls-key", default="", help="the private key of --tls-cert (PEM)")
+    n.add_argument("--tls-client-ca", default="", help="mutual TLS: clients must present a certificate this CA (PEM) signed")
+    n.add_argument("--metrics-open", action="store_true", help="GET /metrics needs no token")
+    n.add_argument("--auth-failures-burst", type=float, default=node_limits.auth_failures_burst,
+                   help="refused tokens one source address may send before it is answered 429")
+    n.add_argument("--auth-failures-per-s", type=float, default=node_limits.auth_failures_per_s,
+                   help="refused tokens a second a source address gets back")
     # Test and benchmark hooks (NodeConfig), hidden from --help: a production node needs none.
     n.add_argument("--dial-map", default="", help=argparse.SUPPRESS)
     n.add_argument("--clock-offset-file", default="", help=argparse.SUPPRESS)
@@ -345,16 +374,31 @@ def main(argv: list[str] | None = None) -> int:
                    help="on SIGTERM, how long running runs may finish before they are given back")
     w.add_argument("--lease-ttl-s", type=float, default=10.0, help="lease TTL this worker asks for")
     w.add_argument("--wait-s", type=float, default=20.0, help="how long one lease request waits at a node for work")
+    w.add_argument("--ca-file", default=os.environ.get("RAFTSCHED_CA_FILE", ""),
+                   help="https: the CA (PEM) the nodes' certificates chain to (default $RAFTSCHED_CA_FILE, "
+                        "else the system's)")
+    w.add_argument("--client-cert", default=os.environ.get("RAFTSCHED_CLIENT_CERT", ""),
+                   help="mutual TLS: this worker's certificate (PEM; default $RAFTSCHED_CLIENT_CERT)")
+    w.add_argument("--client-key", default=os.environ.get("RAFTSCHED_CLIENT_KEY", ""),
+                   help="the key of --client-cert, when not in it (default $RAFTSCHED_CLIENT_KEY)")
     w.add_argument("--log-level", default="info")
     w.set_defaults(func=cmd_worker)
 
-    def client(name: str, help_: str, call=None, *, run=None) -> argparse.ArgumentParser:
-        """A client subcommand. ``call(args, client)`` makes the Client call whose answer is
-        printed (``_show``); ``run(args, client)`` does its own and returns the exit status."""
-        c = sub.add_parser(name, help=help_)
+    def client(name: str, help_: str, call=None, *, run=None, parent=None) -> argparse.ArgumentParser:
+        """A client subcommand (of ``parent``, default the top level). ``call(args, client)``
+        makes the Client call whose answer is printed (``_show``); ``run(args, client)`` does its
+        own and returns the exit status."""
+        c = (parent or sub).add_parser(name, help=help_)
         c.add_argument("--url", default=os.environ.get("RAFTSCHED_URL", "http://127.0.0.1:8701"),
                        help="the API of one node, or of several, comma-separated (tried in turn)")
-        c.add_argument("--token")
+        c.add_argument("--token", help="default $RAFTSCHED_TOKEN, else the file .raftsched/token")
+        c.add_argument("--ca-file", default=os.environ.get("RAFTSCHED_CA_FILE", ""),
+                       help="https: the CA (PEM) the nodes' certificates chain to (default $RAFTSCHED_CA_FILE, "
+                            "else the system's)")
+        c.add_argument("--client-cert", default=os.environ.get("RAFTSCHED_CLIENT_CERT", ""),
+                       help="mutual TLS: this client certificate (PEM; default $RAFTSCHED_CLIENT_CERT)")
+        c.add_argument("--client-key", default=os.environ.get("RAFTSCHED_CLIENT_KEY", ""),
+                       help="the key of --client-cert, when not in it (default $RAFTSCHED_CLIENT_KEY)")
         c.add_argument("--deadline-s", type=float, default=30.0,
                        help="how long one call keeps retrying (other nodes, no leader, unknown outcome)")
         c.set_defaults(func=_with_client, client_run=run or (lambda a, cl: _show(lambda: call(a, cl))))
@@ -401,6 +445,20 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     c.add_argument("--prune", action="store_true", help="delete this app's jobs that are no longer declared")
     c.add_argument("--json", action="store_true", help="print the plan (and what was applied) as JSON")
+
+    # API tokens (admin): create, list, revoke.
+    ts = sub.add_parser("tokens", help="API tokens: create (the secret is shown once), list, revoke") \
+        .add_subparsers(dest="tokens_cmd", required=True)
+    tc = client("create", "create a token; its secret is printed this once",
+                lambda a, c: c.create_token(a.role, a.tenants, a.expires, a.note), parent=ts)
+    tc.add_argument("--role", required=True, choices=["admin", "operator", "reader", "worker"])
+    tc.add_argument("--tenant", action="append", dest="tenants",
+                    help="limit it to this tenant (repeat for several); default: every tenant")
+    tc.add_argument("--expires", help="ISO-8601 time after which it is refused, e.g. 2027-01-01T00:00:00Z")
+    tc.add_argument("--note", help="who or what it is for")
+    client("list", "every token, without secrets", lambda a, c: c.tokens(), parent=ts)
+    client("revoke", "revoke a token: every node refuses it once the revocation is committed",
+           lambda a, c: c.revoke_token(a.id), parent=ts).add_argument("id")
 
     args = p.parse_args(argv)
     return args.func(args)

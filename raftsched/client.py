@@ -44,6 +44,7 @@ import http.client
 import json
 import logging
 import random
+import ssl
 import threading
 import time
 import urllib.parse
@@ -52,7 +53,7 @@ from typing import Any, Callable
 
 from .client_rules import Call, Done, Fail, LostAfterSendError, NotSentError, Wait, with_status
 from .core import limits
-from .core.errors import Conflict, NotFound, RaftschedError
+from .core.errors import Conflict, NotFound, RaftschedError, Unavailable
 
 log = logging.getLogger("raftsched.client")
 
@@ -90,8 +91,9 @@ def _q(segment: str) -> str:
 
 def prepare(method: str, body: Any, idempotent_key: str | None, token: str | None,
             headers: dict | None) -> tuple[bool, bytes | None, dict]:
-    """``(mutating, encoded body, headers)`` of a request: JSON, and for a mutation one
-    ``Idempotency-Key`` (``idempotent_key`` or a fresh uuid4 hex) and the bearer token."""
+    """``(mutating, encoded body, headers)`` of a request: JSON, the bearer token (every request
+    but ``/healthz`` needs one, reads included), and for a mutation one ``Idempotency-Key``
+    (``idempotent_key`` or a fresh uuid4 hex)."""
     mutating = method not in ("GET", "HEAD")
     hdrs = {"Accept": "application/json"}
     data = None
@@ -100,11 +102,28 @@ def prepare(method: str, body: Any, idempotent_key: str | None, token: str | Non
         hdrs["Content-Type"] = "application/json"
     if mutating:
         hdrs["Idempotency-Key"] = idempotent_key or uuid.uuid4().hex
-        if token:
-            hdrs["Authorization"] = f"Bearer {token}"
+    if token:
+        hdrs["Authorization"] = f"Bearer {token}"
     if headers:
         hdrs.update(headers)
     return mutating, data, hdrs
+
+
+def client_tls_context(ca_file: str | None = None, cert_file: str | None = None,
+                       key_file: str | None = None) -> ssl.SSLContext:
+    """A client TLS context that verifies the server's certificate and host name: against
+    ``ca_file`` when given, else the system's CAs; with a client certificate when ``cert_file``
+    is given (mutual TLS). :raises OSError, ssl.SSLError: a file that cannot be used."""
+    ctx = ssl.create_default_context(cafile=ca_file)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if cert_file:
+        ctx.load_cert_chain(cert_file, key_file)
+    return ctx
+
+
+class TlsFailedError(Exception):
+    """The TLS handshake failed (a certificate that does not verify): nothing was sent, and
+    trying again or another node would only wait for the deadline."""
 
 
 class _Node:
@@ -125,20 +144,28 @@ class Client:
     """A synchronous, thread-safe client of a raftsched cluster.
 
     :param urls: one base URL (``http://127.0.0.1:8701``) or a list of them, one per node.
-    :param token: the API bearer token (mutations need it when the node has one).
+    :param token: the API bearer token, sent with every request (every request but
+        ``/healthz`` needs one; docs/security.md).
     :param timeout_s: the socket timeout of one HTTP attempt. Keep it above the node's propose
         timeout (5 s) so a write that waits for a new leader is not cut short.
     :param deadline_s: how long one logical call keeps retrying (other nodes, 503, 504) before it
         raises.
+    :param ca_file: for ``https://`` URLs, the CA certificate (PEM) the nodes' certificates must
+        chain to (default: the system's trusted CAs). Certificates and host names are always
+        verified.
+    :param cert_file: a client certificate (PEM) for nodes that ask for one (mutual TLS), and
+        ``key_file`` its key (default: in ``cert_file``).
     """
 
     def __init__(self, urls: list[str] | str, token: str | None = None, timeout_s: float = 10.0,
-                 *, deadline_s: float = 30.0) -> None:
+                 *, deadline_s: float = 30.0, ca_file: str | None = None, cert_file: str | None = None,
+                 key_file: str | None = None) -> None:
         if isinstance(urls, str):
             urls = [urls]
         if not urls:
             raise ValueError("give at least one node URL")
         self._nodes = [_Node(u) for u in urls]
+        self._ssl = client_tls_context(ca_file, cert_file, key_file) if any(n.https for n in self._nodes) else None
         self.token = token
         self.timeout_s = timeout_s
         self.deadline_s = deadline_s
@@ -151,11 +178,15 @@ class Client:
     # ------------------------------------------------------------------ transport
     def _once(self, node: _Node, method: str, path: str, body: bytes | None, headers: dict,
               timeout: float) -> tuple[int, dict, Any]:
-        cls = http.client.HTTPSConnection if node.https else http.client.HTTPConnection
-        conn = cls(node.host, node.port, timeout=timeout)
+        if node.https:
+            conn = http.client.HTTPSConnection(node.host, node.port, timeout=timeout, context=self._ssl)
+        else:
+            conn = http.client.HTTPConnection(node.host, node.port, timeout=timeout)
         try:
             try:
                 conn.connect()
+            except ssl.SSLError as e:
+                raise TlsFailedError(f"TLS with {node.url} failed: {e}") from e
             except OSError as e:
                 raise NotSentError(f"{node.url}: {e}") from e
             try:
@@ -206,6 +237,8 @@ class Client:
                     raise step.error
                 try:
                     status, rh, payload = self._once(self._nodes[step.node], method, path, data, hdrs, step.timeout_s)
+                except TlsFailedError as e:
+                    raise with_status(Unavailable(str(e), node=self._nodes[step.node].url), None) from None
                 except NotSentError as e:
                     call.not_sent(step.node, str(e))
                     continue
@@ -481,6 +514,24 @@ class Client:
         budget spent)."""
         return self.request("POST", f"/v1/workers/{_q(worker_id)}/release", {"leases": leases, "reason": reason},
                             idempotent_key=idempotent_key, timeout_s=timeout_s, deadline_s=deadline_s)
+    # ------------------------------------------------------------------ tokens (admin)
+    def create_token(self, role: str, tenants: list[str] | None = None, expires: str | int | None = None,
+                     note: str | None = None) -> dict:
+        """``POST /v1/tokens``: ``{"id", "token", "role", "tenants", "expires_at", "note"}``; the
+        token (its secret) is shown this once. ``expires``: ISO-8601 or ms since the epoch."""
+        body: dict = {"role": role}
+        for k, v in (("tenants", tenants), ("expires", expires), ("note", note)):
+            if v is not None:
+                body[k] = v
+        return self.request("POST", "/v1/tokens", body)
+
+    def tokens(self) -> dict:
+        """``GET /v1/tokens``: every token, without secrets."""
+        return self._get("/v1/tokens")
+
+    def revoke_token(self, token_id: str) -> dict:
+        """``DELETE /v1/tokens/{id}``: every node refuses it once it has applied the revocation."""
+        return self.request("DELETE", f"/v1/tokens/{_q(token_id)}")
 
     # ------------------------------------------------------------------ locks
     def lock_acquire(self, name: str, owner: str, ttl_s: float, *, deadline_s: float | None = None) -> dict:

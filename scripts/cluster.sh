@@ -4,8 +4,10 @@
 # Usage: scripts/cluster.sh [start|stop|status|kill-leader|restart N|logs N]
 #
 # State lives in .raftsched/ at the repo root:
-#   cluster-secret, token      shared secrets (mode 0600, generated once)
-#   ports                      the base ports the cluster was started with
+#   cluster-secret, token      shared secrets (mode 0600, generated once); token is the
+#                              bootstrap admin API token (docs/security.md)
+#   ports                      the base ports (and TLS mode) the cluster was started with
+#   tls/                       with RAFTSCHED_TLS: a local CA and certificates (generated once)
 #   node-N/                    data dir of node N, plus node.log and pid
 #
 # Environment:
@@ -15,6 +17,9 @@
 #                              split on whitespace (default ".venv/bin/raftsched node").
 #                              When set, the venv is not created/installed by this script.
 #   RAFTSCHED_PYTHON           interpreter used to create .venv (default python3)
+#   RAFTSCHED_TLS              at start: 1 serves the API over TLS with a local CA made in
+#                              .raftsched/tls (raftsched.testing.tls); mutual also requires a
+#                              client certificate. Empty: plain HTTP.
 set -euo pipefail
 
 # Everything this script creates (secrets, data dirs, logs) is private to the user,
@@ -29,6 +34,8 @@ STATE=.raftsched
 SECRET_FILE=$STATE/cluster-secret
 TOKEN_FILE=$STATE/token
 PORTS_FILE=$STATE/ports
+TLS_DIR=$STATE/tls
+TLS_MODE=
 HOST=127.0.0.1
 NODES=(1 2 3)
 START_TIMEOUT=30     # seconds to wait for a leader after start/restart
@@ -137,13 +144,14 @@ valid_base() { [[ "$1" =~ ^[0-9]+$ ]] && (("$1" >= 1 && "$1" + ${#NODES[@]} <= 6
 
 # read_ports_file: sets REC_API/REC_RAFT from $PORTS_FILE; false if absent or invalid.
 read_ports_file() {
-  REC_API='' REC_RAFT=''
+  REC_API='' REC_RAFT='' REC_TLS=''
   [[ -f "$PORTS_FILE" ]] || return 1
   local key val
   while IFS='=' read -r key val; do
     case $key in
       RAFTSCHED_API_PORT_BASE) REC_API=$val ;;
       RAFTSCHED_RAFT_PORT_BASE) REC_RAFT=$val ;;
+      RAFTSCHED_TLS) REC_TLS=$val ;;
     esac
   done <"$PORTS_FILE"
   valid_base "$REC_API" && valid_base "$REC_RAFT"
@@ -160,24 +168,56 @@ load_ports() {
     if [[ -n $env_api && $env_api != "$REC_API" ]] || [[ -n $env_raft && $env_raft != "$REC_RAFT" ]]; then
       die "a cluster is already running with API base $REC_API / Raft base $REC_RAFT; run '$PROG stop' first to change ports"
     fi
-    API_BASE=$REC_API RAFT_BASE=$REC_RAFT
+    API_BASE=$REC_API RAFT_BASE=$REC_RAFT TLS_MODE=$REC_TLS
   elif [[ $mode == start || $have_rec == 0 ]]; then
     API_BASE=${env_api:-8700} RAFT_BASE=${env_raft:-9700}
+    case ${RAFTSCHED_TLS:-} in
+      '' | 0) TLS_MODE= ;;
+      1 | server) TLS_MODE=server ;;
+      mutual) TLS_MODE=mutual ;;
+      *) die "RAFTSCHED_TLS must be empty, 1 (server) or mutual, not '${RAFTSCHED_TLS}'" ;;
+    esac
   else
-    API_BASE=$REC_API RAFT_BASE=$REC_RAFT
+    API_BASE=$REC_API RAFT_BASE=$REC_RAFT TLS_MODE=$REC_TLS
   fi
   valid_base "$API_BASE" || die "invalid API port base: $API_BASE"
   valid_base "$RAFT_BASE" || die "invalid Raft port base: $RAFT_BASE"
 }
 
 write_ports_file() {
-  printf 'RAFTSCHED_API_PORT_BASE=%s\nRAFTSCHED_RAFT_PORT_BASE=%s\n' "$API_BASE" "$RAFT_BASE" >"$PORTS_FILE.tmp.$$"
+  printf 'RAFTSCHED_API_PORT_BASE=%s\nRAFTSCHED_RAFT_PORT_BASE=%s\nRAFTSCHED_TLS=%s\n' \
+    "$API_BASE" "$RAFT_BASE" "$TLS_MODE" >"$PORTS_FILE.tmp.$$"
   mv -f "$PORTS_FILE.tmp.$$" "$PORTS_FILE"
 }
 
 api_port() { echo $((API_BASE + $1)); }
 raft_addr() { echo "$HOST:$((RAFT_BASE + $1))"; }
-api_url() { echo "http://$HOST:$(api_port "$1")"; }
+api_url() { if [[ -n $TLS_MODE ]]; then echo "https://$HOST:$(api_port "$1")"; else echo "http://$HOST:$(api_port "$1")"; fi; }
+
+# ensure_tls: with TLS, make the local CA and certificates once (raftsched.testing.tls, with the
+# venv's cryptography: no openssl needed).
+ensure_tls() {
+  [[ -n $TLS_MODE ]] || return 0
+  [[ -s $TLS_DIR/ca.pem && -s $TLS_DIR/node.pem && -s $TLS_DIR/client.pem ]] && return 0
+  local py=python3
+  [[ -x .venv/bin/python ]] && py=.venv/bin/python
+  "$py" -m raftsched.testing.tls "$TLS_DIR" --hosts "$HOST,localhost" >/dev/null ||
+    die "could not generate TLS certificates in $TLS_DIR"
+}
+
+# tls_node_args / tls_probe_args: set TLS_ARGS to the flags a node or the probe gets.
+tls_node_args() {
+  TLS_ARGS=()
+  [[ -n $TLS_MODE ]] || return 0
+  TLS_ARGS=(--tls-cert "$TLS_DIR/node.pem" --tls-key "$TLS_DIR/node-key.pem")
+  [[ $TLS_MODE != mutual ]] || TLS_ARGS+=(--tls-client-ca "$TLS_DIR/ca.pem")
+}
+tls_probe_args() {
+  TLS_ARGS=()
+  [[ -n $TLS_MODE ]] || return 0
+  TLS_ARGS=(--ca-file "$TLS_DIR/ca.pem")
+  [[ $TLS_MODE != mutual ]] || TLS_ARGS+=(--client-cert "$TLS_DIR/client.pem" --client-key "$TLS_DIR/client-key.pem")
+}
 
 # ---------------------------------------------------------------- processes
 
@@ -242,6 +282,7 @@ start_node() {
   # holds the node's pid even if setsid has to fork.
   local detach=()
   command -v setsid >/dev/null 2>&1 && detach=(setsid)
+  tls_node_args
   # shellcheck disable=SC2016  # $$, $0 and $@ are expanded by the inner bash
   "${detach[@]}" nohup bash -c 'echo $$ >"$0.tmp" && mv -f "$0.tmp" "$0" && exec "$@"' "$pidf" \
     "${NODE_CMD[@]}" \
@@ -252,6 +293,7 @@ start_node() {
     --data-dir "$dir" \
     --cluster-secret-file "$SECRET_FILE" \
     --token-file "$TOKEN_FILE" \
+    ${TLS_ARGS[@]+"${TLS_ARGS[@]}"} \
     </dev/null >>"$log" 2>&1 &
   local i
   for ((i = 0; i < 50; i++)); do
@@ -295,9 +337,11 @@ probe() {
   MAJORITY_NODE='' MAJORITY_ADDR='' MAJORITY_TERM=''
   (($# > 0)) || return 1
   probe_python
+  tls_probe_args
   # The token travels in a file the probe reads, never in argv.
   out=$("$PROBE_PY" -E -S -m raftsched.testing.cluster probe --host "$HOST" --api-base "$API_BASE" \
-    --raft-base "$RAFT_BASE" --members "${#NODES[@]}" --token-file "$TOKEN_FILE" "$@") ||
+    --raft-base "$RAFT_BASE" --members "${#NODES[@]}" --token-file "$TOKEN_FILE" \
+    ${TLS_ARGS[@]+"${TLS_ARGS[@]}"} "$@") ||
     die "could not ask the nodes for /v1/cluster ($PROBE_PY -m raftsched.testing.cluster failed)"
   while IFS=$'\t' read -r kind n st a b c d e; do
     case $kind in
@@ -359,12 +403,22 @@ wait_for_leader() {
 }
 
 print_token_help() {
+  local curl_tls=
+  if [[ -n $TLS_MODE ]]; then
+    curl_tls="--cacert $TLS_DIR/ca.pem "
+    [[ $TLS_MODE != mutual ]] || curl_tls+="--cert $TLS_DIR/client.pem --key $TLS_DIR/client-key.pem "
+  fi
   cat <<EOF
 
-API token: $TOKEN_FILE
+API token (the bootstrap admin token; every request needs a token): $TOKEN_FILE
   export RAFTSCHED_TOKEN=\$(cat $TOKEN_FILE)
-  curl -H "Authorization: Bearer \$RAFTSCHED_TOKEN" $(api_url 1)/v1/jobs
+  curl ${curl_tls}-H "Authorization: Bearer \$RAFTSCHED_TOKEN" $(api_url 1)/v1/jobs
 EOF
+  if [[ -n $TLS_MODE ]]; then
+    echo "  export RAFTSCHED_CA_FILE=$TLS_DIR/ca.pem    # for the raftsched CLI"
+    [[ $TLS_MODE != mutual ]] ||
+      echo "  export RAFTSCHED_CLIENT_CERT=$TLS_DIR/client.pem RAFTSCHED_CLIENT_KEY=$TLS_DIR/client-key.pem"
+  fi
 }
 
 print_nodes() {
@@ -383,6 +437,7 @@ cmd_start() {
   ensure_venv
   ensure_state
   load_ports start
+  ensure_tls
   write_ports_file
   local n pid started=()
   for n in "${NODES[@]}"; do

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -44,7 +45,8 @@ class Env:
 def run(coro_fn, **env_kw):
     async def main():
         env = Env(**env_kw)
-        async with TestClient(TestServer(env.app, host="127.0.0.1")) as client:
+        # Every request needs a token, reads included: the client sends the bootstrap token.
+        async with TestClient(TestServer(env.app, host="127.0.0.1"), headers=AUTH) as client:
             await coro_fn(env, client)
     asyncio.run(main())
 
@@ -180,13 +182,23 @@ def test_bad_names_and_params():
     run(t)
 
 
-def test_mutations_need_the_token():
+async def anon(c, method, path, headers=None, **kw):
+    """A request without the client's default token (``headers`` instead)."""
+    async with aiohttp.ClientSession() as s:
+        async with s.request(method, c.make_url(path), headers=headers or {}, **kw) as r:
+            return r.status, await r.json()
+
+
+def test_every_request_needs_the_token_reads_included():
     async def t(env, c):
-        await err(await put(c, "a", headers={}), 401, "unauthorized")
-        await err(await put(c, "a", headers={"Authorization": "Bearer nope"}), 401, "unauthorized")
-        await err(await c.post("/v1/jobs/a/pause"), 401, "unauthorized")
+        for method, path in (("PUT", "/v1/jobs/a"), ("POST", "/v1/jobs/a/pause"), ("GET", "/v1/jobs"),
+                             ("GET", "/v1/jobs/a"), ("POST", "/v1/preview"), ("GET", "/v1/nowhere")):
+            for h in ({}, {"Authorization": "Bearer nope"}, {"Authorization": TOKEN}):
+                status, body = await anon(c, method, path, h, data=json.dumps(SPEC))
+                assert status == 401 and body["error"]["code"] == "unauthorized", (method, path, h, body)
         assert "a" not in env.state.jobs
-        assert (await c.get("/v1/jobs")).status == 200, "reads are open"
+        status, _ = await anon(c, "GET", "/healthz")
+        assert status == 200, "/healthz needs no token"
     run(t)
 
 

@@ -91,7 +91,7 @@ def test_backfill_requests_that_fail_say_which_field_and_why():
         await err(await post(c, p, dict(rng(now), colour="red")), 422, "invalid", "colour")
         body = await err(await post(c, p, dict(rng(now, 400), max_slots=100)), 422, "invalid", "max_slots")
         assert body["error"]["slots"] == 400 and "400 slots" in body["error"]["message"] and "(100)" in body["error"]["message"]
-        await err(await c.post(p, data=json.dumps(rng(now))), 401, "unauthorized")
+        await err(await c.post(p, data=json.dumps(rng(now)), headers={"Authorization": "Bearer nope"}), 401, "unauthorized")
         await err(await c.get("/v1/backfills/nope"), 404, "not_found", "id")
         await err(await c.get("/v1/backfills?kind=other"), 400, "bad_request", "kind")
         await err(await post(c, "/v1/backfills/nope/pause"), 404, "not_found", "id")

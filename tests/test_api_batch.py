@@ -49,7 +49,8 @@ def run(coro_fn):
         env = Env()
         env.flaky = FlakyRaft(env.raft)
         env.service.raft = env.flaky
-        async with TestClient(TestServer(env.app, host="127.0.0.1")) as client:
+        # Every request needs a token: batch() sends its own headers, the rest the default.
+        async with TestClient(TestServer(env.app, host="127.0.0.1"), headers=AUTH) as client:
             await coro_fn(env, client)
     asyncio.run(main())
 
@@ -160,7 +161,7 @@ def test_bad_json_too_many_jobs_too_large_and_no_token(monkeypatch):
         # The larger limit is the batch's only: other requests keep 64 KiB.
         await err(await c.put("/v1/jobs/a", data=json.dumps(dict(AT, description="x" * 70_000)), headers=AUTH),
                   413, "too_large")
-        await err(await batch(c, many(2), headers={}), 401, "unauthorized")
+        await err(await batch(c, many(2), headers={"Authorization": "Bearer nope"}), 401, "unauthorized")
         assert env.state.jobs == {}
     run(t)
 

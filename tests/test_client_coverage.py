@@ -75,6 +75,10 @@ CALLS = [
     (("GET", "/v1/workers/{id}"), "worker", ("w/1",)),
     (("POST", "/v1/workers/{id}/drain"), "drain_worker", ("w/1",)),
     (("DELETE", "/v1/jobs/{name}"), "delete_job", ("b",)),
+    # Tokens: a create both clients get refused alike (a made token's id and secret differ).
+    (("POST", "/v1/tokens"), "create_token", ("root",)),
+    (("GET", "/v1/tokens"), "tokens", ()),
+    (("DELETE", "/v1/tokens/{id}"), "revoke_token", ("0123456789abcdef",)),
 ]
 
 

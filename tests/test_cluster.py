@@ -188,6 +188,24 @@ def test_mutation_without_token_is_refused(cluster):
     assert s == 404
 
 
+def test_a_token_made_on_one_node_works_on_every_node_until_revoked_on_another(cluster):
+    """Tokens live in the replicated state: every node checks them against its replica, and a
+    revocation committed through one node is refused by every node once it has applied it."""
+    alive = [i for i in cluster.alive()]
+    assert len(alive) >= 2
+    s, made = cluster.call(alive[0], "POST", "/v1/tokens", {"role": "reader"})
+    assert s == 201, made
+    tok = made["token"]
+
+    def statuses():
+        return [http("GET", cluster.url(i) + "/v1/jobs?limit=1", token=tok)[0] for i in alive]
+    wait_for(lambda: statuses() == [200] * len(alive), 10, "every node to accept the new token")
+    s, b = cluster.call(alive[-1], "DELETE", f"/v1/tokens/{made['id']}")
+    assert s == 200, b
+    assert http("GET", cluster.url(alive[-1]) + "/v1/jobs?limit=1", token=tok)[0] == 401, "at once where revoked"
+    wait_for(lambda: statuses() == [401] * len(alive), 10, "every node to refuse the revoked token")
+
+
 def test_one_node_cluster_works_without_peers(tmp_path):
     c = Cluster(tmp_path, n=1)
     c.start()

@@ -132,7 +132,7 @@ def test_a_worker_says_hello_on_first_contact_and_again_only_when_its_facts_chan
         await lease(c, "h/1", wait_s=0, labels={"pool": "gpu"})
         assert len(env.ops("worker_hello")) == 2 and env.state.workers["h/1"]["labels"] == {"pool": "gpu"}
         # Its id holds a "/": the admin routes take it percent-encoded too.
-        r = await c.get(path("h/1"))
+        r = await c.get(path("h/1"), headers=AUTH)
         assert r.status == 200 and (await r.json())["labels"] == {"pool": "gpu"}
     run(t)
 
@@ -311,16 +311,16 @@ def test_workers_are_listed_with_the_runs_they_hold():
         rid = await trigger(env, "j")
         g = (await lease(c, "w1", wait_s=5))["runs"][0]
         assert (await lease(c, "w2", wait_s=0, labels={"pool": "a"}))["runs"] == []
-        body = await (await c.get("/v1/workers")).json()
+        body = await (await c.get("/v1/workers", headers=AUTH)).json()
         assert [w["id"] for w in body["workers"]] == ["w1", "w2"] and body["total"] == 2
         w1 = body["workers"][0]
         assert (w1["status"], w1["held"], w1["grants"], w1["kind"]) == ("active", 1, 1, "remote")
         assert w1["last_seen"].endswith("Z")
-        one = await (await c.get(path("w1"))).json()
+        one = await (await c.get(path("w1"), headers=AUTH)).json()
         assert [r["id"] for r in one["runs"]] == [rid] and one["runs"][0]["token"] == g["token"]
         assert one["runs"][0]["lease_deadline"].endswith("Z")
-        assert (await c.get(path("nobody"))).status == 404
-        q = (await (await c.get("/v1/queues")).json())["queues"][0]
+        assert (await c.get(path("nobody"), headers=AUTH)).status == 404
+        q = (await (await c.get("/v1/queues", headers=AUTH)).json())["queues"][0]
         assert q["unplaceable"] == 0
         m = env.fleet.collector()
         names = {fam.name for fam in m.collect()}

@@ -107,7 +107,7 @@ def test_get_jobs_filters_on_labels_and_refuses_a_bad_filter():
 
     async def main():
         env = Env()
-        async with TestClient(TestServer(env.app, host="127.0.0.1")) as c:
+        async with TestClient(TestServer(env.app, host="127.0.0.1"), headers=AUTH) as c:  # reads need it too
             for name, labels in (("a", {"raftsched.app": "r"}), ("b", {"raftsched.app": "other"}),
                                  ("c", None), ("d", {"raftsched.app": "r", "team": "x"})):
                 spec = dict(SPEC, labels=labels) if labels else SPEC

@@ -65,6 +65,10 @@ CASES = {
                {"schedule": BASE, "misfire": SKIP, "labels": {"team": "billing"}}),
     "placement": ({"every_s": 60, "misfire": "skip", "placement": {"labels": {"pool": "gpu"}}},
                   {"schedule": BASE, "misfire": SKIP, "placement": {"labels": {"pool": "gpu"}}}),
+    "secrets": ({"every_s": 60, "misfire": "skip", "secrets": {"API_KEY": "from-the-environment"}},
+                {"schedule": BASE, "misfire": SKIP, "secrets": {"API_KEY": "from-the-environment"}}),
+    "keep_output": ({"every_s": 60, "misfire": "skip", "keep_output": False},
+                    {"schedule": BASE, "misfire": SKIP, "keep_output": False}),
 }
 
 

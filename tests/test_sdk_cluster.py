@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -305,6 +306,11 @@ def test_the_async_client_calls_every_endpoint_of_a_live_cluster(cluster):
 
             assert (await call("delete_job", "async-b"))["deleted"] is True
             assert (await call("delete_job", "async-fail"))["deleted"] is True
+
+            made = await call("create_token", "reader", note="async")
+            assert made["token"].startswith("rst_" + made["id"]) and made["role"] == "reader"
+            assert made["id"] in [t["id"] for t in (await call("tokens"))["tokens"]]
+            assert (await call("revoke_token", made["id"]))["revoked_at"]
 
     asyncio.run(main())
     assert called == {name for _, name, *_ in CALLS}

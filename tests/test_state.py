@@ -596,6 +596,9 @@ JSONISH = st.recursive(st.none() | st.booleans() | st.integers(-2**40, 2**62) | 
                        lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3),
                        max_leaves=6)
 
+TOKEN_ROLES = ("admin", "operator", "reader", "worker")
+TOKEN_TENANTS = (None, ["billing"], ["b", "a"], [])
+
 ACTIONS = st.one_of(
     st.tuples(st.just("put"), st.sampled_from(JOBS), st.integers(0, len(SPECS) - 1), st.booleans()),
     st.tuples(st.just("delete"), st.sampled_from(JOBS)),
@@ -616,6 +619,10 @@ ACTIONS = st.one_of(
     st.tuples(st.just("snapshot"),),
     st.tuples(st.just("bad_fire"), st.integers(0, 5), DTS),
     st.tuples(st.just("bad_resume"), st.sampled_from(JOBS), st.integers(0, 4)),
+    # API tokens (core/tokens.py): created, revoked, a table that fills and gives up its oldest
+    st.tuples(st.just("token"), st.integers(0, 5), st.sampled_from(TOKEN_ROLES), st.sampled_from(TOKEN_TENANTS),
+              st.sampled_from([None, T0 + 30 * SEC])),
+    st.tuples(st.just("revoke"), st.integers(0, 6)),
 )
 
 #: sequences aimed at refusals: jobs that fall due, pauses, and malformed proposals
@@ -764,6 +771,14 @@ class Driver:
                 entries = [_mutate_fire_entry(e, how) for e in cmd["entries"]]
                 res = self.propose(commands.encode(commands.make("fire", self.now + dt, None, entries=entries)))
                 event(f"bad_fire {how}: {'ok' if res['ok'] else res['error']['code']}")
+        elif kind == "token":
+            # What the proposer draws (id, salt, digest) is in the command; apply draws nothing.
+            _, i, role, tenants, expires = action
+            tid = f"{i:016x}"
+            self.cmd("token_create", id=tid, role=role, tenants=tenants, expires=expires,
+                     hash={"alg": "hmac-sha256", "salt": bytes([i]) * 16, "digest": bytes([i + 1]) * 32})
+        elif kind == "revoke":
+            self.cmd("token_revoke", id=f"{action[1]:016x}")
         elif kind == "bad_resume":
             _, name, how = action
             if name in L.jobs and L.jobs[name]["paused"]:
@@ -990,3 +1005,18 @@ def test_job_spec_and_run_records_share_their_key_tables():
         assert copies == records and [list(c) for c in copies] == [list(r) for r in records]
         assert type(records[0]) is dict
         assert shared <= own - 64, (kind, shared, own)
+
+
+def test_a_proposer_answers_a_replayed_request_id_as_apply_would():
+    """queries.replayed: what apply answers a command whose request id it has seen, which the
+    proposer answers itself (node/service.py) without adding an entry to the log."""
+    s = new_state(("a", spec_of({"every_s": 10}, "skip")))
+    first = s.apply(commands.make("pause_job", T0, "k1", name="a"))
+    same = commands.make("pause_job", T0 + 1, "k1", name="a")
+    other = commands.make("delete_job", T0 + 1, "k1", name="a")
+    assert queries.replayed(s, commands.make("pause_job", T0, "k2", name="a")) is None
+    for cmd in (same, other):
+        predicted = queries.replayed(s, cmd)
+        assert predicted == s.apply(cmd)
+    assert queries.replayed(s, same) == dict(first, duplicate=True)
+    assert queries.replayed(s, other)["error"]["code"] == "conflict"

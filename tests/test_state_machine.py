@@ -280,6 +280,29 @@ class SchedulerMachine(RuleBasedStateMachine):
             results = [{"run": g["id"], "token": g["token"], "success": not (fail and i % 2)}
                        for i, g in enumerate(res["runs"])]
             assert self.propose(commands.make("complete_many", self.now, None, results=results))["ok"]
+    @rule(i=st.integers(0, 3), role=st.sampled_from(["admin", "operator", "reader", "worker"]),
+          tenants=st.sampled_from([None, ["billing"]]), revoke=st.booleans())
+    def token_create_or_revoke(self, i, role, tenants, revoke):
+        """API tokens (core/tokens.py) among the rest: replicas agree (the invariant below), and
+        a token never touches a job."""
+        tid = f"{i:016x}"
+        if revoke:
+            cmd = commands.make("token_revoke", self.now, None, id=tid)
+        else:
+            cmd = commands.make("token_create", self.now, None, id=tid, role=role, tenants=tenants, expires=None,
+                                hash={"alg": "hmac-sha256", "salt": bytes([i]) * 16, "digest": bytes([i]) * 32})
+        existed = tid in self.state.tokens
+        jobs_before = {n: (j["gen"], j["cursor"]) for n, j in self.state.jobs.items()}
+        res = self.propose(cmd)
+        if revoke:
+            assert res["ok"] == existed
+            if existed:
+                assert self.state.tokens[tid]["revoked"] is not None
+        else:
+            assert res["ok"] == (not existed and not (tenants is not None and role in ("admin", "worker")))
+            if res["ok"]:
+                assert self.state.tokens[tid]["role"] == role and self.state.tokens[tid]["created"] == self.state.now_ms
+        assert {n: (j["gen"], j["cursor"]) for n, j in self.state.jobs.items()} == jobs_before
 
     @rule()
     def snapshot_and_restore(self):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import msgpack
 
 from . import limits
-from .errors import InvalidCommand, LimitExceeded
+from .errors import InvalidCommand, InvalidSpec, LimitExceeded
 
 OPS = (
     "noop",        # a barrier: applied for its position in the log only
@@ -48,12 +48,19 @@ OPS = (
     "drain_worker",
     "forget_workers",  # the leader's clean-up of workers long gone
     "release",         # a worker gives leases back: queued again, no budget spent
+    # API tokens (core/tokens.py)
+    "token_create",  # a token's role, tenants, expiry and salted hash (never its secret)
+    "token_revoke",
 )
 
 
 def encode(cmd: dict) -> bytes:
-    """Encode a command. :raises LimitExceeded: when it is larger than ``command_bytes_max``."""
-    data = msgpack.packb(cmd, use_bin_type=True)
+    """Encode a command. :raises LimitExceeded: when it is larger than ``command_bytes_max``.
+    :raises InvalidSpec: a value msgpack cannot hold (an integer beyond 64 bits)."""
+    try:
+        data = msgpack.packb(cmd, use_bin_type=True)
+    except (OverflowError, TypeError, ValueError) as e:
+        raise InvalidSpec(f"a value cannot be stored (integers must fit in 64 bits): {type(e).__name__}") from None
     if len(data) > limits.command_bytes_max:
         raise LimitExceeded(
             f"command is {len(data)} bytes; the limit is {limits.command_bytes_max}", field=None

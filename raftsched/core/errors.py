@@ -40,6 +40,21 @@ class Unauthorized(RaftschedError):
     code = "unauthorized"
 
 
+class Forbidden(RaftschedError):
+    """A valid token without the scope an operation needs (``scope`` names it), or limited to
+    tenants the operation is outside of (``tenant`` names it)."""
+
+    http_status = 403
+    code = "forbidden"
+
+
+class TooManyRequests(RaftschedError):
+    """Too many refused tokens from one source: it is slowed down (Retry-After)."""
+
+    http_status = 429
+    code = "too_many_requests"
+
+
 class NotFound(RaftschedError, LookupError):
     http_status = 404
     code = "not_found"
@@ -91,6 +106,6 @@ _BY_CODE = {
     k.code: k
     for k in (
         BadRequest, Unauthorized, NotFound, Conflict, InvalidSpec, InvalidCommand,
-        LimitExceeded, Unavailable, Indeterminate,
+        LimitExceeded, Unavailable, Indeterminate, Forbidden, TooManyRequests,
     )
 }

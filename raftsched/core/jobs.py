@@ -38,6 +38,11 @@ def check_stored_spec(spec) -> None:
         raise InvalidCommand("spec.overlap is malformed")
     if "jitter_ms" in sched and (not is_int(sched["jitter_ms"]) or not isinstance(sched.get("jitter_key"), str)):
         raise InvalidCommand("spec.schedule jitter is malformed")
+    if "secrets" in spec and not (isinstance(spec["secrets"], dict)
+                                  and all(isinstance(v, str) for v in spec["secrets"].values())):
+        raise InvalidCommand("spec.secrets is malformed")
+    if "keep_output" in spec and not isinstance(spec["keep_output"], bool):
+        raise InvalidCommand("spec.keep_output is malformed")
     m = spec["misfire"]
     if m.get("policy") not in MISFIRE_POLICIES or not is_int(m.get("grace_s")) or not is_int(m.get("max_catchup")):
         raise InvalidCommand("spec.misfire is malformed")

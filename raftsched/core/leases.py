@@ -171,11 +171,18 @@ def grant(s, run: dict, worker: str, ttl: int, now: int) -> dict:
         executor, payload, timeout_s = spec["executor"], spec["payload"], spec["timeout_s"]
     if "payload" in run:  # a trigger's or a backfill's override
         payload = run["payload"]
-    return {
+    g = {
         "id": rid, "job": run["job"], "slot": run["slot"], "attempt": run["attempt"],
         "token": tok, "deadline": deadline, "queue": q,
         "executor": executor, "payload": payload, "timeout_s": timeout_s,
     }
+    if job is not None and ("secrets" in spec or "keep_output" in spec):
+        # What only a job that declares them has: the secrets its run is given (as environment
+        # or headers), and whether its output is kept (the worker drops it before reporting).
+        for k in ("secrets", "keep_output"):
+            if k in spec:
+                g[k] = spec[k]
+    return g
 
 
 # -------------------------------------------------------------- heartbeat / complete

@@ -34,6 +34,18 @@ every_s_min = 1
 every_s_max = 366 * 24 * 3600
 #: A job's description (free text, shown by the API).
 description_chars_max = 1024
+#: Secrets a job may declare (its ``secrets`` map, given to its runs as environment variables or
+#: headers), the longest name and the longest value.
+secrets_max = 32
+secret_name_chars_max = 64
+secret_value_chars_max = 4096
+#: Headers of an http executor, and variables of a shell executor's ``env``.
+executor_headers_max = 64
+executor_env_max = 256
+#: Nesting levels of a payload (arrays and objects). JSON as deep as the parser takes (~1000)
+#: would overflow the stack of code that walks it later, at a deeper stack: the view's encoder,
+#: a run's RAFTSCHED_PAYLOAD.
+payload_depth_max = 32
 #: retry: failed attempts after which a run is dead, and the delays' ranges (seconds, the
 #: multiplier applied once a failure).
 retry_attempts_max = 100
@@ -198,6 +210,18 @@ put_jobs_in_flight_max = 8
 
 assert batch_jobs_max * 160 < batch_request_bytes_max
 assert put_jobs_items_max * 100 > command_bytes_max  # an item is >= ~150 bytes: bytes bind first
+
+# API tokens (core/tokens.py) -----------------------------------------------------------------
+#: Tokens the state holds, revoked and expired ones included until a new token needs their place
+#: (the oldest revoked, then the oldest expired, is given up first). Each is ~150 bytes; every
+#: node reads the table on every request, by id.
+tokens_max = 10_000
+#: Tenants one token may be limited to.
+token_tenants_max = 64
+#: A token's note (who or what it is for), free text shown by GET /v1/tokens.
+token_note_chars_max = 256
+
+assert token_tenants_max * (tenant_name_chars_max + 2) + token_note_chars_max + 512 < command_bytes_max
 
 # Labels (the job spec's ``labels``) ---------------------------------------------------------
 #: Labels on one job: a small map saying who manages the job (the SDK's ``raftsched.app``, a

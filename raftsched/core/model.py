@@ -11,6 +11,7 @@ import enum
 import json
 import math
 import re
+import urllib.parse
 from datetime import datetime, timezone
 
 import msgpack
@@ -51,11 +52,17 @@ TERMINAL_STATES = frozenset({"succeeded", "failed", "dead", "skipped", "coalesce
 EXECUTOR_TYPES = ("shell", "http", "python")
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+#: An HTTP header name (RFC 9110 token), and a value with no control character but tab: a CR or
+#: LF in a value would start another header (header injection).
+HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+#: A secret's name: an environment variable name (also sent as a header name to an http run).
+SECRET_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 TARGET_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
 
 _TOP_FIELDS = {
     "schedule", "executor", "payload", "timeout_s", "misfire", "retry", "queue", "priority",
-    "tenant", "history", "description", "overlap", "jitter_s",
+    "tenant", "history", "description", "overlap", "jitter_s", "secrets", "keep_output",
     "labels",
     "placement",
 }
@@ -78,6 +85,17 @@ def check_name(name, field: str = "name", max_chars: int = limits.job_name_chars
             field=field,
         )
     return name
+
+
+def check_run_id(run_id, field: str = "run") -> str:
+    """A run id's shape: ``job@...``, the job part a valid job name (run ids are made by apply:
+    ``job@slot_ms``, ``job@now!manual-N``). Refused before anything is proposed.
+
+    :raises InvalidSpec:"""
+    if not isinstance(run_id, str) or "@" not in run_id or len(run_id) > limits.job_name_chars_max + 64:
+        raise InvalidSpec("must be a run id, JOB@...", field=field)
+    check_name(run_id.split("@", 1)[0], field)
+    return run_id
 
 
 def _int(value, field: str, lo: int, hi: int) -> int:
@@ -174,6 +192,16 @@ def validate_executor(raw) -> dict:
             env = ex["env"]
             if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
                 raise InvalidSpec("must be an object of string values", field="executor.env")
+            if len(env) > limits.executor_env_max:
+                raise InvalidSpec(f"has more than {limits.executor_env_max} variables", field="executor.env")
+            for k, v in env.items():
+                # execve(2) takes NAME=VALUE strings ending in NUL: neither may hold a NUL, nor
+                # the name an "=".
+                if not k or "=" in k or "\x00" in k or len(k) > limits.secret_name_chars_max:
+                    raise InvalidSpec(f"a variable name is 1-{limits.secret_name_chars_max} characters, "
+                                      "without '=' or NUL", field="executor.env")
+                if "\x00" in v:
+                    raise InvalidSpec("holds a NUL character (the value is not shown)", field=f"executor.env.{k}")
             out["env"] = dict(env)
         if "cwd" in ex:
             if not isinstance(ex["cwd"], str) or not ex["cwd"]:
@@ -183,13 +211,26 @@ def validate_executor(raw) -> dict:
     if t == "http":
         ex = _obj(raw, "executor", {"type", "url", "headers"})
         url = ex.get("url")
-        if not isinstance(url, str) or not re.match(r"^https?://[^\s/]+", url):
-            raise InvalidSpec("must be an http:// or https:// URL", field="executor.url")
+        if not isinstance(url, str) or not re.match(r"^https?://[^\s/]+", url) or re.search(r"[\s\x00-\x1f\x7f]", url):
+            raise InvalidSpec("must be an http:// or https:// URL (no spaces or control characters)", field="executor.url")
+        if "@" in urllib.parse.urlsplit(url).netloc:
+            # Every read would show it: credentials go in headers (shown redacted) or secrets.
+            raise InvalidSpec("must not hold user:password@; send credentials in executor.headers "
+                              "(Authorization) or secrets, which reads show redacted", field="executor.url")
         out = {"type": "http", "url": url}
         if "headers" in ex:
             h = ex["headers"]
             if not isinstance(h, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in h.items()):
                 raise InvalidSpec("must be an object of string values", field="executor.headers")
+            if len(h) > limits.executor_headers_max:
+                raise InvalidSpec(f"has more than {limits.executor_headers_max} headers", field="executor.headers")
+            for k, v in h.items():
+                if not HEADER_NAME_RE.match(k) or len(k) > limits.secret_name_chars_max:
+                    raise InvalidSpec(f"a header name is 1-{limits.secret_name_chars_max} token characters "
+                                      "(letters, digits, !#$%&'*+.^_`|~-)", field="executor.headers")
+                if _CONTROL_RE.search(v):
+                    raise InvalidSpec("holds a control character such as CR or LF, which would end the "
+                                      "header (the value is not shown)", field=f"executor.headers.{k}")
             out["headers"] = dict(h)
         return out
     ex = _obj(raw, "executor", {"type", "target"})
@@ -305,6 +346,48 @@ def _add_jitter(name: str, sched: dict, jitter_s) -> None:
     sched["jitter_key"] = name
 
 
+def _depth(v) -> int:
+    """Nesting levels of arrays and objects in ``v`` (0 for a scalar), without recursion."""
+    deepest, todo = 0, [(v, 1)]
+    while todo:
+        x, d = todo.pop()
+        if isinstance(x, dict):
+            x = list(x.values())
+        elif not isinstance(x, list):
+            continue
+        deepest = max(deepest, d)
+        if d > limits.payload_depth_max:
+            break
+        todo.extend((y, d + 1) for y in x)
+    return deepest
+
+
+def validate_secrets(raw) -> dict:
+    """A job's ``secrets``: names (environment variable names) to values, given to its runs as
+    environment variables (shell), headers (http) or ``ctx.secrets`` (python), and shown
+    redacted by every read. Error messages never hold a value.
+
+    :raises InvalidSpec: naming the field."""
+    if not isinstance(raw, dict):
+        raise InvalidSpec("must be an object of names to string values", field="secrets")
+    if len(raw) > limits.secrets_max:
+        raise InvalidSpec(f"has more than {limits.secrets_max} secrets", field="secrets")
+    out = {}
+    for k, v in raw.items():
+        if not SECRET_NAME_RE.match(k) or len(k) > limits.secret_name_chars_max:
+            raise InvalidSpec(f"a secret's name is 1-{limits.secret_name_chars_max} letters, digits and '_', "
+                              "not starting with a digit", field="secrets")
+        if k.upper().startswith("RAFTSCHED_"):
+            raise InvalidSpec("RAFTSCHED_ names are the run's identity", field=f"secrets.{k}")
+        if not isinstance(v, str) or not 1 <= len(v) <= limits.secret_value_chars_max:
+            raise InvalidSpec(f"must be a string of 1-{limits.secret_value_chars_max} characters", field=f"secrets.{k}")
+        if _CONTROL_RE.search(v):
+            raise InvalidSpec("holds a control character such as NUL, CR or LF (the value is not shown)",
+                              field=f"secrets.{k}")
+        out[k] = v
+    return out
+
+
 LABEL_KEY_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?$")
 
 
@@ -381,6 +464,13 @@ def validate_job(name, raw, now_ms: int | None = None) -> dict:
     }
     if "jitter_s" in raw:
         _add_jitter(name, spec["schedule"], raw["jitter_s"])
+    if "secrets" in raw:
+        spec["secrets"] = validate_secrets(raw["secrets"])
+    if "keep_output" in raw:
+        if not isinstance(raw["keep_output"], bool):
+            raise InvalidSpec("must be true or false", field="keep_output")
+        if raw["keep_output"] is False:  # true is the default, not stored
+            spec["keep_output"] = False
     if "description" in raw:
         d = raw["description"]
         if not isinstance(d, str) or len(d) > limits.description_chars_max:
@@ -394,6 +484,8 @@ def validate_job(name, raw, now_ms: int | None = None) -> dict:
         spec["placement"] = validate_placement(raw["placement"])
     payload = spec["payload"]
     if "payload" in raw:  # the default, {}, is valid
+        if _depth(payload) > limits.payload_depth_max:
+            raise InvalidSpec(f"is nested more than {limits.payload_depth_max} levels deep", field="payload")
         try:
             encoded = json.dumps(payload, allow_nan=False)
         except (TypeError, ValueError):
@@ -541,7 +633,7 @@ def _lock_ttl_ms(b: dict, required: bool) -> int | None:
 
 def _lock_token(b: dict) -> int:
     t = b.get("token")
-    if isinstance(t, bool) or not isinstance(t, int) or t < 1:
+    if isinstance(t, bool) or not isinstance(t, int) or not 1 <= t < 2**63:
         raise InvalidSpec("is required: the fencing token acquire returned", field="token")
     return t
 

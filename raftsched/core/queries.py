@@ -16,9 +16,9 @@ from collections import Counter
 from operator import itemgetter
 
 from . import limits
-from .errors import NotFound
+from .errors import Conflict, NotFound
 from .model import RUN_STATES, placement_ok
-from .records import STATS_FIELDS
+from .records import STATS_FIELDS, err
 from .workers import FACTS, is_gone
 
 _QUEUE_DEFAULT = {"max_depth": limits.queue_depth_default, "on_full": "reject"}
@@ -524,3 +524,107 @@ def next_due_ms(s, queues: list[str] | None) -> int | None:
             if h and (best is None or h[0][0] < best):
                 best = h[0][0]
     return best
+# ------------------------------------------------------------------ API tokens (core/tokens.py)
+def token_list(s) -> list[dict]:
+    """Every token without its hash, oldest first (by created, then id): ``{"id", "role",
+    "tenants", "created", "expires", "revoked", "note"}``."""
+    out = [{"id": tid, "role": t["role"], "tenants": None if t["tenants"] is None else list(t["tenants"]),
+            "created": t["created"], "expires": t["expires"], "revoked": t["revoked"], "note": t["note"]}
+           for tid, t in s.tokens.items()]
+    out.sort(key=lambda t: (t["created"], t["id"]))
+    return out
+
+
+def token_auth(s, token_id: str) -> tuple | None:
+    """What a node checks a presented token against: ``(role, tenants, expires, hash)`` of a
+    token that is not revoked, or None (no such token, or revoked)."""
+    t = s.tokens.get(token_id)
+    if t is None or t["revoked"] is not None:
+        return None
+    return t["role"], None if t["tenants"] is None else tuple(t["tenants"]), t["expires"], t["hash"]
+
+
+# ------------------------------------------------------------------ reads limited to tenants
+# For tokens limited to tenants (node/tenancy.py): the same reads as above, of those tenants'
+# jobs and runs only. A run belongs to the tenant its job had when the run was created; a
+# recorded slot (skipped, coalesced) to its job's tenant.
+def job_tenant(s, name: str) -> str | None:
+    """The tenant of job ``name``, or None when there is no such job."""
+    j = s.jobs.get(name)
+    return None if j is None else j["spec"]["tenant"]
+
+
+def _tenant_of_run(s, r: dict) -> str | None:
+    """A run's tenant; a recorded slot (which has none) belongs to its job's."""
+    t = r.get("tenant")
+    if t is None:
+        j = s.jobs.get(r["job"])
+        t = None if j is None else j["spec"]["tenant"]
+    return t
+
+
+def run_tenant(s, run_id: str) -> str | None:
+    """The tenant of run (or recorded slot) ``run_id``, or None when there is no such run."""
+    r = s.runs.get(run_id)
+    return None if r is None else _tenant_of_run(s, r)
+
+
+def jobs_page_in(s, tenants, limit: int, after: str | None, labels: dict | None = None) -> dict:
+    """jobs_page of the jobs of ``tenants`` only (``total`` counts those); with ``labels``, of
+    those that carry every one of them too (jobs_labelled_page)."""
+    want = labels.items() if labels else None
+    names = sorted(n for n, j in s.jobs.items() if j["spec"]["tenant"] in tenants
+                   and (want is None or want <= j["spec"].get("labels", {}).items()))
+    total = len(names)
+    if after:
+        names = names[bisect.bisect_right(names, after):]
+    page = names[:limit]
+    return {"jobs": [job(s, n) for n in page], "next": page[-1] if len(names) > limit else None,
+            "total": total}
+
+
+def runs_in(s, tenants, state: str | None, limit: int) -> list[dict]:
+    """runs of ``tenants`` only."""
+    out = []
+    for r in reversed(s.runs.values()):
+        if (state and r["state"] != state) or _tenant_of_run(s, r) not in tenants:
+            continue
+        out.append(_run_copy(r))
+        if len(out) >= limit:
+            break
+    return out
+
+
+def queue_tenants(s, queue: str) -> set[str]:
+    """The tenants of the jobs whose queue is ``queue``."""
+    return {j["spec"]["tenant"] for j in s.jobs.values() if j["spec"]["queue"] == queue}
+
+
+def queues_of(s, tenants) -> set[str]:
+    """The queues of the jobs of ``tenants``."""
+    return {j["spec"]["queue"] for j in s.jobs.values() if j["spec"]["tenant"] in tenants}
+
+
+# ------------------------------------------------------------------ request ids
+def request_what(cmd: dict) -> str:
+    """What a request id is remembered with: the command's op and target (SchedulerState.apply
+    compares it on a retry)."""
+    return f"{cmd['op']}:{cmd.get('name') or cmd.get('run') or ''}"
+
+
+def replayed(s, cmd: dict) -> dict | None:
+    """The result apply gives ``cmd`` when its request id is one the state remembers (the first
+    result, marked duplicate, or a conflict when the id was used for another request), or None
+    when it does not: a proposer that finds one answers without proposing, since the answer is
+    final. The same rule as SchedulerState.apply (tests/test_state.py holds them together)."""
+    rid = cmd.get("rid")
+    seen = s.requests.get(rid) if rid is not None else None
+    if seen is None:
+        return None
+    seen_what, res = seen
+    if seen_what != request_what(cmd):
+        return err(Conflict(f"request id {rid!r} was already used for a different request ({seen_what})",
+                            field="Idempotency-Key"))
+    out = dict(res)
+    out["duplicate"] = True
+    return out

@@ -46,6 +46,7 @@ from .backfills import (
 from .workers import (
     apply_drain_worker, apply_forget_workers, apply_release, apply_worker_hello, apply_workers_seen,
 )
+from .tokens import apply_token_create, apply_token_revoke
 
 
 def apply_noop(s, cmd: dict, now: int) -> dict:
@@ -89,6 +90,8 @@ HANDLERS = {
     "drain_worker": apply_drain_worker,
     "forget_workers": apply_forget_workers,
     "release": apply_release,
+    "token_create": apply_token_create,
+    "token_revoke": apply_token_revoke,
 }
 # The codec refuses an op with no handler; a handler for an op the codec refuses would never run.
 assert tuple(HANDLERS) == commands.OPS, "commands.OPS and state.HANDLERS must list the same ops"

@@ -6,19 +6,23 @@ command to the leader). One middleware maps every error to ``{"error": {"code", 
 """
 from __future__ import annotations
 
-import hmac
 import json
 import logging
+import math
 import os
 
 from aiohttp import web
 
 from ..core import limits, preview, queries
-from ..core.errors import BadRequest, InvalidSpec, NotFound, RaftschedError, Unauthorized, Unavailable
+from ..core.errors import BadRequest, InvalidSpec, NotFound, RaftschedError, TooManyRequests, Unauthorized, Unavailable
 from ..core.model import RUN_STATES, check_label_key, check_label_value
+from . import auth as auth_module
+from . import tenancy
 from . import limits as node_limits
 from .backfills import BackfillService
 from .fleet import Fleet
+from .audit import AuditLog
+from .auth import Auth
 from .metrics import NodeMetrics
 from .service import Service, parse_slot_param
 from .trigger import Trigger
@@ -36,6 +40,9 @@ METRICS = web.AppKey("metrics", NodeMetrics)
 BACKFILLS = web.AppKey("backfills", BackfillService)
 #: The worker fleet's side of this node (node/fleet.py): the worker protocol and /v1/workers.
 FLEET = web.AppKey("fleet", Fleet)
+#: Who may call what (node/auth.py), and where mutations are recorded (node/audit.py; unset: nowhere).
+AUTH = web.AppKey("auth", Auth)
+AUDIT = web.AppKey("audit", AuditLog)
 
 
 def _error_response(e: RaftschedError) -> web.Response:
@@ -44,6 +51,8 @@ def _error_response(e: RaftschedError) -> web.Response:
         headers["Retry-After"] = "1"
     if isinstance(e, Unauthorized):
         headers["WWW-Authenticate"] = "Bearer"
+    if isinstance(e, TooManyRequests):
+        headers["Retry-After"] = str(max(1, math.ceil(e.extra.get("retry_after_s", 1))))
     return web.json_response({"error": e.to_dict()}, status=e.http_status, headers=headers)
 
 
@@ -76,13 +85,43 @@ async def errors_middleware(request: web.Request, handler):
 
 @web.middleware
 async def auth_middleware(request: web.Request, handler):
-    token = request.app[TOKEN]
-    # Read-only POSTs (preview, explain) propose nothing and need no token.
-    if token and request.method not in ("GET", "HEAD", "OPTIONS") and request.match_info.handler not in READ_ONLY_POSTS:
-        got = request.headers.get("Authorization", "")
-        if not got.startswith("Bearer ") or not hmac.compare_digest(got[7:].strip().encode(), token.encode()):
-            raise Unauthorized("mutations need 'Authorization: Bearer <token>' (the token file given to the node)")
+    """Every request but the open ones needs a token whose role has the route's scope
+    (node/auth.py); a token limited to tenants is held to them (node/tenancy.py)."""
+    principal, scope = auth_module.check_request(request.app[AUTH], request)
+    if principal is not None and principal.tenants is not None and scope != "none":
+        return await tenancy.handle(request, handler, principal, request.match_info.route.resource.canonical)
     return await handler(request)
+
+
+@web.middleware
+async def audit_middleware(request: web.Request, handler):
+    """Outermost: every mutation, and every request refused a token, goes to the audit log
+    with the status it was answered (node/audit.py)."""
+    status = None
+    try:
+        resp = await handler(request)
+        status = resp.status
+        return resp
+    finally:
+        log_ = request.app.get(AUDIT)
+        if log_ is not None:
+            record_audit(log_, request, status)
+
+
+def record_audit(audit_log: AuditLog, request: web.Request, status: int | None) -> None:
+    resource = request.match_info.route.resource
+    route = resource.canonical if resource is not None else request.path
+    mutation = request.method not in ("GET", "HEAD", "OPTIONS") and auth_module.scope_of(request.method, route) != "read"
+    denied = status in (401, 403, 429)
+    if not (mutation or denied):
+        return
+    p = request.get(auth_module.PRINCIPAL)
+    audit_log.record(
+        now_ms=request.app[SERVICE].clock.now_ms(), source=request.remote,
+        token=p.id if p is not None else request.get(auth_module.CLAIMED), role=p.role if p is not None else None,
+        method=request.method, route=route, target=dict(request.match_info), status=status,
+        auth="denied" if denied else "allowed",
+        request_id=request.headers.get("Idempotency-Key") or request.headers.get("X-Request-Id"))
 
 
 async def _json_body(request: web.Request):
@@ -93,6 +132,8 @@ async def _json_body(request: web.Request):
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
         raise BadRequest(f"malformed JSON: {e}") from None
+    except RecursionError:
+        raise BadRequest("malformed JSON: nested too deeply") from None
 
 
 def _rid(request: web.Request) -> str | None:
@@ -153,18 +194,26 @@ def _state_param(request: web.Request) -> str | None:
 
 def make_app(service: Service, token: str | None, *, trigger: Trigger | None = None,
              worker: Worker | None = None, metrics: NodeMetrics | None = None,
-             fleet: Fleet | None = None) -> web.Application:
+             fleet: Fleet | None = None, auth: Auth | None = None,
+             audit: AuditLog | None = None) -> web.Application:
     """Build the API application.
 
+    :param token: the bootstrap (admin) token, when ``auth`` is not given.
     :param trigger: the node's trigger, whose counters /v1/cluster shows.
     :param worker: the node's worker, likewise.
     :param metrics: the node's metrics, which /metrics renders (404 without them).
     :param fleet: the node's side of the worker fleet (node/fleet.py); without it, one over the
         service's replica is made (it needs its ``run`` loop for long-polls to be answered).
+    :param auth: who may call what (default: the bootstrap ``token`` and the replica's tokens).
+    :param audit: the audit log (default: none).
     """
-    app = web.Application(middlewares=[errors_middleware, auth_middleware], client_max_size=node_limits.request_bytes_max)
+    app = web.Application(middlewares=[audit_middleware, errors_middleware, auth_middleware],
+                          client_max_size=node_limits.request_bytes_max)
     app[SERVICE] = service
     app[TOKEN] = token or ""
+    app[AUTH] = auth if auth is not None else Auth(token or "", service.read, service.clock)
+    if audit is not None:
+        app[AUDIT] = audit
     for key, value in ((TRIGGER, trigger), (WORKER, worker), (METRICS, metrics)):
         if value is not None:
             app[key] = value
@@ -218,6 +267,7 @@ def make_app(service: Service, token: str | None, *, trigger: Trigger | None = N
     r.add_get("/v1/workers", list_workers)
     r.add_get("/v1/workers/{id}", get_worker)
     r.add_post("/v1/workers/{id}/drain", drain_worker)
+    auth_module.add_routes(r)
     return app
 
 
@@ -362,7 +412,7 @@ async def preview_spec(request: web.Request) -> web.Response:
 
 
 async def explain_job(request: web.Request) -> web.Response:
-    """Read-only (it proposes nothing), so it needs no token."""
+    """Read-only (it proposes nothing): scope read."""
     svc = request.app[SERVICE]
     return web.json_response(svc.explain_job(request.match_info["name"], await _json_body(request)))
 

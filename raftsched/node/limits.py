@@ -176,3 +176,21 @@ backfill_slots_refill_min = 2 * core.backfill_step_runs_max
 
 assert backfill_slots_enumerated <= core.backfill_step_slots_max
 assert backfill_slots_refill_min < backfill_slots_enumerated
+# Authentication and the audit log (node/auth.py, node/audit.py) ------------------------------
+#: Refused tokens (401) one source address may send in a burst, and how many a second it gets
+#: back: past them, every request from that address is answered 429 (with Retry-After) before
+#: its token is even looked at, until the bucket has refilled. Tokens are 256-bit random, so this
+#: is not what stops guessing; it keeps a scanner from filling the log and the audit log.
+auth_failures_burst = 20
+auth_failures_per_s = 1.0
+#: Source addresses whose failure buckets a node remembers (least recently failing forgotten).
+auth_sources_max = 10_000
+#: Size at which the audit log (DATA_DIR/audit.jsonl) is rotated, and the rotated files kept
+#: (audit.jsonl.1 the newest): at most (1 + kept) x this on disk.
+audit_file_bytes_max = 16 * 1024 * 1024
+audit_files_kept = 4
+#: Characters of one field of an audit record (a path, a name from the URL): a request line
+#: is at most 8 KiB (aiohttp), a record stays well under a line a terminal shows whole.
+audit_field_chars_max = 256
+
+assert auth_failures_burst >= 1 and auth_failures_per_s > 0

@@ -9,6 +9,7 @@ import logging
 import os
 import secrets
 import signal
+import ssl
 import stat
 from collections.abc import Awaitable
 
@@ -18,9 +19,13 @@ from ..clock import Clock, SystemClock
 from ..core.model import EXECUTOR_TYPES
 from ..core.state import SchedulerState
 from .. import gcpolicy, replication
+from . import limits as node_limits
 from .api import make_app
 from .backfills import BackfillStepper
 from .fleet import Fleet
+from .audit import AuditLog, install_log_redaction
+from .auth import Auth, FailureLimiter
+from .redact import Fingerprint
 from .service import Service
 from .trigger import Trigger
 from .metrics import NodeMetrics
@@ -74,6 +79,17 @@ class NodeConfig:
     #: a file to which the leading trigger appends a line per committed fire command, read by
     #: scripts/bench.py for fire lag (None: no fire log)
     fire_log_path: str | None = None
+    # Security (docs/security.md).
+    #: GET /metrics needs no token (a Prometheus that scrapes without one)
+    metrics_open: bool = False
+    #: the API's TLS certificate chain and key (PEM files); None: plain HTTP
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    #: a CA (PEM) whose certificates clients must present: mutual TLS (None: no client certificate asked)
+    tls_client_ca: str | None = None
+    #: refused tokens one source may send in a burst, and get back a second (node/limits.py)
+    auth_failures_burst: float = node_limits.auth_failures_burst
+    auth_failures_per_s: float = node_limits.auth_failures_per_s
 
 
 def parse_hostport(text: str, what: str) -> tuple[str, int]:
@@ -111,6 +127,27 @@ def read_secret_file(path: str, what: str) -> str:
     if len(value) < 16:
         raise ConfigError(f"{what} {path} holds fewer than 16 characters")
     return value
+
+
+def tls_context(cfg: NodeConfig) -> ssl.SSLContext | None:
+    """The API's server TLS context, or None for plain HTTP. TLS 1.2 at least; with
+    ``tls_client_ca``, a client must present a certificate that CA signed.
+
+    :raises ConfigError: a file that cannot be read, a key that does not match its certificate."""
+    if not cfg.tls_cert and not cfg.tls_key and not cfg.tls_client_ca:
+        return None
+    if not cfg.tls_cert or not cfg.tls_key:
+        raise ConfigError("--tls-cert and --tls-key go together (and --tls-client-ca needs both)")
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(cfg.tls_cert, cfg.tls_key)
+        if cfg.tls_client_ca:
+            ctx.load_verify_locations(cfg.tls_client_ca)
+            ctx.verify_mode = ssl.CERT_REQUIRED
+    except (OSError, ssl.SSLError) as e:
+        raise ConfigError(f"TLS: {e}") from None
+    return ctx
 
 
 def ensure_token(data_dir: str) -> str:
@@ -178,30 +215,39 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
                     allowed_types=cfg.executor_types, lease_ttl_ms=cfg.lease_ttl_ms,
                     execute_on_leader=cfg.execute_on_leader, single_node=not cfg.peers,
                     labels=cfg.worker_labels)
-    service = Service(raft, clock, cfg.node_id)
+    service = Service(raft, clock, cfg.node_id, fingerprint=Fingerprint.from_cluster_secret(cfg.secret))
     fleet = Fleet(raft, clock, cfg.node_id, embedded_id=worker.worker_id if cfg.worker_slots > 0 else None)
     gc_pauses = gcpolicy.GcPauses(lambda: state.jobs)
     metrics = NodeMetrics(raft, trigger, worker, gc_pauses)
     metrics.registry.register(fleet.collector())
     trigger.lag_observer = metrics.observe_fire_lags
-    app = make_app(service, cfg.token, trigger=trigger, worker=worker, metrics=metrics, fleet=fleet)
+    auth = Auth(cfg.token, raft.read, clock, metrics_open=cfg.metrics_open,
+                limiter=FailureLimiter(cfg.auth_failures_burst, cfg.auth_failures_per_s))
+    audit = AuditLog(os.path.join(cfg.data_dir, "audit.jsonl"), cfg.node_id)
+    install_log_redaction()  # aiohttp's parser errors quote the request: never a token in the log
+    app = make_app(service, cfg.token, trigger=trigger, worker=worker, metrics=metrics, fleet=fleet,
+                   auth=auth, audit=audit)
     gc_pauses.install()
     try:
         await _serve(cfg, raft, loop, app, trigger, worker, stop, gc_pauses, fleet)
     finally:
         gc_pauses.uninstall()  # its callback holds the state: never left behind by a failed start
+        audit.close()
 
 
 async def _serve(cfg: NodeConfig, raft, loop, app, trigger, worker, stop, gc_pauses: gcpolicy.GcPauses,
                  fleet: Fleet) -> None:
+    ssl_ctx = tls_context(cfg)
     raft.start(loop)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, cfg.api_host, cfg.api_port, reuse_address=True)
+    site = web.TCPSite(runner, cfg.api_host, cfg.api_port, reuse_address=True, ssl_context=ssl_ctx)
     try:
         await site.start()
-        log.info("node %s: api http://%s:%d raft %s peers %s data %s pid %d", cfg.node_id,
-                 cfg.api_host, cfg.api_port, cfg.raft_addr, ",".join(cfg.peers) or "-", cfg.data_dir, os.getpid())
+        log.info("node %s: api %s://%s:%d%s raft %s peers %s data %s pid %d", cfg.node_id,
+                 "https" if ssl_ctx else "http", cfg.api_host, cfg.api_port,
+                 " (client certificates required)" if cfg.tls_client_ca else "",
+                 cfg.raft_addr, ",".join(cfg.peers) or "-", cfg.data_dir, os.getpid())
         loops = {"trigger": trigger.run(), "gc": gcpolicy.poll_forever(gc_pauses), "fleet": fleet.run()}
         if cfg.worker_slots > 0:
             loops["worker"] = worker.run()

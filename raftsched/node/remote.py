@@ -67,6 +67,11 @@ class WorkerConfig:
     wait_s: float = node_limits.lease_wait_s_default
     #: the seam for ``--app`` (node/worker.py ExecutorLookup); None: the built-in executors
     executor_lookup: ExecutorLookup | None = None
+    #: https: the CA the nodes' certificates chain to (None: the system's), and this worker's
+    #: certificate and key for mutual TLS (docs/security.md)
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
 
 
 class RemoteChannel:
@@ -88,7 +93,8 @@ class RemoteChannel:
         k = zlib.crc32(cfg.worker_id.encode()) % len(urls)
         self.urls = urls[k:] + urls[:k]
         self.client = AsyncClient(self.urls, token=cfg.token, timeout_s=node_limits.worker_request_timeout_s,
-                                  deadline_s=node_limits.report_deadline_s)
+                                  deadline_s=node_limits.report_deadline_s, ca_file=cfg.ca_file,
+                                  cert_file=cfg.cert_file, key_file=cfg.key_file)
         #: this process, as its lease requests describe it (the node says hello for it)
         self.facts = {"queues": cfg.queues, "labels": dict(sorted(cfg.labels.items())), "slots": cfg.slots,
                       "executors": sorted(cfg.executors), "version": VERSION, "instance": uuid.uuid4().hex[:16]}

@@ -16,6 +16,7 @@ from ..core import commands, limits, model, policy, preview, queries, schedule
 from ..core.errors import InvalidSpec, NotFound, RaftschedError, BadRequest
 from ..core.model import check_name
 from . import batch
+from .redact import PROCESS_DEFAULT, Fingerprint, restore_redacted
 from .views import job_view, lock_view, run_view, tenant_view
 
 
@@ -28,20 +29,32 @@ class Service:
 
     :param raft: the replication adapter (``propose``, ``barrier``, ``read``).
     :param clock: the proposer's clock: every command's ``now``, and the first slots of a job.
+    :param fingerprint: how reads show secrets (node/redact.py); the node's is keyed by the
+        cluster secret, so every node shows the same fingerprints.
     """
 
     def __init__(self, raft, clock: Clock, node_id: str,
-                 propose_timeout_s: float = limits.propose_timeout_s_default) -> None:
+                 propose_timeout_s: float = limits.propose_timeout_s_default,
+                 fingerprint: Fingerprint = PROCESS_DEFAULT) -> None:
         self.raft = raft
         self.clock = clock
         self.node_id = node_id
         self.propose_timeout_s = propose_timeout_s
+        self.fingerprint = fingerprint
 
     # ------------------------------------------------------------------ plumbing
     async def propose(self, cmd: dict) -> dict:
-        """Propose and return the applied result. :raises RaftschedError: refusals and
-        Unavailable / Indeterminate from replication."""
-        return await self.propose_data(commands.encode(cmd))
+        """Propose and return the applied result. A request id this replica has seen applied
+        is answered from there, without proposing: that answer is final (a retry, or a key
+        reused for another request). :raises RaftschedError: refusals and Unavailable /
+        Indeterminate from replication."""
+        data = commands.encode(cmd)
+        seen = self.read(queries.replayed, cmd)
+        if seen is not None:
+            if not seen.get("ok"):
+                raise RaftschedError.from_dict(seen.get("error") or {"code": "internal", "message": "refused"})
+            return seen
+        return await self.propose_data(data)
 
     async def propose_data(self, data: bytes) -> dict:
         """``propose`` for a command already encoded."""
@@ -89,9 +102,24 @@ class Service:
             memo[key] = schedule.next_slot_after(sched, cursor, anchor)
         return cursor, anchor, memo[key]
 
+    def unredact(self, name: str, raw):
+        """``raw`` with the redacted values a read showed of job ``name``'s stored secrets put
+        back (node/redact.py). :raises InvalidSpec: a redacted value that matches none."""
+        if not isinstance(raw, dict) or not isinstance(name, str):
+            return raw
+
+        def stored():
+            old = self.read(queries.job, name)
+            return old["spec"] if old is not None else None
+        return restore_redacted(raw, stored, self.fingerprint)
+
+    def job_view(self, job: dict) -> dict:
+        """``job`` (queries.job) as the API shows it, secrets redacted."""
+        return job_view(job, self.fingerprint)
+
     async def put_job(self, name: str, raw, rid: str | None, create_only: bool = False) -> dict:
         now = self.clock.now_ms()
-        spec = model.validate_job(name, raw, now)
+        spec = model.validate_job(name, self.unredact(name, raw), now)
         cursor, anchor, nxt = self._position(name, spec["schedule"], now)
         cmd = commands.make("put_job", now, rid or new_request_id(), name=name, spec=spec,
                             next=nxt, cursor=cursor, anchor=anchor, create_only=create_only)
@@ -107,6 +135,12 @@ class Service:
         :raises RaftschedError: as batch.merge, when a command failed.
         """
         jobs_raw, create_only = batch.parse_body(body)
+        for name, raw in jobs_raw.items():
+            try:
+                jobs_raw[name] = self.unredact(name, raw)
+            except InvalidSpec as e:
+                raise InvalidSpec(f"job {name!r}: {e.message}", field=e.field, job=name, invalid=1,
+                                  errors=[{"job": name, "field": e.field, "message": e.message}]) from None
         key = key or new_request_id()
         now = self.clock.now_ms()
         specs = await batch.validate_all(jobs_raw, now)
@@ -204,10 +238,12 @@ class Service:
         return run_view(run)
 
     async def dlq_requeue(self, run_id: str, rid: str | None) -> dict:
+        model.check_run_id(run_id)
         res = await self.propose(commands.make("dlq_requeue", self.clock.now_ms(), rid or new_request_id(), run=run_id))
         return self._out(res, {"run": run_id, "state": res["state"], "attempt": res["attempt"]})
 
     async def dlq_delete(self, run_id: str, rid: str | None) -> dict:
+        model.check_run_id(run_id)
         res = await self.propose(commands.make("dlq_delete", self.clock.now_ms(), rid or new_request_id(), run=run_id))
         return self._out(res, {"run": run_id, "deleted": True})
 
@@ -278,7 +314,7 @@ class Service:
         job = self.read(queries.job, name)
         if job is None:
             raise NotFound(f"no job named {name!r}", field="name")
-        return job_view(job)
+        return self.job_view(job)
 
     def list_jobs(self, limit: int, after: str | None, labels: dict | None = None) -> dict:
         """A page of jobs by name; with ``labels``, of the jobs that carry all of them."""
@@ -286,7 +322,7 @@ class Service:
             page = self.read(queries.jobs_labelled_page, labels, limit, after)
         else:
             page = self.read(queries.jobs_page, limit, after)
-        page["jobs"] = [job_view(j) for j in page["jobs"]]
+        page["jobs"] = [self.job_view(j) for j in page["jobs"]]
         return page
 
     def job_runs(self, name: str, limit: int, state_filter: str | None, slot_ms: int | None) -> dict:

@@ -3,15 +3,16 @@ name. Presentation only: the reads themselves, in storage units, are core/querie
 from __future__ import annotations
 
 from ..core import schedule
+from .redact import PROCESS_DEFAULT, Fingerprint, redact_spec
 
 
-def job_view(job: dict) -> dict:
-    """A job (queries.job) as ``GET /v1/jobs/{name}`` shows it."""
+def job_view(job: dict, fp: Fingerprint = PROCESS_DEFAULT) -> dict:
+    """A job (queries.job) as ``GET /v1/jobs/{name}`` shows it, its secrets redacted by ``fp``."""
     st = job["stats"]
     n = st["runs"]
     return {
         "name": job["name"],
-        "spec": spec_view(job["spec"]),
+        "spec": spec_view(job["spec"], fp),
         "state": {
             "paused": job["paused"],
             "next_slot": schedule.iso(job["next"]),
@@ -29,9 +30,11 @@ def job_view(job: dict) -> dict:
     }
 
 
-def spec_view(spec: dict) -> dict:
-    """A stored spec with its schedule's times (``at``, ``start_at``) as ISO text."""
-    out = dict(spec)
+def spec_view(spec: dict, fp: Fingerprint = PROCESS_DEFAULT) -> dict:
+    """A stored spec with its schedule's times (``at``, ``start_at``) as ISO text, its secrets
+    redacted (node/redact.py) and ``keep_output`` filled in."""
+    out = redact_spec(spec, fp)
+    out.setdefault("keep_output", True)
     sched = dict(spec["schedule"])
     for k in ("at", "start_at"):
         if k in sched:
@@ -46,7 +49,7 @@ def run_view(run: dict) -> dict:
         "id": run["id"], "job": run["job"], "slot": schedule.iso(run["slot"]), "slot_ms": run["slot"],
         "state": run["state"], "kind": run.get("kind"),
         "attempt": run.get("attempt"), "fencing_token": run.get("fencing_token"),
-        "worker": run.get("worker"), "queue": run.get("queue"),
+        "worker": run.get("worker"), "queue": run.get("queue"), "tenant": run.get("tenant"),
         "fired_at": schedule.iso(run.get("fired_at")), "started_at": schedule.iso(run.get("started_at")),
         "finished_at": schedule.iso(run.get("finished_at")), "error": run.get("error"),
     }

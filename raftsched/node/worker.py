@@ -59,6 +59,7 @@ from ..clock import Clock
 from ..core import commands, limits, queries
 from ..core.errors import Conflict, Indeterminate, NotFound, RaftschedError, Unavailable
 from . import limits as node_limits
+from . import redact
 from ..aio import wait_event
 from .executors import ALL_TYPES, CancelEvent, Outcome, RunContext, execute, execute_soon
 
@@ -474,7 +475,8 @@ class LeaseLoop:
         try:
             if g.get("executor") is not None:
                 ctx = RunContext(run_id=g["id"], job=g["job"], slot_ms=g["slot"], attempt=g["attempt"],
-                                 fencing_token=g["token"], payload=g.get("payload"), worker_id=self.worker_id)
+                                 fencing_token=g["token"], payload=g.get("payload"), worker_id=self.worker_id,
+                                 secrets=dict(g.get("secrets") or {}))
                 own = self.executor_lookup(g) if self.executor_lookup is not None else None
                 # A plain python function already imported runs without a task of its own.
                 if own is None and execute_soon(g["executor"], ctx, g["timeout_s"], functools.partial(self._executed, h, t0),
@@ -498,7 +500,7 @@ class LeaseLoop:
             elif own is not None:
                 out = await own(ctx, g["timeout_s"], h.cancel)
             else:
-                out = await execute(g["executor"], ctx, g["timeout_s"], cancel=h.cancel,
+                out = await execute(redact.deliver(g["executor"], g.get("secrets")), ctx, g["timeout_s"], cancel=h.cancel,
                                     allowed_types=self.allowed_types, kill_grace_s=self.kill_grace_s,
                                     http_session=self._session)
             self._executed(h, t0, out)
@@ -524,8 +526,14 @@ class LeaseLoop:
         if not self._outbox:
             self._outbox_since = now
         g = h.grant
+        output, error = out.output, out.error
+        if g.get("keep_output") is False:
+            output = ""  # the job asked for its output not to be kept
+        masked = redact.secret_values(g.get("executor"), g.get("secrets"))
+        if masked:  # a run that prints its secrets does not put them into the history
+            output, error = redact.mask(output, masked), redact.mask(error, masked)
         self._outbox.append(({"run": g["id"], "token": g["token"], "success": out.ok,
-                              "error": out.error, "output": out.output}, h))
+                              "error": error, "output": output}, h))
         self._free_slot(h)
 
     def _free_slot(self, h: _Held) -> None:

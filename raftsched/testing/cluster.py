@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import signal
+import ssl
 import sys
 import urllib.error
 import urllib.request
@@ -50,13 +51,14 @@ NODE_COMMAND = (sys.executable, "-m", "raftsched.cli")
 # ------------------------------------------------------------------------------------ HTTP
 
 def http(method: str, url: str, body=None, token: str | None = None, headers: dict | None = None,
-         timeout: float = 10.0):
+         timeout: float = 10.0, context=None):
     """One request to a node's API; returns ``(status, JSON body)``, or the text when the body
     is not JSON. An HTTP error status is returned, not raised; a connection error raises
     ``OSError``.
 
     :param body: JSON-encoded unless already ``bytes``.
     :param token: sent as ``Authorization: Bearer``.
+    :param context: an ``ssl.SSLContext`` for ``https://`` URLs (one that trusts the nodes' CA).
     """
     data = None
     if body is not None:
@@ -68,7 +70,7 @@ def http(method: str, url: str, body=None, token: str | None = None, headers: di
     for k, v in (headers or {}).items():
         req.add_header(k, v)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
+        with urllib.request.urlopen(req, timeout=timeout, context=context) as r:
             raw = r.read()
             status = r.status
     except urllib.error.HTTPError as e:
@@ -150,6 +152,13 @@ def write_private(path: Path, text: str) -> None:
 
 # ------------------------------------------------------------------------------------ a cluster
 
+def _with_flags(node_args, flags: list[str]):
+    """``node_args`` (a list, a callable ``index -> list`` or None) with ``flags`` added."""
+    if callable(node_args):
+        return lambda i: [*node_args(i), *flags]
+    return [*(node_args or []), *flags]
+
+
 class LocalCluster:
     """``n`` raftsched node processes on free loopback ports, each with its own data directory
     under ``tmp`` (``node-1``, ``node-2``, ...), its log at ``node-N/node.log``, one shared
@@ -172,13 +181,32 @@ class LocalCluster:
     :param ports: ``(api_ports, raft_ports)`` chosen by the caller (who needs more ports than
         these and allocates them in one :func:`free_ports` call); default: fresh free ports.
     :param new_session: start each node in a session of its own (see :class:`Procs`).
+    :param tls: ``"server"``: the nodes serve the API over TLS, with certificates of a CA made
+        for the cluster (raftsched.testing.tls, in ``tmp/tls``); ``"mutual"``: clients must also
+        present a certificate of that CA. The harness's own requests trust that CA (and present
+        its client certificate).
     """
 
     def __init__(self, tmp: Path, n: int = 3, secret: str | None = "s" * 32, token: str = "t" * 32,
                  env: dict | None = None, node_args: Sequence[str] | Callable[[int], Sequence[str]] | None = None,
                  node_env: Mapping[int, dict] | Callable[[int], dict] | None = None, cwd: Path | None = None,
-                 ports: tuple[Sequence[int], Sequence[int]] | None = None, new_session: bool = False) -> None:
+                 ports: tuple[Sequence[int], Sequence[int]] | None = None, new_session: bool = False,
+                 tls: str | None = None) -> None:
         self.tmp = Path(tmp)
+        self.tls = None
+        self.ssl_context = None
+        if tls is not None:
+            if tls not in ("server", "mutual"):
+                raise ValueError(f"tls is 'server' or 'mutual', not {tls!r}")
+            from .tls import make_demo_pki  # cryptography: only when asked for
+            self.tls = make_demo_pki(self.tmp / "tls")
+            self.ssl_context = ssl.create_default_context(cafile=str(self.tls.ca))
+            if tls == "mutual":
+                self.ssl_context.load_cert_chain(str(self.tls.client_cert), str(self.tls.client_key))
+            flags = ["--tls-cert", str(self.tls.cert), "--tls-key", str(self.tls.key)]
+            if tls == "mutual":
+                flags += ["--tls-client-ca", str(self.tls.ca)]
+            node_args = _with_flags(node_args, flags)
         self.node_args = node_args if callable(node_args) else list(node_args or [])
         self.n = n
         self.token = token
@@ -224,7 +252,7 @@ class LocalCluster:
         return f"{HOST}:{self.raft_ports[i]}"
 
     def url(self, i: int) -> str:
-        return f"http://{HOST}:{self.api_ports[i]}"
+        return f"{'https' if self.tls else 'http'}://{HOST}:{self.api_ports[i]}"
 
     def node_id(self, i: int) -> str:
         return f"node-{i + 1}"
@@ -286,10 +314,15 @@ class LocalCluster:
 
     # -------------------------------------------------------------- the API
     def get(self, i: int, path: str, **kw):
+        """A GET with the cluster's token (every request but /healthz needs one), unless
+        ``token`` says otherwise."""
+        kw.setdefault("token", self.token)
+        kw.setdefault("context", self.ssl_context)
         return http("GET", self.url(i) + path, **kw)
 
     def call(self, i: int, method: str, path: str, body=None, **kw):
         """A request with the cluster's token."""
+        kw.setdefault("context", self.ssl_context)
         return http(method, self.url(i) + path, body, token=self.token, **kw)
 
     def status(self, i: int, timeout_s: float = 10.0) -> dict | None:
@@ -321,14 +354,18 @@ class LocalCluster:
 # ------------------------------------------------------------------------------------ cluster.sh
 
 def probe(urls: Mapping[int, str], members: Sequence[str], token: str | None,
-          timeout_s: float) -> dict[int, dict | str]:
+          timeout_s: float, context=None) -> dict[int, dict | str]:
     """Ask each node of ``urls`` (index -> API URL) for ``/v1/cluster`` at once. A node whose
     body names another node id than ``node-{index + 1}`` (another process on its port) counts
     as not answering. Returns each node's body, or the reason it has none."""
     def ask(i: int) -> dict | str:
         try:
-            s, b = http("GET", urls[i] + "/v1/cluster", token=token, timeout=timeout_s)
-        except OSError:
+            s, b = http("GET", urls[i] + "/v1/cluster", token=token, timeout=timeout_s, context=context)
+        except ssl.SSLError as e:
+            return f"TLS failed: {e}"
+        except OSError as e:
+            if isinstance(getattr(e, "reason", None), ssl.SSLError):
+                return f"TLS failed: {e.reason}"
             return "no response"
         if not isinstance(b, dict):
             return "no valid JSON from /v1/cluster" if b else "no response"
@@ -366,6 +403,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--members", type=int, default=3, help="how many nodes the cluster has")
     p.add_argument("--token-file", help="sent as a bearer token when readable")
     p.add_argument("--timeout-s", type=float, default=2.0)
+    p.add_argument("--ca-file", help="the nodes serve TLS: trust this CA (PEM)")
+    p.add_argument("--client-cert", help="present this client certificate (PEM; mutual TLS)")
+    p.add_argument("--client-key", help="the key of --client-cert")
     p.add_argument("nodes", type=int, nargs="*", help="the node numbers to ask")
     args = ap.parse_args(argv)
     token = None
@@ -375,8 +415,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError:
             pass
     members = [f"{args.host}:{args.raft_base + k}" for k in range(1, args.members + 1)]
-    got = probe({n - 1: f"http://{args.host}:{args.api_base + n}" for n in args.nodes}, members, token,
-                args.timeout_s)
+    context = None
+    if args.ca_file:
+        context = ssl.create_default_context(cafile=args.ca_file)
+        if args.client_cert:
+            context.load_cert_chain(args.client_cert, args.client_key)
+    scheme = "https" if context is not None else "http"
+    got = probe({n - 1: f"{scheme}://{args.host}:{args.api_base + n}" for n in args.nodes}, members, token,
+                args.timeout_s, context)
     answers = {i: b if isinstance(b, dict) else None for i, b in got.items()}
 
     def f(v) -> str:

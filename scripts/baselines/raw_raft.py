@@ -199,15 +199,31 @@ def node_main(args) -> int:
 
     peers = [p for p in args.peers.split(",") if p and p != args.self_addr]
     options = _conf_options(args.data_dir, args.self_addr, secret)
+    if args.crypto == "none":
+        options["password"] = None
     conf = make_conf(**options, onStateChanged=on_state_changed)
     counters: dict = {}
     consumer = Counter()
     transport = functools.partial(RaftTransport, dial_map=None, counters=counters)
-    sync = SyncObj(args.self_addr, peers, conf=conf, consumers=[consumer],
-                   transportClass=transport)
+    sync_class = SyncObj
+    if args.crypto == "aead":
+        from raftsched.replication._crypto import _AeadEncryptor
+
+        aead = _AeadEncryptor(secret)
+
+        class AeadSyncObj(SyncObj):
+            """pysyncobj's SyncObj whose connections are protected by raftsched's AES-GCM."""
+
+            @property
+            def encryptor(self):
+                return aead
+        sync_class = AeadSyncObj
+    sync = sync_class(args.self_addr, peers, conf=conf, consumers=[consumer],
+                      transportClass=transport)
 
     shown = {k: v for k, v in options.items()}
-    shown["password"] = "<random secret, set>"
+    shown["password"] = "<random secret, set>" if options["password"] else None
+    shown["crypto"] = args.crypto
     shown["journalFile"] = "<data_dir>/raft.journal"
     shown["fullDumpFile"] = "<data_dir>/raft.dump"
     shown["bindAddress"] = "127.0.0.1:<port>"
@@ -580,7 +596,7 @@ def run(args) -> dict:
             data_dir = os.path.join(tmp, f"node{i}")
             os.makedirs(data_dir)
             cmd = [sys.executable, os.path.abspath(__file__), "--node", "--self-addr", addr,
-                   "--peers", ",".join(addrs), "--data-dir", data_dir]
+                   "--peers", ",".join(addrs), "--data-dir", data_dir, "--crypto", args.crypto]
             proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     env=env, cwd=str(REPO), text=True, bufsize=1,
                                     close_fds=True)
@@ -667,6 +683,11 @@ def main(argv=None) -> int:
     ap.add_argument("--in-flight", type=int, default=1000, help="commands kept outstanding")
     ap.add_argument("--warmup", type=float, default=2.0, help="load before the window (s)")
     ap.add_argument("--out", help="write the result JSON here")
+    ap.add_argument("--crypto", choices=["fernet", "aead", "none"], default="fernet",
+                    help="how Raft messages are protected: pysyncobj's Fernet from the password (the "
+                         "default, as this baseline always ran), raftsched's AES-256-GCM "
+                         "(replication/_crypto.py, what RaftNode uses), or nothing "
+                         "(scripts/bench_raft_crypto.py compares them)")
     # Hidden: node (child) mode.
     ap.add_argument("--node", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--self-addr", help=argparse.SUPPRESS)

@@ -25,6 +25,8 @@ class RunContext:
     :param payload: the job's JSON-able payload.
     :param worker_id: the id of the worker that holds the run's lease (an embedded worker's
         ``node-id/pid``, or a ``raftsched worker``'s ``--id``), or None when not known.
+    :param secrets: the job's ``secrets`` (name -> value; node/redact.py): a shell run has them
+        in its environment and an http run as headers already; a python function reads them here.
     """
 
     run_id: str
@@ -34,6 +36,7 @@ class RunContext:
     fencing_token: int
     payload: Any
     worker_id: str | None = None
+    secrets: dict[str, str] = dataclasses.field(default_factory=dict, repr=False)
 
     @property
     def slot_iso(self) -> str:

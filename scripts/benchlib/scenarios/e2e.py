@@ -124,7 +124,7 @@ def _e2e_latency(c: LocalCluster, i: int, n: int, w0: float, w1: float, history:
     sample = len(pending)
     done: dict[str, list] = {}
     unfinished: dict[str, int] = {}
-    conn = Conn(c.api_ports[i])
+    conn = Conn(c.api_ports[i], token=c.token)
     deadline = time.monotonic() + 15
     try:
         while pending:

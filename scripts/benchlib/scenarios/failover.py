@@ -36,7 +36,7 @@ def failover(tmp: Path, trials: int, clusters: list, n_jobs: int = 3) -> dict:
     for k in range(trials):
         leader, st = leader_checked(c)
         survivors = [i for i in range(c.n) if i != leader]
-        conns = {i: Conn(c.api_ports[i]) for i in survivors}
+        conns = {i: Conn(c.api_ports[i], token=c.token) for i in survivors}
         try:
             # Steady state: the current leader has fired since the last restart caught up.
             t_ready = wall_ms()

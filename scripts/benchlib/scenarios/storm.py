@@ -71,7 +71,7 @@ def burst(c: BenchCluster, m: int, logs: FireLogs | None = None, margin_s: float
     time.sleep(max(0.0, (t_slot - ahead - 250 - wall_ms()) / 1000))  # ok-sleep: until just before the burst
     if logs is not None:
         logs.skip_to_end()  # the calibration and registration fired nothing; start clean anyway
-    conn = Conn(lport)
+    conn = Conn(lport, token=c.token)
     samples = []
     leader_changes = []
     base = None
@@ -101,7 +101,7 @@ def burst(c: BenchCluster, m: int, logs: FireLogs | None = None, margin_s: float
                 ev.update({"to": f"node-{cur_leader + 1}", "term_to": cur_term, "found_at_ms": round(wall_ms() - t_slot, 1)})
                 leader_changes.append(ev)
                 print(f"[bench] burst: WARNING leadership changed during the burst: {ev}", file=sys.stderr)
-                conn = Conn(c.api_ports[cur_leader])
+                conn = Conn(c.api_ports[cur_leader], token=c.token)
                 continue
             smp = {"t_ms": round(t - t_slot, 1), "node": f"node-{cur_leader + 1}", "runs": b["runs"],
                    "slots_fired": b["trigger"]["slots_fired"], "commit_index": b["commit_index"]}

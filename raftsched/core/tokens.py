@@ -1,0 +1,145 @@
+"""API tokens: who may call the API, with which role and for which tenants (docs/security.md).
+
+A token record lives in the replicated state (the snapshot section ``"tokens"``), so every node
+knows every token and a revocation takes effect on every node once it is committed. The record
+holds a salted hash of the token's secret, never the secret: the proposer (node/auth.py) draws
+the id, the secret and the salt, computes the hash and proposes ``token_create`` with the hash
+only; apply stores what the command carries and draws nothing (I1).
+
+Records: id -> ``{"role", "tenants", "created", "expires", "hash", "revoked", "note"}``:
+
+- ``role``: one of ROLES; ``tenants``: None (every tenant) or a sorted list of tenant names;
+- ``created``: the state time of the create; ``expires``: ms since the epoch, or None;
+- ``hash``: ``{"alg", "salt", "digest"}`` (HASH_ALGS names the algorithms and their fields, so
+  the parameters can change later; a revoked token's hash is dropped: it can never match again);
+- ``revoked``: the state time of the revocation, or None; ``note``: free text, or None.
+
+Authorization itself is the proposer's: a node checks the token of every request before it
+proposes anything (node/auth.py), and apply needs no token (docs/security.md says why that is
+sound here).
+"""
+from __future__ import annotations
+
+import re
+
+from . import limits, snapshot
+from .errors import InvalidCommand, LimitExceeded, NotFound
+from .model import NAME_RE
+from .records import is_int, ok
+
+#: The roles a token may have (docs/security.md, "Roles"): the node maps each to its scopes.
+ROLES = ("admin", "operator", "reader", "worker")
+#: Hash algorithms a record may name, with the length of each byte field. ``hmac-sha256``:
+#: digest = HMAC-SHA256(key=salt, msg=secret); the secret is 32 random bytes drawn by a node, so
+#: a slow KDF would add nothing against guessing (docs/security.md, "Why not scrypt").
+HASH_ALGS = {"hmac-sha256": {"salt": 16, "digest": 32}}
+#: A token id: 16 lowercase hex digits (64 random bits, drawn by the proposer).
+TOKEN_ID_RE = re.compile(r"^[0-9a-f]{16}$")
+
+_FIELDS = ("role", "tenants", "created", "expires", "hash", "revoked", "note")
+
+
+def _check_hash(h) -> dict:
+    if not isinstance(h, dict) or set(h) != {"alg", "salt", "digest"}:
+        raise InvalidCommand("token_create.hash must be {alg, salt, digest}")
+    sizes = HASH_ALGS.get(h["alg"])
+    if sizes is None:
+        raise InvalidCommand(f"token_create.hash.alg must be one of {', '.join(HASH_ALGS)}")
+    for k, n in sizes.items():
+        if not isinstance(h[k], bytes) or len(h[k]) != n:
+            raise InvalidCommand(f"token_create.hash.{k} must be {n} bytes")
+    return {"alg": h["alg"], "salt": h["salt"], "digest": h["digest"]}
+
+
+def check_tenants(tenants) -> list[str] | None:
+    """None, or a list of 1..tokens_tenants_max distinct valid tenant names (returned sorted).
+    :raises InvalidCommand:"""
+    if tenants is None:
+        return None
+    if (not isinstance(tenants, list) or not 1 <= len(tenants) <= limits.token_tenants_max
+            or len(set(tenants)) != len(tenants)):
+        raise InvalidCommand(f"token tenants must be nil or 1-{limits.token_tenants_max} distinct names")
+    for t in tenants:
+        if not isinstance(t, str) or len(t) > limits.tenant_name_chars_max or not NAME_RE.match(t):
+            raise InvalidCommand("token tenants must be tenant names")
+    return sorted(tenants)
+
+
+def _evictable(s, now: int) -> str | None:
+    """The token a full table gives up for a new one: the one revoked first, else the one that
+    expired first (by state time), ties by id; None when every token is live."""
+    best = None
+    for tid, t in s.tokens.items():
+        if t["revoked"] is not None:
+            key = (0, t["revoked"], tid)
+        elif t["expires"] is not None and t["expires"] <= now:
+            key = (1, t["expires"], tid)
+        else:
+            continue
+        if best is None or key < best:
+            best = key
+    return None if best is None else best[2]
+
+
+def apply_token_create(s, cmd: dict, now: int) -> dict:
+    """``token_create {id, role, tenants, expires, hash, note?}``: store a new token. ``hash`` is
+    computed by the proposer from the secret it drew (HASH_ALGS); the secret is not in the
+    command. A full table (tokens_max) first gives up its oldest revoked or expired token.
+
+    :raises InvalidCommand: a field missing or malformed, an id that exists, an admin token
+        limited to tenants.
+    :raises LimitExceeded: tokens_max live tokens."""
+    tid, role, expires, note = cmd.get("id"), cmd.get("role"), cmd.get("expires"), cmd.get("note")
+    if not isinstance(tid, str) or not TOKEN_ID_RE.match(tid):
+        raise InvalidCommand("token_create.id must be 16 hex digits")
+    if role not in ROLES:
+        raise InvalidCommand(f"token_create.role must be one of {', '.join(ROLES)}")
+    tenants = check_tenants(cmd.get("tenants"))
+    if tenants is not None and role in ("admin", "worker"):
+        raise InvalidCommand(f"a {role} token cannot be limited to tenants")
+    if expires is not None and (not is_int(expires) or expires < 0):
+        raise InvalidCommand("token_create.expires must be ms since the epoch or nil")
+    if note is not None and (not isinstance(note, str) or len(note) > limits.token_note_chars_max):
+        raise InvalidCommand(f"token_create.note must be at most {limits.token_note_chars_max} characters")
+    h = _check_hash(cmd.get("hash"))
+    if tid in s.tokens:
+        raise InvalidCommand(f"token {tid} exists")
+    if len(s.tokens) >= limits.tokens_max:
+        gone = _evictable(s, now)
+        if gone is None:
+            raise LimitExceeded(f"the cluster holds {limits.tokens_max} live tokens, its limit; revoke some")
+        del s.tokens[gone]
+    s.tokens[tid] = {"role": role, "tenants": tenants, "created": now, "expires": expires,
+                     "hash": h, "revoked": None, "note": note}
+    return ok(id=tid)
+
+
+def apply_token_revoke(s, cmd: dict, now: int) -> dict:
+    """``token_revoke {id}``: the token is refused from now on, by every node that has applied
+    this. The record stays (listed as revoked, without its hash) until a full table gives it up.
+    Revoking a revoked token changes nothing.
+
+    :raises NotFound: no such token."""
+    tid = cmd.get("id")
+    t = s.tokens.get(tid) if isinstance(tid, str) else None
+    if t is None:
+        raise NotFound(f"no token {tid!r}", field="id")
+    if t["revoked"] is None:
+        t["revoked"] = now
+        t["hash"] = None
+    return ok(id=tid, revoked=t["revoked"])
+
+
+# ------------------------------------------------------------------ snapshot section
+def _encode(tokens: dict):
+    """Sorted by id, one list a token (fields in _FIELDS order); None when there is none."""
+    if not tokens:
+        return None
+    return [[tid] + [t[f] for f in _FIELDS] for tid, t in sorted(tokens.items())]
+
+
+def _decode(data) -> dict:
+    return {row[0]: dict(zip(_FIELDS, row[1:])) for row in data}
+
+
+EXTENSION = snapshot.register(snapshot.Extension(name="tokens", new=dict, encode=_encode, decode=_decode))

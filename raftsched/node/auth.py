@@ -1,0 +1,392 @@
+"""Who may call the API: tokens, roles and scopes, one permission table, the tokens endpoints, and
+the slowing of sources that keep sending refused tokens (docs/security.md).
+
+Every request needs a token (``Authorization: Bearer ...``) except ``GET /healthz`` and, on a
+node started with ``--metrics-open``, ``GET /metrics``. A token is either
+
+- the **bootstrap token**, the node's ``--token-file`` (``scripts/cluster.sh`` writes one): an
+  admin token every node knows from its file, not from the state, so a fresh cluster can be used
+  (and can create the other tokens); its id is ``bootstrap``; or
+- a token made by ``POST /v1/tokens``: ``rst_<id>_<secret>``, whose record (role, tenants, expiry,
+  salted hash; core/tokens.py) is in the replicated state. A node checks it against its own
+  replica: one dict lookup under the replica's lock and one HMAC-SHA256, a few microseconds, so
+  nothing is cached and a revocation applies on a node as soon as that node has applied it.
+
+Each role grants scopes (``ROLE_SCOPES``); each route needs one (``PERMISSIONS``, then
+``PATTERNS``); a route in neither is admin-only. 401 for no token, an unknown, malformed, expired
+or revoked one; 403 naming the missing scope. A token limited to tenants is also held to them
+(node/tenancy.py).
+
+Authorization is the proposer's job, and apply checks no token: a command enters the log only
+through a node that authenticated the request, or through the Raft port, which only holders of
+the cluster secret can speak to (and who can do anything anyway). docs/security.md says more.
+"""
+from __future__ import annotations
+
+import collections
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from ..core import commands, limits, queries, schedule
+from ..core.errors import Forbidden, InvalidSpec, TooManyRequests, Unauthorized
+from ..core.model import check_name
+from ..core.tokens import ROLES, TOKEN_ID_RE
+from . import limits as node_limits
+
+#: The prefix of every token made by POST /v1/tokens: ``rst_<16 hex id>_<secret>``.
+TOKEN_PREFIX = "rst_"
+#: The id the bootstrap token (the node's --token-file) goes by, in the audit log and GET /v1/tokens.
+BOOTSTRAP_ID = "bootstrap"
+
+# ------------------------------------------------------------------ roles, scopes, routes
+#: Scopes, each the right to a group of routes.
+SCOPES = ("read", "jobs.write", "dlq.write", "queues.write", "locks.write", "tenants.write",
+          "tokens", "worker", "admin")
+#: What each role may do. ``admin`` may do everything, also what no table lists.
+ROLE_SCOPES = {
+    "admin": frozenset(SCOPES),
+    "operator": frozenset({"read", "jobs.write", "dlq.write", "queues.write", "locks.write"}),
+    "reader": frozenset({"read"}),
+    "worker": frozenset({"worker"}),
+}
+assert set(ROLE_SCOPES) == set(ROLES)
+
+#: Routes that need no token (method, path as the router knows it).
+OPEN_ROUTES = frozenset({("GET", "/healthz")})
+#: The one permission table: (method, route) -> the scope it needs. A route is its resource's
+#: canonical path (``/v1/jobs/{name}``). HEAD is GET's.
+PERMISSIONS: dict[tuple[str, str], str] = {
+    ("GET", "/v1/cluster"): "read",
+    ("GET", "/metrics"): "read",
+    ("GET", "/v1/jobs"): "read",
+    ("POST", "/v1/jobs:batch"): "jobs.write",
+    ("PUT", "/v1/jobs/{name}"): "jobs.write",
+    ("GET", "/v1/jobs/{name}"): "read",
+    ("DELETE", "/v1/jobs/{name}"): "jobs.write",
+    ("POST", "/v1/jobs/{name}/pause"): "jobs.write",
+    ("POST", "/v1/jobs/{name}/resume"): "jobs.write",
+    ("POST", "/v1/jobs/{name}/trigger"): "jobs.write",
+    ("GET", "/v1/jobs/{name}/runs"): "read",
+    ("GET", "/v1/jobs/{name}/preview"): "read",
+    ("POST", "/v1/jobs/{name}/explain"): "read",   # proposes nothing
+    ("POST", "/v1/preview"): "read",               # proposes nothing
+    ("GET", "/v1/queues"): "read",
+    ("PUT", "/v1/queues/{name}"): "queues.write",
+    ("GET", "/v1/tenants"): "read",
+    ("PUT", "/v1/tenants/{name}"): "tenants.write",
+    ("DELETE", "/v1/tenants/{name}"): "tenants.write",
+    ("GET", "/v1/dlq"): "read",
+    ("GET", "/v1/dlq/{run}"): "read",
+    ("POST", "/v1/dlq/{run}/requeue"): "dlq.write",
+    ("DELETE", "/v1/dlq/{run}"): "dlq.write",
+    ("GET", "/v1/locks/{name}"): "read",
+    ("POST", "/v1/locks/{name}/acquire"): "locks.write",
+    ("POST", "/v1/locks/{name}/renew"): "locks.write",
+    ("POST", "/v1/locks/{name}/release"): "locks.write",
+    ("GET", "/v1/runs"): "read",
+    ("GET", "/v1/runs/{run}"): "read",
+    ("POST", "/v1/tokens"): "tokens",
+    ("GET", "/v1/tokens"): "tokens",
+    ("DELETE", "/v1/tokens/{id}"): "tokens",
+    # Backfills and bulk dead-letter operations (node/backfills.py): an operator's.
+    ("POST", "/v1/backfills/{id}/{action}"): "jobs.write",
+    ("POST", "/v1/dlq:requeue"): "dlq.write",
+    ("POST", "/v1/dlq:purge"): "dlq.write",
+    # Draining a worker changes the fleet, not the jobs: an admin's, like membership.
+    ("POST", "/v1/workers/{id}/drain"): "admin",
+}
+#: Routes matched by pattern, for route families whose exact paths are another module's: the
+#: worker protocol (a remote worker leases, heartbeats, completes and releases, and registers
+#: itself; nothing else), backfills of a job, and the fleet's and backfills' listings.
+PATTERNS: list[tuple[frozenset, re.Pattern, str]] = [
+    (frozenset({"POST", "PUT"}), re.compile(r"^/v1/workers/\{[a-z_]+\}(/(lease|heartbeat|complete|release|register))?$"), "worker"),
+    (frozenset({"POST"}), re.compile(r"^/v1/workers:(lease|heartbeat|complete|release|register)$"), "worker"),
+    (frozenset({"GET"}), re.compile(r"^/v1/workers(/\{[a-z_]+\})?$"), "read"),
+    (frozenset({"POST"}), re.compile(r"^/v1/jobs/\{name\}/backfill(s)?$"), "jobs.write"),
+    (frozenset({"GET"}), re.compile(r"^/v1/(jobs/\{name\}/)?backfills(/\{[a-z_]+\})?$"), "read"),
+]
+
+
+def scope_of(method: str, route: str) -> str:
+    """The scope ``method route`` needs: from PERMISSIONS, else PATTERNS, else ``admin``."""
+    m = "GET" if method == "HEAD" else method
+    s = PERMISSIONS.get((m, route))
+    if s is not None:
+        return s
+    for methods, rx, scope in PATTERNS:
+        if m in methods and rx.match(route):
+            return scope
+    return "admin"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a request comes from: a token's id, its role, and its tenants (None: every tenant)."""
+
+    id: str
+    role: str
+    tenants: frozenset | None = None
+
+    def allows(self, scope: str) -> bool:
+        return scope in ROLE_SCOPES[self.role]
+
+
+# ------------------------------------------------------------------ tokens
+def hash_secret(secret: str, salt: bytes) -> bytes:
+    """The stored digest of a token's secret (core.tokens.HASH_ALGS, ``hmac-sha256``)."""
+    return hmac.new(salt, secret.encode(), hashlib.sha256).digest()
+
+
+def parse_token(text: str) -> tuple[str, str] | None:
+    """``(id, secret)`` of a token of the ``rst_<id>_<secret>`` shape, or None."""
+    if not text.startswith(TOKEN_PREFIX) or len(text) < 22 or text[20] != "_":
+        return None
+    tid = text[4:20]
+    return (tid, text[21:]) if TOKEN_ID_RE.match(tid) else None
+
+
+def new_token() -> tuple[str, str, dict]:
+    """A new token for a token_create: ``(id, the token to show once, its hash record)``."""
+    tid = secrets.token_hex(8)
+    secret = secrets.token_urlsafe(32)
+    salt = secrets.token_bytes(16)
+    return tid, f"{TOKEN_PREFIX}{tid}_{secret}", {"alg": "hmac-sha256", "salt": salt,
+                                                 "digest": hash_secret(secret, salt)}
+
+
+class FailureLimiter:
+    """A token bucket of refused tokens per source address: ``burst`` of them, ``per_s`` more a
+    second. Bounded: past ``sources_max`` sources, the least recently failing is forgotten.
+    Times are the caller's monotonic clock (``now_s``)."""
+
+    def __init__(self, burst: float = node_limits.auth_failures_burst,
+                 per_s: float = node_limits.auth_failures_per_s,
+                 sources_max: int = node_limits.auth_sources_max) -> None:
+        self.burst = burst
+        self.per_s = per_s
+        self.sources_max = sources_max
+        self._buckets: collections.OrderedDict[str, list[float]] = collections.OrderedDict()
+
+    def _level(self, source: str, now_s: float) -> float:
+        b = self._buckets.get(source)
+        if b is None:
+            return self.burst
+        level = min(self.burst, b[0] + (now_s - b[1]) * self.per_s)
+        b[0], b[1] = level, now_s
+        return level
+
+    def retry_after_s(self, source: str, now_s: float) -> float:
+        """0 when ``source`` may be heard, else seconds until it may."""
+        level = self._level(source, now_s)
+        return 0.0 if level >= 1 else (1 - level) / self.per_s
+
+    def failed(self, source: str, now_s: float) -> None:
+        level = self._level(source, now_s) - 1
+        self._buckets[source] = [level, now_s]
+        self._buckets.move_to_end(source)
+        while len(self._buckets) > self.sources_max:
+            self._buckets.popitem(last=False)
+
+
+class Auth:
+    """Authenticates requests against the bootstrap token and the replica's token records.
+
+    :param bootstrap: the --token-file token (an admin token), or "" for none.
+    :param read: ``raft.read`` of the node: ``read(fn, *args)`` runs ``fn(state, *args)``
+        under the replica's lock.
+    :param clock: the node's clock (token expiry is by its wall clock; the slowing of failing
+        sources by its monotonic one).
+    :param metrics_open: ``GET /metrics`` needs no token.
+    """
+
+    def __init__(self, bootstrap: str, read, clock, *, metrics_open: bool = False,
+                 limiter: FailureLimiter | None = None) -> None:
+        self._bootstrap = bootstrap.encode()
+        self.read = read
+        self.clock = clock
+        self.metrics_open = metrics_open
+        self.limiter = limiter or FailureLimiter()
+        self.refused = 0
+
+    def is_open(self, method: str, route: str | None) -> bool:
+        m = "GET" if method == "HEAD" else method
+        return (m, route) in OPEN_ROUTES or (self.metrics_open and (m, route) == ("GET", "/metrics"))
+
+    def authenticate(self, header: str | None) -> Principal:
+        """The principal of an ``Authorization`` header. :raises Unauthorized: no bearer token,
+        or one that is unknown, malformed, revoked or expired (the message says which, naming
+        no secret)."""
+        # The scheme is case-insensitive (RFC 9110, section 11.1).
+        if not header or header[:7].lower() != "bearer ":
+            raise Unauthorized("every request needs 'Authorization: Bearer <token>' (docs/security.md)")
+        text = header[7:].strip()
+        parsed = parse_token(text)
+        if parsed is not None:
+            tid, secret = parsed
+            rec = self.read(queries.token_auth, tid)
+            if rec is not None:
+                role, tenants, expires, h = rec
+                if hmac.compare_digest(hash_secret(secret, h["salt"]), h["digest"]):
+                    if expires is not None and self.clock.now_ms() >= expires:
+                        raise Unauthorized(f"token {tid} expired at {schedule.iso(expires)}")
+                    return Principal(tid, role, None if tenants is None else frozenset(tenants))
+            raise Unauthorized("unknown or revoked token")
+        if self._bootstrap and hmac.compare_digest(text.encode(), self._bootstrap):
+            return Principal(BOOTSTRAP_ID, "admin")
+        raise Unauthorized("unknown token")
+
+
+# ------------------------------------------------------------------ the middleware's part
+#: Request keys: the principal of an authenticated request, and the token id a refused one
+#: claimed (for the audit log; only when it has the shape of an id).
+PRINCIPAL = web.RequestKey("principal", Principal)
+CLAIMED = web.RequestKey("claimed_token", str)
+
+
+def check_request(auth: Auth, request: web.Request) -> tuple[Principal | None, str]:
+    """Authenticate and authorize one request: ``(principal, scope)``, principal None for an
+    open route. A route that did not match (404, 405) needs a valid token only.
+
+    :raises TooManyRequests: the source sent too many refused tokens lately.
+    :raises Unauthorized: see Auth.authenticate (the failure counts against the source).
+    :raises Forbidden: the token's role lacks the route's scope (``scope`` names it)."""
+    route = request.match_info.route.resource
+    canonical = route.canonical if route is not None else None
+    if auth.is_open(request.method, canonical):
+        return None, "open"
+    source = request.remote or "?"
+    now_s = auth.clock.monotonic_s()
+    wait = auth.limiter.retry_after_s(source, now_s)
+    if wait > 0:
+        raise TooManyRequests(f"too many refused tokens from {source}; retry in {wait:.1f} s",
+                              retry_after_s=round(wait, 1))
+    try:
+        principal = auth.authenticate(request.headers.get("Authorization"))
+    except Unauthorized:
+        auth.refused += 1
+        auth.limiter.failed(source, now_s)
+        header = request.headers.get("Authorization") or ""
+        parsed = parse_token(header[7:].strip()) if header[:7].lower() == "bearer " else None
+        if parsed is not None:
+            request[CLAIMED] = parsed[0]
+        raise
+    request[PRINCIPAL] = principal
+    if request.match_info.http_exception is not None or canonical is None:
+        return principal, "none"
+    scope = scope_of(request.method, canonical)
+    if not principal.allows(scope):
+        raise Forbidden(f"a {principal.role} token may not {request.method} {canonical}: it needs scope {scope}",
+                        scope=scope)
+    return principal, scope
+
+
+# ------------------------------------------------------------------ the tokens endpoints
+# The handlers import the API's request helpers when called: api.py imports this module.
+_TOKEN_BODY = {"role", "tenants", "expires", "note"}
+
+
+def validate_token_body(body, now_ms: int) -> dict:
+    """``POST /v1/tokens``'s body -> token_create's ``{role, tenants, expires, note}``.
+
+    :raises InvalidSpec: naming the field."""
+    if not isinstance(body, dict):
+        raise InvalidSpec("the body must be a JSON object", field=None)
+    for k in body:
+        if k not in _TOKEN_BODY:
+            raise InvalidSpec(f"unknown field; allowed: {', '.join(sorted(_TOKEN_BODY))}", field=str(k))
+    role = body.get("role")
+    if role not in ROLES:
+        raise InvalidSpec(f"is required: one of {', '.join(ROLES)}", field="role")
+    tenants = body.get("tenants")
+    if tenants is not None:
+        if not isinstance(tenants, list) or not 1 <= len(tenants) <= limits.token_tenants_max:
+            raise InvalidSpec(f"must be a list of 1-{limits.token_tenants_max} tenant names, or null (every tenant)",
+                              field="tenants")
+        for i, t in enumerate(tenants):
+            check_name(t, f"tenants[{i}]", limits.tenant_name_chars_max)
+        if len(set(tenants)) != len(tenants):
+            raise InvalidSpec("lists a tenant twice", field="tenants")
+        if role in ("admin", "worker"):
+            raise InvalidSpec(f"a {role} token cannot be limited to tenants (docs/security.md)", field="tenants")
+        tenants = sorted(tenants)
+    expires = body.get("expires")
+    if expires is not None:
+        if isinstance(expires, str):
+            expires = schedule.parse_iso_ms(expires, "expires")
+        elif isinstance(expires, bool) or not isinstance(expires, int):
+            raise InvalidSpec("must be an ISO-8601 time or ms since the epoch", field="expires")
+        if not now_ms < expires <= 2**53:
+            raise InvalidSpec("must be in the future", field="expires")
+    note = body.get("note")
+    if note is not None and (not isinstance(note, str) or len(note) > limits.token_note_chars_max):
+        raise InvalidSpec(f"must be a string of at most {limits.token_note_chars_max} characters", field="note")
+    return {"role": role, "tenants": tenants, "expires": expires, "note": note}
+
+
+def token_view(t: dict, now_ms: int) -> dict:
+    """A token record (queries.token_list) as GET /v1/tokens shows it."""
+    state = ("revoked" if t["revoked"] is not None
+             else "expired" if t["expires"] is not None and now_ms >= t["expires"] else "active")
+    return {"id": t["id"], "role": t["role"], "tenants": t["tenants"], "state": state,
+            "created_at": schedule.iso(t["created"]), "expires_at": schedule.iso(t["expires"]),
+            "revoked_at": schedule.iso(t["revoked"]), "note": t["note"]}
+
+
+async def create_token(request: web.Request) -> web.Response:
+    """``POST /v1/tokens``: 201 with the token, shown this once."""
+    from .api import SERVICE, _json_body, _rid
+    svc = request.app[SERVICE]
+    now = svc.clock.now_ms()
+    f = validate_token_body(await _json_body(request), now)
+    tid, token, h = new_token()
+    res = await svc.propose(commands.make("token_create", now, _rid(request) or secrets.token_hex(16),
+                                          id=tid, hash=h, **f))
+    body = {"id": res["id"], "token": token, "role": f["role"], "tenants": f["tenants"],
+            "expires_at": schedule.iso(f["expires"]), "note": f["note"]}
+    if res.get("duplicate"):
+        # The first answer showed the secret; it was never stored, so it cannot be shown again.
+        body.update(token=None, duplicate=True,
+                    warning="this request id created the token already; its secret was shown once, by "
+                            "that answer. If it was lost, revoke the token and create another.")
+        return web.json_response(body, status=200)
+    return web.json_response(body, status=201)
+
+
+async def list_tokens(request: web.Request) -> web.Response:
+    """``GET /v1/tokens``: every token, without secrets or hashes, and the bootstrap token."""
+    from .api import SERVICE, _bool_param
+    svc = request.app[SERVICE]
+    await svc.read_barrier(_bool_param(request, "consistent"))
+    now = svc.clock.now_ms()
+    out = [{"id": BOOTSTRAP_ID, "role": "admin", "tenants": None, "state": "active", "created_at": None,
+            "expires_at": None, "revoked_at": None, "note": "the nodes' --token-file"}]
+    out += [token_view(t, now) for t in svc.read(queries.token_list)]
+    return web.json_response({"tokens": out})
+
+
+async def revoke_token(request: web.Request) -> web.Response:
+    """``DELETE /v1/tokens/{id}``: refused by every node from the moment it has applied it."""
+    from .api import SERVICE, _rid
+    svc = request.app[SERVICE]
+    tid = request.match_info["id"]
+    if tid == BOOTSTRAP_ID:
+        raise InvalidSpec("the bootstrap token is the nodes' --token-file: write a new file and restart "
+                          "the nodes one by one (docs/security.md, \"Rotating\")", field="id")
+    if not TOKEN_ID_RE.match(tid):
+        raise InvalidSpec("must be a token id (16 hex digits)", field="id")
+    res = await svc.propose(commands.make("token_revoke", svc.clock.now_ms(), _rid(request) or secrets.token_hex(16),
+                                          id=tid))
+    return web.json_response(svc._out(res, {"id": tid, "revoked_at": schedule.iso(res["revoked"])}))
+
+
+def add_routes(router: web.UrlDispatcher) -> None:
+    router.add_post("/v1/tokens", create_token)
+    router.add_get("/v1/tokens", list_tokens)
+    router.add_delete("/v1/tokens/{id}", revoke_token)
+
+

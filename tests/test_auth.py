@@ -1,0 +1,426 @@
+"""Tokens, roles and the permission table over an in-process replica (node/auth.py, node/audit.py,
+node/tenancy.py): every request needs a token, each role gets its scopes and nothing else, a
+revoked or expired token is refused at once, refused tokens from one source are slowed down,
+every mutation is in the audit log, and a token limited to tenants sees and changes only theirs."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from raftsched.clock import FakeClock
+from raftsched.core import commands, limits
+from raftsched.core.state import SchedulerState
+from raftsched.node import auth
+from raftsched.node.api import make_app
+from raftsched.node.audit import AuditLog
+from raftsched.node.auth import Auth, FailureLimiter, scope_of
+from raftsched.node.service import Service
+from raftsched.node.trigger import Trigger
+
+from fakes import FakeRaft
+
+BOOT = "b" * 32
+SPEC = {"schedule": {"every_s": 10}, "executor": {"type": "shell", "argv": ["true"]}, "misfire": {"policy": "skip"}}
+
+
+class Env:
+    def __init__(self, tmp_path=None, burst=1000):
+        self.state = SchedulerState()
+        self.raft = FakeRaft(self.state)
+        self.clock = FakeClock()
+        self.service = Service(self.raft, self.clock, "node-1")
+        self.trigger = Trigger(self.raft, self.clock, "node-1")
+        self.trigger.take_due_index()
+        self.auth = Auth(BOOT, self.service.read, self.clock, limiter=FailureLimiter(burst, 1.0))
+        self.audit = AuditLog(str(tmp_path / "audit.jsonl"), "node-1") if tmp_path is not None else None
+        self.app = make_app(self.service, BOOT, trigger=self.trigger, auth=self.auth, audit=self.audit)
+
+
+def run(coro_fn, tmp_path=None, **kw):
+    async def main():
+        env = Env(tmp_path, **kw)
+        async with TestClient(TestServer(env.app, host="127.0.0.1")) as client:
+            await coro_fn(env, client)
+    asyncio.run(main())
+
+
+def bearer(token):
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def call(c, method, path, token=BOOT, body=None, headers=None):
+    h = dict(bearer(token) if token else {}, **(headers or {}))
+    r = await c.request(method, path, headers=h, data=None if body is None else json.dumps(body))
+    return r.status, await r.json(content_type=None)
+
+
+async def new_token(c, role, **body):
+    s, b = await call(c, "POST", "/v1/tokens", body=dict(role=role, **body))
+    assert s == 201, b
+    return b
+
+
+def test_a_created_token_is_shown_once_listed_without_secret_and_works_until_revoked():
+    async def t(env, c):
+        b = await new_token(c, "reader", note="dashboard")
+        tok = b["token"]
+        assert tok.startswith("rst_" + b["id"] + "_") and len(tok) > 50
+        assert (await call(c, "GET", "/v1/jobs", tok))[0] == 200
+        s, listed = await call(c, "GET", "/v1/tokens")
+        assert s == 200
+        mine = [t for t in listed["tokens"] if t["id"] == b["id"]][0]
+        assert mine["role"] == "reader" and mine["state"] == "active" and mine["note"] == "dashboard"
+        text = json.dumps(listed)
+        assert tok.split("_", 2)[2] not in text and "digest" not in text and "salt" not in text
+        assert listed["tokens"][0]["id"] == "bootstrap"
+        # The state holds a hash, never the secret.
+        assert tok.split("_", 2)[2].encode() not in env.state.snapshot()
+        s, r = await call(c, "DELETE", f"/v1/tokens/{b['id']}")
+        assert s == 200 and r["revoked_at"]
+        s, e = await call(c, "GET", "/v1/jobs", tok)
+        assert s == 401 and e["error"]["code"] == "unauthorized"
+        assert [t["state"] for t in (await call(c, "GET", "/v1/tokens"))[1]["tokens"] if t["id"] == b["id"]] == ["revoked"]
+    run(t)
+
+
+def test_an_expired_token_is_refused_by_the_node_clock():
+    async def t(env, c):
+        b = await new_token(c, "operator", expires=env.clock.now_ms() + 60_000)
+        assert (await call(c, "GET", "/v1/jobs", b["token"]))[0] == 200
+        env.clock.advance(60_000)
+        s, e = await call(c, "GET", "/v1/jobs", b["token"])
+        assert s == 401 and "expired" in e["error"]["message"]
+    run(t)
+
+
+def test_forged_and_malformed_tokens_are_401_naming_no_secret():
+    async def t(env, c):
+        b = await new_token(c, "admin")
+        tid, secret = b["id"], b["token"].split("_", 2)[2]
+        for forged in (f"rst_{tid}_{secret[:-1]}x", f"rst_{tid}_", f"rst_{'0' * 16}_{secret}", BOOT + "x",
+                       BOOT[:-1], "rst_", "", "Basic " + BOOT, secret):
+            s, e = await call(c, "GET", "/v1/jobs", None, headers={"Authorization": f"Bearer {forged}"})
+            assert s == 401, forged
+            assert secret not in json.dumps(e) and BOOT not in json.dumps(e)
+        s, _ = await call(c, "GET", "/v1/jobs", None, headers={"Authorization": BOOT})
+        assert s == 401, "the Bearer scheme is required"
+    run(t)
+
+
+ROUTES = [  # (method, path, body): one request a route, valid enough to pass auth
+    ("GET", "/v1/cluster", None), ("GET", "/v1/jobs", None), ("GET", "/v1/jobs/a", None),
+    ("PUT", "/v1/jobs/b", SPEC), ("POST", "/v1/jobs:batch", {"jobs": {"c": SPEC}}),
+    ("POST", "/v1/jobs/a/pause", None), ("POST", "/v1/jobs/a/resume", None), ("POST", "/v1/jobs/a/trigger", None),
+    ("GET", "/v1/jobs/a/runs", None), ("GET", "/v1/jobs/a/preview", None),
+    ("POST", "/v1/jobs/a/explain", {"down_from": "2030-01-01T00:00:00Z", "down_to": "2030-01-01T01:00:00Z"}),
+    ("POST", "/v1/preview", SPEC), ("GET", "/v1/queues", None), ("PUT", "/v1/queues/q", {"max_depth": 5}),
+    ("GET", "/v1/tenants", None), ("PUT", "/v1/tenants/t", {"rate_per_s": 1}), ("DELETE", "/v1/tenants/t", None),
+    ("GET", "/v1/dlq", None), ("GET", "/v1/dlq/a@1", None), ("POST", "/v1/dlq/a@1/requeue", None),
+    ("DELETE", "/v1/dlq/a@1", None), ("GET", "/v1/locks/l", None),
+    ("POST", "/v1/locks/l/acquire", {"owner": "me", "ttl_s": 5}), ("POST", "/v1/locks/l/renew", {"token": 1}),
+    ("POST", "/v1/locks/l/release", {"token": 1}), ("GET", "/v1/runs", None), ("GET", "/v1/runs/a@1", None),
+    ("GET", "/v1/tokens", None), ("POST", "/v1/tokens", {"role": "reader"}),
+    ("DELETE", "/v1/tokens/0123456789abcdef", None), ("DELETE", "/v1/jobs/zz", None),
+    ("POST", "/v1/jobs/a/backfills", {"from": "2026-01-01T00:00:00Z", "to": "2026-01-01T01:00:00Z", "dry_run": True}),
+    ("GET", "/v1/backfills", None), ("GET", "/v1/backfills/nope", None), ("POST", "/v1/backfills/nope/cancel", None),
+    ("POST", "/v1/dlq:requeue", {"dry_run": True}), ("POST", "/v1/dlq:purge", {"dry_run": True}),
+    ("POST", "/v1/workers/w1/lease", {"max": 1, "wait_s": 0, "ttl_ms": 10_000}),
+    ("POST", "/v1/workers/w1/heartbeat", {"leases": [], "ttl_ms": 10_000}),
+    ("POST", "/v1/workers/w1/complete", {"results": []}), ("POST", "/v1/workers/w1/release", {"leases": []}),
+    ("GET", "/v1/workers", None), ("GET", "/v1/workers/w1", None), ("POST", "/v1/workers/w1/drain", None),
+]
+ALLOWED = {
+    "admin": set(auth.SCOPES),
+    "operator": {"read", "jobs.write", "dlq.write", "queues.write", "locks.write"},
+    "reader": {"read"},
+    "worker": {"worker"},
+}
+
+
+def canonical(app, path: str) -> str:
+    """The route (resource canonical path) a concrete path matches."""
+    for res in app.router.resources():
+        info = res.get_info()
+        if info.get("path") == path or ("pattern" in info and info["pattern"].fullmatch(path)):
+            return res.canonical
+    raise LookupError(path)
+
+
+def _patterned(method: str, route: str) -> bool:
+    return any(method in ms and rx.match(route) for ms, rx, _ in auth.PATTERNS)
+
+
+def test_every_route_of_the_api_is_in_the_permission_table_and_tested_here():
+    """A route that neither the table nor its patterns name is admin-only, silently: every route
+    the API serves must be decided there (add a new one to PERMISSIONS, or to PATTERNS, and, when
+    it is in PERMISSIONS, to ROUTES above)."""
+    app = Env().app
+    served = set()
+    for res in app.router.resources():
+        for route in res:
+            if route.method in ("HEAD", "*"):
+                continue
+            key = (route.method, res.canonical)
+            served.add(key)
+            assert key in auth.PERMISSIONS or key in auth.OPEN_ROUTES or _patterned(*key), \
+                f"{key} is admin-only by default: decide its scope in node/auth.py"
+    tested = {(m, canonical(app, p)) for m, p, _ in ROUTES}
+    assert set(auth.PERMISSIONS) - {("GET", "/metrics")} <= tested, "ROUTES covers the permission table"
+    assert tested <= served, "ROUTES names only routes the API serves"
+    assert served - tested <= {("GET", "/metrics"), ("GET", "/healthz")}, f"untested: {served - tested}"
+    assert set(auth.PERMISSIONS) <= served, "the table names no route that does not exist"
+
+
+@pytest.mark.parametrize("role", ["admin", "operator", "reader", "worker"])
+def test_each_role_gets_its_scopes_and_403_names_the_missing_one(role):
+    async def t(env, c):
+        await call(c, "PUT", "/v1/jobs/a", body=SPEC)
+        tok = (await new_token(c, role))["token"]
+        for method, path, body in ROUTES:
+            scope = scope_of(method, canonical(env.app, path))
+            s, b = await call(c, method, path, tok, body)
+            assert s < 500, (method, path, b)
+            if scope in ALLOWED[role]:
+                assert s != 403, (role, method, path, b)
+            else:
+                assert s == 403 and b["error"]["code"] == "forbidden" and b["error"]["scope"] == scope, (role, method, path, b)
+                assert scope in b["error"]["message"]
+    run(t)
+
+
+def test_scope_patterns_cover_the_worker_protocol_and_unknown_routes_are_admin_only():
+    for path in ("/v1/workers/{id}/lease", "/v1/workers/{id}/heartbeat", "/v1/workers/{id}/complete",
+                 "/v1/workers/{id}/release", "/v1/workers/{worker}/register"):
+        assert scope_of("POST", path) == "worker"
+    assert scope_of("PUT", "/v1/workers/{id}") == "worker"
+    assert scope_of("POST", "/v1/workers/{id}/drain") == "admin"
+    assert scope_of("GET", "/v1/workers") == scope_of("GET", "/v1/workers/{id}") == "read"
+    assert scope_of("POST", "/v1/jobs/{name}/backfill") == "jobs.write"
+    assert scope_of("GET", "/v1/backfills") == "read"
+    assert scope_of("DELETE", "/v1/cluster") == scope_of("POST", "/v1/members") == "admin"
+    assert scope_of("HEAD", "/v1/jobs") == "read"
+
+
+def test_token_requests_are_validated_and_the_bootstrap_token_is_not_revocable():
+    async def t(env, c):
+        now = env.clock.now_ms()
+        for body, field in (({"role": "root"}, "role"), ({}, "role"), ({"role": "admin", "tenants": ["a"]}, "tenants"),
+                            ({"role": "worker", "tenants": ["a"]}, "tenants"), ({"role": "reader", "tenants": []}, "tenants"),
+                            ({"role": "reader", "tenants": ["../x"]}, "tenants[0]"),
+                            ({"role": "reader", "tenants": ["a", "a"]}, "tenants"),
+                            ({"role": "reader", "expires": now - 1}, "expires"),
+                            ({"role": "reader", "expires": "yesterday"}, "expires"),
+                            ({"role": "reader", "note": "x" * 300}, "note"), ({"role": "reader", "secret": "x"}, "secret")):
+            s, e = await call(c, "POST", "/v1/tokens", body=body)
+            assert s == 422 and e["error"]["field"] == field, (body, e)
+        s, e = await call(c, "DELETE", "/v1/tokens/bootstrap")
+        assert s == 422 and "token-file" in e["error"]["message"]
+        assert (await call(c, "DELETE", "/v1/tokens/nope"))[0] == 422
+        assert (await call(c, "DELETE", "/v1/tokens/0123456789abcdef"))[0] == 404
+        assert env.state.tokens == {}
+    run(t)
+
+
+def test_a_retried_create_cannot_show_the_secret_again():
+    async def t(env, c):
+        h = {"Idempotency-Key": "tok-1"}
+        s1, b1 = await call(c, "POST", "/v1/tokens", body={"role": "reader"}, headers=h)
+        s2, b2 = await call(c, "POST", "/v1/tokens", body={"role": "reader"}, headers=h)
+        assert s1 == 201 and b1["token"]
+        assert s2 == 200 and b2["token"] is None and b2["duplicate"] and b2["id"] == b1["id"]
+        assert len(env.state.tokens) == 1
+    run(t)
+
+
+def test_refused_tokens_from_one_source_are_slowed_down():
+    async def t(env, c):
+        for _ in range(3):
+            assert (await call(c, "GET", "/v1/jobs", "nope"))[0] == 401
+        r = await c.get("/v1/jobs", headers=bearer(BOOT))
+        assert r.status == 429 and r.headers["Retry-After"] == "1", "even a good token waits: nothing is tested"
+        assert (await r.json())["error"]["code"] == "too_many_requests"
+        assert (await c.get("/healthz")).status == 200, "open routes are not slowed"
+        env.clock.advance(1000)
+        assert (await call(c, "GET", "/v1/jobs"))[0] == 200
+        assert (await call(c, "GET", "/v1/jobs", "nope"))[0] == 401
+        assert (await call(c, "GET", "/v1/jobs", "nope"))[0] == 429
+    run(t, burst=3)
+
+
+def test_the_failure_table_is_bounded():
+    lim = FailureLimiter(2, 1.0, sources_max=3)
+    for i in range(10):
+        lim.failed(f"10.0.0.{i}", 0.0)
+    assert len(lim._buckets) == 3 and "10.0.0.9" in lim._buckets
+
+
+def test_every_mutation_and_every_refusal_is_in_the_audit_log_and_no_secret_is(tmp_path):
+    reader = {}
+
+    async def t(env, c):
+        reader.update(await new_token(c, "reader"))
+        tok = reader["token"]
+        await call(c, "PUT", "/v1/jobs/a", body=SPEC, headers={"Idempotency-Key": "put-a"})
+        await call(c, "PUT", "/v1/jobs/a", tok, body=SPEC)           # 403
+        await call(c, "GET", "/v1/jobs", tok)                        # a read: not recorded
+        await call(c, "POST", "/v1/preview", tok, body=SPEC)         # read-only: not recorded
+        await call(c, "GET", "/v1/jobs", "rst_0123456789abcdef_nope")  # 401
+        await call(c, "PUT", "/v1/jobs/a", body={"bad": 1})          # 422, still a mutation
+    run(t, tmp_path)
+    text = (tmp_path / "audit.jsonl").read_text()
+    recs = [json.loads(line) for line in text.splitlines()]
+    got = [(r["method"], r["route"], r["status"], r["auth"], r["token"], r["role"]) for r in recs]
+    assert got[0][:4] == ("POST", "/v1/tokens", 201, "allowed") and got[0][4:] == ("bootstrap", "admin")
+    assert got[1:] == [
+        ("PUT", "/v1/jobs/{name}", 201, "allowed", "bootstrap", "admin"),
+        ("PUT", "/v1/jobs/{name}", 403, "denied", reader["id"], "reader"),
+        ("GET", "/v1/jobs", 401, "denied", "0123456789abcdef", None),
+        ("PUT", "/v1/jobs/{name}", 422, "allowed", "bootstrap", "admin"),
+    ]
+    assert recs[1]["target"] == {"name": "a"} and recs[1]["request_id"] == "put-a" and recs[1]["source"] == "127.0.0.1"
+    assert BOOT not in text and "Bearer" not in text and "rst_" not in text
+
+
+def test_the_audit_log_rotates_and_keeps_a_bounded_number_of_files(tmp_path):
+    a = AuditLog(str(tmp_path / "audit.jsonl"), "n", max_bytes=500, keep=2)
+    for i in range(40):
+        a.record(now_ms=i, source="s", token="t", role="admin", method="PUT", route="/r", target={"name": "x" * 1000},
+                 status=200, auth="allowed", request_id=None)
+    a.close()
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["audit.jsonl", "audit.jsonl.1", "audit.jsonl.2"]
+    for p in tmp_path.iterdir():
+        assert p.stat().st_size < 500 + 2 * limits.command_bytes_max
+        for line in p.read_text().splitlines():
+            assert len(json.loads(line)["target"]["name"]) <= 256
+
+
+# ------------------------------------------------------------------ tenants
+async def _seed(c):
+    for name, tenant, queue in (("a1", "alpha", "qa"), ("a2", "alpha", "shared"), ("b1", "beta", "shared")):
+        s, b = await call(c, "PUT", f"/v1/jobs/{name}", body=dict(SPEC, tenant=tenant, queue=queue))
+        assert s == 201, b
+    for name in ("a1", "b1"):
+        assert (await call(c, "POST", f"/v1/jobs/{name}/trigger"))[0] == 201
+
+
+def test_a_token_limited_to_tenants_sees_and_changes_only_theirs():
+    async def t(env, c):
+        await _seed(c)
+        tok = (await new_token(c, "operator", tenants=["alpha"]))["token"]
+        s, b = await call(c, "GET", "/v1/jobs", tok)
+        assert [j["name"] for j in b["jobs"]] == ["a1", "a2"] and b["total"] == 2
+        await call(c, "PUT", "/v1/jobs/a5", body=dict(SPEC, tenant="alpha", labels={"team": "x"}))
+        await call(c, "PUT", "/v1/jobs/b5", body=dict(SPEC, tenant="beta", labels={"team": "x"}))
+        s, b = await call(c, "GET", "/v1/jobs?label=team=x", tok)
+        assert [j["name"] for j in b["jobs"]] == ["a5"] and b["total"] == 1, "labels filter within its tenants"
+        await call(c, "DELETE", "/v1/jobs/a5")
+        assert (await call(c, "GET", "/v1/jobs/a1", tok))[0] == 200
+        s, e = await call(c, "GET", "/v1/jobs/b1", tok)
+        assert s == 404 and e["error"]["message"] == "no job named 'b1'", "another tenant's job does not exist for it"
+        for method, path in (("POST", "/v1/jobs/b1/pause"), ("DELETE", "/v1/jobs/b1"), ("POST", "/v1/jobs/b1/trigger"),
+                             ("GET", "/v1/jobs/b1/runs"), ("GET", "/v1/jobs/b1/preview")):
+            assert (await call(c, method, path, tok))[0] == 404, path
+        assert not env.state.jobs["b1"]["paused"]
+        runs = (await call(c, "GET", "/v1/runs", tok))[1]["runs"]
+        assert runs and {r["tenant"] for r in runs} == {"alpha"}
+        b1_run = [r for r in env.state.runs if r.startswith("b1@")][0]
+        assert (await call(c, "GET", f"/v1/runs/{b1_run}", tok))[0] == 404
+        # Creating in another tenant, or replacing another tenant's job, is 403 naming it.
+        s, e = await call(c, "PUT", "/v1/jobs/new", tok, body=dict(SPEC, tenant="beta"))
+        assert s == 403 and e["error"]["tenant"] == "beta" and "beta" in e["error"]["message"]
+        s, e = await call(c, "PUT", "/v1/jobs/new", tok, body=SPEC)  # tenant default
+        assert s == 403 and e["error"]["tenant"] == "default"
+        s, e = await call(c, "PUT", "/v1/jobs/b1", tok, body=dict(SPEC, tenant="alpha"))
+        assert s == 403 and env.state.jobs["b1"]["spec"]["tenant"] == "beta"
+        s, e = await call(c, "POST", "/v1/jobs:batch", tok, body={"jobs": {"x": dict(SPEC, tenant="alpha"),
+                                                                            "y": dict(SPEC, tenant="beta")}})
+        assert s == 403 and "x" not in env.state.jobs
+        assert (await call(c, "PUT", "/v1/jobs/a3", tok, body=dict(SPEC, tenant="alpha")))[0] == 201
+        assert (await call(c, "POST", "/v1/jobs:batch", tok, body={"jobs": {"a4": dict(SPEC, tenant="alpha")}}))[0] == 200
+        # Queues: those its jobs use; a queue another tenant shares cannot be changed.
+        names = [q["name"] for q in (await call(c, "GET", "/v1/queues", tok))[1]["queues"]]
+        assert "qa" in names and set(names) <= {"qa", "shared", "default"}
+        assert (await call(c, "PUT", "/v1/queues/qa", tok, body={"max_depth": 7}))[0] == 200
+        assert (await call(c, "PUT", "/v1/queues/shared", tok, body={"max_depth": 7}))[0] == 403
+        assert (await call(c, "PUT", "/v1/queues/nobody", tok, body={"max_depth": 7}))[0] == 403
+        # Rate limits: only its tenants' are listed; tokens are not for it at all.
+        await call(c, "PUT", "/v1/tenants/alpha", body={"rate_per_s": 5})
+        await call(c, "PUT", "/v1/tenants/beta", body={"rate_per_s": 5})
+        assert [t["name"] for t in (await call(c, "GET", "/v1/tenants", tok))[1]["tenants"]] == ["alpha"]
+        assert (await call(c, "GET", "/v1/tokens", tok))[0] == 403
+    run(t)
+
+
+def test_a_limited_token_sees_only_its_tenants_dead_runs():
+    async def t(env, c):
+        await _seed(c)
+        for rid in list(env.state.runs):  # both manual runs fail for good
+            env.state.apply_bytes(commands.encode(commands.make("acquire", env.clock.now_ms(), None, worker="w",
+                                                                queues=None, max=10, ttl=10_000, types=None)))
+        for rid, r in list(env.state.runs.items()):
+            env.state.apply_bytes(commands.encode(commands.make("complete", env.clock.now_ms(), None, run=rid,
+                                                                token=r["fencing_token"], success=False,
+                                                                error="no", output="")))
+        assert {r["state"] for r in env.state.runs.values()} == {"dead"}
+        tok = (await new_token(c, "operator", tenants=["alpha"]))["token"]
+        dead = (await call(c, "GET", "/v1/dlq", tok))[1]
+        assert [r["job"] for r in dead["runs"]] == ["a1"] and dead["total"] == 1
+        b1_run = [r for r in env.state.runs if r.startswith("b1@")][0]
+        for method, path in (("GET", f"/v1/dlq/{b1_run}"), ("POST", f"/v1/dlq/{b1_run}/requeue"),
+                             ("DELETE", f"/v1/dlq/{b1_run}")):
+            assert (await call(c, method, path, tok))[0] == 404
+        assert env.state.runs[b1_run]["state"] == "dead"
+        a1_run = [r for r in env.state.runs if r.startswith("a1@")][0]
+        assert (await call(c, "POST", f"/v1/dlq/{a1_run}/requeue", tok))[0] == 200
+    run(t)
+
+
+def test_a_limited_token_sees_the_recorded_slots_of_its_jobs():
+    async def t(env, c):
+        await call(c, "PUT", "/v1/jobs/r", body=dict(SPEC, tenant="alpha", misfire={"policy": "skip", "grace_s": 0},
+                                                     schedule={"every_s": 5}))
+        env.clock.advance(60_000)
+        await env.trigger.tick()
+        rec = [rid for rid, r in env.state.runs.items() if r["state"] == "skipped"]
+        assert rec, "the missed slots were recorded"
+        tok = (await new_token(c, "reader", tenants=["alpha"]))["token"]
+        assert (await call(c, "GET", f"/v1/runs/{rec[0]}", tok))[0] == 200
+        assert rec[0] in [r["id"] for r in (await call(c, "GET", "/v1/runs", tok))[1]["runs"]]
+        other = (await new_token(c, "reader", tenants=["beta"]))["token"]
+        assert (await call(c, "GET", f"/v1/runs/{rec[0]}", other))[0] == 404
+    run(t)
+
+
+def test_a_request_the_http_parser_refuses_is_logged_without_its_token(caplog):
+    import logging
+
+    from aiohttp.http_exceptions import BadHttpMessage
+
+    from raftsched.node.audit import install_log_redaction
+    install_log_redaction()
+    install_log_redaction()  # once only
+    assert sum(type(f).__name__ == "RedactBadRequests" for f in logging.getLogger("aiohttp.server").filters) == 1
+    try:
+        raise BadHttpMessage(f"Invalid header value char:\n\n    b'Authorization: Bearer {BOOT}\\x00'")
+    except BadHttpMessage as e:
+        exc = e
+    with caplog.at_level(logging.ERROR, logger="aiohttp.server"):
+        logging.getLogger("aiohttp.server").error("Error handling request from %s", "10.0.0.1", exc_info=exc)
+    text = caplog.text
+    assert "Error handling request from 10.0.0.1: BadHttpMessage 400" in text and BOOT not in text
+
+
+def test_metrics_need_a_read_token_unless_the_node_opens_them():
+    async def t(env, c):
+        assert (await call(c, "GET", "/metrics", None))[0] == 401
+        assert (await call(c, "GET", "/metrics", (await new_token(c, "worker"))["token"]))[0] == 403
+        env.auth.metrics_open = True
+        s, b = await call(c, "GET", "/metrics", None)
+        assert s == 404 and b["error"]["message"] == "metrics are not enabled on this node", "open: no token asked"
+        assert (await call(c, "GET", "/v1/jobs", None))[0] == 401, "only /metrics is opened"
+    run(t)

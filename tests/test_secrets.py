@@ -1,0 +1,184 @@
+"""Secrets never leak (node/redact.py): every read shows a job's headers, env values and secrets as
+``***:fingerprint``; GET-modify-PUT keeps them; a run gets them and its reported output and error
+are masked of them; ``keep_output: false`` keeps no output; fields that carry secrets refuse values
+that would inject headers, and error messages never show a value."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from raftsched.clock import FakeClock, SystemClock
+from raftsched.core import commands, model
+from raftsched.core.errors import InvalidSpec
+from raftsched.core.state import SchedulerState
+from raftsched.node.api import make_app
+from raftsched.node.redact import Fingerprint, REDACTED_RE, deliver, mask, redact_spec, secret_values
+from raftsched.node.service import Service
+from raftsched.node.worker import Worker
+
+from fakes import FakeRaft
+from test_worker import GroupRaft, stop, wait_until
+
+TOKEN = "t" * 32
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+SECRET = "SUPERSECRET-hunter2"
+HTTP_JOB = {"schedule": {"every_s": 60}, "misfire": {"policy": "skip"},
+            "executor": {"type": "http", "url": "https://example.invalid/hook",
+                         "headers": {"Authorization": f"Bearer {SECRET}", "X-Plain": "same"}},
+            "secrets": {"API_KEY": SECRET, "OTHER": "same"}}
+SHELL_JOB = {"schedule": {"every_s": 60}, "misfire": {"policy": "skip"},
+             "executor": {"type": "shell", "argv": ["true"], "env": {"DB_PASSWORD": "pw-1234", "MODE": "x"}}}
+
+
+def run(coro_fn, fingerprint=None):
+    async def main():
+        state = SchedulerState()
+        svc = Service(FakeRaft(state), FakeClock(), "n1",
+                      fingerprint=fingerprint or Fingerprint.from_cluster_secret("c" * 32))
+        app = make_app(svc, TOKEN)
+        async with TestClient(TestServer(app, host="127.0.0.1"), headers=AUTH) as c:
+            await coro_fn(state, c)
+    asyncio.run(main())
+
+
+async def put(c, name, spec, **kw):
+    r = await c.put(f"/v1/jobs/{name}", data=json.dumps(spec), **kw)
+    return r.status, await r.json()
+
+
+def test_reads_show_every_secret_redacted_with_a_stable_fingerprint():
+    async def t(state, c):
+        assert (await put(c, "h", HTTP_JOB))[0] == 201
+        assert (await put(c, "s", SHELL_JOB))[0] == 201
+        for path in ("/v1/jobs/h", "/v1/jobs"):
+            r = await c.get(path)
+            text = await r.text()
+            assert SECRET not in text and "pw-1234" not in text, path
+        spec = (await (await c.get("/v1/jobs/h")).json())["spec"]
+        h, sec = spec["executor"]["headers"], spec["secrets"]
+        assert all(REDACTED_RE.match(v) for v in (*h.values(), *sec.values()))
+        assert h["X-Plain"] == sec["OTHER"], "equal secrets look equal"
+        assert h["Authorization"] != sec["API_KEY"], "the fingerprint is of the whole value"
+        assert spec["keep_output"] is True
+        env = (await (await c.get("/v1/jobs/s")).json())["spec"]["executor"]["env"]
+        assert set(env) == {"DB_PASSWORD", "MODE"} and all(REDACTED_RE.match(v) for v in env.values())
+        # The state keeps the secret itself: the runs need it.
+        assert state.jobs["h"]["spec"]["secrets"]["API_KEY"] == SECRET
+    run(t)
+
+
+def test_get_modify_put_keeps_the_stored_secrets_and_a_wrong_redaction_is_refused():
+    async def t(state, c):
+        await put(c, "h", HTTP_JOB)
+        spec = (await (await c.get("/v1/jobs/h")).json())["spec"]
+        spec["description"] = "changed"
+        assert (await put(c, "h", spec))[0] == 200
+        stored = state.jobs["h"]["spec"]
+        assert stored["description"] == "changed" and stored["secrets"] == HTTP_JOB["secrets"]
+        assert stored["executor"]["headers"] == HTTP_JOB["executor"]["headers"]
+        # A new value replaces it; a redacted value that matches nothing stored is refused.
+        spec["secrets"]["API_KEY"] = "rotated-value"
+        assert (await put(c, "h", spec))[0] == 200
+        assert state.jobs["h"]["spec"]["secrets"]["API_KEY"] == "rotated-value"
+        bad = dict(spec, secrets={"API_KEY": "***:00000000"})
+        s, e = await put(c, "h", bad)
+        assert s == 422 and e["error"]["field"] == "secrets.API_KEY"
+        s, e = await put(c, "copy", spec)  # a copy made from a read: no stored secret of that name
+        assert s == 422 and e["error"]["field"].startswith(("executor.headers.", "secrets."))
+        assert "copy" not in state.jobs
+        # The batch endpoint restores them the same way.
+        r = await c.post("/v1/jobs:batch", data=json.dumps({"jobs": {"h": dict(spec, description="b")}}))
+        assert r.status == 200, await r.text()
+        assert state.jobs["h"]["spec"]["executor"]["headers"] == HTTP_JOB["executor"]["headers"]
+        r = await c.post("/v1/jobs:batch", data=json.dumps({"jobs": {"copy": spec}}))
+        body = await r.json()
+        assert r.status == 422 and body["error"]["job"] == "copy"
+    run(t)
+
+
+def test_fingerprints_depend_on_the_cluster_secret():
+    a, b = Fingerprint.from_cluster_secret("a" * 32), Fingerprint.from_cluster_secret("b" * 32)
+    assert a("x") == Fingerprint.from_cluster_secret("a" * 32)("x") != b("x")
+    spec = redact_spec(model.validate_job("j", HTTP_JOB, 0), a)
+    assert SECRET not in json.dumps(spec)
+
+
+@pytest.mark.parametrize("executor, field", [
+    ({"type": "http", "url": "http://h/x", "headers": {"X-A": "v\r\nX-Injected: 1"}}, "executor.headers.X-A"),
+    ({"type": "http", "url": "http://h/x", "headers": {"X-A": "v\nX: 1"}}, "executor.headers.X-A"),
+    ({"type": "http", "url": "http://h/x", "headers": {"X-A": "v\x00"}}, "executor.headers.X-A"),
+    ({"type": "http", "url": "http://h/x", "headers": {"X A": "v"}}, "executor.headers"),
+    ({"type": "http", "url": "http://h/x", "headers": {"X-A\r\nY": "v"}}, "executor.headers"),
+    ({"type": "http", "url": "http://h/x", "headers": {"": "v"}}, "executor.headers"),
+    ({"type": "http", "url": "http://user:SUPERSECRET@h/x"}, "executor.url"),
+    ({"type": "http", "url": "http://h/x\r\nHost: evil"}, "executor.url"),
+    ({"type": "shell", "argv": ["x"], "env": {"A=B": "v"}}, "executor.env"),
+    ({"type": "shell", "argv": ["x"], "env": {"A": "SUPERSECRET\x00"}}, "executor.env.A"),
+])
+def test_executor_fields_refuse_header_injection_and_never_echo_the_value(executor, field):
+    with pytest.raises(InvalidSpec) as ei:
+        model.validate_job("j", {"schedule": {"every_s": 5}, "misfire": {"policy": "skip"}, "executor": executor}, 0)
+    assert ei.value.field == field
+    assert "SUPERSECRET" not in ei.value.message and "Injected" not in ei.value.message
+
+
+@pytest.mark.parametrize("secrets, field", [
+    ("x", "secrets"), ({"1A": "v"}, "secrets"), ({"A-B": "v"}, "secrets"), ({"A": 5}, "secrets.A"),
+    ({"A": ""}, "secrets.A"), ({"A": "SUPERSECRET\r\n"}, "secrets.A"), ({"raftsched_run_id": "v"}, "secrets.raftsched_run_id"),
+    ({f"S{i}": "v" for i in range(33)}, "secrets"), ({"A": "x" * 4097}, "secrets.A"),
+])
+def test_secrets_are_validated_without_echoing_them(secrets, field):
+    with pytest.raises(InvalidSpec) as ei:
+        model.validate_job("j", dict(SHELL_JOB, secrets=secrets), 0)
+    assert ei.value.field == field and "SUPERSECRET" not in ei.value.message
+
+
+def test_apply_refuses_a_stored_spec_with_malformed_secrets():
+    s = SchedulerState()
+    spec = model.validate_job("j", SHELL_JOB, 0)
+    for bad in ({"secrets": "x"}, {"secrets": {"A": 1}}, {"keep_output": "no"}):
+        res = s.apply(commands.make("put_job", 1, None, name="j", spec=dict(spec, **bad), next=None, cursor=0, anchor=0))
+        assert res["ok"] is False and res["error"]["code"] == "invalid_command", bad
+    assert "j" not in s.jobs
+
+
+def test_delivery_and_masking_helpers():
+    sh = {"type": "shell", "argv": ["x"], "env": {"A": "1"}}
+    assert deliver(sh, {"B": "2"}) == {"type": "shell", "argv": ["x"], "env": {"A": "1", "B": "2"}}
+    assert sh == {"type": "shell", "argv": ["x"], "env": {"A": "1"}}, "the stored executor is not changed"
+    assert deliver({"type": "http", "url": "u"}, {"K": "v"})["headers"] == {"K": "v"}
+    py = {"type": "python", "target": "m:f"}
+    assert deliver(py, {"K": "v"}) is py
+    vals = secret_values({"headers": {"A": "abcd"}, "env": {"B": "abcdef", "C": "ab"}}, {"D": "zzzz"})
+    assert vals[0] == "abcdef" and set(vals) == {"abcdef", "abcd", "zzzz"}, "longest first; 'ab' is too short"
+    assert mask("x abcdef y abcd z ab", vals) == "x *** y *** z ab"
+
+
+def test_a_run_gets_its_secrets_and_its_output_is_masked_and_kept_only_when_asked():
+    async def t():
+        state = SchedulerState()
+        raft = GroupRaft(state)
+        clock = SystemClock()
+        svc = Service(raft, clock, "n1")
+        line = 'echo "env=$DB_PASSWORD sec=$API_KEY mode=$MODE"; echo "$API_KEY" >&2; exit 3'
+        spec = {"schedule": {"every_s": 3600}, "misfire": {"policy": "skip"},
+                "executor": {"type": "shell", "argv": ["sh", "-c", line], "env": {"DB_PASSWORD": "pw-1234", "MODE": "x"}},
+                "secrets": {"API_KEY": SECRET}}
+        await svc.put_job("kept", spec, None)
+        await svc.put_job("dropped", dict(spec, keep_output=False), None)
+        a = (await svc.trigger_job("kept", None))["run"]
+        b = (await svc.trigger_job("dropped", None))["run"]
+        worker = Worker(raft, clock, "n1", slots=2, single_node=True, poll_interval_s=0.01)
+        task = asyncio.create_task(worker.run())
+        await wait_until(lambda: worker.completed == 2, 20, "both runs to report")
+        await stop(task)
+        ra, rb = state.runs[a], state.runs[b]
+        assert ra["state"] == rb["state"] == "dead"
+        assert "env=*** sec=*** mode=x" in ra["output"], ra["output"]  # delivered, then masked
+        assert SECRET not in ra["output"] and "pw-1234" not in ra["output"]
+        assert rb["output"] == "" and rb["attempts"][-1]["error"] == "exit status 3"
+        assert SECRET.encode() not in json.dumps([ra, rb]).encode()
+    asyncio.run(asyncio.wait_for(t(), 30))
