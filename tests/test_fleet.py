@@ -42,7 +42,7 @@ class Env:
 def run(coro_fn):
     async def main():
         env = Env()
-        loop_task = asyncio.create_task(env.fleet.run())
+        loop_task = env.loop_task = asyncio.create_task(env.fleet.run())
         try:
             async with TestClient(TestServer(env.app, host="127.0.0.1")) as client:
                 await asyncio.wait_for(coro_fn(env, client), 30)
@@ -149,6 +149,23 @@ def test_a_long_poll_is_answered_when_work_comes_and_empty_when_its_wait_runs_ou
         res = await poll
         assert [g["id"] for g in res["runs"]] == [rid] and res["runs"][0]["token"] > 0
         assert env.state.runs[rid]["worker"] == "w1" and env.state.runs[rid]["state"] == "running"
+    run(t)
+
+
+def test_a_stopping_node_answers_its_waiting_long_polls_at_once_and_new_ones_empty():
+    """When the node stops (the fleet's loop is cancelled), a worker waiting out a 20 s long-poll
+    is answered at once, with no runs: the API's cleanup waits for its handlers, and a node sent
+    SIGTERM once waited out the wait and was killed by cluster.sh stop."""
+    async def t(env, c):
+        await put_job(env, "j")
+        poll = asyncio.ensure_future(lease(c, "w1", wait_s=20))
+        await until(lambda: env.fleet.dispatcher.waiting == 1, what="the request to wait")
+        t0 = time.monotonic()
+        env.loop_task.cancel()
+        res = await poll
+        assert res["runs"] == [] and time.monotonic() - t0 < 5
+        assert env.fleet.dispatcher.waiting == 0
+        assert (await lease(c, "w2", wait_s=20))["runs"] == [] and time.monotonic() - t0 < 5
     run(t)
 
 

@@ -109,6 +109,8 @@ class Dispatcher:
         self._dirty = True
         #: requests waiting (not abandoned, not answered)
         self.waiting = 0
+        #: set once run() ends (the node stops): lease requests are answered at once, empty
+        self.closed = False
         self.acquires = 0
         self.acquires_empty = 0
         self.given_back = 0
@@ -130,6 +132,8 @@ class Dispatcher:
 
         :raises Unavailable: too many requests wait at this node already.
         :raises RaftschedError: the acquire proposed for it failed (no leader, ...)."""
+        if self.closed:
+            return req  # the node is stopping: no grants, at once (the worker asks another node)
         if self.waiting >= node_limits.lease_waiters_max:
             raise Unavailable(f"{self.waiting} lease requests wait at this node already; try another node")
         self._groups.setdefault(req.key, collections.deque()).append(req)
@@ -157,15 +161,28 @@ class Dispatcher:
                 self.waiting -= 1
 
     async def run(self) -> None:
-        """Serve the waiting requests until cancelled."""
+        """Serve the waiting requests until cancelled; then answer every waiting one at once,
+        with no grants: a stopping node must not hold long-polls open for their whole wait
+        (the API's cleanup waits for its handlers, and a node stopped with SIGTERM would wait
+        out a worker's wait_s, or be killed)."""
         try:
             while True:
                 self._wake.clear()
                 timeout = self._look()
                 await wait_event(self._wake, timeout)
         finally:
+            self.closed = True
             for t in list(self._tasks):
                 t.cancel()
+            for q in self._groups.values():
+                for req in list(q):
+                    if not req.done.is_set():
+                        # An acquire in flight for it was cancelled: if it committed after all,
+                        # its runs' leases expire, and they run elsewhere (at least once).
+                        req.grants, req.draining, req.error, req.in_flight = [], False, None, False
+                        req.done.set()
+            self._groups.clear()
+            self.waiting = 0
 
     def _look(self) -> float:
         """One look at every group that is not busy nor backing off: when its replica shows
