@@ -8,7 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from raftsched.core import commands, limits, queries
-from raftsched.core.model import EXECUTOR_TYPES, placement_ok, validate_job
+from raftsched.core.model import EXECUTOR_TYPES, validate_job
+from raftsched.core.placement import placement_ok
 from raftsched.core.state import SchedulerState
 
 from core_helpers import SEC, T0, apply, put_cmd, restored, spec_of

@@ -1,5 +1,5 @@
 """The bodies of the backfill and bulk dead-letter requests, validated on the proposer (like
-model.validate_queue and friends): each turns what a client sent into its command's fields, or
+bodies.validate_queue and friends): each turns what a client sent into its command's fields, or
 raises InvalidSpec naming the field and why."""
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ import heapq
 
 from . import limits
 from .errors import Conflict, InvalidCommand, NotFound
-from .model import placement_ok
+from .placement import placement_ok
 from .policy import backoff_ms
 from .queues import add_dead, enqueue
 from .records import bound_text, is_int, ok

@@ -1,9 +1,11 @@
 """Job specs: validation and normalisation, and the policy enums.
 
 ``validate_job`` turns what a client sent into the normalised spec stored in the state, or raises
-``InvalidSpec`` naming the field and why. It is pure and deterministic; it is called by the node
-that receives the request (the proposer), and again by apply as a guard, so a malformed command
-can never put a bad job into any replica.
+``InvalidSpec`` naming the field and why. It is pure and deterministic; it runs on the node that
+receives the request (the proposer) only: apply checks a stored spec's shape alone
+(jobs.check_stored_spec), never its content, so that no replica depends on its own library
+versions (I4). Request bodies other than a job's are core/bodies.py's, worker labels and the
+placement rule core/placement.py's.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import msgpack
 
 from . import limits, schedule
 from .errors import InvalidSpec
+from .placement import validate_worker_labels
 
 
 class MisfirePolicy(str, enum.Enum):
@@ -502,28 +505,6 @@ def validate_job(name, raw, now_ms: int | None = None) -> dict:
 
 
 # ------------------------------------------------------------------ placement (docs/workers.md)
-#: What a label name or value may hold (the worker registry's rule too, core/workers.py).
-LABEL_RE = NAME_RE
-
-
-def validate_worker_labels(raw, field: str) -> dict:
-    """A map of worker labels, returned with its names in order (a state's bytes must not depend
-    on the order a client wrote them in). :raises InvalidSpec: naming the label and why."""
-    if not isinstance(raw, dict):
-        raise InvalidSpec("must be an object of label: value strings", field=field)
-    if len(raw) > limits.worker_labels_max:
-        raise InvalidSpec(f"has more than {limits.worker_labels_max} labels", field=field)
-    n = limits.worker_label_chars_max
-    for k, v in raw.items():
-        if not isinstance(k, str) or not k or len(k) > n or not LABEL_RE.match(k):
-            raise InvalidSpec(f"label names are 1-{n} letters, digits, '.', '_' or '-', starting with a letter "
-                              "or digit", field=f"{field}.{k}")
-        if not isinstance(v, str) or not v or len(v) > n or not LABEL_RE.match(v):
-            raise InvalidSpec(f"label values are 1-{n} letters, digits, '.', '_' or '-', starting with a letter "
-                              "or digit", field=f"{field}.{k}")
-    return {k: raw[k] for k in sorted(raw)}
-
-
 def validate_placement(raw) -> dict:
     """``{"labels": {name: value, ...}}``: the labels a worker must carry, all of them, to run
     the job's runs. :raises InvalidSpec: naming the field."""
@@ -538,22 +519,6 @@ def validate_placement(raw) -> dict:
     return {"labels": labels}
 
 
-def placement_ok(spec: dict, labels: dict) -> bool:
-    """Whether a worker with ``labels`` may run a job of ``spec`` (I18): every label of its
-    placement is one of the worker's, with the same value. A spec without placement: any worker.
-    A malformed placement (apply's guard refuses one before it is stored) matches no worker."""
-    pl = spec.get("placement")
-    if pl is None:
-        return True
-    want = pl.get("labels") if type(pl) is dict else None
-    if type(want) is not dict:
-        return False
-    for k, v in want.items():
-        if labels.get(k) != v:
-            return False
-    return True
-
-
 # The defaults validate_job takes as they are, without validating them per job.
 assert validate_retry({}) == RETRY_DEFAULT
 assert validate_overlap({}) == {"policy": "allow"}
@@ -562,106 +527,3 @@ assert check_name("default", "tenant", limits.tenant_name_chars_max) == "default
 assert 1 <= limits.timeout_s_default <= limits.timeout_s_max and 0 <= limits.priority_default <= limits.priority_max
 assert 1 <= limits.history_per_job_default <= limits.history_per_job_max
 assert 0 <= limits.grace_s_default <= limits.grace_s_max and 0 <= limits.max_catchup_default <= limits.max_catchup_max
-
-
-# ------------------------------------------------------------------ queues, tenants, locks
-# The bodies of PUT /v1/queues/{name}, PUT /v1/tenants/{name} and POST /v1/locks/{name}/...:
-# each validated on the proposer and turned into its command's fields.
-
-def _body(body, fields: set[str]) -> dict:
-    if not isinstance(body, dict):
-        raise InvalidSpec("the body must be a JSON object", field=None)
-    for k in body:
-        if k not in fields:
-            raise InvalidSpec(f"unknown field; allowed: {', '.join(sorted(fields))}", field=str(k))
-    return body
-
-
-def _int_only(v, field: str, lo: int, hi: int) -> int:
-    """An integer in [lo, hi] (an integral float is refused: these fields never took one)."""
-    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-        raise InvalidSpec(f"must be an integer between {lo} and {hi}", field=field)
-    return v
-
-
-def validate_queue(name, body) -> dict:
-    """``{"max_depth"?, "on_full"?}`` -> the put_queue command's ``{"max_depth", "on_full"}``.
-
-    :raises InvalidSpec: naming the field."""
-    check_name(name, "queue", limits.queue_name_chars_max)
-    b = _body(body, {"max_depth", "on_full"})
-    depth = _int_only(b.get("max_depth", limits.queue_depth_default), "max_depth", 1, limits.queue_depth_max)
-    on_full = b.get("on_full", "reject")
-    if on_full not in ("reject", "drop_oldest"):
-        raise InvalidSpec("must be reject or drop_oldest", field="on_full")
-    return {"max_depth": depth, "on_full": on_full}
-
-
-def validate_tenant(name, body) -> dict:
-    """``{"rate_per_s", "burst"?}`` -> the put_tenant command's ``{"rate_milli", "burst"}``: the
-    rate in tokens per 1000 s, the burst by default the rate (at least 1).
-
-    :raises InvalidSpec: naming the field."""
-    check_name(name, "tenant", limits.tenant_name_chars_max)
-    b = _body(body, {"rate_per_s", "burst"})
-    if "rate_per_s" not in b:
-        raise InvalidSpec("is required: runs per second this tenant may start", field="rate_per_s")
-    rate = b["rate_per_s"]
-    lo, hi = limits.tenant_rate_per_s_min, limits.tenant_rate_per_s_max
-    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not lo <= rate <= hi:
-        raise InvalidSpec(f"must be a number between {lo:g} and {hi:g}", field="rate_per_s")
-    burst = _int_only(b.get("burst", max(1, int(rate))), "burst", 1, limits.tenant_burst_max)
-    return {"rate_milli": round(rate * 1000), "burst": burst}
-
-
-def _lock_body(name, body, fields: set[str]) -> dict:
-    check_name(name, "name", limits.lock_name_chars_max)
-    return _body(body, fields)
-
-
-def _lock_ttl_ms(b: dict, required: bool) -> int | None:
-    if "ttl_s" not in b:
-        if required:
-            raise InvalidSpec("is required: seconds the lock is held without a renew", field="ttl_s")
-        return None
-    v = b["ttl_s"]
-    lo, hi = limits.lease_ttl_ms_min / 1000, limits.lease_ttl_ms_max / 1000
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
-        raise InvalidSpec(f"must be a number of seconds between {lo:g} and {hi:g}", field="ttl_s")
-    return int(v * 1000)
-
-
-def _lock_token(b: dict) -> int:
-    t = b.get("token")
-    if isinstance(t, bool) or not isinstance(t, int) or not 1 <= t < 2**63:
-        raise InvalidSpec("is required: the fencing token acquire returned", field="token")
-    return t
-
-
-def validate_lock_acquire(name, body) -> dict:
-    """``{"owner", "ttl_s"}`` -> the lock_acquire command's ``{"owner", "ttl"}`` (ttl in ms).
-
-    :raises InvalidSpec: naming the field."""
-    b = _lock_body(name, body, {"owner", "ttl_s"})
-    owner = b.get("owner")
-    n = limits.lock_owner_chars_max
-    if not isinstance(owner, str) or not owner or len(owner) > n:
-        raise InvalidSpec(f"is required: a string of 1-{n} characters naming the holder", field="owner")
-    return {"owner": owner, "ttl": _lock_ttl_ms(b, True)}
-
-
-def validate_lock_renew(name, body) -> dict:
-    """``{"token", "ttl_s"?}`` -> the lock_renew command's ``{"token", "ttl"}`` (ttl in ms, or
-    None: the lock's own).
-
-    :raises InvalidSpec: naming the field."""
-    b = _lock_body(name, body, {"token", "ttl_s"})
-    return {"token": _lock_token(b), "ttl": _lock_ttl_ms(b, False)}
-
-
-def validate_lock_release(name, body) -> dict:
-    """``{"token"}`` -> the lock_release command's ``{"token"}``.
-
-    :raises InvalidSpec: naming the field."""
-    b = _lock_body(name, body, {"token"})
-    return {"token": _lock_token(b)}

@@ -17,9 +17,8 @@ from operator import itemgetter
 
 from . import limits
 from .errors import Conflict, NotFound
-from .model import RUN_STATES, placement_ok
+from .model import RUN_STATES
 from .records import STATS_FIELDS, err
-from .workers import FACTS, is_gone
 
 _QUEUE_DEFAULT = {"max_depth": limits.queue_depth_default, "on_full": "reject"}
 _state_of = itemgetter("state")
@@ -292,238 +291,6 @@ def gauges(s) -> dict:
             "locks": len(s.locks), "fencing_token": s.fencing_token}
 
 
-# ------------------------------------------------------------------ the worker fleet (workers.py)
-# Whether a worker is gone is judged here, at read time, from its last_seen (state time) and the
-# reader's now (workers.is_gone). What a run needs of a worker: its queue served, its executor
-# type run, its placement's labels carried (model.placement_ok), active, not gone, a slot.
-
-def _held_by(s) -> dict[str, list[str]]:
-    """worker id -> the ids of the runs it holds (running under its lease), in grant order."""
-    runs, out = s.runs, {}
-    for rid in s._running_ids:
-        out.setdefault(runs[rid]["worker"], []).append(rid)
-    return out
-
-
-def _worker_view(wid: str, w: dict, now_ms: int, held: int) -> dict:
-    out = dict(w, id=wid, gone=is_gone(w, now_ms), held=held)
-    out["labels"] = dict(w["labels"])
-    out["executors"] = list(w["executors"])
-    out["queues"] = None if w["queues"] is None else list(w["queues"])
-    out["status"] = "gone" if out["gone"] else w["state"]
-    return out
-
-
-def workers(s, now_ms: int) -> list[dict]:
-    """Every registered worker by id: its record (workers._record: kind, labels, slots,
-    executors, queues, version, instance, first_seen, last_seen, state, grants, losses,
-    releases, completed) with ``id``, ``gone``, ``status`` (``active``, ``draining`` or ``gone``) and
-    ``held`` (runs it holds). Linear in the workers and the running runs."""
-    held = _held_by(s)
-    return [_worker_view(wid, w, now_ms, len(held.get(wid, ()))) for wid, w in sorted(s.workers.items())]
-
-
-def worker(s, wid: str, now_ms: int) -> dict | None:
-    """Worker ``wid`` as ``workers`` shows it, with ``runs``: the runs it holds, ``{"id",
-    "job", "attempt", "token", "started_at", "deadline", "queue"}``; None when not registered.
-    Runs held by a worker id that is not registered (an old worker's, or a forgotten one's)
-    are listed too, under a view with ``registered: False``."""
-    runs = s.runs
-    mine = [rid for rid in s._running_ids if runs[rid]["worker"] == wid]
-    w = s.workers.get(wid)
-    if w is None and not mine:
-        return None
-    held = [{"id": rid, "job": runs[rid]["job"], "attempt": runs[rid]["attempt"],
-             "token": runs[rid]["fencing_token"], "started_at": runs[rid]["started_at"],
-             "deadline": runs[rid]["deadline"], "queue": runs[rid]["queue"]} for rid in mine]
-    if w is None:
-        return {"id": wid, "registered": False, "held": len(held), "runs": held}
-    out = _worker_view(wid, w, now_ms, len(held))
-    out["registered"] = True
-    out["runs"] = held
-    return out
-
-
-def worker_record(s, wid: str) -> dict | None:
-    """Worker ``wid``'s facts as its last hello gave them (workers.FACTS) and its ``state``, or
-    None: what a node compares a lease request with, to say hello only when something changed."""
-    w = s.workers.get(wid)
-    if w is None:
-        return None
-    out = {k: w[k] for k in FACTS}
-    out["labels"] = dict(w["labels"])
-    out["state"] = w["state"]
-    return out
-
-
-def workers_to_forget(s, now_ms: int, limit: int) -> list[list]:
-    """``[id, last_seen]`` of up to ``limit`` workers gone for longer than
-    limits.worker_forget_ms at ``now_ms``, longest gone first: the leader's forget_workers."""
-    old = sorted((w["last_seen"], wid) for wid, w in s.workers.items()
-                 if now_ms - w["last_seen"] > limits.worker_forget_ms)
-    return [[wid, seen] for seen, wid in old[:limit]]
-
-
-def _live_workers(s, now_ms: int) -> list[tuple]:
-    """(queues or None, labels, executors) of every worker that could take a run now: active,
-    not gone, with a slot."""
-    return [(None if w["queues"] is None else frozenset(w["queues"]), w["labels"], frozenset(w["executors"]))
-            for w in s.workers.values() if w["state"] == "active" and w["slots"] > 0 and not is_gone(w, now_ms)]
-
-
-def _placeable(live: list[tuple], queue: str, spec: dict) -> bool:
-    t = spec["executor"]["type"]
-    return any((qs is None or queue in qs) and t in ex and placement_ok(spec, labels) for qs, labels, ex in live)
-
-
-def unplaceable(s, now_ms: int) -> dict[str, int]:
-    """queue -> queued runs (due or not) whose job has a placement that no live worker serving
-    the queue (active, not gone, a slot, the job's executor type) satisfies: they wait for a
-    worker with those labels. Queues with none are left out. Walks the queues' acquire heaps
-    (stale entries told apart as acquire does), deciding once per distinct placement."""
-    live = _live_workers(s, now_ms)
-    runs, jobs, out, memo = s.runs, s.jobs, {}, {}
-    for q, prios in s._queued.items():
-        seen = set()
-        for p, h in prios.items():
-            for due, rid in h:
-                r = runs.get(rid)
-                if r is None or rid in seen or r["state"] != "queued" or r["queue"] != q or r["priority"] != p \
-                        or r.get("due", r["slot"]) != due:
-                    continue
-                seen.add(rid)
-                job = jobs.get(r["job"])
-                if job is None or "placement" not in job["spec"]:
-                    continue
-                spec = job["spec"]
-                key = (q, id(spec["placement"]), spec["executor"]["type"])
-                fits = memo.get(key)
-                if fits is None:
-                    fits = memo[key] = _placeable(live, q, spec)
-                if not fits:
-                    out[q] = out.get(q, 0) + 1
-    return out
-
-
-def waiting_for(s, run_id: str, now_ms: int) -> str | None:
-    """Why queued run ``run_id`` waits, when it is for a worker: "no worker matches its
-    placement" (no live worker serving its queue carries its placement's labels); else None."""
-    r = s.runs.get(run_id)
-    if r is None or r["state"] != "queued":
-        return None
-    job = s.jobs.get(r["job"])
-    if job is None or "placement" not in job["spec"]:
-        return None
-    if _placeable(_live_workers(s, now_ms), r["queue"], job["spec"]):
-        return None
-    return NO_WORKER_MATCHES
-
-
-#: what ``waiting_for`` says of a run no live worker may take for its placement
-NO_WORKER_MATCHES = "no worker matches its placement"
-
-
-def waiting_for_many(s, run_ids: list[str], now_ms: int) -> dict[str, str]:
-    """``waiting_for`` of several runs, deciding once per distinct placement: run id -> reason,
-    for the runs that have one."""
-    live, out, memo = None, {}, {}
-    for rid in run_ids:
-        r = s.runs.get(rid)
-        if r is None or r["state"] != "queued":
-            continue
-        job = s.jobs.get(r["job"])
-        if job is None or "placement" not in job["spec"]:
-            continue
-        if live is None:
-            live = _live_workers(s, now_ms)
-        spec = job["spec"]
-        key = (r["queue"], id(spec["placement"]), spec["executor"]["type"])
-        if key not in memo:
-            memo[key] = _placeable(live, r["queue"], spec)
-        if not memo[key]:
-            out[rid] = NO_WORKER_MATCHES
-    return out
-
-
-def fleet_gauges(s, now_ms: int) -> dict:
-    """What a metrics scrape shows of the fleet: ``{"by_status": {status: n} for active,
-    draining and gone, "workers": {id: (held, grants, losses, releases)}, "unplaceable":
-    {queue: n}}``."""
-    held = _held_by(s)
-    by_status = {"active": 0, "draining": 0, "gone": 0}
-    per = {}
-    for wid, w in s.workers.items():
-        by_status["gone" if is_gone(w, now_ms) else w["state"]] += 1
-        per[wid] = (len(held.get(wid, ())), w["grants"], w["losses"], w["releases"])
-    return {"by_status": by_status, "workers": per, "unplaceable": unplaceable(s, now_ms)}
-
-
-def ready_for(s, queues: list[str] | None, labels: dict, types: frozenset | None, now_ms: int,
-              scan_max: int) -> bool:
-    """Whether an acquire by a worker of ``labels`` and executor ``types`` (None: every type)
-    serving ``queues`` (None: every queue) would hand something out now (``ready_count``)."""
-    return ready_count(s, queues, labels, types, now_ms, scan_max, 1) > 0
-
-
-def ready_count(s, queues: list[str] | None, labels: dict, types: frozenset | None, now_ms: int,
-                scan_max: int, limit: int) -> int:
-    """How many runs (up to ``limit``) an acquire by a worker of ``labels`` and executor
-    ``types`` (None: every type) serving ``queues`` (None: every queue) could hand out now: a
-    cheap local count for a node's dispatcher of lease requests. Looks at the ready part of each
-    heap (the entries whose due has come, a subtree at its root) up to ``scan_max`` entries in
-    all; it may count a run acquire turns out not to hand out (another node's worker took it
-    first, or its tenant's tokens were counted once for several of its runs), and miss one
-    beyond the scan (the dispatcher then tries now and then anyway)."""
-    names = queues if queues is not None else list(s._queued)
-    runs, jobs, tenants, scanned, found = s.runs, s.jobs, s.tenants, 0, 0
-    for q in names:
-        for p, h in s._queued.get(q, {}).items():
-            stack = [0]
-            while stack and scanned < scan_max:
-                i = stack.pop()
-                if i >= len(h) or h[i][0] > now_ms:
-                    continue
-                stack.append(2 * i + 2)
-                stack.append(2 * i + 1)
-                scanned += 1
-                due, rid = h[i]
-                r = runs.get(rid)
-                if r is None or r["state"] != "queued" or r["queue"] != q or r["priority"] != p \
-                        or r.get("due", r["slot"]) != due:
-                    continue
-                job = jobs.get(r["job"])
-                if job is not None:
-                    spec = job["spec"]
-                    if types is not None and spec["executor"]["type"] not in types:
-                        continue
-                    if "placement" in spec and not placement_ok(spec, labels):
-                        continue
-                t = tenants.get(r["tenant"])
-                if t is not None and min(t["burst"] * 1_000_000, t["tokens_micro"]
-                                         + max(0, now_ms - t["last_ms"]) * t["rate_milli"]) < 1_000_000:
-                    continue
-                found += 1
-                if found >= limit:
-                    return found
-    return found
-
-
-def applied_count(s) -> int:
-    """Commands this replica applied (refused ones included): a reader that saw the same count
-    before saw the same state."""
-    return s.applied
-
-
-def next_due_ms(s, queues: list[str] | None) -> int | None:
-    """The earliest due time at the head of the served queues' heaps (a hint: the head may be
-    stale), or None when they are empty: how long a dispatcher may sleep."""
-    names = queues if queues is not None else list(s._queued)
-    best = None
-    for q in names:
-        for h in s._queued.get(q, {}).values():
-            if h and (best is None or h[0][0] < best):
-                best = h[0][0]
-    return best
 # ------------------------------------------------------------------ API tokens (core/tokens.py)
 def token_list(s) -> list[dict]:
     """Every token without its hash, oldest first (by created, then id): ``{"id", "role",
@@ -628,3 +395,12 @@ def replayed(s, cmd: dict) -> dict | None:
     out = dict(res)
     out["duplicate"] = True
     return out
+
+
+# The worker fleet's reads live in core/worker_queries.py; they are part of this door, and its
+# callers read them here.
+from .worker_queries import (  # noqa: E402,F401
+    workers, worker, worker_record, workers_to_forget,
+    unplaceable, waiting_for, waiting_for_many, fleet_gauges,
+    ready_for, ready_count, applied_count, next_due_ms, NO_WORKER_MATCHES,
+)

@@ -18,7 +18,7 @@ heartbeat each). Whether a worker is **gone** is judged at read time from ``last
 
 **Placement.** A job may ask for worker labels (``spec.placement.labels``, model.py); a run of
 it is granted only to a worker whose registered labels include every one of them
-(``model.placement_ok``, I18). An unregistered worker has no labels, so it takes only runs without
+(``placement.placement_ok``, I18). An unregistered worker has no labels, so it takes only runs without
 placement. A draining worker is granted nothing.
 
 **Release.** A worker may give leases back (``release``, when it drains): the run is queued
@@ -36,7 +36,8 @@ import re
 from . import limits, snapshot
 from .errors import InvalidCommand, InvalidSpec, LimitExceeded, NotFound
 from .leases import close_attempt, live
-from .model import EXECUTOR_TYPES, NAME_RE, validate_worker_labels
+from .model import EXECUTOR_TYPES, NAME_RE
+from .placement import validate_worker_labels
 from .queues import add_dead, enqueue
 from .records import is_int, ok
 
@@ -65,7 +66,7 @@ def check_worker_id(v, field: str = "worker") -> str:
 
 
 def check_labels(v, field: str = "labels") -> dict:
-    """A worker's labels, names in order (model.validate_worker_labels: the rule placements
+    """A worker's labels, names in order (placement.validate_worker_labels: the rule placements
     follow too). :raises InvalidSpec: naming the label."""
     return validate_worker_labels(v, field)
 

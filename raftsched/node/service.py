@@ -12,7 +12,7 @@ import asyncio
 import uuid
 
 from ..clock import Clock
-from ..core import commands, limits, model, policy, preview, queries, schedule
+from ..core import bodies, commands, limits, model, policy, preview, queries, schedule
 from ..core.errors import InvalidSpec, NotFound, RaftschedError, BadRequest
 from ..core.model import check_name
 from . import batch
@@ -195,7 +195,7 @@ class Service:
 
     # ------------------------------------------------------------------ queues and tenants
     async def put_queue(self, name: str, body, rid: str | None) -> dict:
-        q = model.validate_queue(name, body)
+        q = bodies.validate_queue(name, body)
         res = await self.propose(commands.make("put_queue", self.clock.now_ms(), rid or new_request_id(),
                                                name=name, **q))
         return self._out(res, {"queue": name, **q})
@@ -210,7 +210,7 @@ class Service:
         return {"queues": qs}
 
     async def put_tenant(self, name: str, body, rid: str | None) -> dict:
-        t = model.validate_tenant(name, body)
+        t = bodies.validate_tenant(name, body)
         res = await self.propose(commands.make("put_tenant", self.clock.now_ms(), rid or new_request_id(),
                                                name=name, **t))
         return self._out(res, {"tenant": name, "rate_per_s": t["rate_milli"] / 1000, "burst": t["burst"]})
@@ -249,20 +249,20 @@ class Service:
 
     # ------------------------------------------------------------------ locks
     async def lock_acquire(self, name: str, body, rid: str | None) -> dict:
-        f = model.validate_lock_acquire(name, body)
+        f = bodies.validate_lock_acquire(name, body)
         res = await self.propose(commands.make("lock_acquire", self.clock.now_ms(), rid or new_request_id(),
                                                name=name, **f))
         return self._out(res, {"lock": name, "owner": f["owner"], "token": res["token"],
                                "expires_at": schedule.iso(res["deadline"])})
 
     async def lock_renew(self, name: str, body, rid: str | None) -> dict:
-        f = model.validate_lock_renew(name, body)
+        f = bodies.validate_lock_renew(name, body)
         res = await self.propose(commands.make("lock_renew", self.clock.now_ms(), rid or new_request_id(),
                                                name=name, **f))
         return self._out(res, {"lock": name, "token": res["token"], "expires_at": schedule.iso(res["deadline"])})
 
     async def lock_release(self, name: str, body, rid: str | None) -> dict:
-        f = model.validate_lock_release(name, body)
+        f = bodies.validate_lock_release(name, body)
         res = await self.propose(commands.make("lock_release", self.clock.now_ms(), rid or new_request_id(),
                                                name=name, **f))
         return self._out(res, {"lock": name, "released": True})

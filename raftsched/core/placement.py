@@ -1,0 +1,51 @@
+"""Placement (docs/workers.md): the labels a worker carries, and whether they satisfy a job's.
+
+Pure. The worker registry (core/workers.py), acquire (core/leases.py), the reads of which runs no
+worker can take (core/queries.py) and a job spec's ``placement`` (core/model.py) all follow the
+one rule here (I18).
+"""
+from __future__ import annotations
+
+import re
+
+from . import limits
+from .errors import InvalidSpec
+
+#: What a label name or value may hold: letters, digits, '.', '_' and '-', starting with a letter
+#: or digit (the job-name rule).
+LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def validate_worker_labels(raw, field: str) -> dict:
+    """A map of worker labels, returned with its names in order (a state's bytes must not depend
+    on the order a client wrote them in). :raises InvalidSpec: naming the label and why."""
+    if not isinstance(raw, dict):
+        raise InvalidSpec("must be an object of label: value strings", field=field)
+    if len(raw) > limits.worker_labels_max:
+        raise InvalidSpec(f"has more than {limits.worker_labels_max} labels", field=field)
+    n = limits.worker_label_chars_max
+    for k, v in raw.items():
+        if not isinstance(k, str) or not k or len(k) > n or not LABEL_RE.match(k):
+            raise InvalidSpec(f"label names are 1-{n} letters, digits, '.', '_' or '-', starting with a letter "
+                              "or digit", field=f"{field}.{k}")
+        if not isinstance(v, str) or not v or len(v) > n or not LABEL_RE.match(v):
+            raise InvalidSpec(f"label values are 1-{n} letters, digits, '.', '_' or '-', starting with a letter "
+                              "or digit", field=f"{field}.{k}")
+    return {k: raw[k] for k in sorted(raw)}
+
+
+
+def placement_ok(spec: dict, labels: dict) -> bool:
+    """Whether a worker with ``labels`` may run a job of ``spec`` (I18): every label of its
+    placement is one of the worker's, with the same value. A spec without placement: any worker.
+    A malformed placement (apply's guard refuses one before it is stored) matches no worker."""
+    pl = spec.get("placement")
+    if pl is None:
+        return True
+    want = pl.get("labels") if type(pl) is dict else None
+    if type(want) is not dict:
+        return False
+    for k, v in want.items():
+        if labels.get(k) != v:
+            return False
+    return True
