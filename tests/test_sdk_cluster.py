@@ -29,10 +29,10 @@ EXAMPLES = REPO / "examples"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sdk")
-    # The nodes' python executor imports the example's handlers (a worker holding the App
-    # will, once there is one; today the nodes run python jobs themselves).
+    # The nodes' python executor imports the example's handlers: the nodes carry the label the
+    # app's jobs are placed on (raftsched.app=reports), so their workers take them.
     c = Cluster(tmp, env={"PYTHONPATH": str(EXAMPLES), "REPORTS_DB": str(tmp / "reports.db")},
-                node_args=["--slots", "2"])
+                node_args=["--slots", "2", "--labels", "raftsched.app=reports"])
     c.db = tmp / "reports.db"
     c.start()
     try:
