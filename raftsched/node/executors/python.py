@@ -318,9 +318,9 @@ class _PythonRun:
             if self.importing:
                 log.warning("run %s: import of %s abandoned (%s)", self.ctx.run_id, self.target, how)
             elif self.linger:
-                log.warning("run %s: %s cannot be stopped (%s): still running in thread %s; it fails, "
-                            "and its slot stays taken until the function returns",
-                            self.ctx.run_id, self.target, how, self.thread_name)
+                log.info("run %s: %s cannot be stopped (%s): still running in thread %s; it fails, "
+                         "and the Outcome tells when the function returns",
+                         self.ctx.run_id, self.target, how, self.thread_name)
                 self.thread_end = asyncio.get_running_loop().create_future()
                 self._emit(stopped_lingering(how, self.timeout_s), self.thread_end)
                 return
