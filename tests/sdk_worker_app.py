@@ -85,7 +85,8 @@ async def astuck(ctx):
 
 @iso.job("si-sync", every_s=3600)
 def iso_hello(ctx):
-    print(f"hello from {os.getpid()}")
+    print(f"hello from {os.getpid()}", flush=True)
+    ctx.log.info("logged from the child")
     return _context(ctx)
 
 

@@ -122,9 +122,10 @@ def test_in_a_child_process_a_handler_reports_what_it_returned_or_raised(child_e
         g = grant("si-sync", app=sdk_worker_app.iso)
         out = await execute(lookup, g)
         assert out.ok, out
-        printed, _, result = out.output.partition("\n")
+        printed, logged, result = out.output.splitlines()
         got = eval(result)
         assert printed == f"hello from {got['pid']}" and got["pid"] != os.getpid()
+        assert logged.endswith(" INFO raftsched.job.si-sync: logged from the child"), logged
         assert {k: got[k] for k in ("run", "job", "attempt", "token", "worker", "payload")} == \
                {"run": g["id"], "job": "si-sync", "attempt": 1, "token": 7, "worker": "w-test", "payload": {"k": "v"}}
         out = await execute(lookup, grant("si-boom", app=sdk_worker_app.iso))

@@ -7,12 +7,14 @@ as the worker does), calls the handler through the python executor's run
 (``executors.run_function``, so its outcome is the one an in-process run would report: the repr
 of what it returned, or the exception and its traceback), writes ``{"ok", "error", "output"}``
 as JSON to RESULT_PATH, and exits 0 when the handler succeeded, 1 when it failed, 2 when the
-run could not even start. The worker kills it at the run's timeout.
+run could not even start. What the handler prints, and logs (``ctx.log``, INFO and up), goes to
+the run's output. The worker kills it at the run's timeout.
 """
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import sys
 import traceback
@@ -41,6 +43,10 @@ def main(argv: list[str]) -> int:
         print("usage: python -m raftsched.sdk.child MODULE:ATTR TARGET RESULT_PATH", file=sys.stderr)
         return 2
     ref, target, path = argv
+    # The handler's log lines (ctx.log) go where its prints go: into the run's output.
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s",
+                        datefmt="%Y-%m-%dT%H:%M:%S")
     try:
         from ..core import limits
         from ..node.executors import run_function
