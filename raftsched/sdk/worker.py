@@ -31,7 +31,6 @@ import tempfile
 import time
 from typing import Awaitable, Callable
 
-from ..core import limits as core_limits
 from ..node import limits as node_limits
 from ..node.executors import CancelEvent, Outcome, RunContext, run_function
 from ..node.executors._output import short, tail_str
@@ -148,11 +147,11 @@ async def run_in_child(ref: str, target: str, ctx: RunContext, timeout_s: float,
 
     :raises asyncio.CancelledError: the caller was cancelled (the child is killed first).
     """
+    t0 = time.monotonic()
     fd, path = tempfile.mkstemp(prefix="raftsched-result-", suffix=".json")
     os.close(fd)
     try:
         argv = [sys.executable, "-m", "raftsched.sdk.child", ref, target, path]
-        t0 = time.monotonic()
         ok, error, printed = await run_shell({"argv": argv}, ctx, timeout_s, cancel, kill_grace_s)
         result = _read_result(path)
     finally:
@@ -175,10 +174,10 @@ async def run_in_child(ref: str, target: str, ctx: RunContext, timeout_s: float,
 def _read_result(path: str) -> dict | None:
     try:
         with open(path, "rb") as f:
-            data = f.read(core_limits.output_bytes_max * 8 + 4096)
+            data = f.read(node_limits.child_result_bytes_max + 1)
     except OSError:
         return None
-    if not data:
+    if not data or len(data) > node_limits.child_result_bytes_max:
         return None
     try:
         res = json.loads(data)
