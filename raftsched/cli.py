@@ -151,6 +151,35 @@ def cmd_node(args) -> int:
 
 
 # ---------------------------------------------------------------------------- worker
+def _worker_app(args, labels: dict):
+    """``raftsched worker --app MODULE:ATTR [--isolation ...]``: import the App, add its label to
+    ``labels``, and return the lease loop's executor lookup for it (sdk/worker.py); None without
+    ``--app``. :raises ConfigError: the App cannot be loaded, or a flag does not go with it."""
+    if not args.app:
+        if args.isolation is not None:
+            raise ConfigError("--isolation is for --app: how the app's plain handlers run")
+        return None
+    from .sdk import APP_LABEL, DeclarationError, load_app
+    from .sdk.loader import AppLoadError
+    from .sdk.worker import AppExecutors
+    if args.executors is not None and args.executors.strip() != "python":
+        raise ConfigError("--app runs the app's python handlers and nothing else: leave --executors out")
+    try:
+        app = load_app(args.app)
+    except (AppLoadError, DeclarationError) as e:
+        raise ConfigError(f"--app {args.app}: {e}") from None
+    if labels.get(APP_LABEL, app.name) != app.name:
+        raise ConfigError(f"--labels: {APP_LABEL} is the app's name ({app.name}) with --app")
+    labels[APP_LABEL] = app.name
+    from .core.errors import InvalidSpec
+    from .core.workers import check_labels
+    try:
+        check_labels(labels, "--labels")
+    except InvalidSpec as e:
+        raise ConfigError(f"--app {args.app}: the app's name is not a worker label value ({e.message})") from None
+    return AppExecutors(app, args.app, isolation=args.isolation or "thread")
+
+
 def cmd_worker(args) -> int:
     """``raftsched worker``: a worker process outside the Raft quorum (node/remote.py)."""
     from .core.errors import InvalidSpec
@@ -181,10 +210,14 @@ def cmd_worker(args) -> int:
         except InvalidSpec as e:
             raise ConfigError(f"{e.field}: {e.message}") from None
         labels = parse_labels(args.labels)
+        app_executors = _worker_app(args, labels)
     except ConfigError as e:
         print(f"raftsched worker: {e}", file=sys.stderr)
         return 2
-    types = frozenset(t.strip() for t in args.executors.split(",") if t.strip())
+    executors = args.executors if args.executors is not None else ",".join(EXECUTOR_TYPES)
+    if app_executors is not None:
+        executors = "python"  # the app's handlers, and nothing else
+    types = frozenset(t.strip() for t in executors.split(",") if t.strip())
     bad = types - set(EXECUTOR_TYPES)
     if bad or not types:
         print(f"raftsched worker: --executors: unknown type(s) {', '.join(sorted(bad)) or '(none given)'}; "
@@ -209,6 +242,14 @@ def cmd_worker(args) -> int:
                        executors=types, drain_s=args.drain_s, lease_ttl_ms=ttl_ms, wait_s=args.wait_s,
                        ca_file=args.ca_file or None, cert_file=args.client_cert or None,
                        key_file=args.client_key or None)
+    if app_executors is not None:
+        from .sdk import APP_LABEL
+        cfg.executor_lookup = app_executors
+        cfg.dedicated = [APP_LABEL]
+        cfg.describe = app_executors.describe()
+        for name in app_executors.unplaced():
+            logging.getLogger("raftsched.sdk.worker").warning(
+                "job %r is declared with placement=None: this worker never takes its runs (other workers may)", name)
     try:
         return asyncio.run(run_worker(cfg))
     except KeyboardInterrupt:
@@ -369,7 +410,14 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--queues", default="", help="queues to serve, comma-separated (default: all)")
     w.add_argument("--labels", default="", help="NAME=VALUE,...: jobs placed on labels run only on workers carrying them")
     w.add_argument("--slots", type=int, default=4, help="runs executed at once")
-    w.add_argument("--executors", default=",".join(EXECUTOR_TYPES), help="executor types this worker runs")
+    w.add_argument("--executors", default=None,
+                   help=f"executor types this worker runs (default: {','.join(EXECUTOR_TYPES)})")
+    w.add_argument("--app", default="", metavar="MODULE:ATTR",
+                   help="run this SDK App's handlers, and only them (docs/sdk.md): the worker takes the runs "
+                        "of the app's jobs and no other")
+    w.add_argument("--isolation", choices=("thread", "subprocess"), default=None,
+                   help="with --app: run each plain handler's run in a thread (default) or in a child "
+                        "process that is killed at its timeout")
     w.add_argument("--drain-s", type=float, default=30.0,
                    help="on SIGTERM, how long running runs may finish before they are given back")
     w.add_argument("--lease-ttl-s", type=float, default=10.0, help="lease TTL this worker asks for")

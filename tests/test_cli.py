@@ -54,6 +54,13 @@ def test_node_flag_errors_are_one_line_and_exit_2(tmp_path, extra, msg):
     (["--url", "http://127.0.0.1:9", "--queues", "a b"], "--queues"),
     (["--url", "http://127.0.0.1:9", "--lease-ttl-s", "0.1"], "--lease-ttl-s must be"),
     (["--url", "http://127.0.0.1:9", "--wait-s", "600"], "--wait-s must be"),
+    (["--url", "http://127.0.0.1:9", "--isolation", "subprocess"], "--isolation is for --app"),
+    (["--url", "http://127.0.0.1:9", "--app", "no_such_module:app"], "no module 'no_such_module'"),
+    (["--url", "http://127.0.0.1:9", "--app", "examples.nightly_report:nope"], "has no 'nope'"),
+    (["--url", "http://127.0.0.1:9", "--app", "examples.nightly_report:app", "--executors", "shell"],
+     "leave --executors out"),
+    (["--url", "http://127.0.0.1:9", "--app", "examples.nightly_report:app", "--labels", "raftsched.app=x"],
+     "raftsched.app is the app's name (reports)"),
 ])
 def test_worker_flag_errors_are_one_line_and_exit_2(tmp_path, extra, msg):
     token = tmp_path / "token"

@@ -8,7 +8,8 @@ renew and release locks, the reaper expires leases named ``[id, token, renewals]
 leader takes over with a clock far ahead, runs are requeued from the DLQ, and the state is
 snapshotted and restored. Workers register (with labels, from one process instance or
 another), are drained and give leases back (release); one job is placed on pool=gpu, so the
-model grants its runs only to a worker registered with that label (I18), and a released run is
+model grants its runs only to a worker registered with that label (I18), a worker dedicated to
+its label pool is granted only that job's runs, and a released run is
 queued again with attempt + 1 and no budget spent (I19).
 
 The model is a dict per run: where it is (queued, running, finished, dead, recorded), its
@@ -264,8 +265,12 @@ class LeaseMachine(RuleBasedStateMachine):
         w = self.reg.get(worker)
         labels = w["labels"] if w else {}
 
-        def placeable(m):  # I18: every label of the job's placement is one of the worker's
-            return all(labels.get(k) == v for k, v in PLACEMENT.get(m["job"], {}).items())
+        dedicated = w["dedicated"] if w else []
+
+        def placeable(m):  # I18: every label of the job's placement is one of the worker's, and the
+            # placement names every label the worker is dedicated to
+            want = PLACEMENT.get(m["job"], {})
+            return all(labels.get(k) == v for k, v in want.items()) and all(k in want for k in dedicated)
         ready = sorted((-m["priority"], m["due"], rid) for rid, m in self.m.items()
                        if m["place"] == "queued" and m["queue"] in served and m["due"] <= self.now and placeable(m))
         want = [] if w is not None and w["state"] == "draining" else [rid for _, _, rid in ready[:n]]
@@ -303,15 +308,19 @@ class LeaseMachine(RuleBasedStateMachine):
                 self.renew("run", rid, self.m[rid]["lease"], ttl)
 
     # ---------------------------------------------------------------- the worker fleet
-    @rule(worker=st.sampled_from(WORKERS), labels=FLEET_LABELS, instance=st.sampled_from(["a", "b"]))
-    def hello(self, worker, labels, instance):
+    @rule(worker=st.sampled_from(WORKERS), labels=FLEET_LABELS, instance=st.sampled_from(["a", "b"]),
+          dedicate=st.booleans())
+    def hello(self, worker, labels, instance, dedicate):
         """A worker registers or says its facts changed; a new process under a drained id is
-        active again (core/workers.py)."""
+        active again (core/workers.py). One may be dedicated to its label pool: it then takes
+        only runs placed on it."""
+        dedicated = ["pool"] if dedicate and "pool" in labels else []
         res = self.cmd("worker_hello", worker=worker, kind="remote", labels=labels, slots=4,
-                       executors=["http", "python", "shell"], queues=None, version="1", instance=instance)
+                       executors=["http", "python", "shell"], queues=None, version="1", instance=instance,
+                       dedicated=dedicated)
         w = self.reg.get(worker)
         state = "active" if w is None or w["instance"] != instance else w["state"]
-        self.reg[worker] = {"labels": labels, "state": state, "instance": instance}
+        self.reg[worker] = {"labels": labels, "state": state, "instance": instance, "dedicated": dedicated}
         assert res["ok"] and res["created"] == (w is None) and res["state"] == state, res
 
     @rule(worker=st.sampled_from(WORKERS))

@@ -12,7 +12,7 @@ import time
 
 import exec_targets
 from executor_helpers import PAYLOAD, ctx, py, run, wait_until
-from raftsched.node.executors import Outcome, RunContext, execute
+from raftsched.node.executors import CancelEvent, Outcome, RunContext, execute, run_function
 
 
 def test_python_sync_function_gets_the_context_in_a_thread():
@@ -350,4 +350,52 @@ def test_execute_soon_declines_what_it_does_not_run_fast():
             assert execute_soon(spec, ctx("soon-declined"), 10, calls.append, **kw) is False, spec
         await asyncio.sleep(0.05)  # ok-sleep: nothing may run or report in the meantime
         assert calls == [] and "soon-declined" not in exec_targets.RECORDED
+    run(t())
+
+
+# ---------------------------------------------------------------------------- run_function
+def test_run_function_runs_a_held_function_as_the_executor_runs_a_target():
+    """The same run for a function the caller holds (an SDK App's handler): plain in a thread,
+    async on the loop, the repr or the traceback as the output."""
+    async def t():
+        out = await run_function(exec_targets.record_sync, ctx("fn-sync"), 10, None, name="exec_targets:record_sync")
+        assert out.ok and out.output == repr({"rows": 3, "run": "fn-sync"}) and out.linger is None, out
+        assert exec_targets.RECORDED["fn-sync"][0]["thread"] is not threading.main_thread()
+        out = await run_function(exec_targets.record_async, ctx("fn-async"), 10, None, name="exec_targets:record_async")
+        assert out.ok and out.output == repr(["done", 17]), out
+        assert exec_targets.RECORDED["fn-async"][0]["loop"] is asyncio.get_running_loop()
+        out = await run_function(exec_targets.boom, ctx("fn-boom"), 10, None, name="exec_targets:boom", linger=True)
+        assert (out.ok, out.error) == (False, "ValueError: bad input fn-boom") and out.output.startswith("Traceback")
+    run(t())
+
+
+def test_a_lingering_plain_function_fails_saying_its_thread_still_runs_and_tells_when_it_ends():
+    async def t():
+        exec_targets.RELEASE["fn-linger"] = threading.Event()
+        out = await run_function(exec_targets.blocking, ctx("fn-linger"), 0.3, None, name="exec_targets:blocking",
+                                 linger=True)
+        assert (out.ok, out.error) == (False, "timed out after 0.3s; the handler's thread could not be stopped "
+                                              "and is still running"), out
+        assert out.linger is not None and not out.linger.done()
+        exec_targets.RELEASE["fn-linger"].set()
+        await asyncio.wait_for(out.linger, 10)
+        last = exec_targets.RECORDED["fn-linger"][-1]
+        assert (last["kind"], last["released"]) == ("finished", True)
+        # Lease lost: the same, with its own reason.
+        exec_targets.RELEASE["fn-linger-lost"] = threading.Event()
+        cancel = CancelEvent()
+        task = asyncio.ensure_future(run_function(exec_targets.blocking, ctx("fn-linger-lost"), 30, cancel,
+                                                  name="exec_targets:blocking", linger=True))
+        await wait_until(lambda: exec_targets.RECORDED.get("fn-linger-lost"), what="the run to start")
+        cancel.set()
+        out = await task
+        assert out.error == "lease lost; the handler's thread could not be stopped and is still running", out
+        exec_targets.RELEASE["fn-linger-lost"].set()
+        await asyncio.wait_for(out.linger, 10)
+        # An async function is cancelled: nothing lingers.
+        exec_targets.STARTED["fn-linger-async"] = asyncio.Event()
+        out = await run_function(exec_targets.slow_async, ctx("fn-linger-async"), 0.3, None,
+                                 name="exec_targets:slow_async", linger=True)
+        assert (out.error, out.linger) == ("timed out after 0.3s", None), out
+        assert exec_targets.RECORDED["fn-linger-async"][-1]["kind"] == "cancelled"
     run(t())

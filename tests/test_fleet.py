@@ -98,7 +98,8 @@ def test_bad_requests_name_the_field_and_change_nothing():
                             (lease_body(max=limits.acquire_runs_max + 1), "max"), (lease_body(wait_s=-1), "wait_s"),
                             (lease_body(wait_s=3600), "wait_s"), (lease_body(ttl_ms=5), "ttl_ms"),
                             (lease_body(labels={"pool": ""}), "labels.pool"), (lease_body(executors=["docker"]), "executors"),
-                            (lease_body(queues=[]), "queues"), (lease_body(nodes=3), "nodes"), ([1, 2], None)):
+                            (lease_body(queues=[]), "queues"), (lease_body(nodes=3), "nodes"), ([1, 2], None),
+                            (lease_body(dedicated=["pool"]), "dedicated"), (lease_body(dedicated="pool"), "dedicated")):
             r = await c.post(path("w1", "lease"), data=json.dumps(body), headers=AUTH)
             assert r.status == 422, (body, await r.text())
             assert (await r.json())["error"]["field"] == field
@@ -250,6 +251,26 @@ def test_placement_sends_a_run_to_the_request_whose_labels_fit_even_if_it_came_l
         assert (await cpu)["runs"] == []
         # No acquire was wasted on the worker whose labels do not fit.
         assert {a["worker"] for a in env.ops("acquire")} == {"gpu-1"}
+    run(t)
+
+
+def test_a_dedicated_workers_request_waits_for_a_run_placed_on_it_and_takes_no_other():
+    async def t(env, c):
+        app = {"raftsched.app": "reports"}
+        await put_job(env, "report", dict(SPEC, placement={"labels": app}))
+        await put_job(env, "plain")
+        plain = await trigger(env, "plain")
+        ded = asyncio.ensure_future(lease(c, "app-1", wait_s=10, labels=app, dedicated=["raftsched.app"]))
+        await until(lambda: env.fleet.dispatcher.waiting == 1)
+        assert env.state.workers["app-1"]["dedicated"] == ["raftsched.app"]
+        rid = await trigger(env, "report")
+        assert [g["id"] for g in (await ded)["runs"]] == [rid]
+        # The run without placement was never offered to it; an ordinary worker takes it.
+        assert env.state.runs[plain]["state"] == "queued"
+        assert [g["id"] for g in (await lease(c, "any-1", wait_s=1.0))["runs"]] == [plain]
+        assert {a["worker"] for a in env.ops("acquire")} == {"app-1", "any-1"}
+        r = await c.get(path("app-1"), headers=AUTH)
+        assert (await r.json())["dedicated"] == ["raftsched.app"]
     run(t)
 
 

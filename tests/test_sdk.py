@@ -63,6 +63,7 @@ CASES = {
                     {"schedule": BASE, "misfire": SKIP, "description": "what it does"}),
     "labels": ({"every_s": 60, "misfire": "skip", "labels": {"team": "billing"}},
                {"schedule": BASE, "misfire": SKIP, "labels": {"team": "billing"}}),
+    # placement: merged with the App's own label (below); None leaves the job unplaced
     "placement": ({"every_s": 60, "misfire": "skip", "placement": {"labels": {"pool": "gpu"}}},
                   {"schedule": BASE, "misfire": SKIP, "placement": {"labels": {"pool": "gpu"}}}),
     "secrets": ({"every_s": 60, "misfire": "skip", "secrets": {"API_KEY": "from-the-environment"}},
@@ -86,6 +87,8 @@ def test_every_option_is_the_spec_field_the_api_validates(option):
     decl = app.jobs["j"]
     sent = dict(by_hand, executor=TARGET)
     sent["labels"] = dict(by_hand.get("labels", {}), **{APP_LABEL: "billing"})
+    # Every job is placed on the App's workers (raftsched worker --app), with any labels it adds.
+    sent["placement"] = {"labels": dict(by_hand.get("placement", {}).get("labels", {}), **{APP_LABEL: "billing"})}
     assert decl.raw == sent
     assert decl.spec == model.validate_job("j", sent)
     assert decl.target == "sdk_targets:report" and decl.spec["executor"] == TARGET
@@ -131,6 +134,9 @@ def test_an_unknown_option_is_refused_when_declared_naming_it(options, field):
     ({"every_s": 60, "misfire": "skip", "labels": "team=x"}, "labels"),
     ({"every_s": 60, "misfire": "skip", "labels": {APP_LABEL: "other"}}, f"labels.{APP_LABEL}"),
     ({"every_s": 60, "misfire": "skip", "timezone": "UTC"}, "schedule.timezone"),
+    ({"every_s": 60, "misfire": "skip", "placement": {"labels": {APP_LABEL: "other"}}}, f"placement.labels.{APP_LABEL}"),
+    ({"every_s": 60, "misfire": "skip", "placement": {"labels": {"pool": ""}}}, "placement.labels.pool"),
+    ({"every_s": 60, "misfire": "skip", "placement": "gpu"}, "placement"),
 ])
 def test_a_value_the_api_would_refuse_is_refused_when_declared_naming_the_field(options, field):
     app = App("billing")
@@ -241,6 +247,27 @@ def test_app_names_follow_the_job_name_rules():
     with pytest.raises(DeclarationError) as ei:
         App("no spaces")
     assert ei.value.field == "name"
+    # A name is also the value of the worker label its jobs are placed on: at most 63 characters,
+    # unless its jobs are not placed.
+    with pytest.raises(DeclarationError) as ei:
+        App("a" * 64)
+    assert ei.value.field == "name" and "placement=None" in ei.value.message
+    assert App("a" * 64, placement=None).name == "a" * 64
+
+
+def test_placement_is_the_apps_label_with_what_a_job_adds_and_none_opts_out():
+    app = App("billing", placement={"labels": {"region": "eu"}})
+    app.job("placed", every_s=60, misfire="skip")(sdk_targets.report)
+    app.job("gpu", every_s=60, misfire="skip", placement={"labels": {"pool": "gpu"}})(sdk_targets.other)
+    app.job("anywhere", every_s=60, misfire="skip", placement=None)(sdk_targets.areport)
+    specs = {n: d.spec for n, d in app.jobs.items()}
+    assert specs["placed"]["placement"] == {"labels": {APP_LABEL: "billing", "region": "eu"}}
+    assert specs["gpu"]["placement"] == {"labels": {APP_LABEL: "billing", "pool": "gpu"}}  # replaces the default
+    assert "placement" not in specs["anywhere"] and "placement" not in app.jobs["anywhere"].raw
+    assert specs["anywhere"]["labels"] == {APP_LABEL: "billing"}  # still this app's job (sync --prune)
+    plain = App("plain", placement=None)
+    plain.job("j", every_s=60, misfire="skip")(sdk_targets.report)
+    assert "placement" not in plain.jobs["j"].spec
 
 
 # ------------------------------------------------------------------ handlers and Context
@@ -287,6 +314,8 @@ def test_context_fields_and_builders():
     assert ctx.slot_iso == "2027-01-15T08:00:00Z" and ctx.log.name == "raftsched.job.j"
     rc = _run_context()
     assert Context.of(rc).env() == rc.env() and Context.of(rc).headers() == rc.headers()
+    rc.worker_id = "w-9"  # the python executor's RunContext names the worker too
+    assert Context.of(rc).worker == "w-9" and Context.of(rc).env()["RAFTSCHED_WORKER_ID"] == "w-9"
     assert Context.of(ctx) is ctx
     with pytest.raises(TypeError):
         Context.of(object())

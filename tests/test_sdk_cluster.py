@@ -1,13 +1,12 @@
 """The SDK against three real nodes (one cluster for the module): ``raftsched sync`` of the
 example app twice (the second changes nothing), ``--prune`` deleting only this app's removed
-jobs, the example's handler run by a node's python executor with its Context and fencing token,
-and the AsyncClient calling every endpoint once."""
+jobs, and the AsyncClient calling every endpoint once. tests/test_sdk_worker_cluster.py runs the
+apps' handlers with ``raftsched worker --app``."""
 from __future__ import annotations
 
 import asyncio
 import json
 from datetime import datetime, timedelta, timezone
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -15,7 +14,7 @@ import time
 
 import pytest
 
-from procs import REPO, Cluster, wait_for
+from procs import REPO, Cluster
 
 from raftsched import AsyncClient
 from raftsched.client import LockHeld
@@ -30,11 +29,9 @@ EXAMPLES = REPO / "examples"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sdk")
-    # The nodes' python executor imports the example's handlers (a worker holding the App
-    # will, once there is one; today the nodes run python jobs themselves).
-    c = Cluster(tmp, env={"PYTHONPATH": str(EXAMPLES), "REPORTS_DB": str(tmp / "reports.db")},
-                node_args=["--slots", "2"])
-    c.db = tmp / "reports.db"
+    # The nodes' workers run the async client's shell job; the apps' handlers are run by their
+    # own workers (tests/test_sdk_worker_cluster.py): the nodes never import them.
+    c = Cluster(tmp, node_args=["--slots", "2"])
     c.start()
     try:
         c.wait_leader(30)
@@ -80,36 +77,6 @@ def test_sync_creates_the_jobs_then_a_second_sync_changes_nothing(cluster):
     assert {n: job(cluster, n)["state"]["generation"] for n in gens} == gens
     rc, out, err = sync(cluster, "nightly_report:app")
     assert rc == 0 and "nothing to change" in out, (out, err)
-
-
-def test_the_example_handler_runs_with_its_context_and_fencing_token(cluster):
-    if job(cluster, "nightly-report") is None:
-        assert sync(cluster, "nightly_report:app")[0] == 0
-    leader = cluster.wait_leader(30)
-    s, b = cluster.call(leader, "POST", "/v1/jobs/nightly-report/trigger")
-    assert s == 201, b
-    rid = b["run"]
-
-    def done():
-        s, r = cluster.get(cluster.wait_leader(30), f"/v1/runs/{rid}")
-        return r if s == 200 and r["state"] in ("succeeded", "dead", "failed") else None
-
-    run = wait_for(done, 60, "the manual run of nightly-report finished")
-    assert run["state"] == "succeeded", run
-    assert "'kept': True" in run["output"]
-    db = sqlite3.connect(cluster.db)
-    try:
-        rows = db.execute("SELECT day, token, run_id FROM reports").fetchall()
-    finally:
-        db.close()
-    assert len(rows) == 1 and rows[0][1] == run["fencing_token"] and rows[0][2] == rid
-
-    # The async handler runs on the executing node's loop, with its Context too.
-    s, b = cluster.call(cluster.wait_leader(30), "POST", "/v1/jobs/refresh-dashboard/trigger")
-    assert s == 201, b
-    rid = b["run"]
-    run = wait_for(done, 60, "the manual run of refresh-dashboard finished")
-    assert run["state"] == "succeeded" and f"'refreshed_for': '{run['slot']}'" in run["output"], run
 
 
 def test_prune_deletes_only_this_apps_undeclared_jobs(cluster, tmp_path):

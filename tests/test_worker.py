@@ -198,6 +198,45 @@ def test_a_prefetched_run_whose_lease_is_lost_never_starts():
     run(t())
 
 
+def test_a_thread_that_outlives_its_run_keeps_the_slot_taken_until_it_returns():
+    """An executor whose Outcome lingers (a handler's thread that could not be stopped,
+    ``run_function(..., linger=True)``): the attempt is reported at once, but the worker starts
+    no other run in that slot until the thread has returned, so it never runs more threads than
+    its slots."""
+    from raftsched.node.executors import run_function
+
+    async def t():
+        exec_targets.GATE.clear()
+        env = Env("lingering", "exec_targets:gate", runs=2, slots=1)
+        spec = {"schedule": {"every_s": 3600}, "executor": {"type": "python", "target": env.target},
+                "history": 1000, "misfire": {"policy": "skip"}, "timeout_s": 1, "retry": {"max_attempts": 1}}
+        await env.service.put_job(env.job, spec, None)
+        ids = [(await env.service.trigger_job(env.job, None))["run"] for _ in range(2)]
+        for rid in ids:
+            exec_targets.RECORDED.pop(rid, None)  # run ids are derived: another test may have used them
+
+        def lookup(grant):
+            return lambda ctx, timeout_s, cancel: run_function(exec_targets.gate, ctx, timeout_s, cancel,
+                                                               name=env.target, linger=True)
+        env.worker.executor_lookup = lookup
+        task = asyncio.create_task(env.worker.run())
+        await wait_until(lambda: any(r in exec_targets.RECORDED for r in ids), 5, "the first run to start")
+        first = next(r for r in ids if r in exec_targets.RECORDED)
+        second = next(r for r in ids if r != first)
+        await wait_until(lambda: env.state.runs[first]["state"] == "dead", 10, "the first run's timeout to be reported")
+        assert env.state.runs[first]["error"] == ("timed out after 1s; the handler's thread could not be stopped "
+                                                  "and is still running")
+        assert env.worker.lingering == 1
+        # The report went out without an acquire for the slot: it is still taken.
+        assert len(env.raft.ops("acquire")) == 1 and env.state.runs[second]["state"] == "queued"
+        exec_targets.GATE.set()  # the thread returns; the slot is free
+        await wait_until(lambda: env.state.runs[second]["state"] == "succeeded", 10, "the second run to run")
+        assert env.worker.lingering == 0
+        await stop(task)
+        exec_targets.GATE.clear()
+    run(t())
+
+
 class _Looks:
     """Counts the lease watchdog's looks, so a test can wait until it has looked at a clock it
     just moved (a deadline on a condition, not a sleep)."""

@@ -19,9 +19,10 @@ ALL = list(EXECUTOR_TYPES)
 
 
 def hello(s, now, worker="w1", *, rid=None, kind="remote", labels=None, slots=4, executors=None, queues=None,
-          version="1.0", instance="i1") -> dict:
+          version="1.0", instance="i1", dedicated=None) -> dict:
+    extra = {} if dedicated is None else {"dedicated": dedicated}
     return do(s, "worker_hello", now, rid, worker=worker, kind=kind, labels=labels or {}, slots=slots,
-              executors=executors or ALL, queues=queues, version=version, instance=instance)
+              executors=executors or ALL, queues=queues, version=version, instance=instance, **extra)
 
 
 def placed(**labels) -> dict:
@@ -64,6 +65,8 @@ def test_the_same_hello_again_changes_only_when_it_was_seen():
     {"executors": []}, {"executors": ["docker"]}, {"executors": "shell"},
     {"queues": []}, {"queues": ["a b"]}, {"queues": [f"q{i}" for i in range(limits.worker_queues_max + 1)]},
     {"version": "v" * (limits.worker_version_chars_max + 1)}, {"instance": 7},
+    {"dedicated": ["pool"]}, {"dedicated": "pool"}, {"dedicated": [1]},
+    {"labels": {"pool": "gpu"}, "dedicated": ["pool", "zone"]},
 ])
 def test_a_malformed_hello_is_refused_and_changes_nothing(fields):
     s = SchedulerState()
@@ -189,6 +192,43 @@ def test_held_back_runs_keep_their_place_in_the_queue():
     assert [g["id"] for g in acq(s, T0 + SEC, "gpu-1")] == [first, third]
 
 
+def test_a_dedicated_worker_takes_only_runs_placed_on_its_dedicated_labels():
+    """A worker dedicated to its label raftsched.app=a (raftsched worker --app) takes the runs
+    placed on it, and neither another app's, nor a job placed on its other labels only, nor a
+    job without placement: those go to the other workers, whose labels decide as before."""
+    s = state_with(("app-a", placed(**{"raftsched.app": "a"})), ("app-a-gpu", placed(**{"raftsched.app": "a", "pool": "gpu"})),
+                   ("app-b", placed(**{"raftsched.app": "b"})), ("gpu", placed(pool="gpu")), ("any", jspec()))
+    labels = {"raftsched.app": "a", "pool": "gpu"}
+    hello(s, T0, "app-worker", labels=labels, dedicated=["raftsched.app"])
+    hello(s, T0, "plain", labels=labels)
+    assert s.workers["app-worker"]["dedicated"] == ["raftsched.app"] and "dedicated" not in s.workers["plain"]
+    ids = {name: trig(s, name, T0) for name in ("app-a", "app-a-gpu", "app-b", "gpu", "any")}
+    assert sorted(g["id"] for g in acq(s, T0, "app-worker")) == sorted([ids["app-a"], ids["app-a-gpu"]])
+    assert sorted(g["id"] for g in acq(s, T0, "plain")) == sorted([ids["gpu"], ids["any"]])
+    assert s.runs[ids["app-b"]]["state"] == "queued"
+    # Both acquire paths (here the general one: executor types named) agree.
+    again = {name: trig(s, name, T0) for name in ("app-a", "any")}
+    res = do(s, "acquire", T0, worker="app-worker", queues=None, max=10, ttl=TTL, types=ALL)
+    assert [g["id"] for g in res["runs"]] == [again["app-a"]]
+    # A hello without it makes the worker an ordinary one again.
+    hello(s, T0, "app-worker", labels=labels)
+    assert "dedicated" not in s.workers["app-worker"]
+    assert [g["id"] for g in acq(s, T0, "app-worker")] == [again["any"]]
+
+
+def test_a_registry_without_dedicated_workers_snapshots_as_before():
+    """A record holds ``dedicated`` only while it is not empty: the hello that drops it gives
+    back the bytes of a state whose worker never had it."""
+    a, b = state_with(("j", jspec())), state_with(("j", jspec()))
+    hello(a, T0, labels={"pool": "gpu"})
+    hello(b, T0, labels={"pool": "gpu"}, dedicated=["pool"])
+    assert a.snapshot() != b.snapshot()
+    assert hello(b, T0, labels={"pool": "gpu"}, dedicated=[])["changed"] is True
+    assert hello(a, T0, labels={"pool": "gpu"})["changed"] is False  # (as many commands applied)
+    assert a.snapshot() == b.snapshot()
+    assert queries.worker_record(a, "w1")["dedicated"] == []
+
+
 def test_a_malformed_placement_in_a_command_is_refused():
     spec = dict(jspec(), placement={"labels": ["pool"]})
     s = SchedulerState()
@@ -215,21 +255,27 @@ LABELS = st.dictionaries(st.sampled_from(["pool", "zone"]), st.sampled_from(["a"
 PLACEMENTS = st.dictionaries(st.sampled_from(["pool", "zone"]), st.sampled_from(["a", "b"]), min_size=1, max_size=2)
 
 
+def dedicated_of(labels: dict, pick: int) -> list:
+    """Some of ``labels``' names, chosen by ``pick``'s bits (a worker is dedicated to them)."""
+    return [k for i, k in enumerate(sorted(labels)) if pick >> i & 1]
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(placements=st.lists(st.one_of(st.none(), PLACEMENTS), min_size=1, max_size=3),
-       workers=st.lists(st.one_of(st.none(), LABELS), min_size=1, max_size=3),
+       workers=st.lists(st.one_of(st.none(), st.tuples(LABELS, st.integers(0, 3))), min_size=1, max_size=3),
        steps=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2), st.integers(1, 4)), max_size=25))
 def test_no_run_is_granted_to_a_worker_its_placement_excludes_and_both_acquire_paths_agree(placements, workers, steps):
-    """Property (I18): over random jobs, workers (some unregistered) and acquires, every grant
-    goes to a worker whose registered labels satisfy its job's placement; and the fast path
-    (one heap, no executor types, no tenants) grants exactly what the general path does (forced
-    here by naming every executor type)."""
+    """Property (I18): over random jobs, workers (some unregistered, some dedicated to some of
+    their labels) and acquires, every grant goes to a worker whose registered labels satisfy its
+    job's placement, and whose dedicated labels that placement names; and the fast path (one
+    heap, no executor types, no tenants) grants exactly what the general path does (forced here
+    by naming every executor type)."""
     jobs = [(f"j{k}", jspec() if p is None else placed(**p)) for k, p in enumerate(placements)]
     states = [state_with(*jobs), state_with(*jobs)]
     for s in states:
-        for k, labels in enumerate(workers):
-            if labels is not None:
-                hello(s, T0, f"w{k}", labels=labels)
+        for k, w in enumerate(workers):
+            if w is not None:
+                hello(s, T0, f"w{k}", labels=w[0], dedicated=dedicated_of(*w))
     now = T0
     for j, k, n in steps:
         now += 1
@@ -239,9 +285,12 @@ def test_no_run_is_granted_to_a_worker_its_placement_excludes_and_both_acquire_p
             res = do(s, "acquire", now, worker=f"w{k % len(workers)}", queues=None, max=n, ttl=TTL, types=types)
             assert res["ok"]
             got.append([(g["id"], g["token"]) for g in res["runs"]])
-            labels = (s.workers.get(f"w{k % len(workers)}") or {}).get("labels", {})
+            w = s.workers.get(f"w{k % len(workers)}") or {}
+            labels, dedicated = w.get("labels", {}), w.get("dedicated", [])
             for g in res["runs"]:
-                assert placement_ok(s.jobs[g["job"]]["spec"], labels), (g, labels)
+                spec = s.jobs[g["job"]]["spec"]
+                assert placement_ok(spec, labels), (g, labels)
+                assert all(d in spec.get("placement", {}).get("labels", {}) for d in dedicated), (g, dedicated)
         assert got[0] == got[1]
     assert states[0].snapshot() == states[1].snapshot()
 
@@ -308,7 +357,7 @@ def test_the_registry_is_a_snapshot_section_that_round_trips():
 
 
 FLEET_OPS = st.one_of(
-    st.tuples(st.just("hello"), st.integers(0, 3), LABELS, st.sampled_from(["a", "b"])),
+    st.tuples(st.just("hello"), st.integers(0, 3), LABELS, st.sampled_from(["a", "b"]), st.integers(0, 3)),
     st.tuples(st.just("trigger"), st.integers(0, 2)),
     st.tuples(st.just("acquire"), st.integers(0, 3), st.integers(1, 3)),
     st.tuples(st.just("release"), st.integers(0, 3)),
@@ -335,7 +384,8 @@ def test_replicas_applying_fleet_commands_stay_identical_across_snapshots(ops):
         cmds = []
         if kind == "hello":
             cmds.append(commands.make("worker_hello", now, None, worker=f"w{op[1]}", kind="remote", labels=op[2],
-                                      slots=4, executors=ALL, queues=None, version="1", instance=op[3]))
+                                      slots=4, executors=ALL, queues=None, version="1", instance=op[3],
+                                      dedicated=dedicated_of(op[2], op[4])))
         elif kind == "trigger":
             cmds.append(commands.make("trigger_job", now, None, name=f"j{op[1]}"))
         elif kind == "acquire":
@@ -385,6 +435,20 @@ def test_queues_and_runs_say_when_no_worker_matches_a_placement():
     assert g["by_status"] == {"active": 3, "draining": 1, "gone": 0} and g["unplaceable"] == {}
 
 
+def test_a_run_without_placement_that_only_dedicated_workers_serve_is_unplaceable():
+    s = state_with(("app", placed(**{"raftsched.app": "a"})), ("any", jspec()))
+    plain = trig(s, "any", T0)
+    app = trig(s, "app", T0)
+    # No worker at all: the run without placement waits for any worker, not for labels.
+    assert queries.unplaceable(s, T0) == {"default": 1} and queries.waiting_for(s, plain, T0) is None
+    hello(s, T0, "app-worker", labels={"raftsched.app": "a"}, dedicated=["raftsched.app"])
+    assert queries.unplaceable(s, T0) == {"default": 1}
+    assert queries.waiting_for(s, plain, T0) == queries.NO_WORKER_MATCHES and queries.waiting_for(s, app, T0) is None
+    assert queries.waiting_for_many(s, [plain, app], T0) == {plain: queries.NO_WORKER_MATCHES}
+    hello(s, T0, "plain-worker")
+    assert queries.unplaceable(s, T0) == {} and queries.waiting_for(s, plain, T0) is None
+
+
 def test_a_worker_view_lists_the_runs_it_holds():
     s = state_with(("j", jspec()))
     hello(s, T0, "w1", labels={"pool": "a"})
@@ -403,16 +467,19 @@ def test_a_worker_view_lists_the_runs_it_holds():
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(placements=st.lists(st.one_of(st.none(), PLACEMENTS), min_size=1, max_size=3),
-       labels=LABELS, types=st.sampled_from([None, ["python"], ["shell"]]),
+       labels=LABELS, pick=st.integers(0, 3), types=st.sampled_from([None, ["python"], ["shell"]]),
        runs=st.lists(st.integers(0, 2), max_size=8))
-def test_ready_for_says_yes_exactly_when_an_acquire_would_grant(placements, labels, types, runs):
+def test_ready_for_says_yes_exactly_when_an_acquire_would_grant(placements, labels, pick, types, runs):
     """The dispatcher's check (queries.ready_for), with a scan that covers every entry: yes
-    when, and only when, an acquire with the same worker facts grants something."""
+    when, and only when, an acquire with the same worker facts (dedicated ones too) grants
+    something."""
     jobs = [(f"j{k}", jspec() if p is None else placed(**p)) for k, p in enumerate(placements)]
     s = state_with(*jobs)
-    hello(s, T0, "w", labels=labels)
+    dedicated = dedicated_of(labels, pick)
+    hello(s, T0, "w", labels=labels, dedicated=dedicated)
     for j in runs:
         trig(s, jobs[j % len(jobs)][0], T0)
-    ready = queries.ready_for(s, None, labels, None if types is None else frozenset(types), T0 + 1, 10_000)
+    ready = queries.ready_for(s, None, labels, None if types is None else frozenset(types), T0 + 1, 10_000,
+                              tuple(dedicated))
     granted = do(s, "acquire", T0 + 1, worker="w", queues=None, max=100, ttl=TTL, types=types)["runs"]
     assert ready == bool(granted)

@@ -41,7 +41,8 @@ def apply_acquire(s, cmd: dict, now: int) -> dict:
 
     The worker fleet (workers.py): a run whose job has a placement goes only to a worker
     whose registered labels satisfy it (I18; an unregistered worker has no labels), and is held
-    back for another one otherwise; a draining worker is granted nothing (the result says
+    back for another one otherwise; a worker dedicated to some of its labels is granted only
+    runs placed on them; a draining worker is granted nothing (the result says
     ``draining``); a registered worker is seen at ``now`` and counts its grants.
 
     :raises InvalidCommand: no worker, ``max`` outside 1..acquire_runs_max, ``ttl`` outside
@@ -65,8 +66,9 @@ def apply_acquire(s, cmd: dict, now: int) -> dict:
         if w["state"] == "draining":
             return {"ok": True, "runs": [], "draining": True}
         labels = w["labels"]
+        dedicated = w.get("dedicated", ())  # (a record holds the key only when it is not empty)
     else:
-        labels = _NO_LABELS
+        labels, dedicated = _NO_LABELS, ()
     queued = s._queued
     names = sorted(set(queues)) if queues is not None else sorted(queued)
     granted: list[dict] = []
@@ -95,7 +97,8 @@ def apply_acquire(s, cmd: dict, now: int) -> dict:
                 continue  # stale index entry
             scanned += 1
             job = jobs.get(run["job"])
-            if job is not None and "placement" in job["spec"] and not placement_ok(job["spec"], labels):
+            if job is not None and ("placement" in job["spec"] or dedicated) \
+                    and not placement_ok(job["spec"], labels, dedicated):
                 held_back.append((h, (due, rid)))  # I18: another worker's labels satisfy it
                 continue
             granted.append(grant(s, run, worker, ttl, now))
@@ -129,7 +132,8 @@ def apply_acquire(s, cmd: dict, now: int) -> dict:
             if job is not None and job["spec"]["executor"]["type"] not in types:
                 held_back.append((best_h, entry))  # another node runs this executor type
                 continue
-        if job is not None and "placement" in job["spec"] and not placement_ok(job["spec"], labels):
+        if job is not None and ("placement" in job["spec"] or dedicated) \
+                and not placement_ok(job["spec"], labels, dedicated):
             held_back.append((best_h, entry))  # I18: another worker's labels satisfy it
             continue
         if not tenant_take(s, run["tenant"], now):

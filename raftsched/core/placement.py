@@ -34,17 +34,22 @@ def validate_worker_labels(raw, field: str) -> dict:
     return {k: raw[k] for k in sorted(raw)}
 
 
-
-def placement_ok(spec: dict, labels: dict) -> bool:
+def placement_ok(spec: dict, labels: dict, dedicated=()) -> bool:
     """Whether a worker with ``labels`` may run a job of ``spec`` (I18): every label of its
     placement is one of the worker's, with the same value. A spec without placement: any worker.
-    A malformed placement (apply's guard refuses one before it is stored) matches no worker."""
+    A malformed placement (apply's guard refuses one before it is stored) matches no worker.
+
+    :param dedicated: the names of the worker's labels it is dedicated to (core/workers.py): it
+        takes only runs whose placement names each of them (a spec without placement: none)."""
     pl = spec.get("placement")
     if pl is None:
-        return True
+        return not dedicated
     want = pl.get("labels") if type(pl) is dict else None
     if type(want) is not dict:
         return False
+    for k in dedicated:
+        if k not in want:
+            return False
     for k, v in want.items():
         if labels.get(k) != v:
             return False

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from . import limits
 from .placement import placement_ok
-from .workers import FACTS, is_gone
+from .workers import DEDICATED, FACTS, is_gone
 
 
 # Whether a worker is gone is judged here, at read time, from its last_seen (state time) and the
 # reader's now (workers.is_gone). What a run needs of a worker: its queue served, its executor
-# type run, its placement's labels carried (placement.placement_ok), active, not gone, a slot.
+# type run, its placement's labels carried and, for a dedicated worker, its dedicated labels named
+# by the placement (placement.placement_ok), active, not gone, a slot.
 
 def _held_by(s) -> dict[str, list[str]]:
     """worker id -> the ids of the runs it holds (running under its lease), in grant order."""
@@ -23,6 +24,7 @@ def _held_by(s) -> dict[str, list[str]]:
 def _worker_view(wid: str, w: dict, now_ms: int, held: int) -> dict:
     out = dict(w, id=wid, gone=is_gone(w, now_ms), held=held)
     out["labels"] = dict(w["labels"])
+    out["dedicated"] = list(w.get(DEDICATED, ()))
     out["executors"] = list(w["executors"])
     out["queues"] = None if w["queues"] is None else list(w["queues"])
     out["status"] = "gone" if out["gone"] else w["state"]
@@ -67,6 +69,7 @@ def worker_record(s, wid: str) -> dict | None:
         return None
     out = {k: w[k] for k in FACTS}
     out["labels"] = dict(w["labels"])
+    out[DEDICATED] = list(w.get(DEDICATED, ()))
     out["state"] = w["state"]
     return out
 
@@ -80,23 +83,34 @@ def workers_to_forget(s, now_ms: int, limit: int) -> list[list]:
 
 
 def _live_workers(s, now_ms: int) -> list[tuple]:
-    """(queues or None, labels, executors) of every worker that could take a run now: active,
-    not gone, with a slot."""
-    return [(None if w["queues"] is None else frozenset(w["queues"]), w["labels"], frozenset(w["executors"]))
+    """(queues or None, labels, executors, dedicated) of every worker that could take a run now:
+    active, not gone, with a slot."""
+    return [(None if w["queues"] is None else frozenset(w["queues"]), w["labels"], frozenset(w["executors"]),
+             w.get(DEDICATED, ()))
             for w in s.workers.values() if w["state"] == "active" and w["slots"] > 0 and not is_gone(w, now_ms)]
 
 
 def _placeable(live: list[tuple], queue: str, spec: dict) -> bool:
     t = spec["executor"]["type"]
-    return any((qs is None or queue in qs) and t in ex and placement_ok(spec, labels) for qs, labels, ex in live)
+    return any((qs is None or queue in qs) and t in ex and placement_ok(spec, labels, ded)
+               for qs, labels, ex, ded in live)
+
+
+def _judged(spec: dict, live: list[tuple]) -> bool:
+    """Whether a run of ``spec`` may wait for a worker because of placement: its job has one, or
+    it has none and some live worker is dedicated (then only the others may take it)."""
+    return "placement" in spec or any(ded for *_, ded in live)
 
 
 def unplaceable(s, now_ms: int) -> dict[str, int]:
     """queue -> queued runs (due or not) whose job has a placement that no live worker serving
     the queue (active, not gone, a slot, the job's executor type) satisfies: they wait for a
-    worker with those labels. Queues with none are left out. Walks the queues' acquire heaps
-    (stale entries told apart as acquire does), deciding once per distinct placement."""
+    worker with those labels. While some live worker is dedicated (workers.py), a run of a job
+    without placement counts too when only dedicated workers serve its queue. Queues with none
+    are left out. Walks the queues' acquire heaps (stale entries told apart as acquire does),
+    deciding once per distinct placement."""
     live = _live_workers(s, now_ms)
+    any_dedicated = any(ded for *_, ded in live)
     runs, jobs, out, memo = s.runs, s.jobs, {}, {}
     for q, prios in s._queued.items():
         seen = set()
@@ -108,10 +122,10 @@ def unplaceable(s, now_ms: int) -> dict[str, int]:
                     continue
                 seen.add(rid)
                 job = jobs.get(r["job"])
-                if job is None or "placement" not in job["spec"]:
+                if job is None or ("placement" not in job["spec"] and not any_dedicated):
                     continue
                 spec = job["spec"]
-                key = (q, id(spec["placement"]), spec["executor"]["type"])
+                key = (q, id(spec.get("placement")), spec["executor"]["type"])
                 fits = memo.get(key)
                 if fits is None:
                     fits = memo[key] = _placeable(live, q, spec)
@@ -127,9 +141,10 @@ def waiting_for(s, run_id: str, now_ms: int) -> str | None:
     if r is None or r["state"] != "queued":
         return None
     job = s.jobs.get(r["job"])
-    if job is None or "placement" not in job["spec"]:
+    if job is None:
         return None
-    if _placeable(_live_workers(s, now_ms), r["queue"], job["spec"]):
+    live = _live_workers(s, now_ms)
+    if not _judged(job["spec"], live) or _placeable(live, r["queue"], job["spec"]):
         return None
     return NO_WORKER_MATCHES
 
@@ -147,12 +162,14 @@ def waiting_for_many(s, run_ids: list[str], now_ms: int) -> dict[str, str]:
         if r is None or r["state"] != "queued":
             continue
         job = s.jobs.get(r["job"])
-        if job is None or "placement" not in job["spec"]:
+        if job is None:
             continue
         if live is None:
             live = _live_workers(s, now_ms)
         spec = job["spec"]
-        key = (r["queue"], id(spec["placement"]), spec["executor"]["type"])
+        if not _judged(spec, live):
+            continue
+        key = (r["queue"], id(spec.get("placement")), spec["executor"]["type"])
         if key not in memo:
             memo[key] = _placeable(live, r["queue"], spec)
         if not memo[key]:
@@ -174,16 +191,18 @@ def fleet_gauges(s, now_ms: int) -> dict:
 
 
 def ready_for(s, queues: list[str] | None, labels: dict, types: frozenset | None, now_ms: int,
-              scan_max: int) -> bool:
-    """Whether an acquire by a worker of ``labels`` and executor ``types`` (None: every type)
-    serving ``queues`` (None: every queue) would hand something out now (``ready_count``)."""
-    return ready_count(s, queues, labels, types, now_ms, scan_max, 1) > 0
+              scan_max: int, dedicated=()) -> bool:
+    """Whether an acquire by a worker of ``labels`` (``dedicated`` to some of them) and executor
+    ``types`` (None: every type) serving ``queues`` (None: every queue) would hand something out
+    now (``ready_count``)."""
+    return ready_count(s, queues, labels, types, now_ms, scan_max, 1, dedicated) > 0
 
 
 def ready_count(s, queues: list[str] | None, labels: dict, types: frozenset | None, now_ms: int,
-                scan_max: int, limit: int) -> int:
-    """How many runs (up to ``limit``) an acquire by a worker of ``labels`` and executor
-    ``types`` (None: every type) serving ``queues`` (None: every queue) could hand out now: a
+                scan_max: int, limit: int, dedicated=()) -> int:
+    """How many runs (up to ``limit``) an acquire by a worker of ``labels`` (``dedicated`` to
+    some of them) and executor ``types`` (None: every type) serving ``queues`` (None: every
+    queue) could hand out now: a
     cheap local count for a node's dispatcher of lease requests. Looks at the ready part of each
     heap (the entries whose due has come, a subtree at its root) up to ``scan_max`` entries in
     all; it may count a run acquire turns out not to hand out (another node's worker took it
@@ -211,7 +230,7 @@ def ready_count(s, queues: list[str] | None, labels: dict, types: frozenset | No
                     spec = job["spec"]
                     if types is not None and spec["executor"]["type"] not in types:
                         continue
-                    if "placement" in spec and not placement_ok(spec, labels):
+                    if ("placement" in spec or dedicated) and not placement_ok(spec, labels, dedicated):
                         continue
                 t = tenants.get(r["tenant"])
                 if t is not None and min(t["burst"] * 1_000_000, t["tokens_micro"]

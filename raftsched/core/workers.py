@@ -21,6 +21,14 @@ it is granted only to a worker whose registered labels include every one of them
 (``placement.placement_ok``, I18). An unregistered worker has no labels, so it takes only runs without
 placement. A draining worker is granted nothing.
 
+**Dedicated workers.** A worker may be dedicated to some of its labels (the fact ``dedicated``:
+their names): it is then granted only runs whose job's placement names each of them (and so,
+by the rule above, with its values). ``raftsched worker --app NAME`` is dedicated to its label
+``raftsched.app=NAME``, so it takes the app's jobs (placed on that label by the App) and nothing
+else: not another app's, and not a job without placement, which any other worker may take. A
+record holds ``dedicated`` only when it is not empty, so a registry without dedicated workers
+snapshots to the bytes it did before they existed.
+
 **Release.** A worker may give leases back (``release``, when it drains): the run is queued
 again at once with attempt + 1, and the attempt is recorded as released by that worker; it
 spends neither the job's ``max_attempts`` nor the lost-lease budget (I19).
@@ -50,6 +58,8 @@ WORKER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+-]*$")
 NO_LABELS: dict = {}
 #: a record's facts: what its worker says of itself in a hello (the rest is the registry's)
 FACTS = ("kind", "labels", "slots", "executors", "queues", "version", "instance")
+#: a fact a hello may leave out, held by a record only when it is not empty (after the others)
+DEDICATED = "dedicated"
 
 
 # ------------------------------------------------------------------ validation (node and apply)
@@ -69,6 +79,20 @@ def check_labels(v, field: str = "labels") -> dict:
     """A worker's labels, names in order (placement.validate_worker_labels: the rule placements
     follow too). :raises InvalidSpec: naming the label."""
     return validate_worker_labels(v, field)
+
+
+def check_dedicated(v, labels: dict, field: str = "dedicated") -> list:
+    """The names of the worker's labels it is dedicated to, sorted, without repeats ([] for
+    None): each must be one of ``labels`` (checked already). :raises InvalidSpec:"""
+    if v is None:
+        return []
+    if not isinstance(v, list) or not all(isinstance(k, str) for k in v):
+        raise InvalidSpec("must be a list of names of the worker's labels", field=field)
+    names = sorted(set(v))
+    for k in names:
+        if k not in labels:
+            raise InvalidSpec(f"names {k[:80]!r}, which is not one of the worker's labels", field=field)
+    return names
 
 
 def check_executors(v, field: str = "executors") -> list:
@@ -112,10 +136,12 @@ def check_facts(cmd: dict) -> dict:
     slots = cmd.get("slots")
     if not is_int(slots) or not 0 <= slots <= limits.worker_slots_max:
         raise InvalidSpec(f"must be an integer between 0 and {limits.worker_slots_max}", field="slots")
-    return {"kind": kind, "labels": check_labels(cmd.get("labels", {})), "slots": slots,
+    labels = check_labels(cmd.get("labels", {}))
+    return {"kind": kind, "labels": labels, "slots": slots,
             "executors": check_executors(cmd.get("executors")), "queues": check_queues(cmd.get("queues")),
             "version": _short_text(cmd.get("version"), "version"),
-            "instance": _short_text(cmd.get("instance"), "instance")}
+            "instance": _short_text(cmd.get("instance"), "instance"),
+            DEDICATED: check_dedicated(cmd.get(DEDICATED), labels)}
 
 
 def _as_command_error(op: str, e: InvalidSpec) -> InvalidCommand:
@@ -138,11 +164,15 @@ def touch(s, worker, now: int) -> dict | None:
 
 
 def _record(facts: dict, now: int) -> dict:
-    """A new registry record, its fields always in this order (the snapshot writes them so)."""
-    return {"kind": facts["kind"], "labels": facts["labels"], "slots": facts["slots"],
-            "executors": facts["executors"], "queues": facts["queues"], "version": facts["version"],
-            "instance": facts["instance"], "first_seen": now, "last_seen": now, "state": "active",
-            "grants": 0, "losses": 0, "releases": 0, "completed": 0}
+    """A new registry record, its fields always in this order (the snapshot writes them so);
+    ``dedicated`` last, and only when not empty."""
+    rec = {"kind": facts["kind"], "labels": facts["labels"], "slots": facts["slots"],
+           "executors": facts["executors"], "queues": facts["queues"], "version": facts["version"],
+           "instance": facts["instance"], "first_seen": now, "last_seen": now, "state": "active",
+           "grants": 0, "losses": 0, "releases": 0, "completed": 0}
+    if facts[DEDICATED]:
+        rec[DEDICATED] = facts[DEDICATED]
+    return rec
 
 
 def _pairs(cmd: dict, key: str, op: str, max_items: int, second=is_int) -> list:
@@ -157,8 +187,8 @@ def _pairs(cmd: dict, key: str, op: str, max_items: int, second=is_int) -> list:
 
 # ------------------------------------------------------------------ handlers
 def apply_worker_hello(s, cmd: dict, now: int) -> dict:
-    """``worker_hello {worker, kind, labels, slots, executors, queues, version?, instance?}``:
-    register a worker or update its facts (idempotent: the same facts again change only
+    """``worker_hello {worker, kind, labels, slots, executors, queues, version?, instance?,
+    dedicated?}``: register a worker or update its facts (idempotent: the same facts again change only
     ``last_seen``). A hello from another process ``instance`` than the record's makes a
     draining worker active again: a drain applies to the process that was asked, not to the
     next one started under its id. When the registry is full, a new worker evicts the one
@@ -182,12 +212,16 @@ def apply_worker_hello(s, cmd: dict, now: int) -> dict:
             del reg[oldest[0]]
         reg[worker] = _record(facts, now)
         return ok(worker=worker, created=True, changed=True, state="active")
-    changed = any(w[k] != facts[k] for k in FACTS)
+    changed = any(w[k] != facts[k] for k in FACTS) or w.get(DEDICATED, []) != facts[DEDICATED]
     if facts["instance"] != w["instance"] and w["state"] == "draining":
         w["state"] = "active"
         changed = True
     for k in FACTS:
         w[k] = facts[k]
+    if facts[DEDICATED]:
+        w[DEDICATED] = facts[DEDICATED]
+    else:
+        w.pop(DEDICATED, None)
     if now > w["last_seen"]:
         w["last_seen"] = now
     return ok(worker=worker, created=False, changed=changed, state=w["state"])

@@ -44,21 +44,24 @@ log = logging.getLogger("raftsched.dispatch")
 class LeaseRequest:
     """One waiting lease request: whose, what it can take, how many runs for how long.
 
-    ``key`` groups interchangeable requests: the same queues, labels and executor types."""
+    ``key`` groups interchangeable requests: the same queues, labels (and dedicated labels) and
+    executor types."""
 
     __slots__ = ("worker", "queues", "labels", "types", "n", "ttl_ms", "key", "done", "grants", "draining",
-                 "error", "in_flight", "abandoned", "alive")
+                 "error", "in_flight", "abandoned", "alive", "dedicated")
 
     def __init__(self, worker: str, queues: list[str] | None, labels: dict, types: list[str] | None, n: int,
-                 ttl_ms: int, alive: Callable[[], bool] | None = None) -> None:
+                 ttl_ms: int, alive: Callable[[], bool] | None = None, dedicated: list[str] | None = None) -> None:
         self.worker = worker
         self.queues = queues
         self.labels = labels
         self.types = types
         self.n = n
         self.ttl_ms = ttl_ms
+        #: the names of its labels the worker is dedicated to (core/workers.py)
+        self.dedicated = tuple(dedicated or ())
         self.key = (None if queues is None else tuple(queues), tuple(sorted(labels.items())),
-                    None if types is None else tuple(types))
+                    None if types is None else tuple(types), self.dedicated)
         self.done = asyncio.Event()
         self.grants: list[dict] = []
         self.draining = False
@@ -225,7 +228,7 @@ class Dispatcher:
             types = None if head.types is None else frozenset(head.types)
             want = min(sum(r.n for r in q), node_limits.dispatch_ready_scan_max)
             count = self.raft.read(queries.ready_count, head.queues, head.labels, types, now_ms,
-                                   node_limits.dispatch_ready_scan_max, want)
+                                   node_limits.dispatch_ready_scan_max, want, head.dedicated)
             if not count and mono - self._last_try.setdefault(key, mono) >= node_limits.dispatch_retry_s:
                 # Ready work beyond the scan, maybe: acquire looks further, now and then.
                 count = int(self.raft.read(queries.has_ready_work, head.queues, now_ms))

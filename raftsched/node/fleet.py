@@ -30,7 +30,7 @@ from ..clock import Clock
 from ..core import commands, limits, queries
 from ..core.errors import InvalidSpec, NotFound, RaftschedError
 from ..core.model import EXECUTOR_TYPES
-from ..core.workers import check_executors, check_labels, check_queues, check_worker_id
+from ..core.workers import check_dedicated, check_executors, check_labels, check_queues, check_worker_id
 from ..core.records import is_int
 from . import limits as node_limits
 from .dispatch import Dispatcher, LeaseRequest
@@ -39,7 +39,8 @@ from .views import worker_view
 log = logging.getLogger("raftsched.fleet")
 
 #: the fields of each request body of the worker protocol (docs/api.md)
-LEASE_FIELDS = {"queues", "labels", "slots", "executors", "version", "instance", "max", "wait_s", "ttl_ms"}
+LEASE_FIELDS = {"queues", "labels", "slots", "executors", "version", "instance", "max", "wait_s", "ttl_ms",
+                "dedicated"}
 HEARTBEAT_FIELDS = {"leases", "ttl_ms"}
 COMPLETE_FIELDS = {"results"}
 RESULT_FIELDS = {"run", "token", "success", "error", "output"}
@@ -95,10 +96,12 @@ def parse_lease(body) -> tuple[dict, int, float, int]:
         raise InvalidSpec("is required: the runs this worker executes at once", field="slots")
     if "executors" not in b:
         raise InvalidSpec("is required: the executor types this worker runs", field="executors")
-    facts = {"kind": "remote", "labels": check_labels(b.get("labels", {})),
+    labels = check_labels(b.get("labels", {}))
+    facts = {"kind": "remote", "labels": labels,
              "slots": _int_field(b, "slots", 1, limits.worker_slots_max),
              "executors": check_executors(b["executors"]), "queues": check_queues(b.get("queues")),
-             "version": _short(b, "version"), "instance": _short(b, "instance")}
+             "version": _short(b, "version"), "instance": _short(b, "instance"),
+             "dedicated": check_dedicated(b.get("dedicated"), labels)}
     n = _int_field(b, "max", 1, limits.acquire_runs_max)
     wait = b.get("wait_s", 0)
     if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not math.isfinite(wait) \
@@ -193,7 +196,7 @@ class Fleet:
         if rec is not None and rec["state"] == "draining":
             return {"runs": [], "draining": True}
         types = None if set(facts["executors"]) == set(EXECUTOR_TYPES) else facts["executors"]
-        req = LeaseRequest(wid, facts["queues"], facts["labels"], types, n, ttl_ms, alive)
+        req = LeaseRequest(wid, facts["queues"], facts["labels"], types, n, ttl_ms, alive, facts["dedicated"])
         await self.dispatcher.lease(req, wait_s)
         return {"runs": req.grants, "draining": req.draining}
 

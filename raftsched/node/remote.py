@@ -72,6 +72,11 @@ class WorkerConfig:
     ca_file: str | None = None
     cert_file: str | None = None
     key_file: str | None = None
+    #: names of its labels the worker is dedicated to (core/workers.py): ``--app`` sets
+    #: ``["raftsched.app"]``, so it is granted only runs placed on its app's label
+    dedicated: list = dataclasses.field(default_factory=list)
+    #: what the worker runs, for its start's log line (``--app``: the app and its handlers)
+    describe: str | None = None
 
 
 class RemoteChannel:
@@ -98,6 +103,8 @@ class RemoteChannel:
         #: this process, as its lease requests describe it (the node says hello for it)
         self.facts = {"queues": cfg.queues, "labels": dict(sorted(cfg.labels.items())), "slots": cfg.slots,
                       "executors": sorted(cfg.executors), "version": VERSION, "instance": uuid.uuid4().hex[:16]}
+        if cfg.dedicated:  # only when set: a node of an older version refuses the field
+            self.facts["dedicated"] = sorted(cfg.dedicated)
 
     # ------------------------------------------------------------------ the Channel
     async def hello(self) -> None:
@@ -185,6 +192,9 @@ async def run_worker(cfg: WorkerConfig, clock: Clock | None = None, stop: asynci
     log.info("worker %s: %d slots, executors %s, queues %s, labels %s; nodes %s; pid %d", cfg.worker_id, cfg.slots,
              ",".join(sorted(cfg.executors)), ",".join(cfg.queues) if cfg.queues else "all",
              ",".join(f"{k}={v}" for k, v in sorted(cfg.labels.items())) or "none", ",".join(cfg.urls), os.getpid())
+    if cfg.describe:
+        log.info("worker %s: %s; dedicated to label(s) %s", cfg.worker_id, cfg.describe,
+                 ",".join(cfg.dedicated) or "none")
     task = asyncio.create_task(lease_loop.run(), name="lease loop")
     stop_w = asyncio.create_task(stop.wait())
     drain_w = asyncio.create_task(lease_loop.drain_requested.wait())
@@ -211,6 +221,7 @@ async def run_worker(cfg: WorkerConfig, clock: Clock | None = None, stop: asynci
         task.cancel()
         await asyncio.gather(task, stop_w, drain_w, return_exceptions=True)
         await channel.close()
-        log.info("worker %s: stopped (%d completed, %d refused, %d given back)", cfg.worker_id,
-                 lease_loop.completed, lease_loop.refused, lease_loop.released)
+        log.info("worker %s: stopped (%d completed, %d refused, %d given back%s)", cfg.worker_id,
+                 lease_loop.completed, lease_loop.refused, lease_loop.released,
+                 f"; {lease_loop.lingering} handler thread(s) still running, abandoned" if lease_loop.lingering else "")
     return rc

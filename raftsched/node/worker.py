@@ -22,7 +22,10 @@ trigger loop and the log.
 - Outcomes are reported in batches (``complete_many``), and the acquire for the slots they
   free goes out in the same turn of the event loop, so both travel in one log entry.
 - A plain python function whose module is imported already runs in a pooled thread without a
-  task of its own (``executors.execute_soon``); anything else is awaited through ``execute``.
+  task of its own (``executors.execute_soon``); anything else is awaited through ``execute``,
+  or through the executor ``executor_lookup`` gives for it (``raftsched worker --app``). An
+  Outcome that lingers (a thread that could not be stopped at its timeout) is reported at once,
+  and its slot stays taken until the thread ends: at most ``slots`` threads run at once.
 - One ``heartbeat`` per interval (a third of the lease TTL, at most 1 s) extends all its leases
   (in as many commands as heartbeat_leases_max makes). A lease the state reports lost is killed
   at once. If no heartbeat has succeeded for a whole TTL, by this process's monotonic clock,
@@ -179,6 +182,9 @@ class LeaseLoop:
         #: runs executing now (held with ``executing``), runs granted and waiting for a slot
         #: (prefetched), and runs asked for by acquires in flight
         self._executing = 0
+        #: slots taken by threads that outlived their runs (an Outcome's ``linger``: a handler
+        #: that could not be stopped), until they end
+        self.lingering = 0
         self._waiting: collections.deque[_Held] = collections.deque()
         self._asked = 0
         #: moving averages of how long a run executes and an acquire takes (None: not seen yet)
@@ -275,7 +281,7 @@ class LeaseLoop:
         now = self.clock.monotonic_s()
         timeout = self.poll_interval_s
         budget = self.slots + self._prefetch()
-        free = budget - self._executing - len(self._waiting) - self._asked
+        free = budget - self._executing - self.lingering - len(self._waiting) - self._asked
         in_flight_max = 1 if self._idle else node_limits.acquires_in_flight_max
         can_acquire = (free > 0 and len(self._acquiring) < in_flight_max and now >= self._acquire_after
                        and not self.draining)
@@ -347,7 +353,7 @@ class LeaseLoop:
                 self.held[grant["id"]] = h
                 if self.draining or self._stopping:
                     back.append(h)  # granted as the drain began: given back at once
-                elif self._executing < self.slots:
+                elif self._executing + self.lingering < self.slots:
                     self._start(h)
                 else:
                     self._waiting.append(h)  # prefetched: starts when a slot frees
@@ -521,7 +527,7 @@ class LeaseLoop:
         now = self.clock.monotonic_s()
         self._exec_s = now - t0 if self._exec_s is None else self._exec_s + _EWMA * (now - t0 - self._exec_s)
         if h.giving_back:
-            self._free_slot(h)
+            self._free_slot(h, out.linger)
             return
         if not self._outbox:
             self._outbox_since = now
@@ -534,22 +540,46 @@ class LeaseLoop:
             output, error = redact.mask(output, masked), redact.mask(error, masked)
         self._outbox.append(({"run": g["id"], "token": g["token"], "success": out.ok,
                               "error": error, "output": output}, h))
-        self._free_slot(h)
+        self._free_slot(h, out.linger)
 
-    def _free_slot(self, h: _Held) -> None:
+    def _free_slot(self, h: _Held, linger: asyncio.Future | None = None) -> None:
+        """The run of ``h`` no longer executes. Its slot is free, and the next run waiting for
+        one starts; unless ``linger`` (an Outcome's: a thread that could not be stopped) is not
+        done yet: then the slot stays taken until it is, so the worker never runs more threads
+        than its slots."""
         if h.executing:
             h.executing = False
             self._executing -= 1
             self._wake.set()
-            while self._waiting and not self._stopping and not self.draining:
-                nxt = self._waiting.popleft()
-                if nxt.cancel.is_set():
-                    # Its lease was lost, or given up, before it started: nothing ran, nothing
-                    # to report; if the lease still exists it expires, a lost attempt.
-                    self._release(nxt)
-                    continue
-                self._start(nxt)
-                break
+            if linger is not None and not linger.done():
+                self.lingering += 1
+                log.warning("worker %s: run %s is over but its thread is not; its slot stays taken until it "
+                            "returns (%d of %d slots so taken)", self.worker_id, h.grant["id"], self.lingering,
+                            self.slots)
+                linger.add_done_callback(self._lingered)
+                return
+            self._start_waiting()
+
+    def _lingered(self, _: asyncio.Future) -> None:
+        """A thread that outlived its run ended: its slot is free."""
+        self.lingering -= 1
+        log.info("worker %s: a thread that outlived its run ended; its slot is free (%d still taken so)",
+                 self.worker_id, self.lingering)
+        self._wake.set()
+        self._start_waiting()
+
+    def _start_waiting(self) -> None:
+        """Start the next run waiting for a slot (prefetched), if a slot is free."""
+        while (self._waiting and not self._stopping and not self.draining
+               and self._executing + self.lingering < self.slots):
+            nxt = self._waiting.popleft()
+            if nxt.cancel.is_set():
+                # Its lease was lost, or given up, before it started: nothing ran, nothing
+                # to report; if the lease still exists it expires, a lost attempt.
+                self._release(nxt)
+                continue
+            self._start(nxt)
+            break
 
     def _release(self, h: _Held) -> None:
         """Forget a lease: its run was reported, or will never be (then the lease expires)."""

@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from ..core import model
+from ..core import limits, model
 from ..core.errors import InvalidSpec
 from ..node.views import spec_view
 from .context import Context
@@ -40,6 +40,8 @@ _JOB_ONLY = frozenset({"cron", "every_s", "at", "start_at"})
 _SCHEDULE_SCOPED = {"timezone": "cron", "dst": "cron"}
 #: Options that take a policy name for ``{"policy": name}``.
 _POLICY_SHORTHAND = frozenset({"misfire", "overlap"})
+#: ``placement`` not given: the App's own, ``{"labels": {"raftsched.app": NAME}}``.
+_APP_PLACEMENT = object()
 
 
 class DeclarationError(InvalidSpec):
@@ -91,7 +93,16 @@ class App:
         make the jobs another app's.
     :param defaults: any option of :meth:`job` but a schedule (``cron``, ``every_s``, ``at``,
         ``start_at``), for every job of the app; a job's own option replaces the default
-        (``labels`` are merged). ``timezone`` and ``dst`` apply to the app's cron jobs only.
+        (``labels`` and ``placement`` labels are merged). ``timezone`` and ``dst`` apply to the
+        app's cron jobs only.
+
+    Every job is placed on the worker label ``raftsched.app=NAME`` (its spec's ``placement``),
+    the label ``raftsched worker --app`` gives the worker that runs the app's handlers, and to
+    which that worker is dedicated: the app's runs go to its workers only, and its workers take
+    nothing else. A ``placement`` option adds labels to it; ``placement=None`` (for one job or
+    as the App's default) leaves the job without placement, for any worker that can import the
+    handler with its python executor (a node's, say).
+
     :raises DeclarationError: an unknown option, or a default the API would refuse.
     """
 
@@ -116,6 +127,10 @@ class App:
         if isinstance(labels, dict) and APP_LABEL in labels:
             raise DeclarationError(f"App({name!r}): labels.{APP_LABEL} is the App's name, set by the App",
                                    field=f"labels.{APP_LABEL}")
+        if defaults.get("placement", _APP_PLACEMENT) is not None and len(name) > limits.worker_label_chars_max:
+            raise DeclarationError(
+                f"App name {name!r} is longer than {limits.worker_label_chars_max} characters: its jobs are placed "
+                f"on the worker label {APP_LABEL}={name} (or give placement=None)", field="name")
         self.defaults = dict(defaults)
         self._check_defaults()
         self._jobs: dict[str, JobDeclaration] = {}
@@ -137,7 +152,9 @@ class App:
         - ``overlap``: a policy name or the object;
         - every other top-level spec field under its own name: ``retry``, ``timeout_s``,
           ``priority``, ``payload``, ``jitter_s``, ``queue``, ``tenant``, ``history``,
-          ``description``, ``labels`` (docs/api.md, "The job spec").
+          ``description``, ``labels`` (docs/api.md, "The job spec");
+        - ``placement``: more worker labels for the job's runs, beside the App's
+          ``raftsched.app`` (which is always there); ``None``: no placement at all.
 
         The executor is ``{"type": "python", "target": "<module>:<function>"}``: the handler
         must be a module-level function of an importable module, sync or async. It is called
@@ -206,6 +223,7 @@ class App:
                                    field=f"labels.{APP_LABEL}", job=name, target=target)
         merged = dict(self.defaults)
         merged.update(options)
+        placement = self._placement(merged.pop("placement", _APP_PLACEMENT), where, name, target)
         sched = {k: merged.pop(k) for k in _SCHEDULE_ORDER if k in merged}
         kind = next((k for k in ("cron", "every_s", "at") if k in sched), None)
         for k, needs in _SCHEDULE_SCOPED.items():
@@ -219,7 +237,26 @@ class App:
             # The App's labels, then the job's, merged; then the App's mark.
             raw["labels"] = {**app_labels, **job_labels, APP_LABEL: self.name}
         # (labels that are not a map are left as they are, for validate_job to refuse by name)
+        if placement is not None:
+            raw["placement"] = placement
         return raw
+
+    def _placement(self, given: Any, where: str, name: str, target: str) -> Any:
+        """The placement a declaration sends: the App's label ``raftsched.app`` with any the
+        option gives, or None (``placement=None``: no placement)."""
+        if given is None:
+            return None
+        own = {APP_LABEL: self.name}
+        if given is _APP_PLACEMENT:
+            return {"labels": own}
+        labels = given.get("labels") if isinstance(given, dict) else None
+        if not isinstance(labels, dict):
+            return given  # malformed: left as it is, for validate_job to refuse by name
+        if labels.get(APP_LABEL, self.name) != self.name:
+            raise DeclarationError(f"{where}: placement.labels.{APP_LABEL} is the App's name, set by the App "
+                                   "(placement=None for a job of no app's workers)",
+                                   field=f"placement.labels.{APP_LABEL}", job=name, target=target)
+        return {**given, "labels": {**labels, **own}}
 
     def _check_defaults(self) -> None:
         """Validate the defaults on a probe job, so that a bad default raises where the App is
@@ -233,6 +270,9 @@ class App:
                 probe_sched[k] = d.pop(k)
         raw = {"schedule": probe_sched, "executor": {"type": "python", "target": "probe:probe"},
                "misfire": {"policy": "skip"}}
+        placement = d.pop("placement", None)
+        if placement is not None:
+            raw["placement"] = placement  # the App's own label is added per job (its name is checked)
         for k, v in d.items():
             raw[k] = {"policy": v} if k in _POLICY_SHORTHAND and isinstance(v, str) else v
         try:

@@ -62,14 +62,15 @@ class Context:
     def _run_context(self):
         from ..node.executors import RunContext
         return RunContext(run_id=self.run_id, job=self.job, slot_ms=self.slot_ms, attempt=self.attempt,
-                          fencing_token=self.fencing_token, payload=self.payload)
+                          fencing_token=self.fencing_token, payload=self.payload, worker_id=self.worker)
 
     # ------------------------------------------------------------------ building one
     @classmethod
     def of(cls, ctx: Any, worker: str | None = None) -> Context:
         """The Context of a run from what an executor passes: a Context (returned as it is), or
         any object with ``run_id``, ``job``, ``slot_ms``, ``attempt``, ``fencing_token`` and
-        ``payload`` (the python executor's :class:`raftsched.node.executors.RunContext`).
+        ``payload`` (the python executor's :class:`raftsched.node.executors.RunContext`). The
+        worker is ``worker``, else the object's ``worker`` or ``worker_id``.
 
         :raises TypeError: ``ctx`` has none of that."""
         if isinstance(ctx, cls):
@@ -77,7 +78,8 @@ class Context:
         try:
             return cls(run_id=ctx.run_id, job=ctx.job, slot_ms=ctx.slot_ms, attempt=ctx.attempt,
                        fencing_token=ctx.fencing_token, payload=getattr(ctx, "payload", None),
-                       worker=worker if worker is not None else getattr(ctx, "worker", None))
+                       worker=worker if worker is not None else
+                       (getattr(ctx, "worker", None) or getattr(ctx, "worker_id", None)))
         except AttributeError as e:
             raise TypeError(f"a handler is called with a run context (run_id, job, slot_ms, attempt, "
                             f"fencing_token, payload); got {type(ctx).__name__}: {e}") from None

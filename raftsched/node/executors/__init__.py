@@ -42,26 +42,28 @@ The package: this module holds the two entry points, :func:`execute` (awaited, a
 :func:`execute_soon` (the worker's fast path, python only). ``shell``, ``http`` and ``python``
 are one executor each; ``_context`` holds RunContext and Outcome, ``_deadline`` the race of a
 run against its deadline and the cancel event, ``_output`` the output tails and error reasons,
-``_threads`` the process's run threads. Bounds are ``node/limits.py``'s.
+``_threads`` the process's run threads. Bounds are ``node/limits.py``'s. ``run_function`` runs a
+function its caller holds (an SDK App's handler) the way the python executor runs a target's.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from typing import Callable
-
-import aiohttp
+from typing import TYPE_CHECKING, Callable
 
 from .. import limits
 from ._context import ALL_TYPES, Outcome, RunContext, Result
 from ._deadline import CancelEvent
 from ._output import OUTPUT_BYTES_MAX, executor_error
-from .http import run_http
-from .python import run_python, start_soon
+from .python import run_function, run_python, start_soon
 from .shell import run_shell
 
-__all__ = ["ALL_TYPES", "CancelEvent", "OUTPUT_BYTES_MAX", "Outcome", "RunContext", "execute", "execute_soon"]
+if TYPE_CHECKING:
+    import aiohttp
+
+__all__ = ["ALL_TYPES", "CancelEvent", "OUTPUT_BYTES_MAX", "Outcome", "RunContext", "execute", "execute_soon",
+           "run_function"]
 
 log = logging.getLogger("raftsched.executors")
 
@@ -105,6 +107,9 @@ async def execute(executor: dict, ctx: RunContext, timeout_s: float, *,
         elif kind == "shell":
             result = await run_shell(executor, ctx, timeout_s, cancel, kill_grace_s)
         elif kind == "http":
+            # Imported on first use: aiohttp is most of what importing the executors costs, and
+            # a child process of raftsched worker --app --isolation subprocess runs python only.
+            from .http import run_http
             result = await run_http(executor, ctx, timeout_s, cancel, http_session)
         elif kind == "python":
             return await run_python(executor, ctx, timeout_s, cancel, kill_grace_s, t0)

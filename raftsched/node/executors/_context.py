@@ -82,12 +82,17 @@ class Outcome:
         bytes of stdout+stderr (shell), "HTTP <status>\\n<body tail>" (http), or the repr of the
         return value / the traceback tail (python). Decoded as UTF-8, invalid bytes replaced.
     :param duration_ms: wall time of the whole execution, kill and cleanup included.
+    :param linger: set when the run is over but what ran it is not: a plain python function
+        that could not be stopped at its timeout or lease loss, still running in its thread (a
+        run that asked for it: ``run_function(..., linger=True)``). The future is done when the
+        thread really ends; a worker keeps the run's slot taken until then.
     """
 
     ok: bool
     error: str | None
     output: str
     duration_ms: int
+    linger: Any = None
 
 
 # A runner's result before the duration is added: (ok, error, output).

@@ -118,3 +118,15 @@ def stopped(how: str, timeout_s: float) -> Result:
     return (False, "lease lost" if how == "cancel" else timed_out(timeout_s), "")
 
 
+#: what a stopped run's error adds when its thread goes on (``run_function(..., linger=True)``)
+STILL_RUNNING = "the handler's thread could not be stopped and is still running"
+
+
+def stopped_lingering(how: str, timeout_s: float) -> Result:
+    """:func:`stopped` of a plain function whose thread could not be stopped: the error says
+    that it still runs ("timed out after 5s; the handler's thread could not be stopped and is
+    still running")."""
+    ok, error, output = stopped(how, timeout_s)
+    return ok, f"{error}; {STILL_RUNNING}", output
+
+

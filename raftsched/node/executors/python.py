@@ -1,6 +1,8 @@
 """The python executor: ``module:function`` called with the RunContext, in a run thread or on the loop.
 
 ``{"type": "python", "target": "module:function"}``; the package docstring gives the contract.
+:func:`run_function` is the same run for a function its caller holds already (the SDK's
+``raftsched worker --app`` calls an App's handlers through it): one python run implementation.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from typing import Awaitable, Callable
 
 from .. import limits
 from ._context import Outcome, RunContext, Result
-from ._deadline import CancelEvent, stopped
+from ._deadline import CancelEvent, stopped, stopped_lingering
 from ._output import OUTPUT_BYTES_MAX, exc_reason, executor_error, format_tb, short, tail_str
 from ._threads import THREADS
 
@@ -105,14 +107,39 @@ async def run_python(ex: dict, ctx: RunContext, timeout_s: float, cancel: asynci
     awaited. When the caller is cancelled the run is killed (:meth:`_PythonRun.kill`) and the
     cancellation propagates."""
     target = ex["target"]
-    fn = _imported(target)
+    return await _awaited(_PythonRun(target, ctx, timeout_s, cancel, kill_grace_s, None, t0), _imported(target))
+
+
+async def run_function(fn: Callable, ctx, timeout_s: float, cancel: asyncio.Event | None, *,
+                       name: str, kill_grace_s: float = limits.kill_grace_s_default,
+                       linger: bool = False) -> Outcome:
+    """Run ``fn(ctx)`` exactly as the python executor runs a target's function, and return its
+    :class:`Outcome`: a coroutine function on the loop (cancelled at the deadline or when
+    ``cancel`` is set), a plain one in a run thread; the return value's bounded repr or the
+    traceback's tail as the output. ``ctx`` is what ``fn`` is called with (any object with a
+    ``run_id``).
+
+    :param name: the function's ``module:function``, for the logs.
+    :param linger: a plain function that cannot be stopped fails with "timed out after 5s; the
+        handler's thread could not be stopped and is still running" (or "lease lost; ..."), and
+        the Outcome's ``linger`` future is done when its thread really ends (the caller keeps a
+        slot for it until then). Without it, the thread is abandoned as the python executor's.
+    :raises asyncio.CancelledError: the caller was cancelled (the run is killed first).
+    """
+    run = _PythonRun(name, ctx, timeout_s, cancel, kill_grace_s, None, time.monotonic(), linger)
+    return await _awaited(run, fn)
+
+
+async def _awaited(run: "_PythonRun", fn: Callable | None) -> Outcome:
+    """Start ``run`` (with its function, or None to import its target first) and wait for its
+    Outcome; when the caller is cancelled the run is killed and the cancellation propagates."""
     fut = asyncio.get_running_loop().create_future()
 
     def settle(outcome: Outcome) -> None:
         if not fut.done():  # cancelled with our caller, and the run not killed yet
             fut.set_result(outcome)
 
-    run = _PythonRun(target, ctx, timeout_s, cancel, kill_grace_s, settle, t0)
+    run.on_done = settle
     run.start(fn)
     try:
         return await fut
@@ -147,18 +174,24 @@ class _PythonRun:
       object with an async ``__call__``), awaited as a task on the loop.
 
     A thread cannot be killed: stopped, it is abandoned (it keeps running until it returns, and
-    what it returns is dropped). A task is cancelled and gets ``kill_grace_s`` to finish
+    what it returns is dropped); with ``linger``, the Outcome says it still runs and carries a
+    future done when it returns. A task is cancelled and gets ``kill_grace_s`` to finish
     before it is abandoned. The common run, a plain function imported already, costs a thread
     handoff, a timer and a few callbacks: no task and no coroutine.
     """
 
     __slots__ = ("target", "ctx", "timeout_s", "cancel", "kill_grace_s", "on_done", "t0", "timer",
-                 "settled", "thread_name", "importing", "task", "cancel_task", "stop_how", "grace")
+                 "settled", "thread_name", "importing", "task", "cancel_task", "stop_how", "grace",
+                 "linger", "thread_end")
 
     def __init__(self, target: str, ctx: RunContext, timeout_s: float, cancel: asyncio.Event | None,
-                 kill_grace_s: float, on_done: Callable[[Outcome], None], t0: float) -> None:
+                 kill_grace_s: float, on_done: Callable[[Outcome], None] | None, t0: float,
+                 linger: bool = False) -> None:
         self.target, self.ctx, self.timeout_s, self.cancel = target, ctx, timeout_s, cancel
         self.kill_grace_s, self.on_done, self.t0 = kill_grace_s, on_done, t0
+        self.linger = linger
+        #: with ``linger``: done when the thread of a run stopped while it ran really ends
+        self.thread_end: asyncio.Future | None = None
         self.settled = self.importing = False
         self.task: asyncio.Future | None = None
         self.cancel_task: asyncio.Future | None = None
@@ -232,7 +265,12 @@ class _PythonRun:
 
     def _returned(self, value: tuple) -> None:
         if self.settled:
-            return  # already reported as timed out or lease lost
+            # Already reported as timed out or lease lost; with linger, its slot is now free.
+            if self.thread_end is not None and not self.thread_end.done():
+                log.info("run %s: %s returned at last in thread %s; what it returned is dropped",
+                         self.ctx.run_id, self.target, self.thread_name)
+                self.thread_end.set_result(None)
+            return
         if value[0] == "ok" and inspect.isawaitable(value[1]):
             # A plain callable that returned an awaitable: await it on the loop, within what is
             # left of the deadline.
@@ -279,6 +317,13 @@ class _PythonRun:
         if task is None:
             if self.importing:
                 log.warning("run %s: import of %s abandoned (%s)", self.ctx.run_id, self.target, how)
+            elif self.linger:
+                log.info("run %s: %s cannot be stopped (%s): still running in thread %s; it fails, "
+                         "and the Outcome tells when the function returns",
+                         self.ctx.run_id, self.target, how, self.thread_name)
+                self.thread_end = asyncio.get_running_loop().create_future()
+                self._emit(stopped_lingering(how, self.timeout_s), self.thread_end)
+                return
             else:
                 log.warning("run %s: %s still running in thread %s; abandoned (%s)",
                             self.ctx.run_id, self.target, self.thread_name, how)
@@ -331,10 +376,10 @@ class _PythonRun:
             else:
                 self.cancel_task.cancel()
 
-    def _emit(self, result: Result) -> None:
+    def _emit(self, result: Result, linger: asyncio.Future | None = None) -> None:
         on_done, self.on_done = self.on_done, None
         if on_done is None:
             return  # reported already, or killed with our caller
         ok, error, output = result
         on_done(Outcome(ok=ok, error=error, output=output,
-                        duration_ms=int(round((time.monotonic() - self.t0) * 1000))))
+                        duration_ms=int(round((time.monotonic() - self.t0) * 1000)), linger=linger))

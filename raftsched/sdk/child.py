@@ -1,0 +1,67 @@
+"""``python -m raftsched.sdk.child MODULE:ATTR TARGET RESULT_PATH``: one run of an App's handler
+in a process of its own (``raftsched worker --app ... --isolation subprocess``, sdk/worker.py).
+
+The run's identity comes from its ``RAFTSCHED_*`` environment (the executor contract, as a
+shell run sees it). The child imports the App (the current directory first on the import path,
+as the worker does), calls the handler through the python executor's run
+(``executors.run_function``, so its outcome is the one an in-process run would report: the repr
+of what it returned, or the exception and its traceback), writes ``{"ok", "error", "output"}``
+as JSON to RESULT_PATH, and exits 0 when the handler succeeded, 1 when it failed, 2 when the
+run could not even start. What the handler prints, and logs (``ctx.log``, INFO and up), goes to
+the run's output. The worker kills it at the run's timeout.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+import traceback
+
+
+def _context():
+    from ..core.schedule import parse_iso_ms
+    from ..node.executors import RunContext
+    env = os.environ
+    return RunContext(run_id=env["RAFTSCHED_RUN_ID"], job=env["RAFTSCHED_JOB"],
+                      slot_ms=parse_iso_ms(env["RAFTSCHED_SLOT"], "RAFTSCHED_SLOT"),
+                      attempt=int(env["RAFTSCHED_ATTEMPT"]), fencing_token=int(env["RAFTSCHED_FENCING_TOKEN"]),
+                      payload=json.loads(env.get("RAFTSCHED_PAYLOAD") or "null"),
+                      worker_id=env.get("RAFTSCHED_WORKER_ID"))
+
+
+def _write(path: str, result: dict) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(result, f)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3:
+        print("usage: python -m raftsched.sdk.child MODULE:ATTR TARGET RESULT_PATH", file=sys.stderr)
+        return 2
+    ref, target, path = argv
+    # The handler's log lines (ctx.log) go where its prints go: into the run's output.
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s",
+                        datefmt="%Y-%m-%dT%H:%M:%S")
+    try:
+        from ..core import limits
+        from ..node.executors import run_function
+        from .context import Context
+        from .loader import load_app
+        ctx = Context.of(_context())
+        decl = load_app(ref).declaration_for(target)
+    except BaseException as e:  # the app's import, or a broken environment: the run fails, saying why
+        _write(path, {"ok": False, "error": f"cannot load {ref} for {target}: {type(e).__name__}: {e}"[:400],
+                      "output": traceback.format_exc()[-4096:]})
+        return 2
+    out = asyncio.run(run_function(decl.handler, ctx, limits.timeout_s_max, None, name=target))
+    _write(path, {"ok": out.ok, "error": out.error, "output": out.output})
+    return 0 if out.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,100 @@
+"""Two Apps for the tests of ``raftsched worker --app`` (tests/test_sdk_worker.py, in process;
+tests/test_sdk_worker_cluster.py, real processes): handlers that succeed, raise, and overrun
+their timeout, plain and async.
+
+A handler that blocks notes what it did in files under ``$SDK_WORKER_TEST_DIR`` (one per run
+and event: ``<run>.started``, ``<run>.finished``, ``<run>.cancelled``, ``<run>.pid``), so a
+test in another process can tell; it blocks until ``<run>.release`` exists, at most 30 s.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+from raftsched import App
+
+#: the app whose plain handlers run in threads in the tests
+app = App("sdk-worker-test", misfire="skip", retry={"max_attempts": 1}, history=100)
+#: the same kind of handlers, run by a worker with --isolation subprocess
+iso = App("sdk-worker-iso", misfire="skip", retry={"max_attempts": 1}, history=100)
+
+
+def path_of(run_id: str, event: str) -> str:
+    """The file that notes ``event`` of run ``run_id`` (under $SDK_WORKER_TEST_DIR)."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id)
+    return os.path.join(os.environ.get("SDK_WORKER_TEST_DIR", "/nonexistent"), f"{safe}.{event}")
+
+
+def _note(ctx, event: str, text: str = "") -> None:
+    if os.environ.get("SDK_WORKER_TEST_DIR"):
+        with open(path_of(ctx.run_id, event), "w") as f:
+            f.write(text)
+
+
+def _released(ctx) -> bool:
+    return os.path.exists(path_of(ctx.run_id, "release"))
+
+
+def _context(ctx) -> dict:
+    return {"run": ctx.run_id, "job": ctx.job, "attempt": ctx.attempt, "token": ctx.fencing_token,
+            "worker": ctx.worker, "payload": ctx.payload, "logger": ctx.log.name, "pid": os.getpid()}
+
+
+@app.job("sw-sync", every_s=3600, payload={"k": "v"})
+def hello(ctx):
+    return _context(ctx)
+
+
+@app.job("sw-async", every_s=3600)
+async def ahello(ctx):
+    await asyncio.sleep(0)  # ok-sleep: a yield to the loop it runs on
+    return dict(_context(ctx), loop=type(asyncio.get_running_loop()).__name__)
+
+
+@app.job("sw-boom", every_s=3600, retry={"max_attempts": 2, "backoff_s": 0})
+def boom(ctx):
+    raise RuntimeError(f"boom on attempt {ctx.attempt}")
+
+
+def _block(ctx) -> str:
+    _note(ctx, "pid", str(os.getpid()))
+    _note(ctx, "started")
+    deadline = time.monotonic() + 30
+    while not _released(ctx) and time.monotonic() < deadline:
+        time.sleep(0.02)  # ok-sleep: polling a file another process creates, within a deadline
+    _note(ctx, "finished")
+    return "finished late"
+
+
+@app.job("sw-stuck", every_s=3600, timeout_s=1)
+def stuck(ctx):
+    return _block(ctx)
+
+
+@app.job("sw-astuck", every_s=3600, timeout_s=1)
+async def astuck(ctx):
+    _note(ctx, "started")
+    try:
+        await asyncio.sleep(30)  # ok-sleep: stands for awaited work that overruns its timeout
+    except asyncio.CancelledError:
+        _note(ctx, "cancelled")
+        raise
+    return "finished late"
+
+
+@iso.job("si-sync", every_s=3600)
+def iso_hello(ctx):
+    print(f"hello from {os.getpid()}", flush=True)
+    ctx.log.info("logged from the child")
+    return _context(ctx)
+
+
+@iso.job("si-boom", every_s=3600)
+def iso_boom(ctx):
+    raise ValueError(f"bad input {ctx.run_id}")
+
+
+@iso.job("si-stuck", every_s=3600, timeout_s=1)
+def iso_stuck(ctx):
+    return _block(ctx)

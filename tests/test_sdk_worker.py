@@ -1,0 +1,174 @@
+"""``raftsched worker --app`` in process (raftsched/sdk/worker.py): which executor a grant gets
+(the app's handler, or a visible refusal), and how a handler's end becomes the attempt's
+outcome, plain and async, in a thread or in a child process. tests/test_sdk_worker_cluster.py
+runs the same against real nodes."""
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+import sdk_worker_app
+from executor_helpers import run, wait_until
+from procs import REPO
+from raftsched.node.executors import CancelEvent, RunContext
+from raftsched.sdk import APP_LABEL
+from raftsched.sdk.worker import AppExecutors
+
+TESTS = REPO / "tests"
+SLOT_MS = 1_800_000_000_000
+
+
+def grant(job: str, target: str | None = None, *, app=sdk_worker_app.app, executor=None, run_id=None) -> dict:
+    decl = app.jobs.get(job)
+    ex = executor or {"type": "python", "target": target or decl.target}
+    return {"id": run_id or f"{job}@{SLOT_MS}", "job": job, "slot": SLOT_MS, "attempt": 1, "token": 7,
+            "payload": {"k": "v"}, "executor": ex, "timeout_s": decl.spec["timeout_s"] if decl else 600}
+
+
+def ctx_of(g: dict) -> RunContext:
+    return RunContext(run_id=g["id"], job=g["job"], slot_ms=g["slot"], attempt=g["attempt"], fencing_token=g["token"],
+                      payload=g["payload"], worker_id="w-test")
+
+
+async def execute(lookup: AppExecutors, g: dict, cancel: CancelEvent | None = None, timeout_s: float | None = None):
+    return await lookup(g)(ctx_of(g), g["timeout_s"] if timeout_s is None else timeout_s, cancel or CancelEvent())
+
+
+@pytest.fixture
+def notes(tmp_path, monkeypatch):
+    monkeypatch.setenv("SDK_WORKER_TEST_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_a_grant_of_one_of_the_apps_handlers_runs_it_with_its_context():
+    lookup = AppExecutors(sdk_worker_app.app, "sdk_worker_app:app")
+    assert lookup.labels == {APP_LABEL: "sdk-worker-test"} and lookup.unplaced() == []
+
+    async def t():
+        g = grant("sw-sync")
+        out = await execute(lookup, g)
+        assert out.ok and out.error is None, out
+        got = eval(out.output)  # the python executor's repr of what it returned
+        assert got == {"run": g["id"], "job": "sw-sync", "attempt": 1, "token": 7, "worker": "w-test",
+                       "payload": {"k": "v"}, "logger": "raftsched.job.sw-sync", "pid": os.getpid()}
+        out = await execute(lookup, grant("sw-async"))
+        assert out.ok and "'loop': " in out.output and "'worker': 'w-test'" in out.output, out
+    run(t())
+
+
+def test_a_raising_handler_fails_with_the_exception_and_its_traceback():
+    lookup = AppExecutors(sdk_worker_app.app, "sdk_worker_app:app")
+    out = run(execute(lookup, grant("sw-boom")))
+    assert (out.ok, out.error) == (False, "RuntimeError: boom on attempt 1")
+    assert out.output.startswith("Traceback") and "sdk_worker_app.py" in out.output and "in boom" in out.output
+
+
+def test_a_grant_the_app_has_no_handler_for_fails_naming_what_is_missing():
+    """A job synced from a newer version of the app than the worker runs (a handler this one
+    does not declare), or a job placed on the app's label that is not python: refused visibly,
+    nothing runs, and the job's retry policy decides what follows."""
+    lookup = AppExecutors(sdk_worker_app.app, "sdk_worker_app:app")
+    out = run(execute(lookup, grant("sw-new", "sdk_worker_app:new_handler")))
+    assert not out.ok and "has no handler 'sdk_worker_app:new_handler' for job 'sw-new'" in out.error, out
+    assert "app 'sdk-worker-test'" in out.error and "a version of the app that does not declare it" in out.error
+    out = run(execute(lookup, grant("sw-shell", executor={"type": "shell", "argv": ["true"]})))
+    assert not out.ok and "its executor is 'shell'" in out.error, out
+    # Another app's handler is not this app's, even in the same module.
+    out = run(execute(lookup, grant("si-sync", app=sdk_worker_app.iso)))
+    assert not out.ok and "has no handler 'sdk_worker_app:iso_hello'" in out.error
+    assert lookup.refused == 3
+
+
+def test_a_plain_handler_past_its_timeout_fails_and_keeps_its_slot_until_its_thread_ends(notes):
+    lookup = AppExecutors(sdk_worker_app.app, "sdk_worker_app:app")
+
+    async def t():
+        g = grant("sw-stuck")
+        out = await execute(lookup, g, timeout_s=0.3)
+        assert out.error == "timed out after 0.3s; the handler's thread could not be stopped and is still running"
+        assert out.linger is not None and not out.linger.done()
+        assert os.path.exists(sdk_worker_app.path_of(g["id"], "started"))
+        open(sdk_worker_app.path_of(g["id"], "release"), "w").close()
+        await asyncio.wait_for(out.linger, 10)  # its thread returned: the slot is free
+        assert os.path.exists(sdk_worker_app.path_of(g["id"], "finished"))
+    run(t())
+
+
+def test_an_async_handler_past_its_timeout_is_cancelled(notes):
+    lookup = AppExecutors(sdk_worker_app.app, "sdk_worker_app:app")
+
+    async def t():
+        g = grant("sw-astuck")
+        out = await execute(lookup, g, timeout_s=0.3)
+        assert (out.ok, out.error, out.linger) == (False, "timed out after 0.3s", None), out
+        assert os.path.exists(sdk_worker_app.path_of(g["id"], "cancelled"))
+    run(t())
+
+
+# ---------------------------------------------------------------------------- a child per run
+@pytest.fixture
+def child_env(notes, monkeypatch):
+    # The child imports the app as the worker does: from its working directory and PYTHONPATH.
+    monkeypatch.setenv("PYTHONPATH", str(TESTS))
+    return notes
+
+
+def test_in_a_child_process_a_handler_reports_what_it_returned_or_raised(child_env):
+    lookup = AppExecutors(sdk_worker_app.iso, "sdk_worker_app:iso", isolation="subprocess")
+
+    async def t():
+        g = grant("si-sync", app=sdk_worker_app.iso)
+        out = await execute(lookup, g)
+        assert out.ok, out
+        printed, logged, result = out.output.splitlines()
+        got = eval(result)
+        assert printed == f"hello from {got['pid']}" and got["pid"] != os.getpid()
+        assert logged.endswith(" INFO raftsched.job.si-sync: logged from the child"), logged
+        assert {k: got[k] for k in ("run", "job", "attempt", "token", "worker", "payload")} == \
+               {"run": g["id"], "job": "si-sync", "attempt": 1, "token": 7, "worker": "w-test", "payload": {"k": "v"}}
+        out = await execute(lookup, grant("si-boom", app=sdk_worker_app.iso))
+        assert (out.ok, out.error) == (False, f"ValueError: bad input si-boom@{SLOT_MS}"), out
+        assert "Traceback" in out.output and "in iso_boom" in out.output
+        # An async handler is not sent to a child: it is cancelled on the loop instead.
+        thread_lookup = AppExecutors(sdk_worker_app.app, "sdk_worker_app:app", isolation="subprocess")
+        out = await execute(thread_lookup, grant("sw-async"))
+        assert out.ok and f"'pid': {os.getpid()}" in out.output
+    run(t())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_in_a_child_process_a_handler_past_its_timeout_or_lease_is_killed(child_env):
+    lookup = AppExecutors(sdk_worker_app.iso, "sdk_worker_app:iso", isolation="subprocess", kill_grace_s=2)
+
+    async def t():
+        g = grant("si-stuck", app=sdk_worker_app.iso)
+        out = await execute(lookup, g, timeout_s=1.5)
+        assert (out.ok, out.error, out.linger) == (False, "timed out after 1.5s; the handler's process was killed",
+                                                  None), out
+        pid = int(open(sdk_worker_app.path_of(g["id"], "pid")).read())
+        assert not _alive(pid) and not os.path.exists(sdk_worker_app.path_of(g["id"], "finished"))
+
+        g = grant("si-stuck", app=sdk_worker_app.iso, run_id="si-stuck@lost")
+        cancel = CancelEvent()
+        task = asyncio.ensure_future(execute(lookup, g, cancel, timeout_s=30))
+        await wait_until(lambda: os.path.exists(sdk_worker_app.path_of(g["id"], "pid")), 15, "the child to start")
+        cancel.set()  # its lease was lost
+        out = await task
+        assert out.error == "lease lost; the handler's process was killed", out
+        assert not _alive(int(open(sdk_worker_app.path_of(g["id"], "pid")).read()))
+    run(t(), timeout_s=40)
+
+
+def test_a_child_that_cannot_load_the_app_fails_saying_why(child_env):
+    lookup = AppExecutors(sdk_worker_app.iso, "sdk_worker_app_missing:iso", isolation="subprocess")
+    out = run(execute(lookup, grant("si-sync", app=sdk_worker_app.iso)))
+    assert not out.ok and out.error.startswith("cannot load sdk_worker_app_missing:iso for sdk_worker_app:iso_hello"), out
