@@ -9,4 +9,17 @@ from raftsched.testing.procs import free_ports, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 
-__all__ = ["REPO", "Cluster", "free_ports", "http", "wait_for"]
+
+def running_cluster(tmp, **kw):
+    """A started Cluster that has a leader, stopped by its PIDs when the generator is closed:
+    the body of a module-scoped fixture, ``yield from running_cluster(tmp, n=1)``."""
+    c = Cluster(tmp, **kw)
+    c.start()
+    try:
+        c.wait_leader(30)
+        yield c
+    finally:
+        c.stop()
+
+
+__all__ = ["REPO", "Cluster", "free_ports", "http", "running_cluster", "wait_for"]

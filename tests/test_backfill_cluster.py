@@ -15,7 +15,7 @@ import pytest
 from raftsched.client import Client
 from raftsched.core import schedule
 
-from procs import REPO, Cluster, wait_for
+from procs import Cluster, REPO, running_cluster, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -25,13 +25,7 @@ EVERY_SECOND = {"schedule": {"cron": "* * * * * *"}, "executor": {"type": "shell
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("backfill"))
-    c.start()
-    try:
-        c.wait_leader(30)
-        yield c
-    finally:
-        c.stop()
+    yield from running_cluster(tmp_path_factory.mktemp("backfill"))
 
 
 def client(c: Cluster, nodes=None) -> Client:

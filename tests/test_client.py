@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from procs import REPO, Cluster, free_ports, http, wait_for
+from procs import REPO, free_ports, http, running_cluster, wait_for
 
 from raftsched.client import Client, Lease, LockHeld, LockLost
 from raftsched.core import limits
@@ -149,13 +149,7 @@ def test_store_concurrent_writers_keep_the_highest(tmp_path):
 # ---------------------------------------------------------------------- against one real node
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("client"), n=1)
-    c.start()
-    try:
-        c.wait_leader(30)
-        yield c
-    finally:
-        c.stop()
+    yield from running_cluster(tmp_path_factory.mktemp("client"), n=1)
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from procs import Cluster, http, wait_for
+from procs import Cluster, http, running_cluster, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -50,13 +50,7 @@ def assert_slots_accounted(runs: list[dict], every_ms: int, policy: str) -> None
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("cluster"))
-    c.start()
-    try:
-        c.wait_leader(30)
-        yield c
-    finally:
-        c.stop()
+    yield from running_cluster(tmp_path_factory.mktemp("cluster"))
 
 
 def test_one_leader_agreed_by_all(cluster):

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from procs import REPO, Cluster
+from procs import Cluster, REPO, running_cluster
 
 from raftsched import AsyncClient
 from raftsched.client import LockHeld
@@ -31,13 +31,7 @@ def cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sdk")
     # The nodes' workers run the async client's shell job; the apps' handlers are run by their
     # own workers (tests/test_sdk_worker_cluster.py): the nodes never import them.
-    c = Cluster(tmp, node_args=["--slots", "2"])
-    c.start()
-    try:
-        c.wait_leader(30)
-        yield c
-    finally:
-        c.stop()
+    yield from running_cluster(tmp, node_args=["--slots", "2"])
 
 
 def sync(c: Cluster, ref: str, *args: str, cwd=EXAMPLES) -> tuple[int, str, str]:

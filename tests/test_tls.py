@@ -17,20 +17,14 @@ from raftsched.testing.cluster import write_private
 from raftsched.testing.procs import Procs
 from raftsched.testing.tls import make_demo_pki
 
-from procs import Cluster, REPO, wait_for
+from procs import REPO, running_cluster, wait_for
 
 pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("tls"), n=1, tls="mutual")
-    c.start()
-    try:
-        c.wait_leader(30)
-        yield c
-    finally:
-        c.stop()
+    yield from running_cluster(tmp_path_factory.mktemp("tls"), n=1, tls="mutual")
 
 
 def cli(c, *args):

@@ -7,6 +7,7 @@ import json
 
 from . import limits, schedule
 from .backfill_plan import MODES, ORDERS, OVERLAPS
+from .bodies import check_body
 from .errors import InvalidSpec
 from .model import NAME_RE
 
@@ -17,15 +18,6 @@ DLQ_BULK_FIELDS = {"queue", "job", "error", "dead_from", "dead_to", "max_count",
 TRIGGER_FIELDS = {"payload", "slot"}
 
 
-def _body(body, fields: set[str]) -> dict:
-    if body is None:
-        return {}
-    if not isinstance(body, dict):
-        raise InvalidSpec("the body must be a JSON object", field=None)
-    for k in body:
-        if k not in fields:
-            raise InvalidSpec(f"unknown field; allowed: {', '.join(sorted(fields))}", field=str(k))
-    return body
 
 
 def _int(b: dict, key: str, default, lo: int, hi: int):
@@ -90,7 +82,7 @@ def validate_backfill(body, now_ms: int) -> dict:
     own policy), "payload"? (only when given), "dry_run", "id" (or None)}``.
 
     A backfill covers the past: ``to`` may not be after ``now_ms``. :raises InvalidSpec:"""
-    b = _body(body, BACKFILL_FIELDS)
+    b = check_body(body, BACKFILL_FIELDS, empty_ok=True)
     lo, hi = _time(b, "from", True), _time(b, "to", True)
     if hi <= lo:
         raise InvalidSpec("must be after from (the range is [from, to))", field="to")
@@ -135,7 +127,7 @@ def validate_dlq_bulk(body, action: str, now_ms: int) -> dict:
     "max_concurrent", "rate_milli", "dry_run", "id"}``. A requeue is rate-limited by default
     (limits.dlq_requeue_rate_per_s_default) and keeps at most max_concurrent (default
     backfill_concurrent_max) of its runs queued or running. :raises InvalidSpec:"""
-    b = _body(body, DLQ_BULK_FIELDS)
+    b = check_body(body, DLQ_BULK_FIELDS, empty_ok=True)
     out = {}
     for key, n in (("queue", limits.queue_name_chars_max), ("job", limits.job_name_chars_max),
                    ("error", limits.dlq_error_filter_chars_max)):
@@ -165,7 +157,7 @@ def validate_dlq_bulk(body, action: str, now_ms: int) -> dict:
 
 def validate_trigger(body) -> dict:
     """``POST /v1/jobs/{name}/trigger``'s optional body -> ``{"payload"? , "slot"? (ms)}``."""
-    b = _body(body, TRIGGER_FIELDS)
+    b = check_body(body, TRIGGER_FIELDS, empty_ok=True)
     out = {}
     if "payload" in b:
         out["payload"] = check_payload(b["payload"])

@@ -9,7 +9,11 @@ from .errors import InvalidSpec
 from .model import check_name
 
 
-def _body(body, fields: set[str]) -> dict:
+def check_body(body, fields: set[str], empty_ok: bool = False) -> dict:
+    """``body`` if it is a JSON object holding only ``fields``. With ``empty_ok``, no body at
+    all (None) is an empty one. :raises InvalidSpec: naming the first unknown field."""
+    if body is None and empty_ok:
+        return {}
     if not isinstance(body, dict):
         raise InvalidSpec("the body must be a JSON object", field=None)
     for k in body:
@@ -30,7 +34,7 @@ def validate_queue(name, body) -> dict:
 
     :raises InvalidSpec: naming the field."""
     check_name(name, "queue", limits.queue_name_chars_max)
-    b = _body(body, {"max_depth", "on_full"})
+    b = check_body(body, {"max_depth", "on_full"})
     depth = _int_only(b.get("max_depth", limits.queue_depth_default), "max_depth", 1, limits.queue_depth_max)
     on_full = b.get("on_full", "reject")
     if on_full not in ("reject", "drop_oldest"):
@@ -44,7 +48,7 @@ def validate_tenant(name, body) -> dict:
 
     :raises InvalidSpec: naming the field."""
     check_name(name, "tenant", limits.tenant_name_chars_max)
-    b = _body(body, {"rate_per_s", "burst"})
+    b = check_body(body, {"rate_per_s", "burst"})
     if "rate_per_s" not in b:
         raise InvalidSpec("is required: runs per second this tenant may start", field="rate_per_s")
     rate = b["rate_per_s"]
@@ -57,7 +61,7 @@ def validate_tenant(name, body) -> dict:
 
 def _lock_body(name, body, fields: set[str]) -> dict:
     check_name(name, "name", limits.lock_name_chars_max)
-    return _body(body, fields)
+    return check_body(body, fields)
 
 
 def _lock_ttl_ms(b: dict, required: bool) -> int | None:

@@ -28,6 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from ..clock import Clock
 from ..core import commands, limits, queries
+from ..core.bodies import check_body
 from ..core.errors import InvalidSpec, NotFound, RaftschedError
 from ..core.model import EXECUTOR_TYPES
 from ..core.workers import check_dedicated, check_executors, check_labels, check_queues, check_worker_id
@@ -47,14 +48,7 @@ RESULT_FIELDS = {"run", "token", "success", "error", "output"}
 RELEASE_FIELDS = {"leases", "reason"}
 
 
-# ---------------------------------------------------------------------------- request bodies
-def _body(body, fields: set[str]) -> dict:
-    if not isinstance(body, dict):
-        raise InvalidSpec("the body must be a JSON object", field=None)
-    for k in body:
-        if k not in fields:
-            raise InvalidSpec(f"unknown field; allowed: {', '.join(sorted(fields))}", field=str(k))
-    return body
+# ---------------------------------------------------------------------------- request bodies (core/bodies.py: check_body)
 
 
 def _int_field(b: dict, name: str, lo: int, hi: int, default=None) -> int:
@@ -91,7 +85,7 @@ def parse_lease(body) -> tuple[dict, int, float, int]:
     """A lease request's body -> (the worker's facts, max runs, wait_s, ttl_ms).
 
     :raises InvalidSpec: naming the field."""
-    b = _body(body, LEASE_FIELDS)
+    b = check_body(body, LEASE_FIELDS)
     if "slots" not in b:
         raise InvalidSpec("is required: the runs this worker executes at once", field="slots")
     if "executors" not in b:
@@ -112,7 +106,7 @@ def parse_lease(body) -> tuple[dict, int, float, int]:
 
 def parse_results(body) -> list[dict]:
     """A completion request's results: ``complete_many`` items. :raises InvalidSpec:"""
-    b = _body(body, COMPLETE_FIELDS)
+    b = check_body(body, COMPLETE_FIELDS)
     items = b.get("results")
     if not isinstance(items, list) or not 1 <= len(items) <= limits.complete_batch_max:
         raise InvalidSpec(f"must be a list of 1-{limits.complete_batch_max} outcomes", field="results")
@@ -212,7 +206,7 @@ class Fleet:
     async def heartbeat(self, wid: str, body) -> dict:
         """``POST /v1/workers/{id}/heartbeat``: ``{"extended", "lost", "draining"}``."""
         wid = _worker_id(wid)
-        b = _body(body, HEARTBEAT_FIELDS)
+        b = check_body(body, HEARTBEAT_FIELDS)
         leases, ttl = _leases(b), _ttl(b)
         self._seen.add(wid)
         res = await self.propose(commands.make("heartbeat", self.clock.now_ms(), None, worker=wid, leases=leases,
@@ -236,7 +230,7 @@ class Fleet:
     async def release(self, wid: str, body, key: str | None) -> dict:
         """``POST /v1/workers/{id}/release``: ``{"released", "lost"}``."""
         wid = _worker_id(wid)
-        b = _body(body, RELEASE_FIELDS)
+        b = check_body(body, RELEASE_FIELDS)
         leases = _leases(b)
         reason = b.get("reason")
         if reason is not None and (not isinstance(reason, str) or len(reason) > 200):
