@@ -103,6 +103,9 @@ def cmd_node(args) -> int:
     if not limits.lease_ttl_ms_min <= ttl_ms <= limits.lease_ttl_ms_max:
         print(f"raftsched node: --lease-ttl-s must be {limits.lease_ttl_ms_min / 1000}..{limits.lease_ttl_ms_max / 1000}", file=sys.stderr)
         return 2
+    if args.workers_seen_interval_s is not None and not 0 < args.workers_seen_interval_s <= 86_400:
+        print("raftsched node: --workers-seen-interval-s must be between 0 and 86400 seconds", file=sys.stderr)
+        return 2
     queues = [q.strip() for q in args.queues.split(",") if q.strip()] if args.queues else None
     try:
         dial_map = parse_dial_map(args.dial_map)
@@ -125,7 +128,7 @@ def cmd_node(args) -> int:
         worker_slots=args.slots, worker_queues=queues, executor_types=types,
         execute_on_leader=args.execute_on_leader, lease_ttl_ms=ttl_ms, worker_labels=labels,
         dial_map=dial_map, clock_offset_file=args.clock_offset_file or None,
-        fire_log_path=args.fire_log or None,
+        fire_log_path=args.fire_log or None, workers_seen_interval_s=args.workers_seen_interval_s,
         metrics_open=args.metrics_open, tls_cert=args.tls_cert or None, tls_key=args.tls_key or None,
         tls_client_ca=args.tls_client_ca or None,
         auth_failures_burst=args.auth_failures_burst, auth_failures_per_s=args.auth_failures_per_s,
@@ -400,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("--dial-map", default="", help=argparse.SUPPRESS)
     n.add_argument("--clock-offset-file", default="", help=argparse.SUPPRESS)
     n.add_argument("--fire-log", default="", help=argparse.SUPPRESS)
+    n.add_argument("--workers-seen-interval-s", type=float, default=None, help=argparse.SUPPRESS)
     n.set_defaults(func=cmd_node)
 
     w = sub.add_parser("worker", help="run a worker outside the Raft quorum: leases runs from the nodes over the API")
@@ -498,12 +502,14 @@ def main(argv: list[str] | None = None) -> int:
     ts = sub.add_parser("tokens", help="API tokens: create (the secret is shown once), list, revoke") \
         .add_subparsers(dest="tokens_cmd", required=True)
     tc = client("create", "create a token; its secret is printed this once",
-                lambda a, c: c.create_token(a.role, a.tenants, a.expires, a.note), parent=ts)
+                lambda a, c: c.create_token(a.role, a.tenants, a.expires, a.note, a.workers), parent=ts)
     tc.add_argument("--role", required=True, choices=["admin", "operator", "reader", "worker"])
     tc.add_argument("--tenant", action="append", dest="tenants",
                     help="limit it to this tenant (repeat for several); default: every tenant")
     tc.add_argument("--expires", help="ISO-8601 time after which it is refused, e.g. 2027-01-01T00:00:00Z")
     tc.add_argument("--note", help="who or what it is for")
+    tc.add_argument("--worker", action="append", dest="workers",
+                    help="a worker token: the worker id it may speak for (repeat for several); default: any id")
     client("list", "every token, without secrets", lambda a, c: c.tokens(), parent=ts)
     client("revoke", "revoke a token: every node refuses it once the revocation is committed",
            lambda a, c: c.revoke_token(a.id), parent=ts).add_argument("id")

@@ -516,11 +516,12 @@ class Client:
                             idempotent_key=idempotent_key, timeout_s=timeout_s, deadline_s=deadline_s)
     # ------------------------------------------------------------------ tokens (admin)
     def create_token(self, role: str, tenants: list[str] | None = None, expires: str | int | None = None,
-                     note: str | None = None) -> dict:
-        """``POST /v1/tokens``: ``{"id", "token", "role", "tenants", "expires_at", "note"}``; the
-        token (its secret) is shown this once. ``expires``: ISO-8601 or ms since the epoch."""
+                     note: str | None = None, workers: list[str] | None = None) -> dict:
+        """``POST /v1/tokens``: ``{"id", "token", "role", "tenants", "workers", "expires_at",
+        "note"}``; the token (its secret) is shown this once. ``expires``: ISO-8601 or ms since
+        the epoch; ``workers``: the worker ids a worker token may speak for (None: any)."""
         body: dict = {"role": role}
-        for k, v in (("tenants", tenants), ("expires", expires), ("note", note)):
+        for k, v in (("tenants", tenants), ("expires", expires), ("note", note), ("workers", workers)):
             if v is not None:
                 body[k] = v
         return self.request("POST", "/v1/tokens", body)

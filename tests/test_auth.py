@@ -209,7 +209,11 @@ def test_token_requests_are_validated_and_the_bootstrap_token_is_not_revocable()
     async def t(env, c):
         now = env.clock.now_ms()
         for body, field in (({"role": "root"}, "role"), ({}, "role"), ({"role": "admin", "tenants": ["a"]}, "tenants"),
-                            ({"role": "worker", "tenants": ["a"]}, "tenants"), ({"role": "reader", "tenants": []}, "tenants"),
+                            ({"role": "reader", "workers": ["w1"]}, "workers"),
+                            ({"role": "worker", "workers": []}, "workers"),
+                            ({"role": "worker", "workers": ["w1", "w1"]}, "workers"),
+                            ({"role": "worker", "workers": ["-x"]}, "workers[0]"),
+                            ({"role": "reader", "tenants": []}, "tenants"),
                             ({"role": "reader", "tenants": ["../x"]}, "tenants[0]"),
                             ({"role": "reader", "tenants": ["a", "a"]}, "tenants"),
                             ({"role": "reader", "expires": now - 1}, "expires"),

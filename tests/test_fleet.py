@@ -388,3 +388,88 @@ def test_the_leader_forgets_workers_gone_long_enough():
         env.state.workers["old"]["last_seen"] -= limits.worker_forget_ms + 1  # as if an hour passed
         assert await env.fleet.forget() == ["old"] and "old" not in env.state.workers
     run(t)
+
+
+# ---------------------------------------------------------------------------- worker tokens: bound, limited
+async def worker_token(c, **body) -> dict:
+    return await post(c, "/v1/tokens", dict(role="worker", **body), status=201)
+
+
+def bearer(token: str) -> dict:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_a_worker_token_bound_to_ids_speaks_for_those_ids_only():
+    async def t(env, c):
+        tok = await worker_token(c, workers=["w1", "w2"])
+        assert tok["workers"] == ["w1", "w2"]
+        h = bearer(tok["token"])
+        await put_job(env, "j")
+        rid = await trigger(env, "j")
+        g = (await post(c, path("w1", "lease"), lease_body(wait_s=5), headers=h))["runs"][0]
+        assert g["id"] == rid
+        before = env.state.snapshot()
+        for what, body in (("lease", lease_body(wait_s=0)), ("heartbeat", {"leases": [[rid, g["token"]]]}),
+                           ("complete", {"results": [{"run": rid, "token": g["token"], "success": True}]}),
+                           ("release", {"leases": [[rid, g["token"]]]})):
+            e = await post(c, path("w3", what), body, status=403, headers=h)
+            assert e["error"]["field"] == "id" and "w3" in e["error"]["message"] and "w1, w2" in e["error"]["message"]
+        assert env.state.snapshot() == before, "a refused request proposes nothing"
+        assert "w3" not in env.state.workers and env.state.runs[rid]["state"] == "running"
+        # For its own ids it does everything the worker protocol allows.
+        done = await post(c, path("w1", "complete"), {"results": [{"run": rid, "token": g["token"], "success": True}]},
+                          headers=h)
+        assert done["results"][0]["ok"] and env.state.runs[rid]["state"] == "succeeded"
+        listed = {t["id"]: t for t in (await (await c.get("/v1/tokens", headers=AUTH)).json())["tokens"]}
+        assert listed[tok["id"]]["workers"] == ["w1", "w2"] and listed["bootstrap"]["workers"] is None
+    run(t)
+
+
+def test_a_worker_token_limited_to_tenants_is_granted_their_runs_only_and_reports_only_on_them():
+    async def t(env, c):
+        await put_job(env, "bill", dict(SPEC, tenant="billing"))
+        await put_job(env, "ads", dict(SPEC, tenant="ads"))
+        ads = await trigger(env, "ads")
+        bill = await trigger(env, "bill")
+        tok = await worker_token(c, tenants=["billing"])
+        h = bearer(tok["token"])
+        # The ads run is the older: an unlimited worker would be granted it first.
+        got = (await post(c, path("wb", "lease"), lease_body(wait_s=5, max=4), headers=h))["runs"]
+        assert [g["id"] for g in got] == [bill]
+        assert env.state.runs[ads]["state"] == "queued"
+        assert all(a["tenants"] == ["billing"] for a in env.ops("acquire"))
+        assert env.state.workers["wb"]["tenants"] == ["billing"]
+        # Nothing else is ready for it: its long-poll waits, proposing no acquire for the ads run.
+        n = len(env.ops("acquire"))
+        assert (await post(c, path("wb", "lease"), lease_body(wait_s=0.3), headers=h))["runs"] == []
+        assert len(env.ops("acquire")) == n
+        # The registry and the queue say why the ads run waits: no live worker takes its tenant.
+        w = await (await c.get(path("wb"), headers=AUTH)).json()
+        assert w["tenants"] == ["billing"]
+        run_view = await (await c.get(f"/v1/runs/{ads}", headers=AUTH)).json()
+        assert run_view["waiting_for"] == "no worker matches its placement"
+        q = (await (await c.get("/v1/queues", headers=AUTH)).json())["queues"][0]
+        assert q["unplaceable"] == 1
+        # Reports on a run of another tenant are answered as for a run it does not hold, and
+        # change nothing, even with the run's right fencing token.
+        ads_g = (await lease(c, "any", wait_s=5))["runs"][0]
+        assert ads_g["id"] == ads
+        hb = await post(c, path("wb", "heartbeat"), {"leases": [[ads, ads_g["token"]]]}, headers=h)
+        assert hb["lost"] == [ads] and hb["extended"] == 0
+        res = await post(c, path("wb", "complete"), {"results": [{"run": ads, "token": ads_g["token"], "success": True}]},
+                         headers=h)
+        assert res["results"] == [{"ok": False, "run": ads, "error": {"code": "not_found", "message": f"no run {ads!r}",
+                                                                      "field": "run"}}]
+        rel = await post(c, path("wb", "release"), {"leases": [[ads, ads_g["token"]]]}, headers=h)
+        assert rel == {"released": [], "lost": [ads]}
+        assert env.state.runs[ads]["state"] == "running" and env.state.runs[ads]["worker"] == "any"
+        # Its own run, in one batch with the other tenant's: judged each alone, in order.
+        mixed = [{"run": ads, "token": ads_g["token"], "success": True},
+                 {"run": bill, "token": got[0]["token"], "success": True}]
+        res = await post(c, path("wb", "complete"), {"results": mixed}, headers=h)
+        assert [r["ok"] for r in res["results"]] == [False, True] and res["results"][1]["run"] == bill
+        assert env.state.runs[bill]["state"] == "succeeded" and env.state.runs[ads]["state"] == "running"
+        # The same worker id spoken for by an unlimited token: registered again without tenants.
+        await lease(c, "wb", wait_s=0)
+        assert "tenants" not in env.state.workers["wb"]
+    run(t)

@@ -2,13 +2,13 @@
 
 A table of hostile requests (``ROWS``), each with the status a token allowed to make it gets, is
 sent with the token of every role (admin, operator, reader, worker, an operator limited to a
-tenant, and none), and around each row the state's hash (``GET /v1/cluster?hash=true``) proves
+tenant, a worker token limited to a tenant and bound to a worker id, and none), and around each row the state's hash (``GET /v1/cluster?hash=true``) proves
 that nothing changed. Whatever the role: no 5xx, and no 2xx for an operation the role may not
 perform (403 for a missing scope, 401 without a valid token). Rows that fail before any token is
 looked at (the HTTP parser's limits) get the same answer for every role.
 
-Rows of the worker protocol (``/v1/workers/{id}/...``) run only when the node serves those
-routes; until then they are reported as skipped.
+Rows of the worker protocol (``/v1/workers/{id}/...``) are skipped if a node does not serve
+those routes (they are checked to exist first).
 
 Also here, because they need the node to execute: shell metacharacters in argv stay arguments.
 """
@@ -28,7 +28,11 @@ from procs import Cluster, wait_for
 
 pytestmark = pytest.mark.cluster
 
-ROLES = ("admin", "operator", "reader", "worker", "limited", None)
+ROLES = ("admin", "operator", "reader", "worker", "limited", "bound", None)
+#: the role each test role's token has: "limited" is an operator limited to tenant billing,
+#: "bound" a worker token limited to billing and bound to worker id w-bound (the rows' worker
+#: routes name another id: 403)
+BASE_ROLE = {"limited": "operator", "bound": "worker"}
 SPEC = {"schedule": {"every_s": 86_400}, "executor": {"type": "shell", "argv": ["true"]},
         "misfire": {"policy": "skip"}}
 HTTP_SPEC = {"schedule": {"every_s": 86_400}, "misfire": {"policy": "skip"},
@@ -91,7 +95,9 @@ def _j(v) -> bytes:
 def node(tmp_path_factory):
     # Many forged tokens come from one address here: the failure limiter gets a large bucket.
     c = Cluster(tmp_path_factory.mktemp("hostile"), n=1,
-                node_args=["--auth-failures-burst", "1000000", "--slots", "2"])
+                node_args=["--auth-failures-burst", "1000000", "--slots", "2",
+                           # No workers_seen while the rows run: the state hash moves by their requests only.
+                           "--workers-seen-interval-s", "3600"])
     c.start()
     try:
         c.wait_leader(30)
@@ -102,6 +108,10 @@ def node(tmp_path_factory):
             n.tokens[role] = b["token"]
         s, b = n.request("POST", "/v1/tokens", _j({"role": "operator", "tenants": ["billing"]}), token=c.token)
         n.tokens["limited"] = b["token"]
+        s, b = n.request("POST", "/v1/tokens", _j({"role": "worker", "tenants": ["billing"], "workers": ["w-bound"]}),
+                         token=c.token)
+        assert s == 201, b
+        n.tokens["bound"] = b["token"]
         s, b = n.request("POST", "/v1/tokens", _j({"role": "admin"}), token=c.token)
         n.tokens["revoked"] = b["token"]
         assert n.request("DELETE", f"/v1/tokens/{b['id']}", token=c.token)[0] == 200
@@ -392,7 +402,9 @@ def _allowed(row: Row, role) -> tuple:
     if row.route is None:
         return row.statuses()
     scope = scope_of(row.method, row.route)
-    if scope not in ROLE_SCOPES["operator" if role == "limited" else role]:
+    if scope not in ROLE_SCOPES[BASE_ROLE.get(role, role)]:
+        return (403,)
+    if role == "bound":  # its one worker id is not the rows' (w-hostile)
         return (403,)
     if role == "limited":  # another tenant's job does not exist for it; a spec outside billing is 403
         return row.statuses() + (403, 404)
@@ -424,7 +436,7 @@ def test_hostile_request_with_every_role_changes_nothing(node, row):
         assert status in want, f"{row.name} as {role}: {status} {str(body)[:300]}; expected one of {want}"
         if 200 <= status < 300:
             assert row.route is not None and scope_of(row.method, row.route) in ROLE_SCOPES[
-                "operator" if role == "limited" else (role or "reader")], (role, row.name)
+                BASE_ROLE.get(role, role or "reader")], (role, row.name)
         if isinstance(body, dict) and "error" in body:
             assert set(body["error"]) >= {"code", "message", "field"}, body
             text = json.dumps(body)

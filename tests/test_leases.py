@@ -7,6 +7,8 @@ values and change nothing: compared as snapshot contents minus the ``applied`` c
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from raftsched.core import commands, limits, queries
 from raftsched.core.policy import backoff_ms
@@ -144,6 +146,8 @@ def test_restored_replica_also_holds_back_a_run_in_backoff():
     {"worker": "w", "queues": None, "max": 1, "ttl": limits.lease_ttl_ms_min - 1},
     {"worker": "w", "queues": None, "max": 1, "ttl": limits.lease_ttl_ms_max + 1},
     {"worker": "w", "queues": None, "max": 1, "ttl": 1.5e4},
+    {"worker": "w", "queues": None, "max": 1, "ttl": TTL, "tenants": "t1"},
+    {"worker": "w", "queues": None, "max": 1, "ttl": TTL, "tenants": [1]},
 ])
 def test_acquire_validation_errors_are_refused_as_values_and_change_nothing(fields):
     s = new_state(("a", jspec()), ("t", jspec(tenant="t1")))
@@ -171,6 +175,36 @@ def test_has_ready_work_is_never_no_when_an_acquire_would_grant():
     complete(s, T0, rid, g["token"], ok=False)
     due = s.runs[rid]["due"]
     assert queries.has_ready_work(s, ["q"], due) and queries.has_ready_work(restored(s), ["q"], due)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 9), st.sampled_from(["q1", "q2"])),
+                min_size=1, max_size=12),
+       st.frozensets(st.sampled_from(["a", "b", "c"]), min_size=1), st.booleans(), st.integers(1, 6))
+def test_acquire_with_tenants_grants_only_their_runs_in_the_order_it_would_grant_them(runs, only, rated, n):
+    """I23: an acquire limited to tenants grants exactly what an acquire would grant if the other
+    tenants' runs were not there, and leaves those queued."""
+    jobs = [(f"{t}{p}{q}", jspec(tenant=t, priority=p, queue=q)) for t, p, q in set(runs)]
+    s, twin = new_state(*jobs), new_state(*jobs)  # twin: the same without the other tenants' runs
+    for x in (s, twin):
+        if rated:
+            do(x, "put_tenant", T0, name="a", rate_milli=0, burst=2)
+    for k, (t, p, q) in enumerate(runs):
+        trig(s, f"{t}{p}{q}", T0 + k)
+        if t in only:
+            trig(twin, f"{t}{p}{q}", T0 + k)
+    res = do(s, "acquire", T0 + 100, worker="w1", queues=None, max=n, ttl=TTL, tenants=sorted(only))
+    assert res["ok"], res
+    got = [(g["job"], g["slot"]) for g in res["runs"]]
+    want = [(g["job"], g["slot"]) for g in acq(twin, T0 + 100, n=n)]
+    assert got == want
+    got = [g["id"] for g in res["runs"]]
+    assert all(s.runs[r]["tenant"] in only for r in got)
+    others = [r for r, run in s.runs.items() if run["tenant"] not in only]
+    assert all(s.runs[r]["state"] == "queued" for r in others)
+    counted = queries.ready_count(s, None, {}, None, T0 + 100, 10_000, 10_000, (), only)
+    left = [g["id"] for g in acq(restored(s), T0 + 100, n=limits.acquire_runs_max)]
+    assert counted >= sum(1 for r in left if s.runs[r]["tenant"] in only)
 
 
 # ============================================================================ heartbeat

@@ -270,19 +270,25 @@ class SchedulerMachine(RuleBasedStateMachine):
         res = self.propose(commands.make("backfill_control", self.now, None, name=bf_id, action=action))
         assert res["ok"] or res["error"]["code"] in ("conflict", "not_found"), res
 
-    @rule(dt=st.sampled_from([0, 1000]), fail=st.booleans())
-    def a_worker_finishes_the_ready_runs(self, dt, fail):
-        """A worker takes up to 5 ready runs and reports them (some fail: retried or dead)."""
+    @rule(dt=st.sampled_from([0, 1000]), fail=st.booleans(), tenants=st.sampled_from([None, None, ["default"], ["billing"]]))
+    def a_worker_finishes_the_ready_runs(self, dt, fail, tenants):
+        """A worker takes up to 5 ready runs and reports them (some fail: retried or dead); now
+        and then one whose token is limited to tenants (I23)."""
         self.now += dt
         self.worked = True
-        res = self.propose(commands.make("acquire", self.now, None, worker="w", queues=None, max=5, ttl=10_000))
+        cmd = commands.make("acquire", self.now, None, worker="w", queues=None, max=5, ttl=10_000)
+        if tenants is not None:
+            cmd["tenants"] = tenants
+        res = self.propose(cmd)
+        assert tenants is None or all(self.state.runs[g["id"]]["tenant"] in tenants for g in res["runs"])
         if res["runs"]:
             results = [{"run": g["id"], "token": g["token"], "success": not (fail and i % 2)}
                        for i, g in enumerate(res["runs"])]
             assert self.propose(commands.make("complete_many", self.now, None, results=results))["ok"]
     @rule(i=st.integers(0, 3), role=st.sampled_from(["admin", "operator", "reader", "worker"]),
-          tenants=st.sampled_from([None, ["billing"]]), revoke=st.booleans())
-    def token_create_or_revoke(self, i, role, tenants, revoke):
+          tenants=st.sampled_from([None, ["billing"]]), workers=st.sampled_from([None, None, ["w"]]),
+          revoke=st.booleans())
+    def token_create_or_revoke(self, i, role, tenants, workers, revoke):
         """API tokens (core/tokens.py) among the rest: replicas agree (the invariant below), and
         a token never touches a job."""
         tid = f"{i:016x}"
@@ -291,6 +297,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         else:
             cmd = commands.make("token_create", self.now, None, id=tid, role=role, tenants=tenants, expires=None,
                                 hash={"alg": "hmac-sha256", "salt": bytes([i]) * 16, "digest": bytes([i]) * 32})
+            if workers is not None:
+                cmd["workers"] = workers
         existed = tid in self.state.tokens
         jobs_before = {n: (j["gen"], j["cursor"]) for n, j in self.state.jobs.items()}
         res = self.propose(cmd)
@@ -299,7 +307,8 @@ class SchedulerMachine(RuleBasedStateMachine):
             if existed:
                 assert self.state.tokens[tid]["revoked"] is not None
         else:
-            assert res["ok"] == (not existed and not (tenants is not None and role in ("admin", "worker")))
+            assert res["ok"] == (not existed and not (tenants is not None and role == "admin")
+                                 and not (workers is not None and role != "worker"))
             if res["ok"]:
                 assert self.state.tokens[tid]["role"] == role and self.state.tokens[tid]["created"] == self.state.now_ms
         assert {n: (j["gen"], j["cursor"]) for n, j in self.state.jobs.items()} == jobs_before
@@ -400,7 +409,7 @@ class BackfillMachine(SchedulerMachine):
         for dt in dts:
             self.advance_and_fire(dt)
             if finish:
-                self.a_worker_finishes_the_ready_runs(0, True)
+                self.a_worker_finishes_the_ready_runs(0, True, None)
 
 
 BackfillMachine.TestCase.settings = settings(

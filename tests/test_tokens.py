@@ -32,9 +32,9 @@ def test_create_stores_the_hash_and_never_a_secret_and_lists_without_it():
         "role": "operator", "tenants": ["app", "billing"], "created": T0, "expires": T0 + 60 * SEC,
         "hash": HASH, "revoked": None, "note": "ci"}
     listed = queries.token_list(s)
-    assert listed == [{"id": "0123456789abcdef", "role": "operator", "tenants": ["app", "billing"],
+    assert listed == [{"id": "0123456789abcdef", "role": "operator", "tenants": ["app", "billing"], "workers": None,
                        "created": T0, "expires": T0 + 60 * SEC, "revoked": None, "note": "ci"}]
-    assert queries.token_auth(s, "0123456789abcdef") == ("operator", ("app", "billing"), T0 + 60 * SEC, HASH)
+    assert queries.token_auth(s, "0123456789abcdef") == ("operator", ("app", "billing"), T0 + 60 * SEC, HASH, None)
     assert queries.token_auth(s, "ffffffffffffffff") is None
 
 
@@ -56,7 +56,11 @@ def test_revoke_drops_the_hash_and_is_refused_by_token_auth_everywhere():
     {"role": "root"}, {"role": None},
     {"tenants": "billing"}, {"tenants": []}, {"tenants": ["a", "a"]}, {"tenants": ["../x"]},
     {"tenants": [1]}, {"tenants": ["x" * 65]}, {"tenants": [f"t{i}" for i in range(limits.token_tenants_max + 1)]},
-    {"role": "admin", "tenants": ["billing"]}, {"role": "worker", "tenants": ["billing"]},
+    {"role": "admin", "tenants": ["billing"]},
+    {"role": "operator", "workers": ["w1"]}, {"role": "admin", "workers": ["w1"]},
+    {"role": "worker", "workers": []}, {"role": "worker", "workers": "w1"}, {"role": "worker", "workers": ["w1", "w1"]},
+    {"role": "worker", "workers": ["-bad"]}, {"role": "worker", "workers": [7]},
+    {"role": "worker", "workers": [f"w{i}" for i in range(limits.token_workers_max + 1)]},
     {"expires": -1}, {"expires": "tomorrow"}, {"expires": True},
     {"note": 5}, {"note": "x" * (limits.token_note_chars_max + 1)},
     {"hash": None}, {"hash": {"alg": "md5", "salt": SALT, "digest": DIGEST}},
@@ -119,3 +123,26 @@ def test_tokens_snapshot_as_a_version_4_section_and_replicas_agree():
         create(s, f"{3:016x}", now=T0 + 2 * SEC)
         s.apply_bytes(commands.encode(put_cmd(s, "k", spec_of({"every_s": 5}, "skip"), T0 + 2 * SEC)))
     assert a.snapshot() == r.snapshot()
+
+
+def test_a_worker_token_may_be_limited_to_tenants_and_bound_to_worker_ids():
+    s = new_state()
+    assert create(s, role="worker", tenants=["billing"], workers=["w2", "w1"])["ok"]
+    rec = s.tokens["0123456789abcdef"]
+    assert rec["tenants"] == ["billing"] and rec["workers"] == ["w1", "w2"]
+    assert queries.token_auth(s, "0123456789abcdef") == ("worker", ("billing",), None, HASH, ("w1", "w2"))
+    assert queries.token_list(s)[0]["workers"] == ["w1", "w2"]
+
+
+def test_bound_tokens_snapshot_their_ids_and_unbound_ones_snapshot_as_before():
+    a = new_state()
+    create(a, f"{1:016x}", role="reader")
+    before = msgpack.unpackb(a.snapshot(), raw=False, strict_map_key=False)["ext"]["tokens"]
+    assert len(before[0]) == 8, "an unbound token's row: the id and the seven fields of before"
+    create(a, f"{2:016x}", role="worker", workers=["w1"])
+    data = a.snapshot()
+    rows = msgpack.unpackb(data, raw=False, strict_map_key=False)["ext"]["tokens"]
+    assert rows[0] == before[0] and rows[1][-1] == ["w1"]
+    r = SchedulerState()
+    r.restore(data)
+    assert r.tokens == a.tokens and "workers" not in r.tokens[f"{1:016x}"] and r.snapshot() == data

@@ -67,6 +67,8 @@ def test_the_same_hello_again_changes_only_when_it_was_seen():
     {"version": "v" * (limits.worker_version_chars_max + 1)}, {"instance": 7},
     {"dedicated": ["pool"]}, {"dedicated": "pool"}, {"dedicated": [1]},
     {"labels": {"pool": "gpu"}, "dedicated": ["pool", "zone"]},
+    {"tenants": []}, {"tenants": "billing"}, {"tenants": ["a b"]}, {"tenants": [3]},
+    {"tenants": [f"t{i}" for i in range(limits.token_tenants_max + 1)]},
 ])
 def test_a_malformed_hello_is_refused_and_changes_nothing(fields):
     s = SchedulerState()
@@ -227,6 +229,23 @@ def test_a_registry_without_dedicated_workers_snapshots_as_before():
     assert hello(a, T0, labels={"pool": "gpu"})["changed"] is False  # (as many commands applied)
     assert a.snapshot() == b.snapshot()
     assert queries.worker_record(a, "w1")["dedicated"] == []
+
+
+def test_a_workers_tenants_are_registered_while_its_token_has_them_and_snapshot_as_before_after():
+    """A worker limited to tenants (its token's) is registered with them; a hello without them
+    (an unlimited token speaks for the id) drops the key: the bytes of a worker that never had it."""
+    a, b = state_with(("j", jspec())), state_with(("j", jspec()))
+    hello(a, T0)
+    res = do(b, "worker_hello", T0, None, worker="w1", kind="remote", labels={}, slots=4, executors=ALL,
+             queues=None, version="1.0", instance="i1", tenants=["billing", "ads", "billing"])
+    assert res["created"] and b.workers["w1"]["tenants"] == ["ads", "billing"]
+    assert queries.worker_record(b, "w1")["tenants"] == ["ads", "billing"]
+    assert queries.worker(b, "w1", T0)["tenants"] == ["ads", "billing"]
+    assert queries.worker(a, "w1", T0)["tenants"] is None
+    assert a.snapshot() != b.snapshot() and restored(b).snapshot() == b.snapshot()
+    assert hello(b, T0)["changed"] is True
+    hello(a, T0)  # (as many commands applied)
+    assert a.snapshot() == b.snapshot()
 
 
 def test_a_malformed_placement_in_a_command_is_refused():

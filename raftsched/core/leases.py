@@ -32,11 +32,12 @@ from .tenants import tenant_take
 
 # -------------------------------------------------------------- acquire
 def apply_acquire(s, cmd: dict, now: int) -> dict:
-    """``acquire {worker, queues, max, ttl, types?}``: lease up to ``max`` runs of ``queues``
+    """``acquire {worker, queues, max, ttl, types?, tenants?}``: lease up to ``max`` runs of ``queues``
     (None: every queue) to ``worker`` for ``ttl`` ms, highest priority first, then earliest due,
     then run id, among the runs whose due has come. With ``types``, runs of other executor
-    types stay queued for another worker; a run whose tenant is over its rate stays queued
-    too. At most ``limits.acquire_scan_max`` runs are looked at. Each grant carries a new
+    types stay queued for another worker; with ``tenants`` (the worker's token is limited to
+    them: node/fleet.py), runs of other tenants stay queued likewise (I23); a run whose tenant
+    is over its rate stays queued too. At most ``limits.acquire_scan_max`` runs are looked at. Each grant carries a new
     fencing token and what the worker needs to run it (executor, payload, timeout).
 
     The worker fleet (workers.py): a run whose job has a placement goes only to a worker
@@ -46,7 +47,7 @@ def apply_acquire(s, cmd: dict, now: int) -> dict:
     ``draining``); a registered worker is seen at ``now`` and counts its grants.
 
     :raises InvalidCommand: no worker, ``max`` outside 1..acquire_runs_max, ``ttl`` outside
-        the lease range, or queues / types that are not lists of names."""
+        the lease range, or queues / types / tenants that are not lists of names."""
     worker, queues, n, ttl = cmd.get("worker"), cmd.get("queues"), cmd.get("max"), cmd.get("ttl")
     if not isinstance(worker, str) or not worker:
         raise InvalidCommand("acquire needs worker")
@@ -59,6 +60,11 @@ def apply_acquire(s, cmd: dict, now: int) -> dict:
     types = cmd.get("types")
     if types is not None and (not isinstance(types, list) or not all(isinstance(t, str) for t in types)):
         raise InvalidCommand("acquire.types must be a list of executor types or nil")
+    only = cmd.get("tenants")
+    if only is not None:
+        if not isinstance(only, list) or not all(isinstance(t, str) for t in only):
+            raise InvalidCommand("acquire.tenants must be a list of tenant names or nil")
+        only = frozenset(only)
     w = s.workers.get(worker)
     if w is not None:
         if now > w["last_seen"]:
@@ -83,9 +89,9 @@ def apply_acquire(s, cmd: dict, now: int) -> dict:
     # restored from a snapshot has no such entry.
     heaps = sorted(((q, p, h) for q in names for p, h in queued.get(q, {}).items() if h),
                    key=lambda qph: -qph[1])
-    if len(heaps) == 1 and types is None and not s.tenants:
-        # One heap and nothing to hold back (no executor types asked for, no tenant rate
-        # limits): the loop below, reduced to popping that heap in key order. Placement is
+    if len(heaps) == 1 and types is None and only is None and not s.tenants:
+        # One heap and nothing to hold back (no executor types nor tenants asked for, no tenant
+        # rate limits): the loop below, reduced to popping that heap in key order. Placement is
         # looked at per run, as below: one look-up of a key a spec without placement lacks.
         q, p, h = heaps[0]
         jobs = s.jobs
@@ -132,6 +138,9 @@ def apply_acquire(s, cmd: dict, now: int) -> dict:
             if job is not None and job["spec"]["executor"]["type"] not in types:
                 held_back.append((best_h, entry))  # another node runs this executor type
                 continue
+        if only is not None and run["tenant"] not in only:
+            held_back.append((best_h, entry))  # I23: a worker of its tenant takes it
+            continue
         if job is not None and ("placement" in job["spec"] or dedicated) \
                 and not placement_ok(job["spec"], labels, dedicated):
             held_back.append((best_h, entry))  # I18: another worker's labels satisfy it

@@ -220,6 +220,8 @@ tokens_max = 10_000
 token_tenants_max = 64
 #: A token's note (who or what it is for), free text shown by GET /v1/tokens.
 token_note_chars_max = 256
+#: Worker ids a worker token may be bound to (it then speaks for those ids only).
+token_workers_max = 64
 
 assert token_tenants_max * (tenant_name_chars_max + 2) + token_note_chars_max + 512 < command_bytes_max
 
@@ -308,3 +310,5 @@ forget_workers_max = 500
 
 assert worker_forget_ms > worker_gone_ms > 2 * lease_ttl_ms_min
 assert worker_labels_max * 2 * (worker_label_chars_max + 2) < job_spec_bytes_max // 4
+assert (token_tenants_max * (tenant_name_chars_max + 2) + token_workers_max * (worker_id_chars_max + 2)
+        + token_note_chars_max + 512 < command_bytes_max)

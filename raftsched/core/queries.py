@@ -294,8 +294,9 @@ def gauges(s) -> dict:
 # ------------------------------------------------------------------ API tokens (core/tokens.py)
 def token_list(s) -> list[dict]:
     """Every token without its hash, oldest first (by created, then id): ``{"id", "role",
-    "tenants", "created", "expires", "revoked", "note"}``."""
+    "tenants", "workers", "created", "expires", "revoked", "note"}``."""
     out = [{"id": tid, "role": t["role"], "tenants": None if t["tenants"] is None else list(t["tenants"]),
+            "workers": list(t["workers"]) if "workers" in t else None,
             "created": t["created"], "expires": t["expires"], "revoked": t["revoked"], "note": t["note"]}
            for tid, t in s.tokens.items()]
     out.sort(key=lambda t: (t["created"], t["id"]))
@@ -303,12 +304,14 @@ def token_list(s) -> list[dict]:
 
 
 def token_auth(s, token_id: str) -> tuple | None:
-    """What a node checks a presented token against: ``(role, tenants, expires, hash)`` of a
-    token that is not revoked, or None (no such token, or revoked)."""
+    """What a node checks a presented token against: ``(role, tenants, expires, hash, workers)``
+    of a token that is not revoked, or None (no such token, or revoked). ``tenants`` and
+    ``workers`` are tuples, or None (every tenant, any worker id)."""
     t = s.tokens.get(token_id)
     if t is None or t["revoked"] is not None:
         return None
-    return t["role"], None if t["tenants"] is None else tuple(t["tenants"]), t["expires"], t["hash"]
+    workers = tuple(t["workers"]) if "workers" in t else None
+    return t["role"], None if t["tenants"] is None else tuple(t["tenants"]), t["expires"], t["hash"], workers
 
 
 # ------------------------------------------------------------------ reads limited to tenants
@@ -334,6 +337,12 @@ def run_tenant(s, run_id: str) -> str | None:
     """The tenant of run (or recorded slot) ``run_id``, or None when there is no such run."""
     r = s.runs.get(run_id)
     return None if r is None else _tenant_of_run(s, r)
+
+
+def run_tenants(s, run_ids: list[str]) -> list[str | None]:
+    """``run_tenant`` of each of ``run_ids``, in order."""
+    runs = s.runs
+    return [None if r is None else _tenant_of_run(s, r) for r in map(runs.get, run_ids)]
 
 
 def jobs_page_in(s, tenants, limit: int, after: str | None, labels: dict | None = None) -> dict:

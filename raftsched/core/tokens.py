@@ -6,9 +6,14 @@ holds a salted hash of the token's secret, never the secret: the proposer (node/
 the id, the secret and the salt, computes the hash and proposes ``token_create`` with the hash
 only; apply stores what the command carries and draws nothing (I1).
 
-Records: id -> ``{"role", "tenants", "created", "expires", "hash", "revoked", "note"}``:
+Records: id -> ``{"role", "tenants", "created", "expires", "hash", "revoked", "note", "workers"}``:
 
-- ``role``: one of ROLES; ``tenants``: None (every tenant) or a sorted list of tenant names;
+- ``role``: one of ROLES; ``tenants``: None (every tenant) or a sorted list of tenant names
+  (``operator``, ``reader`` and ``worker`` tokens; a worker token limited to tenants leases only
+  their runs);
+- ``workers``: None (any worker id) or the sorted worker ids a ``worker`` token may speak for
+  (lease, heartbeat, complete and release as; register as). A record holds the key only when it
+  is not None, so a table without bound tokens snapshots to the bytes it did before they existed;
 - ``created``: the state time of the create; ``expires``: ms since the epoch, or None;
 - ``hash``: ``{"alg", "salt", "digest"}`` (HASH_ALGS names the algorithms and their fields, so
   the parameters can change later; a revoked token's hash is dropped: it can never match again);
@@ -23,9 +28,10 @@ from __future__ import annotations
 import re
 
 from . import limits, snapshot
-from .errors import InvalidCommand, LimitExceeded, NotFound
+from .errors import InvalidCommand, InvalidSpec, LimitExceeded, NotFound
 from .model import NAME_RE
 from .records import is_int, ok
+from .workers import check_worker_id
 
 #: The roles a token may have (docs/security.md, "Roles"): the node maps each to its scopes.
 ROLES = ("admin", "operator", "reader", "worker")
@@ -37,6 +43,8 @@ HASH_ALGS = {"hmac-sha256": {"salt": 16, "digest": 32}}
 TOKEN_ID_RE = re.compile(r"^[0-9a-f]{16}$")
 
 _FIELDS = ("role", "tenants", "created", "expires", "hash", "revoked", "note")
+#: a field a record holds only when it is not None, written after the others
+WORKERS = "workers"
 
 
 def _check_hash(h) -> dict:
@@ -65,6 +73,22 @@ def check_tenants(tenants) -> list[str] | None:
     return sorted(tenants)
 
 
+def check_workers(workers) -> list[str] | None:
+    """None, or a list of 1..token_workers_max distinct worker ids (returned sorted).
+    :raises InvalidCommand:"""
+    if workers is None:
+        return None
+    if (not isinstance(workers, list) or not 1 <= len(workers) <= limits.token_workers_max
+            or len(set(workers)) != len(workers)):
+        raise InvalidCommand(f"token workers must be nil or 1-{limits.token_workers_max} distinct worker ids")
+    for w in workers:
+        try:
+            check_worker_id(w)
+        except InvalidSpec:
+            raise InvalidCommand("token workers must be worker ids") from None
+    return sorted(workers)
+
+
 def _evictable(s, now: int) -> str | None:
     """The token a full table gives up for a new one: the one revoked first, else the one that
     expired first (by state time), ties by id; None when every token is live."""
@@ -82,12 +106,12 @@ def _evictable(s, now: int) -> str | None:
 
 
 def apply_token_create(s, cmd: dict, now: int) -> dict:
-    """``token_create {id, role, tenants, expires, hash, note?}``: store a new token. ``hash`` is
+    """``token_create {id, role, tenants, expires, hash, note?, workers?}``: store a new token. ``hash`` is
     computed by the proposer from the secret it drew (HASH_ALGS); the secret is not in the
     command. A full table (tokens_max) first gives up its oldest revoked or expired token.
 
     :raises InvalidCommand: a field missing or malformed, an id that exists, an admin token
-        limited to tenants.
+        limited to tenants, a token of another role than worker bound to worker ids.
     :raises LimitExceeded: tokens_max live tokens."""
     tid, role, expires, note = cmd.get("id"), cmd.get("role"), cmd.get("expires"), cmd.get("note")
     if not isinstance(tid, str) or not TOKEN_ID_RE.match(tid):
@@ -95,8 +119,11 @@ def apply_token_create(s, cmd: dict, now: int) -> dict:
     if role not in ROLES:
         raise InvalidCommand(f"token_create.role must be one of {', '.join(ROLES)}")
     tenants = check_tenants(cmd.get("tenants"))
-    if tenants is not None and role in ("admin", "worker"):
-        raise InvalidCommand(f"a {role} token cannot be limited to tenants")
+    if tenants is not None and role == "admin":
+        raise InvalidCommand("an admin token cannot be limited to tenants")
+    workers = check_workers(cmd.get(WORKERS))
+    if workers is not None and role != "worker":
+        raise InvalidCommand("only a worker token can be bound to worker ids")
     if expires is not None and (not is_int(expires) or expires < 0):
         raise InvalidCommand("token_create.expires must be ms since the epoch or nil")
     if note is not None and (not isinstance(note, str) or len(note) > limits.token_note_chars_max):
@@ -109,8 +136,11 @@ def apply_token_create(s, cmd: dict, now: int) -> dict:
         if gone is None:
             raise LimitExceeded(f"the cluster holds {limits.tokens_max} live tokens, its limit; revoke some")
         del s.tokens[gone]
-    s.tokens[tid] = {"role": role, "tenants": tenants, "created": now, "expires": expires,
-                     "hash": h, "revoked": None, "note": note}
+    rec = {"role": role, "tenants": tenants, "created": now, "expires": expires,
+           "hash": h, "revoked": None, "note": note}
+    if workers is not None:
+        rec[WORKERS] = workers
+    s.tokens[tid] = rec
     return ok(id=tid)
 
 
@@ -132,14 +162,22 @@ def apply_token_revoke(s, cmd: dict, now: int) -> dict:
 
 # ------------------------------------------------------------------ snapshot section
 def _encode(tokens: dict):
-    """Sorted by id, one list a token (fields in _FIELDS order); None when there is none."""
+    """Sorted by id, one list a token (fields in _FIELDS order, then ``workers`` when the record
+    holds it); None when there is none."""
     if not tokens:
         return None
-    return [[tid] + [t[f] for f in _FIELDS] for tid, t in sorted(tokens.items())]
+    return [[tid] + [t[f] for f in _FIELDS] + ([t[WORKERS]] if WORKERS in t else [])
+            for tid, t in sorted(tokens.items())]
 
 
 def _decode(data) -> dict:
-    return {row[0]: dict(zip(_FIELDS, row[1:])) for row in data}
+    out = {}
+    for row in data:
+        rec = dict(zip(_FIELDS, row[1:]))
+        if len(row) > len(_FIELDS) + 1:
+            rec[WORKERS] = row[len(_FIELDS) + 1]
+        out[row[0]] = rec
+    return out
 
 
 EXTENSION = snapshot.register(snapshot.Extension(name="tokens", new=dict, encode=_encode, decode=_decode))

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from . import limits
 from .placement import placement_ok
-from .workers import DEDICATED, FACTS, is_gone
+from .workers import DEDICATED, FACTS, TENANTS, is_gone
 
 
 # Whether a worker is gone is judged here, at read time, from its last_seen (state time) and the
 # reader's now (workers.is_gone). What a run needs of a worker: its queue served, its executor
 # type run, its placement's labels carried and, for a dedicated worker, its dedicated labels named
-# by the placement (placement.placement_ok), active, not gone, a slot.
+# by the placement (placement.placement_ok), the run's tenant among the worker's (when its token is
+# limited to tenants), active, not gone, a slot.
 
 def _held_by(s) -> dict[str, list[str]]:
     """worker id -> the ids of the runs it holds (running under its lease), in grant order."""
@@ -25,6 +26,7 @@ def _worker_view(wid: str, w: dict, now_ms: int, held: int) -> dict:
     out = dict(w, id=wid, gone=is_gone(w, now_ms), held=held)
     out["labels"] = dict(w["labels"])
     out["dedicated"] = list(w.get(DEDICATED, ()))
+    out[TENANTS] = list(w[TENANTS]) if TENANTS in w else None
     out["executors"] = list(w["executors"])
     out["queues"] = None if w["queues"] is None else list(w["queues"])
     out["status"] = "gone" if out["gone"] else w["state"]
@@ -70,6 +72,7 @@ def worker_record(s, wid: str) -> dict | None:
     out = {k: w[k] for k in FACTS}
     out["labels"] = dict(w["labels"])
     out[DEDICATED] = list(w.get(DEDICATED, ()))
+    out[TENANTS] = list(w[TENANTS]) if TENANTS in w else None
     out["state"] = w["state"]
     return out
 
@@ -83,23 +86,31 @@ def workers_to_forget(s, now_ms: int, limit: int) -> list[list]:
 
 
 def _live_workers(s, now_ms: int) -> list[tuple]:
-    """(queues or None, labels, executors, dedicated) of every worker that could take a run now:
-    active, not gone, with a slot."""
+    """(queues or None, labels, executors, dedicated, tenants or None) of every worker that could
+    take a run now: active, not gone, with a slot."""
     return [(None if w["queues"] is None else frozenset(w["queues"]), w["labels"], frozenset(w["executors"]),
-             w.get(DEDICATED, ()))
+             w.get(DEDICATED, ()), frozenset(w[TENANTS]) if TENANTS in w else None)
             for w in s.workers.values() if w["state"] == "active" and w["slots"] > 0 and not is_gone(w, now_ms)]
 
 
-def _placeable(live: list[tuple], queue: str, spec: dict) -> bool:
+def _placeable(live: list[tuple], queue: str, spec: dict, tenant: str) -> bool:
     t = spec["executor"]["type"]
-    return any((qs is None or queue in qs) and t in ex and placement_ok(spec, labels, ded)
-               for qs, labels, ex, ded in live)
+    return any((qs is None or queue in qs) and t in ex and (ts is None or tenant in ts)
+               and placement_ok(spec, labels, ded)
+               for qs, labels, ex, ded, ts in live)
+
+
+def _restricted(live: list[tuple]) -> bool:
+    """Whether some live worker takes only some runs without placement: one dedicated to its
+    labels, or one limited to tenants."""
+    return any(ded or ts is not None for _q, _l, _e, ded, ts in live)
 
 
 def _judged(spec: dict, live: list[tuple]) -> bool:
     """Whether a run of ``spec`` may wait for a worker because of placement: its job has one, or
-    it has none and some live worker is dedicated (then only the others may take it)."""
-    return "placement" in spec or any(ded for *_, ded in live)
+    it has none and some live worker is dedicated or limited to tenants (then only the others,
+    or those of its tenant, may take it)."""
+    return "placement" in spec or _restricted(live)
 
 
 def unplaceable(s, now_ms: int) -> dict[str, int]:
@@ -107,10 +118,11 @@ def unplaceable(s, now_ms: int) -> dict[str, int]:
     the queue (active, not gone, a slot, the job's executor type) satisfies: they wait for a
     worker with those labels. While some live worker is dedicated (workers.py), a run of a job
     without placement counts too when only dedicated workers serve its queue. Queues with none
-    are left out. Walks the queues' acquire heaps (stale entries told apart as acquire does),
-    deciding once per distinct placement."""
+    are left out. Workers limited to tenants take only their tenants' runs: a run no live worker
+    of its tenant may take counts too. Walks the queues' acquire heaps (stale entries told apart
+    as acquire does), deciding once per distinct placement and tenant."""
     live = _live_workers(s, now_ms)
-    any_dedicated = any(ded for *_, ded in live)
+    any_dedicated = _restricted(live)
     runs, jobs, out, memo = s.runs, s.jobs, {}, {}
     for q, prios in s._queued.items():
         seen = set()
@@ -125,10 +137,10 @@ def unplaceable(s, now_ms: int) -> dict[str, int]:
                 if job is None or ("placement" not in job["spec"] and not any_dedicated):
                     continue
                 spec = job["spec"]
-                key = (q, id(spec.get("placement")), spec["executor"]["type"])
+                key = (q, id(spec.get("placement")), spec["executor"]["type"], r["tenant"])
                 fits = memo.get(key)
                 if fits is None:
-                    fits = memo[key] = _placeable(live, q, spec)
+                    fits = memo[key] = _placeable(live, q, spec, r["tenant"])
                 if not fits:
                     out[q] = out.get(q, 0) + 1
     return out
@@ -136,7 +148,8 @@ def unplaceable(s, now_ms: int) -> dict[str, int]:
 
 def waiting_for(s, run_id: str, now_ms: int) -> str | None:
     """Why queued run ``run_id`` waits, when it is for a worker: "no worker matches its
-    placement" (no live worker serving its queue carries its placement's labels); else None."""
+    placement" (no live worker serving its queue carries its placement's labels, or takes its
+    tenant's runs); else None."""
     r = s.runs.get(run_id)
     if r is None or r["state"] != "queued":
         return None
@@ -144,7 +157,7 @@ def waiting_for(s, run_id: str, now_ms: int) -> str | None:
     if job is None:
         return None
     live = _live_workers(s, now_ms)
-    if not _judged(job["spec"], live) or _placeable(live, r["queue"], job["spec"]):
+    if not _judged(job["spec"], live) or _placeable(live, r["queue"], job["spec"], r["tenant"]):
         return None
     return NO_WORKER_MATCHES
 
@@ -169,9 +182,9 @@ def waiting_for_many(s, run_ids: list[str], now_ms: int) -> dict[str, str]:
         spec = job["spec"]
         if not _judged(spec, live):
             continue
-        key = (r["queue"], id(spec.get("placement")), spec["executor"]["type"])
+        key = (r["queue"], id(spec.get("placement")), spec["executor"]["type"], r["tenant"])
         if key not in memo:
-            memo[key] = _placeable(live, r["queue"], spec)
+            memo[key] = _placeable(live, r["queue"], spec, r["tenant"])
         if not memo[key]:
             out[rid] = NO_WORKER_MATCHES
     return out
@@ -191,25 +204,25 @@ def fleet_gauges(s, now_ms: int) -> dict:
 
 
 def ready_for(s, queues: list[str] | None, labels: dict, types: frozenset | None, now_ms: int,
-              scan_max: int, dedicated=()) -> bool:
+              scan_max: int, dedicated=(), tenants: frozenset | None = None) -> bool:
     """Whether an acquire by a worker of ``labels`` (``dedicated`` to some of them) and executor
     ``types`` (None: every type) serving ``queues`` (None: every queue) would hand something out
     now (``ready_count``)."""
-    return ready_count(s, queues, labels, types, now_ms, scan_max, 1, dedicated) > 0
+    return ready_count(s, queues, labels, types, now_ms, scan_max, 1, dedicated, tenants) > 0
 
 
 def ready_count(s, queues: list[str] | None, labels: dict, types: frozenset | None, now_ms: int,
-                scan_max: int, limit: int, dedicated=()) -> int:
+                scan_max: int, limit: int, dedicated=(), tenants: frozenset | None = None) -> int:
     """How many runs (up to ``limit``) an acquire by a worker of ``labels`` (``dedicated`` to
-    some of them) and executor ``types`` (None: every type) serving ``queues`` (None: every
-    queue) could hand out now: a
+    some of them), executor ``types`` (None: every type) and ``tenants`` (None: every tenant)
+    serving ``queues`` (None: every queue) could hand out now: a
     cheap local count for a node's dispatcher of lease requests. Looks at the ready part of each
     heap (the entries whose due has come, a subtree at its root) up to ``scan_max`` entries in
     all; it may count a run acquire turns out not to hand out (another node's worker took it
     first, or its tenant's tokens were counted once for several of its runs), and miss one
     beyond the scan (the dispatcher then tries now and then anyway)."""
     names = queues if queues is not None else list(s._queued)
-    runs, jobs, tenants, scanned, found = s.runs, s.jobs, s.tenants, 0, 0
+    runs, jobs, rates, only, scanned, found = s.runs, s.jobs, s.tenants, tenants, 0, 0
     for q in names:
         for p, h in s._queued.get(q, {}).items():
             stack = [0]
@@ -232,7 +245,9 @@ def ready_count(s, queues: list[str] | None, labels: dict, types: frozenset | No
                         continue
                     if ("placement" in spec or dedicated) and not placement_ok(spec, labels, dedicated):
                         continue
-                t = tenants.get(r["tenant"])
+                if only is not None and r["tenant"] not in only:
+                    continue
+                t = rates.get(r["tenant"])
                 if t is not None and min(t["burst"] * 1_000_000, t["tokens_micro"]
                                          + max(0, now_ms - t["last_ms"]) * t["rate_milli"]) < 1_000_000:
                     continue

@@ -29,6 +29,12 @@ else: not another app's, and not a job without placement, which any other worker
 record holds ``dedicated`` only when it is not empty, so a registry without dedicated workers
 snapshots to the bytes it did before they existed.
 
+**Tenants.** A worker whose token is limited to tenants (core/tokens.py) is granted only runs of
+those tenants: the node puts the token's tenants in every ``acquire`` it proposes for the worker
+(leases.py: the command decides, whatever the registry says), and in its hello, so the registry
+shows them (the fact ``tenants``, held only when not None) and the reads of which runs no worker
+may take count them (worker_queries.py).
+
 **Release.** A worker may give leases back (``release``, when it drains): the run is queued
 again at once with attempt + 1, and the attempt is recorded as released by that worker; it
 spends neither the job's ``max_attempts`` nor the lost-lease budget (I19).
@@ -60,6 +66,9 @@ NO_LABELS: dict = {}
 FACTS = ("kind", "labels", "slots", "executors", "queues", "version", "instance")
 #: a fact a hello may leave out, held by a record only when it is not empty (after the others)
 DEDICATED = "dedicated"
+#: a fact a hello may leave out, held by a record only when it is not None (after ``dedicated``):
+#: the tenants the worker's token is limited to
+TENANTS = "tenants"
 
 
 # ------------------------------------------------------------------ validation (node and apply)
@@ -93,6 +102,20 @@ def check_dedicated(v, labels: dict, field: str = "dedicated") -> list:
         if k not in labels:
             raise InvalidSpec(f"names {k[:80]!r}, which is not one of the worker's labels", field=field)
     return names
+
+
+def check_tenants(v, field: str = "tenants") -> list | None:
+    """Tenant names, sorted, without repeats, or None (every tenant). :raises InvalidSpec:"""
+    if v is None:
+        return None
+    if not isinstance(v, list) or not 1 <= len(v) <= limits.token_tenants_max:
+        raise InvalidSpec(f"must be null (every tenant) or a list of 1-{limits.token_tenants_max} tenant names",
+                          field=field)
+    n = limits.tenant_name_chars_max
+    for t in v:
+        if not isinstance(t, str) or not t or len(t) > n or not NAME_RE.match(t):
+            raise InvalidSpec(f"tenant names are 1-{n} letters, digits, '.', '_' or '-'", field=field)
+    return sorted(set(v))
 
 
 def check_executors(v, field: str = "executors") -> list:
@@ -141,7 +164,7 @@ def check_facts(cmd: dict) -> dict:
             "executors": check_executors(cmd.get("executors")), "queues": check_queues(cmd.get("queues")),
             "version": _short_text(cmd.get("version"), "version"),
             "instance": _short_text(cmd.get("instance"), "instance"),
-            DEDICATED: check_dedicated(cmd.get(DEDICATED), labels)}
+            DEDICATED: check_dedicated(cmd.get(DEDICATED), labels), TENANTS: check_tenants(cmd.get(TENANTS))}
 
 
 def _as_command_error(op: str, e: InvalidSpec) -> InvalidCommand:
@@ -165,13 +188,15 @@ def touch(s, worker, now: int) -> dict | None:
 
 def _record(facts: dict, now: int) -> dict:
     """A new registry record, its fields always in this order (the snapshot writes them so);
-    ``dedicated`` last, and only when not empty."""
+    ``dedicated`` and ``tenants`` last, and only when not empty."""
     rec = {"kind": facts["kind"], "labels": facts["labels"], "slots": facts["slots"],
            "executors": facts["executors"], "queues": facts["queues"], "version": facts["version"],
            "instance": facts["instance"], "first_seen": now, "last_seen": now, "state": "active",
            "grants": 0, "losses": 0, "releases": 0, "completed": 0}
     if facts[DEDICATED]:
         rec[DEDICATED] = facts[DEDICATED]
+    if facts[TENANTS] is not None:
+        rec[TENANTS] = facts[TENANTS]
     return rec
 
 
@@ -188,7 +213,7 @@ def _pairs(cmd: dict, key: str, op: str, max_items: int, second=is_int) -> list:
 # ------------------------------------------------------------------ handlers
 def apply_worker_hello(s, cmd: dict, now: int) -> dict:
     """``worker_hello {worker, kind, labels, slots, executors, queues, version?, instance?,
-    dedicated?}``: register a worker or update its facts (idempotent: the same facts again change only
+    dedicated?, tenants?}``: register a worker or update its facts (idempotent: the same facts again change only
     ``last_seen``). A hello from another process ``instance`` than the record's makes a
     draining worker active again: a drain applies to the process that was asked, not to the
     next one started under its id. When the registry is full, a new worker evicts the one
@@ -212,7 +237,8 @@ def apply_worker_hello(s, cmd: dict, now: int) -> dict:
             del reg[oldest[0]]
         reg[worker] = _record(facts, now)
         return ok(worker=worker, created=True, changed=True, state="active")
-    changed = any(w[k] != facts[k] for k in FACTS) or w.get(DEDICATED, []) != facts[DEDICATED]
+    changed = (any(w[k] != facts[k] for k in FACTS) or w.get(DEDICATED, []) != facts[DEDICATED]
+               or w.get(TENANTS) != facts[TENANTS])
     if facts["instance"] != w["instance"] and w["state"] == "draining":
         w["state"] = "active"
         changed = True
@@ -222,6 +248,10 @@ def apply_worker_hello(s, cmd: dict, now: int) -> dict:
         w[DEDICATED] = facts[DEDICATED]
     else:
         w.pop(DEDICATED, None)
+    if facts[TENANTS] is not None:
+        w[TENANTS] = facts[TENANTS]
+    else:
+        w.pop(TENANTS, None)
     if now > w["last_seen"]:
         w["last_seen"] = now
     return ok(worker=worker, created=False, changed=changed, state=w["state"])

@@ -545,7 +545,8 @@ async def worker_lease(request: web.Request) -> web.StreamResponse:
     fleet = request.app[FLEET]
     wid = request.match_info["id"]
     res = await fleet.lease(wid, await _json_body(request),
-                            alive=lambda: request.transport is not None and not request.transport.is_closing())
+                            alive=lambda: request.transport is not None and not request.transport.is_closing(),
+                            tenants=_tenants_of(request))
     resp = web.json_response(res)
     if not res["runs"]:
         return resp
@@ -560,19 +561,28 @@ async def worker_lease(request: web.Request) -> web.StreamResponse:
     return resp
 
 
+def _tenants_of(request: web.Request) -> frozenset | None:
+    """The tenants the request's token is limited to, or None (every tenant)."""
+    p = request.get(auth_module.PRINCIPAL)
+    return None if p is None else p.tenants
+
+
 async def worker_heartbeat(request: web.Request) -> web.Response:
     fleet = request.app[FLEET]
-    return web.json_response(await fleet.heartbeat(request.match_info["id"], await _json_body(request)))
+    return web.json_response(await fleet.heartbeat(request.match_info["id"], await _json_body(request),
+                                                   tenants=_tenants_of(request)))
 
 
 async def worker_complete(request: web.Request) -> web.Response:
     fleet = request.app[FLEET]
-    return web.json_response(await fleet.complete(request.match_info["id"], await _json_body(request), _rid(request)))
+    return web.json_response(await fleet.complete(request.match_info["id"], await _json_body(request), _rid(request),
+                                                  tenants=_tenants_of(request)))
 
 
 async def worker_release(request: web.Request) -> web.Response:
     fleet = request.app[FLEET]
-    return web.json_response(await fleet.release(request.match_info["id"], await _json_body(request), _rid(request)))
+    return web.json_response(await fleet.release(request.match_info["id"], await _json_body(request), _rid(request),
+                                                 tenants=_tenants_of(request)))
 
 
 async def list_workers(request: web.Request) -> web.Response:

@@ -35,6 +35,7 @@ from aiohttp import web
 from ..core import commands, limits, queries, schedule
 from ..core.errors import Forbidden, InvalidSpec, TooManyRequests, Unauthorized
 from ..core.model import check_name
+from ..core.workers import check_worker_id
 from ..core.tokens import ROLES, TOKEN_ID_RE
 from . import limits as node_limits
 
@@ -126,11 +127,13 @@ def scope_of(method: str, route: str) -> str:
 
 @dataclass(frozen=True)
 class Principal:
-    """Who a request comes from: a token's id, its role, and its tenants (None: every tenant)."""
+    """Who a request comes from: a token's id, its role, its tenants (None: every tenant) and,
+    for a worker token bound to worker ids, those ids (None: any worker id)."""
 
     id: str
     role: str
     tenants: frozenset | None = None
+    workers: frozenset | None = None
 
     def allows(self, scope: str) -> bool:
         return scope in ROLE_SCOPES[self.role]
@@ -230,11 +233,12 @@ class Auth:
             tid, secret = parsed
             rec = self.read(queries.token_auth, tid)
             if rec is not None:
-                role, tenants, expires, h = rec
+                role, tenants, expires, h, workers = rec
                 if hmac.compare_digest(hash_secret(secret, h["salt"]), h["digest"]):
                     if expires is not None and self.clock.now_ms() >= expires:
                         raise Unauthorized(f"token {tid} expired at {schedule.iso(expires)}")
-                    return Principal(tid, role, None if tenants is None else frozenset(tenants))
+                    return Principal(tid, role, None if tenants is None else frozenset(tenants),
+                                     None if workers is None else frozenset(workers))
             raise Unauthorized("unknown or revoked token")
         if self._bootstrap and hmac.compare_digest(text.encode(), self._bootstrap):
             return Principal(BOOTSTRAP_ID, "admin")
@@ -254,7 +258,8 @@ def check_request(auth: Auth, request: web.Request) -> tuple[Principal | None, s
 
     :raises TooManyRequests: the source sent too many refused tokens lately.
     :raises Unauthorized: see Auth.authenticate (the failure counts against the source).
-    :raises Forbidden: the token's role lacks the route's scope (``scope`` names it)."""
+    :raises Forbidden: the token's role lacks the route's scope (``scope`` names it), or a
+        worker token bound to worker ids speaks for another id (``field`` id)."""
     route = request.match_info.route.resource
     canonical = route.canonical if route is not None else None
     if auth.is_open(request.method, canonical):
@@ -282,16 +287,23 @@ def check_request(auth: Auth, request: web.Request) -> tuple[Principal | None, s
     if not principal.allows(scope):
         raise Forbidden(f"a {principal.role} token may not {request.method} {canonical}: it needs scope {scope}",
                         scope=scope)
+    if principal.workers is not None and scope == "worker":
+        wid = request.match_info.get("id")
+        if wid not in principal.workers:
+            shown = ", ".join(sorted(principal.workers)[:5]) + (", ..." if len(principal.workers) > 5 else "")
+            raise Forbidden(f"this token speaks only for worker(s) {shown}: not for worker {str(wid)[:128]!r}",
+                            field="id", scope=scope)
     return principal, scope
 
 
 # ------------------------------------------------------------------ the tokens endpoints
 # The handlers import the API's request helpers when called: api.py imports this module.
-_TOKEN_BODY = {"role", "tenants", "expires", "note"}
+_TOKEN_BODY = {"role", "tenants", "expires", "note", "workers"}
 
 
 def validate_token_body(body, now_ms: int) -> dict:
-    """``POST /v1/tokens``'s body -> token_create's ``{role, tenants, expires, note}``.
+    """``POST /v1/tokens``'s body -> token_create's ``{role, tenants, expires, note}`` (and
+    ``workers``, when the body binds a worker token to worker ids).
 
     :raises InvalidSpec: naming the field."""
     if not isinstance(body, dict):
@@ -311,9 +323,22 @@ def validate_token_body(body, now_ms: int) -> dict:
             check_name(t, f"tenants[{i}]", limits.tenant_name_chars_max)
         if len(set(tenants)) != len(tenants):
             raise InvalidSpec("lists a tenant twice", field="tenants")
-        if role in ("admin", "worker"):
-            raise InvalidSpec(f"a {role} token cannot be limited to tenants (docs/security.md)", field="tenants")
+        if role == "admin":
+            raise InvalidSpec("an admin token cannot be limited to tenants: it can make any token "
+                              "(docs/security.md)", field="tenants")
         tenants = sorted(tenants)
+    workers = body.get("workers")
+    if workers is not None:
+        if role != "worker":
+            raise InvalidSpec("only a worker token can be bound to worker ids", field="workers")
+        if not isinstance(workers, list) or not 1 <= len(workers) <= limits.token_workers_max:
+            raise InvalidSpec(f"must be a list of 1-{limits.token_workers_max} worker ids, or null (any id)",
+                              field="workers")
+        for i, w in enumerate(workers):
+            check_worker_id(w, f"workers[{i}]")
+        if len(set(workers)) != len(workers):
+            raise InvalidSpec("lists a worker id twice", field="workers")
+        workers = sorted(workers)
     expires = body.get("expires")
     if expires is not None:
         if isinstance(expires, str):
@@ -325,14 +350,17 @@ def validate_token_body(body, now_ms: int) -> dict:
     note = body.get("note")
     if note is not None and (not isinstance(note, str) or len(note) > limits.token_note_chars_max):
         raise InvalidSpec(f"must be a string of at most {limits.token_note_chars_max} characters", field="note")
-    return {"role": role, "tenants": tenants, "expires": expires, "note": note}
+    out = {"role": role, "tenants": tenants, "expires": expires, "note": note}
+    if workers is not None:
+        out["workers"] = workers
+    return out
 
 
 def token_view(t: dict, now_ms: int) -> dict:
     """A token record (queries.token_list) as GET /v1/tokens shows it."""
     state = ("revoked" if t["revoked"] is not None
              else "expired" if t["expires"] is not None and now_ms >= t["expires"] else "active")
-    return {"id": t["id"], "role": t["role"], "tenants": t["tenants"], "state": state,
+    return {"id": t["id"], "role": t["role"], "tenants": t["tenants"], "workers": t["workers"], "state": state,
             "created_at": schedule.iso(t["created"]), "expires_at": schedule.iso(t["expires"]),
             "revoked_at": schedule.iso(t["revoked"]), "note": t["note"]}
 
@@ -347,7 +375,7 @@ async def create_token(request: web.Request) -> web.Response:
     res = await svc.propose(commands.make("token_create", now, _rid(request) or secrets.token_hex(16),
                                           id=tid, hash=h, **f))
     body = {"id": res["id"], "token": token, "role": f["role"], "tenants": f["tenants"],
-            "expires_at": schedule.iso(f["expires"]), "note": f["note"]}
+            "workers": f.get("workers"), "expires_at": schedule.iso(f["expires"]), "note": f["note"]}
     if res.get("duplicate"):
         # The first answer showed the secret; it was never stored, so it cannot be shown again.
         body.update(token=None, duplicate=True,
@@ -363,7 +391,7 @@ async def list_tokens(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     await svc.read_barrier(_bool_param(request, "consistent"))
     now = svc.clock.now_ms()
-    out = [{"id": BOOTSTRAP_ID, "role": "admin", "tenants": None, "state": "active", "created_at": None,
+    out = [{"id": BOOTSTRAP_ID, "role": "admin", "tenants": None, "workers": None, "state": "active", "created_at": None,
             "expires_at": None, "revoked_at": None, "note": "the nodes' --token-file"}]
     out += [token_view(t, now) for t in svc.read(queries.token_list)]
     return web.json_response({"tokens": out})

@@ -44,14 +44,15 @@ log = logging.getLogger("raftsched.dispatch")
 class LeaseRequest:
     """One waiting lease request: whose, what it can take, how many runs for how long.
 
-    ``key`` groups interchangeable requests: the same queues, labels (and dedicated labels) and
-    executor types."""
+    ``key`` groups interchangeable requests: the same queues, labels (and dedicated labels),
+    executor types and tenants (those of a token limited to tenants; None: every tenant)."""
 
     __slots__ = ("worker", "queues", "labels", "types", "n", "ttl_ms", "key", "done", "grants", "draining",
-                 "error", "in_flight", "abandoned", "alive", "dedicated")
+                 "error", "in_flight", "abandoned", "alive", "dedicated", "tenants")
 
     def __init__(self, worker: str, queues: list[str] | None, labels: dict, types: list[str] | None, n: int,
-                 ttl_ms: int, alive: Callable[[], bool] | None = None, dedicated: list[str] | None = None) -> None:
+                 ttl_ms: int, alive: Callable[[], bool] | None = None, dedicated: list[str] | None = None,
+                 tenants: list[str] | None = None) -> None:
         self.worker = worker
         self.queues = queues
         self.labels = labels
@@ -60,8 +61,11 @@ class LeaseRequest:
         self.ttl_ms = ttl_ms
         #: the names of its labels the worker is dedicated to (core/workers.py)
         self.dedicated = tuple(dedicated or ())
+        #: the tenants whose runs it may be granted (sorted), or None: every tenant
+        self.tenants = None if tenants is None else sorted(tenants)
         self.key = (None if queues is None else tuple(queues), tuple(sorted(labels.items())),
-                    None if types is None else tuple(types), self.dedicated)
+                    None if types is None else tuple(types), self.dedicated,
+                    None if tenants is None else tuple(self.tenants))
         self.done = asyncio.Event()
         self.grants: list[dict] = []
         self.draining = False
@@ -228,7 +232,8 @@ class Dispatcher:
             types = None if head.types is None else frozenset(head.types)
             want = min(sum(r.n for r in q), node_limits.dispatch_ready_scan_max)
             count = self.raft.read(queries.ready_count, head.queues, head.labels, types, now_ms,
-                                   node_limits.dispatch_ready_scan_max, want, head.dedicated)
+                                   node_limits.dispatch_ready_scan_max, want, head.dedicated,
+                                   None if head.tenants is None else frozenset(head.tenants))
             if not count and mono - self._last_try.setdefault(key, mono) >= node_limits.dispatch_retry_s:
                 # Ready work beyond the scan, maybe: acquire looks further, now and then.
                 count = int(self.raft.read(queries.has_ready_work, head.queues, now_ms))
@@ -262,6 +267,8 @@ class Dispatcher:
         try:
             cmd = commands.make("acquire", self.clock.now_ms(), None, worker=req.worker, queues=req.queues,
                                 max=req.n, ttl=req.ttl_ms, types=req.types)
+            if req.tenants is not None:
+                cmd["tenants"] = req.tenants  # I23: only these tenants' runs (core/leases.py)
             self.acquires += 1
             try:
                 res = await self._propose(cmd)

@@ -10,6 +10,10 @@ HTTP handlers are node/fleet_api.py's.
   process instance). When the local replica does not hold those facts for it, the node proposes
   a ``worker_hello`` first: a worker registers on first contact, and again only when something
   changed. Then the request waits in the node's dispatcher (node/dispatch.py).
+- A worker whose token is limited to tenants (``tenants``, from the request's principal: never
+  from its body) is registered with them and granted only their runs (the acquire carries
+  them); its heartbeats, completions and releases of a run of another tenant are answered as
+  for a run it does not hold, and proposed for nobody.
 - Every worker that contacts the node, and every one whose request waits here, is noted; every
   ``workers_seen_interval_s`` the node proposes one ``workers_seen`` for them (so that idle
   long-polling workers are seen without a command each). The node's own embedded worker is
@@ -149,12 +153,15 @@ class Fleet:
     """
 
     def __init__(self, raft, clock: Clock, node_id: str, *, embedded_id: str | None = None,
-                 propose_timeout_s: float = limits.propose_timeout_s_default) -> None:
+                 propose_timeout_s: float = limits.propose_timeout_s_default,
+                 seen_interval_s: float | None = None) -> None:
         self.raft = raft
         self.clock = clock
         self.node_id = node_id
         self.embedded_id = embedded_id
         self.propose_timeout_s = propose_timeout_s
+        #: seconds between workers_seen reports (a test hook may make it longer)
+        self.seen_interval_s = seen_interval_s or node_limits.workers_seen_interval_s
         self.dispatcher = Dispatcher(raft, clock, self.propose, self.release_grants)
         #: workers that contacted this node since its last workers_seen
         self._seen: set[str] = set()
@@ -174,14 +181,16 @@ class Fleet:
         return dict(self.dispatcher.stats(), hellos=self.hellos)
 
     # ------------------------------------------------------------------ the worker protocol
-    async def lease(self, wid: str, body, alive=None) -> dict:
+    async def lease(self, wid: str, body, alive=None, tenants=None) -> dict:
         """``POST /v1/workers/{id}/lease``: register the worker if its facts are new, then wait
         for runs (node/dispatch.py). ``{"runs": [grant...], "draining": bool}``.
 
         :param alive: whether the client still waits (its connection is open): a request whose
-            worker went away is passed over."""
+            worker went away is passed over.
+        :param tenants: the tenants the request's token is limited to (None: every tenant)."""
         wid = _worker_id(wid)
         facts, n, wait_s, ttl_ms = parse_lease(body)
+        facts["tenants"] = None if tenants is None else sorted(tenants)
         self._seen.add(wid)
         rec = self.raft.read(queries.worker_record, wid)
         if rec is None or any(rec[k] != v for k, v in facts.items()):
@@ -190,7 +199,8 @@ class Fleet:
         if rec is not None and rec["state"] == "draining":
             return {"runs": [], "draining": True}
         types = None if set(facts["executors"]) == set(EXECUTOR_TYPES) else facts["executors"]
-        req = LeaseRequest(wid, facts["queues"], facts["labels"], types, n, ttl_ms, alive, facts["dedicated"])
+        req = LeaseRequest(wid, facts["queues"], facts["labels"], types, n, ttl_ms, alive, facts["dedicated"],
+                           facts["tenants"])
         await self.dispatcher.lease(req, wait_s)
         return {"runs": req.grants, "draining": req.draining}
 
@@ -203,32 +213,56 @@ class Fleet:
             self.hellos += 1
         await asyncio.shield(t)
 
-    async def heartbeat(self, wid: str, body) -> dict:
-        """``POST /v1/workers/{id}/heartbeat``: ``{"extended", "lost", "draining"}``."""
+    def _outside(self, run_ids, tenants) -> set[str]:
+        """The ids among ``run_ids`` of runs not in ``tenants`` (unknown runs included), for a
+        token limited to them; none for a token that is not."""
+        if tenants is None:
+            return set()
+        return {rid for rid, t in zip(run_ids, self.raft.read(queries.run_tenants, list(run_ids))) if t not in tenants}
+
+    async def heartbeat(self, wid: str, body, tenants=None) -> dict:
+        """``POST /v1/workers/{id}/heartbeat``: ``{"extended", "lost", "draining"}``. With
+        ``tenants`` (the token's), a lease of a run of another tenant is ``lost``."""
         wid = _worker_id(wid)
         b = check_body(body, HEARTBEAT_FIELDS)
         leases, ttl = _leases(b), _ttl(b)
         self._seen.add(wid)
-        res = await self.propose(commands.make("heartbeat", self.clock.now_ms(), None, worker=wid, leases=leases,
-                                               ttl=ttl))
-        return {"extended": res["extended"], "lost": res["lost"], "draining": bool(res.get("draining"))}
+        outside = self._outside([rid for rid, _ in leases], tenants)
+        res = await self.propose(commands.make("heartbeat", self.clock.now_ms(), None, worker=wid,
+                                               leases=[lz for lz in leases if lz[0] not in outside], ttl=ttl))
+        return {"extended": res["extended"], "lost": res["lost"] + sorted(outside),
+                "draining": bool(res.get("draining"))}
 
-    async def complete(self, wid: str, body, key: str | None) -> dict:
+    async def complete(self, wid: str, body, key: str | None, tenants=None) -> dict:
         """``POST /v1/workers/{id}/complete``: one ``complete_many`` with the request's
         Idempotency-Key as its request id (a retry acts once). ``{"results": [...]}``, one per
-        outcome: a stale token is refused for that outcome alone."""
+        outcome: a stale token is refused for that outcome alone. With ``tenants`` (the
+        token's), an outcome for a run of another tenant is refused as for a run that does not
+        exist, and only the others are proposed."""
         wid = _worker_id(wid)
         items = parse_results(body)
         self._seen.add(wid)
-        res = await self.propose(commands.make("complete_many", self.clock.now_ms(), key or uuid.uuid4().hex,
-                                               results=items, worker=wid))
-        out = {"results": res["results"]}
-        if res.get("duplicate"):
+        outside = self._outside([it["run"] for it in items], tenants)
+        mine = [it for it in items if it["run"] not in outside]
+        results: list[dict] = []
+        duplicate = False
+        if mine:
+            res = await self.propose(commands.make("complete_many", self.clock.now_ms(), key or uuid.uuid4().hex,
+                                                   results=mine, worker=wid))
+            results, duplicate = res["results"], bool(res.get("duplicate"))
+        if outside:
+            got = iter(results)
+            results = [{"ok": False, "run": it["run"],
+                        "error": NotFound(f"no run {it['run']!r}", field="run").to_dict()}
+                       if it["run"] in outside else next(got) for it in items]
+        out = {"results": results}
+        if duplicate:
             out["duplicate"] = True
         return out
 
-    async def release(self, wid: str, body, key: str | None) -> dict:
-        """``POST /v1/workers/{id}/release``: ``{"released", "lost"}``."""
+    async def release(self, wid: str, body, key: str | None, tenants=None) -> dict:
+        """``POST /v1/workers/{id}/release``: ``{"released", "lost"}``. With ``tenants`` (the
+        token's), a lease of a run of another tenant is ``lost``."""
         wid = _worker_id(wid)
         b = check_body(body, RELEASE_FIELDS)
         leases = _leases(b)
@@ -236,9 +270,10 @@ class Fleet:
         if reason is not None and (not isinstance(reason, str) or len(reason) > 200):
             raise InvalidSpec("must be a string of at most 200 characters", field="reason")
         self._seen.add(wid)
+        outside = self._outside([rid for rid, _ in leases], tenants)
         res = await self.propose(commands.make("release", self.clock.now_ms(), key or uuid.uuid4().hex, worker=wid,
-                                               leases=leases, reason=reason))
-        return {"released": res["released"], "lost": res["lost"]}
+                                               leases=[lz for lz in leases if lz[0] not in outside], reason=reason))
+        return {"released": res["released"], "lost": res["lost"] + sorted(outside)}
 
     async def release_grants(self, wid: str, grants: list[dict], reason: str) -> None:
         """Give back runs granted for a request nobody waits for any more. Never raises: a
@@ -286,7 +321,7 @@ class Fleet:
 
     async def _seen_loop(self) -> None:
         while True:
-            await asyncio.sleep(node_limits.workers_seen_interval_s)
+            await asyncio.sleep(self.seen_interval_s)
             await self.report_seen()
 
     async def report_seen(self) -> int:

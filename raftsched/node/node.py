@@ -79,6 +79,9 @@ class NodeConfig:
     #: a file to which the leading trigger appends a line per committed fire command, read by
     #: scripts/bench.py for fire lag (None: no fire log)
     fire_log_path: str | None = None
+    #: seconds between the node's workers_seen reports (node/fleet.py; None: node/limits.py's):
+    #: the hostile-input suite makes it long, so that its state hash moves only by its requests
+    workers_seen_interval_s: float | None = None
     # Security (docs/security.md).
     #: GET /metrics needs no token (a Prometheus that scrapes without one)
     metrics_open: bool = False
@@ -216,7 +219,8 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
                     execute_on_leader=cfg.execute_on_leader, single_node=not cfg.peers,
                     labels=cfg.worker_labels)
     service = Service(raft, clock, cfg.node_id, fingerprint=Fingerprint.from_cluster_secret(cfg.secret))
-    fleet = Fleet(raft, clock, cfg.node_id, embedded_id=worker.worker_id if cfg.worker_slots > 0 else None)
+    fleet = Fleet(raft, clock, cfg.node_id, embedded_id=worker.worker_id if cfg.worker_slots > 0 else None,
+                  seen_interval_s=cfg.workers_seen_interval_s)
     gc_pauses = gcpolicy.GcPauses(lambda: state.jobs)
     metrics = NodeMetrics(raft, trigger, worker, gc_pauses)
     metrics.registry.register(fleet.collector())

@@ -184,6 +184,12 @@ RULES = {
     ("POST", "/v1/locks/{name}/acquire"): _as_is,
     ("POST", "/v1/locks/{name}/renew"): _as_is,
     ("POST", "/v1/locks/{name}/release"): _as_is,
+    # The worker protocol: the handlers hold a worker limited to tenants to them (node/fleet.py:
+    # it is granted only their runs, and its reports of other runs are refused).
+    ("POST", "/v1/workers/{id}/lease"): _as_is,
+    ("POST", "/v1/workers/{id}/heartbeat"): _as_is,
+    ("POST", "/v1/workers/{id}/complete"): _as_is,
+    ("POST", "/v1/workers/{id}/release"): _as_is,
 }
 
 
