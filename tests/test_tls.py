@@ -91,11 +91,16 @@ def test_tokens_cli_create_list_revoke(node):
 
 
 def test_a_remote_worker_with_a_worker_token_runs_its_jobs_over_mutual_tls_and_can_do_nothing_else(node, tmp_path):
-    """`raftsched worker` over https with the CA, its own certificate and a worker-role token: it
-    takes the run placed on its label; the same token may not create a job (403)."""
+    """`raftsched worker` over https with the CA, its own certificate and a worker-role token
+    bound to its id and limited to tenant tls: it takes the run placed on its label in its
+    tenant, not one of another tenant placed there too; the same token may not create a job nor
+    speak for another worker id (403)."""
     tls = {"ca_file": str(node.tls.ca), "cert_file": str(node.tls.client_cert), "key_file": str(node.tls.client_key)}
     admin = Client(node.url(0), token=node.token, **tls)
-    made = admin.create_token("worker", note="tls worker")
+    rc, out, _ = cli(node, "tokens", "create", "--role", "worker", "--worker", "tls-worker", "--tenant", "tls",
+                     "--note", "tls worker")
+    made = json.loads(out)
+    assert rc == 0 and made["workers"] == ["tls-worker"] and made["tenants"] == ["tls"], out
     token_file = tmp_path / "worker-token"
     write_private(token_file, made["token"] + "\n")
     procs = Procs()
@@ -105,16 +110,26 @@ def test_a_remote_worker_with_a_worker_token_runs_its_jobs_over_mutual_tls_and_c
                           "--slots", "1", "--executors", "shell", "--wait-s", "2",
                           "--ca-file", tls["ca_file"], "--client-cert", tls["cert_file"],
                           "--client-key", tls["key_file"]], tmp_path / "worker.log", cwd=REPO)
-        admin.put_job("tls-placed", {"schedule": {"every_s": 1}, "executor": {"type": "shell", "argv": ["true"]},
-                                     "misfire": {"policy": "skip"}, "placement": {"labels": {"pool": "tls"}}})
+        placed = {"schedule": {"every_s": 1}, "executor": {"type": "shell", "argv": ["true"]},
+                  "misfire": {"policy": "skip"}, "placement": {"labels": {"pool": "tls"}}}
+        admin.put_job("tls-other", placed)  # tenant default: not the worker's
+        admin.put_job("tls-placed", dict(placed, tenant="tls"))
 
         def ran():
             return [r for r in admin.runs("tls-placed")["runs"]
                     if r["state"] == "succeeded" and r["worker"] == "tls-worker"]
         wait_for(ran, 30, "a run of the placed job succeeded on the remote worker")
+        others = admin.runs("tls-other")["runs"]
+        assert others and all(r["state"] == "queued" and r["waiting_for"] == "no worker matches its placement"
+                              for r in others), others
+        assert admin.worker("tls-worker")["tenants"] == ["tls"]
+        with pytest.raises(Forbidden) as e:
+            Client(node.url(0), token=made["token"], **tls).worker_heartbeat("another-worker", [], 10_000)
+        assert e.value.field == "id"
         with pytest.raises(Forbidden):
             Client(node.url(0), token=made["token"], **tls).put_job("by-a-worker", {
                 "schedule": {"every_s": 60}, "executor": {"type": "shell", "argv": ["true"]}, "misfire": {"policy": "skip"}})
     finally:
         procs.stop_all()
         admin.delete_job("tls-placed")
+        admin.delete_job("tls-other")
