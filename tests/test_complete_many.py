@@ -45,3 +45,38 @@ def test_malformed_batches_are_refused_whole():
         res = do(s, "complete_many", T0 + 5, results=bad)
         assert res["ok"] is False and res["error"]["code"] == "invalid_command"
     assert s.runs[g[0]["id"]]["state"] == "running"
+    ok = [{"run": g[0]["id"], "token": g[0]["token"], "success": True}]
+    for extra in ({"own": "yes"}, {"own": True}, {"own": True, "worker": 7}, {"tenants": "default"},
+                  {"tenants": [["default"]]}):
+        res = do(s, "complete_many", T0 + 5, results=ok, **extra)
+        assert res["ok"] is False and res["error"]["code"] == "invalid_command", (extra, res)
+    assert s.runs[g[0]["id"]]["state"] == "running"
+
+
+def test_a_remote_workers_outcome_for_a_run_another_worker_holds_is_refused_whatever_its_token():
+    """``own``: fencing tokens come from one counter, so the right one is easy to guess; a
+    remote worker's completions (node/fleet.py) may finish only the runs it holds."""
+    s, g = setup(2)
+    items = [{"run": g[0]["id"], "token": g[0]["token"], "success": False, "error": "forged"},
+             {"run": g[1]["id"], "token": g[1]["token"], "success": True}]
+    res = do(s, "complete_many", T0 + 5, "b1", results=items[:1], worker="intruder", own=True)
+    (r,) = res["results"]
+    assert r["ok"] is False and r["error"]["code_detail"] == "stale_token" and "another worker" in r["error"]["message"]
+    assert s.runs[g[0]["id"]]["state"] == "running" and not s.runs[g[0]["id"]].get("attempts")
+    # Its holder's outcomes apply.
+    res = do(s, "complete_many", T0 + 6, "b2", results=[items[1]], worker="w", own=True)
+    assert res["results"][0]["ok"] and s.runs[g[1]["id"]]["state"] == "succeeded"
+    # Without ``own`` (an embedded worker's, or a command of an older log) the token alone decides.
+    res = do(s, "complete_many", T0 + 7, "b3", results=items[:1], worker="intruder")
+    assert res["results"][0]["ok"] and s.runs[g[0]["id"]]["state"] != "running"
+
+
+def test_with_tenants_an_outcome_for_another_tenants_run_is_refused_as_not_found():
+    s, g = setup(1)
+    item = {"run": g[0]["id"], "token": g[0]["token"], "success": True}
+    res = do(s, "complete_many", T0 + 5, "b1", results=[item], worker="w", own=True, tenants=["billing"])
+    assert res["results"] == [{"ok": False, "run": g[0]["id"],
+                               "error": {"code": "not_found", "message": f"no run {g[0]['id']!r}", "field": "run"}}]
+    assert s.runs[g[0]["id"]]["state"] == "running"
+    res = do(s, "complete_many", T0 + 6, "b2", results=[item], worker="w", own=True, tenants=["default"])
+    assert res["results"][0]["ok"] and s.runs[g[0]["id"]]["state"] == "succeeded"

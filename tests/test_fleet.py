@@ -416,6 +416,14 @@ def test_a_worker_token_bound_to_ids_speaks_for_those_ids_only():
             assert e["error"]["field"] == "id" and "w3" in e["error"]["message"] and "w1, w2" in e["error"]["message"]
         assert env.state.snapshot() == before, "a refused request proposes nothing"
         assert "w3" not in env.state.workers and env.state.runs[rid]["state"] == "running"
+        # Nor can it finish another worker's run with that run's fencing token (a counter's value).
+        await put_job(env, "k")
+        other = await trigger(env, "k")
+        og = (await lease(c, "elsewhere", wait_s=5))["runs"][0]
+        res = await post(c, path("w1", "complete"), {"results": [{"run": other, "token": og["token"], "success": False}]},
+                         headers=h)
+        assert res["results"][0]["error"]["code_detail"] == "stale_token"
+        assert env.state.runs[other]["state"] == "running" and env.state.runs[other]["worker"] == "elsewhere"
         # For its own ids it does everything the worker protocol allows.
         done = await post(c, path("w1", "complete"), {"results": [{"run": rid, "token": g["token"], "success": True}]},
                           headers=h)

@@ -207,6 +207,22 @@ def test_acquire_with_tenants_grants_only_their_runs_in_the_order_it_would_grant
     assert counted >= sum(1 for r in left if s.runs[r]["tenant"] in only)
 
 
+def test_heartbeat_and_release_with_tenants_treat_another_tenants_lease_as_lost():
+    s = new_state(("a", jspec()), ("b", jspec(tenant="billing")))
+    ra, rb = trig(s, "a", T0), trig(s, "b", T0)
+    g = {x["id"]: x for x in acq(s, T0 + 1, n=2)}
+    leases = [[ra, g[ra]["token"]], [rb, g[rb]["token"]]]
+    res = do(s, "heartbeat", T0 + 2, worker="w1", leases=leases, ttl=TTL, tenants=["billing"])
+    assert res["ok"] and res["extended"] == 1 and res["lost"] == [ra]
+    assert s.runs[ra]["renewals"] == 0 and s.runs[rb]["renewals"] == 1
+    res = do(s, "release", T0 + 3, worker="w1", leases=leases, tenants=["billing"])
+    assert res["ok"] and res["released"] == [rb] and res["lost"] == [ra]
+    assert s.runs[ra]["state"] == "running" and s.runs[rb]["state"] == "queued"
+    for op, extra in (("heartbeat", {"ttl": TTL}), ("release", {})):
+        refused(s, commands.make(op, T0 + 4, None, worker="w1", leases=leases[:1], tenants="billing", **extra),
+                "invalid_command")
+
+
 # ============================================================================ heartbeat
 def test_heartbeat_extends_the_workers_live_leases():
     s = new_state(("a", jspec()))

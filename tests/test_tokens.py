@@ -61,6 +61,7 @@ def test_revoke_drops_the_hash_and_is_refused_by_token_auth_everywhere():
     {"role": "worker", "workers": []}, {"role": "worker", "workers": "w1"}, {"role": "worker", "workers": ["w1", "w1"]},
     {"role": "worker", "workers": ["-bad"]}, {"role": "worker", "workers": [7]},
     {"role": "worker", "workers": [f"w{i}" for i in range(limits.token_workers_max + 1)]},
+    {"tenants": [["billing"]]}, {"role": "worker", "workers": [["w1"]]}, {"role": "worker", "workers": [{}]},
     {"expires": -1}, {"expires": "tomorrow"}, {"expires": True},
     {"note": 5}, {"note": "x" * (limits.token_note_chars_max + 1)},
     {"hash": None}, {"hash": {"alg": "md5", "salt": SALT, "digest": DIGEST}},
@@ -74,6 +75,7 @@ def test_malformed_creates_are_refused_and_change_nothing(fields):
     before = s.snapshot()
     res = create(s, **fields)
     assert res["ok"] is False and res["error"]["code"] == "invalid_command", res
+    assert "could not be applied" not in res["error"]["message"], "refused by the check, not by a crash"
     s.applied -= 1  # the refusal is counted; nothing else changed
     assert s.snapshot() == before
 

@@ -60,11 +60,7 @@ def apply_acquire(s, cmd: dict, now: int) -> dict:
     types = cmd.get("types")
     if types is not None and (not isinstance(types, list) or not all(isinstance(t, str) for t in types)):
         raise InvalidCommand("acquire.types must be a list of executor types or nil")
-    only = cmd.get("tenants")
-    if only is not None:
-        if not isinstance(only, list) or not all(isinstance(t, str) for t in only):
-            raise InvalidCommand("acquire.tenants must be a list of tenant names or nil")
-        only = frozenset(only)
+    only = tenants_field(cmd, "acquire")
     w = s.workers.get(worker)
     if w is not None:
         if now > w["last_seen"]:
@@ -198,6 +194,23 @@ def grant(s, run: dict, worker: str, ttl: int, now: int) -> dict:
     return g
 
 
+def tenants_field(cmd: dict, op: str) -> frozenset | None:
+    """A command's ``tenants``: those of the token of the worker it speaks for (node/fleet.py),
+    or None (absent: every tenant). The worker protocol's commands that carry it act only on
+    runs of those tenants (I23). :raises InvalidCommand: not a list of names."""
+    only = cmd.get("tenants")
+    if only is None:
+        return None
+    if not isinstance(only, list) or not all(isinstance(t, str) for t in only):
+        raise InvalidCommand(f"{op}.tenants must be a list of tenant names or nil")
+    return frozenset(only)
+
+
+def outside(run: dict, only: frozenset | None) -> bool:
+    """Whether ``run`` is not one of the tenants ``only`` (None: every tenant) allows."""
+    return only is not None and run.get("tenant") not in only
+
+
 # -------------------------------------------------------------- heartbeat / complete
 def live(s, rid, tok) -> dict | None:
     """The run ``rid`` if it is running under token ``tok``, else None."""
@@ -208,18 +221,20 @@ def live(s, rid, tok) -> dict | None:
 
 
 def apply_heartbeat(s, cmd: dict, now: int) -> dict:
-    """``heartbeat {worker, leases: [[run_id, token], ...], ttl}``: extend each lease the
-    worker still holds to ``now + ttl`` (never shorten it) and count a renewal. The result
+    """``heartbeat {worker, leases: [[run_id, token], ...], ttl, tenants?}``: extend each lease
+    the worker still holds to ``now + ttl`` (never shorten it) and count a renewal. The result
     lists the leases it no longer holds (``lost``): their worker must stop them; and says
-    ``draining`` when the worker is registered and draining (workers.py).
+    ``draining`` when the worker is registered and draining (workers.py). With ``tenants``, a
+    lease of a run of another tenant is ``lost`` (I23).
 
     :raises InvalidCommand: no worker, more than heartbeat_leases_max leases, a malformed
-        lease, or a ttl out of range."""
+        lease, a ttl out of range, or tenants that are not a list of names."""
     worker, leases, ttl = cmd.get("worker"), cmd.get("leases"), cmd.get("ttl")
     if not isinstance(worker, str) or not isinstance(leases, list) or len(leases) > limits.heartbeat_leases_max:
         raise InvalidCommand("heartbeat needs worker and a bounded list of leases")
     if not is_int(ttl) or not limits.lease_ttl_ms_min <= ttl <= limits.lease_ttl_ms_max:
         raise InvalidCommand("heartbeat.ttl out of range")
+    only = tenants_field(cmd, "heartbeat")
     lost, extended = [], 0
     for item in leases:
         if not (isinstance(item, list) and len(item) == 2 and is_int(item[1])):
@@ -229,7 +244,7 @@ def apply_heartbeat(s, cmd: dict, now: int) -> dict:
         w["last_seen"] = now  # a registered worker is seen (workers.py)
     for rid, tok in leases:
         run = live(s, rid, tok)
-        if run is None or run["worker"] != worker:
+        if run is None or run["worker"] != worker or outside(run, only):
             lost.append(rid)
             continue
         run["deadline"] = max(run["deadline"], now + ttl)
@@ -268,13 +283,18 @@ def apply_complete(s, cmd: dict, now: int) -> dict:
 
 
 def apply_complete_many(s, cmd: dict, now: int) -> dict:
-    """``complete_many {results: [{run, token, success, error?, output?}, ...]}``: several
-    outcomes in one command (a worker batches the completions of a few ms): each item is
-    judged like ``complete``, alone; a stale item is refused without affecting the others.
-    Returns one result per item, in order.
+    """``complete_many {results: [{run, token, success, error?, output?}, ...], worker?, own?,
+    tenants?}``: several outcomes in one command (a worker batches the completions of a few
+    ms): each item is judged like ``complete``, alone; a stale item is refused without affecting
+    the others. Returns one result per item, in order.
 
-    :raises InvalidCommand: no results, more than complete_batch_max, or an item without run,
-        token and success (then none applies)."""
+    What a remote worker's completions carry (node/fleet.py): with ``own: true``, an outcome for
+    a running run that another worker than ``worker`` holds is refused as stale, whatever its
+    token (a token is a counter's value, not a secret); with ``tenants``, an outcome for a run
+    of another tenant is refused as for a run that does not exist (I23).
+
+    :raises InvalidCommand: no results, more than complete_batch_max, an item without run,
+        token and success, ``own`` not a boolean, or malformed tenants (then none applies)."""
     items = cmd.get("results")
     if not isinstance(items, list) or not 1 <= len(items) <= limits.complete_batch_max:
         raise InvalidCommand(f"complete_many needs 1..{limits.complete_batch_max} results")
@@ -283,6 +303,10 @@ def apply_complete_many(s, cmd: dict, now: int) -> dict:
                 and isinstance(it.get("success"), bool)):
             raise InvalidCommand("each result needs run, token, success")
     worker = cmd.get("worker")
+    own = cmd.get("own", False)
+    if not isinstance(own, bool) or (own and not isinstance(worker, str)):
+        raise InvalidCommand("complete_many.own must be a boolean, and needs worker")
+    only = tenants_field(cmd, "complete_many")
     w = s.workers.get(worker) if isinstance(worker, str) else None
     if w is not None and now > w["last_seen"]:
         w["last_seen"] = now  # a registered worker is seen (workers.py)
@@ -292,6 +316,15 @@ def apply_complete_many(s, cmd: dict, now: int) -> dict:
     for it in items:
         rid = it["run"]
         run = runs.get(rid)
+        if run is not None and (own or only is not None):
+            if outside(run, only):
+                out.append({"ok": False, "run": rid, "error": NotFound(f"no run {rid!r}", field="run").to_dict()})
+                continue
+            if own and run["state"] == "running" and run["worker"] != worker:
+                out.append({"ok": False, "run": rid, "error": Conflict(
+                    f"run {rid} is held by another worker than {worker}", field="token",
+                    code_detail="stale_token").to_dict()})
+                continue
         if fast and it["success"] and run is not None and run["state"] == "running" \
                 and run.get("fencing_token") == it["token"]:
             # A success of the current attempt (nearly every item): apply_complete and

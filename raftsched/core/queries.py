@@ -339,12 +339,6 @@ def run_tenant(s, run_id: str) -> str | None:
     return None if r is None else _tenant_of_run(s, r)
 
 
-def run_tenants(s, run_ids: list[str]) -> list[str | None]:
-    """``run_tenant`` of each of ``run_ids``, in order."""
-    runs = s.runs
-    return [None if r is None else _tenant_of_run(s, r) for r in map(runs.get, run_ids)]
-
-
 def jobs_page_in(s, tenants, limit: int, after: str | None, labels: dict | None = None) -> dict:
     """jobs_page of the jobs of ``tenants`` only (``total`` counts those); with ``labels``, of
     those that carry every one of them too (jobs_labelled_page)."""

@@ -59,34 +59,40 @@ def _check_hash(h) -> dict:
     return {"alg": h["alg"], "salt": h["salt"], "digest": h["digest"]}
 
 
+def _distinct(v, what: str, max_n: int, valid) -> list[str] | None:
+    """None, or a list of 1..max_n distinct strings each ``valid`` (returned sorted); each item
+    is checked before the list is made a set, so an unhashable one is refused, not raised.
+    :raises InvalidCommand:"""
+    if v is None:
+        return None
+    if not isinstance(v, list) or not 1 <= len(v) <= max_n:
+        raise InvalidCommand(f"token {what} must be nil or 1-{max_n} distinct names")
+    if not all(isinstance(x, str) and valid(x) for x in v):
+        raise InvalidCommand(f"token {what} must be {what[:-1]} names")
+    if len(set(v)) != len(v):
+        raise InvalidCommand(f"token {what} must be distinct")
+    return sorted(v)
+
+
+def _is_worker_id(v: str) -> bool:
+    try:
+        check_worker_id(v)
+    except InvalidSpec:
+        return False
+    return True
+
+
 def check_tenants(tenants) -> list[str] | None:
     """None, or a list of 1..tokens_tenants_max distinct valid tenant names (returned sorted).
     :raises InvalidCommand:"""
-    if tenants is None:
-        return None
-    if (not isinstance(tenants, list) or not 1 <= len(tenants) <= limits.token_tenants_max
-            or len(set(tenants)) != len(tenants)):
-        raise InvalidCommand(f"token tenants must be nil or 1-{limits.token_tenants_max} distinct names")
-    for t in tenants:
-        if not isinstance(t, str) or len(t) > limits.tenant_name_chars_max or not NAME_RE.match(t):
-            raise InvalidCommand("token tenants must be tenant names")
-    return sorted(tenants)
+    return _distinct(tenants, "tenants", limits.token_tenants_max,
+                     lambda t: len(t) <= limits.tenant_name_chars_max and NAME_RE.match(t) is not None)
 
 
 def check_workers(workers) -> list[str] | None:
     """None, or a list of 1..token_workers_max distinct worker ids (returned sorted).
     :raises InvalidCommand:"""
-    if workers is None:
-        return None
-    if (not isinstance(workers, list) or not 1 <= len(workers) <= limits.token_workers_max
-            or len(set(workers)) != len(workers)):
-        raise InvalidCommand(f"token workers must be nil or 1-{limits.token_workers_max} distinct worker ids")
-    for w in workers:
-        try:
-            check_worker_id(w)
-        except InvalidSpec:
-            raise InvalidCommand("token workers must be worker ids") from None
-    return sorted(workers)
+    return _distinct(workers, "workers", limits.token_workers_max, _is_worker_id)
 
 
 def _evictable(s, now: int) -> str | None:

@@ -49,7 +49,7 @@ import re
 
 from . import limits, snapshot
 from .errors import InvalidCommand, InvalidSpec, LimitExceeded, NotFound
-from .leases import close_attempt, live
+from .leases import close_attempt, live, outside, tenants_field
 from .model import EXECUTOR_TYPES, NAME_RE
 from .placement import validate_worker_labels
 from .queues import add_dead, enqueue
@@ -106,16 +106,7 @@ def check_dedicated(v, labels: dict, field: str = "dedicated") -> list:
 
 def check_tenants(v, field: str = "tenants") -> list | None:
     """Tenant names, sorted, without repeats, or None (every tenant). :raises InvalidSpec:"""
-    if v is None:
-        return None
-    if not isinstance(v, list) or not 1 <= len(v) <= limits.token_tenants_max:
-        raise InvalidSpec(f"must be null (every tenant) or a list of 1-{limits.token_tenants_max} tenant names",
-                          field=field)
-    n = limits.tenant_name_chars_max
-    for t in v:
-        if not isinstance(t, str) or not t or len(t) > n or not NAME_RE.match(t):
-            raise InvalidSpec(f"tenant names are 1-{n} letters, digits, '.', '_' or '-'", field=field)
-    return sorted(set(v))
+    return _names_or_none(v, field, limits.token_tenants_max, limits.tenant_name_chars_max, "every tenant", "tenant")
 
 
 def check_executors(v, field: str = "executors") -> list:
@@ -131,15 +122,17 @@ def check_executors(v, field: str = "executors") -> list:
 
 def check_queues(v, field: str = "queues") -> list | None:
     """Queue names, sorted, without repeats, or None (every queue). :raises InvalidSpec:"""
+    return _names_or_none(v, field, limits.worker_queues_max, limits.queue_name_chars_max, "every queue", "queue")
+
+
+def _names_or_none(v, field: str, max_n: int, chars: int, none_means: str, what: str) -> list | None:
     if v is None:
         return None
-    if not isinstance(v, list) or not v or len(v) > limits.worker_queues_max:
-        raise InvalidSpec(f"must be null (every queue) or a list of 1-{limits.worker_queues_max} queue names",
-                          field=field)
-    n = limits.queue_name_chars_max
+    if not isinstance(v, list) or not v or len(v) > max_n:
+        raise InvalidSpec(f"must be null ({none_means}) or a list of 1-{max_n} {what} names", field=field)
     for q in v:
-        if not isinstance(q, str) or not q or len(q) > n or not NAME_RE.match(q):
-            raise InvalidSpec(f"queue names are 1-{n} letters, digits, '.', '_' or '-'", field=field)
+        if not isinstance(q, str) or not q or len(q) > chars or not NAME_RE.match(q):
+            raise InvalidSpec(f"{what} names are 1-{chars} letters, digits, '.', '_' or '-'", field=field)
     return sorted(set(v))
 
 
@@ -244,14 +237,13 @@ def apply_worker_hello(s, cmd: dict, now: int) -> dict:
         changed = True
     for k in FACTS:
         w[k] = facts[k]
+    # The optional facts go last, in _record's order, whatever the record held before.
+    w.pop(DEDICATED, None)
+    w.pop(TENANTS, None)
     if facts[DEDICATED]:
         w[DEDICATED] = facts[DEDICATED]
-    else:
-        w.pop(DEDICATED, None)
     if facts[TENANTS] is not None:
         w[TENANTS] = facts[TENANTS]
-    else:
-        w.pop(TENANTS, None)
     if now > w["last_seen"]:
         w["last_seen"] = now
     return ok(worker=worker, created=False, changed=changed, state=w["state"])
@@ -316,12 +308,13 @@ def apply_forget_workers(s, cmd: dict, now: int) -> dict:
 
 
 def apply_release(s, cmd: dict, now: int) -> dict:
-    """``release {worker, leases: [[run_id, token], ...], reason?}``: the worker gives leases
+    """``release {worker, leases: [[run_id, token], ...], reason?, tenants?}``: the worker gives leases
     back (it drains, or its lease request's answer could not be delivered). Each run it still
     holds with that token is queued again at once (due now) with attempt + 1; the attempt is
     recorded as released by the worker, and counts neither as a failure (``max_attempts``) nor
     as a lost lease (``lease_losses_max``): I19. A run whose job was deleted meanwhile is dead.
-    The others are listed as ``lost`` (not the worker's any more) and change nothing.
+    The others are listed as ``lost`` (not the worker's any more) and change nothing; with
+    ``tenants``, so is a lease of a run of another tenant (I23).
 
     :raises InvalidCommand: no worker, more than heartbeat_leases_max leases, a malformed
         lease, or a reason that is not a short string."""
@@ -332,12 +325,13 @@ def apply_release(s, cmd: dict, now: int) -> dict:
     reason = cmd.get("reason")
     if reason is not None and (not isinstance(reason, str) or len(reason) > limits.attempt_error_chars_max - 64):
         raise InvalidCommand("release.reason must be a short string")
+    only = tenants_field(cmd, "release")
     w = touch(s, worker, now)
     released, lost = [], []
     why = f"released by worker {worker}" + (f": {reason}" if reason else "")
     for rid, tok in leases:
         run = live(s, rid, tok)
-        if run is None or run["worker"] != worker:
+        if run is None or run["worker"] != worker or outside(run, only):
             lost.append(rid)
             continue
         close_attempt(s, run, now, False, why, run.get("output"))

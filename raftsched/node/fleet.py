@@ -11,9 +11,12 @@ HTTP handlers are node/fleet_api.py's.
   a ``worker_hello`` first: a worker registers on first contact, and again only when something
   changed. Then the request waits in the node's dispatcher (node/dispatch.py).
 - A worker whose token is limited to tenants (``tenants``, from the request's principal: never
-  from its body) is registered with them and granted only their runs (the acquire carries
-  them); its heartbeats, completions and releases of a run of another tenant are answered as
-  for a run it does not hold, and proposed for nobody.
+  from its body) is registered with them, and every command proposed for it carries them: its
+  acquires grant only their runs, and its heartbeats, completions and releases of a run of
+  another tenant are answered as for a run it does not hold (I23). Apply decides, so a node
+  whose replica lags cannot misjudge a run it has not seen yet.
+- A remote worker's completions are proposed with ``own``: an outcome for a run another worker
+  holds is refused, whatever fencing token it carries.
 - Every worker that contacts the node, and every one whose request waits here, is noted; every
   ``workers_seen_interval_s`` the node proposes one ``workers_seen`` for them (so that idle
   long-polling workers are seen without a command each). The node's own embedded worker is
@@ -213,13 +216,6 @@ class Fleet:
             self.hellos += 1
         await asyncio.shield(t)
 
-    def _outside(self, run_ids, tenants) -> set[str]:
-        """The ids among ``run_ids`` of runs not in ``tenants`` (unknown runs included), for a
-        token limited to them; none for a token that is not."""
-        if tenants is None:
-            return set()
-        return {rid for rid, t in zip(run_ids, self.raft.read(queries.run_tenants, list(run_ids))) if t not in tenants}
-
     async def heartbeat(self, wid: str, body, tenants=None) -> dict:
         """``POST /v1/workers/{id}/heartbeat``: ``{"extended", "lost", "draining"}``. With
         ``tenants`` (the token's), a lease of a run of another tenant is ``lost``."""
@@ -227,36 +223,23 @@ class Fleet:
         b = check_body(body, HEARTBEAT_FIELDS)
         leases, ttl = _leases(b), _ttl(b)
         self._seen.add(wid)
-        outside = self._outside([rid for rid, _ in leases], tenants)
-        res = await self.propose(commands.make("heartbeat", self.clock.now_ms(), None, worker=wid,
-                                               leases=[lz for lz in leases if lz[0] not in outside], ttl=ttl))
-        return {"extended": res["extended"], "lost": res["lost"] + sorted(outside),
-                "draining": bool(res.get("draining"))}
+        res = await self.propose(_limited(commands.make("heartbeat", self.clock.now_ms(), None, worker=wid,
+                                                        leases=leases, ttl=ttl), tenants))
+        return {"extended": res["extended"], "lost": res["lost"], "draining": bool(res.get("draining"))}
 
     async def complete(self, wid: str, body, key: str | None, tenants=None) -> dict:
         """``POST /v1/workers/{id}/complete``: one ``complete_many`` with the request's
         Idempotency-Key as its request id (a retry acts once). ``{"results": [...]}``, one per
-        outcome: a stale token is refused for that outcome alone. With ``tenants`` (the
-        token's), an outcome for a run of another tenant is refused as for a run that does not
-        exist, and only the others are proposed."""
+        outcome: a stale token, or a run another worker holds, is refused for that outcome
+        alone. With ``tenants`` (the token's), an outcome for a run of another tenant is refused
+        as for a run that does not exist."""
         wid = _worker_id(wid)
         items = parse_results(body)
         self._seen.add(wid)
-        outside = self._outside([it["run"] for it in items], tenants)
-        mine = [it for it in items if it["run"] not in outside]
-        results: list[dict] = []
-        duplicate = False
-        if mine:
-            res = await self.propose(commands.make("complete_many", self.clock.now_ms(), key or uuid.uuid4().hex,
-                                                   results=mine, worker=wid))
-            results, duplicate = res["results"], bool(res.get("duplicate"))
-        if outside:
-            got = iter(results)
-            results = [{"ok": False, "run": it["run"],
-                        "error": NotFound(f"no run {it['run']!r}", field="run").to_dict()}
-                       if it["run"] in outside else next(got) for it in items]
-        out = {"results": results}
-        if duplicate:
+        res = await self.propose(_limited(commands.make("complete_many", self.clock.now_ms(), key or uuid.uuid4().hex,
+                                                        results=items, worker=wid, own=True), tenants))
+        out = {"results": res["results"]}
+        if res.get("duplicate"):
             out["duplicate"] = True
         return out
 
@@ -270,10 +253,9 @@ class Fleet:
         if reason is not None and (not isinstance(reason, str) or len(reason) > 200):
             raise InvalidSpec("must be a string of at most 200 characters", field="reason")
         self._seen.add(wid)
-        outside = self._outside([rid for rid, _ in leases], tenants)
-        res = await self.propose(commands.make("release", self.clock.now_ms(), key or uuid.uuid4().hex, worker=wid,
-                                               leases=[lz for lz in leases if lz[0] not in outside], reason=reason))
-        return {"released": res["released"], "lost": res["lost"] + sorted(outside)}
+        res = await self.propose(_limited(commands.make("release", self.clock.now_ms(), key or uuid.uuid4().hex,
+                                                        worker=wid, leases=leases, reason=reason), tenants))
+        return {"released": res["released"], "lost": res["lost"]}
 
     async def release_grants(self, wid: str, grants: list[dict], reason: str) -> None:
         """Give back runs granted for a request nobody waits for any more. Never raises: a
@@ -375,6 +357,14 @@ class Fleet:
     # ------------------------------------------------------------------ metrics
     def collector(self) -> "FleetCollector":
         return FleetCollector(self)
+
+
+def _limited(cmd: dict, tenants) -> dict:
+    """``cmd`` with the tenants of the token it is proposed for, when it is limited to some
+    (sorted: the command's bytes do not depend on a set's order); else unchanged."""
+    if tenants is not None:
+        cmd["tenants"] = sorted(tenants)
+    return cmd
 
 
 def _registered(s, ids: list[str]) -> list[str]:
