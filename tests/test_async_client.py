@@ -134,7 +134,7 @@ def test_async_lease_lost_when_no_renew_succeeds_for_a_ttl(scripted):  # noqa: F
             t0 = time.monotonic()
             try:
                 while not lease.lost.is_set() and time.monotonic() - t0 < 5:
-                    await asyncio.sleep(0.02)
+                    await asyncio.sleep(0.02)  # ok-sleep: polling interval inside a deadline loop
                 assert lease.lost.is_set()
                 assert 0.5 < time.monotonic() - t0 < 2.5
             finally:

@@ -43,21 +43,21 @@ def test_the_stepper_runs_only_while_leading_beside_the_trigger():
         for _ in range(200):
             if stepper.steps_proposed:
                 break
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # ok-sleep: polling interval inside a bounded loop
         assert stepper.steps_proposed >= 1 and len(backfill_runs(s, "bf")) == 2
         raft.leader = False
         trig.on_role_change(False)
-        await asyncio.sleep(0.2)  # the trigger's tick (50 ms) sees it and stops leading
+        await asyncio.sleep(0.2)  # ok-sleep: the trigger's tick (50 ms) sees it and stops leading; a window nothing may happen in
         n = stepper.steps_proposed
         finish_runs(s, clock.now_ms())
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # ok-sleep: a negative check: no step may come in this window
         assert stepper.steps_proposed == n, "a follower's stepper proposed a step"
         raft.leader = True
         trig.on_role_change(True)
         for _ in range(300):
             if len(backfill_runs(s, "bf")) >= 4:
                 break
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # ok-sleep: polling interval inside a bounded loop
         assert len(backfill_runs(s, "bf")) == 4, "a new term's stepper carries on from the cursor"
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

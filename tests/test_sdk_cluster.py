@@ -188,7 +188,7 @@ def test_the_async_client_calls_every_endpoint_of_a_live_cluster(cluster):
                 r = await call("get_run", rid)
                 if r["state"] == "dead":
                     break
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.05)  # ok-sleep: polling interval inside a bounded loop
             assert r["state"] == "dead" and "exit status 3" in (r["error"] or ""), r
             assert any(x["id"] == rid for x in (await call("runs", "async-fail", consistent=True))["runs"])
             assert any(x["id"] == rid for x in (await call("list_runs", state="dead"))["runs"])
@@ -199,7 +199,7 @@ def test_the_async_client_calls_every_endpoint_of_a_live_cluster(cluster):
             for _ in range(600):
                 if (await c.get_run(rid))["state"] == "dead":
                     break
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.05)  # ok-sleep: polling interval inside a bounded loop
             assert (await call("dlq_delete", rid))["deleted"] is True
             try:
                 await c.dlq_get(rid)

@@ -153,10 +153,10 @@ def test_local_cluster_writes_private_secrets_and_gives_each_node_its_ports(tmp_
 
 def test_procs_stops_children_by_pid_and_tracks_sigstop(tmp_path):
     procs = Procs()
-    sleeper = [sys.executable, "-c", "import sys, time; print('up', flush=True); time.sleep(600)"]
+    sleeper = [sys.executable, "-c", "import sys, time; print('up', flush=True); time.sleep(600)"]  # ok-sleep: a child that waits to be stopped
     # A child that ignores SIGTERM: the stop must end it with SIGKILL after its deadline.
     stubborn = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                "print('up', flush=True); time.sleep(600)"]
+                "print('up', flush=True); time.sleep(600)"]  # ok-sleep: a child that waits to be stopped
     try:
         a = procs.start("a", sleeper, tmp_path / "a.log")
         b = procs.start("b", stubborn, tmp_path / "b.log")
