@@ -36,6 +36,17 @@ def _setup_logging(level: str) -> None:
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), handlers=[h])
 
 
+def _tls_client_args(p: argparse.ArgumentParser, whose: str) -> None:
+    """--ca-file, --client-cert and --client-key, for a command that calls the API over HTTPS."""
+    p.add_argument("--ca-file", default=os.environ.get("RAFTSCHED_CA_FILE", ""),
+                   help="https: the CA (PEM) the nodes' certificates chain to (default $RAFTSCHED_CA_FILE, "
+                        "else the system's)")
+    p.add_argument("--client-cert", default=os.environ.get("RAFTSCHED_CLIENT_CERT", ""),
+                   help=f"mutual TLS: {whose} certificate (PEM; default $RAFTSCHED_CLIENT_CERT)")
+    p.add_argument("--client-key", default=os.environ.get("RAFTSCHED_CLIENT_KEY", ""),
+                   help="the key of --client-cert, when not in it (default $RAFTSCHED_CLIENT_KEY)")
+
+
 def parse_dial_map(text: str) -> dict[str, str] | None:
     """``--dial-map PEER=ADDR,PEER=ADDR`` (a test hook): dial each named peer's Raft address at
     another address, a TCP proxy of the jepsen-style harness. :raises ConfigError:"""
@@ -426,13 +437,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="on SIGTERM, how long running runs may finish before they are given back")
     w.add_argument("--lease-ttl-s", type=float, default=10.0, help="lease TTL this worker asks for")
     w.add_argument("--wait-s", type=float, default=20.0, help="how long one lease request waits at a node for work")
-    w.add_argument("--ca-file", default=os.environ.get("RAFTSCHED_CA_FILE", ""),
-                   help="https: the CA (PEM) the nodes' certificates chain to (default $RAFTSCHED_CA_FILE, "
-                        "else the system's)")
-    w.add_argument("--client-cert", default=os.environ.get("RAFTSCHED_CLIENT_CERT", ""),
-                   help="mutual TLS: this worker's certificate (PEM; default $RAFTSCHED_CLIENT_CERT)")
-    w.add_argument("--client-key", default=os.environ.get("RAFTSCHED_CLIENT_KEY", ""),
-                   help="the key of --client-cert, when not in it (default $RAFTSCHED_CLIENT_KEY)")
+    _tls_client_args(w, "this worker's")
     w.add_argument("--log-level", default="info")
     w.set_defaults(func=cmd_worker)
 
@@ -444,13 +449,7 @@ def main(argv: list[str] | None = None) -> int:
         c.add_argument("--url", default=os.environ.get("RAFTSCHED_URL", "http://127.0.0.1:8701"),
                        help="the API of one node, or of several, comma-separated (tried in turn)")
         c.add_argument("--token", help="default $RAFTSCHED_TOKEN, else the file .raftsched/token")
-        c.add_argument("--ca-file", default=os.environ.get("RAFTSCHED_CA_FILE", ""),
-                       help="https: the CA (PEM) the nodes' certificates chain to (default $RAFTSCHED_CA_FILE, "
-                            "else the system's)")
-        c.add_argument("--client-cert", default=os.environ.get("RAFTSCHED_CLIENT_CERT", ""),
-                       help="mutual TLS: this client certificate (PEM; default $RAFTSCHED_CLIENT_CERT)")
-        c.add_argument("--client-key", default=os.environ.get("RAFTSCHED_CLIENT_KEY", ""),
-                       help="the key of --client-cert, when not in it (default $RAFTSCHED_CLIENT_KEY)")
+        _tls_client_args(c, "this client's")
         c.add_argument("--deadline-s", type=float, default=30.0,
                        help="how long one call keeps retrying (other nodes, no leader, unknown outcome)")
         c.set_defaults(func=_with_client, client_run=run or (lambda a, cl: _show(lambda: call(a, cl))))

@@ -35,3 +35,13 @@ async def wait_until(cond, timeout_s: float = 5.0, what: str = "condition"):
 
 def py(target: str) -> dict:
     return {"type": "python", "target": f"exec_targets:{target}"}
+
+
+async def cancel_and_expect_cancelled(task: asyncio.Task) -> None:
+    """Cancel ``task`` (a running execute) and check that the cancellation propagates."""
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        return
+    raise AssertionError("a cancelled execute must propagate the cancellation")

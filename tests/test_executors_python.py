@@ -11,7 +11,7 @@ import threading
 import time
 
 import exec_targets
-from executor_helpers import PAYLOAD, ctx, py, run, wait_until
+from executor_helpers import PAYLOAD, cancel_and_expect_cancelled, ctx, py, run, wait_until
 from raftsched.node.executors import CancelEvent, Outcome, RunContext, execute, run_function
 
 
@@ -191,13 +191,7 @@ def test_python_caller_cancellation_cancels_the_coroutine_at_once_and_propagates
         exec_targets.STARTED["py-caller"] = started = asyncio.Event()
         task = asyncio.create_task(execute(py("slow_async"), ctx("py-caller"), 30, kill_grace_s=30))
         await asyncio.wait_for(started.wait(), 5)
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            pass
-        else:
-            raise AssertionError("a cancelled execute must propagate the cancellation")
+        await cancel_and_expect_cancelled(task)
         # No grace for a caller's cancellation: the coroutine is cancelled, not waited for.
         await wait_until(lambda: [r["kind"] for r in exec_targets.RECORDED["py-caller"]] == ["started", "cancelled"],
                          2, "the coroutine to be cancelled")
@@ -211,13 +205,7 @@ def test_python_caller_cancellation_abandons_the_thread_quietly():
         exec_targets.RELEASE["py-caller-block"] = release = threading.Event()
         task = asyncio.create_task(execute(py("blocking"), ctx("py-caller-block"), 30))
         await wait_until(lambda: exec_targets.RECORDED.get("py-caller-block"), 5, "the function to start")
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            pass
-        else:
-            raise AssertionError("a cancelled execute must propagate the cancellation")
+        await cancel_and_expect_cancelled(task)
         # The function returns later: what it returns goes nowhere, and raises nothing on the loop.
         release.set()
         recs = exec_targets.RECORDED["py-caller-block"]

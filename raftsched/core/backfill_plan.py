@@ -443,21 +443,30 @@ def plan_backfill_step(s, bf_id: str, after: int, slots: list[int], complete: bo
     if job is None:
         return {"name": bf_id, "after": after, "slots": [], "exhausted": False}
     walk = BackfillWalk(s, bf, job, now)
-    taken, stopped = [], False
-    for slot in slots:
-        what, why = walk.next(slot)
-        if what == "stop":
-            stopped = True
-            if why == "queue_full":
-                taken.append(slot)  # apply stops there too, and pauses the backfill: visible
-            break
-        taken.append(slot)
-        if what == "run":
-            walk.took()
+    taken, stopped = _walk(walk, slots, lambda _slot: walk.took())
     exhausted = complete and not stopped
     if not taken and not exhausted:
         return None
     return {"name": bf_id, "after": after, "slots": taken, "exhausted": exhausted}
+
+
+def _walk(walk, items, took) -> tuple[list, bool]:
+    """The items a step sends, walking ``items`` as apply will (``walk.next``), up to the first
+    that stops it: ``(taken, stopped)``. One stopped by a full queue is taken too: apply stops
+    there as well, and pauses the backfill or bulk operation, visibly. ``took(item)`` is told
+    of each item that makes a run."""
+    taken, stopped = [], False
+    for item in items:
+        what, why = walk.next(item)
+        if what == "stop":
+            stopped = True
+            if why == "queue_full":
+                taken.append(item)
+            break
+        taken.append(item)
+        if what == "run":
+            took(item)
+    return taken, stopped
 
 
 def plan_bulk_step(s, bf_id: str, now: int) -> dict | None:
@@ -471,17 +480,7 @@ def plan_bulk_step(s, bf_id: str, now: int) -> dict | None:
     if walk.stop_reason() == "max_count":
         return {"name": bf_id, "after": bf["cursor"], "runs": [], "exhausted": True}
     cands = dead_matching(s, bf["req"], bf["cursor"], limits.dlq_bulk_step_runs_max)
-    taken, stopped = [], False
-    for key in cands:
-        what, why = walk.next(key)
-        if what == "stop":
-            stopped = True
-            if why == "queue_full":
-                taken.append(key)  # apply stops there too, and pauses the operation: visible
-            break
-        taken.append(key)
-        if what == "run":
-            walk.took(s.runs[key[1]]["queue"])
+    taken, stopped = _walk(walk, cands, lambda key: walk.took(s.runs[key[1]]["queue"]))
     exhausted = len(cands) < limits.dlq_bulk_step_runs_max and not stopped
     if not taken and not exhausted:
         return None

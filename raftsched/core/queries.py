@@ -133,9 +133,15 @@ def run(s, run_id: str) -> dict | None:
 
 def runs(s, state: str | None, limit: int) -> list[dict]:
     """Up to ``limit`` runs and records, the newest first, those in ``state`` only."""
+    return _newest(s, state, limit, None)
+
+
+def _newest(s, state: str | None, limit: int, tenants) -> list[dict]:
+    """Up to ``limit`` runs and records, newest first, in ``state`` (None: any) and of
+    ``tenants`` (None: every tenant)."""
     out = []
     for r in reversed(s.runs.values()):
-        if state and r["state"] != state:
+        if (state and r["state"] != state) or (tenants is not None and _tenant_of_run(s, r) not in tenants):
             continue
         out.append(_run_copy(r))
         if len(out) >= limit:
@@ -355,14 +361,7 @@ def jobs_page_in(s, tenants, limit: int, after: str | None, labels: dict | None 
 
 def runs_in(s, tenants, state: str | None, limit: int) -> list[dict]:
     """runs of ``tenants`` only."""
-    out = []
-    for r in reversed(s.runs.values()):
-        if (state and r["state"] != state) or _tenant_of_run(s, r) not in tenants:
-            continue
-        out.append(_run_copy(r))
-        if len(out) >= limit:
-            break
-    return out
+    return _newest(s, state, limit, tenants)
 
 
 def queue_tenants(s, queue: str) -> set[str]:
