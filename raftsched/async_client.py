@@ -16,10 +16,14 @@ too: the same nodes in the same order, the same ``Idempotency-Key`` on every ret
 mutation, the same typed errors, and an unknown outcome never reported as a definite failure.
 
 Transport differences: one ``aiohttp.ClientSession`` (connections kept alive) per client,
-opened on first use and closed by :meth:`AsyncClient.close` or ``async with``. A request that
-fails to connect was not sent; any other failure after that, a timeout included, may have
-applied (for a mutation, the call then ends :class:`Indeterminate` rather than
-``Unavailable`` if nothing better comes back).
+opened on first use and closed by :meth:`AsyncClient.close` or ``async with``. The rule is the
+sync Client's: a request whose connection could not be made was not sent; once a connection was
+made, any failure, a timeout included, may have applied (for a mutation, the call then ends
+:class:`Indeterminate` rather than ``Unavailable`` if nothing better comes back). aiohttp sends
+a PUT or DELETE again by itself, once, on a new connection, when its connection drops
+mid-request, and raises the error of that resend: a "connection refused" there does not mean
+the request never left, so every attempt of a request is counted (:class:`_Attempts`) and the
+request counts as not sent only if every attempt failed to connect.
 """
 from __future__ import annotations
 
@@ -49,6 +53,44 @@ __all__ = ["AsyncClient", "AsyncLock"]
 #: or ``self._get(...)`` (post-processing goes in ``recover``), doing nothing after it. A
 #: method of Client that does more belongs here, with an async version of its own.
 _NOT_BORROWED = frozenset({"request", "lock", "wait_backfill"})
+
+
+#: The errors of an attempt that never got a connection: its request cannot have left.
+_NO_CONNECTION = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
+
+
+class _Attempts:
+    """The attempts of one request, counted by an aiohttp client middleware passed with it.
+
+    aiohttp (3.9 and later) resends a request of an idempotent method (GET, PUT, DELETE, ...)
+    once, on a new connection, when the first attempt's connection drops after it was made
+    (``retry_persistent_connection`` in ``ClientSession._request``), and raises the second
+    attempt's error. It offers no supported way to turn that off (``ClientSession._retry_connection``
+    is private; aio-libs/aiohttp#10790). A client middleware (documented, aiohttp 3.12) wraps
+    every attempt, the resend included, so it sees each attempt's outcome: an attempt that ended
+    in a connect error never left; any other (an answer, a lost connection, a timeout after the
+    connection was made) may have. The resend itself is harmless here (a mutation carries one
+    ``Idempotency-Key`` on every attempt) and spares a stale keep-alive connection a round.
+    """
+
+    __slots__ = ("made", "not_connected")
+
+    def __init__(self) -> None:
+        self.made = 0           # attempts that reached the transport (the middleware ran)
+        self.not_connected = 0  # of them, those that never got a connection
+
+    @property
+    def may_have_left(self) -> bool:
+        """Whether some attempt got a connection, so that its request may have left."""
+        return self.made > self.not_connected
+
+    async def __call__(self, req: aiohttp.ClientRequest, handler) -> aiohttp.ClientResponse:
+        self.made += 1
+        try:
+            return await handler(req)
+        except _NO_CONNECTION:
+            self.not_connected += 1
+            raise
 
 
 def _base(node: _Node) -> str:
@@ -115,18 +157,28 @@ class AsyncClient:
     async def _once(self, i: int, method: str, path: str, body: bytes | None, headers: dict,
                     timeout: float) -> tuple[int, dict, Any]:
         url = yarl.URL(self._bases[i] + path, encoded=True)
+        session = self._http()
+        attempts = _Attempts()
+        # A request's own middlewares replace the session's, so a given session's are put first
+        # (aiohttp has no public accessor for them); ours is innermost, next to each attempt.
+        middlewares = (*getattr(session, "_middlewares", ()), attempts)
         try:
-            async with self._http().request(
-                    method, url, data=body, headers=headers, allow_redirects=False,
+            async with session.request(
+                    method, url, data=body, headers=headers, allow_redirects=False, middlewares=middlewares,
                     timeout=aiohttp.ClientTimeout(total=timeout, sock_connect=timeout)) as resp:
                 raw = await resp.read()
                 status = resp.status
                 rh = {k.lower(): v for k, v in resp.headers.items()}
-        except (aiohttp.ClientConnectorCertificateError, aiohttp.ClientConnectorSSLError) as e:
-            raise TlsFailedError(f"TLS with {self._nodes[i].url} failed: {e}") from e
-        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
-            raise NotSentError(f"{self._nodes[i].url}: {e}") from e
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+            if attempts.may_have_left:
+                # Whatever the last attempt's error (aiohttp's resend meeting "connection
+                # refused", say), an earlier attempt got a connection: the outcome is unknown.
+                raise LostAfterSendError(f"{self._nodes[i].url}: {type(e).__name__}: {e} (aiohttp made "
+                                         f"{attempts.made} attempt(s); one had a connection)") from e
+            if isinstance(e, (aiohttp.ClientConnectorCertificateError, aiohttp.ClientConnectorSSLError)):
+                raise TlsFailedError(f"TLS with {self._nodes[i].url} failed: {e}") from e
+            if isinstance(e, _NO_CONNECTION):
+                raise NotSentError(f"{self._nodes[i].url}: {e}") from e
             raise LostAfterSendError(f"{self._nodes[i].url}: {type(e).__name__}: {e}") from e
         try:
             data = json.loads(raw) if raw else None
