@@ -3,8 +3,11 @@
 
 Mapping: 2xx ok; 503 (Unavailable: no leader, queue full) fail; 504 (Indeterminate) info; other
 4xx fail (a definite refusal, e.g. 404 for a job already deleted); 5xx other than 503/504 info;
-a connection that could not be opened fail (the request never left); a lost connection or a
-timeout info.
+a connection that could not be opened, for every attempt of the request, fail (the request never
+left); a lost connection or a timeout info, and so is a connect error once some attempt of the
+request had a connection: aiohttp resends a PUT or DELETE by itself, once, on a new connection,
+when the first one drops mid-request, and raises the resend's error, so its "connection refused"
+can follow a request that left and applied (issue 20). :class:`Attempts` counts the attempts.
 """
 from __future__ import annotations
 
@@ -34,6 +37,46 @@ class History:
         self._f.close()
 
 
+class Attempts:
+    """An aiohttp client middleware (aiohttp 3.12 and later) for one request: it wraps each
+    attempt, aiohttp's own resend included, and counts those that never got a connection.
+
+    aiohttp has no supported switch for its resend (``ClientSession._retry_connection`` is
+    private), and a middleware is the documented hook that sees every attempt. The harness keeps
+    its own (raftsched.AsyncClient has the same rule) so that it does not judge the product with
+    the product's code. Pass it as the request's ``middlewares`` (it then replaces the session's:
+    the harness's session has none)."""
+
+    NO_CONNECTION = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
+
+    def __init__(self) -> None:
+        self.made = 0
+        self.not_connected = 0
+
+    @property
+    def may_have_left(self) -> bool:
+        return self.made > self.not_connected
+
+    async def __call__(self, req, handler):
+        self.made += 1
+        try:
+            return await handler(req)
+        except self.NO_CONNECTION:
+            self.not_connected += 1
+            raise
+
+
+def _unsent(e: BaseException, attempts: Attempts) -> bool:
+    """Whether the request that raised ``e`` provably never left: no attempt had a connection."""
+    return isinstance(e, Attempts.NO_CONNECTION) and not attempts.may_have_left
+
+
+def _error(e: BaseException, attempts: Attempts) -> str:
+    if _unsent(e, attempts):
+        return f"connect: {getattr(e, 'os_error', e)!r}"
+    return f"{type(e).__name__}: {e} ({attempts.made} attempt(s))"
+
+
 def _request(op: dict) -> tuple[str, str, dict | None]:
     job, f = op["job"], op["f"]
     if f in ("create", "update"):
@@ -54,18 +97,18 @@ async def perform(session: aiohttp.ClientSession, url: str, token: str, op: dict
         base["spec"] = op["spec"]
     history.add(dict(base, type="invoke"))
     headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": key}
+    attempts = Attempts()
     try:
-        async with session.request(method, url + path, json=body, headers=headers,
+        async with session.request(method, url + path, json=body, headers=headers, middlewares=(attempts,),
                                    timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
             status = r.status
             try:
                 value = await r.json(content_type=None)
             except (ValueError, aiohttp.ContentTypeError):
                 value = {"text": (await r.text())[:500]}
-    except aiohttp.ClientConnectorError as e:
-        return history.add(dict(base, type="fail", error=f"connect: {e.os_error!r}"))
     except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as e:
-        return history.add(dict(base, type="info", error=f"{type(e).__name__}: {e}"))
+        kind = "fail" if _unsent(e, attempts) else "info"
+        return history.add(dict(base, type=kind, error=_error(e, attempts)))
     if 200 <= status < 300:
         kind = "ok"
     elif status == 504 or status >= 500 and status != 503:
@@ -109,21 +152,22 @@ async def perform_bulk(session: aiohttp.ClientSession, url: str, token: str, op:
     headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": key}
     value: dict = {}
     for phase, b in (("dry", dict(body, dry_run=True)), ("res", body)):
+        attempts = Attempts()
         try:
             async with session.post(url + path, json=b, headers=headers if phase == "res" else
-                                    {"Authorization": headers["Authorization"]},
+                                    {"Authorization": headers["Authorization"]}, middlewares=(attempts,),
                                     timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
                 status = r.status
                 try:
                     value[phase] = await r.json(content_type=None)
                 except (ValueError, aiohttp.ContentTypeError):
                     value[phase] = {"text": (await r.text())[:500]}
-        except aiohttp.ClientConnectorError as e:
-            return history.add(dict(base, type="fail", error=f"{phase}: connect: {e.os_error!r}", value=value))
         except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as e:
-            # A dry run that timed out changed nothing; the operation's may still apply.
-            return history.add(dict(base, type="fail" if phase == "dry" else "info",
-                                    error=f"{phase}: {type(e).__name__}: {e}", value=value))
+            # A dry run changed nothing, whatever became of it; the operation may have applied
+            # unless it provably never left (aiohttp does not resend a POST today, but the rule
+            # does not depend on it).
+            kind = "fail" if phase == "dry" or _unsent(e, attempts) else "info"
+            return history.add(dict(base, type=kind, error=f"{phase}: {_error(e, attempts)}", value=value))
         if not 200 <= status < 300:
             kind = "info" if phase == "res" and (status == 504 or status >= 500 and status != 503) else "fail"
             return history.add(dict(base, type=kind, status=status, value=value))
