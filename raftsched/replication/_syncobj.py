@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 from pysyncobj import SyncObj
 from pysyncobj.monotonic import monotonic  # the clock pysyncobj's own timers use
 
+from . import _progress
+from ._progress import _Progress
 from ._storage import _cut_journal_file
 
 if TYPE_CHECKING:
@@ -44,6 +46,9 @@ class _SyncObj(SyncObj):
     def __init__(self, *args, encryptor: "_AeadEncryptor | None" = None, **kwargs):
         # Set before SyncObj.__init__: its tick thread may connect to peers right away.
         self._raft_encryptor = encryptor
+        #: The leader's view of each follower beyond next/match index (_progress.py); anew at
+        #: each election won.
+        self._progress: dict = {}
         super().__init__(*args, **kwargs)
 
     @property
@@ -64,11 +69,14 @@ class _SyncObj(SyncObj):
 
     def _SyncObj__onMessageReceived(self, node, message):
         kind = message.get("type") if type(message) is dict else None
-        if kind == "append_entries" and message.get("entries") and "prevLogIdx" in message \
-                and "transmission" not in message:
-            held = _entries_already_held(self, message)
-            if held is not None:
-                message, _tick.keep_log_tail = held
+        if kind == "next_node_idx" and self._SyncObj__raftState == _LEADER:
+            return self._on_answer(node, message)
+        if kind == "append_entries" and "prevLogIdx" in message and "transmission" not in message:
+            found = self._check_previous(message)
+            if found == "match" and message.get("entries"):
+                held = _entries_already_held(self, message)
+                if held is not None:
+                    message, _tick.keep_log_tail = held
         order = _candidate_log_order(self, message) if kind == "request_vote" else None
         # Two candidates of one term with equally recent logs: a split vote (each voted for
         # itself), seen from both sides as each one's request reaches the other.
@@ -78,6 +86,7 @@ class _SyncObj(SyncObj):
             return SyncObj._SyncObj__onMessageReceived(self, node, message)
         finally:
             _tick.keep_log_tail = False
+            _tick.answer = None
             if order == -1 and self._SyncObj__raftState != _LEADER:
                 # A candidate whose log is behind ours cannot win, and it has already moved
                 # the term on (no pre-vote): the leader is gone or deposed. Stand soon rather
@@ -97,6 +106,209 @@ class _SyncObj(SyncObj):
                     later = monotonic() + self._SyncObj__conf.raftMinTimeout
                     if self._SyncObj__raftElectionDeadline < later:
                         self._SyncObj__raftElectionDeadline = later
+
+    # -- the walk back to where a follower's log agrees (_progress.py) -------------------------
+
+    def _check_previous(self, message: dict) -> str | None:
+        """A follower's side: before pysyncobj handles an append_entries, truncate a conflicting
+        entry at its previous index (above the commit index) and note what the answer must add
+        (``_tick.answer``: the index answered, and the hint). Returns what was found."""
+        try:
+            if message["term"] < self._SyncObj__raftCurrentTerm:
+                return None  # pysyncobj ignores it
+            prev = message["prevLogIdx"]
+            commit = self._SyncObj__raftCommitIndex
+            found, hint = _progress.follower_check(self._SyncObj__raftLog, commit, prev,
+                                                   message["prevLogTerm"])
+        except (KeyError, TypeError, IndexError):
+            return None  # malformed: pysyncobj's handler decides, as before
+        if found == "conflict":
+            if prev <= commit:
+                # A leader of this term or later holds every committed entry: cannot happen.
+                logger.critical("replication.conflict_below_commit prev=%d commit=%d", prev, commit)
+                hint = None
+            else:
+                # The entry at prev is not in the leader's log, so it is not committed, nor is
+                # anything after it: drop them now, so that every later message of the leader's
+                # burst gets the same answer ("from prev") instead of "from the end of my tail".
+                self._SyncObj__deleteEntriesFrom(prev)
+                logger.info("replication.conflicting_tail_truncated from=%d hint=%d", prev, hint)
+        _tick.answer = (prev, found, hint)
+        return found
+
+    def _SyncObj__sendNextNodeIdx(self, node, reset=False, nextNodeIdx=None, success=False):
+        # pysyncobj's answer, plus the previous index it answers ("prev") and the follower's hint.
+        if nextNodeIdx is None:
+            nextNodeIdx = self._SyncObj__getCurrentLogIndex() + 1
+        message = {"type": "next_node_idx", "next_node_idx": nextNodeIdx, "reset": reset,
+                   "success": success}
+        answer = getattr(_tick, "answer", None)
+        if answer is not None:
+            prev, found, hint = answer
+            message["prev"] = prev
+            if found == "compacted" and reset:
+                # Asked about an entry below our log: every entry up to our commit index is
+                # committed, hence in the leader's log. Say so (as etcd's raft does).
+                message.update(next_node_idx=self._SyncObj__raftCommitIndex + 1, reset=False,
+                               success=True)
+            elif reset and hint is not None:
+                message["next_node_idx"] = hint
+        self._SyncObj__transport.send(node, message)
+
+    def _SyncObj__onBecomeLeader(self):
+        self._progress = {}
+        return SyncObj._SyncObj__onBecomeLeader(self)
+
+    def _on_answer(self, node, message: dict) -> None:
+        """The leader's side of a follower's answer (pysyncobj's ``next_node_idx``)."""
+        match, nexts = self._SyncObj__raftMatchIndex, self._SyncObj__raftNextIndex
+        if node not in match or node not in nexts:
+            return
+        self._SyncObj__lastResponseTime[node] = monotonic()
+        pr = self._progress.get(node)
+        if pr is None:
+            pr = self._progress[node] = _Progress()
+        try:
+            n = int(message["next_node_idx"])
+            success, reset = bool(message["success"]), bool(message["reset"])
+            prev = message.get("prev")
+            prev = None if prev is None else int(prev)
+        except (KeyError, TypeError, ValueError):
+            return
+        if success:
+            idx = n - 1
+            if idx > match[node]:
+                match[node] = idx
+                pr.acked(idx)
+                if pr.probing:  # back to the pipeline, at once
+                    pr.probing, pr.probe_sent_at = False, None
+                    self._SyncObj__newAppendEntriesTime = 0
+            if nexts[node] < idx + 1:
+                nexts[node] = idx + 1  # a success never moves the next index back
+            return
+        if not reset:
+            return  # a part of a large entry arrived (pysyncobj's "transmission")
+        if prev is None:  # an answer in pysyncobj's own form: as pysyncobj does
+            nexts[node] = n
+            pr.probe()
+            return
+        decided = _progress.next_after_rejection(pr, nexts[node], match[node], prev, n)
+        if decided is None:
+            pr.stale_answers += 1
+            return
+        nexts[node], match[node] = decided
+        pr.rejections += 1
+        pr.probe()
+        # Each valid rejection moves the next index strictly back: probe again at once.
+        self._SyncObj__newAppendEntriesTime = 0
+
+    def _SyncObj__sendAppendEntries(self):
+        """pysyncobj's sender, with a follower in probe sent one message a heartbeat period
+        until it answers, and one in replicate at most ``INFLIGHT_BYTES_MAX`` unacknowledged."""
+        conf = self._SyncObj__conf
+        start = monotonic()
+        self._SyncObj__newAppendEntriesTime = start + conf.appendEntriesPeriod
+        connected = self._SyncObj__connectedNodes
+        for node in self._SyncObj__otherNodes | self._SyncObj__readonlyNodes:
+            pr = self._progress.get(node)
+            if pr is None:
+                pr = self._progress[node] = _Progress()
+            if node not in connected:
+                self._SyncObj__serializer.cancelTransmisstion(node)
+                if not pr.probing:
+                    pr.probe()  # its answers went with the connection
+                continue
+            if pr.probing:
+                if pr.probe_sent_at is not None \
+                        and start - pr.probe_sent_at < conf.appendEntriesPeriod:
+                    continue  # one probe in flight
+            elif pr.inflight and start - pr.last_ack > _progress.INFLIGHT_STALL_S:
+                pr.probe()
+            self._send_entries(node, pr, start)
+
+    def _send_entries(self, node, pr: _Progress, start: float) -> None:
+        conf = self._SyncObj__conf
+        batch = conf.appendEntriesBatchSizeBytes
+        log = self._SyncObj__raftLog
+        transport = self._SyncObj__transport
+        connected = self._SyncObj__connectedNodes
+        nexts = self._SyncObj__raftNextIndex
+        term, commit = self._SyncObj__raftCurrentTerm, self._SyncObj__raftCommitIndex
+        send_single, sending_serialized = True, False
+        nxt = nexts[node]
+        while nxt <= log[len(log) - 1][1] or send_single or sending_serialized:
+            if nxt > log[0][1]:
+                prev_idx, prev_term = self._SyncObj__getPrevLogIndexTerm(nxt)
+                entries = []
+                if nxt <= log[len(log) - 1][1] and (
+                        pr.probing or pr.inflight_bytes < _progress.INFLIGHT_BYTES_MAX):
+                    entries = self._SyncObj__getEntries(nxt, None, batch)
+                    if not pr.probing:
+                        nexts[node] = entries[-1][1] + 1
+                if len(entries) == 1 and len(entries[0][0]) >= batch:
+                    self._send_in_parts(node, entries[0], prev_idx, prev_term)
+                else:
+                    transport.send(node, {
+                        "type": "append_entries", "term": term, "commit_index": commit,
+                        "entries": entries, "prevLogIdx": prev_idx, "prevLogTerm": prev_term})
+                if pr.probing:
+                    pr.probe_sent_at = monotonic()
+                    break  # one message until it is answered
+                if not entries:
+                    break  # a heartbeat: nothing to send, or as much in flight as allowed
+                pr.sent(entries[-1][1], sum(len(e[0]) for e in entries))
+                if node not in connected:
+                    break
+            else:
+                # Below the leader's log: its snapshot, in parts, as pysyncobj sends it.
+                data = self._SyncObj__serializer.getTransmissionData(node)
+                transport.send(node, {"type": "append_entries", "term": term,
+                                      "commit_index": commit, "serialized": data})
+                if node not in connected:
+                    break
+                sending_serialized = data is not None and not data[2]
+                if data is not None and data[2]:  # the last part: its answer ends the probe
+                    nexts[node] = log[1][1] + 1
+                    pr.probe()
+                    pr.probe_sent_at = monotonic()
+            nxt = nexts[node]
+            send_single = False
+            if monotonic() - start > conf.appendEntriesPeriod:
+                break
+
+    def _send_in_parts(self, node, entry, prev_idx, prev_term) -> None:
+        # pysyncobj's path for one entry of a batch's size or more (raftsched's commands are
+        # far below it: limits.command_bytes_max); kept as pysyncobj sends it.
+        import pysyncobj.pickle as pysyncobj_pickle
+        batch = self._SyncObj__conf.appendEntriesBatchSizeBytes
+        data = pysyncobj_pickle.dumps(entry)
+        for pos in range(0, len(data), batch):
+            if pos == 0:
+                part = "start"
+            elif pos + batch >= len(entry[0]):
+                part = "finish"
+            else:
+                part = "process"
+            self._SyncObj__transport.send(node, {
+                "type": "append_entries", "transmission": part, "data": data[pos:pos + batch],
+                "term": self._SyncObj__raftCurrentTerm, "commit_index": self._SyncObj__raftCommitIndex,
+                "prevLogIdx": prev_idx, "prevLogTerm": prev_term})
+            if node not in self._SyncObj__connectedNodes:
+                break
+
+    def progress(self) -> dict:
+        """The leader's view of each follower (id -> match and next index, state, bytes in
+        flight, seconds since its last acknowledgement); empty on a follower. Called from other
+        threads: reads only, and copies."""
+        if self._SyncObj__raftState != _LEADER:
+            return {}
+        out = {}
+        match, nexts = dict(self._SyncObj__raftMatchIndex), dict(self._SyncObj__raftNextIndex)
+        for node, pr in list(self._progress.items()):
+            if node in match:
+                out[node.id] = dict(pr.view(), match_index=match[node], next_index=nexts.get(node),
+                                    rejections=pr.rejections, stale_answers=pr.stale_answers)
+        return out
 
     def _stand_soon(self) -> None:
         soon = monotonic() + random.uniform(0.0, _STAND_SOON_S)
@@ -278,4 +490,7 @@ def _keep_journal_after_dump(sync: SyncObj, data) -> None:
 # (The private attributes they read are exercised by tests/test_replication_syncobj.py.)
 _OVERRIDDEN = ("_SyncObj__applyLogEntries", "_SyncObj__onMessageReceived",
                "_SyncObj__deleteEntriesFrom", "_SyncObj__deleteEntriesTo",
-               "_SyncObj__loadDumpFile", "_SyncObj__generateRaftTimeout")
+               "_SyncObj__loadDumpFile", "_SyncObj__generateRaftTimeout",
+               "_SyncObj__sendNextNodeIdx", "_SyncObj__onBecomeLeader",
+               "_SyncObj__sendAppendEntries", "_SyncObj__getPrevLogIndexTerm",
+               "_SyncObj__getEntries", "_SyncObj__getCurrentLogIndex")
