@@ -111,16 +111,33 @@ def follower_check(log, commit_index: int, prev: int, prev_term) -> tuple[str, i
     return "conflict", lo
 
 
-def next_after_rejection(pr: _Progress, next_idx: int, match_idx: int, prev: int,
-                         hint: int) -> tuple[int, int] | None:
+def on_success(pr: _Progress, next_idx: int, match_idx: int, idx: int) -> tuple[int, int, bool]:
+    """The leader's new (next index, match index, left probe) after a follower said its log
+    matches the leader's up to ``idx``. An old success changes nothing; a success never moves
+    the next index back."""
+    resumed = False
+    if idx > match_idx:
+        match_idx = idx
+        pr.acked(idx)
+        if pr.probing:
+            pr.probing, pr.probe_sent_at = False, None
+            resumed = True
+    return max(next_idx, idx + 1), match_idx, resumed
+
+
+def on_rejection(pr: _Progress, next_idx: int, match_idx: int, prev: int,
+                 hint: int) -> tuple[int, int] | None:
     """The leader's new (next index, match index) after a follower rejected the append_entries
-    whose previous index was ``prev``, hinting ``hint``; None when the answer is stale (an
-    earlier message's, overtaken by what the leader already knows)."""
-    if pr.probing:
-        if prev != next_idx - 1:
-            return None          # not the answer to the one probe in flight
-    elif prev <= match_idx:
-        return None              # the follower holds prev already: an old answer
+    whose previous index was ``prev``, hinting ``hint``, with ``pr`` put in probe; None, and
+    nothing changed but a count, when the answer is stale (an earlier message's, overtaken by
+    what the leader already knows)."""
+    if (prev != next_idx - 1) if pr.probing else (prev <= match_idx):
+        # In probe: not the answer to the one probe in flight. In replicate: the follower
+        # holds prev already (an old answer).
+        pr.stale_answers += 1
+        return None
+    pr.rejections += 1
+    pr.probe()
     if prev <= match_idx:
         # The one probe in flight, at the match index, was refused: the follower no longer holds
         # entries it acknowledged (a lost disk, a restore from an older copy). Raft assumes this

@@ -176,15 +176,10 @@ class _SyncObj(SyncObj):
         except (KeyError, TypeError, ValueError):
             return
         if success:
-            idx = n - 1
-            if idx > match[node]:
-                match[node] = idx
-                pr.acked(idx)
-                if pr.probing:  # back to the pipeline, at once
-                    pr.probing, pr.probe_sent_at = False, None
-                    self._SyncObj__newAppendEntriesTime = 0
-            if nexts[node] < idx + 1:
-                nexts[node] = idx + 1  # a success never moves the next index back
+            nexts[node], match[node], resumed = _progress.on_success(pr, nexts[node], match[node],
+                                                                     n - 1)
+            if resumed:  # out of probe: back to the pipeline, at once
+                self._SyncObj__newAppendEntriesTime = 0
             return
         if not reset:
             return  # a part of a large entry arrived (pysyncobj's "transmission")
@@ -192,13 +187,10 @@ class _SyncObj(SyncObj):
             nexts[node] = n
             pr.probe()
             return
-        decided = _progress.next_after_rejection(pr, nexts[node], match[node], prev, n)
+        decided = _progress.on_rejection(pr, nexts[node], match[node], prev, n)
         if decided is None:
-            pr.stale_answers += 1
             return
         nexts[node], match[node] = decided
-        pr.rejections += 1
-        pr.probe()
         # Each valid rejection moves the next index strictly back: probe again at once.
         self._SyncObj__newAppendEntriesTime = 0
 
