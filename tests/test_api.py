@@ -322,3 +322,29 @@ def test_metrics_endpoint_exposes_state_and_fire_lag():
         assert "raftsched_slots_fired_total 3.0" in text
         assert "raftsched_raft_is_leader 1.0" in text
     run(t, metrics=True)
+
+
+def test_cluster_and_metrics_show_how_each_follower_keeps_up():
+    """/v1/cluster and /metrics carry the replication view (RaftNode's ReplicationWatch): each
+    follower's match index and lag as the leader sees it, this node's own commit stall, and the
+    cluster.follower_stalled condition."""
+    async def t(env, c):
+        body = await (await c.get("/v1/cluster")).json()
+        assert body["conditions"] == [] and body["replication"]["followers"] == {}
+        follower = {"match_index": 7, "next_index": 8, "state": "probe", "inflight_bytes": 0,
+                    "last_ack_age_s": 12.5, "rejections": 3, "stale_answers": 40,
+                    "lag_entries": 93, "stalled_s": 12.5}
+        stalled = [{"type": "cluster.follower_stalled", "node": "127.0.0.1:2", "for_s": 12.5,
+                    "match_index": 7}]
+        env.raft.replication = {"commit_stalled_s": 0.0, "leader_commit_index": 100,
+                                "followers": {"127.0.0.1:2": follower}, "conditions": stalled}
+        body = await (await c.get("/v1/cluster")).json()
+        assert body["replication"]["followers"]["127.0.0.1:2"] == follower
+        assert body["conditions"] == stalled
+        text = await (await c.get("/metrics")).text()
+        assert 'raftsched_raft_follower_lag_entries{peer="127.0.0.1:2"} 93.0' in text
+        assert 'raftsched_raft_follower_stalled_seconds{peer="127.0.0.1:2"} 12.5' in text
+        assert 'raftsched_raft_follower_rejections_total{peer="127.0.0.1:2"} 3.0' in text
+        assert "raftsched_raft_commit_stalled_seconds 0.0" in text
+        assert "raftsched_cluster_conditions 1.0" in text
+    run(t, metrics=True)

@@ -128,8 +128,17 @@ def test_a_deposed_leader_with_a_stale_tail_catches_up_after_the_heal(tmp_path, 
         try:
             c.start_all()
             old, new, _ = await _isolate_leader_with_a_stale_tail(c, tail_kib)
+            # The new leader sees the old one behind (status, /v1/cluster, metrics).
+            seen = c.nodes[new].status()["replication"]["followers"][old]
+            assert seen["lag_entries"] > 0 and seen["match_index"] < _commit(c.nodes[new])
             c.cut.heal()
             await _caught_up(c, old, timeout_s=10)
+            # ... and then caught up, after walking its next index back.
+            await wait_until(lambda: c.nodes[new].status()["replication"]["followers"][old]
+                             ["lag_entries"] == 0, 5, "the leader seeing the old leader caught up")
+            seen = c.nodes[new].status()["replication"]["followers"][old]
+            assert seen["state"] == "replicate" and seen["rejections"] >= 1, seen
+            assert c.nodes[new].status()["replication"]["conditions"] == []
             await c.converged({"a": 5, "b": (tail_kib + _AHEAD_KIB) * 1024 // _PAD})
         finally:
             c.close()

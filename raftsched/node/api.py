@@ -303,6 +303,15 @@ async def cluster(request: web.Request) -> web.Response:
     }
     if want_hash:
         body["state_hash"], body["state_applied"] = c["state_hash"], c["applied"]
+    repl = st.get("replication")
+    if repl is not None:
+        # How this node's log keeps up, each follower's as the leader sees it, and the
+        # conditions (cluster.follower_stalled) they imply: docs/api.md, docs/operations.md.
+        body["replication"] = {k: repl[k] for k in ("commit_stalled_s", "leader_commit_index",
+                                                    "followers")}
+        body["conditions"] = repl["conditions"]
+    else:
+        body["conditions"] = []
     worker = request.app.get(WORKER)
     if worker is not None:
         body["worker"] = worker.stats()

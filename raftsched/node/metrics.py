@@ -30,6 +30,31 @@ class _StateCollector:
         yield GaugeMetricFamily("raftsched_raft_is_leader", "1 if this node leads", value=1 if st.get("is_leader") else 0)
         yield GaugeMetricFamily("raftsched_raft_term", "current Raft term", value=st.get("term") or 0)
         yield GaugeMetricFamily("raftsched_raft_commit_index", "Raft commit index", value=st.get("commit_index") or 0)
+        repl = st.get("replication")
+        if repl is not None:
+            yield GaugeMetricFamily(
+                "raftsched_raft_commit_stalled_seconds",
+                "how long this node's commit index has not advanced while the leader's was ahead",
+                value=repl["commit_stalled_s"])
+            lag = GaugeMetricFamily("raftsched_raft_follower_lag_entries",
+                                    "on the leader: entries of its log a follower does not hold yet",
+                                    labels=["peer"])
+            stalled = GaugeMetricFamily("raftsched_raft_follower_stalled_seconds",
+                                        "on the leader: how long a follower's match index has been "
+                                        "behind the commit index without advancing", labels=["peer"])
+            rejected = CounterMetricFamily("raftsched_raft_follower_rejections",
+                                           "on the leader, this term: a follower's answers that "
+                                           "moved its next index back", labels=["peer"])
+            for peer, f in sorted(repl["followers"].items()):
+                lag.add_metric([peer], f["lag_entries"])
+                stalled.add_metric([peer], f["stalled_s"])
+                rejected.add_metric([peer], f["rejections"])
+            yield lag
+            yield stalled
+            yield rejected
+            yield GaugeMetricFamily("raftsched_cluster_conditions",
+                                    "conditions this node reports (cluster.follower_stalled, ...)",
+                                    value=len(repl["conditions"]))
         runs = GaugeMetricFamily("raftsched_runs", "runs and recorded slots kept in the state, by state", labels=["state"])
         depth = GaugeMetricFamily("raftsched_queue_depth", "runs waiting in the queue", labels=["queue"])
         running = GaugeMetricFamily("raftsched_queue_running", "runs leased and running", labels=["queue"])

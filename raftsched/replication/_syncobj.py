@@ -290,8 +290,8 @@ class _SyncObj(SyncObj):
 
     def progress(self) -> dict:
         """The leader's view of each follower (id -> match and next index, state, bytes in
-        flight, seconds since its last acknowledgement); empty on a follower. Called from other
-        threads: reads only, and copies."""
+        flight, seconds since its last acknowledgement); empty on a follower. Called on the tick
+        thread (``ReplicationWatch``); reads only, and copies."""
         if self._SyncObj__raftState != _LEADER:
             return {}
         out = {}

@@ -22,6 +22,7 @@ from ._crypto import _AeadEncryptor
 from ._install import install
 from ._syncobj import _SyncObj
 from ._transport import RaftTransport
+from ._watch import ReplicationWatch
 from .conf import _RESERVED_CONF_KEYS, RAFT_CONF_DEFAULTS, make_conf
 
 logger = logging.getLogger("raftsched.replication")  # one logger for the package (docs/operations.md)
@@ -170,6 +171,7 @@ class RaftNode:
         self._inbox: LoopInbox | None = None
         self._sync: SyncObj | None = None
         self._consumer: _StateConsumer | None = None
+        self._watch: ReplicationWatch | None = None
         self._lock_fd: int | None = None
         self._stopped = False
         self._raft_state = 0           # written by the tick thread (onStateChanged)
@@ -201,6 +203,8 @@ class RaftNode:
                                   consumers=[self._consumer], transportClass=transport,
                                   encryptor=_AeadEncryptor(self._conf.password))
             self._sync.addOnTickCallback(self._consumer._release_snapshot_lock)
+            self._watch = ReplicationWatch(self._sync)
+            self._sync.addOnTickCallback(self._watch.tick)
         except BaseException:
             self._unlock_data_dir()
             raise
@@ -482,9 +486,11 @@ class RaftNode:
         if sync is None:
             return {"self": self._self_addr, "role": "follower", "leader": None, "term": 0,
                     "commit_index": 0, "last_applied": 0, "members": list(self._members),
-                    "is_leader": False, "running": False, "peers_connected": []}
+                    "is_leader": False, "running": False, "peers_connected": [],
+                    "replication": None}
         leader = sync._getLeader()
         role = _ROLE_BY_RAFT_STATE.get(self._raft_state, "follower")
+        watch = self._watch
         return {
             "self": self._self_addr,
             "role": role,
@@ -496,4 +502,6 @@ class RaftNode:
             "is_leader": role == "leader",
             "running": True,
             "peers_connected": sorted(n.id for n in sync.otherNodes if sync.isNodeConnected(n)),
+            # How this node's log keeps up, and (on the leader) each follower's: _watch.py.
+            "replication": None if watch is None else watch.view(),
         }

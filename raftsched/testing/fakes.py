@@ -33,6 +33,10 @@ class FakeRaft:
         self.proposed: list[bytes] = []
         self.index = 0
         self.loop: asyncio.AbstractEventLoop | None = None
+        #: What ``status()["replication"]`` reports (RaftNode's ReplicationWatch.view): a lone
+        #: node that keeps up, unless a test sets another view.
+        self.replication: dict = {"commit_stalled_s": 0.0, "leader_commit_index": 0,
+                                  "followers": {}, "conditions": []}
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Nothing to start: remembers the loop, as RaftNode does."""
@@ -68,4 +72,5 @@ class FakeRaft:
         return {"self": "127.0.0.1:1", "role": "leader" if self.leader else "follower",
                 "leader": "127.0.0.1:1" if self.leader else None, "term": 1,
                 "commit_index": self.index, "last_applied": self.index, "members": ["127.0.0.1:1"],
-                "is_leader": self.leader}
+                "is_leader": self.leader,
+                "replication": dict(self.replication, leader_commit_index=self.index)}

@@ -1,0 +1,107 @@
+"""``ReplicationWatch``: whether this node's log keeps up, as the node itself and the leader see
+it (issue 20: a deposed leader's commit index stayed frozen for minutes and nothing said so).
+
+Run on pysyncobj's tick thread (a tick callback), read from the event loop (``view``):
+
+- On every node: the commit index, the leader's commit index as the leader's last message told
+  it, and how long this node's commit index has not advanced while the leader's was ahead
+  (``commit_stalled_s``).
+- On the leader: each follower's match and next index, how far its match index is behind the
+  leader's log (``lag_entries``), the walk-back state of ``_progress.py`` (probe or replicate,
+  bytes in flight, rejections, stale answers ignored), and how long its match index has been
+  below the commit index without advancing (``stalled_s``).
+
+A stall longer than ``STALL_S`` is a condition, ``cluster.follower_stalled`` (``conditions``),
+logged once as a warning when it starts (``replication.follower_stalled`` on the leader,
+``replication.commit_stalled`` on the stalled node) and once when it ends.
+"""
+from __future__ import annotations
+
+import logging
+
+from pysyncobj.monotonic import monotonic  # the clock pysyncobj's own timers use
+
+logger = logging.getLogger("raftsched.replication")
+
+#: Seconds a commit (or a follower's match) index may stay behind the leader's without advancing
+#: before it is a condition. A healthy follower is within a heartbeat (0.1 s) of the leader; one
+#: that installs a large snapshot can take a few seconds (1M jobs: ~6 s to load), so 10 s.
+STALL_S = 10.0
+#: How often the tick callback looks (it runs on every tick).
+_EVERY_S = 0.1
+
+
+class ReplicationWatch:
+    def __init__(self, sync) -> None:
+        self._sync = sync
+        self._next = 0.0
+        now = monotonic()
+        self._commit = -1
+        self._commit_at = now
+        self._stalled_since: float | None = None      # this node's commit, behind the leader's
+        self._follower_seen: dict[str, tuple[int, float]] = {}  # id -> (match, since)
+        self._followers_warned: set[str] = set()
+        self._view: dict = {"commit_stalled_s": 0.0, "leader_commit_index": 0, "followers": {}}
+
+    def tick(self) -> None:
+        now = monotonic()
+        if now < self._next:
+            return
+        self._next = now + _EVERY_S
+        try:
+            self._look(now)
+        except Exception:  # noqa: BLE001 - a tick callback that raises stops pysyncobj's tick
+            logger.exception("replication.watch_failed")
+
+    def _look(self, now: float) -> None:
+        sync = self._sync
+        commit = sync.raftCommitIndex
+        leader_commit = sync._SyncObj__leaderCommitIndex or 0
+        if commit != self._commit:
+            self._commit, self._commit_at = commit, now
+        behind = leader_commit > commit
+        stalled_s = now - self._commit_at if behind else 0.0
+        if stalled_s > STALL_S and self._stalled_since is None:
+            self._stalled_since = self._commit_at
+            logger.warning("replication.commit_stalled commit=%d leader_commit=%d for_s=%.1f "
+                           "(this node's log is not catching up with the leader's)",
+                           commit, leader_commit, stalled_s)
+        elif stalled_s <= STALL_S and self._stalled_since is not None:
+            logger.info("replication.commit_resumed commit=%d after_s=%.1f", commit,
+                        now - self._stalled_since)
+            self._stalled_since = None
+        followers = {}
+        for peer, p in sync.progress().items():
+            match = p["match_index"]
+            seen = self._follower_seen.get(peer)
+            if seen is None or match != seen[0] or match >= commit:
+                seen = self._follower_seen[peer] = (match, now)
+            f_stalled = now - seen[1] if match < commit else 0.0
+            if f_stalled > STALL_S and peer not in self._followers_warned:
+                self._followers_warned.add(peer)
+                logger.warning("replication.follower_stalled peer=%s match=%d commit=%d for_s=%.1f "
+                               "state=%s rejections=%d", peer, match, commit, f_stalled,
+                               p["state"], p["rejections"])
+            elif f_stalled <= STALL_S and peer in self._followers_warned:
+                self._followers_warned.discard(peer)
+                logger.info("replication.follower_resumed peer=%s match=%d", peer, match)
+            followers[peer] = dict(p, lag_entries=max(0, sync._SyncObj__getCurrentLogIndex() - match),
+                                   stalled_s=round(f_stalled, 3))
+        if not followers:
+            self._follower_seen.clear()
+            self._followers_warned.clear()
+        self._view = {"commit_stalled_s": round(stalled_s, 3), "leader_commit_index": leader_commit,
+                      "followers": followers}
+
+    def view(self) -> dict:
+        """The last look (at most ``_EVERY_S`` old), with the conditions it implies."""
+        v = self._view
+        conditions = []
+        if v["commit_stalled_s"] > STALL_S:
+            conditions.append({"type": "cluster.follower_stalled", "node": "self",
+                               "for_s": v["commit_stalled_s"]})
+        for peer, f in sorted(v["followers"].items()):
+            if f["stalled_s"] > STALL_S:
+                conditions.append({"type": "cluster.follower_stalled", "node": peer,
+                                   "for_s": f["stalled_s"], "match_index": f["match_index"]})
+        return dict(v, conditions=conditions)
