@@ -71,18 +71,19 @@ class _SyncObj(SyncObj):
         kind = message.get("type") if type(message) is dict else None
         if kind == "next_node_idx" and self._SyncObj__raftState == _LEADER:
             return self._on_answer(node, message)
-        if kind == "append_entries" and "prevLogIdx" in message and "transmission" not in message:
-            found = self._check_previous(message)
-            if found == "match" and message.get("entries"):
-                held = _entries_already_held(self, message)
-                if held is not None:
-                    message, _tick.keep_log_tail = held
         order = _candidate_log_order(self, message) if kind == "request_vote" else None
         # Two candidates of one term with equally recent logs: a split vote (each voted for
         # itself), seen from both sides as each one's request reaches the other.
         split = order == 0 and self._SyncObj__raftState == _CANDIDATE \
             and message["term"] == self._SyncObj__raftCurrentTerm
         try:
+            if kind == "append_entries" and "prevLogIdx" in message \
+                    and "transmission" not in message:
+                found = self._check_previous(message)
+                if found == "match" and message.get("entries"):
+                    held = _entries_already_held(self, message)
+                    if held is not None:
+                        message, _tick.keep_log_tail = held
             return SyncObj._SyncObj__onMessageReceived(self, node, message)
         finally:
             _tick.keep_log_tail = False
@@ -258,8 +259,10 @@ class _SyncObj(SyncObj):
                                       "commit_index": commit, "serialized": data})
                 if node not in connected:
                     break
-                sending_serialized = data is not None and not data[2]
-                if data is not None and data[2]:  # the last part: its answer ends the probe
+                if data is None:
+                    break  # nothing to send yet (pysyncobj spun here until the round's end)
+                sending_serialized = not data[2]
+                if data[2]:  # the last part: its answer ends the probe
                     nexts[node] = log[1][1] + 1
                     pr.probe()
                     pr.probe_sent_at = monotonic()
