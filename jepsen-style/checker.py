@@ -13,7 +13,10 @@ hand. Keys (all optional except where a checker needs them):
 - ``sink``: the fenced sink's log, in arrival order
 - ``reads``: {"final"|"restart": {node: read}}; ``periodic``: [read]; a read has ``t_start_ms``,
   ``jobs`` (name, spec, paused, cursor, ...) and ``runs`` (compact run records, times in ms)
-- ``hashes``: {phase: [{"node", "applied", "hash"}]}; ``monitor``: role samples
+- ``hashes``: {phase: [{"node", "applied", "hash"}]}; ``monitor``: every node's ``/v1/cluster``
+  sampled together every MONITOR_PERIOD_S (run.py), one record per node and round, all of a round
+  with the same ``t_ms``: ``up``, ``alive``, ``paused``, ``role``, ``leader``, ``term``, ``commit``
+  (and the product's own ``stalled_s`` and ``conditions`` when it reports them)
 - ``faults``: the nemesis log; ``times``: t0_ms, heal_ms, ...; ``settle``: what stayed pending
 """
 from __future__ import annotations
@@ -855,6 +858,194 @@ def check_convergence(data: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
+# 6b. Commit progress: no follower's commit index frozen while the cluster's advances
+# ---------------------------------------------------------------------------------------------
+
+#: A node that is up and under no fault, whose commit index stays at one value below the highest
+#: commit index of the cluster for longer than this while that highest index advances, is a
+#: stalled follower (issue 20: a deposed leader frozen for 27 s, 76 s, 2.5 min). A healthy node's
+#: commit index moves with every heartbeat that carries a new one (appendEntriesPeriod 0.1 s), and
+#: the cluster commits every second or so (fires, leases, client writes). The longest a healthy,
+#: unfaulted node can lag without moving is a lost link's detection and redial (connectionTimeout
+#: 2 s, then every 0.25 s), an election (0.5-1 s timeouts), and a snapshot sent to a node that fell
+#: behind the leader's compacted log (a few MB here: 1-3 s on two loaded cores): about 5 s. Three
+#: times that leaves room for a GC pause or a starved process on the 2-core machine, and still
+#: catches the bug's stalls, which last until the leader compacts its log (5 000 entries or
+#: 300 s). The checker's figure ``longest_freeze_ms`` is a run's actual margin.
+COMMIT_STALL_MS = 15_000
+#: A node is not judged while a fault that stops it or cuts it off is in place, nor for this long
+#: after it heals: the links' reconnection (a blackholed connection is dropped after 2 s of
+#: silence and redialled) and an election. A stall is then reported at the latest
+#: COMMIT_GRACE_MS + COMMIT_STALL_MS (20 s) after the heal.
+COMMIT_GRACE_MS = 5_000
+#: The faults that excuse a node's frozen commit index: they stop the node or cut it off. A clock
+#: jump does not (replication does not follow the wall clock); the remote workers' faults touch
+#: no node.
+_COMMIT_FAULTS = ("kill", "pause", "partition", "restart-all")
+
+
+def excused_nodes(faults: list[dict], t_ms: int, grace_ms: int | None = None) -> set[int]:
+    """The nodes that a fault stopping them or cutting them off covers at ``t_ms``: from the time
+    it was in place (the nemesis log's ``in_place_ms``, else ``start_ms``) to its end plus
+    ``grace_ms``; a fault not ended yet (the live monitor) covers them until it is. A fault with
+    no node recorded was not in place yet."""
+    grace = COMMIT_GRACE_MS if grace_ms is None else grace_ms
+    out: set[int] = set()
+    for f in faults:
+        if f.get("kind") not in _COMMIT_FAULTS or not f.get("nodes"):
+            continue
+        start = f.get("in_place_ms", f.get("start_ms"))
+        end = f.get("end_ms")
+        if start is not None and start <= t_ms and (end is None or t_ms <= end + grace):
+            out.update(f["nodes"])
+    return out
+
+
+class CommitWatch:
+    """Spans in which a node's commit index stayed at one value below the cluster's highest,
+    fed one monitor round at a time: by run.py's monitor while the run goes on (a stall is
+    printed as soon as it is seen) and by :func:`check_commit_progress` on the stored samples.
+
+    A span starts at the first round in which a judged node (up, under no fault) is behind the
+    highest commit index sampled in that round, and ends when its commit index moves, it is no
+    longer behind, or a fault covers it (a round without its sample neither extends nor ends it).
+    A span is a stall when it lasted more than ``stall_ms`` and the highest commit index advanced
+    during it."""
+
+    def __init__(self, stall_ms: int | None = None) -> None:
+        self.stall_ms = COMMIT_STALL_MS if stall_ms is None else stall_ms
+        self.open: dict[int, dict] = {}
+        self.stalls: list[dict] = []
+        self.rounds = 0
+        self.judged = 0
+        #: the longest span in which the highest commit index advanced (a stall or not)
+        self.longest: dict | None = None
+
+    @staticmethod
+    def _leader(up: dict[int, dict]) -> tuple[int, int] | None:
+        leaders = [(s.get("term") or 0, n) for n, s in up.items() if s.get("role") == "leader"]
+        if not leaders:
+            return None
+        n = max(leaders)[1]
+        return n, up[n]["commit"]
+
+    def stalled(self, sp: dict) -> bool:
+        return sp["to_ms"] - sp["from_ms"] > self.stall_ms and sp["top_to"] > sp["top_from"]
+
+    def _close(self, n: int) -> None:
+        sp = self.open.pop(n, None)
+        if sp is None:
+            return
+        if sp["top_to"] > sp["top_from"] and (self.longest is None or
+                                              sp["to_ms"] - sp["from_ms"] > self.longest["to_ms"] - self.longest["from_ms"]):
+            self.longest = dict(sp)
+        if self.stalled(sp):
+            self.stalls.append(dict(sp))
+
+    def feed(self, t_ms: int, samples: dict[int, dict], excused: set[int]) -> list[dict]:
+        """One round: ``samples`` {node: monitor record} (``commit`` None or absent when it did not
+        answer). Returns the spans that became stalls in this round (each once)."""
+        self.rounds += 1
+        up = {n: s for n, s in samples.items() if s.get("commit") is not None}
+        if not up:
+            return []
+        top = max(s["commit"] for s in up.values())
+        leader = self._leader(up)
+        new = []
+        for n in sorted(set(samples) | set(self.open)):
+            if n in excused:
+                self._close(n)
+                continue
+            s = up.get(n)
+            if s is None:
+                continue
+            self.judged += 1
+            c = s["commit"]
+            sp = self.open.get(n)
+            if sp is not None and sp["commit"] != c:
+                self._close(n)
+                sp = None
+            if c >= top:
+                self._close(n)
+                continue
+            if sp is None:
+                sp = self.open[n] = {"node": n, "commit": c, "from_ms": t_ms, "to_ms": t_ms, "top_from": top,
+                                     "top_to": top, "leader_from": leader, "leader_to": leader, "live": False}
+            else:
+                sp.update(to_ms=t_ms, top_to=top, leader_to=leader)
+            if not sp["live"] and self.stalled(sp):
+                sp["live"] = True
+                new.append(dict(sp))
+        return new
+
+    def finish(self) -> list[dict]:
+        """Close the spans still open (the end of the samples); returns every stall."""
+        for n in list(self.open):
+            self._close(n)
+        return self.stalls
+
+
+def describe_stall(sp: dict, t0_ms: int | None = None) -> str:
+    """A stall as a counterexample: the node, from-to (ms, and seconds into the run), its commit
+    index, the cluster's highest and the leader's then."""
+    def at(ms):
+        return f"{ms}" + (f" (+{(ms - t0_ms) / 1000:.1f} s)" if t0_ms is not None else "")
+
+    def leader(ld):
+        return f"node-{ld[0] + 1} at {ld[1]}" if ld else "none agreed"
+    return (f"node-{sp['node'] + 1} stalled: its commit index stayed at {sp['commit']} from {at(sp['from_ms'])} to "
+            f"{at(sp['to_ms'])}, {(sp['to_ms'] - sp['from_ms']) / 1000:.1f} s, while it was up and under no fault; the "
+            f"highest commit index went {sp['top_from']} -> {sp['top_to']} (leader: {leader(sp.get('leader_from'))} -> "
+            f"{leader(sp.get('leader_to'))})")
+
+
+def monitor_rounds(monitor: list[dict]) -> list[tuple[int, dict[int, dict]]]:
+    """The monitor's records grouped by round (one ``t_ms`` per round), in time order."""
+    rounds: dict[int, dict[int, dict]] = {}
+    for s in monitor:
+        rounds.setdefault(s["t_ms"], {})[s["node"]] = s
+    return sorted(rounds.items())
+
+
+def check_commit_progress(data: dict) -> dict:
+    """No node that is up and under no fault (kill, pause, partition, restart-all, and
+    COMMIT_GRACE_MS after each) keeps its commit index frozen below the cluster's highest for more
+    than COMMIT_STALL_MS while that highest index advances (CommitWatch), judged on the monitor's
+    samples from the start of the workload to the end of the run (the final full restart
+    included). Also the figures of the partitions of the leader under write load (bursts)."""
+    watch = CommitWatch()
+    faults = data.get("faults") or []
+    for t, samples in monitor_rounds(data.get("monitor") or []):
+        watch.feed(t, samples, excused_nodes(faults, t))
+    stalls = watch.finish()
+    t0 = (data.get("times") or {}).get("t0_ms")
+    longest = watch.longest
+    stats = {"rounds": watch.rounds, "judged": watch.judged, "stalls": len(stalls),
+             "longest_freeze_ms": (longest["to_ms"] - longest["from_ms"]) if longest else 0,
+             "longest_freeze_node": f"node-{longest['node'] + 1}" if longest else None,
+             "bound_ms": COMMIT_STALL_MS, "grace_ms": COMMIT_GRACE_MS}
+    # The product's own view (/v1/cluster replication.commit_stalled_s and conditions), as figures:
+    # the harness judges the commit indexes, not the product's report of them.
+    own = [s["stalled_s"] for s in data.get("monitor") or [] if isinstance(s.get("stalled_s"), (int, float))]
+    if own:
+        stats["product_stalled_s_max"] = max(own)
+        stats["product_follower_stalled_samples"] = sum("cluster.follower_stalled" in (s.get("conditions") or ())
+                                                        for s in data.get("monitor") or [])
+    bursts = [f for f in faults if (f.get("fault") or {}).get("burst")]
+    if bursts:
+        b = [f.get("burst") or {} for f in bursts]
+        stats.update(bursts=len(bursts), bursts_on_leader=sum(x.get("resolved") == "leader" for x in b),
+                     burst_puts_ok=sum(x.get("ok", 0) for x in b),
+                     burst_kib_ok=sum(x.get("bytes_ok", 0) for x in b) // 1024)
+    examples = [describe_stall(sp, t0) for sp in stalls]
+    res = _result(INVALID if stalls else VALID, examples, stats)
+    res["stalls"] = stalls
+    if not stalls and not watch.judged:
+        return dict(_result(UNKNOWN, [], stats, "no commit index of a node under no fault was sampled"), stalls=[])
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
 # 7. Backfills and bulk requeues
 # ---------------------------------------------------------------------------------------------
 
@@ -1007,6 +1198,7 @@ CHECKERS = {
     "durability": check_durability,
     "retries": check_retries,
     "convergence": check_convergence,
+    "commit-progress": check_commit_progress,
     "backfills": check_backfills,
     "stress": check_stress,
 }
@@ -1035,14 +1227,15 @@ def render_verdict(results: dict, data: dict, run_dir=None) -> str:
         if (f.get("fault") or {}).get("harness"):
             continue
         k = f["kind"] + (f"/{f['fault'].get('mode')}" if f["kind"] == "partition" else "") + \
-            (f"/{f['fault'].get('offset_ms'):+d}ms" if f["kind"] == "clock" else "")
+            (f"/{f['fault'].get('offset_ms'):+d}ms" if f["kind"] == "clock" else "") + \
+            ("+burst" if (f.get("fault") or {}).get("burst") else "")
         kinds[k] = kinds.get(k, 0) + 1
     lines.append("faults: " + (", ".join(f"{k} x{n}" for k, n in sorted(kinds.items())) or "none"))
     lines.append("")
     lines.append(f"OVERALL: {results['valid'].upper()}")
     for name, r in results["checkers"].items():
         stats = ", ".join(f"{k}={v}" for k, v in r.get("stats", {}).items())
-        lines.append(f"  {name:<13} {r['valid']:<8} {stats}")
+        lines.append(f"  {name:<15} {r['valid']:<8} {stats}")
         if r["counterexamples"]:
             more = r.get("counterexample_count", len(r["counterexamples"])) - 1
             lines.append(f"      first: {_short(r['counterexamples'][0], 300)}" + (f" (+{more} more in results.json)" if more > 0 else ""))
@@ -1055,4 +1248,7 @@ def render_verdict(results: dict, data: dict, run_dir=None) -> str:
     lines.append(f"replay: .venv/bin/python jepsen-style/run.py --profile {sched.get('profile')} --seed {sched.get('seed')} "
                  f"--time-limit {sched.get('time_limit_s'):g} --nemesis {','.join(sched.get('nemeses', [])) or 'none'}"
                  if sched.get("time_limit_s") is not None else "")
+    if run_dir is not None:
+        lines.append(f"replay this schedule exactly (also after generator.py changed): .venv/bin/python jepsen-style/run.py "
+                     f"--replay {run_dir}/schedule.json")
     return "\n".join(lines) + "\n"

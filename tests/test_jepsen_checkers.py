@@ -155,8 +155,18 @@ def good() -> dict:
     def read(node, phase):
         return {"node": node, "phase": phase, "consistent": True, "t_start_ms": READ_AT,
                 "jobs": copy.deepcopy(jobs), "runs": copy.deepcopy(b.runs), "backfills": copy.deepcopy(backfills)}
-    monitor = [{"t_ms": T0 + 1000, "node": 0, "up": True, "alive": True, "role": "leader", "term": 1},
-               {"t_ms": T0 + 9000, "node": 1, "up": True, "alive": True, "role": "leader", "term": 2}]
+    # The monitor: every node's role and commit index once a second; node-1 leads in term 1, node-3
+    # from 9 s in term 2; node-2 is paused from 5 s to 11 s (no answer); the commit index rises.
+    monitor = []
+    for k in range(1, 24):
+        for i in range(3):
+            rec = {"t_ms": T0 + 1000 * k, "node": i, "up": True, "alive": True, "paused": False}
+            if i == 1 and 5 <= k <= 11:
+                rec.update(up=False, paused=True)
+            else:
+                lead = (i == 0) if k < 9 else (i == 2)
+                rec.update(role="leader" if lead else "follower", term=1 if k < 9 else 2, commit=100 + 10 * k)
+            monitor.append(rec)
     hashes = [{"node": i, "applied": 100, "hash": "h100"} for i in range(3)]
     return {
         "schedule": {"seed": 1, "profile": "ci", "time_limit_s": 20, "nemeses": ["pause"], "plan": {"jobs": plan},
@@ -541,6 +551,111 @@ def test_a_node_without_a_consistent_read_after_healing_is_invalid():
     d["reads"]["final"]["1"] = {"node": 1, "phase": "final", "error": "GET failed 5 times: HTTP 503"}
     v, ex = verdict(d, "convergence")
     assert v == "invalid" and "node-2 served no consistent read" in ex[0]
+
+
+# ------------------------------------------------------------------------------- commit progress
+
+def commit_run(commit, seconds=45, faults=()):
+    """A run's monitor alone: a round a second for ``seconds``; ``commit(node, k)`` is the node's
+    commit index in round k (None: it did not answer); node-1 leads."""
+    monitor = []
+    for k in range(seconds):
+        for i in range(3):
+            c = commit(i, k)
+            rec = {"t_ms": T0 + 1000 * k, "node": i, "up": c is not None, "alive": True, "paused": False}
+            if c is not None:
+                rec.update(role="leader" if i == 0 else "follower", term=1, commit=c)
+            monitor.append(rec)
+    return {"monitor": monitor, "faults": list(faults), "times": {"t0_ms": T0}}
+
+
+def frozen_from_10(i, k):
+    """node-3's commit index stops at 110 in round 10; the others' go on rising."""
+    return 100 + (min(k, 10) if i == 2 else k)
+
+
+def fault_on(kind, node, start_s, end_s):
+    nodes = [0, 1, 2] if kind == "restart-all" else [node]
+    return {"kind": kind, "start_ms": T0 + 1000 * start_s - 300, "in_place_ms": T0 + 1000 * start_s,
+            "end_ms": T0 + 1000 * end_s, "nodes": nodes, "fault": {"kind": kind}}
+
+
+def test_a_follower_frozen_while_the_leader_advances_is_a_stall():
+    r = checker.check_commit_progress(commit_run(frozen_from_10))
+    assert r["valid"] == "invalid" and r["stats"]["stalls"] == 1
+    ex = r["counterexamples"][0]
+    # the node, from-to (behind from round 11 to the end), its commit index, the leader's
+    assert "node-3 stalled" in ex and "stayed at 110" in ex
+    assert f"from {T0 + 11_000} (+11.0 s) to {T0 + 44_000} (+44.0 s), 33.0 s" in ex
+    assert "111 -> 144" in ex and "leader: node-1 at 111 -> node-1 at 144" in ex
+    assert r["stalls"][0]["node"] == 2
+    assert checker.check_all(commit_run(frozen_from_10))["checkers"]["commit-progress"]["valid"] == "invalid"
+
+
+@pytest.mark.parametrize("kind", ["partition", "pause", "kill", "restart-all"])
+def test_the_same_freeze_while_the_node_is_under_a_fault_is_not_a_stall(kind):
+    d = commit_run(frozen_from_10, faults=[fault_on(kind, 2, 9, 41)])  # healed 41 s; grace to 46 s
+    r = checker.check_commit_progress(d)
+    assert r["valid"] == "valid", r["counterexamples"]
+
+
+def test_a_clock_jump_or_a_fault_on_another_node_excuses_nothing():
+    for f in (fault_on("clock", 2, 9, 41), fault_on("partition", 1, 9, 41), fault_on("worker-kill", 2, 9, 41)):
+        assert checker.check_commit_progress(commit_run(frozen_from_10, faults=[f]))["valid"] == "invalid", f
+
+
+def test_a_node_still_frozen_past_the_grace_after_its_fault_healed_is_a_stall():
+    # Partitioned from 9 s to 20 s: judged again from 25 s (grace 5 s); frozen to 44 s: 19 s.
+    r = checker.check_commit_progress(commit_run(frozen_from_10, faults=[fault_on("partition", 2, 9, 20)]))
+    assert r["valid"] == "invalid" and f"from {T0 + 26_000} (+26.0 s)" in r["counterexamples"][0]
+    # ... but one that catches up within the bound after the grace is not.
+
+    def catches_up_at_38(i, k):
+        return 100 + k if i != 2 or k >= 38 else 110
+    r = checker.check_commit_progress(commit_run(catches_up_at_38, faults=[fault_on("partition", 2, 9, 20)]))
+    assert r["valid"] == "valid" and r["stats"]["longest_freeze_ms"] == 11_000
+
+
+def test_a_freeze_while_the_leader_does_not_advance_either_is_not_a_stall():
+    # Idle: every node at 150 for the whole run; or node-3 one entry behind a leader that never
+    # moves again: the highest commit index did not advance during the freeze.
+    assert checker.check_commit_progress(commit_run(lambda i, k: 150))["valid"] == "valid"
+    r = checker.check_commit_progress(commit_run(lambda i, k: min(100 + k, 150 if i == 2 else 151), seconds=90))
+    assert r["valid"] == "valid" and r["stats"]["stalls"] == 0
+
+
+def test_a_follower_that_lags_but_moves_is_not_a_stall():
+    r = checker.check_commit_progress(commit_run(lambda i, k: 100 + k - (3 if i == 2 else 0)))
+    assert r["valid"] == "valid" and r["stats"]["longest_freeze_ms"] == 0
+
+
+def test_a_round_without_the_nodes_answer_neither_extends_nor_ends_its_freeze():
+    r = checker.check_commit_progress(commit_run(lambda i, k: None if i == 2 and 20 <= k < 30 else frozen_from_10(i, k)))
+    assert r["valid"] == "invalid" and "33.0 s" in r["counterexamples"][0]
+
+
+def test_the_live_watch_reports_a_stall_once_as_soon_as_it_passes_the_bound():
+    d = commit_run(frozen_from_10)
+    watch, seen = checker.CommitWatch(), []
+    for t, samples in checker.monitor_rounds(d["monitor"]):
+        seen += [(t, sp["node"]) for sp in watch.feed(t, samples, checker.excused_nodes(d["faults"], t))]
+    # behind from 11 s: more than 15 s frozen at 27 s
+    assert seen == [(T0 + 27_000, 2)]
+    assert len(watch.finish()) == 1
+
+
+def test_the_live_watch_excuses_a_fault_not_ended_yet():
+    f = {"kind": "partition", "start_ms": T0 + 8_700, "in_place_ms": T0 + 9_000, "nodes": [2]}
+    assert checker.excused_nodes([f], T0 + 40_000) == {2}
+    assert checker.excused_nodes([f], T0 + 8_800) == set()          # not in place yet
+    assert checker.excused_nodes([dict(f, end_ms=T0 + 20_000)], T0 + 25_000) == {2}   # the grace
+    assert checker.excused_nodes([dict(f, end_ms=T0 + 20_000)], T0 + 25_001) == set()
+    assert checker.excused_nodes([{"kind": "kill", "start_ms": T0}], T0 + 1) == set()  # no node yet
+
+
+def test_no_commit_index_sampled_is_unknown():
+    d = commit_run(lambda i, k: None)
+    assert checker.check_commit_progress(d)["valid"] == "unknown"
 
 
 # ------------------------------------------------------------------------------- stress
