@@ -8,8 +8,10 @@
 2. Start the fenced sink, one proxy per node pair (and one per remote worker and node), three nodes
    (fresh data dirs) dialling each other through the proxies, then the remote workers
    (``raftsched worker``, outside the quorum; the jobs placed on their label run only there).
-3. Run the clients, the nemesis, a monitor (each node's role every 0.5 s) and a reader (a node's
-   whole run table every few seconds) until the time limit.
+3. Run the clients, the nemesis, a monitor (each node's role, term and commit index every 0.5 s,
+   judged live for a follower whose commit index is frozen while the cluster's advances:
+   checker.CommitWatch) and a reader (a node's whole run table every few seconds) until the time
+   limit.
 4. Heal everything; wait for the schedule to settle; read the final state through every node with
    ?consistent=true, and sample every node's state hash.
 5. kill -9 the whole cluster, restart it on its data, read again.
@@ -103,6 +105,8 @@ class Run:
         self.notes: list[str] = []
         self.session: aiohttp.ClientSession | None = None
         self.nemesis: Nemesis | None = None
+        #: the live view of commit progress (the checker judges the stored samples again)
+        self.commit_watch = checker.CommitWatch()
         self._monitor_f = open(run_dir / "monitor.jsonl", "a")
         self._reads_f = open(run_dir / "reads.jsonl", "a")
 
@@ -150,18 +154,35 @@ class Run:
 
     # ------------------------------------------------------------------ background tasks
     async def monitor_loop(self) -> None:
+        """Every node's ``/v1/cluster`` together, every MONITOR_PERIOD_S, to monitor.jsonl (one
+        round: one ``t_ms``); each round also goes to the live commit-progress watch, which
+        reports a stalled follower at once (printed, in the history and in the verdict's notes);
+        the checker judges the stored rounds again at the end."""
         while True:
             t = now_ms()
             sts = await asyncio.gather(*(self.nemesis.status(i, 0.8) for i in range(3)))
+            round_ = {}
             for i, s in enumerate(sts):
                 rec = {"t_ms": t, "node": i, "up": s is not None, "alive": self.cp.node_alive(i),
                        "paused": self.cp.node_paused(i)}
                 if s:
                     rec.update(role=s.get("role"), leader=s.get("leader"), term=s.get("term"),
                                commit=s.get("commit_index"), running=(s.get("worker") or {}).get("running"))
+                    # The product's own view of its commit stall (a figure; the check does not use it).
+                    repl = s.get("replication") or {}
+                    if repl.get("commit_stalled_s") is not None:
+                        rec["stalled_s"] = repl["commit_stalled_s"]
+                    if s.get("conditions"):
+                        rec["conditions"] = sorted({str(c.get("type")) for c in s["conditions"] if isinstance(c, dict)})
                 self.monitor.append(rec)
+                round_[i] = rec
                 self._monitor_f.write(json.dumps(rec) + "\n")
             self._monitor_f.flush()
+            for sp in self.commit_watch.feed(t, round_, checker.excused_nodes(self.nemesis.log, t)):
+                text = checker.describe_stall(sp, self.times.get("t0_ms"))
+                print(f"run.py: follower stalled (seen live): {text}", flush=True)
+                self.history.add({"process": "monitor", "type": "info", "f": "follower-stalled", "stall": sp})
+                self.notes.append(f"follower stalled (seen live): {text}")
             await asyncio.sleep(MONITOR_PERIOD_S)
 
     async def read_node(self, i: int, consistent: bool, phase: str, full: bool = True) -> dict:
@@ -284,7 +305,9 @@ class Run:
             t0 = time.monotonic()
             self.times["t0_ms"] = now_ms()
             self.history.add({"process": "harness", "type": "info", "f": "start"})
-            print(f"run.py: cluster up; workload and faults for {sched['time_limit_s']:.0f}s", flush=True)
+            print(f"run.py: cluster up; workload and faults for {sched['time_limit_s']:.0f}s; commit progress watched "
+                  f"live (a node under no fault frozen > {checker.COMMIT_STALL_MS / 1000:g} s below the cluster's rising "
+                  f"commit index, {checker.COMMIT_GRACE_MS / 1000:g} s grace after its faults)", flush=True)
             stop = asyncio.Event()
             bg = [asyncio.create_task(self.monitor_loop(), name="monitor"),
                   asyncio.create_task(self.reader_loop(), name="reader")]

@@ -1,4 +1,5 @@
-"""timeline.png: one lane per node (its role over time and the faults that hit it), then one lane
+"""timeline.png: one lane per node (its role over time, the faults that hit it, and the spans in
+which its commit index stalled: the commit-progress checker's counterexamples), then one lane
 per job (its slots: runs coloured by outcome, recorded ranges as bars; the sink's writes as
 ticks, refused writes as red crosses). Time is seconds since the workload started."""
 from __future__ import annotations
@@ -17,6 +18,7 @@ RUN_COLOURS = {"succeeded": "#2ca02c", "dead": "#d62728", "failed": "#d62728", "
 REC_COLOURS = {"skipped": "#ff9896", "coalesced": "#ffbb78"}
 FAULT_COLOURS = {"kill": "#000000", "pause": "#9467bd", "partition": "#d62728", "clock": "#17becf",
                  "restart-all": "#8c564b"}
+STALL_COLOUR = "#e6007e"
 
 
 def plot(data: dict, results: dict, path) -> None:
@@ -56,7 +58,13 @@ def plot(data: dict, results: dict, path) -> None:
                 label += f"/{f['fault'].get('mode')}"
             if f["kind"] == "clock":
                 label += f" {f['fault'].get('offset_ms', 0) / 1000:+.0f}s"
+            if f["fault"].get("burst"):
+                label += "+burst"
             ax.text(x(start), y + 0.45, label, fontsize=6, va="bottom")
+    for sp in (results.get("checkers", {}).get("commit-progress") or {}).get("stalls") or []:
+        y = lanes[sp["node"]]
+        ax.plot([x(sp["from_ms"]), x(sp["to_ms"])], [y - 0.2, y - 0.2], color=STALL_COLOUR, linewidth=4)
+        ax.text(x(sp["to_ms"]), y - 0.2, f" commit stalled at {sp['commit']}", fontsize=6, va="center", color=STALL_COLOUR)
     heal = times.get("heal_ms")
     if heal:
         ax.axvline(x(heal), color="k", linestyle="--", linewidth=0.8)
@@ -91,6 +99,7 @@ def plot(data: dict, results: dict, path) -> None:
                  + ", ".join(f"{n} {r['valid']}" for n, r in results.get("checkers", {}).items()), fontsize=9)
     handles = [Patch(color=c, label=r) for r, c in ROLE_COLOURS.items()]
     handles += [Line2D([], [], color=c, linewidth=3, label=f) for f, c in FAULT_COLOURS.items()]
+    handles += [Line2D([], [], color=STALL_COLOUR, linewidth=4, label="commit stalled")]
     handles += [Line2D([], [], marker="o", linestyle="", color=c, label=f"run {s}") for s, c in RUN_COLOURS.items() if s != "failed"]
     handles += [Patch(color=c, label=f"recorded {s}") for s, c in REC_COLOURS.items()]
     handles += [Line2D([], [], marker="|", linestyle="", color="#555555", label="sink write"),
