@@ -8,6 +8,7 @@ target is "random" and as the fallback otherwise.
 """
 from __future__ import annotations
 
+import hashlib
 import random
 
 NEMESES = ("kill", "pause", "partition", "clock", "restart-all", "worker")
@@ -23,11 +24,12 @@ PROFILES = {
     # (140 s since the remote workers' three faults joined the twelve on the nodes).
     "ci": {"time_limit_s": 140, "jobs_initial": 12, "jobs_min": 10, "jobs_max": 16, "clients": 2,
            "op_gap_s": (1.5, 3.5), "calm_s": (2.5, 4.0), "cron_share": 0.0, "extra_faults": True,
-           "placed_share": 0.4},
-    # Longer, more jobs, cron schedules too, longer faults.
+           "placed_share": 0.4, "burst_share": 0.0},
+    # Longer, more jobs, cron schedules too, longer faults; a share of the extra partitions of the
+    # leader also run under write load (``burst_share``; the required one always does).
     "soak": {"time_limit_s": 600, "jobs_initial": 16, "jobs_min": 10, "jobs_max": 20, "clients": 3,
              "op_gap_s": (1.0, 3.0), "calm_s": (2.0, 6.0), "cron_share": 0.3, "extra_faults": True,
-             "placed_share": 0.4},
+             "placed_share": 0.4, "burst_share": 0.3},
 }
 
 EXECUTOR = {"type": "python", "target": "jepsen_runner:attempt"}
@@ -179,6 +181,60 @@ def generate_workload(rng: random.Random, prof: dict, time_limit_s: float) -> tu
     return ops, plan
 
 
+# The leader isolated under write load (issue 20): a deposed leader whose log ends in entries of its
+# old term must catch up once the partition heals, however far the new leader's log ran past it.
+# pysyncobj 0.3.17 never did when the new leader's log ran more than one 64 KiB append message past
+# the old leader's tail. While such a partition is in place, writers put jobs of their own (one
+# writer through the isolated node, two through the majority) with a padded payload: at
+# BURST_RATE_PER_S puts of ~BURST_PAD_BYTES each per majority writer, the majority's log grows by
+# ~50 KiB/s, some 300 KiB over the partition once a new leader is elected.
+BURST_RATE_PER_S = 6
+BURST_PAD_BYTES = 4000
+#: The partition of a burst lasts this long: an election (~1-2 s) and several seconds of writes.
+BURST_DURATION_S = (7.0, 9.0)
+#: A burst job fires rarely: it is there to be written, not to add runs.
+BURST_EVERY_S = (20, 30)
+
+
+def _burst(rng: random.Random, k: int) -> dict:
+    """The writers of burst number ``k``: ``via`` "isolated" (the node the partition cuts off) or
+    "majority" (the two others, in turn), each with jobs of its own (named ``b<k>w<writer>j<n>``,
+    so no two writers, nor a writer and a client, ever write one job), their base specs and
+    failure plans. The puts themselves are :func:`burst_op`."""
+    writers, plan = [], {}
+    for w, (via, njobs) in enumerate((("isolated", 1), ("majority", 2), ("majority", 2))):
+        jobs = {}
+        for j in range(njobs):
+            name = f"b{k}w{w}j{j}"
+            spec = job_spec(rng, 0.0, 1)
+            spec["schedule"] = {"every_s": rng.choice(BURST_EVERY_S)}
+            jobs[name] = spec
+            plan[name] = {"fail_pct": rng.choice([0, 25]), "work_ms": [50, 300]}
+        writers.append({"via": via, "jobs": jobs})
+    return {"rate_per_s": BURST_RATE_PER_S, "pad_bytes": BURST_PAD_BYTES, "writers": writers, "plan": plan}
+
+
+def _pad(name: str, version: int, n: int) -> str:
+    h = hashlib.blake2b(f"{name}#{version}".encode(), digest_size=16).hexdigest()
+    return (h * (n // len(h) + 1))[:n]
+
+
+def burst_op(burst: dict, writer: dict, k: int) -> dict:
+    """The ``k``-th put of a burst writer: its jobs in turn, each first created, then updated with
+    a new description and payload (the schedule and the policies stay: one grid per job)."""
+    names = sorted(writer["jobs"])
+    name = names[k % len(names)]
+    version = k // len(names) + 1
+    spec = dict(writer["jobs"][name], description=f"burst version {version}",
+                payload={"pad": _pad(name, version, burst["pad_bytes"])})
+    return {"f": "create" if version == 1 else "update", "job": name, "spec": spec}
+
+
+def burst_ops_max(fault: dict) -> int:
+    """Puts a burst writer makes at most: its rate for the partition's duration."""
+    return int(fault["burst"]["rate_per_s"] * fault["duration"]) + 2
+
+
 def _fault(rng: random.Random, kind: str, **kw) -> dict:
     f = {"kind": kind, "node": rng.randrange(3)}
     if kind == "kill":
@@ -189,7 +245,9 @@ def _fault(rng: random.Random, kind: str, **kw) -> dict:
                  duration=round(rng.uniform(2.5, 3.5) * LEASE_TTL_S, 2))
     elif kind == "partition":
         f.update(target=kw.get("target", "leader"), mode=kw.get("mode", rng.choice(["blackhole", "reset"])),
-                 duration=round(rng.uniform(5.0, 9.0), 2))
+                 duration=round(rng.uniform(*(BURST_DURATION_S if "burst" in kw else (5.0, 9.0))), 2))
+        if "burst" in kw:
+            f["burst"] = kw["burst"]
     elif kind == "clock":
         f.update(target=kw.get("target", rng.choice(["leader", "random"])),
                  offset_ms=kw.get("offset_ms", rng.choice([CLOCK_JUMP_MS, -CLOCK_JUMP_MS])),
@@ -218,8 +276,15 @@ def generate_faults(rng: random.Random, prof: dict, time_limit_s: float, nemeses
         # of the leader (a zombie leader wakes up deposed).
         required += [_fault(rng, "pause", target="worker"), _fault(rng, "pause", target="worker"),
                      _fault(rng, "pause", target="leader")]
+    bursts = 0
+    burst_fault = None
     if "partition" in nemeses:
-        required += [_fault(rng, "partition", mode="blackhole"), _fault(rng, "partition", mode="reset")]
+        # One isolation of the leader in each mode; one of the two (its mode drawn) under write
+        # load, placed in the first half so it always fits the time limit.
+        mode = rng.choice(["blackhole", "reset"])
+        burst_fault = _fault(rng, "partition", mode=mode, burst=_burst(rng, bursts))
+        bursts += 1
+        required += [_fault(rng, "partition", mode="reset" if mode == "blackhole" else "blackhole")]
     if "clock" in nemeses:
         # On the leader: forward, it fires early and its reaper judges leases by its clock;
         # backward, it fires late (misfires) until its clock catches up with the cursors.
@@ -229,6 +294,8 @@ def generate_faults(rng: random.Random, prof: dict, time_limit_s: float, nemeses
         # The remote workers: killed, paused past the lease TTL, cut off from every node.
         required += [_fault(rng, "worker-kill"), _fault(rng, "worker-pause"), _fault(rng, "worker-partition")]
     rng.shuffle(required)
+    if burst_fault is not None:
+        required.insert(rng.randrange(1, len(required) // 2 + 2), burst_fault)
     if "restart-all" in nemeses:
         required.insert(len(required) // 2 + rng.randrange(len(required) // 2 + 1), _fault(rng, "restart-all"))
     faults = []
@@ -237,9 +304,13 @@ def generate_faults(rng: random.Random, prof: dict, time_limit_s: float, nemeses
     kinds = [k for k in nemeses if k in NEMESES and k != "worker"]
     kinds += ["worker-kill", "worker-pause", "worker-partition"] if "worker" in nemeses else []
     while kinds:
+        extra = not queue
         f = queue.pop(0) if queue else (_fault(rng, rng.choice(kinds)) if prof["extra_faults"] else None)
         if f is None:
             break
+        if extra and f["kind"] == "partition" and "burst" not in f and rng.random() < prof.get("burst_share", 0):
+            f = _fault(rng, "partition", mode=f["mode"], burst=_burst(rng, bursts))
+            bursts += 1
         if t + f["duration"] > time_limit_s - 3:
             if queue:
                 continue  # a shorter required fault may still fit
@@ -257,6 +328,8 @@ def generate(seed: int, profile: str, time_limit_s: float | None, nemeses: list[
     rng = random.Random(seed)
     ops, plan = generate_workload(random.Random(rng.random()), prof, tl)
     faults = generate_faults(random.Random(rng.random()), prof, tl, nemeses)
+    for f in faults:  # the burst writers' jobs, for the runner and the checkers
+        plan.update((f.get("burst") or {}).get("plan") or {})
     return {"seed": seed, "profile": profile, "time_limit_s": tl, "nemeses": list(nemeses),
             "lease_ttl_s": LEASE_TTL_S, "clients": prof["clients"], "ops": ops, "plan": {"jobs": plan},
             "faults": faults, "remote_workers": list(REMOTE_WORKERS), "fleet_labels": dict(FLEET_LABELS)}

@@ -1,6 +1,11 @@
 """The nemesis: runs the fault schedule against the live cluster and records every fault in the
 history (``invoke`` when it starts, ``info`` when it is in place, again when healed), with the
-node it actually hit. ``heal`` undoes everything at once."""
+node it actually hit. ``heal`` undoes everything at once.
+
+A partition with a ``burst`` (generator.burst_op) also drives writes while it is in place: one
+writer puts jobs through the isolated node, two through the majority, each an ordinary client
+operation in the history (process ``client-burst<fault id>-<writer>``), so the checkers judge
+them as any other."""
 from __future__ import annotations
 
 import asyncio
@@ -11,8 +16,14 @@ import aiohttp
 
 from raftsched.testing.cluster import agreed_leader
 
-from client import History
+import generator
+from client import History, perform
 from processes import ClusterProcs
+
+#: How long a fault aimed at the leader waits for an agreed leader before it falls back to its
+#: pre-drawn node; longer for a burst, whose point is a deposed leader.
+LEADER_WAIT_S = 5.0
+BURST_LEADER_WAIT_S = 10.0
 
 
 class Nemesis:
@@ -33,6 +44,10 @@ class Nemesis:
         self.workers_cut: set[str] = set()
         #: fault intervals as they happened, for the checkers and the timeline
         self.log: list[dict] = []
+        #: how the last resolved target was found: "leader", "worker", or "pre-drawn"
+        self.resolved_as = "pre-drawn"
+        #: write bursts under way or done (task, the event that ends it), awaited by ``drain``
+        self.bursts: list[tuple[asyncio.Task, asyncio.Event]] = []
 
     async def status(self, i: int, timeout_s: float = 1.0) -> dict | None:
         try:
@@ -118,7 +133,7 @@ class Nemesis:
     async def resolve(self, f: dict) -> int:
         target = f.get("target")
         if target == "leader":
-            i = await self.leader()
+            i = await self.leader(BURST_LEADER_WAIT_S if f.get("burst") else LEADER_WAIT_S)
         elif target == "worker":
             i = None
             for k in range(25):  # a moment when a worker is inside a long attempt, else any lease
@@ -128,6 +143,7 @@ class Nemesis:
                 await asyncio.sleep(0.15)
         else:
             i = None
+        self.resolved_as = "pre-drawn" if i is None else target
         return f["node"] if i is None else i
 
     def _rec(self, f: dict, type_: str, what: str, **kw) -> None:
@@ -143,9 +159,68 @@ class Nemesis:
             hit = await self.start(f)
             entry["workers" if f["kind"].startswith("worker-") else "nodes"] = hit
             entry["in_place_ms"] = time.time_ns() // 1_000_000
+            if not f["kind"].startswith("worker-") and f["kind"] != "restart-all":
+                entry["resolved"] = self.resolved_as
+            done = asyncio.Event()
+            if f.get("burst") and f["kind"] == "partition":
+                self.bursts.append((asyncio.create_task(self.burst(f, hit[0], entry, done), name=f"burst-{f['id']}"), done))
             await asyncio.sleep(max(0.0, f["duration"] - (time.monotonic() - (t0 + f["at"]))))
+            done.set()
             await self.stop(f, hit)
             entry["end_ms"] = time.time_ns() // 1_000_000
+        await self.drain()
+
+    async def drain(self, timeout_s: float = 20.0) -> None:
+        """End every burst (also one whose fault was cut short) and wait for its last requests (a
+        put sent to an isolated node may wait for its deadline), then cancel what is left: its
+        invoke stays in the history without a completion, which the checkers count as info."""
+        for _, done in self.bursts:
+            done.set()
+        tasks = [t for t, _ in self.bursts]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def burst(self, f: dict, isolated: int, entry: dict, done: asyncio.Event) -> None:
+        """Writes while partition ``f`` cuts off node ``isolated`` (the leader it resolved): each
+        writer makes its puts (generator.burst_op) one at a time, at the burst's rate, through the
+        isolated node or the two others in turn, until the partition ends. What it did goes into
+        the fault's log entry (``burst``) and is printed."""
+        b = f["burst"]
+        majority = [j for j in range(3) if j != isolated]
+        stats = {"writes": 0, "ok": 0, "fail": 0, "info": 0, "bytes_ok": 0, "isolated": isolated + 1,
+                 "resolved": entry.get("resolved")}
+        entry["burst"] = stats
+        print(f"nemesis: fault {f['id']}: node-{isolated + 1} ({entry.get('resolved')}) cut off ({f['mode']}) for "
+              f"{f['duration']:.1f} s under write load: {len(b['writers'])} writers at {b['rate_per_s']}/s, "
+              f"{b['pad_bytes']} B payloads", flush=True)
+
+        async def writer(w: int, spec: dict) -> None:
+            nodes = [isolated] if spec["via"] == "isolated" else majority
+            t_start = time.monotonic()
+            for k in range(generator.burst_ops_max(f)):
+                delay = t_start + k / b["rate_per_s"] - time.monotonic()
+                if delay > 0:
+                    try:
+                        await asyncio.wait_for(done.wait(), delay)
+                    except asyncio.TimeoutError:
+                        pass
+                if done.is_set():
+                    return
+                op = dict(generator.burst_op(b, spec, k), node=nodes[k % len(nodes)])
+                rec = await perform(self.session, self.cp.nodes[op["node"]].url, self.cp.token, op, self.history,
+                                    f"client-burst{f['id']}-{w}", f"burst{f['id']}-{w}-{k}-{op['f']}-{op['job']}")
+                stats["writes"] += 1
+                stats[rec["type"]] = stats.get(rec["type"], 0) + 1
+                if rec["type"] == "ok":
+                    stats["bytes_ok"] += len(op["spec"]["payload"]["pad"])
+
+        await asyncio.gather(*(writer(w, spec) for w, spec in enumerate(b["writers"])))
+        print(f"nemesis: fault {f['id']}: burst done: {stats['writes']} puts, {stats['ok']} ok "
+              f"(~{stats['bytes_ok'] // 1024} KiB of payload committed), {stats['fail']} fail, {stats['info']} info",
+              flush=True)
 
     async def start(self, f: dict) -> list:
         """Start fault ``f``; returns what it hit: node indexes, or remote worker ids for the

@@ -327,6 +327,7 @@ class Run:
                     self.notes.append("the nemesis overran the time limit; cancelled")
             if nem.done() and not nem.cancelled() and nem.exception():
                 raise nem.exception()
+            await self.nemesis.drain()  # a burst whose fault was cut short
             stop.set()
             await asyncio.wait(clients, timeout=20)
             for t in clients:

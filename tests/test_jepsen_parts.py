@@ -145,3 +145,44 @@ def test_the_schedule_is_a_function_of_the_seed():
     jobs = {o["job"] for o in a["ops"] if o["f"] == "create"}
     assert 10 <= sum(o["f"] == "create" and o["at"] < 3 for o in a["ops"]) <= 20
     assert jobs <= set(a["plan"]["jobs"])
+
+
+@pytest.mark.parametrize("profile", ["ci", "soak"])
+def test_every_schedule_isolates_the_leader_under_write_load(profile):
+    """Issue 20's scenario: a partition of the leader long enough for a new leader to be elected
+    and commit far past the old one's tail, with writers through the isolated node and the
+    majority; early enough to fit any CI schedule; its jobs in the plan, owned by no client."""
+    for seed in range(40):
+        a = generator.generate(seed, profile, None, list(generator.NEMESES))
+        bursts = [f for f in a["faults"] if f.get("burst")]
+        assert bursts and all(f["kind"] == "partition" and f["target"] == "leader" for f in bursts)
+        first = bursts[0]
+        assert first["duration"] >= 7 and first["at"] + first["duration"] <= a["time_limit_s"] / 2 + 20
+        assert {f.get("mode") for f in a["faults"] if f["kind"] == "partition"} >= {"blackhole", "reset"}
+        client_jobs = {o["job"] for o in a["ops"]}
+        for f in bursts:
+            b = f["burst"]
+            assert [w["via"] for w in b["writers"]].count("isolated") == 1
+            assert [w["via"] for w in b["writers"]].count("majority") >= 2
+            names = [n for w in b["writers"] for n in w["jobs"]]
+            assert len(names) == len(set(names)) and not set(names) & client_jobs
+            assert set(names) <= set(a["plan"]["jobs"])
+            # The majority's puts after an election (~2 s): several 64 KiB append messages.
+            majority = sum(w["via"] == "majority" for w in b["writers"])
+            assert majority * b["rate_per_s"] * (f["duration"] - 2) * b["pad_bytes"] > 3 * 64 * 1024
+    # Without the partition nemesis, no burst.
+    assert not any(f.get("burst") for f in generator.generate(3, profile, None, ["kill", "pause"])["faults"])
+
+
+def test_a_burst_writer_creates_its_jobs_then_updates_them_keeping_their_schedule():
+    f = next(f for f in generator.generate(5, "ci", None, list(generator.NEMESES))["faults"] if f.get("burst"))
+    b = f["burst"]
+    w = next(w for w in b["writers"] if w["via"] == "majority")
+    ops = [generator.burst_op(b, w, k) for k in range(generator.burst_ops_max(f))]
+    assert [o["f"] for o in ops[:3]] == ["create", "create", "update"]
+    assert ops == [generator.burst_op(b, w, k) for k in range(len(ops))]  # a function of (burst, writer, k)
+    for o in ops:
+        base = w["jobs"][o["job"]]
+        assert o["spec"]["schedule"] == base["schedule"] and o["spec"]["misfire"] == base["misfire"]
+        assert len(o["spec"]["payload"]["pad"]) == b["pad_bytes"] <= 8 * 1024
+    assert len({o["spec"]["payload"]["pad"] for o in ops}) == len(ops)  # every put is new bytes
