@@ -589,6 +589,14 @@ def test_a_follower_frozen_while_the_leader_advances_is_a_stall():
     assert f"from {T0 + 11_000} (+11.0 s) to {T0 + 44_000} (+44.0 s), 33.0 s" in ex
     assert "111 -> 144" in ex and "leader: node-1 at 111 -> node-1 at 144" in ex
     assert r["stalls"][0]["node"] == 2
+    assert "product_stalled_s_max" not in r["stats"]  # a product that does not report its own view
+    # The product's own report is a figure, recorded beside the samples; it does not judge.
+    d = commit_run(frozen_from_10)
+    for rec in d["monitor"]:
+        if rec["node"] == 2 and rec["t_ms"] >= T0 + 21_000:
+            rec.update(stalled_s=(rec["t_ms"] - T0 - 11_000) / 1000, conditions=["cluster.follower_stalled"])
+    r = checker.check_commit_progress(d)
+    assert r["stats"]["product_stalled_s_max"] == 33.0 and r["stats"]["product_follower_stalled_samples"] == 24
     assert checker.check_all(commit_run(frozen_from_10))["checkers"]["commit-progress"]["valid"] == "invalid"
 
 
