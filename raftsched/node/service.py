@@ -200,9 +200,13 @@ class Service:
                                                name=name, **q))
         return self._out(res, {"queue": name, **q})
 
-    def list_queues(self) -> dict:
+    def list_queues(self, tenants: frozenset | None = None) -> dict:
+        """Every queue's figures; with ``tenants``, of the queues their jobs use only."""
         now = self.clock.now_ms()
         qs = self.read(queries.queue_stats, now)
+        if tenants is not None:
+            mine = self.read(queries.queues_of, tenants)
+            qs = [q for q in qs if q["name"] in mine]
         # The worker fleet: runs no live worker may take for their placement (docs/workers.md).
         unplaceable = self.read(queries.unplaceable, now)
         for q in qs:
@@ -220,12 +224,14 @@ class Service:
         res = await self.propose(commands.make("delete_tenant", self.clock.now_ms(), rid or new_request_id(), name=name))
         return self._out(res, {"tenant": name, "deleted": True})
 
-    def list_tenants(self) -> dict:
-        return {"tenants": [tenant_view(t) for t in self.read(queries.tenants)]}
+    def list_tenants(self, tenants: frozenset | None = None) -> dict:
+        return {"tenants": [tenant_view(t) for t in self.read(queries.tenants)
+                            if tenants is None or t["name"] in tenants]}
 
     # ------------------------------------------------------------------ dead-letter queue
-    def list_dlq(self, queue: str | None, limit: int) -> dict:
-        out = [run_view(r) for r in self.read(queries.dead_runs, queue)]
+    def list_dlq(self, queue: str | None, limit: int, tenants: frozenset | None = None) -> dict:
+        out = [run_view(r) for r in self.read(queries.dead_runs, queue)
+               if tenants is None or r.get("tenant") in tenants]
         # Newest first by the finished_at text the API shows, as this list always was (the text
         # of a whole second sorts after that second's ms: an order to revisit, not here).
         out.sort(key=lambda r: (r["finished_at"] or "", r["id"]), reverse=True)
@@ -316,9 +322,13 @@ class Service:
             raise NotFound(f"no job named {name!r}", field="name")
         return self.job_view(job)
 
-    def list_jobs(self, limit: int, after: str | None, labels: dict | None = None) -> dict:
-        """A page of jobs by name; with ``labels``, of the jobs that carry all of them."""
-        if labels:
+    def list_jobs(self, limit: int, after: str | None, labels: dict | None = None,
+                  tenants: frozenset | None = None) -> dict:
+        """A page of jobs by name; with ``labels``, of the jobs that carry all of them; with
+        ``tenants``, of their jobs only (``total`` counts those)."""
+        if tenants is not None:
+            page = self.read(queries.jobs_page_in, tenants, limit, after, labels)
+        elif labels:
             page = self.read(queries.jobs_labelled_page, labels, limit, after)
         else:
             page = self.read(queries.jobs_page, limit, after)
@@ -331,7 +341,10 @@ class Service:
         out["runs"] = self._views(out["runs"])
         return out
 
-    def list_runs(self, state_filter: str | None, limit: int) -> dict:
+    def list_runs(self, state_filter: str | None, limit: int, tenants: frozenset | None = None) -> dict:
+        """The newest runs (in ``state_filter``; of ``tenants``' jobs only, when given)."""
+        if tenants is not None:
+            return {"runs": self._views(self.read(queries.runs_in, tenants, state_filter, limit))}
         return {"runs": self._views(self.read(queries.runs, state_filter, limit))}
 
     def get_run(self, run_id: str) -> dict:
