@@ -301,8 +301,8 @@ async def create_token(request: web.Request) -> web.Response:
     now = svc.clock.now_ms()
     f = validate_token_body(await json_body(request), now)
     tid, token, h = new_token()
-    res = await svc.propose(commands.make("token_create", now, rid(request) or secrets.token_hex(16),
-                                          id=tid, hash=h, **f))
+    res = await svc.propose(commands.token_create(now, rid(request) or secrets.token_hex(16), id=tid, hash=h,
+                                                  fields=f))
     body = {"id": res["id"], "token": token, "role": f["role"], "tenants": f["tenants"],
             "workers": f.get("workers"), "expires_at": schedule.iso(f["expires"]), "note": f["note"]}
     if res.get("duplicate"):
@@ -334,8 +334,8 @@ async def revoke_token(request: web.Request) -> web.Response:
                           "the nodes one by one (docs/security.md, \"Rotating\")", field="id")
     if not TOKEN_ID_RE.match(tid):
         raise InvalidSpec("must be a token id (16 hex digits)", field="id")
-    res = await svc.propose(commands.make("token_revoke", svc.clock.now_ms(), rid(request) or secrets.token_hex(16),
-                                          id=tid))
+    res = await svc.propose(commands.token_revoke(svc.clock.now_ms(), rid(request) or secrets.token_hex(16),
+                                                  id=tid))
     return web.json_response(svc._out(res, {"id": tid, "revoked_at": schedule.iso(res["revoked"])}))
 
 
