@@ -348,3 +348,32 @@ def test_cluster_and_metrics_show_how_each_follower_keeps_up():
         assert "raftsched_raft_commit_stalled_seconds 0.0" in text
         assert "raftsched_cluster_conditions 1.0" in text
     run(t, metrics=True)
+
+
+def test_a_command_handler_that_raises_is_an_internal_error_logged_with_its_command(monkeypatch, caplog):
+    """A bug inside a command handler: every replica refuses the command alike (the state does
+    not change), the caller gets a 500 ``internal`` it can see (not a 422 that blames its
+    request), the node logs it with the command's op, and a retry with the same key gets the
+    same answer without proposing again (the replay rule)."""
+    import logging
+
+    from raftsched.core import state as state_module
+
+    def broken(s, cmd, now):
+        raise KeyError("a bug")
+    monkeypatch.setitem(state_module.HANDLERS, "pause_job", broken)
+
+    async def t(env, c):
+        await put(c, "a")
+        proposed = len(env.raft.proposed)
+        with caplog.at_level(logging.ERROR, logger="raftsched.proposer"):
+            r = await c.post("/v1/jobs/a/pause", headers=dict(AUTH, **{"Idempotency-Key": "k-1"}))
+        body = await r.json()
+        assert r.status == 500 and body["error"]["code"] == "internal", body
+        assert "pause_job could not be applied" in body["error"]["message"]
+        assert "pause_job" in caplog.text and "a bug" in caplog.text
+        assert not env.state.jobs["a"]["paused"]
+        assert len(env.raft.proposed) == proposed + 1
+        r = await c.post("/v1/jobs/a/pause", headers=dict(AUTH, **{"Idempotency-Key": "k-1"}))
+        assert r.status == 500 and len(env.raft.proposed) == proposed + 1, "answered from the replica"
+    run(t)

@@ -48,7 +48,7 @@ def run(coro_fn):
     async def main():
         env = Env()
         env.flaky = FlakyRaft(env.raft)
-        env.service.raft = env.flaky
+        env.service.raft = env.service.proposer.raft = env.flaky
         # Every request needs a token: batch() sends its own headers, the rest the default.
         async with TestClient(TestServer(env.app, host="127.0.0.1"), headers=AUTH) as client:
             await coro_fn(env, client)

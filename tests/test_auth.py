@@ -17,7 +17,8 @@ from raftsched.core.state import SchedulerState
 from raftsched.node import auth
 from raftsched.node.api import make_app
 from raftsched.node.audit import AuditLog
-from raftsched.node.auth import Auth, FailureLimiter, scope_of
+from raftsched.node.auth import Auth, FailureLimiter
+from raftsched.node import api, routes
 from raftsched.node.service import Service
 from raftsched.node.trigger import Trigger
 
@@ -150,29 +151,42 @@ def canonical(app, path: str) -> str:
     raise LookupError(path)
 
 
-def _patterned(method: str, route: str) -> bool:
-    return any(method in ms and rx.match(route) for ms, rx, _ in auth.PATTERNS)
+def scope_of(method: str, route: str) -> str:
+    """The scope the route table gives ``method route``."""
+    return routes.lookup(routes.table(api.ROUTES), method, route).scope
 
 
-def test_every_route_of_the_api_is_in_the_permission_table_and_tested_here():
-    """A route that neither the table nor its patterns name is admin-only, silently: every route
-    the API serves must be decided there (add a new one to PERMISSIONS, or to PATTERNS, and, when
-    it is in PERMISSIONS, to ROUTES above)."""
+def test_the_app_serves_exactly_the_route_table_and_every_row_is_tested_here():
+    """The app is built from the route table (node/routes.py) and nothing else: every route it
+    serves has one row (with its scope and its tenancy rule), every row is served, and every row
+    but the open ones is exercised by ROUTES above for each role."""
     app = Env().app
     served = set()
     for res in app.router.resources():
         for route in res:
             if route.method in ("HEAD", "*"):
                 continue
-            key = (route.method, res.canonical)
-            served.add(key)
-            assert key in auth.PERMISSIONS or key in auth.OPEN_ROUTES or _patterned(*key), \
-                f"{key} is admin-only by default: decide its scope in node/auth.py"
+            served.add((route.method, res.canonical))
+    table = routes.table(api.ROUTES)
+    assert served == set(table), (served ^ set(table))
+    for row in table.values():
+        assert row.scope in auth.SCOPES or row.scope == routes.OPEN, row
+        assert isinstance(row.tenancy, routes.Tenancy), row
     tested = {(m, canonical(app, p)) for m, p, _ in ROUTES}
-    assert set(auth.PERMISSIONS) - {("GET", "/metrics")} <= tested, "ROUTES covers the permission table"
     assert tested <= served, "ROUTES names only routes the API serves"
-    assert served - tested <= {("GET", "/metrics"), ("GET", "/healthz")}, f"untested: {served - tested}"
-    assert set(auth.PERMISSIONS) <= served, "the table names no route that does not exist"
+    assert served - tested == {("GET", "/metrics"), ("GET", "/healthz")}, f"untested: {served - tested - {('GET', '/metrics'), ('GET', '/healthz')}}"
+
+
+def test_a_route_added_without_a_row_is_not_served():
+    async def extra(request):
+        return aiohttp.web.json_response({"ok": True})
+
+    async def t(env, c):
+        env.app.router._frozen = False  # as a later module adding a route by hand would
+        env.app.router.add_get("/v1/sneaky", extra)
+        s, b = await call(c, "GET", "/v1/sneaky")
+        assert s == 404 and b["error"]["code"] == "not_found"
+    run(t)
 
 
 @pytest.mark.parametrize("role", ["admin", "operator", "reader", "worker"])
@@ -192,16 +206,15 @@ def test_each_role_gets_its_scopes_and_403_names_the_missing_one(role):
     run(t)
 
 
-def test_scope_patterns_cover_the_worker_protocol_and_unknown_routes_are_admin_only():
+def test_the_worker_protocol_is_the_worker_scope_and_draining_is_an_admins():
     for path in ("/v1/workers/{id}/lease", "/v1/workers/{id}/heartbeat", "/v1/workers/{id}/complete",
-                 "/v1/workers/{id}/release", "/v1/workers/{worker}/register"):
+                 "/v1/workers/{id}/release"):
         assert scope_of("POST", path) == "worker"
-    assert scope_of("PUT", "/v1/workers/{id}") == "worker"
     assert scope_of("POST", "/v1/workers/{id}/drain") == "admin"
     assert scope_of("GET", "/v1/workers") == scope_of("GET", "/v1/workers/{id}") == "read"
-    assert scope_of("POST", "/v1/jobs/{name}/backfill") == "jobs.write"
+    assert scope_of("POST", "/v1/jobs/{name}/backfills") == "jobs.write"
+    assert scope_of("POST", "/v1/backfills/{id}/{action}") == "jobs.write"
     assert scope_of("GET", "/v1/backfills") == "read"
-    assert scope_of("DELETE", "/v1/cluster") == scope_of("POST", "/v1/members") == "admin"
     assert scope_of("HEAD", "/v1/jobs") == "read"
 
 
@@ -427,4 +440,20 @@ def test_metrics_need_a_read_token_unless_the_node_opens_them():
         s, b = await call(c, "GET", "/metrics", None)
         assert s == 404 and b["error"]["message"] == "metrics are not enabled on this node", "open: no token asked"
         assert (await call(c, "GET", "/v1/jobs", None))[0] == 401, "only /metrics is opened"
+    run(t)
+
+
+def test_a_limited_tokens_run_list_is_the_same_view_as_everyone_elses():
+    """Tenant-limited reads go through the same handlers, filtered: a queued run no worker may
+    take shows ``waiting_for`` to a token limited to its tenant too (it was dropped when the
+    limited list was a copy of the handler)."""
+    async def t(env, c):
+        spec = dict(SPEC, tenant="alpha", placement={"labels": {"pool": "nowhere"}})
+        assert (await call(c, "PUT", "/v1/jobs/p", body=spec))[0] == 201
+        assert (await call(c, "POST", "/v1/jobs/p/trigger"))[0] == 201
+        tok = (await new_token(c, "reader", tenants=["alpha"]))["token"]
+        everyone = [r for r in (await call(c, "GET", "/v1/runs"))[1]["runs"] if r["job"] == "p"]
+        limited = (await call(c, "GET", "/v1/runs", tok))[1]["runs"]
+        assert everyone and everyone[0]["waiting_for"] == "no worker matches its placement"
+        assert limited == everyone
     run(t)

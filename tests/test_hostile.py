@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from raftsched.node.auth import ROLE_SCOPES, scope_of
+from raftsched.node import api, routes
+from raftsched.node.auth import ROLE_SCOPES
 
 from procs import Cluster, wait_for
 
@@ -37,6 +38,14 @@ SPEC = {"schedule": {"every_s": 86_400}, "executor": {"type": "shell", "argv": [
         "misfire": {"policy": "skip"}}
 HTTP_SPEC = {"schedule": {"every_s": 86_400}, "misfire": {"policy": "skip"},
              "executor": {"type": "http", "url": "http://127.0.0.1:9/hook", "headers": {"X-Api-Key": "k-123456"}}}
+
+
+_TABLE = routes.table(api.ROUTES)
+
+
+def scope_of(method: str, route: str) -> str:
+    """The scope the route table gives ``method route``."""
+    return routes.lookup(_TABLE, method, route).scope
 
 
 @dataclass

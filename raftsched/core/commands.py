@@ -7,6 +7,8 @@ which ``SchedulerState.apply_bytes`` turns into a refusal (apply never raises).
 """
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import msgpack
 
 from . import limits
@@ -98,3 +100,156 @@ def decode(data: bytes) -> dict:
     if rid is not None and (not isinstance(rid, str) or len(rid) > limits.request_id_chars_max):
         raise InvalidCommand("bad request id")
     return cmd
+
+
+# ------------------------------------------------------------------ typed constructors
+# One a command, the only way the node builds one (issue 21): each names its fields and their
+# types, and writes them in the order the command has always had, so the bytes on the wire, in
+# journals and in snapshots' request tables do not change. ``now`` is the proposer's clock in
+# ms, ``rid`` the request id (None: no retry can repeat it). Fields that come from a validated
+# body (core.bodies, core.model, core.backfill_model) are passed as that mapping, in its order.
+Fields = Mapping[str, Any]
+
+
+def noop(now: int, rid: str | None = None) -> dict:
+    return make("noop", now, rid)
+
+
+def put_job(now: int, rid: str | None, *, name: str, spec: dict, next: int | None, cursor: int | None,
+            anchor: int | None, create_only: bool) -> dict:
+    return make("put_job", now, rid, name=name, spec=spec, next=next, cursor=cursor, anchor=anchor,
+                create_only=create_only)
+
+
+def put_jobs(now: int, rid: str | None, *, jobs: list) -> dict:
+    return make("put_jobs", now, rid, jobs=jobs)
+
+
+def delete_job(now: int, rid: str | None, *, name: str) -> dict:
+    return make("delete_job", now, rid, name=name)
+
+
+def pause_job(now: int, rid: str | None, *, name: str) -> dict:
+    return make("pause_job", now, rid, name=name)
+
+
+def resume_job(now: int, rid: str | None, *, name: str, catch_up: bool, plan: Fields | None = None) -> dict:
+    """``plan``: without ``catch_up``, the job's generation and policy.plan_resume's fields."""
+    return make("resume_job", now, rid, name=name, catch_up=catch_up, **(plan or {}))
+
+
+def trigger_job(now: int, rid: str | None, *, name: str, extra: Fields | None = None) -> dict:
+    """``extra``: a slot and/or a payload (core.backfill_model.validate_trigger)."""
+    return make("trigger_job", now, rid, name=name, **(extra or {}))
+
+
+def fire(now: int, *, entries: list) -> dict:
+    return make("fire", now, None, entries=entries)
+
+
+def takeover(now: int, *, node: str) -> dict:
+    return make("takeover", now, None, node=node)
+
+
+def expire(now: int, *, runs: list, locks: list) -> dict:
+    return make("expire", now, None, runs=runs, locks=locks)
+
+
+def put_queue(now: int, rid: str | None, *, name: str, fields: Fields) -> dict:
+    return make("put_queue", now, rid, name=name, **fields)
+
+
+def put_tenant(now: int, rid: str | None, *, name: str, fields: Fields) -> dict:
+    return make("put_tenant", now, rid, name=name, **fields)
+
+
+def delete_tenant(now: int, rid: str | None, *, name: str) -> dict:
+    return make("delete_tenant", now, rid, name=name)
+
+
+def dlq_requeue(now: int, rid: str | None, *, run: str) -> dict:
+    return make("dlq_requeue", now, rid, run=run)
+
+
+def dlq_delete(now: int, rid: str | None, *, run: str) -> dict:
+    return make("dlq_delete", now, rid, run=run)
+
+
+def lock_command(op: str, now: int, rid: str | None, *, name: str, fields: Fields) -> dict:
+    """``lock_acquire``, ``lock_renew`` or ``lock_release`` (core.bodies.validate_lock)."""
+    if op not in ("lock_acquire", "lock_renew", "lock_release"):
+        raise ValueError(f"not a lock command: {op!r}")
+    return make(op, now, rid, name=name, **fields)
+
+
+def backfill(now: int, rid: str | None, fields: Fields) -> dict:
+    return make("backfill", now, rid, **fields)
+
+
+def dlq_bulk(now: int, rid: str | None, fields: Fields) -> dict:
+    return make("dlq_bulk", now, rid, **fields)
+
+
+def backfill_control(now: int, rid: str | None, *, name: str, action: str) -> dict:
+    return make("backfill_control", now, rid, name=name, action=action)
+
+
+def step(op: str, now: int, fields: Fields) -> dict:
+    """The leader's ``backfill_step`` or ``dlq_bulk_step`` (core.backfill_plan)."""
+    if op not in ("backfill_step", "dlq_bulk_step"):
+        raise ValueError(f"not a step command: {op!r}")
+    return make(op, now, None, **fields)
+
+
+def token_create(now: int, rid: str | None, *, id: str, hash: dict, fields: Fields) -> dict:
+    return make("token_create", now, rid, id=id, hash=hash, **fields)
+
+
+def token_revoke(now: int, rid: str | None, *, id: str) -> dict:
+    return make("token_revoke", now, rid, id=id)
+
+
+# The worker protocol: the embedded worker and the node's side of a remote worker's requests
+# build these five the same way (``tenants``: the worker token's, I23; ``own``: a remote
+# worker reports only on its own leases).
+def _limited(cmd: dict, tenants) -> dict:
+    if tenants is not None:
+        cmd["tenants"] = sorted(tenants)
+    return cmd
+
+
+def worker_hello(now: int, *, worker: str, facts: Fields) -> dict:
+    return make("worker_hello", now, None, worker=worker, **facts)
+
+
+def acquire(now: int, *, worker: str, queues, max: int, ttl: int, types, tenants=None) -> dict:
+    return _limited(make("acquire", now, None, worker=worker, queues=queues, max=max, ttl=ttl, types=types),
+                    tenants)
+
+
+def heartbeat(now: int, *, worker: str, leases: list, ttl: int, tenants=None) -> dict:
+    return _limited(make("heartbeat", now, None, worker=worker, leases=leases, ttl=ttl), tenants)
+
+
+def complete_many(now: int, rid: str | None, *, results: list, worker: str, own: bool = False,
+                  tenants=None) -> dict:
+    cmd = make("complete_many", now, rid, results=results, worker=worker)
+    if own:
+        cmd["own"] = True
+    return _limited(cmd, tenants)
+
+
+def release(now: int, rid: str | None, *, worker: str, leases: list, reason: str, tenants=None) -> dict:
+    return _limited(make("release", now, rid, worker=worker, leases=leases, reason=reason), tenants)
+
+
+def drain_worker(now: int, rid: str | None, *, worker: str) -> dict:
+    return make("drain_worker", now, rid, worker=worker)
+
+
+def workers_seen(now: int, *, node: str, workers: list) -> dict:
+    return make("workers_seen", now, None, node=node, workers=workers)
+
+
+def forget_workers(now: int, *, workers: list) -> dict:
+    return make("forget_workers", now, None, workers=workers)

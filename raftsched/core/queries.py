@@ -16,9 +16,10 @@ from collections import Counter
 from operator import itemgetter
 
 from . import limits
-from .errors import Conflict, NotFound
+from .errors import NotFound
 from .model import RUN_STATES
-from .records import STATS_FIELDS, err
+from . import records
+from .records import STATS_FIELDS
 
 _QUEUE_DEFAULT = {"max_depth": limits.queue_depth_default, "on_full": "reject"}
 _state_of = itemgetter("state")
@@ -375,28 +376,13 @@ def queues_of(s, tenants) -> set[str]:
 
 
 # ------------------------------------------------------------------ request ids
-def request_what(cmd: dict) -> str:
-    """What a request id is remembered with: the command's op and target (SchedulerState.apply
-    compares it on a retry)."""
-    return f"{cmd['op']}:{cmd.get('name') or cmd.get('run') or ''}"
+request_what = records.request_what
 
 
 def replayed(s, cmd: dict) -> dict | None:
-    """The result apply gives ``cmd`` when its request id is one the state remembers (the first
-    result, marked duplicate, or a conflict when the id was used for another request), or None
-    when it does not: a proposer that finds one answers without proposing, since the answer is
-    final. The same rule as SchedulerState.apply (tests/test_state.py holds them together)."""
-    rid = cmd.get("rid")
-    seen = s.requests.get(rid) if rid is not None else None
-    if seen is None:
-        return None
-    seen_what, res = seen
-    if seen_what != request_what(cmd):
-        return err(Conflict(f"request id {rid!r} was already used for a different request ({seen_what})",
-                            field="Idempotency-Key"))
-    out = dict(res)
-    out["duplicate"] = True
-    return out
+    """What apply answers ``cmd`` when its request id is one the state remembers (records.replayed:
+    the one rule apply uses too), or None."""
+    return records.replayed(s.requests, cmd)
 
 
 # The worker fleet's reads live in core/worker_queries.py; they are part of this door, and its

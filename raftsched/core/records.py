@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from . import limits
-from .errors import RaftschedError
+from .errors import Conflict, RaftschedError
 
 #: A job's counters, a list (a 5-key map cost ~200 bytes a job; 1M jobs: 190 MB).
 STATS_FIELDS = ("runs", "recorded", "lag_ms_last", "lag_ms_max", "lag_ms_sum")
@@ -199,3 +199,28 @@ def seed_part(parts: dict, k: str, part) -> None:
             parts.setdefault(part_key(k, part), part)
         except TypeError:
             pass
+
+
+# ------------------------------------------------------------------ request ids (I7)
+def request_what(cmd: dict) -> str:
+    """What a request id is remembered with: the command's op and target."""
+    return f"{cmd['op']}:{cmd.get('name') or cmd.get('run') or ''}"
+
+
+def replayed(requests, cmd: dict) -> dict | None:
+    """The replay rule, written once: the result a command gets when its request id is one
+    ``requests`` (the state's ``{rid: [what, result]}``) remembers: the first result, marked
+    duplicate, or a conflict when the id was used for another request; None when it is not
+    remembered. SchedulerState.apply answers with it, and a proposer that finds one answers
+    without proposing, since the answer is final (queries.replayed)."""
+    rid = cmd.get("rid")
+    seen = requests.get(rid) if rid is not None else None
+    if seen is None:
+        return None
+    seen_what, res = seen
+    if seen_what != request_what(cmd):
+        return err(Conflict(f"request id {rid!r} was already used for a different request ({seen_what})",
+                            field="Idempotency-Key"))
+    out = dict(res)
+    out["duplicate"] = True
+    return out

@@ -28,7 +28,7 @@ from collections import OrderedDict
 
 from . import commands, limits, snapshot
 from .due import DueIndex
-from .errors import Conflict, InvalidCommand, RaftschedError
+from .errors import InvalidCommand, RaftschedError
 from .fire import apply_fire
 from .jobs import (
     apply_delete_job, apply_pause_job, apply_put_job, apply_put_jobs, apply_resume_job, apply_trigger_job,
@@ -38,7 +38,7 @@ from .leases import (
 )
 from .locks import apply_lock_acquire, apply_lock_release, apply_lock_renew
 from .queues import apply_dlq_delete, apply_dlq_requeue, apply_put_queue, rebuild_indexes, reset_indexes
-from .records import err, ok
+from .records import err, ok, replayed, request_what
 from .tenants import apply_delete_tenant, apply_put_tenant
 from .backfills import (
     apply_backfill, apply_backfill_control, apply_backfill_step, apply_dlq_bulk, apply_dlq_bulk_step,
@@ -163,16 +163,10 @@ class SchedulerState:
     def apply(self, cmd: dict) -> dict:
         """Apply one decoded command (see commands.OPS). Never raises."""
         rid = cmd.get("rid")
-        what = f"{cmd['op']}:{cmd.get('name') or cmd.get('run') or ''}"
-        if rid is not None and rid in self.requests:  # I7: a retried request acts once
-            seen_what, seen = self.requests[rid]
-            if seen_what != what:
-                return err(Conflict(
-                    f"request id {rid!r} was already used for a different request ({seen_what})",
-                    field="Idempotency-Key"))
-            res = dict(seen)
-            res["duplicate"] = True
-            return res
+        if rid is not None:  # I7: a retried request acts once
+            seen = replayed(self.requests, cmd)
+            if seen is not None:
+                return seen
         now = cmd["now"]
         if now > self.now_ms:  # I6: state time never runs backwards
             self.now_ms = now
@@ -185,10 +179,12 @@ class SchedulerState:
             res = err(e)
         except Exception as e:
             # A bug, not a request: refuse as a value rather than wedge the replica. Every
-            # replica runs the same code on the same input, so all refuse alike.
-            res = err(InvalidCommand(f"command could not be applied: {type(e).__name__}: {e}"))
+            # replica runs the same code on the same input, so all refuse alike. It is an
+            # ``internal`` error (HTTP 500): the proposer logs it with its command, and so does
+            # every replica's consumer (replication/_consumer.py).
+            res = err(RaftschedError(f"{cmd['op']} could not be applied (a bug): {type(e).__name__}: {e}"))
         if rid is not None:
-            self.requests[rid] = [what, res]
+            self.requests[rid] = [request_what(cmd), res]
             while len(self.requests) > limits.request_ids_max:
                 self.requests.popitem(last=False)
         return res

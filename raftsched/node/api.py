@@ -3,22 +3,28 @@
 Any node accepts any request; writes go through Raft (the replication layer forwards a follower's
 command to the leader). One middleware maps every error to ``{"error": {"code", "message",
 "field"}}`` with the status its type carries; nothing a client sends produces a 500.
+
+The handlers, then ``ROUTES``: the route table (node/routes.py), one row a route, from which
+``make_app`` builds the router and the middlewares take each request's scope and tenancy rule.
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
 
 from aiohttp import web
 
-from ..core import limits, preview, queries
-from ..core.errors import BadRequest, InvalidSpec, NotFound, RaftschedError, TooManyRequests, Unauthorized, Unavailable
-from ..core.model import RUN_STATES, check_label_key, check_label_value
+from ..core import limits, queries
+from ..core.errors import NotFound, RaftschedError, TooManyRequests, Unauthorized, Unavailable
+from ..core.model import RUN_STATES
 from . import auth as auth_module
-from . import tenancy
 from . import limits as node_limits
+from . import routes, tenancy
+from .http import (AUDIT, AUTH, BACKFILLS, FLEET, METRICS, PRINCIPAL, ROUTE_TABLE, SERVICE, TOKEN,  # noqa: F401 - re-exported
+                   TRIGGER, WORKER, bool_param, choice_param, int_param, json_body, label_params,
+                   optional_json_body, rid, state_param, tenants_of)
+from .routes import CONSISTENT, OPEN, Param, Route, Tenancy
 from .backfills import BackfillService
 from .fleet import Fleet
 from .audit import AuditLog
@@ -29,20 +35,6 @@ from .trigger import Trigger
 from .worker import Worker
 
 log = logging.getLogger("raftsched.api")
-
-SERVICE = web.AppKey("service", Service)
-TOKEN = web.AppKey("token", str)
-#: The node's loops, when the app serves a node: /v1/cluster shows their counters, /metrics
-#: renders the registry. An app without them (tests) leaves the keys unset.
-TRIGGER = web.AppKey("trigger", Trigger)
-WORKER = web.AppKey("worker", Worker)
-METRICS = web.AppKey("metrics", NodeMetrics)
-BACKFILLS = web.AppKey("backfills", BackfillService)
-#: The worker fleet's side of this node (node/fleet.py): the worker protocol and /v1/workers.
-FLEET = web.AppKey("fleet", Fleet)
-#: Who may call what (node/auth.py), and where mutations are recorded (node/audit.py; unset: nowhere).
-AUTH = web.AppKey("auth", Auth)
-AUDIT = web.AppKey("audit", AuditLog)
 
 
 def _error_response(e: RaftschedError) -> web.Response:
@@ -86,10 +78,16 @@ async def errors_middleware(request: web.Request, handler):
 @web.middleware
 async def auth_middleware(request: web.Request, handler):
     """Every request but the open ones needs a token whose role has the route's scope
-    (node/auth.py); a token limited to tenants is held to them (node/tenancy.py)."""
-    principal, scope = auth_module.check_request(request.app[AUTH], request)
-    if principal is not None and principal.tenants is not None and scope != "none":
-        return await tenancy.handle(request, handler, principal, request.match_info.route.resource.canonical)
+    (node/auth.py); a token limited to tenants is held to them (node/tenancy.py). Both read the
+    route's row of the table; a route that matched but has no row is not served."""
+    path = routes.canonical(request)
+    route = routes.lookup(request.app[ROUTE_TABLE], request.method, path)
+    if route is None and path is not None and request.match_info.http_exception is None:
+        log.error("api: %s %s has no row in the route table: not served", request.method, path)
+        raise NotFound(f"{request.method} {path} is not served")
+    principal = auth_module.check_request(request.app[AUTH], request, route)
+    if principal is not None and principal.tenants is not None and route is not None:
+        tenancy.check(route, request, principal)
     return await handler(request)
 
 
@@ -109,87 +107,19 @@ async def audit_middleware(request: web.Request, handler):
 
 
 def record_audit(audit_log: AuditLog, request: web.Request, status: int | None) -> None:
-    resource = request.match_info.route.resource
-    route = resource.canonical if resource is not None else request.path
-    mutation = request.method not in ("GET", "HEAD", "OPTIONS") and auth_module.scope_of(request.method, route) != "read"
+    path = routes.canonical(request)
+    route = routes.lookup(request.app[ROUTE_TABLE], request.method, path)
+    mutation = route.mutates if route is not None else request.method not in ("GET", "HEAD", "OPTIONS")
     denied = status in (401, 403, 429)
     if not (mutation or denied):
         return
-    p = request.get(auth_module.PRINCIPAL)
+    p = request.get(PRINCIPAL)
     audit_log.record(
         now_ms=request.app[SERVICE].clock.now_ms(), source=request.remote,
         token=p.id if p is not None else request.get(auth_module.CLAIMED), role=p.role if p is not None else None,
-        method=request.method, route=route, target=dict(request.match_info), status=status,
+        method=request.method, route=path or request.path, target=dict(request.match_info), status=status,
         auth="denied" if denied else "allowed",
         request_id=request.headers.get("Idempotency-Key") or request.headers.get("X-Request-Id"))
-
-
-async def _json_body(request: web.Request):
-    raw = await request.read()
-    if not raw:
-        raise BadRequest("request body is empty; send a JSON object")
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise BadRequest(f"malformed JSON: {e}") from None
-    except RecursionError:
-        raise BadRequest("malformed JSON: nested too deeply") from None
-
-
-def _rid(request: web.Request) -> str | None:
-    rid = request.headers.get("Idempotency-Key") or request.headers.get("X-Request-Id")
-    if rid is not None and (not rid or len(rid) > limits.request_id_chars_max):
-        raise BadRequest(f"Idempotency-Key must be 1-{limits.request_id_chars_max} characters", field="Idempotency-Key")
-    return rid
-
-
-def _int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
-    text = request.query.get(name)
-    if text is None:
-        return default
-    try:
-        v = int(text)
-    except ValueError:
-        raise BadRequest(f"must be an integer between {lo} and {hi}", field=name) from None
-    if not lo <= v <= hi:
-        raise BadRequest(f"must be between {lo} and {hi}", field=name)
-    return v
-
-
-def _bool_param(request: web.Request, name: str) -> bool:
-    text = request.query.get(name, "false").lower()
-    if text not in ("true", "false", "1", "0", "yes", "no"):
-        raise BadRequest("must be true or false", field=name)
-    return text in ("true", "1", "yes")
-
-
-def _label_params(request: web.Request) -> dict:
-    """``?label=KEY=VALUE``, repeatable (every one must match): the labels a job list is
-    filtered on. :raises BadRequest: naming ``label``."""
-    items = request.query.getall("label", [])
-    if len(items) > limits.job_labels_max:
-        raise BadRequest(f"at most {limits.job_labels_max} label filters", field="label")
-    out: dict = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        try:
-            if not sep:
-                raise InvalidSpec("must be KEY=VALUE, e.g. label=raftsched.app=billing", field="label")
-            check_label_key(key, "label")
-            check_label_value(value, "label")
-        except InvalidSpec as e:
-            raise BadRequest(e.message, field="label") from None
-        if out.get(key, value) != value:
-            raise BadRequest(f"label {key!r} is given twice with different values", field="label")
-        out[key] = value
-    return out
-
-
-def _state_param(request: web.Request) -> str | None:
-    s = request.query.get("state")
-    if s is not None and s not in RUN_STATES:
-        raise BadRequest(f"must be one of {', '.join(RUN_STATES)}", field="state")
-    return s
 
 
 def make_app(service: Service, token: str | None, *, trigger: Trigger | None = None,
@@ -218,56 +148,8 @@ def make_app(service: Service, token: str | None, *, trigger: Trigger | None = N
         if value is not None:
             app[key] = value
     app[FLEET] = fleet if fleet is not None else Fleet(service.raft, service.clock, service.node_id)
-    r = app.router
-    r.add_get("/healthz", healthz)
-    r.add_get("/v1/cluster", cluster)
-    r.add_get("/metrics", metrics_text)
-    r.add_get("/v1/jobs", list_jobs)
-    r.add_post("/v1/jobs:batch", put_jobs_batch)
-    r.add_put("/v1/jobs/{name}", put_job)
-    r.add_get("/v1/jobs/{name}", get_job)
-    r.add_delete("/v1/jobs/{name}", delete_job)
-    r.add_post("/v1/jobs/{name}/pause", pause_job)
-    r.add_post("/v1/jobs/{name}/resume", resume_job)
-    r.add_post("/v1/jobs/{name}/trigger", trigger_job)
-    r.add_get("/v1/jobs/{name}/runs", job_runs)
-    r.add_get("/v1/jobs/{name}/preview", preview_job)
-    r.add_post("/v1/jobs/{name}/explain", explain_job)
-    r.add_post("/v1/preview", preview_spec)
-    r.add_get("/v1/queues", list_queues)
-    r.add_put("/v1/queues/{name}", put_queue)
-    r.add_get("/v1/tenants", list_tenants)
-    r.add_put("/v1/tenants/{name}", put_tenant)
-    r.add_delete("/v1/tenants/{name}", delete_tenant)
-    r.add_get("/v1/dlq", list_dlq)
-    r.add_get("/v1/dlq/{run}", get_dlq)
-    r.add_post("/v1/dlq/{run}/requeue", dlq_requeue)
-    r.add_delete("/v1/dlq/{run}", dlq_delete)
-    r.add_get("/v1/locks/{name}", get_lock)
-    r.add_post("/v1/locks/{name}/acquire", lock_acquire)
-    r.add_post("/v1/locks/{name}/renew", lock_renew)
-    r.add_post("/v1/locks/{name}/release", lock_release)
-    r.add_get("/v1/runs", list_runs)
-    r.add_get("/v1/runs/{run}", get_run)
-    # Backfills and bulk dead-letter operations (node/backfills.py)
     app[BACKFILLS] = BackfillService(service)
-    r.add_post("/v1/jobs/{name}/backfills", create_backfill)
-    r.add_get("/v1/backfills", list_backfills)
-    r.add_get("/v1/backfills/{id}", get_backfill)
-    r.add_post("/v1/backfills/{id}/{action:pause|resume|cancel}", control_backfill)
-    r.add_post("/v1/dlq:requeue", dlq_bulk_requeue)
-    r.add_post("/v1/dlq:purge", dlq_bulk_purge)
-    # The worker fleet (docs/api.md, "The worker protocol" and "Workers"): the protocol a
-    # `raftsched worker` speaks (lease, heartbeat, complete, release), then the admin routes.
-    # A worker id may hold a "/": it is sent percent-encoded, and routes match the raw path.
-    r.add_post("/v1/workers/{id}/lease", worker_lease)
-    r.add_post("/v1/workers/{id}/heartbeat", worker_heartbeat)
-    r.add_post("/v1/workers/{id}/complete", worker_complete)
-    r.add_post("/v1/workers/{id}/release", worker_release)
-    r.add_get("/v1/workers", list_workers)
-    r.add_get("/v1/workers/{id}", get_worker)
-    r.add_post("/v1/workers/{id}/drain", drain_worker)
-    auth_module.add_routes(r)
+    app[ROUTE_TABLE] = routes.install(app.router, ROUTES)
     return app
 
 
@@ -288,9 +170,9 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def cluster(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    await svc.read_barrier(_bool_param(request, "consistent"))
+    await svc.read_barrier(bool_param(request, "consistent"))
     st = svc.raft.status()
-    want_hash = _bool_param(request, "hash")
+    want_hash = bool_param(request, "hash")
     # The hash is opt-in (it encodes the whole state); with it, the count of commands it reflects,
     # read in the same query, so two replicas with equal state_applied must have equal hashes (I1).
     c = svc.read(queries.counts, want_hash)
@@ -324,16 +206,19 @@ async def cluster(request: web.Request) -> web.Response:
 
 async def list_jobs(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    await svc.read_barrier(_bool_param(request, "consistent"))
-    limit = _int_param(request, "limit", 100, 1, node_limits.jobs_page_max)
-    return web.json_response(svc.list_jobs(limit, request.query.get("after"), _label_params(request)))
+    await svc.read_barrier(bool_param(request, "consistent"))
+    limit = int_param(request, "limit", 100, 1, node_limits.jobs_page_max)
+    return web.json_response(svc.list_jobs(limit, request.query.get("after"), label_params(request),
+                                           tenants_of(request)))
 
 
 async def put_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    body = await _json_body(request)
+    name = request.match_info["name"]
+    body = await json_body(request)
+    tenancy.check_spec(svc, tenants_of(request), name, body)
     create_only = request.headers.get("If-None-Match") == "*"
-    res = await svc.put_job(request.match_info["name"], body, _rid(request), create_only=create_only)
+    res = await svc.put_job(name, body, rid(request), create_only=create_only)
     return web.json_response(res, status=201 if res["created"] else 200)
 
 
@@ -347,68 +232,73 @@ async def put_jobs_batch(request: web.Request) -> web.Response:
     if request.content_length is not None and request.content_length > limit:
         return too_large
     try:
-        body = await _json_body(request.clone(client_max_size=limit))
+        body = await json_body(request.clone(client_max_size=limit))
     except web.HTTPRequestEntityTooLarge:
         return too_large
-    return web.json_response(await svc.put_jobs(body, _rid(request)))
+    tenants = tenants_of(request)
+    jobs = body.get("jobs") if isinstance(body, dict) else None
+    if tenants is not None and isinstance(jobs, dict):
+        for name, spec in jobs.items():
+            tenancy.check_spec(svc, tenants, name, spec)
+    return web.json_response(await svc.put_jobs(body, rid(request)))
 
 
 async def get_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    await svc.read_barrier(_bool_param(request, "consistent"))
+    await svc.read_barrier(bool_param(request, "consistent"))
     return web.json_response(svc.get_job(request.match_info["name"]))
 
 
 async def delete_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(await svc.delete_job(request.match_info["name"], _rid(request)))
+    return web.json_response(await svc.delete_job(request.match_info["name"], rid(request)))
 
 
 async def pause_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(await svc.pause_job(request.match_info["name"], _rid(request)))
+    return web.json_response(await svc.pause_job(request.match_info["name"], rid(request)))
 
 
 async def resume_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    catch_up = _bool_param(request, "catch_up")
-    return web.json_response(await svc.resume_job(request.match_info["name"], _rid(request), catch_up))
+    catch_up = bool_param(request, "catch_up")
+    return web.json_response(await svc.resume_job(request.match_info["name"], rid(request), catch_up))
 
 
 async def trigger_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     if await request.read():  # a payload override or a slot: node/backfills.py
-        status, body = await request.app[BACKFILLS].trigger(request.match_info["name"], await _json_body(request),
-                                                            _rid(request))
+        status, body = await request.app[BACKFILLS].trigger(request.match_info["name"], await json_body(request),
+                                                            rid(request))
         return web.json_response(body, status=status)
-    return web.json_response(await svc.trigger_job(request.match_info["name"], _rid(request)), status=201)
+    return web.json_response(await svc.trigger_job(request.match_info["name"], rid(request)), status=201)
 
 
 async def job_runs(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    await svc.read_barrier(_bool_param(request, "consistent"))
-    limit = _int_param(request, "limit", 100, 1, limits.history_per_job_max + limits.queue_depth_max)
+    await svc.read_barrier(bool_param(request, "consistent"))
+    limit = int_param(request, "limit", 100, 1, limits.history_per_job_max + limits.queue_depth_max)
     slot = request.query.get("slot")
     slot_ms = parse_slot_param(slot) if slot is not None else None
-    return web.json_response(svc.job_runs(request.match_info["name"], limit, _state_param(request), slot_ms))
+    return web.json_response(svc.job_runs(request.match_info["name"], limit, state_param(request), slot_ms))
 
 
 async def list_runs(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    await svc.read_barrier(_bool_param(request, "consistent"))
-    limit = _int_param(request, "limit", 100, 1, node_limits.runs_page_max)
-    return web.json_response(svc.list_runs(_state_param(request), limit))
+    await svc.read_barrier(bool_param(request, "consistent"))
+    limit = int_param(request, "limit", 100, 1, node_limits.runs_page_max)
+    return web.json_response(svc.list_runs(state_param(request), limit, tenants_of(request)))
 
 
 async def get_run(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    await svc.read_barrier(_bool_param(request, "consistent"))
+    await svc.read_barrier(bool_param(request, "consistent"))
     return web.json_response(svc.get_run(request.match_info["run"]))
 
 
 async def preview_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    count = _int_param(request, "count", 10, 1, limits.preview_count_max)
+    count = int_param(request, "count", 10, 1, limits.preview_count_max)
     after = request.query.get("after")
     after_ms = parse_slot_param(after) if after is not None else None
     return web.json_response(svc.preview_job(request.match_info["name"], count, after_ms))
@@ -416,85 +306,85 @@ async def preview_job(request: web.Request) -> web.Response:
 
 async def preview_spec(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    count = _int_param(request, "count", 10, 1, limits.preview_count_max)
-    return web.json_response(svc.preview_spec(await _json_body(request), count))
+    count = int_param(request, "count", 10, 1, limits.preview_count_max)
+    return web.json_response(svc.preview_spec(await json_body(request), count))
 
 
 async def explain_job(request: web.Request) -> web.Response:
     """Read-only (it proposes nothing): scope read."""
     svc = request.app[SERVICE]
-    return web.json_response(svc.explain_job(request.match_info["name"], await _json_body(request)))
+    return web.json_response(svc.explain_job(request.match_info["name"], await json_body(request)))
 
 
 async def list_queues(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    await svc.read_barrier(_bool_param(request, "consistent"))
-    return web.json_response(svc.list_queues())
+    await svc.read_barrier(bool_param(request, "consistent"))
+    return web.json_response(svc.list_queues(tenants_of(request)))
 
 
 async def put_queue(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(await svc.put_queue(request.match_info["name"], await _json_body(request), _rid(request)))
+    return web.json_response(await svc.put_queue(request.match_info["name"], await json_body(request), rid(request)))
 
 
 async def list_tenants(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    await svc.read_barrier(_bool_param(request, "consistent"))
-    return web.json_response(svc.list_tenants())
+    await svc.read_barrier(bool_param(request, "consistent"))
+    return web.json_response(svc.list_tenants(tenants_of(request)))
 
 
 async def put_tenant(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(await svc.put_tenant(request.match_info["name"], await _json_body(request), _rid(request)))
+    return web.json_response(await svc.put_tenant(request.match_info["name"], await json_body(request), rid(request)))
 
 
 async def delete_tenant(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(await svc.delete_tenant(request.match_info["name"], _rid(request)))
+    return web.json_response(await svc.delete_tenant(request.match_info["name"], rid(request)))
 
 
 async def list_dlq(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    await svc.read_barrier(_bool_param(request, "consistent"))
-    limit = _int_param(request, "limit", 100, 1, node_limits.runs_page_max)
-    return web.json_response(svc.list_dlq(request.query.get("queue"), limit))
+    await svc.read_barrier(bool_param(request, "consistent"))
+    limit = int_param(request, "limit", 100, 1, node_limits.runs_page_max)
+    return web.json_response(svc.list_dlq(request.query.get("queue"), limit, tenants_of(request)))
 
 
 async def get_dlq(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    await svc.read_barrier(_bool_param(request, "consistent"))
+    await svc.read_barrier(bool_param(request, "consistent"))
     return web.json_response(svc.get_dlq(request.match_info["run"]))
 
 
 async def dlq_requeue(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(await svc.dlq_requeue(request.match_info["run"], _rid(request)))
+    return web.json_response(await svc.dlq_requeue(request.match_info["run"], rid(request)))
 
 
 async def dlq_delete(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(await svc.dlq_delete(request.match_info["run"], _rid(request)))
+    return web.json_response(await svc.dlq_delete(request.match_info["run"], rid(request)))
 
 
 async def get_lock(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    await svc.read_barrier(_bool_param(request, "consistent"))
+    await svc.read_barrier(bool_param(request, "consistent"))
     return web.json_response(svc.get_lock(request.match_info["name"]))
 
 
 async def lock_acquire(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(await svc.lock_acquire(request.match_info["name"], await _json_body(request), _rid(request)))
+    return web.json_response(await svc.lock_acquire(request.match_info["name"], await json_body(request), rid(request)))
 
 
 async def lock_renew(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(await svc.lock_renew(request.match_info["name"], await _json_body(request), _rid(request)))
+    return web.json_response(await svc.lock_renew(request.match_info["name"], await json_body(request), rid(request)))
 
 
 async def lock_release(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(await svc.lock_release(request.match_info["name"], await _json_body(request), _rid(request)))
+    return web.json_response(await svc.lock_release(request.match_info["name"], await json_body(request), rid(request)))
 
 
 # ------------------------------------------------------------------ backfills and bulk DLQ operations
@@ -502,40 +392,32 @@ _BACKFILL_KINDS = ("backfill", "requeue", "purge")
 _BACKFILL_STATES = ("running", "paused", "done", "cancelled")
 
 
-def _choice_param(request: web.Request, name: str, choices: tuple) -> str | None:
-    v = request.query.get(name)
-    if v is not None and v not in choices:
-        raise BadRequest(f"must be one of {', '.join(choices)}", field=name)
-    return v
-
-
 async def create_backfill(request: web.Request) -> web.Response:
-    status, body = await request.app[BACKFILLS].create(request.match_info["name"], await _json_body(request),
-                                                       _rid(request))
+    status, body = await request.app[BACKFILLS].create(request.match_info["name"], await json_body(request),
+                                                       rid(request))
     return web.json_response(body, status=status)
 
 
 async def list_backfills(request: web.Request) -> web.Response:
-    await request.app[SERVICE].read_barrier(_bool_param(request, "consistent"))
+    await request.app[SERVICE].read_barrier(bool_param(request, "consistent"))
     return web.json_response(request.app[BACKFILLS].list(
-        _choice_param(request, "kind", _BACKFILL_KINDS), request.query.get("job"),
-        _choice_param(request, "state", _BACKFILL_STATES)))
+        choice_param(request, "kind", _BACKFILL_KINDS), request.query.get("job"),
+        choice_param(request, "state", _BACKFILL_STATES)))
 
 
 async def get_backfill(request: web.Request) -> web.Response:
-    await request.app[SERVICE].read_barrier(_bool_param(request, "consistent"))
+    await request.app[SERVICE].read_barrier(bool_param(request, "consistent"))
     return web.json_response(request.app[BACKFILLS].get(request.match_info["id"]))
 
 
 async def control_backfill(request: web.Request) -> web.Response:
     return web.json_response(await request.app[BACKFILLS].control(
-        request.match_info["id"], request.match_info["action"], _rid(request)))
+        request.match_info["id"], request.match_info["action"], rid(request)))
 
 
 async def _dlq_bulk(request: web.Request, action: str) -> web.Response:
-    raw = await request.read()
-    body = await _json_body(request) if raw else {}
-    status, out = await request.app[BACKFILLS].dlq_bulk(action, body, _rid(request))
+    body = await optional_json_body(request, {})
+    status, out = await request.app[BACKFILLS].dlq_bulk(action, body, rid(request))
     return web.json_response(out, status=status)
 
 
@@ -553,9 +435,9 @@ async def worker_lease(request: web.Request) -> web.StreamResponse:
     for a client that can no longer be answered are given back at once (release)."""
     fleet = request.app[FLEET]
     wid = request.match_info["id"]
-    res = await fleet.lease(wid, await _json_body(request),
+    res = await fleet.lease(wid, await json_body(request),
                             alive=lambda: request.transport is not None and not request.transport.is_closing(),
-                            tenants=_tenants_of(request))
+                            tenants=tenants_of(request))
     resp = web.json_response(res)
     if not res["runs"]:
         return resp
@@ -570,46 +452,146 @@ async def worker_lease(request: web.Request) -> web.StreamResponse:
     return resp
 
 
-def _tenants_of(request: web.Request) -> frozenset | None:
-    """The tenants the request's token is limited to, or None (every tenant)."""
-    p = request.get(auth_module.PRINCIPAL)
-    return None if p is None else p.tenants
-
-
 async def worker_heartbeat(request: web.Request) -> web.Response:
     fleet = request.app[FLEET]
-    return web.json_response(await fleet.heartbeat(request.match_info["id"], await _json_body(request),
-                                                   tenants=_tenants_of(request)))
+    return web.json_response(await fleet.heartbeat(request.match_info["id"], await json_body(request),
+                                                   tenants=tenants_of(request)))
 
 
 async def worker_complete(request: web.Request) -> web.Response:
     fleet = request.app[FLEET]
-    return web.json_response(await fleet.complete(request.match_info["id"], await _json_body(request), _rid(request),
-                                                  tenants=_tenants_of(request)))
+    return web.json_response(await fleet.complete(request.match_info["id"], await json_body(request), rid(request),
+                                                  tenants=tenants_of(request)))
 
 
 async def worker_release(request: web.Request) -> web.Response:
     fleet = request.app[FLEET]
-    return web.json_response(await fleet.release(request.match_info["id"], await _json_body(request), _rid(request),
-                                                 tenants=_tenants_of(request)))
+    return web.json_response(await fleet.release(request.match_info["id"], await json_body(request), rid(request),
+                                                 tenants=tenants_of(request)))
 
 
 async def list_workers(request: web.Request) -> web.Response:
     svc, fleet = request.app[SERVICE], request.app[FLEET]
-    await svc.read_barrier(_bool_param(request, "consistent"))
+    await svc.read_barrier(bool_param(request, "consistent"))
     return web.json_response(fleet.list_workers())
 
 
 async def get_worker(request: web.Request) -> web.Response:
     svc, fleet = request.app[SERVICE], request.app[FLEET]
-    await svc.read_barrier(_bool_param(request, "consistent"))
+    await svc.read_barrier(bool_param(request, "consistent"))
     return web.json_response(fleet.get_worker(request.match_info["id"]))
 
 
 async def drain_worker(request: web.Request) -> web.Response:
     fleet = request.app[FLEET]
-    return web.json_response(await fleet.drain(request.match_info["id"], _rid(request)))
+    return web.json_response(await fleet.drain(request.match_info["id"], rid(request)))
 
 
-#: POST handlers that propose nothing (a spec's preview, an outage's explanation): no token.
-READ_ONLY_POSTS = frozenset({preview_spec, explain_job})
+# ------------------------------------------------------------------ the route table
+def _limit(hi: int) -> Param:
+    return Param("limit", "integer", "at most this many", default=100, lo=1, hi=hi)
+
+
+_RUNS_PAGE = _limit(node_limits.runs_page_max)
+_STATE = Param("state", "enum", "only runs in this state", choices=RUN_STATES)
+_COUNT = Param("count", "integer", "how many slots", default=10, lo=1, hi=limits.preview_count_max)
+_R, _W = "read", "jobs.write"
+T = Tenancy
+
+#: One row a route (node/routes.py): method, path, handler, scope, tenancy rule, summary, query
+#: parameters, request body schema, success status, extra error statuses. ``make_app`` serves
+#: these and nothing else; docs/api.md documents each.
+ROUTES: tuple[Route, ...] = (
+    Route("GET", "/healthz", healthz, OPEN, T.SHARED, "is there a leader (no token)", errors=(503,)),
+    Route("GET", "/metrics", metrics_text, _R, T.SHARED, "Prometheus metrics", errors=(404,)),
+    Route("GET", "/v1/cluster", cluster, _R, T.SHARED, "this node, the leader, the members, replication",
+          params=(CONSISTENT, Param("hash", "boolean", "add the replica's state hash", default=False))),
+    # jobs
+    Route("GET", "/v1/jobs", list_jobs, _R, T.FILTERED, "a page of jobs by name",
+          params=(CONSISTENT, _limit(node_limits.jobs_page_max), Param("after", "string", "the last name of the page before"),
+                  Param("label", "string", "KEY=VALUE: only jobs with this label", repeated=True))),
+    Route("POST", "/v1/jobs:batch", put_jobs_batch, _W, T.CHECKED, "create or replace many jobs",
+          body="jobs_batch", errors=(413, 422)),
+    Route("PUT", "/v1/jobs/{name}", put_job, _W, T.CHECKED, "create (201) or replace (200) a job",
+          body="job_spec", ok=201, also_ok=(200,), errors=(409, 422)),
+    Route("GET", "/v1/jobs/{name}", get_job, _R, T.JOB, "a job, its state and next slot", params=(CONSISTENT,),
+          errors=(404,)),
+    Route("DELETE", "/v1/jobs/{name}", delete_job, _W, T.JOB, "delete a job", errors=(404,)),
+    Route("POST", "/v1/jobs/{name}/pause", pause_job, _W, T.JOB, "pause a job", errors=(404,)),
+    Route("POST", "/v1/jobs/{name}/resume", resume_job, _W, T.JOB, "resume a job",
+          params=(Param("catch_up", "boolean", "fire the slots missed while paused, by policy", default=False),),
+          errors=(404,)),
+    Route("POST", "/v1/jobs/{name}/trigger", trigger_job, _W, T.JOB, "run a job now (or for a slot)",
+          body="trigger", body_optional=True, ok=201, also_ok=(200,), errors=(404, 409, 422)),
+    Route("GET", "/v1/jobs/{name}/runs", job_runs, _R, T.JOB, "a job's runs and recorded slots, newest first",
+          params=(CONSISTENT, _limit(limits.history_per_job_max + limits.queue_depth_max), _STATE,
+                  Param("slot", "time", "only this slot's")), errors=(404,)),
+    Route("GET", "/v1/jobs/{name}/preview", preview_job, _R, T.JOB, "a job's next slots",
+          params=(_COUNT, Param("after", "time", "slots after this time")), errors=(404,)),
+    Route("POST", "/v1/jobs/{name}/explain", explain_job, _R, T.JOB, "what an outage would do to a job's slots",
+          body="explain", errors=(404, 422)),
+    Route("POST", "/v1/preview", preview_spec, _R, T.SHARED, "a spec's next slots (proposes nothing)",
+          params=(_COUNT,), body="job_spec", errors=(422,)),
+    Route("POST", "/v1/jobs/{name}/backfills", create_backfill, _W, T.JOB, "run a job for a past range",
+          body="backfill", ok=201, also_ok=(200,), errors=(404, 409, 422)),
+    # queues and tenants
+    Route("GET", "/v1/queues", list_queues, _R, T.FILTERED, "every queue's depth, bounds and counts",
+          params=(CONSISTENT,)),
+    Route("PUT", "/v1/queues/{name}", put_queue, "queues.write", T.QUEUE, "a queue's bounds and priority",
+          body="queue", errors=(422,)),
+    Route("GET", "/v1/tenants", list_tenants, _R, T.FILTERED, "every tenant's rate limit", params=(CONSISTENT,)),
+    Route("PUT", "/v1/tenants/{name}", put_tenant, "tenants.write", T.REFUSED, "a tenant's rate limit",
+          body="tenant", errors=(422,)),
+    Route("DELETE", "/v1/tenants/{name}", delete_tenant, "tenants.write", T.REFUSED, "remove a tenant's rate limit",
+          errors=(404,)),
+    # the dead-letter queue
+    Route("GET", "/v1/dlq", list_dlq, _R, T.FILTERED, "dead runs, newest first",
+          params=(CONSISTENT, _RUNS_PAGE, Param("queue", "string", "only this queue's"))),
+    Route("GET", "/v1/dlq/{run}", get_dlq, _R, T.DEAD_RUN, "a dead run with every attempt's error",
+          params=(CONSISTENT,), errors=(404,)),
+    Route("POST", "/v1/dlq/{run}/requeue", dlq_requeue, "dlq.write", T.DEAD_RUN, "queue a dead run again",
+          errors=(404,)),
+    Route("DELETE", "/v1/dlq/{run}", dlq_delete, "dlq.write", T.DEAD_RUN, "drop a dead run", errors=(404,)),
+    Route("POST", "/v1/dlq:requeue", dlq_bulk_requeue, "dlq.write", T.REFUSED, "queue many dead runs again",
+          body="dlq_bulk", body_optional=True, ok=201, also_ok=(200,), errors=(409, 422)),
+    Route("POST", "/v1/dlq:purge", dlq_bulk_purge, "dlq.write", T.REFUSED, "drop many dead runs",
+          body="dlq_bulk", body_optional=True, ok=201, also_ok=(200,), errors=(409, 422)),
+    # locks
+    Route("GET", "/v1/locks/{name}", get_lock, _R, T.SHARED, "a lock's holder and fencing token",
+          params=(CONSISTENT,), errors=(404,)),
+    Route("POST", "/v1/locks/{name}/acquire", lock_acquire, "locks.write", T.SHARED, "take a lock",
+          body="lock_acquire", errors=(409, 422)),
+    Route("POST", "/v1/locks/{name}/renew", lock_renew, "locks.write", T.SHARED, "renew a held lock",
+          body="lock_token", errors=(409, 422)),
+    Route("POST", "/v1/locks/{name}/release", lock_release, "locks.write", T.SHARED, "release a held lock",
+          body="lock_token", errors=(409, 422)),
+    # runs
+    Route("GET", "/v1/runs", list_runs, _R, T.FILTERED, "runs and recorded slots, newest first",
+          params=(CONSISTENT, _RUNS_PAGE, _STATE)),
+    Route("GET", "/v1/runs/{run}", get_run, _R, T.RUN, "a run", params=(CONSISTENT,), errors=(404,)),
+    # backfills and bulk operations
+    Route("GET", "/v1/backfills", list_backfills, _R, T.REFUSED, "backfills and bulk DLQ operations",
+          params=(CONSISTENT, Param("kind", "enum", "only this kind", choices=_BACKFILL_KINDS),
+                  Param("job", "string", "only this job's"),
+                  Param("state", "enum", "only in this state", choices=_BACKFILL_STATES))),
+    Route("GET", "/v1/backfills/{id}", get_backfill, _R, T.REFUSED, "one backfill or bulk operation",
+          params=(CONSISTENT,), errors=(404,)),
+    Route("POST", "/v1/backfills/{id}/{action:pause|resume|cancel}", control_backfill, _W, T.REFUSED,
+          "pause, resume or cancel a backfill", errors=(404, 409)),
+    # the worker protocol (docs/api.md, "The worker protocol"); a worker id may hold a "/": it is
+    # sent percent-encoded, and routes match the raw path
+    Route("POST", "/v1/workers/{id}/lease", worker_lease, "worker", T.WORKER, "lease runs (a long-poll)",
+          body="lease", errors=(422,)),
+    Route("POST", "/v1/workers/{id}/heartbeat", worker_heartbeat, "worker", T.WORKER, "renew leases",
+          body="heartbeat", errors=(422,)),
+    Route("POST", "/v1/workers/{id}/complete", worker_complete, "worker", T.WORKER, "report outcomes",
+          body="complete", errors=(422,)),
+    Route("POST", "/v1/workers/{id}/release", worker_release, "worker", T.WORKER, "give leases back",
+          body="release", errors=(422,)),
+    # the fleet, for operators
+    Route("GET", "/v1/workers", list_workers, _R, T.REFUSED, "every registered worker", params=(CONSISTENT,)),
+    Route("GET", "/v1/workers/{id}", get_worker, _R, T.REFUSED, "one worker", params=(CONSISTENT,),
+          errors=(404,)),
+    Route("POST", "/v1/workers/{id}/drain", drain_worker, "admin", T.REFUSED, "stop a worker taking runs",
+          errors=(404,)),
+) + auth_module.TOKEN_ROUTES

@@ -12,10 +12,10 @@ node started with ``--metrics-open``, ``GET /metrics``. A token is either
   replica: one dict lookup under the replica's lock and one HMAC-SHA256, a few microseconds, so
   nothing is cached and a revocation applies on a node as soon as that node has applied it.
 
-Each role grants scopes (``ROLE_SCOPES``); each route needs one (``PERMISSIONS``, then
-``PATTERNS``); a route in neither is admin-only. 401 for no token, an unknown, malformed, expired
-or revoked one; 403 naming the missing scope. A token limited to tenants is also held to them
-(node/tenancy.py).
+Each role grants scopes (``ROLE_SCOPES``); each route needs one, named in its row of the route
+table (node/routes.py; the rows are in node/api.py, and the tokens endpoints' in
+``TOKEN_ROUTES`` here). 401 for no token, an unknown, malformed, expired or revoked one; 403
+naming the missing scope. A token limited to tenants is also held to them (node/tenancy.py).
 
 Authorization is the proposer's job, and apply checks no token: a command enters the log only
 through a node that authenticated the request, or through the Raft port, which only holders of
@@ -26,7 +26,6 @@ from __future__ import annotations
 import collections
 import hashlib
 import hmac
-import re
 import secrets
 from dataclasses import dataclass
 
@@ -38,6 +37,8 @@ from ..core.model import check_name
 from ..core.workers import check_worker_id
 from ..core.tokens import ROLES, TOKEN_ID_RE
 from . import limits as node_limits
+from .http import CLAIMED, PRINCIPAL, SERVICE, bool_param, json_body, rid
+from .routes import OPEN, CONSISTENT, Route, Tenancy
 
 #: The prefix of every token made by POST /v1/tokens: ``rst_<16 hex id>_<secret>``.
 TOKEN_PREFIX = "rst_"
@@ -56,74 +57,6 @@ ROLE_SCOPES = {
     "worker": frozenset({"worker"}),
 }
 assert set(ROLE_SCOPES) == set(ROLES)
-
-#: Routes that need no token (method, path as the router knows it).
-OPEN_ROUTES = frozenset({("GET", "/healthz")})
-#: The one permission table: (method, route) -> the scope it needs. A route is its resource's
-#: canonical path (``/v1/jobs/{name}``). HEAD is GET's.
-PERMISSIONS: dict[tuple[str, str], str] = {
-    ("GET", "/v1/cluster"): "read",
-    ("GET", "/metrics"): "read",
-    ("GET", "/v1/jobs"): "read",
-    ("POST", "/v1/jobs:batch"): "jobs.write",
-    ("PUT", "/v1/jobs/{name}"): "jobs.write",
-    ("GET", "/v1/jobs/{name}"): "read",
-    ("DELETE", "/v1/jobs/{name}"): "jobs.write",
-    ("POST", "/v1/jobs/{name}/pause"): "jobs.write",
-    ("POST", "/v1/jobs/{name}/resume"): "jobs.write",
-    ("POST", "/v1/jobs/{name}/trigger"): "jobs.write",
-    ("GET", "/v1/jobs/{name}/runs"): "read",
-    ("GET", "/v1/jobs/{name}/preview"): "read",
-    ("POST", "/v1/jobs/{name}/explain"): "read",   # proposes nothing
-    ("POST", "/v1/preview"): "read",               # proposes nothing
-    ("GET", "/v1/queues"): "read",
-    ("PUT", "/v1/queues/{name}"): "queues.write",
-    ("GET", "/v1/tenants"): "read",
-    ("PUT", "/v1/tenants/{name}"): "tenants.write",
-    ("DELETE", "/v1/tenants/{name}"): "tenants.write",
-    ("GET", "/v1/dlq"): "read",
-    ("GET", "/v1/dlq/{run}"): "read",
-    ("POST", "/v1/dlq/{run}/requeue"): "dlq.write",
-    ("DELETE", "/v1/dlq/{run}"): "dlq.write",
-    ("GET", "/v1/locks/{name}"): "read",
-    ("POST", "/v1/locks/{name}/acquire"): "locks.write",
-    ("POST", "/v1/locks/{name}/renew"): "locks.write",
-    ("POST", "/v1/locks/{name}/release"): "locks.write",
-    ("GET", "/v1/runs"): "read",
-    ("GET", "/v1/runs/{run}"): "read",
-    ("POST", "/v1/tokens"): "tokens",
-    ("GET", "/v1/tokens"): "tokens",
-    ("DELETE", "/v1/tokens/{id}"): "tokens",
-    # Backfills and bulk dead-letter operations (node/backfills.py): an operator's.
-    ("POST", "/v1/backfills/{id}/{action}"): "jobs.write",
-    ("POST", "/v1/dlq:requeue"): "dlq.write",
-    ("POST", "/v1/dlq:purge"): "dlq.write",
-    # Draining a worker changes the fleet, not the jobs: an admin's, like membership.
-    ("POST", "/v1/workers/{id}/drain"): "admin",
-}
-#: Routes matched by pattern, for route families whose exact paths are another module's: the
-#: worker protocol (a remote worker leases, heartbeats, completes and releases, and registers
-#: itself; nothing else), backfills of a job, and the fleet's and backfills' listings.
-PATTERNS: list[tuple[frozenset, re.Pattern, str]] = [
-    (frozenset({"POST", "PUT"}), re.compile(r"^/v1/workers/\{[a-z_]+\}(/(lease|heartbeat|complete|release|register))?$"), "worker"),
-    (frozenset({"POST"}), re.compile(r"^/v1/workers:(lease|heartbeat|complete|release|register)$"), "worker"),
-    (frozenset({"GET"}), re.compile(r"^/v1/workers(/\{[a-z_]+\})?$"), "read"),
-    (frozenset({"POST"}), re.compile(r"^/v1/jobs/\{name\}/backfill(s)?$"), "jobs.write"),
-    (frozenset({"GET"}), re.compile(r"^/v1/(jobs/\{name\}/)?backfills(/\{[a-z_]+\})?$"), "read"),
-]
-
-
-def scope_of(method: str, route: str) -> str:
-    """The scope ``method route`` needs: from PERMISSIONS, else PATTERNS, else ``admin``."""
-    m = "GET" if method == "HEAD" else method
-    s = PERMISSIONS.get((m, route))
-    if s is not None:
-        return s
-    for methods, rx, scope in PATTERNS:
-        if m in methods and rx.match(route):
-            return scope
-    return "admin"
-
 
 @dataclass(frozen=True)
 class Principal:
@@ -216,9 +149,11 @@ class Auth:
         self.limiter = limiter or FailureLimiter()
         self.refused = 0
 
-    def is_open(self, method: str, route: str | None) -> bool:
-        m = "GET" if method == "HEAD" else method
-        return (m, route) in OPEN_ROUTES or (self.metrics_open and (m, route) == ("GET", "/metrics"))
+    def is_open(self, route: Route | None) -> bool:
+        """Whether ``route`` needs no token: its row says so, or it is ``GET /metrics`` on a
+        node started with ``--metrics-open``."""
+        return route is not None and (route.scope == OPEN
+                                      or (self.metrics_open and route.key == ("GET", "/metrics")))
 
     def authenticate(self, header: str | None) -> Principal:
         """The principal of an ``Authorization`` header. :raises Unauthorized: no bearer token,
@@ -246,24 +181,20 @@ class Auth:
 
 
 # ------------------------------------------------------------------ the middleware's part
-#: Request keys: the principal of an authenticated request, and the token id a refused one
-#: claimed (for the audit log; only when it has the shape of an id).
-PRINCIPAL = web.RequestKey("principal", Principal)
-CLAIMED = web.RequestKey("claimed_token", str)
+# The request keys (PRINCIPAL, CLAIMED) are node/http.py's, imported above for the callers.
 
 
-def check_request(auth: Auth, request: web.Request) -> tuple[Principal | None, str]:
-    """Authenticate and authorize one request: ``(principal, scope)``, principal None for an
-    open route. A route that did not match (404, 405) needs a valid token only.
+def check_request(auth: Auth, request: web.Request, route: Route | None) -> Principal | None:
+    """Authenticate and authorize one request to ``route`` (its row in the route table; None
+    when it matched no route: 404, 405, which need a valid token only): the principal, or None
+    for an open route.
 
     :raises TooManyRequests: the source sent too many refused tokens lately.
     :raises Unauthorized: see Auth.authenticate (the failure counts against the source).
     :raises Forbidden: the token's role lacks the route's scope (``scope`` names it), or a
         worker token bound to worker ids speaks for another id (``field`` id)."""
-    route = request.match_info.route.resource
-    canonical = route.canonical if route is not None else None
-    if auth.is_open(request.method, canonical):
-        return None, "open"
+    if auth.is_open(route):
+        return None
     source = request.remote or "?"
     now_s = auth.clock.monotonic_s()
     wait = auth.limiter.retry_after_s(source, now_s)
@@ -281,11 +212,11 @@ def check_request(auth: Auth, request: web.Request) -> tuple[Principal | None, s
             request[CLAIMED] = parsed[0]
         raise
     request[PRINCIPAL] = principal
-    if request.match_info.http_exception is not None or canonical is None:
-        return principal, "none"
-    scope = scope_of(request.method, canonical)
+    if request.match_info.http_exception is not None or route is None:
+        return principal
+    scope = route.scope
     if not principal.allows(scope):
-        raise Forbidden(f"a {principal.role} token may not {request.method} {canonical}: it needs scope {scope}",
+        raise Forbidden(f"a {principal.role} token may not {request.method} {route.key[1]}: it needs scope {scope}",
                         scope=scope)
     if principal.workers is not None and scope == "worker":
         wid = request.match_info.get("id")
@@ -293,11 +224,10 @@ def check_request(auth: Auth, request: web.Request) -> tuple[Principal | None, s
             shown = ", ".join(sorted(principal.workers)[:5]) + (", ..." if len(principal.workers) > 5 else "")
             raise Forbidden(f"this token speaks only for worker(s) {shown}: not for worker {str(wid)[:128]!r}",
                             field="id", scope=scope)
-    return principal, scope
+    return principal
 
 
 # ------------------------------------------------------------------ the tokens endpoints
-# The handlers import the API's request helpers when called: api.py imports this module.
 _TOKEN_BODY = {"role", "tenants", "expires", "note", "workers"}
 
 
@@ -367,13 +297,12 @@ def token_view(t: dict, now_ms: int) -> dict:
 
 async def create_token(request: web.Request) -> web.Response:
     """``POST /v1/tokens``: 201 with the token, shown this once."""
-    from .api import SERVICE, _json_body, _rid
     svc = request.app[SERVICE]
     now = svc.clock.now_ms()
-    f = validate_token_body(await _json_body(request), now)
+    f = validate_token_body(await json_body(request), now)
     tid, token, h = new_token()
-    res = await svc.propose(commands.make("token_create", now, _rid(request) or secrets.token_hex(16),
-                                          id=tid, hash=h, **f))
+    res = await svc.propose(commands.token_create(now, rid(request) or secrets.token_hex(16), id=tid, hash=h,
+                                                  fields=f))
     body = {"id": res["id"], "token": token, "role": f["role"], "tenants": f["tenants"],
             "workers": f.get("workers"), "expires_at": schedule.iso(f["expires"]), "note": f["note"]}
     if res.get("duplicate"):
@@ -387,9 +316,8 @@ async def create_token(request: web.Request) -> web.Response:
 
 async def list_tokens(request: web.Request) -> web.Response:
     """``GET /v1/tokens``: every token, without secrets or hashes, and the bootstrap token."""
-    from .api import SERVICE, _bool_param
     svc = request.app[SERVICE]
-    await svc.read_barrier(_bool_param(request, "consistent"))
+    await svc.read_barrier(bool_param(request, "consistent"))
     now = svc.clock.now_ms()
     out = [{"id": BOOTSTRAP_ID, "role": "admin", "tenants": None, "workers": None, "state": "active", "created_at": None,
             "expires_at": None, "revoked_at": None, "note": "the nodes' --token-file"}]
@@ -399,7 +327,6 @@ async def list_tokens(request: web.Request) -> web.Response:
 
 async def revoke_token(request: web.Request) -> web.Response:
     """``DELETE /v1/tokens/{id}``: refused by every node from the moment it has applied it."""
-    from .api import SERVICE, _rid
     svc = request.app[SERVICE]
     tid = request.match_info["id"]
     if tid == BOOTSTRAP_ID:
@@ -407,14 +334,19 @@ async def revoke_token(request: web.Request) -> web.Response:
                           "the nodes one by one (docs/security.md, \"Rotating\")", field="id")
     if not TOKEN_ID_RE.match(tid):
         raise InvalidSpec("must be a token id (16 hex digits)", field="id")
-    res = await svc.propose(commands.make("token_revoke", svc.clock.now_ms(), _rid(request) or secrets.token_hex(16),
-                                          id=tid))
+    res = await svc.propose(commands.token_revoke(svc.clock.now_ms(), rid(request) or secrets.token_hex(16),
+                                                  id=tid))
     return web.json_response(svc._out(res, {"id": tid, "revoked_at": schedule.iso(res["revoked"])}))
 
 
-def add_routes(router: web.UrlDispatcher) -> None:
-    router.add_post("/v1/tokens", create_token)
-    router.add_get("/v1/tokens", list_tokens)
-    router.add_delete("/v1/tokens/{id}", revoke_token)
+#: The tokens endpoints' rows of the route table (node/routes.py): an admin's (scope tokens).
+TOKEN_ROUTES = (
+    Route("POST", "/v1/tokens", create_token, "tokens", Tenancy.REFUSED,
+          "make a token (shown this once)", body="token", ok=201, also_ok=(200,), errors=(422,)),
+    Route("GET", "/v1/tokens", list_tokens, "tokens", Tenancy.REFUSED,
+          "every token, without secrets", params=(CONSISTENT,)),
+    Route("DELETE", "/v1/tokens/{id}", revoke_token, "tokens", Tenancy.REFUSED,
+          "revoke a token", errors=(404, 422)),
+)
 
 

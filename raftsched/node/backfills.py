@@ -19,6 +19,7 @@ from ..core import backfill_model, backfill_plan, commands, limits, queries, sch
 from ..core.errors import Conflict, InvalidSpec, NotFound, RaftschedError
 from ..core.model import check_name
 from . import limits as node_limits
+from .proposer import Proposer
 from .service import Service, new_request_id
 
 log = logging.getLogger("raftsched.backfill")
@@ -154,7 +155,7 @@ class BackfillService:
                   "schedule": sched, "anchor": anchor}
         if "payload" in b:
             fields["payload"] = b["payload"]
-        res = await self.svc.propose(commands.make("backfill", now, rid, **fields))
+        res = await self.svc.propose(commands.backfill(now, rid, fields))
         view = self._view(bf_id)
         view["created"] = bool(res.get("created"))
         return (201 if view["created"] else 200), self.svc._out(res, view)
@@ -174,7 +175,7 @@ class BackfillService:
         bf_id = b["id"] or generated_id(rid)
         fields = dict(filters, name=bf_id, action=action, max_count=b["max_count"],
                       max_concurrent=b["max_concurrent"], rate_milli=b["rate_milli"])
-        res = await self.svc.propose(commands.make("dlq_bulk", now, rid, **fields))
+        res = await self.svc.propose(commands.dlq_bulk(now, rid, fields))
         view = self._view(bf_id)
         view["created"] = bool(res.get("created"))
         return (201 if view["created"] else 200), self.svc._out(res, view)
@@ -182,8 +183,8 @@ class BackfillService:
     async def control(self, bf_id: str, action: str, rid: str | None) -> dict:
         """``POST /v1/backfills/{id}/pause|resume|cancel``."""
         check_name(bf_id, "id", limits.backfill_id_chars_max)
-        res = await self.svc.propose(commands.make("backfill_control", self.svc.clock.now_ms(),
-                                                   rid or new_request_id(), name=bf_id, action=action))
+        res = await self.svc.propose(commands.backfill_control(self.svc.clock.now_ms(), rid or new_request_id(),
+                                                               name=bf_id, action=action))
         view = self._view(bf_id) if self.svc.read(backfill_plan.view, bf_id) is not None else {"id": bf_id}
         if "withdrawn" in res:
             view["withdrawn"] = res["withdrawn"]
@@ -214,8 +215,8 @@ class BackfillService:
                 raise Conflict(f"slot {schedule.iso(t['slot'])} is after the cursor of job {name!r} "
                                f"({schedule.iso(job['cursor'])}): the schedule has not handled it yet, and its run "
                                f"will come", field="slot", cursor=schedule.iso(job["cursor"]))
-        res = await self.svc.propose(commands.make("trigger_job", self.svc.clock.now_ms(), rid or new_request_id(),
-                                                   name=name, **t))
+        res = await self.svc.propose(commands.trigger_job(self.svc.clock.now_ms(), rid or new_request_id(),
+                                                          name=name, extra=t))
         body = {"job": name, "run": res["run"], "state": res["state"], "created": res.get("created", True)}
         return (201 if body["created"] else 200), self.svc._out(res, body)
 
@@ -230,6 +231,7 @@ class BackfillStepper:
 
     def __init__(self, raft, clock, interval_s: float = node_limits.backfill_tick_s) -> None:
         self.raft = raft
+        self.proposer = Proposer(raft)
         self.clock = clock
         self.interval_s = interval_s
         #: backfill id -> (cursor the slots follow, the next slots in its order, whether they are
@@ -266,10 +268,7 @@ class BackfillStepper:
             fields, op = await self._plan(v, now)
             if fields is None:
                 continue
-            res = await self.raft.propose(commands.encode(commands.make(op, now, None, **fields)),
-                                          timeout_s=limits.propose_timeout_s_default)
-            if not res.get("ok"):
-                raise RaftschedError.from_dict(res.get("error") or {})
+            await self.proposer.propose(commands.step(op, now, fields))
             n += 1
             self.steps_proposed += 1
         return n

@@ -101,7 +101,7 @@ async def cut(specs: dict[str, dict], create_only: bool, key: str, now: int,
         cur_bytes += len(widest)
     chunks.append(cur)
     hashes.append(h)
-    datas = [commands.encode(commands.make("put_jobs", now, "jb-" + hh.hexdigest(), jobs=chunk))
+    datas = [commands.encode(commands.put_jobs(now, "jb-" + hh.hexdigest(), jobs=chunk))
              for chunk, hh in zip(chunks, hashes)]
     return chunks, datas
 

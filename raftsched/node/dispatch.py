@@ -265,10 +265,9 @@ class Dispatcher:
         any more."""
         q = self._groups.get(key)
         try:
-            cmd = commands.make("acquire", self.clock.now_ms(), None, worker=req.worker, queues=req.queues,
-                                max=req.n, ttl=req.ttl_ms, types=req.types)
-            if req.tenants is not None:
-                cmd["tenants"] = req.tenants  # I23: only these tenants' runs (core/leases.py)
+            # I23: with tenants, only these tenants' runs (core/leases.py)
+            cmd = commands.acquire(self.clock.now_ms(), worker=req.worker, queues=req.queues, max=req.n,
+                                   ttl=req.ttl_ms, types=req.types, tenants=req.tenants)
             self.acquires += 1
             try:
                 res = await self._propose(cmd)

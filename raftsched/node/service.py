@@ -13,9 +13,10 @@ import uuid
 
 from ..clock import Clock
 from ..core import bodies, commands, limits, model, policy, preview, queries, schedule
-from ..core.errors import InvalidSpec, NotFound, RaftschedError, BadRequest
+from ..core.errors import InvalidSpec, NotFound, BadRequest
 from ..core.model import check_name
 from . import batch
+from .proposer import Proposer
 from .redact import PROCESS_DEFAULT, Fingerprint, restore_redacted
 from .views import job_view, lock_view, run_view, tenant_view
 
@@ -41,34 +42,19 @@ class Service:
         self.node_id = node_id
         self.propose_timeout_s = propose_timeout_s
         self.fingerprint = fingerprint
+        #: The one way this node's API writes go out (node/proposer.py).
+        self.proposer = Proposer(raft, propose_timeout_s)
 
     # ------------------------------------------------------------------ plumbing
     async def propose(self, cmd: dict) -> dict:
-        """Propose and return the applied result. A request id this replica has seen applied
-        is answered from there, without proposing: that answer is final (a retry, or a key
-        reused for another request). :raises RaftschedError: refusals and Unavailable /
-        Indeterminate from replication."""
-        data = commands.encode(cmd)
-        seen = self.read(queries.replayed, cmd)
-        if seen is not None:
-            if not seen.get("ok"):
-                raise RaftschedError.from_dict(seen.get("error") or {"code": "internal", "message": "refused"})
-            return seen
-        return await self.propose_data(data)
+        """``Proposer.propose`` (node/proposer.py): the replay rule, the proposal, the error."""
+        return await self.proposer.propose(cmd)
 
     async def propose_data(self, data: bytes) -> dict:
         """``propose`` for a command already encoded."""
-        res = await self.raft.propose(data, timeout_s=self.propose_timeout_s)
-        if not res.get("ok"):
-            raise RaftschedError.from_dict(res.get("error") or {"code": "internal", "message": "refused"})
-        return res
+        return await self.proposer.propose_encoded(data)
 
-    @staticmethod
-    def _out(res: dict, body: dict) -> dict:
-        """The response body, marked when the request id had already been applied."""
-        if res.get("duplicate"):
-            body["duplicate"] = True
-        return body
+    _out = staticmethod(Proposer.out)
 
     def read(self, query, *args):
         """``query(state, *args)`` (a core.queries function) on the local replica, under the
@@ -121,8 +107,8 @@ class Service:
         now = self.clock.now_ms()
         spec = model.validate_job(name, self.unredact(name, raw), now)
         cursor, anchor, nxt = self._position(name, spec["schedule"], now)
-        cmd = commands.make("put_job", now, rid or new_request_id(), name=name, spec=spec,
-                            next=nxt, cursor=cursor, anchor=anchor, create_only=create_only)
+        cmd = commands.put_job(now, rid or new_request_id(), name=name, spec=spec, next=nxt, cursor=cursor,
+                               anchor=anchor, create_only=create_only)
         res = await self.propose(cmd)
         return self._out(res, {"job": name, "created": res.get("created", False), "next_slot": schedule.iso(nxt)})
 
@@ -159,12 +145,12 @@ class Service:
 
     async def delete_job(self, name: str, rid: str | None) -> dict:
         check_name(name)
-        res = await self.propose(commands.make("delete_job", self.clock.now_ms(), rid or new_request_id(), name=name))
+        res = await self.propose(commands.delete_job(self.clock.now_ms(), rid or new_request_id(), name=name))
         return self._out(res, {"job": name, "deleted": True})
 
     async def pause_job(self, name: str, rid: str | None) -> dict:
         check_name(name)
-        res = await self.propose(commands.make("pause_job", self.clock.now_ms(), rid or new_request_id(), name=name))
+        res = await self.propose(commands.pause_job(self.clock.now_ms(), rid or new_request_id(), name=name))
         return self._out(res, {"job": name, "paused": True})
 
     async def resume_job(self, name: str, rid: str | None, catch_up: bool = False) -> dict:
@@ -182,27 +168,30 @@ class Service:
         if job is None:
             raise NotFound(f"no job named {name!r}", field="name")
         spec, cursor, anchor, gen = job["spec"], job["cursor"], job["anchor"], job["gen"]
-        fields = {"name": name, "catch_up": catch_up}
-        if not catch_up:
-            fields.update(gen=gen, **policy.plan_resume(spec, anchor, cursor, now))
-        res = await self.propose(commands.make("resume_job", now, rid or new_request_id(), **fields))
+        plan = None if catch_up else dict(gen=gen, **policy.plan_resume(spec, anchor, cursor, now))
+        res = await self.propose(commands.resume_job(now, rid or new_request_id(), name=name, catch_up=catch_up,
+                                                     plan=plan))
         return self._out(res, {"job": name, "paused": False})
 
     async def trigger_job(self, name: str, rid: str | None) -> dict:
         check_name(name)
-        res = await self.propose(commands.make("trigger_job", self.clock.now_ms(), rid or new_request_id(), name=name))
+        res = await self.propose(commands.trigger_job(self.clock.now_ms(), rid or new_request_id(), name=name))
         return self._out(res, {"job": name, "run": res["run"], "state": res["state"]})
 
     # ------------------------------------------------------------------ queues and tenants
     async def put_queue(self, name: str, body, rid: str | None) -> dict:
         q = bodies.validate_queue(name, body)
-        res = await self.propose(commands.make("put_queue", self.clock.now_ms(), rid or new_request_id(),
-                                               name=name, **q))
+        res = await self.propose(commands.put_queue(self.clock.now_ms(), rid or new_request_id(), name=name,
+                                                    fields=q))
         return self._out(res, {"queue": name, **q})
 
-    def list_queues(self) -> dict:
+    def list_queues(self, tenants: frozenset | None = None) -> dict:
+        """Every queue's figures; with ``tenants``, of the queues their jobs use only."""
         now = self.clock.now_ms()
         qs = self.read(queries.queue_stats, now)
+        if tenants is not None:
+            mine = self.read(queries.queues_of, tenants)
+            qs = [q for q in qs if q["name"] in mine]
         # The worker fleet: runs no live worker may take for their placement (docs/workers.md).
         unplaceable = self.read(queries.unplaceable, now)
         for q in qs:
@@ -211,21 +200,23 @@ class Service:
 
     async def put_tenant(self, name: str, body, rid: str | None) -> dict:
         t = bodies.validate_tenant(name, body)
-        res = await self.propose(commands.make("put_tenant", self.clock.now_ms(), rid or new_request_id(),
-                                               name=name, **t))
+        res = await self.propose(commands.put_tenant(self.clock.now_ms(), rid or new_request_id(), name=name,
+                                                     fields=t))
         return self._out(res, {"tenant": name, "rate_per_s": t["rate_milli"] / 1000, "burst": t["burst"]})
 
     async def delete_tenant(self, name: str, rid: str | None) -> dict:
         check_name(name, "tenant", limits.tenant_name_chars_max)
-        res = await self.propose(commands.make("delete_tenant", self.clock.now_ms(), rid or new_request_id(), name=name))
+        res = await self.propose(commands.delete_tenant(self.clock.now_ms(), rid or new_request_id(), name=name))
         return self._out(res, {"tenant": name, "deleted": True})
 
-    def list_tenants(self) -> dict:
-        return {"tenants": [tenant_view(t) for t in self.read(queries.tenants)]}
+    def list_tenants(self, tenants: frozenset | None = None) -> dict:
+        return {"tenants": [tenant_view(t) for t in self.read(queries.tenants)
+                            if tenants is None or t["name"] in tenants]}
 
     # ------------------------------------------------------------------ dead-letter queue
-    def list_dlq(self, queue: str | None, limit: int) -> dict:
-        out = [run_view(r) for r in self.read(queries.dead_runs, queue)]
+    def list_dlq(self, queue: str | None, limit: int, tenants: frozenset | None = None) -> dict:
+        out = [run_view(r) for r in self.read(queries.dead_runs, queue)
+               if tenants is None or r.get("tenant") in tenants]
         # Newest first by the finished_at text the API shows, as this list always was (the text
         # of a whole second sorts after that second's ms: an order to revisit, not here).
         out.sort(key=lambda r: (r["finished_at"] or "", r["id"]), reverse=True)
@@ -239,32 +230,32 @@ class Service:
 
     async def dlq_requeue(self, run_id: str, rid: str | None) -> dict:
         model.check_run_id(run_id)
-        res = await self.propose(commands.make("dlq_requeue", self.clock.now_ms(), rid or new_request_id(), run=run_id))
+        res = await self.propose(commands.dlq_requeue(self.clock.now_ms(), rid or new_request_id(), run=run_id))
         return self._out(res, {"run": run_id, "state": res["state"], "attempt": res["attempt"]})
 
     async def dlq_delete(self, run_id: str, rid: str | None) -> dict:
         model.check_run_id(run_id)
-        res = await self.propose(commands.make("dlq_delete", self.clock.now_ms(), rid or new_request_id(), run=run_id))
+        res = await self.propose(commands.dlq_delete(self.clock.now_ms(), rid or new_request_id(), run=run_id))
         return self._out(res, {"run": run_id, "deleted": True})
 
     # ------------------------------------------------------------------ locks
     async def lock_acquire(self, name: str, body, rid: str | None) -> dict:
         f = bodies.validate_lock_acquire(name, body)
-        res = await self.propose(commands.make("lock_acquire", self.clock.now_ms(), rid or new_request_id(),
-                                               name=name, **f))
+        res = await self.propose(commands.lock_command("lock_acquire", self.clock.now_ms(), rid or new_request_id(),
+                                                       name=name, fields=f))
         return self._out(res, {"lock": name, "owner": f["owner"], "token": res["token"],
                                "expires_at": schedule.iso(res["deadline"])})
 
     async def lock_renew(self, name: str, body, rid: str | None) -> dict:
         f = bodies.validate_lock_renew(name, body)
-        res = await self.propose(commands.make("lock_renew", self.clock.now_ms(), rid or new_request_id(),
-                                               name=name, **f))
+        res = await self.propose(commands.lock_command("lock_renew", self.clock.now_ms(), rid or new_request_id(),
+                                                       name=name, fields=f))
         return self._out(res, {"lock": name, "token": res["token"], "expires_at": schedule.iso(res["deadline"])})
 
     async def lock_release(self, name: str, body, rid: str | None) -> dict:
         f = bodies.validate_lock_release(name, body)
-        res = await self.propose(commands.make("lock_release", self.clock.now_ms(), rid or new_request_id(),
-                                               name=name, **f))
+        res = await self.propose(commands.lock_command("lock_release", self.clock.now_ms(), rid or new_request_id(),
+                                                       name=name, fields=f))
         return self._out(res, {"lock": name, "released": True})
 
     def get_lock(self, name: str) -> dict:
@@ -316,9 +307,13 @@ class Service:
             raise NotFound(f"no job named {name!r}", field="name")
         return self.job_view(job)
 
-    def list_jobs(self, limit: int, after: str | None, labels: dict | None = None) -> dict:
-        """A page of jobs by name; with ``labels``, of the jobs that carry all of them."""
-        if labels:
+    def list_jobs(self, limit: int, after: str | None, labels: dict | None = None,
+                  tenants: frozenset | None = None) -> dict:
+        """A page of jobs by name; with ``labels``, of the jobs that carry all of them; with
+        ``tenants``, of their jobs only (``total`` counts those)."""
+        if tenants is not None:
+            page = self.read(queries.jobs_page_in, tenants, limit, after, labels)
+        elif labels:
             page = self.read(queries.jobs_labelled_page, labels, limit, after)
         else:
             page = self.read(queries.jobs_page, limit, after)
@@ -331,7 +326,10 @@ class Service:
         out["runs"] = self._views(out["runs"])
         return out
 
-    def list_runs(self, state_filter: str | None, limit: int) -> dict:
+    def list_runs(self, state_filter: str | None, limit: int, tenants: frozenset | None = None) -> dict:
+        """The newest runs (in ``state_filter``; of ``tenants``' jobs only, when given)."""
+        if tenants is not None:
+            return {"runs": self._views(self.read(queries.runs_in, tenants, state_filter, limit))}
         return {"runs": self._views(self.read(queries.runs, state_filter, limit))}
 
     def get_run(self, run_id: str) -> dict:

@@ -25,6 +25,7 @@ from ..core.due import DueIndex
 from ..core.policy import fires_ahead
 from ..core.errors import RaftschedError
 from . import limits as node_limits
+from .proposer import Proposer
 from ..aio import wait_event
 
 log = logging.getLogger("raftsched.trigger")
@@ -50,6 +51,7 @@ class Trigger:
             JSON line per committed fire command, ``{"c": commit_ms, "p": plan_ms, "s": [slot_ms
             of each run]}`` (scripts/bench.py; ``NodeConfig.fire_log_path``)."""
         self.raft = raft
+        self.proposer = Proposer(raft)
         self.clock = clock
         self.node_id = node_id
         self.interval_s = interval_ms / 1000
@@ -112,8 +114,7 @@ class Trigger:
     async def _lead(self) -> None:
         log.info("trigger: became leader; barrier then takeover")
         await self.raft.barrier(timeout_s=limits.propose_timeout_s_default)
-        data = commands.encode(commands.make("takeover", self.clock.now_ms(), None, node=self.node_id))
-        await self.raft.propose(data, timeout_s=limits.propose_timeout_s_default)
+        await self.proposer.propose(commands.takeover(self.clock.now_ms(), node=self.node_id))
         self.take_due_index()
         self._lease_seen = {}  # a new term starts every lease's TTL afresh (I15)
         log.info("trigger: leading; %d jobs", self.raft.read(queries.counts)["jobs"])
@@ -285,9 +286,8 @@ class Trigger:
             return
         n = limits.expire_items_max
         due_runs, due_locks = due_runs[:n], due_locks[:max(0, n - len(due_runs[:n]))]
-        data = commands.encode(commands.make("expire", now, None, runs=due_runs, locks=due_locks))
         try:
-            res = await self.raft.propose(data, timeout_s=limits.propose_timeout_s_default)
+            res = await self.proposer.propose(commands.expire(now, runs=due_runs, locks=due_locks))
             if res.get("expired") or res.get("released"):
                 log.info("reaper: expired leases %s, released locks %s", res.get("expired"), res.get("released"))
                 self.leases_expired += len(res.get("expired") or [])
@@ -295,8 +295,4 @@ class Trigger:
             log.warning("reaper: expire failed: %s", e.message)
 
     async def _propose_fire(self, now: int, entries: list) -> dict:
-        data = commands.encode(commands.make("fire", now, None, entries=entries))
-        res = await self.raft.propose(data, timeout_s=limits.propose_timeout_s_default)
-        if not res.get("ok"):
-            raise RaftschedError.from_dict(res.get("error") or {})
-        return res
+        return await self.proposer.propose(commands.fire(now, entries=entries))

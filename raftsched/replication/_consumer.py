@@ -92,7 +92,12 @@ class _StateConsumer(SyncObjConsumer):
         if data == BARRIER_NOOP:
             return {"ok": True}
         try:
-            return self._state.apply_bytes(data)
+            res = self._state.apply_bytes(data)
+            if not res.get("ok") and (res.get("error") or {}).get("code") == "internal":
+                # A command handler raised (core/state.py): refused alike on every replica, and
+                # said here on each, since no client may be there to hear it.
+                logger.error("replication.apply_internal_error %s", res["error"].get("message"))
+            return res
         except BaseException as e:  # noqa: BLE001 - an exception here wedges pysyncobj forever
             logger.critical("replication.apply_raised error=%r (a bug in apply_bytes; the entry "
                             "is recorded as refused on this replica)", e, exc_info=True)

@@ -1,0 +1,126 @@
+"""What every HTTP handler of the node shares: the application's and the request's keys, and
+the request helpers (JSON bodies, request ids, query parameters), each raising ``BadRequest``
+naming the field. api.py, auth.py and tenancy.py import them from here, never from each other.
+"""
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from ..core import limits
+from ..core.errors import BadRequest, InvalidSpec
+from ..core.model import RUN_STATES, check_label_key, check_label_value
+
+if TYPE_CHECKING:
+    from .auth import Principal
+
+#: The application's parts (make_app sets them). An app without the node's loops (tests)
+#: leaves TRIGGER, WORKER, METRICS and AUDIT unset.
+SERVICE = web.AppKey("service")
+TOKEN = web.AppKey("token", str)
+TRIGGER = web.AppKey("trigger")
+WORKER = web.AppKey("worker")
+METRICS = web.AppKey("metrics")
+BACKFILLS = web.AppKey("backfills")
+#: The worker fleet's side of this node (node/fleet.py): the worker protocol and /v1/workers.
+FLEET = web.AppKey("fleet")
+#: Who may call what (node/auth.py), and where mutations are recorded (node/audit.py).
+AUTH = web.AppKey("auth")
+AUDIT = web.AppKey("audit")
+#: The route table the app was built from (node/routes.py): (method, route) -> Route.
+ROUTE_TABLE = web.AppKey("route_table")
+
+#: Request keys: the principal of an authenticated request, and the token id a refused one
+#: claimed (for the audit log; only when it has the shape of an id).
+PRINCIPAL = web.RequestKey("principal")
+CLAIMED = web.RequestKey("claimed_token", str)
+
+
+def principal_of(request: web.Request) -> "Principal | None":
+    return request.get(PRINCIPAL)
+
+
+def tenants_of(request: web.Request) -> frozenset | None:
+    """The tenants the request's token is limited to, or None (every tenant)."""
+    p = request.get(PRINCIPAL)
+    return None if p is None else p.tenants
+
+
+async def json_body(request: web.Request):
+    raw = await request.read()
+    if not raw:
+        raise BadRequest("request body is empty; send a JSON object")
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadRequest(f"malformed JSON: {e}") from None
+    except RecursionError:
+        raise BadRequest("malformed JSON: nested too deeply") from None
+
+
+async def optional_json_body(request: web.Request, default=None):
+    """The JSON body, or ``default`` when the request has none."""
+    return await json_body(request) if await request.read() else default
+
+
+def rid(request: web.Request) -> str | None:
+    """The request id (``Idempotency-Key``, or ``X-Request-Id``) or None."""
+    r = request.headers.get("Idempotency-Key") or request.headers.get("X-Request-Id")
+    if r is not None and (not r or len(r) > limits.request_id_chars_max):
+        raise BadRequest(f"Idempotency-Key must be 1-{limits.request_id_chars_max} characters", field="Idempotency-Key")
+    return r
+
+
+def int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
+    text = request.query.get(name)
+    if text is None:
+        return default
+    try:
+        v = int(text)
+    except ValueError:
+        raise BadRequest(f"must be an integer between {lo} and {hi}", field=name) from None
+    if not lo <= v <= hi:
+        raise BadRequest(f"must be between {lo} and {hi}", field=name)
+    return v
+
+
+def bool_param(request: web.Request, name: str) -> bool:
+    text = request.query.get(name, "false").lower()
+    if text not in ("true", "false", "1", "0", "yes", "no"):
+        raise BadRequest("must be true or false", field=name)
+    return text in ("true", "1", "yes")
+
+
+def choice_param(request: web.Request, name: str, choices: tuple) -> str | None:
+    v = request.query.get(name)
+    if v is not None and v not in choices:
+        raise BadRequest(f"must be one of {', '.join(choices)}", field=name)
+    return v
+
+
+def state_param(request: web.Request) -> str | None:
+    return choice_param(request, "state", RUN_STATES)
+
+
+def label_params(request: web.Request) -> dict:
+    """``?label=KEY=VALUE``, repeatable (every one must match): the labels a job list is
+    filtered on. :raises BadRequest: naming ``label``."""
+    items = request.query.getall("label", [])
+    if len(items) > limits.job_labels_max:
+        raise BadRequest(f"at most {limits.job_labels_max} label filters", field="label")
+    out: dict = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        try:
+            if not sep:
+                raise InvalidSpec("must be KEY=VALUE, e.g. label=raftsched.app=billing", field="label")
+            check_label_key(key, "label")
+            check_label_value(value, "label")
+        except InvalidSpec as e:
+            raise BadRequest(e.message, field="label") from None
+        if out.get(key, value) != value:
+            raise BadRequest(f"label {key!r} is given twice with different values", field="label")
+        out[key] = value
+    return out

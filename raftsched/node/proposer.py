@@ -1,0 +1,68 @@
+"""``Proposer``: the one way a command goes out of the node (issue 21): encode it, answer it from
+the replica when its request id was applied already (the replay rule, core.queries.replayed),
+propose it, wait for its result, and turn a refusal into the caller's error.
+
+Every writer of the node goes through one: the API's service (node/service.py), the tokens
+endpoints, backfills and their stepper, the worker fleet's protocol, the trigger loop and the
+embedded worker's channel.
+"""
+from __future__ import annotations
+
+import logging
+
+from ..core import commands, limits, queries
+from ..core.errors import RaftschedError
+
+log = logging.getLogger("raftsched.proposer")
+
+
+class Proposer:
+    """:param raft: the replication layer (``propose(data, timeout_s)``, ``read(fn, *args)``).
+    :param timeout_s: how long a proposal may wait for its result before it is Indeterminate."""
+
+    def __init__(self, raft, timeout_s: float = limits.propose_timeout_s_default) -> None:
+        self.raft = raft
+        self.timeout_s = timeout_s
+
+    async def propose(self, cmd: dict, *, timeout_s: float | None = None) -> dict:
+        """Propose ``cmd`` (a core.commands constructor's) and return its applied result.
+
+        A request id this replica has seen applied is answered from there, without proposing:
+        that answer is final (a retry, or a key reused for another request).
+
+        :raises RaftschedError: the state refused it (the error apply gave: ``invalid``,
+            ``conflict``, ``not_found``, ... and ``internal`` for a bug in a handler, logged
+            here with its command); ``Unavailable`` (it did not happen) or ``Indeterminate``
+            (it may still) from replication; ``LimitExceeded`` when it is too large."""
+        data = commands.encode(cmd)
+        if cmd.get("rid") is not None:
+            seen = self.raft.read(queries.replayed, cmd)
+            if seen is not None:
+                return self.result(seen, cmd)
+        return await self.propose_encoded(data, cmd, timeout_s=timeout_s)
+
+    async def propose_encoded(self, data: bytes, cmd: dict | None = None, *,
+                              timeout_s: float | None = None) -> dict:
+        """``propose`` for a command already encoded (``cmd``, when given, names it in a log
+        line about a bug)."""
+        res = await self.raft.propose(data, timeout_s=self.timeout_s if timeout_s is None else timeout_s)
+        return self.result(res, cmd)
+
+    @staticmethod
+    def result(res: dict, cmd: dict | None = None) -> dict:
+        """``res`` when it is a success, else the error it carries, raised."""
+        if res.get("ok"):
+            return res
+        error = res.get("error") or {"code": "internal", "message": "refused without a reason"}
+        if error.get("code") == "internal":
+            op = None if cmd is None else cmd.get("op")
+            log.error("proposer: the state could not apply %s (a bug, every replica alike): %s",
+                      op or "a command", error.get("message"))
+        raise RaftschedError.from_dict(error)
+
+    @staticmethod
+    def out(res: dict, body: dict) -> dict:
+        """The response body, marked when the request id had already been applied."""
+        if res.get("duplicate"):
+            body["duplicate"] = True
+        return body

@@ -1,0 +1,131 @@
+"""The route table: one row a route, and everything else about the HTTP API derived from it.
+
+Each ``Route`` names its method, path, handler, the scope a token needs (node/auth.py), how a
+token limited to tenants is held to them (``Tenancy``, node/tenancy.py), its query parameters,
+its request body, its success status and the error statuses it can answer beyond the common
+ones. ``install`` builds the application's router from the rows and nothing else, so a route
+without a row cannot be served; the permission check and the tenant filter read the same row
+(``lookup``); an OpenAPI document can be generated from the rows (issue 26).
+"""
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+from aiohttp import web
+
+#: The scope of a route no token is needed for.
+OPEN = "open"
+
+
+class Tenancy(enum.Enum):
+    """How a request of a token limited to tenants is served (node/tenancy.py)."""
+
+    #: Refused (403): not open to tokens limited to tenants (tokens, the fleet's admin routes).
+    REFUSED = "refused"
+    #: Not tenant data: served as to any token (the cluster, metrics, locks, a spec's preview).
+    SHARED = "shared"
+    #: The handler filters what it returns to the token's tenants (lists).
+    FILTERED = "filtered"
+    #: The handler checks the request's body against the token's tenants (a job's spec).
+    CHECKED = "checked"
+    #: The ``{name}`` job must be one of the token's tenants' (else 404, as for no such job).
+    JOB = "job"
+    #: The ``{run}`` run must be one of the token's tenants' (else 404).
+    RUN = "run"
+    #: Likewise, in a dead-letter queue.
+    DEAD_RUN = "dead_run"
+    #: The ``{name}`` queue must be used only by jobs of the token's tenants (else 403).
+    QUEUE = "queue"
+    #: The worker protocol: the handlers hold a worker limited to tenants to them (node/fleet.py).
+    WORKER = "worker"
+
+
+@dataclass(frozen=True)
+class Param:
+    """A query parameter: ``kind`` is ``boolean``, ``integer`` (``lo``..``hi``, ``default``),
+    ``string``, ``time`` (ISO-8601 or ms since the epoch) or ``enum`` (``choices``)."""
+
+    name: str
+    kind: str
+    doc: str
+    default: object = None
+    lo: int | None = None
+    hi: int | None = None
+    choices: tuple = ()
+    repeated: bool = False
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    scope: str
+    tenancy: Tenancy
+    summary: str
+    params: tuple[Param, ...] = ()
+    #: The request body: the name of its schema (docs/api.md; ``None``: no body).
+    body: str | None = None
+    body_optional: bool = False
+    #: The success status, and the error statuses this route answers beyond the ones every
+    #: route may (400 bad_request, 401, 403, 429, 503 unavailable, 504 indeterminate).
+    ok: int = 200
+    errors: tuple[int, ...] = ()
+    #: Other success statuses (a dry run's 200 beside a 201, a replaced job's 200 beside 201).
+    also_ok: tuple[int, ...] = ()
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(method, the path as the router's canonical form writes it: ``{action}`` for
+        ``{action:pause|resume|cancel}``)."""
+        return self.method, _VARIABLE_RE.sub(r"{\1}", self.path)
+
+    @property
+    def mutates(self) -> bool:
+        """Whether it may change the state (audited): not a read, and not open."""
+        return self.method not in ("GET", "HEAD") and self.scope not in ("read", OPEN)
+
+
+_VARIABLE_RE = re.compile(r"\{(\w+):[^}]*\}")
+
+#: Query parameters several routes share.
+CONSISTENT = Param("consistent", "boolean", "read through the log first: the answer reflects every write "
+                   "acknowledged before the request", default=False)
+
+
+def table(routes) -> dict[tuple[str, str], Route]:
+    """``(method, path) -> Route``, refusing a route given twice."""
+    out: dict[tuple[str, str], Route] = {}
+    for r in routes:
+        if r.key in out:
+            raise ValueError(f"route {r.method} {r.path} is in the table twice")
+        out[r.key] = r
+    return out
+
+
+def install(router: web.UrlDispatcher, routes) -> dict[tuple[str, str], Route]:
+    """Add every row to ``router`` (GET rows answer HEAD too) and return the table."""
+    t = table(routes)
+    for r in t.values():
+        if r.method == "GET":
+            router.add_get(r.path, r.handler)
+        else:
+            router.add_route(r.method, r.path, r.handler)
+    return t
+
+
+def canonical(request: web.Request) -> str | None:
+    """The route a request matched, as the table names it (a path with ``{name}`` parts), or
+    None when it matched none (404, 405)."""
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else None
+
+
+def lookup(t: dict[tuple[str, str], Route], method: str, path: str | None) -> Route | None:
+    """The row of ``method path`` (HEAD is GET's), or None."""
+    if path is None:
+        return None
+    return t.get(("GET" if method == "HEAD" else method, path))
