@@ -195,10 +195,11 @@ def _worker_app(args, labels: dict):
 
 
 def cmd_worker(args) -> int:
-    """``raftsched worker``: a worker process outside the Raft quorum (node/remote.py)."""
+    """``raftsched worker``: a worker process outside the Raft quorum (worker/remote.py)."""
     from .core.errors import InvalidSpec
     from .core.workers import check_queues, check_worker_id
-    from .node.remote import WorkerConfig, default_worker_id, run_worker
+    from .worker import limits as worker_limits
+    from .worker.remote import WorkerConfig, default_worker_id, run_worker
 
     _setup_logging(args.log_level)
     try:
@@ -245,9 +246,8 @@ def cmd_worker(args) -> int:
         print(f"raftsched worker: --lease-ttl-s must be {limits.lease_ttl_ms_min / 1000}..{limits.lease_ttl_ms_max / 1000}",
               file=sys.stderr)
         return 2
-    from .node import limits as node_limits
-    if not 0 <= args.wait_s <= node_limits.lease_wait_s_max:
-        print(f"raftsched worker: --wait-s must be 0..{node_limits.lease_wait_s_max:g}", file=sys.stderr)
+    if not 0 <= args.wait_s <= worker_limits.lease_wait_s_max:
+        print(f"raftsched worker: --wait-s must be 0..{worker_limits.lease_wait_s_max:g}", file=sys.stderr)
         return 2
     if not 0 <= args.drain_s <= 24 * 3600:
         print("raftsched worker: --drain-s must be 0..86400", file=sys.stderr)

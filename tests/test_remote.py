@@ -1,5 +1,5 @@
-"""The remote worker, in process (node/remote.py): its channel's failover between nodes, the
-lease loop's drain (node/worker.py, shared by both kinds of worker), and a whole
+"""The remote worker, in process (worker/remote.py): its channel's failover between nodes, the
+lease loop's drain (worker/loop.py, shared by both kinds of worker), and a whole
 ``run_worker`` against a node's app. Every wait has a deadline."""
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ import exec_targets
 from raftsched.clock import SystemClock
 from raftsched.core.errors import Indeterminate, Unavailable
 from raftsched.core.state import SchedulerState
-from raftsched.node import limits as node_limits
+from raftsched.worker import limits as worker_limits
 from raftsched.node.api import make_app
 from raftsched.node.fleet import Fleet
-from raftsched.node.remote import RemoteChannel, WorkerConfig, default_worker_id, run_worker
+from raftsched.worker.remote import RemoteChannel, WorkerConfig, default_worker_id, run_worker
 from raftsched.node.service import Service
-from raftsched.node.worker import EmbeddedChannel, LeaseLoop
+from raftsched.worker.loop import EmbeddedChannel, LeaseLoop
 from raftsched.testing.fakes import FakeRaft
 from raftsched.testing.procs import free_ports
 
@@ -128,7 +128,7 @@ def test_a_lease_request_refused_for_good_pauses_the_worker_instead_of_spinning(
         ch = RemoteChannel(WorkerConfig(urls=[await n.start()], token="wrong" * 8, worker_id="w1"), SystemClock())
         try:
             g = await ch.acquire(4, 10_000, None)
-            assert (g.runs, g.retry_after_s) == ([], node_limits.lease_refused_pause_s) and len(n.requests) == 1
+            assert (g.runs, g.retry_after_s) == ([], worker_limits.lease_refused_pause_s) and len(n.requests) == 1
         finally:
             await ch.close()
             await n.close()

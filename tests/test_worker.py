@@ -14,7 +14,7 @@ from raftsched.core import commands
 from raftsched.core.errors import Indeterminate, Unavailable
 from raftsched.core.state import SchedulerState
 from raftsched.node.service import Service
-from raftsched.node.worker import Worker
+from raftsched.worker.loop import Worker
 
 
 class GroupRaft:
@@ -203,7 +203,7 @@ def test_a_thread_that_outlives_its_run_keeps_the_slot_taken_until_it_returns():
     ``run_function(..., linger=True)``): the attempt is reported at once, but the worker starts
     no other run in that slot until the thread has returned, so it never runs more threads than
     its slots."""
-    from raftsched.node.executors import run_function
+    from raftsched.worker.executors import run_function
 
     async def t():
         exec_targets.GATE.clear()

@@ -29,7 +29,7 @@ from .redact import Fingerprint
 from .service import Service
 from .trigger import Trigger
 from .metrics import NodeMetrics
-from .worker import Worker
+from ..worker.loop import Worker
 
 log = logging.getLogger("raftsched.node")
 

@@ -4,7 +4,7 @@ One implementation for both kinds of worker (docs/workers.md): the loop (:class:
 talks to the cluster through a small :class:`Channel`, of which there are two. The embedded
 worker of a node (:class:`Worker`, :class:`EmbeddedChannel`) proposes its commands through the
 node's own Raft adapter and looks at the local replica for ready work; a ``raftsched worker``
-process outside the quorum (node/remote.py, ``RemoteChannel``) speaks the worker protocol over
+process outside the quorum (worker/remote.py, ``RemoteChannel``) speaks the worker protocol over
 HTTP to any node (docs/api.md, "The worker protocol").
 
 Following the design card, followers execute and the leader executes only when it is the only
@@ -61,9 +61,9 @@ import msgpack
 from ..clock import Clock
 from ..core import commands, limits, queries
 from ..core.errors import Conflict, Indeterminate, NotFound, RaftschedError, Unavailable
-from . import limits as node_limits
-from . import redact
 from ..aio import wait_event
+from . import limits as worker_limits
+from . import masking
 from .executors import ALL_TYPES, CancelEvent, Outcome, RunContext, execute, execute_soon
 
 log = logging.getLogger("raftsched.worker")
@@ -157,8 +157,8 @@ class LeaseLoop:
 
     def __init__(self, channel: Channel, clock: Clock, *, slots: int = 4, allowed_types=ALL_TYPES,
                  lease_ttl_ms: int = limits.lease_ttl_ms_default,
-                 poll_interval_s: float = node_limits.worker_poll_s_default,
-                 kill_grace_s: float = node_limits.kill_grace_s_default,
+                 poll_interval_s: float = worker_limits.worker_poll_s_default,
+                 kill_grace_s: float = worker_limits.kill_grace_s_default,
                  executor_lookup: ExecutorLookup | None = None) -> None:
         self.channel = channel
         self.clock = clock
@@ -240,13 +240,13 @@ class LeaseLoop:
             for h in list(self.held.values()):
                 h.cancel.set()
             tasks = [h.task for h in self.held.values() if h.task and not h.task.done()]
-            grace_s = self.kill_grace_s + node_limits.stop_report_grace_s
+            grace_s = self.kill_grace_s + worker_limits.stop_report_grace_s
             deadline = self.clock.monotonic_s() + grace_s
             if tasks:
                 await asyncio.wait(tasks, timeout=grace_s)
             # Report what ended, heartbeating meanwhile, within the same bound.
             while (self._outbox or self._reporting) and self.clock.monotonic_s() < deadline:
-                while self._outbox and len(self._reporting) < node_limits.reports_in_flight_max:
+                while self._outbox and len(self._reporting) < worker_limits.reports_in_flight_max:
                     self._flush()
                 self._wake.clear()
                 await wait_event(self._wake, max(0.01, deadline - self.clock.monotonic_s()))
@@ -273,7 +273,7 @@ class LeaseLoop:
         executing together stay within the slots plus the prefetch (``_prefetch``); a finished
         run whose report is still on its way keeps its lease (heartbeated) but counts in
         neither. A second acquire goes out while one is in flight only for
-        1/acquires_in_flight_max (node/limits.py) of that budget or more, so slots do not sit idle for a log
+        1/acquires_in_flight_max (worker/limits.py) of that budget or more, so slots do not sit idle for a log
         round trip and each acquire still carries many runs; and not while the last acquire
         granted nothing. Outcomes wait for the runs still executing, at most
         outcome_coalesce_s, so that the outcomes of one batch share one command.
@@ -282,22 +282,22 @@ class LeaseLoop:
         timeout = self.poll_interval_s
         budget = self.slots + self._prefetch()
         free = budget - self._executing - self.lingering - len(self._waiting) - self._asked
-        in_flight_max = 1 if self._idle else node_limits.acquires_in_flight_max
+        in_flight_max = 1 if self._idle else worker_limits.acquires_in_flight_max
         can_acquire = (free > 0 and len(self._acquiring) < in_flight_max and now >= self._acquire_after
                        and not self.draining)
-        want_acquire = can_acquire and (not self._acquiring or free * node_limits.acquires_in_flight_max >= budget)
+        want_acquire = can_acquire and (not self._acquiring or free * worker_limits.acquires_in_flight_max >= budget)
         if self._acquire_after > now:
             timeout = min(timeout, self._acquire_after - now)
         flushed = False
-        if self._outbox and len(self._reporting) < node_limits.reports_in_flight_max:
+        if self._outbox and len(self._reporting) < worker_limits.reports_in_flight_max:
             waited = now - self._outbox_since
-            if (self._executing == 0 or waited >= node_limits.outcome_coalesce_s or want_acquire
+            if (self._executing == 0 or waited >= worker_limits.outcome_coalesce_s or want_acquire
                     or len(self._outbox) >= limits.complete_batch_max):
-                while self._outbox and len(self._reporting) < node_limits.reports_in_flight_max:
+                while self._outbox and len(self._reporting) < worker_limits.reports_in_flight_max:
                     self._flush()
                 flushed = True
             else:
-                timeout = min(timeout, node_limits.outcome_coalesce_s - waited)
+                timeout = min(timeout, worker_limits.outcome_coalesce_s - waited)
         # An acquire that rides with a report costs no log entry of its own.
         if (want_acquire or (flushed and can_acquire)) and self.channel.executes() and self.channel.may_acquire():
             n = min(free, limits.acquire_runs_max)
@@ -338,7 +338,7 @@ class LeaseLoop:
             if not runs:
                 self._idle = True
                 after = (res.retry_after_s if res.retry_after_s is not None
-                         else node_limits.empty_acquire_backoff_polls * self.poll_interval_s)
+                         else worker_limits.empty_acquire_backoff_polls * self.poll_interval_s)
                 self._acquire_after = self.clock.monotonic_s() + after
                 return
             self._idle = False
@@ -372,8 +372,8 @@ class LeaseLoop:
 
     async def _heartbeat_loop(self) -> None:
         # A third of the TTL, and at most a second: a lease survives two lost heartbeats.
-        interval = min(self.lease_ttl_ms / 1000 / node_limits.heartbeats_per_lease_ttl,
-                       node_limits.heartbeat_interval_s_max)
+        interval = min(self.lease_ttl_ms / 1000 / worker_limits.heartbeats_per_lease_ttl,
+                       worker_limits.heartbeat_interval_s_max)
         while True:
             await asyncio.sleep(interval)
             if not self.channel.registered():
@@ -386,7 +386,7 @@ class LeaseLoop:
             # Bounded by half a TTL: a heartbeat that takes longer is of no use, and the watchdog
             # must not wait behind it. One command carries at most heartbeat_leases_max leases
             # (a worker with prefetched runs can hold twice its slots).
-            timeout_s = self.lease_ttl_ms / 1000 * node_limits.heartbeat_timeout_lease_ttl_share
+            timeout_s = self.lease_ttl_ms / 1000 * worker_limits.heartbeat_timeout_lease_ttl_share
             step = limits.heartbeat_leases_max
             try:
                 parts = await asyncio.gather(*(self.channel.heartbeat(leases[k:k + step], self.lease_ttl_ms, timeout_s)
@@ -410,7 +410,7 @@ class LeaseLoop:
         leader judges expiry from when it saw the last heartbeat, which is after it was sent,
         so this kill comes first."""
         while True:
-            await asyncio.sleep(node_limits.lease_watchdog_interval_s)
+            await asyncio.sleep(worker_limits.lease_watchdog_interval_s)
             self._check_heartbeats()
 
     def _check_heartbeats(self) -> None:
@@ -451,7 +451,7 @@ class LeaseLoop:
         if running:
             await self._give_back(running, f"still running after the drain time ({drain_s:g} s)")
         # What finished is reported by the loop (it flushes the outbox); wait for that.
-        deadline = self.clock.monotonic_s() + node_limits.stop_report_grace_s
+        deadline = self.clock.monotonic_s() + worker_limits.stop_report_grace_s
         while (self._outbox or self._reporting) and self.clock.monotonic_s() < deadline:
             self._wake.set()
             await asyncio.sleep(0.01)  # ok-sleep: polling inside a deadline; the pump flushes
@@ -506,7 +506,7 @@ class LeaseLoop:
             elif own is not None:
                 out = await own(ctx, g["timeout_s"], h.cancel)
             else:
-                out = await execute(redact.deliver(g["executor"], g.get("secrets")), ctx, g["timeout_s"], cancel=h.cancel,
+                out = await execute(masking.deliver(g["executor"], g.get("secrets")), ctx, g["timeout_s"], cancel=h.cancel,
                                     allowed_types=self.allowed_types, kill_grace_s=self.kill_grace_s,
                                     http_session=self._session)
             self._executed(h, t0, out)
@@ -535,9 +535,9 @@ class LeaseLoop:
         output, error = out.output, out.error
         if g.get("keep_output") is False:
             output = ""  # the job asked for its output not to be kept
-        masked = redact.secret_values(g.get("executor"), g.get("secrets"))
+        masked = masking.secret_values(g.get("executor"), g.get("secrets"))
         if masked:  # a run that prints its secrets does not put them into the history
-            output, error = redact.mask(output, masked), redact.mask(error, masked)
+            output, error = masking.mask(output, masked), masking.mask(error, masked)
         self._outbox.append(({"run": g["id"], "token": g["token"], "success": out.ok,
                               "error": error, "output": output}, h))
         self._free_slot(h, out.linger)
@@ -594,7 +594,7 @@ class LeaseLoop:
         while self._outbox and len(batch) < limits.complete_batch_max:
             item = self._outbox[0][0]
             n = len(msgpack.packb(item, use_bin_type=True))
-            if batch and size + n > node_limits.complete_batch_bytes_max:
+            if batch and size + n > worker_limits.complete_batch_bytes_max:
                 break
             batch.append(self._outbox.popleft())
             size += n
@@ -676,7 +676,7 @@ class EmbeddedChannel:
         """Propose one complete_many, retrying an unknown outcome with the same request id (the
         state machine deduplicates it). None when it could not be delivered for a minute."""
         rid = uuid.uuid4().hex
-        deadline = self.clock.monotonic_s() + node_limits.report_deadline_s
+        deadline = self.clock.monotonic_s() + worker_limits.report_deadline_s
         while True:
             cmd = commands.make("complete_many", self.clock.now_ms(), rid, results=items, worker=self.worker_id)
             try:
@@ -685,7 +685,7 @@ class EmbeddedChannel:
                 if self.clock.monotonic_s() > deadline:
                     log.warning("worker: giving up reporting %d outcomes: %s (their leases will expire)", len(items), e.message)
                     return None
-                await asyncio.sleep(node_limits.report_retry_s)
+                await asyncio.sleep(worker_limits.report_retry_s)
             except RaftschedError as e:
                 log.error("worker: outcomes refused as a whole: %s", e.message)
                 return None
@@ -713,8 +713,8 @@ class Worker(LeaseLoop):
     def __init__(self, raft, clock: Clock, node_id: str, *, slots: int = 4,
                  queues: list[str] | None = None, allowed_types=ALL_TYPES,
                  lease_ttl_ms: int = limits.lease_ttl_ms_default, execute_on_leader: bool = False,
-                 single_node: bool = False, poll_interval_s: float = node_limits.worker_poll_s_default,
-                 kill_grace_s: float = node_limits.kill_grace_s_default, labels: dict | None = None) -> None:
+                 single_node: bool = False, poll_interval_s: float = worker_limits.worker_poll_s_default,
+                 kill_grace_s: float = worker_limits.kill_grace_s_default, labels: dict | None = None) -> None:
         queues = sorted(set(queues)) if queues else None
         channel = EmbeddedChannel(raft, clock, f"{node_id}/{os.getpid()}", slots=slots, queues=queues,
                                   allowed_types=allowed_types, labels=labels, execute_on_leader=execute_on_leader,

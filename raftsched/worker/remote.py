@@ -1,6 +1,6 @@
 """``raftsched worker``: a worker process outside the Raft quorum (docs/workers.md).
 
-It is the same lease loop as a node's embedded worker (node/worker.py) over a
+It is the same lease loop as a node's embedded worker (worker/loop.py) over a
 :class:`RemoteChannel`: the worker protocol over HTTP (docs/api.md, "The worker protocol") to
 whichever node of ``--url`` answers. It is not a Raft member and holds no state of the
 cluster's: what it knows is the leases it holds.
@@ -36,9 +36,9 @@ from ..async_client import AsyncClient
 from ..clock import Clock, SystemClock
 from ..core import limits
 from ..core.errors import Indeterminate, RaftschedError, Unavailable
-from . import limits as node_limits
+from . import limits as worker_limits
 from .executors import ALL_TYPES
-from .worker import VERSION, ExecutorLookup, Grants, LeaseLoop
+from .loop import VERSION, ExecutorLookup, Grants, LeaseLoop
 
 log = logging.getLogger("raftsched.remote")
 
@@ -62,10 +62,10 @@ class WorkerConfig:
     labels: dict = dataclasses.field(default_factory=dict)
     slots: int = 4
     executors: frozenset = ALL_TYPES
-    drain_s: float = node_limits.drain_s_default
+    drain_s: float = worker_limits.drain_s_default
     lease_ttl_ms: int = limits.lease_ttl_ms_default
-    wait_s: float = node_limits.lease_wait_s_default
-    #: the seam for ``--app`` (node/worker.py ExecutorLookup); None: the built-in executors
+    wait_s: float = worker_limits.lease_wait_s_default
+    #: the seam for ``--app`` (worker/loop.py ExecutorLookup); None: the built-in executors
     executor_lookup: ExecutorLookup | None = None
     #: https: the CA the nodes' certificates chain to (None: the system's), and this worker's
     #: certificate and key for mutual TLS (docs/security.md)
@@ -97,8 +97,8 @@ class RemoteChannel:
         # first node of the list; afterwards the client sticks to the node that answered last.
         k = zlib.crc32(cfg.worker_id.encode()) % len(urls)
         self.urls = urls[k:] + urls[:k]
-        self.client = AsyncClient(self.urls, token=cfg.token, timeout_s=node_limits.worker_request_timeout_s,
-                                  deadline_s=node_limits.report_deadline_s, ca_file=cfg.ca_file,
+        self.client = AsyncClient(self.urls, token=cfg.token, timeout_s=worker_limits.worker_request_timeout_s,
+                                  deadline_s=worker_limits.report_deadline_s, ca_file=cfg.ca_file,
                                   cert_file=cfg.cert_file, key_file=cfg.key_file)
         #: this process, as its lease requests describe it (the node says hello for it)
         self.facts = {"queues": cfg.queues, "labels": dict(sorted(cfg.labels.items())), "slots": cfg.slots,
@@ -122,7 +122,7 @@ class RemoteChannel:
 
     async def acquire(self, n: int, ttl_ms: int, types: list[str] | None) -> Grants:
         wait_s = self.cfg.wait_s
-        attempt = wait_s + node_limits.lease_request_slack_s
+        attempt = wait_s + worker_limits.lease_request_slack_s
         t0 = self.clock.monotonic_s()
         try:
             res = await self.client.worker_lease(self.worker_id, max_runs=n, wait_s=wait_s, ttl_ms=ttl_ms,
@@ -133,8 +133,8 @@ class RemoteChannel:
                 # Final: a wrong token (401), a full registry (422), a body this node refuses
                 # (another version): said once a pause, not ten times a second.
                 log.error("worker %s: the node refuses its lease requests (HTTP %s %s: %s); asking again in %g s",
-                          self.worker_id, status, e.code, e.message, node_limits.lease_refused_pause_s)
-                return Grants([], False, node_limits.lease_refused_pause_s)
+                          self.worker_id, status, e.code, e.message, worker_limits.lease_refused_pause_s)
+                return Grants([], False, worker_limits.lease_refused_pause_s)
             raise
         runs, draining = res.get("runs") or [], bool(res.get("draining"))
         # An empty answer well before wait_s (a node that answers at once) is not a long-poll:
@@ -150,7 +150,7 @@ class RemoteChannel:
     async def complete(self, items: list[dict]) -> list[dict] | None:
         try:
             res = await self.client.worker_complete(self.worker_id, items, idempotent_key=uuid.uuid4().hex,
-                                                    deadline_s=node_limits.report_deadline_s)
+                                                    deadline_s=worker_limits.report_deadline_s)
         except (Indeterminate, Unavailable) as e:
             log.warning("worker: giving up reporting %d outcomes: %s (their leases will expire)", len(items), e.message)
             return None
@@ -161,7 +161,7 @@ class RemoteChannel:
 
     async def release(self, leases: list[list], reason: str) -> None:
         await self.client.worker_release(self.worker_id, leases, reason[:200], idempotent_key=uuid.uuid4().hex,
-                                         deadline_s=node_limits.release_deadline_s)
+                                         deadline_s=worker_limits.release_deadline_s)
 
     async def close(self) -> None:
         await self.client.close()
