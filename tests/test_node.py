@@ -76,7 +76,7 @@ def test_raftsched_node_exits_1_when_a_loop_fails(monkeypatch, capsys, tmp_path)
     async def failing(cfg):
         raise LoopFailed("worker", "RuntimeError('disk on fire')")
 
-    monkeypatch.setattr(cli, "run_node", failing)
+    monkeypatch.setattr(node_mod, "run_node", failing)  # cmd_node imports it when it runs
     argv = Cluster(tmp_path, n=1).argv(0)[3:]
     assert cli.main(argv) == 1
     err = capsys.readouterr().err
