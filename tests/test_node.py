@@ -15,6 +15,7 @@ import pytest
 from raftsched import cli
 from raftsched.node import node as node_mod
 from raftsched.node.node import LoopFailed, NodeConfig, run_node
+from raftsched.worker.loop import WorkerFailed
 
 from procs import Cluster, free_ports, http
 
@@ -50,6 +51,21 @@ def test_a_failed_loop_stops_the_node_with_an_error_naming_the_loop(node_cfg, mo
     # The API went down with it: its port is free again.
     with pytest.raises(OSError):
         http("GET", f"http://127.0.0.1:{node_cfg.api_port}/healthz", timeout=2)
+
+
+class _BrokenWatchdogWorker(node_mod.Worker):
+    def _check_heartbeats(self) -> None:
+        raise RuntimeError("a bug in the watchdog")
+
+
+def test_a_failed_lease_watchdog_of_the_embedded_worker_stops_the_node(node_cfg, monkeypatch):
+    """The embedded worker's watchdog runs in the worker's task group: its failure ends the
+    worker's loop, and so the node (never a node whose worker leases on unwatched)."""
+    monkeypatch.setattr(node_mod, "Worker", _BrokenWatchdogWorker)
+    with pytest.raises(LoopFailed) as e:
+        asyncio.run(asyncio.wait_for(run_node(node_cfg), 30))
+    assert e.value.loop == "worker" and "lease watchdog" in str(e.value) and "a bug in the watchdog" in str(e.value)
+    assert isinstance(e.value.__cause__, WorkerFailed) and e.value.__cause__.task == "lease watchdog"
 
 
 def test_a_stop_request_stops_every_loop_and_returns(node_cfg):

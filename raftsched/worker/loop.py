@@ -31,6 +31,9 @@ trigger loop and the log.
   at once. If no heartbeat has succeeded for a whole TTL, by this process's monotonic clock,
   every run is killed: the leader may already have expired the leases and handed the runs to
   another worker.
+- The lease loop, the heartbeat loop and that watchdog run in one task group (``run``): if one
+  of them fails, the others stop with it, every run held is given back (``release``) and
+  ``WorkerFailed`` is raised, logged. A node stops on it; ``raftsched worker`` exits 1.
 - ``complete`` carries the run's fencing token; a refusal (stale token) means another attempt
   owns the run now, and the outcome is dropped. A completion whose outcome is unknown (504) is
   retried with the same request id, which the state machine deduplicates.
@@ -77,6 +80,16 @@ VERSION = "0.1.0"
 #: grant, an awaitable executor ``(ctx, timeout_s, cancel) -> Outcome`` for it, or None for the
 #: built-in executors (shell, http, python). Called on the event loop when the run starts.
 ExecutorLookup = Callable[[dict], "Callable[[RunContext, float, CancelEvent], Awaitable[Outcome]] | None"]
+
+
+class WorkerFailed(Exception):
+    """One of a worker's tasks (its lease loop, heartbeat loop or lease watchdog) failed, or
+    ended: the worker stopped and gave back the runs it held. ``task`` names it; the cause is
+    chained."""
+
+    def __init__(self, task: str, reason: str) -> None:
+        super().__init__(f"the worker's {task} failed: {reason}")
+        self.task = task
 
 
 class Grants:
@@ -197,6 +210,8 @@ class LeaseLoop:
         #: (a remote worker's idle long-poll needs no second one beside it)
         self._idle = False
         self._stopping = False
+        #: the task that failed (``WorkerFailed``): the lease loop, heartbeat loop or watchdog
+        self.failed: str | None = None
         #: no more leases: set by drain(), or when the cluster answers "draining"
         self.draining = False
         #: set when the cluster said this worker is draining (POST /v1/workers/{id}/drain)
@@ -218,43 +233,119 @@ class LeaseLoop:
 
     # ---------------------------------------------------------------- main loops
     async def run(self) -> None:
+        """Lease and execute runs until cancelled; then stop: runs killed, what ended reported.
+
+        The lease loop, the heartbeat loop and the lease watchdog run in one task group. If one
+        of them fails (or ends), the others are stopped with it, every run held is given back
+        (``release``: queued again at once, without spending an attempt) and
+        :class:`WorkerFailed` is raised, after a logged error: never a worker that leases on
+        without heartbeats, nor one whose rule "kill a run whose lease is past its TTL" has
+        silently stopped. A node stops on it (a failed loop); ``raftsched worker`` exits 1.
+
+        :raises WorkerFailed:
+        """
         self._session = aiohttp.ClientSession()
-        hb = asyncio.create_task(self._heartbeat_loop(), name="heartbeat")
-        watchdog = asyncio.create_task(self._watchdog(), name="lease watchdog")
         try:
-            await self._say_hello()
-            while True:
-                self._wake.clear()
-                timeout = self._pump()
-                # Wake when a slot frees, an outcome is ready, an acquire or report ends; or poll
-                # for new work.
-                await wait_event(self._wake, timeout)
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._supervised("heartbeat loop", self._heartbeat_loop()), name="heartbeat")
+                tg.create_task(self._supervised("lease watchdog", self._watchdog()), name="lease watchdog")
+                try:
+                    await self._supervised("lease loop", self._lease())
+                finally:
+                    if self.failed is None:
+                        # Stopped (cancelled): runs are killed and reported, heartbeats go on meanwhile.
+                        await self._stop()
+        except BaseExceptionGroup as eg:
+            failures = [e for e in eg.exceptions if isinstance(e, WorkerFailed)]
+            if not failures or len(failures) != len(eg.exceptions):
+                raise
+            # Outside the group, so that nothing cancels the giving back.
+            try:
+                await self._give_back_all(f"the worker's {failures[0].task} failed")
+            except Exception:
+                log.exception("worker %s: giving back its runs failed (their leases will expire)", self.worker_id)
+            await self._stop()
+            raise failures[0] from failures[0].__cause__
         finally:
-            self._stopping = True
-            for t in list(self._acquiring):
-                t.cancel()  # its runs, if granted after all, are never started: their leases expire
-            for h in self._waiting:
-                self._release(h)  # never started: their leases expire and they run elsewhere
-            self._waiting.clear()
-            watchdog.cancel()
-            for h in list(self.held.values()):
-                h.cancel.set()
-            tasks = [h.task for h in self.held.values() if h.task and not h.task.done()]
-            grace_s = self.kill_grace_s + worker_limits.stop_report_grace_s
-            deadline = self.clock.monotonic_s() + grace_s
-            if tasks:
-                await asyncio.wait(tasks, timeout=grace_s)
-            # Report what ended, heartbeating meanwhile, within the same bound.
-            while (self._outbox or self._reporting) and self.clock.monotonic_s() < deadline:
-                while self._outbox and len(self._reporting) < worker_limits.reports_in_flight_max:
-                    self._flush()
-                self._wake.clear()
-                await wait_event(self._wake, max(0.01, deadline - self.clock.monotonic_s()))
-            for t in list(self._reporting):
-                t.cancel()
-            hb.cancel()
-            await asyncio.gather(hb, watchdog, *self._reporting, return_exceptions=True)
             await self._session.close()
+
+    async def _supervised(self, name: str, coro: Awaitable[None]) -> None:
+        """Run one of the worker's tasks, which run until cancelled: an error, or an end, is a
+        failure of the worker. Logs it, notes it in ``failed``, raises :class:`WorkerFailed`."""
+        try:
+            await coro
+        except Exception as e:
+            self.failed = self.failed or name
+            log.error("worker %s: the %s failed: %r; stopping the worker, its runs given back", self.worker_id,
+                      name, e, exc_info=True)
+            raise WorkerFailed(name, repr(e)) from e
+        self.failed = self.failed or name
+        log.error("worker %s: the %s ended; stopping the worker, its runs given back", self.worker_id, name)
+        raise WorkerFailed(name, "it returned")
+
+    async def _lease(self) -> None:
+        """The lease loop itself: say hello, then pump until cancelled."""
+        await self._say_hello()
+        while True:
+            self._wake.clear()
+            timeout = self._pump()
+            # Wake when a slot frees, an outcome is ready, an acquire or report ends; or poll
+            # for new work.
+            await wait_event(self._wake, timeout)
+
+    async def _stop(self) -> None:
+        """Stop leasing and end every run: acquires in flight are cancelled (runs they still
+        grant are never started: their leases expire), runs waiting for a slot are forgotten
+        likewise, running ones are killed, and what ended is reported, all within the kill
+        grace plus ``stop_report_grace_s``."""
+        self._stopping = True
+        for t in list(self._acquiring):
+            t.cancel()
+        for h in self._waiting:
+            self._release(h)
+        self._waiting.clear()
+        for h in list(self.held.values()):
+            h.cancel.set()
+        tasks = [h.task for h in self.held.values() if h.task and not h.task.done()]
+        grace_s = self.kill_grace_s + worker_limits.stop_report_grace_s
+        deadline = self.clock.monotonic_s() + grace_s
+        if tasks:
+            await asyncio.wait(tasks, timeout=grace_s)
+        # Report what ended within the same bound (heartbeating meanwhile, unless they failed).
+        while (self._outbox or self._reporting) and self.clock.monotonic_s() < deadline:
+            while self._outbox and len(self._reporting) < worker_limits.reports_in_flight_max:
+                self._flush()
+            self._wake.clear()
+            await wait_event(self._wake, max(0.01, deadline - self.clock.monotonic_s()))
+        for t in list(self._reporting):
+            t.cancel()
+        await asyncio.gather(*self._reporting, return_exceptions=True)
+
+    async def _give_back_all(self, reason: str) -> None:
+        """After a failure: let go of every lease held, at once. Acquires in flight are
+        cancelled, runs waiting for a slot are given back, running ones are killed and given
+        back (``release``: queued again without spending an attempt). Outcomes already in
+        hand are reported still (``_stop``)."""
+        self._stopping = True
+        for t in list(self._acquiring):
+            t.cancel()
+        waiting, self._waiting = list(self._waiting), collections.deque()
+        running = [h for h in self.held.values() if h.executing]
+        if waiting or running:
+            log.warning("worker %s: giving back %d runs (%s)", self.worker_id, len(waiting) + len(running), reason)
+        await self._kill_and_give_back(running, reason, waiting)
+
+    async def _kill_and_give_back(self, running: list[_Held], reason: str, waiting: list[_Held] = ()) -> None:
+        """Kill the runs of ``running`` (their outcomes are not reported), wait for them up to
+        the kill grace, and give their leases back, with those of ``waiting`` (never started)."""
+        for h in running:
+            h.giving_back = True
+            h.cancel.set()
+        tasks = [h.task for h in running if h.task and not h.task.done()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.kill_grace_s + 1)
+        if waiting or running:
+            await self._give_back(list(waiting) + running, reason)
 
     async def _say_hello(self) -> None:
         """Register with the cluster; a failure is not fatal (the heartbeat loop tries again)."""
@@ -442,14 +533,7 @@ class LeaseLoop:
             self._wake.clear()
             await wait_event(self._wake, max(0.01, min(0.5, deadline - self.clock.monotonic_s())))
         running = [h for h in self.held.values() if h.executing]
-        for h in running:
-            h.giving_back = True
-            h.cancel.set()
-        tasks = [h.task for h in running if h.task and not h.task.done()]
-        if tasks:
-            await asyncio.wait(tasks, timeout=self.kill_grace_s + 1)
-        if running:
-            await self._give_back(running, f"still running after the drain time ({drain_s:g} s)")
+        await self._kill_and_give_back(running, f"still running after the drain time ({drain_s:g} s)")
         # What finished is reported by the loop (it flushes the outbox); wait for that.
         deadline = self.clock.monotonic_s() + worker_limits.stop_report_grace_s
         while (self._outbox or self._reporting) and self.clock.monotonic_s() < deadline:

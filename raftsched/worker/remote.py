@@ -20,6 +20,8 @@ unknown outcome is never reported as "definitely not". Any other error answer (4
   after a lost connection or a 504), so a batch acts once.
 - SIGTERM (or SIGINT, or the cluster's ``draining``): drain for up to ``--drain-s``, then exit 0.
   A second signal stops at once (runs are killed; their leases expire).
+- A failure of the lease loop, its heartbeat loop or its watchdog (``WorkerFailed``): the runs
+  held are given back, the error is logged, and the process exits 1.
 """
 from __future__ import annotations
 
@@ -170,7 +172,8 @@ class RemoteChannel:
 async def run_worker(cfg: WorkerConfig, clock: Clock | None = None, stop: asyncio.Event | None = None) -> int:
     """Run a remote worker until SIGTERM/SIGINT (or ``stop``) or the cluster's ``draining``;
     then drain (up to ``cfg.drain_s``) and return 0. A second signal stops at once. Returns 1
-    when the lease loop failed."""
+    when the worker failed (``WorkerFailed``: a task of its lease loop failed, and the runs it
+    held were given back)."""
     clock = clock or SystemClock()
     stop = stop or asyncio.Event()
     force = asyncio.Event()
@@ -198,23 +201,22 @@ async def run_worker(cfg: WorkerConfig, clock: Clock | None = None, stop: asynci
     task = asyncio.create_task(lease_loop.run(), name="lease loop")
     stop_w = asyncio.create_task(stop.wait())
     drain_w = asyncio.create_task(lease_loop.drain_requested.wait())
-    rc = 0
     try:
         await asyncio.wait({task, stop_w, drain_w}, return_when=asyncio.FIRST_COMPLETED)
-        if task.done():
-            exc = task.exception() if not task.cancelled() else None
-            log.error("worker %s: the lease loop ended: %r", cfg.worker_id, exc)
-            return 1
-        why = "SIGTERM" if stop.is_set() else "the cluster drains this worker"
-        log.info("worker %s: draining (%s)", cfg.worker_id, why)
-        drain = asyncio.create_task(lease_loop.drain(cfg.drain_s))
-        force_w = asyncio.create_task(force.wait())
-        await asyncio.wait({drain, force_w}, return_when=asyncio.FIRST_COMPLETED)
-        if not drain.done():
-            log.warning("worker %s: second signal: stopping now (runs killed, their leases expire)", cfg.worker_id)
-            drain.cancel()
-        force_w.cancel()
-        await asyncio.gather(drain, return_exceptions=True)
+        if not task.done():
+            why = "SIGTERM" if stop.is_set() else "the cluster drains this worker"
+            log.info("worker %s: draining (%s)", cfg.worker_id, why)
+            drain = asyncio.create_task(lease_loop.drain(cfg.drain_s))
+            force_w = asyncio.create_task(force.wait())
+            # The lease loop may fail while it drains: then it has given its runs back itself.
+            await asyncio.wait({drain, force_w, task}, return_when=asyncio.FIRST_COMPLETED)
+            if not drain.done():
+                if not task.done():
+                    log.warning("worker %s: second signal: stopping now (runs killed, their leases expire)",
+                                cfg.worker_id)
+                drain.cancel()
+            force_w.cancel()
+            await asyncio.gather(drain, return_exceptions=True)
     finally:
         for t in (stop_w, drain_w):
             t.cancel()
@@ -224,4 +226,9 @@ async def run_worker(cfg: WorkerConfig, clock: Clock | None = None, stop: asynci
         log.info("worker %s: stopped (%d completed, %d refused, %d given back%s)", cfg.worker_id,
                  lease_loop.completed, lease_loop.refused, lease_loop.released,
                  f"; {lease_loop.lingering} handler thread(s) still running, abandoned" if lease_loop.lingering else "")
-    return rc
+    failure = None if task.cancelled() else task.exception()
+    if failure is not None:
+        # Logged with its traceback by the lease loop; a supervisor sees a failure, not a clean stop.
+        log.error("worker %s: stopped after a failure: %s", cfg.worker_id, failure)
+        return 1
+    return 0
