@@ -1,7 +1,8 @@
 """The ``raftsched`` command: ``raftsched node ...`` starts a node, ``raftsched worker ...`` a
 worker (raftsched/worker/remote.py); the other subcommands are a thin client of the admin API
-(see docs/api.md). The node's modules are imported by ``raftsched node`` only: a worker, or a
-client, never loads the server."""
+(see docs/api.md). The server (node/node.py, and with it the API and the trigger) is imported by
+``raftsched node`` only, and ``raftsched worker`` imports no node module at all
+(tests/test_worker_imports.py)."""
 from __future__ import annotations
 
 import argparse
