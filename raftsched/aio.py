@@ -38,7 +38,7 @@ class LoopInbox:
     self-pipe, ``call_soon_threadsafe``) for all the calls that arrive before it drains them,
     rather than one each. First in, first called.
 
-    The run threads deliver results through one (node/executors/_threads.py), and pysyncobj's tick thread
+    The run threads deliver results through one (worker/executors/_threads.py), and pysyncobj's tick thread
     the results of proposals and role changes (the replication layer): a wake-up is a system call, and a
     leader committing ~30 000 slots a second spent 4.4 % of its samples (py-spy) in
     ``_write_to_self``, one a proposal's result.

@@ -1,5 +1,8 @@
-"""The ``raftsched`` command: ``raftsched node ...`` starts a node; the other subcommands are a
-thin client of the admin API (see docs/api.md)."""
+"""The ``raftsched`` command: ``raftsched node ...`` starts a node, ``raftsched worker ...`` a
+worker (raftsched/worker/remote.py); the other subcommands are a thin client of the admin API
+(see docs/api.md). The server (node/node.py, and with it the API and the trigger) is imported by
+``raftsched node`` only, and ``raftsched worker`` imports no node module at all
+(tests/test_worker_imports.py)."""
 from __future__ import annotations
 
 import argparse
@@ -12,14 +15,10 @@ import sys
 
 from . import backfill_cli
 from .client import Client
+from .config import ConfigError, read_secret_file
 from .core import limits
 from .core.errors import RaftschedError
 from .core.model import EXECUTOR_TYPES
-from .node import limits as node_limits
-from .node.node import (
-    ConfigError, LoopFailed, NodeConfig, ensure_token, is_loopback, parse_hostport, read_secret_file, run_node,
-    tls_context,
-)
 
 
 class _LogFormatter(logging.Formatter):
@@ -50,6 +49,7 @@ def _tls_client_args(p: argparse.ArgumentParser, whose: str) -> None:
 def parse_dial_map(text: str) -> dict[str, str] | None:
     """``--dial-map PEER=ADDR,PEER=ADDR`` (a test hook): dial each named peer's Raft address at
     another address, a TCP proxy of the jepsen-style harness. :raises ConfigError:"""
+    from .node.node import parse_hostport
     items = [item.strip() for item in text.split(",") if item.strip()]
     for item in items:
         peer, sep, addr = item.partition("=")
@@ -81,7 +81,15 @@ def parse_labels(text: str, what: str = "--labels") -> dict[str, str]:
 
 
 def cmd_node(args) -> int:
+    from .node import limits as node_limits
+    from .node.node import LoopFailed, NodeConfig, ensure_token, is_loopback, parse_hostport, run_node, tls_context
+
     _setup_logging(args.log_level)
+    # Their defaults are the node's limits, read here: building the parser imports no node module.
+    if args.auth_failures_burst is None:
+        args.auth_failures_burst = node_limits.auth_failures_burst
+    if args.auth_failures_per_s is None:
+        args.auth_failures_per_s = node_limits.auth_failures_per_s
     try:
         api_host, api_port = parse_hostport(args.api, "--api")
         raft_host, raft_port = parse_hostport(args.raft, "--raft")
@@ -195,10 +203,11 @@ def _worker_app(args, labels: dict):
 
 
 def cmd_worker(args) -> int:
-    """``raftsched worker``: a worker process outside the Raft quorum (node/remote.py)."""
+    """``raftsched worker``: a worker process outside the Raft quorum (worker/remote.py)."""
     from .core.errors import InvalidSpec
     from .core.workers import check_queues, check_worker_id
-    from .node.remote import WorkerConfig, default_worker_id, run_worker
+    from .worker import limits as worker_limits
+    from .worker.remote import WorkerConfig, default_worker_id, run_worker
 
     _setup_logging(args.log_level)
     try:
@@ -245,9 +254,8 @@ def cmd_worker(args) -> int:
         print(f"raftsched worker: --lease-ttl-s must be {limits.lease_ttl_ms_min / 1000}..{limits.lease_ttl_ms_max / 1000}",
               file=sys.stderr)
         return 2
-    from .node import limits as node_limits
-    if not 0 <= args.wait_s <= node_limits.lease_wait_s_max:
-        print(f"raftsched worker: --wait-s must be 0..{node_limits.lease_wait_s_max:g}", file=sys.stderr)
+    if not 0 <= args.wait_s <= worker_limits.lease_wait_s_max:
+        print(f"raftsched worker: --wait-s must be 0..{worker_limits.lease_wait_s_max:g}", file=sys.stderr)
         return 2
     if not 0 <= args.drain_s <= 24 * 3600:
         print("raftsched worker: --drain-s must be 0..86400", file=sys.stderr)
@@ -406,9 +414,9 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("--tls-key", default="", help="the private key of --tls-cert (PEM)")
     n.add_argument("--tls-client-ca", default="", help="mutual TLS: clients must present a certificate this CA (PEM) signed")
     n.add_argument("--metrics-open", action="store_true", help="GET /metrics needs no token")
-    n.add_argument("--auth-failures-burst", type=float, default=node_limits.auth_failures_burst,
+    n.add_argument("--auth-failures-burst", type=float, default=None,
                    help="refused tokens one source address may send before it is answered 429")
-    n.add_argument("--auth-failures-per-s", type=float, default=node_limits.auth_failures_per_s,
+    n.add_argument("--auth-failures-per-s", type=float, default=None,
                    help="refused tokens a second a source address gets back")
     # Test and benchmark hooks (NodeConfig), hidden from --help: a production node needs none.
     n.add_argument("--dial-map", default="", help=argparse.SUPPRESS)

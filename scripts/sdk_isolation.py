@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from raftsched.node.executors import CancelEvent, RunContext  # noqa: E402
+from raftsched.worker.executors import CancelEvent, RunContext  # noqa: E402
 
 MODULES = {
     "bare": "",

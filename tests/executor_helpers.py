@@ -6,7 +6,7 @@ import asyncio
 import sys
 import time
 
-from raftsched.node.executors import RunContext
+from raftsched.worker.executors import RunContext
 
 PY = sys.executable
 PAYLOAD = {"rows": [1, 2], "note": "caf\u00e9 $HOME;echo hi", "none": None}

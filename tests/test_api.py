@@ -15,7 +15,7 @@ from raftsched.node.api import make_app
 from raftsched.node.metrics import NodeMetrics
 from raftsched.node.service import Service
 from raftsched.node.trigger import Trigger
-from raftsched.node.worker import Worker
+from raftsched.worker.loop import Worker
 
 from fakes import FakeRaft
 

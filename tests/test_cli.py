@@ -130,13 +130,14 @@ def test_hidden_test_hooks_reach_the_node_config_and_stay_out_of_help(tmp_path, 
     """The dial map, the clock-offset file and the fire log are NodeConfig fields set by hidden
     flags (run_node reads no environment variable); --help does not list them."""
     from raftsched import cli as cli_mod
+    from raftsched.node import node as node_mod
 
     seen = []
 
     async def fake_run_node(cfg):
         seen.append(cfg)
 
-    monkeypatch.setattr(cli_mod, "run_node", fake_run_node)
+    monkeypatch.setattr(node_mod, "run_node", fake_run_node)  # cmd_node imports it when it runs
     c = Cluster(tmp_path, n=1)
     argv = c.argv(0)[3:]
     rc = cli_mod.main(argv + ["--dial-map", "127.0.0.1:9001=127.0.0.1:9101,127.0.0.1:9002=127.0.0.1:9102",

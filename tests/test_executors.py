@@ -8,7 +8,7 @@ import json
 
 import exec_targets
 from executor_helpers import PAYLOAD, SLOT_MS, ctx, py, run
-from raftsched.node.executors import ALL_TYPES, Outcome, RunContext, execute
+from raftsched.worker.executors import ALL_TYPES, Outcome, RunContext, execute
 
 
 def test_slot_iso_env_and_headers():

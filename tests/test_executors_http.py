@@ -13,7 +13,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from executor_helpers import PAYLOAD, ctx, run
-from raftsched.node.executors import OUTPUT_BYTES_MAX, execute
+from raftsched.worker.executors import OUTPUT_BYTES_MAX, execute
 
 
 def free_port() -> int:

@@ -12,7 +12,7 @@ import time
 
 import exec_targets
 from executor_helpers import PAYLOAD, cancel_and_expect_cancelled, ctx, py, run, wait_until
-from raftsched.node.executors import CancelEvent, Outcome, RunContext, execute, run_function
+from raftsched.worker.executors import CancelEvent, Outcome, RunContext, execute, run_function
 
 
 def test_python_sync_function_gets_the_context_in_a_thread():
@@ -116,7 +116,7 @@ def test_python_sync_timeout_abandons_the_thread():
 
 
 def test_python_threads_are_reused_and_idle_ones_exit():
-    from raftsched.node.executors._threads import RunThreads
+    from raftsched.worker.executors._threads import RunThreads
 
     async def t():
         # One run after another: each takes the thread the one before it left idle.
@@ -151,7 +151,7 @@ def test_python_threads_are_reused_and_idle_ones_exit():
 
 
 def test_python_target_already_imported_resolves_without_a_thread():
-    from raftsched.node.executors import python as executors
+    from raftsched.worker.executors import python as executors
 
     assert executors._imported("builtins:id") is id
     assert executors._imported("exec_targets:record_sync") is exec_targets.record_sync
@@ -217,7 +217,7 @@ def test_python_caller_cancellation_abandons_the_thread_quietly():
 
 
 def test_python_awaitable_returned_by_a_plain_function_keeps_the_deadline_and_the_cancel_event():
-    from raftsched.node.executors import CancelEvent
+    from raftsched.worker.executors import CancelEvent
 
     async def t():
         for way, run_id in (("execute", "py-ret-slow"), ("soon", "soon-ret-slow")):
@@ -262,7 +262,7 @@ def test_python_task_cancelled_from_elsewhere_is_an_executor_error():
 
 async def soon(spec, c: RunContext, timeout_s, **kw) -> Outcome:
     """execute_soon, awaited: asserts it took the run and returns its one Outcome."""
-    from raftsched.node.executors import execute_soon
+    from raftsched.worker.executors import execute_soon
     done = asyncio.get_running_loop().create_future()
     outcomes = []
 
@@ -279,7 +279,7 @@ async def soon(spec, c: RunContext, timeout_s, **kw) -> Outcome:
 
 
 def test_execute_soon_gives_the_outcomes_of_execute():
-    from raftsched.node.executors import CancelEvent
+    from raftsched.worker.executors import CancelEvent
 
     async def t():
         import exec_targets as _  # imported: execute_soon takes it
@@ -296,7 +296,7 @@ def test_execute_soon_gives_the_outcomes_of_execute():
 
 
 def test_execute_soon_timeout_and_cancel_settle_once_and_abandon_the_thread():
-    from raftsched.node.executors import CancelEvent
+    from raftsched.worker.executors import CancelEvent
 
     async def t():
         exec_targets.RELEASE["soon-block"] = release = threading.Event()
@@ -321,7 +321,7 @@ def test_execute_soon_timeout_and_cancel_settle_once_and_abandon_the_thread():
 
 
 def test_execute_soon_declines_what_it_does_not_run_fast():
-    from raftsched.node.executors import CancelEvent, execute_soon
+    from raftsched.worker.executors import CancelEvent, execute_soon
 
     async def t():
         calls = []

@@ -11,7 +11,7 @@ import os
 import time
 
 from executor_helpers import PAYLOAD, PY, cancel_and_expect_cancelled, ctx, run, wait_until
-from raftsched.node.executors import OUTPUT_BYTES_MAX, execute
+from raftsched.worker.executors import OUTPUT_BYTES_MAX, execute
 
 
 def alive(pid: int) -> bool:

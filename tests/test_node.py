@@ -15,6 +15,7 @@ import pytest
 from raftsched import cli
 from raftsched.node import node as node_mod
 from raftsched.node.node import LoopFailed, NodeConfig, run_node
+from raftsched.worker.loop import WorkerFailed
 
 from procs import Cluster, free_ports, http
 
@@ -52,6 +53,21 @@ def test_a_failed_loop_stops_the_node_with_an_error_naming_the_loop(node_cfg, mo
         http("GET", f"http://127.0.0.1:{node_cfg.api_port}/healthz", timeout=2)
 
 
+class _BrokenWatchdogWorker(node_mod.Worker):
+    def _check_heartbeats(self) -> None:
+        raise RuntimeError("a bug in the watchdog")
+
+
+def test_a_failed_lease_watchdog_of_the_embedded_worker_stops_the_node(node_cfg, monkeypatch):
+    """The embedded worker's watchdog runs in the worker's task group: its failure ends the
+    worker's loop, and so the node (never a node whose worker leases on unwatched)."""
+    monkeypatch.setattr(node_mod, "Worker", _BrokenWatchdogWorker)
+    with pytest.raises(LoopFailed) as e:
+        asyncio.run(asyncio.wait_for(run_node(node_cfg), 30))
+    assert e.value.loop == "worker" and "lease watchdog" in str(e.value) and "a bug in the watchdog" in str(e.value)
+    assert isinstance(e.value.__cause__, WorkerFailed) and e.value.__cause__.task == "lease watchdog"
+
+
 def test_a_stop_request_stops_every_loop_and_returns(node_cfg):
     async def t():
         stop = asyncio.Event()
@@ -76,7 +92,7 @@ def test_raftsched_node_exits_1_when_a_loop_fails(monkeypatch, capsys, tmp_path)
     async def failing(cfg):
         raise LoopFailed("worker", "RuntimeError('disk on fire')")
 
-    monkeypatch.setattr(cli, "run_node", failing)
+    monkeypatch.setattr(node_mod, "run_node", failing)  # cmd_node imports it when it runs
     argv = Cluster(tmp_path, n=1).argv(0)[3:]
     assert cli.main(argv) == 1
     err = capsys.readouterr().err

@@ -1,5 +1,5 @@
-"""The remote worker, in process (node/remote.py): its channel's failover between nodes, the
-lease loop's drain (node/worker.py, shared by both kinds of worker), and a whole
+"""The remote worker, in process (worker/remote.py): its channel's failover between nodes, the
+lease loop's drain (worker/loop.py, shared by both kinds of worker), and a whole
 ``run_worker`` against a node's app. Every wait has a deadline."""
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ import exec_targets
 from raftsched.clock import SystemClock
 from raftsched.core.errors import Indeterminate, Unavailable
 from raftsched.core.state import SchedulerState
-from raftsched.node import limits as node_limits
+from raftsched.worker import limits as worker_limits
 from raftsched.node.api import make_app
 from raftsched.node.fleet import Fleet
-from raftsched.node.remote import RemoteChannel, WorkerConfig, default_worker_id, run_worker
+from raftsched.worker.remote import RemoteChannel, WorkerConfig, default_worker_id, run_worker
 from raftsched.node.service import Service
-from raftsched.node.worker import EmbeddedChannel, LeaseLoop
+from raftsched.worker.loop import EmbeddedChannel, LeaseLoop
 from raftsched.testing.fakes import FakeRaft
 from raftsched.testing.procs import free_ports
 
@@ -128,7 +128,7 @@ def test_a_lease_request_refused_for_good_pauses_the_worker_instead_of_spinning(
         ch = RemoteChannel(WorkerConfig(urls=[await n.start()], token="wrong" * 8, worker_id="w1"), SystemClock())
         try:
             g = await ch.acquire(4, 10_000, None)
-            assert (g.runs, g.retry_after_s) == ([], node_limits.lease_refused_pause_s) and len(n.requests) == 1
+            assert (g.runs, g.retry_after_s) == ([], worker_limits.lease_refused_pause_s) and len(n.requests) == 1
         finally:
             await ch.close()
             await n.close()
@@ -215,3 +215,69 @@ def test_run_worker_leases_executes_and_reports_through_a_node_then_drains_on_st
             await asyncio.gather(fleet_task, return_exceptions=True)
             await server.close()
     run(t())
+
+
+# ---------------------------------------------------------------------------- a failed worker
+def test_run_worker_returns_1_and_gives_its_runs_back_when_its_lease_watchdog_fails(monkeypatch, caplog):
+    """The lease loop's watchdog raises (a bug) while a run executes: run_worker does not go on
+    leasing with the rule "kill a run whose lease is past its TTL" gone. It kills the run, gives
+    it back (``release``: queued again, no attempt spent), logs the failure and returns 1."""
+    async def t():
+        state = SchedulerState()
+        raft = FakeRaft(state)
+        clock = SystemClock()
+        svc = Service(raft, clock, "node-1")
+        fleet = Fleet(raft, clock, "node-1")
+        fleet_task = asyncio.create_task(fleet.run())  # the dispatcher answers lease requests
+        server = TestServer(make_app(svc, TOKEN, fleet=fleet), host="127.0.0.1")
+        await server.start_server()
+        broken = {"on": False}
+        look = LeaseLoop._check_heartbeats
+
+        def watchdog_look(self) -> None:
+            if broken["on"]:
+                raise RuntimeError("a bug in the watchdog")
+            look(self)
+        monkeypatch.setattr(LeaseLoop, "_check_heartbeats", watchdog_look)
+        stop = asyncio.Event()
+        cfg = WorkerConfig(urls=[f"http://127.0.0.1:{server.port}"], token=TOKEN, worker_id="w/1", slots=1, wait_s=1.0)
+        worker = asyncio.create_task(run_worker(cfg, clock, stop))
+        try:
+            spec = {"schedule": {"every_s": 3600}, "misfire": {"policy": "skip"},
+                    "executor": {"type": "python", "target": "exec_targets:slow_async"}}
+            await svc.put_job("j", spec, None)
+            rid = (await svc.trigger_job("j", None))["run"]
+            exec_targets.STARTED[rid] = asyncio.Event()
+            exec_targets.RECORDED.pop(rid, None)
+            await asyncio.wait_for(exec_targets.STARTED[rid].wait(), 10)
+            broken["on"] = True
+            assert await asyncio.wait_for(worker, 10) == 1
+            r = state.runs[rid]
+            assert r["state"] == "queued" and r.get("failures", 0) == 0, r
+            assert r["attempts"][-1]["released"] is True and "lease watchdog" in r["attempts"][-1]["error"]
+            assert [x["kind"] for x in exec_targets.RECORDED[rid]] == ["started", "cancelled"]
+            errors = [rec.getMessage() for rec in caplog.records if rec.levelname == "ERROR"]
+            assert any("lease watchdog failed" in m and "a bug in the watchdog" in m for m in errors), errors
+        finally:
+            stop.set()
+            worker.cancel()
+            await asyncio.gather(worker, return_exceptions=True)
+            fleet_task.cancel()
+            await asyncio.gather(fleet_task, return_exceptions=True)
+            await server.close()
+    run(t())
+
+
+def test_the_raftsched_worker_command_exits_non_zero_when_its_lease_watchdog_fails(monkeypatch, tmp_path):
+    from raftsched import cli
+
+    def watchdog_look(self) -> None:
+        raise RuntimeError("a bug in the watchdog")
+    monkeypatch.setattr(LeaseLoop, "_check_heartbeats", watchdog_look)
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    token.chmod(0o600)
+    t0 = time.monotonic()
+    rc = cli.main(["worker", "--url", f"http://127.0.0.1:{free_ports(1)[0]}", "--token-file", str(token),
+                   "--id", "w1", "--log-level", "warning"])
+    assert rc == 1 and time.monotonic() - t0 < 20

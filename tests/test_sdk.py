@@ -16,7 +16,7 @@ import sdk_targets
 from raftsched import App, Context
 from raftsched.core import model
 from raftsched.core.errors import InvalidSpec
-from raftsched.node.executors import RunContext
+from raftsched.worker.executors import RunContext
 from raftsched.sdk import APP_LABEL, OPTIONS, DeclarationError, load_app
 from raftsched.sdk.loader import AppLoadError
 

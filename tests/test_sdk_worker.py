@@ -12,7 +12,7 @@ import pytest
 import sdk_worker_app
 from executor_helpers import run, wait_until
 from procs import REPO
-from raftsched.node.executors import CancelEvent, RunContext
+from raftsched.worker.executors import CancelEvent, RunContext
 from raftsched.sdk import APP_LABEL
 from raftsched.sdk.worker import AppExecutors
 

@@ -1,4 +1,4 @@
-"""Secrets never leak (node/redact.py): every read shows a job's headers, env values and secrets as
+"""Secrets never leak (node/redact.py, worker/masking.py): every read shows a job's headers, env values and secrets as
 ``***:fingerprint``; GET-modify-PUT keeps them; a run gets them and its reported output and error
 are masked of them; ``keep_output: false`` keeps no output; fields that carry secrets refuse values
 that would inject headers, and error messages never show a value."""
@@ -15,9 +15,10 @@ from raftsched.core import commands, model
 from raftsched.core.errors import InvalidSpec
 from raftsched.core.state import SchedulerState
 from raftsched.node.api import make_app
-from raftsched.node.redact import Fingerprint, REDACTED_RE, deliver, mask, redact_spec, secret_values
+from raftsched.node.redact import Fingerprint, REDACTED_RE, redact_spec
 from raftsched.node.service import Service
-from raftsched.node.worker import Worker
+from raftsched.worker.loop import Worker
+from raftsched.worker.masking import deliver, mask, secret_values
 
 from fakes import FakeRaft
 from test_worker import GroupRaft, stop, wait_until

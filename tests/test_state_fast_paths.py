@@ -133,7 +133,7 @@ def test_fast_paths_change_nothing(specs, steps, due_index):
                 if err is not None:
                     item["error"] = err
                     item["output"] = err
-                # As the worker does (node/limits.complete_batch_bytes_max): a batch stays under the
+                # As the worker does (worker/limits.complete_batch_bytes_max): a batch stays under the
                 # command size (six long errors and outputs did not, and the test failed to encode).
                 if items and len(msgpack.packb(commands.make("complete_many", now, None, results=items + [item]))) \
                         > limits.command_bytes_max - 1024:

@@ -14,7 +14,7 @@ from raftsched.core import commands
 from raftsched.core.errors import Indeterminate, Unavailable
 from raftsched.core.state import SchedulerState
 from raftsched.node.service import Service
-from raftsched.node.worker import Worker
+from raftsched.worker.loop import Worker, WorkerFailed
 
 
 class GroupRaft:
@@ -203,7 +203,7 @@ def test_a_thread_that_outlives_its_run_keeps_the_slot_taken_until_it_returns():
     ``run_function(..., linger=True)``): the attempt is reported at once, but the worker starts
     no other run in that slot until the thread has returned, so it never runs more threads than
     its slots."""
-    from raftsched.node.executors import run_function
+    from raftsched.worker.executors import run_function
 
     async def t():
         exec_targets.GATE.clear()
@@ -329,4 +329,44 @@ def test_a_heartbeat_that_succeeds_within_the_ttl_keeps_the_runs_and_restarts_th
         clock.advance(401)  # a whole TTL since the heartbeat
         await wait_until(lambda: all(h.cancel.is_set() for h in held.values()), 5, "every run killed")
         await _release_gated(task, ids)
+    run(t())
+
+
+@pytest.mark.parametrize("task_name", ["lease watchdog", "heartbeat loop"])
+def test_a_failed_watchdog_or_heartbeat_loop_stops_the_worker_loudly_and_gives_its_runs_back(task_name, caplog):
+    """The lease loop, the heartbeat loop and the lease watchdog run in one task group: when the
+    watchdog or the heartbeat loop raises, the worker does not lease on unsupervised. run()
+    raises WorkerFailed after a logged error, and every run it held, running or granted ahead
+    of a slot, is given back with ``release`` (queued again, no attempt spent)."""
+    async def t():
+        exec_targets.GATE.clear()
+        env = Env(f"supervised-{task_name.split()[0]}", "exec_targets:gate", runs=2, slots=1, lease_ttl_ms=1500)
+        ids = await _gated_setup(env)
+        # As if short runs and a slow log had been measured: one run executes, one waits for the slot.
+        env.worker._exec_s, env.worker._acquire_rtt_s = 0.001, 1.0
+        task = asyncio.create_task(env.worker.run())
+        await wait_until(lambda: len(env.worker.held) == 2 and len(env.worker._waiting) == 1, 5,
+                         "a run executing and one granted ahead of the slot")
+        await wait_until(lambda: any(r in exec_targets.RECORDED for r in ids), 5, "the first run to start")
+
+        def broken(*args, **kwargs):
+            raise RuntimeError(f"a bug in the {task_name}")
+        if task_name == "lease watchdog":
+            env.worker._check_heartbeats = broken
+        else:
+            env.worker.channel.heartbeat = broken  # not a RaftschedError: the loop itself fails
+        with pytest.raises(WorkerFailed) as failed:
+            await asyncio.wait_for(task, 10)
+        assert failed.value.task == task_name and f"a bug in the {task_name}" in str(failed.value)
+        assert isinstance(failed.value.__cause__, RuntimeError)
+        assert any(r.levelname == "ERROR" and r.name == "raftsched.worker" and task_name in r.getMessage()
+                   for r in caplog.records)
+        assert not env.worker.held and env.worker.released == 2
+        released = [lease[0] for c in env.raft.ops("release") for lease in c["leases"]]
+        assert sorted(released) == sorted(ids)
+        for rid in ids:
+            r = env.state.runs[rid]
+            assert r["state"] == "queued" and r.get("failures", 0) == 0, r
+            assert r["attempts"][-1]["released"] is True and task_name in r["attempts"][-1]["error"]
+        await _release_gated(task, [r for r in ids if r in exec_targets.RECORDED])
     run(t())

@@ -32,7 +32,7 @@ from .auth import Auth
 from .metrics import NodeMetrics
 from .service import Service, parse_slot_param
 from .trigger import Trigger
-from .worker import Worker
+from ..worker.loop import Worker
 
 log = logging.getLogger("raftsched.api")
 

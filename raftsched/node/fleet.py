@@ -40,6 +40,7 @@ from ..core.errors import InvalidSpec, NotFound, RaftschedError
 from ..core.model import EXECUTOR_TYPES
 from ..core.workers import check_dedicated, check_executors, check_labels, check_queues, check_worker_id
 from ..core.records import is_int
+from ..worker import limits as worker_limits
 from . import limits as node_limits
 from .dispatch import Dispatcher, LeaseRequest
 from .views import worker_view
@@ -106,8 +107,8 @@ def parse_lease(body) -> tuple[dict, int, float, int]:
     n = _int_field(b, "max", 1, limits.acquire_runs_max)
     wait = b.get("wait_s", 0)
     if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not math.isfinite(wait) \
-            or not 0 <= wait <= node_limits.lease_wait_s_max:
-        raise InvalidSpec(f"must be a number of seconds between 0 and {node_limits.lease_wait_s_max:g}", field="wait_s")
+            or not 0 <= wait <= worker_limits.lease_wait_s_max:
+        raise InvalidSpec(f"must be a number of seconds between 0 and {worker_limits.lease_wait_s_max:g}", field="wait_s")
     return facts, n, float(wait), _ttl(b)
 
 

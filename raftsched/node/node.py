@@ -10,7 +10,6 @@ import os
 import secrets
 import signal
 import ssl
-import stat
 from collections.abc import Awaitable
 
 from aiohttp import web
@@ -19,6 +18,7 @@ from ..clock import Clock, SystemClock
 from ..core.model import EXECUTOR_TYPES
 from ..core.state import SchedulerState
 from .. import gcpolicy, replication
+from ..config import ConfigError, read_secret_file
 from . import limits as node_limits
 from .api import make_app
 from .backfills import BackfillStepper
@@ -29,13 +29,9 @@ from .redact import Fingerprint
 from .service import Service
 from .trigger import Trigger
 from .metrics import NodeMetrics
-from .worker import Worker
+from ..worker.loop import Worker
 
 log = logging.getLogger("raftsched.node")
-
-
-class ConfigError(Exception):
-    pass
 
 
 class LoopFailed(Exception):
@@ -115,21 +111,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def read_secret_file(path: str, what: str) -> str:
-    """Read a secret from a file readable by its owner only. :raises ConfigError:"""
-    try:
-        st = os.stat(path)
-    except OSError as e:
-        raise ConfigError(f"{what} {path}: {e.strerror}") from None
-    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise ConfigError(f"{what} {path} is readable by others (mode {oct(st.st_mode & 0o777)}): chmod 600 it")
-    with open(path) as f:
-        value = f.read().strip()
-    if len(value) < 16:
-        raise ConfigError(f"{what} {path} holds fewer than 16 characters")
-    return value
 
 
 def tls_context(cfg: NodeConfig) -> ssl.SSLContext | None:

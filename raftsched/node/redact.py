@@ -12,7 +12,8 @@ stored secret; a redacted value that matches no stored secret under that key is 
 so a copy of a job made from a read never runs with ``***:...`` as its password.
 
 The worker masks the same values in what a run reports (its output and error) before anything
-is sent, so a job that prints its environment does not put its secrets into the history.
+is sent, so a job that prints its environment does not put its secrets into the history
+(worker/masking.py).
 """
 from __future__ import annotations
 
@@ -27,8 +28,6 @@ from ..core.errors import InvalidSpec
 REDACTED_RE = re.compile(r"^\*\*\*:[0-9a-f]{8}$")
 #: Where secrets are in a spec: (path of the map, the field names a message uses).
 SECRET_MAPS = (("executor", "headers"), ("executor", "env"), ("secrets",))
-#: Shortest value masked in a run's output: shorter ones would mask common words.
-MASK_CHARS_MIN = 4
 
 
 class Fingerprint:
@@ -111,35 +110,3 @@ def restore_redacted(raw, load_old, fp: Fingerprint):
             else:
                 out[path[0]] = fixed
     return raw if out is None else out
-
-
-def secret_values(executor: dict | None, secrets: dict | None) -> list[str]:
-    """The values a run's output is masked of: the executor's headers and env, and the job's
-    secrets, longest first (so a value that contains another is masked whole)."""
-    vals = set()
-    for m in ((executor or {}).get("headers"), (executor or {}).get("env"), secrets):
-        if isinstance(m, dict):
-            vals.update(v for v in m.values() if isinstance(v, str) and len(v) >= MASK_CHARS_MIN)
-    return sorted(vals, key=len, reverse=True)
-
-
-def mask(text: str | None, values: list[str]) -> str | None:
-    """``text`` with every occurrence of each of ``values`` replaced by ``***``."""
-    if not text or not values:
-        return text
-    for v in values:
-        if v in text:
-            text = text.replace(v, "***")
-    return text
-
-
-def deliver(executor: dict, secrets: dict | None) -> dict:
-    """The executor a run executes with its job's ``secrets`` given to it: added to a shell
-    executor's ``env`` and an http executor's ``headers`` (after the executor's own, before the
-    run's identity, which nothing overrides); a python run reads ``ctx.secrets`` instead."""
-    if not secrets or not isinstance(executor, dict):
-        return executor
-    key = {"shell": "env", "http": "headers"}.get(executor.get("type"))
-    if key is None:
-        return executor
-    return dict(executor, **{key: {**(executor.get(key) or {}), **secrets}})

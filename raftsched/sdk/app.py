@@ -17,7 +17,6 @@ from typing import Any, Callable
 
 from ..core import limits, model
 from ..core.errors import InvalidSpec
-from ..node.views import spec_view
 from .context import Context
 
 #: The label every job of an app carries, with the app's name: how ``raftsched sync --prune``
@@ -64,8 +63,6 @@ class JobDeclaration:
         plain one runs in a thread).
     :param raw: the spec as it is sent (``PUT /v1/jobs/{name}``, ``POST /v1/jobs:batch``).
     :param spec: the spec as a node stores it (validate_job's normal form).
-    :param view: the spec as ``GET /v1/jobs/{name}`` shows it: what ``raftsched sync``
-        compares with the cluster's job.
     """
 
     name: str
@@ -75,7 +72,14 @@ class JobDeclaration:
     is_async: bool
     raw: dict
     spec: dict
-    view: dict
+
+    @functools.cached_property
+    def view(self) -> dict:
+        """The spec as ``GET /v1/jobs/{name}`` shows it: what ``raftsched sync`` compares with
+        the cluster's job. Made when first asked for, with the API's own view (node/views.py):
+        a worker running the App's handlers never asks, and loads nothing of the node."""
+        from ..node.views import spec_view
+        return json.loads(json.dumps(spec_view(self.spec)))
 
 
 class App:
@@ -210,10 +214,9 @@ class App:
             option = _option_of(field)
             named = f"{field} (option {option})" if option and option != field else (field or "spec")
             raise DeclarationError(f"{where}: {named}: {msg}", field=field, job=name, target=target) from None
-        view = json.loads(json.dumps(spec_view(spec)))
         is_async = inspect.iscoroutinefunction(fn)
         return JobDeclaration(name=name, target=target, function=fn, handler=_handler(fn, is_async),
-                              is_async=is_async, raw=raw, spec=spec, view=view)
+                              is_async=is_async, raw=raw, spec=spec)
 
     def _raw_spec(self, name: str, target: str, options: dict, where: str) -> dict:
         """The spec a declaration sends: the App's defaults, then the job's options."""

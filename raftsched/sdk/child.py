@@ -22,7 +22,7 @@ import traceback
 
 def _context():
     from ..core.schedule import parse_iso_ms
-    from ..node.executors import RunContext
+    from ..worker.executors import RunContext
     env = os.environ
     return RunContext(run_id=env["RAFTSCHED_RUN_ID"], job=env["RAFTSCHED_JOB"],
                       slot_ms=parse_iso_ms(env["RAFTSCHED_SLOT"], "RAFTSCHED_SLOT"),
@@ -49,7 +49,7 @@ def main(argv: list[str]) -> int:
                         datefmt="%Y-%m-%dT%H:%M:%S")
     try:
         from ..core import limits
-        from ..node.executors import run_function
+        from ..worker.executors import run_function
         from .context import Context
         from .loader import load_app
         ctx = Context.of(_context())

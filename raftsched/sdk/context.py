@@ -60,7 +60,7 @@ class Context:
         return self._run_context().headers()
 
     def _run_context(self):
-        from ..node.executors import RunContext
+        from ..worker.executors import RunContext
         return RunContext(run_id=self.run_id, job=self.job, slot_ms=self.slot_ms, attempt=self.attempt,
                           fencing_token=self.fencing_token, payload=self.payload, worker_id=self.worker)
 
@@ -69,7 +69,7 @@ class Context:
     def of(cls, ctx: Any, worker: str | None = None) -> Context:
         """The Context of a run from what an executor passes: a Context (returned as it is), or
         any object with ``run_id``, ``job``, ``slot_ms``, ``attempt``, ``fencing_token`` and
-        ``payload`` (the python executor's :class:`raftsched.node.executors.RunContext`). The
+        ``payload`` (the python executor's :class:`raftsched.worker.executors.RunContext`). The
         worker is ``worker``, else the object's ``worker`` or ``worker_id``.
 
         :raises TypeError: ``ctx`` has none of that."""
@@ -88,6 +88,6 @@ class Context:
     def from_grant(cls, grant: dict, worker: str | None = None) -> Context:
         """The Context of a run a worker was granted: the acquire result's items
         (``{"id", "job", "slot", "attempt", "token", "payload", ...}``, as
-        raftsched.node.worker reads them)."""
+        raftsched.worker.loop reads them)."""
         return cls(run_id=grant["id"], job=grant["job"], slot_ms=grant["slot"], attempt=grant["attempt"],
                    fencing_token=grant["token"], payload=grant.get("payload"), worker=worker)

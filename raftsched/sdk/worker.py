@@ -1,14 +1,14 @@
 """``raftsched worker --app MODULE:app``: an App's handlers, run in the worker's own process
 (docs/sdk.md, "Running the handlers").
 
-The worker is the fleet's ``raftsched worker`` (node/remote.py) with two differences:
+The worker is the fleet's ``raftsched worker`` (worker/remote.py) with two differences:
 
 - **What it is granted.** It carries the label ``raftsched.app=NAME`` and is dedicated to it
   (core/workers.py): the cluster grants it only runs of jobs placed on that label, which is
   where the App places its jobs (sdk/app.py). So it takes this app's runs and nothing else, and
   no other worker takes them. The nodes never import the app's code.
 - **How a run executes.** :class:`AppExecutors` is the lease loop's ``executor_lookup``
-  (node/worker.py): for every grant it gives the executor that runs it, never the built-in
+  (worker/loop.py): for every grant it gives the executor that runs it, never the built-in
   ones. A grant whose target is one of the app's handlers runs that handler with a
   :class:`~raftsched.sdk.Context`, through the python executor's own run
   (``executors.run_function``): an ``async def`` handler on the worker's event loop, cancelled
@@ -31,10 +31,10 @@ import tempfile
 import time
 from typing import Awaitable, Callable
 
-from ..node import limits as node_limits
-from ..node.executors import CancelEvent, Outcome, RunContext, run_function
-from ..node.executors._output import short, tail_str
-from ..node.executors.shell import run_shell
+from ..worker import limits as worker_limits
+from ..worker.executors import CancelEvent, Outcome, RunContext, run_function
+from ..worker.executors._output import short, tail_str
+from ..worker.executors.shell import run_shell
 from .app import APP_LABEL, App
 from .context import Context
 
@@ -50,7 +50,7 @@ KILLED = "the handler's process was killed"
 
 
 class AppExecutors:
-    """The ``executor_lookup`` of a worker that runs ``app``'s handlers (node/worker.py's seam):
+    """The ``executor_lookup`` of a worker that runs ``app``'s handlers (worker/loop.py's seam):
     called with each grant as its run starts, it returns the executor that runs it.
 
     :param app: the App, imported already (sdk/loader.py ``load_app``).
@@ -61,7 +61,7 @@ class AppExecutors:
     """
 
     def __init__(self, app: App, ref: str, *, isolation: str = "thread",
-                 kill_grace_s: float = node_limits.kill_grace_s_default) -> None:
+                 kill_grace_s: float = worker_limits.kill_grace_s_default) -> None:
         if isolation not in ISOLATIONS:
             raise ValueError(f"isolation must be one of {', '.join(ISOLATIONS)}, not {isolation!r}")
         self.app = app
@@ -174,10 +174,10 @@ async def run_in_child(ref: str, target: str, ctx: RunContext, timeout_s: float,
 def _read_result(path: str) -> dict | None:
     try:
         with open(path, "rb") as f:
-            data = f.read(node_limits.child_result_bytes_max + 1)
+            data = f.read(worker_limits.child_result_bytes_max + 1)
     except OSError:
         return None
-    if not data or len(data) > node_limits.child_result_bytes_max:
+    if not data or len(data) > worker_limits.child_result_bytes_max:
         return None
     try:
         res = json.loads(data)

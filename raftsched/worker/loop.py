@@ -4,7 +4,7 @@ One implementation for both kinds of worker (docs/workers.md): the loop (:class:
 talks to the cluster through a small :class:`Channel`, of which there are two. The embedded
 worker of a node (:class:`Worker`, :class:`EmbeddedChannel`) proposes its commands through the
 node's own Raft adapter and looks at the local replica for ready work; a ``raftsched worker``
-process outside the quorum (node/remote.py, ``RemoteChannel``) speaks the worker protocol over
+process outside the quorum (worker/remote.py, ``RemoteChannel``) speaks the worker protocol over
 HTTP to any node (docs/api.md, "The worker protocol").
 
 Following the design card, followers execute and the leader executes only when it is the only
@@ -31,6 +31,9 @@ trigger loop and the log.
   at once. If no heartbeat has succeeded for a whole TTL, by this process's monotonic clock,
   every run is killed: the leader may already have expired the leases and handed the runs to
   another worker.
+- The lease loop, the heartbeat loop and that watchdog run in one task group (``run``): if one
+  of them fails, the others stop with it, every run held is given back (``release``) and
+  ``WorkerFailed`` is raised, logged. A node stops on it; ``raftsched worker`` exits 1.
 - ``complete`` carries the run's fencing token; a refusal (stale token) means another attempt
   owns the run now, and the outcome is dropped. A completion whose outcome is unknown (504) is
   retried with the same request id, which the state machine deduplicates.
@@ -61,9 +64,9 @@ import msgpack
 from ..clock import Clock
 from ..core import commands, limits, queries
 from ..core.errors import Conflict, Indeterminate, NotFound, RaftschedError, Unavailable
-from . import limits as node_limits
-from . import redact
 from ..aio import wait_event
+from . import limits as worker_limits
+from . import masking
 from .executors import ALL_TYPES, CancelEvent, Outcome, RunContext, execute, execute_soon
 
 log = logging.getLogger("raftsched.worker")
@@ -77,6 +80,16 @@ VERSION = "0.1.0"
 #: grant, an awaitable executor ``(ctx, timeout_s, cancel) -> Outcome`` for it, or None for the
 #: built-in executors (shell, http, python). Called on the event loop when the run starts.
 ExecutorLookup = Callable[[dict], "Callable[[RunContext, float, CancelEvent], Awaitable[Outcome]] | None"]
+
+
+class WorkerFailed(Exception):
+    """One of a worker's tasks (its lease loop, heartbeat loop or lease watchdog) failed, or
+    ended: the worker stopped and gave back the runs it held. ``task`` names it; the cause is
+    chained."""
+
+    def __init__(self, task: str, reason: str) -> None:
+        super().__init__(f"the worker's {task} failed: {reason}")
+        self.task = task
 
 
 class Grants:
@@ -157,8 +170,8 @@ class LeaseLoop:
 
     def __init__(self, channel: Channel, clock: Clock, *, slots: int = 4, allowed_types=ALL_TYPES,
                  lease_ttl_ms: int = limits.lease_ttl_ms_default,
-                 poll_interval_s: float = node_limits.worker_poll_s_default,
-                 kill_grace_s: float = node_limits.kill_grace_s_default,
+                 poll_interval_s: float = worker_limits.worker_poll_s_default,
+                 kill_grace_s: float = worker_limits.kill_grace_s_default,
                  executor_lookup: ExecutorLookup | None = None) -> None:
         self.channel = channel
         self.clock = clock
@@ -197,6 +210,8 @@ class LeaseLoop:
         #: (a remote worker's idle long-poll needs no second one beside it)
         self._idle = False
         self._stopping = False
+        #: the task that failed (``WorkerFailed``): the lease loop, heartbeat loop or watchdog
+        self.failed: str | None = None
         #: no more leases: set by drain(), or when the cluster answers "draining"
         self.draining = False
         #: set when the cluster said this worker is draining (POST /v1/workers/{id}/drain)
@@ -218,43 +233,119 @@ class LeaseLoop:
 
     # ---------------------------------------------------------------- main loops
     async def run(self) -> None:
+        """Lease and execute runs until cancelled; then stop: runs killed, what ended reported.
+
+        The lease loop, the heartbeat loop and the lease watchdog run in one task group. If one
+        of them fails (or ends), the others are stopped with it, every run held is given back
+        (``release``: queued again at once, without spending an attempt) and
+        :class:`WorkerFailed` is raised, after a logged error: never a worker that leases on
+        without heartbeats, nor one whose rule "kill a run whose lease is past its TTL" has
+        silently stopped. A node stops on it (a failed loop); ``raftsched worker`` exits 1.
+
+        :raises WorkerFailed:
+        """
         self._session = aiohttp.ClientSession()
-        hb = asyncio.create_task(self._heartbeat_loop(), name="heartbeat")
-        watchdog = asyncio.create_task(self._watchdog(), name="lease watchdog")
         try:
-            await self._say_hello()
-            while True:
-                self._wake.clear()
-                timeout = self._pump()
-                # Wake when a slot frees, an outcome is ready, an acquire or report ends; or poll
-                # for new work.
-                await wait_event(self._wake, timeout)
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._supervised("heartbeat loop", self._heartbeat_loop()), name="heartbeat")
+                tg.create_task(self._supervised("lease watchdog", self._watchdog()), name="lease watchdog")
+                try:
+                    await self._supervised("lease loop", self._lease())
+                finally:
+                    if self.failed is None:
+                        # Stopped (cancelled): runs are killed and reported, heartbeats go on meanwhile.
+                        await self._stop()
+        except BaseExceptionGroup as eg:
+            failures = [e for e in eg.exceptions if isinstance(e, WorkerFailed)]
+            if not failures or len(failures) != len(eg.exceptions):
+                raise
+            # Outside the group, so that nothing cancels the giving back.
+            try:
+                await self._give_back_all(f"the worker's {failures[0].task} failed")
+            except Exception:
+                log.exception("worker %s: giving back its runs failed (their leases will expire)", self.worker_id)
+            await self._stop()
+            raise failures[0] from failures[0].__cause__
         finally:
-            self._stopping = True
-            for t in list(self._acquiring):
-                t.cancel()  # its runs, if granted after all, are never started: their leases expire
-            for h in self._waiting:
-                self._release(h)  # never started: their leases expire and they run elsewhere
-            self._waiting.clear()
-            watchdog.cancel()
-            for h in list(self.held.values()):
-                h.cancel.set()
-            tasks = [h.task for h in self.held.values() if h.task and not h.task.done()]
-            grace_s = self.kill_grace_s + node_limits.stop_report_grace_s
-            deadline = self.clock.monotonic_s() + grace_s
-            if tasks:
-                await asyncio.wait(tasks, timeout=grace_s)
-            # Report what ended, heartbeating meanwhile, within the same bound.
-            while (self._outbox or self._reporting) and self.clock.monotonic_s() < deadline:
-                while self._outbox and len(self._reporting) < node_limits.reports_in_flight_max:
-                    self._flush()
-                self._wake.clear()
-                await wait_event(self._wake, max(0.01, deadline - self.clock.monotonic_s()))
-            for t in list(self._reporting):
-                t.cancel()
-            hb.cancel()
-            await asyncio.gather(hb, watchdog, *self._reporting, return_exceptions=True)
             await self._session.close()
+
+    async def _supervised(self, name: str, coro: Awaitable[None]) -> None:
+        """Run one of the worker's tasks, which run until cancelled: an error, or an end, is a
+        failure of the worker. Logs it, notes it in ``failed``, raises :class:`WorkerFailed`."""
+        try:
+            await coro
+        except Exception as e:
+            self.failed = self.failed or name
+            log.error("worker %s: the %s failed: %r; stopping the worker, its runs given back", self.worker_id,
+                      name, e, exc_info=True)
+            raise WorkerFailed(name, repr(e)) from e
+        self.failed = self.failed or name
+        log.error("worker %s: the %s ended; stopping the worker, its runs given back", self.worker_id, name)
+        raise WorkerFailed(name, "it returned")
+
+    async def _lease(self) -> None:
+        """The lease loop itself: say hello, then pump until cancelled."""
+        await self._say_hello()
+        while True:
+            self._wake.clear()
+            timeout = self._pump()
+            # Wake when a slot frees, an outcome is ready, an acquire or report ends; or poll
+            # for new work.
+            await wait_event(self._wake, timeout)
+
+    async def _stop(self) -> None:
+        """Stop leasing and end every run: acquires in flight are cancelled (runs they still
+        grant are never started: their leases expire), runs waiting for a slot are forgotten
+        likewise, running ones are killed, and what ended is reported, all within the kill
+        grace plus ``stop_report_grace_s``."""
+        self._stopping = True
+        for t in list(self._acquiring):
+            t.cancel()
+        for h in self._waiting:
+            self._release(h)
+        self._waiting.clear()
+        for h in list(self.held.values()):
+            h.cancel.set()
+        tasks = [h.task for h in self.held.values() if h.task and not h.task.done()]
+        grace_s = self.kill_grace_s + worker_limits.stop_report_grace_s
+        deadline = self.clock.monotonic_s() + grace_s
+        if tasks:
+            await asyncio.wait(tasks, timeout=grace_s)
+        # Report what ended within the same bound (heartbeating meanwhile, unless they failed).
+        while (self._outbox or self._reporting) and self.clock.monotonic_s() < deadline:
+            while self._outbox and len(self._reporting) < worker_limits.reports_in_flight_max:
+                self._flush()
+            self._wake.clear()
+            await wait_event(self._wake, max(0.01, deadline - self.clock.monotonic_s()))
+        for t in list(self._reporting):
+            t.cancel()
+        await asyncio.gather(*self._reporting, return_exceptions=True)
+
+    async def _give_back_all(self, reason: str) -> None:
+        """After a failure: let go of every lease held, at once. Acquires in flight are
+        cancelled, runs waiting for a slot are given back, running ones are killed and given
+        back (``release``: queued again without spending an attempt). Outcomes already in
+        hand are reported still (``_stop``)."""
+        self._stopping = True
+        for t in list(self._acquiring):
+            t.cancel()
+        waiting, self._waiting = list(self._waiting), collections.deque()
+        running = [h for h in self.held.values() if h.executing]
+        if waiting or running:
+            log.warning("worker %s: giving back %d runs (%s)", self.worker_id, len(waiting) + len(running), reason)
+        await self._kill_and_give_back(running, reason, waiting)
+
+    async def _kill_and_give_back(self, running: list[_Held], reason: str, waiting: list[_Held] = ()) -> None:
+        """Kill the runs of ``running`` (their outcomes are not reported), wait for them up to
+        the kill grace, and give their leases back, with those of ``waiting`` (never started)."""
+        for h in running:
+            h.giving_back = True
+            h.cancel.set()
+        tasks = [h.task for h in running if h.task and not h.task.done()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.kill_grace_s + 1)
+        if waiting or running:
+            await self._give_back(list(waiting) + running, reason)
 
     async def _say_hello(self) -> None:
         """Register with the cluster; a failure is not fatal (the heartbeat loop tries again)."""
@@ -273,7 +364,7 @@ class LeaseLoop:
         executing together stay within the slots plus the prefetch (``_prefetch``); a finished
         run whose report is still on its way keeps its lease (heartbeated) but counts in
         neither. A second acquire goes out while one is in flight only for
-        1/acquires_in_flight_max (node/limits.py) of that budget or more, so slots do not sit idle for a log
+        1/acquires_in_flight_max (worker/limits.py) of that budget or more, so slots do not sit idle for a log
         round trip and each acquire still carries many runs; and not while the last acquire
         granted nothing. Outcomes wait for the runs still executing, at most
         outcome_coalesce_s, so that the outcomes of one batch share one command.
@@ -282,22 +373,22 @@ class LeaseLoop:
         timeout = self.poll_interval_s
         budget = self.slots + self._prefetch()
         free = budget - self._executing - self.lingering - len(self._waiting) - self._asked
-        in_flight_max = 1 if self._idle else node_limits.acquires_in_flight_max
+        in_flight_max = 1 if self._idle else worker_limits.acquires_in_flight_max
         can_acquire = (free > 0 and len(self._acquiring) < in_flight_max and now >= self._acquire_after
                        and not self.draining)
-        want_acquire = can_acquire and (not self._acquiring or free * node_limits.acquires_in_flight_max >= budget)
+        want_acquire = can_acquire and (not self._acquiring or free * worker_limits.acquires_in_flight_max >= budget)
         if self._acquire_after > now:
             timeout = min(timeout, self._acquire_after - now)
         flushed = False
-        if self._outbox and len(self._reporting) < node_limits.reports_in_flight_max:
+        if self._outbox and len(self._reporting) < worker_limits.reports_in_flight_max:
             waited = now - self._outbox_since
-            if (self._executing == 0 or waited >= node_limits.outcome_coalesce_s or want_acquire
+            if (self._executing == 0 or waited >= worker_limits.outcome_coalesce_s or want_acquire
                     or len(self._outbox) >= limits.complete_batch_max):
-                while self._outbox and len(self._reporting) < node_limits.reports_in_flight_max:
+                while self._outbox and len(self._reporting) < worker_limits.reports_in_flight_max:
                     self._flush()
                 flushed = True
             else:
-                timeout = min(timeout, node_limits.outcome_coalesce_s - waited)
+                timeout = min(timeout, worker_limits.outcome_coalesce_s - waited)
         # An acquire that rides with a report costs no log entry of its own.
         if (want_acquire or (flushed and can_acquire)) and self.channel.executes() and self.channel.may_acquire():
             n = min(free, limits.acquire_runs_max)
@@ -338,7 +429,7 @@ class LeaseLoop:
             if not runs:
                 self._idle = True
                 after = (res.retry_after_s if res.retry_after_s is not None
-                         else node_limits.empty_acquire_backoff_polls * self.poll_interval_s)
+                         else worker_limits.empty_acquire_backoff_polls * self.poll_interval_s)
                 self._acquire_after = self.clock.monotonic_s() + after
                 return
             self._idle = False
@@ -372,8 +463,8 @@ class LeaseLoop:
 
     async def _heartbeat_loop(self) -> None:
         # A third of the TTL, and at most a second: a lease survives two lost heartbeats.
-        interval = min(self.lease_ttl_ms / 1000 / node_limits.heartbeats_per_lease_ttl,
-                       node_limits.heartbeat_interval_s_max)
+        interval = min(self.lease_ttl_ms / 1000 / worker_limits.heartbeats_per_lease_ttl,
+                       worker_limits.heartbeat_interval_s_max)
         while True:
             await asyncio.sleep(interval)
             if not self.channel.registered():
@@ -386,7 +477,7 @@ class LeaseLoop:
             # Bounded by half a TTL: a heartbeat that takes longer is of no use, and the watchdog
             # must not wait behind it. One command carries at most heartbeat_leases_max leases
             # (a worker with prefetched runs can hold twice its slots).
-            timeout_s = self.lease_ttl_ms / 1000 * node_limits.heartbeat_timeout_lease_ttl_share
+            timeout_s = self.lease_ttl_ms / 1000 * worker_limits.heartbeat_timeout_lease_ttl_share
             step = limits.heartbeat_leases_max
             try:
                 parts = await asyncio.gather(*(self.channel.heartbeat(leases[k:k + step], self.lease_ttl_ms, timeout_s)
@@ -410,7 +501,7 @@ class LeaseLoop:
         leader judges expiry from when it saw the last heartbeat, which is after it was sent,
         so this kill comes first."""
         while True:
-            await asyncio.sleep(node_limits.lease_watchdog_interval_s)
+            await asyncio.sleep(worker_limits.lease_watchdog_interval_s)
             self._check_heartbeats()
 
     def _check_heartbeats(self) -> None:
@@ -442,16 +533,9 @@ class LeaseLoop:
             self._wake.clear()
             await wait_event(self._wake, max(0.01, min(0.5, deadline - self.clock.monotonic_s())))
         running = [h for h in self.held.values() if h.executing]
-        for h in running:
-            h.giving_back = True
-            h.cancel.set()
-        tasks = [h.task for h in running if h.task and not h.task.done()]
-        if tasks:
-            await asyncio.wait(tasks, timeout=self.kill_grace_s + 1)
-        if running:
-            await self._give_back(running, f"still running after the drain time ({drain_s:g} s)")
+        await self._kill_and_give_back(running, f"still running after the drain time ({drain_s:g} s)")
         # What finished is reported by the loop (it flushes the outbox); wait for that.
-        deadline = self.clock.monotonic_s() + node_limits.stop_report_grace_s
+        deadline = self.clock.monotonic_s() + worker_limits.stop_report_grace_s
         while (self._outbox or self._reporting) and self.clock.monotonic_s() < deadline:
             self._wake.set()
             await asyncio.sleep(0.01)  # ok-sleep: polling inside a deadline; the pump flushes
@@ -506,7 +590,7 @@ class LeaseLoop:
             elif own is not None:
                 out = await own(ctx, g["timeout_s"], h.cancel)
             else:
-                out = await execute(redact.deliver(g["executor"], g.get("secrets")), ctx, g["timeout_s"], cancel=h.cancel,
+                out = await execute(masking.deliver(g["executor"], g.get("secrets")), ctx, g["timeout_s"], cancel=h.cancel,
                                     allowed_types=self.allowed_types, kill_grace_s=self.kill_grace_s,
                                     http_session=self._session)
             self._executed(h, t0, out)
@@ -535,9 +619,9 @@ class LeaseLoop:
         output, error = out.output, out.error
         if g.get("keep_output") is False:
             output = ""  # the job asked for its output not to be kept
-        masked = redact.secret_values(g.get("executor"), g.get("secrets"))
+        masked = masking.secret_values(g.get("executor"), g.get("secrets"))
         if masked:  # a run that prints its secrets does not put them into the history
-            output, error = redact.mask(output, masked), redact.mask(error, masked)
+            output, error = masking.mask(output, masked), masking.mask(error, masked)
         self._outbox.append(({"run": g["id"], "token": g["token"], "success": out.ok,
                               "error": error, "output": output}, h))
         self._free_slot(h, out.linger)
@@ -594,7 +678,7 @@ class LeaseLoop:
         while self._outbox and len(batch) < limits.complete_batch_max:
             item = self._outbox[0][0]
             n = len(msgpack.packb(item, use_bin_type=True))
-            if batch and size + n > node_limits.complete_batch_bytes_max:
+            if batch and size + n > worker_limits.complete_batch_bytes_max:
                 break
             batch.append(self._outbox.popleft())
             size += n
@@ -676,7 +760,7 @@ class EmbeddedChannel:
         """Propose one complete_many, retrying an unknown outcome with the same request id (the
         state machine deduplicates it). None when it could not be delivered for a minute."""
         rid = uuid.uuid4().hex
-        deadline = self.clock.monotonic_s() + node_limits.report_deadline_s
+        deadline = self.clock.monotonic_s() + worker_limits.report_deadline_s
         while True:
             cmd = commands.make("complete_many", self.clock.now_ms(), rid, results=items, worker=self.worker_id)
             try:
@@ -685,7 +769,7 @@ class EmbeddedChannel:
                 if self.clock.monotonic_s() > deadline:
                     log.warning("worker: giving up reporting %d outcomes: %s (their leases will expire)", len(items), e.message)
                     return None
-                await asyncio.sleep(node_limits.report_retry_s)
+                await asyncio.sleep(worker_limits.report_retry_s)
             except RaftschedError as e:
                 log.error("worker: outcomes refused as a whole: %s", e.message)
                 return None
@@ -713,8 +797,8 @@ class Worker(LeaseLoop):
     def __init__(self, raft, clock: Clock, node_id: str, *, slots: int = 4,
                  queues: list[str] | None = None, allowed_types=ALL_TYPES,
                  lease_ttl_ms: int = limits.lease_ttl_ms_default, execute_on_leader: bool = False,
-                 single_node: bool = False, poll_interval_s: float = node_limits.worker_poll_s_default,
-                 kill_grace_s: float = node_limits.kill_grace_s_default, labels: dict | None = None) -> None:
+                 single_node: bool = False, poll_interval_s: float = worker_limits.worker_poll_s_default,
+                 kill_grace_s: float = worker_limits.kill_grace_s_default, labels: dict | None = None) -> None:
         queues = sorted(set(queues)) if queues else None
         channel = EmbeddedChannel(raft, clock, f"{node_id}/{os.getpid()}", slots=slots, queues=queues,
                                   allowed_types=allowed_types, labels=labels, execute_on_leader=execute_on_leader,

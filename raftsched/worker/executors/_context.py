@@ -25,7 +25,7 @@ class RunContext:
     :param payload: the job's JSON-able payload.
     :param worker_id: the id of the worker that holds the run's lease (an embedded worker's
         ``node-id/pid``, or a ``raftsched worker``'s ``--id``), or None when not known.
-    :param secrets: the job's ``secrets`` (name -> value; node/redact.py): a shell run has them
+    :param secrets: the job's ``secrets`` (name -> value; worker/masking.py): a shell run has them
         in its environment and an http run as headers already; a python function reads them here.
     """
 

@@ -103,7 +103,7 @@ def _consume(task: asyncio.Future) -> None:
 
 async def run_python(ex: dict, ctx: RunContext, timeout_s: float, cancel: asyncio.Event | None,
                      kill_grace_s: float, t0: float) -> Outcome:
-    """:func:`~raftsched.node.executors.execute` for a python spec: one :class:`_PythonRun`,
+    """:func:`~raftsched.worker.executors.execute` for a python spec: one :class:`_PythonRun`,
     awaited. When the caller is cancelled the run is killed (:meth:`_PythonRun.kill`) and the
     cancellation propagates."""
     target = ex["target"]
@@ -150,7 +150,7 @@ async def _awaited(run: "_PythonRun", fn: Callable | None) -> Outcome:
 
 def start_soon(target: str, ctx: RunContext, timeout_s: float, cancel: CancelEvent | None,
                kill_grace_s: float, on_done: Callable[[Outcome], None]) -> bool:
-    """:func:`~raftsched.node.executors.execute_soon` for a python spec whose other conditions
+    """:func:`~raftsched.worker.executors.execute_soon` for a python spec whose other conditions
     hold: start the run if its function is a plain one imported already, else return False."""
     fn = _imported(target)
     if fn is None or inspect.iscoroutinefunction(fn):

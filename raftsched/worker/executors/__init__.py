@@ -42,7 +42,7 @@ The package: this module holds the two entry points, :func:`execute` (awaited, a
 :func:`execute_soon` (the worker's fast path, python only). ``shell``, ``http`` and ``python``
 are one executor each; ``_context`` holds RunContext and Outcome, ``_deadline`` the race of a
 run against its deadline and the cancel event, ``_output`` the output tails and error reasons,
-``_threads`` the process's run threads. Bounds are ``node/limits.py``'s. ``run_function`` runs a
+``_threads`` the process's run threads. Bounds are ``worker/limits.py``'s. ``run_function`` runs a
 function its caller holds (an SDK App's handler) the way the python executor runs a target's.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``raftsched worker``: a worker process outside the Raft quorum (docs/workers.md).
 
-It is the same lease loop as a node's embedded worker (node/worker.py) over a
+It is the same lease loop as a node's embedded worker (worker/loop.py) over a
 :class:`RemoteChannel`: the worker protocol over HTTP (docs/api.md, "The worker protocol") to
 whichever node of ``--url`` answers. It is not a Raft member and holds no state of the
 cluster's: what it knows is the leases it holds.
@@ -20,6 +20,8 @@ unknown outcome is never reported as "definitely not". Any other error answer (4
   after a lost connection or a 504), so a batch acts once.
 - SIGTERM (or SIGINT, or the cluster's ``draining``): drain for up to ``--drain-s``, then exit 0.
   A second signal stops at once (runs are killed; their leases expire).
+- A failure of the lease loop, its heartbeat loop or its watchdog (``WorkerFailed``): the runs
+  held are given back, the error is logged, and the process exits 1.
 """
 from __future__ import annotations
 
@@ -36,9 +38,9 @@ from ..async_client import AsyncClient
 from ..clock import Clock, SystemClock
 from ..core import limits
 from ..core.errors import Indeterminate, RaftschedError, Unavailable
-from . import limits as node_limits
+from . import limits as worker_limits
 from .executors import ALL_TYPES
-from .worker import VERSION, ExecutorLookup, Grants, LeaseLoop
+from .loop import VERSION, ExecutorLookup, Grants, LeaseLoop
 
 log = logging.getLogger("raftsched.remote")
 
@@ -62,10 +64,10 @@ class WorkerConfig:
     labels: dict = dataclasses.field(default_factory=dict)
     slots: int = 4
     executors: frozenset = ALL_TYPES
-    drain_s: float = node_limits.drain_s_default
+    drain_s: float = worker_limits.drain_s_default
     lease_ttl_ms: int = limits.lease_ttl_ms_default
-    wait_s: float = node_limits.lease_wait_s_default
-    #: the seam for ``--app`` (node/worker.py ExecutorLookup); None: the built-in executors
+    wait_s: float = worker_limits.lease_wait_s_default
+    #: the seam for ``--app`` (worker/loop.py ExecutorLookup); None: the built-in executors
     executor_lookup: ExecutorLookup | None = None
     #: https: the CA the nodes' certificates chain to (None: the system's), and this worker's
     #: certificate and key for mutual TLS (docs/security.md)
@@ -97,8 +99,8 @@ class RemoteChannel:
         # first node of the list; afterwards the client sticks to the node that answered last.
         k = zlib.crc32(cfg.worker_id.encode()) % len(urls)
         self.urls = urls[k:] + urls[:k]
-        self.client = AsyncClient(self.urls, token=cfg.token, timeout_s=node_limits.worker_request_timeout_s,
-                                  deadline_s=node_limits.report_deadline_s, ca_file=cfg.ca_file,
+        self.client = AsyncClient(self.urls, token=cfg.token, timeout_s=worker_limits.worker_request_timeout_s,
+                                  deadline_s=worker_limits.report_deadline_s, ca_file=cfg.ca_file,
                                   cert_file=cfg.cert_file, key_file=cfg.key_file)
         #: this process, as its lease requests describe it (the node says hello for it)
         self.facts = {"queues": cfg.queues, "labels": dict(sorted(cfg.labels.items())), "slots": cfg.slots,
@@ -122,7 +124,7 @@ class RemoteChannel:
 
     async def acquire(self, n: int, ttl_ms: int, types: list[str] | None) -> Grants:
         wait_s = self.cfg.wait_s
-        attempt = wait_s + node_limits.lease_request_slack_s
+        attempt = wait_s + worker_limits.lease_request_slack_s
         t0 = self.clock.monotonic_s()
         try:
             res = await self.client.worker_lease(self.worker_id, max_runs=n, wait_s=wait_s, ttl_ms=ttl_ms,
@@ -133,8 +135,8 @@ class RemoteChannel:
                 # Final: a wrong token (401), a full registry (422), a body this node refuses
                 # (another version): said once a pause, not ten times a second.
                 log.error("worker %s: the node refuses its lease requests (HTTP %s %s: %s); asking again in %g s",
-                          self.worker_id, status, e.code, e.message, node_limits.lease_refused_pause_s)
-                return Grants([], False, node_limits.lease_refused_pause_s)
+                          self.worker_id, status, e.code, e.message, worker_limits.lease_refused_pause_s)
+                return Grants([], False, worker_limits.lease_refused_pause_s)
             raise
         runs, draining = res.get("runs") or [], bool(res.get("draining"))
         # An empty answer well before wait_s (a node that answers at once) is not a long-poll:
@@ -150,7 +152,7 @@ class RemoteChannel:
     async def complete(self, items: list[dict]) -> list[dict] | None:
         try:
             res = await self.client.worker_complete(self.worker_id, items, idempotent_key=uuid.uuid4().hex,
-                                                    deadline_s=node_limits.report_deadline_s)
+                                                    deadline_s=worker_limits.report_deadline_s)
         except (Indeterminate, Unavailable) as e:
             log.warning("worker: giving up reporting %d outcomes: %s (their leases will expire)", len(items), e.message)
             return None
@@ -161,7 +163,7 @@ class RemoteChannel:
 
     async def release(self, leases: list[list], reason: str) -> None:
         await self.client.worker_release(self.worker_id, leases, reason[:200], idempotent_key=uuid.uuid4().hex,
-                                         deadline_s=node_limits.release_deadline_s)
+                                         deadline_s=worker_limits.release_deadline_s)
 
     async def close(self) -> None:
         await self.client.close()
@@ -170,7 +172,8 @@ class RemoteChannel:
 async def run_worker(cfg: WorkerConfig, clock: Clock | None = None, stop: asyncio.Event | None = None) -> int:
     """Run a remote worker until SIGTERM/SIGINT (or ``stop``) or the cluster's ``draining``;
     then drain (up to ``cfg.drain_s``) and return 0. A second signal stops at once. Returns 1
-    when the lease loop failed."""
+    when the worker failed (``WorkerFailed``: a task of its lease loop failed, and the runs it
+    held were given back)."""
     clock = clock or SystemClock()
     stop = stop or asyncio.Event()
     force = asyncio.Event()
@@ -198,23 +201,22 @@ async def run_worker(cfg: WorkerConfig, clock: Clock | None = None, stop: asynci
     task = asyncio.create_task(lease_loop.run(), name="lease loop")
     stop_w = asyncio.create_task(stop.wait())
     drain_w = asyncio.create_task(lease_loop.drain_requested.wait())
-    rc = 0
     try:
         await asyncio.wait({task, stop_w, drain_w}, return_when=asyncio.FIRST_COMPLETED)
-        if task.done():
-            exc = task.exception() if not task.cancelled() else None
-            log.error("worker %s: the lease loop ended: %r", cfg.worker_id, exc)
-            return 1
-        why = "SIGTERM" if stop.is_set() else "the cluster drains this worker"
-        log.info("worker %s: draining (%s)", cfg.worker_id, why)
-        drain = asyncio.create_task(lease_loop.drain(cfg.drain_s))
-        force_w = asyncio.create_task(force.wait())
-        await asyncio.wait({drain, force_w}, return_when=asyncio.FIRST_COMPLETED)
-        if not drain.done():
-            log.warning("worker %s: second signal: stopping now (runs killed, their leases expire)", cfg.worker_id)
-            drain.cancel()
-        force_w.cancel()
-        await asyncio.gather(drain, return_exceptions=True)
+        if not task.done():
+            why = "SIGTERM" if stop.is_set() else "the cluster drains this worker"
+            log.info("worker %s: draining (%s)", cfg.worker_id, why)
+            drain = asyncio.create_task(lease_loop.drain(cfg.drain_s))
+            force_w = asyncio.create_task(force.wait())
+            # The lease loop may fail while it drains: then it has given its runs back itself.
+            await asyncio.wait({drain, force_w, task}, return_when=asyncio.FIRST_COMPLETED)
+            if not drain.done():
+                if not task.done():
+                    log.warning("worker %s: second signal: stopping now (runs killed, their leases expire)",
+                                cfg.worker_id)
+                drain.cancel()
+            force_w.cancel()
+            await asyncio.gather(drain, return_exceptions=True)
     finally:
         for t in (stop_w, drain_w):
             t.cancel()
@@ -224,4 +226,9 @@ async def run_worker(cfg: WorkerConfig, clock: Clock | None = None, stop: asynci
         log.info("worker %s: stopped (%d completed, %d refused, %d given back%s)", cfg.worker_id,
                  lease_loop.completed, lease_loop.refused, lease_loop.released,
                  f"; {lease_loop.lingering} handler thread(s) still running, abandoned" if lease_loop.lingering else "")
-    return rc
+    failure = None if task.cancelled() else task.exception()
+    if failure is not None:
+        # Logged with its traceback by the lease loop; a supervisor sees a failure, not a clean stop.
+        log.error("worker %s: stopped after a failure: %s", cfg.worker_id, failure)
+        return 1
+    return 0
