@@ -19,7 +19,7 @@ from ..core import backfill_model, backfill_plan, commands, limits, queries, sch
 from ..core.errors import Conflict, InvalidSpec, NotFound, RaftschedError
 from ..core.model import check_name
 from . import limits as node_limits
-from .proposer import Proposer
+from ..proposer import Proposer
 from .service import Service, new_request_id
 
 log = logging.getLogger("raftsched.backfill")

@@ -40,6 +40,7 @@ from ..core.errors import InvalidSpec, NotFound, RaftschedError
 from ..core.model import EXECUTOR_TYPES
 from ..core.workers import check_dedicated, check_executors, check_labels, check_queues, check_worker_id
 from ..core.records import is_int
+from ..proposer import Proposer
 from ..worker import limits as worker_limits
 from . import limits as node_limits
 from .dispatch import Dispatcher, LeaseRequest
@@ -164,6 +165,7 @@ class Fleet:
         self.node_id = node_id
         self.embedded_id = embedded_id
         self.propose_timeout_s = propose_timeout_s
+        self.proposer = Proposer(raft, propose_timeout_s)
         #: seconds between workers_seen reports (a test hook may make it longer)
         self.seen_interval_s = seen_interval_s or node_limits.workers_seen_interval_s
         self.dispatcher = Dispatcher(raft, clock, self.propose, self.release_grants)
@@ -174,12 +176,8 @@ class Fleet:
         self.hellos = 0
 
     async def propose(self, cmd: dict) -> dict:
-        """Propose and return the applied result. :raises RaftschedError: a refusal, or
-        Unavailable / Indeterminate from replication."""
-        res = await self.raft.propose(commands.encode(cmd), timeout_s=self.propose_timeout_s)
-        if not res.get("ok"):
-            raise RaftschedError.from_dict(res.get("error") or {"code": "internal", "message": "refused"})
-        return res
+        """``Proposer.propose`` (raftsched/proposer.py)."""
+        return await self.proposer.propose(cmd)
 
     def stats(self) -> dict:
         return dict(self.dispatcher.stats(), hellos=self.hellos)
@@ -211,7 +209,7 @@ class Fleet:
     async def _hello(self, wid: str, facts: dict) -> None:
         t = self._hellos.get(wid)
         if t is None or t.done():
-            cmd = commands.make("worker_hello", self.clock.now_ms(), None, worker=wid, **facts)
+            cmd = commands.worker_hello(self.clock.now_ms(), worker=wid, facts=facts)
             t = self._hellos[wid] = asyncio.ensure_future(self.propose(cmd))
             t.add_done_callback(lambda _t, w=wid: self._hellos.pop(w, None) if self._hellos.get(w) is _t else None)
             self.hellos += 1
@@ -224,8 +222,8 @@ class Fleet:
         b = check_body(body, HEARTBEAT_FIELDS)
         leases, ttl = _leases(b), _ttl(b)
         self._seen.add(wid)
-        res = await self.propose(_limited(commands.make("heartbeat", self.clock.now_ms(), None, worker=wid,
-                                                        leases=leases, ttl=ttl), tenants))
+        res = await self.propose(commands.heartbeat(self.clock.now_ms(), worker=wid, leases=leases, ttl=ttl,
+                                                    tenants=tenants))
         return {"extended": res["extended"], "lost": res["lost"], "draining": bool(res.get("draining"))}
 
     async def complete(self, wid: str, body, key: str | None, tenants=None) -> dict:
@@ -237,8 +235,8 @@ class Fleet:
         wid = _worker_id(wid)
         items = parse_results(body)
         self._seen.add(wid)
-        res = await self.propose(_limited(commands.make("complete_many", self.clock.now_ms(), key or uuid.uuid4().hex,
-                                                        results=items, worker=wid, own=True), tenants))
+        res = await self.propose(commands.complete_many(self.clock.now_ms(), key or uuid.uuid4().hex,
+                                                        results=items, worker=wid, own=True, tenants=tenants))
         out = {"results": res["results"]}
         if res.get("duplicate"):
             out["duplicate"] = True
@@ -254,8 +252,8 @@ class Fleet:
         if reason is not None and (not isinstance(reason, str) or len(reason) > 200):
             raise InvalidSpec("must be a string of at most 200 characters", field="reason")
         self._seen.add(wid)
-        res = await self.propose(_limited(commands.make("release", self.clock.now_ms(), key or uuid.uuid4().hex,
-                                                        worker=wid, leases=leases, reason=reason), tenants))
+        res = await self.propose(commands.release(self.clock.now_ms(), key or uuid.uuid4().hex, worker=wid,
+                                                  leases=leases, reason=reason, tenants=tenants))
         return {"released": res["released"], "lost": res["lost"]}
 
     async def release_grants(self, wid: str, grants: list[dict], reason: str) -> None:
@@ -263,8 +261,8 @@ class Fleet:
         release that fails leaves the leases to expire (a lost attempt)."""
         leases = [[g["id"], g["token"]] for g in grants]
         try:
-            await self.propose(commands.make("release", self.clock.now_ms(), uuid.uuid4().hex, worker=wid,
-                                             leases=leases, reason=reason))
+            await self.propose(commands.release(self.clock.now_ms(), uuid.uuid4().hex, worker=wid, leases=leases,
+                                                reason=reason))
         except RaftschedError as e:
             log.warning("fleet: could not give back %d runs granted to %s (their leases will expire): %s",
                         len(leases), wid, e.message)
@@ -285,8 +283,7 @@ class Fleet:
     async def drain(self, wid: str, rid: str | None) -> dict:
         """``POST /v1/workers/{id}/drain``."""
         wid = _worker_id(wid)
-        res = await self.propose(commands.make("drain_worker", self.clock.now_ms(), rid or uuid.uuid4().hex,
-                                               worker=wid))
+        res = await self.propose(commands.drain_worker(self.clock.now_ms(), rid or uuid.uuid4().hex, worker=wid))
         held = (self.raft.read(queries.worker, wid, self.clock.now_ms()) or {}).get("held", 0)
         out = {"worker": wid, "state": res["state"], "held": held}
         if res.get("duplicate"):
@@ -328,8 +325,7 @@ class Fleet:
             chunks.append(cur)
         for chunk in chunks:
             try:
-                await self.propose(commands.make("workers_seen", self.clock.now_ms(), None, node=self.node_id,
-                                                 workers=chunk))
+                await self.propose(commands.workers_seen(self.clock.now_ms(), node=self.node_id, workers=chunk))
             except RaftschedError as e:
                 log.debug("fleet: workers_seen not applied: %s", e.message)
         return len(known)
@@ -346,7 +342,7 @@ class Fleet:
         if not items:
             return []
         try:
-            res = await self.propose(commands.make("forget_workers", self.clock.now_ms(), None, workers=items))
+            res = await self.propose(commands.forget_workers(self.clock.now_ms(), workers=items))
         except RaftschedError as e:
             log.warning("fleet: forget_workers failed: %s", e.message)
             return []
@@ -358,14 +354,6 @@ class Fleet:
     # ------------------------------------------------------------------ metrics
     def collector(self) -> "FleetCollector":
         return FleetCollector(self)
-
-
-def _limited(cmd: dict, tenants) -> dict:
-    """``cmd`` with the tenants of the token it is proposed for, when it is limited to some
-    (sorted: the command's bytes do not depend on a set's order); else unchanged."""
-    if tenants is not None:
-        cmd["tenants"] = sorted(tenants)
-    return cmd
 
 
 def _registered(s, ids: list[str]) -> list[str]:

@@ -16,7 +16,7 @@ from ..core import bodies, commands, limits, model, policy, preview, queries, sc
 from ..core.errors import InvalidSpec, NotFound, BadRequest
 from ..core.model import check_name
 from . import batch
-from .proposer import Proposer
+from ..proposer import Proposer
 from .redact import PROCESS_DEFAULT, Fingerprint, restore_redacted
 from .views import job_view, lock_view, run_view, tenant_view
 
@@ -42,12 +42,12 @@ class Service:
         self.node_id = node_id
         self.propose_timeout_s = propose_timeout_s
         self.fingerprint = fingerprint
-        #: The one way this node's API writes go out (node/proposer.py).
+        #: The one way this node's API writes go out (raftsched/proposer.py).
         self.proposer = Proposer(raft, propose_timeout_s)
 
     # ------------------------------------------------------------------ plumbing
     async def propose(self, cmd: dict) -> dict:
-        """``Proposer.propose`` (node/proposer.py): the replay rule, the proposal, the error."""
+        """``Proposer.propose`` (raftsched/proposer.py): the replay rule, the proposal, the error."""
         return await self.proposer.propose(cmd)
 
     async def propose_data(self, data: bytes) -> dict:

@@ -25,7 +25,7 @@ from ..core.due import DueIndex
 from ..core.policy import fires_ahead
 from ..core.errors import RaftschedError
 from . import limits as node_limits
-from .proposer import Proposer
+from ..proposer import Proposer
 from ..aio import wait_event
 
 log = logging.getLogger("raftsched.trigger")

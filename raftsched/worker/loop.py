@@ -63,7 +63,8 @@ import msgpack
 
 from ..clock import Clock
 from ..core import commands, limits, queries
-from ..core.errors import Conflict, Indeterminate, NotFound, RaftschedError, Unavailable
+from ..core.errors import Indeterminate, RaftschedError, Unavailable
+from ..proposer import Proposer
 from ..aio import wait_event
 from . import limits as worker_limits
 from . import masking
@@ -720,6 +721,8 @@ class EmbeddedChannel:
                  allowed_types, labels: dict | None = None, execute_on_leader: bool = False,
                  single_node: bool = False) -> None:
         self.raft = raft
+        #: the one way a command goes out (raftsched/proposer.py), as for the rest of the node
+        self.proposer = Proposer(raft)
         self.clock = clock
         self.worker_id = worker_id
         self.queues = queues
@@ -731,8 +734,7 @@ class EmbeddedChannel:
                       "instance": uuid.uuid4().hex[:16]}
 
     async def hello(self) -> None:
-        await self._propose(commands.make("worker_hello", self.clock.now_ms(), None, worker=self.worker_id,
-                                          **self.facts))
+        await self._propose(commands.worker_hello(self.clock.now_ms(), worker=self.worker_id, facts=self.facts))
 
     def registered(self) -> bool:
         rec = self.raft.read(queries.worker_record, self.worker_id)
@@ -747,13 +749,13 @@ class EmbeddedChannel:
         return not self.raft.is_leader()
 
     async def acquire(self, n: int, ttl_ms: int, types: list[str] | None) -> Grants:
-        res = await self._propose(commands.make("acquire", self.clock.now_ms(), None, worker=self.worker_id,
-                                                queues=self.queues, max=n, ttl=ttl_ms, types=types))
+        res = await self._propose(commands.acquire(self.clock.now_ms(), worker=self.worker_id, queues=self.queues,
+                                                   max=n, ttl=ttl_ms, types=types))
         return Grants(res.get("runs", []), bool(res.get("draining")))
 
     async def heartbeat(self, leases: list[list], ttl_ms: int, timeout_s: float) -> tuple[list[str], bool]:
-        res = await self._propose(commands.make("heartbeat", self.clock.now_ms(), None, worker=self.worker_id,
-                                                leases=leases, ttl=ttl_ms), timeout_s=timeout_s)
+        res = await self._propose(commands.heartbeat(self.clock.now_ms(), worker=self.worker_id, leases=leases,
+                                                     ttl=ttl_ms), timeout_s=timeout_s)
         return res.get("lost", []), bool(res.get("draining"))
 
     async def complete(self, items: list[dict]) -> list[dict] | None:
@@ -762,7 +764,7 @@ class EmbeddedChannel:
         rid = uuid.uuid4().hex
         deadline = self.clock.monotonic_s() + worker_limits.report_deadline_s
         while True:
-            cmd = commands.make("complete_many", self.clock.now_ms(), rid, results=items, worker=self.worker_id)
+            cmd = commands.complete_many(self.clock.now_ms(), rid, results=items, worker=self.worker_id)
             try:
                 return (await self._propose(cmd))["results"]
             except (Indeterminate, Unavailable) as e:
@@ -775,17 +777,14 @@ class EmbeddedChannel:
                 return None
 
     async def release(self, leases: list[list], reason: str) -> None:
-        await self._propose(commands.make("release", self.clock.now_ms(), uuid.uuid4().hex, worker=self.worker_id,
-                                          leases=leases, reason=reason))
+        await self._propose(commands.release(self.clock.now_ms(), uuid.uuid4().hex, worker=self.worker_id,
+                                             leases=leases, reason=reason))
 
     async def close(self) -> None:
         pass
 
-    async def _propose(self, cmd: dict, timeout_s: float = limits.propose_timeout_s_default) -> dict:
-        res = await self.raft.propose(commands.encode(cmd), timeout_s=timeout_s)
-        if not res.get("ok"):
-            raise RaftschedError.from_dict(res.get("error") or {})
-        return res
+    async def _propose(self, cmd: dict, timeout_s: float | None = None) -> dict:
+        return await self.proposer.propose(cmd, timeout_s=timeout_s)
 
 
 class Worker(LeaseLoop):

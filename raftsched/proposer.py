@@ -3,15 +3,16 @@ the replica when its request id was applied already (the replay rule, core.queri
 propose it, wait for its result, and turn a refusal into the caller's error.
 
 Every writer of the node goes through one: the API's service (node/service.py), the tokens
-endpoints, backfills and their stepper, the worker fleet's protocol, the trigger loop and the
-embedded worker's channel.
+endpoints, backfills and their stepper, the worker fleet's protocol, the trigger loop, and the
+embedded worker's channel (worker/loop.py: which is why this module sits beside the packages,
+importing only core, and not in node/).
 """
 from __future__ import annotations
 
 import logging
 
-from ..core import commands, limits, queries
-from ..core.errors import RaftschedError
+from .core import commands, limits, queries
+from .core.errors import RaftschedError
 
 log = logging.getLogger("raftsched.proposer")
 
