@@ -5,16 +5,12 @@ naming the field. api.py, auth.py and tenancy.py import them from here, never fr
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from ..core import limits
 from ..core.errors import BadRequest, InvalidSpec
 from ..core.model import RUN_STATES, check_label_key, check_label_value
-
-if TYPE_CHECKING:
-    from .auth import Principal
 
 #: The application's parts (make_app sets them). An app without the node's loops (tests)
 #: leaves TRIGGER, WORKER, METRICS and AUDIT unset.
@@ -36,10 +32,6 @@ ROUTE_TABLE = web.AppKey("route_table")
 #: claimed (for the audit log; only when it has the shape of an id).
 PRINCIPAL = web.RequestKey("principal")
 CLAIMED = web.RequestKey("claimed_token", str)
-
-
-def principal_of(request: web.Request) -> "Principal | None":
-    return request.get(PRINCIPAL)
 
 
 def tenants_of(request: web.Request) -> frozenset | None:
