@@ -128,6 +128,9 @@ ensure_venv
 echo "raftsched tests in $ROOT"
 echo "$("$VENV_PY" --version 2>&1) ($VENV_PY), pytest $("$VENV_PY" -c 'import pytest; print(pytest.__version__)')"
 
+# The boundaries a machine checks (docs/testing.md, "Linters"): the layers (import-linter's
+# contracts in pyproject.toml), ruff over the tree, mypy over the core. Seconds each.
+step lint-imports .venv/bin/lint-imports
 step pytest run_pytest "$@"
 # The tests that read the wall clock again, with it moved 7 years and 123 days ahead
 # (scripts/anyyear/wallclock_shift.c, LD_PRELOAD; monotonic clocks untouched): a test that passes
