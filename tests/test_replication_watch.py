@@ -94,3 +94,15 @@ def test_a_watch_that_fails_does_not_stop_the_tick(clock, caplog):
     clock[0] += 1
     w.tick()  # logged, not raised: an exception in a tick callback would stop pysyncobj's tick
     assert "replication.watch_failed" in caplog.text
+
+
+def test_a_follower_that_only_just_fell_behind_after_an_idle_spell_is_not_stalled(clock):
+    """The stall clock counts from when the node fell behind, not from when its commit index
+    last moved: an idle minute, then one entry behind, is not a minute's stall."""
+    sync = FakeSync()
+    w = ReplicationWatch(sync)
+    _look(w, clock, 0.2)
+    _look(w, clock, 60.0)  # idle: commit == the leader's
+    sync._SyncObj__leaderCommitIndex = 11
+    v = _look(w, clock, 0.2)
+    assert v["conditions"] == [] and v["commit_stalled_s"] < 1.0

@@ -14,6 +14,9 @@ whole tail each round. Only a log compaction on the leader (a snapshot) ended it
 Here, as etcd's raft does it (``Progress.MaybeDecrTo``, probe and replicate states) and with the
 Raft thesis's conflict hint (§5.3):
 
+- **Every answer** names its term (``term``): the leader drops an answer of another term (one
+  held in a link across elections could otherwise set a match index for a log the follower no
+  longer has: pysyncobj's answers carried no term).
 - **The follower** names, in every answer, the ``prevLogIdx`` it answers (``prev``). Finding a
   different term at ``prevLogIdx``, above its commit index, it truncates its log from there (the
   entry is not in the leader's log, so it is not committed, and nothing after it is) and hints the
@@ -65,6 +68,10 @@ class _Progress:
         self.stale_answers = 0        # answers of an earlier burst, ignored
 
     def sent(self, last_idx: int, nbytes: int) -> None:
+        if not self.inflight:
+            # Nothing was waiting: the stall clock starts now (an idle follower has answered
+            # everything; it is not late for what it was never sent).
+            self.last_ack = monotonic()
         self.inflight.append((last_idx, nbytes))
         self.inflight_bytes += nbytes
 
@@ -119,9 +126,11 @@ def on_success(pr: _Progress, next_idx: int, match_idx: int, idx: int) -> tuple[
     if idx > match_idx:
         match_idx = idx
         pr.acked(idx)
-        if pr.probing:
-            pr.probing, pr.probe_sent_at = False, None
-            resumed = True
+    if idx == match_idx and pr.probing:
+        # The probe found where the logs agree (a follower already up to date answers success
+        # at the match index: etcd's ``pr.Match == m.Index && StateProbe``).
+        pr.probing, pr.probe_sent_at = False, None
+        resumed = True
     return max(next_idx, idx + 1), match_idx, resumed
 
 

@@ -84,6 +84,10 @@ class _SyncObj(SyncObj):
                     held = _entries_already_held(self, message)
                     if held is not None:
                         message, _tick.keep_log_tail = held
+                elif found == "match":
+                    empty = _empty_append(self, message)
+                    if empty is not None:
+                        message, _tick.keep_log_tail = empty, True
             return SyncObj._SyncObj__onMessageReceived(self, node, message)
         finally:
             _tick.keep_log_tail = False
@@ -142,7 +146,7 @@ class _SyncObj(SyncObj):
         if nextNodeIdx is None:
             nextNodeIdx = self._SyncObj__getCurrentLogIndex() + 1
         message = {"type": "next_node_idx", "next_node_idx": nextNodeIdx, "reset": reset,
-                   "success": success}
+                   "success": success, "term": self._SyncObj__raftCurrentTerm}
         answer = getattr(_tick, "answer", None)
         if answer is not None:
             prev, found, hint = answer
@@ -165,10 +169,16 @@ class _SyncObj(SyncObj):
         match, nexts = self._SyncObj__raftMatchIndex, self._SyncObj__raftNextIndex
         if node not in match or node not in nexts:
             return
-        self._SyncObj__lastResponseTime[node] = monotonic()
         pr = self._progress.get(node)
         if pr is None:
             pr = self._progress[node] = _Progress()
+        term = message.get("term")
+        if term is not None and term != self._SyncObj__raftCurrentTerm:
+            # An answer of another term (held in a link across elections): it speaks of a log
+            # this leader did not send, so it moves nothing, and it is not a sign of life.
+            pr.stale_answers += 1
+            return
+        self._SyncObj__lastResponseTime[node] = monotonic()
         try:
             n = int(message["next_node_idx"])
             success, reset = bool(message["success"]), bool(message["reset"])
@@ -259,8 +269,9 @@ class _SyncObj(SyncObj):
                                       "commit_index": commit, "serialized": data})
                 if node not in connected:
                     break
-                if data is None:
-                    break  # nothing to send yet (pysyncobj spun here until the round's end)
+                if not data:
+                    break  # nothing to send yet, or the dump could not be read (pysyncobj spun
+                    #        here until the round's end)
                 sending_serialized = not data[2]
                 if data[2]:  # the last part: its answer ends the probe
                     nexts[node] = log[1][1] + 1
@@ -457,6 +468,18 @@ def _entries_already_held(sync: SyncObj, message: dict):
     if keep_tail:
         out["commit_index"] = min(message["commit_index"], entries[-1][1])
     return out, keep_tail
+
+
+def _empty_append(sync: SyncObj, message: dict):
+    """Raft's receiver rule for an append_entries with no entries whose previous entry matches:
+    nothing is deleted (pysyncobj deleted everything after ``prevLogIdx``, so a late heartbeat
+    dropped entries the follower had acknowledged), and the commit index it carries is capped at
+    ``prevLogIdx``, the last entry it vouches for. None when the log ends at ``prevLogIdx``
+    (nothing to keep: pysyncobj's handling is already right)."""
+    log = sync._SyncObj__raftLog
+    if log[len(log) - 1][1] <= message["prevLogIdx"]:
+        return None
+    return dict(message, commit_index=min(message["commit_index"], message["prevLogIdx"]))
 
 
 def _keep_journal_after_dump(sync: SyncObj, data) -> None:

@@ -57,9 +57,10 @@ class ReplicationWatch:
         sync = self._sync
         commit = sync.raftCommitIndex
         leader_commit = sync._SyncObj__leaderCommitIndex or 0
-        if commit != self._commit:
-            self._commit, self._commit_at = commit, now
         behind = leader_commit > commit
+        if commit != self._commit or not behind:
+            # The stall clock counts from when this node fell behind, or last moved.
+            self._commit, self._commit_at = commit, now
         stalled_s = now - self._commit_at if behind else 0.0
         if stalled_s > STALL_S and self._stalled_since is None:
             self._stalled_since = self._commit_at
