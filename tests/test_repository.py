@@ -1,4 +1,5 @@
-"""The repository itself: no large file is tracked (issue 21).
+"""The repository itself (issue 21): no large file is tracked, and what the README's flows leave in
+the tree is ignored.
 
 A file over 1 MiB in git is paid for by every clone for ever, even after it is deleted; a binary
 that a script needs comes from its package index instead (py-spy, for example: ``pip install
@@ -52,3 +53,19 @@ def test_no_tracked_file_over_1_mib(tracked):
     big = {path: size for path, size in tracked.items() if size > TRACKED_BYTES_MAX}
     assert not big, (f"files over {TRACKED_BYTES_MAX} bytes are tracked: {big}; "
                      "take them out of git (git rm --cached) and fetch them from where they come from")
+
+
+#: What the README's flows and the default outputs of the scripts leave in the tree, which git must
+#: not offer to commit: scripts/cluster.sh's state, the SDK flow's database (examples/nightly_report.py
+#: run from examples/, with SQLite's side files), the fault harness's store and the benchmarks' results.
+LEFT_BEHIND = (".raftsched/token", ".raftsched/node-1/node.log", "examples/reports.db", "examples/reports.db-journal",
+               "examples/reports.db-wal", "examples/reports.db-shm", "store/20261201T000000-7/verdict.txt",
+               "bench-results.json", "bench-results.png", "bench-raft-crypto.json", "examples/__pycache__/x.pyc")
+
+
+def test_what_the_flows_leave_behind_is_ignored(tracked):
+    out = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "--no-index", "--stdin", "-z"],
+                         input="\0".join(LEFT_BEHIND).encode(), capture_output=True, timeout=60)
+    assert out.returncode in (0, 1), out.stderr.decode()
+    ignored = set(out.stdout.decode().split("\0")) - {""}
+    assert ignored == set(LEFT_BEHIND), f"not ignored by .gitignore: {sorted(set(LEFT_BEHIND) - ignored)}"
