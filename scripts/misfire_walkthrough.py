@@ -16,6 +16,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from raftsched.core import limits, model, preview  # noqa: E402
 from raftsched.core.schedule import iso, parse_iso_ms  # noqa: E402
+from raftsched.node import limits as node_limits  # noqa: E402
 
 DOWN_FROM = "2026-12-01T01:58:45Z"
 DOWN_TO = "2026-12-01T02:00:15Z"
@@ -158,7 +159,7 @@ def render() -> str:
     w("## Defaults, and why")
     w("")
     w(f"- `grace_s` = {limits.grace_s_default}: a leader fail-over (measured 0.4-1.5 s on a 2-core machine, "
-      f"see docs/benchmarks.md) plus one trigger tick ({limits.trigger_interval_ms} ms) never turns a slot into a misfire; "
+      f"see docs/benchmarks.md) plus one trigger tick ({node_limits.trigger_interval_ms} ms) never turns a slot into a misfire; "
       "a real outage does. APScheduler's 1 s default is the source of many \"silently missed\" reports.")
     w(f"- `max_catchup` = {limits.max_catchup_default} (at most {limits.max_catchup_max}): bounds the burst that a long "
       "outage releases on the workers; the rest is one recorded range with an exact count, not silence.")

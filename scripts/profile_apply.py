@@ -32,7 +32,7 @@ from raftsched.core.state import SchedulerState  # noqa: E402
 mode, N, TICKS = (args + ["sweep", "20000", "8"][len(args):])[:3]
 N, TICKS = int(N), int(TICKS)
 AHEAD = int(os.environ.get("AHEAD", 0))
-gc.set_threshold(20_000, *gc.get_threshold()[1:])  # gcpolicy.GC_GEN0_THRESHOLD
+gc.set_threshold(20_000, *gc.get_threshold()[1:])  # node/limits.py gc_gen0_threshold
 st = SchedulerState()
 try:  # the leader's due index, attached as its trigger does (code before core/due.py kept one built in)
     from raftsched.core.due import DueIndex  # noqa: E402

@@ -267,7 +267,7 @@ class BackfillStepper:
             if fields is None:
                 continue
             res = await self.raft.propose(commands.encode(commands.make(op, now, None, **fields)),
-                                          timeout_s=limits.propose_timeout_s_default)
+                                          timeout_s=node_limits.propose_timeout_s_default)
             if not res.get("ok"):
                 raise RaftschedError.from_dict(res.get("error") or {})
             n += 1

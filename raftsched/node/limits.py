@@ -1,11 +1,24 @@
-"""Every bound of the node's own work, in one place: what one node does outside the replicated state.
+"""The bounds of one process: what a node, a worker or the command line does outside the
+replicated state.
 
-The bounds of the replicated state and of what a command may carry are ``core/limits.py``; a node
-uses those where it means the same thing (an executor keeps ``output_bytes_max`` bytes of a
-run's output because the state keeps that much). Each constant here says what it bounds, units
-go last in names, and relations with the core's bounds are asserted at import.
+The rule for what is here: a bound that no replica's apply reads, so one process may run with
+another value than its peers without the replicas disagreeing: timeouts, poll intervals,
+pipelines (commands in flight), buffers, pages of the API, the trigger's tick, executors'
+bounds, the garbage collector's policy. Changing one changes how this process behaves, never
+what the state accepts. The bounds of the replicated state (what it may hold, what a command may
+carry: every replica must agree on those) are ``core/limits.py``; a process uses those where it
+means the same thing (an executor keeps ``output_bytes_max`` bytes of a run's output because the
+state keeps that much).
+
+Each constant here says what it bounds, units go last in names, and relations with the core's
+bounds are asserted at import.
 """
 from ..core import limits as core
+
+# Proposals ----------------------------------------------------------------------------------
+#: How long a proposal waits for its command to be applied, unless the caller says otherwise
+#: (the trigger's fires, a worker's commands, the API's writes).
+propose_timeout_s_default = 5.0
 
 # Executors ----------------------------------------------------------------------------------
 #: Characters of an executor's error reason ("exit status 3", "ValueError: ..."): one short
@@ -50,6 +63,17 @@ assert http_body_read_bytes_max >= core.output_bytes_max
 assert 0 < kill_poll_s_min <= kill_poll_s_max
 
 # Trigger ------------------------------------------------------------------------------------
+#: The leader's trigger looks for due jobs this often.
+trigger_interval_ms = 50
+#: The leader plans jobs that fire ahead in batches of this many milliseconds of slots: 10 000
+#: jobs staggered over the second made a tick (and a fire command of ~20 entries) every 2 ms,
+#: whose fixed costs halved the slots committed per second.
+fire_ahead_batch_ms = 100
+#: Fire commands the leader keeps proposed and unanswered at once. A pipeline, so planning and
+#: replication overlap, but a bounded one: every replica applies all newly committed entries in
+#: one pysyncobj tick, and an unbounded burst (25 commands for a 10 000-job storm) held each
+#: follower's tick thread for long enough to look like a dead leader.
+fire_commands_in_flight_max = 4
 #: Bytes of entries per fire command; the envelope and msgpack framing fit in the rest.
 fire_entry_bytes_max = core.command_bytes_max - 2048
 #: Jobs planned per tick; the rest wait for the next tick (keeps one tick bounded).
@@ -65,6 +89,11 @@ leader_wait_s = 0.5
 tick_sleep_s_min = 0.002
 
 # Worker -------------------------------------------------------------------------------------
+#: The lease TTL a worker asks for unless told otherwise (core lease_ttl_ms_min..max bound what
+#: an acquire may carry).
+lease_ttl_ms_default = 10_000
+#: Weight of the newest sample in a worker's moving averages of run and acquire times.
+ewma_weight = 0.1
 #: Acquires one worker keeps in flight at once. The next one goes out while the runs of the last
 #: still execute, once 1/this of the slots are free, so slots do not wait a log round trip idle.
 acquires_in_flight_max = 2
@@ -137,7 +166,7 @@ dispatch_full_look_s = 1.0
 dispatch_batch_max = 32
 #: A lease request's HTTP timeout is its wait_s plus this (the node answers at wait_s at the
 #: latest, then the acquire in flight for it, at most a propose timeout).
-lease_request_slack_s = core.propose_timeout_s_default + 5.0
+lease_request_slack_s = propose_timeout_s_default + 5.0
 #: One completion or release request's timeout, and how long a worker keeps retrying a release.
 worker_request_timeout_s = 10.0
 release_deadline_s = 15.0
@@ -160,6 +189,17 @@ request_bytes_max = 64 * 1024
 jobs_page_max = 1000
 #: Runs per answer of ``GET /v1/runs`` and dead runs per answer of ``GET /v1/dlq`` (``limit``).
 runs_page_max = 10_000
+#: A bulk registration (``POST /v1/jobs:batch``, node/batch.py; its size is bounded by core
+#: batch_jobs_max and batch_request_bytes_max): jobs validated between two yields to the event
+#: loop,
+batch_validate_step = 256
+#: put_jobs commands of one request in flight at once (pipelined through Raft),
+put_jobs_in_flight_max = 8
+#: bytes kept free in a put_jobs command for its envelope (v, op, now, rid, the jobs key, the
+#: list header),
+put_jobs_envelope_bytes = 256
+#: and invalid jobs listed in the error of a refused batch.
+batch_errors_listed_max = 100
 
 assert fire_entry_bytes_max > 0 and complete_batch_bytes_max > 0
 assert jobs_per_tick_max >= core.fire_entries_max
@@ -167,6 +207,10 @@ assert heartbeats_per_lease_ttl >= 2  # a lease survives a lost heartbeat
 assert 0 < heartbeat_timeout_lease_ttl_share < 1
 assert lease_watchdog_interval_s < core.lease_ttl_ms_min / 1000
 assert request_bytes_max >= core.job_spec_bytes_max and request_bytes_max <= core.batch_request_bytes_max
+assert core.grace_s_default * 1000 > 2 * trigger_interval_ms
+assert lease_ttl_ms_default >= 4 * trigger_interval_ms
+assert core.lease_ttl_ms_min <= lease_ttl_ms_default <= core.lease_ttl_ms_max
+assert 0 < put_jobs_envelope_bytes < core.command_bytes_max
 
 # Backfills and bulk DLQ operations (node/backfills.py) -------------------------------------
 #: How often the leader's stepper looks at the active backfills: a rate is kept to this
@@ -198,3 +242,33 @@ audit_files_kept = 4
 audit_field_chars_max = 256
 
 assert auth_failures_burst >= 1 and auth_failures_per_s > 0
+
+# Secrets (node/redact.py) -------------------------------------------------------------------
+#: Shortest secret value masked in a run's output: shorter ones would mask common words.
+mask_chars_min = 4
+
+# The command line (cli.py) ------------------------------------------------------------------
+#: Socket timeout of one attempt of a command-line request: above the node's propose timeout,
+#: and long enough for a batch of thousands of jobs (client.Client.put_jobs).
+cli_attempt_timeout_s = 30.0
+
+assert cli_attempt_timeout_s > propose_timeout_s_default
+
+# The garbage collector (gcpolicy.py, which takes these from the node) -------------------------
+#: gen0 threshold of the garbage collector: allocations between young collections. CPython's
+#: default is 700; one 400-entry fire command allocates thousands of containers, and with the
+#: default, young collections cost as much as planning the fire itself (scripts/profile_fire.py:
+#: planning 23 -> 5 us a slot at 20 000). gen1/gen2 stay at their defaults, and
+#: CPython runs a full collection only when a quarter of the long-lived objects are new. That is
+#: still too often for a large state (a full walk of 1M jobs holds the GIL ~1.2 s): ``GcPauses``
+#: freezes the long-lived state as it grows, not on a timer (a periodic gc.freeze, tried earlier,
+#: leaks any cyclic garbage alive at each freeze, and the node runs for months).
+gc_gen0_threshold = 20_000
+#: A full collection at least this long is followed by a freeze of its survivors.
+gc_freeze_pause_s = 0.05
+#: Jobs added to the replica since the last freeze after which the next poll freezes.
+gc_freeze_growth_jobs = 50_000
+#: Collections at least this long are logged as warnings.
+gc_log_pause_s = 0.2
+#: How often the node checks whether to freeze its long-lived objects.
+gc_poll_s = 1.0

@@ -22,13 +22,12 @@ import os
 import re
 
 from ..core.errors import InvalidSpec
+from . import limits as node_limits
 
 #: What a redacted value looks like.
 REDACTED_RE = re.compile(r"^\*\*\*:[0-9a-f]{8}$")
 #: Where secrets are in a spec: (path of the map, the field names a message uses).
 SECRET_MAPS = (("executor", "headers"), ("executor", "env"), ("secrets",))
-#: Shortest value masked in a run's output: shorter ones would mask common words.
-MASK_CHARS_MIN = 4
 
 
 class Fingerprint:
@@ -119,7 +118,7 @@ def secret_values(executor: dict | None, secrets: dict | None) -> list[str]:
     vals = set()
     for m in ((executor or {}).get("headers"), (executor or {}).get("env"), secrets):
         if isinstance(m, dict):
-            vals.update(v for v in m.values() if isinstance(v, str) and len(v) >= MASK_CHARS_MIN)
+            vals.update(v for v in m.values() if isinstance(v, str) and len(v) >= node_limits.mask_chars_min)
     return sorted(vals, key=len, reverse=True)
 
 

@@ -34,7 +34,6 @@ import zlib
 
 from ..async_client import AsyncClient
 from ..clock import Clock, SystemClock
-from ..core import limits
 from ..core.errors import Indeterminate, RaftschedError, Unavailable
 from . import limits as node_limits
 from .executors import ALL_TYPES
@@ -63,7 +62,7 @@ class WorkerConfig:
     slots: int = 4
     executors: frozenset = ALL_TYPES
     drain_s: float = node_limits.drain_s_default
-    lease_ttl_ms: int = limits.lease_ttl_ms_default
+    lease_ttl_ms: int = node_limits.lease_ttl_ms_default
     wait_s: float = node_limits.lease_wait_s_default
     #: the seam for ``--app`` (node/worker.py ExecutorLookup); None: the built-in executors
     executor_lookup: ExecutorLookup | None = None

@@ -68,8 +68,6 @@ from .executors import ALL_TYPES, CancelEvent, Outcome, RunContext, execute, exe
 
 log = logging.getLogger("raftsched.worker")
 
-#: weight of the newest sample in the moving averages of run and acquire times.
-_EWMA = 0.1
 #: the version a worker reports of itself in its hello
 VERSION = "0.1.0"
 
@@ -156,7 +154,7 @@ class LeaseLoop:
     """
 
     def __init__(self, channel: Channel, clock: Clock, *, slots: int = 4, allowed_types=ALL_TYPES,
-                 lease_ttl_ms: int = limits.lease_ttl_ms_default,
+                 lease_ttl_ms: int = node_limits.lease_ttl_ms_default,
                  poll_interval_s: float = node_limits.worker_poll_s_default,
                  kill_grace_s: float = node_limits.kill_grace_s_default,
                  executor_lookup: ExecutorLookup | None = None) -> None:
@@ -344,7 +342,7 @@ class LeaseLoop:
             self._idle = False
             self._acquire_after = 0.0
             rtt = self.clock.monotonic_s() - sent
-            self._acquire_rtt_s = rtt if self._acquire_rtt_s is None else self._acquire_rtt_s + _EWMA * (rtt - self._acquire_rtt_s)
+            self._acquire_rtt_s = rtt if self._acquire_rtt_s is None else self._acquire_rtt_s + node_limits.ewma_weight * (rtt - self._acquire_rtt_s)
             # A fresh lease counts as a heartbeat that succeeded when it was asked for.
             self._last_hb_ok = max(self._last_hb_ok, sent)
             back = []
@@ -525,7 +523,7 @@ class LeaseLoop:
         lease survived after all. The lease stays held (and heartbeated) until the report is
         answered. A run killed by a drain is given back instead (``drain``)."""
         now = self.clock.monotonic_s()
-        self._exec_s = now - t0 if self._exec_s is None else self._exec_s + _EWMA * (now - t0 - self._exec_s)
+        self._exec_s = now - t0 if self._exec_s is None else self._exec_s + node_limits.ewma_weight * (now - t0 - self._exec_s)
         if h.giving_back:
             self._free_slot(h, out.linger)
             return
@@ -697,7 +695,7 @@ class EmbeddedChannel:
     async def close(self) -> None:
         pass
 
-    async def _propose(self, cmd: dict, timeout_s: float = limits.propose_timeout_s_default) -> dict:
+    async def _propose(self, cmd: dict, timeout_s: float = node_limits.propose_timeout_s_default) -> dict:
         res = await self.raft.propose(commands.encode(cmd), timeout_s=timeout_s)
         if not res.get("ok"):
             raise RaftschedError.from_dict(res.get("error") or {})
@@ -712,7 +710,7 @@ class Worker(LeaseLoop):
 
     def __init__(self, raft, clock: Clock, node_id: str, *, slots: int = 4,
                  queues: list[str] | None = None, allowed_types=ALL_TYPES,
-                 lease_ttl_ms: int = limits.lease_ttl_ms_default, execute_on_leader: bool = False,
+                 lease_ttl_ms: int = node_limits.lease_ttl_ms_default, execute_on_leader: bool = False,
                  single_node: bool = False, poll_interval_s: float = node_limits.worker_poll_s_default,
                  kill_grace_s: float = node_limits.kill_grace_s_default, labels: dict | None = None) -> None:
         queues = sorted(set(queues)) if queues else None
