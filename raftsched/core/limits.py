@@ -96,7 +96,7 @@ shared_spec_parts_max = 100_000
 #: slots of this many more milliseconds planned in the same entry. An every_s: 1 job is then
 #: planned every 2 s with two slots, not every second with one: per job planned, the leader plans,
 #: encodes and replicates an entry and every replica checks it, looks the job up and moves its
-#: cursor, about half of what a one-slot entry costs (scripts/profile_apply.py, AHEAD).
+#: cursor, about half of what a one-slot entry costs (scripts/measure profile-apply, AHEAD).
 fire_ahead_span_ms = 1000
 #: Slots the proposer enumerates for one job in one fire (beyond that, slots are counted as a
 #: recorded range, not listed one by one).

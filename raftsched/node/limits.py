@@ -257,7 +257,7 @@ assert cli_attempt_timeout_s > propose_timeout_s_default
 # The garbage collector (gcpolicy.py, which takes these from the node) -------------------------
 #: gen0 threshold of the garbage collector: allocations between young collections. CPython's
 #: default is 700; one 400-entry fire command allocates thousands of containers, and with the
-#: default, young collections cost as much as planning the fire itself (scripts/profile_fire.py:
+#: default, young collections cost as much as planning the fire itself (scripts/measure profile-fire:
 #: planning 23 -> 5 us a slot at 20 000). gen1/gen2 stay at their defaults, and
 #: CPython runs a full collection only when a quarter of the long-lived objects are new. That is
 #: still too often for a large state (a full walk of 1M jobs holds the GIL ~1.2 s): ``GcPauses``
