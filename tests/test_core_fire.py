@@ -18,7 +18,7 @@ from raftsched.core import commands, fire, limits, policy
 from raftsched.core.records import LAG_LAST, RECORDED, RUNS
 
 from core_helpers import (SEC, T0, apply, counters, new_state, next_due_ms, pop_due, put_cmd, refused,
-                          repush, restored, runs_of, spec_of, tick)
+                          repush, restored, runs_of, spec_of)
 
 EVERY10 = spec_of({"every_s": 10}, "fire_all", grace_s=5, max_catchup=3)
 
