@@ -279,11 +279,6 @@ def cmd_worker(args) -> int:
 
 
 # ---------------------------------------------------------------------------- client
-#: socket timeout of one attempt: above the node's propose timeout, and long enough for a batch
-#: of thousands of jobs (client.Client.put_jobs)
-_ATTEMPT_TIMEOUT_S = 30.0
-
-
 def _token(a) -> str | None:
     token = a.token or os.environ.get("RAFTSCHED_TOKEN")
     if not token and os.path.exists(".raftsched/token"):
@@ -371,9 +366,10 @@ def _sync(a, c: Client) -> int:
 def _with_client(a) -> int:
     """Run a client subcommand: a Client over every node of --url (comma-separated), which it
     fails over between."""
+    from .node import limits as node_limits  # here: `raftsched worker` loads no node module
     urls = [u.strip() for u in a.url.split(",") if u.strip()]
     try:
-        c = Client(urls, token=_token(a), timeout_s=_ATTEMPT_TIMEOUT_S, deadline_s=a.deadline_s,
+        c = Client(urls, token=_token(a), timeout_s=node_limits.cli_attempt_timeout_s, deadline_s=a.deadline_s,
                    ca_file=a.ca_file or None, cert_file=a.client_cert or None, key_file=a.client_key or None)
     except ValueError as e:
         print(f"raftsched: --url: {e}", file=sys.stderr)

@@ -12,8 +12,8 @@ registered, and the registration failed (docs/benchmarks.md, "What bounds 1M job
 
 Four measures, each used by one caller:
 
-- ``set_young_threshold()`` (the node, at start): young collections less often
-  (``GC_GEN0_THRESHOLD``).
+- ``set_young_threshold(gen0)`` (the node, at start): young collections less often
+  (node/limits.py ``gc_gen0_threshold``).
 - ``paused()`` (replication, around encoding a snapshot and around restoring one): no
   collection while millions of containers are built at once.
 - ``freeze_restored()`` (replication, after a restore, before the collector runs again):
@@ -29,6 +29,10 @@ Four measures, each used by one caller:
   long-lived state, and the next full collection walks only what was allocated since;
 - when the replica's jobs grew by ``freeze_growth_jobs`` since the last freeze: before a full
   collection would have to walk them.
+
+The numbers (the thresholds, how often the node polls) are the node's, in node/limits.py
+(``gc_*``, with why each is what it is); the node passes them in. This module holds none, so the
+replication layer, which uses ``paused`` and ``freeze_restored``, does not import the node.
 
 A restore freezes what it made itself (``freeze_restored``); there a replaced job map only moves
 the base the growth is counted from.
@@ -55,18 +59,7 @@ log = logging.getLogger(__name__)
 # Young collections
 # ---------------------------------------------------------------------------------------------
 
-#: gen0 threshold of the garbage collector: allocations between young collections. CPython's
-#: default is 700; one 400-entry fire command allocates thousands of containers, and with the
-#: default, young collections cost as much as planning the fire itself (scripts/profile_fire.py:
-#: planning 23 -> 5 us a slot at 20 000). gen1/gen2 stay at their defaults, and CPython runs a
-#: full collection only when a quarter of the long-lived objects are new. That is still too often
-#: for a large state (a full walk of 1M jobs holds the GIL ~1.2 s): ``GcPauses`` freezes the
-#: long-lived state as it grows, not on a timer (a periodic gc.freeze, tried earlier, leaks any
-#: cyclic garbage alive at each freeze, and the node runs for months).
-GC_GEN0_THRESHOLD = 20_000
-
-
-def set_young_threshold(gen0: int = GC_GEN0_THRESHOLD) -> None:
+def set_young_threshold(gen0: int) -> None:
     """Set the collector's gen0 threshold to ``gen0``, keeping gen1 and gen2 as they are."""
     _, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(gen0, gen1, gen2)
@@ -107,14 +100,6 @@ def freeze_restored() -> None:
 # Freezing as the state grows
 # ---------------------------------------------------------------------------------------------
 
-#: A full collection at least this long is followed by a freeze of its survivors.
-FREEZE_PAUSE_S = 0.05
-#: Jobs added to the replica since the last freeze after which the next poll freezes.
-FREEZE_GROWTH_JOBS = 50_000
-#: Collections at least this long are logged as warnings.
-LOG_PAUSE_S = 0.2
-
-
 class GcPauses:
     """Times every collection (``gc.callbacks``) and freezes as described in the module doc.
 
@@ -123,8 +108,8 @@ class GcPauses:
     any thread (the one that allocated when a collection fell due).
     """
 
-    def __init__(self, jobs: Callable[[], dict], *, freeze_pause_s: float = FREEZE_PAUSE_S,
-                 freeze_growth_jobs: int = FREEZE_GROWTH_JOBS, log_pause_s: float = LOG_PAUSE_S,
+    def __init__(self, jobs: Callable[[], dict], *, freeze_pause_s: float, freeze_growth_jobs: int,
+                 log_pause_s: float,
                  clock: Callable[[], float] = time.perf_counter,
                  freeze: Callable[[], None] = gc.freeze) -> None:
         self._jobs = jobs
@@ -195,11 +180,7 @@ class GcPauses:
         return True
 
 
-#: How often the node checks whether to freeze its long-lived objects.
-GC_POLL_S = 1.0
-
-
-async def poll_forever(gc_pauses: GcPauses, period_s: float = GC_POLL_S) -> None:
+async def poll_forever(gc_pauses: GcPauses, period_s: float) -> None:
     """Let ``gc_pauses`` freeze the long-lived state when it asks to, every ``period_s``, until
     cancelled (the node runs it as one of its loops)."""
     while True:

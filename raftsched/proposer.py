@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 
-from .core import commands, limits, queries
+from .core import commands, queries
 from .core.errors import RaftschedError
+from .worker import limits as worker_limits
 
 log = logging.getLogger("raftsched.proposer")
 
@@ -21,7 +22,7 @@ class Proposer:
     """:param raft: the replication layer (``propose(data, timeout_s)``, ``read(fn, *args)``).
     :param timeout_s: how long a proposal may wait for its result before it is Indeterminate."""
 
-    def __init__(self, raft, timeout_s: float = limits.propose_timeout_s_default) -> None:
+    def __init__(self, raft, timeout_s: float = worker_limits.propose_timeout_s_default) -> None:
         self.raft = raft
         self.timeout_s = timeout_s
 

@@ -207,3 +207,26 @@ def snapshot_v1_obj(state: SchedulerState) -> dict:
 
 def pack(obj: dict) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
+
+
+def refused(state: SchedulerState, cmd, code: str) -> dict:
+    """Apply a command (or its bytes) that must be refused with ``code`` and must change nothing
+    (compared as snapshots, minus what every command changes by design: the ``applied`` counter,
+    and the state's time, which a command's ``now`` moves forward, I6). Returns the refusal."""
+    before = snap_obj(state, drop=("applied", "now_ms"))
+    data = cmd if isinstance(cmd, (bytes, bytearray)) else commands.encode(cmd)
+    res = state.apply_bytes(data)
+    assert res["ok"] is False, res
+    assert res["error"]["code"] == code, res
+    assert snap_obj(state, drop=("applied", "now_ms")) == before, "a refused command changed the state"
+    return res
+
+
+def counters(state: SchedulerState) -> dict:
+    """The indexes apply keeps beside the runs (queue depths, running leases, the dead-letter
+    queues), as a replica restored from a snapshot rebuilds them from the runs alone: a handler
+    that changes a run's state without its index shows here (compare with ``restored``)."""
+    return {"depth": {q: n for q, n in state._queue_depth.items() if n},
+            "running": {q: n for q, n in state._running_count.items() if n},
+            "running_ids": set(state._running_ids),
+            "dead": {q: list(d) for q, d in state._dead.items() if d}}

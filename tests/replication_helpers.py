@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import threading
 import time
 
@@ -16,6 +15,7 @@ import msgpack
 
 from raftsched.core.errors import RaftschedError, Unavailable
 from raftsched.replication import RaftNode
+from raftsched.testing.procs import free_port, free_ports  # noqa: F401  (free_port: re-exported to the replication tests)
 
 SECRET = "test-cluster-secret"
 #: Small compaction threshold so a few dozen commands force a full dump (and its restore path).
@@ -81,12 +81,6 @@ def incr(key: str = "k") -> bytes:
     return msgpack.packb({"op": "incr", "key": key})
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def wait_until(cond, timeout_s: float = 10.0, what: str = "condition"):
     deadline = time.monotonic() + timeout_s
     while True:
@@ -116,7 +110,7 @@ class Cluster:
 compared through ``RaftNode.read``."""
 
     def __init__(self, tmp_path, addrs=None, conf_overrides=None, dial_maps=None):
-        self.addrs = addrs or [f"127.0.0.1:{free_port()}" for _ in range(3)]
+        self.addrs = addrs or [f"127.0.0.1:{p}" for p in free_ports(3)]
         self.dirs = {a: str(tmp_path / f"node{i}") for i, a in enumerate(self.addrs)}
         self.conf_overrides = conf_overrides
         self.dial_maps = dial_maps or {}

@@ -10,6 +10,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from raftsched.core import commands, limits
+from raftsched.node import limits as node_limits
 from raftsched.core.errors import Indeterminate, Unavailable
 
 from test_api import AUTH, SPEC, Env, err
@@ -243,7 +244,7 @@ def test_a_refusal_from_the_state_is_reported_per_command(monkeypatch):
 
 def test_the_event_loop_is_not_held_for_a_whole_batch(monkeypatch):
     """Validation yields to the loop every batch_validate_step jobs."""
-    monkeypatch.setattr(limits, "batch_validate_step", 50)
+    monkeypatch.setattr(node_limits, "batch_validate_step", 50)
 
     async def t(env, c):
         ticks = 0

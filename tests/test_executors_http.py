@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 
 import aiohttp
 from aiohttp import web
@@ -14,12 +13,7 @@ from aiohttp.test_utils import TestServer
 
 from executor_helpers import PAYLOAD, ctx, run
 from raftsched.worker.executors import OUTPUT_BYTES_MAX, execute
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from raftsched.testing.procs import free_port
 
 
 class Hook:

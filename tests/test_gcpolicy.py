@@ -9,6 +9,7 @@ import pytest
 
 from raftsched import gcpolicy
 from raftsched.gcpolicy import GcPauses
+from raftsched.node import limits as node_limits
 from raftsched.node.metrics import _GcCollector
 
 
@@ -20,7 +21,13 @@ class Clock:
         return self.t
 
 
+#: The node's numbers (node/limits.py), which it passes to GcPauses.
+NODE = {"freeze_pause_s": node_limits.gc_freeze_pause_s, "freeze_growth_jobs": node_limits.gc_freeze_growth_jobs,
+        "log_pause_s": node_limits.gc_log_pause_s}
+
+
 def make(jobs: dict, **kw):
+    kw = {**NODE, **kw}
     box = {"jobs": jobs}
     frozen = []
     clock = Clock()
@@ -75,7 +82,7 @@ def test_a_restored_state_is_not_frozen_again_and_its_size_is_the_new_base():
 
 
 def test_real_collections_are_timed_and_exposed_as_metrics():
-    g = GcPauses(lambda: {}, freeze=lambda: None)
+    g = GcPauses(lambda: {}, freeze=lambda: None, **NODE)
     g.install()
     g.install()  # once only
     try:
@@ -133,8 +140,8 @@ def test_paused_switches_the_collector_off_and_back_on_only_if_it_was_on():
 def test_the_young_threshold_is_set_and_the_older_ones_kept():
     before = gc.get_threshold()
     try:
-        gcpolicy.set_young_threshold()
-        assert gc.get_threshold() == (gcpolicy.GC_GEN0_THRESHOLD, before[1], before[2])
+        gcpolicy.set_young_threshold(node_limits.gc_gen0_threshold)
+        assert gc.get_threshold() == (node_limits.gc_gen0_threshold, before[1], before[2])
         gcpolicy.set_young_threshold(1234)
         assert gc.get_threshold() == (1234, before[1], before[2])
     finally:

@@ -8,7 +8,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("walk", ROOT / "scripts" / "misfire_walkthrough.py")
+    spec = importlib.util.spec_from_file_location("walk", ROOT / "scripts" / "measure" / "misfire_walkthrough.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -17,7 +17,7 @@ def load():
 def test_doc_matches_generator():
     text = load().render()
     assert (ROOT / "docs" / "misfire.md").read_text() == text, \
-        "docs/misfire.md is stale: run .venv/bin/python scripts/misfire_walkthrough.py > docs/misfire.md"
+        "docs/misfire.md is stale: run .venv/bin/python scripts/measure misfire-walkthrough > docs/misfire.md"
 
 
 def test_walkthrough_numbers():

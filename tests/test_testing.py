@@ -16,7 +16,7 @@ import pytest
 
 from raftsched.testing import cluster as tc
 from raftsched.testing.cluster import LocalCluster, NodeSpec, agreed_leader
-from raftsched.testing.procs import Procs, WaitTimeout, free_ports, wait_for
+from raftsched.testing.procs import Procs, WaitTimeout, free_port, free_ports, wait_for
 
 MEMBERS = ["127.0.0.1:9701", "127.0.0.1:9702", "127.0.0.1:9703"]
 
@@ -41,6 +41,12 @@ def test_free_ports_are_distinct_and_bindable():
     finally:
         for s in socks:
             s.close()
+
+
+def test_free_port_is_bindable():
+    p = free_port()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", p))
 
 
 # ------------------------------------------------------------------------------------ wait_for

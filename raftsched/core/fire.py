@@ -354,7 +354,7 @@ def trim(s, hist: list[str], bound: int, full: bool = False) -> None:
     entries behind it means scanning the history, so that scan runs only on every
     ``TRIM_SCAN_SLACK``-th entry past the bound (or when ``full``): behind such an entry,
     finished entries over the bound wait for at most that many more adds. (Scanning on every
-    fire cost 30 % of a follower's time with 50 queued runs a job: scripts/profile_fire.py.)
+    fire cost 30 % of a follower's time with 50 queued runs a job: scripts/measure profile-fire.)
     The rule reads only replicated state, so every replica trims the same entries."""
     excess = len(hist) - bound
     runs = s.runs

@@ -1,4 +1,14 @@
-"""Every bound in raftsched, in one place.
+"""The bounds of the replicated state: what the state may hold, what a command may carry, and the
+defaults a spec gets.
+
+The rule for what is here: a bound that a replica's apply, or the core's pure functions whose
+result is proposed (validation, planning), reads. These values are part of the replicas'
+contract: changing one changes what apply accepts or what it does, so every replica of a cluster
+must agree on it (a change ships as one version of the code, and must keep the entries already in
+the log and the snapshots valid). A bound of one process (a timeout, a buffer, a pipeline, a
+page, an executor's bound, the trigger's tick) is not here but in ``node/limits.py``, which reads
+these where it means the same thing. One exception, marked where it stands: the two bounds of
+``POST /v1/jobs:batch``, which clients read too and a client does not import the node.
 
 Each constant says what it bounds. Relations between them are asserted at import, so a change
 that breaks one fails at once rather than in production (TigerBeetle's constants.zig).
@@ -82,21 +92,12 @@ fire_ahead_ms = 1000
 #: Distinct spec parts (schedule, misfire, retry, overlap, payload) a replica keeps one shared
 #: copy of (records.share_spec); past this, new distinct parts are simply not shared.
 shared_spec_parts_max = 100_000
-#: The leader plans jobs that fire ahead in batches of this many milliseconds of slots: 10 000
-#: jobs staggered over the second made a tick (and a fire command of ~20 entries) every 2 ms,
-#: whose fixed costs halved the slots committed per second.
-fire_ahead_batch_ms = 100
 #: A job that fires ahead, once taken up (at most fire_ahead_ms before its next slot), has its
 #: slots of this many more milliseconds planned in the same entry. An every_s: 1 job is then
 #: planned every 2 s with two slots, not every second with one: per job planned, the leader plans,
 #: encodes and replicates an entry and every replica checks it, looks the job up and moves its
-#: cursor, about half of what a one-slot entry costs (scripts/profile_apply.py, AHEAD).
+#: cursor, about half of what a one-slot entry costs (scripts/measure profile-apply, AHEAD).
 fire_ahead_span_ms = 1000
-#: Fire commands the leader keeps proposed and unanswered at once. A pipeline, so planning and
-#: replication overlap, but a bounded one: every replica applies all newly committed entries in
-#: one pysyncobj tick, and an unbounded burst (25 commands for a 10 000-job storm) held each
-#: follower's tick thread for long enough to look like a dead leader.
-fire_commands_in_flight_max = 4
 #: Slots the proposer enumerates for one job in one fire (beyond that, slots are counted as a
 #: recorded range, not listed one by one).
 fire_slots_enumerated_max = max_catchup_max + 1
@@ -134,17 +135,12 @@ interned_str_chars_max = 64
 error_chars_max = 2048
 output_bytes_max = 4096
 
-# Trigger and replication -------------------------------------------------------------------
-trigger_interval_ms = 50
-propose_timeout_s_default = 5.0
-
 assert command_bytes_max < 40 * 1024
 assert fire_slots_enumerated_max > max_catchup_max
 assert job_spec_bytes_max + 1024 < command_bytes_max
 assert payload_bytes_max < job_spec_bytes_max
 assert max_catchup_default <= max_catchup_max
 assert history_per_job_default <= history_per_job_max
-assert grace_s_default * 1000 > 2 * trigger_interval_ms
 
 # Execution: leases, retries, dead letters, locks ---------------------------------------------
 #: Runs one acquire may hand out (a worker asks for at most its free run slots).
@@ -153,7 +149,6 @@ acquire_runs_max = 100
 acquire_scan_max = 2_000
 lease_ttl_ms_min = 1_000
 lease_ttl_ms_max = 600_000
-lease_ttl_ms_default = 10_000
 #: Leases one heartbeat may carry (a worker holds at most its run slots, <= worker_slots_max).
 #: An item is a run id (job name <= 128 chars + "@" + ms) and a token: <= ~160 bytes encoded.
 heartbeat_leases_max = 150
@@ -185,7 +180,6 @@ tenant_burst_max = 1_000_000
 assert acquire_runs_max <= heartbeat_leases_max
 assert worker_slots_max <= heartbeat_leases_max
 assert heartbeat_leases_max * 160 < command_bytes_max and expire_items_max * 160 < command_bytes_max
-assert lease_ttl_ms_default >= 4 * trigger_interval_ms
 assert attempts_kept_max >= 100  # every attempt of the largest max_attempts is kept
 assert round(tenant_rate_per_s_min * 1000) >= 1  # the smallest rate is not stored as zero
 
@@ -195,18 +189,19 @@ assert round(tenant_rate_per_s_min * 1000) >= 1  # the smallest rate is not stor
 cron_slots_counted_max = 10_000
 
 # Bulk registration (POST /v1/jobs:batch, the put_jobs command) ------------------------------
-#: Jobs in one POST /v1/jobs:batch request. The node validates them all before proposing any,
-#: on its event loop (yielding every batch_validate_step jobs), so this bounds that work.
-batch_jobs_max = 10_000
-#: Largest POST /v1/jobs:batch body (other requests keep the API's 64 KiB).
-batch_request_bytes_max = 16 * 1024 * 1024
-#: Jobs validated between two yields to the event loop.
-batch_validate_step = 256
 #: Items in one put_jobs command. The command size (command_bytes_max) binds first: an item
 #: is at least ~150 bytes encoded, so a command holds at most ~220.
 put_jobs_items_max = 500
-#: put_jobs commands of one request in flight at once (pipelined through Raft).
-put_jobs_in_flight_max = 8
+#: The exception to this file's rule: bounds of one POST /v1/jobs:batch request, which apply
+#: never reads (it reads put_jobs_items_max). They are here because clients read them too (the
+#: client, the CLI and the SDK split a large import into requests of batch_jobs_max) and a
+#: client does not import the node; the node's handling of a batch is bounded in node/limits.py.
+#: Jobs in one POST /v1/jobs:batch request. The node validates them all before proposing any,
+#: on its event loop (yielding every node/limits.py batch_validate_step jobs), so this bounds
+#: that work.
+batch_jobs_max = 10_000
+#: Largest POST /v1/jobs:batch body (other requests keep the API's 64 KiB).
+batch_request_bytes_max = 16 * 1024 * 1024
 
 assert batch_jobs_max * 160 < batch_request_bytes_max
 assert put_jobs_items_max * 100 > command_bytes_max  # an item is >= ~150 bytes: bytes bind first

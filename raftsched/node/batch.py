@@ -22,13 +22,10 @@ import msgpack
 
 from ..core import commands, limits, model, schedule
 from ..core.errors import BadRequest, InvalidSpec, RaftschedError, Unavailable
+from . import limits as node_limits
 
-#: put_jobs envelope (v, op, now, rid, the jobs key, the list header): bytes kept free in a command.
-_PUT_JOBS_ENVELOPE_BYTES = 256
 #: Stands for a time while sizing a put_jobs item: encodes as long as any time can (9 bytes).
 _TIME_WIDEST = 2**63 - 1
-#: Invalid jobs listed in the error of a refused batch.
-_ERRORS_LISTED_MAX = 100
 
 
 def parse_body(body) -> tuple[dict, bool]:
@@ -52,8 +49,8 @@ def parse_body(body) -> tuple[dict, bool]:
 async def validate_all(jobs_raw: dict, now_ms: int | None = None) -> dict[str, dict]:
     """Every job's spec (model.validate_job, at the proposer's ``now_ms``), yielding to the event loop every
     batch_validate_step jobs. :raises InvalidSpec: naming the first invalid job and listing up
-    to _ERRORS_LISTED_MAX of them."""
-    step = limits.batch_validate_step
+    to node_limits.batch_errors_listed_max of them."""
+    step = node_limits.batch_validate_step
     specs: dict[str, dict] = {}
     invalid: list[dict] = []
     for k, (name, raw) in enumerate(jobs_raw.items()):
@@ -66,7 +63,7 @@ async def validate_all(jobs_raw: dict, now_ms: int | None = None) -> dict[str, d
     if invalid:
         first = invalid[0]
         raise InvalidSpec(f"job {first['job']!r}: {first['message']}", field=first["field"], job=first["job"],
-                          invalid=len(invalid), errors=invalid[:_ERRORS_LISTED_MAX])
+                          invalid=len(invalid), errors=invalid[:node_limits.batch_errors_listed_max])
     return specs
 
 
@@ -74,10 +71,10 @@ async def cut(specs: dict[str, dict], create_only: bool, key: str, now: int,
               position: Callable[[str, dict], tuple[int, int, int | None]]) -> tuple[list[list[dict]], list[bytes]]:
     """The put_jobs commands for ``specs``: their items (``chunks``) and their encodings.
     ``position(name, schedule)`` gives each job's ``(cursor, anchor, next)``."""
-    step = limits.batch_validate_step
+    step = node_limits.batch_validate_step
     chunks: list[list[dict]] = []  # put_jobs items
     hashes: list = []
-    budget = limits.command_bytes_max - _PUT_JOBS_ENVELOPE_BYTES
+    budget = limits.command_bytes_max - node_limits.put_jobs_envelope_bytes
     cur: list[dict] = []
     cur_bytes = 0
     h = None

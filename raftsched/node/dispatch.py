@@ -34,7 +34,7 @@ from typing import Awaitable, Callable
 
 from ..aio import wait_event
 from ..clock import Clock
-from ..core import commands, limits, queries
+from ..core import commands, queries
 from ..core.errors import RaftschedError, Unavailable
 from . import limits as node_limits
 
@@ -150,7 +150,7 @@ class Dispatcher:
         try:
             got = await wait_event(req.done, wait_s)
             if not got and req.in_flight:
-                got = await wait_event(req.done, limits.propose_timeout_s_default + 1)
+                got = await wait_event(req.done, node_limits.propose_timeout_s_default + 1)
         except asyncio.CancelledError:
             self._abandon(req)
             raise

@@ -75,7 +75,7 @@ def _short(b: dict, name: str) -> str | None:
 
 
 def _ttl(b: dict) -> int:
-    return _int_field(b, "ttl_ms", limits.lease_ttl_ms_min, limits.lease_ttl_ms_max, limits.lease_ttl_ms_default)
+    return _int_field(b, "ttl_ms", limits.lease_ttl_ms_min, limits.lease_ttl_ms_max, node_limits.lease_ttl_ms_default)
 
 
 def _leases(b: dict) -> list[list]:
@@ -158,7 +158,7 @@ class Fleet:
     """
 
     def __init__(self, raft, clock: Clock, node_id: str, *, embedded_id: str | None = None,
-                 propose_timeout_s: float = limits.propose_timeout_s_default,
+                 propose_timeout_s: float = node_limits.propose_timeout_s_default,
                  seen_interval_s: float | None = None) -> None:
         self.raft = raft
         self.clock = clock

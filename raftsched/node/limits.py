@@ -1,16 +1,38 @@
-"""Every bound of the node's own work, in one place: what one node does outside the replicated state.
+"""The bounds of one process: what a node or the command line does outside the
+replicated state.
 
-The bounds of the replicated state and of what a command may carry are ``core/limits.py``; a node
-uses those where it means the same thing (an executor keeps ``output_bytes_max`` bytes of a
-run's output because the state keeps that much). Each constant here says what it bounds, units
-go last in names, and relations with the core's bounds are asserted at import.
+The rule for what is here: a bound that no replica's apply reads, so one process may run with
+another value than its peers without the replicas disagreeing: timeouts, poll intervals,
+pipelines (commands in flight), buffers, pages of the API, the trigger's tick, executors'
+bounds, the garbage collector's policy. Changing one changes how this process behaves, never
+what the state accepts. The bounds of the replicated state (what it may hold, what a command may
+carry: every replica must agree on those) are ``core/limits.py``; a process uses those where it
+means the same thing (an executor keeps ``output_bytes_max`` bytes of a run's output because the
+state keeps that much).
+
+Each constant here says what it bounds, units go last in names, and relations with the core's
+bounds are asserted at import.
 """
 from ..core import limits as core
 
+# Proposals, and what a worker process bounds ----------------------------------------------------
 # The executors' and the lease loop's bounds (one worker process, a node's embedded one too) are
-# worker/limits.py's.
+# worker/limits.py's: the worker imports no node module. The two a node reads too are named here
+# from there, one value each.
+from ..worker.limits import lease_ttl_ms_default, propose_timeout_s_default  # noqa: E402,F401
 
 # Trigger ------------------------------------------------------------------------------------
+#: The leader's trigger looks for due jobs this often.
+trigger_interval_ms = 50
+#: The leader plans jobs that fire ahead in batches of this many milliseconds of slots: 10 000
+#: jobs staggered over the second made a tick (and a fire command of ~20 entries) every 2 ms,
+#: whose fixed costs halved the slots committed per second.
+fire_ahead_batch_ms = 100
+#: Fire commands the leader keeps proposed and unanswered at once. A pipeline, so planning and
+#: replication overlap, but a bounded one: every replica applies all newly committed entries in
+#: one pysyncobj tick, and an unbounded burst (25 commands for a 10 000-job storm) held each
+#: follower's tick thread for long enough to look like a dead leader.
+fire_commands_in_flight_max = 4
 #: Bytes of entries per fire command; the envelope and msgpack framing fit in the rest.
 fire_entry_bytes_max = core.command_bytes_max - 2048
 #: Jobs planned per tick; the rest wait for the next tick (keeps one tick bounded).
@@ -25,7 +47,7 @@ leader_wait_s = 0.5
 #: get the loop even when slots are due back to back.
 tick_sleep_s_min = 0.002
 
-# The worker fleet (node/dispatch.py, node/fleet.py) ---------------------------------------
+# The worker fleet (node/dispatch.py, node/fleet.py) --------------------------
 #: How often a node reports, in one workers_seen, the workers that contacted it (and those whose
 #: lease requests wait at it): a thousand idle long-polling workers cost a few small commands
 #: every interval, not a heartbeat each. Well inside core worker_gone_ms (asserted below).
@@ -69,10 +91,24 @@ request_bytes_max = 64 * 1024
 jobs_page_max = 1000
 #: Runs per answer of ``GET /v1/runs`` and dead runs per answer of ``GET /v1/dlq`` (``limit``).
 runs_page_max = 10_000
+#: A bulk registration (``POST /v1/jobs:batch``, node/batch.py; its size is bounded by core
+#: batch_jobs_max and batch_request_bytes_max): jobs validated between two yields to the event
+#: loop,
+batch_validate_step = 256
+#: put_jobs commands of one request in flight at once (pipelined through Raft),
+put_jobs_in_flight_max = 8
+#: bytes kept free in a put_jobs command for its envelope (v, op, now, rid, the jobs key, the
+#: list header),
+put_jobs_envelope_bytes = 256
+#: and invalid jobs listed in the error of a refused batch.
+batch_errors_listed_max = 100
 
 assert fire_entry_bytes_max > 0
 assert jobs_per_tick_max >= core.fire_entries_max
 assert request_bytes_max >= core.job_spec_bytes_max and request_bytes_max <= core.batch_request_bytes_max
+assert core.grace_s_default * 1000 > 2 * trigger_interval_ms
+assert lease_ttl_ms_default >= 4 * trigger_interval_ms
+assert 0 < put_jobs_envelope_bytes < core.command_bytes_max
 
 # Backfills and bulk DLQ operations (node/backfills.py) -------------------------------------
 #: How often the leader's stepper looks at the active backfills: a rate is kept to this
@@ -104,3 +140,29 @@ audit_files_kept = 4
 audit_field_chars_max = 256
 
 assert auth_failures_burst >= 1 and auth_failures_per_s > 0
+
+# The command line (cli.py) ------------------------------------------------------------------
+#: Socket timeout of one attempt of a command-line request: above the node's propose timeout,
+#: and long enough for a batch of thousands of jobs (client.Client.put_jobs).
+cli_attempt_timeout_s = 30.0
+
+assert cli_attempt_timeout_s > propose_timeout_s_default
+
+# The garbage collector (gcpolicy.py, which takes these from the node) -------------------------
+#: gen0 threshold of the garbage collector: allocations between young collections. CPython's
+#: default is 700; one 400-entry fire command allocates thousands of containers, and with the
+#: default, young collections cost as much as planning the fire itself (scripts/measure profile-fire:
+#: planning 23 -> 5 us a slot at 20 000). gen1/gen2 stay at their defaults, and
+#: CPython runs a full collection only when a quarter of the long-lived objects are new. That is
+#: still too often for a large state (a full walk of 1M jobs holds the GIL ~1.2 s): ``GcPauses``
+#: freezes the long-lived state as it grows, not on a timer (a periodic gc.freeze, tried earlier,
+#: leaks any cyclic garbage alive at each freeze, and the node runs for months).
+gc_gen0_threshold = 20_000
+#: A full collection at least this long is followed by a freeze of its survivors.
+gc_freeze_pause_s = 0.05
+#: Jobs added to the replica since the last freeze after which the next poll freezes.
+gc_freeze_growth_jobs = 50_000
+#: Collections at least this long are logged as warnings.
+gc_log_pause_s = 0.2
+#: How often the node checks whether to freeze its long-lived objects.
+gc_poll_s = 1.0

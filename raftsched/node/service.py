@@ -17,6 +17,7 @@ from ..core.errors import InvalidSpec, NotFound, BadRequest
 from ..core.model import check_name
 from . import batch
 from ..proposer import Proposer
+from . import limits as node_limits
 from .redact import PROCESS_DEFAULT, Fingerprint, restore_redacted
 from .views import job_view, lock_view, run_view, tenant_view
 
@@ -35,7 +36,7 @@ class Service:
     """
 
     def __init__(self, raft, clock: Clock, node_id: str,
-                 propose_timeout_s: float = limits.propose_timeout_s_default,
+                 propose_timeout_s: float = node_limits.propose_timeout_s_default,
                  fingerprint: Fingerprint = PROCESS_DEFAULT) -> None:
         self.raft = raft
         self.clock = clock
@@ -134,7 +135,7 @@ class Service:
         chunks, datas = await batch.cut(specs, create_only, key, now,
                                         lambda name, sched: self._position(name, sched, now, memo))
 
-        window = asyncio.Semaphore(limits.put_jobs_in_flight_max)
+        window = asyncio.Semaphore(node_limits.put_jobs_in_flight_max)
 
         async def one(data: bytes) -> dict:
             async with window:

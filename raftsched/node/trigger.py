@@ -46,7 +46,7 @@ class Trigger:
     """
 
     def __init__(self, raft, clock: Clock, node_id: str,
-                 interval_ms: int = limits.trigger_interval_ms, fire_log_path: str | None = None) -> None:
+                 interval_ms: int = node_limits.trigger_interval_ms, fire_log_path: str | None = None) -> None:
         """:param fire_log_path: benchmarks only: a file to which the leading trigger appends one
             JSON line per committed fire command, ``{"c": commit_ms, "p": plan_ms, "s": [slot_ms
             of each run]}`` (scripts/bench.py; ``NodeConfig.fire_log_path``)."""
@@ -67,7 +67,7 @@ class Trigger:
         #: (kind, id, token, renewals) -> this leader's monotonic time when it first saw it
         self._lease_seen: dict[tuple, float] = {}
         #: fire commands proposed and not yet answered: a bounded pipeline (see limits)
-        self._window = asyncio.Semaphore(limits.fire_commands_in_flight_max)
+        self._window = asyncio.Semaphore(node_limits.fire_commands_in_flight_max)
         # The fire log (benchmarks) is flushed at most every fire_log_flush_s while firing, and
         # before the trigger idles: a write and a flush per fire command cost a leader at 30k
         # slots/s ~4 % of its time (py-spy). Readers take complete lines only.
@@ -113,7 +113,7 @@ class Trigger:
 
     async def _lead(self) -> None:
         log.info("trigger: became leader; barrier then takeover")
-        await self.raft.barrier(timeout_s=limits.propose_timeout_s_default)
+        await self.raft.barrier(timeout_s=node_limits.propose_timeout_s_default)
         await self.proposer.propose(commands.takeover(self.clock.now_ms(), node=self.node_id))
         self.take_due_index()
         self._lease_seen = {}  # a new term starts every lease's TTL afresh (I15)
@@ -126,7 +126,7 @@ class Trigger:
                 # planned: each tick then plans ~fire_ahead_batch_ms of slots in full commands
                 # (staggered slots would otherwise make a tick, and a tiny command, every 2 ms),
                 # and they still commit up to fire_ahead_ms - fire_ahead_batch_ms ahead.
-                nxt = self.raft.read(due.next_due_ms, max(0, self.fire_ahead_ms - limits.fire_ahead_batch_ms))
+                nxt = self.raft.read(due.next_due_ms, max(0, self.fire_ahead_ms - node_limits.fire_ahead_batch_ms))
                 now = self.clock.now_ms()
                 delay = self.interval_s if nxt is None else min(self.interval_s, max(0.0, (nxt - now) / 1000))
                 if delay >= node_limits.fire_log_flush_s:

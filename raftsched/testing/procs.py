@@ -58,6 +58,15 @@ def free_ports(n: int, host: str = HOST) -> list[int]:
     return ports
 
 
+def free_port(host: str = HOST) -> int:
+    """One free port on ``host``: ``free_ports(1, host)[0]``. Several ports of one setup come from
+    one :func:`free_ports` call instead, so they cannot collide with each other.
+
+    :param host: the address to bind (loopback by default).
+    """
+    return free_ports(1, host)[0]
+
+
 def wait_for(cond: Callable[[], T], timeout_s: float, what: str, interval_s: float = 0.05) -> T:
     """Poll ``cond`` until it returns a truthy value, and return that value.
 

@@ -9,6 +9,22 @@ go last in names, and relations with the core's bounds are asserted at import.
 """
 from ..core import limits as core
 
+# Proposals ----------------------------------------------------------------------------------
+#: How long a proposal waits for its command to be applied, unless the caller says otherwise
+#: (raftsched/proposer.py: the embedded worker's commands, and the node's, which names this value
+#: in node/limits.py).
+propose_timeout_s_default = 5.0
+#: The lease TTL a worker asks for unless told otherwise (core lease_ttl_ms_min..max bound what
+#: an acquire may carry).
+lease_ttl_ms_default = 10_000
+#: Weight of the newest sample in a worker's moving averages of run and acquire times.
+ewma_weight = 0.1
+#: The shortest secret value masked out of a run's output (worker/masking.py): a shorter one
+#: would mask every occurrence of a common string.
+mask_chars_min = 4
+
+assert core.lease_ttl_ms_min <= lease_ttl_ms_default <= core.lease_ttl_ms_max
+
 # Executors ----------------------------------------------------------------------------------
 #: Characters of an executor's error reason ("exit status 3", "ValueError: ..."): one short
 #: line, the detail is in the output. Below the core's attempt_error_chars_max, so an attempt's
@@ -98,7 +114,7 @@ lease_wait_s_max = 60.0
 lease_wait_s_default = 20.0
 #: A lease request's HTTP timeout is its wait_s plus this (the node answers at wait_s at the
 #: latest, then the acquire in flight for it, at most a propose timeout).
-lease_request_slack_s = core.propose_timeout_s_default + 5.0
+lease_request_slack_s = propose_timeout_s_default + 5.0
 #: One completion or release request's timeout, and how long a worker keeps retrying a release.
 worker_request_timeout_s = 10.0
 release_deadline_s = 15.0

@@ -72,8 +72,6 @@ from .executors import ALL_TYPES, CancelEvent, Outcome, RunContext, execute, exe
 
 log = logging.getLogger("raftsched.worker")
 
-#: weight of the newest sample in the moving averages of run and acquire times.
-_EWMA = 0.1
 #: the version a worker reports of itself in its hello
 VERSION = "0.1.0"
 
@@ -170,7 +168,7 @@ class LeaseLoop:
     """
 
     def __init__(self, channel: Channel, clock: Clock, *, slots: int = 4, allowed_types=ALL_TYPES,
-                 lease_ttl_ms: int = limits.lease_ttl_ms_default,
+                 lease_ttl_ms: int = worker_limits.lease_ttl_ms_default,
                  poll_interval_s: float = worker_limits.worker_poll_s_default,
                  kill_grace_s: float = worker_limits.kill_grace_s_default,
                  executor_lookup: ExecutorLookup | None = None) -> None:
@@ -436,7 +434,7 @@ class LeaseLoop:
             self._idle = False
             self._acquire_after = 0.0
             rtt = self.clock.monotonic_s() - sent
-            self._acquire_rtt_s = rtt if self._acquire_rtt_s is None else self._acquire_rtt_s + _EWMA * (rtt - self._acquire_rtt_s)
+            self._acquire_rtt_s = rtt if self._acquire_rtt_s is None else self._acquire_rtt_s + worker_limits.ewma_weight * (rtt - self._acquire_rtt_s)
             # A fresh lease counts as a heartbeat that succeeded when it was asked for.
             self._last_hb_ok = max(self._last_hb_ok, sent)
             back = []
@@ -610,7 +608,7 @@ class LeaseLoop:
         lease survived after all. The lease stays held (and heartbeated) until the report is
         answered. A run killed by a drain is given back instead (``drain``)."""
         now = self.clock.monotonic_s()
-        self._exec_s = now - t0 if self._exec_s is None else self._exec_s + _EWMA * (now - t0 - self._exec_s)
+        self._exec_s = now - t0 if self._exec_s is None else self._exec_s + worker_limits.ewma_weight * (now - t0 - self._exec_s)
         if h.giving_back:
             self._free_slot(h, out.linger)
             return
@@ -795,7 +793,7 @@ class Worker(LeaseLoop):
 
     def __init__(self, raft, clock: Clock, node_id: str, *, slots: int = 4,
                  queues: list[str] | None = None, allowed_types=ALL_TYPES,
-                 lease_ttl_ms: int = limits.lease_ttl_ms_default, execute_on_leader: bool = False,
+                 lease_ttl_ms: int = worker_limits.lease_ttl_ms_default, execute_on_leader: bool = False,
                  single_node: bool = False, poll_interval_s: float = worker_limits.worker_poll_s_default,
                  kill_grace_s: float = worker_limits.kill_grace_s_default, labels: dict | None = None) -> None:
         queues = sorted(set(queues)) if queues else None

@@ -9,8 +9,7 @@ node/redact.py.
 """
 from __future__ import annotations
 
-#: Shortest value masked in a run's output: shorter ones would mask common words.
-MASK_CHARS_MIN = 4
+from . import limits as worker_limits
 
 
 def secret_values(executor: dict | None, secrets: dict | None) -> list[str]:
@@ -19,7 +18,7 @@ def secret_values(executor: dict | None, secrets: dict | None) -> list[str]:
     vals = set()
     for m in ((executor or {}).get("headers"), (executor or {}).get("env"), secrets):
         if isinstance(m, dict):
-            vals.update(v for v in m.values() if isinstance(v, str) and len(v) >= MASK_CHARS_MIN)
+            vals.update(v for v in m.values() if isinstance(v, str) and len(v) >= worker_limits.mask_chars_min)
     return sorted(vals, key=len, reverse=True)
 
 

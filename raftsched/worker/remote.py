@@ -36,7 +36,6 @@ import zlib
 
 from ..async_client import AsyncClient
 from ..clock import Clock, SystemClock
-from ..core import limits
 from ..core.errors import Indeterminate, RaftschedError, Unavailable
 from . import limits as worker_limits
 from .executors import ALL_TYPES
@@ -65,7 +64,7 @@ class WorkerConfig:
     slots: int = 4
     executors: frozenset = ALL_TYPES
     drain_s: float = worker_limits.drain_s_default
-    lease_ttl_ms: int = limits.lease_ttl_ms_default
+    lease_ttl_ms: int = worker_limits.lease_ttl_ms_default
     wait_s: float = worker_limits.lease_wait_s_default
     #: the seam for ``--app`` (worker/loop.py ExecutorLookup); None: the built-in executors
     executor_lookup: ExecutorLookup | None = None

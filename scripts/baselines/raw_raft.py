@@ -687,7 +687,7 @@ def main(argv=None) -> int:
                     help="how Raft messages are protected: pysyncobj's Fernet from the password (the "
                          "default, as this baseline always ran), raftsched's AES-256-GCM "
                          "(replication/_crypto.py, what RaftNode uses), or nothing "
-                         "(scripts/bench_raft_crypto.py compares them)")
+                         "(scripts/measure bench-raft-crypto compares them)")
     # Hidden: node (child) mode.
     ap.add_argument("--node", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--self-addr", help=argparse.SUPPRESS)

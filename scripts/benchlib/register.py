@@ -1,5 +1,5 @@
 """Registering jobs through the API, the one registrar of the benchmark and of
-scripts/bench_register.py: the bulk endpoint when the nodes have it (probed once per cluster),
+scripts/measure bench-register: the bulk endpoint when the nodes have it (probed once per cluster),
 else PUT per job with CONCURRENCY requests in flight; every request with an Idempotency-Key,
 503 and 504 retried with it."""
 from __future__ import annotations

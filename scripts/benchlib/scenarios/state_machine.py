@@ -39,13 +39,16 @@ def state_machine_child(n: int) -> dict:
     from raftsched.core import commands, limits, model, policy, schedule
     from raftsched.core.state import SchedulerState
     gen0 = None
-    try:  # the node's garbage collector setting (raftsched/gcpolicy.py), when the code has one
-        from raftsched.gcpolicy import GC_GEN0_THRESHOLD as gen0
+    try:  # the node's garbage collector setting (raftsched/node/limits.py), when the code has one
+        from raftsched.node.limits import gc_gen0_threshold as gen0
     except (ImportError, AttributeError):
-        try:  # where older code kept it
-            from raftsched.node.node import GC_GEN0_THRESHOLD as gen0
+        try:  # where older code kept it: raftsched/gcpolicy.py, before that raftsched/node/node.py
+            from raftsched.gcpolicy import GC_GEN0_THRESHOLD as gen0
         except (ImportError, AttributeError):
-            pass
+            try:
+                from raftsched.node.node import GC_GEN0_THRESHOLD as gen0
+            except (ImportError, AttributeError):
+                pass
     if gen0:
         _, g1, g2 = gc.get_threshold()
         gc.set_threshold(gen0, g1, g2)

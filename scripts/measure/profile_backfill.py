@@ -1,27 +1,22 @@
-#!/usr/bin/env python3
 """What a backfill costs: the proposer's count of a range (cron, the API request's wait), the
 stepper's plan of a step (a walk over its replica) and every replica's apply of it.
 
-    .venv/bin/python scripts/profile_backfill.py [--history 1000] [--slots 10000]
+    .venv/bin/python scripts/measure profile-backfill [--history 1000] [--slots 10000]
 
 In process, one core, no network: figures per step and per slot, medians of a few repeats.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+from measure import ROOT, Smoke
 
-from raftsched.core import backfill_plan, commands, limits, schedule  # noqa: E402
-from raftsched.node import backfills  # noqa: E402
-
-from backfill_helpers import finish_runs, next_slots, step_cmd  # noqa: E402
-from core_helpers import MIN, T0, apply, new_state, spec_of, tick  # noqa: E402
+ARGPARSE = True
+SMOKE = [Smoke(("--history", "40", "--slots", "300"), "us a run")]
 
 
 def median_s(fn, repeat: int = 5) -> float:
@@ -33,11 +28,19 @@ def median_s(fn, repeat: int = 5) -> float:
     return statistics.median(out)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str]) -> int:
+    sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+    from raftsched.core import backfill_plan, commands, limits  # noqa: E402
+    from raftsched.node import backfills  # noqa: E402
+
+    from backfill_helpers import finish_runs, next_slots, step_cmd  # noqa: E402
+    from core_helpers import MIN, T0, apply, new_state, spec_of, tick  # noqa: E402
+
+    ap = argparse.ArgumentParser(prog="scripts/measure profile-backfill", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--history", type=int, default=1000, help="the job's history bound (entries it holds)")
     ap.add_argument("--slots", type=int, default=limits.backfill_slots_max, help="slots counted for a range")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
 
     cron = {"cron": "* * * * *", "timezone": "Europe/Berlin"}
     n = a.slots
@@ -82,7 +85,3 @@ def main() -> int:
           f"apply it: {apply_s * 1000:.2f} ms ({apply_s / runs * 1e6:.1f} us a run); "
           f"{len(data)} bytes")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,10 @@
 """Measure the cron choice behind core/schedule.py: how often croniter and raftsched (cronsim on
 local wall times) disagree on random expressions, and what a next slot costs in each.
 
-    .venv/bin/pip install croniter    # not a dependency: only this measurement uses it
-    .venv/bin/python scripts/cron_libraries.py [--n 3000] [--seed 1]
+    .venv/bin/python scripts/measure cron-libraries [--n 3000] [--seed 1]
+
+croniter is in the dev extra for this measurement only (pip install -e '.[dev]'; the runtime does
+not use it); the figures in docs/design.md are of croniter 7.0.0.
 
 Which of the two is right where they disagree is decided by tests/test_cron_differential.py, a
 model written from the dialect's description (Vixie cron): raftsched passes it; croniter 7.0.0
@@ -17,8 +19,10 @@ import sys
 import time
 from datetime import datetime, timezone
 
-sys.path.insert(0, ".")
-from raftsched.core import schedule  # noqa: E402
+from measure import ROOT, Smoke
+
+ARGPARSE = True
+SMOKE = [Smoke(("--n", "60", "--slots", "5"), "next slot: raftsched")]
 
 MONTHS = "JAN FEB MAR APR MAY JUN JUL AUG SEP OCT NOV DEC".split()
 DAYS = "SUN MON TUE WED THU FRI SAT".split()
@@ -49,16 +53,20 @@ def expression(r: random.Random) -> str:
     return " ".join([field(0, 59), field(0, 23), field(1, 31), field(1, 12, MONTHS), field(0, 6, DAYS)])
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main(argv: list[str]) -> int:
+    sys.path.insert(0, ROOT)
+    from raftsched.core import schedule  # noqa: E402
+
+    ap = argparse.ArgumentParser(prog="scripts/measure cron-libraries", description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--slots", type=int, default=20)
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     try:
         from croniter import croniter  # type: ignore
     except ImportError:
-        sys.exit("croniter is not installed: .venv/bin/pip install croniter")
+        print("croniter is not installed: .venv/bin/pip install -e '.[dev]' (or pip install croniter)", file=sys.stderr)
+        return 1
     from importlib.metadata import version
     croniter_version = version("croniter")
     r = random.Random(a.seed)
@@ -102,7 +110,4 @@ def main() -> None:
         print(f"  {e!r}: raftsched {o}, croniter {t}")
     print(f"next slot: raftsched {t_ours / max(1, calls) * 1e6:.1f} us, croniter {t_theirs / max(1, calls) * 1e6:.1f} us "
           f"(UTC, {calls} calls each; raftsched's includes its DST mapping)")
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """What checking a token costs a node on every request (node/auth.py; docs/security.md).
 
-Usage: .venv/bin/python scripts/bench_auth.py [--tokens 10000] [--n 20000]
+Usage: .venv/bin/python scripts/measure bench-auth [--tokens 10000] [--n 20000]
 
 In-process, no HTTP: ``Auth.authenticate`` of the bootstrap token, of a token made by
 token_create (a state holding ``--tokens`` of them, read through a lock as RaftNode.read does),
@@ -16,15 +15,11 @@ import statistics
 import sys
 import threading
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from measure import ROOT, Smoke
 
-from raftsched.clock import SystemClock  # noqa: E402
-from raftsched.core import commands, model  # noqa: E402
-from raftsched.core.state import SchedulerState  # noqa: E402
-from raftsched.node.auth import Auth, new_token  # noqa: E402
-from raftsched.node.redact import Fingerprint, redact_spec  # noqa: E402
+ARGPARSE = True
+SMOKE = [Smoke(("--tokens", "20", "--n", "200"), "us a call")]
 
 
 def median_us(fn, n: int) -> float:
@@ -37,8 +32,15 @@ def median_us(fn, n: int) -> float:
     return round(statistics.median(out), 2)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str]) -> int:
+    sys.path.insert(0, ROOT)
+    from raftsched.clock import SystemClock  # noqa: E402
+    from raftsched.core import commands, model  # noqa: E402
+    from raftsched.core.state import SchedulerState  # noqa: E402
+    from raftsched.node.auth import Auth, new_token  # noqa: E402
+    from raftsched.node.redact import Fingerprint, redact_spec  # noqa: E402
+
+    ap = argparse.ArgumentParser(prog="scripts/measure bench-auth", description=__doc__.split("\n\n")[0])
     ap.add_argument("--tokens", type=int, default=10_000)
     ap.add_argument("--n", type=int, default=20_000)
     args = ap.parse_args(argv)
@@ -80,7 +82,3 @@ def main(argv=None) -> int:
     for name, fn in rows.items():
         print(f"| {name} | {median_us(fn, args.n)} |")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,12 +1,12 @@
-#!/usr/bin/env python3
 """How long ``raftsched sync`` takes for an app of N jobs, against three local nodes.
 
-    .venv/bin/python scripts/sync_timing.py 2000
+    .venv/bin/python scripts/measure sync-timing 2000
 
 Writes a module declaring N cron jobs into a temporary directory, starts a three-node
 LocalCluster on free loopback ports (no worker slots: nothing runs), and times four runs of the
 command as a process (interpreter start and import included): a dry run against an empty
-cluster, the sync that creates the jobs, a second sync (nothing to change), and a dry run.
+cluster, the sync that creates the jobs, a second sync (nothing to change), and a dry run. The
+command runs this checkout's code, as the nodes do (its directory first on PYTHONPATH).
 docs/sdk.md quotes its figures.
 """
 from __future__ import annotations
@@ -18,13 +18,17 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from measure import ROOT, Smoke
 
-from raftsched.testing.cluster import LocalCluster  # noqa: E402
+SMOKE = [Smoke(("20",), "second sync")]
 
 
-def main() -> int:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
+def main(argv: list[str]) -> int:
+    sys.path.insert(0, ROOT)
+    from raftsched.testing.cluster import LocalCluster  # noqa: E402
+
+    n = int(argv[0]) if argv else 2000
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         (tmp / "many_jobs.py").write_text(
@@ -42,7 +46,7 @@ def main() -> int:
                                 ("second sync", []), ("dry run", ["--dry-run"])):
                 t0 = time.monotonic()
                 p = subprocess.run([sys.executable, "-m", "raftsched.cli", "sync", "many_jobs:app", *extra,
-                                    "--url", urls, "--token", c.token], cwd=tmp, capture_output=True, text=True)
+                                    "--url", urls, "--token", c.token], cwd=tmp, capture_output=True, text=True, env=env)
                 dt = time.monotonic() - t0
                 last = (p.stdout.strip().splitlines() or [""])[-1]
                 print(f"{what:<24} {dt:6.2f} s  exit {p.returncode}  {last}")
@@ -50,7 +54,3 @@ def main() -> int:
                     print(p.stderr, file=sys.stderr)
                     return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

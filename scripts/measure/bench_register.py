@@ -1,17 +1,16 @@
-#!/usr/bin/env python3
 """How fast a three-node cluster registers jobs through the API (issue #6), and what each costs.
 
 Usage:
-    .venv/bin/python scripts/bench_register.py                       # PUT, 32 clients, 5,000 jobs
-    .venv/bin/python scripts/bench_register.py --mode batch --jobs 100000
-    .venv/bin/python scripts/bench_register.py --git-ref HEAD~1      # the nodes run that commit
-    .venv/bin/python scripts/bench_register.py --code-dir /tmp/tree  # the nodes run that copy
-    .venv/bin/python scripts/bench_register.py --spec cron --rounds 3
+    .venv/bin/python scripts/measure bench-register                       # PUT, 32 clients, 5,000 jobs
+    .venv/bin/python scripts/measure bench-register --mode batch --jobs 100000
+    .venv/bin/python scripts/measure bench-register --git-ref HEAD~1      # the nodes run that commit
+    .venv/bin/python scripts/measure bench-register --code-dir /tmp/tree  # the nodes run that copy
+    .venv/bin/python scripts/measure bench-register --spec cron --rounds 3
 
 Starts a three-node cluster (raftsched/testing/ through scripts/benchlib/harness.py: real node
 processes, free 127.0.0.1 ports, a temporary directory, ``--slots 0``), registers 300 untimed
-warm-up jobs, then, per round, ``--jobs`` new jobs with a spec that never falls due during the
-run:
+warm-up jobs (``--warmup``), then, per round, ``--jobs`` new jobs with a spec that never falls due
+during the run:
 
 - ``put``: ``PUT /v1/jobs/{name}``, ``--concurrency`` requests in flight (aiohttp, kept-alive
   connections, an Idempotency-Key each), all to the leader (``--to follower``: to a follower);
@@ -44,6 +43,11 @@ from benchlib import common
 from benchlib.harness import NO_WORKER, BenchCluster
 from benchlib.probes import cpu_s
 from benchlib.register import register_jobs
+from measure import Smoke
+
+ARGPARSE = True
+SMOKE = [Smoke(("--jobs", "60", "--warmup", "20", "--concurrency", "8", "--mode", "batch", "--batch", "25"),
+               "cluster_cpu_ms_per_job")]
 
 SPECS = {
     # Never due during the run: the registration path only, no fire.
@@ -70,10 +74,11 @@ def drive(c: BenchCluster, i: int, names: list[str], spec: dict, mode: str, batc
             "requests": r["requests"], "statuses": r["statuses"], "errors": r["errors"][:5]}
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="scripts/measure bench-register", description=__doc__.split("\n")[0])
     ap.add_argument("--jobs", type=int, default=5000, help="jobs registered per round")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--warmup", type=int, default=300, help="untimed jobs registered first (with PUT)")
     ap.add_argument("--mode", choices=("put", "batch"), default="put")
     ap.add_argument("--batch", type=int, default=1000, help="jobs per POST /v1/jobs:batch")
     ap.add_argument("--concurrency", type=int, default=32, help="requests in flight")
@@ -104,7 +109,7 @@ def main(argv=None) -> int:
         print(json.dumps({"code": code, "mode": args.mode, "spec": args.spec, "jobs": args.jobs,
                           "concurrency": args.concurrency, "batch": args.batch if args.mode == "batch" else None,
                           "to": f"node-{target + 1} ({args.to})"}), flush=True)
-        warm = drive(c, target, [f"warm-{k}" for k in range(300)], spec, "put", 0, args.concurrency, "warm")
+        warm = drive(c, target, [f"warm-{k}" for k in range(args.warmup)], spec, "put", 0, args.concurrency, "warm")
         if warm["errors"]:
             print(json.dumps({"warm_up_errors": warm["errors"]}), flush=True)
             return 1
@@ -140,7 +145,3 @@ def main(argv=None) -> int:
             import shutil
             shutil.rmtree(tmp, ignore_errors=True)
     return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """What ``raftsched worker --app ... --isolation subprocess`` costs a run, against a thread.
 
-    .venv/bin/python scripts/sdk_isolation.py [RUNS]
+    .venv/bin/python scripts/measure sdk-isolation [RUNS] [MODULE...]
 
 Runs RUNS runs (default 40) of a trivial plain handler (it returns a small dict) through the
 executor ``raftsched worker --app`` gives its lease loop (raftsched/sdk/worker.py,
@@ -11,7 +10,8 @@ second. The handler's module is written to a temporary directory, once bare (``i
 only) and once importing what the example app imports (sqlite3, zoneinfo, json): a child
 process pays its interpreter's start, the import of raftsched and of the app's module, on every
 run. No cluster: this is the cost of the run itself, the lease round trips are the same for both.
-docs/sdk.md quotes its figures.
+docs/sdk.md quotes its figures. MODULE (``bare``, ``example-imports``; default both) limits the
+modules measured.
 """
 from __future__ import annotations
 
@@ -23,9 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from raftsched.worker.executors import CancelEvent, RunContext  # noqa: E402
+from measure import ROOT, Smoke
 
 MODULES = {
     "bare": "",
@@ -41,7 +39,11 @@ def module_text(imports: str) -> str:
             "    return {'run': ctx.run_id, 'token': ctx.fencing_token}\n")
 
 
+SMOKE = [Smoke(("2", "bare"), "runs/s")]
+
+
 async def measure(lookup, runs: int, parallel: int) -> dict:
+    from raftsched.worker.executors import CancelEvent, RunContext
     grant = {"id": "trivial@0", "job": "trivial", "slot": 0, "attempt": 1, "token": 1, "payload": None,
              "executor": {"type": "python", "target": next(iter(lookup.app.jobs.values())).target}, "timeout_s": 60}
     times: list[float] = []
@@ -64,8 +66,10 @@ async def measure(lookup, runs: int, parallel: int) -> dict:
             "runs_per_s": runs / wall}
 
 
-def main() -> int:
-    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 40
+def main(argv: list[str]) -> int:
+    sys.path.insert(0, ROOT)
+    runs = int(argv[0]) if argv else 40
+    modules = {name: MODULES[name] for name in argv[1:]} if len(argv) > 1 else MODULES
     from raftsched.sdk.loader import load_app
     from raftsched.sdk.worker import AppExecutors
     print(f"{runs} runs of a trivial plain handler per line (python {sys.version.split()[0]}, {os.cpu_count()} cpus)")
@@ -74,7 +78,7 @@ def main() -> int:
         old_cwd = os.getcwd()
         os.chdir(d)  # the child imports the module from its working directory, as a worker's does
         try:
-            for name, imports in MODULES.items():
+            for name, imports in modules.items():
                 mod = f"iso_cost_{name.replace('-', '_')}"
                 Path(d, f"{mod}.py").write_text(module_text(imports))
                 app = load_app(f"{mod}:app")
@@ -88,7 +92,3 @@ def main() -> int:
         finally:
             os.chdir(old_cwd)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """What protecting the Raft port costs (docs/security.md, "The Raft port"; docs/benchmarks.md).
 
 Usage:
-    .venv/bin/python scripts/bench_raft_crypto.py [--seconds 5] [--warmup 2] [--rounds 3] [--skip-cluster]
-        [--out FILE]
+    .venv/bin/python scripts/measure bench-raft-crypto [--seconds 5] [--warmup 2] [--rounds 3] [--skip-cluster]
+        [--out FILE] [--crypto aead,fernet,none] [--messages N] [--message-rounds 7]
 
 Two measurements:
 
@@ -11,7 +10,8 @@ Two measurements:
    32 KiB (random bytes, as pysyncobj hands the encryptor a pickled, uncompressed message), with
    raftsched's AES-256-GCM (``replication/_crypto.py``, what every node uses), pysyncobj's own
    Fernet (AES-128-CBC + HMAC-SHA256, base64; what a ``password`` alone gives), and nothing. The
-   median of 7 rounds of ``number`` messages each, in microseconds a message.
+   median of 7 rounds (``--message-rounds``) of ``number`` messages each (2 MB worth, at least
+   200; ``--messages`` sets it), in microseconds a message.
 2. **A cluster**: scripts/baselines/raw_raft.py (three pysyncobj processes on loopback, a client
    keeping 1000 commands in flight) with each protection (``--crypto``), ``--rounds`` times,
    interleaved: the median commits per second and p50 latency, driven on the leader and on a
@@ -32,13 +32,19 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from measure import ROOT, Smoke
+
+REPO = Path(ROOT)
 
 SIZES = (200, 2048, 32 * 1024)
+CRYPTOS = ("aead", "fernet", "none")
+
+ARGPARSE = True
+SMOKE = [Smoke(("--messages", "50", "--message-rounds", "1", "--crypto", "aead", "--rounds", "1", "--seconds", "0.3",
+                "--warmup", "0.2", "--out", "{tmp}/bench-raft-crypto.json"), "commits/s")]
 
 
-def per_message(rounds: int = 7) -> list[dict]:
+def per_message(rounds: int = 7, number: int | None = None) -> list[dict]:
     from pysyncobj.encryptor import getEncryptor
 
     from raftsched.replication._crypto import _AeadEncryptor
@@ -54,7 +60,7 @@ def per_message(rounds: int = 7) -> list[dict]:
     out = []
     for size in SIZES:
         data = os.urandom(size)
-        number = max(200, 2_000_000 // size)
+        number = number or max(200, 2_000_000 // size)
         row = {"bytes": size, "messages_per_round": number}
         for name, (enc, dec) in schemes.items():
             token = enc(data, int(time.monotonic()))
@@ -97,10 +103,10 @@ def _raw_raft(crypto: str, seconds: float, warmup: float) -> dict:
     return {"error": errors}
 
 
-def cluster(seconds: float, warmup: float, rounds: int) -> dict:
+def cluster(seconds: float, warmup: float, rounds: int, cryptos=CRYPTOS) -> dict:
     """``rounds`` runs of each protection, interleaved (the machine's load drifts), and the
     median of each figure."""
-    runs: dict[str, list] = {c: [] for c in ("aead", "fernet", "none")}
+    runs: dict[str, list] = {c: [] for c in cryptos}
     for _ in range(rounds):
         for crypto in runs:
             runs[crypto].append(_raw_raft(crypto, seconds, warmup))
@@ -115,15 +121,23 @@ def cluster(seconds: float, warmup: float, rounds: int) -> dict:
     return out
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str]) -> int:
+    sys.path.insert(0, ROOT)
+    ap = argparse.ArgumentParser(prog="scripts/measure bench-raft-crypto", description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=5.0, help="raw_raft measurement window per run")
     ap.add_argument("--warmup", type=float, default=2.0)
     ap.add_argument("--rounds", type=int, default=3, help="raw_raft runs of each protection")
     ap.add_argument("--skip-cluster", action="store_true", help="only the per-message figures")
     ap.add_argument("--out", default="bench-raft-crypto.json")
+    ap.add_argument("--crypto", default=",".join(CRYPTOS), help="the protections run on a cluster, comma-separated")
+    ap.add_argument("--messages", type=int, help="messages a round of the per-message figures (default: 2 MB worth, at least 200)")
+    ap.add_argument("--message-rounds", type=int, default=7, help="rounds of the per-message figures (their median)")
     args = ap.parse_args(argv)
-    result = {"per_message": per_message(), "cpus": os.cpu_count(), "loadavg_1m_at_start": os.getloadavg()[0]}
+    cryptos = tuple(c for c in args.crypto.split(",") if c)
+    if not cryptos or set(cryptos) - set(CRYPTOS):
+        ap.error(f"--crypto: choose from {','.join(CRYPTOS)}")
+    result = {"per_message": per_message(args.message_rounds, args.messages), "cpus": os.cpu_count(),
+              "loadavg_1m_at_start": os.getloadavg()[0]}
     print("| message | scheme | protect (us) | open (us) | bytes on the wire |")
     print("|---|---|---|---|---|")
     for row in result["per_message"]:
@@ -131,7 +145,7 @@ def main(argv=None) -> int:
             if isinstance(v, dict):
                 print(f"| {row['bytes']} B | {name} | {v['protect_us']} | {v['open_us']} | {v['bytes_on_wire']} |")
     if not args.skip_cluster:
-        result["cluster"] = cluster(args.seconds, args.warmup, args.rounds)
+        result["cluster"] = cluster(args.seconds, args.warmup, args.rounds, cryptos)
         print()
         print(f"raw_raft, median of {args.rounds} interleaved runs of {args.seconds:g} s each:")
         print("| protection | on the leader: commits/s, p50 ms | on a follower: commits/s, p50 ms |")
@@ -143,7 +157,3 @@ def main(argv=None) -> int:
             print(f"| {crypto} | {r['leader']:.0f}, {r['leader_p50_ms']} | {r['follower']:.0f}, {r['follower_p50_ms']} |")
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,98 @@
+"""Apply cost per slot and per run, in one process, without a network:
+
+    .venv/bin/python scripts/measure profile-apply [CODE_DIR] sweep|e2e N TICKS
+
+Registers N interval jobs (every_s 1) in one SchedulerState with the node's gc threshold and
+times, per tick after the first, applying the tick's fire commands (decode included), and in
+``e2e`` mode also acquiring every run (acquire, max 32) and completing it (complete_many of 32).
+``sweep`` is bench.py's sweep (history 1, staggered slots, runs left queued); ``e2e`` its e2e
+(history 43, aligned slots, runs acquired and completed). Prints µs per slot / per run and the
+first 16 hex digits of the final state hash. CODE_DIR (default: this checkout) is put first on
+sys.path, to compare another checkout (``git worktree add /tmp/base HEAD``) on the same run.
+``FAST_PATHS=0`` turns off the apply fast paths (SchedulerState._fast_paths): the hash must not
+change. ``QUEUE_DEPTH=n`` bounds the queue (default 1,000,000; ``sweep`` keeps every run queued,
+so a depth under N * TICKS makes the later ticks drop their queue's oldest run for every slot).
+``AHEAD=ms`` plans each job's slots up to that far past the tick, ticks every 1000 + ms: with
+1000, an entry carries two slots, as the trigger's fire_ahead_span_ms makes for every_s: 1 jobs.
+Every replica applies every command, so a three-node cluster pays these three times.
+"""
+import gc
+import hashlib
+import os
+import sys
+import time
+
+from measure import ROOT, Smoke
+
+SMOKE = [Smoke(("sweep", "300", "3"), "us/slot", env=(("AHEAD", "1000"), ("QUEUE_DEPTH", "500"))),
+         Smoke(("e2e", "200", "3"), "us/run", env=(("FAST_PATHS", "0"),))]
+
+
+def main(argv: list[str]) -> int:
+    args = list(argv)
+    code = args.pop(0) if args and args[0] not in ("sweep", "e2e") else ROOT
+    sys.path.insert(0, code)
+    from raftsched.core import commands as C, model, policy  # noqa: E402
+    from raftsched.core.state import SchedulerState  # noqa: E402
+
+    mode, N, TICKS = (args + ["sweep", "20000", "8"][len(args):])[:3]
+    N, TICKS = int(N), int(TICKS)
+    AHEAD = int(os.environ.get("AHEAD", 0))
+    gc.set_threshold(20_000, *gc.get_threshold()[1:])  # node/limits.py gc_gen0_threshold
+    st = SchedulerState()
+    try:  # the leader's due index, attached as its trigger does (code before core/due.py kept one built in)
+        from raftsched.core.due import DueIndex  # noqa: E402
+        st.due = DueIndex()
+        pop_due = lambda t, n: st.due.pop(st.jobs, t, n)  # noqa: E731
+    except ImportError:
+        pop_due = st.pop_due
+    if os.environ.get("FAST_PATHS") == "0":
+        st._fast_paths = False
+    now = 1_800_000_000_000
+    sweep = mode == "sweep"
+    raw = {"schedule": {"every_s": 1}, "executor": {"type": "python", "target": "builtins:id"},
+           "misfire": {"policy": "fire_all"}, "queue": "q", "history": 1 if sweep else 43}
+    st.apply(C.make("put_queue", now, None, name="q", max_depth=int(os.environ.get("QUEUE_DEPTH", 10**6)), on_full="drop_oldest" if sweep else "reject"))
+    spec = model.validate_job("j", raw)
+    for i in range(N):
+        off = i * 1000 // N if sweep else 0
+        st.apply_bytes(C.encode(C.make("put_job", now, f"r{i}", name=f"j{i}", spec=spec, next=now + 1000 + off,
+                                       cursor=now, anchor=now + off)))
+    tf = ta = tc = 0.0
+    nf = na = nc = 0
+    for k in range(1, TICKS + 1):
+        t_ms = now + k * (1000 + AHEAD)
+        jobs = pop_due(t_ms, 10**7)
+        plans = [policy.plan_fire_compact(j["spec"], j["anchor"], j["cursor"], t_ms, j["gen"], j["name"], AHEAD)
+                 for j in jobs]
+        datas = [C.encode(C.make("fire", t_ms, None, entries=plans[i:i + 400])) for i in range(0, len(plans), 400)]
+        t0 = time.perf_counter()
+        for d in datas:
+            st.apply_bytes(d)
+        if k > 1:  # the first tick's entries carry two slots (the general path)
+            tf += time.perf_counter() - t0
+            nf += sum(len(p[5]) for p in plans)
+        if sweep:
+            continue
+        got = []
+        acq = C.encode(C.make("acquire", t_ms + 5, None, worker="w", queues=None, max=32, ttl=30_000))
+        while True:
+            t0 = time.perf_counter()
+            r = st.apply_bytes(acq)
+            ta += time.perf_counter() - t0
+            if not r["runs"]:
+                break
+            na += len(r["runs"])
+            got.extend(r["runs"])
+        for i in range(0, len(got), 32):
+            d = C.encode(C.make("complete_many", t_ms + 10, None,
+                                results=[{"run": g["id"], "token": g["token"], "success": True} for g in got[i:i + 32]]))
+            t0 = time.perf_counter()
+            st.apply_bytes(d)
+            tc += time.perf_counter() - t0
+        nc += len(got)
+    out = f"fire {1e6 * tf / nf:.2f}us/slot"
+    if not sweep:
+        out += f" acquire {1e6 * ta / max(na, 1):.2f}us/run complete {1e6 * tc / max(nc, 1):.2f}us/run"
+    print(out, "runs", len(st.runs), "hash", hashlib.sha256(st.snapshot()).hexdigest()[:16])
+    return 0
