@@ -191,12 +191,13 @@ def test_client_subcommands_take_their_defaults_from_the_client(monkeypatch, cap
     from raftsched.client.core import BATCH_TIMEOUT_S, DEADLINE_S_DEFAULT
     from raftsched.client.endpoints import PREVIEW_COUNT_DEFAULT
     rc, (c,) = _run(monkeypatch, ["preview", "j"])
-    assert rc == 0 and json.loads(capsys.readouterr().out) == {"called": "preview", "args": ["j", PREVIEW_COUNT_DEFAULT]}
+    assert rc == 0
+    assert json.loads(capsys.readouterr().out) == {"called": "preview", "args": ["j", PREVIEW_COUNT_DEFAULT]}
     assert c.kw["deadline_s"] == DEADLINE_S_DEFAULT and c.kw["timeout_s"] == BATCH_TIMEOUT_S
 
 
-@pytest.mark.parametrize("argv", [["get", "j"], ["backfills"], ["requeue", "r@1"], ["backfill", "j", "--from", "a",
-                                                                                     "--to", "b"]])
+@pytest.mark.parametrize("argv", [["get", "j"], ["backfills"], ["requeue", "r@1"],
+                                  ["backfill", "j", "--from", "a", "--to", "b"]])
 def test_one_path_prints_a_client_error_for_every_subcommand(monkeypatch, capsys, argv):
     from raftsched.client.core import error_of, with_status
     from raftsched.core.errors import Unavailable

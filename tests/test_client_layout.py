@@ -59,7 +59,9 @@ def test_the_other_methods_have_the_same_signatures_but_what_they_return():
         assert list(s.parameters.values()) == list(a.parameters.values()), name
     assert inspect.iscoroutinefunction(AsyncClient.wait_backfill) and inspect.iscoroutinefunction(AsyncClient.request)
     assert not inspect.iscoroutinefunction(AsyncClient.lock)  # `async with c.lock(...)`
-    assert inspect.signature(Client.__init__).parameters.keys() - inspect.signature(AsyncClient.__init__).parameters.keys() == set()
+    sync_init, async_init = inspect.signature(Client.__init__), inspect.signature(AsyncClient.__init__)
+    assert set(async_init.parameters) - set(sync_init.parameters) == {"session"}
+    assert all(async_init.parameters[n] == p for n, p in sync_init.parameters.items())
 
 
 def _methods(cls) -> dict[str, ast.AsyncFunctionDef | ast.FunctionDef]:

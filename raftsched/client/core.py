@@ -27,7 +27,7 @@ was sent, and no retry would help).
 A transport drives an :class:`Exchange`, in full (the blocking one; the asyncio one awaits its
 attempt and ``asyncio.sleep``)::
 
-    ex = self._exchange(request)
+    ex = self._exchange(request, time.monotonic())
     while True:
         step = ex.next(time.monotonic())
         if isinstance(step, Try):
