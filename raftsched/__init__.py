@@ -11,7 +11,7 @@ import importlib
 _LAZY = {
     "App": "raftsched.sdk",
     "Context": "raftsched.sdk",
-    "AsyncClient": "raftsched.async_client",
+    "AsyncClient": "raftsched.client.asynchronous",
     "Client": "raftsched.client",
 }
 

@@ -1,15 +1,20 @@
 """The CLI's backfill and bulk dead-letter subcommands (``raftsched backfill``, ``backfills``,
 ``backfill-cancel`` ..., ``requeue --all-matching``, ``purge --all-matching``): the Client's calls,
-and with ``--wait`` a progress bar on stderr until the operation ends, then a final table."""
+and with ``--wait`` a progress bar on stderr until the operation ends, then a final table. A
+call's error ends the command; cli._with_client prints it (cli_output.print_error)."""
 from __future__ import annotations
 
 import json
 import sys
 
+from .cli_output import show
 from .client import Client
+from .core import limits
 from .core.errors import RaftschedError
 
 BAR_WIDTH = 30
+#: Runs of a job read for the final table: every run it has (the API's bound on ``limit``).
+JOB_RUNS_ALL = limits.history_per_job_max + limits.queue_depth_max
 
 
 def _json_arg(text: str | None):
@@ -19,15 +24,6 @@ def _json_arg(text: str | None):
         return json.loads(text)
     except ValueError as e:
         raise SystemExit(f"raftsched: --payload: malformed JSON: {e}") from None
-
-
-def _error(e: RaftschedError) -> int:
-    body = getattr(e, "body", None)
-    if getattr(e, "status", None) is None or body is None:
-        print(f"raftsched: {e.message}", file=sys.stderr)
-    else:
-        print(json.dumps(body, indent=2))
-    return 1
 
 
 def progress_line(v: dict) -> str:
@@ -67,7 +63,7 @@ def _wait(c: Client, view: dict) -> int:
     tty = sys.stderr.isatty()
     last = [""]
 
-    def show(v):
+    def progress(v):
         line = progress_line(v)
         if tty:
             sys.stderr.write("\r" + line.ljust(len(last[0])))
@@ -75,16 +71,13 @@ def _wait(c: Client, view: dict) -> int:
             sys.stderr.write(line + "\n")
         sys.stderr.flush()
         last[0] = line
-    try:
-        end = c.wait_backfill(view["id"], on_progress=show)
-    except RaftschedError as e:
-        return _error(e)
+    end = c.wait_backfill(view["id"], on_progress=progress)
     if tty:
         sys.stderr.write("\n")
     runs = []
     if end["kind"] == "backfill":
         try:
-            hist = c.runs(end["job"], limit=100_000)["runs"]
+            hist = c.runs(end["job"], limit=JOB_RUNS_ALL)["runs"]
             runs = [r for r in hist if r.get("backfill") == end["id"]]
         except RaftschedError:
             pass  # the job is gone: the counts say what happened
@@ -93,16 +86,12 @@ def _wait(c: Client, view: dict) -> int:
 
 
 def _backfill(a, c: Client) -> int:
-    try:
-        res = c.backfill(a.job, a.from_, a.to, reprocess=a.reprocess, order=a.order,
-                         max_concurrent=a.max_concurrent, rate_per_s=a.rate, max_slots=a.max_slots,
-                         overlap=a.overlap, dry_run=a.dry_run, backfill_id=a.id,
-                         **({"payload": _json_arg(a.payload)} if a.payload is not None else {}))
-    except RaftschedError as e:
-        return _error(e)
+    res = c.backfill(a.job, a.from_, a.to, reprocess=a.reprocess, order=a.order,
+                     max_concurrent=a.max_concurrent, rate_per_s=a.rate, max_slots=a.max_slots,
+                     overlap=a.overlap, dry_run=a.dry_run, backfill_id=a.id,
+                     **({"payload": _json_arg(a.payload)} if a.payload is not None else {}))
     if a.dry_run or not a.wait:
-        print(json.dumps(res, indent=2))
-        return 0
+        return show(res)
     return _wait(c, res)
 
 
@@ -113,37 +102,24 @@ def _bulk(action: str):
                 print(f"raftsched {action}: give a RUN, or --all-matching with filters", file=sys.stderr)
                 return 2
             call = c.dlq_requeue if action == "requeue" else c.dlq_delete
-            try:
-                print(json.dumps(call(a.run), indent=2))
-            except RaftschedError as e:
-                return _error(e)
-            return 0
+            return show(call(a.run))
         if a.run:
             print(f"raftsched {action}: --all-matching selects by filters; give no RUN", file=sys.stderr)
             return 2
         kw = dict(queue=a.queue, job=a.job, error=a.error, dead_from=a.dead_from, dead_to=a.dead_to,
                   max_count=a.max, rate_per_s=a.rate, dry_run=a.dry_run, op_id=a.id)
-        try:
-            if action == "requeue":
-                res = c.dlq_requeue_matching(max_concurrent=a.max_concurrent, **kw)
-            else:
-                res = c.dlq_purge_matching(**kw)
-        except RaftschedError as e:
-            return _error(e)
+        if action == "requeue":
+            res = c.dlq_requeue_matching(max_concurrent=a.max_concurrent, **kw)
+        else:
+            res = c.dlq_purge_matching(**kw)
         if a.dry_run or not a.wait:
-            print(json.dumps(res, indent=2))
-            return 0
+            return show(res)
         return _wait(c, res)
     return run
 
 
 def _backfills(a, c: Client) -> int:
-    try:
-        res = c.get_backfill(a.id) if a.id else c.backfills(a.kind, a.job, a.state)
-    except RaftschedError as e:
-        return _error(e)
-    print(json.dumps(res, indent=2))
-    return 0
+    return show(c.get_backfill(a.id) if a.id else c.backfills(a.kind, a.job, a.state))
 
 
 def add_commands(client) -> None:
@@ -154,9 +130,11 @@ def add_commands(client) -> None:
     b.add_argument("--to", required=True, help="ISO time, not after now")
     b.add_argument("--reprocess", choices=("missing", "failed", "all"), help="which slots (default: missing)")
     b.add_argument("--order", choices=("oldest", "newest"), help="default: oldest")
-    b.add_argument("--max-concurrent", type=int, help="its runs queued or running at once (default 1)")
+    b.add_argument("--max-concurrent", type=int,
+                   help=f"its runs queued or running at once (default {limits.backfill_concurrent_default})")
     b.add_argument("--rate", type=float, help="runs it starts per second at most")
-    b.add_argument("--max-slots", type=int, help="refuse a range of more slots (default 1000)")
+    b.add_argument("--max-slots", type=int,
+                   help=f"refuse a range of more slots (default {limits.backfill_max_slots_default})")
     b.add_argument("--overlap", choices=("allow", "forbid"), help="forbid: wait while another run of the job is active")
     b.add_argument("--payload", help="a JSON payload for its runs, instead of the job's")
     b.add_argument("--id", help="a backfill id: the same id again is the same backfill")
@@ -182,7 +160,8 @@ def add_commands(client) -> None:
         r.add_argument("--dead-from", help="ISO time: dead at or after")
         r.add_argument("--dead-to", help="ISO time: dead at or before (default: now)")
         r.add_argument("--max", type=int, help="at most this many")
-        r.add_argument("--rate", type=float, help="per second at most" + (" (default 10)" if action == "requeue" else ""))
+        r.add_argument("--rate", type=float, help="per second at most" + (
+            f" (default {limits.dlq_requeue_rate_per_s_default})" if action == "requeue" else ""))
         if action == "requeue":
             r.add_argument("--max-concurrent", type=int, help="requeued runs queued or running at once")
         r.add_argument("--id", help="an operation id: the same id again is the same operation")

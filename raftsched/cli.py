@@ -14,11 +14,15 @@ import ssl
 import sys
 
 from . import backfill_cli
+from .cli_output import print_error, show
 from .client import Client
+from .client.core import BATCH_TIMEOUT_S, DEADLINE_S_DEFAULT
+from .client.endpoints import PREVIEW_COUNT_DEFAULT
 from .config import ConfigError, read_secret_file
 from .core import limits
 from .core.errors import RaftschedError
 from .core.model import EXECUTOR_TYPES
+from .core.tokens import ROLES
 
 
 class _LogFormatter(logging.Formatter):
@@ -279,38 +283,16 @@ def cmd_worker(args) -> int:
 
 
 # ---------------------------------------------------------------------------- client
+#: Runs ``raftsched runs`` shows unless told otherwise: a screenful (the API's page is longer).
+RUNS_SHOWN_DEFAULT = 20
+
+
 def _token(a) -> str | None:
     token = a.token or os.environ.get("RAFTSCHED_TOKEN")
     if not token and os.path.exists(".raftsched/token"):
         with open(".raftsched/token") as f:
             token = f.read().strip()
     return token
-
-
-def _print(payload) -> None:
-    if payload is None:
-        print("")
-    elif isinstance(payload, str):
-        print(payload)
-    else:
-        print(json.dumps(payload, indent=2))
-
-
-def _show(call) -> int:
-    """Make one Client call and print what came back: the JSON body of the answer (exit 0), the
-    body of a node's error answer (exit 1), or, when no node answered, why (stderr, exit 1).
-    Routing and retries are the Client's: other nodes of --url, Retry-After, the same
-    Idempotency-Key after an unknown outcome, one deadline."""
-    try:
-        payload = call()
-    except RaftschedError as e:
-        if getattr(e, "status", None) is None:
-            print(f"raftsched: {e.message}", file=sys.stderr)
-        else:
-            _print(getattr(e, "body", None))
-        return 1
-    _print(payload)
-    return 0
 
 
 def _read_json(path: str):
@@ -331,7 +313,7 @@ def _put(a, c: Client) -> int:
     body = _read_json(a.spec_file)
     if body is None:
         return 1
-    return _show(lambda: c.put_job(a.name, body))
+    return show(c.put_job(a.name, body))
 
 
 def _apply(a, c: Client) -> int:
@@ -351,9 +333,7 @@ def _apply(a, c: Client) -> int:
               "each is validated on its own", file=sys.stderr)
     for k in range(0, max(len(names), 1), step):
         part = {n: body["jobs"][n] for n in names[k:k + step]}
-        rc = _show(lambda: c.put_jobs(part, create_only))
-        if rc:
-            return rc
+        show(c.put_jobs(part, create_only))  # an error ends the command (_with_client)
     return 0
 
 
@@ -365,11 +345,13 @@ def _sync(a, c: Client) -> int:
 
 def _with_client(a) -> int:
     """Run a client subcommand: a Client over every node of --url (comma-separated), which it
-    fails over between."""
-    from .node import limits as node_limits  # here: `raftsched worker` loads no node module
+    fails over between, and the attempt timeout of a batch (``apply`` sends thousands of jobs
+    in one request). Routing and retries are the Client's: other nodes of --url, Retry-After,
+    the same Idempotency-Key after an unknown outcome, one deadline. A call that fails ends the
+    command: its error is printed (cli_output.print_error) and the exit status is 1."""
     urls = [u.strip() for u in a.url.split(",") if u.strip()]
     try:
-        c = Client(urls, token=_token(a), timeout_s=node_limits.cli_attempt_timeout_s, deadline_s=a.deadline_s,
+        c = Client(urls, token=_token(a), timeout_s=BATCH_TIMEOUT_S, deadline_s=a.deadline_s,
                    ca_file=a.ca_file or None, cert_file=a.client_cert or None, key_file=a.client_key or None)
     except ValueError as e:
         print(f"raftsched: --url: {e}", file=sys.stderr)
@@ -380,7 +362,10 @@ def _with_client(a) -> int:
     # The client says on stderr when it retries after an unknown outcome.
     _setup_logging("warning")
     logging.getLogger("raftsched.client").setLevel(logging.INFO)
-    return a.client_run(a, c)
+    try:
+        return a.client_run(a, c)
+    except RaftschedError as e:
+        return print_error(e)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -447,16 +432,17 @@ def main(argv: list[str] | None = None) -> int:
 
     def client(name: str, help_: str, call=None, *, run=None, parent=None) -> argparse.ArgumentParser:
         """A client subcommand (of ``parent``, default the top level). ``call(args, client)``
-        makes the Client call whose answer is printed (``_show``); ``run(args, client)`` does its
-        own and returns the exit status."""
+        makes the Client call whose answer is printed (``cli_output.show``); ``run(args, client)``
+        does its own and returns the exit status. A RaftschedError either raises is printed by
+        ``_with_client``."""
         c = (parent or sub).add_parser(name, help=help_)
         c.add_argument("--url", default=os.environ.get("RAFTSCHED_URL", "http://127.0.0.1:8701"),
                        help="the API of one node, or of several, comma-separated (tried in turn)")
         c.add_argument("--token", help="default $RAFTSCHED_TOKEN, else the file .raftsched/token")
         _tls_client_args(c, "this client's")
-        c.add_argument("--deadline-s", type=float, default=30.0,
+        c.add_argument("--deadline-s", type=float, default=DEADLINE_S_DEFAULT,
                        help="how long one call keeps retrying (other nodes, no leader, unknown outcome)")
-        c.set_defaults(func=_with_client, client_run=run or (lambda a, cl: _show(lambda: call(a, cl))))
+        c.set_defaults(func=_with_client, client_run=run or (lambda a, cl: show(call(a, cl))))
         return c
 
     client("cluster", "show the cluster", lambda a, c: c.cluster())
@@ -475,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
     client("delete", "delete a job", lambda a, c: c.delete_job(a.name)).add_argument("name")
     c = client("runs", "a job's runs and recorded slots, newest first", lambda a, c: c.runs(a.name, limit=a.limit))
     c.add_argument("name")
-    c.add_argument("--limit", type=int, default=20)
+    c.add_argument("--limit", type=int, default=RUNS_SHOWN_DEFAULT)
 
     client("dlq", "list dead runs (optionally of one queue)", lambda a, c: c.dlq(a.queue)).add_argument("--queue")
     # requeue and purge (one run, or --all-matching), backfill, backfills, backfill-cancel ...
@@ -492,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("down_to")
     c = client("preview", "a job's next slots, with DST marks", lambda a, c: c.preview(a.name, a.count))
     c.add_argument("name")
-    c.add_argument("--count", type=int, default=10)
+    c.add_argument("--count", type=int, default=PREVIEW_COUNT_DEFAULT)
 
     c = client("sync", "make the cluster's jobs match an app's declarations (docs/sdk.md)", run=_sync)
     c.add_argument("app", help="MODULE:ATTR of the raftsched.App, e.g. myproject.jobs:app (MODULE is imported "
@@ -506,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
         .add_subparsers(dest="tokens_cmd", required=True)
     tc = client("create", "create a token; its secret is printed this once",
                 lambda a, c: c.create_token(a.role, a.tenants, a.expires, a.note, a.workers), parent=ts)
-    tc.add_argument("--role", required=True, choices=["admin", "operator", "reader", "worker"])
+    tc.add_argument("--role", required=True, choices=ROLES)
     tc.add_argument("--tenant", action="append", dest="tenants",
                     help="limit it to this tenant (repeat for several); default: every tenant")
     tc.add_argument("--expires", help="ISO-8601 time after which it is refused, e.g. 2027-01-01T00:00:00Z")

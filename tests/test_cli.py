@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -151,3 +152,60 @@ def test_hidden_test_hooks_reach_the_node_config_and_stay_out_of_help(tmp_path, 
     assert cli_mod.main(argv + ["--dial-map", "nohost"]) == 2
     help_text = cli("node", "--help").stdout
     assert "--id" in help_text and not any(f in help_text for f in ("--dial-map", "--clock-offset-file", "--fire-log"))
+
+
+# ---------------------------------------------------------------------- the client subcommands, in process
+class _FakeClient:
+    """Stands in for raftsched.client.Client in cli._with_client: each call raises ``error``, or
+    answers with its name and arguments."""
+
+    error = None
+
+    def __init__(self, urls, **kw):
+        self.urls, self.kw = urls, kw
+
+    def __getattr__(self, name):
+        def call(*args, **kw):
+            if self.error is not None:
+                raise self.error
+            return {"called": name, "args": list(args)}
+        return call
+
+
+def _run(monkeypatch, argv, error=None):
+    from raftsched import cli as cli_mod
+    made = []
+
+    class Fake(_FakeClient):
+        def __init__(self, urls, **kw):
+            super().__init__(urls, **kw)
+            made.append(self)
+
+    Fake.error = error
+    monkeypatch.setattr(cli_mod, "Client", Fake)
+    monkeypatch.setattr(cli_mod, "_setup_logging", lambda level: None)  # the session's logging stays
+    monkeypatch.setattr(logging.getLogger("raftsched.client"), "level", logging.getLogger("raftsched.client").level)
+    return cli_mod.main(argv + ["--url", "http://127.0.0.1:9", "--token", "t"]), made
+
+
+def test_client_subcommands_take_their_defaults_from_the_client(monkeypatch, capsys):
+    from raftsched.client.core import BATCH_TIMEOUT_S, DEADLINE_S_DEFAULT
+    from raftsched.client.endpoints import PREVIEW_COUNT_DEFAULT
+    rc, (c,) = _run(monkeypatch, ["preview", "j"])
+    assert rc == 0
+    assert json.loads(capsys.readouterr().out) == {"called": "preview", "args": ["j", PREVIEW_COUNT_DEFAULT]}
+    assert c.kw["deadline_s"] == DEADLINE_S_DEFAULT and c.kw["timeout_s"] == BATCH_TIMEOUT_S
+
+
+@pytest.mark.parametrize("argv", [["get", "j"], ["backfills"], ["requeue", "r@1"],
+                                  ["backfill", "j", "--from", "a", "--to", "b"]])
+def test_one_path_prints_a_client_error_for_every_subcommand(monkeypatch, capsys, argv):
+    from raftsched.client.core import error_of, with_status
+    from raftsched.core.errors import Unavailable
+    body = {"error": {"code": "not_found", "message": "no such thing", "field": "name"}}
+    rc, _ = _run(monkeypatch, argv, error=error_of(404, body))
+    out = capsys.readouterr()
+    assert rc == 1 and json.loads(out.out) == body and out.err == ""  # a node's answer, as it sent it
+    rc, _ = _run(monkeypatch, argv, error=with_status(Unavailable("no node reachable within 30 s"), None))
+    out = capsys.readouterr()
+    assert rc == 1 and out.out == "" and out.err == "raftsched: no node reachable within 30 s\n"

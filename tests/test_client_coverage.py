@@ -1,10 +1,11 @@
 """Both clients cover every route of the API (node/api.py), and answer alike.
 
 The routes come from the router itself, so a route added without a client method fails
-``test_every_route_of_the_api_has_a_client_call``: add the method to Client (AsyncClient takes
-every endpoint method of Client, awaited) and its call to CALLS below. Each call is then made
-by the sync Client and by the AsyncClient, against two replicas that start alike, and must hit
-its route and give the same answer (or the same error) from both.
+``test_every_route_of_the_api_has_a_client_call``: add its function to
+raftsched/client/endpoints.py, a method to both Client and AsyncClient
+(tests/test_client_layout.py says what it must look like) and its call to CALLS below. Each call
+is then made by the sync Client and by the AsyncClient, against two replicas that start alike,
+and must hit its route and give the same answer (or the same error) from both.
 """
 from __future__ import annotations
 

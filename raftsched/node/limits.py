@@ -141,12 +141,8 @@ audit_field_chars_max = 256
 
 assert auth_failures_burst >= 1 and auth_failures_per_s > 0
 
-# The command line (cli.py) ------------------------------------------------------------------
-#: Socket timeout of one attempt of a command-line request: above the node's propose timeout,
-#: and long enough for a batch of thousands of jobs (client.Client.put_jobs).
-cli_attempt_timeout_s = 30.0
-
-assert cli_attempt_timeout_s > propose_timeout_s_default
+# The command line's attempt timeout is the client's (client/core.py BATCH_TIMEOUT_S): the CLI
+# is a thin layer over the client.
 
 # The garbage collector (gcpolicy.py, which takes these from the node) -------------------------
 #: gen0 threshold of the garbage collector: allocations between young collections. CPython's

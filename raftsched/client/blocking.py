@@ -1,0 +1,440 @@
+"""The blocking transport: :class:`Client` (``http.client``, a connection per request, safe to
+share between threads) and :class:`Lock` (a lease renewed by a daemon thread).
+
+The rules of a call (routing, retries, Idempotency-Key, errors) are the core's
+(raftsched/client/core.py); what each endpoint sends is raftsched/client/endpoints.py's; this
+module only sends and sleeps. Its rule for a failed attempt: the connection is made first
+(``connect()``), so an error before it is made is :class:`NotSentError` (nothing left), a
+certificate that does not verify is :class:`TlsFailedError`, and any error after it is
+:class:`LostAfterSendError` (the request may have left).
+"""
+from __future__ import annotations
+
+import http.client
+import ssl
+import threading
+import time
+from typing import Any, Callable
+
+from ..core.errors import RaftschedError
+from . import endpoints
+from .core import (
+    DEADLINE_S_DEFAULT, TIMEOUT_S_DEFAULT, LockHeld, LostAfterSendError, Node, NotSentError, Request, TlsFailedError,
+    Transport, TransportError, Try, Wait, decode,
+)
+from .endpoints import PAGE_LIMIT_DEFAULT, PREVIEW_COUNT_DEFAULT, UNSET
+from .policy import BACKFILL_POLL_S_DEFAULT, LOCK_TTL_S_DEFAULT, BackfillWait, Lease, LockPolicy
+from .tls import client_tls_context
+
+__all__ = ["Client", "Lock"]
+
+
+class Client(Transport):
+    """A synchronous, thread-safe client of a raftsched cluster.
+
+    :param urls: one base URL (``http://127.0.0.1:8701``) or a list of them, one per node.
+    :param token: the API bearer token, sent with every request (every request but
+        ``/healthz`` needs one; docs/security.md).
+    :param timeout_s: the socket timeout of one HTTP attempt. Keep it above the node's propose
+        timeout (5 s) so a write that waits for a new leader is not cut short.
+    :param deadline_s: how long one logical call keeps retrying (other nodes, 503, 504) before it
+        raises.
+    :param ca_file: for ``https://`` URLs, the CA certificate (PEM) the nodes' certificates must
+        chain to (default: the system's trusted CAs). Certificates and host names are always
+        verified.
+    :param cert_file: a client certificate (PEM) for nodes that ask for one (mutual TLS), and
+        ``key_file`` its key (default: in ``cert_file``).
+    """
+
+    def __init__(self, urls: list[str] | str, token: str | None = None, timeout_s: float = TIMEOUT_S_DEFAULT,
+                 *, deadline_s: float = DEADLINE_S_DEFAULT, ca_file: str | None = None, cert_file: str | None = None,
+                 key_file: str | None = None) -> None:
+        super().__init__(urls, token, timeout_s, deadline_s)
+        self._ssl = client_tls_context(ca_file, cert_file, key_file) if self._uses_https() else None
+
+    # ------------------------------------------------------------------ transport
+    def _once(self, node: Node, method: str, target: str, body: bytes | None, headers: dict,
+              timeout: float) -> tuple[int, dict, Any]:
+        if node.https:
+            conn: http.client.HTTPConnection = http.client.HTTPSConnection(node.host, node.port, timeout=timeout,
+                                                                            context=self._ssl)
+        else:
+            conn = http.client.HTTPConnection(node.host, node.port, timeout=timeout)
+        try:
+            try:
+                conn.connect()
+            except ssl.SSLError as e:
+                raise TlsFailedError(f"TLS with {node.url} failed: {e}") from e
+            except OSError as e:
+                raise NotSentError(f"{node.url}: {e}") from e
+            try:
+                conn.request(method, node.prefix + target, body=body, headers=headers)
+                resp = conn.getresponse()
+                raw = resp.read()
+            except (OSError, http.client.HTTPException) as e:
+                raise LostAfterSendError(f"{node.url}: {type(e).__name__}: {e}") from e
+            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, decode(raw)
+        finally:
+            conn.close()
+
+    def _send(self, request: Request) -> Any:
+        """Send one logical request (core.Exchange's steps) and return its result."""
+        ex = self._exchange(request, time.monotonic())
+        while True:
+            step = ex.next(time.monotonic())
+            if isinstance(step, Try):
+                try:
+                    answer = self._once(self._nodes[step.node], ex.method, ex.target, ex.data, ex.headers,
+                                        step.timeout_s)
+                except TransportError as e:
+                    ex.failed(step.node, e)
+                else:
+                    ex.answered(step.node, *answer)
+            elif isinstance(step, Wait):
+                time.sleep(step.seconds)
+            else:
+                return self._finish(ex)
+
+    def request(self, method: str, path: str, body: Any = None, *, idempotent_key: str | None = None,
+                deadline_s: float | None = None, timeout_s: float | None = None, headers: dict | None = None,
+                recover: Callable[[RaftschedError], Any] | None = None, accept: tuple[int, ...] = ()) -> Any:
+        """Send one logical request and return the decoded JSON body of its 2xx answer (the
+        text, for a body that is not JSON); the parameters are :class:`core.Request`'s.
+
+        :raises RaftschedError: the typed error of the answer's ``code``, with ``.status``.
+        :raises Unavailable: no node answered, or none had a leader, until the deadline.
+        :raises Indeterminate: the last attempts' outcome is unknown (504 / lost after sending).
+        """
+        return self._send(self._request(method, path, body, idempotent_key, deadline_s, timeout_s, headers,
+                                        recover, accept))
+
+    # ------------------------------------------------------------------ what is more than one call
+    def lock(self, name: str, owner: str, ttl_s: float = LOCK_TTL_S_DEFAULT, *, blocking: bool = False,
+             timeout_s: float | None = None) -> Lock:
+        """A :class:`Lock` context manager: acquire, renew in a thread, release on exit. Pass
+        ``lease.token`` to every downstream write, and check ``lease.lost`` before each one."""
+        return Lock(self, name, owner, ttl_s, blocking=blocking, timeout_s=timeout_s)
+
+    def wait_backfill(self, backfill_id: str, *, poll_s: float = BACKFILL_POLL_S_DEFAULT,
+                      timeout_s: float | None = None, on_progress: Callable[[dict], Any] | None = None) -> dict:
+        """Poll a backfill (or bulk operation) until it is done or cancelled; ``on_progress(view)``
+        is called with each view read. :raises TimeoutError: still running after ``timeout_s``."""
+        w = BackfillWait(backfill_id, poll_s=poll_s, timeout_s=timeout_s, on_progress=on_progress)
+        while True:
+            view = self.get_backfill(backfill_id)
+            if w.done(view):
+                return view
+            time.sleep(w.poll_s)
+
+    # ------------------------------------------------------------------ the endpoints (endpoints.py)
+    def cluster(self, consistent: bool = False) -> dict:
+        """``GET /v1/cluster``: the answering node, its role, the leader, members, indexes."""
+        return self._send(endpoints.cluster(consistent))
+
+    def put_job(self, name: str, spec: dict, create_only: bool = False) -> dict:
+        """``PUT /v1/jobs/{name}``: create or replace a job (``create_only``: 409 if it exists)."""
+        return self._send(endpoints.put_job(name, spec, create_only))
+
+    def put_jobs(self, jobs: dict[str, dict], create_only: bool = False, *, idempotency_key: str | None = None,
+                 deadline_s: float | None = None) -> dict:
+        """``POST /v1/jobs:batch``: create or replace up to 10 000 jobs, validated whole first."""
+        return self._send(endpoints.put_jobs(jobs, create_only, idempotency_key=idempotency_key,
+                                             deadline_s=deadline_s))
+
+    def get_job(self, name: str, consistent: bool = False) -> dict:
+        """``GET /v1/jobs/{name}``: a job's spec and state."""
+        return self._send(endpoints.get_job(name, consistent))
+
+    def delete_job(self, name: str) -> dict:
+        """``DELETE /v1/jobs/{name}``: delete a job."""
+        return self._send(endpoints.delete_job(name))
+
+    def list_jobs(self, limit: int = PAGE_LIMIT_DEFAULT, after: str | None = None, consistent: bool = False,
+                  labels: dict[str, str] | None = None) -> dict:
+        """``GET /v1/jobs``: one page of jobs, ``{"jobs", "next", "total"}`` (``labels``: only those)."""
+        return self._send(endpoints.list_jobs(limit, after, consistent, labels))
+
+    def runs(self, name: str, limit: int = PAGE_LIMIT_DEFAULT, state: str | None = None, slot: str | None = None,
+             consistent: bool = False) -> dict:
+        """``GET /v1/jobs/{name}/runs``: a job's runs, newest first."""
+        return self._send(endpoints.runs(name, limit, state, slot, consistent))
+
+    def get_run(self, run: str) -> dict:
+        """``GET /v1/runs/{run}``: one run."""
+        return self._send(endpoints.get_run(run))
+
+    def preview(self, name: str, count: int = PREVIEW_COUNT_DEFAULT, after: str | None = None) -> dict:
+        """``GET /v1/jobs/{name}/preview``: a job's next ``count`` slots, with DST marks."""
+        return self._send(endpoints.preview(name, count, after))
+
+    def explain(self, name: str, down_from: str, down_to: str) -> dict:
+        """``POST /v1/jobs/{name}/explain``: what an outage window would do to a job's slots."""
+        return self._send(endpoints.explain(name, down_from, down_to))
+
+    def trigger(self, name: str, *, slot: str | None = None, payload: Any = UNSET) -> dict:
+        """``POST /v1/jobs/{name}/trigger``: a manual run now (or of ``slot``, deduplicated)."""
+        return self._send(endpoints.trigger(name, slot=slot, payload=payload))
+
+    def pause(self, name: str) -> dict:
+        """``POST /v1/jobs/{name}/pause``: fire no more slots until resumed."""
+        return self._send(endpoints.pause(name))
+
+    def resume(self, name: str, catch_up: bool = False) -> dict:
+        """``POST /v1/jobs/{name}/resume``: fire again (``catch_up``: the missed slots too)."""
+        return self._send(endpoints.resume(name, catch_up))
+
+    def dlq(self, queue: str | None = None, limit: int = PAGE_LIMIT_DEFAULT) -> dict:
+        """``GET /v1/dlq``: dead runs, of every queue or of ``queue``."""
+        return self._send(endpoints.dlq(queue, limit))
+
+    def dlq_get(self, run: str, consistent: bool = False) -> dict:
+        """``GET /v1/dlq/{run}``: one dead run."""
+        return self._send(endpoints.dlq_get(run, consistent))
+
+    def dlq_requeue(self, run: str) -> dict:
+        """``POST /v1/dlq/{run}/requeue``: queue a dead run again, with a fresh budget."""
+        return self._send(endpoints.dlq_requeue(run))
+
+    def dlq_delete(self, run: str) -> dict:
+        """``DELETE /v1/dlq/{run}``: delete a dead run from its dead-letter queue."""
+        return self._send(endpoints.dlq_delete(run))
+
+    def queues(self) -> dict:
+        """``GET /v1/queues``: every queue: depth, running, oldest waiting, dead."""
+        return self._send(endpoints.queues())
+
+    def put_queue(self, name: str, max_depth: int | None = None, on_full: str | None = None) -> dict:
+        """``PUT /v1/queues/{name}``: a queue's settings."""
+        return self._send(endpoints.put_queue(name, max_depth, on_full))
+
+    def tenants(self) -> dict:
+        """``GET /v1/tenants``: every tenant's rate limit."""
+        return self._send(endpoints.tenants())
+
+    def put_tenant(self, name: str, rate_per_s: float, burst: int | None = None) -> dict:
+        """``PUT /v1/tenants/{name}``: limit the runs a tenant starts a second."""
+        return self._send(endpoints.put_tenant(name, rate_per_s, burst))
+
+    def delete_tenant(self, name: str) -> dict:
+        """``DELETE /v1/tenants/{name}``: lift the tenant's rate limit."""
+        return self._send(endpoints.delete_tenant(name))
+
+    def backfill(self, job: str, from_: str, to: str, *, reprocess: str | None = None, order: str | None = None,
+                 max_concurrent: int | None = None, rate_per_s: float | None = None, max_slots: int | None = None,
+                 payload: Any = UNSET, overlap: str | None = None, dry_run: bool = False,
+                 backfill_id: str | None = None) -> dict:
+        """``POST /v1/jobs/{job}/backfills``: run a job for the slots of a past range."""
+        return self._send(endpoints.backfill(job, from_, to, reprocess=reprocess, order=order,
+                                             max_concurrent=max_concurrent, rate_per_s=rate_per_s,
+                                             max_slots=max_slots, payload=payload, overlap=overlap, dry_run=dry_run,
+                                             backfill_id=backfill_id))
+
+    def backfills(self, kind: str | None = None, job: str | None = None, state: str | None = None) -> dict:
+        """``GET /v1/backfills``: every backfill and bulk DLQ operation."""
+        return self._send(endpoints.backfills(kind, job, state))
+
+    def get_backfill(self, backfill_id: str, consistent: bool = False) -> dict:
+        """``GET /v1/backfills/{id}``: one backfill or bulk operation, with its progress."""
+        return self._send(endpoints.get_backfill(backfill_id, consistent))
+
+    def pause_backfill(self, backfill_id: str) -> dict:
+        """``POST /v1/backfills/{id}/pause``: start no more of its runs until resumed."""
+        return self._send(endpoints.pause_backfill(backfill_id))
+
+    def resume_backfill(self, backfill_id: str) -> dict:
+        """``POST /v1/backfills/{id}/resume``: go on with a paused operation."""
+        return self._send(endpoints.resume_backfill(backfill_id))
+
+    def cancel_backfill(self, backfill_id: str) -> dict:
+        """``POST /v1/backfills/{id}/cancel``: stop a backfill or bulk operation."""
+        return self._send(endpoints.cancel_backfill(backfill_id))
+
+    def dlq_requeue_matching(self, *, queue: str | None = None, job: str | None = None, error: str | None = None,
+                             dead_from: str | None = None, dead_to: str | None = None, max_count: int | None = None,
+                             rate_per_s: float | None = None, max_concurrent: int | None = None,
+                             dry_run: bool = False, op_id: str | None = None) -> dict:
+        """``POST /v1/dlq:requeue``: queue again the dead runs that match, as one operation."""
+        return self._send(endpoints.dlq_requeue_matching(queue=queue, job=job, error=error, dead_from=dead_from,
+                                                         dead_to=dead_to, max_count=max_count, rate_per_s=rate_per_s,
+                                                         max_concurrent=max_concurrent, dry_run=dry_run, op_id=op_id))
+
+    def dlq_purge_matching(self, *, queue: str | None = None, job: str | None = None, error: str | None = None,
+                           dead_from: str | None = None, dead_to: str | None = None, max_count: int | None = None,
+                           rate_per_s: float | None = None, dry_run: bool = False, op_id: str | None = None) -> dict:
+        """``POST /v1/dlq:purge``: delete the dead runs that match, as one operation."""
+        return self._send(endpoints.dlq_purge_matching(queue=queue, job=job, error=error, dead_from=dead_from,
+                                                       dead_to=dead_to, max_count=max_count, rate_per_s=rate_per_s,
+                                                       dry_run=dry_run, op_id=op_id))
+
+    def list_runs(self, state: str | None = None, limit: int = PAGE_LIMIT_DEFAULT, consistent: bool = False) -> dict:
+        """``GET /v1/runs``: runs and recorded slots of every job, newest first."""
+        return self._send(endpoints.list_runs(state, limit, consistent))
+
+    def preview_spec(self, spec: dict, count: int = PREVIEW_COUNT_DEFAULT) -> dict:
+        """``POST /v1/preview``: the next ``count`` slots of a spec that is not stored."""
+        return self._send(endpoints.preview_spec(spec, count))
+
+    def healthz(self) -> dict:
+        """``GET /healthz``: ``{"ok", "role", "leader"}`` of the node tried first (a 503 returned)."""
+        return self._send(endpoints.healthz())
+
+    def metrics(self) -> str:
+        """``GET /metrics``: the node's Prometheus text."""
+        return self._send(endpoints.metrics())
+
+    def workers(self, consistent: bool = False) -> dict:
+        """``GET /v1/workers``: every registered worker."""
+        return self._send(endpoints.workers(consistent))
+
+    def worker(self, worker_id: str, consistent: bool = False) -> dict:
+        """``GET /v1/workers/{id}``: one worker, with the runs it holds."""
+        return self._send(endpoints.worker(worker_id, consistent))
+
+    def drain_worker(self, worker_id: str) -> dict:
+        """``POST /v1/workers/{id}/drain``: no more runs for a worker; it finishes and stops."""
+        return self._send(endpoints.drain_worker(worker_id))
+
+    def worker_lease(self, worker_id: str, *, max_runs: int, wait_s: float, ttl_ms: int, facts: dict | None = None,
+                     timeout_s: float | None = None, deadline_s: float | None = None) -> dict:
+        """``POST /v1/workers/{id}/lease``: up to ``max_runs`` runs, waiting up to ``wait_s``."""
+        return self._send(endpoints.worker_lease(worker_id, max_runs=max_runs, wait_s=wait_s, ttl_ms=ttl_ms,
+                                                 facts=facts, timeout_s=timeout_s, deadline_s=deadline_s))
+
+    def worker_heartbeat(self, worker_id: str, leases: list, ttl_ms: int, *, timeout_s: float | None = None,
+                         deadline_s: float | None = None) -> dict:
+        """``POST /v1/workers/{id}/heartbeat``: extend a worker's leases."""
+        return self._send(endpoints.worker_heartbeat(worker_id, leases, ttl_ms, timeout_s=timeout_s,
+                                                     deadline_s=deadline_s))
+
+    def worker_complete(self, worker_id: str, results: list, *, idempotent_key: str | None = None,
+                        timeout_s: float | None = None, deadline_s: float | None = None) -> dict:
+        """``POST /v1/workers/{id}/complete``: report the outcomes of runs."""
+        return self._send(endpoints.worker_complete(worker_id, results, idempotent_key=idempotent_key,
+                                                    timeout_s=timeout_s, deadline_s=deadline_s))
+
+    def worker_release(self, worker_id: str, leases: list, reason: str = "", *, idempotent_key: str | None = None,
+                       timeout_s: float | None = None, deadline_s: float | None = None) -> dict:
+        """``POST /v1/workers/{id}/release``: give leases back (queued again at once)."""
+        return self._send(endpoints.worker_release(worker_id, leases, reason, idempotent_key=idempotent_key,
+                                                   timeout_s=timeout_s, deadline_s=deadline_s))
+
+    def create_token(self, role: str, tenants: list[str] | None = None, expires: str | int | None = None,
+                     note: str | None = None, workers: list[str] | None = None) -> dict:
+        """``POST /v1/tokens``: a new API token; its secret is shown this once."""
+        return self._send(endpoints.create_token(role, tenants, expires, note, workers))
+
+    def tokens(self) -> dict:
+        """``GET /v1/tokens``: every token, without secrets."""
+        return self._send(endpoints.tokens())
+
+    def revoke_token(self, token_id: str) -> dict:
+        """``DELETE /v1/tokens/{id}``: revoke a token."""
+        return self._send(endpoints.revoke_token(token_id))
+
+    def lock_acquire(self, name: str, owner: str, ttl_s: float, *, deadline_s: float | None = None) -> dict:
+        """``POST /v1/locks/{name}/acquire``: the lock and its fencing token (LockHeld if held)."""
+        return self._send(endpoints.lock_acquire(name, owner, ttl_s, deadline_s=deadline_s))
+
+    def lock_renew(self, name: str, token: int, ttl_s: float | None = None, *,
+                   deadline_s: float | None = None) -> dict:
+        """``POST /v1/locks/{name}/renew``: extend the lease of ``token`` (LockLost if lost)."""
+        return self._send(endpoints.lock_renew(name, token, ttl_s, deadline_s=deadline_s))
+
+    def lock_release(self, name: str, token: int, *, deadline_s: float | None = None) -> dict:
+        """``POST /v1/locks/{name}/release``: release the lock held with ``token``."""
+        return self._send(endpoints.lock_release(name, token, deadline_s=deadline_s))
+
+    def lock_info(self, name: str, consistent: bool = False) -> dict | None:
+        """``GET /v1/locks/{name}``: the current holder, or None when the lock is free."""
+        return self._send(endpoints.lock_info(name, consistent))
+
+
+class Lock(LockPolicy):
+    """A lock held with a lease that a background daemon thread renews every ``ttl_s / 3``
+    (the decisions are :class:`~raftsched.client.policy.LockPolicy`'s).
+
+        with client.lock("reindex", owner="host-a", ttl_s=10) as lease:
+            for batch in work:
+                if lease.lost.is_set():
+                    break
+                sink.write(batch, fencing_token=lease.token)
+
+    Holding the lock does not make you safe by itself. Your process can stop for longer than the
+    TTL (GC pause, SIGSTOP, VM migration) between checking ``lease.lost`` and writing; meanwhile
+    another owner gets the lock. Pass ``lease.token`` to every downstream write and make the
+    downstream refuse a lower token than one it has already seen.
+
+    :param blocking: wait for the lock when it is held (polling until the holder's lease ends),
+        instead of raising :class:`LockHeld` at once.
+    :param timeout_s: with ``blocking``, how long to wait (None: forever); then LockHeld.
+
+    If acquiring raises :class:`~raftsched.core.errors.Indeterminate`, the lock may have been
+    granted to this owner anyway; nobody renews it, so it ends by its TTL.
+    """
+
+    def __init__(self, client: Client, name: str, owner: str, ttl_s: float = LOCK_TTL_S_DEFAULT, *,
+                 blocking: bool = False, timeout_s: float | None = None) -> None:
+        super().__init__(name, owner, ttl_s, blocking=blocking, timeout_s=timeout_s)
+        self.client = client
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def acquire(self) -> Lease:
+        self.acquiring()
+        while True:
+            sent = self.clock.monotonic_s()
+            try:
+                res = self.client.lock_acquire(self.name, self.owner, self.ttl_s)
+                break
+            except LockHeld as e:
+                pause = self.pause_after(e)
+                if pause is None:
+                    raise
+                time.sleep(pause)
+        lease = self.acquired(sent, res)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._renew_loop, args=(lease,),
+                                        name=f"raftsched-lock-renew:{self.name}", daemon=True)
+        self._thread.start()
+        return lease
+
+    def release(self) -> None:
+        """Stop renewing and release. A refused release (the lease had expired already) is
+        logged, not raised; so is a release that could not reach the cluster (the lease then ends
+        by its TTL)."""
+        lease = self.lease
+        if lease is None:
+            return
+        self._stop.set()
+        t, self._thread = self._thread, None
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout=self.stop_wait_s(self.client.timeout_s))
+        self.lease = None
+        try:
+            self.client.lock_release(self.name, lease.token,
+                                     deadline_s=self.release_deadline_s(self.client.deadline_s))
+        except RaftschedError as e:
+            self.release_failed(lease, e)
+        finally:
+            lease.lost.set()  # whatever happened, this lease is not held any more
+
+    def __enter__(self) -> Lease:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def _renew_loop(self, lease: Lease) -> None:
+        while not self._stop.wait(self.renew_wait_s(lease)):
+            deadline_s = self.renew_deadline_s(lease)
+            if deadline_s is None:
+                return
+            sent = self.clock.monotonic_s()
+            try:
+                res = self.client.lock_renew(self.name, lease.token, self.ttl_s, deadline_s=deadline_s)
+            except Exception as e:
+                if not self.renew_failed(lease, e):
+                    return
+            else:
+                if not self.renewed(lease, sent, res):
+                    return

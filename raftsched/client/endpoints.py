@@ -1,0 +1,473 @@
+"""Every endpoint of the API as a function from a client method's arguments to the
+:class:`~raftsched.client.core.Request` it sends, written once: the method, the path, the query,
+the body, the idempotency key, the per-call timeouts and how an error is recovered.
+
+:class:`raftsched.client.Client` and :class:`raftsched.AsyncClient` each have one method per
+function here, with the same name and parameters, whose body hands the description to its
+transport (``return self._send(endpoints.put_job(name, spec, create_only))``);
+tests/test_client_layout.py checks that, and tests/test_client_coverage.py that every route of
+the API has one. No I/O here: a function only describes (``put_jobs`` refuses a batch that is too
+large before anything is sent).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..core import limits
+from .core import LockHeld, LockLost, Request, conflict_as, none_if_not_found, quote as _q
+
+#: ``limit`` of a page of jobs, runs or dead runs when none is given (the API's own default).
+PAGE_LIMIT_DEFAULT = 100
+#: Slots a preview answers when no ``count`` is given.
+PREVIEW_COUNT_DEFAULT = 10
+
+
+class _Unset:
+    """The default of an argument whose None is a value (a payload may be null)."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+#: "not given", for arguments whose None is a value (a payload may be null).
+UNSET: Any = _Unset()
+
+#: Every endpoint function, by name (the clients' endpoint methods have these names).
+ENDPOINTS: dict[str, Callable[..., Request]] = {}
+
+
+def endpoint(fn: Callable[..., Request]) -> Callable[..., Request]:
+    ENDPOINTS[fn.__name__] = fn
+    return fn
+
+
+def _consistent(consistent: bool) -> str | None:
+    return "true" if consistent else None
+
+
+def _given(**fields: Any) -> dict:
+    """The fields whose value is not None."""
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+# ------------------------------------------------------------------ cluster and jobs
+@endpoint
+def cluster(consistent: bool = False) -> Request:
+    """``GET /v1/cluster``: the answering node, its role, the leader, members, indexes."""
+    return Request("GET", "/v1/cluster", {"consistent": _consistent(consistent)})
+
+
+@endpoint
+def put_job(name: str, spec: dict, create_only: bool = False) -> Request:
+    """``PUT /v1/jobs/{name}``: create or replace a job; ``create_only`` sends
+    ``If-None-Match: *`` (409 if it exists)."""
+    return Request("PUT", f"/v1/jobs/{_q(name)}", body=spec,
+                   headers={"If-None-Match": "*"} if create_only else None)
+
+
+@endpoint
+def put_jobs(jobs: dict[str, dict], create_only: bool = False, *, idempotency_key: str | None = None,
+             deadline_s: float | None = None) -> Request:
+    """Create or replace up to ``limits.batch_jobs_max`` (10 000) jobs in one request,
+    ``POST /v1/jobs:batch``: ``{"jobs": {name: result}, "created", "replaced", "conflicts",
+    "commands"}``. A result is ``{"created", "gen", "next_slot"}``, or with ``create_only``
+    and an existing job, ``{"error": {"code": "conflict", ...}}``.
+
+    Every job is validated before anything changes. The call is retried like every other
+    (503 on the next node, 504 or a lost connection with the same Idempotency-Key), and a
+    retry of the same jobs with the same key applies each of the node's commands at most
+    once, so a failure part-way is finished by the retry. A batch of thousands of jobs
+    can take seconds: give the client a ``timeout_s`` to match (core.BATCH_TIMEOUT_S).
+
+    :raises ValueError: more than ``limits.batch_jobs_max`` jobs (nothing is sent).
+    :raises InvalidSpec: a job is invalid; ``.extra["job"]`` and ``.field`` name the first,
+        ``.extra["errors"]`` lists up to 100. Nothing changed.
+    :raises Unavailable, Indeterminate: the deadline passed with commands still failing;
+        ``.extra`` says which jobs are committed (``jobs``), ``not_committed`` and
+        ``unknown``, and the ``idempotency_key`` to retry with.
+    """
+    if len(jobs) > limits.batch_jobs_max:
+        raise ValueError(f"{len(jobs)} jobs; send at most {limits.batch_jobs_max} per call")
+    body: dict = {"jobs": jobs}
+    if create_only:
+        body["create_only"] = True
+    return Request("POST", "/v1/jobs:batch", body=body, idempotency_key=idempotency_key, deadline_s=deadline_s)
+
+
+@endpoint
+def get_job(name: str, consistent: bool = False) -> Request:
+    """``GET /v1/jobs/{name}``: a job's spec and state. :raises NotFound:"""
+    return Request("GET", f"/v1/jobs/{_q(name)}", {"consistent": _consistent(consistent)})
+
+
+@endpoint
+def delete_job(name: str) -> Request:
+    """``DELETE /v1/jobs/{name}``: delete a job (its queued runs with it)."""
+    return Request("DELETE", f"/v1/jobs/{_q(name)}")
+
+
+@endpoint
+def list_jobs(limit: int = PAGE_LIMIT_DEFAULT, after: str | None = None, consistent: bool = False,
+              labels: dict[str, str] | None = None) -> Request:
+    """``GET /v1/jobs``, one page: ``{"jobs", "next", "total"}``; pass ``after=page["next"]``
+    for the next one. With ``labels``, only the jobs that carry every one of them
+    (``?label=KEY=VALUE``)."""
+    return Request("GET", "/v1/jobs", {"limit": limit, "after": after, "consistent": _consistent(consistent),
+                                       "label": [f"{k}={v}" for k, v in labels.items()] if labels else None})
+
+
+@endpoint
+def runs(name: str, limit: int = PAGE_LIMIT_DEFAULT, state: str | None = None, slot: str | None = None,
+         consistent: bool = False) -> Request:
+    """``GET /v1/jobs/{name}/runs``: a job's runs, newest first; ``slot`` is an ISO-8601 time."""
+    return Request("GET", f"/v1/jobs/{_q(name)}/runs",
+                   {"limit": limit, "state": state, "slot": slot, "consistent": _consistent(consistent)})
+
+
+@endpoint
+def get_run(run: str) -> Request:
+    """``GET /v1/runs/{run}``: one run. :raises NotFound:"""
+    return Request("GET", f"/v1/runs/{_q(run)}")
+
+
+@endpoint
+def preview(name: str, count: int = PREVIEW_COUNT_DEFAULT, after: str | None = None) -> Request:
+    """``GET /v1/jobs/{name}/preview``: a job's next ``count`` slots (after ``after``, an
+    ISO-8601 time; default now), with DST marks."""
+    return Request("GET", f"/v1/jobs/{_q(name)}/preview", {"count": count, "after": after})
+
+
+@endpoint
+def explain(name: str, down_from: str, down_to: str) -> Request:
+    """``POST /v1/jobs/{name}/explain``: what an outage from ``down_from`` to ``down_to``
+    (ISO-8601) would do to a job's slots, by its misfire policy. Read-only: it proposes nothing."""
+    return Request("POST", f"/v1/jobs/{_q(name)}/explain", body={"down_from": down_from, "down_to": down_to})
+
+
+@endpoint
+def trigger(name: str, *, slot: str | None = None, payload: Any = UNSET) -> Request:
+    """``POST /v1/jobs/{name}/trigger``: start a manual run now (one run per call, even when the
+    call is retried). ``payload`` overrides the job's for this run; ``slot`` (ISO-8601) makes it
+    the run of that scheduled time, deduplicated: when the slot has a run already, that run is
+    the answer (``created`` False)."""
+    body: dict = _given(slot=slot)
+    if payload is not UNSET:
+        body["payload"] = payload
+    return Request("POST", f"/v1/jobs/{_q(name)}/trigger", body=body or None)
+
+
+@endpoint
+def pause(name: str) -> Request:
+    """``POST /v1/jobs/{name}/pause``: the job fires no more slots until resumed."""
+    return Request("POST", f"/v1/jobs/{_q(name)}/pause")
+
+
+@endpoint
+def resume(name: str, catch_up: bool = False) -> Request:
+    """``POST /v1/jobs/{name}/resume``: fire again; ``catch_up`` runs the slots missed while
+    paused, by the job's misfire policy."""
+    return Request("POST", f"/v1/jobs/{_q(name)}/resume", {"catch_up": "true" if catch_up else None})
+
+
+# ------------------------------------------------------------------ queues, tenants, DLQ
+@endpoint
+def dlq(queue: str | None = None, limit: int = PAGE_LIMIT_DEFAULT) -> Request:
+    """``GET /v1/dlq``: dead runs, of every queue or of ``queue``."""
+    return Request("GET", "/v1/dlq", {"queue": queue, "limit": limit})
+
+
+@endpoint
+def dlq_get(run: str, consistent: bool = False) -> Request:
+    """``GET /v1/dlq/{run}``: one dead run (NotFound unless it is in a dead-letter queue)."""
+    return Request("GET", f"/v1/dlq/{_q(run)}", {"consistent": _consistent(consistent)})
+
+
+@endpoint
+def dlq_requeue(run: str) -> Request:
+    """``POST /v1/dlq/{run}/requeue``: queue a dead run again, with a fresh attempt budget."""
+    return Request("POST", f"/v1/dlq/{_q(run)}/requeue")
+
+
+@endpoint
+def dlq_delete(run: str) -> Request:
+    """``DELETE /v1/dlq/{run}``: delete a dead run from its dead-letter queue."""
+    return Request("DELETE", f"/v1/dlq/{_q(run)}")
+
+
+@endpoint
+def queues() -> Request:
+    """``GET /v1/queues``: every queue: depth, running, oldest waiting, dead, settings."""
+    return Request("GET", "/v1/queues")
+
+
+@endpoint
+def put_queue(name: str, max_depth: int | None = None, on_full: str | None = None) -> Request:
+    """``PUT /v1/queues/{name}``: a queue's settings (``max_depth``, ``on_full``)."""
+    return Request("PUT", f"/v1/queues/{_q(name)}", body=_given(max_depth=max_depth, on_full=on_full))
+
+
+@endpoint
+def tenants() -> Request:
+    """``GET /v1/tenants``: every tenant's rate limit."""
+    return Request("GET", "/v1/tenants")
+
+
+@endpoint
+def put_tenant(name: str, rate_per_s: float, burst: int | None = None) -> Request:
+    """``PUT /v1/tenants/{name}``: limit the runs a tenant starts to ``rate_per_s`` (bursts of
+    ``burst``)."""
+    return Request("PUT", f"/v1/tenants/{_q(name)}", body={"rate_per_s": rate_per_s, **_given(burst=burst)})
+
+
+@endpoint
+def delete_tenant(name: str) -> Request:
+    """``DELETE /v1/tenants/{name}``: lift the tenant's rate limit."""
+    return Request("DELETE", f"/v1/tenants/{_q(name)}")
+
+
+# ------------------------------------------------------------------ backfills and bulk DLQ operations
+@endpoint
+def backfill(job: str, from_: str, to: str, *, reprocess: str | None = None, order: str | None = None,
+             max_concurrent: int | None = None, rate_per_s: float | None = None, max_slots: int | None = None,
+             payload: Any = UNSET, overlap: str | None = None, dry_run: bool = False,
+             backfill_id: str | None = None) -> Request:
+    """``POST /v1/jobs/{job}/backfills``: run ``job`` for the slots of ``[from_, to)`` (ISO-8601)
+    that never ran (``reprocess`` ``missing``, the default), also those whose last run failed
+    or went dead (``failed``), or all of them (``all``); ``order`` ``oldest`` (default) or
+    ``newest``; at most ``max_concurrent`` (default 1) of its runs queued or running, at most
+    ``rate_per_s`` started a second. ``dry_run``: the slots it would run and why the others
+    are left out, changing nothing. ``backfill_id`` makes the call idempotent: the same id
+    again answers with the same backfill (``created`` False; docs/backfill.md)."""
+    body: dict = {"from": from_, "to": to}
+    body.update(_given(reprocess=reprocess, order=order, max_concurrent=max_concurrent, rate_per_s=rate_per_s,
+                       max_slots=max_slots, overlap=overlap, id=backfill_id))
+    if payload is not UNSET:
+        body["payload"] = payload
+    if dry_run:
+        body["dry_run"] = True
+    return Request("POST", f"/v1/jobs/{_q(job)}/backfills", body=body)
+
+
+@endpoint
+def backfills(kind: str | None = None, job: str | None = None, state: str | None = None) -> Request:
+    """``GET /v1/backfills``: every backfill and bulk DLQ operation the cluster keeps."""
+    return Request("GET", "/v1/backfills", {"kind": kind, "job": job, "state": state})
+
+
+@endpoint
+def get_backfill(backfill_id: str, consistent: bool = False) -> Request:
+    """``GET /v1/backfills/{id}``: one backfill or bulk operation, with its progress."""
+    return Request("GET", f"/v1/backfills/{_q(backfill_id)}", {"consistent": _consistent(consistent)})
+
+
+@endpoint
+def pause_backfill(backfill_id: str) -> Request:
+    """``POST /v1/backfills/{id}/pause``: start no more of its runs until resumed."""
+    return Request("POST", f"/v1/backfills/{_q(backfill_id)}/pause")
+
+
+@endpoint
+def resume_backfill(backfill_id: str) -> Request:
+    """``POST /v1/backfills/{id}/resume``: go on with a paused backfill or bulk operation."""
+    return Request("POST", f"/v1/backfills/{_q(backfill_id)}/resume")
+
+
+@endpoint
+def cancel_backfill(backfill_id: str) -> Request:
+    """``POST /v1/backfills/{id}/cancel``: stop a backfill (its queued runs are withdrawn) or a
+    bulk operation."""
+    return Request("POST", f"/v1/backfills/{_q(backfill_id)}/cancel")
+
+
+def _dlq_bulk(action: str, filters: dict, dry_run: bool, op_id: str | None) -> Request:
+    body = _given(**filters)
+    if dry_run:
+        body["dry_run"] = True
+    if op_id is not None:
+        body["id"] = op_id
+    return Request("POST", f"/v1/dlq:{action}", body=body)
+
+
+@endpoint
+def dlq_requeue_matching(*, queue: str | None = None, job: str | None = None, error: str | None = None,
+                         dead_from: str | None = None, dead_to: str | None = None, max_count: int | None = None,
+                         rate_per_s: float | None = None, max_concurrent: int | None = None,
+                         dry_run: bool = False, op_id: str | None = None) -> Request:
+    """``POST /v1/dlq:requeue``: queue again, with fresh budgets, the dead runs that match
+    (``error`` is a substring of their error; dead between ``dead_from`` and ``dead_to``, ISO),
+    at most ``max_count``, ``rate_per_s`` a second (10 by default): one replicated operation
+    whose progress ``get_backfill`` shows. ``dry_run``: the runs it would requeue."""
+    return _dlq_bulk("requeue", {"queue": queue, "job": job, "error": error, "dead_from": dead_from,
+                                 "dead_to": dead_to, "max_count": max_count, "rate_per_s": rate_per_s,
+                                 "max_concurrent": max_concurrent}, dry_run, op_id)
+
+
+@endpoint
+def dlq_purge_matching(*, queue: str | None = None, job: str | None = None, error: str | None = None,
+                       dead_from: str | None = None, dead_to: str | None = None, max_count: int | None = None,
+                       rate_per_s: float | None = None, dry_run: bool = False, op_id: str | None = None) -> Request:
+    """``POST /v1/dlq:purge``: delete the dead runs that match, as ``dlq_requeue_matching``
+    selects them (no rate unless given)."""
+    return _dlq_bulk("purge", {"queue": queue, "job": job, "error": error, "dead_from": dead_from,
+                               "dead_to": dead_to, "max_count": max_count, "rate_per_s": rate_per_s},
+                     dry_run, op_id)
+
+
+# ------------------------------------------------------------------ runs, previews, health
+@endpoint
+def list_runs(state: str | None = None, limit: int = PAGE_LIMIT_DEFAULT, consistent: bool = False) -> Request:
+    """``GET /v1/runs``: runs and recorded slots of every job, newest first: ``{"runs"}``."""
+    return Request("GET", "/v1/runs", {"state": state, "limit": limit, "consistent": _consistent(consistent)})
+
+
+@endpoint
+def preview_spec(spec: dict, count: int = PREVIEW_COUNT_DEFAULT) -> Request:
+    """``POST /v1/preview``: the next ``count`` slots of a spec that is not stored (it is
+    validated like a PUT's). Read-only: it proposes nothing."""
+    return Request("POST", "/v1/preview", {"count": int(count)}, body=spec)
+
+
+@endpoint
+def healthz() -> Request:
+    """``GET /healthz`` of the node tried first: ``{"ok", "role", "leader"}``, ``ok`` False
+    (a 503, returned rather than raised) when that node sees no leader."""
+    return Request("GET", "/healthz", accept=(503,))
+
+
+@endpoint
+def metrics() -> Request:
+    """``GET /metrics``: the node's Prometheus text (NotFound when the node has none)."""
+    return Request("GET", "/metrics")
+
+
+# ------------------------------------------------------------------ the worker fleet
+@endpoint
+def workers(consistent: bool = False) -> Request:
+    """``GET /v1/workers``: every registered worker: ``{"workers": [...], "total"}`` (docs/api.md,
+    "Workers")."""
+    return Request("GET", "/v1/workers", {"consistent": _consistent(consistent)})
+
+
+@endpoint
+def worker(worker_id: str, consistent: bool = False) -> Request:
+    """``GET /v1/workers/{id}``: one worker, with the runs it holds. :raises NotFound: no such
+    worker."""
+    return Request("GET", f"/v1/workers/{_q(worker_id)}", {"consistent": _consistent(consistent)})
+
+
+@endpoint
+def drain_worker(worker_id: str) -> Request:
+    """``POST /v1/workers/{id}/drain``: the worker is granted nothing more, lets its runs finish
+    and stops (docs/workers.md). ``{"worker", "state": "draining", "held"}``."""
+    return Request("POST", f"/v1/workers/{_q(worker_id)}/drain")
+
+
+# ------------------------------------------------------------------ the worker protocol (docs/api.md)
+# What `raftsched worker` speaks (through the AsyncClient); a worker-role token may call them and
+# nothing else.
+@endpoint
+def worker_lease(worker_id: str, *, max_runs: int, wait_s: float, ttl_ms: int, facts: dict | None = None,
+                 timeout_s: float | None = None, deadline_s: float | None = None) -> Request:
+    """``POST /v1/workers/{id}/lease``: up to ``max_runs`` runs this worker's facts (queues,
+    labels, slots, executors, version, instance) allow, waiting at the node up to ``wait_s``
+    for work: ``{"runs": [grants], "draining"}``. Retried on another node only while no
+    attempt may have granted runs (a lease is not idempotent: its runs would wait out their
+    TTL)."""
+    body = dict(facts or {}, max=max_runs, wait_s=wait_s, ttl_ms=ttl_ms)
+    return Request("POST", f"/v1/workers/{_q(worker_id)}/lease", body=body, timeout_s=timeout_s,
+                   deadline_s=deadline_s)
+
+
+@endpoint
+def worker_heartbeat(worker_id: str, leases: list, ttl_ms: int, *, timeout_s: float | None = None,
+                     deadline_s: float | None = None) -> Request:
+    """``POST /v1/workers/{id}/heartbeat``: extend ``leases`` (``[[run, token], ...]``):
+    ``{"extended", "lost", "draining"}``."""
+    return Request("POST", f"/v1/workers/{_q(worker_id)}/heartbeat", body={"leases": leases, "ttl_ms": ttl_ms},
+                   timeout_s=timeout_s, deadline_s=deadline_s)
+
+
+@endpoint
+def worker_complete(worker_id: str, results: list, *, idempotent_key: str | None = None,
+                    timeout_s: float | None = None, deadline_s: float | None = None) -> Request:
+    """``POST /v1/workers/{id}/complete``: outcomes (``{"run", "token", "success", "error",
+    "output"}``), each judged alone: ``{"results": [...]}``."""
+    return Request("POST", f"/v1/workers/{_q(worker_id)}/complete", body={"results": results},
+                   idempotency_key=idempotent_key, timeout_s=timeout_s, deadline_s=deadline_s)
+
+
+@endpoint
+def worker_release(worker_id: str, leases: list, reason: str = "", *, idempotent_key: str | None = None,
+                   timeout_s: float | None = None, deadline_s: float | None = None) -> Request:
+    """``POST /v1/workers/{id}/release``: give ``leases`` back (queued again at once, no budget
+    spent)."""
+    return Request("POST", f"/v1/workers/{_q(worker_id)}/release", body={"leases": leases, "reason": reason},
+                   idempotency_key=idempotent_key, timeout_s=timeout_s, deadline_s=deadline_s)
+
+
+# ------------------------------------------------------------------ tokens (admin)
+@endpoint
+def create_token(role: str, tenants: list[str] | None = None, expires: str | int | None = None,
+                 note: str | None = None, workers: list[str] | None = None) -> Request:
+    """``POST /v1/tokens``: ``{"id", "token", "role", "tenants", "workers", "expires_at",
+    "note"}``; the token (its secret) is shown this once. ``expires``: ISO-8601 or ms since
+    the epoch; ``workers``: the worker ids a worker token may speak for (None: any)."""
+    return Request("POST", "/v1/tokens",
+                   body={"role": role, **_given(tenants=tenants, expires=expires, note=note, workers=workers)})
+
+
+@endpoint
+def tokens() -> Request:
+    """``GET /v1/tokens``: every token, without secrets."""
+    return Request("GET", "/v1/tokens")
+
+
+@endpoint
+def revoke_token(token_id: str) -> Request:
+    """``DELETE /v1/tokens/{id}``: every node refuses the token once it has applied the
+    revocation."""
+    return Request("DELETE", f"/v1/tokens/{_q(token_id)}")
+
+
+# ------------------------------------------------------------------ locks
+@endpoint
+def lock_acquire(name: str, owner: str, ttl_s: float, *, deadline_s: float | None = None) -> Request:
+    """``POST /v1/locks/{name}/acquire``: acquire lock ``name`` for ``ttl_s`` seconds:
+    ``{"lock", "owner", "token", "expires_at"}``.
+
+    ``token`` is the fencing token: pass it to every write you make under the lock. Holding
+    the lock does not make you safe by itself (raftsched/client/__init__.py, "Locks, honestly").
+
+    :raises LockHeld: someone else holds it (``.holder``, ``.expires_at_ms``).
+    """
+    return Request("POST", f"/v1/locks/{_q(name)}/acquire", body={"owner": owner, "ttl_s": ttl_s},
+                   deadline_s=deadline_s, recover=conflict_as(LockHeld))
+
+
+@endpoint
+def lock_renew(name: str, token: int, ttl_s: float | None = None, *, deadline_s: float | None = None) -> Request:
+    """``POST /v1/locks/{name}/renew``: extend the lease of ``token`` by ``ttl_s`` (default: the
+    TTL it was acquired with).
+
+    :raises LockLost: the token does not hold the lock any more.
+    """
+    return Request("POST", f"/v1/locks/{_q(name)}/renew", body={"token": token, **_given(ttl_s=ttl_s)},
+                   deadline_s=deadline_s, recover=conflict_as(LockLost))
+
+
+@endpoint
+def lock_release(name: str, token: int, *, deadline_s: float | None = None) -> Request:
+    """``POST /v1/locks/{name}/release``: release the lock held with ``token``.
+
+    :raises LockLost: the token did not hold it (it had expired already).
+    """
+    return Request("POST", f"/v1/locks/{_q(name)}/release", body={"token": token}, deadline_s=deadline_s,
+                   recover=conflict_as(LockLost))
+
+
+@endpoint
+def lock_info(name: str, consistent: bool = False) -> Request:
+    """``GET /v1/locks/{name}``: the current holder ``{"lock", "owner", "token", "expires_at",
+    "since"}``, or None when the lock is free."""
+    return Request("GET", f"/v1/locks/{_q(name)}", {"consistent": _consistent(consistent)},
+                   recover=none_if_not_found)
