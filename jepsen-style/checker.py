@@ -22,7 +22,6 @@ hand. Keys (all optional except where a checker needs them):
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import itertools
 import json
 import re
@@ -305,7 +304,7 @@ def check_duplicates(data: dict) -> dict:
                 note_grant(where, r["id"], r.get("attempt"), r.get("fencing_token"))
         for job, runs in by_job.items():
             spans = _spans(runs)
-            for (lo1, hi1, r1), (lo2, hi2, r2) in zip(spans, spans[1:]):
+            for (_lo1, hi1, r1), (lo2, _hi2, r2) in zip(spans, spans[1:]):
                 if lo2 <= hi1:
                     examples.append(f"{where}: job {job} slot {lo2} is both {r1['id']} ({r1['state']}) and {r2['id']} ({r2['state']})")
     for w in data.get("sink", []):

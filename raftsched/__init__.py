@@ -15,7 +15,7 @@ _LAZY = {
     "Client": "raftsched.client",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = sorted(_LAZY)  # noqa: PLE0605 - the lazily loaded names, listed once
 
 
 def __getattr__(name: str):

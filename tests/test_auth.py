@@ -376,7 +376,7 @@ def test_a_token_limited_to_tenants_sees_and_changes_only_theirs():
 def test_a_limited_token_sees_only_its_tenants_dead_runs():
     async def t(env, c):
         await _seed(c)
-        for rid in list(env.state.runs):  # both manual runs fail for good
+        for _rid in list(env.state.runs):  # both manual runs fail for good
             env.state.apply_bytes(commands.encode(commands.make("acquire", env.clock.now_ms(), None, worker="w",
                                                                 queues=None, max=10, ttl=10_000, types=None)))
         for rid, r in list(env.state.runs.items()):

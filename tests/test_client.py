@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from procs import REPO, free_ports, http, running_cluster, wait_for
+from procs import REPO, free_ports, running_cluster, wait_for
 
 from raftsched.client import Client, Lease, LockHeld, LockLost
 from raftsched.core import limits

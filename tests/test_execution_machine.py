@@ -31,7 +31,6 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from raftsched.core import commands, queries, limits
 from raftsched.core.policy import backoff_ms
-from raftsched.core.state import SchedulerState
 
 from core_helpers import HOUR, MIN, T0, apply, new_state, plan_tick, put_cmd, queued_count, restored, spec_of
 

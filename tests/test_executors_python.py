@@ -282,7 +282,7 @@ def test_execute_soon_gives_the_outcomes_of_execute():
     from raftsched.worker.executors import CancelEvent
 
     async def t():
-        import exec_targets as _  # imported: execute_soon takes it
+        import exec_targets as _  # noqa: F401 - imported: execute_soon takes an imported module's function
         for target, run_id in (("record_sync", "soon-ok"), ("boom", "soon-boom"), ("sys_exit", "soon-exit"),
                                ("returns_coroutine", "soon-coro")):
             a = await soon(py(target), ctx(run_id), 10, cancel=CancelEvent())

@@ -178,7 +178,7 @@ def test_waiting_requests_are_served_oldest_first_with_one_acquire_each():
         polls = []
         for k in range(3):
             polls.append(asyncio.ensure_future(lease(c, f"w{k}", wait_s=10, max=1)))
-            await until(lambda: env.fleet.dispatcher.waiting == k + 1, what=f"request {k} waiting")
+            await until(lambda: env.fleet.dispatcher.waiting == k + 1, what=f"request {k} waiting")  # noqa: B023 - called in this iteration
         acquires0 = len(env.ops("acquire"))
         got = []
         for k in range(3):
@@ -198,7 +198,7 @@ def test_a_burst_of_runs_goes_to_as_many_of_the_oldest_requests_as_it_needs():
         polls = []
         for k in range(5):
             polls.append(asyncio.ensure_future(lease(c, f"w{k}", wait_s=10, max=2)))
-            await until(lambda: env.fleet.dispatcher.waiting == k + 1, what=f"request {k} waiting")
+            await until(lambda: env.fleet.dispatcher.waiting == k + 1, what=f"request {k} waiting")  # noqa: B023 - called in this iteration
         acquires0 = len(env.ops("acquire"))
         for _ in range(5):
             await trigger(env, "j")

@@ -8,7 +8,7 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from raftsched.core import commands, limits, model, queries
+from raftsched.core import limits, model, queries
 from raftsched.core.errors import InvalidSpec
 
 from core_helpers import SEC, T0, apply, new_state, put_cmd, raw_job, restored, spec_of, tick

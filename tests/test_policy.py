@@ -28,7 +28,7 @@ def check_shape(p, spec, anchor, cursor, now):
     assert p["after"] == cursor and p["upto"] == now
     nxt = schedule.next_slot_after(spec["schedule"], now, anchor)
     assert p["next"] == nxt and (nxt is None or nxt > now)
-    for state, reason, lo, hi, count in p["rec"]:
+    for state, reason, lo, hi, _count in p["rec"]:
         assert state in ("skipped", "coalesced") and isinstance(reason, str)
         assert cursor < lo <= hi <= now
         assert not any(lo <= s <= hi for s in runs), "a slot is both a run and recorded"

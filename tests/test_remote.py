@@ -8,7 +8,7 @@ import threading
 import time
 
 from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestServer
 
 import exec_targets
 from raftsched.clock import SystemClock

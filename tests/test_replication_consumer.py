@@ -7,7 +7,6 @@ import gc
 import pickle
 
 import msgpack
-import pytest
 
 from raftsched.replication import BARRIER_NOOP
 from raftsched.replication._consumer import _StateConsumer

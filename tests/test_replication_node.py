@@ -161,7 +161,7 @@ def test_three_nodes_elect_replicate_and_fail_over(tmp_path):
             # child), and the tick thread gives the replica's lock back afterwards.
             await wait_until(lambda: all(os.path.exists(os.path.join(d, "raft.dump"))
                                          for d in c.dirs.values()), 10, "dump files")
-            for a, s in c.states.items():
+            for a, _s in c.states.items():
                 assert c.nodes[a]._lock.acquire(timeout=2), "the lock still held after a dump"
                 c.nodes[a]._lock.release()
 

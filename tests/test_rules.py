@@ -403,7 +403,7 @@ def test_outages_every_fire_matches_the_policy_and_next_slot_rule(d):
     spec, start, until, down, lags = d
     s, fires = drive(spec, start, until, down, lags)
     note(_fire_summary(fires))
-    for now, which, runs, recs, due, missed in fires:
+    for _now, which, runs, recs, due, missed in fires:
         if which is None:
             assert not missed and runs == due and not recs, "a fire outside an outage is on time"
         # every due slot is a run or inside a record, once
@@ -433,7 +433,7 @@ def test_fire_all_every_missed_slot_is_a_run_or_recorded_in_order(d):
     spec, start, until, down, lags = d
     s, fires = drive(spec, start, until, down, lags)
     k = spec["misfire"]["max_catchup"]
-    for now, which, runs, recs, due, missed in fires:
+    for _now, _which, runs, recs, _due, missed in fires:
         assert [x for x in runs if x in missed] == missed[:k], "the oldest max_catchup missed slots run"
         if len(missed) > k:
             assert recs == [("skipped", "catchup_limit", missed[k], missed[-1], len(missed) - k)]
@@ -448,7 +448,7 @@ def test_fire_once_one_run_per_outage_for_its_latest_missed_slot(d):
     spec, start, until, down, lags = d
     s, fires = drive(spec, start, until, down, lags)
     per_outage = {}
-    for now, which, runs, recs, due, missed in fires:
+    for _now, which, runs, recs, _due, missed in fires:
         if missed:
             assert which is not None
             per_outage[which] = [x for x in runs if x in missed]
@@ -468,7 +468,7 @@ def test_skip_no_run_older_than_grace_and_every_such_slot_recorded(d):
     for e in entries_of(s, "j", 0):
         if e["kind"] == "scheduled":
             assert e["fired_at"] - e["slot"] <= g
-    for now, which, runs, recs, due, missed in fires:
+    for _now, _which, runs, recs, _due, missed in fires:
         assert not set(runs) & set(missed)
         assert recs == ([("skipped", "misfire", missed[0], missed[-1], len(missed))] if missed else [])
 

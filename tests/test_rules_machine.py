@@ -376,7 +376,7 @@ class RulesMachine(RuleBasedStateMachine):
 
     @invariant()
     def records_are_allowed_by_the_policies(self):
-        for name, m in self.jobs.items():
+        for name, _m in self.jobs.items():
             for rid in self.state.history.get(name, []):
                 e = self.state.runs[rid]
                 if e["kind"] == "recorded":

@@ -10,7 +10,6 @@ from datetime import datetime, timedelta, timezone
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 

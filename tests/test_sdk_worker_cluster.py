@@ -126,7 +126,7 @@ def env(tmp_path_factory):
 
 def test_the_workers_run_their_apps_sync_and_async_handlers_with_their_context(env):
     ws = env.workers()
-    for wid, (ref, _, _) in WORKERS.items():
+    for wid, (_ref, _, _) in WORKERS.items():
         assert ws[wid]["dedicated"] == ["raftsched.app"] and ws[wid]["executors"] == ["python"], ws[wid]
     assert ws["w-app"]["labels"] == {"raftsched.app": "sdk-worker-test"}
     assert "app 'sdk-worker-test' (sdk_worker_app:app): 5 handler(s) for 5 job(s), 2 async" in env.log("w-app")

@@ -12,7 +12,7 @@ import pytest
 from raftsched.core import snapshot
 from raftsched.core.state import SchedulerState
 
-from core_helpers import SEC, T0, apply, new_state, put_cmd, spec_of, tick
+from core_helpers import SEC, T0, new_state, spec_of, tick
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from hypothesis import HealthCheck, event, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from raftsched.core import backfill_plan, commands, policy, schedule
-from raftsched.core.state import SchedulerState
 
 from core_helpers import HOUR, MIN, SEC, T0, new_state, plan_tick, put_cmd, resume_cmd, spec_of
 from backfill_helpers import backfill_cmd, step_cmd

@@ -12,7 +12,7 @@ from exec_helpers import acq, do, jspec, refused, trig
 def test_tenant_bucket_allows_burst_then_one_run_per_second():
     s = new_state(("a", jspec(tenant="t")))
     assert do(s, "put_tenant", T0, name="t", rate_milli=1000, burst=2)["ok"]
-    for i in range(6):
+    for _i in range(6):
         trig(s, "a", T0)
     assert len(acq(s, T0)) == 2
     assert acq(s, T0 + 999) == []

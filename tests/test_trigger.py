@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 
 from raftsched.clock import FakeClock
-from raftsched.core import commands, limits, model, policy, queries, schedule
+from raftsched.core import commands, limits, queries, schedule
 from raftsched.core.state import SchedulerState
 from raftsched.node.service import Service
 from raftsched.node.trigger import Trigger

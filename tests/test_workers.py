@@ -12,7 +12,7 @@ from raftsched.core.model import EXECUTOR_TYPES, validate_job
 from raftsched.core.placement import placement_ok
 from raftsched.core.state import SchedulerState
 
-from core_helpers import SEC, T0, apply, put_cmd, restored, spec_of
+from core_helpers import SEC, T0, apply, put_cmd, restored
 from exec_helpers import TTL, acq, do, hb, jspec, refused, trig
 
 ALL = list(EXECUTOR_TYPES)

@@ -266,7 +266,7 @@ class RaftNode:
             except OSError as e:
                 if e.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() > deadline:
                     os.close(fd)
-                    raise RuntimeError(f"data dir {self._data_dir} is in use by another node")
+                    raise RuntimeError(f"data dir {self._data_dir} is in use by another node") from None
                 time.sleep(0.02)
         self._lock_fd = fd
 
@@ -348,14 +348,14 @@ class RaftNode:
         if len(group) == 1:
             payload = group[0][0]
 
-            def on_result(result, reason, _settle_it=functools.partial(_settle, futs[0])):
+            def on_result(result, reason, _settle_it=functools.partial(_settle, futs[0])):  # noqa: B008 - bound once per call
                 # Tick thread (or this thread for QUEUE_FULL). Must never raise: pysyncobj
                 # would apply the entry again (post never does).
                 post(_settle_it, (result, reason))
         else:
             payload = tuple(d for d, _ in group)
 
-            def on_result(result, reason, _settle_them=functools.partial(_settle_group, futs)):
+            def on_result(result, reason, _settle_them=functools.partial(_settle_group, futs)):  # noqa: B008 - bound once per call
                 post(_settle_them, (result, reason))
         self.counters["log_entries_proposed"] += 1
         self.counters["commands_proposed"] += len(group)

@@ -181,7 +181,7 @@ def register(sched: BackgroundScheduler, rec: Recorder, n: int, mode: str, margi
     per_job = calibrate(sched, n)
     estimate = n * per_job * 1.5 + 0.5
     attempts = []
-    for attempt in range(1, REGISTRATION_ATTEMPTS + 1):
+    for _attempt in range(1, REGISTRATION_ATTEMPTS + 1):
         rec.reset()
         base = float(math.ceil(time.time() + estimate + margin_s))
         t0 = time.perf_counter()

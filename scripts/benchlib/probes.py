@@ -60,7 +60,6 @@ def journal_info(path: Path) -> dict:
     format 1); a node cuts the file back to it at each compaction, and code before that let the
     file only grow (its size then a high-water mark)."""
     import mmap
-    import struct
     out: dict = {"file_bytes": None}
     try:
         f = open(path, "rb")

@@ -275,7 +275,7 @@ def markdown(res: dict) -> str:
             notes.append(f"sweep N={st['n']}: no fire-log record committed after the window was seen within 5 s (the leader stalled)")
     for cname, nodes in (res.get("node_log_warnings") or {}).items():
         for node, kinds in nodes.items():
-            for key, k in kinds.items():
+            for _key, k in kinds.items():
                 notes.append(f"{cname}/{node}: {k['count']} × `{k['first'][24:140]}…`")
     if notes:
         lines += ["", "Notes and warnings:", ""] + [f"- {n}" for n in notes]

@@ -102,7 +102,7 @@ def smoke(commands: list[str], out=sys.stdout) -> int:
     t_all = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="raftsched-measure-smoke-") as tmp:
         for command in commands:
-            for i, sm in enumerate(module(command).SMOKE):
+            for _i, sm in enumerate(module(command).SMOKE):
                 args = [a.replace("{tmp}", tmp) for a in sm.args]
                 env = {**os.environ, **dict(sm.env)}
                 label = " ".join([f"{k}={v}" for k, v in sm.env] + [command] + list(sm.args))

@@ -40,7 +40,7 @@ def failover(tmp: Path, trials: int, clusters: list, n_jobs: int = 3) -> dict:
         try:
             # Steady state: the current leader has fired since the last restart caught up.
             t_ready = wall_ms()
-            wait_for(lambda: any(iso_ms(r["fired_at"]) > t_ready for r in conns[survivors[0]].get("/v1/runs?limit=10")[1]["runs"]),
+            wait_for(lambda: any(iso_ms(r["fired_at"]) > t_ready for r in conns[survivors[0]].get("/v1/runs?limit=10")[1]["runs"]),  # noqa: B023 - called in this iteration
                      10, "a fire by the current leader before the kill", interval_s=0.02)
             # Kill at phase k/trials of a second: this second's if that is still 50 ms ahead, else
             # the next one's.
@@ -110,7 +110,7 @@ def failover(tmp: Path, trials: int, clusters: list, n_jobs: int = 3) -> dict:
                 if lead is None:
                     return False
                 target_ci = c.status(lead)["commit_index"]
-                me = c.status(leader)
+                me = c.status(leader)  # noqa: B023 - caught_up is waited on in this iteration
                 return me is not None and me["last_applied"] >= target_ci
 
             try:

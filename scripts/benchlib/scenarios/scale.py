@@ -56,7 +56,7 @@ def scale(tmp: Path, ns: list[int], state_ns: list[int], clusters: list, fire_lo
                                deadline_s=register_budget_s, expect_jobs=total)
         have = n
         try:
-            wait_for(lambda: all((c.status(i) or {}).get("jobs") == total for i in range(c.n)), 60 + n / 2000,
+            wait_for(lambda: all((c.status(i) or {}).get("jobs") == total for i in range(c.n)), 60 + n / 2000,  # noqa: B023 - called in this iteration
                      f"every replica to hold {total} jobs")
         except AssertionError as e:
             raise BenchError(f"scale: {e}") from None
