@@ -7,10 +7,16 @@ which ``SchedulerState.apply_bytes`` turns into a refusal (apply never raises).
 """
 from __future__ import annotations
 
+from typing import Any, TypeAlias
+
 import msgpack
 
 from . import limits
 from .errors import InvalidCommand, InvalidSpec, LimitExceeded
+
+#: A command, as made by ``make`` and returned by ``decode``: a plain map (untrusted until its
+#: handler has checked the fields it reads).
+Command: TypeAlias = dict[str, Any]
 
 OPS = (
     "noop",        # a barrier: applied for its position in the log only
@@ -54,11 +60,11 @@ OPS = (
 )
 
 
-def encode(cmd: dict) -> bytes:
+def encode(cmd: Command) -> bytes:
     """Encode a command. :raises LimitExceeded: when it is larger than ``command_bytes_max``.
     :raises InvalidSpec: a value msgpack cannot hold (an integer beyond 64 bits)."""
     try:
-        data = msgpack.packb(cmd, use_bin_type=True)
+        data: bytes = msgpack.packb(cmd, use_bin_type=True)
     except (OverflowError, TypeError, ValueError) as e:
         raise InvalidSpec(f"a value cannot be stored (integers must fit in 64 bits): {type(e).__name__}") from None
     if len(data) > limits.command_bytes_max:
@@ -68,13 +74,13 @@ def encode(cmd: dict) -> bytes:
     return data
 
 
-def make(op: str, now_ms: int, rid: str | None = None, /, **fields) -> dict:
+def make(op: str, now_ms: int, rid: str | None = None, /, **fields: Any) -> Command:
     cmd = {"v": limits.command_version, "op": op, "now": int(now_ms), "rid": rid}
     cmd.update(fields)
     return cmd
 
 
-def decode(data: bytes) -> dict:
+def decode(data: bytes) -> Command:
     """Decode and check the envelope. :raises InvalidCommand: for anything unreadable."""
     if not isinstance(data, (bytes, bytearray)):
         raise InvalidCommand(f"command must be bytes, not {type(data).__name__}")
