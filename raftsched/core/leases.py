@@ -352,7 +352,8 @@ def apply_complete_many(s: SchedulerState, cmd: Command, now: int) -> Result:
     return {"ok": True, "results": out}
 
 
-def close_attempt(s: SchedulerState, run: Record, now: int, success: bool, error: str | None, output: str | None) -> None:
+def close_attempt(s: SchedulerState, run: Record, now: int, success: bool, error: str | None,
+                  output: str | None) -> None:
     """End the current attempt's lease and record it in ``run["attempts"]`` (the last
     ``attempts_kept_max``); the caller decides the run's next state."""
     q = run["queue"]

@@ -157,7 +157,8 @@ def _span(state: str, reason: str, head_part: list[int], middle: Middle, tail_pa
     return [state, reason, lo, hi, count]
 
 
-def explain_outage(spec: Record, anchor_ms: int, down_from_ms: int, down_to_ms: int, name: str = "job") -> dict[str, Any]:
+def explain_outage(spec: Record, anchor_ms: int, down_from_ms: int, down_to_ms: int,
+                   name: str = "job") -> dict[str, Any]:
     """What firing would do if the leader was down from ``down_from_ms`` until ``down_to_ms``:
     the same :func:`plan_fire` the trigger uses, with the cursor at the start of the outage."""
     return plan_fire(spec, anchor_ms, down_from_ms, down_to_ms, 0, name) or {

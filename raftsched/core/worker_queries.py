@@ -219,7 +219,8 @@ def fleet_gauges(s: SchedulerState, now_ms: int) -> dict[str, Any]:
 
 
 def ready_for(s: SchedulerState, queues: list[str] | None, labels: dict[str, str], types: frozenset[str] | None,
-              now_ms: int, scan_max: int, dedicated: Collection[str] = (), tenants: frozenset[str] | None = None) -> bool:
+              now_ms: int, scan_max: int, dedicated: Collection[str] = (),
+              tenants: frozenset[str] | None = None) -> bool:
     """Whether an acquire by a worker of ``labels`` (``dedicated`` to some of them) and executor
     ``types`` (None: every type) serving ``queues`` (None: every queue) would hand something out
     now (``ready_count``)."""
