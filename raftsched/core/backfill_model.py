@@ -23,7 +23,7 @@ TRIGGER_FIELDS = {"payload", "slot"}
 
 
 def _int(b: dict[str, Any], key: str, default: int | None, lo: int, hi: int) -> int | None:
-    v = b.get(key, default)
+    v: object = b.get(key, default)
     if v is None and default is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
@@ -32,7 +32,7 @@ def _int(b: dict[str, Any], key: str, default: int | None, lo: int, hi: int) -> 
 
 
 def _rate_milli(b: dict[str, Any], default: float | None) -> int | None:
-    v = b.get("rate_per_s", default)
+    v: object = b.get("rate_per_s", default)
     if v is None:
         return None
     lo, hi = limits.backfill_rate_per_s_min, limits.backfill_rate_per_s_max

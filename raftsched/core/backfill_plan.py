@@ -98,7 +98,8 @@ def history_horizon(s: SchedulerState, job: Record) -> int | None:
     hist = s.history.get(job["name"], ())
     if len(hist) < job["spec"]["history"]:
         return None
-    runs, oldest = s.runs, None
+    runs = s.runs
+    oldest: int | None = None
     for rid in hist:
         r = runs[rid]
         if r["kind"] in ("scheduled", "recorded") and r["state"] in TERMINAL_STATES and r["state"] != "dead":

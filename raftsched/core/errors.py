@@ -29,7 +29,7 @@ class RaftschedError(Exception):
         code = d.get("code")
         # An answer's code is whatever the other side sent: one that is not a string (a list
         # is not even hashable) is an unknown code, not a TypeError.
-        klass = _BY_CODE.get(code, RaftschedError) if isinstance(code, str) else RaftschedError
+        klass: type[RaftschedError] = _BY_CODE.get(code, RaftschedError) if isinstance(code, str) else RaftschedError
         extra = {k: v for k, v in d.items() if k not in ("code", "message", "field")}
         return klass(d.get("message", ""), d.get("field"), **extra)
 

@@ -115,7 +115,8 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
             w["grants"] += len(granted)
         return {"ok": True, "runs": granted}
     while len(granted) < n and scanned < limits.acquire_scan_max:
-        best, best_h = None, None
+        best: tuple[int, int, str] | None = None  # (-priority, due, run id) of the next grant
+        best_h: list[tuple[int, str]] | None = None  # and its heap
         for q, p, h in heaps:
             if best is not None and -p > best[0]:
                 break  # lower priorities than the best found so far
@@ -159,6 +160,8 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
 
 #: the labels of an unregistered worker (never changed)
 _NO_LABELS: dict[str, str] = {}
+#: the spec a grant reads when its run's job is gone (never changed)
+_NO_SPEC: Record = {}
 
 
 def grant(s: SchedulerState, run: Record, worker: str, ttl: int, now: int) -> dict[str, Any]:
@@ -180,6 +183,7 @@ def grant(s: SchedulerState, run: Record, worker: str, ttl: int, now: int) -> di
     if job is None:
         executor = payload = None
         timeout_s = limits.timeout_s_default
+        spec = _NO_SPEC
     else:
         spec = job["spec"]
         executor, payload, timeout_s = spec["executor"], spec["payload"], spec["timeout_s"]

@@ -45,7 +45,7 @@ def apply_lock_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
         # from this command's clock, which may be another node's and run fast.
         raise Conflict(f"lock {name!r} is held by {lk['owner']!r}", field="name",
                        holder=lk["owner"], expires_at_ms=lk["deadline"])
-    if lk is None and len(s.locks) >= limits.locks_max:
+    if len(s.locks) >= limits.locks_max:  # (a new lock: a held one was refused above)
         raise Conflict(f"the cluster holds {limits.locks_max} locks, its limit", field="name")
     s.fencing_token += 1
     s.locks[name] = {"owner": cmd["owner"], "token": s.fencing_token, "deadline": now + ttl,

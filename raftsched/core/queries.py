@@ -216,7 +216,8 @@ def _ready(s: SchedulerState, q: str, now_ms: int) -> tuple[int, int | None]:
     none), from the live entries of its acquire heaps: every queued run has one, under its
     current (due, id), and stale entries are told apart as acquire does."""
     runs, seen = s.runs, set()
-    ready, oldest = 0, None
+    ready = 0
+    oldest: int | None = None
     for p, h in s._queued.get(q, {}).items():
         for due, rid in h:
             if due > now_ms or rid in seen:

@@ -11,7 +11,7 @@ integer check apply uses on command fields (``is_int``) and a job's counters (``
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Collection
 from typing import Any, TypeAlias, TypeGuard
 
 from . import limits
@@ -106,7 +106,7 @@ class RunKeys:
     """The key table of run records (RUN_TEMPLATE and its copies)."""
 
 
-def shared_keys(kind: type, items: Iterable[tuple[Any, Any]] = ()) -> Record:
+def shared_keys(kind: type[Any], items: Collection[tuple[Any, Any]] = ()) -> Record:
     """A dict with ``items`` (pairs, in order) whose key table is ``kind``'s, shared. Any key
     works: one that is not a str, or one past what a shared table holds, only costs the sharing.
     (Never from a dict: ``dict.update(dict)`` copies the other's table; its ``.items()`` do not.)"""

@@ -97,7 +97,7 @@ def _fields(expr: str) -> str:
     return " ".join(",".join(map(_one_value, f.split(","))) for f in text.split())
 
 
-def check_cron(expr: str, now_ms: int | None = None, tz: str = "UTC") -> None:
+def check_cron(expr: object, now_ms: int | None = None, tz: str = "UTC") -> None:
     """Validate a cron expression; with ``now_ms``, also refuse one that never matches again
     after that time in zone ``tz``. :raises InvalidSpec: naming what is wrong."""
     field = "schedule.cron"
@@ -266,7 +266,7 @@ def _cron_next(expr: str, tz: str, after_ms: int, dst: dict[str, str] | None = N
     wall = _wall_of(after_ms, z)
     span = _repeat_span(z, after_ms)
     run_gap = spring_forward_runs(expr, dst)
-    best = None
+    best: int | None = None
     start = wall
     if span is not None and after_ms >= span[0]:
         # In the second pass: first occurrences of wall times up to the end of the repeated span

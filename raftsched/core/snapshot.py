@@ -250,11 +250,12 @@ def snapshot_obj(s: SchedulerState) -> dict[str, Any]:
     # Templates: a job whose spec holds the very objects of the previous job's (a fleet)
     # takes its template without looking at the content.
     spec_col, execs = [], []
-    ti, n, get, same = -1, -1, None, ()
+    ti, n, same = -1, -1, ()
+    get: Callable[[Record], tuple[Any, ...]] | None = None
     for spec in cols[1]:
         if len(spec) == n and get is not None:  # (n is -1 while get is None)
             try:
-                vals = get(spec)
+                vals: tuple[Any, ...] | None = get(spec)
             except KeyError:
                 vals = None
             if vals is not None and all(map(is_, vals, same)):
@@ -407,13 +408,13 @@ def _jobs_v3(obj: dict[str, Any], parts: PartTable,
     if any(len(col) != n for col in cols) or len(c["executor"]) != n:
         raise ValueError("snapshot job columns differ in length")
     jobs: dict[str, Record] = {}
-    job = JobKeys  # records.job_record, without its call
+    job_keys = JobKeys  # records.job_record, without its call
     for name, ti, ex, g, cr, up, an, cu, nx, pa, st in zip(
             cols[0], cols[1], c["executor"], *cols[2:]):
         spec = tmpls[ti].copy()
         if has_exec[ti]:
             spec["executor"] = ex
-        jobs[name] = job(name, spec, g, cr, up, an, cu, nx, pa, st).__dict__
+        jobs[name] = job_keys(name, spec, g, cr, up, an, cu, nx, pa, st).__dict__
     others = obj["jobs_other"]
     if others:  # jobs of another shape, at their positions
         merged: dict[str, Record] = {}

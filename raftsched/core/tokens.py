@@ -104,7 +104,7 @@ def check_workers(workers: object) -> list[str] | None:
 def _evictable(s: SchedulerState, now: int) -> str | None:
     """The token a full table gives up for a new one: the one revoked first, else the one that
     expired first (by state time), ties by id; None when every token is live."""
-    best = None
+    best: tuple[int, int, str] | None = None
     for tid, t in s.tokens.items():
         if t["revoked"] is not None:
             key = (0, t["revoked"], tid)

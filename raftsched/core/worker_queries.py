@@ -184,7 +184,8 @@ NO_WORKER_MATCHES = "no worker matches its placement"
 def waiting_for_many(s: SchedulerState, run_ids: list[str], now_ms: int) -> dict[str, str]:
     """``waiting_for`` of several runs, deciding once per distinct placement: run id -> reason,
     for the runs that have one."""
-    live, out, memo = None, {}, {}
+    live: list[LiveWorker] | None = None
+    out, memo = {}, {}
     for rid in run_ids:
         r = s.runs.get(rid)
         if r is None or r["state"] != "queued":
@@ -284,7 +285,7 @@ def next_due_ms(s: SchedulerState, queues: list[str] | None) -> int | None:
     """The earliest due time at the head of the served queues' heaps (a hint: the head may be
     stale), or None when they are empty: how long a dispatcher may sleep."""
     names = queues if queues is not None else list(s._queued)
-    best = None
+    best: int | None = None
     for q in names:
         for h in s._queued.get(q, {}).values():
             if h and (best is None or h[0][0] < best):
