@@ -4,7 +4,7 @@ into its command's fields (the job spec is core/model.py's). :raises InvalidSpec
 """
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from . import limits
@@ -12,7 +12,7 @@ from .errors import InvalidSpec
 from .model import check_name
 
 
-def check_body(body: object, fields: Set[str], empty_ok: bool = False) -> dict[str, Any]:
+def check_body(body: object, fields: AbstractSet[str], empty_ok: bool = False) -> dict[str, Any]:
     """``body`` if it is a JSON object holding only ``fields``. With ``empty_ok``, no body at
     all (None) is an empty one. :raises InvalidSpec: naming the first unknown field."""
     if body is None and empty_ok:
@@ -62,7 +62,7 @@ def validate_tenant(name: object, body: object) -> dict[str, Any]:
     return {"rate_milli": round(rate * 1000), "burst": burst}
 
 
-def _lock_body(name: object, body: object, fields: Set[str]) -> dict[str, Any]:
+def _lock_body(name: object, body: object, fields: AbstractSet[str]) -> dict[str, Any]:
     check_name(name, "name", limits.lock_name_chars_max)
     return check_body(body, fields)
 

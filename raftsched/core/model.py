@@ -14,7 +14,7 @@ import json
 import math
 import re
 import urllib.parse
-from collections.abc import Set
+from collections.abc import Set as AbstractSet
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -122,7 +122,7 @@ def _num(value: object, field: str, lo: float, hi: float) -> float:
     return value
 
 
-def _obj(value: object, field: str, allowed: Set[str]) -> dict[str, Any]:
+def _obj(value: object, field: str, allowed: AbstractSet[str]) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InvalidSpec("must be an object", field=field)
     for k in value:
