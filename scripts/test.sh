@@ -132,6 +132,7 @@ echo "$("$VENV_PY" --version 2>&1) ($VENV_PY), pytest $("$VENV_PY" -c 'import py
 # contracts in pyproject.toml), ruff over the tree, mypy over the core. Seconds each.
 step lint-imports .venv/bin/lint-imports
 step ruff .venv/bin/ruff check raftsched scripts tests jepsen-style examples
+step mypy-core .venv/bin/mypy
 step pytest run_pytest "$@"
 # The tests that read the wall clock again, with it moved 7 years and 123 days ahead
 # (scripts/anyyear/wallclock_shift.c, LD_PRELOAD; monotonic clocks untouched): a test that passes

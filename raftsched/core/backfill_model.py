@@ -4,12 +4,14 @@ raises InvalidSpec naming the field and why."""
 from __future__ import annotations
 
 import json
+from typing import Any, Literal, overload
 
 from . import limits, schedule
 from .backfill_plan import MODES, ORDERS, OVERLAPS
 from .bodies import check_body
 from .errors import InvalidSpec
 from .model import NAME_RE
+from .records import Record
 
 BACKFILL_FIELDS = {"from", "to", "reprocess", "order", "max_concurrent", "rate_per_s", "max_slots", "payload",
                    "overlap", "dry_run", "id"}
@@ -20,8 +22,8 @@ TRIGGER_FIELDS = {"payload", "slot"}
 
 
 
-def _int(b: dict, key: str, default, lo: int, hi: int):
-    v = b.get(key, default)
+def _int(b: dict[str, Any], key: str, default: int | None, lo: int, hi: int) -> int | None:
+    v: object = b.get(key, default)
     if v is None and default is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
@@ -29,8 +31,8 @@ def _int(b: dict, key: str, default, lo: int, hi: int):
     return v
 
 
-def _rate_milli(b: dict, default: float | None) -> int | None:
-    v = b.get("rate_per_s", default)
+def _rate_milli(b: dict[str, Any], default: float | None) -> int | None:
+    v: object = b.get("rate_per_s", default)
     if v is None:
         return None
     lo, hi = limits.backfill_rate_per_s_min, limits.backfill_rate_per_s_max
@@ -39,7 +41,15 @@ def _rate_milli(b: dict, default: float | None) -> int | None:
     return max(1, round(v * 1000))
 
 
-def _time(b: dict, key: str, required: bool) -> int | None:
+@overload
+def _time(b: dict[str, Any], key: str, required: Literal[True]) -> int: ...
+
+
+@overload
+def _time(b: dict[str, Any], key: str, required: bool) -> int | None: ...
+
+
+def _time(b: dict[str, Any], key: str, required: bool) -> int | None:
     if key not in b or b[key] is None:
         if required:
             raise InvalidSpec("is required: an ISO-8601 time such as 2026-11-22T00:00:00Z", field=key)
@@ -47,14 +57,14 @@ def _time(b: dict, key: str, required: bool) -> int | None:
     return schedule.parse_iso_ms(b[key], key)
 
 
-def _flag(b: dict, key: str) -> bool:
+def _flag(b: dict[str, Any], key: str) -> bool:
     v = b.get(key, False)
     if not isinstance(v, bool):
         raise InvalidSpec("must be true or false", field=key)
     return v
 
 
-def _id(b: dict) -> str | None:
+def _id(b: dict[str, Any]) -> str | None:
     v = b.get("id")
     if v is None:
         return None
@@ -65,7 +75,7 @@ def _id(b: dict) -> str | None:
     return v
 
 
-def check_payload(v, field: str = "payload"):
+def check_payload(v: Any, field: str = "payload") -> Any:
     """A payload override: JSON data of at most payload_bytes_max."""
     try:
         encoded = json.dumps(v, allow_nan=False)
@@ -76,7 +86,7 @@ def check_payload(v, field: str = "payload"):
     return v
 
 
-def validate_backfill(body, now_ms: int) -> dict:
+def validate_backfill(body: object, now_ms: int) -> dict[str, Any]:
     """``POST /v1/jobs/{name}/backfills``'s body -> ``{"from", "to" (ms), "reprocess", "order",
     "max_concurrent", "rate_milli" (or None), "max_slots", "overlap" (or None: from the job's
     own policy), "payload"? (only when given), "dry_run", "id" (or None)}``.
@@ -89,7 +99,7 @@ def validate_backfill(body, now_ms: int) -> dict:
     if hi > now_ms:
         raise InvalidSpec(f"is after now ({schedule.iso(now_ms)}): a backfill runs slots of the past; the schedule "
                           f"runs the ones to come", field="to")
-    out = {"from": lo, "to": hi}
+    out: dict[str, Any] = {"from": lo, "to": hi}
     for key, choices, default in (("reprocess", MODES, "missing"), ("order", ORDERS, "oldest")):
         v = b.get(key, default)
         if v not in choices:
@@ -113,7 +123,7 @@ def validate_backfill(body, now_ms: int) -> dict:
     return out
 
 
-def overlap_of(job_spec: dict) -> str:
+def overlap_of(job_spec: Record) -> str:
     """A backfill's overlap rule when the request gives none: ``allow`` for a job whose own
     policy is allow (without max_concurrent), else ``forbid``: where the job's policy would skip,
     coalesce or replace a run, the backfill waits instead."""
@@ -121,14 +131,14 @@ def overlap_of(job_spec: dict) -> str:
     return "allow" if ov.get("policy") == "allow" and "max_concurrent" not in ov else "forbid"
 
 
-def validate_dlq_bulk(body, action: str, now_ms: int) -> dict:
+def validate_dlq_bulk(body: object, action: str, now_ms: int) -> dict[str, Any]:
     """``POST /v1/dlq:requeue`` / ``:purge``'s body -> the dlq_bulk command's filters and bounds:
     ``{"queue", "job", "error", "dead_from", "dead_to" (ms; now when not given), "max_count",
     "max_concurrent", "rate_milli", "dry_run", "id"}``. A requeue is rate-limited by default
     (limits.dlq_requeue_rate_per_s_default) and keeps at most max_concurrent (default
     backfill_concurrent_max) of its runs queued or running. :raises InvalidSpec:"""
     b = check_body(body, DLQ_BULK_FIELDS, empty_ok=True)
-    out = {}
+    out: dict[str, Any] = {}
     for key, n in (("queue", limits.queue_name_chars_max), ("job", limits.job_name_chars_max),
                    ("error", limits.dlq_error_filter_chars_max)):
         v = b.get(key)
@@ -155,10 +165,10 @@ def validate_dlq_bulk(body, action: str, now_ms: int) -> dict:
     return out
 
 
-def validate_trigger(body) -> dict:
+def validate_trigger(body: object) -> dict[str, Any]:
     """``POST /v1/jobs/{name}/trigger``'s optional body -> ``{"payload"? , "slot"? (ms)}``."""
     b = check_body(body, TRIGGER_FIELDS, empty_ok=True)
-    out = {}
+    out: dict[str, Any] = {}
     if "payload" in b:
         out["payload"] = check_payload(b["payload"])
     if b.get("slot") is not None:

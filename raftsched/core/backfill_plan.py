@@ -13,10 +13,16 @@ Also here, the reads of backfills the node makes (``views``, ``view``, ``stepper
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from . import limits
 from .fire import active_runs
 from .model import TERMINAL_STATES
+from .records import Record
+
+if TYPE_CHECKING:
+    from .state import SchedulerState
 
 #: Micro-tokens in one token (tenants.py's unit).
 MICRO = 1_000_000
@@ -35,7 +41,7 @@ OUTCOMES = ("succeeded", "failed", "dead", "skipped")
 
 
 # ------------------------------------------------------------------ token bucket
-def bucket_new(rate_milli: int | None, now: int) -> dict | None:
+def bucket_new(rate_milli: int | None, now: int) -> Record | None:
     """A rate's bucket, starting with one token: the first run at once, then one every 1/rate s.
     Its size is one second of the rate (at least one token), so a stepper that looks every
     100 ms can keep up with any rate; None for no rate."""
@@ -45,13 +51,14 @@ def bucket_new(rate_milli: int | None, now: int) -> dict | None:
             "last_ms": now}
 
 
-def bucket_micro(b: dict, now: int) -> int:
+def bucket_micro(b: Record, now: int) -> int:
     """The bucket's micro-tokens at ``now`` (refilled, not changed): tenants.py's arithmetic."""
     elapsed = max(0, now - b["last_ms"])
-    return min(b["burst"] * MICRO, b["tokens_micro"] + elapsed * b["rate_milli"])
+    micro: int = min(b["burst"] * MICRO, b["tokens_micro"] + elapsed * b["rate_milli"])
+    return micro
 
 
-def bucket_take(b: dict | None, now: int, n: int) -> None:
+def bucket_take(b: Record | None, now: int, n: int) -> None:
     """Refill the bucket to ``now`` and take ``n`` tokens (apply only, after a walk allowed them)."""
     if b is None:
         return
@@ -59,13 +66,13 @@ def bucket_take(b: dict | None, now: int, n: int) -> None:
     b["last_ms"] = max(b["last_ms"], now)
 
 
-def tokens(b: dict | None, now: int) -> int | None:
+def tokens(b: Record | None, now: int) -> int | None:
     """Whole tokens available at ``now``; None: no rate."""
     return None if b is None else bucket_micro(b, now) // MICRO
 
 
 # ------------------------------------------------------------------ the history of a job's slots
-def latest_by_slot(s, job_name: str, lo: int | None = None, hi: int | None = None) -> dict[int, str]:
+def latest_by_slot(s: SchedulerState, job_name: str, lo: int | None = None, hi: int | None = None) -> dict[int, str]:
     """slot -> the state of the slot's latest run (the last added to the job's history) among
     the runs that ran or will run (REAL_STATES), whatever their kind (scheduled, manual,
     backfill); records and runs that never ran (skipped, coalesced) do not count. Only slots in
@@ -82,7 +89,7 @@ def latest_by_slot(s, job_name: str, lo: int | None = None, hi: int | None = Non
     return out
 
 
-def history_horizon(s, job: dict) -> int | None:
+def history_horizon(s: SchedulerState, job: Record) -> int | None:
     """The slot before which the job's history may have forgotten runs, or None when it has
     forgotten nothing. A history that holds its bound (``spec.history``) may have been trimmed:
     its oldest finished entries went first, so the oldest scheduled or recorded entry it still
@@ -91,16 +98,18 @@ def history_horizon(s, job: dict) -> int | None:
     hist = s.history.get(job["name"], ())
     if len(hist) < job["spec"]["history"]:
         return None
-    runs, oldest = s.runs, None
+    runs = s.runs
+    oldest: int | None = None
     for rid in hist:
         r = runs[rid]
         if r["kind"] in ("scheduled", "recorded") and r["state"] in TERMINAL_STATES and r["state"] != "dead":
             if oldest is None or r["slot"] < oldest:
                 oldest = r["slot"]
-    return job["cursor"] + 1 if oldest is None else oldest
+    horizon: int = job["cursor"] + 1 if oldest is None else oldest
+    return horizon
 
 
-def history_snapshot(s, job: dict, lo: int, hi: int) -> tuple[list, int | None]:
+def history_snapshot(s: SchedulerState, job: Record, lo: int, hi: int) -> tuple[list[list[Any]], int | None]:
     """What a backfill of ``[lo, hi)`` remembers of the job's history when it is created:
     ``([[slot, latest state], ...] ascending, horizon)``. Runs trimmed from the history later
     (the backfill's own runs push old entries out) are still known to it, so a backfill never
@@ -132,7 +141,7 @@ def verdict(mode: str, slot: int, latest: str | None, horizon: int | None, job_c
     return None
 
 
-def run_id_for(s, job_name: str, slot: int, bf_id: str) -> str | None:
+def run_id_for(s: SchedulerState, job_name: str, slot: int, bf_id: str) -> str | None:
     """The id of a backfilled slot's run: ``job@slot`` (the id its scheduled run would have had)
     when no entry has it, else ``job@slot#b<backfill>``; None when both are taken (a backfill id
     used again after the first was forgotten)."""
@@ -143,7 +152,7 @@ def run_id_for(s, job_name: str, slot: int, bf_id: str) -> str | None:
     return alt if alt not in s.runs else None
 
 
-def live_active(s, rids) -> int:
+def live_active(s: SchedulerState, rids: Iterable[str]) -> int:
     """How many of ``rids`` are queued or running now."""
     runs = s.runs
     n = 0
@@ -154,13 +163,13 @@ def live_active(s, rids) -> int:
     return n
 
 
-def queue_room(s, qname: str) -> tuple[int, int]:
+def queue_room(s: SchedulerState, qname: str) -> tuple[int, int]:
     """``(depth, max_depth)`` of a queue."""
     q = s.queues.get(qname)
     return s._queue_depth.get(qname, 0), (limits.queue_depth_default if q is None else q["max_depth"])
 
 
-def job_of(s, bf: dict) -> dict | None:
+def job_of(s: SchedulerState, bf: Record) -> Record | None:
     """The job a backfill runs, if it is still the one it was created for (not deleted, nor
     deleted and created again under the same name)."""
     job = s.jobs.get(bf["job"])
@@ -178,14 +187,19 @@ class BackfillWalk:
     queued or running), the rate's tokens at ``now``, the overlap rule, the job queue's room and
     the runs one step may create."""
 
-    def __init__(self, s, bf: dict, job: dict, now: int) -> None:
+    #: slot -> the latest state of its run when the backfill was made (plan["known"]); set with
+    #: _live on the first next()
+    _known: dict[int, str]
+
+    def __init__(self, s: SchedulerState, bf: Record, job: Record, now: int) -> None:
         req, plan = bf["req"], bf["plan"]
         self.s = s
         self.bf_id = bf["id"]
         self.job_name = job["name"]
         self.mode = req["reprocess"]
         self._plan = plan
-        self._live = None  # the slots' latest states, read on the first next(): stop_reason needs none
+        # the slots' latest states, read on the first next(): stop_reason needs none
+        self._live: dict[int, str] | None = None
         self.horizon = plan["horizon"]
         # Not the job's cursor now: its cursor when the backfill was made (a cursor only moves
         # on), so a slot left out as not yet due then is left out for good, as the dry run said.
@@ -212,7 +226,7 @@ class BackfillWalk:
             return "queue_full"
         return None
 
-    def next(self, slot: int) -> tuple[str, str | None]:
+    def next(self, slot: int) -> tuple[str, str]:
         if self._live is None:
             if self.mode == "all":
                 self._live, self._known = {}, {}
@@ -242,12 +256,12 @@ class BackfillWalk:
         self.depth += 1
 
 
-def dead_key(run: dict) -> list:
+def dead_key(run: Record) -> list[Any]:
     """A dead run's place in its DLQ: ``[finished_at, id]`` (queues.py's order)."""
     return [run["finished_at"], run["id"]]
 
 
-def matches(run: dict, f: dict) -> bool:
+def matches(run: Record, f: dict[str, Any]) -> bool:
     """Whether a dead run matches a bulk operation's filters (``queue``, ``job``, ``error``
     substring, ``dead_from`` <= finished_at <= ``dead_to``; None: any)."""
     if f["queue"] is not None and run["queue"] != f["queue"]:
@@ -256,20 +270,22 @@ def matches(run: dict, f: dict) -> bool:
         return False
     if f["error"] is not None and f["error"] not in (run.get("error") or ""):
         return False
-    fin = run["finished_at"]
+    fin: int = run["finished_at"]
     if f["dead_from"] is not None and fin < f["dead_from"]:
         return False
-    return fin <= f["dead_to"]
+    dead_to: int = f["dead_to"]
+    return fin <= dead_to
 
 
-def dead_matching(s, f: dict, after: list | None = None, limit: int | None = None) -> list[list]:
+def dead_matching(s: SchedulerState, f: dict[str, Any], after: list[Any] | None = None,
+                  limit: int | None = None) -> list[list[Any]]:
     """The keys ``[finished_at, id]`` of the dead runs matching filters ``f``, after ``after``,
     ascending, at most ``limit``: a merge of the matching queues' DLQ indexes (each is in key
     order already)."""
     runs = s.runs
     names = [f["queue"]] if f["queue"] is not None else sorted(s._dead)
 
-    def keys(q):
+    def keys(q: str) -> Iterator[tuple[int, str]]:
         for rid in s._dead.get(q, ()):
             r = runs.get(rid)
             if r is not None and r["state"] == "dead" and r["queue"] == q:
@@ -291,7 +307,7 @@ def dead_matching(s, f: dict, after: list | None = None, limit: int | None = Non
 class BulkWalk:
     """BackfillWalk's counterpart for a bulk requeue or purge: ``next(key)`` over dead runs."""
 
-    def __init__(self, s, bf: dict, now: int) -> None:
+    def __init__(self, s: SchedulerState, bf: Record, now: int) -> None:
         req = bf["req"]
         self.s = s
         self.kind = bf["kind"]
@@ -317,7 +333,7 @@ class BulkWalk:
                 return "queue_full"
         return None
 
-    def next(self, key: list) -> tuple[str, str | None]:
+    def next(self, key: list[Any]) -> tuple[str, str]:
         rid = key[1]
         run = self.s.runs.get(rid)
         if run is None:
@@ -349,7 +365,7 @@ class BulkWalk:
 
 
 # ------------------------------------------------------------------ reads
-def progress(s, bf: dict) -> dict:
+def progress(s: SchedulerState, bf: Record) -> dict[str, int]:
     """A backfill's counts now: its finished outcomes plus the live states of its active runs
     (which the next step will count as finished)."""
     out = {k: 0 for k in ("queued", "running") + OUTCOMES}
@@ -365,7 +381,7 @@ def progress(s, bf: dict) -> dict:
     return out
 
 
-def _copy(s, bf: dict) -> dict:
+def _copy(s: SchedulerState, bf: Record) -> dict[str, Any]:
     out = dict(bf)
     out["req"] = dict(bf["req"])
     out["plan"] = {k: v for k, v in bf["plan"].items() if k != "known"}
@@ -378,13 +394,14 @@ def _copy(s, bf: dict) -> dict:
     return out
 
 
-def view(s, bf_id: str) -> dict | None:
+def view(s: SchedulerState, bf_id: str) -> dict[str, Any] | None:
     """Backfill (or bulk operation) ``bf_id`` with its live ``progress``, or None."""
     bf = s.backfills.get(bf_id)
     return None if bf is None else _copy(s, bf)
 
 
-def views(s, kind: str | None = None, job: str | None = None, state: str | None = None) -> list[dict]:
+def views(s: SchedulerState, kind: str | None = None, job: str | None = None,
+          state: str | None = None) -> list[dict[str, Any]]:
     """Every backfill and bulk operation the state keeps, in creation order, those of ``kind``,
     ``job`` and ``state`` only."""
     out = []
@@ -395,7 +412,7 @@ def views(s, kind: str | None = None, job: str | None = None, state: str | None 
     return out
 
 
-def stepper_views(s, now: int) -> list[dict]:
+def stepper_views(s: SchedulerState, now: int) -> list[dict[str, Any]]:
     """What the leader's stepper needs of each backfill it may step: those running, and those a
     full queue paused. Per backfill: ``{"id", "kind", "cursor", "exhausted", "req", "plan"
     (schedule, anchor), "job_gone", "stop" (why no run can be made now, or None),
@@ -430,7 +447,8 @@ def stepper_views(s, now: int) -> list[dict]:
     return out
 
 
-def plan_backfill_step(s, bf_id: str, after: int, slots: list[int], complete: bool, now: int) -> dict | None:
+def plan_backfill_step(s: SchedulerState, bf_id: str, after: int, slots: list[int], complete: bool,
+                       now: int) -> dict[str, Any] | None:
     """The step the proposer sends for backfill ``bf_id`` planned from cursor ``after``, given the
     next ``slots`` after it (in the backfill's order) and whether they are all the range still
     holds (``complete``): the slots up to the first one that cannot be run now (a walk over this
@@ -450,7 +468,8 @@ def plan_backfill_step(s, bf_id: str, after: int, slots: list[int], complete: bo
     return {"name": bf_id, "after": after, "slots": taken, "exhausted": exhausted}
 
 
-def _walk(walk, items, took) -> tuple[list, bool]:
+def _walk(walk: BackfillWalk | BulkWalk, items: Sequence[Any],
+          took: Callable[[Any], None]) -> tuple[list[Any], bool]:
     """The items a step sends, walking ``items`` as apply will (``walk.next``), up to the first
     that stops it: ``(taken, stopped)``. One stopped by a full queue is taken too: apply stops
     there as well, and pauses the backfill or bulk operation, visibly. ``took(item)`` is told
@@ -469,7 +488,7 @@ def _walk(walk, items, took) -> tuple[list, bool]:
     return taken, stopped
 
 
-def plan_bulk_step(s, bf_id: str, now: int) -> dict | None:
+def plan_bulk_step(s: SchedulerState, bf_id: str, now: int) -> dict[str, Any] | None:
     """The step the proposer sends for bulk operation ``bf_id``: the next matching dead runs
     after its cursor, up to the first that cannot be acted on now. None when there is nothing
     to send."""
@@ -487,7 +506,8 @@ def plan_bulk_step(s, bf_id: str, now: int) -> dict | None:
     return {"name": bf_id, "after": bf["cursor"], "runs": taken, "exhausted": exhausted}
 
 
-def dry_run_backfill(s, job_name: str, slots: list[int], mode: str, bf_id: str | None = None) -> dict | None:
+def dry_run_backfill(s: SchedulerState, job_name: str, slots: list[int], mode: str,
+                     bf_id: str | None = None) -> dict[str, Any] | None:
     """What a backfill of ``slots`` (the range's slots, in its order) in ``mode`` would do to job
     ``job_name`` as the state is now: ``{"slots": [slot...] it would run, "left_out": [[slot,
     reason], ...]}`` (budgets aside: they decide when, not whether). None: no such job."""

@@ -26,6 +26,8 @@ creation order; finished ones are kept up to ``limits.backfills_kept_max``.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from . import limits, snapshot
 from .backfill_plan import (
     ACTIVE_STATES, FINISHED, MODES, ORDERS, OVERLAPS, REAL_STATES, BackfillWalk, BulkWalk, bucket_new,
@@ -35,15 +37,19 @@ from .errors import Conflict, InvalidCommand, LimitExceeded, NotFound
 from .fire import add_entry, new_run
 from .model import NAME_RE
 from .queues import apply_dlq_delete, apply_dlq_requeue, enqueue, unqueue_count
-from .records import RUN_TEMPLATE, is_int, ok
+from .records import RUN_TEMPLATE, Record, Result, is_int, ok
+
+if TYPE_CHECKING:
+    from .commands import Command
+    from .state import SchedulerState
 
 
 # ------------------------------------------------------------------ the snapshot section
-def _encode(section: dict):
+def _encode(section: dict[str, Record]) -> list[Record] | None:
     return list(section.values()) or None
 
 
-def _decode(data) -> dict:
+def _decode(data: list[Record]) -> dict[str, Record]:
     return {bf["id"]: bf for bf in data}
 
 
@@ -51,7 +57,7 @@ snapshot.register(snapshot.Extension(name="backfills", new=dict, encode=_encode,
 
 
 # ------------------------------------------------------------------ field checks
-def _id(cmd: dict) -> str:
+def _id(cmd: Command) -> str:
     bf_id = cmd.get("name")
     if not isinstance(bf_id, str) or not bf_id or len(bf_id) > limits.backfill_id_chars_max \
             or not NAME_RE.match(bf_id):
@@ -59,21 +65,21 @@ def _id(cmd: dict) -> str:
     return bf_id
 
 
-def _int_or_none(cmd: dict, key: str) -> int | None:
+def _int_or_none(cmd: Command, key: str) -> int | None:
     v = cmd.get(key)
     if v is not None and not is_int(v):
         raise InvalidCommand(f"{cmd['op']}.{key} must be an integer or nil")
     return v
 
 
-def _rate(cmd: dict) -> int | None:
+def _rate(cmd: Command) -> int | None:
     rate = _int_or_none(cmd, "rate_milli")
     if rate is not None and rate < 1:
         raise InvalidCommand(f"{cmd['op']}.rate_milli must be at least 1")
     return rate
 
 
-def _concurrent(cmd: dict, required: bool) -> int | None:
+def _concurrent(cmd: Command, required: bool) -> int | None:
     n = cmd.get("max_concurrent")
     if n is None and not required:
         return None
@@ -82,7 +88,7 @@ def _concurrent(cmd: dict, required: bool) -> int | None:
     return n
 
 
-def _jsonable(v, depth: int = 0) -> bool:
+def _jsonable(v: object, depth: int = 0) -> bool:
     """Whether a payload is made of what JSON holds (the executors send it as JSON)."""
     if depth > 32:
         return False
@@ -95,12 +101,12 @@ def _jsonable(v, depth: int = 0) -> bool:
     return False
 
 
-def _active_count(s) -> int:
+def _active_count(s: SchedulerState) -> int:
     return sum(1 for bf in s.backfills.values() if bf["state"] not in FINISHED)
 
 
-def _record(bf_id: str, kind: str, job: str | None, req: dict, plan: dict, cursor, planned: int,
-            rate_milli: int | None, now: int) -> dict:
+def _record(bf_id: str, kind: str, job: str | None, req: dict[str, Any], plan: dict[str, Any], cursor: Any,
+            planned: int, rate_milli: int | None, now: int) -> Record:
     """A new object, its fields in the order every replica writes them."""
     return {
         "id": bf_id, "kind": kind, "job": job, "state": "running", "paused_by": None, "reason": None,
@@ -111,7 +117,7 @@ def _record(bf_id: str, kind: str, job: str | None, req: dict, plan: dict, curso
     }
 
 
-def _same_request(old: dict, kind: str, job, req: dict) -> dict:
+def _same_request(old: Record, kind: str, job: str | None, req: dict[str, Any]) -> Result:
     """The answer to a create whose id exists: the same request again is answered with the
     object as it is (created False); another request under that id is refused.
     :raises Conflict:"""
@@ -121,14 +127,14 @@ def _same_request(old: dict, kind: str, job, req: dict) -> dict:
                    f"({old['kind']} of {old['job'] or 'the dead-letter queue'})", field="id")
 
 
-def _bound_active(s) -> None:
+def _bound_active(s: SchedulerState) -> None:
     if _active_count(s) >= limits.backfills_active_max:
         raise LimitExceeded(f"{limits.backfills_active_max} backfills and bulk operations are running or "
                             f"paused, the limit; cancel one or wait for one to finish", field="id")
 
 
 # ------------------------------------------------------------------ backfill
-def apply_backfill(s, cmd: dict, now: int) -> dict:
+def apply_backfill(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``backfill {name: id, job, from, to, reprocess, order, max_concurrent, rate_milli?,
     max_slots, overlap, payload?, planned, schedule, anchor}``: a new backfill of ``job``'s slots
     in ``[from, to)``. ``schedule`` and ``anchor`` are the job's as the proposer saw them when it
@@ -181,7 +187,7 @@ def apply_backfill(s, cmd: dict, now: int) -> dict:
     return ok(id=bf_id, created=True, state="running")
 
 
-def apply_backfill_step(s, cmd: dict, now: int) -> dict:
+def apply_backfill_step(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``backfill_step {name: id, after, slots, exhausted}``: the leader's next step of a
     backfill, planned from cursor ``after``: ``slots`` are the next slots of the range after it,
     in the backfill's order, and ``exhausted`` says the range holds no more after them. Each
@@ -255,7 +261,7 @@ def apply_backfill_step(s, cmd: dict, now: int) -> dict:
     return ok(id=bf["id"], state=bf["state"], created=created, left_out=left)
 
 
-def _backfill_run(s, bf: dict, job: dict, slot: int, rid: str, now: int) -> None:
+def _backfill_run(s: SchedulerState, bf: Record, job: Record, slot: int, rid: str, now: int) -> None:
     """A backfill's run of ``slot``: queued in the job's queue, due now (behind what waits)."""
     spec = job["spec"]
     run = RUN_TEMPLATE.copy()
@@ -278,7 +284,7 @@ def _backfill_run(s, bf: dict, job: dict, slot: int, rid: str, now: int) -> None
 
 
 # ------------------------------------------------------------------ bulk dead-letter operations
-def apply_dlq_bulk(s, cmd: dict, now: int) -> dict:
+def apply_dlq_bulk(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``dlq_bulk {name: id, action, queue?, job?, error?, dead_from?, dead_to, max_count?,
     max_concurrent?, rate_milli?}``: a bulk operation on the dead runs that match the filters
     (queue, job, an error substring, dead between dead_from and dead_to) when its steps reach
@@ -293,7 +299,7 @@ def apply_dlq_bulk(s, cmd: dict, now: int) -> dict:
     kind = cmd.get("action")
     if kind not in ("requeue", "purge"):
         raise InvalidCommand("dlq_bulk.action must be requeue or purge")
-    req = {}
+    req: dict[str, Any] = {}
     for key in ("queue", "job", "error"):
         v = cmd.get(key)
         if v is not None and not isinstance(v, str):
@@ -318,7 +324,7 @@ def apply_dlq_bulk(s, cmd: dict, now: int) -> dict:
     return ok(id=bf_id, created=True, state="running")
 
 
-def apply_dlq_bulk_step(s, cmd: dict, now: int) -> dict:
+def apply_dlq_bulk_step(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``dlq_bulk_step {name: id, after, runs: [[finished_at, id], ...], exhausted}``: the next
     dead runs of a bulk operation after its cursor ``after`` (a key, or nil before the first),
     ascending by key, each acted on if it is still dead with that key and matches (else left out:
@@ -347,7 +353,7 @@ def apply_dlq_bulk_step(s, cmd: dict, now: int) -> dict:
         bf.update(state="running", paused_by=None, reason=None)
     walk = BulkWalk(s, bf, now)
     acted = left = 0
-    cursor, stopped, full_queue = bf["cursor"], None, None
+    cursor, stopped, full_queue = bf["cursor"], None, ""  # full_queue: set with stopped
     for key in keys:
         what, x = walk.next(key)
         if what == "stop":
@@ -384,12 +390,12 @@ def apply_dlq_bulk_step(s, cmd: dict, now: int) -> dict:
     return ok(id=bf["id"], state=bf["state"], acted=acted, left_out=left)
 
 
-def _is_key(k) -> bool:
+def _is_key(k: object) -> bool:
     return isinstance(k, list) and len(k) == 2 and is_int(k[0]) and isinstance(k[1], str)
 
 
 # ------------------------------------------------------------------ pause, resume, cancel
-def apply_backfill_control(s, cmd: dict, now: int) -> dict:
+def apply_backfill_control(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``backfill_control {name: id, action}``: ``pause`` (no new run until resumed; its queued
     and running runs go on), ``resume``, or ``cancel`` (it ends: a backfill's queued runs are
     withdrawn, recorded skipped / cancelled, its running ones finish; a requeue's requeued runs
@@ -428,7 +434,7 @@ def apply_backfill_control(s, cmd: dict, now: int) -> dict:
 
 
 # ------------------------------------------------------------------ shared
-def _object(s, cmd: dict, kinds: tuple) -> dict:
+def _object(s: SchedulerState, cmd: Command, kinds: tuple[str, ...]) -> Record:
     bf_id = _id(cmd)
     bf = s.backfills.get(bf_id)
     if bf is None or bf["kind"] not in kinds:
@@ -436,7 +442,7 @@ def _object(s, cmd: dict, kinds: tuple) -> dict:
     return bf
 
 
-def _stale(bf: dict, after) -> dict | None:
+def _stale(bf: Record, after: object) -> Result | None:
     """The result of a step that must be dropped (planned from another cursor, or for an object
     that is finished or paused by request), else None."""
     if bf["state"] in FINISHED or (bf["state"] == "paused" and bf["paused_by"] == "user") or bf["cursor"] != after:
@@ -444,7 +450,7 @@ def _stale(bf: dict, after) -> dict | None:
     return None
 
 
-def _refresh(s, bf: dict) -> None:
+def _refresh(s: SchedulerState, bf: Record) -> None:
     """Count the outcomes of the runs that left the queue for good, and keep the active ones."""
     runs, keep, fin = s.runs, [], bf["finished"]
     for rid in bf["active"]:
@@ -459,13 +465,13 @@ def _refresh(s, bf: dict) -> None:
     bf["active"] = keep
 
 
-def _maybe_done(s, bf: dict, now: int) -> None:
+def _maybe_done(s: SchedulerState, bf: Record, now: int) -> None:
     if bf["state"] != "cancelled" and bf["exhausted"] and live_active(s, bf["active"]) == 0:
         _refresh(s, bf)
         _finish(s, bf, "done", now, None)
 
 
-def _finish(s, bf: dict, state: str, now: int, reason: str | None) -> None:
+def _finish(s: SchedulerState, bf: Record, state: str, now: int, reason: str | None) -> None:
     bf.update(state=state, paused_by=None, reason=reason, finished_at=now, updated_at=now)
     finished = [b for b in s.backfills.values() if b["state"] in FINISHED]
     excess = len(finished) - limits.backfills_kept_max
@@ -475,7 +481,7 @@ def _finish(s, bf: dict, state: str, now: int, reason: str | None) -> None:
 
 
 # ------------------------------------------------------------------ trigger with a slot or a payload
-def trigger_job_with(s, job: dict, cmd: dict, now: int) -> dict:
+def trigger_job_with(s: SchedulerState, job: Record, cmd: Command, now: int) -> Result:
     """``trigger_job {name, slot?, payload?}`` with a slot or a payload (jobs.apply_trigger_job
     without them is unchanged). ``payload`` overrides the job's for this run; without ``slot``
     the run is the manual run ``job@now!manual-N`` it always was. With ``slot``, the

@@ -4,12 +4,15 @@ into its command's fields (the job spec is core/model.py's). :raises InvalidSpec
 """
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
+from typing import Any
+
 from . import limits
 from .errors import InvalidSpec
 from .model import check_name
 
 
-def check_body(body, fields: set[str], empty_ok: bool = False) -> dict:
+def check_body(body: object, fields: AbstractSet[str], empty_ok: bool = False) -> dict[str, Any]:
     """``body`` if it is a JSON object holding only ``fields``. With ``empty_ok``, no body at
     all (None) is an empty one. :raises InvalidSpec: naming the first unknown field."""
     if body is None and empty_ok:
@@ -22,14 +25,14 @@ def check_body(body, fields: set[str], empty_ok: bool = False) -> dict:
     return body
 
 
-def _int_only(v, field: str, lo: int, hi: int) -> int:
+def _int_only(v: object, field: str, lo: int, hi: int) -> int:
     """An integer in [lo, hi] (an integral float is refused: these fields never took one)."""
     if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
         raise InvalidSpec(f"must be an integer between {lo} and {hi}", field=field)
     return v
 
 
-def validate_queue(name, body) -> dict:
+def validate_queue(name: object, body: object) -> dict[str, Any]:
     """``{"max_depth"?, "on_full"?}`` -> the put_queue command's ``{"max_depth", "on_full"}``.
 
     :raises InvalidSpec: naming the field."""
@@ -42,7 +45,7 @@ def validate_queue(name, body) -> dict:
     return {"max_depth": depth, "on_full": on_full}
 
 
-def validate_tenant(name, body) -> dict:
+def validate_tenant(name: object, body: object) -> dict[str, Any]:
     """``{"rate_per_s", "burst"?}`` -> the put_tenant command's ``{"rate_milli", "burst"}``: the
     rate in tokens per 1000 s, the burst by default the rate (at least 1).
 
@@ -59,12 +62,12 @@ def validate_tenant(name, body) -> dict:
     return {"rate_milli": round(rate * 1000), "burst": burst}
 
 
-def _lock_body(name, body, fields: set[str]) -> dict:
+def _lock_body(name: object, body: object, fields: AbstractSet[str]) -> dict[str, Any]:
     check_name(name, "name", limits.lock_name_chars_max)
     return check_body(body, fields)
 
 
-def _lock_ttl_ms(b: dict, required: bool) -> int | None:
+def _lock_ttl_ms(b: dict[str, Any], required: bool) -> int | None:
     if "ttl_s" not in b:
         if required:
             raise InvalidSpec("is required: seconds the lock is held without a renew", field="ttl_s")
@@ -76,14 +79,14 @@ def _lock_ttl_ms(b: dict, required: bool) -> int | None:
     return int(v * 1000)
 
 
-def _lock_token(b: dict) -> int:
+def _lock_token(b: dict[str, Any]) -> int:
     t = b.get("token")
     if isinstance(t, bool) or not isinstance(t, int) or not 1 <= t < 2**63:
         raise InvalidSpec("is required: the fencing token acquire returned", field="token")
     return t
 
 
-def validate_lock_acquire(name, body) -> dict:
+def validate_lock_acquire(name: object, body: object) -> dict[str, Any]:
     """``{"owner", "ttl_s"}`` -> the lock_acquire command's ``{"owner", "ttl"}`` (ttl in ms).
 
     :raises InvalidSpec: naming the field."""
@@ -95,7 +98,7 @@ def validate_lock_acquire(name, body) -> dict:
     return {"owner": owner, "ttl": _lock_ttl_ms(b, True)}
 
 
-def validate_lock_renew(name, body) -> dict:
+def validate_lock_renew(name: object, body: object) -> dict[str, Any]:
     """``{"token", "ttl_s"?}`` -> the lock_renew command's ``{"token", "ttl"}`` (ttl in ms, or
     None: the lock's own).
 
@@ -104,7 +107,7 @@ def validate_lock_renew(name, body) -> dict:
     return {"token": _lock_token(b), "ttl": _lock_ttl_ms(b, False)}
 
 
-def validate_lock_release(name, body) -> dict:
+def validate_lock_release(name: object, body: object) -> dict[str, Any]:
     """``{"token"}`` -> the lock_release command's ``{"token"}``.
 
     :raises InvalidSpec: naming the field."""

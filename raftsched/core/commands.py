@@ -7,12 +7,17 @@ which ``SchedulerState.apply_bytes`` turns into a refusal (apply never raises).
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Collection, Mapping
+from typing import Any, TypeAlias
 
 import msgpack
 
 from . import limits
 from .errors import InvalidCommand, InvalidSpec, LimitExceeded
+
+#: A command, as made by ``make`` and returned by ``decode``: a plain map (untrusted until its
+#: handler has checked the fields it reads).
+Command: TypeAlias = dict[str, Any]
 
 OPS = (
     "noop",        # a barrier: applied for its position in the log only
@@ -56,11 +61,11 @@ OPS = (
 )
 
 
-def encode(cmd: dict) -> bytes:
+def encode(cmd: Command) -> bytes:
     """Encode a command. :raises LimitExceeded: when it is larger than ``command_bytes_max``.
     :raises InvalidSpec: a value msgpack cannot hold (an integer beyond 64 bits)."""
     try:
-        data = msgpack.packb(cmd, use_bin_type=True)
+        data: bytes = msgpack.packb(cmd, use_bin_type=True)
     except (OverflowError, TypeError, ValueError) as e:
         raise InvalidSpec(f"a value cannot be stored (integers must fit in 64 bits): {type(e).__name__}") from None
     if len(data) > limits.command_bytes_max:
@@ -70,13 +75,13 @@ def encode(cmd: dict) -> bytes:
     return data
 
 
-def make(op: str, now_ms: int, rid: str | None = None, /, **fields) -> dict:
+def make(op: str, now_ms: int, rid: str | None = None, /, **fields: Any) -> Command:
     cmd = {"v": limits.command_version, "op": op, "now": int(now_ms), "rid": rid}
     cmd.update(fields)
     return cmd
 
 
-def decode(data: bytes) -> dict:
+def decode(data: bytes) -> Command:
     """Decode and check the envelope. :raises InvalidCommand: for anything unreadable."""
     if not isinstance(data, (bytes, bytearray)):
         raise InvalidCommand(f"command must be bytes, not {type(data).__name__}")
@@ -108,148 +113,152 @@ def decode(data: bytes) -> dict:
 # journals and in snapshots' request tables do not change. ``now`` is the proposer's clock in
 # ms, ``rid`` the request id (None: no retry can repeat it). Fields that come from a validated
 # body (core.bodies, core.model, core.backfill_model) are passed as that mapping, in its order.
-Fields = Mapping[str, Any]
+Fields: TypeAlias = Mapping[str, Any]
+#: Tenants a worker token is limited to (a set or a list; sorted into the command), or None.
+Tenants: TypeAlias = Collection[str] | None
 
 
-def noop(now: int, rid: str | None = None) -> dict:
+def noop(now: int, rid: str | None = None) -> Command:
     return make("noop", now, rid)
 
 
-def put_job(now: int, rid: str | None, *, name: str, spec: dict, next: int | None, cursor: int | None,
-            anchor: int | None, create_only: bool) -> dict:
+def put_job(now: int, rid: str | None, *, name: str, spec: dict[str, Any], next: int | None, cursor: int | None,
+            anchor: int | None, create_only: bool) -> Command:
     return make("put_job", now, rid, name=name, spec=spec, next=next, cursor=cursor, anchor=anchor,
                 create_only=create_only)
 
 
-def put_jobs(now: int, rid: str | None, *, jobs: list) -> dict:
+def put_jobs(now: int, rid: str | None, *, jobs: list[Any]) -> Command:
     return make("put_jobs", now, rid, jobs=jobs)
 
 
-def delete_job(now: int, rid: str | None, *, name: str) -> dict:
+def delete_job(now: int, rid: str | None, *, name: str) -> Command:
     return make("delete_job", now, rid, name=name)
 
 
-def pause_job(now: int, rid: str | None, *, name: str) -> dict:
+def pause_job(now: int, rid: str | None, *, name: str) -> Command:
     return make("pause_job", now, rid, name=name)
 
 
-def resume_job(now: int, rid: str | None, *, name: str, catch_up: bool, plan: Fields | None = None) -> dict:
+def resume_job(now: int, rid: str | None, *, name: str, catch_up: bool, plan: Fields | None = None) -> Command:
     """``plan``: without ``catch_up``, the job's generation and policy.plan_resume's fields."""
     return make("resume_job", now, rid, name=name, catch_up=catch_up, **(plan or {}))
 
 
-def trigger_job(now: int, rid: str | None, *, name: str, extra: Fields | None = None) -> dict:
+def trigger_job(now: int, rid: str | None, *, name: str, extra: Fields | None = None) -> Command:
     """``extra``: a slot and/or a payload (core.backfill_model.validate_trigger)."""
     return make("trigger_job", now, rid, name=name, **(extra or {}))
 
 
-def fire(now: int, *, entries: list) -> dict:
+def fire(now: int, *, entries: list[Any]) -> Command:
     return make("fire", now, None, entries=entries)
 
 
-def takeover(now: int, *, node: str) -> dict:
+def takeover(now: int, *, node: str) -> Command:
     return make("takeover", now, None, node=node)
 
 
-def expire(now: int, *, runs: list, locks: list) -> dict:
+def expire(now: int, *, runs: list[Any], locks: list[Any]) -> Command:
     return make("expire", now, None, runs=runs, locks=locks)
 
 
-def put_queue(now: int, rid: str | None, *, name: str, fields: Fields) -> dict:
+def put_queue(now: int, rid: str | None, *, name: str, fields: Fields) -> Command:
     return make("put_queue", now, rid, name=name, **fields)
 
 
-def put_tenant(now: int, rid: str | None, *, name: str, fields: Fields) -> dict:
+def put_tenant(now: int, rid: str | None, *, name: str, fields: Fields) -> Command:
     return make("put_tenant", now, rid, name=name, **fields)
 
 
-def delete_tenant(now: int, rid: str | None, *, name: str) -> dict:
+def delete_tenant(now: int, rid: str | None, *, name: str) -> Command:
     return make("delete_tenant", now, rid, name=name)
 
 
-def dlq_requeue(now: int, rid: str | None, *, run: str) -> dict:
+def dlq_requeue(now: int, rid: str | None, *, run: str) -> Command:
     return make("dlq_requeue", now, rid, run=run)
 
 
-def dlq_delete(now: int, rid: str | None, *, run: str) -> dict:
+def dlq_delete(now: int, rid: str | None, *, run: str) -> Command:
     return make("dlq_delete", now, rid, run=run)
 
 
-def lock_command(op: str, now: int, rid: str | None, *, name: str, fields: Fields) -> dict:
+def lock_command(op: str, now: int, rid: str | None, *, name: str, fields: Fields) -> Command:
     """``lock_acquire``, ``lock_renew`` or ``lock_release`` (core.bodies.validate_lock)."""
     if op not in ("lock_acquire", "lock_renew", "lock_release"):
         raise ValueError(f"not a lock command: {op!r}")
     return make(op, now, rid, name=name, **fields)
 
 
-def backfill(now: int, rid: str | None, fields: Fields) -> dict:
+def backfill(now: int, rid: str | None, fields: Fields) -> Command:
     return make("backfill", now, rid, **fields)
 
 
-def dlq_bulk(now: int, rid: str | None, fields: Fields) -> dict:
+def dlq_bulk(now: int, rid: str | None, fields: Fields) -> Command:
     return make("dlq_bulk", now, rid, **fields)
 
 
-def backfill_control(now: int, rid: str | None, *, name: str, action: str) -> dict:
+def backfill_control(now: int, rid: str | None, *, name: str, action: str) -> Command:
     return make("backfill_control", now, rid, name=name, action=action)
 
 
-def step(op: str, now: int, fields: Fields) -> dict:
+def step(op: str, now: int, fields: Fields) -> Command:
     """The leader's ``backfill_step`` or ``dlq_bulk_step`` (core.backfill_plan)."""
     if op not in ("backfill_step", "dlq_bulk_step"):
         raise ValueError(f"not a step command: {op!r}")
     return make(op, now, None, **fields)
 
 
-def token_create(now: int, rid: str | None, *, id: str, hash: dict, fields: Fields) -> dict:
+def token_create(now: int, rid: str | None, *, id: str, hash: dict[str, Any], fields: Fields) -> Command:
     return make("token_create", now, rid, id=id, hash=hash, **fields)
 
 
-def token_revoke(now: int, rid: str | None, *, id: str) -> dict:
+def token_revoke(now: int, rid: str | None, *, id: str) -> Command:
     return make("token_revoke", now, rid, id=id)
 
 
 # The worker protocol: the embedded worker and the node's side of a remote worker's requests
 # build these five the same way (``tenants``: the worker token's, I23; ``own``: a remote
 # worker reports only on its own leases).
-def _limited(cmd: dict, tenants) -> dict:
+def _limited(cmd: Command, tenants: Tenants) -> Command:
     if tenants is not None:
         cmd["tenants"] = sorted(tenants)
     return cmd
 
 
-def worker_hello(now: int, *, worker: str, facts: Fields) -> dict:
+def worker_hello(now: int, *, worker: str, facts: Fields) -> Command:
     return make("worker_hello", now, None, worker=worker, **facts)
 
 
-def acquire(now: int, *, worker: str, queues, max: int, ttl: int, types, tenants=None) -> dict:
+def acquire(now: int, *, worker: str, queues: list[str] | None, max: int, ttl: int,
+            types: list[str] | None, tenants: Tenants = None) -> Command:
     return _limited(make("acquire", now, None, worker=worker, queues=queues, max=max, ttl=ttl, types=types),
                     tenants)
 
 
-def heartbeat(now: int, *, worker: str, leases: list, ttl: int, tenants=None) -> dict:
+def heartbeat(now: int, *, worker: str, leases: list[Any], ttl: int, tenants: Tenants = None) -> Command:
     return _limited(make("heartbeat", now, None, worker=worker, leases=leases, ttl=ttl), tenants)
 
 
-def complete_many(now: int, rid: str | None, *, results: list, worker: str, own: bool = False,
-                  tenants=None) -> dict:
+def complete_many(now: int, rid: str | None, *, results: list[Any], worker: str, own: bool = False,
+                  tenants: Tenants = None) -> Command:
     cmd = make("complete_many", now, rid, results=results, worker=worker)
     if own:
         cmd["own"] = True
     return _limited(cmd, tenants)
 
 
-def release(now: int, rid: str | None, *, worker: str, leases: list, reason: str, tenants=None) -> dict:
+def release(now: int, rid: str | None, *, worker: str, leases: list[Any], reason: str,
+            tenants: Tenants = None) -> Command:
     return _limited(make("release", now, rid, worker=worker, leases=leases, reason=reason), tenants)
 
 
-def drain_worker(now: int, rid: str | None, *, worker: str) -> dict:
+def drain_worker(now: int, rid: str | None, *, worker: str) -> Command:
     return make("drain_worker", now, rid, worker=worker)
 
 
-def workers_seen(now: int, *, node: str, workers: list) -> dict:
+def workers_seen(now: int, *, node: str, workers: list[Any]) -> Command:
     return make("workers_seen", now, None, node=node, workers=workers)
 
 
-def forget_workers(now: int, *, workers: list) -> dict:
+def forget_workers(now: int, *, workers: list[Any]) -> Command:
     return make("forget_workers", now, None, workers=workers)

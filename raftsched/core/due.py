@@ -17,8 +17,17 @@ which pops both by their slot.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from .policy import fires_ahead
+from .records import Record
+
+if TYPE_CHECKING:
+    from .state import SchedulerState
+
+#: ``valid(name, gen, next)``: whether a wheel's entry still stands for its job (_validator).
+Validator: TypeAlias = Callable[[str, int, int], bool]
 
 #: Stale entries a wheel may hold beyond twice the jobs before it is rebuilt from them.
 _REBUILD_SLACK = 1024
@@ -38,7 +47,7 @@ class DueWheel:
 
     def __init__(self) -> None:
         #: slot -> [name, gen, name, gen, ...], the last job pushed last
-        self.at: dict[int, list] = {}
+        self.at: dict[int, list[Any]] = {}
         self.times: list[int] = []
         self.size = 0
 
@@ -52,7 +61,8 @@ class DueWheel:
             bucket.append(gen)
         self.size += 1
 
-    def pop_until(self, until: int, limit: int, valid, jobs: dict, out: list, seen: set) -> None:
+    def pop_until(self, until: int, limit: int, valid: Validator, jobs: dict[str, Record], out: list[Record],
+                  seen: set[str]) -> None:
         times, at = self.times, self.at
         while times and times[0] <= until and len(out) < limit:
             t = times[0]
@@ -76,7 +86,7 @@ class DueWheel:
         heapq.heapify(self.times)
         self.size = sum(map(len, self.at.values())) // 2
 
-    def peek(self, valid) -> int | None:
+    def peek(self, valid: Validator) -> int | None:
         times, at = self.times, self.at
         while times:
             t = times[0]
@@ -91,7 +101,7 @@ class DueWheel:
         return None
 
 
-def _validator(jobs: dict):
+def _validator(jobs: dict[str, Record]) -> Validator:
     """``valid(name, gen, next)``: whether an entry still stands for its job's next slot."""
     def valid(name: str, gen: int, nxt: int) -> bool:
         job = jobs.get(name)
@@ -114,7 +124,7 @@ class DueIndex:
     def clear(self) -> None:
         self.now, self.ahead = DueWheel(), DueWheel()
 
-    def push(self, job: dict, jobs: dict) -> None:
+    def push(self, job: Record, jobs: dict[str, Record]) -> None:
         """Index ``job`` at its next slot (apply calls this whenever it moves one)."""
         nxt = job["next"]
         if nxt is not None and not job["paused"]:
@@ -123,11 +133,11 @@ class DueIndex:
             if wheel.size > 2 * len(jobs) + _REBUILD_SLACK:
                 self.rebuild(jobs)
 
-    def rebuild_bound(self, jobs: dict) -> int:
+    def rebuild_bound(self, jobs: dict[str, Record]) -> int:
         """The wheel size past which push rebuilds (fire's fast path checks it inline)."""
         return 2 * len(jobs) + _REBUILD_SLACK
 
-    def rebuild(self, jobs: dict) -> None:
+    def rebuild(self, jobs: dict[str, Record]) -> None:
         """Rebuild from the jobs (on restore, and on becoming leader)."""
         self.clear()
         # The buckets are filled directly and the heaps of times made once (what push does
@@ -158,20 +168,20 @@ class DueIndex:
         self.now.reindex()
         self.ahead.reindex()
 
-    def pop(self, jobs: dict, now_ms: int, limit: int, ahead_ms: int = 0) -> list[dict]:
+    def pop(self, jobs: dict[str, Record], now_ms: int, limit: int, ahead_ms: int = 0) -> list[Record]:
         """Pop up to ``limit`` jobs to plan at ``now_ms``: those whose next slot is at or before
         it, and, with ``ahead_ms``, the jobs that fire ahead whose next slot is at most that much
         later. Earliest slots first within each kind.
 
         A popped job comes back into the index when its fire applies (or by ``repush``)."""
-        out: list[dict] = []
+        out: list[Record] = []
         seen: set[str] = set()
         valid = _validator(jobs)
         self.ahead.pop_until(now_ms + ahead_ms, limit, valid, jobs, out, seen)
         self.now.pop_until(now_ms, limit, valid, jobs, out, seen)
         return out
 
-    def next_ms(self, jobs: dict, ahead_ms: int = 0) -> int | None:
+    def next_ms(self, jobs: dict[str, Record], ahead_ms: int = 0) -> int | None:
         """When the leader should next plan something (see pop), or None."""
         valid = _validator(jobs)
         a = self.ahead.peek(valid)
@@ -179,7 +189,7 @@ class DueIndex:
         cands = ([] if a is None else [a - ahead_ms]) + ([] if b is None else [b])
         return min(cands) if cands else None
 
-    def repush(self, jobs: dict, names) -> None:
+    def repush(self, jobs: dict[str, Record], names: Iterable[str]) -> None:
         """Index again the jobs ``names`` whose plans did not commit."""
         for n in names:
             job = jobs.get(n)
@@ -187,7 +197,7 @@ class DueIndex:
                 self.push(job, jobs)
 
 
-def push_due(s, job: dict) -> None:
+def push_due(s: SchedulerState, job: Record) -> None:
     """Apply's feed: index ``job`` at its next slot when the state has a due index."""
     due = s.due
     if due is not None:
@@ -197,30 +207,30 @@ def push_due(s, job: dict) -> None:
 # The trigger's side, each ``fn(state, ...)`` for RaftNode.read. Without an attached index they
 # find nothing and do nothing.
 
-def attach(s, index: DueIndex) -> None:
+def attach(s: SchedulerState, index: DueIndex) -> None:
     """Hand ``index`` to the state (its node now leads), built from the jobs."""
     s.due = index
     index.rebuild(s.jobs)
 
 
-def detach(s) -> None:
+def detach(s: SchedulerState) -> None:
     """Take the due index away (its node no longer leads): apply stops feeding it."""
     s.due = None
 
 
-def pop_due(s, now_ms: int, limit: int, ahead_ms: int = 0) -> list[str]:
+def pop_due(s: SchedulerState, now_ms: int, limit: int, ahead_ms: int = 0) -> list[str]:
     """The names of the jobs to plan at ``now_ms`` (DueIndex.pop), at most ``limit``."""
     due = s.due
     return [] if due is None else [j["name"] for j in due.pop(s.jobs, now_ms, limit, ahead_ms)]
 
 
-def next_due_ms(s, ahead_ms: int = 0) -> int | None:
+def next_due_ms(s: SchedulerState, ahead_ms: int = 0) -> int | None:
     """When the trigger should next plan something (DueIndex.next_ms), or None."""
     due = s.due
     return None if due is None else due.next_ms(s.jobs, ahead_ms)
 
 
-def repush(s, names) -> None:
+def repush(s: SchedulerState, names: Iterable[str]) -> None:
     """Index again the jobs ``names`` whose plans did not commit."""
     due = s.due
     if due is not None:

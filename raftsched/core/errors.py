@@ -5,27 +5,31 @@ the same request id, which the state machine deduplicates.
 """
 from __future__ import annotations
 
+from typing import Any
+
 
 class RaftschedError(Exception):
     http_status = 500
     code = "internal"
     definite = True
 
-    def __init__(self, message: str, field: str | None = None, **extra):
+    def __init__(self, message: str, field: str | None = None, **extra: Any) -> None:
         super().__init__(message)
         self.message = message
         self.field = field
         self.extra = extra
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         body = {"code": self.code, "message": self.message, "field": self.field}
         body.update(self.extra)
         return body
 
     @classmethod
-    def from_dict(cls, d: dict) -> "RaftschedError":
+    def from_dict(cls, d: dict[str, Any]) -> RaftschedError:
         code = d.get("code")
-        klass = _BY_CODE.get(code, RaftschedError)
+        # An answer's code is whatever the other side sent: one that is not a string (a list
+        # is not even hashable) is an unknown code, not a TypeError.
+        klass: type[RaftschedError] = _BY_CODE.get(code, RaftschedError) if isinstance(code, str) else RaftschedError
         extra = {k: v for k, v in d.items() if k not in ("code", "message", "field")}
         return klass(d.get("message", ""), d.get("field"), **extra)
 
@@ -102,7 +106,7 @@ class Indeterminate(RaftschedError):
     definite = False
 
 
-_BY_CODE = {
+_BY_CODE: dict[str, type[RaftschedError]] = {
     k.code: k
     for k in (
         BadRequest, Unauthorized, NotFound, Conflict, InvalidSpec, InvalidCommand,

@@ -13,6 +13,8 @@ the revocation it may do, the queue's bound, and the job's history and its trim.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from . import limits
 from .due import push_due
@@ -20,7 +22,11 @@ from .errors import InvalidCommand
 from .model import TERMINAL_STATES
 from .policy import fires_ahead
 from .queues import compact_queued, drop_oldest_queued, enqueue, unqueue_count
-from .records import RECORDED, RUN_TEMPLATE, count_fire, is_int, ok
+from .records import RECORDED, RUN_TEMPLATE, Record, Result, count_fire, is_int, ok
+
+if TYPE_CHECKING:
+    from .commands import Command
+    from .state import SchedulerState
 
 #: Most slots one fire entry may carry as runs: a plan runs up to max_catchup_max missed slots and
 #: max_catchup_max on-time ones; plus one, the bound the entry check always had. The inline check
@@ -32,7 +38,7 @@ TRIM_SCAN_SLACK = limits.history_trim_scan_slack
 RECORDS_PER_ENTRY_MAX = limits.fire_entry_records_max
 
 
-def apply_fire(s, cmd: dict, now: int) -> dict:
+def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``fire {entries}``: apply a batch of planned fires. An entry planned from a stale view
     (its job's generation or cursor moved since, or the job is paused) is dropped whole: no
     slot can become two runs (I2). Each slot of an entry's ``runs`` becomes a run (or a record,
@@ -52,7 +58,7 @@ def apply_fire(s, cmd: dict, now: int) -> dict:
     entries = cmd.get("entries")
     if type(entries) is not list or len(entries) > limits.fire_entries_max:
         raise InvalidCommand("fire needs a bounded list of entries")
-    checked = []
+    checked: list[Sequence[Any]] = []  # [job, gen, after, upto, next, runs, rec]: lists and tuples
     for e in entries:
         if type(e) is list and len(e) == 7:
             name, gen, after, upto, nxt, runs, rec = e
@@ -188,7 +194,7 @@ def apply_fire(s, cmd: dict, now: int) -> dict:
     return ok(fired=fired, recorded=recorded, stale=stale)
 
 
-def check_fire_entry(e) -> None:
+def check_fire_entry(e: object) -> None:
     """The full check of a fire entry in its map form (apply_fire's inline check passes the
     common shape without it). :raises InvalidCommand: naming what is wrong."""
     if not isinstance(e, dict):
@@ -205,13 +211,13 @@ def check_fire_entry(e) -> None:
         raise InvalidCommand("fire entry upto must not be before after")
     if nxt is not None and (not is_int(nxt) or nxt <= e["upto"]):
         raise InvalidCommand("fire entry next must be after upto")
-    check_records(rec, e["after"], e["upto"])
+    rec = check_records(rec, e["after"], e["upto"])
     check_disjoint(runs, rec)
 
 
-def check_records(rec, after, upto) -> None:
+def check_records(rec: object, after: int, upto: int) -> list[list[Any]]:
     """Records ``[state, reason, from_ms, to_ms, count]`` of slots in (after, upto], at most
-    RECORDS_PER_ENTRY_MAX of them. :raises InvalidCommand:"""
+    RECORDS_PER_ENTRY_MAX of them: ``rec``, checked. :raises InvalidCommand:"""
     if not isinstance(rec, list) or len(rec) > RECORDS_PER_ENTRY_MAX:
         raise InvalidCommand("records malformed")
     for r in rec:
@@ -219,9 +225,10 @@ def check_records(rec, after, upto) -> None:
                 and isinstance(r[1], str) and is_int(r[2]) and is_int(r[3])
                 and (r[4] is None or is_int(r[4])) and after < r[2] <= r[3] <= upto):
             raise InvalidCommand("record malformed")
+    return rec
 
 
-def check_disjoint(runs: list, rec: list) -> None:
+def check_disjoint(runs: list[int], rec: list[list[Any]]) -> None:
     """Runs and records of one entry must cover disjoint slots: a slot is a run or recorded,
     once. (Checked before applying: an overlap would otherwise fail half-way, on a duplicate
     entry id, after some entries were already added.)"""
@@ -231,7 +238,7 @@ def check_disjoint(runs: list, rec: list) -> None:
 
 
 # ------------------------------------------------------------------ overlap
-def active_runs(s, job: dict) -> list[dict]:
+def active_runs(s: SchedulerState, job: Record) -> list[Record]:
     """The job's queued and running runs (scans its history, which bounds them)."""
     out = []
     for rid in s.history.get(job["name"], ()):
@@ -241,7 +248,7 @@ def active_runs(s, job: dict) -> list[dict]:
     return out
 
 
-def overlap(s, job: dict, new_id: str, now: int) -> str | None:
+def overlap(s: SchedulerState, job: Record, new_id: str, now: int) -> str | None:
     """Apply the job's overlap policy to a slot about to become a run (DESIGN.md section 4).
 
     :returns: None to create the run, or the state ("skipped" / "coalesced") to record the
@@ -264,7 +271,7 @@ def overlap(s, job: dict, new_id: str, now: int) -> str | None:
     return None
 
 
-def revoke(s, run: dict, now: int, why: str) -> None:
+def revoke(s: SchedulerState, run: Record, now: int, why: str) -> None:
     """End a queued or running run as failed (overlap replace): a running one's lease ends with
     it, so its token goes stale."""
     q = run["queue"]
@@ -280,7 +287,7 @@ def revoke(s, run: dict, now: int, why: str) -> None:
 
 
 # ------------------------------------------------------------------ runs and records
-def new_run(s, job: dict, slot: int, now: int, rid: str, kind: str) -> dict:
+def new_run(s: SchedulerState, job: Record, slot: int, now: int, rid: str, kind: str) -> Record:
     """A run of ``job`` for ``slot`` in the job's queue, or, when the queue is full and rejects,
     a record of the slot as skipped (``queue_full``). A full ``drop_oldest`` queue drops its
     oldest queued run first."""
@@ -314,7 +321,7 @@ def new_run(s, job: dict, slot: int, now: int, rid: str, kind: str) -> dict:
     return run
 
 
-def record(s, job: dict, recs: list, now: int) -> int:
+def record(s: SchedulerState, job: Record, recs: list[list[Any]], now: int) -> int:
     """Record ranges of slots that did not become runs (``[state, reason, lo, hi, count]``)
     in the job's history. :returns: how many records were added."""
     n = 0
@@ -331,7 +338,7 @@ def record(s, job: dict, recs: list, now: int) -> int:
     return n
 
 
-def add_entry(s, job: dict, entry: dict) -> dict:
+def add_entry(s: SchedulerState, job: Record, entry: Record) -> Record:
     """Keep a run or a record, newest last in its job's history (trimmed to its bound)."""
     rid = entry["id"]
     assert rid not in s.runs, f"I2: run id {rid} already exists"
@@ -344,7 +351,7 @@ def add_entry(s, job: dict, entry: dict) -> dict:
     return entry
 
 
-def trim(s, hist: list[str], bound: int, full: bool = False) -> None:
+def trim(s: SchedulerState, hist: list[str], bound: int, full: bool = False) -> None:
     """Drop the oldest finished entries beyond the bound; queued/running ones stay.
 
     Dead runs are the dead-letter queue: they leave by requeue, delete or its own bound.

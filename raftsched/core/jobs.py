@@ -6,6 +6,8 @@ is given (I4): it must not depend on a replica's library versions.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from . import limits
 from .due import push_due
 from .errors import Conflict, InvalidCommand, LimitExceeded, NotFound, StaleReplace
@@ -14,9 +16,13 @@ from .model import MISFIRE_POLICIES, OVERLAP_POLICIES
 from .queries import kept_position
 from .queues import remove_dead, unqueue_count
 from .backfills import trigger_job_with
-from .records import is_int, job_record, ok, share_int, share_spec
+from .records import Record, Result, is_int, job_record, ok, share_int, share_spec
 
-def check_stored_spec(spec) -> None:
+if TYPE_CHECKING:
+    from .commands import Command
+    from .state import SchedulerState
+
+def check_stored_spec(spec: object) -> None:
     """A structural guard on a spec inside a command. Full validation (cron, zoneinfo) runs
     on the proposer only: apply must not depend on a replica's library versions (I4)."""
     if not isinstance(spec, dict):
@@ -58,7 +64,7 @@ def check_stored_spec(spec) -> None:
         raise InvalidCommand("spec.placement is malformed")
 
 
-def check_put_job(cmd: dict, what: str) -> None:
+def check_put_job(cmd: Command, what: str) -> None:
     """The shape of one put_job payload (the put_job command itself, or an item of put_jobs)."""
     name, spec = cmd.get("name"), cmd.get("spec")
     if not isinstance(name, str) or not name:
@@ -74,7 +80,7 @@ def check_put_job(cmd: dict, what: str) -> None:
         raise InvalidCommand(f"{what} needs cursor and anchor")
 
 
-def apply_put_job(s, cmd: dict, now: int) -> dict:
+def apply_put_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``put_job {name, spec, next, cursor, anchor, create_only?}``: create or replace a job.
     ``spec`` is model.validate_job's output; ``cursor``, ``anchor`` and ``next`` are the
     proposer's first position for it (policy.initial_position, schedule.next_slot_after). A
@@ -88,7 +94,7 @@ def apply_put_job(s, cmd: dict, now: int) -> dict:
     return put_job(s, cmd, now)
 
 
-def put_job(s, cmd: dict, now: int) -> dict:
+def put_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     """Create or replace one job from a payload ``check_put_job`` accepted (a put_job command,
     or an item of put_jobs). :raises Conflict: create_only and the job exists.
     :raises LimitExceeded: a new job beyond jobs_max. Either raises before any change."""
@@ -137,7 +143,7 @@ def put_job(s, cmd: dict, now: int) -> dict:
     return ok(job=name, gen=job["gen"], created=old is None)
 
 
-def apply_put_jobs(s, cmd: dict, now: int) -> dict:
+def apply_put_jobs(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``put_jobs {jobs: [put_job payload, ...]}``: create or replace several jobs in one
     command, in the order given (a chunk of POST /v1/jobs:batch). Each item is applied exactly
     as a put_job command with the same fields would be.
@@ -163,7 +169,10 @@ def apply_put_jobs(s, cmd: dict, now: int) -> dict:
     if len(s.jobs) + len(new) > limits.jobs_max:
         raise LimitExceeded(f"{len(new)} new jobs would exceed the cluster's limit of {limits.jobs_max}",
                             field="jobs")
-    gens, created, conflicts, stale = [], [], [], []
+    gens: list[int | None] = []
+    created: list[bool] = []
+    conflicts: list[int] = []
+    stale: list[int] = []
     for i, item in enumerate(items):
         try:
             res = put_job(s, item, now)
@@ -184,7 +193,7 @@ def apply_put_jobs(s, cmd: dict, now: int) -> dict:
     return ok(gen=gens, created=created, conflicts=conflicts)
 
 
-def _job(s, cmd) -> dict:
+def _job(s: SchedulerState, cmd: Command) -> Record:
     name = cmd.get("name")
     if not isinstance(name, str):
         raise InvalidCommand(f"{cmd['op']} needs name")
@@ -194,7 +203,7 @@ def _job(s, cmd) -> dict:
     return job
 
 
-def apply_delete_job(s, cmd: dict, now: int) -> dict:
+def apply_delete_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``delete_job {name}``: the job and its history go; its queued runs leave their queues,
     its running runs lose their leases (their heartbeats and completions are refused), its dead
     runs leave the DLQ.
@@ -218,7 +227,7 @@ def apply_delete_job(s, cmd: dict, now: int) -> dict:
     return ok(job=name, deleted=True)
 
 
-def apply_pause_job(s, cmd: dict, now: int) -> dict:
+def apply_pause_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``pause_job {name}``: no slot fires until resume. Runs fired ahead for slots after now
     (still queued, not yet startable) are recorded as skipped / paused, like the slots of the
     pause; ``withdrawn`` counts them.
@@ -239,7 +248,7 @@ def apply_pause_job(s, cmd: dict, now: int) -> dict:
     return ok(job=job["name"], paused=True)
 
 
-def apply_resume_job(s, cmd: dict, now: int) -> dict:
+def apply_resume_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``resume_job {name, catch_up, gen?, after?, upto?, next?, rec?}``: resume a paused job.
     Slots that fell due while paused are recorded as skipped (paused), as the proposer planned
     them from its view (policy.plan_resume: ``gen`` and ``after`` are the generation and cursor
@@ -278,7 +287,7 @@ def apply_resume_job(s, cmd: dict, now: int) -> dict:
     return ok(job=job["name"], paused=False)
 
 
-def apply_trigger_job(s, cmd: dict, now: int) -> dict:
+def apply_trigger_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``trigger_job {name, slot?, payload?}``: a manual run now, ``job@now!manual-N`` (N from
     the state's manual counter), queued like a scheduled one (or recorded skipped when its queue
     is full). With a ``slot`` (a run for that scheduled time, deduplicated) or a ``payload``

@@ -20,18 +20,23 @@ The queues a run waits in, and the dead-letter queue, are queues.py's.
 from __future__ import annotations
 
 import heapq
+from typing import TYPE_CHECKING, Any
 
 from . import limits
 from .errors import Conflict, InvalidCommand, NotFound
 from .placement import placement_ok
 from .policy import backoff_ms
 from .queues import add_dead, enqueue
-from .records import bound_text, is_int, ok
+from .records import Record, Result, bound_text, is_int, ok
 from .tenants import tenant_take
+
+if TYPE_CHECKING:
+    from .commands import Command
+    from .state import SchedulerState
 
 
 # -------------------------------------------------------------- acquire
-def apply_acquire(s, cmd: dict, now: int) -> dict:
+def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``acquire {worker, queues, max, ttl, types?, tenants?}``: lease up to ``max`` runs of ``queues``
     (None: every queue) to ``worker`` for ``ttl`` ms, highest priority first, then earliest due,
     then run id, among the runs whose due has come. With ``types``, runs of other executor
@@ -73,8 +78,8 @@ def apply_acquire(s, cmd: dict, now: int) -> dict:
         labels, dedicated = _NO_LABELS, ()
     queued = s._queued
     names = sorted(set(queues)) if queues is not None else sorted(queued)
-    granted: list[dict] = []
-    held_back: list[tuple[list, tuple]] = []
+    granted: list[dict[str, Any]] = []
+    held_back: list[tuple[list[tuple[int, str]], tuple[int, str]]] = []
     scanned = 0
     runs, pop = s.runs, heapq.heappop
     # The served queues' heaps, highest priority first. Handed out by the key (-priority,
@@ -110,7 +115,8 @@ def apply_acquire(s, cmd: dict, now: int) -> dict:
             w["grants"] += len(granted)
         return {"ok": True, "runs": granted}
     while len(granted) < n and scanned < limits.acquire_scan_max:
-        best, best_h = None, None
+        best: tuple[int, int, str] | None = None  # (-priority, due, run id) of the next grant
+        best_h: list[tuple[int, str]] | None = None  # and its heap
         for q, p, h in heaps:
             if best is not None and -p > best[0]:
                 break  # lower priorities than the best found so far
@@ -124,7 +130,7 @@ def apply_acquire(s, cmd: dict, now: int) -> dict:
                 if best is None or (-p, due, rid) < best:
                     best, best_h = (-p, due, rid), h
                 break
-        if best is None:
+        if best is None or best_h is None:  # (both set together)
             break
         entry = pop(best_h)
         scanned += 1
@@ -153,10 +159,12 @@ def apply_acquire(s, cmd: dict, now: int) -> dict:
 
 
 #: the labels of an unregistered worker (never changed)
-_NO_LABELS: dict = {}
+_NO_LABELS: dict[str, str] = {}
+#: the spec a grant reads when its run's job is gone (never changed)
+_NO_SPEC: Record = {}
 
 
-def grant(s, run: dict, worker: str, ttl: int, now: int) -> dict:
+def grant(s: SchedulerState, run: Record, worker: str, ttl: int, now: int) -> dict[str, Any]:
     """Lease a queued run (out of its queue's index already) to ``worker``: the grant."""
     s.fencing_token = tok = s.fencing_token + 1  # I13: one counter, only increases
     rid, q, deadline = run["id"], run["queue"], now + ttl
@@ -175,6 +183,7 @@ def grant(s, run: dict, worker: str, ttl: int, now: int) -> dict:
     if job is None:
         executor = payload = None
         timeout_s = limits.timeout_s_default
+        spec = _NO_SPEC
     else:
         spec = job["spec"]
         executor, payload, timeout_s = spec["executor"], spec["payload"], spec["timeout_s"]
@@ -194,7 +203,7 @@ def grant(s, run: dict, worker: str, ttl: int, now: int) -> dict:
     return g
 
 
-def tenants_field(cmd: dict, op: str) -> frozenset | None:
+def tenants_field(cmd: Command, op: str) -> frozenset[str] | None:
     """A command's ``tenants``: those of the token of the worker it speaks for (node/fleet.py),
     or None (absent: every tenant). The worker protocol's commands that carry it act only on
     runs of those tenants (I23). :raises InvalidCommand: not a list of names."""
@@ -206,13 +215,13 @@ def tenants_field(cmd: dict, op: str) -> frozenset | None:
     return frozenset(only)
 
 
-def outside(run: dict, only: frozenset | None) -> bool:
+def outside(run: Record, only: frozenset[str] | None) -> bool:
     """Whether ``run`` is not one of the tenants ``only`` (None: every tenant) allows."""
     return only is not None and run.get("tenant") not in only
 
 
 # -------------------------------------------------------------- heartbeat / complete
-def live(s, rid, tok) -> dict | None:
+def live(s: SchedulerState, rid: object, tok: object) -> Record | None:
     """The run ``rid`` if it is running under token ``tok``, else None."""
     run = s.runs.get(rid) if isinstance(rid, str) else None
     if run is None or run["state"] != "running" or run.get("fencing_token") != tok:
@@ -220,7 +229,7 @@ def live(s, rid, tok) -> dict | None:
     return run
 
 
-def apply_heartbeat(s, cmd: dict, now: int) -> dict:
+def apply_heartbeat(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``heartbeat {worker, leases: [[run_id, token], ...], ttl, tenants?}``: extend each lease
     the worker still holds to ``now + ttl`` (never shorten it) and count a renewal. The result
     lists the leases it no longer holds (``lost``): their worker must stop them; and says
@@ -258,7 +267,7 @@ def apply_heartbeat(s, cmd: dict, now: int) -> dict:
     return {"ok": True, "extended": extended, "lost": lost}
 
 
-def apply_complete(s, cmd: dict, now: int) -> dict:
+def apply_complete(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``complete {run, token, success, error?, output?}``: the outcome of the run's current
     attempt (error and output bounded to their last characters). A success ends the run; a
     failure retries it after its backoff or sends it to the DLQ (``finish_attempt``).
@@ -282,7 +291,7 @@ def apply_complete(s, cmd: dict, now: int) -> dict:
     return {"ok": True, "run": rid, "state": run["state"], "attempt": run["attempt"]}
 
 
-def apply_complete_many(s, cmd: dict, now: int) -> dict:
+def apply_complete_many(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``complete_many {results: [{run, token, success, error?, output?}, ...], worker?, own?,
     tenants?}``: several outcomes in one command (a worker batches the completions of a few
     ms): each item is judged like ``complete``, alone; a stale item is refused without affecting
@@ -347,7 +356,8 @@ def apply_complete_many(s, cmd: dict, now: int) -> dict:
     return {"ok": True, "results": out}
 
 
-def close_attempt(s, run: dict, now: int, success: bool, error: str | None, output: str | None) -> None:
+def close_attempt(s: SchedulerState, run: Record, now: int, success: bool, error: str | None,
+                  output: str | None) -> None:
     """End the current attempt's lease and record it in ``run["attempts"]`` (the last
     ``attempts_kept_max``); the caller decides the run's next state."""
     q = run["queue"]
@@ -365,7 +375,7 @@ def close_attempt(s, run: dict, now: int, success: bool, error: str | None, outp
     run["deadline"] = None
 
 
-def finish_attempt(s, run: dict, now: int, success: bool, error: str | None, output: str | None,
+def finish_attempt(s: SchedulerState, run: Record, now: int, success: bool, error: str | None, output: str | None,
                    lost: bool = False) -> None:
     """Close the current attempt: success, a retry, or the dead-letter queue.
 
@@ -386,7 +396,7 @@ def finish_attempt(s, run: dict, now: int, success: bool, error: str | None, out
     else:
         run["failures"] = run.get("failures", 0) + 1
         retry = job is not None and run["failures"] < job["spec"]["retry"]["max_attempts"]
-        delay = backoff_ms(job["spec"]["retry"], run["id"], run["failures"]) if retry else 0
+        delay = backoff_ms(job["spec"]["retry"], run["id"], run["failures"]) if retry and job is not None else 0
     if retry:
         run["attempt"] += 1
         run["state"] = "queued"
@@ -399,7 +409,7 @@ def finish_attempt(s, run: dict, now: int, success: bool, error: str | None, out
 
 
 # -------------------------------------------------------------- expiry and takeover
-def apply_expire(s, cmd: dict, now: int) -> dict:
+def apply_expire(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``expire {runs: [[id, token, renewals], ...], locks: [[name, token, renewals], ...]}``:
     the leader's reaper, for leases and locks it saw unrenewed for a whole TTL by its own
     monotonic clock (node/trigger.py). An item is applied only if the lease still has that
@@ -440,7 +450,7 @@ def apply_expire(s, cmd: dict, now: int) -> dict:
     return {"ok": True, "expired": expired, "released": released, "ignored": ignored}
 
 
-def apply_takeover(s, cmd: dict, now: int) -> dict:
+def apply_takeover(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``takeover {node}``: a new leader's first command. It records the leader and gives every
     live lease and lock one full TTL from this leader's ``now`` (``extended`` counts them).
 
@@ -452,7 +462,7 @@ def apply_takeover(s, cmd: dict, now: int) -> dict:
     return ok(extended=takeover_leases(s, now))
 
 
-def takeover_leases(s, now: int) -> int:
+def takeover_leases(s: SchedulerState, now: int) -> int:
     """A new leader's clock may be ahead of its predecessor's: give every live lease and lock
     one full TTL from this leader's ``now`` before anything can expire (I15)."""
     n = 0

@@ -7,12 +7,18 @@ downstream system can reject a holder that lost the lock.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from . import limits
 from .errors import Conflict, InvalidCommand
-from .records import is_int
+from .records import Record, Result, is_int
+
+if TYPE_CHECKING:
+    from .commands import Command
+    from .state import SchedulerState
 
 
-def _lock_args(cmd, need_owner: bool):
+def _lock_args(cmd: Command, need_owner: bool) -> tuple[str, int | None]:
     name, ttl = cmd.get("name"), cmd.get("ttl")
     if not isinstance(name, str) or not name:
         raise InvalidCommand("lock command needs name")
@@ -23,7 +29,7 @@ def _lock_args(cmd, need_owner: bool):
     return name, ttl
 
 
-def apply_lock_acquire(s, cmd: dict, now: int) -> dict:
+def apply_lock_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``lock_acquire {name, owner, ttl}``: take a free lock for ``ttl`` ms, with a new fencing
     token.
 
@@ -39,7 +45,7 @@ def apply_lock_acquire(s, cmd: dict, now: int) -> dict:
         # from this command's clock, which may be another node's and run fast.
         raise Conflict(f"lock {name!r} is held by {lk['owner']!r}", field="name",
                        holder=lk["owner"], expires_at_ms=lk["deadline"])
-    if lk is None and len(s.locks) >= limits.locks_max:
+    if len(s.locks) >= limits.locks_max:  # (a new lock: a held one was refused above)
         raise Conflict(f"the cluster holds {limits.locks_max} locks, its limit", field="name")
     s.fencing_token += 1
     s.locks[name] = {"owner": cmd["owner"], "token": s.fencing_token, "deadline": now + ttl,
@@ -47,7 +53,7 @@ def apply_lock_acquire(s, cmd: dict, now: int) -> dict:
     return {"ok": True, "lock": name, "owner": cmd["owner"], "token": s.fencing_token, "deadline": now + ttl}
 
 
-def _held(s, cmd, now) -> tuple[str, dict]:
+def _held(s: SchedulerState, cmd: Command, now: int) -> tuple[str, Record]:
     name, _ = _lock_args(cmd, False)
     tok = cmd.get("token")
     lk = s.locks.get(name)
@@ -58,7 +64,7 @@ def _held(s, cmd, now) -> tuple[str, dict]:
     return name, lk
 
 
-def apply_lock_renew(s, cmd: dict, now: int) -> dict:
+def apply_lock_renew(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``lock_renew {name, token, ttl?}``: extend a held lock to ``now + ttl`` (never shorten
     it); without a ttl, by the one it had.
 
@@ -71,7 +77,7 @@ def apply_lock_renew(s, cmd: dict, now: int) -> dict:
     return {"ok": True, "lock": name, "token": lk["token"], "deadline": lk["deadline"]}
 
 
-def apply_lock_release(s, cmd: dict, now: int) -> dict:
+def apply_lock_release(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``lock_release {name, token}``: free the lock.
 
     :raises Conflict: ``token`` does not hold the lock."""

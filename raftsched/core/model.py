@@ -14,13 +14,16 @@ import json
 import math
 import re
 import urllib.parse
-from datetime import datetime, timezone
+from collections.abc import Set as AbstractSet
+from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import msgpack
 
 from . import limits, schedule
 from .errors import InvalidSpec
 from .placement import validate_worker_labels
+from .records import Record
 
 
 class MisfirePolicy(str, enum.Enum):
@@ -77,7 +80,7 @@ SCHEDULE_FIELDS = frozenset({"cron", "timezone", "every_s", "at", "dst", "start_
 OVERLAP_POLICIES = ("allow", "forbid", "queue_one", "replace")
 
 
-def check_name(name, field: str = "name", max_chars: int = limits.job_name_chars_max) -> str:
+def check_name(name: object, field: str = "name", max_chars: int = limits.job_name_chars_max) -> str:
     if not isinstance(name, str) or not name:
         raise InvalidSpec("must be a non-empty string", field=field)
     if len(name) > max_chars:
@@ -90,7 +93,7 @@ def check_name(name, field: str = "name", max_chars: int = limits.job_name_chars
     return name
 
 
-def check_run_id(run_id, field: str = "run") -> str:
+def check_run_id(run_id: object, field: str = "run") -> str:
     """A run id's shape: ``job@...``, the job part a valid job name (run ids are made by apply:
     ``job@slot_ms``, ``job@now!manual-N``). Refused before anything is proposed.
 
@@ -101,7 +104,7 @@ def check_run_id(run_id, field: str = "run") -> str:
     return run_id
 
 
-def _int(value, field: str, lo: int, hi: int) -> int:
+def _int(value: object, field: str, lo: int, hi: int) -> int:
     if (isinstance(value, bool) or not isinstance(value, (int, float))
             or (isinstance(value, float) and not math.isfinite(value)) or value != int(value)):
         raise InvalidSpec(f"must be an integer between {lo} and {hi}", field=field)
@@ -111,7 +114,7 @@ def _int(value, field: str, lo: int, hi: int) -> int:
     return value
 
 
-def _num(value, field: str, lo: float, hi: float) -> float:
+def _num(value: object, field: str, lo: float, hi: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         raise InvalidSpec(f"must be a number between {lo} and {hi}", field=field)
     if not lo <= value <= hi:
@@ -119,7 +122,7 @@ def _num(value, field: str, lo: float, hi: float) -> float:
     return value
 
 
-def _obj(value, field: str, allowed: set[str]) -> dict:
+def _obj(value: object, field: str, allowed: AbstractSet[str]) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InvalidSpec("must be an object", field=field)
     for k in value:
@@ -128,7 +131,7 @@ def _obj(value, field: str, allowed: set[str]) -> dict:
     return value
 
 
-def validate_schedule(raw, now_ms: int | None = None) -> dict:
+def validate_schedule(raw: object, now_ms: int | None = None) -> Record:
     sched = _obj(raw, "schedule", SCHEDULE_FIELDS)
     kinds = [k for k in ("cron", "every_s", "at") if k in sched]
     if len(kinds) != 1:
@@ -146,7 +149,7 @@ def validate_schedule(raw, now_ms: int | None = None) -> dict:
         schedule.zone(tz)
         expr = sched["cron"]
         schedule.check_cron(expr, now_ms, tz)
-        out = {"cron": " ".join(expr.split()), "timezone": tz}
+        out: Record = {"cron": " ".join(expr.split()), "timezone": tz}
         if "dst" in sched:
             dst = _obj(sched["dst"], "schedule.dst", {"spring_forward", "fall_back"})
             norm = {}
@@ -169,7 +172,7 @@ def validate_schedule(raw, now_ms: int | None = None) -> dict:
     return {"at": _time_ms(sched["at"], "schedule.at")}
 
 
-def _time_ms(v, field: str) -> int:
+def _time_ms(v: object, field: str) -> int:
     """An ISO-8601 time with a zone, or integer milliseconds since the epoch, as milliseconds."""
     if isinstance(v, str):
         # The same range as the integer form: an ISO time before the epoch is refused too.
@@ -177,7 +180,7 @@ def _time_ms(v, field: str) -> int:
     return _int(v, field, 0, 2**53)
 
 
-def validate_executor(raw) -> dict:
+def validate_executor(raw: object) -> Record:
     if not isinstance(raw, dict):
         raise InvalidSpec("must be an object with a type", field="executor")
     t = raw.get("type")
@@ -190,7 +193,7 @@ def validate_executor(raw) -> dict:
             raise InvalidSpec("must be a non-empty list of strings (use [\"sh\", \"-c\", \"...\"] for a shell line)", field="executor.argv")
         if len(argv) > limits.argv_items_max:
             raise InvalidSpec(f"has more than {limits.argv_items_max} items", field="executor.argv")
-        out = {"type": "shell", "argv": list(argv)}
+        out: Record = {"type": "shell", "argv": list(argv)}
         if "env" in ex:
             env = ex["env"]
             if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
@@ -243,7 +246,7 @@ def validate_executor(raw) -> dict:
     return {"type": "python", "target": target}
 
 
-def validate_misfire(raw) -> dict:
+def validate_misfire(raw: object) -> Record:
     if raw is None:
         raise InvalidSpec(
             "is required: choose a policy, one of fire_all, fire_once, skip "
@@ -267,7 +270,7 @@ def validate_misfire(raw) -> dict:
 RETRY_DEFAULT = {"max_attempts": 1, "backoff_s": 1, "backoff_multiplier": 2, "backoff_max_s": 300, "jitter": 0.1}
 
 
-def validate_retry(raw) -> dict:
+def validate_retry(raw: object) -> Record:
     if raw is None:
         return dict(RETRY_DEFAULT)
     r = _obj(raw, "retry", {"max_attempts", "backoff_s", "backoff_multiplier", "backoff_max_s", "jitter"})
@@ -284,7 +287,7 @@ def validate_retry(raw) -> dict:
     return out
 
 
-def validate_overlap(raw) -> dict:
+def validate_overlap(raw: object) -> Record:
     if raw is None:
         return {"policy": "allow"}
     o = _obj(raw, "overlap", {"policy", "max_concurrent"})
@@ -304,7 +307,7 @@ def _offset_changes_ms(tz: str, lo_ms: int, hi_ms: int) -> list[int]:
     bisection to the millisecond)."""
     z = schedule.zone(tz)
 
-    def off(ms: int):
+    def off(ms: int) -> timedelta | None:
         return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).astimezone(z).utcoffset()
 
     week = 7 * 86_400_000
@@ -319,7 +322,7 @@ def _offset_changes_ms(tz: str, lo_ms: int, hi_ms: int) -> list[int]:
     return out
 
 
-def _add_jitter(name: str, sched: dict, jitter_s) -> None:
+def _add_jitter(name: str, sched: Record, jitter_s: object) -> None:
     """Validate ``jitter_s`` and store it in the schedule: below the schedule's shortest interval
     (checked over the next 200 slots for cron, and around the zone's DST transitions), so
     jittered slots keep their order."""
@@ -349,7 +352,7 @@ def _add_jitter(name: str, sched: dict, jitter_s) -> None:
     sched["jitter_key"] = name
 
 
-def _depth(v) -> int:
+def _depth(v: object) -> int:
     """Nesting levels of arrays and objects in ``v`` (0 for a scalar), without recursion."""
     deepest, todo = 0, [(v, 1)]
     while todo:
@@ -365,7 +368,7 @@ def _depth(v) -> int:
     return deepest
 
 
-def validate_secrets(raw) -> dict:
+def validate_secrets(raw: object) -> dict[str, str]:
     """A job's ``secrets``: names (environment variable names) to values, given to its runs as
     environment variables (shell), headers (http) or ``ctx.secrets`` (python), and shown
     redacted by every read. Error messages never hold a value.
@@ -394,7 +397,7 @@ def validate_secrets(raw) -> dict:
 LABEL_KEY_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?$")
 
 
-def check_label_key(key, field: str) -> str:
+def check_label_key(key: object, field: str) -> str:
     """A label key (``raftsched.app``, ``team``). :raises InvalidSpec: naming ``field``."""
     n = limits.label_key_chars_max
     if not isinstance(key, str) or not key or len(key) > n or not LABEL_KEY_RE.match(key):
@@ -403,7 +406,7 @@ def check_label_key(key, field: str) -> str:
     return key
 
 
-def check_label_value(value, field: str) -> str:
+def check_label_value(value: object, field: str) -> str:
     """A label value: printable text of at most label_value_chars_max characters, '' included.
     :raises InvalidSpec: naming ``field``."""
     n = limits.label_value_chars_max
@@ -412,7 +415,7 @@ def check_label_value(value, field: str) -> str:
     return value
 
 
-def validate_labels(raw) -> dict:
+def validate_labels(raw: object) -> dict[str, str]:
     """A job's ``labels``: a map of at most job_labels_max keys to string values, returned with
     its keys sorted (so equal maps store equal bytes).
 
@@ -427,7 +430,7 @@ def validate_labels(raw) -> dict:
     return {k: raw[k] for k in sorted(raw)}
 
 
-def validate_job(name, raw, now_ms: int | None = None) -> dict:
+def validate_job(name: str, raw: object, now_ms: int | None = None) -> Record:
     """Validate a job spec and return its normalised form.
 
     :param now_ms: the proposer's now: a cron expression that never matches after it is
@@ -505,7 +508,7 @@ def validate_job(name, raw, now_ms: int | None = None) -> dict:
 
 
 # ------------------------------------------------------------------ placement (docs/workers.md)
-def validate_placement(raw) -> dict:
+def validate_placement(raw: object) -> Record:
     """``{"labels": {name: value, ...}}``: the labels a worker must carry, all of them, to run
     the job's runs. :raises InvalidSpec: naming the field."""
     p = _obj(raw, "placement", {"labels"})

@@ -7,16 +7,18 @@ one rule here (I18).
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 
 from . import limits
 from .errors import InvalidSpec
+from .records import Record
 
 #: What a label name or value may hold: letters, digits, '.', '_' and '-', starting with a letter
 #: or digit (the job-name rule).
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-def validate_worker_labels(raw, field: str) -> dict:
+def validate_worker_labels(raw: object, field: str) -> dict[str, str]:
     """A map of worker labels, returned with its names in order (a state's bytes must not depend
     on the order a client wrote them in). :raises InvalidSpec: naming the label and why."""
     if not isinstance(raw, dict):
@@ -34,7 +36,7 @@ def validate_worker_labels(raw, field: str) -> dict:
     return {k: raw[k] for k in sorted(raw)}
 
 
-def placement_ok(spec: dict, labels: dict, dedicated=()) -> bool:
+def placement_ok(spec: Record, labels: dict[str, str], dedicated: Collection[str] = ()) -> bool:
     """Whether a worker with ``labels`` may run a job of ``spec`` (I18): every label of its
     placement is one of the worker's, with the same value. A spec without placement: any worker.
     A malformed placement (apply's guard refuses one before it is stored) matches no worker.

@@ -11,11 +11,17 @@ recorded). The *due* slots are those in (cursor, now]. A due slot is *on time* w
 from __future__ import annotations
 
 import hashlib
+from typing import Any, TypeAlias
 
 from . import limits, schedule
+from .records import Record
+
+#: The due slots between an enumeration's head and tail: (first ms, last ms, count or None when
+#: too many to count), or None when there are none.
+Middle: TypeAlias = tuple[int, int, int | None] | None
 
 
-def _enumerate_due(spec: dict, anchor_ms: int, cursor_ms: int, now_ms: int):
+def _enumerate_due(spec: Record, anchor_ms: int, cursor_ms: int, now_ms: int) -> tuple[list[int], Middle, list[int]]:
     """Due slots in (cursor, now]: (head, middle, tail).
 
     ``head`` is the oldest slots (at most ``fire_slots_enumerated_max``), ``tail`` the newest
@@ -39,7 +45,7 @@ def _enumerate_due(spec: dict, anchor_ms: int, cursor_ms: int, now_ms: int):
     return head, (first_mid, last_mid[-1] if last_mid else first_mid, count), tail
 
 
-def fires_ahead(spec: dict) -> bool:
+def fires_ahead(spec: Record) -> bool:
     """Whether the leader may commit this job's slots up to ``limits.fire_ahead_ms`` before they
     fall due (docs/design.md, "Firing ahead"). Only when nothing decided at fire time depends on
     the job's other runs: the overlap policy is ``allow`` with no ``max_concurrent``. (forbid,
@@ -49,8 +55,8 @@ def fires_ahead(spec: dict) -> bool:
     return ov is None or (ov.get("policy") == "allow" and "max_concurrent" not in ov)
 
 
-def plan_fire(spec: dict, anchor_ms: int, cursor_ms: int, now_ms: int, gen: int, name: str,
-              ahead_ms: int = 0) -> dict | None:
+def plan_fire(spec: Record, anchor_ms: int, cursor_ms: int, now_ms: int, gen: int, name: str,
+              ahead_ms: int = 0) -> dict[str, Any] | None:
     """Plan one job's fire entry: which due slots become runs and which are recorded.
 
     :param ahead_ms: also plan the slots of the next ``ahead_ms`` (firing ahead: they become
@@ -75,7 +81,7 @@ def plan_fire(spec: dict, anchor_ms: int, cursor_ms: int, now_ms: int, gen: int,
     head_missed = [s for s in head if cut is None or s < cut]
     tail_missed = [s for s in tail if cut is None or s < cut] if tail else []
     runs: list[int] = []
-    recs: list[list] = []
+    recs: list[list[Any] | None] = []
     policy = m["policy"]
     missed_any = bool(head_missed)
     if missed_any:
@@ -101,7 +107,7 @@ def plan_fire(spec: dict, anchor_ms: int, cursor_ms: int, now_ms: int, gen: int,
     }
 
 
-def compact_entry(plan: dict) -> list:
+def compact_entry(plan: dict[str, Any]) -> list[Any]:
     """A plan in the fire command's wire form: ``[job, gen, after, upto, next, runs, rec]``.
 
     A list, not a map: no key names on the wire, and apply unpacks it without a lookup per
@@ -109,8 +115,8 @@ def compact_entry(plan: dict) -> list:
     return [plan["job"], plan["gen"], plan["after"], plan["upto"], plan["next"], plan["runs"], plan["rec"]]
 
 
-def plan_fire_compact(spec: dict, anchor_ms: int, cursor_ms: int, now_ms: int, gen: int, name: str,
-                      ahead_ms: int = 0) -> list | None:
+def plan_fire_compact(spec: Record, anchor_ms: int, cursor_ms: int, now_ms: int, gen: int, name: str,
+                      ahead_ms: int = 0) -> list[Any] | None:
     """:func:`plan_fire` in wire form (:func:`compact_entry`), with a fast path for the common
     case: an interval job without jitter whose due slots are all on time. The result is the same
     as ``compact_entry(plan_fire(...))`` (tests/test_policy.py checks it on random inputs)."""
@@ -135,7 +141,8 @@ def plan_fire_compact(spec: dict, anchor_ms: int, cursor_ms: int, now_ms: int, g
     return None if plan is None else compact_entry(plan)
 
 
-def _span(state, reason, head_part, middle, tail_part, exclude=None):
+def _span(state: str, reason: str, head_part: list[int], middle: Middle, tail_part: list[int],
+          exclude: int | None = None) -> list[Any] | None:
     """One record covering head_part + middle + tail_part (all missed, ascending), minus exclude."""
     slots = [s for s in head_part if s != exclude]
     tail_slots = [s for s in tail_part if s != exclude]
@@ -150,7 +157,8 @@ def _span(state, reason, head_part, middle, tail_part, exclude=None):
     return [state, reason, lo, hi, count]
 
 
-def explain_outage(spec: dict, anchor_ms: int, down_from_ms: int, down_to_ms: int, name: str = "job") -> dict:
+def explain_outage(spec: Record, anchor_ms: int, down_from_ms: int, down_to_ms: int,
+                   name: str = "job") -> dict[str, Any]:
     """What firing would do if the leader was down from ``down_from_ms`` until ``down_to_ms``:
     the same :func:`plan_fire` the trigger uses, with the cursor at the start of the outage."""
     return plan_fire(spec, anchor_ms, down_from_ms, down_to_ms, 0, name) or {
@@ -159,7 +167,7 @@ def explain_outage(spec: dict, anchor_ms: int, down_from_ms: int, down_to_ms: in
     }
 
 
-def initial_position(sched: dict, now_ms: int) -> tuple[int, int]:
+def initial_position(sched: Record, now_ms: int) -> tuple[int, int]:
     """Where a new job's slots start: ``(anchor, cursor)``.
 
     Interval slots fall on whole seconds counted from the creation time rounded up (the anchor),
@@ -179,7 +187,7 @@ def initial_position(sched: dict, now_ms: int) -> tuple[int, int]:
     return anchor, cursor
 
 
-def plan_resume(spec: dict, anchor_ms: int, cursor_ms: int, now_ms: int) -> dict:
+def plan_resume(spec: Record, anchor_ms: int, cursor_ms: int, now_ms: int) -> dict[str, Any]:
     """The fields of a ``resume_job`` that resumes from now: every slot that fell due while the
     job was paused is one ``skipped`` / ``paused`` record."""
     sched = spec["schedule"]
@@ -194,7 +202,7 @@ def plan_resume(spec: dict, anchor_ms: int, cursor_ms: int, now_ms: int) -> dict
             "next": schedule.next_slot_after(sched, upto, anchor_ms)}
 
 
-def backoff_ms(retry: dict, run_id: str, attempt: int) -> int:
+def backoff_ms(retry: Record, run_id: str, attempt: int) -> int:
     """Delay before attempt ``attempt + 1`` after attempt ``attempt`` failed.
 
     ``backoff_s * backoff_multiplier ** (attempt - 1)``, capped at ``backoff_max_s``, then spread by

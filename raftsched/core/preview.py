@@ -5,8 +5,10 @@ from the behaviour.
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import Any
 
 from . import limits, policy, schedule
+from .records import Record
 
 
 
@@ -16,7 +18,9 @@ def _local(ms: int, tz: str) -> tuple[str, int, bool]:
     dt = datetime.fromtimestamp(ms / 1000, tz=timezone.utc).astimezone(z)
     naive = dt.replace(tzinfo=None)
     ambiguous = naive.replace(tzinfo=z, fold=0).utcoffset() != naive.replace(tzinfo=z, fold=1).utcoffset()
-    return dt.isoformat(), int(dt.utcoffset().total_seconds()), ambiguous
+    off = dt.utcoffset()
+    assert off is not None  # an aware time's offset (tzinfo a ZoneInfo) is never None
+    return dt.isoformat(), int(off.total_seconds()), ambiguous
 
 
 def _fmt_offset(sec: int) -> str:
@@ -25,7 +29,7 @@ def _fmt_offset(sec: int) -> str:
     return f"{sign}{sec // 3600:02d}:{sec % 3600 // 60:02d}"
 
 
-def preview(spec: dict, anchor_ms: int, after_ms: int, count: int) -> list[dict]:
+def preview(spec: Record, anchor_ms: int, after_ms: int, count: int) -> list[dict[str, Any]]:
     """The next ``count`` slots after ``after_ms``: UTC, local time, and DST marks.
 
     ``dst`` is set on a slot whose UTC offset differs from the previous slot's (the first slot
@@ -35,7 +39,7 @@ def preview(spec: dict, anchor_ms: int, after_ms: int, count: int) -> list[dict]
     """
     sched = spec["schedule"]
     tz = sched.get("timezone", "UTC")
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     prev_off = None
     if "cron" in sched:
         before = schedule.last_slots_until(sched, after_ms - 400 * 86_400_000, after_ms, anchor_ms, 1)
@@ -53,7 +57,7 @@ def preview(spec: dict, anchor_ms: int, after_ms: int, count: int) -> list[dict]
     return out
 
 
-def explain(spec: dict, anchor_ms: int, down_from_ms: int, down_to_ms: int) -> dict:
+def explain(spec: Record, anchor_ms: int, down_from_ms: int, down_to_ms: int) -> dict[str, Any]:
     """What happens to a job's slots if the scheduler is down from ``down_from_ms`` and a leader
     fires at ``down_to_ms``: the same plan_fire the trigger loop runs, with the cursor at the
     start of the outage."""

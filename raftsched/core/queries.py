@@ -13,13 +13,24 @@ from __future__ import annotations
 import bisect
 import hashlib
 from collections import Counter
+from collections.abc import Collection
 from operator import itemgetter
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from . import limits
 from .errors import NotFound
 from .model import RUN_STATES
 from . import records
-from .records import STATS_FIELDS
+from .records import STATS_FIELDS, Record, Result
+
+if TYPE_CHECKING:
+    from .commands import Command
+    from .state import SchedulerState
+
+#: A lease or a lock as the reaper watches it: (kind, id, token, renewals, ttl_ms).
+LeaseView: TypeAlias = tuple[str, str, int, int, int]
+#: What the trigger plans a job's fire from: (spec, anchor, cursor, gen, name).
+PlanView: TypeAlias = tuple[Record, int, int, int, str]
 
 _QUEUE_DEFAULT = {"max_depth": limits.queue_depth_default, "on_full": "reject"}
 _state_of = itemgetter("state")
@@ -27,7 +38,7 @@ _paused_of = itemgetter("paused")
 
 
 # ------------------------------------------------------------------ jobs
-def kept_position(old: dict | None, sched: dict) -> tuple[int, int, int | None] | None:
+def kept_position(old: Record | None, sched: Record) -> tuple[int, int, int | None] | None:
     """The ``(cursor, anchor, next)`` a put of schedule ``sched`` keeps from the job ``old`` it
     replaces: a replace with the same schedule keeps where the job was, so it never re-fires a
     slot nor loses a pending one. None when there is nothing to keep (a new job, or another
@@ -38,19 +49,19 @@ def kept_position(old: dict | None, sched: dict) -> tuple[int, int, int | None] 
     return None
 
 
-def put_position(s, name: str, sched: dict) -> tuple[int, int, int | None] | None:
+def put_position(s: SchedulerState, name: str, sched: Record) -> tuple[int, int, int | None] | None:
     """kept_position for a put of job ``name`` with schedule ``sched``."""
     return kept_position(s.jobs.get(name), sched)
 
 
-def cursor_floor(s, name: str) -> int | None:
+def cursor_floor(s: SchedulerState, name: str) -> int | None:
     """The cursor a put of job ``name`` with another schedule starts from at the least (the old
     job's, which apply keeps when it is ahead: jobs.put_job), or None for a new job."""
     old = s.jobs.get(name)
     return None if old is None else old["cursor"]
 
 
-def job(s, name: str) -> dict | None:
+def job(s: SchedulerState, name: str) -> dict[str, Any] | None:
     """Job ``name`` as ``{"name", "spec", "gen", "created", "updated", "anchor", "cursor",
     "next", "paused", "stats": {STATS_FIELDS...}}``, or None."""
     j = s.jobs.get(name)
@@ -61,7 +72,7 @@ def job(s, name: str) -> dict | None:
     return out
 
 
-def jobs_page(s, limit: int, after: str | None) -> dict:
+def jobs_page(s: SchedulerState, limit: int, after: str | None) -> dict[str, Any]:
     """Up to ``limit`` jobs by name after ``after``: ``{"jobs": [job...], "next": the last name
     when more follow, else None, "total": every job}``."""
     names = sorted(s.jobs)
@@ -72,7 +83,7 @@ def jobs_page(s, limit: int, after: str | None) -> dict:
             "total": len(s.jobs)}
 
 
-def jobs_labelled_page(s, labels: dict, limit: int, after: str | None) -> dict:
+def jobs_labelled_page(s: SchedulerState, labels: dict[str, str], limit: int, after: str | None) -> dict[str, Any]:
     """jobs_page of the jobs whose spec has every label of ``labels`` (key and value): ``next``
     and ``total`` count those jobs only. A scan of every job, as jobs_page's sort already is."""
     want = labels.items()
@@ -85,7 +96,8 @@ def jobs_labelled_page(s, labels: dict, limit: int, after: str | None) -> dict:
             "total": total}
 
 
-def job_runs(s, name: str, limit: int, state: str | None = None, slot_ms: int | None = None) -> dict:
+def job_runs(s: SchedulerState, name: str, limit: int, state: str | None = None,
+             slot_ms: int | None = None) -> dict[str, Any]:
     """Job ``name``'s history, newest first: up to ``limit`` runs and records, those in ``state``
     only, or only the one covering ``slot_ms``. ``{"job", "runs": [run...], "history_max"}``.
 
@@ -98,15 +110,17 @@ def job_runs(s, name: str, limit: int, state: str | None = None, slot_ms: int | 
         r = runs[rid]
         if state and r["state"] != state:
             continue
-        if slot_ms is not None and not (r["slot"] <= slot_ms <= r.get("slot_to", r["slot"])):
-            continue
+        if slot_ms is not None:
+            slot: int = r["slot"]
+            if not slot <= slot_ms <= r.get("slot_to", slot):
+                continue
         out.append(_run_copy(r))
         if len(out) >= limit:
             break
     return {"job": name, "runs": out, "history_max": j["spec"]["history"]}
 
 
-def plan_views(s, names: list[str]) -> list[tuple]:
+def plan_views(s: SchedulerState, names: list[str]) -> list[PlanView]:
     """What the trigger plans a fire from: ``(spec, anchor, cursor, gen, name)`` of each job of
     ``names`` that still exists, one consistent view of each (a spec read before a replace and a
     generation read after it would make a plan that apply cannot tell is stale)."""
@@ -119,25 +133,26 @@ def plan_views(s, names: list[str]) -> list[tuple]:
 
 
 # ------------------------------------------------------------------ runs
-def _run_copy(r: dict) -> dict:
+def _run_copy(r: Record) -> dict[str, Any]:
     out = dict(r)
     if "attempts" in r:
         out["attempts"] = list(r["attempts"])  # appended to in place; each attempt never changes
     return out
 
 
-def run(s, run_id: str) -> dict | None:
+def run(s: SchedulerState, run_id: str) -> dict[str, Any] | None:
     """Run (or recorded slot) ``run_id``, or None."""
     r = s.runs.get(run_id)
     return None if r is None else _run_copy(r)
 
 
-def runs(s, state: str | None, limit: int) -> list[dict]:
+def runs(s: SchedulerState, state: str | None, limit: int) -> list[dict[str, Any]]:
     """Up to ``limit`` runs and records, the newest first, those in ``state`` only."""
     return _newest(s, state, limit, None)
 
 
-def _newest(s, state: str | None, limit: int, tenants) -> list[dict]:
+def _newest(s: SchedulerState, state: str | None, limit: int,
+            tenants: Collection[str] | None) -> list[dict[str, Any]]:
     """Up to ``limit`` runs and records, newest first, in ``state`` (None: any) and of
     ``tenants`` (None: every tenant)."""
     out = []
@@ -150,7 +165,7 @@ def _newest(s, state: str | None, limit: int, tenants) -> list[dict]:
     return out
 
 
-def _dead_in(s, queue: str) -> list[dict]:
+def _dead_in(s: SchedulerState, queue: str) -> list[Record]:
     """The dead runs of ``queue`` from its DLQ index, oldest first by (finished_at, id)."""
     runs, out = s.runs, []
     for rid in s._dead.get(queue, ()):
@@ -160,21 +175,21 @@ def _dead_in(s, queue: str) -> list[dict]:
     return out
 
 
-def dead_runs(s, queue: str | None) -> list[dict]:
+def dead_runs(s: SchedulerState, queue: str | None) -> list[dict[str, Any]]:
     """The runs of ``queue``'s dead-letter queue (every queue's when None), from the DLQ index
     (not a scan of every run), oldest first by (finished_at, id) within a queue."""
     names = [queue] if queue is not None else sorted(s._dead)
     return [_run_copy(r) for q in names for r in _dead_in(s, q)]
 
 
-def dead_run(s, run_id: str) -> dict | None:
+def dead_run(s: SchedulerState, run_id: str) -> dict[str, Any] | None:
     """Run ``run_id`` if it is in a dead-letter queue, else None."""
     r = s.runs.get(run_id)
     return None if r is None or r["state"] != "dead" else _run_copy(r)
 
 
 # ------------------------------------------------------------------ queues
-def queue_stats(s, now_ms: int) -> list[dict]:
+def queue_stats(s: SchedulerState, now_ms: int) -> list[dict[str, Any]]:
     """Every configured queue, and every queue holding queued, running or dead runs, by name:
     ``{"name", "max_depth", "on_full", "configured", "depth", "ready", "running", "dead",
     "oldest_waiting_age_ms"}``. Depth and running come from the state's counters, dead from the
@@ -197,12 +212,13 @@ def queue_stats(s, now_ms: int) -> list[dict]:
     return out
 
 
-def _ready(s, q: str, now_ms: int) -> tuple[int, int | None]:
+def _ready(s: SchedulerState, q: str, now_ms: int) -> tuple[int, int | None]:
     """Queued runs of ``q`` whose due has come, and the wait of the oldest of them (None when
     none), from the live entries of its acquire heaps: every queued run has one, under its
     current (due, id), and stale entries are told apart as acquire does."""
     runs, seen = s.runs, set()
-    ready, oldest = 0, None
+    ready = 0
+    oldest: int | None = None
     for p, h in s._queued.get(q, {}).items():
         for due, rid in h:
             if due > now_ms or rid in seen:
@@ -219,12 +235,12 @@ def _ready(s, q: str, now_ms: int) -> tuple[int, int | None]:
     return ready, oldest
 
 
-def queue_depth(s, name: str) -> int:
+def queue_depth(s: SchedulerState, name: str) -> int:
     """Runs queued in queue ``name`` (whether due or not)."""
     return s._queue_depth.get(name, 0)
 
 
-def has_ready_work(s, queues: list[str] | None, now_ms: int) -> bool:
+def has_ready_work(s: SchedulerState, queues: list[str] | None, now_ms: int) -> bool:
     """Whether an acquire could hand out something (a cheap local check; it may say yes for
     index entries that turn out stale or rate-limited, never no when work is ready)."""
     names = queues if queues is not None else list(s._queued)
@@ -236,7 +252,7 @@ def has_ready_work(s, queues: list[str] | None, now_ms: int) -> bool:
 
 
 # ------------------------------------------------------------------ leases, tenants, locks
-def lease_snapshot(s) -> list[tuple]:
+def lease_snapshot(s: SchedulerState) -> list[LeaseView]:
     """Every live lease and lock as ``(kind, id, token, renewals, ttl_ms)``: what the leader's
     reaper watches. Linear in running runs (bounded by the workers' slots) and held locks."""
     out = []
@@ -250,13 +266,13 @@ def lease_snapshot(s) -> list[tuple]:
     return out
 
 
-def tenants(s) -> list[dict]:
+def tenants(s: SchedulerState) -> list[dict[str, Any]]:
     """Every tenant's rate limit by name: ``{"name", "rate_milli", "burst", "tokens_micro",
     "last_ms"}`` (tokens per 1000 s, micro-tokens: tenants.py's units)."""
     return [dict(t, name=n) for n, t in sorted(s.tenants.items())]
 
 
-def lock(s, name: str) -> dict | None:
+def lock(s: SchedulerState, name: str) -> dict[str, Any] | None:
     """Lock ``name`` as ``{"owner", "token", "deadline", "ttl", "since", "renewals"}`` while it
     is held (until released or expired by the leader's reaper), else None."""
     lk = s.locks.get(name)
@@ -264,18 +280,18 @@ def lock(s, name: str) -> dict | None:
 
 
 # ------------------------------------------------------------------ counts
-def counts(s, with_hash: bool = False) -> dict:
+def counts(s: SchedulerState, with_hash: bool = False) -> dict[str, Any]:
     """What ``GET /v1/cluster`` shows of the state: ``{"jobs", "runs", "now_ms", "applied"}``,
     all O(1); ``with_hash`` adds ``state_hash``, which encodes the whole state. The hash and
     ``applied`` are read together: two replicas with equal ``applied`` must have equal hashes
     (I1)."""
-    out = {"jobs": len(s.jobs), "runs": len(s.runs), "now_ms": s.now_ms, "applied": s.applied}
+    out: dict[str, Any] = {"jobs": len(s.jobs), "runs": len(s.runs), "now_ms": s.now_ms, "applied": s.applied}
     if with_hash:
         out["state_hash"] = hashlib.sha256(s.snapshot()).hexdigest()
     return out
 
 
-def gauges(s) -> dict:
+def gauges(s: SchedulerState) -> dict[str, Any]:
     """What a metrics scrape shows of the state: ``{"jobs", "jobs_paused", "runs_by_state":
     {state: n} for every run state, "queues": {queue: (queued, running, dead)}, "locks",
     "fencing_token"}``. Per queue from the counters and the DLQ index; the runs by state are
@@ -299,7 +315,7 @@ def gauges(s) -> dict:
 
 
 # ------------------------------------------------------------------ API tokens (core/tokens.py)
-def token_list(s) -> list[dict]:
+def token_list(s: SchedulerState) -> list[dict[str, Any]]:
     """Every token without its hash, oldest first (by created, then id): ``{"id", "role",
     "tenants", "workers", "created", "expires", "revoked", "note"}``."""
     out = [{"id": tid, "role": t["role"], "tenants": None if t["tenants"] is None else list(t["tenants"]),
@@ -310,7 +326,8 @@ def token_list(s) -> list[dict]:
     return out
 
 
-def token_auth(s, token_id: str) -> tuple | None:
+def token_auth(s: SchedulerState, token_id: str) -> tuple[
+        str, tuple[str, ...] | None, int | None, Record, tuple[str, ...] | None] | None:
     """What a node checks a presented token against: ``(role, tenants, expires, hash, workers)``
     of a token that is not revoked, or None (no such token, or revoked). ``tenants`` and
     ``workers`` are tuples, or None (every tenant, any worker id)."""
@@ -325,13 +342,13 @@ def token_auth(s, token_id: str) -> tuple | None:
 # For tokens limited to tenants (node/tenancy.py): the same reads as above, of those tenants'
 # jobs and runs only. A run belongs to the tenant its job had when the run was created; a
 # recorded slot (skipped, coalesced) to its job's tenant.
-def job_tenant(s, name: str) -> str | None:
+def job_tenant(s: SchedulerState, name: str) -> str | None:
     """The tenant of job ``name``, or None when there is no such job."""
     j = s.jobs.get(name)
     return None if j is None else j["spec"]["tenant"]
 
 
-def _tenant_of_run(s, r: dict) -> str | None:
+def _tenant_of_run(s: SchedulerState, r: Record) -> str | None:
     """A run's tenant; a recorded slot (which has none) belongs to its job's."""
     t = r.get("tenant")
     if t is None:
@@ -340,13 +357,14 @@ def _tenant_of_run(s, r: dict) -> str | None:
     return t
 
 
-def run_tenant(s, run_id: str) -> str | None:
+def run_tenant(s: SchedulerState, run_id: str) -> str | None:
     """The tenant of run (or recorded slot) ``run_id``, or None when there is no such run."""
     r = s.runs.get(run_id)
     return None if r is None else _tenant_of_run(s, r)
 
 
-def jobs_page_in(s, tenants, limit: int, after: str | None, labels: dict | None = None) -> dict:
+def jobs_page_in(s: SchedulerState, tenants: Collection[str], limit: int, after: str | None,
+                 labels: dict[str, str] | None = None) -> dict[str, Any]:
     """jobs_page of the jobs of ``tenants`` only (``total`` counts those); with ``labels``, of
     those that carry every one of them too (jobs_labelled_page)."""
     want = labels.items() if labels else None
@@ -360,17 +378,17 @@ def jobs_page_in(s, tenants, limit: int, after: str | None, labels: dict | None 
             "total": total}
 
 
-def runs_in(s, tenants, state: str | None, limit: int) -> list[dict]:
+def runs_in(s: SchedulerState, tenants: Collection[str], state: str | None, limit: int) -> list[dict[str, Any]]:
     """runs of ``tenants`` only."""
     return _newest(s, state, limit, tenants)
 
 
-def queue_tenants(s, queue: str) -> set[str]:
+def queue_tenants(s: SchedulerState, queue: str) -> set[str]:
     """The tenants of the jobs whose queue is ``queue``."""
     return {j["spec"]["tenant"] for j in s.jobs.values() if j["spec"]["queue"] == queue}
 
 
-def queues_of(s, tenants) -> set[str]:
+def queues_of(s: SchedulerState, tenants: Collection[str]) -> set[str]:
     """The queues of the jobs of ``tenants``."""
     return {j["spec"]["queue"] for j in s.jobs.values() if j["spec"]["tenant"] in tenants}
 
@@ -379,7 +397,7 @@ def queues_of(s, tenants) -> set[str]:
 request_what = records.request_what
 
 
-def replayed(s, cmd: dict) -> dict | None:
+def replayed(s: SchedulerState, cmd: Command) -> Result | None:
     """What apply answers ``cmd`` when its request id is one the state remembers (records.replayed:
     the one rule apply uses too), or None."""
     return records.replayed(s.requests, cmd)

@@ -17,13 +17,18 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from typing import TYPE_CHECKING
 
 from . import limits
 from .errors import Conflict, InvalidCommand, NotFound
-from .records import is_int, ok
+from .records import Record, Result, is_int, ok
+
+if TYPE_CHECKING:
+    from .commands import Command
+    from .state import SchedulerState
 
 
-def reset_indexes(s) -> None:
+def reset_indexes(s: SchedulerState) -> None:
     """Empty indexes, for a state with no runs."""
     #: queue -> priority -> heap of (due, run id) of its queued runs; ready once due has come
     s._queued = {}
@@ -38,7 +43,7 @@ def reset_indexes(s) -> None:
     s._running_ids = {}
 
 
-def rebuild_indexes(s) -> None:
+def rebuild_indexes(s: SchedulerState) -> None:
     """Make every index from the runs (after a restore)."""
     reset_indexes(s)
     dead = []
@@ -55,7 +60,7 @@ def rebuild_indexes(s) -> None:
         s._dead.setdefault(run["queue"], deque()).append(run["id"])
 
 
-def enqueue(s, run: dict) -> None:
+def enqueue(s: SchedulerState, run: Record) -> None:
     """Put a queued run into its queue's indexes."""
     q = run["queue"]
     depth = s._queue_depth[q] = s._queue_depth.get(q, 0) + 1
@@ -66,7 +71,8 @@ def enqueue(s, run: dict) -> None:
     h = prios.get(p)
     if h is None:
         h = prios[p] = []
-    heapq.heappush(h, (run.get("due", run["slot"]), run["id"]))
+    slot: int = run["slot"]
+    heapq.heappush(h, (run.get("due", slot), run["id"]))
     if len(h) > 2 * depth + limits.queue_index_stale_slack:
         compact_queued(s, q, p, h)
     bs = s._by_slot.get(q)
@@ -76,7 +82,7 @@ def enqueue(s, run: dict) -> None:
             del s._by_slot[q]  # mostly stale: rebuilt when next needed
 
 
-def compact_queued(s, q: str, p: int, h: list) -> None:
+def compact_queued(s: SchedulerState, q: str, p: int, h: list[tuple[int, str]]) -> None:
     """Keep only the live entries of queue ``q``'s priority ``p`` heap, in place (callers
     hold it). Which entries a heap holds beside the live ones changes nothing any replica
     decides: acquire skips stale ones, and every queued run has a live one."""
@@ -92,7 +98,7 @@ def compact_queued(s, q: str, p: int, h: list) -> None:
     h[:] = keep
 
 
-def drop_oldest_queued(s, qname: str, now: int) -> None:
+def drop_oldest_queued(s: SchedulerState, qname: str, now: int) -> None:
     """Mark the queued run of ``qname`` with the oldest slot (the smallest id among equal
     slots) skipped: on_full=drop_oldest. O(log n) from the queue's by-slot heap, which is
     built from the queue's acquire heaps the first time a drop is needed."""
@@ -111,7 +117,7 @@ def drop_oldest_queued(s, qname: str, now: int) -> None:
             return
 
 
-def _queued_by_slot(s, qname: str) -> list:
+def _queued_by_slot(s: SchedulerState, qname: str) -> list[tuple[int, str]]:
     """A heap of (slot, id) of every queued run of ``qname``, from its acquire heaps (every
     queued run has an entry there)."""
     runs, seen, out = s.runs, set(), []
@@ -125,14 +131,14 @@ def _queued_by_slot(s, qname: str) -> list:
     return out
 
 
-def unqueue_count(s, run: dict) -> None:
+def unqueue_count(s: SchedulerState, run: Record) -> None:
     """A queued run leaves its queue by another way than acquire: one fewer in its depth."""
     q = run["queue"]
     s._queue_depth[q] = s._queue_depth.get(q, 1) - 1
 
 
 # ------------------------------------------------------------------ the dead-letter queue
-def add_dead(s, run: dict, now: int) -> None:
+def add_dead(s: SchedulerState, run: Record, now: int) -> None:
     """Put a run that just died (``finished_at`` = ``now``) into its queue's DLQ, purging the
     oldest dead runs beyond ``limits.dlq_per_queue_max``."""
     dq = s._dead.setdefault(run["queue"], deque())
@@ -152,7 +158,7 @@ def add_dead(s, run: dict, now: int) -> None:
             drop_entry(s, old)
 
 
-def drop_entry(s, run: dict) -> None:
+def drop_entry(s: SchedulerState, run: Record) -> None:
     """Forget a run: out of the runs and out of its job's history."""
     s.runs.pop(run["id"], None)
     hist = s.history.get(run["job"])
@@ -163,7 +169,7 @@ def drop_entry(s, run: dict) -> None:
             pass
 
 
-def remove_dead(s, run: dict) -> None:
+def remove_dead(s: SchedulerState, run: Record) -> None:
     """Take a dead run out of its queue's DLQ index (requeued, deleted, or its job deleted)."""
     dq = s._dead.get(run["queue"])
     if dq is not None:
@@ -173,7 +179,7 @@ def remove_dead(s, run: dict) -> None:
             pass
 
 
-def _dead_run(s, cmd) -> dict:
+def _dead_run(s: SchedulerState, cmd: Command) -> Record:
     rid = cmd.get("run")
     if not isinstance(rid, str):
         raise InvalidCommand(f"{cmd['op']} needs run")
@@ -183,7 +189,7 @@ def _dead_run(s, cmd) -> dict:
     return run
 
 
-def apply_dlq_requeue(s, cmd: dict, now: int) -> dict:
+def apply_dlq_requeue(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``dlq_requeue {run}``: a dead run queued again, due now, with fresh budgets (its
     failures and lost leases count from zero) and its attempt number one higher.
 
@@ -201,7 +207,7 @@ def apply_dlq_requeue(s, cmd: dict, now: int) -> dict:
     return {"ok": True, "run": run["id"], "state": "queued", "attempt": run["attempt"]}
 
 
-def apply_dlq_delete(s, cmd: dict, now: int) -> dict:
+def apply_dlq_delete(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``dlq_delete {run}``: purge a dead run (out of the DLQ and its job's history).
 
     :raises NotFound: no dead run of that id."""
@@ -211,7 +217,7 @@ def apply_dlq_delete(s, cmd: dict, now: int) -> dict:
     return {"ok": True, "run": run["id"], "deleted": True}
 
 
-def apply_put_queue(s, cmd: dict, now: int) -> dict:
+def apply_put_queue(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``put_queue {name, max_depth, on_full}``: a queue's bound and what a full queue does
     with a new run (``reject`` it, recorded skipped, or ``drop_oldest``). Queues that were
     never put have ``limits.queue_depth_default`` and reject.

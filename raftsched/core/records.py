@@ -11,9 +11,21 @@ integer check apply uses on command fields (``is_int``) and a job's counters (``
 from __future__ import annotations
 
 import sys
+from collections.abc import Collection
+from typing import Any, TypeAlias, TypeGuard
 
 from . import limits
 from .errors import Conflict, RaftschedError
+
+#: A record of the state: a job, a spec or a part of one, a run or a recorded slot, a queue, a
+#: tenant's bucket, a lock, a worker, a backfill... Plain dicts (see below), so typed as maps.
+Record: TypeAlias = dict[str, Any]
+#: What a handler returns, and apply: ``ok(...)`` or ``err(e)``, kept with its request id.
+Result: TypeAlias = dict[str, Any]
+#: The state's tables of shared objects (SchedulerState._parts, _ints): sharing key -> part,
+#: int -> the one object jobs hold for it.
+PartTable: TypeAlias = dict[tuple[Any, ...], Any]
+IntTable: TypeAlias = dict[int, int]
 
 #: A job's counters, a list (a 5-key map cost ~200 bytes a job; 1M jobs: 190 MB).
 STATS_FIELDS = ("runs", "recorded", "lag_ms_last", "lag_ms_max", "lag_ms_sum")
@@ -23,23 +35,23 @@ RUNS, RECORDED, LAG_LAST, LAG_MAX, LAG_SUM = range(5)
 JOB_FIELDS = ("name", "spec", "gen", "created", "updated", "anchor", "cursor", "next", "paused", "stats")
 
 
-def ok(**fields) -> dict:
+def ok(**fields: Any) -> Result:
     """A handler's result for a command that applied."""
     fields["ok"] = True
     return fields
 
 
-def err(e: RaftschedError) -> dict:
+def err(e: RaftschedError) -> Result:
     """The result of a refused command: the error as a value, kept with its request id."""
     return {"ok": False, "error": e.to_dict()}
 
 
-def is_int(v) -> bool:
+def is_int(v: object) -> TypeGuard[int]:
     """Whether a command field is an integer (a bool is not, though Python says so)."""
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def bound_text(v, n: int) -> str | None:
+def bound_text(v: object, n: int) -> str | None:
     """Bound a text field: its last ``n`` characters (the end of an error says the most)."""
     if v is None:
         return None
@@ -47,7 +59,7 @@ def bound_text(v, n: int) -> str | None:
     return v if len(v) <= n else "…" + v[-(n - 1):]
 
 
-def count_fire(st: list, lag: int) -> None:
+def count_fire(st: list[Any], lag: int) -> None:
     """Count a scheduled run and its fire lag in a job's stats (STATS_FIELDS)."""
     st[RUNS] += 1
     st[LAG_LAST] = lag
@@ -66,7 +78,8 @@ def count_fire(st: list, lag: int) -> None:
 class JobKeys:
     """Makes job records (``job_record(...)``), fields in JOB_FIELDS order."""
 
-    def __init__(self, name, spec, gen, created, updated, anchor, cursor, next, paused, stats):
+    def __init__(self, name: str, spec: Record, gen: int, created: int, updated: int, anchor: int,
+                 cursor: int, next: int | None, paused: bool, stats: list[Any]) -> None:
         self.name = name
         self.spec = spec
         self.gen = gen
@@ -79,7 +92,8 @@ class JobKeys:
         self.stats = stats
 
 
-def job_record(name, spec, gen, created, updated, anchor, cursor, nxt, paused, stats) -> dict:
+def job_record(name: str, spec: Record, gen: int, created: int, updated: int, anchor: int, cursor: int,
+               nxt: int | None, paused: bool, stats: list[Any]) -> Record:
     """A job record: ``{"name": name, "spec": spec, ...}`` in JOB_FIELDS order, keys shared."""
     return JobKeys(name, spec, gen, created, updated, anchor, cursor, nxt, paused, stats).__dict__
 
@@ -92,11 +106,11 @@ class RunKeys:
     """The key table of run records (RUN_TEMPLATE and its copies)."""
 
 
-def shared_keys(kind: type, items=()) -> dict:
+def shared_keys(kind: type[Any], items: Collection[tuple[Any, Any]] = ()) -> Record:
     """A dict with ``items`` (pairs, in order) whose key table is ``kind``'s, shared. Any key
     works: one that is not a str, or one past what a shared table holds, only costs the sharing.
     (Never from a dict: ``dict.update(dict)`` copies the other's table; its ``.items()`` do not.)"""
-    d = object.__new__(kind).__dict__
+    d: Record = object.__new__(kind).__dict__
     if items:
         d.update(items)
     return d
@@ -121,7 +135,7 @@ SHARED_PARTS = ("schedule", "misfire", "retry", "overlap", "payload", "placement
 _SHARED_INTS_MAX = limits.shared_ints_max
 
 
-def freeze(v):
+def freeze(v: Any) -> tuple[Any, ...]:
     """A hashable key for a spec part made of maps, lists and scalars (None: not shareable)."""
     if isinstance(v, dict):
         return ("d",) + tuple((k, freeze(x)) for k, x in v.items())
@@ -132,7 +146,7 @@ def freeze(v):
     raise TypeError
 
 
-def part_key(k: str, v):
+def part_key(k: str, v: Any) -> tuple[Any, ...]:
     """The sharing key of spec part ``k``: equal keys encode to the same bytes. Flat maps (most
     parts) by their items and the value types (True == 1 in a tuple, not on the wire)."""
     if type(v) is dict:
@@ -145,11 +159,11 @@ def part_key(k: str, v):
     return (k, freeze(v))
 
 
-def intern_str(v):
+def intern_str(v: Any) -> Any:
     return sys.intern(v) if type(v) is str and len(v) <= limits.interned_str_chars_max else v
 
 
-def share_spec(spec: dict, parts: dict, ints: dict) -> dict:
+def share_spec(spec: Record, parts: PartTable, ints: IntTable) -> Record:
     """The same spec, holding shared objects for the parts other jobs have identical (``parts``:
     the state's table of them), and interned short strings. Derived and invisible: the snapshot
     bytes do not change. At 1M jobs the parts were ~1.1 KB of a job's ~2.7 KB
@@ -177,7 +191,7 @@ def share_spec(spec: dict, parts: dict, ints: dict) -> dict:
     return out
 
 
-def share_int(v, ints: dict):
+def share_int(v: Any, ints: IntTable) -> Any:
     """``v``, or an equal int object already held by another job (``ints``: the state's table):
     jobs registered together share their anchor, cursor and next slot, and a fleet its timeout
     (an int past 256 is a 32-byte object of its own each time it is decoded). Invisible in the
@@ -192,7 +206,7 @@ def share_int(v, ints: dict):
     return shared
 
 
-def seed_part(parts: dict, k: str, part) -> None:
+def seed_part(parts: PartTable, k: str, part: Any) -> None:
     """Later put_jobs share this part object (one restored from a snapshot)."""
     if len(parts) < limits.shared_spec_parts_max:
         try:
@@ -202,12 +216,12 @@ def seed_part(parts: dict, k: str, part) -> None:
 
 
 # ------------------------------------------------------------------ request ids (I7)
-def request_what(cmd: dict) -> str:
+def request_what(cmd: Record) -> str:
     """What a request id is remembered with: the command's op and target."""
     return f"{cmd['op']}:{cmd.get('name') or cmd.get('run') or ''}"
 
 
-def replayed(requests, cmd: dict) -> dict | None:
+def replayed(requests: dict[str, list[Any]], cmd: Record) -> Result | None:
     """The replay rule, written once: the result a command gets when its request id is one
     ``requests`` (the state's ``{rid: [what, result]}``) remembers: the first result, marked
     duplicate, or a conflict when the id was used for another request; None when it is not

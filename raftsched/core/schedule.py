@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -36,6 +37,7 @@ from cronsim import CronSim, CronSimError
 
 from . import limits
 from .errors import InvalidSpec
+from .records import Record
 
 UTC = timezone.utc
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -95,7 +97,7 @@ def _fields(expr: str) -> str:
     return " ".join(",".join(map(_one_value, f.split(","))) for f in text.split())
 
 
-def check_cron(expr: str, now_ms: int | None = None, tz: str = "UTC") -> None:
+def check_cron(expr: object, now_ms: int | None = None, tz: str = "UTC") -> None:
     """Validate a cron expression; with ``now_ms``, also refuse one that never matches again
     after that time in zone ``tz``. :raises InvalidSpec: naming what is wrong."""
     field = "schedule.cron"
@@ -159,7 +161,7 @@ def _hour_is_wildcard(expr: str) -> bool:
 _SKIPS_MAX = 4000
 
 
-def fall_back_once(expr: str, dst: dict | None) -> bool:
+def fall_back_once(expr: str, dst: dict[str, str] | None) -> bool:
     """Whether a repeated local time fires once (at its first occurrence). Explicit
     ``dst.fall_back`` wins; by default fixed-hour expressions fire once and wildcard-hour ones
     (``*``, ``*/n``) keep firing through the repeated hour, at real intervals (Vixie cron)."""
@@ -168,7 +170,7 @@ def fall_back_once(expr: str, dst: dict | None) -> bool:
     return not _hour_is_wildcard(expr)
 
 
-def spring_forward_runs(expr: str, dst: dict | None) -> bool:
+def spring_forward_runs(expr: str, dst: dict[str, str] | None) -> bool:
     """Whether local times that do not exist fire once after the gap. Explicit
     ``dst.spring_forward`` wins; by default fixed-hour expressions run after the gap and
     wildcard-hour ones have no slot in it (the hour they name goes by, like any other)."""
@@ -191,7 +193,9 @@ def _wall_of(ms: int, z: ZoneInfo) -> datetime:
 
 
 def _offset_ms(ms: int, z: ZoneInfo) -> int:
-    return (_EPOCH + ms * _MS).astimezone(z).utcoffset() // _MS
+    off = (_EPOCH + ms * _MS).astimezone(z).utcoffset()
+    assert off is not None  # an aware time's offset (tzinfo a ZoneInfo) is never None
+    return off // _MS
 
 
 def _first_change_ms(z: ZoneInfo, lo: int, hi: int) -> int:
@@ -213,6 +217,7 @@ def _instants(wall: datetime, z: ZoneInfo) -> tuple[int, int, int]:
     the offset before a transition, fold 1 the one after."""
     off0 = wall.replace(tzinfo=z, fold=0).utcoffset()
     off1 = wall.replace(tzinfo=z, fold=1).utcoffset()
+    assert off0 is not None and off1 is not None  # aware times: never None
     base = wall - _EPOCH_NAIVE
     a = (base - off0) // _MS
     if off0 == off1:
@@ -224,7 +229,7 @@ def _instants(wall: datetime, z: ZoneInfo) -> tuple[int, int, int]:
     return _MISSING, t, t
 
 
-def _repeat_span(z: ZoneInfo, ms: int):
+def _repeat_span(z: ZoneInfo, ms: int) -> tuple[int, datetime, datetime] | None:
     """``(transition ms, first repeated wall time, wall time where repetition ends)`` when
     instant ``ms`` lies in a repeated span (either pass), else None."""
     lo, hi = ms - _DST_SHIFT_MAX_MS, ms + _DST_SHIFT_MAX_MS
@@ -249,7 +254,7 @@ def _after_gap_ms(expr: str, t_ms: int) -> int:
     return t_ms if nxt is None else max(t_ms, (nxt - _EPOCH_NAIVE) // _MS)
 
 
-def _cron_next(expr: str, tz: str, after_ms: int, dst: dict | None = None) -> int | None:
+def _cron_next(expr: str, tz: str, after_ms: int, dst: dict[str, str] | None = None) -> int | None:
     """The first slot of ``expr`` in ``tz`` strictly after ``after_ms``, or None.
 
     Two streams of instants, each increasing with wall time: first (or only) occurrences, and,
@@ -261,7 +266,7 @@ def _cron_next(expr: str, tz: str, after_ms: int, dst: dict | None = None) -> in
     wall = _wall_of(after_ms, z)
     span = _repeat_span(z, after_ms)
     run_gap = spring_forward_runs(expr, dst)
-    best = None
+    best: int | None = None
     start = wall
     if span is not None and after_ms >= span[0]:
         # In the second pass: first occurrences of wall times up to the end of the repeated span
@@ -269,9 +274,10 @@ def _cron_next(expr: str, tz: str, after_ms: int, dst: dict | None = None) -> in
         start = max(wall, span[2] - _SECOND)
     t = start
     for _ in range(_SKIPS_MAX):
-        t = _naive_next(expr, t)
-        if t is None:
+        found = _naive_next(expr, t)
+        if found is None:
             break
+        t = found
         kind, a, _b = _instants(t, z)
         if kind == _MISSING:
             if run_gap:
@@ -288,9 +294,9 @@ def _cron_next(expr: str, tz: str, after_ms: int, dst: dict | None = None) -> in
             break
     if span is not None and not fall_back_once(expr, dst):
         t0, first, end = span
-        t = _naive_next(expr, (first - _SECOND) if after_ms < t0 else wall)
-        if t is not None and t < end:
-            kind, _a, b = _instants(t, z)
+        again = _naive_next(expr, (first - _SECOND) if after_ms < t0 else wall)
+        if again is not None and again < end:
+            kind, _a, b = _instants(again, z)
             if kind == _REPEATED and b > after_ms and (best is None or b < best):
                 best = b
     return best
@@ -304,7 +310,7 @@ def jitter_offset_ms(key: str, nominal_ms: int, jitter_ms: int) -> int:
     return int.from_bytes(h, "big") % max(1, jitter_ms // 1000) * 1000  # whole seconds
 
 
-def next_slot_after(schedule: dict, after_ms: int, anchor_ms: int) -> int | None:
+def next_slot_after(schedule: Record, after_ms: int, anchor_ms: int) -> int | None:
     """The first slot strictly after ``after_ms``, or None when the schedule has no more.
 
     A schedule with ``jitter_ms`` moves each nominal slot later by its jitter offset; validation
@@ -328,20 +334,20 @@ def next_slot_after(schedule: dict, after_ms: int, anchor_ms: int) -> int | None
     return None
 
 
-def _nominal_next(schedule: dict, after_ms: int, anchor_ms: int) -> int | None:
+def _nominal_next(schedule: Record, after_ms: int, anchor_ms: int) -> int | None:
     if "every_s" in schedule:
-        every = schedule["every_s"] * 1000
+        every: int = schedule["every_s"] * 1000
         if after_ms < anchor_ms:
             return anchor_ms
         k = (after_ms - anchor_ms) // every + 1
         return anchor_ms + k * every
     if "at" in schedule:
-        at = schedule["at"]
+        at: int = schedule["at"]
         return at if at > after_ms else None
     return _cron_next(schedule["cron"], schedule.get("timezone", "UTC"), after_ms, schedule.get("dst"))
 
 
-def iter_slots(schedule: dict, after_ms: int, until_ms: int, anchor_ms: int, limit: int):
+def iter_slots(schedule: Record, after_ms: int, until_ms: int, anchor_ms: int, limit: int) -> Iterator[int]:
     """Yield slots in (after_ms, until_ms], ascending, at most ``limit`` of them."""
     n = 0
     cur = after_ms
@@ -354,23 +360,24 @@ def iter_slots(schedule: dict, after_ms: int, until_ms: int, anchor_ms: int, lim
         cur = nxt
 
 
-def count_slots(schedule: dict, after_ms: int, until_ms: int, anchor_ms: int, limit: int) -> int | None:
+def count_slots(schedule: Record, after_ms: int, until_ms: int, anchor_ms: int, limit: int) -> int | None:
     """How many slots lie in (after_ms, until_ms]; None when more than ``limit`` (cron only:
     intervals are counted exactly by arithmetic)."""
     if until_ms <= after_ms:
         return 0
     if "every_s" in schedule and not schedule.get("jitter_ms"):
         first = next_slot_after(schedule, after_ms, anchor_ms)
-        if first > until_ms:
+        if first is None or first > until_ms:  # (never None: an interval has no last slot)
             return 0
-        return (until_ms - first) // (schedule["every_s"] * 1000) + 1
+        every: int = schedule["every_s"] * 1000
+        return (until_ms - first) // every + 1
     n = 0
     for _ in iter_slots(schedule, after_ms, until_ms, anchor_ms, limit + 1):
         n += 1
     return n if n <= limit else None
 
 
-def last_slots_until(schedule: dict, after_ms: int, until_ms: int, anchor_ms: int, count: int) -> list[int]:
+def last_slots_until(schedule: Record, after_ms: int, until_ms: int, anchor_ms: int, count: int) -> list[int]:
     """The last ``count`` slots in (after_ms, until_ms], ascending."""
     if "every_s" in schedule and not schedule.get("jitter_ms"):
         every = schedule["every_s"] * 1000

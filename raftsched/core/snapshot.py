@@ -24,16 +24,24 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeAlias
 from operator import is_, itemgetter
 
 import msgpack
 
 from .policy import fires_ahead
 from .records import (
-    JOB_FIELDS, SHARED_PARTS, STATS_FIELDS, JobKeys, RunKeys, SpecKeys, intern_str, part_key,
-    seed_part, share_int, share_spec, shared_keys,
+    JOB_FIELDS, SHARED_PARTS, STATS_FIELDS, IntTable, JobKeys, PartTable, Record, RunKeys, SpecKeys, intern_str,
+    part_key, seed_part, share_int, share_spec, shared_keys,
 )
+
+if TYPE_CHECKING:
+    from .due import DueIndex
+    from .state import SchedulerState
+
+#: What fill_due builds a due index from (decode's second value): a version 3 snapshot's spec
+#: templates and its columns name, spec (template index), gen, next and paused.
+DueSource: TypeAlias = tuple[list[Record], list[str], list[int], list[int], list[int | None], list[bool]]
 
 #: 2: spec parts (SHARED_PARTS) are stored once, in "parts", and jobs refer to them by index;
 #: a job's stats are a list (STATS_FIELDS).
@@ -92,14 +100,14 @@ _SPEC_KEY_ORDER = {k: i for i, k in enumerate((
     "tenant", "history", "overlap", "description", "placement"))}
 
 
-def spec_keys(spec: dict) -> tuple:
+def spec_keys(spec: Record) -> tuple[str, ...]:
     """``spec``'s keys in canonical order: a version 3 snapshot writes (and a restore makes) every
     spec in it, so the bytes do not depend on the order a replica holds them in."""
     n = len(_SPEC_KEY_ORDER)
     return tuple(sorted(spec, key=lambda k: (_SPEC_KEY_ORDER.get(k, n), type(k).__name__, k)))
 
 
-def encode_ints(col):
+def encode_ints(col: list[Any]) -> list[Any] | dict[str, list[Any]]:
     """A job column of ints (and None) as ``{"values": distinct values in order of first use,
     "index": [i, ...]}`` when it has at most half as many distinct values as jobs (a fleet
     registered together, jobs due at one time), else as it is. The index is small ints: they
@@ -109,32 +117,33 @@ def encode_ints(col):
     index just before ``seen.setdefault`` is called with it."""
     if not set(map(type, col)) <= _INT_OR_NONE:
         return col
-    seen: dict = {}
+    seen: dict[int | None, int] = {}
     index = list(map(seen.setdefault, col, map(len, repeat(seen))))
     if 2 * len(seen) > len(col):
         return col
     return {"values": list(seen), "index": index}
 
 
-def decode_ints(col) -> list:
-    if type(col) is dict:
+def decode_ints(col: list[Any] | dict[str, list[Any]]) -> list[Any]:
+    if isinstance(col, dict):  # (decoded msgpack: a dict or a list, never a subclass)
         return list(map(col["values"].__getitem__, col["index"]))
     return col
 
 
 # ------------------------------------------------------------------ encode
-def encode(s) -> bytes:
+def encode(s: SchedulerState) -> bytes:
     """The whole state as bytes (msgpack, version 3)."""
-    return msgpack.packb(snapshot_obj(s), use_bin_type=True)
+    data: bytes = msgpack.packb(snapshot_obj(s), use_bin_type=True)
+    return data
 
 
-def snapshot_obj(s) -> dict:
+def snapshot_obj(s: SchedulerState) -> dict[str, Any]:
     """The map a version 3 snapshot encodes (see the module docstring)."""
-    parts: list = []
-    part_index: dict = {}
-    key_of: dict[int, object] = {}
+    parts: list[Any] = []
+    part_index: dict[tuple[Any, ...], int] = {}
+    key_of: dict[int, tuple[Any, ...]] = {}
 
-    def part_ref(k, v) -> int:
+    def part_ref(k: str, v: Any) -> int:
         key = key_of.get(id(v))
         if key is None:
             try:
@@ -148,11 +157,11 @@ def snapshot_obj(s) -> dict:
             parts.append(v)
         return i
 
-    specs: list = []          # templates, by first use
-    spec_index: dict = {}     # content key -> template index
-    by_ids: dict = {}         # (keys, ids of the values) -> template index: a memo
+    specs: list[Record] = []                          # templates, by first use
+    spec_index: dict[tuple[Any, ...], int] = {}       # content key -> template index
+    by_ids: dict[tuple[Any, ...], int] = {}           # (keys, ids of the values) -> template index: a memo
 
-    def template_of(spec: dict):
+    def template_of(spec: Record) -> tuple[int, int, Callable[[Record], tuple[Any, ...]] | None, tuple[Any, ...]]:
         """The template index of ``spec``, the number of its keys, a getter of its values
         (the executor last) and the values but the executor, or no getter when the spec has
         no executor."""
@@ -164,7 +173,9 @@ def snapshot_obj(s) -> dict:
         memo = (rest, has_exec, tuple(map(id, vals)))
         ti = by_ids.get(memo)
         if ti is None:
-            tmpl, key, own = {}, [], False
+            tmpl: Record = {}
+            key: list[tuple[Any, ...]] = []
+            own = False
             for k in keys:
                 v = spec[k]
                 if k == "executor":
@@ -183,10 +194,10 @@ def snapshot_obj(s) -> dict:
                     else:
                         key.append((k, id(spec)))
                         own = True
-            key = tuple(key)
-            ti = spec_index.get(key)
+            content = tuple(key)
+            ti = spec_index.get(content)
             if ti is None:
-                ti = spec_index[key] = len(specs)
+                ti = spec_index[content] = len(specs)
                 specs.append(tmpl)
             if own:
                 # A template of its own must stay one on every replica: never found again
@@ -199,8 +210,8 @@ def snapshot_obj(s) -> dict:
     fields = itemgetter(*JOB_FIELDS)
     nf = len(JOB_FIELDS)
     names, records = list(s.jobs), list(s.jobs.values())
-    others: list = []
-    cols = None
+    others: list[list[Any]] = []
+    cols: list[list[Any]] | None = None
     if set(map(len, records)) <= {nf}:
         try:  # a column a field, at C speed, when every job is of this shape
             cols = [list(map(itemgetter(f), records)) for f in JOB_FIELDS]
@@ -223,7 +234,8 @@ def snapshot_obj(s) -> dict:
         del rows
     del records
     history = s.history
-    hist_at, hist = [], []
+    hist_at: list[Any] = []  # job positions (int), then names (str: histories without a job)
+    hist: list[Any] = []  # their histories (lists of run ids; None for a job without one at first)
     if history:
         hist = list(map(history.get, names))
         hist_at = [pos for pos, h in enumerate(hist) if h]
@@ -238,11 +250,12 @@ def snapshot_obj(s) -> dict:
     # Templates: a job whose spec holds the very objects of the previous job's (a fleet)
     # takes its template without looking at the content.
     spec_col, execs = [], []
-    ti, n, get, same = -1, -1, None, ()
+    ti, n, same = -1, -1, ()
+    get: Callable[[Record], tuple[Any, ...]] | None = None
     for spec in cols[1]:
-        if len(spec) == n:
+        if len(spec) == n and get is not None:  # (n is -1 while get is None)
             try:
-                vals = get(spec)
+                vals: tuple[Any, ...] | None = get(spec)
             except KeyError:
                 vals = None
             if vals is not None and all(map(is_, vals, same)):
@@ -254,7 +267,7 @@ def snapshot_obj(s) -> dict:
             n = -1
         spec_col.append(ti)
         execs.append(spec.get("executor"))
-    columns = dict(zip(JOB_FIELDS, cols))
+    columns: dict[str, Any] = dict(zip(JOB_FIELDS, cols))
     for f in SHARED_INT_FIELDS:
         columns[f] = encode_ints(columns[f])
     columns["spec"] = spec_col
@@ -267,7 +280,7 @@ def snapshot_obj(s) -> dict:
         "applied": s.applied, "leader": s.leader,
         "tenants": s.tenants, "locks": s.locks,
     }
-    ext = {}
+    ext: dict[str, Any] = {}
     for name, e in EXTENSIONS.items():
         data = e.encode(getattr(s, name))
         if data is not None:
@@ -279,7 +292,7 @@ def snapshot_obj(s) -> dict:
 
 
 # ------------------------------------------------------------------ decode
-def decode(data: bytes) -> tuple[dict, tuple | None]:
+def decode(data: bytes) -> tuple[dict[str, Any], DueSource | None]:
     """The fields of the state ``data`` holds, and what builds its due index without walking
     the jobs again (``fill_due``), or None when the jobs must be walked (``DueIndex.rebuild``).
 
@@ -302,8 +315,8 @@ def decode(data: bytes) -> tuple[dict, tuple | None]:
     unknown = sorted(set(ext) - set(EXTENSIONS))
     if unknown:
         raise ValueError(f"snapshot holds sections this code does not know: {', '.join(map(str, unknown))}")
-    parts: dict = {}
-    ints: dict = {}
+    parts: PartTable = {}
+    ints: IntTable = {}
     due_src = None
     if obj["v"] >= 3:
         jobs, history, due_src = _jobs_v3(obj, parts, ints)
@@ -326,13 +339,13 @@ def decode(data: bytes) -> tuple[dict, tuple | None]:
     return fields, due_src
 
 
-def _part_resolver(parts: list, table: dict):
+def _part_resolver(parts: list[Any], table: PartTable) -> Callable[[Record], None]:
     """A function that replaces a snapshot spec's (or template's) part indexes by the parts
     themselves (versions 2 and 3), seeding each part once in ``table`` for later puts to
     share."""
     seeded = [False] * len(parts)
 
-    def resolve(spec: dict) -> None:
+    def resolve(spec: Record) -> None:
         for k in SHARED_PARTS:
             if k in spec:
                 i = spec[k]
@@ -343,7 +356,7 @@ def _part_resolver(parts: list, table: dict):
     return resolve
 
 
-def _jobs_v2(obj: dict, parts: dict, ints: dict) -> tuple[dict, dict]:
+def _jobs_v2(obj: dict[str, Any], parts: PartTable, ints: IntTable) -> tuple[dict[str, Record], dict[str, list[str]]]:
     """Jobs and histories of a version 1 or 2 snapshot: a map a job."""
     jobs = obj["jobs"]
     if obj["v"] == 1:
@@ -377,7 +390,8 @@ def _jobs_v2(obj: dict, parts: dict, ints: dict) -> tuple[dict, dict]:
     return jobs, history
 
 
-def _jobs_v3(obj: dict, parts: dict, ints: dict) -> tuple[dict, dict, tuple | None]:
+def _jobs_v3(obj: dict[str, Any], parts: PartTable,
+             ints: IntTable) -> tuple[dict[str, Record], dict[str, list[str]], DueSource | None]:
     """Jobs and histories of a version 3 snapshot (see snapshot_obj), and what fill_due needs
     to build the due index from the columns (what DueIndex.rebuild makes, without walking the
     job records again; fires_ahead reads the overlap only, so a template answers for its jobs),
@@ -393,17 +407,18 @@ def _jobs_v3(obj: dict, parts: dict, ints: dict) -> tuple[dict, dict, tuple | No
     n = len(cols[0])
     if any(len(col) != n for col in cols) or len(c["executor"]) != n:
         raise ValueError("snapshot job columns differ in length")
-    jobs: dict = {}
-    job = JobKeys  # records.job_record, without its call
+    jobs: dict[str, Record] = {}
+    job_keys = JobKeys  # records.job_record, without its call
     for name, ti, ex, g, cr, up, an, cu, nx, pa, st in zip(
             cols[0], cols[1], c["executor"], *cols[2:]):
         spec = tmpls[ti].copy()
         if has_exec[ti]:
             spec["executor"] = ex
-        jobs[name] = job(name, spec, g, cr, up, an, cu, nx, pa, st).__dict__
+        jobs[name] = job_keys(name, spec, g, cr, up, an, cu, nx, pa, st).__dict__
     others = obj["jobs_other"]
     if others:  # jobs of another shape, at their positions
-        merged, it = {}, iter(jobs.items())
+        merged: dict[str, Record] = {}
+        it = iter(jobs.items())
         for pos, name, job in others:
             while len(merged) < pos:
                 k, v = next(it)
@@ -421,7 +436,7 @@ def _jobs_v3(obj: dict, parts: dict, ints: dict) -> tuple[dict, dict, tuple | No
     return jobs, history, due_src
 
 
-def fill_due(due, src: tuple) -> None:
+def fill_due(due: DueIndex, src: DueSource) -> None:
     """Fill an empty due index from a version 3 snapshot's columns (decode's ``due_src``): the
     buckets DueIndex.rebuild makes, in the same order."""
     tmpls, names, tis, gens, nexts, paused = src

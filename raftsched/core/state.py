@@ -24,9 +24,12 @@ applies and reads (``RaftNode.read``), and pauses the collector around a snapsho
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from typing import Any, TypeAlias
 
 from . import commands, limits, snapshot
+from .commands import Command
 from .due import DueIndex
 from .errors import InvalidCommand, RaftschedError
 from .fire import apply_fire
@@ -38,7 +41,7 @@ from .leases import (
 )
 from .locks import apply_lock_acquire, apply_lock_release, apply_lock_renew
 from .queues import apply_dlq_delete, apply_dlq_requeue, apply_put_queue, rebuild_indexes, reset_indexes
-from .records import err, ok, replayed, request_what
+from .records import IntTable, PartTable, Record, Result, err, ok, replayed, request_what
 from .tenants import apply_delete_tenant, apply_put_tenant
 from .backfills import (
     apply_backfill, apply_backfill_control, apply_backfill_step, apply_dlq_bulk, apply_dlq_bulk_step,
@@ -49,14 +52,17 @@ from .workers import (
 from .tokens import apply_token_create, apply_token_revoke
 
 
-def apply_noop(s, cmd: dict, now: int) -> dict:
+def apply_noop(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``noop``: a barrier, applied for its position in the log only."""
     return ok(now=now)
 
 
+#: A command's handler: ``handler(state, cmd, now_ms)``.
+Handler: TypeAlias = Callable[["SchedulerState", Command, int], Result]
+
 #: Every command's handler, in commands.OPS order (checked below): ``handler(state, cmd, now_ms)``
 #: returns the result (``ok``: True) or raises a RaftschedError, which apply turns into a refusal.
-HANDLERS = {
+HANDLERS: dict[str, Handler] = {
     "noop": apply_noop,
     "put_job": apply_put_job,
     "put_jobs": apply_put_jobs,
@@ -105,6 +111,21 @@ class SchedulerState:
     #: with the general code they stand for (tests/test_state_fast_paths.py).
     _fast_paths = True
 
+    # Declared for the type checker only (no value here: _reset sets them on the instance).
+    # The sections added since snapshot version 3 (snapshot.EXTENSIONS), each set by _reset to
+    # its empty form by name: worker id -> record (workers.py), backfill id -> record
+    # (backfills.py), token id -> record (tokens.py).
+    workers: dict[str, Record]
+    backfills: dict[str, Record]
+    tokens: dict[str, Record]
+    # The derived indexes of the queues (queues.reset_indexes says what each holds).
+    _queued: dict[str, dict[int, list[tuple[int, str]]]]
+    _by_slot: dict[str, list[tuple[int, str]]]
+    _dead: dict[str, deque[str]]
+    _queue_depth: dict[str, int]
+    _running_count: dict[str, int]
+    _running_ids: dict[str, None]
+
     def __init__(self) -> None:
         #: The leader's due index (due.py), or None: only a leader's trigger reads it. The
         #: trigger attaches one when its node leads (due.attach) and detaches it when it stops;
@@ -115,15 +136,15 @@ class SchedulerState:
     # ------------------------------------------------------------------ state
     def _reset(self) -> None:
         #: name -> job record (records.JOB_FIELDS; see jobs.put_job)
-        self.jobs: dict[str, dict] = {}
+        self.jobs: dict[str, Record] = {}
         #: run id -> run or recorded-slot record
-        self.runs: dict[str, dict] = {}
+        self.runs: dict[str, Record] = {}
         #: job name -> run ids, oldest first (bounded by the job's history)
         self.history: dict[str, list[str]] = {}
         #: queue name -> {"max_depth", "on_full"}
-        self.queues: dict[str, dict] = {}
+        self.queues: dict[str, Record] = {}
         #: request id -> [what, result], FIFO-bounded by request_ids_max
-        self.requests: OrderedDict[str, list] = OrderedDict()
+        self.requests: OrderedDict[str, list[Any]] = OrderedDict()
         #: highest ``now`` seen: state time never runs backwards
         self.now_ms = 0
         #: global, only-increasing counters
@@ -131,11 +152,11 @@ class SchedulerState:
         self.manual_seq = 0    # manual trigger suffixes
         self.fencing_token = 0 # I13: one counter for every lease and lock token
         self.applied = 0       # commands applied (including refused ones)
-        self.leader: dict | None = None
+        self.leader: Record | None = None
         #: tenant -> {"rate_milli": tokens per 1000 s, "burst": int, "tokens_micro": int, "last_ms": int}
-        self.tenants: dict[str, dict] = {}
+        self.tenants: dict[str, Record] = {}
         #: lock name -> {"owner", "token", "deadline", "ttl", "since", "renewals"}
-        self.locks: dict[str, dict] = {}
+        self.locks: dict[str, Record] = {}
         #: the sections added since snapshot version 3 (snapshot.EXTENSIONS), each empty
         for name, ext in snapshot.EXTENSIONS.items():
             setattr(self, name, ext.new())
@@ -143,13 +164,13 @@ class SchedulerState:
         if self.due is not None:
             self.due.clear()
         #: frozen spec part -> the one object every job with that part holds (records.share_spec)
-        self._parts: dict[tuple, object] = {}
+        self._parts: PartTable = {}
         #: int -> the one object jobs hold for it (records.share_int)
-        self._ints: dict[int, int] = {}
+        self._ints: IntTable = {}
         reset_indexes(self)
 
     # ------------------------------------------------------------------ apply
-    def apply_bytes(self, data: bytes) -> dict:
+    def apply_bytes(self, data: bytes) -> Result:
         """Apply one committed command. Never raises (I3)."""
         self.applied += 1
         try:
@@ -160,7 +181,7 @@ class SchedulerState:
             return err(InvalidCommand(f"undecodable: {type(e).__name__}"))
         return self.apply(cmd)
 
-    def apply(self, cmd: dict) -> dict:
+    def apply(self, cmd: Command) -> Result:
         """Apply one decoded command (see commands.OPS). Never raises."""
         rid = cmd.get("rid")
         if rid is not None:  # I7: a retried request acts once

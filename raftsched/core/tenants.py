@@ -7,14 +7,20 @@ what it is given.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .errors import InvalidCommand, NotFound
-from .records import is_int
+from .records import Result, is_int
+
+if TYPE_CHECKING:
+    from .commands import Command
+    from .state import SchedulerState
 
 #: Micro-tokens in one token.
 _MICRO = 1_000_000
 
 
-def apply_put_tenant(s, cmd: dict, now: int) -> dict:
+def apply_put_tenant(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``put_tenant {name, rate_milli, burst}``: set a tenant's rate (tokens per 1000 s) and
     burst (the bucket's size). A new bucket starts full; a changed one keeps its tokens (at
     most the new burst) and its refill time.
@@ -30,17 +36,17 @@ def apply_put_tenant(s, cmd: dict, now: int) -> dict:
     return {"ok": True, "tenant": name}
 
 
-def apply_delete_tenant(s, cmd: dict, now: int) -> dict:
+def apply_delete_tenant(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``delete_tenant {name}``: the tenant has no rate limit any more.
 
     :raises NotFound: it had none."""
-    name = cmd.get("name")
+    name: Any = cmd.get("name")  # unchecked, as ever: a value that names no tenant is NotFound
     if s.tenants.pop(name, None) is None:
         raise NotFound(f"no tenant {name!r} has a rate limit", field="name")
     return {"ok": True, "tenant": name, "deleted": True}
 
 
-def tenant_take(s, tenant: str, now: int) -> bool:
+def tenant_take(s: SchedulerState, tenant: str, now: int) -> bool:
     """Take one token from the tenant's bucket, refilled from ``now``. Integer arithmetic:
     micro-tokens, and rates in tokens per 1000 s, so every replica agrees exactly."""
     t = s.tenants.get(tenant)

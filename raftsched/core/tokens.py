@@ -26,12 +26,18 @@ sound here).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from . import limits, snapshot
 from .errors import InvalidCommand, InvalidSpec, LimitExceeded, NotFound
 from .model import NAME_RE
-from .records import is_int, ok
+from .records import Record, Result, is_int, ok
 from .workers import check_worker_id
+
+if TYPE_CHECKING:
+    from .commands import Command
+    from .state import SchedulerState
 
 #: The roles a token may have (docs/security.md, "Roles"): the node maps each to its scopes.
 ROLES = ("admin", "operator", "reader", "worker")
@@ -47,7 +53,7 @@ _FIELDS = ("role", "tenants", "created", "expires", "hash", "revoked", "note")
 WORKERS = "workers"
 
 
-def _check_hash(h) -> dict:
+def _check_hash(h: object) -> dict[str, Any]:
     if not isinstance(h, dict) or set(h) != {"alg", "salt", "digest"}:
         raise InvalidCommand("token_create.hash must be {alg, salt, digest}")
     sizes = HASH_ALGS.get(h["alg"])
@@ -59,7 +65,7 @@ def _check_hash(h) -> dict:
     return {"alg": h["alg"], "salt": h["salt"], "digest": h["digest"]}
 
 
-def _distinct(v, what: str, max_n: int, valid) -> list[str] | None:
+def _distinct(v: object, what: str, max_n: int, valid: Callable[[str], bool]) -> list[str] | None:
     """None, or a list of 1..max_n distinct strings each ``valid`` (returned sorted); each item
     is checked before the list is made a set, so an unhashable one is refused, not raised.
     :raises InvalidCommand:"""
@@ -82,23 +88,23 @@ def _is_worker_id(v: str) -> bool:
     return True
 
 
-def check_tenants(tenants) -> list[str] | None:
+def check_tenants(tenants: object) -> list[str] | None:
     """None, or a list of 1..tokens_tenants_max distinct valid tenant names (returned sorted).
     :raises InvalidCommand:"""
     return _distinct(tenants, "tenants", limits.token_tenants_max,
                      lambda t: len(t) <= limits.tenant_name_chars_max and NAME_RE.match(t) is not None)
 
 
-def check_workers(workers) -> list[str] | None:
+def check_workers(workers: object) -> list[str] | None:
     """None, or a list of 1..token_workers_max distinct worker ids (returned sorted).
     :raises InvalidCommand:"""
     return _distinct(workers, "workers", limits.token_workers_max, _is_worker_id)
 
 
-def _evictable(s, now: int) -> str | None:
+def _evictable(s: SchedulerState, now: int) -> str | None:
     """The token a full table gives up for a new one: the one revoked first, else the one that
     expired first (by state time), ties by id; None when every token is live."""
-    best = None
+    best: tuple[int, int, str] | None = None
     for tid, t in s.tokens.items():
         if t["revoked"] is not None:
             key = (0, t["revoked"], tid)
@@ -111,7 +117,7 @@ def _evictable(s, now: int) -> str | None:
     return None if best is None else best[2]
 
 
-def apply_token_create(s, cmd: dict, now: int) -> dict:
+def apply_token_create(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``token_create {id, role, tenants, expires, hash, note?, workers?}``: store a new token. ``hash`` is
     computed by the proposer from the secret it drew (HASH_ALGS); the secret is not in the
     command. A full table (tokens_max) first gives up its oldest revoked or expired token.
@@ -150,7 +156,7 @@ def apply_token_create(s, cmd: dict, now: int) -> dict:
     return ok(id=tid)
 
 
-def apply_token_revoke(s, cmd: dict, now: int) -> dict:
+def apply_token_revoke(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``token_revoke {id}``: the token is refused from now on, by every node that has applied
     this. The record stays (listed as revoked, without its hash) until a full table gives it up.
     Revoking a revoked token changes nothing.
@@ -167,7 +173,7 @@ def apply_token_revoke(s, cmd: dict, now: int) -> dict:
 
 
 # ------------------------------------------------------------------ snapshot section
-def _encode(tokens: dict):
+def _encode(tokens: dict[str, Record]) -> list[list[Any]] | None:
     """Sorted by id, one list a token (fields in _FIELDS order, then ``workers`` when the record
     holds it); None when there is none."""
     if not tokens:
@@ -176,7 +182,7 @@ def _encode(tokens: dict):
             for tid, t in sorted(tokens.items())]
 
 
-def _decode(data) -> dict:
+def _decode(data: list[list[Any]]) -> dict[str, Record]:
     out = {}
     for row in data:
         rec = dict(zip(_FIELDS, row[1:]))

@@ -3,9 +3,21 @@ core/queries.py, which re-exports them; pure functions over a state, returning p
 """
 from __future__ import annotations
 
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any, TypeAlias
+
 from . import limits
 from .placement import placement_ok
+from .records import Record
 from .workers import DEDICATED, FACTS, TENANTS, is_gone
+
+if TYPE_CHECKING:
+    from .state import SchedulerState
+
+#: A worker that could take a run now, as _live_workers sees it: (queues or None, labels,
+#: executors, dedicated label names, tenants or None).
+LiveWorker: TypeAlias = tuple[frozenset[str] | None, dict[str, str], frozenset[str], Collection[str],
+                              frozenset[str] | None]
 
 
 # Whether a worker is gone is judged here, at read time, from its last_seen (state time) and the
@@ -14,15 +26,16 @@ from .workers import DEDICATED, FACTS, TENANTS, is_gone
 # by the placement (placement.placement_ok), the run's tenant among the worker's (when its token is
 # limited to tenants), active, not gone, a slot.
 
-def _held_by(s) -> dict[str, list[str]]:
+def _held_by(s: SchedulerState) -> dict[str, list[str]]:
     """worker id -> the ids of the runs it holds (running under its lease), in grant order."""
-    runs, out = s.runs, {}
+    runs = s.runs
+    out: dict[str, list[str]] = {}
     for rid in s._running_ids:
         out.setdefault(runs[rid]["worker"], []).append(rid)
     return out
 
 
-def _worker_view(wid: str, w: dict, now_ms: int, held: int) -> dict:
+def _worker_view(wid: str, w: Record, now_ms: int, held: int) -> dict[str, Any]:
     out = dict(w, id=wid, gone=is_gone(w, now_ms), held=held)
     out["labels"] = dict(w["labels"])
     out["dedicated"] = list(w.get(DEDICATED, ()))
@@ -33,7 +46,7 @@ def _worker_view(wid: str, w: dict, now_ms: int, held: int) -> dict:
     return out
 
 
-def workers(s, now_ms: int) -> list[dict]:
+def workers(s: SchedulerState, now_ms: int) -> list[dict[str, Any]]:
     """Every registered worker by id: its record (workers._record: kind, labels, slots,
     executors, queues, version, instance, first_seen, last_seen, state, grants, losses,
     releases, completed) with ``id``, ``gone``, ``status`` (``active``, ``draining`` or ``gone``) and
@@ -42,7 +55,7 @@ def workers(s, now_ms: int) -> list[dict]:
     return [_worker_view(wid, w, now_ms, len(held.get(wid, ()))) for wid, w in sorted(s.workers.items())]
 
 
-def worker(s, wid: str, now_ms: int) -> dict | None:
+def worker(s: SchedulerState, wid: str, now_ms: int) -> dict[str, Any] | None:
     """Worker ``wid`` as ``workers`` shows it, with ``runs``: the runs it holds, ``{"id",
     "job", "attempt", "token", "started_at", "deadline", "queue"}``; None when not registered.
     Runs held by a worker id that is not registered (an old worker's, or a forgotten one's)
@@ -63,7 +76,7 @@ def worker(s, wid: str, now_ms: int) -> dict | None:
     return out
 
 
-def worker_record(s, wid: str) -> dict | None:
+def worker_record(s: SchedulerState, wid: str) -> dict[str, Any] | None:
     """Worker ``wid``'s facts as its last hello gave them (workers.FACTS) and its ``state``, or
     None: what a node compares a lease request with, to say hello only when something changed."""
     w = s.workers.get(wid)
@@ -77,7 +90,7 @@ def worker_record(s, wid: str) -> dict | None:
     return out
 
 
-def workers_to_forget(s, now_ms: int, limit: int) -> list[list]:
+def workers_to_forget(s: SchedulerState, now_ms: int, limit: int) -> list[list[Any]]:
     """``[id, last_seen]`` of up to ``limit`` workers gone for longer than
     limits.worker_forget_ms at ``now_ms``, longest gone first: the leader's forget_workers."""
     old = sorted((w["last_seen"], wid) for wid, w in s.workers.items()
@@ -85,7 +98,7 @@ def workers_to_forget(s, now_ms: int, limit: int) -> list[list]:
     return [[wid, seen] for seen, wid in old[:limit]]
 
 
-def _live_workers(s, now_ms: int) -> list[tuple]:
+def _live_workers(s: SchedulerState, now_ms: int) -> list[LiveWorker]:
     """(queues or None, labels, executors, dedicated, tenants or None) of every worker that could
     take a run now: active, not gone, with a slot."""
     return [(None if w["queues"] is None else frozenset(w["queues"]), w["labels"], frozenset(w["executors"]),
@@ -93,27 +106,27 @@ def _live_workers(s, now_ms: int) -> list[tuple]:
             for w in s.workers.values() if w["state"] == "active" and w["slots"] > 0 and not is_gone(w, now_ms)]
 
 
-def _placeable(live: list[tuple], queue: str, spec: dict, tenant: str) -> bool:
+def _placeable(live: list[LiveWorker], queue: str, spec: Record, tenant: str) -> bool:
     t = spec["executor"]["type"]
     return any((qs is None or queue in qs) and t in ex and (ts is None or tenant in ts)
                and placement_ok(spec, labels, ded)
                for qs, labels, ex, ded, ts in live)
 
 
-def _restricted(live: list[tuple]) -> bool:
+def _restricted(live: list[LiveWorker]) -> bool:
     """Whether some live worker takes only some runs without placement: one dedicated to its
     labels, or one limited to tenants."""
     return any(ded or ts is not None for _q, _l, _e, ded, ts in live)
 
 
-def _judged(spec: dict, live: list[tuple]) -> bool:
+def _judged(spec: Record, live: list[LiveWorker]) -> bool:
     """Whether a run of ``spec`` may wait for a worker because of placement: its job has one, or
     it has none and some live worker is dedicated or limited to tenants (then only the others,
     or those of its tenant, may take it)."""
     return "placement" in spec or _restricted(live)
 
 
-def unplaceable(s, now_ms: int) -> dict[str, int]:
+def unplaceable(s: SchedulerState, now_ms: int) -> dict[str, int]:
     """queue -> queued runs (due or not) whose job has a placement that no live worker serving
     the queue (active, not gone, a slot, the job's executor type) satisfies: they wait for a
     worker with those labels. While some live worker is dedicated (workers.py), a run of a job
@@ -123,7 +136,9 @@ def unplaceable(s, now_ms: int) -> dict[str, int]:
     as acquire does), deciding once per distinct placement and tenant."""
     live = _live_workers(s, now_ms)
     any_dedicated = _restricted(live)
-    runs, jobs, out, memo = s.runs, s.jobs, {}, {}
+    runs, jobs = s.runs, s.jobs
+    out: dict[str, int] = {}
+    memo: dict[tuple[str, int, str, str], bool] = {}  # (queue, placement, executor type, tenant) -> fits
     for q, prios in s._queued.items():
         seen = set()
         for p, h in prios.items():
@@ -146,7 +161,7 @@ def unplaceable(s, now_ms: int) -> dict[str, int]:
     return out
 
 
-def waiting_for(s, run_id: str, now_ms: int) -> str | None:
+def waiting_for(s: SchedulerState, run_id: str, now_ms: int) -> str | None:
     """Why queued run ``run_id`` waits, when it is for a worker: "no worker matches its
     placement" (no live worker serving its queue carries its placement's labels, or takes its
     tenant's runs); else None."""
@@ -166,10 +181,11 @@ def waiting_for(s, run_id: str, now_ms: int) -> str | None:
 NO_WORKER_MATCHES = "no worker matches its placement"
 
 
-def waiting_for_many(s, run_ids: list[str], now_ms: int) -> dict[str, str]:
+def waiting_for_many(s: SchedulerState, run_ids: list[str], now_ms: int) -> dict[str, str]:
     """``waiting_for`` of several runs, deciding once per distinct placement: run id -> reason,
     for the runs that have one."""
-    live, out, memo = None, {}, {}
+    live: list[LiveWorker] | None = None
+    out, memo = {}, {}
     for rid in run_ids:
         r = s.runs.get(rid)
         if r is None or r["state"] != "queued":
@@ -190,7 +206,7 @@ def waiting_for_many(s, run_ids: list[str], now_ms: int) -> dict[str, str]:
     return out
 
 
-def fleet_gauges(s, now_ms: int) -> dict:
+def fleet_gauges(s: SchedulerState, now_ms: int) -> dict[str, Any]:
     """What a metrics scrape shows of the fleet: ``{"by_status": {status: n} for active,
     draining and gone, "workers": {id: (held, grants, losses, releases)}, "unplaceable":
     {queue: n}}``."""
@@ -203,16 +219,18 @@ def fleet_gauges(s, now_ms: int) -> dict:
     return {"by_status": by_status, "workers": per, "unplaceable": unplaceable(s, now_ms)}
 
 
-def ready_for(s, queues: list[str] | None, labels: dict, types: frozenset | None, now_ms: int,
-              scan_max: int, dedicated=(), tenants: frozenset | None = None) -> bool:
+def ready_for(s: SchedulerState, queues: list[str] | None, labels: dict[str, str], types: frozenset[str] | None,
+              now_ms: int, scan_max: int, dedicated: Collection[str] = (),
+              tenants: frozenset[str] | None = None) -> bool:
     """Whether an acquire by a worker of ``labels`` (``dedicated`` to some of them) and executor
     ``types`` (None: every type) serving ``queues`` (None: every queue) would hand something out
     now (``ready_count``)."""
     return ready_count(s, queues, labels, types, now_ms, scan_max, 1, dedicated, tenants) > 0
 
 
-def ready_count(s, queues: list[str] | None, labels: dict, types: frozenset | None, now_ms: int,
-                scan_max: int, limit: int, dedicated=(), tenants: frozenset | None = None) -> int:
+def ready_count(s: SchedulerState, queues: list[str] | None, labels: dict[str, str], types: frozenset[str] | None,
+                now_ms: int, scan_max: int, limit: int, dedicated: Collection[str] = (),
+                tenants: frozenset[str] | None = None) -> int:
     """How many runs (up to ``limit``) an acquire by a worker of ``labels`` (``dedicated`` to
     some of them), executor ``types`` (None: every type) and ``tenants`` (None: every tenant)
     serving ``queues`` (None: every queue) could hand out now: a
@@ -257,17 +275,17 @@ def ready_count(s, queues: list[str] | None, labels: dict, types: frozenset | No
     return found
 
 
-def applied_count(s) -> int:
+def applied_count(s: SchedulerState) -> int:
     """Commands this replica applied (refused ones included): a reader that saw the same count
     before saw the same state."""
     return s.applied
 
 
-def next_due_ms(s, queues: list[str] | None) -> int | None:
+def next_due_ms(s: SchedulerState, queues: list[str] | None) -> int | None:
     """The earliest due time at the head of the served queues' heaps (a hint: the head may be
     stale), or None when they are empty: how long a dispatcher may sleep."""
     names = queues if queues is not None else list(s._queued)
-    best = None
+    best: int | None = None
     for q in names:
         for h in s._queued.get(q, {}).values():
             if h and (best is None or h[0][0] < best):

@@ -46,6 +46,8 @@ longest if that one is gone, and is refused (``LimitExceeded``) otherwise.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from . import limits, snapshot
 from .errors import InvalidCommand, InvalidSpec, LimitExceeded, NotFound
@@ -53,7 +55,11 @@ from .leases import close_attempt, live, outside, tenants_field
 from .model import EXECUTOR_TYPES, NAME_RE
 from .placement import validate_worker_labels
 from .queues import add_dead, enqueue
-from .records import is_int, ok
+from .records import Record, Result, is_int, ok
+
+if TYPE_CHECKING:
+    from .commands import Command
+    from .state import SchedulerState
 
 WORKER_KINDS = ("embedded", "remote")
 #: a worker's registry state; ``gone`` is not one of them: it is derived at read time
@@ -61,7 +67,7 @@ WORKER_STATES = ("active", "draining")
 #: what a worker id may hold: a host name, a node id, a slash and a pid, an address...
 WORKER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+-]*$")
 #: the labels of a worker that has none (and of an unregistered one)
-NO_LABELS: dict = {}
+NO_LABELS: dict[str, str] = {}
 #: a record's facts: what its worker says of itself in a hello (the rest is the registry's)
 FACTS = ("kind", "labels", "slots", "executors", "queues", "version", "instance")
 #: a fact a hello may leave out, held by a record only when it is not empty (after the others)
@@ -72,7 +78,7 @@ TENANTS = "tenants"
 
 
 # ------------------------------------------------------------------ validation (node and apply)
-def check_worker_id(v, field: str = "worker") -> str:
+def check_worker_id(v: object, field: str = "worker") -> str:
     """:raises InvalidSpec: not a worker id."""
     if not isinstance(v, str) or not v:
         raise InvalidSpec("must be a non-empty string", field=field)
@@ -84,13 +90,13 @@ def check_worker_id(v, field: str = "worker") -> str:
     return v
 
 
-def check_labels(v, field: str = "labels") -> dict:
+def check_labels(v: object, field: str = "labels") -> dict[str, str]:
     """A worker's labels, names in order (placement.validate_worker_labels: the rule placements
     follow too). :raises InvalidSpec: naming the label."""
     return validate_worker_labels(v, field)
 
 
-def check_dedicated(v, labels: dict, field: str = "dedicated") -> list:
+def check_dedicated(v: object, labels: dict[str, str], field: str = "dedicated") -> list[str]:
     """The names of the worker's labels it is dedicated to, sorted, without repeats ([] for
     None): each must be one of ``labels`` (checked already). :raises InvalidSpec:"""
     if v is None:
@@ -104,12 +110,12 @@ def check_dedicated(v, labels: dict, field: str = "dedicated") -> list:
     return names
 
 
-def check_tenants(v, field: str = "tenants") -> list | None:
+def check_tenants(v: object, field: str = "tenants") -> list[str] | None:
     """Tenant names, sorted, without repeats, or None (every tenant). :raises InvalidSpec:"""
     return _names_or_none(v, field, limits.token_tenants_max, limits.tenant_name_chars_max, "every tenant", "tenant")
 
 
-def check_executors(v, field: str = "executors") -> list:
+def check_executors(v: object, field: str = "executors") -> list[str]:
     """Executor types, sorted, without repeats. :raises InvalidSpec:"""
     if not isinstance(v, list) or not v or not all(isinstance(t, str) for t in v):
         raise InvalidSpec(f"must be a non-empty list of executor types ({', '.join(EXECUTOR_TYPES)})", field=field)
@@ -120,12 +126,12 @@ def check_executors(v, field: str = "executors") -> list:
     return sorted(set(v))
 
 
-def check_queues(v, field: str = "queues") -> list | None:
+def check_queues(v: object, field: str = "queues") -> list[str] | None:
     """Queue names, sorted, without repeats, or None (every queue). :raises InvalidSpec:"""
     return _names_or_none(v, field, limits.worker_queues_max, limits.queue_name_chars_max, "every queue", "queue")
 
 
-def _names_or_none(v, field: str, max_n: int, chars: int, none_means: str, what: str) -> list | None:
+def _names_or_none(v: object, field: str, max_n: int, chars: int, none_means: str, what: str) -> list[str] | None:
     if v is None:
         return None
     if not isinstance(v, list) or not v or len(v) > max_n:
@@ -136,7 +142,7 @@ def _names_or_none(v, field: str, max_n: int, chars: int, none_means: str, what:
     return sorted(set(v))
 
 
-def _short_text(v, field: str) -> str | None:
+def _short_text(v: object, field: str) -> str | None:
     if v is None:
         return None
     if not isinstance(v, str) or len(v) > limits.worker_version_chars_max:
@@ -144,7 +150,7 @@ def _short_text(v, field: str) -> str | None:
     return v
 
 
-def check_facts(cmd: dict) -> dict:
+def check_facts(cmd: Command) -> dict[str, Any]:
     """The facts of a hello (``FACTS``), normalised. :raises InvalidSpec: naming the field."""
     kind = cmd.get("kind")
     if kind not in WORKER_KINDS:
@@ -165,12 +171,13 @@ def _as_command_error(op: str, e: InvalidSpec) -> InvalidCommand:
 
 
 # ------------------------------------------------------------------ pure helpers
-def is_gone(w: dict, now_ms: int) -> bool:
+def is_gone(w: Record, now_ms: int) -> bool:
     """Whether worker record ``w`` is gone at ``now_ms``: unseen for ``limits.worker_gone_ms``."""
-    return now_ms - w["last_seen"] > limits.worker_gone_ms
+    seen: int = w["last_seen"]
+    return now_ms - seen > limits.worker_gone_ms
 
 
-def touch(s, worker, now: int) -> dict | None:
+def touch(s: SchedulerState, worker: object, now: int) -> Record | None:
     """Note that a command named ``worker`` at state time ``now``; its record, or None when it
     is not registered (then nothing changes)."""
     w = s.workers.get(worker) if isinstance(worker, str) else None
@@ -179,7 +186,7 @@ def touch(s, worker, now: int) -> dict | None:
     return w
 
 
-def _record(facts: dict, now: int) -> dict:
+def _record(facts: dict[str, Any], now: int) -> Record:
     """A new registry record, its fields always in this order (the snapshot writes them so);
     ``dedicated`` and ``tenants`` last, and only when not empty."""
     rec = {"kind": facts["kind"], "labels": facts["labels"], "slots": facts["slots"],
@@ -193,7 +200,8 @@ def _record(facts: dict, now: int) -> dict:
     return rec
 
 
-def _pairs(cmd: dict, key: str, op: str, max_items: int, second=is_int) -> list:
+def _pairs(cmd: Command, key: str, op: str, max_items: int,
+           second: Callable[[object], bool] = is_int) -> list[list[Any]]:
     items = cmd.get(key)
     if not isinstance(items, list) or len(items) > max_items:
         raise InvalidCommand(f"{op} needs a list {key} of at most {max_items} items")
@@ -204,7 +212,7 @@ def _pairs(cmd: dict, key: str, op: str, max_items: int, second=is_int) -> list:
 
 
 # ------------------------------------------------------------------ handlers
-def apply_worker_hello(s, cmd: dict, now: int) -> dict:
+def apply_worker_hello(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``worker_hello {worker, kind, labels, slots, executors, queues, version?, instance?,
     dedicated?, tenants?}``: register a worker or update its facts (idempotent: the same facts again change only
     ``last_seen``). A hello from another process ``instance`` than the record's makes a
@@ -249,7 +257,7 @@ def apply_worker_hello(s, cmd: dict, now: int) -> dict:
     return ok(worker=worker, created=False, changed=changed, state=w["state"])
 
 
-def apply_workers_seen(s, cmd: dict, now: int) -> dict:
+def apply_workers_seen(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``workers_seen {node, workers: [id, ...]}``: the workers that contacted ``node`` in its
     last interval (long-polling, heartbeating): each registered one is seen at ``now``; the
     others are listed as ``unknown`` (they say hello with their next lease request).
@@ -271,7 +279,7 @@ def apply_workers_seen(s, cmd: dict, now: int) -> dict:
     return ok(seen=seen, unknown=unknown)
 
 
-def apply_drain_worker(s, cmd: dict, now: int) -> dict:
+def apply_drain_worker(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``drain_worker {worker}``: the worker is granted nothing from now on, and hears
     ``draining`` in the answers to its lease requests and heartbeats: it lets its runs finish
     (up to its drain time), gives the rest back (``release``) and stops.
@@ -288,7 +296,7 @@ def apply_drain_worker(s, cmd: dict, now: int) -> dict:
     return ok(worker=worker, state="draining", changed=was != "draining")
 
 
-def apply_forget_workers(s, cmd: dict, now: int) -> dict:
+def apply_forget_workers(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``forget_workers {workers: [[id, last_seen], ...]}``: the leader's clean-up of workers
     gone for ``limits.worker_forget_ms``. An item is applied only if the worker was not seen
     since (its ``last_seen`` is still the one named) and it is that long gone at ``now``; the
@@ -307,7 +315,7 @@ def apply_forget_workers(s, cmd: dict, now: int) -> dict:
     return ok(forgotten=forgotten, ignored=ignored)
 
 
-def apply_release(s, cmd: dict, now: int) -> dict:
+def apply_release(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``release {worker, leases: [[run_id, token], ...], reason?, tenants?}``: the worker gives leases
     back (it drains, or its lease request's answer could not be delivered). Each run it still
     holds with that token is queued again at once (due now) with attempt + 1; the attempt is
@@ -352,13 +360,13 @@ def apply_release(s, cmd: dict, now: int) -> dict:
 
 
 # ------------------------------------------------------------------ the snapshot section
-def _encode(reg: dict):
+def _encode(reg: dict[str, Record]) -> list[list[Any]] | None:
     """The registry as ``[[id, record], ...]`` by id (None when empty: a state without workers
     snapshots to exactly the bytes it did before there were workers)."""
     return [[wid, reg[wid]] for wid in sorted(reg)] or None
 
 
-def _decode(data) -> dict:
+def _decode(data: list[list[Any]]) -> dict[str, Record]:
     return {wid: rec for wid, rec in data}
 
 
