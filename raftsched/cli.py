@@ -23,6 +23,7 @@ from .core import limits
 from .core.errors import RaftschedError
 from .core.model import EXECUTOR_TYPES
 from .core.tokens import ROLES
+from .worker import limits as worker_limits
 
 
 class _LogFormatter(logging.Formatter):
@@ -210,7 +211,6 @@ def cmd_worker(args) -> int:
     """``raftsched worker``: a worker process outside the Raft quorum (worker/remote.py)."""
     from .core.errors import InvalidSpec
     from .core.workers import check_queues, check_worker_id
-    from .worker import limits as worker_limits
     from .worker.remote import WorkerConfig, default_worker_id, run_worker
 
     _setup_logging(args.log_level)
@@ -381,13 +381,15 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("--cluster-secret-file", required=False)
     n.add_argument("--token-file", help="the bootstrap (admin) API token; without it the node generates DATA_DIR/token")
     n.add_argument("--allow-remote-raft", action="store_true")
-    n.add_argument("--slots", type=int, default=4, help="runs this node executes at once (0: none)")
+    n.add_argument("--slots", type=int, default=worker_limits.slots_default,
+                   help="runs this node executes at once (0: none)")
     n.add_argument("--queues", default="", help="queues this node's worker serves, comma-separated (default: all)")
     n.add_argument("--executors", default=",".join(EXECUTOR_TYPES),
                    help="executor types this node runs (shell runs commands: code execution by design)")
     n.add_argument("--execute-on-leader", action="store_true",
                    help="let the leader execute runs too (by default only followers do, unless the cluster has one node)")
-    n.add_argument("--lease-ttl-s", type=float, default=10.0, help="lease TTL this node's worker asks for")
+    n.add_argument("--lease-ttl-s", type=float, default=worker_limits.lease_ttl_ms_default / 1000,
+                   help="lease TTL this node's worker asks for")
     n.add_argument("--labels", default="", help="this node's worker's labels, NAME=VALUE,... (none by default): "
                                                 "jobs placed on labels run only on workers that carry them")
     n.add_argument("--log-level", default="info")
@@ -413,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--id", help="this worker's id (default: HOST/PID); keep it stable to recognise a machine")
     w.add_argument("--queues", default="", help="queues to serve, comma-separated (default: all)")
     w.add_argument("--labels", default="", help="NAME=VALUE,...: jobs placed on labels run only on workers carrying them")
-    w.add_argument("--slots", type=int, default=4, help="runs executed at once")
+    w.add_argument("--slots", type=int, default=worker_limits.slots_default, help="runs executed at once")
     w.add_argument("--executors", default=None,
                    help=f"executor types this worker runs (default: {','.join(EXECUTOR_TYPES)})")
     w.add_argument("--app", default="", metavar="MODULE:ATTR",
@@ -422,10 +424,12 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--isolation", choices=("thread", "subprocess"), default=None,
                    help="with --app: run each plain handler's run in a thread (default) or in a child "
                         "process that is killed at its timeout")
-    w.add_argument("--drain-s", type=float, default=30.0,
+    w.add_argument("--drain-s", type=float, default=worker_limits.drain_s_default,
                    help="on SIGTERM, how long running runs may finish before they are given back")
-    w.add_argument("--lease-ttl-s", type=float, default=10.0, help="lease TTL this worker asks for")
-    w.add_argument("--wait-s", type=float, default=20.0, help="how long one lease request waits at a node for work")
+    w.add_argument("--lease-ttl-s", type=float, default=worker_limits.lease_ttl_ms_default / 1000,
+                   help="lease TTL this worker asks for")
+    w.add_argument("--wait-s", type=float, default=worker_limits.lease_wait_s_default,
+                   help="how long one lease request waits at a node for work")
     _tls_client_args(w, "this worker's")
     w.add_argument("--log-level", default="info")
     w.set_defaults(func=cmd_worker)

@@ -20,6 +20,7 @@ from ..core.state import SchedulerState
 from .. import gcpolicy, replication
 from ..config import ConfigError, read_secret_file
 from . import limits as node_limits
+from ..worker import limits as worker_limits
 from .api import make_app
 from .backfills import BackfillStepper
 from .fleet import Fleet
@@ -55,7 +56,7 @@ class NodeConfig:
     token: str
     conf_overrides: dict = dataclasses.field(default_factory=dict)
     #: run slots of this node's worker (0: this node executes nothing)
-    worker_slots: int = 4
+    worker_slots: int = worker_limits.slots_default
     #: queues this node's worker serves (None: all)
     worker_queues: list[str] | None = None
     #: executor types this node runs

@@ -17,6 +17,8 @@ propose_timeout_s_default = 5.0
 #: The lease TTL a worker asks for unless told otherwise (core lease_ttl_ms_min..max bound what
 #: an acquire may carry).
 lease_ttl_ms_default = 10_000
+#: Runs a worker executes at once unless told otherwise (``--slots``, a node's embedded worker too).
+slots_default = 4
 #: Weight of the newest sample in a worker's moving averages of run and acquire times.
 ewma_weight = 0.1
 #: The shortest secret value masked out of a run's output (worker/masking.py): a shorter one

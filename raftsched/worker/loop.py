@@ -167,7 +167,7 @@ class LeaseLoop:
         executors only.
     """
 
-    def __init__(self, channel: Channel, clock: Clock, *, slots: int = 4, allowed_types=ALL_TYPES,
+    def __init__(self, channel: Channel, clock: Clock, *, slots: int = worker_limits.slots_default, allowed_types=ALL_TYPES,
                  lease_ttl_ms: int = worker_limits.lease_ttl_ms_default,
                  poll_interval_s: float = worker_limits.worker_poll_s_default,
                  kill_grace_s: float = worker_limits.kill_grace_s_default,
@@ -791,7 +791,7 @@ class Worker(LeaseLoop):
     :param labels: the node's ``--labels``: which placed jobs this worker may run.
     """
 
-    def __init__(self, raft, clock: Clock, node_id: str, *, slots: int = 4,
+    def __init__(self, raft, clock: Clock, node_id: str, *, slots: int = worker_limits.slots_default,
                  queues: list[str] | None = None, allowed_types=ALL_TYPES,
                  lease_ttl_ms: int = worker_limits.lease_ttl_ms_default, execute_on_leader: bool = False,
                  single_node: bool = False, poll_interval_s: float = worker_limits.worker_poll_s_default,

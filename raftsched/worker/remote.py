@@ -61,7 +61,7 @@ class WorkerConfig:
     worker_id: str
     queues: list[str] | None = None
     labels: dict = dataclasses.field(default_factory=dict)
-    slots: int = 4
+    slots: int = worker_limits.slots_default
     executors: frozenset = ALL_TYPES
     drain_s: float = worker_limits.drain_s_default
     lease_ttl_ms: int = worker_limits.lease_ttl_ms_default
