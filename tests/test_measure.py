@@ -17,10 +17,8 @@ import measure  # noqa: E402
 #: Where commands and script paths are quoted: the docs, the README, the code's comments.
 QUOTED_IN = ["README.md", "docs", "scripts", "tests", "raftsched", "examples", "jepsen-style"]
 #: Paths quoted on purpose though they are gone, (file, path): a script named as the one an option
-#: replaced; a reference this branch could not update (raftsched/replication/ was being changed
-#: elsewhere; it is `scripts/measure bench-register` now: remove the entry once it is fixed).
-KNOWN_GONE = {("docs/benchmarks.md", "scripts/bench_e2e.py"),
-              ("raftsched/replication/node.py", "scripts/" + "bench_register.py")}
+#: replaced.
+KNOWN_GONE = {("docs/benchmarks.md", "scripts/bench_e2e.py")}
 
 
 def quoted_files():

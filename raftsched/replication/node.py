@@ -317,7 +317,7 @@ class RaftNode:
         encrypted append_entries to every follower per log entry, gets one answer from each, and
         wakes its tick thread through a pipe per command: per entry, not per byte. Measured with
         32 concurrent API clients on a three-node cluster, that was over half of the leader's
-        CPU (scripts/bench_register.py). A lone proposal still goes out at the next turn, alone, as
+        CPU (`scripts/measure bench-register`). A lone proposal still goes out at the next turn, alone, as
         plain bytes.
         """
         loop = self._loop
