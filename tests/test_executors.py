@@ -39,11 +39,11 @@ def test_disallowed_type_is_refused_without_running(tmp_path):
     marker = tmp_path / "ran"
     out = run(execute({"type": "shell", "argv": ["touch", str(marker)]}, ctx(), 10,
                       allowed_types=frozenset({"http", "python"})))
-    assert out == Outcome(ok=False, error="executor type 'shell' is not allowed on this node",
+    assert out == Outcome(ok=False, error="executor type 'shell' is not allowed on this worker",
                           output="", duration_ms=out.duration_ms)
     assert not marker.exists()
     out = run(execute(py("record_sync"), ctx("py-refused"), 10, allowed_types=frozenset({"shell"})))
-    assert (out.ok, out.error) == (False, "executor type 'python' is not allowed on this node")
+    assert (out.ok, out.error) == (False, "executor type 'python' is not allowed on this worker")
     assert "py-refused" not in exec_targets.RECORDED
 
 

@@ -4,7 +4,7 @@ the workers_seen reports and the leader's forget_workers.
 ``Fleet`` is to the worker protocol what ``Service`` is to the admin API: it validates a
 request's body (InvalidSpec naming the field, 422), completes it with what only the proposer
 knows (the time), proposes its commands and reads the local replica through core.queries. The
-HTTP handlers are node/fleet_api.py's.
+HTTP handlers are node/api.py's (the worker protocol's rows of its route table).
 
 - A lease request says who the worker is (its facts: labels, slots, executors, queues, version,
   process instance). When the local replica does not hold those facts for it, the node proposes

@@ -90,7 +90,7 @@ async def execute(executor: dict, ctx: RunContext, timeout_s: float, *,
     :param cancel: set by the worker when it loses the run's lease; the run is killed and fails
         with "lease lost". Already set: nothing runs.
     :param allowed_types: the executor types this node runs; another type fails without
-        running anything ("executor type 'shell' is not allowed on this node").
+        running anything ("executor type 'shell' is not allowed on this worker").
     :param kill_grace_s: how long a shell run's process group has between SIGTERM and SIGKILL;
         also how long a cancelled python coroutine has to finish before it is abandoned.
     :param http_session: a session for http executors to share connections; by default each
@@ -101,7 +101,7 @@ async def execute(executor: dict, ctx: RunContext, timeout_s: float, *,
     try:
         kind = executor.get("type") if isinstance(executor, dict) else None
         if kind not in allowed_types:
-            result: Result = (False, f"executor type {kind!r} is not allowed on this node", "")
+            result: Result = (False, f"executor type {kind!r} is not allowed on this worker", "")
         elif cancel is not None and cancel.is_set():
             result = (False, "lease lost", "")
         elif kind == "shell":
