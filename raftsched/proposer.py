@@ -26,18 +26,20 @@ class Proposer:
         self.raft = raft
         self.timeout_s = timeout_s
 
-    async def propose(self, cmd: dict, *, timeout_s: float | None = None) -> dict:
+    async def propose(self, cmd: dict, *, timeout_s: float | None = None, replay: bool = True) -> dict:
         """Propose ``cmd`` (a core.commands constructor's) and return its applied result.
 
         A request id this replica has seen applied is answered from there, without proposing:
-        that answer is final (a retry, or a key reused for another request).
+        that answer is final (a retry, or a key reused for another request). That look takes the
+        replica's lock, which an apply may hold: the worker protocol's hot path (``replay=False``)
+        leaves it to apply, which answers a repeated id the same way.
 
         :raises RaftschedError: the state refused it (the error apply gave: ``invalid``,
             ``conflict``, ``not_found``, ... and ``internal`` for a bug in a handler, logged
             here with its command); ``Unavailable`` (it did not happen) or ``Indeterminate``
             (it may still) from replication; ``LimitExceeded`` when it is too large."""
         data = commands.encode(cmd)
-        if cmd.get("rid") is not None:
+        if replay and cmd.get("rid") is not None:
             seen = self.raft.read(queries.replayed, cmd)
             if seen is not None:
                 return self.result(seen, cmd)

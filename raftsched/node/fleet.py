@@ -176,8 +176,9 @@ class Fleet:
         self.hellos = 0
 
     async def propose(self, cmd: dict) -> dict:
-        """``Proposer.propose`` (raftsched/proposer.py)."""
-        return await self.proposer.propose(cmd)
+        """``Proposer.propose`` (raftsched/proposer.py), without the replay look: the worker
+        protocol is the hot path, and apply answers a repeated request id the same way."""
+        return await self.proposer.propose(cmd, replay=False)
 
     def stats(self) -> dict:
         return dict(self.dispatcher.stats(), hellos=self.hellos)

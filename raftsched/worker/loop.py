@@ -782,7 +782,8 @@ class EmbeddedChannel:
         pass
 
     async def _propose(self, cmd: dict, timeout_s: float | None = None) -> dict:
-        return await self.proposer.propose(cmd, timeout_s=timeout_s)
+        # No replay look (a lock the tick thread's apply holds): apply deduplicates a retry.
+        return await self.proposer.propose(cmd, timeout_s=timeout_s, replay=False)
 
 
 class Worker(LeaseLoop):
