@@ -277,7 +277,11 @@ def test_a_minority_cannot_commit_and_says_so_within_the_deadline(tmp_path):
 @pytest.mark.timeout(60)
 def test_a_follower_cut_off_from_the_leader_fails_definitely(tmp_path):
     async def main():
-        c = Cluster(tmp_path)
+        # Election timeout 3-4 s: the follower must still name the dead leader when the test
+        # looks (with the default 0.5-1 s, a loaded machine sometimes looked after the follower
+        # had already started an election, and there was no leader left to name).
+        c = Cluster(tmp_path, conf_overrides={"raftMinTimeout": 3.0, "raftMaxTimeout": 4.0,
+                                              "connectionTimeout": 4.0})
         try:
             c.start_all()
             leader = await c.agreed_leader()
