@@ -13,6 +13,7 @@ DST policy is the model's, so there is no legitimate difference left to allow fo
 from __future__ import annotations
 
 import calendar
+import os
 from datetime import date, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
@@ -230,6 +231,10 @@ def _transitions(tz: str, year: int) -> list[int]:
     return out
 
 
+#: Examples per test are scaled by LONG_TESTS (default 1, as in CI; 10 by hand for a long
+#: run: docs/testing.md, "Long runs"). The six-field model steps through every second of its
+#: window (0.2-2 s an example).
+_SCALE = max(1, int(os.environ.get("LONG_TESTS", "1") or "1"))
 DST = st.fixed_dictionaries({}, optional={"spring_forward": st.sampled_from(["skip", "run_after_gap"]),
                                           "fall_back": st.sampled_from(["once", "twice"])})
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -242,8 +247,9 @@ def _check(expr: str, tz: str, dst: dict, lo: int, hi: int) -> None:
     schedule.check_cron(expr)
     got = list(schedule.iter_slots(sched, lo, hi, 0, 10**6))
     want = model_slots(expr, tz, dst, lo, hi)
-    missing = [schedule.iso(x) for x in want if x not in set(got)]
-    extra = [schedule.iso(x) for x in got if x not in set(want)]
+    got_set, want_set = set(got), set(want)
+    missing = [schedule.iso(x) for x in want if x not in got_set]
+    extra = [schedule.iso(x) for x in got if x not in want_set]
     note(f"{expr!r} {tz} {dst} ({schedule.iso(lo)}, {schedule.iso(hi)}]: missing {missing[:8]} extra {extra[:8]}")
     assert got == want
 
@@ -254,7 +260,7 @@ def _window(tz: str, year: int, k: int, offset_ms: int, half_ms: int) -> tuple[i
     return t - half_ms, t + half_ms
 
 
-@settings(max_examples=150, **SETTINGS)
+@settings(max_examples=150 * _SCALE, **SETTINGS)
 @given(expr=expressions(six=False), tz=st.sampled_from(ZONES), dst=DST, year=st.integers(2026, 2045),
        k=st.integers(0, 3), offset=st.integers(-3 * HOUR, 3 * HOUR))
 @example(expr="*/5 * * * *", tz="Pacific/Chatham", dst={}, year=2026, k=0, offset=0)
@@ -267,7 +273,7 @@ def test_five_field_slots_match_the_model_around_dst_transitions(expr, tz, dst, 
     _check(expr, tz, dst, lo, hi)
 
 
-@settings(max_examples=40, **SETTINGS)
+@settings(max_examples=40 * _SCALE, **SETTINGS)
 @given(expr=expressions(six=True), tz=st.sampled_from(ZONES), dst=DST, year=st.integers(2026, 2045),
        k=st.integers(0, 3), offset=st.integers(-2 * HOUR, 2 * HOUR))
 @example(expr="15 30 2 * * *", tz="America/New_York", dst={}, year=2026, k=0, offset=0)
@@ -280,7 +286,7 @@ def test_six_field_slots_match_the_model_around_dst_transitions(expr, tz, dst, y
     _check(expr, tz, dst, lo, hi)
 
 
-@settings(max_examples=60, **SETTINGS)
+@settings(max_examples=60 * _SCALE, **SETTINGS)
 @given(expr=expressions(six=False), tz=st.sampled_from(ZONES),
        start=st.integers(int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1000),
                          int(datetime(2060, 1, 1, tzinfo=UTC).timestamp() * 1000)))
