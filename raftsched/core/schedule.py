@@ -54,7 +54,7 @@ CRON_ALIASES = {
 #: Hashed or random items (``H``, ``R``, ``R(0-30)``, ``r/5``) that other cron dialects draw per
 #: parser: replicas and successive leaders would disagree. Matched per comma-separated item, so
 #: that month and day names containing an R (MAR, APR, FRI, MON-FRI) stay valid.
-_HASH_OR_RANDOM_RE = re.compile(r"^[hr](\(|/|$)", re.IGNORECASE)
+_HASH_OR_RANDOM_RE = re.compile(r"[hr](\(|/|\Z)", re.IGNORECASE)
 
 #: How far a DST transition can move local time: 2 h at the most (Antarctica/Troll), 1 h almost
 #: everywhere, 30 min on Lord Howe Island. A repeated or skipped span lies within this of its
@@ -74,11 +74,11 @@ def zone(name: str) -> ZoneInfo:
 
 
 #: A range with equal ends, with or without a step (``10-10/5``, ``MON-MON``): one value.
-_EQUAL_ENDS_RE = re.compile(r"^([0-9A-Za-z]+)-([0-9A-Za-z]+)(/[0-9]+)?$")
+_EQUAL_ENDS_RE = re.compile(r"([0-9A-Za-z]+)-([0-9A-Za-z]+)(/[0-9]+)?")
 
 
 def _one_value(item: str) -> str:
-    m = _EQUAL_ENDS_RE.match(item)
+    m = _EQUAL_ENDS_RE.fullmatch(item)
     if m and m.group(1).upper() == m.group(2).upper():
         # cronsim reads "N-N/S" as "N/S" (N, N+S, ... to the end of the field); Vixie cron and
         # cronsim's own "N-M/S" mean the values of the range, stepped: here, N alone.
