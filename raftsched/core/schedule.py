@@ -421,4 +421,7 @@ def parse_iso_ms(text: str, field: str) -> int:
         raise InvalidSpec(f"{text!r} has no time zone offset (add Z for UTC)", field=field)
     # Integer arithmetic: int(dt.timestamp() * 1000) loses a millisecond to float rounding
     # (1987-06-03T21:56:53.887Z became ...886).
-    return (dt - _EPOCH) // _MS
+    ms = (dt - _EPOCH) // _MS
+    if not 0 <= ms <= limits.time_ms_max:
+        raise InvalidSpec(f"must be between {iso(0)} and {iso(limits.time_ms_max)}", field=field)
+    return ms

@@ -23,14 +23,14 @@ from . import limits as node_limits
 from . import routes, tenancy
 from .http import (AUDIT, AUTH, BACKFILLS, FLEET, METRICS, PRINCIPAL, ROUTE_TABLE, SERVICE, TOKEN,  # noqa: F401 - re-exported
                    TRIGGER, WORKER, bool_param, choice_param, int_param, json_body, label_params,
-                   optional_json_body, rid, state_param, tenants_of)
+                   optional_json_body, rid, state_param, tenants_of, time_param)
 from .routes import CONSISTENT, OPEN, Param, Route, Tenancy
 from .backfills import BackfillService
 from .fleet import Fleet
 from .audit import AuditLog
 from .auth import Auth
 from .metrics import NodeMetrics
-from .service import Service, parse_slot_param
+from .service import Service
 from .trigger import Trigger
 from ..worker.loop import Worker
 
@@ -278,8 +278,7 @@ async def job_runs(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     await svc.read_barrier(bool_param(request, "consistent"))
     limit = int_param(request, "limit", 100, 1, limits.history_per_job_max + limits.queue_depth_max)
-    slot = request.query.get("slot")
-    slot_ms = parse_slot_param(slot) if slot is not None else None
+    slot_ms = time_param(request, "slot")
     return web.json_response(svc.job_runs(request.match_info["name"], limit, state_param(request), slot_ms))
 
 
@@ -299,8 +298,7 @@ async def get_run(request: web.Request) -> web.Response:
 async def preview_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     count = int_param(request, "count", 10, 1, limits.preview_count_max)
-    after = request.query.get("after")
-    after_ms = parse_slot_param(after) if after is not None else None
+    after_ms = time_param(request, "after")
     return web.json_response(svc.preview_job(request.match_info["name"], count, after_ms))
 
 

@@ -275,8 +275,9 @@ def validate_token_body(body, now_ms: int) -> dict:
             expires = schedule.parse_iso_ms(expires, "expires")
         elif isinstance(expires, bool) or not isinstance(expires, int):
             raise InvalidSpec("must be an ISO-8601 time or ms since the epoch", field="expires")
-        if not now_ms < expires <= 2**53:
-            raise InvalidSpec("must be in the future", field="expires")
+        if not now_ms < expires <= limits.time_ms_max:
+            raise InvalidSpec(f"must be in the future, and before {schedule.iso(limits.time_ms_max)}",
+                              field="expires")
     note = body.get("note")
     if note is not None and (not isinstance(note, str) or len(note) > limits.token_note_chars_max):
         raise InvalidSpec(f"must be a string of at most {limits.token_note_chars_max} characters", field="note")
