@@ -93,8 +93,9 @@ async def auth_middleware(request: web.Request, handler):
 
 @web.middleware
 async def audit_middleware(request: web.Request, handler):
-    """Outermost: every mutation, and every request refused a token, goes to the audit log
-    with the status it was answered (node/audit.py)."""
+    """Outermost: every mutation, and every request refused for its token, goes to the audit
+    log with the status it was answered (node/audit.py): one record each when the token was
+    valid, counted in a summary when it was not (401) or not even looked at (429)."""
     status = None
     try:
         resp = await handler(request)
@@ -114,12 +115,18 @@ def record_audit(audit_log: AuditLog, request: web.Request, status: int | None) 
     if not (mutation or denied):
         return
     p = request.get(PRINCIPAL)
+    now_ms = request.app[SERVICE].clock.now_ms()
+    agent = request.headers.get("User-Agent")
+    if p is None:  # no valid token: anyone can send these, so they are counted, not recorded
+        audit_log.refused(now_ms=now_ms, reason="throttled" if status == 429 else "unauthenticated",
+                          source=request.remote, token=request.get(auth_module.CLAIMED), method=request.method,
+                          route=path or request.path, status=status, agent=agent)
+        return
     audit_log.record(
-        now_ms=request.app[SERVICE].clock.now_ms(), source=request.remote,
-        token=p.id if p is not None else request.get(auth_module.CLAIMED), role=p.role if p is not None else None,
+        now_ms=now_ms, source=request.remote, token=p.id, role=p.role,
         method=request.method, route=path or request.path, target=dict(request.match_info), status=status,
         auth="denied" if denied else "allowed",
-        request_id=request.headers.get("Idempotency-Key") or request.headers.get("X-Request-Id"))
+        request_id=request.headers.get("Idempotency-Key") or request.headers.get("X-Request-Id"), agent=agent)
 
 
 def make_app(service: Service, token: str | None, *, trigger: Trigger | None = None,
