@@ -158,6 +158,16 @@ audit_flush_poll_s = 5.0
 
 assert auth_failures_burst >= 1 and auth_failures_per_s > 0
 
+# The node's log (node/logs.py) ---------------------------------------------------------------
+#: Lines of one kind (logger, level, message template) the node logs in a window; the others
+#: are counted, and the next line of that kind says how many were left out.
+log_repeats_burst = 20
+log_repeats_window_s = 60.0
+#: With --log-file: the size at which the file is rotated, and the rotated files kept (PATH.1 the
+#: newest): at most (1 + kept) x this on disk.
+log_file_bytes_max = 16 * 1024 * 1024
+log_files_kept = 4
+
 # The command line's attempt timeout is the client's (client/core.py BATCH_TIMEOUT_S): the CLI
 # is a thin layer over the client.
 
