@@ -15,7 +15,6 @@ import copy
 import json
 import re
 
-import pytest
 from aiohttp import ClientTimeout
 from aiohttp.test_utils import TestClient, TestServer
 
