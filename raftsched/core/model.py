@@ -16,7 +16,7 @@ import re
 import urllib.parse
 from collections.abc import Set as AbstractSet
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, TypeGuard
 
 import msgpack
 
@@ -82,7 +82,7 @@ SCHEDULE_FIELDS = frozenset({"cron", "timezone", "every_s", "at", "dst", "start_
 OVERLAP_POLICIES = ("allow", "forbid", "queue_one", "replace")
 
 
-def is_name(v: object) -> bool:
+def is_name(v: object) -> TypeGuard[str]:
     """Whether ``v`` is a name by its characters (NAME_RE, matched whole: a final newline is no
     part of a name), whatever its length. Apply's check of a name a command carries: the rule
     has not changed since the first version, so every journal's names keep their decision."""
