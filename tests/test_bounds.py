@@ -195,3 +195,29 @@ def test_bad_numbers_are_refused_naming_the_field():
 
     failures = asyncio.run(main())
     assert not failures, f"{len(failures)} of {len(CASES)} cases:\n" + "\n".join(failures)
+
+
+def test_schedules_that_reach_the_latest_time_never_answer_500():
+    """Slots at limits.time_ms_max (9999-01-01), and a next slot past the year 9999, which no
+    datetime renders: previews stop at the latest time, a next slot past it is shown as null."""
+    last = "9999-01-01T00:00:00Z"
+    specs = [{"every_s": 366 * 86_400, "start_at": last}, {"at": last},
+             {"cron": "0 0 1 1 *", "timezone": "Pacific/Kiritimati"}, {"cron": "59 23 31 12 *", "timezone": "Etc/GMT+12"}]
+
+    async def main():
+        app = make_app(Service(FakeRaft(SchedulerState()), FakeClock(NOW), "node-1"), TOKEN)
+        out = []
+        async with TestClient(TestServer(app, host="127.0.0.1"), headers=AUTH) as c:
+            for sched in specs:
+                spec = dict(SPEC, schedule=sched)
+                for method, path, body in (
+                        ("POST", "/v1/preview?count=1000", spec), ("PUT", "/v1/jobs/far", spec),
+                        ("GET", "/v1/jobs/far", None), ("GET", "/v1/jobs/far/preview?count=1000&after=9998-12-31T00:00:00Z", None),
+                        ("POST", "/v1/jobs/far/explain", {"down_from": "9998-06-01T00:00:00Z", "down_to": last}),
+                        ("GET", "/v1/jobs/far/runs", None), ("GET", "/v1/jobs", None)):
+                    r = await c.request(method, path, data=None if body is None else json.dumps(body))
+                    out.append((sched, method, path, r.status, (await r.text())[:200]))
+        return out
+
+    bad = [o for o in asyncio.run(main()) if o[3] >= 500]
+    assert not bad, bad

@@ -400,10 +400,15 @@ def last_slots_until(schedule: Record, after_ms: int, until_ms: int, anchor_ms: 
 
 
 def iso(ms: int | None) -> str | None:
-    """ISO-8601 UTC with a Z, millisecond precision only when needed."""
+    """ISO-8601 UTC with a Z, millisecond precision only when needed; None for None, and for a
+    time datetime cannot render (past the year 9999: after limits.time_ms_max, the latest time a
+    client may give, a schedule's next slot may be; it is shown as none)."""
     if ms is None:
         return None
-    dt = _EPOCH + timedelta(milliseconds=ms)  # exact: no float rounding
+    try:
+        dt = _EPOCH + timedelta(milliseconds=ms)  # exact: no float rounding
+    except OverflowError:
+        return None
     if ms % 1000:
         return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
     return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
