@@ -32,13 +32,6 @@ def _job(**fields):
     return lambda v: model.validate_job("j", dict(SPEC, **{k: f(v) for k, f in fields.items()}))
 
 
-def _refuses_command(fn):
-    """A check of apply's, which raises InvalidCommand (not InvalidSpec)."""
-    def call(v):
-        return fn(v)
-    return call
-
-
 #: Every validator of a name (or of a value checked by a regex), with a valid example. Each
 #: raises InvalidSpec or InvalidCommand for what it refuses.
 VALIDATORS = {
@@ -66,8 +59,9 @@ VALIDATORS = {
     "bulk DLQ id": (lambda v: backfill_model.validate_dlq_bulk({"id": v}, "purge", T0), "purge-1"),
     "token body tenants": (lambda v: auth.validate_token_body({"role": "reader", "tenants": [v]}, T0), "billing"),
     "token body workers": (lambda v: auth.validate_token_body({"role": "worker", "workers": [v]}, T0), "gpu-7"),
-    "token tenants (apply)": (_refuses_command(lambda v: tokens.check_tenants([v])), "billing"),
-    "token workers (apply)": (_refuses_command(lambda v: tokens.check_workers([v])), "gpu-7"),
+    # apply's checks, which raise InvalidCommand
+    "token tenants (apply)": (lambda v: tokens.check_tenants([v]), "billing"),
+    "token workers (apply)": (lambda v: tokens.check_workers([v]), "gpu-7"),
 }
 
 
