@@ -34,10 +34,11 @@ class _LogFormatter(logging.Formatter):
         return base
 
 
-def _setup_logging(level: str) -> None:
-    h = logging.StreamHandler(sys.stderr)
+def _setup_logging(level: str, h: logging.Handler | None = None) -> logging.Handler:
+    h = h or logging.StreamHandler(sys.stderr)
     h.setFormatter(_LogFormatter())
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), handlers=[h])
+    return h
 
 
 def _tls_client_args(p: argparse.ArgumentParser, whose: str) -> None:
@@ -87,9 +88,15 @@ def parse_labels(text: str, what: str = "--labels") -> dict[str, str]:
 
 def cmd_node(args) -> int:
     from .node import limits as node_limits
+    from .node.logs import RepeatLimiter, log_file_handler
     from .node.node import LoopFailed, NodeConfig, ensure_token, is_loopback, parse_hostport, run_node, tls_context
 
-    _setup_logging(args.log_level)
+    try:  # node/logs.py: rotated when written to a file, and at most so many lines of a kind a minute
+        _setup_logging(args.log_level, log_file_handler(args.log_file) if args.log_file else None) \
+            .addFilter(RepeatLimiter())
+    except OSError as e:
+        print(f"raftsched node: --log-file: {e}", file=sys.stderr)
+        return 2
     # Their defaults are the node's limits, read here: building the parser imports no node module.
     if args.auth_failures_burst is None:
         args.auth_failures_burst = node_limits.auth_failures_burst
@@ -288,7 +295,15 @@ RUNS_SHOWN_DEFAULT = 20
 
 
 def _token(a) -> str | None:
-    token = a.token or os.environ.get("RAFTSCHED_TOKEN")
+    """--token (said on stderr to be visible to others), --token-file, $RAFTSCHED_TOKEN, then the
+    file .raftsched/token. :raises ConfigError: --token-file cannot be read."""
+    if a.token:
+        print("raftsched: warning: --token shows the token to every user of this machine (ps, /proc); "
+              "use --token-file or RAFTSCHED_TOKEN", file=sys.stderr)
+        return a.token
+    if a.token_file:
+        return read_secret_file(a.token_file, "token file")
+    token = os.environ.get("RAFTSCHED_TOKEN")
     if not token and os.path.exists(".raftsched/token"):
         with open(".raftsched/token") as f:
             token = f.read().strip()
@@ -351,7 +366,12 @@ def _with_client(a) -> int:
     command: its error is printed (cli_output.print_error) and the exit status is 1."""
     urls = [u.strip() for u in a.url.split(",") if u.strip()]
     try:
-        c = Client(urls, token=_token(a), timeout_s=BATCH_TIMEOUT_S, deadline_s=a.deadline_s,
+        token = _token(a)
+    except ConfigError as e:
+        print(f"raftsched: {e}", file=sys.stderr)
+        return 2
+    try:
+        c = Client(urls, token=token, timeout_s=BATCH_TIMEOUT_S, deadline_s=a.deadline_s,
                    ca_file=a.ca_file or None, cert_file=a.client_cert or None, key_file=a.client_key or None)
     except ValueError as e:
         print(f"raftsched: --url: {e}", file=sys.stderr)
@@ -393,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("--labels", default="", help="this node's worker's labels, NAME=VALUE,... (none by default): "
                                                 "jobs placed on labels run only on workers that carry them")
     n.add_argument("--log-level", default="info")
+    n.add_argument("--log-file", default="", help="write the log to this file, rotated at 16 MiB, 4 old files kept "
+                                                  "(default: stderr)")
     n.add_argument("--tls-cert", default="", help="serve the API over TLS with this certificate chain (PEM)")
     n.add_argument("--tls-key", default="", help="the private key of --tls-cert (PEM)")
     n.add_argument("--tls-client-ca", default="", help="mutual TLS: clients must present a certificate this CA (PEM) signed")
@@ -442,7 +464,9 @@ def main(argv: list[str] | None = None) -> int:
         c = (parent or sub).add_parser(name, help=help_)
         c.add_argument("--url", default=os.environ.get("RAFTSCHED_URL", "http://127.0.0.1:8701"),
                        help="the API of one node, or of several, comma-separated (tried in turn)")
-        c.add_argument("--token", help="default $RAFTSCHED_TOKEN, else the file .raftsched/token")
+        c.add_argument("--token", help="the API token (visible to other users in ps: prefer --token-file)")
+        c.add_argument("--token-file", help="a file holding the API token (default: $RAFTSCHED_TOKEN, else the "
+                                            "file .raftsched/token)")
         _tls_client_args(c, "this client's")
         c.add_argument("--deadline-s", type=float, default=DEADLINE_S_DEFAULT,
                        help="how long one call keeps retrying (other nodes, no leader, unknown outcome)")

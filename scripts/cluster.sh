@@ -293,6 +293,7 @@ start_node() {
     --data-dir "$dir" \
     --cluster-secret-file "$SECRET_FILE" \
     --token-file "$TOKEN_FILE" \
+    --log-file "$log" \
     ${TLS_ARGS[@]+"${TLS_ARGS[@]}"} \
     </dev/null >>"$log" 2>&1 &
   local i

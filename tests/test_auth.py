@@ -285,8 +285,9 @@ def test_every_mutation_and_every_refusal_is_in_the_audit_log_and_no_secret_is(t
         await call(c, "PUT", "/v1/jobs/a", tok, body=SPEC)           # 403
         await call(c, "GET", "/v1/jobs", tok)                        # a read: not recorded
         await call(c, "POST", "/v1/preview", tok, body=SPEC)         # read-only: not recorded
-        await call(c, "GET", "/v1/jobs", "rst_0123456789abcdef_nope")  # 401
+        await call(c, "GET", "/v1/jobs", "rst_0123456789abcdef_nope")  # 401: counted (audit-refused.jsonl)
         await call(c, "PUT", "/v1/jobs/a", body={"bad": 1})          # 422, still a mutation
+        env.audit.close(env.clock.now_ms())
     run(t, tmp_path)
     text = (tmp_path / "audit.jsonl").read_text()
     recs = [json.loads(line) for line in text.splitlines()]
@@ -295,11 +296,15 @@ def test_every_mutation_and_every_refusal_is_in_the_audit_log_and_no_secret_is(t
     assert got[1:] == [
         ("PUT", "/v1/jobs/{name}", 201, "allowed", "bootstrap", "admin"),
         ("PUT", "/v1/jobs/{name}", 403, "denied", reader["id"], "reader"),
-        ("GET", "/v1/jobs", 401, "denied", "0123456789abcdef", None),
         ("PUT", "/v1/jobs/{name}", 422, "allowed", "bootstrap", "admin"),
     ]
     assert recs[1]["target"] == {"name": "a"} and recs[1]["request_id"] == "put-a" and recs[1]["source"] == "127.0.0.1"
-    assert BOOT not in text and "Bearer" not in text and "rst_" not in text
+    refused = (tmp_path / "audit-refused.jsonl").read_text()
+    [summary] = [json.loads(line) for line in refused.splitlines()]
+    assert (summary["reason"], summary["status"], summary["count"], summary["routes"], summary["tokens"]) == (
+        "unauthenticated", 401, 1, {"GET /v1/jobs": 1}, {"0123456789abcdef": 1})
+    for t_ in (text, refused):
+        assert BOOT not in t_ and "Bearer" not in t_ and "rst_" not in t_
 
 
 def test_the_audit_log_rotates_and_keeps_a_bounded_number_of_files(tmp_path):

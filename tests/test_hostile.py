@@ -390,6 +390,21 @@ ROWS: list[Row] = [
     Row("a release of a run never leased", "POST", "/v1/workers/w-hostile/release",
         _j({"runs": [["victim@1", 1]]}), status=(200, 404, 409, 422), route="/v1/workers/{id}/release",
         needs_route=True, unchanged="runs"),
+    # ---- issue 22: names matched whole, every integer bounded
+    put_row("a job name with a final newline", SPEC, path="/v1/jobs/victim%0A"),
+    put_row("a tenant with a final newline", dict(SPEC, tenant="billing\n")),
+    put_row("a queue with a final newline", dict(SPEC, queue="default\n")),
+    Row("a queue name with a final newline", "PUT", "/v1/queues/q%0A", _j({"max_depth": 5}), route="/v1/queues/{name}"),
+    Row("a lease wait_s of 10**400", "POST", "/v1/workers/w-hostile/lease",
+        _j({"slots": 1, "executors": ["shell"], "max": 1, "wait_s": 10**400}), route="/v1/workers/{id}/lease",
+        needs_route=True, unchanged="runs"),
+    Row("a heartbeat fencing token of 2**64", "POST", "/v1/workers/w-hostile/heartbeat",
+        _j({"leases": [["victim@1", 2**64]]}), route="/v1/workers/{id}/heartbeat", needs_route=True,
+        unchanged="runs"),
+    Row("limit=1_0", "GET", "/v1/runs?limit=1_0", status=400, route="/v1/runs"),
+    Row("a slot after the year 9999 in UTC", "GET", "/v1/jobs/victim/runs?slot=9999-12-31T23:59:59-14:00",
+        status=400, route="/v1/jobs/{name}/runs"),
+    put_row("an at time in the year 10000 in UTC", with_field("schedule", {"at": "9999-12-31T23:59:59-14:00"})),
 ] + _wrong_type_rows()
 
 
@@ -512,7 +527,8 @@ def test_the_node_log_and_the_audit_log_hold_no_token_or_secret(node):
     log_text = wait_for(logged, 10, "the parser's refusal in the node log")[0]
     audit = (c.data_dir(0) / "audit.jsonl").read_text()
     assert '"status":403' in audit
-    for text in (log_text, audit):
+    refused = c.data_dir(0) / "audit-refused.jsonl"  # the forged tokens' counts, once a minute is over
+    for text in (log_text, audit, refused.read_text() if refused.exists() else ""):
         for tok in (*node.tokens.values(), "k-123456"):
             secret = tok.split("_", 2)[2] if tok.startswith("rst_") else tok
             assert secret not in text

@@ -12,7 +12,7 @@ from . import limits
 from .due import push_due
 from .errors import Conflict, InvalidCommand, LimitExceeded, NotFound, StaleReplace
 from .fire import check_disjoint, check_records, new_run, record, trim
-from .model import MISFIRE_POLICIES, OVERLAP_POLICIES
+from .model import MISFIRE_POLICIES, OVERLAP_POLICIES, is_name
 from .queries import kept_position
 from .queues import remove_dead, unqueue_count
 from .backfills import trigger_job_with
@@ -32,8 +32,11 @@ def check_stored_spec(spec: object) -> None:
         isinstance(sched.get("cron"), str) or is_int(sched.get("every_s")) or is_int(sched.get("at"))
     ):
         raise InvalidCommand("spec.schedule is malformed")
-    for key, typ in (("executor", dict), ("misfire", dict), ("retry", dict), ("queue", str), ("tenant", str)):
+    for key, typ in (("executor", dict), ("misfire", dict), ("retry", dict)):
         if not isinstance(spec.get(key), typ):
+            raise InvalidCommand(f"spec.{key} is malformed")
+    for key in ("queue", "tenant"):
+        if not is_name(spec.get(key)):
             raise InvalidCommand(f"spec.{key} is malformed")
     for key in ("priority", "timeout_s", "history"):
         if not is_int(spec.get(key)):
@@ -67,7 +70,7 @@ def check_stored_spec(spec: object) -> None:
 def check_put_job(cmd: Command, what: str) -> None:
     """The shape of one put_job payload (the put_job command itself, or an item of put_jobs)."""
     name, spec = cmd.get("name"), cmd.get("spec")
-    if not isinstance(name, str) or not name:
+    if not is_name(name):
         raise InvalidCommand(f"{what} needs name")
     try:
         check_stored_spec(spec)

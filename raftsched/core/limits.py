@@ -25,6 +25,10 @@ command_version = 1
 request_ids_max = 10_000
 #: Longest request id a client may send.
 request_id_chars_max = 64
+#: The latest time a client may give (an ISO-8601 time, or ms since the epoch; the earliest is the
+#: epoch): 9999-01-01T00:00:00Z, a year before the end of what datetime renders, so that a slot an
+#: interval (every_s_max) after it, and a time zone's offset, still render.
+time_ms_max = 253_370_764_800_000
 
 # Jobs ---------------------------------------------------------------------------------------
 jobs_max = 2_000_000

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from . import limits
 from .errors import Conflict, InvalidCommand, NotFound
+from .model import is_name
 from .records import Record, Result, is_int, ok
 
 if TYPE_CHECKING:
@@ -225,7 +226,7 @@ def apply_put_queue(s: SchedulerState, cmd: Command, now: int) -> Result:
     :raises InvalidCommand: a field missing or of the wrong type."""
     name = cmd.get("name")
     depth, on_full = cmd.get("max_depth"), cmd.get("on_full")
-    if not isinstance(name, str) or not is_int(depth) or on_full not in ("reject", "drop_oldest"):
+    if not is_name(name) or not is_int(depth) or on_full not in ("reject", "drop_oldest"):
         raise InvalidCommand("put_queue needs name, max_depth, on_full")
     s.queues[name] = {"max_depth": depth, "on_full": on_full}
     return ok(queue=name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidCommand, NotFound
+from .model import is_name
 from .records import Result, is_int
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ def apply_put_tenant(s: SchedulerState, cmd: Command, now: int) -> Result:
 
     :raises InvalidCommand: no name, a negative rate or a burst under 1."""
     name, rate, burst = cmd.get("name"), cmd.get("rate_milli"), cmd.get("burst")
-    if not isinstance(name, str) or not is_int(rate) or not is_int(burst) or rate < 0 or burst < 1:
+    if not is_name(name) or not is_int(rate) or not is_int(burst) or rate < 0 or burst < 1:
         raise InvalidCommand("put_tenant needs name, rate_milli >= 0, burst >= 1")
     old = s.tenants.get(name)
     s.tenants[name] = {"rate_milli": rate, "burst": burst,

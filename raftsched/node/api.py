@@ -23,14 +23,14 @@ from . import limits as node_limits
 from . import routes, tenancy
 from .http import (AUDIT, AUTH, BACKFILLS, FLEET, METRICS, PRINCIPAL, ROUTE_TABLE, SERVICE, TOKEN,  # noqa: F401 - re-exported
                    TRIGGER, WORKER, bool_param, choice_param, int_param, json_body, label_params,
-                   optional_json_body, rid, state_param, tenants_of)
+                   optional_json_body, rid, state_param, tenants_of, time_param)
 from .routes import CONSISTENT, OPEN, Param, Route, Tenancy
 from .backfills import BackfillService
 from .fleet import Fleet
 from .audit import AuditLog
 from .auth import Auth
 from .metrics import NodeMetrics
-from .service import Service, parse_slot_param
+from .service import Service
 from .trigger import Trigger
 from ..worker.loop import Worker
 
@@ -93,8 +93,9 @@ async def auth_middleware(request: web.Request, handler):
 
 @web.middleware
 async def audit_middleware(request: web.Request, handler):
-    """Outermost: every mutation, and every request refused a token, goes to the audit log
-    with the status it was answered (node/audit.py)."""
+    """Outermost: every mutation, and every request refused for its token, goes to the audit
+    log with the status it was answered (node/audit.py): one record each when the token was
+    valid, counted in a summary when it was not (401) or not even looked at (429)."""
     status = None
     try:
         resp = await handler(request)
@@ -114,12 +115,18 @@ def record_audit(audit_log: AuditLog, request: web.Request, status: int | None) 
     if not (mutation or denied):
         return
     p = request.get(PRINCIPAL)
+    now_ms = request.app[SERVICE].clock.now_ms()
+    agent = request.headers.get("User-Agent")
+    if p is None:  # no valid token: anyone can send these, so they are counted, not recorded
+        audit_log.refused(now_ms=now_ms, reason="throttled" if status == 429 else "unauthenticated",
+                          source=request.remote, token=request.get(auth_module.CLAIMED), method=request.method,
+                          route=path or request.path, status=status, agent=agent)
+        return
     audit_log.record(
-        now_ms=request.app[SERVICE].clock.now_ms(), source=request.remote,
-        token=p.id if p is not None else request.get(auth_module.CLAIMED), role=p.role if p is not None else None,
+        now_ms=now_ms, source=request.remote, token=p.id, role=p.role,
         method=request.method, route=path or request.path, target=dict(request.match_info), status=status,
         auth="denied" if denied else "allowed",
-        request_id=request.headers.get("Idempotency-Key") or request.headers.get("X-Request-Id"))
+        request_id=request.headers.get("Idempotency-Key") or request.headers.get("X-Request-Id"), agent=agent)
 
 
 def make_app(service: Service, token: str | None, *, trigger: Trigger | None = None,
@@ -278,8 +285,7 @@ async def job_runs(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     await svc.read_barrier(bool_param(request, "consistent"))
     limit = int_param(request, "limit", 100, 1, limits.history_per_job_max + limits.queue_depth_max)
-    slot = request.query.get("slot")
-    slot_ms = parse_slot_param(slot) if slot is not None else None
+    slot_ms = time_param(request, "slot")
     return web.json_response(svc.job_runs(request.match_info["name"], limit, state_param(request), slot_ms))
 
 
@@ -299,8 +305,7 @@ async def get_run(request: web.Request) -> web.Response:
 async def preview_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     count = int_param(request, "count", 10, 1, limits.preview_count_max)
-    after = request.query.get("after")
-    after_ms = parse_slot_param(after) if after is not None else None
+    after_ms = time_param(request, "after")
     return web.json_response(svc.preview_job(request.match_info["name"], count, after_ms))
 
 

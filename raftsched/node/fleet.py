@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import uuid
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -78,6 +77,11 @@ def _ttl(b: dict) -> int:
     return _int_field(b, "ttl_ms", limits.lease_ttl_ms_min, limits.lease_ttl_ms_max, node_limits.lease_ttl_ms_default)
 
 
+def _token_ok(v: object) -> bool:
+    """A fencing token: an integer of the state's counter, 0 <= token < 2**63."""
+    return is_int(v) and 0 <= v < 2**63
+
+
 def _leases(b: dict) -> list[list]:
     leases = b.get("leases")
     n = limits.heartbeat_leases_max
@@ -85,8 +89,8 @@ def _leases(b: dict) -> list[list]:
         raise InvalidSpec(f"must be a list of at most {n} [run_id, token] pairs", field="leases")
     for item in leases:
         if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and item[0]
-                and is_int(item[1]) and item[1] >= 0):
-            raise InvalidSpec("each lease is [run_id, fencing token]", field="leases")
+                and _token_ok(item[1])):
+            raise InvalidSpec("each lease is [run_id, fencing token] (0 <= token < 2**63)", field="leases")
     return leases
 
 
@@ -107,7 +111,9 @@ def parse_lease(body) -> tuple[dict, int, float, int]:
              "dedicated": check_dedicated(b.get("dedicated"), labels)}
     n = _int_field(b, "max", 1, limits.acquire_runs_max)
     wait = b.get("wait_s", 0)
-    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not math.isfinite(wait) \
+    # Compared before any conversion: math.isfinite(10**400) raises OverflowError, and NaN fails
+    # every comparison.
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) \
             or not 0 <= wait <= worker_limits.lease_wait_s_max:
         raise InvalidSpec(f"must be a number of seconds between 0 and {worker_limits.lease_wait_s_max:g}", field="wait_s")
     return facts, n, float(wait), _ttl(b)
@@ -129,8 +135,8 @@ def parse_results(body) -> list[dict]:
                 raise InvalidSpec(f"unknown field; allowed: {', '.join(sorted(RESULT_FIELDS))}", field=f"{f}.{key}")
         if not isinstance(it.get("run"), str) or not it["run"]:
             raise InvalidSpec("is required: the run id", field=f"{f}.run")
-        if not is_int(it.get("token")) or it["token"] < 0:
-            raise InvalidSpec("is required: the lease's fencing token", field=f"{f}.token")
+        if not _token_ok(it.get("token")):
+            raise InvalidSpec("is required: the lease's fencing token (0 <= token < 2**63)", field=f"{f}.token")
         if not isinstance(it.get("success"), bool):
             raise InvalidSpec("is required: true or false", field=f"{f}.success")
         for key in ("error", "output"):

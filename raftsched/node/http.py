@@ -5,10 +5,11 @@ naming the field. api.py, auth.py and tenancy.py import them from here, never fr
 from __future__ import annotations
 
 import json
+import re
 
 from aiohttp import web
 
-from ..core import limits
+from ..core import limits, schedule
 from ..core.errors import BadRequest, InvalidSpec
 from ..core.model import RUN_STATES, check_label_key, check_label_value
 
@@ -65,17 +66,33 @@ def rid(request: web.Request) -> str | None:
     return r
 
 
+#: An integer query parameter: ASCII digits, perhaps a minus, and no more digits than any bound
+#: has (int() would also take "1_000", " 5" and other scripts' digits, and 4 300 digits of work).
+_INT_PARAM_RE = re.compile(r"-?[0-9]{1,18}")
+
+
 def int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
     text = request.query.get(name)
     if text is None:
         return default
-    try:
-        v = int(text)
-    except ValueError:
-        raise BadRequest(f"must be an integer between {lo} and {hi}", field=name) from None
+    if not _INT_PARAM_RE.fullmatch(text):
+        raise BadRequest(f"must be an integer between {lo} and {hi}", field=name)
+    v = int(text)
     if not lo <= v <= hi:
         raise BadRequest(f"must be between {lo} and {hi}", field=name)
     return v
+
+
+def time_param(request: web.Request, name: str) -> int | None:
+    """An ISO-8601 time (core.schedule.parse_iso_ms's range) as ms, or None when not given.
+    :raises BadRequest: naming ``name``."""
+    text = request.query.get(name)
+    if text is None:
+        return None
+    try:
+        return schedule.parse_iso_ms(text, name)
+    except InvalidSpec as e:
+        raise BadRequest(e.message, field=name) from None
 
 
 def bool_param(request: web.Request, name: str) -> bool:

@@ -21,7 +21,7 @@ from .. import gcpolicy, replication
 from ..config import ConfigError, read_secret_file
 from . import limits as node_limits
 from ..worker import limits as worker_limits
-from .api import make_app
+from .api import AUDIT, make_app
 from .backfills import BackfillStepper
 from .fleet import Fleet
 from .audit import AuditLog, install_log_redaction
@@ -208,10 +208,11 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
                                   log_pause_s=node_limits.gc_log_pause_s)
     metrics = NodeMetrics(raft, trigger, worker, gc_pauses)
     metrics.registry.register(fleet.collector())
+    audit = AuditLog(os.path.join(cfg.data_dir, "audit.jsonl"), cfg.node_id)
+    metrics.registry.register(audit.collector())
     trigger.lag_observer = metrics.observe_fire_lags
     auth = Auth(cfg.token, raft.read, clock, metrics_open=cfg.metrics_open,
                 limiter=FailureLimiter(cfg.auth_failures_burst, cfg.auth_failures_per_s))
-    audit = AuditLog(os.path.join(cfg.data_dir, "audit.jsonl"), cfg.node_id)
     install_log_redaction()  # aiohttp's parser errors quote the request: never a token in the log
     app = make_app(service, cfg.token, trigger=trigger, worker=worker, metrics=metrics, fleet=fleet,
                    auth=auth, audit=audit)
@@ -220,7 +221,7 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
         await _serve(cfg, raft, loop, app, trigger, worker, stop, gc_pauses, fleet)
     finally:
         gc_pauses.uninstall()  # its callback holds the state: never left behind by a failed start
-        audit.close()
+        audit.close(clock.now_ms())
 
 
 async def _serve(cfg: NodeConfig, raft, loop, app, trigger, worker, stop, gc_pauses: gcpolicy.GcPauses,
@@ -236,7 +237,8 @@ async def _serve(cfg: NodeConfig, raft, loop, app, trigger, worker, stop, gc_pau
                  "https" if ssl_ctx else "http", cfg.api_host, cfg.api_port,
                  " (client certificates required)" if cfg.tls_client_ca else "",
                  cfg.raft_addr, ",".join(cfg.peers) or "-", cfg.data_dir, os.getpid())
-        loops = {"trigger": trigger.run(), "gc": gcpolicy.poll_forever(gc_pauses, node_limits.gc_poll_s), "fleet": fleet.run()}
+        loops = {"trigger": trigger.run(), "gc": gcpolicy.poll_forever(gc_pauses, node_limits.gc_poll_s), "fleet": fleet.run(),
+                 "audit": app[AUDIT].run(trigger.clock)}
         if cfg.worker_slots > 0:
             loops["worker"] = worker.run()
         # One task group: a loop that fails cancels the others and the wait for ``stop``, and

@@ -25,7 +25,7 @@ import re
 from ..core.errors import InvalidSpec
 
 #: What a redacted value looks like.
-REDACTED_RE = re.compile(r"^\*\*\*:[0-9a-f]{8}$")
+REDACTED_RE = re.compile(r"\*\*\*:[0-9a-f]{8}")
 #: Where secrets are in a spec: (path of the map, the field names a message uses).
 SECRET_MAPS = (("executor", "headers"), ("executor", "env"), ("secrets",))
 
@@ -89,7 +89,7 @@ def restore_redacted(raw, load_old, fp: Fingerprint):
             continue
         fixed = None
         for name, v in given.items():
-            if not (isinstance(v, str) and REDACTED_RE.match(v)):
+            if not (isinstance(v, str) and REDACTED_RE.fullmatch(v)):
                 continue
             if not loaded:
                 old_spec, loaded = load_old(), True

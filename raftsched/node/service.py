@@ -350,10 +350,3 @@ class Service:
                 if v["id"] in why:
                     v["waiting_for"] = why[v["id"]]
         return out
-
-
-def parse_slot_param(text: str) -> int:
-    try:
-        return schedule.parse_iso_ms(text, "slot")
-    except InvalidSpec as e:
-        raise BadRequest(e.message, field="slot") from None
