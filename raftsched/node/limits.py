@@ -141,6 +141,14 @@ audit_field_chars_max = 256
 
 assert auth_failures_burst >= 1 and auth_failures_per_s > 0
 
+# Secrets at rest (node/rotation.py) ----------------------------------------------------------
+#: Passes a rotate-key makes at most: each reads every secret value, re-seals those under another
+#: key and proposes them; a pass finds more only when a write sealed under the old key landed
+#: while the previous one was proposed (its proposer read the state before the key changed).
+reseal_passes_max = 5
+#: Values re-sealed between two yields to the event loop (~20 us each: unseal and seal).
+reseal_step = 512
+
 # The command line's attempt timeout is the client's (client/core.py BATCH_TIMEOUT_S): the CLI
 # is a thin layer over the client.
 
