@@ -184,6 +184,12 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
     # The journal and dump hold job specs (env, headers): private to the node's user.
     os.umask(0o077)
     os.makedirs(cfg.data_dir, exist_ok=True)
+    # Secrets at rest: read (and refused if others may read it) before anything starts.
+    keyring = sealing.KeyRing.load(cfg.keys_dir) if cfg.keys_dir else sealing.KeyRing()
+    if not keyring.ids():
+        log.warning("no key in the key ring %s: this node refuses writes that carry secrets, and fails the runs "
+                    "that need them (docs/operations.md, \"Key files\")", cfg.keys_dir or "(no --keys-dir)")
+    unseal = functools.partial(sealing.unseal_grant, ring=keyring, where=f"node {cfg.node_id}")
     state = SchedulerState()  # no due index: the trigger attaches one while this node leads
     trigger_box: list[Trigger] = []
 
@@ -197,11 +203,6 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
         state=state, on_role_change=on_role_change, dial_map=cfg.dial_map or None,
         conf_overrides=cfg.conf_overrides or None,
     )
-    keyring = sealing.KeyRing.load(cfg.keys_dir) if cfg.keys_dir else sealing.KeyRing()
-    if not keyring.ids():
-        log.warning("no key in the key ring %s: this node refuses writes that carry secrets, and fails the runs "
-                    "that need them (docs/operations.md, \"Key files\")", cfg.keys_dir or "(no --keys-dir)")
-    unseal = functools.partial(sealing.unseal_grant, ring=keyring, where=f"node {cfg.node_id}")
     trigger = Trigger(raft, clock, cfg.node_id, fire_log_path=cfg.fire_log_path)
     trigger.leader_tasks.append(BackfillStepper(raft, clock).run_while_leading)
     trigger_box.append(trigger)
