@@ -119,6 +119,13 @@ def cmd_node(args) -> int:
                               "(the cluster secret protects it; see docs/operations.md)")
         os.makedirs(args.data_dir, exist_ok=True)
         token = read_secret_file(args.token_file, "token file") if args.token_file else ensure_token(args.data_dir)
+        # Beside the cluster secret by default, never in the data directory (docs/operations.md).
+        keys_dir = args.keys_dir or os.path.join(os.path.dirname(os.path.abspath(args.cluster_secret_file)), "keys")
+        data = os.path.realpath(args.data_dir)
+        if os.path.commonpath([data, os.path.realpath(keys_dir)]) == data:
+            raise ConfigError(f"--keys-dir {keys_dir} is inside --data-dir: a copy of the data would carry its key")
+        from .sealing import KeyRing
+        KeyRing.load(keys_dir)  # a key file others may read, or a bad one: refused before anything starts
     except ConfigError as e:
         print(f"raftsched node: {e}", file=sys.stderr)
         return 2
@@ -163,6 +170,7 @@ def cmd_node(args) -> int:
         metrics_open=args.metrics_open, tls_cert=args.tls_cert or None, tls_key=args.tls_key or None,
         tls_client_ca=args.tls_client_ca or None,
         auth_failures_burst=args.auth_failures_burst, auth_failures_per_s=args.auth_failures_per_s,
+        keys_dir=keys_dir,
     )
     try:
         tls_context(cfg)  # refuse a bad certificate or key before anything starts
@@ -181,6 +189,17 @@ def cmd_node(args) -> int:
         # A port in use, or the data directory locked by another node.
         print(f"raftsched node: {e}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _new_key(args) -> int:
+    from .sealing import new_key_file
+    try:
+        kid, path = new_key_file(args.keys_dir, args.id)
+    except (ConfigError, OSError) as e:
+        print(f"raftsched secrets new-key: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({"key": kid, "file": path}))
     return 0
 
 
@@ -400,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("--data-dir", required=True)
     n.add_argument("--cluster-secret-file", required=False)
     n.add_argument("--token-file", help="the bootstrap (admin) API token; without it the node generates DATA_DIR/token")
+    n.add_argument("--keys-dir", help="the key ring job secrets are sealed with (<id>.key files, mode 0600); "
+                                      "default: keys/ beside --cluster-secret-file")
     n.add_argument("--allow-remote-raft", action="store_true")
     n.add_argument("--slots", type=int, default=worker_limits.slots_default,
                    help="runs this node executes at once (0: none)")
@@ -530,6 +551,18 @@ def main(argv: list[str] | None = None) -> int:
     client("list", "every token, without secrets", lambda a, c: c.tokens(), parent=ts)
     client("revoke", "revoke a token: every node refuses it once the revocation is committed",
            lambda a, c: c.revoke_token(a.id), parent=ts).add_argument("id")
+
+    # Secrets at rest (docs/operations.md, "Key files"): the keys, and the rotation (admin).
+    ss = sub.add_parser("secrets", help="job secrets at rest: new-key, status, rotate-key") \
+        .add_subparsers(dest="secrets_cmd", required=True)
+    nk = ss.add_parser("new-key", help="write a new key file into a key ring (copy it to every node's)")
+    nk.add_argument("--keys-dir", default=".raftsched/keys", help="the key ring (default: .raftsched/keys)")
+    nk.add_argument("--id", help="the key's id (default: 8 random hex digits)")
+    nk.set_defaults(func=_new_key)
+    client("status", "the key new secrets are sealed under, and how many stored values each key holds",
+           lambda a, c: c.secrets_status(), parent=ss)
+    client("rotate-key", "seal every stored secret value under KEY (every node's ring must hold it)",
+           lambda a, c: c.rotate_seal_key(a.key), parent=ss).add_argument("key")
 
     args = p.parse_args(argv)
     return args.func(args)

@@ -133,6 +133,7 @@ ROUTES = [  # (method, path, body): one request a route, valid enough to pass au
     ("POST", "/v1/workers/w1/heartbeat", {"leases": [], "ttl_ms": 10_000}),
     ("POST", "/v1/workers/w1/complete", {"results": []}), ("POST", "/v1/workers/w1/release", {"leases": []}),
     ("GET", "/v1/workers", None), ("GET", "/v1/workers/w1", None), ("POST", "/v1/workers/w1/drain", None),
+    ("GET", "/v1/secrets", None), ("POST", "/v1/secrets:rotate", {"key": "process"}),
 ]
 ALLOWED = {
     "admin": set(auth.SCOPES),

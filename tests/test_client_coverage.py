@@ -80,6 +80,9 @@ CALLS = [
     (("POST", "/v1/tokens"), "create_token", ("root",)),
     (("GET", "/v1/tokens"), "tokens", ()),
     (("DELETE", "/v1/tokens/{id}"), "revoke_token", ("0123456789abcdef",)),
+    # Secrets at rest: both replicas' services seal with the process's one key, "process".
+    (("POST", "/v1/secrets:rotate"), "rotate_seal_key", ("process",)),
+    (("GET", "/v1/secrets"), "secrets_status", ()),
 ]
 
 

@@ -206,6 +206,7 @@ CONSTRUCTED = [
     (commands.token_create(T0, "r", id="i", hash={"alg": "x"}, fields={"role": "reader", "tenants": None}),
      commands.make("token_create", T0, "r", id="i", hash={"alg": "x"}, role="reader", tenants=None)),
     (commands.token_revoke(T0, "r", id="i"), commands.make("token_revoke", T0, "r", id="i")),
+    (commands.reseal(T0, None, key="k", jobs=[]), commands.make("reseal", T0, None, key="k", jobs=[])),
     (commands.worker_hello(T0, worker="w", facts={"labels": {}, "slots": 1}),
      commands.make("worker_hello", T0, None, worker="w", labels={}, slots=1)),
     (commands.acquire(T0, worker="w", queues=None, max=2, ttl=9, types=None),

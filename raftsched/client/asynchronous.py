@@ -411,6 +411,14 @@ class AsyncClient(Transport):
         """``DELETE /v1/tokens/{id}``: revoke a token."""
         return await self._send(endpoints.revoke_token(token_id))
 
+    async def secrets_status(self) -> dict:
+        """``GET /v1/secrets``: which keys the stored secret values are sealed under."""
+        return await self._send(endpoints.secrets_status())
+
+    async def rotate_seal_key(self, key: str) -> dict:
+        """``POST /v1/secrets:rotate``: seal every stored secret value under key ``key``."""
+        return await self._send(endpoints.rotate_seal_key(key))
+
     async def lock_acquire(self, name: str, owner: str, ttl_s: float, *, deadline_s: float | None = None) -> dict:
         """``POST /v1/locks/{name}/acquire``: the lock and its fencing token (LockHeld if held)."""
         return await self._send(endpoints.lock_acquire(name, owner, ttl_s, deadline_s=deadline_s))

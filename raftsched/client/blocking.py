@@ -331,6 +331,14 @@ class Client(Transport):
         """``DELETE /v1/tokens/{id}``: revoke a token."""
         return self._send(endpoints.revoke_token(token_id))
 
+    def secrets_status(self) -> dict:
+        """``GET /v1/secrets``: which keys the stored secret values are sealed under."""
+        return self._send(endpoints.secrets_status())
+
+    def rotate_seal_key(self, key: str) -> dict:
+        """``POST /v1/secrets:rotate``: seal every stored secret value under key ``key``."""
+        return self._send(endpoints.rotate_seal_key(key))
+
     def lock_acquire(self, name: str, owner: str, ttl_s: float, *, deadline_s: float | None = None) -> dict:
         """``POST /v1/locks/{name}/acquire``: the lock and its fencing token (LockHeld if held)."""
         return self._send(endpoints.lock_acquire(name, owner, ttl_s, deadline_s=deadline_s))

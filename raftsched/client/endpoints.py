@@ -429,6 +429,21 @@ def revoke_token(token_id: str) -> Request:
     return Request("DELETE", f"/v1/tokens/{_q(token_id)}")
 
 
+# ------------------------------------------------------------------ secrets at rest (admin)
+@endpoint
+def secrets_status() -> Request:
+    """``GET /v1/secrets``: the key new secret values are sealed under, the keys the node's ring
+    holds, and how many stored values are sealed under each key (or still in clear)."""
+    return Request("GET", "/v1/secrets")
+
+
+@endpoint
+def rotate_seal_key(key: str) -> Request:
+    """``POST /v1/secrets:rotate``: seal every stored secret value under key ``key`` (which every
+    node's key ring must hold), and every new one from then on."""
+    return Request("POST", "/v1/secrets:rotate", body={"key": key})
+
+
 # ------------------------------------------------------------------ locks
 @endpoint
 def lock_acquire(name: str, owner: str, ttl_s: float, *, deadline_s: float | None = None) -> Request:

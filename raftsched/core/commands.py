@@ -58,6 +58,8 @@ OPS = (
     # API tokens (core/tokens.py)
     "token_create",  # a token's role, tenants, expiry and salted hash (never its secret)
     "token_revoke",
+    # Secrets at rest (core/seal_keys.py)
+    "reseal",  # the key new secret values are sealed under, and stored values sealed again under it
 )
 
 
@@ -214,6 +216,11 @@ def token_create(now: int, rid: str | None, *, id: str, hash: dict[str, Any], fi
 
 def token_revoke(now: int, rid: str | None, *, id: str) -> Command:
     return make("token_revoke", now, rid, id=id)
+
+
+def reseal(now: int, rid: str | None, *, key: str, jobs: list[Any]) -> Command:
+    """``jobs``: ``[name, gen, {map: {name: sealed bytes}}]`` items (core/seal_keys.py)."""
+    return make("reseal", now, rid, key=key, jobs=jobs)
 
 
 # The worker protocol: the embedded worker and the node's side of a remote worker's requests

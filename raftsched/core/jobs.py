@@ -47,9 +47,15 @@ def check_stored_spec(spec: object) -> None:
         raise InvalidCommand("spec.overlap is malformed")
     if "jitter_ms" in sched and (not is_int(sched["jitter_ms"]) or not isinstance(sched.get("jitter_key"), str)):
         raise InvalidCommand("spec.schedule jitter is malformed")
+    # Secret values are sealed bytes (core/seal_keys.py), or strings in clear from a journal
+    # written before sealing: opaque either way, here.
     if "secrets" in spec and not (isinstance(spec["secrets"], dict)
-                                  and all(isinstance(v, str) for v in spec["secrets"].values())):
+                                  and all(isinstance(v, (str, bytes)) for v in spec["secrets"].values())):
         raise InvalidCommand("spec.secrets is malformed")
+    for key in ("env", "headers"):
+        m = spec["executor"].get(key)
+        if m is not None and not (isinstance(m, dict) and all(isinstance(v, (str, bytes)) for v in m.values())):
+            raise InvalidCommand(f"spec.executor.{key} is malformed")
     if "keep_output" in spec and not isinstance(spec["keep_output"], bool):
         raise InvalidCommand("spec.keep_output is malformed")
     m = spec["misfire"]

@@ -224,6 +224,15 @@ token_workers_max = 64
 
 assert token_tenants_max * (tenant_name_chars_max + 2) + token_note_chars_max + 512 < command_bytes_max
 
+# Secrets at rest (core/seal_keys.py, raftsched/sealing.py) -------------------------------------
+#: A key id (the name of its file in a node's key ring): every sealed value carries it.
+seal_key_id_chars_max = 16
+#: Jobs one reseal command re-seals; the command's size (command_bytes_max) binds first, since an
+#: item carries at least one sealed value (~60 bytes).
+reseal_jobs_max = 2_000
+
+assert reseal_jobs_max * 60 > command_bytes_max
+
 # Labels (the job spec's ``labels``) ---------------------------------------------------------
 #: Labels on one job: a small map saying who manages the job (the SDK's ``raftsched.app``, a
 #: team), which ``GET /v1/jobs?label=k=v`` filters on. Metadata beyond that belongs in the

@@ -410,3 +410,6 @@ from .worker_queries import (  # noqa: E402,F401
     unplaceable, waiting_for, waiting_for_many, fleet_gauges,
     ready_for, ready_count, applied_count, next_due_ms, NO_WORKER_MATCHES,
 )
+
+# Secrets at rest (core/seal_keys.py): which key new values are sealed under, and what a reseal reads.
+from .seal_keys import seal_key, secret_maps  # noqa: E402,F401

@@ -50,6 +50,7 @@ from .workers import (
     apply_drain_worker, apply_forget_workers, apply_release, apply_worker_hello, apply_workers_seen,
 )
 from .tokens import apply_token_create, apply_token_revoke
+from .seal_keys import apply_reseal
 
 
 def apply_noop(s: SchedulerState, cmd: Command, now: int) -> Result:
@@ -98,6 +99,7 @@ HANDLERS: dict[str, Handler] = {
     "release": apply_release,
     "token_create": apply_token_create,
     "token_revoke": apply_token_revoke,
+    "reseal": apply_reseal,
 }
 # The codec refuses an op with no handler; a handler for an op the codec refuses would never run.
 assert tuple(HANDLERS) == commands.OPS, "commands.OPS and state.HANDLERS must list the same ops"
@@ -114,10 +116,11 @@ class SchedulerState:
     # Declared for the type checker only (no value here: _reset sets them on the instance).
     # The sections added since snapshot version 3 (snapshot.EXTENSIONS), each set by _reset to
     # its empty form by name: worker id -> record (workers.py), backfill id -> record
-    # (backfills.py), token id -> record (tokens.py).
+    # (backfills.py), token id -> record (tokens.py), the key secrets are sealed under (seal_keys.py).
     workers: dict[str, Record]
     backfills: dict[str, Record]
     tokens: dict[str, Record]
+    seal: dict[str, Any]
     # The derived indexes of the queues (queues.reset_indexes says what each holds).
     _queued: dict[str, dict[int, list[tuple[int, str]]]]
     _by_slot: dict[str, list[tuple[int, str]]]

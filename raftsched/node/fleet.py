@@ -27,6 +27,7 @@ HTTP handlers are node/api.py's (the worker protocol's rows of its route table).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 
@@ -40,6 +41,7 @@ from ..core.model import EXECUTOR_TYPES
 from ..core.workers import check_dedicated, check_executors, check_labels, check_queues, check_worker_id
 from ..core.records import is_int
 from ..proposer import Proposer
+from .. import sealing
 from ..worker import limits as worker_limits
 from . import limits as node_limits
 from .dispatch import Dispatcher, LeaseRequest
@@ -165,8 +167,10 @@ class Fleet:
 
     def __init__(self, raft, clock: Clock, node_id: str, *, embedded_id: str | None = None,
                  propose_timeout_s: float = node_limits.propose_timeout_s_default,
-                 seen_interval_s: float | None = None) -> None:
+                 seen_interval_s: float | None = None, unseal=None) -> None:
         self.raft = raft
+        #: a grant as the worker gets it, its secrets unsealed (raftsched/sealing.py unseal_grant)
+        self.unseal = unseal or functools.partial(sealing.unseal_grant, ring=sealing.PROCESS_RING)
         self.clock = clock
         self.node_id = node_id
         self.embedded_id = embedded_id
@@ -211,7 +215,8 @@ class Fleet:
         req = LeaseRequest(wid, facts["queues"], facts["labels"], types, n, ttl_ms, alive, facts["dedicated"],
                            facts["tenants"])
         await self.dispatcher.lease(req, wait_s)
-        return {"runs": req.grants, "draining": req.draining}
+        # Unsealed here, where the run is handed out, and nowhere else (docs/security.md).
+        return {"runs": [self.unseal(g) for g in req.grants], "draining": req.draining}
 
     async def _hello(self, wid: str, facts: dict) -> None:
         t = self._hellos.get(wid)

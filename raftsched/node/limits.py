@@ -168,6 +168,14 @@ log_repeats_window_s = 60.0
 log_file_bytes_max = 16 * 1024 * 1024
 log_files_kept = 4
 
+# Secrets at rest (node/rotation.py) ----------------------------------------------------------
+#: Passes a rotate-key makes at most: each reads every secret value, re-seals those under another
+#: key and proposes them; a pass finds more only when a write sealed under the old key landed
+#: while the previous one was proposed (its proposer read the state before the key changed).
+reseal_passes_max = 5
+#: Values re-sealed between two yields to the event loop (~20 us each: unseal and seal).
+reseal_step = 512
+
 # The command line's attempt timeout is the client's (client/core.py BATCH_TIMEOUT_S): the CLI
 # is a thin layer over the client.
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import ipaddress
 import logging
 import os
@@ -17,7 +18,7 @@ from aiohttp import web
 from ..clock import Clock, SystemClock
 from ..core.model import EXECUTOR_TYPES
 from ..core.state import SchedulerState
-from .. import gcpolicy, replication
+from .. import gcpolicy, replication, sealing
 from ..config import ConfigError, read_secret_file
 from . import limits as node_limits
 from ..worker import limits as worker_limits
@@ -90,6 +91,9 @@ class NodeConfig:
     #: refused tokens one source may send in a burst, and get back a second (node/limits.py)
     auth_failures_burst: float = node_limits.auth_failures_burst
     auth_failures_per_s: float = node_limits.auth_failures_per_s
+    #: the key ring secrets are sealed with (raftsched/sealing.py): ``<id>.key`` files, outside
+    #: the data directory (None: none; the node then refuses writes that carry secrets)
+    keys_dir: str | None = None
 
 
 def parse_hostport(text: str, what: str) -> tuple[str, int]:
@@ -180,6 +184,12 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
     # The journal and dump hold job specs (env, headers): private to the node's user.
     os.umask(0o077)
     os.makedirs(cfg.data_dir, exist_ok=True)
+    # Secrets at rest: read (and refused if others may read it) before anything starts.
+    keyring = sealing.KeyRing.load(cfg.keys_dir) if cfg.keys_dir else sealing.KeyRing()
+    if not keyring.ids():
+        log.warning("no key in the key ring %s: this node refuses writes that carry secrets, and fails the runs "
+                    "that need them (docs/operations.md, \"Key files\")", cfg.keys_dir or "(no --keys-dir)")
+    unseal = functools.partial(sealing.unseal_grant, ring=keyring, where=f"node {cfg.node_id}")
     state = SchedulerState()  # no due index: the trigger attaches one while this node leads
     trigger_box: list[Trigger] = []
 
@@ -199,10 +209,11 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
     worker = Worker(raft, clock, cfg.node_id, slots=cfg.worker_slots, queues=cfg.worker_queues,
                     allowed_types=cfg.executor_types, lease_ttl_ms=cfg.lease_ttl_ms,
                     execute_on_leader=cfg.execute_on_leader, single_node=not cfg.peers,
-                    labels=cfg.worker_labels)
-    service = Service(raft, clock, cfg.node_id, fingerprint=Fingerprint.from_cluster_secret(cfg.secret))
+                    labels=cfg.worker_labels, unseal=unseal)
+    service = Service(raft, clock, cfg.node_id, fingerprint=Fingerprint.from_cluster_secret(cfg.secret),
+                      keyring=keyring)
     fleet = Fleet(raft, clock, cfg.node_id, embedded_id=worker.worker_id if cfg.worker_slots > 0 else None,
-                  seen_interval_s=cfg.workers_seen_interval_s)
+                  seen_interval_s=cfg.workers_seen_interval_s, unseal=unseal)
     gc_pauses = gcpolicy.GcPauses(lambda: state.jobs, freeze_pause_s=node_limits.gc_freeze_pause_s,
                                   freeze_growth_jobs=node_limits.gc_freeze_growth_jobs,
                                   log_pause_s=node_limits.gc_log_pause_s)

@@ -11,10 +11,13 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import msgpack
+
 from ..clock import Clock
 from ..core import bodies, commands, limits, model, policy, preview, queries, schedule
-from ..core.errors import InvalidSpec, NotFound, BadRequest
+from ..core.errors import InvalidSpec, NotFound, BadRequest, Unavailable
 from ..core.model import check_name
+from .. import sealing
 from . import batch
 from ..proposer import Proposer
 from . import limits as node_limits
@@ -33,16 +36,20 @@ class Service:
     :param clock: the proposer's clock: every command's ``now``, and the first slots of a job.
     :param fingerprint: how reads show secrets (node/redact.py); the node's is keyed by the
         cluster secret, so every node shows the same fingerprints.
+    :param keyring: the keys this node seals secrets with before it proposes them
+        (raftsched/sealing.py); the node's is read from its --keys-dir.
     """
 
     def __init__(self, raft, clock: Clock, node_id: str,
                  propose_timeout_s: float = node_limits.propose_timeout_s_default,
-                 fingerprint: Fingerprint = PROCESS_DEFAULT) -> None:
+                 fingerprint: Fingerprint = PROCESS_DEFAULT,
+                 keyring: sealing.KeyRing = sealing.PROCESS_RING) -> None:
         self.raft = raft
         self.clock = clock
         self.node_id = node_id
         self.propose_timeout_s = propose_timeout_s
         self.fingerprint = fingerprint
+        self.keyring = keyring
         #: The one way this node's API writes go out (raftsched/proposer.py).
         self.proposer = Proposer(raft, propose_timeout_s)
 
@@ -104,9 +111,59 @@ class Service:
         """``job`` (queries.job) as the API shows it, secrets redacted."""
         return job_view(job, self.fingerprint)
 
+    # ------------------------------------------------------------------ secrets at rest
+    async def seal_key(self) -> str:
+        """The key this node seals new secret values under: the one the state names
+        (core/seal_keys.py). When it names none yet (a new cluster, or one whose journal predates
+        sealing), this node's ring must hold exactly one key, which it names first with a
+        reseal of no jobs, so that a key added to the rings later changes nothing until
+        ``raftsched secrets rotate-key`` names it.
+
+        :raises Unavailable: this node cannot seal (no key, or not the one named): the request
+            is refused rather than stored in clear; another node may take it."""
+        kid = self.read(queries.seal_key)
+        ring = self.keyring
+        where = f"its key ring ({ring.directory})" if ring.directory else "its key ring"
+        if kid is None:
+            ids = ring.ids()
+            if len(ids) != 1:
+                raise Unavailable(
+                    f"node {self.node_id} cannot seal secrets: {where} holds "
+                    + (f"{len(ids)} keys and the cluster names none; name one with raftsched secrets rotate-key"
+                       if ids else "no key (raftsched secrets new-key; docs/operations.md, \"Key files\")"),
+                    field="secrets")
+            kid = (await self.propose(commands.reseal(self.clock.now_ms(), None, key=ids[0], jobs=[])))["key"]
+        if not ring.holds(kid):
+            raise Unavailable(f"node {self.node_id} cannot seal secrets: they are sealed under key {kid!r}, which "
+                              f"{where} does not hold; give it that key file, or send the request to another node",
+                              field="secrets")
+        return kid
+
+    def seal_with(self, kid: str, name: str, spec: dict) -> dict:
+        """``spec`` with its secret values in clear sealed under ``kid`` (raftsched/sealing.py).
+        :raises InvalidSpec: the sealed spec would not fit in a command."""
+        out = sealing.seal_spec(spec, name, self.keyring, kid, self.fingerprint.digest)
+        if out is not spec:
+            size = len(msgpack.packb(out, use_bin_type=True))
+            if size > limits.command_bytes_max - 1024:
+                raise InvalidSpec(f"spec is {size} bytes encoded with its secret values sealed (each adds up to "
+                                  f"{sealing.OVERHEAD_BYTES_MAX} bytes); the limit is "
+                                  f"{limits.command_bytes_max - 1024}", field=None)
+        return out
+
+    async def seal(self, name: str, spec: dict) -> dict:
+        """A validated ``spec`` as it is proposed: the redacted values a read showed put back
+        (their stored, sealed values), every value in clear sealed. Nothing is stored in clear:
+        a node that cannot seal refuses (``seal_key``)."""
+        spec = self.unredact(name, spec)
+        if not sealing.has_clear(spec):
+            return spec
+        return self.seal_with(await self.seal_key(), name, spec)
+
     async def put_job(self, name: str, raw, rid: str | None, create_only: bool = False) -> dict:
         now = self.clock.now_ms()
-        spec = model.validate_job(name, self.unredact(name, raw), now)
+        # Validated as sent (a redacted value is text that passes), then sealed.
+        spec = await self.seal(name, model.validate_job(name, raw, now))
         cursor, anchor, nxt = self._position(name, spec["schedule"], now)
         cmd = commands.put_job(now, rid or new_request_id(), name=name, spec=spec, next=nxt, cursor=cursor,
                                anchor=anchor, create_only=create_only)
@@ -122,15 +179,22 @@ class Service:
         :raises RaftschedError: as batch.merge, when a command failed.
         """
         jobs_raw, create_only = batch.parse_body(body)
-        for name, raw in jobs_raw.items():
-            try:
-                jobs_raw[name] = self.unredact(name, raw)
-            except InvalidSpec as e:
-                raise InvalidSpec(f"job {name!r}: {e.message}", field=e.field, job=name, invalid=1,
-                                  errors=[{"job": name, "field": e.field, "message": e.message}]) from None
         key = key or new_request_id()
         now = self.clock.now_ms()
         specs = await batch.validate_all(jobs_raw, now)
+        kid = None
+        for k, (name, spec) in enumerate(specs.items()):
+            if k and k % node_limits.batch_validate_step == 0:
+                await asyncio.sleep(0)  # a yield, not a wait (sealing costs ~10 us a value)
+            try:
+                spec = self.unredact(name, spec)
+                if sealing.has_clear(spec):
+                    kid = kid or await self.seal_key()
+                    spec = self.seal_with(kid, name, spec)
+            except InvalidSpec as e:
+                raise InvalidSpec(f"job {name!r}: {e.message}", field=e.field, job=name, invalid=1,
+                                  errors=[{"job": name, "field": e.field, "message": e.message}]) from None
+            specs[name] = spec
         memo: dict = {}
         chunks, datas = await batch.cut(specs, create_only, key, now,
                                         lambda name, sched: self._position(name, sched, now, memo))
