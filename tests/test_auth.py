@@ -575,11 +575,11 @@ def test_a_limited_tokens_http_runs_carry_its_network_policy():
         for job in ("h", "adm"):
             assert (await call(c, "POST", f"/v1/jobs/{job}/trigger"))[0] == 201
         grants = {g["job"]: g for g in _acquire(env)["runs"]}
-        assert grants["h"]["network"] == {"allow": []} and "network" not in grants["adm"]
+        assert grants["h"]["network"] == {"allow": [], "tenant": "alpha"} and "network" not in grants["adm"]
         await call(c, "PUT", "/v1/tenants/alpha", body={"network": {"allow": ["192.168.0.0/16", "127.0.0.1"]}})
         assert (await call(c, "POST", "/v1/jobs/h/trigger"))[0] == 201
         g = _acquire(env)["runs"][0]
-        assert g["network"] == {"allow": ["127.0.0.1/32", "192.168.0.0/16"]}
+        assert g["network"] == {"allow": ["127.0.0.1/32", "192.168.0.0/16"], "tenant": "alpha"}
     run(t)
 
 

@@ -153,12 +153,12 @@ def test_a_run_a_network_policy_holds_reaches_only_what_it_allows():
                              ("http://169.254.169.254/latest/meta-data/", "169.254.169.254 is cloud metadata"),
                              ("http://[::ffff:127.0.0.1]:9/", "is loopback"),
                              ("http://10.1.2.3:9/", "10.1.2.3 is private")):
-                out = await execute({"type": "http", "url": url}, ctx(), 10, network={"allow": []})
-                assert not out.ok and "refused by the tenant's network policy" in out.error and why in out.error, (url, out)
+                out = await execute({"type": "http", "url": url}, ctx(), 10, network={"allow": [], "tenant": "t"})
+                assert not out.ok and "refused by the network policy of tenant" in out.error and why in out.error, (url, out)
             asked = _fake_dns(asyncio.get_running_loop(), [["93.184.215.14", "127.0.0.1"]])
             out = await execute({"type": "http", "url": f"http://mixed.test:{port}/ok"}, ctx(), 10,
-                                network={"allow": []})
-            assert not out.ok and "mixed.test resolves to 127.0.0.1 is loopback" in out.error, out
+                                network={"allow": [], "tenant": "t"})
+            assert not out.ok and "mixed.test resolves to 127.0.0.1, which is loopback" in out.error, out
             assert hook.requests == [], "nothing was sent"
             out = await execute({"type": "http", "url": hook.url("/ok")}, ctx(), 10, network={"allow": ["127.0.0.0/8"]})
             assert out.ok, out
@@ -181,7 +181,7 @@ def test_a_name_that_resolves_elsewhere_later_cannot_move_the_connection():
             assert hook.requests[0]["headers"]["Host"] == f"rebind.test:{port}"
             out = await execute({"type": "http", "url": f"http://rebind.test:{port}/ok"}, ctx(), 10,
                                 network={"allow": ["127.0.0.1/32"]})
-            assert not out.ok and "10.9.9.9 is private" in out.error, "the next run checks the new answer"
+            assert not out.ok and "10.9.9.9, which is private" in out.error, "the next run checks the new answer"
     run(t())
 
 

@@ -588,7 +588,7 @@ def test_a_limited_operator_runs_http_jobs_only_and_only_to_public_addresses(nod
             s, b = node.request("POST", f"/v1/jobs/{name}/trigger", token=tok)
             assert s == 201, b
             r = _finished(node, b["run"], tok)
-            assert r["state"] == "dead" and "refused by the tenant's network policy" in r["error"], r
+            assert r["state"] == "dead" and "refused by the network policy of tenant" in r["error"], r
             assert why in r["error"], r
         assert _Hits.hits == [], "nothing was sent"
         assert node.request("PUT", "/v1/jobs/pol-admin", _j(_http_job("billing", "billing-q", f"http://127.0.0.1:{port}/admin")),

@@ -152,8 +152,8 @@ def test_a_run_its_policy_refuses_is_recorded_skipped_never_handed_out():
             assert sorted(g["id"] for g in res["runs"]) == sorted(runs[1:]) and res["refused"] == 1, res
             run = st.runs[runs[0]]
             assert run["state"] == "skipped" and run["reason"] == "policy"
-            assert run["error"] == ("refused by policy: tenant 't''s policy does not allow executor type 'shell' "
-                                    "(it allows: http)")
+            assert run["error"] == ("refused by policy: the policy of tenant 't' does not allow executor type "
+                                    "'shell' (it allows: http)")
             assert queries.queue_depth(st, "default") == 0
         assert s.state_hash() == r.state_hash()
 
@@ -182,10 +182,10 @@ def test_a_limited_tokens_job_without_a_policy_is_held_to_the_default_one():
     grants = {g["job"]: g for g in acq(s, T0)}
     assert set(grants) == {"lim", "adm", "adm-sh"}, "a limited token's shell job runs under no default"
     assert s.runs[rid["lim-sh"]]["reason"] == "policy"
-    assert grants["lim"]["network"] == {"allow": []} and "network" not in grants["adm"]
+    assert grants["lim"]["network"] == {"allow": [], "tenant": "t"} and "network" not in grants["adm"]
     policy(s, T0, "t", ["http", "shell"], allow=["10.0.0.0/8"])
     trig(s, "adm", T0)
-    assert acq(s, T0)[0]["network"] == {"allow": ["10.0.0.0/8"]}, "a policy holds every writer's jobs"
+    assert acq(s, T0)[0]["network"] == {"allow": ["10.0.0.0/8"], "tenant": "t"}, "a policy holds every writer's jobs"
 
 
 def test_a_job_moved_to_another_tenant_leaves_its_history_in_the_old_one():

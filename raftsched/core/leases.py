@@ -227,7 +227,7 @@ def grant(s: SchedulerState, run: Record, worker: str, ttl: int, now: int) -> di
             and (s.tenant_policies or LIMITED in spec):
         allow = network_of(s, spec)
         if allow is not None:  # the worker checks where the run connects (core/network.py)
-            g["network"] = {"allow": allow}
+            g["network"] = {"allow": allow, "tenant": spec["tenant"]}
     if job is not None and ("secrets" in spec or "keep_output" in spec):
         # What only a job that declares them has: the secrets its run is given (as environment
         # or headers), and whether its output is kept (the worker drops it before reporting).

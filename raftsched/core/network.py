@@ -81,17 +81,23 @@ def kind(addr: Address) -> str | None:
     return None
 
 
-def refusal(address: str, allow: list[str]) -> str | None:
-    """None when a run may connect to ``address`` under a policy allowing ``allow``, else why
-    not (``"127.0.0.1 is loopback"``). An address that does not parse is refused."""
+def refused_as(address: str, allow: list[str]) -> str | None:
+    """None when a run may connect to ``address`` under a policy allowing ``allow``, else what
+    it is (``"loopback"``, ``"not an IP address"``...)."""
     try:
         addr = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 zone id is not part of it
     except ValueError:
-        return f"{address!r} is not an IP address"
+        return "not an IP address"
     v4 = _embedded_v4(addr)
     for text in allow:
         net = ipaddress.ip_network(text)
         if addr in net or (v4 is not None and v4 in net):
             return None
-    why = kind(addr)
+    return kind(addr)
+
+
+def refusal(address: str, allow: list[str]) -> str | None:
+    """None when a run may connect to ``address`` under a policy allowing ``allow``, else why
+    not (``"127.0.0.1 is loopback"``). An address that does not parse is refused."""
+    why = refused_as(address, allow)
     return None if why is None else f"{address} is {why}"

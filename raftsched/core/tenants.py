@@ -128,7 +128,7 @@ def refusal(pol: Record, spec: Record) -> tuple[str, str] | None:
     t = ex.get("type") if type(ex) is dict else None
     if t not in pol["executors"]:
         allowed = ", ".join(pol["executors"]) or "none"
-        return "executor.type", (f"tenant {tenant!r}'s policy does not allow executor type {t!r} "
+        return "executor.type", (f"the policy of tenant {tenant!r} does not allow executor type {t!r} "
                                  f"(it allows: {allowed})")
     want = pol["labels"]
     if want:
@@ -138,7 +138,7 @@ def refusal(pol: Record, spec: Record) -> tuple[str, str] | None:
         missing = {k: v for k, v in want.items() if have.get(k) != v}
         if missing:
             need = ", ".join(f"{k}={v}" for k, v in missing.items())
-            return "placement.labels", (f"tenant {tenant!r}'s policy requires placement on the labels "
+            return "placement.labels", (f"the policy of tenant {tenant!r} requires placement on the labels "
                                         f"{need}, so that its runs go only to its workers")
     return None
 

@@ -60,10 +60,11 @@ class _Pinned(AbstractResolver):
         return None
 
 
-async def checked_addresses(url: str, allow: list[str]) -> tuple[list[tuple[int, str]] | None, str | None]:
+async def checked_addresses(url: str, allow: list[str],
+                            tenant: str = "?") -> tuple[list[tuple[int, str]] | None, str | None]:
     """``(addresses, None)``: the addresses ``url``'s host resolves to, every one allowed by a
-    network policy allowing ``allow`` (core/network.py); or ``(None, why)``: the run may not
-    connect (an address is refused, or the host does not resolve)."""
+    network policy allowing ``allow`` (core/network.py; of ``tenant``, for the message); or
+    ``(None, why)``: the run may not connect (an address is refused, or the host does not resolve)."""
     u = URL(url)
     host, port = u.raw_host, u.port
     if not host or port is None:
@@ -88,11 +89,11 @@ async def checked_addresses(url: str, allow: list[str]) -> tuple[list[tuple[int,
         if not found:
             return None, f"{host} resolves to no IP address"
     for _fam, addr in found:
-        why = net_policy.refusal(addr, allow)
-        if why is not None:
-            shown = why if literal is not None else f"{host} resolves to {why}"
-            return None, (f"refused by the tenant's network policy: {shown}; an admin may allow its network "
-                          f"(PUT /v1/tenants/{{name}} with network.allow)")
+        what = net_policy.refused_as(addr, allow)
+        if what is not None:
+            shown = f"{addr} is {what}" if literal is not None else f"{host} resolves to {addr}, which is {what}"
+            return None, (f"refused by the network policy of tenant {tenant!r}: {shown}; an admin may allow "
+                          f"the network (network.allow in PUT /v1/tenants/{tenant})")
     return found, None
 
 
@@ -103,7 +104,8 @@ async def _http_post(ex: dict, ctx: RunContext, timeout_s: float,
         return False, f"header {framing[0]} frames the request: the executor sets it, a job cannot", ""
     own = session is None or network is not None
     if network is not None:
-        addrs, why = await checked_addresses(ex["url"], list(network.get("allow") or ()))
+        addrs, why = await checked_addresses(ex["url"], list(network.get("allow") or ()),
+                                             str(network.get("tenant") or "?"))
         if addrs is None:
             return False, short(why or "refused by the tenant's network policy"), ""
         # A session of its own, connecting to the checked addresses only.
