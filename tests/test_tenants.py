@@ -218,4 +218,10 @@ def test_a_put_claims_its_queue_once():
     assert apply(s, cmd)["ok"]
     assert s.queue_owners == {"q": ["t"]}, "a queue with owners keeps them (the proposer refuses such a put)"
     assert queries.queues_of(s, {"t"}) == {"q"} and queries.queues_of(s, {"u"}) == set()
-    assert queries.queue_access(s, "q", "b") == (["t"], {"t"})
+    assert queries.queue_access(s, "q", "b") == (["t"], set()), "an owned queue's users are not walked"
+    for name, tenant in (("c", "t"), ("d", "u"), ("e", "u")):
+        assert apply(s, put_cmd(s, name, jspec(tenant=tenant, queue="free"), T0))["ok"]
+    assert queries.queue_access(s, "free") == (None, {"t", "u"})
+    assert queries.queue_access(s, "free", "c") == (None, {"u"})
+    assert queries.queues_access(s, ["free", "q", "none"], {"d", "e"}) == {
+        "free": (None, {"t"}), "q": (["t"], set()), "none": (None, set())}

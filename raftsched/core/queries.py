@@ -425,10 +425,35 @@ def queue_tenants(s: SchedulerState, queue: str) -> set[str]:
 
 def queue_access(s: SchedulerState, queue: str, exclude: str | None = None) -> tuple[list[str] | None, set[str]]:
     """What decides who may use ``queue`` (node/tenancy.py): the tenants it belongs to (None:
-    none), and the tenants of the jobs that use it but job ``exclude`` (the one a put replaces)."""
+    none), and, when it belongs to none, the tenants of the jobs that use it but job ``exclude``
+    (the one a put replaces): a walk of every job, only for a queue nobody owns yet."""
     owners = s.queue_owners.get(queue)
-    users = {j["spec"]["tenant"] for n, j in s.jobs.items() if j["spec"]["queue"] == queue and n != exclude}
-    return (None if owners is None else list(owners)), users
+    if owners is not None:
+        return list(owners), set()
+    return None, queues_access(s, [queue], {exclude} if exclude is not None else set())[queue][1]
+
+
+def queues_access(s: SchedulerState, queues: Collection[str],
+                  exclude: Collection[str]) -> dict[str, tuple[list[str] | None, set[str]]]:
+    """queue_access of each of ``queues``, leaving out the jobs ``exclude`` names (a batch's),
+    with one walk of the jobs for those that belong to no tenant."""
+    owners = s.queue_owners
+    out: dict[str, tuple[list[str] | None, set[str]]] = {}
+    free: dict[str, set[str]] = {}
+    for q in queues:
+        if q in owners:
+            out[q] = (list(owners[q]), set())
+        else:
+            free[q] = set()
+    if free:
+        for n, j in s.jobs.items():
+            spec = j["spec"]
+            users = free.get(spec["queue"])
+            if users is not None and n not in exclude:
+                users.add(spec["tenant"])
+        for q, users in free.items():
+            out[q] = (None, users)
+    return out
 
 
 def queues_of(s: SchedulerState, tenants: Collection[str]) -> set[str]:

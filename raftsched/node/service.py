@@ -106,13 +106,13 @@ class Service:
             return old["spec"]
         return restore_redacted(raw, stored, self.fingerprint)
 
-    def check_write(self, name: str, spec: dict, tenants: frozenset | None) -> str | None:
+    def check_write(self, name: str, spec: dict, tenants: frozenset | None, access: dict | None = None) -> str | None:
         """Hold a validated ``spec`` of job ``name`` to its tenant's policy and, for a token
         limited to ``tenants``, to them (node/tenancy.py); such a token's spec is marked written by
         it (``limited``: its tenant's policy, or the default one, holds it for good).
 
         :returns: the put's ``claim`` (tenancy.check_job). :raises Forbidden, Conflict:"""
-        claim = tenancy.check_job(self, tenants, name, spec)
+        claim = tenancy.check_job(self, tenants, name, spec, access)
         if tenants is not None:
             spec[LIMITED] = True
         return claim
@@ -156,9 +156,12 @@ class Service:
         now = self.clock.now_ms()
         specs = await batch.validate_all(jobs_raw, now)
         claims = {}
+        access = None
+        if tenants is not None:  # whose queues they are: one walk of the jobs for the whole batch
+            access = self.read(queries.queues_access, {s["queue"] for s in specs.values()}, set(specs))
         for name, spec in specs.items():
             try:
-                claims[name] = self.check_write(name, spec, tenants)
+                claims[name] = self.check_write(name, spec, tenants, access)
             except (Forbidden, Conflict) as e:
                 raise type(e)(f"job {name!r}: {e.message}", field=e.field, job=name,
                               **{k: v for k, v in e.extra.items() if k == "tenant"}) from None

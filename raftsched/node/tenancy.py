@@ -72,11 +72,13 @@ def check(route: Route, request: web.Request, p) -> None:
             raise NotFound(f"no tenant {request.match_info['name']!r}", field="name")
 
 
-def check_job(svc, tenants: frozenset | None, name: str, spec: dict) -> str | None:
+def check_job(svc, tenants: frozenset | None, name: str, spec: dict, access: dict | None = None) -> str | None:
     """For a handler that puts job ``name`` with ``spec`` (validated already), written by a
     token limited to ``tenants`` (None: every tenant). The tenant's policy holds every writer; a
     limited token is also held to its tenants, their queues and names not another tenant's.
 
+    :param access: queries.queues_access of the job's queue, when the caller read it already
+        (a batch: one walk for all its jobs); else it is read here.
     :returns: the tenant whose queue the job's queue becomes if it belongs to none (the put
         command's ``claim``), for a limited token; None otherwise.
     :raises Forbidden: naming the field: ``tenant`` (another tenant), ``executor.type`` or
@@ -93,7 +95,7 @@ def check_job(svc, tenants: frozenset | None, name: str, spec: dict) -> str | No
     if tenants is None:
         return None
     q = spec["queue"]
-    owners, users = svc.read(queries.queue_access, q, name)
+    owners, users = access[q] if access is not None and q in access else svc.read(queries.queue_access, q, name)
     if owners is not None and t not in owners:
         raise Forbidden(f"queue {q!r} is not one of tenant {t!r}'s queues; give the job a queue of its own, "
                         f"or ask an admin to share this one (PUT /v1/queues/{q} with tenants)",
