@@ -214,6 +214,9 @@ def test_the_async_client_calls_every_endpoint_of_a_live_cluster(cluster):
             t = await call("put_tenant", "async-t", 2.5, 3)
             assert t["rate_per_s"] == 2.5 and t["burst"] == 3
             assert any(x["name"] == "async-t" for x in (await call("tenants"))["tenants"])
+            t = await call("put_tenant", "async-t", executors=["http", "shell"], placement_labels={"tenant": "t"})
+            assert t["policy"]["executors"] == ["http", "shell"]
+            assert (await call("tenant", "async-t"))["policy"]["placement"] == {"labels": {"tenant": "t"}}
             assert (await call("delete_tenant", "async-t"))["deleted"] is True
 
             lk = await call("lock_acquire", "async-lock", "me", 5)

@@ -180,6 +180,10 @@ tenant_rate_per_s_min = 0.001
 tenant_rate_per_s_max = 100_000
 #: Largest burst (the size of a tenant's token bucket).
 tenant_burst_max = 1_000_000
+#: Tenants with a policy (core/tenants.py: executors, placement, network), and the networks
+#: one policy may allow its http runs to reach beyond the public ones.
+tenant_policies_max = 10_000
+tenant_network_allow_max = 64
 
 assert acquire_runs_max <= heartbeat_leases_max
 assert worker_slots_max <= heartbeat_leases_max

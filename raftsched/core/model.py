@@ -62,6 +62,9 @@ NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 #: LF in a value would start another header (header injection).
 HEADER_NAME_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+#: Headers that frame an HTTP request: the http executor sets them, a job may not (a Host of its
+#: choosing would reach another virtual host than the URL names; the others smuggle requests).
+FRAMING_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 #: A secret's name: an environment variable name (also sent as a header name to an http run).
 SECRET_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: What follows the ``@`` of a run id (``1780000000000``, ``...!manual-3``, ``...#bID``).
@@ -248,6 +251,9 @@ def validate_executor(raw: object) -> Record:
                 if _CONTROL_RE.search(v):
                     raise InvalidSpec("holds a control character such as CR or LF, which would end the "
                                       "header (the value is not shown)", field=f"executor.headers.{k}")
+                if k.lower() in FRAMING_HEADERS:
+                    raise InvalidSpec(f"{k} frames the request: the executor sets it, a job cannot",
+                                      field=f"executor.headers.{k}")
             out["headers"] = dict(h)
         return out
     ex = _obj(raw, "executor", {"type", "target"})
@@ -483,6 +489,10 @@ def validate_job(name: str, raw: object, now_ms: int | None = None) -> Record:
         _add_jitter(name, spec["schedule"], raw["jitter_s"])
     if "secrets" in raw:
         spec["secrets"] = validate_secrets(raw["secrets"])
+        for k in spec["secrets"]:  # an http run gets them as headers
+            if spec["executor"]["type"] == "http" and k.lower() in FRAMING_HEADERS:
+                raise InvalidSpec(f"{k} frames the request: an http job's secrets are sent as headers, and "
+                                  "the executor sets this one", field=f"secrets.{k}")
     if "keep_output" in raw:
         if not isinstance(raw["keep_output"], bool):
             raise InvalidSpec("must be true or false", field="keep_output")

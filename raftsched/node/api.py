@@ -22,8 +22,8 @@ from . import auth as auth_module
 from . import limits as node_limits
 from . import rotation, routes, tenancy
 from .http import (AUDIT, AUTH, BACKFILLS, FLEET, METRICS, PRINCIPAL, ROUTE_TABLE, SERVICE, TOKEN,  # noqa: F401 - re-exported
-                   TRIGGER, WORKER, bool_param, choice_param, int_param, json_body, label_params,
-                   optional_json_body, rid, state_param, tenants_of, time_param)
+                   TRIGGER, WORKER, bool_param, choice_param, client_key, int_param, json_body, label_params,
+                   optional_json_body, rid, scope_key, state_param, tenants_of, time_param)
 from .routes import CONSISTENT, OPEN, Param, Route, Tenancy
 from .backfills import BackfillService
 from .fleet import Fleet
@@ -223,9 +223,8 @@ async def put_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     name = request.match_info["name"]
     body = await json_body(request)
-    tenancy.check_spec(svc, tenants_of(request), name, body)
     create_only = request.headers.get("If-None-Match") == "*"
-    res = await svc.put_job(name, body, rid(request), create_only=create_only)
+    res = await svc.put_job(name, body, rid(request), create_only=create_only, tenants=tenants_of(request))
     return web.json_response(res, status=201 if res["created"] else 200)
 
 
@@ -242,12 +241,8 @@ async def put_jobs_batch(request: web.Request) -> web.Response:
         body = await json_body(request.clone(client_max_size=limit))
     except web.HTTPRequestEntityTooLarge:
         return too_large
-    tenants = tenants_of(request)
-    jobs = body.get("jobs") if isinstance(body, dict) else None
-    if tenants is not None and isinstance(jobs, dict):
-        for name, spec in jobs.items():
-            tenancy.check_spec(svc, tenants, name, spec)
-    return web.json_response(await svc.put_jobs(body, rid(request)))
+    return web.json_response(await svc.put_jobs(body, client_key(request), tenants_of(request),
+                                                lambda key: scope_key(request, key)))
 
 
 async def get_job(request: web.Request) -> web.Response:
@@ -286,7 +281,8 @@ async def job_runs(request: web.Request) -> web.Response:
     await svc.read_barrier(bool_param(request, "consistent"))
     limit = int_param(request, "limit", 100, 1, limits.history_per_job_max + limits.queue_depth_max)
     slot_ms = time_param(request, "slot")
-    return web.json_response(svc.job_runs(request.match_info["name"], limit, state_param(request), slot_ms))
+    return web.json_response(svc.job_runs(request.match_info["name"], limit, state_param(request), slot_ms,
+                                          tenants_of(request)))
 
 
 async def list_runs(request: web.Request) -> web.Response:
@@ -329,13 +325,20 @@ async def list_queues(request: web.Request) -> web.Response:
 
 async def put_queue(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(await svc.put_queue(request.match_info["name"], await json_body(request), rid(request)))
+    return web.json_response(await svc.put_queue(request.match_info["name"], await json_body(request), rid(request),
+                                                 tenants_of(request)))
 
 
 async def list_tenants(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     await svc.read_barrier(bool_param(request, "consistent"))
     return web.json_response(svc.list_tenants(tenants_of(request)))
+
+
+async def get_tenant(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    await svc.read_barrier(bool_param(request, "consistent"))
+    return web.json_response(svc.get_tenant(request.match_info["name"]))
 
 
 async def put_tenant(request: web.Request) -> web.Response:
@@ -542,13 +545,16 @@ ROUTES: tuple[Route, ...] = (
     # queues and tenants
     Route("GET", "/v1/queues", list_queues, _R, T.FILTERED, "every queue's depth, bounds and counts",
           params=(CONSISTENT,)),
-    Route("PUT", "/v1/queues/{name}", put_queue, "queues.write", T.QUEUE, "a queue's bounds and priority",
-          body="queue", errors=(422,)),
-    Route("GET", "/v1/tenants", list_tenants, _R, T.FILTERED, "every tenant's rate limit", params=(CONSISTENT,)),
-    Route("PUT", "/v1/tenants/{name}", put_tenant, "tenants.write", T.REFUSED, "a tenant's rate limit",
+    Route("PUT", "/v1/queues/{name}", put_queue, "queues.write", T.CHECKED,
+          "a queue's bounds, and the tenants it belongs to", body="queue", errors=(422,)),
+    Route("GET", "/v1/tenants", list_tenants, _R, T.FILTERED, "every tenant's rate limit and policy",
+          params=(CONSISTENT,)),
+    Route("GET", "/v1/tenants/{name}", get_tenant, _R, T.TENANT, "a tenant's rate limit and policy",
+          params=(CONSISTENT,), errors=(404,)),
+    Route("PUT", "/v1/tenants/{name}", put_tenant, "tenants.write", T.REFUSED, "a tenant's rate limit and/or policy",
           body="tenant", errors=(422,)),
-    Route("DELETE", "/v1/tenants/{name}", delete_tenant, "tenants.write", T.REFUSED, "remove a tenant's rate limit",
-          errors=(404,)),
+    Route("DELETE", "/v1/tenants/{name}", delete_tenant, "tenants.write", T.REFUSED,
+          "remove a tenant's rate limit and policy", errors=(404,)),
     # the dead-letter queue
     Route("GET", "/v1/dlq", list_dlq, _R, T.FILTERED, "dead runs, newest first",
           params=(CONSISTENT, _RUNS_PAGE, Param("queue", "string", "only this queue's"))),

@@ -9,20 +9,22 @@ or pysyncobj, nor how the state stores its records.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import uuid
 
 import msgpack
 
 from ..clock import Clock
 from ..core import bodies, commands, limits, model, policy, preview, queries, schedule
-from ..core.errors import InvalidSpec, NotFound, BadRequest, Unavailable
+from ..core.errors import BadRequest, Conflict, Forbidden, InvalidSpec, NotFound, Unavailable
 from ..core.model import check_name
+from ..core.tenants import LIMITED
 from .. import sealing
-from . import batch
+from . import batch, tenancy
 from ..proposer import Proposer
 from . import limits as node_limits
 from .redact import PROCESS_DEFAULT, Fingerprint, restore_redacted
-from .views import job_view, lock_view, run_view, tenant_view
+from .views import job_view, lock_view, policy_view, run_view, tenant_view
 
 
 def new_request_id() -> str:
@@ -96,16 +98,31 @@ class Service:
             memo[key] = schedule.next_slot_after(sched, cursor, anchor)
         return cursor, anchor, memo[key]
 
-    def unredact(self, name: str, raw):
+    def unredact(self, name: str, raw, tenants: frozenset | None = None):
         """``raw`` with the redacted values a read showed of job ``name``'s stored secrets put
-        back (node/redact.py). :raises InvalidSpec: a redacted value that matches none."""
+        back (node/redact.py); for a token limited to ``tenants``, only from a job of theirs (for
+        another tenant's, as for a name nobody uses). :raises InvalidSpec: a redacted value that
+        matches none."""
         if not isinstance(raw, dict) or not isinstance(name, str):
             return raw
 
         def stored():
             old = self.read(queries.job, name)
-            return old["spec"] if old is not None else None
+            if old is None or (tenants is not None and old["spec"]["tenant"] not in tenants):
+                return None
+            return old["spec"]
         return restore_redacted(raw, stored, self.fingerprint)
+
+    def check_write(self, name: str, spec: dict, tenants: frozenset | None, access: dict | None = None) -> str | None:
+        """Hold a validated ``spec`` of job ``name`` to its tenant's policy and, for a token
+        limited to ``tenants``, to them (node/tenancy.py); such a token's spec is marked written by
+        it (``limited``: its tenant's policy, or the default one, holds it for good).
+
+        :returns: the put's ``claim`` (tenancy.check_job). :raises Forbidden, Conflict:"""
+        claim = tenancy.check_job(self, tenants, name, spec, access)
+        if tenants is not None:
+            spec[LIMITED] = True
+        return claim
 
     def job_view(self, job: dict) -> dict:
         """``job`` (queries.job) as the API shows it, secrets redacted."""
@@ -151,43 +168,62 @@ class Service:
                                   f"{limits.command_bytes_max - 1024}", field=None)
         return out
 
-    async def seal(self, name: str, spec: dict) -> dict:
+    async def seal(self, name: str, spec: dict, tenants: frozenset | None = None) -> dict:
         """A validated ``spec`` as it is proposed: the redacted values a read showed put back
-        (their stored, sealed values), every value in clear sealed. Nothing is stored in clear:
-        a node that cannot seal refuses (``seal_key``)."""
-        spec = self.unredact(name, spec)
+        (their stored, sealed values; for a token limited to ``tenants``, only from a job of
+        theirs), every value in clear sealed. Nothing is stored in clear: a node that cannot seal
+        refuses (``seal_key``)."""
+        spec = self.unredact(name, spec, tenants)
         if not sealing.has_clear(spec):
             return spec
         return self.seal_with(await self.seal_key(), name, spec)
 
-    async def put_job(self, name: str, raw, rid: str | None, create_only: bool = False) -> dict:
+    async def put_job(self, name: str, raw, rid: str | None, create_only: bool = False,
+                      tenants: frozenset | None = None) -> dict:
+        """Create or replace job ``name``: the body is validated first (a redacted value is
+        text that passes), then held to its tenant's policy and to the token's ``tenants``
+        (check_write), then sealed (its redacted values put back), then proposed."""
         now = self.clock.now_ms()
-        # Validated as sent (a redacted value is text that passes), then sealed.
-        spec = await self.seal(name, model.validate_job(name, raw, now))
+        spec = model.validate_job(name, raw, now)
+        claim = self.check_write(name, spec, tenants)
+        spec = await self.seal(name, spec, tenants)
         cursor, anchor, nxt = self._position(name, spec["schedule"], now)
         cmd = commands.put_job(now, rid or new_request_id(), name=name, spec=spec, next=nxt, cursor=cursor,
-                               anchor=anchor, create_only=create_only)
+                               anchor=anchor, create_only=create_only, claim=claim)
         res = await self.propose(cmd)
         return self._out(res, {"job": name, "created": res.get("created", False), "next_slot": schedule.iso(nxt)})
 
-    async def put_jobs(self, body, key: str | None) -> dict:
+    async def put_jobs(self, body, key: str | None, tenants: frozenset | None = None,
+                       scope=None) -> dict:
         """Create or replace many jobs: ``POST /v1/jobs:batch`` (node/batch.py: validate every
-        job, cut them into put_jobs commands with request ids derived from ``key``, propose
-        the commands concurrently, merge their results).
+        job, hold each to its tenant's policy and the token's ``tenants`` as a PUT is, cut them
+        into put_jobs commands with request ids derived from ``key`` (``scope(key)``: the
+        caller's, node/http.py), propose the commands concurrently, merge their results).
 
         :returns: ``{"jobs": {name: result}, "created", "replaced", "conflicts", "commands"}``.
-        :raises RaftschedError: as batch.merge, when a command failed.
+        :raises RaftschedError: as batch.merge, when a command failed; Forbidden or Conflict
+            naming the first job a check refused (nothing is proposed then).
         """
         jobs_raw, create_only = batch.parse_body(body)
         key = key or new_request_id()
         now = self.clock.now_ms()
         specs = await batch.validate_all(jobs_raw, now)
+        claims = {}
+        access = None
+        if tenants is not None:  # whose queues they are: one walk of the jobs for the whole batch
+            access = self.read(queries.queues_access, {s["queue"] for s in specs.values()}, set(specs))
+        for name, spec in specs.items():
+            try:
+                claims[name] = self.check_write(name, spec, tenants, access)
+            except (Forbidden, Conflict) as e:
+                raise type(e)(f"job {name!r}: {e.message}", field=e.field, job=name,
+                              **{k: v for k, v in e.extra.items() if k == "tenant"}) from None
         kid = None
         for k, (name, spec) in enumerate(specs.items()):
             if k and k % node_limits.batch_validate_step == 0:
                 await asyncio.sleep(0)  # a yield, not a wait (sealing costs ~10 us a value)
             try:
-                spec = self.unredact(name, spec)
+                spec = self.unredact(name, spec, tenants)
                 if sealing.has_clear(spec):
                     kid = kid or await self.seal_key()
                     spec = self.seal_with(kid, name, spec)
@@ -196,8 +232,8 @@ class Service:
                                   errors=[{"job": name, "field": e.field, "message": e.message}]) from None
             specs[name] = spec
         memo: dict = {}
-        chunks, datas = await batch.cut(specs, create_only, key, now,
-                                        lambda name, sched: self._position(name, sched, now, memo))
+        chunks, datas = await batch.cut(specs, create_only, scope(key) if scope is not None else key, now,
+                                        lambda name, sched: self._position(name, sched, now, memo), claims)
 
         window = asyncio.Semaphore(node_limits.put_jobs_in_flight_max)
 
@@ -244,11 +280,19 @@ class Service:
         return self._out(res, {"job": name, "run": res["run"], "state": res["state"]})
 
     # ------------------------------------------------------------------ queues and tenants
-    async def put_queue(self, name: str, body, rid: str | None) -> dict:
+    async def put_queue(self, name: str, body, rid: str | None, tenants: frozenset | None = None) -> dict:
+        """Configure queue ``name``; a token limited to ``tenants`` configures only theirs, and a
+        queue it configures becomes theirs (tenancy.check_queue)."""
         q = bodies.validate_queue(name, body)
+        if tenants is not None:
+            tenancy.check_queue(self, tenants, name, q)
         res = await self.propose(commands.put_queue(self.clock.now_ms(), rid or new_request_id(), name=name,
                                                     fields=q))
-        return self._out(res, {"queue": name, **q})
+        out = {"queue": name, **q}
+        owners = self.read(queries.queue_access, name, None)[0]
+        if owners is not None:
+            out["tenants"] = owners
+        return self._out(res, out)
 
     def list_queues(self, tenants: frozenset | None = None) -> dict:
         """Every queue's figures; with ``tenants``, of the queues their jobs use only."""
@@ -264,10 +308,22 @@ class Service:
         return {"queues": qs}
 
     async def put_tenant(self, name: str, body, rid: str | None) -> dict:
-        t = bodies.validate_tenant(name, body)
-        res = await self.propose(commands.put_tenant(self.clock.now_ms(), rid or new_request_id(), name=name,
-                                                     fields=t))
-        return self._out(res, {"tenant": name, "rate_per_s": t["rate_milli"] / 1000, "burst": t["burst"]})
+        """Set a tenant's rate limit and/or its policy (one command each: a rate limit with
+        ``put_tenant``, a policy with ``put_tenant_policy``, whose request id is derived from
+        ``rid`` so a retry of the same request applies each once)."""
+        rate, pol = bodies.validate_tenant_body(name, body)
+        rid = rid or new_request_id()
+        out: dict = {"tenant": name}
+        res: dict = {}
+        if rate is not None:
+            res = await self.propose(commands.put_tenant(self.clock.now_ms(), rid, name=name, fields=rate))
+            out = self._out(res, dict(out, rate_per_s=rate["rate_milli"] / 1000, burst=rate["burst"]))
+        if pol is not None:
+            prid = rid if rate is None else "tp-" + hashlib.blake2b(rid.encode("utf-8", "backslashreplace"),
+                                                                   digest_size=16).hexdigest()
+            res = await self.propose(commands.put_tenant_policy(self.clock.now_ms(), prid, name=name, fields=pol))
+            out = self._out(res, dict(out, policy=policy_view(pol)))
+        return out
 
     async def delete_tenant(self, name: str, rid: str | None) -> dict:
         check_name(name, "tenant", limits.tenant_name_chars_max)
@@ -275,8 +331,15 @@ class Service:
         return self._out(res, {"tenant": name, "deleted": True})
 
     def list_tenants(self, tenants: frozenset | None = None) -> dict:
-        return {"tenants": [tenant_view(t) for t in self.read(queries.tenants)
+        """Every tenant with a rate limit or a policy (of ``tenants`` only, when given)."""
+        return {"tenants": [tenant_view(t) for t in self.read(queries.tenant_configs)
                             if tenants is None or t["name"] in tenants]}
+
+    def get_tenant(self, name: str) -> dict:
+        """Tenant ``name``'s rate limit, policy and the policy its limited tokens' jobs are held to."""
+        check_name(name, "tenant", limits.tenant_name_chars_max)
+        t = self.read(queries.tenant_config, name)
+        return dict(tenant_view(t), effective_policy=policy_view(t["effective"]))
 
     # ------------------------------------------------------------------ dead-letter queue
     def list_dlq(self, queue: str | None, limit: int, tenants: frozenset | None = None) -> dict:
@@ -385,9 +448,12 @@ class Service:
         page["jobs"] = [self.job_view(j) for j in page["jobs"]]
         return page
 
-    def job_runs(self, name: str, limit: int, state_filter: str | None, slot_ms: int | None) -> dict:
+    def job_runs(self, name: str, limit: int, state_filter: str | None, slot_ms: int | None,
+                 tenants: frozenset | None = None) -> dict:
+        """Job ``name``'s runs; with ``tenants``, those of these tenants only (a run belongs to
+        the tenant its job had when the run was made)."""
         check_name(name)
-        out = self.read(queries.job_runs, name, limit, state_filter, slot_ms)
+        out = self.read(queries.job_runs, name, limit, state_filter, slot_ms, tenants)
         out["runs"] = self._views(out["runs"])
         return out
 

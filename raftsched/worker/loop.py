@@ -592,7 +592,7 @@ class LeaseLoop:
             else:
                 out = await execute(masking.deliver(g["executor"], g.get("secrets")), ctx, g["timeout_s"], cancel=h.cancel,
                                     allowed_types=self.allowed_types, kill_grace_s=self.kill_grace_s,
-                                    http_session=self._session)
+                                    http_session=self._session, network=g.get("network"))
             self._executed(h, t0, out)
         except asyncio.CancelledError:
             self._release(h)
