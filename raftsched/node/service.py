@@ -180,11 +180,13 @@ class Service:
 
     async def put_job(self, name: str, raw, rid: str | None, create_only: bool = False,
                       tenants: frozenset | None = None) -> dict:
-        """Create or replace job ``name``: the body is validated first (a redacted value is
-        text that passes), then held to its tenant's policy and to the token's ``tenants``
-        (check_write), then sealed (its redacted values put back), then proposed."""
+        """Create or replace job ``name``: the body is validated first, then held to its
+        tenant's policy and to the token's ``tenants`` (check_write), then sealed, then proposed."""
         now = self.clock.now_ms()
-        spec = model.validate_job(name, raw, now)
+        # Validated as sent (a redacted value is text that passes), its redacted values put back
+        # (their stored, sealed bytes: a 422 for one that matches none of this token's jobs, as
+        # for a free name), held to the rules, then its values in clear sealed.
+        spec = self.unredact(name, model.validate_job(name, raw, now), tenants)
         claim = self.check_write(name, spec, tenants)
         spec = await self.seal(name, spec, tenants)
         cursor, anchor, nxt = self._position(name, spec["schedule"], now)
@@ -208,6 +210,12 @@ class Service:
         key = key or new_request_id()
         now = self.clock.now_ms()
         specs = await batch.validate_all(jobs_raw, now)
+        for name, spec in specs.items():
+            try:
+                specs[name] = self.unredact(name, spec, tenants)
+            except InvalidSpec as e:
+                raise InvalidSpec(f"job {name!r}: {e.message}", field=e.field, job=name, invalid=1,
+                                  errors=[{"job": name, "field": e.field, "message": e.message}]) from None
         claims = {}
         access = None
         if tenants is not None:  # whose queues they are: one walk of the jobs for the whole batch
@@ -223,7 +231,6 @@ class Service:
             if k and k % node_limits.batch_validate_step == 0:
                 await asyncio.sleep(0)  # a yield, not a wait (sealing costs ~10 us a value)
             try:
-                spec = self.unredact(name, spec, tenants)
                 if sealing.has_clear(spec):
                     kid = kid or await self.seal_key()
                     spec = self.seal_with(kid, name, spec)
