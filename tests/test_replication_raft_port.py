@@ -15,6 +15,7 @@ import time
 
 import msgpack
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 from pysyncobj import pickle as pysyncobj_pickle
 from pysyncobj.monotonic import monotonic
 from pysyncobj.poller import POLL_EVENT_TYPE, createPoller
@@ -22,6 +23,7 @@ from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
 from pysyncobj.tcp_server import SERVER_STATE, TcpServer
 
 from raftsched.core import limits
+from raftsched.node.metrics import _RaftPortCollector
 from raftsched.replication import RAFT_CONF_DEFAULTS, RaftNode, install, make_conf
 from raftsched.replication._connection import _BoundedConnection, _BoundedServer
 from raftsched.replication._crypto import _AeadEncryptor
@@ -402,9 +404,14 @@ def test_a_16_mib_frame_and_100_idle_connections_neither_stall_nor_depose_the_le
             # Idle connections are dropped within the authentication bound (2 s) and a tick.
             closed = _closed_by_peer(idle, timeout_s=max(0.0, opened + 4.0 - time.monotonic()))
             assert len(closed) == len(idle), f"{len(idle) - len(closed)} of 100 still open"
-            # The drops are counted by reason.
+            # The drops are counted by reason, and exported.
             dropped = node.status()["connections_dropped"]
             assert dropped["frame_too_large"] >= 1 and dropped["auth_timeout"] >= 100, dropped
+            registry = CollectorRegistry(auto_describe=False)
+            registry.register(_RaftPortCollector(node))
+            text = generate_latest(registry).decode()
+            n = dropped["auth_timeout"]
+            assert f'raftsched_raft_connections_dropped_total{{reason="auth_timeout"}} {n}.0' in text
             # And the cluster is whole.
             await wait_until(lambda: node.status()["peers_connected"] == sorted(
                 set(c.addrs) - {leader}), 5, "the members still connected")
