@@ -36,6 +36,13 @@ _ACCEPT_TRANSIENT = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR, err
                                errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED,
                                errno.EPROTO, errno.EPERM})
 
+#: The listening socket's accept queue (pysyncobj: 5), and the connections taken from it per
+#: poll event (pysyncobj: 1). With one a tick, a burst of strangers' connections filled the queue
+#: and a member's connect waited in the kernel for SYN-ACK retries (seconds), and connections
+#: that would be dropped after authTimeout lived on in the queue for up to 15 s first.
+_BACKLOG = 128
+_ACCEPTS_PER_EVENT = 64
+
 DropCallback = Callable[["_BoundedConnection", str, str], None]
 
 
@@ -182,8 +189,9 @@ class _BoundedConnection(TcpConnection):
 
 
 class _BoundedServer(TcpServer):
-    """pysyncobj's server, making each accepted connection with ``make_connection(sock)``, and
-    staying bound through an ``accept`` error that does not break the listening socket."""
+    """pysyncobj's server, making each accepted connection with ``make_connection(sock)``,
+    draining its accept queue at each event (``_BACKLOG``, ``_ACCEPTS_PER_EVENT``), and staying
+    bound through an ``accept`` error that does not break the listening socket."""
 
     def __init__(self, poller, host, port, onNewConnection, *, make_connection,
                  sendBufferSize, recvBufferSize, **kwargs):
@@ -193,15 +201,23 @@ class _BoundedServer(TcpServer):
         self._on_new_connection = onNewConnection
         self._buffer_sizes = (sendBufferSize, recvBufferSize)
 
+    def bind(self):
+        super().bind()
+        self._TcpServer__socket.listen(_BACKLOG)  # again: a listening socket takes the new size
+
     def _TcpServer__onNewConnection(self, descr, event):
         if event & POLL_EVENT_TYPE.READ:
-            try:
-                sock, _ = self._TcpServer__socket.accept()
-            except OSError as e:
-                if e.errno not in _ACCEPT_TRANSIENT:
-                    self.unbind()
+            for _ in range(_ACCEPTS_PER_EVENT):
+                listener = self._TcpServer__socket
+                if listener is None:
                     return
-            else:
+                try:
+                    sock, _ = listener.accept()
+                except OSError as e:
+                    if e.errno not in _ACCEPT_TRANSIENT:
+                        self.unbind()
+                        return
+                    break  # the queue is empty (EAGAIN), or try again at the next event
                 try:
                     send_size, recv_size = self._buffer_sizes
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_size)
@@ -211,8 +227,8 @@ class _BoundedServer(TcpServer):
                     conn = self._make_connection(sock)
                 except OSError:
                     sock.close()  # reset before we got to it
-                else:
-                    self._on_new_connection(conn)
+                    continue
+                self._on_new_connection(conn)
         if event & POLL_EVENT_TYPE.ERROR:
             self.unbind()
 
