@@ -20,7 +20,7 @@ from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.tcp_server import TcpServer
 
-from ._frames import FrameReader, FrameTooLarge
+from ._frames import HEADER_BYTES, FrameReader, FrameTooLarge
 
 #: Why a connection was dropped (the keys of ``RaftNode.status()["connections_dropped"]``):
 #: ``frame_too_large``: a frame header announced more than the cap (before authentication, more
@@ -52,7 +52,8 @@ class _BoundedConnection(TcpConnection):
     - Frame caps: ``first_cap`` until a frame has verified under the secret (``authenticated``),
       ``cap`` after; a header over the cap drops the connection as soon as it is read.
     - It reads ahead at most one frame of the current cap before parsing (pysyncobj read until
-      the socket was empty), so a stranger's bytes never pile up behind a small first frame.
+      the socket was empty), so a stranger's bytes never pile up behind a small first frame: at
+      most ~300 bytes of a connection are read before its first frame is checked.
     - The send buffer is a bytearray, sent from its front (``del`` of a prefix is cheap), not a
       ``bytes`` copied after every ``send`` call.
     - ``admit_by``: when ``RaftTransport`` drops it unless it has authenticated (and, on an
@@ -110,8 +111,14 @@ class _BoundedConnection(TcpConnection):
 
     def _TcpConnection__processRead(self):
         sock = self._TcpConnection__socket
+        cap = self.frame_cap()
+        # At most up to a whole frame of the cap (after a parse, less than that is buffered: a
+        # frame still incomplete), so a stranger gets ~300 bytes read, not a socket buffer's worth.
+        want = min(self._TcpConnection__recvBufferSize, cap + HEADER_BYTES - self._frames.buffered)
+        if want <= 0:
+            return False
         try:
-            incoming = sock.recv(self._TcpConnection__recvBufferSize)
+            incoming = sock.recv(want)
         except OSError as e:
             if e.errno not in (errno.EAGAIN, errno.EWOULDBLOCK):
                 self.disconnect()
@@ -119,13 +126,12 @@ class _BoundedConnection(TcpConnection):
         if not incoming:
             self.disconnect()
             return False
-        cap = self.frame_cap()
         try:
             self._frames.feed(incoming, cap)
         except FrameTooLarge as e:
             self.drop("frame_too_large", str(e))
             return False
-        return self._frames.buffered < cap + 4  # read on while no whole frame of the cap is in
+        return self._frames.buffered < cap + HEADER_BYTES  # read on until a whole frame may be in
 
     def _TcpConnection__processParseMessage(self):
         if self.state == pysyncobj_tcp_connection.CONNECTION_STATE.DISCONNECTED:

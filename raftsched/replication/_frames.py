@@ -1,6 +1,6 @@
 """Frames on the Raft port: ``FrameReader``, which cuts a byte stream into pysyncobj's frames with
 a cap on the length checked before the frame is buffered, and the caps themselves, derived from
-the configuration (``frame_bytes_max``, ``FIRST_FRAME_BYTES_MAX``).
+the configuration (``frame_bytes_max``, ``first_frame_bytes_max``).
 
 pysyncobj frames every message as a 4-byte length (``struct`` ``'i'``, native order) followed by
 that many bytes, the sealed message (``_crypto.py``). Its own reader believed any length, kept
@@ -43,16 +43,31 @@ _MESSAGE_FIXED_MAX = 1024
 #: What a log entry adds to the command it carries: pysyncobj's command-type byte and the pickled
 #: call ``(method id, (payload,), {})``. [~30 bytes]
 _COMMAND_WRAPPER_MAX = 128
-#: A frame's bytes beyond its pickle: the uncompressed marker (``_transport._Uncompressed``) and
-#: AES-GCM's version, salt, timestamp, nonce and tag (``_crypto._AeadEncryptor``).
-_SEALED_EXTRA = 1 + _AeadEncryptor._NONCE_END + _AeadEncryptor._TAG
 #: pysyncobj's connection keys (``os.urandom(32)``).
 _KEY_BYTES = 32
+#: The key exchange's pickle: a connection key, or the pair of keys that answers it. [197 bytes
+#: for the pair]
+_KEY_EXCHANGE_PICKLE_MAX = 2 * (2 * _KEY_BYTES + _BYTES_OPCODES_MAX) + 64
 
-#: The first frame on a connection, the only one read before the peer has proved it holds the
-#: secret: a connection key, or the pair of keys that answers it (the key exchange), pickled and
-#: sealed. [197 bytes of pickle for the pair]
-FIRST_FRAME_BYTES_MAX = _SEALED_EXTRA + 2 * (2 * _KEY_BYTES + _BYTES_OPCODES_MAX) + 64
+
+def sealed_bytes_max(pickle_bytes: int, encryptor) -> int:
+    """The longest frame that carries a pickle of at most ``pickle_bytes``: the uncompressed
+    marker (``_transport._Uncompressed``), then the encryptor's sealing. raftsched's own
+    (``_AeadEncryptor``) adds its version, salt, timestamp, nonce and tag; pysyncobj's Fernet
+    (its ``password`` alone: ``scripts/baselines/raw_raft.py``) is url-safe base64 of a version,
+    a timestamp, an IV, the data padded to whole 16-byte blocks and an HMAC."""
+    n = pickle_bytes + 1
+    if not encryptor:
+        return n
+    if isinstance(encryptor, _AeadEncryptor):
+        return n + _AeadEncryptor._NONCE_END + _AeadEncryptor._TAG
+    return 4 * -(-(1 + 8 + 16 + (n // 16 + 1) * 16 + 32) // 3)
+
+
+def first_frame_bytes_max(encryptor) -> int:
+    """The first frame on a connection, the only one read before the peer has proved it holds
+    the secret: the key exchange's, sealed (310 bytes with ``_AeadEncryptor``)."""
+    return sealed_bytes_max(_KEY_EXCHANGE_PICKLE_MAX, encryptor)
 
 
 def entry_bytes_max(command_bytes_max: int) -> int:
@@ -63,10 +78,12 @@ def entry_bytes_max(command_bytes_max: int) -> int:
     return 4 * command_bytes_max + _COMMAND_WRAPPER_MAX
 
 
-def frame_bytes_max(*, batch_bytes: int, chunk_bytes: int, command_bytes_max: int) -> int:
+def frame_bytes_max(*, batch_bytes: int, chunk_bytes: int, command_bytes_max: int,
+                    encryptor) -> int:
     """The largest frame a member of this configuration sends, from three settings:
     ``appendEntriesBatchSizeBytes`` (``batch_bytes``), ``logCompactionBatchSize`` (``chunk_bytes``,
-    the snapshot's part size) and ``limits.command_bytes_max``. The largest of:
+    the snapshot's part size) and ``limits.command_bytes_max``, sealed by ``encryptor``. The
+    largest of:
 
     - an append_entries with entries. pysyncobj adds entries while the total of their lengths is
       below ``batch_bytes`` (``__getEntries``), so the entries but the last total at most
@@ -77,13 +94,14 @@ def frame_bytes_max(*, batch_bytes: int, chunk_bytes: int, command_bytes_max: in
 
     The first is the largest with the defaults: ~4.4 MiB, most of it the opcodes of 65 535 one-byte
     entries, which a real log never holds (commands are tens of bytes at least). Only a peer
-    that has proved it holds the secret gets this cap; before that, ``FIRST_FRAME_BYTES_MAX``.
+    that has proved it holds the secret gets this cap; before that, ``first_frame_bytes_max``.
     """
     entries = ((batch_bytes - 1) * (2 + _ENTRY_OPCODES_MAX)
                + 2 * entry_bytes_max(command_bytes_max) + _ENTRY_OPCODES_MAX)
     entry_part = 2 * batch_bytes + _BYTES_OPCODES_MAX
     snapshot_part = 2 * chunk_bytes + _BYTES_OPCODES_MAX
-    return _SEALED_EXTRA + _MESSAGE_FIXED_MAX + max(entries, entry_part, snapshot_part)
+    return sealed_bytes_max(_MESSAGE_FIXED_MAX + max(entries, entry_part, snapshot_part),
+                            encryptor)
 
 
 class FrameTooLarge(ValueError):
@@ -102,7 +120,7 @@ class FrameReader:
     byte is moved at most once more). A header is checked against the cap as soon as its four
     bytes are in, before any of its frame is buffered: ``feed`` and ``next_frame`` raise
     ``FrameTooLarge`` then. The cap is an argument of each call because it changes with the
-    connection's state (``FIRST_FRAME_BYTES_MAX`` until the peer has authenticated).
+    connection's state (``first_frame_bytes_max`` until the peer has authenticated).
     """
 
     __slots__ = ("_buf", "_pos")

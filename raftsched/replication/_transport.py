@@ -16,7 +16,7 @@ from pysyncobj.transport import TCPTransport
 
 from ..core import limits
 from ._connection import DROP_REASONS, _BoundedConnection, _BoundedServer
-from ._frames import FIRST_FRAME_BYTES_MAX, frame_bytes_max
+from ._frames import first_frame_bytes_max, frame_bytes_max
 from .conf import RAFT_PORT_DEFAULTS
 
 logger = logging.getLogger("raftsched.replication")  # one logger for the package (docs/operations.md)
@@ -71,10 +71,13 @@ class RaftTransport(TCPTransport):
         self._created = monotonic()
         self._bind_warned_at = 0.0
         conf = syncObj.conf
-        #: The largest frame a member of this configuration sends (_frames.py).
+        #: The largest frame a member of this configuration sends, and the largest one before the
+        #: key exchange (_frames.py), under the encryptor SyncObj made before its transport.
         self.frame_cap = frame_bytes_max(batch_bytes=conf.appendEntriesBatchSizeBytes,
                                          chunk_bytes=conf.logCompactionBatchSize,
-                                         command_bytes_max=limits.command_bytes_max)
+                                         command_bytes_max=limits.command_bytes_max,
+                                         encryptor=syncObj.encryptor)
+        self.first_frame_cap = first_frame_bytes_max(syncObj.encryptor)
         self._auth_timeout_s = float(auth_timeout_s)
         self._dropped = dropped if dropped is not None else {}
         for reason in DROP_REASONS:
@@ -91,7 +94,7 @@ class RaftTransport(TCPTransport):
     def _new_connection(self, sock=None) -> _BoundedConnection:
         conf = self._syncObj.conf
         return _BoundedConnection(
-            self._syncObj._poller, cap=self.frame_cap, first_cap=FIRST_FRAME_BYTES_MAX,
+            self._syncObj._poller, cap=self.frame_cap, first_cap=self.first_frame_cap,
             auth_timeout_s=self._auth_timeout_s, on_drop=self._note_drop, stats=self._counters,
             sock=sock,
             timeout=conf.connectionTimeout, sendBufferSize=conf.sendBufferSize,
