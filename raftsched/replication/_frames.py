@@ -29,11 +29,12 @@ HEADER_BYTES = _LENGTH.size
 
 #: Opcodes around one pickled bytes object: the str's BINUNICODE header (5), memo gets of
 #: ``codecs.encode`` and ``'latin1'`` (5 each), TUPLE2 and REDUCE (2), memo puts of the str and the
-#: result (5 each): 27. [a 2-byte entry's share of a long list: 57.5 bytes with two 64-bit ints]
+#: result (5 each): 27.
 _BYTES_OPCODES_MAX = 32
 #: One log entry ``(command, index, term)`` in an append_entries' list, beyond 2 bytes per byte
 #: of its command: the command's opcodes (32), two ints below 2**64 as LONG1 (11 each), TUPLE3 and
-#: its memo put (6), the list's MARK and APPENDS every 1000 items (< 1).
+#: its memo put (6), the list's MARK and APPENDS every 1000 items (< 1). [an entry of a 2-byte
+#: command in a long list, with 64-bit ints: 57.5 bytes, 4 of them the command's]
 _ENTRY_OPCODES_MAX = 64
 #: Everything in a message that is not a command or a chunk of data: the pickle's header and STOP,
 #: the ``codecs.encode`` global spelled out once, the dict, its keys, its ints and flags, and the
@@ -41,7 +42,7 @@ _ENTRY_OPCODES_MAX = 64
 #: parts, the widest template]
 _MESSAGE_FIXED_MAX = 1024
 #: What a log entry adds to the command it carries: pysyncobj's command-type byte and the pickled
-#: call ``(method id, (payload,), {})``. [~30 bytes]
+#: call ``(method id, (payload,))``. [~30 bytes]
 _COMMAND_WRAPPER_MAX = 128
 #: pysyncobj's connection keys (``os.urandom(32)``).
 _KEY_BYTES = 32

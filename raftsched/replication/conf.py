@@ -76,7 +76,8 @@ RAFT_PORT_DEFAULTS: dict[str, Any] = {
     # does it in one round trip and two ticks (milliseconds); pysyncobj kept a silent stranger's
     # connection open for as long as it liked (100 of them stayed 12 s and more). 2.0 s =
     # connectionTimeout: a peer whose tick thread stalls that long would be dropped anyway. The
-    # time the node's own tick thread was stalled does not count (RaftTransport).
+    # time the node's own tick thread was stalled does not count (RaftTransport). (pysyncobj's
+    # admin utility, which raftsched does not use, never names itself: it would be dropped too.)
     "authTimeout": 2.0,
 }
 

@@ -17,13 +17,13 @@ from pysyncobj.config import FAIL_REASON
 from ..aio import LoopInbox
 from ..core import limits
 from ..core.errors import Indeterminate, LimitExceeded, Unavailable
+from ._connection import DROP_REASONS
 from ._consumer import BARRIER_NOOP, _StateConsumer, replica_lock
 from ._crypto import _AeadEncryptor
 from ._install import install
 from ._syncobj import _SyncObj
 from ._transport import RaftTransport
 from ._watch import ReplicationWatch
-from ._connection import DROP_REASONS
 from .conf import (_RESERVED_CONF_KEYS, RAFT_CONF_DEFAULTS, RAFT_PORT_DEFAULTS, make_conf,
                    make_port_options)
 
@@ -154,7 +154,8 @@ class RaftNode:
         self._on_role_change = on_role_change
         self._dial_map = dict(dial_map or {})
         self._barrier_command = BARRIER_NOOP if barrier_command is None else bytes(barrier_command)
-        #: keepalives (the transport's), and log entries vs commands proposed (group commit)
+        #: keepalives and the longest frame received (the transport's), and log entries vs
+        #: commands proposed (group commit)
         self.counters: dict[str, int] = {"log_entries_proposed": 0, "commands_proposed": 0}
         #: connections the Raft port dropped, by reason (the transport's; ``status()``)
         self.connections_dropped: dict[str, int] = dict.fromkeys(DROP_REASONS, 0)
