@@ -9,7 +9,7 @@ import textwrap
 import zlib
 
 import pytest
-from pysyncobj import SyncObj, journal, serializer, tcp_connection
+from pysyncobj import SyncObj, journal, serializer, tcp_connection, tcp_server
 
 from raftsched.replication import install
 from raftsched.replication._storage import _FastGzip, _JournalFile
@@ -69,6 +69,9 @@ def test_install_is_idempotent():
     (serializer, "gzip", "serializer.gzip"),
     (journal, "ResizableFile", "journal.FileJournal -> ResizableFile"),
     (tcp_connection, "zlib", "tcp_connection.zlib"),
+    (tcp_connection.TcpConnection, "_TcpConnection__processParseMessage",
+     "TcpConnection._TcpConnection__processParseMessage"),
+    (tcp_server.TcpServer, "_TcpServer__onNewConnection", "TcpServer._TcpServer__onNewConnection"),
 ])
 def test_install_refuses_a_pysyncobj_without_an_internal_it_replaces_and_changes_nothing(
         monkeypatch, owner, name, missing):

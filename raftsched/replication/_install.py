@@ -19,6 +19,7 @@ from pysyncobj import journal as _pysyncobj_journal
 from pysyncobj import serializer as _pysyncobj_serializer
 from pysyncobj import tcp_connection as _pysyncobj_tcp_connection
 
+from ._connection import missing_internals as _connection_missing_internals
 from ._storage import _FastGzip, _JournalFile
 from ._syncobj import _OVERRIDDEN, HELD_ENTRIES_LOG_FILTER, PYSYNCOBJ_LOGGER
 from ._transport import _Uncompressed
@@ -38,6 +39,7 @@ def missing_internals() -> list[str]:
     if not ("ResizableFile" in _pysyncobj_journal.FileJournal.__init__.__code__.co_names
             and hasattr(_pysyncobj_journal, "ResizableFile")):  # _JournalFile stands in for it
         missing.append("journal.FileJournal -> ResizableFile")
+    missing += _connection_missing_internals()  # RaftTransport's connections and server
     return missing
 
 

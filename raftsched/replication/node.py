@@ -17,13 +17,15 @@ from pysyncobj.config import FAIL_REASON
 from ..aio import LoopInbox
 from ..core import limits
 from ..core.errors import Indeterminate, LimitExceeded, Unavailable
+from ._connection import DROP_REASONS
 from ._consumer import BARRIER_NOOP, _StateConsumer, replica_lock
 from ._crypto import _AeadEncryptor
 from ._install import install
 from ._syncobj import _SyncObj
 from ._transport import RaftTransport
 from ._watch import ReplicationWatch
-from .conf import _RESERVED_CONF_KEYS, RAFT_CONF_DEFAULTS, make_conf
+from .conf import (_RESERVED_CONF_KEYS, RAFT_CONF_DEFAULTS, RAFT_PORT_DEFAULTS, make_conf,
+                   make_port_options)
 
 logger = logging.getLogger("raftsched.replication")  # one logger for the package (docs/operations.md)
 
@@ -107,7 +109,8 @@ class RaftNode:
         gains or loses leadership.
     :param dial_map: ``{peer_addr: proxy_addr}``: dial the proxy instead of the peer.
     :param conf_overrides: SyncObjConf options over ``RAFT_CONF_DEFAULTS`` (not the reserved
-        ones: password, files, bind address, callbacks, membership, serializer, fork).
+        ones: password, files, bind address, callbacks, membership, serializer, fork), and the
+        Raft port's own over ``RAFT_PORT_DEFAULTS`` (``authTimeout``).
     :param barrier_command: the bytes ``barrier()`` proposes; by default ``BARRIER_NOOP``, which
         never reaches the state.
     :raises RuntimeError: when this pysyncobj's internals are not the ones ``install`` expects.
@@ -136,6 +139,8 @@ class RaftNode:
         reserved = sorted(set(overrides) & _RESERVED_CONF_KEYS)
         if reserved:
             raise ValueError(f"conf_overrides may not set {', '.join(reserved)}")
+        self._port_options = make_port_options(
+            **{k: overrides.pop(k) for k in list(overrides) if k in RAFT_PORT_DEFAULTS})
         if barrier_command is not None:
             _check_command(barrier_command)
 
@@ -149,8 +154,11 @@ class RaftNode:
         self._on_role_change = on_role_change
         self._dial_map = dict(dial_map or {})
         self._barrier_command = BARRIER_NOOP if barrier_command is None else bytes(barrier_command)
-        #: keepalives (the transport's), and log entries vs commands proposed (group commit)
+        #: keepalives and the longest frame received (the transport's), and log entries vs
+        #: commands proposed (group commit)
         self.counters: dict[str, int] = {"log_entries_proposed": 0, "commands_proposed": 0}
+        #: connections the Raft port dropped, by reason (the transport's; ``status()``)
+        self.connections_dropped: dict[str, int] = dict.fromkeys(DROP_REASONS, 0)
 
         os.makedirs(self._data_dir, exist_ok=True)
         options = dict(RAFT_CONF_DEFAULTS)
@@ -198,7 +206,9 @@ class RaftNode:
         try:
             self._consumer = _StateConsumer(self._state, self._lock)
             transport = functools.partial(RaftTransport, dial_map=self._dial_map,
-                                          counters=self.counters)
+                                          counters=self.counters,
+                                          dropped=self.connections_dropped,
+                                          auth_timeout_s=self._port_options["authTimeout"])
             self._sync = _SyncObj(self._self_addr, self._peers, conf=self._conf,
                                   consumers=[self._consumer], transportClass=transport,
                                   encryptor=_AeadEncryptor(self._conf.password))
@@ -487,7 +497,7 @@ class RaftNode:
             return {"self": self._self_addr, "role": "follower", "leader": None, "term": 0,
                     "commit_index": 0, "last_applied": 0, "members": list(self._members),
                     "is_leader": False, "running": False, "peers_connected": [],
-                    "replication": None}
+                    "replication": None, "connections_dropped": dict(self.connections_dropped)}
         leader = sync._getLeader()
         role = _ROLE_BY_RAFT_STATE.get(self._raft_state, "follower")
         watch = self._watch
@@ -504,4 +514,6 @@ class RaftNode:
             "peers_connected": sorted(n.id for n in sync.otherNodes if sync.isNodeConnected(n)),
             # How this node's log keeps up, and (on the leader) each follower's: _watch.py.
             "replication": None if watch is None else watch.view(),
+            # What the Raft port refused, by reason (_connection.DROP_REASONS).
+            "connections_dropped": dict(self.connections_dropped),
         }
