@@ -7,8 +7,9 @@ contract: changing one changes what apply accepts or what it does, so every repl
 must agree on it (a change ships as one version of the code, and must keep the entries already in
 the log and the snapshots valid). A bound of one process (a timeout, a buffer, a pipeline, a
 page, an executor's bound, the trigger's tick) is not here but in ``node/limits.py``, which reads
-these where it means the same thing. One exception, marked where it stands: the two bounds of
-``POST /v1/jobs:batch``, which clients read too and a client does not import the node.
+these where it means the same thing. Two exceptions, marked where they stand: the two bounds of
+``POST /v1/jobs:batch``, which clients read too and a client does not import the node; and the
+bound on a member's clock, which the replication layer reads and every member must share.
 
 Each constant says what it bounds. Relations between them are asserted at import, so a change
 that breaks one fails at once rather than in production (TigerBeetle's constants.zig).
@@ -213,6 +214,18 @@ batch_request_bytes_max = 16 * 1024 * 1024
 
 assert batch_jobs_max * 160 < batch_request_bytes_max
 assert put_jobs_items_max * 100 > command_bytes_max  # an item is >= ~150 bytes: bytes bind first
+
+# Clocks (core/clocksync.py) ------------------------------------------------------------------
+#: How far a member's wall clock may be from the cluster's (the median of the members' clocks,
+#: measured on the Raft traffic) before it counts as lying: a leader further off fires nothing,
+#: expires nothing and hands its leadership to a member within it, and a member further off
+#: does not stand for election while it knows. It is also the promise the fault harness checks:
+#: no run begins more than this before its slot. The second exception to this file's rule: apply
+#: never reads it, but every member's replication layer does (which imports only the core), and
+#: the members must judge by one bound, or a leader could keep firing on a clock its peers refuse.
+#: NTP keeps clocks within milliseconds; a second is far above that and far below what a
+#: stepped or stopped clock does.
+clock_skew_ms_max = 1000
 
 # API tokens (core/tokens.py) -----------------------------------------------------------------
 #: Tokens the state holds, revoked and expired ones included until a new token needs their place
