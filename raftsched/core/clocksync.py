@@ -76,7 +76,8 @@ class Sample(NamedTuple):
     at_ms: float
 
 
-def _number(v: object) -> bool:
+def finite_number(v: object) -> bool:
+    """Whether ``v`` is an int or float (not a bool) and finite."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
@@ -87,7 +88,7 @@ def sample(sent_mono_ms: object, recv_mono_ms: float, peer_wall_ms: object,
     it arrived at ``recv_mono_ms``. None for values that are not finite numbers, a negative
     round trip (not an echo of ours) or one longer than ``rtt_max_ms``: a malformed answer
     never raises."""
-    if not (_number(sent_mono_ms) and _number(peer_wall_ms) and _number(recv_mono_ms)):
+    if not (finite_number(sent_mono_ms) and finite_number(peer_wall_ms) and finite_number(recv_mono_ms)):
         return None
     assert isinstance(sent_mono_ms, (int, float)) and isinstance(peer_wall_ms, (int, float))
     rtt = recv_mono_ms - sent_mono_ms
@@ -220,10 +221,10 @@ def observe(cur: Anchor | None, lower_ms: object, mono_ms: float, err_ms: object
     ``mono_ms``), it is older than ``refresh_ms``, it comes from another source, or the new
     bound is below it by more than ``jump_ms`` (the source's clock went back). A value that is
     not a finite number changes nothing."""
-    if not _number(lower_ms):
+    if not finite_number(lower_ms):
         return cur
     assert isinstance(lower_ms, (int, float))
-    err = float(err_ms) if isinstance(err_ms, (int, float)) and _number(err_ms) and err_ms >= 0 else 0.0
+    err = float(err_ms) if isinstance(err_ms, (int, float)) and finite_number(err_ms) and err_ms >= 0 else 0.0
     new = Anchor(float(lower_ms), mono_ms, err, source)
     if cur is None or cur.source != source or mono_ms - cur.mono_ms > refresh_ms:
         return new

@@ -201,13 +201,19 @@ async def cluster(request: web.Request) -> web.Response:
         body["conditions"] = repl["conditions"]
     else:
         body["conditions"] = []
+    clock = st.get("clock")
+    if clock is not None:
+        # This node's wall clock against the cluster's (on the leader, every member's), whose
+        # cluster.clock_disagrees conditions are among the ones above: docs/operations.md.
+        body["clock"] = {k: v for k, v in clock.items() if k != "conditions"}
     worker = request.app.get(WORKER)
     if worker is not None:
         body["worker"] = worker.stats()
     trigger = request.app.get(TRIGGER)
     if trigger is not None:
         ts = trigger.stats()
-        body["trigger"] = {"fires_proposed": ts["fires_proposed"], "slots_fired": ts["slots_fired"]}
+        body["trigger"] = {"fires_proposed": ts["fires_proposed"], "slots_fired": ts["slots_fired"],
+                           "held_by_clock": ts.get("held_by_clock")}
     return web.json_response(body)
 
 

@@ -210,13 +210,22 @@ class Fleet:
             await self._hello(wid, facts)
             rec = self.raft.read(queries.worker_record, wid)
         if rec is not None and rec["state"] == "draining":
-            return {"runs": [], "draining": True}
+            return self._timed({"runs": [], "draining": True})
         types = None if set(facts["executors"]) == set(EXECUTOR_TYPES) else facts["executors"]
         req = LeaseRequest(wid, facts["queues"], facts["labels"], types, n, ttl_ms, alive, facts["dedicated"],
                            facts["tenants"])
         await self.dispatcher.lease(req, wait_s)
         # Unsealed here, where the run is handed out, and nowhere else (docs/security.md).
-        return {"runs": [self.unseal(g) for g in req.grants], "draining": req.draining}
+        return self._timed({"runs": [self.unseal(g) for g in req.grants], "draining": req.draining})
+
+    def _timed(self, answer: dict) -> dict:
+        """``answer`` with ``cluster_ms``, cluster time as this node knows it when it answers
+        (absent when it does not): a remote worker starts no run before its slot by that clock,
+        whatever its own says (worker/remote.py)."""
+        t = self.raft.cluster_ms() if hasattr(self.raft, "cluster_ms") else None
+        if t is not None:
+            answer["cluster_ms"] = t
+        return answer
 
     async def _hello(self, wid: str, facts: dict) -> None:
         t = self._hellos.get(wid)
@@ -236,7 +245,7 @@ class Fleet:
         self._seen.add(wid)
         res = await self.propose(commands.heartbeat(self.clock.now_ms(), worker=wid, leases=leases, ttl=ttl,
                                                     tenants=tenants))
-        return {"extended": res["extended"], "lost": res["lost"], "draining": bool(res.get("draining"))}
+        return self._timed({"extended": res["extended"], "lost": res["lost"], "draining": bool(res.get("draining"))})
 
     async def complete(self, wid: str, body, key: str | None, tenants=None) -> dict:
         """``POST /v1/workers/{id}/complete``: one ``complete_many`` with the request's

@@ -55,6 +55,21 @@ class _StateCollector:
             yield GaugeMetricFamily("raftsched_cluster_conditions",
                                     "conditions this node reports (cluster.follower_stalled, ...)",
                                     value=len(repl["conditions"]))
+        clock = st.get("clock")
+        if clock is not None:
+            off = clock.get("offset_ms")
+            yield GaugeMetricFamily("raftsched_clock_offset_seconds",
+                                    "this node's wall clock minus the cluster's (the median of the members'), "
+                                    "NaN when unknown", value=float("nan") if off is None else off / 1000)
+            yield GaugeMetricFamily("raftsched_clock_disagrees",
+                                    "1 if this node's wall clock is further than the bound from the cluster's "
+                                    "(a leader then fires nothing and hands over)",
+                                    value=1 if clock.get("state") == "disagrees" else 0)
+            peers = GaugeMetricFamily("raftsched_clock_peer_offset_seconds",
+                                      "on the leader: each member's wall clock minus the cluster's", labels=["peer"])
+            for peer, p in sorted((clock.get("peers") or {}).items()):
+                peers.add_metric([peer], p["offset_ms"] / 1000)
+            yield peers
         runs = GaugeMetricFamily("raftsched_runs", "runs and recorded slots kept in the state, by state", labels=["state"])
         depth = GaugeMetricFamily("raftsched_queue_depth", "runs waiting in the queue", labels=["queue"])
         running = GaugeMetricFamily("raftsched_queue_running", "runs leased and running", labels=["queue"])
@@ -78,6 +93,9 @@ class _StateCollector:
         yield CounterMetricFamily("raftsched_slots_fired", "slots this node fired as runs while leading", value=t["slots_fired"])
         yield CounterMetricFamily("raftsched_fire_commands", "fire commands this node proposed while leading", value=t["fires_proposed"])
         yield CounterMetricFamily("raftsched_leases_expired", "leases this node's reaper expired", value=t["leases_expired"])
+        yield CounterMetricFamily("raftsched_trigger_ticks_held_by_clock",
+                                  "trigger ticks this node skipped while leading, its clock disagreeing or unknown",
+                                  value=t.get("ticks_held_by_clock", 0))
         w = self.worker.stats()
         yield CounterMetricFamily("raftsched_worker_runs_completed", "attempts this node's worker reported", value=w["completed"])
         yield CounterMetricFamily("raftsched_worker_completions_refused", "reports refused for a stale token", value=w["refused"])

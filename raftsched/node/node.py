@@ -15,7 +15,7 @@ from collections.abc import Awaitable
 
 from aiohttp import web
 
-from ..clock import Clock, SystemClock
+from ..clock import Clock, ClusterClock, SystemClock
 from ..core.model import EXECUTOR_TYPES
 from ..core.state import SchedulerState
 from .. import gcpolicy, replication, sealing
@@ -172,7 +172,9 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
         the failure was logged with its traceback.
     :raises OSError: the API port could not be bound.
     """
-    clock = clock or SystemClock(cfg.clock_offset_file)
+    # The node's own clock (its wall clock is measured against the others' by the replication
+    # layer) and the cluster's, which everything else stamps and judges by.
+    local = clock or SystemClock(cfg.clock_offset_file)
     gcpolicy.set_young_threshold(node_limits.gc_gen0_threshold)
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
@@ -201,8 +203,9 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
     raft = replication.RaftNode(
         self_addr=cfg.raft_addr, peers=cfg.peers, data_dir=cfg.data_dir, secret=cfg.secret,
         state=state, on_role_change=on_role_change, dial_map=cfg.dial_map or None,
-        conf_overrides=cfg.conf_overrides or None,
+        conf_overrides=cfg.conf_overrides or None, wall_ms=local.now_ms,
     )
+    clock = ClusterClock(local, raft.cluster_ms)
     trigger = Trigger(raft, clock, cfg.node_id, fire_log_path=cfg.fire_log_path)
     trigger.leader_tasks.append(BackfillStepper(raft, clock).run_while_leading)
     trigger_box.append(trigger)

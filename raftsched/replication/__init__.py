@@ -102,3 +102,10 @@ class Replicator(Protocol):
 
     def read(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(state, *args)``, run while no command applies: the one way to read the state."""
+
+    def cluster_ms(self) -> int | None:
+        """Cluster time now (the median of the members' wall clocks), or None when unknown."""
+
+    def clock_status(self) -> dict:
+        """This node's wall clock against the cluster's (``state``: agrees, disagrees, unknown,
+        unchecked; ``offset_ms``, ``error_ms``, ``bound_ms``, ``conditions``...)."""

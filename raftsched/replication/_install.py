@@ -20,6 +20,7 @@ from pysyncobj import serializer as _pysyncobj_serializer
 from pysyncobj import tcp_connection as _pysyncobj_tcp_connection
 
 from ._connection import missing_internals as _connection_missing_internals
+from ._clockguard import RELIED_ON
 from ._storage import _FastGzip, _JournalFile
 from ._syncobj import _OVERRIDDEN, HELD_ENTRIES_LOG_FILTER, PYSYNCOBJ_LOGGER
 from ._transport import _Uncompressed
@@ -31,7 +32,7 @@ def missing_internals() -> list[str]:
     """The pysyncobj internals that raftsched overrides or replaces and this pysyncobj lacks
     (empty for the 0.3.x it was written against). An override of a renamed internal would
     silently stop applying, so ``install`` refuses to run rather than run without it."""
-    missing = [n for n in _OVERRIDDEN if not hasattr(SyncObj, n)]
+    missing = [n for n in _OVERRIDDEN + RELIED_ON if not hasattr(SyncObj, n)]
     if not hasattr(_pysyncobj_tcp_connection, "zlib"):  # _Uncompressed stands in for it
         missing.append("tcp_connection.zlib")
     if not hasattr(_pysyncobj_serializer, "gzip"):  # _FastGzip stands in for it

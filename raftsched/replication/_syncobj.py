@@ -15,6 +15,7 @@ from pysyncobj import SyncObj
 from pysyncobj.monotonic import monotonic  # the clock pysyncobj's own timers use
 
 from . import _progress
+from ._clockguard import FIELD as _CLOCK_FIELD, ClockGuard
 from ._progress import _Progress
 from ._storage import _cut_journal_file
 
@@ -43,9 +44,12 @@ class _SyncObj(SyncObj):
     (Name-mangled override: SyncObj calls ``self.__applyLogEntries``.)
     """
 
-    def __init__(self, *args, encryptor: "_AeadEncryptor | None" = None, **kwargs):
+    def __init__(self, *args, encryptor: "_AeadEncryptor | None" = None, wall_ms=None, **kwargs):
         # Set before SyncObj.__init__: its tick thread may connect to peers right away.
         self._raft_encryptor = encryptor
+        #: the members' clocks, measured on the traffic below (_clockguard.py); ``wall_ms``: the
+        #: node's wall clock, the one its commands are stamped with
+        self._clock = ClockGuard(self, wall_ms)
         #: The leader's view of each follower beyond next/match index (_progress.py); anew at
         #: each election won.
         self._progress: dict = {}
@@ -76,6 +80,8 @@ class _SyncObj(SyncObj):
         # itself), seen from both sides as each one's request reaches the other.
         split = order == 0 and self._SyncObj__raftState == _CANDIDATE \
             and message["term"] == self._SyncObj__raftCurrentTerm
+        clock = message.get(_CLOCK_FIELD) if kind == "append_entries" else None
+        _tick.clock_echo = clock  # what the answer echoes (__sendNextNodeIdx)
         try:
             if kind == "append_entries" and "prevLogIdx" in message \
                     and "transmission" not in message:
@@ -92,6 +98,10 @@ class _SyncObj(SyncObj):
         finally:
             _tick.keep_log_tail = False
             _tick.answer = None
+            _tick.clock_echo = None
+            if clock is not None and node == self._SyncObj__raftLeader \
+                    and message.get("term") == self._SyncObj__raftCurrentTerm:
+                self._clock.on_append(node.id, clock, monotonic())
             if order == -1 and self._SyncObj__raftState != _LEADER:
                 # A candidate whose log is behind ours cannot win, and it has already moved
                 # the term on (no pre-vote): the leader is gone or deposed. Stand soon rather
@@ -111,6 +121,7 @@ class _SyncObj(SyncObj):
                     later = monotonic() + self._SyncObj__conf.raftMinTimeout
                     if self._SyncObj__raftElectionDeadline < later:
                         self._SyncObj__raftElectionDeadline = later
+            self._clock.hold()  # a member whose clock disagrees stands for nothing
 
     # -- the walk back to where a follower's log agrees (_progress.py) -------------------------
 
@@ -158,10 +169,14 @@ class _SyncObj(SyncObj):
                                success=True)
             elif reset and hint is not None:
                 message["next_node_idx"] = hint
+        clock = self._clock.answer_field(getattr(_tick, "clock_echo", None))
+        if clock is not None:
+            message[_CLOCK_FIELD] = clock
         self._SyncObj__transport.send(node, message)
 
     def _SyncObj__onBecomeLeader(self):
         self._progress = {}
+        self._clock.on_become_leader()
         return SyncObj._SyncObj__onBecomeLeader(self)
 
     def _on_answer(self, node, message: dict) -> None:
@@ -179,6 +194,7 @@ class _SyncObj(SyncObj):
             pr.stale_answers += 1
             return
         self._SyncObj__lastResponseTime[node] = monotonic()
+        self._clock.on_answer(node.id, message.get(_CLOCK_FIELD), monotonic())
         try:
             n = int(message["next_node_idx"])
             success, reset = bool(message["success"]), bool(message["reset"])
@@ -251,9 +267,12 @@ class _SyncObj(SyncObj):
                 if len(entries) == 1 and len(entries[0][0]) >= batch:
                     self._send_in_parts(node, entries[0], prev_idx, prev_term)
                 else:
-                    transport.send(node, {
-                        "type": "append_entries", "term": term, "commit_index": commit,
-                        "entries": entries, "prevLogIdx": prev_idx, "prevLogTerm": prev_term})
+                    msg = {"type": "append_entries", "term": term, "commit_index": commit,
+                           "entries": entries, "prevLogIdx": prev_idx, "prevLogTerm": prev_term}
+                    clock = self._clock.stamp(node, monotonic())
+                    if clock is not None:  # the leader's clock, at most every STAMP_EVERY_S
+                        msg[_CLOCK_FIELD] = clock
+                    transport.send(node, msg)
                 if pr.probing:
                     pr.probe_sent_at = monotonic()
                     break  # one message until it is answered

@@ -113,6 +113,8 @@ class RaftNode:
         Raft port's own over ``RAFT_PORT_DEFAULTS`` (``authTimeout``).
     :param barrier_command: the bytes ``barrier()`` proposes; by default ``BARRIER_NOOP``, which
         never reaches the state.
+    :param wall_ms: the node's wall clock (ms), the one its commands are stamped with: the
+        members' clocks are measured with it (``_clockguard.py``); default: the system's.
     :raises RuntimeError: when this pysyncobj's internals are not the ones ``install`` expects.
     :raises ValueError, TypeError: for an empty secret, a bad address, or refused options.
     """
@@ -120,7 +122,7 @@ class RaftNode:
     def __init__(self, *, self_addr: str, peers: list[str], data_dir: str, secret: str,
                  state, on_role_change: Callable[[bool], Any] | None = None,
                  dial_map: dict[str, str] | None = None, conf_overrides: dict | None = None,
-                 barrier_command: bytes | None = None):
+                 barrier_command: bytes | None = None, wall_ms: Callable[[], int] | None = None):
         # The stand-ins for pysyncobj's parts, before anything of pysyncobj is built (raises
         # RuntimeError for a pysyncobj whose internals are not the expected ones).
         install()
@@ -154,6 +156,7 @@ class RaftNode:
         self._on_role_change = on_role_change
         self._dial_map = dict(dial_map or {})
         self._barrier_command = BARRIER_NOOP if barrier_command is None else bytes(barrier_command)
+        self._wall_ms = wall_ms
         #: keepalives and the longest frame received (the transport's), and log entries vs
         #: commands proposed (group commit)
         self.counters: dict[str, int] = {"log_entries_proposed": 0, "commands_proposed": 0}
@@ -211,10 +214,11 @@ class RaftNode:
                                           auth_timeout_s=self._port_options["authTimeout"])
             self._sync = _SyncObj(self._self_addr, self._peers, conf=self._conf,
                                   consumers=[self._consumer], transportClass=transport,
-                                  encryptor=_AeadEncryptor(self._conf.password))
+                                  encryptor=_AeadEncryptor(self._conf.password), wall_ms=self._wall_ms)
             self._sync.addOnTickCallback(self._consumer._release_snapshot_lock)
             self._watch = ReplicationWatch(self._sync)
             self._sync.addOnTickCallback(self._watch.tick)
+            self._sync.addOnTickCallback(self._sync._clock.tick)
         except BaseException:
             self._unlock_data_dir()
             raise
@@ -489,6 +493,25 @@ class RaftNode:
         sync = self._sync
         return sync is not None and sync._isLeader()
 
+    def cluster_ms(self) -> int | None:
+        """Cluster time now (ms): the median of the members' wall clocks, as this node knows it
+        (measured on the leader, told to the followers: ``_clockguard.py``); None when it does
+        not (not started, or no word from a leader for a while). Any thread."""
+        sync = self._sync
+        return None if sync is None else sync._clock.cluster_ms()
+
+    def clock_status(self) -> dict:
+        """This node's wall clock against the cluster's: ``state`` (agrees, disagrees: more
+        than limits.clock_skew_ms_max off, unknown, unchecked), ``offset_ms`` (its wall clock
+        minus cluster time), ``error_ms``, ``bound_ms``, ``cluster_ms``, ``source`` (who told it
+        cluster time: "self" on the leader), ``candidacy_held``, on the leader each peer's
+        offset (``peers``), counters, and the ``conditions`` it implies. Any thread."""
+        sync = self._sync
+        if sync is None:
+            return {"state": "unknown", "offset_ms": None, "error_ms": None, "bound_ms": limits.clock_skew_ms_max,
+                    "cluster_ms": None, "source": None, "candidacy_held": False, "peers": {}, "conditions": []}
+        return sync._clock.view()
+
     def status(self) -> dict:
         """A snapshot of this node's view, read without locks (single attribute reads are atomic
         under the GIL; ``SyncObj.getStatus()`` iterates dicts the tick thread may grow)."""
@@ -497,10 +520,16 @@ class RaftNode:
             return {"self": self._self_addr, "role": "follower", "leader": None, "term": 0,
                     "commit_index": 0, "last_applied": 0, "members": list(self._members),
                     "is_leader": False, "running": False, "peers_connected": [],
-                    "replication": None, "connections_dropped": dict(self.connections_dropped)}
+                    "replication": None, "connections_dropped": dict(self.connections_dropped),
+                    "clock": self.clock_status()}
         leader = sync._getLeader()
         role = _ROLE_BY_RAFT_STATE.get(self._raft_state, "follower")
         watch = self._watch
+        clock = self.clock_status()
+        repl = None if watch is None else watch.view()
+        if repl is not None:
+            # One list of conditions: replication's (cluster.follower_stalled) and the clocks'.
+            repl = dict(repl, conditions=repl["conditions"] + clock["conditions"])
         return {
             "self": self._self_addr,
             "role": role,
@@ -513,7 +542,9 @@ class RaftNode:
             "running": True,
             "peers_connected": sorted(n.id for n in sync.otherNodes if sync.isNodeConnected(n)),
             # How this node's log keeps up, and (on the leader) each follower's: _watch.py.
-            "replication": None if watch is None else watch.view(),
+            "replication": repl,
             # What the Raft port refused, by reason (_connection.DROP_REASONS).
             "connections_dropped": dict(self.connections_dropped),
+            # This node's clock against the cluster's: _clockguard.py.
+            "clock": clock,
         }

@@ -37,6 +37,11 @@ class FakeRaft:
         #: node that keeps up, unless a test sets another view.
         self.replication: dict = {"commit_stalled_s": 0.0, "leader_commit_index": 0,
                                   "followers": {}, "conditions": []}
+        #: What ``clock_status()`` reports: a lone node's clock agrees with itself, unless a
+        #: test sets another state.
+        self.clock: dict = {"state": "agrees", "offset_ms": 0, "error_ms": 0, "bound_ms": 1000,
+                            "cluster_ms": None, "source": "self", "candidacy_held": False, "peers": {},
+                            "conditions": []}
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Nothing to start: remembers the loop, as RaftNode does."""
@@ -68,9 +73,18 @@ class FakeRaft:
         if self.fail:
             raise Unavailable("no leader")
 
+    def cluster_ms(self) -> int | None:
+        """No cluster clock: a ClusterClock over this fake runs on its local clock."""
+        return None
+
+    def clock_status(self) -> dict:
+        """What ``RaftNode.clock_status`` reports: ``clock`` (a test may set another state)."""
+        return dict(self.clock)
+
     def status(self) -> dict:
         return {"self": "127.0.0.1:1", "role": "leader" if self.leader else "follower",
                 "leader": "127.0.0.1:1" if self.leader else None, "term": 1,
                 "commit_index": self.index, "last_applied": self.index, "members": ["127.0.0.1:1"],
                 "is_leader": self.leader,
-                "replication": dict(self.replication, leader_commit_index=self.index)}
+                "replication": dict(self.replication, leader_commit_index=self.index),
+                "clock": self.clock_status()}

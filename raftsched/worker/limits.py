@@ -95,6 +95,11 @@ heartbeat_timeout_lease_ttl_share = 0.5
 #: How often the lease watchdog looks whether no heartbeat has succeeded for a whole TTL
 #: (docs/design.md, "A watchdog checks every 100 ms").
 lease_watchdog_interval_s = 0.1
+#: A run granted before its slot (by the cluster's clock, the worker's ``clock``) waits for it,
+#: looking at that clock this often: cluster time can move under it (a new estimate).
+slot_wait_poll_s = 0.05
+#: A wait for a slot at least this long is logged (shorter ones are the clocks' noise).
+slot_wait_logged_ms = 100
 #: How long a stopping worker waits, beyond the kill grace of its runs, for them to end and for
 #: their reports to be answered.
 stop_report_grace_s = 2.0

@@ -219,6 +219,8 @@ class LeaseLoop:
         self.completed = 0
         self.refused = 0
         self.released = 0
+        #: runs granted before their slot by the cluster's clock, which waited for it to start
+        self.waited_for_slot = 0
 
     def stats(self) -> dict:
         """This worker: ``id``, ``slots``, ``running`` (leases held: runs executing,
@@ -228,7 +230,7 @@ class LeaseLoop:
         while it leads a cluster of several, unless told to, nor while draining)."""
         return {"id": self.worker_id, "slots": self.slots, "running": len(self.held),
                 "completed": self.completed, "refused": self.refused, "released": self.released,
-                "draining": self.draining,
+                "waited_for_slot": self.waited_for_slot, "draining": self.draining,
                 "executes": self.slots > 0 and not self.draining and self.channel.executes()}
 
     # ---------------------------------------------------------------- main loops
@@ -557,11 +559,20 @@ class LeaseLoop:
                 log.warning("worker: release of %d leases failed (they will expire): %s", len(leases[k:k + step]), e.message)
 
     # ---------------------------------------------------------------- one run
+    def _early_ms(self, g: dict) -> int:
+        """How long before its slot, by this worker's clock (a node's and a remote worker's is the
+        cluster's: raftsched/clock.py ClusterClock), the run of grant ``g`` would start now."""
+        slot = g.get("slot")
+        if not isinstance(slot, int) or isinstance(slot, bool):
+            return 0
+        return slot - self.clock.now_ms()
+
     def _start(self, h: _Held) -> None:
         h.executing = True
         self._executing += 1
         g = h.grant
         t0 = self.clock.monotonic_s()
+        early = self._early_ms(g) > 0
         try:
             if g.get("executor") is not None:
                 ctx = RunContext(run_id=g["id"], job=g["job"], slot_ms=g["slot"], attempt=g["attempt"],
@@ -569,22 +580,26 @@ class LeaseLoop:
                                  secrets=dict(g.get("secrets") or {}))
                 own = self.executor_lookup(g) if self.executor_lookup is not None else None
                 # A plain python function already imported runs without a task of its own.
-                if own is None and execute_soon(g["executor"], ctx, g["timeout_s"], functools.partial(self._executed, h, t0),
+                if own is None and not early and execute_soon(g["executor"], ctx, g["timeout_s"], functools.partial(self._executed, h, t0),
                                                 cancel=h.cancel, allowed_types=self.allowed_types,
                                                 kill_grace_s=self.kill_grace_s):
                     return
             else:
                 ctx = own = None
-            h.task = asyncio.create_task(self._execute(h, ctx, t0, own), name=f"run {g['id']}")
+            h.task = asyncio.create_task(self._execute(h, ctx, t0, own, early), name=f"run {g['id']}")
         except Exception:
             # Never a slot lost to a bug here: the run is dropped (its lease expires).
             log.exception("worker: run %s could not be started", g["id"])
             self._release(h)
             self._free_slot(h)
 
-    async def _execute(self, h: _Held, ctx: RunContext | None, t0: float, own=None) -> None:
+    async def _execute(self, h: _Held, ctx: RunContext | None, t0: float, own=None, early: bool = False) -> None:
         g = h.grant
         try:
+            if early:
+                if not await self._until_slot(h):
+                    return  # given up before its slot: nothing ran
+                t0 = self.clock.monotonic_s()
             if ctx is None:  # no executor: the job was deleted, or its secrets could not be unsealed
                 out = Outcome(ok=False, error=g.get("secrets_error") or "the job was deleted", output="", duration_ms=0)
             elif own is not None:
@@ -602,6 +617,32 @@ class LeaseLoop:
             self._release(h)
         finally:
             self._free_slot(h)
+
+    async def _until_slot(self, h: _Held) -> bool:
+        """Wait, holding the run's slot and its lease (heartbeated), until its slot has come by
+        this worker's clock: the cluster's (raftsched/clock.py ClusterClock), so a worker starts
+        no run before its slot whatever its own clock says. A run is granted before its slot
+        when the state's time is ahead of that clock: a command stamped by a clock that ran
+        fast (a leader's before it stepped down, a node of another version), or only the
+        estimates' noise. True once the slot has come; False if the run was given up first
+        (its lease lost, a drain, the worker stopping): nothing ran then, and its lease is
+        given back unless a drain gives it back itself."""
+        g = h.grant
+        early = self._early_ms(g)
+        self.waited_for_slot += 1
+        if early >= worker_limits.slot_wait_logged_ms:
+            log.info("worker %s: run %s was granted %d ms before its slot by the cluster's clock: waiting for it",
+                     self.worker_id, g["id"], early)
+        while True:
+            left = self._early_ms(g)
+            if left <= 0:
+                return True
+            if h.cancel.is_set():
+                break
+            await wait_event(h.cancel, min(left / 1000, worker_limits.slot_wait_poll_s))
+        if not h.giving_back:
+            await self._give_back([h], "given up before its slot")
+        return False
 
     def _executed(self, h: _Held, t0: float, out: Outcome) -> None:
         """Queue the outcome for the next report and free the run's slot. Reported even when

@@ -16,6 +16,11 @@ unknown outcome is never reported as "definitely not". Any other error answer (4
   with none after ``wait_s``); while busy, two, as the embedded worker pipelines its acquires.
 - Heartbeat: one request per interval for all its leases, given up after half a TTL; the
   watchdog kills every run when none succeeded for a whole TTL.
+- Clock: lease and heartbeat answers carry the node's cluster time (``cluster_ms``); the worker
+  keeps it on its monotonic clock (core/clocksync.py ``observe``) and runs on it
+  (raftsched/clock.py ``ClusterClock``): it starts no run before its slot by the cluster's
+  clock, whatever its own says. A node that does not send it (another version) leaves the
+  worker on its own clock, as before.
 - Completions: batched, each batch with one Idempotency-Key for all its retries (another node
   after a lost connection or a 504), so a batch acts once.
 - SIGTERM (or SIGINT, or the cluster's ``draining``): drain for up to ``--drain-s``, then exit 0.
@@ -35,7 +40,8 @@ import uuid
 import zlib
 
 from ..async_client import AsyncClient
-from ..clock import Clock, SystemClock
+from ..clock import Clock, ClusterClock, SystemClock
+from ..core import clocksync
 from ..core.errors import Indeterminate, RaftschedError, Unavailable
 from . import limits as worker_limits
 from .executors import ALL_TYPES
@@ -106,6 +112,20 @@ class RemoteChannel:
                       "executors": sorted(cfg.executors), "version": VERSION, "instance": uuid.uuid4().hex[:16]}
         if cfg.dedicated:  # only when set: a node of an older version refuses the field
             self.facts["dedicated"] = sorted(cfg.dedicated)
+        #: cluster time as the nodes' answers told it, on this process's monotonic clock
+        self._anchor: clocksync.Anchor | None = None
+
+    def cluster_ms(self) -> int | None:
+        """Cluster time now as the last answers told it (None: no node said, or too long ago)."""
+        t = clocksync.anchor_now(self._anchor, self.clock.monotonic_s() * 1000)
+        return None if t is None else int(t)
+
+    def _heard(self, answer) -> None:
+        """Note the cluster time an answer carries (a lower bound of it now: it was true when the
+        node answered)."""
+        if isinstance(answer, dict) and "cluster_ms" in answer:
+            self._anchor = clocksync.observe(self._anchor, answer["cluster_ms"], self.clock.monotonic_s() * 1000,
+                                             None, "cluster")
 
     # ------------------------------------------------------------------ the Channel
     async def hello(self) -> None:
@@ -137,6 +157,7 @@ class RemoteChannel:
                           self.worker_id, status, e.code, e.message, worker_limits.lease_refused_pause_s)
                 return Grants([], False, worker_limits.lease_refused_pause_s)
             raise
+        self._heard(res)
         runs, draining = res.get("runs") or [], bool(res.get("draining"))
         # An empty answer well before wait_s (a node that answers at once) is not a long-poll:
         # the loop's own pause applies, so the worker does not spin on it.
@@ -146,6 +167,7 @@ class RemoteChannel:
     async def heartbeat(self, leases: list[list], ttl_ms: int, timeout_s: float) -> tuple[list[str], bool]:
         res = await self.client.worker_heartbeat(self.worker_id, leases, ttl_ms,
                                                  timeout_s=max(0.2, timeout_s / 2), deadline_s=timeout_s)
+        self._heard(res)
         return res.get("lost", []), bool(res.get("draining"))
 
     async def complete(self, items: list[dict]) -> list[dict] | None:
@@ -189,7 +211,8 @@ async def run_worker(cfg: WorkerConfig, clock: Clock | None = None, stop: asynci
         except (NotImplementedError, RuntimeError):
             pass
     channel = RemoteChannel(cfg, clock)
-    lease_loop = LeaseLoop(channel, clock, slots=cfg.slots, allowed_types=cfg.executors,
+    # The lease loop runs on the cluster's clock where the nodes tell it (its grants' slots).
+    lease_loop = LeaseLoop(channel, ClusterClock(clock, channel.cluster_ms), slots=cfg.slots, allowed_types=cfg.executors,
                            lease_ttl_ms=cfg.lease_ttl_ms, executor_lookup=cfg.executor_lookup)
     log.info("worker %s: %d slots, executors %s, queues %s, labels %s; nodes %s; pid %d", cfg.worker_id, cfg.slots,
              ",".join(sorted(cfg.executors)), ",".join(cfg.queues) if cfg.queues else "all",
