@@ -86,5 +86,7 @@ class FakeRaft:
                 "leader": "127.0.0.1:1" if self.leader else None, "term": 1,
                 "commit_index": self.index, "last_applied": self.index, "members": ["127.0.0.1:1"],
                 "is_leader": self.leader,
-                "replication": dict(self.replication, leader_commit_index=self.index),
+                # One list of conditions, as RaftNode.status makes it: replication's and the clock's.
+                "replication": dict(self.replication, leader_commit_index=self.index,
+                                    conditions=self.replication["conditions"] + self.clock["conditions"]),
                 "clock": self.clock_status()}
