@@ -248,17 +248,55 @@ def check_lost_slots(data: dict) -> dict:
     if not reads:
         return _result(UNKNOWN, [], note="no final read succeeded")
     stats = {"jobs_checked": jobs_checked, "slots_checked": checked_slots}
-    # Figures, not verdicts: the schedule follows the leader's wall clock, so a leader whose clock
-    # is fast starts runs before their slot (by the sink's clock); lateness is the fire lag.
-    early = [w["slot"] - w["t_ms"] for w in data.get("sink", [])
-             if w.get("phase") == "begin" and w.get("attempt") == 1 and isinstance(w.get("slot"), int) and w["t_ms"] < w["slot"]]
-    stats["runs_begun_before_their_slot"] = len(early)
-    stats["earliest_begin_before_slot_ms"] = max(early) if early else 0
+    # A run begun before its slot is no-early-start's (below); lateness is the fire lag.
     if examples:
         return _result(INVALID, examples, stats)
     if checked_slots == 0:
         return _result(UNKNOWN, [], stats, "no slot was due")
     return _result(VALID, [], stats)
+
+
+# ---------------------------------------------------------------------------------------------
+# 1b. No early start
+# ---------------------------------------------------------------------------------------------
+
+try:  # the product's bound on a member's clock, which is also its promise on early starts
+    from raftsched.core.limits import clock_skew_ms_max as CLOCK_SKEW_MS_MAX
+except ImportError:  # pragma: no cover - an older product, which states none: a second
+    CLOCK_SKEW_MS_MAX = 1000
+
+
+def check_early_starts(data: dict) -> dict:
+    """No attempt begins more than the product's clock bound (core/limits.py clock_skew_ms_max)
+    before its run's slot, by the sink's clock, whatever a node's clock says (docs/design.md
+    I27: a leader whose clock lies fires nothing, and a worker waits for a slot by the cluster's
+    clock). An attempt's "begin" write reaches the sink after the attempt began, so an early
+    start shows here no earlier than it was: the check errs towards valid by the write's
+    latency (milliseconds). Exercised by the ``clock`` nemesis; judged on every run."""
+    bound = CLOCK_SKEW_MS_MAX
+    begins = [w for w in data.get("sink", []) if w.get("phase") == "begin" and isinstance(w.get("slot"), int)
+              and not isinstance(w.get("slot"), bool) and isinstance(w.get("t_ms"), int)]
+    early = sorted(((w["slot"] - w["t_ms"], w) for w in begins if w["t_ms"] < w["slot"]),
+                   key=lambda dw: (-dw[0], dw[1].get("seq", 0)))
+    examples = []
+    for d, w in early:
+        if d <= bound:
+            break
+        clocks = [f"{f['kind']} {f.get('offset_ms', (f.get('fault') or {}).get('offset_ms'))} ms on node-"
+                  f"{','.join(str(n + 1) for n in f.get('nodes') or [])}" for f in data.get("faults", [])
+                  if f.get("kind") == "clock" and f.get("start_ms", 0) - 10_000 <= w["t_ms"] <= (f.get("end_ms") or 1 << 62) + 10_000]
+        examples.append(f"run {w.get('run')} attempt {w.get('attempt')} (job {w.get('job')}, worker {w.get('worker')}) "
+                        f"began {d} ms before its slot {w['slot']} (sink time {w['t_ms']}), more than the bound "
+                        f"{bound} ms" + (f"; clock fault(s) then: {'; '.join(clocks)}" if clocks else ""))
+    stats = {"bound_ms": bound, "begins_checked": len(begins),
+             "runs_begun_before_their_slot": sum(1 for _, w in early if w.get("attempt") == 1),
+             "earliest_begin_before_slot_ms": early[0][0] if early else 0,
+             "clock_faults": sum(1 for f in data.get("faults", []) if f.get("kind") == "clock")}
+    if examples:
+        return _result(INVALID, examples, stats)
+    if not begins:
+        return _result(UNKNOWN, [], stats, "no attempt began")
+    return _result(VALID, [], stats, "" if stats["clock_faults"] else "no clock fault ran: not exercised by one")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1194,6 +1232,7 @@ def check_stress(data: dict) -> dict:
 
 CHECKERS = {
     "no-lost-slot": check_lost_slots,
+    "no-early-start": check_early_starts,
     "no-duplicate": check_duplicates,
     "fencing": check_fencing,
     "durability": check_durability,

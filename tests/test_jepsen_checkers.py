@@ -289,6 +289,59 @@ def test_a_paused_job_is_checked_up_to_its_cursor():
     assert verdict(d, "no-lost-slot")[0] == "valid"
 
 
+# ------------------------------------------------------------------------------- no early start
+
+def _begin_of(d, rid):
+    return next(w for w in d["sink"] if w["resource"] == rid and w["phase"] == "begin")
+
+
+def _leader_clock_fault(d, offset_ms=6000):
+    d["faults"].append({"kind": "clock", "start_ms": T0 + 5500, "end_ms": T0 + 12_000, "nodes": [0],
+                        "fault": {"kind": "clock", "offset_ms": offset_ms}})
+
+
+def test_a_run_begun_before_its_slot_by_more_than_the_bound_is_invalid():
+    """The issue's soak run: a leader stepped 6 s fast, and runs began seconds before their slot
+    by the sink's clock. Now a verdict, not a figure."""
+    d = good()
+    _leader_clock_fault(d)
+    rid = f"a@{T0 + 9000}"
+    _begin_of(d, rid)["t_ms"] = T0 + 9000 - checker.CLOCK_SKEW_MS_MAX - 1960
+    v, ex = verdict(d, "no-early-start")
+    assert v == "invalid" and len(ex) == 1
+    assert rid in ex[0] and f"began {checker.CLOCK_SKEW_MS_MAX + 1960} ms before its slot" in ex[0]
+    assert "clock 6000 ms on node-1" in ex[0]
+    stats = checker.check_early_starts(d)["stats"]
+    assert stats["runs_begun_before_their_slot"] == 1
+    assert stats["earliest_begin_before_slot_ms"] == checker.CLOCK_SKEW_MS_MAX + 1960
+    assert checker.check_all(d)["valid"] == "invalid"
+
+
+def test_a_run_begun_before_its_slot_within_the_bound_is_valid_and_counted():
+    d = good()
+    _leader_clock_fault(d, -6000)
+    rid = f"a@{T0 + 9000}"
+    _begin_of(d, rid)["t_ms"] = T0 + 9000 - checker.CLOCK_SKEW_MS_MAX  # the bound itself
+    r = checker.check_early_starts(d)
+    assert r["valid"] == "valid" and r["counterexamples"] == []
+    assert r["stats"]["runs_begun_before_their_slot"] == 1
+    assert r["stats"]["earliest_begin_before_slot_ms"] == checker.CLOCK_SKEW_MS_MAX
+    assert r["stats"]["clock_faults"] == 1 and r["note"] == ""
+
+
+def test_no_early_start_is_unknown_when_no_attempt_began_and_notes_a_run_without_clock_faults():
+    d = good()
+    assert checker.check_early_starts(d)["valid"] == "valid"
+    assert "no clock fault" in checker.check_early_starts(d)["note"]
+    d["sink"] = [w for w in d["sink"] if w["phase"] != "begin"]
+    assert verdict(d, "no-early-start")[0] == "unknown"
+
+
+def test_the_bound_is_the_products():
+    from raftsched.core import limits
+    assert checker.CLOCK_SKEW_MS_MAX == limits.clock_skew_ms_max
+
+
 # ------------------------------------------------------------------------------- no duplicate
 
 def test_a_slot_that_is_a_run_and_a_record_is_a_duplicate():
