@@ -17,11 +17,14 @@ step shows as a sample whose error interval misses the older ones', which are th
 those of the last ``window_ms`` (NTP's minimum filter).
 
 Cluster time, at leader monotonic time ``t``, is ``t + median(q)`` over the leader and every
-follower with a fresh estimate, provided they are a majority of the members
-(:func:`judge`); a leader that hears from no majority cannot commit anything either. Each
-member's offset is its ``q`` minus that median: how far its wall clock is from the cluster's,
-within the estimates' errors. A median is moved by no single clock, however wrong: with three
-members, the one whose clock lies is the one off the median.
+follower with a fresh estimate, provided they are a majority of the members and a majority of
+the members' clocks are within the bound of that median (:func:`judge`); a leader that hears
+from no majority cannot commit anything either. Each member's offset is its ``q`` minus that
+median: how far its wall clock is from the cluster's, within the estimates' errors. A median is
+moved by no single clock, however wrong: with three members, the one whose clock lies is the one
+off the median. With two clocks apart (the third member down) their midpoint is no one's time:
+there is no cluster time then, and the members go on with the last one they had (anchored on
+their monotonic clocks).
 
 Followers and remote workers learn cluster time from the leader (a node) as a lower bound: the
 time a message carries was true when it left, and delivery takes time. :func:`observe` keeps an
@@ -44,6 +47,9 @@ AGREES, DISAGREES, UNKNOWN, UNCHECKED = "agrees", "disagrees", "unknown", "unche
 
 #: A peer's samples are kept this long, and its estimate is the best of them (ms).
 SAMPLE_WINDOW_MS = 2_000
+#: An estimate counts towards a judgement while it is at most this old (ms): the window, plus
+#: the time until the next sample picks the next best (one comes every heartbeat).
+ESTIMATE_AGE_MS_MAX = SAMPLE_WINDOW_MS + 1_000
 #: Samples kept per peer (10 a second arrive with the heartbeats).
 SAMPLES_KEPT_MAX = 32
 #: A round trip longer than this makes no sample (its error would exceed the bound itself).
@@ -156,7 +162,8 @@ class Judgement(NamedTuple):
     #: estimates, or no recent word from a leader), UNCHECKED (a majority only with members that
     #: do not speak the protocol)
     state: str
-    #: cluster time at ``mono_ms`` (None when unknown)
+    #: cluster time at ``mono_ms`` (None when unknown, or when no majority of the members' clocks
+    #: is within the bound of the median)
     cluster_ms: float | None
     #: this member's wall clock minus cluster time (None when unknown)
     offset_ms: float | None
@@ -175,14 +182,17 @@ def _verdict(offset_ms: float, bound_ms: float) -> str:
 
 
 def judge(own_wall_ms: float, own_mono_ms: float, bests: Mapping[str, Sample], members: int,
-          bound_ms: float = limits.clock_skew_ms_max, window_ms: float = SAMPLE_WINDOW_MS,
+          bound_ms: float = limits.clock_skew_ms_max, window_ms: float = ESTIMATE_AGE_MS_MAX,
           unversed: int = 0) -> Judgement:
     """The leader's judgement of its own clock, read now (``own_wall_ms``, ``own_mono_ms``),
     given each peer's best sample (``bests``) among ``members`` (itself included).
 
     The estimates taken within ``window_ms`` and the leader's own make the median when they
     are a majority of ``members``; else the state is UNKNOWN, or UNCHECKED when ``unversed``
-    more (peers that answer without the protocol's fields) would make one."""
+    more (peers that answer without the protocol's fields) would make one. The median is
+    cluster time only when a majority of the members' clocks are within ``bound_ms`` of it:
+    else (two clocks apart, the others unheard) it is no one's time, and ``cluster_ms`` is None
+    while the offsets are still judged against it."""
     own_q = own_wall_ms - own_mono_ms
     fresh = {p: s for p, s in bests.items() if own_mono_ms - s.at_ms <= window_ms}
     if 1 + len(fresh) < majority(members):
@@ -192,7 +202,9 @@ def judge(own_wall_ms: float, own_mono_ms: float, bests: Mapping[str, Sample], m
     err = max([0.0] + [s.err_ms for s in fresh.values()])
     offset = own_q - m
     peers = {p: (s.q_ms - m, s.err_ms) for p, s in sorted(fresh.items())}
-    return Judgement(_verdict(offset, bound_ms), own_mono_ms + m, offset, err, own_mono_ms, peers, bound_ms)
+    near = (abs(offset) <= bound_ms) + sum(1 for off, _ in peers.values() if abs(off) <= bound_ms)
+    cluster = own_mono_ms + m if near >= majority(members) else None
+    return Judgement(_verdict(offset, bound_ms), cluster, offset, err, own_mono_ms, peers, bound_ms)
 
 
 # ---------------------------------------------------------------------------------------------
