@@ -251,3 +251,25 @@ def test_a_leader_whose_clock_lies_hands_over_and_does_not_win_it_back(tmp_path)
 
     handed_over_s = asyncio.run(main())
     assert handed_over_s < 5
+
+
+def test_a_leader_that_hears_two_clocks_apart_cannot_tell_and_says_so(lone, caplog):
+    """Three members, one unheard: the leader and the follower it hears are 3 s apart. Their
+    midpoint is no one's time and nothing says which clock lies: unknown (the trigger holds),
+    no cluster time from it, and after UNKNOWN_S the clock.unknown warning and condition."""
+    sync, b, _, wall, sent = lone
+    _lead(sync)
+    echo = next(m[FIELD][0] for n, m in sent if n == b and FIELD in m)
+    sync._SyncObj__onMessageReceived(b, {"type": "next_node_idx", "next_node_idx": 3, "reset": False,
+                                         "success": True, "term": 1, "prev": 1, FIELD: [echo, WALL + 3000]})
+    g = sync._clock
+    g.tick()
+    j = g.reading()
+    assert j.state == clocksync.UNKNOWN and j.cluster_ms is None and j.offset_ms == pytest.approx(-1500, abs=100)
+    assert not g.holding()  # it does not know that its own clock is the one that lies
+    assert g.view()["conditions"][0]["type"] == "cluster.clock_disagrees"  # the peer, off the midpoint
+    g._unknown_since -= _clockguard.UNKNOWN_S
+    g._next_look = 0.0
+    g.tick()
+    assert "clock.unknown" in caplog.text
+    assert [c["type"] for c in g.view()["conditions"]][:1] == ["cluster.clock_unknown"]

@@ -159,8 +159,8 @@ class Judgement(NamedTuple):
     """A member's clock against the cluster's."""
 
     #: AGREES, DISAGREES (``|offset_ms|`` above the bound), UNKNOWN (no majority of fresh
-    #: estimates, or no recent word from a leader), UNCHECKED (a majority only with members that
-    #: do not speak the protocol)
+    #: estimates, no majority of clocks within the bound of their median, or no recent word from
+    #: a leader), UNCHECKED (a majority only with members that do not speak the protocol)
     state: str
     #: cluster time at ``mono_ms`` (None when unknown, or when no majority of the members' clocks
     #: is within the bound of the median)
@@ -191,8 +191,8 @@ def judge(own_wall_ms: float, own_mono_ms: float, bests: Mapping[str, Sample], m
     are a majority of ``members``; else the state is UNKNOWN, or UNCHECKED when ``unversed``
     more (peers that answer without the protocol's fields) would make one. The median is
     cluster time only when a majority of the members' clocks are within ``bound_ms`` of it:
-    else (two clocks apart, the others unheard) it is no one's time, and ``cluster_ms`` is None
-    while the offsets are still judged against it."""
+    else (two clocks apart, the others unheard) it is no one's time and nothing says which clock
+    lies: the state is UNKNOWN, ``cluster_ms`` None, and the offsets are those from the median."""
     own_q = own_wall_ms - own_mono_ms
     fresh = {p: s for p, s in bests.items() if own_mono_ms - s.at_ms <= window_ms}
     if 1 + len(fresh) < majority(members):
@@ -203,8 +203,9 @@ def judge(own_wall_ms: float, own_mono_ms: float, bests: Mapping[str, Sample], m
     offset = own_q - m
     peers = {p: (s.q_ms - m, s.err_ms) for p, s in sorted(fresh.items())}
     near = (abs(offset) <= bound_ms) + sum(1 for off, _ in peers.values() if abs(off) <= bound_ms)
-    cluster = own_mono_ms + m if near >= majority(members) else None
-    return Judgement(_verdict(offset, bound_ms), cluster, offset, err, own_mono_ms, peers, bound_ms)
+    if near < majority(members):
+        return Judgement(UNKNOWN, None, offset, err, own_mono_ms, peers, bound_ms)
+    return Judgement(_verdict(offset, bound_ms), own_mono_ms + m, offset, err, own_mono_ms, peers, bound_ms)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -172,9 +172,9 @@ class Trigger:
                 log.warning("trigger: firing and expiring nothing: this node's wall clock is %s ms off the "
                             "cluster's (bound %s ms); handing leadership to a member whose clock agrees",
                             st.get("offset_ms"), st.get("bound_ms"))
-            else:
-                log.warning("trigger: firing and expiring nothing until this leader knows the cluster's "
-                            "clock (%s: no fresh estimate from a majority of the members)", state)
+            else:  # a new term's first heartbeat, or (said by the replication layer) worse
+                log.info("trigger: firing and expiring nothing until this leader knows the cluster's "
+                         "clock (%s)", state)
         self.held_by_clock = state
         self.ticks_held_by_clock += 1
         return True

@@ -30,8 +30,11 @@ What a member does with its judgement:
   member's clock agrees, it stays, firing nothing: two clocks that disagree cannot tell which
   one lies. And it does not stand for election while it knows (``hold``, for ``HOLD_S`` after
   it last judged so), so it does not win back what it handed over.
-- ``unknown``: a leader without fresh estimates from a majority (it cannot commit either), or a
-  follower that has not heard cluster time for ``clocksync.ANCHOR_AGE_MS_MAX``: its trigger waits.
+- ``unknown``: a leader without fresh estimates from a majority (it cannot commit either), or
+  whose majority's clocks are too far apart to tell which one lies (two members left, their
+  clocks apart), or a follower that has not heard cluster time for
+  ``clocksync.ANCHOR_AGE_MS_MAX``: its trigger waits. A leader that stays so for ``UNKNOWN_S``
+  says so (``clock.unknown``, the condition ``cluster.clock_unknown``).
 - ``unchecked``: a leader whose majority includes members that answer without the field (a
   version before this one, during a rolling upgrade): it acts on its own clock, as before.
 """
@@ -64,6 +67,9 @@ STEP_DOWN_S = 1.0
 TRANSFER_EVERY_S = 0.25
 #: Answers without the field, and none with it, that make a peer "unversed" (another version).
 UNVERSED_ANSWERS = 3
+#: A leader that cannot judge its clock for this long (s) says so: a moment of it is a new term's
+#: first heartbeats.
+UNKNOWN_S = 2.0
 
 #: pysyncobj's raft states (``_RAFT_STATE``).
 _FOLLOWER, _LEADER = 0, 2
@@ -92,6 +98,8 @@ class ClockGuard:
         self._next_look = 0.0
         self._last_transfer = 0.0
         self._disagree_since: float | None = None
+        self._unknown_since: float | None = None       # leading, and unable to judge, since
+        self._unknown_said = False
         self._said: str | None = None                  # the state last logged
         self._peers_said: set[str] = set()             # peers logged as disagreeing
         # Read by other threads: replaced whole.
@@ -224,6 +232,19 @@ class ClockGuard:
         j = self.reading(now)
         if leader and j.cluster_ms is not None:
             self._anchor = clocksync.Anchor(j.cluster_ms, j.mono_ms, j.err_ms or 0.0, "self")
+        if leader and j.state == UNKNOWN:
+            if self._unknown_since is None:
+                self._unknown_since = now
+            if now - self._unknown_since >= UNKNOWN_S and not self._unknown_said:
+                self._unknown_said = True
+                logger.warning("clock.unknown fresh=%d members=%d (this leader cannot tell the cluster's clock: "
+                               "too few members heard, or their clocks too far apart to tell which one lies; "
+                               "it fires and expires nothing)", len(j.peers) + 1,
+                               len(self._sync._SyncObj__otherNodes) + 1)
+        else:
+            if self._unknown_said:
+                logger.info("clock.known state=%s offset_ms=%.0f", j.state, j.offset_ms or 0.0)
+            self._unknown_since, self._unknown_said = None, False
         self._say(j, leader)
         if j.state == DISAGREES:
             self._hold_until = now + HOLD_S
@@ -318,12 +339,16 @@ class ClockGuard:
         out = {
             "state": j.state, "offset_ms": ms(j.offset_ms), "error_ms": ms(j.err_ms),
             "bound_ms": ms(self.bound_ms), "cluster_ms": ms(j.cluster_ms),
-            "source": None if a is None else ("self" if a.source == "self" else a.source),
+            "source": None if a is None else a.source,
             "candidacy_held": self.holding(now_s),
             "peers": {p: {"offset_ms": ms(off), "error_ms": ms(err)} for p, (off, err) in j.peers.items()},
             **self.counters,
         }
         conditions = []
+        since = self._unknown_since
+        if j.state == UNKNOWN and since is not None and now_s - since >= UNKNOWN_S and self._is_leader():
+            conditions.append({"type": "cluster.clock_unknown", "node": "self", "for_s": round(now_s - since, 3),
+                               "peers_heard": len(j.peers)})
         if j.state == DISAGREES:
             conditions.append({"type": "cluster.clock_disagrees", "node": "self", "offset_ms": ms(j.offset_ms),
                                "error_ms": ms(j.err_ms), "bound_ms": ms(self.bound_ms)})
