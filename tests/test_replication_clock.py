@@ -273,3 +273,23 @@ def test_a_leader_that_hears_two_clocks_apart_cannot_tell_and_says_so(lone, capl
     g.tick()
     assert "clock.unknown" in caplog.text
     assert [c["type"] for c in g.view()["conditions"]][:1] == ["cluster.clock_unknown"]
+
+
+def test_a_node_without_the_clock_guard_ignores_the_field():
+    """A rolling upgrade: a stock pysyncobj SyncObj (what an older raftsched's corrections hand
+    every message to, after reading the keys they know) takes a stamped append_entries as any
+    other and answers it as ever."""
+    from pysyncobj import SyncObj
+
+    install()
+    me, a, b = (f"127.0.0.1:{p}" for p in free_ports(3))
+    stock = SyncObj(me, [a, b], conf=make_conf(autoTick=False, password=SECRET))
+    sent: list[tuple] = []
+    stock._SyncObj__transport.send = lambda node, msg: sent.append((node, msg))
+    try:
+        leader = sorted(stock._SyncObj__otherNodes, key=lambda n: n.address)[0]
+        _append(stock, leader, clock=[1.0, WALL, 1.0], entries=[(b"c2", 2, 1)])
+        (ans,) = _answers(sent)
+        assert ans == {"type": "next_node_idx", "next_node_idx": 3, "reset": False, "success": True}
+    finally:
+        stock.destroy()

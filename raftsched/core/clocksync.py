@@ -50,8 +50,9 @@ SAMPLE_WINDOW_MS = 2_000
 #: An estimate counts towards a judgement while it is at most this old (ms): the window, plus
 #: the time until the next sample picks the next best (one comes every heartbeat).
 ESTIMATE_AGE_MS_MAX = SAMPLE_WINDOW_MS + 1_000
-#: Samples kept per peer (10 a second arrive with the heartbeats).
-SAMPLES_KEPT_MAX = 32
+#: Samples kept per peer: 10 a second arrive with the heartbeats, at most 20 under load
+#: (replication/_clockguard.py STAMP_EVERY_S), so the window, or a little over a second of it.
+SAMPLES_KEPT_MAX = 24
 #: A round trip longer than this makes no sample (its error would exceed the bound itself).
 SAMPLE_RTT_MS_MAX = 2 * limits.clock_skew_ms_max
 #: Two samples of one peer whose error intervals miss each other by more than this (ms) say its

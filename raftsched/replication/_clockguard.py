@@ -9,7 +9,8 @@ ignores (pysyncobj reads the keys it knows), and whose malformed value is ignore
 - an append_entries from the leader carries ``FIELD: [mono_ms, cluster_ms, err_ms]``: the
   leader's monotonic time when it sent it, and cluster time then with its error (both None
   while the leader cannot judge). At most one message every ``STAMP_EVERY_S`` per follower
-  carries it (heartbeats and the first of a burst), so a busy link pays for ~50 a second;
+  carries it (heartbeats and the first of a burst), so a busy link pays for ~20 a second
+  (each answer's sample costs the leader's tick thread ~40 us);
 - the answer (next_node_idx) to such a message carries ``FIELD: [mono_ms, wall_ms]``: the
   leader's monotonic time echoed, and the follower's wall time (its node's clock, the one its
   commands are stamped with) when it answered.
@@ -54,7 +55,7 @@ logger = logging.getLogger("raftsched.replication")
 #: The key both messages carry.
 FIELD = "rs_clock"
 #: A follower's messages carry the leader's clock at most this often (s).
-STAMP_EVERY_S = 0.02
+STAMP_EVERY_S = 0.05
 #: The tick thread judges this often at most (s).
 LOOK_EVERY_S = 0.01
 #: A member whose clock disagrees does not stand for election for this long after it last
