@@ -62,6 +62,8 @@ from .shell import run_shell
 if TYPE_CHECKING:
     import aiohttp
 
+    from ..sandbox import Sandbox
+
 __all__ = ["ALL_TYPES", "CancelEvent", "OUTPUT_BYTES_MAX", "Outcome", "RunContext", "execute", "execute_soon",
            "run_function"]
 
@@ -72,7 +74,8 @@ async def execute(executor: dict, ctx: RunContext, timeout_s: float, *,
                   cancel: asyncio.Event | None = None,
                   allowed_types: frozenset[str] = ALL_TYPES,
                   kill_grace_s: float = limits.kill_grace_s_default,
-                  http_session: aiohttp.ClientSession | None = None) -> Outcome:
+                  http_session: aiohttp.ClientSession | None = None,
+                  sandbox: Sandbox | None = None) -> Outcome:
     """Run one executor spec for one run and report how it ended.
 
     Never raises: a spec that cannot run, a failing job and an internal error all become a
@@ -95,6 +98,10 @@ async def execute(executor: dict, ctx: RunContext, timeout_s: float, *,
         also how long a cancelled python coroutine has to finish before it is abandoned.
     :param http_session: a session for http executors to share connections; by default each
         run opens (and closes) its own.
+    :param sandbox: where shell and python runs execute (worker/sandbox.py: the run user, a
+        clean environment, a directory of their own; a python run in a process of its own).
+        None: in this process, its environment and its working directory (the process is the
+        sandbox: ``raftsched worker --app``'s child, the tests of the executors themselves).
     :returns: the Outcome; ``duration_ms`` covers the kill and cleanup too.
     """
     t0 = time.monotonic()
@@ -104,6 +111,8 @@ async def execute(executor: dict, ctx: RunContext, timeout_s: float, *,
             result: Result = (False, f"executor type {kind!r} is not allowed on this worker", "")
         elif cancel is not None and cancel.is_set():
             result = (False, "lease lost", "")
+        elif kind == "shell" and sandbox is not None:
+            result = await sandbox.run_shell(executor, ctx, timeout_s, cancel, kill_grace_s)
         elif kind == "shell":
             result = await run_shell(executor, ctx, timeout_s, cancel, kill_grace_s)
         elif kind == "http":
@@ -111,6 +120,8 @@ async def execute(executor: dict, ctx: RunContext, timeout_s: float, *,
             # a child process of raftsched worker --app --isolation subprocess runs python only.
             from .http import run_http
             result = await run_http(executor, ctx, timeout_s, cancel, http_session)
+        elif kind == "python" and sandbox is not None:
+            result = await sandbox.run_python(executor, ctx, timeout_s, cancel, kill_grace_s)
         elif kind == "python":
             return await run_python(executor, ctx, timeout_s, cancel, kill_grace_s, t0)
         else:
