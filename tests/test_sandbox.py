@@ -54,8 +54,10 @@ TARGETS = textwrap.dedent('''
         os._exit(9)
 
     def sleeps(ctx):
-        with open(os.path.join(ctx.payload["dir"], ctx.run_id + ".pid"), "w") as f:
+        path = os.path.join(ctx.payload["dir"], ctx.run_id + ".pid")
+        with open(path + ".tmp", "w") as f:
             f.write(str(os.getpid()))
+        os.replace(path + ".tmp", path)  # whole, once it is there
         time.sleep(3600)  # ok-sleep: a run that waits to be killed
 
     def litters(ctx):
@@ -312,8 +314,8 @@ def test_runs_die_with_the_run_server_and_the_next_run_starts_a_new_one(marks, t
 def test_closing_the_sandbox_kills_what_runs_and_stops_the_server(marks, targets):
     async def t():
         s = await started()
-        task = asyncio.create_task(execute(sh(f'echo $$ > "{marks}/closed.pid"; exec sleep 3600'), c("c"), 60,
-                                           sandbox=s))
+        script = f'echo $$ > "{marks}/closed.tmp" && mv "{marks}/closed.tmp" "{marks}/closed.pid"; exec sleep 3600'
+        task = asyncio.create_task(execute(sh(script), c("c"), 60, sandbox=s))
         await wait_until(lambda: (marks / "closed.pid").exists(), 10, "the run to start")
         server = s.server.pid
         await s.close()
@@ -421,3 +423,24 @@ def test_a_root_node_refuses_to_run_jobs_as_root_unless_told(tmp_path):
     assert p.returncode == 2 and "--auth-failures-burst" in p.stderr, p.stderr
     p = _node(tmp_path, "--runs-dir", str(tmp_path / "data"))
     assert p.returncode == 2 and "inside the data directory" in p.stderr, p.stderr
+
+
+def test_a_worker_that_starts_removes_the_runs_directories_of_killed_ones(tmp_path):
+    """A worker killed with SIGKILL never removes its runs' directories; the next one to start in
+    the same place does, and leaves a live worker's alone."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f"{sb.RUNS_PREFIX}node-1.{dead.pid}-abcdefgh"
+    (stale / "r-1.xyz").mkdir(parents=True)
+    (stale / "r-1.xyz" / "left").write_text("x")
+    live = tmp_path / f"{sb.RUNS_PREFIX}node-2.{os.getpid()}-abcdefgh"
+    live.mkdir()
+    other = tmp_path / "raftsched-runs-not-ours"
+    other.mkdir()
+
+    async def t():
+        s = await started(runs_parent=str(tmp_path))
+        await s.close()
+    run(t())
+    assert not stale.exists() and live.exists() and other.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])

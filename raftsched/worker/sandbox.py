@@ -12,9 +12,10 @@ code through. Every shell and python run:
   names the operator adds with ``--pass-env``), ``HOME`` set to the run's directory, then the
   job's own (a shell executor's ``env`` and the job's ``secrets``), then the ``RAFTSCHED_*`` run
   contract, which nothing overrides. Nothing else of the worker's environment;
-- starts in a **fresh directory** of its own, ``<tmp>/raftsched-runs-<worker>-XXXX/<run>.XXXX``
+- starts in a **fresh directory** of its own, ``<tmp>/raftsched-runs-<worker>.<pid>-XXXX/<run>.XXXX``
   (mode 0700, owned by the run user; the parent is the worker's, 0711), removed when the run is
-  over, killed or not; a shell executor's ``cwd`` still names where it starts.
+  over, killed or not (a worker killed with SIGKILL leaves them: the next worker to start there
+  removes them); a shell executor's ``cwd`` still names where it starts.
 
 The runs are started by one long-lived child process, the run server (worker/runserver.py), which
 drops to the run user once, after its imports: a shell run is a ``posix_spawn`` of it, a python
@@ -199,6 +200,50 @@ def readable_by(path: str, user: RunUser) -> bool:
             bits = st.st_mode & 7
         if bits & need != need:
             return False
+    return True
+
+
+#: The start of a worker's runs directory's name: ``raftsched-runs-<worker>.<pid>-XXXXXXXX``.
+RUNS_PREFIX = "raftsched-runs-"
+
+
+def sweep_runs_dirs(parent: str) -> list[str]:
+    """Remove the runs directories in ``parent`` that a worker of this user left when it was
+    killed (its process id no longer runs): the directories of the runs it had, which it never
+    got to remove. Returns what it removed."""
+    removed = []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    for name in names:
+        if not name.startswith(RUNS_PREFIX):
+            continue
+        head, _, _rand = name[len(RUNS_PREFIX):].rpartition("-")
+        pid = head.rpartition(".")[2]
+        if not pid.isdigit() or os.path.exists(f"/proc/{pid}") or _alive(int(pid)):
+            continue
+        path = os.path.join(parent, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            continue
+        _rmtree(path)
+        removed.append(path)
+    if removed:
+        log.info("removed %d runs directory(ies) of workers that were killed: %s", len(removed), ", ".join(removed))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
     return True
 
 
@@ -454,9 +499,11 @@ class Sandbox:
 
     async def start(self) -> None:
         """Make the runs directory and start the run server. :raises RunServerError:"""
+        parent = self.runs_parent or tempfile.gettempdir()
+        await asyncio.to_thread(sweep_runs_dirs, parent)
         # 0700 from mkdtemp; the run user gets through it to its own run's directory (0711) and
-        # cannot list it.
-        self.runs_dir = tempfile.mkdtemp(prefix=f"raftsched-runs-{_safe(self.name, 40)}-", dir=self.runs_parent)
+        # cannot list it. The name carries this process's id, for the sweep of a later one.
+        self.runs_dir = tempfile.mkdtemp(prefix=f"{RUNS_PREFIX}{_safe(self.name, 40)}.{os.getpid()}-", dir=parent)
         if self.user.switches:
             os.chmod(self.runs_dir, 0o711)
         try:

@@ -26,7 +26,7 @@ from raftsched.testing.procs import Procs, wait_for
 from .. import common
 from ..common import BenchError, PY_NOOP, REPO, summary, wall_ms
 from ..harness import check_alive, leader_checked, node_log_excerpt, put_queue, start_cluster
-from ..probes import cluster_cpu_s, cpu_s, rss_kib
+from ..probes import cluster_cpu_s, rss_kib, tree_cpu_s
 from ..register import register_checked
 from .e2e import E2E_QUEUE, _e2e_latency
 
@@ -80,11 +80,11 @@ def fleet_e2e(tmp: Path, n: int, window_s: float, warmup_s: float, workers: int,
         w1 = w0 + int(window_s) * 1000
         time.sleep(max(0.0, (w0 - wall_ms()) / 1000))  # ok-sleep: measurement window
         pids = [p.pid for p in procs.procs.values()]
-        cpu_a, wcpu_a = cluster_cpu_s(c), [cpu_s(p) for p in pids]
+        cpu_a, wcpu_a = cluster_cpu_s(c), [tree_cpu_s(p) for p in pids]
         ta, a = wall_ms(), counters()
         time.sleep(max(0.0, (w1 - wall_ms()) / 1000))  # ok-sleep: measurement window
         tb, b = wall_ms(), counters()
-        cpu_b, wcpu_b = cluster_cpu_s(c), [cpu_s(p) for p in pids]
+        cpu_b, wcpu_b = cluster_cpu_s(c), [tree_cpu_s(p) for p in pids]
         check_alive(c, range(c.n))
         dead = [k for k in procs.procs if not procs.alive(k)]
         if dead:
