@@ -25,7 +25,8 @@ stop reading the run's pipes). Answers: ``{"ready", "pid", "uid", "gid", "groups
 start (or ``{"fatal": reason}``, then exit), then per run ``{"id", "pid"}`` or ``{"id", "error"}``
 (it could not start), ``{"id", "exit": returncode}`` when reaped (negative: the signal), and
 ``{"id", "done", "output" (base64 of the tail), "total", "result"}`` once the process is reaped
-and its pipes are closed, or on ``flush``. When the worker's end of the socket closes (the worker
+and its pipes are closed, or on ``flush`` (with ``"exit"`` in it when its pipes closed before
+the process was reaped: one message for both). When the worker's end of the socket closes (the worker
 stopped, or died), every run still alive is killed (SIGKILL to its process group) and the server
 exits.
 
@@ -275,14 +276,17 @@ class Server:
             if run is None:
                 continue
             run.exited = True
-            self.send({"id": run.id, "exit": os.waitstatus_to_exitcode(status)})
-            self._maybe_done(run)
+            code = os.waitstatus_to_exitcode(status)
+            if run.out is None and run.res is None:
+                self._done(run, code)  # its pipes are closed already: one message says both
+            else:
+                self.send({"id": run.id, "exit": code})
 
     def _maybe_done(self, run: _Run) -> None:
         if run.exited and run.out is None and run.res is None:
             self._done(run)
 
-    def _done(self, run: _Run) -> None:
+    def _done(self, run: _Run, code: int | None = None) -> None:
         if run.finished:
             return
         run.finished = True
@@ -290,8 +294,11 @@ class Server:
         self._close(run, "res")
         self.runs.pop(run.id, None)
         result = None if run.rover or not run.rbuf else run.rbuf.decode("utf-8", "replace")
-        self.send({"id": run.id, "done": True, "output": base64.b64encode(bytes(run.buf)).decode(),
-                   "total": run.total, "result": result})
+        msg = {"id": run.id, "done": True, "output": base64.b64encode(bytes(run.buf)).decode(),
+               "total": run.total, "result": result}
+        if code is not None:
+            msg["exit"] = code
+        self.send(msg)
 
 
 class _Stop(Exception):
@@ -343,7 +350,7 @@ def _python_child(req: dict, out_w: int, res_w: int) -> None:
         os.dup2(out_w, 1)
         os.dup2(out_w, 2)
         os.dup2(res_w, 3, inheritable=False)
-        os.closerange(4, _fd_max())
+        os.closerange(4, _FD_MAX)  # one close_range(2) where the kernel has it
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -377,11 +384,7 @@ def _python_child(req: dict, out_w: int, res_w: int) -> None:
         os._exit(code)
 
 
-def _fd_max() -> int:
-    try:
-        return max(int(x) for x in os.listdir("/proc/self/fd")) + 1
-    except (OSError, ValueError):
-        return os.sysconf("SC_OPEN_MAX")
+_FD_MAX = os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 65536
 
 
 def _call(req: dict) -> tuple:

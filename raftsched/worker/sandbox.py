@@ -386,11 +386,12 @@ class RunServer:
                     _settle(h.exited, None)
                     _settle(h.done, None)
                     self._handles.pop(h.id, None)
-                elif "exit" in msg:
-                    _settle(h.exited, msg["exit"])
-                elif "done" in msg:
-                    _settle(h.done, msg)
-                    self._handles.pop(h.id, None)
+                else:
+                    if "exit" in msg:
+                        _settle(h.exited, msg["exit"])
+                    if "done" in msg:
+                        _settle(h.done, msg)
+                        self._handles.pop(h.id, None)
         except asyncio.IncompleteReadError:
             pass
         except (OSError, ValueError) as e:
@@ -610,8 +611,10 @@ class Sandbox:
                 # The main process is done; what it left behind in its group is part of the run.
                 log.info("run %s: killing processes left in group %d after exit", ctx.run_id, pid)
                 await _terminate_group(pid, h.exited, kill_grace_s)
-            await asyncio.wait({h.exited}, timeout=limits.shell_reap_s_max)
-            await asyncio.wait({h.done}, timeout=limits.shell_drain_s_max)
+            if not h.exited.done():
+                await asyncio.wait({h.exited}, timeout=limits.shell_reap_s_max)
+            if not h.done.done():
+                await asyncio.wait({h.done}, timeout=limits.shell_drain_s_max)
             if not h.done.done():
                 # Something outside the group still holds the run's output open.
                 server.flush(h)
