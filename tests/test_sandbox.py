@@ -60,6 +60,14 @@ TARGETS = textwrap.dedent('''
         os.replace(path + ".tmp", path)  # whole, once it is there
         time.sleep(3600)  # ok-sleep: a run that waits to be killed
 
+    def connects(ctx):
+        import socket
+        try:
+            socket.create_connection(("localhost", ctx.payload["port"]), timeout=5).close()
+        except OSError as e:
+            return type(e).__name__
+        return "connected"
+
     def litters(ctx):
         os.makedirs("a/b")
         with open("a/b/f", "w") as f:
@@ -231,6 +239,22 @@ def test_a_python_runs_failures_read_as_the_python_executors(targets):
     assert not exits.ok and exits.error == "SystemExit: 3"
     assert not dies.ok and dies.error == "the run's process ended without an outcome (exit status 9)"
     assert not nomod.ok and nomod.error == "ModuleNotFoundError: No module named 'no_such_module_x'"
+
+
+def test_a_python_run_connects_to_a_host_by_name(targets):
+    """The run server imports the IDNA codec a connection to a host name needs before it drops
+    privileges: a run user who cannot read the interpreter's files (a Python under /root) could
+    not import it later."""
+    from raftsched.testing.procs import free_port
+
+    async def t():
+        s = await started()
+        try:
+            return await execute(py("connects"), c("net", {"port": free_port()}), 10, sandbox=s)
+        finally:
+            await s.close()
+    out = run(t())
+    assert out.ok and out.output == "'ConnectionRefusedError'", out
 
 
 def test_what_a_run_leaves_in_its_directory_is_removed_even_read_only(targets):

@@ -418,8 +418,11 @@ async def _awaited(aw):
 
 # ---------------------------------------------------------------------------- start
 #: What the server imports before it drops privileges: a python run is a fork of it, so what a run
-#: needs to be called is there already (the run's own modules are imported by the run).
-PRELOAD = ("asyncio", "inspect", "traceback", "raftsched.worker.executors")
+#: needs to be called is there already (the run's own modules are imported by the run). With
+#: them, the codec every connection to a host name needs (``socket`` encodes the name as IDNA on
+#: first use): a run user who cannot read the interpreter's files (one under /root) can still
+#: open a connection.
+PRELOAD = ("asyncio", "inspect", "traceback", "encodings.idna", "raftsched.worker.executors")
 
 
 def main(argv: list[str]) -> int:
