@@ -468,3 +468,31 @@ def test_a_worker_that_starts_removes_the_runs_directories_of_killed_ones(tmp_pa
     run(t())
     assert not stale.exists() and live.exists() and other.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
+
+
+def _worker(tmp_path: Path, *extra: str, token_owner: int | None = None) -> subprocess.CompletedProcess:
+    token = tmp_path / "wtoken"
+    token.write_text("t" * 32)
+    token.chmod(0o600)
+    if token_owner is not None:
+        os.chown(token, token_owner, -1)
+    return subprocess.run([sys.executable, "-m", "raftsched.cli", "worker", "--url", "http://127.0.0.1:1",
+                           "--token-file", str(token), "--id", "w", *extra],
+                          capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
+
+
+def test_a_worker_checks_its_isolation_flags_before_it_starts(tmp_path):
+    p = _worker(tmp_path, "--pass-env", "RAFTSCHED_TOKEN")
+    assert p.returncode == 2 and "--pass-env: RAFTSCHED_TOKEN is set by the worker" in p.stderr, p.stderr
+    p = _worker(tmp_path, "--runs-dir", str(tmp_path / "nope"))
+    assert p.returncode == 2 and "--runs-dir" in p.stderr and "not a directory" in p.stderr, p.stderr
+    p = _worker(tmp_path, "--run-as", "no-such-user-x")
+    assert p.returncode == 2 and "no such user" in p.stderr, p.stderr
+
+
+@as_root
+def test_a_root_worker_refuses_root_jobs_and_a_token_file_its_run_user_owns(tmp_path):
+    p = _worker(tmp_path, "--run-as", "root")
+    assert p.returncode == 2 and "--allow-root-jobs" in p.stderr, p.stderr
+    p = _worker(tmp_path, token_owner=resolve_run_user(None).uid)
+    assert p.returncode == 2 and "the user jobs run as" in p.stderr, p.stderr
