@@ -496,3 +496,25 @@ def test_a_root_worker_refuses_root_jobs_and_a_token_file_its_run_user_owns(tmp_
     assert p.returncode == 2 and "--allow-root-jobs" in p.stderr, p.stderr
     p = _worker(tmp_path, token_owner=resolve_run_user(None).uid)
     assert p.returncode == 2 and "the user jobs run as" in p.stderr, p.stderr
+
+
+def test_a_worker_whose_run_server_cannot_start_fails_at_once_saying_why(monkeypatch):
+    """A worker that cannot run jobs' code stops (a node with it), rather than lease runs it
+    would fail one by one."""
+    from raftsched.clock import SystemClock
+    from raftsched.worker.loop import LeaseLoop, WorkerFailed
+
+    async def broken(self):
+        raise sb.RunServerError("the run server could not start: PermissionError: no")
+    monkeypatch.setattr(sb.RunServer, "_start", broken)
+
+    class Never:
+        worker_id = "w"
+        kind = "remote"
+
+    async def t():
+        loop = LeaseLoop(Never(), SystemClock(), sandbox=box())
+        with pytest.raises(WorkerFailed, match="sandbox failed: the run server could not start"):
+            await loop.run()
+        return loop
+    assert run(t()).failed == "sandbox"

@@ -221,7 +221,7 @@ def sweep_runs_dirs(parent: str) -> list[str]:
             continue
         head, _, _rand = name[len(RUNS_PREFIX):].rpartition("-")
         pid = head.rpartition(".")[2]
-        if not pid.isdigit() or os.path.exists(f"/proc/{pid}") or _alive(int(pid)):
+        if not pid.isdigit() or _alive(int(pid)):
             continue
         path = os.path.join(parent, name)
         try:
