@@ -277,6 +277,9 @@ def markdown(res: dict) -> str:
         for node, kinds in nodes.items():
             for _key, k in kinds.items():
                 notes.append(f"{cname}/{node}: {k['count']} × `{k['first'][24:140]}…`")
+    for name in ("e2e", "fleet_e2e"):
+        if (res.get(name) or {}).get("warmup_note"):
+            notes.append(f"{name}: " + res[name]["warmup_note"])
     if notes:
         lines += ["", "Notes and warnings:", ""] + [f"- {n}" for n in notes]
     if isinstance(f, dict) and "trials" in f:

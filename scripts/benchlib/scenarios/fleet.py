@@ -71,10 +71,16 @@ def fleet_e2e(tmp: Path, n: int, window_s: float, warmup_s: float, workers: int,
         def counters() -> dict:
             ws = _workers(c, "bench-w")
             return {k: sum(w[k] for w in ws.values()) for k in ("completed", "grants", "held", "releases", "losses")}
+        warmup_note = None
         try:
             wait_for(lambda: counters()["completed"] >= n, 60, "the first round of runs to complete")
         except AssertionError as e:
-            raise BenchError(f"fleet_e2e: {e}\n" + "\n".join(node_log_excerpt(c, i) for i in range(c.n))) from None
+            # As e2e: workers slower than the offered rate are measured as they are.
+            done0 = counters()["completed"]
+            if done0 <= 0:
+                raise BenchError(f"fleet_e2e: {e}\n" + "\n".join(node_log_excerpt(c, i) for i in range(c.n))) from None
+            warmup_note = f"{done0} of the first round's {n} runs completed within 60 s: the workers complete fewer runs than offered"
+            print(f"[bench] fleet_e2e N={n}: {warmup_note}", file=sys.stderr)
         time.sleep(warmup_s)  # ok-sleep: measurement window (warm-up)
         w0 = (wall_ms() // 1000 + 1) * 1000
         w1 = w0 + int(window_s) * 1000
@@ -104,7 +110,7 @@ def fleet_e2e(tmp: Path, n: int, window_s: float, warmup_s: float, workers: int,
                "worker_cpu_s": None if worker_cpu is None else round(worker_cpu, 2),
                "cpu_us_per_run": {"nodes": None if node_cpu is None or not done else round(node_cpu * 1e6 / done, 1),
                                   "workers": None if worker_cpu is None or not done else round(worker_cpu * 1e6 / done, 1)},
-               **lat}
+               **({"warmup_note": warmup_note} if warmup_note else {}), **lat}
         print(f"[bench] fleet_e2e N={n}, {workers} workers: per second {rates}; slot -> start p50 "
               f"{lat['slot_to_start_ms'].get('p50')} ms, p99 {lat['slot_to_start_ms'].get('p99')} ms", file=sys.stderr)
         return out
