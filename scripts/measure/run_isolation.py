@@ -12,6 +12,11 @@ process (the worker's side: the directory, the protocol, the deadline) and of th
 with the runs it reaped (``/proc``), and the wall time per run. No cluster: what the lease
 round trips cost is the same either way. docs/benchmarks.md ("The cost of running jobs
 isolated") quotes its figures; ``--runs-dir`` puts the runs' directories elsewhere (a tmpfs).
+
+Then, in a child process of its own, what a bare ``fork`` and ``_exit`` cost a process that has
+imported what the run server imports, and one that has imported only the standard library's
+``json`` and ``selectors``: CPU of the parent and of the child, and the child's minor page
+faults (its copy-on-write), a fork.
 """
 from __future__ import annotations
 
@@ -24,7 +29,25 @@ import time
 
 from measure import ROOT, Smoke
 
-SMOKE = [Smoke(("8", "--parallel", "4"), "us a run")]
+SMOKE = [Smoke(("8", "--parallel", "4"), "a fork")]
+
+#: Run in a fresh interpreter: fork and _exit N times after importing the modules given.
+_FORKS = """
+import gc, importlib, os, resource, sys
+for name in sys.argv[2:]:
+    importlib.import_module(name)
+gc.freeze()
+n = int(sys.argv[1])
+c0, s0 = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
+for _ in range(n):
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+c1, s1 = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
+cpu = lambda a, b: (b.ru_utime + b.ru_stime - a.ru_utime - a.ru_stime) / n * 1e6
+print(cpu(s0, s1), cpu(c0, c1), (c1.ru_minflt - c0.ru_minflt) / n)
+"""
 
 
 def _proc_cpu_s(pid: int) -> float:
@@ -84,6 +107,13 @@ def main(argv: list[str]) -> int:
         return out
 
     rows = asyncio.run(all_of_it())
+    import subprocess
+    from raftsched.worker import runserver
+    forks = []
+    for what, mods in (("the run server's imports", runserver.PRELOAD), ("json, selectors", ("json", "selectors"))):
+        p = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {ROOT!r})\n{_FORKS}",
+                            str(args.runs), *mods], capture_output=True, text=True, check=True)
+        forks.append((what, [float(x) for x in p.stdout.split()]))
     print(f"{args.runs} no-op runs per line, {args.parallel} at a time (python {sys.version.split()[0]}, "
           f"{os.cpu_count()} cpus, load average {os.getloadavg()[0]:.1f}, runs directory in "
           f"{args.runs_dir or 'the temporary directory'})")
@@ -92,4 +122,7 @@ def main(argv: list[str]) -> int:
         total = m["worker_us"] + m["server_us"]
         print(f"{kind:<7} {where:<26} {m['worker_us']:>9.0f} us {m['server_us']:>11.0f} us {total:>9.0f} us "
               f"{m['wall_us']:>9.0f} us a run")
+    print(f"\n{'fork and _exit after importing':<34} {'parent':>10} {'child':>10} {'child faults':>13}")
+    for what, (parent, child, faults) in forks:
+        print(f"{what:<34} {parent:>7.0f} us {child:>7.0f} us {faults:>13.0f}   a fork")
     return 0
