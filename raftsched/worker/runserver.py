@@ -425,6 +425,21 @@ async def _awaited(aw):
 PRELOAD = ("asyncio", "inspect", "traceback", "encodings.idna", "raftsched.worker.executors")
 
 
+def _capabilities() -> dict:
+    """The capability sets of this process that are not empty (from /proc; none where there is
+    no /proc)."""
+    out = {}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in ("CapInh", "CapPrm", "CapEff", "CapAmb") and int(value.strip() or "0", 16):
+                    out[key] = value.strip()
+    except OSError:
+        pass
+    return out
+
+
 def main(argv: list[str]) -> int:
     """``python -c ... CONFIG``: CONFIG is JSON ``{"fd", "uid", "gid", "groups", "output_bytes",
     "result_bytes"}`` (uid None: stay the user it was started as). sys.path is set by the caller."""
@@ -440,6 +455,9 @@ def main(argv: list[str]) -> int:
             os.setuid(cfg["uid"])
             if os.getuid() != cfg["uid"] or os.geteuid() != cfg["uid"] or os.getegid() != cfg["gid"]:
                 raise OSError("the user did not change")
+            left = _capabilities()
+            if left:
+                raise OSError(f"capabilities remain after the switch to uid {cfg['uid']}: {left}")
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         os.chdir("/")
         # Moves every object so far out of the collector's reach: a fork that never collects them

@@ -100,18 +100,10 @@ def _user(name: str) -> RunUser:
 
 
 def can_switch_user() -> bool:
-    """Whether this process may become another user: root, or CAP_SETUID and CAP_SETGID."""
-    if os.geteuid() == 0:
-        return True
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("CapEff:"):
-                    caps = int(line.split()[1], 16)
-                    return bool(caps & (1 << 6)) and bool(caps & (1 << 7))  # CAP_SETGID, CAP_SETUID
-    except (OSError, ValueError, IndexError):
-        pass
-    return False
+    """Whether this process may run jobs as another user: only as root. (A process of another
+    user that holds CAP_SETUID keeps its capabilities across setuid, and its runs would too:
+    one could become root again. From root to another user, the kernel clears them all.)"""
+    return os.geteuid() == 0
 
 
 def resolve_run_user(run_as: str | None, allow_root_jobs: bool = False) -> RunUser:
@@ -143,8 +135,8 @@ def resolve_run_user(run_as: str | None, allow_root_jobs: bool = False) -> RunUs
         raise ConfigError(f"--run-as {user.name}: shell and python jobs would run as root, with every right on this "
                           "host; pass --allow-root-jobs to allow it, or leave --run-as out")
     if user.switches and not can_switch_user():
-        raise ConfigError(f"--run-as {user.name}: running jobs as another user needs root (or CAP_SETUID and "
-                          f"CAP_SETGID); this process runs as uid {euid}")
+        raise ConfigError(f"--run-as {user.name}: running jobs as another user needs root; this process runs as "
+                          f"uid {euid}")
     return user
 
 
