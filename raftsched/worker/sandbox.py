@@ -534,7 +534,9 @@ class Sandbox:
         """The shell executor's run (executors/shell.py's contract) in the sandbox."""
         async with _RunDir(self, ctx.run_id) as home:
             env = {**self.base_env, "HOME": home, **(ex.get("env") or {}), **ctx.env()}
-            req = {"op": "shell", "argv": list(ex["argv"]), "env": env, "cwd": ex.get("cwd") or home}
+            # The executor's cwd if it gives one (a relative one is in the run's directory).
+            cwd = os.path.join(home, ex["cwd"]) if ex.get("cwd") else home
+            req = {"op": "shell", "argv": list(ex["argv"]), "env": env, "cwd": cwd}
             how, rc, done, error = await self._run(req, ctx, timeout_s, cancel, kill_grace_s)
         if error is not None:
             return False, error, ""
