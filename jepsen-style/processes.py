@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -18,6 +19,56 @@ from raftsched.testing.procs import Procs, free_ports, wait_port
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+#: What the workload's runs read of their worker's environment (jepsen_runner.py): passed
+#: through to them (``--pass-env``), since a run gets a clean environment.
+RUN_ENV = "JEPSEN_SINK,JEPSEN_PLAN,JEPSEN_NODE"
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (a node's or a worker's run server, and the runs it started),
+    from /proc."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat", "rb") as f:
+                    ppid = int(f.read().rpartition(b")")[2].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(d))
+    out, stack = [], [pid]
+    while stack:
+        for c in children.get(stack.pop(), []):
+            out.append(c)
+            stack.append(c)
+    return out
+
+
+def signal_tree(procs: Procs, name, sig: int) -> bool:
+    """``procs.signal(name, sig)``, and for SIGSTOP and SIGCONT the same to the process's
+    descendants: a paused node (or worker) is a paused machine, whose runs, processes of their own
+    started by its run server, pause with it. After SIGKILL, its descendants are continued, so
+    that the run server (a paused one too) sees its worker gone and kills the runs."""
+    p = procs.procs.get(name)
+    pid = p.pid if p is not None and p.poll() is None else None
+    below = descendants(pid) if pid is not None and sig in (signal.SIGCONT, signal.SIGKILL) else []
+    if sig == signal.SIGCONT:
+        _kill_all(below, sig)
+    ok = procs.signal(name, sig)
+    if pid is not None and sig == signal.SIGSTOP:
+        for _ in range(2):  # a run started while the first pass ran is caught by the second
+            _kill_all(descendants(pid), sig)
+    if sig == signal.SIGKILL:
+        _kill_all(below, signal.SIGCONT)
+    return ok
+
+
+def _kill_all(pids: list[int], sig: int) -> None:
+    for d in pids:
+        try:
+            os.kill(d, sig)
+        except OSError:
+            pass
 
 
 class Node:
@@ -83,6 +134,9 @@ class ClusterProcs:
         self.workers = Procs(new_session=True)
         self.sink_log = work / "sink.jsonl"
         self.plan_file = work / "plan.json"
+        # The runs (as the run user) open the plan file by name: they may pass through the work
+        # directory, not list it; the plan is made readable when written (run.py).
+        os.chmod(work, 0o711)
         self.secret_file = self.cluster.secret_file
         self.token_file = self.cluster.token_file
         for n in self.nodes:
@@ -129,7 +183,7 @@ class ClusterProcs:
         dial = [f"{self.nodes[l['acceptor']].raft}=127.0.0.1:{l['port']}"
                 for l in self.links.values() if l.get("dialer") == n.i]
         return ["--slots", str(self.slots), "--lease-ttl-s", str(self.lease_ttl_s), "--executors", "python",
-                "--dial-map", ",".join(dial), "--clock-offset-file", str(n.clock_file)]
+                "--pass-env", RUN_ENV, "--dial-map", ",".join(dial), "--clock-offset-file", str(n.clock_file)]
 
     def start_node(self, i: int) -> None:
         self.cluster.start(i)
@@ -145,7 +199,7 @@ class ClusterProcs:
         labels = ",".join(f"{k}={v}" for k, v in sorted(self.worker_labels.items()))
         argv = [sys.executable, "-m", "raftsched.cli", "worker", "--url", urls, "--token-file", str(self.token_file),
                 "--id", wid, "--slots", str(self.slots), "--lease-ttl-s", str(self.lease_ttl_s), "--executors", "python",
-                "--wait-s", "5", "--drain-s", "1"] + (["--labels", labels] if labels else [])
+                "--wait-s", "5", "--drain-s", "1", "--pass-env", RUN_ENV] + (["--labels", labels] if labels else [])
         path = os.environ.get("PYTHONPATH")
         env = {"PYTHONPATH": os.pathsep.join([str(self.product), str(HERE)] + ([path] if path else [])),
                "JEPSEN_SINK": f"127.0.0.1:{self.sink_port}", "JEPSEN_PLAN": str(self.plan_file), "JEPSEN_NODE": wid}
@@ -158,7 +212,7 @@ class ClusterProcs:
         return wid in self.workers.paused
 
     def signal_worker(self, wid: str, sig: int) -> bool:
-        return self.workers.signal(wid, sig)
+        return signal_tree(self.workers, wid, sig)
 
     def set_worker_links(self, wid: str, mode: str) -> None:
         """Cut remote worker ``wid`` off from every node (blackhole, reset), or reconnect it (pass)."""
@@ -172,7 +226,7 @@ class ClusterProcs:
         return i in self.cluster.stopped
 
     def signal_node(self, i: int, sig: int) -> bool:
-        return self.cluster.children.signal(i, sig)
+        return signal_tree(self.cluster.children, i, sig)
 
     def stop_all(self) -> None:
         """Stop the nodes, the sink and the proxy, each by its PID."""

@@ -289,6 +289,7 @@ class Run:
         sched = self.sched
         cp = self.cp
         cp.plan_file.write_text(json.dumps(sched["plan"]))
+        cp.plan_file.chmod(0o644)  # read by the runs, as the run user
         cp.start_sink()
         cp.start_proxy()
         for i in range(3):

@@ -86,10 +86,50 @@ def parse_labels(text: str, what: str = "--labels") -> dict[str, str]:
         raise ConfigError(f"{e.field}: {e.message}") from None
 
 
+def _run_user(args, types: frozenset):
+    """``--run-as``, ``--allow-root-jobs``, ``--pass-env``: who a worker's shell and python runs
+    execute as (None when it runs neither), and which names of its environment they get besides
+    PATH, LANG and TZ (worker/sandbox.py). :raises ConfigError:"""
+    from .worker.sandbox import CODE_TYPES, check_pass_env, resolve_run_user
+    pass_env = check_pass_env([n.strip() for n in args.pass_env.split(",") if n.strip()])
+    if not types & CODE_TYPES:
+        return None, pass_env
+    return resolve_run_user(args.run_as or None, args.allow_root_jobs), pass_env
+
+
+def _runs_dir(args, data_dir: str | None) -> str | None:
+    """``--runs-dir``: an existing directory, outside the data directory. :raises ConfigError:"""
+    if not args.runs_dir:
+        return None
+    path = os.path.realpath(args.runs_dir)
+    if not os.path.isdir(path):
+        raise ConfigError(f"--runs-dir {args.runs_dir}: not a directory")
+    if data_dir is not None:
+        data = os.path.realpath(data_dir)
+        if path == data or path.startswith(data + os.sep):
+            raise ConfigError(f"--runs-dir {args.runs_dir} is inside the data directory: runs must not reach it")
+    return path
+
+
+def _isolation_args(p: argparse.ArgumentParser, who: str) -> None:
+    """--run-as, --allow-root-jobs, --pass-env and --runs-dir: where a worker's shell and python
+    runs execute (worker/sandbox.py, docs/security.md)."""
+    p.add_argument("--run-as", default="", metavar="USER",
+                   help=f"the user {who}'s shell and python runs execute as (default: as root, the system user "
+                        "raftsched-run if it exists, else nobody; otherwise this process's own user)")
+    p.add_argument("--allow-root-jobs", action="store_true",
+                   help="allow --run-as root: without it, shell and python jobs never run as root")
+    p.add_argument("--pass-env", default="", metavar="NAME,...",
+                   help="names of this process's environment variables runs get besides PATH, LANG and TZ")
+    p.add_argument("--runs-dir", default="", metavar="DIR",
+                   help="where each run's working directory is made (default: the system's temporary directory)")
+
+
 def cmd_node(args) -> int:
     from .node import limits as node_limits
     from .node.logs import RepeatLimiter, log_file_handler
     from .node.node import LoopFailed, NodeConfig, ensure_token, is_loopback, parse_hostport, run_node, tls_context
+    from .worker.sandbox import check_private
 
     try:  # node/logs.py: rotated when written to a file, and at most so many lines of a kind a minute
         _setup_logging(args.log_level, log_file_handler(args.log_file) if args.log_file else None) \
@@ -117,7 +157,7 @@ def cmd_node(args) -> int:
         if not is_loopback(raft_host) and not args.allow_remote_raft:
             raise ConfigError(f"--raft {args.raft} is not a loopback address; pass --allow-remote-raft to bind it "
                               "(the cluster secret protects it; see docs/operations.md)")
-        os.makedirs(args.data_dir, exist_ok=True)
+        os.makedirs(args.data_dir, mode=0o700, exist_ok=True)
         token = read_secret_file(args.token_file, "token file") if args.token_file else ensure_token(args.data_dir)
         # Beside the cluster secret by default, never in the data directory (docs/operations.md).
         keys_dir = args.keys_dir or os.path.join(os.path.dirname(os.path.abspath(args.cluster_secret_file)), "keys")
@@ -146,6 +186,14 @@ def cmd_node(args) -> int:
         return 2
     queues = [q.strip() for q in args.queues.split(",") if q.strip()] if args.queues else None
     try:
+        run_user, pass_env = _run_user(args, types if args.slots > 0 else frozenset())
+        # Nothing a job's code could read may hold the keys to the cluster (docs/security.md).
+        check_private(args.cluster_secret_file, "cluster secret file", run_user)
+        check_private(args.token_file or os.path.join(args.data_dir, "token"), "token file", run_user)
+        if args.tls_key:
+            check_private(args.tls_key, "TLS key file", run_user)
+        check_private(args.data_dir, "data directory", run_user)
+        runs_dir = _runs_dir(args, args.data_dir)
         dial_map = parse_dial_map(args.dial_map)
         labels = parse_labels(args.labels)
         if queues:
@@ -171,6 +219,7 @@ def cmd_node(args) -> int:
         tls_client_ca=args.tls_client_ca or None,
         auth_failures_burst=args.auth_failures_burst, auth_failures_per_s=args.auth_failures_per_s,
         keys_dir=keys_dir,
+        run_user=run_user, pass_env=pass_env, runs_dir=runs_dir,
     )
     try:
         tls_context(cfg)  # refuse a bad certificate or key before anything starts
@@ -238,6 +287,7 @@ def cmd_worker(args) -> int:
     from .core.errors import InvalidSpec
     from .core.workers import check_queues, check_worker_id
     from .worker.remote import WorkerConfig, default_worker_id, run_worker
+    from .worker.sandbox import check_private
 
     _setup_logging(args.log_level)
     try:
@@ -290,10 +340,19 @@ def cmd_worker(args) -> int:
     if not 0 <= args.drain_s <= 24 * 3600:
         print("raftsched worker: --drain-s must be 0..86400", file=sys.stderr)
         return 2
+    try:
+        # An --app worker runs its app's handlers, its own code, in its own process.
+        run_user, pass_env = _run_user(args, frozenset() if app_executors is not None else types)
+        if args.token_file:
+            check_private(args.token_file, "token file", run_user)
+        runs_dir = _runs_dir(args, None)
+    except ConfigError as e:
+        print(f"raftsched worker: {e}", file=sys.stderr)
+        return 2
     cfg = WorkerConfig(urls=urls, token=token, worker_id=wid, queues=queues, labels=labels, slots=args.slots,
                        executors=types, drain_s=args.drain_s, lease_ttl_ms=ttl_ms, wait_s=args.wait_s,
                        ca_file=args.ca_file or None, cert_file=args.client_cert or None,
-                       key_file=args.client_key or None)
+                       key_file=args.client_key or None, run_user=run_user, pass_env=pass_env, runs_dir=runs_dir)
     if app_executors is not None:
         from .sdk import APP_LABEL
         cfg.executor_lookup = app_executors
@@ -440,6 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("--tls-key", default="", help="the private key of --tls-cert (PEM)")
     n.add_argument("--tls-client-ca", default="", help="mutual TLS: clients must present a certificate this CA (PEM) signed")
     n.add_argument("--metrics-open", action="store_true", help="GET /metrics needs no token")
+    _isolation_args(n, "this node")
     n.add_argument("--auth-failures-burst", type=float, default=None,
                    help="refused tokens one source address may send before it is answered 429")
     n.add_argument("--auth-failures-per-s", type=float, default=None,
@@ -474,6 +534,7 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--wait-s", type=float, default=worker_limits.lease_wait_s_default,
                    help="how long one lease request waits at a node for work")
     _tls_client_args(w, "this worker's")
+    _isolation_args(w, "this worker")
     w.add_argument("--log-level", default="info")
     w.set_defaults(func=cmd_worker)
 

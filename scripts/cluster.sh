@@ -12,6 +12,9 @@
 #   tls/                       with RAFTSCHED_TLS: a local CA and certificates (generated once)
 #   node-N/                    data dir of node N, plus node.log and pid
 #
+# Run as root, it creates the system user raftsched-run once (useradd --system): the nodes run
+# the jobs' shell and python code as that user, who cannot read .raftsched/ (docs/security.md).
+#
 # Environment:
 #   RAFTSCHED_API_PORT_BASE    API port base (default 8700); node N listens on base+N
 #   RAFTSCHED_RAFT_PORT_BASE   Raft port base (default 9700); node N uses base+N
@@ -141,6 +144,26 @@ ensure_state() {
   mkdir -p "$KEYS_DIR"
   chmod 700 "$KEYS_DIR"
   compgen -G "$KEYS_DIR/*.key" >/dev/null || new_secret "$KEYS_DIR/k1.key"
+}
+
+# ensure_run_user: as root, the system user the nodes run jobs' code as (a node as root picks
+# raftsched-run when it exists, else nobody; docs/security.md). Created once; idempotent, and
+# safe against a concurrent start that creates it first.
+RUN_USER=raftsched-run
+ensure_run_user() {
+  ((EUID == 0)) || return 0
+  id -u "$RUN_USER" >/dev/null 2>&1 && return 0
+  if ! command -v useradd >/dev/null 2>&1; then
+    warn "useradd not found: the nodes run jobs as nobody (create the system user $RUN_USER to give them their own)"
+    return 0
+  fi
+  useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin --user-group "$RUN_USER" \
+    >/dev/null 2>&1 || true
+  if id -u "$RUN_USER" >/dev/null 2>&1; then
+    echo "created the system user $RUN_USER: the nodes run jobs' shell and python code as it"
+  else
+    warn "could not create the system user $RUN_USER: the nodes run jobs as nobody"
+  fi
 }
 
 # ---------------------------------------------------------------- ports
@@ -445,6 +468,7 @@ print_nodes() {
 cmd_start() {
   ensure_venv
   ensure_state
+  ensure_run_user
   load_ports start
   ensure_tls
   write_ports_file

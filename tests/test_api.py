@@ -36,7 +36,7 @@ class Env:
         self.trigger.take_due_index()  # as it does on leading
         self.worker = self.metrics = None
         if metrics:
-            self.worker = Worker(self.raft, self.clock, "node-1", slots=0)
+            self.worker = Worker(self.raft, self.clock, "node-1", sandbox=None, slots=0)
             self.metrics = NodeMetrics(self.raft, self.trigger, self.worker)
             self.trigger.lag_observer = self.metrics.observe_fire_lags
         self.app = make_app(self.service, TOKEN, trigger=self.trigger, worker=self.worker, metrics=self.metrics)

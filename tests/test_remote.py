@@ -157,7 +157,8 @@ def test_a_drain_lets_running_runs_finish_then_gives_back_the_rest_without_spend
         exec_targets.RELEASE[quick] = threading.Event()
         exec_targets.RECORDED.pop(quick, None)
         ch = EmbeddedChannel(raft, clock, "w1", slots=2, queues=None, allowed_types={"python"}, single_node=True)
-        loop = LeaseLoop(ch, clock, slots=2, allowed_types={"python"}, poll_interval_s=0.01, kill_grace_s=0.5)
+        loop = LeaseLoop(ch, clock, sandbox=None, slots=2, allowed_types={"python"}, poll_interval_s=0.01,
+                         kill_grace_s=0.5)  # in this process: the test watches its targets' events
         task = asyncio.create_task(loop.run())
         try:
             await until(lambda: exec_targets.STARTED[slow].is_set() and quick in exec_targets.RECORDED,
@@ -240,7 +241,8 @@ def test_run_worker_returns_1_and_gives_its_runs_back_when_its_lease_watchdog_fa
             look(self)
         monkeypatch.setattr(LeaseLoop, "_check_heartbeats", watchdog_look)
         stop = asyncio.Event()
-        cfg = WorkerConfig(urls=[f"http://127.0.0.1:{server.port}"], token=TOKEN, worker_id="w/1", slots=1, wait_s=1.0)
+        cfg = WorkerConfig(urls=[f"http://127.0.0.1:{server.port}"], token=TOKEN, worker_id="w/1", slots=1, wait_s=1.0,
+                           in_process=True)  # the test watches its target's events
         worker = asyncio.create_task(run_worker(cfg, clock, stop))
         try:
             spec = {"schedule": {"every_s": 3600}, "misfire": {"policy": "skip"},

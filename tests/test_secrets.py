@@ -20,6 +20,7 @@ from raftsched.node.service import Service
 from raftsched.sealing import PROCESS_RING, place
 from raftsched.worker.loop import Worker
 from raftsched.worker.masking import deliver, mask, secret_values
+from raftsched.worker.sandbox import Sandbox, resolve_run_user
 
 from fakes import FakeRaft
 from test_worker import GroupRaft, stop, wait_until
@@ -188,7 +189,8 @@ def test_a_run_gets_its_secrets_and_its_output_is_masked_and_kept_only_when_aske
         await svc.put_job("dropped", dict(spec, keep_output=False), None)
         a = (await svc.trigger_job("kept", None))["run"]
         b = (await svc.trigger_job("dropped", None))["run"]
-        worker = Worker(raft, clock, "n1", slots=2, single_node=True, poll_interval_s=0.01)
+        worker = Worker(raft, clock, "n1", sandbox=Sandbox(resolve_run_user(None)), slots=2, single_node=True,
+                        poll_interval_s=0.01)
         task = asyncio.create_task(worker.run())
         await wait_until(lambda: worker.completed == 2, 20, "both runs to report")
         await stop(task)

@@ -89,7 +89,9 @@ class Env:
         self.clock = clock if clock is not None else SystemClock()
         self.service = Service(self.raft, self.clock, "node-1")
         self.job, self.target, self.runs = job, target, runs
-        self.worker = Worker(self.raft, self.clock, "node-1", slots=slots, single_node=True,
+        # No sandbox: these tests watch the lease loop run targets in this process (exec_targets'
+        # events); tests/test_sandbox.py runs them isolated.
+        self.worker = Worker(self.raft, self.clock, "node-1", sandbox=None, slots=slots, single_node=True,
                              poll_interval_s=0.01, **worker_kw)
 
     async def setup(self) -> list[str]:

@@ -32,6 +32,7 @@ from .service import Service
 from .trigger import Trigger
 from .metrics import NodeMetrics
 from ..worker.loop import Worker
+from ..worker.sandbox import CODE_TYPES, RunUser, Sandbox, resolve_run_user
 
 log = logging.getLogger("raftsched.node")
 
@@ -94,6 +95,14 @@ class NodeConfig:
     #: the key ring secrets are sealed with (raftsched/sealing.py): ``<id>.key`` files, outside
     #: the data directory (None: none; the node then refuses writes that carry secrets)
     keys_dir: str | None = None
+    #: who this node's shell and python runs execute as (``--run-as``, worker/sandbox.py), and
+    #: with which names of its environment besides PATH, LANG and TZ (``--pass-env``), their
+    #: directories made where (``--runs-dir``; None: the system's temporary directory). None: the
+    #: default for this process, resolved at start (cli.py resolves it, and checks the files
+    #: against it, before anything starts)
+    run_user: RunUser | None = None
+    pass_env: tuple = ()
+    runs_dir: str | None = None
 
 
 def parse_hostport(text: str, what: str) -> tuple[str, int]:
@@ -209,7 +218,11 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
     trigger = Trigger(raft, clock, cfg.node_id, fire_log_path=cfg.fire_log_path)
     trigger.leader_tasks.append(BackfillStepper(raft, clock).run_while_leading)
     trigger_box.append(trigger)
-    worker = Worker(raft, clock, cfg.node_id, slots=cfg.worker_slots, queues=cfg.worker_queues,
+    sandbox = None
+    if cfg.worker_slots > 0 and cfg.executor_types & CODE_TYPES:
+        sandbox = Sandbox(cfg.run_user or resolve_run_user(None), pass_env=tuple(cfg.pass_env), name=cfg.node_id,
+                          runs_parent=cfg.runs_dir)
+    worker = Worker(raft, clock, cfg.node_id, sandbox=sandbox, slots=cfg.worker_slots, queues=cfg.worker_queues,
                     allowed_types=cfg.executor_types, lease_ttl_ms=cfg.lease_ttl_ms,
                     execute_on_leader=cfg.execute_on_leader, single_node=not cfg.peers,
                     labels=cfg.worker_labels, unseal=unseal)

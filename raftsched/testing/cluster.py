@@ -296,7 +296,9 @@ class LocalCluster:
     def start(self, i: int | None = None) -> None:
         """Start node i (default: every node) on its data directory."""
         for j in ([i] if i is not None else range(self.n)):
-            self.data_dir(j).mkdir(parents=True, exist_ok=True)
+            # Private to the node's user: a node refuses a data directory others may read.
+            self.data_dir(j).mkdir(mode=0o700, parents=True, exist_ok=True)
+            self.data_dir(j).chmod(0o700)
             self.children.start(j, self.argv(j), self.log_path(j), env=self.node_env_of(j), cwd=self.cwd)
 
     def alive(self) -> list[int]:

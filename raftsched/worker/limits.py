@@ -57,6 +57,12 @@ shell_reap_s_max = 5.0
 #: How long a cancelled HTTP request gets to finish its cleanup before it is abandoned (a job's
 #: coroutine gets the kill grace, like a process).
 http_cancel_grace_s = 1.0
+#: The run server (worker/runserver.py): how long it may take to start (an interpreter and its
+#: imports) and to stop once told; after it failed to start, how long runs fail at once with that
+#: failure before the next run tries again.
+run_server_start_s = 30.0
+run_server_stop_s = 5.0
+run_server_restart_s = 1.0
 #: Seconds an idle python run thread waits for another run before it exits.
 run_thread_idle_s = 30.0
 #: The repr of a python run's return value: generous but bounded, so that a huge value does not

@@ -21,11 +21,15 @@ trigger loop and the log.
   slow.
 - Outcomes are reported in batches (``complete_many``), and the acquire for the slots they
   free goes out in the same turn of the event loop, so both travel in one log entry.
-- A plain python function whose module is imported already runs in a pooled thread without a
-  task of its own (``executors.execute_soon``); anything else is awaited through ``execute``,
-  or through the executor ``executor_lookup`` gives for it (``raftsched worker --app``). An
-  Outcome that lingers (a thread that could not be stopped at its timeout) is reported at once,
-  and its slot stays taken until the thread ends: at most ``slots`` threads run at once.
+- A run is awaited through ``execute``: shell and python runs in the worker's sandbox
+  (worker/sandbox.py: the run user, a clean environment, a directory of its own; never in this
+  process), http runs here. Or through the executor ``executor_lookup`` gives for it
+  (``raftsched worker --app``: the app's handlers, the worker's own code, in this process).
+  Without a sandbox (such a worker, and the tests of this loop), a plain python function whose
+  module is imported already runs in a pooled thread without a task of its own
+  (``executors.execute_soon``). An Outcome that lingers (a thread that could not be stopped at
+  its timeout) is reported at once, and its slot stays taken until the thread ends: at most
+  ``slots`` threads run at once.
 - One ``heartbeat`` per interval (a third of the lease TTL, at most 1 s) extends all its leases
   (in as many commands as heartbeat_leases_max makes). A lease the state reports lost is killed
   at once. If no heartbeat has succeeded for a whole TTL, by this process's monotonic clock,
@@ -70,6 +74,7 @@ from .. import sealing
 from . import limits as worker_limits
 from . import masking
 from .executors import ALL_TYPES, CancelEvent, Outcome, RunContext, execute, execute_soon
+from .sandbox import RunServerError, Sandbox
 
 log = logging.getLogger("raftsched.worker")
 
@@ -164,16 +169,22 @@ class _Held:
 class LeaseLoop:
     """The lease loop of one worker, over one :class:`Channel`.
 
+    :param sandbox: where shell and python runs execute (worker/sandbox.py): started with the
+        loop, closed when it ends. None runs them in this process, in its environment and its
+        working directory: for an ``--app`` worker, whose handlers are its own code, and for tests
+        of the loop's logic; a worker that runs jobs' code gives one.
     :param executor_lookup: the seam for ``--app`` (``ExecutorLookup``); None: the built-in
         executors only.
     """
 
-    def __init__(self, channel: Channel, clock: Clock, *, slots: int = worker_limits.slots_default, allowed_types=ALL_TYPES,
+    def __init__(self, channel: Channel, clock: Clock, *, sandbox: Sandbox | None,
+                 slots: int = worker_limits.slots_default, allowed_types=ALL_TYPES,
                  lease_ttl_ms: int = worker_limits.lease_ttl_ms_default,
                  poll_interval_s: float = worker_limits.worker_poll_s_default,
                  kill_grace_s: float = worker_limits.kill_grace_s_default,
                  executor_lookup: ExecutorLookup | None = None) -> None:
         self.channel = channel
+        self.sandbox = sandbox
         self.clock = clock
         self.worker_id = channel.worker_id
         self.slots = slots
@@ -246,6 +257,21 @@ class LeaseLoop:
 
         :raises WorkerFailed:
         """
+        if self.sandbox is not None:
+            try:
+                await self.sandbox.start()
+            except RunServerError as e:
+                self.failed = "sandbox"
+                log.error("worker %s: cannot run jobs: %s", self.worker_id, e)
+                raise WorkerFailed("sandbox", str(e)) from e
+            log.info("worker %s: %s", self.worker_id, self.sandbox.describe())
+        try:
+            await self._run()
+        finally:
+            if self.sandbox is not None:
+                await self.sandbox.close()
+
+    async def _run(self) -> None:
         self._session = aiohttp.ClientSession()
         try:
             async with asyncio.TaskGroup() as tg:
@@ -579,8 +605,9 @@ class LeaseLoop:
                                  fencing_token=g["token"], payload=g.get("payload"), worker_id=self.worker_id,
                                  secrets=dict(g.get("secrets") or {}))
                 own = self.executor_lookup(g) if self.executor_lookup is not None else None
-                # A plain python function already imported runs without a task of its own.
-                if own is None and not early and execute_soon(g["executor"], ctx, g["timeout_s"], functools.partial(self._executed, h, t0),
+                # In this process (no sandbox), a plain python function already imported runs
+                # without a task of its own.
+                if own is None and not early and self.sandbox is None and execute_soon(g["executor"], ctx, g["timeout_s"], functools.partial(self._executed, h, t0),
                                                 cancel=h.cancel, allowed_types=self.allowed_types,
                                                 kill_grace_s=self.kill_grace_s):
                     return
@@ -607,7 +634,7 @@ class LeaseLoop:
             else:
                 out = await execute(masking.deliver(g["executor"], g.get("secrets")), ctx, g["timeout_s"], cancel=h.cancel,
                                     allowed_types=self.allowed_types, kill_grace_s=self.kill_grace_s,
-                                    http_session=self._session, network=g.get("network"))
+                                    http_session=self._session, network=g.get("network"), sandbox=self.sandbox)
             self._executed(h, t0, out)
         except asyncio.CancelledError:
             self._release(h)
@@ -835,9 +862,11 @@ class Worker(LeaseLoop):
 
     :param labels: the node's ``--labels``: which placed jobs this worker may run.
     :param unseal: a grant with its secrets unsealed by the node's key ring (node/node.py).
+    :param sandbox: where its shell and python runs execute (:class:`LeaseLoop`).
     """
 
-    def __init__(self, raft, clock: Clock, node_id: str, *, slots: int = worker_limits.slots_default,
+    def __init__(self, raft, clock: Clock, node_id: str, *, sandbox: Sandbox | None,
+                 slots: int = worker_limits.slots_default,
                  queues: list[str] | None = None, allowed_types=ALL_TYPES,
                  lease_ttl_ms: int = worker_limits.lease_ttl_ms_default, execute_on_leader: bool = False,
                  single_node: bool = False, poll_interval_s: float = worker_limits.worker_poll_s_default,
@@ -847,8 +876,8 @@ class Worker(LeaseLoop):
         channel = EmbeddedChannel(raft, clock, f"{node_id}/{os.getpid()}", slots=slots, queues=queues,
                                   allowed_types=allowed_types, labels=labels, execute_on_leader=execute_on_leader,
                                   single_node=single_node, unseal=unseal)
-        super().__init__(channel, clock, slots=slots, allowed_types=allowed_types, lease_ttl_ms=lease_ttl_ms,
-                         poll_interval_s=poll_interval_s, kill_grace_s=kill_grace_s)
+        super().__init__(channel, clock, sandbox=sandbox, slots=slots, allowed_types=allowed_types,
+                         lease_ttl_ms=lease_ttl_ms, poll_interval_s=poll_interval_s, kill_grace_s=kill_grace_s)
         self.raft = raft
         self.queues = queues
 

@@ -41,11 +41,13 @@ import zlib
 
 from ..async_client import AsyncClient
 from ..clock import Clock, ClusterClock, SystemClock
+from ..config import ConfigError
 from ..core import clocksync
 from ..core.errors import Indeterminate, RaftschedError, Unavailable
 from . import limits as worker_limits
 from .executors import ALL_TYPES
 from .loop import VERSION, ExecutorLookup, Grants, LeaseLoop
+from .sandbox import CODE_TYPES, RunUser, Sandbox, resolve_run_user
 
 log = logging.getLogger("raftsched.remote")
 
@@ -84,6 +86,16 @@ class WorkerConfig:
     dedicated: list = dataclasses.field(default_factory=list)
     #: what the worker runs, for its start's log line (``--app``: the app and its handlers)
     describe: str | None = None
+    #: who shell and python runs execute as (``--run-as``; worker/sandbox.py), None: the default
+    #: for this process (resolved at start), the names of this process's environment they get
+    #: besides PATH, LANG and TZ (``--pass-env``), and where their directories are made
+    #: (``--runs-dir``; None: the system's temporary directory)
+    run_user: RunUser | None = None
+    pass_env: tuple = ()
+    runs_dir: str | None = None
+    #: A test hook: shell and python runs in this process, no sandbox (the lease loop's tests
+    #: watch their targets run). A real worker never sets it.
+    in_process: bool = False
 
 
 class RemoteChannel:
@@ -194,7 +206,7 @@ async def run_worker(cfg: WorkerConfig, clock: Clock | None = None, stop: asynci
     """Run a remote worker until SIGTERM/SIGINT (or ``stop``) or the cluster's ``draining``;
     then drain (up to ``cfg.drain_s``) and return 0. A second signal stops at once. Returns 1
     when the worker failed (``WorkerFailed``: a task of its lease loop failed, and the runs it
-    held were given back)."""
+    held were given back, or its sandbox could not start), 2 when no run user could be chosen."""
     clock = clock or SystemClock()
     stop = stop or asyncio.Event()
     force = asyncio.Event()
@@ -210,9 +222,18 @@ async def run_worker(cfg: WorkerConfig, clock: Clock | None = None, stop: asynci
             loop.add_signal_handler(sig, on_signal)
         except (NotImplementedError, RuntimeError):
             pass
+    sandbox = None
+    if not cfg.in_process and cfg.executor_lookup is None and cfg.executors & CODE_TYPES:
+        try:
+            user = cfg.run_user or resolve_run_user(None)
+        except ConfigError as e:
+            log.error("worker %s: %s", cfg.worker_id, e)
+            return 2
+        sandbox = Sandbox(user, pass_env=tuple(cfg.pass_env), name=cfg.worker_id, runs_parent=cfg.runs_dir)
     channel = RemoteChannel(cfg, clock)
     # The lease loop runs on the cluster's clock where the nodes tell it (its grants' slots).
-    lease_loop = LeaseLoop(channel, ClusterClock(clock, channel.cluster_ms), slots=cfg.slots, allowed_types=cfg.executors,
+    lease_loop = LeaseLoop(channel, ClusterClock(clock, channel.cluster_ms), sandbox=sandbox, slots=cfg.slots,
+                           allowed_types=cfg.executors,
                            lease_ttl_ms=cfg.lease_ttl_ms, executor_lookup=cfg.executor_lookup)
     log.info("worker %s: %d slots, executors %s, queues %s, labels %s; nodes %s; pid %d", cfg.worker_id, cfg.slots,
              ",".join(sorted(cfg.executors)), ",".join(cfg.queues) if cfg.queues else "all",

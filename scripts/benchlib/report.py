@@ -193,7 +193,7 @@ def markdown(res: dict) -> str:
         row("", "backlog before → after the window: queued runs already due (all queued, with those fired ahead)",
             f"{fmt(q[0].get('ready'))} → {fmt(q[1].get('ready'))} ({fmt(q[0].get('depth'))} → {fmt(q[1].get('depth'))})")
         if e.get("cpu_us_per_run") is not None:
-            row("", "CPU of the three node processes per completed run (µs; cores busy in the window)",
+            row("", "CPU of the three node processes and their run servers (runs included) per completed run (µs; cores busy in the window)",
                 f"{fmt(e['cpu_us_per_run'])} ({e['cluster_cpu_s'] / e['worker_counters_s']:.2f})")
     fleet_rows(res, row, fmt, _ppm, ratio)
     if raw_ok:
@@ -277,6 +277,9 @@ def markdown(res: dict) -> str:
         for node, kinds in nodes.items():
             for _key, k in kinds.items():
                 notes.append(f"{cname}/{node}: {k['count']} × `{k['first'][24:140]}…`")
+    for name in ("e2e", "fleet_e2e"):
+        if (res.get(name) or {}).get("warmup_note"):
+            notes.append(f"{name}: " + res[name]["warmup_note"])
     if notes:
         lines += ["", "Notes and warnings:", ""] + [f"- {n}" for n in notes]
     if isinstance(f, dict) and "trials" in f:
