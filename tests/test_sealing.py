@@ -233,7 +233,7 @@ def test_the_embedded_worker_gets_its_secrets_in_clear_and_a_node_without_the_ke
         svc = Service(raft, clock, "n1", fingerprint=FP, keyring=ring)
         await svc.put_job("j", dict(JOB, retry={"max_attempts": 1}), None)
         ok = (await svc.trigger_job("j", None))["run"]
-        worker = Worker(raft, clock, "n1", slots=1, single_node=True, poll_interval_s=0.01,
+        worker = Worker(raft, clock, "n1", sandbox=None, slots=1, single_node=True, poll_interval_s=0.01,
                         unseal=lambda g: sealing.unseal_grant(g, ring, "node n1"))
         task = asyncio.create_task(worker.run())
         await wait_until(lambda: state.runs[ok]["state"] == "succeeded", 20, "the run with its secrets")
@@ -241,7 +241,7 @@ def test_the_embedded_worker_gets_its_secrets_in_clear_and_a_node_without_the_ke
         # A node whose ring lacks k1: the run fails, recorded with the reason; nothing crashes.
         bad = (await svc.trigger_job("j", None))["run"]
         empty = KeyRing()
-        worker = Worker(raft, clock, "n2", slots=1, single_node=True, poll_interval_s=0.01,
+        worker = Worker(raft, clock, "n2", sandbox=None, slots=1, single_node=True, poll_interval_s=0.01,
                         unseal=lambda g: sealing.unseal_grant(g, empty, "node n2"))
         task = asyncio.create_task(worker.run())
         await wait_until(lambda: state.runs[bad]["state"] == "dead", 20, "the run to fail")
@@ -352,7 +352,7 @@ def test_rotation_seals_every_stored_value_under_the_new_key_keeps_fingerprints_
             os.remove(tmp_path / "keys" / "k1.key")
             ring.reload()
             assert ring.ids() == ["k2"]
-            worker = Worker(raft, clock, "n1", slots=2, single_node=True, poll_interval_s=0.01,
+            worker = Worker(raft, clock, "n1", sandbox=None, slots=2, single_node=True, poll_interval_s=0.01,
                             unseal=lambda g: sealing.unseal_grant(g, ring, "node n1"))
             task = asyncio.create_task(worker.run())
             later = (await svc.trigger_job("legacy", None))["run"]
