@@ -19,7 +19,10 @@ from ..core import limits
 from ..core.errors import Indeterminate, LimitExceeded, Unavailable
 from ._consumer import BARRIER_NOOP, _StateConsumer, replica_lock
 from ._crypto import _AeadEncryptor
+from ._disk import Disk
+from ._durable import durable_transport
 from ._install import install
+from ._storage import StoragePath
 from ._syncobj import _SyncObj
 from ._transport import RaftTransport
 from ._watch import ReplicationWatch
@@ -110,6 +113,12 @@ class RaftNode:
         ones: password, files, bind address, callbacks, membership, serializer, fork).
     :param barrier_command: the bytes ``barrier()`` proposes; by default ``BARRIER_NOOP``, which
         never reaches the state.
+    :param fsync: sync the journal before this node answers for its log and before it counts
+        itself towards a commit, and sync the meta and the dumps (``_durable.py``). False keeps
+        only what a killed process keeps (docs/operations.md, "Durability").
+    :param disk: the ``Disk`` the journal, meta and dumps are written through (tests and the
+        fault harness pass ``powerloss.ShadowDisk``, made with their own ``fsync``, which then
+        decides); by default the real one, with ``fsync``.
     :raises RuntimeError: when this pysyncobj's internals are not the ones ``install`` expects.
     :raises ValueError, TypeError: for an empty secret, a bad address, or refused options.
     """
@@ -117,7 +126,8 @@ class RaftNode:
     def __init__(self, *, self_addr: str, peers: list[str], data_dir: str, secret: str,
                  state, on_role_change: Callable[[bool], Any] | None = None,
                  dial_map: dict[str, str] | None = None, conf_overrides: dict | None = None,
-                 barrier_command: bytes | None = None):
+                 barrier_command: bytes | None = None, fsync: bool = True,
+                 disk: Disk | None = None):
         # The stand-ins for pysyncobj's parts, before anything of pysyncobj is built (raises
         # RuntimeError for a pysyncobj whose internals are not the expected ones).
         install()
@@ -149,6 +159,7 @@ class RaftNode:
         self._on_role_change = on_role_change
         self._dial_map = dict(dial_map or {})
         self._barrier_command = BARRIER_NOOP if barrier_command is None else bytes(barrier_command)
+        self._disk = disk if disk is not None else Disk(fsync)
         #: keepalives (the transport's), and log entries vs commands proposed (group commit)
         self.counters: dict[str, int] = {"log_entries_proposed": 0, "commands_proposed": 0}
 
@@ -157,8 +168,9 @@ class RaftNode:
         options.update(overrides)
         options.update(
             password=secret,
-            journalFile=os.path.join(self._data_dir, "raft.journal"),
-            fullDumpFile=os.path.join(self._data_dir, "raft.dump"),
+            # The names carry the disk to write through (_storage.StoragePath).
+            journalFile=StoragePath(os.path.join(self._data_dir, "raft.journal"), self._disk),
+            fullDumpFile=StoragePath(os.path.join(self._data_dir, "raft.dump"), self._disk),
             # pysyncobj binds 0.0.0.0 unless told otherwise.
             bindAddress=self_addr,
             onStateChanged=self._on_state_changed,
@@ -199,6 +211,8 @@ class RaftNode:
             self._consumer = _StateConsumer(self._state, self._lock)
             transport = functools.partial(RaftTransport, dial_map=self._dial_map,
                                           counters=self.counters)
+            if self._disk.fsync:
+                transport = durable_transport(transport)  # sync before acknowledging
             self._sync = _SyncObj(self._self_addr, self._peers, conf=self._conf,
                                   consumers=[self._consumer], transportClass=transport,
                                   encryptor=_AeadEncryptor(self._conf.password))
@@ -487,7 +501,7 @@ class RaftNode:
             return {"self": self._self_addr, "role": "follower", "leader": None, "term": 0,
                     "commit_index": 0, "last_applied": 0, "members": list(self._members),
                     "is_leader": False, "running": False, "peers_connected": [],
-                    "replication": None}
+                    "replication": None, "durability": self.durability()}
         leader = sync._getLeader()
         role = _ROLE_BY_RAFT_STATE.get(self._raft_state, "follower")
         watch = self._watch
@@ -504,4 +518,11 @@ class RaftNode:
             "peers_connected": sorted(n.id for n in sync.otherNodes if sync.isNodeConnected(n)),
             # How this node's log keeps up, and (on the leader) each follower's: _watch.py.
             "replication": None if watch is None else watch.view(),
+            "durability": self.durability(),
         }
+
+    def durability(self) -> dict:
+        """Whether this node syncs before acknowledging, and the syncs its disk made so far
+        (journal groups, meta, dumps, directories) and the seconds they took."""
+        disk = self._disk
+        return {"fsync": disk.fsync, "syncs": disk.syncs, "sync_s": round(disk.sync_s, 6)}
