@@ -127,6 +127,13 @@ class ShadowDisk(Disk):
         super().__init__(fsync)
         self._shadow = _Shadow(data_dir)
         self._fds: dict[int, _Open] = {}
+        #: set by ``freeze``: the power is off for this disk (in-process tests)
+        self.frozen = False
+
+    def freeze(self) -> None:
+        """The instant of a power cut, for a node that cannot be killed (one in the test's own
+        process): from now on no sync reaches the shadow. Stop the node, then ``power_cut``."""
+        self.frozen = True
 
     def open(self, path: str, *, create_empty: bool = False) -> int:
         sh = self._shadow
@@ -162,7 +169,7 @@ class ShadowDisk(Disk):
             st.pending.append((None, size))
 
     def sync(self, fd: int) -> None:
-        if not self.fsync:
+        if not self.fsync or self.frozen:
             return
         super().sync(fd)
         st = self._fds.get(fd)
@@ -192,7 +199,7 @@ class ShadowDisk(Disk):
         super().close(fd)
 
     def sync_path(self, path: str) -> None:
-        if not self.fsync:
+        if not self.fsync or self.frozen:
             return
         super().sync_path(path)
         sh = self._shadow
@@ -224,7 +231,7 @@ class ShadowDisk(Disk):
                 sh.write("live", live)
 
     def sync_dir(self, path: str) -> None:
-        if not self.fsync:
+        if not self.fsync or self.frozen:
             return
         super().sync_dir(path)
         sh = self._shadow
