@@ -194,6 +194,8 @@ async def cluster(request: web.Request) -> web.Response:
         body["conditions"] = repl["conditions"]
     else:
         body["conditions"] = []
+    if st.get("durability") is not None:  # fsync on or off, and the syncs made (docs/operations.md)
+        body["durability"] = st["durability"]
     worker = request.app.get(WORKER)
     if worker is not None:
         body["worker"] = worker.stats()
