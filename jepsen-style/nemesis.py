@@ -244,12 +244,10 @@ class Nemesis:
                 other = f["node"] if f["node"] != lead else (lead + 1) % 3
                 nodes = sorted({lead, other})
             for i in nodes:
-                if i in self.paused:
-                    self.cp.signal_node(i, signal.SIGCONT)
-                self.cp.signal_node(i, signal.SIGKILL)
+                self.cp.power_kill(i)
             cuts = {}
             for i in nodes:
-                cuts[f"node-{i + 1}"] = await asyncio.to_thread(self.cp.power_off, i)
+                cuts[f"node-{i + 1}"] = await asyncio.to_thread(self.cp.power_cut, i)
                 self.down.add(i)
                 self.paused.discard(i)
             lost = {n: c["reverted"] + [f"{d} (gone)" for d in c["dropped"]] for n, c in cuts.items()}

@@ -175,25 +175,28 @@ class ClusterProcs:
         for name in self.worker_links[wid].values():
             self.set_link(name, mode)
 
-    def power_off(self, i: int, timeout_s: float = 15.0) -> dict:
-        """Node i loses power: its process is killed (SIGKILL) with everything in its session
-        (a forked dump writer dies with it, as it would), and once nothing holds its data dir,
-        the data dir becomes what its disk kept (``powerloss.power_cut``). Returns what the cut
-        did. Node i stays down until ``start_node``."""
-        pid = self.cluster.children.pid(i)
-        self.signal_node(i, signal.SIGKILL)
-        if pid is not None:
+    def power_kill(self, i: int) -> None:
+        """Node i loses power: SIGKILL to its session's process group, so that a forked dump
+        writer dies with it, as it would (the group is the node's: it was started in a session
+        of its own, and its PID, not reaped yet, is still the group's id), then to the node by
+        its PID, which reaps it. ``power_cut`` then makes its data dir what its disk kept."""
+        p = self.cluster.children.procs.get(i)
+        if p is not None and p.poll() is None:
             try:
-                os.killpg(pid, signal.SIGKILL)  # its session: the node started it with new_session
+                os.killpg(p.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+        self.signal_node(i, signal.SIGKILL)
+
+    def power_cut(self, i: int, timeout_s: float = 15.0) -> dict:
+        """Once nothing holds node i's data dir (what the node's own start waits for), make it
+        what its disk synced (``powerloss.power_cut``); returns what the cut did. Node i stays
+        down until ``start_node``."""
         deadline = time.monotonic() + timeout_s
-        while self.node_alive(i) and time.monotonic() < deadline:
-            time.sleep(0.02)
         data_dir = str(self.nodes[i].data_dir)
         fd = os.open(os.path.join(data_dir, "raft.lock"), os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            while True:  # what the node's own start waits for: no process holds its data dir
+            while True:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break

@@ -267,7 +267,7 @@ class RaftNode:
                     pass
 
     def _lock_data_dir(self, wait_s: float = 10.0) -> None:
-        # Two nodes on one journal would corrupt it (it is an mmap). A dump writer forked by a
+        # Two nodes on one journal would corrupt it. A dump writer forked by a
         # previous node inherits the lock until it exits, so a restart also waits for it: its
         # late rename could otherwise put an older dump behind a newer, compacted journal.
         path = os.path.join(self._data_dir, "raft.lock")
