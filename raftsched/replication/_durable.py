@@ -9,7 +9,9 @@ clients (and, with them, the fencing counter's last grants). Here, with ``fsync`
 - a message that speaks for this node's log or vote (``next_node_idx``, the follower's answer
   that tells the leader how far its log goes; ``request_vote``; ``response_vote``) leaves only
   once the journal is synced. While the journal holds unsynced writes, such a message, and every
-  message after it (their order is kept), waits in the gate's queue;
+  such message after it (their order is kept), waits in the gate's queue. Other messages (a
+  command a follower forwards to the leader, a keepalive) make no claim and leave at once: a
+  worker's proposal on a follower does not wait for that follower's sync;
 - the gate flushes (one ``fdatasync`` if the journal is dirty, then the queue, in order) at two
   points of every tick: just before the tick waits in its poll (an on-tick callback, the last
   thing a tick does), and just after the poll (``_SyncObj._onTick``), so that the answers to
@@ -50,8 +52,8 @@ class _SyncGate:
         self.syncs = 0
 
     def send(self, node, message) -> bool:
-        if self._queue or (self._journal.dirty and type(message) is dict
-                           and message.get("type") in SPEAKS_FOR_THE_LOG):
+        if (self._queue or self._journal.dirty) and type(message) is dict \
+                and message.get("type") in SPEAKS_FOR_THE_LOG:
             self._queue.append((node, message))
             self.held += 1
             return True
