@@ -111,7 +111,7 @@ def machine() -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=DESCRIPTION)
-    ap.add_argument("--quick", action="store_true", help="a small version of every scenario (about a minute; "
+    ap.add_argument("--quick", action="store_true", help="a small version of every scenario (about two minutes; "
                                                          "writes, scale and e2e share one cluster)")
     ap.add_argument("--out", default="bench-results.json", help="JSON results (default: bench-results.json in the cwd)")
     ap.add_argument("--plot", help="PNG of the fire lag distributions (default: --out with .png)")
