@@ -1149,7 +1149,9 @@ def leader_changes(data: dict) -> int:
     (node, term) in which a node said it leads, after the first."""
     seen = []
     times = data.get("times") or {}
-    lo, hi = times.get("t0_ms", 0), times.get("heal_ms", 1 << 62)
+    # An unfinished run (recheck.py of a run cut short) has no heal: None, as much as absent.
+    lo = times.get("t0_ms") or 0
+    hi = times.get("heal_ms") or (1 << 62)
     for s in sorted(data.get("monitor", []), key=lambda s: (s["t_ms"], s["node"])):
         if not lo <= s["t_ms"] <= hi:
             continue

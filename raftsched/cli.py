@@ -34,10 +34,11 @@ class _LogFormatter(logging.Formatter):
         return base
 
 
-def _setup_logging(level: str) -> None:
-    h = logging.StreamHandler(sys.stderr)
+def _setup_logging(level: str, h: logging.Handler | None = None) -> logging.Handler:
+    h = h or logging.StreamHandler(sys.stderr)
     h.setFormatter(_LogFormatter())
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), handlers=[h])
+    return h
 
 
 def _tls_client_args(p: argparse.ArgumentParser, whose: str) -> None:
@@ -87,10 +88,16 @@ def parse_labels(text: str, what: str = "--labels") -> dict[str, str]:
 
 def cmd_node(args) -> int:
     from .node import limits as node_limits
+    from .node.logs import RepeatLimiter, log_file_handler
     from .node.node import LoopFailed, NodeConfig, ensure_token, is_loopback, parse_hostport, run_node, tls_context
     from .replication.powerloss import ENV_VAR as POWER_LOSS_ENV
 
-    _setup_logging(args.log_level)
+    try:  # node/logs.py: rotated when written to a file, and at most so many lines of a kind a minute
+        _setup_logging(args.log_level, log_file_handler(args.log_file) if args.log_file else None) \
+            .addFilter(RepeatLimiter())
+    except OSError as e:
+        print(f"raftsched node: --log-file: {e}", file=sys.stderr)
+        return 2
     # Their defaults are the node's limits, read here: building the parser imports no node module.
     if args.auth_failures_burst is None:
         args.auth_failures_burst = node_limits.auth_failures_burst
@@ -113,6 +120,13 @@ def cmd_node(args) -> int:
                               "(the cluster secret protects it; see docs/operations.md)")
         os.makedirs(args.data_dir, exist_ok=True)
         token = read_secret_file(args.token_file, "token file") if args.token_file else ensure_token(args.data_dir)
+        # Beside the cluster secret by default, never in the data directory (docs/operations.md).
+        keys_dir = args.keys_dir or os.path.join(os.path.dirname(os.path.abspath(args.cluster_secret_file)), "keys")
+        data = os.path.realpath(args.data_dir)
+        if os.path.commonpath([data, os.path.realpath(keys_dir)]) == data:
+            raise ConfigError(f"--keys-dir {keys_dir} is inside --data-dir: a copy of the data would carry its key")
+        from .sealing import KeyRing
+        KeyRing.load(keys_dir)  # a key file others may read, or a bad one: refused before anything starts
     except ConfigError as e:
         print(f"raftsched node: {e}", file=sys.stderr)
         return 2
@@ -161,6 +175,7 @@ def cmd_node(args) -> int:
         metrics_open=args.metrics_open, tls_cert=args.tls_cert or None, tls_key=args.tls_key or None,
         tls_client_ca=args.tls_client_ca or None,
         auth_failures_burst=args.auth_failures_burst, auth_failures_per_s=args.auth_failures_per_s,
+        keys_dir=keys_dir,
         fsync=args.fsync, simulate_power_loss=args.simulate_power_loss,
     )
     try:
@@ -180,6 +195,17 @@ def cmd_node(args) -> int:
         # A port in use, or the data directory locked by another node.
         print(f"raftsched node: {e}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _new_key(args) -> int:
+    from .sealing import new_key_file
+    try:
+        kid, path = new_key_file(args.keys_dir, args.id)
+    except (ConfigError, OSError) as e:
+        print(f"raftsched secrets new-key: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({"key": kid, "file": path}))
     return 0
 
 
@@ -294,7 +320,15 @@ RUNS_SHOWN_DEFAULT = 20
 
 
 def _token(a) -> str | None:
-    token = a.token or os.environ.get("RAFTSCHED_TOKEN")
+    """--token (said on stderr to be visible to others), --token-file, $RAFTSCHED_TOKEN, then the
+    file .raftsched/token. :raises ConfigError: --token-file cannot be read."""
+    if a.token:
+        print("raftsched: warning: --token shows the token to every user of this machine (ps, /proc); "
+              "use --token-file or RAFTSCHED_TOKEN", file=sys.stderr)
+        return a.token
+    if a.token_file:
+        return read_secret_file(a.token_file, "token file")
+    token = os.environ.get("RAFTSCHED_TOKEN")
     if not token and os.path.exists(".raftsched/token"):
         with open(".raftsched/token") as f:
             token = f.read().strip()
@@ -357,7 +391,12 @@ def _with_client(a) -> int:
     command: its error is printed (cli_output.print_error) and the exit status is 1."""
     urls = [u.strip() for u in a.url.split(",") if u.strip()]
     try:
-        c = Client(urls, token=_token(a), timeout_s=BATCH_TIMEOUT_S, deadline_s=a.deadline_s,
+        token = _token(a)
+    except ConfigError as e:
+        print(f"raftsched: {e}", file=sys.stderr)
+        return 2
+    try:
+        c = Client(urls, token=token, timeout_s=BATCH_TIMEOUT_S, deadline_s=a.deadline_s,
                    ca_file=a.ca_file or None, cert_file=a.client_cert or None, key_file=a.client_key or None)
     except ValueError as e:
         print(f"raftsched: --url: {e}", file=sys.stderr)
@@ -386,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("--data-dir", required=True)
     n.add_argument("--cluster-secret-file", required=False)
     n.add_argument("--token-file", help="the bootstrap (admin) API token; without it the node generates DATA_DIR/token")
+    n.add_argument("--keys-dir", help="the key ring job secrets are sealed with (<id>.key files, mode 0600); "
+                                      "default: keys/ beside --cluster-secret-file")
     n.add_argument("--allow-remote-raft", action="store_true")
     n.add_argument("--slots", type=int, default=worker_limits.slots_default,
                    help="runs this node executes at once (0: none)")
@@ -399,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("--labels", default="", help="this node's worker's labels, NAME=VALUE,... (none by default): "
                                                 "jobs placed on labels run only on workers that carry them")
     n.add_argument("--log-level", default="info")
+    n.add_argument("--log-file", default="", help="write the log to this file, rotated at 16 MiB, 4 old files kept "
+                                                  "(default: stderr)")
     n.add_argument("--tls-cert", default="", help="serve the API over TLS with this certificate chain (PEM)")
     n.add_argument("--tls-key", default="", help="the private key of --tls-cert (PEM)")
     n.add_argument("--tls-client-ca", default="", help="mutual TLS: clients must present a certificate this CA (PEM) signed")
@@ -452,7 +495,9 @@ def main(argv: list[str] | None = None) -> int:
         c = (parent or sub).add_parser(name, help=help_)
         c.add_argument("--url", default=os.environ.get("RAFTSCHED_URL", "http://127.0.0.1:8701"),
                        help="the API of one node, or of several, comma-separated (tried in turn)")
-        c.add_argument("--token", help="default $RAFTSCHED_TOKEN, else the file .raftsched/token")
+        c.add_argument("--token", help="the API token (visible to other users in ps: prefer --token-file)")
+        c.add_argument("--token-file", help="a file holding the API token (default: $RAFTSCHED_TOKEN, else the "
+                                            "file .raftsched/token)")
         _tls_client_args(c, "this client's")
         c.add_argument("--deadline-s", type=float, default=DEADLINE_S_DEFAULT,
                        help="how long one call keeps retrying (other nodes, no leader, unknown outcome)")
@@ -516,6 +561,18 @@ def main(argv: list[str] | None = None) -> int:
     client("list", "every token, without secrets", lambda a, c: c.tokens(), parent=ts)
     client("revoke", "revoke a token: every node refuses it once the revocation is committed",
            lambda a, c: c.revoke_token(a.id), parent=ts).add_argument("id")
+
+    # Secrets at rest (docs/operations.md, "Key files"): the keys, and the rotation (admin).
+    ss = sub.add_parser("secrets", help="job secrets at rest: new-key, status, rotate-key") \
+        .add_subparsers(dest="secrets_cmd", required=True)
+    nk = ss.add_parser("new-key", help="write a new key file into a key ring (copy it to every node's)")
+    nk.add_argument("--keys-dir", default=".raftsched/keys", help="the key ring (default: .raftsched/keys)")
+    nk.add_argument("--id", help="the key's id (default: 8 random hex digits)")
+    nk.set_defaults(func=_new_key)
+    client("status", "the key new secrets are sealed under, and how many stored values each key holds",
+           lambda a, c: c.secrets_status(), parent=ss)
+    client("rotate-key", "seal every stored secret value under KEY (every node's ring must hold it)",
+           lambda a, c: c.rotate_seal_key(a.key), parent=ss).add_argument("key")
 
     args = p.parse_args(argv)
     return args.func(args)

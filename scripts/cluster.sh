@@ -6,6 +6,8 @@
 # State lives in .raftsched/ at the repo root:
 #   cluster-secret, token      shared secrets (mode 0600, generated once); token is the
 #                              bootstrap admin API token (docs/security.md)
+#   keys/                      the key ring job secrets are sealed with: k1.key, made once
+#                              (the nodes' default --keys-dir; docs/operations.md, "Key files")
 #   ports                      the base ports (and TLS mode) the cluster was started with
 #   tls/                       with RAFTSCHED_TLS: a local CA and certificates (generated once)
 #   node-N/                    data dir of node N, plus node.log and pid
@@ -33,6 +35,7 @@ PROG=scripts/cluster.sh
 STATE=.raftsched
 SECRET_FILE=$STATE/cluster-secret
 TOKEN_FILE=$STATE/token
+KEYS_DIR=$STATE/keys
 PORTS_FILE=$STATE/ports
 TLS_DIR=$STATE/tls
 TLS_MODE=
@@ -107,7 +110,8 @@ ensure_venv() {
   [[ -x .venv/bin/raftsched ]] || die ".venv/bin/raftsched missing after pip install -e ."
 }
 
-# new_secret FILE: write a fresh random secret to FILE (0600) unless it exists.
+# new_secret FILE: write a fresh random secret, 32 random bytes in base64url (what a key file
+# holds too), to FILE (0600) unless it exists.
 new_secret() {
   local file=$1 tmp
   [[ -s "$file" ]] && return 0
@@ -116,7 +120,7 @@ new_secret() {
   if command -v python3 >/dev/null 2>&1; then
     python3 -c 'import secrets, sys; sys.stdout.write(secrets.token_urlsafe(32))' >"$tmp"
   else
-    openssl rand -base64 33 | tr '+/' '-_' | tr -d '\n=' >"$tmp"
+    openssl rand -base64 32 | tr '+/' '-_' | tr -d '\n=' >"$tmp"
   fi
   [[ -s "$tmp" ]] || { rm -f "$tmp"; die "could not generate $file"; }
   chmod 600 "$tmp"
@@ -133,6 +137,10 @@ ensure_state() {
   new_secret "$SECRET_FILE"
   new_secret "$TOKEN_FILE"
   chmod 600 "$SECRET_FILE" "$TOKEN_FILE"
+  # Every node reads this one key ring; a node refuses it if others may read it.
+  mkdir -p "$KEYS_DIR"
+  chmod 700 "$KEYS_DIR"
+  compgen -G "$KEYS_DIR/*.key" >/dev/null || new_secret "$KEYS_DIR/k1.key"
 }
 
 # ---------------------------------------------------------------- ports
@@ -293,6 +301,7 @@ start_node() {
     --data-dir "$dir" \
     --cluster-secret-file "$SECRET_FILE" \
     --token-file "$TOKEN_FILE" \
+    --log-file "$log" \
     ${TLS_ARGS[@]+"${TLS_ARGS[@]}"} \
     </dev/null >>"$log" 2>&1 &
   local i

@@ -863,6 +863,15 @@ def test_a_done_backfill_whose_job_was_deleted_since_has_lost_its_runs_with_the_
     assert verdict(d, "backfills")[0] == "valid"
 
 
+def test_a_run_cut_short_before_its_heal_is_still_checked():
+    """recheck.py of a run that ended before the heal writes ``heal_ms: None`` (and perhaps
+    ``t0_ms: None``): the checkers judge it (up to the last record) instead of crashing."""
+    data = good()
+    data["times"] = {"t0_ms": None, "heal_ms": None}
+    res = checker.check_all(data)
+    assert res["checkers"]["stress"]["stats"]["leader_changes"] == checker.leader_changes(good())
+
+
 # ------------------------------------------------------------------------------- power cuts
 
 def _with_power_cut(d: dict, at_ms: int) -> dict:

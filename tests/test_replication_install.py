@@ -9,7 +9,7 @@ import textwrap
 import zlib
 
 import pytest
-from pysyncobj import SyncObj, serializer, syncobj, tcp_connection
+from pysyncobj import SyncObj, serializer, syncobj, tcp_connection, tcp_server
 
 from raftsched.replication import install
 from raftsched.replication._storage import _FastGzip, create_journal, durable_replace
@@ -72,6 +72,9 @@ def test_install_is_idempotent():
     (serializer, "atomicReplace", "serializer.atomicReplace"),
     (SyncObj, "_onTick", "_onTick"),
     (tcp_connection, "zlib", "tcp_connection.zlib"),
+    (tcp_connection.TcpConnection, "_TcpConnection__processParseMessage",
+     "TcpConnection._TcpConnection__processParseMessage"),
+    (tcp_server.TcpServer, "_TcpServer__onNewConnection", "TcpServer._TcpServer__onNewConnection"),
 ])
 def test_install_refuses_a_pysyncobj_without_an_internal_it_replaces_and_changes_nothing(
         monkeypatch, owner, name, missing):

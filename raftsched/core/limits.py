@@ -25,6 +25,10 @@ command_version = 1
 request_ids_max = 10_000
 #: Longest request id a client may send.
 request_id_chars_max = 64
+#: The latest time a client may give (an ISO-8601 time, or ms since the epoch; the earliest is the
+#: epoch): 9999-01-01T00:00:00Z, a year before the end of what datetime renders, so that a slot an
+#: interval (every_s_max) after it, and a time zone's offset, still render.
+time_ms_max = 253_370_764_800_000
 
 # Jobs ---------------------------------------------------------------------------------------
 jobs_max = 2_000_000
@@ -176,6 +180,10 @@ tenant_rate_per_s_min = 0.001
 tenant_rate_per_s_max = 100_000
 #: Largest burst (the size of a tenant's token bucket).
 tenant_burst_max = 1_000_000
+#: Tenants with a policy (core/tenants.py: executors, placement, network), and the networks
+#: one policy may allow its http runs to reach beyond the public ones.
+tenant_policies_max = 10_000
+tenant_network_allow_max = 64
 
 assert acquire_runs_max <= heartbeat_leases_max
 assert worker_slots_max <= heartbeat_leases_max
@@ -219,6 +227,15 @@ token_note_chars_max = 256
 token_workers_max = 64
 
 assert token_tenants_max * (tenant_name_chars_max + 2) + token_note_chars_max + 512 < command_bytes_max
+
+# Secrets at rest (core/seal_keys.py, raftsched/sealing.py) -------------------------------------
+#: A key id (the name of its file in a node's key ring): every sealed value carries it.
+seal_key_id_chars_max = 16
+#: Jobs one reseal command re-seals; the command's size (command_bytes_max) binds first, since an
+#: item carries at least one sealed value (~60 bytes).
+reseal_jobs_max = 2_000
+
+assert reseal_jobs_max * 60 > command_bytes_max
 
 # Labels (the job spec's ``labels``) ---------------------------------------------------------
 #: Labels on one job: a small map saying who manages the job (the SDK's ``raftsched.app``, a

@@ -142,10 +142,29 @@ class _GcCollector:
         yield CounterMetricFamily("raftsched_gc_freezes", "gc.freeze calls (raftsched/gcpolicy.py)", value=g.freezes)
 
 
+class _RaftPortCollector:
+    """What this node's Raft port refused (RaftNode.status()["connections_dropped"])."""
+
+    def __init__(self, raft) -> None:
+        self.raft = raft
+
+    def collect(self):
+        dropped = self.raft.status().get("connections_dropped")
+        if dropped is None:  # a replicator without a Raft port (tests' FakeRaft)
+            return
+        m = CounterMetricFamily("raftsched_raft_connections_dropped",
+                                "connections this node's Raft port dropped, by reason (frame_too_large, "
+                                "auth_failed, auth_timeout, bad_message; docs/security.md)", labels=["reason"])
+        for reason, n in sorted(dropped.items()):
+            m.add_metric([reason], n)
+        yield m
+
+
 class NodeMetrics:
     def __init__(self, raft, trigger, worker, gc_pauses=None) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_StateCollector(raft, trigger, worker))
+        self.registry.register(_RaftPortCollector(raft))
         if gc_pauses is not None:
             self.registry.register(_GcCollector(gc_pauses))
         self.fire_lag = _FireLag(

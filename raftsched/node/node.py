@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import ipaddress
 import logging
 import os
@@ -17,11 +18,11 @@ from aiohttp import web
 from ..clock import Clock, SystemClock
 from ..core.model import EXECUTOR_TYPES
 from ..core.state import SchedulerState
-from .. import gcpolicy, replication
+from .. import gcpolicy, replication, sealing
 from ..config import ConfigError, read_secret_file
 from . import limits as node_limits
 from ..worker import limits as worker_limits
-from .api import make_app
+from .api import AUDIT, make_app
 from .backfills import BackfillStepper
 from .fleet import Fleet
 from .audit import AuditLog, install_log_redaction
@@ -97,6 +98,9 @@ class NodeConfig:
     #: refused tokens one source may send in a burst, and get back a second (node/limits.py)
     auth_failures_burst: float = node_limits.auth_failures_burst
     auth_failures_per_s: float = node_limits.auth_failures_per_s
+    #: the key ring secrets are sealed with (raftsched/sealing.py): ``<id>.key`` files, outside
+    #: the data directory (None: none; the node then refuses writes that carry secrets)
+    keys_dir: str | None = None
 
 
 def parse_hostport(text: str, what: str) -> tuple[str, int]:
@@ -187,6 +191,12 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
     # The journal and dump hold job specs (env, headers): private to the node's user.
     os.umask(0o077)
     os.makedirs(cfg.data_dir, exist_ok=True)
+    # Secrets at rest: read (and refused if others may read it) before anything starts.
+    keyring = sealing.KeyRing.load(cfg.keys_dir) if cfg.keys_dir else sealing.KeyRing()
+    if not keyring.ids():
+        log.warning("no key in the key ring %s: this node refuses writes that carry secrets, and fails the runs "
+                    "that need them (docs/operations.md, \"Key files\")", cfg.keys_dir or "(no --keys-dir)")
+    unseal = functools.partial(sealing.unseal_grant, ring=keyring, where=f"node {cfg.node_id}")
     state = SchedulerState()  # no due index: the trigger attaches one while this node leads
     trigger_box: list[Trigger] = []
 
@@ -214,19 +224,21 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
     worker = Worker(raft, clock, cfg.node_id, slots=cfg.worker_slots, queues=cfg.worker_queues,
                     allowed_types=cfg.executor_types, lease_ttl_ms=cfg.lease_ttl_ms,
                     execute_on_leader=cfg.execute_on_leader, single_node=not cfg.peers,
-                    labels=cfg.worker_labels)
-    service = Service(raft, clock, cfg.node_id, fingerprint=Fingerprint.from_cluster_secret(cfg.secret))
+                    labels=cfg.worker_labels, unseal=unseal)
+    service = Service(raft, clock, cfg.node_id, fingerprint=Fingerprint.from_cluster_secret(cfg.secret),
+                      keyring=keyring)
     fleet = Fleet(raft, clock, cfg.node_id, embedded_id=worker.worker_id if cfg.worker_slots > 0 else None,
-                  seen_interval_s=cfg.workers_seen_interval_s)
+                  seen_interval_s=cfg.workers_seen_interval_s, unseal=unseal)
     gc_pauses = gcpolicy.GcPauses(lambda: state.jobs, freeze_pause_s=node_limits.gc_freeze_pause_s,
                                   freeze_growth_jobs=node_limits.gc_freeze_growth_jobs,
                                   log_pause_s=node_limits.gc_log_pause_s)
     metrics = NodeMetrics(raft, trigger, worker, gc_pauses)
     metrics.registry.register(fleet.collector())
+    audit = AuditLog(os.path.join(cfg.data_dir, "audit.jsonl"), cfg.node_id)
+    metrics.registry.register(audit.collector())
     trigger.lag_observer = metrics.observe_fire_lags
     auth = Auth(cfg.token, raft.read, clock, metrics_open=cfg.metrics_open,
                 limiter=FailureLimiter(cfg.auth_failures_burst, cfg.auth_failures_per_s))
-    audit = AuditLog(os.path.join(cfg.data_dir, "audit.jsonl"), cfg.node_id)
     install_log_redaction()  # aiohttp's parser errors quote the request: never a token in the log
     app = make_app(service, cfg.token, trigger=trigger, worker=worker, metrics=metrics, fleet=fleet,
                    auth=auth, audit=audit)
@@ -235,7 +247,7 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
         await _serve(cfg, raft, loop, app, trigger, worker, stop, gc_pauses, fleet)
     finally:
         gc_pauses.uninstall()  # its callback holds the state: never left behind by a failed start
-        audit.close()
+        audit.close(clock.now_ms())
 
 
 async def _serve(cfg: NodeConfig, raft, loop, app, trigger, worker, stop, gc_pauses: gcpolicy.GcPauses,
@@ -251,7 +263,8 @@ async def _serve(cfg: NodeConfig, raft, loop, app, trigger, worker, stop, gc_pau
                  "https" if ssl_ctx else "http", cfg.api_host, cfg.api_port,
                  " (client certificates required)" if cfg.tls_client_ca else "",
                  cfg.raft_addr, ",".join(cfg.peers) or "-", cfg.data_dir, os.getpid())
-        loops = {"trigger": trigger.run(), "gc": gcpolicy.poll_forever(gc_pauses, node_limits.gc_poll_s), "fleet": fleet.run()}
+        loops = {"trigger": trigger.run(), "gc": gcpolicy.poll_forever(gc_pauses, node_limits.gc_poll_s), "fleet": fleet.run(),
+                 "audit": app[AUDIT].run(trigger.clock)}
         if cfg.worker_slots > 0:
             loops["worker"] = worker.run()
         # One task group: a loop that fails cancels the others and the wait for ``stop``, and

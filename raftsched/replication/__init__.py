@@ -21,6 +21,13 @@ behaviours are traps (measured on 0.3.17; the figures are in RAFT_CONF_DEFAULTS)
   authenticated before it is unpickled (AES-256-GCM, ``_AeadEncryptor``, in place of pysyncobj's
   Fernet, which cost ~14x more per message), and the Raft port binds only on ``self_addr``'s host
   (pysyncobj binds 0.0.0.0 unless ``bindAddress`` is set).
+- Its connections believed any frame length a peer announced and buffered the whole frame,
+  copying it again at every read, before the authentication could refuse it: a stranger's
+  16 MiB frame deposed a leader, and a stranger's silent connections stayed open for good.
+  ``RaftTransport`` reads through ``_BoundedConnection`` (``_connection.py``): frames capped at
+  their header (``_frames.py``: the key exchange's size until the peer has proved the secret,
+  then the largest frame this configuration sends), read in linear time, and a connection that
+  has not completed the key exchange within ``authTimeout`` dropped.
 - ``SyncObjConf`` silently accepts misspelt options: ``make_conf`` refuses unknown keys.
 - A journal without a full dump file loses the state after a compaction and a restart: both files
   are always set, in ``data_dir``.
@@ -43,10 +50,11 @@ thread): pysyncobj's tick thread exits when the thread that created the ``SyncOb
 
 The modules: ``node`` (RaftNode), ``conf`` (RAFT_CONF_DEFAULTS, make_conf), ``_consumer`` (the
 replicated state as pysyncobj sees it), ``_syncobj`` (the Raft corrections to SyncObj),
-``_transport`` (RaftTransport, uncompressed messages), ``_storage`` (the durable journal, the
-dump's rename and gzip), ``_disk`` (every file operation on them), ``_durable`` (the sync gate),
-``powerloss`` (a model of a power loss, for tests), ``_crypto`` (message protection) and
-``_install`` (the stand-ins put into pysyncobj).
+``_transport`` (RaftTransport, uncompressed messages), ``_connection`` and ``_frames`` (the Raft
+port's connections and their frame caps), ``_storage`` (the durable journal, the dump's rename
+and gzip), ``_disk`` (every file operation on them), ``_durable`` (the sync gate), ``powerloss``
+(a model of a power loss, for tests), ``_crypto`` (message protection) and ``_install`` (the
+stand-ins put into pysyncobj).
 
 Importing the package changes nothing in pysyncobj. The stand-ins for four of its module
 globals and the filter on its logger are put in place by ``install()``, which every ``RaftNode``

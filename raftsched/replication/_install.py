@@ -20,6 +20,7 @@ from pysyncobj import serializer as _pysyncobj_serializer
 from pysyncobj import syncobj as _pysyncobj_syncobj
 from pysyncobj import tcp_connection as _pysyncobj_tcp_connection
 
+from ._connection import missing_internals as _connection_missing_internals
 from ._storage import _FastGzip, create_journal, durable_replace
 from ._syncobj import _OVERRIDDEN, HELD_ENTRIES_LOG_FILTER, PYSYNCOBJ_LOGGER
 from ._transport import _Uncompressed
@@ -43,6 +44,7 @@ def missing_internals() -> list[str]:
         missing.append("syncobj.SyncObj -> createJournal")
     if not hasattr(SyncObj, "_onTick"):  # _SyncObj._onTick flushes the sync gate around it
         missing.append("_onTick")
+    missing += _connection_missing_internals()  # RaftTransport's connections and server
     return missing
 
 

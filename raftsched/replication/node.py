@@ -17,6 +17,7 @@ from pysyncobj.config import FAIL_REASON
 from ..aio import LoopInbox
 from ..core import limits
 from ..core.errors import Indeterminate, LimitExceeded, Unavailable
+from ._connection import DROP_REASONS
 from ._consumer import BARRIER_NOOP, _StateConsumer, replica_lock
 from ._crypto import _AeadEncryptor
 from ._disk import Disk
@@ -26,7 +27,8 @@ from ._storage import StoragePath
 from ._syncobj import _SyncObj
 from ._transport import RaftTransport
 from ._watch import ReplicationWatch
-from .conf import _RESERVED_CONF_KEYS, RAFT_CONF_DEFAULTS, make_conf
+from .conf import (_RESERVED_CONF_KEYS, RAFT_CONF_DEFAULTS, RAFT_PORT_DEFAULTS, make_conf,
+                   make_port_options)
 
 logger = logging.getLogger("raftsched.replication")  # one logger for the package (docs/operations.md)
 
@@ -110,7 +112,8 @@ class RaftNode:
         gains or loses leadership.
     :param dial_map: ``{peer_addr: proxy_addr}``: dial the proxy instead of the peer.
     :param conf_overrides: SyncObjConf options over ``RAFT_CONF_DEFAULTS`` (not the reserved
-        ones: password, files, bind address, callbacks, membership, serializer, fork).
+        ones: password, files, bind address, callbacks, membership, serializer, fork), and the
+        Raft port's own over ``RAFT_PORT_DEFAULTS`` (``authTimeout``).
     :param barrier_command: the bytes ``barrier()`` proposes; by default ``BARRIER_NOOP``, which
         never reaches the state.
     :param fsync: sync the journal before this node answers for its log and before it counts
@@ -146,6 +149,8 @@ class RaftNode:
         reserved = sorted(set(overrides) & _RESERVED_CONF_KEYS)
         if reserved:
             raise ValueError(f"conf_overrides may not set {', '.join(reserved)}")
+        self._port_options = make_port_options(
+            **{k: overrides.pop(k) for k in list(overrides) if k in RAFT_PORT_DEFAULTS})
         if barrier_command is not None:
             _check_command(barrier_command)
 
@@ -160,8 +165,11 @@ class RaftNode:
         self._dial_map = dict(dial_map or {})
         self._barrier_command = BARRIER_NOOP if barrier_command is None else bytes(barrier_command)
         self._disk = disk if disk is not None else Disk(fsync)
-        #: keepalives (the transport's), and log entries vs commands proposed (group commit)
+        #: keepalives and the longest frame received (the transport's), and log entries vs
+        #: commands proposed (group commit)
         self.counters: dict[str, int] = {"log_entries_proposed": 0, "commands_proposed": 0}
+        #: connections the Raft port dropped, by reason (the transport's; ``status()``)
+        self.connections_dropped: dict[str, int] = dict.fromkeys(DROP_REASONS, 0)
 
         os.makedirs(self._data_dir, exist_ok=True)
         options = dict(RAFT_CONF_DEFAULTS)
@@ -210,7 +218,9 @@ class RaftNode:
         try:
             self._consumer = _StateConsumer(self._state, self._lock)
             transport = functools.partial(RaftTransport, dial_map=self._dial_map,
-                                          counters=self.counters)
+                                          counters=self.counters,
+                                          dropped=self.connections_dropped,
+                                          auth_timeout_s=self._port_options["authTimeout"])
             if self._disk.fsync:
                 transport = durable_transport(transport)  # sync before acknowledging
             self._sync = _SyncObj(self._self_addr, self._peers, conf=self._conf,
@@ -501,7 +511,8 @@ class RaftNode:
             return {"self": self._self_addr, "role": "follower", "leader": None, "term": 0,
                     "commit_index": 0, "last_applied": 0, "members": list(self._members),
                     "is_leader": False, "running": False, "peers_connected": [],
-                    "replication": None, "durability": self.durability()}
+                    "replication": None, "connections_dropped": dict(self.connections_dropped),
+                    "durability": self.durability()}
         leader = sync._getLeader()
         role = _ROLE_BY_RAFT_STATE.get(self._raft_state, "follower")
         watch = self._watch
@@ -518,6 +529,8 @@ class RaftNode:
             "peers_connected": sorted(n.id for n in sync.otherNodes if sync.isNodeConnected(n)),
             # How this node's log keeps up, and (on the leader) each follower's: _watch.py.
             "replication": None if watch is None else watch.view(),
+            # What the Raft port refused, by reason (_connection.DROP_REASONS).
+            "connections_dropped": dict(self.connections_dropped),
             "durability": self.durability(),
         }
 

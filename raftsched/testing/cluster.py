@@ -222,8 +222,13 @@ class LocalCluster:
         self.children = Procs(new_session=new_session)
         self.secret_file = self.tmp / "secret"
         self.token_file = self.tmp / "token"
+        #: the nodes' key ring (their default --keys-dir, beside the secret): one key, k1
+        self.keys_dir = self.tmp / "keys"
         if secret is not None:
             write_private(self.secret_file, secret + "\n")
+            if not any(self.keys_dir.glob("*.key")):
+                from ..sealing import new_key_file  # cryptography: not for the probe (standard library only)
+                new_key_file(str(self.keys_dir), "k1")
         write_private(self.token_file, token + "\n")
 
     def __enter__(self) -> LocalCluster:

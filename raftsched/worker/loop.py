@@ -66,6 +66,7 @@ from ..core import commands, limits, queries
 from ..core.errors import Indeterminate, RaftschedError, Unavailable
 from ..proposer import Proposer
 from ..aio import wait_event
+from .. import sealing
 from . import limits as worker_limits
 from . import masking
 from .executors import ALL_TYPES, CancelEvent, Outcome, RunContext, execute, execute_soon
@@ -584,14 +585,14 @@ class LeaseLoop:
     async def _execute(self, h: _Held, ctx: RunContext | None, t0: float, own=None) -> None:
         g = h.grant
         try:
-            if ctx is None:
-                out = Outcome(ok=False, error="the job was deleted", output="", duration_ms=0)
+            if ctx is None:  # no executor: the job was deleted, or its secrets could not be unsealed
+                out = Outcome(ok=False, error=g.get("secrets_error") or "the job was deleted", output="", duration_ms=0)
             elif own is not None:
                 out = await own(ctx, g["timeout_s"], h.cancel)
             else:
                 out = await execute(masking.deliver(g["executor"], g.get("secrets")), ctx, g["timeout_s"], cancel=h.cancel,
                                     allowed_types=self.allowed_types, kill_grace_s=self.kill_grace_s,
-                                    http_session=self._session)
+                                    http_session=self._session, network=g.get("network"))
             self._executed(h, t0, out)
         except asyncio.CancelledError:
             self._release(h)
@@ -717,8 +718,10 @@ class EmbeddedChannel:
 
     def __init__(self, raft, clock: Clock, worker_id: str, *, slots: int, queues: list[str] | None,
                  allowed_types, labels: dict | None = None, execute_on_leader: bool = False,
-                 single_node: bool = False) -> None:
+                 single_node: bool = False, unseal: Callable[[dict], dict] | None = None) -> None:
         self.raft = raft
+        #: a grant with its secrets unsealed (raftsched/sealing.py unseal_grant, with the node's ring)
+        self.unseal = unseal or functools.partial(sealing.unseal_grant, ring=sealing.PROCESS_RING)
         #: the one way a command goes out (raftsched/proposer.py), as for the rest of the node
         self.proposer = Proposer(raft)
         self.clock = clock
@@ -749,7 +752,7 @@ class EmbeddedChannel:
     async def acquire(self, n: int, ttl_ms: int, types: list[str] | None) -> Grants:
         res = await self._propose(commands.acquire(self.clock.now_ms(), worker=self.worker_id, queues=self.queues,
                                                    max=n, ttl=ttl_ms, types=types))
-        return Grants(res.get("runs", []), bool(res.get("draining")))
+        return Grants([self.unseal(g) for g in res.get("runs", [])], bool(res.get("draining")))
 
     async def heartbeat(self, leases: list[list], ttl_ms: int, timeout_s: float) -> tuple[list[str], bool]:
         res = await self._propose(commands.heartbeat(self.clock.now_ms(), worker=self.worker_id, leases=leases,
@@ -790,17 +793,19 @@ class Worker(LeaseLoop):
     """A node's embedded worker: the lease loop over an :class:`EmbeddedChannel`.
 
     :param labels: the node's ``--labels``: which placed jobs this worker may run.
+    :param unseal: a grant with its secrets unsealed by the node's key ring (node/node.py).
     """
 
     def __init__(self, raft, clock: Clock, node_id: str, *, slots: int = worker_limits.slots_default,
                  queues: list[str] | None = None, allowed_types=ALL_TYPES,
                  lease_ttl_ms: int = worker_limits.lease_ttl_ms_default, execute_on_leader: bool = False,
                  single_node: bool = False, poll_interval_s: float = worker_limits.worker_poll_s_default,
-                 kill_grace_s: float = worker_limits.kill_grace_s_default, labels: dict | None = None) -> None:
+                 kill_grace_s: float = worker_limits.kill_grace_s_default, labels: dict | None = None,
+                 unseal: Callable[[dict], dict] | None = None) -> None:
         queues = sorted(set(queues)) if queues else None
         channel = EmbeddedChannel(raft, clock, f"{node_id}/{os.getpid()}", slots=slots, queues=queues,
                                   allowed_types=allowed_types, labels=labels, execute_on_leader=execute_on_leader,
-                                  single_node=single_node)
+                                  single_node=single_node, unseal=unseal)
         super().__init__(channel, clock, slots=slots, allowed_types=allowed_types, lease_ttl_ms=lease_ttl_ms,
                          poll_interval_s=poll_interval_s, kill_grace_s=kill_grace_s)
         self.raft = raft

@@ -22,7 +22,8 @@ Three executor types:
     ``{"type": "http", "url": "...", "headers"?: {...}}``. POSTs the payload as JSON with the
     run identity in ``X-Raftsched-*`` headers. 2xx is success. Redirects are not followed: a
     3xx is a failure "HTTP 3xx" (following a 302 would turn the POST into a GET and drop the
-    payload while reporting success).
+    payload while reporting success). A run its tenant's policy holds connects only to
+    addresses the policy allows, checked after resolution (executors/http.py).
 
 ``python``
     ``{"type": "python", "target": "module:function"}``. Imports the module in the worker
@@ -72,7 +73,8 @@ async def execute(executor: dict, ctx: RunContext, timeout_s: float, *,
                   cancel: asyncio.Event | None = None,
                   allowed_types: frozenset[str] = ALL_TYPES,
                   kill_grace_s: float = limits.kill_grace_s_default,
-                  http_session: aiohttp.ClientSession | None = None) -> Outcome:
+                  http_session: aiohttp.ClientSession | None = None,
+                  network: dict | None = None) -> Outcome:
     """Run one executor spec for one run and report how it ended.
 
     Never raises: a spec that cannot run, a failing job and an internal error all become a
@@ -95,6 +97,8 @@ async def execute(executor: dict, ctx: RunContext, timeout_s: float, *,
         also how long a cancelled python coroutine has to finish before it is abandoned.
     :param http_session: a session for http executors to share connections; by default each
         run opens (and closes) its own.
+    :param network: for an http run its tenant's policy holds (the grant's ``network``,
+        ``{"allow": [networks]}``): where it may connect (executors/http.py); None: anywhere.
     :returns: the Outcome; ``duration_ms`` covers the kill and cleanup too.
     """
     t0 = time.monotonic()
@@ -110,7 +114,7 @@ async def execute(executor: dict, ctx: RunContext, timeout_s: float, *,
             # Imported on first use: aiohttp is most of what importing the executors costs, and
             # a child process of raftsched worker --app --isolation subprocess runs python only.
             from .http import run_http
-            result = await run_http(executor, ctx, timeout_s, cancel, http_session)
+            result = await run_http(executor, ctx, timeout_s, cancel, http_session, network)
         elif kind == "python":
             return await run_python(executor, ctx, timeout_s, cancel, kill_grace_s, t0)
         else:
