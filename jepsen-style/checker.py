@@ -1199,8 +1199,9 @@ def check_stress(data: dict) -> dict:
 def check_power_loss(data: dict) -> dict | None:
     """Across every power cut (a majority or all nodes killed, each losing what it had not
     synced): no fencing token is granted twice (at the sink, a token belongs to one attempt of
-    one run), a grant made after a cut carries a token above every token granted before it (the
-    counter did not go back), and no slot fires twice (a run, ``job@slot``, keeps the time it
+    one run), a grant made after a cut (by its attempt's state time and its first sink write,
+    whichever is earlier) carries a token above every token granted before it (the counter did
+    not go back), and no slot fires twice (a run, ``job@slot``, keeps the time it
     was fired at in every read, and each of its attempts its one token). That no acknowledged
     write is lost is the durability checker's verdict, which the cuts face too. None (not
     judged) when the run had no power nemesis; unknown when a cut ran but no grant followed
@@ -1224,11 +1225,21 @@ def check_power_loss(data: dict) -> dict | None:
                             f"and again with token {tok}: its slot fired twice")
         if w.get("phase") == "begin":
             first_begin.setdefault(k, w)
+    # When each grant was made: its attempt's state time (started_at, in any read), or its first
+    # write at the sink if earlier. A worker may begin late: a lease granted before a cut whose
+    # first write comes after it was not granted after it.
+    granted_at = {k: w.get("t_ms", 0) for k, w in first_begin.items()}
+    for read in _all_reads(data) + list(data.get("periodic") or []):
+        for r in read["runs"]:
+            for a in r.get("attempts") or []:
+                k = (r["id"], a.get("attempt"))
+                if k in granted_at and a.get("started_at") is not None:
+                    granted_at[k] = min(granted_at[k], a["started_at"])
     grants_after = 0
     for f in cuts:
         start, end = f.get("start_ms", 0), f.get("end_ms") or f.get("in_place_ms") or f.get("start_ms", 0)
-        before = [w["token"] for w in first_begin.values() if w.get("t_ms", 0) < start]
-        after = [w for w in first_begin.values() if w.get("t_ms", 0) > end]
+        before = [w["token"] for k, w in first_begin.items() if granted_at[k] < start]
+        after = [w for k, w in first_begin.items() if granted_at[k] > end]
         grants_after += len(after)
         if before:
             high = max(before)

@@ -916,3 +916,21 @@ def test_a_slot_fired_again_after_a_power_cut_is_invalid():
     d["sink"].append(dict(w, seq=9999, token=10_000, t_ms=T0 + 8000))
     v, ex = verdict(d, "power-loss")
     assert v == "invalid" and "fired twice" in " ".join(ex), ex
+
+
+def test_a_lease_granted_before_a_cut_whose_worker_begins_after_it_is_not_a_grant_after_it():
+    """A remote worker may write its first "begin" after the cut for a lease granted before it
+    (seen in a power run: token 490 granted 0.4 s before the cut, begun 0.5 s after it): its
+    attempt's state time says when it was granted."""
+    d = _with_power_cut(good(), T0 + 7000)
+    first = min((w for w in d["sink"] if w["phase"] == "begin"), key=lambda w: w["seq"])
+    for w in d["sink"]:
+        if (w["run"], w["attempt"]) == (first["run"], first["attempt"]):
+            w["t_ms"] = T0 + 7600  # its first write lands after the cut
+    assert verdict(d, "power-loss")[0] == "valid"
+    for read in each_read(d):  # without its state time, it looks granted after the cut
+        for r in read["runs"]:
+            for a in r.get("attempts") or []:
+                if (r["id"], a["attempt"]) == (first["run"], first["attempt"]):
+                    a["started_at"] = None
+    assert verdict(d, "power-loss")[0] == "invalid"
