@@ -599,7 +599,7 @@ def backoff_bounds_ms(retry: dict, attempt: int) -> tuple[float, float]:
 #: Faults that excuse a lease expiry: they stop a worker, or cut it off (a partition isolates one
 #: node from both others). A clock jump is not among them: a lease must not expire because some
 #: node's wall clock moved (I15's rule, applied to a leader whose clock jumps).
-_WORKER_FAULTS = ("kill", "pause", "partition", "restart-all")
+_WORKER_FAULTS = ("kill", "pause", "partition", "restart-all", "power")
 #: State time runs ahead of wall time by up to the largest forward clock jump; faults are matched
 #: against attempts with this much slack on both sides.
 _STATE_TIME_SLACK_MS = 8000
@@ -918,7 +918,7 @@ COMMIT_GRACE_MS = 5_000
 #: The faults that excuse a node's frozen commit index: they stop the node or cut it off. A clock
 #: jump does not (replication does not follow the wall clock); the remote workers' faults touch
 #: no node.
-_COMMIT_FAULTS = ("kill", "pause", "partition", "restart-all")
+_COMMIT_FAULTS = ("kill", "pause", "partition", "restart-all", "power")
 
 
 def excused_nodes(faults: list[dict], t_ms: int, grace_ms: int | None = None) -> set[int]:
@@ -1230,6 +1230,83 @@ def check_stress(data: dict) -> dict:
     return _result(UNKNOWN if why else VALID, why, stats, "; ".join(why))
 
 
+# ---------------------------------------------------------------------------------------------
+# Power cuts (nemesis "power")
+# ---------------------------------------------------------------------------------------------
+
+def check_power_loss(data: dict) -> dict | None:
+    """Across every power cut (a majority or all nodes killed, each losing what it had not
+    synced): no fencing token is granted twice (at the sink, a token belongs to one attempt of
+    one run), a grant made after a cut (by its attempt's state time and its first sink write,
+    whichever is earlier) carries a token above every token granted before it (the counter did
+    not go back), and no slot fires twice (a run, ``job@slot``, keeps the time it
+    was fired at in every read, and each of its attempts its one token). That no acknowledged
+    write is lost is the durability checker's verdict, which the cuts face too. None (not
+    judged) when the run had no power nemesis; unknown when a cut ran but no grant followed
+    one, or none ran."""
+    if "power" not in ((data.get("schedule") or {}).get("nemeses") or []):
+        return None
+    examples: list[str] = []
+    cuts = [f for f in data.get("faults", []) if f.get("kind") == "power" and f.get("nodes")]
+    sink = sorted(data.get("sink", []), key=lambda w: w.get("seq", 0))
+    owner: dict[int, tuple] = {}
+    attempt_token: dict[tuple, int] = {}
+    first_begin: dict[tuple, dict] = {}
+    for w in sink:
+        tok, k = w.get("token"), (w.get("run"), w.get("attempt"))
+        if tok is None or k[0] is None:
+            continue
+        if owner.setdefault(tok, k) != k:
+            examples.append(f"sink seq {w.get('seq')}: token {tok} was granted to {owner[tok]} and again to {k}")
+        if attempt_token.setdefault(k, tok) != tok:
+            examples.append(f"sink seq {w.get('seq')}: {k[0]} attempt {k[1]} ran with token {attempt_token[k]} "
+                            f"and again with token {tok}: its slot fired twice")
+        if w.get("phase") == "begin":
+            first_begin.setdefault(k, w)
+    # When each grant was made: its attempt's state time (started_at, in any read), or its first
+    # write at the sink if earlier. A worker may begin late: a lease granted before a cut whose
+    # first write comes after it was not granted after it.
+    granted_at = {k: w.get("t_ms", 0) for k, w in first_begin.items()}
+    for read in _all_reads(data) + list(data.get("periodic") or []):
+        for r in read["runs"]:
+            for a in r.get("attempts") or []:
+                k = (r["id"], a.get("attempt"))
+                if k in granted_at and a.get("started_at") is not None:
+                    granted_at[k] = min(granted_at[k], a["started_at"])
+    grants_after = 0
+    for f in cuts:
+        start, end = f.get("start_ms", 0), f.get("end_ms") or f.get("in_place_ms") or f.get("start_ms", 0)
+        before = [w["token"] for k, w in first_begin.items() if granted_at[k] < start]
+        after = [w for k, w in first_begin.items() if granted_at[k] > end]
+        grants_after += len(after)
+        if before:
+            high = max(before)
+            for w in after:
+                if w["token"] <= high:
+                    examples.append(f"power cut {f.get('id')} ({', '.join(f'node-{i + 1}' for i in f['nodes'])}): "
+                                    f"{w.get('run')} attempt {w.get('attempt')} was granted token {w['token']} after it, "
+                                    f"not above token {high} granted before it")
+    fired: dict[str, tuple] = {}
+    for read in _all_reads(data) + list(data.get("periodic") or []):
+        for r in read["runs"]:
+            if r.get("kind") not in (None, "scheduled") or r.get("fired_at") is None:
+                continue
+            seen = fired.setdefault(r["id"], (r["fired_at"], read.get("phase"), read.get("t_start_ms")))
+            if seen[0] != r["fired_at"]:
+                examples.append(f"node-{read['node'] + 1} {read.get('phase')} read at {read.get('t_start_ms')}: run "
+                                f"{r['id']} was fired at {r['fired_at']}, but at {seen[0]} in the {seen[1]} read at "
+                                f"{seen[2]}: its slot fired twice")
+    stats = {"power_cuts": len(cuts), "nodes_cut": sum(len(f["nodes"]) for f in cuts), "grants_after_cuts": grants_after,
+             "tokens_at_sink": len(owner), "runs_seen": len(fired)}
+    if examples:
+        return _result(INVALID, examples, stats)
+    if not cuts:
+        return _result(UNKNOWN, [], stats, "no power cut ran")
+    if grants_after == 0:
+        return _result(UNKNOWN, [], stats, "no fencing token was granted after a power cut")
+    return _result(VALID, [], stats)
+
+
 CHECKERS = {
     "no-lost-slot": check_lost_slots,
     "no-early-start": check_early_starts,
@@ -1241,6 +1318,7 @@ CHECKERS = {
     "commit-progress": check_commit_progress,
     "backfills": check_backfills,
     "stress": check_stress,
+    "power-loss": check_power_loss,
 }
 
 
@@ -1248,7 +1326,10 @@ def check_all(data: dict) -> dict:
     results = {}
     for name, fn in CHECKERS.items():
         try:
-            results[name] = fn(data)
+            r = fn(data)
+            if r is None:  # not judged in this run (its nemesis did not run)
+                continue
+            results[name] = r
         except Exception as e:  # a checker crash is not a pass
             import traceback
             results[name] = _result(UNKNOWN, [f"checker crashed: {e!r}"], note=traceback.format_exc()[-2000:])
@@ -1287,6 +1368,7 @@ def render_verdict(results: dict, data: dict, run_dir=None) -> str:
     lines.append("")
     lines.append(f"replay: .venv/bin/python jepsen-style/run.py --profile {sched.get('profile')} --seed {sched.get('seed')} "
                  f"--time-limit {sched.get('time_limit_s'):g} --nemesis {','.join(sched.get('nemeses', [])) or 'none'}"
+                 + ("" if sched.get("fsync", True) else " --no-fsync")
                  if sched.get("time_limit_s") is not None else "")
     if run_dir is not None:
         lines.append(f"replay this schedule exactly (also after generator.py changed): .venv/bin/python jepsen-style/run.py "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import random
 
-NEMESES = ("kill", "pause", "partition", "clock", "restart-all", "worker")
+NEMESES = ("kill", "pause", "partition", "clock", "restart-all", "worker", "power")
 #: Remote workers (``raftsched worker`` processes, outside the quorum) of every run, and the label
 #: they carry: a job placed on it runs only on them, the nodes' own workers carry no label.
 REMOTE_WORKERS = ("w1", "w2")
@@ -254,6 +254,11 @@ def _fault(rng: random.Random, kind: str, **kw) -> dict:
                  duration=round(rng.uniform(6.0, 10.0), 2))
     elif kind == "restart-all":
         f.update(target="all", duration=round(rng.uniform(1.0, 3.0), 2))
+    elif kind == "power":
+        # A power cut: every node of a majority (the leader and one other) or all three is
+        # killed and loses every write it had not synced (replication/powerloss.py), then comes
+        # back on what its disk kept.
+        f.update(target=kw.get("target", rng.choice(["majority", "all"])), duration=round(rng.uniform(1.0, 3.0), 2))
     elif kind in ("worker-kill", "worker-pause", "worker-partition"):
         # A remote worker: the one holding the most leases when the fault starts (the nemesis
         # resolves it), else the pre-drawn one. A pause outlasts the lease TTL, as a node's does.
@@ -298,6 +303,11 @@ def generate_faults(rng: random.Random, prof: dict, time_limit_s: float, nemeses
         required.insert(rng.randrange(1, len(required) // 2 + 2), burst_fault)
     if "restart-all" in nemeses:
         required.insert(len(required) // 2 + rng.randrange(len(required) // 2 + 1), _fault(rng, "restart-all"))
+    if "power" in nemeses:
+        # One cut of a majority (the leader among it), one of the whole cluster, both after the
+        # workload has run a while (so there is something to lose).
+        required.insert(min(len(required), 1 + rng.randrange(2)), _fault(rng, "power", target="majority"))
+        required.insert(len(required) // 2 + rng.randrange(len(required) // 2 + 1), _fault(rng, "power", target="all"))
     faults = []
     t = 6.0  # let the workload create its jobs and runs start first
     queue = list(required)
@@ -331,5 +341,8 @@ def generate(seed: int, profile: str, time_limit_s: float | None, nemeses: list[
     for f in faults:  # the burst writers' jobs, for the runner and the checkers
         plan.update((f.get("burst") or {}).get("plan") or {})
     return {"seed": seed, "profile": profile, "time_limit_s": tl, "nemeses": list(nemeses),
+            # the nodes write through the power-loss model (--simulate-power-loss) only when a
+            # power cut is in the schedule
+            "power_model": "power" in nemeses,
             "lease_ttl_s": LEASE_TTL_S, "clients": prof["clients"], "ops": ops, "plan": {"jobs": plan},
             "faults": faults, "remote_workers": list(REMOTE_WORKERS), "fleet_labels": dict(FLEET_LABELS)}

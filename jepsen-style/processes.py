@@ -7,14 +7,17 @@ process runs in a session of its own. Every process is stopped by its PID, whate
 (``stop_all`` in a ``finally``)."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 
 from raftsched.testing.cluster import LocalCluster
+from raftsched.replication import powerloss
 from raftsched.testing.procs import Procs, free_ports, wait_port
 
 HERE = Path(__file__).resolve().parent
@@ -91,8 +94,12 @@ class ClusterProcs:
     nodes through proxy links of their own, a sink, a proxy process."""
 
     def __init__(self, work: Path, lease_ttl_s: float, slots: int = 8, product: Path = REPO,
-                 remote_workers: tuple = (), worker_labels: dict | None = None) -> None:
+                 remote_workers: tuple = (), worker_labels: dict | None = None,
+                 power_model: bool = False, fsync: bool = True) -> None:
         self.work = work
+        #: the nodes write through the power-loss model (``power_off``), and sync or not
+        self.power_model = power_model
+        self.fsync = fsync
         #: the source tree whose raftsched the nodes run (python -m puts its cwd first on sys.path)
         self.product = Path(product).resolve()
         #: the remote workers' ids, and the labels they carry (placed jobs run only on them)
@@ -175,6 +182,7 @@ class ClusterProcs:
             "JEPSEN_SINK": f"127.0.0.1:{self.sink_port}",
             "JEPSEN_PLAN": str(self.plan_file),
             "JEPSEN_NODE": n.id,
+            **({powerloss.ENV_VAR: "1"} if self.power_model else {}),
         }
 
     def node_args(self, i: int) -> list[str]:
@@ -183,7 +191,8 @@ class ClusterProcs:
         dial = [f"{self.nodes[l['acceptor']].raft}=127.0.0.1:{l['port']}"
                 for l in self.links.values() if l.get("dialer") == n.i]
         return ["--slots", str(self.slots), "--lease-ttl-s", str(self.lease_ttl_s), "--executors", "python",
-                "--pass-env", RUN_ENV, "--dial-map", ",".join(dial), "--clock-offset-file", str(n.clock_file)]
+                "--pass-env", RUN_ENV, "--dial-map", ",".join(dial), "--clock-offset-file", str(n.clock_file)] \
+            + (["--simulate-power-loss"] if self.power_model else []) + ([] if self.fsync else ["--no-fsync"])
 
     def start_node(self, i: int) -> None:
         self.cluster.start(i)
@@ -218,6 +227,39 @@ class ClusterProcs:
         """Cut remote worker ``wid`` off from every node (blackhole, reset), or reconnect it (pass)."""
         for name in self.worker_links[wid].values():
             self.set_link(name, mode)
+
+    def power_kill(self, i: int) -> None:
+        """Node i loses power: SIGKILL to its session's process group, so that a forked dump
+        writer dies with it, as it would (the group is the node's: it was started in a session
+        of its own, and its PID, not reaped yet, is still the group's id), then to the node by
+        its PID, which reaps it. ``power_cut`` then makes its data dir what its disk kept."""
+        p = self.cluster.children.procs.get(i)
+        if p is not None and p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.signal_node(i, signal.SIGKILL)
+
+    def power_cut(self, i: int, timeout_s: float = 15.0) -> dict:
+        """Once nothing holds node i's data dir (what the node's own start waits for), make it
+        what its disk synced (``powerloss.power_cut``); returns what the cut did. Node i stays
+        down until ``start_node``."""
+        deadline = time.monotonic() + timeout_s
+        data_dir = str(self.nodes[i].data_dir)
+        fd = os.open(os.path.join(data_dir, "raft.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"node-{i + 1}'s data dir is still held {timeout_s} s after its kill") from None
+                    time.sleep(0.02)
+            return powerloss.power_cut(data_dir)
+        finally:
+            os.close(fd)
 
     def node_alive(self, i: int) -> bool:
         return self.cluster.children.alive(i)

@@ -17,7 +17,7 @@ RUN_COLOURS = {"succeeded": "#2ca02c", "dead": "#d62728", "failed": "#d62728", "
                "running": "#1f77b4"}
 REC_COLOURS = {"skipped": "#ff9896", "coalesced": "#ffbb78"}
 FAULT_COLOURS = {"kill": "#000000", "pause": "#9467bd", "partition": "#d62728", "clock": "#17becf",
-                 "restart-all": "#8c564b"}
+                 "restart-all": "#8c564b", "power": "#e377c2"}
 STALL_COLOUR = "#e6007e"
 
 

@@ -130,6 +130,7 @@ def cmd_node(args) -> int:
     from .node.logs import RepeatLimiter, log_file_handler
     from .node.node import LoopFailed, NodeConfig, ensure_token, is_loopback, parse_hostport, run_node, tls_context
     from .worker.sandbox import check_private
+    from .replication.powerloss import ENV_VAR as POWER_LOSS_ENV
 
     try:  # node/logs.py: rotated when written to a file, and at most so many lines of a kind a minute
         _setup_logging(args.log_level, log_file_handler(args.log_file) if args.log_file else None) \
@@ -208,6 +209,10 @@ def cmd_node(args) -> int:
     except ConfigError as e:
         print(f"raftsched node: {e}", file=sys.stderr)
         return 2
+    if args.simulate_power_loss and os.environ.get(POWER_LOSS_ENV) != "1":
+        print(f"raftsched node: --simulate-power-loss is a test hook; it is refused unless "
+              f"{POWER_LOSS_ENV}=1 is set", file=sys.stderr)
+        return 2
     cfg = NodeConfig(
         node_id=args.id, api_host=api_host, api_port=api_port, raft_addr=f"{raft_host}:{raft_port}",
         peers=peers, data_dir=args.data_dir, secret=secret, token=token,
@@ -220,6 +225,7 @@ def cmd_node(args) -> int:
         auth_failures_burst=args.auth_failures_burst, auth_failures_per_s=args.auth_failures_per_s,
         keys_dir=keys_dir,
         run_user=run_user, pass_env=pass_env, runs_dir=runs_dir,
+        fsync=args.fsync, simulate_power_loss=args.simulate_power_loss,
     )
     try:
         tls_context(cfg)  # refuse a bad certificate or key before anything starts
@@ -504,7 +510,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="refused tokens one source address may send before it is answered 429")
     n.add_argument("--auth-failures-per-s", type=float, default=None,
                    help="refused tokens a second a source address gets back")
+    n.add_argument("--fsync", action=argparse.BooleanOptionalAction, default=True,
+                   help="sync the journal before acknowledging (default); --no-fsync: a power loss "
+                        "of a majority can lose acknowledged writes (docs/operations.md, Durability)")
     # Test and benchmark hooks (NodeConfig), hidden from --help: a production node needs none.
+    n.add_argument("--simulate-power-loss", action="store_true", help=argparse.SUPPRESS)
     n.add_argument("--dial-map", default="", help=argparse.SUPPRESS)
     n.add_argument("--clock-offset-file", default="", help=argparse.SUPPRESS)
     n.add_argument("--fire-log", default="", help=argparse.SUPPRESS)

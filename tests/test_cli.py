@@ -45,6 +45,18 @@ def test_node_flag_errors_are_one_line_and_exit_2(tmp_path, extra, msg):
     assert msg in p.stderr and "Traceback" not in p.stderr
 
 
+def test_the_power_loss_model_is_refused_without_its_test_variable(tmp_path):
+    """--simulate-power-loss (the fault harness's disk model) is a test hook: a node refuses it
+    unless RAFTSCHED_TEST_POWER_LOSS=1."""
+    import os
+    c = Cluster(tmp_path, n=1)
+    env = {k: v for k, v in os.environ.items() if k != "RAFTSCHED_TEST_POWER_LOSS"}
+    p = cli(*c.argv(0)[3:], "--simulate-power-loss", env=env)
+    assert p.returncode == 2, p.stderr
+    assert "RAFTSCHED_TEST_POWER_LOSS=1" in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "node-1" / ".powerloss").exists()
+
+
 @pytest.mark.parametrize("extra,msg", [
     ([], "--url is required"),
     (["--url", "ftp://x"], "is not an http"),

@@ -206,6 +206,8 @@ async def cluster(request: web.Request) -> web.Response:
         # This node's wall clock against the cluster's (on the leader, every member's), whose
         # cluster.clock_disagrees conditions are among the ones above: docs/operations.md.
         body["clock"] = {k: v for k, v in clock.items() if k != "conditions"}
+    if st.get("durability") is not None:  # fsync on or off, and the syncs made (docs/operations.md)
+        body["durability"] = st["durability"]
     worker = request.app.get(WORKER)
     if worker is not None:
         body["worker"] = worker.stats()

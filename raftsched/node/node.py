@@ -81,6 +81,13 @@ class NodeConfig:
     #: seconds between the node's workers_seen reports (node/fleet.py; None: node/limits.py's):
     #: the hostile-input suite makes it long, so that its state hash moves only by its requests
     workers_seen_interval_s: float | None = None
+    #: sync the journal, its meta and the dumps before acknowledging (``raftsched node
+    #: --no-fsync`` turns it off: docs/operations.md, "Durability")
+    fsync: bool = True
+    #: test-only (``--simulate-power-loss``, refused unless RAFTSCHED_TEST_POWER_LOSS=1): write
+    #: through replication.powerloss.ShadowDisk, which keeps what a power loss would leave, for
+    #: the fault harness's ``power`` nemesis
+    simulate_power_loss: bool = False
     # Security (docs/security.md).
     #: GET /metrics needs no token (a Prometheus that scrapes without one)
     metrics_open: bool = False
@@ -209,10 +216,18 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
         if trigger_box:
             trigger_box[0].on_role_change(is_leader)
 
+    disk = None
+    if cfg.simulate_power_loss:
+        from ..replication.powerloss import ShadowDisk
+        disk = ShadowDisk(cfg.data_dir, fsync=cfg.fsync)
+        log.warning("simulating power loss (test-only): the data dir keeps a durable shadow")
+    if not cfg.fsync:
+        log.warning("fsync is off: a power loss or a kernel crash of a majority can lose "
+                    "acknowledged writes and repeat fencing tokens (docs/operations.md)")
     raft = replication.RaftNode(
         self_addr=cfg.raft_addr, peers=cfg.peers, data_dir=cfg.data_dir, secret=cfg.secret,
         state=state, on_role_change=on_role_change, dial_map=cfg.dial_map or None,
-        conf_overrides=cfg.conf_overrides or None, wall_ms=local.now_ms,
+        conf_overrides=cfg.conf_overrides or None, wall_ms=local.now_ms, fsync=cfg.fsync, disk=disk,
     )
     clock = ClusterClock(local, raft.cluster_ms)
     trigger = Trigger(raft, clock, cfg.node_id, fire_log_path=cfg.fire_log_path)

@@ -36,6 +36,10 @@ behaviours are traps (measured on 0.3.17; the figures are in RAFT_CONF_DEFAULTS)
   compaction costs the tick thread a ``fork()``, not an encoding of the whole state.
 - Membership is static: pysyncobj's membership change is unsafe (its one-change-at-a-time guard
   is dead code), so ``dynamicMembershipChange`` is refused.
+- It never syncs its journal: a follower answered for entries in its page cache only, so a
+  power loss of a majority could lose acknowledged writes. The journal is raftsched's
+  (``_storage._DurableJournal``), and with ``fsync`` on, a sync gate holds back every answer that
+  speaks for the log until one ``fdatasync`` covers it (``_durable.py``).
 - Its cost is per log entry (one encrypted append_entries to each follower and one answer back,
   with batching off), so ``propose`` commits the commands proposed in one turn of the event loop
   as one entry, a group, applied in order and answered one by one (``RaftNode._enqueue``).
@@ -47,10 +51,12 @@ thread): pysyncobj's tick thread exits when the thread that created the ``SyncOb
 The modules: ``node`` (RaftNode), ``conf`` (RAFT_CONF_DEFAULTS, make_conf), ``_consumer`` (the
 replicated state as pysyncobj sees it), ``_syncobj`` (the Raft corrections to SyncObj),
 ``_transport`` (RaftTransport, uncompressed messages), ``_connection`` and ``_frames`` (the Raft
-port's connections and their frame caps), ``_storage`` (the journal file, the dump's gzip),
-``_crypto`` (message protection) and ``_install`` (the stand-ins put into pysyncobj).
+port's connections and their frame caps), ``_storage`` (the durable journal, the dump's rename
+and gzip), ``_disk`` (every file operation on them), ``_durable`` (the sync gate), ``powerloss``
+(a model of a power loss, for tests), ``_crypto`` (message protection) and ``_install`` (the
+stand-ins put into pysyncobj).
 
-Importing the package changes nothing in pysyncobj. The stand-ins for three of its module
+Importing the package changes nothing in pysyncobj. The stand-ins for four of its module
 globals and the filter on its logger are put in place by ``install()``, which every ``RaftNode``
 calls when it is made, and which refuses to run on a pysyncobj whose internals differ from the
 ones they were written against.

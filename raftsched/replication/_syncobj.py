@@ -17,7 +17,6 @@ from pysyncobj.monotonic import monotonic  # the clock pysyncobj's own timers us
 from . import _progress
 from ._clockguard import FIELD as _CLOCK_FIELD, ClockGuard
 from ._progress import _Progress
-from ._storage import _cut_journal_file
 
 if TYPE_CHECKING:
     from ._crypto import _AeadEncryptor
@@ -54,6 +53,22 @@ class _SyncObj(SyncObj):
         #: each election won.
         self._progress: dict = {}
         super().__init__(*args, **kwargs)
+
+    #: The journal's sync gate (``_durable.py``; None with fsync off), set by its transport factory.
+    _sync_gate = None
+
+    def _onTick(self, timeToWait=0.0):
+        # Sync before acknowledging (_durable.py): every tick begins with the journal synced
+        # (the leader counts itself towards a commit then), and the answers to what the poll
+        # at the end of the tick brought in go out after one sync, before anything else.
+        gate = self._sync_gate
+        if gate is None:
+            return SyncObj._onTick(self, timeToWait)
+        gate.flush()
+        try:
+            return SyncObj._onTick(self, timeToWait)
+        finally:
+            gate.flush()
 
     @property
     def encryptor(self):
@@ -344,11 +359,6 @@ class _SyncObj(SyncObj):
         if getattr(_tick, "keep_log_tail", False):
             return  # see _entries_already_held: no entry after prevLogIdx conflicts
         return SyncObj._SyncObj__deleteEntriesFrom(self, fromIDx)
-
-    def _SyncObj__deleteEntriesTo(self, toIDx):
-        # A compaction: pysyncobj rewrites the entries it keeps from the start of the file.
-        SyncObj._SyncObj__deleteEntriesTo(self, toIDx)
-        _cut_journal_file(self._SyncObj__raftLog)
 
     def _SyncObj__loadDumpFile(self, clearJournal):
         try:

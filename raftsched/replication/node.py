@@ -20,7 +20,10 @@ from ..core.errors import Indeterminate, LimitExceeded, Unavailable
 from ._connection import DROP_REASONS
 from ._consumer import BARRIER_NOOP, _StateConsumer, replica_lock
 from ._crypto import _AeadEncryptor
+from ._disk import Disk
+from ._durable import durable_transport
 from ._install import install
+from ._storage import StoragePath
 from ._syncobj import _SyncObj
 from ._transport import RaftTransport
 from ._watch import ReplicationWatch
@@ -115,6 +118,12 @@ class RaftNode:
         never reaches the state.
     :param wall_ms: the node's wall clock (ms), the one its commands are stamped with: the
         members' clocks are measured with it (``_clockguard.py``); default: the system's.
+    :param fsync: sync the journal before this node answers for its log and before it counts
+        itself towards a commit, and sync the meta and the dumps (``_durable.py``). False keeps
+        only what a killed process keeps (docs/operations.md, "Durability").
+    :param disk: the ``Disk`` the journal, meta and dumps are written through (tests and the
+        fault harness pass ``powerloss.ShadowDisk``, made with their own ``fsync``, which then
+        decides); by default the real one, with ``fsync``.
     :raises RuntimeError: when this pysyncobj's internals are not the ones ``install`` expects.
     :raises ValueError, TypeError: for an empty secret, a bad address, or refused options.
     """
@@ -122,7 +131,8 @@ class RaftNode:
     def __init__(self, *, self_addr: str, peers: list[str], data_dir: str, secret: str,
                  state, on_role_change: Callable[[bool], Any] | None = None,
                  dial_map: dict[str, str] | None = None, conf_overrides: dict | None = None,
-                 barrier_command: bytes | None = None, wall_ms: Callable[[], int] | None = None):
+                 barrier_command: bytes | None = None, wall_ms: Callable[[], int] | None = None,
+                 fsync: bool = True, disk: Disk | None = None):
         # The stand-ins for pysyncobj's parts, before anything of pysyncobj is built (raises
         # RuntimeError for a pysyncobj whose internals are not the expected ones).
         install()
@@ -157,6 +167,7 @@ class RaftNode:
         self._dial_map = dict(dial_map or {})
         self._barrier_command = BARRIER_NOOP if barrier_command is None else bytes(barrier_command)
         self._wall_ms = wall_ms
+        self._disk = disk if disk is not None else Disk(fsync)
         #: keepalives and the longest frame received (the transport's), and log entries vs
         #: commands proposed (group commit)
         self.counters: dict[str, int] = {"log_entries_proposed": 0, "commands_proposed": 0}
@@ -168,8 +179,9 @@ class RaftNode:
         options.update(overrides)
         options.update(
             password=secret,
-            journalFile=os.path.join(self._data_dir, "raft.journal"),
-            fullDumpFile=os.path.join(self._data_dir, "raft.dump"),
+            # The names carry the disk to write through (_storage.StoragePath).
+            journalFile=StoragePath(os.path.join(self._data_dir, "raft.journal"), self._disk),
+            fullDumpFile=StoragePath(os.path.join(self._data_dir, "raft.dump"), self._disk),
             # pysyncobj binds 0.0.0.0 unless told otherwise.
             bindAddress=self_addr,
             onStateChanged=self._on_state_changed,
@@ -212,6 +224,8 @@ class RaftNode:
                                           counters=self.counters,
                                           dropped=self.connections_dropped,
                                           auth_timeout_s=self._port_options["authTimeout"])
+            if self._disk.fsync:
+                transport = durable_transport(transport)  # sync before acknowledging
             self._sync = _SyncObj(self._self_addr, self._peers, conf=self._conf,
                                   consumers=[self._consumer], transportClass=transport,
                                   encryptor=_AeadEncryptor(self._conf.password), wall_ms=self._wall_ms)
@@ -267,7 +281,7 @@ class RaftNode:
                     pass
 
     def _lock_data_dir(self, wait_s: float = 10.0) -> None:
-        # Two nodes on one journal would corrupt it (it is an mmap). A dump writer forked by a
+        # Two nodes on one journal would corrupt it. A dump writer forked by a
         # previous node inherits the lock until it exits, so a restart also waits for it: its
         # late rename could otherwise put an older dump behind a newer, compacted journal.
         path = os.path.join(self._data_dir, "raft.lock")
@@ -521,7 +535,7 @@ class RaftNode:
                     "commit_index": 0, "last_applied": 0, "members": list(self._members),
                     "is_leader": False, "running": False, "peers_connected": [],
                     "replication": None, "connections_dropped": dict(self.connections_dropped),
-                    "clock": self.clock_status()}
+                    "clock": self.clock_status(), "durability": self.durability()}
         leader = sync._getLeader()
         role = _ROLE_BY_RAFT_STATE.get(self._raft_state, "follower")
         watch = self._watch
@@ -547,4 +561,11 @@ class RaftNode:
             "connections_dropped": dict(self.connections_dropped),
             # This node's clock against the cluster's: _clockguard.py.
             "clock": clock,
+            "durability": self.durability(),
         }
+
+    def durability(self) -> dict:
+        """Whether this node syncs before acknowledging, and the syncs its disk made so far
+        (journal groups, meta, dumps, directories) and the seconds they took."""
+        disk = self._disk
+        return {"fsync": disk.fsync, "syncs": disk.syncs, "sync_s": round(disk.sync_s, 6)}
