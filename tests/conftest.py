@@ -8,11 +8,18 @@ anyone remembering to mark it; the pure core tests (FakeClock, FakeRaft) never n
 """
 from __future__ import annotations
 
+import re
+
 import pytest
 
-#: What in a test module's source means it depends on the wall clock.
-_WALL_CLOCK_SIGNS = ("LocalCluster", "Cluster(", "subprocess", "Popen", "SystemClock", "time.time(",
-                     "datetime.now(", "datetime.utcnow(", "run_node(", "RaftNode(")
+#: What in a test module's source means it depends on the wall clock: real node processes (the
+#: harness's clusters), other processes, the system clock read directly. Not the replication
+#: layer's in-process RaftNodes over a FakeState (tests/replication_helpers.py): replication
+#: compares the members' wall clocks with each other (message ages, the clock guard), never with
+#: a calendar date, and every member's clock moves alike in the any-year run.
+_WALL_CLOCK_SIGNS = re.compile(
+    r"LocalCluster|running_cluster|from procs import [^\n]*\bCluster\b|subprocess|Popen|SystemClock"
+    r"|time\.time\(|datetime\.now\(|datetime\.utcnow\(|run_node\(")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -25,6 +32,6 @@ def pytest_collection_modifyitems(config, items):
                     text = f.read()
             except OSError:
                 text = ""
-            seen[path] = any(sign in text for sign in _WALL_CLOCK_SIGNS)
+            seen[path] = _WALL_CLOCK_SIGNS.search(text) is not None
         if seen[path]:
             item.add_marker(pytest.mark.wallclock)

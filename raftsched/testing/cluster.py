@@ -137,7 +137,27 @@ class NodeSpec:
                 "--token-file", str(self.token_file)]
         if self.peers:
             argv += ["--peers", ",".join(self.peers)]
-        return argv + list(self.extra_args)
+        return argv + with_any_year_env(list(self.extra_args))
+
+
+#: The any-year run's clock shim (scripts/test.sh, scripts/anyyear/): a run gets a clean
+#: environment, so a node started under the shim is told to pass it on, and its runs read the
+#: same moved clock as the node that fired them.
+ANY_YEAR_ENV = ("LD_PRELOAD", "SHIFT_WALL_S")
+
+
+def with_any_year_env(args: list[str]) -> list[str]:
+    """``args`` with ANY_YEAR_ENV added to its ``--pass-env`` (or a ``--pass-env`` added) when
+    this process runs under the any-year shim; ``args`` unchanged otherwise."""
+    if not all(os.environ.get(n) for n in ANY_YEAR_ENV):
+        return args
+    out = list(args)
+    if "--pass-env" in out:
+        i = out.index("--pass-env") + 1
+        names = [n for n in out[i].split(",") if n]
+        out[i] = ",".join(dict.fromkeys(names + list(ANY_YEAR_ENV)))
+        return out
+    return out + ["--pass-env", ",".join(ANY_YEAR_ENV)]
 
 
 def write_private(path: Path, text: str) -> None:
