@@ -93,6 +93,7 @@ def leader(entries, term, commit, clock, others=("f",)):
         "_SyncObj__raftNextIndex": {n: entries[-1][0] + 1 for n in nodes},
         "_SyncObj__raftMatchIndex": {n: 0 for n in nodes},
     })
+    s._members_setup("l", list(others), False)  # what _SyncObj.__init__ sets before SyncObj's
     return s, {n.id: n for n in nodes}
 
 
@@ -108,6 +109,7 @@ def follower(entries, commit, term):
         "_SyncObj__raftLastApplied": commit, "_SyncObj__transport": Transport(),
         "_SyncObj__serializer": Serializer(),
     })
+    f._members_setup("f", ["l"], False)  # what _SyncObj.__init__ sets before SyncObj's
     return f
 
 

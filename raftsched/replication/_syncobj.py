@@ -15,6 +15,7 @@ from pysyncobj import SyncObj
 from pysyncobj.monotonic import monotonic  # the clock pysyncobj's own timers use
 
 from . import _progress
+from ._membership import ANSWER_MESSAGE, CONFIG_ENTRY, REFUSED_COMMAND, REQUEST_MESSAGE, MembershipMixin
 from ._progress import _Progress
 from ._storage import _cut_journal_file
 
@@ -27,7 +28,7 @@ logger = logging.getLogger("raftsched.replication")  # one logger for the packag
 _APPLY_STALL_S = 0.02
 
 
-class _SyncObj(SyncObj):
+class _SyncObj(MembershipMixin, SyncObj):
     """SyncObj whose followers do not count time spent applying toward their election timeout,
     never truncate entries they already hold (``_entries_already_held``), and stand for election
     at once when a candidate with a staler log asks for their vote; whose split votes are broken
@@ -41,15 +42,20 @@ class _SyncObj(SyncObj):
     Here the deadline moves on by the time the apply took: a dead leader is still detected, at
     most that much later, and a busy follower no longer mistakes its own work for silence.
     (Name-mangled override: SyncObj calls ``self.__applyLogEntries``.)
+
+    Its membership changes online (``MembershipMixin``, _membership.py): ``join`` starts a node
+    that waits to be added to a running cluster, with no vote.
     """
 
-    def __init__(self, *args, encryptor: "_AeadEncryptor | None" = None, **kwargs):
+    def __init__(self, selfNode, otherNodes, *args, encryptor: "_AeadEncryptor | None" = None,
+                 join: bool = False, **kwargs):
         # Set before SyncObj.__init__: its tick thread may connect to peers right away.
         self._raft_encryptor = encryptor
         #: The leader's view of each follower beyond next/match index (_progress.py); anew at
         #: each election won.
         self._progress: dict = {}
-        super().__init__(*args, **kwargs)
+        self._members_setup(selfNode, otherNodes, join)
+        super().__init__(selfNode, otherNodes, *args, **kwargs)
 
     @property
     def encryptor(self):
@@ -71,6 +77,10 @@ class _SyncObj(SyncObj):
         kind = message.get("type") if type(message) is dict else None
         if kind == "next_node_idx" and self._SyncObj__raftState == _LEADER:
             return self._on_answer(node, message)
+        if kind in (REQUEST_MESSAGE, ANSWER_MESSAGE):
+            return self._on_member_message(node, message)
+        if _membership_forbidden(self, node, kind, message):
+            return None
         order = _candidate_log_order(self, message) if kind == "request_vote" else None
         # Two candidates of one term with equally recent logs: a split vote (each voted for
         # itself), seen from both sides as each one's request reaches the other.
@@ -92,6 +102,8 @@ class _SyncObj(SyncObj):
         finally:
             _tick.keep_log_tail = False
             _tick.answer = None
+            if kind == "append_entries":
+                self._members_scan()  # a configuration is in force from its append on
             if order == -1 and self._SyncObj__raftState != _LEADER:
                 # A candidate whose log is behind ours cannot win, and it has already moved
                 # the term on (no pre-vote): the leader is gone or deposed. Stand soon rather
@@ -162,7 +174,13 @@ class _SyncObj(SyncObj):
 
     def _SyncObj__onBecomeLeader(self):
         self._progress = {}
+        self._members_on_become_leader()  # learners and the server being removed get entries too
         return SyncObj._SyncObj__onBecomeLeader(self)
+
+    def _SyncObj__connectedToAnyone(self):
+        # pysyncobj asks this only before it stands for election: a learner, or a node not in
+        # its latest configuration, never does (_membership.py).
+        return self.is_voter() and SyncObj._SyncObj__connectedToAnyone(self)
 
     def _on_answer(self, node, message: dict) -> None:
         """The leader's side of a follower's answer (pysyncobj's ``next_node_idx``)."""
@@ -212,7 +230,7 @@ class _SyncObj(SyncObj):
         start = monotonic()
         self._SyncObj__newAppendEntriesTime = start + conf.appendEntriesPeriod
         connected = self._SyncObj__connectedNodes
-        for node in self._SyncObj__otherNodes | self._SyncObj__readonlyNodes:
+        for node in self._replication_targets():  # voters, learners, read-only nodes
             pr = self._progress.get(node)
             if pr is None:
                 pr = self._progress[node] = _Progress()
@@ -324,16 +342,21 @@ class _SyncObj(SyncObj):
     def _SyncObj__deleteEntriesFrom(self, fromIDx):
         if getattr(_tick, "keep_log_tail", False):
             return  # see _entries_already_held: no entry after prevLogIdx conflicts
-        return SyncObj._SyncObj__deleteEntriesFrom(self, fromIDx)
+        SyncObj._SyncObj__deleteEntriesFrom(self, fromIDx)
+        self._members_truncated(fromIDx)  # a configuration goes with its entry
 
     def _SyncObj__deleteEntriesTo(self, toIDx):
         # A compaction: pysyncobj rewrites the entries it keeps from the start of the file.
         SyncObj._SyncObj__deleteEntriesTo(self, toIDx)
         _cut_journal_file(self._SyncObj__raftLog)
+        self._members_compacted()
 
     def _SyncObj__loadDumpFile(self, clearJournal):
         try:
-            return self._load_dump(clearJournal)
+            loaded = self._load_dump(clearJournal)
+            # The dump's configuration, then the log's after it (not pysyncobj's issue 133).
+            self._members_rebuild()
+            return loaded
         finally:
             # Restoring a large state blocks the tick thread for seconds (1M jobs: ~6 s), and a
             # follower that installed the leader's snapshot then found its election deadline
@@ -482,6 +505,23 @@ def _empty_append(sync: SyncObj, message: dict):
     return dict(message, commit_index=min(message["commit_index"], message["prevLogIdx"]))
 
 
+def _membership_forbidden(sync: SyncObj, node, kind, message: dict) -> bool:
+    """Messages that would bypass the membership rules, dropped: a vote from a node that is no
+    voter (pysyncobj counts every answer), and a forwarded command carrying a configuration
+    entry's type (only the leader's own rules append one; it is refused)."""
+    if kind == "response_vote":
+        return node not in sync._SyncObj__otherNodes
+    if kind == "apply_command":
+        command = message.get("command")
+        if isinstance(command, (bytes, bytearray)) and command[:1] == bytes([CONFIG_ENTRY]):
+            if "request_id" in message:
+                sync._SyncObj__transport.send(node, {"type": "apply_command_response",
+                                                     "request_id": message["request_id"],
+                                                     "error": REFUSED_COMMAND})
+            return True
+    return False
+
+
 def _keep_journal_after_dump(sync: SyncObj, data) -> None:
     """Trim ``sync``'s journal so that it begins with the dump's last two entries, if it holds
     them (``data`` is a deserialized dump: ``(state, last, before_last, cluster)``)."""
@@ -511,4 +551,5 @@ _OVERRIDDEN = ("_SyncObj__applyLogEntries", "_SyncObj__onMessageReceived",
                "_SyncObj__loadDumpFile", "_SyncObj__generateRaftTimeout",
                "_SyncObj__sendNextNodeIdx", "_SyncObj__onBecomeLeader",
                "_SyncObj__sendAppendEntries", "_SyncObj__getPrevLogIndexTerm",
-               "_SyncObj__getEntries", "_SyncObj__getCurrentLogIndex")
+               "_SyncObj__getEntries", "_SyncObj__getCurrentLogIndex",
+               "_SyncObj__connectedToAnyone", "transferLeadership")
