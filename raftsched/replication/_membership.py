@@ -60,7 +60,7 @@ logger = logging.getLogger("raftsched.replication")  # one logger for the packag
 
 #: The type byte of a configuration entry (pysyncobj's own are 0-3; it replicates an entry of
 #: another type and applies it as a no-op).
-CONFIG_ENTRY = 0x63
+CONFIG_ENTRY = 0x10
 _PREFIX = bytes([CONFIG_ENTRY])
 #: Members (voters and learners) a cluster may have: a change past it is refused.
 MEMBERS_MAX = 9
@@ -504,8 +504,14 @@ class MembershipMixin:
                 self._progress.pop(n, None)
 
     def _members_on_become_leader(self) -> None:
+        """Before pysyncobj's own: every node the new leader sends to starts over at its log's
+        end (pysyncobj resets its voters only; a learner's index may be a past term's)."""
         self._members_scan(apply=False)
         self._members_apply(as_leader=True)
+        nxt = self._SyncObj__getCurrentLogIndex() + 1
+        for n in self._replication_targets():
+            self._SyncObj__raftNextIndex[n] = nxt
+            self._SyncObj__raftMatchIndex[n] = 0
 
     def _members_announce(self) -> None:
         """Publish the view ``members_view`` reads; log the committed configuration when it

@@ -506,9 +506,13 @@ def _empty_append(sync: SyncObj, message: dict):
 
 
 def _membership_forbidden(sync: SyncObj, node, kind, message: dict) -> bool:
-    """Messages that would bypass the membership rules, dropped: a vote from a node that is no
-    voter (pysyncobj counts every answer), and a forwarded command carrying a configuration
-    entry's type (only the leader's own rules append one; it is refused)."""
+    """Messages that would bypass the membership rules, dropped: a vote request from a node that
+    is no voter in this node's latest configuration (a learner, a removed server: it would move
+    the term on and depose a healthy leader; hashicorp/raft ignores them alike), a vote from a
+    node that is no voter (pysyncobj counts every answer), and a forwarded command carrying a
+    configuration entry's type (only the leader's own rules append one; it is refused)."""
+    if kind == "request_vote":
+        return getattr(node, "id", None) not in sync._members().latest.voters
     if kind == "response_vote":
         return node not in sync._SyncObj__otherNodes
     if kind == "apply_command":
