@@ -21,7 +21,7 @@ from raftsched.core.errors import Conflict, InvalidSpec
 from raftsched.replication import RaftNode, install, make_conf
 from raftsched.replication._consumer import _StateConsumer
 from raftsched.replication._membership import (
-    Config, ConfigEntry, MembershipLog, decide, decode_entry, encode_entry, majority, promotion,
+    Config, ConfigEntry, JoinMarker, MembershipLog, decide, decode_entry, encode_entry, majority, promotion,
 )
 from raftsched.replication._syncobj import _SyncObj
 
@@ -190,12 +190,13 @@ def test_a_configuration_entry_round_trips_and_a_broken_one_is_ignored():
 
 # ------------------------------------------------------------------ one node's view, a dump, a restart
 
-def _sync(me, peers, data_dir, join=False):
+def _sync(me, peers, data_dir, join=False, marker=None):
     install()
     conf = make_conf(autoTick=False, password=SECRET, useFork=False,
                      journalFile=os.path.join(data_dir, "raft.journal"),
                      fullDumpFile=os.path.join(data_dir, "raft.dump"), bindAddress=me)
-    sync = _SyncObj(me, peers, conf=conf, consumers=[_StateConsumer(FakeState())], join=join)
+    sync = _SyncObj(me, peers, conf=conf, consumers=[_StateConsumer(FakeState())], join=join,
+                    join_marker=marker)
     sync.addOnTickCallback(sync._member_tick)  # as RaftNode.start does
     return sync
 
@@ -298,6 +299,43 @@ def test_a_node_that_joins_stands_for_nothing_until_its_log_makes_it_a_voter(tmp
         assert {n.id for n in sync._SyncObj__otherNodes} == {a, b, c}
     finally:
         sync.destroy()
+
+
+def test_a_node_joining_at_a_former_members_address_is_no_voter_through_that_members_entries(tmp_path):
+    """X's address was a voter once and was removed; a new X joins on an empty directory. The
+    first leader message carries commit index 5: the configurations at or before it (X a voter,
+    then X removed, then X a learner again) are of X's first life or its re-add, and X stands
+    for nothing while its log ends among them; its promotion at 7 makes it a voter. Without the
+    marker the old entries alone made it one (and a catching-up node that stands moves its term
+    past the leader's and ignores it from then on)."""
+    x, a, b = (f"127.0.0.1:{free_port()}" for _ in range(3))
+    d = str(tmp_path)
+    for with_marker in (True, False):
+        for f in os.listdir(d):
+            os.unlink(os.path.join(d, f))
+        marker = JoinMarker.open(d, join=True, fresh=True) if with_marker else None
+        sync = _sync(x, [a, b], d, join=True, marker=marker)
+        try:
+            leader = _node(sync, a)
+            first = [(encode_entry(cfg([a, b], [x]), {"op": "add_learner", "node": x}), 2, 1),
+                     (encode_entry(cfg([a, b, x]), {"op": "promote", "node": x}), 3, 1)]
+            _append(sync, leader, 1, 1, 0, first, commit=5)  # a prefix of a longer log
+            sync._SyncObj__connectedNodes.add(leader)
+            if not with_marker:
+                assert sync.is_voter()  # pysyncobj's rule alone: the first life's entry counts
+                continue
+            assert marker.after == 5 and JoinMarker.open(d, join=False, fresh=False).after == 5  # on disk
+            assert not sync.is_voter() and not sync._SyncObj__connectedToAnyone()
+            assert sync.members_view()["self"] == "learner"
+            rest = [(encode_entry(cfg([a, b]), {"op": "remove", "node": x}), 4, 1),
+                    (encode_entry(cfg([a, b], [x]), {"op": "add_learner", "node": x}), 5, 1), (NOOP, 6, 1)]
+            _append(sync, leader, 1, 3, 1, rest, commit=6)
+            assert not sync.is_voter()
+            _append(sync, leader, 1, 6, 1, [(encode_entry(cfg([a, b, x]), {"op": "promote", "node": x}), 7, 1)],
+                    commit=6)
+            assert sync.is_voter() and sync._SyncObj__connectedToAnyone()
+        finally:
+            sync.destroy()
 
 
 def test_a_vote_request_from_a_node_out_of_the_configuration_is_ignored(tmp_path):
@@ -493,6 +531,40 @@ def test_every_node_restarted_with_stale_peers_keeps_the_logs_members(tmp_path):
             assert c.nodes[gone].status()["membership"]["self"] == "none"
             assert gone not in c.nodes[gone].status()["members"]
             assert not c.nodes[gone].is_leader()
+        finally:
+            c.close()
+    run(go)
+
+
+def test_a_node_removed_and_added_again_at_its_address_on_a_fresh_directory_catches_up_as_a_learner(tmp_path):
+    """X is added, promoted, removed, and its address added again with an empty data directory.
+    Catching up, X's log holds the configurations of X's first life, in which X is a voter: it
+    must not stand for election on them (a candidate whose term passed the leader's ignores the
+    leader and never catches up: seen in the fault harness). It counts itself a voter only
+    through its own promotion (raftsched.replication._membership.JoinMarker)."""
+    async def go():
+        c = Cluster(tmp_path)
+        c.start_all()
+        x = Joining(c, tmp_path)
+        try:
+            leader = await c.agreed_leader()
+            x.start()
+            await c.nodes[leader].change_members("add", x.addr)
+            await wait_until(lambda: x.addr in c.nodes[leader].status()["members"], 15, "X promoted")
+            for _ in range(5):
+                await propose_retrying(c.nodes[leader], incr("r"))
+            await c.nodes[leader].change_members("remove", x.addr)
+            x.node.stop()
+            import shutil
+            shutil.rmtree(x.dir)
+            for _ in range(5):
+                await propose_retrying(c.nodes[leader], incr("r"))
+            node = x.start()
+            await c.nodes[leader].change_members("add", x.addr)
+            await wait_until(lambda: x.addr in c.nodes[leader].status()["members"], 15, "X promoted again")
+            await wait_until(lambda: node.read(FakeState.read) == {"r": 10}, 10, "X holds the state")
+            assert node.status()["term"] == c.nodes[leader].status()["term"]  # it never stood
+            assert c.nodes[leader].is_leader()
         finally:
             c.close()
     run(go)

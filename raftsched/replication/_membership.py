@@ -35,7 +35,11 @@ reconfiguration check and hashicorp/raft's one uncommitted change:
   safe: it finds the change made, or waits for the same entry to commit, or makes it.
 - ``add`` makes a learner: replicated to, never counted in a commit or an election, never a
   candidate (``is_voter``). The leader promotes it to a voter once it holds every committed
-  entry and answers (``promotion``).
+  entry and answers (``promotion``). A node that joins on an empty data directory may find
+  itself a voter in its log's older configurations (its address was a member once, and was
+  removed): it counts itself a voter only through a configuration entry after the commit index
+  of the first message a leader sent it (``JoinMarker``), which the entries of its address's
+  earlier life all precede, and its own promotion follows.
 - ``remove`` of a voter is refused when the voters left would have no quorum of answering
   nodes. A leader asked to remove itself first hands its leadership to a caught-up voter
   (pysyncobj's ``transferLeadership``); the new leader removes it. A leader keeps replicating
@@ -49,6 +53,7 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -171,12 +176,19 @@ class ConfigEntry:
 
 
 class MembershipLog:
-    """The configurations of one node's log: ``base``, in force where the log begins, and each
-    configuration entry after it, by index. The latest is the one in use (Raft thesis 4.1)."""
+    """The configurations of one node's log: ``base``, in force where the log begins (at
+    ``base_index``: a full dump's last entry, 0 for the command line's), and each configuration
+    entry after it, by index. The latest is the one in use (Raft thesis 4.1)."""
 
-    def __init__(self, base: Config) -> None:
+    def __init__(self, base: Config, base_index: int = 0) -> None:
         self.base = base
+        self.base_index = base_index
         self.entries: list[ConfigEntry] = []
+
+    @property
+    def latest_index(self) -> int:
+        """The index of the entry the latest configuration comes from (``base_index`` for the base)."""
+        return self.entries[-1].index if self.entries else self.base_index
 
     @property
     def latest(self) -> Config:
@@ -213,7 +225,7 @@ class MembershipLog:
         """The log now begins at ``first``: the entries before it fold into the base."""
         old = [e for e in self.entries if e.index < first]
         if old:
-            self.base = old[-1].config
+            self.base, self.base_index = old[-1].config, old[-1].index
             self.entries = [e for e in self.entries if e.index >= first]
 
 
@@ -317,12 +329,68 @@ def promotion(latest: Config, *, pending: ConfigEntry | None, noop_committed: bo
     return None
 
 
+# ------------------------------------------------------------------ a joining node's marker
+
+class JoinMarker:
+    """``raft.join`` in a joining node's data directory: written when the node starts with
+    ``--join`` on an empty data directory, and kept. ``after`` is the commit index carried by
+    the first append_entries a leader sent the node, written before the node answers it: every
+    configuration entry of an earlier life of its address (a member once, removed since) is at
+    or before it (that removal committed before the add that made this node a learner, and the
+    leader's commit index only grows), and the promotion of this node comes after it (the leader
+    promotes a learner only once it answered). None until then."""
+
+    FILE = "raft.join"
+
+    def __init__(self, path: str, after: int | None = None) -> None:
+        self.path = path
+        self.after = after
+
+    @classmethod
+    def open(cls, data_dir: str, join: bool, fresh: bool) -> JoinMarker | None:
+        """The marker of a node in ``data_dir``: the one written there, a new one for a node
+        that joins on an empty directory (``fresh``), else None (a node of its own history)."""
+        path = os.path.join(data_dir, cls.FILE)
+        try:
+            with open(path) as f:
+                after = json.load(f).get("after")
+            return cls(path, after if isinstance(after, int) else None)
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, AttributeError):
+            logger.critical("replication.join_marker_unreadable path=%s (the node waits for a leader's first "
+                            "message again)", path)
+            return cls(path)
+        if not (join and fresh):
+            return None
+        marker = cls(path)
+        marker.write()
+        return marker
+
+    def write(self) -> None:
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"after": self.after}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def note_leader(self, commit_index: Any) -> None:
+        """A leader's append_entries, before it is answered: the first sets ``after``."""
+        if self.after is None and isinstance(commit_index, int):
+            self.after = commit_index
+            self.write()
+            logger.info("replication.join_first_leader_message commit_index=%d (this node counts itself a voter "
+                        "only through a configuration after it)", commit_index)
+
+
 # ------------------------------------------------------------------ on pysyncobj's tick thread
 
 _FOLLOWER, _LEADER = 0, 2
 
-#: An outcome handed to a request's callback: ("done", view), ("refused", code, message) or
-#: ("retry", why, may_have_applied).
+#: An outcome handed to a request's callback: ("done", view, changed) (changed: the attempt
+#: appended the entry that made it, or waited for one), ("refused", code, message) or ("retry",
+#: why, may_have_applied).
 Outcome = tuple
 
 
@@ -333,17 +401,21 @@ class MembershipMixin:
     Every attribute is set in ``_members_setup``, before ``SyncObj.__init__``: pysyncobj writes
     an attribute created later into each full dump (``__tryLogCompaction``), and restores it."""
 
-    def _members_setup(self, self_addr: str, peers, join: bool) -> None:
+    def _members_setup(self, self_addr: str, peers, join: bool, marker: JoinMarker | None = None) -> None:
         #: The configuration of a node whose log and dump hold none: its command line. A node
         #: that joins a running cluster is not in it: it waits to be added.
-        self._members_cmdline = Config.of(list(peers) + ([] if join else [self_addr]))
+        self._members_cmdline = Config.of(list(peers) + ([] if (join or marker) else [self_addr]))
+        #: A joining node's marker (JoinMarker), None for any other.
+        self._members_join = marker
         self._mlog: MembershipLog | None = None
         #: The configuration pysyncobj and the transport use (the command line's at first).
         self._members_in_force = self._members_cmdline
         #: Every node a leader sends entries to beyond pysyncobj's voters (_replication_targets).
         self._member_targets: set = set()
-        #: The base the last full dump loaded holds (None: that dump predates membership).
+        #: The base the last full dump loaded holds (None: that dump predates membership), and
+        #: that dump's last index.
         self._members_dump_base: Config | None = None
+        self._members_dump_index = 0
         self._members_scanned = 0
         #: (latest entry index, committed entry index, leader?) when the configuration was last
         #: put in force: _member_tick puts it in force again when one of them moves.
@@ -351,6 +423,8 @@ class MembershipMixin:
         self._members_published: dict | None = None
         #: Servers the leader dropped from its configurations, linked until then (LINGER_S).
         self._members_linger: dict[str, float] = {}
+        #: A follower kept links its configuration drops while its log was behind.
+        self._members_prune_later = False
         self._members_was_member = False
         #: Requests from other threads (a deque: append and popleft are thread-safe).
         self._member_requests: collections.deque = collections.deque()
@@ -369,8 +443,10 @@ class MembershipMixin:
 
     def _members_rebuild(self, apply: bool = True) -> None:
         """From the base and the whole log (at start, and after a full dump is loaded)."""
-        base = self._members_dump_base or self._members_cmdline
-        self._mlog = MembershipLog(base)
+        if self._members_dump_base is not None:
+            self._mlog = MembershipLog(self._members_dump_base, self._members_dump_index)
+        else:
+            self._mlog = MembershipLog(self._members_cmdline)
         log = self._SyncObj__raftLog
         self._members_scanned = log[0][1] - 1
         self._members_scan(apply=False)
@@ -431,7 +507,25 @@ class MembershipMixin:
     # -- in force -------------------------------------------------------------------------
 
     def is_voter(self) -> bool:
-        return self._SyncObj__selfNode.id in self._members().latest.voters
+        """Whether this node is a voter of its latest configuration (for a node that joined:
+        through an entry of its own life, see JoinMarker)."""
+        ml = self._members()
+        if self._SyncObj__selfNode.id not in ml.latest.voters:
+            return False
+        marker = self._members_join
+        return marker is None or (marker.after is not None and ml.latest_index > marker.after)
+
+    def _members_note_append(self, message: dict) -> None:
+        """Before pysyncobj handles an append_entries: a joining node's first leader message."""
+        marker = self._members_join
+        if marker is not None and marker.after is None:
+            try:
+                if message["term"] >= self._SyncObj__raftCurrentTerm:
+                    marker.note_leader(message["commit_index"])
+            except (KeyError, TypeError):
+                pass
+            except OSError:
+                logger.exception("replication.join_marker_write_failed")
 
     def _members_pending(self) -> ConfigEntry | None:
         e = self._members().last_entry
@@ -461,6 +555,17 @@ class MembershipMixin:
             want |= set(linger)
         else:
             linger.clear()
+            # A follower whose log is behind the leader's may be in force with an old
+            # configuration that lacks the leader itself (an address removed, then added again
+            # since): it keeps every link, and the leader's, until it has caught up (raftsched,
+            # unlike Raft, refuses a link from an address it does not know).
+            current = self._SyncObj__raftLeader
+            if current is not None:
+                want.add(current.id)
+            behind = self._SyncObj__raftCommitIndex < (self._SyncObj__leaderCommitIndex or 0)
+            self._members_prune_later = behind and bool(set(have) - want)
+            if behind:
+                want |= set(have)
         for a in sorted(set(have) - want):
             tr.dropNode(have[a])
             self._SyncObj__connectedNodes.discard(have[a])
@@ -528,7 +633,7 @@ class MembershipMixin:
                 "index": done.index if done else 0,
                 "pending": None if pending is None else dict(pending.config.to_dict(), index=pending.index,
                                                              change=dict(pending.change)),
-                "self": ml.latest.role(me) or "none"}
+                "self": "voter" if self.is_voter() else "learner" if me in ml.latest.members else "none"}
         old = self._members_published
         if old is not None and (old["voters"], old["learners"]) != (view["voters"], view["learners"]):
             logger.info("replication.members_committed index=%d voters=%s learners=%s", view["index"],
@@ -563,7 +668,8 @@ class MembershipMixin:
             leader = self._SyncObj__raftState == _LEADER
             linger = self._members_linger
             if self._members_applied != self._members_signature(leader) or \
-                    (linger and min(linger.values()) <= monotonic()):
+                    (linger and min(linger.values()) <= monotonic()) or \
+                    (self._members_prune_later and self._SyncObj__raftCommitIndex >= (self._SyncObj__leaderCommitIndex or 0)):
                 self._members_apply()
             if leader:
                 self._member_promote()
@@ -625,11 +731,12 @@ class MembershipMixin:
                         addr, idx)
 
     def _member_leader_attempt(self, op: str, addr: str) -> tuple:
-        """The leader's side of one attempt: ("done", view), ("refused", code, message),
+        """The leader's side of one attempt: ("done", view, False), ("refused", code, message),
         ("retry", why, False) or ("appended", index, term)."""
         d = self._member_decide(op, addr)
         if d.kind == "done":
-            return ("done", self.members_view())
+            self._members_announce()
+            return ("done", self.members_view(), False)
         if d.kind == "refused":
             return ("refused", d.code, d.message)
         if d.kind == "retry":
@@ -693,7 +800,7 @@ class MembershipMixin:
             ok = addr in latest_committed.members if op == "add" else addr not in latest_committed.members
             if ok:
                 self._members_announce()
-                _call(cb, ("done", self.members_view()))
+                _call(cb, ("done", self.members_view(), True))
             else:
                 _call(cb, ("retry", f"the change at log index {idx} was replaced by another leader's", True))
 
@@ -719,8 +826,8 @@ class MembershipMixin:
             got = tuple(message["outcome"])
             if got[0] == "appended":
                 self._member_wait_commit(int(got[1]), int(got[2]), op, addr, cb)
-            elif got[0] == "done":
-                _call(cb, ("done", self.members_view()))
+            elif got[0] == "done":  # the leader's committed view: this node's may lag it
+                _call(cb, ("done", got[1] if isinstance(got[1], dict) else self.members_view(), False))
             elif got[0] in ("refused", "retry"):
                 _call(cb, got)
         except (KeyError, TypeError, ValueError, IndexError):

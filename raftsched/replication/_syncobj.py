@@ -44,17 +44,18 @@ class _SyncObj(MembershipMixin, SyncObj):
     (Name-mangled override: SyncObj calls ``self.__applyLogEntries``.)
 
     Its membership changes online (``MembershipMixin``, _membership.py): ``join`` starts a node
-    that waits to be added to a running cluster, with no vote.
+    that waits to be added to a running cluster, with no vote; ``join_marker`` is a joining
+    node's ``JoinMarker``.
     """
 
     def __init__(self, selfNode, otherNodes, *args, encryptor: "_AeadEncryptor | None" = None,
-                 join: bool = False, **kwargs):
+                 join: bool = False, join_marker=None, **kwargs):
         # Set before SyncObj.__init__: its tick thread may connect to peers right away.
         self._raft_encryptor = encryptor
         #: The leader's view of each follower beyond next/match index (_progress.py); anew at
         #: each election won.
         self._progress: dict = {}
-        self._members_setup(selfNode, otherNodes, join)
+        self._members_setup(selfNode, otherNodes, join, join_marker)
         super().__init__(selfNode, otherNodes, *args, **kwargs)
 
     @property
@@ -86,6 +87,8 @@ class _SyncObj(MembershipMixin, SyncObj):
         # itself), seen from both sides as each one's request reaches the other.
         split = order == 0 and self._SyncObj__raftState == _CANDIDATE \
             and message["term"] == self._SyncObj__raftCurrentTerm
+        if kind == "append_entries":
+            self._members_note_append(message)
         try:
             if kind == "append_entries" and "prevLogIdx" in message \
                     and "transmission" not in message:
@@ -355,6 +358,7 @@ class _SyncObj(MembershipMixin, SyncObj):
         try:
             loaded = self._load_dump(clearJournal)
             # The dump's configuration, then the log's after it (not pysyncobj's issue 133).
+            self._members_dump_index = self._SyncObj__raftLastApplied
             self._members_rebuild()
             return loaded
         finally:

@@ -20,7 +20,7 @@ from ..core.errors import Conflict, Indeterminate, InvalidSpec, LimitExceeded, U
 from ._consumer import BARRIER_NOOP, _StateConsumer, replica_lock
 from ._crypto import _AeadEncryptor
 from ._install import install
-from ._membership import OPS as MEMBER_OPS, check_addr
+from ._membership import OPS as MEMBER_OPS, JoinMarker, check_addr
 from ._syncobj import _SyncObj
 from ._transport import RaftTransport
 from ._watch import ReplicationWatch
@@ -98,13 +98,11 @@ def _post_outcome(post, fut: asyncio.Future, outcome) -> None:
     post(functools.partial(_settle, fut), (outcome, None))
 
 
-def _member_result(addr: str, before: dict, view: dict) -> dict:
+def _member_result(addr: str, view: dict, changed: bool) -> dict:
     """``change_members``' answer from the committed view after the change."""
     voters, learners = view.get("voters") or [], view.get("learners") or []
     state = "voter" if addr in voters else "learner" if addr in learners else "removed"
-    was = "voter" if addr in (before.get("voters") or []) else \
-        "learner" if addr in (before.get("learners") or []) else "removed"
-    return {"addr": addr, "state": state, "changed": state != was,
+    return {"addr": addr, "state": state, "changed": changed,
             "members": {"voters": list(voters), "learners": list(learners), "index": view.get("index", 0)}}
 
 _DEFINITE_NO_LEADER = (FAIL_REASON.MISSING_LEADER, FAIL_REASON.NOT_LEADER)
@@ -128,7 +126,8 @@ class RaftNode:
         ``lock`` of its own (an RLock), the node takes that too wherever it takes its own.
     :param on_role_change: ``f(is_leader: bool)``, called on the event loop whenever this node
         gains or loses leadership.
-    :param dial_map: ``{peer_addr: proxy_addr}``: dial the proxy instead of the peer.
+    :param dial_map: ``{peer_addr: proxy_addr}``: dial the proxy instead of the peer (of any
+        member, one that joins later too).
     :param conf_overrides: SyncObjConf options over ``RAFT_CONF_DEFAULTS`` (not the reserved
         ones: password, files, bind address, callbacks, membership, serializer, fork).
     :param barrier_command: the bytes ``barrier()`` proposes; by default ``BARRIER_NOOP``, which
@@ -153,8 +152,8 @@ class RaftNode:
         for k, v in (dial_map or {}).items():
             _parse_addr(k, "dial_map key")
             _parse_addr(v, "dial_map value")
-            if k not in peers or k == self_addr:
-                raise ValueError(f"dial_map key {k!r} is not a peer")
+            if k == self_addr:  # any other: a member may join later (change_members)
+                raise ValueError(f"dial_map key {k!r} is this node")
         overrides = dict(conf_overrides or {})
         reserved = sorted(set(overrides) & _RESERVED_CONF_KEYS)
         if reserved:
@@ -222,12 +221,19 @@ class RaftNode:
         self._inbox = LoopInbox(loop)
         self._lock_data_dir()
         try:
+            fresh = not any(os.path.exists(os.path.join(self._data_dir, f))
+                            for f in ("raft.journal", "raft.dump"))
+            marker = JoinMarker.open(self._data_dir, self._join, fresh)
+            if self._join and marker is None:
+                logger.warning("replication.join_ignored self=%s: the data directory holds a log; "
+                               "its members are the log's", self._self_addr)
             self._consumer = _StateConsumer(self._state, self._lock)
             transport = functools.partial(RaftTransport, dial_map=self._dial_map,
                                           counters=self.counters)
             self._sync = _SyncObj(self._self_addr, self._peers, conf=self._conf,
                                   consumers=[self._consumer], transportClass=transport,
-                                  encryptor=_AeadEncryptor(self._conf.password), join=self._join)
+                                  encryptor=_AeadEncryptor(self._conf.password),
+                                  join=marker is not None, join_marker=marker)
             self._sync.addOnTickCallback(self._consumer._release_snapshot_lock)
             self._sync.addOnTickCallback(self._sync._member_tick)
             self._watch = ReplicationWatch(self._sync)
@@ -519,7 +525,6 @@ class RaftNode:
             raise Unavailable("raft node is not running", leader=None)
         if asyncio.get_running_loop() is not loop:
             raise RuntimeError("change_members() must run on the loop given to start()")
-        before = sync.members_view() or {}
         deadline = loop.time() + timeout_s
         may_have_applied = False
         why = ""
@@ -538,7 +543,7 @@ class RaftNode:
                 timer.cancel()
             kind = outcome[0] if isinstance(outcome, tuple) and outcome else "stopped"
             if kind == "done":
-                return _member_result(addr, before, outcome[1] or {})
+                return _member_result(addr, outcome[1] or {}, bool(outcome[2]))
             if kind == "refused":
                 cls = InvalidSpec if outcome[1] == "invalid" else Conflict
                 raise cls(outcome[2], "addr")
