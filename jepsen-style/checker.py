@@ -877,10 +877,11 @@ COMMIT_STALL_MS = 15_000
 #: silence and redialled) and an election. A stall is then reported at the latest
 #: COMMIT_GRACE_MS + COMMIT_STALL_MS (20 s) after the heal.
 COMMIT_GRACE_MS = 5_000
-#: The faults that excuse a node's frozen commit index: they stop the node or cut it off. A clock
-#: jump does not (replication does not follow the wall clock); the remote workers' faults touch
-#: no node.
-_COMMIT_FAULTS = ("kill", "pause", "partition", "restart-all")
+#: The faults that excuse a node's frozen commit index: they stop the node or cut it off, or (the
+#: membership faults) start it anew, catching up from nothing. A clock jump does not
+#: (replication does not follow the wall clock); the remote workers' faults touch no node.
+_COMMIT_FAULTS = ("kill", "pause", "partition", "restart-all", "member-replace", "member-grow-shrink",
+                  "member-remove-leader")
 
 
 def excused_nodes(faults: list[dict], t_ms: int, grace_ms: int | None = None) -> set[int]:
