@@ -561,7 +561,8 @@ def backoff_bounds_ms(retry: dict, attempt: int) -> tuple[float, float]:
 #: Faults that excuse a lease expiry: they stop a worker, or cut it off (a partition isolates one
 #: node from both others). A clock jump is not among them: a lease must not expire because some
 #: node's wall clock moved (I15's rule, applied to a leader whose clock jumps).
-_WORKER_FAULTS = ("kill", "pause", "partition", "restart-all")
+_WORKER_FAULTS = ("kill", "pause", "partition", "restart-all", "member-replace", "member-grow-shrink",
+                  "member-remove-leader")
 #: State time runs ahead of wall time by up to the largest forward clock jump; faults are matched
 #: against attempts with this much slack on both sides.
 _STATE_TIME_SLACK_MS = 8000

@@ -188,7 +188,7 @@ class Nemesis:
             self.entry = entry
             hit = await self.start(f)
             entry["workers" if f["kind"].startswith("worker-") else "nodes"] = hit
-            entry["in_place_ms"] = time.time_ns() // 1_000_000
+            entry.setdefault("in_place_ms", time.time_ns() // 1_000_000)
             if not f["kind"].startswith("worker-") and f["kind"] != "restart-all":
                 entry["resolved"] = self.resolved_as
             done = asyncio.Event()
@@ -422,6 +422,11 @@ class Nemesis:
         self.paused.discard(i)
         return True
 
+    def in_place(self, nodes: list[int]) -> None:
+        """The membership fault's disruption is in place now (its changes follow)."""
+        self.entry["in_place_ms"] = time.time_ns() // 1_000_000
+        self.entry["nodes"] = list(nodes)
+
     async def membership_start(self, f: dict) -> list[int]:
         """The first half of a membership fault; returns the nodes it touched."""
         kind = f["kind"]
@@ -430,6 +435,7 @@ class Nemesis:
             victim = await self.resolve(f)
             self.cp.signal_node(victim, signal.SIGKILL)
             self.down.add(victim)
+            self.in_place([victim])
             new = await self.add_spare()
             if await self.remove(victim):
                 f["removed"] = victim
@@ -438,10 +444,12 @@ class Nemesis:
             # A member cut off; a fourth added meanwhile (three of four reach each other).
             cut = await self.resolve(f)
             self.isolate(cut, f["mode"])
+            self.in_place([cut])
             new = await self.add_spare()
             return [cut] + ([new] if new is not None else [])
         # member-remove-leader: the leader removed (it hands its leadership over), then a new node.
         victim = await self.resolve(f)
+        self.in_place([victim])
         removed = await self.remove(victim)
         new = await self.add_spare() if removed else None
         return [victim] + ([new] if new is not None else [])
