@@ -75,7 +75,7 @@ TRANSFER_RETRY_S = 1.0
 FORWARD_TIMEOUT_S = 2.0
 #: A leader keeps sending heartbeats to a server it removed for this long after the removal
 #: commits, so that the server hears of the commit (each heartbeat carries the commit index).
-LINGER_S = 1.0
+LINGER_S = 2.0
 #: The messages of the forwarding (a stock pysyncobj ignores a type it does not know).
 REQUEST_MESSAGE = "raftsched_members"
 ANSWER_MESSAGE = "raftsched_members_answer"
@@ -671,7 +671,7 @@ class MembershipMixin:
                     (linger and min(linger.values()) <= monotonic()) or \
                     (self._members_prune_later and self._SyncObj__raftCommitIndex >= (self._SyncObj__leaderCommitIndex or 0)):
                 self._members_apply()
-            if leader:
+            if leader and self._mlog is not None and self._mlog.latest.learners:
                 self._member_promote()
             now = monotonic()
             for rid, (cb, sent, _op, _addr) in list(self._member_forwarded.items()):
