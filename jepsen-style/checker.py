@@ -248,17 +248,55 @@ def check_lost_slots(data: dict) -> dict:
     if not reads:
         return _result(UNKNOWN, [], note="no final read succeeded")
     stats = {"jobs_checked": jobs_checked, "slots_checked": checked_slots}
-    # Figures, not verdicts: the schedule follows the leader's wall clock, so a leader whose clock
-    # is fast starts runs before their slot (by the sink's clock); lateness is the fire lag.
-    early = [w["slot"] - w["t_ms"] for w in data.get("sink", [])
-             if w.get("phase") == "begin" and w.get("attempt") == 1 and isinstance(w.get("slot"), int) and w["t_ms"] < w["slot"]]
-    stats["runs_begun_before_their_slot"] = len(early)
-    stats["earliest_begin_before_slot_ms"] = max(early) if early else 0
+    # A run begun before its slot is no-early-start's (below); lateness is the fire lag.
     if examples:
         return _result(INVALID, examples, stats)
     if checked_slots == 0:
         return _result(UNKNOWN, [], stats, "no slot was due")
     return _result(VALID, [], stats)
+
+
+# ---------------------------------------------------------------------------------------------
+# 1b. No early start
+# ---------------------------------------------------------------------------------------------
+
+try:  # the product's bound on a member's clock, which is also its promise on early starts
+    from raftsched.core.limits import clock_skew_ms_max as CLOCK_SKEW_MS_MAX
+except ImportError:  # pragma: no cover - an older product, which states none: a second
+    CLOCK_SKEW_MS_MAX = 1000
+
+
+def check_early_starts(data: dict) -> dict:
+    """No attempt begins more than the product's clock bound (core/limits.py clock_skew_ms_max)
+    before its run's slot, by the sink's clock, whatever a node's clock says (docs/design.md
+    I27: a leader whose clock lies fires nothing, and a worker waits for a slot by the cluster's
+    clock). An attempt's "begin" write reaches the sink after the attempt began, so an early
+    start shows here no earlier than it was: the check errs towards valid by the write's
+    latency (milliseconds). Exercised by the ``clock`` nemesis; judged on every run."""
+    bound = CLOCK_SKEW_MS_MAX
+    begins = [w for w in data.get("sink", []) if w.get("phase") == "begin" and isinstance(w.get("slot"), int)
+              and not isinstance(w.get("slot"), bool) and isinstance(w.get("t_ms"), int)]
+    early = sorted(((w["slot"] - w["t_ms"], w) for w in begins if w["t_ms"] < w["slot"]),
+                   key=lambda dw: (-dw[0], dw[1].get("seq", 0)))
+    examples = []
+    for d, w in early:
+        if d <= bound:
+            break
+        clocks = [f"{f['kind']} {f.get('offset_ms', (f.get('fault') or {}).get('offset_ms'))} ms on node-"
+                  f"{','.join(str(n + 1) for n in f.get('nodes') or [])}" for f in data.get("faults", [])
+                  if f.get("kind") == "clock" and f.get("start_ms", 0) - 10_000 <= w["t_ms"] <= (f.get("end_ms") or 1 << 62) + 10_000]
+        examples.append(f"run {w.get('run')} attempt {w.get('attempt')} (job {w.get('job')}, worker {w.get('worker')}) "
+                        f"began {d} ms before its slot {w['slot']} (sink time {w['t_ms']}), more than the bound "
+                        f"{bound} ms" + (f"; clock fault(s) then: {'; '.join(clocks)}" if clocks else ""))
+    stats = {"bound_ms": bound, "begins_checked": len(begins),
+             "runs_begun_before_their_slot": sum(1 for _, w in early if w.get("attempt") == 1),
+             "earliest_begin_before_slot_ms": early[0][0] if early else 0,
+             "clock_faults": sum(1 for f in data.get("faults", []) if f.get("kind") == "clock")}
+    if examples:
+        return _result(INVALID, examples, stats)
+    if not begins:
+        return _result(UNKNOWN, [], stats, "no attempt began")
+    return _result(VALID, [], stats, "" if stats["clock_faults"] else "no clock fault ran: not exercised by one")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -561,7 +599,7 @@ def backoff_bounds_ms(retry: dict, attempt: int) -> tuple[float, float]:
 #: Faults that excuse a lease expiry: they stop a worker, or cut it off (a partition isolates one
 #: node from both others). A clock jump is not among them: a lease must not expire because some
 #: node's wall clock moved (I15's rule, applied to a leader whose clock jumps).
-_WORKER_FAULTS = ("kill", "pause", "partition", "restart-all", "member-replace", "member-grow-shrink",
+_WORKER_FAULTS = ("kill", "pause", "partition", "restart-all", "power", "member-replace", "member-grow-shrink",
                   "member-remove-leader")
 #: State time runs ahead of wall time by up to the largest forward clock jump; faults are matched
 #: against attempts with this much slack on both sides.
@@ -881,7 +919,7 @@ COMMIT_GRACE_MS = 5_000
 #: The faults that excuse a node's frozen commit index: they stop the node or cut it off, or (the
 #: membership faults) start it anew, catching up from nothing. A clock jump does not
 #: (replication does not follow the wall clock); the remote workers' faults touch no node.
-_COMMIT_FAULTS = ("kill", "pause", "partition", "restart-all", "member-replace", "member-grow-shrink",
+_COMMIT_FAULTS = ("kill", "pause", "partition", "restart-all", "power", "member-replace", "member-grow-shrink",
                   "member-remove-leader")
 
 
@@ -1151,7 +1189,9 @@ def leader_changes(data: dict) -> int:
     (node, term) in which a node said it leads, after the first."""
     seen = []
     times = data.get("times") or {}
-    lo, hi = times.get("t0_ms", 0), times.get("heal_ms", 1 << 62)
+    # An unfinished run (recheck.py of a run cut short) has no heal: None, as much as absent.
+    lo = times.get("t0_ms") or 0
+    hi = times.get("heal_ms") or (1 << 62)
     for s in sorted(data.get("monitor", []), key=lambda s: (s["t_ms"], s["node"])):
         if not lo <= s["t_ms"] <= hi:
             continue
@@ -1192,8 +1232,86 @@ def check_stress(data: dict) -> dict:
     return _result(UNKNOWN if why else VALID, why, stats, "; ".join(why))
 
 
+# ---------------------------------------------------------------------------------------------
+# Power cuts (nemesis "power")
+# ---------------------------------------------------------------------------------------------
+
+def check_power_loss(data: dict) -> dict | None:
+    """Across every power cut (a majority or all nodes killed, each losing what it had not
+    synced): no fencing token is granted twice (at the sink, a token belongs to one attempt of
+    one run), a grant made after a cut (by its attempt's state time and its first sink write,
+    whichever is earlier) carries a token above every token granted before it (the counter did
+    not go back), and no slot fires twice (a run, ``job@slot``, keeps the time it
+    was fired at in every read, and each of its attempts its one token). That no acknowledged
+    write is lost is the durability checker's verdict, which the cuts face too. None (not
+    judged) when the run had no power nemesis; unknown when a cut ran but no grant followed
+    one, or none ran."""
+    if "power" not in ((data.get("schedule") or {}).get("nemeses") or []):
+        return None
+    examples: list[str] = []
+    cuts = [f for f in data.get("faults", []) if f.get("kind") == "power" and f.get("nodes")]
+    sink = sorted(data.get("sink", []), key=lambda w: w.get("seq", 0))
+    owner: dict[int, tuple] = {}
+    attempt_token: dict[tuple, int] = {}
+    first_begin: dict[tuple, dict] = {}
+    for w in sink:
+        tok, k = w.get("token"), (w.get("run"), w.get("attempt"))
+        if tok is None or k[0] is None:
+            continue
+        if owner.setdefault(tok, k) != k:
+            examples.append(f"sink seq {w.get('seq')}: token {tok} was granted to {owner[tok]} and again to {k}")
+        if attempt_token.setdefault(k, tok) != tok:
+            examples.append(f"sink seq {w.get('seq')}: {k[0]} attempt {k[1]} ran with token {attempt_token[k]} "
+                            f"and again with token {tok}: its slot fired twice")
+        if w.get("phase") == "begin":
+            first_begin.setdefault(k, w)
+    # When each grant was made: its attempt's state time (started_at, in any read), or its first
+    # write at the sink if earlier. A worker may begin late: a lease granted before a cut whose
+    # first write comes after it was not granted after it.
+    granted_at = {k: w.get("t_ms", 0) for k, w in first_begin.items()}
+    for read in _all_reads(data) + list(data.get("periodic") or []):
+        for r in read["runs"]:
+            for a in r.get("attempts") or []:
+                k = (r["id"], a.get("attempt"))
+                if k in granted_at and a.get("started_at") is not None:
+                    granted_at[k] = min(granted_at[k], a["started_at"])
+    grants_after = 0
+    for f in cuts:
+        start, end = f.get("start_ms", 0), f.get("end_ms") or f.get("in_place_ms") or f.get("start_ms", 0)
+        before = [w["token"] for k, w in first_begin.items() if granted_at[k] < start]
+        after = [w for k, w in first_begin.items() if granted_at[k] > end]
+        grants_after += len(after)
+        if before:
+            high = max(before)
+            for w in after:
+                if w["token"] <= high:
+                    examples.append(f"power cut {f.get('id')} ({', '.join(f'node-{i + 1}' for i in f['nodes'])}): "
+                                    f"{w.get('run')} attempt {w.get('attempt')} was granted token {w['token']} after it, "
+                                    f"not above token {high} granted before it")
+    fired: dict[str, tuple] = {}
+    for read in _all_reads(data) + list(data.get("periodic") or []):
+        for r in read["runs"]:
+            if r.get("kind") not in (None, "scheduled") or r.get("fired_at") is None:
+                continue
+            seen = fired.setdefault(r["id"], (r["fired_at"], read.get("phase"), read.get("t_start_ms")))
+            if seen[0] != r["fired_at"]:
+                examples.append(f"node-{read['node'] + 1} {read.get('phase')} read at {read.get('t_start_ms')}: run "
+                                f"{r['id']} was fired at {r['fired_at']}, but at {seen[0]} in the {seen[1]} read at "
+                                f"{seen[2]}: its slot fired twice")
+    stats = {"power_cuts": len(cuts), "nodes_cut": sum(len(f["nodes"]) for f in cuts), "grants_after_cuts": grants_after,
+             "tokens_at_sink": len(owner), "runs_seen": len(fired)}
+    if examples:
+        return _result(INVALID, examples, stats)
+    if not cuts:
+        return _result(UNKNOWN, [], stats, "no power cut ran")
+    if grants_after == 0:
+        return _result(UNKNOWN, [], stats, "no fencing token was granted after a power cut")
+    return _result(VALID, [], stats)
+
+
 CHECKERS = {
     "no-lost-slot": check_lost_slots,
+    "no-early-start": check_early_starts,
     "no-duplicate": check_duplicates,
     "fencing": check_fencing,
     "durability": check_durability,
@@ -1202,6 +1320,7 @@ CHECKERS = {
     "commit-progress": check_commit_progress,
     "backfills": check_backfills,
     "stress": check_stress,
+    "power-loss": check_power_loss,
 }
 
 
@@ -1209,7 +1328,10 @@ def check_all(data: dict) -> dict:
     results = {}
     for name, fn in CHECKERS.items():
         try:
-            results[name] = fn(data)
+            r = fn(data)
+            if r is None:  # not judged in this run (its nemesis did not run)
+                continue
+            results[name] = r
         except Exception as e:  # a checker crash is not a pass
             import traceback
             results[name] = _result(UNKNOWN, [f"checker crashed: {e!r}"], note=traceback.format_exc()[-2000:])
@@ -1248,6 +1370,7 @@ def render_verdict(results: dict, data: dict, run_dir=None) -> str:
     lines.append("")
     lines.append(f"replay: .venv/bin/python jepsen-style/run.py --profile {sched.get('profile')} --seed {sched.get('seed')} "
                  f"--time-limit {sched.get('time_limit_s'):g} --nemesis {','.join(sched.get('nemeses', [])) or 'none'}"
+                 + ("" if sched.get("fsync", True) else " --no-fsync")
                  if sched.get("time_limit_s") is not None else "")
     if run_dir is not None:
         lines.append(f"replay this schedule exactly (also after generator.py changed): .venv/bin/python jepsen-style/run.py "

@@ -1,14 +1,16 @@
 """The workload's executor target (``{"type": "python", "target": "jepsen_runner:attempt"}``).
 
-It runs inside a node's worker (a thread of the node process: the harness puts jepsen-style/ on
-the nodes' PYTHONPATH). Each attempt writes to the fenced sink twice, "begin" and "end", with its
+It runs in a process of its own, as the run user, started by the run server of a node's worker
+or of a remote worker (the harness puts jepsen-style/ on their PYTHONPATH; the nemesis pauses a
+node's runs with it). Each attempt writes to the fenced sink twice, "begin" and "end", with its
 run id, slot, attempt, fencing token and worker, works in between for a time the failure plan
 decides, and fails if the plan says so. A write the sink refuses (a stale token) fails the
 attempt. A worker paused past its lease wakes up inside ``time.sleep`` and makes its "end" write
 with the old token: that is the write fencing must refuse.
 
-Environment (set by run.py on each node): JEPSEN_SINK ("host:port"), JEPSEN_PLAN (the plan file,
-``{"jobs": {name: {"fail_pct", "work_ms": [lo, hi]}}}``), JEPSEN_NODE (the node id).
+Environment (set by run.py on each node and worker, which pass it to their runs: ``--pass-env``):
+JEPSEN_SINK ("host:port"), JEPSEN_PLAN (the plan file, ``{"jobs": {name: {"fail_pct", "work_ms":
+[lo, hi]}}}``, readable by the run user), JEPSEN_NODE (the node id).
 """
 from __future__ import annotations
 

@@ -189,7 +189,7 @@ class Nemesis:
             hit = await self.start(f)
             entry["workers" if f["kind"].startswith("worker-") else "nodes"] = hit
             entry.setdefault("in_place_ms", time.time_ns() // 1_000_000)
-            if not f["kind"].startswith("worker-") and f["kind"] != "restart-all":
+            if not f["kind"].startswith("worker-") and f["kind"] not in ("restart-all", "power"):
                 entry["resolved"] = self.resolved_as
             done = asyncio.Event()
             if f.get("burst") and f["kind"] == "partition":
@@ -267,6 +267,30 @@ class Nemesis:
                 self.cp.signal_node(i, signal.SIGKILL)
                 self.down.add(i)
                 self.paused.discard(i)
+        elif kind == "power":
+            # A majority (the agreed leader and the pre-drawn node, or another) or all three
+            # members, killed together, then each data dir cut to what its disk synced.
+            members = sorted(self.cp.members)
+            if f.get("target") == "all":
+                nodes = members
+            else:
+                lead = await self.leader(LEADER_WAIT_S)
+                pre = self.member(f["node"])
+                lead = pre if lead is None else lead
+                other = pre if pre != lead else next(m for m in members if m != lead)
+                nodes = sorted({lead, other})
+            for i in nodes:
+                self.cp.power_kill(i)
+            cuts = {}
+            for i in nodes:
+                cuts[f"node-{i + 1}"] = await asyncio.to_thread(self.cp.power_cut, i)
+                self.down.add(i)
+                self.paused.discard(i)
+            lost = {n: c["reverted"] + [f"{d} (gone)" for d in c["dropped"]] for n, c in cuts.items()}
+            print(f"nemesis: fault {f['id']}: power cut on {', '.join(cuts)}; files reverted to what was synced: "
+                  f"{lost}", flush=True)
+            self._rec(f, "info", "start", nodes=nodes, power_cut=cuts)
+            return nodes
         elif kind.startswith("worker-"):
             w = await self.remote_worker(f)
             if kind == "worker-kill":
@@ -321,7 +345,7 @@ class Nemesis:
             self._rec(f, "info", "stop", nodes=nodes)
             return
         for i in nodes:
-            if kind in ("kill", "restart-all") and i in self.down:
+            if kind in ("kill", "restart-all", "power") and i in self.down:
                 self.cp.start_node(i)
                 self.down.discard(i)
             elif kind == "pause" and i in self.paused:

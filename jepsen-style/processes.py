@@ -12,18 +12,72 @@ voters now. A spare joins (``raftsched node --join``) on a fresh data directory 
 adds it; a removed member is stopped and its slot becomes a spare."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
+import signal
 import socket
 import sys
+import time
 from pathlib import Path
 
 from raftsched.testing.cluster import LocalCluster
+from raftsched.replication import powerloss
 from raftsched.testing.procs import Procs, free_ports, wait_port
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+#: What the workload's runs read of their worker's environment (jepsen_runner.py): passed
+#: through to them (``--pass-env``), since a run gets a clean environment.
+RUN_ENV = "JEPSEN_SINK,JEPSEN_PLAN,JEPSEN_NODE"
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (a node's or a worker's run server, and the runs it started),
+    from /proc."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat", "rb") as f:
+                    ppid = int(f.read().rpartition(b")")[2].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(d))
+    out, stack = [], [pid]
+    while stack:
+        for c in children.get(stack.pop(), []):
+            out.append(c)
+            stack.append(c)
+    return out
+
+
+def signal_tree(procs: Procs, name, sig: int) -> bool:
+    """``procs.signal(name, sig)``, and for SIGSTOP and SIGCONT the same to the process's
+    descendants: a paused node (or worker) is a paused machine, whose runs, processes of their own
+    started by its run server, pause with it. After SIGKILL, its descendants are continued, so
+    that the run server (a paused one too) sees its worker gone and kills the runs."""
+    p = procs.procs.get(name)
+    pid = p.pid if p is not None and p.poll() is None else None
+    below = descendants(pid) if pid is not None and sig in (signal.SIGCONT, signal.SIGKILL) else []
+    if sig == signal.SIGCONT:
+        _kill_all(below, sig)
+    ok = procs.signal(name, sig)
+    if pid is not None and sig == signal.SIGSTOP:
+        for _ in range(2):  # a run started while the first pass ran is caught by the second
+            _kill_all(descendants(pid), sig)
+    if sig == signal.SIGKILL:
+        _kill_all(below, signal.SIGCONT)
+    return ok
+
+
+def _kill_all(pids: list[int], sig: int) -> None:
+    for d in pids:
+        try:
+            os.kill(d, sig)
+        except OSError:
+            pass
 
 
 class Node:
@@ -46,8 +100,12 @@ class ClusterProcs:
     nodes through proxy links of their own, a sink, a proxy process."""
 
     def __init__(self, work: Path, lease_ttl_s: float, slots: int = 8, product: Path = REPO,
-                 remote_workers: tuple = (), worker_labels: dict | None = None, spares: int = 0) -> None:
+                 remote_workers: tuple = (), worker_labels: dict | None = None,
+                 power_model: bool = False, fsync: bool = True, spares: int = 0) -> None:
         self.work = work
+        #: the nodes write through the power-loss model (``power_off``), and sync or not
+        self.power_model = power_model
+        self.fsync = fsync
         #: the source tree whose raftsched the nodes run (python -m puts its cwd first on sys.path)
         self.product = Path(product).resolve()
         #: the remote workers' ids, and the labels they carry (placed jobs run only on them)
@@ -98,6 +156,9 @@ class ClusterProcs:
         self.workers = Procs(new_session=True)
         self.sink_log = work / "sink.jsonl"
         self.plan_file = work / "plan.json"
+        # The runs (as the run user) open the plan file by name: they may pass through the work
+        # directory, not list it; the plan is made readable when written (run.py).
+        os.chmod(work, 0o711)
         self.secret_file = self.cluster.secret_file
         self.token_file = self.cluster.token_file
         for n in self.nodes:
@@ -136,6 +197,7 @@ class ClusterProcs:
             "JEPSEN_SINK": f"127.0.0.1:{self.sink_port}",
             "JEPSEN_PLAN": str(self.plan_file),
             "JEPSEN_NODE": n.id,
+            **({powerloss.ENV_VAR: "1"} if self.power_model else {}),
         }
 
     def node_args(self, i: int) -> list[str]:
@@ -144,7 +206,8 @@ class ClusterProcs:
         dial = [f"{self.nodes[l['acceptor']].raft}=127.0.0.1:{l['port']}"
                 for l in self.links.values() if l.get("dialer") == n.i]
         return ["--slots", str(self.slots), "--lease-ttl-s", str(self.lease_ttl_s), "--executors", "python",
-                "--dial-map", ",".join(dial), "--clock-offset-file", str(n.clock_file)]
+                "--pass-env", RUN_ENV, "--dial-map", ",".join(dial), "--clock-offset-file", str(n.clock_file)] \
+            + (["--simulate-power-loss"] if self.power_model else []) + ([] if self.fsync else ["--no-fsync"])
 
     def start_node(self, i: int) -> None:
         self.cluster.start(i)
@@ -177,7 +240,7 @@ class ClusterProcs:
         labels = ",".join(f"{k}={v}" for k, v in sorted(self.worker_labels.items()))
         argv = [sys.executable, "-m", "raftsched.cli", "worker", "--url", urls, "--token-file", str(self.token_file),
                 "--id", wid, "--slots", str(self.slots), "--lease-ttl-s", str(self.lease_ttl_s), "--executors", "python",
-                "--wait-s", "5", "--drain-s", "1"] + (["--labels", labels] if labels else [])
+                "--wait-s", "5", "--drain-s", "1", "--pass-env", RUN_ENV] + (["--labels", labels] if labels else [])
         path = os.environ.get("PYTHONPATH")
         env = {"PYTHONPATH": os.pathsep.join([str(self.product), str(HERE)] + ([path] if path else [])),
                "JEPSEN_SINK": f"127.0.0.1:{self.sink_port}", "JEPSEN_PLAN": str(self.plan_file), "JEPSEN_NODE": wid}
@@ -190,12 +253,45 @@ class ClusterProcs:
         return wid in self.workers.paused
 
     def signal_worker(self, wid: str, sig: int) -> bool:
-        return self.workers.signal(wid, sig)
+        return signal_tree(self.workers, wid, sig)
 
     def set_worker_links(self, wid: str, mode: str) -> None:
         """Cut remote worker ``wid`` off from every node (blackhole, reset), or reconnect it (pass)."""
         for name in self.worker_links[wid].values():
             self.set_link(name, mode)
+
+    def power_kill(self, i: int) -> None:
+        """Node i loses power: SIGKILL to its session's process group, so that a forked dump
+        writer dies with it, as it would (the group is the node's: it was started in a session
+        of its own, and its PID, not reaped yet, is still the group's id), then to the node by
+        its PID, which reaps it. ``power_cut`` then makes its data dir what its disk kept."""
+        p = self.cluster.children.procs.get(i)
+        if p is not None and p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.signal_node(i, signal.SIGKILL)
+
+    def power_cut(self, i: int, timeout_s: float = 15.0) -> dict:
+        """Once nothing holds node i's data dir (what the node's own start waits for), make it
+        what its disk synced (``powerloss.power_cut``); returns what the cut did. Node i stays
+        down until ``start_node``."""
+        deadline = time.monotonic() + timeout_s
+        data_dir = str(self.nodes[i].data_dir)
+        fd = os.open(os.path.join(data_dir, "raft.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"node-{i + 1}'s data dir is still held {timeout_s} s after its kill") from None
+                    time.sleep(0.02)
+            return powerloss.power_cut(data_dir)
+        finally:
+            os.close(fd)
 
     def node_alive(self, i: int) -> bool:
         return self.cluster.children.alive(i)
@@ -204,7 +300,7 @@ class ClusterProcs:
         return i in self.cluster.stopped
 
     def signal_node(self, i: int, sig: int) -> bool:
-        return self.cluster.children.signal(i, sig)
+        return signal_tree(self.cluster.children, i, sig)
 
     def stop_all(self) -> None:
         """Stop the nodes, the sink and the proxy, each by its PID."""

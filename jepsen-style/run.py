@@ -2,8 +2,8 @@
 """Run one Jepsen-style test of raftsched against real node processes on 127.0.0.1.
 
     .venv/bin/python jepsen-style/run.py --profile ci --seed 7 [--time-limit 120]
-        [--nemesis kill,pause,partition,clock,restart-all,worker,membership] [--store store]
-        [--replay schedule.json]
+        [--nemesis kill,pause,partition,clock,restart-all,worker,power,membership] [--store store]
+        [--replay schedule.json] [--no-fsync]
 
 1. Generate the workload and the fault schedule from the seed (generator.py), save schedule.json.
 2. Start the fenced sink, one proxy per node pair (and one per remote worker and node), three nodes
@@ -97,7 +97,9 @@ class Run:
         self.work = work
         self.cp = ClusterProcs(work, sched["lease_ttl_s"], product=Path(args.product),
                                remote_workers=tuple(sched.get("remote_workers") or ()),
-                               worker_labels=sched.get("fleet_labels"), spares=sched.get("spares", 0))
+                               worker_labels=sched.get("fleet_labels"),
+                               power_model=bool(sched.get("power_model")), fsync=sched.get("fsync", True),
+                               spares=sched.get("spares", 0))
         self.history = History(run_dir / "history.jsonl")
         self.monitor: list[dict] = []
         self.periodic: list[dict] = []
@@ -296,6 +298,7 @@ class Run:
         sched = self.sched
         cp = self.cp
         cp.plan_file.write_text(json.dumps(sched["plan"]))
+        cp.plan_file.chmod(0o644)  # read by the runs, as the run user
         cp.start_sink()
         cp.start_proxy()
         for i in cp.members:
@@ -420,6 +423,8 @@ def parse_args(argv=None):
     ap.add_argument("--product", default=str(HERE.parent),
                     help="the source tree whose raftsched the nodes run (default: this repository)")
     ap.add_argument("--keep-data", action="store_true", help="keep the nodes' data directories")
+    ap.add_argument("--no-fsync", action="store_true",
+                    help="run the nodes with --no-fsync (to see the power nemesis find what that loses)")
     ap.add_argument("--no-plot", action="store_true")
     return ap.parse_args(argv)
 
@@ -436,6 +441,8 @@ def main(argv=None) -> int:
             print(f"run.py: unknown nemesis {', '.join(sorted(bad))}", file=sys.stderr)
             return 2
         sched = generator.generate(seed, args.profile, args.time_limit, nemeses)
+    if args.no_fsync:
+        sched["fsync"] = False
     seed = sched["seed"]
     stamp = dt.datetime.now().strftime("%Y%m%dT%H%M%S")
     run_dir = Path(args.store) / f"{stamp}-{seed}"

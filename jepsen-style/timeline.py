@@ -17,8 +17,8 @@ RUN_COLOURS = {"succeeded": "#2ca02c", "dead": "#d62728", "failed": "#d62728", "
                "running": "#1f77b4"}
 REC_COLOURS = {"skipped": "#ff9896", "coalesced": "#ffbb78"}
 FAULT_COLOURS = {"kill": "#000000", "pause": "#9467bd", "partition": "#d62728", "clock": "#17becf",
-                 "restart-all": "#8c564b", "member-replace": "#2ca02c", "member-grow-shrink": "#2ca02c",
-                 "member-remove-leader": "#2ca02c"}
+                 "restart-all": "#8c564b", "power": "#e377c2", "member-replace": "#2ca02c",
+                 "member-grow-shrink": "#2ca02c", "member-remove-leader": "#2ca02c"}
 STALL_COLOUR = "#e6007e"
 
 

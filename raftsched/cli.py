@@ -35,10 +35,11 @@ class _LogFormatter(logging.Formatter):
         return base
 
 
-def _setup_logging(level: str) -> None:
-    h = logging.StreamHandler(sys.stderr)
+def _setup_logging(level: str, h: logging.Handler | None = None) -> logging.Handler:
+    h = h or logging.StreamHandler(sys.stderr)
     h.setFormatter(_LogFormatter())
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), handlers=[h])
+    return h
 
 
 def _tls_client_args(p: argparse.ArgumentParser, whose: str) -> None:
@@ -86,11 +87,58 @@ def parse_labels(text: str, what: str = "--labels") -> dict[str, str]:
         raise ConfigError(f"{e.field}: {e.message}") from None
 
 
+def _run_user(args, types: frozenset):
+    """``--run-as``, ``--allow-root-jobs``, ``--pass-env``: who a worker's shell and python runs
+    execute as (None when it runs neither), and which names of its environment they get besides
+    PATH, LANG and TZ (worker/sandbox.py). :raises ConfigError:"""
+    from .worker.sandbox import CODE_TYPES, check_pass_env, resolve_run_user
+    pass_env = check_pass_env([n.strip() for n in args.pass_env.split(",") if n.strip()])
+    if not types & CODE_TYPES:
+        return None, pass_env
+    return resolve_run_user(args.run_as or None, args.allow_root_jobs), pass_env
+
+
+def _runs_dir(args, data_dir: str | None) -> str | None:
+    """``--runs-dir``: an existing directory, outside the data directory. :raises ConfigError:"""
+    if not args.runs_dir:
+        return None
+    path = os.path.realpath(args.runs_dir)
+    if not os.path.isdir(path):
+        raise ConfigError(f"--runs-dir {args.runs_dir}: not a directory")
+    if data_dir is not None:
+        data = os.path.realpath(data_dir)
+        if path == data or path.startswith(data + os.sep):
+            raise ConfigError(f"--runs-dir {args.runs_dir} is inside the data directory: runs must not reach it")
+    return path
+
+
+def _isolation_args(p: argparse.ArgumentParser, who: str) -> None:
+    """--run-as, --allow-root-jobs, --pass-env and --runs-dir: where a worker's shell and python
+    runs execute (worker/sandbox.py, docs/security.md)."""
+    p.add_argument("--run-as", default="", metavar="USER",
+                   help=f"the user {who}'s shell and python runs execute as (default: as root, the system user "
+                        "raftsched-run if it exists, else nobody; otherwise this process's own user)")
+    p.add_argument("--allow-root-jobs", action="store_true",
+                   help="allow --run-as root: without it, shell and python jobs never run as root")
+    p.add_argument("--pass-env", default="", metavar="NAME,...",
+                   help="names of this process's environment variables runs get besides PATH, LANG and TZ")
+    p.add_argument("--runs-dir", default="", metavar="DIR",
+                   help="where each run's working directory is made (default: the system's temporary directory)")
+
+
 def cmd_node(args) -> int:
     from .node import limits as node_limits
+    from .node.logs import RepeatLimiter, log_file_handler
     from .node.node import LoopFailed, NodeConfig, ensure_token, is_loopback, parse_hostport, run_node, tls_context
+    from .worker.sandbox import check_private
+    from .replication.powerloss import ENV_VAR as POWER_LOSS_ENV
 
-    _setup_logging(args.log_level)
+    try:  # node/logs.py: rotated when written to a file, and at most so many lines of a kind a minute
+        _setup_logging(args.log_level, log_file_handler(args.log_file) if args.log_file else None) \
+            .addFilter(RepeatLimiter())
+    except OSError as e:
+        print(f"raftsched node: --log-file: {e}", file=sys.stderr)
+        return 2
     # Their defaults are the node's limits, read here: building the parser imports no node module.
     if args.auth_failures_burst is None:
         args.auth_failures_burst = node_limits.auth_failures_burst
@@ -113,8 +161,15 @@ def cmd_node(args) -> int:
         if not is_loopback(raft_host) and not args.allow_remote_raft:
             raise ConfigError(f"--raft {args.raft} is not a loopback address; pass --allow-remote-raft to bind it "
                               "(the cluster secret protects it; see docs/operations.md)")
-        os.makedirs(args.data_dir, exist_ok=True)
+        os.makedirs(args.data_dir, mode=0o700, exist_ok=True)
         token = read_secret_file(args.token_file, "token file") if args.token_file else ensure_token(args.data_dir)
+        # Beside the cluster secret by default, never in the data directory (docs/operations.md).
+        keys_dir = args.keys_dir or os.path.join(os.path.dirname(os.path.abspath(args.cluster_secret_file)), "keys")
+        data = os.path.realpath(args.data_dir)
+        if os.path.commonpath([data, os.path.realpath(keys_dir)]) == data:
+            raise ConfigError(f"--keys-dir {keys_dir} is inside --data-dir: a copy of the data would carry its key")
+        from .sealing import KeyRing
+        KeyRing.load(keys_dir)  # a key file others may read, or a bad one: refused before anything starts
     except ConfigError as e:
         print(f"raftsched node: {e}", file=sys.stderr)
         return 2
@@ -135,6 +190,14 @@ def cmd_node(args) -> int:
         return 2
     queues = [q.strip() for q in args.queues.split(",") if q.strip()] if args.queues else None
     try:
+        run_user, pass_env = _run_user(args, types if args.slots > 0 else frozenset())
+        # Nothing a job's code could read may hold the keys to the cluster (docs/security.md).
+        check_private(args.cluster_secret_file, "cluster secret file", run_user)
+        check_private(args.token_file or os.path.join(args.data_dir, "token"), "token file", run_user)
+        if args.tls_key:
+            check_private(args.tls_key, "TLS key file", run_user)
+        check_private(args.data_dir, "data directory", run_user)
+        runs_dir = _runs_dir(args, args.data_dir)
         dial_map = parse_dial_map(args.dial_map)
         labels = parse_labels(args.labels)
         if queues:
@@ -149,6 +212,10 @@ def cmd_node(args) -> int:
     except ConfigError as e:
         print(f"raftsched node: {e}", file=sys.stderr)
         return 2
+    if args.simulate_power_loss and os.environ.get(POWER_LOSS_ENV) != "1":
+        print(f"raftsched node: --simulate-power-loss is a test hook; it is refused unless "
+              f"{POWER_LOSS_ENV}=1 is set", file=sys.stderr)
+        return 2
     cfg = NodeConfig(
         node_id=args.id, api_host=api_host, api_port=api_port, raft_addr=f"{raft_host}:{raft_port}",
         peers=peers, data_dir=args.data_dir, secret=secret, token=token, join=args.join,
@@ -159,6 +226,9 @@ def cmd_node(args) -> int:
         metrics_open=args.metrics_open, tls_cert=args.tls_cert or None, tls_key=args.tls_key or None,
         tls_client_ca=args.tls_client_ca or None,
         auth_failures_burst=args.auth_failures_burst, auth_failures_per_s=args.auth_failures_per_s,
+        keys_dir=keys_dir,
+        run_user=run_user, pass_env=pass_env, runs_dir=runs_dir,
+        fsync=args.fsync, simulate_power_loss=args.simulate_power_loss,
     )
     try:
         tls_context(cfg)  # refuse a bad certificate or key before anything starts
@@ -177,6 +247,17 @@ def cmd_node(args) -> int:
         # A port in use, or the data directory locked by another node.
         print(f"raftsched node: {e}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _new_key(args) -> int:
+    from .sealing import new_key_file
+    try:
+        kid, path = new_key_file(args.keys_dir, args.id)
+    except (ConfigError, OSError) as e:
+        print(f"raftsched secrets new-key: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({"key": kid, "file": path}))
     return 0
 
 
@@ -215,6 +296,7 @@ def cmd_worker(args) -> int:
     from .core.errors import InvalidSpec
     from .core.workers import check_queues, check_worker_id
     from .worker.remote import WorkerConfig, default_worker_id, run_worker
+    from .worker.sandbox import check_private
 
     _setup_logging(args.log_level)
     try:
@@ -267,10 +349,19 @@ def cmd_worker(args) -> int:
     if not 0 <= args.drain_s <= 24 * 3600:
         print("raftsched worker: --drain-s must be 0..86400", file=sys.stderr)
         return 2
+    try:
+        # An --app worker runs its app's handlers, its own code, in its own process.
+        run_user, pass_env = _run_user(args, frozenset() if app_executors is not None else types)
+        if args.token_file:
+            check_private(args.token_file, "token file", run_user)
+        runs_dir = _runs_dir(args, None)
+    except ConfigError as e:
+        print(f"raftsched worker: {e}", file=sys.stderr)
+        return 2
     cfg = WorkerConfig(urls=urls, token=token, worker_id=wid, queues=queues, labels=labels, slots=args.slots,
                        executors=types, drain_s=args.drain_s, lease_ttl_ms=ttl_ms, wait_s=args.wait_s,
                        ca_file=args.ca_file or None, cert_file=args.client_cert or None,
-                       key_file=args.client_key or None)
+                       key_file=args.client_key or None, run_user=run_user, pass_env=pass_env, runs_dir=runs_dir)
     if app_executors is not None:
         from .sdk import APP_LABEL
         cfg.executor_lookup = app_executors
@@ -295,7 +386,15 @@ MEMBER_POLL_S = 0.5
 
 
 def _token(a) -> str | None:
-    token = a.token or os.environ.get("RAFTSCHED_TOKEN")
+    """--token (said on stderr to be visible to others), --token-file, $RAFTSCHED_TOKEN, then the
+    file .raftsched/token. :raises ConfigError: --token-file cannot be read."""
+    if a.token:
+        print("raftsched: warning: --token shows the token to every user of this machine (ps, /proc); "
+              "use --token-file or RAFTSCHED_TOKEN", file=sys.stderr)
+        return a.token
+    if a.token_file:
+        return read_secret_file(a.token_file, "token file")
+    token = os.environ.get("RAFTSCHED_TOKEN")
     if not token and os.path.exists(".raftsched/token"):
         with open(".raftsched/token") as f:
             token = f.read().strip()
@@ -389,7 +488,12 @@ def _with_client(a) -> int:
     command: its error is printed (cli_output.print_error) and the exit status is 1."""
     urls = [u.strip() for u in a.url.split(",") if u.strip()]
     try:
-        c = Client(urls, token=_token(a), timeout_s=BATCH_TIMEOUT_S, deadline_s=a.deadline_s,
+        token = _token(a)
+    except ConfigError as e:
+        print(f"raftsched: {e}", file=sys.stderr)
+        return 2
+    try:
+        c = Client(urls, token=token, timeout_s=BATCH_TIMEOUT_S, deadline_s=a.deadline_s,
                    ca_file=a.ca_file or None, cert_file=a.client_cert or None, key_file=a.client_key or None)
     except ValueError as e:
         print(f"raftsched: --url: {e}", file=sys.stderr)
@@ -423,6 +527,8 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("--data-dir", required=True)
     n.add_argument("--cluster-secret-file", required=False)
     n.add_argument("--token-file", help="the bootstrap (admin) API token; without it the node generates DATA_DIR/token")
+    n.add_argument("--keys-dir", help="the key ring job secrets are sealed with (<id>.key files, mode 0600); "
+                                      "default: keys/ beside --cluster-secret-file")
     n.add_argument("--allow-remote-raft", action="store_true")
     n.add_argument("--slots", type=int, default=worker_limits.slots_default,
                    help="runs this node executes at once (0: none)")
@@ -436,15 +542,22 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("--labels", default="", help="this node's worker's labels, NAME=VALUE,... (none by default): "
                                                 "jobs placed on labels run only on workers that carry them")
     n.add_argument("--log-level", default="info")
+    n.add_argument("--log-file", default="", help="write the log to this file, rotated at 16 MiB, 4 old files kept "
+                                                  "(default: stderr)")
     n.add_argument("--tls-cert", default="", help="serve the API over TLS with this certificate chain (PEM)")
     n.add_argument("--tls-key", default="", help="the private key of --tls-cert (PEM)")
     n.add_argument("--tls-client-ca", default="", help="mutual TLS: clients must present a certificate this CA (PEM) signed")
     n.add_argument("--metrics-open", action="store_true", help="GET /metrics needs no token")
+    _isolation_args(n, "this node")
     n.add_argument("--auth-failures-burst", type=float, default=None,
                    help="refused tokens one source address may send before it is answered 429")
     n.add_argument("--auth-failures-per-s", type=float, default=None,
                    help="refused tokens a second a source address gets back")
+    n.add_argument("--fsync", action=argparse.BooleanOptionalAction, default=True,
+                   help="sync the journal before acknowledging (default); --no-fsync: a power loss "
+                        "of a majority can lose acknowledged writes (docs/operations.md, Durability)")
     # Test and benchmark hooks (NodeConfig), hidden from --help: a production node needs none.
+    n.add_argument("--simulate-power-loss", action="store_true", help=argparse.SUPPRESS)
     n.add_argument("--dial-map", default="", help=argparse.SUPPRESS)
     n.add_argument("--clock-offset-file", default="", help=argparse.SUPPRESS)
     n.add_argument("--fire-log", default="", help=argparse.SUPPRESS)
@@ -474,6 +587,7 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--wait-s", type=float, default=worker_limits.lease_wait_s_default,
                    help="how long one lease request waits at a node for work")
     _tls_client_args(w, "this worker's")
+    _isolation_args(w, "this worker")
     w.add_argument("--log-level", default="info")
     w.set_defaults(func=cmd_worker)
 
@@ -485,7 +599,9 @@ def main(argv: list[str] | None = None) -> int:
         c = (parent or sub).add_parser(name, help=help_)
         c.add_argument("--url", default=os.environ.get("RAFTSCHED_URL", "http://127.0.0.1:8701"),
                        help="the API of one node, or of several, comma-separated (tried in turn)")
-        c.add_argument("--token", help="default $RAFTSCHED_TOKEN, else the file .raftsched/token")
+        c.add_argument("--token", help="the API token (visible to other users in ps: prefer --token-file)")
+        c.add_argument("--token-file", help="a file holding the API token (default: $RAFTSCHED_TOKEN, else the "
+                                            "file .raftsched/token)")
         _tls_client_args(c, "this client's")
         c.add_argument("--deadline-s", type=float, default=DEADLINE_S_DEFAULT,
                        help="how long one call keeps retrying (other nodes, no leader, unknown outcome)")
@@ -561,6 +677,18 @@ def main(argv: list[str] | None = None) -> int:
     client("list", "every token, without secrets", lambda a, c: c.tokens(), parent=ts)
     client("revoke", "revoke a token: every node refuses it once the revocation is committed",
            lambda a, c: c.revoke_token(a.id), parent=ts).add_argument("id")
+
+    # Secrets at rest (docs/operations.md, "Key files"): the keys, and the rotation (admin).
+    ss = sub.add_parser("secrets", help="job secrets at rest: new-key, status, rotate-key") \
+        .add_subparsers(dest="secrets_cmd", required=True)
+    nk = ss.add_parser("new-key", help="write a new key file into a key ring (copy it to every node's)")
+    nk.add_argument("--keys-dir", default=".raftsched/keys", help="the key ring (default: .raftsched/keys)")
+    nk.add_argument("--id", help="the key's id (default: 8 random hex digits)")
+    nk.set_defaults(func=_new_key)
+    client("status", "the key new secrets are sealed under, and how many stored values each key holds",
+           lambda a, c: c.secrets_status(), parent=ss)
+    client("rotate-key", "seal every stored secret value under KEY (every node's ring must hold it)",
+           lambda a, c: c.rotate_seal_key(a.key), parent=ss).add_argument("key")
 
     args = p.parse_args(argv)
     return args.func(args)

@@ -2,11 +2,14 @@
 
 ``now_ms`` is wall time and goes into commands; ``monotonic_s`` is for sleeps and deadlines only.
 The core never reads either: time reaches it as a command field.
+
+A node and a remote worker run on a :class:`ClusterClock`: cluster time (the median of the
+members' wall clocks, core/clocksync.py) wherever it is known, the local clock otherwise.
 """
 from __future__ import annotations
 
 import time
-from typing import Protocol
+from typing import Callable, Protocol
 
 
 class Clock(Protocol):
@@ -65,3 +68,26 @@ class FakeClock:
     def jump(self, ms: int) -> None:
         """Wall time jumps (either way); monotonic time does not."""
         self._now_ms += ms
+
+
+class ClusterClock:
+    """The cluster's clock, for what a node or a worker stamps and judges by: ``now_ms`` is
+    ``cluster_ms()`` (cluster time: the median of the members' wall clocks, measured on the Raft
+    traffic, docs/design.md "Clocks"), or the ``local`` clock's wall time while that is None
+    (a node that has not heard from a leader yet, a worker whose node does not say).
+    ``monotonic_s`` is the local clock's.
+
+    So every command a node proposes carries cluster time, whatever its own clock says: state
+    time (the highest ``now`` proposed) is not pushed ahead by one fast clock, and an acquire
+    grants no run before its due by the cluster's clock."""
+
+    def __init__(self, local: Clock, cluster_ms: Callable[[], int | None]) -> None:
+        self.local = local
+        self.cluster_ms = cluster_ms
+
+    def now_ms(self) -> int:
+        t = self.cluster_ms()
+        return self.local.now_ms() if t is None else t
+
+    def monotonic_s(self) -> float:
+        return self.local.monotonic_s()

@@ -26,8 +26,11 @@ Scenarios (--only takes a comma-separated subset; docs/benchmarks.md says what e
             slot -> start, CPU of nodes and workers a run, ratio to e2e's figure of the same run
   fleet_rest 1 000 simulated long-polling workers (asyncio HTTP clients): the nodes' CPU with no work,
             memory per connected worker, due -> receipt of runs fired ahead
+  durability the same lone writes, registration, sweep (one N) and e2e with fsync on and off
+            (raftsched node --no-fsync), fresh clusters, alternating: what syncing before
+            acknowledging costs
 
---quick runs every scenario small (about a minute): writes, scale and e2e share one cluster.
+--quick runs every scenario small (about two minutes): writes, scale and e2e share one cluster.
 
 Fire lag on our nodes comes from the fire-commit log: a node started with --fire-log <path>
 (RAFTSCHED_FIRE_LOG=<path> in code from before that flag) appends {"c": commit_ms, "p": plan_ms, "s": [slot_ms, ...]} for each committed fire command while it

@@ -6,12 +6,17 @@
 # State lives in .raftsched/ at the repo root:
 #   cluster-secret, token      shared secrets (mode 0600, generated once); token is the
 #                              bootstrap admin API token (docs/security.md)
+#   keys/                      the key ring job secrets are sealed with: k1.key, made once
+#                              (the nodes' default --keys-dir; docs/operations.md, "Key files")
 #   ports                      the base ports (and TLS mode) the cluster was started with
 #   nodes                      the numbers of the member nodes, once 'add' or 'remove' changed
 #                              them (absent: 1 2 3)
 #   tls/                       with RAFTSCHED_TLS: a local CA and certificates (generated once)
 #   node-N/                    data dir of node N, plus node.log and pid (a removed node's stays;
 #                              'add' never reuses its number)
+#
+# Run as root, it creates the system user raftsched-run once (useradd --system): the nodes run
+# the jobs' shell and python code as that user, who cannot read .raftsched/ (docs/security.md).
 #
 # Environment:
 #   RAFTSCHED_API_PORT_BASE    API port base (default 8700); node N listens on base+N
@@ -38,6 +43,7 @@ PROG=scripts/cluster.sh
 STATE=.raftsched
 SECRET_FILE=$STATE/cluster-secret
 TOKEN_FILE=$STATE/token
+KEYS_DIR=$STATE/keys
 PORTS_FILE=$STATE/ports
 TLS_DIR=$STATE/tls
 TLS_MODE=
@@ -147,7 +153,8 @@ ensure_venv() {
   [[ -x .venv/bin/raftsched ]] || die ".venv/bin/raftsched missing after pip install -e ."
 }
 
-# new_secret FILE: write a fresh random secret to FILE (0600) unless it exists.
+# new_secret FILE: write a fresh random secret, 32 random bytes in base64url (what a key file
+# holds too), to FILE (0600) unless it exists.
 new_secret() {
   local file=$1 tmp
   [[ -s "$file" ]] && return 0
@@ -156,7 +163,7 @@ new_secret() {
   if command -v python3 >/dev/null 2>&1; then
     python3 -c 'import secrets, sys; sys.stdout.write(secrets.token_urlsafe(32))' >"$tmp"
   else
-    openssl rand -base64 33 | tr '+/' '-_' | tr -d '\n=' >"$tmp"
+    openssl rand -base64 32 | tr '+/' '-_' | tr -d '\n=' >"$tmp"
   fi
   [[ -s "$tmp" ]] || { rm -f "$tmp"; die "could not generate $file"; }
   chmod 600 "$tmp"
@@ -173,6 +180,30 @@ ensure_state() {
   new_secret "$SECRET_FILE"
   new_secret "$TOKEN_FILE"
   chmod 600 "$SECRET_FILE" "$TOKEN_FILE"
+  # Every node reads this one key ring; a node refuses it if others may read it.
+  mkdir -p "$KEYS_DIR"
+  chmod 700 "$KEYS_DIR"
+  compgen -G "$KEYS_DIR/*.key" >/dev/null || new_secret "$KEYS_DIR/k1.key"
+}
+
+# ensure_run_user: as root, the system user the nodes run jobs' code as (a node as root picks
+# raftsched-run when it exists, else nobody; docs/security.md). Created once; idempotent, and
+# safe against a concurrent start that creates it first.
+RUN_USER=raftsched-run
+ensure_run_user() {
+  ((EUID == 0)) || return 0
+  id -u "$RUN_USER" >/dev/null 2>&1 && return 0
+  if ! command -v useradd >/dev/null 2>&1; then
+    warn "useradd not found: the nodes run jobs as nobody (create the system user $RUN_USER to give them their own)"
+    return 0
+  fi
+  useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin --user-group "$RUN_USER" \
+    >/dev/null 2>&1 || true
+  if id -u "$RUN_USER" >/dev/null 2>&1; then
+    echo "created the system user $RUN_USER: the nodes run jobs' shell and python code as it"
+  else
+    warn "could not create the system user $RUN_USER: the nodes run jobs as nobody"
+  fi
 }
 
 # ---------------------------------------------------------------- ports
@@ -337,6 +368,7 @@ start_node() {
     --data-dir "$dir" \
     --cluster-secret-file "$SECRET_FILE" \
     --token-file "$TOKEN_FILE" \
+    --log-file "$log" \
     ${TLS_ARGS[@]+"${TLS_ARGS[@]}"} \
     </dev/null >>"$log" 2>&1 &
   local i
@@ -482,6 +514,7 @@ print_nodes() {
 cmd_start() {
   ensure_venv
   ensure_state
+  ensure_run_user
   load_ports start
   ensure_tls
   write_ports_file

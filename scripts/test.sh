@@ -162,7 +162,7 @@ step any-year any_year "$@"
 # sizes in its own process, one after the other (under a minute on 2 shared cores): fails if one
 # exits non-zero or does not print what it measures, so a script that rots fails here.
 step measure-smoke "$VENV_PY" scripts/measure smoke
-# The benchmark's quick run (scripts/bench.py --quick, about a minute on 2 shared cores): checks that every
+# The benchmark's quick run (scripts/bench.py --quick, about two minutes on 2 shared cores): checks that every
 # scenario ran (exit 0, every scenario in the JSON without an error, the scale scenario's in-process
 # state-machine figures and journal sizes present), not how fast.
 # shellcheck disable=SC2317  # invoked indirectly, through step

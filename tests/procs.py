@@ -2,12 +2,24 @@
 itself is the package's (raftsched/testing/), shared with jepsen-style/ and the benchmark."""
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 from raftsched.testing.cluster import LocalCluster as Cluster, http
 from raftsched.testing.procs import free_ports, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def jobs_dir(prefix: str) -> Path:
+    """A new directory the tests' shell jobs may write into, and the tests read: jobs run as
+    another user than the tests when these run as root (raftsched-run or nobody), who cannot
+    reach pytest's private temporary directories. In the system's temporary directory, mode
+    1777; the caller removes it (shutil.rmtree)."""
+    d = Path(tempfile.mkdtemp(prefix=f"raftsched-test-{prefix}-"))
+    os.chmod(d, 0o1777)
+    return d
 
 
 def running_cluster(tmp, **kw):
@@ -22,4 +34,4 @@ def running_cluster(tmp, **kw):
         c.stop()
 
 
-__all__ = ["REPO", "Cluster", "free_ports", "http", "running_cluster", "wait_for"]
+__all__ = ["REPO", "Cluster", "free_ports", "http", "jobs_dir", "running_cluster", "wait_for"]

@@ -36,7 +36,7 @@ class Env:
         self.trigger.take_due_index()  # as it does on leading
         self.worker = self.metrics = None
         if metrics:
-            self.worker = Worker(self.raft, self.clock, "node-1", slots=0)
+            self.worker = Worker(self.raft, self.clock, "node-1", sandbox=None, slots=0)
             self.metrics = NodeMetrics(self.raft, self.trigger, self.worker)
             self.trigger.lag_observer = self.metrics.observe_fire_lags
         self.app = make_app(self.service, TOKEN, trigger=self.trigger, worker=self.worker, metrics=self.metrics)
@@ -279,7 +279,7 @@ def test_cluster_shows_the_trigger_and_worker_counters_and_metrics_need_metrics(
         env.clock.advance(35_000)
         await env.trigger.tick()
         body = await (await c.get("/v1/cluster")).json()
-        assert body["trigger"] == {"fires_proposed": 1, "slots_fired": 3}
+        assert body["trigger"] == {"fires_proposed": 1, "slots_fired": 3, "held_by_clock": None}
         assert "worker" not in body  # this app was given no worker
         await err(await c.get("/metrics"), 404, "not_found")
     run(t)
@@ -289,7 +289,7 @@ def test_cluster_shows_the_trigger_and_worker_counters_and_metrics_need_metrics(
         # The worker's stats, in this order; a worker without slots never executes.
         assert list(body["worker"].items()) == [("id", env.worker.worker_id), ("slots", 0), ("running", 0),
                                                 ("completed", 0), ("refused", 0), ("released", 0),
-                                                ("draining", False), ("executes", False)]
+                                                ("waited_for_slot", 0), ("draining", False), ("executes", False)]
         assert (await c.get("/metrics")).status == 200
     run(with_worker, metrics=True)
 
@@ -403,3 +403,28 @@ def test_a_command_handler_that_raises_is_an_internal_error_logged_with_its_comm
         r = await c.post("/v1/jobs/a/pause", headers=dict(AUTH, **{"Idempotency-Key": "k-1"}))
         assert r.status == 500 and len(env.raft.proposed) == proposed + 1, "answered from the replica"
     run(t)
+
+
+def test_cluster_and_metrics_show_the_clocks():
+    """/v1/cluster's ``clock`` (RaftNode.clock_status: this node's wall clock against the
+    cluster's, each member's on the leader), its cluster.clock_disagrees conditions, whether
+    the trigger holds its fires, and the raftsched_clock_* metrics."""
+    async def t(env, c):
+        body = await (await c.get("/v1/cluster")).json()
+        assert body["clock"]["state"] == "agrees" and body["conditions"] == []
+        assert body["trigger"]["held_by_clock"] is None
+        cond = {"type": "cluster.clock_disagrees", "node": "self", "offset_ms": 6003, "error_ms": 2, "bound_ms": 1000}
+        env.raft.clock = dict(env.raft.clock, state="disagrees", offset_ms=6003, error_ms=2,
+                              peers={"127.0.0.1:2": {"offset_ms": -2, "error_ms": 1}}, conditions=[cond])
+        env.trigger.clock_holds()
+        body = await (await c.get("/v1/cluster")).json()
+        assert body["clock"]["offset_ms"] == 6003 and "conditions" not in body["clock"]
+        assert body["conditions"] == [cond]
+        assert body["trigger"]["held_by_clock"] == "disagrees"
+        text = await (await c.get("/metrics")).text()
+        assert "raftsched_clock_offset_seconds 6.003" in text
+        assert "raftsched_clock_disagrees 1.0" in text
+        assert 'raftsched_clock_peer_offset_seconds{peer="127.0.0.1:2"} -0.002' in text
+        assert "raftsched_trigger_ticks_held_by_clock_total 1.0" in text
+        assert "raftsched_cluster_conditions 1.0" in text
+    run(t, metrics=True)

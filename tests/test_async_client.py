@@ -70,6 +70,19 @@ def test_the_first_attempt_is_made_even_with_no_time_left_and_accepted_statuses_
     assert c.answered(0, 503, {}, {"ok": False}) == Done(0, {"ok": False})
 
 
+def test_a_read_whose_connection_dropped_is_unanswered_not_may_have_applied():
+    """A GET changes nothing: a connection lost after it left ends Unavailable, not
+    Indeterminate; the same loss of a POST may have applied."""
+    for mutating, want in ((False, Unavailable), (True, Indeterminate)):
+        c = Call(["http://n"], "GET" if not mutating else "POST", "/x", mutating, start=0, timeout_s=3,
+                 budget_s=1.0, now_s=100.0, uniform=lambda a, b: b)
+        assert c.next(100.0) == Try(0, 1.0)
+        c.lost(0, "reset by peer")
+        assert isinstance(c.next(100.1), Wait)
+        step = c.next(101.5)
+        assert isinstance(step, Fail) and type(step.error) is want, step.error
+
+
 # ---------------------------------------------------------------------- against scripted servers
 def test_async_503_moves_to_next_node_and_504_retries_with_same_key(scripted):  # noqa: F811
     a = scripted(_err("unavailable", 503))

@@ -119,7 +119,8 @@ ROUTES = [  # (method, path, body): one request a route, valid enough to pass au
     ("GET", "/v1/jobs/a/runs", None), ("GET", "/v1/jobs/a/preview", None),
     ("POST", "/v1/jobs/a/explain", {"down_from": "2030-01-01T00:00:00Z", "down_to": "2030-01-01T01:00:00Z"}),
     ("POST", "/v1/preview", SPEC), ("GET", "/v1/queues", None), ("PUT", "/v1/queues/q", {"max_depth": 5}),
-    ("GET", "/v1/tenants", None), ("PUT", "/v1/tenants/t", {"rate_per_s": 1}), ("DELETE", "/v1/tenants/t", None),
+    ("GET", "/v1/tenants", None), ("GET", "/v1/tenants/t", None), ("PUT", "/v1/tenants/t", {"rate_per_s": 1}),
+    ("DELETE", "/v1/tenants/t", None),
     ("GET", "/v1/dlq", None), ("GET", "/v1/dlq/a@1", None), ("POST", "/v1/dlq/a@1/requeue", None),
     ("DELETE", "/v1/dlq/a@1", None), ("GET", "/v1/locks/l", None),
     ("POST", "/v1/locks/l/acquire", {"owner": "me", "ttl_s": 5}), ("POST", "/v1/locks/l/renew", {"token": 1}),
@@ -133,6 +134,7 @@ ROUTES = [  # (method, path, body): one request a route, valid enough to pass au
     ("POST", "/v1/workers/w1/heartbeat", {"leases": [], "ttl_ms": 10_000}),
     ("POST", "/v1/workers/w1/complete", {"results": []}), ("POST", "/v1/workers/w1/release", {"leases": []}),
     ("GET", "/v1/workers", None), ("GET", "/v1/workers/w1", None), ("POST", "/v1/workers/w1/drain", None),
+    ("GET", "/v1/secrets", None), ("POST", "/v1/secrets:rotate", {"key": "process"}),
     ("POST", "/v1/cluster/members", {"addr": "127.0.0.1:7"}), ("DELETE", "/v1/cluster/members/127.0.0.1:8", None),
 ]
 ALLOWED = {
@@ -287,8 +289,9 @@ def test_every_mutation_and_every_refusal_is_in_the_audit_log_and_no_secret_is(t
         await call(c, "PUT", "/v1/jobs/a", tok, body=SPEC)           # 403
         await call(c, "GET", "/v1/jobs", tok)                        # a read: not recorded
         await call(c, "POST", "/v1/preview", tok, body=SPEC)         # read-only: not recorded
-        await call(c, "GET", "/v1/jobs", "rst_0123456789abcdef_nope")  # 401
+        await call(c, "GET", "/v1/jobs", "rst_0123456789abcdef_nope")  # 401: counted (audit-refused.jsonl)
         await call(c, "PUT", "/v1/jobs/a", body={"bad": 1})          # 422, still a mutation
+        env.audit.close(env.clock.now_ms())
     run(t, tmp_path)
     text = (tmp_path / "audit.jsonl").read_text()
     recs = [json.loads(line) for line in text.splitlines()]
@@ -297,11 +300,15 @@ def test_every_mutation_and_every_refusal_is_in_the_audit_log_and_no_secret_is(t
     assert got[1:] == [
         ("PUT", "/v1/jobs/{name}", 201, "allowed", "bootstrap", "admin"),
         ("PUT", "/v1/jobs/{name}", 403, "denied", reader["id"], "reader"),
-        ("GET", "/v1/jobs", 401, "denied", "0123456789abcdef", None),
         ("PUT", "/v1/jobs/{name}", 422, "allowed", "bootstrap", "admin"),
     ]
     assert recs[1]["target"] == {"name": "a"} and recs[1]["request_id"] == "put-a" and recs[1]["source"] == "127.0.0.1"
-    assert BOOT not in text and "Bearer" not in text and "rst_" not in text
+    refused = (tmp_path / "audit-refused.jsonl").read_text()
+    [summary] = [json.loads(line) for line in refused.splitlines()]
+    assert (summary["reason"], summary["status"], summary["count"], summary["routes"], summary["tokens"]) == (
+        "unauthenticated", 401, 1, {"GET /v1/jobs": 1}, {"0123456789abcdef": 1})
+    for t_ in (text, refused):
+        assert BOOT not in t_ and "Bearer" not in t_ and "rst_" not in t_
 
 
 def test_the_audit_log_rotates_and_keeps_a_bounded_number_of_files(tmp_path):
@@ -330,6 +337,9 @@ async def _seed(c):
 def test_a_token_limited_to_tenants_sees_and_changes_only_theirs():
     async def t(env, c):
         await _seed(c)
+        # Tenant alpha may run shell jobs (an admin's choice: tokens limited to it may write only
+        # http jobs until then, test_a_limited_token_is_held_to_its_tenants_policy).
+        assert (await call(c, "PUT", "/v1/tenants/alpha", body={"executors": ["http", "shell"]}))[0] == 200
         tok = (await new_token(c, "operator", tenants=["alpha"]))["token"]
         s, b = await call(c, "GET", "/v1/jobs", tok)
         assert [j["name"] for j in b["jobs"]] == ["a1", "a2"] and b["total"] == 2
@@ -354,19 +364,26 @@ def test_a_token_limited_to_tenants_sees_and_changes_only_theirs():
         assert s == 403 and e["error"]["tenant"] == "beta" and "beta" in e["error"]["message"]
         s, e = await call(c, "PUT", "/v1/jobs/new", tok, body=SPEC)  # tenant default
         assert s == 403 and e["error"]["tenant"] == "default"
-        s, e = await call(c, "PUT", "/v1/jobs/b1", tok, body=dict(SPEC, tenant="alpha"))
-        assert s == 403 and env.state.jobs["b1"]["spec"]["tenant"] == "beta"
-        s, e = await call(c, "POST", "/v1/jobs:batch", tok, body={"jobs": {"x": dict(SPEC, tenant="alpha"),
+        # Another tenant's name cannot be taken: 409, only for a request that would otherwise succeed.
+        s, e = await call(c, "PUT", "/v1/jobs/b1", tok, body=dict(SPEC, tenant="alpha", queue="qa"))
+        assert s == 409 and e["error"]["field"] == "name" and env.state.jobs["b1"]["spec"]["tenant"] == "beta"
+        s, e = await call(c, "POST", "/v1/jobs:batch", tok, body={"jobs": {"x": dict(SPEC, tenant="alpha", queue="qa"),
                                                                             "y": dict(SPEC, tenant="beta")}})
-        assert s == 403 and "x" not in env.state.jobs
-        assert (await call(c, "PUT", "/v1/jobs/a3", tok, body=dict(SPEC, tenant="alpha")))[0] == 201
-        assert (await call(c, "POST", "/v1/jobs:batch", tok, body={"jobs": {"a4": dict(SPEC, tenant="alpha")}}))[0] == 200
-        # Queues: those its jobs use; a queue another tenant shares cannot be changed.
+        assert s == 403 and e["error"]["job"] == "y" and "x" not in env.state.jobs
+        assert (await call(c, "PUT", "/v1/jobs/a3", tok, body=dict(SPEC, tenant="alpha", queue="qa")))[0] == 201
+        assert (await call(c, "POST", "/v1/jobs:batch", tok,
+                           body={"jobs": {"a4": dict(SPEC, tenant="alpha", queue="qa")}}))[0] == 200
+        # Queues: its tenants' (qa is alpha's now: a3 claimed it); one another tenant's jobs use is
+        # neither listed nor changed, and a queue nobody uses becomes alpha's when it configures it.
+        assert env.state.queue_owners["qa"] == ["alpha"]
         names = [q["name"] for q in (await call(c, "GET", "/v1/queues", tok))[1]["queues"]]
-        assert "qa" in names and set(names) <= {"qa", "shared", "default"}
+        assert names == ["qa"]
         assert (await call(c, "PUT", "/v1/queues/qa", tok, body={"max_depth": 7}))[0] == 200
         assert (await call(c, "PUT", "/v1/queues/shared", tok, body={"max_depth": 7}))[0] == 403
-        assert (await call(c, "PUT", "/v1/queues/nobody", tok, body={"max_depth": 7}))[0] == 403
+        s, b = await call(c, "PUT", "/v1/queues/nobody", tok, body={"max_depth": 7})
+        assert s == 200 and b["tenants"] == ["alpha"]
+        s, e = await call(c, "PUT", "/v1/queues/mine", tok, body={"tenants": ["beta"]})
+        assert s == 403 and e["error"]["field"] == "tenants"
         # Rate limits: only its tenants' are listed; tokens are not for it at all.
         await call(c, "PUT", "/v1/tenants/alpha", body={"rate_per_s": 5})
         await call(c, "PUT", "/v1/tenants/beta", body={"rate_per_s": 5})
@@ -458,4 +475,256 @@ def test_a_limited_tokens_run_list_is_the_same_view_as_everyone_elses():
         limited = (await call(c, "GET", "/v1/runs", tok))[1]["runs"]
         assert everyone and everyone[0]["waiting_for"] == "no worker matches its placement"
         assert limited == everyone
+    run(t)
+
+
+# ------------------------------------------------------------------ tenant policies (issue 22)
+HTTP = {"schedule": {"every_s": 10}, "executor": {"type": "http", "url": "https://example.com/hook"},
+        "misfire": {"policy": "skip"}}
+
+
+def _acquire(env, worker="w"):
+    return env.state.apply_bytes(commands.encode(commands.make(
+        "acquire", env.clock.now_ms(), None, worker=worker, queues=None, max=10, ttl=10_000, types=None)))
+
+
+def test_a_limited_token_is_held_to_its_tenants_policy():
+    """Closed by default: a token limited to tenants writes only http jobs until an admin allows
+    more; an admin's policy names the executor types and the placement labels a tenant's jobs
+    must have, and holds every writer; a token without tenants keeps its rights elsewhere."""
+    async def t(env, c):
+        tok = (await new_token(c, "operator", tenants=["alpha"]))["token"]
+        s, e = await call(c, "PUT", "/v1/jobs/sh", tok, body=dict(SPEC, tenant="alpha", queue="qa"))
+        assert s == 403 and e["error"]["field"] == "executor.type" and "shell" in e["error"]["message"]
+        s, e = await call(c, "POST", "/v1/jobs:batch", tok, body={"jobs": {"sh": dict(SPEC, tenant="alpha", queue="qa")}})
+        assert s == 403 and e["error"]["field"] == "executor.type" and e["error"]["job"] == "sh"
+        assert "sh" not in env.state.jobs
+        s, b = await call(c, "PUT", "/v1/jobs/h", tok, body=dict(HTTP, tenant="alpha", queue="qa"))
+        assert s == 201, b
+        s, b = await call(c, "GET", "/v1/jobs/h", tok)
+        assert b["limited"] is True and "limited" not in b["spec"], "the mark is shown beside the spec"
+        # Unlimited writers keep today's rights in a tenant without a policy.
+        assert (await call(c, "PUT", "/v1/jobs/adm", body=dict(SPEC, tenant="alpha", queue="qa")))[0] == 201
+        # An admin's policy: shell allowed, on alpha's own workers only.
+        s, b = await call(c, "PUT", "/v1/tenants/alpha", tok, body={"executors": ["shell"]})
+        assert s == 403, "a policy is an admin's"
+        pol = {"executors": ["shell", "http"], "placement": {"labels": {"tenant": "alpha"}},
+               "network": {"allow": ["10.1.2.0/24"]}}
+        s, b = await call(c, "PUT", "/v1/tenants/alpha", body=pol)
+        assert s == 200 and b["policy"] == {"executors": ["http", "shell"], "placement": {"labels": {"tenant": "alpha"}},
+                                            "network": {"allow": ["10.1.2.0/24"]}}, b
+        s, e = await call(c, "PUT", "/v1/jobs/sh", tok, body=dict(SPEC, tenant="alpha", queue="qa"))
+        assert s == 403 and e["error"]["field"] == "placement.labels" and "tenant=alpha" in e["error"]["message"]
+        s, e = await call(c, "PUT", "/v1/jobs/sh2", body=dict(SPEC, tenant="alpha", queue="qa"))
+        assert s == 403 and e["error"]["field"] == "placement.labels", "an admin's policy holds every writer"
+        placed = dict(SPEC, tenant="alpha", queue="qa", placement={"labels": {"tenant": "alpha", "pool": "x"}})
+        assert (await call(c, "PUT", "/v1/jobs/sh", tok, body=placed))[0] == 201
+        # Read by the tenant's operators (with the policy its limited tokens' jobs are held to), and
+        # not by another tenant's: 404, as for a tenant nobody configured... for it.
+        s, b = await call(c, "GET", "/v1/tenants/alpha", tok)
+        assert s == 200 and b["policy"]["executors"] == ["http", "shell"] and b["effective_policy"] == b["policy"]
+        other = (await new_token(c, "reader", tenants=["beta"]))["token"]
+        assert (await call(c, "GET", "/v1/tenants/alpha", other))[0] == 404
+        s, b = await call(c, "GET", "/v1/tenants/beta", other)
+        assert s == 200 and b["policy"] is None and b["effective_policy"]["executors"] == ["http"]
+        assert b["effective_policy"]["network"] == {"allow": []}
+        # Validation names the field and changes nothing.
+        for body, field in (({"executors": ["bash"]}, "executors[0]"), ({"executors": "shell"}, "executors"),
+                            ({"network": {"allow": ["10.0.0.1/8"]}}, "network.allow[0]"),
+                            ({"network": {"deny": []}}, "network.deny"), ({"placement": {}}, "placement.labels"),
+                            ({"placement": {"labels": {"a b": "c"}}}, "placement.labels.a b"), ({}, "rate_per_s"),
+                            ({"burst": 3}, "rate_per_s"), ({"executors": ["http", "http"]}, "executors")):
+            before = env.state.state_hash()
+            s, e = await call(c, "PUT", "/v1/tenants/alpha", body=body)
+            assert s == 422 and e["error"]["field"] == field, (body, e)
+            assert env.state.state_hash() == before
+        # A rate limit alone leaves the policy as it is; DELETE removes both.
+        assert (await call(c, "PUT", "/v1/tenants/alpha", body={"rate_per_s": 2}))[0] == 200
+        assert env.state.tenant_policies["alpha"]["executors"] == ["http", "shell"]
+        s, b = await call(c, "DELETE", "/v1/tenants/alpha")
+        assert s == 200 and "alpha" not in env.state.tenant_policies and "alpha" not in env.state.tenants
+    run(t)
+
+
+def test_a_narrowed_policy_refuses_the_runs_of_jobs_written_before_it():
+    """A job written while its tenant's policy allowed it is not run once the policy no longer
+    does: its run is recorded skipped, reason policy, with the rule it broke."""
+    async def t(env, c):
+        assert (await call(c, "PUT", "/v1/tenants/alpha", body={"executors": ["shell", "http"]}))[0] == 200
+        tok = (await new_token(c, "operator", tenants=["alpha"]))["token"]
+        assert (await call(c, "PUT", "/v1/jobs/sh", tok, body=dict(SPEC, tenant="alpha", queue="qa")))[0] == 201
+        assert (await call(c, "PUT", "/v1/jobs/adm", body=dict(SPEC, tenant="beta", queue="qb")))[0] == 201
+        # Narrowed by a new policy, then (another way) by deleting it: the job a limited token wrote
+        # falls back to the default policy, http only.
+        for narrow in ({"executors": ["http"]}, None):
+            if narrow is not None:
+                assert (await call(c, "PUT", "/v1/tenants/alpha", body=narrow))[0] == 200
+            else:
+                assert (await call(c, "PUT", "/v1/tenants/alpha", body={"executors": ["shell", "http"]}))[0] == 200
+                assert (await call(c, "DELETE", "/v1/tenants/alpha"))[0] == 200
+            s, b = await call(c, "POST", "/v1/jobs/sh/trigger", tok)
+            assert s == 201, b
+            s, b2 = await call(c, "POST", "/v1/jobs/adm/trigger")
+            res = _acquire(env)
+            assert [g["id"] for g in res["runs"]] == [b2["run"]] and res["refused"] == 1, res
+            s, r = await call(c, "GET", f"/v1/runs/{b['run']}", tok)
+            assert r["state"] == "skipped" and r["reason"] == "policy", r
+            assert "does not allow executor type 'shell'" in r["error"]
+    run(t)
+
+
+def test_a_limited_tokens_http_runs_carry_its_network_policy():
+    """The grant of an http run a policy holds says where it may connect (the worker checks it:
+    tests/test_executors_http.py); a job no policy holds carries nothing."""
+    async def t(env, c):
+        tok = (await new_token(c, "operator", tenants=["alpha"]))["token"]
+        assert (await call(c, "PUT", "/v1/jobs/h", tok, body=dict(HTTP, tenant="alpha", queue="qa")))[0] == 201
+        assert (await call(c, "PUT", "/v1/jobs/adm", body=HTTP))[0] == 201
+        for job in ("h", "adm"):
+            assert (await call(c, "POST", f"/v1/jobs/{job}/trigger"))[0] == 201
+        grants = {g["job"]: g for g in _acquire(env)["runs"]}
+        assert grants["h"]["network"] == {"allow": [], "tenant": "alpha"} and "network" not in grants["adm"]
+        await call(c, "PUT", "/v1/tenants/alpha", body={"network": {"allow": ["192.168.0.0/16", "127.0.0.1"]}})
+        assert (await call(c, "POST", "/v1/jobs/h/trigger"))[0] == 201
+        g = _acquire(env)["runs"][0]
+        assert g["network"] == {"allow": ["127.0.0.1/32", "192.168.0.0/16"], "tenant": "alpha"}
+    run(t)
+
+
+def test_framing_headers_are_refused_naming_the_header():
+    async def t(env, c):
+        for headers in ({"Host": "internal"}, {"content-length": "0"}, {"Transfer-Encoding": "chunked"},
+                        {"CONNECTION": "close"}):
+            name = next(iter(headers))
+            s, e = await call(c, "PUT", "/v1/jobs/h", body=dict(HTTP, executor=dict(HTTP["executor"], headers=headers)))
+            assert s == 422 and e["error"]["field"] == f"executor.headers.{name}", e
+        s, e = await call(c, "PUT", "/v1/jobs/h", body=dict(HTTP, secrets={"Host": "internal"}))
+        assert s == 422 and e["error"]["field"] == "secrets.Host", "an http job's secrets are headers"
+        assert (await call(c, "PUT", "/v1/jobs/s", body=dict(SPEC, secrets={"Host": "x"})))[0] == 201, "env for shell"
+        assert "h" not in env.state.jobs
+    run(t)
+
+
+def test_a_job_moved_to_another_tenant_keeps_its_runs_in_the_old_one():
+    """Hole 3: a run belongs to the tenant its job had when the run was made, everywhere: the
+    job's run list, a run by id, the run list; recorded slots too."""
+    async def t(env, c):
+        await call(c, "PUT", "/v1/jobs/m", body=dict(SPEC, tenant="alpha", misfire={"policy": "skip", "grace_s": 0},
+                                                     schedule={"every_s": 5}))
+        env.clock.advance(60_000)
+        await env.trigger.tick()
+        old = set(env.state.runs)
+        assert any(r["state"] == "skipped" for r in env.state.runs.values()), "recorded slots"
+        s, b = await call(c, "POST", "/v1/jobs/m/trigger")
+        old.add(b["run"])
+        assert (await call(c, "PUT", "/v1/jobs/m", body=dict(SPEC, tenant="beta", schedule={"every_s": 5})))[0] == 200
+        s, b = await call(c, "POST", "/v1/jobs/m/trigger")
+        new = b["run"]
+        alpha = (await new_token(c, "reader", tenants=["alpha"]))["token"]
+        beta = (await new_token(c, "reader", tenants=["beta"]))["token"]
+        s, b = await call(c, "GET", "/v1/jobs/m/runs", beta)
+        assert s == 200 and [r["id"] for r in b["runs"]] == [new], "none of alpha's runs"
+        for rid in old:
+            assert (await call(c, "GET", f"/v1/runs/{rid}", beta))[0] == 404
+            s, r = await call(c, "GET", f"/v1/runs/{rid}", alpha)
+            assert s == 200 and r["tenant"] == "alpha"
+        assert {r["id"] for r in (await call(c, "GET", "/v1/runs", beta))[1]["runs"]} == {new}
+        assert {r["id"] for r in (await call(c, "GET", "/v1/runs", alpha))[1]["runs"]} == old
+        assert (await call(c, "GET", "/v1/jobs/m/runs", alpha))[0] == 404, "the job is beta's"
+        s, b = await call(c, "GET", "/v1/jobs/m/runs")
+        assert {r["id"] for r in b["runs"]} == old | {new}, "an unlimited token sees the whole history"
+    run(t)
+
+
+def test_a_limited_tokens_answers_do_not_depend_on_other_tenants_jobs():
+    """Hole 4: a PUT that cannot succeed answers the same whether the name is another tenant's
+    or nobody's; only a PUT that would succeed on a free name learns the name is taken (409)."""
+    async def t(env, c):
+        await call(c, "PUT", "/v1/jobs/taken", body=dict(HTTP, tenant="beta", queue="qb",
+                                                        secrets={"TOKEN": "beta-secret-value"}))
+        tok = (await new_token(c, "operator", tenants=["alpha"]))["token"]
+        redacted = (await call(c, "GET", "/v1/jobs/taken"))[1]["spec"]["secrets"]["TOKEN"]
+        probes = [
+            dict(HTTP, tenant="alpha", queue="qa", timeout_s=0),               # invalid: 422
+            dict(HTTP, tenant="beta"),                                          # another tenant: 403
+            dict(SPEC, tenant="alpha", queue="qa"),                             # its policy: 403
+            dict(HTTP, tenant="alpha", queue="qa", secrets={"TOKEN": redacted}),  # a redacted value: 422
+        ]
+        for body in probes:
+            for path in ("/v1/jobs/taken", "/v1/jobs/free"):
+                before = env.state.state_hash()
+                answers = set()
+                for p in (path, "/v1/jobs/free" if path == "/v1/jobs/taken" else "/v1/jobs/taken"):
+                    s, e = await call(c, "PUT", p, tok, body=body)
+                    answers.add((s, e["error"]["code"], e["error"]["field"],
+                                 e["error"]["message"].replace("'taken'", "'free'")))
+                assert len(answers) == 1, (body, answers)
+                assert env.state.state_hash() == before
+            s, e = await call(c, "POST", "/v1/jobs:batch", tok, body={"jobs": {"taken": body}})
+            s2, e2 = await call(c, "POST", "/v1/jobs:batch", tok, body={"jobs": {"free": body}})
+            assert (s, e["error"]["field"]) == (s2, e2["error"]["field"]), (body, e, e2)
+        s, e = await call(c, "PUT", "/v1/jobs/taken", tok, body=dict(HTTP, tenant="alpha", queue="qa"))
+        assert s == 409 and e["error"]["field"] == "name" and "beta" not in json.dumps(e)
+        assert env.state.jobs["taken"]["spec"]["tenant"] == "beta"
+    run(t)
+
+
+def test_idempotency_keys_belong_to_the_token_that_sent_them():
+    """Hole 5: another token's key neither replays its answer nor conflicts with it, and no
+    answer names what another token used a key for."""
+    async def t(env, c):
+        alpha = (await new_token(c, "operator", tenants=["alpha"]))["token"]
+        beta = (await new_token(c, "operator", tenants=["beta"]))["token"]
+        key = {"Idempotency-Key": "k-1"}
+        s, b = await call(c, "PUT", "/v1/jobs/b-secret", beta, body=dict(HTTP, tenant="beta", queue="qb"), headers=key)
+        assert s == 201, b
+        s, b = await call(c, "POST", "/v1/jobs/b-secret/pause", beta, headers=key)
+        assert s == 409 and "put_job:b-secret" in b["error"]["message"], "its own key, its own request"
+        s, b = await call(c, "PUT", "/v1/jobs/a-job", alpha, body=dict(HTTP, tenant="alpha", queue="qa"), headers=key)
+        assert s == 201 and "duplicate" not in b, b
+        s, b = await call(c, "PUT", "/v1/jobs/a-job", alpha, body=dict(HTTP, tenant="alpha", queue="qa"), headers=key)
+        assert s == 201 and b["duplicate"] is True, "a retry of its own request is one"
+        s, b = await call(c, "POST", "/v1/jobs/a-job/trigger", alpha, headers=key)
+        assert s == 409 and "b-secret" not in json.dumps(b)
+        # The same for a batch, whose commands' ids are derived from the key.
+        s, b = await call(c, "POST", "/v1/jobs:batch", beta, body={"jobs": {"b2": dict(HTTP, tenant="beta", queue="qb")}},
+                          headers={"Idempotency-Key": "batch-1"})
+        assert s == 200 and b["created"] == 1
+        s, b = await call(c, "POST", "/v1/jobs:batch", alpha, body={"jobs": {"a2": dict(HTTP, tenant="alpha", queue="qa")}},
+                          headers={"Idempotency-Key": "batch-1"})
+        assert s == 200 and b["created"] == 1 and "duplicate" not in b, b
+    run(t)
+
+
+def test_a_tenants_queue_is_its_own():
+    """Hole 6: a queue belongs to a tenant (claimed by its first limited write, or given by an
+    admin, who may share it); another tenant can neither put jobs in it, nor see its counts, and
+    the owner keeps configuring it."""
+    async def t(env, c):
+        alpha = (await new_token(c, "operator", tenants=["alpha"]))["token"]
+        beta = (await new_token(c, "operator", tenants=["beta"]))["token"]
+        assert (await call(c, "PUT", "/v1/jobs/a1", alpha, body=dict(HTTP, tenant="alpha", queue="qa")))[0] == 201
+        assert env.state.queue_owners == {"qa": ["alpha"]}
+        s, e = await call(c, "PUT", "/v1/jobs/b1", beta, body=dict(HTTP, tenant="beta", queue="qa"))
+        assert s == 403 and e["error"]["field"] == "queue", e
+        s, e = await call(c, "POST", "/v1/jobs:batch", beta, body={"jobs": {"b1": dict(HTTP, tenant="beta", queue="qa")}})
+        assert s == 403 and e["error"]["field"] == "queue"
+        assert (await call(c, "PUT", "/v1/queues/qa", beta, body={"max_depth": 1}))[0] == 403
+        assert (await call(c, "POST", "/v1/jobs/a1/trigger", alpha))[0] == 201
+        assert "qa" not in [q["name"] for q in (await call(c, "GET", "/v1/queues", beta))[1]["queues"]]
+        s, b = await call(c, "PUT", "/v1/queues/qa", alpha, body={"max_depth": 5})
+        assert s == 200 and b["tenants"] == ["alpha"]
+        qa = [q for q in (await call(c, "GET", "/v1/queues", alpha))[1]["queues"] if q["name"] == "qa"][0]
+        assert qa["depth"] == 1 and qa["tenants"] == ["alpha"]
+        # The default queue is no one's to take once two tenants' jobs use it...
+        assert (await call(c, "PUT", "/v1/jobs/d", body=dict(HTTP, tenant="beta")))[0] == 201
+        s, e = await call(c, "PUT", "/v1/jobs/a2", alpha, body=dict(HTTP, tenant="alpha"))
+        assert s == 403 and e["error"]["field"] == "queue"
+        # ... until an admin shares it.
+        s, b = await call(c, "PUT", "/v1/queues/default", body={"tenants": ["alpha", "beta"]})
+        assert s == 200 and b["tenants"] == ["alpha", "beta"]
+        assert (await call(c, "PUT", "/v1/jobs/a2", alpha, body=dict(HTTP, tenant="alpha")))[0] == 201
+        assert (await call(c, "PUT", "/v1/queues/default", alpha, body={"max_depth": 3}))[0] == 403, "shared: an admin's"
+        assert (await call(c, "PUT", "/v1/queues/default", body={"tenants": None}))[1]["tenants"] is None
+        assert "default" not in env.state.queue_owners
     run(t)

@@ -45,6 +45,18 @@ def test_node_flag_errors_are_one_line_and_exit_2(tmp_path, extra, msg):
     assert msg in p.stderr and "Traceback" not in p.stderr
 
 
+def test_the_power_loss_model_is_refused_without_its_test_variable(tmp_path):
+    """--simulate-power-loss (the fault harness's disk model) is a test hook: a node refuses it
+    unless RAFTSCHED_TEST_POWER_LOSS=1."""
+    import os
+    c = Cluster(tmp_path, n=1)
+    env = {k: v for k, v in os.environ.items() if k != "RAFTSCHED_TEST_POWER_LOSS"}
+    p = cli(*c.argv(0)[3:], "--simulate-power-loss", env=env)
+    assert p.returncode == 2, p.stderr
+    assert "RAFTSCHED_TEST_POWER_LOSS=1" in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "node-1" / ".powerloss").exists()
+
+
 @pytest.mark.parametrize("extra,msg", [
     ([], "--url is required"),
     (["--url", "ftp://x"], "is not an http"),
@@ -77,7 +89,10 @@ def test_client_subcommands(tmp_path):
     c.start()
     try:
         c.wait_leader(30)
-        base = ["--url", c.url(0), "--token", c.token]
+        token_file = tmp_path / "client-token"
+        token_file.write_text(c.token)
+        token_file.chmod(0o600)
+        base = ["--url", c.url(0), "--token-file", str(token_file)]
         spec = {"schedule": {"every_s": 3600}, "executor": {"type": "shell", "argv": ["false"]},
                 "misfire": {"policy": "skip"}}
         p = cli("put", "cj", "-", *base, stdin=json.dumps(spec))
@@ -172,7 +187,7 @@ class _FakeClient:
         return call
 
 
-def _run(monkeypatch, argv, error=None):
+def _run(monkeypatch, argv, error=None, token_args=None):
     from raftsched import cli as cli_mod
     made = []
 
@@ -185,7 +200,30 @@ def _run(monkeypatch, argv, error=None):
     monkeypatch.setattr(cli_mod, "Client", Fake)
     monkeypatch.setattr(cli_mod, "_setup_logging", lambda level: None)  # the session's logging stays
     monkeypatch.setattr(logging.getLogger("raftsched.client"), "level", logging.getLogger("raftsched.client").level)
-    return cli_mod.main(argv + ["--url", "http://127.0.0.1:9", "--token", "t"]), made
+    if token_args is None:
+        monkeypatch.setenv("RAFTSCHED_TOKEN", "t")
+        token_args = []
+    return cli_mod.main(argv + ["--url", "http://127.0.0.1:9"] + token_args), made
+
+
+def test_the_token_comes_from_a_file_or_the_environment_and_on_the_command_line_is_warned_of(
+        monkeypatch, capsys, tmp_path):
+    """--token is visible to every user of the machine (ps): it works, with a warning on stderr;
+    --token-file and RAFTSCHED_TOKEN do not warn. A token file others may read is refused."""
+    monkeypatch.delenv("RAFTSCHED_TOKEN", raising=False)
+    rc, (c,) = _run(monkeypatch, ["get", "j"], token_args=["--token", "on-the-line"])
+    err = capsys.readouterr().err
+    assert rc == 0 and c.kw["token"] == "on-the-line" and "--token shows the token" in err and "--token-file" in err
+    f = tmp_path / "token"
+    f.write_text("from-a-file-0123456789\n")
+    f.chmod(0o600)
+    rc, (c,) = _run(monkeypatch, ["get", "j"], token_args=["--token-file", str(f)])
+    assert rc == 0 and c.kw["token"] == "from-a-file-0123456789" and capsys.readouterr().err == ""
+    rc, (c,) = _run(monkeypatch, ["get", "j"])
+    assert rc == 0 and c.kw["token"] == "t" and capsys.readouterr().err == ""
+    f.chmod(0o644)
+    rc, made = _run(monkeypatch, ["get", "j"], token_args=["--token-file", str(f)])
+    assert rc == 2 and made == [] and "readable by others" in capsys.readouterr().err
 
 
 def test_client_subcommands_take_their_defaults_from_the_client(monkeypatch, capsys):

@@ -52,7 +52,8 @@ CALLS = [
     (("GET", "/v1/queues"), "queues", ()),
     (("PUT", "/v1/queues/{name}"), "put_queue", ("q", 5, "drop_oldest")),
     (("GET", "/v1/tenants"), "tenants", ()),
-    (("PUT", "/v1/tenants/{name}"), "put_tenant", ("t", 2.5, 4)),
+    (("PUT", "/v1/tenants/{name}"), "put_tenant", ("t", 2.5, 4), {"executors": ["http"], "network_allow": ["10.0.0.0/8"]}),
+    (("GET", "/v1/tenants/{name}"), "tenant", ("t",)),
     (("DELETE", "/v1/tenants/{name}"), "delete_tenant", ("t",)),
     (("GET", "/v1/dlq"), "dlq", ()),
     (("GET", "/v1/dlq/{run}"), "dlq_get", ("a@nosuch",)),
@@ -82,6 +83,9 @@ CALLS = [
     (("POST", "/v1/tokens"), "create_token", ("root",)),
     (("GET", "/v1/tokens"), "tokens", ()),
     (("DELETE", "/v1/tokens/{id}"), "revoke_token", ("0123456789abcdef",)),
+    # Secrets at rest: both replicas' services seal with the process's one key, "process".
+    (("POST", "/v1/secrets:rotate"), "rotate_seal_key", ("process",)),
+    (("GET", "/v1/secrets"), "secrets_status", ()),
 ]
 
 

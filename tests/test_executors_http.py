@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 
 import aiohttp
 from aiohttp import web
@@ -123,3 +124,97 @@ def test_http_connection_refused_and_shared_session():
             assert not session.closed  # a caller's session is the caller's to close
             assert len(hook.requests) == 2
     run(t())
+
+
+# ------------------------------------------------------------------ a tenant's network policy (issue 22)
+def _fake_dns(loop, answers: list[list[str]]):
+    """Replace the loop's getaddrinfo: each call answers the next list of addresses (the last one
+    again once they run out); returns the list of names it was asked."""
+    asked: list[str] = []
+
+    async def getaddrinfo(host, port, *, family=0, type=0, proto=0, flags=0):
+        asked.append(host)
+        addrs = answers[min(len(asked), len(answers)) - 1]
+        return [(socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "",
+                 (a, port, 0, 0) if ":" in a else (a, port)) for a in addrs]
+    loop.getaddrinfo = getaddrinfo
+    return asked
+
+
+def test_a_run_a_network_policy_holds_reaches_only_what_it_allows():
+    """Every address the host resolves to is checked before anything is sent: loopback (by address
+    or by a name), and a name that resolves to a refused address among allowed ones, fail the run
+    saying why; an allowed network is reached. No policy (an admin's job): anywhere, as before."""
+    async def t():
+        async with Hook() as hook:
+            port = hook.server.port
+            for url, why in ((hook.url("/ok"), "127.0.0.1 is loopback"),
+                             (f"http://localhost:{port}/ok", "localhost resolves to"),
+                             ("http://169.254.169.254/latest/meta-data/", "169.254.169.254 is cloud metadata"),
+                             ("http://[::ffff:127.0.0.1]:9/", "is loopback"),
+                             ("http://10.1.2.3:9/", "10.1.2.3 is private")):
+                out = await execute({"type": "http", "url": url}, ctx(), 10, network={"allow": [], "tenant": "t"})
+                assert not out.ok and "refused by the network policy of tenant" in out.error and why in out.error, (url, out)
+            asked = _fake_dns(asyncio.get_running_loop(), [["93.184.215.14", "127.0.0.1"]])
+            out = await execute({"type": "http", "url": f"http://mixed.test:{port}/ok"}, ctx(), 10,
+                                network={"allow": [], "tenant": "t"})
+            assert not out.ok and "mixed.test resolves to 127.0.0.1, which is loopback" in out.error, out
+            assert hook.requests == [], "nothing was sent"
+            out = await execute({"type": "http", "url": hook.url("/ok")}, ctx(), 10, network={"allow": ["127.0.0.0/8"]})
+            assert out.ok, out
+            out = await execute({"type": "http", "url": hook.url("/ok")}, ctx(), 10)
+            assert out.ok and len(hook.requests) == 2 and asked == ["mixed.test"]
+    run(t())
+
+
+def test_a_name_that_resolves_elsewhere_later_cannot_move_the_connection():
+    """DNS rebinding: the run connects to the addresses it checked, never to what a second look-up
+    says; the request still names the URL's host."""
+    async def t():
+        async with Hook() as hook:
+            port = hook.server.port
+            asked = _fake_dns(asyncio.get_running_loop(), [["127.0.0.1"], ["10.9.9.9"]])
+            out = await execute({"type": "http", "url": f"http://rebind.test:{port}/ok"}, ctx(), 10,
+                                network={"allow": ["127.0.0.1/32"]})
+            assert out.ok, out
+            assert asked == ["rebind.test"], "resolved once, by the check"
+            assert hook.requests[0]["headers"]["Host"] == f"rebind.test:{port}"
+            out = await execute({"type": "http", "url": f"http://rebind.test:{port}/ok"}, ctx(), 10,
+                                network={"allow": ["127.0.0.1/32"]})
+            assert not out.ok and "10.9.9.9, which is private" in out.error, "the next run checks the new answer"
+    run(t())
+
+
+def test_framing_headers_of_a_stored_job_fail_its_run_without_sending():
+    async def t():
+        async with Hook() as hook:
+            for h in ({"Host": "metadata.internal"}, {"transfer-encoding": "chunked"}):
+                out = await execute({"type": "http", "url": hook.url("/ok"), "headers": h}, ctx(), 10)
+                assert not out.ok and "frames the request" in out.error and next(iter(h)) in out.error, out
+            assert hook.requests == []
+    run(t())
+
+
+def test_the_address_rule():
+    from raftsched.core import network
+    from raftsched.core.errors import InvalidSpec
+    for addr, why in (("127.0.0.1", "loopback"), ("::1", "loopback"), ("169.254.169.254", "cloud metadata"),
+                      ("fd00:ec2::254", "cloud metadata"), ("169.254.1.1", "link-local"), ("fe80::1%eth0", "link-local"),
+                      ("10.0.0.1", "private"), ("172.16.0.1", "private"), ("192.168.1.1", "private"),
+                      ("100.64.0.1", "private"), ("fc00::1", "private"), ("0.0.0.0", "unspecified"),
+                      ("224.0.0.1", "multicast"), ("::ffff:127.0.0.1", "loopback"),
+                      ("64:ff9b::a9fe:a9fe", "cloud metadata"), ("nonsense", "not an IP address")):
+        assert why in (network.refusal(addr, []) or ""), addr
+    for addr in ("93.184.215.14", "2606:2800:220:1::1"):
+        assert network.refusal(addr, []) is None, addr
+    assert network.refusal("10.1.2.3", ["10.1.2.0/24"]) is None
+    assert network.refusal("::ffff:10.1.2.3", ["10.1.2.0/24"]) is None
+    assert network.check_allow(["fd00::/8", "10.1.2.3", "10.0.0.0/8", "10.0.0.0/8"], "a") == [
+        "10.0.0.0/8", "10.1.2.3/32", "fd00::/8"]
+    for bad in (["10.0.0.1/8"], ["x"], [5], "10.0.0.0/8", ["10.0.0.0/33"]):
+        try:
+            network.check_allow(bad, "network.allow")
+        except InvalidSpec as e:
+            assert e.field.startswith("network.allow"), e
+        else:
+            raise AssertionError(bad)

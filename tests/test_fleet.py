@@ -481,3 +481,19 @@ def test_a_worker_token_limited_to_tenants_is_granted_their_runs_only_and_report
         await lease(c, "wb", wait_s=0)
         assert "tenants" not in env.state.workers["wb"]
     run(t)
+
+
+def test_lease_and_heartbeat_answers_carry_the_nodes_cluster_time_when_it_knows_it():
+    """A remote worker starts no run before its slot by the cluster's clock, which it learns from
+    these answers (worker/remote.py); a node that does not know it (FakeRaft: no Raft traffic)
+    says nothing, as a node of an earlier version does."""
+    async def t(env, c):
+        await put_job(env, "j")
+        await trigger(env, "j")
+        g = (await lease(c, "w1", wait_s=5))["runs"][0]
+        assert "cluster_ms" not in await lease(c, "w1", wait_s=0)
+        env.raft.cluster_ms = lambda: 1_800_000_123_456
+        assert (await lease(c, "w1", wait_s=0))["cluster_ms"] == 1_800_000_123_456
+        hb = await post(c, path("w1", "heartbeat"), {"leases": [[g["id"], g["token"]]], "ttl_ms": 10_000})
+        assert hb["cluster_ms"] == 1_800_000_123_456 and hb["extended"] == 1
+    run(t)

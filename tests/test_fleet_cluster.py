@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import time
 from datetime import datetime
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from procs import Cluster, wait_for
+from procs import Cluster, jobs_dir, wait_for
 from raftsched.testing.cluster import NODE_COMMAND
 from raftsched.testing.procs import Procs
 
@@ -34,8 +35,7 @@ class Fleet:
         self.tmp = tmp
         self.c = Cluster(tmp, node_args=["--slots", "0", "--lease-ttl-s", str(LEASE_TTL_S)])
         self.w = Procs()
-        self.marks = tmp / "marks"
-        self.marks.mkdir()
+        self.marks = jobs_dir("fleet")
 
     def start_worker(self, wid: str) -> None:
         urls = ",".join(self.c.url(i) for i in range(self.c.n))
@@ -96,6 +96,7 @@ def fleet(tmp_path_factory):
         f.w.stop_all()
         f.c.stop()
         f.kill_pidfiles()
+        shutil.rmtree(f.marks, ignore_errors=True)
 
 
 def shell(script: str, **kw) -> dict:
@@ -111,14 +112,12 @@ def done(f: Fleet, rid: str, state: str = "succeeded", attempt: int | None = Non
 
 
 def test_runs_execute_on_the_remote_workers_with_the_run_contract(fleet):
-    out = fleet.marks / "env"
-    out.mkdir()
-    fleet.put("envjob", shell(f'env | grep ^RAFTSCHED_ > "{out}/$RAFTSCHED_RUN_ID.env"', payload={"n": 3}))
+    fleet.put("envjob", shell("env | grep ^RAFTSCHED_", payload={"n": 3}))
     rids = [fleet.trigger("envjob") for _ in range(4)]
     runs = [wait_for(lambda r=r: done(fleet, r), 30, f"{r} succeeded") for r in rids]
     assert {r["worker"] for r in runs} <= set(WORKERS)  # never a node: they run --slots 0
     for r in runs:
-        env = dict(line.split("=", 1) for line in (out / f"{r['id']}.env").read_text().splitlines())
+        env = dict(line.split("=", 1) for line in r["output"].splitlines())
         assert env["RAFTSCHED_RUN_ID"] == r["id"] and env["RAFTSCHED_WORKER_ID"] == r["worker"]
         assert env["RAFTSCHED_FENCING_TOKEN"] == str(r["fencing_token"]) and json.loads(env["RAFTSCHED_PAYLOAD"]) == {"n": 3}
     ws = fleet.workers()

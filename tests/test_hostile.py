@@ -15,8 +15,10 @@ Also here, because they need the node to execute: shell metacharacters in argv s
 from __future__ import annotations
 
 import http.client
+import http.server
 import json
 import socket
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -389,13 +391,25 @@ ROWS: list[Row] = [
         status=401, token="<header>"),
     Row("an empty bearer", "GET", "/v1/jobs", None, (("Authorization", "Bearer "),), status=401, token="<header>"),
     Row("a token with a NUL (the HTTP parser refuses it)", "GET", "/v1/jobs", status=400, token="<bootstrap>\x00"),
-    # ---- replayed idempotency keys (the fixture put job "replay" with key replay-key-1)
+    # ---- replayed idempotency keys (the fixture put job "replay" with key replay-key-1, as the
+    # bootstrap token: keys are the token's, so only its requests replay; another token's with the
+    # same key are other requests: test_idempotency_keys_are_the_tokens)
     Row("a replayed key with another body", "PUT", "/v1/jobs/replay", _j(dict(SPEC, description="other")),
-        (("Idempotency-Key", "replay-key-1"),), status=201, route="/v1/jobs/{name}"),
+        (("Idempotency-Key", "replay-key-1"),), status=201, route="/v1/jobs/{name}", token="admin"),
     Row("a replayed key on another operation", "POST", "/v1/jobs/replay/pause", None,
-        (("Idempotency-Key", "replay-key-1"),), status=409, route="/v1/jobs/{name}/pause"),
+        (("Idempotency-Key", "replay-key-1"),), status=409, route="/v1/jobs/{name}/pause", token="admin"),
     Row("a replayed key on another job", "DELETE", "/v1/jobs/victim", None,
-        (("Idempotency-Key", "replay-key-1"),), status=409, route="/v1/jobs/{name}"),
+        (("Idempotency-Key", "replay-key-1"),), status=409, route="/v1/jobs/{name}", token="admin"),
+    # ---- framing headers: the executor sets them
+    put_row("a Host header", with_field("executor.headers", {"Host": "metadata.internal"})),
+    put_row("a Transfer-Encoding header", with_field("executor.headers", {"Transfer-Encoding": "chunked"})),
+    put_row("a Content-Length header", with_field("executor.headers", {"content-length": "0"})),
+    put_row("a Connection header", with_field("executor.headers", {"Connection": "keep-alive"})),
+    put_row("a secret named Host on an http job", dict(HTTP_SPEC, secrets={"Host": "metadata.internal"})),
+    Row("a tenant policy with an unknown executor", "PUT", "/v1/tenants/t", _j({"executors": ["exec"]}),
+        route="/v1/tenants/{name}"),
+    Row("a tenant policy allowing a malformed network", "PUT", "/v1/tenants/t", _j({"network": {"allow": ["10.0.0.300/8"]}}),
+        route="/v1/tenants/{name}"),
     # ---- the worker protocol (issue 14's routes; run once they exist)
     Row("a completion for a run the worker does not hold", "POST", "/v1/workers/w-hostile/complete",
         _j({"results": [{"run": "victim@1", "token": 1, "success": True, "output": "", "error": None}]}),
@@ -408,6 +422,21 @@ ROWS: list[Row] = [
     Row("a release of a run never leased", "POST", "/v1/workers/w-hostile/release",
         _j({"runs": [["victim@1", 1]]}), status=(200, 404, 409, 422), route="/v1/workers/{id}/release",
         needs_route=True, unchanged="runs"),
+    # ---- issue 22: names matched whole, every integer bounded
+    put_row("a job name with a final newline", SPEC, path="/v1/jobs/victim%0A"),
+    put_row("a tenant with a final newline", dict(SPEC, tenant="billing\n")),
+    put_row("a queue with a final newline", dict(SPEC, queue="default\n")),
+    Row("a queue name with a final newline", "PUT", "/v1/queues/q%0A", _j({"max_depth": 5}), route="/v1/queues/{name}"),
+    Row("a lease wait_s of 10**400", "POST", "/v1/workers/w-hostile/lease",
+        _j({"slots": 1, "executors": ["shell"], "max": 1, "wait_s": 10**400}), route="/v1/workers/{id}/lease",
+        needs_route=True, unchanged="runs"),
+    Row("a heartbeat fencing token of 2**64", "POST", "/v1/workers/w-hostile/heartbeat",
+        _j({"leases": [["victim@1", 2**64]]}), route="/v1/workers/{id}/heartbeat", needs_route=True,
+        unchanged="runs"),
+    Row("limit=1_0", "GET", "/v1/runs?limit=1_0", status=400, route="/v1/runs"),
+    Row("a slot after the year 9999 in UTC", "GET", "/v1/jobs/victim/runs?slot=9999-12-31T23:59:59-14:00",
+        status=400, route="/v1/jobs/{name}/runs"),
+    put_row("an at time in the year 10000 in UTC", with_field("schedule", {"at": "9999-12-31T23:59:59-14:00"})),
 ] + _wrong_type_rows()
 
 
@@ -462,8 +491,9 @@ def test_hostile_request_with_every_role_changes_nothing(node, row):
         want = _allowed(row, role)
         assert status in want, f"{row.name} as {role}: {status} {str(body)[:300]}; expected one of {want}"
         if 200 <= status < 300:
+            fixed = row.token if row.token in ROLE_SCOPES else "reader"  # a row sent with one role's token
             assert row.route is not None and scope_of(row.method, row.route) in ROLE_SCOPES[
-                BASE_ROLE.get(role, role or "reader")], (role, row.name)
+                BASE_ROLE.get(role, role or fixed)], (role, row.name)
         if isinstance(body, dict) and "error" in body:
             assert set(body["error"]) >= {"code", "message", "field"}, body
             text = json.dumps(body)
@@ -530,7 +560,141 @@ def test_the_node_log_and_the_audit_log_hold_no_token_or_secret(node):
     log_text = wait_for(logged, 10, "the parser's refusal in the node log")[0]
     audit = (c.data_dir(0) / "audit.jsonl").read_text()
     assert '"status":403' in audit
-    for text in (log_text, audit):
+    refused = c.data_dir(0) / "audit-refused.jsonl"  # the forged tokens' counts, once a minute is over
+    for text in (log_text, audit, refused.read_text() if refused.exists() else ""):
         for tok in (*node.tokens.values(), "k-123456"):
             secret = tok.split("_", 2)[2] if tok.startswith("rst_") else tok
             assert secret not in text
+
+
+# ------------------------------------------------------------------ tenants (issue 22)
+def _operator_of(node: Node, tenant: str) -> str:
+    s, b = node.request("POST", "/v1/tokens", _j({"role": "operator", "tenants": [tenant]}), token=node.tokens["admin"])
+    assert s == 201, b
+    return b["token"]
+
+
+def _http_job(tenant: str, queue: str, url: str = "https://example.com/hook") -> dict:
+    return {"schedule": {"every_s": 86_400}, "misfire": {"policy": "skip"}, "tenant": tenant, "queue": queue,
+            "executor": {"type": "http", "url": url}}
+
+
+def _finished(node: Node, run: str, token: str) -> dict:
+    def done():
+        s, r = node.request("GET", f"/v1/runs/{run}", token=token)
+        return (r,) if s == 200 and r["state"] in ("succeeded", "dead", "failed", "skipped") else None
+    return wait_for(done, 30, f"run {run} to finish")[0]
+
+
+class _Hits(http.server.BaseHTTPRequestHandler):
+    hits: list = []
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        _Hits.hits.append(self.path)
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_limited_operator_runs_http_jobs_only_and_only_to_public_addresses(node):
+    """Closed by default: a token limited to tenants writes http jobs only, and their runs may not
+    reach the node's own host (loopback, by name or address), the link-local network or the cloud
+    metadata service: refused after resolution, before anything is sent. An admin's job to the same
+    URL still runs (its rights are today's), and so does the limited token's once an admin allows
+    the network."""
+    tok = node.tokens["limited"]  # billing
+    admin = node.tokens["admin"]
+    s, e = node.request("PUT", "/v1/jobs/pol-shell", _j(dict(SPEC, tenant="billing", queue="billing-q")), token=tok)
+    assert s == 403 and e["error"]["field"] == "executor.type", e
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hits)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        port = srv.server_address[1]
+        _Hits.hits.clear()
+        for name, url, why in (("pol-name", f"http://localhost:{port}/limited", "loopback"),
+                               ("pol-addr", f"http://127.0.0.1:{port}/limited", "loopback"),
+                               ("pol-meta", "http://169.254.169.254/latest/meta-data/", "cloud metadata")):
+            s, b = node.request("PUT", f"/v1/jobs/{name}", _j(_http_job("billing", "billing-q", url)), token=tok)
+            assert s == 201, b
+            s, b = node.request("POST", f"/v1/jobs/{name}/trigger", token=tok)
+            assert s == 201, b
+            r = _finished(node, b["run"], tok)
+            assert r["state"] == "dead" and "refused by the network policy of tenant" in r["error"], r
+            assert why in r["error"], r
+        assert _Hits.hits == [], "nothing was sent"
+        assert node.request("PUT", "/v1/jobs/pol-admin", _j(_http_job("billing", "billing-q", f"http://127.0.0.1:{port}/admin")),
+                            token=admin)[0] == 201
+        s, b = node.request("POST", "/v1/jobs/pol-admin/trigger", token=admin)
+        assert _finished(node, b["run"], admin)["state"] == "succeeded"
+        assert _Hits.hits == ["/admin"]
+        s, b = node.request("PUT", "/v1/tenants/billing", _j({"network": {"allow": ["127.0.0.1/32"]}}), token=admin)
+        assert s == 200, b
+        s, b = node.request("POST", "/v1/jobs/pol-addr/trigger", token=tok)
+        assert _finished(node, b["run"], tok)["state"] == "succeeded"
+        assert _Hits.hits == ["/admin", "/limited"]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        assert node.request("DELETE", "/v1/tenants/billing", token=admin)[0] == 200
+        for name in ("pol-name", "pol-addr", "pol-meta", "pol-admin"):
+            node.request("DELETE", f"/v1/jobs/{name}", token=admin)
+
+
+def test_a_job_moved_to_another_tenant_keeps_its_old_runs_from_the_new_one(node):
+    """Hole 3: the new tenant's token saw the old tenant's runs, with their output, in the job's
+    run list. A run belongs to the tenant its job had when the run was made, everywhere."""
+    admin, tok = node.tokens["admin"], node.tokens["limited"]  # billing
+    assert node.request("PUT", "/v1/jobs/mover", _j(_http_job("ops", "ops-q", "http://127.0.0.1:9/")), token=admin)[0] == 201
+    s, b = node.request("POST", "/v1/jobs/mover/trigger", token=admin)
+    old = b["run"]
+    _finished(node, old, admin)
+    assert node.request("PUT", "/v1/jobs/mover", _j(_http_job("billing", "ops-q", "http://127.0.0.1:9/")),
+                        token=admin)[0] == 200
+    s, b = node.request("GET", "/v1/jobs/mover/runs", token=tok)
+    assert s == 200 and old not in [r["id"] for r in b["runs"]], "ops's run is not billing's"
+    assert node.request("GET", f"/v1/runs/{old}", token=tok)[0] == 404
+    s, b = node.request("GET", f"/v1/runs/{old}", token=admin)
+    assert s == 200 and b["tenant"] == "ops"
+    node.request("DELETE", "/v1/jobs/mover", token=admin)
+
+
+def test_a_limited_tokens_answer_does_not_say_whether_another_tenant_holds_a_name(node):
+    """Hole 4: an invalid PUT into another tenant's job name answered 403, into a free name 422."""
+    tok = node.tokens["limited"]
+    bad = dict(_http_job("billing", "billing-q"), timeout_s=0)
+    answers = []
+    for name in ("victim", "nobody-has-this-name"):  # victim is tenant default's
+        before = node.state_hash()
+        s, e = node.request("PUT", f"/v1/jobs/{name}", _j(bad), token=tok)
+        answers.append((s, e["error"]["code"], e["error"]["field"]))
+        assert node.state_hash() == before
+    assert answers[0] == answers[1] == (422, "invalid", "timeout_s"), answers
+
+
+def test_idempotency_keys_are_the_tokens(node):
+    """Hole 5: another token's key answered 409 naming the request it was used for."""
+    admin, tok = node.tokens["admin"], node.tokens["limited"]
+    key = {"Idempotency-Key": "hole5-key"}
+    s, b = node.request("PUT", "/v1/jobs/hole5-secret-name", _j(_http_job("default", "default")), key, token=admin)
+    assert s == 201, b
+    s, b = node.request("POST", "/v1/jobs/billjob/pause", None, key, token=tok)
+    assert s == 200 and "hole5-secret-name" not in json.dumps(b), b
+    assert node.request("POST", "/v1/jobs/billjob/resume", token=tok)[0] == 200
+    node.request("DELETE", "/v1/jobs/hole5-secret-name", token=admin)
+
+
+def test_a_tenant_cannot_squat_another_tenants_queue(node):
+    """Hole 6: a tenant put its jobs into another tenant's queue and saw its counts, and the owner
+    was then refused (403) changing its own queue."""
+    ta, tb = _operator_of(node, "ta"), _operator_of(node, "tb")
+    assert node.request("PUT", "/v1/jobs/ta-job", _j(_http_job("ta", "q-ta")), token=ta)[0] == 201
+    s, e = node.request("PUT", "/v1/jobs/tb-job", _j(_http_job("tb", "q-ta")), token=tb)
+    assert s == 403 and e["error"]["field"] == "queue", e
+    s, b = node.request("GET", "/v1/queues", token=tb)
+    assert s == 200 and "q-ta" not in [q["name"] for q in b["queues"]]
+    s, b = node.request("PUT", "/v1/queues/q-ta", _j({"max_depth": 50}), token=ta)
+    assert s == 200, b
+    node.request("DELETE", "/v1/jobs/ta-job", token=node.tokens["admin"])

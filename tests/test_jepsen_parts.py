@@ -175,14 +175,12 @@ def test_every_schedule_isolates_the_leader_under_write_load(profile):
 
 
 def test_the_membership_nemesis_replaces_a_killed_member_in_ci_and_does_all_three_in_soak():
-    """CI: one replacement of a killed member (its kill stands in for the random kill: still three
-    of the leader), two spare node slots; soak: every membership fault; alone, only them."""
+    """CI: one replacement of a killed member, early in the schedule (so that it fits), and two
+    spare node slots; soak: every membership fault; alone, only them."""
     for seed in range(20):
         a = generator.generate(seed, "ci", None, list(generator.NEMESES))
         kinds = [f["kind"] for f in a["faults"]]
         assert kinds.count("member-replace") == 1 and a["spares"] == generator.MEMBER_SPARES
-        assert sum(f["kind"] == "kill" and f["target"] == "leader" for f in a["faults"]) >= 3
-        assert not [f for f in a["faults"] if f["kind"] == "kill" and f["target"] == "random"]
         soak = generator.generate(seed, "soak", None, list(generator.NEMESES))
         assert set(generator.MEMBER_FAULTS) <= {f["kind"] for f in soak["faults"]}
         grow = next(f for f in soak["faults"] if f["kind"] == "member-grow-shrink")

@@ -29,9 +29,10 @@ def queue_stats_by_walk(s: SchedulerState, now: int) -> list[dict]:
             cfg = s.queues.get(name, {"max_depth": limits.queue_depth_default, "on_full": "reject"})
             stats[name] = {"name": name, "max_depth": cfg["max_depth"], "on_full": cfg["on_full"],
                            "configured": name in s.queues, "depth": 0, "ready": 0,
-                           "running": 0, "dead": 0, "oldest_waiting_age_ms": None}
+                           "running": 0, "dead": 0, "oldest_waiting_age_ms": None,
+                           "tenants": list(s.queue_owners[name]) if name in s.queue_owners else None}
         return stats[name]
-    for name in s.queues:
+    for name in list(s.queues) + list(s.queue_owners):
         q(name)
     for run in s.runs.values():
         st_ = run["state"]

@@ -11,7 +11,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 import exec_targets
-from raftsched.clock import SystemClock
+from raftsched.clock import ClusterClock, SystemClock
 from raftsched.core.errors import Indeterminate, Unavailable
 from raftsched.core.state import SchedulerState
 from raftsched.worker import limits as worker_limits
@@ -157,7 +157,8 @@ def test_a_drain_lets_running_runs_finish_then_gives_back_the_rest_without_spend
         exec_targets.RELEASE[quick] = threading.Event()
         exec_targets.RECORDED.pop(quick, None)
         ch = EmbeddedChannel(raft, clock, "w1", slots=2, queues=None, allowed_types={"python"}, single_node=True)
-        loop = LeaseLoop(ch, clock, slots=2, allowed_types={"python"}, poll_interval_s=0.01, kill_grace_s=0.5)
+        loop = LeaseLoop(ch, clock, sandbox=None, slots=2, allowed_types={"python"}, poll_interval_s=0.01,
+                         kill_grace_s=0.5)  # in this process: the test watches its targets' events
         task = asyncio.create_task(loop.run())
         try:
             await until(lambda: exec_targets.STARTED[slow].is_set() and quick in exec_targets.RECORDED,
@@ -240,7 +241,8 @@ def test_run_worker_returns_1_and_gives_its_runs_back_when_its_lease_watchdog_fa
             look(self)
         monkeypatch.setattr(LeaseLoop, "_check_heartbeats", watchdog_look)
         stop = asyncio.Event()
-        cfg = WorkerConfig(urls=[f"http://127.0.0.1:{server.port}"], token=TOKEN, worker_id="w/1", slots=1, wait_s=1.0)
+        cfg = WorkerConfig(urls=[f"http://127.0.0.1:{server.port}"], token=TOKEN, worker_id="w/1", slots=1, wait_s=1.0,
+                           in_process=True)  # the test watches its target's events
         worker = asyncio.create_task(run_worker(cfg, clock, stop))
         try:
             spec = {"schedule": {"every_s": 3600}, "misfire": {"policy": "skip"},
@@ -281,3 +283,31 @@ def test_the_raftsched_worker_command_exits_non_zero_when_its_lease_watchdog_fai
     rc = cli.main(["worker", "--url", f"http://127.0.0.1:{free_ports(1)[0]}", "--token-file", str(token),
                    "--id", "w1", "--log-level", "warning"])
     assert rc == 1 and time.monotonic() - t0 < 20
+
+
+def test_a_remote_worker_runs_on_the_cluster_time_its_nodes_answer_with():
+    """Lease and heartbeat answers carry cluster time; the worker keeps it on its monotonic clock
+    and its lease loop runs on it (raftsched/clock.py ClusterClock), not on its own wall clock.
+    An answer without it (a node of another version) or with a malformed one changes nothing."""
+    async def t():
+        cluster = time.time_ns() // 1_000_000 + 3_600_000  # the cluster is an hour ahead of this host
+        node = Node([(200, {"runs": [], "draining": False}),
+                     (200, {"runs": [], "draining": False, "cluster_ms": "soon"}),
+                     (200, {"runs": [], "draining": False, "cluster_ms": cluster}),
+                     (200, {"extended": 0, "lost": [], "draining": False, "cluster_ms": cluster + 5})])
+        ch = RemoteChannel(WorkerConfig(urls=[await node.start()], token=TOKEN, worker_id="w/1", wait_s=0),
+                           SystemClock())
+        clock = ClusterClock(SystemClock(), ch.cluster_ms)
+        try:
+            await ch.acquire(1, 10_000, None)
+            await ch.acquire(1, 10_000, None)
+            assert ch.cluster_ms() is None and abs(clock.now_ms() - time.time_ns() // 1_000_000) < 1000
+            await ch.acquire(1, 10_000, None)
+            assert 0 <= ch.cluster_ms() - cluster < 1000
+            await ch.heartbeat([["r", 1]], 10_000, timeout_s=3.0)
+            assert 5 <= ch.cluster_ms() - cluster < 1000
+            assert abs(clock.now_ms() - cluster) < 1000
+        finally:
+            await ch.close()
+            await node.close()
+    run(t())

@@ -64,6 +64,11 @@ class Cut:
         self.on = False
 
 
+#: The cut-off leader keeps leading (and appending) for 10 s rather than 1 s: on a loaded machine
+#: it stepped down before the test had queued its whole tail, which then never reached its log.
+_SLOW_FALLBACK = {"leaderFallbackTimeout": 10.0}
+
+
 def _commit(node) -> int:
     return node.status()["commit_index"]
 
@@ -124,7 +129,7 @@ async def _caught_up(c: Cluster, old: str, timeout_s: float) -> float:
 @pytest.mark.parametrize("tail_kib", [64, 320])
 def test_a_deposed_leader_with_a_stale_tail_catches_up_after_the_heal(tmp_path, tail_kib):
     async def main():
-        c = Cluster(tmp_path)
+        c = Cluster(tmp_path, conf_overrides=_SLOW_FALLBACK)
         try:
             c.start_all()
             old, new, _ = await _isolate_leader_with_a_stale_tail(c, tail_kib)
@@ -149,7 +154,7 @@ def test_a_deposed_leader_with_a_stale_tail_catches_up_after_the_heal(tmp_path, 
 @pytest.mark.timeout(120)
 def test_a_deposed_leader_with_a_stale_tail_catches_up_after_a_full_restart(tmp_path):
     async def main():
-        c = Cluster(tmp_path)
+        c = Cluster(tmp_path, conf_overrides=_SLOW_FALLBACK)
         try:
             c.start_all()
             tail_kib = 320

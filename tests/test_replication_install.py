@@ -9,16 +9,16 @@ import textwrap
 import zlib
 
 import pytest
-from pysyncobj import SyncObj, journal, serializer, tcp_connection
+from pysyncobj import SyncObj, serializer, syncobj, tcp_connection, tcp_server
 
 from raftsched.replication import install
-from raftsched.replication._storage import _FastGzip, _JournalFile
+from raftsched.replication._storage import _FastGzip, create_journal, durable_replace
 from raftsched.replication._syncobj import HELD_ENTRIES_LOG_FILTER, PYSYNCOBJ_LOGGER
 from raftsched.replication._transport import _Uncompressed
 
 
 def stand_ins() -> tuple:
-    return (tcp_connection.zlib, journal.ResizableFile, serializer.gzip,
+    return (tcp_connection.zlib, syncobj.createJournal, serializer.gzip, serializer.atomicReplace,
             logging.getLogger(PYSYNCOBJ_LOGGER).filters.count(HELD_ENTRIES_LOG_FILTER))
 
 
@@ -28,27 +28,28 @@ def test_importing_the_package_changes_nothing_in_pysyncobj_and_a_raft_node_inst
     started) puts the stand-ins in place, and a second install changes nothing."""
     script = textwrap.dedent(f"""
         import logging
-        from pysyncobj import journal, serializer, tcp_connection
+        from pysyncobj import serializer, syncobj, tcp_connection
 
         def globals_():
-            return (tcp_connection.zlib, journal.ResizableFile, serializer.gzip,
-                    list(logging.getLogger("pysyncobj.syncobj").filters))
+            return (tcp_connection.zlib, syncobj.createJournal, serializer.gzip,
+                    serializer.atomicReplace, list(logging.getLogger("pysyncobj.syncobj").filters))
 
         before = globals_()
         import raftsched.replication as r
         import raftsched.replication.node, raftsched.replication._install  # every module
         after = globals_()
-        assert after[:3] == before[:3] and all(a is b for a, b in zip(after[:3], before[:3])), after
-        assert after[3] == before[3] == [], after[3]
+        assert after[:4] == before[:4] and all(a is b for a, b in zip(after[:4], before[:4])), after
+        assert after[4] == before[4] == [], after[4]
 
         r.RaftNode(self_addr="127.0.0.1:7001", peers=[], data_dir={str(tmp_path)!r},
                    secret="a test secret", state=object())
         made = globals_()
-        assert [x.__name__ for x in made[:3]] == ["_Uncompressed", "_JournalFile", "_FastGzip"], made
-        assert len(made[3]) == 1, made[3]
+        assert [x.__name__ for x in made[:4]] == ["_Uncompressed", "create_journal", "_FastGzip",
+                                                  "durable_replace"], made
+        assert len(made[4]) == 1, made[4]
         r.install()
         again = globals_()
-        assert all(a is b for a, b in zip(again[:3], made[:3])) and again[3] == made[3], again
+        assert all(a is b for a, b in zip(again[:4], made[:4])) and again[4] == made[4], again
         print("ok")
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
@@ -60,15 +61,20 @@ def test_install_is_idempotent():
     install()
     first = stand_ins()
     install()
-    assert stand_ins() == first == (_Uncompressed, _JournalFile, _FastGzip, 1)
+    assert stand_ins() == first == (_Uncompressed, create_journal, _FastGzip, durable_replace, 1)
 
 
 @pytest.mark.parametrize("owner, name, missing", [
     (SyncObj, "_SyncObj__deleteEntriesTo", "_SyncObj__deleteEntriesTo"),
     (SyncObj, "_SyncObj__onMessageReceived", "_SyncObj__onMessageReceived"),
     (serializer, "gzip", "serializer.gzip"),
-    (journal, "ResizableFile", "journal.FileJournal -> ResizableFile"),
+    (syncobj, "createJournal", "syncobj.SyncObj -> createJournal"),
+    (serializer, "atomicReplace", "serializer.atomicReplace"),
+    (SyncObj, "_onTick", "_onTick"),
     (tcp_connection, "zlib", "tcp_connection.zlib"),
+    (tcp_connection.TcpConnection, "_TcpConnection__processParseMessage",
+     "TcpConnection._TcpConnection__processParseMessage"),
+    (tcp_server.TcpServer, "_TcpServer__onNewConnection", "TcpServer._TcpServer__onNewConnection"),
 ])
 def test_install_refuses_a_pysyncobj_without_an_internal_it_replaces_and_changes_nothing(
         monkeypatch, owner, name, missing):

@@ -1,5 +1,6 @@
-"""raftsched/replication/_storage.py: the journal file written with pwrite and cut back after a
-compaction, and dumps at gzip level 1 that still read level 9."""
+"""raftsched/replication/_storage.py: the journal file written with pwrite, in pysyncobj's format,
+rewritten to its live records by a compaction, and dumps at gzip level 1 that still read level 9.
+(Its durability: tests/test_replication_durability.py.)"""
 from __future__ import annotations
 
 import gzip
@@ -8,10 +9,10 @@ import os
 import pickle
 
 from pysyncobj import serializer
-from pysyncobj.journal import FIRST_RECORD_OFFSET, createJournal
+from pysyncobj.journal import FIRST_RECORD_OFFSET, FileJournal, ResizableFile
 
 from raftsched.replication import install
-from raftsched.replication._storage import _cut_journal_file, _FastGzip, _JournalFile
+from raftsched.replication._storage import _DurableJournal, _FastGzip, create_journal
 
 
 def test_dumps_are_gzip_level_1_and_level_9_dumps_still_read(tmp_path):
@@ -35,14 +36,14 @@ def test_dumps_are_gzip_level_1_and_level_9_dumps_still_read(tmp_path):
         assert g.read() == b"x" * 100
 
 
-def test_the_journal_file_is_not_mapped_and_is_cut_back_after_a_compaction(tmp_path):
-    """pysyncobj's FileJournal on _JournalFile: the same records read back, the file never
-    mmapped (its pages counted in a node's resident memory, on top of FileJournal's own list),
-    and a compaction cuts the file back to the records it keeps."""
+def test_the_journal_is_not_mapped_and_a_compaction_keeps_only_its_live_records(tmp_path):
+    """The journal pysyncobj now gets: the same records read back, the file never mmapped (its
+    pages counted in a node's resident memory, on top of the journal's own list), and a
+    compaction leaves a file of the records it keeps."""
     install()  # what every RaftNode does
     path = str(tmp_path / "raft.journal")
-    j = createJournal(path)
-    assert isinstance(j._FileJournal__journalFile, _JournalFile)
+    j = create_journal(path)
+    assert isinstance(j, _DurableJournal)
     entries = [(os.urandom(1000), i, 1 + i // 20) for i in range(1, 61)]
     for e in entries:
         j.add(*e)
@@ -52,14 +53,39 @@ def test_the_journal_file_is_not_mapped_and_is_cut_back_after_a_compaction(tmp_p
     assert os.path.getsize(path) == FIRST_RECORD_OFFSET + 60 * record
     j._destroy()
 
-    j = createJournal(path)  # what a restarted node reads
+    j = create_journal(path)  # what a restarted node reads
     assert [tuple(j[i]) for i in range(len(j))] == entries
-    j.deleteEntriesTo(50)  # what a compaction does (pysyncobj), then _SyncObj cuts the file
-    _cut_journal_file(j)
+    j.deleteEntriesTo(50)  # what a compaction does
     assert os.path.getsize(path) == FIRST_RECORD_OFFSET + 10 * record
     j.add(b"x" * 10, 61, 4)
     j._destroy()
 
-    j = createJournal(path)
+    j = create_journal(path)
     assert [tuple(j[i]) for i in range(len(j))] == entries[50:] + [(b"x" * 10, 61, 4)]
     j._destroy()
+
+
+def test_the_file_format_is_pysyncobjs_both_ways(tmp_path):
+    """A journal pysyncobj's FileJournal wrote reads back here, and the other way round (the
+    benchmark's probes and an upgrade read the same file)."""
+    path = str(tmp_path / "raft.journal")
+    install()
+    assert serializer.gzip is _FastGzip
+    theirs = FileJournal(path)  # pysyncobj's own journal, on its mmapped ResizableFile
+    assert isinstance(theirs._FileJournal__journalFile, ResizableFile)
+    entries = [(os.urandom(50), i, 1) for i in range(1, 11)]
+    for e in entries:
+        theirs.add(*e)
+    theirs.setCurrentTerm(3, "127.0.0.1:9")
+    theirs._destroy()
+    ours = create_journal(path)
+    assert [tuple(ours[i]) for i in range(len(ours))] == entries
+    assert (ours.getCurrentTerm(), ours.getVotedForNodeId()) == (3, "127.0.0.1:9")
+    ours.deleteEntriesFrom(8)
+    ours.add(b"new", 9, 2)
+    ours.setCurrentTerm(4, None)
+    ours._destroy()
+    theirs = FileJournal(path)
+    assert [tuple(theirs[i]) for i in range(len(theirs))] == entries[:8] + [(b"new", 9, 2)]
+    assert theirs.getCurrentTerm() == 4
+    theirs._destroy()

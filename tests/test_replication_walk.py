@@ -19,6 +19,7 @@ from pysyncobj.journal import MemoryJournal
 
 from raftsched.replication import _progress as P
 from raftsched.replication import _syncobj as S
+from raftsched.replication._clockguard import ClockGuard
 
 ENTRY_BYTES = 20_000        # about three entries a 64 KiB batch
 INFLIGHT_MAX = 120_000      # small, so that the cap is reached
@@ -93,6 +94,7 @@ def leader(entries, term, commit, clock, others=("f",)):
         "_SyncObj__raftNextIndex": {n: entries[-1][0] + 1 for n in nodes},
         "_SyncObj__raftMatchIndex": {n: 0 for n in nodes},
     })
+    s._clock = ClockGuard(s)  # what _SyncObj.__init__ makes (the clocks ride on the same messages)
     s._members_setup("l", list(others), False)  # what _SyncObj.__init__ sets before SyncObj's
     return s, {n.id: n for n in nodes}
 
@@ -109,6 +111,7 @@ def follower(entries, commit, term):
         "_SyncObj__raftLastApplied": commit, "_SyncObj__transport": Transport(),
         "_SyncObj__serializer": Serializer(),
     })
+    f._clock = ClockGuard(f)
     f._members_setup("f", ["l"], False)  # what _SyncObj.__init__ sets before SyncObj's
     return f
 

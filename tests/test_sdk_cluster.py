@@ -17,7 +17,7 @@ from procs import Cluster, REPO, running_cluster
 
 from raftsched import AsyncClient
 from raftsched.client import LockHeld
-from raftsched.core.errors import NotFound
+from raftsched.core.errors import NotFound, RaftschedError
 from test_client_coverage import CALLS
 
 pytestmark = pytest.mark.cluster
@@ -214,6 +214,9 @@ def test_the_async_client_calls_every_endpoint_of_a_live_cluster(cluster):
             t = await call("put_tenant", "async-t", 2.5, 3)
             assert t["rate_per_s"] == 2.5 and t["burst"] == 3
             assert any(x["name"] == "async-t" for x in (await call("tenants"))["tenants"])
+            t = await call("put_tenant", "async-t", executors=["http", "shell"], placement_labels={"tenant": "t"})
+            assert t["policy"]["executors"] == ["http", "shell"]
+            assert (await call("tenant", "async-t"))["policy"]["placement"] == {"labels": {"tenant": "t"}}
             assert (await call("delete_tenant", "async-t"))["deleted"] is True
 
             lk = await call("lock_acquire", "async-lock", "me", 5)
@@ -266,6 +269,14 @@ def test_the_async_client_calls_every_endpoint_of_a_live_cluster(cluster):
 
             assert (await call("delete_job", "async-b"))["deleted"] is True
             assert (await call("delete_job", "async-fail"))["deleted"] is True
+
+            st = await call("secrets_status")
+            assert isinstance(st, dict), st
+            try:
+                await call("rotate_seal_key", "no-such-key")
+                raise AssertionError("a rotation to a key no ring holds was accepted")
+            except RaftschedError as e:
+                assert getattr(e, "status", None) == 422 and e.field == "key", e
 
             made = await call("create_token", "reader", note="async")
             assert made["token"].startswith("rst_" + made["id"]) and made["role"] == "reader"

@@ -17,8 +17,10 @@ from raftsched.core.state import SchedulerState
 from raftsched.node.api import make_app
 from raftsched.node.redact import Fingerprint, REDACTED_RE, redact_spec
 from raftsched.node.service import Service
+from raftsched.sealing import PROCESS_RING, place
 from raftsched.worker.loop import Worker
 from raftsched.worker.masking import deliver, mask, secret_values
+from raftsched.worker.sandbox import Sandbox, resolve_run_user
 
 from fakes import FakeRaft
 from test_worker import GroupRaft, stop, wait_until
@@ -32,6 +34,16 @@ HTTP_JOB = {"schedule": {"every_s": 60}, "misfire": {"policy": "skip"},
             "secrets": {"API_KEY": SECRET, "OTHER": "same"}}
 SHELL_JOB = {"schedule": {"every_s": 60}, "misfire": {"policy": "skip"},
              "executor": {"type": "shell", "argv": ["true"], "env": {"DB_PASSWORD": "pw-1234", "MODE": "x"}}}
+
+
+def opened(state, job, *path):
+    """The map at ``path`` of job ``job``'s stored spec, its sealed values opened (the API and
+    its worker share the process's ring)."""
+    m = state.jobs[job]["spec"]
+    for k in path:
+        m = m[k]
+    assert all(isinstance(v, bytes) for v in m.values()), "stored sealed"
+    return {n: PROCESS_RING.unseal(v, place(job, path, n)) for n, v in m.items()}
 
 
 def run(coro_fn, fingerprint=None):
@@ -66,8 +78,9 @@ def test_reads_show_every_secret_redacted_with_a_stable_fingerprint():
         assert spec["keep_output"] is True
         env = (await (await c.get("/v1/jobs/s")).json())["spec"]["executor"]["env"]
         assert set(env) == {"DB_PASSWORD", "MODE"} and all(REDACTED_RE.match(v) for v in env.values())
-        # The state keeps the secret itself: the runs need it.
-        assert state.jobs["h"]["spec"]["secrets"]["API_KEY"] == SECRET
+        # The state keeps them sealed (raftsched/sealing.py); the runs get them opened.
+        assert SECRET.encode() not in state.jobs["h"]["spec"]["secrets"]["API_KEY"]
+        assert opened(state, "h", "secrets")["API_KEY"] == SECRET
     run(t)
 
 
@@ -77,13 +90,16 @@ def test_get_modify_put_keeps_the_stored_secrets_and_a_wrong_redaction_is_refuse
         spec = (await (await c.get("/v1/jobs/h")).json())["spec"]
         spec["description"] = "changed"
         assert (await put(c, "h", spec))[0] == 200
-        stored = state.jobs["h"]["spec"]
-        assert stored["description"] == "changed" and stored["secrets"] == HTTP_JOB["secrets"]
-        assert stored["executor"]["headers"] == HTTP_JOB["executor"]["headers"]
+        sealed = state.jobs["h"]["spec"]["secrets"]
+        assert state.jobs["h"]["spec"]["description"] == "changed"
+        assert opened(state, "h", "secrets") == HTTP_JOB["secrets"]
+        assert opened(state, "h", "executor", "headers") == HTTP_JOB["executor"]["headers"]
+        assert (await put(c, "h", spec))[0] == 200
+        assert state.jobs["h"]["spec"]["secrets"] == sealed, "kept as stored: not sealed again"
         # A new value replaces it; a redacted value that matches nothing stored is refused.
         spec["secrets"]["API_KEY"] = "rotated-value"
         assert (await put(c, "h", spec))[0] == 200
-        assert state.jobs["h"]["spec"]["secrets"]["API_KEY"] == "rotated-value"
+        assert opened(state, "h", "secrets")["API_KEY"] == "rotated-value"
         bad = dict(spec, secrets={"API_KEY": "***:00000000"})
         s, e = await put(c, "h", bad)
         assert s == 422 and e["error"]["field"] == "secrets.API_KEY"
@@ -93,7 +109,7 @@ def test_get_modify_put_keeps_the_stored_secrets_and_a_wrong_redaction_is_refuse
         # The batch endpoint restores them the same way.
         r = await c.post("/v1/jobs:batch", data=json.dumps({"jobs": {"h": dict(spec, description="b")}}))
         assert r.status == 200, await r.text()
-        assert state.jobs["h"]["spec"]["executor"]["headers"] == HTTP_JOB["executor"]["headers"]
+        assert opened(state, "h", "executor", "headers") == HTTP_JOB["executor"]["headers"]
         r = await c.post("/v1/jobs:batch", data=json.dumps({"jobs": {"copy": spec}}))
         body = await r.json()
         assert r.status == 422 and body["error"]["job"] == "copy"
@@ -140,7 +156,8 @@ def test_secrets_are_validated_without_echoing_them(secrets, field):
 def test_apply_refuses_a_stored_spec_with_malformed_secrets():
     s = SchedulerState()
     spec = model.validate_job("j", SHELL_JOB, 0)
-    for bad in ({"secrets": "x"}, {"secrets": {"A": 1}}, {"keep_output": "no"}):
+    for bad in ({"secrets": "x"}, {"secrets": {"A": 1}}, {"keep_output": "no"},
+                {"executor": dict(spec["executor"], env={"A": 1})}, {"executor": dict(spec["executor"], env=[])}):
         res = s.apply(commands.make("put_job", 1, None, name="j", spec=dict(spec, **bad), next=None, cursor=0, anchor=0))
         assert res["ok"] is False and res["error"]["code"] == "invalid_command", bad
     assert "j" not in s.jobs
@@ -172,7 +189,8 @@ def test_a_run_gets_its_secrets_and_its_output_is_masked_and_kept_only_when_aske
         await svc.put_job("dropped", dict(spec, keep_output=False), None)
         a = (await svc.trigger_job("kept", None))["run"]
         b = (await svc.trigger_job("dropped", None))["run"]
-        worker = Worker(raft, clock, "n1", slots=2, single_node=True, poll_interval_s=0.01)
+        worker = Worker(raft, clock, "n1", sandbox=Sandbox(resolve_run_user(None)), slots=2, single_node=True,
+                        poll_interval_s=0.01)
         task = asyncio.create_task(worker.run())
         await wait_until(lambda: worker.completed == 2, 20, "both runs to report")
         await stop(task)

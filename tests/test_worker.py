@@ -89,7 +89,9 @@ class Env:
         self.clock = clock if clock is not None else SystemClock()
         self.service = Service(self.raft, self.clock, "node-1")
         self.job, self.target, self.runs = job, target, runs
-        self.worker = Worker(self.raft, self.clock, "node-1", slots=slots, single_node=True,
+        # No sandbox: these tests watch the lease loop run targets in this process (exec_targets'
+        # events); tests/test_sandbox.py runs them isolated.
+        self.worker = Worker(self.raft, self.clock, "node-1", sandbox=None, slots=slots, single_node=True,
                              poll_interval_s=0.01, **worker_kw)
 
     async def setup(self) -> list[str]:
@@ -369,4 +371,81 @@ def test_a_failed_watchdog_or_heartbeat_loop_stops_the_worker_loudly_and_gives_i
             assert r["state"] == "queued" and r.get("failures", 0) == 0, r
             assert r["attempts"][-1]["released"] is True and task_name in r["attempts"][-1]["error"]
         await _release_gated(task, [r for r in ids if r in exec_targets.RECORDED])
+    run(t())
+
+
+class _SlotLooks:
+    """Counts the looks a worker takes at its clock for a run's slot (``_early_ms``), so a test
+    can wait until a waiting run has seen a clock it just moved."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.n = 0
+        early = worker._early_ms
+
+        def counted(g):
+            self.n += 1
+            return early(g)
+
+        worker._early_ms = counted
+
+    async def twice_more(self) -> None:
+        target = self.n + 2
+        await wait_until(lambda: self.n >= target, 5, "the waiting run to look at the clock twice")
+
+
+async def _granted_early(env: Env, ahead_ms: int) -> str:
+    """A manual run triggered through a node whose clock is ``ahead_ms`` fast: state time moves
+    ahead of the worker's clock, and the run's slot with it. Another run, due by the worker's
+    clock, makes the worker ask (it asks only when its clock shows ready work); state time
+    grants it both."""
+    spec = {"schedule": {"every_s": 3600}, "executor": {"type": "python", "target": env.target},
+            "history": 1000, "misfire": {"policy": "skip"}}
+    await env.service.put_job(env.job, spec, None)
+    await env.service.put_job(env.job + "-now", spec, None)
+    await env.service.trigger_job(env.job + "-now", None)
+    fast = Service(env.raft, FakeClock(env.clock.now_ms() + ahead_ms), "node-2")
+    rid = (await fast.trigger_job(env.job, None))["run"]
+    exec_targets.RECORDED.pop(rid, None)
+    return rid
+
+
+def test_a_run_granted_before_its_slot_waits_for_the_slot_by_the_workers_clock():
+    """docs/design.md I27: a worker starts no run before its slot by its clock (a node's and a
+    remote worker's is the cluster's), whatever state time says. A command from a node 3 s fast
+    moved state time ahead, so the run is granted at once; it starts when the clock reaches its
+    slot, holding a slot and its lease meanwhile."""
+    async def t():
+        clock = FakeClock()
+        env = Env("early", "exec_targets:record_sync", runs=0, slots=3, clock=clock)
+        rid = await _granted_early(env, 3000)
+        slot = env.state.runs[rid]["slot"]
+        assert slot == clock.now_ms() + 3000
+        looks = _SlotLooks(env.worker)
+        task = asyncio.create_task(env.worker.run())
+        await wait_until(lambda: rid in env.worker.held and env.worker.waited_for_slot == 1, 5, "the run granted")
+        await wait_until(lambda: env.worker.completed == 1, 5, "the other run, due, to run at once")
+        assert env.worker._executing == 1  # the early one holds a slot meanwhile
+        clock.advance(2999)
+        await looks.twice_more()
+        assert rid not in exec_targets.RECORDED, "started before its slot"
+        clock.advance(1)
+        await wait_until(lambda: env.worker.completed == 2, 5, "the run to run at its slot")
+        assert env.state.runs[rid]["state"] == "succeeded" and len(exec_targets.RECORDED[rid]) == 1
+        await stop(task)
+    run(t())
+
+
+def test_a_run_given_up_while_it_waits_for_its_slot_never_starts_and_is_given_back():
+    async def t():
+        clock = FakeClock()
+        env = Env("early-lost", "exec_targets:record_sync", runs=0, slots=2, clock=clock)
+        rid = await _granted_early(env, 60_000)
+        task = asyncio.create_task(env.worker.run())
+        await wait_until(lambda: rid in env.worker.held and env.worker.waited_for_slot == 1, 5, "the run granted")
+        env.worker.held[rid].cancel.set()  # as if its lease were lost, or the worker stopping
+        await wait_until(lambda: env.raft.ops("release"), 5, "the lease given back")
+        await wait_until(lambda: rid not in env.worker.held and env.worker._executing == 0, 5, "the slots freed")
+        assert rid not in exec_targets.RECORDED
+        assert env.state.runs[rid]["state"] == "queued"  # queued again, no attempt spent
+        await stop(task)
     run(t())

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 
 import pytest
 
-from procs import Cluster, wait_for
+from procs import Cluster, jobs_dir, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -30,8 +31,7 @@ def kill_pidfiles(d):
 def cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("workers")
     c = Cluster(tmp, node_args=["--lease-ttl-s", str(LEASE_TTL_S), "--slots", "2"])
-    c.marks = tmp / "marks"
-    c.marks.mkdir()
+    c.marks = jobs_dir("workers")
     c.start()
     try:
         c.wait_leader(30)
@@ -41,6 +41,7 @@ def cluster(tmp_path_factory):
             c.kill(i, signal.SIGCONT)
         c.stop()
         kill_pidfiles(c.marks)
+        shutil.rmtree(c.marks, ignore_errors=True)
 
 
 def run_of(c: Cluster, job: str, run_id: str | None = None) -> dict | None:
@@ -72,15 +73,12 @@ def shell(script: str, **kw) -> dict:
 
 
 def test_runs_execute_on_followers_with_the_environment_contract(cluster):
-    out = cluster.marks / "env"
-    out.mkdir()
-    script = f'env | grep ^RAFTSCHED_ > "{out}/$RAFTSCHED_RUN_ID.env"'
-    put(cluster, "envjob", shell(script, payload={"db": "orders", "n": 3}))
+    put(cluster, "envjob", shell("env | grep ^RAFTSCHED_", payload={"db": "orders", "n": 3}))
     rid = manual(cluster, "envjob")
     run = wait_for(lambda: (r := run_of(cluster, "envjob", rid)) and r["state"] == "succeeded" and r, 30, "run succeeded")
     leader = cluster.wait_leader(30)
     assert cluster.node_of_worker(run["worker"]) != leader, "followers execute, not the leader"
-    env = dict(line.split("=", 1) for line in (out / f"{rid}.env").read_text().splitlines())
+    env = dict(line.split("=", 1) for line in run["output"].splitlines())
     assert env["RAFTSCHED_RUN_ID"] == rid
     assert env["RAFTSCHED_JOB"] == "envjob"
     assert env["RAFTSCHED_SLOT"] == run["slot"]

@@ -211,20 +211,28 @@ class Client(Transport):
         """``GET /v1/queues``: every queue: depth, running, oldest waiting, dead."""
         return self._send(endpoints.queues())
 
-    def put_queue(self, name: str, max_depth: int | None = None, on_full: str | None = None) -> dict:
-        """``PUT /v1/queues/{name}``: a queue's settings."""
-        return self._send(endpoints.put_queue(name, max_depth, on_full))
+    def put_queue(self, name: str, max_depth: int | None = None, on_full: str | None = None, *,
+                  tenants: Any = UNSET) -> dict:
+        """``PUT /v1/queues/{name}``: a queue's settings, and the tenants it belongs to."""
+        return self._send(endpoints.put_queue(name, max_depth, on_full, tenants=tenants))
 
     def tenants(self) -> dict:
-        """``GET /v1/tenants``: every tenant's rate limit."""
+        """``GET /v1/tenants``: every tenant's rate limit and policy."""
         return self._send(endpoints.tenants())
 
-    def put_tenant(self, name: str, rate_per_s: float, burst: int | None = None) -> dict:
-        """``PUT /v1/tenants/{name}``: limit the runs a tenant starts a second."""
-        return self._send(endpoints.put_tenant(name, rate_per_s, burst))
+    def tenant(self, name: str) -> dict:
+        """``GET /v1/tenants/{name}``: a tenant's rate limit and policy."""
+        return self._send(endpoints.tenant(name))
+
+    def put_tenant(self, name: str, rate_per_s: float | None = None, burst: int | None = None, *,
+                   executors: list[str] | None = None, placement_labels: dict[str, str] | None = None,
+                   network_allow: list[str] | None = None) -> dict:
+        """``PUT /v1/tenants/{name}``: a tenant's rate limit and/or its policy."""
+        return self._send(endpoints.put_tenant(name, rate_per_s, burst, executors=executors,
+                                                 placement_labels=placement_labels, network_allow=network_allow))
 
     def delete_tenant(self, name: str) -> dict:
-        """``DELETE /v1/tenants/{name}``: lift the tenant's rate limit."""
+        """``DELETE /v1/tenants/{name}``: lift the tenant's rate limit and policy."""
         return self._send(endpoints.delete_tenant(name))
 
     def backfill(self, job: str, from_: str, to: str, *, reprocess: str | None = None, order: str | None = None,
@@ -338,6 +346,14 @@ class Client(Transport):
     def revoke_token(self, token_id: str) -> dict:
         """``DELETE /v1/tokens/{id}``: revoke a token."""
         return self._send(endpoints.revoke_token(token_id))
+
+    def secrets_status(self) -> dict:
+        """``GET /v1/secrets``: which keys the stored secret values are sealed under."""
+        return self._send(endpoints.secrets_status())
+
+    def rotate_seal_key(self, key: str) -> dict:
+        """``POST /v1/secrets:rotate``: seal every stored secret value under key ``key``."""
+        return self._send(endpoints.rotate_seal_key(key))
 
     def lock_acquire(self, name: str, owner: str, ttl_s: float, *, deadline_s: float | None = None) -> dict:
         """``POST /v1/locks/{name}/acquire``: the lock and its fencing token (LockHeld if held)."""

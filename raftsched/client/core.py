@@ -351,9 +351,16 @@ class Call:
         log.debug("client: %s", self.last.message)
 
     def lost(self, node: int, why: str) -> None:
-        """The request was sent to ``node`` but no whole answer came back: the outcome is
-        unknown; try again (with the same Idempotency-Key)."""
-        self.maybe_applied = self.maybe_applied or self.mutating
+        """The request was sent to ``node`` but no whole answer came back: for a request that
+        changes something the outcome is unknown (try again, with the same Idempotency-Key); a
+        read changed nothing, so it is only unanswered (Unavailable, never Indeterminate)."""
+        if not self.mutating:
+            # A read changes nothing: there is no outcome to be unsure of, only no answer yet.
+            self.last = with_status(Unavailable(
+                f"connection lost after sending {self.method} {self.path}: {why}", node=self.urls[node]), None)
+            log.debug("client: %s (a read: retrying)", self.last.message)
+            return
+        self.maybe_applied = True
         self.last = with_status(Indeterminate(
             f"connection lost after sending {self.method} {self.path}: {why}; the request may have applied",
             node=self.urls[node]), None)

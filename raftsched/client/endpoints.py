@@ -221,27 +221,47 @@ def queues() -> Request:
 
 
 @endpoint
-def put_queue(name: str, max_depth: int | None = None, on_full: str | None = None) -> Request:
-    """``PUT /v1/queues/{name}``: a queue's settings (``max_depth``, ``on_full``)."""
-    return Request("PUT", f"/v1/queues/{_q(name)}", body=_given(max_depth=max_depth, on_full=on_full))
+def put_queue(name: str, max_depth: int | None = None, on_full: str | None = None, *,
+              tenants: Any = UNSET) -> Request:
+    """``PUT /v1/queues/{name}``: a queue's settings (``max_depth``, ``on_full``) and, when
+    given, the tenants it belongs to (``tenants``: a list, or None for none)."""
+    body = _given(max_depth=max_depth, on_full=on_full)
+    if tenants is not UNSET:
+        body["tenants"] = tenants
+    return Request("PUT", f"/v1/queues/{_q(name)}", body=body)
 
 
 @endpoint
 def tenants() -> Request:
-    """``GET /v1/tenants``: every tenant's rate limit."""
+    """``GET /v1/tenants``: every tenant's rate limit and policy."""
     return Request("GET", "/v1/tenants")
 
 
 @endpoint
-def put_tenant(name: str, rate_per_s: float, burst: int | None = None) -> Request:
+def tenant(name: str) -> Request:
+    """``GET /v1/tenants/{name}``: a tenant's rate limit and policy, and the policy that holds the
+    jobs its limited tokens write."""
+    return Request("GET", f"/v1/tenants/{_q(name)}")
+
+
+@endpoint
+def put_tenant(name: str, rate_per_s: float | None = None, burst: int | None = None, *,
+               executors: list[str] | None = None, placement_labels: dict[str, str] | None = None,
+               network_allow: list[str] | None = None) -> Request:
     """``PUT /v1/tenants/{name}``: limit the runs a tenant starts to ``rate_per_s`` (bursts of
-    ``burst``)."""
-    return Request("PUT", f"/v1/tenants/{_q(name)}", body={"rate_per_s": rate_per_s, **_given(burst=burst)})
+    ``burst``), and/or set its policy (whole, when any of ``executors``, ``placement_labels`` or
+    ``network_allow`` is given: the others take their defaults)."""
+    body: dict[str, Any] = _given(rate_per_s=rate_per_s, burst=burst, executors=executors)
+    if placement_labels is not None:
+        body["placement"] = {"labels": placement_labels}
+    if network_allow is not None:
+        body["network"] = {"allow": network_allow}
+    return Request("PUT", f"/v1/tenants/{_q(name)}", body=body)
 
 
 @endpoint
 def delete_tenant(name: str) -> Request:
-    """``DELETE /v1/tenants/{name}``: lift the tenant's rate limit."""
+    """``DELETE /v1/tenants/{name}``: lift the tenant's rate limit and policy."""
     return Request("DELETE", f"/v1/tenants/{_q(name)}")
 
 
@@ -447,6 +467,21 @@ def revoke_token(token_id: str) -> Request:
     """``DELETE /v1/tokens/{id}``: every node refuses the token once it has applied the
     revocation."""
     return Request("DELETE", f"/v1/tokens/{_q(token_id)}")
+
+
+# ------------------------------------------------------------------ secrets at rest (admin)
+@endpoint
+def secrets_status() -> Request:
+    """``GET /v1/secrets``: the key new secret values are sealed under, the keys the node's ring
+    holds, and how many stored values are sealed under each key (or still in clear)."""
+    return Request("GET", "/v1/secrets")
+
+
+@endpoint
+def rotate_seal_key(key: str) -> Request:
+    """``POST /v1/secrets:rotate``: seal every stored secret value under key ``key`` (which every
+    node's key ring must hold), and every new one from then on."""
+    return Request("POST", "/v1/secrets:rotate", body={"key": key})
 
 
 # ------------------------------------------------------------------ locks

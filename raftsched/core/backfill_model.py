@@ -69,7 +69,7 @@ def _id(b: dict[str, Any]) -> str | None:
     if v is None:
         return None
     n = limits.backfill_id_chars_max
-    if not isinstance(v, str) or not 1 <= len(v) <= n or not NAME_RE.match(v):
+    if not isinstance(v, str) or not 1 <= len(v) <= n or not NAME_RE.fullmatch(v):
         raise InvalidSpec(f"must be 1-{n} characters: letters, digits, '.', '_', '-', starting with a letter "
                           f"or digit", field="id")
     return v

@@ -60,7 +60,7 @@ snapshot.register(snapshot.Extension(name="backfills", new=dict, encode=_encode,
 def _id(cmd: Command) -> str:
     bf_id = cmd.get("name")
     if not isinstance(bf_id, str) or not bf_id or len(bf_id) > limits.backfill_id_chars_max \
-            or not NAME_RE.match(bf_id):
+            or not NAME_RE.fullmatch(bf_id):
         raise InvalidCommand(f"{cmd['op']} needs name, the backfill id")
     return bf_id
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from . import limits
+from . import limits, network
 from .errors import InvalidSpec
-from .model import check_name
+from .model import EXECUTOR_TYPES, check_name
+from .placement import validate_worker_labels
 
 
 def check_body(body: object, fields: AbstractSet[str], empty_ok: bool = False) -> dict[str, Any]:
@@ -33,16 +34,88 @@ def _int_only(v: object, field: str, lo: int, hi: int) -> int:
 
 
 def validate_queue(name: object, body: object) -> dict[str, Any]:
-    """``{"max_depth"?, "on_full"?}`` -> the put_queue command's ``{"max_depth", "on_full"}``.
+    """``{"max_depth"?, "on_full"?, "tenants"?}`` -> the put_queue command's ``{"max_depth",
+    "on_full"}``, and ``"tenants"`` when the body has it: the tenants the queue belongs to
+    (distinct names, sorted), or None (it belongs to none).
 
     :raises InvalidSpec: naming the field."""
     check_name(name, "queue", limits.queue_name_chars_max)
-    b = check_body(body, {"max_depth", "on_full"})
+    b = check_body(body, {"max_depth", "on_full", "tenants"})
     depth = _int_only(b.get("max_depth", limits.queue_depth_default), "max_depth", 1, limits.queue_depth_max)
     on_full = b.get("on_full", "reject")
     if on_full not in ("reject", "drop_oldest"):
         raise InvalidSpec("must be reject or drop_oldest", field="on_full")
-    return {"max_depth": depth, "on_full": on_full}
+    out: dict[str, Any] = {"max_depth": depth, "on_full": on_full}
+    if "tenants" in b:
+        t = b["tenants"]
+        n = limits.token_tenants_max
+        if t is not None:
+            if not isinstance(t, list) or not 1 <= len(t) <= n:
+                raise InvalidSpec(f"must be a list of 1-{n} tenant names, or null (the queue belongs to no "
+                                  "tenant)", field="tenants")
+            for i, x in enumerate(t):
+                check_name(x, f"tenants[{i}]", limits.tenant_name_chars_max)
+            t = sorted(set(t))
+        out["tenants"] = t
+    return out
+
+
+#: The fields of a tenant's policy in ``PUT /v1/tenants/{name}`` (core/tenants.py).
+POLICY_FIELDS = frozenset({"executors", "placement", "network"})
+
+
+def validate_tenant_body(name: object, body: object) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """``{"rate_per_s"?, "burst"?, "executors"?, "placement"?, "network"?}`` -> ``(rate, policy)``:
+    the put_tenant command's fields (validate_tenant) when the body sets a rate, and the
+    put_tenant_policy command's (validate_policy) when it holds any policy field; at least one.
+
+    :raises InvalidSpec: naming the field."""
+    check_name(name, "tenant", limits.tenant_name_chars_max)
+    b = check_body(body, {"rate_per_s", "burst"} | POLICY_FIELDS)
+    has_policy = any(k in b for k in POLICY_FIELDS)
+    if not has_policy and "rate_per_s" not in b:
+        raise InvalidSpec("is required: runs per second this tenant may start (or send a policy: executors, "
+                          "placement, network)", field="rate_per_s")
+    rate = validate_tenant(name, {k: b[k] for k in ("rate_per_s", "burst") if k in b}) \
+        if ("rate_per_s" in b or "burst" in b) else None
+    return rate, (validate_policy(b) if has_policy else None)
+
+
+def validate_policy(b: dict[str, Any]) -> dict[str, Any]:
+    """A tenant's policy, whole: ``executors`` (default ``["http"]``), ``placement.labels`` (the
+    labels its jobs' placement must ask for; default none) and ``network.allow`` (networks its
+    http runs may reach beyond the public addresses; default none) -> the put_tenant_policy
+    command's ``{"executors", "labels", "allow"}``. :raises InvalidSpec: naming the field."""
+    ex = b.get("executors", ["http"])
+    if not isinstance(ex, list) or not all(isinstance(t, str) for t in ex):
+        raise InvalidSpec(f"must be a list of executor types ({', '.join(EXECUTOR_TYPES)})", field="executors")
+    for i, t in enumerate(ex):
+        if t not in EXECUTOR_TYPES:
+            raise InvalidSpec(f"must be one of {', '.join(EXECUTOR_TYPES)}", field=f"executors[{i}]")
+    if len(set(ex)) != len(ex):
+        raise InvalidSpec("names a type twice", field="executors")
+    labels: dict[str, str] = {}
+    if "placement" in b:
+        p = b["placement"]
+        if not isinstance(p, dict):
+            raise InvalidSpec("must be an object: {\"labels\": {name: value}}", field="placement")
+        for k in p:
+            if k != "labels":
+                raise InvalidSpec("unknown field; allowed: labels", field=f"placement.{k}")
+        if "labels" not in p:
+            raise InvalidSpec("is required: the labels its jobs' placement must ask for, e.g. "
+                              "{\"tenant\": \"billing\"}", field="placement.labels")
+        labels = validate_worker_labels(p["labels"], "placement.labels")
+    allow: list[str] = []
+    if "network" in b:
+        n = b["network"]
+        if not isinstance(n, dict):
+            raise InvalidSpec("must be an object: {\"allow\": [networks]}", field="network")
+        for k in n:
+            if k != "allow":
+                raise InvalidSpec("unknown field; allowed: allow", field=f"network.{k}")
+        allow = network.check_allow(n.get("allow", []), "network.allow")
+    return {"executors": sorted(ex), "labels": labels, "allow": allow}
 
 
 def validate_tenant(name: object, body: object) -> dict[str, Any]:

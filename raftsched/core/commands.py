@@ -58,6 +58,10 @@ OPS = (
     # API tokens (core/tokens.py)
     "token_create",  # a token's role, tenants, expiry and salted hash (never its secret)
     "token_revoke",
+    # Secrets at rest (core/seal_keys.py)
+    "reseal",  # the key new secret values are sealed under, and stored values sealed again under it
+    # Tenant policies (core/tenants.py)
+    "put_tenant_policy",  # a tenant's executor types, required placement labels and networks
 )
 
 
@@ -123,9 +127,14 @@ def noop(now: int, rid: str | None = None) -> Command:
 
 
 def put_job(now: int, rid: str | None, *, name: str, spec: dict[str, Any], next: int | None, cursor: int | None,
-            anchor: int | None, create_only: bool) -> Command:
-    return make("put_job", now, rid, name=name, spec=spec, next=next, cursor=cursor, anchor=anchor,
-                create_only=create_only)
+            anchor: int | None, create_only: bool, claim: str | None = None) -> Command:
+    """``claim``: the tenant a token limited to tenants claims the job's queue for, when it has
+    no owners (core/queues.py); only then is the field written."""
+    cmd = make("put_job", now, rid, name=name, spec=spec, next=next, cursor=cursor, anchor=anchor,
+               create_only=create_only)
+    if claim is not None:
+        cmd["claim"] = claim
+    return cmd
 
 
 def put_jobs(now: int, rid: str | None, *, jobs: list[Any]) -> Command:
@@ -174,6 +183,11 @@ def delete_tenant(now: int, rid: str | None, *, name: str) -> Command:
     return make("delete_tenant", now, rid, name=name)
 
 
+def put_tenant_policy(now: int, rid: str | None, *, name: str, fields: Fields) -> Command:
+    """``fields``: ``{"executors", "labels", "allow"}`` (core.bodies.validate_tenant's policy)."""
+    return make("put_tenant_policy", now, rid, name=name, **fields)
+
+
 def dlq_requeue(now: int, rid: str | None, *, run: str) -> Command:
     return make("dlq_requeue", now, rid, run=run)
 
@@ -214,6 +228,11 @@ def token_create(now: int, rid: str | None, *, id: str, hash: dict[str, Any], fi
 
 def token_revoke(now: int, rid: str | None, *, id: str) -> Command:
     return make("token_revoke", now, rid, id=id)
+
+
+def reseal(now: int, rid: str | None, *, key: str, jobs: list[Any]) -> Command:
+    """``jobs``: ``[name, gen, {map: {name: sealed bytes}}]`` items (core/seal_keys.py)."""
+    return make("reseal", now, rid, key=key, jobs=jobs)
 
 
 # The worker protocol: the embedded worker and the node's side of a remote worker's requests

@@ -12,11 +12,12 @@ from . import limits
 from .due import push_due
 from .errors import Conflict, InvalidCommand, LimitExceeded, NotFound, StaleReplace
 from .fire import check_disjoint, check_records, new_run, record, trim
-from .model import MISFIRE_POLICIES, OVERLAP_POLICIES
+from .model import MISFIRE_POLICIES, OVERLAP_POLICIES, is_name
 from .queries import kept_position
-from .queues import remove_dead, unqueue_count
+from .queues import claim_queue, remove_dead, unqueue_count
 from .backfills import trigger_job_with
 from .records import Record, Result, is_int, job_record, ok, share_int, share_spec
+from .tenants import LIMITED
 
 if TYPE_CHECKING:
     from .commands import Command
@@ -32,8 +33,11 @@ def check_stored_spec(spec: object) -> None:
         isinstance(sched.get("cron"), str) or is_int(sched.get("every_s")) or is_int(sched.get("at"))
     ):
         raise InvalidCommand("spec.schedule is malformed")
-    for key, typ in (("executor", dict), ("misfire", dict), ("retry", dict), ("queue", str), ("tenant", str)):
+    for key, typ in (("executor", dict), ("misfire", dict), ("retry", dict)):
         if not isinstance(spec.get(key), typ):
+            raise InvalidCommand(f"spec.{key} is malformed")
+    for key in ("queue", "tenant"):
+        if not is_name(spec.get(key)):
             raise InvalidCommand(f"spec.{key} is malformed")
     for key in ("priority", "timeout_s", "history"):
         if not is_int(spec.get(key)):
@@ -44,11 +48,19 @@ def check_stored_spec(spec: object) -> None:
         raise InvalidCommand("spec.overlap is malformed")
     if "jitter_ms" in sched and (not is_int(sched["jitter_ms"]) or not isinstance(sched.get("jitter_key"), str)):
         raise InvalidCommand("spec.schedule jitter is malformed")
+    # Secret values are sealed bytes (core/seal_keys.py), or strings in clear from a journal
+    # written before sealing: opaque either way, here.
     if "secrets" in spec and not (isinstance(spec["secrets"], dict)
-                                  and all(isinstance(v, str) for v in spec["secrets"].values())):
+                                  and all(isinstance(v, (str, bytes)) for v in spec["secrets"].values())):
         raise InvalidCommand("spec.secrets is malformed")
+    for key in ("env", "headers"):
+        m = spec["executor"].get(key)
+        if m is not None and not (isinstance(m, dict) and all(isinstance(v, (str, bytes)) for v in m.values())):
+            raise InvalidCommand(f"spec.executor.{key} is malformed")
     if "keep_output" in spec and not isinstance(spec["keep_output"], bool):
         raise InvalidCommand("spec.keep_output is malformed")
+    if LIMITED in spec and spec[LIMITED] is not True:
+        raise InvalidCommand(f"spec.{LIMITED} is malformed")
     m = spec["misfire"]
     if m.get("policy") not in MISFIRE_POLICIES or not is_int(m.get("grace_s")) or not is_int(m.get("max_catchup")):
         raise InvalidCommand("spec.misfire is malformed")
@@ -67,7 +79,7 @@ def check_stored_spec(spec: object) -> None:
 def check_put_job(cmd: Command, what: str) -> None:
     """The shape of one put_job payload (the put_job command itself, or an item of put_jobs)."""
     name, spec = cmd.get("name"), cmd.get("spec")
-    if not isinstance(name, str) or not name:
+    if not is_name(name):
         raise InvalidCommand(f"{what} needs name")
     try:
         check_stored_spec(spec)
@@ -76,16 +88,23 @@ def check_put_job(cmd: Command, what: str) -> None:
     nxt, cursor, anchor = cmd.get("next"), cmd.get("cursor"), cmd.get("anchor")
     if nxt is not None and not is_int(nxt):
         raise InvalidCommand(f"{what}.next must be an integer or nil")
+    claim = cmd.get("claim")
+    if claim is not None and (not isinstance(claim, str) or not claim):
+        raise InvalidCommand(f"{what}.claim must be a tenant name or nil")
     if not is_int(cursor) or not is_int(anchor):
         raise InvalidCommand(f"{what} needs cursor and anchor")
 
 
 def apply_put_job(s: SchedulerState, cmd: Command, now: int) -> Result:
-    """``put_job {name, spec, next, cursor, anchor, create_only?}``: create or replace a job.
+    """``put_job {name, spec, next, cursor, anchor, create_only?, claim?}``: create or replace a job.
     ``spec`` is model.validate_job's output; ``cursor``, ``anchor`` and ``next`` are the
     proposer's first position for it (policy.initial_position, schedule.next_slot_after). A
     replace with the same schedule keeps the job's position whatever the command says; with
     another schedule, its cursor never moves back. A replace keeps the job's counters and pause.
+    A replace into another tenant first gives the job's recorded slots its old tenant (runs have
+    theirs already): its history stays the old tenant's. With ``claim`` (a tenant, written by a
+    proposer for a token limited to tenants), the job's queue becomes that tenant's if it has
+    no owners yet (queues.claim_queue).
 
     :raises InvalidCommand: a field missing or malformed (the spec's shape only, I4).
     :raises Conflict: ``create_only`` and the job exists.
@@ -124,6 +143,16 @@ def put_job(s: SchedulerState, cmd: Command, now: int) -> Result:
             raise StaleReplace(
                 f"job {name!r} fired up to {cursor} while this replace was planned from an older "
                 f"view; send it again", field="name")
+    if old is not None and old["spec"]["tenant"] != spec["tenant"]:
+        # A run belongs to the tenant its job had when the run was made, everywhere: a recorded
+        # slot carries none of its own (its job's is read), so it is given the old one now.
+        was, runs = old["spec"]["tenant"], s.runs
+        for rid in s.history.get(name, ()):
+            r = runs[rid]
+            if r.get("tenant") is None:
+                r["tenant"] = was
+    if "claim" in cmd:
+        claim_queue(s, spec["queue"], cmd["claim"])
     s.gen += 1
     ints = s._ints
     spec = share_spec(spec, s._parts, ints)

@@ -26,9 +26,9 @@ from . import limits
 from .errors import Conflict, InvalidCommand, NotFound
 from .placement import placement_ok
 from .policy import backoff_ms
-from .queues import add_dead, enqueue
+from .queues import add_dead, enqueue, unqueue_count
 from .records import Record, Result, bound_text, is_int, ok
-from .tenants import tenant_take
+from .tenants import LIMITED, dispatch_refusal, network_of, tenant_take
 
 if TYPE_CHECKING:
     from .commands import Command
@@ -44,6 +44,10 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
     them: node/fleet.py), runs of other tenants stay queued likewise (I23); a run whose tenant
     is over its rate stays queued too. At most ``limits.acquire_scan_max`` runs are looked at. Each grant carries a new
     fencing token and what the worker needs to run it (executor, payload, timeout).
+
+    A run whose job breaks the policy that holds it (tenants.policy_of: a policy narrowed after
+    the job was written) is never handed out: it is recorded skipped, reason ``policy``, its
+    error naming the rule (``refused`` counts them in the result, when there are some).
 
     The worker fleet (workers.py): a run whose job has a placement goes only to a worker
     whose registered labels satisfy it (I18; an unregistered worker has no labels), and is held
@@ -90,6 +94,8 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
     # restored from a snapshot has no such entry.
     heaps = sorted(((q, p, h) for q in names for p, h in queued.get(q, {}).items() if h),
                    key=lambda qph: -qph[1])
+    policed = bool(s.tenant_policies)  # else only a job written by a limited token is held
+    refused = 0
     if len(heaps) == 1 and types is None and only is None and not s.tenants:
         # One heap and nothing to hold back (no executor types nor tenants asked for, no tenant
         # rate limits): the loop below, reduced to popping that heap in key order. Placement is
@@ -104,6 +110,9 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
                 continue  # stale index entry
             scanned += 1
             job = jobs.get(run["job"])
+            if job is not None and (policed or LIMITED in job["spec"]) and _refused(s, run, job, now):
+                refused += 1
+                continue
             if job is not None and ("placement" in job["spec"] or dedicated) \
                     and not placement_ok(job["spec"], labels, dedicated):
                 held_back.append((h, (due, rid)))  # I18: another worker's labels satisfy it
@@ -113,7 +122,7 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
             heapq.heappush(h, entry)
         if w is not None:
             w["grants"] += len(granted)
-        return {"ok": True, "runs": granted}
+        return _acquired(granted, refused)
     while len(granted) < n and scanned < limits.acquire_scan_max:
         best: tuple[int, int, str] | None = None  # (-priority, due, run id) of the next grant
         best_h: list[tuple[int, str]] | None = None  # and its heap
@@ -143,6 +152,9 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
         if only is not None and run["tenant"] not in only:
             held_back.append((best_h, entry))  # I23: a worker of its tenant takes it
             continue
+        if job is not None and (policed or LIMITED in job["spec"]) and _refused(s, run, job, now):
+            refused += 1
+            continue
         if job is not None and ("placement" in job["spec"] or dedicated) \
                 and not placement_ok(job["spec"], labels, dedicated):
             held_back.append((best_h, entry))  # I18: another worker's labels satisfy it
@@ -155,7 +167,24 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
         heapq.heappush(h, entry)
     if w is not None:
         w["grants"] += len(granted)
+    return _acquired(granted, refused)
+
+
+def _acquired(granted: list[dict[str, Any]], refused: int) -> Result:
+    if refused:  # only then: a result without it is the one it always was
+        return {"ok": True, "runs": granted, "refused": refused}
     return {"ok": True, "runs": granted}
+
+
+def _refused(s: SchedulerState, run: Record, job: Record, now: int) -> bool:
+    """Whether the policy holding ``job`` refuses its queued ``run`` (out of its queue's index
+    already): then the run is recorded skipped, reason ``policy``, and nothing runs."""
+    why = dispatch_refusal(s, job["spec"])
+    if why is None:
+        return False
+    unqueue_count(s, run)
+    run.update(state="skipped", reason="policy", error=why, finished_at=now)
+    return True
 
 
 #: the labels of an unregistered worker (never changed)
@@ -194,6 +223,11 @@ def grant(s: SchedulerState, run: Record, worker: str, ttl: int, now: int) -> di
         "token": tok, "deadline": deadline, "queue": q,
         "executor": executor, "payload": payload, "timeout_s": timeout_s,
     }
+    if job is not None and executor is not None and executor.get("type") == "http" \
+            and (s.tenant_policies or LIMITED in spec):
+        allow = network_of(s, spec)
+        if allow is not None:  # the worker checks where the run connects (core/network.py)
+            g["network"] = {"allow": allow, "tenant": spec["tenant"]}
     if job is not None and ("secrets" in spec or "keep_output" in spec):
         # What only a job that declares them has: the secrets its run is given (as environment
         # or headers), and whether its output is kept (the worker drops it before reporting).

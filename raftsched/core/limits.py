@@ -7,8 +7,9 @@ contract: changing one changes what apply accepts or what it does, so every repl
 must agree on it (a change ships as one version of the code, and must keep the entries already in
 the log and the snapshots valid). A bound of one process (a timeout, a buffer, a pipeline, a
 page, an executor's bound, the trigger's tick) is not here but in ``node/limits.py``, which reads
-these where it means the same thing. One exception, marked where it stands: the two bounds of
-``POST /v1/jobs:batch``, which clients read too and a client does not import the node.
+these where it means the same thing. Two exceptions, marked where they stand: the two bounds of
+``POST /v1/jobs:batch``, which clients read too and a client does not import the node; and the
+bound on a member's clock, which the replication layer reads and every member must share.
 
 Each constant says what it bounds. Relations between them are asserted at import, so a change
 that breaks one fails at once rather than in production (TigerBeetle's constants.zig).
@@ -25,6 +26,10 @@ command_version = 1
 request_ids_max = 10_000
 #: Longest request id a client may send.
 request_id_chars_max = 64
+#: The latest time a client may give (an ISO-8601 time, or ms since the epoch; the earliest is the
+#: epoch): 9999-01-01T00:00:00Z, a year before the end of what datetime renders, so that a slot an
+#: interval (every_s_max) after it, and a time zone's offset, still render.
+time_ms_max = 253_370_764_800_000
 
 # Jobs ---------------------------------------------------------------------------------------
 jobs_max = 2_000_000
@@ -176,6 +181,10 @@ tenant_rate_per_s_min = 0.001
 tenant_rate_per_s_max = 100_000
 #: Largest burst (the size of a tenant's token bucket).
 tenant_burst_max = 1_000_000
+#: Tenants with a policy (core/tenants.py: executors, placement, network), and the networks
+#: one policy may allow its http runs to reach beyond the public ones.
+tenant_policies_max = 10_000
+tenant_network_allow_max = 64
 
 assert acquire_runs_max <= heartbeat_leases_max
 assert worker_slots_max <= heartbeat_leases_max
@@ -206,6 +215,18 @@ batch_request_bytes_max = 16 * 1024 * 1024
 assert batch_jobs_max * 160 < batch_request_bytes_max
 assert put_jobs_items_max * 100 > command_bytes_max  # an item is >= ~150 bytes: bytes bind first
 
+# Clocks (core/clocksync.py) ------------------------------------------------------------------
+#: How far a member's wall clock may be from the cluster's (the median of the members' clocks,
+#: measured on the Raft traffic) before it counts as lying: a leader further off fires nothing,
+#: expires nothing and hands its leadership to a member within it, and a member further off
+#: does not stand for election while it knows. It is also the promise the fault harness checks:
+#: no run begins more than this before its slot. The second exception to this file's rule: apply
+#: never reads it, but every member's replication layer does (which imports only the core), and
+#: the members must judge by one bound, or a leader could keep firing on a clock its peers refuse.
+#: NTP keeps clocks within milliseconds; a second is far above that and far below what a
+#: stepped or stopped clock does.
+clock_skew_ms_max = 1000
+
 # API tokens (core/tokens.py) -----------------------------------------------------------------
 #: Tokens the state holds, revoked and expired ones included until a new token needs their place
 #: (the oldest revoked, then the oldest expired, is given up first). Each is ~150 bytes; every
@@ -219,6 +240,15 @@ token_note_chars_max = 256
 token_workers_max = 64
 
 assert token_tenants_max * (tenant_name_chars_max + 2) + token_note_chars_max + 512 < command_bytes_max
+
+# Secrets at rest (core/seal_keys.py, raftsched/sealing.py) -------------------------------------
+#: A key id (the name of its file in a node's key ring): every sealed value carries it.
+seal_key_id_chars_max = 16
+#: Jobs one reseal command re-seals; the command's size (command_bytes_max) binds first, since an
+#: item carries at least one sealed value (~60 bytes).
+reseal_jobs_max = 2_000
+
+assert reseal_jobs_max * 60 > command_bytes_max
 
 # Labels (the job spec's ``labels``) ---------------------------------------------------------
 #: Labels on one job: a small map saying who manages the job (the SDK's ``raftsched.app``, a

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from . import limits
 from .errors import Conflict, InvalidCommand
+from .model import is_name
 from .records import Record, Result, is_int
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 def _lock_args(cmd: Command, need_owner: bool) -> tuple[str, int | None]:
     name, ttl = cmd.get("name"), cmd.get("ttl")
-    if not isinstance(name, str) or not name:
+    if not is_name(name):
         raise InvalidCommand("lock command needs name")
     if need_owner and (not isinstance(cmd.get("owner"), str) or not cmd["owner"]):
         raise InvalidCommand("lock_acquire needs owner")

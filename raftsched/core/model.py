@@ -16,7 +16,7 @@ import re
 import urllib.parse
 from collections.abc import Set as AbstractSet
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, TypeGuard
 
 import msgpack
 
@@ -57,14 +57,19 @@ RUN_STATES = tuple(s.value for s in RunState)
 TERMINAL_STATES = frozenset({"succeeded", "failed", "dead", "skipped", "coalesced"})
 EXECUTOR_TYPES = ("shell", "http", "python")
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 #: An HTTP header name (RFC 9110 token), and a value with no control character but tab: a CR or
 #: LF in a value would start another header (header injection).
-HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+HEADER_NAME_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+#: Headers that frame an HTTP request: the http executor sets them, a job may not (a Host of its
+#: choosing would reach another virtual host than the URL names; the others smuggle requests).
+FRAMING_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 #: A secret's name: an environment variable name (also sent as a header name to an http run).
-SECRET_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-TARGET_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
+SECRET_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: What follows the ``@`` of a run id (``1780000000000``, ``...!manual-3``, ``...#bID``).
+_RUN_REST_RE = re.compile(r"[!-~]+")
+TARGET_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*")
 
 _TOP_FIELDS = {
     "schedule", "executor", "payload", "timeout_s", "misfire", "retry", "queue", "priority",
@@ -80,12 +85,19 @@ SCHEDULE_FIELDS = frozenset({"cron", "timezone", "every_s", "at", "dst", "start_
 OVERLAP_POLICIES = ("allow", "forbid", "queue_one", "replace")
 
 
+def is_name(v: object) -> TypeGuard[str]:
+    """Whether ``v`` is a name by its characters (NAME_RE, matched whole: a final newline is no
+    part of a name), whatever its length. Apply's check of a name a command carries: the rule
+    has not changed since the first version, so every journal's names keep their decision."""
+    return isinstance(v, str) and NAME_RE.fullmatch(v) is not None
+
+
 def check_name(name: object, field: str = "name", max_chars: int = limits.job_name_chars_max) -> str:
     if not isinstance(name, str) or not name:
         raise InvalidSpec("must be a non-empty string", field=field)
     if len(name) > max_chars:
         raise InvalidSpec(f"is longer than {max_chars} characters", field=field)
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         raise InvalidSpec(
             "may contain only letters, digits, '.', '_' and '-', and must start with a letter or digit",
             field=field,
@@ -100,7 +112,10 @@ def check_run_id(run_id: object, field: str = "run") -> str:
     :raises InvalidSpec:"""
     if not isinstance(run_id, str) or "@" not in run_id or len(run_id) > limits.job_name_chars_max + 64:
         raise InvalidSpec("must be a run id, JOB@...", field=field)
-    check_name(run_id.split("@", 1)[0], field)
+    job, _, rest = run_id.partition("@")
+    check_name(job, field)
+    if not _RUN_REST_RE.fullmatch(rest):
+        raise InvalidSpec("must be a run id, JOB@...: printable ASCII without spaces after the @", field=field)
     return run_id
 
 
@@ -175,9 +190,8 @@ def validate_schedule(raw: object, now_ms: int | None = None) -> Record:
 def _time_ms(v: object, field: str) -> int:
     """An ISO-8601 time with a zone, or integer milliseconds since the epoch, as milliseconds."""
     if isinstance(v, str):
-        # The same range as the integer form: an ISO time before the epoch is refused too.
-        return _int(schedule.parse_iso_ms(v, field), field, 0, 2**53)
-    return _int(v, field, 0, 2**53)
+        return schedule.parse_iso_ms(v, field)  # the same range as the integer form
+    return _int(v, field, 0, limits.time_ms_max)
 
 
 def validate_executor(raw: object) -> Record:
@@ -217,7 +231,7 @@ def validate_executor(raw: object) -> Record:
     if t == "http":
         ex = _obj(raw, "executor", {"type", "url", "headers"})
         url = ex.get("url")
-        if not isinstance(url, str) or not re.match(r"^https?://[^\s/]+", url) or re.search(r"[\s\x00-\x1f\x7f]", url):
+        if not isinstance(url, str) or not re.match(r"https?://[^\s/]+", url) or re.search(r"[\s\x00-\x1f\x7f]", url):
             raise InvalidSpec("must be an http:// or https:// URL (no spaces or control characters)", field="executor.url")
         if "@" in urllib.parse.urlsplit(url).netloc:
             # Every read would show it: credentials go in headers (shown redacted) or secrets.
@@ -231,17 +245,20 @@ def validate_executor(raw: object) -> Record:
             if len(h) > limits.executor_headers_max:
                 raise InvalidSpec(f"has more than {limits.executor_headers_max} headers", field="executor.headers")
             for k, v in h.items():
-                if not HEADER_NAME_RE.match(k) or len(k) > limits.secret_name_chars_max:
+                if not HEADER_NAME_RE.fullmatch(k) or len(k) > limits.secret_name_chars_max:
                     raise InvalidSpec(f"a header name is 1-{limits.secret_name_chars_max} token characters "
                                       "(letters, digits, !#$%&'*+.^_`|~-)", field="executor.headers")
                 if _CONTROL_RE.search(v):
                     raise InvalidSpec("holds a control character such as CR or LF, which would end the "
                                       "header (the value is not shown)", field=f"executor.headers.{k}")
+                if k.lower() in FRAMING_HEADERS:
+                    raise InvalidSpec(f"{k} frames the request: the executor sets it, a job cannot",
+                                      field=f"executor.headers.{k}")
             out["headers"] = dict(h)
         return out
     ex = _obj(raw, "executor", {"type", "target"})
     target = ex.get("target")
-    if not isinstance(target, str) or not TARGET_RE.match(target):
+    if not isinstance(target, str) or not TARGET_RE.fullmatch(target):
         raise InvalidSpec("must be 'module:function', e.g. 'myapp.jobs:nightly'", field="executor.target")
     return {"type": "python", "target": target}
 
@@ -380,7 +397,7 @@ def validate_secrets(raw: object) -> dict[str, str]:
         raise InvalidSpec(f"has more than {limits.secrets_max} secrets", field="secrets")
     out = {}
     for k, v in raw.items():
-        if not SECRET_NAME_RE.match(k) or len(k) > limits.secret_name_chars_max:
+        if not SECRET_NAME_RE.fullmatch(k) or len(k) > limits.secret_name_chars_max:
             raise InvalidSpec(f"a secret's name is 1-{limits.secret_name_chars_max} letters, digits and '_', "
                               "not starting with a digit", field="secrets")
         if k.upper().startswith("RAFTSCHED_"):
@@ -394,13 +411,13 @@ def validate_secrets(raw: object) -> dict[str, str]:
     return out
 
 
-LABEL_KEY_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?$")
+LABEL_KEY_RE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?")
 
 
 def check_label_key(key: object, field: str) -> str:
     """A label key (``raftsched.app``, ``team``). :raises InvalidSpec: naming ``field``."""
     n = limits.label_key_chars_max
-    if not isinstance(key, str) or not key or len(key) > n or not LABEL_KEY_RE.match(key):
+    if not isinstance(key, str) or not key or len(key) > n or not LABEL_KEY_RE.fullmatch(key):
         raise InvalidSpec(f"a label key is 1-{n} letters, digits, '.', '_', '/' and '-', starting and "
                           "ending with a letter or digit", field=field)
     return key
@@ -472,6 +489,10 @@ def validate_job(name: str, raw: object, now_ms: int | None = None) -> Record:
         _add_jitter(name, spec["schedule"], raw["jitter_s"])
     if "secrets" in raw:
         spec["secrets"] = validate_secrets(raw["secrets"])
+        for k in spec["secrets"]:  # an http run gets them as headers
+            if spec["executor"]["type"] == "http" and k.lower() in FRAMING_HEADERS:
+                raise InvalidSpec(f"{k} frames the request: an http job's secrets are sent as headers, and "
+                                  "the executor sets this one", field=f"secrets.{k}")
     if "keep_output" in raw:
         if not isinstance(raw["keep_output"], bool):
             raise InvalidSpec("must be true or false", field="keep_output")

@@ -15,7 +15,7 @@ from .records import Record
 
 #: What a label name or value may hold: letters, digits, '.', '_' and '-', starting with a letter
 #: or digit (the job-name rule).
-LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+LABEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def validate_worker_labels(raw: object, field: str) -> dict[str, str]:
@@ -27,10 +27,10 @@ def validate_worker_labels(raw: object, field: str) -> dict[str, str]:
         raise InvalidSpec(f"has more than {limits.worker_labels_max} labels", field=field)
     n = limits.worker_label_chars_max
     for k, v in raw.items():
-        if not isinstance(k, str) or not k or len(k) > n or not LABEL_RE.match(k):
+        if not isinstance(k, str) or not k or len(k) > n or not LABEL_RE.fullmatch(k):
             raise InvalidSpec(f"label names are 1-{n} letters, digits, '.', '_' or '-', starting with a letter "
                               "or digit", field=f"{field}.{k}")
-        if not isinstance(v, str) or not v or len(v) > n or not LABEL_RE.match(v):
+        if not isinstance(v, str) or not v or len(v) > n or not LABEL_RE.fullmatch(v):
             raise InvalidSpec(f"label values are 1-{n} letters, digits, '.', '_' or '-', starting with a letter "
                               "or digit", field=f"{field}.{k}")
     return {k: raw[k] for k in sorted(raw)}

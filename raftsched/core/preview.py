@@ -45,7 +45,8 @@ def preview(spec: Record, anchor_ms: int, after_ms: int, count: int) -> list[dic
         before = schedule.last_slots_until(sched, after_ms - 400 * 86_400_000, after_ms, anchor_ms, 1)
         if before:
             prev_off = _local(before[-1], tz)[1]
-    for ms in schedule.iter_slots(sched, after_ms, 2**62, anchor_ms, min(count, limits.preview_count_max)):
+    # No slot after the latest time a client may give is listed (its local time may not render).
+    for ms in schedule.iter_slots(sched, after_ms, limits.time_ms_max, anchor_ms, min(count, limits.preview_count_max)):
         local, off, ambiguous = _local(ms, tz)
         item = {"slot": schedule.iso(ms), "slot_ms": ms, "local": local, "timezone": tz, "utc_offset": _fmt_offset(off)}
         if prev_off is not None and off != prev_off:

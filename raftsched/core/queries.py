@@ -22,6 +22,7 @@ from .errors import NotFound
 from .model import RUN_STATES
 from . import records
 from .records import STATS_FIELDS, Record, Result
+from .tenants import DEFAULT_POLICY, refusal as policy_refusal
 
 if TYPE_CHECKING:
     from .commands import Command
@@ -97,9 +98,11 @@ def jobs_labelled_page(s: SchedulerState, labels: dict[str, str], limit: int, af
 
 
 def job_runs(s: SchedulerState, name: str, limit: int, state: str | None = None,
-             slot_ms: int | None = None) -> dict[str, Any]:
+             slot_ms: int | None = None, tenants: Collection[str] | None = None) -> dict[str, Any]:
     """Job ``name``'s history, newest first: up to ``limit`` runs and records, those in ``state``
-    only, or only the one covering ``slot_ms``. ``{"job", "runs": [run...], "history_max"}``.
+    only, or only the one covering ``slot_ms``; with ``tenants``, those of these tenants only (a
+    job moved from another tenant keeps that tenant's runs). ``{"job", "runs": [run...],
+    "history_max"}``.
 
     :raises NotFound: no such job."""
     j = s.jobs.get(name)
@@ -109,6 +112,8 @@ def job_runs(s: SchedulerState, name: str, limit: int, state: str | None = None,
     for rid in reversed(s.history.get(name, [])):
         r = runs[rid]
         if state and r["state"] != state:
+            continue
+        if tenants is not None and _tenant_of_run(s, r) not in tenants:
             continue
         if slot_ms is not None:
             slot: int = r["slot"]
@@ -190,14 +195,15 @@ def dead_run(s: SchedulerState, run_id: str) -> dict[str, Any] | None:
 
 # ------------------------------------------------------------------ queues
 def queue_stats(s: SchedulerState, now_ms: int) -> list[dict[str, Any]]:
-    """Every configured queue, and every queue holding queued, running or dead runs, by name:
-    ``{"name", "max_depth", "on_full", "configured", "depth", "ready", "running", "dead",
-    "oldest_waiting_age_ms"}``. Depth and running come from the state's counters, dead from the
+    """Every configured queue, every queue that belongs to tenants, and every queue holding
+    queued, running or dead runs, by name: ``{"name", "max_depth", "on_full", "configured",
+    "depth", "ready", "running", "dead", "oldest_waiting_age_ms", "tenants"}`` (``tenants``: the
+    ones it belongs to, or None). Depth and running come from the state's counters, dead from the
     DLQ index, and ready (queued runs whose due has come) and the oldest ready run's wait from
     the queue's acquire heaps: nothing here walks every run."""
-    queues, depths, running = s.queues, s._queue_depth, s._running_count
+    queues, depths, running, owners = s.queues, s._queue_depth, s._running_count, s.queue_owners
     dead = {q: len(_dead_in(s, q)) for q in s._dead}
-    names = set(queues)
+    names = set(queues) | set(owners)
     names.update(q for q, n in depths.items() if n)
     names.update(q for q, n in running.items() if n)
     names.update(q for q, n in dead.items() if n)
@@ -208,7 +214,8 @@ def queue_stats(s: SchedulerState, now_ms: int) -> list[dict[str, Any]]:
         out.append({"name": name, "max_depth": cfg["max_depth"], "on_full": cfg["on_full"],
                     "configured": name in queues, "depth": depths.get(name, 0), "ready": ready,
                     "running": running.get(name, 0), "dead": dead.get(name, 0),
-                    "oldest_waiting_age_ms": oldest})
+                    "oldest_waiting_age_ms": oldest,
+                    "tenants": list(owners[name]) if name in owners else None})
     return out
 
 
@@ -270,6 +277,34 @@ def tenants(s: SchedulerState) -> list[dict[str, Any]]:
     """Every tenant's rate limit by name: ``{"name", "rate_milli", "burst", "tokens_micro",
     "last_ms"}`` (tokens per 1000 s, micro-tokens: tenants.py's units)."""
     return [dict(t, name=n) for n, t in sorted(s.tenants.items())]
+
+
+def tenant_configs(s: SchedulerState) -> list[dict[str, Any]]:
+    """Every tenant with a rate limit or a policy, by name: ``{"name", "limit": a tenants()
+    item or None, "policy": {"executors", "labels", "allow"} or None}``."""
+    return [tenant_config(s, n) for n in sorted(set(s.tenants) | set(s.tenant_policies))]
+
+
+def tenant_config(s: SchedulerState, name: str) -> dict[str, Any]:
+    """Tenant ``name``'s rate limit and policy (each None when it has none), and the policy that
+    holds the jobs tokens limited to tenants write in it (``effective``: its own, or
+    tenants.DEFAULT_POLICY)."""
+    t, p = s.tenants.get(name), s.tenant_policies.get(name)
+    pol = None if p is None else {"executors": list(p["executors"]), "labels": dict(p["labels"]),
+                                  "allow": list(p["allow"])}
+    eff = pol if pol is not None else {k: (dict(v) if isinstance(v, dict) else list(v))
+                                       for k, v in DEFAULT_POLICY.items()}
+    return {"name": name, "limit": None if t is None else dict(t, name=name), "policy": pol, "effective": eff}
+
+
+def policy_check(s: SchedulerState, spec: Record, limited: bool) -> tuple[str, str] | None:
+    """``(field, why)`` when a job of ``spec`` may not be written under its tenant's policy by a
+    token that is (``limited``) or is not limited to tenants: the tenant's policy holds every
+    writer; without one, DEFAULT_POLICY holds a limited token's jobs only. None: allowed."""
+    pol = s.tenant_policies.get(spec["tenant"])
+    if pol is None:
+        pol = DEFAULT_POLICY if limited else None
+    return None if pol is None else policy_refusal(pol, spec)
 
 
 def lock(s: SchedulerState, name: str) -> dict[str, Any] | None:
@@ -388,9 +423,51 @@ def queue_tenants(s: SchedulerState, queue: str) -> set[str]:
     return {j["spec"]["tenant"] for j in s.jobs.values() if j["spec"]["queue"] == queue}
 
 
+def queue_access(s: SchedulerState, queue: str, exclude: str | None = None) -> tuple[list[str] | None, set[str]]:
+    """What decides who may use ``queue`` (node/tenancy.py): the tenants it belongs to (None:
+    none), and, when it belongs to none, the tenants of the jobs that use it but job ``exclude``
+    (the one a put replaces): a walk of every job, only for a queue nobody owns yet."""
+    owners = s.queue_owners.get(queue)
+    if owners is not None:
+        return list(owners), set()
+    return None, queues_access(s, [queue], {exclude} if exclude is not None else set())[queue][1]
+
+
+def queues_access(s: SchedulerState, queues: Collection[str],
+                  exclude: Collection[str]) -> dict[str, tuple[list[str] | None, set[str]]]:
+    """queue_access of each of ``queues``, leaving out the jobs ``exclude`` names (a batch's),
+    with one walk of the jobs for those that belong to no tenant."""
+    owners = s.queue_owners
+    out: dict[str, tuple[list[str] | None, set[str]]] = {}
+    free: dict[str, set[str]] = {}
+    for q in queues:
+        if q in owners:
+            out[q] = (list(owners[q]), set())
+        else:
+            free[q] = set()
+    if free:
+        for n, j in s.jobs.items():
+            spec = j["spec"]
+            users = free.get(spec["queue"])
+            if users is not None and n not in exclude:
+                users.add(spec["tenant"])
+        for q, users in free.items():
+            out[q] = (None, users)
+    return out
+
+
 def queues_of(s: SchedulerState, tenants: Collection[str]) -> set[str]:
-    """The queues of the jobs of ``tenants``."""
-    return {j["spec"]["queue"] for j in s.jobs.values() if j["spec"]["tenant"] in tenants}
+    """The queues of ``tenants``: those that belong to one of them, and those that belong to no
+    tenant and are used by jobs of these tenants only (docs/security.md, "Queues")."""
+    owners = s.queue_owners
+    out = {q for q, ts in owners.items() if any(t in tenants for t in ts)}
+    users: dict[str, set[str]] = {}
+    for j in s.jobs.values():
+        q = j["spec"]["queue"]
+        if q not in owners:
+            users.setdefault(q, set()).add(j["spec"]["tenant"])
+    out.update(q for q, ts in users.items() if ts <= set(tenants))
+    return out
 
 
 # ------------------------------------------------------------------ request ids
@@ -410,3 +487,6 @@ from .worker_queries import (  # noqa: E402,F401
     unplaceable, waiting_for, waiting_for_many, fleet_gauges,
     ready_for, ready_count, applied_count, next_due_ms, NO_WORKER_MATCHES,
 )
+
+# Secrets at rest (core/seal_keys.py): which key new values are sealed under, and what a reseal reads.
+from .seal_keys import seal_key, secret_maps  # noqa: E402,F401

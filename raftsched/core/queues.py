@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from . import limits
+from . import limits, snapshot
 from .errors import Conflict, InvalidCommand, NotFound
+from .model import is_name
 from .records import Record, Result, is_int, ok
 
 if TYPE_CHECKING:
@@ -218,14 +219,50 @@ def apply_dlq_delete(s: SchedulerState, cmd: Command, now: int) -> Result:
 
 
 def apply_put_queue(s: SchedulerState, cmd: Command, now: int) -> Result:
-    """``put_queue {name, max_depth, on_full}``: a queue's bound and what a full queue does
-    with a new run (``reject`` it, recorded skipped, or ``drop_oldest``). Queues that were
-    never put have ``limits.queue_depth_default`` and reject.
+    """``put_queue {name, max_depth, on_full, tenants?}``: a queue's bound and what a full queue
+    does with a new run (``reject`` it, recorded skipped, or ``drop_oldest``). Queues that were
+    never put have ``limits.queue_depth_default`` and reject. With ``tenants`` (a list of tenant
+    names, or nil), the queue's owners are set to them (nil: it has none); without the key they
+    stay as they are (``queue_owners``).
 
     :raises InvalidCommand: a field missing or of the wrong type."""
     name = cmd.get("name")
     depth, on_full = cmd.get("max_depth"), cmd.get("on_full")
-    if not isinstance(name, str) or not is_int(depth) or on_full not in ("reject", "drop_oldest"):
+    if not is_name(name) or not is_int(depth) or on_full not in ("reject", "drop_oldest"):
         raise InvalidCommand("put_queue needs name, max_depth, on_full")
+    owners = cmd.get("tenants")
+    if owners is not None and (not isinstance(owners, list) or not owners
+                               or len(owners) > limits.token_tenants_max
+                               or not all(type(t) is str and t for t in owners)):
+        raise InvalidCommand("put_queue.tenants must be a list of tenant names or nil")
     s.queues[name] = {"max_depth": depth, "on_full": on_full}
+    if "tenants" in cmd:
+        if owners is None:
+            s.queue_owners.pop(name, None)
+        else:
+            s.queue_owners[name] = sorted(set(owners))
     return ok(queue=name)
+
+
+# ------------------------------------------------------------------ owners
+# A queue belongs to the tenants its owners list names (docs/security.md, "Queues"): set by an
+# admin (put_queue's tenants: several tenants share it by the admin's choice), or claimed for
+# one tenant by a token limited to tenants, when it configures the queue or puts a job in it
+# while the queue has no owners (put_queue, put_job's ``claim``). Who may claim what is the
+# proposer's check (node/tenancy.py); apply only records it. The snapshot section
+# ``queue_owners``: queue -> sorted tenant names.
+def claim_queue(s: SchedulerState, queue: str, tenant: object) -> None:
+    """A put_job's ``claim``: ``queue`` is ``tenant``'s if it has no owners yet."""
+    if type(tenant) is str and tenant and queue not in s.queue_owners:
+        s.queue_owners[queue] = [tenant]
+
+
+def _encode_owners(owners: dict[str, list[str]]) -> list[list[Any]] | None:
+    return [[q, owners[q]] for q in sorted(owners)] or None
+
+
+def _decode_owners(data: list[list[Any]]) -> dict[str, list[str]]:
+    return {q: t for q, t in data}
+
+
+snapshot.register(snapshot.Extension(name="queue_owners", new=dict, encode=_encode_owners, decode=_decode_owners))

@@ -54,7 +54,7 @@ CRON_ALIASES = {
 #: Hashed or random items (``H``, ``R``, ``R(0-30)``, ``r/5``) that other cron dialects draw per
 #: parser: replicas and successive leaders would disagree. Matched per comma-separated item, so
 #: that month and day names containing an R (MAR, APR, FRI, MON-FRI) stay valid.
-_HASH_OR_RANDOM_RE = re.compile(r"^[hr](\(|/|$)", re.IGNORECASE)
+_HASH_OR_RANDOM_RE = re.compile(r"[hr](\(|/|\Z)", re.IGNORECASE)
 
 #: How far a DST transition can move local time: 2 h at the most (Antarctica/Troll), 1 h almost
 #: everywhere, 30 min on Lord Howe Island. A repeated or skipped span lies within this of its
@@ -74,11 +74,11 @@ def zone(name: str) -> ZoneInfo:
 
 
 #: A range with equal ends, with or without a step (``10-10/5``, ``MON-MON``): one value.
-_EQUAL_ENDS_RE = re.compile(r"^([0-9A-Za-z]+)-([0-9A-Za-z]+)(/[0-9]+)?$")
+_EQUAL_ENDS_RE = re.compile(r"([0-9A-Za-z]+)-([0-9A-Za-z]+)(/[0-9]+)?")
 
 
 def _one_value(item: str) -> str:
-    m = _EQUAL_ENDS_RE.match(item)
+    m = _EQUAL_ENDS_RE.fullmatch(item)
     if m and m.group(1).upper() == m.group(2).upper():
         # cronsim reads "N-N/S" as "N/S" (N, N+S, ... to the end of the field); Vixie cron and
         # cronsim's own "N-M/S" mean the values of the range, stepped: here, N alone.
@@ -400,10 +400,15 @@ def last_slots_until(schedule: Record, after_ms: int, until_ms: int, anchor_ms: 
 
 
 def iso(ms: int | None) -> str | None:
-    """ISO-8601 UTC with a Z, millisecond precision only when needed."""
+    """ISO-8601 UTC with a Z, millisecond precision only when needed; None for None, and for a
+    time datetime cannot render (past the year 9999: after limits.time_ms_max, the latest time a
+    client may give, a schedule's next slot may be; it is shown as none)."""
     if ms is None:
         return None
-    dt = _EPOCH + timedelta(milliseconds=ms)  # exact: no float rounding
+    try:
+        dt = _EPOCH + timedelta(milliseconds=ms)  # exact: no float rounding
+    except OverflowError:
+        return None
     if ms % 1000:
         return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
     return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -421,4 +426,7 @@ def parse_iso_ms(text: str, field: str) -> int:
         raise InvalidSpec(f"{text!r} has no time zone offset (add Z for UTC)", field=field)
     # Integer arithmetic: int(dt.timestamp() * 1000) loses a millisecond to float rounding
     # (1987-06-03T21:56:53.887Z became ...886).
-    return (dt - _EPOCH) // _MS
+    ms = (dt - _EPOCH) // _MS
+    if not 0 <= ms <= limits.time_ms_max:
+        raise InvalidSpec(f"must be between {iso(0)} and {iso(limits.time_ms_max)}", field=field)
+    return ms

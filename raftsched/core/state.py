@@ -42,7 +42,7 @@ from .leases import (
 from .locks import apply_lock_acquire, apply_lock_release, apply_lock_renew
 from .queues import apply_dlq_delete, apply_dlq_requeue, apply_put_queue, rebuild_indexes, reset_indexes
 from .records import IntTable, PartTable, Record, Result, err, ok, replayed, request_what
-from .tenants import apply_delete_tenant, apply_put_tenant
+from .tenants import apply_delete_tenant, apply_put_tenant, apply_put_tenant_policy
 from .backfills import (
     apply_backfill, apply_backfill_control, apply_backfill_step, apply_dlq_bulk, apply_dlq_bulk_step,
 )
@@ -50,6 +50,7 @@ from .workers import (
     apply_drain_worker, apply_forget_workers, apply_release, apply_worker_hello, apply_workers_seen,
 )
 from .tokens import apply_token_create, apply_token_revoke
+from .seal_keys import apply_reseal
 
 
 def apply_noop(s: SchedulerState, cmd: Command, now: int) -> Result:
@@ -98,6 +99,8 @@ HANDLERS: dict[str, Handler] = {
     "release": apply_release,
     "token_create": apply_token_create,
     "token_revoke": apply_token_revoke,
+    "reseal": apply_reseal,
+    "put_tenant_policy": apply_put_tenant_policy,
 }
 # The codec refuses an op with no handler; a handler for an op the codec refuses would never run.
 assert tuple(HANDLERS) == commands.OPS, "commands.OPS and state.HANDLERS must list the same ops"
@@ -114,10 +117,15 @@ class SchedulerState:
     # Declared for the type checker only (no value here: _reset sets them on the instance).
     # The sections added since snapshot version 3 (snapshot.EXTENSIONS), each set by _reset to
     # its empty form by name: worker id -> record (workers.py), backfill id -> record
-    # (backfills.py), token id -> record (tokens.py).
+    # (backfills.py), token id -> record (tokens.py), the key secrets are sealed under (seal_keys.py),
+    # and the two below.
     workers: dict[str, Record]
     backfills: dict[str, Record]
     tokens: dict[str, Record]
+    seal: dict[str, Any]
+    #: tenant -> its policy (tenants.py); queue -> the tenants it belongs to (queues.py)
+    tenant_policies: dict[str, Record]
+    queue_owners: dict[str, list[str]]
     # The derived indexes of the queues (queues.reset_indexes says what each holds).
     _queued: dict[str, dict[int, list[tuple[int, str]]]]
     _by_slot: dict[str, list[tuple[int, str]]]

@@ -46,7 +46,7 @@ ROLES = ("admin", "operator", "reader", "worker")
 #: a slow KDF would add nothing against guessing (docs/security.md, "Why not scrypt").
 HASH_ALGS = {"hmac-sha256": {"salt": 16, "digest": 32}}
 #: A token id: 16 lowercase hex digits (64 random bits, drawn by the proposer).
-TOKEN_ID_RE = re.compile(r"^[0-9a-f]{16}$")
+TOKEN_ID_RE = re.compile(r"[0-9a-f]{16}")
 
 _FIELDS = ("role", "tenants", "created", "expires", "hash", "revoked", "note")
 #: a field a record holds only when it is not None, written after the others
@@ -92,7 +92,7 @@ def check_tenants(tenants: object) -> list[str] | None:
     """None, or a list of 1..tokens_tenants_max distinct valid tenant names (returned sorted).
     :raises InvalidCommand:"""
     return _distinct(tenants, "tenants", limits.token_tenants_max,
-                     lambda t: len(t) <= limits.tenant_name_chars_max and NAME_RE.match(t) is not None)
+                     lambda t: len(t) <= limits.tenant_name_chars_max and NAME_RE.fullmatch(t) is not None)
 
 
 def check_workers(workers: object) -> list[str] | None:
@@ -126,7 +126,7 @@ def apply_token_create(s: SchedulerState, cmd: Command, now: int) -> Result:
         limited to tenants, a token of another role than worker bound to worker ids.
     :raises LimitExceeded: tokens_max live tokens."""
     tid, role, expires, note = cmd.get("id"), cmd.get("role"), cmd.get("expires"), cmd.get("note")
-    if not isinstance(tid, str) or not TOKEN_ID_RE.match(tid):
+    if not isinstance(tid, str) or not TOKEN_ID_RE.fullmatch(tid):
         raise InvalidCommand("token_create.id must be 16 hex digits")
     if role not in ROLES:
         raise InvalidCommand(f"token_create.role must be one of {', '.join(ROLES)}")

@@ -65,7 +65,7 @@ WORKER_KINDS = ("embedded", "remote")
 #: a worker's registry state; ``gone`` is not one of them: it is derived at read time
 WORKER_STATES = ("active", "draining")
 #: what a worker id may hold: a host name, a node id, a slash and a pid, an address...
-WORKER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+-]*$")
+WORKER_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/+-]*")
 #: the labels of a worker that has none (and of an unregistered one)
 NO_LABELS: dict[str, str] = {}
 #: a record's facts: what its worker says of itself in a hello (the rest is the registry's)
@@ -84,7 +84,7 @@ def check_worker_id(v: object, field: str = "worker") -> str:
         raise InvalidSpec("must be a non-empty string", field=field)
     if len(v) > limits.worker_id_chars_max:
         raise InvalidSpec(f"is longer than {limits.worker_id_chars_max} characters", field=field)
-    if not WORKER_ID_RE.match(v):
+    if not WORKER_ID_RE.fullmatch(v):
         raise InvalidSpec("may contain only letters, digits and . _ : @ / + -, and must start with a letter "
                           "or digit", field=field)
     return v
@@ -137,7 +137,7 @@ def _names_or_none(v: object, field: str, max_n: int, chars: int, none_means: st
     if not isinstance(v, list) or not v or len(v) > max_n:
         raise InvalidSpec(f"must be null ({none_means}) or a list of 1-{max_n} {what} names", field=field)
     for q in v:
-        if not isinstance(q, str) or not q or len(q) > chars or not NAME_RE.match(q):
+        if not isinstance(q, str) or not q or len(q) > chars or not NAME_RE.fullmatch(q):
             raise InvalidSpec(f"{what} names are 1-{chars} letters, digits, '.', '_' or '-'", field=field)
     return sorted(set(v))
 

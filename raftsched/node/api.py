@@ -20,17 +20,17 @@ from ..core.errors import InvalidSpec, NotFound, RaftschedError, TooManyRequests
 from ..core.model import RUN_STATES
 from . import auth as auth_module
 from . import limits as node_limits
-from . import routes, tenancy
+from . import rotation, routes, tenancy
 from .http import (AUDIT, AUTH, BACKFILLS, FLEET, METRICS, PRINCIPAL, ROUTE_TABLE, SERVICE, TOKEN,  # noqa: F401 - re-exported
-                   TRIGGER, WORKER, bool_param, choice_param, int_param, json_body, label_params,
-                   optional_json_body, rid, state_param, tenants_of)
+                   TRIGGER, WORKER, bool_param, choice_param, client_key, int_param, json_body, label_params,
+                   optional_json_body, rid, scope_key, state_param, tenants_of, time_param)
 from .routes import CONSISTENT, OPEN, Param, Route, Tenancy
 from .backfills import BackfillService
 from .fleet import Fleet
 from .audit import AuditLog
 from .auth import Auth
 from .metrics import NodeMetrics
-from .service import Service, parse_slot_param
+from .service import Service
 from .trigger import Trigger
 from ..worker.loop import Worker
 
@@ -93,8 +93,9 @@ async def auth_middleware(request: web.Request, handler):
 
 @web.middleware
 async def audit_middleware(request: web.Request, handler):
-    """Outermost: every mutation, and every request refused a token, goes to the audit log
-    with the status it was answered (node/audit.py)."""
+    """Outermost: every mutation, and every request refused for its token, goes to the audit
+    log with the status it was answered (node/audit.py): one record each when the token was
+    valid, counted in a summary when it was not (401) or not even looked at (429)."""
     status = None
     try:
         resp = await handler(request)
@@ -114,12 +115,18 @@ def record_audit(audit_log: AuditLog, request: web.Request, status: int | None) 
     if not (mutation or denied):
         return
     p = request.get(PRINCIPAL)
+    now_ms = request.app[SERVICE].clock.now_ms()
+    agent = request.headers.get("User-Agent")
+    if p is None:  # no valid token: anyone can send these, so they are counted, not recorded
+        audit_log.refused(now_ms=now_ms, reason="throttled" if status == 429 else "unauthenticated",
+                          source=request.remote, token=request.get(auth_module.CLAIMED), method=request.method,
+                          route=path or request.path, status=status, agent=agent)
+        return
     audit_log.record(
-        now_ms=request.app[SERVICE].clock.now_ms(), source=request.remote,
-        token=p.id if p is not None else request.get(auth_module.CLAIMED), role=p.role if p is not None else None,
+        now_ms=now_ms, source=request.remote, token=p.id, role=p.role,
         method=request.method, route=path or request.path, target=dict(request.match_info), status=status,
         auth="denied" if denied else "allowed",
-        request_id=request.headers.get("Idempotency-Key") or request.headers.get("X-Request-Id"))
+        request_id=request.headers.get("Idempotency-Key") or request.headers.get("X-Request-Id"), agent=agent)
 
 
 def make_app(service: Service, token: str | None, *, trigger: Trigger | None = None,
@@ -195,13 +202,21 @@ async def cluster(request: web.Request) -> web.Response:
         body["conditions"] = repl["conditions"]
     else:
         body["conditions"] = []
+    clock = st.get("clock")
+    if clock is not None:
+        # This node's wall clock against the cluster's (on the leader, every member's), whose
+        # cluster.clock_disagrees conditions are among the ones above: docs/operations.md.
+        body["clock"] = {k: v for k, v in clock.items() if k != "conditions"}
+    if st.get("durability") is not None:  # fsync on or off, and the syncs made (docs/operations.md)
+        body["durability"] = st["durability"]
     worker = request.app.get(WORKER)
     if worker is not None:
         body["worker"] = worker.stats()
     trigger = request.app.get(TRIGGER)
     if trigger is not None:
         ts = trigger.stats()
-        body["trigger"] = {"fires_proposed": ts["fires_proposed"], "slots_fired": ts["slots_fired"]}
+        body["trigger"] = {"fires_proposed": ts["fires_proposed"], "slots_fired": ts["slots_fired"],
+                           "held_by_clock": ts.get("held_by_clock")}
     return web.json_response(body)
 
 
@@ -241,9 +256,8 @@ async def put_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     name = request.match_info["name"]
     body = await json_body(request)
-    tenancy.check_spec(svc, tenants_of(request), name, body)
     create_only = request.headers.get("If-None-Match") == "*"
-    res = await svc.put_job(name, body, rid(request), create_only=create_only)
+    res = await svc.put_job(name, body, rid(request), create_only=create_only, tenants=tenants_of(request))
     return web.json_response(res, status=201 if res["created"] else 200)
 
 
@@ -260,12 +274,8 @@ async def put_jobs_batch(request: web.Request) -> web.Response:
         body = await json_body(request.clone(client_max_size=limit))
     except web.HTTPRequestEntityTooLarge:
         return too_large
-    tenants = tenants_of(request)
-    jobs = body.get("jobs") if isinstance(body, dict) else None
-    if tenants is not None and isinstance(jobs, dict):
-        for name, spec in jobs.items():
-            tenancy.check_spec(svc, tenants, name, spec)
-    return web.json_response(await svc.put_jobs(body, rid(request)))
+    return web.json_response(await svc.put_jobs(body, client_key(request), tenants_of(request),
+                                                lambda key: scope_key(request, key)))
 
 
 async def get_job(request: web.Request) -> web.Response:
@@ -303,9 +313,9 @@ async def job_runs(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     await svc.read_barrier(bool_param(request, "consistent"))
     limit = int_param(request, "limit", 100, 1, limits.history_per_job_max + limits.queue_depth_max)
-    slot = request.query.get("slot")
-    slot_ms = parse_slot_param(slot) if slot is not None else None
-    return web.json_response(svc.job_runs(request.match_info["name"], limit, state_param(request), slot_ms))
+    slot_ms = time_param(request, "slot")
+    return web.json_response(svc.job_runs(request.match_info["name"], limit, state_param(request), slot_ms,
+                                          tenants_of(request)))
 
 
 async def list_runs(request: web.Request) -> web.Response:
@@ -324,8 +334,7 @@ async def get_run(request: web.Request) -> web.Response:
 async def preview_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     count = int_param(request, "count", 10, 1, limits.preview_count_max)
-    after = request.query.get("after")
-    after_ms = parse_slot_param(after) if after is not None else None
+    after_ms = time_param(request, "after")
     return web.json_response(svc.preview_job(request.match_info["name"], count, after_ms))
 
 
@@ -349,13 +358,20 @@ async def list_queues(request: web.Request) -> web.Response:
 
 async def put_queue(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(await svc.put_queue(request.match_info["name"], await json_body(request), rid(request)))
+    return web.json_response(await svc.put_queue(request.match_info["name"], await json_body(request), rid(request),
+                                                 tenants_of(request)))
 
 
 async def list_tenants(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     await svc.read_barrier(bool_param(request, "consistent"))
     return web.json_response(svc.list_tenants(tenants_of(request)))
+
+
+async def get_tenant(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    await svc.read_barrier(bool_param(request, "consistent"))
+    return web.json_response(svc.get_tenant(request.match_info["name"]))
 
 
 async def put_tenant(request: web.Request) -> web.Response:
@@ -567,13 +583,16 @@ ROUTES: tuple[Route, ...] = (
     # queues and tenants
     Route("GET", "/v1/queues", list_queues, _R, T.FILTERED, "every queue's depth, bounds and counts",
           params=(CONSISTENT,)),
-    Route("PUT", "/v1/queues/{name}", put_queue, "queues.write", T.QUEUE, "a queue's bounds and priority",
-          body="queue", errors=(422,)),
-    Route("GET", "/v1/tenants", list_tenants, _R, T.FILTERED, "every tenant's rate limit", params=(CONSISTENT,)),
-    Route("PUT", "/v1/tenants/{name}", put_tenant, "tenants.write", T.REFUSED, "a tenant's rate limit",
+    Route("PUT", "/v1/queues/{name}", put_queue, "queues.write", T.CHECKED,
+          "a queue's bounds, and the tenants it belongs to", body="queue", errors=(422,)),
+    Route("GET", "/v1/tenants", list_tenants, _R, T.FILTERED, "every tenant's rate limit and policy",
+          params=(CONSISTENT,)),
+    Route("GET", "/v1/tenants/{name}", get_tenant, _R, T.TENANT, "a tenant's rate limit and policy",
+          params=(CONSISTENT,), errors=(404,)),
+    Route("PUT", "/v1/tenants/{name}", put_tenant, "tenants.write", T.REFUSED, "a tenant's rate limit and/or policy",
           body="tenant", errors=(422,)),
-    Route("DELETE", "/v1/tenants/{name}", delete_tenant, "tenants.write", T.REFUSED, "remove a tenant's rate limit",
-          errors=(404,)),
+    Route("DELETE", "/v1/tenants/{name}", delete_tenant, "tenants.write", T.REFUSED,
+          "remove a tenant's rate limit and policy", errors=(404,)),
     # the dead-letter queue
     Route("GET", "/v1/dlq", list_dlq, _R, T.FILTERED, "dead runs, newest first",
           params=(CONSISTENT, _RUNS_PAGE, Param("queue", "string", "only this queue's"))),
@@ -624,4 +643,4 @@ ROUTES: tuple[Route, ...] = (
           errors=(404,)),
     Route("POST", "/v1/workers/{id}/drain", drain_worker, "admin", T.REFUSED, "stop a worker taking runs",
           errors=(404,)),
-) + auth_module.TOKEN_ROUTES
+) + auth_module.TOKEN_ROUTES + rotation.SECRETS_ROUTES

@@ -83,7 +83,7 @@ def parse_token(text: str) -> tuple[str, str] | None:
     if not text.startswith(TOKEN_PREFIX) or len(text) < 22 or text[20] != "_":
         return None
     tid = text[4:20]
-    return (tid, text[21:]) if TOKEN_ID_RE.match(tid) else None
+    return (tid, text[21:]) if TOKEN_ID_RE.fullmatch(tid) else None
 
 
 def new_token() -> tuple[str, str, dict]:
@@ -275,8 +275,9 @@ def validate_token_body(body, now_ms: int) -> dict:
             expires = schedule.parse_iso_ms(expires, "expires")
         elif isinstance(expires, bool) or not isinstance(expires, int):
             raise InvalidSpec("must be an ISO-8601 time or ms since the epoch", field="expires")
-        if not now_ms < expires <= 2**53:
-            raise InvalidSpec("must be in the future", field="expires")
+        if not now_ms < expires <= limits.time_ms_max:
+            raise InvalidSpec(f"must be in the future, and before {schedule.iso(limits.time_ms_max)}",
+                              field="expires")
     note = body.get("note")
     if note is not None and (not isinstance(note, str) or len(note) > limits.token_note_chars_max):
         raise InvalidSpec(f"must be a string of at most {limits.token_note_chars_max} characters", field="note")
@@ -332,7 +333,7 @@ async def revoke_token(request: web.Request) -> web.Response:
     if tid == BOOTSTRAP_ID:
         raise InvalidSpec("the bootstrap token is the nodes' --token-file: write a new file and restart "
                           "the nodes one by one (docs/security.md, \"Rotating\")", field="id")
-    if not TOKEN_ID_RE.match(tid):
+    if not TOKEN_ID_RE.fullmatch(tid):
         raise InvalidSpec("must be a token id (16 hex digits)", field="id")
     res = await svc.propose(commands.token_revoke(svc.clock.now_ms(), rid(request) or secrets.token_hex(16),
                                                   id=tid))

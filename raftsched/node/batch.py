@@ -68,9 +68,12 @@ async def validate_all(jobs_raw: dict, now_ms: int | None = None) -> dict[str, d
 
 
 async def cut(specs: dict[str, dict], create_only: bool, key: str, now: int,
-              position: Callable[[str, dict], tuple[int, int, int | None]]) -> tuple[list[list[dict]], list[bytes]]:
+              position: Callable[[str, dict], tuple[int, int, int | None]],
+              claims: dict[str, str | None] | None = None) -> tuple[list[list[dict]], list[bytes]]:
     """The put_jobs commands for ``specs``: their items (``chunks``) and their encodings.
-    ``position(name, schedule)`` gives each job's ``(cursor, anchor, next)``."""
+    ``position(name, schedule)`` gives each job's ``(cursor, anchor, next)``; ``claims`` each
+    job's put_job ``claim`` (node/tenancy.py), when it has one: it depends on the token and the
+    spec only, so a retry cuts the same commands."""
     step = node_limits.batch_validate_step
     chunks: list[list[dict]] = []  # put_jobs items
     hashes: list = []
@@ -82,9 +85,13 @@ async def cut(specs: dict[str, dict], create_only: bool, key: str, now: int,
         if k and k % step == 0:
             await asyncio.sleep(0)
         spec = specs[name]
+        claim = claims.get(name) if claims else None
         # The item at its largest: the times it will carry encode in at most 9 bytes each.
-        widest = msgpack.packb({"name": name, "spec": spec, "next": _TIME_WIDEST, "cursor": _TIME_WIDEST,
-                                "anchor": _TIME_WIDEST, "create_only": create_only}, use_bin_type=True)
+        item = {"name": name, "spec": spec, "next": _TIME_WIDEST, "cursor": _TIME_WIDEST,
+                "anchor": _TIME_WIDEST, "create_only": create_only}
+        if claim is not None:
+            item["claim"] = claim
+        widest = msgpack.packb(item, use_bin_type=True)
         if cur and (cur_bytes + len(widest) > budget or len(cur) >= limits.put_jobs_items_max):
             chunks.append(cur)
             hashes.append(h)
@@ -93,8 +100,8 @@ async def cut(specs: dict[str, dict], create_only: bool, key: str, now: int,
             h = hashlib.blake2b(key.encode("utf-8", "backslashreplace") + b"\0%d\0" % len(chunks), digest_size=20)
         h.update(widest)
         cursor, anchor, nxt = position(name, spec["schedule"])
-        cur.append({"name": name, "spec": spec, "next": nxt, "cursor": cursor, "anchor": anchor,
-                    "create_only": create_only})
+        item.update(next=nxt, cursor=cursor, anchor=anchor)
+        cur.append(item)
         cur_bytes += len(widest)
     chunks.append(cur)
     hashes.append(h)

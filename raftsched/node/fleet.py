@@ -27,8 +27,8 @@ HTTP handlers are node/api.py's (the worker protocol's rows of its route table).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-import math
 import uuid
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -41,6 +41,7 @@ from ..core.model import EXECUTOR_TYPES
 from ..core.workers import check_dedicated, check_executors, check_labels, check_queues, check_worker_id
 from ..core.records import is_int
 from ..proposer import Proposer
+from .. import sealing
 from ..worker import limits as worker_limits
 from . import limits as node_limits
 from .dispatch import Dispatcher, LeaseRequest
@@ -78,6 +79,11 @@ def _ttl(b: dict) -> int:
     return _int_field(b, "ttl_ms", limits.lease_ttl_ms_min, limits.lease_ttl_ms_max, node_limits.lease_ttl_ms_default)
 
 
+def _token_ok(v: object) -> bool:
+    """A fencing token: an integer of the state's counter, 0 <= token < 2**63."""
+    return is_int(v) and 0 <= v < 2**63
+
+
 def _leases(b: dict) -> list[list]:
     leases = b.get("leases")
     n = limits.heartbeat_leases_max
@@ -85,8 +91,8 @@ def _leases(b: dict) -> list[list]:
         raise InvalidSpec(f"must be a list of at most {n} [run_id, token] pairs", field="leases")
     for item in leases:
         if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and item[0]
-                and is_int(item[1]) and item[1] >= 0):
-            raise InvalidSpec("each lease is [run_id, fencing token]", field="leases")
+                and _token_ok(item[1])):
+            raise InvalidSpec("each lease is [run_id, fencing token] (0 <= token < 2**63)", field="leases")
     return leases
 
 
@@ -107,7 +113,9 @@ def parse_lease(body) -> tuple[dict, int, float, int]:
              "dedicated": check_dedicated(b.get("dedicated"), labels)}
     n = _int_field(b, "max", 1, limits.acquire_runs_max)
     wait = b.get("wait_s", 0)
-    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not math.isfinite(wait) \
+    # Compared before any conversion: math.isfinite(10**400) raises OverflowError, and NaN fails
+    # every comparison.
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) \
             or not 0 <= wait <= worker_limits.lease_wait_s_max:
         raise InvalidSpec(f"must be a number of seconds between 0 and {worker_limits.lease_wait_s_max:g}", field="wait_s")
     return facts, n, float(wait), _ttl(b)
@@ -129,8 +137,8 @@ def parse_results(body) -> list[dict]:
                 raise InvalidSpec(f"unknown field; allowed: {', '.join(sorted(RESULT_FIELDS))}", field=f"{f}.{key}")
         if not isinstance(it.get("run"), str) or not it["run"]:
             raise InvalidSpec("is required: the run id", field=f"{f}.run")
-        if not is_int(it.get("token")) or it["token"] < 0:
-            raise InvalidSpec("is required: the lease's fencing token", field=f"{f}.token")
+        if not _token_ok(it.get("token")):
+            raise InvalidSpec("is required: the lease's fencing token (0 <= token < 2**63)", field=f"{f}.token")
         if not isinstance(it.get("success"), bool):
             raise InvalidSpec("is required: true or false", field=f"{f}.success")
         for key in ("error", "output"):
@@ -159,8 +167,10 @@ class Fleet:
 
     def __init__(self, raft, clock: Clock, node_id: str, *, embedded_id: str | None = None,
                  propose_timeout_s: float = node_limits.propose_timeout_s_default,
-                 seen_interval_s: float | None = None) -> None:
+                 seen_interval_s: float | None = None, unseal=None) -> None:
         self.raft = raft
+        #: a grant as the worker gets it, its secrets unsealed (raftsched/sealing.py unseal_grant)
+        self.unseal = unseal or functools.partial(sealing.unseal_grant, ring=sealing.PROCESS_RING)
         self.clock = clock
         self.node_id = node_id
         self.embedded_id = embedded_id
@@ -200,12 +210,22 @@ class Fleet:
             await self._hello(wid, facts)
             rec = self.raft.read(queries.worker_record, wid)
         if rec is not None and rec["state"] == "draining":
-            return {"runs": [], "draining": True}
+            return self._timed({"runs": [], "draining": True})
         types = None if set(facts["executors"]) == set(EXECUTOR_TYPES) else facts["executors"]
         req = LeaseRequest(wid, facts["queues"], facts["labels"], types, n, ttl_ms, alive, facts["dedicated"],
                            facts["tenants"])
         await self.dispatcher.lease(req, wait_s)
-        return {"runs": req.grants, "draining": req.draining}
+        # Unsealed here, where the run is handed out, and nowhere else (docs/security.md).
+        return self._timed({"runs": [self.unseal(g) for g in req.grants], "draining": req.draining})
+
+    def _timed(self, answer: dict) -> dict:
+        """``answer`` with ``cluster_ms``, cluster time as this node knows it when it answers
+        (absent when it does not): a remote worker starts no run before its slot by that clock,
+        whatever its own says (worker/remote.py)."""
+        t = self.raft.cluster_ms() if hasattr(self.raft, "cluster_ms") else None
+        if t is not None:
+            answer["cluster_ms"] = t
+        return answer
 
     async def _hello(self, wid: str, facts: dict) -> None:
         t = self._hellos.get(wid)
@@ -225,7 +245,7 @@ class Fleet:
         self._seen.add(wid)
         res = await self.propose(commands.heartbeat(self.clock.now_ms(), worker=wid, leases=leases, ttl=ttl,
                                                     tenants=tenants))
-        return {"extended": res["extended"], "lost": res["lost"], "draining": bool(res.get("draining"))}
+        return self._timed({"extended": res["extended"], "lost": res["lost"], "draining": bool(res.get("draining"))})
 
     async def complete(self, wid: str, body, key: str | None, tenants=None) -> dict:
         """``POST /v1/workers/{id}/complete``: one ``complete_many`` with the request's

@@ -4,11 +4,13 @@ naming the field. api.py, auth.py and tenancy.py import them from here, never fr
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 
 from aiohttp import web
 
-from ..core import limits
+from ..core import limits, schedule
 from ..core.errors import BadRequest, InvalidSpec
 from ..core.model import RUN_STATES, check_label_key, check_label_value
 
@@ -57,25 +59,58 @@ async def optional_json_body(request: web.Request, default=None):
     return await json_body(request) if await request.read() else default
 
 
-def rid(request: web.Request) -> str | None:
-    """The request id (``Idempotency-Key``, or ``X-Request-Id``) or None."""
+def client_key(request: web.Request) -> str | None:
+    """The client's request id (``Idempotency-Key``, or ``X-Request-Id``) or None."""
     r = request.headers.get("Idempotency-Key") or request.headers.get("X-Request-Id")
     if r is not None and (not r or len(r) > limits.request_id_chars_max):
         raise BadRequest(f"Idempotency-Key must be 1-{limits.request_id_chars_max} characters", field="Idempotency-Key")
     return r
 
 
+#: An integer query parameter: ASCII digits, perhaps a minus, and no more digits than any bound
+#: has (int() would also take "1_000", " 5" and other scripts' digits, and 4 300 digits of work).
+_INT_PARAM_RE = re.compile(r"-?[0-9]{1,18}")
+
+
+def rid(request: web.Request) -> str | None:
+    """The request id a command carries: the client's key scoped to its token (scope_key), or None."""
+    return scope_key(request, client_key(request))
+
+
+def scope_key(request: web.Request, key: str | None) -> str | None:
+    """``key`` as the principal of ``request`` owns it: keys are the token's, so another token's
+    request with the same key is another request (neither replays nor conflicts with it), and
+    no answer tells one token what another used a key for. A hash of the token id and the key,
+    as long as any key may be."""
+    p = request.get(PRINCIPAL)
+    if key is None or p is None:
+        return key
+    h = hashlib.blake2b(f"{p.id}\0{key}".encode("utf-8", "backslashreplace"), digest_size=16)
+    return "k-" + h.hexdigest()
+
+
 def int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
     text = request.query.get(name)
     if text is None:
         return default
-    try:
-        v = int(text)
-    except ValueError:
-        raise BadRequest(f"must be an integer between {lo} and {hi}", field=name) from None
+    if not _INT_PARAM_RE.fullmatch(text):
+        raise BadRequest(f"must be an integer between {lo} and {hi}", field=name)
+    v = int(text)
     if not lo <= v <= hi:
         raise BadRequest(f"must be between {lo} and {hi}", field=name)
     return v
+
+
+def time_param(request: web.Request, name: str) -> int | None:
+    """An ISO-8601 time (core.schedule.parse_iso_ms's range) as ms, or None when not given.
+    :raises BadRequest: naming ``name``."""
+    text = request.query.get(name)
+    if text is None:
+        return None
+    try:
+        return schedule.parse_iso_ms(text, name)
+    except InvalidSpec as e:
+        raise BadRequest(e.message, field=name) from None
 
 
 def bool_param(request: web.Request, name: str) -> bool:

@@ -135,15 +135,50 @@ auth_failures_burst = 20
 auth_failures_per_s = 1.0
 #: Source addresses whose failure buckets a node remembers (least recently failing forgotten).
 auth_sources_max = 10_000
-#: Size at which the audit log (DATA_DIR/audit.jsonl) is rotated, and the rotated files kept
-#: (audit.jsonl.1 the newest): at most (1 + kept) x this on disk.
+#: Size at which the audit log (DATA_DIR/audit.jsonl, requests with a valid token) is rotated,
+#: and the rotated files kept (audit.jsonl.1 the newest): at most (1 + kept) x this on disk.
 audit_file_bytes_max = 16 * 1024 * 1024
 audit_files_kept = 4
 #: Characters of one field of an audit record (a path, a name from the URL): a request line
-#: is at most 8 KiB (aiohttp), a record stays well under a line a terminal shows whole.
+#: is at most 8 KiB (aiohttp), a record stays well under a line a terminal shows whole. A
+#: request id is cut at core request_id_chars_max, a user agent at audit_agent_chars_max.
 audit_field_chars_max = 256
+audit_agent_chars_max = 128
+#: Requests refused before a token was accepted (401, 429) are counted, not recorded one by one:
+#: one summary a (reason, source address) every interval, in DATA_DIR/audit-refused.jsonl, for
+#: at most sources_max sources an interval (the rest counted together), each naming at most
+#: keys_max routes and claimed token ids and agents_max user agents (the rest counted as
+#: "other"). A summary is at most ~4 KB, so an interval writes at most ~1 MB whatever a flood
+#: sends (a few hundred bytes a source, usually), to a file of its own budget: (1 + kept) x
+#: bytes_max.
+audit_refused_interval_s = 60
+audit_refused_sources_max = 256
+audit_refused_keys_max = 8
+audit_refused_agents_max = 4
+audit_refused_file_bytes_max = 4 * 1024 * 1024
+audit_refused_files_kept = 2
+#: How often the node writes the summaries of an interval that has ended.
+audit_flush_poll_s = 5.0
 
 assert auth_failures_burst >= 1 and auth_failures_per_s > 0
+
+# The node's log (node/logs.py) ---------------------------------------------------------------
+#: Lines of one kind (logger, level, message template) the node logs in a window; the others
+#: are counted, and the next line of that kind says how many were left out.
+log_repeats_burst = 20
+log_repeats_window_s = 60.0
+#: With --log-file: the size at which the file is rotated, and the rotated files kept (PATH.1 the
+#: newest): at most (1 + kept) x this on disk.
+log_file_bytes_max = 16 * 1024 * 1024
+log_files_kept = 4
+
+# Secrets at rest (node/rotation.py) ----------------------------------------------------------
+#: Passes a rotate-key makes at most: each reads every secret value, re-seals those under another
+#: key and proposes them; a pass finds more only when a write sealed under the old key landed
+#: while the previous one was proposed (its proposer read the state before the key changed).
+reseal_passes_max = 5
+#: Values re-sealed between two yields to the event loop (~20 us each: unseal and seal).
+reseal_step = 512
 
 # The command line's attempt timeout is the client's (client/core.py BATCH_TIMEOUT_S): the CLI
 # is a thin layer over the client.

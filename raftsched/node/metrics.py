@@ -55,6 +55,21 @@ class _StateCollector:
             yield GaugeMetricFamily("raftsched_cluster_conditions",
                                     "conditions this node reports (cluster.follower_stalled, ...)",
                                     value=len(repl["conditions"]))
+        clock = st.get("clock")
+        if clock is not None:
+            off = clock.get("offset_ms")
+            yield GaugeMetricFamily("raftsched_clock_offset_seconds",
+                                    "this node's wall clock minus the cluster's (the median of the members'), "
+                                    "NaN when unknown", value=float("nan") if off is None else off / 1000)
+            yield GaugeMetricFamily("raftsched_clock_disagrees",
+                                    "1 if this node's wall clock is further than the bound from the cluster's "
+                                    "(a leader then fires nothing and hands over)",
+                                    value=1 if clock.get("state") == "disagrees" else 0)
+            peers = GaugeMetricFamily("raftsched_clock_peer_offset_seconds",
+                                      "on the leader: each member's wall clock minus the cluster's", labels=["peer"])
+            for peer, p in sorted((clock.get("peers") or {}).items()):
+                peers.add_metric([peer], p["offset_ms"] / 1000)
+            yield peers
         runs = GaugeMetricFamily("raftsched_runs", "runs and recorded slots kept in the state, by state", labels=["state"])
         depth = GaugeMetricFamily("raftsched_queue_depth", "runs waiting in the queue", labels=["queue"])
         running = GaugeMetricFamily("raftsched_queue_running", "runs leased and running", labels=["queue"])
@@ -78,6 +93,9 @@ class _StateCollector:
         yield CounterMetricFamily("raftsched_slots_fired", "slots this node fired as runs while leading", value=t["slots_fired"])
         yield CounterMetricFamily("raftsched_fire_commands", "fire commands this node proposed while leading", value=t["fires_proposed"])
         yield CounterMetricFamily("raftsched_leases_expired", "leases this node's reaper expired", value=t["leases_expired"])
+        yield CounterMetricFamily("raftsched_trigger_ticks_held_by_clock",
+                                  "trigger ticks this node skipped while leading, its clock disagreeing or unknown",
+                                  value=t.get("ticks_held_by_clock", 0))
         w = self.worker.stats()
         yield CounterMetricFamily("raftsched_worker_runs_completed", "attempts this node's worker reported", value=w["completed"])
         yield CounterMetricFamily("raftsched_worker_completions_refused", "reports refused for a stale token", value=w["refused"])
@@ -142,10 +160,29 @@ class _GcCollector:
         yield CounterMetricFamily("raftsched_gc_freezes", "gc.freeze calls (raftsched/gcpolicy.py)", value=g.freezes)
 
 
+class _RaftPortCollector:
+    """What this node's Raft port refused (RaftNode.status()["connections_dropped"])."""
+
+    def __init__(self, raft) -> None:
+        self.raft = raft
+
+    def collect(self):
+        dropped = self.raft.status().get("connections_dropped")
+        if dropped is None:  # a replicator without a Raft port (tests' FakeRaft)
+            return
+        m = CounterMetricFamily("raftsched_raft_connections_dropped",
+                                "connections this node's Raft port dropped, by reason (frame_too_large, "
+                                "auth_failed, auth_timeout, bad_message; docs/security.md)", labels=["reason"])
+        for reason, n in sorted(dropped.items()):
+            m.add_metric([reason], n)
+        yield m
+
+
 class NodeMetrics:
     def __init__(self, raft, trigger, worker, gc_pauses=None) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_StateCollector(raft, trigger, worker))
+        self.registry.register(_RaftPortCollector(raft))
         if gc_pauses is not None:
             self.registry.register(_GcCollector(gc_pauses))
         self.fire_lag = _FireLag(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import ipaddress
 import logging
 import os
@@ -14,14 +15,14 @@ from collections.abc import Awaitable
 
 from aiohttp import web
 
-from ..clock import Clock, SystemClock
+from ..clock import Clock, ClusterClock, SystemClock
 from ..core.model import EXECUTOR_TYPES
 from ..core.state import SchedulerState
-from .. import gcpolicy, replication
+from .. import gcpolicy, replication, sealing
 from ..config import ConfigError, read_secret_file
 from . import limits as node_limits
 from ..worker import limits as worker_limits
-from .api import make_app
+from .api import AUDIT, make_app
 from .backfills import BackfillStepper
 from .fleet import Fleet
 from .audit import AuditLog, install_log_redaction
@@ -31,6 +32,7 @@ from .service import Service
 from .trigger import Trigger
 from .metrics import NodeMetrics
 from ..worker.loop import Worker
+from ..worker.sandbox import CODE_TYPES, RunUser, Sandbox, resolve_run_user
 
 log = logging.getLogger("raftsched.node")
 
@@ -82,6 +84,13 @@ class NodeConfig:
     #: seconds between the node's workers_seen reports (node/fleet.py; None: node/limits.py's):
     #: the hostile-input suite makes it long, so that its state hash moves only by its requests
     workers_seen_interval_s: float | None = None
+    #: sync the journal, its meta and the dumps before acknowledging (``raftsched node
+    #: --no-fsync`` turns it off: docs/operations.md, "Durability")
+    fsync: bool = True
+    #: test-only (``--simulate-power-loss``, refused unless RAFTSCHED_TEST_POWER_LOSS=1): write
+    #: through replication.powerloss.ShadowDisk, which keeps what a power loss would leave, for
+    #: the fault harness's ``power`` nemesis
+    simulate_power_loss: bool = False
     # Security (docs/security.md).
     #: GET /metrics needs no token (a Prometheus that scrapes without one)
     metrics_open: bool = False
@@ -93,6 +102,17 @@ class NodeConfig:
     #: refused tokens one source may send in a burst, and get back a second (node/limits.py)
     auth_failures_burst: float = node_limits.auth_failures_burst
     auth_failures_per_s: float = node_limits.auth_failures_per_s
+    #: the key ring secrets are sealed with (raftsched/sealing.py): ``<id>.key`` files, outside
+    #: the data directory (None: none; the node then refuses writes that carry secrets)
+    keys_dir: str | None = None
+    #: who this node's shell and python runs execute as (``--run-as``, worker/sandbox.py), and
+    #: with which names of its environment besides PATH, LANG and TZ (``--pass-env``), their
+    #: directories made where (``--runs-dir``; None: the system's temporary directory). None: the
+    #: default for this process, resolved at start (cli.py resolves it, and checks the files
+    #: against it, before anything starts)
+    run_user: RunUser | None = None
+    pass_env: tuple = ()
+    runs_dir: str | None = None
 
 
 def parse_hostport(text: str, what: str) -> tuple[str, int]:
@@ -171,7 +191,9 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
         the failure was logged with its traceback.
     :raises OSError: the API port could not be bound.
     """
-    clock = clock or SystemClock(cfg.clock_offset_file)
+    # The node's own clock (its wall clock is measured against the others' by the replication
+    # layer) and the cluster's, which everything else stamps and judges by.
+    local = clock or SystemClock(cfg.clock_offset_file)
     gcpolicy.set_young_threshold(node_limits.gc_gen0_threshold)
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
@@ -183,6 +205,12 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
     # The journal and dump hold job specs (env, headers): private to the node's user.
     os.umask(0o077)
     os.makedirs(cfg.data_dir, exist_ok=True)
+    # Secrets at rest: read (and refused if others may read it) before anything starts.
+    keyring = sealing.KeyRing.load(cfg.keys_dir) if cfg.keys_dir else sealing.KeyRing()
+    if not keyring.ids():
+        log.warning("no key in the key ring %s: this node refuses writes that carry secrets, and fails the runs "
+                    "that need them (docs/operations.md, \"Key files\")", cfg.keys_dir or "(no --keys-dir)")
+    unseal = functools.partial(sealing.unseal_grant, ring=keyring, where=f"node {cfg.node_id}")
     state = SchedulerState()  # no due index: the trigger attaches one while this node leads
     trigger_box: list[Trigger] = []
 
@@ -191,30 +219,46 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
         if trigger_box:
             trigger_box[0].on_role_change(is_leader)
 
+    disk = None
+    if cfg.simulate_power_loss:
+        from ..replication.powerloss import ShadowDisk
+        disk = ShadowDisk(cfg.data_dir, fsync=cfg.fsync)
+        log.warning("simulating power loss (test-only): the data dir keeps a durable shadow")
+    if not cfg.fsync:
+        log.warning("fsync is off: a power loss or a kernel crash of a majority can lose "
+                    "acknowledged writes and repeat fencing tokens (docs/operations.md)")
     raft = replication.RaftNode(
         self_addr=cfg.raft_addr, peers=cfg.peers, data_dir=cfg.data_dir, secret=cfg.secret,
         state=state, on_role_change=on_role_change, dial_map=cfg.dial_map or None,
-        conf_overrides=cfg.conf_overrides or None, join=cfg.join,
+        conf_overrides=cfg.conf_overrides or None, wall_ms=local.now_ms, fsync=cfg.fsync, disk=disk,
+        join=cfg.join,
     )
+    clock = ClusterClock(local, raft.cluster_ms)
     trigger = Trigger(raft, clock, cfg.node_id, fire_log_path=cfg.fire_log_path)
     trigger.leader_tasks.append(BackfillStepper(raft, clock).run_while_leading)
     trigger_box.append(trigger)
-    worker = Worker(raft, clock, cfg.node_id, slots=cfg.worker_slots, queues=cfg.worker_queues,
+    sandbox = None
+    if cfg.worker_slots > 0 and cfg.executor_types & CODE_TYPES:
+        sandbox = Sandbox(cfg.run_user or resolve_run_user(None), pass_env=tuple(cfg.pass_env), name=cfg.node_id,
+                          runs_parent=cfg.runs_dir)
+    worker = Worker(raft, clock, cfg.node_id, sandbox=sandbox, slots=cfg.worker_slots, queues=cfg.worker_queues,
                     allowed_types=cfg.executor_types, lease_ttl_ms=cfg.lease_ttl_ms,
                     execute_on_leader=cfg.execute_on_leader,
-                    labels=cfg.worker_labels)
-    service = Service(raft, clock, cfg.node_id, fingerprint=Fingerprint.from_cluster_secret(cfg.secret))
+                    labels=cfg.worker_labels, unseal=unseal)
+    service = Service(raft, clock, cfg.node_id, fingerprint=Fingerprint.from_cluster_secret(cfg.secret),
+                      keyring=keyring)
     fleet = Fleet(raft, clock, cfg.node_id, embedded_id=worker.worker_id if cfg.worker_slots > 0 else None,
-                  seen_interval_s=cfg.workers_seen_interval_s)
+                  seen_interval_s=cfg.workers_seen_interval_s, unseal=unseal)
     gc_pauses = gcpolicy.GcPauses(lambda: state.jobs, freeze_pause_s=node_limits.gc_freeze_pause_s,
                                   freeze_growth_jobs=node_limits.gc_freeze_growth_jobs,
                                   log_pause_s=node_limits.gc_log_pause_s)
     metrics = NodeMetrics(raft, trigger, worker, gc_pauses)
     metrics.registry.register(fleet.collector())
+    audit = AuditLog(os.path.join(cfg.data_dir, "audit.jsonl"), cfg.node_id)
+    metrics.registry.register(audit.collector())
     trigger.lag_observer = metrics.observe_fire_lags
     auth = Auth(cfg.token, raft.read, clock, metrics_open=cfg.metrics_open,
                 limiter=FailureLimiter(cfg.auth_failures_burst, cfg.auth_failures_per_s))
-    audit = AuditLog(os.path.join(cfg.data_dir, "audit.jsonl"), cfg.node_id)
     install_log_redaction()  # aiohttp's parser errors quote the request: never a token in the log
     app = make_app(service, cfg.token, trigger=trigger, worker=worker, metrics=metrics, fleet=fleet,
                    auth=auth, audit=audit)
@@ -223,7 +267,7 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
         await _serve(cfg, raft, loop, app, trigger, worker, stop, gc_pauses, fleet)
     finally:
         gc_pauses.uninstall()  # its callback holds the state: never left behind by a failed start
-        audit.close()
+        audit.close(clock.now_ms())
 
 
 async def _serve(cfg: NodeConfig, raft, loop, app, trigger, worker, stop, gc_pauses: gcpolicy.GcPauses,
@@ -239,7 +283,8 @@ async def _serve(cfg: NodeConfig, raft, loop, app, trigger, worker, stop, gc_pau
                  "https" if ssl_ctx else "http", cfg.api_host, cfg.api_port,
                  " (client certificates required)" if cfg.tls_client_ca else "",
                  cfg.raft_addr, ",".join(cfg.peers) or "-", cfg.data_dir, os.getpid())
-        loops = {"trigger": trigger.run(), "gc": gcpolicy.poll_forever(gc_pauses, node_limits.gc_poll_s), "fleet": fleet.run()}
+        loops = {"trigger": trigger.run(), "gc": gcpolicy.poll_forever(gc_pauses, node_limits.gc_poll_s), "fleet": fleet.run(),
+                 "audit": app[AUDIT].run(trigger.clock)}
         if cfg.worker_slots > 0:
             loops["worker"] = worker.run()
         # One task group: a loop that fails cancels the others and the wait for ``stop``, and

@@ -29,7 +29,8 @@ class Tenancy(enum.Enum):
     SHARED = "shared"
     #: The handler filters what it returns to the token's tenants (lists).
     FILTERED = "filtered"
-    #: The handler checks the request's body against the token's tenants (a job's spec).
+    #: The handler checks the request's body against the token's tenants (a job's spec, a
+    #: queue's configuration).
     CHECKED = "checked"
     #: The ``{name}`` job must be one of the token's tenants' (else 404, as for no such job).
     JOB = "job"
@@ -37,8 +38,8 @@ class Tenancy(enum.Enum):
     RUN = "run"
     #: Likewise, in a dead-letter queue.
     DEAD_RUN = "dead_run"
-    #: The ``{name}`` queue must be used only by jobs of the token's tenants (else 403).
-    QUEUE = "queue"
+    #: The ``{name}`` tenant must be one of the token's (else 404, as for no such tenant).
+    TENANT = "tenant"
     #: The worker protocol: the handlers hold a worker limited to tenants to them (node/fleet.py).
     WORKER = "worker"
 

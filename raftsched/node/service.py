@@ -9,17 +9,22 @@ or pysyncobj, nor how the state stores its records.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import uuid
+
+import msgpack
 
 from ..clock import Clock
 from ..core import bodies, commands, limits, model, policy, preview, queries, schedule
-from ..core.errors import InvalidSpec, NotFound, BadRequest
+from ..core.errors import BadRequest, Conflict, Forbidden, InvalidSpec, NotFound, Unavailable
 from ..core.model import check_name
-from . import batch
+from ..core.tenants import LIMITED
+from .. import sealing
+from . import batch, tenancy
 from ..proposer import Proposer
 from . import limits as node_limits
 from .redact import PROCESS_DEFAULT, Fingerprint, restore_redacted
-from .views import job_view, lock_view, run_view, tenant_view
+from .views import job_view, lock_view, policy_view, run_view, tenant_view
 
 
 def new_request_id() -> str:
@@ -33,16 +38,20 @@ class Service:
     :param clock: the proposer's clock: every command's ``now``, and the first slots of a job.
     :param fingerprint: how reads show secrets (node/redact.py); the node's is keyed by the
         cluster secret, so every node shows the same fingerprints.
+    :param keyring: the keys this node seals secrets with before it proposes them
+        (raftsched/sealing.py); the node's is read from its --keys-dir.
     """
 
     def __init__(self, raft, clock: Clock, node_id: str,
                  propose_timeout_s: float = node_limits.propose_timeout_s_default,
-                 fingerprint: Fingerprint = PROCESS_DEFAULT) -> None:
+                 fingerprint: Fingerprint = PROCESS_DEFAULT,
+                 keyring: sealing.KeyRing = sealing.PROCESS_RING) -> None:
         self.raft = raft
         self.clock = clock
         self.node_id = node_id
         self.propose_timeout_s = propose_timeout_s
         self.fingerprint = fingerprint
+        self.keyring = keyring
         #: The one way this node's API writes go out (raftsched/proposer.py).
         self.proposer = Proposer(raft, propose_timeout_s)
 
@@ -89,51 +98,149 @@ class Service:
             memo[key] = schedule.next_slot_after(sched, cursor, anchor)
         return cursor, anchor, memo[key]
 
-    def unredact(self, name: str, raw):
+    def unredact(self, name: str, raw, tenants: frozenset | None = None):
         """``raw`` with the redacted values a read showed of job ``name``'s stored secrets put
-        back (node/redact.py). :raises InvalidSpec: a redacted value that matches none."""
+        back (node/redact.py); for a token limited to ``tenants``, only from a job of theirs (for
+        another tenant's, as for a name nobody uses). :raises InvalidSpec: a redacted value that
+        matches none."""
         if not isinstance(raw, dict) or not isinstance(name, str):
             return raw
 
         def stored():
             old = self.read(queries.job, name)
-            return old["spec"] if old is not None else None
+            if old is None or (tenants is not None and old["spec"]["tenant"] not in tenants):
+                return None
+            return old["spec"]
         return restore_redacted(raw, stored, self.fingerprint)
+
+    def check_write(self, name: str, spec: dict, tenants: frozenset | None, access: dict | None = None) -> str | None:
+        """Hold a validated ``spec`` of job ``name`` to its tenant's policy and, for a token
+        limited to ``tenants``, to them (node/tenancy.py); such a token's spec is marked written by
+        it (``limited``: its tenant's policy, or the default one, holds it for good).
+
+        :returns: the put's ``claim`` (tenancy.check_job). :raises Forbidden, Conflict:"""
+        claim = tenancy.check_job(self, tenants, name, spec, access)
+        if tenants is not None:
+            spec[LIMITED] = True
+        return claim
 
     def job_view(self, job: dict) -> dict:
         """``job`` (queries.job) as the API shows it, secrets redacted."""
         return job_view(job, self.fingerprint)
 
-    async def put_job(self, name: str, raw, rid: str | None, create_only: bool = False) -> dict:
+    # ------------------------------------------------------------------ secrets at rest
+    async def seal_key(self) -> str:
+        """The key this node seals new secret values under: the one the state names
+        (core/seal_keys.py). When it names none yet (a new cluster, or one whose journal predates
+        sealing), this node's ring must hold exactly one key, which it names first with a
+        reseal of no jobs, so that a key added to the rings later changes nothing until
+        ``raftsched secrets rotate-key`` names it.
+
+        :raises Unavailable: this node cannot seal (no key, or not the one named): the request
+            is refused rather than stored in clear; another node may take it."""
+        kid = self.read(queries.seal_key)
+        ring = self.keyring
+        where = f"its key ring ({ring.directory})" if ring.directory else "its key ring"
+        if kid is None:
+            ids = ring.ids()
+            if len(ids) != 1:
+                raise Unavailable(
+                    f"node {self.node_id} cannot seal secrets: {where} holds "
+                    + (f"{len(ids)} keys and the cluster names none; name one with raftsched secrets rotate-key"
+                       if ids else "no key (raftsched secrets new-key; docs/operations.md, \"Key files\")"),
+                    field="secrets")
+            kid = (await self.propose(commands.reseal(self.clock.now_ms(), None, key=ids[0], jobs=[])))["key"]
+        if not ring.holds(kid):
+            raise Unavailable(f"node {self.node_id} cannot seal secrets: they are sealed under key {kid!r}, which "
+                              f"{where} does not hold; give it that key file, or send the request to another node",
+                              field="secrets")
+        return kid
+
+    def seal_with(self, kid: str, name: str, spec: dict) -> dict:
+        """``spec`` with its secret values in clear sealed under ``kid`` (raftsched/sealing.py).
+        :raises InvalidSpec: the sealed spec would not fit in a command."""
+        out = sealing.seal_spec(spec, name, self.keyring, kid, self.fingerprint.digest)
+        if out is not spec:
+            size = len(msgpack.packb(out, use_bin_type=True))
+            if size > limits.command_bytes_max - 1024:
+                raise InvalidSpec(f"spec is {size} bytes encoded with its secret values sealed (each adds up to "
+                                  f"{sealing.OVERHEAD_BYTES_MAX} bytes); the limit is "
+                                  f"{limits.command_bytes_max - 1024}", field=None)
+        return out
+
+    async def seal(self, name: str, spec: dict, tenants: frozenset | None = None) -> dict:
+        """A validated ``spec`` as it is proposed: the redacted values a read showed put back
+        (their stored, sealed values; for a token limited to ``tenants``, only from a job of
+        theirs), every value in clear sealed. Nothing is stored in clear: a node that cannot seal
+        refuses (``seal_key``)."""
+        spec = self.unredact(name, spec, tenants)
+        if not sealing.has_clear(spec):
+            return spec
+        return self.seal_with(await self.seal_key(), name, spec)
+
+    async def put_job(self, name: str, raw, rid: str | None, create_only: bool = False,
+                      tenants: frozenset | None = None) -> dict:
+        """Create or replace job ``name``: the body is validated first, then held to its
+        tenant's policy and to the token's ``tenants`` (check_write), then sealed, then proposed."""
         now = self.clock.now_ms()
-        spec = model.validate_job(name, self.unredact(name, raw), now)
+        # Validated as sent (a redacted value is text that passes), its redacted values put back
+        # (their stored, sealed bytes: a 422 for one that matches none of this token's jobs, as
+        # for a free name), held to the rules, then its values in clear sealed.
+        spec = self.unredact(name, model.validate_job(name, raw, now), tenants)
+        claim = self.check_write(name, spec, tenants)
+        spec = await self.seal(name, spec, tenants)
         cursor, anchor, nxt = self._position(name, spec["schedule"], now)
         cmd = commands.put_job(now, rid or new_request_id(), name=name, spec=spec, next=nxt, cursor=cursor,
-                               anchor=anchor, create_only=create_only)
+                               anchor=anchor, create_only=create_only, claim=claim)
         res = await self.propose(cmd)
         return self._out(res, {"job": name, "created": res.get("created", False), "next_slot": schedule.iso(nxt)})
 
-    async def put_jobs(self, body, key: str | None) -> dict:
+    async def put_jobs(self, body, key: str | None, tenants: frozenset | None = None,
+                       scope=None) -> dict:
         """Create or replace many jobs: ``POST /v1/jobs:batch`` (node/batch.py: validate every
-        job, cut them into put_jobs commands with request ids derived from ``key``, propose
-        the commands concurrently, merge their results).
+        job, hold each to its tenant's policy and the token's ``tenants`` as a PUT is, cut them
+        into put_jobs commands with request ids derived from ``key`` (``scope(key)``: the
+        caller's, node/http.py), propose the commands concurrently, merge their results).
 
         :returns: ``{"jobs": {name: result}, "created", "replaced", "conflicts", "commands"}``.
-        :raises RaftschedError: as batch.merge, when a command failed.
+        :raises RaftschedError: as batch.merge, when a command failed; Forbidden or Conflict
+            naming the first job a check refused (nothing is proposed then).
         """
         jobs_raw, create_only = batch.parse_body(body)
-        for name, raw in jobs_raw.items():
-            try:
-                jobs_raw[name] = self.unredact(name, raw)
-            except InvalidSpec as e:
-                raise InvalidSpec(f"job {name!r}: {e.message}", field=e.field, job=name, invalid=1,
-                                  errors=[{"job": name, "field": e.field, "message": e.message}]) from None
         key = key or new_request_id()
         now = self.clock.now_ms()
         specs = await batch.validate_all(jobs_raw, now)
+        for name, spec in specs.items():
+            try:
+                specs[name] = self.unredact(name, spec, tenants)
+            except InvalidSpec as e:
+                raise InvalidSpec(f"job {name!r}: {e.message}", field=e.field, job=name, invalid=1,
+                                  errors=[{"job": name, "field": e.field, "message": e.message}]) from None
+        claims = {}
+        access = None
+        if tenants is not None:  # whose queues they are: one walk of the jobs for the whole batch
+            access = self.read(queries.queues_access, {s["queue"] for s in specs.values()}, set(specs))
+        for name, spec in specs.items():
+            try:
+                claims[name] = self.check_write(name, spec, tenants, access)
+            except (Forbidden, Conflict) as e:
+                raise type(e)(f"job {name!r}: {e.message}", field=e.field, job=name,
+                              **{k: v for k, v in e.extra.items() if k == "tenant"}) from None
+        kid = None
+        for k, (name, spec) in enumerate(specs.items()):
+            if k and k % node_limits.batch_validate_step == 0:
+                await asyncio.sleep(0)  # a yield, not a wait (sealing costs ~10 us a value)
+            try:
+                if sealing.has_clear(spec):
+                    kid = kid or await self.seal_key()
+                    spec = self.seal_with(kid, name, spec)
+            except InvalidSpec as e:
+                raise InvalidSpec(f"job {name!r}: {e.message}", field=e.field, job=name, invalid=1,
+                                  errors=[{"job": name, "field": e.field, "message": e.message}]) from None
+            specs[name] = spec
         memo: dict = {}
-        chunks, datas = await batch.cut(specs, create_only, key, now,
-                                        lambda name, sched: self._position(name, sched, now, memo))
+        chunks, datas = await batch.cut(specs, create_only, scope(key) if scope is not None else key, now,
+                                        lambda name, sched: self._position(name, sched, now, memo), claims)
 
         window = asyncio.Semaphore(node_limits.put_jobs_in_flight_max)
 
@@ -180,11 +287,19 @@ class Service:
         return self._out(res, {"job": name, "run": res["run"], "state": res["state"]})
 
     # ------------------------------------------------------------------ queues and tenants
-    async def put_queue(self, name: str, body, rid: str | None) -> dict:
+    async def put_queue(self, name: str, body, rid: str | None, tenants: frozenset | None = None) -> dict:
+        """Configure queue ``name``; a token limited to ``tenants`` configures only theirs, and a
+        queue it configures becomes theirs (tenancy.check_queue)."""
         q = bodies.validate_queue(name, body)
+        if tenants is not None:
+            tenancy.check_queue(self, tenants, name, q)
         res = await self.propose(commands.put_queue(self.clock.now_ms(), rid or new_request_id(), name=name,
                                                     fields=q))
-        return self._out(res, {"queue": name, **q})
+        out = {"queue": name, **q}
+        owners = self.read(queries.queue_access, name, None)[0]
+        if owners is not None:
+            out["tenants"] = owners
+        return self._out(res, out)
 
     def list_queues(self, tenants: frozenset | None = None) -> dict:
         """Every queue's figures; with ``tenants``, of the queues their jobs use only."""
@@ -200,10 +315,22 @@ class Service:
         return {"queues": qs}
 
     async def put_tenant(self, name: str, body, rid: str | None) -> dict:
-        t = bodies.validate_tenant(name, body)
-        res = await self.propose(commands.put_tenant(self.clock.now_ms(), rid or new_request_id(), name=name,
-                                                     fields=t))
-        return self._out(res, {"tenant": name, "rate_per_s": t["rate_milli"] / 1000, "burst": t["burst"]})
+        """Set a tenant's rate limit and/or its policy (one command each: a rate limit with
+        ``put_tenant``, a policy with ``put_tenant_policy``, whose request id is derived from
+        ``rid`` so a retry of the same request applies each once)."""
+        rate, pol = bodies.validate_tenant_body(name, body)
+        rid = rid or new_request_id()
+        out: dict = {"tenant": name}
+        res: dict = {}
+        if rate is not None:
+            res = await self.propose(commands.put_tenant(self.clock.now_ms(), rid, name=name, fields=rate))
+            out = self._out(res, dict(out, rate_per_s=rate["rate_milli"] / 1000, burst=rate["burst"]))
+        if pol is not None:
+            prid = rid if rate is None else "tp-" + hashlib.blake2b(rid.encode("utf-8", "backslashreplace"),
+                                                                   digest_size=16).hexdigest()
+            res = await self.propose(commands.put_tenant_policy(self.clock.now_ms(), prid, name=name, fields=pol))
+            out = self._out(res, dict(out, policy=policy_view(pol)))
+        return out
 
     async def delete_tenant(self, name: str, rid: str | None) -> dict:
         check_name(name, "tenant", limits.tenant_name_chars_max)
@@ -211,8 +338,15 @@ class Service:
         return self._out(res, {"tenant": name, "deleted": True})
 
     def list_tenants(self, tenants: frozenset | None = None) -> dict:
-        return {"tenants": [tenant_view(t) for t in self.read(queries.tenants)
+        """Every tenant with a rate limit or a policy (of ``tenants`` only, when given)."""
+        return {"tenants": [tenant_view(t) for t in self.read(queries.tenant_configs)
                             if tenants is None or t["name"] in tenants]}
+
+    def get_tenant(self, name: str) -> dict:
+        """Tenant ``name``'s rate limit, policy and the policy its limited tokens' jobs are held to."""
+        check_name(name, "tenant", limits.tenant_name_chars_max)
+        t = self.read(queries.tenant_config, name)
+        return dict(tenant_view(t), effective_policy=policy_view(t["effective"]))
 
     # ------------------------------------------------------------------ dead-letter queue
     def list_dlq(self, queue: str | None, limit: int, tenants: frozenset | None = None) -> dict:
@@ -321,9 +455,12 @@ class Service:
         page["jobs"] = [self.job_view(j) for j in page["jobs"]]
         return page
 
-    def job_runs(self, name: str, limit: int, state_filter: str | None, slot_ms: int | None) -> dict:
+    def job_runs(self, name: str, limit: int, state_filter: str | None, slot_ms: int | None,
+                 tenants: frozenset | None = None) -> dict:
+        """Job ``name``'s runs; with ``tenants``, those of these tenants only (a run belongs to
+        the tenant its job had when the run was made)."""
         check_name(name)
-        out = self.read(queries.job_runs, name, limit, state_filter, slot_ms)
+        out = self.read(queries.job_runs, name, limit, state_filter, slot_ms, tenants)
         out["runs"] = self._views(out["runs"])
         return out
 
@@ -350,10 +487,3 @@ class Service:
                 if v["id"] in why:
                     v["waiting_for"] = why[v["id"]]
         return out
-
-
-def parse_slot_param(text: str) -> int:
-    try:
-        return schedule.parse_iso_ms(text, "slot")
-    except InvalidSpec as e:
-        raise BadRequest(e.message, field="slot") from None

@@ -1,17 +1,24 @@
-"""Tokens limited to tenants: what such a token sees and may change (docs/security.md, "Tenants").
+"""Tokens limited to tenants, and tenants' policies: what a token sees and may change, and what a
+job may be (docs/security.md, "Tenants" and "Tenant policy").
 
 A token with ``tenants: ["billing"]`` sees and changes only the jobs of tenant billing, their runs
-and dead runs, and the queues those jobs use; it cannot create a job in another tenant (403
-naming the tenant) nor replace a job of another tenant. Another tenant's job or run does not
-exist for it (404, the same answer as for a name nobody uses), so names do not leak.
+and dead runs, and billing's queues; it cannot create a job in another tenant (403 naming the
+tenant) nor replace a job of another tenant. Another tenant's job or run does not exist for it
+(404, the same answer as for a name nobody uses), so names do not leak.
 
 Each route's row in the route table (node/routes.py) says how (``Tenancy``): lists are filtered
 by their handlers, through the same code every token's request takes (``FILTERED``); a job's
-spec is checked by its handler (``CHECKED``, ``check_spec``); a route of one job, run, dead run
-or queue is checked here before its handler runs (``check``); a route that is not tenant data
-is served as it is (``SHARED``, ``WORKER``); any other (tokens, the fleet's admin routes,
-routes added later without a decision) is refused (``REFUSED``): limited by default. Tokens
-without tenants never come here.
+spec and a queue's body are checked by their handlers (``CHECKED``: ``check_job``,
+``check_queue``); a route of one job, run, dead run or tenant is checked here before its handler
+runs (``check``); a route that is not tenant data is served as it is (``SHARED``, ``WORKER``);
+any other (tokens, the fleet's admin routes, routes added later without a decision) is refused
+(``REFUSED``): limited by default. Tokens without tenants come here only for ``check_job``: a
+tenant's policy holds every writer.
+
+A write's answer to a limited token depends on other tenants' objects only where the write would
+otherwise succeed: the body is validated and the token's own rules are checked first, and only
+then whether the name (or the queue) is another tenant's (409, or 403 for a queue). Names are the
+cluster's: a name another tenant holds cannot be taken.
 
 The checks read this node's replica and the command is proposed after them, so a job moved to
 another tenant in between (by a token allowed in both) could still be acted on once by a
@@ -22,13 +29,13 @@ from __future__ import annotations
 from aiohttp import web
 
 from ..core import queries
-from ..core.errors import Forbidden, NotFound
+from ..core.errors import Conflict, Forbidden, InvalidSpec, NotFound
 from .http import SERVICE
 from .routes import Route, Tenancy
 
 
-def _names(p) -> str:
-    return ", ".join(sorted(p.tenants))
+def _names(tenants) -> str:
+    return ", ".join(sorted(tenants))
 
 
 def _job_in(svc, p, name: str) -> None:
@@ -44,18 +51,11 @@ def _run_in(svc, p, run_id: str, where: str = "") -> None:
         raise NotFound(f"no run {run_id!r}{where}", field="run")
 
 
-def _queue_of(svc, p, name: str) -> None:
-    owners = svc.read(queries.queue_tenants, name)
-    if not owners or not owners <= p.tenants:
-        raise Forbidden(f"queue {name!r} is not used only by jobs of this token's tenants ({_names(p)})",
-                        field="name", tenant=None)
-
-
 def check(route: Route, request: web.Request, p) -> None:
     """Hold a request of a token limited to ``p.tenants`` to them before its handler runs.
 
-    :raises Forbidden: the route is not open to such tokens, or a queue is not theirs.
-    :raises NotFound: the route's job, run or dead run is not one of theirs."""
+    :raises Forbidden: the route is not open to such tokens.
+    :raises NotFound: the route's job, run, dead run or tenant is not one of theirs."""
     kind = route.tenancy
     if kind is Tenancy.REFUSED:
         raise Forbidden(f"{request.method} {route.key[1]} is not open to tokens limited to tenants",
@@ -67,23 +67,73 @@ def check(route: Route, request: web.Request, p) -> None:
         _run_in(svc, p, request.match_info["run"])
     elif kind is Tenancy.DEAD_RUN:
         _run_in(svc, p, request.match_info["run"], " in a dead-letter queue")
-    elif kind is Tenancy.QUEUE:
-        _queue_of(svc, p, request.match_info["name"])
+    elif kind is Tenancy.TENANT:
+        if request.match_info["name"] not in p.tenants:
+            raise NotFound(f"no tenant {request.match_info['name']!r}", field="name")
 
 
-def check_spec(svc, tenants: frozenset | None, name: str, spec) -> None:
-    """For a handler that puts job ``name`` with ``spec``: a token limited to ``tenants`` may
-    neither put it in another tenant nor replace another tenant's job (None: every tenant).
+def check_job(svc, tenants: frozenset | None, name: str, spec: dict, access: dict | None = None) -> str | None:
+    """For a handler that puts job ``name`` with ``spec`` (validated already), written by a
+    token limited to ``tenants`` (None: every tenant). The tenant's policy holds every writer; a
+    limited token is also held to its tenants, their queues and names not another tenant's.
 
-    :raises Forbidden: naming the field (``tenant``, or ``name`` for another tenant's job)."""
+    :param access: queries.queues_access of the job's queue, when the caller read it already
+        (a batch: one walk for all its jobs); else it is read here.
+    :returns: the tenant whose queue the job's queue becomes if it belongs to none (the put
+        command's ``claim``), for a limited token; None otherwise.
+    :raises Forbidden: naming the field: ``tenant`` (another tenant), ``executor.type`` or
+        ``placement.labels`` (the tenant's policy), ``queue`` (another tenant's queue).
+    :raises Conflict: the name is another tenant's job's (``name``)."""
+    t = spec["tenant"]
+    if tenants is not None and t not in tenants:
+        raise Forbidden(f"this token is limited to tenants {_names(tenants)}: it cannot "
+                        f"put job {name!r} in tenant {t!r}", field="tenant", tenant=t)
+    broken = svc.read(queries.policy_check, spec, tenants is not None)
+    if broken is not None:
+        field, why = broken
+        raise Forbidden(f"{why}; an admin sets the policy: PUT /v1/tenants/{t}", field=field, tenant=t)
     if tenants is None:
-        return
-    if isinstance(spec, dict):
-        t = spec.get("tenant", "default")
-        if isinstance(t, str) and t not in tenants:
-            raise Forbidden(f"this token is limited to tenants {', '.join(sorted(tenants))}: it cannot "
-                            f"put job {name!r} in tenant {t!r}", field="tenant", tenant=t)
+        return None
+    q = spec["queue"]
+    owners, users = access[q] if access is not None and q in access else svc.read(queries.queue_access, q, name)
+    if owners is not None and t not in owners:
+        raise Forbidden(f"queue {q!r} is not one of tenant {t!r}'s queues; give the job a queue of its own, "
+                        f"or ask an admin to share this one (PUT /v1/queues/{q} with tenants)",
+                        field="queue", tenant=t)
+    if owners is None and users - {t}:
+        raise Forbidden(f"queue {q!r} is used by jobs of other tenants than {t!r}; give the job a queue of its "
+                        f"own, or ask an admin to share this one (PUT /v1/queues/{q} with tenants)",
+                        field="queue", tenant=t)
     current = svc.read(queries.job_tenant, name)
     if current is not None and current not in tenants:
-        raise Forbidden(f"job {name!r} belongs to a tenant this token is not limited to "
-                        f"({', '.join(sorted(tenants))})", field="name", tenant=None)
+        raise Conflict(f"the job name {name!r} is taken", field="name")
+    return t
+
+
+def check_queue(svc, tenants: frozenset, name: str, fields: dict) -> None:
+    """For ``PUT /v1/queues/{name}`` by a token limited to ``tenants``: the queue must be theirs
+    (it belongs to some of them only), or belong to no tenant and be used by their jobs only;
+    then it becomes theirs: ``fields["tenants"]`` is set to the tenants it is claimed for (the
+    body's, or the token's one tenant, or the one tenant whose jobs use it).
+
+    :raises Forbidden: the queue is another tenant's, or the body names another tenant.
+    :raises InvalidSpec: a token of several tenants claims a queue without saying for which."""
+    want = fields.get("tenants", ())
+    if "tenants" in fields and (want is None or not set(want) <= tenants):
+        raise Forbidden(f"this token is limited to tenants {_names(tenants)}: a queue it configures belongs to "
+                        "some of them", field="tenants", tenant=None)
+    owners, users = svc.read(queries.queue_access, name, None)
+    if owners is not None:
+        if not set(owners) <= tenants:
+            raise Forbidden(f"queue {name!r} belongs to other tenants than this token's ({_names(tenants)})",
+                            field="name", tenant=None)
+        return
+    if not users <= tenants:
+        raise Forbidden(f"queue {name!r} is used by jobs of other tenants than this token's ({_names(tenants)})",
+                        field="name", tenant=None)
+    if "tenants" not in fields:
+        mine = users or tenants
+        if len(mine) != 1:
+            raise InvalidSpec("this token is limited to several tenants: say which this queue belongs to",
+                              field="tenants")
+        fields["tenants"] = sorted(mine)

@@ -74,6 +74,11 @@ class Trigger:
         self._fire_log = open(fire_log_path, "a", encoding="utf-8", buffering=1 << 20) if fire_log_path else None
         self._fire_log_dirty = False
         self._fire_log_flushed = 0.0
+        #: why this leader fires nothing now: its clock's state when it is not one it may fire
+        #: by ("disagrees", "unknown"; docs/operations.md, "Clocks"), else None
+        self.held_by_clock: str | None = None
+        #: ticks skipped for it, since the process started
+        self.ticks_held_by_clock = 0
         #: coroutine functions run beside the firing loop while this node leads, started after
         #: the takeover and cancelled when leadership ends (the backfill stepper:
         #: node/backfills.py)
@@ -85,7 +90,8 @@ class Trigger:
         ``last_fire_error`` (the last failed fire's reason, or None). Each counts since the
         process started, across its terms as leader."""
         return {"fires_proposed": self.fires_proposed, "slots_fired": self.slots_fired,
-                "leases_expired": self.leases_expired, "last_fire_error": self.last_fire_error}
+                "leases_expired": self.leases_expired, "last_fire_error": self.last_fire_error,
+                "held_by_clock": self.held_by_clock, "ticks_held_by_clock": self.ticks_held_by_clock}
 
     def on_role_change(self, is_leader: bool) -> None:
         if is_leader:
@@ -121,6 +127,9 @@ class Trigger:
         beside = [asyncio.ensure_future(task()) for task in self.leader_tasks]
         try:
             while self.raft.is_leader():
+                if self.clock_holds():
+                    await asyncio.sleep(self.interval_s)
+                    continue
                 await self.tick()
                 # Jobs that fire ahead are woken for a batch window after they could first be
                 # planned: each tick then plans ~fire_ahead_batch_ms of slots in full commands
@@ -140,7 +149,35 @@ class Trigger:
             # Only a leader reads the due index; the next leadership makes a new one.
             self.drop_due_index()
             self._flush_fire_log(force=True)
+            self.held_by_clock = None
         log.info("trigger: no longer leader")
+
+    def clock_holds(self) -> bool:
+        """Whether this leader's clock forbids it to tick now: it fires and expires nothing while
+        its wall clock is more than limits.clock_skew_ms_max off the cluster's ("disagrees"; the
+        replication layer meanwhile hands leadership to a member whose clock agrees), or while
+        it cannot tell ("unknown": no fresh estimate from a majority). Its own clock is not what
+        it fires by (its ``clock`` is the cluster's), but a leader that needs that much
+        correction is on a host whose time is broken. Logs each change."""
+        st = self.raft.clock_status() if hasattr(self.raft, "clock_status") else {"state": "agrees"}
+        state = st.get("state")
+        if state in ("agrees", "unchecked"):
+            if self.held_by_clock is not None:
+                log.info("trigger: firing again: this node's clock %s the cluster's (offset %s ms)",
+                         "agrees with" if state == "agrees" else "is not checked against", st.get("offset_ms"))
+                self.held_by_clock = None
+            return False
+        if self.held_by_clock != state:
+            if state == "disagrees":
+                log.warning("trigger: firing and expiring nothing: this node's wall clock is %s ms off the "
+                            "cluster's (bound %s ms); handing leadership to a member whose clock agrees",
+                            st.get("offset_ms"), st.get("bound_ms"))
+            else:  # a new term's first heartbeat, or (said by the replication layer) worse
+                log.info("trigger: firing and expiring nothing until this leader knows the cluster's "
+                         "clock (%s)", state)
+        self.held_by_clock = state
+        self.ticks_held_by_clock += 1
+        return True
 
     def take_due_index(self) -> None:
         """Give the state a due index of this trigger's, built from its jobs (on leading)."""

@@ -3,6 +3,7 @@ name. Presentation only: the reads themselves, in storage units, are core/querie
 from __future__ import annotations
 
 from ..core import schedule
+from ..core.tenants import LIMITED
 from .redact import PROCESS_DEFAULT, Fingerprint, redact_spec
 
 
@@ -10,7 +11,7 @@ def job_view(job: dict, fp: Fingerprint = PROCESS_DEFAULT) -> dict:
     """A job (queries.job) as ``GET /v1/jobs/{name}`` shows it, its secrets redacted by ``fp``."""
     st = job["stats"]
     n = st["runs"]
-    return {
+    out = {
         "name": job["name"],
         "spec": spec_view(job["spec"], fp),
         "state": {
@@ -28,12 +29,16 @@ def job_view(job: dict, fp: Fingerprint = PROCESS_DEFAULT) -> dict:
             },
         },
     }
+    if job["spec"].get(LIMITED):  # written by a token limited to tenants: its tenant's policy holds it
+        out["limited"] = True
+    return out
 
 
 def spec_view(spec: dict, fp: Fingerprint = PROCESS_DEFAULT) -> dict:
     """A stored spec with its schedule's times (``at``, ``start_at``) as ISO text, its secrets
     redacted (node/redact.py) and ``keep_output`` filled in."""
     out = redact_spec(spec, fp)
+    out.pop(LIMITED, None)  # not the client's: shown beside the spec (job_view)
     out.setdefault("keep_output", True)
     sched = dict(spec["schedule"])
     for k in ("at", "start_at"):
@@ -77,9 +82,20 @@ def run_view(run: dict) -> dict:
 
 
 def tenant_view(t: dict) -> dict:
-    """A tenant's limit (queries.tenants) in runs per second and whole tokens."""
-    return {"name": t["name"], "rate_per_s": t["rate_milli"] / 1000, "burst": t["burst"],
-            "tokens": t["tokens_micro"] / 1_000_000}
+    """A tenant (queries.tenant_config): its limit in runs per second and whole tokens (null
+    when it has none), and its policy (policy_view; null when it has none)."""
+    lim = t["limit"]
+    return {"name": t["name"],
+            "rate_per_s": None if lim is None else lim["rate_milli"] / 1000,
+            "burst": None if lim is None else lim["burst"],
+            "tokens": None if lim is None else lim["tokens_micro"] / 1_000_000,
+            "policy": None if t["policy"] is None else policy_view(t["policy"])}
+
+
+def policy_view(p: dict) -> dict:
+    """A tenant's policy (core/tenants.py) in the shape ``PUT /v1/tenants/{name}`` takes it."""
+    return {"executors": list(p["executors"]), "placement": {"labels": dict(p["labels"])},
+            "network": {"allow": list(p["allow"])}}
 
 
 def lock_view(name: str, lk: dict) -> dict:

@@ -21,6 +21,13 @@ behaviours are traps (measured on 0.3.17; the figures are in RAFT_CONF_DEFAULTS)
   authenticated before it is unpickled (AES-256-GCM, ``_AeadEncryptor``, in place of pysyncobj's
   Fernet, which cost ~14x more per message), and the Raft port binds only on ``self_addr``'s host
   (pysyncobj binds 0.0.0.0 unless ``bindAddress`` is set).
+- Its connections believed any frame length a peer announced and buffered the whole frame,
+  copying it again at every read, before the authentication could refuse it: a stranger's
+  16 MiB frame deposed a leader, and a stranger's silent connections stayed open for good.
+  ``RaftTransport`` reads through ``_BoundedConnection`` (``_connection.py``): frames capped at
+  their header (``_frames.py``: the key exchange's size until the peer has proved the secret,
+  then the largest frame this configuration sends), read in linear time, and a connection that
+  has not completed the key exchange within ``authTimeout`` dropped.
 - ``SyncObjConf`` silently accepts misspelt options: ``make_conf`` refuses unknown keys.
 - A journal without a full dump file loses the state after a compaction and a restart: both files
   are always set, in ``data_dir``.
@@ -30,6 +37,10 @@ behaviours are traps (measured on 0.3.17; the figures are in RAFT_CONF_DEFAULTS)
 - pysyncobj's membership change is unsafe (its one-change-at-a-time guard is dead code, a dump's
   member list overrides the log's, it has no learners), so ``dynamicMembershipChange`` is refused
   and membership changes online through raftsched's own rules (``_membership``).
+- It never syncs its journal: a follower answered for entries in its page cache only, so a
+  power loss of a majority could lose acknowledged writes. The journal is raftsched's
+  (``_storage._DurableJournal``), and with ``fsync`` on, a sync gate holds back every answer that
+  speaks for the log until one ``fdatasync`` covers it (``_durable.py``).
 - Its cost is per log entry (one encrypted append_entries to each follower and one answer back,
   with batching off), so ``propose`` commits the commands proposed in one turn of the event loop
   as one entry, a group, applied in order and answered one by one (``RaftNode._enqueue``).
@@ -40,11 +51,14 @@ thread): pysyncobj's tick thread exits when the thread that created the ``SyncOb
 
 The modules: ``node`` (RaftNode), ``conf`` (RAFT_CONF_DEFAULTS, make_conf), ``_consumer`` (the
 replicated state as pysyncobj sees it), ``_syncobj`` (the Raft corrections to SyncObj),
-``_transport`` (RaftTransport, uncompressed messages), ``_storage`` (the journal file, the dump's
-gzip), ``_crypto`` (message protection), ``_membership`` (online membership change: learners, one
-change at a time) and ``_install`` (the stand-ins put into pysyncobj).
+``_transport`` (RaftTransport, uncompressed messages), ``_connection`` and ``_frames`` (the Raft
+port's connections and their frame caps), ``_storage`` (the durable journal, the dump's rename
+and gzip), ``_disk`` (every file operation on them), ``_durable`` (the sync gate), ``powerloss``
+(a model of a power loss, for tests), ``_crypto`` (message protection), ``_membership`` (online
+membership change: learners, one change at a time) and ``_install`` (the stand-ins put into
+pysyncobj).
 
-Importing the package changes nothing in pysyncobj. The stand-ins for three of its module
+Importing the package changes nothing in pysyncobj. The stand-ins for four of its module
 globals and the filter on its logger are put in place by ``install()``, which every ``RaftNode``
 calls when it is made, and which refuses to run on a pysyncobj whose internals differ from the
 ones they were written against.
@@ -100,3 +114,10 @@ class Replicator(Protocol):
 
     def read(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(state, *args)``, run while no command applies: the one way to read the state."""
+
+    def cluster_ms(self) -> int | None:
+        """Cluster time now (the median of the members' wall clocks), or None when unknown."""
+
+    def clock_status(self) -> dict:
+        """This node's wall clock against the cluster's (``state``: agrees, disagrees, unknown,
+        unchecked; ``offset_ms``, ``error_ms``, ``bound_ms``, ``conditions``...)."""

@@ -1,62 +1,35 @@
-"""What a node keeps on disk, in place of two of pysyncobj's own parts: the journal file written
-with ``pwrite`` (``_JournalFile``, for ``ResizableFile``) and full dumps at gzip level 1
-(``_FastGzip``, for ``gzip``). ``install`` puts them in place."""
+"""What a node keeps on disk, in place of three of pysyncobj's own parts: the journal
+(``_DurableJournal``, for ``FileJournal``: the same file format, written with ``pwrite``, synced
+in groups, compacted into a new file), the dump's rename (``durable_replace``, for
+``atomicReplace``: the dump synced, renamed, the directory synced) and full dumps at gzip level
+1 (``_FastGzip``, for ``gzip``). ``install`` puts them in place; every file operation goes
+through a ``Disk`` (``_disk.py``), carried by the file names RaftNode gives pysyncobj
+(``StoragePath``)."""
 from __future__ import annotations
 
 import gzip
 import logging
 import os
+import struct
+
+from pysyncobj.journal import (
+    APP_NAME,
+    APP_VERSION,
+    FIRST_RECORD_OFFSET,
+    JOURNAL_FORMAT_VERSION,
+    LAST_RECORD_OFFSET_OFFSET,
+    NAME_SIZE,
+    VERSION_SIZE,
+    Journal,
+    MemoryJournal,
+)
+from pysyncobj.pickle import dumps as _pickle_dumps
+from pysyncobj.pickle import loads as _pickle_loads
+from pysyncobj.pickle import to_bytes
+
+from ._disk import Disk
 
 logger = logging.getLogger("raftsched.replication")  # one logger for the package (docs/operations.md)
-
-
-class _JournalFile:
-    """Stands in for ``ResizableFile`` under pysyncobj's ``FileJournal``: the same file, in the
-    same format, written with ``pwrite`` instead of through a shared mmap.
-
-    Through the mmap, every page of the journal a node had written stayed mapped in the process
-    and counted in its resident memory, on top of the very same entries that ``FileJournal``
-    keeps in a list; and the mmap only ever grew (by doubling). Measured on a cluster
-    registering 1M jobs: 220 MB of each node's resident memory was journal pages (RssFile), the
-    file 334 MB for 89 MB of live records. Written with pwrite, the pages are the kernel's page
-    cache, which it reclaims, and the file is cut back to its live records after every
-    compaction (``_SyncObj.__deleteEntriesTo``). Durability is unchanged: a store to the mmap
-    and a pwrite are both in the page cache when they return, safe from a killed process and
-    not from a power loss (pysyncobj never msyncs while running; docs/operations.md)."""
-
-    def __init__(self, fileName, initialSize=1024, resizeFactor=2.0, defaultContent=None):
-        if not os.path.exists(fileName):
-            with open(fileName, "wb") as f:
-                if defaultContent is not None:
-                    f.write(defaultContent)
-        self._fd = os.open(fileName, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
-        if os.fstat(self._fd).st_size < initialSize:
-            os.ftruncate(self._fd, initialSize)
-
-    def write(self, offset: int, values) -> None:
-        view = memoryview(values)
-        while view:
-            n = os.pwrite(self._fd, view, offset)
-            view, offset = view[n:], offset + n
-
-    def read(self, offset: int, size: int) -> bytes:
-        return os.pread(self._fd, size, offset)
-
-    def truncate(self, size: int) -> None:
-        """Drop what follows ``size`` (dead records past the journal's end)."""
-        if os.fstat(self._fd).st_size > size:
-            os.ftruncate(self._fd, size)
-
-    def flush(self) -> None:
-        os.fsync(self._fd)
-
-    def _destroy(self) -> None:
-        if self._fd >= 0:
-            try:
-                self.flush()  # as ResizableFile's msync at close
-            finally:
-                os.close(self._fd)
-                self._fd = -1
 
 
 class _FastGzip:
@@ -74,13 +47,264 @@ class _FastGzip:
         return gzip.GzipFile(filename, mode, compresslevel, fileobj, mtime)
 
 
-def _cut_journal_file(journal) -> None:
-    """Cut a FileJournal's file back to its live records (after a compaction rewrote them from
-    the start); a MemoryJournal has no file."""
-    f = getattr(journal, "_FileJournal__journalFile", None)
-    end = getattr(journal, "_FileJournal__currentOffset", None)
-    if isinstance(f, _JournalFile) and isinstance(end, int):
+class StoragePath(str):
+    """A file name that carries the ``Disk`` to write it through. pysyncobj hands its conf's
+    ``journalFile`` to ``createJournal`` and its ``fullDumpFile`` to ``atomicReplace`` as they
+    are, so the stand-ins find each node's disk (and its fsync setting) on the name itself."""
+
+    disk: Disk
+
+    def __new__(cls, path: str, disk: Disk) -> "StoragePath":
+        s = super().__new__(cls, path)
+        s.disk = disk
+        return s
+
+
+def _disk_of(path) -> Disk:
+    # A SyncObj not built by RaftNode (a bare path): durable, as a node's is by default.
+    disk = getattr(path, "disk", None)
+    return disk if isinstance(disk, Disk) else Disk(fsync=True)
+
+
+def create_journal(journalFile=None):
+    """Stands in for ``pysyncobj.journal.createJournal`` in ``pysyncobj.syncobj``."""
+    if journalFile is None:
+        return MemoryJournal()
+    return _DurableJournal(str(journalFile), _disk_of(journalFile))
+
+
+def durable_replace(src: str, dst: str) -> None:
+    """Stands in for ``atomicReplace`` (``os.rename``) in ``pysyncobj.serializer``, which puts a
+    full dump in place: the forked writer's (whose success lets the tick thread drop the journal
+    up to it) and an incoming snapshot's. The dump is synced before the rename and the directory
+    after it: a journal is never trimmed to a dump a power loss could take back."""
+    _disk_of(dst).replace(src, dst)
+
+
+#: A compaction writes the entries it keeps here, then renames it over the journal.
+COMPACT_SUFFIX = ".compact"
+_HEADER = struct.Struct("<I")
+_RECORD_HEAD = struct.Struct("<IQQ")  # size, index, term; the command follows, then the size again
+
+
+def _header(end: int) -> bytes:
+    return (APP_NAME + b"\0" * (NAME_SIZE - len(APP_NAME))
+            + APP_VERSION + b"\0" * (VERSION_SIZE - len(APP_VERSION))
+            + struct.pack("<II", JOURNAL_FORMAT_VERSION, end))
+
+
+def _record(command, idx: int, term: int) -> bytes:
+    data = to_bytes(command)
+    size = 16 + len(data)
+    return b"".join((_RECORD_HEAD.pack(size, idx, term), data, _HEADER.pack(size)))
+
+
+class _DurableJournal(Journal):
+    """pysyncobj's journal (``FileJournal``'s file format, its entries in a list), durable.
+
+    - ``add`` writes the record and then the header's end offset with ``pwrite`` (no mmap: the
+      pages are the kernel's page cache, not the node's resident memory), and marks the journal
+      dirty; ``sync`` makes everything written since the last sync durable with one
+      ``fdatasync``: group commit. When it runs is the gate's business (``_durable.py``): before
+      this node answers for its log, and before a leader counts itself towards a commit.
+    - ``setCurrentTerm`` (a vote, a new term) syncs the journal, then writes the meta file
+      (term, vote, commit index) durably (a temporary file, synced, renamed, the directory
+      synced) before it returns, hence before any message that reflects it.
+    - ``deleteEntriesTo`` (a compaction, once a dump is durable) writes the entries it keeps to
+      ``raft.journal.compact``, syncs it and renames it over the journal (the directory synced).
+      pysyncobj rewrote the journal in place from its start: a node killed in the middle kept a
+      journal that ended part of the way through the entries after the dump, and lost the rest,
+      committed ones included. Now a crash at any step leaves the old journal or the new one,
+      each whole (tests/test_replication_durability.py tries every step).
+    - Opening syncs the file (a previous process may have left writes in the page cache only:
+      they are answered for as soon as the node runs), drops a compaction that did not finish,
+      and reads records up to the header's end offset, stopping at the first record that does
+      not hold together (a size beyond the file, a trailer that differs, an index out of
+      sequence), which it logs.
+    """
+
+    def __init__(self, path: str, disk: Disk) -> None:
+        self._path = path
+        self._disk = disk
+        self._dir = os.path.dirname(os.path.abspath(path))
+        disk.remove(path + COMPACT_SUFFIX)
+        self._fd = disk.open(path)
+        self._entries: list[tuple] = []
+        self._end = FIRST_RECORD_OFFSET
+        self._load()
+        self._meta_path = path + ".meta"
+        self._meta = self._read_meta()
+        self._meta_saved = True
+        #: written since the last sync
+        self.dirty = True
+        #: the last entry's index at the last sync (None before the first)
+        self.synced_index: int | None = None
+        #: group syncs made (one covers every entry added since the one before)
+        self.syncs = 0
+        self.sync()
+        disk.sync_dir(self._dir)
+
+    # -- reading at start ---------------------------------------------------------------------
+
+    def _load(self) -> None:
+        disk, fd = self._disk, self._fd
+        size = disk.size(fd)
+        if size < FIRST_RECORD_OFFSET:
+            disk.truncate(fd, 0)
+            disk.pwrite(fd, _header(FIRST_RECORD_OFFSET), 0)
+            return
+        end = _HEADER.unpack(disk.pread(fd, 4, LAST_RECORD_OFFSET_OFFSET))[0]
+        off, entries, why = FIRST_RECORD_OFFSET, self._entries, None
+        while off < end:
+            head = disk.pread(fd, _RECORD_HEAD.size, off)
+            if len(head) < _RECORD_HEAD.size:
+                why = "a record header past the end of the file"
+                break
+            rsize, idx, term = _RECORD_HEAD.unpack(head)
+            if rsize < 16 or off + 8 + rsize > min(end, size):
+                why = f"a record of {rsize} bytes past the journal's end"
+                break
+            if _HEADER.unpack(disk.pread(fd, 4, off + 4 + rsize))[0] != rsize:
+                why = "a record whose trailing size differs from its leading size"
+                break
+            if entries and (idx != entries[-1][1] + 1 or term < entries[-1][2]):
+                why = f"entry {idx} (term {term}) after entry {entries[-1][1]} (term {entries[-1][2]})"
+                break
+            entries.append((disk.pread(fd, rsize - 16, off + 20), idx, term))
+            off += 8 + rsize
+        self._end = off
+        if why is not None:
+            logger.error("replication.journal_tail_dropped path=%s at=%d header_end=%d: %s; "
+                         "%d entries kept", self._path, off, end, why, len(entries))
+            self._write_end()
+
+    def _read_meta(self) -> dict:
         try:
-            f.truncate(end)
-        except OSError:
-            logger.exception("replication.journal_truncate_failed")
+            with open(self._meta_path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return {}
+        try:
+            meta = _pickle_loads(data)
+            if not isinstance(meta, dict):
+                raise ValueError(f"not a dict: {type(meta).__name__}")
+            return meta
+        except Exception:  # noqa: BLE001 - as pysyncobj: start without it, but say so loudly
+            logger.exception("replication.journal_meta_unreadable path=%s (term and vote "
+                             "start from the log)", self._meta_path)
+            return {}
+
+    # -- the log ------------------------------------------------------------------------------
+
+    def _write_end(self) -> None:
+        self._disk.pwrite(self._fd, _HEADER.pack(self._end), LAST_RECORD_OFFSET_OFFSET)
+        self.dirty = True
+
+    def add(self, command, idx, term):
+        self._entries.append((command, idx, term))
+        rec = _record(command, idx, term)
+        self._disk.pwrite(self._fd, rec, self._end)
+        self._end += len(rec)
+        self._write_end()
+
+    def clear(self):
+        self._entries = []
+        self._end = FIRST_RECORD_OFFSET
+        self._write_end()
+
+    def __getitem__(self, item):
+        return self._entries[item]
+
+    def __len__(self):
+        return len(self._entries)
+
+    def deleteEntriesFrom(self, entryFrom):
+        remove = len(self._entries) - entryFrom
+        if remove <= 0:
+            return
+        del self._entries[entryFrom:]
+        off = self._end
+        for _ in range(remove):
+            off -= 8 + _HEADER.unpack(self._disk.pread(self._fd, 4, off - 4))[0]
+        self._end = off
+        self._write_end()
+
+    def deleteEntriesTo(self, entryTo):
+        """Keep the entries from position ``entryTo`` on, in a new file that replaces the
+        journal once it is durable (the class docstring)."""
+        kept = self._entries[entryTo:]
+        disk = self._disk
+        tmp = self._path + COMPACT_SUFFIX
+        body = b"".join(_record(*e) for e in kept)
+        end = FIRST_RECORD_OFFSET + len(body)
+        fd = disk.open(tmp, create_empty=True)
+        try:
+            disk.pwrite(fd, _header(end) + body, 0)
+            disk.sync(fd)
+            disk.rename(tmp, self._path)
+        except BaseException:
+            disk.close(fd)
+            raise
+        old, self._fd = self._fd, fd
+        self._entries, self._end = list(kept), end
+        self.dirty = False
+        self.synced_index = kept[-1][1] if kept else None
+        disk.sync_dir(self._dir)
+        disk.close(old)
+
+    # -- durability ---------------------------------------------------------------------------
+
+    def sync(self) -> bool:
+        """Make every entry added so far durable, if any was added since the last sync (one
+        ``fdatasync`` for all of them); returns whether it synced."""
+        if not self.dirty:
+            return False
+        self._disk.sync(self._fd)
+        self.dirty = False
+        self.synced_index = self._entries[-1][1] if self._entries else None
+        self.syncs += 1
+        return True
+
+    def flush(self):
+        self.sync()
+
+    def _destroy(self):
+        if self._fd < 0:
+            return
+        try:
+            self.sync()
+            if not self._meta_saved:
+                self._store_meta()
+        finally:
+            self._disk.close(self._fd)
+            self._fd = -1
+
+    # -- meta: term, vote, commit index -------------------------------------------------------
+
+    def _store_meta(self) -> None:
+        self.sync()  # the commit index stored never covers entries a power loss could take
+        self._disk.write_file(self._meta_path, _pickle_dumps(self._meta))
+        self._meta_saved = True
+
+    def setRaftCommitIndex(self, raftCommitIndex):
+        self._meta["raftCommitIndex"] = raftCommitIndex
+        self._meta_saved = False
+
+    def getRaftCommitIndex(self):
+        return self._meta.get("raftCommitIndex", 1)
+
+    def setCurrentTerm(self, term, votedForNodeId):
+        self._meta["currentTerm"] = term
+        self._meta["votedForNodeId"] = votedForNodeId
+        # Raft: currentTerm and votedFor are durable before any message that reflects them.
+        self._store_meta()
+
+    def getCurrentTerm(self):
+        return self._meta.get("currentTerm", 0)
+
+    def getVotedForNodeId(self):
+        return self._meta.get("votedForNodeId", None)
+
+    def onOneSecondTimer(self):
+        if not self._meta_saved:
+            self._store_meta()

@@ -15,9 +15,9 @@ from pysyncobj import SyncObj
 from pysyncobj.monotonic import monotonic  # the clock pysyncobj's own timers use
 
 from . import _progress
+from ._clockguard import FIELD as _CLOCK_FIELD, ClockGuard
 from ._membership import ANSWER_MESSAGE, CONFIG_ENTRY, REFUSED_COMMAND, REQUEST_MESSAGE, MembershipMixin
 from ._progress import _Progress
-from ._storage import _cut_journal_file
 
 if TYPE_CHECKING:
     from ._crypto import _AeadEncryptor
@@ -48,15 +48,34 @@ class _SyncObj(MembershipMixin, SyncObj):
     node's ``JoinMarker``.
     """
 
-    def __init__(self, selfNode, otherNodes, *args, encryptor: "_AeadEncryptor | None" = None,
+    def __init__(self, selfNode, otherNodes, *args, encryptor: "_AeadEncryptor | None" = None, wall_ms=None,
                  join: bool = False, join_marker=None, **kwargs):
         # Set before SyncObj.__init__: its tick thread may connect to peers right away.
         self._raft_encryptor = encryptor
+        #: the members' clocks, measured on the traffic below (_clockguard.py); ``wall_ms``: the
+        #: node's wall clock, the one its commands are stamped with
+        self._clock = ClockGuard(self, wall_ms)
         #: The leader's view of each follower beyond next/match index (_progress.py); anew at
         #: each election won.
         self._progress: dict = {}
         self._members_setup(selfNode, otherNodes, join, join_marker)
         super().__init__(selfNode, otherNodes, *args, **kwargs)
+
+    #: The journal's sync gate (``_durable.py``; None with fsync off), set by its transport factory.
+    _sync_gate = None
+
+    def _onTick(self, timeToWait=0.0):
+        # Sync before acknowledging (_durable.py): every tick begins with the journal synced
+        # (the leader counts itself towards a commit then), and the answers to what the poll
+        # at the end of the tick brought in go out after one sync, before anything else.
+        gate = self._sync_gate
+        if gate is None:
+            return SyncObj._onTick(self, timeToWait)
+        gate.flush()
+        try:
+            return SyncObj._onTick(self, timeToWait)
+        finally:
+            gate.flush()
 
     @property
     def encryptor(self):
@@ -87,6 +106,8 @@ class _SyncObj(MembershipMixin, SyncObj):
         # itself), seen from both sides as each one's request reaches the other.
         split = order == 0 and self._SyncObj__raftState == _CANDIDATE \
             and message["term"] == self._SyncObj__raftCurrentTerm
+        clock = message.get(_CLOCK_FIELD) if kind == "append_entries" else None
+        _tick.clock_echo = clock  # what the answer echoes (__sendNextNodeIdx)
         if kind == "append_entries":
             self._members_note_append(message)
         try:
@@ -105,6 +126,10 @@ class _SyncObj(MembershipMixin, SyncObj):
         finally:
             _tick.keep_log_tail = False
             _tick.answer = None
+            _tick.clock_echo = None
+            if clock is not None and node == self._SyncObj__raftLeader \
+                    and message.get("term") == self._SyncObj__raftCurrentTerm:
+                self._clock.on_append(node.id, clock, monotonic())
             if kind == "append_entries":
                 self._members_scan()  # a configuration is in force from its append on
             if order == -1 and self._SyncObj__raftState != _LEADER:
@@ -126,6 +151,7 @@ class _SyncObj(MembershipMixin, SyncObj):
                     later = monotonic() + self._SyncObj__conf.raftMinTimeout
                     if self._SyncObj__raftElectionDeadline < later:
                         self._SyncObj__raftElectionDeadline = later
+            self._clock.hold()  # a member whose clock disagrees stands for nothing
 
     # -- the walk back to where a follower's log agrees (_progress.py) -------------------------
 
@@ -173,10 +199,14 @@ class _SyncObj(MembershipMixin, SyncObj):
                                success=True)
             elif reset and hint is not None:
                 message["next_node_idx"] = hint
+        clock = self._clock.answer_field(getattr(_tick, "clock_echo", None))
+        if clock is not None:
+            message[_CLOCK_FIELD] = clock
         self._SyncObj__transport.send(node, message)
 
     def _SyncObj__onBecomeLeader(self):
         self._progress = {}
+        self._clock.on_become_leader()
         self._members_on_become_leader()  # learners and the server being removed get entries too
         return SyncObj._SyncObj__onBecomeLeader(self)
 
@@ -200,6 +230,7 @@ class _SyncObj(MembershipMixin, SyncObj):
             pr.stale_answers += 1
             return
         self._SyncObj__lastResponseTime[node] = monotonic()
+        self._clock.on_answer(node.id, message.get(_CLOCK_FIELD), monotonic())
         try:
             n = int(message["next_node_idx"])
             success, reset = bool(message["success"]), bool(message["reset"])
@@ -272,9 +303,12 @@ class _SyncObj(MembershipMixin, SyncObj):
                 if len(entries) == 1 and len(entries[0][0]) >= batch:
                     self._send_in_parts(node, entries[0], prev_idx, prev_term)
                 else:
-                    transport.send(node, {
-                        "type": "append_entries", "term": term, "commit_index": commit,
-                        "entries": entries, "prevLogIdx": prev_idx, "prevLogTerm": prev_term})
+                    msg = {"type": "append_entries", "term": term, "commit_index": commit,
+                           "entries": entries, "prevLogIdx": prev_idx, "prevLogTerm": prev_term}
+                    clock = self._clock.stamp(node, monotonic())
+                    if clock is not None:  # the leader's clock, at most every STAMP_EVERY_S
+                        msg[_CLOCK_FIELD] = clock
+                    transport.send(node, msg)
                 if pr.probing:
                     pr.probe_sent_at = monotonic()
                     break  # one message until it is answered
@@ -347,12 +381,6 @@ class _SyncObj(MembershipMixin, SyncObj):
             return  # see _entries_already_held: no entry after prevLogIdx conflicts
         SyncObj._SyncObj__deleteEntriesFrom(self, fromIDx)
         self._members_truncated(fromIDx)  # a configuration goes with its entry
-
-    def _SyncObj__deleteEntriesTo(self, toIDx):
-        # A compaction: pysyncobj rewrites the entries it keeps from the start of the file.
-        SyncObj._SyncObj__deleteEntriesTo(self, toIDx)
-        _cut_journal_file(self._SyncObj__raftLog)
-        self._members_compacted()
 
     def _SyncObj__loadDumpFile(self, clearJournal):
         try:

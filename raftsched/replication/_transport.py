@@ -1,27 +1,44 @@
-"""The Raft transport: pysyncobj's TCP transport with a dial map, a keepalive and bind warnings
-(``RaftTransport``), and its messages sent uncompressed (``_Uncompressed``, which ``install``
-puts in place of ``zlib`` in ``pysyncobj.tcp_connection``)."""
+"""The Raft transport: pysyncobj's TCP transport with a dial map, a keepalive, bind warnings, and
+the Raft port held shut to whoever does not hold the secret (``RaftTransport``), and its messages
+sent uncompressed (``_Uncompressed``, which ``install`` puts in place of ``zlib`` in
+``pysyncobj.tcp_connection``)."""
 from __future__ import annotations
 
+import functools
 import logging
 import zlib
 
+from pysyncobj.dns_resolver import globalDnsResolver
 from pysyncobj.monotonic import monotonic  # the clock pysyncobj's own timers use
 from pysyncobj.node import TCPNode
 from pysyncobj.tcp_connection import CONNECTION_STATE
 from pysyncobj.transport import TCPTransport
 
+from ..core import limits
+from ._connection import DROP_REASONS, _BoundedConnection, _BoundedServer
+from ._frames import first_frame_bytes_max, frame_bytes_max
+from .conf import RAFT_PORT_DEFAULTS
+
 logger = logging.getLogger("raftsched.replication")  # one logger for the package (docs/operations.md)
 
 #: Keepalive period on every link; see RaftTransport.
 _KEEPALIVE_PERIOD_S = 0.5
+#: A gap this long between two admission sweeps means the tick thread was stalled (an apply, a
+#: snapshot load, a collection): the deadlines of connections still authenticating move on by it.
+#: (A stall longer than connectionTimeout still drops every connection whose last read is older:
+#: pysyncobj checks that at each connection's next event.)
+_SWEEP_STALL_S = 0.25
+#: A dropped connection is logged once per reason, then at most once per this many seconds with
+#: the number of drops not logged (they are all counted: ``RaftNode.status()``).
+_DROP_LOG_EVERY_S = 60.0
+
 #: The keepalive message. A dict with an unknown 'type', so that a peer running a plain
 #: TCPTransport ignores it too (SyncObj dispatches on message['type'] and has no else branch).
 _KEEPALIVE_MESSAGE = {"type": "raftsched_keepalive"}
 
 
 class RaftTransport(TCPTransport):
-    """pysyncobj's TCP transport with three additions.
+    """pysyncobj's TCP transport with four additions.
 
     - ``dial_map``: this node dials ``dial_map[peer]`` instead of the peer's own address, and
       still identifies the link by the peer's address (so one TCP proxy per link can cut it).
@@ -35,9 +52,16 @@ class RaftTransport(TCPTransport):
       (notes, 3 processes: 1.26 s -> 0.41 s). The keepalive is swallowed on receipt: SyncObj
       never sees it, so it cannot keep a cut-off leader believing it leads.
     - A warning while the Raft port cannot be bound (pysyncobj retries silently forever).
+    - The port held shut to strangers (issue 22). Every connection is a ``_BoundedConnection``:
+      frames are capped at their header, at the key exchange's size until the peer has proved
+      it holds the secret and at ``frame_bytes_max`` of this configuration after, and read in
+      linear time. A connection that has not completed the key exchange ``authTimeout`` after
+      it opened (conf.RAFT_PORT_DEFAULTS) is dropped by a sweep on every tick. Drops are counted
+      by reason (``dropped``, ``DROP_REASONS``) and logged once per reason and minute.
     """
 
-    def __init__(self, syncObj, selfNode, otherNodes, *, dial_map=None, counters=None):
+    def __init__(self, syncObj, selfNode, otherNodes, *, dial_map=None, counters=None,
+                 dropped=None, auth_timeout_s=RAFT_PORT_DEFAULTS["authTimeout"]):
         # Set before super().__init__, which adds the nodes and registers our tick callback.
         self._dial_map = dict(dial_map or {})
         self._counters = counters if counters is not None else {}
@@ -46,8 +70,109 @@ class RaftTransport(TCPTransport):
         self._next_keepalive = 0.0
         self._created = monotonic()
         self._bind_warned_at = 0.0
+        conf = syncObj.conf
+        #: The largest frame a member of this configuration sends, and the largest one before the
+        #: key exchange (_frames.py), under the encryptor SyncObj made before its transport.
+        self.frame_cap = frame_bytes_max(batch_bytes=conf.appendEntriesBatchSizeBytes,
+                                         chunk_bytes=conf.logCompactionBatchSize,
+                                         command_bytes_max=limits.command_bytes_max,
+                                         encryptor=syncObj.encryptor)
+        self.first_frame_cap = first_frame_bytes_max(syncObj.encryptor)
+        self._auth_timeout_s = float(auth_timeout_s)
+        self._dropped = dropped if dropped is not None else {}
+        for reason in DROP_REASONS:
+            self._dropped.setdefault(reason, 0)
+        self._drop_logged_at: dict[str, float] = {}
+        self._drops_unlogged: dict[str, int] = {}
+        self._last_sweep = monotonic()
         super().__init__(syncObj, selfNode, otherNodes)
         syncObj.addOnTickCallback(self._keepalive_tick)
+        syncObj.addOnTickCallback(self._admission_tick)
+
+    # -- connections: ours, in place of pysyncobj's -----------------------------------------
+
+    def _new_connection(self, sock=None) -> _BoundedConnection:
+        conf = self._syncObj.conf
+        return _BoundedConnection(
+            self._syncObj._poller, cap=self.frame_cap, first_cap=self.first_frame_cap,
+            auth_timeout_s=self._auth_timeout_s, on_drop=self._note_drop, stats=self._counters,
+            sock=sock,
+            timeout=conf.connectionTimeout, sendBufferSize=conf.sendBufferSize,
+            recvBufferSize=conf.recvBufferSize,
+            # As pysyncobj: its accepted connections get no keepalive option, its dialled ones
+            # the conf's.
+            keepalive=conf.tcp_keepalive if sock is None else None)
+
+    def _createServer(self):
+        # TCPTransport._createServer, building a _BoundedServer.
+        conf = self._syncObj.conf
+        self_addr = self._selfNode.address
+        if conf.bindAddress is not None:
+            host, port = conf.bindAddress.rsplit(":", 1)
+        elif self_addr is not None:
+            host, port = self_addr.rsplit(":", 1)
+            host = "::" if ":" in host else "0.0.0.0"
+        else:
+            raise RuntimeError("Unable to determine bind address")
+        if host != "0.0.0.0":
+            host = globalDnsResolver().resolve(host)
+        self._server = _BoundedServer(
+            self._syncObj._poller, host, port, self._onNewIncomingConnection,
+            make_connection=self._new_connection, sendBufferSize=conf.sendBufferSize,
+            recvBufferSize=conf.recvBufferSize, connectionTimeout=conf.connectionTimeout)
+
+    def addNode(self, node):
+        super().addNode(node)
+        conn = self._connections.get(node)
+        if conn is not None and not isinstance(conn, _BoundedConnection):
+            # TCPTransport.addNode made a TcpConnection to dial this peer (not connected yet):
+            # ours in its place, wired the same way.
+            ours = self._new_connection()
+            ours.encryptor = self._syncObj.encryptor
+            ours.setOnConnectedCallback(functools.partial(self._onOutgoingConnected, ours))
+            ours.setOnMessageReceivedCallback(functools.partial(self._onMessageReceived, node))
+            ours.setOnDisconnectedCallback(functools.partial(self._onDisconnected, ours))
+            self._connections[node] = ours
+
+    def _admission_tick(self):
+        """Drop the connections that have not completed the key exchange in time: an incoming
+        one must have proved it holds the secret and named itself as a member, one we dialled
+        must have proved the secret. The clock of a connection still dialling starts when it
+        connects; the time this thread was stalled does not count."""
+        try:
+            now = monotonic()
+            gap, self._last_sweep = now - self._last_sweep, now
+            unknown = self._unknownConnections
+            for conn in list(unknown) + list(self._connections.values()):
+                if not isinstance(conn, _BoundedConnection):
+                    continue
+                state = conn.state
+                if state == CONNECTION_STATE.DISCONNECTED \
+                        or (conn.authenticated and conn not in unknown):
+                    continue
+                if state == CONNECTION_STATE.CONNECTING:
+                    conn.admit_by = now + self._auth_timeout_s
+                elif gap > _SWEEP_STALL_S:
+                    conn.admit_by += gap
+                elif now > conn.admit_by:
+                    conn.drop("auth_timeout", f"no key exchange within {self._auth_timeout_s:g} s")
+        except Exception:  # noqa: BLE001 - a tick callback that raises stops pysyncobj's tick
+            logger.exception("replication.admission_sweep_failed")
+
+    def _note_drop(self, conn: _BoundedConnection, reason: str, detail: str) -> None:
+        # On the tick thread, from _BoundedConnection.drop: count always, log once per reason
+        # and _DROP_LOG_EVERY_S.
+        self._dropped[reason] = self._dropped.get(reason, 0) + 1
+        now = monotonic()
+        last = self._drop_logged_at.get(reason)
+        if last is not None and now - last < _DROP_LOG_EVERY_S:
+            self._drops_unlogged[reason] = self._drops_unlogged.get(reason, 0) + 1
+            return
+        self._drop_logged_at[reason] = now
+        logger.warning("replication.connection_dropped reason=%s peer=%s authenticated=%s "
+                       "detail=%s unlogged_before=%d (logged once a minute per reason at most)",
+                       reason, conn.peer, conn.authenticated, detail,
+                       self._drops_unlogged.pop(reason, 0))
 
     def _connectIfNecessarySingle(self, node):
         target = self._dial_map.get(node.id) if isinstance(node, TCPNode) else None

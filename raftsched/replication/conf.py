@@ -3,6 +3,7 @@ behind them, the options a RaftNode sets itself, and ``make_conf``, which refuse
 ``SyncObjConf`` would silently accept."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pysyncobj import SyncObjConf
@@ -70,6 +71,19 @@ RAFT_CONF_DEFAULTS: dict[str, Any] = {
     "dynamicMembershipChange": False,
 }
 
+#: raftsched's own options for the Raft port, given in ``conf_overrides`` beside SyncObjConf's
+#: (``RaftNode`` takes them out before ``make_conf``; ``make_port_options`` checks them).
+RAFT_PORT_DEFAULTS: dict[str, Any] = {
+    # A connection that has not completed the key exchange (proved it holds the secret and, when
+    # it dialled us, named itself as a member) this long after it opened is dropped. A member
+    # does it in one round trip and two ticks (milliseconds); pysyncobj kept a silent stranger's
+    # connection open for as long as it liked (100 of them stayed 12 s and more). 2.0 s =
+    # connectionTimeout: a peer whose tick thread stalls that long would be dropped anyway. The
+    # time the node's own tick thread was stalled does not count (RaftTransport). (pysyncobj's
+    # admin utility, which raftsched does not use, never names itself: it would be dropped too.)
+    "authTimeout": 2.0,
+}
+
 #: Keys RaftNode sets itself; conf_overrides may not change them.
 _RESERVED_CONF_KEYS = frozenset({
     "password", "journalFile", "fullDumpFile", "bindAddress", "onStateChanged", "onReady",
@@ -103,3 +117,20 @@ def make_conf(**kwargs: Any) -> SyncObjConf:
     except AssertionError:
         raise ValueError("SyncObjConf.validate() refused the options") from None
     return conf
+
+
+def make_port_options(**kwargs: Any) -> dict[str, Any]:
+    """``RAFT_PORT_DEFAULTS`` with ``kwargs`` over them.
+
+    :raises ValueError: for an unknown key, or an ``authTimeout`` that is not a finite number of
+        seconds above 0.
+    """
+    unknown = sorted(set(kwargs) - set(RAFT_PORT_DEFAULTS))
+    if unknown:
+        raise ValueError(f"unknown Raft port option(s): {', '.join(unknown)}")
+    options = dict(RAFT_PORT_DEFAULTS, **kwargs)
+    timeout = options["authTimeout"]
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
+            or not math.isfinite(timeout) or timeout <= 0:
+        raise ValueError(f"authTimeout must be a number of seconds above 0, got {timeout!r}")
+    return options

@@ -17,14 +17,19 @@ from pysyncobj.config import FAIL_REASON
 from ..aio import LoopInbox
 from ..core import limits
 from ..core.errors import Conflict, Indeterminate, InvalidSpec, LimitExceeded, Unavailable
+from ._connection import DROP_REASONS
 from ._consumer import BARRIER_NOOP, _StateConsumer, replica_lock
 from ._crypto import _AeadEncryptor
+from ._disk import Disk
+from ._durable import durable_transport
 from ._install import install
 from ._membership import OPS as MEMBER_OPS, JoinMarker, check_addr
+from ._storage import StoragePath
 from ._syncobj import _SyncObj
 from ._transport import RaftTransport
 from ._watch import ReplicationWatch
-from .conf import _RESERVED_CONF_KEYS, RAFT_CONF_DEFAULTS, make_conf
+from .conf import (_RESERVED_CONF_KEYS, RAFT_CONF_DEFAULTS, RAFT_PORT_DEFAULTS, make_conf,
+                   make_port_options)
 
 logger = logging.getLogger("raftsched.replication")  # one logger for the package (docs/operations.md)
 
@@ -129,9 +134,18 @@ class RaftNode:
     :param dial_map: ``{peer_addr: proxy_addr}``: dial the proxy instead of the peer (of any
         member, one that joins later too).
     :param conf_overrides: SyncObjConf options over ``RAFT_CONF_DEFAULTS`` (not the reserved
-        ones: password, files, bind address, callbacks, membership, serializer, fork).
+        ones: password, files, bind address, callbacks, membership, serializer, fork), and the
+        Raft port's own over ``RAFT_PORT_DEFAULTS`` (``authTimeout``).
     :param barrier_command: the bytes ``barrier()`` proposes; by default ``BARRIER_NOOP``, which
         never reaches the state.
+    :param wall_ms: the node's wall clock (ms), the one its commands are stamped with: the
+        members' clocks are measured with it (``_clockguard.py``); default: the system's.
+    :param fsync: sync the journal before this node answers for its log and before it counts
+        itself towards a commit, and sync the meta and the dumps (``_durable.py``). False keeps
+        only what a killed process keeps (docs/operations.md, "Durability").
+    :param disk: the ``Disk`` the journal, meta and dumps are written through (tests and the
+        fault harness pass ``powerloss.ShadowDisk``, made with their own ``fsync``, which then
+        decides); by default the real one, with ``fsync``.
     :raises RuntimeError: when this pysyncobj's internals are not the ones ``install`` expects.
     :raises ValueError, TypeError: for an empty secret, a bad address, or refused options.
     """
@@ -139,7 +153,8 @@ class RaftNode:
     def __init__(self, *, self_addr: str, peers: list[str], data_dir: str, secret: str,
                  state, on_role_change: Callable[[bool], Any] | None = None,
                  dial_map: dict[str, str] | None = None, conf_overrides: dict | None = None,
-                 barrier_command: bytes | None = None, join: bool = False):
+                 barrier_command: bytes | None = None, wall_ms: Callable[[], int] | None = None,
+                 fsync: bool = True, disk: Disk | None = None, join: bool = False):
         # The stand-ins for pysyncobj's parts, before anything of pysyncobj is built (raises
         # RuntimeError for a pysyncobj whose internals are not the expected ones).
         install()
@@ -158,6 +173,8 @@ class RaftNode:
         reserved = sorted(set(overrides) & _RESERVED_CONF_KEYS)
         if reserved:
             raise ValueError(f"conf_overrides may not set {', '.join(reserved)}")
+        self._port_options = make_port_options(
+            **{k: overrides.pop(k) for k in list(overrides) if k in RAFT_PORT_DEFAULTS})
         if barrier_command is not None:
             _check_command(barrier_command)
 
@@ -174,16 +191,22 @@ class RaftNode:
         self._on_role_change = on_role_change
         self._dial_map = dict(dial_map or {})
         self._barrier_command = BARRIER_NOOP if barrier_command is None else bytes(barrier_command)
-        #: keepalives (the transport's), and log entries vs commands proposed (group commit)
+        self._wall_ms = wall_ms
+        self._disk = disk if disk is not None else Disk(fsync)
+        #: keepalives and the longest frame received (the transport's), and log entries vs
+        #: commands proposed (group commit)
         self.counters: dict[str, int] = {"log_entries_proposed": 0, "commands_proposed": 0}
+        #: connections the Raft port dropped, by reason (the transport's; ``status()``)
+        self.connections_dropped: dict[str, int] = dict.fromkeys(DROP_REASONS, 0)
 
         os.makedirs(self._data_dir, exist_ok=True)
         options = dict(RAFT_CONF_DEFAULTS)
         options.update(overrides)
         options.update(
             password=secret,
-            journalFile=os.path.join(self._data_dir, "raft.journal"),
-            fullDumpFile=os.path.join(self._data_dir, "raft.dump"),
+            # The names carry the disk to write through (_storage.StoragePath).
+            journalFile=StoragePath(os.path.join(self._data_dir, "raft.journal"), self._disk),
+            fullDumpFile=StoragePath(os.path.join(self._data_dir, "raft.dump"), self._disk),
             # pysyncobj binds 0.0.0.0 unless told otherwise.
             bindAddress=self_addr,
             onStateChanged=self._on_state_changed,
@@ -229,15 +252,20 @@ class RaftNode:
                                "its members are the log's", self._self_addr)
             self._consumer = _StateConsumer(self._state, self._lock)
             transport = functools.partial(RaftTransport, dial_map=self._dial_map,
-                                          counters=self.counters)
+                                          counters=self.counters,
+                                          dropped=self.connections_dropped,
+                                          auth_timeout_s=self._port_options["authTimeout"])
+            if self._disk.fsync:
+                transport = durable_transport(transport)  # sync before acknowledging
             self._sync = _SyncObj(self._self_addr, self._peers, conf=self._conf,
                                   consumers=[self._consumer], transportClass=transport,
-                                  encryptor=_AeadEncryptor(self._conf.password),
+                                  encryptor=_AeadEncryptor(self._conf.password), wall_ms=self._wall_ms,
                                   join=marker is not None, join_marker=marker)
             self._sync.addOnTickCallback(self._consumer._release_snapshot_lock)
             self._sync.addOnTickCallback(self._sync._member_tick)
             self._watch = ReplicationWatch(self._sync)
             self._sync.addOnTickCallback(self._watch.tick)
+            self._sync.addOnTickCallback(self._sync._clock.tick)
         except BaseException:
             self._unlock_data_dir()
             raise
@@ -286,7 +314,7 @@ class RaftNode:
                     pass
 
     def _lock_data_dir(self, wait_s: float = 10.0) -> None:
-        # Two nodes on one journal would corrupt it (it is an mmap). A dump writer forked by a
+        # Two nodes on one journal would corrupt it. A dump writer forked by a
         # previous node inherits the lock until it exits, so a restart also waits for it: its
         # late rename could otherwise put an older dump behind a newer, compacted journal.
         path = os.path.join(self._data_dir, "raft.lock")
@@ -579,6 +607,25 @@ class RaftNode:
         sync = self._sync
         return sync is not None and sync._isLeader()
 
+    def cluster_ms(self) -> int | None:
+        """Cluster time now (ms): the median of the members' wall clocks, as this node knows it
+        (measured on the leader, told to the followers: ``_clockguard.py``); None when it does
+        not (not started, or no word from a leader for a while). Any thread."""
+        sync = self._sync
+        return None if sync is None else sync._clock.cluster_ms()
+
+    def clock_status(self) -> dict:
+        """This node's wall clock against the cluster's: ``state`` (agrees, disagrees: more
+        than limits.clock_skew_ms_max off, unknown, unchecked), ``offset_ms`` (its wall clock
+        minus cluster time), ``error_ms``, ``bound_ms``, ``cluster_ms``, ``source`` (who told it
+        cluster time: "self" on the leader), ``candidacy_held``, on the leader each peer's
+        offset (``peers``), counters, and the ``conditions`` it implies. Any thread."""
+        sync = self._sync
+        if sync is None:
+            return {"state": "unknown", "offset_ms": None, "error_ms": None, "bound_ms": limits.clock_skew_ms_max,
+                    "cluster_ms": None, "source": None, "candidacy_held": False, "peers": {}, "conditions": []}
+        return sync._clock.view()
+
     def status(self) -> dict:
         """A snapshot of this node's view, read without locks (single attribute reads are atomic
         under the GIL; ``SyncObj.getStatus()`` iterates dicts the tick thread may grow).
@@ -594,10 +641,16 @@ class RaftNode:
                     "commit_index": 0, "last_applied": 0, "members": list(view["voters"]),
                     "learners": list(view["learners"]), "membership": view,
                     "is_leader": False, "running": False, "peers_connected": [],
-                    "replication": None}
+                    "replication": None, "connections_dropped": dict(self.connections_dropped),
+                    "clock": self.clock_status(), "durability": self.durability()}
         leader = sync._getLeader()
         role = _ROLE_BY_RAFT_STATE.get(self._raft_state, "follower")
         watch = self._watch
+        clock = self.clock_status()
+        repl = None if watch is None else watch.view()
+        if repl is not None:
+            # One list of conditions: replication's (cluster.follower_stalled) and the clocks'.
+            repl = dict(repl, conditions=repl["conditions"] + clock["conditions"])
         return {
             "self": self._self_addr,
             "role": role,
@@ -612,5 +665,16 @@ class RaftNode:
             "running": True,
             "peers_connected": sorted(n.id for n in sync.otherNodes if sync.isNodeConnected(n)),
             # How this node's log keeps up, and (on the leader) each follower's: _watch.py.
-            "replication": None if watch is None else watch.view(),
+            "replication": repl,
+            # What the Raft port refused, by reason (_connection.DROP_REASONS).
+            "connections_dropped": dict(self.connections_dropped),
+            # This node's clock against the cluster's: _clockguard.py.
+            "clock": clock,
+            "durability": self.durability(),
         }
+
+    def durability(self) -> dict:
+        """Whether this node syncs before acknowledging, and the syncs its disk made so far
+        (journal groups, meta, dumps, directories) and the seconds they took."""
+        disk = self._disk
+        return {"fsync": disk.fsync, "syncs": disk.syncs, "sync_s": round(disk.sync_s, 6)}

@@ -239,8 +239,13 @@ class LocalCluster:
         self._joined: dict[int, tuple[str, ...]] = {}
         self.secret_file = self.tmp / "secret"
         self.token_file = self.tmp / "token"
+        #: the nodes' key ring (their default --keys-dir, beside the secret): one key, k1
+        self.keys_dir = self.tmp / "keys"
         if secret is not None:
             write_private(self.secret_file, secret + "\n")
+            if not any(self.keys_dir.glob("*.key")):
+                from ..sealing import new_key_file  # cryptography: not for the probe (standard library only)
+                new_key_file(str(self.keys_dir), "k1")
         write_private(self.token_file, token + "\n")
 
     def __enter__(self) -> LocalCluster:
@@ -354,7 +359,9 @@ class LocalCluster:
     def start(self, i: int | None = None) -> None:
         """Start node i (default: every node) on its data directory."""
         for j in ([i] if i is not None else range(self.n)):
-            self.data_dir(j).mkdir(parents=True, exist_ok=True)
+            # Private to the node's user: a node refuses a data directory others may read.
+            self.data_dir(j).mkdir(mode=0o700, parents=True, exist_ok=True)
+            self.data_dir(j).chmod(0o700)
             self.children.start(j, self.argv(j), self.log_path(j), env=self.node_env_of(j), cwd=self.cwd)
 
     def alive(self) -> list[int]:

@@ -41,6 +41,11 @@ class FakeRaft:
         #: (there is no log to catch up with); ``refuse`` makes the next change a Conflict.
         self.voters: list[str] = ["127.0.0.1:1"]
         self.refuse: str | None = None
+        #: What ``clock_status()`` reports: a lone node's clock agrees with itself, unless a
+        #: test sets another state.
+        self.clock: dict = {"state": "agrees", "offset_ms": 0, "error_ms": 0, "bound_ms": 1000,
+                            "cluster_ms": None, "source": "self", "candidacy_held": False, "peers": {},
+                            "conditions": []}
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Nothing to start: remembers the loop, as RaftNode does."""
@@ -88,6 +93,14 @@ class FakeRaft:
         return {"addr": addr, "state": state, "changed": was != (state == "voter"),
                 "members": {"voters": list(self.voters), "learners": [], "index": self.index}}
 
+    def cluster_ms(self) -> int | None:
+        """No cluster clock: a ClusterClock over this fake runs on its local clock."""
+        return None
+
+    def clock_status(self) -> dict:
+        """What ``RaftNode.clock_status`` reports: ``clock`` (a test may set another state)."""
+        return dict(self.clock)
+
     def status(self) -> dict:
         return {"self": "127.0.0.1:1", "role": "leader" if self.leader else "follower",
                 "leader": "127.0.0.1:1" if self.leader else None, "term": 1,
@@ -95,4 +108,7 @@ class FakeRaft:
                 "learners": [], "membership": {"voters": list(self.voters), "learners": [], "index": 0,
                                                "pending": None, "self": "voter"},
                 "is_leader": self.leader,
-                "replication": dict(self.replication, leader_commit_index=self.index)}
+                # One list of conditions, as RaftNode.status makes it: replication's and the clock's.
+                "replication": dict(self.replication, leader_commit_index=self.index,
+                                    conditions=self.replication["conditions"] + self.clock["conditions"]),
+                "clock": self.clock_status()}

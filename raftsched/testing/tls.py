@@ -49,6 +49,7 @@ def _write_key(path: Path, key) -> None:
     data = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                              serialization.NoEncryption())
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a file that was there keeps its mode otherwise: a node refuses a key others may read
     with os.fdopen(fd, "wb") as f:
         f.write(data)
 

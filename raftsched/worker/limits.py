@@ -57,6 +57,12 @@ shell_reap_s_max = 5.0
 #: How long a cancelled HTTP request gets to finish its cleanup before it is abandoned (a job's
 #: coroutine gets the kill grace, like a process).
 http_cancel_grace_s = 1.0
+#: The run server (worker/runserver.py): how long it may take to start (an interpreter and its
+#: imports) and to stop once told; after it failed to start, how long runs fail at once with that
+#: failure before the next run tries again.
+run_server_start_s = 30.0
+run_server_stop_s = 5.0
+run_server_restart_s = 1.0
 #: Seconds an idle python run thread waits for another run before it exits.
 run_thread_idle_s = 30.0
 #: The repr of a python run's return value: generous but bounded, so that a huge value does not
@@ -95,6 +101,11 @@ heartbeat_timeout_lease_ttl_share = 0.5
 #: How often the lease watchdog looks whether no heartbeat has succeeded for a whole TTL
 #: (docs/design.md, "A watchdog checks every 100 ms").
 lease_watchdog_interval_s = 0.1
+#: A run granted before its slot (by the cluster's clock, the worker's ``clock``) waits for it,
+#: looking at that clock this often: cluster time can move under it (a new estimate).
+slot_wait_poll_s = 0.05
+#: A wait for a slot at least this long is logged (shorter ones are the clocks' noise).
+slot_wait_logged_ms = 100
 #: How long a stopping worker waits, beyond the kill grace of its runs, for them to end and for
 #: their reports to be answered.
 stop_report_grace_s = 2.0

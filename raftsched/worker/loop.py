@@ -21,11 +21,15 @@ trigger loop and the log.
   slow.
 - Outcomes are reported in batches (``complete_many``), and the acquire for the slots they
   free goes out in the same turn of the event loop, so both travel in one log entry.
-- A plain python function whose module is imported already runs in a pooled thread without a
-  task of its own (``executors.execute_soon``); anything else is awaited through ``execute``,
-  or through the executor ``executor_lookup`` gives for it (``raftsched worker --app``). An
-  Outcome that lingers (a thread that could not be stopped at its timeout) is reported at once,
-  and its slot stays taken until the thread ends: at most ``slots`` threads run at once.
+- A run is awaited through ``execute``: shell and python runs in the worker's sandbox
+  (worker/sandbox.py: the run user, a clean environment, a directory of its own; never in this
+  process), http runs here. Or through the executor ``executor_lookup`` gives for it
+  (``raftsched worker --app``: the app's handlers, the worker's own code, in this process).
+  Without a sandbox (such a worker, and the tests of this loop), a plain python function whose
+  module is imported already runs in a pooled thread without a task of its own
+  (``executors.execute_soon``). An Outcome that lingers (a thread that could not be stopped at
+  its timeout) is reported at once, and its slot stays taken until the thread ends: at most
+  ``slots`` threads run at once.
 - One ``heartbeat`` per interval (a third of the lease TTL, at most 1 s) extends all its leases
   (in as many commands as heartbeat_leases_max makes). A lease the state reports lost is killed
   at once. If no heartbeat has succeeded for a whole TTL, by this process's monotonic clock,
@@ -66,9 +70,11 @@ from ..core import commands, limits, queries
 from ..core.errors import Indeterminate, RaftschedError, Unavailable
 from ..proposer import Proposer
 from ..aio import wait_event
+from .. import sealing
 from . import limits as worker_limits
 from . import masking
 from .executors import ALL_TYPES, CancelEvent, Outcome, RunContext, execute, execute_soon
+from .sandbox import RunServerError, Sandbox
 
 log = logging.getLogger("raftsched.worker")
 
@@ -163,16 +169,22 @@ class _Held:
 class LeaseLoop:
     """The lease loop of one worker, over one :class:`Channel`.
 
+    :param sandbox: where shell and python runs execute (worker/sandbox.py): started with the
+        loop, closed when it ends. None runs them in this process, in its environment and its
+        working directory: for an ``--app`` worker, whose handlers are its own code, and for tests
+        of the loop's logic; a worker that runs jobs' code gives one.
     :param executor_lookup: the seam for ``--app`` (``ExecutorLookup``); None: the built-in
         executors only.
     """
 
-    def __init__(self, channel: Channel, clock: Clock, *, slots: int = worker_limits.slots_default, allowed_types=ALL_TYPES,
+    def __init__(self, channel: Channel, clock: Clock, *, sandbox: Sandbox | None,
+                 slots: int = worker_limits.slots_default, allowed_types=ALL_TYPES,
                  lease_ttl_ms: int = worker_limits.lease_ttl_ms_default,
                  poll_interval_s: float = worker_limits.worker_poll_s_default,
                  kill_grace_s: float = worker_limits.kill_grace_s_default,
                  executor_lookup: ExecutorLookup | None = None) -> None:
         self.channel = channel
+        self.sandbox = sandbox
         self.clock = clock
         self.worker_id = channel.worker_id
         self.slots = slots
@@ -218,6 +230,8 @@ class LeaseLoop:
         self.completed = 0
         self.refused = 0
         self.released = 0
+        #: runs granted before their slot by the cluster's clock, which waited for it to start
+        self.waited_for_slot = 0
 
     def stats(self) -> dict:
         """This worker: ``id``, ``slots``, ``running`` (leases held: runs executing,
@@ -227,7 +241,7 @@ class LeaseLoop:
         while it leads a cluster of several, unless told to, nor while draining)."""
         return {"id": self.worker_id, "slots": self.slots, "running": len(self.held),
                 "completed": self.completed, "refused": self.refused, "released": self.released,
-                "draining": self.draining,
+                "waited_for_slot": self.waited_for_slot, "draining": self.draining,
                 "executes": self.slots > 0 and not self.draining and self.channel.executes()}
 
     # ---------------------------------------------------------------- main loops
@@ -243,6 +257,21 @@ class LeaseLoop:
 
         :raises WorkerFailed:
         """
+        if self.sandbox is not None:
+            try:
+                await self.sandbox.start()
+            except RunServerError as e:
+                self.failed = "sandbox"
+                log.error("worker %s: cannot run jobs: %s", self.worker_id, e)
+                raise WorkerFailed("sandbox", str(e)) from e
+            log.info("worker %s: %s", self.worker_id, self.sandbox.describe())
+        try:
+            await self._run()
+        finally:
+            if self.sandbox is not None:
+                await self.sandbox.close()
+
+    async def _run(self) -> None:
         self._session = aiohttp.ClientSession()
         try:
             async with asyncio.TaskGroup() as tg:
@@ -556,42 +585,56 @@ class LeaseLoop:
                 log.warning("worker: release of %d leases failed (they will expire): %s", len(leases[k:k + step]), e.message)
 
     # ---------------------------------------------------------------- one run
+    def _early_ms(self, g: dict) -> int:
+        """How long before its slot, by this worker's clock (a node's and a remote worker's is the
+        cluster's: raftsched/clock.py ClusterClock), the run of grant ``g`` would start now."""
+        slot = g.get("slot")
+        if not isinstance(slot, int) or isinstance(slot, bool):
+            return 0
+        return slot - self.clock.now_ms()
+
     def _start(self, h: _Held) -> None:
         h.executing = True
         self._executing += 1
         g = h.grant
         t0 = self.clock.monotonic_s()
+        early = self._early_ms(g) > 0
         try:
             if g.get("executor") is not None:
                 ctx = RunContext(run_id=g["id"], job=g["job"], slot_ms=g["slot"], attempt=g["attempt"],
                                  fencing_token=g["token"], payload=g.get("payload"), worker_id=self.worker_id,
                                  secrets=dict(g.get("secrets") or {}))
                 own = self.executor_lookup(g) if self.executor_lookup is not None else None
-                # A plain python function already imported runs without a task of its own.
-                if own is None and execute_soon(g["executor"], ctx, g["timeout_s"], functools.partial(self._executed, h, t0),
+                # In this process (no sandbox), a plain python function already imported runs
+                # without a task of its own.
+                if own is None and not early and self.sandbox is None and execute_soon(g["executor"], ctx, g["timeout_s"], functools.partial(self._executed, h, t0),
                                                 cancel=h.cancel, allowed_types=self.allowed_types,
                                                 kill_grace_s=self.kill_grace_s):
                     return
             else:
                 ctx = own = None
-            h.task = asyncio.create_task(self._execute(h, ctx, t0, own), name=f"run {g['id']}")
+            h.task = asyncio.create_task(self._execute(h, ctx, t0, own, early), name=f"run {g['id']}")
         except Exception:
             # Never a slot lost to a bug here: the run is dropped (its lease expires).
             log.exception("worker: run %s could not be started", g["id"])
             self._release(h)
             self._free_slot(h)
 
-    async def _execute(self, h: _Held, ctx: RunContext | None, t0: float, own=None) -> None:
+    async def _execute(self, h: _Held, ctx: RunContext | None, t0: float, own=None, early: bool = False) -> None:
         g = h.grant
         try:
-            if ctx is None:
-                out = Outcome(ok=False, error="the job was deleted", output="", duration_ms=0)
+            if early:
+                if not await self._until_slot(h):
+                    return  # given up before its slot: nothing ran
+                t0 = self.clock.monotonic_s()
+            if ctx is None:  # no executor: the job was deleted, or its secrets could not be unsealed
+                out = Outcome(ok=False, error=g.get("secrets_error") or "the job was deleted", output="", duration_ms=0)
             elif own is not None:
                 out = await own(ctx, g["timeout_s"], h.cancel)
             else:
                 out = await execute(masking.deliver(g["executor"], g.get("secrets")), ctx, g["timeout_s"], cancel=h.cancel,
                                     allowed_types=self.allowed_types, kill_grace_s=self.kill_grace_s,
-                                    http_session=self._session)
+                                    http_session=self._session, network=g.get("network"), sandbox=self.sandbox)
             self._executed(h, t0, out)
         except asyncio.CancelledError:
             self._release(h)
@@ -601,6 +644,32 @@ class LeaseLoop:
             self._release(h)
         finally:
             self._free_slot(h)
+
+    async def _until_slot(self, h: _Held) -> bool:
+        """Wait, holding the run's slot and its lease (heartbeated), until its slot has come by
+        this worker's clock: the cluster's (raftsched/clock.py ClusterClock), so a worker starts
+        no run before its slot whatever its own clock says. A run is granted before its slot
+        when the state's time is ahead of that clock: a command stamped by a clock that ran
+        fast (a leader's before it stepped down, a node of another version), or only the
+        estimates' noise. True once the slot has come; False if the run was given up first
+        (its lease lost, a drain, the worker stopping): nothing ran then, and its lease is
+        given back unless a drain gives it back itself."""
+        g = h.grant
+        early = self._early_ms(g)
+        self.waited_for_slot += 1
+        if early >= worker_limits.slot_wait_logged_ms:
+            log.info("worker %s: run %s was granted %d ms before its slot by the cluster's clock: waiting for it",
+                     self.worker_id, g["id"], early)
+        while True:
+            left = self._early_ms(g)
+            if left <= 0:
+                return True
+            if h.cancel.is_set():
+                break
+            await wait_event(h.cancel, min(left / 1000, worker_limits.slot_wait_poll_s))
+        if not h.giving_back:
+            await self._give_back([h], "given up before its slot")
+        return False
 
     def _executed(self, h: _Held, t0: float, out: Outcome) -> None:
         """Queue the outcome for the next report and free the run's slot. Reported even when
@@ -717,8 +786,10 @@ class EmbeddedChannel:
 
     def __init__(self, raft, clock: Clock, worker_id: str, *, slots: int, queues: list[str] | None,
                  allowed_types, labels: dict | None = None, execute_on_leader: bool = False,
-                 single_node: bool = False) -> None:
+                 single_node: bool = False, unseal: Callable[[dict], dict] | None = None) -> None:
         self.raft = raft
+        #: a grant with its secrets unsealed (raftsched/sealing.py unseal_grant, with the node's ring)
+        self.unseal = unseal or functools.partial(sealing.unseal_grant, ring=sealing.PROCESS_RING)
         #: the one way a command goes out (raftsched/proposer.py), as for the rest of the node
         self.proposer = Proposer(raft)
         self.clock = clock
@@ -753,7 +824,7 @@ class EmbeddedChannel:
     async def acquire(self, n: int, ttl_ms: int, types: list[str] | None) -> Grants:
         res = await self._propose(commands.acquire(self.clock.now_ms(), worker=self.worker_id, queues=self.queues,
                                                    max=n, ttl=ttl_ms, types=types))
-        return Grants(res.get("runs", []), bool(res.get("draining")))
+        return Grants([self.unseal(g) for g in res.get("runs", [])], bool(res.get("draining")))
 
     async def heartbeat(self, leases: list[list], ttl_ms: int, timeout_s: float) -> tuple[list[str], bool]:
         res = await self._propose(commands.heartbeat(self.clock.now_ms(), worker=self.worker_id, leases=leases,
@@ -794,19 +865,23 @@ class Worker(LeaseLoop):
     """A node's embedded worker: the lease loop over an :class:`EmbeddedChannel`.
 
     :param labels: the node's ``--labels``: which placed jobs this worker may run.
+    :param unseal: a grant with its secrets unsealed by the node's key ring (node/node.py).
+    :param sandbox: where its shell and python runs execute (:class:`LeaseLoop`).
     """
 
-    def __init__(self, raft, clock: Clock, node_id: str, *, slots: int = worker_limits.slots_default,
+    def __init__(self, raft, clock: Clock, node_id: str, *, sandbox: Sandbox | None,
+                 slots: int = worker_limits.slots_default,
                  queues: list[str] | None = None, allowed_types=ALL_TYPES,
                  lease_ttl_ms: int = worker_limits.lease_ttl_ms_default, execute_on_leader: bool = False,
                  single_node: bool = False, poll_interval_s: float = worker_limits.worker_poll_s_default,
-                 kill_grace_s: float = worker_limits.kill_grace_s_default, labels: dict | None = None) -> None:
+                 kill_grace_s: float = worker_limits.kill_grace_s_default, labels: dict | None = None,
+                 unseal: Callable[[dict], dict] | None = None) -> None:
         queues = sorted(set(queues)) if queues else None
         channel = EmbeddedChannel(raft, clock, f"{node_id}/{os.getpid()}", slots=slots, queues=queues,
                                   allowed_types=allowed_types, labels=labels, execute_on_leader=execute_on_leader,
-                                  single_node=single_node)
-        super().__init__(channel, clock, slots=slots, allowed_types=allowed_types, lease_ttl_ms=lease_ttl_ms,
-                         poll_interval_s=poll_interval_s, kill_grace_s=kill_grace_s)
+                                  single_node=single_node, unseal=unseal)
+        super().__init__(channel, clock, sandbox=sandbox, slots=slots, allowed_types=allowed_types,
+                         lease_ttl_ms=lease_ttl_ms, poll_interval_s=poll_interval_s, kill_grace_s=kill_grace_s)
         self.raft = raft
         self.queues = queues
 

@@ -16,6 +16,11 @@ unknown outcome is never reported as "definitely not". Any other error answer (4
   with none after ``wait_s``); while busy, two, as the embedded worker pipelines its acquires.
 - Heartbeat: one request per interval for all its leases, given up after half a TTL; the
   watchdog kills every run when none succeeded for a whole TTL.
+- Clock: lease and heartbeat answers carry the node's cluster time (``cluster_ms``); the worker
+  keeps it on its monotonic clock (core/clocksync.py ``observe``) and runs on it
+  (raftsched/clock.py ``ClusterClock``): it starts no run before its slot by the cluster's
+  clock, whatever its own says. A node that does not send it (another version) leaves the
+  worker on its own clock, as before.
 - Completions: batched, each batch with one Idempotency-Key for all its retries (another node
   after a lost connection or a 504), so a batch acts once.
 - SIGTERM (or SIGINT, or the cluster's ``draining``): drain for up to ``--drain-s``, then exit 0.
@@ -35,11 +40,14 @@ import uuid
 import zlib
 
 from ..async_client import AsyncClient
-from ..clock import Clock, SystemClock
+from ..clock import Clock, ClusterClock, SystemClock
+from ..config import ConfigError
+from ..core import clocksync
 from ..core.errors import Indeterminate, RaftschedError, Unavailable
 from . import limits as worker_limits
 from .executors import ALL_TYPES
 from .loop import VERSION, ExecutorLookup, Grants, LeaseLoop
+from .sandbox import CODE_TYPES, RunUser, Sandbox, resolve_run_user
 
 log = logging.getLogger("raftsched.remote")
 
@@ -78,6 +86,16 @@ class WorkerConfig:
     dedicated: list = dataclasses.field(default_factory=list)
     #: what the worker runs, for its start's log line (``--app``: the app and its handlers)
     describe: str | None = None
+    #: who shell and python runs execute as (``--run-as``; worker/sandbox.py), None: the default
+    #: for this process (resolved at start), the names of this process's environment they get
+    #: besides PATH, LANG and TZ (``--pass-env``), and where their directories are made
+    #: (``--runs-dir``; None: the system's temporary directory)
+    run_user: RunUser | None = None
+    pass_env: tuple = ()
+    runs_dir: str | None = None
+    #: A test hook: shell and python runs in this process, no sandbox (the lease loop's tests
+    #: watch their targets run). A real worker never sets it.
+    in_process: bool = False
 
 
 class RemoteChannel:
@@ -106,6 +124,20 @@ class RemoteChannel:
                       "executors": sorted(cfg.executors), "version": VERSION, "instance": uuid.uuid4().hex[:16]}
         if cfg.dedicated:  # only when set: a node of an older version refuses the field
             self.facts["dedicated"] = sorted(cfg.dedicated)
+        #: cluster time as the nodes' answers told it, on this process's monotonic clock
+        self._anchor: clocksync.Anchor | None = None
+
+    def cluster_ms(self) -> int | None:
+        """Cluster time now as the last answers told it (None: no node said, or too long ago)."""
+        t = clocksync.anchor_now(self._anchor, self.clock.monotonic_s() * 1000)
+        return None if t is None else int(t)
+
+    def _heard(self, answer) -> None:
+        """Note the cluster time an answer carries (a lower bound of it now: it was true when the
+        node answered)."""
+        if isinstance(answer, dict) and "cluster_ms" in answer:
+            self._anchor = clocksync.observe(self._anchor, answer["cluster_ms"], self.clock.monotonic_s() * 1000,
+                                             None, "cluster")
 
     # ------------------------------------------------------------------ the Channel
     async def hello(self) -> None:
@@ -137,6 +169,7 @@ class RemoteChannel:
                           self.worker_id, status, e.code, e.message, worker_limits.lease_refused_pause_s)
                 return Grants([], False, worker_limits.lease_refused_pause_s)
             raise
+        self._heard(res)
         runs, draining = res.get("runs") or [], bool(res.get("draining"))
         # An empty answer well before wait_s (a node that answers at once) is not a long-poll:
         # the loop's own pause applies, so the worker does not spin on it.
@@ -146,6 +179,7 @@ class RemoteChannel:
     async def heartbeat(self, leases: list[list], ttl_ms: int, timeout_s: float) -> tuple[list[str], bool]:
         res = await self.client.worker_heartbeat(self.worker_id, leases, ttl_ms,
                                                  timeout_s=max(0.2, timeout_s / 2), deadline_s=timeout_s)
+        self._heard(res)
         return res.get("lost", []), bool(res.get("draining"))
 
     async def complete(self, items: list[dict]) -> list[dict] | None:
@@ -172,7 +206,7 @@ async def run_worker(cfg: WorkerConfig, clock: Clock | None = None, stop: asynci
     """Run a remote worker until SIGTERM/SIGINT (or ``stop``) or the cluster's ``draining``;
     then drain (up to ``cfg.drain_s``) and return 0. A second signal stops at once. Returns 1
     when the worker failed (``WorkerFailed``: a task of its lease loop failed, and the runs it
-    held were given back)."""
+    held were given back, or its sandbox could not start), 2 when no run user could be chosen."""
     clock = clock or SystemClock()
     stop = stop or asyncio.Event()
     force = asyncio.Event()
@@ -188,8 +222,18 @@ async def run_worker(cfg: WorkerConfig, clock: Clock | None = None, stop: asynci
             loop.add_signal_handler(sig, on_signal)
         except (NotImplementedError, RuntimeError):
             pass
+    sandbox = None
+    if not cfg.in_process and cfg.executor_lookup is None and cfg.executors & CODE_TYPES:
+        try:
+            user = cfg.run_user or resolve_run_user(None)
+        except ConfigError as e:
+            log.error("worker %s: %s", cfg.worker_id, e)
+            return 2
+        sandbox = Sandbox(user, pass_env=tuple(cfg.pass_env), name=cfg.worker_id, runs_parent=cfg.runs_dir)
     channel = RemoteChannel(cfg, clock)
-    lease_loop = LeaseLoop(channel, clock, slots=cfg.slots, allowed_types=cfg.executors,
+    # The lease loop runs on the cluster's clock where the nodes tell it (its grants' slots).
+    lease_loop = LeaseLoop(channel, ClusterClock(clock, channel.cluster_ms), sandbox=sandbox, slots=cfg.slots,
+                           allowed_types=cfg.executors,
                            lease_ttl_ms=cfg.lease_ttl_ms, executor_lookup=cfg.executor_lookup)
     log.info("worker %s: %d slots, executors %s, queues %s, labels %s; nodes %s; pid %d", cfg.worker_id, cfg.slots,
              ",".join(sorted(cfg.executors)), ",".join(cfg.queues) if cfg.queues else "all",

@@ -34,7 +34,8 @@ def fleet_spec(k: int) -> dict:
     return spec
 
 
-ALL_SCENARIOS = ("failover", "writes", "sweep", "storm", "e2e", "raw_raft", "scale", "fleet_e2e", "fleet_rest")
+ALL_SCENARIOS = ("failover", "writes", "sweep", "storm", "e2e", "raw_raft", "scale", "fleet_e2e", "fleet_rest",
+                 "durability")
 #: How a run of one job's slots is considered late: fell behind when fewer than this share of the
 #: due slots was committed in the window, or the fire lag p99 exceeded FELL_BEHIND_P99_MS.
 FELL_BEHIND_SHARE = 0.95

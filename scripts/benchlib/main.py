@@ -25,6 +25,7 @@ from .common import ALL_SCENARIOS, REPO, code_has, export_commit, fire_log_suppo
 from .harness import BenchCluster, start_cluster, stop_clusters
 from .register import BULK_PATH
 from .report import markdown, plot
+from .scenarios.durability import durability
 from .scenarios.e2e import e2e
 from .scenarios.failover import failover
 from .scenarios.fleet import fleet_e2e, fleet_rest
@@ -50,7 +51,9 @@ PROFILES = {
               "state_ns": [10000], "shared_cluster": True,
               "fleet_e2e_jobs": 300, "fleet_workers": 4, "fleet_slots": 8, "fleet_window_s": 1, "fleet_warmup_s": 0,
               "fleet_rest_workers": 200, "fleet_rest_procs": 2, "fleet_rest_window_s": 1, "fleet_rest_due_jobs": 20,
-              "fleet_rest_due_window_s": 2},
+              "fleet_rest_due_window_s": 2,
+              "durability_rounds": 1, "durability_writes": 30, "durability_register": 200, "durability_sweep_n": 1000,
+              "durability_e2e_jobs": 200},
     "full": {"failover_trials": 20, "writes": 1000, "writes_register_put": 5000, "writes_register_bulk": 50000,
              "storm_jobs": 10000, "sweep_ns": [1000, 10000, 30000, 100000], "sweep_ns_put": None,
              "sweep_window_s": 10, "sweep_warmup_s": 3, "aps_warmup_s": 3, "aps_margin_s": 2.0, "storm_margin_s": 1.5,
@@ -59,13 +62,15 @@ PROFILES = {
              "state_ns": [100000], "shared_cluster": False,
              "fleet_e2e_jobs": 5000, "fleet_workers": 4, "fleet_slots": 32, "fleet_window_s": 10, "fleet_warmup_s": 3,
              "fleet_rest_workers": 1000, "fleet_rest_procs": 4, "fleet_rest_window_s": 10, "fleet_rest_due_jobs": 50,
-             "fleet_rest_due_window_s": 10},
+             "fleet_rest_due_window_s": 10,
+             "durability_rounds": 2, "durability_writes": 500, "durability_register": 3000, "durability_sweep_n": 10000,
+             "durability_e2e_jobs": 2000},
 }
 #: With shared_cluster (quick), these scenarios run one after the other on one cluster, started by
 #: the first of them, with workers on (the e2e scenario needs them) and the fire log on.
 SHARED_SCENARIOS = ("writes", "scale", "e2e")
 #: The order of a quick run: the shared cluster's scenarios next to each other.
-QUICK_ORDER = ("failover", "writes", "scale", "e2e", "sweep", "storm", "raw_raft", "fleet_e2e", "fleet_rest")
+QUICK_ORDER = ("failover", "writes", "scale", "e2e", "sweep", "storm", "raw_raft", "fleet_e2e", "fleet_rest", "durability")
 SCALE_1M = 1_000_000
 
 
@@ -106,7 +111,7 @@ def machine() -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=DESCRIPTION)
-    ap.add_argument("--quick", action="store_true", help="a small version of every scenario (about a minute; "
+    ap.add_argument("--quick", action="store_true", help="a small version of every scenario (about two minutes; "
                                                          "writes, scale and e2e share one cluster)")
     ap.add_argument("--out", default="bench-results.json", help="JSON results (default: bench-results.json in the cwd)")
     ap.add_argument("--plot", help="PNG of the fire lag distributions (default: --out with .png)")
@@ -231,6 +236,8 @@ def main(argv=None) -> int:
                 elif name == "fleet_rest":
                     res[name] = fleet_rest(tmp, p["fleet_rest_workers"], p["fleet_rest_procs"], p["fleet_rest_window_s"],
                                            p["fleet_rest_due_jobs"], p["fleet_rest_due_window_s"], clusters)
+                elif name == "durability":
+                    res[name] = durability(tmp, p, clusters, fire_log_ok, register_budget_s)
                 elif name == "scale":
                     res[name] = {"skipped": skipped_1m}
                     # The in-process measurement first, before this scenario's cluster starts (on a

@@ -47,9 +47,34 @@ def cpu_s(pid: int, children: bool = True) -> float | None:
         return None
 
 
+def children(pid: int) -> list[int]:
+    """The live child processes of ``pid``, from /proc."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                fields = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[1] == str(pid):
+                out.append(int(d))
+    return out
+
+
+def tree_cpu_s(pid: int) -> float | None:
+    """CPU seconds of a node or worker process and of its live children: the run server that
+    starts its shell and python runs, whose CPU includes theirs once it has reaped them (None
+    if the process is unreadable)."""
+    own = cpu_s(pid)
+    if own is None:
+        return None
+    return own + sum(cpu_s(k) or 0.0 for k in children(pid))
+
+
 def cluster_cpu_s(c) -> float | None:
-    """CPU seconds used so far by every node process of cluster ``c`` (None if one is unreadable)."""
-    vals = [cpu_s(p.pid) for p in c.procs.values()]
+    """CPU seconds used so far by every node process of cluster ``c`` and its run server, runs
+    included (None if one is unreadable)."""
+    vals = [tree_cpu_s(p.pid) for p in c.procs.values()]
     return None if any(v is None for v in vals) else sum(vals)
 
 

@@ -193,9 +193,23 @@ def markdown(res: dict) -> str:
         row("", "backlog before → after the window: queued runs already due (all queued, with those fired ahead)",
             f"{fmt(q[0].get('ready'))} → {fmt(q[1].get('ready'))} ({fmt(q[0].get('depth'))} → {fmt(q[1].get('depth'))})")
         if e.get("cpu_us_per_run") is not None:
-            row("", "CPU of the three node processes per completed run (µs; cores busy in the window)",
+            row("", "CPU of the three node processes and their run servers (runs included) per completed run (µs; cores busy in the window)",
                 f"{fmt(e['cpu_us_per_run'])} ({e['cluster_cpu_s'] / e['worker_counters_s']:.2f})")
     fleet_rows(res, row, fmt, _ppm, ratio)
+    d = res.get("durability")
+    if isinstance(d, dict) and "summary" in d:
+        on, off, cost = d["summary"]["on"], d["summary"]["off"], d["summary"]["cost_of_fsync"]
+        label = (f"durability: fsync on vs --no-fsync (fresh clusters, medians of {d['rounds']} round(s) each; "
+                 f"sweep N={fmt(d['sweep_n'])}, e2e {fmt(d['e2e_jobs'])} jobs)")
+        for k, fig in (("lone_leader_p50_ms", "lone write to the leader p50 (ms)"),
+                       ("lone_follower_p50_ms", "lone write to a follower p50 (ms)"),
+                       ("register_jobs_per_s", "jobs registered per second (PUT)"),
+                       ("sweep_slots_per_s", "sweep slots committed per second"),
+                       ("e2e_completed_per_s", "end-to-end runs completed per second")):
+            c = cost.get(k.replace("_ms", "_added_ms") if k.endswith("_ms") else k.replace("_per_s", "_lost_pct"))
+            row(label, f"{fig}: on / off" + ("; added by fsync" if k.endswith("_ms") else "; lost to fsync"),
+                f"{fmt(on.get(k))} / {fmt(off.get(k))}; " + ("-" if c is None else (f"{c} ms" if k.endswith("_ms") else f"{c} %")))
+            label = ""
     if raw_ok:
         best = max((s.get("slots_per_s") or 0 for s in (res.get("sweep") or {}).get("ours", {}).get("steps", [])), default=None)
         for role in ("leader", "follower"):
@@ -277,6 +291,9 @@ def markdown(res: dict) -> str:
         for node, kinds in nodes.items():
             for _key, k in kinds.items():
                 notes.append(f"{cname}/{node}: {k['count']} × `{k['first'][24:140]}…`")
+    for name in ("e2e", "fleet_e2e"):
+        if (res.get(name) or {}).get("warmup_note"):
+            notes.append(f"{name}: " + res[name]["warmup_note"])
     if notes:
         lines += ["", "Notes and warnings:", ""] + [f"- {n}" for n in notes]
     if isinstance(f, dict) and "trials" in f:

@@ -47,6 +47,7 @@ COMMANDS = {
     "cron-libraries": "cron_libraries",
     "bench-raft-crypto": "bench_raft_crypto",
     "sdk-isolation": "sdk_isolation",
+    "run-isolation": "run_isolation",
     "sync-timing": "sync_timing",
     "bench-register": "bench_register",
 }

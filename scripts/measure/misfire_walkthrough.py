@@ -58,6 +58,12 @@ def render() -> str:
     w("")
     w("On-time slots always run. After firing, the next slot is the first one after the time of firing.")
     w("")
+    w("Time here is the cluster's clock: the median of the members' wall clocks, which no one clock "
+      "moves. A leader whose own clock is more than "
+      f"{limits.clock_skew_ms_max} ms off it fires nothing and hands its leadership to a member whose "
+      "clock agrees, and no run begins before its slot by the cluster's clock, so a lying clock neither "
+      "fires slots early nor turns on-time slots into misfires (docs/operations.md, \"Clocks\").")
+    w("")
     w("## The walk-through: down for 90 seconds")
     w("")
     w(f"The cluster had no leader from {DOWN_FROM} to {DOWN_TO} (90 s); at {DOWN_TO} a new leader fires "

@@ -43,10 +43,17 @@ def e2e(tmp: Path, n: int, window_s: float, warmup_s: float, slots: int, cluster
     # Runs completed before (a shared cluster's beacons): the first round is counted from here.
     done0 = (workers() or {}).get("completed", 0)
     reg = register_checked(c, leader, [(f"e2e-{k}", spec) for k in range(n)], f"e2e N={n}")
+    warmup_note = None
     try:
         wait_for(lambda: (workers() or {}).get("completed", 0) - done0 >= n, 60, "the first round of runs to complete")
     except AssertionError as e:
-        raise BenchError(f"e2e: {e}\n" + "\n".join(node_log_excerpt(c, i) for i in range(c.n))) from None
+        # Workers that complete fewer runs a second than are offered (each run a process of its
+        # own: docs/benchmarks.md) are measured as they are, if they complete runs at all.
+        done = (workers() or {}).get("completed", 0) - done0
+        if done <= 0:
+            raise BenchError(f"e2e: {e}\n" + "\n".join(node_log_excerpt(c, i) for i in range(c.n))) from None
+        warmup_note = f"{done} of the first round's {n} runs completed within 60 s: the workers complete fewer runs than offered"
+        print(f"[bench] e2e N={n}: {warmup_note}", file=sys.stderr)
     time.sleep(warmup_s)  # ok-sleep: measurement window (warm-up)
     follower = next(i for i in range(c.n) if i != leader)
     logs = FireLogs(c) if fire_log_ok else None
@@ -99,7 +106,7 @@ def e2e(tmp: Path, n: int, window_s: float, warmup_s: float, slots: int, cluster
            "refused": d["refused"], "worker_counters_s": round(counters_s, 3), "queue_depth_before_after": [q0, q1],
            "cluster_cpu_s": None if None in (cpu_a, cpu_b) else round(cpu_b - cpu_a, 2),
            "cpu_us_per_run": None if None in (cpu_a, cpu_b) or not d["completed"] else round((cpu_b - cpu_a) * 1e6 / d["completed"], 1),
-           **lat}
+           **({"warmup_note": warmup_note} if warmup_note else {}), **lat}
     print(f"[bench] e2e N={n}: per second {rates}; slot -> completion p50 {lat['slot_to_completion_ms'].get('p50')} ms, "
           f"p99 {lat['slot_to_completion_ms'].get('p99')} ms; backlog {q0} -> {q1}", file=sys.stderr)
     return out

@@ -79,15 +79,16 @@ def slot_phases(slots: list[int]) -> dict:
 
 
 def sweep(tmp: Path, ns: list[int], window_s: float, warmup_s: float, clusters: list, fire_log_ok: bool,
-          register_budget_s: float, out: dict) -> dict:
+          register_budget_s: float, out: dict, extra_args: tuple = (), name: str = "sweep") -> dict:
     """N interval jobs every 1 s on one cluster with no workers, for each N in ``ns`` in turn (the
     jobs are added between steps). Per step, after a warm-up, a window of ``window_s``: slots
     committed per second (slots in fire-log records committed in the window), the fire lag of those
     slots (commit time minus slot), and whether the cluster fell behind. Fills ``out`` as it goes
-    (so the steps done survive a failure of a later one) and returns it."""
+    (so the steps done survive a failure of a later one) and returns it. ``extra_args`` go to
+    every node after NO_WORKER (the durability scenario's ``--no-fsync``)."""
     steps = out.setdefault("steps", [])
     out.update({"queue": {"name": SWEEP_QUEUE, "max_depth": 1_000_000, "on_full": "drop_oldest"}})
-    c = start_cluster(tmp, "sweep", clusters, NO_WORKER, fire_log=True)
+    c = start_cluster(tmp, name, clusters, NO_WORKER + tuple(extra_args), fire_log=True)
     leader, _ = leader_checked(c)
     # Runs stay queued (no worker): the deepest queue the limits allow, and drop_oldest so that a
     # full queue still turns every slot into a run (the fire log lists runs, not records).

@@ -1,0 +1,168 @@
+"""Secrets at rest, for an admin: which keys hold the stored secret values, and the rotation
+that moves them all to another key (docs/operations.md, "Key files"; raftsched/sealing.py).
+
+``GET /v1/secrets`` (``raftsched secrets status``): the key the cluster seals new values under,
+the keys this node's ring holds, and how many stored values are sealed under each key (or still
+in clear, from a journal written before sealing). A key may be retired (its file deleted from
+every node) once no value is sealed under it.
+
+``POST /v1/secrets:rotate {"key": ID}`` (``raftsched secrets rotate-key ID``): the node that
+receives it reads its ring again, and must hold ``ID``. It reads every stored secret value, and
+each one not sealed under ``ID`` it unseals (with the key it is sealed under, which it must
+hold too) and seals again under ``ID``, keeping the fingerprint it was sealed with (so reads show
+the same redaction before and after); it proposes them in ``reseal`` commands that also name
+``ID`` as the key new values are sealed under, from their commit on, by every node. A write
+proposed by a node that read the state before that commit may still land sealed under the old
+key: the rotation reads again (after a barrier) and repeats until a pass finds nothing left to
+re-seal (at most reseal_passes_max passes). Values it cannot unseal (their key is in no ring of
+this node, or they are damaged) are counted in the answer, never dropped.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+
+import msgpack
+from aiohttp import web
+
+from ..core import commands, limits, queries
+from ..core.errors import BadRequest, InvalidSpec
+from ..core.seal_keys import MAP_PATHS
+from .. import sealing
+from . import limits as node_limits
+from .http import SERVICE, bool_param, json_body
+from .routes import CONSISTENT, Route, Tenancy
+
+
+def status(svc) -> dict:
+    """What ``GET /v1/secrets`` answers (see the module docstring)."""
+    ring = svc.keyring
+    ring.reload()
+    counts: collections.Counter = collections.Counter()
+    clear = malformed = 0
+    for _, _, maps in svc.read(queries.secret_maps):
+        for vals in maps.values():
+            for v in vals.values():
+                try:
+                    kid = sealing.key_of(v)
+                except sealing.SealError:
+                    malformed += 1
+                    continue
+                if kid is None:
+                    clear += 1
+                else:
+                    counts[kid] += 1
+    held = ring.ids()
+    return {"node": svc.node_id, "key": svc.read(queries.seal_key),
+            "ring": {"dir": ring.directory, "keys": held},
+            "values": dict(sorted(counts.items())), "clear": clear, "malformed": malformed,
+            "missing": sorted(k for k in counts if k not in held)}
+
+
+async def _pass(svc, key: str, unreadable: collections.Counter) -> list[list]:
+    """The reseal items of one pass: every stored value not sealed under ``key``, sealed again
+    under it. Values that cannot be unsealed are counted in ``unreadable`` by key id (or
+    ``"malformed"``)."""
+    ring = svc.keyring
+    items: list[list] = []
+    done = 0
+    for name, gen, maps in svc.read(queries.secret_maps):
+        out: dict = {}
+        for m, vals in maps.items():
+            path = MAP_PATHS[m]
+            for n, v in vals.items():
+                try:
+                    kid = sealing.key_of(v)
+                except sealing.SealError:
+                    unreadable["malformed"] += 1
+                    continue
+                if kid == key:
+                    continue
+                where = sealing.place(name, path, n)
+                if kid is None:  # in clear, from a journal written before sealing
+                    clear, fp = v, svc.fingerprint.digest(v)
+                else:
+                    try:
+                        clear = ring.unseal(v, where)
+                    except sealing.SealError:
+                        unreadable[kid] += 1
+                        continue
+                    fp = sealing.fingerprint_of(v)
+                out.setdefault(m, {})[n] = ring.seal(key, clear, fp, where)
+                done += 1
+                if done % node_limits.reseal_step == 0:
+                    await asyncio.sleep(0)  # a yield, not a wait: other requests, the trigger
+        if out:
+            items.append([name, gen, out])
+    return items
+
+
+def _chunks(items: list[list]) -> list[list[list]]:
+    """``items`` cut into reseal commands of at most command_bytes_max (one item alone may be
+    refused as too large: a key id longer than the old one grows every value)."""
+    budget = limits.command_bytes_max - node_limits.put_jobs_envelope_bytes
+    chunks: list[list[list]] = [[]]
+    size = 0
+    for item in items:
+        n = len(msgpack.packb(item, use_bin_type=True))
+        if chunks[-1] and (size + n > budget or len(chunks[-1]) >= limits.reseal_jobs_max):
+            chunks.append([])
+            size = 0
+        chunks[-1].append(item)
+        size += n
+    return chunks
+
+
+async def rotate(svc, body) -> dict:
+    """``POST /v1/secrets:rotate`` (see the module docstring). :raises InvalidSpec: no key id,
+    or one this node's ring does not hold."""
+    if not isinstance(body, dict) or set(body) != {"key"}:
+        raise BadRequest('send {"key": "<key id>"}: the key to seal every secret value under', field="key")
+    try:
+        key = sealing.check_key_id(body["key"])
+    except ValueError as e:
+        raise InvalidSpec(str(e), field="key") from None
+    ring = svc.keyring
+    ring.reload()
+    if key not in ring.ids():
+        where = ring.directory or "its key ring"
+        raise InvalidSpec(f"node {svc.node_id} holds no key {key!r} in {where}: write the key file into every "
+                          "node's key ring first (raftsched secrets new-key)", field="key")
+    resealed = stale = passes = 0
+    unreadable: collections.Counter = collections.Counter()
+    while passes < node_limits.reseal_passes_max:
+        passes += 1
+        await svc.raft.barrier(timeout_s=svc.propose_timeout_s)
+        unreadable.clear()
+        items = await _pass(svc, key, unreadable)
+        if not items and svc.read(queries.seal_key) == key:
+            break
+        for chunk in _chunks(items):
+            res = await svc.propose(commands.reseal(svc.clock.now_ms(), None, key=key, jobs=chunk))
+            resealed += res["resealed"]
+            stale += len(res["stale"])
+    after = status(svc)
+    left = sum(n for k, n in after["values"].items() if k != key) + after["clear"]
+    return {"key": key, "resealed": resealed, "stale": stale, "passes": passes,
+            "complete": left == 0 and after["malformed"] == 0, "unreadable": dict(sorted(unreadable.items())),
+            "values": after["values"], "clear": after["clear"], "malformed": after["malformed"]}
+
+
+async def secrets_status(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    await svc.read_barrier(bool_param(request, "consistent"))
+    return web.json_response(status(svc))
+
+
+async def secrets_rotate(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    return web.json_response(await rotate(svc, await json_body(request)))
+
+
+#: The rows of the route table (node/routes.py): an admin's.
+SECRETS_ROUTES = (
+    Route("GET", "/v1/secrets", secrets_status, "admin", Tenancy.REFUSED,
+          "which keys the stored secret values are sealed under", params=(CONSISTENT,)),
+    Route("POST", "/v1/secrets:rotate", secrets_rotate, "admin", Tenancy.REFUSED,
+          "seal every stored secret value under another key", body="secrets_rotate", errors=(422,)),
+)

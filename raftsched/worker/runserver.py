@@ -1,0 +1,477 @@
+"""The run server: the one process that starts a worker's runs (docs/security.md, "What a job can
+reach"; the worker's side is worker/sandbox.py).
+
+A worker (a node's embedded one, or ``raftsched worker``) starts it once, as a child process with
+a clean environment. It imports what a python run needs (the executors, asyncio), drops to the run
+user (``setgroups``, ``setgid``, ``setuid``: here, never in the worker), and then starts every
+shell and python run the worker asks for:
+
+- a shell run is ``posix_spawn`` of its argv, in a session of its own, stdin /dev/null, stdout and
+  stderr one pipe;
+- a python run is a ``fork`` of this process (so the interpreter and its imports are there
+  already: no interpreter starts per run), which makes itself a session, imports the target and
+  calls it with the RunContext, its stdout and stderr a pipe and its outcome written to a second
+  one.
+
+Each run's working directory and environment come with its request, made by the worker. The server
+keeps the last ``output_bytes`` bytes of each run's output, reaps its process, and tells the worker
+what happened; deadlines and kills are the worker's (it signals the run's process group, whose id
+the server reports), so a run is killed the same way whether this process lives or not.
+
+The protocol, over one stream socket from the worker: frames of a 4-byte big-endian length and a
+JSON object. Requests: ``{"op": "shell", "id", "argv", "env", "cwd"}``, ``{"op": "python", "id",
+"target", "ctx", "secrets", "env", "cwd"}``, ``{"op": "flush", "id"}`` (send what there is now,
+stop reading the run's pipes). Answers: ``{"ready", "pid", "uid", "gid", "groups"}`` once at
+start (or ``{"fatal": reason}``, then exit), then per run ``{"id", "pid"}`` or ``{"id", "error"}``
+(it could not start), ``{"id", "exit": returncode}`` when reaped (negative: the signal), and
+``{"id", "done", "output" (base64 of the tail), "total", "result"}`` once the process is reaped
+and its pipes are closed, or on ``flush`` (with ``"exit"`` in it when its pipes closed before
+the process was reaped: one message for both). When the worker's end of the socket closes (the worker
+stopped, or died), every run still alive is killed (SIGKILL to its process group) and the server
+exits.
+
+Standard library only at module level, and no asyncio in the server's own loop: every python run
+is a fork of this process, and what it imports is what each fork copies.
+"""
+from __future__ import annotations
+
+import base64
+import errno
+import fcntl
+import gc
+import json
+import os
+import selectors
+import signal
+import struct
+import sys
+
+#: The largest request the server reads (a run's env and secrets are bounded far below it).
+FRAME_BYTES_MAX = 8 * 1024 * 1024
+_LEN = struct.Struct(">I")
+
+
+def frame(obj: dict) -> bytes:
+    data = json.dumps(obj, separators=(",", ":")).encode()
+    return _LEN.pack(len(data)) + data
+
+
+class _Run:
+    __slots__ = ("id", "pid", "out", "res", "buf", "total", "rbuf", "rover", "exited", "finished")
+
+    def __init__(self, rid: int, pid: int, out: int, res: int | None) -> None:
+        self.id, self.pid, self.out, self.res = rid, pid, out, res
+        self.buf = bytearray()
+        self.total = 0
+        self.rbuf = bytearray()
+        self.rover = False
+        self.exited = False
+        self.finished = False  # "done" sent
+
+
+class Server:
+    def __init__(self, ctl: int, output_bytes: int, result_bytes: int) -> None:
+        self.ctl = ctl
+        self.output_bytes = output_bytes
+        self.result_bytes = result_bytes
+        self.sel = selectors.DefaultSelector()
+        self.inbuf = bytearray()
+        self.outbuf = bytearray()
+        self.runs: dict[int, _Run] = {}
+        self.by_pid: dict[int, _Run] = {}
+        self.by_fd: dict[int, _Run] = {}
+        self.live: set[int] = set()  # pids started and not reaped (process group ids too)
+        self.wake_r, self.wake_w = os.pipe()
+        for fd in (self.ctl, self.wake_r, self.wake_w):
+            os.set_blocking(fd, False)
+            os.set_inheritable(fd, False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        self.sel.register(self.ctl, selectors.EVENT_READ, self._on_ctl)
+        self.sel.register(self.wake_r, selectors.EVENT_READ, self._on_wake)
+        self.writing = False
+
+    # ------------------------------------------------------------------ the loop
+    def serve(self) -> None:
+        try:
+            while True:
+                for key, events in self.sel.select():
+                    key.data(key.fd, events)
+        except _Stop:
+            pass
+        finally:
+            # Whatever still runs, and what a finished run left in its group.
+            for pid in self.live | {run.pid for run in self.runs.values()}:
+                _kill_group(pid)
+
+    def send(self, obj: dict) -> None:
+        self.outbuf += frame(obj)
+        self._flush()
+
+    def _flush(self) -> None:
+        while self.outbuf:
+            try:
+                n = os.write(self.ctl, self.outbuf)
+            except BlockingIOError:
+                break
+            except OSError:
+                raise _Stop() from None  # the worker is gone
+            del self.outbuf[:n]
+        want = selectors.EVENT_READ | (selectors.EVENT_WRITE if self.outbuf else 0)
+        if bool(self.outbuf) != self.writing:
+            self.writing = bool(self.outbuf)
+            self.sel.modify(self.ctl, want, self._on_ctl)
+
+    def _on_ctl(self, fd: int, events: int) -> None:
+        if events & selectors.EVENT_WRITE:
+            self._flush()
+        if not events & selectors.EVENT_READ:
+            return
+        while True:
+            try:
+                data = os.read(self.ctl, 65536)
+            except BlockingIOError:
+                break
+            except OSError:
+                raise _Stop() from None
+            if not data:
+                raise _Stop()  # the worker closed its end: stop, killing what runs
+            self.inbuf += data
+        while len(self.inbuf) >= 4:
+            (n,) = _LEN.unpack_from(self.inbuf)
+            if n > FRAME_BYTES_MAX:
+                raise _Stop()
+            if len(self.inbuf) < 4 + n:
+                break
+            req = json.loads(bytes(self.inbuf[4:4 + n]))
+            del self.inbuf[:4 + n]
+            self._request(req)
+
+    def _request(self, req: dict) -> None:
+        op, rid = req.get("op"), req.get("id")
+        if op == "flush":
+            run = self.runs.get(rid)
+            if run is not None:
+                self._done(run)
+            return
+        try:
+            if op == "shell":
+                run = self._spawn(rid, req)
+            elif op == "python":
+                run = self._fork(rid, req)
+            else:
+                self.send({"id": rid, "error": f"unknown request {op!r}"})
+                return
+        except OSError as e:
+            self.send({"id": rid, "error": f"cannot execute: {e}"})
+            return
+        self.runs[rid] = run
+        self.by_pid[run.pid] = run
+        self.live.add(run.pid)
+        self.by_fd[run.out] = run
+        self.sel.register(run.out, selectors.EVENT_READ, self._on_out)
+        if run.res is not None:
+            self.by_fd[run.res] = run
+            self.sel.register(run.res, selectors.EVENT_READ, self._on_res)
+        self.send({"id": rid, "pid": run.pid})
+
+    # ------------------------------------------------------------------ starting runs
+    def _spawn(self, rid: int, req: dict) -> _Run:
+        argv, env, cwd = req["argv"], req["env"], req["cwd"]
+        r, w = os.pipe()
+        try:
+            # The working directory is the spawned process's: posix_spawn has no chdir action in
+            # Python, and this loop is single-threaded, so the server moves there for the call.
+            os.chdir(cwd)
+            try:
+                pid = _spawnp(argv, env, [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                                          (os.POSIX_SPAWN_DUP2, w, 1), (os.POSIX_SPAWN_DUP2, w, 2)])
+            finally:
+                os.chdir("/")
+        except BaseException:
+            os.close(r)
+            raise
+        finally:
+            os.close(w)
+        os.set_blocking(r, False)
+        return _Run(rid, pid, r, None)
+
+    def _fork(self, rid: int, req: dict) -> _Run:
+        r, w = os.pipe()
+        rr, rw = os.pipe()
+        try:
+            pid = os.fork()
+        except BaseException:
+            for fd in (r, w, rr, rw):
+                os.close(fd)
+            raise
+        if pid == 0:
+            _python_child(req, w, rw)  # never returns
+        os.close(w)
+        os.close(rw)
+        os.set_blocking(r, False)
+        os.set_blocking(rr, False)
+        return _Run(rid, pid, r, rr)
+
+    # ------------------------------------------------------------------ runs' pipes and ends
+    def _on_out(self, fd: int, _events: int) -> None:
+        run = self.by_fd.get(fd)
+        while run is not None:
+            try:
+                data = os.read(fd, 65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._close(run, "out")
+                self._maybe_done(run)
+                return
+            run.total += len(data)
+            run.buf += data
+            if len(run.buf) > self.output_bytes:
+                del run.buf[:-self.output_bytes]
+
+    def _on_res(self, fd: int, _events: int) -> None:
+        run = self.by_fd.get(fd)
+        while run is not None:
+            try:
+                data = os.read(fd, 65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._close(run, "res")
+                self._maybe_done(run)
+                return
+            if len(run.rbuf) + len(data) > self.result_bytes:
+                run.rover = True
+            else:
+                run.rbuf += data
+
+    def _close(self, run: _Run, which: str) -> None:
+        fd = getattr(run, which)
+        if fd is not None:
+            self.by_fd.pop(fd, None)
+            self.sel.unregister(fd)
+            os.close(fd)
+            setattr(run, which, None)
+
+    def _on_wake(self, fd: int, _events: int) -> None:
+        try:
+            while os.read(fd, 512):
+                pass
+        except BlockingIOError:
+            pass
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.live.discard(pid)
+            run = self.by_pid.pop(pid, None)
+            if run is None:
+                continue
+            run.exited = True
+            code = os.waitstatus_to_exitcode(status)
+            if run.out is None and run.res is None:
+                self._done(run, code)  # its pipes are closed already: one message says both
+            else:
+                self.send({"id": run.id, "exit": code})
+
+    def _maybe_done(self, run: _Run) -> None:
+        if run.exited and run.out is None and run.res is None:
+            self._done(run)
+
+    def _done(self, run: _Run, code: int | None = None) -> None:
+        if run.finished:
+            return
+        run.finished = True
+        self._close(run, "out")
+        self._close(run, "res")
+        self.runs.pop(run.id, None)
+        result = None if run.rover or not run.rbuf else run.rbuf.decode("utf-8", "replace")
+        msg = {"id": run.id, "done": True, "output": base64.b64encode(bytes(run.buf)).decode(),
+               "total": run.total, "result": result}
+        if code is not None:
+            msg["exit"] = code
+        self.send(msg)
+
+
+class _Stop(Exception):
+    pass
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _spawnp(argv: list, env: dict, actions: list) -> int:
+    """posix_spawn of ``argv`` in a new session, the executable found on the run's own PATH
+    (as ``subprocess`` would: the first candidate that is not missing, else the first other
+    error)."""
+    name = argv[0]
+    kw = dict(file_actions=actions, setsid=True,
+              setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT), setsigmask=())
+    if "/" in name:
+        return os.posix_spawn(name, argv, env, **kw)
+    first = None
+    for d in os.get_exec_path(env):
+        path = os.path.join(d, name)
+        try:
+            return os.posix_spawn(path, argv, env, **kw)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as e:
+            # A directory of PATH this user may not search hides nothing it could run.
+            if first is None and os.path.exists(path):
+                first = e
+    raise first or FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
+
+
+# ---------------------------------------------------------------------------- a python run
+def _python_child(req: dict, out_w: int, res_w: int) -> None:
+    """The forked process of one python run: never returns (``os._exit``)."""
+    code = 2
+    try:
+        os.setsid()
+        # fds: 0 /dev/null, 1 and 2 the output pipe, 3 the outcome's; nothing else of the server
+        # (its socket to the worker above all) stays open.
+        out_w = fcntl.fcntl(out_w, fcntl.F_DUPFD, 10)
+        res_w = fcntl.fcntl(res_w, fcntl.F_DUPFD, 10)
+        nul = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(nul, 0)
+        os.dup2(out_w, 1)
+        os.dup2(out_w, 2)
+        os.dup2(res_w, 3, inheritable=False)
+        os.closerange(4, _FD_MAX)  # one close_range(2) where the kernel has it
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.chdir(req["cwd"])
+        os.environ.clear()
+        os.environ.update(req["env"])
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+            except (AttributeError, ValueError):
+                pass
+        ok, error, output = _call(req)
+        data = json.dumps({"ok": ok, "error": error, "output": output}).encode()
+        while data:
+            data = data[os.write(3, data):]
+        os.close(3)
+        code = 0 if ok else 1
+    except BaseException:
+        try:
+            import traceback
+            traceback.print_exc()
+        except BaseException:
+            pass
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+        os._exit(code)
+
+
+_FD_MAX = os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 65536
+
+
+def _call(req: dict) -> tuple:
+    """Import the target and call it with the run's context, as the python executor runs a
+    function (``executors/python.py``): a coroutine function, or a plain one that returns an
+    awaitable, on an event loop of its own; the outcome is the bounded repr of what it returned,
+    or the exception and the tail of its traceback."""
+    import asyncio
+    import inspect
+
+    from .executors import python as pyexec
+    from .executors._context import RunContext
+    ctx = RunContext(**req["ctx"], secrets=req.get("secrets") or {})
+    try:
+        fn = pyexec._resolve(req["target"])
+        if inspect.iscoroutinefunction(fn):
+            value = asyncio.run(fn(ctx))
+        else:
+            value = fn(ctx)
+            if inspect.isawaitable(value):
+                value = asyncio.run(_awaited(value))
+        outcome: tuple = ("ok", value)
+    except BaseException as e:  # the job's SystemExit too: it ends the run with a failure
+        outcome = ("exc", e)
+    return pyexec._python_result(outcome)
+
+
+async def _awaited(aw):
+    return await aw
+
+
+# ---------------------------------------------------------------------------- start
+#: What the server imports before it drops privileges: a python run is a fork of it, so what a run
+#: needs to be called is there already (the run's own modules are imported by the run). With
+#: them, the codec every connection to a host name needs (``socket`` encodes the name as IDNA on
+#: first use): a run user who cannot read the interpreter's files (one under /root) can still
+#: open a connection.
+PRELOAD = ("asyncio", "inspect", "traceback", "encodings.idna", "raftsched.worker.executors")
+
+
+def _capabilities() -> dict:
+    """The capability sets of this process that are not empty (from /proc; none where there is
+    no /proc)."""
+    out = {}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in ("CapInh", "CapPrm", "CapEff", "CapAmb") and int(value.strip() or "0", 16):
+                    out[key] = value.strip()
+    except OSError:
+        pass
+    return out
+
+
+def main(argv: list[str]) -> int:
+    """``python -c ... CONFIG``: CONFIG is JSON ``{"fd", "uid", "gid", "groups", "output_bytes",
+    "result_bytes"}`` (uid None: stay the user it was started as). sys.path is set by the caller."""
+    cfg = json.loads(argv[0])
+    ctl = cfg["fd"]
+    try:
+        import importlib
+        for name in PRELOAD:
+            importlib.import_module(name)
+        if cfg.get("uid") is not None:
+            os.setgroups(cfg["groups"])
+            os.setgid(cfg["gid"])
+            os.setuid(cfg["uid"])
+            if os.getuid() != cfg["uid"] or os.geteuid() != cfg["uid"] or os.getegid() != cfg["gid"]:
+                raise OSError("the user did not change")
+            left = _capabilities()
+            if left:
+                raise OSError(f"capabilities remain after the switch to uid {cfg['uid']}: {left}")
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        os.chdir("/")
+        # Moves every object so far out of the collector's reach: a fork that never collects them
+        # never writes their pages, so they stay shared with this process.
+        gc.freeze()
+        server = Server(ctl, cfg["output_bytes"], cfg["result_bytes"])
+    except BaseException as e:
+        try:
+            os.set_blocking(ctl, True)
+            os.write(ctl, frame({"fatal": f"{type(e).__name__}: {e}"}))
+        except OSError:
+            pass
+        return 1
+    server.send({"ready": True, "pid": os.getpid(), "uid": os.getuid(), "gid": os.getgid(),
+                 "groups": sorted(os.getgroups())})
+    server.serve()
+    return 0

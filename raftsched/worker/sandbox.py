@@ -1,0 +1,734 @@
+"""Where a worker's shell and python runs execute: as which user, in which directory, with which
+environment (docs/security.md, "What a job can reach").
+
+A :class:`Sandbox` is what a worker (a node's embedded one, or ``raftsched worker``) runs its jobs'
+code through. Every shell and python run:
+
+- runs as the **run user** (:func:`resolve_run_user`): ``--run-as USER``; by default, for a
+  process running as root, the system user ``raftsched-run`` if it exists, else ``nobody``; for
+  any other process, its own user (it cannot become another). Root only with
+  ``--allow-root-jobs``;
+- gets a **clean environment**: ``PATH``, ``LANG`` and ``TZ`` of the worker's own (and the
+  names the operator adds with ``--pass-env``), ``HOME`` set to the run's directory, then the
+  job's own (a shell executor's ``env`` and the job's ``secrets``), then the ``RAFTSCHED_*`` run
+  contract, which nothing overrides. Nothing else of the worker's environment;
+- starts in a **fresh directory** of its own, ``<tmp>/raftsched-runs-<worker>.<pid>-XXXX/<run>.XXXX``
+  (mode 0700, owned by the run user; the parent is the worker's, 0711), removed when the run is
+  over, killed or not (a worker killed with SIGKILL leaves them: the next worker to start there
+  removes them); a shell executor's ``cwd`` still names where it starts.
+
+The runs are started by one long-lived child process, the run server (worker/runserver.py), which
+drops to the run user once, after its imports: a shell run is a ``posix_spawn`` of it, a python
+run a ``fork`` of it, so neither starts an interpreter nor forks the worker, and no privilege is
+ever changed in the worker itself. Deadlines and kills stay here: the run is a process group (a
+session of its own), signalled as the shell executor signals one (SIGTERM, the kill grace,
+SIGKILL). When the run server dies, the runs it had started are killed and fail, and the next run
+starts a new one.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import itertools
+import json
+import logging
+import os
+import pwd
+import re
+import shutil
+import signal
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import tempfile
+
+from ..config import ConfigError
+from . import limits
+from .executors._context import ALL_TYPES, RunContext, Result
+from .executors._deadline import race, timed_out
+from .executors._output import OUTPUT_BYTES_MAX, short, tail_bytes, tail_str
+from .executors.shell import _group_has_live_member, _signal_group, _terminate_group
+from .runserver import FRAME_BYTES_MAX, frame
+
+log = logging.getLogger("raftsched.sandbox")
+
+#: What a run gets of its worker's environment, unless the operator adds names (``--pass-env``).
+ENV_ALLOWED = ("PATH", "LANG", "TZ")
+#: PATH when the worker has none.
+PATH_DEFAULT = "/usr/local/bin:/usr/bin:/bin"
+#: The run user of a worker running as root, when it exists (``scripts/cluster.sh`` creates it);
+#: else FALLBACK_USER.
+DEFAULT_USER = "raftsched-run"
+FALLBACK_USER = "nobody"
+#: Executor types whose runs are the job's own code, run through the sandbox.
+CODE_TYPES = frozenset({"shell", "python"})
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunUser:
+    """The user runs execute as: its name, ids and supplementary groups."""
+
+    name: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...] = ()
+
+    @property
+    def switches(self) -> bool:
+        """Whether runs change user (the worker runs as another)."""
+        return self.uid != os.geteuid()
+
+    def __str__(self) -> str:
+        return f"{self.name} (uid {self.uid}, gid {self.gid})"
+
+
+def _user(name: str) -> RunUser:
+    try:
+        pw = pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
+    except (KeyError, OverflowError):
+        raise ConfigError(f"--run-as {name}: no such user") from None
+    try:
+        groups = tuple(sorted(set(os.getgrouplist(pw.pw_name, pw.pw_gid))))
+    except OSError:
+        groups = (pw.pw_gid,)
+    return RunUser(pw.pw_name, pw.pw_uid, pw.pw_gid, groups)
+
+
+def can_switch_user() -> bool:
+    """Whether this process may run jobs as another user: only as root. (A process of another
+    user that holds CAP_SETUID keeps its capabilities across setuid, and its runs would too:
+    one could become root again. From root to another user, the kernel clears them all.)"""
+    return os.geteuid() == 0
+
+
+def resolve_run_user(run_as: str | None, allow_root_jobs: bool = False) -> RunUser:
+    """The user shell and python runs execute as (module docstring).
+
+    :raises ConfigError: no such user; root without ``allow_root_jobs``; another user while this
+        process may not switch; a root process with neither ``raftsched-run`` nor ``nobody``.
+    """
+    euid = os.geteuid()
+    if run_as:
+        user = _user(run_as)
+    elif euid == 0:
+        user = None
+        for name in (DEFAULT_USER, FALLBACK_USER):
+            try:
+                user = _user(name)
+                break
+            except ConfigError:
+                continue
+        if user is None:
+            raise ConfigError(f"running as root, and neither {DEFAULT_USER} nor {FALLBACK_USER} exists to run jobs "
+                              f"as: create {DEFAULT_USER} (useradd --system {DEFAULT_USER}) or give --run-as USER")
+    else:
+        try:
+            user = _user(str(euid))
+        except ConfigError:
+            user = RunUser(str(euid), euid, os.getegid(), tuple(sorted(set(os.getgroups()))))
+    if user.uid == 0 and not allow_root_jobs:
+        raise ConfigError(f"--run-as {user.name}: shell and python jobs would run as root, with every right on this "
+                          "host; pass --allow-root-jobs to allow it, or leave --run-as out")
+    if user.switches and not can_switch_user():
+        raise ConfigError(f"--run-as {user.name}: running jobs as another user needs root; this process runs as "
+                          f"uid {euid}")
+    return user
+
+
+def check_pass_env(names: list[str]) -> tuple[str, ...]:
+    """``--pass-env``: environment variable names, none of the run contract's. :raises ConfigError:"""
+    for n in names:
+        if not _ENV_NAME.fullmatch(n):
+            raise ConfigError(f"--pass-env: {n!r} is not an environment variable name")
+        if n.startswith("RAFTSCHED_") or n == "HOME":
+            raise ConfigError(f"--pass-env: {n} is set by the worker for each run, not passed")
+    return tuple(dict.fromkeys(names))
+
+
+def check_private(path: str, what: str, user: RunUser | None) -> None:
+    """Refuse a file or directory that others may read, or that the run user owns (``what``
+    names it in the error, with the fix).
+
+    :raises ConfigError:
+    """
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise ConfigError(f"{what} {path}: {e.strerror}") from None
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        fix = "chmod 700" if stat.S_ISDIR(st.st_mode) else "chmod 600"
+        raise ConfigError(f"{what} {path} is open to group or others (mode {oct(st.st_mode & 0o777)}), so a job's "
+                          f"code could read it: {fix} it")
+    if user is not None and user.switches and st.st_uid == user.uid:
+        raise ConfigError(f"{what} {path} is owned by {user.name}, the user jobs run as, so a job's code could read "
+                          "it: chown it to the user the node runs as")
+
+
+def readable_by(path: str, user: RunUser) -> bool:
+    """Whether ``user`` could read ``path`` (every directory on the way searchable, the last
+    readable), judged from the modes (no ACLs)."""
+    path = os.path.abspath(path)
+    parts = path.split(os.sep)
+    for k in range(1, len(parts) + 1):
+        p = os.sep.join(parts[:k]) or os.sep
+        try:
+            st = os.stat(p)
+        except OSError:
+            return False
+        last = k == len(parts)
+        need = (4 if last else 0) | (1 if stat.S_ISDIR(st.st_mode) else 0)
+        if user.uid == 0:
+            continue
+        if st.st_uid == user.uid:
+            bits = (st.st_mode >> 6) & 7
+        elif st.st_gid in user.groups or st.st_gid == user.gid:
+            bits = (st.st_mode >> 3) & 7
+        else:
+            bits = st.st_mode & 7
+        if bits & need != need:
+            return False
+    return True
+
+
+#: The start of a worker's runs directory's name: ``raftsched-runs-<worker>.<pid>-XXXXXXXX``.
+RUNS_PREFIX = "raftsched-runs-"
+
+
+def sweep_runs_dirs(parent: str) -> list[str]:
+    """Remove the runs directories in ``parent`` that a worker of this user left when it was
+    killed (its process id no longer runs): the directories of the runs it had, which it never
+    got to remove. Returns what it removed."""
+    removed = []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    for name in names:
+        if not name.startswith(RUNS_PREFIX):
+            continue
+        head, _, _rand = name[len(RUNS_PREFIX):].rpartition("-")
+        pid = head.rpartition(".")[2]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        path = os.path.join(parent, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            continue
+        _rmtree(path)
+        removed.append(path)
+    if removed:
+        log.info("removed %d runs directory(ies) of workers that were killed: %s", len(removed), ", ".join(removed))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _safe(text: str, n: int = 48) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", text)[:n] or "run"
+
+
+# ---------------------------------------------------------------------------- the run server, from here
+class RunServerError(Exception):
+    """The run server could not be started, or stopped."""
+
+
+class _Handle:
+    __slots__ = ("id", "started", "exited", "done")
+
+    def __init__(self, rid: int, loop: asyncio.AbstractEventLoop) -> None:
+        self.id = rid
+        #: the run's pid (its process group), or why it could not start (str)
+        self.started: asyncio.Future = loop.create_future()
+        #: its return code (negative: the signal), or None when the server died first
+        self.exited: asyncio.Future = loop.create_future()
+        #: the server's "done" message, or None when the server died first
+        self.done: asyncio.Future = loop.create_future()
+
+
+_BOOT = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
+         "from raftsched.worker.runserver import main; sys.exit(main(sys.argv[2:]))")
+
+
+class RunServer:
+    """The worker's end of the run server (worker/runserver.py): starts it, sends it runs, and
+    hands each run's answers to its :class:`_Handle`."""
+
+    def __init__(self, user: RunUser, env: dict[str, str]) -> None:
+        self.user = user
+        self.env = env
+        self.proc: asyncio.subprocess.Process | None = None
+        self.pid: int | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task | None = None
+        self._handles: dict[int, _Handle] = {}
+        self._ids = itertools.count(1)
+        self._lock = asyncio.Lock()
+        self._failed_at: float | None = None
+        self._failure = ""
+        self._closing = False
+        #: times it was started, and times it died under its runs (the tests, the logs)
+        self.starts = 0
+        self.deaths = 0
+
+    @property
+    def alive(self) -> bool:
+        return self._writer is not None
+
+    async def ensure(self) -> RunServer:
+        """This server, started if it does not run. :raises RunServerError:"""
+        if self._writer is not None:
+            return self
+        async with self._lock:
+            if self._writer is not None:
+                return self
+            loop = asyncio.get_running_loop()
+            if self._failed_at is not None and loop.time() - self._failed_at < limits.run_server_restart_s:
+                raise RunServerError(self._failure)
+            try:
+                await self._start()
+            except RunServerError as e:
+                self._failed_at, self._failure = loop.time(), str(e)
+                raise
+            self._failed_at = None
+            return self
+
+    async def _start(self) -> None:
+        path = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
+        cfg = {"fd": None, "uid": self.user.uid if self.user.switches else None, "gid": self.user.gid,
+               "groups": list(self.user.groups), "output_bytes": OUTPUT_BYTES_MAX,
+               "result_bytes": limits.child_result_bytes_max}
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            cfg["fd"] = theirs.fileno()
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable, "-I", "-c", _BOOT, json.dumps(path), json.dumps(cfg),
+                    stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),), env=self.env, cwd="/",
+                    start_new_session=True)
+            except (OSError, ValueError, subprocess.SubprocessError) as e:
+                raise RunServerError(f"the run server could not start: {e}") from None
+        finally:
+            theirs.close()
+        try:
+            reader, writer = await asyncio.open_unix_connection(sock=mine, limit=FRAME_BYTES_MAX)
+            try:
+                hello = await asyncio.wait_for(_read_frame(reader), limits.run_server_start_s)
+            except (asyncio.TimeoutError, asyncio.IncompleteReadError, OSError, ValueError) as e:
+                raise RunServerError(f"the run server did not start ({type(e).__name__}: {e})") from None
+            if "fatal" in hello:
+                raise RunServerError(f"the run server could not start: {hello['fatal']}")
+            want = self.user.uid if self.user.switches else os.geteuid()
+            if hello.get("uid") != want:
+                raise RunServerError(f"the run server runs as uid {hello.get('uid')}, not {want}")
+        except BaseException:
+            mine.close()
+            _kill(proc)
+            await _reap(proc)
+            raise
+        self.proc, self.pid, self._writer = proc, proc.pid, writer
+        self.starts += 1
+        self._reader_task = asyncio.create_task(self._read(reader), name="run server")
+        log.info("run server: pid %d, as %s, groups %s", proc.pid, self.user,
+                 ",".join(str(g) for g in hello.get("groups", [])) or "none")
+
+    def submit(self, req: dict) -> _Handle:
+        """Send one run; its answers arrive on the handle. The server must be alive (:meth:`ensure`)."""
+        h = _Handle(next(self._ids), asyncio.get_running_loop())
+        self._handles[h.id] = h
+        assert self._writer is not None
+        self._writer.write(frame(dict(req, id=h.id)))
+        return h
+
+    def flush(self, h: _Handle) -> None:
+        """Ask for what the server has of the run now (its "done"), and to stop reading its pipes."""
+        if self._writer is not None and h.id in self._handles:
+            self._writer.write(frame({"op": "flush", "id": h.id}))
+
+    def forget(self, h: _Handle) -> None:
+        self._handles.pop(h.id, None)
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        why = "it closed its socket"
+        try:
+            while True:
+                msg = await _read_frame(reader)
+                h = self._handles.get(msg.get("id"))
+                if h is None:
+                    continue
+                if "pid" in msg:
+                    _settle(h.started, msg["pid"])
+                elif "error" in msg:
+                    _settle(h.started, short(str(msg["error"])))
+                    _settle(h.exited, None)
+                    _settle(h.done, None)
+                    self._handles.pop(h.id, None)
+                else:
+                    if "exit" in msg:
+                        _settle(h.exited, msg["exit"])
+                    if "done" in msg:
+                        _settle(h.done, msg)
+                        self._handles.pop(h.id, None)
+        except asyncio.IncompleteReadError:
+            pass
+        except (OSError, ValueError) as e:
+            why = f"{type(e).__name__}: {e}"
+        finally:
+            self._gone(why)
+
+    def _gone(self, why: str) -> None:
+        """The server's socket is closed: every run it had is over as far as it can tell."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+        handles, self._handles = self._handles, {}
+        if handles:
+            self.deaths += 1
+        for h in handles.values():
+            _settle(h.started, "the run server stopped before the run started")
+            _settle(h.exited, None)
+            _settle(h.done, None)
+        proc = self.proc
+        if proc is not None and not self._closing:
+            log.warning("run server (pid %d) gone (%s) with %d run(s) in flight; the next run starts a new one",
+                        proc.pid, why, len(handles))
+            _kill(proc)
+
+    async def close(self) -> None:
+        """Stop the server: it kills the runs it still has, and exits."""
+        self._closing = True
+        writer, proc, task = self._writer, self.proc, self._reader_task
+        self._writer = None
+        if writer is not None:
+            writer.close()  # end of file: the server kills its runs and exits
+        if proc is not None:
+            try:
+                await asyncio.wait_for(proc.wait(), limits.run_server_stop_s)
+            except asyncio.TimeoutError:
+                _kill(proc)
+            await _reap(proc)
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+def _settle(fut: asyncio.Future, value: object) -> None:
+    if not fut.done():
+        fut.set_result(value)
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> dict:
+    (n,) = struct.unpack(">I", await reader.readexactly(4))
+    if n > FRAME_BYTES_MAX:
+        raise ValueError(f"a frame of {n} bytes")
+    msg = json.loads(await reader.readexactly(n))
+    if not isinstance(msg, dict):
+        raise ValueError("a frame that is not an object")
+    return msg
+
+
+def _kill(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        try:
+            proc.kill()
+        except ProcessLookupError:
+            pass
+
+
+async def _reap(proc: asyncio.subprocess.Process) -> None:
+    try:
+        await asyncio.wait_for(proc.wait(), limits.run_server_stop_s)
+    except asyncio.TimeoutError:
+        log.warning("run server (pid %d) not reaped after SIGKILL", proc.pid)
+
+
+# ---------------------------------------------------------------------------- the sandbox
+class Sandbox:
+    """Runs shell and python executors as the run user, with a clean environment, each in a
+    fresh directory (module docstring).
+
+    :param user: who runs execute as (:func:`resolve_run_user`).
+    :param pass_env: names of the worker's environment variables runs get too (``--pass-env``).
+    :param name: the worker's name, in its runs directory's name.
+    :param runs_parent: where its runs directory is made (``--runs-dir``; None: the system's
+        temporary directory).
+    """
+
+    def __init__(self, user: RunUser, *, pass_env: tuple[str, ...] = (), name: str = "worker",
+                 runs_parent: str | None = None) -> None:
+        self.user = user
+        self.pass_env = tuple(pass_env)
+        self.name = name
+        self.runs_parent = runs_parent
+        #: this worker's runs directory, made at start
+        self.runs_dir: str | None = None
+        self.base_env = self._base_env()
+        self.server = RunServer(user, self.base_env)
+
+    def _base_env(self) -> dict[str, str]:
+        env = {k: os.environ[k] for k in dict.fromkeys(ENV_ALLOWED + self.pass_env) if k in os.environ}
+        env.setdefault("PATH", PATH_DEFAULT)
+        return env
+
+    def describe(self) -> str:
+        """One line for the worker's start: who runs execute as, with what, where."""
+        return (f"shell and python runs as {self.user}, environment {', '.join(sorted(self.base_env))} "
+                f"(+ HOME, the job's env and secrets, RAFTSCHED_*), each in a new directory under {self.runs_dir}")
+
+    async def start(self) -> None:
+        """Make the runs directory and start the run server. :raises RunServerError:"""
+        parent = self.runs_parent or tempfile.gettempdir()
+        await asyncio.to_thread(sweep_runs_dirs, parent)
+        # 0700 from mkdtemp; the run user gets through it to its own run's directory (0711) and
+        # cannot list it. The name carries this process's id, for the sweep of a later one.
+        self.runs_dir = tempfile.mkdtemp(prefix=f"{RUNS_PREFIX}{_safe(self.name, 40)}.{os.getpid()}-", dir=parent)
+        if self.user.switches:
+            os.chmod(self.runs_dir, 0o711)
+        try:
+            await self.server.ensure()
+        except BaseException:
+            shutil.rmtree(self.runs_dir, ignore_errors=True)
+            raise
+        for what, how in self.warnings():
+            log.warning("%s: %s", what, how)
+
+    def warnings(self) -> list[tuple[str, str]]:
+        """What the operator should know about where runs execute (logged at start)."""
+        out = []
+        if self.user.uid == 0:
+            out.append(("jobs run as root", "--allow-root-jobs: shell and python jobs have every right on this host"))
+        elif not self.user.switches:
+            out.append((f"jobs run as {self.user.name}, this process's own user",
+                        "their code can read what this process can (its token file, the cluster secret and the "
+                        "data directory of a node); start it as root to run them as another user (docs/security.md)"))
+        lib = os.path.dirname(os.__file__)
+        if self.user.switches and not readable_by(lib, self.user):
+            out.append((f"{self.user.name} cannot read the Python library ({lib})",
+                        "a python run can import only what the run server imported before it dropped to that "
+                        "user; install Python where the run user can read it"))
+        return out
+
+    async def close(self) -> None:
+        await self.server.close()
+        if self.runs_dir is not None:
+            await asyncio.to_thread(_rmtree, self.runs_dir)
+
+    # ------------------------------------------------------------------ runs
+    async def run_shell(self, ex: dict, ctx: RunContext, timeout_s: float, cancel: asyncio.Event | None,
+                        kill_grace_s: float) -> Result:
+        """The shell executor's run (executors/shell.py's contract) in the sandbox."""
+        async with _RunDir(self, ctx.run_id) as home:
+            env = {**self.base_env, "HOME": home, **(ex.get("env") or {}), **ctx.env()}
+            # The executor's cwd if it gives one (a relative one is in the run's directory).
+            cwd = os.path.join(home, ex["cwd"]) if ex.get("cwd") else home
+            req = {"op": "shell", "argv": list(ex["argv"]), "env": env, "cwd": cwd}
+            how, rc, done, error = await self._run(req, ctx, timeout_s, cancel, kill_grace_s)
+        if error is not None:
+            return False, error, ""
+        output = _output(done)
+        if how != "done":
+            return False, ("lease lost" if how == "cancel" else timed_out(timeout_s)), output
+        if rc is None:
+            return False, "the run server stopped while the run ran", output
+        if rc == 0:
+            return True, None, output
+        return False, _status(rc), output
+
+    async def run_python(self, ex: dict, ctx: RunContext, timeout_s: float, cancel: asyncio.Event | None,
+                         kill_grace_s: float) -> Result:
+        """The python executor's run in a process of its own, forked from the run server: the
+        target is imported there and called with ``ctx``; the outcome is the one the python
+        executor reports (the repr of what it returned, or the exception and its traceback),
+        after what the run printed."""
+        async with _RunDir(self, ctx.run_id) as home:
+            req = {"op": "python", "target": ex["target"], "env": {**self.base_env, "HOME": home, **ctx.env()},
+                   "cwd": home, "secrets": dict(ctx.secrets),
+                   "ctx": {"run_id": ctx.run_id, "job": ctx.job, "slot_ms": ctx.slot_ms, "attempt": ctx.attempt,
+                           "fencing_token": ctx.fencing_token, "payload": ctx.payload, "worker_id": ctx.worker_id}}
+            how, rc, done, error = await self._run(req, ctx, timeout_s, cancel, kill_grace_s)
+        if error is not None:
+            return False, error, ""
+        printed = _output(done)
+        if how != "done":
+            return False, ("lease lost" if how == "cancel" else timed_out(timeout_s)), printed
+        result = _result(done)
+        if result is None:
+            why = "the run server stopped" if rc is None else _status(rc) if rc else "exit 0"
+            return False, short(f"the run's process ended without an outcome ({why})"), printed
+        ok, err, out = result
+        return ok, err, tail_str(printed.rstrip("\n") + "\n" + out) if printed else out
+
+    async def _run(self, req: dict, ctx: RunContext, timeout_s: float, cancel: asyncio.Event | None,
+                   kill_grace_s: float) -> tuple[str, int | None, dict | None, str | None]:
+        """Start ``req`` on the run server and see it to its end: (how it ended: "done",
+        "timeout" or "cancel"; its return code, None if unknown; the server's "done" message, None
+        if none came; why it could not start, or None)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, timeout_s)
+        try:
+            server = await self.server.ensure()
+        except RunServerError as e:
+            return "done", None, None, short(str(e))
+        h = server.submit(req)
+        pid: int | None = None
+        try:
+            how = await race(h.started, deadline - loop.time(), cancel)
+            if how != "done":
+                # Not started yet (a busy run server): whenever it is, it is killed at once (the
+                # handle stays until the server says the run is done).
+                h.started.add_done_callback(_kill_when_started)
+                server.flush(h)
+                return how, None, None, None
+            started = h.started.result()
+            if isinstance(started, str):
+                return "done", None, None, started
+            pid = started
+            how = await race(h.exited, deadline - loop.time(), cancel)
+            if how != "done":
+                await _terminate_group(pid, h.exited, kill_grace_s)
+            elif _group_has_live_member(pid):
+                # The main process is done; what it left behind in its group is part of the run.
+                log.info("run %s: killing processes left in group %d after exit", ctx.run_id, pid)
+                await _terminate_group(pid, h.exited, kill_grace_s)
+            if not h.exited.done():
+                await asyncio.wait({h.exited}, timeout=limits.shell_reap_s_max)
+            if not h.done.done():
+                await asyncio.wait({h.done}, timeout=limits.shell_drain_s_max)
+            if not h.done.done():
+                # Something outside the group still holds the run's output open.
+                server.flush(h)
+                await asyncio.wait({h.done}, timeout=limits.shell_drain_s_max)
+        except BaseException:
+            # Our caller is cancelled (or something broke here): no grace, the run must not
+            # outlive the worker's interest in it.
+            if pid is not None:
+                _signal_group(pid, signal.SIGKILL)
+            else:
+                h.started.add_done_callback(_kill_when_started)
+            server.flush(h)
+            raise
+        finally:
+            if h.started.done():
+                server.forget(h)
+        rc = h.exited.result() if h.exited.done() else None
+        return how, rc, (h.done.result() if h.done.done() else None), None
+
+
+def _kill_when_started(fut: asyncio.Future) -> None:
+    if not fut.cancelled() and isinstance(fut.result(), int):
+        _signal_group(fut.result(), signal.SIGKILL)
+
+
+def _status(rc: int) -> str:
+    if rc < 0:
+        try:
+            return f"killed by signal {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return f"exit status {rc}"
+
+
+def _output(done: dict | None) -> str:
+    if not done:
+        return ""
+    try:
+        data = base64.b64decode(done.get("output") or "")
+    except ValueError:
+        return ""
+    return tail_bytes(data, cut=int(done.get("total") or 0) > len(data))
+
+
+def _result(done: dict | None) -> Result | None:
+    """A python run's outcome as its process wrote it, checked; None when there is none."""
+    text = (done or {}).get("result")
+    if not isinstance(text, str):
+        return None
+    try:
+        res = json.loads(text)
+    except ValueError:
+        return None
+    if not (isinstance(res, dict) and isinstance(res.get("ok"), bool) and isinstance(res.get("output"), str)
+            and (res.get("error") is None or isinstance(res["error"], str))):
+        return None
+    return res["ok"], None if res["ok"] else short(res["error"] or "failed"), tail_str(res["output"])
+
+
+class _RunDir:
+    """A run's fresh directory: made (0700, owned by the run user) on entry, removed on exit. In a
+    thread: a directory made and removed costs milliseconds of waiting on a journaling file
+    system, which the event loop must not spend (``--runs-dir`` on a tmpfs costs far less)."""
+
+    def __init__(self, sandbox: Sandbox, run_id: str) -> None:
+        self.sandbox = sandbox
+        self.run_id = run_id
+        self.path: str | None = None
+
+    async def __aenter__(self) -> str:
+        sb = self.sandbox
+        if sb.runs_dir is None:
+            raise RuntimeError("the sandbox is not started")
+        self.path = await asyncio.to_thread(_make_run_dir, sb.runs_dir, _safe(self.run_id) + ".", sb.user)
+        return self.path
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.path is not None:
+            await asyncio.shield(asyncio.to_thread(_remove_run_dir, self.path))
+
+
+def _make_run_dir(runs_dir: str, prefix: str, user: RunUser) -> str:
+    path = tempfile.mkdtemp(prefix=prefix, dir=runs_dir)
+    if user.switches:
+        # By descriptor, never by name: a chown must not follow a link, wherever it is.
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            os.fchown(fd, user.uid, user.gid)
+        finally:
+            os.close(fd)
+    return path
+
+
+def _remove_run_dir(path: str) -> None:
+    try:
+        os.rmdir(path)  # the common case: the run left nothing
+        return
+    except FileNotFoundError:
+        return
+    except OSError:
+        pass
+    _rmtree(path)
+
+
+def _rmtree(path: str) -> None:
+    """Remove a run's directory, whatever the run left in it (a directory it made read-only too:
+    shutil.rmtree never follows a link)."""
+    def retry(func, p, _exc) -> None:  # shutil's onerror: a directory the run made read-only
+        # Only as the run's own user (root needs no permission, and must not chmod by name in a
+        # tree another user controls).
+        if os.geteuid() != 0:
+            try:
+                os.chmod(os.path.dirname(p), 0o700)
+                func(p)
+            except OSError:
+                pass
+    shutil.rmtree(path, onerror=retry)
+    if os.path.lexists(path):
+        log.warning("could not remove all of %s", path)
+
+
+__all__ = ["ALL_TYPES", "CODE_TYPES", "RunServer", "RunServerError", "RunUser", "Sandbox", "check_pass_env",
+           "check_private", "resolve_run_user"]

@@ -1,0 +1,380 @@
+"""Durability (docs/design.md, I26): the journal, its meta and the dumps against a model of a power
+loss (replication/powerloss.py: what was synced survives, nothing else), a compaction crashed at
+every step, a sync torn at every write, and three real RaftNodes whose acknowledged writes
+survive a power cut of the whole cluster because nothing answers for an unsynced entry (the sync
+gate, replication/_durable.py)."""
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+
+import pytest
+
+from raftsched.replication import _durable
+from raftsched.replication._storage import COMPACT_SUFFIX, StoragePath, _DurableJournal, durable_replace
+from raftsched.replication.node import RaftNode
+from raftsched.replication.powerloss import ShadowDisk, power_cut
+from tests.replication_helpers import COMPACT, SECRET, Cluster, FakeState, incr, wait_until
+
+
+def entries(j) -> list[tuple]:
+    return [tuple(j[i]) for i in range(len(j))]
+
+
+def cmd(i: int, size: int = 40) -> bytes:
+    return (b"%d:" % i) * (size // 3 + 1)
+
+
+def open_journal(d) -> _DurableJournal:
+    return _DurableJournal(str(d / "raft.journal"), ShadowDisk(str(d)))
+
+
+def test_a_power_cut_keeps_what_was_synced_and_nothing_else(tmp_path):
+    j = open_journal(tmp_path)
+    first = [(cmd(i), i, 1) for i in range(1, 6)]
+    for e in first:
+        j.add(*e)
+    assert j.dirty and j.sync() and not j.dirty and j.synced_index == 5
+    for i in range(6, 9):
+        j.add(cmd(i), i, 1)
+    j._disk.freeze()  # the power goes; the process is not asked
+    done = power_cut(str(tmp_path))
+    assert "raft.journal" in done["reverted"]
+    assert entries(open_journal(tmp_path)) == first
+
+
+def test_without_a_sync_a_power_cut_leaves_nothing(tmp_path):
+    """The model's teeth: with fsync off nothing reaches the shadow, whatever the journal did."""
+    disk = ShadowDisk(str(tmp_path), fsync=False)
+    j = _DurableJournal(str(tmp_path / "raft.journal"), disk)
+    for i in range(1, 6):
+        j.add(cmd(i), i, 1)
+    j.setCurrentTerm(3, "127.0.0.1:1")
+    j.sync()
+    j._destroy()
+    power_cut(str(tmp_path))
+    assert not os.path.exists(tmp_path / "raft.journal")
+    assert not os.path.exists(tmp_path / "raft.journal.meta")
+
+
+def test_term_and_vote_are_durable_when_set_current_term_returns(tmp_path):
+    """Raft: a vote leaves only once term and vote are on disk; setCurrentTerm syncs the
+    journal first, so the commit index in the meta never covers entries a cut can take."""
+    j = open_journal(tmp_path)
+    j.add(cmd(1), 1, 1)
+    j.setRaftCommitIndex(1)
+    j.setCurrentTerm(7, "127.0.0.1:9001")
+    j._disk.freeze()
+    power_cut(str(tmp_path))
+    j = open_journal(tmp_path)
+    assert (j.getCurrentTerm(), j.getVotedForNodeId(), j.getRaftCommitIndex()) == (7, "127.0.0.1:9001", 1)
+    assert entries(j) == [(cmd(1), 1, 1)]
+
+
+class _Crash(Exception):
+    pass
+
+
+class CrashingDisk(ShadowDisk):
+    """Dies (raises _Crash, and freezes: nothing after reaches the shadow) at its ``at``-th
+    operation; ``ops`` counts them."""
+
+    def __init__(self, root, at: int | None) -> None:
+        super().__init__(root)
+        self.at, self.ops = at, 0
+
+    def _step(self):
+        if self.at is not None and self.ops == self.at:
+            self.freeze()
+            raise _Crash(self.ops)
+        self.ops += 1
+
+
+for _name in ("open", "pwrite", "truncate", "sync", "close", "rename", "remove", "sync_dir", "sync_path"):
+    def _wrapped(self, *a, _op=_name, **kw):
+        if not self.frozen:
+            self._step()
+        return getattr(ShadowDisk, _op)(self, *a, **kw)
+    setattr(CrashingDisk, _name, _wrapped)
+
+
+def _journal_with(d, n: int, synced: int) -> list[tuple]:
+    """A journal of entries 1..n in ``d``, 1..synced of them synced; returns them."""
+    j = open_journal(d)
+    es = [(cmd(i, 30 + 7 * i), i, 1 + i // 10) for i in range(1, n + 1)]
+    for e in es[:synced]:
+        j.add(*e)
+    j.sync()
+    for e in es[synced:]:
+        j.add(*e)
+    j._disk.freeze()  # what follows starts from the files as they are (a new process)
+    return es
+
+
+def _copy(src, dst):
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+
+
+def _compact_in_place(j: _DurableJournal, entry_to: int) -> None:
+    """pysyncobj's FileJournal.deleteEntriesTo: clear, then add back what it keeps, in place."""
+    kept = entries(j)[entry_to:]
+    j.clear()
+    for e in kept:
+        j.add(*e)
+
+
+@pytest.mark.parametrize("compact", ["rename", "in place"])
+def test_a_compaction_crashed_at_every_step_keeps_every_entry_after_the_dump(tmp_path, compact):
+    """A compaction drops the entries a durable dump holds (here 1..20 of a journal of 1..30).
+    Crashed at each of its disk operations, then (a) restarted as the process left the files
+    (kill -9), (b) after a power cut: the journal is a run of the entries with every one after
+    20. pysyncobj's in-place rewrite ("in place") loses some at some step."""
+    base = tmp_path / "base"
+    base.mkdir()
+    es = _journal_with(base, 30, 25)
+    lost_somewhere = []
+    k = 0
+    while True:
+        d = tmp_path / f"k{k}"
+        _copy(base, d)
+        disk = CrashingDisk(str(d), at=None)
+        j = _DurableJournal(str(d / "raft.journal"), disk)
+        disk.ops, disk.at = 0, k
+        crashed = False
+        try:
+            if compact == "rename":
+                j.deleteEntriesTo(20)
+            else:
+                _compact_in_place(j, 20)
+            j.sync()
+        except _Crash:
+            crashed = True
+        killed = entries(_DurableJournal(str(d / "raft.journal"), ShadowDisk(str(d))))
+        power_cut(str(d))
+        after_cut = entries(_DurableJournal(str(d / "raft.journal"), ShadowDisk(str(d))))
+        # Opening the journal synced all 30 (as a restarted node does): each must survive both.
+        for what, got in (("kill -9", killed), ("power cut", after_cut)):
+            contiguous = bool(got) and got == es[got[0][1] - 1:got[-1][1]]
+            if not contiguous or [e for e in es if e[1] > 20 and e not in got]:
+                lost_somewhere.append((k, what, [e[1] for e in got]))
+        assert not os.path.exists(str(d / "raft.journal") + COMPACT_SUFFIX) or crashed
+        if not crashed:
+            assert disk.ops == k
+            break
+        k += 1
+    assert k > 5  # every step was tried
+    if compact == "rename":
+        assert lost_somewhere == []
+    else:
+        assert lost_somewhere, "the in-place rewrite was expected to lose entries at some step"
+
+
+class TornDisk(ShadowDisk):
+    """Its next sync reaches the shadow with only the first ``keep`` writes of its window (a
+    sync interrupted by the power cut), then the power is off."""
+
+    def __init__(self, root, keep: int) -> None:
+        super().__init__(root)
+        self.keep = keep
+        self.armed = False
+
+    def sync(self, fd):
+        st = self._fds.get(fd)
+        if self.armed and st is not None and st.pending is not None and not self.frozen:
+            st.pending = st.pending[:self.keep]
+            super().sync(fd)
+            self.freeze()
+            return
+        super().sync(fd)
+
+
+@pytest.mark.parametrize("size", [30, 31])
+def test_a_sync_torn_at_every_write_leaves_a_journal_that_holds_together(tmp_path, size):
+    """A window that truncates a tail (a follower meeting a new leader) and appends the new
+    leader's entries, cut after each of its writes (in order): the journal read back is the old
+    one or the new one up to some entry, never old entries mixed with new ones, with records of
+    the same size (31) or not (30)."""
+    base = tmp_path / "base"
+    base.mkdir()
+    old = [(cmd(i, 30), i, 1) for i in range(1, 11)]
+    j = open_journal(base)
+    for e in old:
+        j.add(*e)
+    j.sync()
+    j._disk.freeze()
+    new = [(cmd(100 + i, size), i, 2) for i in (8, 9, 10, 11)]
+    allowed = [old] + [old[:7] + new[:m] for m in range(len(new) + 1)]
+    keep = 0
+    while True:
+        d = tmp_path / f"w{keep}"
+        _copy(base, d)
+        disk = TornDisk(str(d), keep)
+        j = _DurableJournal(str(d / "raft.journal"), disk)
+        disk.armed = True
+        j.deleteEntriesFrom(7)
+        for e in new:
+            j.add(*e)
+        j.sync()
+        assert disk.frozen
+        power_cut(str(d))
+        got = entries(_DurableJournal(str(d / "raft.journal"), ShadowDisk(str(d))))
+        assert got in allowed, (keep, [(e[1], e[2]) for e in got])
+        if got == old[:7] + new:
+            break
+        keep += 1
+
+
+def test_a_dump_is_in_place_only_once_durable(tmp_path):
+    """durable_replace (pysyncobj's atomicReplace): the dump synced, renamed, the directory
+    synced; a cut before the directory's sync leaves the old dump whole."""
+    for crash_at_dir_sync in (False, True):
+        d = tmp_path / str(crash_at_dir_sync)
+        d.mkdir()
+        disk = ShadowDisk(str(d))
+        dump = StoragePath(str(d / "raft.dump"), disk)
+        for content in (b"old dump", b"new dump"):
+            with open(dump + ".tmp", "wb") as f:  # as pysyncobj's serializer writes it
+                f.write(content)
+            if content == b"new dump" and crash_at_dir_sync:
+                disk.sync_dir = lambda path, disk=disk: disk.freeze()
+            durable_replace(dump + ".tmp", dump)
+        disk.freeze()
+        power_cut(str(d))
+        with open(dump, "rb") as f:
+            assert f.read() == (b"old dump" if crash_at_dir_sync else b"new dump")
+
+
+# ---------------------------------------------------------------------------------------------
+# Three RaftNodes
+# ---------------------------------------------------------------------------------------------
+
+class PowerCluster(Cluster):
+    """Cluster whose nodes write through a ShadowDisk each (fsync as given)."""
+
+    def __init__(self, tmp_path, fsync: bool = True, **kw):
+        super().__init__(tmp_path, **kw)
+        self.fsync = fsync
+        self.disks: dict[str, ShadowDisk] = {}
+
+    def start(self, addr: str) -> RaftNode:
+        os.makedirs(self.dirs[addr], exist_ok=True)
+        disk = self.disks[addr] = ShadowDisk(self.dirs[addr], fsync=self.fsync)
+        state = FakeState()
+        node = RaftNode(self_addr=addr, peers=self.addrs, data_dir=self.dirs[addr], secret=SECRET,
+                        state=state, conf_overrides=self.conf_overrides, fsync=self.fsync, disk=disk)
+        self._all.append(node)
+        node.start(asyncio.get_running_loop())
+        self.nodes[addr], self.states[addr] = node, state
+        return node
+
+    def power_cut_all(self) -> None:
+        for a in list(self.nodes):
+            self.disks[a].freeze()
+        for a in list(self.nodes):
+            self.stop(a)
+        for a in self.addrs:
+            power_cut(self.dirs[a])
+
+
+async def _count_then_cut(tmp_path, fsync: bool, n: int) -> tuple[int, int]:
+    """n increments, each acknowledged, then a power cut of every node and a restart: returns
+    (acknowledged, counted after the restart)."""
+    c = PowerCluster(tmp_path, fsync=fsync, conf_overrides=COMPACT)
+    try:
+        c.start_all()
+        leader = await c.agreed_leader()
+        acked = 0
+        for _ in range(n):
+            await c.nodes[leader].propose(incr("r"))
+            acked += 1
+        c.power_cut_all()
+        c.start_all()
+        leader = await c.agreed_leader(20)
+        await c.nodes[leader].barrier(timeout_s=5)
+        counted = c.nodes[leader].read(FakeState.read).get("r", 0)
+        return acked, counted
+    finally:
+        c.close()
+
+
+def test_acknowledged_writes_survive_a_power_cut_of_the_whole_cluster(tmp_path):
+    """60 increments (three compactions at COMPACT's 20 entries: dumps, journal rewrites), each
+    acknowledged, then every node loses power: all 60 are there after the restart."""
+    acked, counted = asyncio.run(_count_then_cut(tmp_path, True, 60))
+    assert counted == acked == 60
+
+
+def test_with_fsync_off_a_power_cut_loses_acknowledged_writes(tmp_path):
+    """The same with fsync off (raftsched node --no-fsync; pysyncobj as shipped never syncs):
+    the cluster comes back without them."""
+    acked, counted = asyncio.run(_count_then_cut(tmp_path, False, 30))
+    assert acked == 30 and counted < acked
+
+
+async def _watch_acks(tmp_path, gate: bool) -> list[str]:
+    """Three nodes under concurrent writes; every message checked as it leaves: a follower's
+    answer never names an entry above its synced index, and a leader's commit index is never
+    above its own synced index. Returns the violations seen."""
+    bad: list[str] = []
+    c = Cluster(tmp_path)
+    real = _durable.durable_transport
+
+    def checking(factory):
+        made = real(factory) if gate else factory
+
+        def make(sync_obj, self_node, other_nodes):
+            transport = made(sync_obj, self_node, other_nodes)
+            journal = sync_obj._SyncObj__raftLog
+            inner = sync_obj._sync_gate._send if gate else transport.send
+
+            def send_checked(node, message):
+                kind = message.get("type") if type(message) is dict else None
+                synced = journal.synced_index or 0
+                if kind == "next_node_idx" and message.get("success") \
+                        and message["next_node_idx"] - 1 > synced:
+                    bad.append(f"{self_node}: acknowledged {message['next_node_idx'] - 1}, synced {synced}")
+                if kind == "append_entries" and message.get("commit_index", 0) > synced:
+                    bad.append(f"{self_node}: commit index {message['commit_index']}, synced {synced}")
+                return inner(node, message)
+            if gate:
+                sync_obj._sync_gate._send = send_checked  # what the gate lets go
+            else:
+                transport.send = send_checked
+            return transport
+        return make
+
+    import raftsched.replication.node as node_module
+    node_module.durable_transport = checking
+    try:
+        c.start_all()
+        leader = await c.agreed_leader()
+        nodes = list(c.nodes.values())
+        follower = next(n for a, n in c.nodes.items() if a != leader)
+        first = follower.status()["commit_index"]
+        futs = []
+        for k in range(300):
+            # one command a turn of the loop: one log entry each (RaftNode groups a turn's)
+            futs.append(asyncio.ensure_future(nodes[k % 3].propose(incr(f"k{k % 7}"))))
+            await asyncio.sleep(0)
+        await asyncio.gather(*futs)
+        await wait_until(lambda: len({n.status()["commit_index"] for n in nodes}) == 1, 10, "commit")
+        if gate:
+            g = follower._sync._SyncObj__transport.send.__self__
+            entries = follower.status()["commit_index"] - first
+            # group commit: one sync covers several entries, and answers did wait for them
+            assert entries >= 100 and g.syncs < entries / 2 and g.held > 0, (g.syncs, entries, g.held)
+    finally:
+        node_module.durable_transport = real
+        c.close()
+    return bad
+
+
+def test_nothing_answers_for_an_unsynced_entry_and_one_sync_covers_many(tmp_path):
+    assert asyncio.run(_watch_acks(tmp_path, gate=True)) == []
+
+
+def test_without_the_gate_nodes_answer_for_unsynced_entries(tmp_path):
+    """The check above has teeth: pysyncobj's own order (no gate) answers first."""
+    assert asyncio.run(_watch_acks(tmp_path, gate=False))

@@ -1,0 +1,520 @@
+"""Where a worker's runs execute (worker/sandbox.py, worker/runserver.py; docs/security.md, "What a
+job can reach"): as the run user, with a clean environment, each in a directory of its own that
+is removed afterwards; a python run in a process of its own, forked from the run server; the run
+server's death fails the runs it had and is survived; and the checks a node makes of its files
+and flags before it starts.
+
+Real processes; every wait is for a condition under a deadline. Most of it means most when the
+tests run as root (as CI does): runs then switch to another user.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from executor_helpers import cancel_and_expect_cancelled, ctx, run, wait_until
+from procs import jobs_dir
+from raftsched.config import ConfigError
+from raftsched.worker.executors import CancelEvent, RunContext, execute
+from raftsched.worker import sandbox as sb
+from raftsched.worker.sandbox import Sandbox, check_pass_env, check_private, resolve_run_user
+
+ROOT = os.geteuid() == 0
+as_root = pytest.mark.skipif(not ROOT, reason="runs switch user only when the worker runs as root")
+
+TARGETS = textwrap.dedent('''
+    import asyncio, os, sys, time
+
+    def whoami(ctx):
+        print("printed by the run")
+        return {"pid": os.getpid(), "uid": os.getuid(), "cwd": os.getcwd(), "env": dict(os.environ),
+                "secrets": dict(ctx.secrets), "payload": ctx.payload, "run": ctx.run_id, "token": ctx.fencing_token,
+                "worker": ctx.worker_id, "slot": ctx.slot_iso, "files": os.listdir(".")}
+
+    async def async_whoami(ctx):
+        await asyncio.sleep(0)
+        return {"pid": os.getpid(), "run": ctx.run_id}
+
+    def boom(ctx):
+        raise ValueError("no good")
+
+    def exits(ctx):
+        sys.exit(3)
+
+    def dies(ctx):
+        os._exit(9)
+
+    def sleeps(ctx):
+        path = os.path.join(ctx.payload["dir"], ctx.run_id + ".pid")
+        with open(path + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.replace(path + ".tmp", path)  # whole, once it is there
+        time.sleep(3600)  # ok-sleep: a run that waits to be killed
+
+    def connects(ctx):
+        import socket
+        try:
+            socket.create_connection(("localhost", ctx.payload["port"]), timeout=5).close()
+        except OSError as e:
+            return type(e).__name__
+        return "connected"
+
+    def litters(ctx):
+        os.makedirs("a/b")
+        with open("a/b/f", "w") as f:
+            f.write("x")
+        os.chmod("a/b", 0o500)
+        return "left a tree"
+''')
+
+
+@pytest.fixture(scope="module")
+def targets():
+    """A module of python targets, where the run user can read it, on the import path the run
+    server is given (this process's)."""
+    d = jobs_dir("targets")
+    (d / "sandbox_targets.py").write_text(TARGETS)
+    os.chmod(d / "sandbox_targets.py", 0o644)
+    sys.path.insert(0, str(d))
+    try:
+        yield d
+    finally:
+        sys.path.remove(str(d))
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def marks():
+    d = jobs_dir("marks")
+    try:
+        yield d
+    finally:
+        for f in d.glob("*.pid"):
+            try:
+                os.kill(int(f.read_text()), signal.SIGKILL)
+            except (ValueError, OSError):
+                pass
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def box(**kw) -> Sandbox:
+    return Sandbox(resolve_run_user(None), name="test", **kw)
+
+
+async def started(**kw) -> Sandbox:
+    s = box(**kw)
+    await s.start()
+    return s
+
+
+def sh(script: str, **kw) -> dict:
+    return {"type": "shell", "argv": ["sh", "-c", script], **kw}
+
+
+def py(target: str) -> dict:
+    return {"type": "python", "target": f"sandbox_targets:{target}"}
+
+
+def c(run_id: str = "r-1", payload=None, secrets=None) -> RunContext:
+    x = ctx(run_id, payload)
+    x.worker_id = "w-1"
+    x.secrets = dict(secrets or {})
+    return x
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X")
+    except FileNotFoundError:
+        return False
+
+
+def fields(output: str) -> dict:
+    return dict(line.split("=", 1) for line in output.splitlines() if "=" in line)
+
+
+# ---------------------------------------------------------------------------- who, where, what
+def test_a_shell_run_gets_a_clean_environment_a_fresh_directory_and_the_run_user(monkeypatch):
+    monkeypatch.setenv("NODE_ONLY_CANARY", "do-not-pass")
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+
+    async def t():
+        s = await started()
+        try:
+            out = await execute(sh('echo "uid=$(id -u)"; echo "pwd=$(pwd)"; echo "files=$(ls -A)"; env',
+                                   env={"JOB_VAR": "j"}), c(), 10, sandbox=s)
+        finally:
+            await s.close()
+        return s, out
+    s, out = run(t())
+    assert out.ok, out
+    env = fields(out.output)
+    assert "NODE_ONLY_CANARY" not in out.output
+    ours = {"uid", "pwd", "files", "PWD", "OLDPWD", "SHLVL", "_"}  # this script's, and the shell's own
+    assert {k for k in env if not k.startswith("RAFTSCHED_")} - ours <= {"PATH", "LANG", "TZ", "HOME", "JOB_VAR"}
+    assert env["TZ"] == "Europe/Berlin" and env["JOB_VAR"] == "j" and env["RAFTSCHED_RUN_ID"] == "r-1"
+    assert env["pwd"] == env["HOME"] and env["HOME"].startswith(s.runs_dir + "/r-1.")
+    assert not env["HOME"].startswith(os.getcwd())
+    assert env["files"] == "", "it starts empty"
+    assert int(env["uid"]) == s.user.uid and (not ROOT or s.user.uid != 0)
+    assert not os.path.exists(env["HOME"]) and not os.path.exists(s.runs_dir), "removed after the run, and at close"
+
+
+def test_pass_env_adds_names_of_the_workers_environment_and_nothing_else(monkeypatch):
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy:3128")
+    monkeypatch.setenv("OTHER", "x")
+
+    async def t():
+        s = await started(pass_env=check_pass_env(["HTTPS_PROXY"]))
+        try:
+            return await execute(sh("env"), c(), 10, sandbox=s)
+        finally:
+            await s.close()
+    env = fields(run(t()).output)
+    assert env["HTTPS_PROXY"] == "http://proxy:3128" and "OTHER" not in env
+    for bad in ("RAFTSCHED_TOKEN", "HOME", "A-B", "1A"):
+        with pytest.raises(ConfigError):
+            check_pass_env([bad])
+
+
+def test_a_shell_run_that_cannot_start_says_why_and_a_failing_one_reports_its_status():
+    async def t():
+        s = await started()
+        try:
+            return (await execute({"type": "shell", "argv": ["no-such-program-x"]}, c("a"), 10, sandbox=s),
+                    await execute(sh("echo out; echo err >&2; exit 3"), c("b"), 10, sandbox=s),
+                    await execute(sh("kill -KILL $$"), c("c"), 10, sandbox=s),
+                    await execute(sh("pwd", cwd="/"), c("d"), 10, sandbox=s))
+        finally:
+            await s.close()
+    a, b, k, d = run(t())
+    assert not a.ok and a.error == "cannot execute: [Errno 2] No such file or directory: 'no-such-program-x'"
+    assert not b.ok and b.error == "exit status 3" and b.output == "out\nerr\n"
+    assert not k.ok and k.error == "killed by signal SIGKILL"
+    assert d.ok and d.output == "/\n", "a shell executor's cwd is still where it starts"
+
+
+def test_a_python_run_is_a_process_of_its_own_as_the_run_user_with_its_context(targets):
+    async def t():
+        s = await started()
+        try:
+            return s, await execute(py("whoami"), c("py-1", {"n": 1}, {"KEY": "v-1"}), 10, sandbox=s), \
+                await execute(py("async_whoami"), c("py-2"), 10, sandbox=s)
+        finally:
+            await s.close()
+    s, out, aout = run(t())
+    assert out.ok, out
+    printed, _, rest = out.output.partition("\n")
+    assert printed == "printed by the run"
+    got = eval(rest, {"__builtins__": {}})
+    assert got["pid"] != os.getpid() and got["uid"] == s.user.uid and (not ROOT or got["uid"] != 0)
+    assert got["cwd"] == got["env"]["HOME"] and got["files"] == []
+    assert got["secrets"] == {"KEY": "v-1"} and "KEY" not in got["env"], "secrets in ctx, not in the environment"
+    assert got["payload"] == {"n": 1} and got["run"] == "py-1" and got["token"] == 17 and got["worker"] == "w-1"
+    assert got["env"]["RAFTSCHED_RUN_ID"] == "py-1" and got["slot"] == "2026-12-01T02:00:00Z"
+    assert set(got["env"]) <= {"PATH", "LANG", "TZ", "HOME"} | {k for k in got["env"] if k.startswith("RAFTSCHED_")}
+    assert aout.ok and eval(aout.output, {"__builtins__": {}})["pid"] not in (os.getpid(), got["pid"])
+
+
+def test_a_python_runs_failures_read_as_the_python_executors(targets):
+    async def t():
+        s = await started()
+        try:
+            return [await execute(py(name), c(name), 10, sandbox=s) for name in ("boom", "exits", "dies")] + \
+                [await execute({"type": "python", "target": "no_such_module_x:f"}, c("nomod"), 10, sandbox=s)]
+        finally:
+            await s.close()
+    boom, exits, dies, nomod = run(t())
+    assert not boom.ok and boom.error == "ValueError: no good" and "Traceback" in boom.output
+    assert not exits.ok and exits.error == "SystemExit: 3"
+    assert not dies.ok and dies.error == "the run's process ended without an outcome (exit status 9)"
+    assert not nomod.ok and nomod.error == "ModuleNotFoundError: No module named 'no_such_module_x'"
+
+
+def test_a_python_run_connects_to_a_host_by_name(targets):
+    """The run server imports the IDNA codec a connection to a host name needs before it drops
+    privileges: a run user who cannot read the interpreter's files (a Python under /root) could
+    not import it later."""
+    from raftsched.testing.procs import free_port
+
+    async def t():
+        s = await started()
+        try:
+            return await execute(py("connects"), c("net", {"port": free_port()}), 10, sandbox=s)
+        finally:
+            await s.close()
+    out = run(t())
+    assert out.ok and out.output == "'ConnectionRefusedError'", out
+
+
+def test_what_a_run_leaves_in_its_directory_is_removed_even_read_only(targets):
+    async def t():
+        s = await started()
+        try:
+            out = await execute(py("litters"), c("lit"), 10, sandbox=s)
+            left = os.listdir(s.runs_dir)
+        finally:
+            await s.close()
+        return out, left
+    out, left = run(t())
+    assert out.ok and left == []
+
+
+# ---------------------------------------------------------------------------- ends
+def test_a_run_past_its_timeout_is_killed_with_its_whole_group_and_its_directory_removed(marks, targets):
+    script = (f'trap "" TERM; sleep 3600 & echo $! > "{marks}/child.pid"; echo $$ > "{marks}/main.pid"; '
+              'echo started; wait')
+
+    async def t():
+        s = await started()
+        try:
+            out = await execute(sh(script), c("slow"), 0.5, kill_grace_s=0.3, sandbox=s)
+            pout = await execute(py("sleeps"), c("pyslow", {"dir": str(marks)}), 0.5, kill_grace_s=0.3, sandbox=s)
+            left = os.listdir(s.runs_dir)
+        finally:
+            await s.close()
+        return out, pout, left
+    out, pout, left = run(t())
+    assert not out.ok and out.error == "timed out after 0.5s" and out.output == "started\n"
+    assert not pout.ok and pout.error == "timed out after 0.5s"
+    for name in ("child", "main", "pyslow"):
+        assert not alive(int((marks / f"{name}.pid").read_text())), name
+    assert left == []
+
+
+def test_a_lost_lease_kills_the_run_and_a_cancelled_caller_kills_it_too(marks, targets):
+    async def t():
+        s = await started()
+        try:
+            cancel = CancelEvent()
+            task = asyncio.create_task(execute(py("sleeps"), c("lost", {"dir": str(marks)}), 60, cancel=cancel,
+                                               sandbox=s))
+            await wait_until(lambda: (marks / "lost.pid").exists(), 10, "the run to start")
+            cancel.set()
+            lost = await task
+            task = asyncio.create_task(execute(py("sleeps"), c("gone", {"dir": str(marks)}), 60, sandbox=s))
+            await wait_until(lambda: (marks / "gone.pid").exists(), 10, "the run to start")
+            await cancel_and_expect_cancelled(task)
+            pid = int((marks / "gone.pid").read_text())
+            await wait_until(lambda: not alive(pid), 10, "the run to be killed")
+        finally:
+            await s.close()
+        return lost
+    lost = run(t(), 40)
+    assert not lost.ok and lost.error == "lease lost"
+    assert not alive(int((marks / "lost.pid").read_text()))
+
+
+def test_runs_die_with_the_run_server_and_the_next_run_starts_a_new_one(marks, targets):
+    async def t():
+        s = await started()
+        try:
+            first = s.server.pid
+            task = asyncio.create_task(execute(py("sleeps"), c("orphan", {"dir": str(marks)}), 60, sandbox=s))
+            await wait_until(lambda: (marks / "orphan.pid").exists(), 10, "the run to start")
+            os.kill(first, signal.SIGKILL)
+            out = await asyncio.wait_for(task, 20)
+            pid = int((marks / "orphan.pid").read_text())
+            await wait_until(lambda: not alive(pid), 10, "the orphaned run to be killed")
+            again = await execute(py("async_whoami"), c("after"), 20, sandbox=s)
+            return out, first, s.server.pid, again, s.server.starts, s.server.deaths
+        finally:
+            await s.close()
+    out, first, second, again, starts, deaths = run(t(), 60)
+    assert not out.ok and "the run server stopped" in out.error, out
+    assert again.ok and second != first and starts == 2 and deaths == 1
+
+
+def test_closing_the_sandbox_kills_what_runs_and_stops_the_server(marks, targets):
+    async def t():
+        s = await started()
+        script = f'echo $$ > "{marks}/closed.tmp" && mv "{marks}/closed.tmp" "{marks}/closed.pid"; exec sleep 3600'
+        task = asyncio.create_task(execute(sh(script), c("c"), 60, sandbox=s))
+        await wait_until(lambda: (marks / "closed.pid").exists(), 10, "the run to start")
+        server = s.server.pid
+        await s.close()
+        out = await asyncio.wait_for(task, 20)
+        return out, server
+    out, server = run(t(), 40)
+    assert not out.ok
+    assert not alive(int((marks / "closed.pid").read_text())) and not alive(server)
+
+
+# ---------------------------------------------------------------------------- the run user
+@as_root
+def test_a_root_worker_runs_jobs_as_raftsched_run_or_nobody_and_never_as_root_unless_allowed():
+    u = resolve_run_user(None)
+    want = sb.DEFAULT_USER if _exists(sb.DEFAULT_USER) else sb.FALLBACK_USER
+    assert u.name == want and u.uid != 0 and u.switches
+    with pytest.raises(ConfigError, match="--allow-root-jobs"):
+        resolve_run_user("root")
+    with pytest.raises(ConfigError, match="--allow-root-jobs"):
+        resolve_run_user("0")
+    assert resolve_run_user("root", allow_root_jobs=True).uid == 0
+    with pytest.raises(ConfigError, match="no such user"):
+        resolve_run_user("no-such-user-x")
+
+
+def test_another_user_needs_the_right_to_switch(monkeypatch):
+    monkeypatch.setattr(sb, "can_switch_user", lambda: False)
+    other = "nobody" if os.geteuid() != pwd.getpwnam("nobody").pw_uid else "root"
+    with pytest.raises(ConfigError, match="needs root"):
+        resolve_run_user(other, allow_root_jobs=True)
+
+
+def _exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
+
+
+# ---------------------------------------------------------------------------- the node's files
+def test_files_and_directories_a_job_could_read_are_refused_naming_them(tmp_path):
+    f = tmp_path / "secret"
+    f.write_text("x" * 32)
+    d = tmp_path / "data"
+    d.mkdir(mode=0o700)
+    f.chmod(0o600)
+    check_private(str(f), "cluster secret file", None)
+    check_private(str(d), "data directory", None)
+    f.chmod(0o640)
+    with pytest.raises(ConfigError, match=f"cluster secret file {f} is open to group or others.*chmod 600"):
+        check_private(str(f), "cluster secret file", None)
+    d.chmod(0o755)
+    with pytest.raises(ConfigError, match=f"data directory {d} is open to group or others.*chmod 700"):
+        check_private(str(d), "data directory", None)
+    with pytest.raises(ConfigError, match="No such file"):
+        check_private(str(tmp_path / "nope"), "TLS key file", None)
+
+
+@as_root
+def test_a_file_the_run_user_owns_is_refused(tmp_path):
+    user = resolve_run_user(None)
+    f = tmp_path / "token"
+    f.write_text("x" * 32)
+    f.chmod(0o600)
+    os.chown(f, user.uid, user.gid)
+    with pytest.raises(ConfigError, match=f"owned by {user.name}, the user jobs run as"):
+        check_private(str(f), "token file", user)
+
+
+def _node(tmp_path: Path, *extra: str, data_mode: int = 0o700, key_mode: int | None = None) -> subprocess.CompletedProcess:
+    secret, token = tmp_path / "secret", tmp_path / "token"
+    for p in (secret, token):
+        p.write_text("s" * 32)
+        p.chmod(0o600)
+    data = tmp_path / "data"
+    data.mkdir(exist_ok=True)
+    data.chmod(data_mode)
+    args = []
+    if key_mode is not None:
+        key = tmp_path / "key.pem"
+        key.write_text("not a key")
+        key.chmod(key_mode)
+        args = ["--tls-cert", str(key), "--tls-key", str(key)]
+    return subprocess.run([sys.executable, "-m", "raftsched.cli", "node", "--id", "n", "--api", "127.0.0.1:1",
+                           "--raft", "127.0.0.1:2", "--data-dir", str(data), "--cluster-secret-file", str(secret),
+                           "--token-file", str(token), *args, *extra],
+                          capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
+
+
+def test_a_node_refuses_to_start_on_a_data_directory_or_a_tls_key_others_may_read(tmp_path):
+    p = _node(tmp_path, data_mode=0o755)
+    assert p.returncode == 2 and f"data directory {tmp_path / 'data'} is open to group or others" in p.stderr, p.stderr
+    p = _node(tmp_path, key_mode=0o644)
+    assert p.returncode == 2 and f"TLS key file {tmp_path / 'key.pem'} is open to group or others" in p.stderr, p.stderr
+
+
+@as_root
+def test_a_root_node_refuses_to_run_jobs_as_root_unless_told(tmp_path):
+    p = _node(tmp_path, "--run-as", "root")
+    assert p.returncode == 2 and "--allow-root-jobs" in p.stderr, p.stderr
+    # A node that runs no job code needs no run user: it gets past that check (and stops at the
+    # next one, before it would start).
+    p = _node(tmp_path, "--run-as", "root", "--executors", "http", "--auth-failures-burst", "0")
+    assert p.returncode == 2 and "--auth-failures-burst" in p.stderr, p.stderr
+    p = _node(tmp_path, "--runs-dir", str(tmp_path / "data"))
+    assert p.returncode == 2 and "inside the data directory" in p.stderr, p.stderr
+
+
+def test_a_worker_that_starts_removes_the_runs_directories_of_killed_ones(tmp_path):
+    """A worker killed with SIGKILL never removes its runs' directories; the next one to start in
+    the same place does, and leaves a live worker's alone."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f"{sb.RUNS_PREFIX}node-1.{dead.pid}-abcdefgh"
+    (stale / "r-1.xyz").mkdir(parents=True)
+    (stale / "r-1.xyz" / "left").write_text("x")
+    live = tmp_path / f"{sb.RUNS_PREFIX}node-2.{os.getpid()}-abcdefgh"
+    live.mkdir()
+    other = tmp_path / "raftsched-runs-not-ours"
+    other.mkdir()
+
+    async def t():
+        s = await started(runs_parent=str(tmp_path))
+        await s.close()
+    run(t())
+    assert not stale.exists() and live.exists() and other.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
+
+
+def _worker(tmp_path: Path, *extra: str, token_owner: int | None = None) -> subprocess.CompletedProcess:
+    token = tmp_path / "wtoken"
+    token.write_text("t" * 32)
+    token.chmod(0o600)
+    if token_owner is not None:
+        os.chown(token, token_owner, -1)
+    return subprocess.run([sys.executable, "-m", "raftsched.cli", "worker", "--url", "http://127.0.0.1:1",
+                           "--token-file", str(token), "--id", "w", *extra],
+                          capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
+
+
+def test_a_worker_checks_its_isolation_flags_before_it_starts(tmp_path):
+    p = _worker(tmp_path, "--pass-env", "RAFTSCHED_TOKEN")
+    assert p.returncode == 2 and "--pass-env: RAFTSCHED_TOKEN is set by the worker" in p.stderr, p.stderr
+    p = _worker(tmp_path, "--runs-dir", str(tmp_path / "nope"))
+    assert p.returncode == 2 and "--runs-dir" in p.stderr and "not a directory" in p.stderr, p.stderr
+    p = _worker(tmp_path, "--run-as", "no-such-user-x")
+    assert p.returncode == 2 and "no such user" in p.stderr, p.stderr
+
+
+@as_root
+def test_a_root_worker_refuses_root_jobs_and_a_token_file_its_run_user_owns(tmp_path):
+    p = _worker(tmp_path, "--run-as", "root")
+    assert p.returncode == 2 and "--allow-root-jobs" in p.stderr, p.stderr
+    p = _worker(tmp_path, token_owner=resolve_run_user(None).uid)
+    assert p.returncode == 2 and "the user jobs run as" in p.stderr, p.stderr
+
+
+def test_a_worker_whose_run_server_cannot_start_fails_at_once_saying_why(monkeypatch):
+    """A worker that cannot run jobs' code stops (a node with it), rather than lease runs it
+    would fail one by one."""
+    from raftsched.clock import SystemClock
+    from raftsched.worker.loop import LeaseLoop, WorkerFailed
+
+    async def broken(self):
+        raise sb.RunServerError("the run server could not start: PermissionError: no")
+    monkeypatch.setattr(sb.RunServer, "_start", broken)
+
+    class Never:
+        worker_id = "w"
+        kind = "remote"
+
+    async def t():
+        loop = LeaseLoop(Never(), SystemClock(), sandbox=box())
+        with pytest.raises(WorkerFailed, match="sandbox failed: the run server could not start"):
+            await loop.run()
+        return loop
+    assert run(t()).failed == "sandbox"
