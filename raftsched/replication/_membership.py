@@ -417,6 +417,8 @@ class MembershipMixin:
         self._members_dump_base: Config | None = None
         self._members_dump_index = 0
         self._members_scanned = 0
+        #: The log's first index when the configurations were last folded (a compaction).
+        self._members_first = 0
         #: (latest entry index, committed entry index, leader?) when the configuration was last
         #: put in force: _member_tick puts it in force again when one of them moves.
         self._members_applied: tuple | None = None
@@ -665,6 +667,10 @@ class MembershipMixin:
         commit or a change of role, promotions, requests."""
         try:
             self._members_scan()
+            first = self._SyncObj__raftLog[0][1]
+            if first > self._members_first:  # a compaction: fold what it dropped into the base
+                self._members_first = first
+                self._members_compacted()
             leader = self._SyncObj__raftState == _LEADER
             linger = self._members_linger
             if self._members_applied != self._members_signature(leader) or \
