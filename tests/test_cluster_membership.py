@@ -1,4 +1,4 @@
-"""Membership changes online with real node processes (docs/design.md I25, docs/operations.md
+"""Membership changes online with real node processes (docs/design.md I28, docs/operations.md
 "Changing the members"): grow from three to five voters and shrink back under a steady job load,
 replace a killed node with a new one at other ports, and scripts/cluster.sh's add and remove;
 every job's slots read back afterwards, none lost, none twice."""

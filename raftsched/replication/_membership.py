@@ -61,6 +61,8 @@ from pysyncobj.config import FAIL_REASON
 from pysyncobj.monotonic import monotonic  # the clock pysyncobj's own timers use
 from pysyncobj.node import TCPNode
 
+from ._disk import Disk
+
 logger = logging.getLogger("raftsched.replication")  # one logger for the package (docs/operations.md)
 
 #: The type byte of a configuration entry (pysyncobj's own are 0-3; it replicates an entry of
@@ -342,38 +344,35 @@ class JoinMarker:
 
     FILE = "raft.join"
 
-    def __init__(self, path: str, after: int | None = None) -> None:
+    def __init__(self, path: str, after: int | None = None, disk: Disk | None = None) -> None:
         self.path = path
         self.after = after
+        #: written through the node's disk (durable and atomic: _disk.Disk.write_file)
+        self.disk = disk if disk is not None else Disk(fsync=True)
 
     @classmethod
-    def open(cls, data_dir: str, join: bool, fresh: bool) -> JoinMarker | None:
+    def open(cls, data_dir: str, join: bool, fresh: bool, disk: Disk | None = None) -> JoinMarker | None:
         """The marker of a node in ``data_dir``: the one written there, a new one for a node
         that joins on an empty directory (``fresh``), else None (a node of its own history)."""
         path = os.path.join(data_dir, cls.FILE)
         try:
             with open(path) as f:
                 after = json.load(f).get("after")
-            return cls(path, after if isinstance(after, int) else None)
+            return cls(path, after if isinstance(after, int) else None, disk)
         except FileNotFoundError:
             pass
         except (OSError, ValueError, AttributeError):
             logger.critical("replication.join_marker_unreadable path=%s (the node waits for a leader's first "
                             "message again)", path)
-            return cls(path)
+            return cls(path, None, disk)
         if not (join and fresh):
             return None
-        marker = cls(path)
+        marker = cls(path, None, disk)
         marker.write()
         return marker
 
     def write(self) -> None:
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump({"after": self.after}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        self.disk.write_file(self.path, json.dumps({"after": self.after}).encode())
 
     def note_leader(self, commit_index: Any) -> None:
         """A leader's append_entries, before it is answered: the first sets ``after``."""

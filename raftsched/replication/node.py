@@ -246,7 +246,7 @@ class RaftNode:
         try:
             fresh = not any(os.path.exists(os.path.join(self._data_dir, f))
                             for f in ("raft.journal", "raft.dump"))
-            marker = JoinMarker.open(self._data_dir, self._join, fresh)
+            marker = JoinMarker.open(self._data_dir, self._join, fresh, self._disk)
             if self._join and marker is None:
                 logger.warning("replication.join_ignored self=%s: the data directory holds a log; "
                                "its members are the log's", self._self_addr)
