@@ -599,7 +599,8 @@ def backoff_bounds_ms(retry: dict, attempt: int) -> tuple[float, float]:
 #: Faults that excuse a lease expiry: they stop a worker, or cut it off (a partition isolates one
 #: node from both others). A clock jump is not among them: a lease must not expire because some
 #: node's wall clock moved (I15's rule, applied to a leader whose clock jumps).
-_WORKER_FAULTS = ("kill", "pause", "partition", "restart-all", "power")
+_WORKER_FAULTS = ("kill", "pause", "partition", "restart-all", "power", "member-replace", "member-grow-shrink",
+                  "member-remove-leader")
 #: State time runs ahead of wall time by up to the largest forward clock jump; faults are matched
 #: against attempts with this much slack on both sides.
 _STATE_TIME_SLACK_MS = 8000
@@ -915,10 +916,11 @@ COMMIT_STALL_MS = 15_000
 #: silence and redialled) and an election. A stall is then reported at the latest
 #: COMMIT_GRACE_MS + COMMIT_STALL_MS (20 s) after the heal.
 COMMIT_GRACE_MS = 5_000
-#: The faults that excuse a node's frozen commit index: they stop the node or cut it off. A clock
-#: jump does not (replication does not follow the wall clock); the remote workers' faults touch
-#: no node.
-_COMMIT_FAULTS = ("kill", "pause", "partition", "restart-all", "power")
+#: The faults that excuse a node's frozen commit index: they stop the node or cut it off, or (the
+#: membership faults) start it anew, catching up from nothing. A clock jump does not
+#: (replication does not follow the wall clock); the remote workers' faults touch no node.
+_COMMIT_FAULTS = ("kill", "pause", "partition", "restart-all", "power", "member-replace", "member-grow-shrink",
+                  "member-remove-leader")
 
 
 def excused_nodes(faults: list[dict], t_ms: int, grace_ms: int | None = None) -> set[int]:

@@ -175,9 +175,11 @@ async def perform_bulk(session: aiohttp.ClientSession, url: str, token: str, op:
 
 
 async def client_loop(name: str, ops: list[dict], t0: float, nodes, token: str, history: History,
-                      session: aiohttp.ClientSession, stop: asyncio.Event) -> None:
+                      session: aiohttp.ClientSession, stop: asyncio.Event, route=None) -> None:
     """Perform ``ops`` (this client's, in order), each no earlier than ``t0 + op["at"]``. One
-    operation at a time: a job is owned by one client, so its operations never overlap."""
+    operation at a time: a job is owned by one client, so its operations never overlap.
+    ``route(k)`` is the node index the op's pre-drawn node ``k`` stands for now (the members
+    change under the membership nemesis); the op records the node it went to."""
     for k, op in enumerate(ops):
         delay = t0 + op["at"] - time.monotonic()
         if delay > 0:
@@ -188,6 +190,8 @@ async def client_loop(name: str, ops: list[dict], t0: float, nodes, token: str, 
         if stop.is_set():
             return
         key = f"{name}-{k}-{op['f']}-{op['job']}"
+        if route is not None:
+            op = dict(op, node=route(op["node"]))
         if op["f"] in ("backfill", "requeue"):
             await perform_bulk(session, nodes[op["node"]].url, token, op, history, name, key)
         else:

@@ -4,12 +4,18 @@ this harness's own: the nodes dial each other through one proxy per link, each r
 reaches each node's API through a proxy link of its own (so the nemesis can cut a worker off),
 each node reads its clock offset from a file, the sink and the proxy run beside them, and every
 process runs in a session of its own. Every process is stopped by its PID, whatever happens
-(``stop_all`` in a ``finally``)."""
+(``stop_all`` in a ``finally``).
+
+With ``spares`` (the membership nemesis), there are more node slots than members: every slot has
+its ports, links and proxies from the start, and ``members`` says which slots are the cluster's
+voters now. A spare joins (``raftsched node --join``) on a fresh data directory when the nemesis
+adds it; a removed member is stopped and its slot becomes a spare."""
 from __future__ import annotations
 
 import fcntl
 import json
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -95,7 +101,7 @@ class ClusterProcs:
 
     def __init__(self, work: Path, lease_ttl_s: float, slots: int = 8, product: Path = REPO,
                  remote_workers: tuple = (), worker_labels: dict | None = None,
-                 power_model: bool = False, fsync: bool = True) -> None:
+                 power_model: bool = False, fsync: bool = True, spares: int = 0) -> None:
         self.work = work
         #: the nodes write through the power-loss model (``power_off``), and sync or not
         self.power_model = power_model
@@ -106,7 +112,9 @@ class ClusterProcs:
         self.remote_workers = list(remote_workers)
         self.worker_labels = dict(worker_labels or {})
         # Every port of the run in one call, so that none of them can be handed out twice.
-        ports = free_ports(3 + 3 + 3 + 2 + 3 * len(self.remote_workers))
+        total = 3 + spares
+        pairs = [(a, b) for a in range(total) for b in range(a + 1, total)]
+        ports = free_ports(2 * total + len(pairs) + 2 + total * len(self.remote_workers))
         self.token = "jepsen-token-" + os.urandom(8).hex()
         self.lease_ttl_s = lease_ttl_s
         # Run slots per worker: enough that one worker alone (the other paused or killed) has a
@@ -116,25 +124,32 @@ class ClusterProcs:
             work, n=3, secret="jepsen-secret-" + os.urandom(16).hex(), token=self.token,
             node_args=self.node_args,
             node_env=lambda i: self.node_env(self.nodes[i]), cwd=self.product,
-            ports=(ports[0:3], ports[3:6]), new_session=True)
-        self.nodes = [Node(self.cluster, i, work) for i in range(3)]
+            ports=(ports[0:3], ports[total:total + 3]), new_session=True)
+        for k in range(3, total):  # the spares: slots that join when the nemesis adds them
+            self.cluster.add_node(ports=(ports[k], ports[total + k]), start=False)
+        self.nodes = [Node(self.cluster, i, work) for i in range(total)]
+        #: the cluster's voting members now (slot indexes); the nemesis keeps it up to date
+        self.members: list[int] = [0, 1, 2]
         #: the sink and the proxy (the nodes are the cluster's)
         self.procs = Procs(new_session=True)
         self.links: dict[str, dict] = {}
-        for k, (a, b) in enumerate(((0, 1), (0, 2), (1, 2))):
+        base = 2 * total
+        for k, (a, b) in enumerate(pairs):
             na, nb = self.nodes[a], self.nodes[b]
             # pysyncobj: only the node with the larger "host:port" (as a string) dials.
             dialer, acceptor = (na, nb) if na.raft > nb.raft else (nb, na)
             name = f"n{a + 1}-n{b + 1}"
-            self.links[name] = {"nodes": (a, b), "port": ports[6 + k], "dialer": dialer.i, "acceptor": acceptor.i}
-        self.sink_port, self.proxy_control = ports[9], ports[10]
+            self.links[name] = {"nodes": (a, b), "port": ports[base + k], "dialer": dialer.i, "acceptor": acceptor.i}
+        base += len(pairs)
+        self.sink_port, self.proxy_control = ports[base], ports[base + 1]
+        base += 2
         #: worker id -> {node index: its proxy link's name}; the worker's --url lists the links
         self.worker_links: dict[str, dict[int, str]] = {}
         for w, wid in enumerate(self.remote_workers):
             self.worker_links[wid] = {}
-            for i in range(3):
+            for i in range(total):
                 name = f"{wid}-n{i + 1}"
-                self.links[name] = {"worker": wid, "node": i, "port": ports[11 + 3 * w + i],
+                self.links[name] = {"worker": wid, "node": i, "port": ports[base + total * w + i],
                                     "target": self.nodes[i].api_port}
                 self.worker_links[wid][i] = name
         #: the remote workers run in this group, apart from the sink and the proxy
@@ -196,6 +211,23 @@ class ClusterProcs:
 
     def start_node(self, i: int) -> None:
         self.cluster.start(i)
+
+    def start_spare(self, i: int) -> None:
+        """Start slot ``i`` as a new node that joins the current members: a fresh data
+        directory (a slot used before keeps nothing of it), ``--join`` with the members as
+        peers."""
+        d = self.cluster.data_dir(i)
+        if d.exists():
+            shutil.rmtree(d)
+        self.cluster.set_joining(i, self.members)
+        self.cluster.start(i)
+
+    def spare(self) -> int | None:
+        """A slot that is no member and runs no process, or None."""
+        for i in range(len(self.nodes)):
+            if i not in self.members and not self.node_alive(i):
+                return i
+        return None
 
     # ------------------------------------------------------------------ remote workers
     def worker_log(self, wid: str) -> Path:

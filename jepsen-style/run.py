@@ -2,13 +2,15 @@
 """Run one Jepsen-style test of raftsched against real node processes on 127.0.0.1.
 
     .venv/bin/python jepsen-style/run.py --profile ci --seed 7 [--time-limit 120]
-        [--nemesis kill,pause,partition,clock,restart-all,worker,power] [--store store] [--replay schedule.json]
-        [--no-fsync]
+        [--nemesis kill,pause,partition,clock,restart-all,worker,power,membership] [--store store]
+        [--replay schedule.json] [--no-fsync]
 
 1. Generate the workload and the fault schedule from the seed (generator.py), save schedule.json.
 2. Start the fenced sink, one proxy per node pair (and one per remote worker and node), three nodes
    (fresh data dirs) dialling each other through the proxies, then the remote workers
    (``raftsched worker``, outside the quorum; the jobs placed on their label run only there).
+   With the membership nemesis, two more node slots (ports, proxies) that it adds as new nodes;
+   from then on "every node" below is every member of the moment.
 3. Run the clients, the nemesis, a monitor (each node's role, term and commit index every 0.5 s,
    judged live for a follower whose commit index is frozen while the cluster's advances:
    checker.CommitWatch) and a reader (a node's whole run table every few seconds) until the time
@@ -96,7 +98,8 @@ class Run:
         self.cp = ClusterProcs(work, sched["lease_ttl_s"], product=Path(args.product),
                                remote_workers=tuple(sched.get("remote_workers") or ()),
                                worker_labels=sched.get("fleet_labels"),
-                               power_model=bool(sched.get("power_model")), fsync=sched.get("fsync", True))
+                               power_model=bool(sched.get("power_model")), fsync=sched.get("fsync", True),
+                               spares=sched.get("spares", 0))
         self.history = History(run_dir / "history.jsonl")
         self.monitor: list[dict] = []
         self.periodic: list[dict] = []
@@ -131,17 +134,18 @@ class Run:
         raise RuntimeError(f"GET {path} on node {i + 1} failed {tries} times: {last}")
 
     async def wait_leader(self, timeout_s: float) -> int:
-        """The agreed leader, named by all three nodes (``agreed_leader``, unanimous): what
-        follows reads every node."""
+        """The agreed leader, named by every member (``agreed_leader``, unanimous): what follows
+        reads every member."""
         deadline = time.monotonic() + timeout_s
-        members = [n.raft for n in self.cp.nodes]
         while time.monotonic() < deadline:
-            sts = await asyncio.gather(*(self.nemesis.status(i) for i in range(3)))
-            i = agreed_leader(dict(enumerate(sts)), members, unanimous=True)
+            members = list(self.cp.members)
+            sts = await asyncio.gather(*(self.nemesis.status(i) for i in members))
+            i = agreed_leader(dict(zip(members, sts)), self.nemesis.addrs(), unanimous=True,
+                              voters=self.nemesis.voter_addrs())
             if i is not None:
                 return i
             await asyncio.sleep(0.2)
-        raise RuntimeError(f"no leader agreed by all three nodes within {timeout_s}s")
+        raise RuntimeError(f"no leader agreed by all {len(self.cp.members)} members within {timeout_s}s")
 
     async def try_wait_leader(self, timeout_s: float, when: str) -> bool:
         """wait_leader, but a cluster that elects no leader is the product's failure (a liveness
@@ -162,7 +166,7 @@ class Run:
         the checker judges the stored rounds again at the end."""
         while True:
             t = now_ms()
-            sts = await asyncio.gather(*(self.nemesis.status(i, 0.8) for i in range(3)))
+            sts = await asyncio.gather(*(self.nemesis.status(i, 0.8) for i in range(len(self.cp.nodes))))
             round_ = {}
             for i, s in enumerate(sts):
                 rec = {"t_ms": t, "node": i, "up": s is not None, "alive": self.cp.node_alive(i),
@@ -212,7 +216,8 @@ class Run:
         k = 0
         while True:
             await asyncio.sleep(READER_PERIOD_S)
-            i = k % 3
+            members = sorted(self.cp.members)
+            i = members[k % len(members)]
             k += 1
             if not self.cp.node_alive(i) or self.cp.node_paused(i):
                 continue
@@ -248,6 +253,8 @@ class Run:
         was seen at the same applied count three times (or the time is up)."""
         samples = []
         seen_pairs: dict[tuple, int] = {}
+        members = sorted(self.cp.members)
+        npairs = len(members) * (len(members) - 1) // 2
         deadline = time.monotonic() + duration_s
         while time.monotonic() < deadline:
             t = now_ms()
@@ -258,8 +265,8 @@ class Run:
                     return b if s == 200 else None
                 except (asyncio.TimeoutError, aiohttp.ClientError, OSError, ValueError):
                     return None
-            sts = await asyncio.gather(*(one(i) for i in range(3)))
-            for i, s in enumerate(sts):
+            sts = await asyncio.gather(*(one(i) for i in members))
+            for i, s in zip(members, sts):
                 if s and "state_hash" in s:
                     samples.append({"t_ms": t, "node": i, "applied": s["state_applied"], "hash": s["state_hash"]})
             by_applied: dict[int, set] = {}
@@ -271,14 +278,14 @@ class Run:
                     for b in nodes:
                         if a < b:
                             seen_pairs[(a, b)] = seen_pairs.get((a, b), 0) + 1
-            if len(seen_pairs) == 3 and min(seen_pairs.values()) >= 3:
+            if len(seen_pairs) == npairs and min(seen_pairs.values()) >= 3:
                 break
             await asyncio.sleep(0.05)
         self.hashes[phase] = samples
 
     async def final_reads(self, phase: str) -> None:
         out = {}
-        for i in range(3):
+        for i in sorted(self.cp.members):
             try:
                 out[str(i)] = await self.read_node(i, consistent=True, phase=phase)
             except RuntimeError as e:
@@ -294,7 +301,7 @@ class Run:
         cp.plan_file.chmod(0o644)  # read by the runs, as the run user
         cp.start_sink()
         cp.start_proxy()
-        for i in range(3):
+        for i in cp.members:
             cp.start_node(i)
         connector = aiohttp.TCPConnector(force_close=True, limit=50)
         # Every request needs a token, reads included (the nodes' bootstrap admin token).
@@ -318,7 +325,8 @@ class Run:
             for c in range(sched["clients"]):
                 ops = [o for o in sched["ops"] if o["client"] == c]
                 clients.append(asyncio.create_task(
-                    client_loop(f"client-{c}", ops, t0, cp.nodes, cp.token, self.history, session, stop)))
+                    client_loop(f"client-{c}", ops, t0, cp.nodes, cp.token, self.history, session, stop,
+                                route=self.nemesis.member)))
             nem = asyncio.create_task(self.nemesis.run(sched["faults"], t0), name="nemesis")
             # The workload runs for the whole time limit, whatever the nemesis does.
             await asyncio.sleep(max(0.0, t0 + sched["time_limit_s"] - time.monotonic()))
@@ -346,14 +354,15 @@ class Run:
             await self.sample_hashes("final")
             print("run.py: kill -9 of the whole cluster, restart, read again", flush=True)
             self.history.add({"process": "harness", "type": "invoke", "f": "restart-all"})
-            for i in range(3):
+            members = sorted(cp.members)
+            for i in members:
                 cp.signal_node(i, signal.SIGKILL)
             self.times["restart_ms"] = now_ms()
-            final_restart = {"id": "final-restart", "kind": "restart-all", "nodes": [0, 1, 2],
+            final_restart = {"id": "final-restart", "kind": "restart-all", "nodes": members,
                              "start_ms": self.times["restart_ms"],
                              "fault": {"kind": "restart-all", "target": "all", "harness": True}}
             self.nemesis.log.append(final_restart)
-            for i in range(3):
+            for i in members:
                 cp.start_node(i)
             final_restart["end_ms"] = now_ms()
             await self.try_wait_leader(60, "after the full restart")
@@ -383,7 +392,7 @@ class Run:
         return {"schedule": self.sched, "history": self.history.ops, "sink": sink, "reads": self.reads,
                 "periodic": self.periodic, "monitor": self.monitor, "faults": self.nemesis.log if self.nemesis else [],
                 "hashes": self.hashes, "times": self.times, "settle": self.settle,
-                "nodes": [{"id": n.id, "raft": n.raft} for n in self.cp.nodes],
+                "nodes": [{"id": n.id, "raft": n.raft} for n in self.cp.nodes], "members": sorted(self.cp.members),
                 "remote_workers": list(self.cp.remote_workers), "notes": self.notes}
 
     def collect(self) -> None:
@@ -468,7 +477,7 @@ def main(argv=None) -> int:
     (run_dir / "results.json").write_text(json.dumps(results, indent=1, default=str))
     (run_dir / "final-states.json").write_text(json.dumps(run.reads, default=str))
     (run_dir / "run-data.json").write_text(json.dumps({k: data[k] for k in ("faults", "hashes", "times", "settle", "nodes",
-                                                                           "remote_workers", "notes")},
+                                                                           "members", "remote_workers", "notes")},
                                                       default=str))
     verdict = checker.render_verdict(results, data, run_dir)
     (run_dir / "verdict.txt").write_text(verdict)

@@ -6,14 +6,15 @@
 # -d  total wall time to keep starting runs (default 3600); a run started before the end finishes
 # -p  profile (default soak); -t  each run's time limit (default: the profile's)
 # -s  first seed (default: random); seeds then count up, so a soak is replayable seed by seed
-# -n  nemesis list (default: all seven, the remote workers' and the power cut included: kill,pause,partition,clock,restart-all,worker,power)
+# -n  nemesis list (default: all eight, the remote workers', the power cut and the membership's
+#     included: kill,pause,partition,clock,restart-all,worker,power,membership)
 # Prints one line per run (seed, verdict, store directory) and a summary to store/soak-<time>.txt.
 # Exits 1 if any run was invalid, 2 if a run failed to run, else 0.
 set -uo pipefail
 ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
 cd -- "$ROOT" || exit 2
 PY=${RAFTSCHED_PYTHON_VENV:-.venv/bin/python}
-DURATION=3600 PROFILE=soak LIMIT='' SEED=$((RANDOM * 32768 + RANDOM)) NEMESIS=kill,pause,partition,clock,restart-all,worker,power
+DURATION=3600 PROFILE=soak LIMIT='' SEED=$((RANDOM * 32768 + RANDOM)) NEMESIS=kill,pause,partition,clock,restart-all,worker,power,membership
 while getopts "d:p:t:s:n:" opt; do
   case $opt in
     d) DURATION=$OPTARG ;; p) PROFILE=$OPTARG ;; t) LIMIT=$OPTARG ;; s) SEED=$OPTARG ;; n) NEMESIS=$OPTARG ;;

@@ -17,7 +17,8 @@ RUN_COLOURS = {"succeeded": "#2ca02c", "dead": "#d62728", "failed": "#d62728", "
                "running": "#1f77b4"}
 REC_COLOURS = {"skipped": "#ff9896", "coalesced": "#ffbb78"}
 FAULT_COLOURS = {"kill": "#000000", "pause": "#9467bd", "partition": "#d62728", "clock": "#17becf",
-                 "restart-all": "#8c564b", "power": "#e377c2"}
+                 "restart-all": "#8c564b", "power": "#e377c2", "member-replace": "#2ca02c",
+                 "member-grow-shrink": "#2ca02c", "member-remove-leader": "#2ca02c"}
 STALL_COLOUR = "#e6007e"
 
 
@@ -34,11 +35,12 @@ def plot(data: dict, results: dict, path) -> None:
     read = next((r for _, r in sorted(final.items()) if r.get("runs") is not None), None)
     runs = read["runs"] if read else []
     jobs = sorted({r["job"] for r in runs} | {w.get("job") for w in data.get("sink", []) if w.get("job")})
-    n_lanes = 3 + len(jobs)
+    n_nodes = max(3, len(data.get("nodes") or []))
+    n_lanes = n_nodes + len(jobs)
     fig, ax = plt.subplots(figsize=(16, max(5, 0.32 * n_lanes + 2)))
     # Node lanes: role from the monitor, one bar per sample interval.
     lanes = {}
-    for i in range(3):
+    for i in range(n_nodes):
         y = n_lanes - 1 - i
         lanes[i] = y
         samples = sorted((s for s in data.get("monitor", []) if s["node"] == i), key=lambda s: s["t_ms"])
@@ -74,7 +76,7 @@ def plot(data: dict, results: dict, path) -> None:
         ax.text(x(times["restart_ms"]), n_lanes - 0.3, " restart-all", fontsize=7)
     # Job lanes.
     for k, job in enumerate(jobs):
-        y = n_lanes - 4 - k
+        y = n_lanes - n_nodes - 1 - k
         for r in runs:
             if r["job"] != job:
                 continue
@@ -90,8 +92,8 @@ def plot(data: dict, results: dict, path) -> None:
         ax.plot(ok, [y - 0.3] * len(ok), "|", markersize=4, color="#555555")
         if bad:
             ax.plot(bad, [y - 0.3] * len(bad), "x", markersize=7, color="#d62728", markeredgewidth=2)
-    ax.set_yticks([n_lanes - 1 - i for i in range(3)] + [n_lanes - 4 - k for k in range(len(jobs))])
-    ax.set_yticklabels([f"node-{i + 1}" for i in range(3)] + jobs, fontsize=7)
+    ax.set_yticks([n_lanes - 1 - i for i in range(n_nodes)] + [n_lanes - n_nodes - 1 - k for k in range(len(jobs))])
+    ax.set_yticklabels([f"node-{i + 1}" for i in range(n_nodes)] + jobs, fontsize=7)
     ax.set_xlabel("seconds since the workload started")
     ax.set_ylim(-1, n_lanes + 0.5)
     sched = data.get("schedule") or {}

@@ -12,6 +12,7 @@ import logging
 import os
 import ssl
 import sys
+import time
 
 from . import backfill_cli
 from .cli_output import print_error, show
@@ -151,6 +152,8 @@ def cmd_node(args) -> int:
             parse_hostport(p, "--peers")
         if f"{raft_host}:{raft_port}" in peers:
             raise ConfigError("--peers must not contain this node's own --raft address")
+        if args.join and not peers:
+            raise ConfigError("--join needs --peers: the Raft addresses of the running cluster's members")
         if not args.cluster_secret_file:
             raise ConfigError("--cluster-secret-file is required: the Raft port speaks pickle, and the secret "
                               "authenticates every message before it is unpickled")
@@ -215,7 +218,7 @@ def cmd_node(args) -> int:
         return 2
     cfg = NodeConfig(
         node_id=args.id, api_host=api_host, api_port=api_port, raft_addr=f"{raft_host}:{raft_port}",
-        peers=peers, data_dir=args.data_dir, secret=secret, token=token,
+        peers=peers, data_dir=args.data_dir, secret=secret, token=token, join=args.join,
         worker_slots=args.slots, worker_queues=queues, executor_types=types,
         execute_on_leader=args.execute_on_leader, lease_ttl_ms=ttl_ms, worker_labels=labels,
         dial_map=dial_map, clock_offset_file=args.clock_offset_file or None,
@@ -376,6 +379,10 @@ def cmd_worker(args) -> int:
 # ---------------------------------------------------------------------------- client
 #: Runs ``raftsched runs`` shows unless told otherwise: a screenful (the API's page is longer).
 RUNS_SHOWN_DEFAULT = 20
+#: How long ``raftsched members add`` waits for the new node to become a voter, and how often
+#: it looks (a node catching up a large snapshot can take a while: docs/operations.md).
+MEMBER_WAIT_S_DEFAULT = 120.0
+MEMBER_POLL_S = 0.5
 
 
 def _token(a) -> str | None:
@@ -436,6 +443,37 @@ def _apply(a, c: Client) -> int:
     return 0
 
 
+def _members(a, c: Client) -> int:
+    """``raftsched members``: the committed configuration, the change in progress, the leader."""
+    st = c.cluster(consistent=True)
+    return show({"leader": st.get("leader"), "voters": st.get("members"), "learners": st.get("learners", []),
+                 "pending": (st.get("membership") or {}).get("pending")})
+
+
+def _member_add(a, c: Client) -> int:
+    """``raftsched members add HOST:PORT``: add the node (started with ``raftsched node --join``),
+    then wait until the leader has made it a voter (it first catches up as a learner)."""
+    res = c.add_member(a.addr)
+    if res.get("state") != "learner" or a.no_wait:
+        return show(res)
+    print(f"raftsched: {a.addr} is a learner: it catches up with the log, then the leader makes it a voter "
+          f"(waiting up to {a.wait_s:g} s)", file=sys.stderr)
+    deadline = time.monotonic() + a.wait_s
+    while time.monotonic() < deadline:
+        time.sleep(MEMBER_POLL_S)
+        st = c.cluster(consistent=True)
+        if a.addr in (st.get("members") or []):
+            return show(dict(res, state="voter", members={"voters": st.get("members"),
+                                                          "learners": st.get("learners", [])}))
+        if a.addr not in (st.get("learners") or []):
+            print(f"raftsched: {a.addr} is no longer a member (removed meanwhile)", file=sys.stderr)
+            return 1
+    print(f"raftsched: {a.addr} is still a learner after {a.wait_s:g} s: is it running (raftsched node --join "
+          f"--peers ...) and can it reach the others? It becomes a voter once it holds the log; "
+          f"'raftsched members remove {a.addr}' takes it out", file=sys.stderr)
+    return 1
+
+
 def _sync(a, c: Client) -> int:
     """``raftsched sync``: raftsched/sdk/sync.py (imported here: no other subcommand needs it)."""
     from .sdk import sync
@@ -480,7 +518,12 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("--id", required=True)
     n.add_argument("--api", required=True, help="HOST:PORT of the admin API")
     n.add_argument("--raft", required=True, help="HOST:PORT of the Raft port (loopback unless --allow-remote-raft)")
-    n.add_argument("--peers", default="", help="the other members' Raft HOST:PORT, comma-separated; none = a one-node cluster")
+    n.add_argument("--peers", default="", help="the other members' Raft HOST:PORT, comma-separated; none = a one-node cluster "
+                                               "(the first start only: once the members changed online, the node's "
+                                               "log says who they are)")
+    n.add_argument("--join", action="store_true",
+                   help="join the running cluster of --peers: no vote until 'raftsched members add' adds this node "
+                        "and it holds the log (docs/operations.md)")
     n.add_argument("--data-dir", required=True)
     n.add_argument("--cluster-secret-file", required=False)
     n.add_argument("--token-file", help="the bootstrap (admin) API token; without it the node generates DATA_DIR/token")
@@ -606,6 +649,18 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     c.add_argument("--prune", action="store_true", help="delete this app's jobs that are no longer declared")
     c.add_argument("--json", action="store_true", help="print the plan (and what was applied) as JSON")
+
+    # Membership (admin): list, add, remove (docs/operations.md, "Changing the members").
+    ms = sub.add_parser("members", help="the cluster's members: list, add (a node started with --join), remove") \
+        .add_subparsers(dest="members_cmd", required=True)
+    client("list", "the voters, the learners catching up, a change in progress", run=_members, parent=ms)
+    mc = client("add", "add a node by its Raft HOST:PORT and wait until it is a voter", run=_member_add, parent=ms)
+    mc.add_argument("addr", metavar="HOST:PORT")
+    mc.add_argument("--wait-s", type=float, default=MEMBER_WAIT_S_DEFAULT,
+                    help="how long to wait for it to catch up and become a voter")
+    mc.add_argument("--no-wait", action="store_true", help="return once it is a learner")
+    client("remove", "remove a node by its Raft HOST:PORT (a leader hands its leadership over first)",
+           lambda a, c: c.remove_member(a.addr), parent=ms).add_argument("addr", metavar="HOST:PORT")
 
     # API tokens (admin): create, list, revoke.
     ts = sub.add_parser("tokens", help="API tokens: create (the secret is shown once), list, revoke") \

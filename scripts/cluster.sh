@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Run a local three-node raftsched cluster on 127.0.0.1.
+# Run a local raftsched cluster on 127.0.0.1: three nodes, then as many as added.
 #
-# Usage: scripts/cluster.sh [start|stop|status|kill-leader|restart N|logs N]
+# Usage: scripts/cluster.sh [start|stop|status|kill-leader|restart N|logs N|add|remove N]
 #
 # State lives in .raftsched/ at the repo root:
 #   cluster-secret, token      shared secrets (mode 0600, generated once); token is the
@@ -9,8 +9,11 @@
 #   keys/                      the key ring job secrets are sealed with: k1.key, made once
 #                              (the nodes' default --keys-dir; docs/operations.md, "Key files")
 #   ports                      the base ports (and TLS mode) the cluster was started with
+#   nodes                      the numbers of the member nodes, once 'add' or 'remove' changed
+#                              them (absent: 1 2 3)
 #   tls/                       with RAFTSCHED_TLS: a local CA and certificates (generated once)
-#   node-N/                    data dir of node N, plus node.log and pid
+#   node-N/                    data dir of node N, plus node.log and pid (a removed node's stays;
+#                              'add' never reuses its number)
 #
 # Run as root, it creates the system user raftsched-run once (useradd --system): the nodes run
 # the jobs' shell and python code as that user, who cannot read .raftsched/ (docs/security.md).
@@ -21,6 +24,8 @@
 #   RAFTSCHED_NODE_CMD         TESTING HOOK: command prefix used to launch a node,
 #                              split on whitespace (default ".venv/bin/raftsched node").
 #                              When set, the venv is not created/installed by this script.
+#   RAFTSCHED_CLI_CMD          TESTING HOOK: the raftsched CLI 'add' and 'remove' run, split on
+#                              whitespace (default ".venv/bin/raftsched")
 #   RAFTSCHED_PYTHON           interpreter used to create .venv (default python3)
 #   RAFTSCHED_TLS              at start: 1 serves the API over TLS with a local CA made in
 #                              .raftsched/tls (raftsched.testing.tls); mutual also requires a
@@ -43,30 +48,65 @@ PORTS_FILE=$STATE/ports
 TLS_DIR=$STATE/tls
 TLS_MODE=
 HOST=127.0.0.1
+NODES_FILE=$STATE/nodes
 NODES=(1 2 3)
+ADD_TIMEOUT=120      # seconds 'add' waits for the new node to catch up and become a voter
 START_TIMEOUT=30     # seconds to wait for a leader after start/restart
 FAILOVER_TIMEOUT=15  # seconds to wait for a new leader after kill-leader
 STOP_TIMEOUT=10      # seconds between SIGTERM and SIGKILL
 
 DEFAULT_NODE_CMD=".venv/bin/raftsched node"
 read -r -a NODE_CMD <<<"${RAFTSCHED_NODE_CMD:-$DEFAULT_NODE_CMD}"
+read -r -a CLI_CMD <<<"${RAFTSCHED_CLI_CMD:-.venv/bin/raftsched}"
 
 usage() {
   cat <<EOF
 Usage: $PROG [command]
 
 Commands:
-  start          start the three nodes (default) and wait for a leader
+  start          start the member nodes (at first 1-3) and wait for a leader
   stop           stop all nodes (SIGTERM, SIGKILL after ${STOP_TIMEOUT}s)
   status         show pid, role, leader, term and commit index of each node
   kill-leader    kill -9 the current leader and time the election of a new one
-  restart N      start node N (1-3) again on its data dir
+  restart N      start node N again on its data dir
   logs N         follow node N's log
+  add            start a new node on the next ports, add it to the cluster (a learner until it
+                 holds the log, then a voter) and print its number
+  remove N       remove node N from the cluster, then stop it (it may be dead already)
+
+Members: ${NODES[*]}
 EOF
 }
 
 die() { echo "$PROG: $*" >&2; exit 1; }
 warn() { echo "$PROG: $*" >&2; }
+
+# load_nodes: NODES from $NODES_FILE (the members after 'add' and 'remove'), else 1 2 3.
+load_nodes() {
+  [[ -f $NODES_FILE ]] || return 0
+  local list=() n
+  read -r -a list <"$NODES_FILE" || true
+  for n in "${list[@]}"; do [[ $n =~ ^[1-9][0-9]*$ ]] || die "$NODES_FILE: not a node number: '$n'"; done
+  ((${#list[@]} > 0)) || die "$NODES_FILE lists no node"
+  NODES=("${list[@]}")
+}
+
+write_nodes() {
+  echo "${NODES[*]}" >"$NODES_FILE.tmp.$$"
+  mv -f "$NODES_FILE.tmp.$$" "$NODES_FILE"
+}
+
+# max_node: the highest node number used so far, by a member or by a data dir left behind.
+max_node() {
+  local n max=0 d
+  for n in "${NODES[@]}"; do ((n > max)) && max=$n; done
+  for d in "$STATE"/node-*; do
+    [[ -d $d ]] || continue
+    n=${d##*/node-}
+    [[ $n =~ ^[0-9]+$ ]] && ((n > max)) && max=$n
+  done
+  echo "$max"
+}
 
 now() { echo "${EPOCHREALTIME:-$(date +%s.%N)}"; }
 # elapsed START -> seconds since START with 2 decimals
@@ -171,7 +211,7 @@ ensure_run_user() {
 API_BASE=
 RAFT_BASE=
 
-valid_base() { [[ "$1" =~ ^[0-9]+$ ]] && (("$1" >= 1 && "$1" + ${#NODES[@]} <= 65535)); }
+valid_base() { [[ "$1" =~ ^[0-9]+$ ]] && (("$1" >= 1 && "$1" + $(max_node) + 1 <= 65535)); }
 
 # read_ports_file: sets REC_API/REC_RAFT from $PORTS_FILE; false if absent or invalid.
 read_ports_file() {
@@ -301,9 +341,12 @@ peers_of() {
   echo "${peers[*]}"
 }
 
-# start_node N: launch node N in its own session, detached from this shell.
+# start_node N: launch node N in its own session, detached from this shell. A node numbered
+# above 3 was added ('add'): it joins (--join) the others; once a member, its log says who the
+# members are, whatever --peers says.
 start_node() {
-  local n=$1 dir pidf log
+  local n=$1 dir pidf log join=()
+  ((n > 3)) && join=(--join)
   dir=$(node_dir "$n") pidf=$(pid_file "$n") log=$(log_file "$n")
   mkdir -p "$dir"
   rm -f "$pidf"
@@ -321,6 +364,7 @@ start_node() {
     --api "$HOST:$(api_port "$n")" \
     --raft "$(raft_addr "$n")" \
     --peers "$(peers_of "$n")" \
+    ${join[@]+"${join[@]}"} \
     --data-dir "$dir" \
     --cluster-secret-file "$SECRET_FILE" \
     --token-file "$TOKEN_FILE" \
@@ -371,8 +415,10 @@ probe() {
   probe_python
   tls_probe_args
   # The token travels in a file the probe reads, never in argv.
+  local members
+  members=$(printf '%s,' "${NODES[@]}")
   out=$("$PROBE_PY" -E -S -m raftsched.testing.cluster probe --host "$HOST" --api-base "$API_BASE" \
-    --raft-base "$RAFT_BASE" --members "${#NODES[@]}" --token-file "$TOKEN_FILE" \
+    --raft-base "$RAFT_BASE" --members "$members" --token-file "$TOKEN_FILE" \
     ${TLS_ARGS[@]+"${TLS_ARGS[@]}"} "$@") ||
     die "could not ask the nodes for /v1/cluster ($PROBE_PY -m raftsched.testing.cluster failed)"
   while IFS=$'\t' read -r kind n st a b c d e; do
@@ -636,9 +682,77 @@ cmd_kill_leader() {
   fi
 }
 
-# node_arg VALUE: validate a node number argument.
+# node_arg VALUE: validate a node number argument: one of the members.
 node_arg() {
-  [[ ${1:-} =~ ^[1-3]$ ]] || { usage >&2; exit 2; }
+  local n
+  for n in "${NODES[@]}"; do [[ ${1:-} == "$n" ]] && return 0; done
+  echo "$PROG: node ${1:-?} is not a member (members: ${NODES[*]})" >&2
+  exit 2
+}
+
+# cli_client_args: set CLI_ARGS to the flags the raftsched CLI needs to reach the running
+# members (their URLs; with TLS, the CA and client certificate). The token it reads from
+# .raftsched/token (it runs here, at the repo root).
+cli_client_args() {
+  local n urls
+  alive_nodes
+  ((${#ALIVE[@]} > 0)) || die "no member node is running"
+  urls=$(for n in "${ALIVE[@]}"; do api_url "$n"; done | paste -sd, -)
+  CLI_ARGS=(--url "$urls")
+  if [[ -n $TLS_MODE ]]; then
+    CLI_ARGS+=(--ca-file "$TLS_DIR/ca.pem")
+    [[ $TLS_MODE != mutual ]] || CLI_ARGS+=(--client-cert "$TLS_DIR/client.pem" --client-key "$TLS_DIR/client-key.pem")
+  fi
+}
+
+cmd_add() {
+  ensure_venv
+  load_ports other
+  [[ -s $SECRET_FILE && -s $TOKEN_FILE ]] || die "no cluster secrets in $STATE; run '$PROG start' first"
+  alive_nodes
+  check_leader "${ALIVE[@]}" || {
+    report_state "${ALIVE[@]}" >&2
+    die "no agreed leader among the running nodes; nothing added"
+  }
+  local n members=("${NODES[@]}")
+  n=$(($(max_node) + 1))
+  { valid_base "$API_BASE" && valid_base "$RAFT_BASE"; } || die "node-$n's ports would pass 65535"
+  cli_client_args
+  start_node "$n"
+  echo "started node-$n (pid $(<"$(pid_file "$n")"), api $(api_url "$n"), raft $(raft_addr "$n"), log $(log_file "$n")); adding it" >&2
+  NODES+=("$n")
+  write_nodes
+  if ! "${CLI_CMD[@]}" members add "$(raft_addr "$n")" --wait-s "$ADD_TIMEOUT" "${CLI_ARGS[@]}" >&2; then
+    warn "node-$n runs but is not a voter (see above); '$PROG remove $n' takes it out"
+    tail_logs "$n"
+    exit 1
+  fi
+  echo "node-$n is a voter; members: ${NODES[*]} (were ${members[*]})" >&2
+  echo "$n"
+}
+
+cmd_remove() {
+  local n=$1 pid
+  ensure_venv
+  load_ports other
+  ((${#NODES[@]} > 1)) || die "node-$n is the only member: a cluster needs one"
+  cli_client_args
+  "${CLI_CMD[@]}" members remove "$(raft_addr "$n")" "${CLI_ARGS[@]}" >/dev/null || die "node-$n was not removed (see above)"
+  local rest=() m
+  for m in "${NODES[@]}"; do [[ $m == "$n" ]] || rest+=("$m"); done
+  NODES=("${rest[@]}")
+  write_nodes
+  if pid=$(node_pid "$n"); then
+    kill -TERM "$pid" 2>/dev/null || true
+    local deadline
+    deadline=$(deadline_in "$STOP_TIMEOUT")
+    while pid_is_node "$pid" "$n" && before "$deadline"; do sleep 0.2; done
+    if pid_is_node "$pid" "$n"; then kill_hard "$pid"; fi
+    rm -f "$(pid_file "$n")"
+    echo "node-$n removed and stopped; its data stays in $(node_dir "$n"); members: ${NODES[*]}"
+  else
+    echo "node-$n removed (it was not running); members: ${NODES[*]}"
+  fi
 }
 
 cmd_restart() {
@@ -678,13 +792,16 @@ cmd_logs() {
 main() {
   local cmd=${1:-start}
   (($# == 0)) || shift
+  load_nodes
   case $cmd in
     start) (($# == 0)) || { usage >&2; exit 2; }; cmd_start ;;
     stop) (($# == 0)) || { usage >&2; exit 2; }; cmd_stop ;;
     status) (($# == 0)) || { usage >&2; exit 2; }; cmd_status ;;
     kill-leader) (($# == 0)) || { usage >&2; exit 2; }; cmd_kill_leader ;;
     restart) node_arg "${1:-}"; (($# == 1)) || { usage >&2; exit 2; }; cmd_restart "$1" ;;
-    logs) node_arg "${1:-}"; (($# == 1)) || { usage >&2; exit 2; }; cmd_logs "$1" ;;
+    logs) { [[ ${1:-} =~ ^[1-9][0-9]*$ ]] && (($# == 1)); } || { usage >&2; exit 2; }; cmd_logs "$1" ;;
+    add) (($# == 0)) || { usage >&2; exit 2; }; cmd_add ;;
+    remove) node_arg "${1:-}"; (($# == 1)) || { usage >&2; exit 2; }; cmd_remove "$1" ;;
     -h | --help | help) usage ;;
     *) echo "$PROG: unknown command: $cmd" >&2; usage >&2; exit 2 ;;
   esac

@@ -247,6 +247,32 @@ def test_cluster_and_healthz():
     run(t)
 
 
+def test_members_are_added_and_removed_by_raft_address_and_bad_requests_say_which_field():
+    """POST /v1/cluster/members and DELETE /v1/cluster/members/{addr} hand the change to the
+    replication layer (RaftNode.change_members, tests/test_replication_membership.py); the API
+    refuses what is not a request for one, naming the field, and maps a refusal to 409."""
+    async def t(env, c):
+        r = await c.post("/v1/cluster/members", data=json.dumps({"addr": "127.0.0.1:9704"}))
+        assert r.status == 200, await r.text()  # the fake makes a voter at once (a learner: 202)
+        body = await r.json()
+        assert body["state"] == "voter" and body["changed"] and "127.0.0.1:9704" in body["members"]["voters"]
+        cl = await (await c.get("/v1/cluster")).json()
+        assert "127.0.0.1:9704" in cl["members"] and cl["learners"] == [] and cl["membership"]["pending"] is None
+        r = await c.delete("/v1/cluster/members/127.0.0.1:9704")
+        assert r.status == 200 and (await r.json())["state"] == "removed"
+        assert (await (await c.delete("/v1/cluster/members/127.0.0.1:9704")).json())["changed"] is False
+        for body, field in (([], None), ({}, "addr"), ({"addr": 5}, "addr"), ({"addr": "h:1", "why": 1}, "why"),
+                            ({"addr": "no-port"}, "addr")):
+            await err(await c.post("/v1/cluster/members", data=json.dumps(body)), 422, "invalid", field)
+        await err(await c.post("/v1/cluster/members", data=b"{"), 400, "bad_request")
+        await err(await c.delete("/v1/cluster/members/no-port"), 422, "invalid", "addr")
+        env.raft.refuse = "a membership change is in progress"
+        body = await err(await c.post("/v1/cluster/members", data=json.dumps({"addr": "127.0.0.1:9705"})),
+                         409, "conflict", "addr")
+        assert "in progress" in body["error"]["message"]
+    run(t)
+
+
 def test_cluster_shows_the_trigger_and_worker_counters_and_metrics_need_metrics():
     async def t(env, c):
         await put(c, "a")

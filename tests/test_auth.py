@@ -135,6 +135,7 @@ ROUTES = [  # (method, path, body): one request a route, valid enough to pass au
     ("POST", "/v1/workers/w1/complete", {"results": []}), ("POST", "/v1/workers/w1/release", {"leases": []}),
     ("GET", "/v1/workers", None), ("GET", "/v1/workers/w1", None), ("POST", "/v1/workers/w1/drain", None),
     ("GET", "/v1/secrets", None), ("POST", "/v1/secrets:rotate", {"key": "process"}),
+    ("POST", "/v1/cluster/members", {"addr": "127.0.0.1:7"}), ("DELETE", "/v1/cluster/members/127.0.0.1:8", None),
 ]
 ALLOWED = {
     "admin": set(auth.SCOPES),
@@ -215,6 +216,7 @@ def test_the_worker_protocol_is_the_worker_scope_and_draining_is_an_admins():
     assert scope_of("POST", "/v1/workers/{id}/drain") == "admin"
     assert scope_of("GET", "/v1/workers") == scope_of("GET", "/v1/workers/{id}") == "read"
     assert scope_of("POST", "/v1/jobs/{name}/backfills") == "jobs.write"
+    assert scope_of("POST", "/v1/cluster/members") == scope_of("DELETE", "/v1/cluster/members/{addr}") == "admin"
     assert scope_of("POST", "/v1/backfills/{id}/{action}") == "jobs.write"
     assert scope_of("GET", "/v1/backfills") == "read"
     assert scope_of("HEAD", "/v1/jobs") == "read"

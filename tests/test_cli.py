@@ -31,12 +31,15 @@ def cli(*args, env=None, stdin=None):
     (["--labels", "pool"], "expected NAME=VALUE"),
     (["--labels", "pool=a b"], "label values are"),
     (["--queues", "a b"], "--queues"),
+    (["--join", None], "--join needs --peers"),
 ])
 def test_node_flag_errors_are_one_line_and_exit_2(tmp_path, extra, msg):
     c = Cluster(tmp_path, n=1)
     argv = c.argv(0)[3:]  # drop python -m raftsched.cli
     for flag, value in zip(extra[::2], extra[1::2]):
-        if flag in argv:
+        if value is None:  # a switch
+            argv.append(flag)
+        elif flag in argv:
             argv[argv.index(flag) + 1] = value
         else:
             argv += [flag, value]

@@ -33,6 +33,8 @@ def _token(results: dict) -> int:
 CALLS = [
     (("GET", "/healthz"), "healthz", ()),
     (("GET", "/v1/cluster"), "cluster", ()),
+    (("POST", "/v1/cluster/members"), "add_member", ("127.0.0.1:7",)),
+    (("DELETE", "/v1/cluster/members/{addr}"), "remove_member", ("127.0.0.1:7",)),
     (("GET", "/metrics"), "metrics", ()),
     (("PUT", "/v1/jobs/{name}"), "put_job", ("a", SPEC)),
     (("POST", "/v1/jobs:batch"), "put_jobs", ({"b": dict(SPEC, labels={"raftsched.app": "x"})},)),

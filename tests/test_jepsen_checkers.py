@@ -756,6 +756,19 @@ def test_a_lease_expiring_while_its_worker_was_healthy_is_invalid():
     assert v == "invalid" and "expired" in ex[0] and "+6000 ms on node-1" in ex[0]
 
 
+def test_a_lease_expiring_on_a_node_a_membership_fault_removed_or_cut_off_is_excused():
+    """A membership fault kills, cuts off or removes (and stops) the nodes it names: their
+    workers' leases expire, as under a kill; a node it does not name is judged as ever."""
+    d = good()
+    pause = next(f for f in d["faults"] if f["kind"] == "pause")
+    for kind in ("member-replace", "member-grow-shrink", "member-remove-leader"):
+        d["faults"] = [dict(pause, kind=kind, fault={"kind": kind})]
+        assert verdict(d, "retries")[0] == "valid", kind
+        d["faults"] = [dict(pause, kind=kind, nodes=[0], fault={"kind": kind})]
+        assert verdict(d, "retries")[0] == "invalid", kind
+    assert 1 in checker.excused_nodes([dict(pause, kind="member-replace")], pause["start_ms"] + 1)
+
+
 def test_a_released_attempt_is_retried_at_once_and_spends_no_budget():
     """A remote worker that gives a lease back (release, docs/workers.md): its attempt is neither a
     failure against max_attempts nor a lost lease, and the next one may start at once."""

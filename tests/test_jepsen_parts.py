@@ -174,6 +174,22 @@ def test_every_schedule_isolates_the_leader_under_write_load(profile):
     assert not any(f.get("burst") for f in generator.generate(3, profile, None, ["kill", "pause"])["faults"])
 
 
+def test_the_membership_nemesis_replaces_a_killed_member_in_ci_and_does_all_three_in_soak():
+    """CI: one replacement of a killed member, early in the schedule (so that it fits), and two
+    spare node slots; soak: every membership fault; alone, only them."""
+    for seed in range(20):
+        a = generator.generate(seed, "ci", None, list(generator.NEMESES))
+        kinds = [f["kind"] for f in a["faults"]]
+        assert kinds.count("member-replace") == 1 and a["spares"] == generator.MEMBER_SPARES
+        soak = generator.generate(seed, "soak", None, list(generator.NEMESES))
+        assert set(generator.MEMBER_FAULTS) <= {f["kind"] for f in soak["faults"]}
+        grow = next(f for f in soak["faults"] if f["kind"] == "member-grow-shrink")
+        assert grow["mode"] in ("blackhole", "reset") and grow["remove"] in ("isolated", "leader")
+        alone = generator.generate(seed, "soak", 120, ["membership"])
+        assert alone["faults"] and {f["kind"] for f in alone["faults"]} <= set(generator.MEMBER_FAULTS)
+    assert generator.generate(3, "ci", None, ["kill", "pause"])["spares"] == 0
+
+
 def test_a_burst_writer_creates_its_jobs_then_updates_them_keeping_their_schedule():
     f = next(f for f in generator.generate(5, "ci", None, list(generator.NEMESES))["faults"] if f.get("burst"))
     b = f["burst"]

@@ -95,6 +95,7 @@ def leader(entries, term, commit, clock, others=("f",)):
         "_SyncObj__raftMatchIndex": {n: 0 for n in nodes},
     })
     s._clock = ClockGuard(s)  # what _SyncObj.__init__ makes (the clocks ride on the same messages)
+    s._members_setup("l", list(others), False)  # what _SyncObj.__init__ sets before SyncObj's
     return s, {n.id: n for n in nodes}
 
 
@@ -111,6 +112,7 @@ def follower(entries, commit, term):
         "_SyncObj__serializer": Serializer(),
     })
     f._clock = ClockGuard(f)
+    f._members_setup("f", ["l"], False)  # what _SyncObj.__init__ sets before SyncObj's
     return f
 
 

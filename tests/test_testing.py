@@ -115,6 +115,29 @@ def test_the_majority_is_of_the_cluster_not_of_the_nodes_asked():
     assert agreed_leader(two, five, unanimous=True) == 0  # 3 of 5
 
 
+def test_only_the_voting_members_answers_count_once_the_members_changed():
+    """Node 4 (index 3) is a learner catching up and node 1 was removed: their answers, whatever
+    they say, count for nothing; the majority is of the voters."""
+    five = MEMBERS + ["127.0.0.1:9704"]
+    voters = [five[1], five[2], five[3]]  # node 1 removed, node 4 a voter
+    answers = {0: {"role": "leader", "leader": five[0]}, 1: {"role": "follower", "leader": five[2]},
+               2: {"role": "leader", "leader": five[2]}, 3: {"role": "follower", "leader": five[0]}}
+    # The removed node still says it leads, and node 4 names it: no use, node 3 has 2 of 3 voters.
+    assert agreed_leader(answers, five, voters=voters) == 2
+    assert agreed_leader(answers, five, unanimous=True, voters=voters) is None
+    assert agreed_leader({i: answers[i] for i in (1, 2)}, five, unanimous=True, voters=voters) == 2
+    # A learner's word is not a vote: two of four voters are no majority.
+    four = [five[0], five[1], five[2], five[3]]
+    answers = {0: {"role": "leader", "leader": five[0]}, 1: {"role": "follower", "leader": five[0]},
+               3: {"role": "follower", "leader": five[0]}}
+    assert agreed_leader(answers, five, voters=four[:2] + [five[2], "127.0.0.1:9709"]) is None
+    assert agreed_leader(answers, five, voters=four[:3]) == 0
+    # Indexes with gaps, as scripts/cluster.sh numbers its nodes after a removal.
+    gaps = {1: five[1], 2: five[2], 3: five[3]}
+    assert agreed_leader({1: {"role": "follower", "leader": five[2]}, 2: {"role": "leader", "leader": five[2]}},
+                         gaps) == 2
+
+
 def test_a_one_node_cluster_agrees_with_itself():
     assert agreed_leader({0: {"role": "leader", "leader": MEMBERS[0]}}, MEMBERS[:1], unanimous=True) == 0
     assert agreed_leader({0: None}, MEMBERS[:1]) is None
@@ -240,6 +263,13 @@ def test_cluster_sh_probe_prints_every_node_and_the_agreed_leader():
         assert run(1, 2)[-2:] == [["leader", "2", members[1], "4", "22"], ["majority", "2", members[1], "4", "22"]]
         assert run(2)[-2:] == [["leader", "-"], ["majority", "-"]]  # one vote of three
         assert run() == [["leader", "-"], ["majority", "-"]]
+        # The members changed: nodes 1 and 2 are the voters (with node 7, down); node 3 asked too.
+        out = io.StringIO()
+        with redirect_stdout(out):
+            assert tc.main(["probe", "--api-base", str(base), "--raft-base", "9700", "--members", "1,2,7,",
+                            "1", "2"]) == 0
+        assert out.getvalue().splitlines()[-2:] == ["leader\t2\t" + members[1] + "\t4\t22",
+                                                    "majority\t2\t" + members[1] + "\t4\t22"]
     finally:
         for s in servers:
             s.shutdown()

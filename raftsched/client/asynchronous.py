@@ -205,6 +205,14 @@ class AsyncClient(Transport):
         """``GET /v1/cluster``: the answering node, its role, the leader, members, indexes."""
         return await self._send(endpoints.cluster(consistent))
 
+    async def add_member(self, addr: str) -> dict:
+        """``POST /v1/cluster/members``: add a node (a learner, then a voter once it holds the log)."""
+        return await self._send(endpoints.add_member(addr))
+
+    async def remove_member(self, addr: str) -> dict:
+        """``DELETE /v1/cluster/members/{addr}``: remove a node (a leader hands its leadership over)."""
+        return await self._send(endpoints.remove_member(addr))
+
     async def put_job(self, name: str, spec: dict, create_only: bool = False) -> dict:
         """``PUT /v1/jobs/{name}``: create or replace a job (``create_only``: 409 if it exists)."""
         return await self._send(endpoints.put_job(name, spec, create_only))

@@ -131,6 +131,14 @@ class Client(Transport):
         """``GET /v1/cluster``: the answering node, its role, the leader, members, indexes."""
         return self._send(endpoints.cluster(consistent))
 
+    def add_member(self, addr: str) -> dict:
+        """``POST /v1/cluster/members``: add a node (a learner, then a voter once it holds the log)."""
+        return self._send(endpoints.add_member(addr))
+
+    def remove_member(self, addr: str) -> dict:
+        """``DELETE /v1/cluster/members/{addr}``: remove a node (a leader hands its leadership over)."""
+        return self._send(endpoints.remove_member(addr))
+
     def put_job(self, name: str, spec: dict, create_only: bool = False) -> dict:
         """``PUT /v1/jobs/{name}``: create or replace a job (``create_only``: 409 if it exists)."""
         return self._send(endpoints.put_job(name, spec, create_only))

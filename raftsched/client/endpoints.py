@@ -58,6 +58,26 @@ def cluster(consistent: bool = False) -> Request:
 
 
 @endpoint
+def add_member(addr: str) -> Request:
+    """``POST /v1/cluster/members``: add the node at Raft address ``addr`` (started with
+    ``raftsched node --join``). ``{"addr", "state", "changed", "members"}``: ``state`` is
+    ``learner`` until it holds the log, when the leader makes it a ``voter`` (``cluster()``
+    shows it in ``members``). Asking again is safe: a member already changes nothing.
+    :raises Conflict: it cannot be made safely now (another change in progress, a full cluster)."""
+    return Request("POST", "/v1/cluster/members", body={"addr": addr})
+
+
+@endpoint
+def remove_member(addr: str) -> Request:
+    """``DELETE /v1/cluster/members/{addr}``: remove the node at Raft address ``addr``; the
+    leader removing itself hands its leadership over first. ``{"addr", "state": "removed",
+    "changed", "members"}``; not a member changes nothing.
+    :raises Conflict: the voters left would have no quorum of answering nodes, or another
+        change is in progress."""
+    return Request("DELETE", f"/v1/cluster/members/{_q(addr)}")
+
+
+@endpoint
 def put_job(name: str, spec: dict, create_only: bool = False) -> Request:
     """``PUT /v1/jobs/{name}``: create or replace a job; ``create_only`` sends
     ``If-None-Match: *`` (409 if it exists)."""

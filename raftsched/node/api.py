@@ -16,7 +16,7 @@ import os
 from aiohttp import web
 
 from ..core import limits, queries
-from ..core.errors import NotFound, RaftschedError, TooManyRequests, Unauthorized, Unavailable
+from ..core.errors import InvalidSpec, NotFound, RaftschedError, TooManyRequests, Unauthorized, Unavailable
 from ..core.model import RUN_STATES
 from . import auth as auth_module
 from . import limits as node_limits
@@ -187,6 +187,7 @@ async def cluster(request: web.Request) -> web.Response:
         "node": svc.node_id, "role": st.get("role"), "leader": st.get("leader"),
         "term": st.get("term"), "commit_index": st.get("commit_index"),
         "last_applied": st.get("last_applied"), "members": st.get("members"),
+        "learners": st.get("learners", []), "membership": st.get("membership"),
         "pid": os.getpid(), "raft": st.get("self"), "jobs": c["jobs"], "runs": c["runs"],
         "state_now_ms": c["now_ms"],
     }
@@ -217,6 +218,30 @@ async def cluster(request: web.Request) -> web.Response:
         body["trigger"] = {"fires_proposed": ts["fires_proposed"], "slots_fired": ts["slots_fired"],
                            "held_by_clock": ts.get("held_by_clock")}
     return web.json_response(body)
+
+
+async def add_member(request: web.Request) -> web.Response:
+    """Add a node by its Raft address: a learner once committed (202), a voter once it holds the
+    log (the leader promotes it); a voter already: 200, nothing changed."""
+    body = await json_body(request)
+    if not isinstance(body, dict):
+        raise InvalidSpec('expected {"addr": "HOST:PORT"}', None)
+    unknown = sorted(set(body) - {"addr"})
+    if unknown:
+        raise InvalidSpec(f"unknown field {unknown[0]!r}; the body is {{\"addr\": \"HOST:PORT\"}}", unknown[0])
+    if not isinstance(body.get("addr"), str):
+        raise InvalidSpec("addr is required: the new node's Raft address, HOST:PORT", "addr")
+    res = await request.app[SERVICE].raft.change_members("add", body["addr"],
+                                                         timeout_s=node_limits.membership_change_timeout_s)
+    return web.json_response(res, status=202 if res.get("state") == "learner" else 200)
+
+
+async def remove_member(request: web.Request) -> web.Response:
+    """Remove a node by its Raft address (a leader removing itself hands its leadership over
+    first); not a member: 200, nothing changed."""
+    res = await request.app[SERVICE].raft.change_members("remove", request.match_info["addr"],
+                                                         timeout_s=node_limits.membership_change_timeout_s)
+    return web.json_response(res)
 
 
 async def list_jobs(request: web.Request) -> web.Response:
@@ -522,6 +547,11 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/metrics", metrics_text, _R, T.SHARED, "Prometheus metrics", errors=(404,)),
     Route("GET", "/v1/cluster", cluster, _R, T.SHARED, "this node, the leader, the members, replication",
           params=(CONSISTENT, Param("hash", "boolean", "add the replica's state hash", default=False))),
+    Route("POST", "/v1/cluster/members", add_member, "admin", T.REFUSED,
+          "add a node (a learner, then a voter once it holds the log)", body="member", ok=202, also_ok=(200,),
+          errors=(409, 422)),
+    Route("DELETE", "/v1/cluster/members/{addr}", remove_member, "admin", T.REFUSED, "remove a node",
+          errors=(409, 422)),
     # jobs
     Route("GET", "/v1/jobs", list_jobs, _R, T.FILTERED, "a page of jobs by name",
           params=(CONSISTENT, _limit(node_limits.jobs_page_max), Param("after", "string", "the last name of the page before"),

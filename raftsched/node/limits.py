@@ -84,6 +84,10 @@ assert workers_seen_interval_s * 3 * 1000 < core.worker_gone_ms
 assert 0 < dispatch_poll_s < dispatch_empty_backoff_s < dispatch_retry_s
 
 # API ----------------------------------------------------------------------------------------
+#: How long a membership change request (``POST /v1/cluster/members``, ``DELETE
+#: /v1/cluster/members/{addr}``) waits for its commit, below the clients' attempt timeout (10 s):
+#: a leader that removes itself hands its leadership over first (an election, ~1 s).
+membership_change_timeout_s = 8.0
 #: Largest request body (but ``POST /v1/jobs:batch``, bounded by core batch_request_bytes_max):
 #: a job spec is at most job_spec_bytes_max encoded.
 request_bytes_max = 64 * 1024

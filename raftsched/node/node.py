@@ -56,6 +56,9 @@ class NodeConfig:
     data_dir: str
     secret: str
     token: str
+    #: this node joins a running cluster (``peers`` are its members): no vote until it is added
+    #: (``raftsched members add``) and holds the log
+    join: bool = False
     conf_overrides: dict = dataclasses.field(default_factory=dict)
     #: run slots of this node's worker (0: this node executes nothing)
     worker_slots: int = worker_limits.slots_default
@@ -228,6 +231,7 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
         self_addr=cfg.raft_addr, peers=cfg.peers, data_dir=cfg.data_dir, secret=cfg.secret,
         state=state, on_role_change=on_role_change, dial_map=cfg.dial_map or None,
         conf_overrides=cfg.conf_overrides or None, wall_ms=local.now_ms, fsync=cfg.fsync, disk=disk,
+        join=cfg.join,
     )
     clock = ClusterClock(local, raft.cluster_ms)
     trigger = Trigger(raft, clock, cfg.node_id, fire_log_path=cfg.fire_log_path)
@@ -239,7 +243,7 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
                           runs_parent=cfg.runs_dir)
     worker = Worker(raft, clock, cfg.node_id, sandbox=sandbox, slots=cfg.worker_slots, queues=cfg.worker_queues,
                     allowed_types=cfg.executor_types, lease_ttl_ms=cfg.lease_ttl_ms,
-                    execute_on_leader=cfg.execute_on_leader, single_node=not cfg.peers,
+                    execute_on_leader=cfg.execute_on_leader,
                     labels=cfg.worker_labels, unseal=unseal)
     service = Service(raft, clock, cfg.node_id, fingerprint=Fingerprint.from_cluster_secret(cfg.secret),
                       keyring=keyring)

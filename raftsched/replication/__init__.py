@@ -1,8 +1,8 @@
 """Replication: the only package that imports pysyncobj.
 
 ``RaftNode`` replicates one state object (``apply_bytes`` / ``snapshot`` / ``restore``) through a
-pysyncobj 0.3.17 Raft group with static membership, and gives the asyncio world three things:
-``await propose(bytes) -> result``, leadership events, and ``status()``. ``Replicator`` is what
+pysyncobj 0.3.17 Raft group, and gives the asyncio world four things: ``await propose(bytes) ->
+result``, leadership events, ``status()`` and ``await change_members(op, addr)``. ``Replicator`` is what
 the node layer uses of it; the upper layers are tested against
 ``raftsched.testing.fakes.FakeRaft`` instead.
 
@@ -34,8 +34,9 @@ behaviours are traps (measured on 0.3.17; the figures are in RAFT_CONF_DEFAULTS)
 - The tick thread that runs Raft also serialises snapshots. The dump is written by a forked child
   (``useFork``), and the state is encoded *in the child* (see ``_DeferredSnapshot``), so a
   compaction costs the tick thread a ``fork()``, not an encoding of the whole state.
-- Membership is static: pysyncobj's membership change is unsafe (its one-change-at-a-time guard
-  is dead code), so ``dynamicMembershipChange`` is refused.
+- pysyncobj's membership change is unsafe (its one-change-at-a-time guard is dead code, a dump's
+  member list overrides the log's, it has no learners), so ``dynamicMembershipChange`` is refused
+  and membership changes online through raftsched's own rules (``_membership``).
 - It never syncs its journal: a follower answered for entries in its page cache only, so a
   power loss of a majority could lose acknowledged writes. The journal is raftsched's
   (``_storage._DurableJournal``), and with ``fsync`` on, a sync gate holds back every answer that
@@ -53,8 +54,9 @@ replicated state as pysyncobj sees it), ``_syncobj`` (the Raft corrections to Sy
 ``_transport`` (RaftTransport, uncompressed messages), ``_connection`` and ``_frames`` (the Raft
 port's connections and their frame caps), ``_storage`` (the durable journal, the dump's rename
 and gzip), ``_disk`` (every file operation on them), ``_durable`` (the sync gate), ``powerloss``
-(a model of a power loss, for tests), ``_crypto`` (message protection) and ``_install`` (the
-stand-ins put into pysyncobj).
+(a model of a power loss, for tests), ``_crypto`` (message protection), ``_membership`` (online
+membership change: learners, one change at a time) and ``_install`` (the stand-ins put into
+pysyncobj).
 
 Importing the package changes nothing in pysyncobj. The stand-ins for four of its module
 globals and the filter on its logger are put in place by ``install()``, which every ``RaftNode``
@@ -105,6 +107,10 @@ class Replicator(Protocol):
 
     def status(self) -> dict:
         """This node's view of the group: role, leader, term, commit index, members..."""
+
+    async def change_members(self, op: str, addr: str, timeout_s: float = 30.0) -> dict:
+        """Add (``op="add"``) or remove (``"remove"``) a member by its Raft address, once
+        committed; ``RaftNode.change_members`` says what it answers and raises."""
 
     def read(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(state, *args)``, run while no command applies: the one way to read the state."""

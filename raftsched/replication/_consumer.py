@@ -109,7 +109,13 @@ class _StateConsumer(SyncObjConsumer):
         if not self._snapshot_lock_held:
             self._lock.acquire()
             self._snapshot_lock_held = True
-        return {"format": _DUMP_FORMAT, "state": _DeferredSnapshot(self._state, self._lock)}
+        out = {"format": _DUMP_FORMAT, "state": _DeferredSnapshot(self._state, self._lock)}
+        members = getattr(self._syncObj, "_members_dump", None)
+        if members is not None:
+            # The configuration in force at the dump's last entry (_membership.py); a dump
+            # without it (older) loads with the command line's.
+            out["members"] = members()
+        return out
 
     def _release_snapshot_lock(self) -> None:
         if self._snapshot_lock_held:
@@ -133,3 +139,6 @@ class _StateConsumer(SyncObjConsumer):
             gcpolicy.freeze_restored()
         logger.info("replication.restored bytes=%d ms=%.1f", len(data["state"]),
                     (time.monotonic() - started) * 1000)
+        loaded = getattr(self._syncObj, "_members_dump_loaded", None)
+        if loaded is not None:
+            loaded(data.get("members"))

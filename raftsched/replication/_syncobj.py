@@ -16,6 +16,7 @@ from pysyncobj.monotonic import monotonic  # the clock pysyncobj's own timers us
 
 from . import _progress
 from ._clockguard import FIELD as _CLOCK_FIELD, ClockGuard
+from ._membership import ANSWER_MESSAGE, CONFIG_ENTRY, REFUSED_COMMAND, REQUEST_MESSAGE, MembershipMixin
 from ._progress import _Progress
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ logger = logging.getLogger("raftsched.replication")  # one logger for the packag
 _APPLY_STALL_S = 0.02
 
 
-class _SyncObj(SyncObj):
+class _SyncObj(MembershipMixin, SyncObj):
     """SyncObj whose followers do not count time spent applying toward their election timeout,
     never truncate entries they already hold (``_entries_already_held``), and stand for election
     at once when a candidate with a staler log asks for their vote; whose split votes are broken
@@ -41,9 +42,14 @@ class _SyncObj(SyncObj):
     Here the deadline moves on by the time the apply took: a dead leader is still detected, at
     most that much later, and a busy follower no longer mistakes its own work for silence.
     (Name-mangled override: SyncObj calls ``self.__applyLogEntries``.)
+
+    Its membership changes online (``MembershipMixin``, _membership.py): ``join`` starts a node
+    that waits to be added to a running cluster, with no vote; ``join_marker`` is a joining
+    node's ``JoinMarker``.
     """
 
-    def __init__(self, *args, encryptor: "_AeadEncryptor | None" = None, wall_ms=None, **kwargs):
+    def __init__(self, selfNode, otherNodes, *args, encryptor: "_AeadEncryptor | None" = None, wall_ms=None,
+                 join: bool = False, join_marker=None, **kwargs):
         # Set before SyncObj.__init__: its tick thread may connect to peers right away.
         self._raft_encryptor = encryptor
         #: the members' clocks, measured on the traffic below (_clockguard.py); ``wall_ms``: the
@@ -52,7 +58,8 @@ class _SyncObj(SyncObj):
         #: The leader's view of each follower beyond next/match index (_progress.py); anew at
         #: each election won.
         self._progress: dict = {}
-        super().__init__(*args, **kwargs)
+        self._members_setup(selfNode, otherNodes, join, join_marker)
+        super().__init__(selfNode, otherNodes, *args, **kwargs)
 
     #: The journal's sync gate (``_durable.py``; None with fsync off), set by its transport factory.
     _sync_gate = None
@@ -90,6 +97,10 @@ class _SyncObj(SyncObj):
         kind = message.get("type") if type(message) is dict else None
         if kind == "next_node_idx" and self._SyncObj__raftState == _LEADER:
             return self._on_answer(node, message)
+        if kind in (REQUEST_MESSAGE, ANSWER_MESSAGE):
+            return self._on_member_message(node, message)
+        if _membership_forbidden(self, node, kind, message):
+            return None
         order = _candidate_log_order(self, message) if kind == "request_vote" else None
         # Two candidates of one term with equally recent logs: a split vote (each voted for
         # itself), seen from both sides as each one's request reaches the other.
@@ -97,6 +108,8 @@ class _SyncObj(SyncObj):
             and message["term"] == self._SyncObj__raftCurrentTerm
         clock = message.get(_CLOCK_FIELD) if kind == "append_entries" else None
         _tick.clock_echo = clock  # what the answer echoes (__sendNextNodeIdx)
+        if kind == "append_entries":
+            self._members_note_append(message)
         try:
             if kind == "append_entries" and "prevLogIdx" in message \
                     and "transmission" not in message:
@@ -117,6 +130,8 @@ class _SyncObj(SyncObj):
             if clock is not None and node == self._SyncObj__raftLeader \
                     and message.get("term") == self._SyncObj__raftCurrentTerm:
                 self._clock.on_append(node.id, clock, monotonic())
+            if kind == "append_entries":
+                self._members_scan()  # a configuration is in force from its append on
             if order == -1 and self._SyncObj__raftState != _LEADER:
                 # A candidate whose log is behind ours cannot win, and it has already moved
                 # the term on (no pre-vote): the leader is gone or deposed. Stand soon rather
@@ -192,7 +207,13 @@ class _SyncObj(SyncObj):
     def _SyncObj__onBecomeLeader(self):
         self._progress = {}
         self._clock.on_become_leader()
+        self._members_on_become_leader()  # learners and the server being removed get entries too
         return SyncObj._SyncObj__onBecomeLeader(self)
+
+    def _SyncObj__connectedToAnyone(self):
+        # pysyncobj asks this only before it stands for election: a learner, or a node not in
+        # its latest configuration, never does (_membership.py).
+        return self.is_voter() and SyncObj._SyncObj__connectedToAnyone(self)
 
     def _on_answer(self, node, message: dict) -> None:
         """The leader's side of a follower's answer (pysyncobj's ``next_node_idx``)."""
@@ -243,7 +264,7 @@ class _SyncObj(SyncObj):
         start = monotonic()
         self._SyncObj__newAppendEntriesTime = start + conf.appendEntriesPeriod
         connected = self._SyncObj__connectedNodes
-        for node in self._SyncObj__otherNodes | self._SyncObj__readonlyNodes:
+        for node in self._replication_targets():  # voters, learners, read-only nodes
             pr = self._progress.get(node)
             if pr is None:
                 pr = self._progress[node] = _Progress()
@@ -358,11 +379,16 @@ class _SyncObj(SyncObj):
     def _SyncObj__deleteEntriesFrom(self, fromIDx):
         if getattr(_tick, "keep_log_tail", False):
             return  # see _entries_already_held: no entry after prevLogIdx conflicts
-        return SyncObj._SyncObj__deleteEntriesFrom(self, fromIDx)
+        SyncObj._SyncObj__deleteEntriesFrom(self, fromIDx)
+        self._members_truncated(fromIDx)  # a configuration goes with its entry
 
     def _SyncObj__loadDumpFile(self, clearJournal):
         try:
-            return self._load_dump(clearJournal)
+            loaded = self._load_dump(clearJournal)
+            # The dump's configuration, then the log's after it (not pysyncobj's issue 133).
+            self._members_dump_index = self._SyncObj__raftLastApplied
+            self._members_rebuild()
+            return loaded
         finally:
             # Restoring a large state blocks the tick thread for seconds (1M jobs: ~6 s), and a
             # follower that installed the leader's snapshot then found its election deadline
@@ -511,6 +537,27 @@ def _empty_append(sync: SyncObj, message: dict):
     return dict(message, commit_index=min(message["commit_index"], message["prevLogIdx"]))
 
 
+def _membership_forbidden(sync: SyncObj, node, kind, message: dict) -> bool:
+    """Messages that would bypass the membership rules, dropped: a vote request from a node that
+    is no voter in this node's latest configuration (a learner, a removed server: it would move
+    the term on and depose a healthy leader; hashicorp/raft ignores them alike), a vote from a
+    node that is no voter (pysyncobj counts every answer), and a forwarded command carrying a
+    configuration entry's type (only the leader's own rules append one; it is refused)."""
+    if kind == "request_vote":
+        return getattr(node, "id", None) not in sync._members().latest.voters
+    if kind == "response_vote":
+        return node not in sync._SyncObj__otherNodes
+    if kind == "apply_command":
+        command = message.get("command")
+        if isinstance(command, (bytes, bytearray)) and command[:1] == bytes([CONFIG_ENTRY]):
+            if "request_id" in message:
+                sync._SyncObj__transport.send(node, {"type": "apply_command_response",
+                                                     "request_id": message["request_id"],
+                                                     "error": REFUSED_COMMAND})
+            return True
+    return False
+
+
 def _keep_journal_after_dump(sync: SyncObj, data) -> None:
     """Trim ``sync``'s journal so that it begins with the dump's last two entries, if it holds
     them (``data`` is a deserialized dump: ``(state, last, before_last, cluster)``)."""
@@ -540,4 +587,5 @@ _OVERRIDDEN = ("_SyncObj__applyLogEntries", "_SyncObj__onMessageReceived",
                "_SyncObj__loadDumpFile", "_SyncObj__generateRaftTimeout",
                "_SyncObj__sendNextNodeIdx", "_SyncObj__onBecomeLeader",
                "_SyncObj__sendAppendEntries", "_SyncObj__getPrevLogIndexTerm",
-               "_SyncObj__getEntries", "_SyncObj__getCurrentLogIndex")
+               "_SyncObj__getEntries", "_SyncObj__getCurrentLogIndex",
+               "_SyncObj__connectedToAnyone", "transferLeadership")

@@ -65,6 +65,9 @@ RAFT_CONF_DEFAULTS: dict[str, Any] = {
     "logCompactionMinEntries": 5000,
     "logCompactionMinTime": 300,
     "bindRetryTime": 0.5,
+    # pysyncobj's own membership change, off and reserved: its one-change-at-a-time guard is dead
+    # code, its dump's member list overrides the log's (its issue 133), and it has no learners.
+    # Membership changes through _membership.py's rules instead (RaftNode.change_members).
     "dynamicMembershipChange": False,
 }
 

@@ -1,5 +1,5 @@
-"""``RaftNode``: one member of a static Raft group, as the asyncio world uses it (lifecycle,
-group commit, ``propose`` and what its outcomes mean, ``read``, ``status``)."""
+"""``RaftNode``: one member of a Raft group, as the asyncio world uses it (lifecycle, group
+commit, ``propose`` and what its outcomes mean, ``read``, ``status``, ``change_members``)."""
 from __future__ import annotations
 
 import asyncio
@@ -16,13 +16,14 @@ from pysyncobj.config import FAIL_REASON
 
 from ..aio import LoopInbox
 from ..core import limits
-from ..core.errors import Indeterminate, LimitExceeded, Unavailable
+from ..core.errors import Conflict, Indeterminate, InvalidSpec, LimitExceeded, Unavailable
 from ._connection import DROP_REASONS
 from ._consumer import BARRIER_NOOP, _StateConsumer, replica_lock
 from ._crypto import _AeadEncryptor
 from ._disk import Disk
 from ._durable import durable_transport
 from ._install import install
+from ._membership import OPS as MEMBER_OPS, JoinMarker, check_addr
 from ._storage import StoragePath
 from ._syncobj import _SyncObj
 from ._transport import RaftTransport
@@ -93,15 +94,35 @@ def _check_command(data) -> None:
 
 _ROLE_BY_RAFT_STATE = {0: "follower", 1: "candidate", 2: "leader"}
 
+#: Pause between two attempts of a membership change that found no leader ready for it.
+_MEMBER_RETRY_PAUSE_S = 0.1
+
+
+def _post_outcome(post, fut: asyncio.Future, outcome) -> None:
+    # Tick thread: hand a membership attempt's outcome to the loop (post never raises).
+    post(functools.partial(_settle, fut), (outcome, None))
+
+
+def _member_result(addr: str, view: dict, changed: bool) -> dict:
+    """``change_members``' answer from the committed view after the change."""
+    voters, learners = view.get("voters") or [], view.get("learners") or []
+    state = "voter" if addr in voters else "learner" if addr in learners else "removed"
+    return {"addr": addr, "state": state, "changed": changed,
+            "members": {"voters": list(voters), "learners": list(learners), "index": view.get("index", 0)}}
+
 _DEFINITE_NO_LEADER = (FAIL_REASON.MISSING_LEADER, FAIL_REASON.NOT_LEADER)
 _REASON_NAMES = {v: k for k, v in vars(FAIL_REASON).items() if k.isupper()}
 
 
 class RaftNode:
-    """One member of a static Raft group replicating ``state``.
+    """One member of a Raft group replicating ``state``.
 
     :param self_addr: this node's ``host:port``; the Raft port binds on that host only.
-    :param peers: every member's ``host:port`` (this node's may be included).
+    :param peers: every member's ``host:port`` (this node's may be included): the group a node
+        whose data directory holds no configuration starts with. Once its log or dump holds one
+        (a membership change was made), that one is used, whatever ``peers`` says.
+    :param join: this node joins a running group (``peers`` are its members) and is not one of
+        them: it has no vote until it is added (``change_members``) and holds the log.
     :param data_dir: holds the journal (``raft.journal``, ``.meta``) and the full dump
         (``raft.dump``); created if missing; locked against a second node.
     :param secret: the cluster secret (pysyncobj's ``password``); never empty.
@@ -110,7 +131,8 @@ class RaftNode:
         ``lock`` of its own (an RLock), the node takes that too wherever it takes its own.
     :param on_role_change: ``f(is_leader: bool)``, called on the event loop whenever this node
         gains or loses leadership.
-    :param dial_map: ``{peer_addr: proxy_addr}``: dial the proxy instead of the peer.
+    :param dial_map: ``{peer_addr: proxy_addr}``: dial the proxy instead of the peer (of any
+        member, one that joins later too).
     :param conf_overrides: SyncObjConf options over ``RAFT_CONF_DEFAULTS`` (not the reserved
         ones: password, files, bind address, callbacks, membership, serializer, fork), and the
         Raft port's own over ``RAFT_PORT_DEFAULTS`` (``authTimeout``).
@@ -132,7 +154,7 @@ class RaftNode:
                  state, on_role_change: Callable[[bool], Any] | None = None,
                  dial_map: dict[str, str] | None = None, conf_overrides: dict | None = None,
                  barrier_command: bytes | None = None, wall_ms: Callable[[], int] | None = None,
-                 fsync: bool = True, disk: Disk | None = None):
+                 fsync: bool = True, disk: Disk | None = None, join: bool = False):
         # The stand-ins for pysyncobj's parts, before anything of pysyncobj is built (raises
         # RuntimeError for a pysyncobj whose internals are not the expected ones).
         install()
@@ -145,8 +167,8 @@ class RaftNode:
         for k, v in (dial_map or {}).items():
             _parse_addr(k, "dial_map key")
             _parse_addr(v, "dial_map value")
-            if k not in peers or k == self_addr:
-                raise ValueError(f"dial_map key {k!r} is not a peer")
+            if k == self_addr:  # any other: a member may join later (change_members)
+                raise ValueError(f"dial_map key {k!r} is this node")
         overrides = dict(conf_overrides or {})
         reserved = sorted(set(overrides) & _RESERVED_CONF_KEYS)
         if reserved:
@@ -156,9 +178,12 @@ class RaftNode:
         if barrier_command is not None:
             _check_command(barrier_command)
 
+        if join and not [p for p in peers if p != self_addr]:
+            raise ValueError("a node that joins a running cluster needs its members as peers")
         self._self_addr = self_addr
         self._peers = sorted({p for p in peers if p != self_addr})
-        self._members = sorted(set(self._peers) | {self_addr})
+        self._join = bool(join)
+        self._members = self._peers if join else sorted(set(self._peers) | {self_addr})
         self._data_dir = os.path.abspath(data_dir)
         self._state = state
         #: The replica's lock: every apply, snapshot and restore holds it, and so does ``read``.
@@ -219,6 +244,12 @@ class RaftNode:
         self._inbox = LoopInbox(loop)
         self._lock_data_dir()
         try:
+            fresh = not any(os.path.exists(os.path.join(self._data_dir, f))
+                            for f in ("raft.journal", "raft.dump"))
+            marker = JoinMarker.open(self._data_dir, self._join, fresh, self._disk)
+            if self._join and marker is None:
+                logger.warning("replication.join_ignored self=%s: the data directory holds a log; "
+                               "its members are the log's", self._self_addr)
             self._consumer = _StateConsumer(self._state, self._lock)
             transport = functools.partial(RaftTransport, dial_map=self._dial_map,
                                           counters=self.counters,
@@ -228,16 +259,18 @@ class RaftNode:
                 transport = durable_transport(transport)  # sync before acknowledging
             self._sync = _SyncObj(self._self_addr, self._peers, conf=self._conf,
                                   consumers=[self._consumer], transportClass=transport,
-                                  encryptor=_AeadEncryptor(self._conf.password), wall_ms=self._wall_ms)
+                                  encryptor=_AeadEncryptor(self._conf.password), wall_ms=self._wall_ms,
+                                  join=marker is not None, join_marker=marker)
             self._sync.addOnTickCallback(self._consumer._release_snapshot_lock)
+            self._sync.addOnTickCallback(self._sync._member_tick)
             self._watch = ReplicationWatch(self._sync)
             self._sync.addOnTickCallback(self._watch.tick)
             self._sync.addOnTickCallback(self._sync._clock.tick)
         except BaseException:
             self._unlock_data_dir()
             raise
-        logger.info("replication.started self=%s members=%s data_dir=%s", self._self_addr,
-                    ",".join(self._members), self._data_dir)
+        logger.info("replication.started self=%s members=%s%s data_dir=%s", self._self_addr,
+                    ",".join(self._members), " (joining)" if self._join else "", self._data_dir)
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Destroy the SyncObj, join its tick thread, release the port and ``data_dir``.
@@ -488,6 +521,73 @@ class RaftNode:
         """
         await self.propose(self._barrier_command, timeout_s)
 
+    # -- membership ----------------------------------------------------------------------------
+
+    async def change_members(self, op: str, addr: str, timeout_s: float = 30.0) -> dict:
+        """Add (``op="add"``) or remove (``"remove"``) the member at Raft address ``addr``, one
+        change at a time, decided by the leader (this node forwards it there) and answered once
+        committed (_membership.py). An added node is a learner until it holds the log, then the
+        leader makes it a voter. A leader asked to remove itself hands its leadership over first.
+
+        The request says what the cluster should be, so asking again is safe: a member added
+        already, or a node removed already, changes nothing (``changed`` False).
+
+        :returns: ``{"addr", "state": "voter" | "learner" | "removed", "changed", "members":
+            the committed configuration}``.
+        :raises InvalidSpec: ``op`` or ``addr`` is not one (field ``addr``).
+        :raises Conflict: the change cannot be made safely now (another is in progress, the
+            voters left would have no quorum, the cluster is full...): nothing changed.
+        :raises Unavailable: no leader took it before the deadline: nothing changed.
+        :raises Indeterminate: the deadline passed after a leader may have made it.
+        """
+        if op not in MEMBER_OPS:
+            raise InvalidSpec(f"unknown membership operation {op!r}; one of {', '.join(MEMBER_OPS)}", "op")
+        try:
+            check_addr(addr)
+        except ValueError as e:
+            raise InvalidSpec(str(e), "addr") from None
+        if timeout_s <= 0:
+            raise ValueError("timeout_s must be > 0")
+        sync, loop = self._sync, self._loop
+        if sync is None:
+            raise Unavailable("raft node is not running", leader=None)
+        if asyncio.get_running_loop() is not loop:
+            raise RuntimeError("change_members() must run on the loop given to start()")
+        deadline = loop.time() + timeout_s
+        may_have_applied = False
+        why = ""
+        while True:
+            if self._sync is None:
+                raise Indeterminate("raft node stopped", leader=None)
+            fut = loop.create_future()
+            self._pending.add(fut)
+            fut.add_done_callback(self._pending.discard)
+            post = self._inbox.post
+            sync.submit_member_change(op, addr, functools.partial(_post_outcome, post, fut))
+            timer = loop.call_at(max(deadline, loop.time() + 0.001), _settle, fut, (("timeout",), None))
+            try:
+                outcome, _ = await fut
+            finally:
+                timer.cancel()
+            kind = outcome[0] if isinstance(outcome, tuple) and outcome else "stopped"
+            if kind == "done":
+                return _member_result(addr, outcome[1] or {}, bool(outcome[2]))
+            if kind == "refused":
+                cls = InvalidSpec if outcome[1] == "invalid" else Conflict
+                raise cls(outcome[2], "addr")
+            if kind == "retry":
+                why, may_have_applied = outcome[1], may_have_applied or bool(outcome[2])
+            elif kind in ("timeout", "stopped"):
+                may_have_applied = True  # an attempt was under way
+                why = "no answer in time: the change may be made and not yet known committed here"
+            if kind in ("timeout", "stopped") or deadline - loop.time() <= _MEMBER_RETRY_PAUSE_S:
+                leader = self._leader_id()
+                if may_have_applied:
+                    raise Indeterminate(f"membership change not confirmed within {timeout_s:g} s ({why}); "
+                                        "it may still be made: ask again", leader=leader)
+                raise Unavailable(f"membership change not made: {why}", leader=leader)
+            await asyncio.sleep(_MEMBER_RETRY_PAUSE_S)
+
     # -- reads ---------------------------------------------------------------------------------
 
     def read(self, fn: Callable[..., T], *args: Any) -> T:
@@ -528,11 +628,18 @@ class RaftNode:
 
     def status(self) -> dict:
         """A snapshot of this node's view, read without locks (single attribute reads are atomic
-        under the GIL; ``SyncObj.getStatus()`` iterates dicts the tick thread may grow)."""
+        under the GIL; ``SyncObj.getStatus()`` iterates dicts the tick thread may grow).
+        ``members`` and ``learners`` are the committed configuration's; ``membership`` adds the
+        change not committed yet and this node's role (_membership.py)."""
         sync = self._sync
+        view = None if sync is None else sync.members_view()
+        if view is None:
+            view = {"voters": list(self._members), "learners": [], "index": 0, "pending": None,
+                    "self": "none" if self._join else "voter"}
         if sync is None:
             return {"self": self._self_addr, "role": "follower", "leader": None, "term": 0,
-                    "commit_index": 0, "last_applied": 0, "members": list(self._members),
+                    "commit_index": 0, "last_applied": 0, "members": list(view["voters"]),
+                    "learners": list(view["learners"]), "membership": view,
                     "is_leader": False, "running": False, "peers_connected": [],
                     "replication": None, "connections_dropped": dict(self.connections_dropped),
                     "clock": self.clock_status(), "durability": self.durability()}
@@ -551,7 +658,9 @@ class RaftNode:
             "term": sync.raftCurrentTerm,
             "commit_index": sync.raftCommitIndex,
             "last_applied": sync.raftLastApplied,
-            "members": list(self._members),
+            "members": list(view["voters"]),
+            "learners": list(view["learners"]),
+            "membership": view,
             "is_leader": role == "leader",
             "running": True,
             "peers_connected": sorted(n.id for n in sync.otherNodes if sync.isNodeConnected(n)),

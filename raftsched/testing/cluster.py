@@ -8,8 +8,8 @@ user's script and the tests agree on what "the leader" means.
 ``GET /v1/cluster``. Node L is the agreed leader when
 
 1. L answers, and its answer says ``role: leader``; and
-2. a majority of the cluster's members (more than half of them, L included) answer naming L's
-   Raft address as their ``leader``.
+2. a majority of the cluster's voting members (more than half of them, L included) answer
+   naming L's Raft address as their ``leader``.
 
 Two nodes can never both pass: two majorities share a member, and a member names one leader.
 And a majority following L is what Raft itself needs before L can commit anything, so a node that
@@ -19,6 +19,10 @@ that is what a caller needs before it talks to each of those nodes (a test that 
 follower, the fault harness's final reads, ``cluster.sh restart N`` waiting for node N to know
 the leader). The fault harness's nemesis, which must find the leader while another node is down
 or cut off, asks the majority only.
+
+The voting members are the caller's to say (``voters``; by default every node of ``members``):
+once the members change online (``raftsched members``), a learner catching up, or a node just
+removed, answers too, but its word counts for nothing.
 
 Standard library only: ``scripts/cluster.sh`` runs this module with a bare interpreter.
 """
@@ -33,7 +37,7 @@ import sys
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,23 +93,29 @@ def majority(members: int) -> int:
     return members // 2 + 1
 
 
-def agreed_leader(answers: Mapping[int, dict | None], members: Sequence[str],
-                  unanimous: bool = False) -> int | None:
+def agreed_leader(answers: Mapping[int, dict | None], members: Sequence[str] | Mapping[int, str],
+                  unanimous: bool = False, voters: Collection[str] | None = None) -> int | None:
     """The agreed leader among the answers, by the rule in this module's docstring, or None.
 
     :param answers: the ``/v1/cluster`` bodies of the nodes asked, by their index in
         ``members``; None for a node that did not answer (or answered as someone else).
-    :param members: every member's Raft address (``host:port``), by index: the whole cluster,
-        whether asked or not, since the majority is a majority of the cluster.
+    :param members: every node's Raft address (``host:port``), by index (a list, or a mapping
+        when the indexes have gaps): the whole cluster, whether asked or not, since the
+        majority is a majority of the cluster.
     :param unanimous: also require every node asked to answer and to name the leader.
+    :param voters: the Raft addresses of the voting members (default: every one of
+        ``members``); only their answers count toward the majority, and the leader is one.
     :returns: the leader's index in ``members``.
     """
-    named = Counter(a.get("leader") for a in answers.values() if a)
+    addrs = members if isinstance(members, Mapping) else dict(enumerate(members))
+    voting = set(addrs.values()) if voters is None else set(voters)
+    named = Counter(a.get("leader") for i, a in answers.items() if a and addrs.get(i) in voting)
     for i, a in answers.items():
-        if not a or a.get("role") != "leader":
+        if not a or a.get("role") != "leader" or addrs.get(i) not in voting:
             continue
-        votes = named.get(members[i], 0)
-        if votes >= majority(len(members)) and (not unanimous or votes == len(answers)):
+        votes = named.get(addrs[i], 0)
+        if votes >= majority(len(voting)) and (
+                not unanimous or all(x and x.get("leader") == addrs[i] for x in answers.values())):
             return i
     return None
 
@@ -205,6 +215,10 @@ class LocalCluster:
         for the cluster (raftsched.testing.tls, in ``tmp/tls``); ``"mutual"``: clients must also
         present a certificate of that CA. The harness's own requests trust that CA (and present
         its client certificate).
+
+    The members change online: :meth:`add_node` starts one more node that joins (``--join``),
+    :meth:`add_member` and :meth:`remove_member` ask the cluster, and ``voters`` (the indexes of
+    the voting members, every node at first) follows, for :meth:`leader`'s majority.
     """
 
     def __init__(self, tmp: Path, n: int = 3, secret: str | None = "s" * 32, token: str = "t" * 32,
@@ -240,6 +254,9 @@ class LocalCluster:
         self.raft_ports = list(ports[1])
         assert len(self.api_ports) == len(self.raft_ports) == n, "one API and one Raft port per node"
         self.children = Procs(new_session=new_session)
+        #: the voting members' indexes; nodes added later join with the peers they were given
+        self.voters: set[int] = set(range(n))
+        self._joined: dict[int, tuple[str, ...]] = {}
         self.secret_file = self.tmp / "secret"
         self.token_file = self.tmp / "token"
         #: the nodes' key ring (their default --keys-dir, beside the secret): one key, k1
@@ -294,11 +311,57 @@ class LocalCluster:
 
     # -------------------------------------------------------------- processes
     def spec(self, i: int) -> NodeSpec:
-        """Node i's command line, as data."""
+        """Node i's command line, as data. A node added later joins (``--join``) the members it
+        was given; a first one has the other first ones as peers (once the members changed,
+        its log, not its command line, says who they are)."""
+        extra = tuple(self.node_args(i) if callable(self.node_args) else self.node_args)
+        if i in self._joined:
+            peers, extra = self._joined[i], ("--join", *extra)
+        else:
+            peers = tuple(self.raft_addr(j) for j in range(self.n) if j != i and j not in self._joined)
         return NodeSpec(id=self.node_id(i), api=f"{HOST}:{self.api_ports[i]}", raft=self.raft_addr(i),
-                        peers=tuple(self.raft_addr(j) for j in range(self.n) if j != i),
-                        data_dir=self.data_dir(i), secret_file=self.secret_file, token_file=self.token_file,
-                        extra_args=tuple(self.node_args(i) if callable(self.node_args) else self.node_args))
+                        peers=peers, data_dir=self.data_dir(i), secret_file=self.secret_file,
+                        token_file=self.token_file, extra_args=extra)
+
+    def add_node(self, ports: tuple[int, int] | None = None, start: bool = True) -> int:
+        """One more node, on fresh ports (or ``(api_port, raft_port)``), that joins the current
+        voters (``--join``): a learner once added (:meth:`add_member`). Returns its index."""
+        api, raft = ports if ports is not None else free_ports(2)
+        i = self.n
+        self.api_ports.append(api)
+        self.raft_ports.append(raft)
+        self.n += 1
+        self._joined[i] = tuple(self.raft_addr(j) for j in sorted(self.voters))
+        if start:
+            self.start(i)
+        return i
+
+    def set_joining(self, i: int, members: Sequence[int]) -> None:
+        """Node i's next start joins (``--join``) the nodes ``members`` (a slot reused after a
+        removal, on a fresh data directory)."""
+        self._joined[i] = tuple(self.raft_addr(j) for j in sorted(members))
+
+    def add_member(self, i: int, via: int | None = None, wait_s: float = 60.0) -> dict:
+        """Ask the cluster (through node ``via``, default the leader) to add node i, then wait
+        until every voter's ``/v1/cluster`` lists it as a voter; ``voters`` then has it."""
+        via = self.wait_leader(30) if via is None else via
+        s, b = self.call(via, "POST", "/v1/cluster/members", {"addr": self.raft_addr(i)})
+        if s not in (200, 202):
+            raise RuntimeError(f"adding node {i + 1} failed: {s} {b}")
+        addr = self.raft_addr(i)
+        wait_for(lambda: addr in ((self.status(via) or {}).get("members") or []), wait_s, f"node {i + 1} a voter")
+        self.voters.add(i)
+        return b
+
+    def remove_member(self, i: int, via: int | None = None) -> dict:
+        """Ask the cluster (through node ``via``, default the leader) to remove node i;
+        ``voters`` then has it no more. The process is left running (stop it by its PID)."""
+        via = self.wait_leader(30) if via is None else via
+        s, b = self.call(via, "DELETE", f"/v1/cluster/members/{self.raft_addr(i)}")
+        if s != 200:
+            raise RuntimeError(f"removing node {i + 1} failed: {s} {b}")
+        self.voters.discard(i)
+        return b
 
     def argv(self, i: int) -> list[str]:
         return self.spec(i).argv()
@@ -364,8 +427,9 @@ class LocalCluster:
         """The agreed leader (:func:`agreed_leader`) among the nodes ``among`` (default: the
         live ones), or None. By default every node asked must answer and name it: the caller
         goes on to talk to those nodes."""
-        among = self.alive() if among is None else among
-        return agreed_leader({i: self.status(i) for i in among}, self.members, unanimous)
+        among = [i for i in self.alive() if i in self.voters] if among is None else among
+        return agreed_leader({i: self.status(i) for i in among}, self.members, unanimous,
+                             voters=[self.raft_addr(i) for i in self.voters])
 
     def wait_leader(self, timeout_s: float = 30, among: Sequence[int] | None = None) -> int:
         """Wait for :meth:`leader` and return it.
@@ -420,14 +484,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         majority N RAFT_ADDRESS TERM PID      (or: majority -)
 
     ``leader`` is the agreed leader named by every node asked (unanimous), ``majority`` the one
-    a majority of the cluster names. Exit status 0."""
+    a majority of the cluster names. ``--members`` is how many nodes the cluster has (nodes 1 to
+    N), or the numbers of its voting members, comma-separated, once they changed online. Exit
+    status 0."""
     ap = argparse.ArgumentParser(prog="python -m raftsched.testing.cluster")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("probe", help="ask nodes for /v1/cluster and print the agreed leader")
     p.add_argument("--host", default=HOST)
     p.add_argument("--api-base", type=int, required=True, help="node N serves its API on this + N")
     p.add_argument("--raft-base", type=int, required=True, help="node N's Raft port is this + N")
-    p.add_argument("--members", type=int, default=3, help="how many nodes the cluster has")
+    p.add_argument("--members", default="3",
+                   help="how many nodes the cluster has (1..N), or its voting members' numbers, comma-separated")
     p.add_argument("--token-file", help="sent as a bearer token when readable")
     p.add_argument("--timeout-s", type=float, default=2.0)
     p.add_argument("--ca-file", help="the nodes serve TLS: trust this CA (PEM)")
@@ -441,7 +508,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             token = Path(args.token_file).read_text().strip() or None
         except OSError:
             pass
-    members = [f"{args.host}:{args.raft_base + k}" for k in range(1, args.members + 1)]
+    try:
+        numbers = [int(x) for x in args.members.split(",") if x.strip()] if "," in args.members \
+            else list(range(1, int(args.members) + 1))
+    except ValueError:
+        ap.error(f"--members: a count or comma-separated node numbers, not {args.members!r}")
+    members = {n - 1: f"{args.host}:{args.raft_base + n}" for n in [*numbers, *args.nodes]}
+    voters = [members[n - 1] for n in numbers]
     context = None
     if args.ca_file:
         context = ssl.create_default_context(cafile=args.ca_file)
@@ -461,7 +534,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print("\t".join(["node", str(i + 1), "error", b.replace("\t", " ")]))
     for kind, unanimous in (("leader", True), ("majority", False)):
-        i = agreed_leader(answers, members, unanimous) if answers else None
+        i = agreed_leader(answers, members, unanimous, voters=voters) if answers else None
         if i is None:
             print(f"{kind}\t-")
         else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable, TypeVar
 
-from raftsched.core.errors import Indeterminate, Unavailable
+from raftsched.core.errors import Conflict, Indeterminate, InvalidSpec, Unavailable
 
 __all__ = ["FakeRaft"]
 
@@ -37,6 +37,10 @@ class FakeRaft:
         #: node that keeps up, unless a test sets another view.
         self.replication: dict = {"commit_stalled_s": 0.0, "leader_commit_index": 0,
                                   "followers": {}, "conditions": []}
+        #: The configuration ``change_members`` changes: an added member is a voter at once
+        #: (there is no log to catch up with); ``refuse`` makes the next change a Conflict.
+        self.voters: list[str] = ["127.0.0.1:1"]
+        self.refuse: str | None = None
         #: What ``clock_status()`` reports: a lone node's clock agrees with itself, unless a
         #: test sets another state.
         self.clock: dict = {"state": "agrees", "offset_ms": 0, "error_ms": 0, "bound_ms": 1000,
@@ -73,6 +77,22 @@ class FakeRaft:
         if self.fail:
             raise Unavailable("no leader")
 
+    async def change_members(self, op: str, addr: str, timeout_s: float = 30.0) -> dict:
+        if op not in ("add", "remove") or not isinstance(addr, str) or ":" not in addr:
+            raise InvalidSpec(f"bad membership change {op!r} {addr!r}", "addr")
+        if self.fail == "unavailable":
+            raise Unavailable("no leader", leader=None)
+        if self.refuse:
+            raise Conflict(self.refuse, "addr")
+        was = addr in self.voters
+        if op == "add" and not was:
+            self.voters = sorted([*self.voters, addr])
+        elif op == "remove" and was:
+            self.voters = [v for v in self.voters if v != addr]
+        state = "voter" if addr in self.voters else "removed"
+        return {"addr": addr, "state": state, "changed": was != (state == "voter"),
+                "members": {"voters": list(self.voters), "learners": [], "index": self.index}}
+
     def cluster_ms(self) -> int | None:
         """No cluster clock: a ClusterClock over this fake runs on its local clock."""
         return None
@@ -84,7 +104,9 @@ class FakeRaft:
     def status(self) -> dict:
         return {"self": "127.0.0.1:1", "role": "leader" if self.leader else "follower",
                 "leader": "127.0.0.1:1" if self.leader else None, "term": 1,
-                "commit_index": self.index, "last_applied": self.index, "members": ["127.0.0.1:1"],
+                "commit_index": self.index, "last_applied": self.index, "members": list(self.voters),
+                "learners": [], "membership": {"voters": list(self.voters), "learners": [], "index": 0,
+                                               "pending": None, "self": "voter"},
                 "is_leader": self.leader,
                 # One list of conditions, as RaftNode.status makes it: replication's and the clock's.
                 "replication": dict(self.replication, leader_commit_index=self.index,

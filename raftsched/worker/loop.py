@@ -815,7 +815,11 @@ class EmbeddedChannel:
     def executes(self) -> bool:
         if self.single_node or self.execute_on_leader:
             return True
-        return not self.raft.is_leader()
+        if not self.raft.is_leader():
+            return True
+        # The leader executes when it is its cluster's only voter: one started alone, or one
+        # whose others were removed (the members change online: docs/operations.md).
+        return len(self.raft.status().get("members") or ()) <= 1
 
     async def acquire(self, n: int, ttl_ms: int, types: list[str] | None) -> Grants:
         res = await self._propose(commands.acquire(self.clock.now_ms(), worker=self.worker_id, queues=self.queues,

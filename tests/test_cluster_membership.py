@@ -1,0 +1,259 @@
+"""Membership changes online with real node processes (docs/design.md I28, docs/operations.md
+"Changing the members"): grow from three to five voters and shrink back under a steady job load,
+replace a killed node with a new one at other ports, and scripts/cluster.sh's add and remove;
+every job's slots read back afterwards, none lost, none twice."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from procs import REPO, Cluster, wait_for
+from test_cluster import assert_slots_accounted
+
+pytestmark = pytest.mark.cluster
+
+EVERY_S = 1
+JOBS = ("tick-a", "tick-b", "tick-c")
+
+
+def _spec(policy: str) -> dict:
+    return {"schedule": {"every_s": EVERY_S}, "executor": {"type": "shell", "argv": ["true"]}, "history": 1000,
+            "misfire": {"policy": policy, "grace_s": 5}}
+
+
+POLICIES = dict(zip(JOBS, ("fire_all", "fire_once", "skip")))
+
+
+class Load:
+    """Three jobs firing every second, and a writer that replaces a fourth job's spec a few times
+    a second through whichever voter answers: the steady load the changes are made under. The
+    writer's failures (no leader during a hand-over) are counted, not raised."""
+
+    def __init__(self, c: Cluster) -> None:
+        self.c = c
+        self.stop = threading.Event()
+        self.writes = {"ok": 0, "failed": 0}
+        self.thread = threading.Thread(target=self._write, daemon=True)
+
+    def start(self) -> None:
+        i = self.c.wait_leader(30)
+        for name, policy in POLICIES.items():
+            s, b = self.c.call(i, "PUT", f"/v1/jobs/{name}", _spec(policy))
+            assert s in (200, 201), b
+        self.thread.start()
+
+    def _write(self) -> None:
+        k = 0
+        while not self.stop.is_set():
+            k += 1
+            try:  # the voters change under it (sets copied whole, at C level)
+                voters = sorted(set(self.c.voters) & set(self.c.alive()))
+                s, _ = self.c.call(voters[k % len(voters)], "PUT", "/v1/jobs/written",
+                                   dict(_spec("skip"), description=f"write {k}", schedule={"every_s": 3600}),
+                                   timeout=5)
+                self.writes["ok" if s in (200, 201) else "failed"] += 1
+            except (OSError, RuntimeError, IndexError, ZeroDivisionError):
+                self.writes["failed"] += 1
+            self.stop.wait(0.2)
+
+    def finish(self) -> int:
+        """Stop the writer; returns the time (ms) up to which every slot must be executed."""
+        self.stop.set()
+        self.thread.join(10)
+        assert self.writes["ok"] > 20, self.writes
+        return int(time.time() * 1000) - 1000
+
+
+def runs_of(c: Cluster, i: int, name: str) -> list[dict]:
+    s, b = c.get(i, f"/v1/jobs/{name}/runs?limit=5000&consistent=true")
+    assert s == 200, b
+    return b["runs"]
+
+
+def check_slots(c: Cluster, i: int, since_s: float, executed_by_ms: int) -> None:
+    """Every job's runs, read through node i after a barrier: no slot twice, none missing
+    between the first and the last, the last recent, and every scheduled run of a slot up to
+    ``executed_by_ms`` executed (a run leased by a node that was killed or removed waits for its
+    lease to expire, 10 s, and runs again elsewhere)."""
+    now_ms = int(time.time() * 1000)
+    for name, policy in POLICIES.items():
+        runs = runs_of(c, i, name)
+        assert_slots_accounted(runs, EVERY_S * 1000, policy)
+        slots = [r["slot_ms"] for r in runs if r["kind"] == "scheduled"]
+        assert len(slots) >= since_s * 0.5, (name, len(slots))
+        assert max(slots) > now_ms - 5000, (name, "no recent slot")
+
+        def executed(name=name):
+            return not [r for r in runs_of(c, i, name) if r["kind"] == "scheduled"
+                        and r["slot_ms"] <= executed_by_ms and r["state"] != "succeeded"]
+        wait_for(executed, 40, f"{name}'s runs executed")
+
+
+def members_of(c: Cluster, i: int) -> list[str]:
+    st = c.status(i)
+    assert st is not None, f"node {i + 1} does not answer"
+    return st["members"]
+
+
+def stop_node(c: Cluster, i: int) -> None:
+    c.kill(i, signal.SIGTERM)
+    wait_for(lambda: i not in c.alive(), 20, f"node {i + 1} stopped")
+
+
+def test_grow_from_three_to_five_and_back_to_three_under_load(tmp_path):
+    with Cluster(tmp_path, n=3) as c:
+        c.start()
+        load = Load(c)
+        load.start()
+        t0 = time.monotonic()
+        for _ in range(2):  # three voters, then four, then five
+            i = c.add_node()
+            c.add_member(i)
+        addrs = sorted(c.raft_addr(i) for i in range(5))
+        wait_for(lambda: all(members_of(c, i) == addrs for i in range(5)), 20, "five voters everywhere")
+        leader = c.wait_leader(30)
+        # The new nodes hold the whole state: their own read of the jobs, without a barrier.
+        s, b = c.get(4, "/v1/jobs")
+        assert s == 200 and {j["name"] for j in b["jobs"]} >= set(JOBS), b
+        time.sleep(3)  # ok-sleep: the load runs on five voters for a while
+        # Back to three: a follower first, then the leader itself (it hands its leadership over).
+        follower = next(i for i in sorted(c.voters) if i != leader)
+        for gone in (follower, leader):
+            res = c.remove_member(gone, via=next(i for i in sorted(c.voters) if i != gone))
+            assert res["state"] == "removed" and res["changed"], res
+            stop_node(c, gone)
+        rest = sorted(c.voters)
+        assert len(rest) == 3
+        want = sorted(c.raft_addr(i) for i in rest)
+        wait_for(lambda: all(members_of(c, i) == want for i in rest), 20, "three voters everywhere")
+        new_leader = c.wait_leader(30)
+        assert new_leader in rest
+        time.sleep(3)  # ok-sleep: the load runs on the three left
+        end_ms = load.finish()
+        for i in rest:
+            check_slots(c, i, time.monotonic() - t0, end_ms)
+        for gone in (follower, leader):  # the removed ones were told, and left nothing behind
+            assert c.raft_addr(gone) not in members_of(c, rest[0])
+
+
+def test_a_killed_node_is_replaced_by_a_new_one_at_other_ports(tmp_path):
+    """The leader is killed for good; a new node on other ports joins, catches up and votes; the
+    dead one is removed. The three voters left (the new one among them) keep every slot, and so
+    do they after a kill -9 of all of them and a restart with their old command lines."""
+    with Cluster(tmp_path, n=3) as c:
+        c.start()
+        load = Load(c)
+        load.start()
+        t0 = time.monotonic()
+        time.sleep(2)  # ok-sleep: some slots fire before the fault
+        dead = c.wait_leader(30)
+        c.kill(dead, signal.SIGKILL)
+        c.voters.discard(dead)  # for the harness's majority: two of two live voters agree
+        c.wait_leader(30)
+        c.voters.add(dead)
+        new = c.add_node()  # joins the three, the dead one included
+        c.add_member(new, via=next(i for i in c.alive() if i != new))
+        live = [i for i in sorted(c.voters) if i != dead]
+        res = c.remove_member(dead, via=live[0])
+        assert res["members"]["voters"] == sorted(c.raft_addr(i) for i in live), res
+        assert res["state"] == "removed"
+        want = sorted(c.raft_addr(i) for i in live)
+        wait_for(lambda: all(members_of(c, i) == want for i in live), 20, "the new three everywhere")
+        time.sleep(3)  # ok-sleep: the load runs on the replaced cluster
+        end_ms = load.finish()
+        for i in live:
+            check_slots(c, i, time.monotonic() - t0, end_ms)
+        # Every member killed and started again on its data, with the command lines it had (the
+        # first two still name the dead node as a peer): the log says who the members are.
+        for i in live:
+            c.kill(i, signal.SIGKILL)
+        wait_for(lambda: not [i for i in live if i in c.alive()], 20, "all killed")
+        for i in live:
+            c.start(i)
+        c.wait_leader(60)
+        wait_for(lambda: all(members_of(c, i) == want for i in live), 20, "the members after the restart")
+        time.sleep(2)  # ok-sleep: the schedule carries on after the restart
+        for i in live:
+            check_slots(c, i, time.monotonic() - t0, end_ms)
+
+
+def test_cluster_sh_adds_a_node_on_the_next_ports_and_removes_one(tmp_path):
+    """scripts/cluster.sh in a copy of the tree (its state lives in .raftsched/ beside it): add
+    starts node 4 on the next ports, makes it a voter and prints 4; remove 1 takes node 1 out and
+    stops it; restart accepts member numbers only."""
+    root = tmp_path / "tree"
+    (root / "scripts").mkdir(parents=True)
+    shutil.copy(REPO / "scripts" / "cluster.sh", root / "scripts" / "cluster.sh")
+    os.symlink(REPO / "raftsched", root / "raftsched")
+    if sys.prefix != sys.base_prefix:  # the probe's interpreter, as the script looks for it
+        os.symlink(sys.prefix, root / ".venv")
+    api_base, raft_base = _two_free_ranges(5)
+    env = dict(os.environ, RAFTSCHED_API_PORT_BASE=str(api_base), RAFTSCHED_RAFT_PORT_BASE=str(raft_base),
+               RAFTSCHED_NODE_CMD=f"{sys.executable} -m raftsched.cli node",
+               RAFTSCHED_CLI_CMD=f"{sys.executable} -m raftsched.cli", PYTHONPATH=str(root))
+    env.pop("RAFTSCHED_TLS", None)
+    env.pop("RAFTSCHED_TOKEN", None)
+
+    def sh(*args, timeout=180):
+        return subprocess.run(["bash", str(root / "scripts" / "cluster.sh"), *args], cwd=root, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+    try:
+        r = sh("start")
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = sh("add")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stdout.strip().splitlines()[-1] == "4", r.stdout
+        assert (root / ".raftsched" / "nodes").read_text().split() == ["1", "2", "3", "4"]
+        r = sh("status")
+        assert r.returncode == 0 and f"node-4  http://127.0.0.1:{api_base + 4}" in r.stdout, r.stdout
+        assert "agreed by every running node" in r.stdout, r.stdout
+        r = sh("remove", "1")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "node-1 removed and stopped" in r.stdout
+        assert (root / ".raftsched" / "nodes").read_text().split() == ["2", "3", "4"]
+        r = sh("status")
+        assert "node-1" not in r.stdout and "agreed by every running node" in r.stdout, r.stdout
+        assert sh("restart", "1").returncode == 2  # not a member any more
+        r = sh("add")  # never reuses node 1's number (its data dir stays)
+        assert r.returncode == 0 and r.stdout.strip().splitlines()[-1] == "5", r.stdout + r.stderr
+    finally:
+        sh("stop", timeout=60)
+        for n in range(1, 6):  # whatever the script did not stop, by its recorded PID
+            pid_file = root / ".raftsched" / f"node-{n}" / "pid"
+            if pid_file.exists():
+                try:
+                    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+
+
+def _two_free_ranges(k: int) -> tuple[int, int]:
+    """Two port bases with base+1..base+k free, for the script's node N on base + N: below the
+    ephemeral range (32768 and up on Linux), where outgoing connections take no port while the
+    script starts its nodes one after the other."""
+    import random
+    import socket
+
+    def free_run(start: int) -> bool:
+        for p in range(start + 1, start + k + 1):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", p))
+                except OSError:
+                    return False
+        return True
+    found: list[int] = []
+    for _ in range(200):
+        base = random.randrange(20_000, 32_000)
+        if free_run(base) and all(abs(base - f) > k for f in found):
+            found.append(base)
+            if len(found) == 2:
+                return found[0], found[1]
+    raise RuntimeError("no free port ranges")
