@@ -84,6 +84,7 @@ BODIES: dict[str, tuple[object, list[tuple[str, str, str]]]] = {
                  [("results.0.token", "int", "results[0].token")]),
     "release": ({"leases": [["j@1", 1]]}, [("leases.0.1", "int", "leases")]),
     "secrets_rotate": ({"key": "k2"}, []),  # a key id: no number in it
+    "member": ({"addr": "127.0.0.1:1"}, []),  # a Raft address: no number field
 }
 #: Body schemas whose fields a route's other schema covers (the same validator).
 ALSO = {"job_spec": ("job_spec", "job_spec_at")}
