@@ -270,6 +270,14 @@ def test_the_async_client_calls_every_endpoint_of_a_live_cluster(cluster):
             assert (await call("delete_job", "async-b"))["deleted"] is True
             assert (await call("delete_job", "async-fail"))["deleted"] is True
 
+            # Membership: asking for what already holds changes nothing (a voter added again, a
+            # stranger removed), so the cluster stays as it is for the rest of the test.
+            voter = (await call("cluster"))["members"][0]
+            added = await call("add_member", voter)
+            assert added["changed"] is False and voter in added["members"]["voters"], added
+            gone = await call("remove_member", "127.0.0.1:1")
+            assert gone["changed"] is False and "127.0.0.1:1" not in gone["members"]["voters"], gone
+
             st = await call("secrets_status")
             assert isinstance(st, dict), st
             try:
