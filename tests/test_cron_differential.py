@@ -13,13 +13,14 @@ DST policy is the model's, so there is no legitimate difference left to allow fo
 from __future__ import annotations
 
 import calendar
-import os
 from datetime import date, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 from hypothesis import HealthCheck, example, given, note, settings, strategies as st
 
 from raftsched.core import schedule
+
+from long_tests import SCALE
 
 UTC = timezone.utc
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -231,10 +232,9 @@ def _transitions(tz: str, year: int) -> list[int]:
     return out
 
 
-#: Examples per test are scaled by LONG_TESTS (default 1, as in CI; 10 by hand for a long
-#: run: docs/testing.md, "Long runs"). The six-field model steps through every second of its
-#: window (0.2-2 s an example).
-_SCALE = max(1, int(os.environ.get("LONG_TESTS", "1") or "1"))
+#: Examples per test: tests/long_tests.py scales them (LONG_TESTS). The six-field model steps
+#: through every second of its window (0.2-2 s an example).
+_SCALE = SCALE
 DST = st.fixed_dictionaries({}, optional={"spring_forward": st.sampled_from(["skip", "run_after_gap"]),
                                           "fall_back": st.sampled_from(["once", "twice"])})
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

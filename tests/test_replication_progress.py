@@ -14,6 +14,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from long_tests import examples
+
 from raftsched.replication import _progress
 from raftsched.replication._progress import _Progress
 
@@ -122,7 +124,7 @@ def divergent_logs(draw):
     return leader_terms, follower_terms[first - 1:], first, commit
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(logs=divergent_logs(), data=st.data())
 def test_the_walk_converges_under_late_reordered_and_repeated_answers(logs, data):
     leader_terms, follower_terms, first, commit = logs

@@ -20,6 +20,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, event, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from long_tests import examples
+
 from raftsched.core import commands, queries, policy, schedule
 
 from core_helpers import HOUR, MIN, SEC, T0, new_state, plan_tick, put_cmd, resume_cmd, spec_of
@@ -384,7 +386,7 @@ class RulesMachine(RuleBasedStateMachine):
 
 
 RulesMachine.TestCase.settings = settings(
-    max_examples=300, stateful_step_count=50, deadline=None,
+    max_examples=examples(100), stateful_step_count=50, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestRulesMachine = RulesMachine.TestCase

@@ -13,6 +13,8 @@ from __future__ import annotations
 import msgpack
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from long_tests import examples
+
 from raftsched.core import commands, due, fire, leases, limits, policy, queries
 from raftsched.core.due import DueIndex
 from raftsched.core.state import SchedulerState
@@ -66,7 +68,7 @@ def _derived(s: SchedulerState):
             {q: list(d) for q, d in s._dead.items()}, wheels)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(job_specs, min_size=len(NAMES), max_size=len(NAMES)), st.lists(ops, min_size=15, max_size=80),
        st.booleans())
 def test_fast_paths_change_nothing(specs, steps, due_index):
