@@ -15,7 +15,7 @@ from contextlib import redirect_stdout
 import pytest
 
 from raftsched.testing import cluster as tc
-from raftsched.testing.cluster import LocalCluster, NodeSpec, agreed_leader
+from raftsched.testing.cluster import LocalCluster, NodeSpec, agreed_leader, with_any_year_env
 from raftsched.testing.procs import Procs, WaitTimeout, free_port, free_ports, wait_for
 
 MEMBERS = ["127.0.0.1:9701", "127.0.0.1:9702", "127.0.0.1:9703"]
@@ -146,7 +146,8 @@ def test_a_one_node_cluster_agrees_with_itself():
 
 # ------------------------------------------------------------------------------------ node argv
 
-def test_node_spec_writes_the_one_node_command_line(tmp_path):
+def test_node_spec_writes_the_one_node_command_line(tmp_path, monkeypatch):
+    monkeypatch.delenv("SHIFT_WALL_S", raising=False)  # the any-year run adds --pass-env: its own test below
     spec = NodeSpec(id="node-2", api="127.0.0.1:8702", raft="127.0.0.1:9702",
                     peers=("127.0.0.1:9701", "127.0.0.1:9703"), data_dir=tmp_path / "d",
                     secret_file=tmp_path / "s", token_file=tmp_path / "t", extra_args=("--slots", "0"))
@@ -163,7 +164,17 @@ def test_node_spec_writes_the_one_node_command_line(tmp_path):
     assert alone.argv()[:4] == [sys.executable, "-m", "raftsched.cli", "node"]
 
 
-def test_local_cluster_writes_private_secrets_and_gives_each_node_its_ports(tmp_path):
+def test_under_the_any_year_shim_nodes_pass_it_to_their_runs(monkeypatch):
+    monkeypatch.setenv("SHIFT_WALL_S", "1")
+    monkeypatch.setenv("LD_PRELOAD", "/x.so")
+    assert with_any_year_env(["--slots", "0"]) == ["--slots", "0", "--pass-env", "LD_PRELOAD,SHIFT_WALL_S"]
+    assert with_any_year_env(["--pass-env", "A,LD_PRELOAD"]) == ["--pass-env", "A,LD_PRELOAD,SHIFT_WALL_S"]
+    monkeypatch.delenv("SHIFT_WALL_S")
+    assert with_any_year_env(["--slots", "0"]) == ["--slots", "0"]
+
+
+def test_local_cluster_writes_private_secrets_and_gives_each_node_its_ports(tmp_path, monkeypatch):
+    monkeypatch.delenv("SHIFT_WALL_S", raising=False)  # the any-year run adds --pass-env: its own test below
     c = LocalCluster(tmp_path, n=3, node_args=["--slots", "0"], node_env={1: {"X": "1"}})
     for f in (c.secret_file, c.token_file):
         assert os.stat(f).st_mode & 0o077 == 0, f
