@@ -357,7 +357,7 @@ async def _watch_acks(tmp_path, gate: bool) -> list[str]:
         for k in range(300):
             # one command a turn of the loop: one log entry each (RaftNode groups a turn's)
             futs.append(asyncio.ensure_future(nodes[k % 3].propose(incr(f"k{k % 7}"))))
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # ok-sleep: one loop turn, so each proposal is an entry of its own
         await asyncio.gather(*futs)
         await wait_until(lambda: len({n.status()["commit_index"] for n in nodes}) == 1, 10, "commit")
         if gate:

@@ -41,7 +41,7 @@ TARGETS = textwrap.dedent('''
                 "worker": ctx.worker_id, "slot": ctx.slot_iso, "files": os.listdir(".")}
 
     async def async_whoami(ctx):
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # ok-sleep: an await inside the async target (no wait)
         return {"pid": os.getpid(), "run": ctx.run_id}
 
     def boom(ctx):
