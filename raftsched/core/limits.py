@@ -337,3 +337,7 @@ assert worker_forget_ms > worker_gone_ms > 2 * lease_ttl_ms_min
 assert worker_labels_max * 2 * (worker_label_chars_max + 2) < job_spec_bytes_max // 4
 assert (token_tenants_max * (tenant_name_chars_max + 2) + token_workers_max * (worker_id_chars_max + 2)
         + token_note_chars_max + 512 < command_bytes_max)
+
+#: Events held in the replicated outbox (core/events.py): the oldest give way first. A sink that
+#: falls further behind than this loses the oldest events it had not been sent (counted).
+outbox_events_max = 20_000

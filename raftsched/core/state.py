@@ -51,6 +51,7 @@ from .workers import (
 )
 from .tokens import apply_token_create, apply_token_revoke
 from .seal_keys import apply_reseal
+from .events import Outbox
 
 
 def apply_noop(s: SchedulerState, cmd: Command, now: int) -> Result:
@@ -126,6 +127,8 @@ class SchedulerState:
     #: tenant -> its policy (tenants.py); queue -> the tenants it belongs to (queues.py)
     tenant_policies: dict[str, Record]
     queue_owners: dict[str, list[str]]
+    #: the events not yet given up, for delivery (events.py)
+    outbox: Outbox
     # The derived indexes of the queues (queues.reset_indexes says what each holds).
     _queued: dict[str, dict[int, list[tuple[int, str]]]]
     _by_slot: dict[str, list[tuple[int, str]]]
