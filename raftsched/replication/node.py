@@ -677,4 +677,11 @@ class RaftNode:
         """Whether this node syncs before acknowledging, and the syncs its disk made so far
         (journal groups, meta, dumps, directories) and the seconds they took."""
         disk = self._disk
-        return {"fsync": disk.fsync, "syncs": disk.syncs, "sync_s": round(disk.sync_s, 6)}
+        out = {"fsync": disk.fsync, "syncs": disk.syncs, "sync_s": round(disk.sync_s, 6)}
+        gate = None if self._sync is None else self._sync._sync_gate
+        if gate is not None:
+            # The journal's group syncs and the messages that waited for them (_durable.py).
+            out["gate"] = {"syncs": gate.syncs, "sync_s": round(gate.sync_s, 6), "held": gate.held,
+                           "held_wait_s": round(gate.held_wait_s, 6),
+                           "held_wait_max_s": round(gate.held_wait_max_s, 6)}
+        return out
