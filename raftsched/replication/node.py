@@ -123,7 +123,7 @@ class RaftNode:
         (a membership change was made), that one is used, whatever ``peers`` says.
     :param join: this node joins a running group (``peers`` are its members) and is not one of
         them: it has no vote until it is added (``change_members``) and holds the log.
-    :param data_dir: holds the journal (``raft.journal``, ``.meta``) and the full dump
+    :param data_dir: holds the journal (``raft.journal``, ``.meta``, ``.commit``) and the full dump
         (``raft.dump``); created if missing; locked against a second node.
     :param secret: the cluster secret (pysyncobj's ``password``); never empty.
     :param state: a *freshly constructed* state (``apply_bytes``, ``snapshot``, ``restore``); the
