@@ -103,8 +103,8 @@ class AsyncClient(Transport):
 
     def __init__(self, urls: list[str] | str, token: str | None = None, timeout_s: float = TIMEOUT_S_DEFAULT,
                  *, deadline_s: float = DEADLINE_S_DEFAULT, session: aiohttp.ClientSession | None = None,
-                 ca_file: str | None = None, cert_file: str | None = None, key_file: str | None = None) -> None:
-        super().__init__(urls, token, timeout_s, deadline_s)
+                 ca_file: str | None = None, cert_file: str | None = None, key_file: str | None = None, fail_fast: bool = False) -> None:
+        super().__init__(urls, token, timeout_s, deadline_s, fail_fast)
         self._ssl = client_tls_context(ca_file, cert_file, key_file) if self._uses_https() else None
         self._session = session
         self._own_session = session is None
