@@ -714,7 +714,9 @@ def main(argv: list[str] | None = None) -> int:
 
     args = p.parse_args(argv)
     try:
-        return args.func(args)
+        rc = args.func(args)
+        sys.stdout.flush()  # inside the try: a closed pipe is found here for a short answer
+        return rc
     except BrokenPipeError:
         # The reader went away (raftsched runs X | head -1): what it did not read is dropped;
         # stdout is pointed at /dev/null so that the interpreter's final flush says nothing.
