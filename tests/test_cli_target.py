@@ -255,3 +255,29 @@ def test_version_completion_and_a_closed_pipe(capsys):
     # python -m raftsched, and a reader that closes the pipe early: no traceback, no "Exception ignored".
     p = _run_here(f"{sys.executable} -m raftsched completion bash | head -1")
     assert p.returncode == 0 and p.stdout.startswith("#") and p.stderr == "", p.stderr
+
+
+def test_a_waited_backfill_draws_its_bar_on_a_terminal_only(monkeypatch, capsys):
+    from raftsched import backfill_cli
+    views = [{"id": "b1", "kind": "backfill", "job": "j", "state": s, "reason": None,
+              "progress": {"planned": 4, "created": c, "left_out": 0, "left_out_reasons": {}, "succeeded": c}}
+             for s, c in (("running", 2), ("done", 4))]
+
+    class Fake:
+        def wait_backfill(self, bid, on_progress):
+            for v in views:
+                on_progress(v)
+            return views[-1]
+
+        def runs(self, job, limit):
+            return {"runs": []}
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+    for stream, drawn in ((io.StringIO(), False), (Tty(), True)):
+        monkeypatch.setattr(sys, "stderr", stream)
+        assert backfill_cli._wait(Fake(), views[0]) == 0
+        assert ("[###############---------------] 2/4" in stream.getvalue()) is drawn
+        assert drawn or stream.getvalue() == ""
+        assert "backfill b1 of job j: done" in capsys.readouterr().out
