@@ -281,3 +281,24 @@ def test_a_waited_backfill_draws_its_bar_on_a_terminal_only(monkeypatch, capsys)
         assert ("[###############---------------] 2/4" in stream.getvalue()) is drawn
         assert drawn or stream.getvalue() == ""
         assert "backfill b1 of job j: done" in capsys.readouterr().out
+
+
+def test_a_worker_without_url_or_token_file_finds_the_recorded_cluster(tmp_path, monkeypatch):
+    """``worker --token-file`` defaults like the rest: the recorded cluster's nodes and token."""
+    from raftsched import cli
+    from raftsched.worker import remote
+    _recorded(tmp_path, base=18700)
+    monkeypatch.chdir(tmp_path)
+    for k in ENV_KEYS:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("RAFTSCHED_CONFIG", str(tmp_path / "none.toml"))
+    seen = []
+
+    async def fake_run_worker(cfg):
+        seen.append(cfg)
+        return 0
+    monkeypatch.setattr(remote, "run_worker", fake_run_worker)
+    monkeypatch.setattr(cli, "_setup_logging", lambda level: None)
+    assert cli.main(["worker", "--executors", "http", "--id", "w1"]) == 0
+    assert seen[0].urls == [f"http://127.0.0.1:{18700 + n}" for n in (1, 2, 3)]
+    assert seen[0].token == "recorded-token-0123456789"
