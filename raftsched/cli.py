@@ -522,9 +522,9 @@ def _with_client(a) -> int:
     except (OSError, ssl.SSLError) as e:
         print(f"raftsched: --ca-file/--client-cert: {e}", file=sys.stderr)
         return 2
-    # The client says on stderr when it retries after an unknown outcome.
+    # What went wrong is said once, by the call's final error (core.Call.round_error), not by a
+    # log line per attempt as well.
     _setup_logging("warning")
-    logging.getLogger("raftsched.client").setLevel(logging.INFO)
     try:
         return a.client_run(a, c)
     except RaftschedError as e:
