@@ -77,6 +77,18 @@ def test_plain_http_to_the_tls_port_says_tls_is_expected_at_once(node):
             c.trigger("nope") if mutate else c.cluster()
         assert "the node expects TLS: use https://" in ei.value.message, ei.value.message
         assert time.monotonic() - t0 < 10
+    # The asyncio client (and so raftsched worker) alike.
+    import asyncio
+    from raftsched.client.asynchronous import AsyncClient
+
+    async def via_asyncio():
+        async with AsyncClient(http_url, token=node.token, deadline_s=20) as ac:
+            t0 = time.monotonic()
+            with pytest.raises(Unavailable) as ei:
+                await ac.trigger("nope")
+            assert "the node expects TLS: use https://" in ei.value.message, ei.value.message
+            assert time.monotonic() - t0 < 10
+    asyncio.run(via_asyncio())
     # The command line: one line, with the next step.
     p = subprocess.run([sys.executable, "-m", "raftsched.cli", "trigger", "j", "--url", http_url, "--token", node.token],
                        capture_output=True, text=True, timeout=60, cwd=REPO)

@@ -39,12 +39,12 @@ from ..aio import wait_event
 from ..core.errors import RaftschedError
 from . import endpoints
 from .core import (
-    DEADLINE_S_DEFAULT, TIMEOUT_S_DEFAULT, LockHeld, LostAfterSendError, NotSentError, Request, TlsFailedError,
+    DEADLINE_S_DEFAULT, TIMEOUT_S_DEFAULT, LockHeld, LostAfterSendError, Node, NotSentError, Request, TlsFailedError,
     Transport, TransportError, Try, Wait, decode,
 )
 from .endpoints import PAGE_LIMIT_DEFAULT, PREVIEW_COUNT_DEFAULT, UNSET
 from .policy import BACKFILL_POLL_S_DEFAULT, LOCK_TTL_S_DEFAULT, BackfillWait, Lease, LockPolicy
-from .tls import client_tls_context
+from .tls import client_tls_context, probe_context
 
 __all__ = ["AsyncClient", "AsyncLock"]
 
@@ -84,6 +84,18 @@ class _Attempts:
         except _NO_CONNECTION:
             self.not_connected += 1
             raise
+
+
+async def _speaks_tls(node: Node, timeout: float) -> bool:
+    """Whether a node that dropped a plain HTTP request completes a TLS handshake (blocking.py's
+    ``_speaks_tls``, on the loop)."""
+    try:
+        _, writer = await asyncio.wait_for(
+            asyncio.open_connection(node.host, node.port, ssl=probe_context(), server_hostname=node.host), timeout)
+    except (OSError, asyncio.TimeoutError, ValueError):
+        return False
+    writer.close()
+    return True
 
 
 class AsyncClient(Transport):
@@ -146,6 +158,10 @@ class AsyncClient(Transport):
                 status = resp.status
                 rh = {k.lower(): v for k, v in resp.headers.items()}
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+            if not node.https and attempts.may_have_left and await _speaks_tls(node, timeout):
+                # A TLS port could not read the request as HTTP: nothing was done (blocking.py alike).
+                raise TlsFailedError(f"{node.url}: the node expects TLS: use https://{node.base[7:]} "
+                                     "(and a CA file)") from e
             if attempts.may_have_left:
                 # Whatever the last attempt's error (aiohttp's resend meeting "connection
                 # refused", say), an earlier attempt got a connection: the outcome is unknown.

@@ -25,7 +25,7 @@ from .core import (
 )
 from .endpoints import PAGE_LIMIT_DEFAULT, PREVIEW_COUNT_DEFAULT, UNSET
 from .policy import BACKFILL_POLL_S_DEFAULT, LOCK_TTL_S_DEFAULT, BackfillWait, Lease, LockPolicy
-from .tls import client_tls_context
+from .tls import client_tls_context, probe_context
 
 __all__ = ["Client", "Lock"]
 
@@ -33,12 +33,9 @@ __all__ = ["Client", "Lock"]
 def _speaks_tls(node: Node, timeout: float) -> bool:
     """Whether a node that dropped a plain HTTP request completes a TLS handshake: it serves
     HTTPS, and the URL says http://. Only asks; sends nothing (no certificate is trusted)."""
-    ctx = ssl.create_default_context()
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
     try:
         with socket.create_connection((node.host, node.port), timeout=timeout) as raw:
-            with ctx.wrap_socket(raw, server_hostname=node.host):
+            with probe_context().wrap_socket(raw, server_hostname=node.host):
                 return True
     except (OSError, ValueError):
         return False
