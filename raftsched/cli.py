@@ -496,6 +496,7 @@ def _member_add(a, c: Client) -> int:
 def _sync(a, c: Client) -> int:
     """``raftsched sync``: raftsched/sdk/sync.py (imported here: no other subcommand needs it)."""
     from .sdk import sync
+    a.json = a.json or a.output == "json"  # -o json is --json here; the plan is text otherwise
     return sync.run(a, c)
 
 

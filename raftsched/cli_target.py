@@ -5,14 +5,14 @@ sends nothing.
 The nodes, the first of these that gives any:
 
 1. ``--url`` (one URL or several, comma-separated);
-2. ``$RAFTSCHED_URL``;
-3. a context of the config file (``$RAFTSCHED_CONFIG``, else ``$XDG_CONFIG_HOME/raftsched/config.toml``,
-   else ``~/.config/raftsched/config.toml``): the one ``--context`` or ``$RAFTSCHED_CONTEXT`` names,
-   else its ``current-context``;
-4. the cluster ``scripts/cluster.sh`` recorded in the nearest ``.raftsched/`` of the current
+2. ``--context NAME``: that context of the config file (``$RAFTSCHED_CONFIG``, else
+   ``$XDG_CONFIG_HOME/raftsched/config.toml``, else ``~/.config/raftsched/config.toml``);
+3. ``$RAFTSCHED_URL``;
+4. the context ``$RAFTSCHED_CONTEXT`` names, else the config file's ``current-context``;
+5. the cluster ``scripts/cluster.sh`` recorded in the nearest ``.raftsched/`` of the current
    directory or one above it (``ports``: the API port base and the TLS mode; ``nodes``: the
    members), with its scheme, its CA and, for mutual TLS, its client certificate;
-5. ``$RAFTSCHED_API_PORT_BASE`` with no recorded cluster: ``http://127.0.0.1:BASE+1..3``.
+6. ``$RAFTSCHED_API_PORT_BASE`` with no recorded cluster: ``http://127.0.0.1:BASE+1..3``.
 
 Nothing else: with none of them the command stops and says where it looked (there is no
 built-in address to send a token to).
@@ -191,16 +191,16 @@ def resolve(*, url: str = "", context: str | None = None, token: str | None = No
     ctx: tuple[str, dict] | None = None
     state = find_state_dir(cwd)
     recorded = read_recorded(state) if state else None
-    context = context or env.get("RAFTSCHED_CONTEXT") or None
     notes: list[str] = []
+    path = config_path(env, home)
     if url:
         target = Target(split_urls(url, "--url"), "--url")
-    elif env.get("RAFTSCHED_URL", "").strip():
+    elif not context and env.get("RAFTSCHED_URL", "").strip():
         target = Target(split_urls(env["RAFTSCHED_URL"], "RAFTSCHED_URL"), "RAFTSCHED_URL")
     else:
-        looked += ["--url", "RAFTSCHED_URL"]
-        path = config_path(env, home)
-        ctx = load_context(path, context)
+        # A --context flag is named on this command line: it goes before $RAFTSCHED_URL.
+        looked += ["--url", "--context", "RAFTSCHED_URL"]
+        ctx = load_context(path, context or env.get("RAFTSCHED_CONTEXT") or None)
         if ctx is not None:
             target = Target(split_urls(ctx[1]["url"], f"{path} contexts.{ctx[0]}.url"),
                             f"context {ctx[0]} of {path}")

@@ -65,7 +65,7 @@ def test_a_tls_cluster_is_reached_over_https_with_its_ca_and_client_certificate(
         str(state / "tls" / "ca.pem"), str(state / "tls" / "client.pem"), str(state / "tls" / "client-key.pem"))
 
 
-def test_the_order_is_flag_environment_context_recorded_then_the_port_base(tmp_path):
+def test_the_order_is_flags_environment_context_recorded_then_the_port_base(tmp_path):
     _recorded(tmp_path)
     cfg = tmp_path / "config.toml"
     _private(tmp_path / "prod-token", "prod-token-0123456789")
@@ -76,6 +76,8 @@ def test_the_order_is_flag_environment_context_recorded_then_the_port_base(tmp_p
     assert (t.urls, t.source, t.token) == (["http://127.0.0.1:18703"], "--url", "env-token")
     t = _resolve(tmp_path, env=env)
     assert (t.urls, t.source) == (["http://127.0.0.1:18702"], "RAFTSCHED_URL")
+    t = _resolve(tmp_path, env=env, context="prod")  # a --context flag goes before the environment
+    assert t.urls[0] == "https://a.example:8701" and t.token == "env-token"
     del env["RAFTSCHED_URL"], env["RAFTSCHED_TOKEN"]
     t = _resolve(tmp_path, env=env)
     assert t.urls == ["https://a.example:8701", "https://b.example:8701"] and t.source.startswith("context prod")
