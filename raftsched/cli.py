@@ -446,14 +446,19 @@ def _apply(a, c: Client) -> int:
         print(f"raftsched: {len(names)} jobs: sending {-(-len(names) // step)} requests of at most {step}; "
               "each is validated on its own", file=sys.stderr)
     bar = Progress(len(names), "apply")
-    conflicts = 0
-    for k in range(0, max(len(names), 1), step):
-        part = {n: body["jobs"][n] for n in names[k:k + step]}
-        res = c.put_jobs(part, create_only)  # an error ends the command (_with_client)
-        bar.update(min(k + step, len(names)))
-        conflicts += res.get("conflicts", 0) if isinstance(res, dict) else 0
-        show(res)
-    bar.close()
+    answers = []
+    try:
+        for k in range(0, max(len(names), 1), step):
+            part = {n: body["jobs"][n] for n in names[k:k + step]}
+            answers.append(c.put_jobs(part, create_only))  # an error ends the command (_with_client)
+            bar.update(min(k + step, len(names)))
+    finally:
+        # The bar's line ends before any answer is printed; the requests that were applied
+        # are printed even when a later one failed.
+        bar.close()
+        for res in answers:
+            show(res)
+    conflicts = sum(res.get("conflicts", 0) for res in answers if isinstance(res, dict))
     if conflicts:
         # --create-only left these jobs as they were: the file and the cluster differ.
         print(f"raftsched: {conflicts} job(s) exist already and were left as they are (--create-only)",

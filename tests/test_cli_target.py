@@ -304,3 +304,40 @@ def test_a_worker_without_url_or_token_file_finds_the_recorded_cluster(tmp_path,
     assert cli.main(["worker", "--executors", "http", "--id", "w1"]) == 0
     assert seen[0].urls == [f"http://127.0.0.1:{18700 + n}" for n in (1, 2, 3)]
     assert seen[0].token == "recorded-token-0123456789"
+
+
+def test_apply_shows_a_bar_then_every_applied_answer_and_fails_on_conflicts(tmp_path, monkeypatch, capsys):
+    from raftsched import cli
+    from raftsched.client.core import error_of
+    from raftsched.core import limits
+    monkeypatch.setattr(limits, "batch_jobs_max", 2)
+    monkeypatch.setattr(cli, "_setup_logging", lambda level: None)
+    monkeypatch.setenv("RAFTSCHED_TOKEN", "t")
+    f = tmp_path / "jobs.json"
+    f.write_text(json.dumps({"jobs": {f"j{i}": {} for i in range(3)}}))
+    fail_second = []
+
+    class Fake:
+        def __init__(self, urls, **kw):
+            pass
+
+        def put_jobs(self, part, create_only):
+            if fail_second and "j2" in part:
+                raise error_of(422, {"error": {"code": "invalid", "message": "no", "field": "x", "job": "j2"}})
+            return {"created": len(part) - ("j0" in part), "conflicts": int("j0" in part)}
+    monkeypatch.setattr(cli, "Client", Fake)
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+    err = Tty()
+    monkeypatch.setattr(sys, "stderr", err)
+    argv = ["apply", str(f), "--create-only", "--url", "http://127.0.0.1:9", "-o", "json"]
+    assert cli.main(argv) == 1  # a conflict: the file and the cluster differ
+    out = capsys.readouterr().out
+    assert out.count('"created"') == 2 and err.getvalue().startswith("raftsched: 3 jobs: sending 2 requests")
+    assert "\rapply [" + "#" * 30 + "] 3/3\n" in err.getvalue() and "1 job(s) exist already" in err.getvalue()
+    fail_second.append(True)
+    assert cli.main(argv) == 1
+    out = capsys.readouterr().out
+    assert out.count('"created"') == 1 and '"job": "j2"' in out  # what was applied, then the error
