@@ -22,7 +22,7 @@ from .client.core import BATCH_TIMEOUT_S, DEADLINE_S_DEFAULT
 from .client.endpoints import PREVIEW_COUNT_DEFAULT
 from .config import ConfigError, read_secret_file
 from .core import limits
-from .core.errors import RaftschedError
+from .core.errors import RaftschedError, Unavailable
 from .core.model import EXECUTOR_TYPES
 from .core.tokens import ROLES
 from .worker import limits as worker_limits
@@ -485,7 +485,11 @@ def _member_add(a, c: Client) -> int:
     deadline = time.monotonic() + a.wait_s
     while time.monotonic() < deadline:
         time.sleep(MEMBER_POLL_S)
-        st = c.cluster(consistent=True)
+        try:
+            st = c.cluster(consistent=True)
+        except Unavailable as e:  # a leader change while the member is added: look again
+            print(f"raftsched: {e.message}; still waiting", file=sys.stderr)
+            continue
         if a.addr in (st.get("members") or []):
             return show(dict(res, state="voter", members={"voters": st.get("members"),
                                                           "learners": st.get("learners", [])}))
