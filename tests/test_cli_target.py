@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -253,7 +254,13 @@ def test_version_completion_and_a_closed_pipe(capsys):
     assert cli.main(["completion", "zsh"]) == 0
     out = capsys.readouterr().out
     assert "#compdef raftsched" in out and "--token-file" in out
-    assert cli.main(["completion", "bash"]) == 0 and "complete -o" in capsys.readouterr().out
+    assert cli.main(["completion", "bash"]) == 0
+    script = capsys.readouterr().out
+    if shutil.which("bash"):  # the script completes in bash: "raftsched tok<TAB>" is "tokens"
+        p = subprocess.run(["bash", "-c", script + '\nCOMP_WORDS=(raftsched tok); COMP_CWORD=1; COMP_LINE="raftsched tok"; '
+                            'COMP_POINT=${#COMP_LINE}; _shtab_raftsched; echo "${COMPREPLY[@]}"'],
+                           capture_output=True, text=True, timeout=30)
+        assert p.stdout.split() == ["tokens"], p.stdout + p.stderr
     # python -m raftsched, and a reader that closes the pipe early: no traceback, no "Exception ignored".
     p = _run_here(f"{sys.executable} -m raftsched completion bash | head -1")
     assert p.returncode == 0 and p.stdout.startswith("#") and p.stderr == "", p.stderr
