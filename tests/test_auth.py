@@ -134,14 +134,15 @@ ROUTES = [  # (method, path, body): one request a route, valid enough to pass au
     ("POST", "/v1/workers/w1/heartbeat", {"leases": [], "ttl_ms": 10_000}),
     ("POST", "/v1/workers/w1/complete", {"results": []}), ("POST", "/v1/workers/w1/release", {"leases": []}),
     ("GET", "/v1/workers", None), ("GET", "/v1/workers/w1", None), ("POST", "/v1/workers/w1/drain", None),
+    ("POST", "/v1/jobs/a/ping", {"status": "start"}), ("GET", "/v1/deadlines", None),
     ("GET", "/v1/secrets", None), ("POST", "/v1/secrets:rotate", {"key": "process"}),
     ("POST", "/v1/cluster/members", {"addr": "127.0.0.1:7"}), ("DELETE", "/v1/cluster/members/127.0.0.1:8", None),
 ]
 ALLOWED = {
     "admin": set(auth.SCOPES),
-    "operator": {"read", "jobs.write", "dlq.write", "queues.write", "locks.write"},
+    "operator": {"read", "jobs.write", "dlq.write", "queues.write", "locks.write", "ping"},
     "reader": {"read"},
-    "worker": {"worker"},
+    "worker": {"worker", "ping"},
 }
 
 

@@ -602,6 +602,15 @@ def slot_view(s: SchedulerState, rid: str) -> Record | None:
     return None if r is None else _view(rid, r)
 
 
+def slot_views(s: SchedulerState, rids: list[str]) -> dict[str, Record]:
+    """The ``deadline`` blocks of these runs that have one (nothing to look at when no job has a
+    deadline)."""
+    slots = _book(s).slots
+    if not slots:
+        return {}
+    return {rid: _view(rid, slots[rid]) for rid in rids if rid in slots}
+
+
 def _view(rid: str, r: Record) -> Record:
     return {"run_id": None if r["slot"] is None else rid, "job": r["job"], "tenant": r["tenant"],
             "slot": r["slot"], "state": r["state"], "deadline": r["which"], "cause": r["cause"],

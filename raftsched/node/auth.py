@@ -48,13 +48,13 @@ BOOTSTRAP_ID = "bootstrap"
 # ------------------------------------------------------------------ roles, scopes, routes
 #: Scopes, each the right to a group of routes.
 SCOPES = ("read", "jobs.write", "dlq.write", "queues.write", "locks.write", "tenants.write",
-          "tokens", "worker", "admin")
+          "tokens", "worker", "admin", "ping")
 #: What each role may do. ``admin`` may do everything, also what no table lists.
 ROLE_SCOPES = {
     "admin": frozenset(SCOPES),
-    "operator": frozenset({"read", "jobs.write", "dlq.write", "queues.write", "locks.write"}),
+    "operator": frozenset({"read", "jobs.write", "dlq.write", "queues.write", "locks.write", "ping"}),
     "reader": frozenset({"read"}),
-    "worker": frozenset({"worker"}),
+    "worker": frozenset({"worker", "ping"}),
 }
 assert set(ROLE_SCOPES) == set(ROLES)
 
