@@ -143,6 +143,7 @@ ALLOWED = {
     "operator": {"read", "jobs.write", "dlq.write", "queues.write", "locks.write", "ping"},
     "reader": {"read"},
     "worker": {"worker", "ping"},
+    "ping": {"ping"},
 }
 
 
@@ -193,11 +194,11 @@ def test_a_route_added_without_a_row_is_not_served():
     run(t)
 
 
-@pytest.mark.parametrize("role", ["admin", "operator", "reader", "worker"])
+@pytest.mark.parametrize("role", ["admin", "operator", "reader", "worker", "ping"])
 def test_each_role_gets_its_scopes_and_403_names_the_missing_one(role):
     async def t(env, c):
         await call(c, "PUT", "/v1/jobs/a", body=SPEC)
-        tok = (await new_token(c, role))["token"]
+        tok = (await new_token(c, role, **({"jobs": ["a"]} if role == "ping" else {})))["token"]
         for method, path, body in ROUTES:
             scope = scope_of(method, canonical(env.app, path))
             s, b = await call(c, method, path, tok, body)
@@ -207,6 +208,23 @@ def test_each_role_gets_its_scopes_and_403_names_the_missing_one(role):
             else:
                 assert s == 403 and b["error"]["code"] == "forbidden" and b["error"]["scope"] == scope, (role, method, path, b)
                 assert scope in b["error"]["message"]
+    run(t)
+
+
+def test_a_ping_token_pings_only_its_jobs():
+    async def t(env, c):
+        for name in ("a", "b"):
+            await call(c, "PUT", f"/v1/jobs/{name}", body=SPEC)
+        b = await new_token(c, "ping", jobs=["a"])
+        assert b["jobs"] == ["a"]
+        s, body = await call(c, "POST", "/v1/jobs/a/ping", b["token"], {"status": "start"})
+        assert s == 409 and "not a heartbeat job" in body["error"]["message"], body  # allowed: judged by the state
+        s, body = await call(c, "POST", "/v1/jobs/b/ping", b["token"], {"status": "start"})
+        assert s == 403 and body["error"]["field"] == "name", body
+        for bad, field in (({"role": "ping"}, "jobs"), ({"role": "reader", "jobs": ["a"]}, "jobs"),
+                           ({"role": "ping", "jobs": ["a", "a"]}, "jobs"), ({"role": "ping", "jobs": ["../x"]}, "jobs[0]")):
+            s, body = await call(c, "POST", "/v1/tokens", body=bad)
+            assert s == 422 and body["error"]["field"] == field, (bad, body)
     run(t)
 
 

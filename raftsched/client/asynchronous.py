@@ -425,9 +425,9 @@ class AsyncClient(Transport):
                                                          timeout_s=timeout_s, deadline_s=deadline_s))
 
     async def create_token(self, role: str, tenants: list[str] | None = None, expires: str | int | None = None,
-                           note: str | None = None, workers: list[str] | None = None) -> dict:
+                           note: str | None = None, workers: list[str] | None = None, jobs: list[str] | None = None) -> dict:
         """``POST /v1/tokens``: a new API token; its secret is shown this once."""
-        return await self._send(endpoints.create_token(role, tenants, expires, note, workers))
+        return await self._send(endpoints.create_token(role, tenants, expires, note, workers, jobs))
 
     async def tokens(self) -> dict:
         """``GET /v1/tokens``: every token, without secrets."""

@@ -345,9 +345,9 @@ class Client(Transport):
                                                    timeout_s=timeout_s, deadline_s=deadline_s))
 
     def create_token(self, role: str, tenants: list[str] | None = None, expires: str | int | None = None,
-                     note: str | None = None, workers: list[str] | None = None) -> dict:
+                     note: str | None = None, workers: list[str] | None = None, jobs: list[str] | None = None) -> dict:
         """``POST /v1/tokens``: a new API token; its secret is shown this once."""
-        return self._send(endpoints.create_token(role, tenants, expires, note, workers))
+        return self._send(endpoints.create_token(role, tenants, expires, note, workers, jobs))
 
     def tokens(self) -> dict:
         """``GET /v1/tokens``: every token, without secrets."""

@@ -468,12 +468,15 @@ def worker_release(worker_id: str, leases: list, reason: str = "", *, idempotent
 # ------------------------------------------------------------------ tokens (admin)
 @endpoint
 def create_token(role: str, tenants: list[str] | None = None, expires: str | int | None = None,
-                 note: str | None = None, workers: list[str] | None = None) -> Request:
-    """``POST /v1/tokens``: ``{"id", "token", "role", "tenants", "workers", "expires_at",
+                 note: str | None = None, workers: list[str] | None = None,
+                 jobs: list[str] | None = None) -> Request:
+    """``POST /v1/tokens``: ``{"id", "token", "role", "tenants", "workers", "jobs", "expires_at",
     "note"}``; the token (its secret) is shown this once. ``expires``: ISO-8601 or ms since
-    the epoch; ``workers``: the worker ids a worker token may speak for (None: any)."""
+    the epoch; ``workers``: the worker ids a worker token may speak for (None: any); ``jobs``:
+    the heartbeat jobs a ping token may ping."""
     return Request("POST", "/v1/tokens",
-                   body={"role": role, **_given(tenants=tenants, expires=expires, note=note, workers=workers)})
+                   body={"role": role, **_given(tenants=tenants, expires=expires, note=note, workers=workers,
+                                                jobs=jobs)})
 
 
 @endpoint
