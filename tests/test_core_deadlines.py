@@ -24,14 +24,17 @@ def spec(sched: dict, deadline: dict, policy_name: str = "fire_all", grace_s: in
     return model.validate_job("j", raw)
 
 
-def tick(s: SchedulerState, now: int) -> list[dict]:
+def tick(s: SchedulerState, now: int, ahead: bool = False) -> list[dict]:
     """One trigger tick: the fire of what is due, then the deadline sweep, each as the trigger
     proposes it. :returns: the results."""
     out = []
     entries, dl = [], []
-    for name in due.pop_due(s, now, limits.fire_entries_max):
+    ahead_ms = limits.fire_ahead_ms if ahead else 0  # as the trigger fires ahead (node/trigger.py)
+    span = ahead_ms + limits.fire_ahead_span_ms if ahead else 0
+    for name in due.pop_due(s, now, limits.fire_entries_max, ahead_ms):
         job = s.jobs[name]
-        e = policy.plan_fire_compact(job["spec"], job["anchor"], job["cursor"], now, job["gen"], name)
+        e = policy.plan_fire_compact(job["spec"], job["anchor"], job["cursor"], now, job["gen"], name,
+                                     span if policy.fires_ahead(job["spec"]) else 0)
         if e is None:
             due.repush(s, [name])
             continue
@@ -299,6 +302,14 @@ def test_a_heartbeat_job_is_never_leased_and_pings_move_its_slot() -> None:
     assert not res["ok"] and res["error"]["code"] == "conflict"
     res = apply(s, commands.ping(second + 401 * SEC, None, name="hb", status="fail", slot=second + 1))
     assert not res["ok"] and res["error"]["code"] == "not_found"
+    # A ping a little before a slot committed ahead is that slot's; before it is committed, nobody's.
+    third = second + 600 * SEC
+    res = apply(s, commands.ping(third - 5 * SEC, None, name="hb", status="start", slot=None))
+    assert res["error"]["code"] == "conflict", res
+    tick(s, third - 900, ahead=True)  # the trigger commits it ahead of its time
+    assert s.runs[f"hb@{third}"]["state"] == "waiting"
+    res = apply(s, commands.ping(third - 800, None, name="hb", status="start", slot=None))
+    assert res["ok"] and res["run"] == f"hb@{third}", res
 
 
 def test_a_fail_ping_misses_at_once_and_a_ping_for_another_job_is_refused() -> None:

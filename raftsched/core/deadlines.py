@@ -518,13 +518,16 @@ def apply_deadline_judge(s: SchedulerState, cmd: Command, now: int) -> Result:
 
 # ------------------------------------------------------------------ heartbeat jobs: pings
 PING_STATUSES = ("start", "success", "fail")
+#: How long before its slot a ping without a slot may be that slot's: what firing ahead commits.
+PING_AHEAD_MS = limits.fire_ahead_ms + limits.fire_ahead_span_ms
 
 
 def apply_ping(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``ping {name, status, slot?}``: what something outside reports about a heartbeat job's
     slot: ``start`` (its run is running), ``success`` or ``fail`` (it ended). Without ``slot``,
     the newest of the job's runs a ping can still move (a start: one waiting; an end: one running,
-    else one waiting). A run that ended is not changed again.
+    else one waiting) whose slot came, else the first one due within PING_AHEAD_MS (committed
+    ahead). A run that ended is not changed again.
 
     :raises NotFound: no such job, or no run for that slot. :raises Conflict: not a heartbeat job,
         or no run a ping can move. :raises InvalidCommand: a bad status or slot."""
@@ -546,12 +549,17 @@ def apply_ping(s: SchedulerState, cmd: Command, now: int) -> Result:
     else:
         hist = s.history.get(name) or []
         want = ("waiting",) if status == "start" else ("running", "waiting")
+        # A slot is committed up to PING_AHEAD_MS before it comes (firing ahead), and the
+        # reporter's clock is not the cluster's: a ping that early is the coming slot's when no
+        # slot that came is open.
+        ahead = now + PING_AHEAD_MS
         for st in want:
             for rid in reversed(hist):
                 cand = s.runs[rid]
-                if cand["state"] == st and cand["slot"] <= now:
-                    run = cand
-                    break
+                if cand["state"] == st and cand["slot"] <= ahead:
+                    run = cand  # newest first: the newest that came, else the first still to come
+                    if cand["slot"] <= now:
+                        break
             if run is not None:
                 break
         if run is None:
