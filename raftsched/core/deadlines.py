@@ -545,7 +545,7 @@ def apply_ping(s: SchedulerState, cmd: Command, now: int) -> Result:
     if slot is not None:
         run = s.runs.get(f"{name}@{slot}")
         if run is None:
-            raise NotFound(f"job {name} has no run for slot {schedule.iso(slot)}", field="slot")
+            raise NotFound(f"job {name} has no run for slot {slot} (ms since the epoch)", field="slot")
     else:
         hist = s.history.get(name) or []
         want = ("waiting",) if status == "start" else ("running", "waiting")
