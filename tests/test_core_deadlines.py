@@ -215,6 +215,18 @@ def test_skipped_slots_miss_at_once_and_max_since_success_catches_a_job_whose_ev
     n = len(deadline_events(s))
     run_to(s, back + SEC, back + 5 * SEC)
     assert len(deadline_events(s)) == n
+    # Armed again by a success; a new leader (a replica restored from a snapshot) judges the next
+    # streak from the replicated base.
+    trig = apply(s, commands.trigger_job(back + 6 * SEC, None, name="j"))
+    (g,) = acquire(s, back + 6 * SEC)
+    assert g["id"] == trig["run"]
+    complete(s, back + 7 * SEC, g, True)
+    r = SchedulerState()
+    r.restore(s.snapshot())
+    due.attach(r, due.DueIndex())
+    run_to(r, back + 8 * SEC, back + 160 * SEC, 4 * SEC)
+    streaks = [e for e in r.outbox.events if e["detail"].get("deadline") == "max_since_success_s"]
+    assert len(streaks) == 2 and streaks[-1]["detail"]["since"] == back + 7 * SEC, streaks
 
 
 def test_a_deadline_that_falls_in_a_leaderless_gap_is_judged_by_the_next_leader() -> None:

@@ -159,23 +159,33 @@ class Book:
         return (isinstance(other, Book) and self.slots == other.slots and self.final == other.final
                 and self.since == other.since)
 
-    def rebuild(self) -> None:
+    def rebuild(self, jobs: dict[str, Record]) -> None:
+        """Both indexes from the records and the watched jobs (``jobs``: the state's)."""
         self._heap = [(t, rid) for rid, r in self.slots.items() if r["state"] in ("pending", "missed")
                       for t in _open_instants(r)]
         heapq.heapify(self._heap)
-        self._since_heap = [(v[0], job) for job, v in self.since.items() if not v[1]]
+        self._since_heap = [(v[0] + _since_ms(jobs.get(job)), job) for job, v in self.since.items()
+                            if not v[1] and _since_ms(jobs.get(job))]
         heapq.heapify(self._since_heap)
+
+
+def _since_ms(job: Record | None) -> int:
+    """The job's max_since_success_s in ms, or 0 when it has none."""
+    if job is None:
+        return 0
+    d = job["spec"].get("deadline")
+    return int(d["max_since_success_s"]) * 1000 if d is not None and "max_since_success_s" in d else 0
 
 
 def _open_instants(r: Record) -> list[int]:
     return [t for t in (r["start"], r["within"], r["by"]) if t is not None and t > r["judged"]]
 
 
-def _push(book: Book, r: Record, rid: str) -> None:
+def _push(s: SchedulerState, book: Book, r: Record, rid: str) -> None:
     for t in _open_instants(r):
         heapq.heappush(book._heap, (t, rid))
     if len(book._heap) > 4 * len(book.slots) + 1024:
-        book.rebuild()
+        book.rebuild(s.jobs)
 
 
 def _book(s: SchedulerState) -> Book:
@@ -219,7 +229,7 @@ def _track(s: SchedulerState, job: Record, slot: int, at: list[Any], now: int) -
             if old["state"] == "pending":
                 _miss(s, book, old_id, old, now, _first(old), "untracked", now)
                 break
-    _push(book, r, rid)
+    _push(s, book, r, rid)
     return r
 
 
@@ -324,7 +334,7 @@ def since_success(s: SchedulerState, job_name: str, now: int) -> None:
         if job is not None and "deadline" in job["spec"] and "max_since_success_s" in job["spec"]["deadline"]:
             heapq.heappush(book._since_heap, (now + job["spec"]["deadline"]["max_since_success_s"] * 1000, job_name))
             if len(book._since_heap) > 2 * len(book.since) + 1024:
-                book.rebuild()
+                book.rebuild(s.jobs)
 
 
 # ------------------------------------------------------------------ apply: fire and judge
@@ -463,7 +473,7 @@ def repush(s: SchedulerState, rids: list[str], jobs: list[str]) -> None:
     for rid in rids:
         r = book.slots.get(rid)
         if r is not None:
-            _push(book, r, rid)
+            _push(s, book, r, rid)
     for name in jobs:
         w = book.since.get(name)
         job = s.jobs.get(name)
@@ -690,7 +700,7 @@ def _decode(data: list[Any]) -> Book:
 
 
 def _rebuild(s: SchedulerState) -> None:
-    _book(s).rebuild()
+    _book(s).rebuild(s.jobs)
 
 
 EXTENSION = snapshot.register(snapshot.Extension(name="deadlines", new=Book, encode=_encode, decode=_decode,
