@@ -337,11 +337,13 @@ def test_a_fail_ping_misses_at_once_and_a_ping_for_another_job_is_refused() -> N
 
 
 def test_a_heartbeat_job_never_pinged_keeps_a_bounded_number_of_runs_open() -> None:
-    s = new_state(("hb", spec({"every_s": 60}, {"succeed_within_s": 30}, executor={"type": "heartbeat"})), now=T0)
+    s = new_state(("hb", spec({"every_s": 60}, {"succeed_within_s": 3600}, executor={"type": "heartbeat"})), now=T0)
     run_to(s, T0 + 60 * SEC, T0 + 60 * SEC * (limits.heartbeat_open_max + 5), 60 * SEC)
     open_runs = [r for r in s.runs.values() if r["state"] == "waiting"]
     assert len(open_runs) == limits.heartbeat_open_max
     assert any(r.get("reason") == "not_pinged" for r in s.runs.values())
+    closed = [d for d in deadlines.listing(s, "missed", "hb", None, None, 100) if d["judged_at"] < d["instant"]]
+    assert closed and {d["cause"] for d in closed} == {"never_started"}, closed
 
 
 # ------------------------------------------------------------------ properties

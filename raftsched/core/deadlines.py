@@ -227,7 +227,7 @@ def _track(s: SchedulerState, job: Record, slot: int, at: list[Any], now: int) -
     if book.pending > limits.deadlines_pending_max:
         for old_id, old in book.slots.items():
             if old["state"] == "pending":
-                _miss(s, book, old_id, old, now, _first(old), "untracked", now)
+                _miss(s, book, old_id, old, now, _first(old), "untracked", None)
                 break
     _push(s, book, r, rid)
     return r
@@ -244,6 +244,8 @@ def _first(r: Record) -> tuple[int | None, str | None]:
 
 def _miss(s: SchedulerState, book: Book, rid: str, r: Record, now: int, first: tuple[int | None, str | None],
           cause: str, at: int | None, final: bool = True) -> None:
+    """Judge ``r`` missed: ``first`` is (instant, which deadline), ``at`` the instant to report
+    (None: the deadline's own, also for a miss judged before it, a dead run's)."""
     r["state"] = "missed"
     r["which"] = first[1]
     r["at"] = at if at is not None else first[0]
@@ -293,9 +295,10 @@ def _late_by(r: Record, run: Record, done: int) -> tuple[int | None, str | None]
     return None, None
 
 
-def on_finish(s: SchedulerState, run: Record, now: int) -> None:
+def on_finish(s: SchedulerState, run: Record, now: int, cause: str | None = None) -> None:
     """A slot's run ended (succeeded, dead, failed for good, or was recorded skipped): judge its
-    record, if it has one. Called by apply wherever a run ends; O(1)."""
+    record, if it has one (``cause``: why it missed, when the caller knows better than the run's
+    state says). Called by apply wherever a run ends; O(1)."""
     book: Book = s.deadlines
     if not book.slots and not book.since:
         return
@@ -322,7 +325,7 @@ def on_finish(s: SchedulerState, run: Record, now: int) -> None:
     if r["state"] == "missed":
         _finalise(s, book, rid, r)  # judged when its instant passed; it ends missed
         return
-    _miss(s, book, rid, r, now, _first(r), _cause(s, run), now)
+    _miss(s, book, rid, r, now, _first(r), cause or _cause(s, run), None)
 
 
 def since_success(s: SchedulerState, job_name: str, now: int) -> None:
@@ -365,7 +368,7 @@ def on_fire(s: SchedulerState, items: list[list[Any]], stale: set[str], fired_at
         if r is None:
             continue
         if run["state"] in ("skipped", "coalesced"):
-            _miss(s, _book(s), run["id"], r, now, _first(r), _cause(s, run), now)
+            _miss(s, _book(s), run["id"], r, now, _first(r), _cause(s, run), None)
     for name in {it[0] for it in items}:
         job = s.jobs.get(name)
         if job is not None and "max_since_success_s" in job["spec"].get("deadline", {}) and name not in s.deadlines.since:
@@ -461,7 +464,7 @@ def due(s: SchedulerState, now: int, limit: int) -> tuple[list[str], list[str]]:
         job = s.jobs.get(name)
         if w is None or w[1] or job is None or name in jobs:
             continue
-        if w[0] + job["spec"]["deadline"]["max_since_success_s"] * 1000 != t:
+        if not _since_ms(job) or w[0] + _since_ms(job) != t:
             continue
         jobs.append(name)
     return out, jobs
@@ -477,8 +480,8 @@ def repush(s: SchedulerState, rids: list[str], jobs: list[str]) -> None:
     for name in jobs:
         w = book.since.get(name)
         job = s.jobs.get(name)
-        if w is not None and job is not None and "max_since_success_s" in job["spec"].get("deadline", {}):
-            heapq.heappush(book._since_heap, (w[0] + job["spec"]["deadline"]["max_since_success_s"] * 1000, name))
+        if w is not None and _since_ms(job):
+            heapq.heappush(book._since_heap, (w[0] + _since_ms(job), name))
 
 
 def _names(v: object, field: str) -> list[str]:
@@ -608,9 +611,10 @@ def close_heartbeats(s: SchedulerState, job: Record, now: int) -> None:
         run["finished_at"] = now
         if run["state"] == "waiting":
             run.update(state="skipped", reason="not_pinged")
+            on_finish(s, run, now, "never_started")
         else:
             run.update(state="failed", error="no success or fail ping before the job's later runs closed it")
-        on_finish(s, run, now)
+            on_finish(s, run, now, "still_running")
 
 
 # ------------------------------------------------------------------ reads
