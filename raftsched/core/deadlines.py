@@ -206,7 +206,7 @@ def _finalise(s: SchedulerState, book: Book, rid: str, r: Record) -> None:
 def _emit(s: SchedulerState, r: Record, rid: str, now: int, attempt: int | None = None) -> None:
     kind = "deadline.late" if r["state"] == "late" else "deadline.missed"
     events.emit(s, kind, now, job=r["job"], tenant=r["tenant"], slot=r["slot"], run_id=rid, attempt=attempt,
-                reason=r["cause"], deadline=r["which"], instant=r["at"])
+                reason=r["cause"], deadline=r["which"], instant=r["at"], cause=r["cause"])
 
 
 def _track(s: SchedulerState, job: Record, slot: int, at: list[Any], now: int) -> Record | None:
@@ -518,7 +518,7 @@ def apply_deadline_judge(s: SchedulerState, cmd: Command, now: int) -> Result:
         if last is not None and last["state"] == "succeeded":
             cause = "skipped"  # succeeded before the window: every slot since did not run
         events.emit(s, "deadline.missed", now, job=name, tenant=job["spec"]["tenant"], slot=None, run_id=None,
-                    reason=cause, deadline="max_since_success_s", instant=at, since=w[0])
+                    reason=cause, deadline="max_since_success_s", instant=at, cause=cause, since=w[0])
         rid = f"{name}#since@{at}"
         book.slots[rid] = {"job": name, "tenant": job["spec"]["tenant"], "slot": None, "start": None,
                            "within": None, "by": None, "state": "missed", "which": "max_since_success_s",

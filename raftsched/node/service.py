@@ -540,6 +540,9 @@ class Service:
             for v in out:
                 if v["id"] in blocks:
                     v["deadline"] = deadline_view(blocks[v["id"]])
+        for v in out:
+            if v["state"] == "waiting":  # a heartbeat job's slot (docs/notifications.md)
+                v["waiting_for"] = "a ping: POST /v1/jobs/{name}/ping"
         queued = [r["id"] for r in runs if r["state"] == "queued"]
         if queued:
             why = self.read(queries.waiting_for_many, queued, self.clock.now_ms())
