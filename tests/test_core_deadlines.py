@@ -39,7 +39,7 @@ def tick(s: SchedulerState, now: int, ahead: bool = False) -> list[dict]:
             due.repush(s, [name])
             continue
         entries.append(e)
-        dl.extend(deadlines.fire_items(job["spec"], e))
+        dl.extend(deadlines.fire_items(job["spec"], e, job["anchor"]))
     if entries:
         out.append(apply(s, commands.fire(now, entries=entries, dl=dl)))
     rids, names = deadlines.due(s, now, limits.deadline_judge_items_max)
@@ -227,6 +227,33 @@ def test_skipped_slots_miss_at_once_and_max_since_success_catches_a_job_whose_ev
     run_to(r, back + 8 * SEC, back + 160 * SEC, 4 * SEC)
     streaks = [e for e in r.outbox.events if e["detail"].get("deadline") == "max_since_success_s"]
     assert len(streaks) == 2 and streaks[-1]["detail"]["since"] == back + 7 * SEC, streaks
+
+
+def test_under_fire_once_each_coalesced_slot_is_judged_on_its_own() -> None:
+    s = new_state(("j", spec({"every_s": 60}, {"succeed_within_s": 30}, policy_name="fire_once", grace_s=5)), now=T0)
+    back = T0 + 640 * SEC  # ten slots missed: the last runs, nine are coalesced into one record
+    tick(s, back)
+    (rec_entry,) = [r for r in s.runs.values() if r["state"] == "coalesced"]
+    assert rec_entry["count"] == 9
+    for k in range(1, 10):
+        r = rec(s, f"j@{T0 + k * 60 * SEC}")
+        assert (r["state"], r["cause"], r["instant"]) == ("missed", "skipped", T0 + k * 60 * SEC + 30 * SEC), k
+    r = rec(s, f"j@{T0 + 600 * SEC}")  # the run: judged by its own state, its instant passed already
+    assert (r["state"], r["cause"]) == ("missed", "never_started")
+    assert len([e for e in s.outbox.events if e["kind"] == "deadline.missed"]) == 10
+
+
+def test_a_long_catch_up_fits_its_command_and_tracks_its_newest_slots() -> None:
+    name = "n" * limits.job_name_chars_max
+    sp = spec({"every_s": 1}, {"succeed_within_s": 30}, policy_name="fire_all", grace_s=0,
+              max_catchup=limits.max_catchup_max)
+    s = new_state((name, sp), now=T0)
+    res = tick(s, T0 + 3 * HOUR)  # apply encodes the command: past 32 KB it would raise
+    assert all(x["ok"] for x in res), res
+    tracked = sorted(r["slot"] for r in s.deadlines.slots.values())
+    runs = sorted(r["slot"] for r in s.runs.values() if r["kind"] == "scheduled")
+    assert len(runs) >= limits.max_catchup_max and 16 <= len(tracked) < len(runs)
+    assert max(set(runs) - set(tracked)) < min(tracked)  # the newest are tracked
 
 
 def test_a_deadline_that_falls_in_a_leaderless_gap_is_judged_by_the_next_leader() -> None:

@@ -49,6 +49,8 @@ FIELDS = ("start_within_s", "succeed_within_s", "succeed_by", "max_since_success
 WHICH = ("start_within_s", "succeed_within_s", "succeed_by")
 OUTCOMES = ("pending", "met", "late", "missed")
 CAUSES = ("never_started", "still_running", "failed", "skipped", "paused", "untracked")
+#: What a ``dl`` item costs in a fire command besides its job's name: five integers and framing.
+DL_ITEM_BYTES = 56
 _HHMM = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
 
 
@@ -119,15 +121,26 @@ def instants(spec: Record, slot: int) -> list[int | None] | None:
             succeed_by_ms(spec["schedule"], d["succeed_by"], slot) if "succeed_by" in d else None]
 
 
-def fire_items(spec: Record, entry: list[Any]) -> list[list[Any]]:
+def fire_items(spec: Record, entry: list[Any], anchor: int) -> list[list[Any]]:
     """The ``dl`` items of a fire entry (``policy.compact_entry``'s list) of a job with a
-    deadline: ``[job, gen, slot, start, within, by]`` for each slot that becomes a run and for
-    the first slot of each record. Empty for a job without one."""
+    deadline: ``[job, gen, slot, start, within, by]`` for each slot that becomes a run, and for
+    each slot of each recorded range (skipped, coalesced), each judged on its own: the first
+    ``limits.deadline_range_slots_max`` of a range (the rest of a longer range are in the same
+    record, and counted by it). At most ``limits.fire_entry_deadline_bytes_max`` of items an
+    entry: a catch-up that handles more slots at once keeps the newest. Empty for a job without
+    one. Proposer side (``anchor``: the job's, for the slots of a range)."""
     name, gen, _after, _upto, _nxt, runs, rec = entry
     out: list[list[Any]] = []
     if "deadline" not in spec:
         return out
-    for slot in list(runs) + [r[2] for r in rec]:
+    slots = list(runs)
+    for r in rec:
+        if r[3] == r[2]:
+            slots.append(r[2])
+        else:
+            slots.extend(schedule.iter_slots(spec["schedule"], r[2] - 1, r[3], anchor, limits.deadline_range_slots_max))
+    keep = max(1, limits.fire_entry_deadline_bytes_max // (len(name.encode()) + DL_ITEM_BYTES))
+    for slot in sorted(slots)[-keep:]:
         at = instants(spec, slot)
         if at is not None:
             out.append([name, gen, slot, *at])
@@ -353,21 +366,29 @@ def check_fire_items(items: object) -> list[list[Any]]:
     return items
 
 
-def on_fire(s: SchedulerState, items: list[list[Any]], stale: set[str], fired_at: int, now: int) -> None:
+def on_fire(s: SchedulerState, items: list[list[Any]], stale: set[str], fired_at: int, now: int,
+            ranges: dict[str, list[Any]]) -> None:
     """Track the deadlines of the slots a fire command handled (its jobs not in ``stale``): each
-    item's slot is a run or record this command made (its ``fired_at``). A slot recorded skipped
-    or coalesced misses at once (``skipped``)."""
+    item's slot is a run or record this command made (its ``fired_at``), or a slot inside a
+    range it recorded (``ranges``: job -> the records of its entry). A slot recorded skipped or
+    coalesced misses at once (``skipped``, or ``paused``), each on its own."""
     for name, gen, slot, start, within, by in items:
         job = s.jobs.get(name)
         if job is None or job["gen"] != gen or name in stale or "deadline" not in job["spec"]:
             continue
         run = s.runs.get(f"{name}@{slot}")
+        cause = None
         if run is None or run.get("fired_at") != fired_at:
-            continue
+            inside = [rc for rc in ranges.get(name, ()) if rc[2] < slot <= rc[3]]
+            if not inside:
+                continue
+            cause = "paused" if inside[0][1] == "paused" else "skipped"
         r = _track(s, job, slot, [start, within, by], now)
         if r is None:
             continue
-        if run["state"] in ("skipped", "coalesced"):
+        if cause is not None:
+            _miss(s, _book(s), f"{name}@{slot}", r, now, _first(r), cause, None)
+        elif run is not None and run["state"] in ("skipped", "coalesced"):
             _miss(s, _book(s), run["id"], r, now, _first(r), _cause(s, run), None)
     for name in {it[0] for it in items}:
         job = s.jobs.get(name)

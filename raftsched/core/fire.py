@@ -197,7 +197,7 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
         job["next"] = nxt
         push_due(s, job)
     if dl:
-        deadlines.on_fire(s, dl, set(stale_jobs), now, now)
+        deadlines.on_fire(s, dl, set(stale_jobs), now, now, {e[0]: e[6] for e in checked if e[6]})
     if stale_jobs:
         return ok(fired=fired, recorded=recorded, stale=stale, stale_jobs=stale_jobs)
     return ok(fired=fired, recorded=recorded, stale=stale)

@@ -225,9 +225,9 @@ class Trigger:
                 size = _entry_bytes_max(entry)
                 # The slots' deadline instants, computed here with the job's schedule rules
                 # (the proposer's work, as the plan is): only for jobs with a deadline.
-                items = deadlines.fire_items(spec, entry) if "deadline" in spec else None
+                items = deadlines.fire_items(spec, entry, anchor) if "deadline" in spec else None
                 if items:
-                    size += sum(len(it[0].encode()) + 60 for it in items)
+                    size += len(items) * (len(name.encode()) + deadlines.DL_ITEM_BYTES)
                 if cur and (cur_bytes + size > node_limits.fire_entry_bytes_max or len(cur) >= limits.fire_entries_max
                             or (items and len(cur_dl) + len(items) > limits.fire_deadline_items_max)):
                     await self._window.acquire()
