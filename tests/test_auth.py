@@ -221,6 +221,14 @@ def test_a_ping_token_pings_only_its_jobs():
         assert s == 409 and "not a heartbeat job" in body["error"]["message"], body  # allowed: judged by the state
         s, body = await call(c, "POST", "/v1/jobs/b/ping", b["token"], {"status": "start"})
         assert s == 403 and body["error"]["field"] == "name", body
+        for bad, field in (({"status": "done"}, "status"), ({"slot": "yesterday"}, "slot"), ({"when": 1}, "when"),
+                           ([1], None)):
+            s, body = await call(c, "POST", "/v1/jobs/a/ping", b["token"], bad)
+            assert s == 422 and body["error"]["field"] == field, (bad, body)
+        s, body = await call(c, "GET", "/v1/deadlines?state=late&job=a")
+        assert s == 200 and body == {"deadlines": []}, body
+        s, body = await call(c, "GET", "/v1/deadlines?state=sometimes")
+        assert s == 400 and body["error"]["field"] == "state", body
         for bad, field in (({"role": "ping"}, "jobs"), ({"role": "reader", "jobs": ["a"]}, "jobs"),
                            ({"role": "ping", "jobs": ["a", "a"]}, "jobs"), ({"role": "ping", "jobs": ["../x"]}, "jobs[0]")):
             s, body = await call(c, "POST", "/v1/tokens", body=bad)

@@ -36,7 +36,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from . import events, limits, schedule, snapshot
-from .errors import InvalidCommand, InvalidSpec
+from .errors import Conflict, InvalidCommand, InvalidSpec, NotFound
 from .records import Record, Result, is_int, ok
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -565,7 +565,6 @@ def apply_ping(s: SchedulerState, cmd: Command, now: int) -> Result:
 
     :raises NotFound: no such job, or no run for that slot. :raises Conflict: not a heartbeat job,
         or no run a ping can move. :raises InvalidCommand: a bad status or slot."""
-    from .errors import Conflict, NotFound
     name, status, slot = cmd.get("name"), cmd.get("status"), cmd.get("slot")
     if not isinstance(name, str) or status not in PING_STATUSES or (slot is not None and not is_int(slot)):
         raise InvalidCommand("ping needs name, status (start, success or fail) and an integer slot or nil")
