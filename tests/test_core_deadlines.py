@@ -106,6 +106,14 @@ def test_a_heartbeat_job_runs_nothing_and_allows_no_overlap_policy_or_placement(
     assert e.value.field == "executor.argv"
 
 
+def test_no_tenant_policy_refuses_a_heartbeat_job_which_runs_nothing() -> None:
+    from raftsched.core import tenants
+    sp = spec({"every_s": 60}, {"succeed_within_s": 30}, executor={"type": "heartbeat"})
+    strict = {"executors": ["http"], "labels": {"tenant": "billing"}, "allow": []}
+    assert tenants.refusal(strict, sp) is None
+    assert tenants.refusal(strict, spec({"every_s": 60}, {"succeed_within_s": 30}))[0] == "executor.type"
+
+
 def test_succeed_by_is_local_time_on_the_slots_day_or_the_next_and_follows_dst() -> None:
     berlin = {"cron": "0 2 * * *", "timezone": "Europe/Berlin"}
     # 02:00 Berlin (CEST, +2) on 2026-06-01; 03:00 the same day.
