@@ -9,6 +9,7 @@ The handlers, then ``ROUTES``: the route table (node/routes.py), one row a route
 """
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -20,7 +21,7 @@ from ..core.errors import BadRequest, InvalidSpec, NotFound, RaftschedError, Too
 from ..core.model import RUN_STATES
 from . import auth as auth_module
 from . import limits as node_limits
-from . import rotation, routes, tenancy
+from . import openapi, rotation, routes, tenancy
 from .http import (AUDIT, AUTH, BACKFILLS, FLEET, METRICS, PRINCIPAL, ROUTE_TABLE, SERVICE, TOKEN,  # noqa: F401 - re-exported
                    TRIGGER, WORKER, bool_param, choice_param, client_key, int_param, json_body, label_params,
                    optional_json_body, rid, scope_key, state_param, tenants_of, time_param)
@@ -35,6 +36,8 @@ from .trigger import Trigger
 from ..worker.loop import Worker
 
 log = logging.getLogger("raftsched.api")
+#: The app's OpenAPI document, encoded at its first request (a dict: the app is frozen by then).
+OPENAPI = web.AppKey("openapi", dict)
 
 
 def _error_response(e: RaftschedError) -> web.Response:
@@ -162,6 +165,7 @@ def make_app(service: Service, token: str | None, *, trigger: Trigger | None = N
     app[FLEET] = fleet if fleet is not None else Fleet(service.raft, service.clock, service.node_id)
     app[BACKFILLS] = BackfillService(service)
     app[ROUTE_TABLE] = routes.install(app.router, ROUTES)
+    app[OPENAPI] = {}
     return app
 
 
@@ -170,6 +174,14 @@ async def metrics_text(request: web.Request) -> web.Response:
     if m is None:
         raise NotFound("metrics are not enabled on this node")
     return web.Response(body=m.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+
+async def openapi_json(request: web.Request) -> web.Response:
+    """The OpenAPI 3.1 document of this app's route table (node/openapi.py), made once."""
+    cache = request.app[OPENAPI]
+    if "doc" not in cache:
+        cache["doc"] = json.dumps(openapi.document(request.app[ROUTE_TABLE]), separators=(",", ":")).encode()
+    return web.Response(body=cache["doc"], content_type="application/json")
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -548,10 +560,14 @@ T = Tenancy
 #: parameters, request body schema, success status, extra error statuses. ``make_app`` serves
 #: these and nothing else; docs/api.md documents each.
 ROUTES: tuple[Route, ...] = (
-    Route("GET", "/healthz", healthz, OPEN, T.SHARED, "is there a leader (no token)", errors=(503,)),
-    Route("GET", "/metrics", metrics_text, _R, T.SHARED, "Prometheus metrics", errors=(404,)),
+    Route("GET", "/healthz", healthz, OPEN, T.SHARED, "is there a leader (no token)", also_ok=(503,),
+          response="health"),
+    Route("GET", "/openapi.json", openapi_json, OPEN, T.SHARED, "this document (no token)", response="openapi"),
+    Route("GET", "/v1/openapi.json", openapi_json, OPEN, T.SHARED, "this document (no token)", response="openapi"),
+    Route("GET", "/metrics", metrics_text, _R, T.SHARED, "Prometheus metrics", errors=(404,), response="metrics"),
     Route("GET", "/v1/cluster", cluster, _R, T.SHARED, "this node, the leader, the members, replication",
-          params=(CONSISTENT, Param("hash", "boolean", "add the replica's state hash", default=False))),
+          params=(CONSISTENT, Param("hash", "boolean", "add the replica's state hash", default=False)),
+          response="cluster"),
     Route("POST", "/v1/cluster/members", add_member, "admin", T.REFUSED,
           "add a node (a learner, then a voter once it holds the log)", body="member", ok=202, also_ok=(200,),
           errors=(409, 422)),
