@@ -319,9 +319,9 @@ async def resume_job(request: web.Request) -> web.Response:
 
 async def trigger_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    if await request.read():  # a payload override or a slot: node/backfills.py
-        status, body = await request.app[BACKFILLS].trigger(request.match_info["name"], await json_body(request),
-                                                            rid(request))
+    body = await optional_json_body(request)
+    if body is not None:  # a payload override or a slot: node/backfills.py
+        status, body = await request.app[BACKFILLS].trigger(request.match_info["name"], body, rid(request))
         return web.json_response(body, status=status)
     return web.json_response(await svc.trigger_job(request.match_info["name"], rid(request)), status=201)
 

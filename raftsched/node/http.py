@@ -55,8 +55,14 @@ async def json_body(request: web.Request):
 
 
 async def optional_json_body(request: web.Request, default=None):
-    """The JSON body, or ``default`` when the request has none."""
-    return await json_body(request) if await request.read() else default
+    """The JSON body, or ``default`` when the request has none. A body of JSON ``null`` is not
+    "none": it is refused (422) like any other body that is not an object."""
+    if not await request.read():
+        return default
+    body = await json_body(request)
+    if body is None:
+        raise InvalidSpec("the body must be a JSON object (or no body at all)", field=None)
+    return body
 
 
 def client_key(request: web.Request) -> str | None:
