@@ -384,7 +384,7 @@ def _operation(route: Route, oid: str) -> Schema:
     if route.mutates:
         params.append({"name": "Idempotency-Key", "in": "header", "required": False,
                        "description": "a retried request with the same key applies once (docs/api.md)",
-                       "schema": _str(1, limits.request_id_chars_max, r"^[!-~]+$")})
+                       "schema": _str(1, limits.request_id_chars_max)})
     if params:
         op["parameters"] = params
     if route.body is not None:
@@ -403,6 +403,10 @@ def _operation(route: Route, oid: str) -> Schema:
     statuses = set(route.errors) | set(OPEN_ERRORS if open_ else COMMON_ERRORS)
     if route.body is not None:
         statuses |= {413, 422}
+    if "{" in route.path:  # a path parameter that is no valid name, id or address
+        statuses.add(422)
+    if route.mutates:  # an Idempotency-Key used before for another request
+        statuses.add(409)
     for status in sorted(statuses - {route.ok, *route.also_ok}):
         responses[str(status)] = {"$ref": f"#/components/responses/error_{status}"}
     op["responses"] = responses
