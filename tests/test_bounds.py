@@ -279,3 +279,24 @@ def test_a_json_null_body_is_refused_where_the_body_is_optional():
     for method, path, status, body in answers:
         assert status == 422 and body["error"]["code"] == "invalid", (method, path, status, body)
     assert before == after, "nothing was proposed"
+
+
+def test_a_bad_idempotency_key_is_refused_on_every_route():
+    """An empty key, or one longer than request_id_chars_max, is a 400 naming the header on
+    every route, whether its handler reads the key or not (found by schemathesis: the worker
+    heartbeat, which reads none, answered 200; an empty key was taken as no key)."""
+    async def main():
+        app = make_app(Service(FakeRaft(SchedulerState()), FakeClock(NOW), "node-1"), TOKEN)
+        out = []
+        async with TestClient(TestServer(app, host="127.0.0.1"), headers=AUTH) as c:
+            for key in ("", "k" * 65):
+                for method, path, body in (("POST", "/v1/workers/w1/heartbeat", {"leases": []}),
+                                           ("PUT", "/v1/queues/q", {}), ("GET", "/v1/jobs", None)):
+                    r = await c.request(method, path, headers={"Idempotency-Key": key},
+                                        data=None if body is None else json.dumps(body))
+                    out.append((key[:3], method, path, r.status, (await r.json())["error"]["field"]
+                                if r.status >= 400 else None))
+        return out
+
+    for key, method, path, status, field in asyncio.run(main()):
+        assert (status, field) == (400, "Idempotency-Key"), (key, method, path, status, field)

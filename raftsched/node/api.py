@@ -96,6 +96,7 @@ async def auth_middleware(request: web.Request, handler):
         takes = ", ".join(p.name for p in route.params) or "none"  # type: ignore[union-attr]
         raise BadRequest(f"unknown query parameter {unknown!r}; {route.method} {path} takes: {takes}",  # type: ignore[union-attr]
                          field=unknown)
+    client_key(request)  # a bad Idempotency-Key is a 400 on every route, read by its handler or not
     return await handler(request)
 
 

@@ -67,7 +67,9 @@ async def optional_json_body(request: web.Request, default=None):
 
 def client_key(request: web.Request) -> str | None:
     """The client's request id (``Idempotency-Key``, or ``X-Request-Id``) or None."""
-    r = request.headers.get("Idempotency-Key") or request.headers.get("X-Request-Id")
+    r = request.headers.get("Idempotency-Key")
+    if r is None:
+        r = request.headers.get("X-Request-Id")
     if r is not None and (not r or len(r) > limits.request_id_chars_max):
         raise BadRequest(f"Idempotency-Key must be 1-{limits.request_id_chars_max} characters", field="Idempotency-Key")
     return r
