@@ -134,6 +134,10 @@ def test_answers_conform_to_the_document():
                 ("GET", "/v1/runs", "/v1/runs", BOOT, None),
                 ("GET", "/v1/cluster", "/v1/cluster", BOOT, None),
                 ("GET", "/healthz", "/healthz", None, None),
+                ("GET", "/v1/dlq", "/v1/dlq", BOOT, None),
+                ("GET", "/v1/queues", "/v1/queues", BOOT, None),
+                ("GET", "/v1/tenants", "/v1/tenants", BOOT, None),
+                ("POST", "/v1/jobs/a/pause", "/v1/jobs/{name}/pause", BOOT, None),
                 ("PUT", "/v1/jobs/b", "/v1/jobs/{name}", BOOT, {"schedule": {"every_s": 0}}),
                 ("PUT", "/v1/jobs/b", "/v1/jobs/{name}", reader, SPEC),
                 ("GET", "/v1/jobs/zz", "/v1/jobs/{name}", BOOT, None),
@@ -149,6 +153,8 @@ def test_answers_conform_to_the_document():
             run_id = (await r.json())["runs"][0]["id"]
             r = await c.get(f"/v1/runs/{run_id}", headers=bearer(BOOT))
             out.append(("GET", "/v1/runs/{run}", r.status, r.content_type, await r.read()))
+            r = await c.delete("/v1/jobs/a", headers=bearer(BOOT))
+            out.append(("DELETE", "/v1/jobs/{name}", r.status, r.content_type, await r.read()))
         return out
 
     answers = asyncio.run(main())
@@ -156,3 +162,7 @@ def test_answers_conform_to_the_document():
     assert {200, 201, 401, 403, 404, 422} <= set(statuses) | {400}, statuses
     bad = [m for a in answers if (m := check(*a)) is not None]
     assert not bad, "\n".join(bad)
+    # and the check can fail: an answer of the wrong shape, an undocumented status
+    assert check("GET", "/v1/jobs/{name}", 200, "application/json", b'{"name": 1}') is not None
+    assert check("GET", "/v1/jobs/{name}", 404, "application/json", b'{"error": {"code": "x"}}') is not None
+    assert check("GET", "/v1/jobs/{name}", 418, "application/json", b"{}") is not None

@@ -160,7 +160,12 @@ def _job_spec() -> Schema:
     }
     assert set(props) == SPEC_FIELDS, set(props) ^ SPEC_FIELDS
     return _obj(props, ("schedule", "executor", "misfire"),
-                description="a job spec (docs/api.md, The job spec); core/model.py validate_job")
+                description="a job spec (docs/api.md, The job spec); core/model.py validate_job",
+                examples=[{"schedule": {"every_s": 60}, "executor": {"type": "http", "url": "https://example.com/hook"},
+                           "misfire": {"policy": "skip"}, "tenant": "fuzz"},
+                          {"schedule": {"cron": "30 2 * * *", "timezone": "Europe/Berlin"},
+                           "executor": {"type": "shell", "argv": ["echo", "hello"]},
+                           "misfire": {"policy": "fire_once", "grace_s": 5}}])
 
 
 def _bodies() -> dict[str, Schema]:
@@ -253,7 +258,8 @@ def _error_schema() -> Schema:
     }, ("error",))
 
 
-_PAGE = {"type": "object"}
+#: A run or a recorded slot in a list.
+_RUN_ITEM = {"type": "object", "properties": {"state": {"enum": list(RUN_STATES)}}, "required": ["state"]}
 #: Success answers' schemas, named by ``Route.response`` (None: a JSON object).
 RESPONSES: dict[str, Schema] = {
     "health": _obj({"ok": _BOOL, "role": {"type": ["string", "null"]}, "leader": {"type": ["string", "null"]}},
@@ -266,11 +272,27 @@ RESPONSES: dict[str, Schema] = {
                      "members": {"type": ["array", "null"]}, "jobs": {"type": "integer"}, "runs": {"type": "integer"},
                      "conditions": {"type": "array"}}, ("node", "role", "leader", "jobs", "runs", "conditions"),
                     closed=False),
-    "job": _obj({"name": {"type": "string"}, "spec": {"type": "object"}}, ("name", "spec"), closed=False),
-    "jobs_page": _obj({"jobs": {"type": "array", "items": {"type": "object"}}}, ("jobs",), closed=False),
-    "run": _obj({"id": {"type": "string"}, "job": {"type": "string"}, "state": {"enum": list(RUN_STATES)}},
-                ("id", "job", "state"), closed=False),
-    "runs_page": _obj({"runs": {"type": "array", "items": {"type": "object"}}}, ("runs",), closed=False),
+    "job": _obj({"name": {"type": "string"}, "spec": {"type": "object"}, "state": {"type": "object"}},
+                ("name", "spec", "state"), closed=False),
+    "job_written": _obj({"job": {"type": "string"}, "created": _BOOL, "next_slot": {"type": ["string", "null"]}},
+                        ("job", "created"), closed=False),
+    "job_deleted": _obj({"job": {"type": "string"}, "deleted": _BOOL}, ("job", "deleted"), closed=False),
+    "job_paused": _obj({"job": {"type": "string"}, "paused": _BOOL}, ("job", "paused"), closed=False),
+    "jobs_page": _obj({"jobs": {"type": "array", "items": {"type": "object"}}, "next": {"type": ["string", "null"]},
+                       "total": {"type": "integer"}}, ("jobs", "next"), closed=False),
+    "run": _obj({"id": {"type": "string"}, "job": {"type": "string"}, "state": {"enum": list(RUN_STATES)},
+                 "slot": {"type": ["string", "null"]}, "slot_ms": {"type": ["integer", "null"]},
+                 "attempt": {"type": "integer"}, "fencing_token": {"type": ["integer", "null"]},
+                 "worker": {"type": ["string", "null"]}, "queue": {"type": "string"}, "tenant": {"type": "string"},
+                 "error": {"type": ["string", "null"]}, "output": {"type": ["string", "null"]},
+                 "attempts": {"type": "array"}}, ("id", "job", "state"), closed=False),
+    "runs_page": _obj({"runs": {"type": "array", "items": _RUN_ITEM}}, ("runs",), closed=False),
+    "job_runs": _obj({"job": {"type": "string"}, "runs": {"type": "array", "items": _RUN_ITEM},
+                      "history_max": {"type": "integer"}}, ("job", "runs"), closed=False),
+    "dlq_page": _obj({"runs": {"type": "array", "items": {"type": "object"}}, "total": {"type": "integer"}},
+                     ("runs",), closed=False),
+    "queues": _obj({"queues": {"type": "array", "items": {"type": "object"}}}, ("queues",), closed=False),
+    "tenants": _obj({"tenants": {"type": "array", "items": {"type": "object"}}}, ("tenants",), closed=False),
 }
 
 
