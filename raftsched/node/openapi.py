@@ -26,6 +26,7 @@ from ..core.model import (EXECUTOR_TYPES, MISFIRE_POLICIES, OVERLAP_POLICIES, RU
 from ..core.tokens import ROLES
 from ..worker import limits as worker_limits
 from . import limits as node_limits
+from .auth import ROLE_SCOPES
 from .routes import OPEN, Route
 
 Schema = dict[str, Any]
@@ -370,7 +371,6 @@ def operation_ids(rows: list[Route]) -> dict[tuple[str, str], str]:
 
 
 def _roles_with(scope: str) -> list[str]:
-    from .auth import ROLE_SCOPES  # auth imports routes; the document reads its table lazily
     return [r for r in ROLES if scope in ROLE_SCOPES[r]]
 
 
@@ -464,7 +464,6 @@ def _links(rows: list[Route], ops: dict[str, dict[str, Schema]], ids: dict[tuple
 
 def document(routes: Any, version: str = "") -> Schema:
     """The OpenAPI 3.1 document of ``routes`` (the app's route table: ``Route`` rows)."""
-    from .auth import ROLE_SCOPES
     rows = list(routes.values()) if isinstance(routes, dict) else list(routes)
     paths: dict[str, dict[str, Schema]] = {}
     ids = operation_ids(rows)
