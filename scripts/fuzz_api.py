@@ -41,11 +41,17 @@ from raftsched.testing.cluster import LocalCluster  # noqa: E402
 
 #: Examples per operation and phases, per role, in each profile.
 PROFILES = {
-    "ci": {"admin": (10, "examples,fuzzing,stateful"), "reader": (4, "fuzzing"), "operator": (5, "fuzzing,stateful"),
-           "worker": (3, "fuzzing")},
-    "long": {"admin": (100, "examples,coverage,fuzzing,stateful"), "reader": (30, "coverage,fuzzing"),
-             "operator": (50, "coverage,fuzzing,stateful"), "worker": (30, "coverage,fuzzing")},
+    "ci": {"admin": (10, "examples,fuzzing,stateful"), "jobs": (25, "stateful"), "reader": (4, "fuzzing"),
+           "operator": (5, "fuzzing,stateful"), "worker": (3, "fuzzing")},
+    "long": {"admin": (100, "examples,coverage,fuzzing,stateful"), "jobs": (250, "stateful"),
+             "reader": (30, "coverage,fuzzing"), "operator": (50, "coverage,fuzzing,stateful"),
+             "worker": (30, "coverage,fuzzing")},
 }
+#: A run's token (its role) and the operations it is limited to: "jobs" is the admin token's
+#: stateful run over the job operations only, so that its scenarios follow the links from a job
+#: created by PUT (read, pause, resume, trigger, its runs, delete) rather than spread over all.
+RUNS = {"admin": ("admin", None), "jobs": ("admin", "^/v1/jobs/"), "reader": ("reader", None),
+        "operator": ("operator", None), "worker": ("worker", None)}
 CHECKS = ("not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,"
           "response_schema_conformance,negative_data_rejection")
 _IN_NS = "RAFTSCHED_FUZZ_NETNS"
@@ -67,7 +73,7 @@ def _reexec_in_netns(argv: list[str]) -> int | None:
 
 
 def run_schemathesis(url: str, token: str, role: str, examples: int, phases: str, seed: int, out: Path,
-                     workers: int) -> dict:
+                     workers: int, paths: str | None = None) -> dict:
     report = out / f"{role}.json"
     cmd = [str(Path(sys.executable).with_name("schemathesis")), "--config-file", str(CONFIG), "run",
            f"{url}/openapi.json",
@@ -76,6 +82,8 @@ def run_schemathesis(url: str, token: str, role: str, examples: int, phases: str
            "--request-timeout", "10", "--report", "json", "--report-json-path", str(report),
            "--suppress-health-check", "all", "--output-truncate", "true", "--no-color",
            "--generation-database", "none", "--no-shrink"]
+    if paths is not None:
+        cmd += ["--include-path-regex", paths]
     env = dict(os.environ, SCHEMATHESIS_HOOKS="fuzz_hooks", PYTHONPATH=str(Path(__file__).parent))
     t0, cpu0 = time.monotonic(), _children_cpu()
     proc = subprocess.run(cmd, env=env, cwd=out, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -110,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", choices=sorted(PROFILES), default=os.environ.get("RAFTSCHED_FUZZ_PROFILE", "ci"))
     ap.add_argument("--seed", type=int, default=int(os.environ.get("RAFTSCHED_FUZZ_SEED", "26")))
     ap.add_argument("--min-requests", type=int, default=1000)
-    ap.add_argument("--roles", default="admin,reader,operator,worker")
+    ap.add_argument("--roles", default=",".join(RUNS), help="the runs to make (%(default)s)")
     ap.add_argument("--workers", type=int, default=1,
                     help="schemathesis's concurrent workers (more than one met a race in Hypothesis on Python 3.11)")
     ap.add_argument("--keep", help="keep the reports and the node's log in this directory")
@@ -145,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
                 tokens[role] = b["token"]
             for role in roles:
                 examples, phases = profile[role]
-                r = run_schemathesis(url, tokens[role], role, examples, phases, args.seed, tmp, args.workers)
+                who, paths = RUNS[role]
+                r = run_schemathesis(url, tokens[who], role, examples, phases, args.seed, tmp, args.workers, paths)
                 results.append(r)
                 print(f"fuzz_api: {role}: exit {r['exit']}, {r['requests']} requests, {r['s']} s "
                       f"({r['cpu_s']} s of CPU)", flush=True)

@@ -105,22 +105,15 @@ _STR_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
 
 # ------------------------------------------------------------------ request bodies
 def _job_spec() -> Schema:
-    sched = {
-        "type": "object",
-        "description": "exactly one of cron, every_s or at (docs/api.md, The job spec)",
-        "properties": {
-            "cron": _str(1, limits.cron_chars_max, description="5 fields, or 6 with seconds first"),
-            "timezone": _str(1, 64, description="an IANA zone, for cron"),
-            "every_s": _int(limits.every_s_min, limits.every_s_max),
-            "start_at": TIME_OR_MS,
-            "at": TIME_OR_MS,
-            "dst": _obj({"spring_forward": {"enum": ["skip", "run_after_gap"]},
-                         "fall_back": {"enum": ["once", "twice"]}}),
-        },
-        "additionalProperties": False,
-        "oneOf": [{"required": ["cron"]}, {"required": ["every_s"]}, {"required": ["at"]}],
-    }
-    assert set(sched["properties"]) == SCHEDULE_FIELDS
+    dst = _obj({"spring_forward": {"enum": ["skip", "run_after_gap"]}, "fall_back": {"enum": ["once", "twice"]}})
+    sched = {"oneOf": [
+        _obj({"cron": _str(1, limits.cron_chars_max, description="5 fields, or 6 with seconds first"),
+              "timezone": _str(1, 64, description="an IANA zone name, e.g. Europe/Berlin (default UTC)"),
+              "dst": dst}, ("cron",)),
+        _obj({"every_s": _int(limits.every_s_min, limits.every_s_max), "start_at": TIME_OR_MS}, ("every_s",)),
+        _obj({"at": TIME_OR_MS}, ("at",)),
+    ], "description": "exactly one of cron, every_s or at (docs/api.md, The job spec)"}
+    assert set().union(*(v["properties"] for v in sched["oneOf"])) == SCHEDULE_FIELDS
     executor = {"oneOf": [
         _obj({"type": {"const": "shell"},
               "argv": {"type": "array", "items": {"type": "string"}, "minItems": 1,
@@ -157,7 +150,7 @@ def _job_spec() -> Schema:
                     "additionalProperties": _str(1, limits.secret_value_chars_max)},
         "keep_output": _BOOL,
         "labels": _LABELS,
-        "placement": _obj({"labels": _WORKER_LABELS}, ("labels",)),
+        "placement": _obj({"labels": dict(_WORKER_LABELS, minProperties=1)}, ("labels",)),
     }
     assert set(props) == SPEC_FIELDS, set(props) ^ SPEC_FIELDS
     return _obj(props, ("schedule", "executor", "misfire"),
