@@ -28,6 +28,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -133,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         return rc
+    # SIGTERM (a CI timeout, scripts/test.sh interrupted) unwinds like an exception, so the
+    # cluster's `with` stops the node it started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    t_start, cpu_start = time.monotonic(), _children_cpu()
     profile = PROFILES[args.profile]
     roles = [r for r in args.roles.split(",") if r]
     tmp = Path(tempfile.mkdtemp(prefix="raftsched-fuzz-"))
@@ -175,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copytree(tmp, args.keep, dirs_exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
     total = sum(r["requests"] for r in results)
+    fuzz_cpu = sum(r["cpu_s"] for r in results)
+    print(f"fuzz_api: CPU: schemathesis {fuzz_cpu:.1f} s, the node {_children_cpu() - cpu_start - fuzz_cpu:.1f} s; "
+          f"wall {time.monotonic() - t_start:.1f} s")
     failed = [r["role"] for r in results if r["exit"] != 0]
     print(f"fuzz_api: {total} requests in all (seed {args.seed}, profile {args.profile}); "
           f"{'failed: ' + ', '.join(failed) if failed else 'no failure'}")
