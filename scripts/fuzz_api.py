@@ -17,7 +17,7 @@ Safety: the node and schemathesis run in a network namespace of their own with o
 (``unshare``), so nothing a fuzzed job spec, tenant policy or member address names can reach
 another host. Without ``unshare`` the run stops (``--allow-network`` runs it anyway).
 
-Budget: ``--profile ci`` (default) is about 1 200 requests and a minute of CPU (printed at the
+Budget: ``--profile ci`` (default) is about 1 100 requests and a minute of CPU (printed at the
 end, beside the wall time); ``--profile long`` (or ``RAFTSCHED_FUZZ_PROFILE=long``) runs ten
 times the examples and schemathesis's coverage phase. ``--seed`` (or
 ``RAFTSCHED_FUZZ_SEED``) replays a run.
