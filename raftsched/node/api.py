@@ -591,7 +591,7 @@ ROUTES: tuple[Route, ...] = (
           params=(Param("catch_up", "boolean", "fire the slots missed while paused, by policy", default=False),),
           errors=(404,)),
     Route("POST", "/v1/jobs/{name}/trigger", trigger_job, _W, T.JOB, "run a job now (or for a slot)",
-          body="trigger", body_optional=True, ok=201, also_ok=(200,), errors=(404, 409, 422)),
+          body="trigger", body_optional=True, ok=201, also_ok=(200,), errors=(404, 409, 422), response="triggered"),
     Route("GET", "/v1/jobs/{name}/runs", job_runs, _R, T.JOB, "a job's runs and recorded slots, newest first",
           params=(CONSISTENT, _limit(limits.history_per_job_max + limits.queue_depth_max), _STATE,
                   Param("slot", "time", "only this slot's")), errors=(404,), response="job_runs"),

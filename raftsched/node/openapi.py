@@ -270,6 +270,8 @@ RESPONSES: dict[str, Schema] = {
                 ("name", "spec", "state"), closed=False),
     "job_written": _obj({"job": {"type": "string"}, "created": _BOOL, "next_slot": {"type": ["string", "null"]}},
                         ("job", "created"), closed=False),
+    "triggered": _obj({"job": {"type": "string"}, "run": {"type": "string"}, "state": {"enum": list(RUN_STATES)}},
+                      ("job", "run", "state"), closed=False),
     "job_deleted": _obj({"job": {"type": "string"}, "deleted": _BOOL}, ("job", "deleted"), closed=False),
     "job_paused": _obj({"job": {"type": "string"}, "paused": _BOOL}, ("job", "paused"), closed=False),
     "jobs_page": _obj({"jobs": {"type": "array", "items": {"type": "object"}}, "next": {"type": ["string", "null"]},
@@ -453,6 +455,21 @@ def _links(rows: list[Route], ops: dict[str, dict[str, Schema]], ids: dict[tuple
         if links:
             for status in (r.ok,) + r.also_ok:
                 ops[r.path][r.method.lower()]["responses"][str(status)]["links"] = links
+    # A write's answer naming an object (a trigger's "run") leads to the reads of that object
+    # (GET /v1/runs/{run}, GET /v1/dlq/{run}); "id" names too many kinds of object to follow.
+    for r in rows:
+        props = RESPONSES.get(r.response or "", {}).get("properties", {}) if r.mutates else {}
+        props = {k: v for k, v in props.items() if k != "id"}
+        links = {}
+        for o in rows:
+            names = [p["name"] for p in path_parameters(o.path)]
+            if o.method == "GET" and names and len(names) == 1 and names[0] in props and o.path.endswith("}"):
+                links[ids[o.key]] = {"operationId": ids[o.key],
+                                     "parameters": {names[0]: f"$response.body#/{names[0]}"}}
+        if links:
+            for status in (r.ok,) + r.also_ok:
+                resp = ops[r.path][r.method.lower()]["responses"][str(status)]
+                resp["links"] = {**resp.get("links", {}), **links}
 
 
 def document(routes: Any, version: str = "") -> Schema:
