@@ -372,7 +372,7 @@ async def ping_job(request: web.Request) -> web.Response:
     """A heartbeat job's ping (scope ping: a worker, operator or admin token, or a ping token
     bound to this job)."""
     svc = request.app[SERVICE]
-    body = await json_body(request) if await request.read() else None
+    body = await optional_json_body(request)
     return web.json_response(await svc.ping(request.match_info["name"], body, rid(request)))
 
 

@@ -123,6 +123,8 @@ def _job_spec() -> Schema:
               "headers": dict(_STR_MAP, maxProperties=limits.executor_headers_max)}, ("type", "url")),
         _obj({"type": {"const": "python"},
               "target": _str(3, pattern=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")}, ("type", "target")),
+        _obj({"type": {"const": "heartbeat", "description": "runs nothing: POST /v1/jobs/{name}/ping reports "
+                       "each slot (docs/notifications.md, Deadlines)"}}, ("type",)),
     ]}
     props = {
         "schedule": sched,
@@ -151,6 +153,12 @@ def _job_spec() -> Schema:
         "keep_output": _BOOL,
         "labels": _LABELS,
         "placement": _obj({"labels": dict(_WORKER_LABELS, minProperties=1)}, ("labels",)),
+        "deadline": _obj({"start_within_s": _int(1, limits.deadline_s_max),
+                          "succeed_within_s": _int(1, limits.deadline_s_max),
+                          "succeed_by": _str(5, 5, r"^([01][0-9]|2[0-3]):[0-5][0-9]$",
+                                             description="a local time HH:MM in the job's time zone"),
+                          "max_since_success_s": _int(1, limits.deadline_s_max)}, minProperties=1,
+                         description="when each slot must be done (docs/notifications.md, Deadlines)"),
     }
     assert set(props) == SPEC_FIELDS, set(props) ^ SPEC_FIELDS
     return _obj(props, ("schedule", "executor", "misfire"),
@@ -176,7 +184,11 @@ def _bodies() -> dict[str, Schema]:
                                      "additionalProperties": spec},
                             "create_only": _BOOL}, ("jobs",)),
         "trigger": _obj({"payload": _JSON, "slot": _nullable(TIME)}),
-        "explain": _obj({"down_from": TIME, "down_to": TIME}, ("down_from", "down_to")),
+        "explain": {"oneOf": [_obj({"down_from": TIME, "down_to": TIME}, ("down_from", "down_to")),
+                              _obj({"slot": TIME}, ("slot",))],
+                    "description": "an outage window, or one slot (why it met or missed its deadline)"},
+        "ping": _obj({"status": {"enum": ["start", "success", "fail"], "default": "success"},
+                      "slot": _nullable(TIME_OR_MS)}),
         "backfill": _obj({
             "from": TIME, "to": TIME, "reprocess": {"enum": list(MODES)}, "order": {"enum": list(ORDERS)},
             "max_concurrent": _nullable(_int(1, limits.backfill_concurrent_max)),
@@ -213,6 +225,9 @@ def _bodies() -> dict[str, Schema]:
         "token": _obj({"role": {"enum": list(ROLES)}, "tenants": _nullable(tenants),
                        "workers": _nullable({"type": "array", "items": _str(1, limits.worker_id_chars_max),
                                              "minItems": 1, "maxItems": limits.token_workers_max}),
+                       "jobs": _nullable({"type": "array", "items": _name(limits.job_name_chars_max),
+                                          "minItems": 1, "maxItems": limits.token_workers_max,
+                                          "description": "a ping token's jobs (role ping only)"}),
                        "expires": _nullable(TIME_OR_MS), "note": _nullable(_str(0, limits.token_note_chars_max))},
                       ("role",)),
         "lease": _obj({"slots": _int(1, limits.worker_slots_max),
