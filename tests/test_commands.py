@@ -230,6 +230,13 @@ CONSTRUCTED = [
     (commands.drain_worker(T0, "r", worker="w"), commands.make("drain_worker", T0, "r", worker="w")),
     (commands.workers_seen(T0, node="n", workers=[]), commands.make("workers_seen", T0, None, node="n", workers=[])),
     (commands.forget_workers(T0, workers=[]), commands.make("forget_workers", T0, None, workers=[])),
+    (commands.put_sink(T0, "r", name="s", spec={}), commands.make("put_sink", T0, "r", name="s", spec={})),
+    (commands.delete_sink(T0, "r", name="s"), commands.make("delete_sink", T0, "r", name="s")),
+    (commands.sink_progress(T0, items=[]), commands.make("sink_progress", T0, None, items=[])),
+    (commands.sink_requeue(T0, "r", name="s", events=None), commands.make("sink_requeue", T0, "r", name="s", events=None)),
+    (commands.put_tenant_notify(T0, "r", name="t", notify=[]),
+     commands.make("put_tenant_notify", T0, "r", name="t", notify=[])),
+    (commands.takeover(T0, node="n", seen=5), commands.make("takeover", T0, None, node="n", seen=5)),
 ]
 
 

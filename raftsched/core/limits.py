@@ -341,3 +341,25 @@ assert (token_tenants_max * (tenant_name_chars_max + 2) + token_workers_max * (w
 #: Events held in the replicated outbox (core/events.py): the oldest give way first. A sink that
 #: falls further behind than this loses the oldest events it had not been sent (counted).
 outbox_events_max = 20_000
+
+# Notifications (core/notify.py, node/notify.py: docs/notifications.md)
+#: Sinks the cluster holds, and the routes a job's or a tenant's ``notify`` may list.
+sinks_max = 100
+notify_routes_max = 8
+#: Events a sink's dead list keeps (the oldest give way), and events a requeue moves at once.
+sink_dead_max = 1000
+sink_redo_max = 1000
+#: A sink's delivery attempts per event (its ``retry.max_attempts``): default and bound.
+sink_attempts_default = 8
+sink_attempts_max = 20
+#: Items of one sink_progress command (one a sink) and dead events it may carry.
+sink_progress_items_max = sinks_max
+sink_progress_dead_max = 200
+#: Recipients of an email sink.
+sink_email_to_max = 20
+#: A takeover reports ``cluster.no_leader`` when the state time it read before proposing is this
+#: much older than its own now (the gap without a leader that committed anything).
+no_leader_report_ms = 5_000
+#: ``pause_on_failure.after_consecutive`` and a route's ``after_consecutive``: bounds.
+consecutive_max = 1000
+repeat_every_s_max = 30 * 86_400

@@ -22,6 +22,7 @@ import msgpack
 
 from . import limits, schedule
 from .errors import InvalidSpec
+from .notify_model import add_job_fields
 from .placement import validate_worker_labels
 from .records import Record
 
@@ -76,6 +77,7 @@ _TOP_FIELDS = {
     "tenant", "history", "description", "overlap", "jitter_s", "secrets", "keep_output",
     "labels",
     "placement",
+    "notify", "pause_on_failure", "metrics",
 }
 #: The top-level fields of a job spec (what PUT /v1/jobs/{name} accepts).
 SPEC_FIELDS = frozenset(_TOP_FIELDS)
@@ -509,6 +511,7 @@ def validate_job(name: str, raw: object, now_ms: int | None = None) -> Record:
             spec["labels"] = labels
     if "placement" in raw:
         spec["placement"] = validate_placement(raw["placement"])
+    add_job_fields(raw, spec)  # notify, pause_on_failure, metrics (core/notify_model.py)
     payload = spec["payload"]
     if "payload" in raw:  # the default, {}, is valid
         if _depth(payload) > limits.payload_depth_max:
