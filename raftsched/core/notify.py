@@ -217,7 +217,8 @@ def apply_sink_requeue(s: SchedulerState, cmd: Command, now: int) -> Result:
     if sk is None:
         raise NotFound(f"no sink named {name!r}", field="name")
     want = None if ids is None else set(ids)
-    keep, moved = [], []
+    keep: list[Record] = []
+    moved: list[Record] = []
     for d in sk["dead"]:
         if (want is None or f"ev-{d['event']['seq']}" in want) and len(sk["redo"]) + len(moved) < limits.sink_redo_max:
             moved.append(d["event"])
@@ -235,6 +236,7 @@ def apply_put_tenant_notify(s: SchedulerState, cmd: Command, now: int) -> Result
     if not isinstance(name, str) or not name:
         raise InvalidCommand("put_tenant_notify needs name")
     check_routes(routes, "put_tenant_notify.notify")
+    assert isinstance(routes, list)  # (check_routes refused anything else)
     if routes:
         s.tenant_notify[name] = routes
     else:
