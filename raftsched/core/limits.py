@@ -359,7 +359,7 @@ sink_progress_dead_max = 200
 sink_email_to_max = 20
 #: A takeover reports ``cluster.no_leader`` when the state time it read before proposing is this
 #: much older than its own now (the gap without a leader that committed anything).
-no_leader_report_ms = 5_000
+no_leader_report_ms = 15_000
 #: ``pause_on_failure.after_consecutive`` and a route's ``after_consecutive``: bounds.
 consecutive_max = 1000
 repeat_every_s_max = 30 * 86_400

@@ -17,11 +17,13 @@ events requeued for delivery again.
 """
 from __future__ import annotations
 
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from . import limits, snapshot
 from .errors import InvalidCommand, LimitExceeded, NotFound
 from .events import CONSECUTIVE, INCIDENT, LAST_FAILURE, LAST_SLOT, LAST_SUCCESS, SENT, emit, emit_for
+from .events import pending as events_pending
 from .notify_model import check_routes, check_sink_spec
 from .queues import unqueue_count
 from .records import Record, Result, is_int, ok
@@ -256,3 +258,63 @@ def _dec_pairs(data: list[Any]) -> dict[str, Any]:
 snapshot.register(snapshot.Extension(name="sinks", new=dict, encode=_enc_sorted, decode=_dec_pairs))
 snapshot.register(snapshot.Extension(name="health", new=dict, encode=_enc_sorted, decode=_dec_pairs))
 snapshot.register(snapshot.Extension(name="tenant_notify", new=dict, encode=_enc_sorted, decode=_dec_pairs))
+
+
+# ------------------------------------------------------------------ reads (node/notify.py)
+def sink_names(s: SchedulerState) -> list[str]:
+    return sorted(s.sinks)
+
+
+def sink_record(s: SchedulerState, name: str) -> Record | None:
+    """A copy of sink ``name``'s record without its dead and redo lists (their sizes instead)."""
+    sk = s.sinks.get(name)
+    if sk is None:
+        return None
+    return {"name": name, "spec": sk["spec"], "cursor": sk["cursor"], "dead": len(sk["dead"]),
+            "redo": len(sk["redo"]), "behind": _behind(s, name, sk["cursor"])}
+
+
+def _behind(s: SchedulerState, name: str, cursor: int) -> int:
+    box = s.outbox
+    if not box.events:
+        return 0
+    start = max(0, cursor + 1 - box.events[0]["seq"])
+    return sum(1 for ev in islice(box.events, start, None) if name in ev["to"])
+
+
+def sink_dead(s: SchedulerState, name: str, limit: int) -> list[Record] | None:
+    """Sink ``name``'s dead events, newest first (copies), or None: no such sink."""
+    sk = s.sinks.get(name)
+    if sk is None:
+        return None
+    return [{"event": dict(d["event"]), "error": d["error"], "attempts": d["attempts"], "at": d["at"]}
+            for d in reversed(sk["dead"][-limit:])]
+
+
+def sink_batch(s: SchedulerState, name: str, n: int) -> Record | None:
+    """What delivery sends sink ``name`` next: its spec, its requeued events and up to ``n``
+    events after its cursor (copies), and the cursor they take it to; None: no such sink."""
+    sk = s.sinks.get(name)
+    if sk is None:
+        return None
+    redo = [dict(ev) for ev in sk["redo"][:n]]
+    evs, upto = events_pending(s.outbox, sk["cursor"], name, n)
+    return {"spec": sk["spec"], "redo": redo, "events": [dict(ev) for ev in evs], "upto": upto,
+            "cursor": sk["cursor"]}
+
+
+def health_of(s: SchedulerState, job: str) -> Record:
+    return view_health(s.health.get(job))
+
+
+def metric_jobs(s: SchedulerState) -> list[tuple[str, Record]]:
+    """(name, health) of the jobs whose spec says ``"metrics": true`` (per-job gauges)."""
+    return [(name, view_health(s.health.get(name))) for name, j in s.jobs.items() if j["spec"].get("metrics")]
+
+
+def outbox_counts(s: SchedulerState) -> Record:
+    """The outbox's last seq (events kept since the cluster began) and the events it holds by kind."""
+    by: dict[str, int] = {}
+    for ev in s.outbox.events:
+        by[ev["kind"]] = by.get(ev["kind"], 0) + 1
+    return {"seq": s.outbox.seq, "held": by}
