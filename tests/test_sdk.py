@@ -70,6 +70,12 @@ CASES = {
                 {"schedule": BASE, "misfire": SKIP, "secrets": {"API_KEY": "from-the-environment"}}),
     "keep_output": ({"every_s": 60, "misfire": "skip", "keep_output": False},
                     {"schedule": BASE, "misfire": SKIP, "keep_output": False}),
+    "notify": ({"every_s": 60, "misfire": "skip", "notify": [{"sink": "ops", "on": ["run.dead"]}]},
+               {"schedule": BASE, "misfire": SKIP, "notify": [{"sink": "ops", "on": ["run.dead"]}]}),
+    "pause_on_failure": ({"every_s": 60, "misfire": "skip", "pause_on_failure": {"after_consecutive": 3}},
+                         {"schedule": BASE, "misfire": SKIP, "pause_on_failure": {"after_consecutive": 3}}),
+    "metrics": ({"every_s": 60, "misfire": "skip", "metrics": True},
+                {"schedule": BASE, "misfire": SKIP, "metrics": True}),
 }
 
 
