@@ -22,6 +22,7 @@ import hmac
 import json
 import logging
 import smtplib
+import socket
 import ssl
 import time
 from collections import Counter
@@ -354,8 +355,17 @@ class Notifier:
         """One attempt: None when the sink accepted it, else why not."""
         body = events.view(ev)
         typ = spec["type"]
+        tenant = spec.get("tenant")
         if typ == "email":
-            return await asyncio.to_thread(self._send_email, spec, secrets, body)
+            pinned = None
+            if tenant is not None:  # the SMTP server too is held to the tenant's network policy
+                smtp = spec["smtp"]
+                addrs, why = await checked_addresses(f"smtp://{smtp['host']}:{smtp['port']}/",
+                                                     self._allow(tenant), tenant)
+                if addrs is None:
+                    return why or "refused by the tenant's network policy"
+                pinned = addrs[0][1]
+            return await asyncio.to_thread(self._send_email, spec, secrets, body, pinned)
         headers = {"Content-Type": "application/json", "Idempotency-Key": body["event_id"],
                    "User-Agent": "raftsched-notify"}
         if typ == "webhook":
@@ -387,10 +397,8 @@ class Notifier:
             data = json.dumps(msg).encode()
         session = self._session
         own = None
-        tenant = spec.get("tenant")
         if tenant is not None:  # a tenant's sink reaches what its http jobs may (core/network.py)
-            pol = self.raft.read(lambda s: s.tenant_policies.get(tenant)) or DEFAULT_POLICY
-            addrs, why = await checked_addresses(url, list(pol.get("allow") or ()), tenant)
+            addrs, why = await checked_addresses(url, self._allow(tenant), tenant)
             if addrs is None:
                 return why or "refused by the tenant's network policy"
             own = session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(resolver=_Pinned(addrs),
@@ -412,7 +420,11 @@ class Notifier:
             if own is not None:
                 await own.close()
 
-    def _send_email(self, spec: dict, secrets: dict, body: dict) -> str | None:
+    def _allow(self, tenant: str) -> list[str]:
+        pol = self.raft.read(lambda s: s.tenant_policies.get(tenant)) or DEFAULT_POLICY
+        return list(pol.get("allow") or ())
+
+    def _send_email(self, spec: dict, secrets: dict, body: dict, pinned: str | None = None) -> str | None:
         smtp = spec["smtp"]
         msg = EmailMessage()
         msg["Subject"] = "[raftsched] " + one_line(body)[:200]
@@ -425,7 +437,8 @@ class Notifier:
         msg.set_content(one_line(body) + ("\n\n" + link if link else "") + "\n\n"
                         + json.dumps(body, indent=2, sort_keys=True) + "\n")
         try:
-            with smtplib.SMTP(smtp["host"], smtp["port"], timeout=SEND_TIMEOUT_S) as c:
+            with _SMTP(pinned, timeout=SEND_TIMEOUT_S) as c:
+                c.connect(smtp["host"], smtp["port"])
                 if smtp["starttls"]:
                     c.starttls(context=ssl.create_default_context())
                 if secrets.get("username"):
@@ -438,6 +451,18 @@ class Notifier:
     # -------------------------------------------------------------- metrics
     def collector(self):
         return _Collector(self)
+
+
+class _SMTP(smtplib.SMTP):
+    """SMTP that connects to ``pinned`` (an address checked against a tenant's network policy)
+    when given, while naming the host (STARTTLS verifies the certificate for it)."""
+
+    def __init__(self, pinned: str | None, **kw: Any) -> None:
+        self._pinned = pinned
+        super().__init__(**kw)
+
+    def _get_socket(self, host, port, timeout):
+        return socket.create_connection((self._pinned or host, port), timeout, self.source_address)
 
 
 class _Collector:
