@@ -108,7 +108,7 @@ async def put_sink(request: web.Request) -> web.Response:
         if not _visible(request, old["spec"]):
             raise NotFound(f"no sink named {name!r}", field="name")  # (as for a name nobody uses)
         _check_access(request, old["spec"])
-    spec = validate_sink(name, restore_redacted(body, lambda: old["spec"] if old else None, svc.fingerprint))
+    spec = restore_redacted(validate_sink(name, body), lambda: old["spec"] if old else None, svc.fingerprint)
     _check_access(request, spec)
     if sealing.has_clear(spec):
         spec = sealing.seal_spec(spec, "sink:" + name, svc.keyring, await svc.seal_key(), svc.fingerprint.digest)
