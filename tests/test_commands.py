@@ -237,6 +237,7 @@ CONSTRUCTED = [
     (commands.put_tenant_notify(T0, "r", name="t", notify=[]),
      commands.make("put_tenant_notify", T0, "r", name="t", notify=[])),
     (commands.takeover(T0, node="n", seen=5), commands.make("takeover", T0, None, node="n", seen=5)),
+    (commands.note_unplaceable(T0, runs=[]), commands.make("note_unplaceable", T0, None, runs=[])),
 ]
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from core_helpers import SEC, T0, apply, new_state, put_cmd, refused, restored, resume_cmd, spec_of, tick
-from raftsched.core import commands, events, model
+from raftsched.core import commands, events, model, notify
 from raftsched.core.errors import InvalidSpec
 from raftsched.core.notify import view_health
 from raftsched.core.notify_model import validate_routes, validate_sink
@@ -231,6 +231,21 @@ def test_sink_progress_cursor_dead_list_and_requeue() -> None:
     assert first["seq"] == 1
 
 
+def test_a_run_waiting_too_long_for_a_worker_is_reported_once() -> None:
+    s = state_with(job_with([{"sink": "ops", "on": ["run.unplaceable"]}], placement={"labels": {"pool": "gpu"}}))
+    tick(s, T0 + 10 * SEC)
+    rid = f"j@{T0 + 10 * SEC}"
+    assert notify.unplaceable_overdue(s, T0 + 60 * SEC) == []  # not waited long enough
+    late = notify.unplaceable_overdue(s, T0 + 71 * SEC)
+    assert late == [rid]
+    assert apply(s, commands.note_unplaceable(T0 + 71 * SEC, runs=late))["told"] == 1
+    ev = events.view(s.outbox.events[-1])
+    assert ev["kind"] == "run.unplaceable" and ev["run_id"] == rid and ev["waited_ms"] == 61 * SEC
+    assert notify.unplaceable_overdue(s, T0 + 200 * SEC) == []
+    assert apply(s, commands.note_unplaceable(T0 + 200 * SEC, runs=late))["told"] == 0
+    assert kinds(s) == ["run.unplaceable"]
+
+
 @pytest.mark.parametrize("cmd", [
     commands.make("sink_progress", T0, None, items=[{"sink": "ops"}]),
     commands.make("sink_progress", T0, None, items=[{"sink": "ops", "cursor": 1, "dead": [{"event": 3}]}]),
@@ -239,6 +254,7 @@ def test_sink_progress_cursor_dead_list_and_requeue() -> None:
     commands.make("put_tenant_notify", T0, None, name="t", notify=[{"sink": 1}]),
     commands.make("takeover", T0, None, node="n", seen="yesterday"),
     commands.make("sink_requeue", T0, None, name="ops", events=[1]),
+    commands.make("note_unplaceable", T0, None, runs="j@1"),
 ])
 def test_a_malformed_command_is_refused_and_changes_nothing(cmd) -> None:
     s = state_with(job_with([{"sink": "ops"}]))

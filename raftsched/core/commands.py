@@ -68,6 +68,7 @@ OPS = (
     "sink_progress",      # the leader's delivery: cursors, requeued events handled, dead events
     "sink_requeue",       # a sink's dead events delivered again
     "put_tenant_notify",  # a tenant's default notify routes
+    "note_unplaceable",   # the leader's report of runs waiting too long for a worker that matches
 )
 
 
@@ -313,3 +314,7 @@ def sink_requeue(now: int, rid: str | None, *, name: str, events: list[str] | No
 
 def put_tenant_notify(now: int, rid: str | None, *, name: str, notify: list[Any]) -> Command:
     return make("put_tenant_notify", now, rid, name=name, notify=notify)
+
+
+def note_unplaceable(now: int, *, runs: list[str]) -> Command:
+    return make("note_unplaceable", now, None, runs=runs)

@@ -363,3 +363,7 @@ no_leader_report_ms = 15_000
 #: ``pause_on_failure.after_consecutive`` and a route's ``after_consecutive``: bounds.
 consecutive_max = 1000
 repeat_every_s_max = 30 * 86_400
+#: A queued run no live worker may take (its placement, its tenant) for this long is reported
+#: once, ``run.unplaceable`` (the leader looks every ``unplaceable_check_s``, node/notify.py).
+unplaceable_report_ms = 60_000
+unplaceable_runs_max = 500

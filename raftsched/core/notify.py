@@ -231,6 +231,27 @@ def apply_sink_requeue(s: SchedulerState, cmd: Command, now: int) -> Result:
     return ok(sink=name, requeued=len(moved))
 
 
+def apply_note_unplaceable(s: SchedulerState, cmd: Command, now: int) -> Result:
+    """``note_unplaceable {runs: [run id]}``: the leader saw these queued runs wait longer than
+    ``limits.unplaceable_report_ms`` for a worker their placement (or tenant) allows
+    (``unplaceable_overdue``): each still queued and not told already is marked and reported,
+    ``run.unplaceable``, once. :raises InvalidCommand: not a bounded list of ids."""
+    ids = cmd.get("runs")
+    if not (isinstance(ids, list) and len(ids) <= limits.unplaceable_runs_max and all(isinstance(x, str) for x in ids)):
+        raise InvalidCommand("note_unplaceable needs a bounded list of run ids")
+    told = 0
+    for rid in ids:
+        run = s.runs.get(rid)
+        if run is None or run["state"] != "queued" or run.get("unplaceable_at") is not None:
+            continue
+        run["unplaceable_at"] = now
+        told += 1
+        emit_for(s, "run.unplaceable", now, run.get("kind") == "backfill", job=run["job"], tenant=run.get("tenant"),
+                 slot=run["slot"], run_id=rid, attempt=run["attempt"], reason="no worker matches its placement",
+                 queue=run["queue"], waited_ms=now - run["fired_at"])
+    return ok(told=told)
+
+
 def apply_put_tenant_notify(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``put_tenant_notify {name, notify}``: a tenant's default routes, for its jobs that name
     none (notify_model.validate_routes'); an empty list removes them."""
@@ -318,3 +339,18 @@ def outbox_counts(s: SchedulerState) -> Record:
     for ev in s.outbox.events:
         by[ev["kind"]] = by.get(ev["kind"], 0) + 1
     return {"seq": s.outbox.seq, "held": by}
+
+
+def unplaceable_overdue(s: SchedulerState, now_ms: int) -> list[str]:
+    """Queued runs not reported yet that have waited longer than ``limits.unplaceable_report_ms``
+    since they were fired and that no live worker may take (worker_queries.waiting_for_many's
+    rule): what the leader proposes in ``note_unplaceable``. Nothing when no sink exists."""
+    if not s.sinks:
+        return []
+    from .worker_queries import waiting_for_many  # (it imports the handlers, which import this module)
+    old = now_ms - limits.unplaceable_report_ms
+    ids = [rid for q in s._queued.values() for h in q.values() for _due, rid in h]
+    runs = s.runs
+    cand = sorted({rid for rid in ids if (r := runs.get(rid)) is not None and r["state"] == "queued"
+                   and r.get("unplaceable_at") is None and r["fired_at"] <= old})
+    return sorted(waiting_for_many(s, cand, now_ms))[:limits.unplaceable_runs_max]

@@ -53,7 +53,8 @@ from .tokens import apply_token_create, apply_token_revoke
 from .seal_keys import apply_reseal
 from .events import Outbox
 from .notify import (
-    apply_delete_sink, apply_put_sink, apply_put_tenant_notify, apply_sink_progress, apply_sink_requeue,
+    apply_delete_sink, apply_note_unplaceable, apply_put_sink, apply_put_tenant_notify, apply_sink_progress,
+    apply_sink_requeue,
 )
 
 
@@ -110,6 +111,7 @@ HANDLERS: dict[str, Handler] = {
     "sink_progress": apply_sink_progress,
     "sink_requeue": apply_sink_requeue,
     "put_tenant_notify": apply_put_tenant_notify,
+    "note_unplaceable": apply_note_unplaceable,
 }
 # The codec refuses an op with no handler; a handler for an op the codec refuses would never run.
 assert tuple(HANDLERS) == commands.OPS, "commands.OPS and state.HANDLERS must list the same ops"

@@ -54,6 +54,8 @@ IDLE_S = 0.2
 SEND_TIMEOUT_S = 10.0
 #: Delivery latency buckets (seconds), from the event's commit to its acceptance.
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
+#: How often the leader looks for runs waiting too long for a worker (run.unplaceable).
+UNPLACEABLE_CHECK_S = 5.0
 SIGNATURE_HEADER = "X-Raftsched-Signature"
 TIMESTAMP_HEADER = "X-Raftsched-Timestamp"
 
@@ -250,6 +252,7 @@ class Notifier:
         self._latency: list[int] = [0] * (len(LATENCY_BUCKETS) + 1)
         self._latency_sum = 0.0
         self._session: aiohttp.ClientSession | None = None
+        self._unplaceable_checked_ms = 0
 
     # -------------------------------------------------------------- the loop
     async def run_while_leading(self) -> None:
@@ -267,6 +270,12 @@ class Notifier:
                             log.error("notify: sink %s's delivery failed: %r", name, t.exception())
                 for name in names - set(tasks):
                     tasks[name] = asyncio.ensure_future(self._sink_loop(name))
+                now = self.clock.now_ms()
+                if names and now - self._unplaceable_checked_ms >= UNPLACEABLE_CHECK_S * 1000:
+                    self._unplaceable_checked_ms = now
+                    late = self.raft.read(core_notify.unplaceable_overdue, now)
+                    if late:
+                        await self.proposer.propose(commands.note_unplaceable(now, runs=late))
                 await asyncio.sleep(IDLE_S * 5)
         finally:
             for t in tasks.values():
