@@ -261,21 +261,12 @@ class Notifier:
         self._session = aiohttp.ClientSession()
         try:
             while True:
-                names = set(self.raft.read(core_notify.sink_names))
-                for name in list(tasks):
-                    if name not in names or tasks[name].done():
-                        t = tasks.pop(name)
-                        t.cancel()
-                        if t.done() and not t.cancelled() and t.exception() is not None:
-                            log.error("notify: sink %s's delivery failed: %r", name, t.exception())
-                for name in names - set(tasks):
-                    tasks[name] = asyncio.ensure_future(self._sink_loop(name))
-                now = self.clock.now_ms()
-                if names and now - self._unplaceable_checked_ms >= UNPLACEABLE_CHECK_S * 1000:
-                    self._unplaceable_checked_ms = now
-                    late = self.raft.read(core_notify.unplaceable_overdue, now)
-                    if late:
-                        await self.proposer.propose(commands.note_unplaceable(now, runs=late))
+                try:
+                    await self._supervise(tasks)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # a failed look is retried, never the end of delivery this term
+                    log.warning("notify: %s: %s", type(e).__name__, e)
                 await asyncio.sleep(IDLE_S * 5)
         finally:
             for t in tasks.values():
@@ -284,6 +275,24 @@ class Notifier:
                 await asyncio.gather(*tasks.values(), return_exceptions=True)
             await self._session.close()
             self._session = None
+
+    async def _supervise(self, tasks: dict[str, asyncio.Task]) -> None:
+        """One look: a task for each sink (again for one that ended), and overdue unplaceable runs."""
+        names = set(self.raft.read(core_notify.sink_names))
+        for name in list(tasks):
+            if name not in names or tasks[name].done():
+                t = tasks.pop(name)
+                t.cancel()
+                if t.done() and not t.cancelled() and t.exception() is not None:
+                    log.error("notify: sink %s's delivery failed: %r", name, t.exception())
+        for name in names - set(tasks):
+            tasks[name] = asyncio.ensure_future(self._sink_loop(name))
+        now = self.clock.now_ms()
+        if names and now - self._unplaceable_checked_ms >= UNPLACEABLE_CHECK_S * 1000:
+            self._unplaceable_checked_ms = now
+            late = self.raft.read(core_notify.unplaceable_overdue, now)
+            if late:
+                await self.proposer.propose(commands.note_unplaceable(now, runs=late))
 
     async def _sink_loop(self, name: str) -> None:
         while True:
