@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from core_helpers import SEC, T0, apply, new_state, put_cmd, refused, restored, resume_cmd, spec_of, tick
-from raftsched.core import commands, events, model, notify
+from raftsched.core import commands, events, model, notify_queries
 from raftsched.core.errors import InvalidSpec
 from raftsched.core.notify import view_health
 from raftsched.core.notify_model import validate_routes, validate_sink
@@ -235,13 +235,13 @@ def test_a_run_waiting_too_long_for_a_worker_is_reported_once() -> None:
     s = state_with(job_with([{"sink": "ops", "on": ["run.unplaceable"]}], placement={"labels": {"pool": "gpu"}}))
     tick(s, T0 + 10 * SEC)
     rid = f"j@{T0 + 10 * SEC}"
-    assert notify.unplaceable_overdue(s, T0 + 60 * SEC) == []  # not waited long enough
-    late = notify.unplaceable_overdue(s, T0 + 71 * SEC)
+    assert notify_queries.unplaceable_overdue(s, T0 + 60 * SEC) == []  # not waited long enough
+    late = notify_queries.unplaceable_overdue(s, T0 + 71 * SEC)
     assert late == [rid]
     assert apply(s, commands.note_unplaceable(T0 + 71 * SEC, runs=late))["told"] == 1
     ev = events.view(s.outbox.events[-1])
     assert ev["kind"] == "run.unplaceable" and ev["run_id"] == rid and ev["waited_ms"] == 61 * SEC
-    assert notify.unplaceable_overdue(s, T0 + 200 * SEC) == []
+    assert notify_queries.unplaceable_overdue(s, T0 + 200 * SEC) == []
     assert apply(s, commands.note_unplaceable(T0 + 200 * SEC, runs=late))["told"] == 0
     assert kinds(s) == ["run.unplaceable"]
 

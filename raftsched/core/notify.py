@@ -340,17 +340,3 @@ def outbox_counts(s: SchedulerState) -> Record:
         by[ev["kind"]] = by.get(ev["kind"], 0) + 1
     return {"seq": s.outbox.seq, "held": by}
 
-
-def unplaceable_overdue(s: SchedulerState, now_ms: int) -> list[str]:
-    """Queued runs not reported yet that have waited longer than ``limits.unplaceable_report_ms``
-    since they were fired and that no live worker may take (worker_queries.waiting_for_many's
-    rule): what the leader proposes in ``note_unplaceable``. Nothing when no sink exists."""
-    if not s.sinks:
-        return []
-    from .worker_queries import waiting_for_many  # (it imports the handlers, which import this module)
-    old = now_ms - limits.unplaceable_report_ms
-    ids = [rid for q in s._queued.values() for h in q.values() for _due, rid in h]
-    runs = s.runs
-    cand = sorted({rid for rid in ids if (r := runs.get(rid)) is not None and r["state"] == "queued"
-                   and r.get("unplaceable_at") is None and r["fired_at"] <= old})
-    return sorted(waiting_for_many(s, cand, now_ms))[:limits.unplaceable_runs_max]

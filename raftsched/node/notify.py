@@ -35,7 +35,7 @@ from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from .. import sealing
-from ..core import commands, events, notify as core_notify
+from ..core import commands, events, notify as core_notify, notify_queries
 from ..core.errors import Forbidden, InvalidSpec, NotFound
 from ..core.notify_model import validate_sink
 from ..core.tenants import DEFAULT_POLICY
@@ -290,7 +290,7 @@ class Notifier:
         now = self.clock.now_ms()
         if names and now - self._unplaceable_checked_ms >= UNPLACEABLE_CHECK_S * 1000:
             self._unplaceable_checked_ms = now
-            late = self.raft.read(core_notify.unplaceable_overdue, now)
+            late = self.raft.read(notify_queries.unplaceable_overdue, now)
             if late:
                 await self.proposer.propose(commands.note_unplaceable(now, runs=late))
 
