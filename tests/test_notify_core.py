@@ -298,3 +298,14 @@ def test_bad_sinks_name_the_field(raw, field) -> None:
     with pytest.raises(InvalidSpec) as e:
         validate_sink("s", raw)
     assert e.value.field == field
+
+
+def test_a_trigger_that_finds_its_slots_run_is_no_event() -> None:
+    s = state_with(job_with([{"sink": "ops", "on": ["job.triggered"]}]))
+    slot = T0 + 10 * SEC
+    tick(s, T0 + 10 * SEC)  # the slot's run exists
+    res = apply(s, commands.trigger_job(T0 + 11 * SEC, None, name="j", extra={"slot": slot}))
+    assert res["ok"] and res["created"] is False, res
+    assert kinds(s) == []
+    assert apply(s, commands.trigger_job(T0 + 12 * SEC, None, name="j"))["ok"]
+    assert kinds(s) == ["job.triggered"]

@@ -332,7 +332,7 @@ def apply_trigger_job(s: SchedulerState, cmd: Command, now: int) -> Result:
         rid = f"{job['name']}@{now}!manual-{s.manual_seq}"
         run = new_run(s, job, now, now, rid, "manual")
         res = ok(job=job["name"], run=run["id"], state=run["state"])
-    if s.sinks and res.get("run") is not None:
+    if s.sinks and res.get("run") is not None and res.get("created", True):  # (a slot's run found: no change)
         emit(s, "job.triggered", now, job=job["name"], slot=cmd.get("slot", now), run_id=res["run"],
              reason="manual", state=res.get("state"))
     return res
