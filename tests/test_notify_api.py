@@ -155,3 +155,23 @@ def test_one_line_reads_as_a_sentence():
     assert commands.sink_progress(0, items=[])["op"] == "sink_progress"
 
 
+
+
+def test_a_batch_of_large_dead_events_is_committed_in_commands_that_fit():
+    sent = []
+
+    class Proposer:
+        async def propose(self, cmd):
+            sent.append((len(commands.encode(cmd)), cmd["items"][0]))  # encode refuses a command too large
+            return {"ok": True}
+
+    n = Notifier(raft=None, clock=type("C", (), {"now_ms": staticmethod(lambda: 1)})(), keyring=None,
+                 proposer=Proposer())
+    dead = [{"event": {"seq": k, "kind": "worker.lost", "detail": {"runs": ["x" * 60] * 150}}, "error": "e" * 300,
+             "attempts": 8} for k in range(1, 41)]
+    dead.append({"event": {"seq": 41, "kind": "run.dead", "detail": {"blob": "y" * 40_000}}, "error": None,
+                 "attempts": 8})
+    asyncio.run(n._commit("ops", 41, [3], dead, before=0))
+    assert len(sent) > 1 and sent[-1][1]["cursor"] == 41 and sent[-1][1]["redo"] == [3]
+    assert all(item["cursor"] == 0 for _, item in sent[:-1])  # the cursor moves last
+    assert [d["event"]["seq"] for _, item in sent for d in item.get("dead", [])] == list(range(1, 42))

@@ -31,11 +31,12 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+import msgpack
 from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from .. import sealing
-from ..core import commands, events, notify as core_notify, notify_queries
+from ..core import commands, events, limits, notify as core_notify, notify_queries
 from ..core.errors import Forbidden, InvalidSpec, NotFound
 from ..core.notify_model import validate_sink
 from ..core.tenants import DEFAULT_POLICY
@@ -316,14 +317,33 @@ class Notifier:
                     self.dead[(name, ev["kind"])] += 1
                 if i < n_redo:
                     done_redo.append(ev["seq"])
-            await self._commit(name, batch["upto"], done_redo, dead)
+            await self._commit(name, batch["upto"], done_redo, dead, batch["cursor"])
 
-    async def _commit(self, name: str, upto: int, redo: list[int], dead: list[dict]) -> None:
+    async def _commit(self, name: str, upto: int, redo: list[int], dead: list[dict], before: int = 0) -> None:
+        """Commit a batch: the dead events first, in commands that fit (the cursor where it was,
+        ``before``), then the cursor and the requeued events done. A crash in between gives the
+        batch again: at least once, for the dead list too."""
+        budget = limits.command_bytes_max // 2
+        chunk: list[dict] = []
+        size = 0
+        for d in dead:
+            n = len(msgpack.packb(d, use_bin_type=True))
+            if n > budget:  # an event too large for a command: kept without its detail
+                d = dict(d, event=dict(d["event"], detail={"cut": "too large to keep whole"}))
+                n = len(msgpack.packb(d, use_bin_type=True))
+            if chunk and size + n > budget:
+                await self._propose_progress({"sink": name, "cursor": before, "dead": chunk})
+                chunk, size = [], 0
+            chunk.append(d)
+            size += n
         item: dict[str, Any] = {"sink": name, "cursor": upto}
         if redo:
             item["redo"] = redo
-        if dead:
-            item["dead"] = dead
+        if chunk:
+            item["dead"] = chunk
+        await self._propose_progress(item)
+
+    async def _propose_progress(self, item: dict) -> None:
         await self.proposer.propose(commands.sink_progress(self.clock.now_ms(), items=[item]))
 
     def _secrets(self, name: str, spec: dict) -> dict[str, str] | str:
