@@ -6,7 +6,7 @@
         [--replay schedule.json] [--no-fsync]
 
 1. Generate the workload and the fault schedule from the seed (generator.py), save schedule.json.
-2. Start the fenced sink, one proxy per node pair (and one per remote worker and node), three nodes
+2. Start the fenced sink, the notifications receiver (events_receiver.py), one proxy per node pair (and one per remote worker and node), three nodes
    (fresh data dirs) dialling each other through the proxies, then the remote workers
    (``raftsched worker``, outside the quorum; the jobs placed on their label run only there).
    With the membership nemesis, two more node slots (ports, proxies) that it adds as new nodes;
@@ -19,7 +19,7 @@
    ?consistent=true, and sample every node's state hash.
 5. kill -9 the whole cluster, restart it on its data, read again.
 6. Stop every process (by PID, also on failure), run the checkers (checker.py), write
-   store/<time>-<seed>/: schedule.json, history.jsonl, sink.jsonl, monitor.jsonl, reads.jsonl,
+   store/<time>-<seed>/: schedule.json, history.jsonl, sink.jsonl, events.jsonl, monitor.jsonl, reads.jsonl,
    final-states.json, nodes/*.log, results.json, verdict.txt, timeline.png.
 
 Exit status: 0 when no checker says invalid (valid or unknown), 1 when one does, 2 when the
@@ -422,7 +422,7 @@ class Run:
             pass
         events = []
         try:
-            with open(self.cp.events_log) as f:
+            with open(self.run_dir / "events.jsonl") as f:
                 for line in f:
                     try:
                         events.append(json.loads(line))
