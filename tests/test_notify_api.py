@@ -175,3 +175,54 @@ def test_a_batch_of_large_dead_events_is_committed_in_commands_that_fit():
     assert len(sent) > 1 and sent[-1][1]["cursor"] == 41 and sent[-1][1]["redo"] == [3]
     assert all(item["cursor"] == 0 for _, item in sent[:-1])  # the cursor moves last
     assert [d["event"]["seq"] for _, item in sent for d in item.get("dead", [])] == list(range(1, 42))
+
+
+def test_a_tenants_sink_reaches_only_what_its_network_policy_allows(tmp_path, monkeypatch):
+    """An email sink limited to a tenant connects to its SMTP server only at an address the
+    tenant's policy allows (a real aiosmtpd server with STARTTLS and AUTH on loopback), and a
+    webhook the same: loopback is refused by default."""
+    import ssl
+
+    from aiosmtpd.controller import Controller
+    from aiosmtpd.smtp import AuthResult
+
+    from raftsched.core.bodies import validate_policy
+    from raftsched.core.notify_model import validate_sink
+    from raftsched.testing.procs import free_ports
+    from raftsched.testing.tls import make_demo_pki
+
+    pki = make_demo_pki(tmp_path / "tls")
+    monkeypatch.setenv("SSL_CERT_FILE", str(pki.ca))
+    mails = []
+
+    class Handler:
+        async def handle_DATA(self, server, session, envelope):  # noqa: N802
+            mails.append(envelope.content)
+            return "250 OK"
+
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(str(pki.cert), str(pki.key))
+    port = free_ports(1)[0]
+    smtp = Controller(Handler(), hostname="127.0.0.1", port=port, tls_context=ctx, require_starttls=True,
+                      authenticator=lambda *a: AuthResult(success=a[4].password == b"pw"), auth_require_tls=True)
+    smtp.start()
+    try:
+        async def t(env, c):
+            n = Notifier(env.raft, env.clock, env.service.keyring)
+            mail = validate_sink("m", {"type": "email", "tenant": "billing", "secrets": {"username": "u", "password": "pw"},
+                                       "smtp": {"host": "127.0.0.1", "port": port, "from": "r@example.com",
+                                                "to": ["o@example.com"]}})
+            hook = validate_sink("h", dict(HOOK, tenant="billing"))
+            ev = {"seq": 1, "kind": "run.dead", "at": 1, "job": "j", "tenant": "billing", "slot": 1, "run_id": "j@1",
+                  "attempt": 1, "reason": "x", "detail": {}, "to": ["m"]}
+            secrets = {"username": "u", "password": "pw"}
+            why = await n._send("m", mail, secrets, ev)
+            assert why is not None and "refused by the network policy of tenant 'billing'" in why and not mails
+            why = await n._send("h", hook, {"signing_key": "k"}, ev)
+            assert why is not None and "refused by the network policy" in why
+            env.state.tenant_policies["billing"] = validate_policy({"network": {"allow": ["127.0.0.0/8"]}})
+            assert await n._send("m", mail, secrets, ev) is None and len(mails) == 1
+            assert b"Subject: [raftsched] run.dead: job j (billing)" in mails[0]
+        run(t)
+    finally:
+        smtp.stop()

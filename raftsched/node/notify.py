@@ -475,14 +475,14 @@ class Notifier:
         msg.set_content(one_line(body) + ("\n\n" + link if link else "") + "\n\n"
                         + json.dumps(body, indent=2, sort_keys=True) + "\n")
         try:
-            with _SMTP(pinned, timeout=SEND_TIMEOUT_S) as c:
-                c.connect(smtp["host"], smtp["port"])
+            # (the host named at construction: STARTTLS verifies the certificate for it)
+            with _SMTP(pinned, smtp["host"], smtp["port"], timeout=SEND_TIMEOUT_S) as c:
                 if smtp["starttls"]:
                     c.starttls(context=ssl.create_default_context())
                 if secrets.get("username"):
                     c.login(secrets["username"], secrets.get("password", ""))
                 c.send_message(msg)
-        except (smtplib.SMTPException, OSError, ssl.SSLError) as e:
+        except (smtplib.SMTPException, OSError, ssl.SSLError, ValueError) as e:
             return f"{type(e).__name__}: {e}"[:300]
         return None
 
@@ -495,9 +495,9 @@ class _SMTP(smtplib.SMTP):
     """SMTP that connects to ``pinned`` (an address checked against a tenant's network policy)
     when given, while naming the host (STARTTLS verifies the certificate for it)."""
 
-    def __init__(self, pinned: str | None, **kw: Any) -> None:
+    def __init__(self, pinned: str | None, host: str, port: int, **kw: Any) -> None:
         self._pinned = pinned
-        super().__init__(**kw)
+        super().__init__(host, port, **kw)
 
     def _get_socket(self, host, port, timeout):
         return socket.create_connection((self._pinned or host, port), timeout, self.source_address)
