@@ -309,3 +309,20 @@ def test_a_trigger_that_finds_its_slots_run_is_no_event() -> None:
     assert kinds(s) == []
     assert apply(s, commands.trigger_job(T0 + 12 * SEC, None, name="j"))["ok"]
     assert kinds(s) == ["job.triggered"]
+
+
+@pytest.mark.parametrize("backfills", [False, True])
+def test_a_backfills_runs_say_nothing_unless_a_route_asks_and_leave_health_alone(backfills) -> None:
+    from backfill_helpers import backfill_cmd, backfill_runs, finish_runs, step
+    route = {"sink": "ops", "on": ["run.dead"], "backfills": True} if backfills else {"sink": "ops", "on": ["run.dead"]}
+    s = state_with(job_with([route]))
+    tick(s, T0 + 100 * SEC)
+    finish_runs(s, T0 + 100 * SEC)  # the scheduled runs succeed
+    healthy = view_health(s.health["j"])
+    assert apply(s, backfill_cmd(s, "j", T0 + 10 * SEC, T0 + 50 * SEC, T0 + 101 * SEC, reprocess="all"))["ok"]
+    step(s, "b1", T0 + 101 * SEC)
+    assert backfill_runs(s, "b1")
+    finish_runs(s, T0 + 102 * SEC, ok_fn=lambda rid: False)
+    assert any(r["state"] == "dead" for r in backfill_runs(s, "b1"))
+    assert kinds(s) == (["run.dead"] if backfills else [])
+    assert view_health(s.health["j"]) == healthy

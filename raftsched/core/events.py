@@ -132,7 +132,8 @@ def route(s: SchedulerState, kind: str, now: int, job: str | None, tenant: str |
     - a cluster kind: the sinks whose ``subscribe`` lists it;
     - a job's kind: the job's ``notify`` routes, or, when its spec has none, its tenant's
       default routes; a route counts when its sink exists, its ``on`` lists the kind, the sink is
-      not limited to another tenant, and (for a backfill's run) it asks for ``backfills``; nothing
+      not limited to another tenant, and (for a backfill's run) it asks for ``backfills`` (then
+      each is sent: no noise control, as they are outside the job's incidents); nothing
       while the job is paused (but the pause and the resume themselves);
     - noise control, per route and job: ``run.dead`` only once the job's consecutive failures
       reach ``after_consecutive``, once per incident, again every ``repeat_every_s`` if set;
@@ -167,7 +168,8 @@ def route(s: SchedulerState, kind: str, now: int, job: str | None, tenant: str |
             continue
         if backfill and not r.get("backfills"):
             continue
-        if h is not None and not _quiet_enough(h, r, name, kind, now):
+        # (a backfill's runs are outside the job's health and incidents: each is told)
+        if h is not None and not backfill and not _quiet_enough(h, r, name, kind, now):
             continue
         out.append(name)
     return out
