@@ -226,3 +226,26 @@ def test_a_tenants_sink_reaches_only_what_its_network_policy_allows(tmp_path, mo
         run(t)
     finally:
         smtp.stop()
+
+
+def test_a_sink_further_behind_than_the_outbox_holds_is_told_so(monkeypatch):
+    from raftsched.core import limits
+
+    monkeypatch.setattr(limits, "outbox_events_max", 2)
+
+    async def t(env, c):
+        app, got = _receiver([200])
+        async with TestServer(app, host="127.0.0.1") as srv:
+            assert (await call(c, "PUT", "/v1/sinks/hook", BOOT, dict(HOOK, url=f"http://127.0.0.1:{srv.port}/")))[0] == 201
+            assert (await call(c, "PUT", "/v1/jobs/j", BOOT, dict(SPEC, notify=[{"sink": "hook", "on": ["job.triggered"]}])))[0] == 201
+            for _ in range(5):
+                assert (await call(c, "POST", "/v1/jobs/j/trigger", BOOT))[0] == 201
+            n = Notifier(env.raft, env.clock, env.service.keyring)
+            task = asyncio.ensure_future(n.run_while_leading())
+            try:
+                await _until(lambda: len(got) == 2, "the two events the outbox still holds")
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            assert n.lost == {"hook": 3} and [json.loads(b)["seq"] for _, b in got] == [4, 5]
+    run(t)

@@ -64,7 +64,7 @@ CLUSTER_KINDS = frozenset(("worker.lost", "cluster.leader_changed", "cluster.no_
 #: Kinds sent even while their job is paused (they are about the pause).
 _WHILE_PAUSED = frozenset(("job.paused", "job.resumed"))
 #: A job's health record (core/notify.py keeps it): a list, these indexes. ``sent`` maps
-#: ``"<sink>|<kind>"`` to when a route last sent that kind (noise control).
+#: ``"<sink>|<kind>"`` to when a route last sent that kind (noise control), or is None.
 LAST_SUCCESS, LAST_FAILURE, CONSECUTIVE, LAST_SLOT, INCIDENT, SENT = range(6)
 
 
@@ -177,7 +177,9 @@ def route(s: SchedulerState, kind: str, now: int, job: str | None, tenant: str |
 
 def _quiet_enough(h: list[Any], r: Record, sink: str, kind: str, now: int) -> bool:
     """Noise control for one route (``route``), recording the send in the health's ``sent``."""
-    sent: dict[str, int] = h[SENT]
+    sent: dict[str, int] | None = h[SENT]
+    if sent is None:  # made by the first send that needs one (a job's health costs less without)
+        sent = h[SENT] = {}
     key = sink + "|" + kind
     repeat_ms = r["repeat_every_s"] * 1000
     if kind == "job.recovered":

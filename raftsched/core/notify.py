@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 def health(s: SchedulerState, job: str) -> list[Any]:
     h: list[Any] | None = s.health.get(job)
     if h is None:
-        h = s.health[job] = [None, None, 0, None, None, {}]
+        h = s.health[job] = [None, None, 0, None, None, None]
     return h
 
 
@@ -57,8 +57,9 @@ def on_success(s: SchedulerState, run: Record, now: int) -> None:
             h[CONSECUTIVE] = 0
             h[INCIDENT] = None
             sent = h[SENT]
-            for k in [k for k in sent if k.endswith("|run.dead")]:
-                del sent[k]
+            if sent:
+                for k in [k for k in sent if k.endswith("|run.dead")]:
+                    del sent[k]
     if s.sinks:
         emit_for(s, "run.succeeded", now, backfill, job=run["job"], tenant=run.get("tenant"), slot=run["slot"],
                  run_id=run["id"], attempt=run["attempt"])
@@ -321,7 +322,7 @@ def sink_batch(s: SchedulerState, name: str, n: int) -> Record | None:
     redo = [dict(ev) for ev in sk["redo"][:n]]
     evs, upto = events_pending(s.outbox, sk["cursor"], name, n)
     return {"spec": sk["spec"], "redo": redo, "events": [dict(ev) for ev in evs], "upto": upto,
-            "cursor": sk["cursor"]}
+            "cursor": sk["cursor"], "first": s.outbox.first_seq()}
 
 
 def health_of(s: SchedulerState, job: str) -> Record:

@@ -250,6 +250,8 @@ class Notifier:
         self.delivered: Counter = Counter()  # (sink, kind) -> events accepted
         self.dead: Counter = Counter()       # (sink, kind) -> events given up
         self.attempts_failed: Counter = Counter()  # sink -> attempts refused
+        self.lost: Counter = Counter()  # sink -> events the outbox gave up before it was sent them (at most)
+        self._lost_at: dict[str, int] = {}
         self._latency: list[int] = [0] * (len(LATENCY_BUCKETS) + 1)
         self._latency_sum = 0.0
         self._session: aiohttp.ClientSession | None = None
@@ -300,6 +302,13 @@ class Notifier:
             batch = self.raft.read(core_notify.sink_batch, name, BATCH)
             if batch is None:
                 return
+            if batch["cursor"] + 1 < batch["first"] and self._lost_at.get(name) != batch["cursor"]:
+                # The outbox gave up events this sink had not been sent (it was further behind than
+                # the outbox holds): at most this many of them were for it.
+                self._lost_at[name] = batch["cursor"]
+                gap = batch["first"] - 1 - batch["cursor"]
+                self.lost[name] += gap
+                log.error("notify: sink %s was %d events behind the outbox's oldest: those for it are lost", name, gap)
             if not batch["redo"] and not batch["events"]:
                 if batch["upto"] > batch["cursor"] and batch["upto"] - batch["cursor"] >= BATCH:
                     # Events for other sinks only: move past them, rarely.
@@ -525,6 +534,11 @@ class _Collector:
             for (sink, kind), v in sorted(c.items()):
                 fam.add_metric([sink, kind], v)
             yield fam
+        lost = CounterMetricFamily("raftsched_events_lost", "events the outbox gave up before a sink was sent them "
+                                   "(at most: not all of them were for it), seen by this node", labels=["sink"])
+        for sink, v in sorted(n.lost.items()):
+            lost.add_metric([sink], v)
+        yield lost
         h = HistogramMetricFamily("raftsched_event_delivery_seconds",
                                   "from an event's commit to a sink's acceptance (this node)")
         acc, buckets = 0, []
