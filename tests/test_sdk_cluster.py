@@ -162,6 +162,7 @@ def test_the_async_client_calls_every_endpoint_of_a_live_cluster(cluster):
             cl = await call("cluster")
             assert cl["leader"] and len(cl["members"]) == 3 and cl["role"] in ("leader", "follower")
             assert "raftsched_" in await call("metrics")
+            assert (await call("openapi"))["openapi"].startswith("3.1")
 
             assert (await call("put_job", "async-fail", shell))["created"] is True
             batch = await call("put_jobs", {"async-b": dict(shell, labels={"raftsched.app": "async"})})

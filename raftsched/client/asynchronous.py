@@ -427,6 +427,10 @@ class AsyncClient(Transport):
         """``GET /metrics``: the node's Prometheus text."""
         return await self._send(endpoints.metrics())
 
+    async def openapi(self) -> dict:
+        """``GET /v1/openapi.json``: the API's OpenAPI 3.1 document."""
+        return await self._send(endpoints.openapi())
+
     async def workers(self, consistent: bool = False) -> dict:
         """``GET /v1/workers``: every registered worker."""
         return await self._send(endpoints.workers(consistent))

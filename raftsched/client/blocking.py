@@ -356,6 +356,10 @@ class Client(Transport):
         """``GET /metrics``: the node's Prometheus text."""
         return self._send(endpoints.metrics())
 
+    def openapi(self) -> dict:
+        """``GET /v1/openapi.json``: the API's OpenAPI 3.1 document."""
+        return self._send(endpoints.openapi())
+
     def workers(self, consistent: bool = False) -> dict:
         """``GET /v1/workers``: every registered worker."""
         return self._send(endpoints.workers(consistent))

@@ -438,6 +438,12 @@ def metrics() -> Request:
     return Request("GET", "/metrics")
 
 
+@endpoint
+def openapi() -> Request:
+    """``GET /v1/openapi.json``: the API's OpenAPI 3.1 document (no token needed)."""
+    return Request("GET", "/v1/openapi.json")
+
+
 # ------------------------------------------------------------------ the worker fleet
 @endpoint
 def workers(consistent: bool = False) -> Request:

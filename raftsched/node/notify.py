@@ -162,9 +162,9 @@ async def sink_dead(request: web.Request) -> web.Response:
 async def sink_requeue(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     name = request.match_info["name"]
+    body = await optional_json_body(request, {})
     rec = _stored(svc, name, request)
     _check_access(request, rec["spec"])
-    body = await optional_json_body(request, {})
     ids = None
     if isinstance(body, dict) and "events" in body:
         ids = body["events"]
