@@ -15,8 +15,8 @@ import os
 
 from aiohttp import web
 
-from ..core import limits, queries
-from ..core.errors import InvalidSpec, NotFound, RaftschedError, TooManyRequests, Unauthorized, Unavailable
+from ..core import limits, model, queries
+from ..core.errors import BadRequest, InvalidSpec, NotFound, RaftschedError, TooManyRequests, Unauthorized, Unavailable
 from ..core.model import RUN_STATES
 from . import auth as auth_module
 from . import limits as node_limits
@@ -309,20 +309,35 @@ async def trigger_job(request: web.Request) -> web.Response:
     return web.json_response(await svc.trigger_job(request.match_info["name"], rid(request)), status=201)
 
 
+def _run_window(request: web.Request) -> queries.RunWindow:
+    """``?since=&until=`` (a slot window) and ``?before=`` (the cursor: the ``next`` of the page
+    before) of a run list. :raises BadRequest: naming the parameter."""
+    since, until = time_param(request, "since"), time_param(request, "until")
+    if since is not None and until is not None and until <= since:
+        raise BadRequest("must be after since", field="until")
+    before = request.query.get("before")
+    if before is not None:
+        try:
+            model.check_run_id(before)
+        except InvalidSpec as e:
+            raise BadRequest(f"a run id (the next of the page before): {e.message}", field="before") from None
+    return queries.RunWindow(since, until, before)
+
+
 async def job_runs(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     await svc.read_barrier(bool_param(request, "consistent"))
     limit = int_param(request, "limit", 100, 1, limits.history_per_job_max + limits.queue_depth_max)
     slot_ms = time_param(request, "slot")
     return web.json_response(svc.job_runs(request.match_info["name"], limit, state_param(request), slot_ms,
-                                          tenants_of(request)))
+                                          tenants_of(request), _run_window(request)))
 
 
 async def list_runs(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     await svc.read_barrier(bool_param(request, "consistent"))
     limit = int_param(request, "limit", 100, 1, node_limits.runs_page_max)
-    return web.json_response(svc.list_runs(state_param(request), limit, tenants_of(request)))
+    return web.json_response(svc.list_runs(state_param(request), limit, tenants_of(request), _run_window(request)))
 
 
 async def get_run(request: web.Request) -> web.Response:
@@ -535,6 +550,10 @@ def _limit(hi: int) -> Param:
 
 _RUNS_PAGE = _limit(node_limits.runs_page_max)
 _STATE = Param("state", "enum", "only runs in this state", choices=RUN_STATES)
+#: A run list's time window and cursor (_run_window).
+_WINDOW = (Param("since", "time", "only runs whose slot is at or after this time"),
+           Param("until", "time", "only runs whose slot is before this time"),
+           Param("before", "string", "the page after this run: the previous page's next"))
 _COUNT = Param("count", "integer", "how many slots", default=10, lo=1, hi=limits.preview_count_max)
 _R, _W = "read", "jobs.write"
 T = Tenancy
@@ -571,7 +590,7 @@ ROUTES: tuple[Route, ...] = (
           body="trigger", body_optional=True, ok=201, also_ok=(200,), errors=(404, 409, 422)),
     Route("GET", "/v1/jobs/{name}/runs", job_runs, _R, T.JOB, "a job's runs and recorded slots, newest first",
           params=(CONSISTENT, _limit(limits.history_per_job_max + limits.queue_depth_max), _STATE,
-                  Param("slot", "time", "only this slot's")), errors=(404,)),
+                  Param("slot", "time", "only this slot's")) + _WINDOW, errors=(404,)),
     Route("GET", "/v1/jobs/{name}/preview", preview_job, _R, T.JOB, "a job's next slots",
           params=(_COUNT, Param("after", "time", "slots after this time")), errors=(404,)),
     Route("POST", "/v1/jobs/{name}/explain", explain_job, _R, T.JOB, "what an outage would do to a job's slots",
@@ -616,7 +635,7 @@ ROUTES: tuple[Route, ...] = (
           body="lock_token", errors=(409, 422)),
     # runs
     Route("GET", "/v1/runs", list_runs, _R, T.FILTERED, "runs and recorded slots, newest first",
-          params=(CONSISTENT, _RUNS_PAGE, _STATE)),
+          params=(CONSISTENT, _RUNS_PAGE, _STATE) + _WINDOW),
     Route("GET", "/v1/runs/{run}", get_run, _R, T.RUN, "a run", params=(CONSISTENT,), errors=(404,)),
     # backfills and bulk operations
     Route("GET", "/v1/backfills", list_backfills, _R, T.REFUSED, "backfills and bulk DLQ operations",
