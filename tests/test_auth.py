@@ -136,7 +136,10 @@ ROUTES = [  # (method, path, body): one request a route, valid enough to pass au
     ("GET", "/v1/workers", None), ("GET", "/v1/workers/w1", None), ("POST", "/v1/workers/w1/drain", None),
     ("GET", "/v1/secrets", None), ("POST", "/v1/secrets:rotate", {"key": "process"}),
     ("POST", "/v1/cluster/members", {"addr": "127.0.0.1:7"}), ("DELETE", "/v1/cluster/members/127.0.0.1:8", None),
+    ("GET", "/v1/whoami", None),
 ]
+#: The open rows besides /healthz and /metrics: the dashboard's static files (tests/test_dashboard.py).
+OPEN_UI = {("GET", "/ui"), ("GET", "/ui/"), ("GET", "/ui/{file}")}
 ALLOWED = {
     "admin": set(auth.SCOPES),
     "operator": {"read", "jobs.write", "dlq.write", "queues.write", "locks.write"},
@@ -177,7 +180,7 @@ def test_the_app_serves_exactly_the_route_table_and_every_row_is_tested_here():
         assert isinstance(row.tenancy, routes.Tenancy), row
     tested = {(m, canonical(app, p)) for m, p, _ in ROUTES}
     assert tested <= served, "ROUTES names only routes the API serves"
-    assert served - tested == {("GET", "/metrics"), ("GET", "/healthz")}, f"untested: {served - tested - {('GET', '/metrics'), ('GET', '/healthz')}}"
+    assert served - tested == {("GET", "/metrics"), ("GET", "/healthz")} | OPEN_UI, f"untested: {served - tested - {('GET', '/metrics'), ('GET', '/healthz')} - OPEN_UI}"
 
 
 def test_a_route_added_without_a_row_is_not_served():

@@ -90,7 +90,7 @@ BODIES: dict[str, tuple[object, list[tuple[str, str, str]]]] = {
 ALSO = {"job_spec": ("job_spec", "job_spec_at")}
 #: The fields where a time in ms since the epoch is valid too (the others take ISO-8601 text only).
 MS_TOO = {"schedule.at", "schedule.start_at", "expires"}
-_PATH_VALUES = {"name": "j", "run": "j@1", "id": "w1", "action": "pause", "addr": "127.0.0.1:1"}
+_PATH_VALUES = {"name": "j", "run": "j@1", "id": "w1", "action": "pause", "addr": "127.0.0.1:1", "file": "app.js"}
 
 
 def _path(route) -> str:

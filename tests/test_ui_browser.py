@@ -1,0 +1,126 @@
+"""The dashboard (/ui/, docs/ui.md) in a real headless browser against a real three-node cluster:
+Playwright for Python driving Debian's chromium (never a browser Playwright downloads: set
+PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 when installing it; scripts/test.sh installs chromium with
+apt-get when it is missing). The page loads with no console error (a violation of its
+Content-Security-Policy would be one), the cluster strip shows the agreed leader, a job created
+through the API appears, pausing it from the page shows skipped slots in its timeline, a dead run
+is requeued from the page, and a reader token sees no action at all."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from raftsched.core.schedule import parse_iso_ms as iso_ms
+
+from procs import http, running_cluster, wait_for
+
+CHROMIUM = os.environ.get("RAFTSCHED_CHROMIUM", "/usr/bin/chromium")
+#: Flags for a browser that talks to nothing but the cluster (no updates, no sync, no telemetry);
+#: --no-sandbox because the tests run as root.
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
+TIMEOUT_MS = 15_000
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    yield from running_cluster(tmp_path_factory.mktemp("ui"))
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"no chromium at {CHROMIUM}: apt-get install chromium (scripts/test.sh does)")
+    from playwright.sync_api import sync_playwright
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    with sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(str(profile), executable_path=CHROMIUM, headless=True, args=FLAGS,
+                                                   viewport={"width": 1280, "height": 800})
+        try:
+            yield ctx
+        finally:
+            ctx.close()
+            shutil.rmtree(profile, ignore_errors=True)
+
+
+def _open(browser, url: str, token: str):
+    """A new tab on the dashboard, logged in with ``token``; its console errors are collected."""
+    page = browser.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    page.errors = []
+    page.on("console", lambda m: page.errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
+    page.goto(url + "/ui/")
+    page.fill("#token", token)
+    page.click("#login button[type=submit]")
+    page.wait_for_selector("#who:not(:empty)")
+    return page
+
+
+def _paused(url: str, token: str) -> dict | None:
+    job = http("GET", url + "/v1/jobs/ui-tick", None, token)[1]
+    return job if job["state"]["paused"] else None
+
+
+def test_the_dashboard_in_a_browser(cluster, browser):
+    token = cluster.token
+    leader = cluster.wait_leader(30)
+    via = (leader + 1) % 3  # a follower serves the page: reads are its replica's, writes forwarded
+    url = cluster.url(via)
+    page = _open(browser, url, token)
+
+    # The strip names the agreed leader.
+    page.wait_for_function("a => document.querySelector('#strip-leader')?.textContent.includes(a)",
+                           arg=cluster.raft_addr(leader))
+    assert page.evaluate("() => sessionStorage.getItem('raftsched.token')") == token
+    assert token not in page.url and not page.context.cookies()
+
+    # A job created through the API appears without a reload.
+    spec = {"schedule": {"every_s": 1}, "executor": {"type": "shell", "argv": ["true"]}, "misfire": {"policy": "skip"}}
+    assert http("PUT", cluster.url(leader) + "/v1/jobs/ui-tick", spec, token)[0] == 201
+    page.goto(url + "/ui/#/jobs")
+    page.wait_for_selector("tr[data-job='ui-tick']")
+
+    # Paused from the page (confirmed first), and resumed from the job's page once a slot fell in
+    # the pause: the timeline shows that slot skipped, with its reason.
+    page.once("dialog", lambda d: d.accept())
+    page.click("tr[data-job='ui-tick'] button[data-action='pause']")
+    job = wait_for(lambda: _paused(url, token), 10, "the job paused")
+    next_ms = iso_ms(job["state"]["next_slot"], "next_slot")
+    wait_for(lambda: http("GET", url + "/v1/cluster", None, token)[1]["state_now_ms"] > next_ms + 1000, 10,
+             "a slot falling due while paused")
+    page.goto(url + "/ui/#/job/ui-tick")
+    page.once("dialog", lambda d: d.accept())
+    page.click("button[data-action='resume']")
+    cell = page.wait_for_selector("#timeline .cell.skipped[title*='paused']")
+    assert "skipped" in cell.get_attribute("title")
+
+    # A dead run, requeued from the page: it runs again (a second attempt).
+    failing = {"schedule": {"every_s": 86400}, "executor": {"type": "shell", "argv": ["sh", "-c", "exit 3"]},
+               "misfire": {"policy": "skip"}, "retry": {"max_attempts": 1}}
+    assert http("PUT", cluster.url(leader) + "/v1/jobs/ui-dead", failing, token)[0] == 201
+    s, trig = http("POST", cluster.url(leader) + "/v1/jobs/ui-dead/trigger", None, token)
+    assert s == 201, trig
+    run = trig["run"]
+    wait_for(lambda: http("GET", url + "/v1/runs/" + run, None, token)[1]["state"] == "dead", 20, "the run dead")
+    page.goto(url + "/ui/#/dlq")
+    page.once("dialog", lambda d: d.accept())
+    page.click(f"tr[data-run='{run}'] button[data-action='requeue']")
+    wait_for(lambda: len(http("GET", url + "/v1/runs/" + run, None, token)[1]["attempts"]) >= 2, 20,
+             "the requeued run's second attempt")
+    assert not page.errors, page.errors
+
+    # A reader sees the same pages and no action.
+    s, b = http("POST", url + "/v1/tokens", {"role": "reader"}, token)
+    assert s == 201, b
+    reader = _open(browser, url, b["token"])
+    reader.goto(url + "/ui/#/jobs")
+    reader.wait_for_selector("tr[data-job='ui-tick']")
+    assert reader.locator("button[data-action]").count() == 0
+    assert "read-only" in reader.text_content("#who")
+    assert not reader.errors, reader.errors
