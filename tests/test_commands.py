@@ -230,6 +230,7 @@ CONSTRUCTED = [
     (commands.drain_worker(T0, "r", worker="w"), commands.make("drain_worker", T0, "r", worker="w")),
     (commands.workers_seen(T0, node="n", workers=[]), commands.make("workers_seen", T0, None, node="n", workers=[])),
     (commands.forget_workers(T0, workers=[]), commands.make("forget_workers", T0, None, workers=[])),
+    (commands.member_url(T0, addr="h:1", url="http://h:2"), commands.make("member_url", T0, None, addr="h:1", url="http://h:2")),
 ]
 
 

@@ -4,11 +4,13 @@ PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 when installing it; scripts/test.sh installs 
 apt-get when it is missing). The page loads with no console error (a violation of its
 Content-Security-Policy would be one), the cluster strip shows the agreed leader, a job created
 through the API appears, pausing it from the page shows skipped slots in its timeline, a dead run
-is requeued from the page, and a reader token sees no action at all."""
+is requeued from the page, a reader token sees no action at all, and the page says when its node
+has lost the leader."""
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -79,6 +81,9 @@ def test_the_dashboard_in_a_browser(cluster, browser):
                            arg=cluster.raft_addr(leader))
     assert page.evaluate("() => sessionStorage.getItem('raftsched.token')") == token
     assert token not in page.url and not page.context.cookies()
+    # The cluster page links every member's API, as the members announced it (GET /v1/cluster).
+    for i in range(3):
+        page.wait_for_selector(f"a[href='{cluster.url(i)}/ui/']")
 
     # A job created through the API appears without a reload.
     spec = {"schedule": {"every_s": 1}, "executor": {"type": "shell", "argv": ["true"]}, "misfire": {"policy": "skip"}}
@@ -124,3 +129,18 @@ def test_the_dashboard_in_a_browser(cluster, browser):
     assert reader.locator("button[data-action]").count() == 0
     assert "read-only" in reader.text_content("#who")
     assert not reader.errors, reader.errors
+    reader.close()
+
+    # The node the page talks to loses the leader (the two others stopped): the page says so,
+    # and stops saying so once they are back and a leader is known again.
+    others = [i for i in range(3) if i != via]
+    try:
+        for i in others:
+            cluster.kill(i, signal.SIGSTOP)
+        page.wait_for_selector("#banner:has-text('lost the leader')")
+        page.wait_for_selector("#strip-leader:has-text('none')")
+    finally:
+        for i in others:
+            cluster.kill(i, signal.SIGCONT)
+    page.wait_for_selector("#banner", state="hidden")
+    page.wait_for_selector("#strip-leader:not(:has-text('none'))")

@@ -62,6 +62,8 @@ OPS = (
     "reseal",  # the key new secret values are sealed under, and stored values sealed again under it
     # Tenant policies (core/tenants.py)
     "put_tenant_policy",  # a tenant's executor types, required placement labels and networks
+    # The members' API URLs (core/members.py)
+    "member_url",  # a node announces where its API is
 )
 
 
@@ -281,3 +283,8 @@ def workers_seen(now: int, *, node: str, workers: list[Any]) -> Command:
 
 def forget_workers(now: int, *, workers: list[Any]) -> Command:
     return make("forget_workers", now, None, workers=workers)
+
+
+def member_url(now: int, *, addr: str, url: str) -> Command:
+    """A node's announcement of its API URL (core/members.py)."""
+    return make("member_url", now, None, addr=addr, url=url)

@@ -341,3 +341,8 @@ assert (token_tenants_max * (tenant_name_chars_max + 2) + token_workers_max * (w
 #: Events held in the replicated outbox (core/events.py): the oldest give way first. A sink that
 #: falls further behind than this loses the oldest events it had not been sent (counted).
 outbox_events_max = 20_000
+
+#: Members' API URLs held (core/members.py; far more than any cluster has members, removed ones
+#: included), and the length of one.
+member_urls_max = 256
+member_url_chars_max = 300

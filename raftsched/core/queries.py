@@ -115,7 +115,8 @@ def job_runs(s: SchedulerState, name: str, limit: int, state: str | None = None,
     j = s.jobs.get(name)
     if j is None:
         raise NotFound(f"no job named {name!r}", field="name")
-    runs, out = s.runs, []
+    runs = s.runs
+    out: list[dict[str, Any]] = []
     ids: Any = reversed(s.history.get(name, []))
     if window is not None and window.before is not None:
         ids = _after_cursor(ids, window.before)

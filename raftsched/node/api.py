@@ -15,7 +15,7 @@ import os
 
 from aiohttp import web
 
-from ..core import limits, model, queries
+from ..core import limits, members, model, queries
 from ..core.errors import BadRequest, InvalidSpec, NotFound, RaftschedError, TooManyRequests, Unauthorized, Unavailable
 from ..core.model import RUN_STATES
 from . import auth as auth_module
@@ -193,6 +193,10 @@ async def cluster(request: web.Request) -> web.Response:
     }
     if want_hash:
         body["state_hash"], body["state_applied"] = c["state_hash"], c["applied"]
+    # Where each member's API is, as the members announced it (core/members.py): current
+    # members and learners only, those that announced one.
+    urls = svc.read(members.member_urls)
+    body["member_urls"] = {m: urls[m] for m in [*(body["members"] or []), *(body["learners"] or [])] if m in urls}
     repl = st.get("replication")
     if repl is not None:
         # How this node's log keeps up, each follower's as the leader sees it, and the
