@@ -4,8 +4,8 @@ PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 when installing it; scripts/test.sh installs 
 apt-get when it is missing). The page loads with no console error (a violation of its
 Content-Security-Policy would be one), the cluster strip shows the agreed leader, a job created
 through the API appears, pausing it from the page shows skipped slots in its timeline, a dead run
-is requeued from the page, a reader token sees no action at all, and the page says when its node
-has lost the leader."""
+is requeued from the page, a reader token sees no action at all, a token limited to a tenant sees
+only its tenant's, and the page says when its node has lost the leader."""
 from __future__ import annotations
 
 import os
@@ -130,6 +130,19 @@ def test_the_dashboard_in_a_browser(cluster, browser):
     assert "read-only" in reader.text_content("#who")
     assert not reader.errors, reader.errors
     reader.close()
+
+    # A token limited to a tenant sees that tenant's jobs only (here none), and the pages the API
+    # refuses it say so in place.
+    s, b = http("POST", url + "/v1/tokens", {"role": "operator", "tenants": ["elsewhere"]}, token)
+    assert s == 201, b
+    limited = _open(browser, url, b["token"])
+    assert "elsewhere" in limited.text_content("#who")
+    limited.goto(url + "/ui/#/jobs")
+    limited.wait_for_selector("#data p:has-text('0 of 0 jobs')")
+    assert limited.locator("tr[data-job]").count() == 0
+    limited.goto(url + "/ui/#/backfills")
+    limited.wait_for_selector("#data p:has-text('Not shown to this token')")
+    limited.close()
 
     # The node the page talks to loses the leader (the two others stopped): the page says so,
     # and stops saying so once they are back and a leader is known again.

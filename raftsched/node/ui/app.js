@@ -4,6 +4,7 @@
 "use strict";
 
 const REFRESH_MS = 2000;
+const FETCH_TIMEOUT_MS = 8000;
 const TOKEN_KEY = "raftsched.token";
 const STATES = ["succeeded", "failed", "dead", "running", "queued", "skipped", "coalesced"];
 
@@ -49,8 +50,19 @@ async function api(method, path, body) {
   const token = sessionStorage.getItem(TOKEN_KEY);
   const headers = { Authorization: "Bearer " + token };
   if (body !== undefined) headers["Content-Type"] = "application/json";
-  const r = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body),
-    credentials: "omit", cache: "no-store" });
+  // A node that stopped answering (paused, cut off) must not stall the refresh: give up after
+  // FETCH_TIMEOUT_MS and say so.
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), FETCH_TIMEOUT_MS);
+  let r;
+  try {
+    r = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+      credentials: "omit", cache: "no-store", signal: abort.signal });
+  } catch (e) {
+    throw new ApiError(0, { error: { message: abort.signal.aborted ? `no answer in ${FETCH_TIMEOUT_MS / 1000} s` : String(e.message || e) } });
+  } finally {
+    clearTimeout(timer);
+  }
   const data = await r.json().catch(() => null);
   if (r.status === 401) { logout("The token was refused: " + ((data && data.error && data.error.message) || "401")); }
   if (!r.ok) throw new ApiError(r.status, data);
@@ -113,7 +125,11 @@ async function strip() {
   try {
     c = await get("/v1/cluster");
   } catch (e) {
-    $("strip").replaceChildren(h("span", { class: "error" }, "this node does not answer: " + e.message));
+    // 503: the node answers but cannot serve the read without a leader (or is unavailable).
+    $("strip").replaceChildren(h("span", { id: "strip-leader" }, "leader ", h("b", {}, "none")),
+      h("span", { class: "error" }, (e.status === 503 ? "unavailable: " : "this node does not answer: ") + e.message));
+    app.cluster = null;
+    if (e.status === 503) flash("This node has lost the leader: writes wait or fail until one is elected; reads may be stale.");
     return;
   }
   app.cluster = c;
@@ -347,7 +363,10 @@ pages.dlq = {
 pages.backfills = {
   async data(area) {
     let page;
-    try { page = await get("/v1/backfills"); } catch (e) { area.replaceChildren(h("h1", {}, "Backfills"), h("p", { class: "muted" }, e.message)); return; }
+    try { page = await get("/v1/backfills"); } catch (e) {
+      area.replaceChildren(h("h1", {}, "Backfills"), h("p", { class: "muted" }, (e.status === 403 ? "Not shown to this token: " : "") + e.message));
+      return;
+    }
     const list = page.backfills || [];
     area.replaceChildren(h("h1", {}, "Backfills and bulk operations"),
       table(["id", "kind", "job", "state", "progress", "created"], list.map((b) => {
