@@ -205,6 +205,10 @@ class AsyncClient(Transport):
         """``GET /v1/cluster``: the answering node, its role, the leader, members, indexes."""
         return await self._send(endpoints.cluster(consistent))
 
+    async def whoami(self) -> dict:
+        """``GET /v1/whoami``: the token's id, role, tenants and scopes."""
+        return await self._send(endpoints.whoami())
+
     async def add_member(self, addr: str) -> dict:
         """``POST /v1/cluster/members``: add a node (a learner, then a voter once it holds the log)."""
         return await self._send(endpoints.add_member(addr))

@@ -131,6 +131,10 @@ class Client(Transport):
         """``GET /v1/cluster``: the answering node, its role, the leader, members, indexes."""
         return self._send(endpoints.cluster(consistent))
 
+    def whoami(self) -> dict:
+        """``GET /v1/whoami``: the token's id, role, tenants and scopes."""
+        return self._send(endpoints.whoami())
+
     def add_member(self, addr: str) -> dict:
         """``POST /v1/cluster/members``: add a node (a learner, then a voter once it holds the log)."""
         return self._send(endpoints.add_member(addr))

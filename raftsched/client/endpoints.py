@@ -58,6 +58,12 @@ def cluster(consistent: bool = False) -> Request:
 
 
 @endpoint
+def whoami() -> Request:
+    """``GET /v1/whoami``: the token's ``{"id", "role", "tenants", "scopes"}``."""
+    return Request("GET", "/v1/whoami")
+
+
+@endpoint
 def add_member(addr: str) -> Request:
     """``POST /v1/cluster/members``: add the node at Raft address ``addr`` (started with
     ``raftsched node --join``). ``{"addr", "state", "changed", "members"}``: ``state`` is
