@@ -167,9 +167,11 @@ class Client(Transport):
         return self._send(endpoints.list_jobs(limit, after, consistent, labels))
 
     def runs(self, name: str, limit: int = PAGE_LIMIT_DEFAULT, state: str | None = None, slot: str | None = None,
-             consistent: bool = False) -> dict:
-        """``GET /v1/jobs/{name}/runs``: a job's runs, newest first."""
-        return self._send(endpoints.runs(name, limit, state, slot, consistent))
+             consistent: bool = False, *, since: str | None = None, until: str | None = None,
+             before: str | None = None) -> dict:
+        """``GET /v1/jobs/{name}/runs``: a job's runs, newest first (a window, a cursor)."""
+        return self._send(endpoints.runs(name, limit, state, slot, consistent, since=since, until=until,
+                                         before=before))
 
     def get_run(self, run: str) -> dict:
         """``GET /v1/runs/{run}``: one run."""
@@ -286,9 +288,10 @@ class Client(Transport):
                                                        dead_to=dead_to, max_count=max_count, rate_per_s=rate_per_s,
                                                        dry_run=dry_run, op_id=op_id))
 
-    def list_runs(self, state: str | None = None, limit: int = PAGE_LIMIT_DEFAULT, consistent: bool = False) -> dict:
-        """``GET /v1/runs``: runs and recorded slots of every job, newest first."""
-        return self._send(endpoints.list_runs(state, limit, consistent))
+    def list_runs(self, state: str | None = None, limit: int = PAGE_LIMIT_DEFAULT, consistent: bool = False, *,
+                  since: str | None = None, until: str | None = None, before: str | None = None) -> dict:
+        """``GET /v1/runs``: runs and recorded slots of every job, newest first (a window, a cursor)."""
+        return self._send(endpoints.list_runs(state, limit, consistent, since=since, until=until, before=before))
 
     def preview_spec(self, spec: dict, count: int = PREVIEW_COUNT_DEFAULT) -> dict:
         """``POST /v1/preview``: the next ``count`` slots of a spec that is not stored."""
