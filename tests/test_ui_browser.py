@@ -25,6 +25,9 @@ CHROMIUM = os.environ.get("RAFTSCHED_CHROMIUM", "/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
 TIMEOUT_MS = 15_000
+#: An ISO time as a datetime-local input's value, in the browser's zone (whole seconds).
+LOCAL_INPUT = """t => { const d = new Date(t); const p = n => String(n).padStart(2, "0");
+    return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`; }"""
 
 pytestmark = pytest.mark.cluster
 
@@ -104,6 +107,14 @@ def test_the_dashboard_in_a_browser(cluster, browser):
     page.click("button[data-action='resume']")
     cell = page.wait_for_selector("#timeline .cell.skipped[title*='paused']")
     assert "skipped" in cell.get_attribute("title")
+
+    # "What happened at T?" with that slot's time: the record, and why.
+    slot = cell.get_attribute("title").split(" ")[0].rstrip(":")
+    page.goto(url + "/ui/#/at")
+    page.fill("#at-job", "ui-tick")
+    page.fill("#at-time", page.evaluate(LOCAL_INPUT, slot))
+    page.click("#at-form button")
+    page.wait_for_selector("#at-out td:has-text('paused')")
 
     # A dead run, requeued from the page: it runs again (a second attempt).
     failing = {"schedule": {"every_s": 86400}, "executor": {"type": "shell", "argv": ["sh", "-c", "exit 3"]},
