@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from raftsched.core.schedule import parse_iso_ms as iso_ms
+from raftsched.core.schedule import iso, parse_iso_ms as iso_ms
 
 from procs import http, running_cluster, wait_for
 
@@ -79,9 +79,10 @@ def test_the_dashboard_in_a_browser(cluster, browser):
     url = cluster.url(via)
     page = _open(browser, url, token)
 
-    # The strip names the agreed leader.
-    page.wait_for_function("a => document.querySelector('#strip-leader')?.textContent.includes(a)",
-                           arg=cluster.raft_addr(leader))
+    # The strip names the agreed leader (asked again each time: a loaded machine may see an
+    # election meanwhile).
+    wait_for(lambda: cluster.raft_addr(cluster.wait_leader(10)) in (page.text_content("#strip-leader") or ""), 30,
+             "the strip naming the agreed leader")
     assert page.evaluate("() => sessionStorage.getItem('raftsched.token')") == token
     assert token not in page.url and not page.context.cookies()
     # The cluster page links every member's API, as the members announced it (GET /v1/cluster).
@@ -108,8 +109,14 @@ def test_the_dashboard_in_a_browser(cluster, browser):
     cell = page.wait_for_selector("#timeline .cell.skipped[title*='paused']")
     assert "skipped" in cell.get_attribute("title")
 
-    # "What happened at T?" with that slot's time: the record, and why.
+    # The explain form, for an outage of 10 s from that slot: what each slot would become.
     slot = cell.get_attribute("title").split(" ")[0].rstrip(":")
+    page.fill("#x-from", page.evaluate(LOCAL_INPUT, slot))
+    page.fill("#x-to", page.evaluate(LOCAL_INPUT, iso(iso_ms(slot, "slot") + 10_000)))
+    page.click("#explain button")
+    page.wait_for_selector("#explain-out p:has-text('slots due')")
+
+    # "What happened at T?" with that slot's time: the record, and why.
     page.goto(url + "/ui/#/at")
     page.fill("#at-job", "ui-tick")
     page.fill("#at-time", page.evaluate(LOCAL_INPUT, slot))
@@ -156,7 +163,12 @@ def test_the_dashboard_in_a_browser(cluster, browser):
     limited.close()
 
     # The node the page talks to loses the leader (the two others stopped): the page says so,
-    # and stops saying so once they are back and a leader is known again.
+    # and stops saying so once they are back and a leader is known again. A tab on a node that
+    # follows now (leadership may have moved since the start).
+    page.close()
+    lead = cluster.wait_leader(30)
+    via = (lead + 1) % 3
+    page = _open(browser, cluster.url(via), token)
     others = [i for i in range(3) if i != via]
     try:
         for i in others:

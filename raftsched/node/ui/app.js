@@ -256,15 +256,14 @@ function jobActions(j) {
 pages.job = {
   build(view, name) {
     const n = encodeURIComponent(name);
-    const out = h("pre", { id: "explain-out", hidden: true });
+    const out = h("div", { id: "explain-out" });
     const explain = h("form", { class: "row", id: "explain", onsubmit: async (e) => {
       e.preventDefault();
       try {
         const res = await api("POST", `/v1/jobs/${n}/explain`,
           { down_from: isoOf($("x-from").value), down_to: isoOf($("x-to").value) });
-        out.textContent = JSON.stringify(res, null, 2);
-      } catch (err) { out.textContent = "error: " + err.message + (err.field ? ` (${err.field})` : ""); }
-      out.hidden = false;
+        out.replaceChildren(explained(res));
+      } catch (err) { out.replaceChildren(h("p", { class: "error" }, err.message + (err.field ? ` (${err.field})` : ""))); }
     } }, h("label", {}, "down from", h("input", { type: "datetime-local", id: "x-from", step: 1, required: true })),
     h("label", {}, "down to", h("input", { type: "datetime-local", id: "x-to", step: 1, required: true })),
     h("button", { type: "submit" }, "Explain"));
@@ -299,6 +298,19 @@ pages.job = {
       h("h2", {}, "Runs"), runTable(runs.runs.slice(0, 20)));
   },
 };
+
+// What explain answered: how many slots fall due, which become runs and which are recorded, and why.
+function explained(x) {
+  const recorded = x.slots_due - x.runs.length;
+  return h("div", {},
+    h("p", {}, `${x.slots_due} slots due between ${x.down_from} and ${x.down_to} (${x.policy}, grace ${x.grace_s} s): `,
+      h("b", {}, `${x.runs.length} run${x.runs.length === 1 ? "" : "s"}`), ", ", h("b", {}, `${recorded} recorded`),
+      `; then the next slot ${fmt(x.next_slot)}.`),
+    table(["run of slot", "fire lag", "why"], x.runs.map((r) => h("tr", {}, h("td", {}, r.slot),
+      h("td", {}, `${(r.fire_lag_ms / 1000).toFixed(1)} s`), h("td", {}, r.why))), "no run"),
+    table(["recorded", "reason", "from", "to", "slots", "why"], x.recorded.map((r) => h("tr", {}, h("td", {}, pill(r.state)),
+      h("td", {}, r.reason), h("td", {}, r.from), h("td", {}, r.to), h("td", {}, fmt(r.count)), h("td", {}, r.why))), "nothing recorded"));
+}
 
 function runTable(runs) {
   return table(["slot", "state", "run", "attempt", "worker", "finished", "why"], runs.map((r) => h("tr", {},
