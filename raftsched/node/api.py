@@ -88,6 +88,11 @@ async def auth_middleware(request: web.Request, handler):
     principal = auth_module.check_request(request.app[AUTH], request, route)
     if principal is not None and principal.tenants is not None and route is not None:
         tenancy.check(route, request, principal)
+    unknown = routes.unknown_param(route, request.query) if route is not None else None
+    if unknown is not None:  # after the token: an unauthenticated probe learns nothing of the table
+        takes = ", ".join(p.name for p in route.params) or "none"  # type: ignore[union-attr]
+        raise BadRequest(f"unknown query parameter {unknown!r}; {route.method} {path} takes: {takes}",  # type: ignore[union-attr]
+                         field=unknown)
     return await handler(request)
 
 
