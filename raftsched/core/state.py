@@ -52,6 +52,7 @@ from .workers import (
 from .tokens import apply_token_create, apply_token_revoke
 from .seal_keys import apply_reseal
 from .events import Outbox
+from .deadlines import Book, apply_deadline_judge, apply_ping
 from .members import apply_member_url
 
 
@@ -103,6 +104,8 @@ HANDLERS: dict[str, Handler] = {
     "token_revoke": apply_token_revoke,
     "reseal": apply_reseal,
     "put_tenant_policy": apply_put_tenant_policy,
+    "deadline_judge": apply_deadline_judge,
+    "ping": apply_ping,
     "member_url": apply_member_url,
 }
 # The codec refuses an op with no handler; a handler for an op the codec refuses would never run.
@@ -131,6 +134,8 @@ class SchedulerState:
     queue_owners: dict[str, list[str]]
     #: the events not yet given up, for delivery (events.py)
     outbox: Outbox
+    #: every slot's deadline record, and the jobs watched for max_since_success_s (deadlines.py)
+    deadlines: Book
     #: Raft address -> API URL, as the members announce them (members.py)
     member_urls: dict[str, str]
     # The derived indexes of the queues (queues.reset_indexes says what each holds).
