@@ -192,8 +192,17 @@ pages.cluster = {
     } catch (e) {
       out.push(h("p", { class: "muted" }, "The fleet is not shown to this token: " + e.message));
     }
-    out.push(h("h2", {}, "Health and deadlines"),
-      h("p", { class: "placeholder", id: "health-slot" }, "Job health and deadline misses will show here once the API reports them."));
+    out.push(h("h2", {}, "Missed deadlines"));
+    try {
+      const dl = await get("/v1/deadlines?state=missed&limit=20");
+      out.push(table(["job", "slot", "deadline", "cause", "why"], dl.deadlines.map((d) => h("tr", {},
+        h("td", {}, h("a", { href: "#/job/" + encodeURIComponent(d.job) }, d.job)), h("td", {}, fmt(d.slot)),
+        h("td", {}, d.deadline), h("td", {}, d.cause), h("td", {}, d.why))), "no deadline missed"));
+    } catch (e) {
+      out.push(h("p", { class: "muted" }, "Deadlines are not shown to this token: " + e.message));
+    }
+    out.push(h("h2", {}, "Health"),
+      h("p", { class: "placeholder", id: "health-slot" }, "Job health will show here once the API reports it."));
     area.replaceChildren(...out);
   },
 };
@@ -278,16 +287,20 @@ pages.job = {
       [job, runs, prev] = await Promise.all([get(`/v1/jobs/${n}`), get(`/v1/jobs/${n}/runs?limit=120`),
         get(`/v1/jobs/${n}/preview?count=8`)]);
     } catch (e) { area.replaceChildren(h("p", { class: "error" }, e.message)); return; }
+    // A slot whose deadline was missed (or met late) keeps its outcome's colour, outlined.
+    const late = (r) => r.deadline && (r.deadline.state === "missed" || r.deadline.state === "late");
     const cells = [...runs.runs].reverse().map((r) => h("div", {
-      class: "cell " + r.state, "data-state": r.state, "data-run": r.id,
+      class: "cell " + r.state + (late(r) ? " deadline_missed" : ""), "data-state": r.state, "data-run": r.id,
       title: `${r.slot}${r.slot_to ? " … " + r.slot_to + ` (${r.count} slots)` : ""}: ${r.state}`
-        + (r.reason ? ` — ${r.reason}` : "") + (r.error ? ` — ${r.error}` : "") }));
+        + (r.reason ? ` — ${r.reason}` : "") + (r.error ? ` — ${r.error}` : "")
+        + (late(r) ? ` — deadline ${r.deadline.state}: ${r.deadline.why}` : "") }));
     area.replaceChildren(
       h("div", { class: "row" }, job.state.paused ? pill("paused") : h("span", {}, "active"),
         " ", ...jobActions(job)),
       h("h2", {}, `Recent slots (${runs.runs.length}, oldest left; hover for the reason)`),
       h("div", { class: "timeline", id: "timeline" }, cells),
-      h("div", { class: "legend" }, [...STATES, "deadline_missed"].map((s) => h("span", {}, h("i", { class: "cell " + s }), s.replace("_", " ")))),
+      h("div", { class: "legend" }, [...STATES, "deadline_missed"].map((s) => h("span", {}, h("i", { class: "cell " + s }),
+        s === "deadline_missed" ? "deadline missed or late (outlined)" : s))),
       h("div", { class: "grid2" },
         h("div", {}, h("h2", {}, "Next fires"),
           table(["slot (UTC)", "local", ""], prev.slots.map((s) => h("tr", {}, h("td", {}, s.slot), h("td", {}, s.local),
