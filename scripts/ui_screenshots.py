@@ -39,6 +39,7 @@ def populate(c: LocalCluster, leader: int) -> None:
     put("nightly-report", {"schedule": {"cron": "30 2 * * *", "timezone": "Europe/Berlin"}, "executor": shell,
                            "misfire": {"policy": "skip"}, "labels": {"team": "billing"}})
     put("ticker", {"schedule": {"every_s": 1}, "executor": shell, "misfire": {"policy": "fire_once", "grace_s": 1},
+                   "deadline": {"start_within_s": 1},
                    "labels": {"team": "ops"}})
     put("flaky", {"schedule": {"every_s": 86400}, "executor": {"type": "shell", "argv": ["sh", "-c", "echo no >&2; exit 3"]},
                   "misfire": {"policy": "skip"}, "retry": {"max_attempts": 1}})
@@ -101,12 +102,12 @@ def main() -> int:
 
 
 def _save_small(png: bytes, path: Path) -> None:
-    """The screenshot in at most 64 colours (Pillow, which matplotlib brings): a third of the
+    """The screenshot in at most 256 colours (Pillow, which matplotlib brings): a third of the
     bytes, the text as sharp."""
     import io
 
     from PIL import Image
-    Image.open(io.BytesIO(png)).convert("RGB").quantize(colors=64).save(path, optimize=True)
+    Image.open(io.BytesIO(png)).convert("RGB").quantize(colors=256, method=Image.Quantize.FASTOCTREE).save(path, optimize=True)
 
 
 def _local(page, iso_text: str) -> str:
