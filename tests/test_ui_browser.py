@@ -90,8 +90,7 @@ def test_the_dashboard_in_a_browser(cluster, browser):
         page.wait_for_selector(f"a[href='{cluster.url(i)}/ui/']")
 
     # A job created through the API appears without a reload.
-    spec = {"schedule": {"every_s": 1}, "executor": {"type": "shell", "argv": ["true"]}, "misfire": {"policy": "skip"},
-            "deadline": {"start_within_s": 1}}
+    spec = {"schedule": {"every_s": 1}, "executor": {"type": "shell", "argv": ["true"]}, "misfire": {"policy": "skip"}}
     assert http("PUT", cluster.url(leader) + "/v1/jobs/ui-tick", spec, token)[0] == 201
     page.goto(url + "/ui/#/jobs")
     page.wait_for_selector("tr[data-job='ui-tick']")
@@ -109,8 +108,6 @@ def test_the_dashboard_in_a_browser(cluster, browser):
     page.click("button[data-action='resume']")
     cell = page.wait_for_selector("#timeline .cell.skipped[title*='paused']")
     assert "skipped" in cell.get_attribute("title")
-    # Its deadline (start within 1 s) was missed while paused: the cell is outlined, and says why.
-    page.wait_for_selector("#timeline .cell.skipped.deadline_missed[title*='deadline missed']")
 
     # The explain form, for an outage of 10 s from that slot: what each slot would become.
     slot = cell.get_attribute("title").split(" ")[0].rstrip(":")
@@ -125,9 +122,14 @@ def test_the_dashboard_in_a_browser(cluster, browser):
     page.fill("#at-time", page.evaluate(LOCAL_INPUT, slot))
     page.click("#at-form button")
     page.wait_for_selector("#at-out td:has-text('paused')")
-    # The cluster page lists the missed deadline.
+    # A job whose runs no worker may take (its placement's labels are nobody's) misses its start
+    # deadline: its timeline outlines the slot and says why, and the cluster page lists the miss.
+    late = dict(spec, placement={"labels": {"pool": "nobody"}}, deadline={"start_within_s": 1})
+    assert http("PUT", cluster.url(leader) + "/v1/jobs/ui-late", late, token)[0] == 201
+    page.goto(url + "/ui/#/job/ui-late")
+    page.wait_for_selector("#timeline .cell.queued.deadline_missed[title*='deadline missed']")
     page.goto(url + "/ui/#/cluster")
-    page.wait_for_selector("#data td:has-text('ui-tick')")
+    page.wait_for_selector("#data td:has-text('ui-late')")
 
     # A dead run, requeued from the page: it runs again (a second attempt).
     failing = {"schedule": {"every_s": 86400}, "executor": {"type": "shell", "argv": ["sh", "-c", "exit 3"]},
