@@ -57,6 +57,7 @@ from .notify import (
     apply_delete_sink, apply_note_unplaceable, apply_put_sink, apply_put_tenant_notify, apply_sink_progress,
     apply_sink_requeue,
 )
+from .members import apply_member_url
 
 
 def apply_noop(s: SchedulerState, cmd: Command, now: int) -> Result:
@@ -115,6 +116,7 @@ HANDLERS: dict[str, Handler] = {
     "sink_requeue": apply_sink_requeue,
     "put_tenant_notify": apply_put_tenant_notify,
     "note_unplaceable": apply_note_unplaceable,
+    "member_url": apply_member_url,
 }
 # The codec refuses an op with no handler; a handler for an op the codec refuses would never run.
 assert tuple(HANDLERS) == commands.OPS, "commands.OPS and state.HANDLERS must list the same ops"
@@ -148,6 +150,8 @@ class SchedulerState:
     sinks: dict[str, Record]
     health: dict[str, list[Any]]
     tenant_notify: dict[str, list[Any]]
+    #: Raft address -> API URL, as the members announce them (members.py)
+    member_urls: dict[str, str]
     # The derived indexes of the queues (queues.reset_indexes says what each holds).
     _queued: dict[str, dict[int, list[tuple[int, str]]]]
     _by_slot: dict[str, list[tuple[int, str]]]

@@ -16,12 +16,12 @@ import os
 
 from aiohttp import web
 
-from ..core import deadlines, limits, queries
+from ..core import deadlines, limits, members, model, queries
 from ..core.errors import BadRequest, InvalidSpec, NotFound, RaftschedError, TooManyRequests, Unauthorized, Unavailable
 from ..core.model import RUN_STATES
 from . import auth as auth_module
 from . import limits as node_limits
-from . import notify, openapi, rotation, routes, tenancy
+from . import dashboard, notify, openapi, rotation, routes, tenancy
 from .http import (AUDIT, AUTH, BACKFILLS, FLEET, METRICS, PRINCIPAL, ROUTE_TABLE, SERVICE, TOKEN,  # noqa: F401 - re-exported
                    TRIGGER, WORKER, bool_param, choice_param, client_key, int_param, json_body, label_params,
                    optional_json_body, rid, scope_key, state_param, tenants_of, time_param)
@@ -211,6 +211,10 @@ async def cluster(request: web.Request) -> web.Response:
     }
     if want_hash:
         body["state_hash"], body["state_applied"] = c["state_hash"], c["applied"]
+    # Where each member's API is, as the members announced it (core/members.py): current
+    # members and learners only, those that announced one.
+    urls = svc.read(members.member_urls)
+    body["member_urls"] = {m: urls[m] for m in [*(body["members"] or []), *(body["learners"] or [])] if m in urls}
     repl = st.get("replication")
     if repl is not None:
         # How this node's log keeps up, each follower's as the leader sees it, and the
@@ -327,20 +331,35 @@ async def trigger_job(request: web.Request) -> web.Response:
     return web.json_response(await svc.trigger_job(request.match_info["name"], rid(request)), status=201)
 
 
+def _run_window(request: web.Request) -> queries.RunWindow:
+    """``?since=&until=`` (a slot window) and ``?before=`` (the cursor: the ``next`` of the page
+    before) of a run list. :raises BadRequest: naming the parameter."""
+    since, until = time_param(request, "since"), time_param(request, "until")
+    if since is not None and until is not None and until <= since:
+        raise BadRequest("must be after since", field="until")
+    before = request.query.get("before")
+    if before is not None:
+        try:
+            model.check_run_id(before)
+        except InvalidSpec as e:
+            raise BadRequest(f"a run id (the next of the page before): {e.message}", field="before") from None
+    return queries.RunWindow(since, until, before)
+
+
 async def job_runs(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     await svc.read_barrier(bool_param(request, "consistent"))
     limit = int_param(request, "limit", 100, 1, limits.history_per_job_max + limits.queue_depth_max)
     slot_ms = time_param(request, "slot")
     return web.json_response(svc.job_runs(request.match_info["name"], limit, state_param(request), slot_ms,
-                                          tenants_of(request)))
+                                          tenants_of(request), _run_window(request)))
 
 
 async def list_runs(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     await svc.read_barrier(bool_param(request, "consistent"))
     limit = int_param(request, "limit", 100, 1, node_limits.runs_page_max)
-    return web.json_response(svc.list_runs(state_param(request), limit, tenants_of(request)))
+    return web.json_response(svc.list_runs(state_param(request), limit, tenants_of(request), _run_window(request)))
 
 
 async def get_run(request: web.Request) -> web.Response:
@@ -570,6 +589,10 @@ def _limit(hi: int) -> Param:
 
 _RUNS_PAGE = _limit(node_limits.runs_page_max)
 _STATE = Param("state", "enum", "only runs in this state", choices=RUN_STATES)
+#: A run list's time window and cursor (_run_window).
+_WINDOW = (Param("since", "time", "only runs whose slot is at or after this time"),
+           Param("until", "time", "only runs whose slot is before this time"),
+           Param("before", "string", "the page after this run: the previous page's next"))
 _COUNT = Param("count", "integer", "how many slots", default=10, lo=1, hi=limits.preview_count_max)
 _R, _W = "read", "jobs.write"
 T = Tenancy
@@ -611,7 +634,7 @@ ROUTES: tuple[Route, ...] = (
           body="trigger", body_optional=True, ok=201, also_ok=(200,), errors=(404, 409, 422), response="triggered"),
     Route("GET", "/v1/jobs/{name}/runs", job_runs, _R, T.JOB, "a job's runs and recorded slots, newest first",
           params=(CONSISTENT, _limit(limits.history_per_job_max + limits.queue_depth_max), _STATE,
-                  Param("slot", "time", "only this slot's")), errors=(404,), response="job_runs"),
+                  Param("slot", "time", "only this slot's")) + _WINDOW, errors=(404,), response="job_runs"),
     Route("GET", "/v1/jobs/{name}/preview", preview_job, _R, T.JOB, "a job's next slots",
           params=(_COUNT, Param("after", "time", "slots after this time")), errors=(404,)),
     Route("POST", "/v1/jobs/{name}/explain", explain_job, _R, T.JOB, "what an outage would do to a job's slots",
@@ -656,7 +679,7 @@ ROUTES: tuple[Route, ...] = (
           body="lock_token", errors=(409, 422)),
     # runs
     Route("GET", "/v1/runs", list_runs, _R, T.FILTERED, "runs and recorded slots, newest first",
-          params=(CONSISTENT, _RUNS_PAGE, _STATE), response="runs_page"),
+          params=(CONSISTENT, _RUNS_PAGE, _STATE) + _WINDOW, response="runs_page"),
     Route("GET", "/v1/runs/{run}", get_run, _R, T.RUN, "a run", params=(CONSISTENT,), errors=(404,), response="run"),
     Route("POST", "/v1/jobs/{name}/ping", ping_job, "ping", T.JOB, "a heartbeat job's start, success or fail",
           body="ping", body_optional=True, errors=(404, 409, 422)),
@@ -689,4 +712,4 @@ ROUTES: tuple[Route, ...] = (
           errors=(404,)),
     Route("POST", "/v1/workers/{id}/drain", drain_worker, "admin", T.REFUSED, "stop a worker taking runs",
           errors=(404,)),
-) + auth_module.TOKEN_ROUTES + rotation.SECRETS_ROUTES + notify.SINK_ROUTES
+) + auth_module.TOKEN_ROUTES + rotation.SECRETS_ROUTES + notify.SINK_ROUTES + dashboard.UI_ROUTES

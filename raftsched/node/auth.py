@@ -365,8 +365,18 @@ async def revoke_token(request: web.Request) -> web.Response:
     return web.json_response(svc._out(res, {"id": tid, "revoked_at": schedule.iso(res["revoked"])}))
 
 
-#: The tokens endpoints' rows of the route table (node/routes.py): an admin's (scope tokens).
+async def whoami(request: web.Request) -> web.Response:
+    """The caller's token: its id, role, tenants and scopes (what a dashboard may offer it)."""
+    p: Principal = request[PRINCIPAL]
+    return web.json_response({"id": p.id, "role": p.role,
+                              "tenants": None if p.tenants is None else sorted(p.tenants),
+                              "scopes": sorted(ROLE_SCOPES[p.role])})
+
+
+#: The tokens endpoints' rows of the route table (node/routes.py): an admin's (scope tokens);
+#: and whoami, every reading token's.
 TOKEN_ROUTES = (
+    Route("GET", "/v1/whoami", whoami, "read", Tenancy.SHARED, "the caller's token: id, role, tenants, scopes"),
     Route("POST", "/v1/tokens", create_token, "tokens", Tenancy.REFUSED,
           "make a token (shown this once)", body="token", ok=201, also_ok=(200,), errors=(422,)),
     Route("GET", "/v1/tokens", list_tokens, "tokens", Tenancy.REFUSED,

@@ -522,19 +522,22 @@ class Service:
         return page
 
     def job_runs(self, name: str, limit: int, state_filter: str | None, slot_ms: int | None,
-                 tenants: frozenset | None = None) -> dict:
+                 tenants: frozenset | None = None, window: queries.RunWindow | None = None) -> dict:
         """Job ``name``'s runs; with ``tenants``, those of these tenants only (a run belongs to
-        the tenant its job had when the run was made)."""
+        the tenant its job had when the run was made); with ``window``, in its time window,
+        after its cursor."""
         check_name(name)
-        out = self.read(queries.job_runs, name, limit, state_filter, slot_ms, tenants)
+        out = self.read(queries.job_runs, name, limit, state_filter, slot_ms, tenants, window)
         out["runs"] = self._views(out["runs"])
         return out
 
-    def list_runs(self, state_filter: str | None, limit: int, tenants: frozenset | None = None) -> dict:
-        """The newest runs (in ``state_filter``; of ``tenants``' jobs only, when given)."""
-        if tenants is not None:
-            return {"runs": self._views(self.read(queries.runs_in, tenants, state_filter, limit))}
-        return {"runs": self._views(self.read(queries.runs, state_filter, limit))}
+    def list_runs(self, state_filter: str | None, limit: int, tenants: frozenset | None = None,
+                  window: queries.RunWindow | None = None) -> dict:
+        """The newest runs (in ``state_filter``; of ``tenants``' jobs only, when given; in
+        ``window``, after its cursor): ``{"runs", "next"}``."""
+        out = self.read(queries.runs_page, state_filter, limit, tenants, window)
+        out["runs"] = self._views(out["runs"])
+        return out
 
     def get_run(self, run_id: str) -> dict:
         run = self.read(queries.run, run_id)
