@@ -62,8 +62,10 @@ async def ui_file(request: web.Request) -> web.Response:
 
 #: The dashboard's rows of the route table (node/routes.py): open, like /healthz.
 UI_ROUTES = (
-    Route("GET", "/ui", ui_root, OPEN, Tenancy.SHARED, "the dashboard (a redirect to /ui/)", ok=308),
-    Route("GET", "/ui/", ui_root, OPEN, Tenancy.SHARED, "the dashboard's page (no token: it asks for one)"),
+    Route("GET", "/ui", ui_root, OPEN, Tenancy.SHARED, "the dashboard (a redirect to /ui/)", ok=308,
+          response="redirect"),
+    Route("GET", "/ui/", ui_root, OPEN, Tenancy.SHARED, "the dashboard's page (no token: it asks for one)",
+          response="html"),
     Route("GET", "/ui/{file}", ui_file, OPEN, Tenancy.SHARED, "the dashboard's script, style and icon",
-          errors=(404,)),
+          errors=(404,), response="static"),
 )
