@@ -19,6 +19,8 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 #: fire lag buckets (seconds): from a normal tick (tens of ms) to a catch-up after an outage
 FIRE_LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
+#: read barrier buckets (seconds): a round is a commit through the leader (an fsync or two)
+READ_BARRIER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
 
 class _StateCollector:
@@ -178,6 +180,17 @@ class _RaftPortCollector:
         yield m
 
 
+class _ReadsCollector:
+    def __init__(self, reads) -> None:
+        self.reads = reads
+
+    def collect(self):
+        yield CounterMetricFamily("raftsched_read_barrier_rounds", "read barrier rounds this node started",
+                                  value=self.reads.rounds)
+        yield CounterMetricFamily("raftsched_read_barrier_reads", "consistent reads this node served "
+                                  "(each waited for one round)", value=self.reads.reads)
+
+
 class NodeMetrics:
     def __init__(self, raft, trigger, worker, gc_pauses=None) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
@@ -189,6 +202,15 @@ class NodeMetrics:
             "raftsched_fire_lag_seconds", "how late each slot was fired versus its scheduled time (leader)",
             FIRE_LAG_BUCKETS)
         self.registry.register(self.fire_lag)
+
+    def watch_reads(self, reads) -> None:
+        """The read barrier's rounds (node/reads.py): their latency, how many, the reads served."""
+        hist = _FireLag("raftsched_read_barrier_seconds",
+                        "how long each read barrier round took (one round serves every read waiting when it started)",
+                        READ_BARRIER_BUCKETS)
+        reads.observe = lambda s: hist.observe_ms((s * 1000,))
+        self.registry.register(hist)
+        self.registry.register(_ReadsCollector(reads))
 
     def observe_fire_lags(self, lags_ms) -> None:
         self.fire_lag.observe_ms(lags_ms)
