@@ -119,7 +119,8 @@ def run_api(coro_fn, raft=None):
 
 def test_every_read_route_waits_for_a_round_unless_stale_and_a_stale_answer_says_so():
     reads = [r for r in ROUTES if r.method == "GET"]
-    assert {r.path for r in reads if STALE not in r.params} == {"/healthz", "/metrics"}
+    # This node's own view, served without a leader: /v1/cluster waits only with ?consistent=true.
+    assert {r.path for r in reads if STALE not in r.params} == {"/healthz", "/metrics", "/v1/cluster"}
 
     async def t(raft, service, c):
         r = await c.get("/v1/jobs/nope")
@@ -139,7 +140,12 @@ def test_every_read_route_waits_for_a_round_unless_stale_and_a_stale_answer_says
         text = await (await c.get("/metrics")).text()
         assert "raftsched_read_barrier_rounds_total 2.0" in text
         assert "raftsched_read_barrier_seconds_count 2.0" in text
+        r = await c.get("/v1/cluster")
+        assert r.status == 200 and r.headers[STALE_HEADER] == "true" and service.reads.rounds == 2
+        r = await c.get("/v1/cluster?consistent=true")
+        assert r.status == 200 and STALE_HEADER not in r.headers and service.reads.rounds == 3
         raft.leader = False
+        assert (await c.get("/v1/cluster")).status == 200
         r = await c.get("/v1/jobs")
         assert r.status == 503 and r.headers["Retry-After"] == "1", await r.text()
         assert (await c.get("/v1/jobs?stale=true")).status == 200

@@ -202,7 +202,13 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def cluster(request: web.Request) -> web.Response:
+    """This node's view, served without a leader too (as /healthz is): it is how an operator and
+    cluster.sh find out there is none. Stale (and saying so) unless ``?consistent=true``."""
     svc = request.app[SERVICE]
+    if bool_param(request, "consistent"):
+        await svc.read_barrier()
+    else:
+        request[STALE_READ] = True
     st = svc.raft.status()
     want_hash = bool_param(request, "hash")
     # The hash is opt-in (it encodes the whole state); with it, the count of commands it reflects,
@@ -556,7 +562,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/healthz", healthz, OPEN, T.SHARED, "is there a leader (no token)", errors=(503,)),
     Route("GET", "/metrics", metrics_text, _R, T.SHARED, "Prometheus metrics", errors=(404,)),
     Route("GET", "/v1/cluster", cluster, _R, T.SHARED, "this node, the leader, the members, replication",
-          params=(STALE, CONSISTENT, Param("hash", "boolean", "add the replica's state hash", default=False))),
+          params=(CONSISTENT, Param("hash", "boolean", "add the replica's state hash", default=False))),
     Route("POST", "/v1/cluster/members", add_member, "admin", T.REFUSED,
           "add a node (a learner, then a voter once it holds the log)", body="member", ok=202, also_ok=(200,),
           errors=(409, 422)),
