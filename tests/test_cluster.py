@@ -1,6 +1,7 @@
 """Three real node processes on free loopback ports (docs/design.md I2, I8, I9, I10)."""
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -244,3 +245,27 @@ def test_a_write_acknowledged_by_one_node_is_read_by_the_next_get_on_another(clu
     assert answers == [200] * 64
     spent = rounds(reader) - before  # /metrics itself waits for no round
     assert spent <= 16, f"64 concurrent reads cost {spent} barrier rounds"
+
+
+def test_a_nodes_metrics_pass_promtool_and_its_elections_say_why(cluster):
+    """The leader's /metrics passes ``promtool check metrics`` (tests/test_metrics_prom.py for
+    what the series count); the leader counts the leadership it gained with its cause, and its
+    log says why its role changed."""
+    from test_metrics_prom import check_metrics, sample
+    leader = cluster.wait_leader(30)
+    causes = {"election_timeout", "transfer", "higher_term", "leader_seen", "quorum_lost", "clock_step_down"}
+    for i in cluster.alive():
+        s, text = cluster.get(i, "/metrics")
+        assert s == 200
+        if i == leader:  # the most series (each follower's lag); promtool costs a second or more a run
+            check_metrics(text)
+        assert (sample(text, "raftsched_gc_collections_total", generation=0) or 0) > 0, "CPython has collected"
+        assert (sample(text, "raftsched_proposals_total", outcome="ok") or 0) > 0
+        got = [(d["change"], d["cause"]) for d in (dict(re.findall(r'(\w+)="(\w+)"', labels)) for labels in
+               re.findall(r"^raftsched_raft_leadership_changes_total\{([^}]*)\}", text, re.M))]
+        assert {c for _, c in got} <= causes, got
+        if i == leader:
+            assert any(ch == "gained" for ch, _ in got), text
+    log = cluster.log_path(leader).read_text(errors="replace")
+    assert re.search(r"replication\.role .*role=leader .*cause=(election_timeout|transfer) \(", log), \
+        "the leader's log says why it became leader"

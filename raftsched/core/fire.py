@@ -343,6 +343,7 @@ def add_entry(s: SchedulerState, job: Record, entry: Record) -> Record:
     rid = entry["id"]
     assert rid not in s.runs, f"I2: run id {rid} already exists"
     s.runs[rid] = entry
+    s.stats.on_entry(entry)
     hist = s.history.setdefault(job["name"], [])
     hist.append(rid)
     bound = job["spec"]["history"]

@@ -271,6 +271,7 @@ def apply_pause_job(s: SchedulerState, cmd: Command, now: int) -> Result:
         if run["state"] == "queued" and run["kind"] == "scheduled" and run["slot"] > now:
             unqueue_count(s, run)
             run.update(state="skipped", reason="paused", finished_at=now)
+            s.stats.on_recorded("skipped", "paused")
             withdrawn += 1
     if withdrawn:
         return ok(job=job["name"], paused=True, withdrawn=withdrawn)

@@ -242,6 +242,42 @@ def _ready(s: SchedulerState, q: str, now_ms: int) -> tuple[int, int | None]:
     return ready, oldest
 
 
+def oldest_ready(s: SchedulerState, now_ms: int) -> dict[str, int]:
+    """Per queue holding a ready run: how long its longest-waiting ready run has waited (ms).
+    For the metrics scrape, without a walk: the top of each priority's acquire heap is that
+    heap's earliest due when it is live; a queue whose top entry is stale (a retried or removed
+    run) is walked as queue_stats walks it."""
+    runs = s.runs
+    out: dict[str, int] = {}
+    for q, heaps in s._queued.items():
+        oldest: int | None = None
+        for p, h in heaps.items():
+            if not h:
+                continue
+            due, rid = h[0]
+            r = runs.get(rid)
+            if r is None or r["state"] != "queued" or r["queue"] != q or r["priority"] != p \
+                    or r.get("due", r["slot"]) != due:
+                _, oldest = _ready(s, q, now_ms)
+                break
+            if due <= now_ms and (oldest is None or now_ms - due > oldest):
+                oldest = now_ms - due
+        if oldest is not None:
+            out[q] = oldest
+    return out
+
+
+def apply_stats(s: SchedulerState) -> dict[str, Any]:
+    """A copy of what this replica counted as it applied (core/stats.py), for the metrics:
+    ``{"recorded": {(state, reason): slots}, "slot_to_start": (bounds_ms, counts, sum_ms),
+    "slot_to_completion": (...)}``."""
+    st = s.stats
+    return {"recorded": dict(st.recorded),
+            "slot_to_start": (st.slot_to_start.bounds_ms, list(st.slot_to_start.counts), st.slot_to_start.sum_ms),
+            "slot_to_completion": (st.slot_to_completion.bounds_ms, list(st.slot_to_completion.counts),
+                                   st.slot_to_completion.sum_ms)}
+
+
 def queue_depth(s: SchedulerState, name: str) -> int:
     """Runs queued in queue ``name`` (whether due or not)."""
     return s._queue_depth.get(name, 0)

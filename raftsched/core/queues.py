@@ -114,6 +114,7 @@ def drop_oldest_queued(s: SchedulerState, qname: str, now: int) -> None:
             run["state"] = "skipped"
             run["reason"] = "queue_full"
             run["finished_at"] = now
+            s.stats.on_recorded("skipped", "queue_full")
             s._queue_depth[qname] -= 1
             return
 

@@ -31,6 +31,7 @@ from typing import Any, TypeAlias
 from . import commands, limits, snapshot
 from .commands import Command
 from .due import DueIndex
+from .stats import ApplyStats
 from .errors import InvalidCommand, RaftschedError
 from .fire import apply_fire
 from .jobs import (
@@ -142,6 +143,9 @@ class SchedulerState:
         #: trigger attaches one when its node leads (due.attach) and detaches it when it stops;
         #: a follower keeps none, and neither does a state nobody attached one to.
         self.due: DueIndex | None = None
+        #: What this replica applied, for the metrics (stats.py): not in the snapshot, never
+        #: read by apply, kept across a restore (counters since the process started).
+        self.stats = ApplyStats()
         self._reset()
 
     # ------------------------------------------------------------------ state

@@ -128,6 +128,9 @@ async def audit_middleware(request: web.Request, handler):
         log_ = request.app.get(AUDIT)
         if log_ is not None:
             record_audit(log_, request, status)
+        metrics = request.app.get(METRICS)
+        if metrics is not None:  # requests by route template and status (/metrics)
+            metrics.count_request(request.method, routes.canonical(request), status)
 
 
 def record_audit(audit_log: AuditLog, request: web.Request, status: int | None) -> None:
