@@ -97,6 +97,8 @@ def test_metrics_pass_promtool_and_count_records_starts_completions_requests_and
     assert sample(text, "raftsched_slot_to_start_seconds_bucket", le="30.0") == 1
     assert sample(text, "raftsched_slot_to_start_seconds_bucket", le="10.0") == 0
     assert sample(text, "raftsched_slot_to_completion_seconds_sum") == 27
+    assert sample(text, "raftsched_runs_finished_total", state="succeeded") == 1
+    assert sample(text, "raftsched_runs", state="queued") == 2
     # The two runs of a still queued: the oldest waited since its slot (at most 30 s).
     oldest = sample(text, "raftsched_queue_oldest_ready_seconds", queue="default")
     assert oldest is not None and 7 <= oldest <= 27

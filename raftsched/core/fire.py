@@ -284,6 +284,7 @@ def revoke(s: SchedulerState, run: Record, now: int, why: str) -> None:
     else:
         unqueue_count(s, run)
     run.update(state="failed", error=why, finished_at=now, deadline=None)
+    s.stats.on_finished("failed")
 
 
 # ------------------------------------------------------------------ runs and records

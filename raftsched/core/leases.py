@@ -443,6 +443,7 @@ def finish_attempt(s: SchedulerState, run: Record, now: int, success: bool, erro
         enqueue(s, run)
         return
     run["state"] = "dead"
+    s.stats.on_finished("dead")
     add_dead(s, run, now)
 
 

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections import Counter
 from collections.abc import Collection
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from . import limits
 from .errors import NotFound
-from .model import RUN_STATES
 from . import records
 from .records import STATS_FIELDS, Record, Result
 from .tenants import DEFAULT_POLICY, refusal as policy_refusal
@@ -272,7 +270,7 @@ def apply_stats(s: SchedulerState) -> dict[str, Any]:
     ``{"recorded": {(state, reason): slots}, "slot_to_start": (bounds_ms, counts, sum_ms),
     "slot_to_completion": (...)}``."""
     st = s.stats
-    return {"recorded": dict(st.recorded),
+    return {"recorded": dict(st.recorded), "finished": dict(st.finished),
             "slot_to_start": (st.slot_to_start.bounds_ms, list(st.slot_to_start.counts), st.slot_to_start.sum_ms),
             "slot_to_completion": (st.slot_to_completion.bounds_ms, list(st.slot_to_completion.counts),
                                    st.slot_to_completion.sum_ms)}
@@ -364,10 +362,9 @@ def counts(s: SchedulerState, with_hash: bool = False) -> dict[str, Any]:
 
 def gauges(s: SchedulerState) -> dict[str, Any]:
     """What a metrics scrape shows of the state: ``{"jobs", "jobs_paused", "runs_by_state":
-    {state: n} for every run state, "queues": {queue: (queued, running, dead)}, "locks",
-    "fencing_token"}``. Per queue from the counters and the DLQ index; the runs by state are
-    counted over every record, at C speed (the state keeps no counter of finished ones)."""
-    by_state = Counter(map(_state_of, s.runs.values()))
+    {"queued", "running", "dead": n}, "queues": {queue: (queued, running, dead)}, "locks",
+    "fencing_token"}``. From the counters and the DLQ index, not a walk of the runs: finished
+    runs and recorded slots are counted as they are applied instead (apply_stats)."""
     per_q = {q: (n, 0, 0) for q, n in s._queue_depth.items() if n}
     for q, n in s._running_count.items():
         if n:
@@ -380,8 +377,10 @@ def gauges(s: SchedulerState) -> dict[str, Any]:
             per_q[q] = (a, b, n)
     for q in s.queues:
         per_q.setdefault(q, (0, 0, 0))
+    by_state = {"queued": sum(a for a, _, _ in per_q.values()), "running": sum(b for _, b, _ in per_q.values()),
+                "dead": sum(c for _, _, c in per_q.values())}
     return {"jobs": len(s.jobs), "jobs_paused": sum(map(bool, map(_paused_of, s.jobs.values()))),
-            "runs_by_state": {st: by_state.get(st, 0) for st in RUN_STATES}, "queues": per_q,
+            "runs_by_state": by_state, "queues": per_q,
             "locks": len(s.locks), "fencing_token": s.fencing_token}
 
 

@@ -5,6 +5,7 @@ changes no result, so replicas stay identical whatever it holds. A scrape reads 
 and buckets, so it costs the same with 10 jobs or 1M (no walk of the runs). Each replica counts
 the commands it applied since its process started (Prometheus counters: they restart at zero).
 
+- ``finished``: runs that ended, by state (``succeeded``, ``failed``, ``dead``).
 - ``recorded``: slots that did not become runs, by ``(state, reason)`` (``skipped`` / ``coalesced``;
   ``misfire``, ``overlap``, ``queue_full``, ``paused``, ...), counted in slots (a record may stand
   for a range of them).
@@ -44,6 +45,8 @@ class ApplyStats:
 
     def __init__(self) -> None:
         self.recorded: dict[tuple[str, str], int] = {}
+        #: runs that ended, by state: succeeded, failed (revoked), dead
+        self.finished: dict[str, int] = {}
         self.slot_to_start = Buckets(SLOT_BOUNDS_MS)
         self.slot_to_completion = Buckets(SLOT_BOUNDS_MS)
 
@@ -66,8 +69,13 @@ class ApplyStats:
             if isinstance(slot, int):
                 self.slot_to_start.observe(now - slot)
 
+    def on_finished(self, state: str) -> None:
+        """A run ended ``state`` (failed, dead; a success is on_success's)."""
+        self.finished[state] = self.finished.get(state, 0) + 1
+
     def on_success(self, run: dict[str, Any], now: int) -> None:
         """A run's attempt succeeded (leases.close_attempt): the run is complete."""
+        self.on_finished("succeeded")
         if run.get("kind") == "scheduled":
             slot = run.get("slot")
             if isinstance(slot, int):

@@ -75,7 +75,9 @@ class _StateCollector:
             for peer, p in sorted((clock.get("peers") or {}).items()):
                 peers.add_metric([peer], p["offset_ms"] / 1000)
             yield peers
-        runs = GaugeMetricFamily("raftsched_runs", "runs and recorded slots kept in the state, by state", labels=["state"])
+        runs = GaugeMetricFamily("raftsched_runs", "runs queued, running and dead now (the state's counters; finished "
+                                 "runs: raftsched_runs_finished_total, recorded slots: raftsched_slots_recorded_total)",
+                                 labels=["state"])
         depth = GaugeMetricFamily("raftsched_queue_depth", "runs waiting in the queue", labels=["queue"])
         running = GaugeMetricFamily("raftsched_queue_running", "runs leased and running", labels=["queue"])
         dead = GaugeMetricFamily("raftsched_dlq_runs", "runs in the queue's dead-letter queue", labels=["queue"])
@@ -205,6 +207,11 @@ class _ApplyCollector:
         for (state, reason), n in sorted(st["recorded"].items()):
             rec.add_metric([state, reason], n)
         yield rec
+        fin = CounterMetricFamily("raftsched_runs_finished", "runs that ended, by state (succeeded, failed, dead), "
+                                  "as this replica applied them", labels=["state"])
+        for state, n in sorted(st["finished"].items()):
+            fin.add_metric([state], n)
+        yield fin
         for key, name, doc in (
                 ("slot_to_start", "raftsched_slot_to_start_seconds",
                  "scheduled runs: from the slot to the first attempt's lease"),

@@ -360,7 +360,10 @@ class RaftNode:
         try:
             self._raft_state = new_state
             sync = self._sync
-            cause = sync.role_cause(old_state, new_state) if isinstance(sync, _SyncObj) else "unknown"
+            try:  # the role change is delivered whatever befalls its explanation
+                cause = sync.role_cause(old_state, new_state) if isinstance(sync, _SyncObj) else "unknown"
+            except Exception:  # noqa: BLE001
+                cause = "unknown"
             is_leader = new_state == 2
             # Every role change says why (an election on an idle cluster is a question).
             logger.info("replication.role self=%s role=%s was=%s term=%s cause=%s (%s)", self._self_addr,
