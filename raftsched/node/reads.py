@@ -22,10 +22,13 @@ rather than waiting out an election; ``?stale=true`` still answers from its repl
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Callable
 
 from ..core.errors import Indeterminate, RaftschedError, Unavailable
+
+log = logging.getLogger("raftsched.reads")
 
 #: The header a stale read's answer carries.
 STALE_HEADER = "X-Raftsched-Stale"
@@ -87,7 +90,10 @@ class ReadBarrier:
                     fut.set_result(None)
             finally:
                 if self.observe is not None:
-                    self.observe(self._monotonic() - started)
+                    try:
+                        self.observe(self._monotonic() - started)
+                    except Exception:  # a metric never stalls the reads waiting for the next round
+                        log.exception("reads: the barrier latency observer raised")
 
     async def _round(self) -> None:
         leader = self.raft.status().get("leader")
