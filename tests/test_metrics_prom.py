@@ -153,3 +153,32 @@ def test_the_alert_rules_in_operations_md_pass_promtool_and_name_metrics_the_nod
     for metric in set(re.findall(r"raftsched_[a-z_]+", rules)):
         base = re.sub(r"_(total|bucket|count|sum)$", "", metric)
         assert f'"{base}' in source, f"{metric} is read by an alert rule but no code exports it"
+
+
+def test_paused_jobs_are_counted_as_they_change_not_walked_at_a_scrape():
+    """raftsched_jobs_paused comes from a count jobs.py keeps (a pause twice counts once; resume,
+    delete, a replace and a restore keep it true), checked against a walk of the jobs."""
+    from raftsched.clock import FakeClock
+    from raftsched.node.service import Service
+
+    from fakes import FakeRaft
+
+    def walk(s):
+        return sum(1 for j in s.jobs.values() if j["paused"])
+
+    async def main():
+        s = SchedulerState()
+        svc = Service(FakeRaft(s), FakeClock(), "n1")
+        for n in ("a", "b", "c"):
+            await svc.put_job(n, SPEC, None)
+        steps = [svc.pause_job("a", None), svc.pause_job("a", None), svc.pause_job("b", None),
+                 svc.put_job("b", dict(SPEC, history=5), None), svc.resume_job("a", None, False),
+                 svc.pause_job("c", None), svc.delete_job("c", None)]
+        for step in steps:
+            await step
+            assert queries.gauges(s)["jobs_paused"] == walk(s)
+        assert walk(s) == 1  # b: paused, replaced (a replace keeps the pause)
+        restored = SchedulerState()
+        restored.restore(s.snapshot())
+        assert queries.gauges(restored)["jobs_paused"] == 1
+    asyncio.run(main())

@@ -252,6 +252,8 @@ def apply_delete_job(s: SchedulerState, cmd: Command, now: int) -> Result:
             # Out of its queue's DLQ index too: a stale id there would count against
             # dlq_per_queue_max (and purge a live dead run early) on this replica only.
             remove_dead(s, run)
+    if job["paused"]:
+        s._paused_count -= 1
     del s.jobs[name]
     return ok(job=name, deleted=True)
 
@@ -263,6 +265,8 @@ def apply_pause_job(s: SchedulerState, cmd: Command, now: int) -> Result:
 
     :raises NotFound: no such job."""
     job = _job(s, cmd)
+    if not job["paused"]:
+        s._paused_count += 1
     job["paused"] = True
     job["updated"] = now
     withdrawn = 0
@@ -312,6 +316,7 @@ def apply_resume_job(s: SchedulerState, cmd: Command, now: int) -> Result:
         job["cursor"] = upto
         job["next"] = nxt
     job["paused"] = False
+    s._paused_count -= 1  # it was paused (checked above)
     job["updated"] = now
     push_due(s, job)
     return ok(job=job["name"], paused=False)

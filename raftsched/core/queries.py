@@ -13,7 +13,6 @@ from __future__ import annotations
 import bisect
 import hashlib
 from collections.abc import Collection
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from . import limits
@@ -32,8 +31,6 @@ LeaseView: TypeAlias = tuple[str, str, int, int, int]
 PlanView: TypeAlias = tuple[Record, int, int, int, str]
 
 _QUEUE_DEFAULT = {"max_depth": limits.queue_depth_default, "on_full": "reject"}
-_state_of = itemgetter("state")
-_paused_of = itemgetter("paused")
 
 
 # ------------------------------------------------------------------ jobs
@@ -379,7 +376,7 @@ def gauges(s: SchedulerState) -> dict[str, Any]:
         per_q.setdefault(q, (0, 0, 0))
     by_state = {"queued": sum(a for a, _, _ in per_q.values()), "running": sum(b for _, b, _ in per_q.values()),
                 "dead": sum(c for _, _, c in per_q.values())}
-    return {"jobs": len(s.jobs), "jobs_paused": sum(map(bool, map(_paused_of, s.jobs.values()))),
+    return {"jobs": len(s.jobs), "jobs_paused": s._paused_count,
             "runs_by_state": by_state, "queues": per_q,
             "locks": len(s.locks), "fencing_token": s.fencing_token}
 

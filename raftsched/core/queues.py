@@ -42,6 +42,8 @@ def reset_indexes(s: SchedulerState) -> None:
     s._running_count = {}
     #: ids of running runs, in grant order: what the reaper watches
     s._running_ids = {}
+    #: how many jobs are paused (jobs.apply_pause_job / apply_resume_job / apply_delete_job)
+    s._paused_count = 0
 
 
 def rebuild_indexes(s: SchedulerState) -> None:
@@ -59,6 +61,7 @@ def rebuild_indexes(s: SchedulerState) -> None:
             dead.append(run)
     for run in sorted(dead, key=lambda r: (r["finished_at"], r["id"])):
         s._dead.setdefault(run["queue"], deque()).append(run["id"])
+    s._paused_count = sum(1 for j in s.jobs.values() if j["paused"])
 
 
 def enqueue(s: SchedulerState, run: Record) -> None:

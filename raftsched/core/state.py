@@ -137,6 +137,8 @@ class SchedulerState:
     _queue_depth: dict[str, int]
     _running_count: dict[str, int]
     _running_ids: dict[str, None]
+    #: paused jobs (jobs.py keeps it; the metrics read it instead of walking the jobs)
+    _paused_count: int
 
     def __init__(self) -> None:
         #: The leader's due index (due.py), or None: only a leader's trigger reads it. The
