@@ -223,3 +223,33 @@ def test_schedules_that_reach_the_latest_time_never_answer_500():
 
     bad = [o for o in asyncio.run(main()) if o[3] >= 500]
     assert not bad, bad
+
+
+def test_an_unknown_query_parameter_is_refused_naming_it_on_every_route():
+    """A parameter a route does not take is answered 400 naming it, never ignored
+    (``POST /v1/preview?after=...`` once answered as if it were not there); a declared one is
+    still served; and a request without a token learns nothing (401 first)."""
+    async def main():
+        app = make_app(Service(FakeRaft(SchedulerState()), FakeClock(NOW), "node-1"), TOKEN)
+        failures = []
+        async with TestClient(TestServer(app, host="127.0.0.1"), headers=AUTH,
+                              timeout=ClientTimeout(total=10)) as c:
+            assert (await c.put("/v1/jobs/j", data=json.dumps(SPEC))).status == 201
+            for r in ROUTES:
+                body = json.dumps(BODIES[r.body][0]).encode() if r.body is not None else None
+                resp = await c.request(r.method, _path(r), params={"no_such_param": "1"}, data=body)
+                text = await resp.text()
+                err = json.loads(text).get("error", {}) if text.startswith("{") else {}
+                if resp.status != 400 or err.get("field") != "no_such_param" or "no_such_param" not in err["message"]:
+                    failures.append(f"{r.method} {r.path}: {resp.status} {text[:160]}")
+            resp = await c.post("/v1/preview", params={"after": DAY}, data=json.dumps(SPEC))
+            err = (await resp.json())["error"]
+            assert resp.status == 400 and err["field"] == "after" and "takes: count" in err["message"], err
+            resp = await c.post("/v1/preview", params={"count": "2"}, data=json.dumps(SPEC))
+            assert resp.status == 200, await resp.text()
+            resp = await c.get("/v1/jobs", params={"no_such_param": "1"}, headers={"Authorization": "Bearer x"})
+            assert resp.status == 401
+        return failures
+
+    failures = asyncio.run(main())
+    assert not failures, "\n".join(failures)

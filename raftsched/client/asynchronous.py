@@ -39,12 +39,12 @@ from ..aio import wait_event
 from ..core.errors import RaftschedError
 from . import endpoints
 from .core import (
-    DEADLINE_S_DEFAULT, TIMEOUT_S_DEFAULT, LockHeld, LostAfterSendError, NotSentError, Request, TlsFailedError,
+    DEADLINE_S_DEFAULT, TIMEOUT_S_DEFAULT, LockHeld, LostAfterSendError, Node, NotSentError, Request, TlsFailedError,
     Transport, TransportError, Try, Wait, decode,
 )
 from .endpoints import PAGE_LIMIT_DEFAULT, PREVIEW_COUNT_DEFAULT, UNSET
 from .policy import BACKFILL_POLL_S_DEFAULT, LOCK_TTL_S_DEFAULT, BackfillWait, Lease, LockPolicy
-from .tls import client_tls_context
+from .tls import client_tls_context, probe_context
 
 __all__ = ["AsyncClient", "AsyncLock"]
 
@@ -86,6 +86,18 @@ class _Attempts:
             raise
 
 
+async def _speaks_tls(node: Node, timeout: float) -> bool:
+    """Whether a node that dropped a plain HTTP request completes a TLS handshake (blocking.py's
+    ``_speaks_tls``, on the loop)."""
+    try:
+        _, writer = await asyncio.wait_for(
+            asyncio.open_connection(node.host, node.port, ssl=probe_context(), server_hostname=node.host), timeout)
+    except (OSError, asyncio.TimeoutError, ValueError):
+        return False
+    writer.close()
+    return True
+
+
 class AsyncClient(Transport):
     """An asyncio client of a raftsched cluster; see the module docstring.
 
@@ -103,8 +115,8 @@ class AsyncClient(Transport):
 
     def __init__(self, urls: list[str] | str, token: str | None = None, timeout_s: float = TIMEOUT_S_DEFAULT,
                  *, deadline_s: float = DEADLINE_S_DEFAULT, session: aiohttp.ClientSession | None = None,
-                 ca_file: str | None = None, cert_file: str | None = None, key_file: str | None = None) -> None:
-        super().__init__(urls, token, timeout_s, deadline_s)
+                 ca_file: str | None = None, cert_file: str | None = None, key_file: str | None = None, fail_fast: bool = False) -> None:
+        super().__init__(urls, token, timeout_s, deadline_s, fail_fast)
         self._ssl = client_tls_context(ca_file, cert_file, key_file) if self._uses_https() else None
         self._session = session
         self._own_session = session is None
@@ -146,6 +158,10 @@ class AsyncClient(Transport):
                 status = resp.status
                 rh = {k.lower(): v for k, v in resp.headers.items()}
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+            if not node.https and attempts.may_have_left and await _speaks_tls(node, timeout):
+                # A TLS port could not read the request as HTTP: nothing was done (blocking.py alike).
+                raise TlsFailedError(f"{node.url}: the node expects TLS: use https://{node.base[7:]} "
+                                     "(and a CA file)") from e
             if attempts.may_have_left:
                 # Whatever the last attempt's error (aiohttp's resend meeting "connection
                 # refused", say), an earlier attempt got a connection: the outcome is unknown.

@@ -11,6 +11,7 @@ certificate that does not verify is :class:`TlsFailedError`, and any error after
 from __future__ import annotations
 
 import http.client
+import socket
 import ssl
 import threading
 import time
@@ -24,9 +25,20 @@ from .core import (
 )
 from .endpoints import PAGE_LIMIT_DEFAULT, PREVIEW_COUNT_DEFAULT, UNSET
 from .policy import BACKFILL_POLL_S_DEFAULT, LOCK_TTL_S_DEFAULT, BackfillWait, Lease, LockPolicy
-from .tls import client_tls_context
+from .tls import client_tls_context, probe_context
 
 __all__ = ["Client", "Lock"]
+
+
+def _speaks_tls(node: Node, timeout: float) -> bool:
+    """Whether a node that dropped a plain HTTP request completes a TLS handshake: it serves
+    HTTPS, and the URL says http://. Only asks; sends nothing (no certificate is trusted)."""
+    try:
+        with socket.create_connection((node.host, node.port), timeout=timeout) as raw:
+            with probe_context().wrap_socket(raw, server_hostname=node.host):
+                return True
+    except (OSError, ValueError):
+        return False
 
 
 class Client(Transport):
@@ -44,12 +56,14 @@ class Client(Transport):
         verified.
     :param cert_file: a client certificate (PEM) for nodes that ask for one (mutual TLS), and
         ``key_file`` its key (default: in ``cert_file``).
+    :param fail_fast: try each node once per call and then raise what each said, instead of
+        going round until the deadline (the command line's choice; core.Call).
     """
 
     def __init__(self, urls: list[str] | str, token: str | None = None, timeout_s: float = TIMEOUT_S_DEFAULT,
                  *, deadline_s: float = DEADLINE_S_DEFAULT, ca_file: str | None = None, cert_file: str | None = None,
-                 key_file: str | None = None) -> None:
-        super().__init__(urls, token, timeout_s, deadline_s)
+                 key_file: str | None = None, fail_fast: bool = False) -> None:
+        super().__init__(urls, token, timeout_s, deadline_s, fail_fast)
         self._ssl = client_tls_context(ca_file, cert_file, key_file) if self._uses_https() else None
 
     # ------------------------------------------------------------------ transport
@@ -64,6 +78,11 @@ class Client(Transport):
             try:
                 conn.connect()
             except ssl.SSLError as e:
+                if "WRONG_VERSION_NUMBER" in str(e):
+                    raise TlsFailedError(f"{node.url}: the node does not speak TLS: use http://") from e
+                if isinstance(e, ssl.SSLCertVerificationError):
+                    raise TlsFailedError(f"TLS with {node.url} failed: {e.verify_message or e}; give the CA "
+                                         "its certificate chains to (--ca-file)") from e
                 raise TlsFailedError(f"TLS with {node.url} failed: {e}") from e
             except OSError as e:
                 raise NotSentError(f"{node.url}: {e}") from e
@@ -72,6 +91,10 @@ class Client(Transport):
                 resp = conn.getresponse()
                 raw = resp.read()
             except (OSError, http.client.HTTPException) as e:
+                if not node.https and _speaks_tls(node, timeout):
+                    # It could not read the request as HTTP: nothing was done.
+                    raise TlsFailedError(f"{node.url}: the node expects TLS: use https://{node.base[7:]} "
+                                         "(and --ca-file)") from e
                 raise LostAfterSendError(f"{node.url}: {type(e).__name__}: {e}") from e
             return resp.status, {k.lower(): v for k, v in resp.getheaders()}, decode(raw)
         finally:

@@ -16,7 +16,7 @@ import os
 from aiohttp import web
 
 from ..core import limits, queries
-from ..core.errors import InvalidSpec, NotFound, RaftschedError, TooManyRequests, Unauthorized, Unavailable
+from ..core.errors import BadRequest, InvalidSpec, NotFound, RaftschedError, TooManyRequests, Unauthorized, Unavailable
 from ..core.model import RUN_STATES
 from . import auth as auth_module
 from . import limits as node_limits
@@ -91,6 +91,11 @@ async def auth_middleware(request: web.Request, handler):
     principal = auth_module.check_request(request.app[AUTH], request, route)
     if principal is not None and principal.tenants is not None and route is not None:
         tenancy.check(route, request, principal)
+    unknown = routes.unknown_param(route, request.query) if route is not None else None
+    if unknown is not None:  # after the token: an unauthenticated probe learns nothing of the table
+        takes = ", ".join(p.name for p in route.params) or "none"  # type: ignore[union-attr]
+        raise BadRequest(f"unknown query parameter {unknown!r}; {route.method} {path} takes: {takes}",  # type: ignore[union-attr]
+                         field=unknown)
     return await handler(request)
 
 

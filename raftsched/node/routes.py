@@ -132,6 +132,13 @@ def canonical(request: web.Request) -> str | None:
     return resource.canonical if resource is not None else None
 
 
+def unknown_param(route: Route, names) -> str | None:
+    """The first query parameter of ``names`` the row does not declare, or None: a request is
+    never answered as if a parameter it sent were not there (``POST /v1/preview?after=``)."""
+    known = {p.name for p in route.params}
+    return next((n for n in names if n not in known), None)
+
+
 def lookup(t: dict[tuple[str, str], Route], method: str, path: str | None) -> Route | None:
     """The row of ``method path`` (HEAD is GET's), or None."""
     if path is None:
