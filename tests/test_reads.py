@@ -93,6 +93,13 @@ def test_no_leader_fails_the_read_at_once_and_an_unknown_barrier_outcome_is_unav
         raft.gates[0].set()
         with pytest.raises(Unavailable, match="read barrier did not complete"):
             await t
+        # A follower cut off from the leader it knows fails at once too.
+        cut = dict(raft.status(), self="127.0.0.1:2", peers_connected=[])
+        raft.status = lambda: cut
+        with pytest.raises(Unavailable, match="not reachable"):
+            await rb.wait()
+        assert len(raft.gates) == 1
+        del raft.status
         # A reader that went away does not cancel the round the others wait for.
         raft.barrier_error = None
         gone, stays = asyncio.ensure_future(rb.wait()), asyncio.ensure_future(rb.wait())

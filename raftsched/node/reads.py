@@ -16,8 +16,9 @@ which starts when the one in flight ends. A round must start after every read it
 (a round already in flight may have been proposed before a write those reads must see), so a
 burst of reads costs one round (two at most for the read that started the first), not one each.
 
-A node that knows no leader cannot tell what is current: the read fails at once (503, Retry-After)
-rather than waiting out an election; ``?stale=true`` still answers from its replica.
+A node that knows no leader, or is not connected to the one it knows, cannot tell what is current:
+the read fails at once (503, Retry-After) rather than waiting out an election; ``?stale=true``
+still answers from its replica.
 """
 from __future__ import annotations
 
@@ -96,10 +97,16 @@ class ReadBarrier:
                         log.exception("reads: the barrier latency observer raised")
 
     async def _round(self) -> None:
-        leader = self.raft.status().get("leader")
+        st = self.raft.status()
+        leader = st.get("leader")
         if leader is None:
             raise Unavailable("no leader: this node cannot tell which writes are acknowledged; "
                               "retry, or read its replica as it is with ?stale=true", leader=None)
+        connected = st.get("peers_connected")
+        if leader != st.get("self") and connected is not None and leader not in connected:
+            # Cut off from the leader it last heard of: no round could commit before the deadline.
+            raise Unavailable(f"the leader {leader} is not reachable from this node; retry, or read its "
+                              "replica as it is with ?stale=true", leader=leader)
         try:
             await self.raft.barrier(timeout_s=self.timeout_s)
         except Indeterminate as e:
