@@ -148,6 +148,17 @@ def test_the_alert_rules_in_operations_md_pass_promtool_and_name_metrics_the_nod
     assert "SUCCESS" in p.stdout
     for name in ("NoLeader", "FireLag", "DeadLetterQueueGrowing", "DeadlineMisses"):
         assert f"alert: {name}" in rules
+    # The scrape configuration beside them, with the rules file it names (the token file it reads
+    # made here: promtool checks that it exists).
+    text = (REPO / "docs" / "operations.md").read_text()
+    m = re.search(r"```yaml\n(# prometheus.yml\n.*?)```", text, re.S)
+    assert m, "docs/operations.md has no scrape configuration (```yaml then # prometheus.yml)"
+    (tmp_path / "raftsched.token").write_text("rst_0000000000000000_x\n")
+    conf = tmp_path / "prometheus.yml"
+    conf.write_text(m.group(1).replace("/etc/prometheus/raftsched.token", str(tmp_path / "raftsched.token")))
+    f.rename(tmp_path / "raftsched-rules.yml")
+    p = promtool_check(["check", "config", str(conf)])
+    assert p.returncode == 0, f"promtool check config: {p.stdout}\n{p.stderr}"
     # Every raftsched_ series a rule reads is one the code exports (a renamed metric breaks this).
     source = "\n".join(p.read_text() for p in (REPO / "raftsched").rglob("*.py"))
     for metric in set(re.findall(r"raftsched_[a-z_]+", rules)):
