@@ -289,8 +289,8 @@ class _ReadsCollector:
     def collect(self):
         yield CounterMetricFamily("raftsched_read_barrier_rounds", "read barrier rounds this node started",
                                   value=self.reads.rounds)
-        yield CounterMetricFamily("raftsched_read_barrier_reads", "consistent reads this node served "
-                                  "(each waited for one round)", value=self.reads.reads)
+        yield CounterMetricFamily("raftsched_read_barrier_reads", "consistent reads that waited at this node, "
+                                  "each for one round (those of a failed round included)", value=self.reads.reads)
 
 
 class NodeMetrics:
