@@ -661,11 +661,23 @@ def main(argv: list[str] | None = None) -> int:
            lambda a, c: c.worker(a.id) if a.id else c.workers()).add_argument("--id")
     client("drain", "drain a worker: no more runs for it; it finishes what it runs and stops",
            lambda a, c: c.drain_worker(a.worker)).add_argument("worker")
-    c = client("explain", "what an outage window would do to a job's slots",
-               lambda a, c: c.explain(a.name, a.down_from, a.down_to))
+    c = client("explain", "what an outage window would do to a job's slots, or (--slot) why a slot missed its deadline",
+               lambda a, c: c.explain(a.name, a.down_from, a.down_to, slot=a.slot))
     c.add_argument("name")
-    c.add_argument("down_from", help="ISO time, e.g. 2026-12-01T01:58:45Z")
-    c.add_argument("down_to")
+    c.add_argument("down_from", nargs="?", help="ISO time, e.g. 2026-12-01T01:58:45Z")
+    c.add_argument("down_to", nargs="?")
+    c.add_argument("--slot", help="ISO time of one slot: why it met or missed its deadline")
+    c = client("deadlines", "slots' deadline outcomes, newest first (docs/notifications.md, \"Deadlines\")",
+               lambda a, c: c.list_deadlines(a.state, a.job, a.since, a.limit))
+    c.add_argument("--state", choices=("pending", "met", "late", "missed"))
+    c.add_argument("--job")
+    c.add_argument("--since", help="ISO time: only slots at or after it")
+    c.add_argument("--limit", type=int, default=RUNS_SHOWN_DEFAULT)
+    c = client("ping", "report a heartbeat job's start, success or fail (default success)",
+               lambda a, c: c.ping(a.name, a.status, slot=a.slot))
+    c.add_argument("name")
+    c.add_argument("--status", choices=("start", "success", "fail"), default="success")
+    c.add_argument("--slot", help="ISO time of the slot it reports (default: the newest still open)")
     c = client("preview", "a job's next slots, with DST marks", lambda a, c: c.preview(a.name, a.count))
     c.add_argument("name")
     c.add_argument("--count", type=int, default=PREVIEW_COUNT_DEFAULT)
@@ -693,7 +705,7 @@ def main(argv: list[str] | None = None) -> int:
     ts = sub.add_parser("tokens", help="API tokens: create (the secret is shown once), list, revoke") \
         .add_subparsers(dest="tokens_cmd", required=True)
     tc = client("create", "create a token; its secret is printed this once",
-                lambda a, c: c.create_token(a.role, a.tenants, a.expires, a.note, a.workers), parent=ts)
+                lambda a, c: c.create_token(a.role, a.tenants, a.expires, a.note, a.workers, a.jobs), parent=ts)
     tc.add_argument("--role", required=True, choices=ROLES)
     tc.add_argument("--tenant", action="append", dest="tenants",
                     help="limit it to this tenant (repeat for several); default: every tenant")
@@ -701,6 +713,8 @@ def main(argv: list[str] | None = None) -> int:
     tc.add_argument("--note", help="who or what it is for")
     tc.add_argument("--worker", action="append", dest="workers",
                     help="a worker token: the worker id it may speak for (repeat for several); default: any id")
+    tc.add_argument("--job", action="append", dest="jobs",
+                    help="a ping token (--role ping): a heartbeat job it may ping (repeat for several)")
     client("list", "every token, without secrets", lambda a, c: c.tokens(), parent=ts)
     client("revoke", "revoke a token: every node refuses it once the revocation is committed",
            lambda a, c: c.revoke_token(a.id), parent=ts).add_argument("id")

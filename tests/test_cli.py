@@ -247,6 +247,16 @@ def test_client_subcommands_take_their_defaults_from_the_client(monkeypatch, cap
     assert c.kw["deadline_s"] == DEADLINE_S_DEFAULT and c.kw["timeout_s"] == BATCH_TIMEOUT_S
 
 
+def test_the_deadline_subcommands_call_the_client(monkeypatch, capsys):
+    rc, _ = _run(monkeypatch, ["deadlines", "--state", "missed", "--job", "j", "--since", "2026-12-01T00:00:00Z"])
+    assert rc == 0 and json.loads(capsys.readouterr().out) == {
+        "called": "list_deadlines", "args": ["missed", "j", "2026-12-01T00:00:00Z", 20]}
+    rc, _ = _run(monkeypatch, ["ping", "j", "--status", "start"])
+    assert rc == 0 and json.loads(capsys.readouterr().out) == {"called": "ping", "args": ["j", "start"]}
+    rc, _ = _run(monkeypatch, ["explain", "j", "--slot", "2026-12-02T01:00:00Z"])
+    assert rc == 0 and json.loads(capsys.readouterr().out) == {"called": "explain", "args": ["j", None, None]}
+
+
 @pytest.mark.parametrize("argv", [["get", "j"], ["backfills"], ["requeue", "r@1"],
                                   ["backfill", "j", "--from", "a", "--to", "b"]])
 def test_one_path_prints_a_client_error_for_every_subcommand(monkeypatch, capsys, argv):

@@ -45,6 +45,8 @@ CALLS = [
     (("POST", "/v1/preview"), "preview_spec", (PAUSED_SPEC, 2)),
     (("POST", "/v1/jobs/{name}/explain"), "explain", ("a", "2027-01-15T08:00:00Z", "2027-01-15T08:01:00Z")),
     (("POST", "/v1/jobs/{name}/trigger"), "trigger", ("a",)),
+    (("POST", "/v1/jobs/{name}/ping"), "ping", ("a", "start")),
+    (("GET", "/v1/deadlines"), "list_deadlines", (), {"state": "missed", "since": "2027-01-15T08:00:00Z"}),
     (("GET", "/v1/runs"), "list_runs", ()),
     (("GET", "/v1/runs/{run}"), "get_run", ("a@nosuch",)),
     (("POST", "/v1/jobs/{name}/pause"), "pause", ("a",)),

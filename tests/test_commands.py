@@ -230,6 +230,11 @@ CONSTRUCTED = [
     (commands.drain_worker(T0, "r", worker="w"), commands.make("drain_worker", T0, "r", worker="w")),
     (commands.workers_seen(T0, node="n", workers=[]), commands.make("workers_seen", T0, None, node="n", workers=[])),
     (commands.forget_workers(T0, workers=[]), commands.make("forget_workers", T0, None, workers=[])),
+    (commands.fire(T0, entries=[1], dl=[[2]]), commands.make("fire", T0, None, entries=[1], dl=[[2]])),
+    (commands.deadline_judge(T0, runs=["a@1"], jobs=[]),
+     commands.make("deadline_judge", T0, None, runs=["a@1"], jobs=[])),
+    (commands.ping(T0, "r", name="a", status="start", slot=None),
+     commands.make("ping", T0, "r", name="a", status="start", slot=None)),
 ]
 
 

@@ -70,6 +70,8 @@ CASES = {
                 {"schedule": BASE, "misfire": SKIP, "secrets": {"API_KEY": "from-the-environment"}}),
     "keep_output": ({"every_s": 60, "misfire": "skip", "keep_output": False},
                     {"schedule": BASE, "misfire": SKIP, "keep_output": False}),
+    "deadline": ({"every_s": 60, "misfire": "skip", "deadline": {"succeed_within_s": 30, "succeed_by": "03:00"}},
+                 {"schedule": BASE, "misfire": SKIP, "deadline": {"succeed_within_s": 30, "succeed_by": "03:00"}}),
 }
 
 
@@ -137,6 +139,7 @@ def test_an_unknown_option_is_refused_when_declared_naming_it(options, field):
     ({"every_s": 60, "misfire": "skip", "placement": {"labels": {APP_LABEL: "other"}}}, f"placement.labels.{APP_LABEL}"),
     ({"every_s": 60, "misfire": "skip", "placement": {"labels": {"pool": ""}}}, "placement.labels.pool"),
     ({"every_s": 60, "misfire": "skip", "placement": "gpu"}, "placement"),
+    ({"every_s": 60, "misfire": "skip", "deadline": {"succeed_by": "25:00"}}, "deadline.succeed_by"),
 ])
 def test_a_value_the_api_would_refuse_is_refused_when_declared_naming_the_field(options, field):
     app = App("billing")

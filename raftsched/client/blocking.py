@@ -198,9 +198,19 @@ class Client(Transport):
         """``GET /v1/jobs/{name}/preview``: a job's next ``count`` slots, with DST marks."""
         return self._send(endpoints.preview(name, count, after))
 
-    def explain(self, name: str, down_from: str, down_to: str) -> dict:
-        """``POST /v1/jobs/{name}/explain``: what an outage window would do to a job's slots."""
-        return self._send(endpoints.explain(name, down_from, down_to))
+    def explain(self, name: str, down_from: str | None = None, down_to: str | None = None, *,
+                slot: str | None = None) -> dict:
+        """``POST /v1/jobs/{name}/explain``: an outage window's effect, or why a slot missed its deadline."""
+        return self._send(endpoints.explain(name, down_from, down_to, slot=slot))
+
+    def ping(self, name: str, status: str = "success", *, slot: str | None = None) -> dict:
+        """``POST /v1/jobs/{name}/ping``: a heartbeat job's start, success or fail."""
+        return self._send(endpoints.ping(name, status, slot=slot))
+
+    def list_deadlines(self, state: str | None = None, job: str | None = None, since: str | None = None,
+                limit: int = PAGE_LIMIT_DEFAULT, consistent: bool = False) -> dict:
+        """``GET /v1/deadlines``: slots' deadline outcomes, newest first."""
+        return self._send(endpoints.list_deadlines(state, job, since, limit, consistent))
 
     def trigger(self, name: str, *, slot: str | None = None, payload: Any = UNSET) -> dict:
         """``POST /v1/jobs/{name}/trigger``: a manual run now (or of ``slot``, deduplicated)."""
@@ -358,9 +368,9 @@ class Client(Transport):
                                                    timeout_s=timeout_s, deadline_s=deadline_s))
 
     def create_token(self, role: str, tenants: list[str] | None = None, expires: str | int | None = None,
-                     note: str | None = None, workers: list[str] | None = None) -> dict:
+                     note: str | None = None, workers: list[str] | None = None, jobs: list[str] | None = None) -> dict:
         """``POST /v1/tokens``: a new API token; its secret is shown this once."""
-        return self._send(endpoints.create_token(role, tenants, expires, note, workers))
+        return self._send(endpoints.create_token(role, tenants, expires, note, workers, jobs))
 
     def tokens(self) -> dict:
         """``GET /v1/tokens``: every token, without secrets."""

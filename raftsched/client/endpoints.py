@@ -158,10 +158,30 @@ def preview(name: str, count: int = PREVIEW_COUNT_DEFAULT, after: str | None = N
 
 
 @endpoint
-def explain(name: str, down_from: str, down_to: str) -> Request:
+def explain(name: str, down_from: str | None = None, down_to: str | None = None, *,
+            slot: str | None = None) -> Request:
     """``POST /v1/jobs/{name}/explain``: what an outage from ``down_from`` to ``down_to``
-    (ISO-8601) would do to a job's slots, by its misfire policy. Read-only: it proposes nothing."""
+    (ISO-8601) would do to a job's slots, by its misfire policy; or, with ``slot`` (ISO-8601)
+    instead, why that slot met or missed its deadline. Read-only: it proposes nothing."""
+    if slot is not None:
+        return Request("POST", f"/v1/jobs/{_q(name)}/explain", body={"slot": slot})
     return Request("POST", f"/v1/jobs/{_q(name)}/explain", body={"down_from": down_from, "down_to": down_to})
+
+
+@endpoint
+def ping(name: str, status: str = "success", *, slot: str | None = None) -> Request:
+    """``POST /v1/jobs/{name}/ping``: a heartbeat job's ``start``, ``success`` or ``fail``, for
+    its newest slot still open, or for ``slot`` (ISO-8601): ``{"job", "run", "state"}``."""
+    return Request("POST", f"/v1/jobs/{_q(name)}/ping", body=dict(_given(slot=slot), status=status))
+
+
+@endpoint
+def list_deadlines(state: str | None = None, job: str | None = None, since: str | None = None,
+                   limit: int = PAGE_LIMIT_DEFAULT, consistent: bool = False) -> Request:
+    """``GET /v1/deadlines``: slots' deadline outcomes, newest first (``state``: pending, met,
+    late or missed; ``since``: ISO-8601): ``{"deadlines"}``."""
+    return Request("GET", "/v1/deadlines", {"state": state, "job": job, "since": since, "limit": limit,
+                                            "consistent": _consistent(consistent)})
 
 
 @endpoint
@@ -448,12 +468,15 @@ def worker_release(worker_id: str, leases: list, reason: str = "", *, idempotent
 # ------------------------------------------------------------------ tokens (admin)
 @endpoint
 def create_token(role: str, tenants: list[str] | None = None, expires: str | int | None = None,
-                 note: str | None = None, workers: list[str] | None = None) -> Request:
-    """``POST /v1/tokens``: ``{"id", "token", "role", "tenants", "workers", "expires_at",
+                 note: str | None = None, workers: list[str] | None = None,
+                 jobs: list[str] | None = None) -> Request:
+    """``POST /v1/tokens``: ``{"id", "token", "role", "tenants", "workers", "jobs", "expires_at",
     "note"}``; the token (its secret) is shown this once. ``expires``: ISO-8601 or ms since
-    the epoch; ``workers``: the worker ids a worker token may speak for (None: any)."""
+    the epoch; ``workers``: the worker ids a worker token may speak for (None: any); ``jobs``:
+    the heartbeat jobs a ping token may ping."""
     return Request("POST", "/v1/tokens",
-                   body={"role": role, **_given(tenants=tenants, expires=expires, note=note, workers=workers)})
+                   body={"role": role, **_given(tenants=tenants, expires=expires, note=note, workers=workers,
+                                                jobs=jobs)})
 
 
 @endpoint

@@ -62,6 +62,9 @@ OPS = (
     "reseal",  # the key new secret values are sealed under, and stored values sealed again under it
     # Tenant policies (core/tenants.py)
     "put_tenant_policy",  # a tenant's executor types, required placement labels and networks
+    # Deadlines and heartbeat jobs (core/deadlines.py)
+    "deadline_judge",  # the leader's sweep: slots whose deadline instants passed, by the cluster's clock
+    "ping",            # a heartbeat job's start / success / fail, reported from outside
 )
 
 
@@ -159,8 +162,20 @@ def trigger_job(now: int, rid: str | None, *, name: str, extra: Fields | None = 
     return make("trigger_job", now, rid, name=name, **(extra or {}))
 
 
-def fire(now: int, *, entries: list[Any]) -> Command:
+def fire(now: int, *, entries: list[Any], dl: list[Any] | None = None) -> Command:
+    """``dl``: the deadline instants of the slots of jobs with a ``deadline`` (core/deadlines.py
+    fire_items); written only when there are some, so other fires keep their bytes."""
+    if dl:
+        return make("fire", now, None, entries=entries, dl=dl)
     return make("fire", now, None, entries=entries)
+
+
+def deadline_judge(now: int, *, runs: list[str], jobs: list[str]) -> Command:
+    return make("deadline_judge", now, None, runs=runs, jobs=jobs)
+
+
+def ping(now: int, rid: str | None, *, name: str, status: str, slot: int | None) -> Command:
+    return make("ping", now, rid, name=name, status=status, slot=slot)
 
 
 def takeover(now: int, *, node: str) -> Command:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import limits
+from . import deadlines, limits
 from .due import push_due
 from .errors import Conflict, InvalidCommand, LimitExceeded, NotFound, StaleReplace
 from .fire import check_disjoint, check_records, new_run, record, trim
@@ -59,6 +59,11 @@ def check_stored_spec(spec: object) -> None:
             raise InvalidCommand(f"spec.executor.{key} is malformed")
     if "keep_output" in spec and not isinstance(spec["keep_output"], bool):
         raise InvalidCommand("spec.keep_output is malformed")
+    d = spec.get("deadline")
+    if d is not None and not (isinstance(d, dict) and all(
+            is_int(d[k]) and d[k] > 0 for k in ("start_within_s", "succeed_within_s", "max_since_success_s") if k in d)
+            and ("succeed_by" not in d or isinstance(d["succeed_by"], str))):
+        raise InvalidCommand("spec.deadline is malformed")
     if LIMITED in spec and spec[LIMITED] is not True:
         raise InvalidCommand(f"spec.{LIMITED} is malformed")
     m = spec["misfire"]
@@ -169,6 +174,8 @@ def put_job(s: SchedulerState, cmd: Command, now: int) -> Result:
         # A replace may lower the bound: trim now, not at the next fire.
         trim(s, hist, spec["history"], full=True)
     push_due(s, job)
+    if "deadline" in spec or name in s.deadlines.since:
+        deadlines.watch_since(s, job, now)
     return ok(job=name, gen=job["gen"], created=old is None)
 
 
@@ -244,8 +251,8 @@ def apply_delete_job(s: SchedulerState, cmd: Command, now: int) -> Result:
         run = s.runs.pop(rid, None)
         if run is not None and run["state"] == "queued":
             s._queue_depth[run["queue"]] = s._queue_depth.get(run["queue"], 1) - 1
-        elif run is not None and run["state"] == "running":
-            # Its lease dies with it: the worker's heartbeat and completion are refused.
+        elif run is not None and run["state"] == "running" and rid in s._running_ids:
+            # Its lease dies with it (a heartbeat job's started run holds none): the worker's heartbeat and completion are refused.
             s._running_count[run["queue"]] = s._running_count.get(run["queue"], 1) - 1
             s._running_ids.pop(run["id"], None)
         elif run is not None and run["state"] == "dead":
@@ -255,6 +262,7 @@ def apply_delete_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     if job["paused"]:
         s._paused_count -= 1
     del s.jobs[name]
+    deadlines.forget_job(s, name, now)
     return ok(job=name, deleted=True)
 
 
@@ -276,6 +284,7 @@ def apply_pause_job(s: SchedulerState, cmd: Command, now: int) -> Result:
             unqueue_count(s, run)
             run.update(state="skipped", reason="paused", finished_at=now)
             s.stats.on_recorded("skipped", "paused")
+            deadlines.on_finish(s, run, now)
             withdrawn += 1
     if withdrawn:
         return ok(job=job["name"], paused=True, withdrawn=withdrawn)

@@ -27,6 +27,7 @@ from .errors import Conflict, InvalidCommand, NotFound
 from .placement import placement_ok
 from .policy import backoff_ms
 from .queues import add_dead, enqueue, unqueue_count
+from .deadlines import on_finish
 from .records import Record, Result, bound_text, is_int, ok
 from .tenants import LIMITED, dispatch_refusal, network_of, tenant_take
 
@@ -358,6 +359,7 @@ def apply_complete_many(s: SchedulerState, cmd: Command, now: int) -> Result:
     out = []
     fast = s._fast_paths
     runs = s.runs
+    deadline_book = s.deadlines
     for it in items:
         rid = it["run"]
         run = runs.get(rid)
@@ -381,6 +383,8 @@ def apply_complete_many(s: SchedulerState, cmd: Command, now: int) -> Result:
                 output = bound_text(output, limits.output_bytes_max)
             close_attempt(s, run, now, True, error, output)
             run["state"] = "succeeded"
+            if deadline_book.slots or deadline_book.since:
+                on_finish(s, run, now)
             out.append({"ok": True, "run": rid, "state": "succeeded", "attempt": run["attempt"]})
             continue
         try:
@@ -425,6 +429,7 @@ def finish_attempt(s: SchedulerState, run: Record, now: int, success: bool, erro
     close_attempt(s, run, now, success, error, output)
     if success:
         run["state"] = "succeeded"
+        on_finish(s, run, now)
         return
     job = s.jobs.get(run["job"])
     if lost:
@@ -445,6 +450,7 @@ def finish_attempt(s: SchedulerState, run: Record, now: int, success: bool, erro
     run["state"] = "dead"
     s.stats.on_finished("dead")
     add_dead(s, run, now)
+    on_finish(s, run, now)  # a dead run misses its deadline at once
 
 
 # -------------------------------------------------------------- expiry and takeover

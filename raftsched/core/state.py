@@ -53,6 +53,7 @@ from .workers import (
 from .tokens import apply_token_create, apply_token_revoke
 from .seal_keys import apply_reseal
 from .events import Outbox
+from .deadlines import Book, apply_deadline_judge, apply_ping
 
 
 def apply_noop(s: SchedulerState, cmd: Command, now: int) -> Result:
@@ -103,6 +104,8 @@ HANDLERS: dict[str, Handler] = {
     "token_revoke": apply_token_revoke,
     "reseal": apply_reseal,
     "put_tenant_policy": apply_put_tenant_policy,
+    "deadline_judge": apply_deadline_judge,
+    "ping": apply_ping,
 }
 # The codec refuses an op with no handler; a handler for an op the codec refuses would never run.
 assert tuple(HANDLERS) == commands.OPS, "commands.OPS and state.HANDLERS must list the same ops"
@@ -130,6 +133,8 @@ class SchedulerState:
     queue_owners: dict[str, list[str]]
     #: the events not yet given up, for delivery (events.py)
     outbox: Outbox
+    #: every slot's deadline record, and the jobs watched for max_since_success_s (deadlines.py)
+    deadlines: Book
     # The derived indexes of the queues (queues.reset_indexes says what each holds).
     _queued: dict[str, dict[int, list[tuple[int, str]]]]
     _by_slot: dict[str, list[tuple[int, str]]]

@@ -15,7 +15,7 @@ import os
 
 from aiohttp import web
 
-from ..core import limits, queries
+from ..core import deadlines, limits, queries
 from ..core.errors import BadRequest, InvalidSpec, NotFound, RaftschedError, TooManyRequests, Unauthorized, Unavailable
 from ..core.model import RUN_STATES
 from . import auth as auth_module
@@ -384,6 +384,22 @@ async def explain_job(request: web.Request) -> web.Response:
     return web.json_response(svc.explain_job(request.match_info["name"], await json_body(request)))
 
 
+async def ping_job(request: web.Request) -> web.Response:
+    """A heartbeat job's ping (scope ping: a worker, operator or admin token, or a ping token
+    bound to this job)."""
+    svc = request.app[SERVICE]
+    body = await json_body(request) if await request.read() else None
+    return web.json_response(await svc.ping(request.match_info["name"], body, rid(request)))
+
+
+async def list_deadlines(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    limit = int_param(request, "limit", 100, 1, node_limits.runs_page_max)
+    job = request.query.get("job") or None
+    return web.json_response(svc.list_deadlines(choice_param(request, "state", deadlines.OUTCOMES), job,
+                                                time_param(request, "since"), limit, tenants_of(request)))
+
+
 async def list_queues(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     return web.json_response(svc.list_queues(tenants_of(request)))
@@ -642,6 +658,12 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/runs", list_runs, _R, T.FILTERED, "runs and recorded slots, newest first",
           params=(STALE, CONSISTENT, _RUNS_PAGE, _STATE)),
     Route("GET", "/v1/runs/{run}", get_run, _R, T.RUN, "a run", params=(STALE, CONSISTENT), errors=(404,)),
+    Route("POST", "/v1/jobs/{name}/ping", ping_job, "ping", T.JOB, "a heartbeat job's start, success or fail",
+          body="ping", body_optional=True, errors=(404, 409, 422)),
+    Route("GET", "/v1/deadlines", list_deadlines, _R, T.FILTERED, "slots' deadline outcomes, newest first",
+          params=(Param("state", "enum", "only this outcome", choices=deadlines.OUTCOMES),
+                  Param("job", "string", "only this job's"),
+                  Param("since", "time", "only slots at or after this time"), _RUNS_PAGE, STALE, CONSISTENT)),
     # backfills and bulk operations
     Route("GET", "/v1/backfills", list_backfills, _R, T.REFUSED, "backfills and bulk DLQ operations",
           params=(STALE, CONSISTENT, Param("kind", "enum", "only this kind", choices=_BACKFILL_KINDS),

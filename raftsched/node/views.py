@@ -2,7 +2,7 @@
 name. Presentation only: the reads themselves, in storage units, are core/queries.py's."""
 from __future__ import annotations
 
-from ..core import schedule
+from ..core import deadlines, schedule
 from ..core.tenants import LIMITED
 from .redact import PROCESS_DEFAULT, Fingerprint, redact_spec
 
@@ -114,4 +114,14 @@ def worker_view(w: dict) -> dict:
     if "runs" in out:
         out["runs"] = [dict(r, started_at=schedule.iso(r["started_at"]), lease_deadline=schedule.iso(r.pop("deadline")))
                        for r in (dict(x) for x in out["runs"])]
+    return out
+
+
+def deadline_view(d: dict) -> dict:
+    """A slot's deadline record (core.deadlines' view) as the API shows it: its instants as ISO
+    text and ``why``, a sentence."""
+    out = dict(d, slot=schedule.iso(d["slot"]), slot_ms=d["slot"], instant=schedule.iso(d["instant"]),
+               judged_at=schedule.iso(d["judged_at"]),
+               instants={k: schedule.iso(v) for k, v in d["instants"].items() if v is not None})
+    out["why"] = deadlines.explain(d)
     return out
