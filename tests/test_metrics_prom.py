@@ -70,10 +70,15 @@ def test_metrics_pass_promtool_and_count_records_starts_completions_requests_and
                 assert (await put(c, "a")).status == 201  # every 10 s, fire_all
                 skip = dict(SPEC, misfire={"policy": "skip", "grace_s": 1})
                 assert (await put(c, "s", skip)).status == 201
+                late = dict(SPEC, queue="slow", deadline={"start_within_s": 5})
+                assert (await put(c, "d", late)).status == 201  # its runs wait in a queue nobody leases
                 env.clock.advance(35_000)
                 await env.trigger.tick()  # a: slots 10, 20, 30 s queued; s: 10, 20 skipped, 30 late too
+                env.clock.advance(10_000)
+                await env.trigger.tick()  # d's slots missed their start deadline: judged by the sweep
+                await env.trigger.tick()
                 r = await c.post("/v1/workers/w1/lease", data=json.dumps(
-                    {"slots": 1, "executors": ["shell"], "labels": {}, "queues": None, "version": "1",
+                    {"slots": 1, "executors": ["shell"], "labels": {}, "queues": ["default"], "version": "1",
                      "instance": "i1", "max": 1, "wait_s": 0.2, "ttl_ms": 10_000}))
                 grant = (await r.json())["runs"][0]
                 env.clock.advance(2_000)
@@ -92,17 +97,19 @@ def test_metrics_pass_promtool_and_count_records_starts_completions_requests_and
     check_metrics(text)
     assert sample(text, "raftsched_slots_recorded_total", state="skipped", reason="misfire") >= 2
     assert sample(text, "raftsched_slot_to_start_seconds_count") == 1
-    # The oldest run was leased first: its slot 10 s in, leased at 35 s, completed at 37 s.
-    assert sample(text, "raftsched_slot_to_start_seconds_sum") == 25
-    assert sample(text, "raftsched_slot_to_start_seconds_bucket", le="30.0") == 1
-    assert sample(text, "raftsched_slot_to_start_seconds_bucket", le="10.0") == 0
-    assert sample(text, "raftsched_slot_to_completion_seconds_sum") == 27
+    # The oldest run was leased first: its slot 10 s in, leased at 45 s, completed at 47 s.
+    assert sample(text, "raftsched_slot_to_start_seconds_sum") == 35
+    assert sample(text, "raftsched_slot_to_start_seconds_bucket", le="60.0") == 1
+    assert sample(text, "raftsched_slot_to_start_seconds_bucket", le="30.0") == 0
+    assert sample(text, "raftsched_slot_to_completion_seconds_sum") == 37
+    assert (sample(text, "raftsched_deadlines_judged_total", outcome="missed", deadline="start_within_s",
+                   cause="never_started") or 0) >= 3
     assert sample(text, "raftsched_runs_finished_total", state="succeeded") == 1
-    assert sample(text, "raftsched_runs", state="queued") == 2
-    # The two runs of a still queued: the oldest waited since its slot (at most 30 s).
-    oldest = sample(text, "raftsched_queue_oldest_ready_seconds", queue="default")
-    assert oldest is not None and 7 <= oldest <= 27
-    assert sample(text, "raftsched_api_requests_total", method="PUT", route="/v1/jobs/{name}", status=201) == 2
+    assert sample(text, "raftsched_runs", state="queued") == 7  # a: 20, 30, 40 s; d: 10, 20, 30, 40 s
+    # a's runs still queued (slots 20, 30, 40 s at 47 s): the oldest waited 27 s; d's since 10 s.
+    assert sample(text, "raftsched_queue_oldest_ready_seconds", queue="default") == 27
+    assert sample(text, "raftsched_queue_oldest_ready_seconds", queue="slow") == 37
+    assert sample(text, "raftsched_api_requests_total", method="PUT", route="/v1/jobs/{name}", status=201) == 3
     assert sample(text, "raftsched_api_requests_total", method="GET", route="/v1/jobs/{name}", status=404) == 1
     assert sample(text, "raftsched_api_requests_total", method="GET", route="unmatched", status=404) == 1
     assert sample(text, "raftsched_read_barrier_seconds_count") == 1

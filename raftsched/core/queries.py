@@ -267,7 +267,7 @@ def apply_stats(s: SchedulerState) -> dict[str, Any]:
     ``{"recorded": {(state, reason): slots}, "slot_to_start": (bounds_ms, counts, sum_ms),
     "slot_to_completion": (...)}``."""
     st = s.stats
-    return {"recorded": dict(st.recorded), "finished": dict(st.finished),
+    return {"recorded": dict(st.recorded), "finished": dict(st.finished), "deadlines": dict(st.deadlines),
             "slot_to_start": (st.slot_to_start.bounds_ms, list(st.slot_to_start.counts), st.slot_to_start.sum_ms),
             "slot_to_completion": (st.slot_to_completion.bounds_ms, list(st.slot_to_completion.counts),
                                    st.slot_to_completion.sum_ms)}

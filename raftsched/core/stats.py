@@ -6,6 +6,7 @@ and buckets, so it costs the same with 10 jobs or 1M (no walk of the runs). Each
 the commands it applied since its process started (Prometheus counters: they restart at zero).
 
 - ``finished``: runs that ended, by state (``succeeded``, ``failed``, ``dead``).
+- ``deadlines``: deadlines judged ``missed`` (with the cause) or ``late`` (deadlines.py).
 - ``recorded``: slots that did not become runs, by ``(state, reason)`` (``skipped`` / ``coalesced``;
   ``misfire``, ``overlap``, ``queue_full``, ``paused``, ...), counted in slots (a record may stand
   for a range of them).
@@ -47,6 +48,8 @@ class ApplyStats:
         self.recorded: dict[tuple[str, str], int] = {}
         #: runs that ended, by state: succeeded, failed (revoked), dead
         self.finished: dict[str, int] = {}
+        #: deadlines judged missed or late (deadlines.py), by (outcome, which deadline, cause)
+        self.deadlines: dict[tuple[str, str, str], int] = {}
         self.slot_to_start = Buckets(SLOT_BOUNDS_MS)
         self.slot_to_completion = Buckets(SLOT_BOUNDS_MS)
 
@@ -68,6 +71,13 @@ class ApplyStats:
             slot = run.get("slot")
             if isinstance(slot, int):
                 self.slot_to_start.observe(now - slot)
+
+    def on_deadline(self, outcome: Any, which: Any, cause: Any) -> None:
+        """A deadline was judged ``missed`` (``cause``: never_started, still_running, failed,
+        skipped, paused, untracked) or ``late`` (no cause), for ``which`` deadline."""
+        key = (str(outcome), which if isinstance(which, str) else "unknown",
+               cause if isinstance(cause, str) else "none")
+        self.deadlines[key] = self.deadlines.get(key, 0) + 1
 
     def on_finished(self, state: str) -> None:
         """A run ended ``state`` (failed, dead; a success is on_success's)."""

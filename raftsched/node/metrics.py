@@ -212,6 +212,12 @@ class _ApplyCollector:
         for state, n in sorted(st["finished"].items()):
             fin.add_metric([state], n)
         yield fin
+        dl = CounterMetricFamily("raftsched_deadlines_judged", "slots' deadlines judged missed (with the cause: "
+                                 "never_started, still_running, failed, skipped, paused, untracked) or late, by "
+                                 "deadline, as this replica applied them", labels=["outcome", "deadline", "cause"])
+        for (outcome, which, cause), n in sorted(st["deadlines"].items()):
+            dl.add_metric([outcome, which, cause], n)
+        yield dl
         for key, name, doc in (
                 ("slot_to_start", "raftsched_slot_to_start_seconds",
                  "scheduled runs: from the slot to the first attempt's lease"),
