@@ -126,8 +126,10 @@ def run_api(coro_fn, raft=None):
 
 def test_every_read_route_waits_for_a_round_unless_stale_and_a_stale_answer_says_so():
     reads = [r for r in ROUTES if r.method == "GET"]
-    # This node's own view, served without a leader: /v1/cluster waits only with ?consistent=true.
-    assert {r.path for r in reads if STALE not in r.params} == {"/healthz", "/metrics", "/v1/cluster"}
+    # This node's own view, served without a leader: /v1/cluster waits only with ?consistent=true;
+    # the OpenAPI document reads no state.
+    assert {r.path for r in reads if STALE not in r.params} == {"/healthz", "/metrics", "/v1/cluster",
+                                                               "/openapi.json", "/v1/openapi.json"}
 
     async def t(raft, service, c):
         r = await c.get("/v1/jobs/nope")

@@ -243,7 +243,11 @@ def validate_executor(raw: object) -> Record:
         url = ex.get("url")
         if not isinstance(url, str) or not re.match(r"https?://[^\s/]+", url) or re.search(r"[\s\x00-\x1f\x7f]", url):
             raise InvalidSpec("must be an http:// or https:// URL (no spaces or control characters)", field="executor.url")
-        if "@" in urllib.parse.urlsplit(url).netloc:
+        try:
+            netloc = urllib.parse.urlsplit(url).netloc
+        except ValueError:  # "http://]x": an unbalanced IPv6 bracket, and other hosts urllib refuses
+            raise InvalidSpec("must be an http:// or https:// URL with a valid host", field="executor.url") from None
+        if "@" in netloc:
             # Every read would show it: credentials go in headers (shown redacted) or secrets.
             raise InvalidSpec("must not hold user:password@; send credentials in executor.headers "
                               "(Authorization) or secrets, which reads show redacted", field="executor.url")
