@@ -13,6 +13,7 @@ from raftsched.clock import FakeClock
 from raftsched.core.errors import Indeterminate, Unavailable
 from raftsched.core.state import SchedulerState
 from raftsched.node.api import ROUTES, make_app
+from raftsched.node import openapi
 from raftsched.node.metrics import NodeMetrics
 from raftsched.node.reads import STALE_HEADER, ReadBarrier
 from raftsched.node.routes import STALE
@@ -130,6 +131,10 @@ def test_every_read_route_waits_for_a_round_unless_stale_and_a_stale_answer_says
     # the OpenAPI document reads no state.
     assert {r.path for r in reads if STALE not in r.params} == {"/healthz", "/metrics", "/v1/cluster",
                                                                "/openapi.json", "/v1/openapi.json"}
+
+    doc = openapi.document(ROUTES)
+    assert "X-Raftsched-Stale" in doc["paths"]["/v1/jobs/{name}"]["get"]["responses"]["200"]["headers"]
+    assert "headers" not in doc["paths"]["/v1/jobs/{name}"]["put"]["responses"]["201"]
 
     async def t(raft, service, c):
         r = await c.get("/v1/jobs/nope")
