@@ -430,6 +430,13 @@ def _put(a, c: Client) -> int:
     return show(c.put_job(a.name, body))
 
 
+def _put_sink(a, c: Client) -> int:
+    body = _read_json(a.spec_file)
+    if body is None:
+        return 1
+    return show(c.put_sink(a.name, body))
+
+
 def _apply(a, c: Client) -> int:
     """POST /v1/jobs:batch with the jobs of a file, at most batch_jobs_max per request (each
     request is validated whole before it changes anything; a file of more is sent as several)."""
@@ -718,6 +725,24 @@ def main(argv: list[str] | None = None) -> int:
     client("list", "every token, without secrets", lambda a, c: c.tokens(), parent=ts)
     client("revoke", "revoke a token: every node refuses it once the revocation is committed",
            lambda a, c: c.revoke_token(a.id), parent=ts).add_argument("id")
+
+    # Notification sinks (docs/notifications.md).
+    ns = sub.add_parser("sinks", help="notification sinks: list, put, get, delete, dead, requeue") \
+        .add_subparsers(dest="sinks_cmd", required=True)
+    client("list", "every sink (secrets redacted), its cursor and dead events", lambda a, c: c.sinks(), parent=ns)
+    nc = client("put", "create or replace a sink from a JSON file (- for stdin)", run=_put_sink, parent=ns)
+    nc.add_argument("name")
+    nc.add_argument("spec_file")
+    client("get", "show a sink", lambda a, c: c.get_sink(a.name), parent=ns).add_argument("name")
+    client("delete", "delete a sink", lambda a, c: c.delete_sink(a.name), parent=ns).add_argument("name")
+    nc = client("dead", "the events a sink refused past its retry budget, newest first",
+                lambda a, c: c.sink_dead(a.name, a.limit), parent=ns)
+    nc.add_argument("name")
+    nc.add_argument("--limit", type=int, default=RUNS_SHOWN_DEFAULT)
+    nc = client("requeue", "deliver a sink's dead events again (all, or --event ID ...)",
+                lambda a, c: c.sink_requeue(a.name, a.events), parent=ns)
+    nc.add_argument("name")
+    nc.add_argument("--event", action="append", dest="events", help="an event id (repeat for several)")
 
     # Secrets at rest (docs/operations.md, "Key files"): the keys, and the rotation (admin).
     ss = sub.add_parser("secrets", help="job secrets at rest: new-key, status, rotate-key") \

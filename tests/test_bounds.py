@@ -60,6 +60,7 @@ BODIES: dict[str, tuple[object, list[tuple[str, str, str]]]] = {
         ("retry.backoff_max_s", "num", "retry.backoff_max_s"), ("retry.jitter", "num", "retry.jitter"),
         ("overlap.max_concurrent", "int", "overlap.max_concurrent"),
         ("schedule.start_at", "time", "schedule.start_at"),
+        ("pause_on_failure.after_consecutive", "int", "pause_on_failure.after_consecutive"),
     ]),
     "job_spec_at": (AT_SPEC, [("schedule.at", "time", "schedule.at")]),
     "jobs_batch": ({"jobs": {"b": SPEC}}, [("jobs.b.schedule.every_s", "int", "schedule.every_s"),
@@ -86,6 +87,10 @@ BODIES: dict[str, tuple[object, list[tuple[str, str, str]]]] = {
     "release": ({"leases": [["j@1", 1]]}, [("leases.0.1", "int", "leases")]),
     "secrets_rotate": ({"key": "k2"}, []),  # a key id: no number in it
     "member": ({"addr": "127.0.0.1:1"}, []),  # a Raft address: no number field
+    "sink": ({"type": "webhook", "url": "http://127.0.0.1:9/", "secrets": {"signing_key": "k"}},
+             [("retry.max_attempts", "int", "retry.max_attempts"), ("retry.backoff_s", "int", "retry.backoff_s"),
+              ("retry.backoff_max_s", "int", "retry.backoff_max_s")]),
+    "sink_requeue": ({}, []),  # event ids: no number field
 }
 #: Body schemas whose fields a route's other schema covers (the same validator).
 ALSO = {"job_spec": ("job_spec", "job_spec_at")}

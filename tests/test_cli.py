@@ -269,3 +269,19 @@ def test_one_path_prints_a_client_error_for_every_subcommand(monkeypatch, capsys
     rc, _ = _run(monkeypatch, argv, error=with_status(Unavailable("no node reachable within 30 s"), None))
     out = capsys.readouterr()
     assert rc == 1 and out.out == "" and out.err == "raftsched: no node reachable within 30 s\n"
+
+
+def test_the_sinks_subcommands_call_the_client(monkeypatch, capsys, tmp_path):
+    spec = tmp_path / "sink.json"
+    spec.write_text(json.dumps({"type": "slack", "secrets": {"url": "https://hooks.example/x"}}))
+    for argv, called, args in ((["sinks", "list"], "sinks", []), (["sinks", "get", "ops"], "get_sink", ["ops"]),
+                               (["sinks", "put", "ops", str(spec)], "put_sink",
+                                ["ops", {"type": "slack", "secrets": {"url": "https://hooks.example/x"}}]),
+                               (["sinks", "delete", "ops"], "delete_sink", ["ops"]),
+                               (["sinks", "dead", "ops", "--limit", "5"], "sink_dead", ["ops", 5]),
+                               (["sinks", "requeue", "ops", "--event", "ev-3"], "sink_requeue", ["ops", ["ev-3"]])):
+        rc, _ = _run(monkeypatch, argv)
+        assert rc == 0 and json.loads(capsys.readouterr().out) == {"called": called, "args": args}, argv
+    spec.write_text("{not json")
+    rc, made = _run(monkeypatch, ["sinks", "put", "ops", str(spec)])
+    assert rc == 1 and "malformed JSON" in capsys.readouterr().err

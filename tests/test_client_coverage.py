@@ -88,6 +88,12 @@ CALLS = [
     # Secrets at rest: both replicas' services seal with the process's one key, "process".
     (("POST", "/v1/secrets:rotate"), "rotate_seal_key", ("process",)),
     (("GET", "/v1/secrets"), "secrets_status", ()),
+    (("PUT", "/v1/sinks/{name}"), "put_sink", ("ops", {"type": "slack", "secrets": {"url": "https://hooks.example/x"}})),
+    (("GET", "/v1/sinks"), "sinks", ()),
+    (("GET", "/v1/sinks/{name}"), "get_sink", ("ops",)),
+    (("GET", "/v1/sinks/{name}/dead"), "sink_dead", ("ops",)),
+    (("POST", "/v1/sinks/{name}/dead:requeue"), "sink_requeue", ("ops",)),
+    (("DELETE", "/v1/sinks/{name}"), "delete_sink", ("ops",)),
 ]
 
 

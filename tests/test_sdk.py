@@ -72,6 +72,12 @@ CASES = {
                     {"schedule": BASE, "misfire": SKIP, "keep_output": False}),
     "deadline": ({"every_s": 60, "misfire": "skip", "deadline": {"succeed_within_s": 30, "succeed_by": "03:00"}},
                  {"schedule": BASE, "misfire": SKIP, "deadline": {"succeed_within_s": 30, "succeed_by": "03:00"}}),
+    "notify": ({"every_s": 60, "misfire": "skip", "notify": [{"sink": "ops", "on": ["run.dead"]}]},
+               {"schedule": BASE, "misfire": SKIP, "notify": [{"sink": "ops", "on": ["run.dead"]}]}),
+    "pause_on_failure": ({"every_s": 60, "misfire": "skip", "pause_on_failure": {"after_consecutive": 3}},
+                         {"schedule": BASE, "misfire": SKIP, "pause_on_failure": {"after_consecutive": 3}}),
+    "metrics": ({"every_s": 60, "misfire": "skip", "metrics": True},
+                {"schedule": BASE, "misfire": SKIP, "metrics": True}),
 }
 
 

@@ -305,6 +305,15 @@ def test_the_async_client_calls_every_endpoint_of_a_live_cluster(cluster):
             except RaftschedError as e:
                 assert getattr(e, "status", None) == 422 and e.field == "key", e
 
+            sink = {"type": "webhook", "url": "http://127.0.0.1:9/", "secrets": {"signing_key": "k"}}
+            made = await call("put_sink", "async-sink", sink)
+            assert made["name"] == "async-sink" and made["spec"]["secrets"]["signing_key"].startswith("***:"), made
+            assert "async-sink" in [x["name"] for x in (await call("sinks", consistent=True))["sinks"]]
+            assert (await call("get_sink", "async-sink"))["cursor"] >= 0
+            assert (await call("sink_dead", "async-sink"))["dead"] == []
+            assert (await call("sink_requeue", "async-sink"))["requeued"] == 0
+            assert (await call("delete_sink", "async-sink"))["deleted"] is True
+
             made = await call("create_token", "reader", note="async")
             assert made["token"].startswith("rst_" + made["id"]) and made["role"] == "reader"
             assert made["id"] in [t["id"] for t in (await call("tokens"))["tokens"]]

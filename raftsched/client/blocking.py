@@ -259,10 +259,35 @@ class Client(Transport):
 
     def put_tenant(self, name: str, rate_per_s: float | None = None, burst: int | None = None, *,
                    executors: list[str] | None = None, placement_labels: dict[str, str] | None = None,
-                   network_allow: list[str] | None = None) -> dict:
-        """``PUT /v1/tenants/{name}``: a tenant's rate limit and/or its policy."""
+                   network_allow: list[str] | None = None, notify: list[dict] | None = None) -> dict:
+        """``PUT /v1/tenants/{name}``: a tenant's rate limit and/or its policy and/or default routes."""
         return self._send(endpoints.put_tenant(name, rate_per_s, burst, executors=executors,
-                                                 placement_labels=placement_labels, network_allow=network_allow))
+                                                 placement_labels=placement_labels, network_allow=network_allow,
+                                                 notify=notify))
+
+    def sinks(self, consistent: bool = False) -> dict:
+        """``GET /v1/sinks``: every sink (secrets redacted)."""
+        return self._send(endpoints.sinks(consistent))
+
+    def get_sink(self, name: str, consistent: bool = False) -> dict:
+        """``GET /v1/sinks/{name}``: a sink. :raises NotFound:"""
+        return self._send(endpoints.get_sink(name, consistent))
+
+    def put_sink(self, name: str, spec: dict) -> dict:
+        """``PUT /v1/sinks/{name}``: create or replace a sink."""
+        return self._send(endpoints.put_sink(name, spec))
+
+    def delete_sink(self, name: str) -> dict:
+        """``DELETE /v1/sinks/{name}``."""
+        return self._send(endpoints.delete_sink(name))
+
+    def sink_dead(self, name: str, limit: int = endpoints.PAGE_LIMIT_DEFAULT) -> dict:
+        """``GET /v1/sinks/{name}/dead``: the events the sink refused past its retry budget."""
+        return self._send(endpoints.sink_dead(name, limit))
+
+    def sink_requeue(self, name: str, events: list[str] | None = None) -> dict:
+        """``POST /v1/sinks/{name}/dead:requeue``: deliver dead events again."""
+        return self._send(endpoints.sink_requeue(name, events))
 
     def delete_tenant(self, name: str) -> dict:
         """``DELETE /v1/tenants/{name}``: lift the tenant's rate limit and policy."""

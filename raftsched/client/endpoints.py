@@ -267,11 +267,12 @@ def tenant(name: str) -> Request:
 @endpoint
 def put_tenant(name: str, rate_per_s: float | None = None, burst: int | None = None, *,
                executors: list[str] | None = None, placement_labels: dict[str, str] | None = None,
-               network_allow: list[str] | None = None) -> Request:
+               network_allow: list[str] | None = None, notify: list[dict] | None = None) -> Request:
     """``PUT /v1/tenants/{name}``: limit the runs a tenant starts to ``rate_per_s`` (bursts of
     ``burst``), and/or set its policy (whole, when any of ``executors``, ``placement_labels`` or
-    ``network_allow`` is given: the others take their defaults)."""
-    body: dict[str, Any] = _given(rate_per_s=rate_per_s, burst=burst, executors=executors)
+    ``network_allow`` is given: the others take their defaults), and/or its jobs' default
+    ``notify`` routes (docs/notifications.md)."""
+    body: dict[str, Any] = _given(rate_per_s=rate_per_s, burst=burst, executors=executors, notify=notify)
     if placement_labels is not None:
         body["placement"] = {"labels": placement_labels}
     if network_allow is not None:
@@ -283,6 +284,43 @@ def put_tenant(name: str, rate_per_s: float | None = None, burst: int | None = N
 def delete_tenant(name: str) -> Request:
     """``DELETE /v1/tenants/{name}``: lift the tenant's rate limit and policy."""
     return Request("DELETE", f"/v1/tenants/{_q(name)}")
+
+
+# ------------------------------------------------------------------ notification sinks
+@endpoint
+def sinks(consistent: bool = False) -> Request:
+    """``GET /v1/sinks``: every sink (secrets redacted), its cursor and dead count."""
+    return Request("GET", "/v1/sinks", {"consistent": _consistent(consistent)})
+
+
+@endpoint
+def get_sink(name: str, consistent: bool = False) -> Request:
+    """``GET /v1/sinks/{name}``: a sink. :raises NotFound:"""
+    return Request("GET", f"/v1/sinks/{_q(name)}", {"consistent": _consistent(consistent)})
+
+
+@endpoint
+def put_sink(name: str, spec: dict) -> Request:
+    """``PUT /v1/sinks/{name}``: create or replace a sink (webhook, slack, email, pagerduty)."""
+    return Request("PUT", f"/v1/sinks/{_q(name)}", body=spec)
+
+
+@endpoint
+def delete_sink(name: str) -> Request:
+    """``DELETE /v1/sinks/{name}``. :raises NotFound:"""
+    return Request("DELETE", f"/v1/sinks/{_q(name)}")
+
+
+@endpoint
+def sink_dead(name: str, limit: int = PAGE_LIMIT_DEFAULT) -> Request:
+    """``GET /v1/sinks/{name}/dead``: the events the sink refused past its retry budget."""
+    return Request("GET", f"/v1/sinks/{_q(name)}/dead", {"limit": str(limit)})
+
+
+@endpoint
+def sink_requeue(name: str, events: list[str] | None = None) -> Request:
+    """``POST /v1/sinks/{name}/dead:requeue``: deliver the dead events (those ids, or all) again."""
+    return Request("POST", f"/v1/sinks/{_q(name)}/dead:requeue", body={} if events is None else {"events": events})
 
 
 # ------------------------------------------------------------------ backfills and bulk DLQ operations

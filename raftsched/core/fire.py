@@ -20,6 +20,7 @@ from . import deadlines, limits
 from .due import push_due
 from .errors import InvalidCommand
 from .model import TERMINAL_STATES
+from .notify import on_slot_recorded
 from .policy import fires_ahead
 from .queues import compact_queued, drop_oldest_queued, enqueue, unqueue_count
 from .records import RECORDED, RUN_TEMPLATE, Record, Result, count_fire, is_int, ok
@@ -182,8 +183,8 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
                 blocked = overlap(s, job, rid, now)
                 if blocked is not None:
                     # The slot is handled (the cursor passes it) but becomes a record.
-                    add_entry(s, job, {"id": rid, "job": name, "slot": slot, "state": blocked,
-                                       "reason": "overlap", "kind": "recorded", "fired_at": now})
+                    on_slot_recorded(s, add_entry(s, job, {"id": rid, "job": name, "slot": slot, "state": blocked,
+                                       "reason": "overlap", "kind": "recorded", "fired_at": now}), now)
                     job["stats"][RECORDED] += 1
                     recorded += 1
                     continue
@@ -315,10 +316,12 @@ def new_run(s: SchedulerState, job: Record, slot: int, now: int, rid: str, kind:
     lag = max(0, now - slot)
     if depth >= q["max_depth"]:
         if q["on_full"] == "reject":
-            return add_entry(s, job, {
+            entry = add_entry(s, job, {
                 "id": rid, "job": job["name"], "slot": slot, "state": "skipped",
                 "reason": "queue_full", "kind": kind, "fired_at": now, "queue": qname,
             })
+            on_slot_recorded(s, entry, now)
+            return entry
         drop_oldest_queued(s, qname, now)
     run = RUN_TEMPLATE.copy()
     run["id"] = rid
@@ -350,6 +353,7 @@ def record(s: SchedulerState, job: Record, recs: list[list[Any]], now: int) -> i
             entry["slot_to"] = hi
             entry["count"] = count
         add_entry(s, job, entry)
+        on_slot_recorded(s, entry, now)
         job["stats"][RECORDED] += 1 if count is None else count
         n += 1
     return n

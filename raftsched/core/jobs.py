@@ -14,8 +14,11 @@ from .errors import Conflict, InvalidCommand, LimitExceeded, NotFound, StaleRepl
 from .fire import check_disjoint, check_records, new_run, record, trim
 from .model import MISFIRE_POLICIES, OVERLAP_POLICIES, is_name
 from .queries import kept_position
-from .queues import claim_queue, remove_dead, unqueue_count
+from .queues import claim_queue, remove_dead
 from .backfills import trigger_job_with
+from .events import emit
+from .notify import pause
+from .notify_model import check_job_fields
 from .records import Record, Result, is_int, job_record, ok, share_int, share_spec
 from .tenants import LIMITED
 
@@ -66,6 +69,7 @@ def check_stored_spec(spec: object) -> None:
         raise InvalidCommand("spec.deadline is malformed")
     if LIMITED in spec and spec[LIMITED] is not True:
         raise InvalidCommand(f"spec.{LIMITED} is malformed")
+    check_job_fields(spec)  # notify, pause_on_failure, metrics (routing reads them at apply)
     m = spec["misfire"]
     if m.get("policy") not in MISFIRE_POLICIES or not is_int(m.get("grace_s")) or not is_int(m.get("max_catchup")):
         raise InvalidCommand("spec.misfire is malformed")
@@ -263,6 +267,7 @@ def apply_delete_job(s: SchedulerState, cmd: Command, now: int) -> Result:
         s._paused_count -= 1
     del s.jobs[name]
     deadlines.forget_job(s, name, now)
+    s.health.pop(name, None)
     return ok(job=name, deleted=True)
 
 
@@ -273,19 +278,9 @@ def apply_pause_job(s: SchedulerState, cmd: Command, now: int) -> Result:
 
     :raises NotFound: no such job."""
     job = _job(s, cmd)
-    if not job["paused"]:
-        s._paused_count += 1
-    job["paused"] = True
-    job["updated"] = now
-    withdrawn = 0
-    for rid in s.history.get(job["name"], ()):
-        run = s.runs[rid]
-        if run["state"] == "queued" and run["kind"] == "scheduled" and run["slot"] > now:
-            unqueue_count(s, run)
-            run.update(state="skipped", reason="paused", finished_at=now)
-            s.stats.on_recorded("skipped", "paused")
-            deadlines.on_finish(s, run, now)
-            withdrawn += 1
+    if not job["paused"] and s.sinks:
+        emit(s, "job.paused", now, job=job["name"], reason="manual")
+    withdrawn = pause(s, job, now)
     if withdrawn:
         return ok(job=job["name"], paused=True, withdrawn=withdrawn)
     return ok(job=job["name"], paused=True)
@@ -328,6 +323,8 @@ def apply_resume_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     s._paused_count -= 1  # it was paused (checked above)
     job["updated"] = now
     push_due(s, job)
+    if s.sinks:
+        emit(s, "job.resumed", now, job=job["name"], reason="manual", catch_up=catch_up)
     return ok(job=job["name"], paused=False)
 
 
@@ -340,8 +337,13 @@ def apply_trigger_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     :raises NotFound: no such job."""
     job = _job(s, cmd)
     if "slot" in cmd or "payload" in cmd:
-        return trigger_job_with(s, job, cmd, now)
-    s.manual_seq += 1
-    rid = f"{job['name']}@{now}!manual-{s.manual_seq}"
-    run = new_run(s, job, now, now, rid, "manual")
-    return ok(job=job["name"], run=run["id"], state=run["state"])
+        res = trigger_job_with(s, job, cmd, now)
+    else:
+        s.manual_seq += 1
+        rid = f"{job['name']}@{now}!manual-{s.manual_seq}"
+        run = new_run(s, job, now, now, rid, "manual")
+        res = ok(job=job["name"], run=run["id"], state=run["state"])
+    if s.sinks and res.get("run") is not None and res.get("created", True):  # (a slot's run found: no change)
+        emit(s, "job.triggered", now, job=job["name"], slot=cmd.get("slot", now), run_id=res["run"],
+             reason="manual", state=res.get("state"))
+    return res

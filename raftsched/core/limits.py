@@ -368,3 +368,28 @@ assert deadlines_kept_max >= 1 and deadlines_pending_max >= 1 and heartbeat_open
 assert (2 * max_catchup_max + 1) * 9 + fire_entry_deadline_bytes_max + job_name_chars_max + 64 < command_bytes_max - 2048
 assert fire_entry_deadline_bytes_max // 57 <= fire_deadline_items_max
 assert 2 * deadline_judge_items_max * (job_name_chars_max + 64) < command_bytes_max
+# Notifications (core/notify.py, node/notify.py: docs/notifications.md)
+#: Sinks the cluster holds, and the routes a job's or a tenant's ``notify`` may list.
+sinks_max = 100
+notify_routes_max = 8
+#: Events a sink's dead list keeps (the oldest give way), and events a requeue moves at once.
+sink_dead_max = 1000
+sink_redo_max = 1000
+#: A sink's delivery attempts per event (its ``retry.max_attempts``): default and bound.
+sink_attempts_default = 8
+sink_attempts_max = 20
+#: Items of one sink_progress command (one a sink) and dead events it may carry.
+sink_progress_items_max = sinks_max
+sink_progress_dead_max = 200
+#: Recipients of an email sink.
+sink_email_to_max = 20
+#: A takeover reports ``cluster.no_leader`` when the state time it read before proposing is this
+#: much older than its own now (the gap without a leader that committed anything).
+no_leader_report_ms = 15_000
+#: ``pause_on_failure.after_consecutive`` and a route's ``after_consecutive``: bounds.
+consecutive_max = 1000
+repeat_every_s_max = 30 * 86_400
+#: A queued run no live worker may take (its placement, its tenant) for this long is reported
+#: once, ``run.unplaceable`` (the leader looks every ``unplaceable_check_s``, node/notify.py).
+unplaceable_report_ms = 60_000
+unplaceable_runs_max = 500

@@ -23,6 +23,7 @@ import msgpack
 from . import limits, schedule
 from .deadlines import validate as validate_deadline
 from .errors import InvalidSpec
+from .notify_model import add_job_fields
 from .placement import validate_worker_labels
 from .records import Record
 
@@ -83,6 +84,7 @@ _TOP_FIELDS = {
     "labels",
     "placement",
     "deadline",
+    "notify", "pause_on_failure", "metrics",
 }
 #: The top-level fields of a job spec (what PUT /v1/jobs/{name} accepts).
 SPEC_FIELDS = frozenset(_TOP_FIELDS)
@@ -531,6 +533,7 @@ def validate_job(name: str, raw: object, now_ms: int | None = None) -> Record:
                               "only what pings report)", field="overlap")
         if "placement" in spec:
             raise InvalidSpec("a heartbeat job runs on no worker: leave placement out", field="placement")
+    add_job_fields(raw, spec)  # notify, pause_on_failure, metrics (core/notify_model.py)
     payload = spec["payload"]
     if "payload" in raw:  # the default, {}, is valid
         if _depth(payload) > limits.payload_depth_max:

@@ -19,6 +19,7 @@ from . import limits
 from .errors import NotFound
 from . import records
 from .records import STATS_FIELDS, Record, Result
+from .notify import view_health
 from .tenants import DEFAULT_POLICY, refusal as policy_refusal
 
 if TYPE_CHECKING:
@@ -57,6 +58,11 @@ def cursor_floor(s: SchedulerState, name: str) -> int | None:
     return None if old is None else old["cursor"]
 
 
+def state_time(s: SchedulerState) -> int:
+    """The state's time: the largest ``now`` of the commands applied (I6)."""
+    return s.now_ms
+
+
 def job(s: SchedulerState, name: str) -> dict[str, Any] | None:
     """Job ``name`` as ``{"name", "spec", "gen", "created", "updated", "anchor", "cursor",
     "next", "paused", "stats": {STATS_FIELDS...}}``, or None."""
@@ -65,6 +71,7 @@ def job(s: SchedulerState, name: str) -> dict[str, Any] | None:
         return None
     out = dict(j)
     out["stats"] = dict(zip(STATS_FIELDS, j["stats"]))
+    out["health"] = view_health(s.health.get(name))  # core/notify.py
     return out
 
 

@@ -21,7 +21,7 @@ from ..core.errors import BadRequest, InvalidSpec, NotFound, RaftschedError, Too
 from ..core.model import RUN_STATES
 from . import auth as auth_module
 from . import limits as node_limits
-from . import openapi, reads, rotation, routes, tenancy
+from . import notify, openapi, reads, rotation, routes, tenancy
 from .http import (AUDIT, AUTH, BACKFILLS, FLEET, METRICS, PRINCIPAL, ROUTE_TABLE, SERVICE, TOKEN,  # noqa: F401 - re-exported
                    TRIGGER, WORKER, bool_param, choice_param, client_key, int_param, json_body, label_params,
                    optional_json_body, rid, scope_key, state_param, tenants_of, time_param)
@@ -707,4 +707,4 @@ ROUTES: tuple[Route, ...] = (
           errors=(404,)),
     Route("POST", "/v1/workers/{id}/drain", drain_worker, "admin", T.REFUSED, "stop a worker taking runs",
           errors=(404,)),
-) + auth_module.TOKEN_ROUTES + rotation.SECRETS_ROUTES
+) + auth_module.TOKEN_ROUTES + rotation.SECRETS_ROUTES + notify.SINK_ROUTES

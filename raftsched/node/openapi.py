@@ -21,6 +21,7 @@ from typing import Any
 from ..core import errors, limits
 from ..core.backfill_plan import MODES, ORDERS, OVERLAPS
 from ..core.bodies import POLICY_FIELDS
+from ..core.notify_model import CLUSTER_KINDS, JOB_KINDS, SINK_TYPES
 from ..core.model import (EXECUTOR_TYPES, MISFIRE_POLICIES, OVERLAP_POLICIES, RUN_STATES, SCHEDULE_FIELDS,
                           SPEC_FIELDS)
 from ..core.tokens import ROLES
@@ -104,6 +105,35 @@ _STR_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
 
 
 # ------------------------------------------------------------------ request bodies
+#: A job's or a tenant's notify routes (core/notify_model.py validate_routes).
+_NOTIFY = {"type": "array", "maxItems": limits.notify_routes_max, "items": _obj({
+    "sink": _name(limits.queue_name_chars_max),
+    "on": {"type": "array", "items": {"enum": list(JOB_KINDS)}, "minItems": 1},
+    "after_consecutive": _int(1, limits.consecutive_max),
+    "repeat_every_s": _int(0, limits.repeat_every_s_max),
+    "backfills": _BOOL}, ("sink",)),
+    "description": "which of the job's events go to which sink, and the noise control (docs/notifications.md)"}
+
+
+def _sink() -> Schema:
+    secrets = {"type": "object", "additionalProperties": _str(1, 4096),
+               "description": "by type: webhook signing_key; slack url; email username, password; "
+                              "pagerduty routing_key (sealed at rest, redacted on read)"}
+    return _obj({
+        "type": {"enum": list(SINK_TYPES)},
+        "url": _str(1, 2048, pattern=r"^https?://", description="webhook and pagerduty (default: PagerDuty's)"),
+        "tenant": _name(limits.tenant_name_chars_max),
+        "subscribe": {"type": "array", "items": {"enum": list(CLUSTER_KINDS)}},
+        "retry": _obj({"max_attempts": _int(1, limits.sink_attempts_max), "backoff_s": _int(0, 3600),
+                       "backoff_max_s": _int(0, 86_400)}),
+        "secrets": secrets,
+        "smtp": _obj({"host": _str(1, 253), "port": _int(1, 65535), "starttls": _BOOL, "from": _str(3, 254),
+                      "to": {"type": "array", "items": _str(3, 254), "minItems": 1,
+                             "maxItems": limits.sink_email_to_max}}, ("host", "from", "to")),
+        "link": _str(1, 2048, pattern=r"^https?://"),
+    }, ("type",), description="a notification sink (docs/notifications.md, Sinks)")
+
+
 def _job_spec() -> Schema:
     dst = _obj({"spring_forward": {"enum": ["skip", "run_after_gap"]}, "fall_back": {"enum": ["once", "twice"]}})
     sched = {"oneOf": [
@@ -153,6 +183,9 @@ def _job_spec() -> Schema:
         "keep_output": _BOOL,
         "labels": _LABELS,
         "placement": _obj({"labels": dict(_WORKER_LABELS, minProperties=1)}, ("labels",)),
+        "notify": _NOTIFY,
+        "pause_on_failure": _obj({"after_consecutive": _int(1, limits.consecutive_max)}, ("after_consecutive",)),
+        "metrics": _BOOL,
         "deadline": _obj({"start_within_s": _int(1, limits.deadline_s_max),
                           "succeed_within_s": _int(1, limits.deadline_s_max),
                           "succeed_by": _str(5, 5, r"^([01][0-9]|2[0-3]):[0-5][0-9]$",
@@ -213,7 +246,8 @@ def _bodies() -> dict[str, Schema]:
                         "executors": {"type": "array", "items": {"enum": list(EXECUTOR_TYPES)}, "uniqueItems": True},
                         "placement": _obj({"labels": _WORKER_LABELS}, ("labels",)),
                         "network": _obj({"allow": {"type": "array", "items": _str(1),
-                                                   "maxItems": limits.tenant_network_allow_max}})},
+                                                   "maxItems": limits.tenant_network_allow_max}}),
+                        "notify": _NOTIFY},
                        description="rate_per_s, or a policy (executors, placement, network), or both",
                        anyOf=[{"required": ["rate_per_s"]}] + [{"required": [f]} for f in sorted(POLICY_FIELDS)]),
         "lock_acquire": _obj({"owner": _str(1, limits.lock_owner_chars_max),
@@ -248,6 +282,8 @@ def _bodies() -> dict[str, Schema]:
                                                     ("run", "token", "success"))}}, ("results",)),
         "release": _obj({"leases": leases, "reason": _nullable(_str(0, 200))}, ("leases",)),
         "secrets_rotate": _obj({"key": _str(1, limits.seal_key_id_chars_max)}, ("key",)),
+        "sink": _sink(),
+        "sink_requeue": _obj({"events": {"type": "array", "items": _str(1, 32), "maxItems": 1000}}),
         "member": _obj({"addr": _str(1, description="the new node's Raft address, HOST:PORT")}, ("addr",)),
     }
 
@@ -321,6 +357,7 @@ PATH_PARAMS: dict[tuple[str, str], Schema] = {
     ("workers", "id"): _str(1, limits.worker_id_chars_max, r"^[!-~]+$"),
     ("tokens", "id"): _str(1, 32, r"^[!-~]+$"),
     ("members", "addr"): _str(1, 300, r"^[!-~]+$"),
+    ("sinks", "name"): _name(limits.queue_name_chars_max),
 }
 _VAR = re.compile(r"\{(\w+)(?::([^}]*))?\}")
 _ALTERNATION = re.compile(r"\w+(\|\w+)*")

@@ -18,6 +18,7 @@ from ..clock import Clock
 from ..core import bodies, commands, deadlines, limits, model, policy, preview, queries, schedule
 from ..core.errors import BadRequest, Conflict, Forbidden, InvalidSpec, NotFound, Unavailable
 from ..core.model import check_name
+from ..core.notify_model import validate_routes
 from ..core.tenants import LIMITED
 from .. import sealing
 from . import batch, tenancy
@@ -356,10 +357,19 @@ class Service:
         """Set a tenant's rate limit and/or its policy (one command each: a rate limit with
         ``put_tenant``, a policy with ``put_tenant_policy``, whose request id is derived from
         ``rid`` so a retry of the same request applies each once)."""
-        rate, pol = bodies.validate_tenant_body(name, body)
+        routes = None
+        if isinstance(body, dict) and "notify" in body:  # its jobs' default routes (node/notify.py)
+            body = dict(body)
+            check_name(name, "tenant", limits.tenant_name_chars_max)
+            routes = validate_routes(body.pop("notify"))
+        rate, pol = bodies.validate_tenant_body(name, body) if body or routes is None else (None, None)
         rid = rid or new_request_id()
         out: dict = {"tenant": name}
         res: dict = {}
+        if routes is not None:
+            nrid = "tn-" + hashlib.blake2b(rid.encode("utf-8", "backslashreplace"), digest_size=16).hexdigest()
+            res = await self.propose(commands.put_tenant_notify(self.clock.now_ms(), nrid, name=name, notify=routes))
+            out = self._out(res, dict(out, notify=routes))
         if rate is not None:
             res = await self.propose(commands.put_tenant(self.clock.now_ms(), rid, name=name, fields=rate))
             out = self._out(res, dict(out, rate_per_s=rate["rate_milli"] / 1000, burst=rate["burst"]))
@@ -384,7 +394,8 @@ class Service:
         """Tenant ``name``'s rate limit, policy and the policy its limited tokens' jobs are held to."""
         check_name(name, "tenant", limits.tenant_name_chars_max)
         t = self.read(queries.tenant_config, name)
-        return dict(tenant_view(t), effective_policy=policy_view(t["effective"]))
+        return dict(tenant_view(t), effective_policy=policy_view(t["effective"]),
+                    notify=self.read(lambda s: s.tenant_notify.get(name)) or [])
 
     # ------------------------------------------------------------------ dead-letter queue
     def list_dlq(self, queue: str | None, limit: int, tenants: frozenset | None = None) -> dict:

@@ -120,7 +120,9 @@ class Trigger:
     async def _lead(self) -> None:
         log.info("trigger: became leader; barrier then takeover")
         await self.raft.barrier(timeout_s=node_limits.propose_timeout_s_default)
-        await self.proposer.propose(commands.takeover(self.clock.now_ms(), node=self.node_id))
+        # seen: how far the state's time got before this term (cluster.no_leader reports the gap)
+        seen = self.raft.read(queries.state_time)
+        await self.proposer.propose(commands.takeover(self.clock.now_ms(), node=self.node_id, seen=seen or None))
         self.take_due_index()
         self._lease_seen = {}  # a new term starts every lease's TTL afresh (I15)
         log.info("trigger: leading; %d jobs", self.raft.read(queries.counts)["jobs"])

@@ -31,7 +31,18 @@ def job_view(job: dict, fp: Fingerprint = PROCESS_DEFAULT) -> dict:
     }
     if job["spec"].get(LIMITED):  # written by a token limited to tenants: its tenant's policy holds it
         out["limited"] = True
+    if "health" in job:  # docs/notifications.md, "Health"
+        out["health"] = health_view(job["health"])
     return out
+
+
+def health_view(h: dict) -> dict:
+    """A job's health (core/notify.py view_health) with its times as ISO text."""
+    last, inc = h["last_slot_outcome"], h["incident"]
+    return {"last_success_at": schedule.iso(h["last_success_at"]), "last_failure_at": schedule.iso(h["last_failure_at"]),
+            "consecutive_failures": h["consecutive_failures"],
+            "last_slot_outcome": None if last is None else dict(last, slot=schedule.iso(last["slot"])),
+            "incident": None if inc is None else dict(inc, since=schedule.iso(inc["since"]))}
 
 
 def spec_view(spec: dict, fp: Fingerprint = PROCESS_DEFAULT) -> dict:
