@@ -161,6 +161,10 @@ echo "$("$VENV_PY" --version 2>&1) ($VENV_PY), pytest $("$VENV_PY" -c 'import py
 step lint-imports .venv/bin/lint-imports
 step ruff .venv/bin/ruff check raftsched scripts tests jepsen-style examples
 step mypy-core .venv/bin/mypy
+# promtool (Prometheus's checker, for tests/test_metrics_prom.py): from Debian's prometheus package,
+# only its binary extracted into .venv/bin (raftsched/testing/promtool.py); the service is never
+# installed. Not a step: without it the tests that need it fail as root and skip otherwise.
+"$VENV_PY" -m raftsched.testing.promtool || echo "test.sh: no promtool; see above" >&2
 step pytest run_pytest "$@"
 # The tests that read the wall clock (or start processes that do), run once, with it moved 7
 # years and 123 days ahead (scripts/anyyear/wallclock_shift.c, LD_PRELOAD; monotonic clocks

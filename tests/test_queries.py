@@ -13,7 +13,6 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from raftsched.core import commands, limits, queries
 from raftsched.core.errors import BadRequest, NotFound
-from raftsched.core.model import RUN_STATES
 from raftsched.core.state import SchedulerState
 
 from core_helpers import SEC, T0, apply, new_state, put_cmd, spec_of, tick
@@ -65,7 +64,8 @@ def gauges_by_walk(s: SchedulerState) -> dict:
     for q in s.queues:
         per_q.setdefault(q, (0, 0, 0))
     return {"jobs": len(s.jobs), "jobs_paused": sum(1 for j in s.jobs.values() if j["paused"]),
-            "runs_by_state": {st_: by_state.get(st_, 0) for st_ in RUN_STATES}, "queues": per_q,
+            "runs_by_state": {st_: by_state.get(st_, 0) for st_ in ("queued", "running", "dead")},
+            "queues": per_q,
             "locks": len(s.locks), "fencing_token": s.fencing_token}
 
 

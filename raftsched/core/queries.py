@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections import Counter
 from collections.abc import Collection
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from . import limits
 from .errors import BadRequest, NotFound
-from .model import RUN_STATES
 from . import records
 from .records import STATS_FIELDS, Record, Result
 from .notify import view_health
@@ -35,8 +32,6 @@ LeaseView: TypeAlias = tuple[str, str, int, int, int]
 PlanView: TypeAlias = tuple[Record, int, int, int, str]
 
 _QUEUE_DEFAULT = {"max_depth": limits.queue_depth_default, "on_full": "reject"}
-_state_of = itemgetter("state")
-_paused_of = itemgetter("paused")
 
 
 # ------------------------------------------------------------------ jobs
@@ -305,6 +300,42 @@ def _ready(s: SchedulerState, q: str, now_ms: int) -> tuple[int, int | None]:
     return ready, oldest
 
 
+def oldest_ready(s: SchedulerState, now_ms: int) -> dict[str, int]:
+    """Per queue holding a ready run: how long its longest-waiting ready run has waited (ms).
+    For the metrics scrape, without a walk: the top of each priority's acquire heap is that
+    heap's earliest due when it is live; a queue whose top entry is stale (a retried or removed
+    run) is walked as queue_stats walks it."""
+    runs = s.runs
+    out: dict[str, int] = {}
+    for q, heaps in s._queued.items():
+        oldest: int | None = None
+        for p, h in heaps.items():
+            if not h:
+                continue
+            due, rid = h[0]
+            r = runs.get(rid)
+            if r is None or r["state"] != "queued" or r["queue"] != q or r["priority"] != p \
+                    or r.get("due", r["slot"]) != due:
+                _, oldest = _ready(s, q, now_ms)
+                break
+            if due <= now_ms and (oldest is None or now_ms - due > oldest):
+                oldest = now_ms - due
+        if oldest is not None:
+            out[q] = oldest
+    return out
+
+
+def apply_stats(s: SchedulerState) -> dict[str, Any]:
+    """A copy of what this replica counted as it applied (core/stats.py), for the metrics:
+    ``{"recorded": {(state, reason): slots}, "slot_to_start": (bounds_ms, counts, sum_ms),
+    "slot_to_completion": (...)}``."""
+    st = s.stats
+    return {"recorded": dict(st.recorded), "finished": dict(st.finished), "deadlines": dict(st.deadlines),
+            "slot_to_start": (st.slot_to_start.bounds_ms, list(st.slot_to_start.counts), st.slot_to_start.sum_ms),
+            "slot_to_completion": (st.slot_to_completion.bounds_ms, list(st.slot_to_completion.counts),
+                                   st.slot_to_completion.sum_ms)}
+
+
 def queue_depth(s: SchedulerState, name: str) -> int:
     """Runs queued in queue ``name`` (whether due or not)."""
     return s._queue_depth.get(name, 0)
@@ -391,10 +422,9 @@ def counts(s: SchedulerState, with_hash: bool = False) -> dict[str, Any]:
 
 def gauges(s: SchedulerState) -> dict[str, Any]:
     """What a metrics scrape shows of the state: ``{"jobs", "jobs_paused", "runs_by_state":
-    {state: n} for every run state, "queues": {queue: (queued, running, dead)}, "locks",
-    "fencing_token"}``. Per queue from the counters and the DLQ index; the runs by state are
-    counted over every record, at C speed (the state keeps no counter of finished ones)."""
-    by_state = Counter(map(_state_of, s.runs.values()))
+    {"queued", "running", "dead": n}, "queues": {queue: (queued, running, dead)}, "locks",
+    "fencing_token"}``. From the counters and the DLQ index, not a walk of the runs: finished
+    runs and recorded slots are counted as they are applied instead (apply_stats)."""
     per_q = {q: (n, 0, 0) for q, n in s._queue_depth.items() if n}
     for q, n in s._running_count.items():
         if n:
@@ -407,8 +437,10 @@ def gauges(s: SchedulerState) -> dict[str, Any]:
             per_q[q] = (a, b, n)
     for q in s.queues:
         per_q.setdefault(q, (0, 0, 0))
-    return {"jobs": len(s.jobs), "jobs_paused": sum(map(bool, map(_paused_of, s.jobs.values()))),
-            "runs_by_state": {st: by_state.get(st, 0) for st in RUN_STATES}, "queues": per_q,
+    by_state = {"queued": sum(a for a, _, _ in per_q.values()), "running": sum(b for _, b, _ in per_q.values()),
+                "dead": sum(c for _, _, c in per_q.values())}
+    return {"jobs": len(s.jobs), "jobs_paused": s._paused_count,
+            "runs_by_state": by_state, "queues": per_q,
             "locks": len(s.locks), "fencing_token": s.fencing_token}
 
 

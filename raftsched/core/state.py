@@ -31,6 +31,7 @@ from typing import Any, TypeAlias
 from . import commands, limits, snapshot
 from .commands import Command
 from .due import DueIndex
+from .stats import ApplyStats
 from .errors import InvalidCommand, RaftschedError
 from .fire import apply_fire
 from .jobs import (
@@ -159,12 +160,17 @@ class SchedulerState:
     _queue_depth: dict[str, int]
     _running_count: dict[str, int]
     _running_ids: dict[str, None]
+    #: paused jobs (jobs.py keeps it; the metrics read it instead of walking the jobs)
+    _paused_count: int
 
     def __init__(self) -> None:
         #: The leader's due index (due.py), or None: only a leader's trigger reads it. The
         #: trigger attaches one when its node leads (due.attach) and detaches it when it stops;
         #: a follower keeps none, and neither does a state nobody attached one to.
         self.due: DueIndex | None = None
+        #: What this replica applied, for the metrics (stats.py): not in the snapshot, never
+        #: read by apply, kept across a restore (counters since the process started).
+        self.stats = ApplyStats()
         self._reset()
 
     # ------------------------------------------------------------------ state

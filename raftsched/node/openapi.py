@@ -481,6 +481,12 @@ def _operation(route: Route, oid: str) -> Schema:
         responses[str(status)] = {"description": "done" if status == route.ok else "also answered"}
         if ok_content is not None:
             responses[str(status)]["content"] = ok_content
+        if route.path == "/v1/cluster" or any(p.name == "stale" for p in route.params):
+            # A read of this node's replica as it is (node/reads.py) says so.
+            responses[str(status)]["headers"] = {"X-Raftsched-Stale": {
+                "description": "true when the answer was read from this node's replica without the read "
+                               "barrier (?stale=true; /v1/cluster unless ?consistent=true)",
+                "schema": {"type": "string", "enum": ["true"]}}}
     statuses = set(route.errors) | set(OPEN_ERRORS if open_ else COMMON_ERRORS)
     if route.body is not None:
         statuses |= {413, 422}

@@ -23,6 +23,7 @@ from ..core.tenants import LIMITED
 from .. import sealing
 from . import batch, tenancy
 from ..proposer import Proposer
+from .reads import ReadBarrier
 from . import limits as node_limits
 from .redact import PROCESS_DEFAULT, Fingerprint, restore_redacted
 from .views import deadline_view, job_view, lock_view, policy_view, run_view, tenant_view
@@ -55,6 +56,8 @@ class Service:
         self.keyring = keyring
         #: The one way this node's API writes go out (raftsched/proposer.py).
         self.proposer = Proposer(raft, propose_timeout_s)
+        #: Every consistent read of this node's API waits on this (node/reads.py).
+        self.reads = ReadBarrier(raft, propose_timeout_s)
 
     # ------------------------------------------------------------------ plumbing
     async def propose(self, cmd: dict) -> dict:
@@ -72,9 +75,12 @@ class Service:
         lock applies take (``raft.read``)."""
         return self.raft.read(query, *args)
 
-    async def read_barrier(self, consistent: bool) -> None:
+    async def read_barrier(self, consistent: bool = True) -> None:
+        """Wait until this replica has applied every write acknowledged before the call (one
+        barrier round for every read waiting at once: node/reads.py); the API's read routes
+        wait in its read middleware already. :raises Unavailable:"""
         if consistent:
-            await self.raft.barrier(timeout_s=self.propose_timeout_s)
+            await self.reads.wait()
 
     # ------------------------------------------------------------------ jobs
     def _position(self, name: str, sched: dict, now: int, memo: dict | None = None) -> tuple[int, int, int | None]:
