@@ -128,9 +128,11 @@ def run_api(coro_fn, raft=None):
 def test_every_read_route_waits_for_a_round_unless_stale_and_a_stale_answer_says_so():
     reads = [r for r in ROUTES if r.method == "GET"]
     # This node's own view, served without a leader: /v1/cluster waits only with ?consistent=true;
-    # the OpenAPI document reads no state.
+    # the OpenAPI document and the dashboard's files read no state; whoami describes the token the
+    # node has just checked.
     assert {r.path for r in reads if STALE not in r.params} == {"/healthz", "/metrics", "/v1/cluster",
-                                                               "/openapi.json", "/v1/openapi.json"}
+                                                               "/openapi.json", "/v1/openapi.json", "/ui",
+                                                               "/ui/", "/ui/{file}", "/v1/whoami"}
 
     doc = openapi.document(ROUTES)
     assert "X-Raftsched-Stale" in doc["paths"]["/v1/jobs/{name}"]["get"]["responses"]["200"]["headers"]
