@@ -170,6 +170,10 @@ def put_job(s: SchedulerState, cmd: Command, now: int) -> Result:
                      old["paused"] if old else False,
                      old["stats"] if old else [0, 0, None, 0, 0])  # see records.STATS_FIELDS
     jobs[name] = job
+    if spec.get("metrics"):  # the per-job gauges' jobs, kept so a scrape walks only them
+        s._metric_jobs[name] = None
+    else:
+        s._metric_jobs.pop(name, None)
     # A job's history list is made by its first entry (fire.add_entry), not here: an empty list
     # and its map entry cost ~110 bytes a job (1M jobs never fired: 105 MiB). The snapshot
     # writes no empty history, so a replica that made one writes the same bytes.
@@ -265,6 +269,7 @@ def apply_delete_job(s: SchedulerState, cmd: Command, now: int) -> Result:
             remove_dead(s, run)
     if job["paused"]:
         s._paused_count -= 1
+    s._metric_jobs.pop(name, None)
     del s.jobs[name]
     deadlines.forget_job(s, name, now)
     s.health.pop(name, None)

@@ -335,7 +335,7 @@ def health_of(s: SchedulerState, job: str) -> Record:
 
 def metric_jobs(s: SchedulerState) -> list[tuple[str, Record]]:
     """(name, health) of the jobs whose spec says ``"metrics": true`` (per-job gauges)."""
-    return [(name, view_health(s.health.get(name))) for name, j in s.jobs.items() if j["spec"].get("metrics")]
+    return [(name, view_health(s.health.get(name))) for name in sorted(s._metric_jobs)]
 
 
 def outbox_counts(s: SchedulerState) -> Record:

@@ -45,6 +45,8 @@ def reset_indexes(s: SchedulerState) -> None:
     s._running_ids = {}
     #: how many jobs are paused (jobs.apply_pause_job / apply_resume_job / apply_delete_job)
     s._paused_count = 0
+    #: the jobs whose spec says "metrics": true, in no particular order (notify.metric_jobs)
+    s._metric_jobs = {}
 
 
 def rebuild_indexes(s: SchedulerState) -> None:
@@ -63,6 +65,7 @@ def rebuild_indexes(s: SchedulerState) -> None:
     for run in sorted(dead, key=lambda r: (r["finished_at"], r["id"])):
         s._dead.setdefault(run["queue"], deque()).append(run["id"])
     s._paused_count = sum(1 for j in s.jobs.values() if j["paused"])
+    s._metric_jobs = {name: None for name, j in s.jobs.items() if j["spec"].get("metrics")}
 
 
 def enqueue(s: SchedulerState, run: Record) -> None:
