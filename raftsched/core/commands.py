@@ -62,6 +62,8 @@ OPS = (
     "reseal",  # the key new secret values are sealed under, and stored values sealed again under it
     # Tenant policies (core/tenants.py)
     "put_tenant_policy",  # a tenant's executor types, required placement labels and networks
+    # Pipelines (core/pipelines.py)
+    "join_expire",  # the leader's sweep of children's slots waiting past their max_wait_s
 )
 
 
@@ -141,8 +143,12 @@ def put_jobs(now: int, rid: str | None, *, jobs: list[Any]) -> Command:
     return make("put_jobs", now, rid, jobs=jobs)
 
 
-def delete_job(now: int, rid: str | None, *, name: str) -> Command:
-    return make("delete_job", now, rid, name=name)
+def delete_job(now: int, rid: str | None, *, name: str, force: bool = False) -> Command:
+    """``force``: delete a job other jobs run after (pipelines); only then is the field written."""
+    cmd = make("delete_job", now, rid, name=name)
+    if force:
+        cmd["force"] = True
+    return cmd
 
 
 def pause_job(now: int, rid: str | None, *, name: str) -> Command:
@@ -155,8 +161,13 @@ def resume_job(now: int, rid: str | None, *, name: str, catch_up: bool, plan: Fi
 
 
 def trigger_job(now: int, rid: str | None, *, name: str, extra: Fields | None = None) -> Command:
-    """``extra``: a slot and/or a payload (core.backfill_model.validate_trigger)."""
+    """``extra``: a slot, a payload and/or propagate (core.backfill_model.validate_trigger)."""
     return make("trigger_job", now, rid, name=name, **(extra or {}))
+
+
+def join_expire(now: int, *, joins: list[Any]) -> Command:
+    """``joins``: ``[child, slot, since]`` items (core.pipelines.overdue)."""
+    return make("join_expire", now, None, joins=joins)
 
 
 def fire(now: int, *, entries: list[Any]) -> Command:

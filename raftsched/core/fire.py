@@ -16,7 +16,7 @@ import heapq
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import limits
+from . import limits, pipelines
 from .due import push_due
 from .errors import InvalidCommand
 from .model import TERMINAL_STATES
@@ -96,7 +96,7 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
             continue
         spec = job["spec"]
         ov = spec.get("overlap")
-        if fast and runs and not rec and (ov is None or (ov.get("policy") == "allow" and "max_concurrent" not in ov)):
+        if fast and runs and not rec and "after" not in spec and (ov is None or (ov.get("policy") == "allow" and "max_concurrent" not in ov)):
             # The common case, inline: slots that all become runs (no records), an overlap
             # policy that reads no other run (policy.fires_ahead, so overlap() creates them),
             # room in its queue for all of them or a queue that drops its oldest run for each.
@@ -181,6 +181,12 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
                                        "reason": "overlap", "kind": "recorded", "fired_at": now})
                     job["stats"][RECORDED] += 1
                     recorded += 1
+                    if name in s.pipes.children:
+                        pipelines.notify(s, s.runs[rid], now)
+                    continue
+                if "after" in spec:  # gated (pipelines): the slot waits for its parents
+                    pipelines.own_slot(s, job, slot, now)
+                    fired += 1
                     continue
                 new_run(s, job, slot, now, rid, "scheduled")
                 fired += 1
@@ -284,6 +290,8 @@ def revoke(s: SchedulerState, run: Record, now: int, why: str) -> None:
     else:
         unqueue_count(s, run)
     run.update(state="failed", error=why, finished_at=now, deadline=None)
+    if run["job"] in s.pipes.children:
+        pipelines.notify(s, run, now)
 
 
 # ------------------------------------------------------------------ runs and records
@@ -298,10 +306,13 @@ def new_run(s: SchedulerState, job: Record, slot: int, now: int, rid: str, kind:
     lag = max(0, now - slot)
     if depth >= q["max_depth"]:
         if q["on_full"] == "reject":
-            return add_entry(s, job, {
+            entry = add_entry(s, job, {
                 "id": rid, "job": job["name"], "slot": slot, "state": "skipped",
                 "reason": "queue_full", "kind": kind, "fired_at": now, "queue": qname,
             })
+            if job["name"] in s.pipes.children:
+                pipelines.notify(s, entry, now)
+            return entry
         drop_oldest_queued(s, qname, now)
     run = RUN_TEMPLATE.copy()
     run["id"] = rid
@@ -335,6 +346,8 @@ def record(s: SchedulerState, job: Record, recs: list[list[Any]], now: int) -> i
         add_entry(s, job, entry)
         job["stats"][RECORDED] += 1 if count is None else count
         n += 1
+        if job["name"] in s.pipes.children:
+            pipelines.notify(s, entry, now)
     return n
 
 

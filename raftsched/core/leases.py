@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING, Any
 
-from . import limits
+from . import limits, pipelines
 from .errors import Conflict, InvalidCommand, NotFound
 from .placement import placement_ok
 from .policy import backoff_ms
@@ -184,6 +184,8 @@ def _refused(s: SchedulerState, run: Record, job: Record, now: int) -> bool:
         return False
     unqueue_count(s, run)
     run.update(state="skipped", reason="policy", error=why, finished_at=now)
+    if run["job"] in s.pipes.children:
+        pipelines.notify(s, run, now)
     return True
 
 
@@ -223,6 +225,8 @@ def grant(s: SchedulerState, run: Record, worker: str, ttl: int, now: int) -> di
         "token": tok, "deadline": deadline, "queue": q,
         "executor": executor, "payload": payload, "timeout_s": timeout_s,
     }
+    if "upstream" in run:  # pipelines: what its parents ended with (RAFTSCHED_UPSTREAM)
+        g["upstream"] = run["upstream"]
     if job is not None and executor is not None and executor.get("type") == "http" \
             and (s.tenant_policies or LIMITED in spec):
         allow = network_of(s, spec)
@@ -302,8 +306,9 @@ def apply_heartbeat(s: SchedulerState, cmd: Command, now: int) -> Result:
 
 
 def apply_complete(s: SchedulerState, cmd: Command, now: int) -> Result:
-    """``complete {run, token, success, error?, output?}``: the outcome of the run's current
-    attempt (error and output bounded to their last characters). A success ends the run; a
+    """``complete {run, token, success, error?, output?, result?}``: the outcome of the run's current
+    attempt (error and output bounded to their last characters; a ``result`` is kept with a
+    success when it fits result_bytes_max, and handed to the run's children: pipelines). A success ends the run; a
     failure retries it after its backoff or sends it to the DLQ (``finish_attempt``).
 
     :raises InvalidCommand: run, token or success missing. :raises NotFound: no such run.
@@ -321,6 +326,8 @@ def apply_complete(s: SchedulerState, cmd: Command, now: int) -> Result:
         )
     error = bound_text(cmd.get("error"), limits.error_chars_max)
     output = bound_text(cmd.get("output"), limits.output_bytes_max)
+    if success and cmd.get("result") is not None:
+        run["result"] = pipelines.check_result(cmd["result"])
     finish_attempt(s, run, now, success, error, output)
     return {"ok": True, "run": rid, "state": run["state"], "attempt": run["attempt"]}
 
@@ -379,6 +386,10 @@ def apply_complete_many(s: SchedulerState, cmd: Command, now: int) -> Result:
                 output = bound_text(output, limits.output_bytes_max)
             close_attempt(s, run, now, True, error, output)
             run["state"] = "succeeded"
+            if "result" in it:
+                run["result"] = pipelines.check_result(it["result"])
+            if run["job"] in s.pipes.children:
+                pipelines.notify(s, run, now)
             out.append({"ok": True, "run": rid, "state": "succeeded", "attempt": run["attempt"]})
             continue
         try:
@@ -421,6 +432,8 @@ def finish_attempt(s: SchedulerState, run: Record, now: int, success: bool, erro
     close_attempt(s, run, now, success, error, output)
     if success:
         run["state"] = "succeeded"
+        if run["job"] in s.pipes.children:
+            pipelines.notify(s, run, now)
         return
     job = s.jobs.get(run["job"])
     if lost:
@@ -440,6 +453,8 @@ def finish_attempt(s: SchedulerState, run: Record, now: int, success: bool, erro
         return
     run["state"] = "dead"
     add_dead(s, run, now)
+    if run["job"] in s.pipes.children:
+        pipelines.notify(s, run, now)
 
 
 # -------------------------------------------------------------- expiry and takeover

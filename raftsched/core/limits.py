@@ -341,3 +341,18 @@ assert (token_tenants_max * (tenant_name_chars_max + 2) + token_workers_max * (w
 #: Events held in the replicated outbox (core/events.py): the oldest give way first. A sink that
 #: falls further behind than this loses the oldest events it had not been sent (counted).
 outbox_events_max = 20_000
+
+# ------------------------------------------------------------------ pipelines (core/pipelines.py)
+#: Parents one job may name in ``after``.
+after_parents_max = 16
+#: Jobs that may name one job as a parent: a parent's final outcome creates or records all of
+#: them in the one command that records it (docs/pipelines.md, "Fan-out").
+children_per_job_max = 10_000
+#: Slots of one child waiting for their parents at once; a new one beyond it records the oldest
+#: ``upstream_timeout``.
+joins_per_child_max = 1_000
+#: Longest wait of a child's slot for its parents (max_wait_s), and its default.
+max_wait_s_max = 30 * 86_400
+max_wait_s_default = 86_400
+#: Largest result a run may return (msgpack-encoded), handed to its children.
+result_bytes_max = 4096

@@ -76,6 +76,7 @@ _TOP_FIELDS = {
     "tenant", "history", "description", "overlap", "jitter_s", "secrets", "keep_output",
     "labels",
     "placement",
+    "after", "match", "max_wait_s",  # pipelines (core/pipelines.py)
 }
 #: The top-level fields of a job spec (what PUT /v1/jobs/{name} accepts).
 SPEC_FIELDS = frozenset(_TOP_FIELDS)
@@ -461,14 +462,15 @@ def validate_job(name: str, raw: object, now_ms: int | None = None) -> Record:
     for k in raw:
         if k not in _TOP_FIELDS:
             raise InvalidSpec(f"unknown field; allowed: {', '.join(sorted(_TOP_FIELDS))}", field=str(k))
-    if "schedule" not in raw:
-        raise InvalidSpec("is required: {\"cron\": ...}, {\"every_s\": ...} or {\"at\": ...}", field="schedule")
+    if "schedule" not in raw and "after" not in raw:
+        raise InvalidSpec("is required: {\"cron\": ...}, {\"every_s\": ...} or {\"at\": ...} "
+                          "(or \"after\": the jobs it runs after)", field="schedule")
     if "executor" not in raw:
         raise InvalidSpec("is required: {\"type\": \"shell\"|\"http\"|\"python\", ...}", field="executor")
     # An absent field takes its default as is: the defaults are valid constants (checked at
     # import), not re-validated for every job of a bulk registration.
     spec = {
-        "schedule": validate_schedule(raw["schedule"], now_ms),
+        "schedule": validate_schedule(raw["schedule"], now_ms) if "schedule" in raw else None,
         "executor": validate_executor(raw["executor"]),
         "payload": raw.get("payload", {}),
         "timeout_s": (_int(raw["timeout_s"], "timeout_s", 1, limits.timeout_s_max)
@@ -485,6 +487,14 @@ def validate_job(name: str, raw: object, now_ms: int | None = None) -> Record:
                     if "history" in raw else limits.history_per_job_default),
         "overlap": validate_overlap(raw.get("overlap")),
     }
+    if spec["schedule"] is None:  # a triggered job: its parents' outcomes make its runs
+        del spec["schedule"]
+        if "jitter_s" in raw:
+            raise InvalidSpec("a triggered job (after, no schedule) has no slots of its own to spread",
+                              field="jitter_s")
+    if "after" in raw or "match" in raw or "max_wait_s" in raw:
+        from .pipelines import validate_after  # pipelines imports this module
+        spec.update(validate_after(raw, name, "schedule" in spec))
     if "jitter_s" in raw:
         _add_jitter(name, spec["schedule"], raw["jitter_s"])
     if "secrets" in raw:

@@ -205,6 +205,11 @@ def apply_dlq_requeue(s: SchedulerState, cmd: Command, now: int) -> Result:
     run["lost"] = 0
     run.update(state="queued", due=now, worker=None, deadline=None, finished_at=None)
     enqueue(s, run)
+    if run["job"] in s.pipes.children:  # its children wait for it again (pipelines.rearm)
+        from . import pipelines  # it imports fire, which imports this module
+        rearmed = pipelines.rearm(s, run, now)
+        if rearmed:
+            return {"ok": True, "run": run["id"], "state": "queued", "attempt": run["attempt"], "rearmed": rearmed}
     return {"ok": True, "run": run["id"], "state": "queued", "attempt": run["attempt"]}
 
 

@@ -52,6 +52,7 @@ from .workers import (
 from .tokens import apply_token_create, apply_token_revoke
 from .seal_keys import apply_reseal
 from .events import Outbox
+from .pipelines import Pipes, apply_join_expire
 
 
 def apply_noop(s: SchedulerState, cmd: Command, now: int) -> Result:
@@ -102,6 +103,7 @@ HANDLERS: dict[str, Handler] = {
     "token_revoke": apply_token_revoke,
     "reseal": apply_reseal,
     "put_tenant_policy": apply_put_tenant_policy,
+    "join_expire": apply_join_expire,
 }
 # The codec refuses an op with no handler; a handler for an op the codec refuses would never run.
 assert tuple(HANDLERS) == commands.OPS, "commands.OPS and state.HANDLERS must list the same ops"
@@ -129,6 +131,8 @@ class SchedulerState:
     queue_owners: dict[str, list[str]]
     #: the events not yet given up, for delivery (events.py)
     outbox: Outbox
+    #: the pipelines' joins and their derived parent -> children index (pipelines.py)
+    pipes: Pipes
     # The derived indexes of the queues (queues.reset_indexes says what each holds).
     _queued: dict[str, dict[int, list[tuple[int, str]]]]
     _by_slot: dict[str, list[tuple[int, str]]]

@@ -1,0 +1,647 @@
+"""Pipelines: jobs that run after other jobs, slot by slot (docs/pipelines.md).
+
+A job may name parents in ``after`` (``[{"job": P, "on": "success" | "failure" | "finished"}]``).
+Without a ``schedule`` it is **triggered**: it has a run ``child@S`` for slot S exactly when every
+parent has a final outcome for S that satisfies its edge. With a schedule it is **gated**: its own
+slot S waits for the same condition (``match: same_slot``), or for every parent to have succeeded
+once since the child last ran (``match: latest``).
+
+Everything happens inside apply, in the command that records a parent's final outcome
+(``notify``): the child's join for S is updated there and its run (or its record) is created
+there, so a leader crash can neither lose a child nor make it twice, and a completion refused
+as stale (its fencing token) never reaches ``notify``. A slot that cannot satisfy the child is
+recorded, never dropped: ``upstream_failed`` (a parent's outcome fails its edge),
+``upstream_missed`` (a parent's slot was recorded skipped or coalesced), ``upstream_timeout``
+(``max_wait_s`` passed, or the child had too many slots waiting), ``dependency_missing`` (a
+parent was deleted with ``?force=true``). A record is itself a final outcome for the child's own
+children: it cascades.
+
+A dead parent requeued (``rearm``) takes back the records it caused, transitively: the children
+wait for it again, with what their other parents had reported.
+
+State (a snapshot section, ``pipes``): the joins (child -> slot -> the parents' reports so far,
+whether the gated child's own slot came, since when it waits) and, for ``latest`` children, the
+parents' successes since the child last ran. Derived: parent -> children, rebuilt from the jobs.
+A job without ``after`` and without children costs one dict look-up per final outcome.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+
+from . import fire, limits, snapshot
+from .errors import Conflict, InvalidCommand, InvalidSpec
+from .model import check_name
+from .records import RECORDED, Record, is_int
+
+if TYPE_CHECKING:
+    from .state import SchedulerState
+
+ON_VALUES = ("success", "failure", "finished")
+MATCH_VALUES = ("same_slot", "latest")
+#: The reasons a child's slot is recorded for (state ``skipped``); ``rearm`` takes these back.
+UPSTREAM_REASONS = ("upstream_failed", "upstream_missed", "upstream_timeout", "dependency_missing")
+#: Run kinds whose final outcome propagates always; others (manual, backfill) only when marked.
+_PROPAGATING_KINDS = frozenset({"scheduled", "triggered", "recorded"})
+
+
+# ------------------------------------------------------------------ spec validation (proposer)
+def validate_after(raw: dict[str, Any], name: str, has_schedule: bool) -> Record:
+    """The pipeline fields of a job body (``after``, ``match``, ``max_wait_s``), normalised.
+    Only the shape: which parents exist, cycles and tenants are checked against the state
+    (``check_edges``). :raises InvalidSpec: naming the field."""
+    out: Record = {}
+    if "after" not in raw:
+        for k in ("match", "max_wait_s"):
+            if k in raw:
+                raise InvalidSpec("applies to a job with after only", field=k)
+        return out
+    after = raw["after"]
+    if not isinstance(after, list) or not after:
+        raise InvalidSpec("must be a non-empty list of parents, e.g. [{\"job\": \"extract\"}]", field="after")
+    if len(after) > limits.after_parents_max:
+        raise InvalidSpec(f"names more than {limits.after_parents_max} parents", field="after")
+    edges: list[Record] = []
+    seen: set[str] = set()
+    for i, e in enumerate(after):
+        f = f"after[{i}]"
+        if isinstance(e, str):
+            e = {"job": e}
+        if not isinstance(e, dict):
+            raise InvalidSpec("must be a job name or {\"job\": NAME, \"on\": success|failure|finished}", field=f)
+        for k in e:
+            if k not in ("job", "on"):
+                raise InvalidSpec("unknown field; allowed: job, on", field=f"{f}.{k}")
+        parent = check_name(e.get("job"), f"{f}.job")
+        if parent == name:
+            raise InvalidSpec(f"a job cannot run after itself ({name} -> {name})", field=f"{f}.job")
+        if parent in seen:
+            raise InvalidSpec(f"names {parent} twice", field=f"{f}.job")
+        seen.add(parent)
+        on = e.get("on", "success")
+        if on not in ON_VALUES:
+            raise InvalidSpec(f"must be one of {', '.join(ON_VALUES)}", field=f"{f}.on")
+        edges.append({"job": parent, "on": on})
+    out["after"] = edges
+    if "match" in raw:
+        if not has_schedule:
+            raise InvalidSpec("applies to a job with a schedule and after (a gated job) only", field="match")
+        if raw["match"] not in MATCH_VALUES:
+            raise InvalidSpec(f"must be one of {', '.join(MATCH_VALUES)}", field="match")
+        if raw["match"] == "latest":
+            if any(e["on"] != "success" for e in edges):
+                raise InvalidSpec("match latest waits for successes: every edge's on must be success", field="match")
+            out["match"] = "latest"
+    if "max_wait_s" in raw:
+        v = raw["max_wait_s"]
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= limits.max_wait_s_max:
+            raise InvalidSpec(f"must be an integer between 1 and {limits.max_wait_s_max}", field="max_wait_s")
+        out["max_wait_s"] = v
+    return out
+
+
+def check_stored_after(spec: Record) -> None:
+    """Apply's guard on the pipeline fields of a stored spec (shape only, I4)."""
+    after = spec.get("after")
+    if after is None:
+        if "schedule" not in spec:
+            raise InvalidCommand("spec.schedule is malformed")
+        return
+    if not (isinstance(after, list) and 0 < len(after) <= limits.after_parents_max
+            and all(isinstance(e, dict) and isinstance(e.get("job"), str) and e.get("on") in ON_VALUES
+                    for e in after)):
+        raise InvalidCommand("spec.after is malformed")
+    if spec.get("match", "same_slot") not in MATCH_VALUES:
+        raise InvalidCommand("spec.match is malformed")
+    if "max_wait_s" in spec and not is_int(spec["max_wait_s"]):
+        raise InvalidCommand("spec.max_wait_s is malformed")
+
+
+def check_edges(s: SchedulerState, name: str, spec: Record, pending: dict[str, Record] | None = None) -> None:
+    """The edges of ``spec`` (job ``name``) against the state (and the jobs of the same batch,
+    ``pending``): every parent exists, no cycle, no parent with too many children.
+    :raises InvalidSpec: naming the edge (422)."""
+    after = spec.get("after")
+    if not after:
+        return
+    pending = pending or {}
+
+    def parents_of(job: str) -> list[str]:
+        if job == name:
+            return [e["job"] for e in after]
+        sp = pending[job] if job in pending else (s.jobs[job]["spec"] if job in s.jobs else None)
+        return [] if sp is None else [e["job"] for e in sp.get("after", ())]
+
+    for i, e in enumerate(after):
+        p = e["job"]
+        if p not in s.jobs and p not in pending:
+            raise InvalidSpec(f"names no job: {p} -> {name} (create {p} first)", field=f"after[{i}].job")
+        kids = s.pipes.children.get(p, ())
+        if name not in kids and len(kids) >= limits.children_per_job_max:
+            raise InvalidSpec(f"{p} has {limits.children_per_job_max} children, the limit", field=f"after[{i}].job")
+    # A cycle through name: walk up from its parents; reaching name again closes one.
+    for i, e in enumerate(after):
+        path = {e["job"]: name}
+        todo = [e["job"]]
+        while todo:
+            j = todo.pop()
+            for p in parents_of(j):
+                if p == name:
+                    raise InvalidSpec(f"makes a cycle: {name} -> {e['job']} -> ... -> {j} -> {name}"
+                                      if j != e["job"] else f"makes a cycle: {name} -> {j} -> {name}",
+                                      field=f"after[{i}].job")
+                if p not in path:
+                    path[p] = j
+                    todo.append(p)
+
+
+def dependents(s: SchedulerState, name: str) -> list[str]:
+    """The jobs that name ``name`` as a parent, sorted."""
+    return sorted(s.pipes.children.get(name, ()))
+
+
+def check_delete(s: SchedulerState, name: str, force: bool) -> None:
+    """:raises Conflict: ``name`` has dependents and the delete is not forced (409 listing them)."""
+    kids = dependents(s, name)
+    if kids and not force:
+        raise Conflict(f"job {name!r} has dependents: {', '.join(kids[:20])}"
+                       f"{' ...' if len(kids) > 20 else ''}; delete them first, or delete with ?force=true "
+                       "(their slots are then recorded dependency_missing)", field="name", dependents=kids[:100])
+
+
+# ------------------------------------------------------------------ the state section
+class Pipes:
+    """The pipeline section of the state: ``joins`` and ``latest`` (replicated), ``children``
+    (derived)."""
+
+    __slots__ = ("joins", "latest", "children")
+
+    def __init__(self) -> None:
+        #: child -> slot -> {"got": {parent: [state, run id, token, result]}, "own": bool, "since": ms}
+        self.joins: dict[str, dict[int, Record]] = {}
+        #: child (match latest) -> parent -> [state, run id, token, result] of its last success
+        self.latest: dict[str, dict[str, list[Any]]] = {}
+        #: parent -> {child: None} (derived from the jobs' ``after``)
+        self.children: dict[str, dict[str, None]] = {}
+
+
+def _encode(p: Pipes) -> Any:
+    if not p.joins and not p.latest:
+        return None
+    return {"joins": [[c, [[slot, j[slot]] for slot in sorted(j)]] for c, j in sorted(p.joins.items())],
+            "latest": [[c, [[k, v[k]] for k in sorted(v)]] for c, v in sorted(p.latest.items())]}
+
+
+def _decode(data: Any) -> Pipes:
+    p = Pipes()
+    for c, items in data.get("joins", ()):
+        p.joins[c] = {slot: j for slot, j in items}
+    for c, items in data.get("latest", ()):
+        p.latest[c] = {k: v for k, v in items}
+    return p
+
+
+def rebuild(s: SchedulerState) -> None:
+    s.pipes.children = {}
+    for name, job in s.jobs.items():
+        link(s, name, job["spec"])
+
+
+EXTENSION = snapshot.register(snapshot.Extension(name="pipes", new=Pipes, encode=_encode, decode=_decode,
+                                                 rebuild=rebuild))
+
+
+def link(s: SchedulerState, name: str, spec: Record) -> None:
+    for e in spec.get("after", ()):
+        s.pipes.children.setdefault(e["job"], {})[name] = None
+
+
+def unlink(s: SchedulerState, name: str, spec: Record) -> None:
+    ch = s.pipes.children
+    for e in spec.get("after", ()):
+        kids = ch.get(e["job"])
+        if kids is not None:
+            kids.pop(name, None)
+            if not kids:
+                del ch[e["job"]]
+
+
+def on_put(s: SchedulerState, name: str, old: Record | None, spec: Record) -> None:
+    """A job was put: its edges replace the old ones. Joins of a job that no longer has
+    ``after`` are dropped (its slots are its own again)."""
+    if old is not None:
+        unlink(s, name, old["spec"])
+    link(s, name, spec)
+    if "after" not in spec:
+        s.pipes.joins.pop(name, None)
+        s.pipes.latest.pop(name, None)
+    elif spec.get("match") != "latest":
+        s.pipes.latest.pop(name, None)
+
+
+def on_delete(s: SchedulerState, name: str, spec: Record, now: int) -> None:
+    """Job ``name`` was deleted (forced when it had children): its own joins go, and every slot
+    its children are waiting on it for is recorded ``dependency_missing``."""
+    unlink(s, name, spec)
+    s.pipes.joins.pop(name, None)
+    s.pipes.latest.pop(name, None)
+    kids = s.pipes.children.get(name, {})
+    work: list[tuple[Record, int]] = []
+    for c in list(kids):
+        for slot in sorted(s.pipes.joins.get(c, {})):
+            _decide(s, c, slot, "dependency_missing", f"parent {name} was deleted", now, work)
+    _drain(s, work, now)
+
+
+# ------------------------------------------------------------------ propagation (apply)
+def propagates(run: Record) -> bool:
+    return run.get("kind") in _PROPAGATING_KINDS or bool(run.get("propagate"))
+
+
+def notify(s: SchedulerState, run: Record, now: int) -> None:
+    """``run`` (or a recorded slot) reached its final outcome: offer it to its job's children.
+    Callers test ``run["job"] in s.pipes.children`` first (the one look-up a job without
+    children pays)."""
+    if not propagates(run):
+        return
+    work: list[tuple[Record, int]] = [(run, now)]
+    _drain(s, work, now)
+
+
+def _drain(s: SchedulerState, work: list[tuple[Record, int]], now: int) -> None:
+    # A worklist, not recursion: a record cascades down the graph (depth bounded by the jobs).
+    while work:
+        run, _ = work.pop()
+        kids = s.pipes.children.get(run["job"])
+        if not kids:
+            continue
+        state = run["state"]
+        lo = run["slot"]
+        hi = run["slot_to"] if "slot_to" in run else lo
+        info = [state, run["id"], run.get("fencing_token"), run.get("result")]
+        for c in list(kids):
+            child = s.jobs.get(c)
+            if child is None:
+                continue
+            if lo != hi:
+                _offer_range(s, child, run["job"], lo, hi, run, now, work)
+            else:
+                _offer(s, child, run["job"], lo, info, now, work)
+
+
+def _edge(child: Record, parent: str) -> str:
+    for e in child["spec"]["after"]:
+        if e["job"] == parent:
+            return str(e["on"])
+    return "success"
+
+
+def _satisfies(state: str, on: str) -> bool | None:
+    """True: the outcome meets the edge; False: it fails it; None: the slot was missed."""
+    if state in ("skipped", "coalesced"):
+        return None
+    if on == "finished":
+        return True
+    return (state == "succeeded") == (on == "success")
+
+
+def _offer(s: SchedulerState, child: Record, parent: str, slot: int, info: list[Any], now: int,
+           work: list[tuple[Record, int]]) -> None:
+    c = child["name"]
+    spec = child["spec"]
+    latest = spec.get("match") == "latest"
+    if latest:
+        if info[0] == "succeeded":
+            s.pipes.latest.setdefault(c, {})[parent] = info
+            _try_latest(s, child, now, work)
+        return
+    rid = f"{c}@{slot}"
+    done = s.runs.get(rid)
+    if done is not None:
+        # Decided already (a run, or a record): keep the report with an upstream record, for rearm.
+        if done.get("kind") == "recorded" and done.get("reason") in UPSTREAM_REASONS and "upstream" in done:
+            done["upstream"][parent] = info
+        return
+    joins = s.pipes.joins.setdefault(c, {})
+    j = joins.get(slot)
+    if j is None:
+        if len(joins) >= limits.joins_per_child_max:
+            oldest = min(joins)
+            _decide(s, c, oldest, "upstream_timeout",
+                    f"{limits.joins_per_child_max} slots of {c} were waiting for their parents", now, work)
+            joins = s.pipes.joins.setdefault(c, {})
+        j = joins[slot] = {"got": {}, "own": False, "since": now}
+    j["got"][parent] = info
+    _check(s, child, slot, now, work)
+
+
+def _offer_range(s: SchedulerState, child: Record, parent: str, lo: int, hi: int, rec: Record, now: int,
+                 work: list[tuple[Record, int]]) -> None:
+    """A recorded range of the parent's slots (a misfire's ``slot_to``/``count``): the child
+    records the same range, ``upstream_missed``, and every join inside it is decided so."""
+    c = child["name"]
+    if child["spec"].get("match") == "latest":
+        return
+    why = f"{parent}@{lo}..{hi} was recorded {rec['state']} ({rec.get('reason')})"
+    for slot in sorted(k for k in s.pipes.joins.get(c, {}) if lo <= k <= hi):
+        _decide(s, c, slot, "upstream_missed", why, now, work)
+    rid = f"{c}@{lo}"
+    if rid in s.runs:
+        return
+    entry = {"id": rid, "job": c, "slot": lo, "state": "skipped", "reason": "upstream_missed",
+             "kind": "recorded", "fired_at": now, "error": why, "slot_to": hi, "count": rec.get("count")}
+    fire.add_entry(s, child, entry)
+    child["stats"][RECORDED] += 1 if rec.get("count") is None else rec["count"]
+    work.append((entry, now))
+
+
+def _check(s: SchedulerState, child: Record, slot: int, now: int, work: list[tuple[Record, int]]) -> None:
+    """Decide child's slot when its join is complete or can no longer complete."""
+    c = child["name"]
+    j = s.pipes.joins[c][slot]
+    got = j["got"]
+    waiting = []
+    for e in child["spec"]["after"]:
+        p = e["job"]
+        info = got.get(p)
+        if info is None:
+            if p not in s.jobs:
+                _decide(s, c, slot, "dependency_missing", f"parent {p} does not exist", now, work)
+                return
+            waiting.append(p)
+            continue
+        ok = _satisfies(info[0], e["on"])
+        if ok is None:
+            _decide(s, c, slot, "upstream_missed", f"{info[1]} was recorded {info[0]}", now, work)
+            return
+        if not ok:
+            _decide(s, c, slot, "upstream_failed", f"{info[1]} ended {info[0]}; the edge asks for {e['on']}",
+                    now, work)
+            return
+    if waiting:
+        return
+    if "schedule" in child["spec"] and not j["own"]:
+        return  # gated: its own slot has not come yet
+    _make_run(s, child, slot, j, now)
+
+
+def _make_run(s: SchedulerState, child: Record, slot: int, j: Record, now: int) -> None:
+    c = child["name"]
+    del s.pipes.joins[c][slot]
+    if not s.pipes.joins[c]:
+        del s.pipes.joins[c]
+    rid = f"{c}@{slot}"
+    kind = "scheduled" if "schedule" in child["spec"] else "triggered"
+    if child["paused"] and kind == "triggered":
+        entry = {"id": rid, "job": c, "slot": slot, "state": "skipped", "reason": "paused",
+                 "kind": "recorded", "fired_at": now}
+        fire.add_entry(s, child, entry)
+        return
+    blocked = fire.overlap(s, child, rid, now)
+    if blocked is not None:
+        fire.add_entry(s, child, {"id": rid, "job": c, "slot": slot, "state": blocked, "reason": "overlap",
+                                  "kind": "recorded", "fired_at": now})
+        child["stats"][RECORDED] += 1
+        return
+    run = fire.new_run(s, child, slot, now, rid, kind)
+    run["upstream"] = upstream_of(j["got"])
+
+
+def upstream_of(got: dict[str, list[Any]]) -> list[Record]:
+    return [{"job": p, "run": v[1], "outcome": v[0], "token": v[2], "result": v[3]} for p, v in sorted(got.items())]
+
+
+def _decide(s: SchedulerState, c: str, slot: int, reason: str, why: str, now: int,
+            work: list[tuple[Record, int]]) -> None:
+    """Record child ``c``'s slot ``slot`` skipped for ``reason`` (its join goes), and cascade."""
+    joins = s.pipes.joins.get(c, {})
+    j = joins.pop(slot, None)
+    if not joins:
+        s.pipes.joins.pop(c, None)
+    child = s.jobs.get(c)
+    rid = f"{c}@{slot}"
+    if child is None or rid in s.runs:
+        return
+    entry = {"id": rid, "job": c, "slot": slot, "state": "skipped", "reason": reason, "kind": "recorded",
+             "fired_at": now, "error": why, "upstream": dict(j["got"]) if j else {}}
+    if j is not None and j.get("own"):
+        entry["own"] = True
+    fire.add_entry(s, child, entry)
+    child["stats"][RECORDED] += 1
+    work.append((entry, now))
+
+
+def _try_latest(s: SchedulerState, child: Record, now: int, work: list[tuple[Record, int]]) -> None:
+    c = child["name"]
+    got = s.pipes.latest.get(c, {})
+    if any(e["job"] not in got for e in child["spec"]["after"]):
+        return
+    waiting = sorted(k for k, j in s.pipes.joins.get(c, {}).items() if j["own"])
+    if not waiting:
+        return
+    slot = waiting[0]
+    j = s.pipes.joins[c][slot]
+    j["got"] = dict(got)
+    del s.pipes.latest[c]
+    _make_run(s, child, slot, j, now)
+
+
+# ------------------------------------------------------------------ gated jobs' own slots (fire)
+def own_slot(s: SchedulerState, job: Record, slot: int, now: int) -> None:
+    """A gated job's slot fell due (fire): it becomes a run when the parents allow, else it
+    waits in a join (or is recorded, when they never will)."""
+    c = job["name"]
+    if f"{c}@{slot}" in s.runs:
+        return  # decided already (its parents' outcome recorded it before its own slot came)
+    joins = s.pipes.joins.setdefault(c, {})
+    work: list[tuple[Record, int]] = []
+    j = joins.get(slot)
+    if j is None:
+        if len(joins) >= limits.joins_per_child_max:
+            _decide(s, c, min(joins), "upstream_timeout",
+                    f"{limits.joins_per_child_max} slots of {c} were waiting for their parents", now, work)
+            joins = s.pipes.joins.setdefault(c, {})
+        j = joins[slot] = {"got": {}, "own": True, "since": now}
+    j["own"] = True
+    if job["spec"].get("match") == "latest":
+        _try_latest(s, job, now, work)
+    else:
+        _check(s, job, slot, now, work)
+    _drain(s, work, now)
+
+
+# ------------------------------------------------------------------ re-drive, timeouts
+def rearm(s: SchedulerState, run: Record, now: int) -> list[str]:
+    """A dead ``run`` was requeued: take back the records its outcome caused in its children
+    (transitively), their joins restored without it. :returns: the re-armed ids."""
+    out: list[str] = []
+    todo = [(run["job"], run["slot"])]
+    while todo:
+        parent, slot = todo.pop()
+        for c in list(s.pipes.children.get(parent, ())):
+            rid = f"{c}@{slot}"
+            rec = s.runs.get(rid)
+            if rec is None or rec.get("kind") != "recorded" or rec.get("reason") not in UPSTREAM_REASONS \
+                    or "upstream" not in rec or "slot_to" in rec:
+                continue
+            child = s.jobs.get(c)
+            if child is None:
+                continue
+            s.runs.pop(rid, None)
+            hist = s.history.get(c)
+            if hist is not None and rid in hist:
+                hist.remove(rid)
+            got = {p: v for p, v in rec["upstream"].items() if p != parent}
+            s.pipes.joins.setdefault(c, {})[slot] = {"got": got, "own": bool(rec.get("own")), "since": now}
+            out.append(rid)
+            todo.append((c, slot))
+    return out
+
+
+def overdue(s: SchedulerState, now: int, n: int) -> list[list[Any]]:
+    """The leader's read: up to ``n`` joins waiting longer than their child's max_wait_s,
+    ``[child, slot, since]``."""
+    out: list[list[Any]] = []
+    for c, joins in s.pipes.joins.items():
+        job = s.jobs.get(c)
+        if job is None:
+            continue
+        wait = job["spec"].get("max_wait_s", limits.max_wait_s_default) * 1000
+        for slot, j in joins.items():
+            if j["since"] + wait <= now:
+                out.append([c, slot, j["since"]])
+                if len(out) >= n:
+                    return out
+    return out
+
+
+def apply_join_expire(s: SchedulerState, cmd: Record, now: int) -> Record:
+    """``join_expire {joins: [[child, slot, since], ...]}``: the leader's sweep of joins past
+    their child's ``max_wait_s`` (by state time): each still waiting since ``since`` is recorded
+    ``upstream_timeout``, naming the parents it waited for; the others are ``ignored``.
+
+    :raises InvalidCommand: not a bounded list of [child, slot, since]."""
+    items = cmd.get("joins")
+    if not isinstance(items, list) or len(items) > limits.expire_items_max:
+        raise InvalidCommand("join_expire needs a bounded list of joins")
+    for it in items:
+        if not (isinstance(it, list) and len(it) == 3 and isinstance(it[0], str) and is_int(it[1])
+                and is_int(it[2])):
+            raise InvalidCommand("join_expire items are [child, slot, since]")
+    work: list[tuple[Record, int]] = []
+    expired, ignored = 0, 0
+    for c, slot, since in items:
+        j = s.pipes.joins.get(c, {}).get(slot)
+        job = s.jobs.get(c)
+        if j is None or job is None or j["since"] != since \
+                or since + job["spec"].get("max_wait_s", limits.max_wait_s_default) * 1000 > now:
+            ignored += 1
+            continue
+        missing = [e["job"] for e in job["spec"]["after"] if e["job"] not in j["got"]]
+        _decide(s, c, slot, "upstream_timeout", "waited for " + ", ".join(f"{p}@{slot}" for p in missing)
+                or "waited for its own slot", now, work)
+        expired += 1
+    _drain(s, work, now)
+    return {"ok": True, "expired": expired, "ignored": ignored}
+
+
+# ------------------------------------------------------------------ results
+def check_result(v: object) -> Any:
+    """A run's result as a complete carries it: at most result_bytes_max encoded, else None
+    (apply keeps it only when it fits; the worker checks first and says why)."""
+    if v is None:
+        return None
+    try:
+        size = len(msgpack.packb(v, use_bin_type=True))
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return v if size <= limits.result_bytes_max else None
+
+
+# ------------------------------------------------------------------ reads
+def waiting_for(s: SchedulerState, name: str, slot: int) -> list[Record]:
+    """What child ``name``'s slot waits for: each parent without a report, with its run's state."""
+    job = s.jobs.get(name)
+    if job is None or "after" not in job["spec"]:
+        return []
+    j = s.pipes.joins.get(name, {}).get(slot)
+    got = j["got"] if j is not None else {}
+    if job["spec"].get("match") == "latest":
+        got = s.pipes.latest.get(name, {})
+    out = []
+    for e in job["spec"]["after"]:
+        p = e["job"]
+        if p in got:
+            continue
+        r = s.runs.get(f"{p}@{slot}")
+        item: Record = {"job": p, "on": e["on"], "run": f"{p}@{slot}"}
+        if r is not None:
+            item["state"] = r["state"]
+            item["attempt"] = r.get("attempt")
+            pj = s.jobs.get(p)
+            if pj is not None:
+                item["max_attempts"] = pj["spec"]["retry"]["max_attempts"]
+        else:
+            item["state"] = "not_fired" if p in s.jobs else "missing"
+        out.append(item)
+    return out
+
+
+def graph(s: SchedulerState, name: str) -> Record | None:
+    """Job ``name``'s ancestors and descendants, transitively, with each edge's condition."""
+    if name not in s.jobs:
+        return None
+    edges: set[tuple[str, str, str]] = set()
+    up, todo = {name}, [name]
+    while todo:
+        j = todo.pop()
+        job = s.jobs.get(j)
+        for e in (job["spec"].get("after", ()) if job else ()):
+            edges.add((e["job"], j, e["on"]))
+            if e["job"] not in up:
+                up.add(e["job"])
+                todo.append(e["job"])
+    down, todo = {name}, [name]
+    while todo:
+        j = todo.pop()
+        for c in s.pipes.children.get(j, ()):
+            cj = s.jobs.get(c)
+            if cj is None:
+                continue
+            edges.add((j, c, _edge(cj, j)))
+            if c not in down:
+                down.add(c)
+                todo.append(c)
+    nodes = sorted(up | down)
+    return {"job": name, "parents": sorted(up - {name}), "children": sorted(down - {name}),
+            "nodes": [{"job": n, "kind": _kind(s, n)} for n in nodes],
+            "edges": [{"from": a, "to": b, "on": on} for a, b, on in sorted(edges)]}
+
+
+def _kind(s: SchedulerState, n: str) -> str:
+    job = s.jobs.get(n)
+    if job is None:
+        return "missing"
+    spec = job["spec"]
+    if "after" not in spec:
+        return "scheduled"
+    return "gated" if "schedule" in spec else "triggered"
+
+
+def slot_runs(s: SchedulerState, name: str, slot: int) -> list[Record]:
+    """The runs and records of slot ``slot`` across ``name``'s pipeline (its graph), with what
+    each waiting child waits for."""
+    g = graph(s, name)
+    if g is None:
+        return []
+    out = []
+    for node in g["nodes"]:
+        n = node["job"]
+        r = s.runs.get(f"{n}@{slot}")
+        if r is not None:
+            out.append(r)
+        elif n in s.jobs and "after" in s.jobs[n]["spec"]:
+            out.append({"id": f"{n}@{slot}", "job": n, "slot": slot, "state": "waiting",
+                        "waiting_for": waiting_for(s, n, slot)})
+    return out
