@@ -230,6 +230,7 @@ CONSTRUCTED = [
     (commands.drain_worker(T0, "r", worker="w"), commands.make("drain_worker", T0, "r", worker="w")),
     (commands.workers_seen(T0, node="n", workers=[]), commands.make("workers_seen", T0, None, node="n", workers=[])),
     (commands.forget_workers(T0, workers=[]), commands.make("forget_workers", T0, None, workers=[])),
+    (commands.join_expire(T0, joins=[]), commands.make("join_expire", T0, None, joins=[])),
 ]
 
 

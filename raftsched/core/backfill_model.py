@@ -17,7 +17,7 @@ BACKFILL_FIELDS = {"from", "to", "reprocess", "order", "max_concurrent", "rate_p
                    "overlap", "dry_run", "id"}
 DLQ_BULK_FIELDS = {"queue", "job", "error", "dead_from", "dead_to", "max_count", "max_concurrent", "rate_per_s",
                    "dry_run", "id"}
-TRIGGER_FIELDS = {"payload", "slot"}
+TRIGGER_FIELDS = {"payload", "slot", "propagate"}
 
 
 
@@ -166,11 +166,16 @@ def validate_dlq_bulk(body: object, action: str, now_ms: int) -> dict[str, Any]:
 
 
 def validate_trigger(body: object) -> dict[str, Any]:
-    """``POST /v1/jobs/{name}/trigger``'s optional body -> ``{"payload"? , "slot"? (ms)}``."""
+    """``POST /v1/jobs/{name}/trigger``'s optional body -> ``{"payload"? , "slot"? (ms), "propagate"?}``."""
     b = check_body(body, TRIGGER_FIELDS, empty_ok=True)
     out: dict[str, Any] = {}
     if "payload" in b:
         out["payload"] = check_payload(b["payload"])
     if b.get("slot") is not None:
         out["slot"] = schedule.parse_iso_ms(b["slot"], "slot")
+    if "propagate" in b:  # pipelines: the run's outcome reaches the job's children
+        if not isinstance(b["propagate"], bool):
+            raise InvalidSpec("must be true or false", field="propagate")
+        if b["propagate"]:
+            out["propagate"] = True
     return out

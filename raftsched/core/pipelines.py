@@ -642,6 +642,57 @@ def slot_runs(s: SchedulerState, name: str, slot: int) -> list[Record]:
         if r is not None:
             out.append(r)
         elif n in s.jobs and "after" in s.jobs[n]["spec"]:
-            out.append({"id": f"{n}@{slot}", "job": n, "slot": slot, "state": "waiting",
-                        "waiting_for": waiting_for(s, n, slot)})
+            on = waiting_for(s, n, slot)
+            out.append({"id": f"{n}@{slot}", "job": n, "slot": slot, "state": "waiting", "kind": "waiting",
+                        "waiting_on": on, "waiting_for": waiting_text(on)})
+    return out
+
+
+def waiting_text(items: list[Record]) -> str:
+    """``waiting for transform@2026-12-02T02:00:00Z (running, attempt 2 of 3), ...``"""
+    from .schedule import iso
+    parts = []
+    for it in items:
+        job, _, rest = it["run"].partition("@")
+        when = iso(int(rest)) if rest.isdigit() else rest
+        st = it["state"]
+        if st in ("queued", "running") and it.get("attempt") is not None:
+            st += f", attempt {it['attempt']} of {it.get('max_attempts', '?')}"
+        elif st == "not_fired":
+            st = "its slot has not fired"
+        parts.append(f"{job}@{when} ({st})")
+    return "waiting for " + ", ".join(parts) if parts else "waiting for its own slot"
+
+
+def pending(s: SchedulerState, name: str, n: int) -> list[Record]:
+    """Up to ``n`` of child ``name``'s slots waiting for their parents, oldest first, each with
+    what it waits for (explain)."""
+    out: list[Record] = []
+    for slot in sorted(s.pipes.joins.get(name, {}))[:n]:
+        on = waiting_for(s, name, slot)
+        out.append({"slot": slot, "run": f"{name}@{slot}", "waiting_on": on, "waiting_for": waiting_text(on)})
+    return out
+
+
+def parents_first(specs: dict[str, Record]) -> list[str]:
+    """The names of ``specs`` ordered so that every parent among them comes before its
+    children (``raftsched sync`` and a batch put them in this order), else as given."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for root in specs:
+        stack: list[tuple[str, bool]] = [(root, False)]
+        while stack:
+            n, expanded = stack.pop()
+            if expanded:
+                if n not in seen:
+                    seen.add(n)
+                    out.append(n)
+                continue
+            if n in seen:
+                continue
+            stack.append((n, True))
+            for e in reversed(specs[n].get("after", ())):
+                p = e["job"] if isinstance(e, dict) else e
+                if p in specs and p not in seen:
+                    stack.append((p, False))
     return out
