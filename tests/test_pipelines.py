@@ -1,0 +1,244 @@
+"""Pipelines in the core (core/pipelines.py, docs/pipelines.md): a child's run or record is made
+in the command that records its parents' final outcome, once, and no slot is silent. No clock,
+no network: commands applied to a replica as replication applies them."""
+from __future__ import annotations
+
+import pytest
+
+from raftsched.core import commands, limits, model
+from raftsched.core.errors import InvalidSpec
+
+from core_helpers import restored
+from pipeline_helpers import SEC, T0, apply, chain_state, finish, job_raw, lease, put, tick
+
+S1 = T0 + 10 * SEC  # the first slot of an every_s 10 job put at T0
+
+
+def states(s, *ids):
+    return {i: (s.runs[i]["state"], s.runs[i].get("reason")) if i in s.runs else None for i in ids}
+
+
+def by_job(grants):
+    return {g["job"]: g for g in grants}
+
+
+def test_a_chain_runs_slot_by_slot_with_the_parents_outcome_and_result():
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(after=["a"])), ("c", job_raw(after=["b"])))
+    tick(s, S1)
+    (ga,) = lease(s, S1)
+    assert lease(s, S1) == [] and "b@%d" % S1 not in s.runs  # nothing before a's outcome
+    finish(s, ga, S1 + 1, True, result={"rows": 3})
+    (gb,) = lease(s, S1 + 2)
+    assert gb["id"] == f"b@{S1}" and gb["slot"] == S1
+    assert gb["upstream"] == [{"job": "a", "run": f"a@{S1}", "outcome": "succeeded", "token": ga["token"],
+                               "result": {"rows": 3}}]
+    finish(s, gb, S1 + 3, True)
+    (gc,) = lease(s, S1 + 4)
+    assert gc["id"] == f"c@{S1}" and gc["upstream"][0]["run"] == f"b@{S1}"
+    assert restored(s).snapshot() == s.snapshot()
+
+
+def test_a_diamond_child_runs_once_after_both_parents():
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(after=["a"])), ("c", job_raw(after=["a"])),
+                    ("d", job_raw(after=["b", "c"])))
+    tick(s, S1)
+    finish(s, lease(s, S1)[0], S1, True)
+    g = by_job(lease(s, S1 + 1))
+    assert set(g) == {"b", "c"}
+    finish(s, g["b"], S1 + 2, True)
+    assert f"d@{S1}" not in s.runs and s.pipes.joins["d"][S1]["got"].keys() == {"b"}
+    finish(s, g["c"], S1 + 3, True)
+    (gd,) = lease(s, S1 + 4)
+    assert gd["id"] == f"d@{S1}" and [u["job"] for u in gd["upstream"]] == ["b", "c"]
+    assert s.pipes.joins == {}
+    assert [r for r in s.runs if r.startswith("d@")] == [f"d@{S1}"]
+
+
+def test_retries_are_not_final_and_a_dead_parent_records_its_children_naming_it():
+    s = chain_state(("a", job_raw(every_s=10, retries=2)), ("ok", job_raw(after=["a"])),
+                    ("onfail", job_raw(after=[{"job": "a", "on": "failure"}])),
+                    ("any", job_raw(after=[{"job": "a", "on": "finished"}])), ("grand", job_raw(after=["ok"])))
+    tick(s, S1)
+    finish(s, lease(s, S1)[0], S1, False)  # attempt 1 of 2 failed: a retry is pending
+    assert s.runs[f"a@{S1}"]["state"] == "queued" and not s.pipes.joins
+    assert all(f"{c}@{S1}" not in s.runs for c in ("ok", "onfail", "any"))
+    finish(s, lease(s, S1 + 1)[0], S1 + 1, False)  # dead
+    assert states(s, f"ok@{S1}", f"grand@{S1}") == {f"ok@{S1}": ("skipped", "upstream_failed"),
+                                                    f"grand@{S1}": ("skipped", "upstream_missed")}
+    assert f"a@{S1}" in s.runs[f"ok@{S1}"]["error"]
+    assert {g["job"] for g in lease(s, S1 + 2)} == {"onfail", "any"}
+
+
+def test_requeuing_a_dead_parent_rearms_its_children_transitively():
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(after=["a"])), ("c", job_raw(after=["b"])))
+    tick(s, S1)
+    finish(s, lease(s, S1)[0], S1, True)
+    gb = lease(s, S1 + 1)[0]
+    finish(s, gb, S1 + 2, False)
+    assert states(s, f"c@{S1}") == {f"c@{S1}": ("skipped", "upstream_failed")}
+    res = apply(s, commands.dlq_requeue(S1 + 3, None, run=f"b@{S1}"))
+    assert res["rearmed"] == [f"c@{S1}"] and f"c@{S1}" not in s.runs
+    finish(s, lease(s, S1 + 4)[0], S1 + 5, True)
+    (gc,) = lease(s, S1 + 6)
+    assert gc["id"] == f"c@{S1}" and gc["upstream"][0]["token"] == s.runs[f"b@{S1}"]["fencing_token"]
+    # Requeuing a child alone is allowed: it runs, its own children follow.
+    finish(s, gc, S1 + 7, False)
+    assert apply(s, commands.dlq_requeue(S1 + 8, None, run=f"c@{S1}"))["ok"]
+    assert lease(s, S1 + 9)[0]["id"] == f"c@{S1}"
+
+
+def test_a_stale_completion_triggers_nothing_and_a_retried_one_adds_nothing():
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(after=["a"])))
+    tick(s, S1)
+    ga = lease(s, S1)[0]
+    # The lease is lost (the worker paused) and granted again: the old token's success is refused.
+    apply(s, commands.expire(S1 + 1, runs=[[ga["id"], ga["token"], 0]], locks=[]))
+    ga2 = lease(s, S1 + 2)[0]
+    stale = apply(s, commands.complete_many(S1 + 3, None, results=[{"run": ga["id"], "token": ga["token"],
+                                                                    "success": True}], worker="w"))
+    assert not stale["results"][0]["ok"] and f"b@{S1}" not in s.runs
+    item = [{"run": ga2["id"], "token": ga2["token"], "success": True}]
+    assert apply(s, commands.complete_many(S1 + 4, "req-1", results=item, worker="w"))["results"][0]["ok"]
+    again = apply(s, commands.complete_many(S1 + 5, "req-1", results=item, worker="w"))
+    assert again["results"][0]["ok"]  # the same request, answered from its id
+    assert [r for r in s.runs if r.startswith("b@")] == [f"b@{S1}"]
+
+
+def test_a_manual_trigger_propagates_only_when_asked():
+    s = chain_state(("a", job_raw(every_s=3600)), ("b", job_raw(after=["a"])))
+    r1 = apply(s, commands.trigger_job(T0 + 1, None, name="a"))
+    finish(s, lease(s, T0 + 1)[0], T0 + 2, True)
+    assert not [r for r in s.runs if r.startswith("b@")]
+    apply(s, commands.trigger_job(T0 + 3, None, name="a", extra={"propagate": True}))
+    finish(s, lease(s, T0 + 3)[0], T0 + 4, True)
+    (gb,) = lease(s, T0 + 5)
+    assert gb["id"] == f"b@{T0 + 3}" and r1["run"] != gb["upstream"][0]["run"]
+
+
+def test_missed_parent_slots_are_recorded_in_the_child_never_silent():
+    s = chain_state(("a", job_raw(every_s=10, misfire={"policy": "skip", "grace_s": 0})),
+                    ("b", job_raw(after=["a"])), ("c", job_raw(after=["b"])))
+    tick(s, T0 + 45 * SEC)  # four slots missed, recorded as one range
+    rec = s.runs[f"a@{S1}"]
+    assert rec["state"] == "skipped" and rec.get("slot_to") == T0 + 40 * SEC
+    for child in ("b", "c"):
+        r = s.runs[f"{child}@{S1}"]
+        assert (r["state"], r["reason"], r["slot_to"], r["count"]) == ("skipped", "upstream_missed",
+                                                                      T0 + 40 * SEC, rec["count"])
+
+
+def test_a_gated_job_waits_for_its_parents_same_slot():
+    s = chain_state(("a", job_raw(every_s=10)), ("g", job_raw(every_s=10, after=["a"])))
+    tick(s, S1)
+    (ga,) = lease(s, S1)  # g's slot came too, but waits
+    assert f"g@{S1}" not in s.runs and s.pipes.joins["g"][S1]["own"] is True
+    finish(s, ga, S1 + 1, True)
+    (gg,) = lease(s, S1 + 2)
+    assert gg["id"] == f"g@{S1}"
+
+
+def test_match_latest_waits_for_a_success_since_the_child_last_ran():
+    s = chain_state(("a", job_raw(every_s=5)), ("g", job_raw(every_s=10, after=["a"], match="latest")))
+    tick(s, T0 + 5 * SEC)
+    finish(s, lease(s, T0 + 5 * SEC)[0], T0 + 6 * SEC, True)
+    tick(s, S1)
+    grants = by_job(lease(s, S1))
+    assert set(grants) == {"a", "g"} and grants["g"]["upstream"][0]["run"] == f"a@{T0 + 5 * SEC}"
+    finish(s, grants["a"], S1 + 1, False)  # a fails: the next g slot waits
+    tick(s, T0 + 20 * SEC)
+    assert {g["job"] for g in lease(s, T0 + 20 * SEC)} == {"a"}
+    assert f"g@{T0 + 20 * SEC}" not in s.runs
+
+
+def test_edges_are_checked_in_apply_cycles_and_unknown_parents_name_the_edge():
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(after=["a"])), ("c", job_raw(after=["b"])))
+    res = put(s, "a", job_raw(every_s=10, after=["c"]))
+    assert res["error"]["code"] == "invalid" and res["error"]["field"] == "after[0].job"
+    assert "cycle" in res["error"]["message"] and "a -> c" in res["error"]["message"]
+    res = put(s, "x", job_raw(after=["nope"]))
+    assert res["error"]["field"] == "after[0].job" and "nope -> x" in res["error"]["message"]
+    assert "x" not in s.jobs
+    with pytest.raises(InvalidSpec) as e:
+        model.validate_job("x", job_raw(after=["x"]))
+    assert e.value.field == "after[0].job"
+    with pytest.raises(InvalidSpec) as e:
+        model.validate_job("x", job_raw(after=[{"job": "a", "on": "maybe"}]))
+    assert e.value.field == "after[0].on"
+    with pytest.raises(InvalidSpec) as e:
+        model.validate_job("x", job_raw())  # neither schedule nor after
+    assert e.value.field == "schedule"
+
+
+def test_a_batch_may_name_parents_later_in_it():
+    s = chain_state()
+    items = []
+    for name, raw in (("c", job_raw(after=["b"])), ("b", job_raw(after=["a"])), ("a", job_raw(every_s=10))):
+        spec = model.validate_job(name, raw, T0)
+        nxt = T0 + 10 * SEC if "schedule" in spec else None
+        items.append({"name": name, "spec": spec, "next": nxt, "cursor": T0, "anchor": T0, "create_only": False})
+    assert apply(s, commands.put_jobs(T0, None, jobs=items))["ok"]
+    assert s.pipes.children == {"a": {"b": None}, "b": {"c": None}}
+    items[0]["spec"] = model.validate_job("c", job_raw(after=["zz"]), T0)
+    res = apply(s, commands.put_jobs(T0, None, jobs=items))
+    assert res["error"]["field"] == "after[0].job"
+
+
+def test_delete_with_dependents_is_a_conflict_unless_forced_then_they_record_dependency_missing():
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(every_s=10)), ("c", job_raw(after=["a", "b"])))
+    tick(s, S1)
+    g = by_job(lease(s, S1))
+    finish(s, g["b"], S1, True)  # c@S1 waits for a
+    res = apply(s, commands.delete_job(S1 + 1, None, name="a"))
+    assert res["error"]["code"] == "conflict" and res["error"]["dependents"] == ["c"]
+    assert apply(s, commands.delete_job(S1 + 2, None, name="a", force=True))["ok"]
+    assert states(s, f"c@{S1}") == {f"c@{S1}": ("skipped", "dependency_missing")}
+    # b's next outcome: c's slot is recorded at once, a is gone.
+    tick(s, T0 + 20 * SEC)
+    finish(s, lease(s, T0 + 20 * SEC)[0], T0 + 21 * SEC, True)
+    assert states(s, f"c@{T0 + 20 * SEC}")[f"c@{T0 + 20 * SEC}"] == ("skipped", "dependency_missing")
+    assert restored(s).snapshot() == s.snapshot()
+
+
+def test_slots_waiting_past_max_wait_are_recorded_upstream_timeout():
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(every_s=10)),
+                    ("c", job_raw(after=["a", "b"], max_wait_s=60)))
+    tick(s, S1)
+    finish(s, by_job(lease(s, S1))["a"], S1, True)
+    from raftsched.core import pipelines
+    assert pipelines.overdue(s, S1 + 59 * SEC, 10) == []
+    due = pipelines.overdue(s, S1 + 60 * SEC, 10)
+    assert due == [["c", S1, S1]]
+    assert apply(s, commands.join_expire(S1 + 60 * SEC, joins=due))["expired"] == 1
+    r = s.runs[f"c@{S1}"]
+    assert (r["state"], r["reason"]) == ("skipped", "upstream_timeout") and f"b@{S1}" in r["error"]
+    again = apply(s, commands.join_expire(S1 + 61 * SEC, joins=due))
+    assert again == {"ok": True, "expired": 0, "ignored": 1}
+
+
+@pytest.mark.parametrize("joins", [None, "x", [["c"]], [["c", "slot", 1]], [[1, 2, 3]],
+                                   [["c", 1, 1]] * (limits.expire_items_max + 1)])
+def test_a_malformed_join_expire_is_refused_and_changes_nothing(joins):
+    s = chain_state(("a", job_raw(every_s=10)), ("c", job_raw(after=["a"])))
+    before = s.snapshot()
+    res = apply(s, commands.make("join_expire", T0, None, joins=joins))
+    assert not res["ok"] and res["error"]["code"] == "invalid_command"
+    s.applied -= 1
+    assert s.snapshot() == before
+
+
+@pytest.mark.parametrize("spec_patch", [{"after": "a"}, {"after": [{"job": 1, "on": "success"}]},
+                                        {"after": [{"job": "a", "on": "sometimes"}]}, {"match": "never"}])
+def test_a_malformed_stored_after_is_refused_in_apply(spec_patch):
+    s = chain_state(("a", job_raw(every_s=10)))
+    spec = model.validate_job("c", job_raw(after=["a"]))
+    spec.update(spec_patch)
+    res = apply(s, commands.put_job(T0, None, name="c", spec=spec, next=None, cursor=T0, anchor=T0,
+                                    create_only=False))
+    assert res["error"]["code"] == "invalid_command" and "c" not in s.jobs
+
+
+def test_a_result_too_large_is_not_kept():
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(after=["a"])))
+    tick(s, S1)
+    finish(s, lease(s, S1)[0], S1, True, result="x" * (limits.result_bytes_max + 1))
+    assert lease(s, S1 + 1)[0]["upstream"][0]["result"] is None
