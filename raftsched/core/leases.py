@@ -308,7 +308,7 @@ def apply_heartbeat(s: SchedulerState, cmd: Command, now: int) -> Result:
 def apply_complete(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``complete {run, token, success, error?, output?, result?}``: the outcome of the run's current
     attempt (error and output bounded to their last characters; a ``result`` is kept with a
-    success when it fits result_bytes_max, and handed to the run's children: pipelines). A success ends the run; a
+    success when it fits result_bytes_max and the job has children, to be handed to them: pipelines). A success ends the run; a
     failure retries it after its backoff or sends it to the DLQ (``finish_attempt``).
 
     :raises InvalidCommand: run, token or success missing. :raises NotFound: no such run.
@@ -326,8 +326,8 @@ def apply_complete(s: SchedulerState, cmd: Command, now: int) -> Result:
         )
     error = bound_text(cmd.get("error"), limits.error_chars_max)
     output = bound_text(cmd.get("output"), limits.output_bytes_max)
-    if success and cmd.get("result") is not None:
-        run["result"] = pipelines.check_result(cmd["result"])
+    if success and cmd.get("result") is not None and run["job"] in s.pipes.children:
+        run["result"] = pipelines.check_result(cmd["result"])  # kept for its children only
     finish_attempt(s, run, now, success, error, output)
     return {"ok": True, "run": rid, "state": run["state"], "attempt": run["attempt"]}
 
@@ -386,9 +386,9 @@ def apply_complete_many(s: SchedulerState, cmd: Command, now: int) -> Result:
                 output = bound_text(output, limits.output_bytes_max)
             close_attempt(s, run, now, True, error, output)
             run["state"] = "succeeded"
-            if "result" in it:
-                run["result"] = pipelines.check_result(it["result"])
             if run["job"] in s.pipes.children:
+                if it.get("result") is not None:  # kept for its children only
+                    run["result"] = pipelines.check_result(it["result"])
                 pipelines.notify(s, run, now)
             out.append({"ok": True, "run": rid, "state": "succeeded", "attempt": run["attempt"]})
             continue

@@ -349,6 +349,8 @@ class _PythonRun:
 
     def _finish(self, value: tuple) -> None:
         self._settle()
+        if value[0] == "ok":  # handed to the run's children (pipelines), when it is JSON of 4 KiB or less
+            self.ctx.result = value[1]
         try:
             result = _python_result(value)
         except Exception as e:  # the contract is an Outcome, whatever went wrong in here
