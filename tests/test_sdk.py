@@ -70,6 +70,12 @@ CASES = {
                 {"schedule": BASE, "misfire": SKIP, "secrets": {"API_KEY": "from-the-environment"}}),
     "keep_output": ({"every_s": 60, "misfire": "skip", "keep_output": False},
                     {"schedule": BASE, "misfire": SKIP, "keep_output": False}),
+    # pipelines: a job with after and no schedule is triggered by its parents
+    "after": ({"after": ["extract"], "misfire": "skip"}, {"misfire": SKIP, "after": ["extract"]}),
+    "match": ({"every_s": 60, "misfire": "skip", "after": ["extract"], "match": "latest"},
+              {"schedule": BASE, "misfire": SKIP, "after": ["extract"], "match": "latest"}),
+    "max_wait_s": ({"after": ["extract"], "misfire": "skip", "max_wait_s": 600},
+                   {"misfire": SKIP, "after": ["extract"], "max_wait_s": 600}),
 }
 
 

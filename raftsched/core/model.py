@@ -284,6 +284,9 @@ def validate_misfire(raw: object) -> Record:
     }
 
 
+#: The misfire block a triggered job (pipelines) that gives none has: it has no slot of its own.
+_TRIGGERED_MISFIRE = {"policy": "skip"}
+
 #: The retry block of a spec that has none (checked against validate_retry at import).
 RETRY_DEFAULT = {"max_attempts": 1, "backoff_s": 1, "backoff_multiplier": 2, "backoff_max_s": 300, "jitter": 0.1}
 
@@ -475,7 +478,8 @@ def validate_job(name: str, raw: object, now_ms: int | None = None) -> Record:
         "payload": raw.get("payload", {}),
         "timeout_s": (_int(raw["timeout_s"], "timeout_s", 1, limits.timeout_s_max)
                       if "timeout_s" in raw else limits.timeout_s_default),
-        "misfire": validate_misfire(raw.get("misfire")),
+        # A triggered job (after, no schedule) has no slots of its own to miss: skip, unless given.
+        "misfire": validate_misfire(raw.get("misfire", None if "schedule" in raw else _TRIGGERED_MISFIRE)),
         "retry": validate_retry(raw.get("retry")),
         "queue": (check_name(raw["queue"], "queue", limits.queue_name_chars_max)
                   if "queue" in raw else "default"),
