@@ -8,7 +8,7 @@ import json
 from raftsched.core import pipelines, schedule
 from raftsched.sdk import App
 
-from test_api import AUTH, err, put, run
+from test_api import err, put, run
 
 EX = {"type": "shell", "argv": ["true"]}
 A = {"schedule": {"every_s": 10}, "executor": EX, "misfire": {"policy": "fire_all"}}
@@ -122,3 +122,21 @@ def test_the_sdk_declares_after_and_orders_parents_first():
                               "upstream": [{"job": "transform", "result": {"x": 1}}]})
     assert handler(ctx) == [{"job": "transform", "result": {"x": 1}}]
     assert "RAFTSCHED_UPSTREAM" in ctx.env()
+
+
+def test_the_cli_graph_prints_one_line_an_edge(capsys):
+    from argparse import Namespace
+
+    from raftsched.cli import _graph
+
+    class Fake:
+        def graph(self, name):
+            return {"job": name, "parents": ["a"], "children": ["c"],
+                    "nodes": [{"job": "a", "kind": "scheduled"}, {"job": "b", "kind": "triggered"},
+                              {"job": "c", "kind": "gated"}],
+                    "edges": [{"from": "a", "to": "b", "on": "success"}, {"from": "b", "to": "c", "on": "finished"}]}
+
+    assert _graph(Namespace(name="b", json=False), Fake()) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["b (triggered): 1 upstream, 1 downstream", "  a -> [b]  (on success; b is triggered)",
+                   "  [b] -> c  (on finished; c is gated)"]

@@ -41,6 +41,7 @@ CALLS = [
     (("GET", "/v1/jobs/{name}"), "get_job", ("a",)),
     (("GET", "/v1/jobs"), "list_jobs", (), {"labels": {"raftsched.app": "x"}}),
     (("GET", "/v1/jobs/{name}/runs"), "runs", ("a",)),
+    (("GET", "/v1/jobs/{name}/graph"), "graph", ("a",)),
     (("GET", "/v1/jobs/{name}/preview"), "preview", ("a", 3)),
     (("POST", "/v1/preview"), "preview_spec", (PAUSED_SPEC, 2)),
     (("POST", "/v1/jobs/{name}/explain"), "explain", ("a", "2027-01-15T08:00:00Z", "2027-01-15T08:01:00Z")),
