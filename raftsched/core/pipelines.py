@@ -648,6 +648,19 @@ def slot_runs(s: SchedulerState, name: str, slot: int) -> list[Record]:
     return out
 
 
+def waiting_run(s: SchedulerState, run_id: str) -> Record | None:
+    """The view of a child's run that does not exist yet (``report@<slot ms>`` of a job with
+    ``after``): what it waits for; None when the id names no such job or slot."""
+    name, _, rest = run_id.partition("@")
+    job = s.jobs.get(name)
+    if job is None or "after" not in job["spec"] or not rest.isdigit() or len(rest) > 19:
+        return None
+    slot = int(rest)
+    on = waiting_for(s, name, slot)
+    return {"id": run_id, "job": name, "slot": slot, "state": "waiting", "kind": "waiting",
+            "waiting_on": on, "waiting_for": waiting_text(on)}
+
+
 def waiting_text(items: list[Record]) -> str:
     """``waiting for transform@2026-12-02T02:00:00Z (running, attempt 2 of 3), ...``"""
     from .schedule import iso

@@ -402,7 +402,10 @@ class Service:
     async def dlq_requeue(self, run_id: str, rid: str | None) -> dict:
         model.check_run_id(run_id)
         res = await self.propose(commands.dlq_requeue(self.clock.now_ms(), rid or new_request_id(), run=run_id))
-        return self._out(res, {"run": run_id, "state": res["state"], "attempt": res["attempt"]})
+        out = {"run": run_id, "state": res["state"], "attempt": res["attempt"]}
+        if res.get("rearmed"):  # pipelines: the children's slots that wait for it again
+            out["rearmed"] = res["rearmed"]
+        return self._out(res, out)
 
     async def dlq_delete(self, run_id: str, rid: str | None) -> dict:
         model.check_run_id(run_id)
@@ -549,6 +552,9 @@ class Service:
 
     def get_run(self, run_id: str) -> dict:
         run = self.read(queries.run, run_id)
+        if run is None:
+            # pipelines: a child's run its parents have not made yet says what it waits for
+            run = self.read(pipelines.waiting_run, run_id)
         if run is None:
             raise NotFound(f"no run {run_id!r}", field="run")
         return self._views([run])[0]
