@@ -174,6 +174,10 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
         for slot, r in items:
             if r is None:
                 rid = f"{name}@{slot}"
+                if "after" in spec:  # gated (pipelines): the slot waits for its parents
+                    pipelines.own_slot(s, job, slot, now)
+                    fired += 1
+                    continue
                 blocked = overlap(s, job, rid, now)
                 if blocked is not None:
                     # The slot is handled (the cursor passes it) but becomes a record.
@@ -183,10 +187,6 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
                     recorded += 1
                     if name in s.pipes.children:
                         pipelines.notify(s, s.runs[rid], now)
-                    continue
-                if "after" in spec:  # gated (pipelines): the slot waits for its parents
-                    pipelines.own_slot(s, job, slot, now)
-                    fired += 1
                     continue
                 new_run(s, job, slot, now, rid, "scheduled")
                 fired += 1
@@ -343,6 +343,8 @@ def record(s: SchedulerState, job: Record, recs: list[list[Any]], now: int) -> i
         if hi != lo or count != 1:
             entry["slot_to"] = hi
             entry["count"] = count
+        if "after" in job["spec"]:  # a gated job's own slots recorded: they wait for nothing more
+            pipelines.drop_joins(s, job["name"], lo, hi)
         add_entry(s, job, entry)
         job["stats"][RECORDED] += 1 if count is None else count
         n += 1

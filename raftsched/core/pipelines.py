@@ -325,6 +325,10 @@ def _offer(s: SchedulerState, child: Record, parent: str, slot: int, info: list[
         return
     joins = s.pipes.joins.setdefault(c, {})
     j = joins.get(slot)
+    if j is None and _in_range_record(s, c, slot):
+        if not joins:
+            del s.pipes.joins[c]
+        return  # decided by a recorded range (a parent's missed slots, or its own)
     if j is None:
         if len(joins) >= limits.joins_per_child_max:
             oldest = min(joins)
@@ -344,8 +348,11 @@ def _offer_range(s: SchedulerState, child: Record, parent: str, lo: int, hi: int
     if child["spec"].get("match") == "latest":
         return
     why = f"{parent}@{lo}..{hi} was recorded {rec['state']} ({rec.get('reason')})"
-    for slot in sorted(k for k in s.pipes.joins.get(c, {}) if lo <= k <= hi):
+    gated = "schedule" in child["spec"]
+    for slot in sorted(k for k, j in s.pipes.joins.get(c, {}).items() if lo <= k <= hi and (j["own"] or not gated)):
         _decide(s, c, slot, "upstream_missed", why, now, work)
+    if gated:
+        return  # its own slots in the range find the parent's record when they come (_final_of)
     rid = f"{c}@{lo}"
     if rid in s.runs:
         return
@@ -356,20 +363,47 @@ def _offer_range(s: SchedulerState, child: Record, parent: str, lo: int, hi: int
     work.append((entry, now))
 
 
+def _in_range_record(s: SchedulerState, c: str, slot: int) -> bool:
+    """Whether a recorded range of ``c``'s history covers ``slot`` (a scan of its history: only
+    when a new join would be made)."""
+    runs = s.runs
+    for rid in s.history.get(c, ()):
+        r = runs[rid]
+        if "slot_to" in r and r["slot"] <= slot <= r["slot_to"]:
+            return True
+    return False
+
+
+def drop_joins(s: SchedulerState, c: str, lo: int, hi: int) -> None:
+    """A gated job's own slots in [lo, hi] were recorded (a misfire, a pause): their joins go."""
+    joins = s.pipes.joins.get(c)
+    if not joins:
+        return
+    for slot in [k for k in joins if lo <= k <= hi]:
+        del joins[slot]
+    if not joins:
+        del s.pipes.joins[c]
+
+
 def _check(s: SchedulerState, child: Record, slot: int, now: int, work: list[tuple[Record, int]]) -> None:
-    """Decide child's slot when its join is complete or can no longer complete."""
+    """Decide child's slot when its join is complete or can no longer complete. A gated child's
+    slot is decided at its own slot only (before it, nothing of its own exists to record)."""
     c = child["name"]
     j = s.pipes.joins[c][slot]
+    if "schedule" in child["spec"] and not j["own"]:
+        return  # gated: its own slot has not come yet
     got = j["got"]
-    waiting = []
+    waiting = False
     for e in child["spec"]["after"]:
         p = e["job"]
         info = got.get(p)
+        if info is None and "schedule" in child["spec"]:
+            info = _final_of(s, p, slot)  # reported before the own slot came (a range, say)
         if info is None:
             if p not in s.jobs:
                 _decide(s, c, slot, "dependency_missing", f"parent {p} does not exist", now, work)
                 return
-            waiting.append(p)
+            waiting = True
             continue
         ok = _satisfies(info[0], e["on"])
         if ok is None:
@@ -379,11 +413,24 @@ def _check(s: SchedulerState, child: Record, slot: int, now: int, work: list[tup
             _decide(s, c, slot, "upstream_failed", f"{info[1]} ended {info[0]}; the edge asks for {e['on']}",
                     now, work)
             return
-    if waiting:
-        return
-    if "schedule" in child["spec"] and not j["own"]:
-        return  # gated: its own slot has not come yet
-    _make_run(s, child, slot, j, now)
+    if not waiting:
+        _make_run(s, child, slot, j, now)
+
+
+def _final_of(s: SchedulerState, p: str, slot: int) -> list[Any] | None:
+    """Parent ``p``'s final outcome for ``slot`` from its history (its run, or a recorded range
+    over the slot), as a report; None when it has none yet."""
+    r = s.runs.get(f"{p}@{slot}")
+    if r is None:
+        runs = s.runs
+        for rid in s.history.get(p, ()):
+            x = runs[rid]
+            if "slot_to" in x and x["slot"] <= slot <= x["slot_to"]:
+                r = x
+                break
+    if r is None or r["state"] in ("queued", "running") or not propagates(r):
+        return None
+    return [r["state"], r["id"], r.get("fencing_token"), r.get("result")]
 
 
 def _make_run(s: SchedulerState, child: Record, slot: int, j: Record, now: int) -> None:
@@ -414,14 +461,16 @@ def upstream_of(got: dict[str, list[Any]]) -> list[Record]:
 
 def _decide(s: SchedulerState, c: str, slot: int, reason: str, why: str, now: int,
             work: list[tuple[Record, int]]) -> None:
-    """Record child ``c``'s slot ``slot`` skipped for ``reason`` (its join goes), and cascade."""
+    """Record child ``c``'s slot ``slot`` skipped for ``reason`` (its join goes), and cascade.
+    A gated child's join whose own slot has not come is only dropped: the slot is not one of
+    the child's (yet), and its own slot records itself when it comes."""
     joins = s.pipes.joins.get(c, {})
     j = joins.pop(slot, None)
     if not joins:
         s.pipes.joins.pop(c, None)
     child = s.jobs.get(c)
     rid = f"{c}@{slot}"
-    if child is None or rid in s.runs:
+    if child is None or rid in s.runs or ("schedule" in child["spec"] and not (j is not None and j["own"])):
         return
     entry = {"id": rid, "job": c, "slot": slot, "state": "skipped", "reason": reason, "kind": "recorded",
              "fired_at": now, "error": why, "upstream": dict(j["got"]) if j else {}}
@@ -452,7 +501,7 @@ def own_slot(s: SchedulerState, job: Record, slot: int, now: int) -> None:
     """A gated job's slot fell due (fire): it becomes a run when the parents allow, else it
     waits in a join (or is recorded, when they never will)."""
     c = job["name"]
-    if f"{c}@{slot}" in s.runs:
+    if f"{c}@{slot}" in s.runs or (slot not in s.pipes.joins.get(c, {}) and _in_range_record(s, c, slot)):
         return  # decided already (its parents' outcome recorded it before its own slot came)
     joins = s.pipes.joins.setdefault(c, {})
     work: list[tuple[Record, int]] = []
@@ -474,28 +523,35 @@ def own_slot(s: SchedulerState, job: Record, slot: int, now: int) -> None:
 # ------------------------------------------------------------------ re-drive, timeouts
 def rearm(s: SchedulerState, run: Record, now: int) -> list[str]:
     """A dead ``run`` was requeued: take back the records its outcome caused in its children
-    (transitively), their joins restored without it. :returns: the re-armed ids."""
+    (transitively), their joins restored without the reports of the jobs taken back (they will
+    report again). :returns: the re-armed ids."""
     out: list[str] = []
-    todo = [(run["job"], run["slot"])]
+    slot = run["slot"]
+    again = {run["job"]}  # the jobs whose outcome for the slot is to come again
+    todo = [run["job"]]
     while todo:
-        parent, slot = todo.pop()
+        parent = todo.pop()
         for c in list(s.pipes.children.get(parent, ())):
             rid = f"{c}@{slot}"
             rec = s.runs.get(rid)
             if rec is None or rec.get("kind") != "recorded" or rec.get("reason") not in UPSTREAM_REASONS \
-                    or "upstream" not in rec or "slot_to" in rec:
-                continue
-            child = s.jobs.get(c)
-            if child is None:
+                    or "upstream" not in rec or "slot_to" in rec or s.jobs.get(c) is None:
                 continue
             s.runs.pop(rid, None)
             hist = s.history.get(c)
             if hist is not None and rid in hist:
                 hist.remove(rid)
-            got = {p: v for p, v in rec["upstream"].items() if p != parent}
-            s.pipes.joins.setdefault(c, {})[slot] = {"got": got, "own": bool(rec.get("own")), "since": now}
+            s.pipes.joins.setdefault(c, {})[slot] = {"got": dict(rec["upstream"]), "own": bool(rec.get("own")),
+                                                     "since": now}
             out.append(rid)
-            todo.append((c, slot))
+            again.add(c)
+            todo.append(c)
+    # No join of the slot keeps a report of a job taken back: it would decide with a stale one.
+    for p in again:
+        for c in s.pipes.children.get(p, ()):
+            j = s.pipes.joins.get(c, {}).get(slot)
+            if j is not None:
+                j["got"] = {k: v for k, v in j["got"].items() if k not in again}
     return out
 
 
