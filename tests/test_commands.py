@@ -231,6 +231,7 @@ CONSTRUCTED = [
     (commands.workers_seen(T0, node="n", workers=[]), commands.make("workers_seen", T0, None, node="n", workers=[])),
     (commands.forget_workers(T0, workers=[]), commands.make("forget_workers", T0, None, workers=[])),
     (commands.join_expire(T0, joins=[]), commands.make("join_expire", T0, None, joins=[])),
+    (commands.fanout_step(T0, key="k", after=None), commands.make("fanout_step", T0, None, key="k", after=None)),
 ]
 
 

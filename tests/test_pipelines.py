@@ -242,3 +242,21 @@ def test_a_result_too_large_is_not_kept():
     tick(s, S1)
     finish(s, lease(s, S1)[0], S1, True, result="x" * (limits.result_bytes_max + 1))
     assert lease(s, S1 + 1)[0]["upstream"][0]["result"] is None
+
+
+def test_a_fan_out_beyond_one_commands_bound_goes_on_in_bounded_steps(monkeypatch):
+    from raftsched.core import pipelines
+    monkeypatch.setattr(limits, "fanout_per_command", 2)
+    s = chain_state(("a", job_raw(every_s=10)), *((f"c{i}", job_raw(after=["a"])) for i in range(5)))
+    tick(s, S1)
+    finish(s, lease(s, S1)[0], S1, True)
+    assert sorted(r for r in s.runs if r.startswith("c")) == [f"c0@{S1}", f"c1@{S1}"]
+    assert pipelines.pending_fanout(s, 10) == [["0000000000000001", "c1"]]
+    assert restored(s).snapshot() == s.snapshot()  # the rest is in the state, not in a leader's memory
+    step = commands.fanout_step(S1 + 1, key="0000000000000001", after="c1")
+    assert apply(s, step)["ok"]
+    assert apply(s, step) == {"ok": True, "ignored": True}  # a new leader repeating it adds nothing
+    (key, after), = pipelines.pending_fanout(s, 10)
+    assert apply(s, commands.fanout_step(S1 + 2, key=key, after=after))["pending"] == 0
+    assert sorted(r for r in s.runs if r.startswith("c")) == [f"c{i}@{S1}" for i in range(5)]
+    assert apply(s, commands.make("fanout_step", S1, None, key=1, after=None))["error"]["code"] == "invalid_command"

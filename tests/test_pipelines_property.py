@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from raftsched.core import commands, model
+from raftsched.core import commands, limits, model
 from raftsched.core.state import SchedulerState
 
 from core_helpers import put_cmd
@@ -105,6 +105,13 @@ class Run:
             self.now += 1
             assert self.apply(commands.complete_many(self.now, None, results=items, worker="w"))["ok"]
 
+    def fanouts(self) -> None:
+        """What the leader's trigger does each tick: the deferred fan-outs' next steps."""
+        from raftsched.core import pipelines
+        for key, after in pipelines.pending_fanout(self.s, 100):
+            self.now += 1
+            assert self.apply(commands.fanout_step(self.now, key=key, after=after))["ok"]
+
     def requeue(self, k: int, requeuable: set[str]) -> None:
         dead = sorted(r for r, run in self.s.runs.items() if run["state"] == "dead" and run["job"] in requeuable)
         if dead:
@@ -129,8 +136,17 @@ def satisfies(state: str, on: str) -> bool:
 
 
 @settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(dag=dags(), steps=actions)
-def test_children_run_once_iff_their_parents_allow_and_no_slot_is_silent(dag, steps):
+@given(dag=dags(), steps=actions, fanout=st.sampled_from([1, 2, limits.fanout_per_command]))
+def test_children_run_once_iff_their_parents_allow_and_no_slot_is_silent(dag, steps, fanout):
+    was = limits.fanout_per_command
+    limits.fanout_per_command = fanout  # 1, 2: every fan-out and cascade goes on in steps
+    try:
+        check_dag(dag, steps)
+    finally:
+        limits.fanout_per_command = was
+
+
+def check_dag(dag, steps):
     r = Run()
     for name, raw in dag:
         r.put(name, raw)
@@ -149,10 +165,13 @@ def test_children_run_once_iff_their_parents_allow_and_no_slot_is_silent(dag, st
             r.work(arg)
         else:
             r.requeue(arg, requeuable)
+        if k % 2:
+            r.fanouts()  # a tick of the leader's (some actions go on before it comes)
         if k == len(steps) // 2:
             half = (r.s.snapshot(), len(r.log))
-    for _ in range(40):  # settle: every run ends (successes), children made along the way
-        if not any(run["state"] in RUNNING for run in r.s.runs.values()):
+    for _ in range(60):  # settle: every run ends (successes), children made along the way
+        r.fanouts()
+        if not any(run["state"] in RUNNING for run in r.s.runs.values()) and not r.s.pipes.fanout:
             break
         r.work([True])
     s = r.s

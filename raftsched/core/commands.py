@@ -64,6 +64,7 @@ OPS = (
     "put_tenant_policy",  # a tenant's executor types, required placement labels and networks
     # Pipelines (core/pipelines.py)
     "join_expire",  # the leader's sweep of children's slots waiting past their max_wait_s
+    "fanout_step",  # the leader's next part of a fan-out too large for one command
 )
 
 
@@ -163,6 +164,11 @@ def resume_job(now: int, rid: str | None, *, name: str, catch_up: bool, plan: Fi
 def trigger_job(now: int, rid: str | None, *, name: str, extra: Fields | None = None) -> Command:
     """``extra``: a slot, a payload and/or propagate (core.backfill_model.validate_trigger)."""
     return make("trigger_job", now, rid, name=name, **(extra or {}))
+
+
+def fanout_step(now: int, *, key: str, after: str | None) -> Command:
+    """``key``, ``after``: a deferred fan-out (core.pipelines.pending_fanout)."""
+    return make("fanout_step", now, None, key=key, after=after)
 
 
 def join_expire(now: int, *, joins: list[Any]) -> Command:

@@ -26,6 +26,7 @@ A job without ``after`` and without children costs one dict look-up per final ou
 """
 from __future__ import annotations
 
+import bisect
 from typing import TYPE_CHECKING, Any
 
 import msgpack
@@ -175,7 +176,7 @@ class Pipes:
     """The pipeline section of the state: ``joins`` and ``latest`` (replicated), ``children``
     (derived)."""
 
-    __slots__ = ("joins", "latest", "children")
+    __slots__ = ("joins", "latest", "children", "fanout", "seq")
 
     def __init__(self) -> None:
         #: child -> slot -> {"got": {parent: [state, run id, token, result]}, "own": bool, "since": ms}
@@ -184,13 +185,17 @@ class Pipes:
         self.latest: dict[str, dict[str, list[Any]]] = {}
         #: parent -> {child: None} (derived from the jobs' ``after``)
         self.children: dict[str, dict[str, None]] = {}
+        #: deferred fan-outs: key (``seq``, zero-padded) -> {"src": the outcome, "after": last child offered}
+        self.fanout: dict[str, Record] = {}
+        self.seq = 0
 
 
 def _encode(p: Pipes) -> Any:
-    if not p.joins and not p.latest:
+    if not p.joins and not p.latest and not p.fanout and not p.seq:
         return None
     return {"joins": [[c, [[slot, j[slot]] for slot in sorted(j)]] for c, j in sorted(p.joins.items())],
-            "latest": [[c, [[k, v[k]] for k in sorted(v)]] for c, v in sorted(p.latest.items())]}
+            "latest": [[c, [[k, v[k]] for k in sorted(v)]] for c, v in sorted(p.latest.items())],
+            "fanout": [[k, p.fanout[k]] for k in sorted(p.fanout)], "seq": p.seq}
 
 
 def _decode(data: Any) -> Pipes:
@@ -199,6 +204,9 @@ def _decode(data: Any) -> Pipes:
         p.joins[c] = {slot: j for slot, j in items}
     for c, items in data.get("latest", ()):
         p.latest[c] = {k: v for k, v in items}
+    for k, v in data.get("fanout", ()):
+        p.fanout[k] = v
+    p.seq = data.get("seq", 0)
     return p
 
 
@@ -269,25 +277,76 @@ def notify(s: SchedulerState, run: Record, now: int) -> None:
     _drain(s, work, now)
 
 
-def _drain(s: SchedulerState, work: list[tuple[Record, int]], now: int) -> None:
-    # A worklist, not recursion: a record cascades down the graph (depth bounded by the jobs).
+#: The fields of a run a deferred fan-out keeps (a pending item of ``Pipes.fanout``).
+_SOURCE_FIELDS = ("job", "id", "slot", "slot_to", "state", "reason", "count", "fencing_token", "result")
+
+
+def _drain(s: SchedulerState, work: list[tuple[Record, int]], now: int, budget: list[int] | None = None) -> None:
+    """Offer each final outcome in ``work`` to its job's children, and cascade what that
+    records. A worklist, not recursion (depth bounded by the jobs). One command offers at most
+    fanout_per_command children: the rest is kept in the state (``Pipes.fanout``), in the same
+    command, and the leader's ``fanout_step`` commands go on from there (docs/pipelines.md,
+    "Fan-out")."""
+    if budget is None:
+        budget = [limits.fanout_per_command]
     while work:
         run, _ = work.pop()
-        kids = s.pipes.children.get(run["job"])
-        if not kids:
+        if run["job"] not in s.pipes.children:
             continue
-        state = run["state"]
-        lo = run["slot"]
-        hi = run["slot_to"] if "slot_to" in run else lo
-        info = [state, run["id"], run.get("fencing_token"), run.get("result")]
-        for c in list(kids):
-            child = s.jobs.get(c)
-            if child is None:
-                continue
-            if lo != hi:
-                _offer_range(s, child, run["job"], lo, hi, run, now, work)
-            else:
-                _offer(s, child, run["job"], lo, info, now, work)
+        _fan(s, {k: run[k] for k in _SOURCE_FIELDS if k in run}, None, now, work, budget)
+
+
+def _fan(s: SchedulerState, src: Record, after: str | None, now: int, work: list[tuple[Record, int]],
+         budget: list[int]) -> None:
+    kids = s.pipes.children.get(src["job"])
+    if not kids:
+        return
+    names = sorted(kids)  # the same order on every replica, restored or not
+    if after is not None:
+        names = names[bisect.bisect_right(names, after):]
+    lo = src["slot"]
+    hi = src["slot_to"] if "slot_to" in src else lo
+    info = [src["state"], src["id"], src.get("fencing_token"), src.get("result")]
+    for c in names:
+        if budget[0] <= 0:
+            s.pipes.seq += 1
+            s.pipes.fanout[f"{s.pipes.seq:016d}"] = {"src": src, "after": after}
+            return
+        budget[0] -= 1
+        after = c
+        child = s.jobs.get(c)
+        if child is None:
+            continue
+        if lo != hi:
+            _offer_range(s, child, src["job"], lo, hi, src, now, work)
+        else:
+            _offer(s, child, src["job"], lo, info, now, work)
+
+
+def pending_fanout(s: SchedulerState, n: int) -> list[list[Any]]:
+    """The leader's read: up to ``n`` deferred fan-outs, ``[key, after]``, oldest first."""
+    return [[k, s.pipes.fanout[k]["after"]] for k in sorted(s.pipes.fanout)[:n]]
+
+
+def apply_fanout_step(s: SchedulerState, cmd: Record, now: int) -> Record:
+    """``fanout_step {key, after}``: the leader's next part of a deferred fan-out (``_drain``):
+    up to fanout_per_command more children of the outcome it keeps, from the child after
+    ``after`` on. Applied only while the item is still at ``after`` (a step repeated by a new
+    leader is ``ignored``).
+
+    :raises InvalidCommand: key not a string, after not a string or nil."""
+    key, after = cmd.get("key"), cmd.get("after")
+    if not isinstance(key, str) or not (after is None or isinstance(after, str)):
+        raise InvalidCommand("fanout_step needs key and after")
+    item = s.pipes.fanout.get(key)
+    if item is None or item["after"] != after:
+        return {"ok": True, "ignored": True}
+    del s.pipes.fanout[key]
+    work: list[tuple[Record, int]] = []
+    budget = [limits.fanout_per_command]
+    _fan(s, item["src"], after, now, work, budget)
+    _drain(s, work, now, budget)
+    return {"ok": True, "pending": len(s.pipes.fanout)}
 
 
 def _edge(child: Record, parent: str) -> str:

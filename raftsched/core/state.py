@@ -52,7 +52,7 @@ from .workers import (
 from .tokens import apply_token_create, apply_token_revoke
 from .seal_keys import apply_reseal
 from .events import Outbox
-from .pipelines import Pipes, apply_join_expire
+from .pipelines import Pipes, apply_fanout_step, apply_join_expire
 
 
 def apply_noop(s: SchedulerState, cmd: Command, now: int) -> Result:
@@ -104,6 +104,7 @@ HANDLERS: dict[str, Handler] = {
     "reseal": apply_reseal,
     "put_tenant_policy": apply_put_tenant_policy,
     "join_expire": apply_join_expire,
+    "fanout_step": apply_fanout_step,
 }
 # The codec refuses an op with no handler; a handler for an op the codec refuses would never run.
 assert tuple(HANDLERS) == commands.OPS, "commands.OPS and state.HANDLERS must list the same ops"

@@ -198,6 +198,7 @@ class Trigger:
         now = self.clock.now_ms()
         await self.reap(now)
         await self.expire_joins(now)
+        await self.step_fanouts(now)
         ahead = self.fire_ahead_ms
         span = ahead + limits.fire_ahead_span_ms if ahead > 0 else 0  # a trigger that fires at the slot plans no span
         jobs = self.raft.read(due.pop_due, now, node_limits.jobs_per_tick_max, ahead)
@@ -332,6 +333,17 @@ class Trigger:
                 self.leases_expired += len(res.get("expired") or [])
         except RaftschedError as e:
             log.warning("reaper: expire failed: %s", e.message)
+
+    async def step_fanouts(self, now: int) -> None:
+        """Pipelines: propose the next part of each fan-out too large for one command (a few a
+        tick; nothing to read when there is none)."""
+        pending = self.raft.read(pipelines.pending_fanout, node_limits.fanout_steps_per_tick)
+        for key, after in pending:
+            try:
+                await self.proposer.propose(commands.fanout_step(now, key=key, after=after))
+            except RaftschedError as e:
+                log.warning("pipelines: fanout_step failed: %s", e.message)
+                return
 
     async def expire_joins(self, now: int) -> None:
         """Pipelines: propose ``join_expire`` for children's slots that waited for their parents
