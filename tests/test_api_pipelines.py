@@ -140,3 +140,27 @@ def test_the_cli_graph_prints_one_line_an_edge(capsys):
     out = capsys.readouterr().out.splitlines()
     assert out == ["b (triggered): 1 upstream, 1 downstream", "  a -> [b]  (on success; b is triggered)",
                    "  [b] -> c  (on finished; c is gated)"]
+
+
+def test_a_handlers_return_value_is_its_runs_result_and_a_result_file_is_read_safely(tmp_path):
+    import asyncio
+    import os
+
+    from raftsched.sdk.context import Context
+    from raftsched.worker.executors import RunContext, run_function
+    from raftsched.worker.loop import run_result
+    from raftsched.worker.sandbox import read_result
+
+    rc = RunContext(run_id="j@1", job="j", slot_ms=1, attempt=1, fencing_token=1, payload=None,
+                    upstream=[{"job": "p", "result": 2}])
+    out = asyncio.run(run_function(lambda ctx: {"n": ctx.upstream[0]["result"] + 1}, Context.of(rc), 5, None,
+                                   name="t"))
+    assert out.ok and rc.result == {"n": 3}
+    assert run_result({"x": "y" * 5000}) is None and run_result({1, 2}) is None and run_result([1]) == [1]
+    f = tmp_path / "r.json"
+    f.write_text('{"rows": 42}')
+    assert read_result(str(f)) == {"rows": 42}
+    os.symlink(f, tmp_path / "link.json")
+    assert read_result(str(tmp_path / "link.json")) is None  # never followed: the run user wrote it
+    (tmp_path / "big.json").write_text('"' + "x" * 5000 + '"')
+    assert read_result(str(tmp_path / "big.json")) is None and read_result(str(tmp_path / "none")) is None

@@ -38,6 +38,9 @@ class Context:
     payload: Any = None
     worker: str | None = None
     upstream: Any = None
+    #: the executor's run context this Context was made of: a handler's return value is set on it
+    #: as the run's result (pipelines); not part of the Context's value
+    result_sink: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def slot(self) -> datetime:
@@ -84,7 +87,8 @@ class Context:
                        fencing_token=ctx.fencing_token, payload=getattr(ctx, "payload", None),
                        worker=worker if worker is not None else
                        (getattr(ctx, "worker", None) or getattr(ctx, "worker_id", None)),
-                       upstream=getattr(ctx, "upstream", None))
+                       upstream=getattr(ctx, "upstream", None),
+                       result_sink=ctx if hasattr(ctx, "result") else None)
         except AttributeError as e:
             raise TypeError(f"a handler is called with a run context (run_id, job, slot_ms, attempt, "
                             f"fencing_token, payload); got {type(ctx).__name__}: {e}") from None
