@@ -164,3 +164,23 @@ def test_a_handlers_return_value_is_its_runs_result_and_a_result_file_is_read_sa
     assert read_result(str(tmp_path / "link.json")) is None  # never followed: the run user wrote it
     (tmp_path / "big.json").write_text('"' + "x" * 5000 + '"')
     assert read_result(str(tmp_path / "big.json")) is None and read_result(str(tmp_path / "none")) is None
+
+
+def test_a_backfill_dry_run_shows_the_cascade_and_a_triggered_job_is_not_backfilled():
+    async def body(env, c):
+        await put(c, "a", A)
+        await put(c, "b", after("a"))
+        await put(c, "c", after("b"))
+        env.clock.advance(3_600_000)
+        lo, hi = schedule.iso(env.clock.now_ms() - 60_000), schedule.iso(env.clock.now_ms() - 1000)
+        r = await c.post("/v1/jobs/a/backfills", data=json.dumps({"from": lo, "to": hi, "dry_run": True,
+                                                                  "cascade": "children"}))
+        assert r.status == 200, await r.text()
+        plan = (await r.json())["cascade"]
+        assert plan["children"] == ["b", "c"] and {"from": "b", "to": "c", "on": "success"} in plan["edges"]
+        b = await err(await c.post("/v1/jobs/b/backfills", data=json.dumps({"from": lo, "to": hi})), 422,
+                      "invalid", "name")
+        assert "cascade" in b["error"]["message"]
+        await err(await c.post("/v1/jobs/a/backfills", data=json.dumps({"from": lo, "to": hi, "cascade": 1})),
+                  422, "invalid", "cascade")
+    run(body)

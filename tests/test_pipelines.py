@@ -260,3 +260,30 @@ def test_a_fan_out_beyond_one_commands_bound_goes_on_in_bounded_steps(monkeypatc
     assert apply(s, commands.fanout_step(S1 + 2, key=key, after=after))["pending"] == 0
     assert sorted(r for r in s.runs if r.startswith("c")) == [f"c{i}@{S1}" for i in range(5)]
     assert apply(s, commands.make("fanout_step", S1, None, key=1, after=None))["error"]["code"] == "invalid_command"
+
+
+def test_a_backfill_with_cascade_reaches_the_children_and_redecides_a_slot_they_recorded():
+    from raftsched.core import backfill_model
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(after=["a"])))
+    tick(s, S1)
+    finish(s, lease(s, S1)[0], S1, False)  # a@S1 dead: b@S1 recorded upstream_failed
+    assert s.runs[f"b@{S1}"]["reason"] == "upstream_failed"
+    req = backfill_model.validate_backfill({"from": "2026-05-28T20:26:50Z", "to": "2026-05-28T20:27:00Z",
+                                            "reprocess": "failed", "cascade": "children"}, S1 + 15 * SEC)
+    assert req["cascade"] == "children"
+    job = s.jobs["a"]
+    fields = {"name": "bf1", "job": "a", "from": req["from"], "to": req["to"], "reprocess": "failed",
+              "order": "oldest", "max_concurrent": 1, "rate_milli": None, "max_slots": 10, "overlap": "allow",
+              "planned": 1, "schedule": job["spec"]["schedule"], "anchor": job["anchor"], "cascade": "children"}
+    assert apply(s, commands.backfill(S1 + 15 * SEC, "r1", fields))["ok"]
+    from backfill_helpers import step
+    assert step(s, "bf1", S1 + 15 * SEC)["created"] == 1
+    (g,) = lease(s, S1 + 16 * SEC)
+    assert g["id"].startswith(f"a@{S1}") and s.runs[g["id"]]["propagate"] is True
+    finish(s, g, S1 + 17 * SEC, True)
+    (gb,) = lease(s, S1 + 18 * SEC)
+    assert gb["id"] == f"b@{S1}" and gb["upstream"][0]["run"] == g["id"]
+    with pytest.raises(InvalidSpec) as e:
+        backfill_model.validate_backfill({"from": "2026-05-28T20:26:50Z", "to": "2026-05-28T20:27:00Z",
+                                          "cascade": "all"}, S1 + 15 * SEC)
+    assert e.value.field == "cascade"

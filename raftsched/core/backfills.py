@@ -169,6 +169,10 @@ def apply_backfill(s: SchedulerState, cmd: Command, now: int) -> Result:
         if not _jsonable(cmd["payload"]):
             raise InvalidCommand("backfill.payload must be JSON data")
         req["payload"] = cmd["payload"]
+    if "cascade" in cmd:  # pipelines: its runs' outcomes reach the job's children
+        if cmd["cascade"] != "children":
+            raise InvalidCommand("backfill.cascade must be children when given")
+        req["cascade"] = "children"
     old = s.backfills.get(bf_id)
     if old is not None:
         return _same_request(old, "backfill", job_name, req)
@@ -277,6 +281,8 @@ def _backfill_run(s: SchedulerState, bf: Record, job: Record, slot: int, rid: st
     run["backfill"] = bf["id"]
     if "payload" in bf["req"]:
         run["payload"] = bf["req"]["payload"]
+    if "cascade" in bf["req"]:
+        run["propagate"] = True
     add_entry(s, job, run)
     enqueue(s, run)
     bf["active"].append(rid)

@@ -273,6 +273,11 @@ def notify(s: SchedulerState, run: Record, now: int) -> None:
     children pays)."""
     if not propagates(run):
         return
+    if run.get("propagate") and "slot_to" not in run:
+        # A manual run or a backfill's, asked to propagate, for a slot its children may have
+        # recorded already (the slot's own run failed): those records are taken back first, so
+        # that this outcome decides them again. A child that ran stays run.
+        rearm(s, run, now)
     work: list[tuple[Record, int]] = [(run, now)]
     _drain(s, work, now)
 
@@ -458,6 +463,8 @@ def _check(s: SchedulerState, child: Record, slot: int, now: int, work: list[tup
         info = got.get(p)
         if info is None and "schedule" in child["spec"]:
             info = _final_of(s, p, slot)  # reported before the own slot came (a range, say)
+            if info is not None:
+                got[p] = info
         if info is None:
             if p not in s.jobs:
                 _decide(s, c, slot, "dependency_missing", f"parent {p} does not exist", now, work)
