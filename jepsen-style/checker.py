@@ -100,7 +100,9 @@ def paused_ever(data: dict) -> set[str]:
 
 def grid_ms(schedule: dict) -> tuple[int, int | None] | None:
     """(every_ms, phase_ms or None when it comes from the job's anchor) for schedules whose slots
-    form a uniform grid; None otherwise."""
+    form a uniform grid; None otherwise (and for a pipeline's triggered job, which has none)."""
+    if schedule is None:
+        return None
     if "every_s" in schedule:
         return schedule["every_s"] * 1000, None
     m = re.fullmatch(r"\*/(\d+) \* \* \* \* \*", schedule.get("cron", ""))
@@ -190,7 +192,7 @@ def check_lost_slots(data: dict) -> dict:
             by_job.setdefault(r["job"], []).append(r)
         for job in read.get("jobs", []):
             name = job["name"]
-            sched = job["spec"]["schedule"]
+            sched = job["spec"].get("schedule")
             g = grid_ms(sched)
             if g is None:
                 continue
@@ -861,8 +863,8 @@ def check_convergence(data: dict) -> dict:
         read = next((r for _, r in sorted(final.items()) if r.get("runs") is not None), None)
         if read is not None:
             for job in read.get("jobs", []):
-                if job.get("paused"):
-                    continue
+                if job.get("paused") or "after" in job["spec"]:
+                    continue  # a pipeline's child runs when its parents allow (check_pipeline)
                 g = grid_ms(job["spec"]["schedule"])
                 every = g[0] if g else 60_000
                 after = [r.get("fired_at") for r in read["runs"] if r["job"] == job["name"] and r["slot_ms"] > heal
@@ -1309,6 +1311,82 @@ def check_power_loss(data: dict) -> dict | None:
     return _result(VALID, [], stats)
 
 
+#: Kinds of run whose outcome reaches a pipeline's children without being asked to.
+_PROPAGATING = ("scheduled", "triggered", "recorded")
+
+
+def _meets(state: str, on: str) -> bool:
+    if state in ("skipped", "coalesced"):
+        return False
+    return on == "finished" or (state == "succeeded") == (on == "success")
+
+
+def check_pipeline(data: dict) -> dict:
+    """The pipeline workload (generator.PIPELINE_JOBS, docs/pipelines.md), in every final read:
+    no child's run without every parent's run of the same slot having ended as its edge asks
+    (the runs it names in ``upstream``, of that slot); no child slot twice; no slot silent: once
+    every parent's entry for a slot is final (a run that ended, or a record), the child has an
+    entry for it (a run, or a record with its reason), unless the slot is within DUE_SLACK_MS of
+    the read."""
+    examples, checked, children = [], 0, 0
+    final = ("succeeded", "failed", "dead", "skipped", "coalesced")
+    for read in _all_reads(data):
+        if read.get("runs") is None:
+            continue
+        specs = {j["name"]: j["spec"] for j in read.get("jobs", [])}
+        by_job: dict[str, list] = {}
+        for r in read["runs"]:
+            by_job.setdefault(r["job"], []).append(r)
+
+        def entry(job: str, slot: int, runs=by_job) -> dict | None:
+            for r in runs.get(job, ()):
+                hi = r.get("slot_to") or r["slot_ms"]
+                if r["slot_ms"] <= slot <= hi and r.get("kind") in _PROPAGATING:
+                    return r
+            return None
+
+        where = f"node-{read['node'] + 1} {read['phase']}"
+        for name, spec in specs.items():
+            after = spec.get("after")
+            if not after:
+                continue
+            children += 1
+            mine = by_job.get(name, [])
+            slots = [r["slot_ms"] for r in mine if r.get("kind") in _PROPAGATING]
+            dup = sorted({s for s in slots if slots.count(s) > 1})
+            if dup:
+                examples.append(f"{where}: {name} has slot {dup[0]} twice")
+            for r in mine:
+                if r.get("kind") == "recorded" or r.get("kind") not in _PROPAGATING:
+                    continue
+                checked += 1
+                named = set(r.get("upstream") or [])
+                for e in after:
+                    p = entry(e["job"], r["slot_ms"])
+                    if p is None or p["id"] not in named or not _meets(p["state"], e["on"]):
+                        examples.append(f"{where}: {r['id']} ran, but {e['job']}'s run of its slot is "
+                                        f"{_short(p, 200)} (edge {e['on']}; upstream {sorted(named)})")
+            parent_slots = set()
+            for e in after:
+                parent_slots |= {r["slot_ms"] for r in by_job.get(e["job"], ()) if r.get("kind") in _PROPAGATING
+                                 and r.get("slot_to") is None}
+            for slot in sorted(parent_slots):
+                if slot > read["t_start_ms"] - DUE_SLACK_MS:
+                    continue
+                ps = [entry(e["job"], slot) for e in after]
+                if any(p is None or p["state"] not in final for p in ps):
+                    continue
+                if any(p.get("finished_at") and p["finished_at"] > read["t_start_ms"] - DUE_SLACK_MS for p in ps):
+                    continue
+                checked += 1
+                if entry(name, slot) is None:
+                    examples.append(f"{where}: {name} is silent for slot {slot}: its parents ended "
+                                    f"{[(p['id'], p['state']) for p in ps]}")
+    if not children:
+        return _result(VALID, [], {"children": 0}, "no pipeline in this run")
+    return _result(VALID if not examples else INVALID, examples, {"children": children, "checked": checked})
+
+
 CHECKERS = {
     "no-lost-slot": check_lost_slots,
     "no-early-start": check_early_starts,
@@ -1321,6 +1399,7 @@ CHECKERS = {
     "backfills": check_backfills,
     "stress": check_stress,
     "power-loss": check_power_loss,
+    "pipeline": check_pipeline,
 }
 
 
