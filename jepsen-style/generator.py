@@ -377,7 +377,8 @@ def pipeline_ops() -> tuple[list, dict]:
     """The pipeline workload's create operations (at the start, client 0) and failure plans."""
     ops, plan = [], {}
     for k, (name, part, fp) in enumerate(PIPELINE_JOBS):
-        spec = {"executor": EXECUTOR, "retry": {"max_attempts": 2, "backoff_s": 0.2, "backoff_max_s": 1},
+        spec = {"executor": EXECUTOR, "retry": {"max_attempts": 2, "backoff_s": 0.2, "backoff_multiplier": 1,
+                                                "backoff_max_s": 1, "jitter": 0.1},
                 "timeout_s": 30, "history": 1000, **part}
         if "schedule" in part:
             spec["misfire"] = {"policy": "fire_all", "grace_s": 2, "max_catchup": 3}

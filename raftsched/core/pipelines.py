@@ -612,7 +612,11 @@ def rearm(s: SchedulerState, run: Record, now: int) -> list[str]:
             out.append(rid)
             again.add(c)
             todo.append(c)
-    # No join of the slot keeps a report of a job taken back: it would decide with a stale one.
+    # No fan-out still to be offered, and no join of the slot, keeps a report of a job taken back:
+    # it would decide with a stale one.
+    for key in [k for k, v in s.pipes.fanout.items() if v["src"]["job"] in again and v["src"]["slot"] == slot
+                and "slot_to" not in v["src"]]:
+        del s.pipes.fanout[key]
     for p in again:
         for c in s.pipes.children.get(p, ()):
             j = s.pipes.joins.get(c, {}).get(slot)
