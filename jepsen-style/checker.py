@@ -305,14 +305,31 @@ def check_early_starts(data: dict) -> dict:
 # 2. No duplicate
 # ---------------------------------------------------------------------------------------------
 
+#: The reasons a pipeline child's record has that a requeue (or a propagating run) of a parent
+#: takes back (docs/pipelines.md, "Re-drive"): the slot is decided again, once.
+UPSTREAM_REASONS = ("upstream_failed", "upstream_missed", "upstream_timeout", "dependency_missing")
+
+
+def _rearmed(a: dict | None, b: dict) -> bool:
+    """Whether two entries of one run id are a pipeline child's record taken back and the slot
+    decided again (the record first: fired earlier), not a slot fired twice."""
+    if a is None or a["slot_ms"] != b["slot_ms"]:
+        return False
+    first, then = (a, b) if (a.get("fired_at") or 0) <= (b.get("fired_at") or 0) else (b, a)
+    return first.get("kind") == "recorded" and first.get("reason") in UPSTREAM_REASONS \
+        and (then.get("fired_at") or 0) >= (first.get("fired_at") or 0)
+
+
 def check_duplicates(data: dict) -> dict:
     """No slot is two runs (or a run and a record) in any node's state at any read; a run id keeps
-    its identity across reads (the same slot and fire time: it was created once); an attempt of a
+    its identity across reads (the same slot and fire time: it was created once), but for a
+    pipeline child's upstream record taken back by a re-arm and its slot decided again; an attempt of a
     run is granted once (one token per attempt, in the states and at the sink); a token belongs to
     one attempt of one run."""
     examples = []
     reads = _all_reads(data) + list(data.get("periodic") or [])
     identity: dict[str, tuple] = {}
+    seen_as: dict[tuple, dict] = {}  # (run id, identity) -> the entry seen so
     attempt_token: dict[tuple[str, int], int] = {}
     token_owner: dict[int, tuple[str, int]] = {}
 
@@ -337,7 +354,13 @@ def check_duplicates(data: dict) -> dict:
             ident = (r["slot_ms"], r.get("kind"), r.get("fired_at"))
             old = identity.setdefault(r["id"], ident)
             if old != ident:
-                examples.append(f"{where}: run {r['id']} was (slot, kind, fired_at) {old} and is now {ident}: fired twice")
+                was = seen_as.get((r["id"], old))
+                if _rearmed(was, r):
+                    if (r.get("fired_at") or 0) > (old[2] or 0):
+                        identity[r["id"]] = ident  # the later of the two
+                else:
+                    examples.append(f"{where}: run {r['id']} was (slot, kind, fired_at) {old} and is now {ident}: fired twice")
+            seen_as.setdefault((r["id"], ident), r)
             for a in r.get("attempts") or []:
                 note_grant(where, r["id"], a.get("attempt"), a.get("token"))
             if r.get("state") == "running":

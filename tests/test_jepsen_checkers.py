@@ -1043,3 +1043,18 @@ def test_pipeline_counterexamples(change, why):
     change(runs)
     valid, examples = verdict(_pipe_read(runs), "pipeline")
     assert valid == "invalid" and any(why in e for e in examples), examples
+
+
+def test_a_childs_upstream_record_taken_back_and_run_later_is_no_duplicate_but_a_run_fired_twice_is():
+    s1 = T0 + 2000
+    rec = _r("pb", s1, "skipped", "recorded", reason="upstream_failed")
+    rec["fired_at"] = s1 + 600
+    run = _r("pb", s1, "succeeded", "triggered", [f"pa@{s1}"])
+    run["fired_at"] = s1 + 9000
+    data = _pipe_read([_r("pa", s1, "succeeded"), run])
+    data["periodic"] = [{"node": 1, "phase": "periodic", "t_start_ms": s1 + 700, "runs": [rec]}]
+    assert verdict(data, "no-duplicate")[0] == "valid"
+    twice = dict(run, fired_at=s1 + 100, kind="triggered")
+    data["periodic"][0]["runs"] = [twice]
+    valid, examples = verdict(data, "no-duplicate")
+    assert valid == "invalid" and "fired twice" in examples[0]
