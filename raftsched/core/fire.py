@@ -16,7 +16,7 @@ import heapq
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import limits, pipelines
+from . import limits, pipehooks
 from .due import push_due
 from .errors import InvalidCommand
 from .model import TERMINAL_STATES
@@ -175,7 +175,7 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
             if r is None:
                 rid = f"{name}@{slot}"
                 if "after" in spec:  # gated (pipelines): the slot waits for its parents
-                    pipelines.own_slot(s, job, slot, now)
+                    pipehooks.own_slot(s, job, slot, now)
                     fired += 1
                     continue
                 blocked = overlap(s, job, rid, now)
@@ -186,7 +186,7 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
                     job["stats"][RECORDED] += 1
                     recorded += 1
                     if name in s.pipes.children:
-                        pipelines.notify(s, s.runs[rid], now)
+                        pipehooks.notify(s, s.runs[rid], now)
                     continue
                 new_run(s, job, slot, now, rid, "scheduled")
                 fired += 1
@@ -291,7 +291,7 @@ def revoke(s: SchedulerState, run: Record, now: int, why: str) -> None:
         unqueue_count(s, run)
     run.update(state="failed", error=why, finished_at=now, deadline=None)
     if run["job"] in s.pipes.children:
-        pipelines.notify(s, run, now)
+        pipehooks.notify(s, run, now)
 
 
 # ------------------------------------------------------------------ runs and records
@@ -311,7 +311,7 @@ def new_run(s: SchedulerState, job: Record, slot: int, now: int, rid: str, kind:
                 "reason": "queue_full", "kind": kind, "fired_at": now, "queue": qname,
             })
             if job["name"] in s.pipes.children:
-                pipelines.notify(s, entry, now)
+                pipehooks.notify(s, entry, now)
             return entry
         drop_oldest_queued(s, qname, now)
     run = RUN_TEMPLATE.copy()
@@ -344,12 +344,12 @@ def record(s: SchedulerState, job: Record, recs: list[list[Any]], now: int) -> i
             entry["slot_to"] = hi
             entry["count"] = count
         if "after" in job["spec"]:  # a gated job's own slots recorded: they wait for nothing more
-            pipelines.drop_joins(s, job["name"], lo, hi)
+            pipehooks.drop_joins(s, job["name"], lo, hi)
         add_entry(s, job, entry)
         job["stats"][RECORDED] += 1 if count is None else count
         n += 1
         if job["name"] in s.pipes.children:
-            pipelines.notify(s, entry, now)
+            pipehooks.notify(s, entry, now)
     return n
 
 

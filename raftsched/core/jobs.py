@@ -19,7 +19,8 @@ from .backfills import trigger_job_with
 from .records import Record, Result, is_int, job_record, ok, share_int, share_spec
 from .tenants import LIMITED
 from . import pipelines
-from .pipelines import check_delete, check_edges, check_stored_after, on_delete, on_put
+from .pipelines import check_delete, check_edges, on_delete, on_put
+from .pipeline_model import check_stored_after
 
 if TYPE_CHECKING:
     from .commands import Command

@@ -21,6 +21,7 @@ from typing import Any, TypeGuard
 import msgpack
 
 from . import limits, schedule
+from .pipeline_model import validate_after
 from .errors import InvalidSpec
 from .placement import validate_worker_labels
 from .records import Record
@@ -497,8 +498,7 @@ def validate_job(name: str, raw: object, now_ms: int | None = None) -> Record:
             raise InvalidSpec("a triggered job (after, no schedule) has no slots of its own to spread",
                               field="jitter_s")
     if "after" in raw or "match" in raw or "max_wait_s" in raw:
-        from .pipelines import validate_after  # pipelines imports this module
-        spec.update(validate_after(raw, name, "schedule" in spec))
+        spec.update(validate_after(raw, name, "schedule" in spec, check_name))
     if "jitter_s" in raw:
         _add_jitter(name, spec["schedule"], raw["jitter_s"])
     if "secrets" in raw:

@@ -19,7 +19,7 @@ import heapq
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from . import limits, snapshot
+from . import limits, pipehooks, snapshot
 from .errors import Conflict, InvalidCommand, NotFound
 from .model import is_name
 from .records import Record, Result, is_int, ok
@@ -206,8 +206,7 @@ def apply_dlq_requeue(s: SchedulerState, cmd: Command, now: int) -> Result:
     run.update(state="queued", due=now, worker=None, deadline=None, finished_at=None)
     enqueue(s, run)
     if run["job"] in s.pipes.children:  # its children wait for it again (pipelines.rearm)
-        from . import pipelines  # it imports fire, which imports this module
-        rearmed = pipelines.rearm(s, run, now)
+        rearmed = pipehooks.rearm(s, run, now)
         if rearmed:
             return {"ok": True, "run": run["id"], "state": "queued", "attempt": run["attempt"], "rearmed": rearmed}
     return {"ok": True, "run": run["id"], "state": "queued", "attempt": run["attempt"]}
