@@ -182,7 +182,7 @@ def on_delete(s: SchedulerState, name: str, spec: Record, now: int) -> None:
     s.pipes.latest.pop(name, None)
     kids = s.pipes.children.get(name, {})
     work: list[tuple[Record, int]] = []
-    for c in list(kids):
+    for c in sorted(kids):  # name order: alike on a replica restored from a snapshot
         for slot in sorted(s.pipes.joins.get(c, {})):
             _decide(s, c, slot, "dependency_missing", f"parent {name} was deleted", now, work)
     _drain(s, work, now)
@@ -523,7 +523,7 @@ def rearm(s: SchedulerState, run: Record, now: int) -> list[str]:
     todo = [run["job"]]
     while todo:
         parent = todo.pop()
-        for c in list(s.pipes.children.get(parent, ())):
+        for c in sorted(s.pipes.children.get(parent, ())):  # name order, alike on every replica
             rid = f"{c}@{slot}"
             rec = s.runs.get(rid)
             if rec is None or rec.get("kind") != "recorded" or rec.get("reason") not in UPSTREAM_REASONS \
