@@ -102,7 +102,7 @@ class Pipes:
     """The pipeline section of the state: ``joins`` and ``latest`` (replicated), ``children``
     (derived)."""
 
-    __slots__ = ("joins", "latest", "children", "fanout", "seq")
+    __slots__ = ("joins", "latest", "children", "fanout", "seq", "ranged")
 
     def __init__(self) -> None:
         #: child -> slot -> {"got": {parent: [state, run id, token, result]}, "own": bool, "since": ms}
@@ -114,6 +114,9 @@ class Pipes:
         #: deferred fan-outs: key (``seq``, zero-padded) -> {"src": the outcome, "after": last child offered}
         self.fanout: dict[str, Record] = {}
         self.seq = 0
+        #: children that may hold a recorded range in their history (derived; a look-up saves a
+        #: scan of the history of those that cannot: _in_range_record)
+        self.ranged: set[str] = set()
 
 
 def _encode(p: Pipes) -> Any:
@@ -138,8 +141,11 @@ def _decode(data: Any) -> Pipes:
 
 def rebuild(s: SchedulerState) -> None:
     s.pipes.children = {}
+    s.pipes.ranged = set()
     for name, job in s.jobs.items():
         link(s, name, job["spec"])
+        if "after" in job["spec"] and any("slot_to" in s.runs[r] for r in s.history.get(name, ())):
+            s.pipes.ranged.add(name)
 
 
 EXTENSION = snapshot.register(snapshot.Extension(name="pipes", new=Pipes, encode=_encode, decode=_decode,
@@ -348,6 +354,7 @@ def _offer_range(s: SchedulerState, child: Record, parent: str, lo: int, hi: int
         return
     entry = {"id": rid, "job": c, "slot": lo, "state": "skipped", "reason": "upstream_missed",
              "kind": "recorded", "fired_at": now, "error": why, "slot_to": hi, "count": rec.get("count")}
+    s.pipes.ranged.add(c)
     fire.add_entry(s, child, entry)
     child["stats"][RECORDED] += 1 if rec.get("count") is None else rec["count"]
     work.append((entry, now))
@@ -356,6 +363,8 @@ def _offer_range(s: SchedulerState, child: Record, parent: str, lo: int, hi: int
 def _in_range_record(s: SchedulerState, c: str, slot: int) -> bool:
     """Whether a recorded range of ``c``'s history covers ``slot`` (a scan of its history: only
     when a new join would be made)."""
+    if c not in s.pipes.ranged:
+        return False
     runs = s.runs
     for rid in s.history.get(c, ()):
         r = runs[rid]
@@ -366,6 +375,8 @@ def _in_range_record(s: SchedulerState, c: str, slot: int) -> bool:
 
 def drop_joins(s: SchedulerState, c: str, lo: int, hi: int) -> None:
     """A gated job's own slots in [lo, hi] were recorded (a misfire, a pause): their joins go."""
+    if hi != lo:
+        s.pipes.ranged.add(c)
     joins = s.pipes.joins.get(c)
     if not joins:
         return
