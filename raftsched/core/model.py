@@ -231,7 +231,7 @@ def validate_executor(raw: object) -> Record:
             out["cwd"] = ex["cwd"]
         return out
     if t == "http":
-        ex = _obj(raw, "executor", {"type", "url", "headers"})
+        ex = _obj(raw, "executor", {"type", "url", "headers", "result"})
         url = ex.get("url")
         if not isinstance(url, str) or not re.match(r"https?://[^\s/]+", url) or re.search(r"[\s\x00-\x1f\x7f]", url):
             raise InvalidSpec("must be an http:// or https:// URL (no spaces or control characters)", field="executor.url")
@@ -257,6 +257,11 @@ def validate_executor(raw: object) -> Record:
                     raise InvalidSpec(f"{k} frames the request: the executor sets it, a job cannot",
                                       field=f"executor.headers.{k}")
             out["headers"] = dict(h)
+        if "result" in ex:  # pipelines: the JSON response body is the run's result, for its children
+            if not isinstance(ex["result"], bool):
+                raise InvalidSpec("must be true or false", field="executor.result")
+            if ex["result"]:
+                out["result"] = True
         return out
     ex = _obj(raw, "executor", {"type", "target"})
     target = ex.get("target")
