@@ -184,3 +184,36 @@ def test_a_backfill_dry_run_shows_the_cascade_and_a_triggered_job_is_not_backfil
         await err(await c.post("/v1/jobs/a/backfills", data=json.dumps({"from": lo, "to": hi, "cascade": 1})),
                   422, "invalid", "cascade")
     run(body)
+
+
+def test_the_leaders_trigger_steps_a_deferred_fan_out_and_records_slots_waiting_too_long(monkeypatch):
+    from raftsched.core import commands, limits as core_limits
+
+    async def body(env, c):
+        await put(c, "a", A)
+        await put(c, "b", A)
+        for k in range(3):
+            await put(c, f"k{k}", after("a"))
+        await put(c, "w", after("a", "b", max_wait_s=1))
+        slot = env.state.jobs["a"]["next"]
+        env.clock.advance(slot - env.clock.now_ms())
+        monkeypatch.setattr(core_limits, "fanout_per_command", 1)
+        await env.trigger.tick()  # a and b fire
+        now = env.clock.now_ms()
+        grants = env.state.apply(commands.acquire(now, worker="t", queues=None, max=10, ttl=30_000,
+                                                  types=None))["runs"]
+        ga = next(g for g in grants if g["job"] == "a")
+        env.state.apply(commands.complete_many(now, None, results=[{"run": ga["id"], "token": ga["token"],
+                                                                    "success": True}], worker="t"))
+        assert env.state.pipes.fanout  # one child offered in the completion, the rest deferred
+        for _ in range(6):  # a fanout_step a tick for each part (children k1, k2, w)
+            if not env.state.pipes.fanout:
+                break
+            await env.trigger.tick()
+        assert not env.state.pipes.fanout
+        assert all(f"k{k}@{slot}" in env.state.runs for k in range(3))
+        env.clock.advance(2000)  # w's slot, waiting on b past its max_wait_s 1, times out
+        await env.trigger.tick()
+        r = env.state.runs[f"w@{slot}"]
+        assert (r["state"], r["reason"]) == ("skipped", "upstream_timeout") and f"b@{slot}" in r["error"]
+    run(body)
