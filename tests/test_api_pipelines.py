@@ -217,3 +217,18 @@ def test_the_leaders_trigger_steps_a_deferred_fan_out_and_records_slots_waiting_
         r = env.state.runs[f"w@{slot}"]
         assert (r["state"], r["reason"]) == ("skipped", "upstream_timeout") and f"b@{slot}" in r["error"]
     run(body)
+
+
+def test_a_triggered_job_is_replaced_and_run_by_hand_for_a_slot_of_its_parents():
+    async def body(env, c):
+        await put(c, "a", A)
+        assert (await put(c, "b", after("a"))).status == 201
+        r = await put(c, "b", after({"job": "a", "on": "finished"}, max_wait_s=60))
+        assert r.status == 200, await r.text()  # a replace of a job without a schedule
+        assert (await put(c, "b", A)).status == 200  # and into a scheduled one, and back
+        assert (await put(c, "b", after("a"))).status == 200
+        slot = schedule.iso(env.clock.now_ms() + 3_600_000)  # any slot: its parents' slots are its own
+        r = await c.post("/v1/jobs/b/trigger", data=json.dumps({"slot": slot}))
+        assert r.status == 201, await r.text()
+        assert (await r.json())["run"].startswith("b@")
+    run(body)

@@ -179,7 +179,7 @@ def apply_backfill(s: SchedulerState, cmd: Command, now: int) -> Result:
     job = s.jobs.get(job_name)
     if job is None:
         raise NotFound(f"no job named {job_name!r}", field="name")
-    if job["spec"]["schedule"] != sched or job["anchor"] != anchor:
+    if job["spec"].get("schedule") != sched or job["anchor"] != anchor:
         raise Conflict(f"job {job_name!r} was replaced with another schedule while this backfill was "
                        f"planned; send it again", field="name")
     _bound_active(s)
@@ -514,7 +514,7 @@ def trigger_job_with(s: SchedulerState, job: Record, cmd: Command, now: int) -> 
         return ok(job=name, run=run["id"], state=run["state"], created=True)
     if not is_int(slot):
         raise InvalidCommand("trigger_job.slot must be an integer")
-    if slot > job["cursor"]:
+    if slot > job["cursor"] and "schedule" in job["spec"]:  # a triggered job's slots are its parents'
         raise Conflict(f"slot {slot} is after the cursor of job {name!r} ({job['cursor']}): the schedule "
                        f"has not handled it yet, and its run will come", field="slot", cursor=job["cursor"])
     base = f"{name}@{slot}"

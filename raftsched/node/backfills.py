@@ -218,11 +218,11 @@ class BackfillService:
             job = self.svc.read(queries.job, name)
             if job is None:
                 raise NotFound(f"no job named {name!r}", field="name")
-            sched = job["spec"]["schedule"]
-            if schedule.next_slot_after(sched, t["slot"] - 1, job["anchor"]) != t["slot"]:
+            sched = job["spec"].get("schedule")  # a triggered job (pipelines) runs for any slot of its parents'
+            if sched is not None and schedule.next_slot_after(sched, t["slot"] - 1, job["anchor"]) != t["slot"]:
                 raise InvalidSpec(f"{schedule.iso(t['slot'])} is not a slot of the schedule of job {name!r}",
                                   field="slot")
-            if t["slot"] > job["cursor"]:  # apply refuses it too; here the message has ISO times
+            if sched is not None and t["slot"] > job["cursor"]:  # apply refuses it too; here with ISO times
                 raise Conflict(f"slot {schedule.iso(t['slot'])} is after the cursor of job {name!r} "
                                f"({schedule.iso(job['cursor'])}): the schedule has not handled it yet, and its run "
                                f"will come", field="slot", cursor=schedule.iso(job["cursor"]))
