@@ -231,4 +231,8 @@ def test_a_triggered_job_is_replaced_and_run_by_hand_for_a_slot_of_its_parents()
         r = await c.post("/v1/jobs/b/trigger", data=json.dumps({"slot": slot}))
         assert r.status == 201, await r.text()
         assert (await r.json())["run"].startswith("b@")
+        assert (await c.post("/v1/jobs/b/pause")).status == 200
+        r = await c.post("/v1/jobs/b/resume")
+        assert r.status == 200, await r.text()
+        assert not env.state.jobs["b"]["paused"]
     run(body)

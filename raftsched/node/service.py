@@ -312,6 +312,9 @@ class Service:
         if job is None:
             raise NotFound(f"no job named {name!r}", field="name")
         spec, cursor, anchor, gen = job["spec"], job["cursor"], job["anchor"], job["gen"]
+        # A triggered job (pipelines) has no slot of its own to record: its slots while paused
+        # were recorded paused as its parents ended; it just resumes.
+        catch_up = catch_up or "schedule" not in spec
         plan = None if catch_up else dict(gen=gen, **policy.plan_resume(spec, anchor, cursor, now))
         res = await self.propose(commands.resume_job(now, rid or new_request_id(), name=name, catch_up=catch_up,
                                                      plan=plan))
