@@ -169,6 +169,23 @@ def test_edges_are_checked_in_apply_cycles_and_unknown_parents_name_the_edge():
     assert e.value.field == "schedule"
 
 
+@pytest.mark.parametrize("extra,field", [
+    ({"deadline": {"succeed_within_s": 60}}, "deadline.succeed_within_s"),
+    ({"deadline": {"max_since_success_s": 600, "succeed_by": "03:00"}}, "deadline.succeed_by"),
+    ({"executor": {"type": "heartbeat"}}, "after"),
+])
+def test_a_child_takes_no_per_slot_deadline_and_no_heartbeat_executor(extra, field):
+    """A child's runs are made by its parents' outcomes, never by a fire carrying its slots'
+    deadline instants: a per-slot deadline would never be judged, so it is refused; so is a
+    heartbeat child (its runs are what pings report). max_since_success_s is kept."""
+    for raw in (job_raw(after=["a"]), job_raw(every_s=10, after=["a"])):
+        with pytest.raises(InvalidSpec) as e:
+            model.validate_job("x", {**raw, **extra})
+        assert e.value.field == field
+    spec = model.validate_job("x", {**job_raw(after=["a"]), "deadline": {"max_since_success_s": 600}})
+    assert spec["deadline"] == {"max_since_success_s": 600}
+
+
 def test_a_batch_may_name_parents_later_in_it():
     s = chain_state()
     items = []
@@ -287,3 +304,16 @@ def test_a_backfill_with_cascade_reaches_the_children_and_redecides_a_slot_they_
         backfill_model.validate_backfill({"from": "2026-05-28T20:26:50Z", "to": "2026-05-28T20:27:00Z",
                                           "cascade": "all"}, S1 + 15 * SEC)
     assert e.value.field == "cascade"
+
+
+def test_a_heartbeat_parents_pings_reach_its_children():
+    """A heartbeat job's run ends by a ping (core/deadlines.py apply_ping), not by a worker's
+    completion: its outcome is final like any run's, so its children follow it."""
+    s = chain_state(("hb", job_raw(every_s=10, executor={"type": "heartbeat"})),
+                    ("ok", job_raw(after=["hb"])), ("onfail", job_raw(after=[{"job": "hb", "on": "failure"}])))
+    tick(s, S1)
+    assert s.runs[f"hb@{S1}"]["state"] == "waiting"
+    res = apply(s, commands.ping(S1 + 1, None, name="hb", status="success", slot=S1))
+    assert res["ok"], res
+    assert states(s, f"ok@{S1}", f"onfail@{S1}") == {f"ok@{S1}": ("queued", None),
+                                                      f"onfail@{S1}": ("skipped", "upstream_failed")}

@@ -72,6 +72,35 @@ def test_term_and_vote_are_durable_when_set_current_term_returns(tmp_path):
     assert entries(j) == [(cmd(1), 1, 1)]
 
 
+def test_the_commit_index_alone_costs_no_sync_and_never_covers_an_unsynced_entry(tmp_path):
+    """A commit index that moved is written once a second in place, unsynced (as etcd's raft:
+    no sync for the commit index alone), never above the synced entries; a power loss leaves an
+    older one, and a torn file reads as none. Term and vote stay durable."""
+    j = open_journal(tmp_path)
+    for i in range(1, 4):
+        j.add(cmd(i), i, 1)
+    j.setCurrentTerm(2, "127.0.0.1:9001")  # synced: the meta holds commit index 1
+    syncs = j._disk.syncs
+    j.setRaftCommitIndex(3)
+    j.onOneSecondTimer()
+    assert j._disk.syncs == syncs  # was: the meta rewritten durably, two syncs every second
+    assert open_journal(tmp_path).getRaftCommitIndex() == 3  # what a restart after kill -9 reads
+    for i in range(4, 7):
+        j.add(cmd(i), i, 1)
+    j.setRaftCommitIndex(6)
+    j.onOneSecondTimer()
+    assert j.synced_index == 6 and j._disk.syncs == syncs + 1  # the entries first, then the index
+    j._disk.freeze()
+    power_cut(str(tmp_path))
+    j = open_journal(tmp_path)
+    assert (j.getCurrentTerm(), j.getVotedForNodeId()) == (2, "127.0.0.1:9001")
+    assert len(entries(j)) == 6 and j.getRaftCommitIndex() <= 6
+    j._destroy()
+    with open(tmp_path / "raft.journal.commit", "r+b") as f:
+        f.write(b"\x05" * 12)  # torn
+    assert open_journal(tmp_path).getRaftCommitIndex() == 1  # the meta's
+
+
 class _Crash(Exception):
     pass
 
@@ -378,3 +407,41 @@ def test_nothing_answers_for_an_unsynced_entry_and_one_sync_covers_many(tmp_path
 def test_without_the_gate_nodes_answer_for_unsynced_entries(tmp_path):
     """The check above has teeth: pysyncobj's own order (no gate) answers first."""
     assert asyncio.run(_watch_acks(tmp_path, gate=False))
+
+
+class _GateJournal:
+    """What the gate sees of a journal: dirty or not, and a sync that may fail."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.dirty, self.fail, self.log = True, fail, []
+
+    def sync(self) -> None:
+        if self.fail:
+            raise OSError(5, "Input/output error")
+        self.log.append("sync")
+        self.dirty = False
+
+
+def test_an_answer_leaves_only_after_its_sync_and_a_failed_sync_stops_the_node(monkeypatch):
+    j = _GateJournal()
+    gate = _durable._SyncGate(j, lambda node, m: j.log.append(m["type"]))
+    answer = {"type": "next_node_idx", "next_node_idx": 8, "success": True}
+    gate.send("n2", answer)
+    gate.send("n2", {"type": "apply_command", "command": b"x"})  # speaks for nothing: at once
+    assert j.log == ["apply_command"] and gate.held == 1
+    gate.flush()
+    assert j.log == ["apply_command", "sync", "next_node_idx"] and gate.syncs == 1
+
+    class Stopped(Exception):
+        pass
+
+    def _exit(code):
+        raise Stopped(code)
+    monkeypatch.setattr(_durable.os, "_exit", _exit)
+    monkeypatch.setattr(_durable.logging, "shutdown", lambda: None)
+    j = _GateJournal(fail=True)
+    gate = _durable._SyncGate(j, lambda node, m: j.log.append(m["type"]))
+    gate.send("n2", answer)
+    with pytest.raises(Stopped) as stopped:
+        gate.flush()
+    assert stopped.value.args == (_durable.EXIT_SYNC_FAILED,) and j.log == []  # nothing answered

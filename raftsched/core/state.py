@@ -52,6 +52,11 @@ from .workers import (
 from .tokens import apply_token_create, apply_token_revoke
 from .seal_keys import apply_reseal
 from .events import Outbox
+from .deadlines import Book, apply_deadline_judge, apply_ping
+from .notify import (
+    apply_delete_sink, apply_note_unplaceable, apply_put_sink, apply_put_tenant_notify, apply_sink_progress,
+    apply_sink_requeue,
+)
 from .pipelines import Pipes, apply_fanout_step, apply_join_expire
 
 
@@ -103,6 +108,14 @@ HANDLERS: dict[str, Handler] = {
     "token_revoke": apply_token_revoke,
     "reseal": apply_reseal,
     "put_tenant_policy": apply_put_tenant_policy,
+    "deadline_judge": apply_deadline_judge,
+    "ping": apply_ping,
+    "put_sink": apply_put_sink,
+    "delete_sink": apply_delete_sink,
+    "sink_progress": apply_sink_progress,
+    "sink_requeue": apply_sink_requeue,
+    "put_tenant_notify": apply_put_tenant_notify,
+    "note_unplaceable": apply_note_unplaceable,
     "join_expire": apply_join_expire,
     "fanout_step": apply_fanout_step,
 }
@@ -132,6 +145,12 @@ class SchedulerState:
     queue_owners: dict[str, list[str]]
     #: the events not yet given up, for delivery (events.py)
     outbox: Outbox
+    #: every slot's deadline record, and the jobs watched for max_since_success_s (deadlines.py)
+    deadlines: Book
+    #: sink name -> record; job -> health; tenant -> default notify routes (notify.py)
+    sinks: dict[str, Record]
+    health: dict[str, list[Any]]
+    tenant_notify: dict[str, list[Any]]
     #: the pipelines' joins and their derived parent -> children index (pipelines.py)
     pipes: Pipes
     # The derived indexes of the queues (queues.reset_indexes says what each holds).

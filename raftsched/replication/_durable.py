@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
 logger = logging.getLogger("raftsched.replication")  # one logger for the package (docs/operations.md)
 
@@ -50,11 +51,16 @@ class _SyncGate:
         #: messages that waited for a sync, and flushes that synced
         self.held = 0
         self.syncs = 0
+        #: seconds the flushes spent syncing; seconds the held messages waited (summed over the
+        #: messages), and the longest wait of one (``RaftNode.durability``)
+        self.sync_s = 0.0
+        self.held_wait_s = 0.0
+        self.held_wait_max_s = 0.0
 
     def send(self, node, message) -> bool:
         if (self._queue or self._journal.dirty) and type(message) is dict \
                 and message.get("type") in SPEAKS_FOR_THE_LOG:
-            self._queue.append((node, message))
+            self._queue.append((node, message, time.perf_counter()))
             self.held += 1
             return True
         return self._send(node, message)
@@ -62,6 +68,7 @@ class _SyncGate:
     def flush(self) -> None:
         journal = self._journal
         if journal.dirty:
+            t0 = time.perf_counter()
             try:
                 journal.sync()
             except OSError:
@@ -70,9 +77,13 @@ class _SyncGate:
                 logging.shutdown()
                 os._exit(EXIT_SYNC_FAILED)
             self.syncs += 1
+            self.sync_s += time.perf_counter() - t0
         if self._queue:
             queue, self._queue = self._queue, []
-            for node, message in queue:
+            now = time.perf_counter()
+            self.held_wait_s += sum(now - t for _, _, t in queue)
+            self.held_wait_max_s = max(self.held_wait_max_s, now - queue[0][2])
+            for node, message, _ in queue:
                 self._send(node, message)
 
 

@@ -123,7 +123,7 @@ class RaftNode:
         (a membership change was made), that one is used, whatever ``peers`` says.
     :param join: this node joins a running group (``peers`` are its members) and is not one of
         them: it has no vote until it is added (``change_members``) and holds the log.
-    :param data_dir: holds the journal (``raft.journal``, ``.meta``) and the full dump
+    :param data_dir: holds the journal (``raft.journal``, ``.meta``, ``.commit``) and the full dump
         (``raft.dump``); created if missing; locked against a second node.
     :param secret: the cluster secret (pysyncobj's ``password``); never empty.
     :param state: a *freshly constructed* state (``apply_bytes``, ``snapshot``, ``restore``); the
@@ -677,4 +677,11 @@ class RaftNode:
         """Whether this node syncs before acknowledging, and the syncs its disk made so far
         (journal groups, meta, dumps, directories) and the seconds they took."""
         disk = self._disk
-        return {"fsync": disk.fsync, "syncs": disk.syncs, "sync_s": round(disk.sync_s, 6)}
+        out = {"fsync": disk.fsync, "syncs": disk.syncs, "sync_s": round(disk.sync_s, 6)}
+        gate = None if self._sync is None else self._sync._sync_gate
+        if gate is not None:
+            # The journal's group syncs and the messages that waited for them (_durable.py).
+            out["gate"] = {"syncs": gate.syncs, "sync_s": round(gate.sync_s, 6), "held": gate.held,
+                           "held_wait_s": round(gate.held_wait_s, 6),
+                           "held_wait_max_s": round(gate.held_wait_max_s, 6)}
+        return out

@@ -45,6 +45,7 @@ COMMANDS = {
     "profile-backfill": "profile_backfill",
     "pipeline-fanout": "pipeline_fanout",
     "bench-auth": "bench_auth",
+    "bench-notify": "bench_notify",
     "cron-libraries": "cron_libraries",
     "bench-raft-crypto": "bench_raft_crypto",
     "sdk-isolation": "sdk_isolation",
