@@ -241,3 +241,21 @@ def test_the_property_is_not_vacuous():
     reasons = {x.get("reason") for x in r.s.runs.values() if x["kind"] == "recorded"}
     assert {"upstream_failed", "upstream_missed"} <= reasons
     assert any(x["kind"] == "triggered" for x in r.s.runs.values())
+
+
+def test_a_deferred_range_is_recorded_around_the_slots_the_child_decided_meanwhile():
+    """The case the property found: a parent's missed range reaches a child in a later fan-out
+    step, after the child's other parent had decided some of those slots (upstream_failed) but
+    not the first: the
+    range is recorded around them (P3: one entry a slot), naming the parent that missed (P4)."""
+    ev = {"every_s": 10, "retries": 2, "misfire": {"policy": "fire_all", "grace_s": 0}}
+    dag = [("j0", job_raw(**ev)), ("j1", job_raw(every_s=10, misfire={"policy": "skip", "grace_s": 0})),
+           ("j2", job_raw(after=[{"job": "j1", "on": "success"}])),
+           ("j3", job_raw(after=[{"job": "j0", "on": "failure"}, {"job": "j1", "on": "success"}]))]
+    was = limits.fanout_per_command
+    limits.fanout_per_command = 1  # j1's range reaches j2 in its command, j3 in a fan-out step
+    try:
+        # j0's first slot fails once (a retry: not final), its others succeed: j3 records them
+        check_dag(dag, [("tick", 35), ("work", [False, True, True]), ("tick", 10), ("work", [True])])
+    finally:
+        limits.fanout_per_command = was

@@ -345,19 +345,41 @@ def _offer_range(s: SchedulerState, child: Record, parent: str, lo: int, hi: int
         return
     why = f"{parent}@{lo}..{hi} was recorded {rec['state']} ({rec.get('reason')})"
     gated = "schedule" in child["spec"]
-    for slot in sorted(k for k, j in s.pipes.joins.get(c, {}).items() if lo <= k <= hi and (j["own"] or not gated)):
+    joins = s.pipes.joins.get(c, {})
+    for slot in sorted(k for k, j in joins.items() if lo <= k <= hi and (j["own"] or not gated)):
+        # the record names the parent whose range missed the slot, beside those that reported
+        joins[slot]["got"][parent] = [rec["state"], rec["id"], rec.get("fencing_token"), rec.get("result")]
         _decide(s, c, slot, "upstream_missed", why, now, work)
     if gated:
         return  # its own slots in the range find the parent's record when they come (_final_of)
-    rid = f"{c}@{lo}"
-    if rid in s.runs:
-        return
-    entry = {"id": rid, "job": c, "slot": lo, "state": "skipped", "reason": "upstream_missed",
-             "kind": "recorded", "fired_at": now, "error": why, "slot_to": hi, "count": rec.get("count")}
-    s.pipes.ranged.add(c)
-    fire.add_entry(s, child, entry)
-    child["stats"][RECORDED] += 1 if rec.get("count") is None else rec["count"]
-    work.append((entry, now))
+    # Slots inside the range the child decided already (another parent's failed edge or missed
+    # range, when this offer was deferred: a fan-out step): the range is recorded around them,
+    # never over them, its parts without a count (the parent's slots in each are not known here).
+    runs = s.runs
+    taken: list[tuple[int, int]] = sorted(
+        (x["slot"], x["slot_to"] if "slot_to" in x else x["slot"]) for x in (runs[r] for r in s.history.get(c, ()))
+        if x["slot"] <= hi and (x["slot_to"] if "slot_to" in x else x["slot"]) >= lo)
+    parts: list[tuple[int, int, int | None]] = []
+    if not taken:
+        parts.append((lo, hi, rec.get("count")))
+    else:
+        at = lo
+        for a, b in taken:
+            if a > at:
+                parts.append((at, a - 1, None))
+            at = max(at, b + 1)
+        if at <= hi:
+            parts.append((at, hi, None))
+    for a, b, count in parts:
+        rid = f"{c}@{a}"
+        if rid in runs:
+            continue
+        entry = {"id": rid, "job": c, "slot": a, "state": "skipped", "reason": "upstream_missed",
+                 "kind": "recorded", "fired_at": now, "error": why, "slot_to": b, "count": count}
+        s.pipes.ranged.add(c)
+        fire.add_entry(s, child, entry)
+        child["stats"][RECORDED] += 1 if count is None else count
+        work.append((entry, now))
 
 
 def _in_range_record(s: SchedulerState, c: str, slot: int) -> bool:
