@@ -308,6 +308,20 @@ def _worker_app(args, labels: dict):
     return AppExecutors(app, args.app, isolation=args.isolation or "thread")
 
 
+def _graph(args, client) -> int:
+    """``raftsched graph NAME``: one line an edge, ``parent -> child (on)``, the job's own marked."""
+    g = client.graph(args.name)
+    if args.json:
+        print(json.dumps(g, indent=2))
+        return 0
+    kinds = {n["job"]: n["kind"] for n in g["nodes"]}
+    print(f"{g['job']} ({kinds.get(g['job'])}): {len(g['parents'])} upstream, {len(g['children'])} downstream")
+    for e in g["edges"]:
+        mark = lambda j: f"[{j}]" if j == g["job"] else j  # noqa: E731
+        print(f"  {mark(e['from'])} -> {mark(e['to'])}  (on {e['on']}; {e['to']} is {kinds.get(e['to'])})")
+    return 0
+
+
 def cmd_worker(args) -> int:
     """``raftsched worker``: a worker process outside the Raft quorum (worker/remote.py)."""
     from .core.errors import InvalidSpec
@@ -654,8 +668,16 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--create-only", action="store_true", help="never replace: existing jobs are reported as conflicts")
     client("pause", "pause a job", lambda a, c: c.pause(a.name)).add_argument("name")
     client("resume", "resume a job", lambda a, c: c.resume(a.name)).add_argument("name")
-    client("trigger", "trigger a job", lambda a, c: c.trigger(a.name)).add_argument("name")
-    client("delete", "delete a job", lambda a, c: c.delete_job(a.name)).add_argument("name")
+    c = client("trigger", "trigger a job", lambda a, c: c.trigger(a.name, propagate=a.propagate))
+    c.add_argument("name")
+    c.add_argument("--propagate", action="store_true", help="its outcome reaches the jobs that run after it")
+    c = client("delete", "delete a job", lambda a, c: c.delete_job(a.name, force=a.force))
+    c.add_argument("name")
+    c.add_argument("--force", action="store_true", help="though other jobs run after it (their waiting slots are "
+                                                       "recorded dependency_missing)")
+    c = client("graph", "the jobs a job runs after and that run after it, transitively", run=_graph)
+    c.add_argument("name")
+    c.add_argument("--json", action="store_true", help="print the graph as JSON")
     c = client("runs", "a job's runs and recorded slots, newest first", lambda a, c: c.runs(a.name, limit=a.limit))
     c.add_argument("name")
     c.add_argument("--limit", type=int, default=RUNS_SHOWN_DEFAULT)

@@ -43,6 +43,7 @@ CALLS = [
     (("GET", "/v1/jobs/{name}"), "get_job", ("a",)),
     (("GET", "/v1/jobs"), "list_jobs", (), {"labels": {"raftsched.app": "x"}}),
     (("GET", "/v1/jobs/{name}/runs"), "runs", ("a",), {"since": "2000-01-01T00:00:00Z"}),
+    (("GET", "/v1/jobs/{name}/graph"), "graph", ("a",)),
     (("GET", "/v1/jobs/{name}/preview"), "preview", ("a", 3)),
     (("POST", "/v1/preview"), "preview_spec", (PAUSED_SPEC, 2)),
     (("POST", "/v1/jobs/{name}/explain"), "explain", ("a", "2027-01-15T08:00:00Z", "2027-01-15T08:01:00Z")),

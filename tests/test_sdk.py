@@ -78,6 +78,12 @@ CASES = {
                          {"schedule": BASE, "misfire": SKIP, "pause_on_failure": {"after_consecutive": 3}}),
     "metrics": ({"every_s": 60, "misfire": "skip", "metrics": True},
                 {"schedule": BASE, "misfire": SKIP, "metrics": True}),
+    # pipelines: a job with after and no schedule is triggered by its parents
+    "after": ({"after": ["extract"], "misfire": "skip"}, {"misfire": SKIP, "after": ["extract"]}),
+    "match": ({"every_s": 60, "misfire": "skip", "after": ["extract"], "match": "latest"},
+              {"schedule": BASE, "misfire": SKIP, "after": ["extract"], "match": "latest"}),
+    "max_wait_s": ({"after": ["extract"], "misfire": "skip", "max_wait_s": 600},
+                   {"misfire": SKIP, "after": ["extract"], "max_wait_s": 600}),
 }
 
 

@@ -247,9 +247,13 @@ class AsyncClient(Transport):
         """``GET /v1/jobs/{name}``: a job's spec and state."""
         return await self._send(endpoints.get_job(name, consistent))
 
-    async def delete_job(self, name: str) -> dict:
-        """``DELETE /v1/jobs/{name}``: delete a job."""
-        return await self._send(endpoints.delete_job(name))
+    async def delete_job(self, name: str, force: bool = False) -> dict:
+        """``DELETE /v1/jobs/{name}``: delete a job (``force``: though other jobs run after it)."""
+        return await self._send(endpoints.delete_job(name, force))
+
+    async def graph(self, name: str, consistent: bool = False) -> dict:
+        """``GET /v1/jobs/{name}/graph``: its parents and children, transitively (pipelines)."""
+        return await self._send(endpoints.graph(name, consistent))
 
     async def list_jobs(self, limit: int = PAGE_LIMIT_DEFAULT, after: str | None = None, consistent: bool = False,
                         labels: dict[str, str] | None = None) -> dict:
@@ -285,9 +289,10 @@ class AsyncClient(Transport):
         """``GET /v1/deadlines``: slots' deadline outcomes, newest first."""
         return await self._send(endpoints.list_deadlines(state, job, since, limit, consistent))
 
-    async def trigger(self, name: str, *, slot: str | None = None, payload: Any = UNSET) -> dict:
-        """``POST /v1/jobs/{name}/trigger``: a manual run now (or of ``slot``, deduplicated)."""
-        return await self._send(endpoints.trigger(name, slot=slot, payload=payload))
+    async def trigger(self, name: str, *, slot: str | None = None, payload: Any = UNSET,
+                      propagate: bool = False) -> dict:
+        """``POST /v1/jobs/{name}/trigger``: a manual run now (or of ``slot``, deduplicated; ``propagate``: to children)."""
+        return await self._send(endpoints.trigger(name, slot=slot, payload=payload, propagate=propagate))
 
     async def pause(self, name: str) -> dict:
         """``POST /v1/jobs/{name}/pause``: fire no more slots until resumed."""

@@ -127,9 +127,17 @@ def get_job(name: str, consistent: bool = False) -> Request:
 
 
 @endpoint
-def delete_job(name: str) -> Request:
-    """``DELETE /v1/jobs/{name}``: delete a job (its queued runs with it)."""
-    return Request("DELETE", f"/v1/jobs/{_q(name)}")
+def delete_job(name: str, force: bool = False) -> Request:
+    """``DELETE /v1/jobs/{name}``: delete a job (its queued runs with it). A job other jobs run
+    after (pipelines) is a Conflict listing them, unless ``force``."""
+    return Request("DELETE", f"/v1/jobs/{_q(name)}", {"force": "true" if force else None})
+
+
+@endpoint
+def graph(name: str, consistent: bool = False) -> Request:
+    """``GET /v1/jobs/{name}/graph``: the jobs it runs after and that run after it (pipelines),
+    transitively: ``{"job", "parents", "children", "nodes", "edges"}``."""
+    return Request("GET", f"/v1/jobs/{_q(name)}/graph", {"consistent": _consistent(consistent)})
 
 
 @endpoint
@@ -194,12 +202,13 @@ def list_deadlines(state: str | None = None, job: str | None = None, since: str 
 
 
 @endpoint
-def trigger(name: str, *, slot: str | None = None, payload: Any = UNSET) -> Request:
+def trigger(name: str, *, slot: str | None = None, payload: Any = UNSET, propagate: bool = False) -> Request:
     """``POST /v1/jobs/{name}/trigger``: start a manual run now (one run per call, even when the
     call is retried). ``payload`` overrides the job's for this run; ``slot`` (ISO-8601) makes it
     the run of that scheduled time, deduplicated: when the slot has a run already, that run is
-    the answer (``created`` False)."""
-    body: dict = _given(slot=slot)
+    the answer (``created`` False). ``propagate``: its outcome reaches the job's children
+    (pipelines), as a scheduled run's does."""
+    body: dict = _given(slot=slot, propagate=True if propagate else None)
     if payload is not UNSET:
         body["payload"] = payload
     return Request("POST", f"/v1/jobs/{_q(name)}/trigger", body=body or None)

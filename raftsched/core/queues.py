@@ -19,7 +19,7 @@ import heapq
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from . import limits, snapshot
+from . import limits, pipehooks, snapshot
 from .errors import Conflict, InvalidCommand, NotFound
 from .model import is_name
 from .events import emit
@@ -216,6 +216,10 @@ def apply_dlq_requeue(s: SchedulerState, cmd: Command, now: int) -> Result:
     if s.sinks:
         emit(s, "run.requeued", now, job=run["job"], tenant=run.get("tenant"), slot=run["slot"], run_id=run["id"],
              attempt=run["attempt"], reason="manual")
+    if run["job"] in s.pipes.children:  # its children wait for it again (pipelines.rearm)
+        rearmed = pipehooks.rearm(s, run, now)
+        if rearmed:
+            return {"ok": True, "run": run["id"], "state": "queued", "attempt": run["attempt"], "rearmed": rearmed}
     return {"ok": True, "run": run["id"], "state": "queued", "attempt": run["attempt"]}
 
 

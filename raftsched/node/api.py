@@ -340,7 +340,13 @@ async def get_job(request: web.Request) -> web.Response:
 
 async def delete_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(await svc.delete_job(request.match_info["name"], rid(request)))
+    return web.json_response(await svc.delete_job(request.match_info["name"], rid(request),
+                                                  bool_param(request, "force")))
+
+
+async def job_graph(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    return web.json_response(svc.job_graph(request.match_info["name"], tenants_of(request)))
 
 
 async def pause_job(request: web.Request) -> web.Response:
@@ -643,7 +649,12 @@ ROUTES: tuple[Route, ...] = (
           body="job_spec", ok=201, also_ok=(200,), errors=(409, 422), response="job_written"),
     Route("GET", "/v1/jobs/{name}", get_job, _R, T.JOB, "a job, its state and next slot", params=(STALE, CONSISTENT),
           errors=(404,), response="job"),
-    Route("DELETE", "/v1/jobs/{name}", delete_job, _W, T.JOB, "delete a job", errors=(404,), response="job_deleted"),
+    Route("DELETE", "/v1/jobs/{name}", delete_job, _W, T.JOB, "delete a job",
+          params=(Param("force", "boolean", "delete it though other jobs run after it (their waiting slots "
+                        "are recorded dependency_missing)", default=False),), errors=(404, 409), response="job_deleted"),
+    Route("GET", "/v1/jobs/{name}/graph", job_graph, _R, T.JOB,
+          "the jobs it runs after and that run after it, transitively, with each edge's condition",
+          params=(STALE, CONSISTENT), errors=(404,), response="job_graph"),
     Route("POST", "/v1/jobs/{name}/pause", pause_job, _W, T.JOB, "pause a job", errors=(404,), response="job_paused"),
     Route("POST", "/v1/jobs/{name}/resume", resume_job, _W, T.JOB, "resume a job",
           params=(Param("catch_up", "boolean", "fire the slots missed while paused, by policy", default=False),),

@@ -22,6 +22,7 @@ from ..core import errors, limits
 from ..core.backfill_plan import MODES, ORDERS, OVERLAPS
 from ..core.bodies import POLICY_FIELDS
 from ..core.notify_model import CLUSTER_KINDS, JOB_KINDS, SINK_TYPES
+from ..core.pipeline_model import MATCH_VALUES, ON_VALUES
 from ..core.model import (EXECUTOR_TYPES, MISFIRE_POLICIES, OVERLAP_POLICIES, RUN_STATES, SCHEDULE_FIELDS,
                           SPEC_FIELDS)
 from ..core.tokens import ROLES
@@ -151,7 +152,9 @@ def _job_spec() -> Schema:
                        "maxItems": limits.argv_items_max},
               "env": dict(_STR_MAP, maxProperties=limits.executor_env_max), "cwd": _str(1)}, ("type", "argv")),
         _obj({"type": {"const": "http"}, "url": _str(8, pattern=r"^https?://[^\s/]+"),
-              "headers": dict(_STR_MAP, maxProperties=limits.executor_headers_max)}, ("type", "url")),
+              "headers": dict(_STR_MAP, maxProperties=limits.executor_headers_max),
+              "result": {"type": "boolean", "description": "the JSON response body is the run's result, "
+                         "handed to its children (docs/pipelines.md)"}}, ("type", "url")),
         _obj({"type": {"const": "python"},
               "target": _str(3, pattern=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")}, ("type", "target")),
         _obj({"type": {"const": "heartbeat", "description": "runs nothing: POST /v1/jobs/{name}/ping reports "
@@ -192,11 +195,24 @@ def _job_spec() -> Schema:
                           "succeed_by": _str(5, 5, r"^([01][0-9]|2[0-3]):[0-5][0-9]$",
                                              description="a local time HH:MM in the job's time zone"),
                           "max_since_success_s": _int(1, limits.deadline_s_max)}, minProperties=1,
-                         description="when each slot must be done (docs/notifications.md, Deadlines)"),
+                         description="when each slot must be done (docs/notifications.md, Deadlines); "
+                                     "a job with after takes max_since_success_s only"),
+        "after": {"type": "array", "minItems": 1, "maxItems": limits.after_parents_max,
+                  "items": {"anyOf": [_name(limits.job_name_chars_max),
+                                      _obj({"job": _name(limits.job_name_chars_max), "on": {"enum": list(ON_VALUES)}},
+                                           ("job",))]},
+                  "description": "the jobs it runs after (docs/pipelines.md): names, or {job, on}; "
+                                 "without a schedule the job is triggered by them"},
+        "match": {"enum": list(MATCH_VALUES), "default": "same_slot",
+                  "description": "a gated job's rule (schedule and after)"},
+        "max_wait_s": _int(1, limits.max_wait_s_max, default=limits.max_wait_s_default,
+                           description="how long a slot waits for its parents (after only)"),
     }
     assert set(props) == SPEC_FIELDS, set(props) ^ SPEC_FIELDS
-    return _obj(props, ("schedule", "executor", "misfire"),
-                description="a job spec (docs/api.md, The job spec); core/model.py validate_job",
+    return _obj(props, ("executor",),
+                anyOf=[{"required": ["schedule", "misfire"]}, {"required": ["after"]}],
+                description="a job spec (docs/api.md, The job spec); core/model.py validate_job. schedule and "
+                            "misfire are required, unless after is given (a triggered job has neither)",
                 examples=[{"schedule": {"every_s": 60}, "executor": {"type": "http", "url": "https://example.com/hook"},
                            "misfire": {"policy": "skip"}, "tenant": "fuzz"},
                           {"schedule": {"cron": "30 2 * * *", "timezone": "Europe/Berlin"},
@@ -217,7 +233,9 @@ def _bodies() -> dict[str, Schema]:
                                      "propertyNames": _name(limits.job_name_chars_max),
                                      "additionalProperties": spec},
                             "create_only": _BOOL}, ("jobs",)),
-        "trigger": _obj({"payload": _JSON, "slot": _nullable(TIME)}),
+        "trigger": _obj({"payload": _JSON, "slot": _nullable(TIME),
+                         "propagate": {"type": "boolean", "description": "its outcome reaches the job's children "
+                                       "(pipelines)"}}),
         "explain": {"oneOf": [_obj({"down_from": TIME, "down_to": TIME}, ("down_from", "down_to")),
                               _obj({"slot": TIME}, ("slot",))],
                     "description": "an outage window, or one slot (why it met or missed its deadline)"},
@@ -230,7 +248,10 @@ def _bodies() -> dict[str, Schema]:
             "max_slots": _nullable(_int(1, limits.backfill_slots_max)), "payload": _JSON,
             "overlap": {"anyOf": [{"enum": list(OVERLAPS) + [None]},
                                   _obj({"policy": {"enum": list(OVERLAPS)}}, ("policy",))]},
-            "dry_run": _BOOL, "id": _nullable(_name(limits.backfill_id_chars_max))}, ("from", "to")),
+            "dry_run": _BOOL, "id": _nullable(_name(limits.backfill_id_chars_max)),
+            "cascade": {"enum": ["none", "children"], "default": "none",
+                        "description": "children: each backfilled run's outcome reaches the job's children"}},
+            ("from", "to")),
         "dlq_bulk": _obj({
             "queue": _nullable(_str(1, limits.queue_name_chars_max)),
             "job": _nullable(_str(1, limits.job_name_chars_max)),
@@ -327,6 +348,13 @@ RESPONSES: dict[str, Schema] = {
                         ("job", "created"), closed=False),
     "triggered": _obj({"job": {"type": "string"}, "run": {"type": "string"}, "state": {"enum": list(RUN_STATES)}},
                       ("job", "run", "state"), closed=False),
+    "job_graph": _obj({"job": {"type": "string"}, "parents": {"type": "array", "items": {"type": "string"}},
+                       "children": {"type": "array", "items": {"type": "string"}},
+                       "nodes": {"type": "array", "items": {"type": "object"}},
+                       "edges": {"type": "array", "items": _obj({"from": {"type": "string"}, "to": {"type": "string"},
+                                                                 "on": {"enum": list(ON_VALUES)}},
+                                                                ("from", "to", "on"))}},
+                      ("job", "parents", "children", "nodes", "edges"), closed=False),
     "job_deleted": _obj({"job": {"type": "string"}, "deleted": _BOOL}, ("job", "deleted"), closed=False),
     "job_paused": _obj({"job": {"type": "string"}, "paused": _BOOL}, ("job", "paused"), closed=False),
     "jobs_page": _obj({"jobs": {"type": "array", "items": {"type": "object"}}, "next": {"type": ["string", "null"]},
