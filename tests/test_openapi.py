@@ -205,6 +205,11 @@ def test_the_other_operations_answers_conform_to_the_document():
                 assert r.status < 300, (method, url, r.status, raw[:300])
                 return json.loads(raw)
             await go("PUT", "/v1/jobs/a", "/v1/jobs/{name}", SPEC)
+            await go("PUT", "/v1/jobs/hb", "/v1/jobs/{name}", {"schedule": {"every_s": 60}, "executor": {
+                     "type": "heartbeat"}, "misfire": {"policy": "skip"}})
+            env.clock.advance(61_000)
+            await env.trigger.tick()  # hb's first slot opens: a ping reports it
+            await go("POST", "/v1/jobs/hb/ping", "/v1/jobs/{name}/ping", {"status": "start"})
             await go("POST", "/v1/jobs:batch", "/v1/jobs:batch", {"jobs": {"c": SPEC, "a": SPEC}, "create_only": True})
             await go("POST", "/v1/jobs/a/resume", "/v1/jobs/{name}/resume")
             await go("GET", "/v1/jobs/a/preview", "/v1/jobs/{name}/preview")
@@ -233,6 +238,10 @@ def test_the_other_operations_answers_conform_to_the_document():
             await go("POST", "/v1/workers/w1/lease", "/v1/workers/{id}/lease", lease)
             await go("POST", "/v1/workers/w1/heartbeat", "/v1/workers/{id}/heartbeat", {"leases": []})
             await go("POST", "/v1/workers/w1/release", "/v1/workers/{id}/release", {"leases": []})
+            await go("POST", "/v1/workers/w1/complete", "/v1/workers/{id}/complete",
+                     {"results": [{"run": "a@1", "token": 1, "success": True}]})  # refused in its result
+            await go("POST", "/v1/cluster/members", "/v1/cluster/members", {"addr": "127.0.0.1:7"})
+            await go("DELETE", "/v1/cluster/members/127.0.0.1:7", "/v1/cluster/members/{addr}")
             await go("GET", "/v1/workers", "/v1/workers")
             await go("GET", "/v1/workers/w1", "/v1/workers/{id}")
             await go("POST", "/v1/workers/w1/drain", "/v1/workers/{id}/drain")
@@ -241,6 +250,7 @@ def test_the_other_operations_answers_conform_to_the_document():
             await go("GET", "/v1/tokens", "/v1/tokens")
             await go("DELETE", f"/v1/tokens/{tok['id']}", "/v1/tokens/{id}")
             await go("GET", "/v1/secrets", "/v1/secrets")
+            await go("POST", "/v1/secrets:rotate", "/v1/secrets:rotate", {"key": "process"})
             await go("PUT", "/v1/sinks/s", "/v1/sinks/{name}", SINK)
             await go("GET", "/v1/sinks", "/v1/sinks")
             await go("GET", "/v1/sinks/s", "/v1/sinks/{name}")
