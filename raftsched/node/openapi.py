@@ -325,9 +325,114 @@ def _error_schema() -> Schema:
     }, ("error",))
 
 
+def _open(props: dict[str, Schema], required: tuple[str, ...] = (), **kw: Any) -> Schema:
+    """An answer: the keys the handler always sends are required, more may come."""
+    return _obj(props, required, closed=False, **kw)
+
+
+def _more_responses() -> dict[str, Schema]:
+    s, i, n = {"type": "string"}, {"type": "integer"}, {"type": "number"}
+    s_or_null, i_or_null = {"type": ["string", "null"]}, {"type": ["integer", "null"]}
+    arr, obj = {"type": "array"}, {"type": "object"}
+    objs = {"type": "array", "items": obj}
+    slot = _open({"slot": s, "slot_ms": i, "local": s, "timezone": s, "utc_offset": s,
+                  "dst": {"enum": ["spring_forward", "fall_back"]}, "ambiguous_local_time": _BOOL},
+                 ("slot", "slot_ms", "local", "timezone", "utc_offset"))
+    backfill = _open({"id": s, "kind": s, "job": s_or_null, "state": s, "reason": s_or_null,
+                      "created_at": s_or_null, "updated_at": s_or_null, "finished_at": s_or_null,
+                      "request": obj, "created": _BOOL},
+                     ("id", "kind", "job", "state", "reason", "created_at", "updated_at", "finished_at", "request"),
+                     description="a backfill or bulk DLQ operation (node/backfills.py backfill_view)")
+    policy = _open({"executors": arr, "placement": obj, "network": obj}, ("executors", "placement", "network"))
+    token = _open({"id": s, "role": {"enum": list(ROLES)}, "tenants": {"type": ["array", "null"]},
+                   "workers": {"type": ["array", "null"]}, "state": {"enum": ["active", "expired", "revoked"]},
+                   "created_at": s_or_null, "expires_at": s_or_null, "revoked_at": s_or_null,
+                   "note": s_or_null}, ("id", "role", "tenants", "workers", "state"))
+    sink = _open({"name": s, "spec": obj, "cursor": {}, "behind": i, "dead": i, "requeued": {}},
+                 ("name", "spec", "cursor", "behind", "dead", "requeued"))
+    sealed = {"values": obj, "clear": {}, "malformed": {}}
+    return {
+        "member_changed": _open({"addr": s, "state": {"enum": ["voter", "learner", "removed"]}, "changed": _BOOL,
+                                 "members": {}}, ("addr", "state", "changed")),
+        "jobs_batch_written": _open({"jobs": {"type": "object", "additionalProperties": obj}, "created": i,
+                                     "replaced": i, "conflicts": i, "commands": i},
+                                    ("jobs", "created", "replaced", "conflicts", "commands")),
+        "slots": _open({"job": s, "slots": {"type": "array", "items": slot}}, ("slots",),
+                       description="the next slots, local time and offset with DST changes marked"),
+        "explained": {"anyOf": [
+            _open({"job": s, "down_from": s, "down_to": s, "policy": s, "grace_s": i, "max_catchup": i,
+                   "runs": arr, "recorded": arr, "slots_due": i, "next_slot": s_or_null},
+                  ("job", "down_from", "down_to", "policy", "runs", "recorded", "slots_due", "next_slot")),
+            _open({"job": s, "slot": s, "run": {"type": ["object", "null"]}, "deadline": {"type": ["object", "null"]},
+                   "why": s}, ("job", "slot", "run", "deadline", "why"))],
+            "description": "what an outage window would do, or why one slot met or missed its deadline"},
+        "backfill": backfill,
+        "backfill_created": {"anyOf": [
+            _open({"dry_run": {"const": True}, "job": s, "reprocess": s, "order": s, "planned": i,
+                   "slots": {"type": "array", "items": s}, "left_out": objs},
+                  ("dry_run", "job", "planned", "slots", "left_out")), backfill]},
+        "dlq_bulk_started": {"anyOf": [
+            _open({"dry_run": {"const": True}, "action": {"enum": ["requeue", "purge"]},
+                   "runs": {"type": "array", "items": s}, "total": i}, ("dry_run", "action", "runs", "total")),
+            backfill]},
+        "backfill_controlled": _open({"id": s, "state": s, "withdrawn": {}}, ("id",)),
+        "backfills": _open({"backfills": {"type": "array", "items": backfill}}, ("backfills",)),
+        "queue_written": _open({"queue": s, "max_depth": i, "on_full": s, "tenants": arr}, ("queue",)),
+        "tenant": _open({"name": s, "rate_per_s": {"type": ["number", "null"]}, "burst": i_or_null,
+                         "tokens": {"type": ["number", "null"]}, "policy": _nullable(policy),
+                         "effective_policy": policy, "notify": arr},
+                        ("name", "rate_per_s", "burst", "tokens", "policy", "effective_policy", "notify")),
+        "tenant_written": _open({"tenant": s, "rate_per_s": n, "burst": i, "policy": policy, "notify": arr},
+                                ("tenant",)),
+        "tenant_deleted": _open({"tenant": s, "deleted": _BOOL}, ("tenant", "deleted")),
+        "dlq_requeued": _open({"run": s, "state": {"enum": list(RUN_STATES)}, "attempt": i_or_null},
+                              ("run", "state", "attempt")),
+        "run_deleted": _open({"run": s, "deleted": _BOOL}, ("run", "deleted")),
+        "lock": _open({"lock": s, "owner": s, "token": i, "expires_at": s_or_null, "since": s_or_null},
+                      ("lock", "owner", "token", "expires_at", "since")),
+        "lock_held": _open({"lock": s, "owner": s, "token": i, "expires_at": s_or_null},
+                           ("lock", "token", "expires_at")),
+        "lock_released": _open({"lock": s, "released": _BOOL}, ("lock", "released")),
+        "pinged": _open({"job": s, "run": s, "state": s}, ("job", "run", "state")),
+        "deadlines": _open({"deadlines": {"type": "array", "items": _open({"slot": s, "why": s}, ("slot", "why"))}},
+                           ("deadlines",)),
+        "leased": _open({"runs": objs, "draining": _BOOL, "cluster_ms": i}, ("runs", "draining")),
+        "heartbeat": _open({"extended": i, "lost": {"type": "array", "items": s}, "draining": _BOOL, "cluster_ms": i},
+                           ("extended", "lost", "draining")),
+        "completed": _open({"results": arr}, ("results",)),
+        "released": _open({"released": {}, "lost": arr}, ("released", "lost")),
+        "workers": _open({"workers": objs, "total": i}, ("workers", "total")),
+        "worker": _open({"status": s, "labels": obj, "runs": objs}, ("status", "labels")),
+        "worker_drained": _open({"worker": s, "state": s, "held": {}}, ("worker", "state", "held")),
+        "whoami": _open({"id": s, "role": {"enum": list(ROLES)}, "tenants": {"type": ["array", "null"]},
+                         "scopes": {"type": "array", "items": s}}, ("id", "role", "tenants", "scopes")),
+        "token_created": _open({"id": s, "token": s, "role": {"enum": list(ROLES)},
+                                "tenants": {"type": ["array", "null"]}, "workers": {"type": ["array", "null"]},
+                                "jobs": {"type": ["array", "null"]}, "expires_at": s_or_null, "note": s_or_null},
+                               ("id", "token", "role", "tenants", "workers", "jobs", "expires_at", "note"),
+                               description="the token's secret is shown here only"),
+        "tokens": _open({"tokens": {"type": "array", "items": token}}, ("tokens",)),
+        "token_revoked": _open({"id": s, "revoked_at": s_or_null}, ("id", "revoked_at")),
+        "secrets": _open({"node": s, "key": {}, "ring": obj, "missing": arr, **sealed},
+                         ("node", "key", "ring", "values", "clear", "malformed", "missing")),
+        "secrets_rotated": _open({"key": s, "resealed": {}, "stale": {}, "passes": i, "complete": _BOOL,
+                                  "unreadable": obj, **sealed},
+                                 ("key", "resealed", "stale", "passes", "complete", "unreadable", "values", "clear",
+                                  "malformed")),
+        "sinks": _open({"sinks": {"type": "array", "items": sink}}, ("sinks",)),
+        "sink": sink,
+        "sink_written": _open({"name": s, "spec": obj}, ("name",)),
+        "sink_deleted": _open({"sink": s, "deleted": _BOOL}, ("sink", "deleted")),
+        "sink_dead": _open({"sink": s, "dead": {"type": "array", "items": _open(
+            {"event": obj, "error": {}, "attempts": i, "at": {}}, ("event", "error", "attempts", "at"))}},
+            ("sink", "dead")),
+        "sink_requeued": _open({"sink": s, "requeued": i}, ("sink", "requeued")),
+    }
+
+
 #: A run or a recorded slot in a list.
 _RUN_ITEM = {"type": "object", "properties": {"state": {"enum": list(RUN_STATES)}}, "required": ["state"]}
-#: Success answers' schemas, named by ``Route.response`` (None: a JSON object).
+#: Success answers' schemas, named by ``Route.response`` (every row names one: tests/test_openapi.py).
 RESPONSES: dict[str, Schema] = {
     "health": _obj({"ok": _BOOL, "role": {"type": ["string", "null"]}, "leader": {"type": ["string", "null"]}},
                    ("ok", "role", "leader"), closed=False),
@@ -372,6 +477,7 @@ RESPONSES: dict[str, Schema] = {
                      ("runs",), closed=False),
     "queues": _obj({"queues": {"type": "array", "items": {"type": "object"}}}, ("queues",), closed=False),
     "tenants": _obj({"tenants": {"type": "array", "items": {"type": "object"}}}, ("tenants",), closed=False),
+    **_more_responses(),
 }
 
 

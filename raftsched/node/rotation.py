@@ -206,7 +206,7 @@ async def secrets_rotate(request: web.Request) -> web.Response:
 #: The rows of the route table (node/routes.py): an admin's.
 SECRETS_ROUTES = (
     Route("GET", "/v1/secrets", secrets_status, "admin", Tenancy.REFUSED,
-          "which keys the stored secret values are sealed under", params=(STALE, CONSISTENT)),
+          "which keys the stored secret values are sealed under", params=(STALE, CONSISTENT), response="secrets"),
     Route("POST", "/v1/secrets:rotate", secrets_rotate, "admin", Tenancy.REFUSED,
-          "seal every stored secret value under another key", body="secrets_rotate", errors=(422,)),
+          "seal every stored secret value under another key", body="secrets_rotate", errors=(422,), response="secrets_rotated"),
 )
