@@ -251,9 +251,9 @@ class AsyncClient(Transport):
         """``DELETE /v1/jobs/{name}``: delete a job (``force``: though other jobs run after it)."""
         return await self._send(endpoints.delete_job(name, force))
 
-    async def graph(self, name: str, consistent: bool = False) -> dict:
+    async def graph(self, name: str, consistent: bool = False, *, stale: bool = False) -> dict:
         """``GET /v1/jobs/{name}/graph``: its parents and children, transitively (pipelines)."""
-        return await self._send(endpoints.graph(name, consistent))
+        return await self._send(endpoints.graph(name, consistent, stale=stale))
 
     async def list_jobs(self, limit: int = PAGE_LIMIT_DEFAULT, after: str | None = None, consistent: bool = False,
                         labels: dict[str, str] | None = None, *, stale: bool = False) -> dict:

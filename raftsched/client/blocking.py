@@ -184,9 +184,9 @@ class Client(Transport):
         """``DELETE /v1/jobs/{name}``: delete a job (``force``: though other jobs run after it)."""
         return self._send(endpoints.delete_job(name, force))
 
-    def graph(self, name: str, consistent: bool = False) -> dict:
+    def graph(self, name: str, consistent: bool = False, *, stale: bool = False) -> dict:
         """``GET /v1/jobs/{name}/graph``: its parents and children, transitively (pipelines)."""
-        return self._send(endpoints.graph(name, consistent))
+        return self._send(endpoints.graph(name, consistent, stale=stale))
 
     def list_jobs(self, limit: int = PAGE_LIMIT_DEFAULT, after: str | None = None, consistent: bool = False,
                   labels: dict[str, str] | None = None, *, stale: bool = False) -> dict:

@@ -141,10 +141,10 @@ def delete_job(name: str, force: bool = False) -> Request:
 
 
 @endpoint
-def graph(name: str, consistent: bool = False) -> Request:
+def graph(name: str, consistent: bool = False, *, stale: bool = False) -> Request:
     """``GET /v1/jobs/{name}/graph``: the jobs it runs after and that run after it (pipelines),
     transitively: ``{"job", "parents", "children", "nodes", "edges"}``."""
-    return Request("GET", f"/v1/jobs/{_q(name)}/graph", {"consistent": _consistent(consistent)})
+    return Request("GET", f"/v1/jobs/{_q(name)}/graph", {"stale": _stale(stale), "consistent": _consistent(consistent)})
 
 
 @endpoint
