@@ -1414,6 +1414,11 @@ def check_pipeline(data: dict) -> dict:
 # Notifications (docs/notifications.md)
 # ---------------------------------------------------------------------------------------------
 
+#: How long after an event's commit (the cluster's clock) a read (the harness's clock) must begin
+#: to count against it: twice the clock guard's bound (core/limits.py clock_skew_ms_max).
+_EVENT_READ_MARGIN_MS = 2000
+
+
 def check_notifications(data: dict) -> dict | None:
     """The webhook receiver's log (``events``: {t_ms, signed, event, idempotency_key}, duplicates
     included) against the state. Invalid when: a delivery's signature does not verify or its
@@ -1455,10 +1460,14 @@ def check_notifications(data: dict) -> dict | None:
         if gave_up:
             examples.append(f"the sink gave up {gave_up} events (its receiver answers every signed one)")
     # No event for something that did not happen.
-    seen_state: dict[str, set] = {}
+    # A read can contradict an event only if it began after the event was committed: the final
+    # reads may be taken moments before a run dies (the event's ``at`` is the cluster's time, the
+    # read's the harness's: the margin covers the clock guard's bound between them).
+    seen_state: dict[str, list[tuple[int | None, str]]] = {}
     for r in _all_reads(data) + list(data.get("periodic") or []):
+        t = r.get("t_start_ms", r.get("t_ms"))
         for run in r.get("runs") or []:
-            seen_state.setdefault(run["id"], set()).add(run.get("state"))
+            seen_state.setdefault(run["id"], []).append((t, run.get("state")))
     requeued_jobs = {op["job"] for op in client_ops(data) if op["f"] == "requeue"}
     told_jobs: set[str] = set()
     for e in by_id.values():
@@ -1466,7 +1475,9 @@ def check_notifications(data: dict) -> dict | None:
             continue
         stats["run_dead"] += 1
         told_jobs.add(e.get("job"))
-        states = seen_state.get(e.get("run_id"))
+        at = e.get("at") if isinstance(e.get("at"), int) else 0
+        states = {st for t, st in seen_state.get(e.get("run_id"), ())
+                  if isinstance(t, int) and t >= at + _EVENT_READ_MARGIN_MS}
         if states and "dead" not in states and e.get("job") not in requeued_jobs:
             examples.append(f"run.dead for {e.get('run_id')}, which every read shows {sorted(states)}: {_short(e)}")
     # Every failing job is told (at least its first dead run; nothing while it is paused).

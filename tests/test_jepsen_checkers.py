@@ -1094,8 +1094,15 @@ def test_notifications_no_event_for_what_did_not_happen_and_every_failing_job_to
     ok_run = next(r for r in list(each_read(d))[0]["runs"] if r["state"] == "succeeded" and r["job"] == "b")
     for e in d["events"]:
         e["event"]["run_id"] = ok_run["id"]
+        e["event"]["at"] = READ_AT - 10_000  # long before the reads that show it succeeded
     v, ex = verdict(d, "notifications")
     assert v == "invalid" and "every read shows ['succeeded']" in ex[0], ex
+    # A read that began before the event was committed (a final read moments before the run died)
+    # cannot contradict it.
+    reads = list(each_read(d))
+    for e in d["events"]:
+        e["event"]["at"] = max(r.get("t_start_ms", r.get("t_ms", 0)) for r in reads) + 1
+    assert verdict(d, "notifications")[0] == "valid"
     d = good()
     d["events"] = []
     for r in each_read(d):
