@@ -32,6 +32,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import tomllib
 from pathlib import Path
@@ -121,18 +122,19 @@ class Services:
         self.tmp, self.procs, self.bins = tmp, procs, bins
         self.pg_port, self.redis_port = free_ports(2)
         self.n_db = 0
+        self.pg_dir: Path | None = None
 
     def start_postgres(self) -> None:
         pg = Path(self.bins["pg_bin"])
-        d = self.tmp / "pg"
-        d.mkdir(parents=True)
+        # A directory of its own, owned by the server's user: the benchmark's temporary directory
+        # is private to root. Removed by stop().
+        d = self.pg_dir = Path(tempfile.mkdtemp(prefix="raftsched-bench-pg-"))
         user = "postgres"
         try:
             pw = pwd.getpwnam(user)
         except KeyError:
             raise NotRun("no 'postgres' user (Debian's postgresql package makes it)") from None
         os.chown(d, pw.pw_uid, pw.pw_gid)
-        self.tmp.chmod(0o755)
         as_pg = ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--clear-groups"] if os.geteuid() == 0 else []
         _run(as_pg + [str(pg / "initdb"), "-D", str(d / "data"), "-A", "trust", "-U", "bench"], 120, "initdb")
         self.procs.start("postgres", as_pg + [str(pg / "postgres"), "-D", str(d / "data"), "-p", str(self.pg_port), "-k", str(d),
@@ -145,6 +147,12 @@ class Services:
             wait_for(ready, 60, "PostgreSQL to accept connections", interval_s=0.2)
         except AssertionError as e:
             raise NotRun(f"PostgreSQL did not start: {e}: {self.procs.log_tail('postgres', 5)}") from None
+
+    def stop(self) -> None:
+        for name in ("postgres", "redis"):
+            self.procs.stop(name)
+        if self.pg_dir is not None:
+            shutil.rmtree(self.pg_dir, ignore_errors=True)
 
     def new_db(self) -> str:
         """A fresh database: its DSN."""
@@ -397,22 +405,30 @@ def peers(tmp: Path, p: dict, clusters: list, fire_log_ok: bool, register_budget
         stop_clusters(clusters)
     # The peers.
     procs = Procs(new_session=True)
+    svc = None
     try:
+        cannot: dict[str, str] = {}
         try:
             bins = ensure_services()
             py = peers_venv()
+            (tmp / "peers-svc").mkdir()
             svc = Services(tmp / "peers-svc", procs, bins)
-            svc.start_postgres()
-            svc.start_redis()
         except NotRun as e:
-            for kind, tuned in PEER_CONFIGS:
-                res["systems"][f"{kind}-{'tuned' if tuned else 'default'}"] = {"not_run": str(e)}
-            return res
-        res["versions"] = _run([py, "-m", "pip", "freeze"], 60, "pip freeze").split()
+            cannot = {"apscheduler4": str(e), "redbeat": str(e)}
+        if svc is not None:
+            for kind, start in (("apscheduler4", svc.start_postgres), ("redbeat", svc.start_redis)):
+                try:
+                    start()
+                except NotRun as e:
+                    cannot[kind] = str(e)
+            res["versions"] = _run([py, "-m", "pip", "freeze"], 60, "pip freeze").split()
         for kind, tuned in PEER_CONFIGS:
             key = f"{kind}-{'tuned' if tuned else 'default'}"
             r: dict = {"throughput": {}}
             res["systems"][key] = r
+            if kind in cannot:
+                r["not_run"] = cannot[kind]
+                continue
             try:
                 for n in ns:
                     log(f"{key}: throughput, N = {n}")
@@ -434,4 +450,6 @@ def peers(tmp: Path, p: dict, clusters: list, fire_log_ok: bool, register_budget
             log(f"{key}: {json.dumps({k: v for k, v in r.items() if k != 'ha'})[:300]}")
     finally:
         procs.stop_all()
+        if svc is not None:
+            svc.stop()
     return res
