@@ -35,7 +35,7 @@ import os
 import signal
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import anyio
 from apscheduler import AsyncScheduler, CoalescePolicy, ConflictPolicy, current_job

@@ -361,9 +361,10 @@ def run_peer_throughput(tmp: Path, procs: Procs, svc: Services, py: str, kind: s
     label = f"{'aps4' if kind == 'apscheduler4' else 'redbeat'}-{'tuned' if tuned else 'default'}-n{n}"
     s = PeerSet(tmp, procs, svc, py, kind, tuned, label)
     jobs = [f"j{k}" for k in range(n)]
-    base_ms = (int(wall_ms()) // 1000 + 3 + n // 400) * 1000
+    # The first slot leaves time for the setup (~4 ms a schedule at worst) and for three processes
+    # to start (several seconds on a loaded machine): the warm-up then starts with them running.
+    base_ms = (int(wall_ms()) // 1000 + 10 + (4 * n) // 1000) * 1000
     setup_s = s.setup(n, base_ms)
-    base_ms = max(base_ms, (int(wall_ms()) // 1000 + 1) * 1000)
     s.start()
     lo = base_ms + warmup_s * 1000
     hi = lo + window_s * 1000
