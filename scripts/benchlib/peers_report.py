@@ -24,14 +24,14 @@ def peers_markdown(pr: dict) -> list[str]:
     lines = ["", f"#### HA peers (issue 27): {prm.get('jobs')} jobs every 1 s for fail-over; {prm.get('kills')} kill -9 of the "
              f"active scheduler, restarted after {prm.get('restart_after_s')} s; pause {prm.get('pause_s')} s; every process "
              f"down {prm.get('down_s')} s", "",
-             "| system | fires/s at N (lag p50/p99 ms) | kills: next fire ms p50 (max) | kills: every job again ms p50 (max) "
+             "| system | fires/s at N (lag p50/p99 ms) | steady: lost / twice (of slots) | kills: next fire ms p50 (max) | kills: every job again ms p50 (max) "
              "| kills: lost / twice (of slots) | pause: lost / twice; paused one fired late | restart: missed slots fired late / lost / twice "
              "| restart: every job again ms |",
-             "|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|"]
     ours_tp = (pr["systems"].get("raftsched") or {}).get("throughput") or {}
     for name, s in pr["systems"].items():
         if "not_run" in s and "ha" not in s:
-            lines.append(f"| {name} | not run: {s['not_run'][:200]} | | | | | | |")
+            lines.append(f"| {name} | not run: {s['not_run'][:200]} | | | | | | | |")
             continue
         tp = []
         for n, t in (s.get("throughput") or {}).items():
@@ -43,10 +43,11 @@ def peers_markdown(pr: dict) -> list[str]:
             tp.append(f"N={int(n):,}: {t.get('fires_per_s')} ({_ms(lag.get('p50'))}/{_ms(lag.get('p99'))}"
                       f"{'; fell behind' if t.get('fell_behind') else ''}{ratio})")
         h = s.get("ha") or {}
-        fo, pa, rs = h.get("failover") or {}, h.get("pause") or {}, h.get("restart") or {}
+        fo, pa, rs, st = h.get("failover") or {}, h.get("pause") or {}, h.get("restart") or {}, h.get("steady") or {}
         mw, af = rs.get("missed_window") or {}, rs.get("after") or {}
         cells = [
             "; ".join(tp) or "-",
+            f"{st.get('lost', '-')} / {st.get('fired_twice', '-')} (of {st.get('expected', '-')})" if st else "-",
             _list_ms(fo.get("next_fire_ms")), _list_ms(fo.get("all_jobs_fired_ms")),
             f"{fo.get('lost', '-')} / {fo.get('fired_twice', '-')} (of {fo.get('expected', '-')})" if fo else "-",
             f"{pa.get('lost', '-')} / {pa.get('fired_twice', '-')}; {pa.get('fired_by_paused_after_cont', '-')}" if pa else "-",
