@@ -25,7 +25,7 @@ def peers_markdown(pr: dict) -> list[str]:
              f"active scheduler, restarted after {prm.get('restart_after_s')} s; pause {prm.get('pause_s')} s; every process "
              f"down {prm.get('down_s')} s", "",
              "| system | fires/s at N (lag p50/p99 ms) | steady: lost / twice (of slots) | kills: next fire ms p50 (max) | kills: every job again ms p50 (max) "
-             "| kills: lost / twice (of slots) | pause: lost / twice; paused one fired late | restart: missed slots fired late / lost / twice "
+             "| kills: lost / twice (of slots) | pause: lost / twice; paused one fired late | restart: missed slots fired late / not fired when read / twice "
              "| restart: every job again ms |",
              "|---|---|---|---|---|---|---|---|---|"]
     ours_tp = (pr["systems"].get("raftsched") or {}).get("throughput") or {}

@@ -49,6 +49,7 @@ EVERY_MS = 1000
 RESTART_AFTER_S = 5.0  # a killed scheduler is restarted this long after the kill
 SETTLE_S = 3.0  # after a restart, before the next kill
 DOWN_S = 30.0  # the whole-set restart: every process down this long
+RESTART_WATCH_S = 60.0  # after the whole-set restart: how long to wait for every job to fire again
 ACTIVE_LOOKBACK_MS = 1500
 PEER_CONFIGS = (("apscheduler4", False), ("apscheduler4", True), ("redbeat", False), ("redbeat", True))
 
@@ -331,7 +332,14 @@ def ha_session(s, jobs: list[str], kills: int, pause_s: float, down_s: float, lo
     ok_sleep(down_s)
     s.start()
     t_up = wall_ms()
-    ok_sleep(10.0)
+    # Watch until every job has fired again (at most RESTART_WATCH_S), then 5 s more: a system
+    # whose processes take long to come back is not charged with slots it has not had time for.
+    try:
+        wait_for(lambda: s.alive_fires_after(t_up, jobs), RESTART_WATCH_S, f"{s.label}: every job firing after the restart",
+                 interval_s=0.5)
+    except AssertionError:
+        pass
+    ok_sleep(5.0)
     t_end = wall_ms()
     log(f"{s.label}: whole set down for {down_s} s and restarted")
     fires = s.fires()
