@@ -9,6 +9,7 @@ import time
 from raftsched.testing.cluster import LocalCluster
 
 from .common import BenchError, iso, iso_ms
+from .scenarios.pipeline import problems as pipeline_problems
 
 def slot_audit(runs: list[dict], every_ms: int) -> dict:
     """Lost and duplicated slots in one job's history (runs and records, any order).
@@ -144,6 +145,7 @@ def invariant_failures(res: dict, fire_log_ok: bool) -> list[str]:
     if b.get("lost") or b.get("duplicated") or b.get("jobs_not_past_slot"):
         failed.append(f"storm: lost {b.get('lost')}, duplicated {b.get('duplicated')}, jobs whose cursor did not pass "
                       f"the slot {b.get('jobs_not_past_slot')}")
+    failed += pipeline_problems(res.get("pipeline") or {})
     if fire_log_ok:
         if (b.get("fire_log") or {}).get("problem"):
             failed.append("storm fire log: " + b["fire_log"]["problem"])

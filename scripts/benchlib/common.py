@@ -35,7 +35,7 @@ def fleet_spec(k: int) -> dict:
 
 
 ALL_SCENARIOS = ("failover", "writes", "sweep", "storm", "e2e", "raw_raft", "scale", "fleet_e2e", "fleet_rest",
-                 "durability")
+                 "durability", "pipeline")
 #: Scenarios of the full run only (not in --quick unless named with --only): peers needs PostgreSQL,
 #: Redis and the peers' packages, which the benchmark installs when it runs.
 FULL_ONLY_SCENARIOS = ("peers",)

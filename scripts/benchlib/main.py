@@ -32,6 +32,7 @@ from .scenarios.fleet import fleet_e2e, fleet_rest
 from .scenarios.scale import scale
 from .scenarios.state_machine import state_machine_child
 from .scenarios.peers import peers
+from .scenarios.pipeline import pipeline
 from .scenarios.raw_raft import raw_raft
 from .scenarios.storm import aps_storm, storm
 from .scenarios.sweep import aps_interval, sweep
@@ -56,7 +57,9 @@ PROFILES = {
               "durability_rounds": 1, "durability_writes": 20, "durability_register": 100, "durability_sweep_n": 1000,
               "durability_e2e_jobs": 0,
               "peers_ns": [200], "peers_jobs": 5, "peers_kills": 1, "peers_pause_s": 6.0, "peers_down_s": 5.0,
-              "peers_window_s": 2, "peers_warmup_s": 1},
+              "peers_window_s": 2, "peers_warmup_s": 1,
+              "pipeline_rate": 100, "pipeline_window_s": 1, "pipeline_warmup_s": 0, "pipeline_fanout": 1000,
+              "pipeline_probe_before_s": 0.5, "pipeline_idle_s": 0},
     "full": {"failover_trials": 20, "writes": 1000, "reads": 1000, "reads_per_reader": 100, "writes_register_put": 5000, "writes_register_bulk": 50000,
              "storm_jobs": 10000, "sweep_ns": [1000, 10000, 30000, 100000], "sweep_ns_put": None,
              "sweep_window_s": 10, "sweep_warmup_s": 3, "aps_warmup_s": 3, "aps_margin_s": 2.0, "storm_margin_s": 1.5,
@@ -72,14 +75,18 @@ PROFILES = {
              # K kills of the active scheduler, a pause longer than the peers' lease/lock timeouts
              # (APScheduler 4's default lease is 30 s), every process down for 30 s.
              "peers_ns": [1000, 10000, 30000], "peers_jobs": 20, "peers_kills": 20, "peers_pause_s": 35.0,
-             "peers_down_s": 30.0, "peers_window_s": 10, "peers_warmup_s": 3},
+             "peers_down_s": 30.0, "peers_window_s": 10, "peers_warmup_s": 3,
+             # Pipelines (issue 25): R runs offered a second, as R independent jobs, then R/2 chains;
+             # then one parent with this many children (limits.children_per_job_max at most).
+             "pipeline_rate": 1000, "pipeline_window_s": 10, "pipeline_warmup_s": 3, "pipeline_fanout": 10000,
+             "pipeline_probe_before_s": 3, "pipeline_idle_s": 5},
 }
 #: With shared_cluster (quick), these scenarios run one after the other on one cluster, started by
 #: the first of them, with workers on (the e2e scenario needs them) and the fire log on.
 SHARED_SCENARIOS = ("writes", "scale", "e2e")
 #: The order of a quick run: the shared cluster's scenarios next to each other.
 QUICK_ORDER = ("failover", "writes", "scale", "e2e", "sweep", "storm", "raw_raft", "fleet_e2e", "fleet_rest", "durability",
-               *FULL_ONLY_SCENARIOS)
+               "pipeline", *FULL_ONLY_SCENARIOS)
 SCALE_1M = 1_000_000
 
 
@@ -256,6 +263,9 @@ def main(argv=None) -> int:
                     res[name] = peers(tmp, p, clusters, fire_log_ok, register_budget_s)
                 elif name == "durability":
                     res[name] = durability(tmp, p, clusters, fire_log_ok, register_budget_s)
+                elif name == "pipeline":
+                    res[name] = {}
+                    pipeline(tmp, p, clusters, res[name])
                 elif name == "scale":
                     res[name] = {"skipped": skipped_1m}
                     # The in-process measurement first, before this scenario's cluster starts (on a

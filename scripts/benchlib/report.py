@@ -9,6 +9,7 @@ from .peers_report import peers_markdown
 from .common import ALL_SCENARIOS, FELL_BEHIND_P99_MS, FELL_BEHIND_SHARE, LAG_SAMPLE_MAX
 from .register import BULK_CONCURRENCY, CONCURRENCY
 from .scenarios.fleet import report_rows as fleet_rows
+from .scenarios.pipeline import report_rows as pipeline_rows
 
 def ratio(ours, theirs, digits: int = 2):
     """ours ÷ theirs, or None when either is missing or theirs is 0."""
@@ -207,6 +208,7 @@ def markdown(res: dict) -> str:
             row("", "CPU of the three node processes and their run servers (runs included) per completed run (µs; cores busy in the window)",
                 f"{fmt(e['cpu_us_per_run'])} ({e['cluster_cpu_s'] / e['worker_counters_s']:.2f})")
     fleet_rows(res, row, fmt, _ppm, ratio)
+    pipeline_rows(res, row, fmt, _ppm)
     d = res.get("durability")
     if isinstance(d, dict) and "summary" in d:
         on, off, cost = d["summary"]["on"], d["summary"]["off"], d["summary"]["cost_of_fsync"]
