@@ -30,10 +30,11 @@ Scenarios (--only takes a comma-separated subset; docs/benchmarks.md says what e
   durability the same lone writes, registration, sweep (one N) and e2e with fsync on and off
             (raftsched node --no-fsync), fresh clusters, alternating: what syncing before
             acknowledging costs
-  pipeline  (issue 25) R no-op runs a second as R independent jobs, then as R/2 chains a -> b: the
-            nodes' CPU per run and the child's start after its parent's completion; then one parent
-            with 10 000 children: the time until every child's run is committed, the commands it
-            took, the leader's lone read and write latency meanwhile, leader changes (none allowed)
+  pipeline  (issue 25) R no-op runs a second as R independent jobs, then as R/2 chains a -> b, run by
+            raftsched worker processes (nodes --slots 0): the nodes' CPU per run and the child's
+            start after its parent's completion; then one parent with 10 000 children: the time
+            until every child's run is committed, the commands it took, the leader's lone read and
+            write latency meanwhile, leader changes (none allowed)
   peers     (full run only, or --only peers) the HA peers on the same work: APScheduler 4 with three
             schedulers on one PostgreSQL database, Celery beat + RedBeat with three beats on Redis
             (each with its defaults and tuned for HA) beside our three nodes: fires per second and

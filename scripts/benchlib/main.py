@@ -58,8 +58,8 @@ PROFILES = {
               "durability_e2e_jobs": 0,
               "peers_ns": [200], "peers_jobs": 5, "peers_kills": 1, "peers_pause_s": 6.0, "peers_down_s": 5.0,
               "peers_window_s": 2, "peers_warmup_s": 1,
-              "pipeline_rate": 100, "pipeline_window_s": 1, "pipeline_warmup_s": 0, "pipeline_fanout": 1000,
-              "pipeline_probe_before_s": 0.5, "pipeline_idle_s": 0},
+              "pipeline_rate": 60, "pipeline_workers": 2, "pipeline_worker_slots": 16, "pipeline_window_s": 1,
+              "pipeline_warmup_s": 0, "pipeline_fanout": 1000, "pipeline_probe_before_s": 0.5, "pipeline_idle_s": 0},
     "full": {"failover_trials": 20, "writes": 1000, "reads": 1000, "reads_per_reader": 100, "writes_register_put": 5000, "writes_register_bulk": 50000,
              "storm_jobs": 10000, "sweep_ns": [1000, 10000, 30000, 100000], "sweep_ns_put": None,
              "sweep_window_s": 10, "sweep_warmup_s": 3, "aps_warmup_s": 3, "aps_margin_s": 2.0, "storm_margin_s": 1.5,
@@ -76,10 +76,11 @@ PROFILES = {
              # (APScheduler 4's default lease is 30 s), every process down for 30 s.
              "peers_ns": [1000, 10000, 30000], "peers_jobs": 20, "peers_kills": 20, "peers_pause_s": 35.0,
              "peers_down_s": 30.0, "peers_window_s": 10, "peers_warmup_s": 3,
-             # Pipelines (issue 25): R runs offered a second, as R independent jobs, then R/2 chains;
-             # then one parent with this many children (limits.children_per_job_max at most).
-             "pipeline_rate": 1000, "pipeline_window_s": 10, "pipeline_warmup_s": 3, "pipeline_fanout": 10000,
-             "pipeline_probe_before_s": 3, "pipeline_idle_s": 5},
+             # Pipelines (issue 25): R runs offered a second, as R independent jobs, then R/2 chains,
+             # executed by W worker processes (a rate a loaded two-core machine keeps up with: an
+             # isolated run costs ~10 ms of CPU); then one parent with this many children.
+             "pipeline_rate": 100, "pipeline_workers": 2, "pipeline_worker_slots": 16, "pipeline_window_s": 10,
+             "pipeline_warmup_s": 3, "pipeline_fanout": 10000, "pipeline_probe_before_s": 3, "pipeline_idle_s": 5},
 }
 #: With shared_cluster (quick), these scenarios run one after the other on one cluster, started by
 #: the first of them, with workers on (the e2e scenario needs them) and the fire log on.
@@ -139,6 +140,8 @@ def main(argv=None) -> int:
     ap.add_argument("--e2e-jobs", type=int, help="override the end-to-end scenarios' job count (offered runs per second; "
                                              "e2e and fleet_e2e alike, so that their ratio compares one offered rate)")
     ap.add_argument("--fleet-slots", type=int, help="override the slots of each fleet_e2e worker process")
+    ap.add_argument("--pipeline-rate", type=int, help="override the pipeline scenario's offered runs a second (R "
+                                                       "independent jobs, then R/2 chains)")
     ap.add_argument("--scale-1m", action="store_true", help="also register 1,000,000 jobs in the scale scenario "
                                                            "(through PUT that takes an hour or more)")
     ap.add_argument("--state-machine-child", type=int, metavar="N", help=argparse.SUPPRESS)
@@ -179,6 +182,8 @@ def main(argv=None) -> int:
         p["e2e_jobs"] = args.e2e_jobs
     if args.fleet_slots:
         p["fleet_slots"] = args.fleet_slots
+    if args.pipeline_rate:
+        p["pipeline_rate"] = args.pipeline_rate
     if args.peers_ns:
         p["peers_ns"] = [int(x) for x in args.peers_ns.split(",")]
     if args.peers_kills is not None:

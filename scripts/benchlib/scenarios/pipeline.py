@@ -4,16 +4,19 @@ measured while it is committed.
 
 Part 1, chains against independent jobs, at one offered rate R runs a second: R independent
 no-op python jobs every 1 s, then R/2 two-step chains (``pa-k`` every 1 s, ``pb-k`` triggered by
-its success), each measured over a window as e2e is: the three nodes' CPU (run servers included)
-per completed run, and for a sample of chains the child's start after its parent's completion.
+its success), each measured over a window as fleet_e2e is: the runs are executed by ``raftsched
+worker`` processes (nodes ``--slots 0``), so the three nodes' CPU per completed run is the
+scheduling alone (a run's isolated execution costs ~100 times more, docs/benchmarks.md), and the
+workers' CPU is reported beside it; for a sample of chains, the child's start after its parent's
+completion.
 Part 2, the fan-out: one parent with N children (``limits.children_per_job_max`` at most),
 registered with the bulk endpoint; the parent is triggered with ``propagate`` and run by a worker;
 the leader is polled until every child's run is applied on it, while a probe sends one GET and
 one small PUT at a time to the leader.
 
-One cluster for both parts. Its embedded workers serve the queue ``pipe`` only (``--queues``):
-the fan-out's children go to a queue no worker serves, so what is measured is their making, not
-their execution. Between the parts the scheduled jobs are put again with a slot far ahead."""
+One cluster for both parts. The workers serve the queue ``pipe`` only (``--queues``): the
+fan-out's children go to a queue no worker serves, so what is measured is their making, not their
+execution. Between the parts the scheduled jobs are put again with a slot far ahead."""
 from __future__ import annotations
 
 import http.client
@@ -22,11 +25,12 @@ import threading
 import time
 from pathlib import Path
 
-from raftsched.testing.procs import wait_for
+from raftsched.testing.procs import Procs, wait_for
 
+from .. import common
 from ..common import BenchError, PY_NOOP, code_limit, iso, iso_ms, summary, wall_ms
-from ..harness import BenchCluster, Conn, check_alive, leader_checked, node_log_excerpt, put_queue, start_cluster
-from ..probes import cluster_cpu_s
+from ..harness import BenchCluster, Conn, NO_WORKER, check_alive, leader_checked, node_log_excerpt, put_queue, start_cluster
+from ..probes import cluster_cpu_s, tree_cpu_s
 from ..register import register_checked, register_jobs
 
 QUEUE = "pipe"
@@ -38,6 +42,8 @@ PROBE_SPEC = {"schedule": {"at": FAR}, "executor": PY_NOOP, "misfire": {"policy"
 #: Chains (and independent jobs) whose runs are read back for the latencies.
 SAMPLE = 100
 POLL_S = 0.05
+#: Queue pipe holds this many seconds of the offered rate at most.
+QUEUE_SECONDS = 3
 
 
 # --- pure helpers (tests/test_bench_pipeline.py) -------------------------------------------------
@@ -116,12 +122,47 @@ def probe_summary(samples: list[tuple[float, str, float, int]], t0: float, t1: f
 
 # --- the cluster part ----------------------------------------------------------------------------
 
-def _workers(c: BenchCluster) -> dict | None:
-    sts = {i: c.status(i) for i in range(c.n)}
-    if any(s is None for s in sts.values()):
-        return None
-    w = [s.get("worker", {}) for s in sts.values()]
-    return {k: sum(x.get(k, 0) for x in w) for k in ("completed", "refused", "running")}
+class _Fleet:
+    """W ``raftsched worker`` processes serving queue pipe (python only), started by PID and
+    stopped by ``stop``: the runs' executors, outside the nodes, so that the nodes' CPU is the
+    scheduling alone (as fleet_e2e counts it)."""
+
+    def __init__(self, c: BenchCluster, workers: int, slots: int) -> None:
+        self.c = c
+        self.procs = Procs(new_session=True)
+        urls = ",".join(c.url(i) for i in range(c.n))
+        for k in range(workers):
+            self.procs.start(k, [sys.executable, "-m", "raftsched.cli", "worker", "--url", urls, "--token-file",
+                                 str(c.token_file), "--id", f"pipe-w{k}", "--slots", str(slots), "--executors", "python",
+                                 "--queues", QUEUE, "--wait-s", "5", "--log-level", "warning"],
+                             c.tmp / f"worker-{k}.log", env={"PYTHONPATH": str(common.CODE_DIR)}, cwd=common.CODE_DIR)
+        try:
+            wait_for(lambda: len(self._registry()) == workers, 30, f"{workers} workers registered")
+        except AssertionError as e:
+            raise BenchError(f"pipeline: {e}\n" + "\n".join(self.procs.log_tail(k, 20) for k in range(workers))) from None
+
+    def _registry(self) -> dict:
+        i = self.c.alive()[0]
+        s, b = self.c.get(i, "/v1/workers")
+        if s != 200:
+            raise BenchError(f"pipeline: GET /v1/workers on node-{i + 1}: {s} {b}")
+        return {w["id"]: w for w in b["workers"] if w["id"].startswith("pipe-w")}
+
+    def completed(self) -> int:
+        """Runs completed by the workers (their accepted outcomes, in the registry)."""
+        return sum(w["completed"] for w in self._registry().values())
+
+    def cpu_s(self) -> float | None:
+        vals = [tree_cpu_s(p.pid) for p in self.procs.procs.values()]
+        return None if any(v is None for v in vals) else sum(vals)
+
+    def check(self) -> None:
+        dead = [k for k in self.procs.procs if not self.procs.alive(k)]
+        if dead:
+            raise BenchError(f"pipeline: worker(s) {dead} died:\n" + "\n".join(self.procs.log_tail(k, 30) for k in dead))
+
+    def stop(self) -> None:
+        self.procs.stop_all()
 
 
 def _queue(c: BenchCluster, i: int, name: str, stale: bool = False) -> dict:
@@ -140,7 +181,7 @@ def _rest(c: BenchCluster, leader: int, names: list[str], what: str) -> None:
     # Workers that fell behind leave a backlog: wait while it shrinks, and fail only when it stops.
     last, stuck_since = None, time.monotonic()
     while True:
-        q = _queue(c, leader, QUEUE)
+        q = _queue(c, leader, QUEUE, stale=True)  # the leader's own state: what it acquires from
         left = q.get("depth", 0) + q.get("running", 0)
         if not left:
             return
@@ -152,32 +193,35 @@ def _rest(c: BenchCluster, leader: int, names: list[str], what: str) -> None:
         time.sleep(0.2)  # ok-sleep: polling interval inside a deadline loop
 
 
-def _window(c: BenchCluster, window_s: float) -> dict:
-    """A window of whole seconds from the next one: completed runs and the nodes' CPU in it."""
+def _window(c: BenchCluster, fleet: _Fleet, window_s: float) -> dict:
+    """A window of whole seconds from the next one: runs completed in it, the nodes' CPU and the
+    workers' CPU."""
     w0 = (wall_ms() // 1000 + 1) * 1000
     w1 = w0 + int(window_s) * 1000
     time.sleep(max(0.0, (w0 - wall_ms()) / 1000))  # ok-sleep: measurement window
-    cpu_a, ta, a = cluster_cpu_s(c), wall_ms(), _workers(c)
+    cpu_a, wcpu_a, ta, a = cluster_cpu_s(c), fleet.cpu_s(), wall_ms(), fleet.completed()
+    # The backlog (queued runs already due) mid-second: every second's slots fall due on it.
+    time.sleep(max(0.0, (w0 + 500 - wall_ms()) / 1000))  # ok-sleep: measurement window
     q0 = _queue(c, 0, QUEUE, stale=True).get("ready")
     time.sleep(max(0.0, (w1 - 500 - wall_ms()) / 1000))  # ok-sleep: measurement window
     q1 = _queue(c, 0, QUEUE, stale=True).get("ready")
     time.sleep(max(0.0, (w1 - wall_ms()) / 1000))  # ok-sleep: measurement window
-    tb, b = wall_ms(), _workers(c)
-    cpu_b = cluster_cpu_s(c)
+    tb, b = wall_ms(), fleet.completed()
+    cpu_b, wcpu_b = cluster_cpu_s(c), fleet.cpu_s()
     check_alive(c, range(c.n))
-    if a is None or b is None:
-        raise BenchError("pipeline: a node did not answer GET /v1/cluster around the window")
-    done = b["completed"] - a["completed"]
+    fleet.check()
+    done = b - a
     cpu = None if None in (cpu_a, cpu_b) else cpu_b - cpu_a
+    wcpu = None if None in (wcpu_a, wcpu_b) else wcpu_b - wcpu_a
     return {"w0": w0, "w1": w1, "window_s": round((w1 - w0) / 1000, 2), "completed": done,
-            "refused": b["refused"] - a["refused"],
             "completed_per_s": round(done / ((tb - ta) / 1000), 1), "backlog_ready_start_end": [q0, q1],
             "cluster_cpu_s": None if cpu is None else round(cpu, 2),
-            "cpu_us_per_run": None if cpu is None or not done else round(cpu * 1e6 / done, 1)}
+            "cpu_us_per_run": None if cpu is None or not done else round(cpu * 1e6 / done, 1),
+            "worker_cpu_us_per_run": None if wcpu is None or not done else round(wcpu * 1e6 / done, 1)}
 
 
-def _runs(conn: Conn, name: str, limit: int) -> list[dict]:
-    s, b = conn.get(f"/v1/jobs/{name}/runs?limit={limit}")
+def _runs(conn: Conn, name: str, limit: int, stale: bool = False) -> list[dict]:
+    s, b = conn.get(f"/v1/jobs/{name}/runs?limit={limit}" + ("&stale=true" if stale else ""))
     if s != 200:
         raise BenchError(f"pipeline: GET /v1/jobs/{name}/runs: {s} {b}")
     return b["runs"]
@@ -185,7 +229,9 @@ def _runs(conn: Conn, name: str, limit: int) -> list[dict]:
 
 def _read_back(c: BenchCluster, i: int, names, w0: float, w1: float, history: int, chains: bool) -> dict:
     """The sample's runs of the window, once finished (15 s at most): for chains the child's start
-    after its parent's completion (chain_lags), for independent jobs slot -> start."""
+    after its parent's completion (chain_lags), for independent jobs slot -> start. Read from
+    node i's own replica (?stale=true: no barrier a read; a child is made in the command that
+    records its parent's success, so a replica that shows the success shows the child)."""
     conn = Conn(c.api_ports[i], token=c.token)
     deadline = time.monotonic() + 15
     try:
@@ -193,9 +239,9 @@ def _read_back(c: BenchCluster, i: int, names, w0: float, w1: float, history: in
             agg: dict = {"pairs": 0, "start_lag_ms": [], "made_in_completion": 0, "missing": 0, "unfinished": 0}
             for k in names:
                 if chains:
-                    r = chain_lags(_runs(conn, f"pa-{k}", history), _runs(conn, f"pb-{k}", history), w0, w1)
+                    r = chain_lags(_runs(conn, f"pa-{k}", history, True), _runs(conn, f"pb-{k}", history, True), w0, w1)
                 else:
-                    runs = [x for x in _runs(conn, f"ind-{k}", history) if w0 <= x["slot_ms"] < w1
+                    runs = [x for x in _runs(conn, f"ind-{k}", history, True) if w0 <= x["slot_ms"] < w1
                             and x.get("kind") != "manual" and x["state"] not in ("skipped", "coalesced")]
                     r = {"pairs": len(runs), "start_lag_ms": [iso_ms(x["started_at"]) - x["slot_ms"] for x in runs
                                                             if x.get("started_at") and x["state"] not in ("queued", "running")],
@@ -211,13 +257,14 @@ def _read_back(c: BenchCluster, i: int, names, w0: float, w1: float, history: in
     return {**agg, "jobs": len(names), ("start_after_parent_ms" if chains else "slot_to_start_ms"): summary(lags, 1)}
 
 
-def _part(c: BenchCluster, leader: int, rate: int, chains: bool, window_s: float, warmup_s: float) -> dict:
+def _part(c: BenchCluster, fleet: _Fleet, leader: int, rate: int, chains: bool, window_s: float, warmup_s: float,
+          out: dict) -> None:
     history = min(1000, int(window_s + warmup_s) + 30)
     run_spec = {"schedule": {"every_s": 1}, "executor": PY_NOOP, "misfire": {"policy": "fire_all"},
                 "history": history, "queue": QUEUE}
     n = rate // 2 if chains else rate
     label = f"{n} chains" if chains else f"{n} independent jobs"
-    done0 = (_workers(c) or {}).get("completed", 0)
+    done0 = fleet.completed()
     phases: dict[str, float] = {}
     t = time.monotonic()
 
@@ -233,25 +280,25 @@ def _part(c: BenchCluster, leader: int, rate: int, chains: bool, window_s: float
     else:
         reg = register_checked(c, leader, [(f"ind-{k}", run_spec) for k in range(n)], f"pipeline: {label}")
     try:
-        wait_for(lambda: (_workers(c) or {}).get("completed", 0) - done0 >= rate, 60, f"{label}: a first round of runs")
+        wait_for(lambda: fleet.completed() - done0 >= rate, 60, f"{label}: a first round of runs")
     except AssertionError as e:
         raise BenchError(f"pipeline: {e}\n" + "\n".join(node_log_excerpt(c, i) for i in range(c.n))) from None
     phase("register_and_first_round")
     time.sleep(warmup_s)  # ok-sleep: measurement window (warm-up)
-    win = _window(c, window_s)
+    win = _window(c, fleet, window_s)
     phase("warmup_and_window")
     follower = next(i for i in range(c.n) if i != leader)
     step = max(1, n // SAMPLE)
     lat = _read_back(c, follower, range(0, n, step), win["w0"], win["w1"], history, chains)
     phase("read_back")
+    out.update({"jobs": n * 2 if chains else n, "offered_runs_per_s": rate, "registration_method": reg["method"],
+                **{k: v for k, v in win.items() if k not in ("w0", "w1")}, "sample": lat, "phases_s": phases})
     _rest(c, leader, [f"pa-{k}" if chains else f"ind-{k}" for k in range(n)], "chain" if chains else "independent")
     phase("rest")
-    out = {"jobs": n * 2 if chains else n, "offered_runs_per_s": rate, "registration_method": reg["method"],
-           **{k: v for k, v in win.items() if k not in ("w0", "w1")}, "sample": lat, "phases_s": phases}
     print(f"[bench] pipeline {label}: {win['completed_per_s']} runs/s completed, {win['cpu_us_per_run']} µs of CPU a run; "
           f"{'start after parent' if chains else 'slot -> start'} "
-          f"{lat.get('start_after_parent_ms', lat.get('slot_to_start_ms'))}", file=sys.stderr)
-    return out
+          f"{lat.get('start_after_parent_ms', lat.get('slot_to_start_ms'))}; backlog {win['backlog_ready_start_end']}",
+          file=sys.stderr)
 
 
 class _Probe(threading.Thread):
@@ -394,27 +441,36 @@ def _fanout(c: BenchCluster, leader: int, n_req: int, before_s: float) -> dict:
 
 def pipeline(tmp: Path, p: dict, clusters: list, res: dict) -> dict:
     """The scenario (the module's docstring): part 1 at ``pipeline_rate`` runs a second, then the
-    fan-out of ``pipeline_fanout`` children, on one cluster (``--slots`` e2e_slots, queue pipe).
-    Fills ``res`` as it goes, so that a failure keeps the parts measured before it."""
-    c = start_cluster(tmp, "pipeline", clusters, ("--slots", str(p["e2e_slots"]), "--queues", QUEUE))
+    fan-out of ``pipeline_fanout`` children, on one cluster (nodes ``--slots 0``, remote workers
+    on queue pipe). Fills ``res`` as it goes, so that a failure keeps the parts measured before it."""
+    c = start_cluster(tmp, "pipeline", clusters, NO_WORKER)
     leader, _ = leader_checked(c)
-    put_queue(c, leader, QUEUE, 1_000_000, "reject")
-    res.update({"cluster": c.tmp.name, "node_args": c.extra_args, "executor": PY_NOOP})
-    if p.get("pipeline_idle_s"):
-        # The cluster's own CPU with no job (heartbeats, ticks, the workers' polls): the share of
-        # each run's CPU that any rate pays, subtracted in net_cpu_us_per_run.
-        idle = _window(c, p["pipeline_idle_s"])
-        res["idle_cores"] = None if idle["cluster_cpu_s"] is None else round(idle["cluster_cpu_s"] / idle["window_s"], 3)
-    res["independent"] = _part(c, leader, p["pipeline_rate"], False, p["pipeline_window_s"], p["pipeline_warmup_s"])
-    res["chains"] = _part(c, leader, p["pipeline_rate"], True, p["pipeline_window_s"], p["pipeline_warmup_s"])
-    for part in (res["independent"], res["chains"]):
-        part["net_cpu_us_per_run"] = net_cpu_us(part.get("cluster_cpu_s"), res.get("idle_cores"), part["window_s"],
-                                                part["completed"])
-    for key in ("cpu_us_per_run", "net_cpu_us_per_run"):
-        a, b = res["independent"].get(key), res["chains"].get(key)
-        res[key.replace("cpu_us_per_run", "cpu_per_run_ratio")] = round(b / a, 2) if a and b else None
-    leader, _ = leader_checked(c)
-    res["fanout"] = _fanout(c, leader, p["pipeline_fanout"], p["pipeline_probe_before_s"])
+    # Bounded: workers that fall behind (a loaded machine) leave at most a few seconds of runs to
+    # drain; a slot refused by the full queue is a record (queue_full), and the report says so.
+    depth = max(1000, QUEUE_SECONDS * p["pipeline_rate"])
+    put_queue(c, leader, QUEUE, depth, "reject")
+    res.update({"cluster": c.tmp.name, "node_args": c.extra_args, "executor": PY_NOOP, "queue_max_depth": depth,
+                "workers": p["pipeline_workers"], "worker_slots": p["pipeline_worker_slots"]})
+    fleet = _Fleet(c, p["pipeline_workers"], p["pipeline_worker_slots"])
+    try:
+        if p.get("pipeline_idle_s"):
+            # The nodes' own CPU with no job (heartbeats, ticks, the workers' long polls): the share
+            # of each run's CPU that any rate pays, subtracted in net_cpu_us_per_run.
+            idle = _window(c, fleet, p["pipeline_idle_s"])
+            res["idle_cores"] = None if idle["cluster_cpu_s"] is None else round(idle["cluster_cpu_s"] / idle["window_s"], 3)
+        for key, chains in (("independent", False), ("chains", True)):
+            res[key] = {}
+            _part(c, fleet, leader, p["pipeline_rate"], chains, p["pipeline_window_s"], p["pipeline_warmup_s"], res[key])
+        for part in (res["independent"], res["chains"]):
+            part["net_cpu_us_per_run"] = net_cpu_us(part.get("cluster_cpu_s"), res.get("idle_cores"), part["window_s"],
+                                                    part["completed"])
+        for key in ("cpu_us_per_run", "net_cpu_us_per_run", "worker_cpu_us_per_run"):
+            a, b = res["independent"].get(key), res["chains"].get(key)
+            res[key.replace("cpu_us_per_run", "cpu_per_run_ratio")] = round(b / a, 2) if a and b else None
+        leader, _ = leader_checked(c)
+        res["fanout"] = _fanout(c, leader, p["pipeline_fanout"], p["pipeline_probe_before_s"])
+    finally:
+        fleet.stop()
     return res
 
 
@@ -440,13 +496,20 @@ def report_rows(res: dict, row, fmt, ppm) -> None:
         return
     ind, ch = r["independent"], r["chains"]
     row(f"pipeline: chain step vs independent job ({fmt(ind['offered_runs_per_s'])} no-op python runs offered a second: "
-        f"{fmt(ind['jobs'])} independent jobs, then {fmt(ch['jobs'] // 2)} chains a → b; window {ch['window_s']} s)",
-        "CPU of the three nodes and their run servers per completed run (µs): independent / chain; ratio",
+        f"{fmt(ind['jobs'])} independent jobs, then {fmt(ch['jobs'] // 2)} chains a → b; nodes --slots 0, "
+        f"{r.get('workers')} raftsched worker processes of {r.get('worker_slots')} slots; window {ch['window_s']} s)",
+        "CPU of the three nodes per completed run (µs): independent / chain; ratio",
         f"{fmt(ind['cpu_us_per_run'])} / {fmt(ch['cpu_us_per_run'])}; {fmt(r.get('cpu_per_run_ratio'))}")
+    row("", "CPU of the worker processes (the runs' execution) per completed run (µs): independent / chain",
+        f"{fmt(ind.get('worker_cpu_us_per_run'))} / {fmt(ch.get('worker_cpu_us_per_run'))}")
     if r.get("idle_cores") is not None:
-        row("", f"the same less the cluster's idle CPU ({r['idle_cores']} cores with no job): independent / chain; ratio",
+        row("", f"the nodes' CPU less their idle CPU ({r['idle_cores']} cores with no job): independent / chain; ratio",
             f"{fmt(ind.get('net_cpu_us_per_run'))} / {fmt(ch.get('net_cpu_us_per_run'))}; {fmt(r.get('net_cpu_per_run_ratio'))}")
     row("", "runs completed per second: independent / chain", f"{fmt(ind['completed_per_s'])} / {fmt(ch['completed_per_s'])}")
+    bi, bc = ind.get("backlog_ready_start_end") or [None, None], ch.get("backlog_ready_start_end") or [None, None]
+    row("", f"backlog, queued runs already due, 0.5 s into the window → 0.5 s before its end (queue bound "
+            f"{fmt(r.get('queue_max_depth'))}): independent; chain",
+        f"{fmt(bi[0])} → {fmt(bi[1])}; {fmt(bc[0])} → {fmt(bc[1])}")
     s = ch["sample"]
     row("", f"child's start after its parent's completion (ms) p50 / p99 / max ({s['pairs']} pairs of {s['jobs']} chains; "
             f"{s['made_in_completion']} children made in the parent's completion command); independent: slot → start",
