@@ -172,12 +172,14 @@ def _queue(c: BenchCluster, i: int, name: str, stale: bool = False) -> dict:
     return next((q for q in b["queues"] if q["name"] == name), {"depth": 0, "running": 0})
 
 
-def _rest(c: BenchCluster, leader: int, names: list[str], what: str) -> None:
-    """Put the scheduled jobs ``names`` to rest (a slot far ahead), then wait until nothing of
-    theirs is queued or running (runs fired ahead included)."""
+def _rest(c: BenchCluster, leader: int, names: list[str], what: str, drain: bool) -> None:
+    """Put the scheduled jobs ``names`` to rest (a slot far ahead); with ``drain``, then wait until
+    nothing of theirs is queued or running (runs fired ahead included)."""
     reg = register_jobs(c, leader, [(n, REST_SPEC) for n in names], key_prefix=f"bench-rest-{what}")
     if reg["error_count"] or reg["incomplete"]:
         raise BenchError(f"pipeline: putting the {what} jobs to rest: {reg['errors']}")
+    if not drain:
+        return
     # Workers that fell behind leave a backlog: wait while it shrinks, and fail only when it stops.
     last, stuck_since = None, time.monotonic()
     while True:
@@ -260,7 +262,9 @@ def _read_back(c: BenchCluster, i: int, names, w0: float, w1: float, history: in
 def _part(c: BenchCluster, fleet: _Fleet, leader: int, rate: int, chains: bool, window_s: float, warmup_s: float,
           out: dict) -> None:
     history = min(1000, int(window_s + warmup_s) + 30)
-    run_spec = {"schedule": {"every_s": 1}, "executor": PY_NOOP, "misfire": {"policy": "fire_all"},
+    # start_at in the past: the first slot is the next whole second, not one interval after it.
+    run_spec = {"schedule": {"every_s": 1, "start_at": iso((wall_ms() // 1000 - 60) * 1000)}, "executor": PY_NOOP,
+                "misfire": {"policy": "fire_all"},
                 "history": history, "queue": QUEUE}
     n = rate // 2 if chains else rate
     label = f"{n} chains" if chains else f"{n} independent jobs"
@@ -293,7 +297,10 @@ def _part(c: BenchCluster, fleet: _Fleet, leader: int, rate: int, chains: bool, 
     phase("read_back")
     out.update({"jobs": n * 2 if chains else n, "offered_runs_per_s": rate, "registration_method": reg["method"],
                 **{k: v for k, v in win.items() if k not in ("w0", "w1")}, "sample": lat, "phases_s": phases})
-    _rest(c, leader, [f"pa-{k}" if chains else f"ind-{k}" for k in range(n)], "chain" if chains else "independent")
+    # The independent jobs' last runs finish during the chains' first round and warm-up, before
+    # their window; the chains' must be done before the fan-out's probe starts.
+    _rest(c, leader, [f"pa-{k}" if chains else f"ind-{k}" for k in range(n)], "chain" if chains else "independent",
+          drain=chains)
     phase("rest")
     print(f"[bench] pipeline {label}: {win['completed_per_s']} runs/s completed, {win['cpu_us_per_run']} µs of CPU a run; "
           f"{'start after parent' if chains else 'slot -> start'} "
@@ -443,8 +450,11 @@ def pipeline(tmp: Path, p: dict, clusters: list, res: dict) -> dict:
     """The scenario (the module's docstring): part 1 at ``pipeline_rate`` runs a second, then the
     fan-out of ``pipeline_fanout`` children, on one cluster (nodes ``--slots 0``, remote workers
     on queue pipe). Fills ``res`` as it goes, so that a failure keeps the parts measured before it."""
+    t0 = time.monotonic()
+    phases = res["phases_s"] = {}
     c = start_cluster(tmp, "pipeline", clusters, NO_WORKER)
     leader, _ = leader_checked(c)
+    phases["cluster"] = round(time.monotonic() - t0, 1)
     # Bounded: workers that fall behind (a loaded machine) leave at most a few seconds of runs to
     # drain; a slot refused by the full queue is a record (queue_full), and the report says so.
     depth = max(1000, QUEUE_SECONDS * p["pipeline_rate"])
@@ -452,6 +462,7 @@ def pipeline(tmp: Path, p: dict, clusters: list, res: dict) -> dict:
     res.update({"cluster": c.tmp.name, "node_args": c.extra_args, "executor": PY_NOOP, "queue_max_depth": depth,
                 "workers": p["pipeline_workers"], "worker_slots": p["pipeline_worker_slots"]})
     fleet = _Fleet(c, p["pipeline_workers"], p["pipeline_worker_slots"])
+    phases["workers"] = round(time.monotonic() - t0 - phases["cluster"], 1)
     try:
         if p.get("pipeline_idle_s"):
             # The nodes' own CPU with no job (heartbeats, ticks, the workers' long polls): the share
@@ -468,7 +479,9 @@ def pipeline(tmp: Path, p: dict, clusters: list, res: dict) -> dict:
             a, b = res["independent"].get(key), res["chains"].get(key)
             res[key.replace("cpu_us_per_run", "cpu_per_run_ratio")] = round(b / a, 2) if a and b else None
         leader, _ = leader_checked(c)
+        t1 = time.monotonic()
         res["fanout"] = _fanout(c, leader, p["pipeline_fanout"], p["pipeline_probe_before_s"])
+        phases["fanout"] = round(time.monotonic() - t1, 1)
     finally:
         fleet.stop()
     return res
