@@ -172,14 +172,12 @@ def _queue(c: BenchCluster, i: int, name: str, stale: bool = False) -> dict:
     return next((q for q in b["queues"] if q["name"] == name), {"depth": 0, "running": 0})
 
 
-def _rest(c: BenchCluster, leader: int, names: list[str], what: str, drain: bool) -> None:
-    """Put the scheduled jobs ``names`` to rest (a slot far ahead); with ``drain``, then wait until
-    nothing of theirs is queued or running (runs fired ahead included)."""
+def _rest(c: BenchCluster, leader: int, names: list[str], what: str) -> None:
+    """Put the scheduled jobs ``names`` to rest (a slot far ahead), then wait until nothing of
+    theirs is queued or running (runs fired ahead included)."""
     reg = register_jobs(c, leader, [(n, REST_SPEC) for n in names], key_prefix=f"bench-rest-{what}")
     if reg["error_count"] or reg["incomplete"]:
         raise BenchError(f"pipeline: putting the {what} jobs to rest: {reg['errors']}")
-    if not drain:
-        return
     # Workers that fell behind leave a backlog: wait while it shrinks, and fail only when it stops.
     last, stuck_since = None, time.monotonic()
     while True:
@@ -297,10 +295,9 @@ def _part(c: BenchCluster, fleet: _Fleet, leader: int, rate: int, chains: bool, 
     phase("read_back")
     out.update({"jobs": n * 2 if chains else n, "offered_runs_per_s": rate, "registration_method": reg["method"],
                 **{k: v for k, v in win.items() if k not in ("w0", "w1")}, "sample": lat, "phases_s": phases})
-    # The independent jobs' last runs finish during the chains' first round and warm-up, before
-    # their window; the chains' must be done before the fan-out's probe starts.
-    _rest(c, leader, [f"pa-{k}" if chains else f"ind-{k}" for k in range(n)], "chain" if chains else "independent",
-          drain=chains)
+    # Drained, even the independent jobs' runs: workers that fell behind would still be executing
+    # them in the chains' window (a loaded machine, measured), and the chains' before the probe.
+    _rest(c, leader, [f"pa-{k}" if chains else f"ind-{k}" for k in range(n)], "chain" if chains else "independent")
     phase("rest")
     print(f"[bench] pipeline {label}: {win['completed_per_s']} runs/s completed, {win['cpu_us_per_run']} µs of CPU a run; "
           f"{'start after parent' if chains else 'slot -> start'} "
