@@ -6,9 +6,10 @@ Part 1, chains against independent jobs, at one offered rate R runs a second: R 
 no-op python jobs every 1 s, then R/2 two-step chains (``pa-k`` every 1 s, ``pb-k`` triggered by
 its success), each measured over a window as fleet_e2e is: the runs are executed by ``raftsched
 worker`` processes (nodes ``--slots 0``), so the three nodes' CPU per completed run is the
-scheduling alone (a run's isolated execution costs ~100 times more, docs/benchmarks.md), and the
-workers' CPU is reported beside it; for a sample of chains, the child's start after its parent's
-completion.
+scheduling alone, without the ~10 ms of CPU a run's isolated execution costs (docs/benchmarks.md),
+and the workers' CPU, the same work for both kinds of run, is reported beside it as the noise;
+for a sample of chains, the child's start after its parent's completion.
+
 Part 2, the fan-out: one parent with N children (``limits.children_per_job_max`` at most),
 registered with the bulk endpoint; the parent is triggered with ``propagate`` and run by a worker;
 the leader is polled until every child's run is applied on it, while a probe sends one GET and
@@ -42,7 +43,7 @@ PROBE_SPEC = {"schedule": {"at": FAR}, "executor": PY_NOOP, "misfire": {"policy"
 #: Chains (and independent jobs) whose runs are read back for the latencies.
 SAMPLE = 100
 POLL_S = 0.05
-#: Queue pipe holds this many seconds of the offered rate at most.
+#: Queue pipe holds this many seconds of the offered rate (1 000 runs at least).
 QUEUE_SECONDS = 3
 
 
