@@ -298,8 +298,15 @@ def test_a_backfill_with_cascade_reaches_the_children_and_redecides_a_slot_they_
     (g,) = lease(s, S1 + 16 * SEC)
     assert g["id"].startswith(f"a@{S1}") and s.runs[g["id"]]["propagate"] is True
     finish(s, g, S1 + 17 * SEC, True)
+    # b@S1 is decided in that command, and held by the backfill until its budget allows a run
+    assert lease(s, S1 + 17 * SEC) == [] and list(s.backfills["bf1"]["held"]) == [f"b@{S1}"]
+    res = step(s, "bf1", S1 + 18 * SEC)
+    assert res["children_queued"] == 1 and res["children_held"] == 0 and res["state"] == "running"
     (gb,) = lease(s, S1 + 18 * SEC)
     assert gb["id"] == f"b@{S1}" and gb["upstream"][0]["run"] == g["id"]
+    assert s.runs[gb["id"]]["backfill"] == "bf1"
+    finish(s, gb, S1 + 19 * SEC, True)
+    assert step(s, "bf1", S1 + 20 * SEC)["state"] == "done"  # done once the cascade's runs are
     with pytest.raises(InvalidSpec) as e:
         backfill_model.validate_backfill({"from": "2026-05-28T20:26:50Z", "to": "2026-05-28T20:27:00Z",
                                           "cascade": "all"}, S1 + 15 * SEC)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import limits, snapshot
+from . import limits, pipelines, snapshot
 from .backfill_plan import (
     ACTIVE_STATES, FINISHED, MODES, ORDERS, OVERLAPS, REAL_STATES, BackfillWalk, BulkWalk, bucket_new,
     bucket_take, dead_matching, history_snapshot, job_of, live_active, queue_room,
@@ -187,7 +187,10 @@ def apply_backfill(s: SchedulerState, cmd: Command, now: int) -> Result:
     plan = {"schedule": job["spec"]["schedule"], "anchor": anchor, "job_created": job["created"],
             "job_cursor": job["cursor"], "horizon": horizon, "known": known}
     cursor = lo - 1 if order == "oldest" else hi
-    s.backfills[bf_id] = _record(bf_id, "backfill", job_name, req, plan, cursor, planned, req["rate_milli"], now)
+    bf = s.backfills[bf_id] = _record(bf_id, "backfill", job_name, req, plan, cursor, planned, req["rate_milli"], now)
+    if "cascade" in req:  # the children its runs' outcomes decide, held until its budget allows
+        bf["held"] = {}
+        bf["cascaded"] = 0
     return ok(id=bf_id, created=True, state="running")
 
 
@@ -236,8 +239,10 @@ def apply_backfill_step(s: SchedulerState, cmd: Command, now: int) -> Result:
             return ok(id=bf["id"], state="paused", created=0, left_out=0)
         bf.update(state="running", paused_by=None, reason=None)
     created = left = 0
+    released = pipelines.release_held(s, bf, walk.may_release, walk.took_child, now) if bf.get("held") else 0
     cursor, stopped = bf["cursor"], None
-    for slot in slots:
+    # A cascade queues the children of the slots it ran before a new slot of its own.
+    for slot in (() if bf.get("held") else slots):
         what, x = walk.next(slot)
         if what == "stop":
             stopped = x
@@ -250,7 +255,7 @@ def apply_backfill_step(s: SchedulerState, cmd: Command, now: int) -> Result:
             walk.took()
             created += 1
         cursor = slot
-    bucket_take(bf["bucket"], now, created)
+    bucket_take(bf["bucket"], now, created + released)
     bf["cursor"] = cursor
     bf["updated_at"] = now
     if stopped == "queue_full":
@@ -258,11 +263,15 @@ def apply_backfill_step(s: SchedulerState, cmd: Command, now: int) -> Result:
         bf.update(state="paused", paused_by="queue_full",
                   reason=f"queue {walk.queue!r} is full ({depth} runs, its max_depth {max_depth}); "
                          f"the backfill resumes when there is room")
-    elif stopped is None and exhausted:
+    elif stopped is None and exhausted and not bf.get("held"):
         bf["exhausted"] = True
         bf["cursor"] = req["to"] - 1 if req["order"] == "oldest" else req["from"]
     _maybe_done(s, bf, now)
-    return ok(id=bf["id"], state=bf["state"], created=created, left_out=left)
+    res = ok(id=bf["id"], state=bf["state"], created=created, left_out=left)
+    if "held" in bf:
+        res["children_queued"] = released
+        res["children_held"] = len(bf["held"])
+    return res
 
 
 def _backfill_run(s: SchedulerState, bf: Record, job: Record, slot: int, rid: str, now: int) -> None:
@@ -435,6 +444,8 @@ def apply_backfill_control(s: SchedulerState, cmd: Command, now: int) -> Result:
                 run.update(state="skipped", reason="cancelled", finished_at=now)
                 s.stats.on_recorded("skipped", "cancelled")
                 withdrawn += 1
+                pipelines.withdrawn(s, run, now)
+        pipelines.drop_held(s, bf, now)
     _refresh(s, bf)
     _finish(s, bf, "cancelled", now, "cancelled by request")
     return ok(id=bf_id, state="cancelled", withdrawn=withdrawn)
@@ -473,7 +484,7 @@ def _refresh(s: SchedulerState, bf: Record) -> None:
 
 
 def _maybe_done(s: SchedulerState, bf: Record, now: int) -> None:
-    if bf["state"] != "cancelled" and bf["exhausted"] and live_active(s, bf["active"]) == 0:
+    if bf["state"] != "cancelled" and bf["exhausted"] and not bf.get("held") and live_active(s, bf["active"]) == 0:
         _refresh(s, bf)
         _finish(s, bf, "done", now, None)
 
