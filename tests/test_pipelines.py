@@ -8,7 +8,7 @@ import pytest
 from raftsched.core import commands, limits, model
 from raftsched.core.errors import InvalidSpec
 
-from core_helpers import restored
+from core_helpers import new_state, restored
 from pipeline_helpers import SEC, T0, apply, chain_state, finish, job_raw, lease, put, tick
 
 S1 = T0 + 10 * SEC  # the first slot of an every_s 10 job put at T0
@@ -324,3 +324,26 @@ def test_a_heartbeat_parents_pings_reach_its_children():
     assert res["ok"], res
     assert states(s, f"ok@{S1}", f"onfail@{S1}") == {f"ok@{S1}": ("queued", None),
                                                       f"onfail@{S1}": ("skipped", "upstream_failed")}
+
+
+def test_a_paused_childs_record_reaches_its_own_children_and_their_records_are_told():
+    """A triggered child's slot recorded instead of run (the child paused; its overlap rule
+    records the same way) is a final outcome like any record: its own children record the slot,
+    and each record is a ``slot.missed`` event (docs/notifications.md) but the paused one (as a
+    paused job's slots are not)."""
+    from raftsched.core.notify_model import validate_sink
+    s = new_state()
+    sink = validate_sink("ops", {"type": "webhook", "url": "http://127.0.0.1:9/hook", "secrets": {"signing_key": "k"}})
+    assert apply(s, commands.put_sink(T0, None, name="ops", spec=sink))["ok"]
+    told_to = [{"sink": "ops", "on": ["slot.missed"]}]
+    for name, raw in (("a", job_raw(every_s=10)), ("b", job_raw(after=["a"], notify=told_to)),
+                      ("c", job_raw(after=["b"], notify=told_to))):
+        assert put(s, name, raw)["ok"]
+    assert apply(s, commands.make("pause_job", T0, None, name="b"))["ok"]
+    tick(s, S1)
+    finish(s, lease(s, S1)[0], S1, True)
+    assert states(s, f"b@{S1}", f"c@{S1}") == {f"b@{S1}": ("skipped", "paused"),
+                                                f"c@{S1}": ("skipped", "upstream_missed")}
+    assert s.pipes.joins == {}
+    told = [(e["job"], e["reason"]) for e in s.outbox.events if e["kind"] == "slot.missed"]
+    assert told == [("c", "upstream_missed")]

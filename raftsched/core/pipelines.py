@@ -33,6 +33,7 @@ import msgpack
 
 from . import fire, limits, snapshot
 from .errors import Conflict, InvalidCommand, InvalidSpec
+from .notify import on_slot_recorded
 from . import pipehooks
 from .records import RECORDED, Record, is_int
 
@@ -387,6 +388,7 @@ def _offer_range(s: SchedulerState, child: Record, parent: str, lo: int, hi: int
         s.pipes.ranged.add(c)
         fire.add_entry(s, child, entry)
         child["stats"][RECORDED] += 1 if count is None else count
+        on_slot_recorded(s, entry, now)
         work.append((entry, now))
 
 
@@ -481,13 +483,14 @@ def _make_run(s: SchedulerState, child: Record, slot: int, j: Record, now: int,
         if bf is not None and bf["state"] == "cancelled" and work is not None:
             _cancelled(s, child, slot, j["got"], bf_id, now, work)
             return
-    _create(s, child, slot, j["got"], now)
+    _create(s, child, slot, j["got"], now, work)
 
 
 def _create(s: SchedulerState, child: Record, slot: int, got: dict[str, list[Any]], now: int,
-            bf: Record | None = None) -> Record | None:
-    """Child ``child``'s run for ``slot`` (or its record: paused, overlap, a full queue); ``bf``:
-    made by that backfill's step (a held child released). :returns: the run when it was queued."""
+            work: list[tuple[Record, int]] | None, bf: Record | None = None) -> Record | None:
+    """Child ``child``'s run for ``slot`` (or its record: paused, overlap, a full queue, which
+    reaches its own children through ``work``, or at once without one); ``bf``: made by that
+    backfill's step (a held child released). :returns: the run when it was queued."""
     c = child["name"]
     rid = f"{c}@{slot}"
     kind = "scheduled" if "schedule" in child["spec"] else "triggered"
@@ -495,12 +498,16 @@ def _create(s: SchedulerState, child: Record, slot: int, got: dict[str, list[Any
         entry = {"id": rid, "job": c, "slot": slot, "state": "skipped", "reason": "paused",
                  "kind": "recorded", "fired_at": now}
         fire.add_entry(s, child, entry)
+        on_slot_recorded(s, entry, now)
+        _cascade(s, entry, now, work)
         return None
     blocked = fire.overlap(s, child, rid, now)
     if blocked is not None:
-        fire.add_entry(s, child, {"id": rid, "job": c, "slot": slot, "state": blocked, "reason": "overlap",
-                                  "kind": "recorded", "fired_at": now})
+        entry = fire.add_entry(s, child, {"id": rid, "job": c, "slot": slot, "state": blocked, "reason": "overlap",
+                                          "kind": "recorded", "fired_at": now})
         child["stats"][RECORDED] += 1
+        on_slot_recorded(s, entry, now)
+        _cascade(s, entry, now, work)
         return None
     run = fire.new_run(s, child, slot, now, rid, kind)
     run["upstream"] = upstream_of(got)
@@ -552,7 +559,7 @@ def release_held(s: SchedulerState, bf: Record, may: Any, took: Any, now: int) -
                 limits.queue_depth_default if q is None else q["max_depth"]):
             break
         del held[rid]
-        run = _create(s, child, slot, got, now, bf)
+        run = _create(s, child, slot, got, now, None, bf)
         if run is not None:
             bf["active"].append(rid)
             bf["cascaded"] += 1
@@ -602,6 +609,7 @@ def _cancelled(s: SchedulerState, child: Record, slot: int, got: dict[str, list[
              "error": f"backfill {bf_id} was cancelled before this run was made", "upstream": dict(got)}
     fire.add_entry(s, child, entry)
     child["stats"][RECORDED] += 1
+    on_slot_recorded(s, entry, now)
     work.append((entry, now))
 
 
@@ -611,6 +619,14 @@ def withdrawn(s: SchedulerState, run: Record, now: int) -> None:
     ``upstream_missed``), but a child's earlier decision for the slot is not taken back."""
     if run["job"] in s.pipes.children and propagates(run):
         _drain(s, [(run, now)], now)
+
+
+def _cascade(s: SchedulerState, entry: Record, now: int, work: list[tuple[Record, int]] | None) -> None:
+    """A record made here is a final outcome for the job's own children."""
+    if work is not None:
+        work.append((entry, now))
+    else:
+        _drain(s, [(entry, now)], now)
 
 
 def upstream_of(got: dict[str, list[Any]]) -> list[Record]:
@@ -636,6 +652,7 @@ def _decide(s: SchedulerState, c: str, slot: int, reason: str, why: str, now: in
         entry["own"] = True
     fire.add_entry(s, child, entry)
     child["stats"][RECORDED] += 1
+    on_slot_recorded(s, entry, now)
     work.append((entry, now))
 
 
