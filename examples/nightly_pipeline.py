@@ -11,10 +11,10 @@ queue re-arms the report, which then runs when the transform succeeds.
 Being told (docs/notifications.md): each step routes its dead runs, its missed slots (a report
 its parents decided will not run is one: ``upstream_failed``), its missed deadlines and its
 recovery to the sink ``ops``. Extract must start within 15 minutes of 02:00 and succeed within
-two hours; the report, made by its parents rather than a schedule, has the deadline a child can
-have: a success at least every 26 hours (``max_since_success_s``), so a night that produced no
-report is a ``deadline.missed`` the next morning, whatever the reason. Create the sink first
-(a route to a sink that does not exist sends nothing)::
+two hours. The report must be published by 06:00 (Berlin time, extract's zone: its night is
+extract's slot), so a transform still running at 06:00 is a ``deadline.missed`` for the report
+at 06:00 (cause ``upstream``); and it must succeed at least every 26 hours, whatever its slots
+did. Create the sink first (a route to a sink that does not exist sends nothing)::
 
     cd examples
     echo '{"type": "webhook", "url": "https://hooks.example.com/raftsched",
@@ -59,7 +59,7 @@ def transform(ctx):
 
 
 @app.job("report", after=["transform"], max_wait_s=6 * 3600, timeout_s=600,
-         deadline={"max_since_success_s": 26 * 3600}, notify=TOLD)
+         deadline={"succeed_by": "06:00", "max_since_success_s": 26 * 3600}, notify=TOLD)
 def report(ctx):
     (up,) = ctx.upstream
     ctx.log.info("report for %s: %d rows", up["result"]["night"], up["result"]["clean_rows"])

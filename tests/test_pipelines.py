@@ -169,21 +169,16 @@ def test_edges_are_checked_in_apply_cycles_and_unknown_parents_name_the_edge():
     assert e.value.field == "schedule"
 
 
-@pytest.mark.parametrize("extra,field", [
-    ({"deadline": {"succeed_within_s": 60}}, "deadline.succeed_within_s"),
-    ({"deadline": {"max_since_success_s": 600, "succeed_by": "03:00"}}, "deadline.succeed_by"),
-    ({"executor": {"type": "heartbeat"}}, "after"),
-])
-def test_a_child_takes_no_per_slot_deadline_and_no_heartbeat_executor(extra, field):
-    """A child's runs are made by its parents' outcomes, never by a fire carrying its slots'
-    deadline instants: a per-slot deadline would never be judged, so it is refused; so is a
-    heartbeat child (its runs are what pings report). max_since_success_s is kept."""
+def test_a_child_takes_any_deadline_and_no_heartbeat_executor():
+    """A child's per-slot deadlines are carried by its root's fire (test_core_deadlines.py
+    test_a_pipeline_childs_slot_deadline_is_carried_by_its_roots_fire_and_judged_like_any); a
+    heartbeat child is refused (its runs are what pings report)."""
     for raw in (job_raw(after=["a"]), job_raw(every_s=10, after=["a"])):
         with pytest.raises(InvalidSpec) as e:
-            model.validate_job("x", {**raw, **extra})
-        assert e.value.field == field
-    spec = model.validate_job("x", {**job_raw(after=["a"]), "deadline": {"max_since_success_s": 600}})
-    assert spec["deadline"] == {"max_since_success_s": 600}
+            model.validate_job("x", {**raw, "executor": {"type": "heartbeat"}})
+        assert e.value.field == "after"
+        d = {"max_since_success_s": 600, "succeed_within_s": 60, "succeed_by": "03:00"}
+        assert model.validate_job("x", {**raw, "deadline": d})["deadline"] == d
 
 
 def test_a_batch_may_name_parents_later_in_it():

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from . import fire, limits, snapshot
+from . import deadlines, fire, limits, snapshot
 from .errors import Conflict, InvalidCommand, InvalidSpec
 from .notify import on_slot_recorded
 from . import pipehooks
@@ -389,6 +389,7 @@ def _offer_range(s: SchedulerState, child: Record, parent: str, lo: int, hi: int
         fire.add_entry(s, child, entry)
         child["stats"][RECORDED] += 1 if count is None else count
         on_slot_recorded(s, entry, now)
+        deadlines.on_finish(s, entry, now)  # the range's first slot; the others when their instants pass
         work.append((entry, now))
 
 
@@ -499,6 +500,7 @@ def _create(s: SchedulerState, child: Record, slot: int, got: dict[str, list[Any
                  "kind": "recorded", "fired_at": now}
         fire.add_entry(s, child, entry)
         on_slot_recorded(s, entry, now)
+        deadlines.on_finish(s, entry, now)
         _cascade(s, entry, now, work)
         return None
     blocked = fire.overlap(s, child, rid, now)
@@ -507,6 +509,7 @@ def _create(s: SchedulerState, child: Record, slot: int, got: dict[str, list[Any
                                           "kind": "recorded", "fired_at": now})
         child["stats"][RECORDED] += 1
         on_slot_recorded(s, entry, now)
+        deadlines.on_finish(s, entry, now)
         _cascade(s, entry, now, work)
         return None
     run = fire.new_run(s, child, slot, now, rid, kind)
@@ -610,6 +613,7 @@ def _cancelled(s: SchedulerState, child: Record, slot: int, got: dict[str, list[
     fire.add_entry(s, child, entry)
     child["stats"][RECORDED] += 1
     on_slot_recorded(s, entry, now)
+    deadlines.on_finish(s, entry, now)
     work.append((entry, now))
 
 
@@ -653,6 +657,7 @@ def _decide(s: SchedulerState, c: str, slot: int, reason: str, why: str, now: in
     fire.add_entry(s, child, entry)
     child["stats"][RECORDED] += 1
     on_slot_recorded(s, entry, now)
+    deadlines.on_finish(s, entry, now)
     work.append((entry, now))
 
 
@@ -795,6 +800,35 @@ def check_result(v: object) -> Any:
 
 
 # ------------------------------------------------------------------ reads
+def deadline_children(s: SchedulerState, names: list[str]) -> dict[str, list[list[Any]]]:
+    """The leader's read for a fire: for each of ``names`` (scheduled jobs) with triggered
+    descendants that have a per-slot deadline, ``[name, gen, deadline]`` of each of those (the
+    walk stops at a gated job: its own fire carries its slots). Empty when none has children."""
+    kids_of = s.pipes.children
+    out: dict[str, list[list[Any]]] = {}
+    if not kids_of:
+        return out
+    for root in names:
+        if root not in kids_of:
+            continue
+        found: list[list[Any]] = []
+        seen: set[str] = set()
+        todo = sorted(kids_of[root])
+        while todo:
+            c = todo.pop()
+            job = s.jobs.get(c)
+            if c in seen or job is None or "schedule" in job["spec"]:
+                continue
+            seen.add(c)
+            d = job["spec"].get("deadline")
+            if d and ("start_within_s" in d or "succeed_within_s" in d or "succeed_by" in d):
+                found.append([c, job["gen"], d])
+            todo.extend(sorted(kids_of.get(c, ())))
+        if found:
+            out[root] = sorted(found, key=lambda x: x[0])
+    return out
+
+
 def waiting_for(s: SchedulerState, name: str, slot: int) -> list[Record]:
     """What child ``name``'s slot waits for: each parent without a report, with its run's state;
     or, for a child a cascade holds, its backfill (``{"backfill", "state": "held", ...}``)."""
@@ -968,3 +1002,4 @@ pipehooks.notify = notify
 pipehooks.own_slot = own_slot
 pipehooks.drop_joins = drop_joins
 pipehooks.rearm = rearm
+pipehooks.in_range_record = _in_range_record
