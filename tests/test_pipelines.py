@@ -342,3 +342,17 @@ def test_a_paused_childs_record_reaches_its_own_children_and_their_records_are_t
     assert s.pipes.joins == {}
     told = [(e["job"], e["reason"]) for e in s.outbox.events if e["kind"] == "slot.missed"]
     assert told == [("c", "upstream_missed")]
+
+
+def test_a_run_a_full_drop_oldest_queue_drops_reaches_the_children():
+    """A queued run dropped by a full ``drop_oldest`` queue is recorded skipped / queue_full: a
+    final outcome, so the children record the slot instead of waiting for it."""
+    s = chain_state()
+    apply(s, commands.make("put_queue", T0, None, name="q1", max_depth=1, on_full="drop_oldest"))
+    assert put(s, "a", job_raw(every_s=10, queue="q1"))["ok"]
+    assert put(s, "b", job_raw(after=["a"]))["ok"]
+    tick(s, S1)
+    tick(s, S1 + 10 * SEC)  # a@S1 never ran: dropped for a@S2
+    assert states(s, f"a@{S1}", f"b@{S1}") == {f"a@{S1}": ("skipped", "queue_full"),
+                                                f"b@{S1}": ("skipped", "upstream_missed")}
+    assert s.pipes.joins == {}
