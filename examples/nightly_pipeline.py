@@ -96,7 +96,7 @@ def demo(url: str, token: str, timeout_s: float = 60.0) -> int:
         print(f"triggered {first['run']} (slot {slot}); waiting for {rp}@{slot}")
         deadline = time.monotonic() + timeout_s
         while True:
-            chain = client.runs(rp, slot=slot, consistent=True).get("pipeline", [])
+            chain = client.runs(rp, slot=slot).get("pipeline", [])
             states = {r["job"]: r["state"] for r in chain}
             if states.get(rp) in ("succeeded", "dead", "skipped") or time.monotonic() > deadline:
                 break
