@@ -506,3 +506,24 @@ def test_a_pipeline_childs_slot_deadline_is_carried_by_its_roots_fire_and_judged
     assert (s.runs[f"b@{s3}"]["reason"], r["state"], r["cause"]) == ("upstream_failed", "missed", "upstream")
     told = [(k, rid) for k, rid, _reason, _d in deadline_events(s)]
     assert told == [("deadline.missed", f"b@{s2}"), ("deadline.late", f"b@{s2}"), ("deadline.missed", f"b@{s3}")]
+
+
+def test_a_descendants_deadline_is_not_tracked_when_its_roots_fire_entry_is_stale():
+    from pipeline_helpers import put
+    s = new_state()
+    ex = {"type": "python", "target": "app.jobs:run"}
+    a = {"schedule": {"every_s": 60}, "executor": ex, "misfire": {"policy": "fire_all"}}
+    assert put(s, "a", a)["ok"]
+    assert put(s, "b", {"after": ["a"], "executor": ex, "deadline": {"succeed_within_s": 20}})["ok"]
+    s1 = T0 + 60 * SEC
+    names = due.pop_due(s, s1, limits.fire_entries_max, 0)
+    job = s.jobs["a"]
+    e = policy.plan_fire_compact(job["spec"], job["anchor"], job["cursor"], s1, job["gen"], "a", 0)
+    dl = deadlines.child_items(job["spec"], e, job["anchor"], pipelines.deadline_children(s, names)["a"])
+    assert [it[0] for it in dl] == ["b"] and dl[0][6] == "a"
+    assert put(s, "a", dict(a, timeout_s=99), now=s1 - SEC)["ok"]  # a replaced: the planned entry is stale
+    res = apply(s, commands.fire(s1, entries=[e], dl=dl))
+    assert res["ok"] and res["stale_jobs"] == ["a"]
+    assert rec(s, f"b@{s1}") is None
+    bad = [dl[0][:6] + [7]]
+    assert apply(s, commands.fire(s1, entries=[e], dl=bad))["error"]["code"] == "invalid_command"

@@ -156,3 +156,50 @@ def test_the_leaders_stepper_takes_a_cascade_through_its_held_children_to_done()
     asyncio.run(main())
     bf = s.backfills["bf"]
     assert bf["state"] == "done" and bf["cascaded"] == 12 and bf["finished"] == {"succeeded": 16}
+
+
+def test_a_cascade_paused_by_its_jobs_full_queue_still_queues_its_held_children_and_resumes():
+    from raftsched.core import commands as c
+    s = chain_state(("a", job_raw(every_s=10, queue="qa")), ("b", job_raw(after=["a"])), ("d", job_raw(after=["a"])))
+    assert apply(s, c.make("put_queue", T0, None, name="qa", max_depth=2, on_full="reject"))["ok"]
+    now = S1
+    for i in range(4):
+        now = S1 + i * 10 * SEC
+        tick(s, now)
+        for g in lease(s, now):
+            finish(s, g, now, False)
+    now += 60 * SEC
+    assert apply(s, backfill_cmd(s, "a", S1, S1 + 40 * SEC, now, bf_id="bf", reprocess="failed",
+                                 max_concurrent=3, cascade="children"))["ok"]
+    step(s, "bf", now)
+    bf = s.backfills["bf"]
+    assert (bf["state"], bf["paused_by"]) == ("paused", "queue_full")  # a's queue holds two
+    finish(s, lease(s, now, 1)[0], now, True)  # b@S1, d@S1 held by a paused backfill
+    assert len(bf["held"]) == 2
+    for _ in range(50):
+        now += SEC
+        step(s, "bf", now)
+        for g in lease(s, now):
+            finish(s, g, now, True)
+        if bf["state"] == "done":
+            break
+    assert bf["state"] == "done" and bf["cascaded"] == 8 and bf["finished"] == {"succeeded": 12}
+
+
+def test_a_cascade_whose_job_is_deleted_records_the_children_it_held():
+    from raftsched.core import commands as c
+    s, now = _pipeline()
+    now += 60 * SEC
+    assert apply(s, backfill_cmd(s, "a", S1, S1 + 20 * SEC, now, bf_id="bf", reprocess="failed",
+                                 max_concurrent=1, cascade="children"))["ok"]
+    step(s, "bf", now)
+    finish(s, lease(s, now, 1)[0], now, True)
+    assert sorted(s.backfills["bf"]["held"]) == [f"b@{S1}", f"d@{S1}"]
+    assert apply(s, c.delete_job(now, None, name="a", force=True))["ok"]
+    step(s, "bf", now + SEC)
+    bf = s.backfills["bf"]
+    assert bf["state"] == "cancelled" and bf["held"] == {} and s.pipes.held == {}
+    for rid in (f"b@{S1}", f"d@{S1}"):
+        assert (s.runs[rid]["state"], s.runs[rid]["reason"]) == ("skipped", "cancelled")
+    assert (s.runs[f"c@{S1}"]["state"], s.runs[f"c@{S1}"]["reason"]) == ("skipped", "upstream_missed")
+    assert restored(s).snapshot() == s.snapshot()

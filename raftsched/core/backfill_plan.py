@@ -402,7 +402,7 @@ def _copy(s: SchedulerState, bf: Record) -> dict[str, Any]:
     out["cursor"] = list(bf["cursor"]) if isinstance(bf["cursor"], list) else bf["cursor"]
     out["bucket"] = dict(bf["bucket"]) if bf["bucket"] is not None else None
     if "held" in bf:
-        out["held"] = [[c, slot] for c, slot, _got in bf["held"].values()]
+        out["held"] = [[h[0], h[1]] for h in bf["held"].values()]
     out["progress"] = progress(s, bf)
     return out
 
@@ -449,7 +449,7 @@ def stepper_views(s: SchedulerState, now: int) -> list[dict[str, Any]]:
                 walk = BackfillWalk(s, bf, job, now)
                 v["stop"] = walk.stop_reason()
                 # a cascade's held children: a step queues them while its budget allows
-                v["release"] = bf["state"] == "running" and walk.may_release() and pipelines.releasable(s, bf)
+                v["release"] = walk.may_release() and pipelines.releasable(s, bf)
         else:
             v["stop"] = BulkWalk(s, bf, now).stop_reason()
             if v["stop"] is None and bf["state"] == "paused":
@@ -479,7 +479,7 @@ def plan_backfill_step(s: SchedulerState, bf_id: str, after: int, slots: list[in
         return {"name": bf_id, "after": after, "slots": [], "exhausted": False}
     walk = BackfillWalk(s, bf, job, now)
     if bf.get("held"):  # a cascade's held children go first, and no new slot while any is held
-        if bf["state"] == "running" and walk.may_release() and pipelines.releasable(s, bf):
+        if walk.may_release() and pipelines.releasable(s, bf):
             return {"name": bf_id, "after": after, "slots": [], "exhausted": False}
         return None
     taken, stopped = _walk(walk, slots, lambda _slot: walk.took())

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import limits, pipelines, snapshot
+from . import deadlines, limits, pipelines, snapshot
 from .backfill_plan import (
     ACTIVE_STATES, FINISHED, MODES, ORDERS, OVERLAPS, REAL_STATES, BackfillWalk, BulkWalk, bucket_new,
     bucket_take, dead_matching, history_snapshot, job_of, live_active, queue_room,
@@ -36,6 +36,7 @@ from .backfill_plan import (
 from .errors import Conflict, InvalidCommand, LimitExceeded, NotFound
 from .fire import add_entry, new_run
 from .model import NAME_RE
+from .notify import on_slot_recorded
 from .queues import apply_dlq_delete, apply_dlq_requeue, enqueue, unqueue_count
 from .records import RUN_TEMPLATE, Record, Result, is_int, ok
 
@@ -234,12 +235,19 @@ def apply_backfill_step(s: SchedulerState, cmd: Command, now: int) -> Result:
         return ok(id=bf["id"], state="cancelled", created=0, left_out=0)
     _refresh(s, bf)
     walk = BackfillWalk(s, bf, job, now)
+    # A cascade's held children first (their queues are theirs: a full queue of the job's own
+    # that paused the backfill does not hold them back).
+    released = pipelines.release_held(s, bf, walk.may_release, walk.took_child, now) if bf.get("held") else 0
     if bf["state"] == "paused":  # by a full queue: resumed when there is room
         if walk.depth >= walk.max_depth:
-            return ok(id=bf["id"], state="paused", created=0, left_out=0)
+            bucket_take(bf["bucket"], now, released)
+            res = ok(id=bf["id"], state="paused", created=0, left_out=0)
+            if "held" in bf:
+                res["children_queued"] = released
+                res["children_held"] = len(bf["held"])
+            return res
         bf.update(state="running", paused_by=None, reason=None)
     created = left = 0
-    released = pipelines.release_held(s, bf, walk.may_release, walk.took_child, now) if bf.get("held") else 0
     cursor, stopped = bf["cursor"], None
     # A cascade queues the children of the slots it ran before a new slot of its own.
     for slot in (() if bf.get("held") else slots):
@@ -444,8 +452,9 @@ def apply_backfill_control(s: SchedulerState, cmd: Command, now: int) -> Result:
                 run.update(state="skipped", reason="cancelled", finished_at=now)
                 s.stats.on_recorded("skipped", "cancelled")
                 withdrawn += 1
+                on_slot_recorded(s, run, now)
+                deadlines.on_finish(s, run, now)
                 pipelines.withdrawn(s, run, now)
-        pipelines.drop_held(s, bf, now)
     _refresh(s, bf)
     _finish(s, bf, "cancelled", now, "cancelled by request")
     return ok(id=bf_id, state="cancelled", withdrawn=withdrawn)
@@ -490,6 +499,7 @@ def _maybe_done(s: SchedulerState, bf: Record, now: int) -> None:
 
 
 def _finish(s: SchedulerState, bf: Record, state: str, now: int, reason: str | None) -> None:
+    pipelines.drop_held(s, bf, now)  # a cascade that ends holding children records them (cancelled)
     bf.update(state=state, paused_by=None, reason=reason, finished_at=now, updated_at=now)
     finished = [b for b in s.backfills.values() if b["state"] in FINISHED]
     excess = len(finished) - limits.backfills_kept_max

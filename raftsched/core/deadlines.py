@@ -156,10 +156,12 @@ def child_items(root: Record, entry: list[Any], anchor: int, kids: list[list[Any
     descendants past it, in name order, are not tracked for these slots. Proposer side."""
     out: list[list[Any]] = []
     budget = limits.fire_entry_deadline_bytes_max - used
+    root_name = entry[0]
     for name, gen, deadline in kids:
         pseudo = {"deadline": deadline, "schedule": root["schedule"]}
-        items = [[name, gen, *it[2:]] for it in fire_items(pseudo, [name, gen, *entry[2:]], anchor)]
-        cost = len(items) * (len(name.encode()) + DL_ITEM_BYTES)
+        # a seventh field, the root: apply tracks the item only if the root's entry was not stale
+        items = [[name, gen, *it[2:], root_name] for it in fire_items(pseudo, [name, gen, *entry[2:]], anchor)]
+        cost = len(items) * (len(name.encode()) + len(root_name.encode()) + DL_ITEM_BYTES)
         if cost > budget:
             break  # past it, the descendants left (in name order) are not tracked for these slots
         budget -= cost
@@ -378,14 +380,16 @@ def since_success(s: SchedulerState, job_name: str, now: int) -> None:
 
 # ------------------------------------------------------------------ apply: fire and judge
 def check_fire_items(items: object) -> list[list[Any]]:
-    """A fire command's ``dl``: ``[[job, gen, slot, start, within, by], ...]``. :raises
+    """A fire command's ``dl``: ``[[job, gen, slot, start, within, by, root?], ...]`` (``root``:
+    the scheduled job whose entry carries a pipeline descendant's item). :raises
     InvalidCommand: (checked before any entry of the command applies)."""
     if not isinstance(items, list) or len(items) > limits.fire_deadline_items_max:
         raise InvalidCommand("fire.dl must be a bounded list")
     for it in items:
-        if not (isinstance(it, list) and len(it) == 6 and isinstance(it[0], str) and is_int(it[1]) and is_int(it[2])
-                and all(v is None or is_int(v) for v in it[3:])):
-            raise InvalidCommand("fire.dl item must be [job, gen, slot, start, within, by]")
+        if not (isinstance(it, list) and len(it) in (6, 7) and isinstance(it[0], str) and is_int(it[1])
+                and is_int(it[2]) and all(v is None or is_int(v) for v in it[3:6])
+                and (len(it) == 6 or isinstance(it[6], str))):
+            raise InvalidCommand("fire.dl item must be [job, gen, slot, start, within, by, root?]")
     return items
 
 
@@ -395,19 +399,21 @@ def on_fire(s: SchedulerState, items: list[list[Any]], stale: set[str], fired_at
     item's slot is a run or record this command made (its ``fired_at``), or a slot inside a
     range it recorded (``ranges``: job -> the records of its entry). A slot recorded skipped or
     coalesced misses at once (``skipped``, or ``paused``), each on its own."""
-    for name, gen, slot, start, within, by in items:
+    for it in items:
+        name, gen, slot, start, within, by = it[:6]
         job = s.jobs.get(name)
-        if job is None or job["gen"] != gen or name in stale or "deadline" not in job["spec"]:
+        if job is None or job["gen"] != gen or name in stale or "deadline" not in job["spec"] \
+                or (len(it) == 7 and it[6] in stale):
             continue
         run = s.runs.get(f"{name}@{slot}")
         cause = None
-        if "after" in job["spec"]:
-            pass  # a pipeline child: its slot is tracked from this fire, its run made (or not) later
-        elif run is None or run.get("fired_at") != fired_at:
+        if run is None or run.get("fired_at") != fired_at:
             inside = [rc for rc in ranges.get(name, ()) if rc[2] < slot <= rc[3]]
-            if not inside:
+            if inside:
+                cause = "paused" if inside[0][1] == "paused" else "skipped"
+            elif "after" not in job["spec"]:
                 continue
-            cause = "paused" if inside[0][1] == "paused" else "skipped"
+            # else a pipeline child's slot: tracked from this fire, its run made (or not) later
         r = _track(s, job, slot, [start, within, by], now)
         if r is None:
             continue

@@ -103,7 +103,7 @@ class Pipes:
     """The pipeline section of the state: ``joins`` and ``latest`` (replicated), ``children``
     (derived)."""
 
-    __slots__ = ("joins", "latest", "children", "fanout", "seq", "ranged")
+    __slots__ = ("joins", "latest", "children", "fanout", "seq", "ranged", "held")
 
     def __init__(self) -> None:
         #: child -> slot -> {"got": {parent: [state, run id, token, result]}, "own": bool, "since": ms}
@@ -118,6 +118,8 @@ class Pipes:
         #: children that may hold a recorded range in their history (derived; a look-up saves a
         #: scan of the history of those that cannot: _in_range_record)
         self.ranged: set[str] = set()
+        #: run id -> the backfill holding that child (derived from the backfills' ``held``)
+        self.held: dict[str, str] = {}
 
 
 def _encode(p: Pipes) -> Any:
@@ -143,6 +145,7 @@ def _decode(data: Any) -> Pipes:
 def rebuild(s: SchedulerState) -> None:
     s.pipes.children = {}
     s.pipes.ranged = set()
+    s.pipes.held = {rid: bf_id for bf_id, bf in s.backfills.items() for rid in (bf.get("held") or {})}
     for name, job in s.jobs.items():
         link(s, name, job["spec"])
         if "after" in job["spec"] and any("slot_to" in s.runs[r] for r in s.history.get(name, ())):
@@ -479,7 +482,7 @@ def _make_run(s: SchedulerState, child: Record, slot: int, j: Record, now: int,
     if bf_id is not None:
         bf = s.backfills.get(bf_id)
         if bf is not None and bf["state"] in ("running", "paused"):
-            hold(bf, c, slot, j["got"])
+            hold(s, bf, child, slot, j["got"])
             return
         if bf is not None and bf["state"] == "cancelled" and work is not None:
             _cancelled(s, child, slot, j["got"], bf_id, now, work)
@@ -527,48 +530,62 @@ def _create(s: SchedulerState, child: Record, slot: int, got: dict[str, list[Any
 # the backfill's steps queue the held children first, as its max_concurrent and rate allow,
 # before any new slot of its own (core/backfills.py apply_backfill_step). The decision is made
 # in the command that records the parent's outcome, as for any child; only the run waits.
-def hold(bf: Record, c: str, slot: int, got: dict[str, list[Any]]) -> None:
-    bf["held"][f"{c}@{slot}"] = [c, slot, dict(got)]
+def hold(s: SchedulerState, bf: Record, child: Record, slot: int, got: dict[str, list[Any]]) -> None:
+    rid = f"{child['name']}@{slot}"
+    # (a backfill made by an older version has no held yet)
+    bf.setdefault("held", {})[rid] = [child["name"], slot, dict(got), child["created"]]
+    s.pipes.held[rid] = bf["id"]
 
 
 def _held_by(s: SchedulerState, rid: str) -> str | None:
     """The backfill holding run ``rid`` (a child decided, not yet queued), if any."""
-    for bf in s.backfills.values():
-        held = bf.get("held")
-        if held and rid in held:
-            return str(bf["id"])
-    return None
+    return s.pipes.held.get(rid)
+
+
+def _unhold(s: SchedulerState, bf: Record, rid: str) -> None:
+    del bf["held"][rid]
+    if s.pipes.held.get(rid) == bf["id"]:
+        del s.pipes.held[rid]
 
 
 def release_held(s: SchedulerState, bf: Record, may: Any, took: Any, now: int) -> int:
     """Queue backfill ``bf``'s held children, oldest first, while ``may()`` allows one more run
-    (its budget: concurrency, rate, the step's runs; ``took(1)`` spends it). A held child whose job is gone is dropped;
-    one decided meanwhile by another way (its id exists) too; one paused or blocked by its
-    overlap rule is recorded as any child's run would be (that costs no budget). A child whose
-    queue is full stays held, and the step stops there (the backfill's runs never overflow a
-    queue). :returns: the runs queued."""
+    (its budget: concurrency, rate, the step's runs; ``took(1)`` spends it). A held child whose
+    job is gone (or was deleted and made again: another job) is dropped; one decided meanwhile by
+    another way (its id exists) too; one paused or blocked by its overlap rule is recorded as any
+    child's run would be. A child whose queue is full stays held, and the step stops there (the
+    backfill's runs never overflow a queue). At most backfill_step_runs_max held children are
+    looked at a step, whatever they become. :returns: the runs queued."""
     held = bf["held"]
-    made = 0
-    while held and may():
+    made = looked = 0
+    work: list[tuple[Record, int]] = []
+    while held and may() and looked < limits.backfill_step_runs_max:
+        looked += 1
         rid = next(iter(held))
-        c, slot, got = held[rid]
+        c, slot, got, created = held[rid]
         child = s.jobs.get(c)
-        if child is None or rid in s.runs:
-            del held[rid]
+        if child is None or child["created"] != created or rid in s.runs:
+            _unhold(s, bf, rid)
             continue
-        qname = child["spec"]["queue"]
-        q = s.queues.get(qname)
-        if child["spec"]["executor"]["type"] != "heartbeat" and s._queue_depth.get(qname, 0) >= (
-                limits.queue_depth_default if q is None else q["max_depth"]):
+        if not _has_room(s, child):
             break
-        del held[rid]
-        run = _create(s, child, slot, got, now, None, bf)
+        _unhold(s, bf, rid)
+        run = _create(s, child, slot, got, now, work, bf)
         if run is not None:
             bf["active"].append(rid)
-            bf["cascaded"] += 1
+            bf["cascaded"] = bf.get("cascaded", 0) + 1
             took(1)
             made += 1
+    _drain(s, work, now)
     return made
+
+
+def _has_room(s: SchedulerState, child: Record) -> bool:
+    if child["spec"]["executor"]["type"] == "heartbeat":
+        return True  # its runs wait for pings, in no queue
+    qname = child["spec"]["queue"]
+    q = s.queues.get(qname)
+    return bool(s._queue_depth.get(qname, 0) < (limits.queue_depth_default if q is None else q["max_depth"]))
 
 
 def releasable(s: SchedulerState, bf: Record) -> bool:
@@ -577,30 +594,28 @@ def releasable(s: SchedulerState, bf: Record) -> bool:
     held = bf.get("held")
     if not held:
         return False
-    c, _slot, _got = held[next(iter(held))]
+    c, _slot, _got, created = held[next(iter(held))]
     child = s.jobs.get(c)
-    if child is None:
-        return True
-    qname = child["spec"]["queue"]
-    q = s.queues.get(qname)
-    return bool(child["spec"]["executor"]["type"] == "heartbeat"
-                or s._queue_depth.get(qname, 0) < (limits.queue_depth_default if q is None else q["max_depth"]))
+    if child is None or child["created"] != created:
+        return True  # dropped by the step
+    return _has_room(s, child)
 
 
 def drop_held(s: SchedulerState, bf: Record, now: int) -> int:
-    """Backfill ``bf`` was cancelled: each child it still held is recorded (skipped,
-    ``cancelled``), and that record reaches the child's own children. :returns: how many."""
+    """Backfill ``bf`` ended while it held children (cancelled by request, or its job deleted):
+    each is recorded (skipped, ``cancelled``), and that record reaches the child's own children.
+    :returns: how many."""
     held = bf.get("held")
     if not held:
         return 0
     work: list[tuple[Record, int]] = []
     n = 0
-    for rid, (c, slot, got) in list(held.items()):
+    for rid, (c, slot, got, created) in list(held.items()):
+        _unhold(s, bf, rid)
         child = s.jobs.get(c)
-        if child is not None and rid not in s.runs:
+        if child is not None and child["created"] == created and rid not in s.runs:
             _cancelled(s, child, slot, got, bf["id"], now, work)
             n += 1
-    held.clear()
     _drain(s, work, now)
     return n
 
@@ -966,7 +981,7 @@ def pending(s: SchedulerState, name: str, n: int) -> list[Record]:
         on = waiting_for(s, name, slot)
         out.append({"slot": slot, "run": f"{name}@{slot}", "waiting_on": on, "waiting_for": waiting_text(on)})
     for bf in s.backfills.values():  # decided, and held by a cascade until its budget allows
-        for c, slot, _got in (bf.get("held") or {}).values():
+        for c, slot, _got, _created in (bf.get("held") or {}).values():
             if c == name and len(out) < n:
                 on = waiting_for(s, name, slot)
                 out.append({"slot": slot, "run": f"{name}@{slot}", "waiting_on": on, "waiting_for": waiting_text(on)})

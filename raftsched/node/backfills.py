@@ -100,7 +100,7 @@ def backfill_view(bf: dict) -> dict:
             if p.get(k):
                 counts[k] = p[k]
     if "held" in bf:  # a cascade: the children it queued, and those decided and waiting for its budget
-        counts["children_queued"] = bf["cascaded"]
+        counts["children_queued"] = bf.get("cascaded", 0)
         counts["children_held"] = len(bf["held"])
         v["held"] = [f"{c}@{slot}" for c, slot in bf["held"][:node_limits.backfill_held_shown]]
     v["progress"] = counts

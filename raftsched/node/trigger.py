@@ -237,7 +237,7 @@ class Trigger:
                     own = sum(len(it[0].encode()) + deadlines.DL_ITEM_BYTES for it in items or ())
                     items = (items or []) + deadlines.child_items(spec, entry, anchor, kids[name], own)
                 if items:
-                    size += len(items) * (len(name.encode()) + deadlines.DL_ITEM_BYTES)
+                    size += sum(len(it[0].encode()) + deadlines.DL_ITEM_BYTES for it in items)
                 if cur and (cur_bytes + size > node_limits.fire_entry_bytes_max or len(cur) >= limits.fire_entries_max
                             or (items and len(cur_dl) + len(items) > limits.fire_deadline_items_max)):
                     await self._window.acquire()
