@@ -6,9 +6,19 @@ Declared with the SDK (``app``): ``extract`` runs at 02:00 Berlin time; ``transf
 succeeded for that night (``after``), sees its parent's outcome and result in ``ctx.upstream``,
 and returns a small result of its own for the next step. A transform that fails all its attempts
 records that night's report ``upstream_failed``; requeuing the transform from the dead-letter
-queue re-arms the report, which then runs when the transform succeeds::
+queue re-arms the report, which then runs when the transform succeeds.
+
+Being told (docs/notifications.md): each step routes its dead runs, its missed slots (a report
+its parents decided will not run is one: ``upstream_failed``), its missed deadlines and its
+recovery to the sink ``ops``. Extract must start within 15 minutes of 02:00 and succeed within
+two hours. The report must be published by 06:00 (Berlin time, extract's zone: its night is
+extract's slot), so a transform still running at 06:00 is a ``deadline.missed`` for the report
+at 06:00 (cause ``upstream``); and it must succeed at least every 26 hours, whatever its slots
+did. Create the sink first (a route to a sink that does not exist sends nothing)::
 
     cd examples
+    echo '{"type": "webhook", "url": "https://hooks.example.com/raftsched",
+           "secrets": {"signing_key": "change-me"}}' | raftsched sinks put ops -
     raftsched sync nightly_pipeline:app          # creates extract, then transform, then report
     raftsched worker --app nightly_pipeline:app --url http://127.0.0.1:8701 --token-file ../.raftsched/token
 
@@ -31,20 +41,25 @@ from raftsched import App
 
 app = App("nightly-pipeline", retry={"max_attempts": 3, "backoff_s": 60, "backoff_max_s": 600})
 
+#: Who hears of what: one route to the sink ``ops`` for each step, a dead run once an incident.
+TOLD = [{"sink": "ops", "on": ["run.dead", "slot.missed", "deadline.missed", "job.recovered"]}]
 
-@app.job("extract", cron="0 2 * * *", timezone="Europe/Berlin", misfire="fire_all", timeout_s=1800)
+
+@app.job("extract", cron="0 2 * * *", timezone="Europe/Berlin", misfire="fire_all", timeout_s=1800,
+         deadline={"start_within_s": 900, "succeed_within_s": 2 * 3600}, notify=TOLD)
 def extract(ctx):
     """Pull the night's orders; the count is handed to transform."""
     return {"night": ctx.slot_iso, "rows": 42}
 
 
-@app.job("transform", after=["extract"], max_wait_s=6 * 3600, timeout_s=1800)
+@app.job("transform", after=["extract"], max_wait_s=6 * 3600, timeout_s=1800, notify=TOLD)
 def transform(ctx):
     (up,) = ctx.upstream  # extract's run for the same night: its id, outcome, token and result
     return {"night": up["result"]["night"], "clean_rows": up["result"]["rows"] - 2}
 
 
-@app.job("report", after=["transform"], max_wait_s=6 * 3600, timeout_s=600)
+@app.job("report", after=["transform"], max_wait_s=6 * 3600, timeout_s=600,
+         deadline={"succeed_by": "06:00", "max_since_success_s": 26 * 3600}, notify=TOLD)
 def report(ctx):
     (up,) = ctx.upstream
     ctx.log.info("report for %s: %d rows", up["result"]["night"], up["result"]["clean_rows"])
@@ -81,7 +96,7 @@ def demo(url: str, token: str, timeout_s: float = 60.0) -> int:
         print(f"triggered {first['run']} (slot {slot}); waiting for {rp}@{slot}")
         deadline = time.monotonic() + timeout_s
         while True:
-            chain = client.runs(rp, slot=slot, consistent=True).get("pipeline", [])
+            chain = client.runs(rp, slot=slot).get("pipeline", [])
             states = {r["job"]: r["state"] for r in chain}
             if states.get(rp) in ("succeeded", "dead", "skipped") or time.monotonic() > deadline:
                 break

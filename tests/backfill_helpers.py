@@ -57,10 +57,13 @@ def step_cmd(s, bf_id: str, now: int) -> dict | None:
         if v["job_gone"]:
             fields = {"name": bf_id, "after": v["cursor"], "slots": [], "exhausted": False}
         elif v["exhausted"]:
-            fields = {"name": bf_id, "after": v["cursor"], "slots": [], "exhausted": True} if v["finishable"] else None
+            fields = {"name": bf_id, "after": v["cursor"], "slots": [], "exhausted": True} if v["finishable"] else (
+                {"name": bf_id, "after": v["cursor"], "slots": [], "exhausted": False} if v["release"] else None)
         elif may_run:
             slots, complete = next_slots(bf)
             fields = backfill_plan.plan_backfill_step(s, bf_id, v["cursor"], slots, complete, now)
+        elif v["release"]:
+            fields = {"name": bf_id, "after": v["cursor"], "slots": [], "exhausted": False}
         else:
             fields = None
     return None if fields is None else commands.make(op, now, None, **fields)

@@ -38,7 +38,8 @@ def _released(ctx) -> bool:
 
 def _context(ctx) -> dict:
     return {"run": ctx.run_id, "job": ctx.job, "attempt": ctx.attempt, "token": ctx.fencing_token,
-            "worker": ctx.worker, "payload": ctx.payload, "logger": ctx.log.name, "pid": os.getpid()}
+            "worker": ctx.worker, "payload": ctx.payload, "logger": ctx.log.name, "pid": os.getpid(),
+            "upstream": ctx.upstream}
 
 
 @app.job("sw-sync", every_s=3600, payload={"k": "v"})

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from raftsched.core import commands, deadlines, due, limits, model, policy
+from raftsched.core import commands, deadlines, due, limits, model, pipelines, policy
 from raftsched.core.errors import InvalidSpec
 from raftsched.core.state import SchedulerState
 
@@ -33,7 +33,9 @@ def tick(s: SchedulerState, now: int, ahead: bool = False) -> list[dict]:
     entries, dl = [], []
     ahead_ms = limits.fire_ahead_ms if ahead else 0  # as the trigger fires ahead (node/trigger.py)
     span = ahead_ms + limits.fire_ahead_span_ms if ahead else 0
-    for name in due.pop_due(s, now, limits.fire_entries_max, ahead_ms):
+    names = due.pop_due(s, now, limits.fire_entries_max, ahead_ms)
+    kids = pipelines.deadline_children(s, names)  # as node/trigger.py reads them
+    for name in names:
         job = s.jobs[name]
         e = policy.plan_fire_compact(job["spec"], job["anchor"], job["cursor"], now, job["gen"], name,
                                      span if policy.fires_ahead(job["spec"]) else 0)
@@ -41,7 +43,11 @@ def tick(s: SchedulerState, now: int, ahead: bool = False) -> list[dict]:
             due.repush(s, [name])
             continue
         entries.append(e)
-        dl.extend(deadlines.fire_items(job["spec"], e, job["anchor"]))
+        own = deadlines.fire_items(job["spec"], e, job["anchor"])
+        dl.extend(own)
+        if name in kids:
+            used = sum(len(it[0].encode()) + deadlines.DL_ITEM_BYTES for it in own)
+            dl.extend(deadlines.child_items(job["spec"], e, job["anchor"], kids[name], used))
     if entries:
         out.append(apply(s, commands.fire(now, entries=entries, dl=dl)))
     rids, names = deadlines.due(s, now, limits.deadline_judge_items_max)
@@ -454,3 +460,70 @@ def test_every_slot_is_judged_once_by_its_own_run(policy_name, every, within, ga
                 assert r["cause"] == "skipped"
     missed_events = [e for e in s.outbox.events if e["kind"] == "deadline.missed" and e["run_id"]]
     assert len({e["run_id"] for e in missed_events}) == len(missed_events)  # once a slot
+
+
+# ------------------------------------------------------------------ pipeline children
+def test_a_pipeline_childs_slot_deadline_is_carried_by_its_roots_fire_and_judged_like_any():
+    """A triggered child's per-slot deadline is counted from its slot (its root's), tracked by
+    the root's fire (deadlines.child_items) before the child's run exists: missed with cause
+    ``upstream`` while its parents keep it waiting (then ``late`` when it still succeeds), and
+    missed for good when its parents' outcome records the slot."""
+    from pipeline_helpers import put
+    from raftsched.core import pipelines as _p  # noqa: F401  (binds the hooks)
+    s = new_state()
+    routes = validate_routes([{"sink": "ops", "on": ["deadline.missed", "deadline.late"]}])
+    sink = validate_sink("ops", {"type": "webhook", "url": "https://example.com/h", "secrets": {"signing_key": "k"}})
+    assert apply(s, commands.put_sink(T0, None, name="ops", spec=sink))["ok"]
+    ex = {"type": "python", "target": "app.jobs:run"}
+    assert put(s, "a", {"schedule": {"every_s": 60}, "executor": ex, "misfire": {"policy": "fire_all"},
+                        "retry": {"max_attempts": 1}})["ok"]
+    assert put(s, "b", {"after": ["a"], "executor": ex, "deadline": {"succeed_within_s": 20}, "notify": routes})["ok"]
+    s1, s2, s3 = T0 + 60 * SEC, T0 + 120 * SEC, T0 + 180 * SEC
+
+    def run_all(now, ok_for=lambda job: True):
+        for g in acquire(s, now):
+            assert complete(s, now, g, ok_for(g["job"]))["ok"]
+
+    # s1: a succeeds at once, b succeeds in time: met
+    tick(s, s1)
+    assert rec(s, f"b@{s1}")["state"] == "pending"  # tracked before b's run exists
+    run_all(s1 + SEC)
+    run_all(s1 + 2 * SEC)
+    assert rec(s, f"b@{s1}")["state"] == "met"
+    # s2: a is still running at b's deadline: missed, cause upstream; b then succeeds: late
+    tick(s, s2)
+    (ga,) = acquire(s, s2 + SEC)
+    tick(s, s2 + 21 * SEC)
+    r = rec(s, f"b@{s2}")
+    assert (r["state"], r["cause"], r["deadline"]) == ("missed", "upstream", "succeed_within_s")
+    assert complete(s, s2 + 30 * SEC, ga, True)["ok"]
+    run_all(s2 + 31 * SEC)
+    assert rec(s, f"b@{s2}")["state"] == "late"
+    # s3: a dies: b's slot is recorded upstream_failed, and its deadline missed at once
+    tick(s, s3)
+    run_all(s3 + SEC, ok_for=lambda job: job != "a")
+    r = rec(s, f"b@{s3}")
+    assert (s.runs[f"b@{s3}"]["reason"], r["state"], r["cause"]) == ("upstream_failed", "missed", "upstream")
+    told = [(k, rid) for k, rid, _reason, _d in deadline_events(s)]
+    assert told == [("deadline.missed", f"b@{s2}"), ("deadline.late", f"b@{s2}"), ("deadline.missed", f"b@{s3}")]
+
+
+def test_a_descendants_deadline_is_not_tracked_when_its_roots_fire_entry_is_stale():
+    from pipeline_helpers import put
+    s = new_state()
+    ex = {"type": "python", "target": "app.jobs:run"}
+    a = {"schedule": {"every_s": 60}, "executor": ex, "misfire": {"policy": "fire_all"}}
+    assert put(s, "a", a)["ok"]
+    assert put(s, "b", {"after": ["a"], "executor": ex, "deadline": {"succeed_within_s": 20}})["ok"]
+    s1 = T0 + 60 * SEC
+    names = due.pop_due(s, s1, limits.fire_entries_max, 0)
+    job = s.jobs["a"]
+    e = policy.plan_fire_compact(job["spec"], job["anchor"], job["cursor"], s1, job["gen"], "a", 0)
+    dl = deadlines.child_items(job["spec"], e, job["anchor"], pipelines.deadline_children(s, names)["a"])
+    assert [it[0] for it in dl] == ["b"] and dl[0][6] == "a"
+    assert put(s, "a", dict(a, timeout_s=99), now=s1 - SEC)["ok"]  # a replaced: the planned entry is stale
+    res = apply(s, commands.fire(s1, entries=[e], dl=dl))
+    assert res["ok"] and res["stale_jobs"] == ["a"]
+    assert rec(s, f"b@{s1}") is None
+    bad = [dl[0][:6] + [7]]
+    assert apply(s, commands.fire(s1, entries=[e], dl=bad))["error"]["code"] == "invalid_command"

@@ -8,7 +8,7 @@ import pytest
 from raftsched.core import commands, limits, model
 from raftsched.core.errors import InvalidSpec
 
-from core_helpers import restored
+from core_helpers import new_state, restored
 from pipeline_helpers import SEC, T0, apply, chain_state, finish, job_raw, lease, put, tick
 
 S1 = T0 + 10 * SEC  # the first slot of an every_s 10 job put at T0
@@ -169,21 +169,16 @@ def test_edges_are_checked_in_apply_cycles_and_unknown_parents_name_the_edge():
     assert e.value.field == "schedule"
 
 
-@pytest.mark.parametrize("extra,field", [
-    ({"deadline": {"succeed_within_s": 60}}, "deadline.succeed_within_s"),
-    ({"deadline": {"max_since_success_s": 600, "succeed_by": "03:00"}}, "deadline.succeed_by"),
-    ({"executor": {"type": "heartbeat"}}, "after"),
-])
-def test_a_child_takes_no_per_slot_deadline_and_no_heartbeat_executor(extra, field):
-    """A child's runs are made by its parents' outcomes, never by a fire carrying its slots'
-    deadline instants: a per-slot deadline would never be judged, so it is refused; so is a
-    heartbeat child (its runs are what pings report). max_since_success_s is kept."""
+def test_a_child_takes_any_deadline_and_no_heartbeat_executor():
+    """A child's per-slot deadlines are carried by its root's fire (test_core_deadlines.py
+    test_a_pipeline_childs_slot_deadline_is_carried_by_its_roots_fire_and_judged_like_any); a
+    heartbeat child is refused (its runs are what pings report)."""
     for raw in (job_raw(after=["a"]), job_raw(every_s=10, after=["a"])):
         with pytest.raises(InvalidSpec) as e:
-            model.validate_job("x", {**raw, **extra})
-        assert e.value.field == field
-    spec = model.validate_job("x", {**job_raw(after=["a"]), "deadline": {"max_since_success_s": 600}})
-    assert spec["deadline"] == {"max_since_success_s": 600}
+            model.validate_job("x", {**raw, "executor": {"type": "heartbeat"}})
+        assert e.value.field == "after"
+        d = {"max_since_success_s": 600, "succeed_within_s": 60, "succeed_by": "03:00"}
+        assert model.validate_job("x", {**raw, "deadline": d})["deadline"] == d
 
 
 def test_a_batch_may_name_parents_later_in_it():
@@ -298,8 +293,15 @@ def test_a_backfill_with_cascade_reaches_the_children_and_redecides_a_slot_they_
     (g,) = lease(s, S1 + 16 * SEC)
     assert g["id"].startswith(f"a@{S1}") and s.runs[g["id"]]["propagate"] is True
     finish(s, g, S1 + 17 * SEC, True)
+    # b@S1 is decided in that command, and held by the backfill until its budget allows a run
+    assert lease(s, S1 + 17 * SEC) == [] and list(s.backfills["bf1"]["held"]) == [f"b@{S1}"]
+    res = step(s, "bf1", S1 + 18 * SEC)
+    assert res["children_queued"] == 1 and res["children_held"] == 0 and res["state"] == "running"
     (gb,) = lease(s, S1 + 18 * SEC)
     assert gb["id"] == f"b@{S1}" and gb["upstream"][0]["run"] == g["id"]
+    assert s.runs[gb["id"]]["backfill"] == "bf1"
+    finish(s, gb, S1 + 19 * SEC, True)
+    assert step(s, "bf1", S1 + 20 * SEC)["state"] == "done"  # done once the cascade's runs are
     with pytest.raises(InvalidSpec) as e:
         backfill_model.validate_backfill({"from": "2026-05-28T20:26:50Z", "to": "2026-05-28T20:27:00Z",
                                           "cascade": "all"}, S1 + 15 * SEC)
@@ -317,3 +319,40 @@ def test_a_heartbeat_parents_pings_reach_its_children():
     assert res["ok"], res
     assert states(s, f"ok@{S1}", f"onfail@{S1}") == {f"ok@{S1}": ("queued", None),
                                                       f"onfail@{S1}": ("skipped", "upstream_failed")}
+
+
+def test_a_paused_childs_record_reaches_its_own_children_and_their_records_are_told():
+    """A triggered child's slot recorded instead of run (the child paused; its overlap rule
+    records the same way) is a final outcome like any record: its own children record the slot,
+    and each record is a ``slot.missed`` event (docs/notifications.md) but the paused one (as a
+    paused job's slots are not)."""
+    from raftsched.core.notify_model import validate_sink
+    s = new_state()
+    sink = validate_sink("ops", {"type": "webhook", "url": "http://127.0.0.1:9/hook", "secrets": {"signing_key": "k"}})
+    assert apply(s, commands.put_sink(T0, None, name="ops", spec=sink))["ok"]
+    told_to = [{"sink": "ops", "on": ["slot.missed"]}]
+    for name, raw in (("a", job_raw(every_s=10)), ("b", job_raw(after=["a"], notify=told_to)),
+                      ("c", job_raw(after=["b"], notify=told_to))):
+        assert put(s, name, raw)["ok"]
+    assert apply(s, commands.make("pause_job", T0, None, name="b"))["ok"]
+    tick(s, S1)
+    finish(s, lease(s, S1)[0], S1, True)
+    assert states(s, f"b@{S1}", f"c@{S1}") == {f"b@{S1}": ("skipped", "paused"),
+                                                f"c@{S1}": ("skipped", "upstream_missed")}
+    assert s.pipes.joins == {}
+    told = [(e["job"], e["reason"]) for e in s.outbox.events if e["kind"] == "slot.missed"]
+    assert told == [("c", "upstream_missed")]
+
+
+def test_a_run_a_full_drop_oldest_queue_drops_reaches_the_children():
+    """A queued run dropped by a full ``drop_oldest`` queue is recorded skipped / queue_full: a
+    final outcome, so the children record the slot instead of waiting for it."""
+    s = chain_state()
+    apply(s, commands.make("put_queue", T0, None, name="q1", max_depth=1, on_full="drop_oldest"))
+    assert put(s, "a", job_raw(every_s=10, queue="q1"))["ok"]
+    assert put(s, "b", job_raw(after=["a"]))["ok"]
+    tick(s, S1)
+    tick(s, S1 + 10 * SEC)  # a@S1 never ran: dropped for a@S2
+    assert states(s, f"a@{S1}", f"b@{S1}") == {f"a@{S1}": ("skipped", "queue_full"),
+                                                f"b@{S1}": ("skipped", "upstream_missed")}
+    assert s.pipes.joins == {}

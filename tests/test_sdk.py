@@ -371,3 +371,18 @@ def test_the_example_app_declares_its_jobs():
     assert nightly.spec["misfire"] == {"policy": "fire_all", "grace_s": 300, "max_catchup": 7}
     assert nightly.spec["retry"]["max_attempts"] == 3 and nightly.target == "nightly_report:nightly_report"
     assert dash.is_async and dash.spec["overlap"] == {"policy": "forbid"}
+
+
+def test_the_nightly_pipeline_example_declares_its_deadlines_and_who_is_told():
+    """examples/nightly_pipeline.py is the pipeline the README points at: three steps in order,
+    deadlines on the scheduled step and on the last (a child: counted from its night), and every step
+    routed to the sink ``ops`` (valid specs: the declaration is validated as the API would)."""
+    from raftsched.core import pipelines
+    app = load_app("examples.nightly_pipeline:app")
+    views = app.views()
+    assert pipelines.parents_first(app.specs()) == ["extract", "transform", "report"]
+    assert views["extract"]["deadline"] == {"start_within_s": 900, "succeed_within_s": 7200}
+    assert views["report"]["deadline"] == {"succeed_by": "06:00", "max_since_success_s": 26 * 3600}
+    for name in ("extract", "transform", "report"):
+        (route,) = views[name]["notify"]
+        assert route["sink"] == "ops" and {"run.dead", "slot.missed", "deadline.missed"} <= set(route["on"])

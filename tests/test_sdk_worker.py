@@ -52,7 +52,8 @@ def test_a_grant_of_one_of_the_apps_handlers_runs_it_with_its_context():
         assert out.ok and out.error is None, out
         got = eval(out.output)  # the python executor's repr of what it returned
         assert got == {"run": g["id"], "job": "sw-sync", "attempt": 1, "token": 7, "worker": "w-test",
-                       "payload": {"k": "v"}, "logger": "raftsched.job.sw-sync", "pid": os.getpid()}
+                       "payload": {"k": "v"}, "logger": "raftsched.job.sw-sync", "pid": os.getpid(),
+                       "upstream": None}
         out = await execute(lookup, grant("sw-async"))
         assert out.ok and "'loop': " in out.output and "'worker': 'w-test'" in out.output, out
     run(t())
@@ -120,11 +121,17 @@ def test_in_a_child_process_a_handler_reports_what_it_returned_or_raised(child_e
 
     async def t():
         g = grant("si-sync", app=sdk_worker_app.iso)
-        out = await execute(lookup, g)
+        ctx = ctx_of(g)
+        ctx.upstream = [{"job": "extract", "run": f"extract@{SLOT_MS}", "outcome": "succeeded", "token": 3,
+                         "result": {"rows": 3}}]
+        out = await lookup(g)(ctx, g["timeout_s"], CancelEvent())
         assert out.ok, out
         printed, logged, result = out.output.splitlines()
         got = eval(result)
         assert printed == f"hello from {got['pid']}" and got["pid"] != os.getpid()
+        # the child sees its parents (ctx.upstream), and what it returned is its result, handed
+        # to its own children as an in-process run's is (pipelines)
+        assert got["upstream"] == ctx.upstream and ctx.result == got
         assert logged.endswith(" INFO raftsched.job.si-sync: logged from the child"), logged
         assert {k: got[k] for k in ("run", "job", "attempt", "token", "worker", "payload")} == \
                {"run": g["id"], "job": "si-sync", "attempt": 1, "token": 7, "worker": "w-test", "payload": {"k": "v"}}

@@ -137,7 +137,7 @@ def test_the_workers_run_their_apps_sync_and_async_handlers_with_their_context(e
     assert runs["sw-sync"]["worker"] == runs["sw-async"]["worker"] == "w-app" and runs["si-sync"]["worker"] == "w-iso"
     assert sync == {"run": rids["sw-sync"], "job": "sw-sync", "attempt": 1, "token": runs["sw-sync"]["fencing_token"],
                     "worker": "w-app", "payload": {"k": "v"}, "logger": "raftsched.job.sw-sync",
-                    "pid": env.w.pid("w-app")}
+                    "pid": env.w.pid("w-app"), "upstream": None}
     assert asyn["worker"] == "w-app" and asyn["pid"] == env.w.pid("w-app") and asyn["loop"].endswith("EventLoop")
     # --isolation subprocess: the handler ran in a child of the worker, and what it printed is kept.
     assert child["worker"] == "w-iso" and child["pid"] != env.w.pid("w-iso")

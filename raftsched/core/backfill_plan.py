@@ -16,7 +16,7 @@ import heapq
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import limits
+from . import limits, pipelines
 from .fire import active_runs
 from .model import TERMINAL_STATES
 from .records import Record
@@ -247,6 +247,17 @@ class BackfillWalk:
             return "left", "exists"
         return "run", rid
 
+    def may_release(self) -> bool:
+        """Whether one more held child may be queued (a cascade: backfills.py): the runs one step
+        makes, max_concurrent and the rate (the parent job's overlap and queue are not its)."""
+        return self.runs_left > 0 and self.room > 0 and (self.tokens is None or self.tokens > 0)
+
+    def took_child(self, n: int) -> None:
+        self.runs_left -= n
+        self.room -= n
+        if self.tokens is not None:
+            self.tokens -= n
+
     def took(self) -> None:
         self.runs_left -= 1
         self.room -= 1
@@ -390,6 +401,8 @@ def _copy(s: SchedulerState, bf: Record) -> dict[str, Any]:
     out["active"] = list(bf["active"])
     out["cursor"] = list(bf["cursor"]) if isinstance(bf["cursor"], list) else bf["cursor"]
     out["bucket"] = dict(bf["bucket"]) if bf["bucket"] is not None else None
+    if "held" in bf:
+        out["held"] = [[h[0], h[1]] for h in bf["held"].values()]
     out["progress"] = progress(s, bf)
     return out
 
@@ -425,14 +438,18 @@ def stepper_views(s: SchedulerState, now: int) -> list[dict[str, Any]]:
         v = {"id": bf["id"], "kind": bf["kind"], "state": bf["state"], "cursor": bf["cursor"],
              "exhausted": bf["exhausted"],
              "req": dict(bf["req"]), "job_gone": False, "stop": None,
-             "finishable": bf["exhausted"] and live_active(s, bf["active"]) == 0}
+             "finishable": bf["exhausted"] and not bf.get("held") and live_active(s, bf["active"]) == 0,
+             "release": False}
         if bf["kind"] == "backfill":
             v["plan"] = {"schedule": bf["plan"]["schedule"], "anchor": bf["plan"]["anchor"]}
             job = job_of(s, bf)
             if job is None:
                 v["job_gone"] = True
             else:
-                v["stop"] = BackfillWalk(s, bf, job, now).stop_reason()
+                walk = BackfillWalk(s, bf, job, now)
+                v["stop"] = walk.stop_reason()
+                # a cascade's held children: a step queues them while its budget allows
+                v["release"] = walk.may_release() and pipelines.releasable(s, bf)
         else:
             v["stop"] = BulkWalk(s, bf, now).stop_reason()
             if v["stop"] is None and bf["state"] == "paused":
@@ -461,6 +478,10 @@ def plan_backfill_step(s: SchedulerState, bf_id: str, after: int, slots: list[in
     if job is None:
         return {"name": bf_id, "after": after, "slots": [], "exhausted": False}
     walk = BackfillWalk(s, bf, job, now)
+    if bf.get("held"):  # a cascade's held children go first, and no new slot while any is held
+        if walk.may_release() and pipelines.releasable(s, bf):
+            return {"name": bf_id, "after": after, "slots": [], "exhausted": False}
+        return None
     taken, stopped = _walk(walk, slots, lambda _slot: walk.took())
     exhausted = complete and not stopped
     if not taken and not exhausted:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import limits, snapshot
+from . import deadlines, limits, pipelines, snapshot
 from .backfill_plan import (
     ACTIVE_STATES, FINISHED, MODES, ORDERS, OVERLAPS, REAL_STATES, BackfillWalk, BulkWalk, bucket_new,
     bucket_take, dead_matching, history_snapshot, job_of, live_active, queue_room,
@@ -36,6 +36,7 @@ from .backfill_plan import (
 from .errors import Conflict, InvalidCommand, LimitExceeded, NotFound
 from .fire import add_entry, new_run
 from .model import NAME_RE
+from .notify import on_slot_recorded
 from .queues import apply_dlq_delete, apply_dlq_requeue, enqueue, unqueue_count
 from .records import RUN_TEMPLATE, Record, Result, is_int, ok
 
@@ -187,7 +188,10 @@ def apply_backfill(s: SchedulerState, cmd: Command, now: int) -> Result:
     plan = {"schedule": job["spec"]["schedule"], "anchor": anchor, "job_created": job["created"],
             "job_cursor": job["cursor"], "horizon": horizon, "known": known}
     cursor = lo - 1 if order == "oldest" else hi
-    s.backfills[bf_id] = _record(bf_id, "backfill", job_name, req, plan, cursor, planned, req["rate_milli"], now)
+    bf = s.backfills[bf_id] = _record(bf_id, "backfill", job_name, req, plan, cursor, planned, req["rate_milli"], now)
+    if "cascade" in req:  # the children its runs' outcomes decide, held until its budget allows
+        bf["held"] = {}
+        bf["cascaded"] = 0
     return ok(id=bf_id, created=True, state="running")
 
 
@@ -231,13 +235,22 @@ def apply_backfill_step(s: SchedulerState, cmd: Command, now: int) -> Result:
         return ok(id=bf["id"], state="cancelled", created=0, left_out=0)
     _refresh(s, bf)
     walk = BackfillWalk(s, bf, job, now)
+    # A cascade's held children first (their queues are theirs: a full queue of the job's own
+    # that paused the backfill does not hold them back).
+    released = pipelines.release_held(s, bf, walk.may_release, walk.took_child, now) if bf.get("held") else 0
     if bf["state"] == "paused":  # by a full queue: resumed when there is room
         if walk.depth >= walk.max_depth:
-            return ok(id=bf["id"], state="paused", created=0, left_out=0)
+            bucket_take(bf["bucket"], now, released)
+            res = ok(id=bf["id"], state="paused", created=0, left_out=0)
+            if "held" in bf:
+                res["children_queued"] = released
+                res["children_held"] = len(bf["held"])
+            return res
         bf.update(state="running", paused_by=None, reason=None)
     created = left = 0
     cursor, stopped = bf["cursor"], None
-    for slot in slots:
+    # A cascade queues the children of the slots it ran before a new slot of its own.
+    for slot in (() if bf.get("held") else slots):
         what, x = walk.next(slot)
         if what == "stop":
             stopped = x
@@ -250,7 +263,7 @@ def apply_backfill_step(s: SchedulerState, cmd: Command, now: int) -> Result:
             walk.took()
             created += 1
         cursor = slot
-    bucket_take(bf["bucket"], now, created)
+    bucket_take(bf["bucket"], now, created + released)
     bf["cursor"] = cursor
     bf["updated_at"] = now
     if stopped == "queue_full":
@@ -258,11 +271,15 @@ def apply_backfill_step(s: SchedulerState, cmd: Command, now: int) -> Result:
         bf.update(state="paused", paused_by="queue_full",
                   reason=f"queue {walk.queue!r} is full ({depth} runs, its max_depth {max_depth}); "
                          f"the backfill resumes when there is room")
-    elif stopped is None and exhausted:
+    elif stopped is None and exhausted and not bf.get("held"):
         bf["exhausted"] = True
         bf["cursor"] = req["to"] - 1 if req["order"] == "oldest" else req["from"]
     _maybe_done(s, bf, now)
-    return ok(id=bf["id"], state=bf["state"], created=created, left_out=left)
+    res = ok(id=bf["id"], state=bf["state"], created=created, left_out=left)
+    if "held" in bf:
+        res["children_queued"] = released
+        res["children_held"] = len(bf["held"])
+    return res
 
 
 def _backfill_run(s: SchedulerState, bf: Record, job: Record, slot: int, rid: str, now: int) -> None:
@@ -435,6 +452,9 @@ def apply_backfill_control(s: SchedulerState, cmd: Command, now: int) -> Result:
                 run.update(state="skipped", reason="cancelled", finished_at=now)
                 s.stats.on_recorded("skipped", "cancelled")
                 withdrawn += 1
+                on_slot_recorded(s, run, now)
+                deadlines.on_finish(s, run, now)
+                pipelines.withdrawn(s, run, now)
     _refresh(s, bf)
     _finish(s, bf, "cancelled", now, "cancelled by request")
     return ok(id=bf_id, state="cancelled", withdrawn=withdrawn)
@@ -473,12 +493,13 @@ def _refresh(s: SchedulerState, bf: Record) -> None:
 
 
 def _maybe_done(s: SchedulerState, bf: Record, now: int) -> None:
-    if bf["state"] != "cancelled" and bf["exhausted"] and live_active(s, bf["active"]) == 0:
+    if bf["state"] != "cancelled" and bf["exhausted"] and not bf.get("held") and live_active(s, bf["active"]) == 0:
         _refresh(s, bf)
         _finish(s, bf, "done", now, None)
 
 
 def _finish(s: SchedulerState, bf: Record, state: str, now: int, reason: str | None) -> None:
+    pipelines.drop_held(s, bf, now)  # a cascade that ends holding children records them (cancelled)
     bf.update(state=state, paused_by=None, reason=reason, finished_at=now, updated_at=now)
     finished = [b for b in s.backfills.values() if b["state"] in FINISHED]
     excess = len(finished) - limits.backfills_kept_max

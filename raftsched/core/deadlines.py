@@ -48,7 +48,7 @@ FIELDS = ("start_within_s", "succeed_within_s", "succeed_by", "max_since_success
 #: A slot record's deadlines, in the order of its instants.
 WHICH = ("start_within_s", "succeed_within_s", "succeed_by")
 OUTCOMES = ("pending", "met", "late", "missed")
-CAUSES = ("never_started", "still_running", "failed", "skipped", "paused", "untracked")
+CAUSES = ("never_started", "still_running", "failed", "skipped", "paused", "untracked", "upstream")
 #: What a ``dl`` item costs in a fire command besides its job's name: five integers and framing.
 DL_ITEM_BYTES = 56
 _HHMM = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
@@ -144,6 +144,28 @@ def fire_items(spec: Record, entry: list[Any], anchor: int) -> list[list[Any]]:
         at = instants(spec, slot)
         if at is not None:
             out.append([name, gen, slot, *at])
+    return out
+
+
+def child_items(root: Record, entry: list[Any], anchor: int, kids: list[list[Any]], used: int = 0) -> list[list[Any]]:
+    """The ``dl`` items a fire entry of scheduled job ``root`` carries for its triggered
+    descendants with a per-slot deadline (``kids``: ``[name, gen, deadline]``, pipelines.py
+    deadline_children): each of the entry's slots is theirs too (``same_slot``), so their
+    instants are counted from it, ``succeed_by`` in the root's time zone. Within what is left of
+    the entry's fire_entry_deadline_bytes_max after its own items (``used`` bytes): the
+    descendants past it, in name order, are not tracked for these slots. Proposer side."""
+    out: list[list[Any]] = []
+    budget = limits.fire_entry_deadline_bytes_max - used
+    root_name = entry[0]
+    for name, gen, deadline in kids:
+        pseudo = {"deadline": deadline, "schedule": root["schedule"]}
+        # a seventh field, the root: apply tracks the item only if the root's entry was not stale
+        items = [[name, gen, *it[2:], root_name] for it in fire_items(pseudo, [name, gen, *entry[2:]], anchor)]
+        cost = len(items) * (len(name.encode()) + len(root_name.encode()) + DL_ITEM_BYTES)
+        if cost > budget:
+            break  # past it, the descendants left (in name order) are not tracked for these slots
+        budget -= cost
+        out.extend(items)
     return out
 
 
@@ -287,6 +309,8 @@ def _cause(s: SchedulerState, run: Record | None) -> str:
         return "skipped"
     st = run["state"]
     if st in ("skipped", "coalesced"):
+        if run.get("reason") in ("upstream_failed", "upstream_missed", "upstream_timeout", "dependency_missing"):
+            return "upstream"  # a pipeline child's slot its parents decided (core/pipelines.py)
         return "paused" if run.get("reason") == "paused" else "skipped"
     if st == "running":
         return "still_running"
@@ -356,14 +380,16 @@ def since_success(s: SchedulerState, job_name: str, now: int) -> None:
 
 # ------------------------------------------------------------------ apply: fire and judge
 def check_fire_items(items: object) -> list[list[Any]]:
-    """A fire command's ``dl``: ``[[job, gen, slot, start, within, by], ...]``. :raises
+    """A fire command's ``dl``: ``[[job, gen, slot, start, within, by, root?], ...]`` (``root``:
+    the scheduled job whose entry carries a pipeline descendant's item). :raises
     InvalidCommand: (checked before any entry of the command applies)."""
     if not isinstance(items, list) or len(items) > limits.fire_deadline_items_max:
         raise InvalidCommand("fire.dl must be a bounded list")
     for it in items:
-        if not (isinstance(it, list) and len(it) == 6 and isinstance(it[0], str) and is_int(it[1]) and is_int(it[2])
-                and all(v is None or is_int(v) for v in it[3:])):
-            raise InvalidCommand("fire.dl item must be [job, gen, slot, start, within, by]")
+        if not (isinstance(it, list) and len(it) in (6, 7) and isinstance(it[0], str) and is_int(it[1])
+                and is_int(it[2]) and all(v is None or is_int(v) for v in it[3:6])
+                and (len(it) == 6 or isinstance(it[6], str))):
+            raise InvalidCommand("fire.dl item must be [job, gen, slot, start, within, by, root?]")
     return items
 
 
@@ -373,17 +399,21 @@ def on_fire(s: SchedulerState, items: list[list[Any]], stale: set[str], fired_at
     item's slot is a run or record this command made (its ``fired_at``), or a slot inside a
     range it recorded (``ranges``: job -> the records of its entry). A slot recorded skipped or
     coalesced misses at once (``skipped``, or ``paused``), each on its own."""
-    for name, gen, slot, start, within, by in items:
+    for it in items:
+        name, gen, slot, start, within, by = it[:6]
         job = s.jobs.get(name)
-        if job is None or job["gen"] != gen or name in stale or "deadline" not in job["spec"]:
+        if job is None or job["gen"] != gen or name in stale or "deadline" not in job["spec"] \
+                or (len(it) == 7 and it[6] in stale):
             continue
         run = s.runs.get(f"{name}@{slot}")
         cause = None
         if run is None or run.get("fired_at") != fired_at:
             inside = [rc for rc in ranges.get(name, ()) if rc[2] < slot <= rc[3]]
-            if not inside:
+            if inside:
+                cause = "paused" if inside[0][1] == "paused" else "skipped"
+            elif "after" not in job["spec"]:
                 continue
-            cause = "paused" if inside[0][1] == "paused" else "skipped"
+            # else a pipeline child's slot: tracked from this fire, its run made (or not) later
         r = _track(s, job, slot, [start, within, by], now)
         if r is None:
             continue
@@ -391,6 +421,8 @@ def on_fire(s: SchedulerState, items: list[list[Any]], stale: set[str], fired_at
             _miss(s, _book(s), f"{name}@{slot}", r, now, _first(r), cause, None)
         elif run is not None and run["state"] in ("skipped", "coalesced"):
             _miss(s, _book(s), run["id"], r, now, _first(r), _cause(s, run), None)
+        elif run is not None and run["state"] in ("succeeded", "dead"):
+            on_finish(s, run, now)  # a pipeline child's slot decided before this fire tracked it
     for name in {it[0] for it in items}:
         job = s.jobs.get(name)
         if job is not None and "max_since_success_s" in job["spec"].get("deadline", {}) and name not in s.deadlines.since:
@@ -444,6 +476,14 @@ def judge(s: SchedulerState, book: Book, rid: str, now: int) -> bool:
     r["judged"] = max(r["judged"], now)
     for t, w in sorted(passed, key=lambda p: p[0]):
         if run is None:
+            job = s.jobs.get(r["job"])
+            if job is not None and "after" in job["spec"]:
+                # a pipeline child whose parents have not decided the slot yet: missed, not final
+                # (its run may still come, and succeed late); or a slot inside a range its
+                # parents' outcome recorded (final)
+                _miss(s, book, rid, r, now, (t, w), "upstream", t,
+                      final=pipehooks.in_range_record(s, r["job"], r["slot"]))
+                return True
             _miss(s, book, rid, r, now, (t, w), "skipped", t)
             return True
         if w == "start_within_s":

@@ -130,7 +130,7 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
                 for slot in runs:
                     if depth >= max_depth:
                         depths[qname] = depth
-                        drop_oldest_queued(s, qname, now)  # before the new run exists, as new_run
+                        dropped(s, drop_oldest_queued(s, qname, now), now)  # before the new run exists, as new_run
                         depth = depths[qname]
                         by_slot = s._by_slot.get(qname)
                     rid = f"{name}@{slot}"
@@ -332,7 +332,7 @@ def new_run(s: SchedulerState, job: Record, slot: int, now: int, rid: str, kind:
             if job["name"] in s.pipes.children:
                 pipehooks.notify(s, entry, now)
             return entry
-        drop_oldest_queued(s, qname, now)
+        dropped(s, drop_oldest_queued(s, qname, now), now)
     run = RUN_TEMPLATE.copy()
     run["id"] = rid
     run["job"] = job["name"]
@@ -371,6 +371,18 @@ def record(s: SchedulerState, job: Record, recs: list[list[Any]], now: int) -> i
         if job["name"] in s.pipes.children:
             pipehooks.notify(s, entry, now)
     return n
+
+
+def dropped(s: SchedulerState, run: Record | None, now: int) -> None:
+    """A queued run a full ``drop_oldest`` queue dropped (recorded skipped / queue_full): a
+    final outcome like any record's: told (slot.missed), its deadline judged, and offered to
+    its job's children."""
+    if run is None:
+        return
+    on_slot_recorded(s, run, now)
+    deadlines.on_finish(s, run, now)
+    if run["job"] in s.pipes.children:
+        pipehooks.notify(s, run, now)
 
 
 def add_entry(s: SchedulerState, job: Record, entry: Record) -> Record:

@@ -353,7 +353,8 @@ deadlines_kept_max = 20_000
 #: Deadline items one fire command may carry (one per slot it makes a run or record of).
 fire_deadline_items_max = 2_000
 #: Bytes of deadline items one fire entry may carry (an entry of the most runs, 2 001 slots of 9
-#: bytes, and these still fit a command): a catch-up past it tracks its newest slots.
+#: bytes, and these still fit a command): a catch-up past it tracks its newest slots. Its own
+#: items first, then its pipeline descendants' (deadlines.child_items) in what is left.
 fire_entry_deadline_bytes_max = 8 * 1024
 #: Run ids (and jobs) one deadline_judge command may carry.
 deadline_judge_items_max = 64

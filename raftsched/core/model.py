@@ -545,13 +545,9 @@ def validate_job(name: str, raw: object, now_ms: int | None = None) -> Record:
     if "placement" in raw:
         spec["placement"] = validate_placement(raw["placement"])
     if "deadline" in raw:
+        # A pipeline child's per-slot deadlines are carried by the fire of the scheduled job whose
+        # slot it is (core/deadlines.py child_items), judged like any job's.
         spec["deadline"] = validate_deadline(raw["deadline"])
-        slot_fields = sorted(set(spec["deadline"]) - {"max_since_success_s"})
-        if "after" in spec and slot_fields:
-            # A pipeline child's runs are made by its parents' outcomes, not by a fire that carries
-            # its slots' instants: refused rather than never judged.
-            raise InvalidSpec(f"a job with after takes max_since_success_s only ({slot_fields[0]} is judged "
-                              "for a job's own fired slots)", field=f"deadline.{slot_fields[0]}")
     if spec["executor"]["type"] == "heartbeat":
         if spec["overlap"]["policy"] != "allow" or "max_concurrent" in spec["overlap"]:
             raise InvalidSpec("a heartbeat job's overlap must be allow without max_concurrent (its runs are "

@@ -22,3 +22,5 @@ own_slot: Callable[..., None] = _unbound
 drop_joins: Callable[..., None] = _unbound
 #: pipelines.rearm(state, run, now) -> re-armed ids: a dead run of a job with children was requeued
 rearm: Callable[..., list[str]] = _unbound
+#: pipelines.in_range_record(state, job_name, slot) -> whether a recorded range of the job covers the slot
+in_range_record: Callable[..., bool] = _unbound

@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from . import fire, limits, snapshot
+from . import deadlines, fire, limits, snapshot
 from .errors import Conflict, InvalidCommand, InvalidSpec
+from .notify import on_slot_recorded
 from . import pipehooks
 from .records import RECORDED, Record, is_int
 
@@ -102,7 +103,7 @@ class Pipes:
     """The pipeline section of the state: ``joins`` and ``latest`` (replicated), ``children``
     (derived)."""
 
-    __slots__ = ("joins", "latest", "children", "fanout", "seq", "ranged")
+    __slots__ = ("joins", "latest", "children", "fanout", "seq", "ranged", "held")
 
     def __init__(self) -> None:
         #: child -> slot -> {"got": {parent: [state, run id, token, result]}, "own": bool, "since": ms}
@@ -117,6 +118,8 @@ class Pipes:
         #: children that may hold a recorded range in their history (derived; a look-up saves a
         #: scan of the history of those that cannot: _in_range_record)
         self.ranged: set[str] = set()
+        #: run id -> the backfill holding that child (derived from the backfills' ``held``)
+        self.held: dict[str, str] = {}
 
 
 def _encode(p: Pipes) -> Any:
@@ -142,6 +145,7 @@ def _decode(data: Any) -> Pipes:
 def rebuild(s: SchedulerState) -> None:
     s.pipes.children = {}
     s.pipes.ranged = set()
+    s.pipes.held = {rid: bf_id for bf_id, bf in s.backfills.items() for rid in (bf.get("held") or {})}
     for name, job in s.jobs.items():
         link(s, name, job["spec"])
         if "after" in job["spec"] and any("slot_to" in s.runs[r] for r in s.history.get(name, ())):
@@ -215,7 +219,8 @@ def notify(s: SchedulerState, run: Record, now: int) -> None:
 
 
 #: The fields of a run a deferred fan-out keeps (a pending item of ``Pipes.fanout``).
-_SOURCE_FIELDS = ("job", "id", "slot", "slot_to", "state", "reason", "count", "fencing_token", "result")
+_SOURCE_FIELDS = ("job", "id", "slot", "slot_to", "state", "reason", "count", "fencing_token", "result",
+                  "backfill")
 
 
 def _drain(s: SchedulerState, work: list[tuple[Record, int]], now: int, budget: list[int] | None = None) -> None:
@@ -257,7 +262,7 @@ def _fan(s: SchedulerState, src: Record, after: str | None, now: int, work: list
         if lo != hi:
             _offer_range(s, child, src["job"], lo, hi, src, now, work)
         else:
-            _offer(s, child, src["job"], lo, info, now, work)
+            _offer(s, child, src["job"], lo, info, now, work, src.get("backfill"))
 
 
 def pending_fanout(s: SchedulerState, n: int) -> list[list[Any]]:
@@ -303,7 +308,10 @@ def _satisfies(state: str, on: str) -> bool | None:
 
 
 def _offer(s: SchedulerState, child: Record, parent: str, slot: int, info: list[Any], now: int,
-           work: list[tuple[Record, int]]) -> None:
+           work: list[tuple[Record, int]], bf: str | None = None) -> None:
+    """Parent ``parent``'s final outcome ``info`` for ``slot`` reaches ``child``. ``bf``: the
+    outcome is a run of a backfill with ``cascade: children``; the child's run, when the join
+    completes, is then made under that backfill's pace and concurrency (held: ``hold``)."""
     c = child["name"]
     spec = child["spec"]
     latest = spec.get("match") == "latest"
@@ -319,6 +327,8 @@ def _offer(s: SchedulerState, child: Record, parent: str, slot: int, info: list[
         if done.get("kind") == "recorded" and done.get("reason") in UPSTREAM_REASONS and "upstream" in done:
             done["upstream"][parent] = info
         return
+    if _held_by(s, rid) is not None:
+        return  # decided: its run waits for its backfill's budget
     joins = s.pipes.joins.setdefault(c, {})
     j = joins.get(slot)
     if j is None and _in_range_record(s, c, slot):
@@ -333,6 +343,8 @@ def _offer(s: SchedulerState, child: Record, parent: str, slot: int, info: list[
             joins = s.pipes.joins.setdefault(c, {})
         j = joins[slot] = {"got": {}, "own": False, "since": now}
     j["got"][parent] = info
+    if bf is not None:
+        j["bf"] = bf
     _check(s, child, slot, now, work)
 
 
@@ -379,6 +391,8 @@ def _offer_range(s: SchedulerState, child: Record, parent: str, lo: int, hi: int
         s.pipes.ranged.add(c)
         fire.add_entry(s, child, entry)
         child["stats"][RECORDED] += 1 if count is None else count
+        on_slot_recorded(s, entry, now)
+        deadlines.on_finish(s, entry, now)  # the range's first slot; the others when their instants pass
         work.append((entry, now))
 
 
@@ -439,7 +453,7 @@ def _check(s: SchedulerState, child: Record, slot: int, now: int, work: list[tup
                     now, work)
             return
     if not waiting:
-        _make_run(s, child, slot, j, now)
+        _make_run(s, child, slot, j, now, work)
 
 
 def _final_of(s: SchedulerState, p: str, slot: int) -> list[Any] | None:
@@ -458,26 +472,180 @@ def _final_of(s: SchedulerState, p: str, slot: int) -> list[Any] | None:
     return [r["state"], r["id"], r.get("fencing_token"), r.get("result")]
 
 
-def _make_run(s: SchedulerState, child: Record, slot: int, j: Record, now: int) -> None:
+def _make_run(s: SchedulerState, child: Record, slot: int, j: Record, now: int,
+              work: list[tuple[Record, int]] | None = None) -> None:
     c = child["name"]
     del s.pipes.joins[c][slot]
     if not s.pipes.joins[c]:
         del s.pipes.joins[c]
+    bf_id = j.get("bf")
+    if bf_id is not None:
+        bf = s.backfills.get(bf_id)
+        if bf is not None and bf["state"] in ("running", "paused"):
+            hold(s, bf, child, slot, j["got"])
+            return
+        if bf is not None and bf["state"] == "cancelled" and work is not None:
+            _cancelled(s, child, slot, j["got"], bf_id, now, work)
+            return
+    _create(s, child, slot, j["got"], now, work)
+
+
+def _create(s: SchedulerState, child: Record, slot: int, got: dict[str, list[Any]], now: int,
+            work: list[tuple[Record, int]] | None, bf: Record | None = None) -> Record | None:
+    """Child ``child``'s run for ``slot`` (or its record: paused, overlap, a full queue, which
+    reaches its own children through ``work``, or at once without one); ``bf``: made by that
+    backfill's step (a held child released). :returns: the run when it was queued."""
+    c = child["name"]
     rid = f"{c}@{slot}"
     kind = "scheduled" if "schedule" in child["spec"] else "triggered"
     if child["paused"] and kind == "triggered":
         entry = {"id": rid, "job": c, "slot": slot, "state": "skipped", "reason": "paused",
                  "kind": "recorded", "fired_at": now}
         fire.add_entry(s, child, entry)
-        return
+        on_slot_recorded(s, entry, now)
+        deadlines.on_finish(s, entry, now)
+        _cascade(s, entry, now, work)
+        return None
     blocked = fire.overlap(s, child, rid, now)
     if blocked is not None:
-        fire.add_entry(s, child, {"id": rid, "job": c, "slot": slot, "state": blocked, "reason": "overlap",
-                                  "kind": "recorded", "fired_at": now})
+        entry = fire.add_entry(s, child, {"id": rid, "job": c, "slot": slot, "state": blocked, "reason": "overlap",
+                                          "kind": "recorded", "fired_at": now})
         child["stats"][RECORDED] += 1
-        return
+        on_slot_recorded(s, entry, now)
+        deadlines.on_finish(s, entry, now)
+        _cascade(s, entry, now, work)
+        return None
     run = fire.new_run(s, child, slot, now, rid, kind)
-    run["upstream"] = upstream_of(j["got"])
+    run["upstream"] = upstream_of(got)
+    if bf is not None:
+        run["backfill"] = bf["id"]
+        run["propagate"] = True  # its own children follow under the same backfill
+    return run if run["state"] == "queued" else None
+
+
+# ------------------------------------------------------------------ a backfill's cascade (held children)
+# A backfill with ``cascade: children`` runs its slots' children under its own budget: a child
+# whose join a backfill run completed is not queued at once but held by the backfill
+# (``bf["held"]``: run id -> [child, slot, the parents' reports], in the order they came), and
+# the backfill's steps queue the held children first, as its max_concurrent and rate allow,
+# before any new slot of its own (core/backfills.py apply_backfill_step). The decision is made
+# in the command that records the parent's outcome, as for any child; only the run waits.
+def hold(s: SchedulerState, bf: Record, child: Record, slot: int, got: dict[str, list[Any]]) -> None:
+    rid = f"{child['name']}@{slot}"
+    # (a backfill made by an older version has no held yet)
+    bf.setdefault("held", {})[rid] = [child["name"], slot, dict(got), child["created"]]
+    s.pipes.held[rid] = bf["id"]
+
+
+def _held_by(s: SchedulerState, rid: str) -> str | None:
+    """The backfill holding run ``rid`` (a child decided, not yet queued), if any."""
+    return s.pipes.held.get(rid)
+
+
+def _unhold(s: SchedulerState, bf: Record, rid: str) -> None:
+    del bf["held"][rid]
+    if s.pipes.held.get(rid) == bf["id"]:
+        del s.pipes.held[rid]
+
+
+def release_held(s: SchedulerState, bf: Record, may: Any, took: Any, now: int) -> int:
+    """Queue backfill ``bf``'s held children, oldest first, while ``may()`` allows one more run
+    (its budget: concurrency, rate, the step's runs; ``took(1)`` spends it). A held child whose
+    job is gone (or was deleted and made again: another job) is dropped; one decided meanwhile by
+    another way (its id exists) too; one paused or blocked by its overlap rule is recorded as any
+    child's run would be. A child whose queue is full stays held, and the step stops there (the
+    backfill's runs never overflow a queue). At most backfill_step_runs_max held children are
+    looked at a step, whatever they become. :returns: the runs queued."""
+    held = bf["held"]
+    made = looked = 0
+    work: list[tuple[Record, int]] = []
+    while held and may() and looked < limits.backfill_step_runs_max:
+        looked += 1
+        rid = next(iter(held))
+        c, slot, got, created = held[rid]
+        child = s.jobs.get(c)
+        if child is None or child["created"] != created or rid in s.runs:
+            _unhold(s, bf, rid)
+            continue
+        if not _has_room(s, child):
+            break
+        _unhold(s, bf, rid)
+        run = _create(s, child, slot, got, now, work, bf)
+        if run is not None:
+            bf["active"].append(rid)
+            bf["cascaded"] = bf.get("cascaded", 0) + 1
+            took(1)
+            made += 1
+    _drain(s, work, now)
+    return made
+
+
+def _has_room(s: SchedulerState, child: Record) -> bool:
+    if child["spec"]["executor"]["type"] == "heartbeat":
+        return True  # its runs wait for pings, in no queue
+    qname = child["spec"]["queue"]
+    q = s.queues.get(qname)
+    return bool(s._queue_depth.get(qname, 0) < (limits.queue_depth_default if q is None else q["max_depth"]))
+
+
+def releasable(s: SchedulerState, bf: Record) -> bool:
+    """Whether the first held child of ``bf`` could be queued now, queue-wise (the leader's
+    stepper: budget aside)."""
+    held = bf.get("held")
+    if not held:
+        return False
+    c, _slot, _got, created = held[next(iter(held))]
+    child = s.jobs.get(c)
+    if child is None or child["created"] != created:
+        return True  # dropped by the step
+    return _has_room(s, child)
+
+
+def drop_held(s: SchedulerState, bf: Record, now: int) -> int:
+    """Backfill ``bf`` ended while it held children (cancelled by request, or its job deleted):
+    each is recorded (skipped, ``cancelled``), and that record reaches the child's own children.
+    :returns: how many."""
+    held = bf.get("held")
+    if not held:
+        return 0
+    work: list[tuple[Record, int]] = []
+    n = 0
+    for rid, (c, slot, got, created) in list(held.items()):
+        _unhold(s, bf, rid)
+        child = s.jobs.get(c)
+        if child is not None and child["created"] == created and rid not in s.runs:
+            _cancelled(s, child, slot, got, bf["id"], now, work)
+            n += 1
+    _drain(s, work, now)
+    return n
+
+
+def _cancelled(s: SchedulerState, child: Record, slot: int, got: dict[str, list[Any]], bf_id: str, now: int,
+               work: list[tuple[Record, int]]) -> None:
+    entry = {"id": f"{child['name']}@{slot}", "job": child["name"], "slot": slot, "state": "skipped",
+             "reason": "cancelled", "kind": "recorded", "fired_at": now,
+             "error": f"backfill {bf_id} was cancelled before this run was made", "upstream": dict(got)}
+    fire.add_entry(s, child, entry)
+    child["stats"][RECORDED] += 1
+    on_slot_recorded(s, entry, now)
+    deadlines.on_finish(s, entry, now)
+    work.append((entry, now))
+
+
+def withdrawn(s: SchedulerState, run: Record, now: int) -> None:
+    """A backfill's queued ``run`` was withdrawn (its backfill cancelled): when it was to reach
+    the children, they learn it was skipped (a child waiting for it records
+    ``upstream_missed``), but a child's earlier decision for the slot is not taken back."""
+    if run["job"] in s.pipes.children and propagates(run):
+        _drain(s, [(run, now)], now)
+
+
+def _cascade(s: SchedulerState, entry: Record, now: int, work: list[tuple[Record, int]] | None) -> None:
+    """A record made here is a final outcome for the job's own children."""
+    if work is not None:
+        work.append((entry, now))
+    else:
+        _drain(s, [(entry, now)], now)
 
 
 def upstream_of(got: dict[str, list[Any]]) -> list[Record]:
@@ -503,6 +671,8 @@ def _decide(s: SchedulerState, c: str, slot: int, reason: str, why: str, now: in
         entry["own"] = True
     fire.add_entry(s, child, entry)
     child["stats"][RECORDED] += 1
+    on_slot_recorded(s, entry, now)
+    deadlines.on_finish(s, entry, now)
     work.append((entry, now))
 
 
@@ -518,7 +688,7 @@ def _try_latest(s: SchedulerState, child: Record, now: int, work: list[tuple[Rec
     j = s.pipes.joins[c][slot]
     j["got"] = dict(got)
     del s.pipes.latest[c]
-    _make_run(s, child, slot, j, now)
+    _make_run(s, child, slot, j, now, work)
 
 
 # ------------------------------------------------------------------ gated jobs' own slots (fire)
@@ -645,11 +815,48 @@ def check_result(v: object) -> Any:
 
 
 # ------------------------------------------------------------------ reads
+def deadline_children(s: SchedulerState, names: list[str]) -> dict[str, list[list[Any]]]:
+    """The leader's read for a fire: for each of ``names`` (scheduled jobs) with triggered
+    descendants that have a per-slot deadline, ``[name, gen, deadline]`` of each of those (the
+    walk stops at a gated job: its own fire carries its slots). Empty when none has children."""
+    kids_of = s.pipes.children
+    out: dict[str, list[list[Any]]] = {}
+    if not kids_of:
+        return out
+    for root in names:
+        if root not in kids_of:
+            continue
+        found: list[list[Any]] = []
+        seen: set[str] = set()
+        todo = sorted(kids_of[root])
+        while todo:
+            c = todo.pop()
+            job = s.jobs.get(c)
+            if c in seen or job is None or "schedule" in job["spec"]:
+                continue
+            seen.add(c)
+            d = job["spec"].get("deadline")
+            if d and ("start_within_s" in d or "succeed_within_s" in d or "succeed_by" in d):
+                found.append([c, job["gen"], d])
+            todo.extend(sorted(kids_of.get(c, ())))
+        if found:
+            out[root] = sorted(found, key=lambda x: x[0])
+    return out
+
+
 def waiting_for(s: SchedulerState, name: str, slot: int) -> list[Record]:
-    """What child ``name``'s slot waits for: each parent without a report, with its run's state."""
+    """What child ``name``'s slot waits for: each parent without a report, with its run's state;
+    or, for a child a cascade holds, its backfill (``{"backfill", "state": "held", ...}``)."""
     job = s.jobs.get(name)
     if job is None or "after" not in job["spec"]:
         return []
+    bf_id = _held_by(s, f"{name}@{slot}")
+    if bf_id is not None:
+        bf = s.backfills[bf_id]
+        rate = bf["req"]["rate_milli"]
+        return [{"backfill": bf_id, "state": "held", "run": f"{name}@{slot}",
+                 "max_concurrent": bf["req"]["max_concurrent"], "rate_per_s": None if rate is None else rate / 1000,
+                 "backfill_state": bf["state"]}]
     j = s.pipes.joins.get(name, {}).get(slot)
     got = j["got"] if j is not None else {}
     if job["spec"].get("match") == "latest":
@@ -751,6 +958,10 @@ def waiting_text(items: list[Record]) -> str:
     from .schedule import iso
     parts = []
     for it in items:
+        if "backfill" in it:
+            return (f"decided; held by backfill {it['backfill']} ({it['backfill_state']}): queued when its "
+                    f"max_concurrent ({it['max_concurrent']})"
+                    + (f" and rate ({it['rate_per_s']}/s)" if it["rate_per_s"] is not None else "") + " allow")
         job, _, rest = it["run"].partition("@")
         when = iso(int(rest)) if rest.isdigit() else rest
         st = it["state"]
@@ -769,6 +980,11 @@ def pending(s: SchedulerState, name: str, n: int) -> list[Record]:
     for slot in sorted(s.pipes.joins.get(name, {}))[:n]:
         on = waiting_for(s, name, slot)
         out.append({"slot": slot, "run": f"{name}@{slot}", "waiting_on": on, "waiting_for": waiting_text(on)})
+    for bf in s.backfills.values():  # decided, and held by a cascade until its budget allows
+        for c, slot, _got, _created in (bf.get("held") or {}).values():
+            if c == name and len(out) < n:
+                on = waiting_for(s, name, slot)
+                out.append({"slot": slot, "run": f"{name}@{slot}", "waiting_on": on, "waiting_for": waiting_text(on)})
     return out
 
 
@@ -801,3 +1017,4 @@ pipehooks.notify = notify
 pipehooks.own_slot = own_slot
 pipehooks.drop_joins = drop_joins
 pipehooks.rearm = rearm
+pipehooks.in_range_record = _in_range_record

@@ -106,10 +106,11 @@ def compact_queued(s: SchedulerState, q: str, p: int, h: list[tuple[int, str]]) 
     h[:] = keep
 
 
-def drop_oldest_queued(s: SchedulerState, qname: str, now: int) -> None:
+def drop_oldest_queued(s: SchedulerState, qname: str, now: int) -> Record | None:
     """Mark the queued run of ``qname`` with the oldest slot (the smallest id among equal
     slots) skipped: on_full=drop_oldest. O(log n) from the queue's by-slot heap, which is
-    built from the queue's acquire heaps the first time a drop is needed."""
+    built from the queue's acquire heaps the first time a drop is needed. :returns: the run
+    dropped (its outcome's hooks are the caller's: fire.dropped)."""
     bs = s._by_slot.get(qname)
     if bs is None:
         bs = s._by_slot[qname] = _queued_by_slot(s, qname)
@@ -123,7 +124,8 @@ def drop_oldest_queued(s: SchedulerState, qname: str, now: int) -> None:
             run["finished_at"] = now
             s.stats.on_recorded("skipped", "queue_full")
             s._queue_depth[qname] -= 1
-            return
+            return run
+    return None
 
 
 def _queued_by_slot(s: SchedulerState, qname: str) -> list[tuple[int, str]]:

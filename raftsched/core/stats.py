@@ -73,7 +73,7 @@ class ApplyStats:
                 self.slot_to_start.observe(now - slot)
 
     def on_deadline(self, outcome: Any, which: Any, cause: Any) -> None:
-        """A deadline was judged ``missed`` (``cause``: never_started, still_running, failed,
+        """A deadline was judged ``missed`` (``cause``: never_started, still_running, failed, upstream,
         skipped, paused, untracked) or ``late`` (no cause), for ``which`` deadline."""
         key = (str(outcome), which if isinstance(which, str) else "unknown",
                cause if isinstance(cause, str) else "none")

@@ -82,6 +82,7 @@ def backfill_view(bf: dict) -> dict:
                         "max_slots": req["max_slots"], "overlap": req["overlap"]}
         if "payload" in req:
             v["request"]["payload"] = req["payload"]
+        v["request"]["cascade"] = req.get("cascade", "none")
         first = req["from"] - 1 if req["order"] == "oldest" else req["to"]
         v["cursor"] = None if bf["cursor"] == first or bf["exhausted"] else schedule.iso(bf["cursor"])
     else:
@@ -98,6 +99,10 @@ def backfill_view(bf: dict) -> dict:
         for k in ("skipped", "forgotten"):
             if p.get(k):
                 counts[k] = p[k]
+    if "held" in bf:  # a cascade: the children it queued, and those decided and waiting for its budget
+        counts["children_queued"] = bf.get("cascaded", 0)
+        counts["children_held"] = len(bf["held"])
+        v["held"] = [f"{c}@{slot}" for c, slot in bf["held"][:node_limits.backfill_held_shown]]
     v["progress"] = counts
     return v
 
@@ -300,8 +305,12 @@ class BackfillStepper:
         if v["exhausted"]:
             if v["finishable"]:
                 return {"name": bf_id, "after": cursor, "slots": [], "exhausted": True}, op
+            if v["release"]:  # a cascade's held children (core/pipelines.py release_held)
+                return {"name": bf_id, "after": cursor, "slots": [], "exhausted": False}, op
             return None, op
         if not may_run:
+            if v["release"]:
+                return {"name": bf_id, "after": cursor, "slots": [], "exhausted": False}, op
             return None, op
         slots, complete = await self._next_slots(v)
         return self.raft.read(backfill_plan.plan_backfill_step, bf_id, cursor, slots, complete, now), op

@@ -123,6 +123,9 @@ backfill_tick_s = 0.1
 #: from that list until fewer than backfill_slots_refill_min are left.
 backfill_slots_enumerated = 256
 backfill_slots_refill_min = 2 * core.backfill_step_runs_max
+#: The held children (run ids, oldest first) a cascade's view lists (GET /v1/backfills/{id});
+#: ``progress.children_held`` counts them all.
+backfill_held_shown = 100
 
 assert backfill_slots_enumerated <= core.backfill_step_slots_max
 assert backfill_slots_refill_min < backfill_slots_enumerated

@@ -218,6 +218,8 @@ class Trigger:
             # One consistent view of each job (apply runs on the raft thread): a spec read before
             # a replace and a gen read after it would make a plan that apply cannot tell is stale.
             views = self.raft.read(queries.plan_views, jobs[i:i + chunk_n])
+            # pipelines: the per-slot deadlines of the jobs these slots will trigger ({} without any)
+            kids = self.raft.read(pipelines.deadline_children, jobs[i:i + chunk_n])
             for spec, anchor, cursor, gen, name in views:
                 try:
                     entry = plan(spec, anchor, cursor, now, gen, name, span if fires_ahead(spec) else 0)
@@ -231,8 +233,11 @@ class Trigger:
                 # The slots' deadline instants, computed here with the job's schedule rules
                 # (the proposer's work, as the plan is): only for jobs with a deadline.
                 items = deadlines.fire_items(spec, entry, anchor) if "deadline" in spec else None
+                if name in kids:
+                    own = sum(len(it[0].encode()) + deadlines.DL_ITEM_BYTES for it in items or ())
+                    items = (items or []) + deadlines.child_items(spec, entry, anchor, kids[name], own)
                 if items:
-                    size += len(items) * (len(name.encode()) + deadlines.DL_ITEM_BYTES)
+                    size += sum(len(it[0].encode()) + deadlines.DL_ITEM_BYTES for it in items)
                 if cur and (cur_bytes + size > node_limits.fire_entry_bytes_max or len(cur) >= limits.fire_entries_max
                             or (items and len(cur_dl) + len(items) > limits.fire_deadline_items_max)):
                     await self._window.acquire()

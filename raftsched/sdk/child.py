@@ -6,7 +6,8 @@ shell run sees it). The child imports the App (the current directory first on th
 as the worker does), calls the handler through the python executor's run
 (``executors.run_function``, so its outcome is the one an in-process run would report: the repr
 of what it returned, or the exception and its traceback), writes ``{"ok", "error", "output"}``
-as JSON to RESULT_PATH, and exits 0 when the handler succeeded, 1 when it failed, 2 when the
+as JSON to RESULT_PATH, with ``result``, what the handler returned when that is JSON of at most
+result_bytes_max (pipelines: handed to the run's children, as an in-process run's is), and exits 0 when the handler succeeded, 1 when it failed, 2 when the
 run could not even start. What the handler prints, and logs (``ctx.log``, INFO and up), goes to
 the run's output. The worker kills it at the run's timeout.
 """
@@ -28,7 +29,8 @@ def _context():
                       slot_ms=parse_iso_ms(env["RAFTSCHED_SLOT"], "RAFTSCHED_SLOT"),
                       attempt=int(env["RAFTSCHED_ATTEMPT"]), fencing_token=int(env["RAFTSCHED_FENCING_TOKEN"]),
                       payload=json.loads(env.get("RAFTSCHED_PAYLOAD") or "null"),
-                      worker_id=env.get("RAFTSCHED_WORKER_ID"))
+                      worker_id=env.get("RAFTSCHED_WORKER_ID"),
+                      upstream=json.loads(env["RAFTSCHED_UPSTREAM"]) if env.get("RAFTSCHED_UPSTREAM") else None)
 
 
 def _write(path: str, result: dict) -> None:
@@ -52,14 +54,24 @@ def main(argv: list[str]) -> int:
         from ..worker.executors import run_function
         from .context import Context
         from .loader import load_app
-        ctx = Context.of(_context())
+        run_ctx = _context()
+        ctx = Context.of(run_ctx)
         decl = load_app(ref).declaration_for(target)
     except BaseException as e:  # the app's import, or a broken environment: the run fails, saying why
         _write(path, {"ok": False, "error": f"cannot load {ref} for {target}: {type(e).__name__}: {e}"[:400],
                       "output": traceback.format_exc()[-4096:]})
         return 2
     out = asyncio.run(run_function(decl.handler, ctx, limits.timeout_s_max, None, name=target))
-    _write(path, {"ok": out.ok, "error": out.error, "output": out.output})
+    res = {"ok": out.ok, "error": out.error, "output": out.output}
+    if out.ok and run_ctx.result is not None:
+        from ..worker.loop import run_result
+        kept = run_result(run_ctx.result)
+        if kept is not None:
+            res["result"] = kept
+        else:
+            res["output"] = (out.output + f"\nthe handler's result is not JSON of at most {limits.result_bytes_max} "
+                                          "bytes: not kept\n")[-limits.output_bytes_max:]
+    _write(path, res)
     return 0 if out.ok else 1
 
 

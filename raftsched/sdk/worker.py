@@ -168,6 +168,8 @@ async def run_in_child(ref: str, target: str, ctx: RunContext, timeout_s: float,
         return Outcome(ok=False, error=short(f"the handler's process ended without an outcome ({error or 'exit 0'})"),
                        output=printed, duration_ms=duration_ms)
     output = result["output"] if not printed else tail_str(printed.rstrip("\n") + "\n" + result["output"])
+    if result["ok"] and "result" in result:
+        ctx.result = result["result"]  # reported with the success (worker/loop.py), as in-process
     return Outcome(ok=result["ok"], error=result["error"], output=output, duration_ms=duration_ms)
 
 
@@ -186,5 +188,8 @@ def _read_result(path: str) -> dict | None:
     if not (isinstance(res, dict) and isinstance(res.get("ok"), bool) and isinstance(res.get("output"), str)
             and (res.get("error") is None or isinstance(res["error"], str))):
         return None
-    return {"ok": res["ok"], "error": None if res["ok"] else short(res["error"] or "failed"),
-            "output": tail_str(res["output"])}
+    out = {"ok": res["ok"], "error": None if res["ok"] else short(res["error"] or "failed"),
+           "output": tail_str(res["output"])}
+    if "result" in res:
+        out["result"] = res["result"]  # checked again where it is reported (loop.run_result)
+    return out

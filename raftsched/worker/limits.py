@@ -41,7 +41,7 @@ kill_grace_s_default = 5.0
 #: Bytes of the outcome a child process of ``raftsched worker --app --isolation subprocess``
 #: writes that the worker reads at most: its output is one core output_bytes_max tail, which
 #: JSON may escape to six times its size, and a short error. A longer file is no outcome.
-child_result_bytes_max = 6 * core.output_bytes_max + 4096
+child_result_bytes_max = 6 * core.output_bytes_max + core.result_bytes_max + 4096
 #: While a shell run's process group is being killed, how often it is looked at: first after
 #: kill_poll_s_min, then twice as long each time, up to kill_poll_s_max (there is no event for
 #: "the last process of a group exited").

@@ -50,6 +50,7 @@ COMMANDS = {
     "bench-raft-crypto": "bench_raft_crypto",
     "sdk-isolation": "sdk_isolation",
     "run-isolation": "run_isolation",
+    "disk-sync": "disk_sync",
     "sync-timing": "sync_timing",
     "bench-register": "bench_register",
 }

@@ -1,0 +1,205 @@
+"""A backfill with ``cascade: children`` (docs/pipelines.md, "Backfill"): the children of the
+slots it runs follow under its pace and concurrency. A child is decided in the command that
+records its parent's outcome, held by the backfill, and queued by the backfill's next steps
+before any new slot of its own, within max_concurrent and the rate. No clock, no network."""
+from __future__ import annotations
+
+from raftsched.core import backfill_plan, commands
+
+from backfill_helpers import backfill_cmd, step
+from core_helpers import restored
+from pipeline_helpers import SEC, T0, apply, chain_state, finish, job_raw, lease, tick
+
+S1 = T0 + 10 * SEC  # the first slot of an every_s 10 job put at T0
+
+
+def _pipeline(**extra):
+    """a (every 10 s) -> b -> c, and a -> d: four slots of a fired and dead, so its children
+    recorded them (upstream_failed, upstream_missed), and a backfill of the failed slots with
+    cascade takes those records back (rearm) and runs the chains again."""
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(after=["a"])), ("c", job_raw(after=["b"])),
+                    ("d", job_raw(after=["a"])))
+    now = S1
+    for i in range(4):
+        now = S1 + i * 10 * SEC
+        tick(s, now)
+        for g in lease(s, now):
+            finish(s, g, now, False)
+    return s, now
+
+
+def _active(s, bf_id):
+    return [r for r in s.backfills[bf_id]["active"] if s.runs[r]["state"] in ("queued", "running")]
+
+
+def test_a_cascade_never_runs_more_than_max_concurrent_and_finishes_a_slot_before_the_next():
+    s, now = _pipeline()
+    now += 60 * SEC
+    assert apply(s, backfill_cmd(s, "a", S1, S1 + 40 * SEC, now, bf_id="bf", reprocess="failed",
+                                 max_concurrent=1, cascade="children"))["ok"]
+    order, most = [], 0
+    for _ in range(200):
+        now += SEC
+        res = step(s, "bf", now)
+        most = max(most, len(_active(s, "bf")))
+        for g in lease(s, now):
+            order.append((g["job"], g["slot"]))
+            most = max(most, len(_active(s, "bf")))
+            finish(s, g, now, True)
+        if s.backfills["bf"]["state"] == "done":
+            break
+        assert res is None or res["ok"]
+    assert s.backfills["bf"]["state"] == "done" and most == 1
+    slots = [S1 + i * 10 * SEC for i in range(4)]
+    # each slot's chain (a, then b and d, then c) before the next slot's a
+    assert [slot for _job, slot in order] == [x for x in slots for _ in range(4)]
+    for x in slots:
+        part = [j for j, slot in order if slot == x]
+        assert part[0] == "a" and sorted(part[1:3]) == ["b", "d"] and part[3] == "c"
+    bf = s.backfills["bf"]
+    assert bf["created"] == 4 and bf["cascaded"] == 12 and bf["finished"] == {"succeeded": 16}
+
+
+def test_a_cascade_spends_the_rate_on_the_children_too():
+    s, now = _pipeline()
+    now += 60 * SEC
+    # one run a second, up to 10 at once: the rate alone sets the pace
+    assert apply(s, backfill_cmd(s, "a", S1, S1 + 40 * SEC, now, bf_id="bf", reprocess="failed",
+                                 max_concurrent=10, rate_milli=1000, cascade="children"))["ok"]
+    made = []
+    for i in range(80):
+        t = now + i * 250  # four steps a second
+        step(s, "bf", t)
+        for g in lease(s, t):
+            made.append(t)
+            finish(s, g, t, True)
+        if s.backfills["bf"]["state"] == "done":
+            break
+    assert len(made) == 16 and s.backfills["bf"]["state"] == "done"
+    # never more than one run made in any second (the bucket starts with one token)
+    for k in range(len(made) - 1):
+        assert made[k + 1] - made[k] >= 1000 - 250, made
+
+
+def test_a_held_child_is_in_the_state_and_a_new_leader_releases_it_once():
+    s, now = _pipeline()
+    now += 60 * SEC
+    assert apply(s, backfill_cmd(s, "a", S1, S1 + 10 * SEC, now, bf_id="bf", reprocess="failed",
+                                 max_concurrent=1, cascade="children"))["ok"]
+    step(s, "bf", now)
+    (g,) = lease(s, now)
+    finish(s, g, now, True)
+    assert sorted(s.backfills["bf"]["held"]) == [f"b@{S1}", f"d@{S1}"]
+    view = backfill_plan.view(s, "bf")
+    assert view["held"] == [["b", S1], ["d", S1]]
+    r = restored(s)  # a new leader starts from the state: the held children are in it
+    assert r.snapshot() == s.snapshot()
+    cmd = backfill_plan.plan_backfill_step(r, "bf", r.backfills["bf"]["cursor"], [], True, now + 1)
+    assert cmd == {"name": "bf", "after": s.backfills["bf"]["cursor"], "slots": [], "exhausted": False}
+    for state in (s, r):
+        res = apply(state, commands.make("backfill_step", now + 1, None, **cmd))
+        assert res["children_queued"] == 1 and res["children_held"] == 1  # max_concurrent 1
+        again = apply(state, commands.make("backfill_step", now + 1, None, **cmd))
+        assert again["children_queued"] == 0  # repeated by a new leader: the budget is spent
+    assert r.snapshot() == s.snapshot()
+    assert [x for x in s.runs if x.startswith(("b@", "d@")) and s.runs[x].get("backfill") == "bf"] == [f"b@{S1}"]
+
+
+def test_cancelling_a_cascade_records_what_it_held_and_what_it_withdrew():
+    s, now = _pipeline()
+    now += 60 * SEC
+    assert apply(s, backfill_cmd(s, "a", S1, S1 + 20 * SEC, now, bf_id="bf", reprocess="failed",
+                                 max_concurrent=2, cascade="children"))["ok"]
+    step(s, "bf", now)
+    (ga,) = lease(s, now, 1)  # the oldest first
+    assert (ga["job"], ga["slot"]) == ("a", S1)
+    finish(s, ga, now, True)  # b@S1, d@S1 held; a's second backfilled slot is still queued
+    queued = [r for r in s.backfills["bf"]["active"] if s.runs[r]["state"] == "queued"]
+    assert queued, s.backfills["bf"]
+    res = apply(s, commands.make("backfill_control", now + 1, None, name="bf", action="cancel"))
+    assert res["ok"] and res["withdrawn"] == len(queued)
+    b = s.runs[f"b@{S1}"]
+    assert (b["state"], b["reason"]) == ("skipped", "cancelled") and "bf" in b["error"]
+    # the record reaches b's own child: c@S1 is recorded, never left waiting
+    assert (s.runs[f"c@{S1}"]["state"], s.runs[f"c@{S1}"]["reason"]) == ("skipped", "upstream_missed")
+    assert s.backfills["bf"]["held"] == {} and s.pipes.joins == {}
+
+
+def test_the_leaders_stepper_takes_a_cascade_through_its_held_children_to_done():
+    """node/backfills.py BackfillStepper over FakeRaft: the steps that only queue held children
+    (the range handled already, or the parent's own overlap rule in the way) are proposed too."""
+    import asyncio
+
+    from raftsched.clock import FakeClock
+    from raftsched.core import due
+    from raftsched.node.backfills import BackfillStepper
+
+    from fakes import FakeRaft
+
+    s, now = _pipeline()
+    now += 60 * SEC
+    due.detach(s)
+    clock = FakeClock(now)
+    stepper = BackfillStepper(FakeRaft(s), clock)
+    assert apply(s, backfill_cmd(s, "a", S1, S1 + 40 * SEC, now, bf_id="bf", reprocess="failed",
+                                 max_concurrent=3, overlap="forbid", cascade="children"))["ok"]
+
+    async def main():
+        for _ in range(100):
+            await stepper.tick()
+            for g in lease(s, clock.now_ms()):
+                finish(s, g, clock.now_ms(), True)
+            clock.advance(100)
+            if s.backfills["bf"]["state"] == "done":
+                return
+
+    asyncio.run(main())
+    bf = s.backfills["bf"]
+    assert bf["state"] == "done" and bf["cascaded"] == 12 and bf["finished"] == {"succeeded": 16}
+
+
+def test_a_cascade_paused_by_its_jobs_full_queue_still_queues_its_held_children_and_resumes():
+    from raftsched.core import commands as c
+    s = chain_state(("a", job_raw(every_s=10, queue="qa")), ("b", job_raw(after=["a"])), ("d", job_raw(after=["a"])))
+    assert apply(s, c.make("put_queue", T0, None, name="qa", max_depth=2, on_full="reject"))["ok"]
+    now = S1
+    for i in range(4):
+        now = S1 + i * 10 * SEC
+        tick(s, now)
+        for g in lease(s, now):
+            finish(s, g, now, False)
+    now += 60 * SEC
+    assert apply(s, backfill_cmd(s, "a", S1, S1 + 40 * SEC, now, bf_id="bf", reprocess="failed",
+                                 max_concurrent=3, cascade="children"))["ok"]
+    step(s, "bf", now)
+    bf = s.backfills["bf"]
+    assert (bf["state"], bf["paused_by"]) == ("paused", "queue_full")  # a's queue holds two
+    finish(s, lease(s, now, 1)[0], now, True)  # b@S1, d@S1 held by a paused backfill
+    assert len(bf["held"]) == 2
+    for _ in range(50):
+        now += SEC
+        step(s, "bf", now)
+        for g in lease(s, now):
+            finish(s, g, now, True)
+        if bf["state"] == "done":
+            break
+    assert bf["state"] == "done" and bf["cascaded"] == 8 and bf["finished"] == {"succeeded": 12}
+
+
+def test_a_cascade_whose_job_is_deleted_records_the_children_it_held():
+    from raftsched.core import commands as c
+    s, now = _pipeline()
+    now += 60 * SEC
+    assert apply(s, backfill_cmd(s, "a", S1, S1 + 20 * SEC, now, bf_id="bf", reprocess="failed",
+                                 max_concurrent=1, cascade="children"))["ok"]
+    step(s, "bf", now)
+    finish(s, lease(s, now, 1)[0], now, True)
+    assert sorted(s.backfills["bf"]["held"]) == [f"b@{S1}", f"d@{S1}"]
+    assert apply(s, c.delete_job(now, None, name="a", force=True))["ok"]
+    step(s, "bf", now + SEC)
+    bf = s.backfills["bf"]
+    assert bf["state"] == "cancelled" and bf["held"] == {} and s.pipes.held == {}
+    for rid in (f"b@{S1}", f"d@{S1}"):
+        assert (s.runs[rid]["state"], s.runs[rid]["reason"]) == ("skipped", "cancelled")
+    assert (s.runs[f"c@{S1}"]["state"], s.runs[f"c@{S1}"]["reason"]) == ("skipped", "upstream_missed")
+    assert restored(s).snapshot() == s.snapshot()
