@@ -28,6 +28,25 @@ trigger_interval_ms = 50
 #: jobs staggered over the second made a tick (and a fire command of ~20 entries) every 2 ms,
 #: whose fixed costs halved the slots committed per second.
 fire_ahead_batch_ms = 100
+#: A storm (docs/design.md, "Firing ahead"): a second ahead holding at least storm_second_min
+#: slots of jobs that fire ahead is taken up early enough that all slots due by its end are
+#: committed before it, at the commit rate the leader measured slowed by storm_commit_margin; but
+#: never more than storm_ahead_ms_max before the slot, nor once storm_ahead_slots_max slots
+#: are counted from now (those are taken up later: at the latest fire_ahead_ms before their
+#: slot, as without a storm, then late if the leader cannot keep up; never lost).
+storm_second_min = 2_000
+storm_ahead_ms_max = 120_000
+storm_ahead_slots_max = 2_000_000
+storm_commit_margin = 1.5
+#: The commit rate (entries a second) assumed before the leader has measured one: low, so a
+#: first storm starts early rather than late.
+storm_commit_rate_default = 10_000.0
+#: A tick that commits at least this many entries measures the commit rate (one that commits
+#: fewer measures the load offered, not what the leader can do).
+storm_rate_sample_min = 2_000
+#: Jobs of a storm taken up early per tick: the index is popped under the replica's lock on the
+#: event loop (~1 µs a job), so one pop holds the loop ~10 ms at most.
+storm_jobs_per_tick_max = 10_000
 #: Fire commands the leader keeps proposed and unanswered at once. A pipeline, so planning and
 #: replication overlap, but a bounded one: every replica applies all newly committed entries in
 #: one pysyncobj tick, and an unbounded burst (25 commands for a 10 000-job storm) held each
@@ -109,6 +128,7 @@ batch_errors_listed_max = 100
 
 assert fire_entry_bytes_max > 0
 assert jobs_per_tick_max >= core.fire_entries_max
+assert storm_ahead_ms_max > core.fire_ahead_ms and storm_commit_margin >= 1 and storm_jobs_per_tick_max <= jobs_per_tick_max
 assert request_bytes_max >= core.job_spec_bytes_max and request_bytes_max <= core.batch_request_bytes_max
 assert core.grace_s_default * 1000 > 2 * trigger_interval_ms
 assert lease_ttl_ms_default >= 4 * trigger_interval_ms

@@ -83,6 +83,14 @@ class Trigger:
         #: the takeover and cancelled when leadership ends (the backfill stepper:
         #: node/backfills.py)
         self.leader_tasks: list = []
+        #: fire entries this leader commits a second, measured on its large ticks (storms size
+        #: their look-ahead by it; docs/design.md, "Firing ahead")
+        self.commit_rate = node_limits.storm_commit_rate_default
+        self.commit_rate_measured = False
+        #: storm slots taken up before fire_ahead_ms of their slot, since the process started
+        self.storm_jobs_early = 0
+        #: whether the last tick took up storm jobs (the next comes at once, not after a sleep)
+        self._storm_pending = False
 
     def stats(self) -> dict:
         """This node's trigger counters: ``fires_proposed`` (fire commands committed while it
@@ -91,7 +99,9 @@ class Trigger:
         process started, across its terms as leader."""
         return {"fires_proposed": self.fires_proposed, "slots_fired": self.slots_fired,
                 "leases_expired": self.leases_expired, "last_fire_error": self.last_fire_error,
-                "held_by_clock": self.held_by_clock, "ticks_held_by_clock": self.ticks_held_by_clock}
+                "held_by_clock": self.held_by_clock, "ticks_held_by_clock": self.ticks_held_by_clock,
+                "commit_rate_per_s": round(self.commit_rate, 1), "commit_rate_measured": self.commit_rate_measured,
+                "storm_jobs_early": self.storm_jobs_early}
 
     def on_role_change(self, is_leader: bool) -> None:
         if is_leader:
@@ -138,6 +148,8 @@ class Trigger:
                 nxt = self.raft.read(due.next_due_ms, max(0, self.fire_ahead_ms - node_limits.fire_ahead_batch_ms))
                 now = self.clock.now_ms()
                 delay = self.interval_s if nxt is None else min(self.interval_s, max(0.0, (nxt - now) / 1000))
+                if self._storm_pending:
+                    delay = 0.0  # more of a storm to take up: next tick after the shortest sleep
                 if delay >= node_limits.fire_log_flush_s:
                     self._flush_fire_log(force=True)
                 await asyncio.sleep(max(delay, node_limits.tick_sleep_s_min))
@@ -199,42 +211,76 @@ class Trigger:
         ahead = self.fire_ahead_ms
         span = ahead + limits.fire_ahead_span_ms if ahead > 0 else 0  # a trigger that fires at the slot plans no span
         jobs = self.raft.read(due.pop_due, now, node_limits.jobs_per_tick_max, ahead)
-        if not jobs:
+        early = self._pop_storm(now) if ahead > 0 else []
+        self._storm_pending = bool(early)
+        if not jobs and not early:
             return 0
+        t0 = self.clock.monotonic_s()
+        n = await self._plan_and_fire(now, [(jobs, span)] + [(names, sec + 999 - now) for sec, names in early])
+        self._measure_rate(n, self.clock.monotonic_s() - t0)
+        return n
+
+    def _pop_storm(self, now: int) -> list[tuple[int, list[str]]]:
+        """Storm seconds to take up early now (core/due.py storm_seconds, at the measured commit
+        rate), popped: ``[(second_ms, [name, ...])]``, at most storm_jobs_per_tick_max jobs."""
+        L = node_limits
+        seconds = self.raft.read(due.storm_due, now, self.commit_rate, self.fire_ahead_ms, L.storm_ahead_ms_max,
+                                 L.storm_ahead_slots_max, L.storm_commit_margin, L.storm_second_min)
+        if not seconds:
+            return []
+        early = self.raft.read(due.pop_storm, seconds, L.storm_jobs_per_tick_max)
+        self.storm_jobs_early += sum(len(names) for _, names in early)
+        return early
+
+    def _measure_rate(self, n: int, elapsed_s: float) -> None:
+        """Fold a tick's commit rate (``n`` entries committed in ``elapsed_s``) into commit_rate,
+        when the tick was large enough to measure what the leader can do."""
+        if n < node_limits.storm_rate_sample_min or elapsed_s <= 0:
+            return
+        sample = n / elapsed_s
+        self.commit_rate = sample if not self.commit_rate_measured else 0.5 * self.commit_rate + 0.5 * sample
+        self.commit_rate_measured = True
+
+    async def _plan_and_fire(self, now: int, groups: list[tuple[list[str], int]]) -> int:
+        """Plan each group's jobs, each up to its own look-ahead (``(names, ahead_ms)``: the
+        jobs due now with the usual span, a storm second's jobs up to that second's end and no
+        further), and propose the plans in full fire commands. Returns the jobs planned."""
         plan = policy.plan_fire_compact
         chunk_n = limits.fire_entries_max
         tasks = []
         cur: list[list] = []
         cur_names: list[str] = []
         cur_bytes = 0
-        for i in range(0, len(jobs), chunk_n):
-            # One consistent view of each job (apply runs on the raft thread): a spec read before
-            # a replace and a gen read after it would make a plan that apply cannot tell is stale.
-            views = self.raft.read(queries.plan_views, jobs[i:i + chunk_n])
-            for spec, anchor, cursor, gen, name in views:
-                try:
-                    entry = plan(spec, anchor, cursor, now, gen, name, span if fires_ahead(spec) else 0)
-                except Exception:
-                    log.exception("trigger: cannot plan job %s", name)
-                    continue
-                if entry is None:
-                    self.raft.read(due.repush, [name])
-                    continue
-                size = _entry_bytes_max(entry)
-                if cur and (cur_bytes + size > node_limits.fire_entry_bytes_max or len(cur) >= limits.fire_entries_max):
-                    await self._window.acquire()
-                    tasks.append(asyncio.ensure_future(self._fire(now, cur, cur_names)))
-                    cur, cur_names, cur_bytes = [], [], 0
-                cur.append(entry)
-                cur_names.append(name)
-                cur_bytes += size
-            if i + chunk_n < len(jobs):
-                await asyncio.sleep(0)
+        total = 0
+        for jobs, span in groups:
+            total += len(jobs)
+            for i in range(0, len(jobs), chunk_n):
+                # One consistent view of each job (apply runs on the raft thread): a spec read before
+                # a replace and a gen read after it would make a plan that apply cannot tell is stale.
+                views = self.raft.read(queries.plan_views, jobs[i:i + chunk_n])
+                for spec, anchor, cursor, gen, name in views:
+                    try:
+                        entry = plan(spec, anchor, cursor, now, gen, name, span if fires_ahead(spec) else 0)
+                    except Exception:
+                        log.exception("trigger: cannot plan job %s", name)
+                        continue
+                    if entry is None:
+                        self.raft.read(due.repush, [name])
+                        continue
+                    size = _entry_bytes_max(entry)
+                    if cur and (cur_bytes + size > node_limits.fire_entry_bytes_max or len(cur) >= limits.fire_entries_max):
+                        await self._window.acquire()
+                        tasks.append(asyncio.ensure_future(self._fire(now, cur, cur_names)))
+                        cur, cur_names, cur_bytes = [], [], 0
+                    cur.append(entry)
+                    cur_names.append(name)
+                    cur_bytes += size
+                await asyncio.sleep(0)  # the API and the other tasks get the loop between chunks
         if cur:
             await self._window.acquire()
             tasks.append(asyncio.ensure_future(self._fire(now, cur, cur_names)))
         await asyncio.gather(*tasks)
-        return len(jobs)
+        return total
 
     async def _fire(self, now: int, entries: list[list], names: list[str]) -> None:
         """Propose one fire command and account for its outcome. Never raises (but cancellation):

@@ -1,0 +1,243 @@
+"""A storm (many slots of one second) taken up early: the due index's counts per second, the
+look-ahead computed from them (core/due.py storm_seconds), and the trigger over an in-process
+replica taking a storm up and committing it before its slot. No sockets, no real clock."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from raftsched.clock import FakeClock
+from raftsched.core import commands, limits, queries, schedule
+from raftsched.core.due import DueIndex, storm_seconds
+from raftsched.core.state import SchedulerState
+from raftsched.node import limits as node_limits
+from raftsched.node.service import Service
+from raftsched.node.trigger import Trigger
+
+from fakes import FakeRaft
+
+SHELL = {"type": "shell", "argv": ["true"]}
+MISFIRE = {"policy": "fire_all"}
+
+
+def job(name: str, nxt: int | None, gen: int = 1, overlap: dict | None = None, paused: bool = False) -> dict:
+    spec: dict = {"schedule": {"every_s": 3600}}
+    if overlap is not None:
+        spec["overlap"] = overlap
+    return {"name": name, "gen": gen, "next": nxt, "paused": paused, "spec": spec}
+
+
+# ----------------------------------------------------------------------------- the counts
+def test_the_index_counts_its_entries_per_second_as_they_come_and_go():
+    jobs = {f"a{i}": job(f"a{i}", 10_000 + i % 3) for i in range(30)}     # second 10, three slots
+    jobs.update({f"b{i}": job(f"b{i}", 12_500) for i in range(5)})         # second 12
+    jobs["f"] = job("f", 10_000, overlap={"policy": "forbid"})             # not a job that fires ahead
+    due = DueIndex()
+    for j in jobs.values():
+        due.push(j, jobs)
+    assert due.counts_ahead(9_000, 5_000) == [(10_000, 30), (12_000, 5)]
+    assert due.counts_ahead(11_000, 500) == [], "only the seconds asked for"
+    # A replaced job leaves a stale entry, counted until met (an overestimate, never an under one).
+    jobs["a0"]["gen"] = 2
+    due.push(jobs["a0"], jobs)
+    assert due.counts_ahead(9_000, 5_000) == [(10_000, 31), (12_000, 5)]
+    # Popping a second's jobs takes their entries, the stale one with them.
+    got = due.pop_early(jobs, [10_000], 100)
+    assert [(sec, len(js)) for sec, js in got] == [(10_000, 30)]
+    assert due.counts_ahead(9_000, 5_000) == [(12_000, 5)]
+    # The counts a rebuild makes are those the pushes and pops kept.
+    kept = due.counts_ahead(0, 60_000)
+    due.rebuild({n: j for n, j in jobs.items() if not n.startswith("a")})
+    assert due.counts_ahead(0, 60_000) == kept
+    # pop_until and peek uncount what they take or drop.
+    due.rebuild(jobs)
+    due.pop(jobs, 12_500, 1000)
+    assert due.counts_ahead(0, 60_000) == []
+    assert due.ahead.per_s == {} and due.now.per_s == {}
+
+
+def test_pop_early_leaves_the_wheel_consistent_for_the_ordinary_pops():
+    jobs = {f"s{i}": job(f"s{i}", 20_000) for i in range(10)}
+    jobs["late"] = job("late", 20_400)
+    due = DueIndex()
+    for j in jobs.values():
+        due.push(j, jobs)
+    got = due.pop_early(jobs, [20_000], 4)
+    assert sum(len(js) for _, js in got) == 4, "at most the limit"
+    got += due.pop_early(jobs, [20_000], 100)
+    names = [j["name"] for _, js in got for j in js]
+    assert sorted(names) == sorted(jobs) and len(set(names)) == len(names)
+    # An emptied bucket stays behind for the heap; the ordinary pop and peek step over it.
+    assert due.next_ms(jobs) is None
+    assert due.pop(jobs, 30_000, 100) == []
+    jobs["s0"]["next"] = 20_000
+    jobs["s0"]["gen"] = 2
+    due.push(jobs["s0"], jobs)  # into the emptied bucket, its time still in the heap
+    assert [j["name"] for j in due.pop(jobs, 20_000, 100)] == ["s0"]
+
+
+def test_jobs_due_now_are_popped_before_any_job_not_yet_due():
+    jobs = {f"ahead{i}": job(f"ahead{i}", 5_500) for i in range(5)}
+    jobs["forbid"] = job("forbid", 5_000, overlap={"policy": "forbid"})
+    due = DueIndex()
+    for j in jobs.values():
+        due.push(j, jobs)
+    assert [j["name"] for j in due.pop(jobs, 5_000, 1, ahead_ms=1_000)] == ["forbid"]
+
+
+# ----------------------------------------------------------------------------- the look-ahead
+ARGS = dict(base_ms=1_000, max_ms=120_000, max_slots=2_000_000, margin=1.5, second_min=2_000)
+
+
+def test_a_storm_is_taken_up_as_long_before_its_slot_as_committing_it_takes_with_the_margin():
+    now = 1_000_000
+    storm = [(now + 40_000, 1_000_000)]
+    # 1M entries at 30 000/s with the margin 1.5: 50 s, plus the 1 s taken up anyway.
+    assert storm_seconds(storm, now, 30_000, **ARGS) == [now + 40_000], "40 s ahead: needs 51"
+    assert storm_seconds([(now + 51_000, 1_000_000)], now, 30_000, **ARGS) == [now + 51_000]
+    assert storm_seconds([(now + 51_001, 1_000_000)], now, 30_000, **ARGS) == [], "not yet"
+    # A faster leader starts later: at 60 000/s, 26 s.
+    assert storm_seconds([(now + 30_000, 1_000_000)], now, 60_000, **ARGS) == []
+    assert storm_seconds([(now + 26_000, 1_000_000)], now, 60_000, **ARGS) == [now + 26_000]
+    # The slots due before it count: they must be committed too.
+    before = [(now + 2_000 + k * 1_000, 1_500) for k in range(10)]  # 15 000 light ones (< second_min each)
+    # 115 000 entries at 10 000/s with the margin: 17.25 s, plus 1 s.
+    assert storm_seconds(before + [(now + 18_000, 100_000)], now, 10_000, **ARGS) == [now + 18_000]
+    assert storm_seconds(before + [(now + 19_000, 100_000)], now, 10_000, **ARGS) == []
+    assert storm_seconds([(now + 18_000, 100_000)], now, 10_000, **ARGS) == [], "alone it needs 16 s"
+
+
+def test_the_look_ahead_is_bounded_and_leaves_small_or_near_seconds_alone():
+    now = 5_000_000
+    # Near seconds are taken up anyway (fire_ahead_ms); small ones are no storm.
+    assert storm_seconds([(now + 500, 100_000)], now, 1_000, **ARGS) == []
+    assert storm_seconds([(now + 5_000, 1_999)], now, 1, **ARGS) == []
+    # At most max_ms ahead, whatever the storm needs; the rest of it comes when it is nearer.
+    assert storm_seconds([(now + 121_000, 10_000_000)], now, 1_000, **ARGS) == []
+    assert storm_seconds([(now + 120_000, 10_000_000)], now, 1_000, **{**ARGS, "max_slots": 20_000_000}) == [now + 120_000]
+    # At most max_slots counted: a second past them waits.
+    assert storm_seconds([(now + 10_000, 3_000_000)], now, 1_000, **ARGS) == []
+    assert storm_seconds([(now + 10_000, 5_000), (now + 11_000, 5_000)], now, 500,
+                         **{**ARGS, "max_slots": 7_000}) == [now + 10_000]
+    assert storm_seconds([(now + 10_000, 5_000)], now, 0, **ARGS) == [], "no rate, no guess"
+
+
+# ----------------------------------------------------------------------------- the trigger
+@pytest.fixture
+def small_storms(monkeypatch):
+    """Storm bounds scaled down, so a few hundred jobs make one."""
+    monkeypatch.setattr(node_limits, "storm_second_min", 50)
+    monkeypatch.setattr(node_limits, "storm_jobs_per_tick_max", 60)
+
+
+def storm_setup(n: int, at_ms: int, n_forbid: int = 0):
+    st = SchedulerState()
+    raft = FakeRaft(st)
+    clock = FakeClock()
+    svc = Service(raft, clock, "n1")
+    trig = Trigger(raft, clock, "n1")
+    trig.take_due_index()
+    trig.commit_rate = 100.0  # entries a second: 200 jobs need 3 s with the margin
+    at = schedule.iso(at_ms)
+    for i in range(n):
+        asyncio.run(svc.put_job(f"s{i}", {"schedule": {"at": at}, "executor": SHELL, "misfire": MISFIRE}, None))
+    for i in range(n_forbid):
+        asyncio.run(svc.put_job(f"f{i}", {"schedule": {"at": at}, "executor": SHELL, "misfire": MISFIRE, "overlap": {"policy": "forbid"}}, None))
+    return st, raft, clock, svc, trig
+
+
+def runs_of(st, prefix: str) -> list:
+    return [r for r in st.runs.values() if r["job"].startswith(prefix) and r["kind"] == "scheduled"]
+
+
+def test_a_storm_is_committed_before_its_slot_and_its_runs_wait_for_it(small_storms):
+    """200 jobs due at T at a measured 100 entries/s: taken up from T - 4 s (1 s + 200 × 1.5 / 100),
+    60 a tick, each tick when what is left needs it, all committed more than 1 s before T; queued
+    with due = T, none handed out or leased before T; the forbid jobs of the same second fire at T."""
+    clock0 = FakeClock()
+    T = (clock0.now_ms() // 1000 + 20) * 1000
+    st, raft, clock, svc, trig = storm_setup(200, T, n_forbid=3)
+    clock.advance(T - 4_100 - clock.now_ms())
+    asyncio.run(trig.tick())
+    assert runs_of(st, "s") == [], "not before the storm needs"
+    clock.advance(200)
+    asyncio.run(trig.tick())
+    assert len(runs_of(st, "s")) == 60, "taken up in bounded pieces"
+    while clock.now_ms() < T - 1_000:
+        clock.advance(50)
+        asyncio.run(trig.tick())
+    assert len(runs_of(st, "s")) == 200
+    # The last few are no storm any more (fewer than storm_second_min): taken up 1 s ahead, as always.
+    assert 150 <= trig.storm_jobs_early == trig.stats()["storm_jobs_early"] < 200
+    assert runs_of(st, "f") == [], "forbid reads its other runs: judged at the slot"
+    assert all(r["state"] == "queued" and r["due"] == T and r["fired_at"] < T for r in runs_of(st, "s"))
+    early = st.apply(commands.make("acquire", T - 1, None, worker="w", queues=None, max=100, ttl=30_000))
+    assert early["ok"] and early["runs"] == [], ("no worker may start a run before its slot", early)
+    assert queries.lease_snapshot(st) == [], "no lease, so no TTL running, before the slot"
+    # Nothing more is fired until T; at T the forbid jobs fire, the storm's slots do not again.
+    while clock.now_ms() < T:
+        asyncio.run(trig.tick())
+        clock.advance(100)
+    asyncio.run(trig.tick())
+    assert len(runs_of(st, "s")) == 200 and len(runs_of(st, "f")) == 3
+    assert all(st.jobs[f"s{i}"]["stats"][2] == 0 for i in range(200)), "fire lag 0"
+    got = st.apply(commands.make("acquire", T, None, worker="w", queues=None, max=100, ttl=30_000))
+    assert len(got["runs"]) == 100
+    assert len(queries.lease_snapshot(st)) == 100 and {k for k, *_ in queries.lease_snapshot(st)} == {"run"}  # TTLs start now
+
+
+def test_a_job_firing_every_second_does_not_march_ahead_behind_a_storm(small_storms):
+    T = (FakeClock().now_ms() // 1000 + 20) * 1000
+    st, raft, clock, svc, trig = storm_setup(600, T)
+    trig.commit_rate = 50.0  # the storm stays pending for several seconds
+    asyncio.run(svc.put_job("every", {"schedule": {"every_s": 1}, "executor": SHELL, "misfire": MISFIRE}, None))
+    clock.advance(T - 19_000 - clock.now_ms())
+    for _ in range(185):
+        asyncio.run(trig.tick())
+        now = clock.now_ms()
+        # Its slot at T is one of the storm's, taken up with it; no other is ahead by more than usual.
+        ahead = [r["slot"] - now for r in runs_of(st, "every") if r["slot"] != T]
+        assert max(ahead, default=0) <= limits.fire_ahead_ms + limits.fire_ahead_span_ms
+        clock.advance(100)
+    assert len(runs_of(st, "s")) == 600
+
+
+def test_a_new_leader_in_the_middle_of_an_early_storm_continues_from_the_cursors(small_storms):
+    """Leader A takes up part of a storm and loses leadership; B builds its index from the jobs
+    (the committed cursors) and takes up the rest. A's fires replayed afterwards change nothing
+    (I2): every slot fires once."""
+    T = (FakeClock().now_ms() // 1000 + 30) * 1000
+    st, raft, clock, svc, a = storm_setup(300, T)
+    clock.advance(T - 5_000 - clock.now_ms())
+    n0 = len(raft.proposed)
+    asyncio.run(a.tick())
+    a_fires = raft.proposed[n0:]
+    done_by_a = len(runs_of(st, "s"))
+    assert 0 < done_by_a < 300
+    a.drop_due_index()
+    b = Trigger(raft, clock, "n2")
+    b.commit_rate = 100.0
+    b.take_due_index()
+    assert sum(n for _, n in st.due.counts_ahead(clock.now_ms(), 60_000)) == 300 - done_by_a
+    while len(runs_of(st, "s")) < 300 and clock.now_ms() < T:
+        asyncio.run(b.tick())
+        clock.advance(50)
+    assert clock.now_ms() < T and b.storm_jobs_early == 300 - done_by_a
+    for f in a_fires:
+        res = st.apply_bytes(f)
+        assert res["ok"] and res["fired"] == 0 and res["stale"] > 0
+    slots = [r["id"] for r in runs_of(st, "s")]
+    assert len(slots) == len(set(slots)) == 300
+    assert all(st.jobs[f"s{i}"]["stats"][0] == 1 for i in range(300)), "one run each (records.STATS_FIELDS runs)"
+
+
+def test_the_commit_rate_is_measured_on_large_ticks_only():
+    trig = Trigger(FakeRaft(SchedulerState()), FakeClock(), "n1")
+    assert trig.commit_rate == node_limits.storm_commit_rate_default and not trig.commit_rate_measured
+    trig._measure_rate(node_limits.storm_rate_sample_min - 1, 0.01)
+    assert not trig.commit_rate_measured, "a small tick measures the load, not the leader"
+    trig._measure_rate(30_000, 1.0)
+    assert trig.commit_rate == 30_000 and trig.commit_rate_measured
+    trig._measure_rate(10_000, 1.0)
+    assert trig.commit_rate == 20_000
