@@ -4,18 +4,71 @@ from __future__ import annotations
 
 import http.client
 import math
+import os
 import sys
+import threading
 import time
 from pathlib import Path
 
 from ..checks import all_jobs, replica_agreement
-from ..common import BenchError, IDLE_SPEC, SHELL_TRUE, fire_ahead_ms, fired_ahead, iso, iso_ms, lag_sample, lag_stats, summary, wall_ms
+from ..common import (BenchError, IDLE_SPEC, SHELL_TRUE, fire_ahead_ms, fired_ahead, iso, iso_ms, lag_sample, lag_stats, storm_lead_ms,
+                      summary, wall_ms)
 from ..harness import (BenchCluster, Conn, FireLogs, NO_WORKER, check_alive, leader_checked, node_log_excerpt, run_baseline,
                        start_cluster)
 from ..register import bulk_available, register_checked, register_jobs
 
 POLL_BURST_S = 0.050
 BURST_QUEUE = "bench-burst"
+#: The lone read and write probe's period during the storm (one GET and one PUT each turn).
+PROBE_S = 0.1
+
+
+class LoneProbe(threading.Thread):
+    """While the storm is committed: a lone read (GET of one job) and a lone write (PUT of the
+    same idle job) on the leader every PROBE_S, on a connection of their own; their latencies."""
+
+    def __init__(self, port: int, token: str | None) -> None:
+        super().__init__(daemon=True)
+        self.conn = Conn(port, token=token)
+        self.stop = threading.Event()
+        self.read_ms: list[float] = []
+        self.write_ms: list[float] = []
+        self.errors: dict[str, int] = {}
+
+    def run(self) -> None:
+        path = "/v1/jobs/storm-probe"
+        try:
+            while not self.stop.is_set():
+                t = time.perf_counter()
+                for method, out in (("PUT", self.write_ms), ("GET", self.read_ms)):
+                    t0 = time.perf_counter()
+                    try:
+                        st, _ = self.conn.request(method, path, IDLE_SPEC if method == "PUT" else None, retry=method == "GET")
+                    except (OSError, http.client.HTTPException) as e:
+                        st = type(e).__name__
+                    if st in (200, 201):
+                        out.append((time.perf_counter() - t0) * 1000)
+                    else:
+                        self.errors[f"{method} {st}"] = self.errors.get(f"{method} {st}", 0) + 1
+                self.stop.wait(max(0.0, PROBE_S - (time.perf_counter() - t)))
+        finally:
+            self.conn.close()
+
+    def result(self) -> dict:
+        return {"read_ms": summary(self.read_ms, 2), "write_ms": summary(self.write_ms, 2), "errors": self.errors,
+                "period_ms": PROBE_S * 1000}
+
+
+def rss_mib(pid: int) -> float | None:
+    """A process's resident memory (MiB), from /proc; None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def burst(c: BenchCluster, m: int, logs: FireLogs | None = None, margin_s: float = 1.5) -> dict:
@@ -38,9 +91,10 @@ def burst(c: BenchCluster, m: int, logs: FireLogs | None = None, margin_s: float
     ncal = max(64, min(256, m // 8)) if not bulk_available(c, leader) else min(m, 500)
     cal = register_checked(c, leader, [(f"bc-{k}", IDLE_SPEC) for k in range(ncal)], "storm calibration")
     est_s = m / cal["jobs_per_s"]
-    # The leader may commit these slots up to `ahead` ms before T (firing ahead): registration must
-    # end, and sampling begin, before then.
-    ahead = fire_ahead_ms()
+    # The leader may commit these slots up to `ahead` ms before T (firing ahead, and a storm taken
+    # up as early as committing it takes: storm_lead_ms): registration must end, and sampling
+    # begin, before then.
+    ahead = storm_lead_ms(m)
     t_slot = (math.ceil(time.time() + est_s * 1.4 + margin_s + ahead / 1000)) * 1000
     spec = {"schedule": {"at": iso(t_slot)}, "executor": SHELL_TRUE, "misfire": {"policy": "fire_all"}, "queue": BURST_QUEUE}
     print(f"[bench] storm: calibration {cal['jobs_per_s']} jobs/s ({cal['method']}); registering {m} jobs due at {iso(t_slot)} "
@@ -72,6 +126,9 @@ def burst(c: BenchCluster, m: int, logs: FireLogs | None = None, margin_s: float
     if logs is not None:
         logs.skip_to_end()  # the calibration and registration fired nothing; start clean anyway
     conn = Conn(lport, token=c.token)
+    probe = LoneProbe(lport, c.token)
+    probe.start()
+    rss_peak: dict[str, float] = {}
     samples = []
     leader_changes = []
     base = None
@@ -103,6 +160,10 @@ def burst(c: BenchCluster, m: int, logs: FireLogs | None = None, margin_s: float
                 print(f"[bench] burst: WARNING leadership changed during the burst: {ev}", file=sys.stderr)
                 conn = Conn(c.api_ports[cur_leader], token=c.token)
                 continue
+            for i, p in enumerate(c.procs):
+                r = rss_mib(p.pid)
+                if r is not None and r > rss_peak.get(f"node-{i + 1}", 0.0):
+                    rss_peak[f"node-{i + 1}"] = r
             smp = {"t_ms": round(t - t_slot, 1), "node": f"node-{cur_leader + 1}", "runs": b["runs"],
                    "slots_fired": b["trigger"]["slots_fired"], "commit_index": b["commit_index"]}
             samples.append(smp)
@@ -121,6 +182,8 @@ def burst(c: BenchCluster, m: int, logs: FireLogs | None = None, margin_s: float
                 time.sleep(rest)  # ok-sleep: the 50 ms sample interval
     finally:
         conn.close()
+        probe.stop.set()
+        probe.join(5)
     leader = cur_leader
     check_alive(c, range(c.n))
     after = samples[1:]
@@ -192,9 +255,16 @@ def burst(c: BenchCluster, m: int, logs: FireLogs | None = None, margin_s: float
         "first_applied_ms": first_applied, "all_applied_ms": all_applied,
         "all_applied_after_ms": before_all, "slots_fired_counter_ms": all_fired,
         # From T - ahead, when the leader may start committing the burst.
-        "fire_ahead_ms": ahead,
-        "slots_per_s": round(m / ((all_applied + ahead) / 1000), 1) if all_applied is not None and all_applied + ahead > 0 else None,
-        "slots_per_s_upper_bound": round(m / ((before_all + ahead) / 1000), 1) if before_all + ahead > 0 else None,
+        "fire_ahead_ms": fire_ahead_ms(), "storm_lead_ms_max": ahead,
+        # From the first sample that saw a slot applied (the leader takes a storm up as early as
+        # it needs, not at a fixed time ahead).
+        "slots_per_s": (round(m / ((all_applied - first_applied) / 1000), 1)
+                        if all_applied is not None and first_applied is not None and all_applied > first_applied else None),
+        "slots_per_s_upper_bound": (round(m / ((before_all - first_applied) / 1000), 1)
+                                    if first_applied is not None and before_all > first_applied else None),
+        "lone_probe_during_storm": probe.result(),
+        "rss_peak_mib": {k: round(v, 1) for k, v in sorted(rss_peak.items())},
+        "load_avg_after": list(os.getloadavg()),
         "peak_slots_per_s_50ms": round(peak, 1),
         "fired_at_minus_slot_ms": summary(lag, 1),
         "sample_interval_ms": POLL_BURST_S * 1000,
