@@ -38,15 +38,20 @@ storm_second_min = 2_000
 storm_ahead_ms_max = 120_000
 storm_ahead_slots_max = 2_000_000
 storm_commit_margin = 1.5
-#: The commit rate (entries a second) assumed before the leader has measured one: low, so a
-#: first storm starts early rather than late.
-storm_commit_rate_default = 10_000.0
+#: The commit rate (entries a second) assumed before the leader has measured one: low (a loaded
+#: two-core machine commits ~2 500 a second), so a first storm starts early rather than late; its
+#: first pieces measure the real rate, and the rest is taken up when that says it must be.
+storm_commit_rate_default = 2_000.0
 #: A tick that commits at least this many entries measures the commit rate (one that commits
 #: fewer measures the load offered, not what the leader can do).
-storm_rate_sample_min = 2_000
+storm_rate_sample_min = 1_000
 #: Jobs of a storm taken up early per tick: the index is popped under the replica's lock on the
-#: event loop (~1 µs a job), so one pop holds the loop ~10 ms at most.
-storm_jobs_per_tick_max = 10_000
+#: event loop (~1 µs a job), so one pop holds the loop a few ms; and a storm taken up in pieces
+#: lets the first pieces measure the commit rate the rest is timed by.
+storm_jobs_per_tick_max = 2_000
+#: Jobs whose views are read (under the replica's lock) and planned between two yields of the
+#: event loop: the API answers between them (~30 µs a job to plan a one-shot or cron job).
+plan_jobs_per_yield = 128
 #: Fire commands the leader keeps proposed and unanswered at once. A pipeline, so planning and
 #: replication overlap, but a bounded one: every replica applies all newly committed entries in
 #: one pysyncobj tick, and an unbounded burst (25 commands for a 10 000-job storm) held each

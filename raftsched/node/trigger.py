@@ -246,7 +246,7 @@ class Trigger:
         jobs due now with the usual span, a storm second's jobs up to that second's end and no
         further), and propose the plans in full fire commands. Returns the jobs planned."""
         plan = policy.plan_fire_compact
-        chunk_n = limits.fire_entries_max
+        chunk_n = node_limits.plan_jobs_per_yield
         tasks = []
         cur: list[list] = []
         cur_names: list[str] = []

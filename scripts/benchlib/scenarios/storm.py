@@ -160,7 +160,7 @@ def burst(c: BenchCluster, m: int, logs: FireLogs | None = None, margin_s: float
                 print(f"[bench] burst: WARNING leadership changed during the burst: {ev}", file=sys.stderr)
                 conn = Conn(c.api_ports[cur_leader], token=c.token)
                 continue
-            for i, p in enumerate(c.procs):
+            for i, p in c.procs.items():
                 r = rss_mib(p.pid)
                 if r is not None and r > rss_peak.get(f"node-{i + 1}", 0.0):
                     rss_peak[f"node-{i + 1}"] = r
