@@ -291,9 +291,10 @@ def storm_seconds(counts: Iterable[tuple[int, int]], now_ms: int, rate_per_s: fl
     leader's measured rate, no clock read.
 
     A second at ``t`` is taken up now when it is more than ``base_ms`` ahead (nearer ones are
-    taken up anyway, as before), holds at least ``second_min`` entries (a storm, not the next
-    slot of a job firing every second, which would otherwise march ahead slot by slot), and
-    ``t - now <= base_ms + margin * cum / rate``, where ``cum`` counts the entries from now to
+    taken up anyway, as before), is a storm: holds at least ``second_min`` entries and more than
+    the ordinary look-ahead commits (``margin * n / rate >= base_ms``; not the next slots of a
+    steady load, such as jobs every second, which that look-ahead keeps up with and which would
+    otherwise march ahead second by second), and ``t - now <= base_ms + margin * cum / rate``, where ``cum`` counts the entries from now to
     the end of that second (everything due by then must be committed by then). Bounds: no second
     more than ``max_ms`` ahead, and none once ``cum`` passes ``max_slots``; what they leave out
     is taken up later, at the latest ``base_ms`` before its slot, as without a storm."""
@@ -309,7 +310,7 @@ def storm_seconds(counts: Iterable[tuple[int, int]], now_ms: int, rate_per_s: fl
         ahead = t - now_ms
         if ahead > max_ms:
             break
-        if ahead > base_ms and n >= second_min and ahead <= base_ms + cum * per_entry_ms:
+        if ahead > base_ms and n >= second_min and n * per_entry_ms >= base_ms and ahead <= base_ms + cum * per_entry_ms:
             out.append(t)
     return out
 
