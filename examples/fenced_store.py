@@ -144,7 +144,7 @@ class FencedStore:
 def _demo(args) -> int:
     # Imported here so that FencedStore itself needs nothing but the standard library.
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
-    from raftsched.client import Client, LockLost
+    from raftsched.client import Client
 
     token = None
     if args.token_file:
@@ -152,7 +152,15 @@ def _demo(args) -> int:
             token = f.read().strip()
     token = token or os.environ.get("RAFTSCHED_TOKEN")
     client = Client(args.url, token=token)
-    db = args.db or os.path.join(tempfile.mkdtemp(prefix="fenced-store-"), "store.db")
+    if args.db:
+        return _demo_with(args, client, args.db)
+    # No --db: a temporary store, removed when the demo ends.
+    with tempfile.TemporaryDirectory(prefix="fenced-store-") as tmp:
+        return _demo_with(args, client, os.path.join(tmp, "store.db"))
+
+
+def _demo_with(args, client, db: str) -> int:
+    from raftsched.client import LockLost
     name = args.lock
     ttl = args.ttl
     store_a = FencedStore(db)  # holder A and B could be different processes on different hosts;
@@ -214,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--url", action="append", required=True,
                    help="a node's API URL (repeat for several nodes)")
     d.add_argument("--token-file", help="the API token file (or set RAFTSCHED_TOKEN)")
-    d.add_argument("--db", help="SQLite file (default: a new temporary one)")
+    d.add_argument("--db", help="SQLite file to keep (default: a temporary one, removed at the end)")
     d.add_argument("--lock", default="fenced-store-demo", help="lock name")
     d.add_argument("--resource", default="report", help="key to write")
     d.add_argument("--ttl", type=float, default=2.0, help="lock TTL in seconds (1-600)")

@@ -20,7 +20,9 @@ Make a cluster hold them (from this directory, so that ``nightly_report`` is imp
     raftsched sync nightly_report:app --dry-run      # what would change
     raftsched sync nightly_report:app                # apply it; a second run changes nothing
 
-The database is ``$REPORTS_DB`` (default ``reports.db`` in the working directory).
+The database is ``$REPORTS_DB``, by default ``reports.db`` in ``$XDG_DATA_HOME/raftsched-examples``
+(``~/.local/share/raftsched-examples``): outside the source tree, and not in a temporary
+directory that nobody removes.
 """
 from __future__ import annotations
 
@@ -53,8 +55,18 @@ CREATE TABLE IF NOT EXISTS reports (
 """
 
 
+def db_path() -> str:
+    """``$REPORTS_DB``, else reports.db in the user's data directory (made if missing)."""
+    if os.environ.get("REPORTS_DB"):
+        return os.environ["REPORTS_DB"]
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    d = os.path.join(base, "raftsched-examples")
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    return os.path.join(d, "reports.db")
+
+
 def connect() -> sqlite3.Connection:
-    db = sqlite3.connect(os.environ.get("REPORTS_DB", "reports.db"), timeout=30, isolation_level=None)
+    db = sqlite3.connect(db_path(), timeout=30, isolation_level=None)
     db.executescript(_SCHEMA)
     return db
 

@@ -1309,6 +1309,82 @@ def check_power_loss(data: dict) -> dict | None:
     return _result(VALID, [], stats)
 
 
+# ---------------------------------------------------------------------------------------------
+# Notifications (docs/notifications.md)
+# ---------------------------------------------------------------------------------------------
+
+def check_notifications(data: dict) -> dict | None:
+    """The webhook receiver's log (``events``: {t_ms, signed, event, idempotency_key}, duplicates
+    included) against the state. Invalid when: a delivery's signature does not verify or its
+    Idempotency-Key is not its event id; two deliveries of one event_id differ; an event the
+    sink's committed cursor passed (the final reads' ``sink``) never arrived, or the sink gave one
+    up (its dead count); a run.dead event names a run that the reads show and never show dead
+    (its job never bulk-requeued); a job whose final read holds a dead run it was never paused
+    around has no run.dead event at all (one a failing incident: docs/notifications.md). Unknown
+    when the run made no event and no dead run, or no final read shows the sink."""
+    got = data.get("events")
+    if got is None:
+        return None  # a run of a harness without the receiver
+    examples: list = []
+    stats: dict = {"deliveries": len(got), "events": 0, "duplicates": 0, "run_dead": 0, "dead_runs_final": 0}
+    by_id: dict[str, dict] = {}
+    for rec in got:
+        ev = rec.get("event")
+        if not isinstance(ev, dict) or not rec.get("signed"):
+            examples.append(f"a delivery whose signature does not verify: {_short(rec)}")
+            continue
+        if rec.get("idempotency_key") != ev.get("event_id"):
+            examples.append(f"Idempotency-Key {rec.get('idempotency_key')!r} is not the event id: {_short(ev)}")
+        old = by_id.setdefault(ev["event_id"], ev)
+        if old is not ev:
+            stats["duplicates"] += 1
+            if old != ev:
+                examples.append(f"event {ev['event_id']} delivered twice with different bodies: {_short(old)} / {_short(ev)}")
+    stats["events"] = len(by_id)
+    seqs = {e["seq"] for e in by_id.values() if isinstance(e.get("seq"), int)}
+    sinks = [r["sink"] for r in _all_reads(data) if isinstance(r.get("sink"), dict)]
+    if sinks:
+        cursor = max(s["cursor"] for s in sinks)
+        stats["cursor"] = cursor
+        missing = sorted(set(range(1, cursor + 1)) - seqs)
+        if missing:
+            examples.append(f"the sink's committed cursor is {cursor} but events {missing[:10]} never arrived "
+                            f"({len(missing)} missing)")
+        gave_up = max(s.get("dead", 0) for s in sinks)
+        if gave_up:
+            examples.append(f"the sink gave up {gave_up} events (its receiver answers every signed one)")
+    # No event for something that did not happen.
+    seen_state: dict[str, set] = {}
+    for r in _all_reads(data) + list(data.get("periodic") or []):
+        for run in r.get("runs") or []:
+            seen_state.setdefault(run["id"], set()).add(run.get("state"))
+    requeued_jobs = {op["job"] for op in client_ops(data) if op["f"] == "requeue"}
+    told_jobs: set[str] = set()
+    for e in by_id.values():
+        if e.get("kind") != "run.dead":
+            continue
+        stats["run_dead"] += 1
+        told_jobs.add(e.get("job"))
+        states = seen_state.get(e.get("run_id"))
+        if states and "dead" not in states and e.get("job") not in requeued_jobs:
+            examples.append(f"run.dead for {e.get('run_id')}, which every read shows {sorted(states)}: {_short(e)}")
+    # Every failing job is told (at least its first dead run; nothing while it is paused).
+    paused = paused_ever(data)
+    final = [r for _, r in sorted(((data.get("reads") or {}).get("final") or {}).items()) if r.get("runs") is not None]
+    if final:
+        dead_jobs = {run["job"] for run in final[0]["runs"] if run.get("state") == "dead" and run.get("kind") != "backfill"}
+        stats["dead_runs_final"] = sum(1 for run in final[0]["runs"] if run.get("state") == "dead")
+        for job in sorted(dead_jobs - paused - told_jobs):
+            examples.append(f"job {job} has dead runs in the final read and no run.dead event arrived")
+    if examples:
+        return _result(INVALID, examples, stats)
+    if not by_id and not stats["dead_runs_final"]:
+        return _result(UNKNOWN, [], stats, "no event and no dead run: notifications not exercised")
+    if not sinks:
+        return _result(UNKNOWN, [], stats, "no final read shows the sink: delivery not judged")
+    return _result(VALID, [], stats)
+
+
 CHECKERS = {
     "no-lost-slot": check_lost_slots,
     "no-early-start": check_early_starts,
@@ -1321,6 +1397,7 @@ CHECKERS = {
     "backfills": check_backfills,
     "stress": check_stress,
     "power-loss": check_power_loss,
+    "notifications": check_notifications,
 }
 
 

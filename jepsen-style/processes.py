@@ -114,7 +114,7 @@ class ClusterProcs:
         # Every port of the run in one call, so that none of them can be handed out twice.
         total = 3 + spares
         pairs = [(a, b) for a in range(total) for b in range(a + 1, total)]
-        ports = free_ports(2 * total + len(pairs) + 2 + total * len(self.remote_workers))
+        ports = free_ports(2 * total + len(pairs) + 3 + total * len(self.remote_workers))
         self.token = "jepsen-token-" + os.urandom(8).hex()
         self.lease_ttl_s = lease_ttl_s
         # Run slots per worker: enough that one worker alone (the other paused or killed) has a
@@ -141,8 +141,8 @@ class ClusterProcs:
             name = f"n{a + 1}-n{b + 1}"
             self.links[name] = {"nodes": (a, b), "port": ports[base + k], "dialer": dialer.i, "acceptor": acceptor.i}
         base += len(pairs)
-        self.sink_port, self.proxy_control = ports[base], ports[base + 1]
-        base += 2
+        self.sink_port, self.proxy_control, self.events_port = ports[base], ports[base + 1], ports[base + 2]
+        base += 3
         #: worker id -> {node index: its proxy link's name}; the worker's --url lists the links
         self.worker_links: dict[str, dict[int, str]] = {}
         for w, wid in enumerate(self.remote_workers):
@@ -155,6 +155,9 @@ class ClusterProcs:
         #: the remote workers run in this group, apart from the sink and the proxy
         self.workers = Procs(new_session=True)
         self.sink_log = work / "sink.jsonl"
+        #: the notifications receiver (events_receiver.py): its log, and the webhook's signing key
+        self.events_log = work / "events.jsonl"
+        self.events_key = "jepsen-events-" + os.urandom(8).hex()
         self.plan_file = work / "plan.json"
         # The runs (as the run user) open the plan file by name: they may pass through the work
         # directory, not list it; the plan is made readable when written (run.py).
@@ -174,6 +177,12 @@ class ClusterProcs:
         self.procs.start("sink", [sys.executable, str(HERE / "sink.py"), "--port", str(self.sink_port),
                                   "--log", str(self.sink_log)], self.work / "sink.out", cwd=REPO)
         wait_port(self.sink_port, 15)
+
+    def start_events(self) -> None:
+        self.procs.start("events", [sys.executable, str(HERE / "events_receiver.py"), "--port", str(self.events_port),
+                                    "--log", str(self.events_log), "--key", self.events_key],
+                         self.work / "events.out", cwd=REPO)
+        wait_port(self.events_port, 15)
 
     def start_proxy(self) -> None:
         argv = [sys.executable, str(HERE / "proxy.py"), "--control", str(self.proxy_control)]

@@ -34,6 +34,8 @@ def load(run_dir: Path) -> dict:
     data["schedule"] = json.loads((run_dir / "schedule.json").read_text())
     data["history"] = _jsonl(run_dir / "history.jsonl")
     data["sink"] = _jsonl(run_dir / "sink.jsonl")
+    if (run_dir / "events.jsonl").exists():  # the notifications receiver's log (older runs have none)
+        data["events"] = _jsonl(run_dir / "events.jsonl")
     data["monitor"] = _jsonl(run_dir / "monitor.jsonl")
     data["periodic"] = [r for r in _jsonl(run_dir / "reads.jsonl") if r.get("phase") == "periodic"]
     if "faults" not in data:  # older runs: rebuild the nemesis log from the history

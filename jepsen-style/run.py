@@ -6,7 +6,7 @@
         [--replay schedule.json] [--no-fsync]
 
 1. Generate the workload and the fault schedule from the seed (generator.py), save schedule.json.
-2. Start the fenced sink, one proxy per node pair (and one per remote worker and node), three nodes
+2. Start the fenced sink, the notifications receiver (events_receiver.py), one proxy per node pair (and one per remote worker and node), three nodes
    (fresh data dirs) dialling each other through the proxies, then the remote workers
    (``raftsched worker``, outside the quorum; the jobs placed on their label run only there).
    With the membership nemesis, two more node slots (ports, proxies) that it adds as new nodes;
@@ -19,7 +19,7 @@
    ?consistent=true, and sample every node's state hash.
 5. kill -9 the whole cluster, restart it on its data, read again.
 6. Stop every process (by PID, also on failure), run the checkers (checker.py), write
-   store/<time>-<seed>/: schedule.json, history.jsonl, sink.jsonl, monitor.jsonl, reads.jsonl,
+   store/<time>-<seed>/: schedule.json, history.jsonl, sink.jsonl, events.jsonl, monitor.jsonl, reads.jsonl,
    final-states.json, nodes/*.log, results.json, verdict.txt, timeline.png.
 
 Exit status: 0 when no checker says invalid (valid or unknown), 1 when one does, 2 when the
@@ -53,6 +53,10 @@ from processes import ClusterProcs  # noqa: E402
 from raftsched.testing.cluster import agreed_leader  # noqa: E402
 
 MONITOR_PERIOD_S = 0.5
+#: The sink the notifications checker reads, and the kinds the default tenant's jobs send it.
+NOTIFY_SINK = "jepsen"
+NOTIFY_KINDS = ("run.dead", "job.recovered", "slot.missed", "job.paused", "job.resumed", "run.requeued",
+                "run.unplaceable")
 READER_PERIOD_S = 5.0
 
 
@@ -201,6 +205,8 @@ class Run:
             bfs = await self.get_retry(i, f"/v1/backfills?consistent={c}")
             rec["backfills"] = [{k: b.get(k) for k in ("id", "kind", "job", "state", "reason", "progress")}
                                 for b in bfs["backfills"]]
+            s, sink = await self.get(i, f"/v1/sinks/{NOTIFY_SINK}?consistent={c}")
+            rec["sink"] = sink if s == 200 else None
             runs = await self.get_retry(i, f"/v1/runs?consistent={c}&limit=10000")
         else:
             s, runs = await self.get(i, f"/v1/runs?consistent={c}&limit=10000", 5.0)
@@ -293,6 +299,29 @@ class Run:
                 self.notes.append(f"{phase} read of node {i + 1} failed: {e}")
         self.reads[phase] = out
 
+    async def subscribe(self) -> None:
+        """The notifications under test (checker.check_notifications): a webhook sink to the
+        receiver, sent every event of the default tenant's jobs (its default routes: the
+        generator's jobs name none) and the cluster's own."""
+        sink = {"type": "webhook", "url": f"http://127.0.0.1:{self.cp.events_port}/events",
+                "secrets": {"signing_key": self.cp.events_key},
+                "subscribe": ["cluster.leader_changed", "cluster.no_leader", "worker.lost"],
+                "retry": {"max_attempts": 20, "backoff_s": 1, "backoff_max_s": 5}}
+        routes = {"notify": [{"sink": NOTIFY_SINK, "on": list(NOTIFY_KINDS)}]}
+        for path, body in ((f"/v1/sinks/{NOTIFY_SINK}", sink), ("/v1/tenants/default", routes)):
+            for attempt in range(10):
+                try:
+                    i = self.nemesis.member(attempt)
+                    async with self.session.put(self.cp.nodes[i].url + path, json=body,
+                                                timeout=aiohttp.ClientTimeout(total=10)) as r:
+                        if r.status in (200, 201):
+                            break
+                except (asyncio.TimeoutError, aiohttp.ClientError, OSError):
+                    pass
+                await asyncio.sleep(1.0)
+            else:
+                self.notes.append(f"PUT {path} failed: notifications not exercised")
+
     # ------------------------------------------------------------------ main
     async def main(self) -> None:
         sched = self.sched
@@ -300,6 +329,7 @@ class Run:
         cp.plan_file.write_text(json.dumps(sched["plan"]))
         cp.plan_file.chmod(0o644)  # read by the runs, as the run user
         cp.start_sink()
+        cp.start_events()
         cp.start_proxy()
         for i in cp.members:
             cp.start_node(i)
@@ -310,6 +340,7 @@ class Run:
             self.session = session
             self.nemesis = Nemesis(cp, self.history, session, sched["plan"])
             await self.wait_leader(60)
+            await self.subscribe()
             for w in cp.remote_workers:
                 cp.start_worker(w)
             t0 = time.monotonic()
@@ -389,7 +420,18 @@ class Run:
                         pass
         except OSError:
             pass
+        events = []
+        try:
+            with open(self.run_dir / "events.jsonl") as f:
+                for line in f:
+                    try:
+                        events.append(json.loads(line))
+                    except ValueError:
+                        pass
+        except OSError:
+            pass
         return {"schedule": self.sched, "history": self.history.ops, "sink": sink, "reads": self.reads,
+                "events": events,
                 "periodic": self.periodic, "monitor": self.monitor, "faults": self.nemesis.log if self.nemesis else [],
                 "hashes": self.hashes, "times": self.times, "settle": self.settle,
                 "nodes": [{"id": n.id, "raft": n.raft} for n in self.cp.nodes], "members": sorted(self.cp.members),
@@ -403,7 +445,7 @@ class Run:
         for w in self.cp.remote_workers:
             if self.cp.worker_log(w).exists():
                 shutil.copy(self.cp.worker_log(w), self.run_dir / "nodes" / f"{w}.log")
-        for name in ("sink.jsonl", "sink.out", "proxy.log", "plan.json"):
+        for name in ("sink.jsonl", "sink.out", "events.jsonl", "events.out", "proxy.log", "plan.json"):
             if (self.work / name).exists():
                 shutil.copy(self.work / name, self.run_dir / name)
         self._monitor_f.close()

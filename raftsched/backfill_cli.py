@@ -1,6 +1,7 @@
 """The CLI's backfill and bulk dead-letter subcommands (``raftsched backfill``, ``backfills``,
 ``backfill-cancel`` ..., ``requeue --all-matching``, ``purge --all-matching``): the Client's calls,
-and with ``--wait`` a progress bar on stderr until the operation ends, then a final table. A
+and with ``--wait`` a progress bar on stderr (a terminal only) until the operation ends, then a
+final table. A
 call's error ends the command; cli._with_client prints it (cli_output.print_error)."""
 from __future__ import annotations
 
@@ -60,15 +61,16 @@ def final_table(v: dict, runs: list[dict]) -> str:
 
 
 def _wait(c: Client, view: dict) -> int:
+    """Poll until the operation ends, with a progress bar on stderr when it is a terminal (a
+    pipe or a log gets none: the final table says how it ended)."""
     tty = sys.stderr.isatty()
     last = [""]
 
     def progress(v):
+        if not tty:
+            return
         line = progress_line(v)
-        if tty:
-            sys.stderr.write("\r" + line.ljust(len(last[0])))
-        elif line != last[0]:
-            sys.stderr.write(line + "\n")
+        sys.stderr.write("\r" + line.ljust(len(last[0])))
         sys.stderr.flush()
         last[0] = line
     end = c.wait_backfill(view["id"], on_progress=progress)

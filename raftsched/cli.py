@@ -15,13 +15,14 @@ import sys
 import time
 
 from . import backfill_cli
-from .cli_output import print_error, show
+from .cli_output import FORMATS, Progress, print_error, set_format, show
+from .cli_target import Target, resolve
 from .client import Client
 from .client.core import BATCH_TIMEOUT_S, DEADLINE_S_DEFAULT
 from .client.endpoints import PREVIEW_COUNT_DEFAULT
 from .config import ConfigError, read_secret_file
 from .core import limits
-from .core.errors import RaftschedError
+from .core.errors import RaftschedError, Unavailable
 from .core.model import EXECUTOR_TYPES
 from .core.tokens import ROLES
 from .worker import limits as worker_limits
@@ -51,6 +52,22 @@ def _tls_client_args(p: argparse.ArgumentParser, whose: str) -> None:
                    help=f"mutual TLS: {whose} certificate (PEM; default $RAFTSCHED_CLIENT_CERT)")
     p.add_argument("--client-key", default=os.environ.get("RAFTSCHED_CLIENT_KEY", ""),
                    help="the key of --client-cert, when not in it (default $RAFTSCHED_CLIENT_KEY)")
+
+
+def _target_args(p: argparse.ArgumentParser, whose: str) -> None:
+    """--url, --context, --token, --token-file, -v and the TLS files: how a command that calls
+    the API finds the nodes and its token (cli_target.py; docs/api.md, "The command line")."""
+    p.add_argument("--url", default="",
+                   help="the API of one node, or of several, comma-separated (tried in turn; default: "
+                        "$RAFTSCHED_URL, else the config file's context, else the cluster recorded in .raftsched/)")
+    p.add_argument("--context", help="the context of ~/.config/raftsched/config.toml to use (default: "
+                                     "$RAFTSCHED_CONTEXT, else its current-context)")
+    p.add_argument("--token", help="the API token (visible to other users in ps: prefer --token-file)")
+    p.add_argument("--token-file", help="a file holding the API token (default: $RAFTSCHED_TOKEN, else the "
+                                        "context's token_file, else the recorded cluster's .raftsched/token)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="say on stderr which nodes, token and CA are used, and where each came from")
+    _tls_client_args(p, whose)
 
 
 def parse_dial_map(text: str) -> dict[str, str] | None:
@@ -300,20 +317,9 @@ def cmd_worker(args) -> int:
 
     _setup_logging(args.log_level)
     try:
-        urls = [u.strip() for u in (args.url or "").split(",") if u.strip()]
-        if not urls:
-            raise ConfigError("--url is required: the API of one node, or of several, comma-separated")
-        for u in urls:
-            if not u.startswith(("http://", "https://")):
-                raise ConfigError(f"--url: {u!r} is not an http:// or https:// URL")
-        token = None
-        if args.token_file:
-            token = read_secret_file(args.token_file, "token file")
-        elif os.environ.get("RAFTSCHED_TOKEN"):
-            token = os.environ["RAFTSCHED_TOKEN"].strip()
-        else:
-            raise ConfigError("--token-file is required (or RAFTSCHED_TOKEN): the worker protocol's requests "
-                              "are mutations, and a node refuses them without its token")
+        # The nodes and the token are found as every client subcommand finds them (cli_target.py).
+        target = _target(args)
+        urls, token = target.urls, target.token
         wid = args.id or default_worker_id()
         queues = [q.strip() for q in args.queues.split(",") if q.strip()] or None
         try:
@@ -352,16 +358,16 @@ def cmd_worker(args) -> int:
     try:
         # An --app worker runs its app's handlers, its own code, in its own process.
         run_user, pass_env = _run_user(args, frozenset() if app_executors is not None else types)
-        if args.token_file:
-            check_private(args.token_file, "token file", run_user)
+        if target.token_file:
+            check_private(target.token_file, "token file", run_user)
         runs_dir = _runs_dir(args, None)
     except ConfigError as e:
         print(f"raftsched worker: {e}", file=sys.stderr)
         return 2
     cfg = WorkerConfig(urls=urls, token=token, worker_id=wid, queues=queues, labels=labels, slots=args.slots,
                        executors=types, drain_s=args.drain_s, lease_ttl_ms=ttl_ms, wait_s=args.wait_s,
-                       ca_file=args.ca_file or None, cert_file=args.client_cert or None,
-                       key_file=args.client_key or None, run_user=run_user, pass_env=pass_env, runs_dir=runs_dir)
+                       ca_file=target.ca_file, cert_file=target.client_cert,
+                       key_file=target.client_key, run_user=run_user, pass_env=pass_env, runs_dir=runs_dir)
     if app_executors is not None:
         from .sdk import APP_LABEL
         cfg.executor_lookup = app_executors
@@ -385,20 +391,22 @@ MEMBER_WAIT_S_DEFAULT = 120.0
 MEMBER_POLL_S = 0.5
 
 
-def _token(a) -> str | None:
-    """--token (said on stderr to be visible to others), --token-file, $RAFTSCHED_TOKEN, then the
-    file .raftsched/token. :raises ConfigError: --token-file cannot be read."""
-    if a.token:
+def _target(a) -> Target:
+    """The nodes, token and TLS files of a client subcommand or a worker (cli_target.py: flags,
+    environment, a config file's context, the recorded cluster); ``-v`` says which on stderr.
+    :raises ConfigError: none found (saying where it looked), or a file that cannot be used."""
+    token = getattr(a, "token", None)
+    if token:
         print("raftsched: warning: --token shows the token to every user of this machine (ps, /proc); "
               "use --token-file or RAFTSCHED_TOKEN", file=sys.stderr)
-        return a.token
-    if a.token_file:
-        return read_secret_file(a.token_file, "token file")
-    token = os.environ.get("RAFTSCHED_TOKEN")
-    if not token and os.path.exists(".raftsched/token"):
-        with open(".raftsched/token") as f:
-            token = f.read().strip()
-    return token
+    t = resolve(url=a.url, context=getattr(a, "context", None), token=token, token_file=a.token_file,
+                ca_file=a.ca_file, client_cert=a.client_cert, client_key=a.client_key,
+                env=dict(os.environ), cwd=os.getcwd(), home=os.path.expanduser("~"))
+    for note in t.notes:
+        print(f"raftsched: {note}", file=sys.stderr)
+    if getattr(a, "verbose", False):
+        print("raftsched: " + t.describe().replace("\n", "\nraftsched: "), file=sys.stderr)
+    return t
 
 
 def _read_json(path: str):
@@ -422,6 +430,13 @@ def _put(a, c: Client) -> int:
     return show(c.put_job(a.name, body))
 
 
+def _put_sink(a, c: Client) -> int:
+    body = _read_json(a.spec_file)
+    if body is None:
+        return 1
+    return show(c.put_sink(a.name, body))
+
+
 def _apply(a, c: Client) -> int:
     """POST /v1/jobs:batch with the jobs of a file, at most batch_jobs_max per request (each
     request is validated whole before it changes anything; a file of more is sent as several)."""
@@ -437,9 +452,25 @@ def _apply(a, c: Client) -> int:
     if len(names) > step:
         print(f"raftsched: {len(names)} jobs: sending {-(-len(names) // step)} requests of at most {step}; "
               "each is validated on its own", file=sys.stderr)
-    for k in range(0, max(len(names), 1), step):
-        part = {n: body["jobs"][n] for n in names[k:k + step]}
-        show(c.put_jobs(part, create_only))  # an error ends the command (_with_client)
+    bar = Progress(len(names), "apply")
+    answers = []
+    try:
+        for k in range(0, max(len(names), 1), step):
+            part = {n: body["jobs"][n] for n in names[k:k + step]}
+            answers.append(c.put_jobs(part, create_only))  # an error ends the command (_with_client)
+            bar.update(min(k + step, len(names)))
+    finally:
+        # The bar's line ends before any answer is printed; the requests that were applied
+        # are printed even when a later one failed.
+        bar.close()
+        for res in answers:
+            show(res)
+    conflicts = sum(res.get("conflicts", 0) for res in answers if isinstance(res, dict))
+    if conflicts:
+        # --create-only left these jobs as they were: the file and the cluster differ.
+        print(f"raftsched: {conflicts} job(s) exist already and were left as they are (--create-only)",
+              file=sys.stderr)
+        return 1
     return 0
 
 
@@ -461,7 +492,11 @@ def _member_add(a, c: Client) -> int:
     deadline = time.monotonic() + a.wait_s
     while time.monotonic() < deadline:
         time.sleep(MEMBER_POLL_S)
-        st = c.cluster(consistent=True)
+        try:
+            st = c.cluster(consistent=True)
+        except Unavailable as e:  # a leader change while the member is added: look again
+            print(f"raftsched: {e.message}; still waiting", file=sys.stderr)
+            continue
         if a.addr in (st.get("members") or []):
             return show(dict(res, state="voter", members={"voters": st.get("members"),
                                                           "learners": st.get("learners", [])}))
@@ -477,6 +512,7 @@ def _member_add(a, c: Client) -> int:
 def _sync(a, c: Client) -> int:
     """``raftsched sync``: raftsched/sdk/sync.py (imported here: no other subcommand needs it)."""
     from .sdk import sync
+    a.json = a.json or a.output == "json"  # -o json is --json here; the plan is text otherwise
     return sync.run(a, c)
 
 
@@ -486,24 +522,26 @@ def _with_client(a) -> int:
     in one request). Routing and retries are the Client's: other nodes of --url, Retry-After,
     the same Idempotency-Key after an unknown outcome, one deadline. A call that fails ends the
     command: its error is printed (cli_output.print_error) and the exit status is 1."""
-    urls = [u.strip() for u in a.url.split(",") if u.strip()]
+    set_format(a.output)
     try:
-        token = _token(a)
+        t = _target(a)
     except ConfigError as e:
         print(f"raftsched: {e}", file=sys.stderr)
         return 2
     try:
-        c = Client(urls, token=token, timeout_s=BATCH_TIMEOUT_S, deadline_s=a.deadline_s,
-                   ca_file=a.ca_file or None, cert_file=a.client_cert or None, key_file=a.client_key or None)
+        # fail_fast: every node once, then what each said (a node waits its propose timeout
+        # for a leader before it answers 503; going round again would only repeat it).
+        c = Client(t.urls, token=t.token, timeout_s=BATCH_TIMEOUT_S, deadline_s=a.deadline_s,
+                   ca_file=t.ca_file, cert_file=t.client_cert, key_file=t.client_key, fail_fast=True)
     except ValueError as e:
         print(f"raftsched: --url: {e}", file=sys.stderr)
         return 2
     except (OSError, ssl.SSLError) as e:
         print(f"raftsched: --ca-file/--client-cert: {e}", file=sys.stderr)
         return 2
-    # The client says on stderr when it retries after an unknown outcome.
+    # What went wrong is said once, by the call's final error (core.Call.round_error), not by a
+    # log line per attempt as well.
     _setup_logging("warning")
-    logging.getLogger("raftsched.client").setLevel(logging.INFO)
     try:
         return a.client_run(a, c)
     except RaftschedError as e:
@@ -512,6 +550,7 @@ def _with_client(a) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="raftsched", description="A distributed job scheduler on Raft.")
+    p.add_argument("--version", action="version", version=f"raftsched {_version()}")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     n = sub.add_parser("node", help="start a node")
@@ -565,9 +604,7 @@ def main(argv: list[str] | None = None) -> int:
     n.set_defaults(func=cmd_node)
 
     w = sub.add_parser("worker", help="run a worker outside the Raft quorum: leases runs from the nodes over the API")
-    w.add_argument("--url", default=os.environ.get("RAFTSCHED_URL", ""),
-                   help="the API of one node, or of several, comma-separated (tried in turn)")
-    w.add_argument("--token-file", help="the API token (default: $RAFTSCHED_TOKEN)")
+    _target_args(w, "this worker's")
     w.add_argument("--id", help="this worker's id (default: HOST/PID); keep it stable to recognise a machine")
     w.add_argument("--queues", default="", help="queues to serve, comma-separated (default: all)")
     w.add_argument("--labels", default="", help="NAME=VALUE,...: jobs placed on labels run only on workers carrying them")
@@ -586,7 +623,6 @@ def main(argv: list[str] | None = None) -> int:
                    help="lease TTL this worker asks for")
     w.add_argument("--wait-s", type=float, default=worker_limits.lease_wait_s_default,
                    help="how long one lease request waits at a node for work")
-    _tls_client_args(w, "this worker's")
     _isolation_args(w, "this worker")
     w.add_argument("--log-level", default="info")
     w.set_defaults(func=cmd_worker)
@@ -597,14 +633,12 @@ def main(argv: list[str] | None = None) -> int:
         does its own and returns the exit status. A RaftschedError either raises is printed by
         ``_with_client``."""
         c = (parent or sub).add_parser(name, help=help_)
-        c.add_argument("--url", default=os.environ.get("RAFTSCHED_URL", "http://127.0.0.1:8701"),
-                       help="the API of one node, or of several, comma-separated (tried in turn)")
-        c.add_argument("--token", help="the API token (visible to other users in ps: prefer --token-file)")
-        c.add_argument("--token-file", help="a file holding the API token (default: $RAFTSCHED_TOKEN, else the "
-                                            "file .raftsched/token)")
-        _tls_client_args(c, "this client's")
+        _target_args(c, "this client's")
+        c.add_argument("-o", "--output", choices=FORMATS, default=None,
+                       help="how answers are printed (default: table on a terminal, json when piped)")
         c.add_argument("--deadline-s", type=float, default=DEADLINE_S_DEFAULT,
-                       help="how long one call keeps retrying (other nodes, no leader, unknown outcome)")
+                       help="the longest one call may take: each node of --url is tried once, then the "
+                            "command says what each answered")
         c.set_defaults(func=_with_client, client_run=run or (lambda a, cl: show(call(a, cl))))
         return c
 
@@ -634,11 +668,23 @@ def main(argv: list[str] | None = None) -> int:
            lambda a, c: c.worker(a.id) if a.id else c.workers()).add_argument("--id")
     client("drain", "drain a worker: no more runs for it; it finishes what it runs and stops",
            lambda a, c: c.drain_worker(a.worker)).add_argument("worker")
-    c = client("explain", "what an outage window would do to a job's slots",
-               lambda a, c: c.explain(a.name, a.down_from, a.down_to))
+    c = client("explain", "what an outage window would do to a job's slots, or (--slot) why a slot missed its deadline",
+               lambda a, c: c.explain(a.name, a.down_from, a.down_to, slot=a.slot))
     c.add_argument("name")
-    c.add_argument("down_from", help="ISO time, e.g. 2026-12-01T01:58:45Z")
-    c.add_argument("down_to")
+    c.add_argument("down_from", nargs="?", help="ISO time, e.g. 2026-12-01T01:58:45Z")
+    c.add_argument("down_to", nargs="?")
+    c.add_argument("--slot", help="ISO time of one slot: why it met or missed its deadline")
+    c = client("deadlines", "slots' deadline outcomes, newest first (docs/notifications.md, \"Deadlines\")",
+               lambda a, c: c.list_deadlines(a.state, a.job, a.since, a.limit))
+    c.add_argument("--state", choices=("pending", "met", "late", "missed"))
+    c.add_argument("--job")
+    c.add_argument("--since", help="ISO time: only slots at or after it")
+    c.add_argument("--limit", type=int, default=RUNS_SHOWN_DEFAULT)
+    c = client("ping", "report a heartbeat job's start, success or fail (default success)",
+               lambda a, c: c.ping(a.name, a.status, slot=a.slot))
+    c.add_argument("name")
+    c.add_argument("--status", choices=("start", "success", "fail"), default="success")
+    c.add_argument("--slot", help="ISO time of the slot it reports (default: the newest still open)")
     c = client("preview", "a job's next slots, with DST marks", lambda a, c: c.preview(a.name, a.count))
     c.add_argument("name")
     c.add_argument("--count", type=int, default=PREVIEW_COUNT_DEFAULT)
@@ -666,7 +712,7 @@ def main(argv: list[str] | None = None) -> int:
     ts = sub.add_parser("tokens", help="API tokens: create (the secret is shown once), list, revoke") \
         .add_subparsers(dest="tokens_cmd", required=True)
     tc = client("create", "create a token; its secret is printed this once",
-                lambda a, c: c.create_token(a.role, a.tenants, a.expires, a.note, a.workers), parent=ts)
+                lambda a, c: c.create_token(a.role, a.tenants, a.expires, a.note, a.workers, a.jobs), parent=ts)
     tc.add_argument("--role", required=True, choices=ROLES)
     tc.add_argument("--tenant", action="append", dest="tenants",
                     help="limit it to this tenant (repeat for several); default: every tenant")
@@ -674,9 +720,29 @@ def main(argv: list[str] | None = None) -> int:
     tc.add_argument("--note", help="who or what it is for")
     tc.add_argument("--worker", action="append", dest="workers",
                     help="a worker token: the worker id it may speak for (repeat for several); default: any id")
+    tc.add_argument("--job", action="append", dest="jobs",
+                    help="a ping token (--role ping): a heartbeat job it may ping (repeat for several)")
     client("list", "every token, without secrets", lambda a, c: c.tokens(), parent=ts)
     client("revoke", "revoke a token: every node refuses it once the revocation is committed",
            lambda a, c: c.revoke_token(a.id), parent=ts).add_argument("id")
+
+    # Notification sinks (docs/notifications.md).
+    ns = sub.add_parser("sinks", help="notification sinks: list, put, get, delete, dead, requeue") \
+        .add_subparsers(dest="sinks_cmd", required=True)
+    client("list", "every sink (secrets redacted), its cursor and dead events", lambda a, c: c.sinks(), parent=ns)
+    nc = client("put", "create or replace a sink from a JSON file (- for stdin)", run=_put_sink, parent=ns)
+    nc.add_argument("name")
+    nc.add_argument("spec_file")
+    client("get", "show a sink", lambda a, c: c.get_sink(a.name), parent=ns).add_argument("name")
+    client("delete", "delete a sink", lambda a, c: c.delete_sink(a.name), parent=ns).add_argument("name")
+    nc = client("dead", "the events a sink refused past its retry budget, newest first",
+                lambda a, c: c.sink_dead(a.name, a.limit), parent=ns)
+    nc.add_argument("name")
+    nc.add_argument("--limit", type=int, default=RUNS_SHOWN_DEFAULT)
+    nc = client("requeue", "deliver a sink's dead events again (all, or --event ID ...)",
+                lambda a, c: c.sink_requeue(a.name, a.events), parent=ns)
+    nc.add_argument("name")
+    nc.add_argument("--event", action="append", dest="events", help="an event id (repeat for several)")
 
     # Secrets at rest (docs/operations.md, "Key files"): the keys, and the rotation (admin).
     ss = sub.add_parser("secrets", help="job secrets at rest: new-key, status, rotate-key") \
@@ -690,8 +756,34 @@ def main(argv: list[str] | None = None) -> int:
     client("rotate-key", "seal every stored secret value under KEY (every node's ring must hold it)",
            lambda a, c: c.rotate_seal_key(a.key), parent=ss).add_argument("key")
 
+    comp = sub.add_parser("completion", help="print a shell completion script: "
+                                             "eval \"$(raftsched completion bash)\" (or zsh)")
+    comp.add_argument("shell", choices=("bash", "zsh"))
+    comp.set_defaults(func=lambda a: _completion(p, a.shell))
+
     args = p.parse_args(argv)
-    return args.func(args)
+    try:
+        rc = args.func(args)
+        sys.stdout.flush()  # inside the try: a closed pipe is found here for a short answer
+        return rc
+    except BrokenPipeError:
+        # The reader went away (raftsched runs X | head -1): what it did not read is dropped;
+        # stdout is pointed at /dev/null so that the interpreter's final flush says nothing.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a command a closed pipe ended
+
+
+def _version() -> str:
+    from . import __version__
+    return __version__
+
+
+def _completion(parser: argparse.ArgumentParser, shell: str) -> int:
+    """``raftsched completion bash|zsh``: shtab's completion script of the whole parser."""
+    import shtab
+    print(shtab.complete(parser, shell=shell))
+    return 0
 
 
 if __name__ == "__main__":

@@ -491,9 +491,10 @@ print_token_help() {
 API token (the bootstrap admin token; every request needs a token): $TOKEN_FILE
   export RAFTSCHED_TOKEN=\$(cat $TOKEN_FILE)
   curl ${curl_tls}-H "Authorization: Bearer \$RAFTSCHED_TOKEN" $(api_url 1)/v1/jobs
+  .venv/bin/raftsched jobs    # from here (or below), the CLI finds this cluster, its ports and token
 EOF
   if [[ -n $TLS_MODE ]]; then
-    echo "  export RAFTSCHED_CA_FILE=$TLS_DIR/ca.pem    # for the raftsched CLI"
+    echo "  export RAFTSCHED_CA_FILE=$TLS_DIR/ca.pem    # for the raftsched CLI run elsewhere with --url"
     [[ $TLS_MODE != mutual ]] ||
       echo "  export RAFTSCHED_CLIENT_CERT=$TLS_DIR/client.pem RAFTSCHED_CLIENT_KEY=$TLS_DIR/client-key.pem"
   fi

@@ -134,14 +134,20 @@ ROUTES = [  # (method, path, body): one request a route, valid enough to pass au
     ("POST", "/v1/workers/w1/heartbeat", {"leases": [], "ttl_ms": 10_000}),
     ("POST", "/v1/workers/w1/complete", {"results": []}), ("POST", "/v1/workers/w1/release", {"leases": []}),
     ("GET", "/v1/workers", None), ("GET", "/v1/workers/w1", None), ("POST", "/v1/workers/w1/drain", None),
+    ("POST", "/v1/jobs/a/ping", {"status": "start"}), ("GET", "/v1/deadlines", None),
     ("GET", "/v1/secrets", None), ("POST", "/v1/secrets:rotate", {"key": "process"}),
     ("POST", "/v1/cluster/members", {"addr": "127.0.0.1:7"}), ("DELETE", "/v1/cluster/members/127.0.0.1:8", None),
+    ("GET", "/v1/sinks", None), ("GET", "/v1/sinks/s", None), ("GET", "/v1/sinks/s/dead", None),
+    ("PUT", "/v1/sinks/s", {"type": "webhook", "url": "http://127.0.0.1:9/", "tenant": "t",
+                            "secrets": {"signing_key": "k"}}),
+    ("POST", "/v1/sinks/s/dead:requeue", None), ("DELETE", "/v1/sinks/zz", None),
 ]
 ALLOWED = {
     "admin": set(auth.SCOPES),
-    "operator": {"read", "jobs.write", "dlq.write", "queues.write", "locks.write"},
+    "operator": {"read", "jobs.write", "dlq.write", "queues.write", "locks.write", "ping"},
     "reader": {"read"},
-    "worker": {"worker"},
+    "worker": {"worker", "ping"},
+    "ping": {"ping"},
 }
 
 
@@ -177,7 +183,8 @@ def test_the_app_serves_exactly_the_route_table_and_every_row_is_tested_here():
         assert isinstance(row.tenancy, routes.Tenancy), row
     tested = {(m, canonical(app, p)) for m, p, _ in ROUTES}
     assert tested <= served, "ROUTES names only routes the API serves"
-    assert served - tested == {("GET", "/metrics"), ("GET", "/healthz")}, f"untested: {served - tested - {('GET', '/metrics'), ('GET', '/healthz')}}"
+    untested = {("GET", "/metrics"), ("GET", "/healthz"), ("GET", "/openapi.json"), ("GET", "/v1/openapi.json")}
+    assert served - tested == untested, f"untested: {served - tested - untested}"
 
 
 def test_a_route_added_without_a_row_is_not_served():
@@ -192,11 +199,11 @@ def test_a_route_added_without_a_row_is_not_served():
     run(t)
 
 
-@pytest.mark.parametrize("role", ["admin", "operator", "reader", "worker"])
+@pytest.mark.parametrize("role", ["admin", "operator", "reader", "worker", "ping"])
 def test_each_role_gets_its_scopes_and_403_names_the_missing_one(role):
     async def t(env, c):
         await call(c, "PUT", "/v1/jobs/a", body=SPEC)
-        tok = (await new_token(c, role))["token"]
+        tok = (await new_token(c, role, **({"jobs": ["a"]} if role == "ping" else {})))["token"]
         for method, path, body in ROUTES:
             scope = scope_of(method, canonical(env.app, path))
             s, b = await call(c, method, path, tok, body)
@@ -206,6 +213,31 @@ def test_each_role_gets_its_scopes_and_403_names_the_missing_one(role):
             else:
                 assert s == 403 and b["error"]["code"] == "forbidden" and b["error"]["scope"] == scope, (role, method, path, b)
                 assert scope in b["error"]["message"]
+    run(t)
+
+
+def test_a_ping_token_pings_only_its_jobs():
+    async def t(env, c):
+        for name in ("a", "b"):
+            await call(c, "PUT", f"/v1/jobs/{name}", body=SPEC)
+        b = await new_token(c, "ping", jobs=["a"])
+        assert b["jobs"] == ["a"]
+        s, body = await call(c, "POST", "/v1/jobs/a/ping", b["token"], {"status": "start"})
+        assert s == 409 and "not a heartbeat job" in body["error"]["message"], body  # allowed: judged by the state
+        s, body = await call(c, "POST", "/v1/jobs/b/ping", b["token"], {"status": "start"})
+        assert s == 403 and body["error"]["field"] == "name", body
+        for bad, field in (({"status": "done"}, "status"), ({"slot": "yesterday"}, "slot"), ({"when": 1}, "when"),
+                           ([1], None)):
+            s, body = await call(c, "POST", "/v1/jobs/a/ping", b["token"], bad)
+            assert s == 422 and body["error"]["field"] == field, (bad, body)
+        s, body = await call(c, "GET", "/v1/deadlines?state=late&job=a")
+        assert s == 200 and body == {"deadlines": []}, body
+        s, body = await call(c, "GET", "/v1/deadlines?state=sometimes")
+        assert s == 400 and body["error"]["field"] == "state", body
+        for bad, field in (({"role": "ping"}, "jobs"), ({"role": "reader", "jobs": ["a"]}, "jobs"),
+                           ({"role": "ping", "jobs": ["a", "a"]}, "jobs"), ({"role": "ping", "jobs": ["../x"]}, "jobs[0]")):
+            s, body = await call(c, "POST", "/v1/tokens", body=bad)
+            assert s == 422 and body["error"]["field"] == field, (bad, body)
     run(t)
 
 

@@ -60,11 +60,13 @@ BODIES: dict[str, tuple[object, list[tuple[str, str, str]]]] = {
         ("retry.backoff_max_s", "num", "retry.backoff_max_s"), ("retry.jitter", "num", "retry.jitter"),
         ("overlap.max_concurrent", "int", "overlap.max_concurrent"),
         ("schedule.start_at", "time", "schedule.start_at"),
+        ("pause_on_failure.after_consecutive", "int", "pause_on_failure.after_consecutive"),
     ]),
     "job_spec_at": (AT_SPEC, [("schedule.at", "time", "schedule.at")]),
     "jobs_batch": ({"jobs": {"b": SPEC}}, [("jobs.b.schedule.every_s", "int", "schedule.every_s"),
                                           ("jobs.b.timeout_s", "int", "timeout_s")]),
     "trigger": ({}, [("slot", "time", "slot")]),
+    "ping": ({"status": "start"}, [("slot", "time", "slot")]),
     "explain": ({"down_from": "2030-01-01T00:00:00Z", "down_to": "2030-01-02T00:00:00Z"},
                 [("down_from", "time", "down_from"), ("down_to", "time", "down_to")]),
     "backfill": ({"from": DAY, "to": "2026-01-02T00:00:00Z", "dry_run": True},
@@ -85,6 +87,10 @@ BODIES: dict[str, tuple[object, list[tuple[str, str, str]]]] = {
     "release": ({"leases": [["j@1", 1]]}, [("leases.0.1", "int", "leases")]),
     "secrets_rotate": ({"key": "k2"}, []),  # a key id: no number in it
     "member": ({"addr": "127.0.0.1:1"}, []),  # a Raft address: no number field
+    "sink": ({"type": "webhook", "url": "http://127.0.0.1:9/", "secrets": {"signing_key": "k"}},
+             [("retry.max_attempts", "int", "retry.max_attempts"), ("retry.backoff_s", "int", "retry.backoff_s"),
+              ("retry.backoff_max_s", "int", "retry.backoff_max_s")]),
+    "sink_requeue": ({}, []),  # event ids: no number field
 }
 #: Body schemas whose fields a route's other schema covers (the same validator).
 ALSO = {"job_spec": ("job_spec", "job_spec_at")}
@@ -223,3 +229,80 @@ def test_schedules_that_reach_the_latest_time_never_answer_500():
 
     bad = [o for o in asyncio.run(main()) if o[3] >= 500]
     assert not bad, bad
+
+
+def test_an_unknown_query_parameter_is_refused_naming_it_on_every_route():
+    """A parameter a route does not take is answered 400 naming it, never ignored
+    (``POST /v1/preview?after=...`` once answered as if it were not there); a declared one is
+    still served; and a request without a token learns nothing (401 first)."""
+    async def main():
+        app = make_app(Service(FakeRaft(SchedulerState()), FakeClock(NOW), "node-1"), TOKEN)
+        failures = []
+        async with TestClient(TestServer(app, host="127.0.0.1"), headers=AUTH,
+                              timeout=ClientTimeout(total=10)) as c:
+            assert (await c.put("/v1/jobs/j", data=json.dumps(SPEC))).status == 201
+            for r in ROUTES:
+                body = json.dumps(BODIES[r.body][0]).encode() if r.body is not None else None
+                resp = await c.request(r.method, _path(r), params={"no_such_param": "1"}, data=body)
+                text = await resp.text()
+                err = json.loads(text).get("error", {}) if text.startswith("{") else {}
+                if resp.status != 400 or err.get("field") != "no_such_param" or "no_such_param" not in err["message"]:
+                    failures.append(f"{r.method} {r.path}: {resp.status} {text[:160]}")
+            resp = await c.post("/v1/preview", params={"after": DAY}, data=json.dumps(SPEC))
+            err = (await resp.json())["error"]
+            assert resp.status == 400 and err["field"] == "after" and "takes: count" in err["message"], err
+            resp = await c.post("/v1/preview", params={"count": "2"}, data=json.dumps(SPEC))
+            assert resp.status == 200, await resp.text()
+            resp = await c.get("/v1/jobs", params={"no_such_param": "1"}, headers={"Authorization": "Bearer x"})
+            assert resp.status == 401
+        return failures
+
+    failures = asyncio.run(main())
+    assert not failures, "\n".join(failures)
+
+
+def test_a_json_null_body_is_refused_where_the_body_is_optional():
+    """``null`` is a body, not the absence of one: a route whose body is optional refuses it as it
+    refuses any body that is not an object (found by schemathesis: ``POST /v1/dlq:purge`` with
+    ``-d null`` started a purge of every dead run), and proposes nothing."""
+    async def main():
+        state = SchedulerState()
+        app = make_app(Service(FakeRaft(state), FakeClock(NOW), "node-1"), TOKEN)
+        out = []
+        async with TestClient(TestServer(app, host="127.0.0.1"), headers=AUTH) as c:
+            r = await c.put("/v1/jobs/j", data=json.dumps(SPEC))
+            assert r.status == 201, await r.text()
+            applied = state.applied
+            for r_ in ROUTES:
+                if r_.body is None or not r_.body_optional:
+                    continue
+                r = await c.request(r_.method, _path(r_), data=b"null")
+                out.append((r_.method, r_.path, r.status, await r.json()))
+            return out, applied, state.applied
+
+    answers, before, after = asyncio.run(main())
+    assert {(m, p) for m, p, _, _ in answers} >= {("POST", "/v1/dlq:purge"), ("POST", "/v1/jobs/{name}/trigger")}
+    for method, path, status, body in answers:
+        assert status == 422 and body["error"]["code"] == "invalid", (method, path, status, body)
+    assert before == after, "nothing was proposed"
+
+
+def test_a_bad_idempotency_key_is_refused_on_every_route():
+    """An empty key, or one longer than request_id_chars_max, is a 400 naming the header on
+    every route, whether its handler reads the key or not (found by schemathesis: the worker
+    heartbeat, which reads none, answered 200; an empty key was taken as no key)."""
+    async def main():
+        app = make_app(Service(FakeRaft(SchedulerState()), FakeClock(NOW), "node-1"), TOKEN)
+        out = []
+        async with TestClient(TestServer(app, host="127.0.0.1"), headers=AUTH) as c:
+            for key in ("", "k" * 65):
+                for method, path, body in (("POST", "/v1/workers/w1/heartbeat", {"leases": []}),
+                                           ("PUT", "/v1/queues/q", {}), ("GET", "/v1/jobs", None)):
+                    r = await c.request(method, path, headers={"Idempotency-Key": key},
+                                        data=None if body is None else json.dumps(body))
+                    out.append((key[:3], method, path, r.status, (await r.json())["error"]["field"]
+                                if r.status >= 400 else None))
+        return out
+
+    for key, method, path, status, field in asyncio.run(main()):
+        assert (status, field) == (400, "Idempotency-Key"), (key, method, path, status, field)

@@ -61,7 +61,7 @@ def test_the_power_loss_model_is_refused_without_its_test_variable(tmp_path):
 
 
 @pytest.mark.parametrize("extra,msg", [
-    ([], "--url is required"),
+    ([], "no cluster to talk to"),
     (["--url", "ftp://x"], "is not an http"),
     (["--url", "http://127.0.0.1:9", "--slots", "0"], "--slots must be"),
     (["--url", "http://127.0.0.1:9", "--executors", "shell,ftp"], "unknown type(s) ftp"),
@@ -117,10 +117,13 @@ def test_client_subcommands(tmp_path):
         p = cli("explain", "cj", iso(lo), iso(lo + 3 * 3600), *base)
         assert p.returncode == 0 and json.loads(p.stdout)["slots_due"] == 3, p.stdout
         # apply: many jobs from one file; with --create-only the existing one is a conflict.
+        # The file and the cluster differ: the command says so, and its status is not 0.
         p = cli("apply", "-", "--create-only", *base, stdin=json.dumps({"jobs": {"cj": spec, "cj-2": spec, "cj-3": spec}}))
-        assert p.returncode == 0, p.stdout + p.stderr
+        assert p.returncode == 1 and "1 job(s) exist already" in p.stderr, p.stdout + p.stderr
         out = json.loads(p.stdout)
         assert (out["created"], out["conflicts"]) == (2, 1) and out["jobs"]["cj"]["error"]["code"] == "conflict"
+        p = cli("apply", "-", "--create-only", *base, stdin=json.dumps({"jobs": {"cj-7": spec}}))
+        assert p.returncode == 0 and json.loads(p.stdout)["conflicts"] == 0, p.stdout + p.stderr
         p = cli("apply", "-", *base, stdin=json.dumps({"jobs": {"cj-4": spec, "cj-5": {"schedule": {"every_s": 0}}}}))
         assert p.returncode == 1 and json.loads(p.stdout)["error"]["job"] == "cj-5"
         p = cli("apply", "-", *base, stdin=json.dumps({"cj-6": spec}))
@@ -128,10 +131,16 @@ def test_client_subcommands(tmp_path):
         assert cli("get", "cj-4", *base).returncode == 1, "an invalid batch changes nothing"
         # Several URLs: a node that is down is skipped for the next (the Client's failover).
         dead = f"http://127.0.0.1:{free_ports(1)[0]}"
+        t0 = time.monotonic()
         p = cli("get", "cj", "--url", f"{dead},{c.url(0)}", "--token", c.token)
         assert p.returncode == 0 and json.loads(p.stdout)["name"] == "cj", p.stdout + p.stderr
-        p = cli("get", "cj", "--url", dead, "--token", c.token, "--deadline-s", "0.5")
-        assert p.returncode == 1 and p.stdout == "" and "no node reachable" in p.stderr, p.stderr
+        assert time.monotonic() - t0 < 10, "a stopped node among others is skipped at once"
+        # A stopped node alone: one line saying so and what to do, at once (no retries to a deadline).
+        t0 = time.monotonic()
+        p = cli("trigger", "cj", "--url", dead, "--token", c.token)
+        assert p.returncode == 1 and p.stdout == "" and "node unreachable" in p.stderr, p.stderr
+        assert "scripts/cluster.sh status" in p.stderr and len(p.stderr.strip().splitlines()) == 2, p.stderr
+        assert time.monotonic() - t0 < 10, "a stopped node is reported at once, not after the 30 s deadline"
         assert cli("get", "cj", "--url", "ftp://x", "--token", c.token).returncode == 2
         # The fleet: the node's embedded worker is registered; drain it.
         ws = json.loads(cli("workers", *base).stdout)["workers"]
@@ -238,6 +247,16 @@ def test_client_subcommands_take_their_defaults_from_the_client(monkeypatch, cap
     assert c.kw["deadline_s"] == DEADLINE_S_DEFAULT and c.kw["timeout_s"] == BATCH_TIMEOUT_S
 
 
+def test_the_deadline_subcommands_call_the_client(monkeypatch, capsys):
+    rc, _ = _run(monkeypatch, ["deadlines", "--state", "missed", "--job", "j", "--since", "2026-12-01T00:00:00Z"])
+    assert rc == 0 and json.loads(capsys.readouterr().out) == {
+        "called": "list_deadlines", "args": ["missed", "j", "2026-12-01T00:00:00Z", 20]}
+    rc, _ = _run(monkeypatch, ["ping", "j", "--status", "start"])
+    assert rc == 0 and json.loads(capsys.readouterr().out) == {"called": "ping", "args": ["j", "start"]}
+    rc, _ = _run(monkeypatch, ["explain", "j", "--slot", "2026-12-02T01:00:00Z"])
+    assert rc == 0 and json.loads(capsys.readouterr().out) == {"called": "explain", "args": ["j", None, None]}
+
+
 @pytest.mark.parametrize("argv", [["get", "j"], ["backfills"], ["requeue", "r@1"],
                                   ["backfill", "j", "--from", "a", "--to", "b"]])
 def test_one_path_prints_a_client_error_for_every_subcommand(monkeypatch, capsys, argv):
@@ -250,3 +269,19 @@ def test_one_path_prints_a_client_error_for_every_subcommand(monkeypatch, capsys
     rc, _ = _run(monkeypatch, argv, error=with_status(Unavailable("no node reachable within 30 s"), None))
     out = capsys.readouterr()
     assert rc == 1 and out.out == "" and out.err == "raftsched: no node reachable within 30 s\n"
+
+
+def test_the_sinks_subcommands_call_the_client(monkeypatch, capsys, tmp_path):
+    spec = tmp_path / "sink.json"
+    spec.write_text(json.dumps({"type": "slack", "secrets": {"url": "https://hooks.example/x"}}))
+    for argv, called, args in ((["sinks", "list"], "sinks", []), (["sinks", "get", "ops"], "get_sink", ["ops"]),
+                               (["sinks", "put", "ops", str(spec)], "put_sink",
+                                ["ops", {"type": "slack", "secrets": {"url": "https://hooks.example/x"}}]),
+                               (["sinks", "delete", "ops"], "delete_sink", ["ops"]),
+                               (["sinks", "dead", "ops", "--limit", "5"], "sink_dead", ["ops", 5]),
+                               (["sinks", "requeue", "ops", "--event", "ev-3"], "sink_requeue", ["ops", ["ev-3"]])):
+        rc, _ = _run(monkeypatch, argv)
+        assert rc == 0 and json.loads(capsys.readouterr().out) == {"called": called, "args": args}, argv
+    spec.write_text("{not json")
+    rc, made = _run(monkeypatch, ["sinks", "put", "ops", str(spec)])
+    assert rc == 1 and "malformed JSON" in capsys.readouterr().err

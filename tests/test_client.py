@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sqlite3
 import sys
 import threading
@@ -343,14 +344,40 @@ def test_failover_from_dead_url(node):
     assert ei.value.status is None and time.monotonic() - t0 < 5
 
 
-def test_fenced_store_demo_script(node, tmp_path):
+def _tree(root):
+    return {os.path.relpath(os.path.join(d, f), root) for d, dirs, files in os.walk(root) for f in files
+            if "__pycache__" not in d}
+
+
+def test_fenced_store_demo_script_leaves_nothing_behind(node, tmp_path):
+    """The demo as examples/README.md runs it (no --db): its temporary store is removed at the
+    end, and nothing is added to the tree."""
     import subprocess
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    before = _tree(REPO / "examples")
     r = subprocess.run(
         [sys.executable, str(REPO / "examples" / "fenced_store.py"), "demo", "--url", node.url(0),
-         "--token-file", str(node.token_file), "--db", str(tmp_path / "demo.db"), "--ttl", "1"],
-        capture_output=True, text=True, timeout=60, cwd=REPO)
+         "--token-file", str(node.token_file), "--ttl", "1"],
+        capture_output=True, text=True, timeout=60, cwd=REPO, env={**os.environ, "TMPDIR": str(tmp)})
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "REFUSED" in r.stdout
+    assert "REFUSED" in r.stdout and str(tmp) in r.stdout  # its store was a temporary one
+    assert list(tmp.iterdir()) == [] and _tree(REPO / "examples") == before
+
+
+def test_the_nightly_report_keeps_its_database_out_of_the_tree_and_tmp(tmp_path, monkeypatch):
+    sys.path.insert(0, str(REPO / "examples"))
+    try:
+        import nightly_report
+    finally:
+        sys.path.remove(str(REPO / "examples"))
+    monkeypatch.delenv("REPORTS_DB", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    nightly_report.connect().close()
+    assert (tmp_path / "data" / "raftsched-examples" / "reports.db").is_file()
+    monkeypatch.setenv("REPORTS_DB", str(tmp_path / "given.db"))
+    nightly_report.connect().close()
+    assert (tmp_path / "given.db").is_file()
 
 
 # ---------------------------------------------------------------------- transport, against a scripted server

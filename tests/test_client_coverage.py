@@ -45,6 +45,8 @@ CALLS = [
     (("POST", "/v1/preview"), "preview_spec", (PAUSED_SPEC, 2)),
     (("POST", "/v1/jobs/{name}/explain"), "explain", ("a", "2027-01-15T08:00:00Z", "2027-01-15T08:01:00Z")),
     (("POST", "/v1/jobs/{name}/trigger"), "trigger", ("a",)),
+    (("POST", "/v1/jobs/{name}/ping"), "ping", ("a", "start")),
+    (("GET", "/v1/deadlines"), "list_deadlines", (), {"state": "missed", "since": "2027-01-15T08:00:00Z"}),
     (("GET", "/v1/runs"), "list_runs", ()),
     (("GET", "/v1/runs/{run}"), "get_run", ("a@nosuch",)),
     (("POST", "/v1/jobs/{name}/pause"), "pause", ("a",)),
@@ -86,6 +88,12 @@ CALLS = [
     # Secrets at rest: both replicas' services seal with the process's one key, "process".
     (("POST", "/v1/secrets:rotate"), "rotate_seal_key", ("process",)),
     (("GET", "/v1/secrets"), "secrets_status", ()),
+    (("PUT", "/v1/sinks/{name}"), "put_sink", ("ops", {"type": "slack", "secrets": {"url": "https://hooks.example/x"}})),
+    (("GET", "/v1/sinks"), "sinks", ()),
+    (("GET", "/v1/sinks/{name}"), "get_sink", ("ops",)),
+    (("GET", "/v1/sinks/{name}/dead"), "sink_dead", ("ops",)),
+    (("POST", "/v1/sinks/{name}/dead:requeue"), "sink_requeue", ("ops",)),
+    (("DELETE", "/v1/sinks/{name}"), "delete_sink", ("ops",)),
 ]
 
 

@@ -102,6 +102,41 @@ def test_batch_registration_through_a_follower_reaches_every_replica(cluster):
     assert bulk_jobs(follower) == gens
 
 
+def test_a_heartbeat_job_pinged_over_http_meets_its_deadline_and_misses_it_when_not_pinged(cluster):
+    """A dead-man's switch (docs/notifications.md, "Deadlines"): a heartbeat job's slot is pinged
+    by a plain HTTP POST with a ping token bound to it, as curl would, and meets its deadline; the
+    next slots, not pinged, miss theirs (never_started), judged by the leader's sweep."""
+    leader = cluster.wait_leader(30)
+    s, tok = cluster.call(leader, "POST", "/v1/tokens", {"role": "ping", "jobs": ["hb"]})
+    assert s == 201, tok
+    spec = {"schedule": {"every_s": 3}, "executor": {"type": "heartbeat"}, "misfire": {"policy": "skip"},
+            "deadline": {"succeed_within_s": 2}}
+    s, b = cluster.call(leader, "PUT", "/v1/jobs/hb", spec)
+    assert s == 201, b
+    follower = (leader + 1) % 3
+    url = f"{cluster.url(follower)}/v1/jobs/hb/ping"
+
+    def waiting():
+        return [r for r in runs_of(cluster, follower, "hb") if r["state"] == "waiting"]
+    wait_for(waiting, 15, "a slot of the heartbeat job waiting for its ping")
+    s, b = http("POST", url, {"status": "success"}, token=tok["token"])
+    assert s == 200 and b["state"] == "succeeded", b
+    s, run = cluster.get(follower, f"/v1/runs/{b['run']}?consistent=true")
+    assert s == 200 and run["deadline"]["state"] == "met", run
+    # Not pinged from now on: the next slot misses its deadline.
+
+    def missed():
+        s, d = cluster.get(follower, "/v1/deadlines?state=missed&job=hb&consistent=true")
+        assert s == 200, d
+        return [x for x in d["deadlines"] if x["slot_ms"] > run["slot_ms"]]
+    got = wait_for(missed, 15, "a missed deadline")
+    assert got[0]["cause"] == "never_started" and got[0]["deadline"] == "succeed_within_s", got
+    s, b = http("POST", f"{cluster.url(follower)}/v1/jobs/tick/ping", {"status": "start"}, token=tok["token"])
+    assert s == 403 and b["error"]["field"] == "name", b
+    s, b = cluster.call(leader, "DELETE", "/v1/jobs/hb")
+    assert s == 200, b
+
+
 @pytest.mark.parametrize("policy", ["fire_once", "skip"])
 def test_kill_leader_schedule_carries_on(cluster, policy):
     """kill -9 of the leader: a new leader, the job keeps getting runs, no slot has two runs,

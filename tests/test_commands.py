@@ -230,6 +230,19 @@ CONSTRUCTED = [
     (commands.drain_worker(T0, "r", worker="w"), commands.make("drain_worker", T0, "r", worker="w")),
     (commands.workers_seen(T0, node="n", workers=[]), commands.make("workers_seen", T0, None, node="n", workers=[])),
     (commands.forget_workers(T0, workers=[]), commands.make("forget_workers", T0, None, workers=[])),
+    (commands.fire(T0, entries=[1], dl=[[2]]), commands.make("fire", T0, None, entries=[1], dl=[[2]])),
+    (commands.deadline_judge(T0, runs=["a@1"], jobs=[]),
+     commands.make("deadline_judge", T0, None, runs=["a@1"], jobs=[])),
+    (commands.ping(T0, "r", name="a", status="start", slot=None),
+     commands.make("ping", T0, "r", name="a", status="start", slot=None)),
+    (commands.put_sink(T0, "r", name="s", spec={}), commands.make("put_sink", T0, "r", name="s", spec={})),
+    (commands.delete_sink(T0, "r", name="s"), commands.make("delete_sink", T0, "r", name="s")),
+    (commands.sink_progress(T0, items=[]), commands.make("sink_progress", T0, None, items=[])),
+    (commands.sink_requeue(T0, "r", name="s", events=None), commands.make("sink_requeue", T0, "r", name="s", events=None)),
+    (commands.put_tenant_notify(T0, "r", name="t", notify=[]),
+     commands.make("put_tenant_notify", T0, "r", name="t", notify=[])),
+    (commands.takeover(T0, node="n", seen=5), commands.make("takeover", T0, None, node="n", seen=5)),
+    (commands.note_unplaceable(T0, runs=[]), commands.make("note_unplaceable", T0, None, runs=[])),
 ]
 
 

@@ -154,7 +154,15 @@ def good() -> dict:
 
     def read(node, phase):
         return {"node": node, "phase": phase, "consistent": True, "t_start_ms": READ_AT,
-                "jobs": copy.deepcopy(jobs), "runs": copy.deepcopy(b.runs), "backfills": copy.deepcopy(backfills)}
+                "jobs": copy.deepcopy(jobs), "runs": copy.deepcopy(b.runs), "backfills": copy.deepcopy(backfills),
+                "sink": {"name": "jepsen", "cursor": 1, "behind": 0, "dead": 0}}
+    # The notifications receiver: job b's first dead run told once (its incident), delivered twice.
+    first_dead = min((r for r in b.runs if r["state"] == "dead"), key=lambda r: r["slot_ms"])
+    ev = {"event_id": "ev-1", "seq": 1, "kind": "run.dead", "at": first_dead["finished_at"], "job": "b",
+          "tenant": "default", "slot": first_dead["slot_ms"], "run_id": first_dead["id"], "attempt": 2,
+          "reason": "exit status 1", "queue": "default", "consecutive_failures": 1}
+    events = [{"t_ms": first_dead["finished_at"] + 50 * k, "signed": True, "event": dict(ev),
+               "idempotency_key": "ev-1"} for k in (1, 2)]
     # The monitor: every node's role and commit index once a second; node-1 leads in term 1, node-3
     # from 9 s in term 2; node-2 is paused from 5 s to 11 s (no answer); the commit index rises.
     monitor = []
@@ -171,7 +179,7 @@ def good() -> dict:
     return {
         "schedule": {"seed": 1, "profile": "ci", "time_limit_s": 20, "nemeses": ["pause"], "plan": {"jobs": plan},
                      "faults": [{"kind": "pause"}]},
-        "history": b.history, "sink": b.sink,
+        "history": b.history, "sink": b.sink, "events": events,
         "reads": {"final": {str(i): read(i, "final") for i in range(3)},
                   "restart": {str(i): read(i, "restart") for i in range(3)}},
         "periodic": [], "monitor": monitor,
@@ -1000,3 +1008,42 @@ def test_a_lease_granted_before_a_cut_whose_worker_begins_after_it_is_not_a_gran
                 if (r["id"], a["attempt"]) == (first["run"], first["attempt"]):
                     a["started_at"] = None
     assert verdict(d, "power-loss")[0] == "invalid"
+
+
+# ------------------------------------------------------------------------------- notifications
+def test_notifications_every_event_the_cursor_passed_arrived_once_or_alike():
+    assert verdict(good(), "notifications")[0] == "valid"
+    d = good()
+    for r in each_read(d):
+        r["sink"]["cursor"] = 3
+    v, ex = verdict(d, "notifications")
+    assert v == "invalid" and "events [2, 3] never arrived" in ex[0], ex
+    d = good()
+    d["events"][1]["event"]["reason"] = "something else"
+    v, ex = verdict(d, "notifications")
+    assert v == "invalid" and "delivered twice with different bodies" in ex[0], ex
+    d = good()
+    d["events"][0]["signed"] = False
+    assert verdict(d, "notifications")[0] == "invalid"
+    d = good()
+    for r in each_read(d):
+        r["sink"]["dead"] = 1
+    assert verdict(d, "notifications")[0] == "invalid"
+
+
+def test_notifications_no_event_for_what_did_not_happen_and_every_failing_job_told():
+    d = good()
+    ok_run = next(r for r in list(each_read(d))[0]["runs"] if r["state"] == "succeeded" and r["job"] == "b")
+    for e in d["events"]:
+        e["event"]["run_id"] = ok_run["id"]
+    v, ex = verdict(d, "notifications")
+    assert v == "invalid" and "every read shows ['succeeded']" in ex[0], ex
+    d = good()
+    d["events"] = []
+    for r in each_read(d):
+        r["sink"]["cursor"] = 0
+    v, ex = verdict(d, "notifications")
+    assert v == "invalid" and ex == ["job b has dead runs in the final read and no run.dead event arrived"], ex
+    d = good()
+    del d["events"]
+    assert checker.check_notifications(d) is None  # a harness without the receiver: not judged

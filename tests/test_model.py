@@ -326,3 +326,12 @@ def test_spec_too_big_overall_is_refused():
     argv = ["x" * 100] * 200
     e = _refusal(_with(executor={"type": "shell", "argv": argv}))
     assert e.field is None and str(limits.job_spec_bytes_max) in e.message
+
+
+@pytest.mark.parametrize("url", ["http://]\u0101", "http://[::1", "https://[x]/a"])
+def test_an_http_url_urllib_cannot_split_is_refused_naming_the_field(url):
+    """urlsplit raises ValueError on an unbalanced or invalid IPv6 bracket: that was a 500 from
+    PUT /v1/jobs/{name} (found by schemathesis); it is a 422 naming executor.url."""
+    with pytest.raises(InvalidSpec) as e:
+        model.validate_executor({"type": "http", "url": url})
+    assert e.value.field == "executor.url"

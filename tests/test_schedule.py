@@ -183,6 +183,11 @@ def test_cron_dialect(expr, expected):
     ("0 0 15W * *", "day-of-month"),   # W (nearest weekday) is not supported
     ("0 0 ? * *", "day-of-month"),     # Quartz's '?' is not cron
     ("0 0 * * FRI-MON", "day-of-week"),  # a range may not wrap around
+    # ... and the message says what to write instead (Vixie cron refuses it too).
+    ("0 0 * * SAT-SUN", "day-of-week range SAT-SUN runs past Saturday, which cron does not allow: use SAT,SUN or 6-7"),
+    ("0 0 * * fri-mon", "use FRI,SAT,SUN,MON or 5-7,1"),
+    ("0 0 0 * * 6-0", "use SAT,SUN or 6-7"),
+    ("0 0 * * SAT-SUN/2", "list the days"),
     ("0 0 30 2 *", "day-of-month"),    # 30 February never exists
     ("H * * * *", "not allowed"),
     ("0 0 L/2 * *", "L takes no step"),

@@ -70,6 +70,14 @@ CASES = {
                 {"schedule": BASE, "misfire": SKIP, "secrets": {"API_KEY": "from-the-environment"}}),
     "keep_output": ({"every_s": 60, "misfire": "skip", "keep_output": False},
                     {"schedule": BASE, "misfire": SKIP, "keep_output": False}),
+    "deadline": ({"every_s": 60, "misfire": "skip", "deadline": {"succeed_within_s": 30, "succeed_by": "03:00"}},
+                 {"schedule": BASE, "misfire": SKIP, "deadline": {"succeed_within_s": 30, "succeed_by": "03:00"}}),
+    "notify": ({"every_s": 60, "misfire": "skip", "notify": [{"sink": "ops", "on": ["run.dead"]}]},
+               {"schedule": BASE, "misfire": SKIP, "notify": [{"sink": "ops", "on": ["run.dead"]}]}),
+    "pause_on_failure": ({"every_s": 60, "misfire": "skip", "pause_on_failure": {"after_consecutive": 3}},
+                         {"schedule": BASE, "misfire": SKIP, "pause_on_failure": {"after_consecutive": 3}}),
+    "metrics": ({"every_s": 60, "misfire": "skip", "metrics": True},
+                {"schedule": BASE, "misfire": SKIP, "metrics": True}),
 }
 
 
@@ -137,6 +145,7 @@ def test_an_unknown_option_is_refused_when_declared_naming_it(options, field):
     ({"every_s": 60, "misfire": "skip", "placement": {"labels": {APP_LABEL: "other"}}}, f"placement.labels.{APP_LABEL}"),
     ({"every_s": 60, "misfire": "skip", "placement": {"labels": {"pool": ""}}}, "placement.labels.pool"),
     ({"every_s": 60, "misfire": "skip", "placement": "gpu"}, "placement"),
+    ({"every_s": 60, "misfire": "skip", "deadline": {"succeed_by": "25:00"}}, "deadline.succeed_by"),
 ])
 def test_a_value_the_api_would_refuse_is_refused_when_declared_naming_the_field(options, field):
     app = App("billing")

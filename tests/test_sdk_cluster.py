@@ -267,6 +267,25 @@ def test_the_async_client_calls_every_endpoint_of_a_live_cluster(cluster):
             assert (await call("worker", wid, consistent=True))["id"] == wid
             assert (await call("drain_worker", wid))["state"] == "draining"
 
+            # A heartbeat job: pinged once its first slot has fired (a 1 s interval), then its
+            # deadlines listed and the slot explained.
+            hb = {"schedule": {"every_s": 1}, "executor": {"type": "heartbeat"}, "misfire": {"policy": "skip"},
+                  "deadline": {"succeed_within_s": 30}}
+            assert (await call("put_job", "async-hb", hb))["created"] is True
+            for _ in range(200):  # until a slot has fired: a conflict before that
+                try:
+                    p = await call("ping", "async-hb", "success")
+                    break
+                except RaftschedError as e:
+                    assert getattr(e, "status", None) == 409, e
+                    await asyncio.sleep(0.05)  # ok-sleep: polling interval inside a bounded loop
+            assert p["job"] == "async-hb" and p["state"] == "succeeded", p
+            dl = await call("list_deadlines", job="async-hb", consistent=True)
+            assert p["run"] in [d["run_id"] for d in dl["deadlines"] if d["state"] == "met"], dl
+            slot = (await c.get_run(p["run"]))["slot"]
+            assert (await c.explain("async-hb", slot=slot))["why"] == "it met its deadlines"
+            assert (await call("delete_job", "async-hb"))["deleted"] is True
+
             assert (await call("delete_job", "async-b"))["deleted"] is True
             assert (await call("delete_job", "async-fail"))["deleted"] is True
 
@@ -285,6 +304,15 @@ def test_the_async_client_calls_every_endpoint_of_a_live_cluster(cluster):
                 raise AssertionError("a rotation to a key no ring holds was accepted")
             except RaftschedError as e:
                 assert getattr(e, "status", None) == 422 and e.field == "key", e
+
+            sink = {"type": "webhook", "url": "http://127.0.0.1:9/", "secrets": {"signing_key": "k"}}
+            made = await call("put_sink", "async-sink", sink)
+            assert made["name"] == "async-sink" and made["spec"]["secrets"]["signing_key"].startswith("***:"), made
+            assert "async-sink" in [x["name"] for x in (await call("sinks", consistent=True))["sinks"]]
+            assert (await call("get_sink", "async-sink"))["cursor"] >= 0
+            assert (await call("sink_dead", "async-sink"))["dead"] == []
+            assert (await call("sink_requeue", "async-sink"))["requeued"] == 0
+            assert (await call("delete_sink", "async-sink"))["deleted"] is True
 
             made = await call("create_token", "reader", note="async")
             assert made["token"].startswith("rst_" + made["id"]) and made["role"] == "reader"

@@ -326,8 +326,13 @@ def test_rotation_seals_every_stored_value_under_the_new_key_keeps_fingerprints_
             views = {n: (await (await c.get(f"/v1/jobs/{n}")).json())["spec"] for n in ("a", "b", "legacy")}
             assert views["legacy"]["secrets"] == views["a"]["secrets"] == {"API_KEY": FP(SECRET)}
             queued = (await svc.trigger_job("a", None))["run"]  # queued before the rotation
+            # A notification sink's secret is sealed alike (node/notify.py), and rotated with the jobs'.
+            r = await c.put("/v1/sinks/s", data=json.dumps({"type": "webhook", "url": "http://127.0.0.1:9/",
+                                                             "secrets": {"signing_key": SECRET}}))
+            assert r.status == 201, await r.text()
+            sink_view = (await r.json())["spec"]
             status = await (await c.get("/v1/secrets")).json()
-            assert status["key"] == "k1" and status["values"] == {"k1": 4} and status["clear"] == 2
+            assert status["key"] == "k1" and status["values"] == {"k1": 5} and status["clear"] == 2
             assert status["ring"]["keys"] == ["k1"] and status["missing"] == []
 
             r = await c.post("/v1/secrets:rotate", data=json.dumps({"key": "k2"}))
@@ -336,7 +341,7 @@ def test_rotation_seals_every_stored_value_under_the_new_key_keeps_fingerprints_
             r = await c.post("/v1/secrets:rotate", data=json.dumps({"key": "k2"}))
             body = await r.json()
             assert r.status == 200, body
-            assert body["complete"] is True and body["resealed"] == 3 and body["values"] == {"k2": 6}
+            assert body["complete"] is True and body["resealed"] == 4 and body["values"] == {"k2": 7}
             assert body["clear"] == 0 and body["unreadable"] == {}
             # No stored value under the old key (nor in clear) remains; new ones go under k2.
             assert stored_keys(state) == {"k2"} and svc.read(queries.seal_key) == "k2"
@@ -345,6 +350,8 @@ def test_rotation_seals_every_stored_value_under_the_new_key_keeps_fingerprints_
             assert SECRET.encode() not in state.snapshot()
             for n in ("a", "b", "legacy"):
                 assert (await (await c.get(f"/v1/jobs/{n}")).json())["spec"] == views[n], "same redaction"
+            assert sealing.key_of(state.sinks["s"]["spec"]["secrets"]["signing_key"]) == "k2"
+            assert (await (await c.get("/v1/sinks/s")).json())["spec"] == sink_view, "same redaction"
             # Rotating again to the same key finds nothing to do.
             again = await (await c.post("/v1/secrets:rotate", data=json.dumps({"key": "k2"}))).json()
             assert again["resealed"] == 0 and again["passes"] == 1

@@ -23,6 +23,8 @@ import hashlib
 import os
 import sys
 
+import msgpack
+
 from raftsched.core import commands
 from raftsched.core.state import SchedulerState
 
@@ -220,6 +222,30 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+#: Sections of the state added after the fixture was taken, which its commands now also write: a
+#: job's health, kept on every run outcome (core/notify.py). Compared without them; everything
+#: the fixture knew must be byte for byte the same.
+NEWER_SECTIONS = ("health",)
+
+
+def _known(data: bytes) -> bytes:
+    """A snapshot without NEWER_SECTIONS (version 3 again when no other section is left)."""
+    obj = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    ext = obj.get("ext")
+    if not ext or not any(k in ext for k in NEWER_SECTIONS):
+        return data
+    for k in NEWER_SECTIONS:
+        ext.pop(k, None)
+    if not ext:
+        del obj["ext"]
+        obj["v"] = 3
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def _known_hash(s: SchedulerState) -> str:
+    return _sha(_known(s.snapshot()))
+
+
 def _fixture() -> bytes:
     with open(FIXTURE, "rb") as f:
         return f.read()
@@ -240,7 +266,9 @@ def test_the_fixture_restores_and_snapshots_to_the_same_bytes():
 
 
 def test_building_the_workload_today_writes_the_fixture():
-    assert build().snapshot() == _fixture()
+    built = build().snapshot()
+    assert _known(built) == _fixture()
+    assert msgpack.unpackb(built, raw=False, strict_map_key=False)["ext"]["health"]  # (so the strip is needed)
 
 
 def test_further_commands_after_a_restore_give_the_recorded_state():
@@ -248,11 +276,11 @@ def test_further_commands_after_a_restore_give_the_recorded_state():
     s.restore(_fixture())
     results = further(s)
     assert all(isinstance(r, dict) and "ok" in r for r in results)
-    assert s.state_hash() == FURTHER_SHA256
+    assert _known_hash(s) == FURTHER_SHA256
     # The same commands on the state the fixture was taken from end in the same state.
     built = build()
     assert further(built) == results
-    assert built.state_hash() == FURTHER_SHA256
+    assert _known_hash(built) == FURTHER_SHA256
 
 
 if __name__ == "__main__":

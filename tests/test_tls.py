@@ -66,10 +66,33 @@ def test_a_client_that_does_not_trust_the_node_is_refused_at_once(node, tmp_path
     assert time.monotonic() - t0 < 10, "a TLS failure is not retried until the deadline"
 
 
-def test_plain_http_to_the_tls_port_gets_nothing(node):
-    c = Client(node.url(0).replace("https://", "http://"), token=node.token, deadline_s=1)
-    with pytest.raises(Exception):  # noqa: B017 - whatever the TLS port does to plain HTTP, it is no answer
-        c.cluster()
+def test_plain_http_to_the_tls_port_says_tls_is_expected_at_once(node):
+    """The node cannot read plain HTTP: nothing happened, and the client says to use https://
+    instead of retrying a "connection lost" until its deadline."""
+    http_url = node.url(0).replace("https://", "http://")
+    for mutate in (False, True):
+        c = Client(http_url, token=node.token, deadline_s=20)
+        t0 = time.monotonic()
+        with pytest.raises(Unavailable) as ei:
+            c.trigger("nope") if mutate else c.cluster()
+        assert "the node expects TLS: use https://" in ei.value.message, ei.value.message
+        assert time.monotonic() - t0 < 10
+    # The asyncio client (and so raftsched worker) alike.
+    import asyncio
+    from raftsched.client.asynchronous import AsyncClient
+
+    async def via_asyncio():
+        async with AsyncClient(http_url, token=node.token, deadline_s=20) as ac:
+            t0 = time.monotonic()
+            with pytest.raises(Unavailable) as ei:
+                await ac.trigger("nope")
+            assert "the node expects TLS: use https://" in ei.value.message, ei.value.message
+            assert time.monotonic() - t0 < 10
+    asyncio.run(via_asyncio())
+    # The command line: one line, with the next step.
+    p = subprocess.run([sys.executable, "-m", "raftsched.cli", "trigger", "j", "--url", http_url, "--token", node.token],
+                       capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert p.returncode == 1 and p.stderr.count("expects TLS") == 1 and len(p.stderr.splitlines()) <= 2, p.stderr
 
 
 def test_tokens_cli_create_list_revoke(node):

@@ -33,7 +33,7 @@ def test_create_stores_the_hash_and_never_a_secret_and_lists_without_it():
         "hash": HASH, "revoked": None, "note": "ci"}
     listed = queries.token_list(s)
     assert listed == [{"id": "0123456789abcdef", "role": "operator", "tenants": ["app", "billing"], "workers": None,
-                       "created": T0, "expires": T0 + 60 * SEC, "revoked": None, "note": "ci"}]
+                       "jobs": None, "created": T0, "expires": T0 + 60 * SEC, "revoked": None, "note": "ci"}]
     assert queries.token_auth(s, "0123456789abcdef") == ("operator", ("app", "billing"), T0 + 60 * SEC, HASH, None)
     assert queries.token_auth(s, "ffffffffffffffff") is None
 
@@ -148,3 +148,16 @@ def test_bound_tokens_snapshot_their_ids_and_unbound_ones_snapshot_as_before():
     r = SchedulerState()
     r.restore(data)
     assert r.tokens == a.tokens and "workers" not in r.tokens[f"{1:016x}"] and r.snapshot() == data
+
+
+def test_a_ping_token_is_bound_to_jobs_and_its_binding_survives_a_snapshot():
+    s = new_state()
+    assert create(s, role="ping", jobs=["nightly", "backup"])["ok"]
+    assert queries.token_auth_jobs(s, "0123456789abcdef")[5] == ("backup", "nightly")
+    for bad in ({"role": "ping"}, {"role": "operator", "jobs": ["a"]}, {"role": "ping", "jobs": ["a", "a"]},
+                {"role": "ping", "jobs": []}):
+        res = create(s, tid="fedcba9876543210", **bad)
+        assert not res["ok"] and res["error"]["code"] == "invalid_command", bad
+    r = SchedulerState()
+    r.restore(s.snapshot())
+    assert r.tokens == s.tokens and r.snapshot() == s.snapshot()

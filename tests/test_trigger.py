@@ -348,3 +348,31 @@ def test_a_leader_whose_peers_do_not_measure_clocks_fires_as_before():
     assert not trig.clock_holds()
     raft.clock = dict(raft.clock, state="disagrees", offset_ms=5000)
     assert trig.clock_holds() and trig.held_by_clock == "disagrees"
+
+
+def test_the_trigger_commits_deadline_instants_with_the_fire_and_sweeps_them_by_its_clock():
+    """A job with a deadline: its fire carries the slots' instants (computed here, not by apply),
+    and the first tick after an instant proposes deadline_judge; a failed sweep is proposed again
+    by the next tick. A job without one adds nothing to its fire and proposes no sweep."""
+    st, raft, clock, trig = setup(n_jobs=1, pol="skip")
+    asyncio.run(Service(raft, clock, "n1").put_job("d", dict(spec(pol="skip"), deadline={"succeed_within_s": 3}),
+                                                   None))
+    n = len(raft.proposed)
+    clock.advance(10_000)
+    asyncio.run(trig.tick())
+    fires = [commands.decode(d) for d in raft.proposed[n:]]
+    (fire,) = [c for c in fires if c["op"] == "fire"]
+    (slot,) = scheduled_slots(st, "d")
+    assert fire["dl"] == [["d", st.jobs["d"]["gen"], slot, None, slot + 3000, None]]
+    clock.advance(3_100)
+    raft.fail = "unavailable"
+    asyncio.run(trig.tick())
+    assert st.deadlines.slots[f"d@{slot}"]["state"] == "pending"
+    raft.fail = None
+    n = len(raft.proposed)
+    asyncio.run(trig.tick())
+    ops = [commands.decode(d)["op"] for d in raft.proposed[n:]]
+    assert ops == ["deadline_judge"] and st.deadlines.slots[f"d@{slot}"]["state"] == "missed"
+    n = len(raft.proposed)
+    asyncio.run(trig.tick())
+    assert raft.proposed[n:] == []  # nothing more to judge: no command

@@ -39,12 +39,12 @@ from ..aio import wait_event
 from ..core.errors import RaftschedError
 from . import endpoints
 from .core import (
-    DEADLINE_S_DEFAULT, TIMEOUT_S_DEFAULT, LockHeld, LostAfterSendError, NotSentError, Request, TlsFailedError,
+    DEADLINE_S_DEFAULT, TIMEOUT_S_DEFAULT, LockHeld, LostAfterSendError, Node, NotSentError, Request, TlsFailedError,
     Transport, TransportError, Try, Wait, decode,
 )
 from .endpoints import PAGE_LIMIT_DEFAULT, PREVIEW_COUNT_DEFAULT, UNSET
 from .policy import BACKFILL_POLL_S_DEFAULT, LOCK_TTL_S_DEFAULT, BackfillWait, Lease, LockPolicy
-from .tls import client_tls_context
+from .tls import client_tls_context, probe_context
 
 __all__ = ["AsyncClient", "AsyncLock"]
 
@@ -86,6 +86,18 @@ class _Attempts:
             raise
 
 
+async def _speaks_tls(node: Node, timeout: float) -> bool:
+    """Whether a node that dropped a plain HTTP request completes a TLS handshake (blocking.py's
+    ``_speaks_tls``, on the loop)."""
+    try:
+        _, writer = await asyncio.wait_for(
+            asyncio.open_connection(node.host, node.port, ssl=probe_context(), server_hostname=node.host), timeout)
+    except (OSError, asyncio.TimeoutError, ValueError):
+        return False
+    writer.close()
+    return True
+
+
 class AsyncClient(Transport):
     """An asyncio client of a raftsched cluster; see the module docstring.
 
@@ -103,8 +115,8 @@ class AsyncClient(Transport):
 
     def __init__(self, urls: list[str] | str, token: str | None = None, timeout_s: float = TIMEOUT_S_DEFAULT,
                  *, deadline_s: float = DEADLINE_S_DEFAULT, session: aiohttp.ClientSession | None = None,
-                 ca_file: str | None = None, cert_file: str | None = None, key_file: str | None = None) -> None:
-        super().__init__(urls, token, timeout_s, deadline_s)
+                 ca_file: str | None = None, cert_file: str | None = None, key_file: str | None = None, fail_fast: bool = False) -> None:
+        super().__init__(urls, token, timeout_s, deadline_s, fail_fast)
         self._ssl = client_tls_context(ca_file, cert_file, key_file) if self._uses_https() else None
         self._session = session
         self._own_session = session is None
@@ -146,6 +158,10 @@ class AsyncClient(Transport):
                 status = resp.status
                 rh = {k.lower(): v for k, v in resp.headers.items()}
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+            if not node.https and attempts.may_have_left and await _speaks_tls(node, timeout):
+                # A TLS port could not read the request as HTTP: nothing was done (blocking.py alike).
+                raise TlsFailedError(f"{node.url}: the node expects TLS: use https://{node.base[7:]} "
+                                     "(and a CA file)") from e
             if attempts.may_have_left:
                 # Whatever the last attempt's error (aiohttp's resend meeting "connection
                 # refused", say), an earlier attempt got a connection: the outcome is unknown.
@@ -249,9 +265,19 @@ class AsyncClient(Transport):
         """``GET /v1/jobs/{name}/preview``: a job's next ``count`` slots, with DST marks."""
         return await self._send(endpoints.preview(name, count, after))
 
-    async def explain(self, name: str, down_from: str, down_to: str) -> dict:
-        """``POST /v1/jobs/{name}/explain``: what an outage window would do to a job's slots."""
-        return await self._send(endpoints.explain(name, down_from, down_to))
+    async def explain(self, name: str, down_from: str | None = None, down_to: str | None = None, *,
+                      slot: str | None = None) -> dict:
+        """``POST /v1/jobs/{name}/explain``: an outage window's effect, or why a slot missed its deadline."""
+        return await self._send(endpoints.explain(name, down_from, down_to, slot=slot))
+
+    async def ping(self, name: str, status: str = "success", *, slot: str | None = None) -> dict:
+        """``POST /v1/jobs/{name}/ping``: a heartbeat job's start, success or fail."""
+        return await self._send(endpoints.ping(name, status, slot=slot))
+
+    async def list_deadlines(self, state: str | None = None, job: str | None = None, since: str | None = None,
+                      limit: int = PAGE_LIMIT_DEFAULT, consistent: bool = False) -> dict:
+        """``GET /v1/deadlines``: slots' deadline outcomes, newest first."""
+        return await self._send(endpoints.list_deadlines(state, job, since, limit, consistent))
 
     async def trigger(self, name: str, *, slot: str | None = None, payload: Any = UNSET) -> dict:
         """``POST /v1/jobs/{name}/trigger``: a manual run now (or of ``slot``, deduplicated)."""
@@ -300,10 +326,35 @@ class AsyncClient(Transport):
 
     async def put_tenant(self, name: str, rate_per_s: float | None = None, burst: int | None = None, *,
                    executors: list[str] | None = None, placement_labels: dict[str, str] | None = None,
-                   network_allow: list[str] | None = None) -> dict:
-        """``PUT /v1/tenants/{name}``: a tenant's rate limit and/or its policy."""
+                   network_allow: list[str] | None = None, notify: list[dict] | None = None) -> dict:
+        """``PUT /v1/tenants/{name}``: a tenant's rate limit and/or its policy and/or default routes."""
         return await self._send(endpoints.put_tenant(name, rate_per_s, burst, executors=executors,
-                                                 placement_labels=placement_labels, network_allow=network_allow))
+                                                 placement_labels=placement_labels, network_allow=network_allow,
+                                                 notify=notify))
+
+    async def sinks(self, consistent: bool = False) -> dict:
+        """``GET /v1/sinks``: every sink (secrets redacted)."""
+        return await self._send(endpoints.sinks(consistent))
+
+    async def get_sink(self, name: str, consistent: bool = False) -> dict:
+        """``GET /v1/sinks/{name}``: a sink. :raises NotFound:"""
+        return await self._send(endpoints.get_sink(name, consistent))
+
+    async def put_sink(self, name: str, spec: dict) -> dict:
+        """``PUT /v1/sinks/{name}``: create or replace a sink."""
+        return await self._send(endpoints.put_sink(name, spec))
+
+    async def delete_sink(self, name: str) -> dict:
+        """``DELETE /v1/sinks/{name}``."""
+        return await self._send(endpoints.delete_sink(name))
+
+    async def sink_dead(self, name: str, limit: int = endpoints.PAGE_LIMIT_DEFAULT) -> dict:
+        """``GET /v1/sinks/{name}/dead``: the events the sink refused past its retry budget."""
+        return await self._send(endpoints.sink_dead(name, limit))
+
+    async def sink_requeue(self, name: str, events: list[str] | None = None) -> dict:
+        """``POST /v1/sinks/{name}/dead:requeue``: deliver dead events again."""
+        return await self._send(endpoints.sink_requeue(name, events))
 
     async def delete_tenant(self, name: str) -> dict:
         """``DELETE /v1/tenants/{name}``: lift the tenant's rate limit and policy."""
@@ -415,9 +466,9 @@ class AsyncClient(Transport):
                                                          timeout_s=timeout_s, deadline_s=deadline_s))
 
     async def create_token(self, role: str, tenants: list[str] | None = None, expires: str | int | None = None,
-                           note: str | None = None, workers: list[str] | None = None) -> dict:
+                           note: str | None = None, workers: list[str] | None = None, jobs: list[str] | None = None) -> dict:
         """``POST /v1/tokens``: a new API token; its secret is shown this once."""
-        return await self._send(endpoints.create_token(role, tenants, expires, note, workers))
+        return await self._send(endpoints.create_token(role, tenants, expires, note, workers, jobs))
 
     async def tokens(self) -> dict:
         """``GET /v1/tokens``: every token, without secrets."""

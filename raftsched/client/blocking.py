@@ -11,6 +11,7 @@ certificate that does not verify is :class:`TlsFailedError`, and any error after
 from __future__ import annotations
 
 import http.client
+import socket
 import ssl
 import threading
 import time
@@ -24,9 +25,20 @@ from .core import (
 )
 from .endpoints import PAGE_LIMIT_DEFAULT, PREVIEW_COUNT_DEFAULT, UNSET
 from .policy import BACKFILL_POLL_S_DEFAULT, LOCK_TTL_S_DEFAULT, BackfillWait, Lease, LockPolicy
-from .tls import client_tls_context
+from .tls import client_tls_context, probe_context
 
 __all__ = ["Client", "Lock"]
+
+
+def _speaks_tls(node: Node, timeout: float) -> bool:
+    """Whether a node that dropped a plain HTTP request completes a TLS handshake: it serves
+    HTTPS, and the URL says http://. Only asks; sends nothing (no certificate is trusted)."""
+    try:
+        with socket.create_connection((node.host, node.port), timeout=timeout) as raw:
+            with probe_context().wrap_socket(raw, server_hostname=node.host):
+                return True
+    except (OSError, ValueError):
+        return False
 
 
 class Client(Transport):
@@ -44,12 +56,14 @@ class Client(Transport):
         verified.
     :param cert_file: a client certificate (PEM) for nodes that ask for one (mutual TLS), and
         ``key_file`` its key (default: in ``cert_file``).
+    :param fail_fast: try each node once per call and then raise what each said, instead of
+        going round until the deadline (the command line's choice; core.Call).
     """
 
     def __init__(self, urls: list[str] | str, token: str | None = None, timeout_s: float = TIMEOUT_S_DEFAULT,
                  *, deadline_s: float = DEADLINE_S_DEFAULT, ca_file: str | None = None, cert_file: str | None = None,
-                 key_file: str | None = None) -> None:
-        super().__init__(urls, token, timeout_s, deadline_s)
+                 key_file: str | None = None, fail_fast: bool = False) -> None:
+        super().__init__(urls, token, timeout_s, deadline_s, fail_fast)
         self._ssl = client_tls_context(ca_file, cert_file, key_file) if self._uses_https() else None
 
     # ------------------------------------------------------------------ transport
@@ -64,6 +78,11 @@ class Client(Transport):
             try:
                 conn.connect()
             except ssl.SSLError as e:
+                if "WRONG_VERSION_NUMBER" in str(e):
+                    raise TlsFailedError(f"{node.url}: the node does not speak TLS: use http://") from e
+                if isinstance(e, ssl.SSLCertVerificationError):
+                    raise TlsFailedError(f"TLS with {node.url} failed: {e.verify_message or e}; give the CA "
+                                         "its certificate chains to (--ca-file)") from e
                 raise TlsFailedError(f"TLS with {node.url} failed: {e}") from e
             except OSError as e:
                 raise NotSentError(f"{node.url}: {e}") from e
@@ -72,6 +91,10 @@ class Client(Transport):
                 resp = conn.getresponse()
                 raw = resp.read()
             except (OSError, http.client.HTTPException) as e:
+                if not node.https and _speaks_tls(node, timeout):
+                    # It could not read the request as HTTP: nothing was done.
+                    raise TlsFailedError(f"{node.url}: the node expects TLS: use https://{node.base[7:]} "
+                                         "(and --ca-file)") from e
                 raise LostAfterSendError(f"{node.url}: {type(e).__name__}: {e}") from e
             return resp.status, {k.lower(): v for k, v in resp.getheaders()}, decode(raw)
         finally:
@@ -175,9 +198,19 @@ class Client(Transport):
         """``GET /v1/jobs/{name}/preview``: a job's next ``count`` slots, with DST marks."""
         return self._send(endpoints.preview(name, count, after))
 
-    def explain(self, name: str, down_from: str, down_to: str) -> dict:
-        """``POST /v1/jobs/{name}/explain``: what an outage window would do to a job's slots."""
-        return self._send(endpoints.explain(name, down_from, down_to))
+    def explain(self, name: str, down_from: str | None = None, down_to: str | None = None, *,
+                slot: str | None = None) -> dict:
+        """``POST /v1/jobs/{name}/explain``: an outage window's effect, or why a slot missed its deadline."""
+        return self._send(endpoints.explain(name, down_from, down_to, slot=slot))
+
+    def ping(self, name: str, status: str = "success", *, slot: str | None = None) -> dict:
+        """``POST /v1/jobs/{name}/ping``: a heartbeat job's start, success or fail."""
+        return self._send(endpoints.ping(name, status, slot=slot))
+
+    def list_deadlines(self, state: str | None = None, job: str | None = None, since: str | None = None,
+                limit: int = PAGE_LIMIT_DEFAULT, consistent: bool = False) -> dict:
+        """``GET /v1/deadlines``: slots' deadline outcomes, newest first."""
+        return self._send(endpoints.list_deadlines(state, job, since, limit, consistent))
 
     def trigger(self, name: str, *, slot: str | None = None, payload: Any = UNSET) -> dict:
         """``POST /v1/jobs/{name}/trigger``: a manual run now (or of ``slot``, deduplicated)."""
@@ -226,10 +259,35 @@ class Client(Transport):
 
     def put_tenant(self, name: str, rate_per_s: float | None = None, burst: int | None = None, *,
                    executors: list[str] | None = None, placement_labels: dict[str, str] | None = None,
-                   network_allow: list[str] | None = None) -> dict:
-        """``PUT /v1/tenants/{name}``: a tenant's rate limit and/or its policy."""
+                   network_allow: list[str] | None = None, notify: list[dict] | None = None) -> dict:
+        """``PUT /v1/tenants/{name}``: a tenant's rate limit and/or its policy and/or default routes."""
         return self._send(endpoints.put_tenant(name, rate_per_s, burst, executors=executors,
-                                                 placement_labels=placement_labels, network_allow=network_allow))
+                                                 placement_labels=placement_labels, network_allow=network_allow,
+                                                 notify=notify))
+
+    def sinks(self, consistent: bool = False) -> dict:
+        """``GET /v1/sinks``: every sink (secrets redacted)."""
+        return self._send(endpoints.sinks(consistent))
+
+    def get_sink(self, name: str, consistent: bool = False) -> dict:
+        """``GET /v1/sinks/{name}``: a sink. :raises NotFound:"""
+        return self._send(endpoints.get_sink(name, consistent))
+
+    def put_sink(self, name: str, spec: dict) -> dict:
+        """``PUT /v1/sinks/{name}``: create or replace a sink."""
+        return self._send(endpoints.put_sink(name, spec))
+
+    def delete_sink(self, name: str) -> dict:
+        """``DELETE /v1/sinks/{name}``."""
+        return self._send(endpoints.delete_sink(name))
+
+    def sink_dead(self, name: str, limit: int = endpoints.PAGE_LIMIT_DEFAULT) -> dict:
+        """``GET /v1/sinks/{name}/dead``: the events the sink refused past its retry budget."""
+        return self._send(endpoints.sink_dead(name, limit))
+
+    def sink_requeue(self, name: str, events: list[str] | None = None) -> dict:
+        """``POST /v1/sinks/{name}/dead:requeue``: deliver dead events again."""
+        return self._send(endpoints.sink_requeue(name, events))
 
     def delete_tenant(self, name: str) -> dict:
         """``DELETE /v1/tenants/{name}``: lift the tenant's rate limit and policy."""
@@ -335,9 +393,9 @@ class Client(Transport):
                                                    timeout_s=timeout_s, deadline_s=deadline_s))
 
     def create_token(self, role: str, tenants: list[str] | None = None, expires: str | int | None = None,
-                     note: str | None = None, workers: list[str] | None = None) -> dict:
+                     note: str | None = None, workers: list[str] | None = None, jobs: list[str] | None = None) -> dict:
         """``POST /v1/tokens``: a new API token; its secret is shown this once."""
-        return self._send(endpoints.create_token(role, tenants, expires, note, workers))
+        return self._send(endpoints.create_token(role, tenants, expires, note, workers, jobs))
 
     def tokens(self) -> dict:
         """``GET /v1/tokens``: every token, without secrets."""

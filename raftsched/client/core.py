@@ -298,11 +298,15 @@ class Call:
     :param accept: error statuses returned as a success (``GET /healthz`` answers 503 with a
         body that says why).
     :param uniform: ``random.uniform``, or a stand-in in tests: the jitter of the waits.
+    :param fail_fast: one round only: once every node was tried and none answered for good
+        (unreachable, 503, 504, lost), fail at once with what each node said (the command line:
+        a node answers 503 only after waiting its propose timeout for a leader, so a second
+        round would only repeat it).
     """
 
     def __init__(self, urls: list[str], method: str, path: str, mutating: bool, *, start: int,
                  timeout_s: float, budget_s: float, now_s: float, accept: tuple[int, ...] = (),
-                 uniform: Callable[[float, float], float] = random.uniform) -> None:
+                 uniform: Callable[[float, float], float] = random.uniform, fail_fast: bool = False) -> None:
         if not urls:
             raise ValueError("give at least one node URL")
         self.urls = list(urls)
@@ -320,6 +324,9 @@ class Call:
         self._k = 0             # the next node of this round, counted from start
         self._retry_after = 0.0  # the longest Retry-After of this round
         self._waited = False    # the last step was a Wait
+        self.fail_fast = fail_fast
+        #: what each node of this round said, when it gave no final answer: (url, 503 or None, message)
+        self.round: list[tuple[str, int | None, str]] = []
 
     # ------------------------------------------------------------------ what to do next
     def next(self, now_s: float) -> Try | Wait | Fail:
@@ -339,6 +346,8 @@ class Call:
         # Every node was tried this round (or the deadline passed).
         if remaining <= 0:
             return Fail(self.final_error())
+        if self.fail_fast:
+            return Fail(self.round_error())
         self._k = n
         self._waited = True
         pause = max(ROUND_WAIT_S_MIN, min(self._retry_after or ROUND_WAIT_S_DEFAULT, ROUND_WAIT_S_MAX))
@@ -348,6 +357,7 @@ class Call:
     def not_sent(self, node: int, why: str) -> None:
         """The request could not be sent to ``node``: try the next one."""
         self.last = with_status(Unavailable(f"node unreachable: {why}", node=self.urls[node]), None)
+        self.round.append((self.urls[node], None, f"unreachable ({_without(why, self.urls[node])})"))
         log.debug("client: %s", self.last.message)
 
     def lost(self, node: int, why: str) -> None:
@@ -358,9 +368,12 @@ class Call:
             # A read changes nothing: there is no outcome to be unsure of, only no answer yet.
             self.last = with_status(Unavailable(
                 f"connection lost after sending {self.method} {self.path}: {why}", node=self.urls[node]), None)
+            self.round.append((self.urls[node], None, f"connection lost ({_without(why, self.urls[node])})"))
             log.debug("client: %s (a read: retrying)", self.last.message)
             return
         self.maybe_applied = True
+        self.round.append((self.urls[node], None,
+                           f"connection lost after the request was sent ({_without(why, self.urls[node])})"))
         self.last = with_status(Indeterminate(
             f"connection lost after sending {self.method} {self.path}: {why}; the request may have applied",
             node=self.urls[node]), None)
@@ -379,15 +392,35 @@ class Call:
             except ValueError:
                 retry_after = ROUND_WAIT_S_DEFAULT
             self._retry_after = max(self._retry_after, retry_after)
+            self.round.append((self.urls[node], 503, err.message))
             log.debug("client: %s answered 503: %s", self.urls[node], err.message)
             return None
         if status == 504:
             self.maybe_applied = self.maybe_applied or self.mutating
             self.last = err
+            self.round.append((self.urls[node], 504, err.message))
             log.info("client: %s answered 504 (%s); retrying with the same Idempotency-Key",
                      self.urls[node], err.message)
             return None
         return Fail(err, node)
+
+    def round_error(self) -> RaftschedError:
+        """The error of a ``fail_fast`` call after its one round: what happened, once, and what
+        to do next."""
+        said = "; ".join(f"{url}: {'HTTP %d, ' % st if st else ''}{msg}" for url, st, msg in self.round)
+        if self.maybe_applied:
+            return with_status(Indeterminate(
+                f"the outcome is unknown: the request may have applied ({said}). Look before sending it "
+                "again (raftsched get, raftsched runs)"), None)
+        if any(st == 503 and "leader" in msg for _, st, msg in self.round):
+            return with_status(Unavailable(
+                f"no quorum: no node has a leader ({said}). Nothing was changed. Start the stopped "
+                "nodes (scripts/cluster.sh status lists them) and try again"), None)
+        if any(st == 503 for _, st, _ in self.round):
+            return with_status(Unavailable(f"unavailable ({said}). Nothing was changed; try again later"), None)
+        return with_status(Unavailable(
+            f"node unreachable: {said}. Is the cluster running (scripts/cluster.sh status)? --url, "
+            "RAFTSCHED_URL or a context names its nodes"), None)
 
     def final_error(self) -> RaftschedError:
         """The error to raise once the deadline has passed."""
@@ -403,6 +436,11 @@ class Call:
         return last
 
 
+def _without(why: str, url: str) -> str:
+    """A transport's message without the node's URL in front (the caller names the node)."""
+    return why[len(url) + 2:] if why.startswith(url + ": ") else why
+
+
 class Exchange:
     """One :class:`Request` from its first attempt to its result: its encoding (one
     Idempotency-Key for every attempt), the :class:`Call` that routes and retries it, and how it
@@ -415,7 +453,7 @@ class Exchange:
 
     def __init__(self, request: Request, urls: list[str], *, token: str | None, start: int,
                  timeout_s: float, deadline_s: float, now_s: float,
-                 uniform: Callable[[float, float], float] = random.uniform) -> None:
+                 uniform: Callable[[float, float], float] = random.uniform, fail_fast: bool = False) -> None:
         self.request = request
         self.method = request.method
         self.target = request.target
@@ -424,7 +462,7 @@ class Exchange:
         self.call = Call(urls, request.method, self.target, request.mutating, start=start,
                          timeout_s=timeout_s if request.timeout_s is None else request.timeout_s,
                          budget_s=deadline_s if request.deadline_s is None else request.deadline_s,
-                         now_s=now_s, accept=request.accept, uniform=uniform)
+                         now_s=now_s, accept=request.accept, uniform=uniform, fail_fast=fail_fast)
         self.end: Done | Fail | None = None
 
     @property
@@ -474,7 +512,8 @@ class Transport:
     :param urls: one base URL (``http://127.0.0.1:8701``) or a list of them, one per node.
     """
 
-    def __init__(self, urls: list[str] | str, token: str | None, timeout_s: float, deadline_s: float) -> None:
+    def __init__(self, urls: list[str] | str, token: str | None, timeout_s: float, deadline_s: float,
+                 fail_fast: bool = False) -> None:
         if isinstance(urls, str):
             urls = [urls]
         if not urls:
@@ -483,6 +522,8 @@ class Transport:
         self.token = token
         self.timeout_s = timeout_s
         self.deadline_s = deadline_s
+        #: one round of the nodes per call, then the error (core.Call's ``fail_fast``)
+        self.fail_fast = fail_fast
         self._preferred = 0  # index of the node that answered last
 
     @property
@@ -495,7 +536,8 @@ class Transport:
 
     def _exchange(self, request: Request, now_s: float) -> Exchange:
         return Exchange(request, self.urls, token=self.token, start=self._preferred,
-                        timeout_s=self.timeout_s, deadline_s=self.deadline_s, now_s=now_s)
+                        timeout_s=self.timeout_s, deadline_s=self.deadline_s, now_s=now_s,
+                        fail_fast=self.fail_fast)
 
     def _finish(self, ex: Exchange) -> Any:
         if ex.answered_by is not None:

@@ -158,10 +158,30 @@ def preview(name: str, count: int = PREVIEW_COUNT_DEFAULT, after: str | None = N
 
 
 @endpoint
-def explain(name: str, down_from: str, down_to: str) -> Request:
+def explain(name: str, down_from: str | None = None, down_to: str | None = None, *,
+            slot: str | None = None) -> Request:
     """``POST /v1/jobs/{name}/explain``: what an outage from ``down_from`` to ``down_to``
-    (ISO-8601) would do to a job's slots, by its misfire policy. Read-only: it proposes nothing."""
+    (ISO-8601) would do to a job's slots, by its misfire policy; or, with ``slot`` (ISO-8601)
+    instead, why that slot met or missed its deadline. Read-only: it proposes nothing."""
+    if slot is not None:
+        return Request("POST", f"/v1/jobs/{_q(name)}/explain", body={"slot": slot})
     return Request("POST", f"/v1/jobs/{_q(name)}/explain", body={"down_from": down_from, "down_to": down_to})
+
+
+@endpoint
+def ping(name: str, status: str = "success", *, slot: str | None = None) -> Request:
+    """``POST /v1/jobs/{name}/ping``: a heartbeat job's ``start``, ``success`` or ``fail``, for
+    its newest slot still open, or for ``slot`` (ISO-8601): ``{"job", "run", "state"}``."""
+    return Request("POST", f"/v1/jobs/{_q(name)}/ping", body=dict(_given(slot=slot), status=status))
+
+
+@endpoint
+def list_deadlines(state: str | None = None, job: str | None = None, since: str | None = None,
+                   limit: int = PAGE_LIMIT_DEFAULT, consistent: bool = False) -> Request:
+    """``GET /v1/deadlines``: slots' deadline outcomes, newest first (``state``: pending, met,
+    late or missed; ``since``: ISO-8601): ``{"deadlines"}``."""
+    return Request("GET", "/v1/deadlines", {"state": state, "job": job, "since": since, "limit": limit,
+                                            "consistent": _consistent(consistent)})
 
 
 @endpoint
@@ -247,11 +267,12 @@ def tenant(name: str) -> Request:
 @endpoint
 def put_tenant(name: str, rate_per_s: float | None = None, burst: int | None = None, *,
                executors: list[str] | None = None, placement_labels: dict[str, str] | None = None,
-               network_allow: list[str] | None = None) -> Request:
+               network_allow: list[str] | None = None, notify: list[dict] | None = None) -> Request:
     """``PUT /v1/tenants/{name}``: limit the runs a tenant starts to ``rate_per_s`` (bursts of
     ``burst``), and/or set its policy (whole, when any of ``executors``, ``placement_labels`` or
-    ``network_allow`` is given: the others take their defaults)."""
-    body: dict[str, Any] = _given(rate_per_s=rate_per_s, burst=burst, executors=executors)
+    ``network_allow`` is given: the others take their defaults), and/or its jobs' default
+    ``notify`` routes (docs/notifications.md)."""
+    body: dict[str, Any] = _given(rate_per_s=rate_per_s, burst=burst, executors=executors, notify=notify)
     if placement_labels is not None:
         body["placement"] = {"labels": placement_labels}
     if network_allow is not None:
@@ -263,6 +284,43 @@ def put_tenant(name: str, rate_per_s: float | None = None, burst: int | None = N
 def delete_tenant(name: str) -> Request:
     """``DELETE /v1/tenants/{name}``: lift the tenant's rate limit and policy."""
     return Request("DELETE", f"/v1/tenants/{_q(name)}")
+
+
+# ------------------------------------------------------------------ notification sinks
+@endpoint
+def sinks(consistent: bool = False) -> Request:
+    """``GET /v1/sinks``: every sink (secrets redacted), its cursor and dead count."""
+    return Request("GET", "/v1/sinks", {"consistent": _consistent(consistent)})
+
+
+@endpoint
+def get_sink(name: str, consistent: bool = False) -> Request:
+    """``GET /v1/sinks/{name}``: a sink. :raises NotFound:"""
+    return Request("GET", f"/v1/sinks/{_q(name)}", {"consistent": _consistent(consistent)})
+
+
+@endpoint
+def put_sink(name: str, spec: dict) -> Request:
+    """``PUT /v1/sinks/{name}``: create or replace a sink (webhook, slack, email, pagerduty)."""
+    return Request("PUT", f"/v1/sinks/{_q(name)}", body=spec)
+
+
+@endpoint
+def delete_sink(name: str) -> Request:
+    """``DELETE /v1/sinks/{name}``. :raises NotFound:"""
+    return Request("DELETE", f"/v1/sinks/{_q(name)}")
+
+
+@endpoint
+def sink_dead(name: str, limit: int = PAGE_LIMIT_DEFAULT) -> Request:
+    """``GET /v1/sinks/{name}/dead``: the events the sink refused past its retry budget."""
+    return Request("GET", f"/v1/sinks/{_q(name)}/dead", {"limit": str(limit)})
+
+
+@endpoint
+def sink_requeue(name: str, events: list[str] | None = None) -> Request:
+    """``POST /v1/sinks/{name}/dead:requeue``: deliver the dead events (those ids, or all) again."""
+    return Request("POST", f"/v1/sinks/{_q(name)}/dead:requeue", body={} if events is None else {"events": events})
 
 
 # ------------------------------------------------------------------ backfills and bulk DLQ operations
@@ -448,12 +506,15 @@ def worker_release(worker_id: str, leases: list, reason: str = "", *, idempotent
 # ------------------------------------------------------------------ tokens (admin)
 @endpoint
 def create_token(role: str, tenants: list[str] | None = None, expires: str | int | None = None,
-                 note: str | None = None, workers: list[str] | None = None) -> Request:
-    """``POST /v1/tokens``: ``{"id", "token", "role", "tenants", "workers", "expires_at",
+                 note: str | None = None, workers: list[str] | None = None,
+                 jobs: list[str] | None = None) -> Request:
+    """``POST /v1/tokens``: ``{"id", "token", "role", "tenants", "workers", "jobs", "expires_at",
     "note"}``; the token (its secret) is shown this once. ``expires``: ISO-8601 or ms since
-    the epoch; ``workers``: the worker ids a worker token may speak for (None: any)."""
+    the epoch; ``workers``: the worker ids a worker token may speak for (None: any); ``jobs``:
+    the heartbeat jobs a ping token may ping."""
     return Request("POST", "/v1/tokens",
-                   body={"role": role, **_given(tenants=tenants, expires=expires, note=note, workers=workers)})
+                   body={"role": role, **_given(tenants=tenants, expires=expires, note=note, workers=workers,
+                                                jobs=jobs)})
 
 
 @endpoint

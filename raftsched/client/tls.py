@@ -14,3 +14,12 @@ def client_tls_context(ca_file: str | None = None, cert_file: str | None = None,
     if cert_file:
         ctx.load_cert_chain(cert_file, key_file)
     return ctx
+
+
+def probe_context() -> ssl.SSLContext:
+    """A context that verifies nothing, for one question only: does this port complete a TLS
+    handshake (a node that dropped a plain HTTP request serves HTTPS)? Nothing is sent over it."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx

@@ -62,6 +62,16 @@ OPS = (
     "reseal",  # the key new secret values are sealed under, and stored values sealed again under it
     # Tenant policies (core/tenants.py)
     "put_tenant_policy",  # a tenant's executor types, required placement labels and networks
+    # Deadlines and heartbeat jobs (core/deadlines.py)
+    "deadline_judge",  # the leader's sweep: slots whose deadline instants passed, by the cluster's clock
+    "ping",            # a heartbeat job's start / success / fail, reported from outside
+    # Notifications (core/notify.py)
+    "put_sink",
+    "delete_sink",
+    "sink_progress",      # the leader's delivery: cursors, requeued events handled, dead events
+    "sink_requeue",       # a sink's dead events delivered again
+    "put_tenant_notify",  # a tenant's default notify routes
+    "note_unplaceable",   # the leader's report of runs waiting too long for a worker that matches
 )
 
 
@@ -159,12 +169,29 @@ def trigger_job(now: int, rid: str | None, *, name: str, extra: Fields | None = 
     return make("trigger_job", now, rid, name=name, **(extra or {}))
 
 
-def fire(now: int, *, entries: list[Any]) -> Command:
+def fire(now: int, *, entries: list[Any], dl: list[Any] | None = None) -> Command:
+    """``dl``: the deadline instants of the slots of jobs with a ``deadline`` (core/deadlines.py
+    fire_items); written only when there are some, so other fires keep their bytes."""
+    if dl:
+        return make("fire", now, None, entries=entries, dl=dl)
     return make("fire", now, None, entries=entries)
 
 
-def takeover(now: int, *, node: str) -> Command:
-    return make("takeover", now, None, node=node)
+def deadline_judge(now: int, *, runs: list[str], jobs: list[str]) -> Command:
+    return make("deadline_judge", now, None, runs=runs, jobs=jobs)
+
+
+def ping(now: int, rid: str | None, *, name: str, status: str, slot: int | None) -> Command:
+    return make("ping", now, rid, name=name, status=status, slot=slot)
+
+
+def takeover(now: int, *, node: str, seen: int | None = None) -> Command:
+    """``seen``: the state time the new leader's replica had applied up to (for the gap without a
+    leader that ``cluster.no_leader`` reports); only then is the field written."""
+    cmd = make("takeover", now, None, node=node)
+    if seen is not None:
+        cmd["seen"] = seen
+    return cmd
 
 
 def expire(now: int, *, runs: list[Any], locks: list[Any]) -> Command:
@@ -281,3 +308,28 @@ def workers_seen(now: int, *, node: str, workers: list[Any]) -> Command:
 
 def forget_workers(now: int, *, workers: list[Any]) -> Command:
     return make("forget_workers", now, None, workers=workers)
+
+
+# Notifications (core/notify.py)
+def put_sink(now: int, rid: str | None, *, name: str, spec: dict[str, Any]) -> Command:
+    return make("put_sink", now, rid, name=name, spec=spec)
+
+
+def delete_sink(now: int, rid: str | None, *, name: str) -> Command:
+    return make("delete_sink", now, rid, name=name)
+
+
+def sink_progress(now: int, *, items: list[Any]) -> Command:
+    return make("sink_progress", now, None, items=items)
+
+
+def sink_requeue(now: int, rid: str | None, *, name: str, events: list[str] | None) -> Command:
+    return make("sink_requeue", now, rid, name=name, events=events)
+
+
+def put_tenant_notify(now: int, rid: str | None, *, name: str, notify: list[Any]) -> Command:
+    return make("put_tenant_notify", now, rid, name=name, notify=notify)
+
+
+def note_unplaceable(now: int, *, runs: list[str]) -> Command:
+    return make("note_unplaceable", now, None, runs=runs)

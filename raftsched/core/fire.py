@@ -16,10 +16,11 @@ import heapq
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import limits
+from . import deadlines, limits
 from .due import push_due
 from .errors import InvalidCommand
 from .model import TERMINAL_STATES
+from .notify import on_slot_recorded
 from .policy import fires_ahead
 from .queues import compact_queued, drop_oldest_queued, enqueue, unqueue_count
 from .records import RECORDED, RUN_TEMPLATE, Record, Result, count_fire, is_int, ok
@@ -58,6 +59,9 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
     entries = cmd.get("entries")
     if type(entries) is not list or len(entries) > limits.fire_entries_max:
         raise InvalidCommand("fire needs a bounded list of entries")
+    dl = cmd.get("dl")
+    if dl is not None:  # the slots' deadline instants (core/deadlines.py), checked before any entry applies
+        dl = deadlines.check_fire_items(dl)
     checked: list[Sequence[Any]] = []  # [job, gen, after, upto, next, runs, rec]: lists and tuples
     for e in entries:
         if type(e) is list and len(e) == 7:
@@ -96,7 +100,9 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
             continue
         spec = job["spec"]
         ov = spec.get("overlap")
-        if fast and runs and not rec and (ov is None or (ov.get("policy") == "allow" and "max_concurrent" not in ov)):
+        heartbeat = spec["executor"]["type"] == "heartbeat"
+        if fast and runs and not rec and not heartbeat and (
+                ov is None or (ov.get("policy") == "allow" and "max_concurrent" not in ov)):
             # The common case, inline: slots that all become runs (no records), an overlap
             # policy that reads no other run (policy.fires_ahead, so overlap() creates them),
             # room in its queue for all of them or a queue that drops its oldest run for each.
@@ -177,8 +183,8 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
                 blocked = overlap(s, job, rid, now)
                 if blocked is not None:
                     # The slot is handled (the cursor passes it) but becomes a record.
-                    add_entry(s, job, {"id": rid, "job": name, "slot": slot, "state": blocked,
-                                       "reason": "overlap", "kind": "recorded", "fired_at": now})
+                    on_slot_recorded(s, add_entry(s, job, {"id": rid, "job": name, "slot": slot, "state": blocked,
+                                       "reason": "overlap", "kind": "recorded", "fired_at": now}), now)
                     job["stats"][RECORDED] += 1
                     recorded += 1
                     continue
@@ -186,9 +192,13 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
                 fired += 1
             else:
                 recorded += record(s, job, [r], now)
+        if heartbeat:
+            deadlines.close_heartbeats(s, job, now)
         job["cursor"] = upto
         job["next"] = nxt
         push_due(s, job)
+    if dl:
+        deadlines.on_fire(s, dl, set(stale_jobs), now, now, {e[0]: e[6] for e in checked if e[6]})
     if stale_jobs:
         return ok(fired=fired, recorded=recorded, stale=stale, stale_jobs=stale_jobs)
     return ok(fired=fired, recorded=recorded, stale=stale)
@@ -284,6 +294,7 @@ def revoke(s: SchedulerState, run: Record, now: int, why: str) -> None:
     else:
         unqueue_count(s, run)
     run.update(state="failed", error=why, finished_at=now, deadline=None)
+    deadlines.on_finish(s, run, now)
 
 
 # ------------------------------------------------------------------ runs and records
@@ -293,15 +304,23 @@ def new_run(s: SchedulerState, job: Record, slot: int, now: int, rid: str, kind:
     oldest queued run first."""
     spec = job["spec"]
     qname = spec["queue"]
+    if spec["executor"]["type"] == "heartbeat":
+        # Runs nothing: no queue, no worker; it waits for its pings (core/deadlines.py).
+        run = RUN_TEMPLATE.copy()
+        run.update(id=rid, job=job["name"], slot=slot, kind=kind, queue=qname, priority=spec["priority"],
+                   tenant=spec["tenant"], fired_at=now, due=slot, state="waiting")
+        return add_entry(s, job, run)
     q = s.queues.get(qname, {"max_depth": limits.queue_depth_default, "on_full": "reject"})
     depth = s._queue_depth.get(qname, 0)
     lag = max(0, now - slot)
     if depth >= q["max_depth"]:
         if q["on_full"] == "reject":
-            return add_entry(s, job, {
+            entry = add_entry(s, job, {
                 "id": rid, "job": job["name"], "slot": slot, "state": "skipped",
                 "reason": "queue_full", "kind": kind, "fired_at": now, "queue": qname,
             })
+            on_slot_recorded(s, entry, now)
+            return entry
         drop_oldest_queued(s, qname, now)
     run = RUN_TEMPLATE.copy()
     run["id"] = rid
@@ -333,6 +352,7 @@ def record(s: SchedulerState, job: Record, recs: list[list[Any]], now: int) -> i
             entry["slot_to"] = hi
             entry["count"] = count
         add_entry(s, job, entry)
+        on_slot_recorded(s, entry, now)
         job["stats"][RECORDED] += 1 if count is None else count
         n += 1
     return n

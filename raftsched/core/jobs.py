@@ -8,14 +8,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import limits
+from . import deadlines, limits
 from .due import push_due
 from .errors import Conflict, InvalidCommand, LimitExceeded, NotFound, StaleReplace
 from .fire import check_disjoint, check_records, new_run, record, trim
 from .model import MISFIRE_POLICIES, OVERLAP_POLICIES, is_name
 from .queries import kept_position
-from .queues import claim_queue, remove_dead, unqueue_count
+from .queues import claim_queue, remove_dead
 from .backfills import trigger_job_with
+from .events import emit
+from .notify import pause
+from .notify_model import check_job_fields
 from .records import Record, Result, is_int, job_record, ok, share_int, share_spec
 from .tenants import LIMITED
 
@@ -59,8 +62,14 @@ def check_stored_spec(spec: object) -> None:
             raise InvalidCommand(f"spec.executor.{key} is malformed")
     if "keep_output" in spec and not isinstance(spec["keep_output"], bool):
         raise InvalidCommand("spec.keep_output is malformed")
+    d = spec.get("deadline")
+    if d is not None and not (isinstance(d, dict) and all(
+            is_int(d[k]) and d[k] > 0 for k in ("start_within_s", "succeed_within_s", "max_since_success_s") if k in d)
+            and ("succeed_by" not in d or isinstance(d["succeed_by"], str))):
+        raise InvalidCommand("spec.deadline is malformed")
     if LIMITED in spec and spec[LIMITED] is not True:
         raise InvalidCommand(f"spec.{LIMITED} is malformed")
+    check_job_fields(spec)  # notify, pause_on_failure, metrics (routing reads them at apply)
     m = spec["misfire"]
     if m.get("policy") not in MISFIRE_POLICIES or not is_int(m.get("grace_s")) or not is_int(m.get("max_catchup")):
         raise InvalidCommand("spec.misfire is malformed")
@@ -169,6 +178,8 @@ def put_job(s: SchedulerState, cmd: Command, now: int) -> Result:
         # A replace may lower the bound: trim now, not at the next fire.
         trim(s, hist, spec["history"], full=True)
     push_due(s, job)
+    if "deadline" in spec or name in s.deadlines.since:
+        deadlines.watch_since(s, job, now)
     return ok(job=name, gen=job["gen"], created=old is None)
 
 
@@ -244,8 +255,8 @@ def apply_delete_job(s: SchedulerState, cmd: Command, now: int) -> Result:
         run = s.runs.pop(rid, None)
         if run is not None and run["state"] == "queued":
             s._queue_depth[run["queue"]] = s._queue_depth.get(run["queue"], 1) - 1
-        elif run is not None and run["state"] == "running":
-            # Its lease dies with it: the worker's heartbeat and completion are refused.
+        elif run is not None and run["state"] == "running" and rid in s._running_ids:
+            # Its lease dies with it (a heartbeat job's started run holds none): the worker's heartbeat and completion are refused.
             s._running_count[run["queue"]] = s._running_count.get(run["queue"], 1) - 1
             s._running_ids.pop(run["id"], None)
         elif run is not None and run["state"] == "dead":
@@ -253,6 +264,8 @@ def apply_delete_job(s: SchedulerState, cmd: Command, now: int) -> Result:
             # dlq_per_queue_max (and purge a live dead run early) on this replica only.
             remove_dead(s, run)
     del s.jobs[name]
+    deadlines.forget_job(s, name, now)
+    s.health.pop(name, None)
     return ok(job=name, deleted=True)
 
 
@@ -263,15 +276,9 @@ def apply_pause_job(s: SchedulerState, cmd: Command, now: int) -> Result:
 
     :raises NotFound: no such job."""
     job = _job(s, cmd)
-    job["paused"] = True
-    job["updated"] = now
-    withdrawn = 0
-    for rid in s.history.get(job["name"], ()):
-        run = s.runs[rid]
-        if run["state"] == "queued" and run["kind"] == "scheduled" and run["slot"] > now:
-            unqueue_count(s, run)
-            run.update(state="skipped", reason="paused", finished_at=now)
-            withdrawn += 1
+    if not job["paused"] and s.sinks:
+        emit(s, "job.paused", now, job=job["name"], reason="manual")
+    withdrawn = pause(s, job, now)
     if withdrawn:
         return ok(job=job["name"], paused=True, withdrawn=withdrawn)
     return ok(job=job["name"], paused=True)
@@ -313,6 +320,8 @@ def apply_resume_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     job["paused"] = False
     job["updated"] = now
     push_due(s, job)
+    if s.sinks:
+        emit(s, "job.resumed", now, job=job["name"], reason="manual", catch_up=catch_up)
     return ok(job=job["name"], paused=False)
 
 
@@ -325,8 +334,13 @@ def apply_trigger_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     :raises NotFound: no such job."""
     job = _job(s, cmd)
     if "slot" in cmd or "payload" in cmd:
-        return trigger_job_with(s, job, cmd, now)
-    s.manual_seq += 1
-    rid = f"{job['name']}@{now}!manual-{s.manual_seq}"
-    run = new_run(s, job, now, now, rid, "manual")
-    return ok(job=job["name"], run=run["id"], state=run["state"])
+        res = trigger_job_with(s, job, cmd, now)
+    else:
+        s.manual_seq += 1
+        rid = f"{job['name']}@{now}!manual-{s.manual_seq}"
+        run = new_run(s, job, now, now, rid, "manual")
+        res = ok(job=job["name"], run=run["id"], state=run["state"])
+    if s.sinks and res.get("run") is not None and res.get("created", True):  # (a slot's run found: no change)
+        emit(s, "job.triggered", now, job=job["name"], slot=cmd.get("slot", now), run_id=res["run"],
+             reason="manual", state=res.get("state"))
+    return res

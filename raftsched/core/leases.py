@@ -25,8 +25,11 @@ from typing import TYPE_CHECKING, Any
 from . import limits
 from .errors import Conflict, InvalidCommand, NotFound
 from .placement import placement_ok
+from .events import emit
+from .notify import on_attempt_failed, on_dead, on_success
 from .policy import backoff_ms
 from .queues import add_dead, enqueue, unqueue_count
+from .deadlines import on_finish
 from .records import Record, Result, bound_text, is_int, ok
 from .tenants import LIMITED, dispatch_refusal, network_of, tenant_take
 
@@ -356,6 +359,7 @@ def apply_complete_many(s: SchedulerState, cmd: Command, now: int) -> Result:
     out = []
     fast = s._fast_paths
     runs = s.runs
+    deadline_book = s.deadlines
     for it in items:
         rid = it["run"]
         run = runs.get(rid)
@@ -379,6 +383,9 @@ def apply_complete_many(s: SchedulerState, cmd: Command, now: int) -> Result:
                 output = bound_text(output, limits.output_bytes_max)
             close_attempt(s, run, now, True, error, output)
             run["state"] = "succeeded"
+            if deadline_book.slots or deadline_book.since:
+                on_finish(s, run, now)
+            on_success(s, run, now)
             out.append({"ok": True, "run": rid, "state": "succeeded", "attempt": run["attempt"]})
             continue
         try:
@@ -421,6 +428,8 @@ def finish_attempt(s: SchedulerState, run: Record, now: int, success: bool, erro
     close_attempt(s, run, now, success, error, output)
     if success:
         run["state"] = "succeeded"
+        on_finish(s, run, now)
+        on_success(s, run, now)
         return
     job = s.jobs.get(run["job"])
     if lost:
@@ -432,6 +441,8 @@ def finish_attempt(s: SchedulerState, run: Record, now: int, success: bool, erro
         retry = job is not None and run["failures"] < job["spec"]["retry"]["max_attempts"]
         delay = backoff_ms(job["spec"]["retry"], run["id"], run["failures"]) if retry and job is not None else 0
     if retry:
+        if not lost:
+            on_attempt_failed(s, run, now, error)
         run["attempt"] += 1
         run["state"] = "queued"
         run["due"] = now + delay
@@ -440,6 +451,8 @@ def finish_attempt(s: SchedulerState, run: Record, now: int, success: bool, erro
         return
     run["state"] = "dead"
     add_dead(s, run, now)
+    on_finish(s, run, now)  # a dead run misses its deadline at once
+    on_dead(s, run, now, error)
 
 
 # -------------------------------------------------------------- expiry and takeover
@@ -462,11 +475,13 @@ def apply_expire(s: SchedulerState, cmd: Command, now: int) -> Result:
                 and is_int(item[1]) and is_int(item[2])):
             raise InvalidCommand("expire items are [id, token, renewals]")
     expired, ignored = [], 0
+    lost_by: dict[str, list[str]] = {}
     for rid, tok, renewals in runs:
         run = live(s, rid, tok)
         if run is None or run.get("renewals", 0) != renewals:
             ignored += 1
             continue
+        lost_by.setdefault(run["worker"], []).append(rid)
         w = s.workers.get(run["worker"])
         if w is not None:
             w["losses"] += 1  # the worker fleet's per-worker count (workers.py)
@@ -481,17 +496,32 @@ def apply_expire(s: SchedulerState, cmd: Command, now: int) -> Result:
             continue
         del s.locks[name]
         released.append(name)
+    if s.sinks:
+        for worker in sorted(lost_by):  # one event a worker whose leases expired
+            emit(s, "worker.lost", now, reason="stopped heartbeating", worker=worker, runs=lost_by[worker])
     return {"ok": True, "expired": expired, "released": released, "ignored": ignored}
 
 
 def apply_takeover(s: SchedulerState, cmd: Command, now: int) -> Result:
-    """``takeover {node}``: a new leader's first command. It records the leader and gives every
-    live lease and lock one full TTL from this leader's ``now`` (``extended`` counts them).
+    """``takeover {node, seen?}``: a new leader's first command. It records the leader and gives every
+    live lease and lock one full TTL from this leader's ``now`` (``extended`` counts them). Events:
+    ``cluster.leader_changed`` when another node led before; ``cluster.no_leader`` when ``seen``
+    (the state time the new leader had applied up to) is more than ``limits.no_leader_report_ms``
+    before ``now``, with the gap.
 
-    :raises InvalidCommand: no node."""
-    node = cmd.get("node")
+    :raises InvalidCommand: no node, or a seen that is not an integer."""
+    node, seen = cmd.get("node"), cmd.get("seen")
     if not isinstance(node, str):
         raise InvalidCommand("takeover needs node")
+    if seen is not None and not is_int(seen):
+        raise InvalidCommand("takeover.seen must be an integer")
+    prev = s.leader
+    if s.sinks:
+        if seen is not None and now - seen > limits.no_leader_report_ms:
+            emit(s, "cluster.no_leader", now, reason="no leader committed anything", gap_ms=now - seen,
+                 since=seen, node=node, previous=prev["node"] if prev else None)
+        if prev is not None and prev["node"] != node:
+            emit(s, "cluster.leader_changed", now, node=node, previous=prev["node"])
     s.leader = {"node": node, "since": now}
     return ok(extended=takeover_leases(s, now))
 

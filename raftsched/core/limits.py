@@ -341,3 +341,55 @@ assert (token_tenants_max * (tenant_name_chars_max + 2) + token_workers_max * (w
 #: Events held in the replicated outbox (core/events.py): the oldest give way first. A sink that
 #: falls further behind than this loses the oldest events it had not been sent (counted).
 outbox_events_max = 20_000
+
+# Deadlines (core/deadlines.py) ---------------------------------------------------------------
+#: Longest deadline a job may give (seconds): start_within_s, succeed_within_s, max_since_success_s.
+deadline_s_max = 400 * 86_400
+#: Slots whose deadlines are not judged yet that the state keeps: past it, the oldest is judged
+#: at once, missed with cause ``untracked`` (an alert rather than silence).
+deadlines_pending_max = 100_000
+#: Judged deadline records kept for GET /v1/deadlines and the run views: the oldest go first.
+deadlines_kept_max = 20_000
+#: Deadline items one fire command may carry (one per slot it makes a run or record of).
+fire_deadline_items_max = 2_000
+#: Bytes of deadline items one fire entry may carry (an entry of the most runs, 2 001 slots of 9
+#: bytes, and these still fit a command): a catch-up past it tracks its newest slots.
+fire_entry_deadline_bytes_max = 8 * 1024
+#: Run ids (and jobs) one deadline_judge command may carry.
+deadline_judge_items_max = 64
+#: Slots of one recorded range (skipped, coalesced) whose deadlines are judged one by one: the
+#: first this many (a three-day outage of a job every minute would otherwise be 4 320 records and
+#: events); the rest of the range are in its one record, with its count.
+deadline_range_slots_max = 16
+#: Runs a heartbeat job keeps open (waiting for a ping, or started): past it the oldest are closed.
+heartbeat_open_max = 16
+
+assert deadlines_kept_max >= 1 and deadlines_pending_max >= 1 and heartbeat_open_max >= 1
+assert (2 * max_catchup_max + 1) * 9 + fire_entry_deadline_bytes_max + job_name_chars_max + 64 < command_bytes_max - 2048
+assert fire_entry_deadline_bytes_max // 57 <= fire_deadline_items_max
+assert 2 * deadline_judge_items_max * (job_name_chars_max + 64) < command_bytes_max
+# Notifications (core/notify.py, node/notify.py: docs/notifications.md)
+#: Sinks the cluster holds, and the routes a job's or a tenant's ``notify`` may list.
+sinks_max = 100
+notify_routes_max = 8
+#: Events a sink's dead list keeps (the oldest give way), and events a requeue moves at once.
+sink_dead_max = 1000
+sink_redo_max = 1000
+#: A sink's delivery attempts per event (its ``retry.max_attempts``): default and bound.
+sink_attempts_default = 8
+sink_attempts_max = 20
+#: Items of one sink_progress command (one a sink) and dead events it may carry.
+sink_progress_items_max = sinks_max
+sink_progress_dead_max = 200
+#: Recipients of an email sink.
+sink_email_to_max = 20
+#: A takeover reports ``cluster.no_leader`` when the state time it read before proposing is this
+#: much older than its own now (the gap without a leader that committed anything).
+no_leader_report_ms = 15_000
+#: ``pause_on_failure.after_consecutive`` and a route's ``after_consecutive``: bounds.
+consecutive_max = 1000
+repeat_every_s_max = 30 * 86_400
+#: A queued run no live worker may take (its placement, its tenant) for this long is reported
+#: once, ``run.unplaceable`` (the leader looks every ``unplaceable_check_s``, node/notify.py).
+unplaceable_report_ms = 60_000
+unplaceable_runs_max = 500

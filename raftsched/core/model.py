@@ -21,7 +21,9 @@ from typing import Any, TypeGuard
 import msgpack
 
 from . import limits, schedule
+from .deadlines import validate as validate_deadline
 from .errors import InvalidSpec
+from .notify_model import add_job_fields
 from .placement import validate_worker_labels
 from .records import Record
 
@@ -47,6 +49,8 @@ class RunState(str, enum.Enum):
     #: recorded slots that did not become runs
     SKIPPED = "skipped"
     COALESCED = "coalesced"
+    #: a heartbeat job's slot, fired, waiting for its ping (core/deadlines.py)
+    WAITING = "waiting"
 
 
 #: The policy names, in declaration order (built once: iterating an Enum costs microseconds).
@@ -56,6 +60,9 @@ RUN_STATES = tuple(s.value for s in RunState)
 
 TERMINAL_STATES = frozenset({"succeeded", "failed", "dead", "skipped", "coalesced"})
 EXECUTOR_TYPES = ("shell", "http", "python")
+#: What a job's executor may be: a worker's types, and ``heartbeat`` (runs nothing: something
+#: outside reports each slot by POST /v1/jobs/{name}/ping; core/deadlines.py).
+JOB_EXECUTOR_TYPES = EXECUTOR_TYPES + ("heartbeat",)
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 #: An HTTP header name (RFC 9110 token), and a value with no control character but tab: a CR or
@@ -76,6 +83,8 @@ _TOP_FIELDS = {
     "tenant", "history", "description", "overlap", "jitter_s", "secrets", "keep_output",
     "labels",
     "placement",
+    "deadline",
+    "notify", "pause_on_failure", "metrics",
 }
 #: The top-level fields of a job spec (what PUT /v1/jobs/{name} accepts).
 SPEC_FIELDS = frozenset(_TOP_FIELDS)
@@ -198,8 +207,11 @@ def validate_executor(raw: object) -> Record:
     if not isinstance(raw, dict):
         raise InvalidSpec("must be an object with a type", field="executor")
     t = raw.get("type")
+    if t == "heartbeat":
+        _obj(raw, "executor", {"type"})
+        return {"type": "heartbeat"}
     if t not in EXECUTOR_TYPES:
-        raise InvalidSpec(f"type must be one of {', '.join(EXECUTOR_TYPES)}", field="executor.type")
+        raise InvalidSpec(f"type must be one of {', '.join(JOB_EXECUTOR_TYPES)}", field="executor.type")
     if t == "shell":
         ex = _obj(raw, "executor", {"type", "argv", "env", "cwd"})
         argv = ex.get("argv")
@@ -233,7 +245,11 @@ def validate_executor(raw: object) -> Record:
         url = ex.get("url")
         if not isinstance(url, str) or not re.match(r"https?://[^\s/]+", url) or re.search(r"[\s\x00-\x1f\x7f]", url):
             raise InvalidSpec("must be an http:// or https:// URL (no spaces or control characters)", field="executor.url")
-        if "@" in urllib.parse.urlsplit(url).netloc:
+        try:
+            netloc = urllib.parse.urlsplit(url).netloc
+        except ValueError:  # "http://]x": an unbalanced IPv6 bracket, and other hosts urllib refuses
+            raise InvalidSpec("must be an http:// or https:// URL with a valid host", field="executor.url") from None
+        if "@" in netloc:
             # Every read would show it: credentials go in headers (shown redacted) or secrets.
             raise InvalidSpec("must not hold user:password@; send credentials in executor.headers "
                               "(Authorization) or secrets, which reads show redacted", field="executor.url")
@@ -509,6 +525,15 @@ def validate_job(name: str, raw: object, now_ms: int | None = None) -> Record:
             spec["labels"] = labels
     if "placement" in raw:
         spec["placement"] = validate_placement(raw["placement"])
+    if "deadline" in raw:
+        spec["deadline"] = validate_deadline(raw["deadline"])
+    if spec["executor"]["type"] == "heartbeat":
+        if spec["overlap"]["policy"] != "allow" or "max_concurrent" in spec["overlap"]:
+            raise InvalidSpec("a heartbeat job's overlap must be allow without max_concurrent (its runs are "
+                              "only what pings report)", field="overlap")
+        if "placement" in spec:
+            raise InvalidSpec("a heartbeat job runs on no worker: leave placement out", field="placement")
+    add_job_fields(raw, spec)  # notify, pause_on_failure, metrics (core/notify_model.py)
     payload = spec["payload"]
     if "payload" in raw:  # the default, {}, is valid
         if _depth(payload) > limits.payload_depth_max:

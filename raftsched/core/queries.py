@@ -22,6 +22,7 @@ from .errors import NotFound
 from .model import RUN_STATES
 from . import records
 from .records import STATS_FIELDS, Record, Result
+from .notify import view_health
 from .tenants import DEFAULT_POLICY, refusal as policy_refusal
 
 if TYPE_CHECKING:
@@ -62,6 +63,11 @@ def cursor_floor(s: SchedulerState, name: str) -> int | None:
     return None if old is None else old["cursor"]
 
 
+def state_time(s: SchedulerState) -> int:
+    """The state's time: the largest ``now`` of the commands applied (I6)."""
+    return s.now_ms
+
+
 def job(s: SchedulerState, name: str) -> dict[str, Any] | None:
     """Job ``name`` as ``{"name", "spec", "gen", "created", "updated", "anchor", "cursor",
     "next", "paused", "stats": {STATS_FIELDS...}}``, or None."""
@@ -70,6 +76,7 @@ def job(s: SchedulerState, name: str) -> dict[str, Any] | None:
         return None
     out = dict(j)
     out["stats"] = dict(zip(STATS_FIELDS, j["stats"]))
+    out["health"] = view_health(s.health.get(name))  # core/notify.py
     return out
 
 
@@ -355,6 +362,7 @@ def token_list(s: SchedulerState) -> list[dict[str, Any]]:
     "tenants", "workers", "created", "expires", "revoked", "note"}``."""
     out = [{"id": tid, "role": t["role"], "tenants": None if t["tenants"] is None else list(t["tenants"]),
             "workers": list(t["workers"]) if "workers" in t else None,
+            "jobs": list(t["jobs"]) if "jobs" in t else None,
             "created": t["created"], "expires": t["expires"], "revoked": t["revoked"], "note": t["note"]}
            for tid, t in s.tokens.items()]
     out.sort(key=lambda t: (t["created"], t["id"]))
@@ -363,6 +371,13 @@ def token_list(s: SchedulerState) -> list[dict[str, Any]]:
 
 def token_auth(s: SchedulerState, token_id: str) -> tuple[
         str, tuple[str, ...] | None, int | None, Record, tuple[str, ...] | None] | None:
+    """:func:`token_auth_jobs` without the jobs of a ping token."""
+    rec = token_auth_jobs(s, token_id)
+    return None if rec is None else rec[:5]
+
+
+def token_auth_jobs(s: SchedulerState, token_id: str) -> tuple[
+        str, tuple[str, ...] | None, int | None, Record, tuple[str, ...] | None, tuple[str, ...] | None] | None:
     """What a node checks a presented token against: ``(role, tenants, expires, hash, workers)``
     of a token that is not revoked, or None (no such token, or revoked). ``tenants`` and
     ``workers`` are tuples, or None (every tenant, any worker id)."""
@@ -370,7 +385,8 @@ def token_auth(s: SchedulerState, token_id: str) -> tuple[
     if t is None or t["revoked"] is not None:
         return None
     workers = tuple(t["workers"]) if "workers" in t else None
-    return t["role"], None if t["tenants"] is None else tuple(t["tenants"]), t["expires"], t["hash"], workers
+    jobs = tuple(t["jobs"]) if "jobs" in t else None
+    return t["role"], None if t["tenants"] is None else tuple(t["tenants"]), t["expires"], t["hash"], workers, jobs
 
 
 # ------------------------------------------------------------------ reads limited to tenants

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from . import limits, snapshot
 from .errors import Conflict, InvalidCommand, NotFound
 from .model import is_name
+from .events import emit
 from .records import Record, Result, is_int, ok
 
 if TYPE_CHECKING:
@@ -205,6 +206,9 @@ def apply_dlq_requeue(s: SchedulerState, cmd: Command, now: int) -> Result:
     run["lost"] = 0
     run.update(state="queued", due=now, worker=None, deadline=None, finished_at=None)
     enqueue(s, run)
+    if s.sinks:
+        emit(s, "run.requeued", now, job=run["job"], tenant=run.get("tenant"), slot=run["slot"], run_id=run["id"],
+             attempt=run["attempt"], reason="manual")
     return {"ok": True, "run": run["id"], "state": "queued", "attempt": run["attempt"]}
 
 

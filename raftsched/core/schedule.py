@@ -86,6 +86,35 @@ def _one_value(item: str) -> str:
     return item
 
 
+_DAYS = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
+
+
+def _day_number(text: str) -> int | None:
+    up = text.upper()
+    if up in _DAYS:
+        return _DAYS.index(up)
+    return int(text) if text.isdigit() else None
+
+
+def _wrapping_day_range(dow: str) -> str | None:
+    """Why a day-of-week field is refused when it holds a range that runs past Saturday
+    (``SAT-SUN``, ``FRI-MON``): Vixie cron refuses it too, and cronsim only says "Bad
+    day-of-week". None when it holds none."""
+    for item in dow.split(","):
+        lo, sep, hi = item.split("/")[0].partition("-")
+        a, b = _day_number(lo), _day_number(hi)
+        if not sep or a is None or b is None or a <= b or a > 7:
+            continue
+        why = f"day-of-week range {item} runs past Saturday, which cron does not allow"
+        if "/" in item:
+            return why + ": list the days, e.g. SAT,SUN"
+        names = ",".join(_DAYS[d % 7] for d in range(a, (b if b else 7) + (7 if b else 0) + 1))
+        spans = [(a, 7)] + ([(1, b)] if b else [])
+        numbers = ",".join(str(x) if x == y else f"{x}-{y}" for x, y in spans)
+        return f"{why}: use {names} or {numbers}"
+    return None
+
+
 @functools.lru_cache(maxsize=4096)
 def _fields(expr: str) -> str:
     """The expression's fields, an alias expanded, white space normalised and each range with
@@ -133,6 +162,9 @@ def _cron_error(expr: str) -> str | None:
         return "cron items 'H' (hashed) and 'R' (random) are not allowed: replicas would disagree"
     if any("L" in item.upper() and "/" in item for item in items):
         return "L takes no step: write L, LW or nL alone"
+    wrap = _wrapping_day_range(parts[-1])
+    if wrap is not None:
+        return f"invalid cron expression {expr!r}: {wrap}"
     try:
         CronSim(_fields(text), datetime(2000, 1, 1))
     except CronSimError as e:

@@ -52,6 +52,11 @@ from .workers import (
 from .tokens import apply_token_create, apply_token_revoke
 from .seal_keys import apply_reseal
 from .events import Outbox
+from .deadlines import Book, apply_deadline_judge, apply_ping
+from .notify import (
+    apply_delete_sink, apply_note_unplaceable, apply_put_sink, apply_put_tenant_notify, apply_sink_progress,
+    apply_sink_requeue,
+)
 
 
 def apply_noop(s: SchedulerState, cmd: Command, now: int) -> Result:
@@ -102,6 +107,14 @@ HANDLERS: dict[str, Handler] = {
     "token_revoke": apply_token_revoke,
     "reseal": apply_reseal,
     "put_tenant_policy": apply_put_tenant_policy,
+    "deadline_judge": apply_deadline_judge,
+    "ping": apply_ping,
+    "put_sink": apply_put_sink,
+    "delete_sink": apply_delete_sink,
+    "sink_progress": apply_sink_progress,
+    "sink_requeue": apply_sink_requeue,
+    "put_tenant_notify": apply_put_tenant_notify,
+    "note_unplaceable": apply_note_unplaceable,
 }
 # The codec refuses an op with no handler; a handler for an op the codec refuses would never run.
 assert tuple(HANDLERS) == commands.OPS, "commands.OPS and state.HANDLERS must list the same ops"
@@ -129,6 +142,12 @@ class SchedulerState:
     queue_owners: dict[str, list[str]]
     #: the events not yet given up, for delivery (events.py)
     outbox: Outbox
+    #: every slot's deadline record, and the jobs watched for max_since_success_s (deadlines.py)
+    deadlines: Book
+    #: sink name -> record; job -> health; tenant -> default notify routes (notify.py)
+    sinks: dict[str, Record]
+    health: dict[str, list[Any]]
+    tenant_notify: dict[str, list[Any]]
     # The derived indexes of the queues (queues.reset_indexes says what each holds).
     _queued: dict[str, dict[int, list[tuple[int, str]]]]
     _by_slot: dict[str, list[tuple[int, str]]]

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from .state import SchedulerState
 
 #: The roles a token may have (docs/security.md, "Roles"): the node maps each to its scopes.
-ROLES = ("admin", "operator", "reader", "worker")
+ROLES = ("admin", "operator", "reader", "worker", "ping")
 #: Hash algorithms a record may name, with the length of each byte field. ``hmac-sha256``:
 #: digest = HMAC-SHA256(key=salt, msg=secret); the secret is 32 random bytes drawn by a node, so
 #: a slow KDF would add nothing against guessing (docs/security.md, "Why not scrypt").
@@ -51,6 +51,8 @@ TOKEN_ID_RE = re.compile(r"[0-9a-f]{16}")
 _FIELDS = ("role", "tenants", "created", "expires", "hash", "revoked", "note")
 #: a field a record holds only when it is not None, written after the others
 WORKERS = "workers"
+#: likewise, after it: the jobs a ``ping`` token may ping (POST /v1/jobs/{name}/ping, core/deadlines.py)
+JOBS = "jobs"
 
 
 def _check_hash(h: object) -> dict[str, Any]:
@@ -95,6 +97,13 @@ def check_tenants(tenants: object) -> list[str] | None:
                      lambda t: len(t) <= limits.tenant_name_chars_max and NAME_RE.fullmatch(t) is not None)
 
 
+def check_jobs(jobs: object) -> list[str] | None:
+    """None, or a list of 1..token_workers_max distinct job names (returned sorted).
+    :raises InvalidCommand:"""
+    return _distinct(jobs, "jobs", limits.token_workers_max,
+                     lambda j: len(j) <= limits.job_name_chars_max and NAME_RE.fullmatch(j) is not None)
+
+
 def check_workers(workers: object) -> list[str] | None:
     """None, or a list of 1..token_workers_max distinct worker ids (returned sorted).
     :raises InvalidCommand:"""
@@ -136,6 +145,9 @@ def apply_token_create(s: SchedulerState, cmd: Command, now: int) -> Result:
     workers = check_workers(cmd.get(WORKERS))
     if workers is not None and role != "worker":
         raise InvalidCommand("only a worker token can be bound to worker ids")
+    jobs = check_jobs(cmd.get(JOBS))
+    if (jobs is not None) != (role == "ping"):
+        raise InvalidCommand("a ping token, and only a ping token, is bound to jobs")
     if expires is not None and (not is_int(expires) or expires < 0):
         raise InvalidCommand("token_create.expires must be ms since the epoch or nil")
     if note is not None and (not isinstance(note, str) or len(note) > limits.token_note_chars_max):
@@ -152,6 +164,8 @@ def apply_token_create(s: SchedulerState, cmd: Command, now: int) -> Result:
            "hash": h, "revoked": None, "note": note}
     if workers is not None:
         rec[WORKERS] = workers
+    if jobs is not None:
+        rec[JOBS] = jobs
     s.tokens[tid] = rec
     return ok(id=tid)
 
@@ -178,7 +192,8 @@ def _encode(tokens: dict[str, Record]) -> list[list[Any]] | None:
     holds it); None when there is none."""
     if not tokens:
         return None
-    return [[tid] + [t[f] for f in _FIELDS] + ([t[WORKERS]] if WORKERS in t else [])
+    return [[tid] + [t[f] for f in _FIELDS] + ([t.get(WORKERS), t[JOBS]] if JOBS in t
+                                                else [t[WORKERS]] if WORKERS in t else [])
             for tid, t in sorted(tokens.items())]
 
 
@@ -186,8 +201,10 @@ def _decode(data: list[list[Any]]) -> dict[str, Record]:
     out = {}
     for row in data:
         rec = dict(zip(_FIELDS, row[1:]))
-        if len(row) > len(_FIELDS) + 1:
+        if len(row) > len(_FIELDS) + 1 and row[len(_FIELDS) + 1] is not None:
             rec[WORKERS] = row[len(_FIELDS) + 1]
+        if len(row) > len(_FIELDS) + 2:
+            rec[JOBS] = row[len(_FIELDS) + 2]
         out[row[0]] = rec
     return out
 

@@ -9,18 +9,19 @@ The handlers, then ``ROUTES``: the route table (node/routes.py), one row a route
 """
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
 
 from aiohttp import web
 
-from ..core import limits, queries
-from ..core.errors import InvalidSpec, NotFound, RaftschedError, TooManyRequests, Unauthorized, Unavailable
+from ..core import deadlines, limits, queries
+from ..core.errors import BadRequest, InvalidSpec, NotFound, RaftschedError, TooManyRequests, Unauthorized, Unavailable
 from ..core.model import RUN_STATES
 from . import auth as auth_module
 from . import limits as node_limits
-from . import rotation, routes, tenancy
+from . import notify, openapi, rotation, routes, tenancy
 from .http import (AUDIT, AUTH, BACKFILLS, FLEET, METRICS, PRINCIPAL, ROUTE_TABLE, SERVICE, TOKEN,  # noqa: F401 - re-exported
                    TRIGGER, WORKER, bool_param, choice_param, client_key, int_param, json_body, label_params,
                    optional_json_body, rid, scope_key, state_param, tenants_of, time_param)
@@ -35,6 +36,8 @@ from .trigger import Trigger
 from ..worker.loop import Worker
 
 log = logging.getLogger("raftsched.api")
+#: The app's OpenAPI document, encoded at its first request (a dict: the app is frozen by then).
+OPENAPI = web.AppKey("openapi", dict)
 
 
 def _error_response(e: RaftschedError) -> web.Response:
@@ -88,6 +91,12 @@ async def auth_middleware(request: web.Request, handler):
     principal = auth_module.check_request(request.app[AUTH], request, route)
     if principal is not None and principal.tenants is not None and route is not None:
         tenancy.check(route, request, principal)
+    unknown = routes.unknown_param(route, request.query) if route is not None else None
+    if unknown is not None:  # after the token: an unauthenticated probe learns nothing of the table
+        takes = ", ".join(p.name for p in route.params) or "none"  # type: ignore[union-attr]
+        raise BadRequest(f"unknown query parameter {unknown!r}; {route.method} {path} takes: {takes}",  # type: ignore[union-attr]
+                         field=unknown)
+    client_key(request)  # a bad Idempotency-Key is a 400 on every route, read by its handler or not
     return await handler(request)
 
 
@@ -157,6 +166,7 @@ def make_app(service: Service, token: str | None, *, trigger: Trigger | None = N
     app[FLEET] = fleet if fleet is not None else Fleet(service.raft, service.clock, service.node_id)
     app[BACKFILLS] = BackfillService(service)
     app[ROUTE_TABLE] = routes.install(app.router, ROUTES)
+    app[OPENAPI] = {}
     return app
 
 
@@ -165,6 +175,14 @@ async def metrics_text(request: web.Request) -> web.Response:
     if m is None:
         raise NotFound("metrics are not enabled on this node")
     return web.Response(body=m.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+
+async def openapi_json(request: web.Request) -> web.Response:
+    """The OpenAPI 3.1 document of this app's route table (node/openapi.py), made once."""
+    cache = request.app[OPENAPI]
+    if "doc" not in cache:
+        cache["doc"] = json.dumps(openapi.document(request.app[ROUTE_TABLE]), separators=(",", ":")).encode()
+    return web.Response(body=cache["doc"], content_type="application/json")
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -302,9 +320,9 @@ async def resume_job(request: web.Request) -> web.Response:
 
 async def trigger_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    if await request.read():  # a payload override or a slot: node/backfills.py
-        status, body = await request.app[BACKFILLS].trigger(request.match_info["name"], await json_body(request),
-                                                            rid(request))
+    body = await optional_json_body(request)
+    if body is not None:  # a payload override or a slot: node/backfills.py
+        status, body = await request.app[BACKFILLS].trigger(request.match_info["name"], body, rid(request))
         return web.json_response(body, status=status)
     return web.json_response(await svc.trigger_job(request.match_info["name"], rid(request)), status=201)
 
@@ -348,6 +366,23 @@ async def explain_job(request: web.Request) -> web.Response:
     """Read-only (it proposes nothing): scope read."""
     svc = request.app[SERVICE]
     return web.json_response(svc.explain_job(request.match_info["name"], await json_body(request)))
+
+
+async def ping_job(request: web.Request) -> web.Response:
+    """A heartbeat job's ping (scope ping: a worker, operator or admin token, or a ping token
+    bound to this job)."""
+    svc = request.app[SERVICE]
+    body = await optional_json_body(request)
+    return web.json_response(await svc.ping(request.match_info["name"], body, rid(request)))
+
+
+async def list_deadlines(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    await svc.read_barrier(bool_param(request, "consistent"))
+    limit = int_param(request, "limit", 100, 1, node_limits.runs_page_max)
+    job = request.query.get("job") or None
+    return web.json_response(svc.list_deadlines(choice_param(request, "state", deadlines.OUTCOMES), job,
+                                                time_param(request, "since"), limit, tenants_of(request)))
 
 
 async def list_queues(request: web.Request) -> web.Response:
@@ -543,10 +578,14 @@ T = Tenancy
 #: parameters, request body schema, success status, extra error statuses. ``make_app`` serves
 #: these and nothing else; docs/api.md documents each.
 ROUTES: tuple[Route, ...] = (
-    Route("GET", "/healthz", healthz, OPEN, T.SHARED, "is there a leader (no token)", errors=(503,)),
-    Route("GET", "/metrics", metrics_text, _R, T.SHARED, "Prometheus metrics", errors=(404,)),
+    Route("GET", "/healthz", healthz, OPEN, T.SHARED, "is there a leader (no token)", also_ok=(503,),
+          response="health"),
+    Route("GET", "/openapi.json", openapi_json, OPEN, T.SHARED, "this document (no token)", response="openapi"),
+    Route("GET", "/v1/openapi.json", openapi_json, OPEN, T.SHARED, "this document (no token)", response="openapi"),
+    Route("GET", "/metrics", metrics_text, _R, T.SHARED, "Prometheus metrics", errors=(404,), response="metrics"),
     Route("GET", "/v1/cluster", cluster, _R, T.SHARED, "this node, the leader, the members, replication",
-          params=(CONSISTENT, Param("hash", "boolean", "add the replica's state hash", default=False))),
+          params=(CONSISTENT, Param("hash", "boolean", "add the replica's state hash", default=False)),
+          response="cluster"),
     Route("POST", "/v1/cluster/members", add_member, "admin", T.REFUSED,
           "add a node (a learner, then a voter once it holds the log)", body="member", ok=202, also_ok=(200,),
           errors=(409, 422)),
@@ -555,23 +594,24 @@ ROUTES: tuple[Route, ...] = (
     # jobs
     Route("GET", "/v1/jobs", list_jobs, _R, T.FILTERED, "a page of jobs by name",
           params=(CONSISTENT, _limit(node_limits.jobs_page_max), Param("after", "string", "the last name of the page before"),
-                  Param("label", "string", "KEY=VALUE: only jobs with this label", repeated=True))),
+                  Param("label", "string", "KEY=VALUE: only jobs with this label", repeated=True)),
+          response="jobs_page"),
     Route("POST", "/v1/jobs:batch", put_jobs_batch, _W, T.CHECKED, "create or replace many jobs",
           body="jobs_batch", errors=(413, 422)),
     Route("PUT", "/v1/jobs/{name}", put_job, _W, T.CHECKED, "create (201) or replace (200) a job",
-          body="job_spec", ok=201, also_ok=(200,), errors=(409, 422)),
+          body="job_spec", ok=201, also_ok=(200,), errors=(409, 422), response="job_written"),
     Route("GET", "/v1/jobs/{name}", get_job, _R, T.JOB, "a job, its state and next slot", params=(CONSISTENT,),
-          errors=(404,)),
-    Route("DELETE", "/v1/jobs/{name}", delete_job, _W, T.JOB, "delete a job", errors=(404,)),
-    Route("POST", "/v1/jobs/{name}/pause", pause_job, _W, T.JOB, "pause a job", errors=(404,)),
+          errors=(404,), response="job"),
+    Route("DELETE", "/v1/jobs/{name}", delete_job, _W, T.JOB, "delete a job", errors=(404,), response="job_deleted"),
+    Route("POST", "/v1/jobs/{name}/pause", pause_job, _W, T.JOB, "pause a job", errors=(404,), response="job_paused"),
     Route("POST", "/v1/jobs/{name}/resume", resume_job, _W, T.JOB, "resume a job",
           params=(Param("catch_up", "boolean", "fire the slots missed while paused, by policy", default=False),),
           errors=(404,)),
     Route("POST", "/v1/jobs/{name}/trigger", trigger_job, _W, T.JOB, "run a job now (or for a slot)",
-          body="trigger", body_optional=True, ok=201, also_ok=(200,), errors=(404, 409, 422)),
+          body="trigger", body_optional=True, ok=201, also_ok=(200,), errors=(404, 409, 422), response="triggered"),
     Route("GET", "/v1/jobs/{name}/runs", job_runs, _R, T.JOB, "a job's runs and recorded slots, newest first",
           params=(CONSISTENT, _limit(limits.history_per_job_max + limits.queue_depth_max), _STATE,
-                  Param("slot", "time", "only this slot's")), errors=(404,)),
+                  Param("slot", "time", "only this slot's")), errors=(404,), response="job_runs"),
     Route("GET", "/v1/jobs/{name}/preview", preview_job, _R, T.JOB, "a job's next slots",
           params=(_COUNT, Param("after", "time", "slots after this time")), errors=(404,)),
     Route("POST", "/v1/jobs/{name}/explain", explain_job, _R, T.JOB, "what an outage would do to a job's slots",
@@ -582,11 +622,11 @@ ROUTES: tuple[Route, ...] = (
           body="backfill", ok=201, also_ok=(200,), errors=(404, 409, 422)),
     # queues and tenants
     Route("GET", "/v1/queues", list_queues, _R, T.FILTERED, "every queue's depth, bounds and counts",
-          params=(CONSISTENT,)),
+          params=(CONSISTENT,), response="queues"),
     Route("PUT", "/v1/queues/{name}", put_queue, "queues.write", T.CHECKED,
           "a queue's bounds, and the tenants it belongs to", body="queue", errors=(422,)),
     Route("GET", "/v1/tenants", list_tenants, _R, T.FILTERED, "every tenant's rate limit and policy",
-          params=(CONSISTENT,)),
+          params=(CONSISTENT,), response="tenants"),
     Route("GET", "/v1/tenants/{name}", get_tenant, _R, T.TENANT, "a tenant's rate limit and policy",
           params=(CONSISTENT,), errors=(404,)),
     Route("PUT", "/v1/tenants/{name}", put_tenant, "tenants.write", T.REFUSED, "a tenant's rate limit and/or policy",
@@ -595,7 +635,7 @@ ROUTES: tuple[Route, ...] = (
           "remove a tenant's rate limit and policy", errors=(404,)),
     # the dead-letter queue
     Route("GET", "/v1/dlq", list_dlq, _R, T.FILTERED, "dead runs, newest first",
-          params=(CONSISTENT, _RUNS_PAGE, Param("queue", "string", "only this queue's"))),
+          params=(CONSISTENT, _RUNS_PAGE, Param("queue", "string", "only this queue's")), response="dlq_page"),
     Route("GET", "/v1/dlq/{run}", get_dlq, _R, T.DEAD_RUN, "a dead run with every attempt's error",
           params=(CONSISTENT,), errors=(404,)),
     Route("POST", "/v1/dlq/{run}/requeue", dlq_requeue, "dlq.write", T.DEAD_RUN, "queue a dead run again",
@@ -616,8 +656,14 @@ ROUTES: tuple[Route, ...] = (
           body="lock_token", errors=(409, 422)),
     # runs
     Route("GET", "/v1/runs", list_runs, _R, T.FILTERED, "runs and recorded slots, newest first",
-          params=(CONSISTENT, _RUNS_PAGE, _STATE)),
-    Route("GET", "/v1/runs/{run}", get_run, _R, T.RUN, "a run", params=(CONSISTENT,), errors=(404,)),
+          params=(CONSISTENT, _RUNS_PAGE, _STATE), response="runs_page"),
+    Route("GET", "/v1/runs/{run}", get_run, _R, T.RUN, "a run", params=(CONSISTENT,), errors=(404,), response="run"),
+    Route("POST", "/v1/jobs/{name}/ping", ping_job, "ping", T.JOB, "a heartbeat job's start, success or fail",
+          body="ping", body_optional=True, errors=(404, 409, 422)),
+    Route("GET", "/v1/deadlines", list_deadlines, _R, T.FILTERED, "slots' deadline outcomes, newest first",
+          params=(Param("state", "enum", "only this outcome", choices=deadlines.OUTCOMES),
+                  Param("job", "string", "only this job's"),
+                  Param("since", "time", "only slots at or after this time"), _RUNS_PAGE, CONSISTENT)),
     # backfills and bulk operations
     Route("GET", "/v1/backfills", list_backfills, _R, T.REFUSED, "backfills and bulk DLQ operations",
           params=(CONSISTENT, Param("kind", "enum", "only this kind", choices=_BACKFILL_KINDS),
@@ -643,4 +689,4 @@ ROUTES: tuple[Route, ...] = (
           errors=(404,)),
     Route("POST", "/v1/workers/{id}/drain", drain_worker, "admin", T.REFUSED, "stop a worker taking runs",
           errors=(404,)),
-) + auth_module.TOKEN_ROUTES + rotation.SECRETS_ROUTES
+) + auth_module.TOKEN_ROUTES + rotation.SECRETS_ROUTES + notify.SINK_ROUTES

@@ -48,13 +48,15 @@ BOOTSTRAP_ID = "bootstrap"
 # ------------------------------------------------------------------ roles, scopes, routes
 #: Scopes, each the right to a group of routes.
 SCOPES = ("read", "jobs.write", "dlq.write", "queues.write", "locks.write", "tenants.write",
-          "tokens", "worker", "admin")
+          "tokens", "worker", "admin", "ping")
 #: What each role may do. ``admin`` may do everything, also what no table lists.
 ROLE_SCOPES = {
     "admin": frozenset(SCOPES),
-    "operator": frozenset({"read", "jobs.write", "dlq.write", "queues.write", "locks.write"}),
+    "operator": frozenset({"read", "jobs.write", "dlq.write", "queues.write", "locks.write", "ping"}),
     "reader": frozenset({"read"}),
-    "worker": frozenset({"worker"}),
+    "worker": frozenset({"worker", "ping"}),
+    # a dedicated token for heartbeat jobs' pings, bound to the jobs it may ping
+    "ping": frozenset({"ping"}),
 }
 assert set(ROLE_SCOPES) == set(ROLES)
 
@@ -67,6 +69,8 @@ class Principal:
     role: str
     tenants: frozenset | None = None
     workers: frozenset | None = None
+    #: for a ping token, the jobs it may ping
+    jobs: frozenset | None = None
 
     def allows(self, scope: str) -> bool:
         return scope in ROLE_SCOPES[self.role]
@@ -166,14 +170,15 @@ class Auth:
         parsed = parse_token(text)
         if parsed is not None:
             tid, secret = parsed
-            rec = self.read(queries.token_auth, tid)
+            rec = self.read(queries.token_auth_jobs, tid)
             if rec is not None:
-                role, tenants, expires, h, workers = rec
+                role, tenants, expires, h, workers, jobs = rec
                 if hmac.compare_digest(hash_secret(secret, h["salt"]), h["digest"]):
                     if expires is not None and self.clock.now_ms() >= expires:
                         raise Unauthorized(f"token {tid} expired at {schedule.iso(expires)}")
                     return Principal(tid, role, None if tenants is None else frozenset(tenants),
-                                     None if workers is None else frozenset(workers))
+                                     None if workers is None else frozenset(workers),
+                                     None if jobs is None else frozenset(jobs))
             raise Unauthorized("unknown or revoked token")
         if self._bootstrap and hmac.compare_digest(text.encode(), self._bootstrap):
             return Principal(BOOTSTRAP_ID, "admin")
@@ -224,11 +229,16 @@ def check_request(auth: Auth, request: web.Request, route: Route | None) -> Prin
             shown = ", ".join(sorted(principal.workers)[:5]) + (", ..." if len(principal.workers) > 5 else "")
             raise Forbidden(f"this token speaks only for worker(s) {shown}: not for worker {str(wid)[:128]!r}",
                             field="id", scope=scope)
+    if principal.jobs is not None and scope == "ping":
+        name = request.match_info.get("name")
+        if name not in principal.jobs:
+            raise Forbidden(f"this ping token may ping only job(s) {', '.join(sorted(principal.jobs)[:5])}: "
+                            f"not {str(name)[:128]!r}", field="name", scope=scope)
     return principal
 
 
 # ------------------------------------------------------------------ the tokens endpoints
-_TOKEN_BODY = {"role", "tenants", "expires", "note", "workers"}
+_TOKEN_BODY = {"role", "tenants", "expires", "note", "workers", "jobs"}
 
 
 def validate_token_body(body, now_ms: int) -> dict:
@@ -269,6 +279,19 @@ def validate_token_body(body, now_ms: int) -> dict:
         if len(set(workers)) != len(workers):
             raise InvalidSpec("lists a worker id twice", field="workers")
         workers = sorted(workers)
+    jobs = body.get("jobs")
+    if role == "ping" and jobs is None:
+        raise InvalidSpec("is required for a ping token: the heartbeat jobs it may ping", field="jobs")
+    if jobs is not None:
+        if role != "ping":
+            raise InvalidSpec("only a ping token is bound to jobs", field="jobs")
+        if not isinstance(jobs, list) or not 1 <= len(jobs) <= limits.token_workers_max:
+            raise InvalidSpec(f"must be a list of 1-{limits.token_workers_max} job names", field="jobs")
+        for i, j in enumerate(jobs):
+            check_name(j, f"jobs[{i}]")
+        if len(set(jobs)) != len(jobs):
+            raise InvalidSpec("lists a job twice", field="jobs")
+        jobs = sorted(jobs)
     expires = body.get("expires")
     if expires is not None:
         if isinstance(expires, str):
@@ -284,6 +307,8 @@ def validate_token_body(body, now_ms: int) -> dict:
     out = {"role": role, "tenants": tenants, "expires": expires, "note": note}
     if workers is not None:
         out["workers"] = workers
+    if jobs is not None:
+        out["jobs"] = jobs
     return out
 
 
@@ -291,7 +316,7 @@ def token_view(t: dict, now_ms: int) -> dict:
     """A token record (queries.token_list) as GET /v1/tokens shows it."""
     state = ("revoked" if t["revoked"] is not None
              else "expired" if t["expires"] is not None and now_ms >= t["expires"] else "active")
-    return {"id": t["id"], "role": t["role"], "tenants": t["tenants"], "workers": t["workers"], "state": state,
+    return {"id": t["id"], "role": t["role"], "tenants": t["tenants"], "workers": t["workers"], "jobs": t.get("jobs"), "state": state,
             "created_at": schedule.iso(t["created"]), "expires_at": schedule.iso(t["expires"]),
             "revoked_at": schedule.iso(t["revoked"]), "note": t["note"]}
 
@@ -305,7 +330,7 @@ async def create_token(request: web.Request) -> web.Response:
     res = await svc.propose(commands.token_create(now, rid(request) or secrets.token_hex(16), id=tid, hash=h,
                                                   fields=f))
     body = {"id": res["id"], "token": token, "role": f["role"], "tenants": f["tenants"],
-            "workers": f.get("workers"), "expires_at": schedule.iso(f["expires"]), "note": f["note"]}
+            "workers": f.get("workers"), "jobs": f.get("jobs"), "expires_at": schedule.iso(f["expires"]), "note": f["note"]}
     if res.get("duplicate"):
         # The first answer showed the secret; it was never stored, so it cannot be shown again.
         body.update(token=None, duplicate=True,

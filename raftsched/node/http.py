@@ -55,13 +55,21 @@ async def json_body(request: web.Request):
 
 
 async def optional_json_body(request: web.Request, default=None):
-    """The JSON body, or ``default`` when the request has none."""
-    return await json_body(request) if await request.read() else default
+    """The JSON body, or ``default`` when the request has none. A body of JSON ``null`` is not
+    "none": it is refused (422) like any other body that is not an object."""
+    if not await request.read():
+        return default
+    body = await json_body(request)
+    if body is None:
+        raise InvalidSpec("the body must be a JSON object (or no body at all)", field=None)
+    return body
 
 
 def client_key(request: web.Request) -> str | None:
     """The client's request id (``Idempotency-Key``, or ``X-Request-Id``) or None."""
-    r = request.headers.get("Idempotency-Key") or request.headers.get("X-Request-Id")
+    r = request.headers.get("Idempotency-Key")
+    if r is None:
+        r = request.headers.get("X-Request-Id")
     if r is not None and (not r or len(r) > limits.request_id_chars_max):
         raise BadRequest(f"Idempotency-Key must be 1-{limits.request_id_chars_max} characters", field="Idempotency-Key")
     return r

@@ -31,6 +31,7 @@ from .redact import Fingerprint
 from .service import Service
 from .trigger import Trigger
 from .metrics import NodeMetrics
+from .notify import Notifier
 from ..worker.loop import Worker
 from ..worker.sandbox import CODE_TYPES, RunUser, Sandbox, resolve_run_user
 
@@ -236,6 +237,8 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
     clock = ClusterClock(local, raft.cluster_ms)
     trigger = Trigger(raft, clock, cfg.node_id, fire_log_path=cfg.fire_log_path)
     trigger.leader_tasks.append(BackfillStepper(raft, clock).run_while_leading)
+    notifier = Notifier(raft, clock, keyring, trigger.proposer)  # delivery while leading (node/notify.py)
+    trigger.leader_tasks.append(notifier.run_while_leading)
     trigger_box.append(trigger)
     sandbox = None
     if cfg.worker_slots > 0 and cfg.executor_types & CODE_TYPES:
@@ -254,6 +257,7 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
                                   log_pause_s=node_limits.gc_log_pause_s)
     metrics = NodeMetrics(raft, trigger, worker, gc_pauses)
     metrics.registry.register(fleet.collector())
+    metrics.registry.register(notifier.collector())
     audit = AuditLog(os.path.join(cfg.data_dir, "audit.jsonl"), cfg.node_id)
     metrics.registry.register(audit.collector())
     trigger.lag_observer = metrics.observe_fire_lags

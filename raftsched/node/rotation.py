@@ -40,7 +40,8 @@ def status(svc) -> dict:
     ring.reload()
     counts: collections.Counter = collections.Counter()
     clear = malformed = 0
-    for _, _, maps in svc.read(queries.secret_maps):
+    sinks = [{"secrets": spec["secrets"]} for _, spec in _sink_specs(svc) if spec.get("secrets")]
+    for maps in [m for _, _, m in svc.read(queries.secret_maps)] + sinks:
         for vals in maps.values():
             for v in vals.values():
                 try:
@@ -113,6 +114,49 @@ def _chunks(items: list[list]) -> list[list[list]]:
     return chunks
 
 
+def _sink_specs(svc) -> list[tuple[str, dict]]:
+    """(name, spec) of every notification sink (node/notify.py): their secrets are sealed too."""
+    from ..core import notify as core_notify
+    out = []
+    for name in svc.read(core_notify.sink_names):
+        rec = svc.read(core_notify.sink_record, name)
+        if rec is not None:
+            out.append((name, rec["spec"]))
+    return out
+
+
+async def _reseal_sinks(svc, key: str, unreadable: collections.Counter) -> int:
+    """Every sink whose secrets are not all sealed under ``key``, written again with them sealed
+    under it (a put_sink of the same spec: its cursor and dead list stay)."""
+    ring, done = svc.keyring, 0
+    for name, spec in _sink_specs(svc):
+        vals = spec.get("secrets") or {}
+        new, changed = dict(vals), False
+        for n, v in vals.items():
+            try:
+                kid = sealing.key_of(v)
+            except sealing.SealError:
+                unreadable["malformed"] += 1
+                continue
+            if kid == key:
+                continue
+            where = sealing.place("sink:" + name, ("secrets",), n)
+            if kid is None:
+                clear, fp = v, svc.fingerprint.digest(v)
+            else:
+                try:
+                    clear = ring.unseal(v, where)
+                except sealing.SealError:
+                    unreadable[kid] += 1
+                    continue
+                fp = sealing.fingerprint_of(v)
+            new[n], changed = ring.seal(key, clear, fp, where), True
+        if changed:
+            await svc.propose(commands.put_sink(svc.clock.now_ms(), None, name=name, spec=dict(spec, secrets=new)))
+            done += sum(1 for n in new if new[n] is not vals[n])
+    return done
+
+
 async def rotate(svc, body) -> dict:
     """``POST /v1/secrets:rotate`` (see the module docstring). :raises InvalidSpec: no key id,
     or one this node's ring does not hold."""
@@ -141,6 +185,7 @@ async def rotate(svc, body) -> dict:
             res = await svc.propose(commands.reseal(svc.clock.now_ms(), None, key=key, jobs=chunk))
             resealed += res["resealed"]
             stale += len(res["stale"])
+    resealed += await _reseal_sinks(svc, key, unreadable)
     after = status(svc)
     left = sum(n for k, n in after["values"].items() if k != key) + after["clear"]
     return {"key": key, "resealed": resealed, "stale": stale, "passes": passes,

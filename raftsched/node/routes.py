@@ -5,7 +5,7 @@ token limited to tenants is held to them (``Tenancy``, node/tenancy.py), its que
 its request body, its success status and the error statuses it can answer beyond the common
 ones. ``install`` builds the application's router from the rows and nothing else, so a route
 without a row cannot be served; the permission check and the tenant filter read the same row
-(``lookup``); an OpenAPI document can be generated from the rows (issue 26).
+(``lookup``); the OpenAPI document is generated from the rows (node/openapi.py).
 """
 from __future__ import annotations
 
@@ -75,8 +75,12 @@ class Route:
     #: route may (400 bad_request, 401, 403, 429, 503 unavailable, 504 indeterminate).
     ok: int = 200
     errors: tuple[int, ...] = ()
-    #: Other success statuses (a dry run's 200 beside a 201, a replaced job's 200 beside 201).
+    #: Other statuses answered with the success body (a dry run's 200 beside a 201, a replaced
+    #: job's 200 beside 201, /healthz's 503 without a leader).
     also_ok: tuple[int, ...] = ()
+    #: The success body: the name of its schema in node/openapi.py RESPONSES (``None``: a JSON
+    #: object the document does not detail).
+    response: str | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -123,6 +127,13 @@ def canonical(request: web.Request) -> str | None:
     None when it matched none (404, 405)."""
     resource = request.match_info.route.resource
     return resource.canonical if resource is not None else None
+
+
+def unknown_param(route: Route, names) -> str | None:
+    """The first query parameter of ``names`` the row does not declare, or None: a request is
+    never answered as if a parameter it sent were not there (``POST /v1/preview?after=``)."""
+    known = {p.name for p in route.params}
+    return next((n for n in names if n not in known), None)
 
 
 def lookup(t: dict[tuple[str, str], Route], method: str, path: str | None) -> Route | None:

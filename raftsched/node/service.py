@@ -15,16 +15,17 @@ import uuid
 import msgpack
 
 from ..clock import Clock
-from ..core import bodies, commands, limits, model, policy, preview, queries, schedule
+from ..core import bodies, commands, deadlines, limits, model, policy, preview, queries, schedule
 from ..core.errors import BadRequest, Conflict, Forbidden, InvalidSpec, NotFound, Unavailable
 from ..core.model import check_name
+from ..core.notify_model import validate_routes
 from ..core.tenants import LIMITED
 from .. import sealing
 from . import batch, tenancy
 from ..proposer import Proposer
 from . import limits as node_limits
 from .redact import PROCESS_DEFAULT, Fingerprint, restore_redacted
-from .views import job_view, lock_view, policy_view, run_view, tenant_view
+from .views import deadline_view, job_view, lock_view, policy_view, run_view, tenant_view
 
 
 def new_request_id() -> str:
@@ -286,6 +287,38 @@ class Service:
         res = await self.propose(commands.trigger_job(self.clock.now_ms(), rid or new_request_id(), name=name))
         return self._out(res, {"job": name, "run": res["run"], "state": res["state"]})
 
+    async def ping(self, name: str, body, rid: str | None) -> dict:
+        """A heartbeat job's ping: ``{"status": "start"|"success"|"fail", "slot": ISO time or ms,
+        optional}`` (core/deadlines.py apply_ping)."""
+        check_name(name)
+        if body is None:
+            body = {}
+        if not isinstance(body, dict):
+            raise InvalidSpec("the body must be a JSON object: {\"status\": \"start\"|\"success\"|\"fail\"}", field=None)
+        for k in body:
+            if k not in ("status", "slot"):
+                raise InvalidSpec("unknown field; allowed: slot, status", field=str(k))
+        status = body.get("status", "success")
+        if status not in deadlines.PING_STATUSES:
+            raise InvalidSpec(f"must be one of {', '.join(deadlines.PING_STATUSES)}", field="status")
+        slot = body.get("slot")
+        if slot is not None:
+            if isinstance(slot, str):
+                slot = schedule.parse_iso_ms(slot, "slot")
+            elif isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot <= limits.time_ms_max:
+                raise InvalidSpec("must be an ISO-8601 time or ms since the epoch", field="slot")
+        res = await self.propose(commands.ping(self.clock.now_ms(), rid or new_request_id(), name=name,
+                                               status=status, slot=slot))
+        return self._out(res, {"job": name, "run": res["run"], "state": res["state"]})
+
+    def list_deadlines(self, state: str | None, job: str | None, since: int | None, limit: int,
+                       tenants: frozenset | None = None) -> dict:
+        """Slots' deadline records, newest first (core/deadlines.py listing)."""
+        if job is not None:
+            check_name(job, "job")
+        rows = self.read(deadlines.listing, state, job, since, tenants, limit)
+        return {"deadlines": [deadline_view(d) for d in rows]}
+
     # ------------------------------------------------------------------ queues and tenants
     async def put_queue(self, name: str, body, rid: str | None, tenants: frozenset | None = None) -> dict:
         """Configure queue ``name``; a token limited to ``tenants`` configures only theirs, and a
@@ -318,10 +351,19 @@ class Service:
         """Set a tenant's rate limit and/or its policy (one command each: a rate limit with
         ``put_tenant``, a policy with ``put_tenant_policy``, whose request id is derived from
         ``rid`` so a retry of the same request applies each once)."""
-        rate, pol = bodies.validate_tenant_body(name, body)
+        routes = None
+        if isinstance(body, dict) and "notify" in body:  # its jobs' default routes (node/notify.py)
+            body = dict(body)
+            check_name(name, "tenant", limits.tenant_name_chars_max)
+            routes = validate_routes(body.pop("notify"))
+        rate, pol = bodies.validate_tenant_body(name, body) if body or routes is None else (None, None)
         rid = rid or new_request_id()
         out: dict = {"tenant": name}
         res: dict = {}
+        if routes is not None:
+            nrid = "tn-" + hashlib.blake2b(rid.encode("utf-8", "backslashreplace"), digest_size=16).hexdigest()
+            res = await self.propose(commands.put_tenant_notify(self.clock.now_ms(), nrid, name=name, notify=routes))
+            out = self._out(res, dict(out, notify=routes))
         if rate is not None:
             res = await self.propose(commands.put_tenant(self.clock.now_ms(), rid, name=name, fields=rate))
             out = self._out(res, dict(out, rate_per_s=rate["rate_milli"] / 1000, burst=rate["burst"]))
@@ -346,7 +388,8 @@ class Service:
         """Tenant ``name``'s rate limit, policy and the policy its limited tokens' jobs are held to."""
         check_name(name, "tenant", limits.tenant_name_chars_max)
         t = self.read(queries.tenant_config, name)
-        return dict(tenant_view(t), effective_policy=policy_view(t["effective"]))
+        return dict(tenant_view(t), effective_policy=policy_view(t["effective"]),
+                    notify=self.read(lambda s: s.tenant_notify.get(name)) or [])
 
     # ------------------------------------------------------------------ dead-letter queue
     def list_dlq(self, queue: str | None, limit: int, tenants: frozenset | None = None) -> dict:
@@ -422,7 +465,9 @@ class Service:
     def explain_job(self, name: str, body) -> dict:
         spec, anchor = self._job_spec(name)
         if not isinstance(body, dict):
-            raise BadRequest("send {\"down_from\": ISO time, \"down_to\": ISO time}")
+            raise BadRequest("send {\"down_from\": ISO time, \"down_to\": ISO time} or {\"slot\": ISO time}")
+        if "slot" in body and "down_from" not in body:
+            return self.explain_slot(name, body["slot"])
         try:
             lo = schedule.parse_iso_ms(body.get("down_from"), "down_from")
             hi = schedule.parse_iso_ms(body.get("down_to"), "down_to")
@@ -433,6 +478,27 @@ class Service:
         if hi - lo > 366 * 86_400_000:
             raise BadRequest("an outage window is at most 366 days", field="down_to")
         return dict(job=name, **preview.explain(spec, anchor, lo, hi))
+
+    def explain_slot(self, name: str, slot) -> dict:
+        """Why a slot met or missed its deadline: its run (or record) and its deadline block."""
+        try:
+            slot_ms = schedule.parse_iso_ms(slot, "slot") if isinstance(slot, str) else None
+        except InvalidSpec as e:
+            raise BadRequest(e.message, field=e.field) from None
+        if slot_ms is None:
+            raise BadRequest("must be an ISO-8601 time", field="slot")
+        rid = f"{name}@{slot_ms}"
+        run = self.read(queries.run, rid)
+        block = self.read(deadlines.slot_views, [rid]).get(rid)
+        out: dict = {"job": name, "slot": schedule.iso(slot_ms),
+                     "run": None if run is None else self._views([run])[0], "deadline": None}
+        if block is not None:
+            out["deadline"] = deadline_view(block)
+            out["why"] = out["deadline"]["why"]
+        else:
+            out["why"] = ("the slot has no deadline record: the job had no deadline when it fired, the slot "
+                          "has not fired, or its record was given up (limits.deadlines_kept_max)")
+        return out
 
     # ------------------------------------------------------------------ reads
     def get_job(self, name: str) -> dict:
@@ -480,6 +546,14 @@ class Service:
         """run_view of each, and ``waiting_for`` on a queued run no live worker may take for its
         placement (the worker fleet, docs/workers.md)."""
         out = [run_view(r) for r in runs]
+        blocks = self.read(deadlines.slot_views, [r["id"] for r in runs])
+        if blocks:
+            for v in out:
+                if v["id"] in blocks:
+                    v["deadline"] = deadline_view(blocks[v["id"]])
+        for v in out:
+            if v["state"] == "waiting":  # a heartbeat job's slot (docs/notifications.md)
+                v["waiting_for"] = "a ping: POST /v1/jobs/{name}/ping"
         queued = [r["id"] for r in runs if r["state"] == "queued"]
         if queued:
             why = self.read(queries.waiting_for_many, queued, self.clock.now_ms())

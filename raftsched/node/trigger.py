@@ -20,7 +20,7 @@ import json
 import logging
 
 from ..clock import Clock
-from ..core import commands, due, limits, policy, queries
+from ..core import commands, deadlines, due, limits, policy, queries
 from ..core.due import DueIndex
 from ..core.policy import fires_ahead
 from ..core.errors import RaftschedError
@@ -130,7 +130,9 @@ class Trigger:
     async def _lead(self) -> None:
         log.info("trigger: became leader; barrier then takeover")
         await self.raft.barrier(timeout_s=node_limits.propose_timeout_s_default)
-        await self.proposer.propose(commands.takeover(self.clock.now_ms(), node=self.node_id))
+        # seen: how far the state's time got before this term (cluster.no_leader reports the gap)
+        seen = self.raft.read(queries.state_time)
+        await self.proposer.propose(commands.takeover(self.clock.now_ms(), node=self.node_id, seen=seen or None))
         self.take_due_index()
         self._lease_seen = {}  # a new term starts every lease's TTL afresh (I15)
         log.info("trigger: leading; %d jobs", self.raft.read(queries.counts)["jobs"])
@@ -214,10 +216,13 @@ class Trigger:
         early = self._pop_storm(now) if ahead > 0 else []
         self._storm_pending = bool(early)
         if not jobs and not early:
+            await self.judge_deadlines(now)
             return 0
         t0 = self.clock.monotonic_s()
         n = await self._plan_and_fire(now, [(jobs, span)] + [(names, sec + 999 - now) for sec, names in early])
         self._measure_rate(n, self.clock.monotonic_s() - t0)
+        # After the fire: a slot it recorded skipped is judged so by then (max_since_success_s).
+        await self.judge_deadlines(now)
         return n
 
     def _pop_storm(self, now: int) -> list[tuple[int, list[str]]]:
@@ -250,6 +255,7 @@ class Trigger:
         tasks = []
         cur: list[list] = []
         cur_names: list[str] = []
+        cur_dl: list[list] = []
         cur_bytes = 0
         total = 0
         for jobs, span in groups:
@@ -268,26 +274,34 @@ class Trigger:
                         self.raft.read(due.repush, [name])
                         continue
                     size = _entry_bytes_max(entry)
-                    if cur and (cur_bytes + size > node_limits.fire_entry_bytes_max or len(cur) >= limits.fire_entries_max):
+                    # The slots' deadline instants, computed here with the job's schedule rules
+                    # (the proposer's work, as the plan is): only for jobs with a deadline.
+                    items = deadlines.fire_items(spec, entry, anchor) if "deadline" in spec else None
+                    if items:
+                        size += len(items) * (len(name.encode()) + deadlines.DL_ITEM_BYTES)
+                    if cur and (cur_bytes + size > node_limits.fire_entry_bytes_max or len(cur) >= limits.fire_entries_max
+                                or (items and len(cur_dl) + len(items) > limits.fire_deadline_items_max)):
                         await self._window.acquire()
-                        tasks.append(asyncio.ensure_future(self._fire(now, cur, cur_names)))
-                        cur, cur_names, cur_bytes = [], [], 0
+                        tasks.append(asyncio.ensure_future(self._fire(now, cur, cur_names, cur_dl)))
+                        cur, cur_names, cur_dl, cur_bytes = [], [], [], 0
                     cur.append(entry)
                     cur_names.append(name)
+                    if items:
+                        cur_dl.extend(items)
                     cur_bytes += size
                 await asyncio.sleep(0)  # the API and the other tasks get the loop between chunks
         if cur:
             await self._window.acquire()
-            tasks.append(asyncio.ensure_future(self._fire(now, cur, cur_names)))
+            tasks.append(asyncio.ensure_future(self._fire(now, cur, cur_names, cur_dl)))
         await asyncio.gather(*tasks)
         return total
 
-    async def _fire(self, now: int, entries: list[list], names: list[str]) -> None:
+    async def _fire(self, now: int, entries: list[list], names: list[str], dl: list[list] | None = None) -> None:
         """Propose one fire command and account for its outcome. Never raises (but cancellation):
         a failed proposal pushes its jobs back, so the next tick (or leader) plans them again.
         Releases the window slot its caller acquired."""
         try:
-            res = await self._propose_fire(now, entries)
+            res = await self._propose_fire(now, entries, dl)
         except asyncio.CancelledError:
             self.raft.read(due.repush, names)
             raise
@@ -377,5 +391,23 @@ class Trigger:
         except RaftschedError as e:
             log.warning("reaper: expire failed: %s", e.message)
 
-    async def _propose_fire(self, now: int, entries: list) -> dict:
-        return await self.proposer.propose(commands.fire(now, entries=entries))
+    async def _propose_fire(self, now: int, entries: list, dl: list | None = None) -> dict:
+        return await self.proposer.propose(commands.fire(now, entries=entries, dl=dl))
+
+    async def judge_deadlines(self, now: int) -> int:
+        """The deadline sweep (leader only): propose ``deadline_judge`` for the slots whose
+        deadline instants passed by ``now`` (the cluster's clock) and the jobs past their
+        ``max_since_success_s`` (core/deadlines.py). A slot whose instant fell in a leaderless
+        gap is judged by the first sweep of the next leader: the index is rebuilt from the
+        replicated records. What does not commit is put back for the next tick. Nothing to do,
+        and nothing proposed, when no job has a deadline."""
+        rids, names = self.raft.read(deadlines.due, now, limits.deadline_judge_items_max)
+        if not rids and not names:
+            return 0
+        try:
+            res = await self.proposer.propose(commands.deadline_judge(now, runs=rids, jobs=names))
+        except RaftschedError as e:
+            log.warning("trigger: deadline sweep failed: %s", e.message)
+            self.raft.read(deadlines.repush, rids, names)
+            return 0
+        return int(res.get("judged", 0))

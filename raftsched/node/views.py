@@ -2,7 +2,7 @@
 name. Presentation only: the reads themselves, in storage units, are core/queries.py's."""
 from __future__ import annotations
 
-from ..core import schedule
+from ..core import deadlines, schedule
 from ..core.tenants import LIMITED
 from .redact import PROCESS_DEFAULT, Fingerprint, redact_spec
 
@@ -31,7 +31,18 @@ def job_view(job: dict, fp: Fingerprint = PROCESS_DEFAULT) -> dict:
     }
     if job["spec"].get(LIMITED):  # written by a token limited to tenants: its tenant's policy holds it
         out["limited"] = True
+    if "health" in job:  # docs/notifications.md, "Health"
+        out["health"] = health_view(job["health"])
     return out
+
+
+def health_view(h: dict) -> dict:
+    """A job's health (core/notify.py view_health) with its times as ISO text."""
+    last, inc = h["last_slot_outcome"], h["incident"]
+    return {"last_success_at": schedule.iso(h["last_success_at"]), "last_failure_at": schedule.iso(h["last_failure_at"]),
+            "consecutive_failures": h["consecutive_failures"],
+            "last_slot_outcome": None if last is None else dict(last, slot=schedule.iso(last["slot"])),
+            "incident": None if inc is None else dict(inc, since=schedule.iso(inc["since"]))}
 
 
 def spec_view(spec: dict, fp: Fingerprint = PROCESS_DEFAULT) -> dict:
@@ -114,4 +125,14 @@ def worker_view(w: dict) -> dict:
     if "runs" in out:
         out["runs"] = [dict(r, started_at=schedule.iso(r["started_at"]), lease_deadline=schedule.iso(r.pop("deadline")))
                        for r in (dict(x) for x in out["runs"])]
+    return out
+
+
+def deadline_view(d: dict) -> dict:
+    """A slot's deadline record (core.deadlines' view) as the API shows it: its instants as ISO
+    text and ``why``, a sentence."""
+    out = dict(d, slot=schedule.iso(d["slot"]), slot_ms=d["slot"], instant=schedule.iso(d["instant"]),
+               judged_at=schedule.iso(d["judged_at"]),
+               instants={k: schedule.iso(v) for k, v in d["instants"].items() if v is not None})
+    out["why"] = deadlines.explain(d)
     return out

@@ -156,7 +156,8 @@ class App:
         - ``overlap``: a policy name or the object;
         - every other top-level spec field under its own name: ``retry``, ``timeout_s``,
           ``priority``, ``payload``, ``jitter_s``, ``queue``, ``tenant``, ``history``,
-          ``description``, ``labels`` (docs/api.md, "The job spec");
+          ``description``, ``labels``, ``deadline``, ``notify``, ``pause_on_failure``, ``metrics``
+          (docs/api.md, "The job spec"; docs/notifications.md);
         - ``placement``: more worker labels for the job's runs, beside the App's
           ``raftsched.app`` (which is always there); ``None``: no placement at all.
 

@@ -44,6 +44,7 @@ COMMANDS = {
     "profile-fire": "profile_fire",
     "profile-backfill": "profile_backfill",
     "bench-auth": "bench_auth",
+    "bench-notify": "bench_notify",
     "cron-libraries": "cron_libraries",
     "bench-raft-crypto": "bench_raft_crypto",
     "sdk-isolation": "sdk_isolation",

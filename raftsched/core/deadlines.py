@@ -1,0 +1,731 @@
+"""Deadlines, judged per slot, and heartbeat jobs (docs/notifications.md, "Deadlines").
+
+A job's ``deadline`` says when each of its slots must be done. The proposer (the leader's trigger
+loop) computes each fired slot's instants with the job's schedule rules (:func:`instants`: the
+cron and time-zone work is the proposer's, as for plans) and puts them in the ``fire`` command
+(its ``dl`` field); apply keeps one record per slot, keyed by the slot's run id, so attribution is
+strictly by slot: a retry of the 02:00 run is the 02:00 run, the 03:00 run is another record.
+
+Each record is judged exactly once to a final outcome, in the apply that commits it, and the
+same apply emits its event (core/events.py):
+
+- when its run ends (``on_finish``: a success, the dead-letter queue, a heartbeat's ``fail``
+  ping, or a slot recorded skipped/coalesced, which is judged in the fire that records it);
+- when one of its instants passes, by the leader's sweep (the ``deadline_judge`` command, with
+  the cluster's clock as its ``now``): ``missed`` at once, with its cause; a run that still
+  succeeds afterwards turns the outcome into ``late``.
+
+Outcomes: ``met``; ``late`` (succeeded after a deadline); ``missed`` with a cause:
+``never_started``, ``still_running``, ``failed``, ``skipped``, ``paused`` (and ``untracked``:
+evicted past ``limits.deadlines_pending_max``, see :func:`_track`).
+
+``max_since_success_s`` is judged per job, not per slot: a job with no success for that long
+misses once (``which`` = ``max_since_success_s``), and again only after a success.
+
+The instant index (``_heap``) is derived: it is rebuilt on restore, and on every replica it is
+bounded (rebuilt from the records once it holds too many stale entries), so a follower, which
+never sweeps, holds no more than a leader. Jobs without ``deadline`` pay nothing: no record, no
+index entry, and ``on_finish`` is a look-up in an empty map.
+"""
+from __future__ import annotations
+
+import heapq
+import re
+from collections import OrderedDict, deque
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from . import events, limits, schedule, snapshot
+from .errors import Conflict, InvalidCommand, InvalidSpec, NotFound
+from .records import Record, Result, is_int, ok
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .commands import Command
+    from .state import SchedulerState
+
+#: The fields of a job's ``deadline``.
+FIELDS = ("start_within_s", "succeed_within_s", "succeed_by", "max_since_success_s")
+#: A slot record's deadlines, in the order of its instants.
+WHICH = ("start_within_s", "succeed_within_s", "succeed_by")
+OUTCOMES = ("pending", "met", "late", "missed")
+CAUSES = ("never_started", "still_running", "failed", "skipped", "paused", "untracked")
+#: What a ``dl`` item costs in a fire command besides its job's name: five integers and framing.
+DL_ITEM_BYTES = 56
+_HHMM = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
+
+
+# ------------------------------------------------------------------ the spec (proposer side)
+def validate(raw: object) -> Record:
+    """A job's ``deadline``: ``{"start_within_s", "succeed_within_s", "succeed_by": "HH:MM",
+    "max_since_success_s"}``, at least one. :raises InvalidSpec: naming the field."""
+    if not isinstance(raw, dict):
+        raise InvalidSpec("must be an object with start_within_s, succeed_within_s, succeed_by or "
+                          "max_since_success_s", field="deadline")
+    for k in raw:
+        if k not in FIELDS:
+            raise InvalidSpec(f"unknown field; allowed: {', '.join(FIELDS)}", field=f"deadline.{k}")
+    if not raw:
+        raise InvalidSpec("must name at least one of " + ", ".join(FIELDS), field="deadline")
+    out: Record = {}
+    for k in ("start_within_s", "succeed_within_s", "max_since_success_s"):
+        if k in raw:
+            v = raw[k]
+            if not is_int(v) or not 1 <= v <= limits.deadline_s_max:
+                raise InvalidSpec(f"must be an integer of seconds, 1..{limits.deadline_s_max}", field=f"deadline.{k}")
+            out[k] = v
+    if "succeed_by" in raw:
+        v = raw["succeed_by"]
+        if not isinstance(v, str) or not _HHMM.fullmatch(v):
+            raise InvalidSpec("must be a local time \"HH:MM\" (00:00..23:59) in the job's time zone",
+                              field="deadline.succeed_by")
+        out["succeed_by"] = v
+    if "start_within_s" in out and "succeed_within_s" in out and out["start_within_s"] > out["succeed_within_s"]:
+        raise InvalidSpec("must not be longer than succeed_within_s (a run cannot succeed before it starts)",
+                          field="deadline.start_within_s")
+    return out
+
+
+def _local_instant(wall: datetime, tz: str, dst: dict[str, str] | None) -> int:
+    """The instant of local wall time ``wall`` in ``tz``, by the job's DST rules: a time in a
+    spring-forward gap is the first instant after the gap (a deadline is never skipped); a
+    repeated one is its first occurrence, or its second with ``fall_back: twice``."""
+    kind, first, second = schedule._instants(wall, schedule.zone(tz))
+    if kind == schedule._REPEATED and dst and dst.get("fall_back") == "twice":
+        return second
+    return first
+
+
+def succeed_by_ms(sched: Record, hhmm: str, slot: int) -> int:
+    """``succeed_by`` for the slot at ``slot``: that local time on the slot's local day in the
+    job's time zone (UTC for interval and one-shot schedules), or on the next day when that falls
+    before the slot."""
+    tz = sched.get("timezone", "UTC") if "cron" in sched else "UTC"
+    dst = sched.get("dst")
+    h, m = int(hhmm[:2]), int(hhmm[3:])
+    day = schedule._wall_of(slot, schedule.zone(tz)).date()
+    at = _local_instant(datetime(day.year, day.month, day.day, h, m), tz, dst)
+    if at < slot:
+        nxt = day + timedelta(days=1)
+        at = _local_instant(datetime(nxt.year, nxt.month, nxt.day, h, m), tz, dst)
+    return at
+
+
+def instants(spec: Record, slot: int) -> list[int | None] | None:
+    """The slot's deadline instants ``[start, succeed_within, succeed_by]`` (ms, None where the
+    job has no such deadline), or None when the job has no per-slot deadline. Proposer side."""
+    d = spec.get("deadline")
+    if not d or not ("start_within_s" in d or "succeed_within_s" in d or "succeed_by" in d):
+        return None
+    return [slot + d["start_within_s"] * 1000 if "start_within_s" in d else None,
+            slot + d["succeed_within_s"] * 1000 if "succeed_within_s" in d else None,
+            succeed_by_ms(spec["schedule"], d["succeed_by"], slot) if "succeed_by" in d else None]
+
+
+def fire_items(spec: Record, entry: list[Any], anchor: int) -> list[list[Any]]:
+    """The ``dl`` items of a fire entry (``policy.compact_entry``'s list) of a job with a
+    deadline: ``[job, gen, slot, start, within, by]`` for each slot that becomes a run, and for
+    each slot of each recorded range (skipped, coalesced), each judged on its own: the first
+    ``limits.deadline_range_slots_max`` of a range (the rest of a longer range are in the same
+    record, and counted by it). At most ``limits.fire_entry_deadline_bytes_max`` of items an
+    entry: a catch-up that handles more slots at once keeps the newest. Empty for a job without
+    one. Proposer side (``anchor``: the job's, for the slots of a range)."""
+    name, gen, _after, _upto, _nxt, runs, rec = entry
+    out: list[list[Any]] = []
+    if "deadline" not in spec:
+        return out
+    slots = list(runs)
+    for r in rec:
+        if r[3] == r[2]:
+            slots.append(r[2])
+        else:
+            slots.extend(schedule.iter_slots(spec["schedule"], r[2] - 1, r[3], anchor, limits.deadline_range_slots_max))
+    keep = max(1, limits.fire_entry_deadline_bytes_max // (len(name.encode()) + DL_ITEM_BYTES))
+    for slot in sorted(slots)[-keep:]:
+        at = instants(spec, slot)
+        if at is not None:
+            out.append([name, gen, slot, *at])
+    return out
+
+
+# ------------------------------------------------------------------ the replicated section
+class Book:
+    """Every slot's deadline record (pending, then judged), and the jobs watched for
+    ``max_since_success_s``.
+
+    ``slots``: run id -> record, in the order they were tracked; ``final``: the run ids judged
+    for good, oldest first (the first to go past ``limits.deadlines_kept_max``); ``pending``:
+    how many records are not final; ``since``: job -> ``[base_ms, missed]``, the last success
+    (or when watching began) and whether that streak has missed already."""
+
+    __slots__ = ("slots", "final", "pending", "since", "_heap", "_since_heap")
+
+    def __init__(self) -> None:
+        self.slots: OrderedDict[str, Record] = OrderedDict()
+        self.final: deque[str] = deque()
+        self.pending = 0
+        self.since: dict[str, list[Any]] = {}
+        #: derived: (instant, run id) of the instants not yet passed, and (due, job) for since
+        self._heap: list[tuple[int, str]] = []
+        self._since_heap: list[tuple[int, str]] = []
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Book) and self.slots == other.slots and self.final == other.final
+                and self.since == other.since)
+
+    def rebuild(self, jobs: dict[str, Record]) -> None:
+        """Both indexes from the records and the watched jobs (``jobs``: the state's)."""
+        self._heap = [(t, rid) for rid, r in self.slots.items() if r["state"] in ("pending", "missed")
+                      for t in _open_instants(r)]
+        heapq.heapify(self._heap)
+        self._since_heap = [(v[0] + _since_ms(jobs.get(job)), job) for job, v in self.since.items()
+                            if not v[1] and _since_ms(jobs.get(job))]
+        heapq.heapify(self._since_heap)
+
+
+def _since_ms(job: Record | None) -> int:
+    """The job's max_since_success_s in ms, or 0 when it has none."""
+    if job is None:
+        return 0
+    d = job["spec"].get("deadline")
+    return int(d["max_since_success_s"]) * 1000 if d is not None and "max_since_success_s" in d else 0
+
+
+def _open_instants(r: Record) -> list[int]:
+    return [t for t in (r["start"], r["within"], r["by"]) if t is not None and t > r["judged"]]
+
+
+def _push(s: SchedulerState, book: Book, r: Record, rid: str) -> None:
+    for t in _open_instants(r):
+        heapq.heappush(book._heap, (t, rid))
+    if len(book._heap) > 4 * len(book.slots) + 1024:
+        book.rebuild(s.jobs)
+
+
+def _book(s: SchedulerState) -> Book:
+    book: Book = s.deadlines
+    return book
+
+
+def _finalise(s: SchedulerState, book: Book, rid: str, r: Record) -> None:
+    if r["state"] == "pending" or r["fin"]:
+        return
+    r["fin"] = True
+    book.final.append(rid)
+    book.pending -= 1
+    while len(book.final) > limits.deadlines_kept_max:
+        book.slots.pop(book.final.popleft(), None)
+
+
+def _emit(s: SchedulerState, r: Record, rid: str, now: int, attempt: int | None = None) -> None:
+    kind = "deadline.late" if r["state"] == "late" else "deadline.missed"
+    events.emit(s, kind, now, job=r["job"], tenant=r["tenant"], slot=r["slot"], run_id=rid, attempt=attempt,
+                reason=r["cause"], deadline=r["which"], instant=r["at"], cause=r["cause"])
+
+
+def _track(s: SchedulerState, job: Record, slot: int, at: list[Any], now: int) -> Record | None:
+    """Start watching one slot's deadlines (the fire that made its run or record). Past
+    ``limits.deadlines_pending_max`` records not yet judged, the oldest of them is judged at
+    once, ``missed`` with cause ``untracked`` (an alert rather than silence)."""
+    book = _book(s)
+    rid = f"{job['name']}@{slot}"
+    if rid in book.slots:
+        return None
+    r: Record = {"job": job["name"], "tenant": job["spec"]["tenant"], "slot": slot, "start": at[0],
+                 "within": at[1], "by": at[2], "state": "pending", "which": None, "cause": None, "at": None,
+                 "judged": 0, "done_at": None, "fin": False}
+    # ``judged``: the time up to which the record's instants were looked at by a sweep (an
+    # instant at or before it is not looked at again); none yet.
+    book.slots[rid] = r
+    book.pending += 1
+    if book.pending > limits.deadlines_pending_max:
+        for old_id, old in book.slots.items():
+            if old["state"] == "pending":
+                _miss(s, book, old_id, old, now, _first(old), "untracked", None)
+                break
+    _push(s, book, r, rid)
+    return r
+
+
+def _first(r: Record) -> tuple[int | None, str | None]:
+    """The record's earliest instant and which deadline it is."""
+    best: tuple[int | None, str | None] = (None, None)
+    for t, w in zip((r["start"], r["within"], r["by"]), WHICH):
+        if t is not None and (best[0] is None or t < best[0]):
+            best = (t, w)
+    return best
+
+
+def _miss(s: SchedulerState, book: Book, rid: str, r: Record, now: int, first: tuple[int | None, str | None],
+          cause: str, at: int | None, final: bool = True) -> None:
+    """Judge ``r`` missed: ``first`` is (instant, which deadline), ``at`` the instant to report
+    (None: the deadline's own, also for a miss judged before it, a dead run's)."""
+    r["state"] = "missed"
+    r["which"] = first[1]
+    r["at"] = at if at is not None else first[0]
+    r["cause"] = cause
+    r["done_at"] = now
+    run = s.runs.get(rid)
+    _emit(s, r, rid, now, None if run is None else run.get("attempt"))
+    if final:
+        _finalise(s, book, rid, r)
+
+
+def _first_start(run: Record) -> int | None:
+    """When the slot's run first started, where that is still known."""
+    att = run.get("attempts")
+    if att and att[0].get("attempt") == 1:
+        return int(att[0]["started_at"]) if att[0].get("started_at") is not None else None
+    if run.get("attempt") == 1 and run["state"] == "running":
+        return run.get("started_at")
+    return None
+
+
+def _cause(s: SchedulerState, run: Record | None) -> str:
+    """Why a slot's run has not succeeded (yet)."""
+    if run is None:
+        return "skipped"
+    st = run["state"]
+    if st in ("skipped", "coalesced"):
+        return "paused" if run.get("reason") == "paused" else "skipped"
+    if st == "running":
+        return "still_running"
+    if st in ("failed", "dead") or (st == "queued" and run.get("attempts")):
+        return "failed"
+    job = s.jobs.get(run["job"])
+    if job is not None and job["paused"]:
+        return "paused"
+    return "never_started"
+
+
+def _late_by(r: Record, run: Record, done: int) -> tuple[int | None, str | None]:
+    """The first deadline a run that succeeded at ``done`` broke, or (None, None)."""
+    started = _first_start(run)
+    if r["start"] is not None and started is not None and started > r["start"]:
+        return r["start"], "start_within_s"
+    for t, w in ((r["within"], "succeed_within_s"), (r["by"], "succeed_by")):
+        if t is not None and done > t:
+            return t, w
+    return None, None
+
+
+def on_finish(s: SchedulerState, run: Record, now: int, cause: str | None = None) -> None:
+    """A slot's run ended (succeeded, dead, failed for good, or was recorded skipped): judge its
+    record, if it has one (``cause``: why it missed, when the caller knows better than the run's
+    state says). Called by apply wherever a run ends; O(1)."""
+    book: Book = s.deadlines
+    if not book.slots and not book.since:
+        return
+    if book.since and run["state"] == "succeeded":
+        since_success(s, run["job"], now)
+    rid = run["id"]
+    r = book.slots.get(rid)
+    if r is None or r["fin"]:
+        return
+    if run["state"] == "succeeded":
+        at, which = _late_by(r, run, now)
+        if r["state"] == "missed" or at is not None:
+            r["state"] = "late"
+            if at is not None:
+                r["at"], r["which"] = at, which
+            r["cause"] = None
+            r["done_at"] = now
+            _emit(s, r, rid, now, run.get("attempt"))
+        else:
+            r["state"] = "met"
+            r["done_at"] = now
+        _finalise(s, book, rid, r)
+        return
+    if r["state"] == "missed":
+        _finalise(s, book, rid, r)  # judged when its instant passed; it ends missed
+        return
+    _miss(s, book, rid, r, now, _first(r), cause or _cause(s, run), None)
+
+
+def since_success(s: SchedulerState, job_name: str, now: int) -> None:
+    book: Book = s.deadlines
+    w = book.since.get(job_name)
+    if w is not None:
+        w[0], w[1] = now, False
+        job = s.jobs.get(job_name)
+        if job is not None and "deadline" in job["spec"] and "max_since_success_s" in job["spec"]["deadline"]:
+            heapq.heappush(book._since_heap, (now + job["spec"]["deadline"]["max_since_success_s"] * 1000, job_name))
+            if len(book._since_heap) > 2 * len(book.since) + 1024:
+                book.rebuild(s.jobs)
+
+
+# ------------------------------------------------------------------ apply: fire and judge
+def check_fire_items(items: object) -> list[list[Any]]:
+    """A fire command's ``dl``: ``[[job, gen, slot, start, within, by], ...]``. :raises
+    InvalidCommand: (checked before any entry of the command applies)."""
+    if not isinstance(items, list) or len(items) > limits.fire_deadline_items_max:
+        raise InvalidCommand("fire.dl must be a bounded list")
+    for it in items:
+        if not (isinstance(it, list) and len(it) == 6 and isinstance(it[0], str) and is_int(it[1]) and is_int(it[2])
+                and all(v is None or is_int(v) for v in it[3:])):
+            raise InvalidCommand("fire.dl item must be [job, gen, slot, start, within, by]")
+    return items
+
+
+def on_fire(s: SchedulerState, items: list[list[Any]], stale: set[str], fired_at: int, now: int,
+            ranges: dict[str, list[Any]]) -> None:
+    """Track the deadlines of the slots a fire command handled (its jobs not in ``stale``): each
+    item's slot is a run or record this command made (its ``fired_at``), or a slot inside a
+    range it recorded (``ranges``: job -> the records of its entry). A slot recorded skipped or
+    coalesced misses at once (``skipped``, or ``paused``), each on its own."""
+    for name, gen, slot, start, within, by in items:
+        job = s.jobs.get(name)
+        if job is None or job["gen"] != gen or name in stale or "deadline" not in job["spec"]:
+            continue
+        run = s.runs.get(f"{name}@{slot}")
+        cause = None
+        if run is None or run.get("fired_at") != fired_at:
+            inside = [rc for rc in ranges.get(name, ()) if rc[2] < slot <= rc[3]]
+            if not inside:
+                continue
+            cause = "paused" if inside[0][1] == "paused" else "skipped"
+        r = _track(s, job, slot, [start, within, by], now)
+        if r is None:
+            continue
+        if cause is not None:
+            _miss(s, _book(s), f"{name}@{slot}", r, now, _first(r), cause, None)
+        elif run is not None and run["state"] in ("skipped", "coalesced"):
+            _miss(s, _book(s), run["id"], r, now, _first(r), _cause(s, run), None)
+    for name in {it[0] for it in items}:
+        job = s.jobs.get(name)
+        if job is not None and "max_since_success_s" in job["spec"].get("deadline", {}) and name not in s.deadlines.since:
+            s.deadlines.since[name] = [now, False]
+            heapq.heappush(s.deadlines._since_heap,
+                           (now + job["spec"]["deadline"]["max_since_success_s"] * 1000, name))
+
+
+def watch_since(s: SchedulerState, job: Record, now: int) -> None:
+    """A job written with ``max_since_success_s`` is watched from now (put_job); one without,
+    not."""
+    book = _book(s)
+    name = job["name"]
+    d = job["spec"].get("deadline")
+    if d is None or "max_since_success_s" not in d:
+        book.since.pop(name, None)
+        return
+    if name not in book.since:
+        book.since[name] = [now, False]
+    heapq.heappush(book._since_heap, (book.since[name][0] + d["max_since_success_s"] * 1000, name))
+
+
+def forget_job(s: SchedulerState, name: str, now: int) -> None:
+    """A deleted job is no longer watched for max_since_success_s, and its records still open are
+    closed as they stand (a pending one is dropped: its slot will never be judged; a missed one
+    ends missed). Judged records stay. Linear in the records, on a delete only; nothing when the
+    book is empty."""
+    book = _book(s)
+    book.since.pop(name, None)
+    if not book.slots:
+        return
+    for rid, r in list(book.slots.items()):
+        if r["job"] != name or r["fin"]:
+            continue
+        if r["state"] == "pending":
+            del book.slots[rid]
+            book.pending -= 1
+        else:
+            _finalise(s, book, rid, r)
+
+
+def judge(s: SchedulerState, book: Book, rid: str, now: int) -> bool:
+    """Judge the instants of record ``rid`` that passed by ``now``. :returns: whether an
+    outcome was committed."""
+    r = book.slots.get(rid)
+    if r is None or r["fin"] or r["state"] != "pending":
+        return False
+    run = s.runs.get(rid)
+    passed = [(t, w) for t, w in zip((r["start"], r["within"], r["by"]), WHICH)
+              if t is not None and r["judged"] < t <= now]
+    r["judged"] = max(r["judged"], now)
+    for t, w in sorted(passed, key=lambda p: p[0]):
+        if run is None:
+            _miss(s, book, rid, r, now, (t, w), "skipped", t)
+            return True
+        if w == "start_within_s":
+            started = _first_start(run)
+            if run["state"] in ("queued", "waiting") and not run.get("attempts") and run.get("started_at") is None:
+                _miss(s, book, rid, r, now, (t, w), _cause(s, run), t, final=False)
+                return True
+            if started is not None and started > t:
+                _miss(s, book, rid, r, now, (t, w), "never_started", t, final=False)
+                return True
+            continue
+        if run["state"] == "succeeded":
+            continue  # judged by on_finish
+        _miss(s, book, rid, r, now, (t, w), _cause(s, run), t, final=run["state"] not in ("queued", "running", "waiting"))
+        return True
+    return False
+
+
+def due(s: SchedulerState, now: int, limit: int) -> tuple[list[str], list[str]]:
+    """The leader's sweep (a read): the run ids with an instant at or before ``now``, and the
+    jobs past ``max_since_success_s``, at most ``limit`` of each, popped from the index. An
+    item that does not commit is judged by the next sweep anyway: the index is rebuilt from
+    the records on every restore, and :func:`repush` puts the popped ones back."""
+    book = _book(s)
+    out: list[str] = []
+    seen: set[str] = set()
+    heap = book._heap
+    while heap and heap[0][0] <= now and len(out) < limit:
+        _t, rid = heapq.heappop(heap)
+        r = book.slots.get(rid)
+        if r is None or r["state"] != "pending" or rid in seen:
+            continue
+        seen.add(rid)
+        out.append(rid)
+    jobs: list[str] = []
+    sh = book._since_heap
+    while sh and sh[0][0] <= now and len(jobs) < limit:
+        t, name = heapq.heappop(sh)
+        w = book.since.get(name)
+        job = s.jobs.get(name)
+        if w is None or w[1] or job is None or name in jobs:
+            continue
+        if not _since_ms(job) or w[0] + _since_ms(job) != t:
+            continue
+        jobs.append(name)
+    return out, jobs
+
+
+def repush(s: SchedulerState, rids: list[str], jobs: list[str]) -> None:
+    """Put back what a sweep popped and could not commit."""
+    book = _book(s)
+    for rid in rids:
+        r = book.slots.get(rid)
+        if r is not None:
+            _push(s, book, r, rid)
+    for name in jobs:
+        w = book.since.get(name)
+        job = s.jobs.get(name)
+        if w is not None and _since_ms(job):
+            heapq.heappush(book._since_heap, (w[0] + _since_ms(job), name))
+
+
+def _names(v: object, field: str) -> list[str]:
+    if not isinstance(v, list) or len(v) > limits.deadline_judge_items_max or not all(isinstance(x, str) for x in v):
+        raise InvalidCommand(f"deadline_judge.{field} must be a list of at most {limits.deadline_judge_items_max} names")
+    return v
+
+
+def apply_deadline_judge(s: SchedulerState, cmd: Command, now: int) -> Result:
+    """``deadline_judge {runs, jobs}``: the leader's sweep, ``now`` the cluster's clock: judge
+    the instants of these slots' records that passed by now (``runs``: run ids), and the jobs
+    (``jobs``) whose last success is older than their ``max_since_success_s``. What is judged
+    already, or not yet due, is left as it is (a repeated or stale sweep changes nothing).
+
+    :raises InvalidCommand: runs or jobs not bounded lists of strings (then nothing is judged)."""
+    rids, names = _names(cmd.get("runs"), "runs"), _names(cmd.get("jobs", []), "jobs")
+    book = _book(s)
+    judged = 0
+    for rid in rids:
+        judged += judge(s, book, rid, now)
+    for name in names:
+        w = book.since.get(name)
+        job = s.jobs.get(name)
+        if w is None or w[1] or job is None:
+            continue
+        d = job["spec"].get("deadline") or {}
+        if "max_since_success_s" not in d or w[0] + d["max_since_success_s"] * 1000 > now:
+            continue
+        w[1] = True
+        at = w[0] + d["max_since_success_s"] * 1000
+        hist = s.history.get(name) or []
+        last = s.runs.get(hist[-1]) if hist else None
+        cause = "paused" if job["paused"] else ("never_started" if last is None else _cause(s, last))
+        if last is not None and last["state"] == "succeeded":
+            cause = "skipped"  # succeeded before the window: every slot since did not run
+        events.emit(s, "deadline.missed", now, job=name, tenant=job["spec"]["tenant"], slot=None, run_id=None,
+                    reason=cause, deadline="max_since_success_s", instant=at, cause=cause, since=w[0])
+        rid = f"{name}#since@{at}"
+        book.slots[rid] = {"job": name, "tenant": job["spec"]["tenant"], "slot": None, "start": None,
+                           "within": None, "by": None, "state": "missed", "which": "max_since_success_s",
+                           "cause": cause, "at": at, "judged": now, "done_at": now, "fin": False}
+        book.pending += 1
+        _finalise(s, book, rid, book.slots[rid])
+        judged += 1
+    return ok(judged=judged)
+
+
+# ------------------------------------------------------------------ heartbeat jobs: pings
+PING_STATUSES = ("start", "success", "fail")
+#: How long before its slot a ping without a slot may be that slot's: what firing ahead commits.
+PING_AHEAD_MS = limits.fire_ahead_ms + limits.fire_ahead_span_ms
+
+
+def apply_ping(s: SchedulerState, cmd: Command, now: int) -> Result:
+    """``ping {name, status, slot?}``: what something outside reports about a heartbeat job's
+    slot: ``start`` (its run is running), ``success`` or ``fail`` (it ended). Without ``slot``,
+    the newest of the job's runs a ping can still move (a start: one waiting; an end: one running,
+    else one waiting) whose slot came, else the first one due within PING_AHEAD_MS (committed
+    ahead). A run that ended is not changed again.
+
+    :raises NotFound: no such job, or no run for that slot. :raises Conflict: not a heartbeat job,
+        or no run a ping can move. :raises InvalidCommand: a bad status or slot."""
+    name, status, slot = cmd.get("name"), cmd.get("status"), cmd.get("slot")
+    if not isinstance(name, str) or status not in PING_STATUSES or (slot is not None and not is_int(slot)):
+        raise InvalidCommand("ping needs name, status (start, success or fail) and an integer slot or nil")
+    job = s.jobs.get(name)
+    if job is None:
+        raise NotFound(f"no job {name!r}", field="name")
+    if job["spec"]["executor"]["type"] != "heartbeat":
+        raise Conflict(f"job {name} is not a heartbeat job (its executor is {job['spec']['executor']['type']})",
+                       field="name")
+    run: Record | None = None
+    if slot is not None:
+        run = s.runs.get(f"{name}@{slot}")
+        if run is None:
+            raise NotFound(f"job {name} has no run for slot {slot} (ms since the epoch)", field="slot")
+    else:
+        hist = s.history.get(name) or []
+        want = ("waiting",) if status == "start" else ("running", "waiting")
+        # A slot is committed up to PING_AHEAD_MS before it comes (firing ahead), and the
+        # reporter's clock is not the cluster's: a ping that early is the coming slot's when no
+        # slot that came is open.
+        ahead = now + PING_AHEAD_MS
+        for st in want:
+            for rid in reversed(hist):
+                cand = s.runs[rid]
+                if cand["state"] == st and cand["slot"] <= ahead:
+                    run = cand  # newest first: the newest that came, else the first still to come
+                    if cand["slot"] <= now:
+                        break
+            if run is not None:
+                break
+        if run is None:
+            raise Conflict(f"job {name} has no run waiting for a {status} ping (its next slot has not fired)",
+                           field="slot")
+    if run["state"] not in ("waiting", "running"):
+        raise Conflict(f"run {run['id']} ended already ({run['state']})", field="slot")
+    if status == "start":
+        if run["state"] == "waiting":
+            run["state"] = "running"
+            run["started_at"] = now
+        return ok(run=run["id"], state=run["state"])
+    if run["started_at"] is None:
+        run["started_at"] = now
+    run["finished_at"] = now
+    run["attempts"] = [{"attempt": 1, "token": None, "worker": None, "started_at": run["started_at"],
+                        "finished_at": now, "ok": status == "success",
+                        "error": None if status == "success" else "a fail ping"}]
+    if status == "success":
+        run["state"] = "succeeded"
+    else:
+        run["state"] = "failed"
+        run["error"] = "a fail ping"
+    on_finish(s, run, now)
+    return ok(run=run["id"], state=run["state"])
+
+
+def close_heartbeats(s: SchedulerState, job: Record, now: int) -> None:
+    """A heartbeat job keeps at most ``limits.heartbeat_open_max`` runs open (waiting for a ping,
+    or started and not ended): past it, at its next fire, the oldest are closed: a waiting one as
+    skipped (reason ``not_pinged``), a started one as failed, each judged as it closes."""
+    hist = s.history.get(job["name"]) or []
+    open_ids = [rid for rid in hist if s.runs[rid]["state"] in ("waiting", "running")]
+    for rid in open_ids[:max(0, len(open_ids) - limits.heartbeat_open_max)]:
+        run = s.runs[rid]
+        run["finished_at"] = now
+        if run["state"] == "waiting":
+            run.update(state="skipped", reason="not_pinged")
+            on_finish(s, run, now, "never_started")
+        else:
+            run.update(state="failed", error="no success or fail ping before the job's later runs closed it")
+            on_finish(s, run, now, "still_running")
+
+
+# ------------------------------------------------------------------ reads
+def slot_view(s: SchedulerState, rid: str) -> Record | None:
+    """A run's ``deadline`` block (plain data, ms), or None when its slot has no deadline."""
+    r = _book(s).slots.get(rid)
+    return None if r is None else _view(rid, r)
+
+
+def slot_views(s: SchedulerState, rids: list[str]) -> dict[str, Record]:
+    """The ``deadline`` blocks of these runs that have one (nothing to look at when no job has a
+    deadline)."""
+    slots = _book(s).slots
+    if not slots:
+        return {}
+    return {rid: _view(rid, slots[rid]) for rid in rids if rid in slots}
+
+
+def _view(rid: str, r: Record) -> Record:
+    return {"run_id": None if r["slot"] is None else rid, "job": r["job"], "tenant": r["tenant"],
+            "slot": r["slot"], "state": r["state"], "deadline": r["which"], "cause": r["cause"],
+            "instant": r["at"], "judged_at": r["done_at"],
+            "instants": {"start_within_s": r["start"], "succeed_within_s": r["within"], "succeed_by": r["by"]}}
+
+
+def listing(s: SchedulerState, state: str | None, job: str | None, since: int | None, tenants: Any,
+            limit: int) -> list[Record]:
+    """Deadline records, newest first: filtered by outcome, job, slot (or judgement) at or after
+    ``since``, and the tenants a token may see (None: all)."""
+    out: list[Record] = []
+    for rid, r in reversed(_book(s).slots.items()):
+        if state is not None and r["state"] != state:
+            continue
+        if job is not None and r["job"] != job:
+            continue
+        if tenants is not None and r["tenant"] not in tenants:
+            continue
+        when = r["slot"] if r["slot"] is not None else r["at"]
+        if since is not None and (when is None or when < since):
+            continue
+        out.append(_view(rid, r))
+        if len(out) >= limit:
+            break
+    return out
+
+
+def explain(r: Record | None) -> str | None:
+    """Why a slot met or missed its deadline, in a sentence."""
+    if r is None:
+        return None
+    which = {"start_within_s": "start deadline", "succeed_within_s": "succeed_within_s deadline",
+             "succeed_by": "succeed_by deadline", "max_since_success_s": "max_since_success_s deadline"}
+    at = schedule.iso(r["instant"]) if r.get("instant") is not None else None
+    if r["state"] == "pending":
+        return "its deadlines have not passed yet"
+    if r["state"] == "met":
+        return "it met its deadlines"
+    if r["state"] == "late":
+        return f"it succeeded after its {which.get(r['deadline'] or '', 'deadline')} ({at})"
+    causes = {"never_started": "its run had not started", "still_running": "its run was still running",
+              "failed": "its run had failed (dead, or waiting for a retry)",
+              "skipped": "the slot was recorded skipped or coalesced, so no run was made for it",
+              "paused": "the job was paused", "untracked": "more deadlines were pending than the cluster keeps"}
+    return (f"it missed its {which.get(r['deadline'] or '', 'deadline')} ({at}): "
+            f"{causes.get(r['cause'] or '', r['cause'])}")
+
+
+# ------------------------------------------------------------------ snapshot section
+_REC = ("job", "tenant", "slot", "start", "within", "by", "state", "which", "cause", "at", "judged", "done_at", "fin")
+
+
+def _encode(book: Book) -> list[Any] | None:
+    if not book.slots and not book.since:
+        return None
+    return [[[rid] + [r[f] for f in _REC] for rid, r in book.slots.items()], list(book.final),
+            [[k, v[0], v[1]] for k, v in book.since.items()]]
+
+
+def _decode(data: list[Any]) -> Book:
+    book = Book()
+    for row in data[0]:
+        book.slots[row[0]] = dict(zip(_REC, row[1:]))
+    book.final.extend(data[1])
+    book.pending = len(book.slots) - len(book.final)
+    book.since = {row[0]: [row[1], row[2]] for row in data[2]}
+    return book
+
+
+def _rebuild(s: SchedulerState) -> None:
+    _book(s).rebuild(s.jobs)
+
+
+EXTENSION = snapshot.register(snapshot.Extension(name="deadlines", new=Book, encode=_encode, decode=_decode,
+                                                 rebuild=_rebuild))

@@ -1,0 +1,344 @@
+"""Notifications' replicated state: sinks and their delivery cursors, jobs' health and incidents,
+tenants' default routes; and the hooks the handlers call to emit events (docs/notifications.md).
+
+Every hook runs inside the apply of the change it reports (I28 in docs/design.md: an event
+exists exactly when its change does), reads no clock (``now`` is the command's) and touches only
+the job it is about: health is kept on every completion, never by a scan.
+
+A job's health is a list (events.LAST_SUCCESS ... SENT), made at its first outcome:
+``last_success_at``, ``last_failure_at``, ``consecutive_failures`` (runs that ended dead since the
+last success), ``last_slot_outcome`` (``[slot, outcome, reason]``), ``incident`` (``{"since",
+"run"}`` while the job is failing, else None) and the routes' noise state.
+
+A sink is ``{"spec", "cursor", "dead", "redo"}``: its spec (secret values sealed by the proposer),
+the seq up to which delivery handled the outbox (committed by ``sink_progress``, so a new leader
+resumes there), the events refused past its retry budget (newest last, bounded), and the dead
+events requeued for delivery again.
+"""
+from __future__ import annotations
+
+from itertools import islice
+from typing import TYPE_CHECKING, Any
+
+from . import deadlines, limits, snapshot
+from .errors import InvalidCommand, LimitExceeded, NotFound
+from .events import CONSECUTIVE, INCIDENT, LAST_FAILURE, LAST_SLOT, LAST_SUCCESS, SENT, emit, emit_for
+from .events import pending as events_pending
+from .notify_model import check_routes, check_sink_spec
+from .queues import unqueue_count
+from .records import Record, Result, is_int, ok
+
+if TYPE_CHECKING:
+    from .commands import Command
+    from .state import SchedulerState
+
+
+# ------------------------------------------------------------------ health
+def health(s: SchedulerState, job: str) -> list[Any]:
+    h: list[Any] | None = s.health.get(job)
+    if h is None:
+        h = s.health[job] = [None, None, 0, None, None, None]
+    return h
+
+
+def on_success(s: SchedulerState, run: Record, now: int) -> None:
+    """A run succeeded: the job's health, ``job.recovered`` when it closes an incident, and
+    ``run.succeeded`` (opt-in). Nothing for a backfill's run but its opt-in event."""
+    backfill = run.get("kind") == "backfill"
+    if not backfill:
+        h = health(s, run["job"])
+        h[LAST_SUCCESS] = now
+        h[LAST_SLOT] = [run["slot"], "succeeded", None]
+        if h[CONSECUTIVE]:
+            inc = h[INCIDENT]
+            emit(s, "job.recovered", now, job=run["job"], tenant=run.get("tenant"), slot=run["slot"],
+                 run_id=run["id"], attempt=run["attempt"], failures=h[CONSECUTIVE],
+                 incident_since=inc["since"] if inc else None)
+            h[CONSECUTIVE] = 0
+            h[INCIDENT] = None
+            sent = h[SENT]
+            if sent:
+                for k in [k for k in sent if k.endswith("|run.dead")]:
+                    del sent[k]
+    if s.sinks:
+        emit_for(s, "run.succeeded", now, backfill, job=run["job"], tenant=run.get("tenant"), slot=run["slot"],
+                 run_id=run["id"], attempt=run["attempt"])
+
+
+def on_attempt_failed(s: SchedulerState, run: Record, now: int, error: str | None) -> None:
+    """An attempt failed and the run will be tried again: ``run.failed`` (opt-in)."""
+    if s.sinks:
+        emit_for(s, "run.failed", now, run.get("kind") == "backfill", job=run["job"], tenant=run.get("tenant"),
+                 slot=run["slot"], run_id=run["id"], attempt=run["attempt"], reason=error)
+
+
+def on_dead(s: SchedulerState, run: Record, now: int, error: str | None) -> None:
+    """A run is dead (its retries spent): the job's health and incident, ``run.dead``, and the
+    job paused when its ``pause_on_failure`` says so (``job.paused``, reason
+    ``pause_on_failure``)."""
+    backfill = run.get("kind") == "backfill"
+    name = run["job"]
+    if backfill:
+        if s.sinks:
+            emit_for(s, "run.dead", now, True, job=name, tenant=run.get("tenant"), slot=run["slot"],
+                     run_id=run["id"], attempt=run["attempt"], reason=error, queue=run["queue"])
+        return
+    h = health(s, name)
+    h[LAST_FAILURE] = now
+    h[CONSECUTIVE] += 1
+    h[LAST_SLOT] = [run["slot"], "dead", error]
+    if h[INCIDENT] is None:
+        h[INCIDENT] = {"since": now, "run": run["id"]}
+    if s.sinks:
+        emit(s, "run.dead", now, job=name, tenant=run.get("tenant"), slot=run["slot"], run_id=run["id"],
+             attempt=run["attempt"], reason=error, queue=run["queue"], consecutive_failures=h[CONSECUTIVE])
+    job = s.jobs.get(name)
+    if job is not None and not job["paused"]:
+        p = job["spec"].get("pause_on_failure")
+        if p is not None and h[CONSECUTIVE] >= p["after_consecutive"]:
+            emit(s, "job.paused", now, job=name, reason="pause_on_failure", consecutive_failures=h[CONSECUTIVE])
+            pause(s, job, now)
+
+
+def on_slot_recorded(s: SchedulerState, entry: Record, now: int) -> None:
+    """A slot recorded skipped or coalesced (misfire, the catch-up limit, overlap, a full queue):
+    ``last_slot_outcome`` (when the job has health already) and ``slot.missed`` with its reason
+    (one event a recorded range)."""
+    name = entry["job"]
+    h = s.health.get(name)
+    if h is not None:  # made by a run's outcome: a job that only records slots costs nothing here
+        h[LAST_SLOT] = [entry["slot"], entry["state"], entry["reason"]]
+    if s.sinks and entry["reason"] != "paused":
+        extra = {"count": entry["count"], "slot_to": entry["slot_to"]} if "count" in entry else {}
+        emit_for(s, "slot.missed", now, entry.get("kind") == "backfill", job=name, slot=entry["slot"],
+                 run_id=entry["id"], reason=entry["reason"], state=entry["state"], **extra)
+
+
+def pause(s: SchedulerState, job: Record, now: int) -> int:
+    """Pause a job (pause_job, and pause_on_failure): runs fired ahead for slots after ``now``
+    are recorded skipped / paused. :returns: how many."""
+    job["paused"] = True
+    job["updated"] = now
+    withdrawn = 0
+    for rid in s.history.get(job["name"], ()):
+        run = s.runs[rid]
+        if run["state"] == "queued" and run["kind"] == "scheduled" and run["slot"] > now:
+            unqueue_count(s, run)
+            run.update(state="skipped", reason="paused", finished_at=now)
+            deadlines.on_finish(s, run, now)
+            withdrawn += 1
+    return withdrawn
+
+
+def view_health(h: list[Any] | None) -> Record:
+    """A job's ``health`` as its view shows it (times in ms; node/views.py formats them)."""
+    if h is None:
+        return {"last_success_at": None, "last_failure_at": None, "consecutive_failures": 0,
+                "last_slot_outcome": None, "incident": None}
+    last = h[LAST_SLOT]
+    return {"last_success_at": h[LAST_SUCCESS], "last_failure_at": h[LAST_FAILURE],
+            "consecutive_failures": h[CONSECUTIVE],
+            "last_slot_outcome": None if last is None else {"slot": last[0], "outcome": last[1], "reason": last[2]},
+            "incident": None if h[INCIDENT] is None else dict(h[INCIDENT])}
+
+
+# ------------------------------------------------------------------ sinks
+def apply_put_sink(s: SchedulerState, cmd: Command, now: int) -> Result:
+    """``put_sink {name, spec}``: create or replace a sink (notify_model.validate_sink's spec,
+    its secrets sealed). A new sink starts at the outbox's end (it is sent what happens from now
+    on); a replace keeps its cursor and dead list.
+
+    :raises InvalidCommand: malformed. :raises LimitExceeded: a new sink beyond sinks_max."""
+    name, spec = cmd.get("name"), cmd.get("spec")
+    if not isinstance(name, str) or not name:
+        raise InvalidCommand("put_sink needs name")
+    check_sink_spec(spec)
+    old = s.sinks.get(name)
+    if old is None:
+        if len(s.sinks) >= limits.sinks_max:
+            raise LimitExceeded(f"the cluster holds {limits.sinks_max} sinks, its limit", field="name")
+        s.sinks[name] = {"spec": spec, "cursor": s.outbox.seq, "dead": [], "redo": []}
+    else:
+        old["spec"] = spec
+    return ok(sink=name, created=old is None)
+
+
+def apply_delete_sink(s: SchedulerState, cmd: Command, now: int) -> Result:
+    """``delete_sink {name}``. :raises NotFound:"""
+    name = cmd.get("name")
+    if not isinstance(name, str) or name not in s.sinks:
+        raise NotFound(f"no sink named {name!r}", field="name")
+    del s.sinks[name]
+    return ok(sink=name, deleted=True)
+
+
+def apply_sink_progress(s: SchedulerState, cmd: Command, now: int) -> Result:
+    """``sink_progress {items: [{sink, cursor, redo?: [seq], dead?: [{event, error, attempts}]}]}``:
+    the leader's delivery, batched: each sink's cursor moves forward (never back), its requeued
+    events ``redo`` were handled, and ``dead`` events go to its dead list (the oldest beyond
+    sink_dead_max give way). An item for a sink that is gone is ignored.
+
+    :raises InvalidCommand: malformed (then nothing changes)."""
+    items = cmd.get("items")
+    if not isinstance(items, list) or len(items) > limits.sink_progress_items_max:
+        raise InvalidCommand("sink_progress needs a bounded list of items")
+    for it in items:
+        if not (isinstance(it, dict) and isinstance(it.get("sink"), str) and is_int(it.get("cursor"))):
+            raise InvalidCommand("sink_progress items need sink and cursor")
+        redo, dead = it.get("redo", []), it.get("dead", [])
+        if not (isinstance(redo, list) and all(is_int(x) for x in redo)):
+            raise InvalidCommand("sink_progress redo must be a list of seqs")
+        if not (isinstance(dead, list) and len(dead) <= limits.sink_progress_dead_max
+                and all(isinstance(d, dict) and isinstance(d.get("event"), dict) and is_int(d["event"].get("seq"))
+                        and is_int(d.get("attempts")) and isinstance(d.get("error"), (str, type(None)))
+                        for d in dead)):
+            raise InvalidCommand("sink_progress dead must be a bounded list of {event, error, attempts}")
+    moved = 0
+    for it in items:
+        sk = s.sinks.get(it["sink"])
+        if sk is None:
+            continue
+        if it["cursor"] > sk["cursor"]:
+            sk["cursor"] = min(it["cursor"], s.outbox.seq)
+            moved += 1
+        done = set(it.get("redo", ()))
+        if done:
+            sk["redo"] = [ev for ev in sk["redo"] if ev["seq"] not in done]
+        for d in it.get("dead", ()):
+            sk["dead"].append({"event": d["event"], "error": d.get("error"), "attempts": d["attempts"], "at": now})
+        if len(sk["dead"]) > limits.sink_dead_max:
+            del sk["dead"][:len(sk["dead"]) - limits.sink_dead_max]
+    return ok(moved=moved)
+
+
+def apply_sink_requeue(s: SchedulerState, cmd: Command, now: int) -> Result:
+    """``sink_requeue {name, events?: [event_id]}``: dead events (those named, or all) are
+    delivered again (``redo``), with a fresh retry budget. :raises NotFound: no such sink."""
+    name, ids = cmd.get("name"), cmd.get("events")
+    if ids is not None and not (isinstance(ids, list) and all(isinstance(x, str) for x in ids)):
+        raise InvalidCommand("sink_requeue.events must be a list of event ids")
+    sk = s.sinks.get(name) if isinstance(name, str) else None
+    if sk is None:
+        raise NotFound(f"no sink named {name!r}", field="name")
+    want = None if ids is None else set(ids)
+    keep: list[Record] = []
+    moved: list[Record] = []
+    for d in sk["dead"]:
+        if (want is None or f"ev-{d['event']['seq']}" in want) and len(sk["redo"]) + len(moved) < limits.sink_redo_max:
+            moved.append(d["event"])
+        else:
+            keep.append(d)
+    sk["dead"] = keep
+    sk["redo"].extend(moved)
+    return ok(sink=name, requeued=len(moved))
+
+
+def apply_note_unplaceable(s: SchedulerState, cmd: Command, now: int) -> Result:
+    """``note_unplaceable {runs: [run id]}``: the leader saw these queued runs wait longer than
+    ``limits.unplaceable_report_ms`` for a worker their placement (or tenant) allows
+    (``unplaceable_overdue``): each still queued and not told already is marked and reported,
+    ``run.unplaceable``, once. :raises InvalidCommand: not a bounded list of ids."""
+    ids = cmd.get("runs")
+    if not (isinstance(ids, list) and len(ids) <= limits.unplaceable_runs_max and all(isinstance(x, str) for x in ids)):
+        raise InvalidCommand("note_unplaceable needs a bounded list of run ids")
+    told = 0
+    for rid in ids:
+        run = s.runs.get(rid)
+        if run is None or run["state"] != "queued" or run.get("unplaceable_at") is not None:
+            continue
+        run["unplaceable_at"] = now
+        told += 1
+        emit_for(s, "run.unplaceable", now, run.get("kind") == "backfill", job=run["job"], tenant=run.get("tenant"),
+                 slot=run["slot"], run_id=rid, attempt=run["attempt"], reason="no worker matches its placement",
+                 queue=run["queue"], waited_ms=now - run["fired_at"])
+    return ok(told=told)
+
+
+def apply_put_tenant_notify(s: SchedulerState, cmd: Command, now: int) -> Result:
+    """``put_tenant_notify {name, notify}``: a tenant's default routes, for its jobs that name
+    none (notify_model.validate_routes'); an empty list removes them."""
+    name, routes = cmd.get("name"), cmd.get("notify")
+    if not isinstance(name, str) or not name:
+        raise InvalidCommand("put_tenant_notify needs name")
+    check_routes(routes, "put_tenant_notify.notify")
+    assert isinstance(routes, list)  # (check_routes refused anything else)
+    if routes:
+        s.tenant_notify[name] = routes
+    else:
+        s.tenant_notify.pop(name, None)
+    return ok(tenant=name, notify=len(routes))
+
+
+# ------------------------------------------------------------------ snapshot sections
+def _enc_sorted(d: dict[str, Any]) -> list[Any] | None:
+    return [[k, d[k]] for k in sorted(d)] if d else None
+
+
+def _dec_pairs(data: list[Any]) -> dict[str, Any]:
+    return {k: v for k, v in data}
+
+
+snapshot.register(snapshot.Extension(name="sinks", new=dict, encode=_enc_sorted, decode=_dec_pairs))
+snapshot.register(snapshot.Extension(name="health", new=dict, encode=_enc_sorted, decode=_dec_pairs))
+snapshot.register(snapshot.Extension(name="tenant_notify", new=dict, encode=_enc_sorted, decode=_dec_pairs))
+
+
+# ------------------------------------------------------------------ reads (node/notify.py)
+def sink_names(s: SchedulerState) -> list[str]:
+    return sorted(s.sinks)
+
+
+def sink_record(s: SchedulerState, name: str) -> Record | None:
+    """A copy of sink ``name``'s record without its dead and redo lists (their sizes instead)."""
+    sk = s.sinks.get(name)
+    if sk is None:
+        return None
+    return {"name": name, "spec": sk["spec"], "cursor": sk["cursor"], "dead": len(sk["dead"]),
+            "redo": len(sk["redo"]), "behind": _behind(s, name, sk["cursor"])}
+
+
+def _behind(s: SchedulerState, name: str, cursor: int) -> int:
+    box = s.outbox
+    if not box.events:
+        return 0
+    start = max(0, cursor + 1 - box.events[0]["seq"])
+    return sum(1 for ev in islice(box.events, start, None) if name in ev["to"])
+
+
+def sink_dead(s: SchedulerState, name: str, limit: int) -> list[Record] | None:
+    """Sink ``name``'s dead events, newest first (copies), or None: no such sink."""
+    sk = s.sinks.get(name)
+    if sk is None:
+        return None
+    return [{"event": dict(d["event"]), "error": d["error"], "attempts": d["attempts"], "at": d["at"]}
+            for d in reversed(sk["dead"][-limit:])]
+
+
+def sink_batch(s: SchedulerState, name: str, n: int) -> Record | None:
+    """What delivery sends sink ``name`` next: its spec, its requeued events and up to ``n``
+    events after its cursor (copies), and the cursor they take it to; None: no such sink."""
+    sk = s.sinks.get(name)
+    if sk is None:
+        return None
+    redo = [dict(ev) for ev in sk["redo"][:n]]
+    evs, upto = events_pending(s.outbox, sk["cursor"], name, n)
+    return {"spec": sk["spec"], "redo": redo, "events": [dict(ev) for ev in evs], "upto": upto,
+            "cursor": sk["cursor"], "first": s.outbox.first_seq()}
+
+
+def health_of(s: SchedulerState, job: str) -> Record:
+    return view_health(s.health.get(job))
+
+
+def metric_jobs(s: SchedulerState) -> list[tuple[str, Record]]:
+    """(name, health) of the jobs whose spec says ``"metrics": true`` (per-job gauges)."""
+    return [(name, view_health(s.health.get(name))) for name, j in s.jobs.items() if j["spec"].get("metrics")]
+
+
+def outbox_counts(s: SchedulerState) -> Record:
+    """The outbox's last seq (events kept since the cluster began) and the events it holds by kind."""
+    by: dict[str, int] = {}
+    for ev in s.outbox.events:
+        by[ev["kind"]] = by.get(ev["kind"], 0) + 1
+    return {"seq": s.outbox.seq, "held": by}
+

@@ -1,0 +1,256 @@
+"""The request bodies of notifications (docs/notifications.md): a job's ``notify`` routes, its
+``pause_on_failure`` and ``metrics``, a tenant's default routes, and a sink's spec.
+
+Validated by the proposer (InvalidSpec naming the field); apply checks only the shapes it reads
+(``check_routes``, ``check_sink_spec``: InvalidCommand), so a hand-made command never crashes a
+replica. Imports nothing of the core's handlers (model.py imports it).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+from . import limits
+from .errors import InvalidCommand, InvalidSpec
+
+#: Kinds about one job, which a job's or a tenant's routes list.
+JOB_KINDS = (
+    "run.dead", "run.failed", "run.succeeded", "job.recovered", "slot.missed", "deadline.missed",
+    "deadline.late", "run.unplaceable", "job.paused", "job.resumed", "job.triggered", "run.requeued",
+)
+#: Kinds about the cluster, which a sink subscribes to (``subscribe``), admin only.
+CLUSTER_KINDS = ("worker.lost", "cluster.leader_changed", "cluster.no_leader")
+#: What a route is sent when it says no ``on``.
+DEFAULT_ON = ("run.dead", "slot.missed", "deadline.missed", "job.recovered")
+SINK_TYPES = ("webhook", "slack", "email", "pagerduty")
+PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"
+_ROUTE_FIELDS = frozenset({"sink", "on", "after_consecutive", "repeat_every_s", "backfills"})
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_EMAIL_RE = re.compile(r"[^@\s<>,;\"]+@[^@\s<>,;\"]+")
+#: A sink's secret fields, by type: required ones first (stored sealed, read redacted).
+SINK_SECRETS = {
+    "webhook": (("signing_key",), ()),
+    "slack": (("url",), ()),
+    "email": ((), ("username", "password")),
+    "pagerduty": (("routing_key",), ()),
+}
+
+
+def _name(v: object, field: str, n: int = limits.job_name_chars_max) -> str:
+    if not isinstance(v, str) or not v or len(v) > n or not _NAME_RE.fullmatch(v):
+        raise InvalidSpec(f"must be a name of 1-{n} letters, digits, '.', '_' or '-'", field=field)
+    return v
+
+
+def _int(v: object, field: str, lo: int, hi: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise InvalidSpec(f"must be an integer from {lo} to {hi}", field=field)
+    return v
+
+
+def _kinds(v: object, field: str, allowed: tuple[str, ...]) -> list[str]:
+    if not isinstance(v, list) or not v:
+        raise InvalidSpec(f"must be a non-empty list of event kinds ({', '.join(allowed)})", field=field)
+    for i, k in enumerate(v):
+        if k not in allowed:
+            raise InvalidSpec(f"must be one of {', '.join(allowed)}", field=f"{field}[{i}]")
+    return sorted(set(v))
+
+
+def validate_routes(raw: object, field: str = "notify") -> list[dict[str, Any]]:
+    """``[{"sink", "on"?, "after_consecutive"?, "repeat_every_s"?, "backfills"?}, ...]`` -> routes
+    with every default written (``on``: DEFAULT_ON; ``after_consecutive`` 1; ``repeat_every_s``
+    0: never repeated within an incident; ``backfills`` false). :raises InvalidSpec:"""
+    if not isinstance(raw, list) or len(raw) > limits.notify_routes_max:
+        raise InvalidSpec(f"must be a list of at most {limits.notify_routes_max} routes, e.g. "
+                          "[{\"sink\": \"ops\", \"on\": [\"run.dead\"]}]", field=field)
+    out = []
+    for i, r in enumerate(raw):
+        f = f"{field}[{i}]"
+        if not isinstance(r, dict):
+            raise InvalidSpec("must be an object: {\"sink\": name, \"on\": [kinds]}", field=f)
+        for k in r:
+            if k not in _ROUTE_FIELDS:
+                raise InvalidSpec(f"unknown field; allowed: {', '.join(sorted(_ROUTE_FIELDS))}", field=f"{f}.{k}")
+        if "sink" not in r:
+            raise InvalidSpec("is required: the sink's name", field=f"{f}.sink")
+        route = {
+            "sink": _name(r["sink"], f"{f}.sink"),
+            "on": _kinds(r["on"], f"{f}.on", JOB_KINDS) if "on" in r else list(DEFAULT_ON),
+            "after_consecutive": (_int(r["after_consecutive"], f"{f}.after_consecutive", 1, limits.consecutive_max)
+                                  if "after_consecutive" in r else 1),
+            "repeat_every_s": (_int(r["repeat_every_s"], f"{f}.repeat_every_s", 0, limits.repeat_every_s_max)
+                               if "repeat_every_s" in r else 0),
+        }
+        if "backfills" in r:
+            if not isinstance(r["backfills"], bool):
+                raise InvalidSpec("must be true or false", field=f"{f}.backfills")
+            if r["backfills"]:
+                route["backfills"] = True
+        out.append(route)
+    if len({r["sink"] for r in out}) != len(out):
+        raise InvalidSpec("names a sink twice (one route a sink)", field=field)
+    return out
+
+
+def validate_pause_on_failure(raw: object) -> dict[str, int]:
+    if not isinstance(raw, dict) or set(raw) != {"after_consecutive"}:
+        raise InvalidSpec("must be {\"after_consecutive\": N}", field="pause_on_failure")
+    return {"after_consecutive": _int(raw["after_consecutive"], "pause_on_failure.after_consecutive", 1,
+                                      limits.consecutive_max)}
+
+
+def add_job_fields(raw: dict[str, Any], spec: dict[str, Any]) -> None:
+    """A job spec's notification fields (``notify``, ``pause_on_failure``, ``metrics``) into the
+    validated ``spec``; absent or empty ones are not stored (the same spec as before)."""
+    if "notify" in raw:
+        routes = validate_routes(raw["notify"])
+        if routes:
+            spec["notify"] = routes
+    if "pause_on_failure" in raw and raw["pause_on_failure"] is not None:
+        spec["pause_on_failure"] = validate_pause_on_failure(raw["pause_on_failure"])
+    if "metrics" in raw:
+        if not isinstance(raw["metrics"], bool):
+            raise InvalidSpec("must be true or false", field="metrics")
+        if raw["metrics"]:
+            spec["metrics"] = True
+
+
+def _url(v: object, field: str) -> str:
+    if not isinstance(v, str) or len(v) > 2048:
+        raise InvalidSpec("must be an http or https URL", field=field)
+    u = urlsplit(v)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise InvalidSpec("must be an http or https URL", field=field)
+    return v
+
+
+_SINK_FIELDS = frozenset({"type", "url", "tenant", "subscribe", "retry", "secrets", "smtp", "link"})
+_SMTP_FIELDS = frozenset({"host", "port", "starttls", "from", "to"})
+
+
+def validate_sink(name: object, raw: object) -> dict[str, Any]:
+    """A sink's spec (PUT /v1/sinks/{name}) -> its normalised form. :raises InvalidSpec:"""
+    _name(name, "name", limits.queue_name_chars_max)
+    if not isinstance(raw, dict):
+        raise InvalidSpec("the sink must be a JSON object", field=None)
+    for k in raw:
+        if k not in _SINK_FIELDS:
+            raise InvalidSpec(f"unknown field; allowed: {', '.join(sorted(_SINK_FIELDS))}", field=str(k))
+    typ = raw.get("type")
+    if typ not in SINK_TYPES:
+        raise InvalidSpec(f"is required: one of {', '.join(SINK_TYPES)}", field="type")
+    spec: dict[str, Any] = {"type": typ}
+    if typ in ("webhook", "pagerduty"):
+        if "url" in raw:
+            spec["url"] = _url(raw["url"], "url")
+        elif typ == "webhook":
+            raise InvalidSpec("is required: where events are POSTed", field="url")
+        else:
+            spec["url"] = PAGERDUTY_URL
+    elif "url" in raw:
+        raise InvalidSpec(f"a {typ} sink takes no url" + (" (its webhook URL is secrets.url)" if typ == "slack" else ""),
+                          field="url")
+    if typ == "email":
+        smtp = raw.get("smtp")
+        if not isinstance(smtp, dict):
+            raise InvalidSpec("is required: {\"host\", \"port\", \"from\", \"to\": [addresses], \"starttls\"}",
+                              field="smtp")
+        for k in smtp:
+            if k not in _SMTP_FIELDS:
+                raise InvalidSpec(f"unknown field; allowed: {', '.join(sorted(_SMTP_FIELDS))}", field=f"smtp.{k}")
+        host = smtp.get("host")
+        if not isinstance(host, str) or not host or len(host) > 253 or any(c in host for c in " /@"):
+            raise InvalidSpec("is required: the SMTP server's host name", field="smtp.host")
+        to = smtp.get("to")
+        if not isinstance(to, list) or not to or len(to) > limits.sink_email_to_max:
+            raise InvalidSpec(f"must be a list of 1-{limits.sink_email_to_max} addresses", field="smtp.to")
+        for i, a in enumerate(to):
+            if not isinstance(a, str) or len(a) > 254 or not _EMAIL_RE.fullmatch(a):
+                raise InvalidSpec("is not an email address", field=f"smtp.to[{i}]")
+        frm = smtp.get("from")
+        if not isinstance(frm, str) or len(frm) > 254 or not _EMAIL_RE.fullmatch(frm):
+            raise InvalidSpec("is required: the sender's address", field="smtp.from")
+        starttls = smtp.get("starttls", True)
+        if not isinstance(starttls, bool):
+            raise InvalidSpec("must be true or false", field="smtp.starttls")
+        spec["smtp"] = {"host": host, "port": _int(smtp.get("port", 587), "smtp.port", 1, 65535),
+                        "starttls": starttls, "from": frm, "to": list(to)}
+    elif "smtp" in raw:
+        raise InvalidSpec("only an email sink takes smtp", field="smtp")
+    if "tenant" in raw:
+        spec["tenant"] = _name(raw["tenant"], "tenant", limits.tenant_name_chars_max)
+    if "subscribe" in raw:
+        if "tenant" in spec:
+            raise InvalidSpec("a sink limited to a tenant hears of its jobs only, not of the cluster",
+                              field="subscribe")
+        spec["subscribe"] = _kinds(raw["subscribe"], "subscribe", CLUSTER_KINDS)
+    if "link" in raw:
+        spec["link"] = _url(raw["link"], "link")
+    retry = raw.get("retry", {})
+    if not isinstance(retry, dict) or not set(retry) <= {"max_attempts", "backoff_s", "backoff_max_s"}:
+        raise InvalidSpec("must be {\"max_attempts\", \"backoff_s\", \"backoff_max_s\"}", field="retry")
+    spec["retry"] = {
+        "max_attempts": _int(retry.get("max_attempts", limits.sink_attempts_default), "retry.max_attempts", 1,
+                             limits.sink_attempts_max),
+        "backoff_s": _int(retry.get("backoff_s", 1), "retry.backoff_s", 0, 3600),
+        "backoff_max_s": _int(retry.get("backoff_max_s", 300), "retry.backoff_max_s", 0, 86_400),
+    }
+    secrets = raw.get("secrets", {})
+    if not isinstance(secrets, dict):
+        raise InvalidSpec("must be an object of string values", field="secrets")
+    required, optional = SINK_SECRETS[typ]
+    for k, v in secrets.items():
+        if k not in required and k not in optional:
+            raise InvalidSpec(f"a {typ} sink's secrets are {', '.join(required + optional)}", field=f"secrets.{k}")
+        if not isinstance(v, str) or not v or len(v) > 4096:
+            raise InvalidSpec("must be a non-empty string", field=f"secrets.{k}")
+    for k in required:
+        if k not in secrets:
+            raise InvalidSpec(f"is required for a {typ} sink", field=f"secrets.{k}")
+    if typ == "slack" and not secrets["url"].startswith("***:"):
+        _url(secrets["url"], "secrets.url")
+    if secrets:
+        spec["secrets"] = dict(secrets)
+    return spec
+
+
+# ------------------------------------------------------------------ apply's shape checks
+def check_routes(v: object, what: str) -> None:
+    """Apply's check of stored routes (their shape only). :raises InvalidCommand:"""
+    if not isinstance(v, list) or len(v) > limits.notify_routes_max:
+        raise InvalidCommand(f"{what} is malformed")
+    for r in v:
+        if not (isinstance(r, dict) and isinstance(r.get("sink"), str) and isinstance(r.get("on"), list)
+                and all(isinstance(k, str) for k in r["on"])
+                and _is_int(r.get("after_consecutive")) and _is_int(r.get("repeat_every_s"))):
+            raise InvalidCommand(f"{what} is malformed")
+
+
+def check_job_fields(spec: dict[str, Any]) -> None:
+    if "notify" in spec:
+        check_routes(spec["notify"], "spec.notify")
+    p = spec.get("pause_on_failure")
+    if p is not None and not (isinstance(p, dict) and _is_int(p.get("after_consecutive"))
+                              and p["after_consecutive"] >= 1):
+        raise InvalidCommand("spec.pause_on_failure is malformed")
+    if "metrics" in spec and spec["metrics"] is not True:
+        raise InvalidCommand("spec.metrics is malformed")
+
+
+def check_sink_spec(spec: object) -> None:
+    if not (isinstance(spec, dict) and spec.get("type") in SINK_TYPES and isinstance(spec.get("retry"), dict)):
+        raise InvalidCommand("sink spec is malformed")
+    if "subscribe" in spec and not (isinstance(spec["subscribe"], list)
+                                    and all(isinstance(k, str) for k in spec["subscribe"])):
+        raise InvalidCommand("sink spec.subscribe is malformed")
+    if "tenant" in spec and not isinstance(spec["tenant"], str):
+        raise InvalidCommand("sink spec.tenant is malformed")
+    if "secrets" in spec and not (isinstance(spec["secrets"], dict)
+                                  and all(isinstance(v, (str, bytes)) for v in spec["secrets"].values())):
+        raise InvalidCommand("sink spec.secrets is malformed")
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0

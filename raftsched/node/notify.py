@@ -1,0 +1,562 @@
+"""Notifications on the node (docs/notifications.md): the sinks' API and the leader's delivery.
+
+The API: ``PUT/GET/DELETE /v1/sinks/{name}``, ``GET /v1/sinks``, ``GET /v1/sinks/{name}/dead`` and
+``POST /v1/sinks/{name}/dead:requeue``. An admin may write any sink; an operator only a sink
+limited to a tenant (``"tenant"``), and a token limited to tenants only a sink of one of theirs.
+Secret values are sealed before the proposal and shown redacted by every read, as a job's
+(node/redact.py, raftsched/sealing.py: the sink's values are sealed at ``sink:<name>``).
+
+Delivery: while this node leads, one task a sink (``Notifier.run_while_leading``, a task of
+the trigger's leadership, beside the firing loop, never inside it nor inside a request) reads the
+sink's next events from its committed cursor, sends each (retried with backoff up to the sink's
+``retry.max_attempts``; the event's id as ``Idempotency-Key``), and commits the cursor, the
+requeued events done and the events refused past the budget (its dead list) in one
+``sink_progress`` command a batch. A new leader starts from the committed cursor: events sent and
+not yet committed are sent again, with the same id (at least once).
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import smtplib
+import socket
+import ssl
+import time
+from collections import Counter
+from email.message import EmailMessage
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import msgpack
+from aiohttp import web
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from .. import sealing
+from ..core import commands, events, limits, notify as core_notify, notify_queries
+from ..core.errors import Forbidden, InvalidSpec, NotFound
+from ..core.notify_model import validate_sink
+from ..core.tenants import DEFAULT_POLICY
+from ..proposer import Proposer
+from ..worker.executors.http import _Pinned, checked_addresses
+from .http import PRINCIPAL, SERVICE, bool_param, int_param, json_body, optional_json_body, rid, tenants_of
+from .redact import restore_redacted
+from .routes import CONSISTENT, Param, Route, Tenancy
+
+log = logging.getLogger("raftsched.notify")
+
+#: Events a batch reads per sink, and how long an idle sink's task waits before it looks again.
+BATCH = 50
+IDLE_S = 0.2
+#: One delivery attempt's bound (connect, send, answer).
+SEND_TIMEOUT_S = 10.0
+#: Delivery latency buckets (seconds), from the event's commit to its acceptance.
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
+#: How often the leader looks for runs waiting too long for a worker (run.unplaceable).
+UNPLACEABLE_CHECK_S = 5.0
+SIGNATURE_HEADER = "X-Raftsched-Signature"
+TIMESTAMP_HEADER = "X-Raftsched-Timestamp"
+
+
+def _place(name: str, key: str) -> bytes:
+    return sealing.place("sink:" + name, ("secrets",), key)
+
+
+# ------------------------------------------------------------------ the API
+def _check_access(request: web.Request, spec: dict | None) -> None:
+    """An admin writes any sink; anyone else only a sink limited to one of its tenants.
+    :raises Forbidden:"""
+    p = request.get(PRINCIPAL)
+    if p is None or p.role == "admin":
+        return
+    tenant = None if spec is None else spec.get("tenant")
+    if tenant is None:
+        raise Forbidden(f"a {p.role} token may write only a sink limited to a tenant (\"tenant\"); a sink for the "
+                        "whole cluster is an admin's", field="tenant")
+    if p.tenants is not None and tenant not in p.tenants:
+        raise Forbidden(f"this token may write sinks of tenants {', '.join(sorted(p.tenants))} only",
+                        field="tenant")
+
+
+def _visible(request: web.Request, spec: dict) -> bool:
+    only = tenants_of(request)
+    return only is None or spec.get("tenant") in only
+
+
+def sink_view(rec: dict, fp) -> dict:
+    spec = rec["spec"]
+    out = dict(spec)
+    if isinstance(spec.get("secrets"), dict):
+        out["secrets"] = {k: fp.of_stored(v) for k, v in spec["secrets"].items()}
+    return {"name": rec["name"], "spec": out, "cursor": rec["cursor"], "behind": rec["behind"],
+            "dead": rec["dead"], "requeued": rec["redo"]}
+
+
+def _stored(svc, name: str, request: web.Request) -> dict:
+    rec = svc.read(core_notify.sink_record, name)
+    if rec is None or not _visible(request, rec["spec"]):
+        raise NotFound(f"no sink named {name!r}", field="name")
+    return rec
+
+
+async def put_sink(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    name = request.match_info["name"]
+    body = await json_body(request)
+    old = svc.read(core_notify.sink_record, name)
+    if old is not None:
+        if not _visible(request, old["spec"]):
+            raise NotFound(f"no sink named {name!r}", field="name")  # (as for a name nobody uses)
+        _check_access(request, old["spec"])
+    spec = restore_redacted(validate_sink(name, body), lambda: old["spec"] if old else None, svc.fingerprint)
+    _check_access(request, spec)
+    if sealing.has_clear(spec):
+        spec = sealing.seal_spec(spec, "sink:" + name, svc.keyring, await svc.seal_key(), svc.fingerprint.digest)
+    res = await svc.propose(commands.put_sink(svc.clock.now_ms(), rid(request), name=name, spec=spec))
+    rec = svc.read(core_notify.sink_record, name)
+    return web.json_response(svc._out(res, sink_view(rec, svc.fingerprint) if rec else {"name": name}),
+                             status=201 if res.get("created") else 200)
+
+
+async def get_sink(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    await svc.read_barrier(bool_param(request, "consistent"))
+    return web.json_response(sink_view(_stored(svc, request.match_info["name"], request), svc.fingerprint))
+
+
+async def list_sinks(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    await svc.read_barrier(bool_param(request, "consistent"))
+    out = []
+    for name in svc.read(core_notify.sink_names):
+        rec = svc.read(core_notify.sink_record, name)
+        if rec is not None and _visible(request, rec["spec"]):
+            out.append(sink_view(rec, svc.fingerprint))
+    return web.json_response({"sinks": out})
+
+
+async def delete_sink(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    name = request.match_info["name"]
+    rec = _stored(svc, name, request)
+    _check_access(request, rec["spec"])
+    res = await svc.propose(commands.delete_sink(svc.clock.now_ms(), rid(request), name=name))
+    return web.json_response(svc._out(res, {"sink": name, "deleted": True}))
+
+
+async def sink_dead(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    await svc.read_barrier(bool_param(request, "consistent"))
+    name = request.match_info["name"]
+    limit = int_param(request, "limit", 100, 1, 1000)
+    _stored(svc, name, request)
+    dead = svc.read(core_notify.sink_dead, name, limit) or []
+    return web.json_response({"sink": name, "dead": [
+        {"event": events.view(d["event"]), "error": d["error"], "attempts": d["attempts"], "at": d["at"]}
+        for d in dead]})
+
+
+async def sink_requeue(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    name = request.match_info["name"]
+    rec = _stored(svc, name, request)
+    _check_access(request, rec["spec"])
+    body = await optional_json_body(request, {})
+    ids = None
+    if isinstance(body, dict) and "events" in body:
+        ids = body["events"]
+        if not isinstance(ids, list) or len(ids) > 1000 or not all(isinstance(x, str) and len(x) <= 32 for x in ids):
+            raise InvalidSpec("must be a list of at most 1000 event ids (\"ev-17\")", field="events")
+    elif not isinstance(body, dict) or body:
+        raise InvalidSpec("send {} (every dead event) or {\"events\": [ids]}", field="events")
+    res = await svc.propose(commands.sink_requeue(svc.clock.now_ms(), rid(request), name=name, events=ids))
+    return web.json_response(svc._out(res, {"sink": name, "requeued": res.get("requeued", 0)}))
+
+
+_LIMIT = Param("limit", "integer", "at most this many, newest first", default=100, lo=1, hi=1000)
+
+#: The rows of the route table (node/routes.py).
+SINK_ROUTES = (
+    Route("GET", "/v1/sinks", list_sinks, "read", Tenancy.FILTERED, "every sink (secrets redacted)",
+          params=(CONSISTENT,)),
+    Route("PUT", "/v1/sinks/{name}", put_sink, "jobs.write", Tenancy.CHECKED,
+          "create (201) or replace (200) a sink", body="sink", ok=201, also_ok=(200,), errors=(403, 404, 422)),
+    Route("GET", "/v1/sinks/{name}", get_sink, "read", Tenancy.CHECKED, "a sink and its delivery cursor",
+          params=(CONSISTENT,), errors=(404,)),
+    Route("DELETE", "/v1/sinks/{name}", delete_sink, "jobs.write", Tenancy.CHECKED, "delete a sink",
+          errors=(403, 404)),
+    Route("GET", "/v1/sinks/{name}/dead", sink_dead, "read", Tenancy.CHECKED,
+          "the events a sink refused past its retry budget", params=(CONSISTENT, _LIMIT), errors=(404,)),
+    Route("POST", "/v1/sinks/{name}/dead:requeue", sink_requeue, "jobs.write", Tenancy.CHECKED,
+          "deliver a sink's dead events again", body="sink_requeue", body_optional=True, errors=(403, 404, 422)),
+)
+
+
+# ------------------------------------------------------------------ messages
+def _iso(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z"
+
+
+def _link(spec: dict, body: dict) -> str | None:
+    base = spec.get("link")
+    if not base:
+        return None
+    if body.get("run_id"):
+        return base.rstrip("/") + "/v1/runs/" + quote(body["run_id"], safe="")
+    if body.get("job"):
+        return base.rstrip("/") + "/v1/jobs/" + quote(body["job"], safe="")
+    return base
+
+
+def one_line(body: dict) -> str:
+    """An event as one readable line (slack, an email's subject, PagerDuty's summary)."""
+    parts = [body["kind"]]
+    if body.get("job"):
+        parts.append(f"job {body['job']}" + (f" ({body['tenant']})" if body.get("tenant") else ""))
+    if body.get("slot") is not None:
+        parts.append(f"slot {_iso(body['slot'])}")
+    if body.get("attempt") is not None:
+        parts.append(f"attempt {body['attempt']}")
+    for k in ("worker", "node", "gap_ms", "consecutive_failures", "failures"):
+        if body.get(k) is not None:
+            parts.append(f"{k.replace('_', ' ')} {body[k]}")
+    line = ": ".join([parts[0], ", ".join(parts[1:])]) if len(parts) > 1 else parts[0]
+    if body.get("reason"):
+        line += f": {body['reason']}"
+    return line[:500]
+
+
+def sign(key: str, timestamp: str, data: bytes) -> str:
+    """The webhook signature: ``sha256=`` HMAC-SHA256 over ``timestamp + "." + body``."""
+    return "sha256=" + hmac.new(key.encode(), timestamp.encode() + b"." + data, hashlib.sha256).hexdigest()
+
+
+_SEVERITY = {"run.dead": "error", "deadline.missed": "error", "cluster.no_leader": "error", "worker.lost": "warning",
+             "slot.missed": "warning", "run.failed": "warning", "deadline.late": "warning",
+             "run.unplaceable": "warning"}
+
+
+class Notifier:
+    """The leader's delivery (module docstring), and its counters for /metrics."""
+
+    def __init__(self, raft, clock, keyring: sealing.KeyRing, proposer: Proposer | None = None) -> None:
+        self.raft, self.clock, self.keyring = raft, clock, keyring
+        self.proposer = proposer or Proposer(raft)
+        self.delivered: Counter = Counter()  # (sink, kind) -> events accepted
+        self.dead: Counter = Counter()       # (sink, kind) -> events given up
+        self.attempts_failed: Counter = Counter()  # sink -> attempts refused
+        self.lost: Counter = Counter()  # sink -> events the outbox gave up before it was sent them (at most)
+        self._lost_at: dict[str, int] = {}
+        self._latency: list[int] = [0] * (len(LATENCY_BUCKETS) + 1)
+        self._latency_sum = 0.0
+        self._session: aiohttp.ClientSession | None = None
+        self._unplaceable_checked_ms = 0
+
+    # -------------------------------------------------------------- the loop
+    async def run_while_leading(self) -> None:
+        """One task a sink while this node leads (the trigger cancels this on a lost term)."""
+        tasks: dict[str, asyncio.Task] = {}
+        self._session = aiohttp.ClientSession()
+        try:
+            while True:
+                try:
+                    await self._supervise(tasks)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # a failed look is retried, never the end of delivery this term
+                    log.warning("notify: %s: %s", type(e).__name__, e)
+                await asyncio.sleep(IDLE_S * 5)
+        finally:
+            for t in tasks.values():
+                t.cancel()
+            if tasks:
+                await asyncio.gather(*tasks.values(), return_exceptions=True)
+            await self._session.close()
+            self._session = None
+
+    async def _supervise(self, tasks: dict[str, asyncio.Task]) -> None:
+        """One look: a task for each sink (again for one that ended), and overdue unplaceable runs."""
+        names = set(self.raft.read(core_notify.sink_names))
+        for name in list(tasks):
+            if name not in names or tasks[name].done():
+                t = tasks.pop(name)
+                t.cancel()
+                if t.done() and not t.cancelled() and t.exception() is not None:
+                    log.error("notify: sink %s's delivery failed: %r", name, t.exception())
+        for name in names - set(tasks):
+            tasks[name] = asyncio.ensure_future(self._sink_loop(name))
+        now = self.clock.now_ms()
+        if names and now - self._unplaceable_checked_ms >= UNPLACEABLE_CHECK_S * 1000:
+            self._unplaceable_checked_ms = now
+            late = self.raft.read(notify_queries.unplaceable_overdue, now)
+            if late:
+                await self.proposer.propose(commands.note_unplaceable(now, runs=late))
+
+    async def _sink_loop(self, name: str) -> None:
+        while True:
+            batch = self.raft.read(core_notify.sink_batch, name, BATCH)
+            if batch is None:
+                return
+            if batch["cursor"] + 1 < batch["first"] and self._lost_at.get(name) != batch["cursor"]:
+                # The outbox gave up events this sink had not been sent (it was further behind than
+                # the outbox holds): at most this many of them were for it.
+                self._lost_at[name] = batch["cursor"]
+                gap = batch["first"] - 1 - batch["cursor"]
+                self.lost[name] += gap
+                log.error("notify: sink %s was %d events behind the outbox's oldest: those for it are lost", name, gap)
+            if not batch["redo"] and not batch["events"]:
+                if batch["upto"] > batch["cursor"] and batch["upto"] - batch["cursor"] >= BATCH:
+                    # Events for other sinks only: move past them, rarely.
+                    await self._commit(name, batch["upto"], [], [])
+                await asyncio.sleep(IDLE_S)
+                continue
+            secrets = self._secrets(name, batch["spec"])
+            dead: list[dict] = []
+            done_redo: list[int] = []
+            n_redo = len(batch["redo"])
+            for i, ev in enumerate(batch["redo"] + batch["events"]):
+                ok, error, attempts = await self._deliver(name, batch["spec"], secrets, ev)
+                if not ok:
+                    dead.append({"event": ev, "error": error, "attempts": attempts})
+                    self.dead[(name, ev["kind"])] += 1
+                if i < n_redo:
+                    done_redo.append(ev["seq"])
+            await self._commit(name, batch["upto"], done_redo, dead, batch["cursor"])
+
+    async def _commit(self, name: str, upto: int, redo: list[int], dead: list[dict], before: int = 0) -> None:
+        """Commit a batch: the dead events first, in commands that fit (the cursor where it was,
+        ``before``), then the cursor and the requeued events done. A crash in between gives the
+        batch again: at least once, for the dead list too."""
+        budget = limits.command_bytes_max // 2
+        chunk: list[dict] = []
+        size = 0
+        for d in dead:
+            n = len(msgpack.packb(d, use_bin_type=True))
+            if n > budget:  # an event too large for a command: kept without its detail
+                d = dict(d, event=dict(d["event"], detail={"cut": "too large to keep whole"}))
+                n = len(msgpack.packb(d, use_bin_type=True))
+            if chunk and size + n > budget:
+                await self._propose_progress({"sink": name, "cursor": before, "dead": chunk})
+                chunk, size = [], 0
+            chunk.append(d)
+            size += n
+        item: dict[str, Any] = {"sink": name, "cursor": upto}
+        if redo:
+            item["redo"] = redo
+        if chunk:
+            item["dead"] = chunk
+        await self._propose_progress(item)
+
+    async def _propose_progress(self, item: dict) -> None:
+        await self.proposer.propose(commands.sink_progress(self.clock.now_ms(), items=[item]))
+
+    def _secrets(self, name: str, spec: dict) -> dict[str, str] | str:
+        """The sink's secret values in clear, or why they cannot be had."""
+        out = {}
+        for k, v in (spec.get("secrets") or {}).items():
+            if isinstance(v, str):
+                out[k] = v
+                continue
+            try:
+                out[k] = self.keyring.unseal(v, _place(name, k))
+            except sealing.SealError as e:
+                return f"sink secret {k} cannot be unsealed: {e}"
+        return out
+
+    async def _deliver(self, name: str, spec: dict, secrets, ev: dict) -> tuple[bool, str | None, int]:
+        retry = spec["retry"]
+        error: str | None = None
+        for attempt in range(1, retry["max_attempts"] + 1):
+            if isinstance(secrets, str):
+                error = secrets
+            else:
+                try:
+                    error = await self._send(name, spec, secrets, ev)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # a sink's failure is its own, never the loop's
+                    error = f"{type(e).__name__}: {e}"
+            if error is None:
+                self.delivered[(name, ev["kind"])] += 1
+                lat = max(0.0, (self.clock.now_ms() - ev["at"]) / 1000)
+                i = 0
+                while i < len(LATENCY_BUCKETS) and lat > LATENCY_BUCKETS[i]:
+                    i += 1
+                self._latency[i] += 1
+                self._latency_sum += lat
+                return True, None, attempt
+            self.attempts_failed[name] += 1
+            if attempt < retry["max_attempts"]:
+                await asyncio.sleep(min(retry["backoff_s"] * 2 ** (attempt - 1), retry["backoff_max_s"]))
+        log.warning("notify: sink %s gave up event %s after %d attempts: %s", name, events.event_id(ev["seq"]),
+                    retry["max_attempts"], error)
+        return False, error, retry["max_attempts"]
+
+    # -------------------------------------------------------------- the sinks
+    async def _send(self, name: str, spec: dict, secrets: dict, ev: dict) -> str | None:
+        """One attempt: None when the sink accepted it, else why not."""
+        body = events.view(ev)
+        typ = spec["type"]
+        tenant = spec.get("tenant")
+        if typ == "email":
+            pinned = None
+            if tenant is not None:  # the SMTP server too is held to the tenant's network policy
+                smtp = spec["smtp"]
+                addrs, why = await checked_addresses(f"smtp://{smtp['host']}:{smtp['port']}/",
+                                                     self._allow(tenant), tenant)
+                if addrs is None:
+                    return why or "refused by the tenant's network policy"
+                pinned = addrs[0][1]
+            return await asyncio.to_thread(self._send_email, spec, secrets, body, pinned)
+        headers = {"Content-Type": "application/json", "Idempotency-Key": body["event_id"],
+                   "User-Agent": "raftsched-notify"}
+        if typ == "webhook":
+            url = spec["url"]
+            data = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+            ts = str(self.clock.now_ms() // 1000)
+            headers[TIMESTAMP_HEADER] = ts
+            headers[SIGNATURE_HEADER] = sign(secrets["signing_key"], ts, data)
+        elif typ == "slack":
+            url = secrets["url"]
+            link = _link(spec, body)
+            text = one_line(body) + (f" <{link}|{body.get('run_id') or body.get('job')}>" if link else "")
+            data = json.dumps({"text": text}).encode()
+        else:  # pagerduty
+            url = spec["url"]
+            dedup = f"{body.get('tenant') or '-'}/{body.get('job') or body['kind']}"
+            if body["kind"] == "job.recovered":
+                msg: dict[str, Any] = {"routing_key": secrets["routing_key"], "event_action": "resolve",
+                                       "dedup_key": dedup}
+            else:
+                msg = {"routing_key": secrets["routing_key"], "event_action": "trigger", "dedup_key": dedup,
+                       "payload": {"summary": one_line(body)[:1024], "source": "raftsched",
+                                   "severity": _SEVERITY.get(body["kind"], "info"), "timestamp": _iso(body["at"]),
+                                   "component": body.get("job") or "cluster", "group": body.get("tenant") or "cluster",
+                                   "class": body["kind"], "custom_details": body}}
+                link = _link(spec, body)
+                if link:
+                    msg["links"] = [{"href": link, "text": body.get("run_id") or body.get("job") or "raftsched"}]
+            data = json.dumps(msg).encode()
+        session = self._session
+        own = None
+        if tenant is not None:  # a tenant's sink reaches what its http jobs may (core/network.py)
+            addrs, why = await checked_addresses(url, self._allow(tenant), tenant)
+            if addrs is None:
+                return why or "refused by the tenant's network policy"
+            own = session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(resolver=_Pinned(addrs),
+                                                                                 use_dns_cache=False))
+        if session is None:
+            own = session = aiohttp.ClientSession()
+        try:
+            async with session.post(url, data=data, headers=headers, allow_redirects=False,
+                                    timeout=aiohttp.ClientTimeout(total=SEND_TIMEOUT_S)) as resp:
+                await resp.read()
+                if 200 <= resp.status < 300:
+                    return None
+                return f"HTTP {resp.status}"
+        except asyncio.TimeoutError:
+            return f"no answer in {SEND_TIMEOUT_S:g} s"
+        except (aiohttp.ClientError, OSError, ValueError) as e:
+            return f"{type(e).__name__}: {e}"[:300]
+        finally:
+            if own is not None:
+                await own.close()
+
+    def _allow(self, tenant: str) -> list[str]:
+        pol = self.raft.read(lambda s: s.tenant_policies.get(tenant)) or DEFAULT_POLICY
+        return list(pol.get("allow") or ())
+
+    def _send_email(self, spec: dict, secrets: dict, body: dict, pinned: str | None = None) -> str | None:
+        smtp = spec["smtp"]
+        msg = EmailMessage()
+        msg["Subject"] = "[raftsched] " + one_line(body)[:200]
+        msg["From"] = smtp["from"]
+        msg["To"] = ", ".join(smtp["to"])
+        msg["Message-ID"] = f"<{body['event_id']}.{body['at']}@raftsched>"
+        msg["X-Raftsched-Event-Id"] = body["event_id"]
+        msg["Idempotency-Key"] = body["event_id"]
+        link = _link(spec, body)
+        msg.set_content(one_line(body) + ("\n\n" + link if link else "") + "\n\n"
+                        + json.dumps(body, indent=2, sort_keys=True) + "\n")
+        try:
+            # (the host named at construction: STARTTLS verifies the certificate for it)
+            with _SMTP(pinned, smtp["host"], smtp["port"], timeout=SEND_TIMEOUT_S) as c:
+                if smtp["starttls"]:
+                    c.starttls(context=ssl.create_default_context())
+                if secrets.get("username"):
+                    c.login(secrets["username"], secrets.get("password", ""))
+                c.send_message(msg)
+        except (smtplib.SMTPException, OSError, ssl.SSLError, ValueError) as e:
+            return f"{type(e).__name__}: {e}"[:300]
+        return None
+
+    # -------------------------------------------------------------- metrics
+    def collector(self):
+        return _Collector(self)
+
+
+class _SMTP(smtplib.SMTP):
+    """SMTP that connects to ``pinned`` (an address checked against a tenant's network policy)
+    when given, while naming the host (STARTTLS verifies the certificate for it)."""
+
+    def __init__(self, pinned: str | None, host: str, port: int, **kw: Any) -> None:
+        self._pinned = pinned
+        super().__init__(host, port, **kw)
+
+    def _get_socket(self, host, port, timeout):
+        return socket.create_connection((self._pinned or host, port), timeout, self.source_address)
+
+
+class _Collector:
+    def __init__(self, n: Notifier) -> None:
+        self.n = n
+
+    def collect(self):
+        n = self.n
+        counts = n.raft.read(core_notify.outbox_counts)
+        yield CounterMetricFamily("raftsched_events_emitted", "events kept in the outbox since the cluster began "
+                                  "(events no sink is sent are not kept)", value=counts["seq"])
+        held = GaugeMetricFamily("raftsched_events_outbox", "events held in the replicated outbox, by kind",
+                                 labels=["kind"])
+        for k, v in sorted(counts["held"].items()):
+            held.add_metric([k], v)
+        yield held
+        for metric, doc, c in (("raftsched_events_delivered", "events a sink accepted (this node, while leading)",
+                                n.delivered),
+                               ("raftsched_events_dead", "events a sink refused past its retry budget (this node)",
+                                n.dead)):
+            fam = CounterMetricFamily(metric, doc, labels=["sink", "kind"])
+            for (sink, kind), v in sorted(c.items()):
+                fam.add_metric([sink, kind], v)
+            yield fam
+        lost = CounterMetricFamily("raftsched_events_lost", "events the outbox gave up before a sink was sent them "
+                                   "(at most: not all of them were for it), seen by this node", labels=["sink"])
+        for sink, v in sorted(n.lost.items()):
+            lost.add_metric([sink], v)
+        yield lost
+        h = HistogramMetricFamily("raftsched_event_delivery_seconds",
+                                  "from an event's commit to a sink's acceptance (this node)")
+        acc, buckets = 0, []
+        for bound, v in zip(LATENCY_BUCKETS, n._latency):
+            acc += v
+            buckets.append((str(bound), acc))
+        buckets.append(("+Inf", acc + n._latency[-1]))
+        h.add_metric([], buckets, n._latency_sum)
+        yield h
+        jobs = n.raft.read(core_notify.metric_jobs)
+        last = GaugeMetricFamily("raftsched_job_last_success_timestamp_seconds",
+                                 "a job's last success (jobs with \"metrics\": true), NaN before one", labels=["job"])
+        fails = GaugeMetricFamily("raftsched_job_consecutive_failures",
+                                  "runs of a job dead since its last success (jobs with \"metrics\": true)",
+                                  labels=["job"])
+        for name, hl in jobs:
+            ls = hl["last_success_at"]
+            last.add_metric([name], float("nan") if ls is None else ls / 1000)
+            fails.add_metric([name], hl["consecutive_failures"])
+        yield last
+        yield fails

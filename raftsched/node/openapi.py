@@ -1,0 +1,559 @@
+"""The OpenAPI 3.1 document of the API (``GET /openapi.json``, ``GET /v1/openapi.json``), made
+from the route table and nothing else beside it: every row of ``ROUTES`` (node/api.py) is one
+operation, with its parameters (``Route.params``; path parameters from the path), its request
+body (``Route.body``, a schema of ``BODIES`` below, built from the validators' bounds in
+core/limits.py and their field sets in core/model.py, core/bodies.py, core/backfill_model.py,
+node/fleet.py and node/auth.py), its answers (``Route.ok``, ``also_ok``, ``response``) and its
+errors (the ones every route may answer, ``Route.errors``), each ``{"error": {"code",
+"message", "field"}}`` with the codes its status carries (core/errors.py). The security
+scheme is the bearer token; each operation names the scope it needs and the roles that have it
+(node/auth.py ``ROLE_SCOPES``).
+
+tests/test_openapi.py checks the document against the OpenAPI 3.1 specification, and that its
+operations and the app's routes are the same both ways; scripts/fuzz_api.py runs schemathesis
+against a real node with it.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..core import errors, limits
+from ..core.backfill_plan import MODES, ORDERS, OVERLAPS
+from ..core.bodies import POLICY_FIELDS
+from ..core.notify_model import CLUSTER_KINDS, JOB_KINDS, SINK_TYPES
+from ..core.model import (EXECUTOR_TYPES, MISFIRE_POLICIES, OVERLAP_POLICIES, RUN_STATES, SCHEDULE_FIELDS,
+                          SPEC_FIELDS)
+from ..core.tokens import ROLES
+from ..worker import limits as worker_limits
+from . import limits as node_limits
+from .auth import ROLE_SCOPES
+from .routes import OPEN, Route
+
+Schema = dict[str, Any]
+
+#: The statuses every route may answer with an error, beyond its row's ``errors`` (node/routes.py).
+COMMON_ERRORS = (400, 401, 403, 429, 503, 504)
+#: What an open route (no token) may answer beyond its row's.
+OPEN_ERRORS = (400, 503)
+#: Error codes the API's middleware answers by itself (node/api.py errors_middleware), beside the
+#: typed errors' (core/errors.py).
+_MIDDLEWARE_CODES = {400: ("http_error",), 404: ("not_found",), 405: ("method_not_allowed",),
+                     413: ("too_large",)}
+
+
+def error_codes(status: int) -> list[str]:
+    """The ``error.code`` values an answer of ``status`` may carry."""
+    codes = {k.code for k in errors._BY_CODE.values() if k.http_status == status}
+    codes.update(_MIDDLEWARE_CODES.get(status, ()))
+    return sorted(codes)
+
+
+# ------------------------------------------------------------------ small schema builders
+def _str(lo: int = 0, hi: int | None = None, pattern: str | None = None, **kw: Any) -> Schema:
+    s: Schema = {"type": "string"}
+    if lo:
+        s["minLength"] = lo
+    if hi is not None:
+        s["maxLength"] = hi
+    if pattern is not None:
+        s["pattern"] = pattern
+    s.update(kw)
+    return s
+
+
+def _int(lo: int, hi: int, **kw: Any) -> Schema:
+    return {"type": "integer", "minimum": lo, "maximum": hi, **kw}
+
+
+def _num(lo: float, hi: float, **kw: Any) -> Schema:
+    return {"type": "number", "minimum": lo, "maximum": hi, **kw}
+
+
+def _obj(props: dict[str, Schema], required: tuple[str, ...] = (), closed: bool = True, **kw: Any) -> Schema:
+    s: Schema = {"type": "object", "properties": props}
+    if required:
+        s["required"] = list(required)
+    if closed:
+        s["additionalProperties"] = False
+    s.update(kw)
+    return s
+
+
+def _nullable(s: Schema) -> Schema:
+    return {"anyOf": [s, {"type": "null"}]}
+
+
+#: A name (core/model.py NAME_RE) of at most ``n`` characters.
+def _name(n: int) -> Schema:
+    return _str(1, n, r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+#: An ISO-8601 time with its zone (core/schedule.py parse_iso_ms).
+TIME = _str(1, 64, description="ISO-8601 with a zone, e.g. 2026-11-22T02:00:00Z")
+#: A time in ms since the epoch, or ISO-8601.
+TIME_OR_MS = {"anyOf": [TIME, _int(0, limits.time_ms_max)]}
+_BOOL: Schema = {"type": "boolean"}
+_JSON: Schema = {"description": "any JSON value"}
+_LABELS = {"type": "object", "maxProperties": limits.job_labels_max,
+           "propertyNames": _str(1, limits.label_key_chars_max,
+                                 r"^[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?$"),
+           "additionalProperties": _str(0, limits.label_value_chars_max)}
+_WORKER_LABELS = {"type": "object", "maxProperties": limits.worker_labels_max,
+                  "additionalProperties": _str(0, limits.worker_label_chars_max)}
+_STR_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+
+
+# ------------------------------------------------------------------ request bodies
+#: A job's or a tenant's notify routes (core/notify_model.py validate_routes).
+_NOTIFY = {"type": "array", "maxItems": limits.notify_routes_max, "items": _obj({
+    "sink": _name(limits.queue_name_chars_max),
+    "on": {"type": "array", "items": {"enum": list(JOB_KINDS)}, "minItems": 1},
+    "after_consecutive": _int(1, limits.consecutive_max),
+    "repeat_every_s": _int(0, limits.repeat_every_s_max),
+    "backfills": _BOOL}, ("sink",)),
+    "description": "which of the job's events go to which sink, and the noise control (docs/notifications.md)"}
+
+
+def _sink() -> Schema:
+    secrets = {"type": "object", "additionalProperties": _str(1, 4096),
+               "description": "by type: webhook signing_key; slack url; email username, password; "
+                              "pagerduty routing_key (sealed at rest, redacted on read)"}
+    return _obj({
+        "type": {"enum": list(SINK_TYPES)},
+        "url": _str(1, 2048, pattern=r"^https?://", description="webhook and pagerduty (default: PagerDuty's)"),
+        "tenant": _name(limits.tenant_name_chars_max),
+        "subscribe": {"type": "array", "items": {"enum": list(CLUSTER_KINDS)}},
+        "retry": _obj({"max_attempts": _int(1, limits.sink_attempts_max), "backoff_s": _int(0, 3600),
+                       "backoff_max_s": _int(0, 86_400)}),
+        "secrets": secrets,
+        "smtp": _obj({"host": _str(1, 253), "port": _int(1, 65535), "starttls": _BOOL, "from": _str(3, 254),
+                      "to": {"type": "array", "items": _str(3, 254), "minItems": 1,
+                             "maxItems": limits.sink_email_to_max}}, ("host", "from", "to")),
+        "link": _str(1, 2048, pattern=r"^https?://"),
+    }, ("type",), description="a notification sink (docs/notifications.md, Sinks)")
+
+
+def _job_spec() -> Schema:
+    dst = _obj({"spring_forward": {"enum": ["skip", "run_after_gap"]}, "fall_back": {"enum": ["once", "twice"]}})
+    sched = {"oneOf": [
+        _obj({"cron": _str(1, limits.cron_chars_max, description="5 fields, or 6 with seconds first"),
+              "timezone": _str(1, 64, description="an IANA zone name, e.g. Europe/Berlin (default UTC)"),
+              "dst": dst}, ("cron",)),
+        _obj({"every_s": _int(limits.every_s_min, limits.every_s_max), "start_at": TIME_OR_MS}, ("every_s",)),
+        _obj({"at": TIME_OR_MS}, ("at",)),
+    ], "description": "exactly one of cron, every_s or at (docs/api.md, The job spec)"}
+    assert set().union(*(v["properties"] for v in sched["oneOf"])) == SCHEDULE_FIELDS
+    executor = {"oneOf": [
+        _obj({"type": {"const": "shell"},
+              "argv": {"type": "array", "items": {"type": "string"}, "minItems": 1,
+                       "maxItems": limits.argv_items_max},
+              "env": dict(_STR_MAP, maxProperties=limits.executor_env_max), "cwd": _str(1)}, ("type", "argv")),
+        _obj({"type": {"const": "http"}, "url": _str(8, pattern=r"^https?://[^\s/]+"),
+              "headers": dict(_STR_MAP, maxProperties=limits.executor_headers_max)}, ("type", "url")),
+        _obj({"type": {"const": "python"},
+              "target": _str(3, pattern=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")}, ("type", "target")),
+        _obj({"type": {"const": "heartbeat", "description": "runs nothing: POST /v1/jobs/{name}/ping reports "
+                       "each slot (docs/notifications.md, Deadlines)"}}, ("type",)),
+    ]}
+    props = {
+        "schedule": sched,
+        "executor": executor,
+        "misfire": _obj({"policy": {"enum": list(MISFIRE_POLICIES)},
+                         "grace_s": _int(0, limits.grace_s_max, default=limits.grace_s_default),
+                         "max_catchup": _int(0, limits.max_catchup_max, default=limits.max_catchup_default)},
+                        ("policy",)),
+        "payload": _JSON,
+        "timeout_s": _int(1, limits.timeout_s_max, default=limits.timeout_s_default),
+        "retry": _obj({"max_attempts": _int(1, limits.retry_attempts_max),
+                       "backoff_s": _num(0, limits.retry_backoff_s_max),
+                       "backoff_multiplier": _num(1, limits.retry_backoff_multiplier_max),
+                       "backoff_max_s": _num(0, limits.retry_backoff_s_max), "jitter": _num(0, 1)}),
+        "queue": _name(limits.queue_name_chars_max),
+        "priority": _int(0, limits.priority_max, default=limits.priority_default),
+        "tenant": _name(limits.tenant_name_chars_max),
+        "history": _int(1, limits.history_per_job_max, default=limits.history_per_job_default),
+        "description": _str(0, limits.description_chars_max),
+        "overlap": _obj({"policy": {"enum": list(OVERLAP_POLICIES)},
+                         "max_concurrent": _int(1, limits.overlap_concurrent_max)}),
+        "jitter_s": _int(0, limits.jitter_s_max),
+        "secrets": {"type": "object", "maxProperties": limits.secrets_max,
+                    "propertyNames": _str(1, limits.secret_name_chars_max, r"^[A-Za-z_][A-Za-z0-9_]*$"),
+                    "additionalProperties": _str(1, limits.secret_value_chars_max)},
+        "keep_output": _BOOL,
+        "labels": _LABELS,
+        "placement": _obj({"labels": dict(_WORKER_LABELS, minProperties=1)}, ("labels",)),
+        "notify": _NOTIFY,
+        "pause_on_failure": _obj({"after_consecutive": _int(1, limits.consecutive_max)}, ("after_consecutive",)),
+        "metrics": _BOOL,
+        "deadline": _obj({"start_within_s": _int(1, limits.deadline_s_max),
+                          "succeed_within_s": _int(1, limits.deadline_s_max),
+                          "succeed_by": _str(5, 5, r"^([01][0-9]|2[0-3]):[0-5][0-9]$",
+                                             description="a local time HH:MM in the job's time zone"),
+                          "max_since_success_s": _int(1, limits.deadline_s_max)}, minProperties=1,
+                         description="when each slot must be done (docs/notifications.md, Deadlines)"),
+    }
+    assert set(props) == SPEC_FIELDS, set(props) ^ SPEC_FIELDS
+    return _obj(props, ("schedule", "executor", "misfire"),
+                description="a job spec (docs/api.md, The job spec); core/model.py validate_job",
+                examples=[{"schedule": {"every_s": 60}, "executor": {"type": "http", "url": "https://example.com/hook"},
+                           "misfire": {"policy": "skip"}, "tenant": "fuzz"},
+                          {"schedule": {"cron": "30 2 * * *", "timezone": "Europe/Berlin"},
+                           "executor": {"type": "shell", "argv": ["echo", "hello"]},
+                           "misfire": {"policy": "fire_once", "grace_s": 5}}])
+
+
+def _bodies() -> dict[str, Schema]:
+    spec = {"$ref": "#/components/schemas/job_spec"}
+    lease_pair = {"type": "array", "prefixItems": [_str(1), _int(0, 2**63 - 1)], "minItems": 2, "maxItems": 2}
+    leases = {"type": "array", "items": lease_pair, "maxItems": limits.heartbeat_leases_max}
+    ttl = _int(limits.lease_ttl_ms_min, limits.lease_ttl_ms_max)
+    tenants = {"type": "array", "items": _name(limits.tenant_name_chars_max), "minItems": 1,
+               "maxItems": limits.token_tenants_max}
+    return {
+        "job_spec": _job_spec(),
+        "jobs_batch": _obj({"jobs": {"type": "object", "minProperties": 1, "maxProperties": limits.batch_jobs_max,
+                                     "propertyNames": _name(limits.job_name_chars_max),
+                                     "additionalProperties": spec},
+                            "create_only": _BOOL}, ("jobs",)),
+        "trigger": _obj({"payload": _JSON, "slot": _nullable(TIME)}),
+        "explain": {"oneOf": [_obj({"down_from": TIME, "down_to": TIME}, ("down_from", "down_to")),
+                              _obj({"slot": TIME}, ("slot",))],
+                    "description": "an outage window, or one slot (why it met or missed its deadline)"},
+        "ping": _obj({"status": {"enum": ["start", "success", "fail"], "default": "success"},
+                      "slot": _nullable(TIME_OR_MS)}),
+        "backfill": _obj({
+            "from": TIME, "to": TIME, "reprocess": {"enum": list(MODES)}, "order": {"enum": list(ORDERS)},
+            "max_concurrent": _nullable(_int(1, limits.backfill_concurrent_max)),
+            "rate_per_s": _nullable(_num(limits.backfill_rate_per_s_min, limits.backfill_rate_per_s_max)),
+            "max_slots": _nullable(_int(1, limits.backfill_slots_max)), "payload": _JSON,
+            "overlap": {"anyOf": [{"enum": list(OVERLAPS) + [None]},
+                                  _obj({"policy": {"enum": list(OVERLAPS)}}, ("policy",))]},
+            "dry_run": _BOOL, "id": _nullable(_name(limits.backfill_id_chars_max))}, ("from", "to")),
+        "dlq_bulk": _obj({
+            "queue": _nullable(_str(1, limits.queue_name_chars_max)),
+            "job": _nullable(_str(1, limits.job_name_chars_max)),
+            "error": _nullable(_str(1, limits.dlq_error_filter_chars_max)),
+            "dead_from": _nullable(TIME), "dead_to": _nullable(TIME),
+            "max_count": _nullable(_int(1, limits.dlq_bulk_count_max)),
+            "max_concurrent": _nullable(_int(1, limits.backfill_concurrent_max)),
+            "rate_per_s": _nullable(_num(limits.backfill_rate_per_s_min, limits.backfill_rate_per_s_max)),
+            "dry_run": _BOOL, "id": _nullable(_name(limits.backfill_id_chars_max))}),
+        "queue": _obj({"max_depth": _int(1, limits.queue_depth_max), "on_full": {"enum": ["reject", "drop_oldest"]},
+                       "tenants": _nullable(tenants)}),
+        "tenant": _obj({"rate_per_s": _num(limits.tenant_rate_per_s_min, limits.tenant_rate_per_s_max),
+                        "burst": _int(1, limits.tenant_burst_max),
+                        "executors": {"type": "array", "items": {"enum": list(EXECUTOR_TYPES)}, "uniqueItems": True},
+                        "placement": _obj({"labels": _WORKER_LABELS}, ("labels",)),
+                        "network": _obj({"allow": {"type": "array", "items": _str(1),
+                                                   "maxItems": limits.tenant_network_allow_max}}),
+                        "notify": _NOTIFY},
+                       description="rate_per_s, or a policy (executors, placement, network), or both",
+                       anyOf=[{"required": ["rate_per_s"]}] + [{"required": [f]} for f in sorted(POLICY_FIELDS)]),
+        "lock_acquire": _obj({"owner": _str(1, limits.lock_owner_chars_max),
+                              "ttl_s": _num(limits.lease_ttl_ms_min / 1000, limits.lease_ttl_ms_max / 1000)},
+                             ("owner", "ttl_s")),
+        "lock_token": _obj({"token": _int(1, 2**63 - 1),
+                            "ttl_s": _num(limits.lease_ttl_ms_min / 1000, limits.lease_ttl_ms_max / 1000)},
+                           ("token",)),
+        "token": _obj({"role": {"enum": list(ROLES)}, "tenants": _nullable(tenants),
+                       "workers": _nullable({"type": "array", "items": _str(1, limits.worker_id_chars_max),
+                                             "minItems": 1, "maxItems": limits.token_workers_max}),
+                       "jobs": _nullable({"type": "array", "items": _name(limits.job_name_chars_max),
+                                          "minItems": 1, "maxItems": limits.token_workers_max,
+                                          "description": "a ping token's jobs (role ping only)"}),
+                       "expires": _nullable(TIME_OR_MS), "note": _nullable(_str(0, limits.token_note_chars_max))},
+                      ("role",)),
+        "lease": _obj({"slots": _int(1, limits.worker_slots_max),
+                       "executors": {"type": "array", "items": {"enum": list(EXECUTOR_TYPES)}},
+                       "queues": _nullable({"type": "array", "items": _name(limits.queue_name_chars_max),
+                                            "maxItems": limits.worker_queues_max}),
+                       "labels": _WORKER_LABELS, "version": _nullable(_str(0, limits.worker_version_chars_max)),
+                       "instance": _nullable(_str(0, limits.worker_version_chars_max)),
+                       "max": _int(1, limits.acquire_runs_max),
+                       "wait_s": _num(0, worker_limits.lease_wait_s_max, description="how long to wait for runs "
+                                      "(a long-poll)"),
+                       "ttl_ms": ttl, "dedicated": _nullable(_BOOL)}, ("slots", "executors", "max")),
+        "heartbeat": _obj({"leases": leases, "ttl_ms": ttl}, ("leases",)),
+        "complete": _obj({"results": {"type": "array", "minItems": 1, "maxItems": limits.complete_batch_max,
+                                      "items": _obj({"run": _str(1), "token": _int(0, 2**63 - 1), "success": _BOOL,
+                                                     "error": _nullable({"type": "string"}),
+                                                     "output": _nullable({"type": "string"})},
+                                                    ("run", "token", "success"))}}, ("results",)),
+        "release": _obj({"leases": leases, "reason": _nullable(_str(0, 200))}, ("leases",)),
+        "secrets_rotate": _obj({"key": _str(1, limits.seal_key_id_chars_max)}, ("key",)),
+        "sink": _sink(),
+        "sink_requeue": _obj({"events": {"type": "array", "items": _str(1, 32), "maxItems": 1000}}),
+        "member": _obj({"addr": _str(1, description="the new node's Raft address, HOST:PORT")}, ("addr",)),
+    }
+
+
+BODIES: dict[str, Schema] = _bodies()
+
+
+# ------------------------------------------------------------------ answers
+def _error_schema() -> Schema:
+    return _obj({
+        "error": _obj({
+            "code": {"type": "string"},
+            "message": {"type": "string"},
+            "field": {"type": ["string", "null"], "description": "the field or parameter at fault, if one is"},
+        }, ("code", "message", "field"), closed=False,
+            description="more keys where the error has more to say (scope, tenant, retry_after_s, ...)"),
+    }, ("error",))
+
+
+#: A run or a recorded slot in a list.
+_RUN_ITEM = {"type": "object", "properties": {"state": {"enum": list(RUN_STATES)}}, "required": ["state"]}
+#: Success answers' schemas, named by ``Route.response`` (None: a JSON object).
+RESPONSES: dict[str, Schema] = {
+    "health": _obj({"ok": _BOOL, "role": {"type": ["string", "null"]}, "leader": {"type": ["string", "null"]}},
+                   ("ok", "role", "leader"), closed=False),
+    "metrics": {"type": "string", "description": "Prometheus text format 0.0.4"},
+    "openapi": _obj({"openapi": {"type": "string"}, "paths": {"type": "object"}}, ("openapi", "paths"),
+                    closed=False),
+    "cluster": _obj({"node": {"type": "string"}, "role": {"type": ["string", "null"]},
+                     "leader": {"type": ["string", "null"]}, "term": {"type": ["integer", "null"]},
+                     "members": {"type": ["array", "null"]}, "jobs": {"type": "integer"}, "runs": {"type": "integer"},
+                     "conditions": {"type": "array"}}, ("node", "role", "leader", "jobs", "runs", "conditions"),
+                    closed=False),
+    "job": _obj({"name": {"type": "string"}, "spec": {"type": "object"}, "state": {"type": "object"}},
+                ("name", "spec", "state"), closed=False),
+    "job_written": _obj({"job": {"type": "string"}, "created": _BOOL, "next_slot": {"type": ["string", "null"]}},
+                        ("job", "created"), closed=False),
+    "triggered": _obj({"job": {"type": "string"}, "run": {"type": "string"}, "state": {"enum": list(RUN_STATES)}},
+                      ("job", "run", "state"), closed=False),
+    "job_deleted": _obj({"job": {"type": "string"}, "deleted": _BOOL}, ("job", "deleted"), closed=False),
+    "job_paused": _obj({"job": {"type": "string"}, "paused": _BOOL}, ("job", "paused"), closed=False),
+    "jobs_page": _obj({"jobs": {"type": "array", "items": {"type": "object"}}, "next": {"type": ["string", "null"]},
+                       "total": {"type": "integer"}}, ("jobs", "next"), closed=False),
+    "run": _obj({"id": {"type": "string"}, "job": {"type": "string"}, "state": {"enum": list(RUN_STATES)},
+                 "slot": {"type": ["string", "null"]}, "slot_ms": {"type": ["integer", "null"]},
+                 "attempt": {"type": "integer"}, "fencing_token": {"type": ["integer", "null"]},
+                 "worker": {"type": ["string", "null"]}, "queue": {"type": "string"}, "tenant": {"type": "string"},
+                 "error": {"type": ["string", "null"]}, "output": {"type": ["string", "null"]},
+                 "attempts": {"type": "array"}}, ("id", "job", "state"), closed=False),
+    "runs_page": _obj({"runs": {"type": "array", "items": _RUN_ITEM}}, ("runs",), closed=False),
+    "job_runs": _obj({"job": {"type": "string"}, "runs": {"type": "array", "items": _RUN_ITEM},
+                      "history_max": {"type": "integer"}}, ("job", "runs"), closed=False),
+    "dlq_page": _obj({"runs": {"type": "array", "items": {"type": "object"}}, "total": {"type": "integer"}},
+                     ("runs",), closed=False),
+    "queues": _obj({"queues": {"type": "array", "items": {"type": "object"}}}, ("queues",), closed=False),
+    "tenants": _obj({"tenants": {"type": "array", "items": {"type": "object"}}}, ("tenants",), closed=False),
+}
+
+
+# ------------------------------------------------------------------ path parameters
+#: A path parameter's schema by (the path segment before it, its name): the names a collection
+#: takes (core/model.py check_name's bounds). tests/test_openapi.py checks every route's are here.
+PATH_PARAMS: dict[tuple[str, str], Schema] = {
+    ("jobs", "name"): _name(limits.job_name_chars_max),
+    ("queues", "name"): _name(limits.queue_name_chars_max),
+    ("tenants", "name"): _name(limits.tenant_name_chars_max),
+    ("locks", "name"): _name(limits.lock_name_chars_max),
+    ("dlq", "run"): _str(3, limits.job_name_chars_max + 64, r"^[A-Za-z0-9][A-Za-z0-9._-]*@[!-~]+$"),
+    ("runs", "run"): _str(3, limits.job_name_chars_max + 64, r"^[A-Za-z0-9][A-Za-z0-9._-]*@[!-~]+$"),
+    ("backfills", "id"): _name(limits.backfill_id_chars_max),
+    ("workers", "id"): _str(1, limits.worker_id_chars_max, r"^[!-~]+$"),
+    ("tokens", "id"): _str(1, 32, r"^[!-~]+$"),
+    ("members", "addr"): _str(1, 300, r"^[!-~]+$"),
+    ("sinks", "name"): _name(limits.queue_name_chars_max),
+}
+_VAR = re.compile(r"\{(\w+)(?::([^}]*))?\}")
+_ALTERNATION = re.compile(r"\w+(\|\w+)*")
+
+
+def path_parameters(path: str) -> list[Schema]:
+    """The path's parameters, each with its schema: ``{action:a|b}`` is an enum; ``{name}`` takes
+    its collection's (PATH_PARAMS). :raises KeyError: a parameter PATH_PARAMS lacks."""
+    out = []
+    parts = path.split("/")
+    for i, part in enumerate(parts):
+        m = _VAR.fullmatch(part)
+        if m is None:
+            continue
+        name, regex = m.group(1), m.group(2)
+        if regex is not None and _ALTERNATION.fullmatch(regex):
+            schema: Schema = {"type": "string", "enum": regex.split("|")}
+        else:
+            schema = PATH_PARAMS[(parts[i - 1], name)]
+        out.append({"name": name, "in": "path", "required": True, "schema": schema})
+    return out
+
+
+def _query(p: Any) -> Schema:
+    if p.kind == "boolean":
+        s: Schema = {"type": "boolean"}
+    elif p.kind == "integer":
+        s = _int(p.lo, p.hi)
+    elif p.kind == "enum":
+        s = {"type": "string", "enum": list(p.choices)}
+    elif p.kind == "time":
+        s = TIME
+    else:
+        s = {"type": "string"}
+    if p.default is not None:
+        s = dict(s, default=p.default)
+    if p.repeated:
+        s = {"type": "array", "items": s, "maxItems": limits.job_labels_max}
+    out = {"name": p.name, "in": "query", "required": False, "description": p.doc, "schema": s}
+    if p.repeated:
+        out.update(style="form", explode=True)
+    return out
+
+
+# ------------------------------------------------------------------ the document
+def operation_ids(rows: list[Route]) -> dict[tuple[str, str], str]:
+    """Each row's operationId: its handler's name, and the path's words after it when another row
+    has the handler too."""
+    out: dict[tuple[str, str], str] = {}
+    taken: set[str] = set()
+    for r in rows:
+        oid = r.handler.__name__.lstrip("_")
+        if oid in taken:
+            oid += "_" + "_".join(re.findall(r"[A-Za-z0-9]+", r.path))
+        taken.add(oid)
+        out[r.key] = oid
+    return out
+
+
+def _roles_with(scope: str) -> list[str]:
+    return [r for r in ROLES if scope in ROLE_SCOPES[r]]
+
+
+def _error_response(status: int) -> Schema:
+    codes = error_codes(status)
+    desc = {400: "a malformed request: the field or parameter is named",
+            401: "no token, or an unknown, expired or revoked one",
+            403: "the token's role lacks the scope (named in scope), or the tenant is not the token's",
+            404: "no such object", 405: "method not allowed", 409: "a conflict with the state",
+            413: f"a body larger than {node_limits.request_bytes_max} bytes",
+            422: "a value refused: the field is named", 429: "too many refused tokens from this address",
+            503: "no leader, or a bound reached: nothing happened; retry",
+            504: "the outcome is unknown: retry with the same Idempotency-Key"}.get(status, "an error")
+    headers = {}
+    if status in (429, 503):
+        headers["Retry-After"] = {"schema": {"type": "string"}, "description": "seconds"}
+    if status == 401:
+        headers["WWW-Authenticate"] = {"schema": {"type": "string"}}
+    schema = {"allOf": [{"$ref": "#/components/schemas/error"},
+                        {"properties": {"error": {"properties": {"code": {"enum": codes}}}}}]}
+    out: Schema = {"description": desc, "content": {"application/json": {"schema": schema}}}
+    if headers:
+        out["headers"] = headers
+    return out
+
+
+def _operation(route: Route, oid: str) -> Schema:
+    open_ = route.scope == OPEN
+    op: Schema = {"operationId": oid, "summary": route.summary,
+                  "tags": [route.path.split("/")[2 if route.path.startswith("/v1/") else 1].split(":")[0]
+                           or "root"]}
+    params = path_parameters(route.path) + [_query(p) for p in route.params]
+    if route.mutates:
+        params.append({"name": "Idempotency-Key", "in": "header", "required": False,
+                       "description": "a retried request with the same key applies once (docs/api.md)",
+                       "schema": _str(1, limits.request_id_chars_max)})
+    if params:
+        op["parameters"] = params
+    if route.body is not None:
+        op["requestBody"] = {"required": not route.body_optional, "content": {"application/json": {
+            "schema": {"$ref": f"#/components/schemas/{route.body}"}}}}
+    if route.response == "metrics":
+        ok_content = {"text/plain": {"schema": RESPONSES["metrics"]}}
+    else:
+        schema = ({"$ref": f"#/components/schemas/{route.response}"} if route.response is not None
+                  else {"type": "object"})
+        ok_content = {"application/json": {"schema": schema}}
+    responses: Schema = {}
+    for status in (route.ok,) + route.also_ok:
+        responses[str(status)] = {"description": "done" if status == route.ok else "also answered",
+                                  "content": ok_content}
+    statuses = set(route.errors) | set(OPEN_ERRORS if open_ else COMMON_ERRORS)
+    if route.body is not None:
+        statuses |= {413, 422}
+    if "{" in route.path:  # a path parameter that is no valid name, id or address
+        statuses.add(422)
+    if route.mutates:  # an Idempotency-Key used before for another request
+        statuses.add(409)
+    for status in sorted(statuses - {route.ok, *route.also_ok}):
+        responses[str(status)] = {"$ref": f"#/components/responses/error_{status}"}
+    op["responses"] = responses
+    if open_:
+        op["security"] = []
+    else:
+        op["security"] = [{"bearer": [route.scope]}]
+        op["x-raftsched-scope"] = route.scope
+        op["x-raftsched-roles"] = _roles_with(route.scope)
+    op["x-raftsched-tenancy"] = route.tenancy.value
+    return op
+
+
+def _links(rows: list[Route], ops: dict[str, dict[str, Schema]], ids: dict[tuple[str, str], str]) -> None:
+    """Stateful links (schemathesis follows them): a PUT that creates ``/x/{p}`` leads to every
+    other operation on ``/x/{p}`` and below it, with ``p`` as the PUT's."""
+    for r in rows:
+        if r.method != "PUT" or not r.path.endswith("}"):
+            continue
+        names = [p["name"] for p in path_parameters(r.path)]
+        links = {}
+        for o in rows:
+            if o is r or not (o.path == r.path or o.path.startswith(r.path + "/")):
+                continue
+            if [p["name"] for p in path_parameters(o.path)] != names:
+                continue
+            links[ids[o.key]] = {"operationId": ids[o.key],
+                                      "parameters": {n: f"$request.path.{n}" for n in names}}
+        if links:
+            for status in (r.ok,) + r.also_ok:
+                ops[r.path][r.method.lower()]["responses"][str(status)]["links"] = links
+    # A write's answer naming an object (a trigger's "run") leads to the reads of that object
+    # (GET /v1/runs/{run}, GET /v1/dlq/{run}); "id" names too many kinds of object to follow.
+    for r in rows:
+        props = RESPONSES.get(r.response or "", {}).get("properties", {}) if r.mutates else {}
+        props = {k: v for k, v in props.items() if k != "id"}
+        links = {}
+        for o in rows:
+            names = [p["name"] for p in path_parameters(o.path)]
+            if o.method == "GET" and names and len(names) == 1 and names[0] in props and o.path.endswith("}"):
+                links[ids[o.key]] = {"operationId": ids[o.key],
+                                     "parameters": {names[0]: f"$response.body#/{names[0]}"}}
+        if links:
+            for status in (r.ok,) + r.also_ok:
+                resp = ops[r.path][r.method.lower()]["responses"][str(status)]
+                resp["links"] = {**resp.get("links", {}), **links}
+
+
+def document(routes: Any, version: str = "") -> Schema:
+    """The OpenAPI 3.1 document of ``routes`` (the app's route table: ``Route`` rows)."""
+    rows = list(routes.values()) if isinstance(routes, dict) else list(routes)
+    paths: dict[str, dict[str, Schema]] = {}
+    ids = operation_ids(rows)
+    for r in rows:
+        paths.setdefault(r.key[1], {})[r.method.lower()] = _operation(r, ids[r.key])
+    _links(rows, {r.path: paths[r.key[1]] for r in rows}, ids)
+    used = {r.body for r in rows if r.body is not None}
+    schemas: dict[str, Schema] = {"error": _error_schema()}
+    schemas.update({k: v for k, v in BODIES.items() if k in used or k == "job_spec"})
+    schemas.update({k: v for k, v in RESPONSES.items() if k != "metrics"})
+    statuses = {int(st) for ops in paths.values() for op in ops.values() for st, resp in op["responses"].items()
+                if "$ref" in resp}
+    roles = "; ".join(f"{role}: {', '.join(sorted(ROLE_SCOPES[role]))}" for role in ROLES)
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "raftsched admin API", "version": version or "1",
+                 "description": "A Raft-replicated distributed cron. docs/api.md describes every operation; this "
+                                "document is generated from the route table (raftsched/node/api.py ROUTES)."},
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "responses": {f"error_{st}": _error_response(st) for st in sorted(statuses)},
+            "securitySchemes": {"bearer": {
+                "type": "http", "scheme": "bearer",
+                "description": "a token (docs/security.md): the bootstrap token, or one made by POST /v1/tokens. "
+                               "Each operation lists the scope it needs; the roles' scopes are " + roles +
+                               ". A token limited to tenants sees and changes only theirs "
+                               "(x-raftsched-tenancy)."}},
+        },
+        "security": [{"bearer": []}],
+    }

@@ -1,0 +1,442 @@
+"""Deadlines judged per slot, and heartbeat jobs (core/deadlines.py): the pure core, no clock.
+
+Every command is built as the proposer builds it (the trigger's compact plans with their ``dl``
+items, deadline_judge with the cluster's time as ``now``) and applied through its bytes.
+"""
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from raftsched.core import commands, deadlines, due, limits, model, policy
+from raftsched.core.errors import InvalidSpec
+from raftsched.core.state import SchedulerState
+
+from core_helpers import DAY, HOUR, SEC, T0, apply, ms, new_state, raw_job, snap_obj
+from long_tests import examples
+
+
+def spec(sched: dict, deadline: dict, policy_name: str = "fire_all", grace_s: int | None = None,
+         max_catchup: int | None = None, executor: dict | None = None, **extra) -> dict:
+    raw = raw_job(sched, policy_name, grace_s, max_catchup, deadline=deadline, **extra)
+    if executor is not None:
+        raw["executor"] = executor
+    return model.validate_job("j", raw)
+
+
+def tick(s: SchedulerState, now: int, ahead: bool = False) -> list[dict]:
+    """One trigger tick: the fire of what is due, then the deadline sweep, each as the trigger
+    proposes it. :returns: the results."""
+    out = []
+    entries, dl = [], []
+    ahead_ms = limits.fire_ahead_ms if ahead else 0  # as the trigger fires ahead (node/trigger.py)
+    span = ahead_ms + limits.fire_ahead_span_ms if ahead else 0
+    for name in due.pop_due(s, now, limits.fire_entries_max, ahead_ms):
+        job = s.jobs[name]
+        e = policy.plan_fire_compact(job["spec"], job["anchor"], job["cursor"], now, job["gen"], name,
+                                     span if policy.fires_ahead(job["spec"]) else 0)
+        if e is None:
+            due.repush(s, [name])
+            continue
+        entries.append(e)
+        dl.extend(deadlines.fire_items(job["spec"], e, job["anchor"]))
+    if entries:
+        out.append(apply(s, commands.fire(now, entries=entries, dl=dl)))
+    rids, names = deadlines.due(s, now, limits.deadline_judge_items_max)
+    if rids or names:
+        out.append(apply(s, commands.deadline_judge(now, runs=rids, jobs=names)))
+    return out
+
+
+def run_to(s: SchedulerState, start: int, end: int, step: int = SEC) -> None:
+    t = start
+    while t <= end:
+        tick(s, t)
+        t += step
+
+
+def acquire(s: SchedulerState, now: int) -> list[dict]:
+    res = apply(s, commands.acquire(now, worker="w", queues=None, max=10, ttl=30_000, types=None))
+    assert res["ok"], res
+    return res["runs"]
+
+
+def complete(s: SchedulerState, now: int, grant: dict, success: bool) -> dict:
+    return apply(s, commands.complete_many(now, None, worker="w", results=[
+        {"run": grant["id"], "token": grant["token"], "success": success}]))
+
+
+def rec(s: SchedulerState, rid: str) -> dict | None:
+    return deadlines.slot_view(s, rid)
+
+
+def deadline_events(s: SchedulerState) -> list[tuple]:
+    return [(e["kind"], e["run_id"], e["reason"], e["detail"].get("deadline")) for e in s.outbox.events
+            if e["kind"].startswith("deadline.")]
+
+
+# ------------------------------------------------------------------ the spec
+@pytest.mark.parametrize("raw, field", [
+    ("03:00", "deadline"),
+    ({}, "deadline"),
+    ({"soon": 1}, "deadline.soon"),
+    ({"start_within_s": 0}, "deadline.start_within_s"),
+    ({"succeed_within_s": True}, "deadline.succeed_within_s"),
+    ({"max_since_success_s": limits.deadline_s_max + 1}, "deadline.max_since_success_s"),
+    ({"succeed_by": "3:00"}, "deadline.succeed_by"),
+    ({"succeed_by": "24:00"}, "deadline.succeed_by"),
+    ({"start_within_s": 600, "succeed_within_s": 60}, "deadline.start_within_s"),
+])
+def test_a_bad_deadline_is_refused_naming_its_field(raw, field) -> None:
+    with pytest.raises(InvalidSpec) as e:
+        model.validate_job("j", raw_job({"every_s": 60}, deadline=raw))
+    assert e.value.field == field
+
+
+def test_a_heartbeat_job_runs_nothing_and_allows_no_overlap_policy_or_placement() -> None:
+    sp = spec({"every_s": 60}, {"succeed_within_s": 30}, executor={"type": "heartbeat"})
+    assert sp["executor"] == {"type": "heartbeat"}
+    for extra, field in (({"overlap": {"policy": "forbid"}}, "overlap"),
+                         ({"placement": {"labels": {"pool": "a"}}}, "placement")):
+        with pytest.raises(InvalidSpec) as e:
+            spec({"every_s": 60}, {"succeed_within_s": 30}, executor={"type": "heartbeat"}, **extra)
+        assert e.value.field == field
+    with pytest.raises(InvalidSpec) as e:
+        spec({"every_s": 60}, {"succeed_within_s": 30}, executor={"type": "heartbeat", "argv": ["x"]})
+    assert e.value.field == "executor.argv"
+
+
+def test_no_tenant_policy_refuses_a_heartbeat_job_which_runs_nothing() -> None:
+    from raftsched.core import tenants
+    sp = spec({"every_s": 60}, {"succeed_within_s": 30}, executor={"type": "heartbeat"})
+    strict = {"executors": ["http"], "labels": {"tenant": "billing"}, "allow": []}
+    assert tenants.refusal(strict, sp) is None
+    assert tenants.refusal(strict, spec({"every_s": 60}, {"succeed_within_s": 30}))[0] == "executor.type"
+
+
+def test_succeed_by_is_local_time_on_the_slots_day_or_the_next_and_follows_dst() -> None:
+    berlin = {"cron": "0 2 * * *", "timezone": "Europe/Berlin"}
+    # 02:00 Berlin (CEST, +2) on 2026-06-01; 03:00 the same day.
+    assert deadlines.succeed_by_ms(berlin, "03:00", ms("2026-06-01T00:00:00Z")) == ms("2026-06-01T01:00:00Z")
+    # A deadline before the slot's local time is the next day's.
+    assert deadlines.succeed_by_ms(berlin, "01:00", ms("2026-06-01T00:00:00Z")) == ms("2026-06-01T23:00:00Z")
+    # Spring forward (2026-03-29: 02:00 -> 03:00 CEST): 02:30 does not exist; the deadline is the
+    # first instant after the gap.
+    assert deadlines.succeed_by_ms(berlin, "02:30", ms("2026-03-28T23:30:00Z")) == ms("2026-03-29T01:00:00Z")
+    # Fall back (2026-10-25: 03:00 CEST -> 02:00 CET): 02:30 happens twice: the first by default,
+    # the second with fall_back: twice.
+    slot = ms("2026-10-24T23:00:00Z")  # 01:00 CEST
+    assert deadlines.succeed_by_ms(berlin, "02:30", slot) == ms("2026-10-25T00:30:00Z")
+    assert deadlines.succeed_by_ms(dict(berlin, dst={"fall_back": "twice"}), "02:30", slot) == ms("2026-10-25T01:30:00Z")
+    # Interval schedules: UTC.
+    assert deadlines.succeed_by_ms({"every_s": 60}, "03:00", ms("2026-06-01T02:00:00Z")) == ms("2026-06-01T03:00:00Z")
+
+
+# ------------------------------------------------------------------ per-slot judgement
+def test_met_late_and_missed_each_by_its_own_slot() -> None:
+    s = new_state(("j", spec({"every_s": 60}, {"succeed_within_s": 30})), now=T0)
+    first = T0 + 60 * SEC
+    run_to(s, first, first)
+    (g,) = acquire(s, first + 1)
+    complete(s, first + 10 * SEC, g, True)
+    assert rec(s, f"j@{first}")["state"] == "met"
+    # The next slot succeeds after its 30 s: missed at the instant, then late.
+    second = first + 60 * SEC
+    run_to(s, second, second + 31 * SEC)
+    r = rec(s, f"j@{second}")
+    assert (r["state"], r["cause"], r["deadline"], r["instant"]) == ("missed", "never_started", "succeed_within_s",
+                                                                    second + 30 * SEC)
+    (g,) = acquire(s, second + 40 * SEC)
+    complete(s, second + 50 * SEC, g, True)
+    assert rec(s, f"j@{second}")["state"] == "late"
+    assert deadline_events(s) == [("deadline.missed", f"j@{second}", "never_started", "succeed_within_s"),
+                                  ("deadline.late", f"j@{second}", None, "succeed_within_s")]
+
+
+def test_a_retry_of_a_slot_can_meet_its_deadline_the_next_slots_run_cannot() -> None:
+    sp = spec({"every_s": 60}, {"succeed_within_s": 50}, retry={"max_attempts": 3, "backoff_s": 1})
+    s = new_state(("j", sp), now=T0)
+    first = T0 + 60 * SEC
+    run_to(s, first, first)
+    (g,) = acquire(s, first)
+    complete(s, first + SEC, g, False)  # attempt 1 fails: a retry of the same slot
+    assert rec(s, f"j@{first}")["state"] == "pending"
+    (g,) = acquire(s, first + 3 * SEC)
+    assert g["id"] == f"j@{first}"
+    complete(s, first + 4 * SEC, g, True)
+    assert rec(s, f"j@{first}")["state"] == "met"
+    # The next slot: its run never succeeds in time; the one after succeeds, and does not help.
+    second, third = first + 60 * SEC, first + 120 * SEC
+    run_to(s, second, third)
+    grants = {g["id"]: g for g in acquire(s, third)}
+    complete(s, third + SEC, grants[f"j@{third}"], True)
+    assert rec(s, f"j@{third}")["state"] == "met"
+    r = rec(s, f"j@{second}")
+    assert (r["state"], r["cause"]) == ("missed", "never_started")
+
+
+def test_a_dead_run_misses_at_once_and_a_still_running_one_is_said_so() -> None:
+    sp = spec({"every_s": 600}, {"succeed_within_s": 300}, retry={"max_attempts": 1})
+    s = new_state(("j", sp), now=T0)
+    first = T0 + 600 * SEC
+    run_to(s, first, first)
+    (g,) = acquire(s, first)
+    complete(s, first + SEC, g, False)  # dead: long before its instant
+    r = rec(s, f"j@{first}")
+    assert (r["state"], r["cause"], r["judged_at"]) == ("missed", "failed", first + SEC)
+    second = first + 600 * SEC
+    run_to(s, second, second)
+    acquire(s, second)
+    run_to(s, second + 300 * SEC, second + 300 * SEC)
+    r = rec(s, f"j@{second}")
+    assert (r["state"], r["cause"]) == ("missed", "still_running")
+    assert "still running" in deadlines.explain(r)
+
+
+def test_start_within_misses_when_the_run_has_not_started() -> None:
+    s = new_state(("j", spec({"every_s": 600}, {"start_within_s": 10})), now=T0)
+    first = T0 + 600 * SEC
+    run_to(s, first, first + 11 * SEC)
+    r = rec(s, f"j@{first}")
+    assert (r["state"], r["cause"], r["deadline"]) == ("missed", "never_started", "start_within_s")
+
+
+def test_a_paused_job_misses_with_cause_paused() -> None:
+    s = new_state(("j", spec({"every_s": 600}, {"succeed_within_s": 60})), now=T0)
+    first = T0 + 600 * SEC
+    run_to(s, first, first)
+    assert apply(s, commands.pause_job(first + SEC, None, name="j"))["ok"]
+    run_to(s, first + 61 * SEC, first + 61 * SEC)
+    assert rec(s, f"j@{first}")["cause"] == "paused"
+
+
+def test_skipped_slots_miss_at_once_and_max_since_success_catches_a_job_whose_every_slot_is_skipped() -> None:
+    sp = spec({"every_s": 60}, {"succeed_within_s": 30, "max_since_success_s": 150}, policy_name="skip", grace_s=0)
+    s = new_state(("j", sp), now=T0)
+    # The leader is away 200 s: every slot is missed and recorded skipped by the first fire back.
+    back = T0 + 200 * SEC
+    run_to(s, back, back)
+    missed = [r for r in deadlines.listing(s, "missed", "j", None, None, 100) if r["cause"] == "skipped"]
+    assert missed, deadline_events(s)
+    assert ("deadline.missed", None, "skipped", "max_since_success_s") in deadline_events(s)
+    # Once a streak: the next sweeps add no second one.
+    n = len(deadline_events(s))
+    run_to(s, back + SEC, back + 5 * SEC)
+    assert len(deadline_events(s)) == n
+    # Armed again by a success; a new leader (a replica restored from a snapshot) judges the next
+    # streak from the replicated base.
+    trig = apply(s, commands.trigger_job(back + 6 * SEC, None, name="j"))
+    (g,) = acquire(s, back + 6 * SEC)
+    assert g["id"] == trig["run"]
+    complete(s, back + 7 * SEC, g, True)
+    r = SchedulerState()
+    r.restore(s.snapshot())
+    due.attach(r, due.DueIndex())
+    run_to(r, back + 8 * SEC, back + 160 * SEC, 4 * SEC)
+    streaks = [e for e in r.outbox.events if e["detail"].get("deadline") == "max_since_success_s"]
+    assert len(streaks) == 2 and streaks[-1]["detail"]["since"] == back + 7 * SEC, streaks
+
+
+def test_under_fire_once_each_coalesced_slot_is_judged_on_its_own() -> None:
+    s = new_state(("j", spec({"every_s": 60}, {"succeed_within_s": 30}, policy_name="fire_once", grace_s=5)), now=T0)
+    back = T0 + 640 * SEC  # ten slots missed: the last runs, nine are coalesced into one record
+    tick(s, back)
+    (rec_entry,) = [r for r in s.runs.values() if r["state"] == "coalesced"]
+    assert rec_entry["count"] == 9
+    for k in range(1, 10):
+        r = rec(s, f"j@{T0 + k * 60 * SEC}")
+        assert (r["state"], r["cause"], r["instant"]) == ("missed", "skipped", T0 + k * 60 * SEC + 30 * SEC), k
+    r = rec(s, f"j@{T0 + 600 * SEC}")  # the run: judged by its own state, its instant passed already
+    assert (r["state"], r["cause"]) == ("missed", "never_started")
+    assert len([e for e in s.outbox.events if e["kind"] == "deadline.missed"]) == 10
+
+
+def test_a_long_catch_up_fits_its_command_and_tracks_its_newest_slots() -> None:
+    name = "n" * limits.job_name_chars_max
+    sp = spec({"every_s": 1}, {"succeed_within_s": 30}, policy_name="fire_all", grace_s=0,
+              max_catchup=limits.max_catchup_max)
+    s = new_state((name, sp), now=T0)
+    res = tick(s, T0 + 3 * HOUR)  # apply encodes the command: past 32 KB it would raise
+    assert all(x["ok"] for x in res), res
+    tracked = sorted(r["slot"] for r in s.deadlines.slots.values())
+    runs = sorted(r["slot"] for r in s.runs.values() if r["kind"] == "scheduled")
+    assert len(runs) >= limits.max_catchup_max and 16 <= len(tracked) < len(runs)
+    assert max(set(runs) - set(tracked)) < min(tracked)  # the newest are tracked
+
+
+def test_a_deadline_that_falls_in_a_leaderless_gap_is_judged_by_the_next_leader() -> None:
+    s = new_state(("j", spec({"every_s": 600}, {"succeed_within_s": 60})), now=T0)
+    first = T0 + 600 * SEC
+    run_to(s, first, first)
+    # The leader dies; its successor restores from a snapshot and attaches a due index.
+    follower = SchedulerState()
+    follower.restore(s.snapshot())
+    due.attach(follower, due.DueIndex())
+    back = first + 3600 * SEC  # long after the instant
+    tick(follower, back)
+    r = rec(follower, f"j@{first}")
+    assert (r["state"], r["instant"], r["judged_at"]) == ("missed", first + 60 * SEC, back)
+
+
+def test_jobs_without_deadlines_add_nothing_and_a_malformed_sweep_or_ping_changes_nothing() -> None:
+    s = new_state(("j", model.validate_job("j", raw_job({"every_s": 60}))), now=T0)
+    before = s.snapshot()
+    run_to(s, T0 + 60 * SEC, T0 + 60 * SEC)
+    assert not s.deadlines.slots and deadlines.due(s, T0 + DAY, 10) == ([], [])
+    h = snap_obj(s, drop=("applied", "now_ms"))
+    for cmd in (commands.make("deadline_judge", T0 + DAY, None, runs="j@1", jobs=[]),
+                commands.make("deadline_judge", T0 + DAY, None, runs=[1], jobs=[]),
+                commands.make("ping", T0 + DAY, None, name="j", status="done"),
+                commands.make("fire", T0 + DAY, None, entries=[], dl=[["j", 1, 2]])):
+        res = apply(s, cmd)
+        assert not res["ok"] and res["error"]["code"] == "invalid_command", res
+    assert s.snapshot() != before and snap_obj(s, drop=("applied", "now_ms")) == h
+
+
+def test_snapshots_keep_the_records_and_replicas_stay_byte_identical() -> None:
+    sp = spec({"every_s": 60}, {"succeed_within_s": 30, "max_since_success_s": 3600})
+    a = new_state(("j", sp), now=T0)
+    b = SchedulerState()
+    cmds: list[dict] = []
+    orig = a.apply
+
+    def record(cmd: dict) -> dict:
+        cmds.append(cmd)
+        return orig(cmd)
+
+    a.apply = record  # type: ignore[method-assign]
+    b.restore(a.snapshot())
+    run_to(a, T0 + 60 * SEC, T0 + 200 * SEC, 10 * SEC)
+    for c in cmds:
+        b.apply(c)
+    assert a.deadlines.slots and snap_obj(a) == snap_obj(b)
+    c = SchedulerState()
+    c.restore(a.snapshot())
+    assert c.snapshot() == a.snapshot() and c.deadlines == a.deadlines
+
+
+def test_pending_deadlines_are_bounded_the_oldest_missing_as_untracked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "deadlines_pending_max", 2)
+    monkeypatch.setattr(limits, "deadlines_kept_max", 3)
+    s = new_state(("j", spec({"every_s": 60}, {"succeed_within_s": 3000})), now=T0)
+    run_to(s, T0 + 60 * SEC, T0 + 300 * SEC, 60 * SEC)
+    book = s.deadlines
+    assert book.pending <= 2 and len(book.slots) <= 2 + 3
+    assert [r["cause"] for r in deadlines.listing(s, "missed", None, None, None, 10)] == ["untracked"] * 3
+
+
+# ------------------------------------------------------------------ heartbeat jobs
+def test_a_heartbeat_job_is_never_leased_and_pings_move_its_slot() -> None:
+    sp = spec({"every_s": 600}, {"start_within_s": 60, "succeed_within_s": 300}, executor={"type": "heartbeat"})
+    s = new_state(("hb", sp), now=T0)
+    first = T0 + 600 * SEC
+    run_to(s, first, first)
+    assert s.runs[f"hb@{first}"]["state"] == "waiting"
+    assert acquire(s, first + SEC) == []
+    res = apply(s, commands.ping(first + 5 * SEC, None, name="hb", status="start", slot=None))
+    assert res["ok"] and res["run"] == f"hb@{first}" and res["state"] == "running"
+    res = apply(s, commands.ping(first + 9 * SEC, None, name="hb", status="success", slot=None))
+    assert res["state"] == "succeeded" and rec(s, f"hb@{first}")["state"] == "met"
+    # Not pinged: the next slot misses its start deadline.
+    second = first + 600 * SEC
+    run_to(s, second, second + 61 * SEC)
+    r = rec(s, f"hb@{second}")
+    assert (r["state"], r["cause"], r["deadline"]) == ("missed", "never_started", "start_within_s")
+    # A late success with its slot named: late. A ping for an ended run is a conflict.
+    res = apply(s, commands.ping(second + 400 * SEC, None, name="hb", status="success", slot=second))
+    assert res["ok"] and rec(s, f"hb@{second}")["state"] == "late"
+    res = apply(s, commands.ping(second + 401 * SEC, None, name="hb", status="fail", slot=second))
+    assert not res["ok"] and res["error"]["code"] == "conflict"
+    res = apply(s, commands.ping(second + 401 * SEC, None, name="hb", status="fail", slot=second + 1))
+    assert not res["ok"] and res["error"]["code"] == "not_found"
+    # A ping a little before a slot committed ahead is that slot's; before it is committed, nobody's.
+    third = second + 600 * SEC
+    res = apply(s, commands.ping(third - 5 * SEC, None, name="hb", status="start", slot=None))
+    assert res["error"]["code"] == "conflict", res
+    tick(s, third - 900, ahead=True)  # the trigger commits it ahead of its time
+    assert s.runs[f"hb@{third}"]["state"] == "waiting"
+    res = apply(s, commands.ping(third - 800, None, name="hb", status="start", slot=None))
+    assert res["ok"] and res["run"] == f"hb@{third}", res
+
+
+def test_a_fail_ping_misses_at_once_and_a_ping_for_another_job_is_refused() -> None:
+    s = new_state(("hb", spec({"every_s": 600}, {"succeed_within_s": 300}, executor={"type": "heartbeat"})),
+                  ("py", spec({"every_s": 600}, {"succeed_within_s": 300})), now=T0)
+    first = T0 + 600 * SEC
+    run_to(s, first, first)
+    assert apply(s, commands.ping(first + SEC, None, name="hb", status="fail", slot=None))["state"] == "failed"
+    r = rec(s, f"hb@{first}")
+    assert (r["state"], r["cause"]) == ("missed", "failed")
+    res = apply(s, commands.ping(first + SEC, None, name="py", status="start", slot=None))
+    assert res["error"]["code"] == "conflict" and "not a heartbeat job" in res["error"]["message"]
+
+
+def test_a_heartbeat_job_never_pinged_keeps_a_bounded_number_of_runs_open() -> None:
+    s = new_state(("hb", spec({"every_s": 60}, {"succeed_within_s": 3600}, executor={"type": "heartbeat"})), now=T0)
+    run_to(s, T0 + 60 * SEC, T0 + 60 * SEC * (limits.heartbeat_open_max + 5), 60 * SEC)
+    open_runs = [r for r in s.runs.values() if r["state"] == "waiting"]
+    assert len(open_runs) == limits.heartbeat_open_max
+    assert any(r.get("reason") == "not_pinged" for r in s.runs.values())
+    closed = [d for d in deadlines.listing(s, "missed", "hb", None, None, 100) if d["judged_at"] < d["instant"]]
+    assert closed and {d["cause"] for d in closed} == {"never_started"}, closed
+
+
+# ------------------------------------------------------------------ properties
+POLICIES = ("fire_all", "fire_once", "skip")
+
+
+@settings(max_examples=examples(10), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(policy_name=st.sampled_from(POLICIES), every=st.sampled_from([60, 300]),
+       within=st.integers(1, 600), gap=st.integers(0, 1200), done_after=st.one_of(st.none(), st.integers(0, 900)),
+       zone=st.sampled_from(["UTC", "Europe/Berlin", "America/New_York"]), dst_day=st.booleans())
+def test_every_slot_is_judged_once_by_its_own_run(policy_name, every, within, gap, done_after, zone, dst_day) -> None:
+    """Under every misfire policy, with a leaderless gap of random length (near a DST change in
+    some cases): every slot fired with a deadline ends judged exactly once (met, late or missed
+    with a cause), by its own run; the judgement is the same on a replica restored mid-way."""
+    start = ms("2026-03-29T00:00:00Z") if dst_day else T0
+    sched = {"every_s": every} if zone == "UTC" else {"cron": f"*/{every // 60} * * * *", "timezone": zone}
+    sp = spec(sched, {"succeed_within_s": within, "succeed_by": "02:45"}, policy_name=policy_name, grace_s=30,
+              max_catchup=3)
+    s = new_state(("j", sp), now=start)
+    t = start + every * SEC
+    end = t + 4 * every * SEC + gap * SEC + DAY
+    lead = True
+    gap_from = t + every * SEC
+    while t <= end:
+        in_gap = gap_from <= t < gap_from + gap * SEC
+        if in_gap:
+            lead = False
+        else:
+            if not lead:
+                r = SchedulerState()
+                r.restore(s.snapshot())
+                assert r.snapshot() == s.snapshot()
+                due.attach(r, due.DueIndex())
+                s, lead = r, True
+            tick(s, t)
+            if done_after is not None:
+                for g in acquire(s, t):
+                    slot = s.runs[g["id"]]["slot"]
+                    complete(s, max(t, slot + done_after * SEC), g, True)
+        t += max(every * SEC // 2, 30 * SEC) if t < end - DAY else HOUR
+    # Paused, and judged once every instant has passed: nothing stays pending.
+    assert apply(s, commands.pause_job(t, None, name="j"))["ok"]
+    tick(s, t + 2 * DAY)
+    book = s.deadlines
+    judged = {rid: r for rid, r in book.slots.items() if r["slot"] is not None}
+    assert judged
+    for rid, r in judged.items():
+        run = s.runs.get(rid)
+        assert r["state"] != "pending", (rid, r)
+        if run is None:  # trimmed from the job's history once it ended (judged by then)
+            continue
+        if r["state"] == "met":
+            assert run["state"] == "succeeded" and run["finished_at"] <= min(x for x in (r["within"], r["by"]) if x)
+        elif r["state"] == "late":
+            assert run["state"] == "succeeded"
+        else:
+            assert r["cause"] in deadlines.CAUSES
+            if run is not None and run["state"] in ("skipped", "coalesced"):
+                assert r["cause"] == "skipped"
+    missed_events = [e for e in s.outbox.events if e["kind"] == "deadline.missed" and e["run_id"]]
+    assert len({e["run_id"] for e in missed_events}) == len(missed_events)  # once a slot

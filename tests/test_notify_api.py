@@ -1,0 +1,251 @@
+"""The sinks API and the leader's delivery in one process (node/notify.py over FakeRaft): who may
+write which sink, secrets redacted and kept, tenant default routes, health on the job view,
+delivery to loopback receivers (slack's line, a webhook's signature), the dead list and its
+requeue, and the metrics."""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from prometheus_client import CollectorRegistry, generate_latest
+
+from raftsched.core import commands
+from raftsched.node.notify import Notifier, one_line, sign
+
+from test_auth import BOOT, SPEC, call, new_token, run
+
+HOOK = {"type": "webhook", "url": "http://127.0.0.1:9/", "secrets": {"signing_key": "whsec-do-not-show"}}
+
+
+def test_who_may_write_a_sink_and_what_a_read_shows():
+    async def t(env, c):
+        op = (await new_token(c, "operator"))["token"]
+        billing = (await new_token(c, "operator", tenants=["billing"]))["token"]
+        reader = (await new_token(c, "reader"))["token"]
+        s, b = await call(c, "PUT", "/v1/sinks/ops", op, HOOK)
+        assert s == 403 and b["error"]["field"] == "tenant", b  # a sink for the whole cluster is an admin's
+        s, b = await call(c, "PUT", "/v1/sinks/ops", BOOT, HOOK)
+        assert s == 201 and b["spec"]["secrets"]["signing_key"].startswith("***:"), b
+        s, b = await call(c, "PUT", "/v1/sinks/other", billing, dict(HOOK, tenant="other"))
+        assert s == 403, b
+        s, b = await call(c, "PUT", "/v1/sinks/bill", billing, dict(HOOK, tenant="billing"))
+        assert s == 201, b
+        s, b = await call(c, "GET", "/v1/sinks", billing)
+        assert [x["name"] for x in b["sinks"]] == ["bill"]
+        s, b = await call(c, "GET", "/v1/sinks/ops", billing)
+        assert s == 404, b  # as for a name nobody uses
+        s, b = await call(c, "DELETE", "/v1/sinks/ops", billing)
+        assert s == 404, b
+        s, b = await call(c, "PUT", "/v1/sinks/ops", reader, HOOK)
+        assert s == 403, b
+        s, b = await call(c, "GET", "/v1/sinks/ops", reader)
+        assert s == 200 and b["spec"]["secrets"]["signing_key"].startswith("***:") and "do-not-show" not in json.dumps(b)
+        # A redacted value sent back keeps the stored secret; one that matches nothing is refused.
+        redacted = b["spec"]["secrets"]["signing_key"]
+        stored = env.state.sinks["ops"]["spec"]["secrets"]["signing_key"]
+        s, b = await call(c, "PUT", "/v1/sinks/ops", BOOT, dict(HOOK, secrets={"signing_key": redacted}))
+        assert s == 200 and env.state.sinks["ops"]["spec"]["secrets"]["signing_key"] == stored, b
+        assert isinstance(stored, bytes)  # sealed at rest
+        s, b = await call(c, "PUT", "/v1/sinks/ops", BOOT, dict(HOOK, secrets={"signing_key": "***:00000000"}))
+        assert s == 422 and b["error"]["field"] == "secrets.signing_key", b
+        s, b = await call(c, "PUT", "/v1/sinks/ops", BOOT, dict(HOOK, retry={"max_attempts": 99}))
+        assert s == 422 and b["error"]["field"] == "retry.max_attempts", b
+    run(t)
+
+
+def test_tenant_default_routes_and_health_on_the_job_view():
+    async def t(env, c):
+        s, b = await call(c, "PUT", "/v1/tenants/billing", BOOT, {"rate_per_s": 5, "notify": [{"sink": 7}]})
+        assert s == 422 and b["error"]["field"] == "notify[0].sink", b
+        assert env.state.tenant_notify == {} and "billing" not in env.state.tenants  # nothing changed
+        s, b = await call(c, "PUT", "/v1/tenants/billing", BOOT, {"notify": [{"sink": "ops", "on": ["run.dead"]}]})
+        assert s == 200 and b["notify"][0]["after_consecutive"] == 1, b
+        s, b = await call(c, "GET", "/v1/tenants/billing", BOOT)
+        assert b["notify"] == [{"sink": "ops", "on": ["run.dead"], "after_consecutive": 1, "repeat_every_s": 0}], b
+        s, b = await call(c, "PUT", "/v1/jobs/j", BOOT, SPEC)
+        s, b = await call(c, "GET", "/v1/jobs/j", BOOT)
+        assert b["health"] == {"last_success_at": None, "last_failure_at": None, "consecutive_failures": 0,
+                               "last_slot_outcome": None, "incident": None}, b
+    run(t)
+
+
+def _receiver(status: list[int]):
+    got: list[tuple[dict, bytes]] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        got.append((dict(request.headers), await request.read()))
+        return web.json_response({}, status=status[0])
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", hook)
+    return app, got
+
+
+async def _until(cond, what: str, timeout_s: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout_s
+    while not cond():
+        assert loop.time() < end, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)  # ok-sleep: polling inside a bounded loop
+
+
+def test_delivery_signs_webhooks_formats_slack_and_keeps_what_a_sink_refuses():
+    async def t(env, c):
+        status = [500]
+        app, got = _receiver(status)
+        async with TestServer(app, host="127.0.0.1") as srv:
+            base = f"http://127.0.0.1:{srv.port}"
+            s, b = await call(c, "PUT", "/v1/sinks/hook", BOOT, {
+                "type": "webhook", "url": base + "/hook", "secrets": {"signing_key": "k"},
+                "retry": {"max_attempts": 2, "backoff_s": 0, "backoff_max_s": 0}})
+            assert s == 201, b
+            s, b = await call(c, "PUT", "/v1/sinks/chat", BOOT, {
+                "type": "slack", "secrets": {"url": base + "/slack"}, "link": "https://rs.example"})
+            assert s == 201, b
+            job = dict(SPEC, notify=[{"sink": "hook", "on": ["job.triggered"]}, {"sink": "chat", "on": ["job.paused"]}])
+            assert (await call(c, "PUT", "/v1/jobs/j", BOOT, job))[0] == 201
+            assert (await call(c, "POST", "/v1/jobs/j/trigger", BOOT))[0] == 201
+            notifier = Notifier(env.raft, env.clock, env.service.keyring)
+            task = asyncio.ensure_future(notifier.run_while_leading())
+            try:
+                # The webhook answers 500: two attempts, then the event is in the sink's dead list.
+                await _until(lambda: env.state.sinks["hook"]["dead"], "the dead event")
+                s, b = await call(c, "GET", "/v1/sinks/hook/dead", BOOT)
+                assert s == 200 and b["dead"][0]["error"] == "HTTP 500" and b["dead"][0]["attempts"] == 2, b
+                event_id = b["dead"][0]["event"]["event_id"]
+                assert len(got) == 2 and {h["Idempotency-Key"] for h, _ in got} == {event_id}
+                for h, body in got:
+                    want = "sha256=" + hmac.new(b"k", h["X-Raftsched-Timestamp"].encode() + b"." + body,
+                                                hashlib.sha256).hexdigest()
+                    assert h["X-Raftsched-Signature"] == want == sign("k", h["X-Raftsched-Timestamp"], body)
+                status[0] = 200
+                s, b = await call(c, "POST", "/v1/sinks/hook/dead:requeue", BOOT, {})
+                assert s == 200 and b["requeued"] == 1, b
+                await _until(lambda: len(got) == 3 and not env.state.sinks["hook"]["redo"], "the redelivery")
+                assert json.loads(got[2][1])["event_id"] == event_id
+                assert (await call(c, "POST", "/v1/jobs/j/pause", BOOT))[0] == 200
+                await _until(lambda: any(h.get("Content-Type", "").startswith("application/json")
+                                         and b"job.paused" in body and b"text" in body for h, body in got), "slack")
+                text = json.loads(got[-1][1])["text"]
+                assert text.startswith("job.paused: job j (default)") and "<https://rs.example/v1/jobs/j|j>" in text
+                await _until(lambda: env.state.sinks["chat"]["cursor"] == env.state.outbox.seq, "the cursor")
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            reg = CollectorRegistry()
+            reg.register(notifier.collector())
+            text = generate_latest(reg).decode()
+            assert 'raftsched_events_delivered_total{kind="job.triggered",sink="hook"} 1.0' in text
+            assert 'raftsched_events_dead_total{kind="job.triggered",sink="hook"} 1.0' in text
+            assert "raftsched_event_delivery_seconds_count 2.0" in text
+            assert "raftsched_job_consecutive_failures" in text and 'job="j"' not in text  # not opted in
+            assert (await call(c, "PUT", "/v1/jobs/m", BOOT, dict(SPEC, metrics=True)))[0] == 201
+            assert 'raftsched_job_consecutive_failures{job="m"} 0.0' in generate_latest(reg).decode()
+    run(t)
+
+
+def test_one_line_reads_as_a_sentence():
+    body = {"kind": "run.dead", "job": "nightly", "tenant": "default", "slot": 1_780_000_000_000, "attempt": 3,
+            "reason": "exit status 1", "consecutive_failures": 2}
+    assert one_line(body) == ("run.dead: job nightly (default), slot 2026-05-28T20:26:40.000Z, attempt 3, "
+                              "consecutive failures 2: exit status 1")
+    assert commands.sink_progress(0, items=[])["op"] == "sink_progress"
+
+
+
+
+def test_a_batch_of_large_dead_events_is_committed_in_commands_that_fit():
+    sent = []
+
+    class Proposer:
+        async def propose(self, cmd):
+            sent.append((len(commands.encode(cmd)), cmd["items"][0]))  # encode refuses a command too large
+            return {"ok": True}
+
+    n = Notifier(raft=None, clock=type("C", (), {"now_ms": staticmethod(lambda: 1)})(), keyring=None,
+                 proposer=Proposer())
+    dead = [{"event": {"seq": k, "kind": "worker.lost", "detail": {"runs": ["x" * 60] * 150}}, "error": "e" * 300,
+             "attempts": 8} for k in range(1, 41)]
+    dead.append({"event": {"seq": 41, "kind": "run.dead", "detail": {"blob": "y" * 40_000}}, "error": None,
+                 "attempts": 8})
+    asyncio.run(n._commit("ops", 41, [3], dead, before=0))
+    assert len(sent) > 1 and sent[-1][1]["cursor"] == 41 and sent[-1][1]["redo"] == [3]
+    assert all(item["cursor"] == 0 for _, item in sent[:-1])  # the cursor moves last
+    assert [d["event"]["seq"] for _, item in sent for d in item.get("dead", [])] == list(range(1, 42))
+
+
+def test_a_tenants_sink_reaches_only_what_its_network_policy_allows(tmp_path, monkeypatch):
+    """An email sink limited to a tenant connects to its SMTP server only at an address the
+    tenant's policy allows (a real aiosmtpd server with STARTTLS and AUTH on loopback), and a
+    webhook the same: loopback is refused by default."""
+    import ssl
+
+    from aiosmtpd.controller import Controller
+    from aiosmtpd.smtp import AuthResult
+
+    from raftsched.core.bodies import validate_policy
+    from raftsched.core.notify_model import validate_sink
+    from raftsched.testing.procs import free_ports
+    from raftsched.testing.tls import make_demo_pki
+
+    pki = make_demo_pki(tmp_path / "tls")
+    monkeypatch.setenv("SSL_CERT_FILE", str(pki.ca))
+    mails = []
+
+    class Handler:
+        async def handle_DATA(self, server, session, envelope):  # noqa: N802
+            mails.append(envelope.content)
+            return "250 OK"
+
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(str(pki.cert), str(pki.key))
+    port = free_ports(1)[0]
+    smtp = Controller(Handler(), hostname="127.0.0.1", port=port, tls_context=ctx, require_starttls=True,
+                      authenticator=lambda *a: AuthResult(success=a[4].password == b"pw"), auth_require_tls=True)
+    smtp.start()
+    try:
+        async def t(env, c):
+            n = Notifier(env.raft, env.clock, env.service.keyring)
+            mail = validate_sink("m", {"type": "email", "tenant": "billing", "secrets": {"username": "u", "password": "pw"},
+                                       "smtp": {"host": "127.0.0.1", "port": port, "from": "r@example.com",
+                                                "to": ["o@example.com"]}})
+            hook = validate_sink("h", dict(HOOK, tenant="billing"))
+            ev = {"seq": 1, "kind": "run.dead", "at": 1, "job": "j", "tenant": "billing", "slot": 1, "run_id": "j@1",
+                  "attempt": 1, "reason": "x", "detail": {}, "to": ["m"]}
+            secrets = {"username": "u", "password": "pw"}
+            why = await n._send("m", mail, secrets, ev)
+            assert why is not None and "refused by the network policy of tenant 'billing'" in why and not mails
+            why = await n._send("h", hook, {"signing_key": "k"}, ev)
+            assert why is not None and "refused by the network policy" in why
+            env.state.tenant_policies["billing"] = validate_policy({"network": {"allow": ["127.0.0.0/8"]}})
+            assert await n._send("m", mail, secrets, ev) is None and len(mails) == 1
+            assert b"Subject: [raftsched] run.dead: job j (billing)" in mails[0]
+        run(t)
+    finally:
+        smtp.stop()
+
+
+def test_a_sink_further_behind_than_the_outbox_holds_is_told_so(monkeypatch):
+    from raftsched.core import limits
+
+    monkeypatch.setattr(limits, "outbox_events_max", 2)
+
+    async def t(env, c):
+        app, got = _receiver([200])
+        async with TestServer(app, host="127.0.0.1") as srv:
+            assert (await call(c, "PUT", "/v1/sinks/hook", BOOT, dict(HOOK, url=f"http://127.0.0.1:{srv.port}/")))[0] == 201
+            assert (await call(c, "PUT", "/v1/jobs/j", BOOT, dict(SPEC, notify=[{"sink": "hook", "on": ["job.triggered"]}])))[0] == 201
+            for _ in range(5):
+                assert (await call(c, "POST", "/v1/jobs/j/trigger", BOOT))[0] == 201
+            n = Notifier(env.raft, env.clock, env.service.keyring)
+            task = asyncio.ensure_future(n.run_while_leading())
+            try:
+                await _until(lambda: len(got) == 2, "the two events the outbox still holds")
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            assert n.lost == {"hook": 3} and [json.loads(b)["seq"] for _, b in got] == [4, 5]
+    run(t)

@@ -1,0 +1,328 @@
+"""Notifications in the core (core/notify.py, core/events.py routing): no network, no clock.
+
+Each event is appended by the apply of the change it reports; replicas stay byte-identical; a
+job's health and incident are kept on every outcome; routes and noise control decide at apply.
+"""
+from __future__ import annotations
+
+import pytest
+
+from core_helpers import SEC, T0, apply, new_state, put_cmd, refused, restored, resume_cmd, spec_of, tick
+from raftsched.core import commands, events, model, notify_queries
+from raftsched.core.errors import InvalidSpec
+from raftsched.core.notify import view_health
+from raftsched.core.notify_model import validate_routes, validate_sink
+from raftsched.core.state import SchedulerState
+
+WEBHOOK = validate_sink("ops", {"type": "webhook", "url": "http://127.0.0.1:9/hook",
+                                "secrets": {"signing_key": "k"}, "retry": {"max_attempts": 2}})
+
+
+def job_with(notify=None, **extra):
+    raw = {"retry": {"max_attempts": 1}}
+    if notify is not None:
+        raw["notify"] = notify
+    raw.update(extra)
+    return spec_of({"every_s": 10}, "fire_all", name="j", **raw)
+
+
+def state_with(spec, sinks=("ops",)) -> SchedulerState:
+    s = new_state()
+    for name in sinks:
+        assert apply(s, commands.put_sink(T0, None, name=name, spec=WEBHOOK))["ok"]
+    assert apply(s, put_cmd(s, "j", spec, T0))["ok"]
+    return s
+
+
+def run_once(s: SchedulerState, now: int, success: bool) -> dict:
+    """Fire the next slot(s) and run each to an outcome (one attempt)."""
+    tick(s, now)
+    res = apply(s, commands.acquire(now, worker="w", queues=None, max=10, ttl=30_000, types=None))
+    for g in res["runs"]:
+        out = apply(s, commands.complete_many(now, None, results=[
+            {"run": g["id"], "token": g["token"], "success": success, "error": None if success else "exit 1"}],
+            worker="w"))
+        assert out["results"][0]["ok"], out
+    return res
+
+
+def kinds(s: SchedulerState) -> list[str]:
+    return [e["kind"] for e in s.outbox.events]
+
+
+def test_an_event_is_appended_by_the_apply_of_its_change_and_replicas_stay_identical() -> None:
+    s = state_with(job_with([{"sink": "ops", "on": ["run.dead", "job.recovered", "run.succeeded"]}]))
+    now = T0
+    for ok_ in (False, False, True):
+        now += 10 * SEC
+        before = len(s.outbox.events)
+        tick(s, now)
+        assert len(s.outbox.events) == before  # a fire of a run is no event
+        run_once(s, now, ok_)
+    assert kinds(s) == ["run.dead", "job.recovered", "run.succeeded"]
+    dead, recovered, _ = (events.view(e) for e in s.outbox.events)
+    assert dead["run_id"] == "j@" + str(T0 + 10 * SEC) and dead["consecutive_failures"] == 1
+    assert dead["reason"] == "exit 1" and dead["tenant"] == "default" and dead["event_id"] == "ev-1"
+    assert recovered["failures"] == 2 and recovered["incident_since"] == T0 + 10 * SEC
+    assert "to" not in recovered
+    assert restored(s).snapshot() == s.snapshot()
+
+
+def test_replicas_fed_the_same_log_hold_byte_identical_outboxes() -> None:
+    log: list[bytes] = []
+    a = state_with(job_with([{"sink": "ops", "on": ["run.dead", "job.recovered", "slot.missed"]}]))
+    b = restored(a)
+    now = T0
+    for ok_ in (False, True, False):
+        now += 10 * SEC
+        cmd, _ = tick(a, now)
+        log.append(commands.encode(cmd))
+        res = apply(a, commands.acquire(now, worker="w", queues=None, max=10, ttl=30_000, types=None))
+        log.append(commands.encode(commands.acquire(now, worker="w", queues=None, max=10, ttl=30_000, types=None)))
+        c = commands.complete_many(now, None, results=[{"run": g["id"], "token": g["token"], "success": ok_}
+                                                       for g in res["runs"]], worker="w")
+        apply(a, c)
+        log.append(commands.encode(c))
+    for data in log:
+        b.apply_bytes(data)
+    assert a.outbox == b.outbox and a.snapshot() == b.snapshot()
+
+
+def test_health_and_one_incident_per_job() -> None:
+    s = state_with(job_with([{"sink": "ops", "on": ["run.dead", "job.recovered"]}]))
+    assert view_health(s.health.get("j"))["incident"] is None
+    now = T0
+    for _ in range(3):
+        now += 10 * SEC
+        run_once(s, now, False)
+    h = view_health(s.health["j"])
+    assert h["consecutive_failures"] == 3 and h["last_failure_at"] == now and h["last_success_at"] is None
+    assert h["incident"] == {"since": T0 + 10 * SEC, "run": f"j@{T0 + 10 * SEC}"}
+    assert h["last_slot_outcome"] == {"slot": now, "outcome": "dead", "reason": "exit 1"}
+    # One message for the incident, not one a failed run (repeat_every_s 0: never again).
+    assert kinds(s) == ["run.dead"]
+    now += 10 * SEC
+    run_once(s, now, True)
+    h = view_health(s.health["j"])
+    assert h["consecutive_failures"] == 0 and h["incident"] is None and h["last_success_at"] == now
+    assert kinds(s) == ["run.dead", "job.recovered"]
+    # The next incident is told again.
+    now += 10 * SEC
+    run_once(s, now, False)
+    assert kinds(s) == ["run.dead", "job.recovered", "run.dead"]
+
+
+def test_after_consecutive_and_repeat_every_s() -> None:
+    s = state_with(job_with([{"sink": "ops", "on": ["run.dead", "job.recovered"], "after_consecutive": 2,
+                              "repeat_every_s": 25}]))
+    now = T0
+    now += 10 * SEC
+    run_once(s, now, False)
+    assert kinds(s) == []  # one failure: below after_consecutive
+    now += 10 * SEC
+    run_once(s, now, False)
+    assert kinds(s) == ["run.dead"]
+    now += 10 * SEC
+    run_once(s, now, False)
+    assert kinds(s) == ["run.dead"]  # 10 s later: inside repeat_every_s
+    now += 10 * SEC
+    run_once(s, now, False)
+    now += 10 * SEC
+    run_once(s, now, False)
+    assert kinds(s) == ["run.dead", "run.dead"]  # 30 s after the first: repeated once
+    assert s.outbox.events[-1]["detail"]["consecutive_failures"] == 5
+
+
+def test_recovered_goes_only_to_a_route_told_of_the_incident() -> None:
+    s = state_with(job_with([{"sink": "ops", "on": ["run.dead", "job.recovered"], "after_consecutive": 3}]))
+    run_once(s, T0 + 10 * SEC, False)
+    run_once(s, T0 + 20 * SEC, True)
+    assert kinds(s) == []
+
+
+def test_nothing_while_paused_and_manual_changes_are_events() -> None:
+    s = state_with(job_with([{"sink": "ops", "on": ["run.dead", "job.paused", "job.resumed", "job.triggered",
+                                                    "run.requeued", "slot.missed"]}]))
+    assert apply(s, commands.trigger_job(T0 + SEC, None, name="j"))["ok"]
+    assert apply(s, commands.pause_job(T0 + 2 * SEC, None, name="j"))["ok"]
+    run_once(s, T0 + 3 * SEC, False)  # the manual run dies while paused: nothing said
+    assert kinds(s) == ["job.triggered", "job.paused"]
+    assert view_health(s.health["j"])["consecutive_failures"] == 1  # health is kept all the same
+    assert apply(s, resume_cmd(s, "j", T0 + 60 * SEC))["ok"]  # slots of the pause: skipped, no event
+    assert kinds(s) == ["job.triggered", "job.paused", "job.resumed"]
+    dead = next(r for r in s.runs.values() if r["state"] == "dead")
+    assert apply(s, commands.dlq_requeue(T0 + 61 * SEC, None, run=dead["id"]))["ok"]
+    assert kinds(s)[-1] == "run.requeued" and s.outbox.events[-1]["run_id"] == dead["id"]
+
+
+def test_slot_missed_with_its_reason_and_opt_in_kinds() -> None:
+    spec = spec_of({"every_s": 10}, "skip", name="j",
+                   notify=[{"sink": "ops", "on": ["slot.missed"]}])
+    s = state_with(spec)
+    tick(s, T0 + 55 * SEC)  # slots missed past their grace: recorded skipped, one range
+    evs = [events.view(e) for e in s.outbox.events]
+    assert [e["kind"] for e in evs] == ["slot.missed"]
+    assert evs[0]["reason"] == "misfire" and evs[0]["state"] == "skipped"
+    # run.failed and run.succeeded are opt-in: the default route has neither.
+    assert "run.succeeded" not in validate_routes([{"sink": "ops"}])[0]["on"]
+
+
+def test_tenant_defaults_and_a_sink_limited_to_a_tenant() -> None:
+    s = state_with(job_with())
+    route = validate_routes([{"sink": "ops", "on": ["run.dead"]}])
+    assert apply(s, commands.put_tenant_notify(T0, None, name="default", notify=route))["ok"]
+    run_once(s, T0 + 10 * SEC, False)
+    assert kinds(s) == ["run.dead"]
+    other = validate_sink("ops", {"type": "webhook", "url": "http://127.0.0.1:9/", "tenant": "billing",
+                                  "secrets": {"signing_key": "k"}})
+    assert apply(s, commands.put_sink(T0, None, name="ops", spec=other))["ok"]
+    run_once(s, T0 + 20 * SEC, True)
+    assert kinds(s) == ["run.dead"]  # the sink hears of billing's jobs only
+
+
+def test_pause_on_failure_pauses_through_apply_and_says_so() -> None:
+    s = state_with(job_with([{"sink": "ops", "on": ["run.dead", "job.paused"]}],
+                            pause_on_failure={"after_consecutive": 2}))
+    run_once(s, T0 + 10 * SEC, False)
+    assert not s.jobs["j"]["paused"]
+    run_once(s, T0 + 20 * SEC, False)
+    assert s.jobs["j"]["paused"]
+    assert kinds(s) == ["run.dead", "job.paused"]
+    assert s.outbox.events[-1]["reason"] == "pause_on_failure"
+
+
+def test_cluster_kinds_go_to_subscribed_sinks() -> None:
+    sub = validate_sink("pager", {"type": "pagerduty", "secrets": {"routing_key": "r"},
+                                  "subscribe": ["cluster.leader_changed", "cluster.no_leader", "worker.lost"]})
+    s = new_state()
+    assert apply(s, commands.put_sink(T0, None, name="pager", spec=sub))["ok"]
+    assert apply(s, commands.takeover(T0, node="a"))["ok"]
+    assert kinds(s) == []  # the first leader: nobody led before
+    assert apply(s, commands.takeover(T0 + 20 * SEC, node="b", seen=T0 + SEC))["ok"]
+    assert kinds(s) == ["cluster.no_leader", "cluster.leader_changed"]
+    assert s.outbox.events[0]["detail"]["gap_ms"] == 19 * SEC
+    assert apply(s, put_cmd(s, "j", job_with(), T0 + 20 * SEC))["ok"]
+    tick(s, T0 + 30 * SEC)
+    g = apply(s, commands.acquire(T0 + 30 * SEC, worker="w1", queues=None, max=1, ttl=5_000, types=None))["runs"][0]
+    assert apply(s, commands.expire(T0 + 40 * SEC, runs=[[g["id"], g["token"], 0]], locks=[]))["ok"]
+    ev = events.view(s.outbox.events[-1])
+    assert ev["kind"] == "worker.lost" and ev["worker"] == "w1" and ev["runs"] == [g["id"]]
+
+
+def test_sink_progress_cursor_dead_list_and_requeue() -> None:
+    s = state_with(job_with([{"sink": "ops", "on": ["run.dead"], "repeat_every_s": 1}]))
+    run_once(s, T0 + 10 * SEC, False)
+    run_once(s, T0 + 20 * SEC, False)
+    assert s.sinks["ops"]["cursor"] == 0
+    first, second = s.outbox.events
+    box, upto = events.pending(s.outbox, 0, "ops", 10)
+    assert [e["seq"] for e in box] == [1, 2] and upto == 2
+    assert apply(s, commands.sink_progress(T0, items=[{"sink": "ops", "cursor": 2, "dead": [
+        {"event": second, "error": "HTTP 500", "attempts": 2}]}]))["ok"]
+    assert s.sinks["ops"]["cursor"] == 2 and [d["event"]["seq"] for d in s.sinks["ops"]["dead"]] == [2]
+    # never backwards
+    assert apply(s, commands.sink_progress(T0, items=[{"sink": "ops", "cursor": 1}]))["ok"]
+    assert s.sinks["ops"]["cursor"] == 2
+    assert apply(s, commands.sink_requeue(T0, None, name="ops", events=["ev-2"]))["requeued"] == 1
+    assert s.sinks["ops"]["dead"] == [] and [e["seq"] for e in s.sinks["ops"]["redo"]] == [2]
+    assert apply(s, commands.sink_progress(T0, items=[{"sink": "ops", "cursor": 2, "redo": [2]}]))["ok"]
+    assert s.sinks["ops"]["redo"] == []
+    assert restored(s).snapshot() == s.snapshot()
+    assert first["seq"] == 1
+
+
+def test_a_run_waiting_too_long_for_a_worker_is_reported_once() -> None:
+    s = state_with(job_with([{"sink": "ops", "on": ["run.unplaceable"]}], placement={"labels": {"pool": "gpu"}}))
+    tick(s, T0 + 10 * SEC)
+    rid = f"j@{T0 + 10 * SEC}"
+    assert notify_queries.unplaceable_overdue(s, T0 + 60 * SEC) == []  # not waited long enough
+    late = notify_queries.unplaceable_overdue(s, T0 + 71 * SEC)
+    assert late == [rid]
+    assert apply(s, commands.note_unplaceable(T0 + 71 * SEC, runs=late))["told"] == 1
+    ev = events.view(s.outbox.events[-1])
+    assert ev["kind"] == "run.unplaceable" and ev["run_id"] == rid and ev["waited_ms"] == 61 * SEC
+    assert notify_queries.unplaceable_overdue(s, T0 + 200 * SEC) == []
+    assert apply(s, commands.note_unplaceable(T0 + 200 * SEC, runs=late))["told"] == 0
+    assert kinds(s) == ["run.unplaceable"]
+
+
+@pytest.mark.parametrize("cmd", [
+    commands.make("sink_progress", T0, None, items=[{"sink": "ops"}]),
+    commands.make("sink_progress", T0, None, items=[{"sink": "ops", "cursor": 1, "dead": [{"event": 3}]}]),
+    commands.make("sink_progress", T0, None, items="x"),
+    commands.make("put_sink", T0, None, name="x", spec={"type": "carrier-pigeon"}),
+    commands.make("put_tenant_notify", T0, None, name="t", notify=[{"sink": 1}]),
+    commands.make("takeover", T0, None, node="n", seen="yesterday"),
+    commands.make("sink_requeue", T0, None, name="ops", events=[1]),
+    commands.make("note_unplaceable", T0, None, runs="j@1"),
+])
+def test_a_malformed_command_is_refused_and_changes_nothing(cmd) -> None:
+    s = state_with(job_with([{"sink": "ops"}]))
+    refused(s, cmd, "invalid_command")
+
+
+def test_a_job_whose_stored_notify_is_malformed_is_refused_at_apply() -> None:
+    s = new_state()
+    spec = dict(job_with(), notify=[{"sink": "ops", "on": "run.dead"}])
+    refused(s, put_cmd(s, "j", spec, T0), "invalid_command")
+
+
+@pytest.mark.parametrize("raw,field", [
+    ({"notify": [{"sink": "ops", "on": ["run.exploded"]}]}, "notify[0].on[0]"),
+    ({"notify": [{"sink": "ops", "after_consecutive": 0}]}, "notify[0].after_consecutive"),
+    ({"notify": [{"sink": "ops"}, {"sink": "ops"}]}, "notify"),
+    ({"notify": [{"on": ["run.dead"]}]}, "notify[0].sink"),
+    ({"pause_on_failure": {"after": 3}}, "pause_on_failure"),
+    ({"metrics": "yes"}, "metrics"),
+])
+def test_bad_notification_fields_name_the_field(raw, field) -> None:
+    with pytest.raises(InvalidSpec) as e:
+        model.validate_job("j", dict({"schedule": {"every_s": 10}, "executor": {"type": "shell", "argv": ["true"]},
+                                      "misfire": {"policy": "skip"}},
+                                     **raw))
+    assert e.value.field == field
+
+
+@pytest.mark.parametrize("raw,field", [
+    ({"type": "fax"}, "type"),
+    ({"type": "webhook", "secrets": {"signing_key": "k"}}, "url"),
+    ({"type": "webhook", "url": "ftp://x/", "secrets": {"signing_key": "k"}}, "url"),
+    ({"type": "webhook", "url": "http://x/"}, "secrets.signing_key"),
+    ({"type": "slack", "secrets": {"url": "not a url"}}, "secrets.url"),
+    ({"type": "email", "smtp": {"host": "h", "from": "a@b", "to": []}}, "smtp.to"),
+    ({"type": "pagerduty", "secrets": {"routing_key": "r"}, "subscribe": ["run.dead"]}, "subscribe[0]"),
+    ({"type": "pagerduty", "secrets": {"routing_key": "r"}, "tenant": "t", "subscribe": ["worker.lost"]},
+     "subscribe"),
+])
+def test_bad_sinks_name_the_field(raw, field) -> None:
+    with pytest.raises(InvalidSpec) as e:
+        validate_sink("s", raw)
+    assert e.value.field == field
+
+
+def test_a_trigger_that_finds_its_slots_run_is_no_event() -> None:
+    s = state_with(job_with([{"sink": "ops", "on": ["job.triggered"]}]))
+    slot = T0 + 10 * SEC
+    tick(s, T0 + 10 * SEC)  # the slot's run exists
+    res = apply(s, commands.trigger_job(T0 + 11 * SEC, None, name="j", extra={"slot": slot}))
+    assert res["ok"] and res["created"] is False, res
+    assert kinds(s) == []
+    assert apply(s, commands.trigger_job(T0 + 12 * SEC, None, name="j"))["ok"]
+    assert kinds(s) == ["job.triggered"]
+
+
+@pytest.mark.parametrize("backfills", [False, True])
+def test_a_backfills_runs_say_nothing_unless_a_route_asks_and_leave_health_alone(backfills) -> None:
+    from backfill_helpers import backfill_cmd, backfill_runs, finish_runs, step
+    route = {"sink": "ops", "on": ["run.dead"], "backfills": True} if backfills else {"sink": "ops", "on": ["run.dead"]}
+    s = state_with(job_with([route]))
+    tick(s, T0 + 100 * SEC)
+    finish_runs(s, T0 + 100 * SEC)  # the scheduled runs succeed
+    healthy = view_health(s.health["j"])
+    assert apply(s, backfill_cmd(s, "j", T0 + 10 * SEC, T0 + 50 * SEC, T0 + 101 * SEC, reprocess="all"))["ok"]
+    step(s, "b1", T0 + 101 * SEC)
+    assert backfill_runs(s, "b1")
+    finish_runs(s, T0 + 102 * SEC, ok_fn=lambda rid: False)
+    assert any(r["state"] == "dead" for r in backfill_runs(s, "b1"))
+    assert kinds(s) == (["run.dead"] if backfills else [])
+    assert view_health(s.health["j"]) == healthy
