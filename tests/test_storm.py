@@ -251,3 +251,22 @@ def test_the_commit_rate_is_measured_on_large_ticks_only():
     assert trig.commit_rate == 30_000 and trig.commit_rate_measured
     trig._measure_rate(10_000, 1.0)
     assert trig.commit_rate == 20_000
+
+
+def test_a_storm_piece_counts_the_time_since_the_last_piece(small_storms, monkeypatch):
+    """Back-to-back storm ticks measure from the end of the last one: what the loop did between
+    two pieces (here 2 s of other work) slows the rate the rest is timed by; a tick that takes up
+    no storm starts the count afresh."""
+    T = (FakeClock().now_ms() // 1000 + 60) * 1000
+    st, raft, clock, svc, trig = storm_setup(3_000, T)
+    trig.commit_rate = 1_000.0
+    trig._measure_rate(node_limits.storm_rate_sample_min, 1.0)  # measured: 1 000/s
+    clock.advance(T - 5_000 - clock.now_ms())
+    asyncio.run(trig.tick())
+    assert trig.storm_jobs_early == 60 and trig._storm_tick_end == clock.monotonic_s()
+    rate = trig.commit_rate
+    monkeypatch.setattr(node_limits, "storm_rate_sample_min", 60)
+    clock.advance(2_000)
+    asyncio.run(trig.tick())
+    assert trig.storm_jobs_early == 120
+    assert trig.commit_rate == 0.5 * rate + 0.5 * 60 / 2.0, "60 entries over the 2 s since the last piece"

@@ -91,6 +91,10 @@ class Trigger:
         self.storm_jobs_early = 0
         #: whether the last tick took up storm jobs (the next comes at once, not after a sleep)
         self._storm_pending = False
+        #: monotonic time the last tick ended, when it took up storm jobs: the next storm tick's
+        #: rate counts from there, so that what the loop does between two pieces (other tasks,
+        #: the collector) slows the rate the rest of the storm is timed by
+        self._storm_tick_end: float | None = None
 
     def stats(self) -> dict:
         """This node's trigger counters: ``fires_proposed`` (fire commands committed while it
@@ -216,11 +220,16 @@ class Trigger:
         early = self._pop_storm(now) if ahead > 0 else []
         self._storm_pending = bool(early)
         if not jobs and not early:
+            self._storm_tick_end = None
             await self.judge_deadlines(now)
             return 0
         t0 = self.clock.monotonic_s()
+        if early and self._storm_tick_end is not None:
+            t0 = self._storm_tick_end  # back to back with the last piece: the time between counts
         n = await self._plan_and_fire(now, [(jobs, span)] + [(names, sec + 999 - now) for sec, names in early])
-        self._measure_rate(n, self.clock.monotonic_s() - t0)
+        end = self.clock.monotonic_s()
+        self._measure_rate(n, end - t0)
+        self._storm_tick_end = end if early else None
         # After the fire: a slot it recorded skipped is judged so by then (max_since_success_s).
         await self.judge_deadlines(now)
         return n
