@@ -251,6 +251,12 @@ def test_the_commit_rate_is_measured_on_large_ticks_only():
     assert trig.commit_rate == 30_000 and trig.commit_rate_measured
     trig._measure_rate(10_000, 1.0)
     assert trig.commit_rate == 20_000
+    # One fast tick does not carry the rate: entries over seconds, not a mean of rates.
+    trig._measure_rate(2_000, 0.1)
+    assert trig.commit_rate == 42_000 / 2.1
+    for _ in range(node_limits.storm_rate_samples):
+        trig._measure_rate(5_000, 1.0)
+    assert trig.commit_rate == 5_000, "the last storm_rate_samples only"
 
 
 def test_a_storm_piece_counts_the_time_since_the_last_piece(small_storms, monkeypatch):
@@ -269,4 +275,5 @@ def test_a_storm_piece_counts_the_time_since_the_last_piece(small_storms, monkey
     clock.advance(2_000)
     asyncio.run(trig.tick())
     assert trig.storm_jobs_early == 120
-    assert trig.commit_rate == 0.5 * rate + 0.5 * 60 / 2.0, "60 entries over the 2 s since the last piece"
+    assert rate == 1_000.0
+    assert trig.commit_rate == (1_000 + 60) / (1.0 + 2.0), "60 entries over the 2 s since the last piece"

@@ -45,6 +45,10 @@ storm_commit_rate_default = 2_000.0
 #: A tick that commits at least this many entries measures the commit rate (one that commits
 #: fewer measures the load offered, not what the leader can do).
 storm_rate_sample_min = 1_000
+#: The commit rate is the entries over the seconds of this many of the last such ticks: one tick
+#: of 2 000 committed in 98 ms (20 000/s, on a machine doing ~5 700/s) averaged in by halves made
+#: the rest of a 100 000-job storm start 13 s ahead instead of ~27 s, and 26 % of it late.
+storm_rate_samples = 10
 #: Jobs of a storm taken up early per tick: the index is popped under the replica's lock on the
 #: event loop (~1 µs a job), so one pop holds the loop a few ms; and a storm taken up in pieces
 #: lets the first pieces measure the commit rate the rest is timed by.

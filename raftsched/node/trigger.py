@@ -16,6 +16,7 @@ goes through ``raft.read``, under the lock applies take.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 
@@ -87,6 +88,9 @@ class Trigger:
         #: their look-ahead by it; docs/design.md, "Firing ahead")
         self.commit_rate = node_limits.storm_commit_rate_default
         self.commit_rate_measured = False
+        #: the last storm_rate_samples (entries, seconds) measured: the rate is their sum over
+        #: their sum, so one fast tick does not make the rest of a storm start late
+        self._rate_samples: collections.deque[tuple[int, float]] = collections.deque(maxlen=node_limits.storm_rate_samples)
         #: storm slots taken up before fire_ahead_ms of their slot, since the process started
         self.storm_jobs_early = 0
         #: whether the last tick took up storm jobs (the next comes at once, not after a sleep)
@@ -247,12 +251,13 @@ class Trigger:
         return early
 
     def _measure_rate(self, n: int, elapsed_s: float) -> None:
-        """Fold a tick's commit rate (``n`` entries committed in ``elapsed_s``) into commit_rate,
-        when the tick was large enough to measure what the leader can do."""
+        """Fold a tick's commit rate (``n`` entries committed in ``elapsed_s``) into commit_rate
+        (entries over seconds of the last storm_rate_samples ticks), when the tick was large
+        enough to measure what the leader can do."""
         if n < node_limits.storm_rate_sample_min or elapsed_s <= 0:
             return
-        sample = n / elapsed_s
-        self.commit_rate = sample if not self.commit_rate_measured else 0.5 * self.commit_rate + 0.5 * sample
+        self._rate_samples.append((n, elapsed_s))
+        self.commit_rate = sum(x for x, _ in self._rate_samples) / sum(t for _, t in self._rate_samples)
         self.commit_rate_measured = True
 
     async def _plan_and_fire(self, now: int, groups: list[tuple[list[str], int]]) -> int:
