@@ -108,7 +108,7 @@ class Nemesis:
             if i in self.down or i in self.paused:
                 continue
             try:
-                async with self.session.get(self.cp.nodes[i].url + "/v1/runs?state=running&limit=1000",
+                async with self.session.get(self.cp.nodes[i].url + "/v1/runs?state=running&limit=1000&stale=true",
                                             timeout=aiohttp.ClientTimeout(total=2)) as r:
                     if r.status != 200:
                         continue
@@ -142,7 +142,7 @@ class Nemesis:
                 if i in self.down or i in self.paused:
                     continue
                 try:
-                    async with self.session.get(self.cp.nodes[i].url + "/v1/runs?state=running&limit=1000",
+                    async with self.session.get(self.cp.nodes[i].url + "/v1/runs?state=running&limit=1000&stale=true",
                                                 timeout=aiohttp.ClientTimeout(total=2)) as r:
                         runs = (await r.json())["runs"] if r.status == 200 else None
                 except (asyncio.TimeoutError, aiohttp.ClientError, OSError, ValueError, KeyError):

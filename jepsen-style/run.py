@@ -197,19 +197,21 @@ class Run:
 
     async def read_node(self, i: int, consistent: bool, phase: str, full: bool = True) -> dict:
         c = "true" if consistent else "false"
+        # Reads are consistent unless they ask for the replica as it is (node/reads.py).
+        q = "consistent=true" if consistent else "stale=true"
         rec = {"node": i, "phase": phase, "consistent": consistent, "t_start_ms": now_ms()}
         if full:
             rec["cluster"] = await self.get_retry(i, f"/v1/cluster?consistent={c}&hash=true")
-            jobs = await self.get_retry(i, f"/v1/jobs?consistent={c}&limit=1000")
+            jobs = await self.get_retry(i, f"/v1/jobs?{q}&limit=1000")
             rec["jobs"] = [compact_job(j) for j in jobs["jobs"]]
-            bfs = await self.get_retry(i, f"/v1/backfills?consistent={c}")
+            bfs = await self.get_retry(i, f"/v1/backfills?{q}")
             rec["backfills"] = [{k: b.get(k) for k in ("id", "kind", "job", "state", "reason", "progress")}
                                 for b in bfs["backfills"]]
-            s, sink = await self.get(i, f"/v1/sinks/{NOTIFY_SINK}?consistent={c}")
+            s, sink = await self.get(i, f"/v1/sinks/{NOTIFY_SINK}?{q}")
             rec["sink"] = sink if s == 200 else None
-            runs = await self.get_retry(i, f"/v1/runs?consistent={c}&limit=10000")
+            runs = await self.get_retry(i, f"/v1/runs?{q}&limit=10000")
         else:
-            s, runs = await self.get(i, f"/v1/runs?consistent={c}&limit=10000", 5.0)
+            s, runs = await self.get(i, f"/v1/runs?{q}&limit=10000", 5.0)
             if s != 200:
                 raise RuntimeError(f"HTTP {s}")
         rec["runs"] = [compact_run(r) for r in runs["runs"]]

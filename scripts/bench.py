@@ -13,7 +13,8 @@ plot of the fire lag distributions (matplotlib, Agg) to --plot (default: --out w
 
 Scenarios (--only takes a comma-separated subset; docs/benchmarks.md says what each figure means):
   failover  kill -9 of the leader, repeated: time to the next committed fire, slots lost/duplicated
-  writes    lone PUT latency (leader, follower); jobs registered per second, 32 clients (and bulk)
+  writes    lone PUT latency (leader, follower); jobs registered per second, 32 clients (and bulk);
+            GET latency on a follower, consistent and ?stale=true, alone and 32 concurrent readers
   sweep     N interval jobs every 1 s, staggered over the second (schedule.start_at): slots committed
             per second, fire lag, slots fired ahead, where each falls behind
   storm     M one-shot jobs due at one aligned second (10 000 quick, 100 000 full, 1M with --scale-1m):

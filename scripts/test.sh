@@ -16,6 +16,9 @@ ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
 cd -- "$ROOT"
 
 VENV_PY=.venv/bin/python
+# Playwright (the dev extra) drives Debian's chromium (ensure_chromium below): it must never
+# download a browser of its own.
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
 
 # Prints what is missing from .venv (nothing if it is complete): the project
 # itself (installed editable), its dependencies and its dev extra. Run with -I so
@@ -80,6 +83,19 @@ ensure_venv() {
   rm -f "$log"
 }
 
+# The dashboard's browser test (tests/test_ui_browser.py) drives Debian's chromium: installed with
+# apt-get when missing and running as root (as CI does); otherwise say so, and that test fails.
+ensure_chromium() {
+  [[ -x ${RAFTSCHED_CHROMIUM:-/usr/bin/chromium} ]] && return 0
+  if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+    echo "test.sh: installing chromium (apt-get) for tests/test_ui_browser.py ..."
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null 2>&1 \
+      || echo "test.sh: apt-get could not install chromium: tests/test_ui_browser.py will fail" >&2
+  else
+    echo "test.sh: no chromium at /usr/bin/chromium: install Debian's chromium package, or tests/test_ui_browser.py fails" >&2
+  fi
+}
+
 FAILED=()
 FIRST_RC=0
 
@@ -136,6 +152,7 @@ finish() {
 trap 'echo; echo "test.sh: interrupted" >&2; exit 130' INT TERM
 
 ensure_venv
+ensure_chromium
 echo "raftsched tests in $ROOT"
 echo "$("$VENV_PY" --version 2>&1) ($VENV_PY), pytest $("$VENV_PY" -c 'import pytest; print(pytest.__version__)')"
 
@@ -144,6 +161,10 @@ echo "$("$VENV_PY" --version 2>&1) ($VENV_PY), pytest $("$VENV_PY" -c 'import py
 step lint-imports .venv/bin/lint-imports
 step ruff .venv/bin/ruff check raftsched scripts tests jepsen-style examples
 step mypy-core .venv/bin/mypy
+# promtool (Prometheus's checker, for tests/test_metrics_prom.py): from Debian's prometheus package,
+# only its binary extracted into .venv/bin (raftsched/testing/promtool.py); the service is never
+# installed. Not a step: without it the tests that need it fail as root and skip otherwise.
+"$VENV_PY" -m raftsched.testing.promtool || echo "test.sh: no promtool; see above" >&2
 step pytest run_pytest "$@"
 # The tests that read the wall clock (or start processes that do), run once, with it moved 7
 # years and 123 days ahead (scripts/anyyear/wallclock_shift.c, LD_PRELOAD; monotonic clocks

@@ -141,7 +141,10 @@ ROUTES = [  # (method, path, body): one request a route, valid enough to pass au
     ("PUT", "/v1/sinks/s", {"type": "webhook", "url": "http://127.0.0.1:9/", "tenant": "t",
                             "secrets": {"signing_key": "k"}}),
     ("POST", "/v1/sinks/s/dead:requeue", None), ("DELETE", "/v1/sinks/zz", None),
+    ("GET", "/v1/whoami", None),
 ]
+#: The open rows besides /healthz and /metrics: the dashboard's static files (tests/test_dashboard.py).
+OPEN_UI = {("GET", "/ui"), ("GET", "/ui/"), ("GET", "/ui/{file}")}
 ALLOWED = {
     "admin": set(auth.SCOPES),
     "operator": {"read", "jobs.write", "dlq.write", "queues.write", "locks.write", "ping"},
@@ -183,7 +186,7 @@ def test_the_app_serves_exactly_the_route_table_and_every_row_is_tested_here():
         assert isinstance(row.tenancy, routes.Tenancy), row
     tested = {(m, canonical(app, p)) for m, p, _ in ROUTES}
     assert tested <= served, "ROUTES names only routes the API serves"
-    untested = {("GET", "/metrics"), ("GET", "/healthz"), ("GET", "/openapi.json"), ("GET", "/v1/openapi.json")}
+    untested = {("GET", "/metrics"), ("GET", "/healthz"), ("GET", "/openapi.json"), ("GET", "/v1/openapi.json")} | OPEN_UI
     assert served - tested == untested, f"untested: {served - tested - untested}"
 
 

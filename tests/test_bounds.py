@@ -96,7 +96,7 @@ BODIES: dict[str, tuple[object, list[tuple[str, str, str]]]] = {
 ALSO = {"job_spec": ("job_spec", "job_spec_at")}
 #: The fields where a time in ms since the epoch is valid too (the others take ISO-8601 text only).
 MS_TOO = {"schedule.at", "schedule.start_at", "expires"}
-_PATH_VALUES = {"name": "j", "run": "j@1", "id": "w1", "action": "pause", "addr": "127.0.0.1:1"}
+_PATH_VALUES = {"name": "j", "run": "j@1", "id": "w1", "action": "pause", "addr": "127.0.0.1:1", "file": "app.js"}
 
 
 def _path(route) -> str:
@@ -228,6 +228,30 @@ def test_schedules_that_reach_the_latest_time_never_answer_500():
         return out
 
     bad = [o for o in asyncio.run(main()) if o[3] >= 500]
+    assert not bad, bad
+
+
+def test_run_list_cursors_and_windows_are_refused_naming_the_parameter():
+    """The run lists' string cursor (``before``, which the walk above does not cover) and a window
+    that ends before it starts: 400 naming the parameter, never a 500 or an empty page."""
+    cases = [(path, {"before": v}, "before") for path in ("/v1/runs", "/v1/jobs/j/runs")
+             for v in ("", "x", "j@", "j@ 1", "@1", "j@1" + "9" * 400, "nosuch@1", "j@1")]
+    cases += [(path, {"since": DAY, "until": DAY}, "until") for path in ("/v1/runs", "/v1/jobs/j/runs")]
+
+    async def main():
+        app = make_app(Service(FakeRaft(SchedulerState()), FakeClock(NOW), "node-1"), TOKEN)
+        out = []
+        async with TestClient(TestServer(app, host="127.0.0.1"), headers=AUTH) as c:
+            r = await c.put("/v1/jobs/j", data=json.dumps(SPEC))
+            assert r.status == 201, await r.text()
+            for path, params, field in cases:
+                r = await c.get(path, params=params)
+                body = await r.json()
+                if r.status != 400 or body["error"]["field"] != field:
+                    out.append((path, params, r.status, body))
+        return out
+
+    bad = asyncio.run(main())
     assert not bad, bad
 
 

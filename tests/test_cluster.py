@@ -1,8 +1,10 @@
 """Three real node processes on free loopback ports (docs/design.md I2, I8, I9, I10)."""
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -244,3 +246,61 @@ def test_one_node_cluster_works_without_peers(tmp_path):
         wait_for(lambda: len(runs_of(c, 0, "solo")) >= 2, 20, "runs on a one-node cluster")
     finally:
         c.stop()
+
+
+def test_a_write_acknowledged_by_one_node_is_read_by_the_next_get_on_another(cluster):
+    """Reads are linearizable by default (node/reads.py): a job created through one node is there
+    for a GET on another node sent as soon as the create was answered, every time (before the
+    read barrier, a follower that had not yet heard of the commit answered 404). A burst of
+    concurrent reads costs a few barrier rounds, not one each."""
+    leader = cluster.wait_leader(30)
+    pairs = [(leader, (leader + 1) % 3), ((leader + 1) % 3, (leader + 2) % 3)]
+    spec = {"schedule": {"every_s": 3600}, "executor": {"type": "shell", "argv": ["true"]}, "misfire": {"policy": "skip"}}
+    missed = []
+    for k in range(20):
+        writer, reader = pairs[k % 2]
+        s, b = cluster.call(writer, "PUT", f"/v1/jobs/ryw-{k}", spec)
+        assert s == 201, b
+        s, b = cluster.get(reader, f"/v1/jobs/ryw-{k}")
+        if s != 200:
+            missed.append((k, s))
+    assert not missed, f"GETs that did not see the write just acknowledged: {missed}"
+    s, b = cluster.get(pairs[0][1], "/v1/jobs/ryw-0?stale=true")
+    assert s == 200
+
+    def rounds(i):
+        s, text = cluster.get(i, "/metrics")
+        assert s == 200
+        line = next(x for x in text.splitlines() if x.startswith("raftsched_read_barrier_rounds_total "))
+        return float(line.split()[1])
+    reader = pairs[0][1]
+    before = rounds(reader)
+    with ThreadPoolExecutor(32) as pool:
+        answers = list(pool.map(lambda k: cluster.get(reader, f"/v1/jobs/ryw-{k % 20}")[0], range(64)))
+    assert answers == [200] * 64
+    spent = rounds(reader) - before  # /metrics itself waits for no round
+    assert spent <= 16, f"64 concurrent reads cost {spent} barrier rounds"
+
+
+def test_a_nodes_metrics_pass_promtool_and_its_elections_say_why(cluster):
+    """The leader's /metrics passes ``promtool check metrics`` (tests/test_metrics_prom.py for
+    what the series count); the leader counts the leadership it gained with its cause, and its
+    log says why its role changed."""
+    from test_metrics_prom import check_metrics, sample
+    leader = cluster.wait_leader(30)
+    causes = {"election_timeout", "transfer", "higher_term", "leader_seen", "quorum_lost", "clock_step_down"}
+    for i in cluster.alive():
+        s, text = cluster.get(i, "/metrics")
+        assert s == 200
+        if i == leader:  # the most series (each follower's lag); promtool costs a second or more a run
+            check_metrics(text)
+        assert (sample(text, "raftsched_gc_collections_total", generation=0) or 0) > 0, "CPython has collected"
+        assert (sample(text, "raftsched_proposals_total", outcome="ok") or 0) > 0
+        got = [(d["change"], d["cause"]) for d in (dict(re.findall(r'(\w+)="(\w+)"', labels)) for labels in
+               re.findall(r"^raftsched_raft_leadership_changes_total\{([^}]*)\}", text, re.M))]
+        assert {c for _, c in got} <= causes, got
+        if i == leader:
+            assert any(ch == "gained" for ch, _ in got), text
+    log = cluster.log_path(leader).read_text(errors="replace")
+    assert re.search(r"replication\.role .*role=leader .*cause=(election_timeout|transfer) \(", log), \
+        "the leader's log says why it became leader"

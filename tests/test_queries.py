@@ -12,8 +12,7 @@ from unittest import mock
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from raftsched.core import commands, limits, queries
-from raftsched.core.errors import NotFound
-from raftsched.core.model import RUN_STATES
+from raftsched.core.errors import BadRequest, NotFound
 from raftsched.core.state import SchedulerState
 
 from core_helpers import SEC, T0, apply, new_state, put_cmd, spec_of, tick
@@ -65,7 +64,8 @@ def gauges_by_walk(s: SchedulerState) -> dict:
     for q in s.queues:
         per_q.setdefault(q, (0, 0, 0))
     return {"jobs": len(s.jobs), "jobs_paused": sum(1 for j in s.jobs.values() if j["paused"]),
-            "runs_by_state": {st_: by_state.get(st_, 0) for st_ in RUN_STATES}, "queues": per_q,
+            "runs_by_state": {st_: by_state.get(st_, 0) for st_ in ("queued", "running", "dead")},
+            "queues": per_q,
             "locks": len(s.locks), "fencing_token": s.fencing_token}
 
 
@@ -122,7 +122,7 @@ def test_job_is_a_copy_with_its_counters_by_name():
     s = _state()
     j = queries.job(s, "a")
     assert set(j) == {"name", "spec", "gen", "created", "updated", "anchor", "cursor", "next", "paused", "stats",
-                      "health"}
+                      "health", "last"}
     assert j["stats"]["runs"] == 2 and set(j["stats"]) == {"runs", "recorded", "lag_ms_last", "lag_ms_max",
                                                             "lag_ms_sum"}
     assert queries.job(s, "nosuch") is None
@@ -164,6 +164,54 @@ def test_runs_and_job_runs_are_newest_first_filtered_and_bounded():
         assert e.field == "name"
     else:
         raise AssertionError("no NotFound for a job that does not exist")
+
+
+def test_run_lists_page_by_cursor_and_filter_by_slot_window():
+    s = _state()
+    tick(s, T0 + 30 * SEC)
+    every = [r["id"] for r in queries.runs(s, None, 100)]
+    # Cursor pages walk every run once, newest first, and the last page says no more follow.
+    seen, before = [], None
+    while True:
+        page = queries.runs_page(s, None, 3, None, queries.RunWindow(before=before))
+        seen += [r["id"] for r in page["runs"]]
+        before = page["next"]
+        if before is None:
+            break
+        assert len(page["runs"]) == 3 and before == page["runs"][-1]["id"]
+    assert seen == every
+    # A window of slots [since, until): a's slots at 15 s and 20 s only.
+    win = queries.RunWindow(since=T0 + 15 * SEC, until=T0 + 25 * SEC)
+    got = queries.job_runs(s, "a", 10, window=win)
+    assert [r["slot"] for r in got["runs"]] == [T0 + 20 * SEC, T0 + 15 * SEC] and got["next"] is None
+    assert {r["slot"] for r in queries.runs_page(s, None, 100, None, win)["runs"]} == {T0 + 15 * SEC, T0 + 20 * SEC}
+    first = queries.job_runs(s, "a", 1, window=win)
+    assert first["next"] == first["runs"][0]["id"]
+    rest = queries.job_runs(s, "a", 1, window=queries.RunWindow(T0 + 15 * SEC, T0 + 25 * SEC, first["next"]))
+    assert [r["slot"] for r in rest["runs"]] == [T0 + 15 * SEC]
+    # A cursor that is no run of the list is refused, naming it (never an empty page).
+    for bad in ("a@1", s.history["b"][0]):
+        try:
+            queries.job_runs(s, "a", 10, window=queries.RunWindow(before=bad))
+        except BadRequest as e:
+            assert e.field == "before"
+        else:
+            raise AssertionError(f"cursor {bad} accepted")
+    try:
+        queries.runs_page(s, None, 10, None, queries.RunWindow(before="nosuch@1"))
+    except BadRequest as e:
+        assert e.field == "before"
+    else:
+        raise AssertionError("an unknown cursor accepted")
+
+
+def test_job_shows_its_newest_run():
+    s = new_state()
+    assert apply(s, put_cmd(s, "a", EVERY5, T0))["ok"]
+    assert queries.job(s, "a")["last"] is None
+    tick(s, T0 + 10 * SEC)
+    last = queries.job(s, "a")["last"]
+    assert last == {"id": s.history["a"][-1], "slot": T0 + 10 * SEC, "state": "queued"}
 
 
 def test_jobs_page_walks_the_names_in_order():

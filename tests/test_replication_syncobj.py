@@ -180,3 +180,35 @@ def test_a_restart_between_a_dump_and_its_trim_keeps_the_entries_after_the_dump(
         finally:
             c.close()
     run(main)
+
+
+def test_each_role_change_has_its_cause():
+    """_SyncObj.role_cause: what RaftNode logs and counts for each role change (an idle cluster's
+    elections once said nothing of why). Fed to one node's handler directly (no network)."""
+    install()
+    me, a, b = (f"127.0.0.1:{free_port()}" for _ in range(3))
+    seen = []
+    holder = {}
+
+    def on_state_changed(old, new):
+        seen.append((old, new, holder["sync"].role_cause(old, new)))
+    sync = holder["sync"] = _SyncObj(me, [a, b], conf=make_conf(autoTick=False, password=SECRET,
+                                                                 onStateChanged=on_state_changed),
+                                     consumers=[_StateConsumer(FakeState())])
+    try:
+        leader, other = sorted(sync._SyncObj__otherNodes, key=lambda n: [a, b].index(n.address))
+        assert sync.role_cause(0, 1) == "election_timeout"  # no leader heard from: the timer
+        assert sync.role_cause(1, 2) == "election_timeout"  # a won election counts its candidacy's
+        _append(sync, leader, 1, 0, 0, [], 0)  # a leader of term 1...
+        sync._SyncObj__onMessageReceived(leader, {"type": "timeout_now", "term": 1})  # ...hands over
+        assert sync.role_cause(0, 1) == "transfer" and sync.role_cause(1, 2) == "transfer"
+        # A leader that hears a higher term steps down for it, inside the message's handling.
+        sync._SyncObj__raftState = 2
+        sync._SyncObj__onMessageReceived(other, {"type": "request_vote", "term": 5, "last_log_index": 0,
+                                                 "last_log_term": 0})
+        assert seen[-1] == (2, 0, "higher_term")
+        assert sync.role_cause(2, 0) == "quorum_lost"  # from the tick, with no message: no majority
+        sync.transferLeadership(other)  # this leader hands over (refused here: not leading)
+        assert sync.role_cause(2, 0) == "transfer"
+    finally:
+        sync.destroy()

@@ -161,7 +161,9 @@ def test_the_async_client_calls_every_endpoint_of_a_live_cluster(cluster):
             assert h["ok"] is True and h["role"] in ("leader", "follower") and h["leader"]
             cl = await call("cluster")
             assert cl["leader"] and len(cl["members"]) == 3 and cl["role"] in ("leader", "follower")
+            assert (await call("whoami"))["role"] == "admin"
             assert "raftsched_" in await call("metrics")
+            assert (await call("openapi"))["openapi"].startswith("3.1")
 
             assert (await call("put_job", "async-fail", shell))["created"] is True
             batch = await call("put_jobs", {"async-b": dict(shell, labels={"raftsched.app": "async"})})

@@ -33,6 +33,10 @@ class GroupRaft:
     def is_leader(self) -> bool:
         return True
 
+    def status(self) -> dict:
+        """What a read barrier asks first (node/reads.py): there is a leader, this node."""
+        return {"leader": "127.0.0.1:1", "is_leader": True}
+
     def read(self, fn, *args):
         return fn(self.state, *args)
 

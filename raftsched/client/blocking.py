@@ -154,6 +154,10 @@ class Client(Transport):
         """``GET /v1/cluster``: the answering node, its role, the leader, members, indexes."""
         return self._send(endpoints.cluster(consistent))
 
+    def whoami(self) -> dict:
+        """``GET /v1/whoami``: the token's id, role, tenants and scopes."""
+        return self._send(endpoints.whoami())
+
     def add_member(self, addr: str) -> dict:
         """``POST /v1/cluster/members``: add a node (a learner, then a voter once it holds the log)."""
         return self._send(endpoints.add_member(addr))
@@ -186,9 +190,11 @@ class Client(Transport):
         return self._send(endpoints.list_jobs(limit, after, consistent, labels))
 
     def runs(self, name: str, limit: int = PAGE_LIMIT_DEFAULT, state: str | None = None, slot: str | None = None,
-             consistent: bool = False) -> dict:
-        """``GET /v1/jobs/{name}/runs``: a job's runs, newest first."""
-        return self._send(endpoints.runs(name, limit, state, slot, consistent))
+             consistent: bool = False, *, since: str | None = None, until: str | None = None,
+             before: str | None = None) -> dict:
+        """``GET /v1/jobs/{name}/runs``: a job's runs, newest first (a window, a cursor)."""
+        return self._send(endpoints.runs(name, limit, state, slot, consistent, since=since, until=until,
+                                         before=before))
 
     def get_run(self, run: str) -> dict:
         """``GET /v1/runs/{run}``: one run."""
@@ -340,9 +346,10 @@ class Client(Transport):
                                                        dead_to=dead_to, max_count=max_count, rate_per_s=rate_per_s,
                                                        dry_run=dry_run, op_id=op_id))
 
-    def list_runs(self, state: str | None = None, limit: int = PAGE_LIMIT_DEFAULT, consistent: bool = False) -> dict:
-        """``GET /v1/runs``: runs and recorded slots of every job, newest first."""
-        return self._send(endpoints.list_runs(state, limit, consistent))
+    def list_runs(self, state: str | None = None, limit: int = PAGE_LIMIT_DEFAULT, consistent: bool = False, *,
+                  since: str | None = None, until: str | None = None, before: str | None = None) -> dict:
+        """``GET /v1/runs``: runs and recorded slots of every job, newest first (a window, a cursor)."""
+        return self._send(endpoints.list_runs(state, limit, consistent, since=since, until=until, before=before))
 
     def preview_spec(self, spec: dict, count: int = PREVIEW_COUNT_DEFAULT) -> dict:
         """``POST /v1/preview``: the next ``count`` slots of a spec that is not stored."""
@@ -355,6 +362,10 @@ class Client(Transport):
     def metrics(self) -> str:
         """``GET /metrics``: the node's Prometheus text."""
         return self._send(endpoints.metrics())
+
+    def openapi(self) -> dict:
+        """``GET /v1/openapi.json``: the API's OpenAPI 3.1 document."""
+        return self._send(endpoints.openapi())
 
     def workers(self, consistent: bool = False) -> dict:
         """``GET /v1/workers``: every registered worker."""

@@ -58,6 +58,12 @@ def cluster(consistent: bool = False) -> Request:
 
 
 @endpoint
+def whoami() -> Request:
+    """``GET /v1/whoami``: the token's ``{"id", "role", "tenants", "scopes"}``."""
+    return Request("GET", "/v1/whoami")
+
+
+@endpoint
 def add_member(addr: str) -> Request:
     """``POST /v1/cluster/members``: add the node at Raft address ``addr`` (started with
     ``raftsched node --join``). ``{"addr", "state", "changed", "members"}``: ``state`` is
@@ -138,10 +144,13 @@ def list_jobs(limit: int = PAGE_LIMIT_DEFAULT, after: str | None = None, consist
 
 @endpoint
 def runs(name: str, limit: int = PAGE_LIMIT_DEFAULT, state: str | None = None, slot: str | None = None,
-         consistent: bool = False) -> Request:
-    """``GET /v1/jobs/{name}/runs``: a job's runs, newest first; ``slot`` is an ISO-8601 time."""
+         consistent: bool = False, *, since: str | None = None, until: str | None = None,
+         before: str | None = None) -> Request:
+    """``GET /v1/jobs/{name}/runs``: a job's runs, newest first; ``slot``, ``since`` and ``until``
+    are ISO-8601 times (a window of slots), ``before`` the ``next`` of the page before."""
     return Request("GET", f"/v1/jobs/{_q(name)}/runs",
-                   {"limit": limit, "state": state, "slot": slot, "consistent": _consistent(consistent)})
+                   {"limit": limit, "state": state, "slot": slot, "consistent": _consistent(consistent),
+                    "since": since, "until": until, "before": before})
 
 
 @endpoint
@@ -413,9 +422,12 @@ def dlq_purge_matching(*, queue: str | None = None, job: str | None = None, erro
 
 # ------------------------------------------------------------------ runs, previews, health
 @endpoint
-def list_runs(state: str | None = None, limit: int = PAGE_LIMIT_DEFAULT, consistent: bool = False) -> Request:
-    """``GET /v1/runs``: runs and recorded slots of every job, newest first: ``{"runs"}``."""
-    return Request("GET", "/v1/runs", {"state": state, "limit": limit, "consistent": _consistent(consistent)})
+def list_runs(state: str | None = None, limit: int = PAGE_LIMIT_DEFAULT, consistent: bool = False, *,
+              since: str | None = None, until: str | None = None, before: str | None = None) -> Request:
+    """``GET /v1/runs``: runs and recorded slots of every job, newest first: ``{"runs", "next"}``;
+    ``since``/``until`` a window of slots, ``before`` the ``next`` of the page before."""
+    return Request("GET", "/v1/runs", {"state": state, "limit": limit, "consistent": _consistent(consistent),
+                                       "since": since, "until": until, "before": before})
 
 
 @endpoint
@@ -436,6 +448,12 @@ def healthz() -> Request:
 def metrics() -> Request:
     """``GET /metrics``: the node's Prometheus text (NotFound when the node has none)."""
     return Request("GET", "/metrics")
+
+
+@endpoint
+def openapi() -> Request:
+    """``GET /v1/openapi.json``: the API's OpenAPI 3.1 document (no token needed)."""
+    return Request("GET", "/v1/openapi.json")
 
 
 # ------------------------------------------------------------------ the worker fleet

@@ -427,6 +427,7 @@ def apply_backfill_control(s: SchedulerState, cmd: Command, now: int) -> Result:
             if run is not None and run["state"] == "queued":
                 unqueue_count(s, run)
                 run.update(state="skipped", reason="cancelled", finished_at=now)
+                s.stats.on_recorded("skipped", "cancelled")
                 withdrawn += 1
     _refresh(s, bf)
     _finish(s, bf, "cancelled", now, "cancelled by request")

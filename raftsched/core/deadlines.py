@@ -218,6 +218,7 @@ def _finalise(s: SchedulerState, book: Book, rid: str, r: Record) -> None:
 
 def _emit(s: SchedulerState, r: Record, rid: str, now: int, attempt: int | None = None) -> None:
     kind = "deadline.late" if r["state"] == "late" else "deadline.missed"
+    s.stats.on_deadline(r["state"], r["which"], r["cause"])  # the metrics' count (stats.py)
     events.emit(s, kind, now, job=r["job"], tenant=r["tenant"], slot=r["slot"], run_id=rid, attempt=attempt,
                 reason=r["cause"], deadline=r["which"], instant=r["at"], cause=r["cause"])
 
@@ -540,6 +541,7 @@ def apply_deadline_judge(s: SchedulerState, cmd: Command, now: int) -> Result:
             cause = "skipped"  # succeeded before the window: every slot since did not run
         events.emit(s, "deadline.missed", now, job=name, tenant=job["spec"]["tenant"], slot=None, run_id=None,
                     reason=cause, deadline="max_since_success_s", instant=at, cause=cause, since=w[0])
+        s.stats.on_deadline("missed", "max_since_success_s", cause)
         rid = f"{name}#since@{at}"
         book.slots[rid] = {"job": name, "tenant": job["spec"]["tenant"], "slot": None, "start": None,
                            "within": None, "by": None, "state": "missed", "which": "max_since_success_s",

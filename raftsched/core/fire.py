@@ -294,6 +294,7 @@ def revoke(s: SchedulerState, run: Record, now: int, why: str) -> None:
     else:
         unqueue_count(s, run)
     run.update(state="failed", error=why, finished_at=now, deadline=None)
+    s.stats.on_finished("failed")
     deadlines.on_finish(s, run, now)
 
 
@@ -363,6 +364,7 @@ def add_entry(s: SchedulerState, job: Record, entry: Record) -> Record:
     rid = entry["id"]
     assert rid not in s.runs, f"I2: run id {rid} already exists"
     s.runs[rid] = entry
+    s.stats.on_entry(entry)
     hist = s.history.setdefault(job["name"], [])
     hist.append(rid)
     bound = job["spec"]["history"]

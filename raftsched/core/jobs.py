@@ -263,6 +263,8 @@ def apply_delete_job(s: SchedulerState, cmd: Command, now: int) -> Result:
             # Out of its queue's DLQ index too: a stale id there would count against
             # dlq_per_queue_max (and purge a live dead run early) on this replica only.
             remove_dead(s, run)
+    if job["paused"]:
+        s._paused_count -= 1
     del s.jobs[name]
     deadlines.forget_job(s, name, now)
     s.health.pop(name, None)
@@ -318,6 +320,7 @@ def apply_resume_job(s: SchedulerState, cmd: Command, now: int) -> Result:
         job["cursor"] = upto
         job["next"] = nxt
     job["paused"] = False
+    s._paused_count -= 1  # it was paused (checked above)
     job["updated"] = now
     push_due(s, job)
     if s.sinks:

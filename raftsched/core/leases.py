@@ -187,6 +187,7 @@ def _refused(s: SchedulerState, run: Record, job: Record, now: int) -> bool:
         return False
     unqueue_count(s, run)
     run.update(state="skipped", reason="policy", error=why, finished_at=now)
+    s.stats.on_recorded("skipped", "policy")
     return True
 
 
@@ -201,6 +202,7 @@ def grant(s: SchedulerState, run: Record, worker: str, ttl: int, now: int) -> di
     s.fencing_token = tok = s.fencing_token + 1  # I13: one counter, only increases
     rid, q, deadline = run["id"], run["queue"], now + ttl
     s._queue_depth[q] = s._queue_depth.get(q, 1) - 1
+    s.stats.on_start(run, now)
     run["state"] = "running"
     run["fencing_token"] = tok
     run["worker"] = worker
@@ -414,6 +416,8 @@ def close_attempt(s: SchedulerState, run: Record, now: int, success: bool, error
     run["error"] = error
     run["output"] = output
     run["deadline"] = None
+    if success:
+        s.stats.on_success(run, now)
 
 
 def finish_attempt(s: SchedulerState, run: Record, now: int, success: bool, error: str | None, output: str | None,
@@ -450,6 +454,7 @@ def finish_attempt(s: SchedulerState, run: Record, now: int, success: bool, erro
         enqueue(s, run)
         return
     run["state"] = "dead"
+    s.stats.on_finished("dead")
     add_dead(s, run, now)
     on_finish(s, run, now)  # a dead run misses its deadline at once
     on_dead(s, run, now, error)

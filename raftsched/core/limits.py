@@ -393,3 +393,8 @@ repeat_every_s_max = 30 * 86_400
 #: once, ``run.unplaceable`` (the leader looks every ``unplaceable_check_s``, node/notify.py).
 unplaceable_report_ms = 60_000
 unplaceable_runs_max = 500
+
+#: Members' API URLs held (core/members.py; far more than any cluster has members, removed ones
+#: included), and the length of one.
+member_urls_max = 256
+member_url_chars_max = 300

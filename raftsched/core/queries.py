@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections import Counter
 from collections.abc import Collection
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from . import limits
-from .errors import NotFound
-from .model import RUN_STATES
+from .errors import BadRequest, NotFound
 from . import records
 from .records import STATS_FIELDS, Record, Result
 from .notify import view_health
@@ -35,8 +32,6 @@ LeaseView: TypeAlias = tuple[str, str, int, int, int]
 PlanView: TypeAlias = tuple[Record, int, int, int, str]
 
 _QUEUE_DEFAULT = {"max_depth": limits.queue_depth_default, "on_full": "reject"}
-_state_of = itemgetter("state")
-_paused_of = itemgetter("paused")
 
 
 # ------------------------------------------------------------------ jobs
@@ -77,6 +72,10 @@ def job(s: SchedulerState, name: str) -> dict[str, Any] | None:
     out = dict(j)
     out["stats"] = dict(zip(STATS_FIELDS, j["stats"]))
     out["health"] = view_health(s.health.get(name))  # core/notify.py
+    hist = s.history.get(name)
+    last = s.runs.get(hist[-1]) if hist else None
+    # The newest run or recorded slot, for a list's "last outcome" (one lookup, no scan).
+    out["last"] = None if last is None else {k: last[k] for k in ("id", "slot", "state", "reason") if k in last}
     return out
 
 
@@ -105,18 +104,25 @@ def jobs_labelled_page(s: SchedulerState, labels: dict[str, str], limit: int, af
 
 
 def job_runs(s: SchedulerState, name: str, limit: int, state: str | None = None,
-             slot_ms: int | None = None, tenants: Collection[str] | None = None) -> dict[str, Any]:
+             slot_ms: int | None = None, tenants: Collection[str] | None = None,
+             window: RunWindow | None = None) -> dict[str, Any]:
     """Job ``name``'s history, newest first: up to ``limit`` runs and records, those in ``state``
     only, or only the one covering ``slot_ms``; with ``tenants``, those of these tenants only (a
-    job moved from another tenant keeps that tenant's runs). ``{"job", "runs": [run...],
-    "history_max"}``.
+    job moved from another tenant keeps that tenant's runs); with ``window``, those whose slots
+    meet it, after its cursor. ``{"job", "runs": [run...], "history_max", "next"}``: ``next`` is
+    the cursor of the page after this one (the last run's id), or None when none follows.
 
-    :raises NotFound: no such job."""
+    :raises NotFound: no such job.
+    :raises BadRequest: the window's cursor names no run of the job's history (field ``before``)."""
     j = s.jobs.get(name)
     if j is None:
         raise NotFound(f"no job named {name!r}", field="name")
-    runs, out = s.runs, []
-    for rid in reversed(s.history.get(name, [])):
+    runs = s.runs
+    out: list[dict[str, Any]] = []
+    ids: Any = reversed(s.history.get(name, []))
+    if window is not None and window.before is not None:
+        ids = _after_cursor(ids, window.before)
+    for rid in ids:
         r = runs[rid]
         if state and r["state"] != state:
             continue
@@ -126,10 +132,40 @@ def job_runs(s: SchedulerState, name: str, limit: int, state: str | None = None,
             slot: int = r["slot"]
             if not slot <= slot_ms <= r.get("slot_to", slot):
                 continue
-        out.append(_run_copy(r))
+        if window is not None and not window.meets(r):
+            continue
         if len(out) >= limit:
-            break
-    return {"job": name, "runs": out, "history_max": j["spec"]["history"]}
+            return {"job": name, "runs": out, "history_max": j["spec"]["history"], "next": out[-1]["id"]}
+        out.append(_run_copy(r))
+    return {"job": name, "runs": out, "history_max": j["spec"]["history"], "next": None}
+
+
+class RunWindow:
+    """A run list's time window and cursor (``GET /v1/runs``, ``/v1/jobs/{name}/runs``): runs
+    whose slot (a recorded range: any of its slots) is at or after ``since`` and before
+    ``until`` (ms, either None: unbounded), after run ``before`` in the list's order (the
+    ``next`` of the page before; None: from the newest)."""
+
+    __slots__ = ("since", "until", "before")
+
+    def __init__(self, since: int | None = None, until: int | None = None, before: str | None = None) -> None:
+        self.since, self.until, self.before = since, until, before
+
+    def meets(self, r: Record) -> bool:
+        slot: int = r["slot"]
+        if self.until is not None and slot >= self.until:
+            return False
+        return self.since is None or r.get("slot_to", slot) >= self.since
+
+
+def _after_cursor(ids: Any, cursor: str) -> Any:
+    """The ids of ``ids`` after ``cursor``. :raises BadRequest: ``cursor`` is not among them."""
+    it = iter(ids)
+    for rid in it:
+        if rid == cursor:
+            return it
+    raise BadRequest(f"no run {cursor[:200]!r} in this list (collected, or from another list): "
+                      "start again without before", field="before")
 
 
 def plan_views(s: SchedulerState, names: list[str]) -> list[PlanView]:
@@ -160,21 +196,36 @@ def run(s: SchedulerState, run_id: str) -> dict[str, Any] | None:
 
 def runs(s: SchedulerState, state: str | None, limit: int) -> list[dict[str, Any]]:
     """Up to ``limit`` runs and records, the newest first, those in ``state`` only."""
-    return _newest(s, state, limit, None)
+    runs_: list[dict[str, Any]] = _newest(s, state, limit, None)["runs"]
+    return runs_
+
+
+def runs_page(s: SchedulerState, state: str | None, limit: int, tenants: Collection[str] | None,
+              window: RunWindow | None) -> dict[str, Any]:
+    """A page of runs and records, newest first: in ``state`` (None: any), of ``tenants`` (None:
+    every tenant), in ``window``. ``{"runs", "next"}`` as job_runs'.
+
+    :raises BadRequest: the window's cursor names no run (field ``before``)."""
+    return _newest(s, state, limit, tenants, window)
 
 
 def _newest(s: SchedulerState, state: str | None, limit: int,
-            tenants: Collection[str] | None) -> list[dict[str, Any]]:
-    """Up to ``limit`` runs and records, newest first, in ``state`` (None: any) and of
-    ``tenants`` (None: every tenant)."""
-    out = []
-    for r in reversed(s.runs.values()):
+            tenants: Collection[str] | None, window: RunWindow | None = None) -> dict[str, Any]:
+    """Up to ``limit`` runs and records, newest first, in ``state`` (None: any), of ``tenants``
+    (None: every tenant) and in ``window``: ``{"runs", "next"}`` as job_runs'."""
+    out: list[dict[str, Any]] = []
+    values: Any = reversed(s.runs.values())
+    if window is not None and window.before is not None:
+        values = (s.runs[rid] for rid in _after_cursor(reversed(s.runs), window.before))
+    for r in values:
         if (state and r["state"] != state) or (tenants is not None and _tenant_of_run(s, r) not in tenants):
             continue
-        out.append(_run_copy(r))
+        if window is not None and not window.meets(r):
+            continue
         if len(out) >= limit:
-            break
-    return out
+            return {"runs": out, "next": out[-1]["id"]}
+        out.append(_run_copy(r))
+    return {"runs": out, "next": None}
 
 
 def _dead_in(s: SchedulerState, queue: str) -> list[Record]:
@@ -247,6 +298,42 @@ def _ready(s: SchedulerState, q: str, now_ms: int) -> tuple[int, int | None]:
             if oldest is None or age > oldest:
                 oldest = age
     return ready, oldest
+
+
+def oldest_ready(s: SchedulerState, now_ms: int) -> dict[str, int]:
+    """Per queue holding a ready run: how long its longest-waiting ready run has waited (ms).
+    For the metrics scrape, without a walk: the top of each priority's acquire heap is that
+    heap's earliest due when it is live; a queue whose top entry is stale (a retried or removed
+    run) is walked as queue_stats walks it."""
+    runs = s.runs
+    out: dict[str, int] = {}
+    for q, heaps in s._queued.items():
+        oldest: int | None = None
+        for p, h in heaps.items():
+            if not h:
+                continue
+            due, rid = h[0]
+            r = runs.get(rid)
+            if r is None or r["state"] != "queued" or r["queue"] != q or r["priority"] != p \
+                    or r.get("due", r["slot"]) != due:
+                _, oldest = _ready(s, q, now_ms)
+                break
+            if due <= now_ms and (oldest is None or now_ms - due > oldest):
+                oldest = now_ms - due
+        if oldest is not None:
+            out[q] = oldest
+    return out
+
+
+def apply_stats(s: SchedulerState) -> dict[str, Any]:
+    """A copy of what this replica counted as it applied (core/stats.py), for the metrics:
+    ``{"recorded": {(state, reason): slots}, "slot_to_start": (bounds_ms, counts, sum_ms),
+    "slot_to_completion": (...)}``."""
+    st = s.stats
+    return {"recorded": dict(st.recorded), "finished": dict(st.finished), "deadlines": dict(st.deadlines),
+            "slot_to_start": (st.slot_to_start.bounds_ms, list(st.slot_to_start.counts), st.slot_to_start.sum_ms),
+            "slot_to_completion": (st.slot_to_completion.bounds_ms, list(st.slot_to_completion.counts),
+                                   st.slot_to_completion.sum_ms)}
 
 
 def queue_depth(s: SchedulerState, name: str) -> int:
@@ -335,10 +422,9 @@ def counts(s: SchedulerState, with_hash: bool = False) -> dict[str, Any]:
 
 def gauges(s: SchedulerState) -> dict[str, Any]:
     """What a metrics scrape shows of the state: ``{"jobs", "jobs_paused", "runs_by_state":
-    {state: n} for every run state, "queues": {queue: (queued, running, dead)}, "locks",
-    "fencing_token"}``. Per queue from the counters and the DLQ index; the runs by state are
-    counted over every record, at C speed (the state keeps no counter of finished ones)."""
-    by_state = Counter(map(_state_of, s.runs.values()))
+    {"queued", "running", "dead": n}, "queues": {queue: (queued, running, dead)}, "locks",
+    "fencing_token"}``. From the counters and the DLQ index, not a walk of the runs: finished
+    runs and recorded slots are counted as they are applied instead (apply_stats)."""
     per_q = {q: (n, 0, 0) for q, n in s._queue_depth.items() if n}
     for q, n in s._running_count.items():
         if n:
@@ -351,8 +437,10 @@ def gauges(s: SchedulerState) -> dict[str, Any]:
             per_q[q] = (a, b, n)
     for q in s.queues:
         per_q.setdefault(q, (0, 0, 0))
-    return {"jobs": len(s.jobs), "jobs_paused": sum(map(bool, map(_paused_of, s.jobs.values()))),
-            "runs_by_state": {st: by_state.get(st, 0) for st in RUN_STATES}, "queues": per_q,
+    by_state = {"queued": sum(a for a, _, _ in per_q.values()), "running": sum(b for _, b, _ in per_q.values()),
+                "dead": sum(c for _, _, c in per_q.values())}
+    return {"jobs": len(s.jobs), "jobs_paused": s._paused_count,
+            "runs_by_state": by_state, "queues": per_q,
             "locks": len(s.locks), "fencing_token": s.fencing_token}
 
 
@@ -431,7 +519,8 @@ def jobs_page_in(s: SchedulerState, tenants: Collection[str], limit: int, after:
 
 def runs_in(s: SchedulerState, tenants: Collection[str], state: str | None, limit: int) -> list[dict[str, Any]]:
     """runs of ``tenants`` only."""
-    return _newest(s, state, limit, tenants)
+    runs_: list[dict[str, Any]] = _newest(s, state, limit, tenants)["runs"]
+    return runs_
 
 
 def queue_tenants(s: SchedulerState, queue: str) -> set[str]:

@@ -43,6 +43,8 @@ def reset_indexes(s: SchedulerState) -> None:
     s._running_count = {}
     #: ids of running runs, in grant order: what the reaper watches
     s._running_ids = {}
+    #: how many jobs are paused (jobs.apply_pause_job / apply_resume_job / apply_delete_job)
+    s._paused_count = 0
 
 
 def rebuild_indexes(s: SchedulerState) -> None:
@@ -60,6 +62,7 @@ def rebuild_indexes(s: SchedulerState) -> None:
             dead.append(run)
     for run in sorted(dead, key=lambda r: (r["finished_at"], r["id"])):
         s._dead.setdefault(run["queue"], deque()).append(run["id"])
+    s._paused_count = sum(1 for j in s.jobs.values() if j["paused"])
 
 
 def enqueue(s: SchedulerState, run: Record) -> None:
@@ -115,6 +118,7 @@ def drop_oldest_queued(s: SchedulerState, qname: str, now: int) -> None:
             run["state"] = "skipped"
             run["reason"] = "queue_full"
             run["finished_at"] = now
+            s.stats.on_recorded("skipped", "queue_full")
             s._queue_depth[qname] -= 1
             return
 

@@ -31,6 +31,7 @@ from typing import Any, TypeAlias
 from . import commands, limits, snapshot
 from .commands import Command
 from .due import DueIndex
+from .stats import ApplyStats
 from .errors import InvalidCommand, RaftschedError
 from .fire import apply_fire
 from .jobs import (
@@ -57,6 +58,7 @@ from .notify import (
     apply_delete_sink, apply_note_unplaceable, apply_put_sink, apply_put_tenant_notify, apply_sink_progress,
     apply_sink_requeue,
 )
+from .members import apply_member_url
 
 
 def apply_noop(s: SchedulerState, cmd: Command, now: int) -> Result:
@@ -115,6 +117,7 @@ HANDLERS: dict[str, Handler] = {
     "sink_requeue": apply_sink_requeue,
     "put_tenant_notify": apply_put_tenant_notify,
     "note_unplaceable": apply_note_unplaceable,
+    "member_url": apply_member_url,
 }
 # The codec refuses an op with no handler; a handler for an op the codec refuses would never run.
 assert tuple(HANDLERS) == commands.OPS, "commands.OPS and state.HANDLERS must list the same ops"
@@ -148,6 +151,8 @@ class SchedulerState:
     sinks: dict[str, Record]
     health: dict[str, list[Any]]
     tenant_notify: dict[str, list[Any]]
+    #: Raft address -> API URL, as the members announce them (members.py)
+    member_urls: dict[str, str]
     # The derived indexes of the queues (queues.reset_indexes says what each holds).
     _queued: dict[str, dict[int, list[tuple[int, str]]]]
     _by_slot: dict[str, list[tuple[int, str]]]
@@ -155,12 +160,17 @@ class SchedulerState:
     _queue_depth: dict[str, int]
     _running_count: dict[str, int]
     _running_ids: dict[str, None]
+    #: paused jobs (jobs.py keeps it; the metrics read it instead of walking the jobs)
+    _paused_count: int
 
     def __init__(self) -> None:
         #: The leader's due index (due.py), or None: only a leader's trigger reads it. The
         #: trigger attaches one when its node leads (due.attach) and detaches it when it stops;
         #: a follower keeps none, and neither does a state nobody attached one to.
         self.due: DueIndex | None = None
+        #: What this replica applied, for the metrics (stats.py): not in the snapshot, never
+        #: read by apply, kept across a restore (counters since the process started).
+        self.stats = ApplyStats()
         self._reset()
 
     # ------------------------------------------------------------------ state

@@ -348,6 +348,7 @@ def apply_release(s: SchedulerState, cmd: Command, now: int) -> Result:
             w["releases"] += 1
         if s.jobs.get(run["job"]) is None:
             run["state"] = "dead"
+            s.stats.on_finished("dead")
             add_dead(s, run, now)
         else:
             run["attempt"] += 1

@@ -16,16 +16,16 @@ import os
 
 from aiohttp import web
 
-from ..core import deadlines, limits, queries
+from ..core import deadlines, limits, members, model, queries
 from ..core.errors import BadRequest, InvalidSpec, NotFound, RaftschedError, TooManyRequests, Unauthorized, Unavailable
 from ..core.model import RUN_STATES
 from . import auth as auth_module
 from . import limits as node_limits
-from . import notify, openapi, rotation, routes, tenancy
+from . import dashboard, notify, openapi, reads, rotation, routes, tenancy
 from .http import (AUDIT, AUTH, BACKFILLS, FLEET, METRICS, PRINCIPAL, ROUTE_TABLE, SERVICE, TOKEN,  # noqa: F401 - re-exported
                    TRIGGER, WORKER, bool_param, choice_param, client_key, int_param, json_body, label_params,
                    optional_json_body, rid, scope_key, state_param, tenants_of, time_param)
-from .routes import CONSISTENT, OPEN, Param, Route, Tenancy
+from .routes import CONSISTENT, OPEN, STALE, Param, Route, Tenancy
 from .backfills import BackfillService
 from .fleet import Fleet
 from .audit import AuditLog
@@ -38,6 +38,9 @@ from ..worker.loop import Worker
 log = logging.getLogger("raftsched.api")
 #: The app's OpenAPI document, encoded at its first request (a dict: the app is frozen by then).
 OPENAPI = web.AppKey("openapi", dict)
+
+#: A request key: the read was served stale (``?stale=true``).
+STALE_READ = web.RequestKey("stale_read", bool)
 
 
 def _error_response(e: RaftschedError) -> web.Response:
@@ -101,6 +104,26 @@ async def auth_middleware(request: web.Request, handler):
 
 
 @web.middleware
+async def read_middleware(request: web.Request, handler):
+    """Innermost: a read route (one that declares ``stale``) waits, after the token is checked,
+    until this node has applied every write acknowledged before the request (node/reads.py),
+    unless ``?stale=true``; a stale answer says so (``_mark_stale``)."""
+    route = routes.lookup(request.app[ROUTE_TABLE], request.method, routes.canonical(request))
+    if route is not None and STALE in route.params:
+        bool_param(request, "consistent")  # checked; every read is consistent unless stale
+        if bool_param(request, "stale"):
+            request[STALE_READ] = True
+        else:
+            await request.app[SERVICE].reads.wait()
+    return await handler(request)
+
+
+async def _mark_stale(request: web.Request, response: web.StreamResponse) -> None:
+    if request.get(STALE_READ):
+        response.headers[reads.STALE_HEADER] = "true"
+
+
+@web.middleware
 async def audit_middleware(request: web.Request, handler):
     """Outermost: every mutation, and every request refused for its token, goes to the audit
     log with the status it was answered (node/audit.py): one record each when the token was
@@ -114,6 +137,9 @@ async def audit_middleware(request: web.Request, handler):
         log_ = request.app.get(AUDIT)
         if log_ is not None:
             record_audit(log_, request, status)
+        metrics = request.app.get(METRICS)
+        if metrics is not None:  # requests by route template and status (/metrics)
+            metrics.count_request(request.method, routes.canonical(request), status)
 
 
 def record_audit(audit_log: AuditLog, request: web.Request, status: int | None) -> None:
@@ -153,8 +179,9 @@ def make_app(service: Service, token: str | None, *, trigger: Trigger | None = N
     :param auth: who may call what (default: the bootstrap ``token`` and the replica's tokens).
     :param audit: the audit log (default: none).
     """
-    app = web.Application(middlewares=[audit_middleware, errors_middleware, auth_middleware],
+    app = web.Application(middlewares=[audit_middleware, errors_middleware, auth_middleware, read_middleware],
                           client_max_size=node_limits.request_bytes_max)
+    app.on_response_prepare.append(_mark_stale)
     app[SERVICE] = service
     app[TOKEN] = token or ""
     app[AUTH] = auth if auth is not None else Auth(token or "", service.read, service.clock)
@@ -163,6 +190,8 @@ def make_app(service: Service, token: str | None, *, trigger: Trigger | None = N
     for key, value in ((TRIGGER, trigger), (WORKER, worker), (METRICS, metrics)):
         if value is not None:
             app[key] = value
+    if metrics is not None:
+        metrics.watch_reads(service.reads)
     app[FLEET] = fleet if fleet is not None else Fleet(service.raft, service.clock, service.node_id)
     app[BACKFILLS] = BackfillService(service)
     app[ROUTE_TABLE] = routes.install(app.router, ROUTES)
@@ -194,8 +223,13 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def cluster(request: web.Request) -> web.Response:
+    """This node's view, served without a leader too (as /healthz is): it is how an operator and
+    cluster.sh find out there is none. Stale (and saying so) unless ``?consistent=true``."""
     svc = request.app[SERVICE]
-    await svc.read_barrier(bool_param(request, "consistent"))
+    if bool_param(request, "consistent"):
+        await svc.read_barrier()
+    else:
+        request[STALE_READ] = True
     st = svc.raft.status()
     want_hash = bool_param(request, "hash")
     # The hash is opt-in (it encodes the whole state); with it, the count of commands it reflects,
@@ -211,6 +245,10 @@ async def cluster(request: web.Request) -> web.Response:
     }
     if want_hash:
         body["state_hash"], body["state_applied"] = c["state_hash"], c["applied"]
+    # Where each member's API is, as the members announced it (core/members.py): current
+    # members and learners only, those that announced one.
+    urls = svc.read(members.member_urls)
+    body["member_urls"] = {m: urls[m] for m in [*(body["members"] or []), *(body["learners"] or [])] if m in urls}
     repl = st.get("replication")
     if repl is not None:
         # How this node's log keeps up, each follower's as the leader sees it, and the
@@ -264,7 +302,6 @@ async def remove_member(request: web.Request) -> web.Response:
 
 async def list_jobs(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    await svc.read_barrier(bool_param(request, "consistent"))
     limit = int_param(request, "limit", 100, 1, node_limits.jobs_page_max)
     return web.json_response(svc.list_jobs(limit, request.query.get("after"), label_params(request),
                                            tenants_of(request)))
@@ -298,7 +335,6 @@ async def put_jobs_batch(request: web.Request) -> web.Response:
 
 async def get_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    await svc.read_barrier(bool_param(request, "consistent"))
     return web.json_response(svc.get_job(request.match_info["name"]))
 
 
@@ -327,25 +363,37 @@ async def trigger_job(request: web.Request) -> web.Response:
     return web.json_response(await svc.trigger_job(request.match_info["name"], rid(request)), status=201)
 
 
+def _run_window(request: web.Request) -> queries.RunWindow:
+    """``?since=&until=`` (a slot window) and ``?before=`` (the cursor: the ``next`` of the page
+    before) of a run list. :raises BadRequest: naming the parameter."""
+    since, until = time_param(request, "since"), time_param(request, "until")
+    if since is not None and until is not None and until <= since:
+        raise BadRequest("must be after since", field="until")
+    before = request.query.get("before")
+    if before is not None:
+        try:
+            model.check_run_id(before)
+        except InvalidSpec as e:
+            raise BadRequest(f"a run id (the next of the page before): {e.message}", field="before") from None
+    return queries.RunWindow(since, until, before)
+
+
 async def job_runs(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    await svc.read_barrier(bool_param(request, "consistent"))
     limit = int_param(request, "limit", 100, 1, limits.history_per_job_max + limits.queue_depth_max)
     slot_ms = time_param(request, "slot")
     return web.json_response(svc.job_runs(request.match_info["name"], limit, state_param(request), slot_ms,
-                                          tenants_of(request)))
+                                          tenants_of(request), _run_window(request)))
 
 
 async def list_runs(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    await svc.read_barrier(bool_param(request, "consistent"))
     limit = int_param(request, "limit", 100, 1, node_limits.runs_page_max)
-    return web.json_response(svc.list_runs(state_param(request), limit, tenants_of(request)))
+    return web.json_response(svc.list_runs(state_param(request), limit, tenants_of(request), _run_window(request)))
 
 
 async def get_run(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    await svc.read_barrier(bool_param(request, "consistent"))
     return web.json_response(svc.get_run(request.match_info["run"]))
 
 
@@ -378,7 +426,6 @@ async def ping_job(request: web.Request) -> web.Response:
 
 async def list_deadlines(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    await svc.read_barrier(bool_param(request, "consistent"))
     limit = int_param(request, "limit", 100, 1, node_limits.runs_page_max)
     job = request.query.get("job") or None
     return web.json_response(svc.list_deadlines(choice_param(request, "state", deadlines.OUTCOMES), job,
@@ -387,7 +434,6 @@ async def list_deadlines(request: web.Request) -> web.Response:
 
 async def list_queues(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    await svc.read_barrier(bool_param(request, "consistent"))
     return web.json_response(svc.list_queues(tenants_of(request)))
 
 
@@ -399,13 +445,11 @@ async def put_queue(request: web.Request) -> web.Response:
 
 async def list_tenants(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    await svc.read_barrier(bool_param(request, "consistent"))
     return web.json_response(svc.list_tenants(tenants_of(request)))
 
 
 async def get_tenant(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    await svc.read_barrier(bool_param(request, "consistent"))
     return web.json_response(svc.get_tenant(request.match_info["name"]))
 
 
@@ -421,14 +465,12 @@ async def delete_tenant(request: web.Request) -> web.Response:
 
 async def list_dlq(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    await svc.read_barrier(bool_param(request, "consistent"))
     limit = int_param(request, "limit", 100, 1, node_limits.runs_page_max)
     return web.json_response(svc.list_dlq(request.query.get("queue"), limit, tenants_of(request)))
 
 
 async def get_dlq(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    await svc.read_barrier(bool_param(request, "consistent"))
     return web.json_response(svc.get_dlq(request.match_info["run"]))
 
 
@@ -444,7 +486,6 @@ async def dlq_delete(request: web.Request) -> web.Response:
 
 async def get_lock(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    await svc.read_barrier(bool_param(request, "consistent"))
     return web.json_response(svc.get_lock(request.match_info["name"]))
 
 
@@ -475,14 +516,12 @@ async def create_backfill(request: web.Request) -> web.Response:
 
 
 async def list_backfills(request: web.Request) -> web.Response:
-    await request.app[SERVICE].read_barrier(bool_param(request, "consistent"))
     return web.json_response(request.app[BACKFILLS].list(
         choice_param(request, "kind", _BACKFILL_KINDS), request.query.get("job"),
         choice_param(request, "state", _BACKFILL_STATES)))
 
 
 async def get_backfill(request: web.Request) -> web.Response:
-    await request.app[SERVICE].read_barrier(bool_param(request, "consistent"))
     return web.json_response(request.app[BACKFILLS].get(request.match_info["id"]))
 
 
@@ -547,14 +586,12 @@ async def worker_release(request: web.Request) -> web.Response:
 
 
 async def list_workers(request: web.Request) -> web.Response:
-    svc, fleet = request.app[SERVICE], request.app[FLEET]
-    await svc.read_barrier(bool_param(request, "consistent"))
+    fleet = request.app[FLEET]
     return web.json_response(fleet.list_workers())
 
 
 async def get_worker(request: web.Request) -> web.Response:
-    svc, fleet = request.app[SERVICE], request.app[FLEET]
-    await svc.read_barrier(bool_param(request, "consistent"))
+    fleet = request.app[FLEET]
     return web.json_response(fleet.get_worker(request.match_info["id"]))
 
 
@@ -570,6 +607,10 @@ def _limit(hi: int) -> Param:
 
 _RUNS_PAGE = _limit(node_limits.runs_page_max)
 _STATE = Param("state", "enum", "only runs in this state", choices=RUN_STATES)
+#: A run list's time window and cursor (_run_window).
+_WINDOW = (Param("since", "time", "only runs whose slot is at or after this time"),
+           Param("until", "time", "only runs whose slot is before this time"),
+           Param("before", "string", "the page after this run: the previous page's next"))
 _COUNT = Param("count", "integer", "how many slots", default=10, lo=1, hi=limits.preview_count_max)
 _R, _W = "read", "jobs.write"
 T = Tenancy
@@ -593,14 +634,14 @@ ROUTES: tuple[Route, ...] = (
           errors=(409, 422)),
     # jobs
     Route("GET", "/v1/jobs", list_jobs, _R, T.FILTERED, "a page of jobs by name",
-          params=(CONSISTENT, _limit(node_limits.jobs_page_max), Param("after", "string", "the last name of the page before"),
+          params=(STALE, CONSISTENT, _limit(node_limits.jobs_page_max), Param("after", "string", "the last name of the page before"),
                   Param("label", "string", "KEY=VALUE: only jobs with this label", repeated=True)),
           response="jobs_page"),
     Route("POST", "/v1/jobs:batch", put_jobs_batch, _W, T.CHECKED, "create or replace many jobs",
           body="jobs_batch", errors=(413, 422)),
     Route("PUT", "/v1/jobs/{name}", put_job, _W, T.CHECKED, "create (201) or replace (200) a job",
           body="job_spec", ok=201, also_ok=(200,), errors=(409, 422), response="job_written"),
-    Route("GET", "/v1/jobs/{name}", get_job, _R, T.JOB, "a job, its state and next slot", params=(CONSISTENT,),
+    Route("GET", "/v1/jobs/{name}", get_job, _R, T.JOB, "a job, its state and next slot", params=(STALE, CONSISTENT),
           errors=(404,), response="job"),
     Route("DELETE", "/v1/jobs/{name}", delete_job, _W, T.JOB, "delete a job", errors=(404,), response="job_deleted"),
     Route("POST", "/v1/jobs/{name}/pause", pause_job, _W, T.JOB, "pause a job", errors=(404,), response="job_paused"),
@@ -610,10 +651,10 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/jobs/{name}/trigger", trigger_job, _W, T.JOB, "run a job now (or for a slot)",
           body="trigger", body_optional=True, ok=201, also_ok=(200,), errors=(404, 409, 422), response="triggered"),
     Route("GET", "/v1/jobs/{name}/runs", job_runs, _R, T.JOB, "a job's runs and recorded slots, newest first",
-          params=(CONSISTENT, _limit(limits.history_per_job_max + limits.queue_depth_max), _STATE,
-                  Param("slot", "time", "only this slot's")), errors=(404,), response="job_runs"),
+          params=(STALE, CONSISTENT, _limit(limits.history_per_job_max + limits.queue_depth_max), _STATE,
+                  Param("slot", "time", "only this slot's")) + _WINDOW, errors=(404,), response="job_runs"),
     Route("GET", "/v1/jobs/{name}/preview", preview_job, _R, T.JOB, "a job's next slots",
-          params=(_COUNT, Param("after", "time", "slots after this time")), errors=(404,)),
+          params=(STALE, _COUNT, Param("after", "time", "slots after this time")), errors=(404,)),
     Route("POST", "/v1/jobs/{name}/explain", explain_job, _R, T.JOB, "what an outage would do to a job's slots",
           body="explain", errors=(404, 422)),
     Route("POST", "/v1/preview", preview_spec, _R, T.SHARED, "a spec's next slots (proposes nothing)",
@@ -622,22 +663,22 @@ ROUTES: tuple[Route, ...] = (
           body="backfill", ok=201, also_ok=(200,), errors=(404, 409, 422)),
     # queues and tenants
     Route("GET", "/v1/queues", list_queues, _R, T.FILTERED, "every queue's depth, bounds and counts",
-          params=(CONSISTENT,), response="queues"),
+          params=(STALE, CONSISTENT), response="queues"),
     Route("PUT", "/v1/queues/{name}", put_queue, "queues.write", T.CHECKED,
           "a queue's bounds, and the tenants it belongs to", body="queue", errors=(422,)),
     Route("GET", "/v1/tenants", list_tenants, _R, T.FILTERED, "every tenant's rate limit and policy",
-          params=(CONSISTENT,), response="tenants"),
+          params=(STALE, CONSISTENT), response="tenants"),
     Route("GET", "/v1/tenants/{name}", get_tenant, _R, T.TENANT, "a tenant's rate limit and policy",
-          params=(CONSISTENT,), errors=(404,)),
+          params=(STALE, CONSISTENT), errors=(404,)),
     Route("PUT", "/v1/tenants/{name}", put_tenant, "tenants.write", T.REFUSED, "a tenant's rate limit and/or policy",
           body="tenant", errors=(422,)),
     Route("DELETE", "/v1/tenants/{name}", delete_tenant, "tenants.write", T.REFUSED,
           "remove a tenant's rate limit and policy", errors=(404,)),
     # the dead-letter queue
     Route("GET", "/v1/dlq", list_dlq, _R, T.FILTERED, "dead runs, newest first",
-          params=(CONSISTENT, _RUNS_PAGE, Param("queue", "string", "only this queue's")), response="dlq_page"),
+          params=(STALE, CONSISTENT, _RUNS_PAGE, Param("queue", "string", "only this queue's")), response="dlq_page"),
     Route("GET", "/v1/dlq/{run}", get_dlq, _R, T.DEAD_RUN, "a dead run with every attempt's error",
-          params=(CONSISTENT,), errors=(404,)),
+          params=(STALE, CONSISTENT), errors=(404,)),
     Route("POST", "/v1/dlq/{run}/requeue", dlq_requeue, "dlq.write", T.DEAD_RUN, "queue a dead run again",
           errors=(404,)),
     Route("DELETE", "/v1/dlq/{run}", dlq_delete, "dlq.write", T.DEAD_RUN, "drop a dead run", errors=(404,)),
@@ -647,7 +688,7 @@ ROUTES: tuple[Route, ...] = (
           body="dlq_bulk", body_optional=True, ok=201, also_ok=(200,), errors=(409, 422)),
     # locks
     Route("GET", "/v1/locks/{name}", get_lock, _R, T.SHARED, "a lock's holder and fencing token",
-          params=(CONSISTENT,), errors=(404,)),
+          params=(STALE, CONSISTENT), errors=(404,)),
     Route("POST", "/v1/locks/{name}/acquire", lock_acquire, "locks.write", T.SHARED, "take a lock",
           body="lock_acquire", errors=(409, 422)),
     Route("POST", "/v1/locks/{name}/renew", lock_renew, "locks.write", T.SHARED, "renew a held lock",
@@ -656,21 +697,21 @@ ROUTES: tuple[Route, ...] = (
           body="lock_token", errors=(409, 422)),
     # runs
     Route("GET", "/v1/runs", list_runs, _R, T.FILTERED, "runs and recorded slots, newest first",
-          params=(CONSISTENT, _RUNS_PAGE, _STATE), response="runs_page"),
-    Route("GET", "/v1/runs/{run}", get_run, _R, T.RUN, "a run", params=(CONSISTENT,), errors=(404,), response="run"),
+          params=(STALE, CONSISTENT, _RUNS_PAGE, _STATE) + _WINDOW, response="runs_page"),
+    Route("GET", "/v1/runs/{run}", get_run, _R, T.RUN, "a run", params=(STALE, CONSISTENT), errors=(404,), response="run"),
     Route("POST", "/v1/jobs/{name}/ping", ping_job, "ping", T.JOB, "a heartbeat job's start, success or fail",
           body="ping", body_optional=True, errors=(404, 409, 422)),
     Route("GET", "/v1/deadlines", list_deadlines, _R, T.FILTERED, "slots' deadline outcomes, newest first",
           params=(Param("state", "enum", "only this outcome", choices=deadlines.OUTCOMES),
                   Param("job", "string", "only this job's"),
-                  Param("since", "time", "only slots at or after this time"), _RUNS_PAGE, CONSISTENT)),
+                  Param("since", "time", "only slots at or after this time"), _RUNS_PAGE, STALE, CONSISTENT)),
     # backfills and bulk operations
     Route("GET", "/v1/backfills", list_backfills, _R, T.REFUSED, "backfills and bulk DLQ operations",
-          params=(CONSISTENT, Param("kind", "enum", "only this kind", choices=_BACKFILL_KINDS),
+          params=(STALE, CONSISTENT, Param("kind", "enum", "only this kind", choices=_BACKFILL_KINDS),
                   Param("job", "string", "only this job's"),
                   Param("state", "enum", "only in this state", choices=_BACKFILL_STATES))),
     Route("GET", "/v1/backfills/{id}", get_backfill, _R, T.REFUSED, "one backfill or bulk operation",
-          params=(CONSISTENT,), errors=(404,)),
+          params=(STALE, CONSISTENT), errors=(404,)),
     Route("POST", "/v1/backfills/{id}/{action:pause|resume|cancel}", control_backfill, _W, T.REFUSED,
           "pause, resume or cancel a backfill", errors=(404, 409)),
     # the worker protocol (docs/api.md, "The worker protocol"); a worker id may hold a "/": it is
@@ -684,9 +725,9 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/workers/{id}/release", worker_release, "worker", T.WORKER, "give leases back",
           body="release", errors=(422,)),
     # the fleet, for operators
-    Route("GET", "/v1/workers", list_workers, _R, T.REFUSED, "every registered worker", params=(CONSISTENT,)),
-    Route("GET", "/v1/workers/{id}", get_worker, _R, T.REFUSED, "one worker", params=(CONSISTENT,),
+    Route("GET", "/v1/workers", list_workers, _R, T.REFUSED, "every registered worker", params=(STALE, CONSISTENT)),
+    Route("GET", "/v1/workers/{id}", get_worker, _R, T.REFUSED, "one worker", params=(STALE, CONSISTENT),
           errors=(404,)),
     Route("POST", "/v1/workers/{id}/drain", drain_worker, "admin", T.REFUSED, "stop a worker taking runs",
           errors=(404,)),
-) + auth_module.TOKEN_ROUTES + rotation.SECRETS_ROUTES + notify.SINK_ROUTES
+) + auth_module.TOKEN_ROUTES + rotation.SECRETS_ROUTES + notify.SINK_ROUTES + dashboard.UI_ROUTES

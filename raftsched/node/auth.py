@@ -37,8 +37,8 @@ from ..core.model import check_name
 from ..core.workers import check_worker_id
 from ..core.tokens import ROLES, TOKEN_ID_RE
 from . import limits as node_limits
-from .http import CLAIMED, PRINCIPAL, SERVICE, bool_param, json_body, rid
-from .routes import OPEN, CONSISTENT, Route, Tenancy
+from .http import CLAIMED, PRINCIPAL, SERVICE, json_body, rid
+from .routes import OPEN, CONSISTENT, STALE, Route, Tenancy
 
 #: The prefix of every token made by POST /v1/tokens: ``rst_<16 hex id>_<secret>``.
 TOKEN_PREFIX = "rst_"
@@ -343,7 +343,6 @@ async def create_token(request: web.Request) -> web.Response:
 async def list_tokens(request: web.Request) -> web.Response:
     """``GET /v1/tokens``: every token, without secrets or hashes, and the bootstrap token."""
     svc = request.app[SERVICE]
-    await svc.read_barrier(bool_param(request, "consistent"))
     now = svc.clock.now_ms()
     out = [{"id": BOOTSTRAP_ID, "role": "admin", "tenants": None, "workers": None, "state": "active", "created_at": None,
             "expires_at": None, "revoked_at": None, "note": "the nodes' --token-file"}]
@@ -365,12 +364,22 @@ async def revoke_token(request: web.Request) -> web.Response:
     return web.json_response(svc._out(res, {"id": tid, "revoked_at": schedule.iso(res["revoked"])}))
 
 
-#: The tokens endpoints' rows of the route table (node/routes.py): an admin's (scope tokens).
+async def whoami(request: web.Request) -> web.Response:
+    """The caller's token: its id, role, tenants and scopes (what a dashboard may offer it)."""
+    p: Principal = request[PRINCIPAL]
+    return web.json_response({"id": p.id, "role": p.role,
+                              "tenants": None if p.tenants is None else sorted(p.tenants),
+                              "scopes": sorted(ROLE_SCOPES[p.role])})
+
+
+#: The tokens endpoints' rows of the route table (node/routes.py): an admin's (scope tokens);
+#: and whoami, every reading token's.
 TOKEN_ROUTES = (
+    Route("GET", "/v1/whoami", whoami, "read", Tenancy.SHARED, "the caller's token: id, role, tenants, scopes"),
     Route("POST", "/v1/tokens", create_token, "tokens", Tenancy.REFUSED,
           "make a token (shown this once)", body="token", ok=201, also_ok=(200,), errors=(422,)),
     Route("GET", "/v1/tokens", list_tokens, "tokens", Tenancy.REFUSED,
-          "every token, without secrets", params=(CONSISTENT,)),
+          "every token, without secrets", params=(STALE, CONSISTENT)),
     Route("DELETE", "/v1/tokens/{id}", revoke_token, "tokens", Tenancy.REFUSED,
           "revoke a token", errors=(404, 422)),
 )

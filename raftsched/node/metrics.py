@@ -7,6 +7,7 @@ proposed while leading, runs its worker completed.
 """
 from __future__ import annotations
 
+import gc
 from bisect import bisect_left
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -19,6 +20,10 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 #: fire lag buckets (seconds): from a normal tick (tens of ms) to a catch-up after an outage
 FIRE_LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
+#: The methods the API request counter names (any other is "other": a client picks the method).
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
+#: read barrier buckets (seconds): a round is a commit through the leader (an fsync or two)
+READ_BARRIER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
 
 class _StateCollector:
@@ -70,7 +75,9 @@ class _StateCollector:
             for peer, p in sorted((clock.get("peers") or {}).items()):
                 peers.add_metric([peer], p["offset_ms"] / 1000)
             yield peers
-        runs = GaugeMetricFamily("raftsched_runs", "runs and recorded slots kept in the state, by state", labels=["state"])
+        runs = GaugeMetricFamily("raftsched_runs", "runs queued, running and dead now (the state's counters; finished "
+                                 "runs: raftsched_runs_finished_total, recorded slots: raftsched_slots_recorded_total)",
+                                 labels=["state"])
         depth = GaugeMetricFamily("raftsched_queue_depth", "runs waiting in the queue", labels=["queue"])
         running = GaugeMetricFamily("raftsched_queue_running", "runs leased and running", labels=["queue"])
         dead = GaugeMetricFamily("raftsched_dlq_runs", "runs in the queue's dead-letter queue", labels=["queue"])
@@ -138,20 +145,27 @@ class _FireLag:
 
 
 class _GcCollector:
-    """The collector's pauses as gcpolicy.GcPauses times them, and its freezes."""
+    """The collector's pauses as gcpolicy.GcPauses times them, and its freezes.
+
+    The collections are CPython's own counts (``gc.get_stats()``), since the process started:
+    with the node's young threshold (node/limits.py ``gc_gen0_threshold``) an idle node collects
+    rarely, and the callback's count, which starts when the node serves, read 0 for long stretches.
+    The pauses are timed from then on."""
 
     def __init__(self, gc_pauses) -> None:
         self.gc = gc_pauses
 
     def collect(self):
         g = self.gc
-        n = CounterMetricFamily("raftsched_gc_collections", "garbage collections by generation", labels=["generation"])
-        t = CounterMetricFamily("raftsched_gc_pause_seconds", "time spent in garbage collections (the GIL held)",
-                                labels=["generation"])
+        stats = gc.get_stats()
+        n = CounterMetricFamily("raftsched_gc_collections", "garbage collections by generation since the process "
+                                "started (CPython's count)", labels=["generation"])
+        t = CounterMetricFamily("raftsched_gc_pause_seconds", "time spent in garbage collections (the GIL held) "
+                                "since the node started serving", labels=["generation"])
         m = GaugeMetricFamily("raftsched_gc_pause_seconds_max", "the longest garbage collection since the node started",
                               labels=["generation"])
         for gen in range(3):
-            n.add_metric([str(gen)], g.collections[gen])
+            n.add_metric([str(gen)], stats[gen]["collections"])
             t.add_metric([str(gen)], g.pause_s_total[gen])
             m.add_metric([str(gen)], g.pause_s_max[gen])
         yield n
@@ -178,17 +192,150 @@ class _RaftPortCollector:
         yield m
 
 
+class _ApplyCollector:
+    """What this replica counted as it applied (core/stats.py, read as a copy under the replica's
+    lock), and each queue's longest-waiting ready run: counters and heap tops, no walk of the runs."""
+
+    def __init__(self, raft, clock) -> None:
+        self.raft, self.clock = raft, clock
+
+    def collect(self):
+        st = self.raft.read(queries.apply_stats)
+        rec = CounterMetricFamily("raftsched_slots_recorded", "slots that did not become runs, by state (skipped, "
+                                  "coalesced) and reason (misfire, catchup_limit, overlap, queue_full, paused, policy, "
+                                  "cancelled), as this replica applied them", labels=["state", "reason"])
+        for (state, reason), n in sorted(st["recorded"].items()):
+            rec.add_metric([state, reason], n)
+        yield rec
+        fin = CounterMetricFamily("raftsched_runs_finished", "runs that ended, by state (succeeded, failed, dead), "
+                                  "as this replica applied them", labels=["state"])
+        for state, n in sorted(st["finished"].items()):
+            fin.add_metric([state], n)
+        yield fin
+        dl = CounterMetricFamily("raftsched_deadlines_judged", "slots' deadlines judged missed (with the cause: "
+                                 "never_started, still_running, failed, skipped, paused, untracked) or late, by "
+                                 "deadline, as this replica applied them", labels=["outcome", "deadline", "cause"])
+        for (outcome, which, cause), n in sorted(st["deadlines"].items()):
+            dl.add_metric([outcome, which, cause], n)
+        yield dl
+        for key, name, doc in (
+                ("slot_to_start", "raftsched_slot_to_start_seconds",
+                 "scheduled runs: from the slot to the first attempt's lease"),
+                ("slot_to_completion", "raftsched_slot_to_completion_seconds",
+                 "scheduled runs: from the slot to the end of the attempt that succeeded")):
+            bounds_ms, counts, sum_ms = st[key]
+            yield _histogram(name, doc, [b / 1000 for b in bounds_ms], counts, sum_ms / 1000)
+        now = self.clock.now_ms() if self.clock is not None else None
+        oldest = GaugeMetricFamily("raftsched_queue_oldest_ready_seconds",
+                                   "how long the queue's longest-waiting ready run has waited (queues with one)",
+                                   labels=["queue"])
+        if now is not None:
+            for q, age in sorted(self.raft.read(queries.oldest_ready, now).items()):
+                oldest.add_metric([q], age / 1000)
+        yield oldest
+
+
+def _histogram(name: str, doc: str, bounds, counts, sum_value: float) -> HistogramMetricFamily:
+    """A histogram family from per-bucket counts (the last: above every bound)."""
+    cumulative, acc = [], 0
+    for bound, n in zip(tuple(bounds) + (float("inf"),), counts):
+        acc += n
+        cumulative.append((floatToGoString(bound), acc))
+    return HistogramMetricFamily(name, doc, buckets=cumulative, sum_value=sum_value)
+
+
+class _RaftEventsCollector:
+    """This node's leadership changes with their cause, and its proposals by outcome."""
+
+    def __init__(self, raft, propose_latency: _FireLag) -> None:
+        self.raft = raft
+        self.propose_latency = propose_latency
+        #: outcome -> proposals (ok, unavailable, indeterminate, error)
+        self.proposals: dict[str, int] = {}
+
+    def observe_propose(self, seconds: float, outcome: str) -> None:
+        self.proposals[outcome] = self.proposals.get(outcome, 0) + 1
+        self.propose_latency.observe_ms((seconds * 1000,))
+
+    def collect(self):
+        changes = getattr(self.raft, "leadership_changes", None)
+        if changes is not None:
+            m = CounterMetricFamily("raftsched_raft_leadership_changes",
+                                    "this node gained or lost the leadership, and why (gained: election_timeout, "
+                                    "transfer; lost: higher_term, quorum_lost, transfer, clock_step_down)",
+                                    labels=["change", "cause"])
+            for (change, cause), n in sorted(dict(changes).items()):
+                m.add_metric([change, cause], n)
+            yield m
+        p = CounterMetricFamily("raftsched_proposals", "commands this node proposed (barriers included), by outcome",
+                                labels=["outcome"])
+        for outcome, n in sorted(self.proposals.items()):
+            p.add_metric([outcome], n)
+        yield p
+
+
+class _RequestsCollector:
+    """API requests by method, route template and status (counted by the API's outermost middleware)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str, str], int] = {}
+
+    def collect(self):
+        m = CounterMetricFamily("raftsched_api_requests", "API requests answered, by method, route (the route "
+                                "table's template; unmatched for none) and status", labels=["method", "route", "status"])
+        for key, n in sorted(self.counts.items()):
+            m.add_metric(list(key), n)
+        yield m
+
+
+class _ReadsCollector:
+    def __init__(self, reads) -> None:
+        self.reads = reads
+
+    def collect(self):
+        yield CounterMetricFamily("raftsched_read_barrier_rounds", "read barrier rounds this node started",
+                                  value=self.reads.rounds)
+        yield CounterMetricFamily("raftsched_read_barrier_reads", "consistent reads that waited at this node, "
+                                  "each for one round (those of a failed round included)", value=self.reads.reads)
+
+
 class NodeMetrics:
     def __init__(self, raft, trigger, worker, gc_pauses=None) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_StateCollector(raft, trigger, worker))
         self.registry.register(_RaftPortCollector(raft))
+        self.registry.register(_ApplyCollector(raft, getattr(trigger, "clock", None)))
+        propose_latency = _FireLag("raftsched_propose_seconds",
+                                   "how long this node's proposals took, from propose to applied here (barriers included)",
+                                   READ_BARRIER_BUCKETS)
+        self.registry.register(propose_latency)
+        self.raft_events = _RaftEventsCollector(raft, propose_latency)
+        self.registry.register(self.raft_events)
+        if hasattr(raft, "propose_observer"):
+            raft.propose_observer = self.raft_events.observe_propose
+        self.requests = _RequestsCollector()
+        self.registry.register(self.requests)
         if gc_pauses is not None:
             self.registry.register(_GcCollector(gc_pauses))
         self.fire_lag = _FireLag(
             "raftsched_fire_lag_seconds", "how late each slot was fired versus its scheduled time (leader)",
             FIRE_LAG_BUCKETS)
         self.registry.register(self.fire_lag)
+
+    def watch_reads(self, reads) -> None:
+        """The read barrier's rounds (node/reads.py): their latency, how many, the reads served."""
+        hist = _FireLag("raftsched_read_barrier_seconds",
+                        "how long each read barrier round took (one round serves every read waiting when it started)",
+                        READ_BARRIER_BUCKETS)
+        reads.observe = lambda s: hist.observe_ms((s * 1000,))
+        self.registry.register(hist)
+        self.registry.register(_ReadsCollector(reads))
+
+    def count_request(self, method: str, route: str | None, status: int | None) -> None:
+        """One API request answered (``route``: the route table's template, None when none matched)."""
+        key = (method if method in _METHODS else "other", route or "unmatched", str(status or 500))
+        c = self.requests.counts
+        c[key] = c.get(key, 0) + 1
 
     def observe_fire_lags(self, lags_ms) -> None:
         self.fire_lag.observe_ms(lags_ms)

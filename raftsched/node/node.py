@@ -20,7 +20,7 @@ from ..core.model import EXECUTOR_TYPES
 from ..core.state import SchedulerState
 from .. import gcpolicy, replication, sealing
 from ..config import ConfigError, read_secret_file
-from . import limits as node_limits
+from . import announce, limits as node_limits
 from ..worker import limits as worker_limits
 from .api import AUDIT, make_app
 from .backfills import BackfillStepper
@@ -289,6 +289,9 @@ async def _serve(cfg: NodeConfig, raft, loop, app, trigger, worker, stop, gc_pau
                  cfg.raft_addr, ",".join(cfg.peers) or "-", cfg.data_dir, os.getpid())
         loops = {"trigger": trigger.run(), "gc": gcpolicy.poll_forever(gc_pauses, node_limits.gc_poll_s), "fleet": fleet.run(),
                  "audit": app[AUDIT].run(trigger.clock)}
+        url = announce.api_url(cfg.api_host, cfg.api_port, ssl_ctx is not None)
+        if url is not None:  # where this node's API is, for GET /v1/cluster on the others
+            loops["announce"] = announce.announce_loop(raft, trigger.clock, cfg.raft_addr, url)
         if cfg.worker_slots > 0:
             loops["worker"] = worker.run()
         # One task group: a loop that fails cancels the others and the wait for ``stop``, and

@@ -42,9 +42,9 @@ from ..core.notify_model import validate_sink
 from ..core.tenants import DEFAULT_POLICY
 from ..proposer import Proposer
 from ..worker.executors.http import _Pinned, checked_addresses
-from .http import PRINCIPAL, SERVICE, bool_param, int_param, json_body, optional_json_body, rid, tenants_of
+from .http import PRINCIPAL, SERVICE, int_param, json_body, optional_json_body, rid, tenants_of
 from .redact import restore_redacted
-from .routes import CONSISTENT, Param, Route, Tenancy
+from .routes import CONSISTENT, STALE, Param, Route, Tenancy
 
 log = logging.getLogger("raftsched.notify")
 
@@ -123,13 +123,11 @@ async def put_sink(request: web.Request) -> web.Response:
 
 async def get_sink(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    await svc.read_barrier(bool_param(request, "consistent"))
     return web.json_response(sink_view(_stored(svc, request.match_info["name"], request), svc.fingerprint))
 
 
 async def list_sinks(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    await svc.read_barrier(bool_param(request, "consistent"))
     out = []
     for name in svc.read(core_notify.sink_names):
         rec = svc.read(core_notify.sink_record, name)
@@ -149,7 +147,6 @@ async def delete_sink(request: web.Request) -> web.Response:
 
 async def sink_dead(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    await svc.read_barrier(bool_param(request, "consistent"))
     name = request.match_info["name"]
     limit = int_param(request, "limit", 100, 1, 1000)
     _stored(svc, name, request)
@@ -162,9 +159,9 @@ async def sink_dead(request: web.Request) -> web.Response:
 async def sink_requeue(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     name = request.match_info["name"]
+    body = await optional_json_body(request, {})
     rec = _stored(svc, name, request)
     _check_access(request, rec["spec"])
-    body = await optional_json_body(request, {})
     ids = None
     if isinstance(body, dict) and "events" in body:
         ids = body["events"]
@@ -181,15 +178,15 @@ _LIMIT = Param("limit", "integer", "at most this many, newest first", default=10
 #: The rows of the route table (node/routes.py).
 SINK_ROUTES = (
     Route("GET", "/v1/sinks", list_sinks, "read", Tenancy.FILTERED, "every sink (secrets redacted)",
-          params=(CONSISTENT,)),
+          params=(STALE, CONSISTENT)),
     Route("PUT", "/v1/sinks/{name}", put_sink, "jobs.write", Tenancy.CHECKED,
           "create (201) or replace (200) a sink", body="sink", ok=201, also_ok=(200,), errors=(403, 404, 422)),
     Route("GET", "/v1/sinks/{name}", get_sink, "read", Tenancy.CHECKED, "a sink and its delivery cursor",
-          params=(CONSISTENT,), errors=(404,)),
+          params=(STALE, CONSISTENT), errors=(404,)),
     Route("DELETE", "/v1/sinks/{name}", delete_sink, "jobs.write", Tenancy.CHECKED, "delete a sink",
           errors=(403, 404)),
     Route("GET", "/v1/sinks/{name}/dead", sink_dead, "read", Tenancy.CHECKED,
-          "the events a sink refused past its retry budget", params=(CONSISTENT, _LIMIT), errors=(404,)),
+          "the events a sink refused past its retry budget", params=(STALE, CONSISTENT, _LIMIT), errors=(404,)),
     Route("POST", "/v1/sinks/{name}/dead:requeue", sink_requeue, "jobs.write", Tenancy.CHECKED,
           "deliver a sink's dead events again", body="sink_requeue", body_optional=True, errors=(403, 404, 422)),
 )

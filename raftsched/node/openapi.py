@@ -28,6 +28,7 @@ from ..core.tokens import ROLES
 from ..worker import limits as worker_limits
 from . import limits as node_limits
 from .auth import ROLE_SCOPES
+from .dashboard import FILES as UI_FILES
 from .routes import OPEN, Route
 
 Schema = dict[str, Any]
@@ -310,6 +311,9 @@ RESPONSES: dict[str, Schema] = {
     "health": _obj({"ok": _BOOL, "role": {"type": ["string", "null"]}, "leader": {"type": ["string", "null"]}},
                    ("ok", "role", "leader"), closed=False),
     "metrics": {"type": "string", "description": "Prometheus text format 0.0.4"},
+    "html": {"type": "string", "description": "an HTML page"},
+    "static": {"type": "string", "description": "a file of the dashboard (script, style, icon)"},
+    "redirect": {"type": "string", "description": "a redirect (Location names the target)"},
     "openapi": _obj({"openapi": {"type": "string"}, "paths": {"type": "object"}}, ("openapi", "paths"),
                     closed=False),
     "cluster": _obj({"node": {"type": "string"}, "role": {"type": ["string", "null"]},
@@ -358,6 +362,7 @@ PATH_PARAMS: dict[tuple[str, str], Schema] = {
     ("tokens", "id"): _str(1, 32, r"^[!-~]+$"),
     ("members", "addr"): _str(1, 300, r"^[!-~]+$"),
     ("sinks", "name"): _name(limits.queue_name_chars_max),
+    ("ui", "file"): {"enum": sorted(UI_FILES)},
 }
 _VAR = re.compile(r"\{(\w+)(?::([^}]*))?\}")
 _ALTERNATION = re.compile(r"\w+(\|\w+)*")
@@ -461,14 +466,27 @@ def _operation(route: Route, oid: str) -> Schema:
             "schema": {"$ref": f"#/components/schemas/{route.body}"}}}}
     if route.response == "metrics":
         ok_content = {"text/plain": {"schema": RESPONSES["metrics"]}}
+    elif route.response == "redirect":  # the dashboard's bare /ui
+        ok_content = None
+    elif route.response == "html":
+        ok_content = {"text/html": {"schema": {"type": "string"}}}
+    elif route.response == "static":  # the dashboard's files (node/dashboard.py FILES)
+        ok_content = {t.split(";")[0]: {"schema": {"type": "string"}} for t in sorted(set(UI_FILES.values()))}
     else:
         schema = ({"$ref": f"#/components/schemas/{route.response}"} if route.response is not None
                   else {"type": "object"})
         ok_content = {"application/json": {"schema": schema}}
     responses: Schema = {}
     for status in (route.ok,) + route.also_ok:
-        responses[str(status)] = {"description": "done" if status == route.ok else "also answered",
-                                  "content": ok_content}
+        responses[str(status)] = {"description": "done" if status == route.ok else "also answered"}
+        if ok_content is not None:
+            responses[str(status)]["content"] = ok_content
+        if route.path == "/v1/cluster" or any(p.name == "stale" for p in route.params):
+            # A read of this node's replica as it is (node/reads.py) says so.
+            responses[str(status)]["headers"] = {"X-Raftsched-Stale": {
+                "description": "true when the answer was read from this node's replica without the read "
+                               "barrier (?stale=true; /v1/cluster unless ?consistent=true)",
+                "schema": {"type": "string", "enum": ["true"]}}}
     statuses = set(route.errors) | set(OPEN_ERRORS if open_ else COMMON_ERRORS)
     if route.body is not None:
         statuses |= {413, 422}

@@ -30,8 +30,8 @@ from ..core.errors import BadRequest, InvalidSpec
 from ..core.seal_keys import MAP_PATHS
 from .. import sealing
 from . import limits as node_limits
-from .http import SERVICE, bool_param, json_body
-from .routes import CONSISTENT, Route, Tenancy
+from .http import SERVICE, json_body
+from .routes import CONSISTENT, STALE, Route, Tenancy
 
 
 def status(svc) -> dict:
@@ -195,7 +195,6 @@ async def rotate(svc, body) -> dict:
 
 async def secrets_status(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    await svc.read_barrier(bool_param(request, "consistent"))
     return web.json_response(status(svc))
 
 
@@ -207,7 +206,7 @@ async def secrets_rotate(request: web.Request) -> web.Response:
 #: The rows of the route table (node/routes.py): an admin's.
 SECRETS_ROUTES = (
     Route("GET", "/v1/secrets", secrets_status, "admin", Tenancy.REFUSED,
-          "which keys the stored secret values are sealed under", params=(CONSISTENT,)),
+          "which keys the stored secret values are sealed under", params=(STALE, CONSISTENT)),
     Route("POST", "/v1/secrets:rotate", secrets_rotate, "admin", Tenancy.REFUSED,
           "seal every stored secret value under another key", body="secrets_rotate", errors=(422,)),
 )

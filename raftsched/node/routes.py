@@ -97,8 +97,15 @@ class Route:
 _VARIABLE_RE = re.compile(r"\{(\w+):[^}]*\}")
 
 #: Query parameters several routes share.
-CONSISTENT = Param("consistent", "boolean", "read through the log first: the answer reflects every write "
-                   "acknowledged before the request", default=False)
+#: A read route declares STALE: it is linearizable unless ``?stale=true`` (node/reads.py: the read
+#: middleware waits for a barrier round before the handler runs on every route that declares it).
+STALE = Param("stale", "boolean", "read this node's replica as it is, without waiting until it has applied "
+              "every write acknowledged before the request (the answer says X-Raftsched-Stale: true)",
+              default=False)
+#: Accepted (and checked) for clients written when reads were stale unless they asked: every read
+#: is consistent now unless ``stale=true``, whatever this says.
+CONSISTENT = Param("consistent", "boolean", "accepted for older clients; reads are consistent unless stale=true",
+                   default=False)
 
 
 def table(routes) -> dict[tuple[str, str], Route]:

@@ -23,6 +23,7 @@ from ..core.tenants import LIMITED
 from .. import sealing
 from . import batch, tenancy
 from ..proposer import Proposer
+from .reads import ReadBarrier
 from . import limits as node_limits
 from .redact import PROCESS_DEFAULT, Fingerprint, restore_redacted
 from .views import deadline_view, job_view, lock_view, policy_view, run_view, tenant_view
@@ -55,6 +56,8 @@ class Service:
         self.keyring = keyring
         #: The one way this node's API writes go out (raftsched/proposer.py).
         self.proposer = Proposer(raft, propose_timeout_s)
+        #: Every consistent read of this node's API waits on this (node/reads.py).
+        self.reads = ReadBarrier(raft, propose_timeout_s)
 
     # ------------------------------------------------------------------ plumbing
     async def propose(self, cmd: dict) -> dict:
@@ -72,9 +75,12 @@ class Service:
         lock applies take (``raft.read``)."""
         return self.raft.read(query, *args)
 
-    async def read_barrier(self, consistent: bool) -> None:
+    async def read_barrier(self, consistent: bool = True) -> None:
+        """Wait until this replica has applied every write acknowledged before the call (one
+        barrier round for every read waiting at once: node/reads.py); the API's read routes
+        wait in its read middleware already. :raises Unavailable:"""
         if consistent:
-            await self.raft.barrier(timeout_s=self.propose_timeout_s)
+            await self.reads.wait()
 
     # ------------------------------------------------------------------ jobs
     def _position(self, name: str, sched: dict, now: int, memo: dict | None = None) -> tuple[int, int, int | None]:
@@ -522,19 +528,22 @@ class Service:
         return page
 
     def job_runs(self, name: str, limit: int, state_filter: str | None, slot_ms: int | None,
-                 tenants: frozenset | None = None) -> dict:
+                 tenants: frozenset | None = None, window: queries.RunWindow | None = None) -> dict:
         """Job ``name``'s runs; with ``tenants``, those of these tenants only (a run belongs to
-        the tenant its job had when the run was made)."""
+        the tenant its job had when the run was made); with ``window``, in its time window,
+        after its cursor."""
         check_name(name)
-        out = self.read(queries.job_runs, name, limit, state_filter, slot_ms, tenants)
+        out = self.read(queries.job_runs, name, limit, state_filter, slot_ms, tenants, window)
         out["runs"] = self._views(out["runs"])
         return out
 
-    def list_runs(self, state_filter: str | None, limit: int, tenants: frozenset | None = None) -> dict:
-        """The newest runs (in ``state_filter``; of ``tenants``' jobs only, when given)."""
-        if tenants is not None:
-            return {"runs": self._views(self.read(queries.runs_in, tenants, state_filter, limit))}
-        return {"runs": self._views(self.read(queries.runs, state_filter, limit))}
+    def list_runs(self, state_filter: str | None, limit: int, tenants: frozenset | None = None,
+                  window: queries.RunWindow | None = None) -> dict:
+        """The newest runs (in ``state_filter``; of ``tenants``' jobs only, when given; in
+        ``window``, after its cursor): ``{"runs", "next"}``."""
+        out = self.read(queries.runs_page, state_filter, limit, tenants, window)
+        out["runs"] = self._views(out["runs"])
+        return out
 
     def get_run(self, run_id: str) -> dict:
         run = self.read(queries.run, run_id)

@@ -29,6 +29,10 @@ def job_view(job: dict, fp: Fingerprint = PROCESS_DEFAULT) -> dict:
             },
         },
     }
+    last = job.get("last")
+    # The newest run or recorded slot (its outcome, for a list of jobs), or null: none yet.
+    out["state"]["last_run"] = None if last is None else {
+        "id": last["id"], "slot": schedule.iso(last["slot"]), "state": last["state"], "reason": last.get("reason")}
     if job["spec"].get(LIMITED):  # written by a token limited to tenants: its tenant's policy holds it
         out["limited"] = True
     if "health" in job:  # docs/notifications.md, "Health"

@@ -295,7 +295,11 @@ class ClockGuard:
             self.counters["step_downs"] += 1
             logger.warning("clock.step_down offset_ms=%.0f agreeing=%s", j.offset_ms or 0.0,
                            ",".join(i for _, i, _ in agreeing))
-            sync._SyncObj__setState(_FOLLOWER)
+            sync._role_cause = "clock_step_down"  # why, for the role change's log and metric
+            try:
+                sync._SyncObj__setState(_FOLLOWER)
+            finally:
+                sync._role_cause = None
             sync._SyncObj__raftLeader = None
             self._disagree_since = None
 

@@ -64,6 +64,41 @@ class _SyncObj(MembershipMixin, SyncObj):
     #: The journal's sync gate (``_durable.py``; None with fsync off), set by its transport factory.
     _sync_gate = None
 
+    # -- why the role changes (role_cause; logged and counted by RaftNode) -------------------
+    #: Set while a message or a step that may change the role is handled: its cause.
+    _role_cause: str | None = None
+    #: When this node was last asked to stand at once by its leader (timeout_now), and when it
+    #: last handed its own leadership over (monotonic s).
+    _transfer_asked_at = -1e9
+    _transferred_at = -1e9
+    #: Why this node's current candidacy began (the cause a won election is counted with).
+    _candidacy_cause = "election_timeout"
+
+    def transferLeadership(self, node=None, callback=None):
+        self._transferred_at = monotonic()
+        return SyncObj.transferLeadership(self, node, callback)
+
+    def role_cause(self, old: int, new: int) -> str:
+        """Why the role changes from ``old`` to ``new`` now (called from onStateChanged, on the
+        tick thread): ``election_timeout`` (no word from a leader within the election timeout),
+        ``transfer`` (the leader handed over: asked to stand, or handing over), ``higher_term``
+        (a member with a higher term), ``leader_seen`` (another member won this term),
+        ``quorum_lost`` (a leader without answers from a majority for leaderFallbackTimeout),
+        ``clock_step_down`` (_clockguard.py), ``elected`` is never a cause: a won election is
+        counted with its candidacy's."""
+        now = monotonic()
+        if new == _CANDIDATE:
+            cause = "transfer" if now - self._transfer_asked_at < _TRANSFER_CAUSE_S else "election_timeout"
+            self._candidacy_cause = cause
+            return cause
+        if new == _LEADER:
+            return self._candidacy_cause
+        if old == _LEADER and now - self._transferred_at < _TRANSFER_CAUSE_S:
+            return "transfer"
+        if self._role_cause is not None:
+            return self._role_cause
+        return "quorum_lost" if old == _LEADER else "unknown"
+
     def _onTick(self, timeToWait=0.0):
         # Sync before acknowledging (_durable.py): every tick begins with the journal synced
         # (the leader counts itself towards a commit then), and the answers to what the poll
@@ -102,6 +137,13 @@ class _SyncObj(MembershipMixin, SyncObj):
         if _membership_forbidden(self, node, kind, message):
             return None
         order = _candidate_log_order(self, message) if kind == "request_vote" else None
+        if kind == "timeout_now" and node == self._SyncObj__raftLeader:
+            self._transfer_asked_at = monotonic()
+        term = message.get("term") if kind is not None else None
+        if isinstance(term, int) and term > self._SyncObj__raftCurrentTerm:
+            self._role_cause = "higher_term"
+        elif kind == "append_entries":
+            self._role_cause = "leader_seen"
         # Two candidates of one term with equally recent logs: a split vote (each voted for
         # itself), seen from both sides as each one's request reaches the other.
         split = order == 0 and self._SyncObj__raftState == _CANDIDATE \
@@ -124,6 +166,7 @@ class _SyncObj(MembershipMixin, SyncObj):
                         message, _tick.keep_log_tail = empty, True
             return SyncObj._SyncObj__onMessageReceived(self, node, message)
         finally:
+            self._role_cause = None
             _tick.keep_log_tail = False
             _tick.answer = None
             _tick.clock_echo = None
@@ -460,6 +503,9 @@ _CANDIDATE, _LEADER = 1, 2
 #: of a split vote, stands for election within this many seconds (uniformly drawn, so two such
 #: nodes rarely collide).
 _STAND_SOON_S = 0.1
+#: A candidacy this soon after the leader asked this node to stand, or a lost leadership this
+#: soon after handing it over, is a transfer's (role_cause).
+_TRANSFER_CAUSE_S = 2.0
 
 
 def _candidate_log_order(sync: SyncObj, message: dict) -> int | None:

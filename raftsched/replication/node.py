@@ -94,6 +94,17 @@ def _check_command(data) -> None:
 
 _ROLE_BY_RAFT_STATE = {0: "follower", 1: "candidate", 2: "leader"}
 
+#: What each cause of a role change (_SyncObj.role_cause) means, for the log line.
+ROLE_CAUSES = {
+    "election_timeout": "no word from a leader within the election timeout",
+    "transfer": "the leader handed its leadership over",
+    "higher_term": "a member spoke with a higher term",
+    "leader_seen": "another member won the election",
+    "quorum_lost": "no answer from a majority within leaderFallbackTimeout",
+    "clock_step_down": "this node's clock disagrees with the cluster's",
+    "unknown": "not known",
+}
+
 #: Pause between two attempts of a membership change that found no leader ready for it.
 _MEMBER_RETRY_PAUSE_S = 0.1
 
@@ -198,6 +209,12 @@ class RaftNode:
         self.counters: dict[str, int] = {"log_entries_proposed": 0, "commands_proposed": 0}
         #: connections the Raft port dropped, by reason (the transport's; ``status()``)
         self.connections_dropped: dict[str, int] = dict.fromkeys(DROP_REASONS, 0)
+        #: ("gained" / "lost", cause) -> how often this node gained or lost the leadership, and
+        #: why (_SyncObj.role_cause: a gain counts its candidacy's cause)
+        self.leadership_changes: dict[tuple[str, str], int] = {}
+        #: ``f(seconds, outcome)`` for each ``propose`` (barriers too): outcome ``ok``,
+        #: ``unavailable``, ``indeterminate`` or ``error``; the node's metrics set it.
+        self.propose_observer: Callable[[float, str], None] | None = None
 
         os.makedirs(self._data_dir, exist_ok=True)
         options = dict(RAFT_CONF_DEFAULTS)
@@ -342,11 +359,20 @@ class RaftNode:
         # Tick thread, inside pysyncobj's message handling: must never raise.
         try:
             self._raft_state = new_state
+            sync = self._sync
+            try:  # the role change is delivered whatever befalls its explanation
+                cause = sync.role_cause(old_state, new_state) if isinstance(sync, _SyncObj) else "unknown"
+            except Exception:  # noqa: BLE001
+                cause = "unknown"
             is_leader = new_state == 2
+            # Every role change says why (an election on an idle cluster is a question).
+            logger.info("replication.role self=%s role=%s was=%s term=%s cause=%s (%s)", self._self_addr,
+                        _ROLE_BY_RAFT_STATE.get(new_state), _ROLE_BY_RAFT_STATE.get(old_state),
+                        self._term_or_none(), cause, ROLE_CAUSES.get(cause, "?"))
             if is_leader != self._leader_flag:
                 self._leader_flag = is_leader
-                logger.info("replication.role self=%s role=%s term=%s", self._self_addr,
-                            _ROLE_BY_RAFT_STATE.get(new_state), self._term_or_none())
+                key = ("gained" if is_leader else "lost", cause)
+                self.leadership_changes[key] = self.leadership_changes.get(key, 0) + 1
                 self._deliver_role(is_leader)
         except BaseException:  # noqa: BLE001
             pass
@@ -453,6 +479,28 @@ class RaftNode:
         return True, ""
 
     async def propose(self, data: bytes, timeout_s: float = 5.0) -> dict:
+        """``_propose``, timed for ``propose_observer``."""
+        t0 = time.monotonic()
+        outcome = "error"
+        try:
+            res = await self._propose(data, timeout_s)
+            outcome = "ok"
+            return res
+        except Unavailable:
+            outcome = "unavailable"
+            raise
+        except Indeterminate:
+            outcome = "indeterminate"
+            raise
+        finally:
+            observe = self.propose_observer
+            if observe is not None:
+                try:
+                    observe(time.monotonic() - t0, outcome)
+                except Exception:  # noqa: BLE001 - a metric never fails a proposal
+                    logger.exception("replication.propose_observer_raised")
+
+    async def _propose(self, data: bytes, timeout_s: float = 5.0) -> dict:
         """Replicate one command and return ``apply_bytes``'s result, as applied on this node.
 
         While there is no reachable leader, waits for one until the deadline, resubmitting only

@@ -43,7 +43,7 @@ PROFILES = {
     # minute on 2 shared cores. Writes, scale and e2e share one cluster (shared_cluster), in that
     # order; windows are 1 s and sizes small. Registering through PUT costs ~2-5 ms of the leader
     # per job, so without a bulk endpoint the sizes marked *_put are used (the run records which).
-    "quick": {"failover_trials": 3, "writes": 50, "writes_register_put": 300, "writes_register_bulk": 1000,
+    "quick": {"failover_trials": 3, "writes": 50, "reads": 50, "reads_per_reader": 5, "writes_register_put": 300, "writes_register_bulk": 1000,
               "storm_jobs": 10000, "aps_storm_jobs": 1000, "sweep_ns": [1000, 3000], "sweep_ns_put": [500, 1500], "sweep_window_s": 1,
               "sweep_warmup_s": 0.5, "aps_warmup_s": 0.25, "aps_margin_s": 0.5, "storm_margin_s": 1.0,
               "e2e_jobs": 100, "e2e_window_s": 1, "e2e_warmup_s": 0, "e2e_slots": 32,
@@ -54,7 +54,7 @@ PROFILES = {
               "fleet_rest_due_window_s": 2,
               "durability_rounds": 1, "durability_writes": 20, "durability_register": 100, "durability_sweep_n": 1000,
               "durability_e2e_jobs": 0},
-    "full": {"failover_trials": 20, "writes": 1000, "writes_register_put": 5000, "writes_register_bulk": 50000,
+    "full": {"failover_trials": 20, "writes": 1000, "reads": 1000, "reads_per_reader": 100, "writes_register_put": 5000, "writes_register_bulk": 50000,
              "storm_jobs": 100000, "aps_storm_jobs": 10000, "sweep_ns": [1000, 10000, 30000, 100000], "sweep_ns_put": None,
              "sweep_window_s": 10, "sweep_warmup_s": 3, "aps_warmup_s": 3, "aps_margin_s": 2.0, "storm_margin_s": 1.5,
              "e2e_jobs": 5000, "e2e_window_s": 10, "e2e_warmup_s": 3,

@@ -100,6 +100,16 @@ def markdown(res: dict) -> str:
                 row("", f"jobs registered per second ({label}; {fmt(r['n'])} jobs): jobs/s (whole seconds min-max); request p50 / p99 ms",
                     f"{fmt(r['jobs_per_s'])}" + (f" ({fmt(pw['min'])}-{fmt(pw['max'])})" if pw else "")
                     + f"; {r['latency_ms'].get('p50')} / {r['latency_ms'].get('p99')}")
+    rd = (w or {}).get("reads") if isinstance(w, dict) else None
+    if isinstance(rd, dict) and "consistent" in rd:
+        n_r = rd["readers"]
+        for key, label in (("consistent", "consistent (default)"), ("stale", "?stale=true")):
+            for part, who in (("alone", f"1 client, {fmt(rd['n'])} sequential"),
+                              (f"{n_r}_readers", f"{n_r} clients, {fmt(rd['per_reader'])} each")):
+                r = rd[key][part]
+                extra = (f"; {fmt(r['barrier_rounds'])} barrier rounds" if "barrier_rounds" in r else "")
+                row(f"reads (GET {rd['path']} on a follower)" if (key, part) == ("consistent", "alone") else "",
+                    f"{label}, {who}: p50 / p99 / max (ms), reads/s", f"{_ppm(r['latency_ms'])}; {fmt(r['reads_per_s'])}{extra}")
     sw = res.get("sweep")
     if isinstance(sw, dict) and "ours" in sw:
         ours, aps = sw["ours"], sw.get("apscheduler", {})

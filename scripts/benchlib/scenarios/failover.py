@@ -40,7 +40,7 @@ def failover(tmp: Path, trials: int, clusters: list, n_jobs: int = 3) -> dict:
         try:
             # Steady state: the current leader has fired since the last restart caught up.
             t_ready = wall_ms()
-            wait_for(lambda: any(iso_ms(r["fired_at"]) > t_ready for r in conns[survivors[0]].get("/v1/runs?limit=10")[1]["runs"]),  # noqa: B023 - called in this iteration
+            wait_for(lambda: any(iso_ms(r["fired_at"]) > t_ready for r in conns[survivors[0]].get("/v1/runs?limit=10&stale=true")[1]["runs"]),  # noqa: B023 - called in this iteration
                      10, "a fire by the current leader before the kill", interval_s=0.02)
             # Kill at phase k/trials of a second: this second's if that is still 50 ms ahead, else
             # the next one's.
@@ -69,7 +69,7 @@ def failover(tmp: Path, trials: int, clusters: list, n_jobs: int = 3) -> dict:
                             s, b = conns[i].get("/v1/cluster")
                             if s == 200 and b.get("role") == "leader" and b.get("term", 0) > st["term"]:
                                 elected = {"ms": (time.perf_counter() - t_kill_mono) * 1000, "node": b["node"], "term": b["term"]}
-                        s, b = conns[i].get("/v1/runs?limit=10")
+                        s, b = conns[i].get("/v1/runs?limit=10&stale=true")  # the survivor's replica, leader or not
                         seen = time.perf_counter()
                     except (OSError, http.client.HTTPException):
                         continue

@@ -122,7 +122,7 @@ def cold_restart(c: BenchCluster, expect_jobs: int, logs: FireLogs | None) -> di
                     first_fire = {"s": round((r[0] - t_start) / 1000, 2), "slot_minus_start_ms": round(min(r[2]) - t_start) if r[2] else None}
             else:
                 for i in api_up:
-                    s_, b_ = c.get(i, "/v1/runs?limit=5")
+                    s_, b_ = c.get(i, "/v1/runs?limit=5&stale=true")  # before a leader too
                     hits = [iso_ms(x["fired_at"]) for x in (b_.get("runs", []) if s_ == 200 else [])
                             if x.get("fired_at") and iso_ms(x["fired_at"]) > t_start]
                     if hits:

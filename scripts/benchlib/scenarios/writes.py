@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from raftsched.testing.cluster import LocalCluster
@@ -51,6 +52,72 @@ def lone_writes(c: LocalCluster, n: int, warmup: int = 20) -> dict:
     return out
 
 
+#: Concurrent readers of the reads figure (issue 26: "with 32 concurrent readers").
+READERS = 32
+
+
+def _read_all(c: LocalCluster, i: int, paths: list[str], stale: bool) -> tuple[list[float], dict]:
+    """GET each of ``paths`` in turn on node ``i`` from one connection: client-side ms each."""
+    conn = Conn(c.api_ports[i], token=c.token)
+    lat, statuses = [], {}
+    try:
+        for path in paths:
+            path += "?stale=true" if stale else ""
+            a = time.perf_counter()
+            s, b = conn.request("GET", path)
+            lat.append((time.perf_counter() - a) * 1000)
+            statuses[s] = statuses.get(s, 0) + 1
+            if s != 200:
+                raise BenchError(f"GET {path} on node-{i + 1}: {s} {b}\n" + node_log_excerpt(c, i))
+    finally:
+        conn.close()
+    return lat, statuses
+
+
+def reads(c: LocalCluster, n: int, per_reader: int) -> dict:
+    """GET /v1/jobs/{name} on a follower: ``n`` sequential reads from one client, then
+    ``per_reader`` reads from each of READERS concurrent clients; consistent (the default: a read
+    barrier round, shared by the reads waiting at once, node/reads.py) and ``?stale=true`` beside
+    it. The follower's barrier rounds (from its /metrics) say how many reads one round served."""
+    leader, _ = leader_checked(c)
+    follower = (leader + 1) % c.n
+    names = [f"w-warm-leader-{k}" for k in range(20)]  # made by lone_writes
+
+    def rounds() -> float:
+        s, text = Conn(c.api_ports[follower], token=c.token).request("GET", "/metrics")
+        line = [x for x in str(text).splitlines() if x.startswith("raftsched_read_barrier_rounds_total ")]
+        return float(line[0].split()[1]) if s == 200 and line else float("nan")
+
+    out: dict = {"node": f"node-{follower + 1}", "path": "/v1/jobs/{name}", "n": n, "readers": READERS,
+                 "per_reader": per_reader}
+    for stale in (False, True):
+        key = "stale" if stale else "consistent"
+        r0 = rounds()
+        t0 = time.perf_counter()
+        lat, _ = _read_all(c, follower, [f"/v1/jobs/{names[k % len(names)]}" for k in range(n)], stale)
+        alone = {"latency_ms": summary(lat, 2), "reads_per_s": round(n / (time.perf_counter() - t0), 1)}
+        r1 = rounds()
+        with ThreadPoolExecutor(READERS) as pool:
+            t0 = time.perf_counter()
+            parts = list(pool.map(lambda w, st=stale: _read_all(
+                c, follower, [f"/v1/jobs/{names[(w + k) % len(names)]}" for k in range(per_reader)], st)[0],
+                range(READERS)))
+            took = time.perf_counter() - t0
+        r2 = rounds()
+        lat = [v for part in parts for v in part]
+        together = {"latency_ms": summary(lat, 2), "reads_per_s": round(len(lat) / took, 1)}
+        if not stale:
+            alone["barrier_rounds"] = r1 - r0
+            together["barrier_rounds"] = r2 - r1
+            together["reads_per_round"] = round(len(lat) / max(1.0, r2 - r1), 1)
+        out[key] = {"alone": alone, f"{READERS}_readers": together}
+        print(f"[bench] {key} reads on a follower: alone p50 {alone['latency_ms']['p50']} ms, p99 "
+              f"{alone['latency_ms']['p99']} ms; {READERS} readers p50 {together['latency_ms']['p50']} ms, "
+              f"p99 {together['latency_ms']['p99']} ms", file=sys.stderr)
+    check_alive(c, range(c.n))
+    return out
+
+
 def writes(tmp: Path, p: dict, clusters: list, shared: BenchCluster | None = None) -> dict:
     """Lone writes (above), then jobs registered per second through the API: CONCURRENCY clients
     sending PUT /v1/jobs/{name}, and the bulk endpoint when the nodes have it. On ``shared`` when
@@ -58,6 +125,7 @@ def writes(tmp: Path, p: dict, clusters: list, shared: BenchCluster | None = Non
     c = shared or start_cluster(tmp, "writes", clusters, NO_WORKER)
     out = lone_writes(c, p["writes"])
     out["cluster"] = c.tmp.name + ("" if shared is None else f" (shared, node args {c.extra_args})")
+    out["reads"] = reads(c, p["reads"], p["reads_per_reader"])
     leader, _ = leader_checked(c)
     n_put = p["writes_register_put"]
     reg = register_checked(c, leader, [(f"wr-{k}", IDLE_SPEC) for k in range(n_put)],

@@ -1,0 +1,92 @@
+"""What this replica applied, counted as it applies, for the node's metrics (node/metrics.py).
+
+Kept beside the state (``SchedulerState.stats``), never in a snapshot, never read by apply: it
+changes no result, so replicas stay identical whatever it holds. A scrape reads these counters
+and buckets, so it costs the same with 10 jobs or 1M (no walk of the runs). Each replica counts
+the commands it applied since its process started (Prometheus counters: they restart at zero).
+
+- ``finished``: runs that ended, by state (``succeeded``, ``failed``, ``dead``).
+- ``deadlines``: deadlines judged ``missed`` (with the cause) or ``late`` (deadlines.py).
+- ``recorded``: slots that did not become runs, by ``(state, reason)`` (``skipped`` / ``coalesced``;
+  ``misfire``, ``overlap``, ``queue_full``, ``paused``, ...), counted in slots (a record may stand
+  for a range of them).
+- ``slot_to_start`` / ``slot_to_completion``: for scheduled runs, from the slot to the first
+  attempt's lease (the command's ``now``: the proposer's clock), and from the slot to the end of
+  the attempt that succeeded; in ms, into fixed buckets.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left
+from typing import Any
+
+#: Bucket bounds (ms) of the slot -> start and slot -> completion histograms: from a run leased
+#: in the slot's tick to one that waited an hour in its queue.
+SLOT_BOUNDS_MS: tuple[int, ...] = (10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 30_000, 60_000,
+                                   300_000, 900_000, 3_600_000)
+
+
+class Buckets:
+    """A histogram in ms: ``counts[i]`` observations at most ``bounds[i]`` and above the bound
+    before (the last: above every bound), and their sum."""
+
+    def __init__(self, bounds_ms: tuple[int, ...]) -> None:
+        self.bounds_ms = bounds_ms
+        self.counts = [0] * (len(bounds_ms) + 1)
+        self.sum_ms = 0
+
+    def observe(self, ms: int) -> None:
+        if ms < 0:
+            ms = 0
+        self.counts[bisect_left(self.bounds_ms, ms)] += 1
+        self.sum_ms += ms
+
+
+class ApplyStats:
+    """The counters above (see the module's doc)."""
+
+    def __init__(self) -> None:
+        self.recorded: dict[tuple[str, str], int] = {}
+        #: runs that ended, by state: succeeded, failed (revoked), dead
+        self.finished: dict[str, int] = {}
+        #: deadlines judged missed or late (deadlines.py), by (outcome, which deadline, cause)
+        self.deadlines: dict[tuple[str, str, str], int] = {}
+        self.slot_to_start = Buckets(SLOT_BOUNDS_MS)
+        self.slot_to_completion = Buckets(SLOT_BOUNDS_MS)
+
+    def on_entry(self, entry: dict[str, Any]) -> None:
+        """A run or a record entered a job's history (fire.add_entry)."""
+        state = entry.get("state")
+        if state == "skipped" or state == "coalesced":
+            count = entry.get("count")
+            self.on_recorded(state, entry.get("reason"), count if isinstance(count, int) else 1)
+
+    def on_recorded(self, state: str, reason: Any, slots: int = 1) -> None:
+        """``slots`` slots ended as ``state`` for ``reason`` (a record, or a queued run skipped)."""
+        key = (state, reason if isinstance(reason, str) else "unknown")
+        self.recorded[key] = self.recorded.get(key, 0) + slots
+
+    def on_start(self, run: dict[str, Any], now: int) -> None:
+        """A run was leased (leases.grant): its first attempt's start, for a scheduled run."""
+        if run.get("kind") == "scheduled" and not run.get("attempts"):
+            slot = run.get("slot")
+            if isinstance(slot, int):
+                self.slot_to_start.observe(now - slot)
+
+    def on_deadline(self, outcome: Any, which: Any, cause: Any) -> None:
+        """A deadline was judged ``missed`` (``cause``: never_started, still_running, failed,
+        skipped, paused, untracked) or ``late`` (no cause), for ``which`` deadline."""
+        key = (str(outcome), which if isinstance(which, str) else "unknown",
+               cause if isinstance(cause, str) else "none")
+        self.deadlines[key] = self.deadlines.get(key, 0) + 1
+
+    def on_finished(self, state: str) -> None:
+        """A run ended ``state`` (failed, dead; a success is on_success's)."""
+        self.finished[state] = self.finished.get(state, 0) + 1
+
+    def on_success(self, run: dict[str, Any], now: int) -> None:
+        """A run's attempt succeeded (leases.close_attempt): the run is complete."""
+        self.on_finished("succeeded")
+        if run.get("kind") == "scheduled":
+            slot = run.get("slot")
+            if isinstance(slot, int):
+                self.slot_to_completion.observe(now - slot)

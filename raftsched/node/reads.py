@@ -1,0 +1,114 @@
+"""Reads that see every acknowledged write: one barrier round for every read waiting at once.
+
+Every GET of the API (but ``/healthz`` and ``/metrics``) is linearizable by default, as etcd's
+are: before it reads this node's replica, it waits until the replica has applied every write
+acknowledged before the request arrived. ``?stale=true`` reads the replica as it is, and the
+answer says so (``X-Raftsched-Stale: true``).
+
+How (docs/design.md, "Reads"): etcd's ReadIndex asks the leader for its commit index, the leader
+confirms it still leads with a heartbeat round, and the node waits until it has applied that
+index; hashicorp/raft's VerifyLeader is the same confirmation. pysyncobj offers neither: what it
+offers is a committed entry, so a round here is ``raft.barrier()``: a no-op committed through the
+leader (which proves both its leadership and the commit index at that moment) and applied on this
+node. The cost is made small by batching, as etcd batches ReadIndex requests: at most one round
+is in flight; every read that arrives while it is becomes one batch, served by the next round,
+which starts when the one in flight ends. A round must start after every read it serves arrived
+(a round already in flight may have been proposed before a write those reads must see), so a
+burst of reads costs one round (two at most for the read that started the first), not one each.
+
+A node that knows no leader, or is not connected to the one it knows, cannot tell what is current:
+the read fails at once (503, Retry-After) rather than waiting out an election; ``?stale=true``
+still answers from its replica.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Callable
+
+from ..core.errors import Indeterminate, RaftschedError, Unavailable
+
+log = logging.getLogger("raftsched.reads")
+
+#: The header a stale read's answer carries.
+STALE_HEADER = "X-Raftsched-Stale"
+
+
+class ReadBarrier:
+    """One barrier round for every read waiting when it starts (see the module's doc).
+
+    :param raft: the replication adapter (``barrier``, ``status``).
+    :param timeout_s: how long a round may take before its reads fail (503).
+    :param observe: ``f(seconds)`` for each round's duration (the read-barrier latency metric).
+    """
+
+    def __init__(self, raft, timeout_s: float, observe: Callable[[float], None] | None = None,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.raft = raft
+        self.timeout_s = timeout_s
+        self.observe = observe
+        self._monotonic = monotonic
+        #: The batch the next round serves (None: nobody waits for one).
+        self._next: asyncio.Future | None = None
+        self._task: asyncio.Task | None = None
+        #: Rounds started, and reads served (a read waits for exactly one round).
+        self.rounds = 0
+        self.reads = 0
+
+    async def wait(self) -> None:
+        """Return once this node has applied every write acknowledged before the call.
+
+        :raises Unavailable: no leader now, or the round failed (nothing a read did changes).
+        """
+        loop = asyncio.get_running_loop()
+        fut = self._next
+        if fut is None:
+            fut = self._next = loop.create_future()
+            # A failed batch whose readers all went away still has its exception retrieved.
+            fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._rounds())
+        self.reads += 1
+        await asyncio.shield(fut)
+
+    async def _rounds(self) -> None:
+        while self._next is not None:
+            fut, self._next = self._next, None
+            self.rounds += 1
+            started = self._monotonic()
+            try:
+                await self._round()
+            except RaftschedError as e:
+                if not fut.done():
+                    fut.set_exception(e)
+            except BaseException as e:  # cancelled (the node stops): its reads end too
+                if not fut.done():
+                    fut.set_exception(Unavailable(f"read barrier interrupted ({type(e).__name__})"))
+                raise
+            else:
+                if not fut.done():
+                    fut.set_result(None)
+            finally:
+                if self.observe is not None:
+                    try:
+                        self.observe(self._monotonic() - started)
+                    except Exception:  # a metric never stalls the reads waiting for the next round
+                        log.exception("reads: the barrier latency observer raised")
+
+    async def _round(self) -> None:
+        st = self.raft.status()
+        leader = st.get("leader")
+        if leader is None:
+            raise Unavailable("no leader: this node cannot tell which writes are acknowledged; "
+                              "retry, or read its replica as it is with ?stale=true", leader=None)
+        connected = st.get("peers_connected")
+        if leader != st.get("self") and connected is not None and leader not in connected:
+            # Cut off from the leader it last heard of: no round could commit before the deadline.
+            raise Unavailable(f"the leader {leader} is not reachable from this node; retry, or read its "
+                              "replica as it is with ?stale=true", leader=leader)
+        try:
+            await self.raft.barrier(timeout_s=self.timeout_s)
+        except Indeterminate as e:
+            # The barrier is a no-op: whether it applied or not, this read learnt nothing.
+            raise Unavailable(f"read barrier did not complete: {e.message}", leader=e.extra.get("leader")) from None

@@ -1,0 +1,202 @@
+"""/metrics as Prometheus accepts it (``promtool check metrics``), what it counts without a walk
+of the runs (core/stats.py), and the alert rules of docs/operations.md (``promtool check rules``).
+In-process (FakeRaft, FakeClock); a real node's /metrics is checked in tests/test_cluster.py.
+
+promtool comes from Debian's prometheus package (raftsched/testing/promtool.py): when it cannot
+be had, these tests are skipped only for a user who is not root (CI runs as root: it must be had).
+"""
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from raftsched.core import queries
+from raftsched.core.state import SchedulerState
+from raftsched.core.stats import ApplyStats
+from raftsched.node.http import FLEET
+from raftsched.testing import promtool
+
+from test_api import AUTH, SPEC, Env, put
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def promtool_check(args: list[str], stdin: str | None = None):
+    path, why = promtool.fetch()
+    if path is None:
+        if os.geteuid() != 0:
+            pytest.skip(why)
+        pytest.fail(f"promtool is needed as root (CI): {why}")
+    return promtool.run(args, stdin)
+
+
+def check_metrics(text: str) -> None:
+    """``promtool check metrics``: the format and its lint (names, units, _total, HELP)."""
+    p = promtool_check(["check", "metrics"], text)
+    assert p.returncode == 0 and not p.stdout.strip() and not p.stderr.strip(), \
+        f"promtool check metrics: {p.returncode}\n{p.stdout}\n{p.stderr}"
+
+
+def sample(text: str, name: str, **labels) -> float | None:
+    """The value of the series ``name{labels}`` in an exposition, or None."""
+    for line in text.splitlines():
+        if not line.startswith(name):
+            continue
+        m = re.fullmatch(r"([a-zA-Z_:][\w:]*)(\{(.*)\})? (\S+)", line)
+        if m is None or m.group(1) != name:
+            continue
+        got = dict(re.findall(r'(\w+)="([^"]*)"', m.group(3) or ""))
+        if got == {k: str(v) for k, v in labels.items()}:
+            return float(m.group(4))
+    return None
+
+
+def test_metrics_pass_promtool_and_count_records_starts_completions_requests_and_waits():
+    """Slots a skip policy records, runs leased and completed, the oldest ready run, API requests
+    by route template and status, proposals, the garbage collector: all in an exposition that
+    promtool accepts."""
+    async def main():
+        env = Env(metrics=True)
+        fleet_task = asyncio.create_task(env.app[FLEET].run())
+        try:
+            async with TestClient(TestServer(env.app, host="127.0.0.1"), headers=AUTH) as c:
+                assert (await put(c, "a")).status == 201  # every 10 s, fire_all
+                skip = dict(SPEC, misfire={"policy": "skip", "grace_s": 1})
+                assert (await put(c, "s", skip)).status == 201
+                late = dict(SPEC, queue="slow", deadline={"start_within_s": 5})
+                assert (await put(c, "d", late)).status == 201  # its runs wait in a queue nobody leases
+                env.clock.advance(35_000)
+                await env.trigger.tick()  # a: slots 10, 20, 30 s queued; s: 10, 20 skipped, 30 late too
+                env.clock.advance(10_000)
+                await env.trigger.tick()  # d's slots missed their start deadline: judged by the sweep
+                await env.trigger.tick()
+                r = await c.post("/v1/workers/w1/lease", data=json.dumps(
+                    {"slots": 1, "executors": ["shell"], "labels": {}, "queues": ["default"], "version": "1",
+                     "instance": "i1", "max": 1, "wait_s": 0.2, "ttl_ms": 10_000}))
+                grant = (await r.json())["runs"][0]
+                env.clock.advance(2_000)
+                r = await c.post("/v1/workers/w1/complete", data=json.dumps(
+                    {"results": [{"run": grant["id"], "token": grant["token"], "success": True}]}))
+                assert (await r.json())["results"][0]["ok"]
+                assert (await c.get("/v1/jobs/nope")).status == 404
+                assert (await c.get("/nowhere")).status == 404
+                text = await (await c.get("/metrics")).text()
+        finally:
+            fleet_task.cancel()
+            await asyncio.gather(fleet_task, return_exceptions=True)
+        return env, grant, text
+
+    env, grant, text = asyncio.run(main())
+    check_metrics(text)
+    assert sample(text, "raftsched_slots_recorded_total", state="skipped", reason="misfire") >= 2
+    assert sample(text, "raftsched_slot_to_start_seconds_count") == 1
+    # The oldest run was leased first: its slot 10 s in, leased at 45 s, completed at 47 s.
+    assert sample(text, "raftsched_slot_to_start_seconds_sum") == 35
+    assert sample(text, "raftsched_slot_to_start_seconds_bucket", le="60.0") == 1
+    assert sample(text, "raftsched_slot_to_start_seconds_bucket", le="30.0") == 0
+    assert sample(text, "raftsched_slot_to_completion_seconds_sum") == 37
+    assert (sample(text, "raftsched_deadlines_judged_total", outcome="missed", deadline="start_within_s",
+                   cause="never_started") or 0) >= 3
+    assert sample(text, "raftsched_runs_finished_total", state="succeeded") == 1
+    assert sample(text, "raftsched_runs", state="queued") == 7  # a: 20, 30, 40 s; d: 10, 20, 30, 40 s
+    # a's runs still queued (slots 20, 30, 40 s at 47 s): the oldest waited 27 s; d's since 10 s.
+    assert sample(text, "raftsched_queue_oldest_ready_seconds", queue="default") == 27
+    assert sample(text, "raftsched_queue_oldest_ready_seconds", queue="slow") == 37
+    assert sample(text, "raftsched_api_requests_total", method="PUT", route="/v1/jobs/{name}", status=201) == 3
+    assert sample(text, "raftsched_api_requests_total", method="GET", route="/v1/jobs/{name}", status=404) == 1
+    assert sample(text, "raftsched_api_requests_total", method="GET", route="unmatched", status=404) == 1
+    assert sample(text, "raftsched_read_barrier_seconds_count") == 1
+    # The collections are CPython's own count since the process started, never a stale 0.
+    assert sample(text, "raftsched_gc_collections_total", generation=2) is None  # no GcPauses in this app
+    assert gc.get_stats()[0]["collections"] > 0
+
+
+def test_apply_stats_are_a_counter_per_reason_and_buckets_outside_the_snapshot():
+    """core/stats.py: records count their slots (a range counts each), queued runs skipped later
+    count too; the counters are no part of a snapshot, so replicas stay byte-identical."""
+    st = ApplyStats()
+    st.on_entry({"state": "coalesced", "reason": "misfire", "count": 5})
+    st.on_entry({"state": "skipped", "reason": "overlap"})
+    st.on_entry({"state": "queued"})
+    st.on_recorded("skipped", "paused")
+    st.on_start({"kind": "scheduled", "slot": 1000}, 1030)
+    st.on_start({"kind": "scheduled", "slot": 1000, "attempts": [{}]}, 9000)  # a retry: not a start
+    st.on_start({"kind": "manual", "slot": 1000}, 9000)
+    assert st.recorded == {("coalesced", "misfire"): 5, ("skipped", "overlap"): 1, ("skipped", "paused"): 1}
+    assert sum(st.slot_to_start.counts) == 1 and st.slot_to_start.sum_ms == 30
+    s = SchedulerState()
+    before, digest = s.snapshot(), s.state_hash()
+    s.stats.on_recorded("skipped", "misfire", 3)
+    assert (s.snapshot(), s.state_hash()) == (before, digest)
+    assert queries.apply_stats(s)["recorded"] == {("skipped", "misfire"): 3}
+
+
+def alert_rules() -> str:
+    """The alert rules docs/operations.md shows (the yaml block after "Alert rules")."""
+    text = (REPO / "docs" / "operations.md").read_text()
+    m = re.search(r"<!-- alert-rules -->\s*```yaml\n(.*?)```", text, re.S)
+    assert m, "docs/operations.md has no alert rules block (<!-- alert-rules --> then ```yaml)"
+    return m.group(1)
+
+
+def test_the_alert_rules_in_operations_md_pass_promtool_and_name_metrics_the_nodes_export(tmp_path):
+    rules = alert_rules()
+    f = tmp_path / "rules.yml"
+    f.write_text(rules)
+    p = promtool_check(["check", "rules", str(f)])
+    assert p.returncode == 0, f"promtool check rules: {p.stdout}\n{p.stderr}"
+    assert "SUCCESS" in p.stdout
+    for name in ("NoLeader", "FireLag", "DeadLetterQueueGrowing", "DeadlineMisses"):
+        assert f"alert: {name}" in rules
+    # The scrape configuration beside them, with the rules file it names (the token file it reads
+    # made here: promtool checks that it exists).
+    text = (REPO / "docs" / "operations.md").read_text()
+    m = re.search(r"```yaml\n(# prometheus.yml\n.*?)```", text, re.S)
+    assert m, "docs/operations.md has no scrape configuration (```yaml then # prometheus.yml)"
+    (tmp_path / "raftsched.token").write_text("rst_0000000000000000_x\n")
+    conf = tmp_path / "prometheus.yml"
+    conf.write_text(m.group(1).replace("/etc/prometheus/raftsched.token", str(tmp_path / "raftsched.token")))
+    f.rename(tmp_path / "raftsched-rules.yml")
+    p = promtool_check(["check", "config", str(conf)])
+    assert p.returncode == 0, f"promtool check config: {p.stdout}\n{p.stderr}"
+    # Every raftsched_ series a rule reads is one the code exports (a renamed metric breaks this).
+    source = "\n".join(p.read_text() for p in (REPO / "raftsched").rglob("*.py"))
+    for metric in set(re.findall(r"raftsched_[a-z_]+", rules)):
+        base = re.sub(r"_(total|bucket|count|sum)$", "", metric)
+        assert f'"{base}' in source, f"{metric} is read by an alert rule but no code exports it"
+
+
+def test_paused_jobs_are_counted_as_they_change_not_walked_at_a_scrape():
+    """raftsched_jobs_paused comes from a count jobs.py keeps (a pause twice counts once; resume,
+    delete, a replace and a restore keep it true), checked against a walk of the jobs."""
+    from raftsched.clock import FakeClock
+    from raftsched.node.service import Service
+
+    from fakes import FakeRaft
+
+    def walk(s):
+        return sum(1 for j in s.jobs.values() if j["paused"])
+
+    async def main():
+        s = SchedulerState()
+        svc = Service(FakeRaft(s), FakeClock(), "n1")
+        for n in ("a", "b", "c"):
+            await svc.put_job(n, SPEC, None)
+        steps = [svc.pause_job("a", None), svc.pause_job("a", None), svc.pause_job("b", None),
+                 svc.put_job("b", dict(SPEC, history=5), None), svc.resume_job("a", None, False),
+                 svc.pause_job("c", None), svc.delete_job("c", None)]
+        for step in steps:
+            await step
+            assert queries.gauges(s)["jobs_paused"] == walk(s)
+        assert walk(s) == 1  # b: paused, replaced (a replace keeps the pause)
+        restored = SchedulerState()
+        restored.restore(s.snapshot())
+        assert queries.gauges(restored)["jobs_paused"] == 1
+    asyncio.run(main())
