@@ -100,7 +100,9 @@ def paused_ever(data: dict) -> set[str]:
 
 def grid_ms(schedule: dict) -> tuple[int, int | None] | None:
     """(every_ms, phase_ms or None when it comes from the job's anchor) for schedules whose slots
-    form a uniform grid; None otherwise."""
+    form a uniform grid; None otherwise (and for a pipeline's triggered job, which has none)."""
+    if schedule is None:
+        return None
     if "every_s" in schedule:
         return schedule["every_s"] * 1000, None
     m = re.fullmatch(r"\*/(\d+) \* \* \* \* \*", schedule.get("cron", ""))
@@ -190,7 +192,7 @@ def check_lost_slots(data: dict) -> dict:
             by_job.setdefault(r["job"], []).append(r)
         for job in read.get("jobs", []):
             name = job["name"]
-            sched = job["spec"]["schedule"]
+            sched = job["spec"].get("schedule")
             g = grid_ms(sched)
             if g is None:
                 continue
@@ -303,14 +305,31 @@ def check_early_starts(data: dict) -> dict:
 # 2. No duplicate
 # ---------------------------------------------------------------------------------------------
 
+#: The reasons a pipeline child's record has that a requeue (or a propagating run) of a parent
+#: takes back (docs/pipelines.md, "Re-drive"): the slot is decided again, once.
+UPSTREAM_REASONS = ("upstream_failed", "upstream_missed", "upstream_timeout", "dependency_missing")
+
+
+def _rearmed(a: dict | None, b: dict) -> bool:
+    """Whether two entries of one run id are a pipeline child's record taken back and the slot
+    decided again (the record first: fired earlier), not a slot fired twice."""
+    if a is None or a["slot_ms"] != b["slot_ms"]:
+        return False
+    first, then = (a, b) if (a.get("fired_at") or 0) <= (b.get("fired_at") or 0) else (b, a)
+    return first.get("kind") == "recorded" and first.get("reason") in UPSTREAM_REASONS \
+        and (then.get("fired_at") or 0) >= (first.get("fired_at") or 0)
+
+
 def check_duplicates(data: dict) -> dict:
     """No slot is two runs (or a run and a record) in any node's state at any read; a run id keeps
-    its identity across reads (the same slot and fire time: it was created once); an attempt of a
+    its identity across reads (the same slot and fire time: it was created once), but for a
+    pipeline child's upstream record taken back by a re-arm and its slot decided again; an attempt of a
     run is granted once (one token per attempt, in the states and at the sink); a token belongs to
     one attempt of one run."""
     examples = []
     reads = _all_reads(data) + list(data.get("periodic") or [])
     identity: dict[str, tuple] = {}
+    seen_as: dict[tuple, dict] = {}  # (run id, identity) -> the entry seen so
     attempt_token: dict[tuple[str, int], int] = {}
     token_owner: dict[int, tuple[str, int]] = {}
 
@@ -335,7 +354,13 @@ def check_duplicates(data: dict) -> dict:
             ident = (r["slot_ms"], r.get("kind"), r.get("fired_at"))
             old = identity.setdefault(r["id"], ident)
             if old != ident:
-                examples.append(f"{where}: run {r['id']} was (slot, kind, fired_at) {old} and is now {ident}: fired twice")
+                was = seen_as.get((r["id"], old))
+                if _rearmed(was, r):
+                    if (r.get("fired_at") or 0) > (old[2] or 0):
+                        identity[r["id"]] = ident  # the later of the two
+                else:
+                    examples.append(f"{where}: run {r['id']} was (slot, kind, fired_at) {old} and is now {ident}: fired twice")
+            seen_as.setdefault((r["id"], ident), r)
             for a in r.get("attempts") or []:
                 note_grant(where, r["id"], a.get("attempt"), a.get("token"))
             if r.get("state") == "running":
@@ -861,8 +886,8 @@ def check_convergence(data: dict) -> dict:
         read = next((r for _, r in sorted(final.items()) if r.get("runs") is not None), None)
         if read is not None:
             for job in read.get("jobs", []):
-                if job.get("paused"):
-                    continue
+                if job.get("paused") or "after" in job["spec"]:
+                    continue  # a pipeline's child runs when its parents allow (check_pipeline)
                 g = grid_ms(job["spec"]["schedule"])
                 every = g[0] if g else 60_000
                 after = [r.get("fired_at") for r in read["runs"] if r["job"] == job["name"] and r["slot_ms"] > heal
@@ -1309,9 +1334,90 @@ def check_power_loss(data: dict) -> dict | None:
     return _result(VALID, [], stats)
 
 
+#: Kinds of run whose outcome reaches a pipeline's children without being asked to.
+_PROPAGATING = ("scheduled", "triggered", "recorded")
+
+
+def _meets(state: str, on: str) -> bool:
+    if state in ("skipped", "coalesced"):
+        return False
+    return on == "finished" or (state == "succeeded") == (on == "success")
+
+
+def check_pipeline(data: dict) -> dict:
+    """The pipeline workload (generator.PIPELINE_JOBS, docs/pipelines.md), in every final read:
+    no child's run without every parent's run of the same slot having ended as its edge asks
+    (the runs it names in ``upstream``, of that slot); no child slot twice; no slot silent: once
+    every parent's entry for a slot is final (a run that ended, or a record), the child has an
+    entry for it (a run, or a record with its reason), unless the slot is within DUE_SLACK_MS of
+    the read."""
+    examples, checked, children = [], 0, 0
+    final = ("succeeded", "failed", "dead", "skipped", "coalesced")
+    for read in _all_reads(data):
+        if read.get("runs") is None:
+            continue
+        specs = {j["name"]: j["spec"] for j in read.get("jobs", [])}
+        by_job: dict[str, list] = {}
+        for r in read["runs"]:
+            by_job.setdefault(r["job"], []).append(r)
+
+        def entry(job: str, slot: int, runs=by_job) -> dict | None:
+            for r in runs.get(job, ()):
+                hi = r.get("slot_to") or r["slot_ms"]
+                if r["slot_ms"] <= slot <= hi and r.get("kind") in _PROPAGATING:
+                    return r
+            return None
+
+        where = f"node-{read['node'] + 1} {read['phase']}"
+        for name, spec in specs.items():
+            after = spec.get("after")
+            if not after:
+                continue
+            children += 1
+            mine = by_job.get(name, [])
+            slots = [r["slot_ms"] for r in mine if r.get("kind") in _PROPAGATING]
+            dup = sorted({s for s in slots if slots.count(s) > 1})
+            if dup:
+                examples.append(f"{where}: {name} has slot {dup[0]} twice")
+            for r in mine:
+                if r.get("kind") == "recorded" or r.get("kind") not in _PROPAGATING:
+                    continue
+                checked += 1
+                named = set(r.get("upstream") or [])
+                for e in after:
+                    p = entry(e["job"], r["slot_ms"])
+                    if p is None or p["id"] not in named or not _meets(p["state"], e["on"]):
+                        examples.append(f"{where}: {r['id']} ran, but {e['job']}'s run of its slot is "
+                                        f"{_short(p, 200)} (edge {e['on']}; upstream {sorted(named)})")
+            parent_slots = set()
+            for e in after:
+                parent_slots |= {r["slot_ms"] for r in by_job.get(e["job"], ()) if r.get("kind") in _PROPAGATING
+                                 and r.get("slot_to") is None}
+            for slot in sorted(parent_slots):
+                if slot > read["t_start_ms"] - DUE_SLACK_MS:
+                    continue
+                ps = [entry(e["job"], slot) for e in after]
+                if any(p is None or p["state"] not in final for p in ps):
+                    continue
+                if any(p.get("finished_at") and p["finished_at"] > read["t_start_ms"] - DUE_SLACK_MS for p in ps):
+                    continue
+                checked += 1
+                if entry(name, slot) is None:
+                    examples.append(f"{where}: {name} is silent for slot {slot}: its parents ended "
+                                    f"{[(p['id'], p['state']) for p in ps]}")
+    if not children:
+        return _result(VALID, [], {"children": 0}, "no pipeline in this run")
+    return _result(VALID if not examples else INVALID, examples, {"children": children, "checked": checked})
+
+
 # ---------------------------------------------------------------------------------------------
 # Notifications (docs/notifications.md)
 # ---------------------------------------------------------------------------------------------
+
+#: How long after an event's commit (the cluster's clock) a read (the harness's clock) must begin
+#: to count against it: twice the clock guard's bound (core/limits.py clock_skew_ms_max).
+_EVENT_READ_MARGIN_MS = 2000
+
 
 def check_notifications(data: dict) -> dict | None:
     """The webhook receiver's log (``events``: {t_ms, signed, event, idempotency_key}, duplicates
@@ -1354,10 +1460,14 @@ def check_notifications(data: dict) -> dict | None:
         if gave_up:
             examples.append(f"the sink gave up {gave_up} events (its receiver answers every signed one)")
     # No event for something that did not happen.
-    seen_state: dict[str, set] = {}
+    # A read can contradict an event only if it began after the event was committed: the final
+    # reads may be taken moments before a run dies (the event's ``at`` is the cluster's time, the
+    # read's the harness's: the margin covers the clock guard's bound between them).
+    seen_state: dict[str, list[tuple[int | None, str]]] = {}
     for r in _all_reads(data) + list(data.get("periodic") or []):
+        t = r.get("t_start_ms", r.get("t_ms"))
         for run in r.get("runs") or []:
-            seen_state.setdefault(run["id"], set()).add(run.get("state"))
+            seen_state.setdefault(run["id"], []).append((t, run.get("state")))
     requeued_jobs = {op["job"] for op in client_ops(data) if op["f"] == "requeue"}
     told_jobs: set[str] = set()
     for e in by_id.values():
@@ -1365,7 +1475,9 @@ def check_notifications(data: dict) -> dict | None:
             continue
         stats["run_dead"] += 1
         told_jobs.add(e.get("job"))
-        states = seen_state.get(e.get("run_id"))
+        at = e.get("at") if isinstance(e.get("at"), int) else 0
+        states = {st for t, st in seen_state.get(e.get("run_id"), ())
+                  if isinstance(t, int) and t >= at + _EVENT_READ_MARGIN_MS}
         if states and "dead" not in states and e.get("job") not in requeued_jobs:
             examples.append(f"run.dead for {e.get('run_id')}, which every read shows {sorted(states)}: {_short(e)}")
     # Every failing job is told (at least its first dead run; nothing while it is paused).
@@ -1398,6 +1510,7 @@ CHECKERS = {
     "stress": check_stress,
     "power-loss": check_power_loss,
     "notifications": check_notifications,
+    "pipeline": check_pipeline,
 }
 
 

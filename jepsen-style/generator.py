@@ -35,12 +35,12 @@ PROFILES = {
     # 300 at 140 s and 4 s without it.
     "ci": {"time_limit_s": 145, "jobs_initial": 12, "jobs_min": 10, "jobs_max": 16, "clients": 2,
            "op_gap_s": (1.5, 3.5), "calm_s": (2.5, 3.5), "cron_share": 0.0, "extra_faults": True,
-           "placed_share": 0.4, "burst_share": 0.0, "member_faults": ("member-replace",)},
+           "placed_share": 0.4, "burst_share": 0.0, "member_faults": ("member-replace",), "pipeline": True},
     # Longer, more jobs, cron schedules too, longer faults; a share of the extra partitions of the
     # leader also run under write load (``burst_share``; the required one always does).
     "soak": {"time_limit_s": 600, "jobs_initial": 16, "jobs_min": 10, "jobs_max": 20, "clients": 3,
              "op_gap_s": (1.0, 3.0), "calm_s": (2.0, 6.0), "cron_share": 0.3, "extra_faults": True,
-             "placed_share": 0.4, "burst_share": 0.3, "member_faults": MEMBER_FAULTS},
+             "placed_share": 0.4, "burst_share": 0.3, "member_faults": MEMBER_FAULTS, "pipeline": True},
 }
 
 EXECUTOR = {"type": "python", "target": "jepsen_runner:attempt"}
@@ -357,11 +357,46 @@ def generate_faults(rng: random.Random, prof: dict, time_limit_s: float, nemeses
     return faults
 
 
+#: The ``pipeline`` workload (docs/pipelines.md): a chain A -> B -> C and a diamond A -> {B, C} -> D,
+#: put by client 0 before anything else, never changed by the clients; the middle steps fail a
+#: share of their attempts (``fail_pct``), so children record ``upstream_failed`` too. The
+#: ``pipeline`` checker judges them (checker.check_pipeline).
+PIPELINE_JOBS = (
+    ("pa", {"schedule": {"every_s": 2}}, {"fail_pct": 0, "work_ms": [50, 300]}),
+    ("pb", {"after": [{"job": "pa", "on": "success"}]}, {"fail_pct": 25, "work_ms": [50, 300]}),
+    ("pc", {"after": [{"job": "pb", "on": "success"}]}, {"fail_pct": 0, "work_ms": [50, 200]}),
+    ("da", {"schedule": {"every_s": 3}}, {"fail_pct": 0, "work_ms": [50, 300]}),
+    ("db", {"after": [{"job": "da", "on": "success"}]}, {"fail_pct": 25, "work_ms": [50, 300]}),
+    ("dc", {"after": [{"job": "da", "on": "finished"}]}, {"fail_pct": 0, "work_ms": [50, 300]}),
+    ("dd", {"after": [{"job": "db", "on": "success"}, {"job": "dc", "on": "success"}]},
+     {"fail_pct": 0, "work_ms": [50, 200]}),
+)
+
+
+def pipeline_ops() -> tuple[list, dict]:
+    """The pipeline workload's create operations (at the start, client 0) and failure plans."""
+    ops, plan = [], {}
+    for k, (name, part, fp) in enumerate(PIPELINE_JOBS):
+        spec = {"executor": EXECUTOR, "retry": {"max_attempts": 2, "backoff_s": 0.2, "backoff_multiplier": 1,
+                                                "backoff_max_s": 1, "jitter": 0.1},
+                "timeout_s": 30, "history": 1000, **part}
+        if "schedule" in part:
+            spec["misfire"] = {"policy": "fire_all", "grace_s": 2, "max_catchup": 3}
+        ops.append({"at": round(0.001 * k, 3), "client": 0, "f": "create", "job": name, "node": k % 3, "spec": spec,
+                    "pipeline": True})
+        plan[name] = dict(fp)
+    return ops, plan
+
+
 def generate(seed: int, profile: str, time_limit_s: float | None, nemeses: list[str]) -> dict:
     prof = PROFILES[profile]
     tl = float(time_limit_s if time_limit_s is not None else prof["time_limit_s"])
     rng = random.Random(seed)
     ops, plan = generate_workload(random.Random(rng.random()), prof, tl)
+    if prof.get("pipeline"):  # drawn from no generator: the rest of the schedule is as without it
+        p_ops, p_plan = pipeline_ops()
+        ops = sorted(p_ops + ops, key=lambda o: (o["at"], o["client"]))
+        plan.update(p_plan)
     faults = generate_faults(random.Random(rng.random()), prof, tl, nemeses)
     for f in faults:  # the burst writers' jobs, for the runner and the checkers
         plan.update((f.get("burst") or {}).get("plan") or {})

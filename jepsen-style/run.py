@@ -76,6 +76,8 @@ def compact_run(r: dict) -> dict:
     """The fields the checkers use, times as integer ms."""
     out = {k: r.get(k) for k in ("id", "job", "slot_ms", "state", "kind", "attempt", "fencing_token",
                                  "worker", "reason", "count", "error", "backfill", "requeue")}
+    if r.get("upstream") is not None:  # a pipeline child's parents (checker.check_pipeline)
+        out["upstream"] = [u.get("run") for u in r["upstream"]]
     for k in ("fired_at", "started_at", "finished_at", "slot_to", "due"):
         out[k] = iso_ms(r.get(k))
     if r.get("attempts") is not None:
@@ -239,7 +241,8 @@ class Run:
         """Wait until every run fired before the heal has finished (bounded), and at least long
         enough for every job to have fired again."""
         t_start = time.monotonic()
-        every_max = max((o["spec"]["schedule"].get("every_s", 3) for o in self.sched["ops"] if "spec" in o), default=3)
+        every_max = max(((o["spec"].get("schedule") or {}).get("every_s", 3) for o in self.sched["ops"] if "spec" in o),
+                        default=3)
         min_wait = every_max + 3
         pending = []
         while time.monotonic() - t_start < 45:

@@ -142,7 +142,7 @@ def add_commands(client) -> None:
     b.add_argument("--id", help="a backfill id: the same id again is the same backfill")
     b.add_argument("--dry-run", action="store_true", help="list the slots it would run and why others are left out")
     b.add_argument("--wait", action="store_true", help="a progress bar on stderr until it ends, then a table")
-    s = client("backfills", "list backfills and bulk DLQ operations, or show one", run=_backfills)
+    s = client("backfills", "list backfills and bulk DLQ operations, or show one", run=_backfills, read=True)
     s.add_argument("id", nargs="?")
     s.add_argument("--kind", choices=("backfill", "requeue", "purge"))
     s.add_argument("--job")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+import inspect
 import json
 import logging
 import os
@@ -308,6 +310,20 @@ def _worker_app(args, labels: dict):
     return AppExecutors(app, args.app, isolation=args.isolation or "thread")
 
 
+def _graph(args, client) -> int:
+    """``raftsched graph NAME``: one line an edge, ``parent -> child (on)``, the job's own marked."""
+    g = client.graph(args.name)
+    if args.json:
+        print(json.dumps(g, indent=2))
+        return 0
+    kinds = {n["job"]: n["kind"] for n in g["nodes"]}
+    print(f"{g['job']} ({kinds.get(g['job'])}): {len(g['parents'])} upstream, {len(g['children'])} downstream")
+    for e in g["edges"]:
+        mark = lambda j: f"[{j}]" if j == g["job"] else j  # noqa: E731
+        print(f"  {mark(e['from'])} -> {mark(e['to'])}  (on {e['on']}; {e['to']} is {kinds.get(e['to'])})")
+    return 0
+
+
 def cmd_worker(args) -> int:
     """``raftsched worker``: a worker process outside the Raft quorum (worker/remote.py)."""
     from .core.errors import InvalidSpec
@@ -516,6 +532,19 @@ def _sync(a, c: Client) -> int:
     return sync.run(a, c)
 
 
+class _StaleReads:
+    """The Client with ``stale=True`` on every method that takes it (``--stale``)."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._client, name)
+        if callable(attr) and "stale" in inspect.signature(attr).parameters:
+            return functools.partial(attr, stale=True)
+        return attr
+
+
 def _with_client(a) -> int:
     """Run a client subcommand: a Client over every node of --url (comma-separated), which it
     fails over between, and the attempt timeout of a batch (``apply`` sends thousands of jobs
@@ -543,7 +572,7 @@ def _with_client(a) -> int:
     # log line per attempt as well.
     _setup_logging("warning")
     try:
-        return a.client_run(a, c)
+        return a.client_run(a, _StaleReads(c) if getattr(a, "stale", False) else c)
     except RaftschedError as e:
         return print_error(e)
 
@@ -627,11 +656,11 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--log-level", default="info")
     w.set_defaults(func=cmd_worker)
 
-    def client(name: str, help_: str, call=None, *, run=None, parent=None) -> argparse.ArgumentParser:
+    def client(name: str, help_: str, call=None, *, run=None, parent=None, read=False) -> argparse.ArgumentParser:
         """A client subcommand (of ``parent``, default the top level). ``call(args, client)``
         makes the Client call whose answer is printed (``cli_output.show``); ``run(args, client)``
         does its own and returns the exit status. A RaftschedError either raises is printed by
-        ``_with_client``."""
+        ``_with_client``. A ``read`` takes ``--stale``."""
         c = (parent or sub).add_parser(name, help=help_)
         _target_args(c, "this client's")
         c.add_argument("-o", "--output", choices=FORMATS, default=None,
@@ -639,12 +668,16 @@ def main(argv: list[str] | None = None) -> int:
         c.add_argument("--deadline-s", type=float, default=DEADLINE_S_DEFAULT,
                        help="the longest one call may take: each node of --url is tried once, then the "
                             "command says what each answered")
+        if read:
+            c.add_argument("--stale", action="store_true",
+                           help="read the answering node's replica as it is: no read barrier, an answer with "
+                                "no leader too, possibly behind (docs/api.md, \"Consistent reads\")")
         c.set_defaults(func=_with_client, client_run=run or (lambda a, cl: show(call(a, cl))))
         return c
 
     client("cluster", "show the cluster", lambda a, c: c.cluster())
-    client("jobs", "list jobs", lambda a, c: c.list_jobs())
-    client("get", "show a job", lambda a, c: c.get_job(a.name)).add_argument("name")
+    client("jobs", "list jobs", lambda a, c: c.list_jobs(), read=True)
+    client("get", "show a job", lambda a, c: c.get_job(a.name), read=True).add_argument("name")
     c = client("put", "create or replace a job from a JSON spec file (- for stdin)", run=_put)
     c.add_argument("name")
     c.add_argument("spec_file")
@@ -654,18 +687,27 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--create-only", action="store_true", help="never replace: existing jobs are reported as conflicts")
     client("pause", "pause a job", lambda a, c: c.pause(a.name)).add_argument("name")
     client("resume", "resume a job", lambda a, c: c.resume(a.name)).add_argument("name")
-    client("trigger", "trigger a job", lambda a, c: c.trigger(a.name)).add_argument("name")
-    client("delete", "delete a job", lambda a, c: c.delete_job(a.name)).add_argument("name")
-    c = client("runs", "a job's runs and recorded slots, newest first", lambda a, c: c.runs(a.name, limit=a.limit))
+    c = client("trigger", "trigger a job", lambda a, c: c.trigger(a.name, propagate=a.propagate))
+    c.add_argument("name")
+    c.add_argument("--propagate", action="store_true", help="its outcome reaches the jobs that run after it")
+    c = client("delete", "delete a job", lambda a, c: c.delete_job(a.name, force=a.force))
+    c.add_argument("name")
+    c.add_argument("--force", action="store_true", help="though other jobs run after it (their waiting slots are "
+                                                       "recorded dependency_missing)")
+    c = client("graph", "the jobs a job runs after and that run after it, transitively", run=_graph)
+    c.add_argument("name")
+    c.add_argument("--json", action="store_true", help="print the graph as JSON")
+    c = client("runs", "a job's runs and recorded slots, newest first", lambda a, c: c.runs(a.name, limit=a.limit),
+               read=True)
     c.add_argument("name")
     c.add_argument("--limit", type=int, default=RUNS_SHOWN_DEFAULT)
 
-    client("dlq", "list dead runs (optionally of one queue)", lambda a, c: c.dlq(a.queue)).add_argument("--queue")
+    client("dlq", "list dead runs (optionally of one queue)", lambda a, c: c.dlq(a.queue), read=True).add_argument("--queue")
     # requeue and purge (one run, or --all-matching), backfill, backfills, backfill-cancel ...
     backfill_cli.add_commands(client)
-    client("queues", "queues: depth, running, oldest waiting, dead", lambda a, c: c.queues())
+    client("queues", "queues: depth, running, oldest waiting, dead", lambda a, c: c.queues(), read=True)
     client("workers", "the worker fleet: every worker, or one with the runs it holds (--id)",
-           lambda a, c: c.worker(a.id) if a.id else c.workers()).add_argument("--id")
+           lambda a, c: c.worker(a.id) if a.id else c.workers(), read=True).add_argument("--id")
     client("drain", "drain a worker: no more runs for it; it finishes what it runs and stops",
            lambda a, c: c.drain_worker(a.worker)).add_argument("worker")
     c = client("explain", "what an outage window would do to a job's slots, or (--slot) why a slot missed its deadline",
@@ -675,7 +717,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("down_to", nargs="?")
     c.add_argument("--slot", help="ISO time of one slot: why it met or missed its deadline")
     c = client("deadlines", "slots' deadline outcomes, newest first (docs/notifications.md, \"Deadlines\")",
-               lambda a, c: c.list_deadlines(a.state, a.job, a.since, a.limit))
+               lambda a, c: c.list_deadlines(a.state, a.job, a.since, a.limit), read=True)
     c.add_argument("--state", choices=("pending", "met", "late", "missed"))
     c.add_argument("--job")
     c.add_argument("--since", help="ISO time: only slots at or after it")
@@ -685,7 +727,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("name")
     c.add_argument("--status", choices=("start", "success", "fail"), default="success")
     c.add_argument("--slot", help="ISO time of the slot it reports (default: the newest still open)")
-    c = client("preview", "a job's next slots, with DST marks", lambda a, c: c.preview(a.name, a.count))
+    c = client("preview", "a job's next slots, with DST marks", lambda a, c: c.preview(a.name, a.count), read=True)
     c.add_argument("name")
     c.add_argument("--count", type=int, default=PREVIEW_COUNT_DEFAULT)
 
@@ -722,21 +764,21 @@ def main(argv: list[str] | None = None) -> int:
                     help="a worker token: the worker id it may speak for (repeat for several); default: any id")
     tc.add_argument("--job", action="append", dest="jobs",
                     help="a ping token (--role ping): a heartbeat job it may ping (repeat for several)")
-    client("list", "every token, without secrets", lambda a, c: c.tokens(), parent=ts)
+    client("list", "every token, without secrets", lambda a, c: c.tokens(), parent=ts, read=True)
     client("revoke", "revoke a token: every node refuses it once the revocation is committed",
            lambda a, c: c.revoke_token(a.id), parent=ts).add_argument("id")
 
     # Notification sinks (docs/notifications.md).
     ns = sub.add_parser("sinks", help="notification sinks: list, put, get, delete, dead, requeue") \
         .add_subparsers(dest="sinks_cmd", required=True)
-    client("list", "every sink (secrets redacted), its cursor and dead events", lambda a, c: c.sinks(), parent=ns)
+    client("list", "every sink (secrets redacted), its cursor and dead events", lambda a, c: c.sinks(), parent=ns, read=True)
     nc = client("put", "create or replace a sink from a JSON file (- for stdin)", run=_put_sink, parent=ns)
     nc.add_argument("name")
     nc.add_argument("spec_file")
-    client("get", "show a sink", lambda a, c: c.get_sink(a.name), parent=ns).add_argument("name")
+    client("get", "show a sink", lambda a, c: c.get_sink(a.name), parent=ns, read=True).add_argument("name")
     client("delete", "delete a sink", lambda a, c: c.delete_sink(a.name), parent=ns).add_argument("name")
     nc = client("dead", "the events a sink refused past its retry budget, newest first",
-                lambda a, c: c.sink_dead(a.name, a.limit), parent=ns)
+                lambda a, c: c.sink_dead(a.name, a.limit), parent=ns, read=True)
     nc.add_argument("name")
     nc.add_argument("--limit", type=int, default=RUNS_SHOWN_DEFAULT)
     nc = client("requeue", "deliver a sink's dead events again (all, or --event ID ...)",
@@ -752,7 +794,7 @@ def main(argv: list[str] | None = None) -> int:
     nk.add_argument("--id", help="the key's id (default: 8 random hex digits)")
     nk.set_defaults(func=_new_key)
     client("status", "the key new secrets are sealed under, and how many stored values each key holds",
-           lambda a, c: c.secrets_status(), parent=ss)
+           lambda a, c: c.secrets_status(), parent=ss, read=True)
     client("rotate-key", "seal every stored secret value under KEY (every node's ring must hold it)",
            lambda a, c: c.rotate_seal_key(a.key), parent=ss).add_argument("key")
 

@@ -32,8 +32,15 @@ Scenarios (--only takes a comma-separated subset; docs/benchmarks.md says what e
   durability the same lone writes, registration, sweep (one N) and e2e with fsync on and off
             (raftsched node --no-fsync), fresh clusters, alternating: what syncing before
             acknowledging costs
+  peers     (full run only, or --only peers) the HA peers on the same work: APScheduler 4 with three
+            schedulers on one PostgreSQL database, Celery beat + RedBeat with three beats on Redis
+            (each with its defaults and tuned for HA) beside our three nodes: fires per second and
+            lag at N jobs; K kill -9 of the active scheduler, a pause, a whole-set restart, with
+            slots lost and fired twice counted from one sink format (benchlib/sink.py). Installs
+            postgresql and redis-server with apt-get and the peers extra into a venv of its own
+            when missing; a peer that cannot be installed or started is "not run: why"
 
---quick runs every scenario small (about two minutes): writes, scale and e2e share one cluster.
+--quick runs every scenario but peers small (about two minutes): writes, scale and e2e share one cluster.
 
 Fire lag on our nodes comes from the fire-commit log: a node started with --fire-log <path>
 (RAFTSCHED_FIRE_LOG=<path> in code from before that flag) appends {"c": commit_ms, "p": plan_ms, "s": [slot_ms, ...]} for each committed fire command while it

@@ -134,7 +134,7 @@ ROUTES = [  # (method, path, body): one request a route, valid enough to pass au
     ("POST", "/v1/workers/w1/heartbeat", {"leases": [], "ttl_ms": 10_000}),
     ("POST", "/v1/workers/w1/complete", {"results": []}), ("POST", "/v1/workers/w1/release", {"leases": []}),
     ("GET", "/v1/workers", None), ("GET", "/v1/workers/w1", None), ("POST", "/v1/workers/w1/drain", None),
-    ("POST", "/v1/jobs/a/ping", {"status": "start"}), ("GET", "/v1/deadlines", None),
+    ("POST", "/v1/jobs/a/ping", {"status": "start"}), ("GET", "/v1/deadlines", None), ("GET", "/v1/jobs/a/graph", None),
     ("GET", "/v1/secrets", None), ("POST", "/v1/secrets:rotate", {"key": "process"}),
     ("POST", "/v1/cluster/members", {"addr": "127.0.0.1:7"}), ("DELETE", "/v1/cluster/members/127.0.0.1:8", None),
     ("GET", "/v1/sinks", None), ("GET", "/v1/sinks/s", None), ("GET", "/v1/sinks/s/dead", None),

@@ -1,6 +1,8 @@
 """The raftsched command: node flag errors, and the client subcommands against one real node."""
 from __future__ import annotations
 
+import argparse
+import inspect
 import json
 import logging
 import subprocess
@@ -285,3 +287,53 @@ def test_the_sinks_subcommands_call_the_client(monkeypatch, capsys, tmp_path):
     spec.write_text("{not json")
     rc, made = _run(monkeypatch, ["sinks", "put", "ops", str(spec)])
     assert rc == 1 and "malformed JSON" in capsys.readouterr().err
+
+
+#: The read subcommands, and the client method each calls.
+STALE_READS = [(["jobs"], "list_jobs"), (["get", "j"], "get_job"), (["runs", "j"], "runs"), (["dlq"], "dlq"),
+               (["queues"], "queues"), (["workers"], "workers"), (["workers", "--id", "w"], "worker"),
+               (["deadlines"], "list_deadlines"), (["preview", "j"], "preview"), (["backfills"], "backfills"),
+               (["backfills", "b1"], "get_backfill"), (["tokens", "list"], "tokens"), (["sinks", "list"], "sinks"),
+               (["sinks", "get", "s"], "get_sink"), (["sinks", "dead", "s"], "sink_dead"),
+               (["secrets", "status"], "secrets_status")]
+
+
+def test_stale_reads_the_replica_on_every_read_subcommand_and_is_no_flag_of_a_write(monkeypatch, capsys):
+    """``--stale`` passes ``stale=True`` to the read the subcommand makes (the Client's own
+    signature says which methods take it); without it nothing is passed: reads are consistent."""
+    from raftsched.client import Client
+    calls: list = []
+
+    def method(name):
+        sig = inspect.signature(getattr(Client, name))
+
+        def call(*args, **kw):
+            calls.append((name, kw))
+            return {"called": name}
+        call.__signature__ = sig.replace(parameters=list(sig.parameters.values())[1:])
+        return call
+
+    class Recording(_FakeClient):
+        def __getattr__(self, name):
+            return method(name)
+    from raftsched import cli as cli_mod
+    monkeypatch.setattr(cli_mod, "Client", Recording)
+    monkeypatch.setattr(cli_mod, "_setup_logging", lambda level: None)
+    monkeypatch.setenv("RAFTSCHED_TOKEN", "t")
+    parsers = []  # cli.main's parser, built once (building it is most of a subcommand's time)
+    parse = argparse.ArgumentParser.parse_args
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args",
+                        lambda self, *a, **kw: (parsers.append(self), parse(self, *a, **kw))[1])
+    assert cli_mod.main(["queues", "--stale", "--url", "http://127.0.0.1:9"]) == 0
+    top = parsers[0]
+    for argv, name in STALE_READS:
+        for flag in ([], ["--stale"]):
+            calls.clear()
+            args = top.parse_args(argv + flag + ["--url", "http://127.0.0.1:9"])
+            assert args.func(args) == 0, argv
+            assert [c[0] for c in calls] == [name], argv
+            assert calls[0][1].get("stale", False) is bool(flag), (argv, flag, calls)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as ei:  # a write has no --stale
+        top.parse_args(["trigger", "j", "--stale", "--url", "http://127.0.0.1:9"])
+    assert ei.value.code == 2 and "--stale" in capsys.readouterr().err

@@ -43,6 +43,7 @@ CALLS = [
     (("GET", "/v1/jobs/{name}"), "get_job", ("a",)),
     (("GET", "/v1/jobs"), "list_jobs", (), {"labels": {"raftsched.app": "x"}}),
     (("GET", "/v1/jobs/{name}/runs"), "runs", ("a",), {"since": "2000-01-01T00:00:00Z"}),
+    (("GET", "/v1/jobs/{name}/graph"), "graph", ("a",)),
     (("GET", "/v1/jobs/{name}/preview"), "preview", ("a", 3)),
     (("POST", "/v1/preview"), "preview_spec", (PAUSED_SPEC, 2)),
     (("POST", "/v1/jobs/{name}/explain"), "explain", ("a", "2027-01-15T08:00:00Z", "2027-01-15T08:01:00Z")),
@@ -206,3 +207,69 @@ def test_each_method_calls_its_route_and_both_clients_answer_alike():
                    "lock_acquire", "lock_info", "lock_renew", "lock_release", "delete_job"}
     listed = dict((spec[1], res) for spec, (_, res) in zip(CALLS, sync_out))
     assert [j["name"] for j in listed["list_jobs"][1]["jobs"]] == ["b"]
+
+
+def test_every_read_takes_stale_and_sends_it_only_when_asked():
+    """Reads are consistent by default (the node's read barrier); ``stale=True`` asks for the
+    replica as it is (``?stale=true``). Every client method of a route that takes ``stale`` has
+    it, and both clients send it when asked and only then; ``consistent=`` is still accepted."""
+    from raftsched.node import api, routes
+    table = routes.table(api.ROUTES)
+    takes_stale = {(r.method, r.key[1]) for r in table.values() if any(p.name == "stale" for p in r.params)}
+    reads = [spec for spec in CALLS if spec[0] in takes_stale]
+    assert {spec[0] for spec in reads} == takes_stale, "a read route without a call in CALLS"
+    for spec in reads:
+        for cls in (Client, AsyncClient):
+            assert "stale" in inspect.signature(getattr(cls, spec[1])).parameters, f"{cls.__name__}.{spec[1]}"
+
+    async def calls(url, seen):
+        out = []
+        sync = Client(url, token=TOKEN, deadline_s=5)
+        async with AsyncClient(url, token=TOKEN, deadline_s=5) as ac:
+            for spec in reads:
+                args, kw = _args(spec, {"lock_acquire": {"token": 1}})
+                for stale in (False, True):
+                    for which in ("sync", "async"):
+                        n = len(seen)
+                        try:
+                            if which == "sync":
+                                await asyncio.to_thread(getattr(sync, spec[1]), *args, **kw, stale=stale)
+                            else:
+                                await getattr(ac, spec[1])(*args, **kw, stale=stale)
+                        except RaftschedError:
+                            pass  # a 404 of a thing not made here still shows what was sent
+                        out.append((spec[1], which, stale, seen[n:]))
+            n = len(seen)
+            try:
+                await ac.get_job("nosuch", True)  # consistent=, as older callers pass it
+            except RaftschedError:
+                pass
+            out.append(("get_job", "async", "consistent", seen[n:]))
+        return out
+
+    async def served(fn):
+        env = Env()
+        seen: list = []
+
+        @web.middleware
+        async def record(request, handler):
+            seen.append((request.method, request.match_info.route.resource.canonical, dict(request.query)))
+            return await handler(request)
+        env.app.middlewares.append(record)
+        server = TestServer(env.app, host="127.0.0.1")
+        await server.start_server()
+        try:
+            return await fn(str(server.make_url("")), seen)
+        finally:
+            await server.close()
+
+    out = asyncio.run(served(calls))
+    for name, which, stale, hits in out:
+        assert len(hits) == 1, (name, which, hits)
+        query = hits[0][2]
+        if stale == "consistent":
+            assert query.get("consistent") == "true" and "stale" not in query
+        elif stale:
+            assert query.get("stale") == "true", (name, which, query)
+        else:
+            assert "stale" not in query, (name, which, query)

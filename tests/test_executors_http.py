@@ -81,6 +81,28 @@ def test_http_posts_payload_and_identity_headers():
     run(t())
 
 
+def test_an_http_runs_json_body_is_its_result_when_asked():
+    async def t():
+        app = web.Application()
+
+        async def answer(request):
+            return web.json_response({"rows": 42})
+        app.router.add_post("/json", answer)
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        try:
+            url = str(server.make_url("/json"))
+            c = ctx()
+            assert (await execute({"type": "http", "url": url, "result": True}, c, 10)).ok
+            assert c.result == {"rows": 42}
+            c = ctx()
+            assert (await execute({"type": "http", "url": url}, c, 10)).ok
+            assert c.result is None  # not asked: the body is output only
+        finally:
+            await server.close()
+    run(t())
+
+
 def test_http_error_status_redirect_and_bounded_body():
     async def t():
         async with Hook() as hook:

@@ -1010,6 +1010,64 @@ def test_a_lease_granted_before_a_cut_whose_worker_begins_after_it_is_not_a_gran
     assert verdict(d, "power-loss")[0] == "invalid"
 
 
+# ------------------------------------------------------------------------------- pipeline
+
+def _pipe_read(runs: list[dict]) -> dict:
+    jobs = [{"name": "pa", "spec": {"schedule": {"every_s": 2}}},
+            {"name": "pb", "spec": {"after": [{"job": "pa", "on": "success"}]}},
+            {"name": "pd", "spec": {"after": [{"job": "pa", "on": "success"}, {"job": "pb", "on": "finished"}]}}]
+    return {"reads": {"final": {"0": {"node": 0, "phase": "final", "t_start_ms": READ_AT, "jobs": jobs,
+                                      "runs": runs}}}}
+
+
+def _r(job, slot, state, kind="scheduled", upstream=None, **kw):
+    r = {"id": f"{job}@{slot}", "job": job, "slot_ms": slot, "state": state, "kind": kind,
+         "finished_at": slot + 500, **kw}
+    if upstream is not None:
+        r["upstream"] = upstream
+    return r
+
+
+def test_pipeline_a_chain_slot_by_slot_is_valid_and_its_records_count():
+    s1, s2 = T0 + 2000, T0 + 4000
+    runs = [_r("pa", s1, "succeeded"), _r("pb", s1, "succeeded", "triggered", [f"pa@{s1}"]),
+            _r("pd", s1, "succeeded", "triggered", [f"pa@{s1}", f"pb@{s1}"]),
+            _r("pa", s2, "dead"), _r("pb", s2, "skipped", "recorded", reason="upstream_failed"),
+            _r("pd", s2, "skipped", "recorded", reason="upstream_failed")]
+    assert verdict(_pipe_read(runs), "pipeline") == ("valid", [])
+    assert checker.check_all(good())["checkers"]["pipeline"]["valid"] == "valid"  # no pipeline: nothing to judge
+
+
+@pytest.mark.parametrize("change,why", [
+    (lambda rs: rs[0].update(state="dead"), "ran, but pa's run"),             # a child after a dead parent
+    (lambda rs: rs[1].update(upstream=[]), "ran, but pa's run"),              # a run its parents did not make
+    (lambda rs: rs.append(dict(rs[1], id=rs[1]["id"] + "x")), "twice"),       # a slot twice
+    (lambda rs: rs.remove(rs[2]), "silent"),                                  # a slot silent
+])
+def test_pipeline_counterexamples(change, why):
+    s1 = T0 + 2000
+    runs = [_r("pa", s1, "succeeded"), _r("pb", s1, "succeeded", "triggered", [f"pa@{s1}"]),
+            _r("pd", s1, "succeeded", "triggered", [f"pa@{s1}", f"pb@{s1}"])]
+    change(runs)
+    valid, examples = verdict(_pipe_read(runs), "pipeline")
+    assert valid == "invalid" and any(why in e for e in examples), examples
+
+
+def test_a_childs_upstream_record_taken_back_and_run_later_is_no_duplicate_but_a_run_fired_twice_is():
+    s1 = T0 + 2000
+    rec = _r("pb", s1, "skipped", "recorded", reason="upstream_failed")
+    rec["fired_at"] = s1 + 600
+    run = _r("pb", s1, "succeeded", "triggered", [f"pa@{s1}"])
+    run["fired_at"] = s1 + 9000
+    data = _pipe_read([_r("pa", s1, "succeeded"), run])
+    data["periodic"] = [{"node": 1, "phase": "periodic", "t_start_ms": s1 + 700, "runs": [rec]}]
+    assert verdict(data, "no-duplicate")[0] == "valid"
+    twice = dict(run, fired_at=s1 + 100, kind="triggered")
+    data["periodic"][0]["runs"] = [twice]
+    valid, examples = verdict(data, "no-duplicate")
+    assert valid == "invalid" and "fired twice" in examples[0]
+
+
 # ------------------------------------------------------------------------------- notifications
 def test_notifications_every_event_the_cursor_passed_arrived_once_or_alike():
     assert verdict(good(), "notifications")[0] == "valid"
@@ -1036,8 +1094,15 @@ def test_notifications_no_event_for_what_did_not_happen_and_every_failing_job_to
     ok_run = next(r for r in list(each_read(d))[0]["runs"] if r["state"] == "succeeded" and r["job"] == "b")
     for e in d["events"]:
         e["event"]["run_id"] = ok_run["id"]
+        e["event"]["at"] = READ_AT - 10_000  # long before the reads that show it succeeded
     v, ex = verdict(d, "notifications")
     assert v == "invalid" and "every read shows ['succeeded']" in ex[0], ex
+    # A read that began before the event was committed (a final read moments before the run died)
+    # cannot contradict it.
+    reads = list(each_read(d))
+    for e in d["events"]:
+        e["event"]["at"] = max(r.get("t_start_ms", r.get("t_ms", 0)) for r in reads) + 1
+    assert verdict(d, "notifications")[0] == "valid"
     d = good()
     d["events"] = []
     for r in each_read(d):

@@ -326,3 +326,14 @@ def test_a_backfills_runs_say_nothing_unless_a_route_asks_and_leave_health_alone
     assert any(r["state"] == "dead" for r in backfill_runs(s, "b1"))
     assert kinds(s) == (["run.dead"] if backfills else [])
     assert view_health(s.health["j"]) == healthy
+
+
+def test_the_per_job_gauges_jobs_are_kept_as_jobs_change_so_a_scrape_walks_only_them() -> None:
+    from raftsched.core.notify import metric_jobs
+    s = new_state(("a", job_with(metrics=True)), ("b", job_with()), ("c", job_with(metrics=True)))
+    assert [n for n, _ in metric_jobs(s)] == ["a", "c"] and s._metric_jobs.keys() == {"a", "c"}
+    assert apply(s, put_cmd(s, "a", job_with(), T0 + SEC))["ok"]           # replaced without
+    assert apply(s, put_cmd(s, "b", job_with(metrics=True), T0 + SEC))["ok"]  # replaced with
+    assert apply(s, commands.delete_job(T0 + 2 * SEC, None, name="c"))["ok"]
+    assert [n for n, _ in metric_jobs(s)] == ["b"]
+    assert [n for n, _ in metric_jobs(restored(s))] == ["b"]

@@ -166,3 +166,99 @@ def test_answers_conform_to_the_document():
     assert check("GET", "/v1/jobs/{name}", 200, "application/json", b'{"name": 1}') is not None
     assert check("GET", "/v1/jobs/{name}", 404, "application/json", b'{"error": {"code": "x"}}') is not None
     assert check("GET", "/v1/jobs/{name}", 418, "application/json", b"{}") is not None
+
+
+def test_every_json_route_names_its_answers_schema():
+    """No route is described as a bare object: a new row without ``response=`` fails here."""
+    bare = [f"{r.method} {r.path}" for r in TABLE.values() if r.response is None]
+    assert not bare, f"rows without response= (name a schema of node/openapi.py RESPONSES): {bare}"
+    doc = openapi.document(TABLE)
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            for status, resp in op["responses"].items():
+                schema = resp.get("content", {}).get("application/json", {}).get("schema")
+                assert schema != {"type": "object"}, f"{method.upper()} {path} {status} is a bare object"
+    # what it catches: a row added without one is a bare object in the document
+    row = routes.Route("GET", "/v1/widgets", api.get_job, "read", routes.Tenancy.SHARED, "x")
+    assert openapi.document([row])["paths"]["/v1/widgets"]["get"]["responses"]["200"]["content"][
+        "application/json"]["schema"] == {"type": "object"}
+
+
+SINK = {"type": "webhook", "url": "https://example.com/hook", "secrets": {"signing_key": "k" * 32}}
+DAY = "2027-01-14T00:00:00Z"  # before the fake clock's now (1.8e12 ms): a past range, no wall clock
+
+
+def test_the_other_operations_answers_conform_to_the_document():
+    """The rest of the operations' successes, in process, each against its named schema."""
+    check = _validator(openapi.document(TABLE))
+    lease = {"slots": 1, "executors": ["shell"], "max": 1, "wait_s": 0}
+
+    async def main():
+        env = Env()
+        out = []
+        async with TestClient(TestServer(env.app, host="127.0.0.1")) as c:
+            async def go(method, url, path, body=None, token=BOOT):
+                r = await c.request(method, url, headers=bearer(token),
+                                    data=None if body is None else json.dumps(body))
+                raw = await r.read()
+                out.append((method, path, r.status, r.content_type, raw))
+                assert r.status < 300, (method, url, r.status, raw[:300])
+                return json.loads(raw)
+            await go("PUT", "/v1/jobs/a", "/v1/jobs/{name}", SPEC)
+            await go("PUT", "/v1/jobs/hb", "/v1/jobs/{name}", {"schedule": {"every_s": 60}, "executor": {
+                     "type": "heartbeat"}, "misfire": {"policy": "skip"}})
+            env.clock.advance(61_000)
+            await env.trigger.tick()  # hb's first slot opens: a ping reports it
+            await go("POST", "/v1/jobs/hb/ping", "/v1/jobs/{name}/ping", {"status": "start"})
+            await go("POST", "/v1/jobs:batch", "/v1/jobs:batch", {"jobs": {"c": SPEC, "a": SPEC}, "create_only": True})
+            await go("POST", "/v1/jobs/a/resume", "/v1/jobs/{name}/resume")
+            await go("GET", "/v1/jobs/a/preview", "/v1/jobs/{name}/preview")
+            await go("POST", "/v1/preview", "/v1/preview", {"schedule": {"cron": "30 2 * * *", "timezone":
+                     "Europe/Berlin"}, "executor": SPEC["executor"], "misfire": SPEC["misfire"]})
+            await go("POST", "/v1/jobs/a/explain", "/v1/jobs/{name}/explain",
+                     {"down_from": DAY, "down_to": "2027-01-14T00:05:00Z"})
+            await go("POST", "/v1/jobs/a/explain", "/v1/jobs/{name}/explain", {"slot": DAY})
+            bf = {"from": DAY, "to": "2027-01-14T00:01:00Z"}
+            await go("POST", "/v1/jobs/a/backfills", "/v1/jobs/{name}/backfills", dict(bf, dry_run=True))
+            made = await go("POST", "/v1/jobs/a/backfills", "/v1/jobs/{name}/backfills", bf)
+            await go("GET", "/v1/backfills", "/v1/backfills")
+            await go("GET", f"/v1/backfills/{made['id']}", "/v1/backfills/{id}")
+            await go("POST", f"/v1/backfills/{made['id']}/pause", "/v1/backfills/{id}/{action}")
+            await go("POST", "/v1/dlq:requeue", "/v1/dlq:requeue", {"dry_run": True})
+            await go("POST", "/v1/dlq:purge", "/v1/dlq:purge", {})
+            await go("PUT", "/v1/queues/q", "/v1/queues/{name}", {"max_depth": 10})
+            await go("PUT", "/v1/tenants/t", "/v1/tenants/{name}", {"rate_per_s": 5, "executors": ["shell"]})
+            await go("GET", "/v1/tenants/t", "/v1/tenants/{name}")
+            await go("DELETE", "/v1/tenants/t", "/v1/tenants/{name}")
+            held = await go("POST", "/v1/locks/l/acquire", "/v1/locks/{name}/acquire", {"owner": "o", "ttl_s": 10})
+            await go("GET", "/v1/locks/l", "/v1/locks/{name}")
+            await go("POST", "/v1/locks/l/renew", "/v1/locks/{name}/renew", {"token": held["token"]})
+            await go("POST", "/v1/locks/l/release", "/v1/locks/{name}/release", {"token": held["token"]})
+            await go("GET", "/v1/deadlines", "/v1/deadlines")
+            await go("POST", "/v1/workers/w1/lease", "/v1/workers/{id}/lease", lease)
+            await go("POST", "/v1/workers/w1/heartbeat", "/v1/workers/{id}/heartbeat", {"leases": []})
+            await go("POST", "/v1/workers/w1/release", "/v1/workers/{id}/release", {"leases": []})
+            await go("POST", "/v1/workers/w1/complete", "/v1/workers/{id}/complete",
+                     {"results": [{"run": "a@1", "token": 1, "success": True}]})  # refused in its result
+            await go("POST", "/v1/cluster/members", "/v1/cluster/members", {"addr": "127.0.0.1:7"})
+            await go("DELETE", "/v1/cluster/members/127.0.0.1:7", "/v1/cluster/members/{addr}")
+            await go("GET", "/v1/workers", "/v1/workers")
+            await go("GET", "/v1/workers/w1", "/v1/workers/{id}")
+            await go("POST", "/v1/workers/w1/drain", "/v1/workers/{id}/drain")
+            await go("GET", "/v1/whoami", "/v1/whoami")
+            tok = await go("POST", "/v1/tokens", "/v1/tokens", {"role": "reader", "note": "n"})
+            await go("GET", "/v1/tokens", "/v1/tokens")
+            await go("DELETE", f"/v1/tokens/{tok['id']}", "/v1/tokens/{id}")
+            await go("GET", "/v1/secrets", "/v1/secrets")
+            await go("POST", "/v1/secrets:rotate", "/v1/secrets:rotate", {"key": "process"})
+            await go("PUT", "/v1/sinks/s", "/v1/sinks/{name}", SINK)
+            await go("GET", "/v1/sinks", "/v1/sinks")
+            await go("GET", "/v1/sinks/s", "/v1/sinks/{name}")
+            await go("GET", "/v1/sinks/s/dead", "/v1/sinks/{name}/dead")
+            await go("POST", "/v1/sinks/s/dead:requeue", "/v1/sinks/{name}/dead:requeue", {})
+            await go("DELETE", "/v1/sinks/s", "/v1/sinks/{name}")
+        return out
+
+    answers = asyncio.run(main())
+    bad = [m for a in answers if (m := check(*a)) is not None]
+    assert not bad, "\n".join(bad)

@@ -445,3 +445,50 @@ def test_an_answer_leaves_only_after_its_sync_and_a_failed_sync_stops_the_node(m
     with pytest.raises(Stopped) as stopped:
         gate.flush()
     assert stopped.value.args == (_durable.EXIT_SYNC_FAILED,) and j.log == []  # nothing answered
+
+
+def test_a_forked_child_does_not_keep_a_shadow_lock_another_thread_holds(tmp_path) -> None:
+    """pysyncobj's dump writer is a fork: a child that kept its copy of a lock file another thread
+    had locked would hold the lock for its whole life (a flock belongs to the open file, not to
+    the process). With three nodes in one process that deadlocked a power-cut test: the child
+    waited for a lock a thread held, the threads for the locks the child had copied."""
+    import fcntl
+    import threading
+
+    from raftsched.replication.powerloss import _Shadow
+
+    sh = _Shadow(str(tmp_path))
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with sh.locked():
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    assert held.wait(10)
+    r, w = os.pipe()
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child (its fork hooks have run): say so, then wait, holding what it kept
+        os.close(w)
+        os.write(ready_w, b"r")
+        os.read(r, 1)
+        os._exit(0)
+    try:
+        os.close(r)
+        os.close(ready_w)
+        assert os.read(ready_r, 1) == b"r"
+        os.close(ready_r)
+        release.set()
+        t.join(10)
+        fd = os.open(os.path.join(sh.dir, "lock"), os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError if the child kept it
+        finally:
+            os.close(fd)
+    finally:
+        os.write(w, b"x")
+        os.close(w)
+        os.waitpid(pid, 0)

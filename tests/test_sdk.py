@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
+import shutil
 import sys
 import textwrap
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
@@ -78,6 +80,12 @@ CASES = {
                          {"schedule": BASE, "misfire": SKIP, "pause_on_failure": {"after_consecutive": 3}}),
     "metrics": ({"every_s": 60, "misfire": "skip", "metrics": True},
                 {"schedule": BASE, "misfire": SKIP, "metrics": True}),
+    # pipelines: a job with after and no schedule is triggered by its parents
+    "after": ({"after": ["extract"], "misfire": "skip"}, {"misfire": SKIP, "after": ["extract"]}),
+    "match": ({"every_s": 60, "misfire": "skip", "after": ["extract"], "match": "latest"},
+              {"schedule": BASE, "misfire": SKIP, "after": ["extract"], "match": "latest"}),
+    "max_wait_s": ({"after": ["extract"], "misfire": "skip", "max_wait_s": 600},
+                   {"misfire": SKIP, "after": ["extract"], "max_wait_s": 600}),
 }
 
 
@@ -222,6 +230,27 @@ def test_load_app_finds_the_app_and_says_what_is_wrong(tmp_path, monkeypatch):
             assert says in str(ei.value)
     finally:
         sys.modules.pop("good_jobs", None)
+
+
+def test_loading_an_app_leaves_no_bytecode_in_its_tree(tmp_path, monkeypatch):
+    """``raftsched sync`` / ``worker --app`` run from examples/ (the README's SDK flow) must leave
+    no __pycache__ there: the app, and a package of the project it imports, load without it."""
+    shutil.copy(Path(__file__).parent.parent / "examples" / "nightly_report.py", tmp_path / "nightly_report_bc.py")
+    (tmp_path / "helpers_bc").mkdir()
+    (tmp_path / "helpers_bc" / "__init__.py").write_text("VALUE = 1\n")
+    (tmp_path / "jobs_bc.py").write_text("import helpers_bc\nfrom raftsched import App\napp = App()\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)  # as a plain `raftsched` process starts
+    try:
+        assert load_app("nightly_report_bc:app").jobs
+        assert load_app("jobs_bc").name == "jobs_bc"
+        assert sys.dont_write_bytecode is False  # put back after the import
+        left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if "__pycache__" in p.parts)
+        assert not left, left
+    finally:
+        for m in ("nightly_report_bc", "jobs_bc", "helpers_bc"):
+            sys.modules.pop(m, None)
 
 
 # ------------------------------------------------------------------ app defaults

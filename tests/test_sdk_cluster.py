@@ -172,6 +172,8 @@ def test_the_async_client_calls_every_endpoint_of_a_live_cluster(cluster):
             assert got["name"] == "async-fail" and got["spec"]["retry"]["max_attempts"] == 1
             page = await call("list_jobs", labels={"raftsched.app": "async"}, consistent=True)
             assert [j["name"] for j in page["jobs"]] == ["async-b"] and page["total"] == 1
+            g = await call("graph", "async-fail", consistent=True)
+            assert g["job"] == "async-fail" and g["parents"] == g["children"] == []
             pv = await call("preview", "async-fail", 2)
             assert len(pv["slots"]) == 2 and pv["job"] == "async-fail"
             assert len((await call("preview_spec", shell, 3))["slots"]) == 3

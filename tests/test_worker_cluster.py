@@ -167,3 +167,80 @@ def test_failing_job_ends_in_dlq_after_max_attempts_and_can_be_requeued(cluster)
     assert s == 200
     s, b = cluster.get(leader, f"/v1/dlq/{rid}")
     assert s == 404
+
+
+def _runs(c: Cluster, job: str) -> list[dict]:
+    i = c.wait_leader(30)
+    s, b = c.get(i, f"/v1/jobs/{job}/runs?limit=500&consistent=true")
+    assert s == 200, b
+    return b["runs"]
+
+
+def test_a_three_step_chain_under_a_leader_kill_with_a_failing_middle_step_and_a_requeue(cluster):
+    """Pipelines (docs/pipelines.md) on real nodes: a -> b -> c every 2 s; b fails while a marker
+    file is missing, so c records those slots upstream_failed; the leader is killed meanwhile.
+    For every slot: c ran only after a and b succeeded for it, at most once, and otherwise has
+    its record; requeuing a dead b re-arms c for that slot, which then runs."""
+    m = cluster.marks
+    ok = m / "pipe-ok"
+    a = {"schedule": {"every_s": 2}, "misfire": {"policy": "fire_all", "grace_s": 30},
+         "executor": {"type": "shell", "argv": ["sh", "-c", 'echo \'{"n": 1}\' > "$RAFTSCHED_RESULT_FILE"']}}
+    b = {"after": ["pipe-a"], "retry": {"max_attempts": 1},
+         "executor": {"type": "shell", "argv": ["sh", "-c", f'test -e "{ok}" || exit 7; echo "$RAFTSCHED_UPSTREAM"']}}
+    c = {"after": [{"job": "pipe-b", "on": "success"}],
+         "executor": {"type": "shell", "argv": ["sh", "-c", 'echo "$RAFTSCHED_UPSTREAM"']}}
+    leader = cluster.wait_leader(30)
+    s, body = cluster.call(leader, "POST", "/v1/jobs:batch", {"jobs": {"pipe-c": c, "pipe-b": b, "pipe-a": a}})
+    assert s == 200, body
+    wait_for(lambda: any(r["state"] == "skipped" and r.get("reason") == "upstream_failed"
+                         for r in _runs(cluster, "pipe-c")), 30, "a failed middle step recorded downstream")
+    cluster.kill(leader, signal.SIGKILL)
+    cluster.wait_leader(30, among=[j for j in range(3) if j != leader])
+    ok.write_text("")
+    os.chmod(ok, 0o644)
+    wait_for(lambda: any(r["state"] == "succeeded" for r in _runs(cluster, "pipe-c")), 40, "c runs again")
+    dead = [r for r in _runs(cluster, "pipe-b") if r["state"] == "dead"]
+    assert dead
+    i = cluster.wait_leader(30)
+    s, body = cluster.call(i, "POST", f"/v1/dlq/{dead[-1]['id']}/requeue")
+    assert s == 200 and body["rearmed"] == [dead[-1]["id"].replace("pipe-b@", "pipe-c@")], body
+    wait_for(lambda: any(r["id"] == body["rearmed"][0] and r["state"] == "succeeded"
+                         for r in _runs(cluster, "pipe-c")), 30, "the re-armed child runs")
+    s, _ = cluster.call(i, "POST", "/v1/jobs/pipe-a/pause")
+    assert s == 200
+    cluster.start(leader)
+    runs = {job: {r["slot_ms"]: r for r in _runs(cluster, job)} for job in ("pipe-a", "pipe-b", "pipe-c")}
+    for job in runs:
+        ids = [r["id"] for r in _runs(cluster, job)]
+        assert len(ids) == len(set(ids)), f"{job}: a run twice"
+    for slot, rc in runs["pipe-c"].items():
+        ra, rb = runs["pipe-a"].get(slot), runs["pipe-b"].get(slot)
+        if rc["state"] in ("queued", "running", "succeeded", "failed", "dead"):
+            assert ra and rb and ra["state"] == rb["state"] == "succeeded", (slot, ra, rb, rc)
+            assert [u["run"] for u in rc["upstream"]] == [rb["id"]]
+        else:
+            assert rc["reason"] in ("upstream_failed", "upstream_missed"), rc
+    for slot, rb in runs["pipe-b"].items():
+        if rb["state"] == "dead":
+            assert runs["pipe-c"][slot]["reason"] == "upstream_failed"
+        if rb["state"] == "succeeded":
+            assert slot in runs["pipe-c"], f"c silent for slot {slot}"
+    for job in ("pipe-c", "pipe-b", "pipe-a"):
+        s, _ = cluster.call(cluster.wait_leader(30), "DELETE", f"/v1/jobs/{job}")
+        assert s == 200
+
+
+def test_the_nightly_pipeline_example_runs_and_leaves_nothing_behind(cluster, capsys):
+    import sys as _sys
+    from procs import REPO
+    _sys.path.insert(0, str(REPO / "examples"))
+    try:
+        import nightly_pipeline
+    finally:
+        _sys.path.remove(str(REPO / "examples"))
+    urls = ",".join(cluster.url(i) for i in cluster.alive())
+    assert nightly_pipeline.demo(urls, cluster.token, timeout_s=30) == 0, capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "the chain ran" in out and '"clean_rows": 40' in out
+    s, page = cluster.get(cluster.wait_leader(30), "/v1/jobs?limit=1000&consistent=true")
+    assert s == 200 and not [j for j in page["jobs"] if j["name"].startswith("demo-pipeline-")]

@@ -23,6 +23,15 @@ The package, from the bottom up (nothing here imports raftsched.node):
   Request to the transport.
 - ``tls.py``: the TLS context of both.
 
+Reads
+-----
+Every read sees every write acknowledged before it began, whichever node answers: the node
+waits for a read barrier first (docs/api.md, "Consistent reads"). ``stale=True`` on a read
+method reads the answering node's replica as it is (``?stale=true``): no barrier, an answer with
+no leader too, possibly behind. ``consistent=``, which read methods still accept, is what every
+read is by default now and changes nothing, except on ``cluster()``: that read is this node's
+own view, stale unless ``consistent=True``.
+
 Locks, honestly
 ---------------
 A lock here is a lease: unless renewed, the leader expires it once it has seen no renewal for

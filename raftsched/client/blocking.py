@@ -176,33 +176,38 @@ class Client(Transport):
         return self._send(endpoints.put_jobs(jobs, create_only, idempotency_key=idempotency_key,
                                              deadline_s=deadline_s))
 
-    def get_job(self, name: str, consistent: bool = False) -> dict:
+    def get_job(self, name: str, consistent: bool = False, *, stale: bool = False) -> dict:
         """``GET /v1/jobs/{name}``: a job's spec and state."""
-        return self._send(endpoints.get_job(name, consistent))
+        return self._send(endpoints.get_job(name, consistent, stale=stale))
 
-    def delete_job(self, name: str) -> dict:
-        """``DELETE /v1/jobs/{name}``: delete a job."""
-        return self._send(endpoints.delete_job(name))
+    def delete_job(self, name: str, force: bool = False) -> dict:
+        """``DELETE /v1/jobs/{name}``: delete a job (``force``: though other jobs run after it)."""
+        return self._send(endpoints.delete_job(name, force))
+
+    def graph(self, name: str, consistent: bool = False, *, stale: bool = False) -> dict:
+        """``GET /v1/jobs/{name}/graph``: its parents and children, transitively (pipelines)."""
+        return self._send(endpoints.graph(name, consistent, stale=stale))
 
     def list_jobs(self, limit: int = PAGE_LIMIT_DEFAULT, after: str | None = None, consistent: bool = False,
-                  labels: dict[str, str] | None = None) -> dict:
+                  labels: dict[str, str] | None = None, *, stale: bool = False) -> dict:
         """``GET /v1/jobs``: one page of jobs, ``{"jobs", "next", "total"}`` (``labels``: only those)."""
-        return self._send(endpoints.list_jobs(limit, after, consistent, labels))
+        return self._send(endpoints.list_jobs(limit, after, consistent, labels, stale=stale))
 
     def runs(self, name: str, limit: int = PAGE_LIMIT_DEFAULT, state: str | None = None, slot: str | None = None,
              consistent: bool = False, *, since: str | None = None, until: str | None = None,
-             before: str | None = None) -> dict:
+             before: str | None = None, stale: bool = False) -> dict:
         """``GET /v1/jobs/{name}/runs``: a job's runs, newest first (a window, a cursor)."""
         return self._send(endpoints.runs(name, limit, state, slot, consistent, since=since, until=until,
-                                         before=before))
+                                         before=before, stale=stale))
 
-    def get_run(self, run: str) -> dict:
+    def get_run(self, run: str, *, stale: bool = False) -> dict:
         """``GET /v1/runs/{run}``: one run."""
-        return self._send(endpoints.get_run(run))
+        return self._send(endpoints.get_run(run, stale=stale))
 
-    def preview(self, name: str, count: int = PREVIEW_COUNT_DEFAULT, after: str | None = None) -> dict:
+    def preview(self, name: str, count: int = PREVIEW_COUNT_DEFAULT, after: str | None = None, *,
+                stale: bool = False) -> dict:
         """``GET /v1/jobs/{name}/preview``: a job's next ``count`` slots, with DST marks."""
-        return self._send(endpoints.preview(name, count, after))
+        return self._send(endpoints.preview(name, count, after, stale=stale))
 
     def explain(self, name: str, down_from: str | None = None, down_to: str | None = None, *,
                 slot: str | None = None) -> dict:
@@ -214,13 +219,14 @@ class Client(Transport):
         return self._send(endpoints.ping(name, status, slot=slot))
 
     def list_deadlines(self, state: str | None = None, job: str | None = None, since: str | None = None,
-                limit: int = PAGE_LIMIT_DEFAULT, consistent: bool = False) -> dict:
+                limit: int = PAGE_LIMIT_DEFAULT, consistent: bool = False, *, stale: bool = False) -> dict:
         """``GET /v1/deadlines``: slots' deadline outcomes, newest first."""
-        return self._send(endpoints.list_deadlines(state, job, since, limit, consistent))
+        return self._send(endpoints.list_deadlines(state, job, since, limit, consistent, stale=stale))
 
-    def trigger(self, name: str, *, slot: str | None = None, payload: Any = UNSET) -> dict:
-        """``POST /v1/jobs/{name}/trigger``: a manual run now (or of ``slot``, deduplicated)."""
-        return self._send(endpoints.trigger(name, slot=slot, payload=payload))
+    def trigger(self, name: str, *, slot: str | None = None, payload: Any = UNSET,
+                propagate: bool = False) -> dict:
+        """``POST /v1/jobs/{name}/trigger``: a manual run now (or of ``slot``, deduplicated; ``propagate``: to children)."""
+        return self._send(endpoints.trigger(name, slot=slot, payload=payload, propagate=propagate))
 
     def pause(self, name: str) -> dict:
         """``POST /v1/jobs/{name}/pause``: fire no more slots until resumed."""
@@ -230,13 +236,13 @@ class Client(Transport):
         """``POST /v1/jobs/{name}/resume``: fire again (``catch_up``: the missed slots too)."""
         return self._send(endpoints.resume(name, catch_up))
 
-    def dlq(self, queue: str | None = None, limit: int = PAGE_LIMIT_DEFAULT) -> dict:
+    def dlq(self, queue: str | None = None, limit: int = PAGE_LIMIT_DEFAULT, *, stale: bool = False) -> dict:
         """``GET /v1/dlq``: dead runs, of every queue or of ``queue``."""
-        return self._send(endpoints.dlq(queue, limit))
+        return self._send(endpoints.dlq(queue, limit, stale=stale))
 
-    def dlq_get(self, run: str, consistent: bool = False) -> dict:
+    def dlq_get(self, run: str, consistent: bool = False, *, stale: bool = False) -> dict:
         """``GET /v1/dlq/{run}``: one dead run."""
-        return self._send(endpoints.dlq_get(run, consistent))
+        return self._send(endpoints.dlq_get(run, consistent, stale=stale))
 
     def dlq_requeue(self, run: str) -> dict:
         """``POST /v1/dlq/{run}/requeue``: queue a dead run again, with a fresh budget."""
@@ -246,22 +252,22 @@ class Client(Transport):
         """``DELETE /v1/dlq/{run}``: delete a dead run from its dead-letter queue."""
         return self._send(endpoints.dlq_delete(run))
 
-    def queues(self) -> dict:
+    def queues(self, *, stale: bool = False) -> dict:
         """``GET /v1/queues``: every queue: depth, running, oldest waiting, dead."""
-        return self._send(endpoints.queues())
+        return self._send(endpoints.queues(stale=stale))
 
     def put_queue(self, name: str, max_depth: int | None = None, on_full: str | None = None, *,
                   tenants: Any = UNSET) -> dict:
         """``PUT /v1/queues/{name}``: a queue's settings, and the tenants it belongs to."""
         return self._send(endpoints.put_queue(name, max_depth, on_full, tenants=tenants))
 
-    def tenants(self) -> dict:
+    def tenants(self, *, stale: bool = False) -> dict:
         """``GET /v1/tenants``: every tenant's rate limit and policy."""
-        return self._send(endpoints.tenants())
+        return self._send(endpoints.tenants(stale=stale))
 
-    def tenant(self, name: str) -> dict:
+    def tenant(self, name: str, *, stale: bool = False) -> dict:
         """``GET /v1/tenants/{name}``: a tenant's rate limit and policy."""
-        return self._send(endpoints.tenant(name))
+        return self._send(endpoints.tenant(name, stale=stale))
 
     def put_tenant(self, name: str, rate_per_s: float | None = None, burst: int | None = None, *,
                    executors: list[str] | None = None, placement_labels: dict[str, str] | None = None,
@@ -271,13 +277,13 @@ class Client(Transport):
                                                  placement_labels=placement_labels, network_allow=network_allow,
                                                  notify=notify))
 
-    def sinks(self, consistent: bool = False) -> dict:
+    def sinks(self, consistent: bool = False, *, stale: bool = False) -> dict:
         """``GET /v1/sinks``: every sink (secrets redacted)."""
-        return self._send(endpoints.sinks(consistent))
+        return self._send(endpoints.sinks(consistent, stale=stale))
 
-    def get_sink(self, name: str, consistent: bool = False) -> dict:
+    def get_sink(self, name: str, consistent: bool = False, *, stale: bool = False) -> dict:
         """``GET /v1/sinks/{name}``: a sink. :raises NotFound:"""
-        return self._send(endpoints.get_sink(name, consistent))
+        return self._send(endpoints.get_sink(name, consistent, stale=stale))
 
     def put_sink(self, name: str, spec: dict) -> dict:
         """``PUT /v1/sinks/{name}``: create or replace a sink."""
@@ -287,9 +293,9 @@ class Client(Transport):
         """``DELETE /v1/sinks/{name}``."""
         return self._send(endpoints.delete_sink(name))
 
-    def sink_dead(self, name: str, limit: int = endpoints.PAGE_LIMIT_DEFAULT) -> dict:
+    def sink_dead(self, name: str, limit: int = endpoints.PAGE_LIMIT_DEFAULT, *, stale: bool = False) -> dict:
         """``GET /v1/sinks/{name}/dead``: the events the sink refused past its retry budget."""
-        return self._send(endpoints.sink_dead(name, limit))
+        return self._send(endpoints.sink_dead(name, limit, stale=stale))
 
     def sink_requeue(self, name: str, events: list[str] | None = None) -> dict:
         """``POST /v1/sinks/{name}/dead:requeue``: deliver dead events again."""
@@ -309,13 +315,14 @@ class Client(Transport):
                                              max_slots=max_slots, payload=payload, overlap=overlap, dry_run=dry_run,
                                              backfill_id=backfill_id))
 
-    def backfills(self, kind: str | None = None, job: str | None = None, state: str | None = None) -> dict:
+    def backfills(self, kind: str | None = None, job: str | None = None, state: str | None = None, *,
+                  stale: bool = False) -> dict:
         """``GET /v1/backfills``: every backfill and bulk DLQ operation."""
-        return self._send(endpoints.backfills(kind, job, state))
+        return self._send(endpoints.backfills(kind, job, state, stale=stale))
 
-    def get_backfill(self, backfill_id: str, consistent: bool = False) -> dict:
+    def get_backfill(self, backfill_id: str, consistent: bool = False, *, stale: bool = False) -> dict:
         """``GET /v1/backfills/{id}``: one backfill or bulk operation, with its progress."""
-        return self._send(endpoints.get_backfill(backfill_id, consistent))
+        return self._send(endpoints.get_backfill(backfill_id, consistent, stale=stale))
 
     def pause_backfill(self, backfill_id: str) -> dict:
         """``POST /v1/backfills/{id}/pause``: start no more of its runs until resumed."""
@@ -347,9 +354,11 @@ class Client(Transport):
                                                        dry_run=dry_run, op_id=op_id))
 
     def list_runs(self, state: str | None = None, limit: int = PAGE_LIMIT_DEFAULT, consistent: bool = False, *,
-                  since: str | None = None, until: str | None = None, before: str | None = None) -> dict:
+                  since: str | None = None, until: str | None = None, before: str | None = None,
+                  stale: bool = False) -> dict:
         """``GET /v1/runs``: runs and recorded slots of every job, newest first (a window, a cursor)."""
-        return self._send(endpoints.list_runs(state, limit, consistent, since=since, until=until, before=before))
+        return self._send(endpoints.list_runs(state, limit, consistent, since=since, until=until, before=before,
+                                              stale=stale))
 
     def preview_spec(self, spec: dict, count: int = PREVIEW_COUNT_DEFAULT) -> dict:
         """``POST /v1/preview``: the next ``count`` slots of a spec that is not stored."""
@@ -367,13 +376,13 @@ class Client(Transport):
         """``GET /v1/openapi.json``: the API's OpenAPI 3.1 document."""
         return self._send(endpoints.openapi())
 
-    def workers(self, consistent: bool = False) -> dict:
+    def workers(self, consistent: bool = False, *, stale: bool = False) -> dict:
         """``GET /v1/workers``: every registered worker."""
-        return self._send(endpoints.workers(consistent))
+        return self._send(endpoints.workers(consistent, stale=stale))
 
-    def worker(self, worker_id: str, consistent: bool = False) -> dict:
+    def worker(self, worker_id: str, consistent: bool = False, *, stale: bool = False) -> dict:
         """``GET /v1/workers/{id}``: one worker, with the runs it holds."""
-        return self._send(endpoints.worker(worker_id, consistent))
+        return self._send(endpoints.worker(worker_id, consistent, stale=stale))
 
     def drain_worker(self, worker_id: str) -> dict:
         """``POST /v1/workers/{id}/drain``: no more runs for a worker; it finishes and stops."""
@@ -408,17 +417,17 @@ class Client(Transport):
         """``POST /v1/tokens``: a new API token; its secret is shown this once."""
         return self._send(endpoints.create_token(role, tenants, expires, note, workers, jobs))
 
-    def tokens(self) -> dict:
+    def tokens(self, *, stale: bool = False) -> dict:
         """``GET /v1/tokens``: every token, without secrets."""
-        return self._send(endpoints.tokens())
+        return self._send(endpoints.tokens(stale=stale))
 
     def revoke_token(self, token_id: str) -> dict:
         """``DELETE /v1/tokens/{id}``: revoke a token."""
         return self._send(endpoints.revoke_token(token_id))
 
-    def secrets_status(self) -> dict:
+    def secrets_status(self, *, stale: bool = False) -> dict:
         """``GET /v1/secrets``: which keys the stored secret values are sealed under."""
-        return self._send(endpoints.secrets_status())
+        return self._send(endpoints.secrets_status(stale=stale))
 
     def rotate_seal_key(self, key: str) -> dict:
         """``POST /v1/secrets:rotate``: seal every stored secret value under key ``key``."""
@@ -437,9 +446,9 @@ class Client(Transport):
         """``POST /v1/locks/{name}/release``: release the lock held with ``token``."""
         return self._send(endpoints.lock_release(name, token, deadline_s=deadline_s))
 
-    def lock_info(self, name: str, consistent: bool = False) -> dict | None:
+    def lock_info(self, name: str, consistent: bool = False, *, stale: bool = False) -> dict | None:
         """``GET /v1/locks/{name}``: the current holder, or None when the lock is free."""
-        return self._send(endpoints.lock_info(name, consistent))
+        return self._send(endpoints.lock_info(name, consistent, stale=stale))
 
 
 class Lock(LockPolicy):

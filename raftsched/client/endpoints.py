@@ -42,7 +42,14 @@ def endpoint(fn: Callable[..., Request]) -> Callable[..., Request]:
 
 
 def _consistent(consistent: bool) -> str | None:
+    """``?consistent=true``: what reads are by default now (docs/api.md, "Consistent reads");
+    still sent when asked, for /v1/cluster, the one read that is stale by default."""
     return "true" if consistent else None
+
+
+def _stale(stale: bool) -> str | None:
+    """``?stale=true``: read the answering node's replica as it is, with no read barrier."""
+    return "true" if stale else None
 
 
 def _given(**fields: Any) -> dict:
@@ -121,49 +128,59 @@ def put_jobs(jobs: dict[str, dict], create_only: bool = False, *, idempotency_ke
 
 
 @endpoint
-def get_job(name: str, consistent: bool = False) -> Request:
+def get_job(name: str, consistent: bool = False, *, stale: bool = False) -> Request:
     """``GET /v1/jobs/{name}``: a job's spec and state. :raises NotFound:"""
-    return Request("GET", f"/v1/jobs/{_q(name)}", {"consistent": _consistent(consistent)})
+    return Request("GET", f"/v1/jobs/{_q(name)}", {"stale": _stale(stale), "consistent": _consistent(consistent)})
 
 
 @endpoint
-def delete_job(name: str) -> Request:
-    """``DELETE /v1/jobs/{name}``: delete a job (its queued runs with it)."""
-    return Request("DELETE", f"/v1/jobs/{_q(name)}")
+def delete_job(name: str, force: bool = False) -> Request:
+    """``DELETE /v1/jobs/{name}``: delete a job (its queued runs with it). A job other jobs run
+    after (pipelines) is a Conflict listing them, unless ``force``."""
+    return Request("DELETE", f"/v1/jobs/{_q(name)}", {"force": "true" if force else None})
+
+
+@endpoint
+def graph(name: str, consistent: bool = False, *, stale: bool = False) -> Request:
+    """``GET /v1/jobs/{name}/graph``: the jobs it runs after and that run after it (pipelines),
+    transitively: ``{"job", "parents", "children", "nodes", "edges"}``."""
+    return Request("GET", f"/v1/jobs/{_q(name)}/graph", {"stale": _stale(stale), "consistent": _consistent(consistent)})
 
 
 @endpoint
 def list_jobs(limit: int = PAGE_LIMIT_DEFAULT, after: str | None = None, consistent: bool = False,
-              labels: dict[str, str] | None = None) -> Request:
+              labels: dict[str, str] | None = None, *, stale: bool = False) -> Request:
     """``GET /v1/jobs``, one page: ``{"jobs", "next", "total"}``; pass ``after=page["next"]``
     for the next one. With ``labels``, only the jobs that carry every one of them
     (``?label=KEY=VALUE``)."""
-    return Request("GET", "/v1/jobs", {"limit": limit, "after": after, "consistent": _consistent(consistent),
+    return Request("GET", "/v1/jobs", {"stale": _stale(stale), "limit": limit, "after": after,
+                                       "consistent": _consistent(consistent),
                                        "label": [f"{k}={v}" for k, v in labels.items()] if labels else None})
 
 
 @endpoint
 def runs(name: str, limit: int = PAGE_LIMIT_DEFAULT, state: str | None = None, slot: str | None = None,
          consistent: bool = False, *, since: str | None = None, until: str | None = None,
-         before: str | None = None) -> Request:
+         before: str | None = None, stale: bool = False) -> Request:
     """``GET /v1/jobs/{name}/runs``: a job's runs, newest first; ``slot``, ``since`` and ``until``
     are ISO-8601 times (a window of slots), ``before`` the ``next`` of the page before."""
     return Request("GET", f"/v1/jobs/{_q(name)}/runs",
-                   {"limit": limit, "state": state, "slot": slot, "consistent": _consistent(consistent),
+                   {"stale": _stale(stale), "limit": limit, "state": state, "slot": slot,
+                    "consistent": _consistent(consistent),
                     "since": since, "until": until, "before": before})
 
 
 @endpoint
-def get_run(run: str) -> Request:
+def get_run(run: str, *, stale: bool = False) -> Request:
     """``GET /v1/runs/{run}``: one run. :raises NotFound:"""
-    return Request("GET", f"/v1/runs/{_q(run)}")
+    return Request("GET", f"/v1/runs/{_q(run)}", {"stale": _stale(stale)})
 
 
 @endpoint
-def preview(name: str, count: int = PREVIEW_COUNT_DEFAULT, after: str | None = None) -> Request:
+def preview(name: str, count: int = PREVIEW_COUNT_DEFAULT, after: str | None = None, *, stale: bool = False) -> Request:
     """``GET /v1/jobs/{name}/preview``: a job's next ``count`` slots (after ``after``, an
     ISO-8601 time; default now), with DST marks."""
-    return Request("GET", f"/v1/jobs/{_q(name)}/preview", {"count": count, "after": after})
+    return Request("GET", f"/v1/jobs/{_q(name)}/preview", {"stale": _stale(stale), "count": count, "after": after})
 
 
 @endpoint
@@ -186,20 +203,22 @@ def ping(name: str, status: str = "success", *, slot: str | None = None) -> Requ
 
 @endpoint
 def list_deadlines(state: str | None = None, job: str | None = None, since: str | None = None,
-                   limit: int = PAGE_LIMIT_DEFAULT, consistent: bool = False) -> Request:
+                   limit: int = PAGE_LIMIT_DEFAULT, consistent: bool = False, *, stale: bool = False) -> Request:
     """``GET /v1/deadlines``: slots' deadline outcomes, newest first (``state``: pending, met,
     late or missed; ``since``: ISO-8601): ``{"deadlines"}``."""
-    return Request("GET", "/v1/deadlines", {"state": state, "job": job, "since": since, "limit": limit,
+    return Request("GET", "/v1/deadlines", {"stale": _stale(stale), "state": state, "job": job, "since": since,
+                                            "limit": limit,
                                             "consistent": _consistent(consistent)})
 
 
 @endpoint
-def trigger(name: str, *, slot: str | None = None, payload: Any = UNSET) -> Request:
+def trigger(name: str, *, slot: str | None = None, payload: Any = UNSET, propagate: bool = False) -> Request:
     """``POST /v1/jobs/{name}/trigger``: start a manual run now (one run per call, even when the
     call is retried). ``payload`` overrides the job's for this run; ``slot`` (ISO-8601) makes it
     the run of that scheduled time, deduplicated: when the slot has a run already, that run is
-    the answer (``created`` False)."""
-    body: dict = _given(slot=slot)
+    the answer (``created`` False). ``propagate``: its outcome reaches the job's children
+    (pipelines), as a scheduled run's does."""
+    body: dict = _given(slot=slot, propagate=True if propagate else None)
     if payload is not UNSET:
         body["payload"] = payload
     return Request("POST", f"/v1/jobs/{_q(name)}/trigger", body=body or None)
@@ -220,15 +239,15 @@ def resume(name: str, catch_up: bool = False) -> Request:
 
 # ------------------------------------------------------------------ queues, tenants, DLQ
 @endpoint
-def dlq(queue: str | None = None, limit: int = PAGE_LIMIT_DEFAULT) -> Request:
+def dlq(queue: str | None = None, limit: int = PAGE_LIMIT_DEFAULT, *, stale: bool = False) -> Request:
     """``GET /v1/dlq``: dead runs, of every queue or of ``queue``."""
-    return Request("GET", "/v1/dlq", {"queue": queue, "limit": limit})
+    return Request("GET", "/v1/dlq", {"stale": _stale(stale), "queue": queue, "limit": limit})
 
 
 @endpoint
-def dlq_get(run: str, consistent: bool = False) -> Request:
+def dlq_get(run: str, consistent: bool = False, *, stale: bool = False) -> Request:
     """``GET /v1/dlq/{run}``: one dead run (NotFound unless it is in a dead-letter queue)."""
-    return Request("GET", f"/v1/dlq/{_q(run)}", {"consistent": _consistent(consistent)})
+    return Request("GET", f"/v1/dlq/{_q(run)}", {"stale": _stale(stale), "consistent": _consistent(consistent)})
 
 
 @endpoint
@@ -244,9 +263,9 @@ def dlq_delete(run: str) -> Request:
 
 
 @endpoint
-def queues() -> Request:
+def queues(*, stale: bool = False) -> Request:
     """``GET /v1/queues``: every queue: depth, running, oldest waiting, dead, settings."""
-    return Request("GET", "/v1/queues")
+    return Request("GET", "/v1/queues", {"stale": _stale(stale)})
 
 
 @endpoint
@@ -261,16 +280,16 @@ def put_queue(name: str, max_depth: int | None = None, on_full: str | None = Non
 
 
 @endpoint
-def tenants() -> Request:
+def tenants(*, stale: bool = False) -> Request:
     """``GET /v1/tenants``: every tenant's rate limit and policy."""
-    return Request("GET", "/v1/tenants")
+    return Request("GET", "/v1/tenants", {"stale": _stale(stale)})
 
 
 @endpoint
-def tenant(name: str) -> Request:
+def tenant(name: str, *, stale: bool = False) -> Request:
     """``GET /v1/tenants/{name}``: a tenant's rate limit and policy, and the policy that holds the
     jobs its limited tokens write."""
-    return Request("GET", f"/v1/tenants/{_q(name)}")
+    return Request("GET", f"/v1/tenants/{_q(name)}", {"stale": _stale(stale)})
 
 
 @endpoint
@@ -297,15 +316,15 @@ def delete_tenant(name: str) -> Request:
 
 # ------------------------------------------------------------------ notification sinks
 @endpoint
-def sinks(consistent: bool = False) -> Request:
+def sinks(consistent: bool = False, *, stale: bool = False) -> Request:
     """``GET /v1/sinks``: every sink (secrets redacted), its cursor and dead count."""
-    return Request("GET", "/v1/sinks", {"consistent": _consistent(consistent)})
+    return Request("GET", "/v1/sinks", {"stale": _stale(stale), "consistent": _consistent(consistent)})
 
 
 @endpoint
-def get_sink(name: str, consistent: bool = False) -> Request:
+def get_sink(name: str, consistent: bool = False, *, stale: bool = False) -> Request:
     """``GET /v1/sinks/{name}``: a sink. :raises NotFound:"""
-    return Request("GET", f"/v1/sinks/{_q(name)}", {"consistent": _consistent(consistent)})
+    return Request("GET", f"/v1/sinks/{_q(name)}", {"stale": _stale(stale), "consistent": _consistent(consistent)})
 
 
 @endpoint
@@ -321,9 +340,9 @@ def delete_sink(name: str) -> Request:
 
 
 @endpoint
-def sink_dead(name: str, limit: int = PAGE_LIMIT_DEFAULT) -> Request:
+def sink_dead(name: str, limit: int = PAGE_LIMIT_DEFAULT, *, stale: bool = False) -> Request:
     """``GET /v1/sinks/{name}/dead``: the events the sink refused past its retry budget."""
-    return Request("GET", f"/v1/sinks/{_q(name)}/dead", {"limit": str(limit)})
+    return Request("GET", f"/v1/sinks/{_q(name)}/dead", {"stale": _stale(stale), "limit": str(limit)})
 
 
 @endpoint
@@ -356,15 +375,17 @@ def backfill(job: str, from_: str, to: str, *, reprocess: str | None = None, ord
 
 
 @endpoint
-def backfills(kind: str | None = None, job: str | None = None, state: str | None = None) -> Request:
+def backfills(kind: str | None = None, job: str | None = None, state: str | None = None, *,
+              stale: bool = False) -> Request:
     """``GET /v1/backfills``: every backfill and bulk DLQ operation the cluster keeps."""
-    return Request("GET", "/v1/backfills", {"kind": kind, "job": job, "state": state})
+    return Request("GET", "/v1/backfills", {"stale": _stale(stale), "kind": kind, "job": job, "state": state})
 
 
 @endpoint
-def get_backfill(backfill_id: str, consistent: bool = False) -> Request:
+def get_backfill(backfill_id: str, consistent: bool = False, *, stale: bool = False) -> Request:
     """``GET /v1/backfills/{id}``: one backfill or bulk operation, with its progress."""
-    return Request("GET", f"/v1/backfills/{_q(backfill_id)}", {"consistent": _consistent(consistent)})
+    return Request("GET", f"/v1/backfills/{_q(backfill_id)}", {"stale": _stale(stale),
+                                                               "consistent": _consistent(consistent)})
 
 
 @endpoint
@@ -423,10 +444,12 @@ def dlq_purge_matching(*, queue: str | None = None, job: str | None = None, erro
 # ------------------------------------------------------------------ runs, previews, health
 @endpoint
 def list_runs(state: str | None = None, limit: int = PAGE_LIMIT_DEFAULT, consistent: bool = False, *,
-              since: str | None = None, until: str | None = None, before: str | None = None) -> Request:
+              since: str | None = None, until: str | None = None, before: str | None = None,
+              stale: bool = False) -> Request:
     """``GET /v1/runs``: runs and recorded slots of every job, newest first: ``{"runs", "next"}``;
     ``since``/``until`` a window of slots, ``before`` the ``next`` of the page before."""
-    return Request("GET", "/v1/runs", {"state": state, "limit": limit, "consistent": _consistent(consistent),
+    return Request("GET", "/v1/runs", {"stale": _stale(stale), "state": state, "limit": limit,
+                                       "consistent": _consistent(consistent),
                                        "since": since, "until": until, "before": before})
 
 
@@ -458,17 +481,18 @@ def openapi() -> Request:
 
 # ------------------------------------------------------------------ the worker fleet
 @endpoint
-def workers(consistent: bool = False) -> Request:
+def workers(consistent: bool = False, *, stale: bool = False) -> Request:
     """``GET /v1/workers``: every registered worker: ``{"workers": [...], "total"}`` (docs/api.md,
     "Workers")."""
-    return Request("GET", "/v1/workers", {"consistent": _consistent(consistent)})
+    return Request("GET", "/v1/workers", {"stale": _stale(stale), "consistent": _consistent(consistent)})
 
 
 @endpoint
-def worker(worker_id: str, consistent: bool = False) -> Request:
+def worker(worker_id: str, consistent: bool = False, *, stale: bool = False) -> Request:
     """``GET /v1/workers/{id}``: one worker, with the runs it holds. :raises NotFound: no such
     worker."""
-    return Request("GET", f"/v1/workers/{_q(worker_id)}", {"consistent": _consistent(consistent)})
+    return Request("GET", f"/v1/workers/{_q(worker_id)}", {"stale": _stale(stale),
+                                                           "consistent": _consistent(consistent)})
 
 
 @endpoint
@@ -536,9 +560,9 @@ def create_token(role: str, tenants: list[str] | None = None, expires: str | int
 
 
 @endpoint
-def tokens() -> Request:
+def tokens(*, stale: bool = False) -> Request:
     """``GET /v1/tokens``: every token, without secrets."""
-    return Request("GET", "/v1/tokens")
+    return Request("GET", "/v1/tokens", {"stale": _stale(stale)})
 
 
 @endpoint
@@ -550,10 +574,10 @@ def revoke_token(token_id: str) -> Request:
 
 # ------------------------------------------------------------------ secrets at rest (admin)
 @endpoint
-def secrets_status() -> Request:
+def secrets_status(*, stale: bool = False) -> Request:
     """``GET /v1/secrets``: the key new secret values are sealed under, the keys the node's ring
     holds, and how many stored values are sealed under each key (or still in clear)."""
-    return Request("GET", "/v1/secrets")
+    return Request("GET", "/v1/secrets", {"stale": _stale(stale)})
 
 
 @endpoint
@@ -600,8 +624,8 @@ def lock_release(name: str, token: int, *, deadline_s: float | None = None) -> R
 
 
 @endpoint
-def lock_info(name: str, consistent: bool = False) -> Request:
+def lock_info(name: str, consistent: bool = False, *, stale: bool = False) -> Request:
     """``GET /v1/locks/{name}``: the current holder ``{"lock", "owner", "token", "expires_at",
     "since"}``, or None when the lock is free."""
-    return Request("GET", f"/v1/locks/{_q(name)}", {"consistent": _consistent(consistent)},
+    return Request("GET", f"/v1/locks/{_q(name)}", {"stale": _stale(stale), "consistent": _consistent(consistent)},
                    recover=none_if_not_found)

@@ -14,10 +14,10 @@ from .model import NAME_RE
 from .records import Record
 
 BACKFILL_FIELDS = {"from", "to", "reprocess", "order", "max_concurrent", "rate_per_s", "max_slots", "payload",
-                   "overlap", "dry_run", "id"}
+                   "overlap", "dry_run", "id", "cascade"}
 DLQ_BULK_FIELDS = {"queue", "job", "error", "dead_from", "dead_to", "max_count", "max_concurrent", "rate_per_s",
                    "dry_run", "id"}
-TRIGGER_FIELDS = {"payload", "slot"}
+TRIGGER_FIELDS = {"payload", "slot", "propagate"}
 
 
 
@@ -120,6 +120,12 @@ def validate_backfill(body: object, now_ms: int) -> dict[str, Any]:
         out["payload"] = check_payload(b["payload"])
     out["dry_run"] = _flag(b, "dry_run")
     out["id"] = _id(b)
+    cascade = b.get("cascade", "none")
+    if cascade not in ("none", "children"):
+        raise InvalidSpec("must be none or children (the jobs that run after it follow each backfilled slot)",
+                          field="cascade")
+    if cascade == "children":  # pipelines: each backfilled run's outcome reaches the job's children
+        out["cascade"] = "children"
     return out
 
 
@@ -166,11 +172,16 @@ def validate_dlq_bulk(body: object, action: str, now_ms: int) -> dict[str, Any]:
 
 
 def validate_trigger(body: object) -> dict[str, Any]:
-    """``POST /v1/jobs/{name}/trigger``'s optional body -> ``{"payload"? , "slot"? (ms)}``."""
+    """``POST /v1/jobs/{name}/trigger``'s optional body -> ``{"payload"? , "slot"? (ms), "propagate"?}``."""
     b = check_body(body, TRIGGER_FIELDS, empty_ok=True)
     out: dict[str, Any] = {}
     if "payload" in b:
         out["payload"] = check_payload(b["payload"])
     if b.get("slot") is not None:
         out["slot"] = schedule.parse_iso_ms(b["slot"], "slot")
+    if "propagate" in b:  # pipelines: the run's outcome reaches the job's children
+        if not isinstance(b["propagate"], bool):
+            raise InvalidSpec("must be true or false", field="propagate")
+        if b["propagate"]:
+            out["propagate"] = True
     return out

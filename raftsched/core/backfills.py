@@ -169,13 +169,17 @@ def apply_backfill(s: SchedulerState, cmd: Command, now: int) -> Result:
         if not _jsonable(cmd["payload"]):
             raise InvalidCommand("backfill.payload must be JSON data")
         req["payload"] = cmd["payload"]
+    if "cascade" in cmd:  # pipelines: its runs' outcomes reach the job's children
+        if cmd["cascade"] != "children":
+            raise InvalidCommand("backfill.cascade must be children when given")
+        req["cascade"] = "children"
     old = s.backfills.get(bf_id)
     if old is not None:
         return _same_request(old, "backfill", job_name, req)
     job = s.jobs.get(job_name)
     if job is None:
         raise NotFound(f"no job named {job_name!r}", field="name")
-    if job["spec"]["schedule"] != sched or job["anchor"] != anchor:
+    if job["spec"].get("schedule") != sched or job["anchor"] != anchor:
         raise Conflict(f"job {job_name!r} was replaced with another schedule while this backfill was "
                        f"planned; send it again", field="name")
     _bound_active(s)
@@ -277,6 +281,8 @@ def _backfill_run(s: SchedulerState, bf: Record, job: Record, slot: int, rid: st
     run["backfill"] = bf["id"]
     if "payload" in bf["req"]:
         run["payload"] = bf["req"]["payload"]
+    if "cascade" in bf["req"]:
+        run["propagate"] = True
     add_entry(s, job, run)
     enqueue(s, run)
     bf["active"].append(rid)
@@ -509,7 +515,7 @@ def trigger_job_with(s: SchedulerState, job: Record, cmd: Command, now: int) -> 
         return ok(job=name, run=run["id"], state=run["state"], created=True)
     if not is_int(slot):
         raise InvalidCommand("trigger_job.slot must be an integer")
-    if slot > job["cursor"]:
+    if slot > job["cursor"] and "schedule" in job["spec"]:  # a triggered job's slots are its parents'
         raise Conflict(f"slot {slot} is after the cursor of job {name!r} ({job['cursor']}): the schedule "
                        f"has not handled it yet, and its run will come", field="slot", cursor=job["cursor"])
     base = f"{name}@{slot}"

@@ -74,6 +74,9 @@ OPS = (
     "note_unplaceable",   # the leader's report of runs waiting too long for a worker that matches
     # The members' API URLs (core/members.py)
     "member_url",  # a node announces where its API is
+    # Pipelines (core/pipelines.py)
+    "join_expire",  # the leader's sweep of children's slots waiting past their max_wait_s
+    "fanout_step",  # the leader's next part of a fan-out too large for one command
 )
 
 
@@ -153,8 +156,12 @@ def put_jobs(now: int, rid: str | None, *, jobs: list[Any]) -> Command:
     return make("put_jobs", now, rid, jobs=jobs)
 
 
-def delete_job(now: int, rid: str | None, *, name: str) -> Command:
-    return make("delete_job", now, rid, name=name)
+def delete_job(now: int, rid: str | None, *, name: str, force: bool = False) -> Command:
+    """``force``: delete a job other jobs run after (pipelines); only then is the field written."""
+    cmd = make("delete_job", now, rid, name=name)
+    if force:
+        cmd["force"] = True
+    return cmd
 
 
 def pause_job(now: int, rid: str | None, *, name: str) -> Command:
@@ -167,8 +174,18 @@ def resume_job(now: int, rid: str | None, *, name: str, catch_up: bool, plan: Fi
 
 
 def trigger_job(now: int, rid: str | None, *, name: str, extra: Fields | None = None) -> Command:
-    """``extra``: a slot and/or a payload (core.backfill_model.validate_trigger)."""
+    """``extra``: a slot, a payload and/or propagate (core.backfill_model.validate_trigger)."""
     return make("trigger_job", now, rid, name=name, **(extra or {}))
+
+
+def fanout_step(now: int, *, key: str, after: str | None) -> Command:
+    """``key``, ``after``: a deferred fan-out (core.pipelines.pending_fanout)."""
+    return make("fanout_step", now, None, key=key, after=after)
+
+
+def join_expire(now: int, *, joins: list[Any]) -> Command:
+    """``joins``: ``[child, slot, since]`` items (core.pipelines.overdue)."""
+    return make("join_expire", now, None, joins=joins)
 
 
 def fire(now: int, *, entries: list[Any], dl: list[Any] | None = None) -> Command:

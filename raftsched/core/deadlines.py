@@ -35,7 +35,7 @@ from collections import OrderedDict, deque
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from . import events, limits, schedule, snapshot
+from . import events, limits, pipehooks, schedule, snapshot
 from .errors import Conflict, InvalidCommand, InvalidSpec, NotFound
 from .records import Record, Result, is_int, ok
 
@@ -619,6 +619,8 @@ def apply_ping(s: SchedulerState, cmd: Command, now: int) -> Result:
         run["state"] = "failed"
         run["error"] = "a fail ping"
     on_finish(s, run, now)
+    if name in s.pipes.children:  # a final outcome: its children follow (pipelines)
+        pipehooks.notify(s, run, now)
     return ok(run=run["id"], state=run["state"])
 
 
@@ -637,6 +639,8 @@ def close_heartbeats(s: SchedulerState, job: Record, now: int) -> None:
         else:
             run.update(state="failed", error="no success or fail ping before the job's later runs closed it")
             on_finish(s, run, now, "still_running")
+        if job["name"] in s.pipes.children:
+            pipehooks.notify(s, run, now)
 
 
 # ------------------------------------------------------------------ reads

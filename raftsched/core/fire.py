@@ -16,7 +16,7 @@ import heapq
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import deadlines, limits
+from . import deadlines, limits, pipehooks
 from .due import push_due
 from .errors import InvalidCommand
 from .model import TERMINAL_STATES
@@ -101,7 +101,7 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
         spec = job["spec"]
         ov = spec.get("overlap")
         heartbeat = spec["executor"]["type"] == "heartbeat"
-        if fast and runs and not rec and not heartbeat and (
+        if fast and runs and not rec and not heartbeat and "after" not in spec and (
                 ov is None or (ov.get("policy") == "allow" and "max_concurrent" not in ov)):
             # The common case, inline: slots that all become runs (no records), an overlap
             # policy that reads no other run (policy.fires_ahead, so overlap() creates them),
@@ -180,6 +180,10 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
         for slot, r in items:
             if r is None:
                 rid = f"{name}@{slot}"
+                if "after" in spec:  # gated (pipelines): the slot waits for its parents
+                    pipehooks.own_slot(s, job, slot, now)
+                    fired += 1
+                    continue
                 blocked = overlap(s, job, rid, now)
                 if blocked is not None:
                     # The slot is handled (the cursor passes it) but becomes a record.
@@ -187,6 +191,8 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
                                        "reason": "overlap", "kind": "recorded", "fired_at": now}), now)
                     job["stats"][RECORDED] += 1
                     recorded += 1
+                    if name in s.pipes.children:
+                        pipehooks.notify(s, s.runs[rid], now)
                     continue
                 new_run(s, job, slot, now, rid, "scheduled")
                 fired += 1
@@ -296,6 +302,8 @@ def revoke(s: SchedulerState, run: Record, now: int, why: str) -> None:
     run.update(state="failed", error=why, finished_at=now, deadline=None)
     s.stats.on_finished("failed")
     deadlines.on_finish(s, run, now)
+    if run["job"] in s.pipes.children:
+        pipehooks.notify(s, run, now)
 
 
 # ------------------------------------------------------------------ runs and records
@@ -321,6 +329,8 @@ def new_run(s: SchedulerState, job: Record, slot: int, now: int, rid: str, kind:
                 "reason": "queue_full", "kind": kind, "fired_at": now, "queue": qname,
             })
             on_slot_recorded(s, entry, now)
+            if job["name"] in s.pipes.children:
+                pipehooks.notify(s, entry, now)
             return entry
         drop_oldest_queued(s, qname, now)
     run = RUN_TEMPLATE.copy()
@@ -352,10 +362,14 @@ def record(s: SchedulerState, job: Record, recs: list[list[Any]], now: int) -> i
         if hi != lo or count != 1:
             entry["slot_to"] = hi
             entry["count"] = count
+        if "after" in job["spec"]:  # a gated job's own slots recorded: they wait for nothing more
+            pipehooks.drop_joins(s, job["name"], lo, hi)
         add_entry(s, job, entry)
         on_slot_recorded(s, entry, now)
         job["stats"][RECORDED] += 1 if count is None else count
         n += 1
+        if job["name"] in s.pipes.children:
+            pipehooks.notify(s, entry, now)
     return n
 
 

@@ -21,18 +21,25 @@ from .notify import pause
 from .notify_model import check_job_fields
 from .records import Record, Result, is_int, job_record, ok, share_int, share_spec
 from .tenants import LIMITED
+from .pipelines import check_delete, check_edges, on_delete, on_put
+from .pipeline_model import check_stored_after
 
 if TYPE_CHECKING:
     from .commands import Command
     from .state import SchedulerState
+
+#: The schedule a triggered job's spec stands for when checked (never stored).
+_NO_SCHEDULE: Record = {}
+
 
 def check_stored_spec(spec: object) -> None:
     """A structural guard on a spec inside a command. Full validation (cron, zoneinfo) runs
     on the proposer only: apply must not depend on a replica's library versions (I4)."""
     if not isinstance(spec, dict):
         raise InvalidCommand("spec is not a map")
-    sched = spec.get("schedule")
-    if not isinstance(sched, dict) or not (
+    check_stored_after(spec)  # a triggered job (after, no schedule) has no schedule
+    sched = spec.get("schedule", _NO_SCHEDULE)
+    if not isinstance(sched, dict) or not ("after" in spec and sched is _NO_SCHEDULE) and not (
         isinstance(sched.get("cron"), str) or is_int(sched.get("every_s")) or is_int(sched.get("at"))
     ):
         raise InvalidCommand("spec.schedule is malformed")
@@ -122,7 +129,7 @@ def apply_put_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     return put_job(s, cmd, now)
 
 
-def put_job(s: SchedulerState, cmd: Command, now: int) -> Result:
+def put_job(s: SchedulerState, cmd: Command, now: int, pending: dict[str, Record] | None = None) -> Result:
     """Create or replace one job from a payload ``check_put_job`` accepted (a put_job command,
     or an item of put_jobs). :raises Conflict: create_only and the job exists.
     :raises LimitExceeded: a new job beyond jobs_max. Either raises before any change."""
@@ -135,7 +142,9 @@ def put_job(s: SchedulerState, cmd: Command, now: int) -> Result:
         raise Conflict(f"job {name!r} exists", field="name")
     if old is None and len(jobs) >= limits.jobs_max:
         raise LimitExceeded(f"the cluster holds {limits.jobs_max} jobs, its limit", field="name")
-    kept = kept_position(old, spec["schedule"])
+    if "after" in spec:
+        check_edges(s, name, spec, pending)  # I4: the edges against this replica's jobs, alike everywhere
+    kept = kept_position(old, spec.get("schedule"))
     if kept is not None:
         # Same schedule: keep the cursor and next slot, so a replace never re-fires a slot
         # nor loses a pending one.
@@ -170,6 +179,12 @@ def put_job(s: SchedulerState, cmd: Command, now: int) -> Result:
                      old["paused"] if old else False,
                      old["stats"] if old else [0, 0, None, 0, 0])  # see records.STATS_FIELDS
     jobs[name] = job
+    if spec.get("metrics"):  # the per-job gauges' jobs, kept so a scrape walks only them
+        s._metric_jobs[name] = None
+    else:
+        s._metric_jobs.pop(name, None)
+    if "after" in spec or (old is not None and "after" in old["spec"]):
+        on_put(s, name, old, spec)
     # A job's history list is made by its first entry (fire.add_entry), not here: an empty list
     # and its map entry cost ~110 bytes a job (1M jobs never fired: 105 MiB). The snapshot
     # writes no empty history, so a replica that made one writes the same bytes.
@@ -209,13 +224,16 @@ def apply_put_jobs(s: SchedulerState, cmd: Command, now: int) -> Result:
     if len(s.jobs) + len(new) > limits.jobs_max:
         raise LimitExceeded(f"{len(new)} new jobs would exceed the cluster's limit of {limits.jobs_max}",
                             field="jobs")
+    # Parents may come later in the same batch (raftsched sync orders them first, a crontab
+    # import need not): edges are checked against the state and the whole batch.
+    pending = {item["name"]: item["spec"] for item in items} if any("after" in it["spec"] for it in items) else None
     gens: list[int | None] = []
     created: list[bool] = []
     conflicts: list[int] = []
     stale: list[int] = []
     for i, item in enumerate(items):
         try:
-            res = put_job(s, item, now)
+            res = put_job(s, item, now, pending)
         except StaleReplace:
             gens.append(None)
             created.append(False)
@@ -244,13 +262,16 @@ def _job(s: SchedulerState, cmd: Command) -> Record:
 
 
 def apply_delete_job(s: SchedulerState, cmd: Command, now: int) -> Result:
-    """``delete_job {name}``: the job and its history go; its queued runs leave their queues,
+    """``delete_job {name, force?}``: the job and its history go; its queued runs leave their queues,
     its running runs lose their leases (their heartbeats and completions are refused), its dead
-    runs leave the DLQ.
+    runs leave the DLQ. A job other jobs run after (pipelines) is deleted only with ``force``:
+    then the slots its children wait on it for are recorded ``dependency_missing``.
 
-    :raises NotFound: no such job."""
+    :raises NotFound: no such job. :raises Conflict: it has dependents and no ``force``."""
     job = _job(s, cmd)
     name = job["name"]
+    if name in s.pipes.children:
+        check_delete(s, name, cmd.get("force") is True)
     for rid in s.history.pop(name, []):
         run = s.runs.pop(rid, None)
         if run is not None and run["state"] == "queued":
@@ -265,9 +286,12 @@ def apply_delete_job(s: SchedulerState, cmd: Command, now: int) -> Result:
             remove_dead(s, run)
     if job["paused"]:
         s._paused_count -= 1
+    s._metric_jobs.pop(name, None)
     del s.jobs[name]
     deadlines.forget_job(s, name, now)
     s.health.pop(name, None)
+    if name in s.pipes.children or "after" in job["spec"] or name in s.pipes.joins:
+        on_delete(s, name, job["spec"], now)
     return ok(job=name, deleted=True)
 
 
@@ -329,19 +353,24 @@ def apply_resume_job(s: SchedulerState, cmd: Command, now: int) -> Result:
 
 
 def apply_trigger_job(s: SchedulerState, cmd: Command, now: int) -> Result:
-    """``trigger_job {name, slot?, payload?}``: a manual run now, ``job@now!manual-N`` (N from
+    """``trigger_job {name, slot?, payload?, propagate?}``: a manual run now, ``job@now!manual-N`` (N from
     the state's manual counter), queued like a scheduled one (or recorded skipped when its queue
     is full). With a ``slot`` (a run for that scheduled time, deduplicated) or a ``payload``
-    override: backfills.trigger_job_with.
+    override: backfills.trigger_job_with. With ``propagate``, its final outcome reaches the job's
+    children (pipelines) as a scheduled run's does; without it, it reaches none.
 
     :raises NotFound: no such job."""
     job = _job(s, cmd)
     if "slot" in cmd or "payload" in cmd:
         res = trigger_job_with(s, job, cmd, now)
+        if cmd.get("propagate") is True and res.get("created"):
+            s.runs[res["run"]]["propagate"] = True
     else:
         s.manual_seq += 1
         rid = f"{job['name']}@{now}!manual-{s.manual_seq}"
         run = new_run(s, job, now, now, rid, "manual")
+        if cmd.get("propagate") is True:  # pipelines: its outcome reaches its children
+            run["propagate"] = True
         res = ok(job=job["name"], run=run["id"], state=run["state"])
     if s.sinks and res.get("run") is not None and res.get("created", True):  # (a slot's run found: no change)
         emit(s, "job.triggered", now, job=job["name"], slot=cmd.get("slot", now), run_id=res["run"],

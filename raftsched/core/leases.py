@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING, Any
 
-from . import limits
+from . import limits, pipelines
 from .errors import Conflict, InvalidCommand, NotFound
 from .placement import placement_ok
 from .events import emit
@@ -188,6 +188,8 @@ def _refused(s: SchedulerState, run: Record, job: Record, now: int) -> bool:
     unqueue_count(s, run)
     run.update(state="skipped", reason="policy", error=why, finished_at=now)
     s.stats.on_recorded("skipped", "policy")
+    if run["job"] in s.pipes.children:
+        pipelines.notify(s, run, now)
     return True
 
 
@@ -228,6 +230,8 @@ def grant(s: SchedulerState, run: Record, worker: str, ttl: int, now: int) -> di
         "token": tok, "deadline": deadline, "queue": q,
         "executor": executor, "payload": payload, "timeout_s": timeout_s,
     }
+    if "upstream" in run:  # pipelines: what its parents ended with (RAFTSCHED_UPSTREAM)
+        g["upstream"] = run["upstream"]
     if job is not None and executor is not None and executor.get("type") == "http" \
             and (s.tenant_policies or LIMITED in spec):
         allow = network_of(s, spec)
@@ -307,8 +311,9 @@ def apply_heartbeat(s: SchedulerState, cmd: Command, now: int) -> Result:
 
 
 def apply_complete(s: SchedulerState, cmd: Command, now: int) -> Result:
-    """``complete {run, token, success, error?, output?}``: the outcome of the run's current
-    attempt (error and output bounded to their last characters). A success ends the run; a
+    """``complete {run, token, success, error?, output?, result?}``: the outcome of the run's current
+    attempt (error and output bounded to their last characters; a ``result`` is kept with a
+    success when it fits result_bytes_max and the job has children, to be handed to them: pipelines). A success ends the run; a
     failure retries it after its backoff or sends it to the DLQ (``finish_attempt``).
 
     :raises InvalidCommand: run, token or success missing. :raises NotFound: no such run.
@@ -326,6 +331,8 @@ def apply_complete(s: SchedulerState, cmd: Command, now: int) -> Result:
         )
     error = bound_text(cmd.get("error"), limits.error_chars_max)
     output = bound_text(cmd.get("output"), limits.output_bytes_max)
+    if success and cmd.get("result") is not None and run["job"] in s.pipes.children:
+        run["result"] = pipelines.check_result(cmd["result"])  # kept for its children only
     finish_attempt(s, run, now, success, error, output)
     return {"ok": True, "run": rid, "state": run["state"], "attempt": run["attempt"]}
 
@@ -388,6 +395,10 @@ def apply_complete_many(s: SchedulerState, cmd: Command, now: int) -> Result:
             if deadline_book.slots or deadline_book.since:
                 on_finish(s, run, now)
             on_success(s, run, now)
+            if run["job"] in s.pipes.children:
+                if it.get("result") is not None:  # kept for its children only
+                    run["result"] = pipelines.check_result(it["result"])
+                pipelines.notify(s, run, now)
             out.append({"ok": True, "run": rid, "state": "succeeded", "attempt": run["attempt"]})
             continue
         try:
@@ -434,6 +445,8 @@ def finish_attempt(s: SchedulerState, run: Record, now: int, success: bool, erro
         run["state"] = "succeeded"
         on_finish(s, run, now)
         on_success(s, run, now)
+        if run["job"] in s.pipes.children:
+            pipelines.notify(s, run, now)
         return
     job = s.jobs.get(run["job"])
     if lost:
@@ -458,6 +471,8 @@ def finish_attempt(s: SchedulerState, run: Record, now: int, success: bool, erro
     add_dead(s, run, now)
     on_finish(s, run, now)  # a dead run misses its deadline at once
     on_dead(s, run, now, error)
+    if run["job"] in s.pipes.children:
+        pipelines.notify(s, run, now)
 
 
 # -------------------------------------------------------------- expiry and takeover

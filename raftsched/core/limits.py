@@ -398,3 +398,22 @@ unplaceable_runs_max = 500
 #: included), and the length of one.
 member_urls_max = 256
 member_url_chars_max = 300
+
+# ------------------------------------------------------------------ pipelines (core/pipelines.py)
+#: Parents one job may name in ``after``.
+after_parents_max = 16
+#: Jobs that may name one job as a parent: a parent's final outcome creates or records all of
+#: them in the one command that records it (docs/pipelines.md, "Fan-out").
+children_per_job_max = 10_000
+#: Children one command offers a final outcome to: a parent with more (or a cascade that reaches
+#: more) has the rest offered by the leader's fanout_step commands, this many each, so that no
+#: apply holds a replica for long (docs/pipelines.md, "Fan-out").
+fanout_per_command = 500
+#: Slots of one child waiting for their parents at once; a new one beyond it records the oldest
+#: ``upstream_timeout``.
+joins_per_child_max = 1_000
+#: Longest wait of a child's slot for its parents (max_wait_s), and its default.
+max_wait_s_max = 30 * 86_400
+max_wait_s_default = 86_400
+#: Largest result a run may return (msgpack-encoded), handed to its children.
+result_bytes_max = 4096

@@ -21,6 +21,7 @@ from typing import Any, TypeGuard
 import msgpack
 
 from . import limits, schedule
+from .pipeline_model import validate_after
 from .deadlines import validate as validate_deadline
 from .errors import InvalidSpec
 from .notify_model import add_job_fields
@@ -85,6 +86,7 @@ _TOP_FIELDS = {
     "placement",
     "deadline",
     "notify", "pause_on_failure", "metrics",
+    "after", "match", "max_wait_s",  # pipelines (core/pipelines.py)
 }
 #: The top-level fields of a job spec (what PUT /v1/jobs/{name} accepts).
 SPEC_FIELDS = frozenset(_TOP_FIELDS)
@@ -241,7 +243,7 @@ def validate_executor(raw: object) -> Record:
             out["cwd"] = ex["cwd"]
         return out
     if t == "http":
-        ex = _obj(raw, "executor", {"type", "url", "headers"})
+        ex = _obj(raw, "executor", {"type", "url", "headers", "result"})
         url = ex.get("url")
         if not isinstance(url, str) or not re.match(r"https?://[^\s/]+", url) or re.search(r"[\s\x00-\x1f\x7f]", url):
             raise InvalidSpec("must be an http:// or https:// URL (no spaces or control characters)", field="executor.url")
@@ -271,6 +273,11 @@ def validate_executor(raw: object) -> Record:
                     raise InvalidSpec(f"{k} frames the request: the executor sets it, a job cannot",
                                       field=f"executor.headers.{k}")
             out["headers"] = dict(h)
+        if "result" in ex:  # pipelines: the JSON response body is the run's result, for its children
+            if not isinstance(ex["result"], bool):
+                raise InvalidSpec("must be true or false", field="executor.result")
+            if ex["result"]:
+                out["result"] = True
         return out
     ex = _obj(raw, "executor", {"type", "target"})
     target = ex.get("target")
@@ -298,6 +305,9 @@ def validate_misfire(raw: object) -> Record:
                         if "max_catchup" in m else limits.max_catchup_default),
     }
 
+
+#: The misfire block a triggered job (pipelines) that gives none has: it has no slot of its own.
+_TRIGGERED_MISFIRE = {"policy": "skip"}
 
 #: The retry block of a spec that has none (checked against validate_retry at import).
 RETRY_DEFAULT = {"max_attempts": 1, "backoff_s": 1, "backoff_multiplier": 2, "backoff_max_s": 300, "jitter": 0.1}
@@ -477,19 +487,21 @@ def validate_job(name: str, raw: object, now_ms: int | None = None) -> Record:
     for k in raw:
         if k not in _TOP_FIELDS:
             raise InvalidSpec(f"unknown field; allowed: {', '.join(sorted(_TOP_FIELDS))}", field=str(k))
-    if "schedule" not in raw:
-        raise InvalidSpec("is required: {\"cron\": ...}, {\"every_s\": ...} or {\"at\": ...}", field="schedule")
+    if "schedule" not in raw and "after" not in raw:
+        raise InvalidSpec("is required: {\"cron\": ...}, {\"every_s\": ...} or {\"at\": ...} "
+                          "(or \"after\": the jobs it runs after)", field="schedule")
     if "executor" not in raw:
         raise InvalidSpec("is required: {\"type\": \"shell\"|\"http\"|\"python\", ...}", field="executor")
     # An absent field takes its default as is: the defaults are valid constants (checked at
     # import), not re-validated for every job of a bulk registration.
     spec = {
-        "schedule": validate_schedule(raw["schedule"], now_ms),
+        "schedule": validate_schedule(raw["schedule"], now_ms) if "schedule" in raw else None,
         "executor": validate_executor(raw["executor"]),
         "payload": raw.get("payload", {}),
         "timeout_s": (_int(raw["timeout_s"], "timeout_s", 1, limits.timeout_s_max)
                       if "timeout_s" in raw else limits.timeout_s_default),
-        "misfire": validate_misfire(raw.get("misfire")),
+        # A triggered job (after, no schedule) has no slots of its own to miss: skip, unless given.
+        "misfire": validate_misfire(raw.get("misfire", None if "schedule" in raw else _TRIGGERED_MISFIRE)),
         "retry": validate_retry(raw.get("retry")),
         "queue": (check_name(raw["queue"], "queue", limits.queue_name_chars_max)
                   if "queue" in raw else "default"),
@@ -501,6 +513,13 @@ def validate_job(name: str, raw: object, now_ms: int | None = None) -> Record:
                     if "history" in raw else limits.history_per_job_default),
         "overlap": validate_overlap(raw.get("overlap")),
     }
+    if spec["schedule"] is None:  # a triggered job: its parents' outcomes make its runs
+        del spec["schedule"]
+        if "jitter_s" in raw:
+            raise InvalidSpec("a triggered job (after, no schedule) has no slots of its own to spread",
+                              field="jitter_s")
+    if "after" in raw or "match" in raw or "max_wait_s" in raw:
+        spec.update(validate_after(raw, name, "schedule" in spec, check_name))
     if "jitter_s" in raw:
         _add_jitter(name, spec["schedule"], raw["jitter_s"])
     if "secrets" in raw:
@@ -527,12 +546,21 @@ def validate_job(name: str, raw: object, now_ms: int | None = None) -> Record:
         spec["placement"] = validate_placement(raw["placement"])
     if "deadline" in raw:
         spec["deadline"] = validate_deadline(raw["deadline"])
+        slot_fields = sorted(set(spec["deadline"]) - {"max_since_success_s"})
+        if "after" in spec and slot_fields:
+            # A pipeline child's runs are made by its parents' outcomes, not by a fire that carries
+            # its slots' instants: refused rather than never judged.
+            raise InvalidSpec(f"a job with after takes max_since_success_s only ({slot_fields[0]} is judged "
+                              "for a job's own fired slots)", field=f"deadline.{slot_fields[0]}")
     if spec["executor"]["type"] == "heartbeat":
         if spec["overlap"]["policy"] != "allow" or "max_concurrent" in spec["overlap"]:
             raise InvalidSpec("a heartbeat job's overlap must be allow without max_concurrent (its runs are "
                               "only what pings report)", field="overlap")
         if "placement" in spec:
             raise InvalidSpec("a heartbeat job runs on no worker: leave placement out", field="placement")
+        if "after" in spec:
+            raise InvalidSpec("a heartbeat job's runs are what pings report: it cannot run after other jobs",
+                              field="after")
     add_job_fields(raw, spec)  # notify, pause_on_failure, metrics (core/notify_model.py)
     payload = spec["payload"]
     if "payload" in raw:  # the default, {}, is valid

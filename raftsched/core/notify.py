@@ -20,7 +20,7 @@ from __future__ import annotations
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from . import deadlines, limits, snapshot
+from . import deadlines, limits, pipehooks, snapshot
 from .errors import InvalidCommand, LimitExceeded, NotFound
 from .events import CONSECUTIVE, INCIDENT, LAST_FAILURE, LAST_SLOT, LAST_SUCCESS, SENT, emit, emit_for
 from .events import pending as events_pending
@@ -130,6 +130,8 @@ def pause(s: SchedulerState, job: Record, now: int) -> int:
             s.stats.on_recorded("skipped", "paused")
             deadlines.on_finish(s, run, now)
             withdrawn += 1
+            if job["name"] in s.pipes.children:  # a final outcome: its children record the slot
+                pipehooks.notify(s, run, now)
     return withdrawn
 
 
@@ -335,7 +337,7 @@ def health_of(s: SchedulerState, job: str) -> Record:
 
 def metric_jobs(s: SchedulerState) -> list[tuple[str, Record]]:
     """(name, health) of the jobs whose spec says ``"metrics": true`` (per-job gauges)."""
-    return [(name, view_health(s.health.get(name))) for name, j in s.jobs.items() if j["spec"].get("metrics")]
+    return [(name, view_health(s.health.get(name))) for name in sorted(s._metric_jobs)]
 
 
 def outbox_counts(s: SchedulerState) -> Record:

@@ -41,7 +41,7 @@ def kept_position(old: Record | None, sched: Record) -> tuple[int, int, int | No
     slot nor loses a pending one. None when there is nothing to keep (a new job, or another
     schedule). The one statement of the rule: apply follows it (jobs.put_job), and the
     proposer follows it to compute the next slot it sends (put_position)."""
-    if old is not None and old["spec"]["schedule"] == sched:
+    if old is not None and old["spec"].get("schedule") == sched:  # (a triggered job has none)
         return old["cursor"], old["anchor"], old["next"]
     return None
 

@@ -19,7 +19,7 @@ import heapq
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from . import limits, snapshot
+from . import limits, pipehooks, snapshot
 from .errors import Conflict, InvalidCommand, NotFound
 from .model import is_name
 from .events import emit
@@ -45,6 +45,8 @@ def reset_indexes(s: SchedulerState) -> None:
     s._running_ids = {}
     #: how many jobs are paused (jobs.apply_pause_job / apply_resume_job / apply_delete_job)
     s._paused_count = 0
+    #: the jobs whose spec says "metrics": true, in no particular order (notify.metric_jobs)
+    s._metric_jobs = {}
 
 
 def rebuild_indexes(s: SchedulerState) -> None:
@@ -63,6 +65,7 @@ def rebuild_indexes(s: SchedulerState) -> None:
     for run in sorted(dead, key=lambda r: (r["finished_at"], r["id"])):
         s._dead.setdefault(run["queue"], deque()).append(run["id"])
     s._paused_count = sum(1 for j in s.jobs.values() if j["paused"])
+    s._metric_jobs = {name: None for name, j in s.jobs.items() if j["spec"].get("metrics")}
 
 
 def enqueue(s: SchedulerState, run: Record) -> None:
@@ -213,6 +216,10 @@ def apply_dlq_requeue(s: SchedulerState, cmd: Command, now: int) -> Result:
     if s.sinks:
         emit(s, "run.requeued", now, job=run["job"], tenant=run.get("tenant"), slot=run["slot"], run_id=run["id"],
              attempt=run["attempt"], reason="manual")
+    if run["job"] in s.pipes.children:  # its children wait for it again (pipelines.rearm)
+        rearmed = pipehooks.rearm(s, run, now)
+        if rearmed:
+            return {"ok": True, "run": run["id"], "state": "queued", "attempt": run["attempt"], "rearmed": rearmed}
     return {"ok": True, "run": run["id"], "state": "queued", "attempt": run["attempt"]}
 
 

@@ -59,6 +59,7 @@ from .notify import (
     apply_sink_requeue,
 )
 from .members import apply_member_url
+from .pipelines import Pipes, apply_fanout_step, apply_join_expire
 
 
 def apply_noop(s: SchedulerState, cmd: Command, now: int) -> Result:
@@ -118,6 +119,8 @@ HANDLERS: dict[str, Handler] = {
     "put_tenant_notify": apply_put_tenant_notify,
     "note_unplaceable": apply_note_unplaceable,
     "member_url": apply_member_url,
+    "join_expire": apply_join_expire,
+    "fanout_step": apply_fanout_step,
 }
 # The codec refuses an op with no handler; a handler for an op the codec refuses would never run.
 assert tuple(HANDLERS) == commands.OPS, "commands.OPS and state.HANDLERS must list the same ops"
@@ -153,6 +156,8 @@ class SchedulerState:
     tenant_notify: dict[str, list[Any]]
     #: Raft address -> API URL, as the members announce them (members.py)
     member_urls: dict[str, str]
+    #: the pipelines' joins and their derived parent -> children index (pipelines.py)
+    pipes: Pipes
     # The derived indexes of the queues (queues.reset_indexes says what each holds).
     _queued: dict[str, dict[int, list[tuple[int, str]]]]
     _by_slot: dict[str, list[tuple[int, str]]]
@@ -162,6 +167,7 @@ class SchedulerState:
     _running_ids: dict[str, None]
     #: paused jobs (jobs.py keeps it; the metrics read it instead of walking the jobs)
     _paused_count: int
+    _metric_jobs: dict[str, None]
 
     def __init__(self) -> None:
         #: The leader's due index (due.py), or None: only a leader's trigger reads it. The

@@ -375,13 +375,13 @@ async def whoami(request: web.Request) -> web.Response:
 #: The tokens endpoints' rows of the route table (node/routes.py): an admin's (scope tokens);
 #: and whoami, every reading token's.
 TOKEN_ROUTES = (
-    Route("GET", "/v1/whoami", whoami, "read", Tenancy.SHARED, "the caller's token: id, role, tenants, scopes"),
+    Route("GET", "/v1/whoami", whoami, "read", Tenancy.SHARED, "the caller's token: id, role, tenants, scopes", response="whoami"),
     Route("POST", "/v1/tokens", create_token, "tokens", Tenancy.REFUSED,
-          "make a token (shown this once)", body="token", ok=201, also_ok=(200,), errors=(422,)),
+          "make a token (shown this once)", body="token", ok=201, also_ok=(200,), errors=(422,), response="token_created"),
     Route("GET", "/v1/tokens", list_tokens, "tokens", Tenancy.REFUSED,
-          "every token, without secrets", params=(STALE, CONSISTENT)),
+          "every token, without secrets", params=(STALE, CONSISTENT), response="tokens"),
     Route("DELETE", "/v1/tokens/{id}", revoke_token, "tokens", Tenancy.REFUSED,
-          "revoke a token", errors=(404, 422)),
+          "revoke a token", errors=(404, 422), response="token_revoked"),
 )
 
 

@@ -15,7 +15,7 @@ import asyncio
 import hashlib
 import logging
 
-from ..core import backfill_model, backfill_plan, commands, limits, queries, schedule
+from ..core import backfill_model, backfill_plan, commands, limits, pipelines, queries, schedule
 from ..core.errors import Conflict, InvalidSpec, NotFound, RaftschedError
 from ..core.model import check_name
 from . import limits as node_limits
@@ -130,6 +130,9 @@ class BackfillService:
         job = self.svc.read(queries.job, name)
         if job is None:
             raise NotFound(f"no job named {name!r}", field="name")
+        if "schedule" not in job["spec"]:
+            raise InvalidSpec(f"job {name!r} runs after {', '.join(e['job'] for e in job['spec']['after'])} and has no "
+                              f"slots of its own: backfill its parent with \"cascade\": \"children\"", field="name")
         sched, anchor = job["spec"]["schedule"], job["anchor"]
         slots = await asyncio.to_thread(range_slots, sched, anchor, b["from"], b["to"], b["max_slots"] + 1, b["order"])
         if len(slots) > b["max_slots"]:
@@ -144,9 +147,15 @@ class BackfillService:
             res = self.svc.read(backfill_plan.dry_run_backfill, name, slots, b["reprocess"], b["id"])
             if res is None:
                 raise NotFound(f"no job named {name!r}", field="name")
-            return 200, {"dry_run": True, "job": name, "reprocess": b["reprocess"], "order": b["order"],
-                         "planned": len(slots), "slots": [schedule.iso(x) for x in res["slots"]],
-                         "left_out": [{"slot": schedule.iso(x), "reason": why} for x, why in res["left_out"]]}
+            out = {"dry_run": True, "job": name, "reprocess": b["reprocess"], "order": b["order"],
+                   "planned": len(slots), "slots": [schedule.iso(x) for x in res["slots"]],
+                   "left_out": [{"slot": schedule.iso(x), "reason": why} for x, why in res["left_out"]]}
+            if "cascade" in b:  # pipelines: the jobs that follow each slot's run, and their edges
+                g = self.svc.read(pipelines.graph, name)
+                out["cascade"] = {"children": g["children"] if g else [],
+                                  "edges": [e for e in (g["edges"] if g else []) if e["to"] != name
+                                            and e["to"] in (g["children"] if g else [])]}
+            return 200, out
         rid = rid or new_request_id()
         bf_id = b["id"] or generated_id(rid)
         fields = {"name": bf_id, "job": name, "from": b["from"], "to": b["to"], "reprocess": b["reprocess"],
@@ -155,6 +164,8 @@ class BackfillService:
                   "schedule": sched, "anchor": anchor}
         if "payload" in b:
             fields["payload"] = b["payload"]
+        if "cascade" in b:
+            fields["cascade"] = b["cascade"]
         res = await self.svc.propose(commands.backfill(now, rid, fields))
         view = self._view(bf_id)
         view["created"] = bool(res.get("created"))
@@ -207,11 +218,11 @@ class BackfillService:
             job = self.svc.read(queries.job, name)
             if job is None:
                 raise NotFound(f"no job named {name!r}", field="name")
-            sched = job["spec"]["schedule"]
-            if schedule.next_slot_after(sched, t["slot"] - 1, job["anchor"]) != t["slot"]:
+            sched = job["spec"].get("schedule")  # a triggered job (pipelines) runs for any slot of its parents'
+            if sched is not None and schedule.next_slot_after(sched, t["slot"] - 1, job["anchor"]) != t["slot"]:
                 raise InvalidSpec(f"{schedule.iso(t['slot'])} is not a slot of the schedule of job {name!r}",
                                   field="slot")
-            if t["slot"] > job["cursor"]:  # apply refuses it too; here the message has ISO times
+            if sched is not None and t["slot"] > job["cursor"]:  # apply refuses it too; here with ISO times
                 raise Conflict(f"slot {schedule.iso(t['slot'])} is after the cursor of job {name!r} "
                                f"({schedule.iso(job['cursor'])}): the schedule has not handled it yet, and its run "
                                f"will come", field="slot", cursor=schedule.iso(job["cursor"]))

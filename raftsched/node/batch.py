@@ -99,7 +99,7 @@ async def cut(specs: dict[str, dict], create_only: bool, key: str, now: int,
         if not cur:
             h = hashlib.blake2b(key.encode("utf-8", "backslashreplace") + b"\0%d\0" % len(chunks), digest_size=20)
         h.update(widest)
-        cursor, anchor, nxt = position(name, spec["schedule"])
+        cursor, anchor, nxt = position(name, spec.get("schedule"))
         item.update(next=nxt, cursor=cursor, anchor=anchor)
         cur.append(item)
         cur_bytes += len(widest)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import uuid
 
@@ -54,7 +55,7 @@ LEASE_FIELDS = {"queues", "labels", "slots", "executors", "version", "instance",
                 "dedicated"}
 HEARTBEAT_FIELDS = {"leases", "ttl_ms"}
 COMPLETE_FIELDS = {"results"}
-RESULT_FIELDS = {"run", "token", "success", "error", "output"}
+RESULT_FIELDS = {"run", "token", "success", "error", "output", "result"}
 RELEASE_FIELDS = {"leases", "reason"}
 
 
@@ -144,8 +145,13 @@ def parse_results(body) -> list[dict]:
         for key in ("error", "output"):
             if it.get(key) is not None and not isinstance(it[key], str):
                 raise InvalidSpec("must be a string or null", field=f"{f}.{key}")
-        out.append({"run": it["run"], "token": it["token"], "success": it["success"],
-                    "error": it.get("error"), "output": it.get("output")})
+        item = {"run": it["run"], "token": it["token"], "success": it["success"],
+                "error": it.get("error"), "output": it.get("output")}
+        if it.get("result") is not None:  # pipelines: what the run hands its children
+            if len(json.dumps(it["result"], separators=(",", ":")).encode()) > limits.result_bytes_max:
+                raise InvalidSpec(f"is more than {limits.result_bytes_max} bytes as JSON", field=f"{f}.result")
+            item["result"] = it["result"]
+        out.append(item)
     return out
 
 

@@ -230,3 +230,7 @@ gc_freeze_growth_jobs = 50_000
 gc_log_pause_s = 0.2
 #: How often the node checks whether to freeze its long-lived objects.
 gc_poll_s = 1.0
+
+#: Deferred fan-out steps (core/pipelines.py fanout_step) the trigger proposes a tick: each offers
+#: up to core limits.fanout_per_command children.
+fanout_steps_per_tick = 4

@@ -178,17 +178,17 @@ _LIMIT = Param("limit", "integer", "at most this many, newest first", default=10
 #: The rows of the route table (node/routes.py).
 SINK_ROUTES = (
     Route("GET", "/v1/sinks", list_sinks, "read", Tenancy.FILTERED, "every sink (secrets redacted)",
-          params=(STALE, CONSISTENT)),
+          params=(STALE, CONSISTENT), response="sinks"),
     Route("PUT", "/v1/sinks/{name}", put_sink, "jobs.write", Tenancy.CHECKED,
-          "create (201) or replace (200) a sink", body="sink", ok=201, also_ok=(200,), errors=(403, 404, 422)),
+          "create (201) or replace (200) a sink", body="sink", ok=201, also_ok=(200,), errors=(403, 404, 422), response="sink_written"),
     Route("GET", "/v1/sinks/{name}", get_sink, "read", Tenancy.CHECKED, "a sink and its delivery cursor",
-          params=(STALE, CONSISTENT), errors=(404,)),
+          params=(STALE, CONSISTENT), errors=(404,), response="sink"),
     Route("DELETE", "/v1/sinks/{name}", delete_sink, "jobs.write", Tenancy.CHECKED, "delete a sink",
-          errors=(403, 404)),
+          errors=(403, 404), response="sink_deleted"),
     Route("GET", "/v1/sinks/{name}/dead", sink_dead, "read", Tenancy.CHECKED,
-          "the events a sink refused past its retry budget", params=(STALE, CONSISTENT, _LIMIT), errors=(404,)),
+          "the events a sink refused past its retry budget", params=(STALE, CONSISTENT, _LIMIT), errors=(404,), response="sink_dead"),
     Route("POST", "/v1/sinks/{name}/dead:requeue", sink_requeue, "jobs.write", Tenancy.CHECKED,
-          "deliver a sink's dead events again", body="sink_requeue", body_optional=True, errors=(403, 404, 422)),
+          "deliver a sink's dead events again", body="sink_requeue", body_optional=True, errors=(403, 404, 422), response="sink_requeued"),
 )
 
 

@@ -22,6 +22,7 @@ from ..core import errors, limits
 from ..core.backfill_plan import MODES, ORDERS, OVERLAPS
 from ..core.bodies import POLICY_FIELDS
 from ..core.notify_model import CLUSTER_KINDS, JOB_KINDS, SINK_TYPES
+from ..core.pipeline_model import MATCH_VALUES, ON_VALUES
 from ..core.model import (EXECUTOR_TYPES, MISFIRE_POLICIES, OVERLAP_POLICIES, RUN_STATES, SCHEDULE_FIELDS,
                           SPEC_FIELDS)
 from ..core.tokens import ROLES
@@ -151,7 +152,9 @@ def _job_spec() -> Schema:
                        "maxItems": limits.argv_items_max},
               "env": dict(_STR_MAP, maxProperties=limits.executor_env_max), "cwd": _str(1)}, ("type", "argv")),
         _obj({"type": {"const": "http"}, "url": _str(8, pattern=r"^https?://[^\s/]+"),
-              "headers": dict(_STR_MAP, maxProperties=limits.executor_headers_max)}, ("type", "url")),
+              "headers": dict(_STR_MAP, maxProperties=limits.executor_headers_max),
+              "result": {"type": "boolean", "description": "the JSON response body is the run's result, "
+                         "handed to its children (docs/pipelines.md)"}}, ("type", "url")),
         _obj({"type": {"const": "python"},
               "target": _str(3, pattern=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")}, ("type", "target")),
         _obj({"type": {"const": "heartbeat", "description": "runs nothing: POST /v1/jobs/{name}/ping reports "
@@ -192,11 +195,24 @@ def _job_spec() -> Schema:
                           "succeed_by": _str(5, 5, r"^([01][0-9]|2[0-3]):[0-5][0-9]$",
                                              description="a local time HH:MM in the job's time zone"),
                           "max_since_success_s": _int(1, limits.deadline_s_max)}, minProperties=1,
-                         description="when each slot must be done (docs/notifications.md, Deadlines)"),
+                         description="when each slot must be done (docs/notifications.md, Deadlines); "
+                                     "a job with after takes max_since_success_s only"),
+        "after": {"type": "array", "minItems": 1, "maxItems": limits.after_parents_max,
+                  "items": {"anyOf": [_name(limits.job_name_chars_max),
+                                      _obj({"job": _name(limits.job_name_chars_max), "on": {"enum": list(ON_VALUES)}},
+                                           ("job",))]},
+                  "description": "the jobs it runs after (docs/pipelines.md): names, or {job, on}; "
+                                 "without a schedule the job is triggered by them"},
+        "match": {"enum": list(MATCH_VALUES), "default": "same_slot",
+                  "description": "a gated job's rule (schedule and after)"},
+        "max_wait_s": _int(1, limits.max_wait_s_max, default=limits.max_wait_s_default,
+                           description="how long a slot waits for its parents (after only)"),
     }
     assert set(props) == SPEC_FIELDS, set(props) ^ SPEC_FIELDS
-    return _obj(props, ("schedule", "executor", "misfire"),
-                description="a job spec (docs/api.md, The job spec); core/model.py validate_job",
+    return _obj(props, ("executor",),
+                anyOf=[{"required": ["schedule", "misfire"]}, {"required": ["after"]}],
+                description="a job spec (docs/api.md, The job spec); core/model.py validate_job. schedule and "
+                            "misfire are required, unless after is given (a triggered job has neither)",
                 examples=[{"schedule": {"every_s": 60}, "executor": {"type": "http", "url": "https://example.com/hook"},
                            "misfire": {"policy": "skip"}, "tenant": "fuzz"},
                           {"schedule": {"cron": "30 2 * * *", "timezone": "Europe/Berlin"},
@@ -217,7 +233,9 @@ def _bodies() -> dict[str, Schema]:
                                      "propertyNames": _name(limits.job_name_chars_max),
                                      "additionalProperties": spec},
                             "create_only": _BOOL}, ("jobs",)),
-        "trigger": _obj({"payload": _JSON, "slot": _nullable(TIME)}),
+        "trigger": _obj({"payload": _JSON, "slot": _nullable(TIME),
+                         "propagate": {"type": "boolean", "description": "its outcome reaches the job's children "
+                                       "(pipelines)"}}),
         "explain": {"oneOf": [_obj({"down_from": TIME, "down_to": TIME}, ("down_from", "down_to")),
                               _obj({"slot": TIME}, ("slot",))],
                     "description": "an outage window, or one slot (why it met or missed its deadline)"},
@@ -230,7 +248,10 @@ def _bodies() -> dict[str, Schema]:
             "max_slots": _nullable(_int(1, limits.backfill_slots_max)), "payload": _JSON,
             "overlap": {"anyOf": [{"enum": list(OVERLAPS) + [None]},
                                   _obj({"policy": {"enum": list(OVERLAPS)}}, ("policy",))]},
-            "dry_run": _BOOL, "id": _nullable(_name(limits.backfill_id_chars_max))}, ("from", "to")),
+            "dry_run": _BOOL, "id": _nullable(_name(limits.backfill_id_chars_max)),
+            "cascade": {"enum": ["none", "children"], "default": "none",
+                        "description": "children: each backfilled run's outcome reaches the job's children"}},
+            ("from", "to")),
         "dlq_bulk": _obj({
             "queue": _nullable(_str(1, limits.queue_name_chars_max)),
             "job": _nullable(_str(1, limits.job_name_chars_max)),
@@ -304,9 +325,114 @@ def _error_schema() -> Schema:
     }, ("error",))
 
 
+def _open(props: dict[str, Schema], required: tuple[str, ...] = (), **kw: Any) -> Schema:
+    """An answer: the keys the handler always sends are required, more may come."""
+    return _obj(props, required, closed=False, **kw)
+
+
+def _more_responses() -> dict[str, Schema]:
+    s, i, n = {"type": "string"}, {"type": "integer"}, {"type": "number"}
+    s_or_null, i_or_null = {"type": ["string", "null"]}, {"type": ["integer", "null"]}
+    arr, obj = {"type": "array"}, {"type": "object"}
+    objs = {"type": "array", "items": obj}
+    slot = _open({"slot": s, "slot_ms": i, "local": s, "timezone": s, "utc_offset": s,
+                  "dst": {"enum": ["spring_forward", "fall_back"]}, "ambiguous_local_time": _BOOL},
+                 ("slot", "slot_ms", "local", "timezone", "utc_offset"))
+    backfill = _open({"id": s, "kind": s, "job": s_or_null, "state": s, "reason": s_or_null,
+                      "created_at": s_or_null, "updated_at": s_or_null, "finished_at": s_or_null,
+                      "request": obj, "created": _BOOL},
+                     ("id", "kind", "job", "state", "reason", "created_at", "updated_at", "finished_at", "request"),
+                     description="a backfill or bulk DLQ operation (node/backfills.py backfill_view)")
+    policy = _open({"executors": arr, "placement": obj, "network": obj}, ("executors", "placement", "network"))
+    token = _open({"id": s, "role": {"enum": list(ROLES)}, "tenants": {"type": ["array", "null"]},
+                   "workers": {"type": ["array", "null"]}, "state": {"enum": ["active", "expired", "revoked"]},
+                   "created_at": s_or_null, "expires_at": s_or_null, "revoked_at": s_or_null,
+                   "note": s_or_null}, ("id", "role", "tenants", "workers", "state"))
+    sink = _open({"name": s, "spec": obj, "cursor": {}, "behind": i, "dead": i, "requeued": {}},
+                 ("name", "spec", "cursor", "behind", "dead", "requeued"))
+    sealed = {"values": obj, "clear": {}, "malformed": {}}
+    return {
+        "member_changed": _open({"addr": s, "state": {"enum": ["voter", "learner", "removed"]}, "changed": _BOOL,
+                                 "members": {}}, ("addr", "state", "changed")),
+        "jobs_batch_written": _open({"jobs": {"type": "object", "additionalProperties": obj}, "created": i,
+                                     "replaced": i, "conflicts": i, "commands": i},
+                                    ("jobs", "created", "replaced", "conflicts", "commands")),
+        "slots": _open({"job": s, "slots": {"type": "array", "items": slot}}, ("slots",),
+                       description="the next slots, local time and offset with DST changes marked"),
+        "explained": {"anyOf": [
+            _open({"job": s, "down_from": s, "down_to": s, "policy": s, "grace_s": i, "max_catchup": i,
+                   "runs": arr, "recorded": arr, "slots_due": i, "next_slot": s_or_null},
+                  ("job", "down_from", "down_to", "policy", "runs", "recorded", "slots_due", "next_slot")),
+            _open({"job": s, "slot": s, "run": {"type": ["object", "null"]}, "deadline": {"type": ["object", "null"]},
+                   "why": s}, ("job", "slot", "run", "deadline", "why"))],
+            "description": "what an outage window would do, or why one slot met or missed its deadline"},
+        "backfill": backfill,
+        "backfill_created": {"anyOf": [
+            _open({"dry_run": {"const": True}, "job": s, "reprocess": s, "order": s, "planned": i,
+                   "slots": {"type": "array", "items": s}, "left_out": objs},
+                  ("dry_run", "job", "planned", "slots", "left_out")), backfill]},
+        "dlq_bulk_started": {"anyOf": [
+            _open({"dry_run": {"const": True}, "action": {"enum": ["requeue", "purge"]},
+                   "runs": {"type": "array", "items": s}, "total": i}, ("dry_run", "action", "runs", "total")),
+            backfill]},
+        "backfill_controlled": _open({"id": s, "state": s, "withdrawn": {}}, ("id",)),
+        "backfills": _open({"backfills": {"type": "array", "items": backfill}}, ("backfills",)),
+        "queue_written": _open({"queue": s, "max_depth": i, "on_full": s, "tenants": arr}, ("queue",)),
+        "tenant": _open({"name": s, "rate_per_s": {"type": ["number", "null"]}, "burst": i_or_null,
+                         "tokens": {"type": ["number", "null"]}, "policy": _nullable(policy),
+                         "effective_policy": policy, "notify": arr},
+                        ("name", "rate_per_s", "burst", "tokens", "policy", "effective_policy", "notify")),
+        "tenant_written": _open({"tenant": s, "rate_per_s": n, "burst": i, "policy": policy, "notify": arr},
+                                ("tenant",)),
+        "tenant_deleted": _open({"tenant": s, "deleted": _BOOL}, ("tenant", "deleted")),
+        "dlq_requeued": _open({"run": s, "state": {"enum": list(RUN_STATES)}, "attempt": i_or_null},
+                              ("run", "state", "attempt")),
+        "run_deleted": _open({"run": s, "deleted": _BOOL}, ("run", "deleted")),
+        "lock": _open({"lock": s, "owner": s, "token": i, "expires_at": s_or_null, "since": s_or_null},
+                      ("lock", "owner", "token", "expires_at", "since")),
+        "lock_held": _open({"lock": s, "owner": s, "token": i, "expires_at": s_or_null},
+                           ("lock", "token", "expires_at")),
+        "lock_released": _open({"lock": s, "released": _BOOL}, ("lock", "released")),
+        "pinged": _open({"job": s, "run": s, "state": s}, ("job", "run", "state")),
+        "deadlines": _open({"deadlines": {"type": "array", "items": _open({"slot": s, "why": s}, ("slot", "why"))}},
+                           ("deadlines",)),
+        "leased": _open({"runs": objs, "draining": _BOOL, "cluster_ms": i}, ("runs", "draining")),
+        "heartbeat": _open({"extended": i, "lost": {"type": "array", "items": s}, "draining": _BOOL, "cluster_ms": i},
+                           ("extended", "lost", "draining")),
+        "completed": _open({"results": arr}, ("results",)),
+        "released": _open({"released": {}, "lost": arr}, ("released", "lost")),
+        "workers": _open({"workers": objs, "total": i}, ("workers", "total")),
+        "worker": _open({"status": s, "labels": obj, "runs": objs}, ("status", "labels")),
+        "worker_drained": _open({"worker": s, "state": s, "held": {}}, ("worker", "state", "held")),
+        "whoami": _open({"id": s, "role": {"enum": list(ROLES)}, "tenants": {"type": ["array", "null"]},
+                         "scopes": {"type": "array", "items": s}}, ("id", "role", "tenants", "scopes")),
+        "token_created": _open({"id": s, "token": s, "role": {"enum": list(ROLES)},
+                                "tenants": {"type": ["array", "null"]}, "workers": {"type": ["array", "null"]},
+                                "jobs": {"type": ["array", "null"]}, "expires_at": s_or_null, "note": s_or_null},
+                               ("id", "token", "role", "tenants", "workers", "jobs", "expires_at", "note"),
+                               description="the token's secret is shown here only"),
+        "tokens": _open({"tokens": {"type": "array", "items": token}}, ("tokens",)),
+        "token_revoked": _open({"id": s, "revoked_at": s_or_null}, ("id", "revoked_at")),
+        "secrets": _open({"node": s, "key": {}, "ring": obj, "missing": arr, **sealed},
+                         ("node", "key", "ring", "values", "clear", "malformed", "missing")),
+        "secrets_rotated": _open({"key": s, "resealed": {}, "stale": {}, "passes": i, "complete": _BOOL,
+                                  "unreadable": obj, **sealed},
+                                 ("key", "resealed", "stale", "passes", "complete", "unreadable", "values", "clear",
+                                  "malformed")),
+        "sinks": _open({"sinks": {"type": "array", "items": sink}}, ("sinks",)),
+        "sink": sink,
+        "sink_written": _open({"name": s, "spec": obj}, ("name",)),
+        "sink_deleted": _open({"sink": s, "deleted": _BOOL}, ("sink", "deleted")),
+        "sink_dead": _open({"sink": s, "dead": {"type": "array", "items": _open(
+            {"event": obj, "error": {}, "attempts": i, "at": {}}, ("event", "error", "attempts", "at"))}},
+            ("sink", "dead")),
+        "sink_requeued": _open({"sink": s, "requeued": i}, ("sink", "requeued")),
+    }
+
+
 #: A run or a recorded slot in a list.
 _RUN_ITEM = {"type": "object", "properties": {"state": {"enum": list(RUN_STATES)}}, "required": ["state"]}
-#: Success answers' schemas, named by ``Route.response`` (None: a JSON object).
+#: Success answers' schemas, named by ``Route.response`` (every row names one: tests/test_openapi.py).
 RESPONSES: dict[str, Schema] = {
     "health": _obj({"ok": _BOOL, "role": {"type": ["string", "null"]}, "leader": {"type": ["string", "null"]}},
                    ("ok", "role", "leader"), closed=False),
@@ -327,6 +453,13 @@ RESPONSES: dict[str, Schema] = {
                         ("job", "created"), closed=False),
     "triggered": _obj({"job": {"type": "string"}, "run": {"type": "string"}, "state": {"enum": list(RUN_STATES)}},
                       ("job", "run", "state"), closed=False),
+    "job_graph": _obj({"job": {"type": "string"}, "parents": {"type": "array", "items": {"type": "string"}},
+                       "children": {"type": "array", "items": {"type": "string"}},
+                       "nodes": {"type": "array", "items": {"type": "object"}},
+                       "edges": {"type": "array", "items": _obj({"from": {"type": "string"}, "to": {"type": "string"},
+                                                                 "on": {"enum": list(ON_VALUES)}},
+                                                                ("from", "to", "on"))}},
+                      ("job", "parents", "children", "nodes", "edges"), closed=False),
     "job_deleted": _obj({"job": {"type": "string"}, "deleted": _BOOL}, ("job", "deleted"), closed=False),
     "job_paused": _obj({"job": {"type": "string"}, "paused": _BOOL}, ("job", "paused"), closed=False),
     "jobs_page": _obj({"jobs": {"type": "array", "items": {"type": "object"}}, "next": {"type": ["string", "null"]},
@@ -344,6 +477,7 @@ RESPONSES: dict[str, Schema] = {
                      ("runs",), closed=False),
     "queues": _obj({"queues": {"type": "array", "items": {"type": "object"}}}, ("queues",), closed=False),
     "tenants": _obj({"tenants": {"type": "array", "items": {"type": "object"}}}, ("tenants",), closed=False),
+    **_more_responses(),
 }
 
 

@@ -60,11 +60,32 @@ def status(svc) -> dict:
             "missing": sorted(k for k in counts if k not in held)}
 
 
+def _resealed(svc, key: str, v: str, where: bytes, unreadable: collections.Counter) -> str | None:
+    """``v`` (a stored secret of ``where``) sealed under ``key``, or None: it is sealed under it
+    already, or it cannot be unsealed (counted in ``unreadable`` by key id, or ``"malformed"``)."""
+    try:
+        kid = sealing.key_of(v)
+    except sealing.SealError:
+        unreadable["malformed"] += 1
+        return None
+    if kid == key:
+        return None
+    if kid is None:  # in clear, from a journal written before sealing
+        clear, fp = v, svc.fingerprint.digest(v)
+    else:
+        try:
+            clear = svc.keyring.unseal(v, where)
+        except sealing.SealError:
+            unreadable[kid] += 1
+            return None
+        fp = sealing.fingerprint_of(v)
+    return svc.keyring.seal(key, clear, fp, where)
+
+
 async def _pass(svc, key: str, unreadable: collections.Counter) -> list[list]:
     """The reseal items of one pass: every stored value not sealed under ``key``, sealed again
     under it. Values that cannot be unsealed are counted in ``unreadable`` by key id (or
     ``"malformed"``)."""
-    ring = svc.keyring
     items: list[list] = []
     done = 0
     for name, gen, maps in svc.read(queries.secret_maps):
@@ -72,24 +93,10 @@ async def _pass(svc, key: str, unreadable: collections.Counter) -> list[list]:
         for m, vals in maps.items():
             path = MAP_PATHS[m]
             for n, v in vals.items():
-                try:
-                    kid = sealing.key_of(v)
-                except sealing.SealError:
-                    unreadable["malformed"] += 1
+                sealed = _resealed(svc, key, v, sealing.place(name, path, n), unreadable)
+                if sealed is None:
                     continue
-                if kid == key:
-                    continue
-                where = sealing.place(name, path, n)
-                if kid is None:  # in clear, from a journal written before sealing
-                    clear, fp = v, svc.fingerprint.digest(v)
-                else:
-                    try:
-                        clear = ring.unseal(v, where)
-                    except sealing.SealError:
-                        unreadable[kid] += 1
-                        continue
-                    fp = sealing.fingerprint_of(v)
-                out.setdefault(m, {})[n] = ring.seal(key, clear, fp, where)
+                out.setdefault(m, {})[n] = sealed
                 done += 1
                 if done % node_limits.reseal_step == 0:
                     await asyncio.sleep(0)  # a yield, not a wait: other requests, the trigger
@@ -128,29 +135,14 @@ def _sink_specs(svc) -> list[tuple[str, dict]]:
 async def _reseal_sinks(svc, key: str, unreadable: collections.Counter) -> int:
     """Every sink whose secrets are not all sealed under ``key``, written again with them sealed
     under it (a put_sink of the same spec: its cursor and dead list stay)."""
-    ring, done = svc.keyring, 0
+    done = 0
     for name, spec in _sink_specs(svc):
         vals = spec.get("secrets") or {}
         new, changed = dict(vals), False
         for n, v in vals.items():
-            try:
-                kid = sealing.key_of(v)
-            except sealing.SealError:
-                unreadable["malformed"] += 1
-                continue
-            if kid == key:
-                continue
-            where = sealing.place("sink:" + name, ("secrets",), n)
-            if kid is None:
-                clear, fp = v, svc.fingerprint.digest(v)
-            else:
-                try:
-                    clear = ring.unseal(v, where)
-                except sealing.SealError:
-                    unreadable[kid] += 1
-                    continue
-                fp = sealing.fingerprint_of(v)
-            new[n], changed = ring.seal(key, clear, fp, where), True
+            sealed = _resealed(svc, key, v, sealing.place("sink:" + name, ("secrets",), n), unreadable)
+            if sealed is not None:
+                new[n], changed = sealed, True
         if changed:
             await svc.propose(commands.put_sink(svc.clock.now_ms(), None, name=name, spec=dict(spec, secrets=new)))
             done += sum(1 for n in new if new[n] is not vals[n])
@@ -206,7 +198,7 @@ async def secrets_rotate(request: web.Request) -> web.Response:
 #: The rows of the route table (node/routes.py): an admin's.
 SECRETS_ROUTES = (
     Route("GET", "/v1/secrets", secrets_status, "admin", Tenancy.REFUSED,
-          "which keys the stored secret values are sealed under", params=(STALE, CONSISTENT)),
+          "which keys the stored secret values are sealed under", params=(STALE, CONSISTENT), response="secrets"),
     Route("POST", "/v1/secrets:rotate", secrets_rotate, "admin", Tenancy.REFUSED,
-          "seal every stored secret value under another key", body="secrets_rotate", errors=(422,)),
+          "seal every stored secret value under another key", body="secrets_rotate", errors=(422,), response="secrets_rotated"),
 )

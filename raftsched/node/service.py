@@ -15,7 +15,7 @@ import uuid
 import msgpack
 
 from ..clock import Clock
-from ..core import bodies, commands, deadlines, limits, model, policy, preview, queries, schedule
+from ..core import bodies, commands, deadlines, limits, model, pipelines, policy, preview, queries, schedule
 from ..core.errors import BadRequest, Conflict, Forbidden, InvalidSpec, NotFound, Unavailable
 from ..core.model import check_name
 from ..core.notify_model import validate_routes
@@ -83,11 +83,13 @@ class Service:
             await self.reads.wait()
 
     # ------------------------------------------------------------------ jobs
-    def _position(self, name: str, sched: dict, now: int, memo: dict | None = None) -> tuple[int, int, int | None]:
+    def _position(self, name: str, sched: dict | None, now: int, memo: dict | None = None) -> tuple[int, int, int | None]:
         """The proposer's part of a put_job: ``(cursor, anchor, next)``. A replace with the same
         schedule keeps the job's cursor and anchor (queries.kept_position: apply keeps them
         whatever the command says). ``memo`` caches cron next slots within one batch (20-40 us a
-        call)."""
+        call). A triggered job (pipelines: ``after`` and no schedule) has no slot of its own."""
+        if sched is None:
+            return now, now, None
         anchor, cursor = policy.initial_position(sched, now)
         kept = self.read(queries.put_position, name, sched)
         if kept is not None:
@@ -196,7 +198,8 @@ class Service:
         spec = self.unredact(name, model.validate_job(name, raw, now), tenants)
         claim = self.check_write(name, spec, tenants)
         spec = await self.seal(name, spec, tenants)
-        cursor, anchor, nxt = self._position(name, spec["schedule"], now)
+        self.check_edges(name, spec, tenants)
+        cursor, anchor, nxt = self._position(name, spec.get("schedule"), now)
         cmd = commands.put_job(now, rid or new_request_id(), name=name, spec=spec, next=nxt, cursor=cursor,
                                anchor=anchor, create_only=create_only, claim=claim)
         res = await self.propose(cmd)
@@ -233,6 +236,15 @@ class Service:
             except (Forbidden, Conflict) as e:
                 raise type(e)(f"job {name!r}: {e.message}", field=e.field, job=name,
                               **{k: v for k, v in e.extra.items() if k == "tenant"}) from None
+        piped = any("after" in spec for spec in specs.values())
+        if piped:  # pipelines: edges checked against the state and the batch, parents put first
+            for name, spec in specs.items():
+                try:
+                    self.check_edges(name, spec, tenants, specs)
+                except InvalidSpec as e:
+                    raise InvalidSpec(f"job {name!r}: {e.message}", field=e.field, job=name, invalid=1,
+                                      errors=[{"job": name, "field": e.field, "message": e.message}]) from None
+            specs = {n: specs[n] for n in pipelines.parents_first(specs)}
         kid = None
         for k, (name, spec) in enumerate(specs.items()):
             if k and k % node_limits.batch_validate_step == 0:
@@ -249,7 +261,9 @@ class Service:
         chunks, datas = await batch.cut(specs, create_only, scope(key) if scope is not None else key, now,
                                         lambda name, sched: self._position(name, sched, now, memo), claims)
 
-        window = asyncio.Semaphore(node_limits.put_jobs_in_flight_max)
+        # A batch with pipelines goes one command at a time, in order: a chunk's parents are in
+        # the state (or its own chunk) when it applies.
+        window = asyncio.Semaphore(1 if piped else node_limits.put_jobs_in_flight_max)
 
         async def one(data: bytes) -> dict:
             async with window:
@@ -258,9 +272,31 @@ class Service:
         results = await asyncio.gather(*(one(d) for d in datas), return_exceptions=True)
         return batch.merge(jobs_raw, chunks, results, key)
 
-    async def delete_job(self, name: str, rid: str | None) -> dict:
+    def check_edges(self, name: str, spec: dict, tenants: frozenset | None,
+                    pending: dict | None = None) -> None:
+        """A job's ``after`` against this replica (apply checks the same against its own, so a
+        race cannot store a cycle): unknown parents and cycles are 422 naming the edge, and so
+        is a parent in a tenant the token may not see (a token limited to tenants)."""
+        if "after" not in spec:
+            return
+        self.read(pipelines.check_edges, name, spec, pending)
+        if tenants is None:
+            return
+        for i, e in enumerate(spec["after"]):
+            sp = (pending or {}).get(e["job"])
+            if sp is None:
+                job = self.read(queries.job, e["job"])
+                sp = job["spec"] if job is not None else None
+            if sp is not None and sp["tenant"] not in tenants:
+                # The same answer as for a job that does not exist: a token limited to tenants
+                # learns nothing of others' jobs.
+                raise InvalidSpec(f"names no job: {e['job']} -> {name} (create {e['job']} first)",
+                                  field=f"after[{i}].job")
+
+    async def delete_job(self, name: str, rid: str | None, force: bool = False) -> dict:
         check_name(name)
-        res = await self.propose(commands.delete_job(self.clock.now_ms(), rid or new_request_id(), name=name))
+        res = await self.propose(commands.delete_job(self.clock.now_ms(), rid or new_request_id(), name=name,
+                                                     force=force))
         return self._out(res, {"job": name, "deleted": True})
 
     async def pause_job(self, name: str, rid: str | None) -> dict:
@@ -283,6 +319,9 @@ class Service:
         if job is None:
             raise NotFound(f"no job named {name!r}", field="name")
         spec, cursor, anchor, gen = job["spec"], job["cursor"], job["anchor"], job["gen"]
+        # A triggered job (pipelines) has no slot of its own to record: its slots while paused
+        # were recorded paused as its parents ended; it just resumes.
+        catch_up = catch_up or "schedule" not in spec
         plan = None if catch_up else dict(gen=gen, **policy.plan_resume(spec, anchor, cursor, now))
         res = await self.propose(commands.resume_job(now, rid or new_request_id(), name=name, catch_up=catch_up,
                                                      plan=plan))
@@ -415,7 +454,10 @@ class Service:
     async def dlq_requeue(self, run_id: str, rid: str | None) -> dict:
         model.check_run_id(run_id)
         res = await self.propose(commands.dlq_requeue(self.clock.now_ms(), rid or new_request_id(), run=run_id))
-        return self._out(res, {"run": run_id, "state": res["state"], "attempt": res["attempt"]})
+        out = {"run": run_id, "state": res["state"], "attempt": res["attempt"]}
+        if res.get("rearmed"):  # pipelines: the children's slots that wait for it again
+            out["rearmed"] = res["rearmed"]
+        return self._out(res, out)
 
     async def dlq_delete(self, run_id: str, rid: str | None) -> dict:
         model.check_run_id(run_id)
@@ -459,12 +501,16 @@ class Service:
 
     def preview_job(self, name: str, count: int, after_ms: int | None) -> dict:
         spec, anchor = self._job_spec(name)
+        if "schedule" not in spec:  # a triggered job: its parents' outcomes make its slots
+            return {"job": name, "slots": [], "triggered_by": spec["after"]}
         after = self.clock.now_ms() if after_ms is None else after_ms
         return {"job": name, "slots": preview.preview(spec, anchor, after, count)}
 
     def preview_spec(self, raw, count: int) -> dict:
         now = self.clock.now_ms()
         spec = model.validate_job("preview", raw, now)
+        if "schedule" not in spec:
+            return {"slots": [], "triggered_by": spec["after"]}
         anchor, cursor = policy.initial_position(spec["schedule"], now)
         return {"slots": preview.preview(spec, anchor, cursor, count)}
 
@@ -483,7 +529,15 @@ class Service:
             raise BadRequest("must be after down_from", field="down_to")
         if hi - lo > 366 * 86_400_000:
             raise BadRequest("an outage window is at most 366 days", field="down_to")
-        return dict(job=name, **preview.explain(spec, anchor, lo, hi))
+        if "schedule" not in spec:  # a triggered job: no slot of its own for an outage to miss
+            out = {"job": name, "triggered_by": spec["after"],
+                   "summary": f"{name} runs after {', '.join(e['job'] for e in spec['after'])}: an outage "
+                              "delays its parents' slots, and their outcomes decide its own"}
+        else:
+            out = dict(job=name, **preview.explain(spec, anchor, lo, hi))
+        if "after" in spec:
+            out["waiting"] = self.read(pipelines.pending, name, 20)
+        return out
 
     def explain_slot(self, name: str, slot) -> dict:
         """Why a slot met or missed its deadline: its run (or record) and its deadline block."""
@@ -535,7 +589,36 @@ class Service:
         check_name(name)
         out = self.read(queries.job_runs, name, limit, state_filter, slot_ms, tenants, window)
         out["runs"] = self._views(out["runs"])
+        if slot_ms is not None:
+            # pipelines: the slot's runs across the job's graph, and what a waiting child waits for
+            chain = self.read(pipelines.slot_runs, name, slot_ms)
+            if len(chain) > 1 or (chain and chain[0]["job"] != name):
+                if tenants is not None:
+                    chain = [r for r in chain if self._tenant_of(r) in tenants]
+                out["pipeline"] = self._views(chain)
         return out
+
+    def _tenant_of(self, run: dict) -> str | None:
+        if run.get("tenant") is not None:
+            return run["tenant"]
+        job = self.read(queries.job, run["job"])
+        return job["spec"]["tenant"] if job is not None else None
+
+    def job_graph(self, name: str, tenants: frozenset | None = None) -> dict:
+        """``GET /v1/jobs/{name}/graph``: the job's parents and children, transitively, with
+        each edge's condition (a token limited to tenants sees its tenants' jobs only)."""
+        check_name(name)
+        g = self.read(pipelines.graph, name)
+        if g is None:
+            raise NotFound(f"no job named {name!r}", field="name")
+        if tenants is not None:
+            seen = {n["job"] for n in g["nodes"] if (j := self.read(queries.job, n["job"])) is not None
+                    and j["spec"]["tenant"] in tenants}
+            g["nodes"] = [n for n in g["nodes"] if n["job"] in seen]
+            g["edges"] = [e for e in g["edges"] if e["from"] in seen and e["to"] in seen]
+            g["parents"] = [n for n in g["parents"] if n in seen]
+            g["children"] = [n for n in g["children"] if n in seen]
+        return g
 
     def list_runs(self, state_filter: str | None, limit: int, tenants: frozenset | None = None,
                   window: queries.RunWindow | None = None) -> dict:
@@ -547,6 +630,9 @@ class Service:
 
     def get_run(self, run_id: str) -> dict:
         run = self.read(queries.run, run_id)
+        if run is None:
+            # pipelines: a child's run its parents have not made yet says what it waits for
+            run = self.read(pipelines.waiting_run, run_id)
         if run is None:
             raise NotFound(f"no run {run_id!r}", field="run")
         return self._views([run])[0]
@@ -561,7 +647,9 @@ class Service:
                 if v["id"] in blocks:
                     v["deadline"] = deadline_view(blocks[v["id"]])
         for v in out:
-            if v["state"] == "waiting":  # a heartbeat job's slot (docs/notifications.md)
+            if v["state"] == "waiting" and "waiting_for" not in v:
+                # a heartbeat job's slot (docs/notifications.md); a pipeline child's slot waiting
+                # for its parents says for what already (core/pipelines.py waiting_run)
                 v["waiting_for"] = "a ping: POST /v1/jobs/{name}/ping"
         queued = [r["id"] for r in runs if r["state"] == "queued"]
         if queued:

@@ -21,7 +21,7 @@ import json
 import logging
 
 from ..clock import Clock
-from ..core import commands, deadlines, due, limits, policy, queries
+from ..core import commands, deadlines, due, limits, pipelines, policy, queries
 from ..core.due import DueIndex
 from ..core.policy import fires_ahead
 from ..core.errors import RaftschedError
@@ -63,6 +63,7 @@ class Trigger:
         self.slots_fired = 0
         self.last_fire_error: str | None = None
         self.leases_expired = 0
+        self._joins_checked = 0  # when expire_joins last looked (ms)
         #: called with the fire lags (ms) of the runs each committed fire created (metrics)
         self.lag_observer = None
         #: (kind, id, token, renewals) -> this leader's monotonic time when it first saw it
@@ -218,6 +219,8 @@ class Trigger:
         while the rest are still being planned and the API keeps answering."""
         now = self.clock.now_ms()
         await self.reap(now)
+        await self.expire_joins(now)
+        await self.step_fanouts(now)
         ahead = self.fire_ahead_ms
         span = ahead + limits.fire_ahead_span_ms if ahead > 0 else 0  # a trigger that fires at the slot plans no span
         jobs = self.raft.read(due.pop_due, now, node_limits.jobs_per_tick_max, ahead)
@@ -404,6 +407,34 @@ class Trigger:
                 self.leases_expired += len(res.get("expired") or [])
         except RaftschedError as e:
             log.warning("reaper: expire failed: %s", e.message)
+
+    async def step_fanouts(self, now: int) -> None:
+        """Pipelines: propose the next part of each fan-out too large for one command (a few a
+        tick; nothing to read when there is none)."""
+        pending = self.raft.read(pipelines.pending_fanout, node_limits.fanout_steps_per_tick)
+        for key, after in pending:
+            try:
+                await self.proposer.propose(commands.fanout_step(now, key=key, after=after))
+            except RaftschedError as e:
+                log.warning("pipelines: fanout_step failed: %s", e.message)
+                return
+
+    async def expire_joins(self, now: int) -> None:
+        """Pipelines: propose ``join_expire`` for children's slots that waited for their parents
+        longer than their max_wait_s (state time; apply checks again). At most once a second,
+        and nothing to read when no child waits."""
+        if now - self._joins_checked < 1000:
+            return
+        self._joins_checked = now
+        overdue = self.raft.read(pipelines.overdue, now, limits.expire_items_max)
+        if not overdue:
+            return
+        try:
+            res = await self.proposer.propose(commands.join_expire(now, joins=overdue))
+            if res.get("expired"):
+                log.info("pipelines: %d slots recorded upstream_timeout", res["expired"])
+        except RaftschedError as e:
+            log.warning("pipelines: join_expire failed: %s", e.message)
 
     async def _propose_fire(self, now: int, entries: list, dl: list | None = None) -> dict:
         return await self.proposer.propose(commands.fire(now, entries=entries, dl=dl))

@@ -55,6 +55,9 @@ def spec_view(spec: dict, fp: Fingerprint = PROCESS_DEFAULT) -> dict:
     out = redact_spec(spec, fp)
     out.pop(LIMITED, None)  # not the client's: shown beside the spec (job_view)
     out.setdefault("keep_output", True)
+    if "schedule" not in spec:  # a triggered job (pipelines): its parents make its runs
+        out["schedule"] = None
+        return out
     sched = dict(spec["schedule"])
     for k in ("at", "start_at"):
         if k in sched:
@@ -81,9 +84,17 @@ def run_view(run: dict) -> dict:
             dict(a, started_at=schedule.iso(a.get("started_at")), finished_at=schedule.iso(a.get("finished_at")))
             for a in run.get("attempts", [])
         ]
-    for k in ("backfill", "requeue", "payload"):  # a backfill's run, a bulk requeue's, an override
+    for k in ("backfill", "requeue", "payload", "result", "propagate"):  # a backfill's run, a bulk requeue's, an override
         if k in run:
             v[k] = run[k]
+    if "upstream" in run:  # pipelines: what its parents ended with
+        up = run["upstream"]
+        if isinstance(up, dict):  # a record keeps the reports it had, by parent
+            up = [{"job": p, "run": r[1], "outcome": r[0], "token": r[2]} for p, r in sorted(up.items())]
+        v["upstream"] = up
+    if "waiting_on" in run:  # a child's slot waiting for its parents (pipelines.slot_runs)
+        v["waiting_for"] = run["waiting_for"]
+        v["waiting_on"] = run["waiting_on"]
     if run["state"] in ("skipped", "coalesced"):
         v["reason"] = run.get("reason")
         if "slot_to" in run:

@@ -39,6 +39,7 @@ import filecmp
 import json
 import os
 import shutil
+import threading
 import uuid
 
 from ._disk import Disk
@@ -61,6 +62,32 @@ class _Open:
         self.pending: list[tuple[int | None, bytes | int]] | None = None
 
 
+#: The lock files' descriptors open in this process, and the lock that guards the set. A fork
+#: (pysyncobj's dump writer) copies every descriptor, and a flock belongs to the open file
+#: description, not to the process: a child that kept a copy of one another thread had locked (or
+#: was waiting to lock) would hold that lock for as long as it runs, and, in a process with several
+#: nodes (the in-process tests), block their threads while it waits for a lock they hold. So the
+#: child closes its copies at once; the parent's thread still holds, and later releases, the lock.
+_OPEN_LOCK_FDS: set[int] = set()
+_OPEN_LOCK_FDS_GUARD = threading.Lock()
+
+
+def _close_inherited_lock_fds() -> None:
+    global _OPEN_LOCK_FDS_GUARD
+    for fd in _OPEN_LOCK_FDS:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _OPEN_LOCK_FDS.clear()
+    _OPEN_LOCK_FDS_GUARD = threading.Lock()  # held by the forking parent's before-hook
+
+
+os.register_at_fork(before=lambda: _OPEN_LOCK_FDS_GUARD.acquire(),
+                    after_in_parent=lambda: _OPEN_LOCK_FDS_GUARD.release(),
+                    after_in_child=_close_inherited_lock_fds)
+
+
 class _Shadow:
     """The shadow's files, read and written under one lock (a dump writer is a forked child)."""
 
@@ -71,12 +98,16 @@ class _Shadow:
 
     @contextlib.contextmanager
     def locked(self):
-        fd = os.open(os.path.join(self.dir, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        with _OPEN_LOCK_FDS_GUARD:
+            fd = os.open(os.path.join(self.dir, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            _OPEN_LOCK_FDS.add(fd)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
-            os.close(fd)
+            with _OPEN_LOCK_FDS_GUARD:
+                _OPEN_LOCK_FDS.discard(fd)
+                os.close(fd)
 
     def name(self, path: str) -> str:
         p = os.path.abspath(path)

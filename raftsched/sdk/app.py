@@ -34,7 +34,7 @@ OPTIONS = SCHEDULE_OPTIONS | SPEC_OPTIONS
 _SCHEDULE_ORDER = ("cron", "timezone", "dst", "every_s", "start_at", "at")
 assert set(_SCHEDULE_ORDER) == SCHEDULE_OPTIONS
 #: Options that only each job can give (an app-wide schedule makes no sense).
-_JOB_ONLY = frozenset({"cron", "every_s", "at", "start_at"})
+_JOB_ONLY = frozenset({"cron", "every_s", "at", "start_at", "after", "match", "max_wait_s"})
 #: Schedule options an App default gives to the jobs whose schedule takes them only.
 _SCHEDULE_SCOPED = {"timezone": "cron", "dst": "cron"}
 #: Options that take a policy name for ``{"policy": name}``.
@@ -158,6 +158,11 @@ class App:
           ``priority``, ``payload``, ``jitter_s``, ``queue``, ``tenant``, ``history``,
           ``description``, ``labels``, ``deadline``, ``notify``, ``pause_on_failure``, ``metrics``
           (docs/api.md, "The job spec"; docs/notifications.md);
+        - ``after``: the jobs it runs after (pipelines, docs/pipelines.md): names, or
+          ``{"job": NAME, "on": "success" | "failure" | "finished"}``; with no schedule the job
+          is triggered by them, with one it is gated (``match``, ``max_wait_s``). The handler
+          reads its parents' outcomes and results in ``ctx.upstream``, and what it returns
+          (JSON, at most 4 KiB) is handed to its own children;
         - ``placement``: more worker labels for the job's runs, beside the App's
           ``raftsched.app`` (which is always there); ``None``: no placement at all.
 
@@ -234,6 +239,8 @@ class App:
             if k in sched and k not in options and kind != needs:
                 del sched[k]  # an app-wide default for the jobs it applies to
         raw: dict = {"schedule": sched, "executor": {"type": "python", "target": target}}
+        if not sched and "after" in merged:
+            del raw["schedule"]  # a triggered job (pipelines): its parents' outcomes make its runs
         for k, v in merged.items():
             raw[k] = {"policy": v} if k in _POLICY_SHORTHAND and isinstance(v, str) else v
         app_labels, job_labels = self.defaults.get("labels", {}), options.get("labels", {})

@@ -26,6 +26,8 @@ class Context:
     :param payload: the job's payload (JSON).
     :param worker: the id of the worker running the attempt, when it is known (None when the
         executor that called the handler did not say).
+    :param upstream: for a job that runs after others (pipelines), its parents' outcomes for
+        this slot: ``[{"job", "run", "outcome", "token", "result"}, ...]``; None otherwise.
     """
 
     run_id: str
@@ -35,6 +37,10 @@ class Context:
     fencing_token: int
     payload: Any = None
     worker: str | None = None
+    upstream: Any = None
+    #: the executor's run context this Context was made of: a handler's return value is set on it
+    #: as the run's result (pipelines); not part of the Context's value
+    result_sink: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def slot(self) -> datetime:
@@ -62,7 +68,8 @@ class Context:
     def _run_context(self):
         from ..worker.executors import RunContext
         return RunContext(run_id=self.run_id, job=self.job, slot_ms=self.slot_ms, attempt=self.attempt,
-                          fencing_token=self.fencing_token, payload=self.payload, worker_id=self.worker)
+                          fencing_token=self.fencing_token, payload=self.payload, worker_id=self.worker,
+                          upstream=self.upstream)
 
     # ------------------------------------------------------------------ building one
     @classmethod
@@ -79,7 +86,9 @@ class Context:
             return cls(run_id=ctx.run_id, job=ctx.job, slot_ms=ctx.slot_ms, attempt=ctx.attempt,
                        fencing_token=ctx.fencing_token, payload=getattr(ctx, "payload", None),
                        worker=worker if worker is not None else
-                       (getattr(ctx, "worker", None) or getattr(ctx, "worker_id", None)))
+                       (getattr(ctx, "worker", None) or getattr(ctx, "worker_id", None)),
+                       upstream=getattr(ctx, "upstream", None),
+                       result_sink=ctx if hasattr(ctx, "result") else None)
         except AttributeError as e:
             raise TypeError(f"a handler is called with a run context (run_id, job, slot_ms, attempt, "
                             f"fencing_token, payload); got {type(ctx).__name__}: {e}") from None
@@ -90,4 +99,5 @@ class Context:
         (``{"id", "job", "slot", "attempt", "token", "payload", ...}``, as
         raftsched.worker.loop reads them)."""
         return cls(run_id=grant["id"], job=grant["job"], slot_ms=grant["slot"], attempt=grant["attempt"],
-                   fencing_token=grant["token"], payload=grant.get("payload"), worker=worker)
+                   fencing_token=grant["token"], payload=grant.get("payload"), worker=worker,
+                   upstream=grant.get("upstream"))

@@ -17,7 +17,8 @@ def load_app(ref: str) -> App:
 
     The current directory comes first on the import path, as with ``python -m``, so a module of
     the project one runs from is found. Importing runs the module's declarations: a bad one
-    raises :class:`~raftsched.sdk.app.DeclarationError`.
+    raises :class:`~raftsched.sdk.app.DeclarationError`. The import writes no bytecode: running
+    ``raftsched sync`` or ``raftsched worker --app`` leaves no ``__pycache__`` in the project.
 
     :raises AppLoadError: the module or attribute does not exist, or is not an App.
     """
@@ -29,12 +30,16 @@ def load_app(ref: str) -> App:
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
+    was = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
         if e.name and (module_name == e.name or module_name.startswith(e.name + ".")):
             raise AppLoadError(f"no module {e.name!r} (looked in {cwd} and the installed packages)") from None
         raise
+    finally:
+        sys.dont_write_bytecode = was
     obj = module
     for part in attr.split("."):
         try:

@@ -15,7 +15,7 @@ import json
 import sys
 from typing import Any
 
-from ..core import limits
+from ..core import limits, pipelines
 from ..core.errors import NotFound, RaftschedError
 from ..node import limits as node_limits
 from .app import APP_LABEL, App, DeclarationError
@@ -48,16 +48,20 @@ def existing_jobs(client, app: App) -> dict[str, dict]:
 
 
 def apply(client, app: App, p: Plan) -> dict:
-    """Apply ``p``: the puts in batches of at most batch_jobs_max, then the deletes.
+    """Apply ``p``: the puts in batches of at most batch_jobs_max, parents before the jobs that
+    run after them (pipelines), then the deletes, children first.
     ``{"created", "updated", "deleted", "commands"}``."""
     specs = app.specs()
-    names = p.puts()
+    puts = set(p.puts())
+    names = [n for n in pipelines.parents_first(specs) if n in puts]
     commands = 0
     for k in range(0, len(names), limits.batch_jobs_max):
         res = client.put_jobs({n: specs[n] for n in names[k:k + limits.batch_jobs_max]})
         commands += res.get("commands", 0)
     deleted = []
-    for name in p.delete:
+    existing = {n: client.get_job(n)["spec"] for n in p.delete} if len(p.delete) > 1 else {}
+    order = list(reversed(pipelines.parents_first(existing))) if existing else list(p.delete)
+    for name in order:
         try:
             client.delete_job(name)
         except NotFound:
@@ -68,7 +72,9 @@ def apply(client, app: App, p: Plan) -> dict:
 
 
 def _schedule_text(spec: dict) -> str:
-    s = spec.get("schedule", {})
+    if not spec.get("schedule") and spec.get("after"):
+        return "after " + ", ".join(e["job"] if isinstance(e, dict) else e for e in spec["after"])
+    s = spec.get("schedule") or {}
     if "cron" in s:
         return f"cron {s['cron']} {s.get('timezone', 'UTC')}"
     if "every_s" in s:

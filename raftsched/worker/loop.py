@@ -57,10 +57,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import json
 import logging
 import os
 import uuid
-from typing import Awaitable, Callable, Protocol
+from typing import Any, Awaitable, Callable, Protocol
 
 import aiohttp
 import msgpack
@@ -152,11 +153,23 @@ class Channel(Protocol):
         """Free what the channel holds (connections)."""
 
 
+def run_result(value: Any) -> Any:
+    """``value`` as a run's result (pipelines: handed to its children): JSON data of at most
+    result_bytes_max bytes, else None."""
+    try:
+        text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+    return json.loads(text) if len(text.encode()) <= limits.result_bytes_max else None
+
+
 class _Held:
-    __slots__ = ("grant", "cancel", "task", "token", "executing", "giving_back")
+    __slots__ = ("grant", "cancel", "task", "token", "executing", "giving_back", "ctx")
 
     def __init__(self, grant: dict) -> None:
         self.grant = grant
+        #: the run's context once started (its ``result`` is reported with a success)
+        self.ctx: RunContext | None = None
         self.token = grant["token"]
         self.cancel = CancelEvent()
         self.task: asyncio.Task | None = None
@@ -603,7 +616,8 @@ class LeaseLoop:
             if g.get("executor") is not None:
                 ctx = RunContext(run_id=g["id"], job=g["job"], slot_ms=g["slot"], attempt=g["attempt"],
                                  fencing_token=g["token"], payload=g.get("payload"), worker_id=self.worker_id,
-                                 secrets=dict(g.get("secrets") or {}))
+                                 secrets=dict(g.get("secrets") or {}), upstream=g.get("upstream"))
+                h.ctx = ctx
                 own = self.executor_lookup(g) if self.executor_lookup is not None else None
                 # In this process (no sandbox), a plain python function already imported runs
                 # without a task of its own.
@@ -690,8 +704,15 @@ class LeaseLoop:
         masked = masking.secret_values(g.get("executor"), g.get("secrets"))
         if masked:  # a run that prints its secrets does not put them into the history
             output, error = masking.mask(output, masked), masking.mask(error, masked)
-        self._outbox.append(({"run": g["id"], "token": g["token"], "success": out.ok,
-                              "error": error, "output": output}, h))
+        item = {"run": g["id"], "token": g["token"], "success": out.ok, "error": error, "output": output}
+        if out.ok and h.ctx is not None and h.ctx.result is not None:
+            result = run_result(h.ctx.result)
+            if result is not None:
+                item["result"] = result
+            else:
+                log.info("worker: run %s returned a result that is not JSON of at most %d bytes; not kept",
+                         g["id"], limits.result_bytes_max)
+        self._outbox.append((item, h))
         self._free_slot(h, out.linger)
 
     def _free_slot(self, h: _Held, linger: asyncio.Future | None = None) -> None:

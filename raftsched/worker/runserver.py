@@ -407,9 +407,27 @@ def _call(req: dict) -> tuple:
             if inspect.isawaitable(value):
                 value = asyncio.run(_awaited(value))
         outcome: tuple = ("ok", value)
+        _leave_result(req["env"].get("RAFTSCHED_RESULT_FILE"), value)
     except BaseException as e:  # the job's SystemExit too: it ends the run with a failure
         outcome = ("exc", e)
     return pyexec._python_result(outcome)
+
+
+def _leave_result(path: str | None, value) -> None:
+    """A python run's return value, as its result (pipelines), in its result file unless the
+    run wrote one itself; nothing when it is not JSON."""
+    if path is None or value is None:
+        return
+    import json
+    try:
+        data = json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except (TypeError, ValueError, OSError):
+        return
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
 
 
 async def _awaited(aw):

@@ -46,6 +46,7 @@ import sys
 import tempfile
 
 from ..config import ConfigError
+from ..core import limits as core_limits
 from . import limits
 from .executors._context import ALL_TYPES, RunContext, Result
 from .executors._deadline import race, timed_out
@@ -533,11 +534,15 @@ class Sandbox:
                         kill_grace_s: float) -> Result:
         """The shell executor's run (executors/shell.py's contract) in the sandbox."""
         async with _RunDir(self, ctx.run_id) as home:
-            env = {**self.base_env, "HOME": home, **(ex.get("env") or {}), **ctx.env()}
+            rfile = os.path.join(home, RESULT_FILE)
+            env = {**self.base_env, "HOME": home, **(ex.get("env") or {}), **ctx.env(),
+                   "RAFTSCHED_RESULT_FILE": rfile}
             # The executor's cwd if it gives one (a relative one is in the run's directory).
             cwd = os.path.join(home, ex["cwd"]) if ex.get("cwd") else home
             req = {"op": "shell", "argv": list(ex["argv"]), "env": env, "cwd": cwd}
             how, rc, done, error = await self._run(req, ctx, timeout_s, cancel, kill_grace_s)
+            if how == "done" and rc == 0:
+                ctx.result = await asyncio.to_thread(read_result, rfile)
         if error is not None:
             return False, error, ""
         output = _output(done)
@@ -556,11 +561,16 @@ class Sandbox:
         executor reports (the repr of what it returned, or the exception and its traceback),
         after what the run printed."""
         async with _RunDir(self, ctx.run_id) as home:
-            req = {"op": "python", "target": ex["target"], "env": {**self.base_env, "HOME": home, **ctx.env()},
+            rfile = os.path.join(home, RESULT_FILE)
+            req = {"op": "python", "target": ex["target"],
+                   "env": {**self.base_env, "HOME": home, **ctx.env(), "RAFTSCHED_RESULT_FILE": rfile},
                    "cwd": home, "secrets": dict(ctx.secrets),
                    "ctx": {"run_id": ctx.run_id, "job": ctx.job, "slot_ms": ctx.slot_ms, "attempt": ctx.attempt,
-                           "fencing_token": ctx.fencing_token, "payload": ctx.payload, "worker_id": ctx.worker_id}}
+                           "fencing_token": ctx.fencing_token, "payload": ctx.payload, "worker_id": ctx.worker_id,
+                           "upstream": ctx.upstream}}
             how, rc, done, error = await self._run(req, ctx, timeout_s, cancel, kill_grace_s)
+            if how == "done":
+                ctx.result = await asyncio.to_thread(read_result, rfile)
         if error is not None:
             return False, error, ""
         printed = _output(done)
@@ -688,6 +698,37 @@ class _RunDir:
     async def __aexit__(self, *exc: object) -> None:
         if self.path is not None:
             await asyncio.shield(asyncio.to_thread(_remove_run_dir, self.path))
+
+
+#: The file in a run's directory a run may leave its result in (``$RAFTSCHED_RESULT_FILE``; a python
+#: run's return value is written there for it): JSON, handed to the run's children (pipelines).
+RESULT_FILE = "raftsched-result.json"
+
+
+def read_result(path: str) -> object:
+    """The JSON a run left at ``path``, or None (no file, not a regular file, not JSON, or more
+    than result_bytes_max). Opened without following a link: the run user wrote it, this
+    process may be root."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, core_limits.result_bytes_max + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(data) > core_limits.result_bytes_max:
+        log.info("sandbox: a run's result file is larger than %d bytes; not kept", core_limits.result_bytes_max)
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        log.info("sandbox: a run's result file is not JSON; not kept")
+        return None
 
 
 def _make_run_dir(runs_dir: str, prefix: str, user: RunUser) -> str:

@@ -36,6 +36,9 @@ def fleet_spec(k: int) -> dict:
 
 ALL_SCENARIOS = ("failover", "writes", "sweep", "storm", "e2e", "raw_raft", "scale", "fleet_e2e", "fleet_rest",
                  "durability")
+#: Scenarios of the full run only (not in --quick unless named with --only): peers needs PostgreSQL,
+#: Redis and the peers' packages, which the benchmark installs when it runs.
+FULL_ONLY_SCENARIOS = ("peers",)
 #: How a run of one job's slots is considered late: fell behind when fewer than this share of the
 #: due slots was committed in the window, or the fire lag p99 exceeded FELL_BEHIND_P99_MS.
 FELL_BEHIND_SHARE = 0.95

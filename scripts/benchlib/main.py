@@ -21,7 +21,7 @@ from pathlib import Path
 
 from . import common
 from .checks import falls_behind_at, invariant_failures, raft_log_warnings
-from .common import ALL_SCENARIOS, REPO, code_has, export_commit, fire_log_supported
+from .common import ALL_SCENARIOS, FULL_ONLY_SCENARIOS, REPO, code_has, export_commit, fire_log_supported
 from .harness import BenchCluster, start_cluster, stop_clusters
 from .register import BULK_PATH
 from .report import markdown, plot
@@ -31,6 +31,7 @@ from .scenarios.failover import failover
 from .scenarios.fleet import fleet_e2e, fleet_rest
 from .scenarios.scale import scale
 from .scenarios.state_machine import state_machine_child
+from .scenarios.peers import peers
 from .scenarios.raw_raft import raw_raft
 from .scenarios.storm import aps_storm, storm
 from .scenarios.sweep import aps_interval, sweep
@@ -53,7 +54,9 @@ PROFILES = {
               "fleet_rest_workers": 200, "fleet_rest_procs": 2, "fleet_rest_window_s": 1, "fleet_rest_due_jobs": 20,
               "fleet_rest_due_window_s": 2,
               "durability_rounds": 1, "durability_writes": 20, "durability_register": 100, "durability_sweep_n": 1000,
-              "durability_e2e_jobs": 0},
+              "durability_e2e_jobs": 0,
+              "peers_ns": [200], "peers_jobs": 5, "peers_kills": 1, "peers_pause_s": 6.0, "peers_down_s": 5.0,
+              "peers_window_s": 2, "peers_warmup_s": 1},
     "full": {"failover_trials": 20, "writes": 1000, "reads": 1000, "reads_per_reader": 100, "writes_register_put": 5000, "writes_register_bulk": 50000,
              "storm_jobs": 100000, "aps_storm_jobs": 10000, "sweep_ns": [1000, 10000, 30000, 100000], "sweep_ns_put": None,
              "sweep_window_s": 10, "sweep_warmup_s": 3, "aps_warmup_s": 3, "aps_margin_s": 2.0, "storm_margin_s": 1.5,
@@ -64,13 +67,19 @@ PROFILES = {
              "fleet_rest_workers": 1000, "fleet_rest_procs": 4, "fleet_rest_window_s": 10, "fleet_rest_due_jobs": 50,
              "fleet_rest_due_window_s": 10,
              "durability_rounds": 2, "durability_writes": 500, "durability_register": 3000, "durability_sweep_n": 10000,
-             "durability_e2e_jobs": 2000},
+             "durability_e2e_jobs": 2000,
+             # The HA peers (issue 27): N jobs every 1 s for throughput; J jobs for the HA session:
+             # K kills of the active scheduler, a pause longer than the peers' lease/lock timeouts
+             # (APScheduler 4's default lease is 30 s), every process down for 30 s.
+             "peers_ns": [1000, 10000, 30000], "peers_jobs": 20, "peers_kills": 20, "peers_pause_s": 35.0,
+             "peers_down_s": 30.0, "peers_window_s": 10, "peers_warmup_s": 3},
 }
 #: With shared_cluster (quick), these scenarios run one after the other on one cluster, started by
 #: the first of them, with workers on (the e2e scenario needs them) and the fire log on.
 SHARED_SCENARIOS = ("writes", "scale", "e2e")
 #: The order of a quick run: the shared cluster's scenarios next to each other.
-QUICK_ORDER = ("failover", "writes", "scale", "e2e", "sweep", "storm", "raw_raft", "fleet_e2e", "fleet_rest", "durability")
+QUICK_ORDER = ("failover", "writes", "scale", "e2e", "sweep", "storm", "raw_raft", "fleet_e2e", "fleet_rest", "durability",
+               *FULL_ONLY_SCENARIOS)
 SCALE_1M = 1_000_000
 
 
@@ -126,18 +135,21 @@ def main(argv=None) -> int:
     ap.add_argument("--scale-1m", action="store_true", help="also register 1,000,000 jobs in the scale scenario, and "
                                                            "make the storm 1,000,000 jobs (through PUT that takes an hour or more)")
     ap.add_argument("--state-machine-child", type=int, metavar="N", help=argparse.SUPPRESS)
-    ap.add_argument("--only", default=",".join(ALL_SCENARIOS), help="comma-separated subset of " + ",".join(ALL_SCENARIOS)
-                    + " (burst = storm)")
+    ap.add_argument("--peers-ns", help="override the peers scenario's job counts for throughput, comma-separated")
+    ap.add_argument("--peers-kills", type=int, help="override the peers scenario's kills of the active scheduler")
+    ap.add_argument("--only", help="comma-separated subset of " + ",".join(ALL_SCENARIOS + FULL_ONLY_SCENARIOS)
+                    + " (burst = storm; default: all, less " + ",".join(FULL_ONLY_SCENARIOS) + " with --quick)")
     args = ap.parse_args(argv)
     if args.state_machine_child:  # the scale scenario's in-process measurement (state_machine)
         print(json.dumps(state_machine_child(args.state_machine_child)))
         return 0
     profile = "quick" if args.quick else "full"
     p = dict(PROFILES[profile])
-    only = [("storm" if x.strip() == "burst" else x.strip()) for x in args.only.split(",") if x.strip()]
-    unknown = [x for x in only if x not in ALL_SCENARIOS]
+    only_arg = args.only or ",".join(ALL_SCENARIOS + (() if args.quick else FULL_ONLY_SCENARIOS))
+    only = [("storm" if x.strip() == "burst" else x.strip()) for x in only_arg.split(",") if x.strip()]
+    unknown = [x for x in only if x not in ALL_SCENARIOS + FULL_ONLY_SCENARIOS]
     if unknown:
-        ap.error(f"unknown scenario(s) {unknown}; choose from {','.join(ALL_SCENARIOS)}")
+        ap.error(f"unknown scenario(s) {unknown}; choose from {','.join(ALL_SCENARIOS + FULL_ONLY_SCENARIOS)}")
     plot_path = Path(args.plot) if args.plot else Path(args.out).with_suffix(".png")
 
     def on_term(signum, frame):
@@ -162,6 +174,10 @@ def main(argv=None) -> int:
         p["e2e_jobs"] = args.e2e_jobs
     if args.fleet_slots:
         p["fleet_slots"] = args.fleet_slots
+    if args.peers_ns:
+        p["peers_ns"] = [int(x) for x in args.peers_ns.split(",")]
+    if args.peers_kills is not None:
+        p["peers_kills"] = args.peers_kills
     p["sweep_ns"] = ([int(x) for x in args.sweep_ns.split(",")] if args.sweep_ns
                      else (p["sweep_ns"] if bulk or not p["sweep_ns_put"] else p["sweep_ns_put"]))
     p["scale_ns"] = p["scale_ns"] if bulk or not p["scale_ns_put"] else p["scale_ns_put"]
@@ -188,7 +204,7 @@ def main(argv=None) -> int:
     if not fire_log_ok:
         print("[bench] NO FIRE LOG: the nodes' code has neither --fire-log nor RAFTSCHED_FIRE_LOG; fire lag will be missing", file=sys.stderr)
     failed = []
-    order = [n for n in (QUICK_ORDER if p["shared_cluster"] else ALL_SCENARIOS) if n in only]
+    order = [n for n in (QUICK_ORDER if p["shared_cluster"] else ALL_SCENARIOS + FULL_ONLY_SCENARIOS) if n in only]
     res["run_order"] = order
     sharing = [n for n in order if p["shared_cluster"] and n in SHARED_SCENARIOS]
     if sharing:
@@ -238,6 +254,8 @@ def main(argv=None) -> int:
                 elif name == "fleet_rest":
                     res[name] = fleet_rest(tmp, p["fleet_rest_workers"], p["fleet_rest_procs"], p["fleet_rest_window_s"],
                                            p["fleet_rest_due_jobs"], p["fleet_rest_due_window_s"], clusters)
+                elif name == "peers":
+                    res[name] = peers(tmp, p, clusters, fire_log_ok, register_budget_s)
                 elif name == "durability":
                     res[name] = durability(tmp, p, clusters, fire_log_ok, register_budget_s)
                 elif name == "scale":

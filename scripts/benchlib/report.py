@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from .peers_report import peers_markdown
 from .common import ALL_SCENARIOS, FELL_BEHIND_P99_MS, FELL_BEHIND_SHARE, LAG_SAMPLE_MAX
 from .register import BULK_CONCURRENCY, CONCURRENCY
 from .scenarios.fleet import report_rows as fleet_rows
@@ -321,6 +322,7 @@ def markdown(res: dict) -> str:
         for t in f["trials"]:
             lines.append(f"| {t['trial']} | {t['killed']} | {t['kill_phase_ms']} | {fmt(t['election_observed_ms'])} | {fmt(t['observed_ms'])} | "
                          f"{t['slot_minus_kill_ms']:+.0f} | {t['fired_at_minus_kill_ms']} | {t['restart_catch_up_s']} |")
+    lines += peers_markdown(res.get("peers"))
     return "\n".join(lines)
 
 

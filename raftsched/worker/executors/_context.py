@@ -27,6 +27,10 @@ class RunContext:
         ``node-id/pid``, or a ``raftsched worker``'s ``--id``), or None when not known.
     :param secrets: the job's ``secrets`` (name -> value; worker/masking.py): a shell run has them
         in its environment and an http run as headers already; a python function reads them here.
+    :param upstream: a pipeline child's parents (docs/pipelines.md): ``[{"job", "run", "outcome",
+        "token", "result"}, ...]``, or None for a run no parent made.
+    :param result: what the run returns to its children (JSON, at most 4 KiB): a python function's
+        return value, or a shell run's ``$RAFTSCHED_RESULT_FILE``, set when the run ends.
     """
 
     run_id: str
@@ -37,6 +41,8 @@ class RunContext:
     payload: Any
     worker_id: str | None = None
     secrets: dict[str, str] = dataclasses.field(default_factory=dict, repr=False)
+    upstream: Any = None
+    result: Any = dataclasses.field(default=None, repr=False)
 
     @property
     def slot_iso(self) -> str:
@@ -57,6 +63,8 @@ class RunContext:
             "RAFTSCHED_FENCING_TOKEN": str(self.fencing_token),
             "RAFTSCHED_PAYLOAD": self.payload_json(),
             **({} if self.worker_id is None else {"RAFTSCHED_WORKER_ID": self.worker_id}),
+            **({} if self.upstream is None else {"RAFTSCHED_UPSTREAM": json.dumps(self.upstream,
+                                                                                  separators=(",", ":"))}),
         }
 
     def headers(self) -> dict[str, str]:

@@ -15,6 +15,7 @@ not) fails without sending anything.
 from __future__ import annotations
 
 import asyncio
+import json
 import ipaddress
 import socket
 from typing import Any
@@ -24,7 +25,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from multidict import CIMultiDict
 from yarl import URL
 
-from ...core import network as net_policy
+from ...core import limits as core_limits, network as net_policy
 from ...core.model import FRAMING_HEADERS
 from .. import limits
 from ._context import RunContext, Result
@@ -141,6 +142,12 @@ async def _http_post(ex: dict, ctx: RunContext, timeout_s: float,
         head += f"Location: {location}\n"
     output = head + tail_bytes(data, max(0, OUTPUT_BYTES_MAX - len(head.encode())), cut=cut)
     if 200 <= status < 300:
+        if ex.get("result") and not cut and len(data) <= core_limits.result_bytes_max:
+            # Asked for (pipelines): the JSON response body is the run's result, for its children.
+            try:
+                ctx.result = json.loads(data)
+            except ValueError:
+                pass
         return True, None, output
     return False, f"HTTP {status}", output
 

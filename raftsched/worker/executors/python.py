@@ -349,6 +349,10 @@ class _PythonRun:
 
     def _finish(self, value: tuple) -> None:
         self._settle()
+        if value[0] == "ok":  # handed to the run's children (pipelines), when it is JSON of 4 KiB or less
+            sink = getattr(self.ctx, "result_sink", None) or self.ctx  # an SDK Context's run context
+            if isinstance(sink, RunContext):
+                sink.result = value[1]
         try:
             result = _python_result(value)
         except Exception as e:  # the contract is an Outcome, whatever went wrong in here

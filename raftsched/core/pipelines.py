@@ -1,0 +1,803 @@
+"""Pipelines: jobs that run after other jobs, slot by slot (docs/pipelines.md).
+
+A job may name parents in ``after`` (``[{"job": P, "on": "success" | "failure" | "finished"}]``).
+Without a ``schedule`` it is **triggered**: it has a run ``child@S`` for slot S exactly when every
+parent has a final outcome for S that satisfies its edge. With a schedule it is **gated**: its own
+slot S waits for the same condition (``match: same_slot``), or for every parent to have succeeded
+once since the child last ran (``match: latest``).
+
+Everything happens inside apply, in the command that records a parent's final outcome
+(``notify``): the child's join for S is updated there and its run (or its record) is created
+there, so a leader crash can neither lose a child nor make it twice, and a completion refused
+as stale (its fencing token) never reaches ``notify``. A slot that cannot satisfy the child is
+recorded, never dropped: ``upstream_failed`` (a parent's outcome fails its edge),
+``upstream_missed`` (a parent's slot was recorded skipped or coalesced), ``upstream_timeout``
+(``max_wait_s`` passed, or the child had too many slots waiting), ``dependency_missing`` (a
+parent was deleted with ``?force=true``). A record is itself a final outcome for the child's own
+children: it cascades.
+
+A dead parent requeued (``rearm``) takes back the records it caused, transitively: the children
+wait for it again, with what their other parents had reported.
+
+State (a snapshot section, ``pipes``): the joins (child -> slot -> the parents' reports so far,
+whether the gated child's own slot came, since when it waits) and, for ``latest`` children, the
+parents' successes since the child last ran. Derived: parent -> children, rebuilt from the jobs.
+A job without ``after`` and without children costs one dict look-up per final outcome.
+"""
+from __future__ import annotations
+
+import bisect
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+
+from . import fire, limits, snapshot
+from .errors import Conflict, InvalidCommand, InvalidSpec
+from . import pipehooks
+from .records import RECORDED, Record, is_int
+
+if TYPE_CHECKING:
+    from .state import SchedulerState
+
+#: The reasons a child's slot is recorded for (state ``skipped``); ``rearm`` takes these back.
+UPSTREAM_REASONS = ("upstream_failed", "upstream_missed", "upstream_timeout", "dependency_missing")
+#: Run kinds whose final outcome propagates always; others (manual, backfill) only when marked.
+_PROPAGATING_KINDS = frozenset({"scheduled", "triggered", "recorded"})
+
+
+def check_edges(s: SchedulerState, name: str, spec: Record, pending: dict[str, Record] | None = None) -> None:
+    """The edges of ``spec`` (job ``name``) against the state (and the jobs of the same batch,
+    ``pending``): every parent exists, no cycle, no parent with too many children.
+    :raises InvalidSpec: naming the edge (422)."""
+    after = spec.get("after")
+    if not after:
+        return
+    pending = pending or {}
+
+    def parents_of(job: str) -> list[str]:
+        if job == name:
+            return [e["job"] for e in after]
+        sp = pending[job] if job in pending else (s.jobs[job]["spec"] if job in s.jobs else None)
+        return [] if sp is None else [e["job"] for e in sp.get("after", ())]
+
+    for i, e in enumerate(after):
+        p = e["job"]
+        if p not in s.jobs and p not in pending:
+            raise InvalidSpec(f"names no job: {p} -> {name} (create {p} first)", field=f"after[{i}].job")
+        kids = s.pipes.children.get(p, ())
+        if name not in kids and len(kids) >= limits.children_per_job_max:
+            raise InvalidSpec(f"{p} has {limits.children_per_job_max} children, the limit", field=f"after[{i}].job")
+    # A cycle through name: walk up from its parents; reaching name again closes one.
+    for i, e in enumerate(after):
+        path = {e["job"]: name}
+        todo = [e["job"]]
+        while todo:
+            j = todo.pop()
+            for p in parents_of(j):
+                if p == name:
+                    raise InvalidSpec(f"makes a cycle: {name} -> {e['job']} -> ... -> {j} -> {name}"
+                                      if j != e["job"] else f"makes a cycle: {name} -> {j} -> {name}",
+                                      field=f"after[{i}].job")
+                if p not in path:
+                    path[p] = j
+                    todo.append(p)
+
+
+def dependents(s: SchedulerState, name: str) -> list[str]:
+    """The jobs that name ``name`` as a parent, sorted."""
+    return sorted(s.pipes.children.get(name, ()))
+
+
+def check_delete(s: SchedulerState, name: str, force: bool) -> None:
+    """:raises Conflict: ``name`` has dependents and the delete is not forced (409 listing them)."""
+    kids = dependents(s, name)
+    if kids and not force:
+        raise Conflict(f"job {name!r} has dependents: {', '.join(kids[:20])}"
+                       f"{' ...' if len(kids) > 20 else ''}; delete them first, or delete with ?force=true "
+                       "(their slots are then recorded dependency_missing)", field="name", dependents=kids[:100])
+
+
+# ------------------------------------------------------------------ the state section
+class Pipes:
+    """The pipeline section of the state: ``joins`` and ``latest`` (replicated), ``children``
+    (derived)."""
+
+    __slots__ = ("joins", "latest", "children", "fanout", "seq", "ranged")
+
+    def __init__(self) -> None:
+        #: child -> slot -> {"got": {parent: [state, run id, token, result]}, "own": bool, "since": ms}
+        self.joins: dict[str, dict[int, Record]] = {}
+        #: child (match latest) -> parent -> [state, run id, token, result] of its last success
+        self.latest: dict[str, dict[str, list[Any]]] = {}
+        #: parent -> {child: None} (derived from the jobs' ``after``)
+        self.children: dict[str, dict[str, None]] = {}
+        #: deferred fan-outs: key (``seq``, zero-padded) -> {"src": the outcome, "after": last child offered}
+        self.fanout: dict[str, Record] = {}
+        self.seq = 0
+        #: children that may hold a recorded range in their history (derived; a look-up saves a
+        #: scan of the history of those that cannot: _in_range_record)
+        self.ranged: set[str] = set()
+
+
+def _encode(p: Pipes) -> Any:
+    if not p.joins and not p.latest and not p.fanout and not p.seq:
+        return None
+    return {"joins": [[c, [[slot, j[slot]] for slot in sorted(j)]] for c, j in sorted(p.joins.items())],
+            "latest": [[c, [[k, v[k]] for k in sorted(v)]] for c, v in sorted(p.latest.items())],
+            "fanout": [[k, p.fanout[k]] for k in sorted(p.fanout)], "seq": p.seq}
+
+
+def _decode(data: Any) -> Pipes:
+    p = Pipes()
+    for c, items in data.get("joins", ()):
+        p.joins[c] = {slot: j for slot, j in items}
+    for c, items in data.get("latest", ()):
+        p.latest[c] = {k: v for k, v in items}
+    for k, v in data.get("fanout", ()):
+        p.fanout[k] = v
+    p.seq = data.get("seq", 0)
+    return p
+
+
+def rebuild(s: SchedulerState) -> None:
+    s.pipes.children = {}
+    s.pipes.ranged = set()
+    for name, job in s.jobs.items():
+        link(s, name, job["spec"])
+        if "after" in job["spec"] and any("slot_to" in s.runs[r] for r in s.history.get(name, ())):
+            s.pipes.ranged.add(name)
+
+
+EXTENSION = snapshot.register(snapshot.Extension(name="pipes", new=Pipes, encode=_encode, decode=_decode,
+                                                 rebuild=rebuild))
+
+
+def link(s: SchedulerState, name: str, spec: Record) -> None:
+    for e in spec.get("after", ()):
+        s.pipes.children.setdefault(e["job"], {})[name] = None
+
+
+def unlink(s: SchedulerState, name: str, spec: Record) -> None:
+    ch = s.pipes.children
+    for e in spec.get("after", ()):
+        kids = ch.get(e["job"])
+        if kids is not None:
+            kids.pop(name, None)
+            if not kids:
+                del ch[e["job"]]
+
+
+def on_put(s: SchedulerState, name: str, old: Record | None, spec: Record) -> None:
+    """A job was put: its edges replace the old ones. Joins of a job that no longer has
+    ``after`` are dropped (its slots are its own again)."""
+    if old is not None:
+        unlink(s, name, old["spec"])
+    link(s, name, spec)
+    if "after" not in spec:
+        s.pipes.joins.pop(name, None)
+        s.pipes.latest.pop(name, None)
+    elif spec.get("match") != "latest":
+        s.pipes.latest.pop(name, None)
+
+
+def on_delete(s: SchedulerState, name: str, spec: Record, now: int) -> None:
+    """Job ``name`` was deleted (forced when it had children): its own joins go, and every slot
+    its children are waiting on it for is recorded ``dependency_missing``."""
+    unlink(s, name, spec)
+    s.pipes.joins.pop(name, None)
+    s.pipes.latest.pop(name, None)
+    kids = s.pipes.children.get(name, {})
+    work: list[tuple[Record, int]] = []
+    for c in sorted(kids):  # name order: alike on a replica restored from a snapshot
+        for slot in sorted(s.pipes.joins.get(c, {})):
+            _decide(s, c, slot, "dependency_missing", f"parent {name} was deleted", now, work)
+    _drain(s, work, now)
+
+
+# ------------------------------------------------------------------ propagation (apply)
+def propagates(run: Record) -> bool:
+    return run.get("kind") in _PROPAGATING_KINDS or bool(run.get("propagate"))
+
+
+def notify(s: SchedulerState, run: Record, now: int) -> None:
+    """``run`` (or a recorded slot) reached its final outcome: offer it to its job's children.
+    Callers test ``run["job"] in s.pipes.children`` first (the one look-up a job without
+    children pays)."""
+    if not propagates(run):
+        return
+    if run.get("propagate") and "slot_to" not in run:
+        # A manual run or a backfill's, asked to propagate, for a slot its children may have
+        # recorded already (the slot's own run failed): those records are taken back first, so
+        # that this outcome decides them again. A child that ran stays run.
+        rearm(s, run, now)
+    work: list[tuple[Record, int]] = [(run, now)]
+    _drain(s, work, now)
+
+
+#: The fields of a run a deferred fan-out keeps (a pending item of ``Pipes.fanout``).
+_SOURCE_FIELDS = ("job", "id", "slot", "slot_to", "state", "reason", "count", "fencing_token", "result")
+
+
+def _drain(s: SchedulerState, work: list[tuple[Record, int]], now: int, budget: list[int] | None = None) -> None:
+    """Offer each final outcome in ``work`` to its job's children, and cascade what that
+    records. A worklist, not recursion (depth bounded by the jobs). One command offers at most
+    fanout_per_command children: the rest is kept in the state (``Pipes.fanout``), in the same
+    command, and the leader's ``fanout_step`` commands go on from there (docs/pipelines.md,
+    "Fan-out")."""
+    if budget is None:
+        budget = [limits.fanout_per_command]
+    while work:
+        run, _ = work.pop()
+        if run["job"] not in s.pipes.children:
+            continue
+        _fan(s, {k: run[k] for k in _SOURCE_FIELDS if k in run}, None, now, work, budget)
+
+
+def _fan(s: SchedulerState, src: Record, after: str | None, now: int, work: list[tuple[Record, int]],
+         budget: list[int]) -> None:
+    kids = s.pipes.children.get(src["job"])
+    if not kids:
+        return
+    names = sorted(kids)  # the same order on every replica, restored or not
+    if after is not None:
+        names = names[bisect.bisect_right(names, after):]
+    lo = src["slot"]
+    hi = src["slot_to"] if "slot_to" in src else lo
+    info = [src["state"], src["id"], src.get("fencing_token"), src.get("result")]
+    for c in names:
+        if budget[0] <= 0:
+            s.pipes.seq += 1
+            s.pipes.fanout[f"{s.pipes.seq:016d}"] = {"src": src, "after": after}
+            return
+        budget[0] -= 1
+        after = c
+        child = s.jobs.get(c)
+        if child is None:
+            continue
+        if lo != hi:
+            _offer_range(s, child, src["job"], lo, hi, src, now, work)
+        else:
+            _offer(s, child, src["job"], lo, info, now, work)
+
+
+def pending_fanout(s: SchedulerState, n: int) -> list[list[Any]]:
+    """The leader's read: up to ``n`` deferred fan-outs, ``[key, after]``, oldest first."""
+    return [[k, s.pipes.fanout[k]["after"]] for k in sorted(s.pipes.fanout)[:n]]
+
+
+def apply_fanout_step(s: SchedulerState, cmd: Record, now: int) -> Record:
+    """``fanout_step {key, after}``: the leader's next part of a deferred fan-out (``_drain``):
+    up to fanout_per_command more children of the outcome it keeps, from the child after
+    ``after`` on. Applied only while the item is still at ``after`` (a step repeated by a new
+    leader is ``ignored``).
+
+    :raises InvalidCommand: key not a string, after not a string or nil."""
+    key, after = cmd.get("key"), cmd.get("after")
+    if not isinstance(key, str) or not (after is None or isinstance(after, str)):
+        raise InvalidCommand("fanout_step needs key and after")
+    item = s.pipes.fanout.get(key)
+    if item is None or item["after"] != after:
+        return {"ok": True, "ignored": True}
+    del s.pipes.fanout[key]
+    work: list[tuple[Record, int]] = []
+    budget = [limits.fanout_per_command]
+    _fan(s, item["src"], after, now, work, budget)
+    _drain(s, work, now, budget)
+    return {"ok": True, "pending": len(s.pipes.fanout)}
+
+
+def _edge(child: Record, parent: str) -> str:
+    for e in child["spec"]["after"]:
+        if e["job"] == parent:
+            return str(e["on"])
+    return "success"
+
+
+def _satisfies(state: str, on: str) -> bool | None:
+    """True: the outcome meets the edge; False: it fails it; None: the slot was missed."""
+    if state in ("skipped", "coalesced"):
+        return None
+    if on == "finished":
+        return True
+    return (state == "succeeded") == (on == "success")
+
+
+def _offer(s: SchedulerState, child: Record, parent: str, slot: int, info: list[Any], now: int,
+           work: list[tuple[Record, int]]) -> None:
+    c = child["name"]
+    spec = child["spec"]
+    latest = spec.get("match") == "latest"
+    if latest:
+        if info[0] == "succeeded":
+            s.pipes.latest.setdefault(c, {})[parent] = info
+            _try_latest(s, child, now, work)
+        return
+    rid = f"{c}@{slot}"
+    done = s.runs.get(rid)
+    if done is not None:
+        # Decided already (a run, or a record): keep the report with an upstream record, for rearm.
+        if done.get("kind") == "recorded" and done.get("reason") in UPSTREAM_REASONS and "upstream" in done:
+            done["upstream"][parent] = info
+        return
+    joins = s.pipes.joins.setdefault(c, {})
+    j = joins.get(slot)
+    if j is None and _in_range_record(s, c, slot):
+        if not joins:
+            del s.pipes.joins[c]
+        return  # decided by a recorded range (a parent's missed slots, or its own)
+    if j is None:
+        if len(joins) >= limits.joins_per_child_max:
+            oldest = min(joins)
+            _decide(s, c, oldest, "upstream_timeout",
+                    f"{limits.joins_per_child_max} slots of {c} were waiting for their parents", now, work)
+            joins = s.pipes.joins.setdefault(c, {})
+        j = joins[slot] = {"got": {}, "own": False, "since": now}
+    j["got"][parent] = info
+    _check(s, child, slot, now, work)
+
+
+def _offer_range(s: SchedulerState, child: Record, parent: str, lo: int, hi: int, rec: Record, now: int,
+                 work: list[tuple[Record, int]]) -> None:
+    """A recorded range of the parent's slots (a misfire's ``slot_to``/``count``): the child
+    records the same range, ``upstream_missed``, and every join inside it is decided so."""
+    c = child["name"]
+    if child["spec"].get("match") == "latest":
+        return
+    why = f"{parent}@{lo}..{hi} was recorded {rec['state']} ({rec.get('reason')})"
+    gated = "schedule" in child["spec"]
+    joins = s.pipes.joins.get(c, {})
+    for slot in sorted(k for k, j in joins.items() if lo <= k <= hi and (j["own"] or not gated)):
+        # the record names the parent whose range missed the slot, beside those that reported
+        joins[slot]["got"][parent] = [rec["state"], rec["id"], rec.get("fencing_token"), rec.get("result")]
+        _decide(s, c, slot, "upstream_missed", why, now, work)
+    if gated:
+        return  # its own slots in the range find the parent's record when they come (_final_of)
+    # Slots inside the range the child decided already (another parent's failed edge or missed
+    # range, when this offer was deferred: a fan-out step): the range is recorded around them,
+    # never over them, its parts without a count (the parent's slots in each are not known here).
+    runs = s.runs
+    taken: list[tuple[int, int]] = sorted(
+        (x["slot"], x["slot_to"] if "slot_to" in x else x["slot"]) for x in (runs[r] for r in s.history.get(c, ()))
+        if x["slot"] <= hi and (x["slot_to"] if "slot_to" in x else x["slot"]) >= lo)
+    parts: list[tuple[int, int, int | None]] = []
+    if not taken:
+        parts.append((lo, hi, rec.get("count")))
+    else:
+        at = lo
+        for a, b in taken:
+            if a > at:
+                parts.append((at, a - 1, None))
+            at = max(at, b + 1)
+        if at <= hi:
+            parts.append((at, hi, None))
+    for a, b, count in parts:
+        rid = f"{c}@{a}"
+        if rid in runs:
+            continue
+        entry = {"id": rid, "job": c, "slot": a, "state": "skipped", "reason": "upstream_missed",
+                 "kind": "recorded", "fired_at": now, "error": why, "slot_to": b, "count": count}
+        s.pipes.ranged.add(c)
+        fire.add_entry(s, child, entry)
+        child["stats"][RECORDED] += 1 if count is None else count
+        work.append((entry, now))
+
+
+def _in_range_record(s: SchedulerState, c: str, slot: int) -> bool:
+    """Whether a recorded range of ``c``'s history covers ``slot`` (a scan of its history: only
+    when a new join would be made)."""
+    if c not in s.pipes.ranged:
+        return False
+    runs = s.runs
+    for rid in s.history.get(c, ()):
+        r = runs[rid]
+        if "slot_to" in r and r["slot"] <= slot <= r["slot_to"]:
+            return True
+    return False
+
+
+def drop_joins(s: SchedulerState, c: str, lo: int, hi: int) -> None:
+    """A gated job's own slots in [lo, hi] were recorded (a misfire, a pause): their joins go."""
+    if hi != lo:
+        s.pipes.ranged.add(c)
+    joins = s.pipes.joins.get(c)
+    if not joins:
+        return
+    for slot in [k for k in joins if lo <= k <= hi]:
+        del joins[slot]
+    if not joins:
+        del s.pipes.joins[c]
+
+
+def _check(s: SchedulerState, child: Record, slot: int, now: int, work: list[tuple[Record, int]]) -> None:
+    """Decide child's slot when its join is complete or can no longer complete. A gated child's
+    slot is decided at its own slot only (before it, nothing of its own exists to record)."""
+    c = child["name"]
+    j = s.pipes.joins[c][slot]
+    if "schedule" in child["spec"] and not j["own"]:
+        return  # gated: its own slot has not come yet
+    got = j["got"]
+    waiting = False
+    for e in child["spec"]["after"]:
+        p = e["job"]
+        info = got.get(p)
+        if info is None and "schedule" in child["spec"]:
+            info = _final_of(s, p, slot)  # reported before the own slot came (a range, say)
+            if info is not None:
+                got[p] = info
+        if info is None:
+            if p not in s.jobs:
+                _decide(s, c, slot, "dependency_missing", f"parent {p} does not exist", now, work)
+                return
+            waiting = True
+            continue
+        ok = _satisfies(info[0], e["on"])
+        if ok is None:
+            _decide(s, c, slot, "upstream_missed", f"{info[1]} was recorded {info[0]}", now, work)
+            return
+        if not ok:
+            _decide(s, c, slot, "upstream_failed", f"{info[1]} ended {info[0]}; the edge asks for {e['on']}",
+                    now, work)
+            return
+    if not waiting:
+        _make_run(s, child, slot, j, now)
+
+
+def _final_of(s: SchedulerState, p: str, slot: int) -> list[Any] | None:
+    """Parent ``p``'s final outcome for ``slot`` from its history (its run, or a recorded range
+    over the slot), as a report; None when it has none yet."""
+    r = s.runs.get(f"{p}@{slot}")
+    if r is None:
+        runs = s.runs
+        for rid in s.history.get(p, ()):
+            x = runs[rid]
+            if "slot_to" in x and x["slot"] <= slot <= x["slot_to"]:
+                r = x
+                break
+    if r is None or r["state"] in ("queued", "running") or not propagates(r):
+        return None
+    return [r["state"], r["id"], r.get("fencing_token"), r.get("result")]
+
+
+def _make_run(s: SchedulerState, child: Record, slot: int, j: Record, now: int) -> None:
+    c = child["name"]
+    del s.pipes.joins[c][slot]
+    if not s.pipes.joins[c]:
+        del s.pipes.joins[c]
+    rid = f"{c}@{slot}"
+    kind = "scheduled" if "schedule" in child["spec"] else "triggered"
+    if child["paused"] and kind == "triggered":
+        entry = {"id": rid, "job": c, "slot": slot, "state": "skipped", "reason": "paused",
+                 "kind": "recorded", "fired_at": now}
+        fire.add_entry(s, child, entry)
+        return
+    blocked = fire.overlap(s, child, rid, now)
+    if blocked is not None:
+        fire.add_entry(s, child, {"id": rid, "job": c, "slot": slot, "state": blocked, "reason": "overlap",
+                                  "kind": "recorded", "fired_at": now})
+        child["stats"][RECORDED] += 1
+        return
+    run = fire.new_run(s, child, slot, now, rid, kind)
+    run["upstream"] = upstream_of(j["got"])
+
+
+def upstream_of(got: dict[str, list[Any]]) -> list[Record]:
+    return [{"job": p, "run": v[1], "outcome": v[0], "token": v[2], "result": v[3]} for p, v in sorted(got.items())]
+
+
+def _decide(s: SchedulerState, c: str, slot: int, reason: str, why: str, now: int,
+            work: list[tuple[Record, int]]) -> None:
+    """Record child ``c``'s slot ``slot`` skipped for ``reason`` (its join goes), and cascade.
+    A gated child's join whose own slot has not come is only dropped: the slot is not one of
+    the child's (yet), and its own slot records itself when it comes."""
+    joins = s.pipes.joins.get(c, {})
+    j = joins.pop(slot, None)
+    if not joins:
+        s.pipes.joins.pop(c, None)
+    child = s.jobs.get(c)
+    rid = f"{c}@{slot}"
+    if child is None or rid in s.runs or ("schedule" in child["spec"] and not (j is not None and j["own"])):
+        return
+    entry = {"id": rid, "job": c, "slot": slot, "state": "skipped", "reason": reason, "kind": "recorded",
+             "fired_at": now, "error": why, "upstream": dict(j["got"]) if j else {}}
+    if j is not None and j.get("own"):
+        entry["own"] = True
+    fire.add_entry(s, child, entry)
+    child["stats"][RECORDED] += 1
+    work.append((entry, now))
+
+
+def _try_latest(s: SchedulerState, child: Record, now: int, work: list[tuple[Record, int]]) -> None:
+    c = child["name"]
+    got = s.pipes.latest.get(c, {})
+    if any(e["job"] not in got for e in child["spec"]["after"]):
+        return
+    waiting = sorted(k for k, j in s.pipes.joins.get(c, {}).items() if j["own"])
+    if not waiting:
+        return
+    slot = waiting[0]
+    j = s.pipes.joins[c][slot]
+    j["got"] = dict(got)
+    del s.pipes.latest[c]
+    _make_run(s, child, slot, j, now)
+
+
+# ------------------------------------------------------------------ gated jobs' own slots (fire)
+def own_slot(s: SchedulerState, job: Record, slot: int, now: int) -> None:
+    """A gated job's slot fell due (fire): it becomes a run when the parents allow, else it
+    waits in a join (or is recorded, when they never will)."""
+    c = job["name"]
+    if f"{c}@{slot}" in s.runs or (slot not in s.pipes.joins.get(c, {}) and _in_range_record(s, c, slot)):
+        return  # decided already (its parents' outcome recorded it before its own slot came)
+    joins = s.pipes.joins.setdefault(c, {})
+    work: list[tuple[Record, int]] = []
+    j = joins.get(slot)
+    if j is None:
+        if len(joins) >= limits.joins_per_child_max:
+            _decide(s, c, min(joins), "upstream_timeout",
+                    f"{limits.joins_per_child_max} slots of {c} were waiting for their parents", now, work)
+            joins = s.pipes.joins.setdefault(c, {})
+        j = joins[slot] = {"got": {}, "own": True, "since": now}
+    j["own"] = True
+    if job["spec"].get("match") == "latest":
+        _try_latest(s, job, now, work)
+    else:
+        _check(s, job, slot, now, work)
+    _drain(s, work, now)
+
+
+# ------------------------------------------------------------------ re-drive, timeouts
+def rearm(s: SchedulerState, run: Record, now: int) -> list[str]:
+    """A dead ``run`` was requeued: take back the records its outcome caused in its children
+    (transitively), their joins restored without the reports of the jobs taken back (they will
+    report again). :returns: the re-armed ids."""
+    out: list[str] = []
+    slot = run["slot"]
+    again = {run["job"]}  # the jobs whose outcome for the slot is to come again
+    todo = [run["job"]]
+    while todo:
+        parent = todo.pop()
+        for c in sorted(s.pipes.children.get(parent, ())):  # name order, alike on every replica
+            rid = f"{c}@{slot}"
+            rec = s.runs.get(rid)
+            if rec is None or rec.get("kind") != "recorded" or rec.get("reason") not in UPSTREAM_REASONS \
+                    or "upstream" not in rec or "slot_to" in rec or s.jobs.get(c) is None:
+                continue
+            s.runs.pop(rid, None)
+            hist = s.history.get(c)
+            if hist is not None and rid in hist:
+                hist.remove(rid)
+            s.pipes.joins.setdefault(c, {})[slot] = {"got": dict(rec["upstream"]), "own": bool(rec.get("own")),
+                                                     "since": now}
+            out.append(rid)
+            again.add(c)
+            todo.append(c)
+    # No fan-out still to be offered, and no join of the slot, keeps a report of a job taken back:
+    # it would decide with a stale one.
+    for key in [k for k, v in s.pipes.fanout.items() if v["src"]["job"] in again and v["src"]["slot"] == slot
+                and "slot_to" not in v["src"]]:
+        del s.pipes.fanout[key]
+    for p in again:
+        for c in s.pipes.children.get(p, ()):
+            j = s.pipes.joins.get(c, {}).get(slot)
+            if j is not None:
+                j["got"] = {k: v for k, v in j["got"].items() if k not in again}
+    return out
+
+
+def overdue(s: SchedulerState, now: int, n: int) -> list[list[Any]]:
+    """The leader's read: up to ``n`` joins waiting longer than their child's max_wait_s,
+    ``[child, slot, since]``."""
+    out: list[list[Any]] = []
+    for c, joins in s.pipes.joins.items():
+        job = s.jobs.get(c)
+        if job is None:
+            continue
+        wait = job["spec"].get("max_wait_s", limits.max_wait_s_default) * 1000
+        for slot, j in joins.items():
+            if j["since"] + wait <= now:
+                out.append([c, slot, j["since"]])
+                if len(out) >= n:
+                    return out
+    return out
+
+
+def apply_join_expire(s: SchedulerState, cmd: Record, now: int) -> Record:
+    """``join_expire {joins: [[child, slot, since], ...]}``: the leader's sweep of joins past
+    their child's ``max_wait_s`` (by state time): each still waiting since ``since`` is recorded
+    ``upstream_timeout``, naming the parents it waited for; the others are ``ignored``.
+
+    :raises InvalidCommand: not a bounded list of [child, slot, since]."""
+    items = cmd.get("joins")
+    if not isinstance(items, list) or len(items) > limits.expire_items_max:
+        raise InvalidCommand("join_expire needs a bounded list of joins")
+    for it in items:
+        if not (isinstance(it, list) and len(it) == 3 and isinstance(it[0], str) and is_int(it[1])
+                and is_int(it[2])):
+            raise InvalidCommand("join_expire items are [child, slot, since]")
+    work: list[tuple[Record, int]] = []
+    expired, ignored = 0, 0
+    for c, slot, since in items:
+        j = s.pipes.joins.get(c, {}).get(slot)
+        job = s.jobs.get(c)
+        if j is None or job is None or j["since"] != since \
+                or since + job["spec"].get("max_wait_s", limits.max_wait_s_default) * 1000 > now:
+            ignored += 1
+            continue
+        missing = [e["job"] for e in job["spec"]["after"] if e["job"] not in j["got"]]
+        _decide(s, c, slot, "upstream_timeout", "waited for " + ", ".join(f"{p}@{slot}" for p in missing)
+                or "waited for its own slot", now, work)
+        expired += 1
+    _drain(s, work, now)
+    return {"ok": True, "expired": expired, "ignored": ignored}
+
+
+# ------------------------------------------------------------------ results
+def check_result(v: object) -> Any:
+    """A run's result as a complete carries it: at most result_bytes_max encoded, else None
+    (apply keeps it only when it fits; the worker checks first and says why)."""
+    if v is None:
+        return None
+    try:
+        size = len(msgpack.packb(v, use_bin_type=True))
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return v if size <= limits.result_bytes_max else None
+
+
+# ------------------------------------------------------------------ reads
+def waiting_for(s: SchedulerState, name: str, slot: int) -> list[Record]:
+    """What child ``name``'s slot waits for: each parent without a report, with its run's state."""
+    job = s.jobs.get(name)
+    if job is None or "after" not in job["spec"]:
+        return []
+    j = s.pipes.joins.get(name, {}).get(slot)
+    got = j["got"] if j is not None else {}
+    if job["spec"].get("match") == "latest":
+        got = s.pipes.latest.get(name, {})
+    out = []
+    for e in job["spec"]["after"]:
+        p = e["job"]
+        if p in got:
+            continue
+        r = s.runs.get(f"{p}@{slot}")
+        item: Record = {"job": p, "on": e["on"], "run": f"{p}@{slot}"}
+        if r is not None:
+            item["state"] = r["state"]
+            item["attempt"] = r.get("attempt")
+            pj = s.jobs.get(p)
+            if pj is not None:
+                item["max_attempts"] = pj["spec"]["retry"]["max_attempts"]
+        else:
+            item["state"] = "not_fired" if p in s.jobs else "missing"
+        out.append(item)
+    return out
+
+
+def graph(s: SchedulerState, name: str) -> Record | None:
+    """Job ``name``'s ancestors and descendants, transitively, with each edge's condition."""
+    if name not in s.jobs:
+        return None
+    edges: set[tuple[str, str, str]] = set()
+    up, todo = {name}, [name]
+    while todo:
+        j = todo.pop()
+        job = s.jobs.get(j)
+        for e in (job["spec"].get("after", ()) if job else ()):
+            edges.add((e["job"], j, e["on"]))
+            if e["job"] not in up:
+                up.add(e["job"])
+                todo.append(e["job"])
+    down, todo = {name}, [name]
+    while todo:
+        j = todo.pop()
+        for c in s.pipes.children.get(j, ()):
+            cj = s.jobs.get(c)
+            if cj is None:
+                continue
+            edges.add((j, c, _edge(cj, j)))
+            if c not in down:
+                down.add(c)
+                todo.append(c)
+    nodes = sorted(up | down)
+    return {"job": name, "parents": sorted(up - {name}), "children": sorted(down - {name}),
+            "nodes": [{"job": n, "kind": _kind(s, n)} for n in nodes],
+            "edges": [{"from": a, "to": b, "on": on} for a, b, on in sorted(edges)]}
+
+
+def _kind(s: SchedulerState, n: str) -> str:
+    job = s.jobs.get(n)
+    if job is None:
+        return "missing"
+    spec = job["spec"]
+    if "after" not in spec:
+        return "scheduled"
+    return "gated" if "schedule" in spec else "triggered"
+
+
+def slot_runs(s: SchedulerState, name: str, slot: int) -> list[Record]:
+    """The runs and records of slot ``slot`` across ``name``'s pipeline (its graph), with what
+    each waiting child waits for."""
+    g = graph(s, name)
+    if g is None:
+        return []
+    out = []
+    for node in g["nodes"]:
+        n = node["job"]
+        r = s.runs.get(f"{n}@{slot}")
+        if r is not None:
+            out.append(r)
+        elif n in s.jobs and "after" in s.jobs[n]["spec"]:
+            on = waiting_for(s, n, slot)
+            out.append({"id": f"{n}@{slot}", "job": n, "slot": slot, "state": "waiting", "kind": "waiting",
+                        "waiting_on": on, "waiting_for": waiting_text(on)})
+    return out
+
+
+def waiting_run(s: SchedulerState, run_id: str) -> Record | None:
+    """The view of a child's run that does not exist yet (``report@<slot ms>`` of a job with
+    ``after``): what it waits for; None when the id names no such job or slot."""
+    name, _, rest = run_id.partition("@")
+    job = s.jobs.get(name)
+    if job is None or "after" not in job["spec"] or not rest.isdigit() or len(rest) > 19:
+        return None
+    slot = int(rest)
+    on = waiting_for(s, name, slot)
+    return {"id": run_id, "job": name, "slot": slot, "state": "waiting", "kind": "waiting",
+            "waiting_on": on, "waiting_for": waiting_text(on)}
+
+
+def waiting_text(items: list[Record]) -> str:
+    """``waiting for transform@2026-12-02T02:00:00Z (running, attempt 2 of 3), ...``"""
+    from .schedule import iso
+    parts = []
+    for it in items:
+        job, _, rest = it["run"].partition("@")
+        when = iso(int(rest)) if rest.isdigit() else rest
+        st = it["state"]
+        if st in ("queued", "running") and it.get("attempt") is not None:
+            st += f", attempt {it['attempt']} of {it.get('max_attempts', '?')}"
+        elif st == "not_fired":
+            st = "its slot has not fired"
+        parts.append(f"{job}@{when} ({st})")
+    return "waiting for " + ", ".join(parts) if parts else "waiting for its own slot"
+
+
+def pending(s: SchedulerState, name: str, n: int) -> list[Record]:
+    """Up to ``n`` of child ``name``'s slots waiting for their parents, oldest first, each with
+    what it waits for (explain)."""
+    out: list[Record] = []
+    for slot in sorted(s.pipes.joins.get(name, {}))[:n]:
+        on = waiting_for(s, name, slot)
+        out.append({"slot": slot, "run": f"{name}@{slot}", "waiting_on": on, "waiting_for": waiting_text(on)})
+    return out
+
+
+def parents_first(specs: dict[str, Record]) -> list[str]:
+    """The names of ``specs`` ordered so that every parent among them comes before its
+    children (``raftsched sync`` and a batch put them in this order), else as given."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for root in specs:
+        stack: list[tuple[str, bool]] = [(root, False)]
+        while stack:
+            n, expanded = stack.pop()
+            if expanded:
+                if n not in seen:
+                    seen.add(n)
+                    out.append(n)
+                continue
+            if n in seen:
+                continue
+            stack.append((n, True))
+            for e in reversed(specs[n].get("after", ())):
+                p = e["job"] if isinstance(e, dict) else e
+                if p in specs and p not in seen:
+                    stack.append((p, False))
+    return out
+
+
+# The handlers of fire.py and queues.py call these through pipehooks (this module imports fire.py).
+pipehooks.notify = notify
+pipehooks.own_slot = own_slot
+pipehooks.drop_joins = drop_joins
+pipehooks.rearm = rearm

@@ -1,0 +1,238 @@
+"""Pipelines through the API and the SDK (an in-process replica: FakeRaft, FakeClock): edges
+refused with a 422 naming them, a delete with dependents a 409 unless forced, the graph, a
+slot's runs across the chain with what a waiting child waits for, and the SDK's ``after``."""
+from __future__ import annotations
+
+import json
+
+from raftsched.core import pipelines, schedule
+from raftsched.sdk import App
+
+from test_api import err, put, run
+
+EX = {"type": "shell", "argv": ["true"]}
+A = {"schedule": {"every_s": 10}, "executor": EX, "misfire": {"policy": "fire_all"}}
+
+
+def after(*parents, **extra):
+    return {"executor": EX, "after": list(parents), **extra}
+
+
+def test_edges_are_checked_and_a_triggered_job_has_no_slots_of_its_own():
+    async def body(env, c):
+        assert (await put(c, "a", A)).status == 201
+        r = await put(c, "b", after("a"))
+        assert r.status == 201, await r.text()
+        assert (await r.json())["next_slot"] is None
+        job = await (await c.get("/v1/jobs/b")).json()
+        assert job["spec"]["schedule"] is None and job["spec"]["after"] == [{"job": "a", "on": "success"}]
+        b = await err(await put(c, "c", after("nope")), 422, "invalid", "after[0].job")
+        assert "nope -> c" in b["error"]["message"]
+        b = await err(await put(c, "a", dict(A, after=["b"])), 422, "invalid", "after[0].job")
+        assert "cycle" in b["error"]["message"]
+        await err(await put(c, "c", after({"job": "a", "on": "often"})), 422, "invalid", "after[0].on")
+        await err(await put(c, "c", dict(A, after=["a"], match="soon")), 422, "invalid", "match")
+        await err(await put(c, "c", after("a", max_wait_s=0)), 422, "invalid", "max_wait_s")
+        prev = await (await c.get("/v1/jobs/b/preview")).json()
+        assert prev["slots"] == [] and prev["triggered_by"][0]["job"] == "a"
+        ex = await c.post("/v1/jobs/b/explain", data=json.dumps({"down_from": "2026-01-01T00:00:00Z",
+                                                                 "down_to": "2026-01-01T01:00:00Z"}))
+        assert ex.status == 200 and "runs after a" in (await ex.json())["summary"]
+    run(body)
+
+
+def test_delete_with_dependents_is_409_unless_forced():
+    async def body(env, c):
+        await put(c, "a", A)
+        await put(c, "b", after("a"))
+        b = await err(await c.delete("/v1/jobs/a"), 409, "conflict", "name")
+        assert b["error"]["dependents"] == ["b"] and "force=true" in b["error"]["message"]
+        assert (await c.delete("/v1/jobs/a?force=true")).status == 200
+        assert (await c.delete("/v1/jobs/a?force=maybe")).status == 400
+    run(body)
+
+
+def test_graph_and_a_slots_runs_across_the_chain():
+    async def body(env, c):
+        await put(c, "a", A)
+        await put(c, "b", after("a"))
+        await put(c, "c", after({"job": "b", "on": "finished"}))
+        g = await (await c.get("/v1/jobs/b/graph")).json()
+        assert g["parents"] == ["a"] and g["children"] == ["c"]
+        assert g["edges"] == [{"from": "a", "to": "b", "on": "success"}, {"from": "b", "to": "c", "on": "finished"}]
+        assert {n["job"]: n["kind"] for n in g["nodes"]} == {"a": "scheduled", "b": "triggered", "c": "triggered"}
+        assert (await c.get("/v1/jobs/zz/graph")).status == 404
+        slot = env.state.jobs["a"]["next"]
+        env.clock.advance(slot - env.clock.now_ms())
+        await env.trigger.tick()
+        iso = schedule.iso(slot)
+        r = await (await c.get("/v1/jobs/c/runs", params={"slot": iso})).json()
+        chain = {v["job"]: v for v in r["pipeline"]}
+        assert chain["a"]["state"] == "queued" and chain["b"]["state"] == "waiting"
+        assert chain["b"]["waiting_for"].startswith("waiting for a@") and "(queued, attempt 1 of 1)" in chain["b"]["waiting_for"]
+        assert (await c.get("/v1/jobs/zz/runs", params={"slot": iso})).status == 404
+    run(body)
+
+
+def test_a_trigger_propagates_when_asked_and_refuses_a_bad_flag():
+    async def body(env, c):
+        await put(c, "a", A)
+        await put(c, "b", after("a"))
+        r = await c.post("/v1/jobs/a/trigger", data=json.dumps({"propagate": True}))
+        assert r.status == 201, await r.text()
+        assert env.state.runs[(await r.json())["run"]]["propagate"] is True
+        await err(await c.post("/v1/jobs/a/trigger", data=json.dumps({"propagate": "yes"})), 422, "invalid",
+                  "propagate")
+    run(body)
+
+
+def test_a_batch_puts_parents_first_whatever_its_order():
+    async def body(env, c):
+        jobs = {"c": after("b"), "b": after("a"), "a": A}
+        r = await c.post("/v1/jobs:batch", data=json.dumps({"jobs": jobs}))
+        assert r.status == 200, await r.text()
+        assert env.state.pipes.children == {"a": {"b": None}, "b": {"c": None}}
+        r = await c.post("/v1/jobs:batch", data=json.dumps({"jobs": {"d": after("zz")}}))
+        await err(r, 422, "invalid", "after[0].job")
+    run(body)
+
+
+def extract(ctx):
+    return {"rows": 1}
+
+
+def transform(ctx):
+    return None
+
+
+def report(ctx):
+    return ctx.upstream
+
+
+def test_the_sdk_declares_after_and_orders_parents_first():
+    app = App("pipe", misfire="skip")
+    handler = app.job("report", after=["transform"])(report)
+    app.job("transform", after=[{"job": "extract", "on": "success"}], max_wait_s=600)(transform)
+    app.job("extract", every_s=60)(extract)
+    specs = app.specs()
+    assert "schedule" not in specs["report"] and specs["report"]["after"] == ["transform"]
+    assert pipelines.parents_first(specs) == ["extract", "transform", "report"]
+    from raftsched.sdk.context import Context
+    ctx = Context.from_grant({"id": "report@1", "job": "report", "slot": 1, "attempt": 1, "token": 9,
+                              "upstream": [{"job": "transform", "result": {"x": 1}}]})
+    assert handler(ctx) == [{"job": "transform", "result": {"x": 1}}]
+    assert "RAFTSCHED_UPSTREAM" in ctx.env()
+
+
+def test_the_cli_graph_prints_one_line_an_edge(capsys):
+    from argparse import Namespace
+
+    from raftsched.cli import _graph
+
+    class Fake:
+        def graph(self, name):
+            return {"job": name, "parents": ["a"], "children": ["c"],
+                    "nodes": [{"job": "a", "kind": "scheduled"}, {"job": "b", "kind": "triggered"},
+                              {"job": "c", "kind": "gated"}],
+                    "edges": [{"from": "a", "to": "b", "on": "success"}, {"from": "b", "to": "c", "on": "finished"}]}
+
+    assert _graph(Namespace(name="b", json=False), Fake()) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["b (triggered): 1 upstream, 1 downstream", "  a -> [b]  (on success; b is triggered)",
+                   "  [b] -> c  (on finished; c is gated)"]
+
+
+def test_a_handlers_return_value_is_its_runs_result_and_a_result_file_is_read_safely(tmp_path):
+    import asyncio
+    import os
+
+    from raftsched.sdk.context import Context
+    from raftsched.worker.executors import RunContext, run_function
+    from raftsched.worker.loop import run_result
+    from raftsched.worker.sandbox import read_result
+
+    rc = RunContext(run_id="j@1", job="j", slot_ms=1, attempt=1, fencing_token=1, payload=None,
+                    upstream=[{"job": "p", "result": 2}])
+    out = asyncio.run(run_function(lambda ctx: {"n": ctx.upstream[0]["result"] + 1}, Context.of(rc), 5, None,
+                                   name="t"))
+    assert out.ok and rc.result == {"n": 3}
+    assert run_result({"x": "y" * 5000}) is None and run_result({1, 2}) is None and run_result([1]) == [1]
+    f = tmp_path / "r.json"
+    f.write_text('{"rows": 42}')
+    assert read_result(str(f)) == {"rows": 42}
+    os.symlink(f, tmp_path / "link.json")
+    assert read_result(str(tmp_path / "link.json")) is None  # never followed: the run user wrote it
+    (tmp_path / "big.json").write_text('"' + "x" * 5000 + '"')
+    assert read_result(str(tmp_path / "big.json")) is None and read_result(str(tmp_path / "none")) is None
+
+
+def test_a_backfill_dry_run_shows_the_cascade_and_a_triggered_job_is_not_backfilled():
+    async def body(env, c):
+        await put(c, "a", A)
+        await put(c, "b", after("a"))
+        await put(c, "c", after("b"))
+        env.clock.advance(3_600_000)
+        lo, hi = schedule.iso(env.clock.now_ms() - 60_000), schedule.iso(env.clock.now_ms() - 1000)
+        r = await c.post("/v1/jobs/a/backfills", data=json.dumps({"from": lo, "to": hi, "dry_run": True,
+                                                                  "cascade": "children"}))
+        assert r.status == 200, await r.text()
+        plan = (await r.json())["cascade"]
+        assert plan["children"] == ["b", "c"] and {"from": "b", "to": "c", "on": "success"} in plan["edges"]
+        b = await err(await c.post("/v1/jobs/b/backfills", data=json.dumps({"from": lo, "to": hi})), 422,
+                      "invalid", "name")
+        assert "cascade" in b["error"]["message"]
+        await err(await c.post("/v1/jobs/a/backfills", data=json.dumps({"from": lo, "to": hi, "cascade": 1})),
+                  422, "invalid", "cascade")
+    run(body)
+
+
+def test_the_leaders_trigger_steps_a_deferred_fan_out_and_records_slots_waiting_too_long(monkeypatch):
+    from raftsched.core import commands, limits as core_limits
+
+    async def body(env, c):
+        await put(c, "a", A)
+        await put(c, "b", A)
+        for k in range(3):
+            await put(c, f"k{k}", after("a"))
+        await put(c, "w", after("a", "b", max_wait_s=1))
+        slot = env.state.jobs["a"]["next"]
+        env.clock.advance(slot - env.clock.now_ms())
+        monkeypatch.setattr(core_limits, "fanout_per_command", 1)
+        await env.trigger.tick()  # a and b fire
+        now = env.clock.now_ms()
+        grants = env.state.apply(commands.acquire(now, worker="t", queues=None, max=10, ttl=30_000,
+                                                  types=None))["runs"]
+        ga = next(g for g in grants if g["job"] == "a")
+        env.state.apply(commands.complete_many(now, None, results=[{"run": ga["id"], "token": ga["token"],
+                                                                    "success": True}], worker="t"))
+        assert env.state.pipes.fanout  # one child offered in the completion, the rest deferred
+        for _ in range(6):  # a fanout_step a tick for each part (children k1, k2, w)
+            if not env.state.pipes.fanout:
+                break
+            await env.trigger.tick()
+        assert not env.state.pipes.fanout
+        assert all(f"k{k}@{slot}" in env.state.runs for k in range(3))
+        env.clock.advance(2000)  # w's slot, waiting on b past its max_wait_s 1, times out
+        await env.trigger.tick()
+        r = env.state.runs[f"w@{slot}"]
+        assert (r["state"], r["reason"]) == ("skipped", "upstream_timeout") and f"b@{slot}" in r["error"]
+    run(body)
+
+
+def test_a_triggered_job_is_replaced_and_run_by_hand_for_a_slot_of_its_parents():
+    async def body(env, c):
+        await put(c, "a", A)
+        assert (await put(c, "b", after("a"))).status == 201
+        r = await put(c, "b", after({"job": "a", "on": "finished"}, max_wait_s=60))
+        assert r.status == 200, await r.text()  # a replace of a job without a schedule
+        assert (await put(c, "b", A)).status == 200  # and into a scheduled one, and back
+        assert (await put(c, "b", after("a"))).status == 200
+        slot = schedule.iso(env.clock.now_ms() + 3_600_000)  # any slot: its parents' slots are its own
+        r = await c.post("/v1/jobs/b/trigger", data=json.dumps({"slot": slot}))
+        assert r.status == 201, await r.text()
+        assert (await r.json())["run"].startswith("b@")
+        assert (await c.post("/v1/jobs/b/pause")).status == 200
+        r = await c.post("/v1/jobs/b/resume")
+        assert r.status == 200, await r.text()
+        assert not env.state.jobs["b"]["paused"]
+    run(body)

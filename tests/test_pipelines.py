@@ -1,0 +1,319 @@
+"""Pipelines in the core (core/pipelines.py, docs/pipelines.md): a child's run or record is made
+in the command that records its parents' final outcome, once, and no slot is silent. No clock,
+no network: commands applied to a replica as replication applies them."""
+from __future__ import annotations
+
+import pytest
+
+from raftsched.core import commands, limits, model
+from raftsched.core.errors import InvalidSpec
+
+from core_helpers import restored
+from pipeline_helpers import SEC, T0, apply, chain_state, finish, job_raw, lease, put, tick
+
+S1 = T0 + 10 * SEC  # the first slot of an every_s 10 job put at T0
+
+
+def states(s, *ids):
+    return {i: (s.runs[i]["state"], s.runs[i].get("reason")) if i in s.runs else None for i in ids}
+
+
+def by_job(grants):
+    return {g["job"]: g for g in grants}
+
+
+def test_a_chain_runs_slot_by_slot_with_the_parents_outcome_and_result():
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(after=["a"])), ("c", job_raw(after=["b"])))
+    tick(s, S1)
+    (ga,) = lease(s, S1)
+    assert lease(s, S1) == [] and "b@%d" % S1 not in s.runs  # nothing before a's outcome
+    finish(s, ga, S1 + 1, True, result={"rows": 3})
+    (gb,) = lease(s, S1 + 2)
+    assert gb["id"] == f"b@{S1}" and gb["slot"] == S1
+    assert gb["upstream"] == [{"job": "a", "run": f"a@{S1}", "outcome": "succeeded", "token": ga["token"],
+                               "result": {"rows": 3}}]
+    finish(s, gb, S1 + 3, True)
+    (gc,) = lease(s, S1 + 4)
+    assert gc["id"] == f"c@{S1}" and gc["upstream"][0]["run"] == f"b@{S1}"
+    assert restored(s).snapshot() == s.snapshot()
+
+
+def test_a_diamond_child_runs_once_after_both_parents():
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(after=["a"])), ("c", job_raw(after=["a"])),
+                    ("d", job_raw(after=["b", "c"])))
+    tick(s, S1)
+    finish(s, lease(s, S1)[0], S1, True)
+    g = by_job(lease(s, S1 + 1))
+    assert set(g) == {"b", "c"}
+    finish(s, g["b"], S1 + 2, True)
+    assert f"d@{S1}" not in s.runs and s.pipes.joins["d"][S1]["got"].keys() == {"b"}
+    finish(s, g["c"], S1 + 3, True)
+    (gd,) = lease(s, S1 + 4)
+    assert gd["id"] == f"d@{S1}" and [u["job"] for u in gd["upstream"]] == ["b", "c"]
+    assert s.pipes.joins == {}
+    assert [r for r in s.runs if r.startswith("d@")] == [f"d@{S1}"]
+
+
+def test_retries_are_not_final_and_a_dead_parent_records_its_children_naming_it():
+    s = chain_state(("a", job_raw(every_s=10, retries=2)), ("ok", job_raw(after=["a"])),
+                    ("onfail", job_raw(after=[{"job": "a", "on": "failure"}])),
+                    ("any", job_raw(after=[{"job": "a", "on": "finished"}])), ("grand", job_raw(after=["ok"])))
+    tick(s, S1)
+    finish(s, lease(s, S1)[0], S1, False)  # attempt 1 of 2 failed: a retry is pending
+    assert s.runs[f"a@{S1}"]["state"] == "queued" and not s.pipes.joins
+    assert all(f"{c}@{S1}" not in s.runs for c in ("ok", "onfail", "any"))
+    finish(s, lease(s, S1 + 1)[0], S1 + 1, False)  # dead
+    assert states(s, f"ok@{S1}", f"grand@{S1}") == {f"ok@{S1}": ("skipped", "upstream_failed"),
+                                                    f"grand@{S1}": ("skipped", "upstream_missed")}
+    assert f"a@{S1}" in s.runs[f"ok@{S1}"]["error"]
+    assert {g["job"] for g in lease(s, S1 + 2)} == {"onfail", "any"}
+
+
+def test_requeuing_a_dead_parent_rearms_its_children_transitively():
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(after=["a"])), ("c", job_raw(after=["b"])))
+    tick(s, S1)
+    finish(s, lease(s, S1)[0], S1, True)
+    gb = lease(s, S1 + 1)[0]
+    finish(s, gb, S1 + 2, False)
+    assert states(s, f"c@{S1}") == {f"c@{S1}": ("skipped", "upstream_failed")}
+    res = apply(s, commands.dlq_requeue(S1 + 3, None, run=f"b@{S1}"))
+    assert res["rearmed"] == [f"c@{S1}"] and f"c@{S1}" not in s.runs
+    finish(s, lease(s, S1 + 4)[0], S1 + 5, True)
+    (gc,) = lease(s, S1 + 6)
+    assert gc["id"] == f"c@{S1}" and gc["upstream"][0]["token"] == s.runs[f"b@{S1}"]["fencing_token"]
+    # Requeuing a child alone is allowed: it runs, its own children follow.
+    finish(s, gc, S1 + 7, False)
+    assert apply(s, commands.dlq_requeue(S1 + 8, None, run=f"c@{S1}"))["ok"]
+    assert lease(s, S1 + 9)[0]["id"] == f"c@{S1}"
+
+
+def test_a_stale_completion_triggers_nothing_and_a_retried_one_adds_nothing():
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(after=["a"])))
+    tick(s, S1)
+    ga = lease(s, S1)[0]
+    # The lease is lost (the worker paused) and granted again: the old token's success is refused.
+    apply(s, commands.expire(S1 + 1, runs=[[ga["id"], ga["token"], 0]], locks=[]))
+    ga2 = lease(s, S1 + 2)[0]
+    stale = apply(s, commands.complete_many(S1 + 3, None, results=[{"run": ga["id"], "token": ga["token"],
+                                                                    "success": True}], worker="w"))
+    assert not stale["results"][0]["ok"] and f"b@{S1}" not in s.runs
+    item = [{"run": ga2["id"], "token": ga2["token"], "success": True}]
+    assert apply(s, commands.complete_many(S1 + 4, "req-1", results=item, worker="w"))["results"][0]["ok"]
+    again = apply(s, commands.complete_many(S1 + 5, "req-1", results=item, worker="w"))
+    assert again["results"][0]["ok"]  # the same request, answered from its id
+    assert [r for r in s.runs if r.startswith("b@")] == [f"b@{S1}"]
+
+
+def test_a_manual_trigger_propagates_only_when_asked():
+    s = chain_state(("a", job_raw(every_s=3600)), ("b", job_raw(after=["a"])))
+    r1 = apply(s, commands.trigger_job(T0 + 1, None, name="a"))
+    finish(s, lease(s, T0 + 1)[0], T0 + 2, True)
+    assert not [r for r in s.runs if r.startswith("b@")]
+    apply(s, commands.trigger_job(T0 + 3, None, name="a", extra={"propagate": True}))
+    finish(s, lease(s, T0 + 3)[0], T0 + 4, True)
+    (gb,) = lease(s, T0 + 5)
+    assert gb["id"] == f"b@{T0 + 3}" and r1["run"] != gb["upstream"][0]["run"]
+
+
+def test_missed_parent_slots_are_recorded_in_the_child_never_silent():
+    s = chain_state(("a", job_raw(every_s=10, misfire={"policy": "skip", "grace_s": 0})),
+                    ("b", job_raw(after=["a"])), ("c", job_raw(after=["b"])))
+    tick(s, T0 + 45 * SEC)  # four slots missed, recorded as one range
+    rec = s.runs[f"a@{S1}"]
+    assert rec["state"] == "skipped" and rec.get("slot_to") == T0 + 40 * SEC
+    for child in ("b", "c"):
+        r = s.runs[f"{child}@{S1}"]
+        assert (r["state"], r["reason"], r["slot_to"], r["count"]) == ("skipped", "upstream_missed",
+                                                                      T0 + 40 * SEC, rec["count"])
+
+
+def test_a_gated_job_waits_for_its_parents_same_slot():
+    s = chain_state(("a", job_raw(every_s=10)), ("g", job_raw(every_s=10, after=["a"])))
+    tick(s, S1)
+    (ga,) = lease(s, S1)  # g's slot came too, but waits
+    assert f"g@{S1}" not in s.runs and s.pipes.joins["g"][S1]["own"] is True
+    finish(s, ga, S1 + 1, True)
+    (gg,) = lease(s, S1 + 2)
+    assert gg["id"] == f"g@{S1}"
+
+
+def test_match_latest_waits_for_a_success_since_the_child_last_ran():
+    s = chain_state(("a", job_raw(every_s=5)), ("g", job_raw(every_s=10, after=["a"], match="latest")))
+    tick(s, T0 + 5 * SEC)
+    finish(s, lease(s, T0 + 5 * SEC)[0], T0 + 6 * SEC, True)
+    tick(s, S1)
+    grants = by_job(lease(s, S1))
+    assert set(grants) == {"a", "g"} and grants["g"]["upstream"][0]["run"] == f"a@{T0 + 5 * SEC}"
+    finish(s, grants["a"], S1 + 1, False)  # a fails: the next g slot waits
+    tick(s, T0 + 20 * SEC)
+    assert {g["job"] for g in lease(s, T0 + 20 * SEC)} == {"a"}
+    assert f"g@{T0 + 20 * SEC}" not in s.runs
+
+
+def test_edges_are_checked_in_apply_cycles_and_unknown_parents_name_the_edge():
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(after=["a"])), ("c", job_raw(after=["b"])))
+    res = put(s, "a", job_raw(every_s=10, after=["c"]))
+    assert res["error"]["code"] == "invalid" and res["error"]["field"] == "after[0].job"
+    assert "cycle" in res["error"]["message"] and "a -> c" in res["error"]["message"]
+    res = put(s, "x", job_raw(after=["nope"]))
+    assert res["error"]["field"] == "after[0].job" and "nope -> x" in res["error"]["message"]
+    assert "x" not in s.jobs
+    with pytest.raises(InvalidSpec) as e:
+        model.validate_job("x", job_raw(after=["x"]))
+    assert e.value.field == "after[0].job"
+    with pytest.raises(InvalidSpec) as e:
+        model.validate_job("x", job_raw(after=[{"job": "a", "on": "maybe"}]))
+    assert e.value.field == "after[0].on"
+    with pytest.raises(InvalidSpec) as e:
+        model.validate_job("x", job_raw())  # neither schedule nor after
+    assert e.value.field == "schedule"
+
+
+@pytest.mark.parametrize("extra,field", [
+    ({"deadline": {"succeed_within_s": 60}}, "deadline.succeed_within_s"),
+    ({"deadline": {"max_since_success_s": 600, "succeed_by": "03:00"}}, "deadline.succeed_by"),
+    ({"executor": {"type": "heartbeat"}}, "after"),
+])
+def test_a_child_takes_no_per_slot_deadline_and_no_heartbeat_executor(extra, field):
+    """A child's runs are made by its parents' outcomes, never by a fire carrying its slots'
+    deadline instants: a per-slot deadline would never be judged, so it is refused; so is a
+    heartbeat child (its runs are what pings report). max_since_success_s is kept."""
+    for raw in (job_raw(after=["a"]), job_raw(every_s=10, after=["a"])):
+        with pytest.raises(InvalidSpec) as e:
+            model.validate_job("x", {**raw, **extra})
+        assert e.value.field == field
+    spec = model.validate_job("x", {**job_raw(after=["a"]), "deadline": {"max_since_success_s": 600}})
+    assert spec["deadline"] == {"max_since_success_s": 600}
+
+
+def test_a_batch_may_name_parents_later_in_it():
+    s = chain_state()
+    items = []
+    for name, raw in (("c", job_raw(after=["b"])), ("b", job_raw(after=["a"])), ("a", job_raw(every_s=10))):
+        spec = model.validate_job(name, raw, T0)
+        nxt = T0 + 10 * SEC if "schedule" in spec else None
+        items.append({"name": name, "spec": spec, "next": nxt, "cursor": T0, "anchor": T0, "create_only": False})
+    assert apply(s, commands.put_jobs(T0, None, jobs=items))["ok"]
+    assert s.pipes.children == {"a": {"b": None}, "b": {"c": None}}
+    items[0]["spec"] = model.validate_job("c", job_raw(after=["zz"]), T0)
+    res = apply(s, commands.put_jobs(T0, None, jobs=items))
+    assert res["error"]["field"] == "after[0].job"
+
+
+def test_delete_with_dependents_is_a_conflict_unless_forced_then_they_record_dependency_missing():
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(every_s=10)), ("c", job_raw(after=["a", "b"])))
+    tick(s, S1)
+    g = by_job(lease(s, S1))
+    finish(s, g["b"], S1, True)  # c@S1 waits for a
+    res = apply(s, commands.delete_job(S1 + 1, None, name="a"))
+    assert res["error"]["code"] == "conflict" and res["error"]["dependents"] == ["c"]
+    assert apply(s, commands.delete_job(S1 + 2, None, name="a", force=True))["ok"]
+    assert states(s, f"c@{S1}") == {f"c@{S1}": ("skipped", "dependency_missing")}
+    # b's next outcome: c's slot is recorded at once, a is gone.
+    tick(s, T0 + 20 * SEC)
+    finish(s, lease(s, T0 + 20 * SEC)[0], T0 + 21 * SEC, True)
+    assert states(s, f"c@{T0 + 20 * SEC}")[f"c@{T0 + 20 * SEC}"] == ("skipped", "dependency_missing")
+    assert restored(s).snapshot() == s.snapshot()
+
+
+def test_slots_waiting_past_max_wait_are_recorded_upstream_timeout():
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(every_s=10)),
+                    ("c", job_raw(after=["a", "b"], max_wait_s=60)))
+    tick(s, S1)
+    finish(s, by_job(lease(s, S1))["a"], S1, True)
+    from raftsched.core import pipelines
+    assert pipelines.overdue(s, S1 + 59 * SEC, 10) == []
+    due = pipelines.overdue(s, S1 + 60 * SEC, 10)
+    assert due == [["c", S1, S1]]
+    assert apply(s, commands.join_expire(S1 + 60 * SEC, joins=due))["expired"] == 1
+    r = s.runs[f"c@{S1}"]
+    assert (r["state"], r["reason"]) == ("skipped", "upstream_timeout") and f"b@{S1}" in r["error"]
+    again = apply(s, commands.join_expire(S1 + 61 * SEC, joins=due))
+    assert again == {"ok": True, "expired": 0, "ignored": 1}
+
+
+@pytest.mark.parametrize("joins", [None, "x", [["c"]], [["c", "slot", 1]], [[1, 2, 3]],
+                                   [["c", 1, 1]] * (limits.expire_items_max + 1)])
+def test_a_malformed_join_expire_is_refused_and_changes_nothing(joins):
+    s = chain_state(("a", job_raw(every_s=10)), ("c", job_raw(after=["a"])))
+    before = s.snapshot()
+    res = apply(s, commands.make("join_expire", T0, None, joins=joins))
+    assert not res["ok"] and res["error"]["code"] == "invalid_command"
+    s.applied -= 1
+    assert s.snapshot() == before
+
+
+@pytest.mark.parametrize("spec_patch", [{"after": "a"}, {"after": [{"job": 1, "on": "success"}]},
+                                        {"after": [{"job": "a", "on": "sometimes"}]}, {"match": "never"}])
+def test_a_malformed_stored_after_is_refused_in_apply(spec_patch):
+    s = chain_state(("a", job_raw(every_s=10)))
+    spec = model.validate_job("c", job_raw(after=["a"]))
+    spec.update(spec_patch)
+    res = apply(s, commands.put_job(T0, None, name="c", spec=spec, next=None, cursor=T0, anchor=T0,
+                                    create_only=False))
+    assert res["error"]["code"] == "invalid_command" and "c" not in s.jobs
+
+
+def test_a_result_too_large_is_not_kept():
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(after=["a"])))
+    tick(s, S1)
+    finish(s, lease(s, S1)[0], S1, True, result="x" * (limits.result_bytes_max + 1))
+    assert lease(s, S1 + 1)[0]["upstream"][0]["result"] is None
+
+
+def test_a_fan_out_beyond_one_commands_bound_goes_on_in_bounded_steps(monkeypatch):
+    from raftsched.core import pipelines
+    monkeypatch.setattr(limits, "fanout_per_command", 2)
+    s = chain_state(("a", job_raw(every_s=10)), *((f"c{i}", job_raw(after=["a"])) for i in range(5)))
+    tick(s, S1)
+    finish(s, lease(s, S1)[0], S1, True)
+    assert sorted(r for r in s.runs if r.startswith("c")) == [f"c0@{S1}", f"c1@{S1}"]
+    assert pipelines.pending_fanout(s, 10) == [["0000000000000001", "c1"]]
+    assert restored(s).snapshot() == s.snapshot()  # the rest is in the state, not in a leader's memory
+    step = commands.fanout_step(S1 + 1, key="0000000000000001", after="c1")
+    assert apply(s, step)["ok"]
+    assert apply(s, step) == {"ok": True, "ignored": True}  # a new leader repeating it adds nothing
+    (key, after), = pipelines.pending_fanout(s, 10)
+    assert apply(s, commands.fanout_step(S1 + 2, key=key, after=after))["pending"] == 0
+    assert sorted(r for r in s.runs if r.startswith("c")) == [f"c{i}@{S1}" for i in range(5)]
+    assert apply(s, commands.make("fanout_step", S1, None, key=1, after=None))["error"]["code"] == "invalid_command"
+
+
+def test_a_backfill_with_cascade_reaches_the_children_and_redecides_a_slot_they_recorded():
+    from raftsched.core import backfill_model
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(after=["a"])))
+    tick(s, S1)
+    finish(s, lease(s, S1)[0], S1, False)  # a@S1 dead: b@S1 recorded upstream_failed
+    assert s.runs[f"b@{S1}"]["reason"] == "upstream_failed"
+    req = backfill_model.validate_backfill({"from": "2026-05-28T20:26:50Z", "to": "2026-05-28T20:27:00Z",
+                                            "reprocess": "failed", "cascade": "children"}, S1 + 15 * SEC)
+    assert req["cascade"] == "children"
+    job = s.jobs["a"]
+    fields = {"name": "bf1", "job": "a", "from": req["from"], "to": req["to"], "reprocess": "failed",
+              "order": "oldest", "max_concurrent": 1, "rate_milli": None, "max_slots": 10, "overlap": "allow",
+              "planned": 1, "schedule": job["spec"]["schedule"], "anchor": job["anchor"], "cascade": "children"}
+    assert apply(s, commands.backfill(S1 + 15 * SEC, "r1", fields))["ok"]
+    from backfill_helpers import step
+    assert step(s, "bf1", S1 + 15 * SEC)["created"] == 1
+    (g,) = lease(s, S1 + 16 * SEC)
+    assert g["id"].startswith(f"a@{S1}") and s.runs[g["id"]]["propagate"] is True
+    finish(s, g, S1 + 17 * SEC, True)
+    (gb,) = lease(s, S1 + 18 * SEC)
+    assert gb["id"] == f"b@{S1}" and gb["upstream"][0]["run"] == g["id"]
+    with pytest.raises(InvalidSpec) as e:
+        backfill_model.validate_backfill({"from": "2026-05-28T20:26:50Z", "to": "2026-05-28T20:27:00Z",
+                                          "cascade": "all"}, S1 + 15 * SEC)
+    assert e.value.field == "cascade"
+
+
+def test_a_heartbeat_parents_pings_reach_its_children():
+    """A heartbeat job's run ends by a ping (core/deadlines.py apply_ping), not by a worker's
+    completion: its outcome is final like any run's, so its children follow it."""
+    s = chain_state(("hb", job_raw(every_s=10, executor={"type": "heartbeat"})),
+                    ("ok", job_raw(after=["hb"])), ("onfail", job_raw(after=[{"job": "hb", "on": "failure"}])))
+    tick(s, S1)
+    assert s.runs[f"hb@{S1}"]["state"] == "waiting"
+    res = apply(s, commands.ping(S1 + 1, None, name="hb", status="success", slot=S1))
+    assert res["ok"], res
+    assert states(s, f"ok@{S1}", f"onfail@{S1}") == {f"ok@{S1}": ("queued", None),
+                                                      f"onfail@{S1}": ("skipped", "upstream_failed")}
