@@ -123,6 +123,19 @@ def test_the_look_ahead_is_bounded_and_leaves_small_or_near_seconds_alone():
     assert storm_seconds([(now + 10_000, 5_000)], now, 0, **ARGS) == [], "no rate, no guess"
 
 
+def test_the_slack_starts_a_storm_earlier_and_a_started_second_stays_a_storm_to_its_tail():
+    now = 3_000_000
+    # 100 000 at 10 000/s with the margin: 15 s, plus the 1 s and the 2 s of slack.
+    assert storm_seconds([(now + 18_000, 100_000)], now, 10_000, **ARGS, slack_ms=2_000) == [now + 18_000]
+    assert storm_seconds([(now + 18_001, 100_000)], now, 10_000, **ARGS, slack_ms=2_000) == []
+    # The last 500 of a storm are no storm by their number, but one begun stays one: its tail is
+    # taken up when it needs, not left to the ordinary look-ahead's second.
+    tail = [(now + 3_000, 500)]
+    assert storm_seconds(tail, now, 10_000, **ARGS, slack_ms=2_000) == []
+    assert storm_seconds(tail, now, 10_000, **ARGS, slack_ms=2_000, started={now + 3_000}) == [now + 3_000]
+    assert storm_seconds([(now + 3_200, 500)], now, 10_000, **ARGS, slack_ms=2_000, started={now + 3_000}) == []
+
+
 def test_a_steady_load_is_no_storm():
     """30 000 jobs every second, staggered (their next slots over the next two seconds), at a
     measured 30 000/s: each second alone is committed within the ordinary second ahead, so none
@@ -139,6 +152,7 @@ def small_storms(monkeypatch):
     """Storm bounds scaled down, so a few hundred jobs make one."""
     monkeypatch.setattr(node_limits, "storm_second_min", 50)
     monkeypatch.setattr(node_limits, "storm_jobs_per_tick_max", 60)
+    monkeypatch.setattr(node_limits, "storm_rate_sample_min", 50)
 
 
 def storm_setup(n: int, at_ms: int, n_forbid: int = 0):
@@ -162,24 +176,38 @@ def runs_of(st, prefix: str) -> list:
 
 
 def test_a_storm_is_committed_before_its_slot_and_its_runs_wait_for_it(small_storms):
-    """200 jobs due at T at a measured 100 entries/s: taken up from T - 4 s (1 s + 200 × 1.5 / 100),
-    60 a tick, each tick when what is left needs it, all committed more than 1 s before T; queued
-    with due = T, none handed out or leased before T; the forbid jobs of the same second fire at T."""
+    """200 jobs due at T at 100 entries/s: taken up from T - 6 s (1 s + 2 s of slack + 200 × 1.5 /
+    100), 60 a tick, the first three pieces back to back (they measure the rate), the rest when it
+    needs (T - 3.3 s), all committed more than 1 s before T; queued with due = T, none handed out
+    or leased before T; the forbid jobs of the same second fire at T."""
     clock0 = FakeClock()
     T = (clock0.now_ms() // 1000 + 20) * 1000
     st, raft, clock, svc, trig = storm_setup(200, T, n_forbid=3)
-    clock.advance(T - 4_100 - clock.now_ms())
+    clock.advance(T - 6_100 - clock.now_ms())
     asyncio.run(trig.tick())
     assert runs_of(st, "s") == [], "not before the storm needs"
     clock.advance(200)
     asyncio.run(trig.tick())
     assert len(runs_of(st, "s")) == 60, "taken up in bounded pieces"
+    for k in (2, 3):
+        clock.advance(600)  # each piece takes 0.6 s: they measure 100/s
+        asyncio.run(trig.tick())
+        assert len(runs_of(st, "s")) == 60 * k, "the first pieces back to back, whatever the rate says"
+    assert trig.commit_rate == pytest.approx(100.0) and trig.commit_rate_measured
+    clock.advance(50)
+    asyncio.run(trig.tick())
+    assert len(runs_of(st, "s")) == 180, "the rest when it needs"
+    while clock.now_ms() < T - 3_300:
+        asyncio.run(trig.tick())
+        assert len(runs_of(st, "s")) == 180
+        clock.advance(50)
+    asyncio.run(trig.tick())
+    assert len(runs_of(st, "s")) == 200
+    # The last 20 are no storm by their number (< storm_second_min), but their second is one begun.
+    assert trig.storm_jobs_early == trig.stats()["storm_jobs_early"] == 200
     while clock.now_ms() < T - 1_000:
         clock.advance(50)
         asyncio.run(trig.tick())
-    assert len(runs_of(st, "s")) == 200
-    # The last few are no storm any more (fewer than storm_second_min): taken up 1 s ahead, as always.
-    assert 150 <= trig.storm_jobs_early == trig.stats()["storm_jobs_early"] < 200
     assert runs_of(st, "f") == [], "forbid reads its other runs: judged at the slot"
     assert all(r["state"] == "queued" and r["due"] == T and r["fired_at"] < T for r in runs_of(st, "s"))
     early = st.apply(commands.make("acquire", T - 1, None, worker="w", queues=None, max=100, ttl=30_000))
@@ -259,21 +287,133 @@ def test_the_commit_rate_is_measured_on_large_ticks_only():
     assert trig.commit_rate == 5_000, "the last storm_rate_samples only"
 
 
-def test_a_storm_piece_counts_the_time_since_the_last_piece(small_storms, monkeypatch):
-    """Back-to-back storm ticks measure from the end of the last one: what the loop did between
-    two pieces (here 2 s of other work) slows the rate the rest is timed by; a tick that takes up
-    no storm starts the count afresh."""
+def test_a_storm_piece_counts_the_time_since_the_last_piece_and_a_lone_piece_measures_nothing(small_storms, monkeypatch):
+    """A storm starts from the default rate, or the lower one the last storm measured (the last
+    storm's samples are not this one's). Its first piece is alone and measures nothing; the next,
+    back to back, measures from the end of the first: what the loop did between two pieces (here
+    2 s of other work) slows the rate the rest is timed by."""
+    monkeypatch.setattr(node_limits, "storm_commit_rate_default", 100.0)
     T = (FakeClock().now_ms() // 1000 + 60) * 1000
-    st, raft, clock, svc, trig = storm_setup(3_000, T)
-    trig.commit_rate = 1_000.0
-    trig._measure_rate(node_limits.storm_rate_sample_min, 1.0)  # measured: 1 000/s
-    clock.advance(T - 5_000 - clock.now_ms())
+    st, raft, clock, svc, trig = storm_setup(300, T)
+    trig._measure_rate(50_000, 1.0)  # a fast storm measured before this one
+    clock.advance(T - 7_000 - clock.now_ms())  # 300 need 7.5 s at 100/s; at 50 000/s they would wait
     asyncio.run(trig.tick())
     assert trig.storm_jobs_early == 60 and trig._storm_tick_end == clock.monotonic_s()
-    rate = trig.commit_rate
-    monkeypatch.setattr(node_limits, "storm_rate_sample_min", 60)
+    assert trig.commit_rate == 100.0 and not trig.commit_rate_measured
     clock.advance(2_000)
     asyncio.run(trig.tick())
     assert trig.storm_jobs_early == 120
-    assert rate == 1_000.0
-    assert trig.commit_rate == (1_000 + 60) / (1.0 + 2.0), "60 entries over the 2 s since the last piece"
+    assert trig.commit_rate == 60 / 2.0 and trig.commit_rate_measured, "60 entries over the 2 s since the last piece"
+
+
+class TimedCommits:
+    """Commits that take fake time: ``busy_ms`` an entry, but the first ``lone_n`` entries proposed
+    on an idle pipeline (nothing committed in the last 50 ms) ``lone_ms`` each; the commit time of
+    every slot."""
+
+    def __init__(self, trig: Trigger, clock: FakeClock, lone_ms: float, busy_ms: float, lone_n: int) -> None:
+        self.commits: dict[int, list[int]] = {}
+        self.last: float | None = None
+        self.sizes: list[int] = []
+        propose = trig._propose_fire
+
+        async def timed(now, entries, *rest):
+            idle = self.last is None or clock.monotonic_s() - self.last > 0.05
+            fast = min(len(entries), lone_n) if idle else 0
+            clock.advance(round(fast * lone_ms + (len(entries) - fast) * busy_ms))
+            res = await propose(now, entries, *rest)
+            self.last = clock.monotonic_s()
+            self.sizes.append(len(entries))
+            for e in entries:
+                for slot in e[5]:
+                    self.commits.setdefault(slot, []).append(clock.now_ms())
+            return res
+
+        trig._propose_fire = timed
+
+
+def test_a_lone_fast_first_piece_does_not_make_the_rest_of_the_storm_late(small_storms, monkeypatch):
+    """The leader commits 60 entries/s back to back, but a piece alone on an idle pipeline 100
+    times faster (as a lone piece of 2 000 did at 12 400/s on a machine doing ~5 000/s). Timed by
+    that lone piece, the rest of the storm waited until about a second before its slot and was
+    committed seconds late; measured on back-to-back pieces, all 300 are committed before it."""
+    monkeypatch.setattr(node_limits, "storm_commit_rate_default", 100.0)
+    monkeypatch.setattr(node_limits, "storm_commit_slack_ms", 500)
+    T = (FakeClock().now_ms() // 1000 + 30) * 1000
+    st, raft, clock, svc, trig = storm_setup(300, T)
+    trig.commit_rate = node_limits.storm_commit_rate_default
+    timed = TimedCommits(trig, clock, lone_ms=1000 / 6000, busy_ms=1000 / 60, lone_n=60)
+    clock.advance(T - 10_000 - clock.now_ms())
+    while clock.now_ms() < T + 1_000:
+        asyncio.run(trig.tick())
+        clock.advance(1 if trig._storm_pending else 50)
+    commits = timed.commits[T]
+    assert len(commits) == 300 and len(runs_of(st, "s")) == 300
+    assert max(commits) < T, f"the last slot committed {max(commits) - T} ms after its slot"
+    assert abs(trig.commit_rate - 60) < 1, "the rate of the back-to-back pieces"
+    assert max(timed.sizes) <= node_limits.storm_fire_entries_max
+
+
+# ----------------------------------------------------------------------------- storm commands are background work
+class PipelineRaft(FakeRaft):
+    """A FakeRaft whose proposals take ``turns`` turns of the event loop to commit (a write 40),
+    in order (a pipeline), each applied when it commits; it records what was in flight whenever
+    one started."""
+
+    def __init__(self, state, turns: int = 6) -> None:
+        super().__init__(state)
+        self.turns = turns
+        self.inflight: list[str] = []
+        self.started: list[tuple[str, int, list[str]]] = []  # (op, entries, in flight before it)
+
+    async def propose(self, data: bytes, timeout_s: float = 5.0) -> dict:
+        cmd = commands.decode(data)
+        op = cmd["op"]
+        self.started.append((op, len(cmd.get("entries") or ()), list(self.inflight)))
+        self.inflight.append(op)
+        for _ in range(self.turns if op == "fire" else 40):
+            await asyncio.sleep(0)
+        while self.inflight[0] is not op:  # commits in the order proposed
+            await asyncio.sleep(0)
+        self.inflight.pop(0)
+        return await super().propose(data, timeout_s)
+
+
+def test_a_storms_fire_commands_are_small_few_in_flight_and_yield_to_a_lone_write(monkeypatch):
+    """A storm piece of 600 jobs goes out as commands of at most storm_fire_entries_max entries, at
+    most storm_fire_commands_in_flight_max at once (ordinary fires: 500 and 4); and a lone write
+    proposed meanwhile finds at most that many ahead of it, and no storm command is proposed
+    while it is in flight."""
+    monkeypatch.setattr(node_limits, "storm_second_min", 500)
+    monkeypatch.setattr(node_limits, "storm_jobs_per_tick_max", 600)
+    monkeypatch.setattr(node_limits, "storm_fire_entries_max", 50)
+    monkeypatch.setattr(node_limits, "storm_yield_ms_max", 5_000)  # the write always ends first here
+    monkeypatch.setattr(node_limits, "storm_commit_rate_default", 200.0)
+    st = SchedulerState()
+    raft = PipelineRaft(st)
+    clock = FakeClock()
+    svc = Service(raft, clock, "n1")
+    T = (clock.now_ms() // 1000 + 60) * 1000
+    spec = {"schedule": {"at": schedule.iso(T)}, "executor": SHELL, "misfire": MISFIRE}
+    asyncio.run(svc.put_jobs({"jobs": {f"s{i}": spec for i in range(600)}}, None))
+    trig = Trigger(raft, clock, "n1")
+    trig.take_due_index()
+    clock.advance(T - 5_000 - clock.now_ms())  # 600 need 7.5 s at 200/s
+    raft.started.clear()
+
+    async def storm_and_a_write():
+        tick = asyncio.ensure_future(trig.tick())
+        while sum(1 for op, *_ in raft.started if op == "fire") < 3 and not tick.done():
+            await asyncio.sleep(0)
+        await svc.put_job("probe", {"schedule": {"every_s": 3600}, "executor": SHELL, "misfire": MISFIRE}, None)
+        await tick
+
+    asyncio.run(storm_and_a_write())
+    fires = [(n, ahead) for op, n, ahead in raft.started if op == "fire"]
+    assert sum(n for n, _ in fires) == 600 and len(runs_of(st, "s")) == 600
+    assert max(n for n, _ in fires) <= 50, "small commands"
+    assert max(len(ahead) for _, ahead in fires) <= node_limits.storm_fire_commands_in_flight_max
+    i = next(k for k, (op, *_) in enumerate(raft.started) if op == "put_job")
+    assert len(raft.started[i][2]) <= node_limits.storm_fire_commands_in_flight_max, "the write queues behind few"
+    nxt = raft.started[i + 1]
+    assert nxt[0] == "fire" and "put_job" not in nxt[2], "no storm command proposed while the write is in flight"

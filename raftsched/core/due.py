@@ -22,7 +22,7 @@ and ``pop_early`` pops those seconds (docs/design.md, "Firing ahead").
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from .policy import fires_ahead
@@ -284,7 +284,8 @@ class DueIndex:
 
 
 def storm_seconds(counts: Iterable[tuple[int, int]], now_ms: int, rate_per_s: float, base_ms: int, max_ms: int,
-                  max_slots: int, margin: float, second_min: int) -> list[int]:
+                  max_slots: int, margin: float, second_min: int, slack_ms: int = 0,
+                  started: Collection[int] = ()) -> list[int]:
     """The seconds ahead (their first milliseconds, ascending) whose jobs the leader must take
     up now so that, committing at ``rate_per_s`` slowed by ``margin``, all of them are committed
     before they fall due: a pure function of the due index's counts (``counts_ahead``) and the
@@ -294,10 +295,13 @@ def storm_seconds(counts: Iterable[tuple[int, int]], now_ms: int, rate_per_s: fl
     taken up anyway, as before), is a storm: holds at least ``second_min`` entries and more than
     the ordinary look-ahead commits (``margin * n / rate >= base_ms``; not the next slots of a
     steady load, such as jobs every second, which that look-ahead keeps up with and which would
-    otherwise march ahead second by second), and ``t - now <= base_ms + margin * cum / rate``, where ``cum`` counts the entries from now to
-    the end of that second (everything due by then must be committed by then). Bounds: no second
-    more than ``max_ms`` ahead, and none once ``cum`` passes ``max_slots``; what they leave out
-    is taken up later, at the latest ``base_ms`` before its slot, as without a storm."""
+    otherwise march ahead second by second; a second in ``started``, one the leader has begun to
+    take up early, stays a storm however little of it is left, so that its tail is not left to the
+    ordinary look-ahead), and ``t - now <= base_ms + slack_ms + margin * cum / rate``, where
+    ``cum`` counts the entries from now to the end of that second (everything due by then must be
+    committed by then). Bounds: no second more than ``max_ms`` ahead, and none once ``cum``
+    passes ``max_slots``; what they leave out is taken up later, at the latest ``base_ms`` before
+    its slot, as without a storm."""
     out: list[int] = []
     if rate_per_s <= 0:
         return out
@@ -310,7 +314,8 @@ def storm_seconds(counts: Iterable[tuple[int, int]], now_ms: int, rate_per_s: fl
         ahead = t - now_ms
         if ahead > max_ms:
             break
-        if ahead > base_ms and n >= second_min and n * per_entry_ms >= base_ms and ahead <= base_ms + cum * per_entry_ms:
+        storm = t in started or (n >= second_min and n * per_entry_ms >= base_ms)
+        if ahead > base_ms and storm and ahead <= base_ms + slack_ms + cum * per_entry_ms:
             out.append(t)
     return out
 
@@ -343,13 +348,13 @@ def pop_due(s: SchedulerState, now_ms: int, limit: int, ahead_ms: int = 0) -> li
 
 
 def storm_due(s: SchedulerState, now_ms: int, rate_per_s: float, base_ms: int, max_ms: int, max_slots: int,
-              margin: float, second_min: int) -> list[int]:
+              margin: float, second_min: int, slack_ms: int = 0, started: Collection[int] = ()) -> list[int]:
     """:func:`storm_seconds` over this state's due index (none without one)."""
     due = s.due
     if due is None:
         return []
     return storm_seconds(due.counts_ahead(now_ms, max_ms), now_ms, rate_per_s, base_ms, max_ms, max_slots,
-                         margin, second_min)
+                         margin, second_min, slack_ms, started)
 
 
 def pop_storm(s: SchedulerState, seconds: list[int], limit: int) -> list[tuple[int, list[str]]]:
