@@ -188,13 +188,15 @@ def storm_lead_ms(m: int) -> int:
     """How long before its slot the nodes' code may start committing a storm of ``m`` slots of
     one second: fire_ahead_ms, or, with a storm look-ahead (node/limits.py storm_*), what it takes
     at the rate it assumes before measuring one, with its margin, capped at storm_ahead_ms_max,
-    plus the second the storm's slots may spread over (docs/design.md, "Firing ahead")."""
+    plus its slack (storm_commit_slack_ms, where the code has one) and the second the storm's
+    slots may spread over (docs/design.md, "Firing ahead")."""
     base = fire_ahead_ms()
     mx, rate, margin, smin = (code_number(k) for k in ("storm_ahead_ms_max", "storm_commit_rate_default",
                                                          "storm_commit_margin", "storm_second_min"))
     if not (mx and rate and margin and smin) or m < smin:
         return base
-    return int(min(mx, base + m * margin * 1000 / rate)) + 1000
+    slack = code_number("storm_commit_slack_ms") or 0
+    return int(min(mx, base + slack + m * margin * 1000 / rate)) + 1000
 
 
 def fire_ahead_ms() -> int:
