@@ -176,14 +176,15 @@ def runs_of(st, prefix: str) -> list:
 
 
 def test_a_storm_is_committed_before_its_slot_and_its_runs_wait_for_it(small_storms):
-    """200 jobs due at T at 100 entries/s: taken up from T - 6 s (1 s + 2 s of slack + 200 × 1.5 /
-    100), 60 a tick, the first three pieces back to back (they measure the rate), the rest when it
-    needs (T - 3.3 s), all committed more than 1 s before T; queued with due = T, none handed out
-    or leased before T; the forbid jobs of the same second fire at T."""
+    """200 jobs due at T at a rate of 100 entries/s not measured yet: taken up from T - 5 s (1 s +
+    2 s of slack + 200 / 100), 60 a tick, the first three pieces back to back (they measure 100/s),
+    the rest when it needs by that rate with the margin (T - 3.4 s: 1 s + 2 s + 20 × 2 / 100), all
+    committed more than 1 s before T; queued with due = T, none handed out or leased before T;
+    the forbid jobs of the same second fire at T."""
     clock0 = FakeClock()
     T = (clock0.now_ms() // 1000 + 20) * 1000
     st, raft, clock, svc, trig = storm_setup(200, T, n_forbid=3)
-    clock.advance(T - 6_100 - clock.now_ms())
+    clock.advance(T - 5_100 - clock.now_ms())
     asyncio.run(trig.tick())
     assert runs_of(st, "s") == [], "not before the storm needs"
     clock.advance(200)
@@ -197,7 +198,7 @@ def test_a_storm_is_committed_before_its_slot_and_its_runs_wait_for_it(small_sto
     clock.advance(50)
     asyncio.run(trig.tick())
     assert len(runs_of(st, "s")) == 180, "the rest when it needs"
-    while clock.now_ms() < T - 3_300:
+    while clock.now_ms() < T - 3_400:
         asyncio.run(trig.tick())
         assert len(runs_of(st, "s")) == 180
         clock.advance(50)
@@ -296,7 +297,7 @@ def test_a_storm_piece_counts_the_time_since_the_last_piece_and_a_lone_piece_mea
     T = (FakeClock().now_ms() // 1000 + 60) * 1000
     st, raft, clock, svc, trig = storm_setup(300, T)
     trig._measure_rate(50_000, 1.0)  # a fast storm measured before this one
-    clock.advance(T - 7_000 - clock.now_ms())  # 300 need 7.5 s at 100/s; at 50 000/s they would wait
+    clock.advance(T - 5_500 - clock.now_ms())  # 300 need 6 s at 100/s; at 50 000/s they would wait
     asyncio.run(trig.tick())
     assert trig.storm_jobs_early == 60 and trig._storm_tick_end == clock.monotonic_s()
     assert trig.commit_rate == 100.0 and not trig.commit_rate_measured
@@ -337,20 +338,24 @@ def test_a_lone_fast_first_piece_does_not_make_the_rest_of_the_storm_late(small_
     times faster (as a lone piece of 2 000 did at 12 400/s on a machine doing ~5 000/s). Timed by
     that lone piece, the rest of the storm waited until about a second before its slot and was
     committed seconds late; measured on back-to-back pieces, all 300 are committed before it."""
-    monkeypatch.setattr(node_limits, "storm_commit_rate_default", 100.0)
+    monkeypatch.setattr(node_limits, "storm_commit_rate_default", 50.0)
     monkeypatch.setattr(node_limits, "storm_commit_slack_ms", 500)
     T = (FakeClock().now_ms() // 1000 + 30) * 1000
     st, raft, clock, svc, trig = storm_setup(300, T)
     trig.commit_rate = node_limits.storm_commit_rate_default
     timed = TimedCommits(trig, clock, lone_ms=1000 / 6000, busy_ms=1000 / 60, lone_n=60)
     clock.advance(T - 10_000 - clock.now_ms())
+    measured = []
     while clock.now_ms() < T + 1_000:
         asyncio.run(trig.tick())
+        if trig.commit_rate_measured:
+            measured.append(trig.commit_rate)
         clock.advance(1 if trig._storm_pending else 50)
     commits = timed.commits[T]
     assert len(commits) == 300 and len(runs_of(st, "s")) == 300
     assert max(commits) < T, f"the last slot committed {max(commits) - T} ms after its slot"
-    assert abs(trig.commit_rate - 60) < 1, "the rate of the back-to-back pieces"
+    assert measured and all(abs(r - 60) < 1 for r in measured), "the rate of the back-to-back pieces only"
+    assert trig.commit_rate == 50.0 and not trig.commit_rate_measured, "the next storm starts from the default again"
     assert max(timed.sizes) <= node_limits.storm_fire_entries_max
 
 

@@ -257,9 +257,9 @@ class Trigger:
         """Storm seconds to take up early now (core/due.py storm_seconds, at the commit rate),
         popped: ``[(second_ms, [name, ...])]``, at most storm_jobs_per_tick_max jobs.
 
-        A storm starts from the default rate (or the lower one the last storm measured), its
-        first storm_rate_probe_pieces pieces are taken up back to back to measure the rate, and
-        the rest when that rate (with the margin and the slack) says it must be."""
+        A storm starts from the default rate (or the lower one the last storm measured), without
+        the margin, its first storm_rate_probe_pieces pieces are taken up back to back to measure
+        the rate, and the rest when that rate (with the margin and the slack) says it must be."""
         L = node_limits
         started = self._storm_secs = {t for t in self._storm_secs if t - now > self.fire_ahead_ms}
         if not started:
@@ -272,9 +272,10 @@ class Trigger:
             self._probe_left -= 1
             seconds = sorted(started)
         else:
+            margin = L.storm_commit_margin if self.commit_rate_measured else 1.0  # the default is low already
             seconds = self.raft.read(due.storm_due, now, self.commit_rate, self.fire_ahead_ms, L.storm_ahead_ms_max,
-                                     L.storm_ahead_slots_max, L.storm_commit_margin, L.storm_second_min,
-                                     L.storm_commit_slack_ms, started)
+                                     L.storm_ahead_slots_max, margin, L.storm_second_min, L.storm_commit_slack_ms,
+                                     started)
         if not seconds:
             return []
         early = self.raft.read(due.pop_storm, seconds, L.storm_jobs_per_tick_max)
