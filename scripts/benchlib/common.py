@@ -195,8 +195,10 @@ def storm_lead_ms(m: int) -> int:
                                                          "storm_commit_margin", "storm_second_min"))
     if not (mx and rate and margin and smin) or m < smin:
         return base
-    slack = code_number("storm_commit_slack_ms") or 0
-    return int(min(mx, base + slack + m * margin * 1000 / rate)) + 1000
+    slack = code_number("storm_commit_slack_ms")
+    if slack is not None:
+        margin = 1.0  # code with a slack starts a storm by its default rate without the margin
+    return int(min(mx, base + (slack or 0) + m * margin * 1000 / rate)) + 1000
 
 
 def fire_ahead_ms() -> int:

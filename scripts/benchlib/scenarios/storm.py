@@ -33,6 +33,8 @@ class LoneProbe(threading.Thread):
         self.stop = threading.Event()
         self.read_ms: list[float] = []
         self.write_ms: list[float] = []
+        #: (wall ms when each sent, read ms, write ms), for the latencies while slots are applied
+        self.timed: list[tuple[float, float | None, float | None]] = []
         self.errors: dict[str, int] = {}
 
     def run(self) -> None:
@@ -40,6 +42,8 @@ class LoneProbe(threading.Thread):
         try:
             while not self.stop.is_set():
                 t = time.perf_counter()
+                sent = wall_ms()
+                got: dict[str, float] = {}
                 for method, out in (("PUT", self.write_ms), ("GET", self.read_ms)):
                     t0 = time.perf_counter()
                     try:
@@ -48,15 +52,47 @@ class LoneProbe(threading.Thread):
                         st = type(e).__name__
                     if st in (200, 201):
                         out.append((time.perf_counter() - t0) * 1000)
+                        got[method] = out[-1]
                     else:
                         self.errors[f"{method} {st}"] = self.errors.get(f"{method} {st}", 0) + 1
+                self.timed.append((sent, got.get("GET"), got.get("PUT")))
                 self.stop.wait(max(0.0, PROBE_S - (time.perf_counter() - t)))
         finally:
             self.conn.close()
 
-    def result(self) -> dict:
-        return {"read_ms": summary(self.read_ms, 2), "write_ms": summary(self.write_ms, 2), "errors": self.errors,
-                "period_ms": PROBE_S * 1000}
+    def result(self, busy: list[tuple[float, float]] | None = None) -> dict:
+        """Latencies; with ``busy`` (wall-ms intervals in which the leader applied slots), also
+        those of the probes sent within them (``while_applying``) and outside them."""
+        out = {"read_ms": summary(self.read_ms, 2), "write_ms": summary(self.write_ms, 2), "errors": self.errors,
+               "period_ms": PROBE_S * 1000}
+        if busy is not None:
+            inside = [any(a <= t < b for a, b in busy) for t, _, _ in self.timed]
+            for name, keep in (("while_applying", True), ("otherwise", False)):
+                rows = [x for x, b in zip(self.timed, inside) if b == keep]
+                out[name] = {"read_ms": summary([r for _, r, _ in rows if r is not None], 2),
+                             "write_ms": summary([w for _, _, w in rows if w is not None], 2)}
+        return out
+
+
+def gc_pause_max_ms(c: BenchCluster) -> dict:
+    """Each node's longest garbage collection since it started (ms, by generation), from its
+    /metrics (``raftsched_gc_pause_seconds_max``); a collection holds the GIL, so a lone request
+    waits for it."""
+    out: dict[str, dict] = {}
+    for i in range(c.n):
+        try:
+            s, text = c.get(i, "/metrics")
+        except OSError:
+            continue
+        if s != 200 or not isinstance(text, str):
+            continue
+        gens = {}
+        for line in text.splitlines():
+            if line.startswith("raftsched_gc_pause_seconds_max{"):
+                gen = line.split('generation="', 1)[1].split('"', 1)[0]
+                gens[gen] = round(float(line.rsplit(" ", 1)[1]) * 1000, 1)
+        out[f"node-{i + 1}"] = gens
+    return out
 
 
 def rss_mib(pid: int) -> float | None:
@@ -190,15 +226,27 @@ def burst(c: BenchCluster, m: int, logs: FireLogs | None = None, margin_s: float
     leader = cur_leader
     check_alive(c, range(c.n))
     after = samples[1:]
+    # The 50 ms sample intervals in which the leader applied slots (wall ms).
+    busy = [(a["t_ms"] + t_slot, b2["t_ms"] + t_slot) for a, b2 in zip(samples, after) if b2["runs"] > a["runs"]]
     first_applied = next((x["t_ms"] for x in after if x["runs"] > base["runs"]), None)
     all_applied = next((x["t_ms"] for x in after if x["runs"] - base["runs"] >= m), None)
     # The sample just before all were applied: the true time lies in (before, all_applied].
     before_all = max((x["t_ms"] for x in samples if x["runs"] - base["runs"] < m), default=0.0)
     # slots_fired is the leading trigger's own counter: meaningless across a leader change.
     all_fired = None if leader_changes else next((x["t_ms"] for x in after if x["slots_fired"] - base["slots_fired"] >= m), None)
-    # Every burst job's view, paged from the leader after a barrier: how many runs its slot became
-    # (runs_fired), whether its cursor passed the slot, and its fire lag (fired_at - slot).
-    views = [v for v in all_jobs(c, leader, consistent=True) if v["name"].startswith("b-")]
+    # The replicas once quiet (their views paged from all three at once), then every burst job's
+    # view as the leader holds it: how many runs its slot became (runs_fired), whether its cursor
+    # passed the slot, and its fire lag (fired_at - slot). Paging 10 000 views took ~5 s a node:
+    # the leader's are read once, for both.
+    views_by_node: dict = {}
+    try:
+        replicas = replica_agreement(c, views_by_node)
+    except BenchError as e:
+        replicas = {"agree": False, "error": str(e)}
+    every = views_by_node.get(leader)
+    if every is None:
+        every = all_jobs(c, leader, consistent=True)
+    views = [v for v in every if v["name"].startswith("b-")]
     n_fired = [v["state"]["runs_fired"] for v in views]
     fired_once = sum(1 for n in n_fired if n == 1)
     dup = sum(1 for n in n_fired if n > 1)
@@ -265,7 +313,8 @@ def burst(c: BenchCluster, m: int, logs: FireLogs | None = None, margin_s: float
                         if all_applied is not None and first_applied is not None and all_applied > first_applied else None),
         "slots_per_s_upper_bound": (round(m / ((before_all - first_applied) / 1000), 1)
                                     if first_applied is not None and before_all > first_applied else None),
-        "lone_probe_during_storm": probe.result(),
+        "lone_probe_during_storm": probe.result(busy),
+        "gc_pause_max_ms": gc_pause_max_ms(c),
         "rss_peak_mib": {k: round(v, 1) for k, v in sorted(rss_peak.items())},
         "load_avg_after": list(os.getloadavg()),
         "peak_slots_per_s_50ms": round(peak, 1),
@@ -273,10 +322,7 @@ def burst(c: BenchCluster, m: int, logs: FireLogs | None = None, margin_s: float
         "sample_interval_ms": POLL_BURST_S * 1000,
         "samples": samples,
     }
-    try:
-        res["replicas"] = replica_agreement(c)
-    except BenchError as e:
-        res["replicas"] = {"agree": False, "error": str(e)}
+    res["replicas"] = replicas
     print(f"[bench] storm: {m} slots, first applied at +{first_applied} ms, all applied at +{all_applied} ms, "
           f"runs {fired_once}, queue_full {qfull}", file=sys.stderr)
     return res
