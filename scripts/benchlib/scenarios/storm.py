@@ -236,8 +236,8 @@ def burst(c: BenchCluster, m: int, logs: FireLogs | None = None, margin_s: float
     all_fired = None if leader_changes else next((x["t_ms"] for x in after if x["slots_fired"] - base["slots_fired"] >= m), None)
     # The replicas once quiet (their views paged from all three at once), then every burst job's
     # view as the leader holds it: how many runs its slot became (runs_fired), whether its cursor
-    # passed the slot, and its fire lag (fired_at - slot). Paging 10 000 views took ~5 s a node:
-    # the leader's are read once, for both.
+    # passed the slot, and its fire lag (fired_at - slot). Paged node after node, and the leader's
+    # twice, they took ~16 s of the 10 000-job scenario's 45 s: the leader's now serve both.
     views_by_node: dict = {}
     try:
         replicas = replica_agreement(c, views_by_node)
