@@ -46,9 +46,12 @@ _LANES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _lane(raft) -> _Lane:
-    lane = _LANES.get(raft)
-    if lane is None:
-        lane = _LANES[raft] = _Lane()
+    try:
+        lane = _LANES.get(raft)
+        if lane is None:
+            lane = _LANES[raft] = _Lane()
+    except TypeError:  # a stand-in that cannot be weakly referenced (None in a test): a lane of its own
+        lane = _Lane()
     return lane
 
 

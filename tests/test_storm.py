@@ -422,3 +422,47 @@ def test_a_storms_fire_commands_are_small_few_in_flight_and_yield_to_a_lone_writ
     assert len(raft.started[i][2]) <= node_limits.storm_fire_commands_in_flight_max, "the write queues behind few"
     nxt = raft.started[i + 1]
     assert nxt[0] == "fire" and "put_job" not in nxt[2], "no storm command proposed while the write is in flight"
+
+
+def test_the_proposers_of_one_replication_layer_share_a_lane_and_a_background_wait_is_bounded():
+    """A background proposer waits for the foreground proposals of every Proposer over the same
+    replication layer (the API's, the workers'), not another layer's; and at most max_s."""
+    from raftsched.proposer import Proposer
+
+    class GatedRaft(FakeRaft):
+        def __init__(self, state) -> None:
+            super().__init__(state)
+            self.gate: asyncio.Event | None = None
+
+        async def propose(self, data: bytes, timeout_s: float = 5.0) -> dict:
+            if self.gate is not None:
+                await self.gate.wait()
+            return await super().propose(data, timeout_s)
+
+    st = SchedulerState()
+    raft = GatedRaft(st)
+    api, storm, other = Proposer(raft), Proposer(raft), Proposer(GatedRaft(SchedulerState()))
+    assert Proposer(None)._lane is not Proposer(None)._lane, "a stand-in with no weak reference gets its own"
+
+    async def scenario():
+        raft.gate = asyncio.Event()
+        write = asyncio.ensure_future(api.propose(commands.make("takeover", 1, None, node="n1", seen=None)))
+        await asyncio.sleep(0)
+        assert not await other.yield_to_foreground(1.0), "another layer's writes are not this one's"
+        waiting = asyncio.ensure_future(storm.yield_to_foreground(5.0))
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        raft.gate.set()
+        await write
+        assert await waiting, "it waited, and ended when the write did"
+        assert not await storm.yield_to_foreground(5.0), "nothing in flight: no wait"
+        raft.gate = asyncio.Event()
+        stuck = asyncio.ensure_future(api.propose(commands.make("takeover", 2, None, node="n1", seen=None)))
+        await asyncio.sleep(0)
+        t0 = asyncio.get_running_loop().time()
+        assert await storm.yield_to_foreground(0.05)
+        assert asyncio.get_running_loop().time() - t0 < 1.0, "bounded"
+        raft.gate.set()
+        await stuck
+
+    asyncio.run(scenario())
