@@ -178,7 +178,7 @@ def runs_of(st, prefix: str) -> list:
 def test_a_storm_is_committed_before_its_slot_and_its_runs_wait_for_it(small_storms):
     """200 jobs due at T at a rate of 100 entries/s not measured yet: taken up from T - 5 s (1 s +
     2 s of slack + 200 / 100), 60 a tick, the first three pieces back to back (they measure 100/s),
-    the rest when it needs by that rate with the margin (T - 3.4 s: 1 s + 2 s + 20 × 2 / 100), all
+    the rest when it needs by that rate with the margin (T - 3.3 s: 1 s + 2 s + 20 × 1.5 / 100), all
     committed more than 1 s before T; queued with due = T, none handed out or leased before T;
     the forbid jobs of the same second fire at T."""
     clock0 = FakeClock()
@@ -198,7 +198,7 @@ def test_a_storm_is_committed_before_its_slot_and_its_runs_wait_for_it(small_sto
     clock.advance(50)
     asyncio.run(trig.tick())
     assert len(runs_of(st, "s")) == 180, "the rest when it needs"
-    while clock.now_ms() < T - 3_400:
+    while clock.now_ms() < T - 3_300:
         asyncio.run(trig.tick())
         assert len(runs_of(st, "s")) == 180
         clock.advance(50)
@@ -466,3 +466,24 @@ def test_the_proposers_of_one_replication_layer_share_a_lane_and_a_background_wa
         await stuck
 
     asyncio.run(scenario())
+
+
+def test_a_steady_load_is_told_from_a_storm_by_what_the_ordinary_ticks_measured(small_storms):
+    """Storm pieces alone time a storm, so a steady load's ordinary ticks do not move the storm's
+    rate; they measure the steady rate, which is what a second is compared with to be a storm: a
+    steady 30 000 a second is no storm before any storm was measured (at the default 2 000/s
+    each of its seconds would be one, and lose its two-slot span)."""
+    now = 9_000_000
+    sweep = [(now, 5_000), (now + 1_000, 15_000), (now + 2_000, 10_000)]
+    args = {**ARGS, "margin": 1.0, "slack_ms": 2_000}
+    assert storm_seconds(sweep, now - 400, 2_000, **args) != [], "by the default rate alone it would be a storm"
+    assert storm_seconds(sweep, now - 400, 2_000, **args, size_rate_per_s=30_000) == []
+    assert storm_seconds([(now + 5_000, 100_000)], now, 2_000, **args, size_rate_per_s=30_000) == [now + 5_000]
+    st, raft, clock, svc, trig = storm_setup(0, 0)
+    for i in range(60):
+        asyncio.run(svc.put_job(f"e{i}", {"schedule": {"every_s": 1}, "executor": SHELL, "misfire": MISFIRE}, None))
+    TimedCommits(trig, clock, lone_ms=1, busy_ms=1, lone_n=0)
+    clock.advance(1_000)
+    assert asyncio.run(trig.tick()) == 60
+    assert trig.steady_rate == pytest.approx(1_000.0), "60 entries in 60 ms"
+    assert trig.commit_rate == 100.0 and not trig.commit_rate_measured, "the storm's rate unmoved"

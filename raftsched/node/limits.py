@@ -40,8 +40,8 @@ storm_ahead_slots_max = 2_000_000
 #: On a measured rate only (the default rate is low already, and used as it is): the first
 #: pieces of a 100 000-job storm measured ~7 700/s (as the rest starting at T - 21 s implies),
 #: the rest of it then went at ~4 700/s back to back (loaded machine, 2026-12-02), and with 1.5
-#: ended 1.4 s before its slot, 0.4 s from late.
-storm_commit_margin = 2.0
+#: and the slack it ended 1.4 s before its slot.
+storm_commit_margin = 1.5
 #: Besides the margin, a storm is timed to be committed this long before the ordinary look-ahead
 #: would take it up: what the margin does not cover (a collector pause, a piece that waits for
 #: the API's writes) and the tail of the storm.

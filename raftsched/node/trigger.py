@@ -99,6 +99,12 @@ class Trigger:
         #: pieces of the storm in progress still to be taken up back to back whatever the rate
         #: says (the first pieces, which measure the rate: storm_rate_probe_pieces)
         self._probe_left = 0
+        #: entries a second the ordinary ticks of storm_rate_sample_min entries or more commit
+        #: (entries over seconds of the last storm_rate_samples; None before one): what a second
+        #: is compared with to tell a storm from a steady load (a tick alone measures high, which
+        #: for that errs on the side of the steady load), never what a storm is timed by
+        self.steady_rate: float | None = None
+        self._steady_samples: collections.deque[tuple[int, float]] = collections.deque(maxlen=node_limits.storm_rate_samples)
         #: a storm's fire commands in flight (background work: storm_fire_commands_in_flight_max)
         self._storm_window = asyncio.Semaphore(node_limits.storm_fire_commands_in_flight_max)
         #: storm slots taken up before fire_ahead_ms of their slot, since the process started
@@ -244,10 +250,14 @@ class Trigger:
         # counted from that piece's end, so that what the loop did between them counts: a piece
         # alone starts on an idle pipeline and commits faster than a storm can be committed.
         t0 = self._storm_tick_end if early else None
+        start = self.clock.monotonic_s()
         n = await self._plan_and_fire(now, [(jobs, span, False)] + [(names, sec + 999 - now, True) for sec, names in early])
         end = self.clock.monotonic_s()
         if t0 is not None:
             self._measure_rate(n, end - t0)
+        elif not early and n >= node_limits.storm_rate_sample_min and end > start:
+            self._steady_samples.append((n, end - start))
+            self.steady_rate = sum(x for x, _ in self._steady_samples) / sum(t for _, t in self._steady_samples)
         self._storm_tick_end = end if early else None
         # After the fire: a slot it recorded skipped is judged so by then (max_since_success_s).
         await self.judge_deadlines(now)
@@ -273,9 +283,10 @@ class Trigger:
             seconds = sorted(started)
         else:
             margin = L.storm_commit_margin if self.commit_rate_measured else 1.0  # the default is low already
+            size_rate = None if self.steady_rate is None else max(self.steady_rate, self.commit_rate)
             seconds = self.raft.read(due.storm_due, now, self.commit_rate, self.fire_ahead_ms, L.storm_ahead_ms_max,
                                      L.storm_ahead_slots_max, margin, L.storm_second_min, L.storm_commit_slack_ms,
-                                     started)
+                                     started, size_rate)
         if not seconds:
             return []
         early = self.raft.read(due.pop_storm, seconds, L.storm_jobs_per_tick_max)
