@@ -133,8 +133,10 @@ def burst(c: BenchCluster, m: int, logs: FireLogs | None = None, margin_s: float
     ahead = storm_lead_ms(m)
     # A large registration can slow as the state grows (100 000 jobs on a loaded machine: 1 to 2.6
     # times what 500 jobs calibrated in an empty cluster said, 2026-12-02); it is calibrated with
-    # a twentieth of the storm, and given 2.5 times that.
-    t_slot = (math.ceil(time.time() + est_s * (1.4 if m < 50_000 else 2.5) + margin_s + ahead / 1000)) * 1000
+    # a twentieth of the storm, and given 2.5 times that. 10 000 (the quick run's) twice: at load
+    # 7-10, 1.4 times what 500 jobs calibrated and the quick run's 1 s margin were 0.2 s short.
+    factor = 1.4 if m < 5_000 else 2.0 if m < 50_000 else 2.5
+    t_slot = (math.ceil(time.time() + est_s * factor + margin_s + ahead / 1000)) * 1000
     spec = {"schedule": {"at": iso(t_slot)}, "executor": SHELL_TRUE, "misfire": {"policy": "fire_all"}, "queue": BURST_QUEUE}
     print(f"[bench] storm: calibration {cal['jobs_per_s']} jobs/s ({cal['method']}); registering {m} jobs due at {iso(t_slot)} "
           f"(~{est_s:.1f} s of registration expected)", file=sys.stderr)
