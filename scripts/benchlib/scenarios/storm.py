@@ -241,6 +241,7 @@ def burst(c: BenchCluster, m: int, logs: FireLogs | None = None, margin_s: float
     # passed the slot, and its fire lag (fired_at - slot). Paged node after node, and the leader's
     # twice, they took ~16 s of the 10 000-job scenario's 45 s: the leader's now serve both.
     views_by_node: dict = {}
+    audit_t0 = time.monotonic()
     try:
         replicas = replica_agreement(c, views_by_node)
     except BenchError as e:
@@ -261,6 +262,7 @@ def burst(c: BenchCluster, m: int, logs: FireLogs | None = None, margin_s: float
     qfull = sum(1 for r in b_["runs"] if r["job"].startswith("b-") and r.get("reason") == "queue_full" and r["slot_ms"] == t_slot)
     lost = m - len(views) + sum(1 for v, n in zip(views, n_fired) if n == 0) - qfull
     lag = [v["state"]["fire_lag_ms"]["last"] for v in views if v["state"]["fire_lag_ms"]["last"] is not None]
+    audit_s = round(time.monotonic() - audit_t0, 1)  # the replicas' views and the leader's audit
     # Commit rate between consecutive samples (applied entries on the leader / elapsed).
     peak = 0.0
     for a, b2 in zip(after, after[1:]):
@@ -325,6 +327,7 @@ def burst(c: BenchCluster, m: int, logs: FireLogs | None = None, margin_s: float
         "samples": samples,
     }
     res["replicas"] = replicas
+    res["audit_s"] = audit_s  # reading every node's job views once the storm is applied (the scenario's largest part after it)
     print(f"[bench] storm: {m} slots, first applied at +{first_applied} ms, all applied at +{all_applied} ms, "
           f"runs {fired_once}, queue_full {qfull}", file=sys.stderr)
     return res
