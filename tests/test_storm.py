@@ -485,5 +485,5 @@ def test_a_steady_load_is_told_from_a_storm_by_what_the_ordinary_ticks_measured(
     TimedCommits(trig, clock, lone_ms=1, busy_ms=1, lone_n=0)
     clock.advance(1_000)
     assert asyncio.run(trig.tick()) == 60
-    assert trig.steady_rate == pytest.approx(1_000.0), "60 entries in 60 ms"
+    assert trig.steady_rate == pytest.approx(1_000.0) and trig.stats()["steady_rate_per_s"] == 1_000.0, "60 entries in 60 ms"
     assert trig.commit_rate == 100.0 and not trig.commit_rate_measured, "the storm's rate unmoved"

@@ -125,6 +125,7 @@ class Trigger:
                 "leases_expired": self.leases_expired, "last_fire_error": self.last_fire_error,
                 "held_by_clock": self.held_by_clock, "ticks_held_by_clock": self.ticks_held_by_clock,
                 "commit_rate_per_s": round(self.commit_rate, 1), "commit_rate_measured": self.commit_rate_measured,
+                "steady_rate_per_s": None if self.steady_rate is None else round(self.steady_rate, 1),
                 "storm_jobs_early": self.storm_jobs_early}
 
     def on_role_change(self, is_leader: bool) -> None:
