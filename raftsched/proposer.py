@@ -9,13 +9,50 @@ importing only core, and not in node/).
 """
 from __future__ import annotations
 
+import asyncio
 import logging
+import weakref
 
 from .core import commands, queries
 from .core.errors import RaftschedError
 from .worker import limits as worker_limits
 
 log = logging.getLogger("raftsched.proposer")
+
+
+class _Lane:
+    """The proposals in flight on one replication layer that no background proposer should
+    queue behind (every proposal but a ``background`` one), and the background proposers
+    waiting for them to end (``Proposer.yield_to_foreground``)."""
+
+    __slots__ = ("busy", "waiters", "__weakref__")
+
+    def __init__(self) -> None:
+        self.busy = 0
+        self.waiters: list[asyncio.Future] = []
+
+    def leave(self) -> None:
+        self.busy -= 1
+        if self.busy == 0 and self.waiters:
+            waiters, self.waiters = self.waiters, []
+            for w in waiters:
+                if not w.done():
+                    w.set_result(None)
+
+
+#: One lane per replication layer, shared by every Proposer over it (the API's, the trigger's,
+#: the worker protocol's...): a storm's fire commands yield to the writes of all of them.
+_LANES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _lane(raft) -> _Lane:
+    try:
+        lane = _LANES.get(raft)
+        if lane is None:
+            lane = _LANES[raft] = _Lane()
+    except TypeError:  # a stand-in that cannot be weakly referenced (None in a test): a lane of its own
+        lane = _Lane()
+    return lane
 
 
 class Proposer:
@@ -25,8 +62,26 @@ class Proposer:
     def __init__(self, raft, timeout_s: float = worker_limits.propose_timeout_s_default) -> None:
         self.raft = raft
         self.timeout_s = timeout_s
+        self._lane = _lane(raft)
 
-    async def propose(self, cmd: dict, *, timeout_s: float | None = None, replay: bool = True) -> dict:
+    async def yield_to_foreground(self, max_s: float) -> bool:
+        """Wait, at most ``max_s``, until no foreground proposal (any but a ``background`` one) is
+        in flight on this replication layer: what a background proposer (a storm's fire commands,
+        committed ahead of their slot) calls before it proposes, so that a lone API write is not
+        grouped with, nor queued behind, a command it does not need. Returns whether it waited."""
+        lane = self._lane
+        if lane.busy == 0:
+            return False
+        fut = asyncio.get_running_loop().create_future()
+        lane.waiters.append(fut)
+        try:
+            await asyncio.wait_for(fut, max_s)
+        except asyncio.TimeoutError:
+            pass  # bounded: a steady stream of writes delays a storm, it does not stop it
+        return True
+
+    async def propose(self, cmd: dict, *, timeout_s: float | None = None, replay: bool = True,
+                      background: bool = False) -> dict:
         """Propose ``cmd`` (a core.commands constructor's) and return its applied result.
 
         A request id this replica has seen applied is answered from there, without proposing:
@@ -43,13 +98,21 @@ class Proposer:
             seen = self.raft.read(queries.replayed, cmd)
             if seen is not None:
                 return self.result(seen, cmd)
-        return await self.propose_encoded(data, cmd, timeout_s=timeout_s)
+        return await self.propose_encoded(data, cmd, timeout_s=timeout_s, background=background)
 
     async def propose_encoded(self, data: bytes, cmd: dict | None = None, *,
-                              timeout_s: float | None = None) -> dict:
+                              timeout_s: float | None = None, background: bool = False) -> dict:
         """``propose`` for a command already encoded (``cmd``, when given, names it in a log
-        line about a bug)."""
-        res = await self.raft.propose(data, timeout_s=self.timeout_s if timeout_s is None else timeout_s)
+        line about a bug). A ``background`` proposal is one others do not wait for
+        (``yield_to_foreground``); every other one is foreground while it is in flight."""
+        lane = None if background else self._lane
+        if lane is not None:
+            lane.busy += 1
+        try:
+            res = await self.raft.propose(data, timeout_s=self.timeout_s if timeout_s is None else timeout_s)
+        finally:
+            if lane is not None:
+                lane.leave()
         return self.result(res, cmd)
 
     @staticmethod

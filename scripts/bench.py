@@ -17,7 +17,9 @@ Scenarios (--only takes a comma-separated subset; docs/benchmarks.md says what e
             GET latency on a follower, consistent and ?stale=true, alone and 32 concurrent readers
   sweep     N interval jobs every 1 s, staggered over the second (schedule.start_at): slots committed
             per second, fire lag, slots fired ahead, where each falls behind
-  storm     M one-shot jobs due at one aligned second: fire lag, lost/duplicated, replicas agree
+  storm     M one-shot jobs due at one aligned second (10 000 quick, 100 000 full, 1M with --scale-1m):
+            fire lag, lost/duplicated, replicas agree, leader changes, the leader's lone read/write
+            latency and the nodes' peak resident memory while it is committed
   e2e       no-op python runs fired, leased, executed, completed per second; slot -> completion
   raw_raft  raw pysyncobj commits per second and latency (the Raft layer's ceiling)
   scale     in process: a SchedulerState's memory, snapshot and restore time at 100k jobs; on a cluster:

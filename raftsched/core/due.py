@@ -13,11 +13,16 @@ Two timer wheels (:class:`DueWheel`) keyed by next slot: jobs that fire ahead
 (``policy.fires_ahead``) and the others. The leader pops the first up to
 ``limits.fire_ahead_ms`` past now, the others up to now; ``pop``'s ``ahead_ms`` defaults to 0,
 which pops both by their slot.
+
+A storm (many slots of one second) is taken up earlier than that: each wheel counts its entries
+per second (``DueWheel.per_s``), :func:`storm_seconds` says from those counts which seconds ahead
+must be taken up now to be committed before they fall due at the leader's measured commit rate,
+and ``pop_early`` pops those seconds (docs/design.md, "Firing ahead").
 """
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from .policy import fires_ahead
@@ -43,13 +48,16 @@ class DueWheel:
     stale entry behind, skipped when met); the index is rebuilt when stale entries outnumber
     the jobs."""
 
-    __slots__ = ("at", "times", "size")
+    __slots__ = ("at", "times", "size", "per_s")
 
     def __init__(self) -> None:
         #: slot -> [name, gen, name, gen, ...], the last job pushed last
         self.at: dict[int, list[Any]] = {}
         self.times: list[int] = []
         self.size = 0
+        #: slot // 1000 -> entries in the buckets of that second (stale ones too, until met): what
+        #: the leader sizes a storm by without walking the jobs (storm_seconds)
+        self.per_s: dict[int, int] = {}
 
     def push(self, slot: int, name: str, gen: int) -> None:
         bucket = self.at.get(slot)
@@ -57,9 +65,19 @@ class DueWheel:
             self.at[slot] = [name, gen]
             heapq.heappush(self.times, slot)
         else:
-            bucket.append(name)
+            bucket.append(name)  # (an empty bucket is one pop_second emptied; its time is still in the heap)
             bucket.append(gen)
         self.size += 1
+        sec = slot // 1000
+        self.per_s[sec] = self.per_s.get(sec, 0) + 1
+
+    def _uncount(self, slot: int, n: int) -> None:
+        sec = slot // 1000
+        left = self.per_s.get(sec, 0) - n
+        if left > 0:
+            self.per_s[sec] = left
+        else:
+            self.per_s.pop(sec, None)
 
     def pop_until(self, until: int, limit: int, valid: Validator, jobs: dict[str, Record], out: list[Record],
                   seen: set[str]) -> None:
@@ -67,6 +85,7 @@ class DueWheel:
         while times and times[0] <= until and len(out) < limit:
             t = times[0]
             bucket = at[t]
+            before = len(bucket)
             while bucket and len(out) < limit:
                 gen = bucket.pop()
                 name = bucket.pop()
@@ -75,9 +94,37 @@ class DueWheel:
                     continue
                 seen.add(name)
                 out.append(jobs[name])
+            if before != len(bucket):
+                self._uncount(t, (before - len(bucket)) // 2)
             if not bucket:
                 heapq.heappop(times)
                 del at[t]
+
+    def pop_second(self, sec: int, limit: int, valid: Validator, jobs: dict[str, Record], out: list[Record],
+                   seen: set[str]) -> None:
+        """Pop up to ``limit`` jobs in all of ``out`` whose slot falls in second ``sec`` (a storm
+        taken up early), earliest slot first. An emptied bucket stays (empty) until the heap of
+        times reaches it, as pop_until and peek expect. Looks at the second's 1000 possible
+        slots only when the second is counted."""
+        if not self.per_s.get(sec):
+            return
+        at = self.at
+        for t in range(sec * 1000, sec * 1000 + 1000):
+            if len(out) >= limit:
+                return
+            bucket = at.get(t)
+            if not bucket:
+                continue
+            before = len(bucket)
+            while bucket and len(out) < limit:
+                gen = bucket.pop()
+                name = bucket.pop()
+                self.size -= 1
+                if name in seen or not valid(name, gen, t):
+                    continue
+                seen.add(name)
+                out.append(jobs[name])
+            self._uncount(t, (before - len(bucket)) // 2)
 
     def reindex(self) -> None:
         """Make the heap of times and the size from the buckets, once they were filled directly
@@ -85,6 +132,11 @@ class DueWheel:
         self.times = list(self.at)
         heapq.heapify(self.times)
         self.size = sum(map(len, self.at.values())) // 2
+        per_s: dict[int, int] = {}
+        for t, bucket in self.at.items():
+            sec = t // 1000
+            per_s[sec] = per_s.get(sec, 0) + len(bucket) // 2
+        self.per_s = per_s
 
     def peek(self, valid: Validator) -> int | None:
         times, at = self.times, self.at
@@ -94,6 +146,7 @@ class DueWheel:
             while bucket and not valid(bucket[-2], bucket[-1], t):
                 del bucket[-2:]
                 self.size -= 1
+                self._uncount(t, 1)
             if bucket:
                 return t
             heapq.heappop(times)
@@ -171,14 +224,17 @@ class DueIndex:
     def pop(self, jobs: dict[str, Record], now_ms: int, limit: int, ahead_ms: int = 0) -> list[Record]:
         """Pop up to ``limit`` jobs to plan at ``now_ms``: those whose next slot is at or before
         it, and, with ``ahead_ms``, the jobs that fire ahead whose next slot is at most that much
-        later. Earliest slots first within each kind.
+        later. Earliest slots first within each kind; the jobs due now of both kinds before any
+        not yet due (a storm taken up ahead never holds back a job due now).
 
         A popped job comes back into the index when its fire applies (or by ``repush``)."""
         out: list[Record] = []
         seen: set[str] = set()
         valid = _validator(jobs)
-        self.ahead.pop_until(now_ms + ahead_ms, limit, valid, jobs, out, seen)
+        self.ahead.pop_until(now_ms, limit, valid, jobs, out, seen)
         self.now.pop_until(now_ms, limit, valid, jobs, out, seen)
+        if ahead_ms > 0:
+            self.ahead.pop_until(now_ms + ahead_ms, limit, valid, jobs, out, seen)
         return out
 
     def next_ms(self, jobs: dict[str, Record], ahead_ms: int = 0) -> int | None:
@@ -189,12 +245,82 @@ class DueIndex:
         cands = ([] if a is None else [a - ahead_ms]) + ([] if b is None else [b])
         return min(cands) if cands else None
 
+    def counts_ahead(self, now_ms: int, span_ms: int) -> list[tuple[int, int]]:
+        """``[(second_ms, entries)]`` of the jobs that fire ahead, for each second from now's to
+        ``span_ms`` past now that holds any, in order: one dict look-up a second, never a walk of
+        the jobs. Counts stale entries too until they are met (an overestimate: a storm is taken
+        up a little early, never late)."""
+        per_s = self.ahead.per_s
+        out = []
+        for sec in range(now_ms // 1000, (now_ms + span_ms) // 1000 + 1):
+            n = per_s.get(sec)
+            if n:
+                out.append((sec * 1000, n))
+        return out
+
+    def pop_early(self, jobs: dict[str, Record], seconds: Iterable[int], limit: int) -> list[tuple[int, list[Record]]]:
+        """Pop up to ``limit`` jobs that fire ahead from the seconds ``seconds`` (their first
+        milliseconds, ascending: storm_seconds), ``[(second_ms, [job, ...])]``."""
+        out: list[tuple[int, list[Record]]] = []
+        seen: set[str] = set()
+        valid = _validator(jobs)
+        n = 0
+        for sec_ms in seconds:
+            if n >= limit:
+                break
+            got: list[Record] = []
+            self.ahead.pop_second(sec_ms // 1000, limit - n, valid, jobs, got, seen)
+            if got:
+                out.append((sec_ms, got))
+                n += len(got)
+        return out
+
     def repush(self, jobs: dict[str, Record], names: Iterable[str]) -> None:
         """Index again the jobs ``names`` whose plans did not commit."""
         for n in names:
             job = jobs.get(n)
             if job is not None:
                 self.push(job, jobs)
+
+
+def storm_seconds(counts: Iterable[tuple[int, int]], now_ms: int, rate_per_s: float, base_ms: int, max_ms: int,
+                  max_slots: int, margin: float, second_min: int, slack_ms: int = 0,
+                  started: Collection[int] = (), size_rate_per_s: float | None = None) -> list[int]:
+    """The seconds ahead (their first milliseconds, ascending) whose jobs the leader must take
+    up now so that, committing at ``rate_per_s`` slowed by ``margin``, all of them are committed
+    before they fall due: a pure function of the due index's counts (``counts_ahead``) and the
+    leader's measured rate, no clock read.
+
+    A second at ``t`` is taken up now when it is more than ``base_ms`` ahead (nearer ones are
+    taken up anyway, as before), is a storm: holds at least ``second_min`` entries and more than
+    the ordinary look-ahead commits (``margin * n / rate >= base_ms``; not the next slots of a
+    steady load, such as jobs every second, which that look-ahead keeps up with and which would
+    otherwise march ahead second by second; a second in ``started``, one the leader has begun to
+    take up early, stays a storm however little of it is left, so that its tail is not left to the
+    ordinary look-ahead; ``size_rate_per_s``, when given, is the rate this test uses instead of
+    ``rate_per_s``: what the ordinary ticks measured), and
+    ``t - now <= base_ms + slack_ms + margin * cum / rate``, where
+    ``cum`` counts the entries from now to the end of that second (everything due by then must be
+    committed by then). Bounds: no second more than ``max_ms`` ahead, and none once ``cum``
+    passes ``max_slots``; what they leave out is taken up later, at the latest ``base_ms`` before
+    its slot, as without a storm."""
+    out: list[int] = []
+    if rate_per_s <= 0:
+        return out
+    cum = 0
+    per_entry_ms = margin * 1000.0 / rate_per_s
+    size_entry_ms = per_entry_ms if not size_rate_per_s else margin * 1000.0 / size_rate_per_s
+    for t, n in counts:
+        cum += n
+        if cum > max_slots:
+            break
+        ahead = t - now_ms
+        if ahead > max_ms:
+            break
+        storm = t in started or (n >= second_min and n * size_entry_ms >= base_ms)
+        if ahead > base_ms and storm and ahead <= base_ms + slack_ms + cum * per_entry_ms:
+            out.append(t)
+    return out
 
 
 def push_due(s: SchedulerState, job: Record) -> None:
@@ -222,6 +348,25 @@ def pop_due(s: SchedulerState, now_ms: int, limit: int, ahead_ms: int = 0) -> li
     """The names of the jobs to plan at ``now_ms`` (DueIndex.pop), at most ``limit``."""
     due = s.due
     return [] if due is None else [j["name"] for j in due.pop(s.jobs, now_ms, limit, ahead_ms)]
+
+
+def storm_due(s: SchedulerState, now_ms: int, rate_per_s: float, base_ms: int, max_ms: int, max_slots: int,
+              margin: float, second_min: int, slack_ms: int = 0, started: Collection[int] = (),
+              size_rate_per_s: float | None = None) -> list[int]:
+    """:func:`storm_seconds` over this state's due index (none without one)."""
+    due = s.due
+    if due is None:
+        return []
+    return storm_seconds(due.counts_ahead(now_ms, max_ms), now_ms, rate_per_s, base_ms, max_ms, max_slots,
+                         margin, second_min, slack_ms, started, size_rate_per_s)
+
+
+def pop_storm(s: SchedulerState, seconds: list[int], limit: int) -> list[tuple[int, list[str]]]:
+    """The names of up to ``limit`` jobs of the seconds ``seconds`` (DueIndex.pop_early), by second."""
+    due = s.due
+    if due is None:
+        return []
+    return [(sec, [j["name"] for j in got]) for sec, got in due.pop_early(s.jobs, seconds, limit)]
 
 
 def next_due_ms(s: SchedulerState, ahead_ms: int = 0) -> int | None:

@@ -28,6 +28,59 @@ trigger_interval_ms = 50
 #: jobs staggered over the second made a tick (and a fire command of ~20 entries) every 2 ms,
 #: whose fixed costs halved the slots committed per second.
 fire_ahead_batch_ms = 100
+#: A storm (docs/design.md, "Firing ahead"): a second ahead holding at least storm_second_min
+#: slots of jobs that fire ahead is taken up early enough that all slots due by its end are
+#: committed before it, at the commit rate the storm measured slowed by storm_commit_margin; but
+#: never more than storm_ahead_ms_max before the slot, nor once storm_ahead_slots_max slots
+#: are counted from now (those are taken up later: at the latest fire_ahead_ms before their
+#: slot, as without a storm, then late if the leader cannot keep up; never lost).
+storm_second_min = 2_000
+storm_ahead_ms_max = 120_000
+storm_ahead_slots_max = 2_000_000
+#: On a measured rate only (the default rate is low already, and used as it is): the first
+#: pieces of a 100 000-job storm measured ~7 700/s (as the rest starting at T - 21 s implies),
+#: the rest of it then went at ~4 700/s back to back (loaded machine, 2026-12-02), and with 1.5
+#: and the slack it ended 1.4 s before its slot.
+storm_commit_margin = 1.5
+#: Besides the margin, a storm is timed to be committed this long before the ordinary look-ahead
+#: would take it up: what the margin does not cover (a collector pause, a piece that waits for
+#: the API's writes) and the tail of the storm.
+storm_commit_slack_ms = 2_000
+#: The commit rate (entries a second) each storm starts from, until it has measured its own (or
+#: the lower rate the last storm measured): low (a loaded two-core machine commits ~2 500 a
+#: second), so a storm starts early rather than late.
+storm_commit_rate_default = 2_000.0
+#: A storm's first pieces are taken up back to back, this many of them, whatever the rate says:
+#: the first starts on an idle pipeline and measures nothing (a lone piece of 2 000 committed at
+#: 12 400/s on a machine doing ~5 000/s back to back, and timed by it, the rest of a 100 000-job
+#: storm started too late: 4.3 % after the slot), each next one measures from the end of the one
+#: before it; the rest is timed by what they measured.
+storm_rate_probe_pieces = 3
+#: A storm piece that ran back to back with the piece before it, and committed at least this many
+#: entries, measures the commit rate (a piece alone, or a small one, measures the load offered,
+#: not what the leader can do). Ordinary ticks measure nothing.
+storm_rate_sample_min = 1_000
+#: The commit rate is the entries over the seconds of this many of the last such pieces: one
+#: piece of 2 000 committed in 98 ms (20 000/s, on a machine doing ~5 700/s) averaged in by
+#: halves made the rest of a 100 000-job storm start 13 s ahead instead of ~27 s, and 26 % of it
+#: late.
+storm_rate_samples = 10
+#: A storm's fire commands are background work, committed ahead of their slot: at most this many
+#: entries each and this many in flight (the ordinary ones: fire_entries_max, 4 in flight), and
+#: each waits up to storm_yield_ms_max for the API's (and the workers') writes in flight to end
+#: before it is proposed (Proposer.yield_to_foreground). A lone write then queues behind at most
+#: 500 slots of a storm, not 2 000: with four commands of 500 ahead of it, every replica applied
+#: 2 000 slots before the write's turn (write p99 200 ms during a 100 000-job storm, loaded).
+storm_fire_entries_max = 250
+storm_fire_commands_in_flight_max = 2
+storm_yield_ms_max = 20
+#: Jobs of a storm taken up early per tick: the index is popped under the replica's lock on the
+#: event loop (~1 µs a job), so one pop holds the loop a few ms; and a storm taken up in pieces
+#: lets the first pieces measure the commit rate the rest is timed by.
+storm_jobs_per_tick_max = 2_000
+#: Jobs whose views are read (under the replica's lock) and planned between two yields of the
+#: event loop: the API answers between them (~30 µs a job to plan a one-shot or cron job).
+plan_jobs_per_yield = 128
 #: Fire commands the leader keeps proposed and unanswered at once. A pipeline, so planning and
 #: replication overlap, but a bounded one: every replica applies all newly committed entries in
 #: one pysyncobj tick, and an unbounded burst (25 commands for a 10 000-job storm) held each
@@ -109,6 +162,9 @@ batch_errors_listed_max = 100
 
 assert fire_entry_bytes_max > 0
 assert jobs_per_tick_max >= core.fire_entries_max
+assert storm_ahead_ms_max > core.fire_ahead_ms and storm_commit_margin >= 1 and storm_jobs_per_tick_max <= jobs_per_tick_max
+assert storm_rate_probe_pieces >= 2 and storm_jobs_per_tick_max >= storm_rate_sample_min
+assert 0 < storm_fire_entries_max <= core.fire_entries_max and 0 < storm_fire_commands_in_flight_max <= fire_commands_in_flight_max
 assert request_bytes_max >= core.job_spec_bytes_max and request_bytes_max <= core.batch_request_bytes_max
 assert core.grace_s_default * 1000 > 2 * trigger_interval_ms
 assert lease_ttl_ms_default >= 4 * trigger_interval_ms

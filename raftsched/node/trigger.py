@@ -16,6 +16,7 @@ goes through ``raft.read``, under the lock applies take.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 
@@ -84,6 +85,36 @@ class Trigger:
         #: the takeover and cancelled when leadership ends (the backfill stepper:
         #: node/backfills.py)
         self.leader_tasks: list = []
+        #: fire entries this leader commits a second, measured on storm pieces taken up back to
+        #: back (storms size their look-ahead by it; docs/design.md, "Firing ahead"); each storm
+        #: starts from the default (or the lower rate the last one measured)
+        self.commit_rate = node_limits.storm_commit_rate_default
+        self.commit_rate_measured = False
+        #: the last storm_rate_samples (entries, seconds) measured: the rate is their sum over
+        #: their sum, so one fast piece does not make the rest of a storm start late
+        self._rate_samples: collections.deque[tuple[int, float]] = collections.deque(maxlen=node_limits.storm_rate_samples)
+        #: the seconds (their first ms) this leader began to take up early whose slot is still
+        #: more than fire_ahead_ms away: a storm in progress (they stay storms to their last job)
+        self._storm_secs: set[int] = set()
+        #: pieces of the storm in progress still to be taken up back to back whatever the rate
+        #: says (the first pieces, which measure the rate: storm_rate_probe_pieces)
+        self._probe_left = 0
+        #: entries a second the ordinary ticks of storm_rate_sample_min entries or more commit
+        #: (entries over seconds of the last storm_rate_samples; None before one): what a second
+        #: is compared with to tell a storm from a steady load (a tick alone measures high, which
+        #: for that errs on the side of the steady load), never what a storm is timed by
+        self.steady_rate: float | None = None
+        self._steady_samples: collections.deque[tuple[int, float]] = collections.deque(maxlen=node_limits.storm_rate_samples)
+        #: a storm's fire commands in flight (background work: storm_fire_commands_in_flight_max)
+        self._storm_window = asyncio.Semaphore(node_limits.storm_fire_commands_in_flight_max)
+        #: storm slots taken up before fire_ahead_ms of their slot, since the process started
+        self.storm_jobs_early = 0
+        #: whether the last tick took up storm jobs (the next comes at once, not after a sleep)
+        self._storm_pending = False
+        #: monotonic time the last tick ended, when it took up storm jobs: the next storm tick's
+        #: rate counts from there, so that what the loop does between two pieces (other tasks,
+        #: the collector) slows the rate the rest of the storm is timed by
+        self._storm_tick_end: float | None = None
 
     def stats(self) -> dict:
         """This node's trigger counters: ``fires_proposed`` (fire commands committed while it
@@ -92,7 +123,10 @@ class Trigger:
         process started, across its terms as leader."""
         return {"fires_proposed": self.fires_proposed, "slots_fired": self.slots_fired,
                 "leases_expired": self.leases_expired, "last_fire_error": self.last_fire_error,
-                "held_by_clock": self.held_by_clock, "ticks_held_by_clock": self.ticks_held_by_clock}
+                "held_by_clock": self.held_by_clock, "ticks_held_by_clock": self.ticks_held_by_clock,
+                "commit_rate_per_s": round(self.commit_rate, 1), "commit_rate_measured": self.commit_rate_measured,
+                "steady_rate_per_s": None if self.steady_rate is None else round(self.steady_rate, 1),
+                "storm_jobs_early": self.storm_jobs_early}
 
     def on_role_change(self, is_leader: bool) -> None:
         if is_leader:
@@ -141,6 +175,8 @@ class Trigger:
                 nxt = self.raft.read(due.next_due_ms, max(0, self.fire_ahead_ms - node_limits.fire_ahead_batch_ms))
                 now = self.clock.now_ms()
                 delay = self.interval_s if nxt is None else min(self.interval_s, max(0.0, (nxt - now) / 1000))
+                if self._storm_pending:
+                    delay = 0.0  # more of a storm to take up: next tick after the shortest sleep
                 if delay >= node_limits.fire_log_flush_s:
                     self._flush_fire_log(force=True)
                 await asyncio.sleep(max(delay, node_limits.tick_sleep_s_min))
@@ -184,6 +220,7 @@ class Trigger:
 
     def take_due_index(self) -> None:
         """Give the state a due index of this trigger's, built from its jobs (on leading)."""
+        self._storm_secs, self._probe_left, self._storm_tick_end = set(), 0, None
         self.raft.read(due.attach, DueIndex())
 
     def drop_due_index(self) -> None:
@@ -204,66 +241,160 @@ class Trigger:
         ahead = self.fire_ahead_ms
         span = ahead + limits.fire_ahead_span_ms if ahead > 0 else 0  # a trigger that fires at the slot plans no span
         jobs = self.raft.read(due.pop_due, now, node_limits.jobs_per_tick_max, ahead)
-        if not jobs:
+        early = self._pop_storm(now) if ahead > 0 else []
+        self._storm_pending = bool(early)
+        if not jobs and not early:
+            self._storm_tick_end = None
             await self.judge_deadlines(now)
             return 0
+        # Only a storm piece back to back with the piece before it measures the commit rate,
+        # counted from that piece's end, so that what the loop did between them counts: a piece
+        # alone starts on an idle pipeline and commits faster than a storm can be committed.
+        t0 = self._storm_tick_end if early else None
+        start = self.clock.monotonic_s()
+        n = await self._plan_and_fire(now, [(jobs, span, False)] + [(names, sec + 999 - now, True) for sec, names in early])
+        end = self.clock.monotonic_s()
+        if t0 is not None:
+            self._measure_rate(n, end - t0)
+        elif not early and n >= node_limits.storm_rate_sample_min and end > start:
+            self._steady_samples.append((n, end - start))
+            self.steady_rate = sum(x for x, _ in self._steady_samples) / sum(t for _, t in self._steady_samples)
+        self._storm_tick_end = end if early else None
+        # After the fire: a slot it recorded skipped is judged so by then (max_since_success_s).
+        await self.judge_deadlines(now)
+        return n
+
+    def _pop_storm(self, now: int) -> list[tuple[int, list[str]]]:
+        """Storm seconds to take up early now (core/due.py storm_seconds, at the commit rate),
+        popped: ``[(second_ms, [name, ...])]``, at most storm_jobs_per_tick_max jobs.
+
+        A storm starts from the default rate (or the lower one the last storm measured), without
+        the margin, its first storm_rate_probe_pieces pieces are taken up back to back to measure
+        the rate, and the rest when that rate (with the margin and the slack) says it must be."""
+        L = node_limits
+        started = self._storm_secs = {t for t in self._storm_secs if t - now > self.fire_ahead_ms}
+        if not started:
+            self._probe_left = 0
+            if self.commit_rate_measured:  # the next storm measures its own
+                self.commit_rate = min(self.commit_rate, L.storm_commit_rate_default)
+                self.commit_rate_measured = False
+                self._rate_samples.clear()
+        if self._probe_left > 0:
+            self._probe_left -= 1
+            seconds = sorted(started)
+        else:
+            margin = L.storm_commit_margin if self.commit_rate_measured else 1.0  # the default is low already
+            size_rate = None if self.steady_rate is None else max(self.steady_rate, self.commit_rate)
+            seconds = self.raft.read(due.storm_due, now, self.commit_rate, self.fire_ahead_ms, L.storm_ahead_ms_max,
+                                     L.storm_ahead_slots_max, margin, L.storm_second_min, L.storm_commit_slack_ms,
+                                     started, size_rate)
+        if not seconds:
+            return []
+        early = self.raft.read(due.pop_storm, seconds, L.storm_jobs_per_tick_max)
+        if early and not started:
+            self._probe_left = L.storm_rate_probe_pieces - 1
+        started.update(sec for sec, _ in early)
+        self.storm_jobs_early += sum(len(names) for _, names in early)
+        return early
+
+    def _measure_rate(self, n: int, elapsed_s: float) -> None:
+        """Fold a storm piece's commit rate (``n`` entries committed in ``elapsed_s`` since the
+        piece before it ended) into commit_rate (entries over seconds of the last
+        storm_rate_samples pieces), when the piece was large enough to measure what the leader
+        can do."""
+        if n < node_limits.storm_rate_sample_min or elapsed_s <= 0:
+            return
+        self._rate_samples.append((n, elapsed_s))
+        self.commit_rate = sum(x for x, _ in self._rate_samples) / sum(t for _, t in self._rate_samples)
+        self.commit_rate_measured = True
+
+    async def _plan_and_fire(self, now: int, groups: list[tuple[list[str], int, bool]]) -> int:
+        """Plan each group's jobs, each up to its own look-ahead (``(names, ahead_ms, early)``:
+        the jobs due now with the usual span, a storm second's jobs up to that second's end and
+        no further), and propose the plans in full fire commands; a storm's (``early``) in
+        commands of their own, as background work (``_send``). Returns the jobs planned."""
         plan = policy.plan_fire_compact
-        chunk_n = limits.fire_entries_max
-        tasks = []
+        chunk_n = node_limits.plan_jobs_per_yield
+        tasks: list[asyncio.Future] = []
         cur: list[list] = []
         cur_names: list[str] = []
         cur_dl: list[list] = []
         cur_bytes = 0
-        for i in range(0, len(jobs), chunk_n):
-            # One consistent view of each job (apply runs on the raft thread): a spec read before
-            # a replace and a gen read after it would make a plan that apply cannot tell is stale.
-            views = self.raft.read(queries.plan_views, jobs[i:i + chunk_n])
-            # pipelines: the per-slot deadlines of the jobs these slots will trigger ({} without any)
-            kids = self.raft.read(pipelines.deadline_children, jobs[i:i + chunk_n])
-            for spec, anchor, cursor, gen, name in views:
-                try:
-                    entry = plan(spec, anchor, cursor, now, gen, name, span if fires_ahead(spec) else 0)
-                except Exception:
-                    log.exception("trigger: cannot plan job %s", name)
-                    continue
-                if entry is None:
-                    self.raft.read(due.repush, [name])
-                    continue
-                size = _entry_bytes_max(entry)
-                # The slots' deadline instants, computed here with the job's schedule rules
-                # (the proposer's work, as the plan is): only for jobs with a deadline.
-                items = deadlines.fire_items(spec, entry, anchor) if "deadline" in spec else None
-                if name in kids:
-                    own = sum(len(it[0].encode()) + deadlines.DL_ITEM_BYTES for it in items or ())
-                    items = (items or []) + deadlines.child_items(spec, entry, anchor, kids[name], own)
-                if items:
-                    size += sum(len(it[0].encode()) + deadlines.DL_ITEM_BYTES for it in items)
-                if cur and (cur_bytes + size > node_limits.fire_entry_bytes_max or len(cur) >= limits.fire_entries_max
-                            or (items and len(cur_dl) + len(items) > limits.fire_deadline_items_max)):
-                    await self._window.acquire()
-                    tasks.append(asyncio.ensure_future(self._fire(now, cur, cur_names, cur_dl)))
-                    cur, cur_names, cur_dl, cur_bytes = [], [], [], 0
-                cur.append(entry)
-                cur_names.append(name)
-                if items:
-                    cur_dl.extend(items)
-                cur_bytes += size
-            if i + chunk_n < len(jobs):
-                await asyncio.sleep(0)
+        total = 0
+        bg = False
+        for jobs, span, early in groups:
+            if cur and early != bg:
+                await self._send(tasks, now, cur, cur_names, cur_dl, bg)
+                cur, cur_names, cur_dl, cur_bytes = [], [], [], 0
+            bg = early
+            entries_max = node_limits.storm_fire_entries_max if early else limits.fire_entries_max
+            total += len(jobs)
+            for i in range(0, len(jobs), chunk_n):
+                # One consistent view of each job (apply runs on the raft thread): a spec read before
+                # a replace and a gen read after it would make a plan that apply cannot tell is stale.
+                views = self.raft.read(queries.plan_views, jobs[i:i + chunk_n])
+                # pipelines: the per-slot deadlines of the jobs these slots will trigger ({} without any)
+                kids = self.raft.read(pipelines.deadline_children, jobs[i:i + chunk_n])
+                for spec, anchor, cursor, gen, name in views:
+                    try:
+                        entry = plan(spec, anchor, cursor, now, gen, name, span if fires_ahead(spec) else 0)
+                    except Exception:
+                        log.exception("trigger: cannot plan job %s", name)
+                        continue
+                    if entry is None:
+                        self.raft.read(due.repush, [name])
+                        continue
+                    size = _entry_bytes_max(entry)
+                    # The slots' deadline instants, computed here with the job's schedule rules
+                    # (the proposer's work, as the plan is): only for jobs with a deadline.
+                    items = deadlines.fire_items(spec, entry, anchor) if "deadline" in spec else None
+                    if name in kids:
+                        own = sum(len(it[0].encode()) + deadlines.DL_ITEM_BYTES for it in items or ())
+                        items = (items or []) + deadlines.child_items(spec, entry, anchor, kids[name], own)
+                    if items:
+                        size += sum(len(it[0].encode()) + len(it[6].encode() if len(it) > 6 else b"")
+                                    + deadlines.DL_ITEM_BYTES for it in items)
+                    if cur and (cur_bytes + size > node_limits.fire_entry_bytes_max or len(cur) >= entries_max
+                                or (items and len(cur_dl) + len(items) > limits.fire_deadline_items_max)):
+                        await self._send(tasks, now, cur, cur_names, cur_dl, bg)
+                        cur, cur_names, cur_dl, cur_bytes = [], [], [], 0
+                    cur.append(entry)
+                    cur_names.append(name)
+                    if items:
+                        cur_dl.extend(items)
+                    cur_bytes += size
+                await asyncio.sleep(0)  # the API and the other tasks get the loop between chunks
         if cur:
-            await self._window.acquire()
-            tasks.append(asyncio.ensure_future(self._fire(now, cur, cur_names, cur_dl)))
+            await self._send(tasks, now, cur, cur_names, cur_dl, bg)
         await asyncio.gather(*tasks)
-        # After the fire: a slot it recorded skipped is judged so by then (max_since_success_s).
-        await self.judge_deadlines(now)
-        return len(jobs)
+        return total
 
-    async def _fire(self, now: int, entries: list[list], names: list[str], dl: list[list] | None = None) -> None:
+    async def _send(self, tasks: list, now: int, entries: list[list], names: list[str], dl: list[list],
+                    background: bool) -> None:
+        """Start proposing one fire command once the pipeline has room for it. A storm's
+        (``background``: committed ahead of its slot) also waits for a place among the storm's
+        commands in flight and, a bounded while, for the writes in flight (the API's, the
+        workers'), so that a lone write queues behind at most storm_fire_commands_in_flight_max
+        storm commands and none proposed after it."""
+        if background:
+            await self._storm_window.acquire()
+            try:
+                await self.proposer.yield_to_foreground(node_limits.storm_yield_ms_max / 1000)
+                await self._window.acquire()
+            except BaseException:
+                self._storm_window.release()
+                raise
+        else:
+            await self._window.acquire()
+        tasks.append(asyncio.ensure_future(self._fire(now, entries, names, dl, background)))
+
+    async def _fire(self, now: int, entries: list[list], names: list[str], dl: list[list] | None = None,
+                    background: bool = False) -> None:
         """Propose one fire command and account for its outcome. Never raises (but cancellation):
         a failed proposal pushes its jobs back, so the next tick (or leader) plans them again.
-        Releases the window slot its caller acquired."""
+        Releases the window slots its caller acquired."""
         try:
-            res = await self._propose_fire(now, entries, dl)
+            res = await self._propose_fire(now, entries, dl, background)
         except asyncio.CancelledError:
             self.raft.read(due.repush, names)
             raise
@@ -274,6 +405,8 @@ class Trigger:
             return
         finally:
             self._window.release()
+            if background:
+                self._storm_window.release()
         commit_ms = self.clock.now_ms()
         self.fires_proposed += 1
         self.slots_fired += res.get("fired", 0)
@@ -381,8 +514,8 @@ class Trigger:
         except RaftschedError as e:
             log.warning("pipelines: join_expire failed: %s", e.message)
 
-    async def _propose_fire(self, now: int, entries: list, dl: list | None = None) -> dict:
-        return await self.proposer.propose(commands.fire(now, entries=entries, dl=dl))
+    async def _propose_fire(self, now: int, entries: list, dl: list | None = None, background: bool = False) -> dict:
+        return await self.proposer.propose(commands.fire(now, entries=entries, dl=dl), background=background)
 
     async def judge_deadlines(self, now: int) -> int:
         """The deadline sweep (leader only): propose ``deadline_judge`` for the slots whose

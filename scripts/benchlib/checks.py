@@ -54,12 +54,15 @@ def all_jobs(c: LocalCluster, i: int, consistent: bool) -> list[dict]:
         after = b["next"]
 
 
-def replica_agreement(c: LocalCluster) -> dict:
+def replica_agreement(c: LocalCluster, views_out: dict | None = None) -> dict:
     """Once the cluster is quiet (the same last_applied on every node, twice, 200 ms apart), the
     three replicas must hold the same jobs (every job's full view: cursor, next slot, generation,
     counters), the same number of runs and the same queue depths: compared as a SHA-256 of what
-    the API returns."""
+    the API returns. The nodes' views are paged from all of them at once (a thread each), and
+    handed to the caller in ``views_out`` ({node index: views}) when it gives one: read once
+    the cluster is quiet, the leader's are what a read after a barrier returns."""
     import hashlib
+    from concurrent.futures import ThreadPoolExecutor
 
     def applied():
         sts = [c.status(i) for i in range(c.n)]
@@ -81,10 +84,14 @@ def replica_agreement(c: LocalCluster) -> dict:
         prev = cur
         time.sleep(0.2)  # ok-sleep: settle interval inside a deadline loop
     out = {"last_applied": cur[0][0], "settled_after_s": trace[-1][0]}
+    with ThreadPoolExecutor(c.n) as pool:
+        every = list(pool.map(lambda i: all_jobs(c, i, consistent=False), range(c.n)))
+    if views_out is not None:
+        views_out.update(enumerate(every))
     digests = {}
     for i in range(c.n):
         h = hashlib.sha256()
-        views = all_jobs(c, i, consistent=False)
+        views = every[i]
         for j in views:
             h.update(json.dumps(j, sort_keys=True).encode())
         s_, q = c.get(i, "/v1/queues")

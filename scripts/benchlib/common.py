@@ -170,6 +170,37 @@ def code_limit(name: str) -> int | None:
         return None
 
 
+def code_number(name: str, rel: str = "raftsched/node/limits.py") -> float | None:
+    """A plain numeric constant (``name = 1.5``, ``name = 10_000``) of a module in the nodes' code
+    (CODE_DIR), read from the source as code_limit does; None if absent."""
+    import re
+    try:
+        m = re.search(rf"^{name}\s*=\s*([0-9_.]+)\s*$", (CODE_DIR / rel).read_text(), re.M)
+    except OSError:
+        return None
+    try:
+        return float(m.group(1).replace("_", "")) if m else None
+    except ValueError:
+        return None
+
+
+def storm_lead_ms(m: int) -> int:
+    """How long before its slot the nodes' code may start committing a storm of ``m`` slots of
+    one second: fire_ahead_ms, or, with a storm look-ahead (node/limits.py storm_*), what it takes
+    at the rate it assumes before measuring one, with its margin, capped at storm_ahead_ms_max,
+    plus its slack (storm_commit_slack_ms, where the code has one) and the second the storm's
+    slots may spread over (docs/design.md, "Firing ahead")."""
+    base = fire_ahead_ms()
+    mx, rate, margin, smin = (code_number(k) for k in ("storm_ahead_ms_max", "storm_commit_rate_default",
+                                                         "storm_commit_margin", "storm_second_min"))
+    if not (mx and rate and margin and smin) or m < smin:
+        return base
+    slack = code_number("storm_commit_slack_ms")
+    if slack is not None:
+        margin = 1.0  # code with a slack starts a storm by its default rate without the margin
+    return int(min(mx, base + (slack or 0) + m * margin * 1000 / rate)) + 1000
+
+
 def fire_ahead_ms() -> int:
     """How far ahead of a job's next slot the nodes' code may commit it (``limits.fire_ahead_ms``
     in CODE_DIR; 0 for code that fires at the slot). Later slots of the same entry may be

@@ -183,8 +183,16 @@ def markdown(res: dict) -> str:
             row("", "burst size: slots that became runs + queue_full records (lost / duplicated)",
                 f"{fmt(b['burst_size'])} = {fmt(b['runs'])} + {b['records_queue_full']} ({b['lost']} / {b['duplicated']})")
             row("", f"slot → first / all applied on the leader (ms, 50 ms samples, negative = before the slot; previous sample "
-                    f"{b['all_applied_after_ms']} ms); slots/s from T − {b.get('fire_ahead_ms', 0)} ms (when it may fire)",
+                    f"{b['all_applied_after_ms']} ms); slots/s from the first applied"
+                    + (f" (the storm may be taken up from T − {b['storm_lead_ms_max']} ms)" if b.get("storm_lead_ms_max") else ""),
                 f"{b['first_applied_ms']} / {b['all_applied_ms']}; {fmt(b['slots_per_s'])}")
+            lp = b.get("lone_probe_during_storm")
+            if lp:
+                row("", "the leader's lone read / write while the storm is committed: p50 / p99 / max (ms)",
+                    f"{_ppm(lp['read_ms'])} / {_ppm(lp['write_ms'])}" + (f"; errors {lp['errors']}" if lp.get("errors") else ""))
+            if b.get("rss_peak_mib"):
+                row("", "resident memory at the peak, per node (MiB)", ", ".join(f"{k} {v}" for k, v in b["rss_peak_mib"].items()))
+            row("", "leader changes during the storm", str(len(b.get("leader_changes_during_burst") or [])))
             if fl and fl.get("slots_per_s"):
                 row("", "slots committed per second = burst / (first fire planned → last committed), from the fire log",
                     f"{fmt(fl['slots_per_s'])} ({fl['first_plan_to_last_commit_ms']} ms)")

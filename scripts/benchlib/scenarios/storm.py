@@ -4,18 +4,107 @@ from __future__ import annotations
 
 import http.client
 import math
+import os
 import sys
+import threading
 import time
 from pathlib import Path
 
 from ..checks import all_jobs, replica_agreement
-from ..common import BenchError, IDLE_SPEC, SHELL_TRUE, fire_ahead_ms, fired_ahead, iso, iso_ms, lag_sample, lag_stats, summary, wall_ms
+from ..common import (BenchError, IDLE_SPEC, SHELL_TRUE, fire_ahead_ms, fired_ahead, iso, iso_ms, lag_sample, lag_stats, storm_lead_ms,
+                      summary, wall_ms)
 from ..harness import (BenchCluster, Conn, FireLogs, NO_WORKER, check_alive, leader_checked, node_log_excerpt, run_baseline,
                        start_cluster)
 from ..register import bulk_available, register_checked, register_jobs
 
 POLL_BURST_S = 0.050
 BURST_QUEUE = "bench-burst"
+#: The lone read and write probe's period during the storm (one GET and one PUT each turn).
+PROBE_S = 0.1
+
+
+class LoneProbe(threading.Thread):
+    """While the storm is committed: a lone read (GET of one job) and a lone write (PUT of the
+    same idle job) on the leader every PROBE_S, on a connection of their own; their latencies."""
+
+    def __init__(self, port: int, token: str | None) -> None:
+        super().__init__(daemon=True)
+        self.conn = Conn(port, token=token)
+        self.stop = threading.Event()
+        self.read_ms: list[float] = []
+        self.write_ms: list[float] = []
+        #: (wall ms when each sent, read ms, write ms), for the latencies while slots are applied
+        self.timed: list[tuple[float, float | None, float | None]] = []
+        self.errors: dict[str, int] = {}
+
+    def run(self) -> None:
+        path = "/v1/jobs/storm-probe"
+        try:
+            while not self.stop.is_set():
+                t = time.perf_counter()
+                sent = wall_ms()
+                got: dict[str, float] = {}
+                for method, out in (("PUT", self.write_ms), ("GET", self.read_ms)):
+                    t0 = time.perf_counter()
+                    try:
+                        st, _ = self.conn.request(method, path, IDLE_SPEC if method == "PUT" else None, retry=method == "GET")
+                    except (OSError, http.client.HTTPException) as e:
+                        st = type(e).__name__
+                    if st in (200, 201):
+                        out.append((time.perf_counter() - t0) * 1000)
+                        got[method] = out[-1]
+                    else:
+                        self.errors[f"{method} {st}"] = self.errors.get(f"{method} {st}", 0) + 1
+                self.timed.append((sent, got.get("GET"), got.get("PUT")))
+                self.stop.wait(max(0.0, PROBE_S - (time.perf_counter() - t)))
+        finally:
+            self.conn.close()
+
+    def result(self, busy: list[tuple[float, float]] | None = None) -> dict:
+        """Latencies; with ``busy`` (wall-ms intervals in which the leader applied slots), also
+        those of the probes sent within them (``while_applying``) and outside them."""
+        out = {"read_ms": summary(self.read_ms, 2), "write_ms": summary(self.write_ms, 2), "errors": self.errors,
+               "period_ms": PROBE_S * 1000}
+        if busy is not None:
+            inside = [any(a <= t < b for a, b in busy) for t, _, _ in self.timed]
+            for name, keep in (("while_applying", True), ("otherwise", False)):
+                rows = [x for x, b in zip(self.timed, inside) if b == keep]
+                out[name] = {"read_ms": summary([r for _, r, _ in rows if r is not None], 2),
+                             "write_ms": summary([w for _, _, w in rows if w is not None], 2)}
+        return out
+
+
+def gc_pause_max_ms(c: BenchCluster) -> dict:
+    """Each node's longest garbage collection since it started (ms, by generation), from its
+    /metrics (``raftsched_gc_pause_seconds_max``); a collection holds the GIL, so a lone request
+    waits for it."""
+    out: dict[str, dict] = {}
+    for i in range(c.n):
+        try:
+            s, text = c.get(i, "/metrics")
+        except OSError:
+            continue
+        if s != 200 or not isinstance(text, str):
+            continue
+        gens = {}
+        for line in text.splitlines():
+            if line.startswith("raftsched_gc_pause_seconds_max{"):
+                gen = line.split('generation="', 1)[1].split('"', 1)[0]
+                gens[gen] = round(float(line.rsplit(" ", 1)[1]) * 1000, 1)
+        out[f"node-{i + 1}"] = gens
+    return out
+
+
+def rss_mib(pid: int) -> float | None:
+    """A process's resident memory (MiB), from /proc; None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def burst(c: BenchCluster, m: int, logs: FireLogs | None = None, margin_s: float = 1.5) -> dict:
@@ -35,13 +124,19 @@ def burst(c: BenchCluster, m: int, logs: FireLogs | None = None, margin_s: float
         raise BenchError(f"burst: PUT /v1/queues/{BURST_QUEUE}: {s_} {b_}")
     # Calibrate the registration rate with a few idle jobs, then pick T.
     # (The same registrar as the registration below: bulk when the node has it, else PUT.)
-    ncal = max(64, min(256, m // 8)) if not bulk_available(c, leader) else min(m, 500)
+    ncal = max(64, min(256, m // 8)) if not bulk_available(c, leader) else min(m, max(500, m // 20))
     cal = register_checked(c, leader, [(f"bc-{k}", IDLE_SPEC) for k in range(ncal)], "storm calibration")
     est_s = m / cal["jobs_per_s"]
-    # The leader may commit these slots up to `ahead` ms before T (firing ahead): registration must
-    # end, and sampling begin, before then.
-    ahead = fire_ahead_ms()
-    t_slot = (math.ceil(time.time() + est_s * 1.4 + margin_s + ahead / 1000)) * 1000
+    # The leader may commit these slots up to `ahead` ms before T (firing ahead, and a storm taken
+    # up as early as committing it takes: storm_lead_ms): registration must end, and sampling
+    # begin, before then.
+    ahead = storm_lead_ms(m)
+    # A large registration can slow as the state grows (100 000 jobs on a loaded machine: 1 to 2.6
+    # times what 500 jobs calibrated in an empty cluster said, 2026-12-02); it is calibrated with
+    # a twentieth of the storm, and given 2.5 times that. 10 000 (the quick run's) twice: at load
+    # 7-10, 1.4 times what 500 jobs calibrated and the quick run's 1 s margin were 0.2 s short.
+    factor = 1.4 if m < 5_000 else 2.0 if m < 50_000 else 2.5
+    t_slot = (math.ceil(time.time() + est_s * factor + margin_s + ahead / 1000)) * 1000
     spec = {"schedule": {"at": iso(t_slot)}, "executor": SHELL_TRUE, "misfire": {"policy": "fire_all"}, "queue": BURST_QUEUE}
     print(f"[bench] storm: calibration {cal['jobs_per_s']} jobs/s ({cal['method']}); registering {m} jobs due at {iso(t_slot)} "
           f"(~{est_s:.1f} s of registration expected)", file=sys.stderr)
@@ -72,6 +167,9 @@ def burst(c: BenchCluster, m: int, logs: FireLogs | None = None, margin_s: float
     if logs is not None:
         logs.skip_to_end()  # the calibration and registration fired nothing; start clean anyway
     conn = Conn(lport, token=c.token)
+    probe = LoneProbe(lport, c.token)
+    probe.start()
+    rss_peak: dict[str, float] = {}
     samples = []
     leader_changes = []
     base = None
@@ -103,6 +201,10 @@ def burst(c: BenchCluster, m: int, logs: FireLogs | None = None, margin_s: float
                 print(f"[bench] burst: WARNING leadership changed during the burst: {ev}", file=sys.stderr)
                 conn = Conn(c.api_ports[cur_leader], token=c.token)
                 continue
+            for i, p in c.procs.items():
+                r = rss_mib(p.pid)
+                if r is not None and r > rss_peak.get(f"node-{i + 1}", 0.0):
+                    rss_peak[f"node-{i + 1}"] = r
             smp = {"t_ms": round(t - t_slot, 1), "node": f"node-{cur_leader + 1}", "runs": b["runs"],
                    "slots_fired": b["trigger"]["slots_fired"], "commit_index": b["commit_index"]}
             samples.append(smp)
@@ -121,18 +223,33 @@ def burst(c: BenchCluster, m: int, logs: FireLogs | None = None, margin_s: float
                 time.sleep(rest)  # ok-sleep: the 50 ms sample interval
     finally:
         conn.close()
+        probe.stop.set()
+        probe.join(5)
     leader = cur_leader
     check_alive(c, range(c.n))
     after = samples[1:]
+    # The 50 ms sample intervals in which the leader applied slots (wall ms).
+    busy = [(a["t_ms"] + t_slot, b2["t_ms"] + t_slot) for a, b2 in zip(samples, after) if b2["runs"] > a["runs"]]
     first_applied = next((x["t_ms"] for x in after if x["runs"] > base["runs"]), None)
     all_applied = next((x["t_ms"] for x in after if x["runs"] - base["runs"] >= m), None)
     # The sample just before all were applied: the true time lies in (before, all_applied].
     before_all = max((x["t_ms"] for x in samples if x["runs"] - base["runs"] < m), default=0.0)
     # slots_fired is the leading trigger's own counter: meaningless across a leader change.
     all_fired = None if leader_changes else next((x["t_ms"] for x in after if x["slots_fired"] - base["slots_fired"] >= m), None)
-    # Every burst job's view, paged from the leader after a barrier: how many runs its slot became
-    # (runs_fired), whether its cursor passed the slot, and its fire lag (fired_at - slot).
-    views = [v for v in all_jobs(c, leader, consistent=True) if v["name"].startswith("b-")]
+    # The replicas once quiet (their views paged from all three at once), then every burst job's
+    # view as the leader holds it: how many runs its slot became (runs_fired), whether its cursor
+    # passed the slot, and its fire lag (fired_at - slot). Paged node after node, and the leader's
+    # twice, they took ~16 s of the 10 000-job scenario's 45 s: the leader's now serve both.
+    views_by_node: dict = {}
+    audit_t0 = time.monotonic()
+    try:
+        replicas = replica_agreement(c, views_by_node)
+    except BenchError as e:
+        replicas = {"agree": False, "error": str(e)}
+    every = views_by_node.get(leader)
+    if every is None:
+        every = all_jobs(c, leader, consistent=True)
+    views = [v for v in every if v["name"].startswith("b-")]
     n_fired = [v["state"]["runs_fired"] for v in views]
     fired_once = sum(1 for n in n_fired if n == 1)
     dup = sum(1 for n in n_fired if n > 1)
@@ -145,6 +262,7 @@ def burst(c: BenchCluster, m: int, logs: FireLogs | None = None, margin_s: float
     qfull = sum(1 for r in b_["runs"] if r["job"].startswith("b-") and r.get("reason") == "queue_full" and r["slot_ms"] == t_slot)
     lost = m - len(views) + sum(1 for v, n in zip(views, n_fired) if n == 0) - qfull
     lag = [v["state"]["fire_lag_ms"]["last"] for v in views if v["state"]["fire_lag_ms"]["last"] is not None]
+    audit_s = round(time.monotonic() - audit_t0, 1)  # the replicas' views and the leader's audit
     # Commit rate between consecutive samples (applied entries on the leader / elapsed).
     peak = 0.0
     for a, b2 in zip(after, after[1:]):
@@ -192,18 +310,24 @@ def burst(c: BenchCluster, m: int, logs: FireLogs | None = None, margin_s: float
         "first_applied_ms": first_applied, "all_applied_ms": all_applied,
         "all_applied_after_ms": before_all, "slots_fired_counter_ms": all_fired,
         # From T - ahead, when the leader may start committing the burst.
-        "fire_ahead_ms": ahead,
-        "slots_per_s": round(m / ((all_applied + ahead) / 1000), 1) if all_applied is not None and all_applied + ahead > 0 else None,
-        "slots_per_s_upper_bound": round(m / ((before_all + ahead) / 1000), 1) if before_all + ahead > 0 else None,
+        "fire_ahead_ms": fire_ahead_ms(), "storm_lead_ms_max": ahead,
+        # From the first sample that saw a slot applied (the leader takes a storm up as early as
+        # it needs, not at a fixed time ahead).
+        "slots_per_s": (round(m / ((all_applied - first_applied) / 1000), 1)
+                        if all_applied is not None and first_applied is not None and all_applied > first_applied else None),
+        "slots_per_s_upper_bound": (round(m / ((before_all - first_applied) / 1000), 1)
+                                    if first_applied is not None and before_all > first_applied else None),
+        "lone_probe_during_storm": probe.result(busy),
+        "gc_pause_max_ms": gc_pause_max_ms(c),
+        "rss_peak_mib": {k: round(v, 1) for k, v in sorted(rss_peak.items())},
+        "load_avg_after": list(os.getloadavg()),
         "peak_slots_per_s_50ms": round(peak, 1),
         "fired_at_minus_slot_ms": summary(lag, 1),
         "sample_interval_ms": POLL_BURST_S * 1000,
         "samples": samples,
     }
-    try:
-        res["replicas"] = replica_agreement(c)
-    except BenchError as e:
-        res["replicas"] = {"agree": False, "error": str(e)}
+    res["replicas"] = replicas
+    res["audit_s"] = audit_s  # reading every node's job views once the storm is applied (the scenario's largest part after it)
     print(f"[bench] storm: {m} slots, first applied at +{first_applied} ms, all applied at +{all_applied} ms, "
           f"runs {fired_once}, queue_full {qfull}", file=sys.stderr)
     return res
