@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import resource
 import signal
 import time
 import urllib.parse
@@ -31,8 +32,25 @@ def rss_kib() -> int | None:
     return None
 
 
+def raise_nofile(need: int) -> None:
+    """A descriptor for each worker's connection and some to spare: the soft limit up to the hard
+    one, and the hard one too when that is short (the benchmark runs as root)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft >= need:
+        return
+    if hard != resource.RLIM_INFINITY and hard < need:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (need, need))
+            return
+        except (ValueError, OSError):
+            pass
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 async def worker(k: int, args, session: aiohttp.ClientSession, urls: list[str], out: dict, stop: asyncio.Event) -> None:
     wid = f"{args.prefix}{k}"
+    # Connections ramp up (--connect-per-s), so that thousands of SYNs do not overflow a backlog.
+    await asyncio.sleep(k / args.connect_per_s)
     base = urls[k % len(urls)] + "/v1/workers/" + urllib.parse.quote(wid, safe="")
     body = {"slots": 1, "executors": ["python"], "queues": [args.queue], "labels": {}, "version": "sim",
             "instance": f"{args.prefix}{k}", "max": 1, "wait_s": args.wait_s, "ttl_ms": 10_000}
@@ -70,8 +88,10 @@ async def main() -> None:
     ap.add_argument("--prefix", required=True)
     ap.add_argument("--queue", default="rest")
     ap.add_argument("--wait-s", type=float, default=20.0)
+    ap.add_argument("--connect-per-s", type=float, default=2000.0)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
+    raise_nofile(args.workers + 256)
     urls = [u.rstrip("/") for u in args.url.split(",") if u.strip()]
     token = open(args.token_file).read().strip()
     stop = asyncio.Event()

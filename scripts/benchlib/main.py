@@ -132,6 +132,7 @@ def main(argv=None) -> int:
     ap.add_argument("--e2e-jobs", type=int, help="override the end-to-end scenarios' job count (offered runs per second; "
                                              "e2e and fleet_e2e alike, so that their ratio compares one offered rate)")
     ap.add_argument("--fleet-slots", type=int, help="override the slots of each fleet_e2e worker process")
+    ap.add_argument("--fleet-rest-workers", type=int, help="override the simulated idle workers of fleet_rest")
     ap.add_argument("--scale-1m", action="store_true", help="also register 1,000,000 jobs in the scale scenario "
                                                            "(through PUT that takes an hour or more)")
     ap.add_argument("--state-machine-child", type=int, metavar="N", help=argparse.SUPPRESS)
@@ -172,6 +173,8 @@ def main(argv=None) -> int:
         p["e2e_jobs"] = args.e2e_jobs
     if args.fleet_slots:
         p["fleet_slots"] = args.fleet_slots
+    if args.fleet_rest_workers:
+        p["fleet_rest_workers"] = args.fleet_rest_workers
     if args.peers_ns:
         p["peers_ns"] = [int(x) for x in args.peers_ns.split(",")]
     if args.peers_kills is not None:

@@ -14,7 +14,9 @@ run becoming due to a simulated worker receiving it, p50 / p99."""
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
 import sys
 import time
 from datetime import datetime, timezone
@@ -31,6 +33,7 @@ from ..register import register_checked
 from .e2e import E2E_QUEUE, _e2e_latency
 
 REST_QUEUE = "rest"
+SIM_WORKERS_PER_PROC = 2500
 #: golden-ratio phases: any prefix of the jobs is spread evenly over the second (as the sweep does)
 _PHI = 0.6180339887498949
 
@@ -131,8 +134,32 @@ def _waiting(c) -> int | None:
     return total
 
 
+def _profile_start(pids: dict, seconds: float, tag: str) -> list:
+    """With RAFTSCHED_BENCH_PYSPY=DIR (py-spy installed in the venv), a py-spy record of each
+    node for ``seconds``, written to DIR/TAG-node-N.txt (raw, for a flame graph or a sort)."""
+    d = os.environ.get("RAFTSCHED_BENCH_PYSPY")
+    spy = Path(sys.executable).parent / "py-spy"
+    if not d or not spy.exists():
+        return []
+    Path(d).mkdir(parents=True, exist_ok=True)
+    return [subprocess.Popen([str(spy), "record", "--rate", "200", "--nonblocking", "--format", "raw", "--duration",
+                              str(max(1, int(seconds))), "--pid", str(pid), "-o", str(Path(d) / f"{tag}-node-{i + 1}.txt")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i, pid in pids.items()]
+
+
+def _profile_wait(spies: list) -> None:
+    for sp in spies:
+        try:
+            sp.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            sp.kill()
+            sp.wait()
+
+
 def fleet_rest(tmp: Path, n_workers: int, n_procs: int, window_s: float, due_jobs: int, due_window_s: float,
                clusters: list) -> dict:
+    # a simulator process holds at most SIM_WORKERS_PER_PROC workers (its CPU and descriptors)
+    n_procs = max(n_procs, -(-n_workers // SIM_WORKERS_PER_PROC))
     c = start_cluster(tmp, "fleet-rest", clusters, ("--slots", "0"))
     procs = Procs(new_session=True)
     outs = {k: c.tmp / f"sim-{k}.json" for k in range(n_procs)}
@@ -164,9 +191,13 @@ def fleet_rest(tmp: Path, n_workers: int, n_procs: int, window_s: float, due_job
         # ok-sleep: a workers_seen interval passes after the last hello (its cost is part of "at rest")
         time.sleep(node_limits.workers_seen_interval_s + 1)
         rss1 = {i: rss_kib(p).get("VmRSS") for i, p in pids.items()}
+        spies = _profile_start(pids, window_s, "rest")
         cpu_a = cluster_cpu_s(c)
+        node_a = {i: tree_cpu_s(p) for i, p in pids.items()}
         time.sleep(window_s)  # ok-sleep: measurement window (at rest, every worker waiting)
         rest_cpu = None if cpu_a is None else (cluster_cpu_s(c) - cpu_a)
+        node_b = {i: tree_cpu_s(p) for i, p in pids.items()}
+        _profile_wait(spies)
         waiting = _waiting(c)
         # Due runs: J jobs every 1 s, staggered over the second (start_at), fired ahead.
         base_s = int(time.time()) - 60
@@ -201,6 +232,9 @@ def fleet_rest(tmp: Path, n_workers: int, n_procs: int, window_s: float, due_job
         grown = [rss1[i] - rss0[i] for i in rss0 if rss0[i] is not None and rss1[i] is not None]
         out = {"cluster": c.tmp.name, "workers": n_workers, "simulator_processes": n_procs,
                "connected_in_s": round(connect_s, 1), "waiting_at_window_end": waiting, "window_s": window_s,
+               "node_cpu_pct_of_one_core_at_rest": {f"node-{i + 1}": (None if node_a[i] is None or node_b[i] is None
+                                                                     else round(100 * (node_b[i] - node_a[i]) / window_s, 2))
+                                                     for i in pids},
                "nodes_cpu_pct_of_one_core": {
                    "no_workers": None if idle_cpu is None else round(100 * idle_cpu / window_s, 2),
                    "at_rest": None if rest_cpu is None else round(100 * rest_cpu / window_s, 2),
