@@ -4,6 +4,7 @@ running, and real HTTP clients. Every wait has a deadline; long-polls are given 
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import time
 import urllib.parse
@@ -14,7 +15,10 @@ from raftsched.clock import SystemClock
 from raftsched.core import commands, limits
 from raftsched.core.model import EXECUTOR_TYPES
 from raftsched.core.state import SchedulerState
+from raftsched.node import limits as node_limits
 from raftsched.node.api import make_app
+from raftsched.node.audit import AuditLog
+from raftsched.node.dispatch import Dispatcher, LeaseRequest
 from raftsched.node.fleet import Fleet
 from raftsched.node.service import Service
 from raftsched.testing.fakes import FakeRaft
@@ -27,21 +31,21 @@ SPEC = {"schedule": {"every_s": 3600}, "executor": {"type": "python", "target": 
 
 
 class Env:
-    def __init__(self) -> None:
+    def __init__(self, audit: AuditLog | None = None) -> None:
         self.state = SchedulerState()
         self.raft = FakeRaft(self.state)
         self.clock = SystemClock()
         self.service = Service(self.raft, self.clock, "node-1")
         self.fleet = Fleet(self.raft, self.clock, "node-1")
-        self.app = make_app(self.service, TOKEN, fleet=self.fleet)
+        self.app = make_app(self.service, TOKEN, fleet=self.fleet, audit=audit)
 
     def ops(self, op: str) -> list[dict]:
         return [c for c in map(commands.decode, self.raft.proposed) if c["op"] == op]
 
 
-def run(coro_fn):
+def run(coro_fn, audit: AuditLog | None = None):
     async def main():
-        env = Env()
+        env = Env(audit)
         loop_task = env.loop_task = asyncio.create_task(env.fleet.run())
         try:
             async with TestClient(TestServer(env.app, host="127.0.0.1")) as client:
@@ -237,6 +241,53 @@ def test_idle_requests_of_many_groups_cost_one_read_a_look_while_nothing_changes
             p.cancel()
         await asyncio.gather(*polls, return_exceptions=True)
     run(t)
+
+
+def test_a_look_reads_as_many_waiting_requests_as_a_scan_covers_not_every_one():
+    """Thousands of idle workers in one group: a full look counts the runs its requests want
+    only as far as a scan reads (dispatch_ready_scan_max), so its cost does not grow with the
+    requests waiting (it summed all of them, and a look follows every new request)."""
+    read_n = []
+
+    class Counted(LeaseRequest):
+        @property
+        def n(self) -> int:
+            read_n.append(1)
+            return self._n
+
+        @n.setter
+        def n(self, v: int) -> None:
+            self._n = v
+
+    async def t():
+        d = Dispatcher(FakeRaft(SchedulerState()), SystemClock(), None, None)  # type: ignore[arg-type]
+        reqs = [Counted(f"w{k}", ["q"], {}, None, 1, 10_000) for k in range(2_000)]
+        d._groups[reqs[0].key] = collections.deque(reqs)
+        d._look()
+        assert 0 < len(read_n) <= node_limits.dispatch_ready_scan_max
+    asyncio.run(t())
+
+
+def test_an_idle_long_poll_leaves_no_audit_record_but_a_registration_and_a_grant_do(tmp_path):
+    """Ten thousand idle workers poll 500 times a second (wait_s 20): one audit record each
+    pushed an admin's records out of the audit log's 80 MiB within the hour, and cost the node
+    more than any other part of a poll. A poll answered with no runs that registered nothing
+    changed nothing and is not recorded; the first one (a hello) and one granted a run are."""
+    audit = AuditLog(str(tmp_path / "audit.jsonl"), "node-1")
+
+    async def t(env, c):
+        await put_job(env, "j")
+        for _ in range(3):
+            assert (await lease(c, "w1", wait_s=0))["runs"] == []
+        rid = await trigger(env, "j")
+        assert [g["id"] for g in (await lease(c, "w1", wait_s=5))["runs"]] == [rid]
+        r = await c.post(path("w1", "lease"), data=json.dumps(lease_body(max=0)), headers=AUTH)
+        assert r.status == 422
+    run(t, audit)
+    audit.close()
+    recs = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    leases = [r["status"] for r in recs if r["route"] == "/v1/workers/{id}/lease"]
+    assert leases == [200, 200, 422], recs  # the hello, the grant, the refusal; not the two idle polls
 
 
 def test_placement_sends_a_run_to_the_request_whose_labels_fit_even_if_it_came_later():
