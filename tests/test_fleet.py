@@ -341,6 +341,33 @@ def test_a_draining_worker_hears_it_at_once_from_lease_and_heartbeat():
     run(t)
 
 
+def test_a_run_due_while_an_acquire_is_in_flight_gets_its_own_at_once():
+    """Runs falling due every 20 ms among idle workers: the next run's acquire is proposed while
+    the previous one's is still on its way through the log, not after it (under load a commit
+    takes tens of ms, and runs queued behind each other's commits)."""
+    async def t(env, c):
+        await put_job(env, "j")
+        gate = asyncio.Event()
+        real = env.raft.propose
+
+        async def slow(data, timeout_s=5.0):
+            if commands.decode(data)["op"] == "acquire":
+                await gate.wait()
+            return await real(data, timeout_s)
+        env.raft.propose = slow
+        polls = []
+        for k in range(2):
+            polls.append(asyncio.ensure_future(lease(c, f"w{k}", wait_s=10, max=1)))
+            await until(lambda: env.fleet.dispatcher.waiting == k + 1, what=f"request {k} waiting")  # noqa: B023 - called in this iteration
+        first = await trigger(env, "j")
+        await until(lambda: env.fleet.dispatcher.stats()["acquires"] == 1, what="the first acquire")
+        second = await trigger(env, "j")
+        await until(lambda: env.fleet.dispatcher.stats()["acquires"] == 2, 2.0, "the second acquire, while the first waits")
+        gate.set()
+        assert [[g["id"] for g in (await p)["runs"]] for p in polls] == [[first], [second]]
+    run(t)
+
+
 def test_a_request_given_up_while_its_acquire_is_in_flight_gives_its_runs_back():
     async def t(env, c):
         await put_job(env, "j")

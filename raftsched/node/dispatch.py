@@ -9,9 +9,11 @@ first out, grouped by what they can take (queues, labels, executor types: reques
 are interchangeable), and, when its replica shows ready work for a group
 (``queries.ready_count``), proposes acquires for that group's oldest requests (their free
 slots), only as many as cover the work it counted (one, for one run), in one turn of the loop,
-so they travel in one log entry and apply oldest first; it answers them, and only then looks
-again, for the next ones, if work remains. A request that waits ``wait_s`` without work is
-answered with no runs.
+so they travel in one log entry and apply oldest first. Work that falls due while they are in
+flight, beyond what they cover, gets acquires for the next requests at once: a run due every
+20 ms does not wait for the previous run's commit. A request that waits ``wait_s`` without
+work is answered with no runs. A look costs the same however many requests wait: it reads
+the ready work and the few oldest requests of each group, never every request.
 
 The acquire is a replicated command like any other (core/leases.py): a run is granted once,
 through the log, to one worker, whichever node's dispatcher proposed the acquire. Dispatchers
@@ -99,8 +101,11 @@ class Dispatcher:
         self._propose = propose
         self._release = release
         self._groups: dict[tuple, collections.deque[LeaseRequest]] = {}
-        #: group -> acquires in flight for it (a group is looked at again once they all ended)
+        #: group -> acquires in flight for it, and the runs they may take: a run that falls due
+        #: while they are in flight gets an acquire of its own at once (they do not wait for
+        #: each other's commits), ready work they cover does not
         self._busy: dict[tuple, int] = {}
+        self._cover: dict[tuple, int] = {}
         #: group -> no acquire before this monotonic time (after one that granted nothing)
         self._backoff: dict[tuple, float] = {}
         #: group -> monotonic time of its last acquire
@@ -221,7 +226,8 @@ class Dispatcher:
                 self._backoff.pop(key, None)
                 self._last_try.pop(key, None)
                 continue
-            if key in self._busy:
+            in_flight = self._busy.get(key, 0)
+            if in_flight >= node_limits.dispatch_batch_max:
                 continue
             after = self._backoff.get(key, 0.0)
             if after > mono:
@@ -244,6 +250,8 @@ class Dispatcher:
             if not count and mono - self._last_try.setdefault(key, mono) >= node_limits.dispatch_retry_s:
                 # Ready work beyond the scan, maybe: acquire looks further, now and then.
                 count = int(self.raft.read(queries.has_ready_work, head.queues, now_ms))
+            if in_flight:  # what the acquires in flight will take is not there for more
+                count = max(0, count - self._cover.get(key, 0))
             if not count:
                 nxt = self.raft.read(queries.next_due_ms, head.queues)
                 if nxt is not None and nxt > now_ms:
@@ -252,13 +260,16 @@ class Dispatcher:
                 continue
             picked, covered = [], 0
             for r in q:
-                if r.gone():
+                if r.gone() or r.in_flight:
                     continue
                 picked.append(r)
                 covered += r.n
-                if covered >= count or len(picked) >= node_limits.dispatch_batch_max:
+                if covered >= count or in_flight + len(picked) >= node_limits.dispatch_batch_max:
                     break
-            self._busy[key] = len(picked)
+            if not picked:
+                continue
+            self._busy[key] = in_flight + len(picked)
+            self._cover[key] = self._cover.get(key, 0) + covered
             self._last_try[key] = mono
             for r in picked:
                 r.in_flight = True
@@ -302,8 +313,10 @@ class Dispatcher:
             left = self._busy.get(key, 1) - 1
             if left > 0:
                 self._busy[key] = left
+                self._cover[key] = max(0, self._cover.get(key, 0) - req.n)
             else:
                 self._busy.pop(key, None)
+                self._cover.pop(key, None)
             self._dirty = True
             self._wake.set()
 

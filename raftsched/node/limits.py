@@ -74,10 +74,10 @@ dispatch_retry_s = 1.0
 #: ended), the dispatcher skips its look at the groups, but looks at least this often (a
 #: tenant's bucket refills with time alone).
 dispatch_full_look_s = 1.0
-#: Acquires the dispatcher proposes at once for one group (its oldest requests, as many as cover
-#: the ready work it counted), in one turn of the loop: they travel in one log entry, in order,
-#: so the oldest request is served first, and a burst of runs falling due together (a fired
-#: ahead second) goes out to that many waiting workers in one round trip.
+#: Acquires the dispatcher keeps in flight at once for one group (its oldest requests, as many
+#: as cover the ready work it counted), proposed in one turn of the loop: they travel in one log
+#: entry, in order, so the oldest request is served first, and a burst of runs falling due
+#: together (a fired ahead second) goes out to that many waiting workers in one round trip.
 dispatch_batch_max = 32
 
 assert workers_seen_interval_s * 3 * 1000 < core.worker_gone_ms
