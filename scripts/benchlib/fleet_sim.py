@@ -7,7 +7,7 @@ process, each a real HTTP client of the worker protocol (docs/api.md), on one as
 Worker k (id PREFIX + k) keeps one lease request waiting at a node (``wait_s`` 20, one run at a
 time), spread over the nodes by k; a run it is granted is "started" at once (its receipt time is
 recorded: the time from the run becoming due to a worker starting it) and completed. Until
-SIGTERM; then it writes ``{"workers", "received": [[run, slot_ms, receipt_ms]...], "leases",
+SIGTERM; then it writes ``{"workers", "received": [[run, slot_ms, receipt_ms, node, acquired_ms]...], "leases",
 "errors", "rss_kib"}`` to --out and exits 0. Standard library plus aiohttp (the project's)."""
 from __future__ import annotations
 
@@ -69,7 +69,9 @@ async def worker(k: int, args, session: aiohttp.ClientSession, urls: list[str], 
             if not runs:
                 continue
             for g in runs:
-                out["received"].append([g["id"], g["slot"], round(recv, 1)])
+                # the acquire's time (its command's now, by the proposing node's clock): the lease's
+                # deadline less its ttl
+                out["received"].append([g["id"], g["slot"], round(recv, 1), k % len(urls), g["deadline"] - body["ttl_ms"]])
             results = [{"run": g["id"], "token": g["token"], "success": True} for g in runs]
             async with session.post(base + "/complete", json={"results": results}, timeout=timeout) as r:
                 await r.read()

@@ -64,7 +64,7 @@ PROFILES = {
              "e2e_slots": 32, "raw_raft_s": 10, "raw_raft_warmup_s": 2, "raw_raft_in_flight": 1000, "scale_ns": [100000], "scale_ns_put": None,
              "state_ns": [100000], "shared_cluster": False,
              "fleet_e2e_jobs": 5000, "fleet_workers": 4, "fleet_slots": 32, "fleet_window_s": 10, "fleet_warmup_s": 3,
-             "fleet_rest_workers": 1000, "fleet_rest_procs": 4, "fleet_rest_window_s": 10, "fleet_rest_due_jobs": 50,
+             "fleet_rest_workers": 10000, "fleet_rest_procs": 4, "fleet_rest_window_s": 20, "fleet_rest_due_jobs": 50,
              "fleet_rest_due_window_s": 10,
              "durability_rounds": 2, "durability_writes": 500, "durability_register": 3000, "durability_sweep_n": 10000,
              "durability_e2e_jobs": 2000,

@@ -121,6 +121,24 @@ def fleet_e2e(tmp: Path, n: int, window_s: float, warmup_s: float, workers: int,
         procs.stop_all()
 
 
+def _dispatch_counts(c) -> dict:
+    """Each node's dispatcher counters, from its /metrics: acquires proposed, and how many of
+    them granted nothing (another node's acquire took the run first)."""
+    out = {}
+    for i in range(c.n):
+        s, m = c.get(i, "/metrics")
+        if s != 200:
+            continue
+        d = {}
+        for line in m.splitlines():
+            for name, key in (("raftsched_dispatch_acquires_total ", "acquires"),
+                              ("raftsched_dispatch_acquires_empty_total ", "empty")):
+                if line.startswith(name):
+                    d[key] = int(float(line.split()[1]))
+        out[f"node-{i + 1}"] = d
+    return out
+
+
 def _waiting(c) -> int | None:
     """Lease requests waiting at the three nodes together, from their /metrics."""
     total = 0
@@ -184,7 +202,8 @@ def fleet_rest(tmp: Path, n_workers: int, n_procs: int, window_s: float, due_job
                         env={"PYTHONPATH": str(common.CODE_DIR)}, cwd=common.CODE_DIR)
         t0 = time.monotonic()
         try:
-            wait_for(lambda: (_waiting(c) or 0) >= n_workers, 120, f"{n_workers} lease requests waiting")
+            # every 2 s: a scrape of /metrics is not free at 10 000 workers (it is measured below)
+            wait_for(lambda: (_waiting(c) or 0) >= n_workers, 180, f"{n_workers} lease requests waiting", interval_s=2.0)
         except AssertionError as e:
             raise BenchError(f"fleet_rest: {e}; waiting {_waiting(c)}\n" + "\n".join(procs.log_tail(k, 10) for k in procs.procs)) from None
         connect_s = time.monotonic() - t0
@@ -198,6 +217,11 @@ def fleet_rest(tmp: Path, n_workers: int, n_procs: int, window_s: float, due_job
         rest_cpu = None if cpu_a is None else (cluster_cpu_s(c) - cpu_a)
         node_b = {i: tree_cpu_s(p) for i, p in pids.items()}
         _profile_wait(spies)
+        # One scrape of /metrics (one series per worker for four of its families): its cost.
+        scrape_cpu0, scrape_t0 = tree_cpu_s(pids[0]), time.monotonic()
+        st, _ = c.get(0, "/metrics")
+        scrape = {"status": st, "seconds": round(time.monotonic() - scrape_t0, 3),
+                  "node_cpu_s": None if scrape_cpu0 is None else round((tree_cpu_s(pids[0]) or 0) - scrape_cpu0, 3)}
         waiting = _waiting(c)
         # Due runs: J jobs every 1 s, staggered over the second (start_at), fired ahead.
         base_s = int(time.time()) - 60
@@ -210,11 +234,14 @@ def fleet_rest(tmp: Path, n_workers: int, n_procs: int, window_s: float, due_job
                                       "queue": REST_QUEUE}))
         register_checked(c, leader, jobs, f"fleet_rest due jobs J={due_jobs}")
         time.sleep(2.0)  # ok-sleep: warm-up (the first slots after the registration)
+        acq0 = _dispatch_counts(c)
         w0 = wall_ms()
         cpu_d = cluster_cpu_s(c)
         time.sleep(due_window_s)  # ok-sleep: measurement window (due runs)
         w1 = wall_ms()
         due_cpu = None if cpu_d is None else (cluster_cpu_s(c) - cpu_d)
+        acq1 = _dispatch_counts(c)
+        acquires = {n: {k: v - acq0.get(n, {}).get(k, 0) for k, v in d.items()} for n, d in acq1.items()}
         check_alive(c, range(c.n))
         for k in procs.procs:
             procs.signal(k, signal.SIGTERM)
@@ -228,7 +255,10 @@ def fleet_rest(tmp: Path, n_workers: int, n_procs: int, window_s: float, due_job
             errors += r["errors"]
             leases += r["leases"]
             sim_rss.append(r.get("rss_kib"))
-        lag = [recv - slot for _, slot, recv in received if w0 <= slot < w1]
+        lag = [r[2] - r[1] for r in received if w0 <= r[1] < w1]
+        # by the node the worker waited at (k % 3, node-1 first): a follower forwards its acquire
+        lag_by_node = {f"node-{i + 1}" + (" (leader)" if i == leader else ""):
+                       summary([r[2] - r[1] for r in received if w0 <= r[1] < w1 and r[3] == i], 1) for i in range(c.n)}
         grown = [rss1[i] - rss0[i] for i in rss0 if rss0[i] is not None and rss1[i] is not None]
         out = {"cluster": c.tmp.name, "workers": n_workers, "simulator_processes": n_procs,
                "connected_in_s": round(connect_s, 1), "waiting_at_window_end": waiting, "window_s": window_s,
@@ -241,10 +271,16 @@ def fleet_rest(tmp: Path, n_workers: int, n_procs: int, window_s: float, due_job
                    "due_runs": None if due_cpu is None else round(100 * due_cpu / due_window_s, 2)},
                "nodes_rss_kib_before_after": [rss0, rss1],
                "node_kib_per_worker": round(sum(grown) / n_workers, 1) if grown else None,
+               "metrics_scrape": scrape,
                "simulator_kib_per_worker": (round(sum(x for x in sim_rss if x) / n_workers, 1)
                                             if all(sim_rss) else None),
                "due_jobs": due_jobs, "due_window_s": due_window_s, "due_runs_received": len(lag),
                "due_runs_expected": int(due_jobs * due_window_s), "due_to_start_ms": summary(lag, 1),
+               "due_to_start_ms_by_node": lag_by_node,
+               # where it goes: the slot until a node proposed the acquire that granted the run
+               # (its dispatcher's wake-up), then that acquire's commit and the HTTP answer
+               "due_to_acquire_ms": summary([r[4] - r[1] for r in received if w0 <= r[1] < w1], 1),
+               "acquire_to_receipt_ms": summary([r[2] - r[4] for r in received if w0 <= r[1] < w1], 1), "due_window_acquires": acquires,
                "simulator_errors": errors, "lease_answers": leases}
         print(f"[bench] fleet_rest {n_workers} workers: nodes' CPU at rest {out['nodes_cpu_pct_of_one_core']} % of one core, "
               f"{out['node_kib_per_worker']} KiB a worker; due -> start p50 {out['due_to_start_ms'].get('p50')} ms, "
