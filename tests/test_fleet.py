@@ -11,7 +11,7 @@ import urllib.parse
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from raftsched.clock import SystemClock
+from raftsched.clock import FakeClock, SystemClock
 from raftsched.core import commands, limits
 from raftsched.core.model import EXECUTOR_TYPES
 from raftsched.core.state import SchedulerState
@@ -31,10 +31,10 @@ SPEC = {"schedule": {"every_s": 3600}, "executor": {"type": "python", "target": 
 
 
 class Env:
-    def __init__(self, audit: AuditLog | None = None) -> None:
+    def __init__(self, audit: AuditLog | None = None, clock=None) -> None:
         self.state = SchedulerState()
         self.raft = FakeRaft(self.state)
-        self.clock = SystemClock()
+        self.clock = clock or SystemClock()
         self.service = Service(self.raft, self.clock, "node-1")
         self.fleet = Fleet(self.raft, self.clock, "node-1")
         self.app = make_app(self.service, TOKEN, fleet=self.fleet, audit=audit)
@@ -43,9 +43,9 @@ class Env:
         return [c for c in map(commands.decode, self.raft.proposed) if c["op"] == op]
 
 
-def run(coro_fn, audit: AuditLog | None = None):
+def run(coro_fn, audit: AuditLog | None = None, clock=None):
     async def main():
-        env = Env(audit)
+        env = Env(audit, clock)
         loop_task = env.loop_task = asyncio.create_task(env.fleet.run())
         try:
             async with TestClient(TestServer(env.app, host="127.0.0.1")) as client:
@@ -366,6 +366,25 @@ def test_a_run_due_while_an_acquire_is_in_flight_gets_its_own_at_once():
         gate.set()
         assert [[g["id"] for g in (await p)["runs"]] for p in polls] == [[first], [second]]
     run(t)
+
+
+def test_a_followers_dispatcher_leaves_a_run_to_the_leaders_for_the_grace_then_acquires_it():
+    """One acquire a run, not one per node: a follower's dispatcher counts a run only once it has
+    been due for dispatch_follower_grace_ms (the leader's acquire usually reaches its replica
+    first); after that it acquires it, for a run only its workers wait for."""
+    clock = FakeClock()
+
+    async def t(env, c):
+        env.raft.leader = False
+        await put_job(env, "j")
+        poll = asyncio.ensure_future(lease(c, "w1", wait_s=10))
+        await until(lambda: env.fleet.dispatcher.waiting == 1, what="the request to wait")
+        rid = await trigger(env, "j")  # due now, by the (stopped) clock
+        await asyncio.sleep(0.3)  # ok-sleep: ~15 looks of the dispatcher, by real time, none of which may acquire
+        assert env.fleet.dispatcher.stats()["acquires"] == 0
+        clock.advance(node_limits.dispatch_follower_grace_ms)
+        assert [g["id"] for g in (await poll)["runs"]] == [rid]
+    run(t, clock=clock)
 
 
 def test_a_request_given_up_while_its_acquire_is_in_flight_gives_its_runs_back():

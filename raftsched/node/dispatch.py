@@ -16,9 +16,14 @@ work is answered with no runs. A look costs the same however many requests wait:
 the ready work and the few oldest requests of each group, never every request.
 
 The acquire is a replicated command like any other (core/leases.py): a run is granted once,
-through the log, to one worker, whichever node's dispatcher proposed the acquire. Dispatchers
-of different nodes may propose at the same moment for the same run; one gets it, the others'
-acquires grant nothing, and their group waits ``dispatch_empty_backoff_s`` before it tries again.
+through the log, to one worker, whichever node's dispatcher proposed the acquire. The leader's
+dispatcher acquires a run as it falls due, a follower's once it has been due for
+``dispatch_follower_grace_ms`` (a follower's acquire also travels to the leader first): by
+then the leader's acquire has usually reached the follower's replica, so a run costs one
+acquire, not one per node, wherever the leader has a request waiting for it, and a run only
+followers have requests for waits that much longer. Dispatchers of different nodes may still
+propose for the same run; one gets it, the others' acquires grant nothing, and their group
+waits ``dispatch_empty_backoff_s`` before it tries again.
 
 A request whose acquire grants runs after it was given up (its client went away, or its wait
 ran out while the acquire was in flight) has its runs given back at once (``release``: queued
@@ -217,6 +222,12 @@ class Dispatcher:
         self._seen_applied = applied
         self._full_at = mono
         self._next_due_ms = float("inf")
+        # The leader's dispatcher acquires a run as it falls due; a follower's only once it has
+        # been due for dispatch_follower_grace_ms, by when the leader's acquire has usually
+        # reached its replica: one acquire a run, not one per node, when the leader has workers
+        # waiting for it (each empty acquire is a log entry, and a backoff of its group).
+        grace = 0 if self.raft.is_leader() else node_limits.dispatch_follower_grace_ms
+        ready_ms = now_ms - grace
         for key in list(self._groups):
             q = self._groups[key]
             while q and q[0].gone():
@@ -244,19 +255,19 @@ class Dispatcher:
                 if want >= node_limits.dispatch_ready_scan_max:
                     want = node_limits.dispatch_ready_scan_max
                     break
-            count = self.raft.read(queries.ready_count, head.queues, head.labels, types, now_ms,
+            count = self.raft.read(queries.ready_count, head.queues, head.labels, types, ready_ms,
                                    node_limits.dispatch_ready_scan_max, want, head.dedicated,
                                    None if head.tenants is None else frozenset(head.tenants))
             if not count and mono - self._last_try.setdefault(key, mono) >= node_limits.dispatch_retry_s:
                 # Ready work beyond the scan, maybe: acquire looks further, now and then.
-                count = int(self.raft.read(queries.has_ready_work, head.queues, now_ms))
+                count = int(self.raft.read(queries.has_ready_work, head.queues, ready_ms))
             if in_flight:  # what the acquires in flight will take is not there for more
                 count = max(0, count - self._cover.get(key, 0))
             if not count:
                 nxt = self.raft.read(queries.next_due_ms, head.queues)
-                if nxt is not None and nxt > now_ms:
-                    timeout = min(timeout, (nxt - now_ms) / 1000)
-                    self._next_due_ms = min(self._next_due_ms, nxt)
+                if nxt is not None and nxt + grace > now_ms:
+                    timeout = min(timeout, (nxt + grace - now_ms) / 1000)
+                    self._next_due_ms = min(self._next_due_ms, nxt + grace)
                 continue
             picked, covered = [], 0
             for r in q:

@@ -62,6 +62,10 @@ lease_waiters_max = 20_000
 #: as it falls due), and at once when a request arrives or an acquire ends. Bounds the time from
 #: a run queued due now (a manual trigger, a retry) to its acquire being proposed.
 dispatch_poll_s = 0.02
+#: A follower's dispatcher acquires a run only once it has been due this long (ms); the
+#: leader's, as it falls due. The leader's acquire then usually reaches the followers' replicas
+#: first, and a run costs one acquire where it cost one per node (node/dispatch.py).
+dispatch_follower_grace_ms = 25
 #: After an acquire for a group of waiting requests granted nothing (another node's worker took
 #: the runs, or a tenant is over its rate), the group's next acquire waits this long.
 dispatch_empty_backoff_s = 0.1
