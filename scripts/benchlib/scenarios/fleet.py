@@ -237,9 +237,11 @@ def fleet_rest(tmp: Path, n_workers: int, n_procs: int, window_s: float, due_job
         acq0 = _dispatch_counts(c)
         w0 = wall_ms()
         cpu_d = cluster_cpu_s(c)
+        due_a = {i: tree_cpu_s(p) for i, p in pids.items()}
         time.sleep(due_window_s)  # ok-sleep: measurement window (due runs)
         w1 = wall_ms()
         due_cpu = None if cpu_d is None else (cluster_cpu_s(c) - cpu_d)
+        due_b = {i: tree_cpu_s(p) for i, p in pids.items()}
         acq1 = _dispatch_counts(c)
         acquires = {n: {k: v - acq0.get(n, {}).get(k, 0) for k, v in d.items()} for n, d in acq1.items()}
         check_alive(c, range(c.n))
@@ -265,6 +267,9 @@ def fleet_rest(tmp: Path, n_workers: int, n_procs: int, window_s: float, due_job
                "node_cpu_pct_of_one_core_at_rest": {f"node-{i + 1}": (None if node_a[i] is None or node_b[i] is None
                                                                      else round(100 * (node_b[i] - node_a[i]) / window_s, 2))
                                                      for i in pids},
+               "node_cpu_pct_of_one_core_due_runs": {f"node-{i + 1}": (None if due_a[i] is None or due_b[i] is None
+                                                                       else round(100 * (due_b[i] - due_a[i]) / due_window_s, 2))
+                                                       for i in pids},
                "nodes_cpu_pct_of_one_core": {
                    "no_workers": None if idle_cpu is None else round(100 * idle_cpu / window_s, 2),
                    "at_rest": None if rest_cpu is None else round(100 * rest_cpu / window_s, 2),
