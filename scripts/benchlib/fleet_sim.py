@@ -8,7 +8,7 @@ Worker k (id PREFIX + k) keeps one lease request waiting at a node (``wait_s`` 2
 time), spread over the nodes by k; a run it is granted is "started" at once (its receipt time is
 recorded: the time from the run becoming due to a worker starting it) and completed. Until
 SIGTERM; then it writes ``{"workers", "received": [[run, slot_ms, receipt_ms, node, acquired_ms]...], "leases",
-"errors", "rss_kib"}`` to --out and exits 0. Standard library plus aiohttp (the project's)."""
+"errors", "error_kinds", "rss_kib"}`` to --out and exits 0. Standard library plus aiohttp (the project's)."""
 from __future__ import annotations
 
 import argparse
@@ -47,6 +47,11 @@ def raise_nofile(need: int) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+def _kind(out: dict, kind: str) -> None:
+    """Count an error by its kind (an HTTP status, an exception's class)."""
+    out["error_kinds"][kind] = out["error_kinds"].get(kind, 0) + 1
+
+
 async def worker(k: int, args, session: aiohttp.ClientSession, urls: list[str], out: dict, stop: asyncio.Event) -> None:
     wid = f"{args.prefix}{k}"
     # Connections ramp up (--connect-per-s), so that thousands of SYNs do not overflow a backlog.
@@ -62,6 +67,7 @@ async def worker(k: int, args, session: aiohttp.ClientSession, urls: list[str], 
                 recv = time.time_ns() / 1e6
                 if r.status != 200:
                     out["errors"] += 1
+                    _kind(out, str(r.status))
                     await asyncio.sleep(1.0)
                     continue
             out["leases"] += 1
@@ -77,8 +83,10 @@ async def worker(k: int, args, session: aiohttp.ClientSession, urls: list[str], 
                 await r.read()
                 if r.status != 200:
                     out["errors"] += 1
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
+                    _kind(out, f"complete {r.status}")
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as e:
             out["errors"] += 1
+            _kind(out, type(e).__name__)
             await asyncio.sleep(1.0)
 
 
@@ -100,7 +108,7 @@ async def main() -> None:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
-    out = {"workers": args.workers, "received": [], "leases": 0, "errors": 0}
+    out = {"workers": args.workers, "received": [], "leases": 0, "errors": 0, "error_kinds": {}}
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, headers={"Authorization": f"Bearer {token}"}) as session:
         tasks = [asyncio.create_task(worker(k, args, session, urls, out, stop)) for k in range(args.workers)]

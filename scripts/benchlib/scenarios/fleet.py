@@ -34,6 +34,9 @@ from .e2e import E2E_QUEUE, _e2e_latency
 
 REST_QUEUE = "rest"
 SIM_WORKERS_PER_PROC = 2500
+#: a scrape of /metrics holds a series per worker: at 10 000 workers on a loaded machine it has
+#: taken more than the harness's default 10 s
+METRICS_TIMEOUT_S = 60.0
 #: golden-ratio phases: any prefix of the jobs is spread evenly over the second (as the sweep does)
 _PHI = 0.6180339887498949
 
@@ -126,7 +129,7 @@ def _dispatch_counts(c) -> dict:
     them granted nothing (another node's acquire took the run first)."""
     out = {}
     for i in range(c.n):
-        s, m = c.get(i, "/metrics")
+        s, m = c.get(i, "/metrics", timeout=METRICS_TIMEOUT_S)
         if s != 200:
             continue
         d = {}
@@ -143,7 +146,7 @@ def _waiting(c) -> int | None:
     """Lease requests waiting at the three nodes together, from their /metrics."""
     total = 0
     for i in range(c.n):
-        s, m = c.get(i, "/metrics")
+        s, m = c.get(i, "/metrics", timeout=METRICS_TIMEOUT_S)
         if s != 200:
             return None
         for line in m.splitlines():
@@ -219,7 +222,7 @@ def fleet_rest(tmp: Path, n_workers: int, n_procs: int, window_s: float, due_job
         _profile_wait(spies)
         # One scrape of /metrics (one series per worker for four of its families): its cost.
         scrape_cpu0, scrape_t0 = tree_cpu_s(pids[0]), time.monotonic()
-        st, _ = c.get(0, "/metrics")
+        st, _ = c.get(0, "/metrics", timeout=METRICS_TIMEOUT_S)
         scrape = {"status": st, "seconds": round(time.monotonic() - scrape_t0, 3),
                   "node_cpu_s": None if scrape_cpu0 is None else round((tree_cpu_s(pids[0]) or 0) - scrape_cpu0, 3)}
         waiting = _waiting(c)
@@ -247,7 +250,7 @@ def fleet_rest(tmp: Path, n_workers: int, n_procs: int, window_s: float, due_job
         check_alive(c, range(c.n))
         for k in procs.procs:
             procs.signal(k, signal.SIGTERM)
-        received, errors, sim_rss, leases = [], 0, [], 0
+        received, errors, sim_rss, leases, error_kinds = [], 0, [], 0, {}
         for k, path in outs.items():
             try:
                 r = json.loads(path.read_text())
@@ -255,6 +258,8 @@ def fleet_rest(tmp: Path, n_workers: int, n_procs: int, window_s: float, due_job
                 raise BenchError(f"fleet_rest: simulator {k} wrote no results ({e}):\n{procs.log_tail(k, 20)}") from None
             received += r["received"]
             errors += r["errors"]
+            for kind, n in r.get("error_kinds", {}).items():
+                error_kinds[kind] = error_kinds.get(kind, 0) + n
             leases += r["leases"]
             sim_rss.append(r.get("rss_kib"))
         lag = [r[2] - r[1] for r in received if w0 <= r[1] < w1]
@@ -286,7 +291,7 @@ def fleet_rest(tmp: Path, n_workers: int, n_procs: int, window_s: float, due_job
                # (its dispatcher's wake-up), then that acquire's commit and the HTTP answer
                "due_to_acquire_ms": summary([r[4] - r[1] for r in received if w0 <= r[1] < w1], 1),
                "acquire_to_receipt_ms": summary([r[2] - r[4] for r in received if w0 <= r[1] < w1], 1), "due_window_acquires": acquires,
-               "simulator_errors": errors, "lease_answers": leases}
+               "simulator_errors": errors, "simulator_error_kinds": error_kinds, "lease_answers": leases}
         print(f"[bench] fleet_rest {n_workers} workers: nodes' CPU at rest {out['nodes_cpu_pct_of_one_core']} % of one core, "
               f"{out['node_kib_per_worker']} KiB a worker; due -> start p50 {out['due_to_start_ms'].get('p50')} ms, "
               f"p99 {out['due_to_start_ms'].get('p99')} ms", file=sys.stderr)
