@@ -133,6 +133,8 @@ def main(argv=None) -> int:
                                              "e2e and fleet_e2e alike, so that their ratio compares one offered rate)")
     ap.add_argument("--fleet-slots", type=int, help="override the slots of each fleet_e2e worker process")
     ap.add_argument("--fleet-rest-workers", type=int, help="override the simulated idle workers of fleet_rest")
+    ap.add_argument("--fleet-rest-wait-s", type=float, help="the wait_s of fleet_rest's simulated workers (default 20, "
+                                                           "raftsched worker's default)")
     ap.add_argument("--scale-1m", action="store_true", help="also register 1,000,000 jobs in the scale scenario "
                                                            "(through PUT that takes an hour or more)")
     ap.add_argument("--state-machine-child", type=int, metavar="N", help=argparse.SUPPRESS)
@@ -175,6 +177,7 @@ def main(argv=None) -> int:
         p["fleet_slots"] = args.fleet_slots
     if args.fleet_rest_workers:
         p["fleet_rest_workers"] = args.fleet_rest_workers
+    p["fleet_rest_wait_s"] = args.fleet_rest_wait_s or 20.0
     if args.peers_ns:
         p["peers_ns"] = [int(x) for x in args.peers_ns.split(",")]
     if args.peers_kills is not None:
@@ -254,7 +257,8 @@ def main(argv=None) -> int:
                                           p["fleet_slots"], clusters)
                 elif name == "fleet_rest":
                     res[name] = fleet_rest(tmp, p["fleet_rest_workers"], p["fleet_rest_procs"], p["fleet_rest_window_s"],
-                                           p["fleet_rest_due_jobs"], p["fleet_rest_due_window_s"], clusters)
+                                           p["fleet_rest_due_jobs"], p["fleet_rest_due_window_s"], clusters,
+                                           p["fleet_rest_wait_s"])
                 elif name == "peers":
                     res[name] = peers(tmp, p, clusters, fire_log_ok, register_budget_s)
                 elif name == "durability":

@@ -178,7 +178,7 @@ def _profile_wait(spies: list) -> None:
 
 
 def fleet_rest(tmp: Path, n_workers: int, n_procs: int, window_s: float, due_jobs: int, due_window_s: float,
-               clusters: list) -> dict:
+               clusters: list, wait_s: float = 20.0) -> dict:
     # a simulator process holds at most SIM_WORKERS_PER_PROC workers (its CPU and descriptors)
     n_procs = max(n_procs, -(-n_workers // SIM_WORKERS_PER_PROC))
     c = start_cluster(tmp, "fleet-rest", clusters, ("--slots", "0"))
@@ -201,7 +201,7 @@ def fleet_rest(tmp: Path, n_workers: int, n_procs: int, window_s: float, due_job
             started += m
             procs.start(k, [sys.executable, str(REPO / "scripts" / "benchlib" / "fleet_sim.py"), "--url", urls,
                             "--token-file", str(c.token_file), "--workers", str(m), "--prefix", f"sim{k}-",
-                            "--queue", REST_QUEUE, "--out", str(outs[k])], c.tmp / f"sim-{k}.log",
+                            "--queue", REST_QUEUE, "--wait-s", str(wait_s), "--out", str(outs[k])], c.tmp / f"sim-{k}.log",
                         env={"PYTHONPATH": str(common.CODE_DIR)}, cwd=common.CODE_DIR)
         t0 = time.monotonic()
         try:
@@ -267,7 +267,7 @@ def fleet_rest(tmp: Path, n_workers: int, n_procs: int, window_s: float, due_job
         lag_by_node = {f"node-{i + 1}" + (" (leader)" if i == leader else ""):
                        summary([r[2] - r[1] for r in received if w0 <= r[1] < w1 and r[3] == i], 1) for i in range(c.n)}
         grown = [rss1[i] - rss0[i] for i in rss0 if rss0[i] is not None and rss1[i] is not None]
-        out = {"cluster": c.tmp.name, "workers": n_workers, "simulator_processes": n_procs,
+        out = {"cluster": c.tmp.name, "workers": n_workers, "wait_s": wait_s, "simulator_processes": n_procs,
                "connected_in_s": round(connect_s, 1), "waiting_at_window_end": waiting, "window_s": window_s,
                "node_cpu_pct_of_one_core_at_rest": {f"node-{i + 1}": (None if node_a[i] is None or node_b[i] is None
                                                                      else round(100 * (node_b[i] - node_a[i]) / window_s, 2))
