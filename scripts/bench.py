@@ -27,8 +27,9 @@ Scenarios (--only takes a comma-separated subset; docs/benchmarks.md says what e
             with the raft journal it replayed
   fleet_e2e  the e2e jobs through raftsched worker processes (nodes --slots 0): completed per second,
             slot -> start, CPU of nodes and workers a run, ratio to e2e's figure of the same run
-  fleet_rest 1 000 simulated long-polling workers (asyncio HTTP clients): the nodes' CPU with no work,
-            memory per connected worker, due -> receipt of runs fired ahead
+  fleet_rest 10 000 simulated long-polling workers (asyncio HTTP clients; 200 with --quick): the nodes'
+            CPU with no work (each node's), memory per connected worker, due -> receipt of runs fired
+            ahead (by node, and split at the acquire)
   durability the same lone writes, registration, sweep (one N) and e2e with fsync on and off
             (raftsched node --no-fsync), fresh clusters, alternating: what syncing before
             acknowledging costs

@@ -4,17 +4,21 @@ running, and real HTTP clients. Every wait has a deadline; long-polls are given 
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import time
 import urllib.parse
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from raftsched.clock import SystemClock
+from raftsched.clock import FakeClock, SystemClock
 from raftsched.core import commands, limits
 from raftsched.core.model import EXECUTOR_TYPES
 from raftsched.core.state import SchedulerState
+from raftsched.node import limits as node_limits
 from raftsched.node.api import make_app
+from raftsched.node.audit import AuditLog
+from raftsched.node.dispatch import Dispatcher, LeaseRequest
 from raftsched.node.fleet import Fleet
 from raftsched.node.service import Service
 from raftsched.testing.fakes import FakeRaft
@@ -27,21 +31,21 @@ SPEC = {"schedule": {"every_s": 3600}, "executor": {"type": "python", "target": 
 
 
 class Env:
-    def __init__(self) -> None:
+    def __init__(self, audit: AuditLog | None = None, clock=None) -> None:
         self.state = SchedulerState()
         self.raft = FakeRaft(self.state)
-        self.clock = SystemClock()
+        self.clock = clock or SystemClock()
         self.service = Service(self.raft, self.clock, "node-1")
         self.fleet = Fleet(self.raft, self.clock, "node-1")
-        self.app = make_app(self.service, TOKEN, fleet=self.fleet)
+        self.app = make_app(self.service, TOKEN, fleet=self.fleet, audit=audit)
 
     def ops(self, op: str) -> list[dict]:
         return [c for c in map(commands.decode, self.raft.proposed) if c["op"] == op]
 
 
-def run(coro_fn):
+def run(coro_fn, audit: AuditLog | None = None, clock=None):
     async def main():
-        env = Env()
+        env = Env(audit, clock)
         loop_task = env.loop_task = asyncio.create_task(env.fleet.run())
         try:
             async with TestClient(TestServer(env.app, host="127.0.0.1")) as client:
@@ -239,6 +243,53 @@ def test_idle_requests_of_many_groups_cost_one_read_a_look_while_nothing_changes
     run(t)
 
 
+def test_a_look_reads_as_many_waiting_requests_as_a_scan_covers_not_every_one():
+    """Thousands of idle workers in one group: a full look counts the runs its requests want
+    only as far as a scan reads (dispatch_ready_scan_max), so its cost does not grow with the
+    requests waiting (it summed all of them, and a look follows every new request)."""
+    read_n = []
+
+    class Counted(LeaseRequest):
+        @property
+        def n(self) -> int:
+            read_n.append(1)
+            return self._n
+
+        @n.setter
+        def n(self, v: int) -> None:
+            self._n = v
+
+    async def t():
+        d = Dispatcher(FakeRaft(SchedulerState()), SystemClock(), None, None)  # type: ignore[arg-type]
+        reqs = [Counted(f"w{k}", ["q"], {}, None, 1, 10_000) for k in range(2_000)]
+        d._groups[reqs[0].key] = collections.deque(reqs)
+        d._look()
+        assert 0 < len(read_n) <= node_limits.dispatch_ready_scan_max
+    asyncio.run(t())
+
+
+def test_an_idle_long_poll_leaves_no_audit_record_but_a_registration_and_a_grant_do(tmp_path):
+    """Ten thousand idle workers poll 500 times a second (wait_s 20): one audit record each
+    pushed an admin's records out of the audit log's 80 MiB within the hour, and cost the node
+    more than any other part of a poll. A poll answered with no runs that registered nothing
+    changed nothing and is not recorded; the first one (a hello) and one granted a run are."""
+    audit = AuditLog(str(tmp_path / "audit.jsonl"), "node-1")
+
+    async def t(env, c):
+        await put_job(env, "j")
+        for _ in range(3):
+            assert (await lease(c, "w1", wait_s=0))["runs"] == []
+        rid = await trigger(env, "j")
+        assert [g["id"] for g in (await lease(c, "w1", wait_s=5))["runs"]] == [rid]
+        r = await c.post(path("w1", "lease"), data=json.dumps(lease_body(max=0)), headers=AUTH)
+        assert r.status == 422
+    run(t, audit)
+    audit.close()
+    recs = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    leases = [r["status"] for r in recs if r["route"] == "/v1/workers/{id}/lease"]
+    assert leases == [200, 200, 422], recs  # the hello, the grant, the refusal; not the two idle polls
+
+
 def test_placement_sends_a_run_to_the_request_whose_labels_fit_even_if_it_came_later():
     async def t(env, c):
         await put_job(env, "gpu", dict(SPEC, placement={"labels": {"pool": "gpu"}}))
@@ -288,6 +339,52 @@ def test_a_draining_worker_hears_it_at_once_from_lease_and_heartbeat():
         r = await c.post(path("nobody", "drain"), headers=AUTH)
         assert r.status == 404
     run(t)
+
+
+def test_a_run_due_while_an_acquire_is_in_flight_gets_its_own_at_once():
+    """Runs falling due every 20 ms among idle workers: the next run's acquire is proposed while
+    the previous one's is still on its way through the log, not after it (under load a commit
+    takes tens of ms, and runs queued behind each other's commits)."""
+    async def t(env, c):
+        await put_job(env, "j")
+        gate = asyncio.Event()
+        real = env.raft.propose
+
+        async def slow(data, timeout_s=5.0):
+            if commands.decode(data)["op"] == "acquire":
+                await gate.wait()
+            return await real(data, timeout_s)
+        env.raft.propose = slow
+        polls = []
+        for k in range(2):
+            polls.append(asyncio.ensure_future(lease(c, f"w{k}", wait_s=10, max=1)))
+            await until(lambda: env.fleet.dispatcher.waiting == k + 1, what=f"request {k} waiting")  # noqa: B023 - called in this iteration
+        first = await trigger(env, "j")
+        await until(lambda: env.fleet.dispatcher.stats()["acquires"] == 1, what="the first acquire")
+        second = await trigger(env, "j")
+        await until(lambda: env.fleet.dispatcher.stats()["acquires"] == 2, 2.0, "the second acquire, while the first waits")
+        gate.set()
+        assert [[g["id"] for g in (await p)["runs"]] for p in polls] == [[first], [second]]
+    run(t)
+
+
+def test_a_followers_dispatcher_leaves_a_run_to_the_leaders_for_the_grace_then_acquires_it():
+    """One acquire a run, not one per node: a follower's dispatcher counts a run only once it has
+    been due for dispatch_follower_grace_ms (the leader's acquire usually reaches its replica
+    first); after that it acquires it, for a run only its workers wait for."""
+    clock = FakeClock()
+
+    async def t(env, c):
+        env.raft.leader = False
+        await put_job(env, "j")
+        poll = asyncio.ensure_future(lease(c, "w1", wait_s=10))
+        await until(lambda: env.fleet.dispatcher.waiting == 1, what="the request to wait")
+        rid = await trigger(env, "j")  # due now, by the (stopped) clock
+        await asyncio.sleep(0.3)  # ok-sleep: ~15 looks of the dispatcher, by real time, none of which may acquire
+        assert env.fleet.dispatcher.stats()["acquires"] == 0
+        clock.advance(node_limits.dispatch_follower_grace_ms)
+        assert [g["id"] for g in (await poll)["runs"]] == [rid]
+    run(t, clock=clock)
 
 
 def test_a_request_given_up_while_its_acquire_is_in_flight_gives_its_runs_back():

@@ -23,7 +23,7 @@ from . import auth as auth_module
 from . import limits as node_limits
 from . import dashboard, notify, openapi, reads, rotation, routes, tenancy
 from .http import (AUDIT, AUTH, BACKFILLS, FLEET, METRICS, PRINCIPAL, ROUTE_TABLE, SERVICE, TOKEN,  # noqa: F401 - re-exported
-                   TRIGGER, WORKER, bool_param, choice_param, client_key, int_param, json_body, label_params,
+                   TRIGGER, UNCHANGED, WORKER, bool_param, choice_param, client_key, int_param, json_body, label_params,
                    optional_json_body, rid, scope_key, state_param, tenants_of, time_param)
 from .routes import CONSISTENT, OPEN, STALE, Param, Route, Tenancy
 from .backfills import BackfillService
@@ -147,7 +147,7 @@ def record_audit(audit_log: AuditLog, request: web.Request, status: int | None) 
     route = routes.lookup(request.app[ROUTE_TABLE], request.method, path)
     mutation = route.mutates if route is not None else request.method not in ("GET", "HEAD", "OPTIONS")
     denied = status in (401, 403, 429)
-    if not (mutation or denied):
+    if not (mutation or denied) or (status == 200 and request.get(UNCHANGED)):
         return
     p = request.get(PRINCIPAL)
     now_ms = request.app[SERVICE].clock.now_ms()
@@ -556,11 +556,13 @@ async def worker_lease(request: web.Request) -> web.StreamResponse:
     for a client that can no longer be answered are given back at once (release)."""
     fleet = request.app[FLEET]
     wid = request.match_info["id"]
-    res = await fleet.lease(wid, await json_body(request),
-                            alive=lambda: request.transport is not None and not request.transport.is_closing(),
-                            tenants=tenants_of(request))
+    res, changed = await fleet.lease_changed(wid, await json_body(request),
+                                             alive=lambda: request.transport is not None and not request.transport.is_closing(),
+                                             tenants=tenants_of(request))
     resp = web.json_response(res)
     if not res["runs"]:
+        if not changed:  # an idle poll: no audit record (docs/security.md, "The audit log")
+            request[UNCHANGED] = True
         return resp
     try:
         if request.transport is None or request.transport.is_closing():

@@ -9,14 +9,21 @@ first out, grouped by what they can take (queues, labels, executor types: reques
 are interchangeable), and, when its replica shows ready work for a group
 (``queries.ready_count``), proposes acquires for that group's oldest requests (their free
 slots), only as many as cover the work it counted (one, for one run), in one turn of the loop,
-so they travel in one log entry and apply oldest first; it answers them, and only then looks
-again, for the next ones, if work remains. A request that waits ``wait_s`` without work is
-answered with no runs.
+so they travel in one log entry and apply oldest first. Work that falls due while they are in
+flight, beyond what they cover, gets acquires for the next requests at once: a run due every
+20 ms does not wait for the previous run's commit. A request that waits ``wait_s`` without
+work is answered with no runs. A look costs the same however many requests wait: it reads
+the ready work and the few oldest requests of each group, never every request.
 
 The acquire is a replicated command like any other (core/leases.py): a run is granted once,
-through the log, to one worker, whichever node's dispatcher proposed the acquire. Dispatchers
-of different nodes may propose at the same moment for the same run; one gets it, the others'
-acquires grant nothing, and their group waits ``dispatch_empty_backoff_s`` before it tries again.
+through the log, to one worker, whichever node's dispatcher proposed the acquire. The leader's
+dispatcher acquires a run as it falls due, a follower's once it has been due for
+``dispatch_follower_grace_ms`` (a follower's acquire also travels to the leader first): by
+then the leader's acquire has usually reached the follower's replica, so a run costs one
+acquire, not one per node, wherever the leader has a request waiting for it, and a run only
+followers have requests for waits that much longer. Dispatchers of different nodes may still
+propose for the same run; one gets it, the others' acquires grant nothing, and their group
+waits ``dispatch_empty_backoff_s`` before it tries again.
 
 A request whose acquire grants runs after it was given up (its client went away, or its wait
 ran out while the acquire was in flight) has its runs given back at once (``release``: queued
@@ -99,8 +106,11 @@ class Dispatcher:
         self._propose = propose
         self._release = release
         self._groups: dict[tuple, collections.deque[LeaseRequest]] = {}
-        #: group -> acquires in flight for it (a group is looked at again once they all ended)
+        #: group -> acquires in flight for it, and the runs they may take: a run that falls due
+        #: while they are in flight gets an acquire of its own at once (they do not wait for
+        #: each other's commits), ready work they cover does not
         self._busy: dict[tuple, int] = {}
+        self._cover: dict[tuple, int] = {}
         #: group -> no acquire before this monotonic time (after one that granted nothing)
         self._backoff: dict[tuple, float] = {}
         #: group -> monotonic time of its last acquire
@@ -212,6 +222,12 @@ class Dispatcher:
         self._seen_applied = applied
         self._full_at = mono
         self._next_due_ms = float("inf")
+        # The leader's dispatcher acquires a run as it falls due; a follower's only once it has
+        # been due for dispatch_follower_grace_ms, by when the leader's acquire has usually
+        # reached its replica: one acquire a run, not one per node, when the leader has workers
+        # waiting for it (each empty acquire is a log entry, and a backoff of its group).
+        grace = 0 if self.raft.is_leader() else node_limits.dispatch_follower_grace_ms
+        ready_ms = now_ms - grace
         for key in list(self._groups):
             q = self._groups[key]
             while q and q[0].gone():
@@ -221,7 +237,8 @@ class Dispatcher:
                 self._backoff.pop(key, None)
                 self._last_try.pop(key, None)
                 continue
-            if key in self._busy:
+            in_flight = self._busy.get(key, 0)
+            if in_flight >= node_limits.dispatch_batch_max:
                 continue
             after = self._backoff.get(key, 0.0)
             if after > mono:
@@ -230,28 +247,40 @@ class Dispatcher:
                 continue
             head = q[0]
             types = None if head.types is None else frozenset(head.types)
-            want = min(sum(r.n for r in q), node_limits.dispatch_ready_scan_max)
-            count = self.raft.read(queries.ready_count, head.queues, head.labels, types, now_ms,
+            # The runs its requests want, counted only as far as a scan reads: a look costs the
+            # same with ten thousand idle requests waiting as with ten.
+            want = 0
+            for r in q:
+                want += r.n
+                if want >= node_limits.dispatch_ready_scan_max:
+                    want = node_limits.dispatch_ready_scan_max
+                    break
+            count = self.raft.read(queries.ready_count, head.queues, head.labels, types, ready_ms,
                                    node_limits.dispatch_ready_scan_max, want, head.dedicated,
                                    None if head.tenants is None else frozenset(head.tenants))
             if not count and mono - self._last_try.setdefault(key, mono) >= node_limits.dispatch_retry_s:
                 # Ready work beyond the scan, maybe: acquire looks further, now and then.
-                count = int(self.raft.read(queries.has_ready_work, head.queues, now_ms))
+                count = int(self.raft.read(queries.has_ready_work, head.queues, ready_ms))
+            if in_flight:  # what the acquires in flight will take is not there for more
+                count = max(0, count - self._cover.get(key, 0))
             if not count:
                 nxt = self.raft.read(queries.next_due_ms, head.queues)
-                if nxt is not None and nxt > now_ms:
-                    timeout = min(timeout, (nxt - now_ms) / 1000)
-                    self._next_due_ms = min(self._next_due_ms, nxt)
+                if nxt is not None and nxt + grace > now_ms:
+                    timeout = min(timeout, (nxt + grace - now_ms) / 1000)
+                    self._next_due_ms = min(self._next_due_ms, nxt + grace)
                 continue
             picked, covered = [], 0
             for r in q:
-                if r.gone():
+                if r.gone() or r.in_flight:
                     continue
                 picked.append(r)
                 covered += r.n
-                if covered >= count or len(picked) >= node_limits.dispatch_batch_max:
+                if covered >= count or in_flight + len(picked) >= node_limits.dispatch_batch_max:
                     break
-            self._busy[key] = len(picked)
+            if not picked:
+                continue
+            self._busy[key] = in_flight + len(picked)
+            self._cover[key] = self._cover.get(key, 0) + covered
             self._last_try[key] = mono
             for r in picked:
                 r.in_flight = True
@@ -295,8 +324,10 @@ class Dispatcher:
             left = self._busy.get(key, 1) - 1
             if left > 0:
                 self._busy[key] = left
+                self._cover[key] = max(0, self._cover.get(key, 0) - req.n)
             else:
                 self._busy.pop(key, None)
+                self._cover.pop(key, None)
             self._dirty = True
             self._wake.set()
 

@@ -207,22 +207,29 @@ class Fleet:
         :param alive: whether the client still waits (its connection is open): a request whose
             worker went away is passed over.
         :param tenants: the tenants the request's token is limited to (None: every tenant)."""
+        return (await self.lease_changed(wid, body, alive, tenants))[0]
+
+    async def lease_changed(self, wid: str, body, alive=None, tenants=None) -> tuple[dict, bool]:
+        """``lease``, and whether it proposed a hello (registered the worker or changed its
+        facts). An answer with no runs and no hello changed nothing: an idle poll, which the
+        audit log does not record (node/api.py)."""
         wid = _worker_id(wid)
         facts, n, wait_s, ttl_ms = parse_lease(body)
         facts["tenants"] = None if tenants is None else sorted(tenants)
         self._seen.add(wid)
         rec = self.raft.read(queries.worker_record, wid)
-        if rec is None or any(rec[k] != v for k, v in facts.items()):
+        hello = rec is None or any(rec[k] != v for k, v in facts.items())
+        if hello:
             await self._hello(wid, facts)
             rec = self.raft.read(queries.worker_record, wid)
         if rec is not None and rec["state"] == "draining":
-            return self._timed({"runs": [], "draining": True})
+            return self._timed({"runs": [], "draining": True}), hello
         types = None if set(facts["executors"]) == set(EXECUTOR_TYPES) else facts["executors"]
         req = LeaseRequest(wid, facts["queues"], facts["labels"], types, n, ttl_ms, alive, facts["dedicated"],
                            facts["tenants"])
         await self.dispatcher.lease(req, wait_s)
         # Unsealed here, where the run is handed out, and nowhere else (docs/security.md).
-        return self._timed({"runs": [self.unseal(g) for g in req.grants], "draining": req.draining})
+        return self._timed({"runs": [self.unseal(g) for g in req.grants], "draining": req.draining}), hello
 
     def _timed(self, answer: dict) -> dict:
         """``answer`` with ``cluster_ms``, cluster time as this node knows it when it answers

@@ -34,6 +34,9 @@ ROUTE_TABLE = web.AppKey("route_table")
 #: claimed (for the audit log; only when it has the shape of an id).
 PRINCIPAL = web.RequestKey("principal")
 CLAIMED = web.RequestKey("claimed_token", str)
+#: Set by a handler whose request changed nothing (a lease long-poll answered with no runs and no
+#: registration): not an audit record, however its route is classed (node/api.py record_audit).
+UNCHANGED = web.RequestKey("unchanged", bool)
 
 
 def tenants_of(request: web.Request) -> frozenset | None:

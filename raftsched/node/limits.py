@@ -115,6 +115,10 @@ lease_waiters_max = 20_000
 #: as it falls due), and at once when a request arrives or an acquire ends. Bounds the time from
 #: a run queued due now (a manual trigger, a retry) to its acquire being proposed.
 dispatch_poll_s = 0.02
+#: A follower's dispatcher acquires a run only once it has been due this long (ms); the
+#: leader's, as it falls due. The leader's acquire then usually reaches the followers' replicas
+#: first, and a run costs one acquire where it cost one per node (node/dispatch.py).
+dispatch_follower_grace_ms = 25
 #: After an acquire for a group of waiting requests granted nothing (another node's worker took
 #: the runs, or a tenant is over its rate), the group's next acquire waits this long.
 dispatch_empty_backoff_s = 0.1
@@ -127,10 +131,10 @@ dispatch_retry_s = 1.0
 #: ended), the dispatcher skips its look at the groups, but looks at least this often (a
 #: tenant's bucket refills with time alone).
 dispatch_full_look_s = 1.0
-#: Acquires the dispatcher proposes at once for one group (its oldest requests, as many as cover
-#: the ready work it counted), in one turn of the loop: they travel in one log entry, in order,
-#: so the oldest request is served first, and a burst of runs falling due together (a fired
-#: ahead second) goes out to that many waiting workers in one round trip.
+#: Acquires the dispatcher keeps in flight at once for one group (its oldest requests, as many
+#: as cover the ready work it counted), proposed in one turn of the loop: they travel in one log
+#: entry, in order, so the oldest request is served first, and a burst of runs falling due
+#: together (a fired ahead second) goes out to that many waiting workers in one round trip.
 dispatch_batch_max = 32
 
 assert workers_seen_interval_s * 3 * 1000 < core.worker_gone_ms

@@ -7,13 +7,14 @@ process, each a real HTTP client of the worker protocol (docs/api.md), on one as
 Worker k (id PREFIX + k) keeps one lease request waiting at a node (``wait_s`` 20, one run at a
 time), spread over the nodes by k; a run it is granted is "started" at once (its receipt time is
 recorded: the time from the run becoming due to a worker starting it) and completed. Until
-SIGTERM; then it writes ``{"workers", "received": [[run, slot_ms, receipt_ms]...], "leases",
-"errors", "rss_kib"}`` to --out and exits 0. Standard library plus aiohttp (the project's)."""
+SIGTERM; then it writes ``{"workers", "received": [[run, slot_ms, receipt_ms, node, acquired_ms]...], "leases",
+"errors", "error_kinds", "rss_kib"}`` to --out and exits 0. Standard library plus aiohttp (the project's)."""
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import resource
 import signal
 import time
 import urllib.parse
@@ -31,8 +32,30 @@ def rss_kib() -> int | None:
     return None
 
 
+def raise_nofile(need: int) -> None:
+    """A descriptor for each worker's connection and some to spare: the soft limit up to the hard
+    one, and the hard one too when that is short (the benchmark runs as root)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft >= need:
+        return
+    if hard != resource.RLIM_INFINITY and hard < need:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (need, need))
+            return
+        except (ValueError, OSError):
+            pass
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def _kind(out: dict, kind: str) -> None:
+    """Count an error by its kind (an HTTP status, an exception's class)."""
+    out["error_kinds"][kind] = out["error_kinds"].get(kind, 0) + 1
+
+
 async def worker(k: int, args, session: aiohttp.ClientSession, urls: list[str], out: dict, stop: asyncio.Event) -> None:
     wid = f"{args.prefix}{k}"
+    # Connections ramp up (--connect-per-s), so that thousands of SYNs do not overflow a backlog.
+    await asyncio.sleep(k / args.connect_per_s)
     base = urls[k % len(urls)] + "/v1/workers/" + urllib.parse.quote(wid, safe="")
     body = {"slots": 1, "executors": ["python"], "queues": [args.queue], "labels": {}, "version": "sim",
             "instance": f"{args.prefix}{k}", "max": 1, "wait_s": args.wait_s, "ttl_ms": 10_000}
@@ -44,6 +67,7 @@ async def worker(k: int, args, session: aiohttp.ClientSession, urls: list[str], 
                 recv = time.time_ns() / 1e6
                 if r.status != 200:
                     out["errors"] += 1
+                    _kind(out, str(r.status))
                     await asyncio.sleep(1.0)
                     continue
             out["leases"] += 1
@@ -51,14 +75,18 @@ async def worker(k: int, args, session: aiohttp.ClientSession, urls: list[str], 
             if not runs:
                 continue
             for g in runs:
-                out["received"].append([g["id"], g["slot"], round(recv, 1)])
+                # the acquire's time (its command's now, by the proposing node's clock): the lease's
+                # deadline less its ttl
+                out["received"].append([g["id"], g["slot"], round(recv, 1), k % len(urls), g["deadline"] - body["ttl_ms"]])
             results = [{"run": g["id"], "token": g["token"], "success": True} for g in runs]
             async with session.post(base + "/complete", json={"results": results}, timeout=timeout) as r:
                 await r.read()
                 if r.status != 200:
                     out["errors"] += 1
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
+                    _kind(out, f"complete {r.status}")
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as e:
             out["errors"] += 1
+            _kind(out, type(e).__name__)
             await asyncio.sleep(1.0)
 
 
@@ -70,15 +98,17 @@ async def main() -> None:
     ap.add_argument("--prefix", required=True)
     ap.add_argument("--queue", default="rest")
     ap.add_argument("--wait-s", type=float, default=20.0)
+    ap.add_argument("--connect-per-s", type=float, default=2000.0)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
+    raise_nofile(args.workers + 256)
     urls = [u.rstrip("/") for u in args.url.split(",") if u.strip()]
     token = open(args.token_file).read().strip()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
-    out = {"workers": args.workers, "received": [], "leases": 0, "errors": 0}
+    out = {"workers": args.workers, "received": [], "leases": 0, "errors": 0, "error_kinds": {}}
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, headers={"Authorization": f"Bearer {token}"}) as session:
         tasks = [asyncio.create_task(worker(k, args, session, urls, out, stop)) for k in range(args.workers)]

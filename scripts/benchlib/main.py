@@ -67,7 +67,7 @@ PROFILES = {
              "e2e_slots": 32, "raw_raft_s": 10, "raw_raft_warmup_s": 2, "raw_raft_in_flight": 1000, "scale_ns": [100000], "scale_ns_put": None,
              "state_ns": [100000], "shared_cluster": False,
              "fleet_e2e_jobs": 5000, "fleet_workers": 4, "fleet_slots": 32, "fleet_window_s": 10, "fleet_warmup_s": 3,
-             "fleet_rest_workers": 1000, "fleet_rest_procs": 4, "fleet_rest_window_s": 10, "fleet_rest_due_jobs": 50,
+             "fleet_rest_workers": 10000, "fleet_rest_procs": 4, "fleet_rest_window_s": 20, "fleet_rest_due_jobs": 50,
              "fleet_rest_due_window_s": 10,
              "durability_rounds": 2, "durability_writes": 500, "durability_register": 3000, "durability_sweep_n": 10000,
              "durability_e2e_jobs": 2000,
@@ -142,6 +142,9 @@ def main(argv=None) -> int:
     ap.add_argument("--fleet-slots", type=int, help="override the slots of each fleet_e2e worker process")
     ap.add_argument("--pipeline-rate", type=int, help="override the pipeline scenario's offered runs a second (R "
                                                        "independent jobs, then R/2 chains)")
+    ap.add_argument("--fleet-rest-workers", type=int, help="override the simulated idle workers of fleet_rest")
+    ap.add_argument("--fleet-rest-wait-s", type=float, help="the wait_s of fleet_rest's simulated workers (default 20, "
+                                                           "raftsched worker's default)")
     ap.add_argument("--scale-1m", action="store_true", help="also register 1,000,000 jobs in the scale scenario, and "
                                                            "make the storm 1,000,000 jobs (through PUT that takes an hour or more)")
     ap.add_argument("--state-machine-child", type=int, metavar="N", help=argparse.SUPPRESS)
@@ -186,6 +189,9 @@ def main(argv=None) -> int:
         p["fleet_slots"] = args.fleet_slots
     if args.pipeline_rate:
         p["pipeline_rate"] = args.pipeline_rate
+    if args.fleet_rest_workers:
+        p["fleet_rest_workers"] = args.fleet_rest_workers
+    p["fleet_rest_wait_s"] = args.fleet_rest_wait_s or 20.0
     if args.peers_ns:
         p["peers_ns"] = [int(x) for x in args.peers_ns.split(",")]
     if args.peers_kills is not None:
@@ -265,7 +271,8 @@ def main(argv=None) -> int:
                                           p["fleet_slots"], clusters)
                 elif name == "fleet_rest":
                     res[name] = fleet_rest(tmp, p["fleet_rest_workers"], p["fleet_rest_procs"], p["fleet_rest_window_s"],
-                                           p["fleet_rest_due_jobs"], p["fleet_rest_due_window_s"], clusters)
+                                           p["fleet_rest_due_jobs"], p["fleet_rest_due_window_s"], clusters,
+                                           p["fleet_rest_wait_s"])
                 elif name == "peers":
                     res[name] = peers(tmp, p, clusters, fire_log_ok, register_budget_s)
                 elif name == "durability":

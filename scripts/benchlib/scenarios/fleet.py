@@ -14,7 +14,9 @@ run becoming due to a simulated worker receiving it, p50 / p99."""
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
 import sys
 import time
 from datetime import datetime, timezone
@@ -31,6 +33,10 @@ from ..register import register_checked
 from .e2e import E2E_QUEUE, _e2e_latency
 
 REST_QUEUE = "rest"
+SIM_WORKERS_PER_PROC = 2500
+#: a scrape of /metrics holds a series per worker: at 10 000 workers on a loaded machine it has
+#: taken more than the harness's default 10 s
+METRICS_TIMEOUT_S = 60.0
 #: golden-ratio phases: any prefix of the jobs is spread evenly over the second (as the sweep does)
 _PHI = 0.6180339887498949
 
@@ -118,11 +124,29 @@ def fleet_e2e(tmp: Path, n: int, window_s: float, warmup_s: float, workers: int,
         procs.stop_all()
 
 
+def _dispatch_counts(c) -> dict:
+    """Each node's dispatcher counters, from its /metrics: acquires proposed, and how many of
+    them granted nothing (another node's acquire took the run first)."""
+    out = {}
+    for i in range(c.n):
+        s, m = c.get(i, "/metrics", timeout=METRICS_TIMEOUT_S)
+        if s != 200:
+            continue
+        d = {}
+        for line in m.splitlines():
+            for name, key in (("raftsched_dispatch_acquires_total ", "acquires"),
+                              ("raftsched_dispatch_acquires_empty_total ", "empty")):
+                if line.startswith(name):
+                    d[key] = int(float(line.split()[1]))
+        out[f"node-{i + 1}"] = d
+    return out
+
+
 def _waiting(c) -> int | None:
     """Lease requests waiting at the three nodes together, from their /metrics."""
     total = 0
     for i in range(c.n):
-        s, m = c.get(i, "/metrics")
+        s, m = c.get(i, "/metrics", timeout=METRICS_TIMEOUT_S)
         if s != 200:
             return None
         for line in m.splitlines():
@@ -131,8 +155,35 @@ def _waiting(c) -> int | None:
     return total
 
 
+def _profile_start(pids: dict, seconds: float, tag: str) -> list:
+    """With RAFTSCHED_BENCH_PYSPY=DIR (py-spy installed in the venv), a py-spy record of each
+    node for ``seconds``, written to DIR/TAG-node-N.txt (raw, for a flame graph or a sort)."""
+    d = os.environ.get("RAFTSCHED_BENCH_PYSPY")
+    spy = Path(sys.executable).parent / "py-spy"
+    if not d or not spy.exists():
+        return []
+    Path(d).mkdir(parents=True, exist_ok=True)
+    return [subprocess.Popen([str(spy), "record", "--rate", "200", "--nonblocking", "--format", "raw", "--duration",
+                              str(max(1, int(seconds))), "--pid", str(pid), "-o", str(Path(d) / f"{tag}-node-{i + 1}.txt")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i, pid in pids.items()]
+
+
+def _profile_wait(spies: list) -> None:
+    for sp in spies:
+        try:
+            sp.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            sp.kill()
+            sp.wait()
+
+
 def fleet_rest(tmp: Path, n_workers: int, n_procs: int, window_s: float, due_jobs: int, due_window_s: float,
-               clusters: list) -> dict:
+               clusters: list, wait_s: float = 20.0) -> dict:
+    # a simulator process holds at most SIM_WORKERS_PER_PROC workers (its CPU and descriptors)
+    n_procs = max(n_procs, -(-n_workers // SIM_WORKERS_PER_PROC))
+    # the window at rest holds at least one wait_s, so that every worker polls in it once or more
+    # (the quick run keeps its 1 s window: it checks the harness, not the figure)
+    rest_window_s = max(window_s, wait_s) if window_s >= 10 else window_s
     c = start_cluster(tmp, "fleet-rest", clusters, ("--slots", "0"))
     procs = Procs(new_session=True)
     outs = {k: c.tmp / f"sim-{k}.json" for k in range(n_procs)}
@@ -153,20 +204,32 @@ def fleet_rest(tmp: Path, n_workers: int, n_procs: int, window_s: float, due_job
             started += m
             procs.start(k, [sys.executable, str(REPO / "scripts" / "benchlib" / "fleet_sim.py"), "--url", urls,
                             "--token-file", str(c.token_file), "--workers", str(m), "--prefix", f"sim{k}-",
-                            "--queue", REST_QUEUE, "--out", str(outs[k])], c.tmp / f"sim-{k}.log",
+                            "--queue", REST_QUEUE, "--wait-s", str(wait_s), "--out", str(outs[k])], c.tmp / f"sim-{k}.log",
                         env={"PYTHONPATH": str(common.CODE_DIR)}, cwd=common.CODE_DIR)
         t0 = time.monotonic()
         try:
-            wait_for(lambda: (_waiting(c) or 0) >= n_workers, 120, f"{n_workers} lease requests waiting")
+            # every 2 s past 1 000 workers: a scrape of /metrics is not free at 10 000 (it is measured
+            # below); the quick run's 200 connect in well under a second
+            wait_for(lambda: (_waiting(c) or 0) >= n_workers, 180, f"{n_workers} lease requests waiting",
+                     interval_s=0.05 if n_workers <= 1000 else 2.0)
         except AssertionError as e:
             raise BenchError(f"fleet_rest: {e}; waiting {_waiting(c)}\n" + "\n".join(procs.log_tail(k, 10) for k in procs.procs)) from None
         connect_s = time.monotonic() - t0
         # ok-sleep: a workers_seen interval passes after the last hello (its cost is part of "at rest")
         time.sleep(node_limits.workers_seen_interval_s + 1)
         rss1 = {i: rss_kib(p).get("VmRSS") for i, p in pids.items()}
+        spies = _profile_start(pids, rest_window_s, "rest")
         cpu_a = cluster_cpu_s(c)
-        time.sleep(window_s)  # ok-sleep: measurement window (at rest, every worker waiting)
+        node_a = {i: tree_cpu_s(p) for i, p in pids.items()}
+        time.sleep(rest_window_s)  # ok-sleep: measurement window (at rest, every worker waiting)
         rest_cpu = None if cpu_a is None else (cluster_cpu_s(c) - cpu_a)
+        node_b = {i: tree_cpu_s(p) for i, p in pids.items()}
+        _profile_wait(spies)
+        # One scrape of /metrics (one series per worker for four of its families): its cost.
+        scrape_cpu0, scrape_t0 = tree_cpu_s(pids[0]), time.monotonic()
+        st, _ = c.get(0, "/metrics", timeout=METRICS_TIMEOUT_S)
+        scrape = {"status": st, "seconds": round(time.monotonic() - scrape_t0, 3),
+                  "node_cpu_s": None if scrape_cpu0 is None else round((tree_cpu_s(pids[0]) or 0) - scrape_cpu0, 3)}
         waiting = _waiting(c)
         # Due runs: J jobs every 1 s, staggered over the second (start_at), fired ahead.
         base_s = int(time.time()) - 60
@@ -179,15 +242,20 @@ def fleet_rest(tmp: Path, n_workers: int, n_procs: int, window_s: float, due_job
                                       "queue": REST_QUEUE}))
         register_checked(c, leader, jobs, f"fleet_rest due jobs J={due_jobs}")
         time.sleep(2.0)  # ok-sleep: warm-up (the first slots after the registration)
+        acq0 = _dispatch_counts(c)
         w0 = wall_ms()
         cpu_d = cluster_cpu_s(c)
+        due_a = {i: tree_cpu_s(p) for i, p in pids.items()}
         time.sleep(due_window_s)  # ok-sleep: measurement window (due runs)
         w1 = wall_ms()
         due_cpu = None if cpu_d is None else (cluster_cpu_s(c) - cpu_d)
+        due_b = {i: tree_cpu_s(p) for i, p in pids.items()}
+        acq1 = _dispatch_counts(c)
+        acquires = {n: {k: v - acq0.get(n, {}).get(k, 0) for k, v in d.items()} for n, d in acq1.items()}
         check_alive(c, range(c.n))
         for k in procs.procs:
             procs.signal(k, signal.SIGTERM)
-        received, errors, sim_rss, leases = [], 0, [], 0
+        received, errors, sim_rss, leases, error_kinds = [], 0, [], 0, {}
         for k, path in outs.items():
             try:
                 r = json.loads(path.read_text())
@@ -195,23 +263,40 @@ def fleet_rest(tmp: Path, n_workers: int, n_procs: int, window_s: float, due_job
                 raise BenchError(f"fleet_rest: simulator {k} wrote no results ({e}):\n{procs.log_tail(k, 20)}") from None
             received += r["received"]
             errors += r["errors"]
+            for kind, n in r.get("error_kinds", {}).items():
+                error_kinds[kind] = error_kinds.get(kind, 0) + n
             leases += r["leases"]
             sim_rss.append(r.get("rss_kib"))
-        lag = [recv - slot for _, slot, recv in received if w0 <= slot < w1]
+        lag = [r[2] - r[1] for r in received if w0 <= r[1] < w1]
+        # by the node the worker waited at (k % 3, node-1 first): a follower forwards its acquire
+        lag_by_node = {f"node-{i + 1}" + (" (leader)" if i == leader else ""):
+                       summary([r[2] - r[1] for r in received if w0 <= r[1] < w1 and r[3] == i], 1) for i in range(c.n)}
         grown = [rss1[i] - rss0[i] for i in rss0 if rss0[i] is not None and rss1[i] is not None]
-        out = {"cluster": c.tmp.name, "workers": n_workers, "simulator_processes": n_procs,
-               "connected_in_s": round(connect_s, 1), "waiting_at_window_end": waiting, "window_s": window_s,
+        out = {"cluster": c.tmp.name, "workers": n_workers, "wait_s": wait_s, "simulator_processes": n_procs,
+               "connected_in_s": round(connect_s, 1), "waiting_at_window_end": waiting, "window_s": rest_window_s,
+               "node_cpu_pct_of_one_core_at_rest": {f"node-{i + 1}": (None if node_a[i] is None or node_b[i] is None
+                                                                     else round(100 * (node_b[i] - node_a[i]) / rest_window_s, 2))
+                                                     for i in pids},
+               "node_cpu_pct_of_one_core_due_runs": {f"node-{i + 1}": (None if due_a[i] is None or due_b[i] is None
+                                                                       else round(100 * (due_b[i] - due_a[i]) / due_window_s, 2))
+                                                       for i in pids},
                "nodes_cpu_pct_of_one_core": {
                    "no_workers": None if idle_cpu is None else round(100 * idle_cpu / window_s, 2),
-                   "at_rest": None if rest_cpu is None else round(100 * rest_cpu / window_s, 2),
+                   "at_rest": None if rest_cpu is None else round(100 * rest_cpu / rest_window_s, 2),
                    "due_runs": None if due_cpu is None else round(100 * due_cpu / due_window_s, 2)},
                "nodes_rss_kib_before_after": [rss0, rss1],
                "node_kib_per_worker": round(sum(grown) / n_workers, 1) if grown else None,
+               "metrics_scrape": scrape,
                "simulator_kib_per_worker": (round(sum(x for x in sim_rss if x) / n_workers, 1)
                                             if all(sim_rss) else None),
                "due_jobs": due_jobs, "due_window_s": due_window_s, "due_runs_received": len(lag),
                "due_runs_expected": int(due_jobs * due_window_s), "due_to_start_ms": summary(lag, 1),
-               "simulator_errors": errors, "lease_answers": leases}
+               "due_to_start_ms_by_node": lag_by_node,
+               # where it goes: the slot until a node proposed the acquire that granted the run
+               # (its dispatcher's wake-up), then that acquire's commit and the HTTP answer
+               "due_to_acquire_ms": summary([r[4] - r[1] for r in received if w0 <= r[1] < w1], 1),
+               "acquire_to_receipt_ms": summary([r[2] - r[4] for r in received if w0 <= r[1] < w1], 1), "due_window_acquires": acquires,
+               "simulator_errors": errors, "simulator_error_kinds": error_kinds, "lease_answers": leases}
         print(f"[bench] fleet_rest {n_workers} workers: nodes' CPU at rest {out['nodes_cpu_pct_of_one_core']} % of one core, "
               f"{out['node_kib_per_worker']} KiB a worker; due -> start p50 {out['due_to_start_ms'].get('p50')} ms, "
               f"p99 {out['due_to_start_ms'].get('p99')} ms", file=sys.stderr)
