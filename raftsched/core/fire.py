@@ -155,8 +155,16 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
                     if excess > 0:
                         # trim, unless it would return at once: the oldest entry is still
                         # active and this is not a scan turn (a backlog, or a sweep's queued runs).
-                        head = all_runs[hist[0]]["state"]
-                        if head in TRIMMABLE or not excess % TRIM_SCAN_SLACK:
+                        # One past the bound behind a finished oldest entry (a full history of
+                        # runs that ran): trim drops that entry and returns, done here.
+                        head = hist[0]
+                        if all_runs[head]["state"] in TRIMMABLE:
+                            if excess == 1:
+                                del all_runs[head]
+                                del hist[0]
+                            else:
+                                trim(s, hist, bound)
+                        elif not excess % TRIM_SCAN_SLACK:
                             trim(s, hist, bound)
                     heappush(h, (slot, rid))
                     depth += 1
