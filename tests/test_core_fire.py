@@ -12,9 +12,13 @@ tests/test_state_fast_paths.py the random comparison of the two paths.
 """
 from __future__ import annotations
 
+import random
+import types
+
 import pytest
 
 from raftsched.core import commands, fire, limits, policy
+from raftsched.core.model import TERMINAL_STATES
 from raftsched.core.records import LAG_LAST, RECORDED, RUNS
 
 from core_helpers import (SEC, T0, apply, counters, new_state, next_due_ms, pop_due, put_cmd, refused,
@@ -357,6 +361,46 @@ def test_behind_an_active_oldest_entry_the_history_is_scanned_every_trim_scan_sl
     # entries past the bound are a multiple of TRIM_SCAN_SLACK again.
     assert max(sizes) == 1 + fire.TRIM_SCAN_SLACK - 1
     assert sizes == [2 + i % (fire.TRIM_SCAN_SLACK - 1) for i in range(len(sizes))]
+
+
+def _trim_reference(runs: dict, hist: list, bound: int, full: bool) -> None:
+    """fire.trim as it was written before it looked before rebuilding (the rule it keeps)."""
+    excess = len(hist) - bound
+    while excess > 0:
+        st = runs[hist[0]]["state"]
+        if st not in TERMINAL_STATES or st == "dead":
+            break
+        del runs[hist[0]]
+        del hist[0]
+        excess -= 1
+    if excess <= 0 or (excess % fire.TRIM_SCAN_SLACK and not full):
+        return
+    keep = []
+    for rid in hist:
+        st = runs[rid]["state"]
+        if excess > 0 and st in TERMINAL_STATES and st != "dead":
+            del runs[rid]
+            excess -= 1
+        else:
+            keep.append(rid)
+    hist[:] = keep
+
+
+def test_trim_drops_the_entries_the_rule_drops():
+    """Random histories of every state, bounds and scan turns: trim drops exactly the entries
+    (and keeps the order) the reference loop does, including when the scan finds nothing."""
+    rng = random.Random(27)
+    states = ["queued", "running", "dead", "succeeded", "failed", "skipped", "coalesced"]
+    for _ in range(3000):
+        n = rng.randrange(0, 3 * fire.TRIM_SCAN_SLACK)
+        hist = [f"a@{i}" for i in range(n)]
+        runs = {rid: {"state": rng.choice(states[:rng.randrange(1, len(states) + 1)])} for rid in hist}
+        bound, full = rng.randrange(0, n + 2), rng.random() < 0.2
+        want_runs, want_hist = {k: dict(v) for k, v in runs.items()}, list(hist)
+        _trim_reference(want_runs, want_hist, bound, full)
+        s = types.SimpleNamespace(runs=runs)
+        fire.trim(s, hist, bound, full)
+        assert hist == want_hist and list(runs) == list(want_runs)
 
 
 # ----------------------------------------------------------------------------- the fast path

@@ -23,7 +23,7 @@ from .model import TERMINAL_STATES
 from .notify import on_slot_recorded
 from .policy import fires_ahead
 from .queues import compact_queued, drop_oldest_queued, enqueue, unqueue_count
-from .records import RECORDED, RUN_TEMPLATE, Record, Result, count_fire, is_int, ok
+from .records import LAG_LAST, LAG_MAX, LAG_SUM, RECORDED, RUN_TEMPLATE, RUNS, Record, Result, count_fire, is_int, ok
 
 if TYPE_CHECKING:
     from .commands import Command
@@ -37,6 +37,8 @@ FIRE_ENTRY_RUNS_MAX = 2 * limits.max_catchup_max + 1
 #: reads them under in its hot paths.
 TRIM_SCAN_SLACK = limits.history_trim_scan_slack
 RECORDS_PER_ENTRY_MAX = limits.fire_entry_records_max
+#: The states trim may drop: finished, but not dead (dead runs are the dead-letter queue).
+TRIMMABLE = TERMINAL_STATES - {"dead"}
 
 
 def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
@@ -127,6 +129,7 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
                 if h is None:
                     h = prios[prio] = []
                 by_slot = s._by_slot.get(qname)
+                lag_sum = 0
                 for slot in runs:
                     if depth >= max_depth:
                         depths[qname] = depth
@@ -143,7 +146,8 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
                     run["tenant"] = tenant
                     run["fired_at"] = now
                     run["due"] = slot
-                    count_fire(stats, now - slot if now > slot else 0)
+                    if now > slot:
+                        lag_sum += now - slot
                     assert rid not in all_runs, f"I2: run id {rid} already exists"
                     all_runs[rid] = run
                     hist.append(rid)
@@ -151,14 +155,31 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
                     if excess > 0:
                         # trim, unless it would return at once: the oldest entry is still
                         # active and this is not a scan turn (a backlog, or a sweep's queued runs).
-                        head = all_runs[hist[0]]["state"]
-                        if (head in TERMINAL_STATES and head != "dead") or not excess % TRIM_SCAN_SLACK:
+                        # One past the bound behind a finished oldest entry (a full history of
+                        # runs that ran): trim drops that entry and returns, done here.
+                        head = hist[0]
+                        if all_runs[head]["state"] in TRIMMABLE:
+                            if excess == 1:
+                                del all_runs[head]
+                                del hist[0]
+                            else:
+                                trim(s, hist, bound)
+                        elif not excess % TRIM_SCAN_SLACK:
                             trim(s, hist, bound)
                     heappush(h, (slot, rid))
                     depth += 1
                     if by_slot is not None:
                         heappush(by_slot, (slot, rid))
                 depths[qname] = depth
+                # count_fire of each slot, at once: slots ascend, so the first has the largest lag
+                # and the last the smallest (the one kept as the last lag).
+                stats[RUNS] += len(runs)
+                lag = now - runs[-1]
+                stats[LAG_LAST] = lag if lag > 0 else 0
+                lag = now - runs[0]
+                if lag > stats[LAG_MAX]:
+                    stats[LAG_MAX] = lag
+                stats[LAG_SUM] += lag_sum
                 if len(h) > 2 * depth + limits.queue_index_stale_slack:
                     compact_queued(s, qname, prio, h)
                 if by_slot is not None and len(by_slot) > 2 * depth + limits.queue_index_stale_slack:
@@ -414,20 +435,21 @@ def trim(s: SchedulerState, hist: list[str], bound: int, full: bool = False) -> 
     excess = len(hist) - bound
     runs = s.runs
     while excess > 0:
-        st = runs[hist[0]]["state"]
-        if st not in TERMINAL_STATES or st == "dead":
+        if runs[hist[0]]["state"] not in TRIMMABLE:
             break
         del runs[hist[0]]
         del hist[0]
         excess -= 1
     if excess <= 0 or (excess % TRIM_SCAN_SLACK and not full):
         return
-    keep = []
-    for rid in hist:
-        st = runs[rid]["state"]
-        if excess > 0 and st in TERMINAL_STATES and st != "dead":
-            del runs[rid]
-            excess -= 1
-        else:
-            keep.append(rid)
-    hist[:] = keep
+    # The scan: the oldest ``excess`` finished entries go, wherever they are. Behind a backlog
+    # it usually finds none (a sweep's runs all queued), so it looks first and rebuilds the
+    # list only when something goes: the same entries go as a loop that rebuilt it each time.
+    drop = [i for i, rid in enumerate(hist) if runs[rid]["state"] in TRIMMABLE]
+    if not drop:
+        return
+    del drop[excess:]
+    for i in drop:
+        del runs[hist[i]]
+    gone = set(drop)
+    hist[:] = [rid for i, rid in enumerate(hist) if i not in gone]

@@ -15,10 +15,21 @@ so a depth under N * TICKS makes the later ticks drop their queue's oldest run f
 ``AHEAD=ms`` plans each job's slots up to that far past the tick, ticks every 1000 + ms: with
 1000, an entry carries two slots, as the trigger's fire_ahead_span_ms makes for every_s: 1 jobs.
 Every replica applies every command, so a three-node cluster pays these three times.
+
+``INSTRUCTIONS=fire|acquire|complete`` counts instead of timing: the script runs itself again
+under valgrind's callgrind (``apt-get install valgrind``), which counts the instructions executed
+inside that phase's applies only, and prints instructions per slot (fire) or per run. Unlike a
+time on a shared machine, the count is the same on every run of the same code and arguments, so
+a change of a few per cent shows (docs/benchmarks.md, "CPU per slot and per run"). About 50
+times slower than timing: ``sweep 1000 6`` takes ~20 s.
 """
+import functools
 import gc
 import hashlib
 import os
+import re
+import shutil
+import subprocess
 import sys
 import time
 
@@ -28,7 +39,50 @@ SMOKE = [Smoke(("sweep", "300", "3"), "us/slot", env=(("AHEAD", "1000"), ("QUEUE
          Smoke(("e2e", "200", "3"), "us/run", env=(("FAST_PATHS", "0"),))]
 
 
+#: The phases INSTRUCTIONS may count, and set in the child run under callgrind.
+_PHASES = ("fire", "acquire", "complete")
+_CHILD = "RAFTSCHED_PROFILE_APPLY_COUNTED"
+
+
+def _count_instructions(argv: list[str], phase: str) -> int:
+    """Run this script again under callgrind, collecting only inside ``functools.reduce`` (the
+    child applies the counted phase's commands through it, and nothing else calls it), and print
+    the instructions per slot or run."""
+    if phase not in _PHASES:
+        print(f"INSTRUCTIONS must be one of {', '.join(_PHASES)}", file=sys.stderr)
+        return 2
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        print("instructions: not counted (valgrind is not installed: apt-get install valgrind)")
+        return 0
+    entry = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "measure")
+    env = dict(os.environ, **{_CHILD: phase})
+    p = subprocess.run([valgrind, "--tool=callgrind", "--toggle-collect=functools_reduce",
+                        "--callgrind-out-file=/dev/null", sys.executable, entry, "profile-apply", *argv],
+                       env=env, capture_output=True, text=True)
+    collected = re.search(r"Collected : (\d+)", p.stderr)
+    counted = re.search(r"counted (\d+)", p.stdout)
+    if p.returncode != 0 or collected is None or counted is None or not int(counted.group(1)):
+        print(p.stdout + p.stderr[-2000:], file=sys.stderr)
+        return 1
+    unit = "slot" if phase == "fire" else "run"
+    print(f"{phase} {int(collected.group(1)) / int(counted.group(1)):.0f} instructions/{unit} "
+          f"({counted.group(1)} {unit}s counted) {p.stdout.strip()}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    phase = os.environ.get("INSTRUCTIONS")
+    if phase and not os.environ.get(_CHILD):
+        return _count_instructions(list(argv), phase)
+    counted = os.environ.get(_CHILD)
+    # The counted phase's applies go through functools.reduce (callgrind collects inside it only).
+    reduce = functools.reduce
+
+    def through(phase_: str, apply, items: list) -> list:
+        if counted == phase_:
+            return reduce(lambda acc, d: acc + [apply(d)], items, [])
+        return [apply(d) for d in items]
     args = list(argv)
     code = args.pop(0) if args and args[0] not in ("sweep", "e2e") else ROOT
     sys.path.insert(0, code)
@@ -67,8 +121,11 @@ def main(argv: list[str]) -> int:
                  for j in jobs]
         datas = [C.encode(C.make("fire", t_ms, None, entries=plans[i:i + 400])) for i in range(0, len(plans), 400)]
         t0 = time.perf_counter()
-        for d in datas:
-            st.apply_bytes(d)
+        if counted == "fire" and k > 1:
+            through("fire", st.apply_bytes, datas)
+        else:
+            for d in datas:
+                st.apply_bytes(d)
         if k > 1:  # the first tick's entries carry two slots (the general path)
             tf += time.perf_counter() - t0
             nf += sum(len(p[5]) for p in plans)
@@ -78,7 +135,7 @@ def main(argv: list[str]) -> int:
         acq = C.encode(C.make("acquire", t_ms + 5, None, worker="w", queues=None, max=32, ttl=30_000))
         while True:
             t0 = time.perf_counter()
-            r = st.apply_bytes(acq)
+            r = through("acquire", st.apply_bytes, [acq])[0]
             ta += time.perf_counter() - t0
             if not r["runs"]:
                 break
@@ -88,11 +145,13 @@ def main(argv: list[str]) -> int:
             d = C.encode(C.make("complete_many", t_ms + 10, None,
                                 results=[{"run": g["id"], "token": g["token"], "success": True} for g in got[i:i + 32]]))
             t0 = time.perf_counter()
-            st.apply_bytes(d)
+            through("complete", st.apply_bytes, [d])
             tc += time.perf_counter() - t0
         nc += len(got)
     out = f"fire {1e6 * tf / nf:.2f}us/slot"
     if not sweep:
         out += f" acquire {1e6 * ta / max(na, 1):.2f}us/run complete {1e6 * tc / max(nc, 1):.2f}us/run"
+    if counted:
+        out = f"counted {dict(fire=nf, acquire=na, complete=nc)[counted]}"
     print(out, "runs", len(st.runs), "hash", hashlib.sha256(st.snapshot()).hexdigest()[:16])
     return 0
