@@ -46,7 +46,7 @@ PROFILES = {
     # order; windows are 1 s and sizes small. Registering through PUT costs ~2-5 ms of the leader
     # per job, so without a bulk endpoint the sizes marked *_put are used (the run records which).
     "quick": {"failover_trials": 3, "writes": 50, "reads": 50, "reads_per_reader": 5, "writes_register_put": 300, "writes_register_bulk": 1000,
-              "storm_jobs": 10000, "aps_storm_jobs": 1000, "sweep_ns": [1000, 3000], "sweep_ns_put": [500, 1500], "sweep_window_s": 1,
+              "storm_jobs": 10000, "aps_storm_jobs": 1000, "sweep_ns": [1000, 3000], "sweep_ns_put": [500, 1500], "sweep_window_s": 2,
               "sweep_warmup_s": 0.5, "aps_warmup_s": 0.25, "aps_margin_s": 0.5, "storm_margin_s": 1.0,
               "e2e_jobs": 100, "e2e_window_s": 1, "e2e_warmup_s": 0, "e2e_slots": 32,
               "raw_raft_s": 0.5, "raw_raft_warmup_s": 0.25, "raw_raft_in_flight": 200, "scale_ns": [5000], "scale_ns_put": [1000],
