@@ -19,13 +19,18 @@ def _pipeline(**extra):
     cascade takes those records back (rearm) and runs the chains again."""
     s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(after=["a"])), ("c", job_raw(after=["b"])),
                     ("d", job_raw(after=["a"])))
+    return s, _four_dead_slots(s)
+
+
+def _four_dead_slots(s) -> int:
+    """a's first four slots fired and dead (its children record them); returns the time after."""
     now = S1
     for i in range(4):
         now = S1 + i * 10 * SEC
         tick(s, now)
         for g in lease(s, now):
             finish(s, g, now, False)
-    return s, now
+    return now
 
 
 def _active(s, bf_id):
@@ -162,13 +167,7 @@ def test_a_cascade_paused_by_its_jobs_full_queue_still_queues_its_held_children_
     from raftsched.core import commands as c
     s = chain_state(("a", job_raw(every_s=10, queue="qa")), ("b", job_raw(after=["a"])), ("d", job_raw(after=["a"])))
     assert apply(s, c.make("put_queue", T0, None, name="qa", max_depth=2, on_full="reject"))["ok"]
-    now = S1
-    for i in range(4):
-        now = S1 + i * 10 * SEC
-        tick(s, now)
-        for g in lease(s, now):
-            finish(s, g, now, False)
-    now += 60 * SEC
+    now = _four_dead_slots(s) + 60 * SEC
     assert apply(s, backfill_cmd(s, "a", S1, S1 + 40 * SEC, now, bf_id="bf", reprocess="failed",
                                  max_concurrent=3, cascade="children"))["ok"]
     step(s, "bf", now)

@@ -377,9 +377,9 @@ class PipelineRaft(FakeRaft):
         self.started.append((op, len(cmd.get("entries") or ()), list(self.inflight)))
         self.inflight.append(op)
         for _ in range(self.turns if op == "fire" else 40):
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # ok-sleep: one turn of the event loop, no wait
         while self.inflight[0] is not op:  # commits in the order proposed
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # ok-sleep: one turn of the event loop, no wait
         self.inflight.pop(0)
         return await super().propose(data, timeout_s)
 
@@ -409,7 +409,7 @@ def test_a_storms_fire_commands_are_small_few_in_flight_and_yield_to_a_lone_writ
     async def storm_and_a_write():
         tick = asyncio.ensure_future(trig.tick())
         while sum(1 for op, *_ in raft.started if op == "fire") < 3 and not tick.done():
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # ok-sleep: one turn of the event loop, no wait
         await svc.put_job("probe", {"schedule": {"every_s": 3600}, "executor": SHELL, "misfire": MISFIRE}, None)
         await tick
 
@@ -447,10 +447,10 @@ def test_the_proposers_of_one_replication_layer_share_a_lane_and_a_background_wa
     async def scenario():
         raft.gate = asyncio.Event()
         write = asyncio.ensure_future(api.propose(commands.make("takeover", 1, None, node="n1", seen=None)))
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # ok-sleep: one turn of the event loop, no wait
         assert not await other.yield_to_foreground(1.0), "another layer's writes are not this one's"
         waiting = asyncio.ensure_future(storm.yield_to_foreground(5.0))
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # ok-sleep: one turn of the event loop, no wait
         assert not waiting.done()
         raft.gate.set()
         await write
@@ -458,7 +458,7 @@ def test_the_proposers_of_one_replication_layer_share_a_lane_and_a_background_wa
         assert not await storm.yield_to_foreground(5.0), "nothing in flight: no wait"
         raft.gate = asyncio.Event()
         stuck = asyncio.ensure_future(api.propose(commands.make("takeover", 2, None, node="n1", seen=None)))
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # ok-sleep: one turn of the event loop, no wait
         t0 = asyncio.get_running_loop().time()
         assert await storm.yield_to_foreground(0.05)
         assert asyncio.get_running_loop().time() - t0 < 1.0, "bounded"
