@@ -85,17 +85,7 @@ class DueWheel:
         while times and times[0] <= until and len(out) < limit:
             t = times[0]
             bucket = at[t]
-            before = len(bucket)
-            while bucket and len(out) < limit:
-                gen = bucket.pop()
-                name = bucket.pop()
-                self.size -= 1
-                if name in seen or not valid(name, gen, t):
-                    continue
-                seen.add(name)
-                out.append(jobs[name])
-            if before != len(bucket):
-                self._uncount(t, (before - len(bucket)) // 2)
+            self._take(t, bucket, limit, valid, jobs, out, seen)
             if not bucket:
                 heapq.heappop(times)
                 del at[t]
@@ -113,17 +103,23 @@ class DueWheel:
             if len(out) >= limit:
                 return
             bucket = at.get(t)
-            if not bucket:
+            if bucket:
+                self._take(t, bucket, limit, valid, jobs, out, seen)
+
+    def _take(self, t: int, bucket: list[Any], limit: int, valid: Validator, jobs: dict[str, Record],
+              out: list[Record], seen: set[str]) -> None:
+        """Pop the jobs of slot time ``t``'s bucket into ``out`` (the valid ones not ``seen``),
+        until it is empty or ``out`` holds ``limit``; its count goes down by what was popped."""
+        before = len(bucket)
+        while bucket and len(out) < limit:
+            gen = bucket.pop()
+            name = bucket.pop()
+            self.size -= 1
+            if name in seen or not valid(name, gen, t):
                 continue
-            before = len(bucket)
-            while bucket and len(out) < limit:
-                gen = bucket.pop()
-                name = bucket.pop()
-                self.size -= 1
-                if name in seen or not valid(name, gen, t):
-                    continue
-                seen.add(name)
-                out.append(jobs[name])
+            seen.add(name)
+            out.append(jobs[name])
+        if before != len(bucket):
             self._uncount(t, (before - len(bucket)) // 2)
 
     def reindex(self) -> None:
