@@ -27,8 +27,10 @@ Four measures, each used by one caller:
 
 - after a full collection that took ``freeze_pause_s`` or longer: its survivors are the
   long-lived state, and the next full collection walks only what was allocated since;
-- when the replica's jobs grew by ``freeze_growth_jobs`` since the last freeze: before a full
-  collection would have to walk them.
+- when the replica's records (its jobs and its runs together) grew by ``freeze_growth_records``
+  since the last freeze: before a full collection would have to walk them. The runs count too:
+  a top-of-the-hour storm makes a run a job in a minute, and a million unfrozen runs made a full
+  collection of 1.0-2.3 s on every node, three leader changes in 25 s (docs/benchmarks.md, Storm).
 
 The numbers (the thresholds, how often the node polls) are the node's, in node/limits.py
 (``gc_*``, with why each is what it is); the node passes them in. This module holds none, so the
@@ -108,13 +110,15 @@ class GcPauses:
     any thread (the one that allocated when a collection fell due).
     """
 
-    def __init__(self, jobs: Callable[[], dict], *, freeze_pause_s: float, freeze_growth_jobs: int,
+    def __init__(self, jobs: Callable[[], dict], *, freeze_pause_s: float, freeze_growth_records: int,
                  log_pause_s: float,
+                 runs: Callable[[], int] = lambda: 0,
                  clock: Callable[[], float] = time.perf_counter,
                  freeze: Callable[[], None] = gc.freeze) -> None:
         self._jobs = jobs
         self._freeze_pause_s = freeze_pause_s
-        self._freeze_growth_jobs = freeze_growth_jobs
+        self._runs = runs
+        self._freeze_growth_records = freeze_growth_records
         self._log_pause_s = log_pause_s
         self._clock = clock
         self._freeze = freeze
@@ -122,7 +126,7 @@ class GcPauses:
         self._started = 0.0
         self._freeze_wanted = False
         self._jobs_map = None
-        self._jobs_at_freeze = 0
+        self._records_at_freeze = 0
         #: per generation: collections, seconds spent in them, the longest one (s)
         self.collections = [0, 0, 0]
         self.pause_s_total = [0.0, 0.0, 0.0]
@@ -160,23 +164,23 @@ class GcPauses:
     def poll(self) -> bool:
         """Freeze if a long full collection or the state's growth asks for it. :returns: whether it did."""
         jobs = self._jobs()
-        n = len(jobs)
+        n = len(jobs) + self._runs()
         with self._lock:
             if self._jobs_map is not None and jobs is not self._jobs_map:
-                self._jobs_at_freeze = n  # restored, and frozen by the restore: growth counts from here
+                self._records_at_freeze = n  # restored, and frozen by the restore: growth counts from here
             self._jobs_map = jobs
-            if not (self._freeze_wanted or n - self._jobs_at_freeze >= self._freeze_growth_jobs):
-                if n < self._jobs_at_freeze:
-                    self._jobs_at_freeze = n  # jobs deleted: growth counts from here
+            if not (self._freeze_wanted or n - self._records_at_freeze >= self._freeze_growth_records):
+                if n < self._records_at_freeze:
+                    self._records_at_freeze = n  # jobs or runs deleted: growth counts from here
                 return False
             self._freeze_wanted = False
-            self._jobs_at_freeze = n
+            self._records_at_freeze = n
         t0 = self._clock()
         self._freeze()
         self.freezes += 1
         # Not gc.get_freeze_count(): it walks the frozen objects (0.5 s at 850 000 jobs, with
         # the GIL held: it cost a scale run its leader).
-        log.info("gc.freeze jobs=%d ms=%.1f", n, (self._clock() - t0) * 1000)
+        log.info("gc.freeze records=%d ms=%.1f", n, (self._clock() - t0) * 1000)
         return True
 
 

@@ -359,6 +359,53 @@ def test_a_lone_fast_first_piece_does_not_make_the_rest_of_the_storm_late(small_
     assert max(timed.sizes) <= node_limits.storm_fire_entries_max
 
 
+def test_a_fast_start_does_not_time_the_rest_of_the_storm_later_than_the_default_rate(small_storms, monkeypatch):
+    """The first pieces of a storm commit 10 times faster than the rest (as a 1 000 000-slot storm's
+    did: ~20 000/s, then 9 000-17 600/s as its runs piled up). Timed by what the first pieces
+    measured, the rest waited and was committed after its slot; a measured rate above the default
+    (with the margin) is not used, so the storm goes on at the default rate's pace and all of it is
+    committed before the slot."""
+    monkeypatch.setattr(node_limits, "storm_commit_rate_default", 50.0)
+    monkeypatch.setattr(node_limits, "storm_commit_slack_ms", 500)
+    T = (FakeClock().now_ms() // 1000 + 30) * 1000
+    st, raft, clock, svc, trig = storm_setup(300, T)
+    trig.commit_rate = node_limits.storm_commit_rate_default
+    done = {"n": 0}
+    commits: list[int] = []
+    propose = trig._propose_fire
+
+    async def degrading(now, entries, *rest):
+        for _ in entries:  # the first 180 entries at 600/s, the rest at 55/s
+            clock.advance(round(1000 / 600 if done["n"] < 180 else 1000 / 55))
+            done["n"] += 1
+        res = await propose(now, entries, *rest)
+        commits.extend(clock.now_ms() for e in entries for slot in e[5] if slot == T)
+        return res
+
+    trig._propose_fire = degrading
+    clock.advance(T - 10_000 - clock.now_ms())
+    measured = []
+    while clock.now_ms() < T + 1_000:
+        asyncio.run(trig.tick())
+        if trig.commit_rate_measured:
+            measured.append(trig.commit_rate)
+        clock.advance(1 if trig._storm_pending else 50)
+    assert measured and max(measured) > 300, "the first pieces measured far more than the default"
+    assert len(commits) == 300 and len(runs_of(st, "s")) == 300
+    assert max(commits) < T, f"the last slot committed {max(commits) - T} ms after its slot"
+
+
+def test_the_timing_rate_is_the_default_or_a_lower_measured_one_with_the_margin():
+    trig = Trigger(FakeRaft(SchedulerState()), FakeClock(), "n1")
+    d, m = node_limits.storm_commit_rate_default, node_limits.storm_commit_margin
+    assert trig.timing_rate() == (d, 1.0), "not measured: the default, no margin"
+    trig._measure_rate(int(d * m * 10), 1.0)
+    assert trig.timing_rate() == (d, 1.0), "measured faster: never later than the default"
+    for _ in range(node_limits.storm_rate_samples):
+        trig._measure_rate(int(d), 1.0)
+    assert trig.timing_rate() == (d, m), "measured at the default: with the margin, earlier"
+
+
 # ----------------------------------------------------------------------------- storm commands are background work
 class PipelineRaft(FakeRaft):
     """A FakeRaft whose proposals take ``turns`` turns of the event loop to commit (a write 40),

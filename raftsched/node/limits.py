@@ -41,7 +41,9 @@ fire_ahead_batch_ms = 100
 storm_second_min = 2_000
 storm_ahead_ms_max = 300_000
 storm_ahead_slots_max = 2_000_000
-#: On a measured rate only (the default rate is low already, and used as it is): the first
+#: On a measured rate only, and only when it is below the default (Trigger.timing_rate: a
+#: measured rate never makes a storm later than the default would; the default is low already,
+#: and used as it is): the first
 #: pieces of a 100 000-job storm measured ~7 700/s (as the rest starting at T - 21 s implies),
 #: the rest of it then went at ~4 700/s back to back (loaded machine, 2026-12-02), and with 1.5
 #: and the slack it ended 1.4 s before its slot.
@@ -262,8 +264,9 @@ reseal_step = 512
 gc_gen0_threshold = 20_000
 #: A full collection at least this long is followed by a freeze of its survivors.
 gc_freeze_pause_s = 0.05
-#: Jobs added to the replica since the last freeze after which the next poll freezes.
-gc_freeze_growth_jobs = 50_000
+#: Records (jobs and runs together) added to the replica since the last freeze after which the
+#: next poll freezes.
+gc_freeze_growth_records = 50_000
 #: Collections at least this long are logged as warnings.
 gc_log_pause_s = 0.2
 #: How often the node checks whether to freeze its long-lived objects.

@@ -253,7 +253,8 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
     fleet = Fleet(raft, clock, cfg.node_id, embedded_id=worker.worker_id if cfg.worker_slots > 0 else None,
                   seen_interval_s=cfg.workers_seen_interval_s, unseal=unseal)
     gc_pauses = gcpolicy.GcPauses(lambda: state.jobs, freeze_pause_s=node_limits.gc_freeze_pause_s,
-                                  freeze_growth_jobs=node_limits.gc_freeze_growth_jobs,
+                                  freeze_growth_records=node_limits.gc_freeze_growth_records,
+                                  runs=lambda: len(state.runs),
                                   log_pause_s=node_limits.gc_log_pause_s)
     metrics = NodeMetrics(raft, trigger, worker, gc_pauses)
     metrics.registry.register(fleet.collector())
