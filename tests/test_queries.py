@@ -266,3 +266,14 @@ def test_has_ready_work_and_queue_depth():
     assert queries.has_ready_work(s, ["q1"], T0 + 10 * SEC)
     assert not queries.has_ready_work(s, ["nosuch"], T0 + 10 * SEC)
     assert not queries.has_ready_work(s, None, T0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(names=st.sets(st.text(min_size=1, max_size=4), max_size=30), limit=st.integers(1, 8),
+       after=st.one_of(st.none(), st.text(max_size=4)))
+def test_a_page_of_names_is_the_slice_of_the_sorted_names_after_the_cursor(names, limit, after):
+    """The page is what sorting every name and cutting after ``after`` gives (what the page did
+    before it kept only the smallest ``limit + 1``), and ``more`` says whether names follow."""
+    rest = sorted(n for n in names if not after or n > after)
+    page, more = queries._names_page(dict.fromkeys(names), limit, after or None)
+    assert page == rest[:limit] and more == (len(rest) > limit)

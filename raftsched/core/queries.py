@@ -10,8 +10,8 @@ times, JSON shapes) is the node's: node/views.py.
 """
 from __future__ import annotations
 
-import bisect
 import hashlib
+import heapq
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -82,25 +82,29 @@ def job(s: SchedulerState, name: str) -> dict[str, Any] | None:
 def jobs_page(s: SchedulerState, limit: int, after: str | None) -> dict[str, Any]:
     """Up to ``limit`` jobs by name after ``after``: ``{"jobs": [job...], "next": the last name
     when more follow, else None, "total": every job}``."""
-    names = sorted(s.jobs)
-    if after:
-        names = names[bisect.bisect_right(names, after):]
-    page = names[:limit]
-    return {"jobs": [job(s, n) for n in page], "next": page[-1] if len(names) > limit else None,
+    page, more = _names_page(s.jobs, limit, after)
+    return {"jobs": [job(s, n) for n in page], "next": page[-1] if more else None,
             "total": len(s.jobs)}
+
+
+def _names_page(names: Collection[str], limit: int, after: str | None) -> tuple[list[str], bool]:
+    """The first ``limit`` of ``names`` in order after ``after``, and whether more follow. One pass
+    keeping the smallest ``limit + 1`` (O(n log limit)), not a sort of every name a page: at
+    1 000 000 jobs a sort took ~0.7 s a page, so paging through them all sorted a million names a
+    thousand times (a storm benchmark's audit of three replicas ran for over 20 minutes)."""
+    it = names if not after else filter(after.__lt__, names)
+    got = heapq.nsmallest(limit + 1, it)
+    return got[:limit], len(got) > limit
 
 
 def jobs_labelled_page(s: SchedulerState, labels: dict[str, str], limit: int, after: str | None) -> dict[str, Any]:
     """jobs_page of the jobs whose spec has every label of ``labels`` (key and value): ``next``
-    and ``total`` count those jobs only. A scan of every job, as jobs_page's sort already is."""
+    and ``total`` count those jobs only. A scan of every job (jobs_page's is one too)."""
     want = labels.items()
-    names = sorted(n for n, j in s.jobs.items() if want <= j["spec"].get("labels", {}).items())
-    total = len(names)
-    if after:
-        names = names[bisect.bisect_right(names, after):]
-    page = names[:limit]
-    return {"jobs": [job(s, n) for n in page], "next": page[-1] if len(names) > limit else None,
-            "total": total}
+    names = [n for n, j in s.jobs.items() if want <= j["spec"].get("labels", {}).items()]
+    page, more = _names_page(names, limit, after)
+    return {"jobs": [job(s, n) for n in page], "next": page[-1] if more else None,
+            "total": len(names)}
 
 
 def job_runs(s: SchedulerState, name: str, limit: int, state: str | None = None,
@@ -507,14 +511,11 @@ def jobs_page_in(s: SchedulerState, tenants: Collection[str], limit: int, after:
     """jobs_page of the jobs of ``tenants`` only (``total`` counts those); with ``labels``, of
     those that carry every one of them too (jobs_labelled_page)."""
     want = labels.items() if labels else None
-    names = sorted(n for n, j in s.jobs.items() if j["spec"]["tenant"] in tenants
-                   and (want is None or want <= j["spec"].get("labels", {}).items()))
-    total = len(names)
-    if after:
-        names = names[bisect.bisect_right(names, after):]
-    page = names[:limit]
-    return {"jobs": [job(s, n) for n in page], "next": page[-1] if len(names) > limit else None,
-            "total": total}
+    names = [n for n, j in s.jobs.items() if j["spec"]["tenant"] in tenants
+             and (want is None or want <= j["spec"].get("labels", {}).items())]
+    page, more = _names_page(names, limit, after)
+    return {"jobs": [job(s, n) for n in page], "next": page[-1] if more else None,
+            "total": len(names)}
 
 
 def runs_in(s: SchedulerState, tenants: Collection[str], state: str | None, limit: int) -> list[dict[str, Any]]:
