@@ -357,15 +357,6 @@ def storm_due(s: SchedulerState, now_ms: int, rate_per_s: float, base_ms: int, m
                          margin, second_min, slack_ms, started, size_rate_per_s)
 
 
-def storm_entries(s: SchedulerState, now_ms: int, upto_ms: int) -> int:
-    """The entries of the jobs that fire ahead due from now to the end of the second at
-    ``upto_ms`` (DueIndex.counts_ahead; 0 without an index)."""
-    due = s.due
-    if due is None or upto_ms < now_ms:
-        return 0
-    return sum(n for t, n in due.counts_ahead(now_ms, upto_ms - now_ms) if t <= upto_ms)
-
-
 def pop_storm(s: SchedulerState, seconds: list[int], limit: int) -> list[tuple[int, list[str]]]:
     """The names of up to ``limit`` jobs of the seconds ``seconds`` (DueIndex.pop_early), by second."""
     due = s.due

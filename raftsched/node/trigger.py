@@ -96,9 +96,6 @@ class Trigger:
         #: the seconds (their first ms) this leader began to take up early whose slot is still
         #: more than fire_ahead_ms away: a storm in progress (they stay storms to their last job)
         self._storm_secs: set[int] = set()
-        #: entries a second that commit the storm in progress evenly over the time it had when
-        #: it started, when that is more than the default rate (timing_rate); None between storms
-        self.storm_pace: float | None = None
         #: pieces of the storm in progress still to be taken up back to back whatever the rate
         #: says (the first pieces, which measure the rate: storm_rate_probe_pieces)
         self._probe_left = 0
@@ -278,7 +275,6 @@ class Trigger:
         started = self._storm_secs = {t for t in self._storm_secs if t - now > self.fire_ahead_ms}
         if not started:
             self._probe_left = 0
-            self.storm_pace = None
             if self.commit_rate_measured:  # the next storm measures its own
                 self.commit_rate = min(self.commit_rate, L.storm_commit_rate_default)
                 self.commit_rate_measured = False
@@ -294,15 +290,6 @@ class Trigger:
                                      started, size_rate)
         if not seconds:
             return []
-        if not started:
-            # A storm that the default rate cannot commit within the look-ahead's bound is
-            # spread over the time it has (all of it committed by the slack before its last
-            # second), not taken back to back first and then paced: its rate is what is left
-            # over the time left (timing_rate).
-            last = max(seconds)
-            avail_ms = last - now - self.fire_ahead_ms - L.storm_commit_slack_ms
-            if avail_ms > 0:
-                self.storm_pace = self.raft.read(due.storm_entries, now, last) * 1000 / avail_ms
         early = self.raft.read(due.pop_storm, seconds, L.storm_jobs_per_tick_max)
         if early and not started:
             self._probe_left = L.storm_rate_probe_pieces - 1
@@ -318,16 +305,12 @@ class Trigger:
         9 000-17 600/s, and 13 % of it committed after its slot (docs/benchmarks.md, Storm).
         Committing early costs only memory held earlier (bounded by storm_ahead_ms_max);
         committing late is what the look-ahead is for."""
+        default = node_limits.storm_commit_rate_default
         if not self.commit_rate_measured:
             return self.commit_rate, 1.0  # the default, or the lower rate the last storm measured
-        # The default, or for a storm the default cannot commit within storm_ahead_ms_max, the
-        # rate that commits it evenly over the time it had when it started (storm_pace): a
-        # 1 000 000-slot storm taken back to back for its first 25 s (~18 600/s) made the
-        # leader's lone read p99 77 ms; spread over 300 s it is ~3 500/s.
-        ceiling = max(node_limits.storm_commit_rate_default, self.storm_pace or 0.0)
         margin = node_limits.storm_commit_margin
-        if self.commit_rate / margin >= ceiling:
-            return ceiling, 1.0
+        if self.commit_rate / margin >= default:
+            return default, 1.0
         return self.commit_rate, margin
 
     def _measure_rate(self, n: int, elapsed_s: float) -> None:
