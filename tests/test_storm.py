@@ -333,17 +333,20 @@ class TimedCommits:
         trig._propose_fire = timed
 
 
-def test_a_lone_fast_first_piece_does_not_make_the_rest_of_the_storm_late(small_storms, monkeypatch):
-    """The leader commits 60 entries/s back to back, but a piece alone on an idle pipeline 100
-    times faster (as a lone piece of 2 000 did at 12 400/s on a machine doing ~5 000/s). Timed by
-    that lone piece, the rest of the storm waited until about a second before its slot and was
-    committed seconds late; measured on back-to-back pieces, all 300 are committed before it."""
+def slow_default_storm(monkeypatch, n: int = 300):
+    """``n`` jobs due at T 30 s from now, a default rate of 50/s and a slack of 0.5 s: (T, state,
+    clock, trigger)."""
     monkeypatch.setattr(node_limits, "storm_commit_rate_default", 50.0)
     monkeypatch.setattr(node_limits, "storm_commit_slack_ms", 500)
     T = (FakeClock().now_ms() // 1000 + 30) * 1000
-    st, raft, clock, svc, trig = storm_setup(300, T)
+    st, raft, clock, svc, trig = storm_setup(n, T)
     trig.commit_rate = node_limits.storm_commit_rate_default
-    timed = TimedCommits(trig, clock, lone_ms=1000 / 6000, busy_ms=1000 / 60, lone_n=60)
+    return T, st, clock, trig
+
+
+def drive_storm(trig: Trigger, clock: FakeClock, T: int) -> list[float]:
+    """Tick from T - 10 s to T + 1 s (a storm's pieces back to back, 50 ms between other ticks);
+    the commit rates measured along the way."""
     clock.advance(T - 10_000 - clock.now_ms())
     measured = []
     while clock.now_ms() < T + 1_000:
@@ -351,6 +354,17 @@ def test_a_lone_fast_first_piece_does_not_make_the_rest_of_the_storm_late(small_
         if trig.commit_rate_measured:
             measured.append(trig.commit_rate)
         clock.advance(1 if trig._storm_pending else 50)
+    return measured
+
+
+def test_a_lone_fast_first_piece_does_not_make_the_rest_of_the_storm_late(small_storms, monkeypatch):
+    """The leader commits 60 entries/s back to back, but a piece alone on an idle pipeline 100
+    times faster (as a lone piece of 2 000 did at 12 400/s on a machine doing ~5 000/s). Timed by
+    that lone piece, the rest of the storm waited until about a second before its slot and was
+    committed seconds late; measured on back-to-back pieces, all 300 are committed before it."""
+    T, st, clock, trig = slow_default_storm(monkeypatch)
+    timed = TimedCommits(trig, clock, lone_ms=1000 / 6000, busy_ms=1000 / 60, lone_n=60)
+    measured = drive_storm(trig, clock, T)
     commits = timed.commits[T]
     assert len(commits) == 300 and len(runs_of(st, "s")) == 300
     assert max(commits) < T, f"the last slot committed {max(commits) - T} ms after its slot"
@@ -365,11 +379,7 @@ def test_a_fast_start_does_not_time_the_rest_of_the_storm_later_than_the_default
     measured, the rest waited and was committed after its slot; a measured rate above the default
     (with the margin) is not used, so the storm goes on at the default rate's pace and all of it is
     committed before the slot."""
-    monkeypatch.setattr(node_limits, "storm_commit_rate_default", 50.0)
-    monkeypatch.setattr(node_limits, "storm_commit_slack_ms", 500)
-    T = (FakeClock().now_ms() // 1000 + 30) * 1000
-    st, raft, clock, svc, trig = storm_setup(300, T)
-    trig.commit_rate = node_limits.storm_commit_rate_default
+    T, st, clock, trig = slow_default_storm(monkeypatch)
     done = {"n": 0}
     commits: list[int] = []
     propose = trig._propose_fire
@@ -383,13 +393,7 @@ def test_a_fast_start_does_not_time_the_rest_of_the_storm_later_than_the_default
         return res
 
     trig._propose_fire = degrading
-    clock.advance(T - 10_000 - clock.now_ms())
-    measured = []
-    while clock.now_ms() < T + 1_000:
-        asyncio.run(trig.tick())
-        if trig.commit_rate_measured:
-            measured.append(trig.commit_rate)
-        clock.advance(1 if trig._storm_pending else 50)
+    measured = drive_storm(trig, clock, T)
     assert measured and max(measured) > 300, "the first pieces measured far more than the default"
     assert len(commits) == 300 and len(runs_of(st, "s")) == 300
     assert max(commits) < T, f"the last slot committed {max(commits) - T} ms after its slot"
