@@ -34,9 +34,9 @@ fire_ahead_batch_ms = 100
 #: never more than storm_ahead_ms_max before the slot, nor once storm_ahead_slots_max slots
 #: are counted from now (those are taken up later: at the latest fire_ahead_ms before their
 #: slot, as without a storm, then late if the leader cannot keep up; never lost).
-#: 300 s: a top-of-the-hour storm of 1 000 000 slots at the ~5 000-10 000 slots/s a storm's
-#: back-to-back pieces commit on two cores, with the margin, needs 150-300 s (at 120 s, three
-#: quarters of it would have committed late). The cost is memory held that much earlier: the
+#: 300 s: a top-of-the-hour storm of 1 000 000 slots, at the ~5 000 (loaded) to ~18 600 (quiet)
+#: slots/s a storm's back-to-back pieces commit on two cores, needs 55-200 s, and with the margin
+#: up to 300 s (at 120 s, three quarters of it would have committed late). The cost is memory held that much earlier: the
 #: storm's runs, queued on every replica, which its slot creates anyway.
 storm_second_min = 2_000
 storm_ahead_ms_max = 300_000
