@@ -220,3 +220,32 @@ def test_a_follower_judges_its_wall_clock_against_its_anchor():
     assert cs.judge_by_anchor(WALL0, 10_000.0 + cs.ANCHOR_AGE_MS_MAX + 1, a).state == cs.UNKNOWN
     assert cs.judge_by_anchor(WALL0, 10_000.0, None).cluster_ms is None
     assert math.isclose(cs.judge_by_anchor(WALL0, 10_000.0, a).err_ms, 4.0)
+
+
+def test_a_paired_read_is_taken_again_while_a_stall_separates_its_readings():
+    """The wall clock is read between two monotonic readings; a pair they show stalled (a
+    collection, the GIL elsewhere) is read again, and the tightest one kept."""
+    t = [1000.0]
+    stalls = [1760.0, 0.0]
+
+    def mono():
+        return t[0]
+
+    def wall():
+        t[0] += stalls.pop(0) if stalls else 0.5
+        return 5_000_000 + t[0]
+
+    m, w, err = cs.paired_read(mono, wall)
+    assert w - m == 5_000_000 and err == 0  # the second pair, not the stalled first one
+    # A stall on every try: the tightest pair, and its error says how loose it is.
+    t[0], stalls[:] = 0.0, [900.0, 300.0, 400.0, 800.0]
+    m, w, err = cs.paired_read(mono, wall)
+    assert (m, err) == (900 + 150, 150) and abs(w - m - 5_000_000) <= err
+    assert err > cs.PAIR_ERR_MAX_MS
+
+
+def test_the_readings_error_widens_a_judgement():
+    j = cs.judge(WALL0, 10_000, _bests(b=WALL0 - 10_000, c=WALL0 - 10_000), members=3, own_err_ms=40)
+    assert j.state == cs.AGREES and j.err_ms == 40
+    a = cs.Anchor(WALL0, 10_000, 3.0, "n1")
+    assert cs.judge_by_anchor(WALL0 + 5, 10_005, a, own_err_ms=2).err_ms == 5

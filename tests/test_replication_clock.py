@@ -169,6 +169,72 @@ def test_a_leader_measures_its_followers_and_judges_itself_against_the_median(lo
     assert [x["node"] for x in sync._clock.view()["conditions"]] == [c.id]
 
 
+class _Stall:
+    """A thread stalled ``stall_s`` between reading the monotonic clock and reading the wall clock
+    (a collection under memory pressure): both clocks move on by it while it waits. ``times``
+    readings of the wall clock stall; the rest do not."""
+
+    def __init__(self, wall: _Wall, stall_s: float, times: int) -> None:
+        self.wall, self.stall_s, self.times, self.extra_s = wall, stall_s, times, 0.0
+
+    def mono(self) -> float:
+        return monotonic() + self.extra_s
+
+    def read_wall(self) -> int:
+        if self.times > 0:
+            self.times -= 1
+            self.extra_s += self.stall_s
+            self.wall.ms += round(self.stall_s * 1000)
+        return self.wall()
+
+
+def _agreeing_leader(sync, b, c, sent):
+    _lead(sync)
+    stamps = {n.id: m[FIELD] for n, m in sent if m.get("type") == "append_entries" and FIELD in m}
+    for node in (b, c):
+        sync._SyncObj__onMessageReceived(node, {"type": "next_node_idx", "next_node_idx": 3, "reset": False,
+                                                "success": True, "term": 1, "prev": 1,
+                                                FIELD: [stamps[node.id][0], WALL]})
+    sync._clock.tick()
+    assert sync._clock.reading().state == clocksync.AGREES
+
+
+def test_a_leader_stalled_while_it_reads_its_clock_does_not_judge_it_fast(lone):
+    """Seen on a loaded cluster: ``clock.disagrees offset_ms=1759 err_ms=1`` on a leader whose
+    wall clock was the others' (one machine), after a 1.76 s stall between its monotonic and
+    wall readings; it handed its leadership over. The readings are paired: a stalled pair is
+    read again."""
+    sync, b, c, wall, sent = lone
+    _agreeing_leader(sync, b, c, sent)
+    g = sync._clock
+    stall = _Stall(wall, 1.76, times=1)
+    g._mono, g._wall = stall.mono, stall.read_wall
+    g._next_look = 0.0
+    g.tick()
+    assert stall.times == 0  # it did stall once
+    j = g.reading()
+    assert j.state == clocksync.AGREES and abs(j.offset_ms) < 100, j
+    assert not g.holding() and g.counters["transfers"] == 0 and g.counters["stalled_reads"] == 0
+    # Stalled around every reading of a look: that look decides nothing (no hold, no hand-over).
+    stall.times, stall.stall_s = clocksync.PAIR_TRIES, 0.1  # pairs 50 ms loose: beyond PAIR_ERR_MAX_MS
+    g._next_look = 0.0
+    g.tick()
+    assert stall.times == 0 and g.counters["stalled_reads"] == 1
+    assert not g.holding() and g.counters["transfers"] == 0
+    assert g.reading().state == clocksync.AGREES
+
+
+def test_a_follower_stalled_while_it_reads_its_clock_does_not_hold_its_candidacy(lone):
+    sync, leader, _, wall, _ = lone
+    _append(sync, leader, clock=[1.0, WALL, 1.0])
+    g = sync._clock
+    stall = _Stall(wall, 1.5, times=1)
+    g._mono, g._wall = stall.mono, stall.read_wall
+    g.tick()
+    assert stall.times == 0
+    assert g.reading().state == clocksync.AGREES and not g.holding()
+
+
 def test_a_leader_whose_followers_answer_without_the_field_acts_unchecked(lone):
     """A rolling upgrade: the followers run a version without the clock guard. The leader cannot
     judge, and fires by its own clock as before rather than not at all."""

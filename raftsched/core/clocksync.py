@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 from . import limits
@@ -184,7 +184,7 @@ def _verdict(offset_ms: float, bound_ms: float) -> str:
 
 def judge(own_wall_ms: float, own_mono_ms: float, bests: Mapping[str, Sample], members: int,
           bound_ms: float = limits.clock_skew_ms_max, window_ms: float = ESTIMATE_AGE_MS_MAX,
-          unversed: int = 0) -> Judgement:
+          unversed: int = 0, own_err_ms: float = 0.0) -> Judgement:
     """The leader's judgement of its own clock, read now (``own_wall_ms``, ``own_mono_ms``),
     given each peer's best sample (``bests``) among ``members`` (itself included).
 
@@ -193,14 +193,17 @@ def judge(own_wall_ms: float, own_mono_ms: float, bests: Mapping[str, Sample], m
     more (peers that answer without the protocol's fields) would make one. The median is
     cluster time only when a majority of the members' clocks are within ``bound_ms`` of it:
     else (two clocks apart, the others unheard) it is no one's time and nothing says which clock
-    lies: the state is UNKNOWN, ``cluster_ms`` None, and the offsets are those from the median."""
+    lies: the state is UNKNOWN, ``cluster_ms`` None, and the offsets are those from the median.
+
+    ``own_err_ms``: how far apart the two readings of the leader's own clocks may be (half the
+    monotonic time that passed while its wall clock was read: :func:`paired_read`)."""
     own_q = own_wall_ms - own_mono_ms
     fresh = {p: s for p, s in bests.items() if own_mono_ms - s.at_ms <= window_ms}
     if 1 + len(fresh) < majority(members):
         state = UNCHECKED if 1 + len(fresh) + unversed >= majority(members) else UNKNOWN
         return Judgement(state, None, None, None, own_mono_ms, {}, bound_ms)
     m = median([own_q] + [s.q_ms for s in fresh.values()])
-    err = max([0.0] + [s.err_ms for s in fresh.values()])
+    err = max([float(own_err_ms)] + [s.err_ms for s in fresh.values()])
     offset = own_q - m
     peers = {p: (s.q_ms - m, s.err_ms) for p, s in sorted(fresh.items())}
     near = (abs(offset) <= bound_ms) + sum(1 for off, _ in peers.values() if abs(off) <= bound_ms)
@@ -258,11 +261,45 @@ def anchor_now(a: Anchor | None, mono_ms: float, age_max_ms: float = ANCHOR_AGE_
 
 def judge_by_anchor(own_wall_ms: float, own_mono_ms: float, a: Anchor | None,
                     bound_ms: float = limits.clock_skew_ms_max,
-                    age_max_ms: float = ANCHOR_AGE_MS_MAX) -> Judgement:
+                    age_max_ms: float = ANCHOR_AGE_MS_MAX, own_err_ms: float = 0.0) -> Judgement:
     """A follower's judgement of its own clock: its wall clock against cluster time as the
-    leader's messages anchored it (UNKNOWN without a recent anchor)."""
+    leader's messages anchored it (UNKNOWN without a recent anchor). ``own_err_ms`` as in
+    :func:`judge`."""
     now = anchor_now(a, own_mono_ms, age_max_ms)
     if now is None or a is None:
         return Judgement(UNKNOWN, None, None, None, own_mono_ms, {}, bound_ms)
     offset = own_wall_ms - now
-    return Judgement(_verdict(offset, bound_ms), now, offset, a.err_ms, own_mono_ms, {}, bound_ms)
+    return Judgement(_verdict(offset, bound_ms), now, offset, a.err_ms + own_err_ms, own_mono_ms, {}, bound_ms)
+
+
+#: A paired reading of the wall and monotonic clocks (:func:`paired_read`) is taken again when
+#: more than this much monotonic time (ms) passed around the wall clock's reading...
+PAIR_SLACK_MS = 2.0
+#: ...at most this many times; the tightest one is kept.
+PAIR_TRIES = 4
+#: A member does not act on a judgement whose own reading is looser than this (ms): its thread
+#: was stalled (a collection, the GIL held elsewhere) on every try; it judges again at its next
+#: look.
+PAIR_ERR_MAX_MS = 25.0
+
+
+def paired_read(mono_ms: Callable[[], float], wall_ms: Callable[[], float],
+                slack_ms: float = PAIR_SLACK_MS, tries: int = PAIR_TRIES) -> tuple[float, float, float]:
+    """The wall clock and the monotonic clock read together: ``(mono_ms, wall_ms, err_ms)``,
+    the monotonic time at the middle of the wall clock's reading and half the monotonic time
+    that passed around it. A thread stalled between two readings (a garbage collection, the
+    GIL held by another thread: a second or two under memory pressure) would otherwise pair a
+    wall time with a monotonic time read a second earlier, and judge its own clock a second
+    fast. Read again while looser than ``slack_ms``, ``tries`` times at most; the tightest."""
+    best: tuple[float, float, float] | None = None
+    for _ in range(max(1, tries)):
+        m1 = mono_ms()
+        w = wall_ms()
+        m2 = mono_ms()
+        got = ((m1 + m2) / 2, w, (m2 - m1) / 2)
+        if best is None or got[2] < best[2]:
+            best = got
+        if m2 - m1 <= slack_ms:
+            break
+    assert best is not None
+    return best

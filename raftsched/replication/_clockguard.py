@@ -88,9 +88,11 @@ class ClockGuard:
     the tick thread never raises; ``reading`` and ``view`` may be called from any thread."""
 
     def __init__(self, sync, wall_ms: Callable[[], int] | None = None,
-                 bound_ms: float = limits.clock_skew_ms_max) -> None:
+                 bound_ms: float = limits.clock_skew_ms_max,
+                 mono_s: Callable[[], float] | None = None) -> None:
         self._sync = sync
         self._wall = wall_ms or _wall_ms
+        self._mono = mono_s or monotonic  # the judgements' (a test's, to stall a thread)
         self.bound_ms = bound_ms
         # Tick thread only.
         self._samples: dict[str, clocksync.PeerSamples] = {}
@@ -108,7 +110,8 @@ class ClockGuard:
         self._unversed: frozenset[str] = frozenset()
         self._anchor: clocksync.Anchor | None = None
         self._hold_until = 0.0
-        self.counters = {"samples": 0, "malformed": 0, "steps_seen": 0, "transfers": 0, "step_downs": 0}
+        self.counters = {"samples": 0, "malformed": 0, "steps_seen": 0, "transfers": 0, "step_downs": 0,
+                         "stalled_reads": 0}
 
     # -- the wire (tick thread) ------------------------------------------------------------
 
@@ -193,18 +196,25 @@ class ClockGuard:
         a = self._anchor
         return a is not None and a.source == "self"
 
-    def reading(self, now_s: float | None = None) -> Judgement:
+    def _pair(self) -> tuple[float, float, float]:
+        """This member's monotonic and wall clocks read together (ms), and the reading's error:
+        ``clocksync.paired_read``."""
+        mono = self._mono
+        return clocksync.paired_read(lambda: mono() * 1000, self._wall)
+
+    def reading(self) -> Judgement:
         """This member's clock against the cluster's, now (any thread)."""
-        now_s = monotonic() if now_s is None else now_s
-        mono_ms = now_s * 1000
-        wall = self._wall()
+        return self._judge(*self._pair())
+
+    def _judge(self, mono_ms: float, wall: float, own_err_ms: float) -> Judgement:
         if self._is_leader():
             sync = self._sync
             members = len(sync._SyncObj__otherNodes) + 1
             bests = self._bests
             unversed = len([p for p in self._unversed if p not in bests])
-            return clocksync.judge(wall, mono_ms, bests, members, self.bound_ms, unversed=unversed)
-        return clocksync.judge_by_anchor(wall, mono_ms, self._anchor, self.bound_ms)
+            return clocksync.judge(wall, mono_ms, bests, members, self.bound_ms, unversed=unversed,
+                                   own_err_ms=own_err_ms)
+        return clocksync.judge_by_anchor(wall, mono_ms, self._anchor, self.bound_ms, own_err_ms=own_err_ms)
 
     def cluster_ms(self, now_s: float | None = None) -> int | None:
         """Cluster time now, as this member knows it (None: it does not)."""
@@ -229,8 +239,14 @@ class ClockGuard:
             logger.exception("clock.look_failed")
 
     def _look(self, now: float) -> None:
+        mono_ms, wall, own_err_ms = self._pair()
+        if own_err_ms > clocksync.PAIR_ERR_MAX_MS:
+            # Stalled around every reading of the wall clock: such a judgement could be off by
+            # the stall, and a leader that acted on it would hand over for nothing. Next look.
+            self.counters["stalled_reads"] += 1
+            return
         leader = self._is_leader()
-        j = self.reading(now)
+        j = self._judge(mono_ms, wall, own_err_ms)
         if leader and j.cluster_ms is not None:
             self._anchor = clocksync.Anchor(j.cluster_ms, j.mono_ms, j.err_ms or 0.0, "self")
         if leader and j.state == UNKNOWN:
@@ -335,7 +351,7 @@ class ClockGuard:
         ``cluster.clock_disagrees`` for this member (``node: "self"``) and, on the leader, for
         each member whose clock it measured beyond the bound."""
         now_s = monotonic() if now_s is None else now_s
-        j = self.reading(now_s)
+        j = self.reading()
         a = self._anchor
 
         def ms(v):
