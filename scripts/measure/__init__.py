@@ -43,6 +43,7 @@ COMMANDS = {
     "profile-apply": "profile_apply",
     "profile-fire": "profile_fire",
     "profile-backfill": "profile_backfill",
+    "gc-pauses": "gc_pauses",
     "pipeline-fanout": "pipeline_fanout",
     "bench-auth": "bench_auth",
     "bench-notify": "bench_notify",
