@@ -468,6 +468,38 @@ def test_a_run_without_placement_that_only_dedicated_workers_serve_is_unplaceabl
     assert queries.unplaceable(s, T0) == {} and queries.waiting_for(s, plain, T0) is None
 
 
+def test_without_placements_or_restricted_workers_no_run_is_looked_at(monkeypatch):
+    """The unplaceable count walks every queued run under the replica's lock (a storm's million
+    made each metrics scrape 3 s long, and the leader lost its quorum): without a job that has a
+    placement, nor a live worker dedicated or limited to tenants, the answer is known without
+    the walk. The index of placed jobs follows puts, replaces, deletes and restores."""
+    s = state_with(("any", jspec()), ("gpu", placed(pool="gpu")))
+    for _ in range(3):
+        trig(s, "any", T0)
+    assert s._placed_jobs.keys() == {"gpu"} and restored(s)._placed_jobs.keys() == {"gpu"}
+    # A replace without placement, then a delete: out of the index.
+    assert apply(s, put_cmd(s, "gpu", jspec(), T0))["ok"]
+    assert s._placed_jobs == {} and restored(s)._placed_jobs == {}
+    assert apply(s, put_cmd(s, "gpu2", placed(pool="gpu"), T0))["ok"] and s._placed_jobs.keys() == {"gpu2"}
+    assert do(s, "delete_job", T0, name="gpu2")["ok"] and s._placed_jobs == {}
+    # Nothing can wait for placement: the queued runs are not read at all.
+    walked = []
+    real_get = s.runs.get
+
+    class Spy(dict):
+        def get(self, k, d=None):
+            walked.append(k)
+            return real_get(k, d)
+    monkeypatch.setattr(s, "runs", Spy(s.runs))
+    assert queries.unplaceable(s, T0) == {} and walked == []
+    s.sinks["x"] = {}  # any sink: the leader's unplaceable_overdue looks only then
+    from raftsched.core.notify_queries import unplaceable_overdue
+    assert unplaceable_overdue(s, T0 + limits.unplaceable_report_ms + 1) == [] and walked == []
+    # A dedicated worker: the runs without placement that only it serves count again, walked.
+    hello(s, T0, "app-worker", labels={"raftsched.app": "a"}, dedicated=["raftsched.app"])
+    assert queries.unplaceable(s, T0) == {"default": 3} and walked
+
+
 def test_a_worker_view_lists_the_runs_it_holds():
     s = state_with(("j", jspec()))
     hello(s, T0, "w1", labels={"pool": "a"})

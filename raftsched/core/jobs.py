@@ -183,6 +183,10 @@ def put_job(s: SchedulerState, cmd: Command, now: int, pending: dict[str, Record
         s._metric_jobs[name] = None
     else:
         s._metric_jobs.pop(name, None)
+    if "placement" in spec:  # the jobs whose runs may wait for a worker (worker_queries.unplaceable)
+        s._placed_jobs[name] = None
+    else:
+        s._placed_jobs.pop(name, None)
     if "after" in spec or (old is not None and "after" in old["spec"]):
         on_put(s, name, old, spec)
     # A job's history list is made by its first entry (fire.add_entry), not here: an empty list
@@ -287,6 +291,7 @@ def apply_delete_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     if job["paused"]:
         s._paused_count -= 1
     s._metric_jobs.pop(name, None)
+    s._placed_jobs.pop(name, None)
     del s.jobs[name]
     deadlines.forget_job(s, name, now)
     s.health.pop(name, None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import limits
-from .worker_queries import waiting_for_many
+from .worker_queries import may_wait_for_placement, waiting_for_many
 
 if TYPE_CHECKING:
     from .state import SchedulerState
@@ -15,8 +15,8 @@ def unplaceable_overdue(s: SchedulerState, now_ms: int) -> list[str]:
     """Queued runs not reported yet that have waited longer than ``limits.unplaceable_report_ms``
     since they were fired and that no live worker may take (worker_queries.waiting_for_many's
     rule): what the leader proposes in ``note_unplaceable``. Nothing when no sink exists."""
-    if not s.sinks:
-        return []
+    if not s.sinks or not may_wait_for_placement(s, now_ms):
+        return []  # (else every queued run's id is listed and sorted: a storm's million, under the lock)
     old = now_ms - limits.unplaceable_report_ms
     ids = [rid for q in s._queued.values() for h in q.values() for _due, rid in h]
     runs = s.runs

@@ -47,6 +47,8 @@ def reset_indexes(s: SchedulerState) -> None:
     s._paused_count = 0
     #: the jobs whose spec says "metrics": true, in no particular order (notify.metric_jobs)
     s._metric_jobs = {}
+    #: the jobs whose spec has a placement, in no particular order (worker_queries.unplaceable)
+    s._placed_jobs = {}
 
 
 def rebuild_indexes(s: SchedulerState) -> None:
@@ -66,6 +68,7 @@ def rebuild_indexes(s: SchedulerState) -> None:
         s._dead.setdefault(run["queue"], deque()).append(run["id"])
     s._paused_count = sum(1 for j in s.jobs.values() if j["paused"])
     s._metric_jobs = {name: None for name, j in s.jobs.items() if j["spec"].get("metrics")}
+    s._placed_jobs = {name: None for name, j in s.jobs.items() if "placement" in j["spec"]}
 
 
 def enqueue(s: SchedulerState, run: Record) -> None:

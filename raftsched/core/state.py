@@ -168,6 +168,7 @@ class SchedulerState:
     #: paused jobs (jobs.py keeps it; the metrics read it instead of walking the jobs)
     _paused_count: int
     _metric_jobs: dict[str, None]
+    _placed_jobs: dict[str, None]
 
     def __init__(self) -> None:
         #: The leader's due index (due.py), or None: only a leader's trigger reads it. The

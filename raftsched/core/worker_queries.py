@@ -133,9 +133,17 @@ def unplaceable(s: SchedulerState, now_ms: int) -> dict[str, int]:
     without placement counts too when only dedicated workers serve its queue. Queues with none
     are left out. Workers limited to tenants take only their tenants' runs: a run no live worker
     of its tenant may take counts too. Walks the queues' acquire heaps (stale entries told apart
-    as acquire does), deciding once per distinct placement and tenant."""
+    as acquire does), deciding once per distinct placement and tenant.
+
+    Without a job that has a placement, nor a live worker dedicated or limited to tenants, no
+    run can count: the answer is known without the walk (:func:`may_wait_for_placement`). The
+    walk holds the replica's lock, and a metrics scrape of a node holding a top-of-the-hour
+    storm's million queued runs walked them all: 3 s or more each, the Raft thread waiting, and
+    the leader lost its quorum again and again."""
     live = _live_workers(s, now_ms)
     any_dedicated = _restricted(live)
+    if not any_dedicated and not s._placed_jobs:
+        return {}
     runs, jobs = s.runs, s.jobs
     out: dict[str, int] = {}
     memo: dict[tuple[str, int, str, str], bool] = {}  # (queue, placement, executor type, tenant) -> fits
@@ -159,6 +167,13 @@ def unplaceable(s: SchedulerState, now_ms: int) -> dict[str, int]:
                 if not fits:
                     out[q] = out.get(q, 0) + 1
     return out
+
+
+def may_wait_for_placement(s: SchedulerState, now_ms: int) -> bool:
+    """Whether any queued run may wait for a worker because of placement (:func:`_judged`): some
+    job has a placement, or some live worker is dedicated or limited to tenants. False makes
+    :func:`unplaceable` and :func:`waiting_for_many` empty without a look at the runs."""
+    return bool(s._placed_jobs) or _restricted(_live_workers(s, now_ms))
 
 
 def waiting_for(s: SchedulerState, run_id: str, now_ms: int) -> str | None:
