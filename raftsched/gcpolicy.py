@@ -12,9 +12,8 @@ registered, and the registration failed (docs/benchmarks.md, "What bounds 1M job
 
 Four measures, each used by one caller:
 
-- ``set_young_threshold(gen0, gen1)`` (the node, at start): young collections less often
-  (node/limits.py ``gc_gen0_threshold``), and middle ones more often, so each is short
-  (``gc_gen1_threshold``).
+- ``set_young_threshold(gen0)`` (the node, at start): young collections less often
+  (node/limits.py ``gc_gen0_threshold``).
 - ``paused()`` (replication, around encoding a snapshot and around restoring one): no
   collection while millions of containers are built at once.
 - ``freeze_restored()`` (replication, after a restore, before the collector runs again):
@@ -62,11 +61,10 @@ log = logging.getLogger(__name__)
 # Young collections
 # ---------------------------------------------------------------------------------------------
 
-def set_young_threshold(gen0: int, gen1: int | None = None) -> None:
-    """Set the collector's gen0 threshold to ``gen0`` (and gen1's to ``gen1`` when given),
-    keeping the rest as they are."""
-    _, old1, gen2 = gc.get_threshold()
-    gc.set_threshold(gen0, old1 if gen1 is None else gen1, gen2)
+def set_young_threshold(gen0: int) -> None:
+    """Set the collector's gen0 threshold to ``gen0``, keeping gen1 and gen2 as they are."""
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(gen0, gen1, gen2)
 
 
 # ---------------------------------------------------------------------------------------------

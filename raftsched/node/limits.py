@@ -256,19 +256,12 @@ reseal_step = 512
 #: gen0 threshold of the garbage collector: allocations between young collections. CPython's
 #: default is 700; one 400-entry fire command allocates thousands of containers, and with the
 #: default, young collections cost as much as planning the fire itself (scripts/measure profile-fire:
-#: planning 23 -> 5 us a slot at 20 000). gen2 stays at its default (gen1: below), and
+#: planning 23 -> 5 us a slot at 20 000). gen1/gen2 stay at their defaults, and
 #: CPython runs a full collection only when a quarter of the long-lived objects are new. That is
 #: still too often for a large state (a full walk of 1M jobs holds the GIL ~1.2 s): ``GcPauses``
 #: freezes the long-lived state as it grows, not on a timer (a periodic gc.freeze, tried earlier,
 #: leaks any cyclic garbage alive at each freeze, and the node runs for months).
 gc_gen0_threshold = 20_000
-#: gen1 threshold: young collections between two middle (gen1) ones. A middle collection walks
-#: what survived the young ones since the last, which under a growing state (a storm's runs,
-#: registrations) is nearly all of it: at CPython's 10, up to ~200 000 objects, 77-122 ms in one
-#: process (scripts/measure gc-pauses) and up to 195-285 ms on a node of the 1M storm, the
-#: GIL held throughout. At 2 each walks a fifth as much, as often again: the same total
-#: (every survivor is walked once in gen1 either way), the longest ~40 ms.
-gc_gen1_threshold = 2
 #: A full collection at least this long is followed by a freeze of its survivors.
 gc_freeze_pause_s = 0.05
 #: Records (jobs and runs together) added to the replica since the last freeze after which the

@@ -195,7 +195,7 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
     # The node's own clock (its wall clock is measured against the others' by the replication
     # layer) and the cluster's, which everything else stamps and judges by.
     local = clock or SystemClock(cfg.clock_offset_file)
-    gcpolicy.set_young_threshold(node_limits.gc_gen0_threshold, node_limits.gc_gen1_threshold)
+    gcpolicy.set_young_threshold(node_limits.gc_gen0_threshold)
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
