@@ -15,7 +15,7 @@ from raftsched.core import commands, limits, queries
 from raftsched.core.errors import BadRequest, NotFound
 from raftsched.core.state import SchedulerState
 
-from core_helpers import SEC, T0, apply, new_state, put_cmd, spec_of, tick
+from core_helpers import SEC, T0, apply, new_state, put_cmd, restored, spec_of, tick
 from test_execution_determinism import EXEC_SEQUENCES, ExecDriver
 
 
@@ -277,3 +277,32 @@ def test_a_page_of_names_is_the_slice_of_the_sorted_names_after_the_cursor(names
     rest = sorted(n for n in names if not after or n > after)
     page, more = queries._names_page(dict.fromkeys(names), limit, after or None)
     assert page == rest[:limit] and more == (len(rest) > limit)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=st.lists(st.tuples(st.sampled_from(["put", "delete", "restore"]),
+                              st.sampled_from(["a", "b", "ab", "b0", "c", "job-1", "job-10", "job-2", "Z"])),
+                    max_size=30),
+       limit=st.integers(1, 4))
+def test_the_job_names_index_follows_puts_deletes_and_restores(ops, limit):
+    """jobs_page reads a range of the sorted names index (queues.py ``_names``) instead of
+    walking every job: after any puts, replaces, deletes and restores, the index is the sorted
+    names, and paging from the start gives every job once, in order."""
+    s = new_state()
+    for op, name in ops:
+        if op == "put":
+            assert apply(s, put_cmd(s, name, EVERY5, T0))["ok"]
+        elif op == "delete":
+            apply(s, commands.make("delete_job", T0, None, name=name))
+        else:
+            s = restored(s)
+        assert list(s._names) == sorted(s.jobs)
+    got, after = [], None
+    while True:
+        page = queries.jobs_page(s, limit, after)
+        assert page["total"] == len(s.jobs)
+        got += [j["name"] for j in page["jobs"]]
+        if page["next"] is None:
+            break
+        after = page["next"]
+    assert got == sorted(s.jobs)

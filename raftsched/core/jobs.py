@@ -178,6 +178,8 @@ def put_job(s: SchedulerState, cmd: Command, now: int, pending: dict[str, Record
                      share_int(anchor, ints), share_int(cursor, ints), share_int(nxt, ints),
                      old["paused"] if old else False,
                      old["stats"] if old else [0, 0, None, 0, 0])  # see records.STATS_FIELDS
+    if old is None:
+        s._names.add(name)
     jobs[name] = job
     if spec.get("metrics"):  # the per-job gauges' jobs, kept so a scrape walks only them
         s._metric_jobs[name] = None
@@ -292,6 +294,7 @@ def apply_delete_job(s: SchedulerState, cmd: Command, now: int) -> Result:
         s._paused_count -= 1
     s._metric_jobs.pop(name, None)
     s._placed_jobs.pop(name, None)
+    s._names.discard(name)
     del s.jobs[name]
     deadlines.forget_job(s, name, now)
     s.health.pop(name, None)

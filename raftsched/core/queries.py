@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 from collections.abc import Collection
+from itertools import islice
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from . import limits
@@ -82,7 +83,8 @@ def job(s: SchedulerState, name: str) -> dict[str, Any] | None:
 def jobs_page(s: SchedulerState, limit: int, after: str | None) -> dict[str, Any]:
     """Up to ``limit`` jobs by name after ``after``: ``{"jobs": [job...], "next": the last name
     when more follow, else None, "total": every job}``."""
-    page, more = _names_page(s.jobs, limit, after)
+    got = list(islice(s._names.irange(minimum=after or None, inclusive=(False, True)), limit + 1))
+    page, more = got[:limit], len(got) > limit
     return {"jobs": [job(s, n) for n in page], "next": page[-1] if more else None,
             "total": len(s.jobs)}
 

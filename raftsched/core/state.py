@@ -28,6 +28,8 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any, TypeAlias
 
+from sortedcontainers import SortedList
+
 from . import commands, limits, snapshot
 from .commands import Command
 from .due import DueIndex
@@ -169,6 +171,7 @@ class SchedulerState:
     _paused_count: int
     _metric_jobs: dict[str, None]
     _placed_jobs: dict[str, None]
+    _names: SortedList
 
     def __init__(self) -> None:
         #: The leader's due index (due.py), or None: only a leader's trigger reads it. The
