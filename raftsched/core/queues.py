@@ -12,6 +12,10 @@ that holds more than twice its queue's depth in entries is compacted
 ``queries.lease_snapshot``, and an index nothing pops would grow with every heartbeat.) Keys are
 unique (they end with the run id), so the order in which runs are handed out is the same on
 every replica, whether a replica built its heaps incrementally or from a snapshot.
+
+Beside them, indexes of the jobs kept here because they are reset and rebuilt with the rest: the
+paused count, the jobs with per-job metrics, the jobs with a placement, and every job's name in
+order (a ``SortedList``: a page of ``GET /v1/jobs`` is a range of it, not a walk of every job).
 """
 from __future__ import annotations
 
