@@ -141,9 +141,9 @@ def unplaceable(s: SchedulerState, now_ms: int) -> dict[str, int]:
     storm's million queued runs walked them all: 3 s or more each, the Raft thread waiting, and
     the leader lost its quorum again and again."""
     live = _live_workers(s, now_ms)
-    any_dedicated = _restricted(live)
-    if not any_dedicated and not s._placed_jobs:
+    if not _may_wait(s, live):
         return {}
+    any_dedicated = _restricted(live)
     runs, jobs = s.runs, s.jobs
     out: dict[str, int] = {}
     memo: dict[tuple[str, int, str, str], bool] = {}  # (queue, placement, executor type, tenant) -> fits
@@ -173,7 +173,11 @@ def may_wait_for_placement(s: SchedulerState, now_ms: int) -> bool:
     """Whether any queued run may wait for a worker because of placement (:func:`_judged`): some
     job has a placement, or some live worker is dedicated or limited to tenants. False makes
     :func:`unplaceable` and :func:`waiting_for_many` empty without a look at the runs."""
-    return bool(s._placed_jobs) or _restricted(_live_workers(s, now_ms))
+    return _may_wait(s, _live_workers(s, now_ms))
+
+
+def _may_wait(s: SchedulerState, live: list[LiveWorker]) -> bool:
+    return bool(s._placed_jobs) or _restricted(live)
 
 
 def waiting_for(s: SchedulerState, run_id: str, now_ms: int) -> str | None:
