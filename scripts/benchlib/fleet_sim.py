@@ -4,16 +4,18 @@ process, each a real HTTP client of the worker protocol (docs/api.md), on one as
     python scripts/benchlib/fleet_sim.py --url URL[,URL...] --token-file F --workers N
         --prefix sim-0- --queue rest --out results.json
 
-Worker k (id PREFIX + k) keeps one lease request waiting at a node (``wait_s`` 20, one run at a
-time), spread over the nodes by k; a run it is granted is "started" at once (its receipt time is
+Worker k (id PREFIX + k) keeps one lease request waiting at a node (``wait_s`` 20, or longer when
+an idle answer asks for it with ``next_wait_s``, spread as ``raftsched worker`` spreads it; one run
+at a time), spread over the nodes by k; a run it is granted is "started" at once (its receipt time is
 recorded: the time from the run becoming due to a worker starting it) and completed. Until
-SIGTERM; then it writes ``{"workers", "received": [[run, slot_ms, receipt_ms, node, acquired_ms]...], "leases",
+SIGTERM; then it writes ``{"workers", "received": [[run, slot_ms, receipt_ms, node, acquired_ms, answered_ms]...], "leases", "idle_answers_ms",
 "errors", "error_kinds", "rss_kib"}`` to --out and exits 0. Standard library plus aiohttp (the project's)."""
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import random
 import resource
 import signal
 import time
@@ -59,8 +61,11 @@ async def worker(k: int, args, session: aiohttp.ClientSession, urls: list[str], 
     base = urls[k % len(urls)] + "/v1/workers/" + urllib.parse.quote(wid, safe="")
     body = {"slots": 1, "executors": ["python"], "queues": [args.queue], "labels": {}, "version": "sim",
             "instance": f"{args.prefix}{k}", "max": 1, "wait_s": args.wait_s, "ttl_ms": 10_000}
-    timeout = aiohttp.ClientTimeout(total=args.wait_s + 15)
+    rng = random.Random(k)
+    asked = None  # the node's last next_wait_s (as raftsched worker: worker/remote.py lease_wait_s)
     while not stop.is_set():
+        body["wait_s"] = args.wait_s if asked is None else round(max(args.wait_s, asked * rng.uniform(0.8, 1.0)), 3)
+        timeout = aiohttp.ClientTimeout(total=body["wait_s"] + 15)
         try:
             async with session.post(base + "/lease", json=body, timeout=timeout) as r:
                 data = await r.json(content_type=None)
@@ -73,11 +78,15 @@ async def worker(k: int, args, session: aiohttp.ClientSession, urls: list[str], 
             out["leases"] += 1
             runs = data.get("runs") or []
             if not runs:
+                out["idle_answers_ms"].append(round(recv))
+                hint = data.get("next_wait_s")
+                asked = min(float(hint), 60.0) if isinstance(hint, (int, float)) and hint > args.wait_s else None
                 continue
             for g in runs:
                 # the acquire's time (its command's now, by the proposing node's clock): the lease's
-                # deadline less its ttl
-                out["received"].append([g["id"], g["slot"], round(recv, 1), k % len(urls), g["deadline"] - body["ttl_ms"]])
+                # deadline less its ttl; and when the node answered (its cluster_ms: None if absent)
+                out["received"].append([g["id"], g["slot"], round(recv, 1), k % len(urls), g["deadline"] - body["ttl_ms"],
+                                        data.get("cluster_ms")])
             results = [{"run": g["id"], "token": g["token"], "success": True} for g in runs]
             async with session.post(base + "/complete", json={"results": results}, timeout=timeout) as r:
                 await r.read()
@@ -108,7 +117,7 @@ async def main() -> None:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
-    out = {"workers": args.workers, "received": [], "leases": 0, "errors": 0, "error_kinds": {}}
+    out = {"workers": args.workers, "received": [], "leases": 0, "errors": 0, "error_kinds": {}, "idle_answers_ms": []}
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, headers={"Authorization": f"Bearer {token}"}) as session:
         tasks = [asyncio.create_task(worker(k, args, session, urls, out, stop)) for k in range(args.workers)]

@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from raftsched.node import limits as node_limits
+from raftsched.worker import limits as worker_limits
 from raftsched.testing.procs import Procs, wait_for
 
 from .. import common
@@ -181,9 +182,10 @@ def fleet_rest(tmp: Path, n_workers: int, n_procs: int, window_s: float, due_job
                clusters: list, wait_s: float = 20.0) -> dict:
     # a simulator process holds at most SIM_WORKERS_PER_PROC workers (its CPU and descriptors)
     n_procs = max(n_procs, -(-n_workers // SIM_WORKERS_PER_PROC))
-    # the window at rest holds at least one wait_s, so that every worker polls in it once or more
-    # (the quick run keeps its 1 s window: it checks the harness, not the figure)
-    rest_window_s = max(window_s, wait_s) if window_s >= 10 else window_s
+    # the window at rest holds at least one wait, the longest a node may ask for (next_wait_s)
+    # included, so that every worker polls in it once or more (the quick run keeps its 1 s window:
+    # it checks the harness, not the figure)
+    rest_window_s = max(window_s, wait_s, worker_limits.lease_wait_s_max) if window_s >= 10 else window_s
     c = start_cluster(tmp, "fleet-rest", clusters, ("--slots", "0"))
     procs = Procs(new_session=True)
     outs = {k: c.tmp / f"sim-{k}.json" for k in range(n_procs)}
@@ -217,6 +219,10 @@ def fleet_rest(tmp: Path, n_workers: int, n_procs: int, window_s: float, due_job
         connect_s = time.monotonic() - t0
         # ok-sleep: a workers_seen interval passes after the last hello (its cost is part of "at rest")
         time.sleep(node_limits.workers_seen_interval_s + 1)
+        if window_s >= 10:
+            # ok-sleep: every worker has had its first answer (after its wait_s), and with it the
+            # wait its node asks for (next_wait_s): the window measures the fleet's steady state
+            time.sleep(max(0.0, t0 + connect_s + wait_s + 2 - time.monotonic()))
         rss1 = {i: rss_kib(p).get("VmRSS") for i, p in pids.items()}
         spies = _profile_start(pids, rest_window_s, "rest")
         cpu_a = cluster_cpu_s(c)
@@ -224,6 +230,7 @@ def fleet_rest(tmp: Path, n_workers: int, n_procs: int, window_s: float, due_job
         time.sleep(rest_window_s)  # ok-sleep: measurement window (at rest, every worker waiting)
         rest_cpu = None if cpu_a is None else (cluster_cpu_s(c) - cpu_a)
         node_b = {i: tree_cpu_s(p) for i, p in pids.items()}
+        rest_w = (wall_ms() - rest_window_s * 1000, wall_ms())
         _profile_wait(spies)
         # One scrape of /metrics (one series per worker for four of its families): its cost.
         scrape_cpu0, scrape_t0 = tree_cpu_s(pids[0]), time.monotonic()
@@ -255,7 +262,7 @@ def fleet_rest(tmp: Path, n_workers: int, n_procs: int, window_s: float, due_job
         check_alive(c, range(c.n))
         for k in procs.procs:
             procs.signal(k, signal.SIGTERM)
-        received, errors, sim_rss, leases, error_kinds = [], 0, [], 0, {}
+        received, errors, sim_rss, leases, error_kinds, idle_at = [], 0, [], 0, {}, []
         for k, path in outs.items():
             try:
                 r = json.loads(path.read_text())
@@ -266,6 +273,7 @@ def fleet_rest(tmp: Path, n_workers: int, n_procs: int, window_s: float, due_job
             for kind, n in r.get("error_kinds", {}).items():
                 error_kinds[kind] = error_kinds.get(kind, 0) + n
             leases += r["leases"]
+            idle_at += r.get("idle_answers_ms", [])
             sim_rss.append(r.get("rss_kib"))
         lag = [r[2] - r[1] for r in received if w0 <= r[1] < w1]
         # by the node the worker waited at (k % 3, node-1 first): a follower forwards its acquire
@@ -295,8 +303,20 @@ def fleet_rest(tmp: Path, n_workers: int, n_procs: int, window_s: float, due_job
                # where it goes: the slot until a node proposed the acquire that granted the run
                # (its dispatcher's wake-up), then that acquire's commit and the HTTP answer
                "due_to_acquire_ms": summary([r[4] - r[1] for r in received if w0 <= r[1] < w1], 1),
-               "acquire_to_receipt_ms": summary([r[2] - r[4] for r in received if w0 <= r[1] < w1], 1), "due_window_acquires": acquires,
-               "simulator_errors": errors, "simulator_error_kinds": error_kinds, "lease_answers": leases}
+               "acquire_to_receipt_ms": summary([r[2] - r[4] for r in received if w0 <= r[1] < w1], 1),
+               # the receipt split at the node's answer (its cluster_ms): the acquire's commit and
+               # the node's answer, then the response's way into the simulator's loop
+               "acquire_to_answer_ms": summary([r[5] - r[4] for r in received
+                                                 if w0 <= r[1] < w1 and len(r) > 5 and r[5] is not None], 1),
+               "answer_to_receipt_ms": summary([r[2] - r[5] for r in received
+                                                 if w0 <= r[1] < w1 and len(r) > 5 and r[5] is not None], 1),
+               "due_to_answer_ms": summary([r[5] - r[1] for r in received
+                                            if w0 <= r[1] < w1 and len(r) > 5 and r[5] is not None], 1),
+               "due_window_acquires": acquires,
+               "simulator_errors": errors, "simulator_error_kinds": error_kinds, "lease_answers": leases,
+               # idle answers the fleet got per second in the window at rest: what the nodes' CPU
+               # at rest pays for (their next_wait_s sets it)
+               "idle_answers_per_s_at_rest": round(sum(1 for t in idle_at if rest_w[0] <= t < rest_w[1]) / rest_window_s, 1)}
         print(f"[bench] fleet_rest {n_workers} workers: nodes' CPU at rest {out['nodes_cpu_pct_of_one_core']} % of one core, "
               f"{out['node_kib_per_worker']} KiB a worker; due -> start p50 {out['due_to_start_ms'].get('p50')} ms, "
               f"p99 {out['due_to_start_ms'].get('p99')} ms", file=sys.stderr)
@@ -331,3 +351,8 @@ def report_rows(res: dict, row, fmt, ppm, ratio) -> None:
             f"{fmt(g['node_kib_per_worker'])} / {fmt(g['simulator_kib_per_worker'])}")
         row("", f"due → start ms p50 / p99 / max ({g['due_jobs']} jobs every 1 s, staggered, fired ahead; "
                 f"{g['due_runs_received']} of {g['due_runs_expected']} runs)", ppm(g["due_to_start_ms"]))
+        if g.get("due_to_answer_ms", {}).get("n"):
+            row("", "due → the node's answer (its cluster_ms) ms p50 / p99 / max", ppm(g["due_to_answer_ms"]))
+        if "idle_answers_per_s_at_rest" in g:
+            row("", "idle lease answers per second at rest, the fleet (its waits: the nodes' next_wait_s)",
+                fmt(g["idle_answers_per_s_at_rest"]))
