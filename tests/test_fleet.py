@@ -216,9 +216,10 @@ def test_a_burst_of_runs_goes_to_as_many_of_the_oldest_requests_as_it_needs():
     run(t)
 
 
-def test_idle_requests_of_many_groups_cost_one_read_a_look_while_nothing_changes():
-    """The dispatcher skips its look at every group while the replica applied nothing, no due time
-    came and nothing happened at the node, but for one full look a second."""
+def test_idle_requests_of_many_groups_cost_no_reads_while_nothing_changes_but_a_full_look_a_second():
+    """The dispatcher does not poll the replica while requests wait: it sleeps until the replica
+    applies an entry (RaftNode.arm_applied), a due time comes or a request arrives, and looks at
+    every group once a second (a tenant's bucket refills with time alone)."""
     async def t(env, c):
         polls = [asyncio.ensure_future(lease(c, f"w{k}", wait_s=10, labels={"host": f"h{k}"})) for k in range(40)]
         await until(lambda: env.fleet.dispatcher.waiting == 40, what="40 requests waiting")
@@ -230,13 +231,18 @@ def test_idle_requests_of_many_groups_cost_one_read_a_look_while_nothing_changes
             reads.append(fn.__name__)
             return real(fn, *args)
         env.raft.read = counted
-        await asyncio.sleep(0.5)  # ok-sleep: the window whose reads are counted
+        await asyncio.sleep(2.3)  # ok-sleep: the window whose reads are counted
         env.raft.read = real
-        looks = reads.count("applied_count")
-        assert looks >= 10, reads[:20]
-        # Without the skip: two reads a group a look (1 000 here); with it, one a look and at most
-        # one full look (two reads a group).
-        assert len(reads) <= looks + 2 * 40 + 10, (len(reads), looks)
+        full = reads.count("ready_count") // 40
+        # Two or three full looks (one a second: at most three reads a group each, and a few of
+        # the loop's own); polling every dispatch_poll_s read the replica ~100 times in this window.
+        assert 2 <= full <= 3, (full, reads[:20])
+        assert reads.count("applied_count") <= 2 * full + 2, reads
+        assert len(reads) <= full * (3 * 40 + 4) + 4, (len(reads), full, collections.Counter(reads))
+        # an entry applied wakes the dispatcher at once: a run for one of them is granted
+        await put_job(env, "j", dict(SPEC, placement={"labels": {"host": "h7"}}))
+        rid = await trigger(env, "j")
+        assert [g["id"] for g in (await asyncio.wait_for(polls[7], 5))["runs"]] == [rid]
         for p in polls:
             p.cancel()
         await asyncio.gather(*polls, return_exceptions=True)
@@ -338,6 +344,46 @@ def test_a_draining_worker_hears_it_at_once_from_lease_and_heartbeat():
         assert hb == {"extended": 1, "lost": [], "draining": True}
         r = await c.post(path("nobody", "drain"), headers=AUTH)
         assert r.status == 404
+    run(t)
+
+
+def test_a_drain_reaches_a_waiting_idle_worker_at_once_and_no_other():
+    async def t(env, c):
+        w1 = asyncio.ensure_future(lease(c, "w1", wait_s=30))
+        w2 = asyncio.ensure_future(lease(c, "w2", wait_s=30, instance="i2"))
+        await until(lambda: env.fleet.dispatcher.waiting == 2, what="both requests to wait")
+        t0 = time.monotonic()
+        assert (await post(c, path("w1", "drain"), {}))["state"] == "draining"
+        assert await asyncio.wait_for(w1, 5) == {"runs": [], "draining": True}
+        assert time.monotonic() - t0 < 3  # not at the end of its 30 s wait
+        assert not w2.done() and env.fleet.dispatcher.waiting == 1
+        # a run now goes to w2, not to the drained w1
+        await put_job(env, "j")
+        rid = await trigger(env, "j")
+        assert [g["id"] for g in (await asyncio.wait_for(w2, 5))["runs"]] == [rid]
+    run(t)
+
+
+def test_a_node_with_many_workers_waiting_asks_idle_ones_to_wait_longer(monkeypatch):
+    # 2 idle answers a second: five requests waiting 0.3 s each would be ~17 a second
+    monkeypatch.setattr(node_limits, "lease_idle_answers_per_s", 2.0)
+
+    async def t(env, c):
+        answers = await asyncio.gather(*(lease(c, f"w{k}", wait_s=0.3, instance=f"i{k}") for k in range(5)))
+        hints = [a.get("next_wait_s") for a in answers]
+        assert all(h is not None for h in hints[:3]), hints  # at least 3 still waited behind each of these
+        assert max(h for h in hints if h is not None) >= 1.5 and all(h is None or h <= 60 for h in hints)
+        # one worker alone waits as it asked
+        assert "next_wait_s" not in await lease(c, "w0", wait_s=0.3, instance="i0")
+        # never beyond what a node accepts
+        monkeypatch.setattr(node_limits, "lease_idle_answers_per_s", 0.001)
+        answers = await asyncio.gather(*(lease(c, f"w{k}", wait_s=0.3, instance=f"i{k}") for k in range(3)))
+        assert max(a.get("next_wait_s") or 0 for a in answers) == 60
+        # an answer with runs, or a drain, carries no hint
+        await put_job(env, "j")
+        await trigger(env, "j")
+        got = await lease(c, "w0", wait_s=5, instance="i0")
+        assert got["runs"] and "next_wait_s" not in got
     run(t)
 
 

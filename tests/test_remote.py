@@ -4,6 +4,7 @@ lease loop's drain (worker/loop.py, shared by both kinds of worker), and a whole
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 import time
 
@@ -129,6 +130,30 @@ def test_a_lease_request_refused_for_good_pauses_the_worker_instead_of_spinning(
         try:
             g = await ch.acquire(4, 10_000, None)
             assert (g.runs, g.retry_after_s) == ([], worker_limits.lease_refused_pause_s) and len(n.requests) == 1
+        finally:
+            await ch.close()
+            await n.close()
+    run(t())
+
+
+def test_a_worker_waits_as_long_as_the_nodes_idle_answer_asks_never_less_than_its_own_wait():
+    async def t():
+        idle = {"runs": [], "draining": False}
+        n = Node([(200, dict(idle, next_wait_s=45)), (200, dict(idle, next_wait_s=45)), (200, dict(idle, next_wait_s=500)),
+                  (200, dict(idle, next_wait_s="60")), (200, dict(idle, next_wait_s=True)), (200, dict(idle, next_wait_s=1)),
+                  (200, idle)])
+        ch = RemoteChannel(WorkerConfig(urls=[await n.start()], token=TOKEN, worker_id="w1", wait_s=0), SystemClock())
+        try:
+            ch.cfg.wait_s = 5.0  # what it asks for; the stand-in node answers at once
+            ch._rng = random.Random(7)  # the spread, made repeatable
+            for _ in range(7):
+                await ch.acquire(1, 10_000, None)
+            waits = [r[2]["wait_s"] for r in n.requests]
+            assert waits[0] == 5.0  # its own, until a node asks for more
+            assert 36 <= waits[1] <= 45 and 36 <= waits[2] <= 45 and waits[1] != waits[2]  # spread
+            assert 48 <= waits[3] <= worker_limits.lease_wait_s_max  # 500: capped at what a node accepts
+            assert waits[4:] == [5.0, 5.0, 5.0]  # not a number, a bool, shorter than its own: its own
+            assert ch.lease_wait_s() == 5.0  # an answer without the field: its own again
         finally:
             await ch.close()
             await n.close()

@@ -124,3 +124,31 @@ def test_every_apply_and_restore_holds_the_replicas_lock():
     both = (True,)
     assert state.seen == [("apply",) + both] * 3 + [("restore",) + both]
     assert free_elsewhere(consumer._lock) and state.read() == {"a": 2, "b": 1}
+
+
+def test_an_armed_call_runs_once_after_the_next_entry_or_restore_and_its_failure_wedges_nothing():
+    """RaftNode.arm_applied's seam: the call runs after the state moved (a reader woken by it
+    sees the entry), once; raised, it is logged, and the entry is applied once all the same
+    (an exception out of _apply makes pysyncobj apply the entry again, forever)."""
+    state = FakeState()
+    consumer = _StateConsumer(state)
+    seen = []
+    consumer.armed = lambda: seen.append(state.read())
+    consumer._apply(incr("a"), _doApply=True)
+    consumer._apply(incr("a"), _doApply=True)
+    assert seen == [{"a": 1}] and consumer.armed is None  # once, after the first entry applied
+
+    def boom():
+        raise TypeError("a bug in the armed call")
+    consumer.armed = boom
+    assert consumer._apply(incr("a"), _doApply=True) == {"ok": True, "value": 3}
+    assert state.read() == {"a": 3} and consumer.armed is None
+
+    consumer.armed = lambda: seen.append("restored")
+    dumped = pickle.dumps(consumer._serialize(), 2)
+    consumer._release_snapshot_lock()
+    try:
+        consumer._deserialize(pickle.loads(dumped))
+    finally:
+        gc.unfreeze()
+    assert seen[-1] == "restored"

@@ -323,3 +323,31 @@ def test_raft_port_binds_only_on_the_given_host(tmp_path):
         finally:
             node.stop()
     run(main)
+
+
+def test_an_armed_call_reaches_the_loop_after_the_next_entry_on_every_node(tmp_path):
+    """RaftNode.arm_applied: a reader on a follower waits for the state to move instead of
+    polling it; the call comes on the loop, once, after the entry is applied there."""
+    async def main():
+        c = Cluster(tmp_path)
+        try:
+            c.start_all()
+            leader = await c.agreed_leader()
+            follower = next(a for a in c.addrs if a != leader)
+            woke = asyncio.Event()
+            seen = []
+
+            def on_applied():
+                seen.append(c.states[follower].read())
+                woke.set()
+            c.nodes[follower].arm_applied(on_applied)
+            assert (await c.nodes[leader].propose(incr("a")))["ok"]
+            await asyncio.wait_for(woke.wait(), 10)
+            assert seen == [{"a": 1}]
+            await c.converged({"a": 1})
+            assert (await c.nodes[leader].propose(incr("a")))["ok"]
+            await c.converged({"a": 2})
+            assert seen == [{"a": 1}]  # once: a second entry calls nothing until armed again
+        finally:
+            c.close()
+    asyncio.run(asyncio.wait_for(main(), 60))

@@ -283,6 +283,7 @@ class SchedulerState:
         for ext in snapshot.EXTENSIONS.values():
             if ext.rebuild is not None:
                 ext.rebuild(self)
+        self.stats.drains += 1  # the restored workers may be draining (stats.ApplyStats.drains)
 
     def state_hash(self) -> str:
         return hashlib.sha256(self.snapshot()).hexdigest()

@@ -52,6 +52,10 @@ class ApplyStats:
         self.deadlines: dict[tuple[str, str, str], int] = {}
         self.slot_to_start = Buckets(SLOT_BOUNDS_MS)
         self.slot_to_completion = Buckets(SLOT_BOUNDS_MS)
+        #: times a worker's state may have become ``draining``: a drain applied, or a restore
+        #: (which may bring drains). A node's dispatcher answers its waiting lease requests of
+        #: drained workers when it moves (node/dispatch.py), not at the end of their wait.
+        self.drains = 0
 
     def on_entry(self, entry: dict[str, Any]) -> None:
         """A run or a record entered a job's history (fire.add_entry)."""

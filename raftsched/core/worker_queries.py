@@ -300,6 +300,18 @@ def applied_count(s: SchedulerState) -> int:
     return s.applied
 
 
+def drains_count(s: SchedulerState) -> int:
+    """How many times a worker may have become draining on this replica (stats.ApplyStats.drains):
+    a reader that saw the same count before has no new drain to look for."""
+    return s.stats.drains
+
+
+def draining_among(s: SchedulerState, worker_ids: Collection[str]) -> set[str]:
+    """Those of ``worker_ids`` whose registered state is ``draining``."""
+    reg = s.workers
+    return {w for w in worker_ids if (rec := reg.get(w)) is not None and rec["state"] == "draining"}
+
+
 def next_due_ms(s: SchedulerState, queues: list[str] | None) -> int | None:
     """The earliest due time at the head of the served queues' heaps (a hint: the head may be
     stale), or None when they are empty: how long a dispatcher may sleep."""

@@ -293,6 +293,8 @@ def apply_drain_worker(s: SchedulerState, cmd: Command, now: int) -> Result:
         raise NotFound(f"no worker {worker!r}", field="worker")
     was = w["state"]
     w["state"] = "draining"
+    if was != "draining":
+        s.stats.drains += 1
     return ok(worker=worker, state="draining", changed=was != "draining")
 
 

@@ -121,6 +121,9 @@ class Dispatcher:
         #: of the groups' queues (ms), when it ran (monotonic), and whether anything happened since
         #: that a look must see (a request came, an acquire ended, a backoff ran out)
         self._seen_applied: int | None = None
+        #: the replica's count of drains (queries.drains_count) when the waiting requests were
+        #: last checked for drained workers
+        self._seen_drains: int | None = None
         self._next_due_ms: float = float("inf")
         self._full_at = 0.0
         self._dirty = True
@@ -182,11 +185,29 @@ class Dispatcher:
         with no grants: a stopping node must not hold long-polls open for their whole wait
         (the API's cleanup waits for its handlers, and a node stopped with SIGTERM would wait
         out a worker's wait_s, or be killed)."""
+        arm = getattr(self.raft, "arm_applied", None)
         try:
             while True:
                 self._wake.clear()
                 timeout = self._look()
-                await wait_event(self._wake, timeout)
+                if arm is None or not self._groups:
+                    await wait_event(self._wake, timeout)
+                    continue
+                # Woken by the replica rather than polling it: the next entry applied wakes the
+                # loop (an idle node with requests waiting spent ~1.4 % of a core looking every
+                # dispatch_poll_s); armed, then read, so an entry applied in between is seen.
+                looked = self.clock.monotonic_s()
+                arm(self._wake.set)
+                if self.raft.read(queries.applied_count) != self._seen_applied:
+                    self._wake.set()
+                if await wait_event(self._wake, timeout) and not self._dirty:
+                    # An entry applied: at most one look per dispatch_poll_s for that, as before,
+                    # however fast entries apply; a request or an acquire's end (which make it
+                    # dirty) still wakes the loop at once, and so does a due time.
+                    gap = node_limits.dispatch_poll_s - (self.clock.monotonic_s() - looked)
+                    if gap > 0:
+                        self._wake.clear()
+                        await wait_event(self._wake, gap)
         finally:
             self.closed = True
             for t in list(self._tasks):
@@ -210,17 +231,26 @@ class Dispatcher:
             return node_limits.dispatch_poll_s * 50  # nothing waits: a request wakes the loop
         mono = self.clock.monotonic_s()
         now_ms = self.clock.now_ms()
-        timeout = node_limits.dispatch_poll_s
+        # Woken by the replica's applies (run), the loop need not poll it: it sleeps until a due
+        # time, a backoff's end or the next full look. Without that (a replica that cannot say),
+        # it polls every dispatch_poll_s.
+        timeout = (node_limits.dispatch_full_look_s if hasattr(self.raft, "arm_applied")
+                   else node_limits.dispatch_poll_s)
         # A look whose answer cannot have changed is skipped: the same replica (no command applied
         # since), no due time reached, nothing new here, and a full look not long ago (time alone
         # refills tenants' buckets). Idle requests of many groups then cost one read a poll.
         applied = self.raft.read(queries.applied_count)
         if (not self._dirty and applied == self._seen_applied and now_ms < self._next_due_ms
                 and mono - self._full_at < node_limits.dispatch_full_look_s):
-            return max(0.001, min(timeout, (self._next_due_ms - now_ms) / 1000))
+            return max(0.001, min(timeout, (self._next_due_ms - now_ms) / 1000,
+                                  self._full_at + node_limits.dispatch_full_look_s - mono))
         self._dirty = False
         self._seen_applied = applied
         self._full_at = mono
+        drains = self.raft.read(queries.drains_count)
+        if drains != self._seen_drains:
+            self._seen_drains = drains
+            self._answer_drained()
         self._next_due_ms = float("inf")
         # The leader's dispatcher acquires a run as it falls due; a follower's only once it has
         # been due for dispatch_follower_grace_ms, by when the leader's acquire has usually
@@ -330,6 +360,20 @@ class Dispatcher:
                 self._cover.pop(key, None)
             self._dirty = True
             self._wake.set()
+
+    def _answer_drained(self) -> None:
+        """Answer ``draining`` at once to the waiting requests of workers drained since they came:
+        a drain reaches an idle worker now, not at the end of its wait (up to lease_wait_s_max).
+        A request with an acquire in flight hears it from the acquire's answer."""
+        ids = {r.worker for q in self._groups.values() for r in q if not r.gone() and not r.in_flight}
+        if not ids:
+            return
+        drained = self.raft.read(queries.draining_among, ids)
+        if not drained:
+            return
+        for q in list(self._groups.values()):
+            for r in [r for r in q if r.worker in drained and not r.gone() and not r.in_flight]:
+                self._answer(q, r, [], True, None)
 
     def _answer(self, q, req: LeaseRequest, grants: list[dict], draining: bool, error) -> None:
         req.grants, req.draining, req.error = grants, draining, error

@@ -229,7 +229,20 @@ class Fleet:
                            facts["tenants"])
         await self.dispatcher.lease(req, wait_s)
         # Unsealed here, where the run is handed out, and nowhere else (docs/security.md).
-        return self._timed({"runs": [self.unseal(g) for g in req.grants], "draining": req.draining}), hello
+        answer = {"runs": [self.unseal(g) for g in req.grants], "draining": req.draining}
+        if not req.grants and not req.draining:
+            longer = self.next_wait_s(wait_s)
+            if longer is not None:
+                answer["next_wait_s"] = longer
+        return self._timed(answer), hello
+
+    def next_wait_s(self, wait_s: float) -> float | None:
+        """The wait an idle worker should ask for next, when longer than its ``wait_s``: enough
+        that the requests waiting here come back at ``lease_idle_answers_per_s`` (node/limits.py),
+        at most ``lease_wait_s_max``. None: its own wait is long enough."""
+        want = min(worker_limits.lease_wait_s_max,
+                   round(self.dispatcher.waiting / node_limits.lease_idle_answers_per_s, 1))
+        return want if want > wait_s else None
 
     def _timed(self, answer: dict) -> dict:
         """``answer`` with ``cluster_ms``, cluster time as this node knows it when it answers

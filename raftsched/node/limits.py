@@ -116,6 +116,15 @@ workers_forget_check_s = 60.0
 #: Lease requests one node keeps waiting at once; beyond it a request is answered 503 (the
 #: worker tries another node, or again after a backoff). Bounds a node's memory per connection.
 lease_waiters_max = 20_000
+#: Idle lease answers a node aims at, per second: with more requests waiting than their wait
+#: times this, an idle answer asks the worker to wait longer next time (``next_wait_s``, at most
+#: worker/limits.py lease_wait_s_max), as Nomad's servers stretch their clients' heartbeat TTL
+#: (max_heartbeats_per_second). Each idle poll costs the node ~0.3 ms of CPU and ~100 objects
+#: that live for the whole wait (aiohttp's request, the handler's coroutines, a timer): at 10 000
+#: workers on three nodes and 20 s waits, 167 polls a second a node, 9-12 % of a core and young
+#: collections of 20-250 ms (docs/benchmarks.md, "Ten thousand idle workers"). 60 keeps a fleet
+#: of up to 1 200 workers a node at its own wait (20 s), and 3 333 a node at ~55 s.
+lease_idle_answers_per_s = 60.0
 #: While lease requests wait, how often the dispatcher looks at its replica for ready work; it
 #: also wakes at the earliest due time it sees there, if sooner (a run fired ahead is acquired
 #: as it falls due), and at once when a request arrives or an acquire ends. Bounds the time from

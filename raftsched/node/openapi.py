@@ -396,7 +396,11 @@ def _more_responses() -> dict[str, Schema]:
         "pinged": _open({"job": s, "run": s, "state": s}, ("job", "run", "state")),
         "deadlines": _open({"deadlines": {"type": "array", "items": _open({"slot": s, "why": s}, ("slot", "why"))}},
                            ("deadlines",)),
-        "leased": _open({"runs": objs, "draining": _BOOL, "cluster_ms": i}, ("runs", "draining")),
+        "leased": _open({"runs": objs, "draining": _BOOL, "cluster_ms": i,
+                         "next_wait_s": _num(0, worker_limits.lease_wait_s_max,
+                                             description="in an idle answer, the wait to ask for next time "
+                                                         "(the node has many workers waiting)")},
+                        ("runs", "draining")),
         "heartbeat": _open({"extended": i, "lost": {"type": "array", "items": s}, "draining": _BOOL, "cluster_ms": i},
                            ("extended", "lost", "draining")),
         "completed": _open({"results": arr}, ("results",)),

@@ -115,6 +115,10 @@ class Replicator(Protocol):
     def read(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(state, *args)``, run while no command applies: the one way to read the state."""
 
+    def arm_applied(self, fn: Callable[[], None]) -> None:
+        """``fn()`` on the loop, once, after the next entry this replica applies: a reader waits
+        for the state to move instead of polling it (``RaftNode.arm_applied``)."""
+
     def cluster_ms(self) -> int | None:
         """Cluster time now (the median of the members' wall clocks), or None when unknown."""
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Callable
 
 from pysyncobj import SyncObjConsumer, replicated
 
@@ -73,6 +74,9 @@ class _StateConsumer(SyncObjConsumer):
         # True while the tick thread holds the lock across a dump fork; released by
         # _release_snapshot_lock on the same thread at the end of the same tick.
         self._snapshot_lock_held = False
+        #: called once (then cleared) after the next entry is applied or a dump restored
+        #: (RaftNode.arm_applied); it must never raise: it runs inside pysyncobj's apply
+        self.armed: Callable[[], None] | None = None
 
     # A single replicated method, forever: pysyncobj numbers replicated methods by sorted
     # (version, name), so adding one could renumber the ids stored in old log entries. Commands
@@ -84,9 +88,21 @@ class _StateConsumer(SyncObjConsumer):
             # committed as one log entry. Each is applied in order, exactly as if it had its own
             # entry, and gets its own result; under one lock, so readers see whole groups.
             with self._lock:
-                return [self._apply_one(d) for d in data]
-        with self._lock:
-            return self._apply_one(data)
+                out: dict | list = [self._apply_one(d) for d in data]
+        else:
+            with self._lock:
+                out = self._apply_one(data)
+        self._fire_armed()  # after the state moved: whoever armed it and then reads, sees it
+        return out
+
+    def _fire_armed(self) -> None:
+        cb = self.armed
+        if cb is not None:
+            self.armed = None
+            try:
+                cb()
+            except BaseException as e:  # noqa: BLE001 - raised here, pysyncobj would apply the entry again
+                logger.error("replication.armed_call_failed error=%r", e)
 
     def _apply_one(self, data: bytes) -> dict:
         if data == BARRIER_NOOP:
@@ -137,6 +153,7 @@ class _StateConsumer(SyncObjConsumer):
             with self._lock:
                 self._state.restore(bytes(data["state"]))
             gcpolicy.freeze_restored()
+        self._fire_armed()
         logger.info("replication.restored bytes=%d ms=%.1f", len(data["state"]),
                     (time.monotonic() - started) * 1000)
         loaded = getattr(self._syncObj, "_members_dump_loaded", None)

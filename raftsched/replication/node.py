@@ -56,6 +56,10 @@ def _settle(fut: asyncio.Future, value) -> None:
         fut.set_result(value)
 
 
+def _call_without_value(fn: Callable[[], None]) -> None:
+    fn()
+
+
 def _settle_group(futs: tuple, value: tuple) -> None:
     """Hand each command of a group its own result (pysyncobj's result is their list)."""
     result, reason = value
@@ -646,6 +650,16 @@ class RaftNode:
         """
         with self._lock:
             return fn(self._state, *args)
+
+    def arm_applied(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` on the loop, once, after the next log entry this replica applies (or the
+        next snapshot it restores); a later call replaces an armed ``fn`` not yet called. For a
+        reader that would otherwise poll for a change: arm, then read, and wait only if the read
+        shows nothing new (the tick thread applies, then looks at what is armed, so one of the
+        two sees the other). A no-op before ``start`` and after ``stop``."""
+        consumer, inbox = self._consumer, self._inbox
+        if consumer is not None and inbox is not None:
+            consumer.armed = functools.partial(inbox.post, _call_without_value, fn)
 
     # -- introspection -------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ class FakeRaft:
         self.fail: str | None = None
         self.proposed: list[bytes] = []
         self.index = 0
+        self.armed: Callable[[], None] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         #: What ``status()["replication"]`` reports (RaftNode's ReplicationWatch.view): a lone
         #: node that keeps up, unless a test sets another view.
@@ -46,6 +47,11 @@ class FakeRaft:
         self.clock: dict = {"state": "agrees", "offset_ms": 0, "error_ms": 0, "bound_ms": 1000,
                             "cluster_ms": None, "source": "self", "candidacy_held": False, "peers": {},
                             "conditions": []}
+
+    def arm_applied(self, fn: Callable[[], None]) -> None:
+        """As RaftNode's: ``fn`` is called on the loop after the next proposal applies (a test
+        that changes ``state`` directly wakes nobody)."""
+        self.armed = fn
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Nothing to start: remembers the loop, as RaftNode does."""
@@ -69,6 +75,9 @@ class FakeRaft:
         self.proposed.append(data)
         self.index += 1
         res = self.state.apply_bytes(data)
+        armed, self.armed = self.armed, None
+        if armed is not None:
+            asyncio.get_running_loop().call_soon(armed)
         if self.fail == "indeterminate_applied":
             raise Indeterminate("leader changed")
         return res

@@ -14,6 +14,9 @@ unknown outcome is never reported as "definitely not". Any other error answer (4
 
 - Lease: one long-poll at a time while idle (the node answers when it has granted runs, or
   with none after ``wait_s``); while busy, two, as the embedded worker pipelines its acquires.
+  A node with many workers waiting at it asks for longer waits in its idle answers
+  (``next_wait_s``): the worker waits that long next time (spread over its last fifth), never
+  less than its own ``wait_s``.
 - Heartbeat: one request per interval for all its leases, given up after half a TTL; the
   watchdog kills every run when none succeeded for a whole TTL.
 - Clock: lease and heartbeat answers carry the node's cluster time (``cluster_ms``); the worker
@@ -34,6 +37,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+import random
 import signal
 import socket
 import uuid
@@ -126,6 +130,10 @@ class RemoteChannel:
             self.facts["dedicated"] = sorted(cfg.dedicated)
         #: cluster time as the nodes' answers told it, on this process's monotonic clock
         self._anchor: clocksync.Anchor | None = None
+        #: the wait the last idle answer asked for (its ``next_wait_s``), when longer than
+        #: ``cfg.wait_s``: a node with many workers waiting at it asks them to come back less often
+        self._asked_wait_s: float | None = None
+        self._rng = random.Random()
 
     def cluster_ms(self) -> int | None:
         """Cluster time now as the last answers told it (None: no node said, or too long ago)."""
@@ -153,8 +161,22 @@ class RemoteChannel:
     def executes(self) -> bool:
         return True
 
+    def lease_wait_s(self) -> float:
+        """This lease request's wait: ``cfg.wait_s``, or what the node's last idle answer asked
+        for (``next_wait_s``), spread over its last fifth so that a fleet started at once does not
+        come back at once, never under ``cfg.wait_s`` nor over lease_wait_s_max."""
+        asked = self._asked_wait_s
+        if asked is None:
+            return self.cfg.wait_s
+        return round(max(self.cfg.wait_s, asked * self._rng.uniform(0.8, 1.0)), 3)
+
+    def _asked(self, answer: dict) -> None:
+        hint = answer.get("next_wait_s")
+        ok = isinstance(hint, (int, float)) and not isinstance(hint, bool) and hint > self.cfg.wait_s
+        self._asked_wait_s = min(float(hint), worker_limits.lease_wait_s_max) if ok else None
+
     async def acquire(self, n: int, ttl_ms: int, types: list[str] | None) -> Grants:
-        wait_s = self.cfg.wait_s
+        wait_s = self.lease_wait_s()
         attempt = wait_s + worker_limits.lease_request_slack_s
         t0 = self.clock.monotonic_s()
         try:
@@ -171,6 +193,8 @@ class RemoteChannel:
             raise
         self._heard(res)
         runs, draining = res.get("runs") or [], bool(res.get("draining"))
+        if not runs:
+            self._asked(res)
         # An empty answer well before wait_s (a node that answers at once) is not a long-poll:
         # the loop's own pause applies, so the worker does not spin on it.
         quick = not runs and self.clock.monotonic_s() - t0 < wait_s / 2
