@@ -249,6 +249,38 @@ def test_idle_requests_of_many_groups_cost_no_reads_while_nothing_changes_but_a_
     run(t)
 
 
+def test_a_request_joining_a_group_with_no_work_costs_no_look_but_one_with_work_is_served_at_once():
+    """An idle fleet's polls come back one by one: each used to wake the dispatcher for a full
+    look (reads of the replica, a timer) that could not change anything for its group."""
+    async def t(env, c):
+        polls = [asyncio.ensure_future(lease(c, f"w{k}", wait_s=10, instance=f"i{k}")) for k in range(5)]
+        await until(lambda: env.fleet.dispatcher.waiting == 5, what="5 requests waiting")
+        await asyncio.sleep(0.2)  # ok-sleep: lets the hellos' looks pass
+        reads = []
+        real = env.raft.read
+
+        def counted(fn, *args):
+            reads.append(fn.__name__)
+            return real(fn, *args)
+        env.raft.read = counted
+        # w0 comes back (its facts unchanged: no hello) into the quiet group
+        again = asyncio.ensure_future(lease(c, "w0", wait_s=10, instance="i0"))
+        await until(lambda: env.fleet.dispatcher.waiting == 6, what="the sixth request waiting")
+        await asyncio.sleep(0.05)  # ok-sleep: the dispatcher would have looked by now
+        env.raft.read = real
+        assert "ready_count" not in reads, reads  # no look: only the handler's own read
+        # work for the group: the oldest request gets it at once, the newcomer after it
+        await put_job(env, "j")
+        rid = await trigger(env, "j")
+        assert [g["id"] for g in (await asyncio.wait_for(polls[0], 5))["runs"]] == [rid]
+        rid2 = await trigger(env, "j")
+        assert [g["id"] for g in (await asyncio.wait_for(polls[1], 5))["runs"]] == [rid2]
+        for p in polls[2:] + [again]:
+            p.cancel()
+        await asyncio.gather(*polls[2:], again, return_exceptions=True)
+    run(t)
+
+
 def test_a_look_reads_as_many_waiting_requests_as_a_scan_covers_not_every_one():
     """Thousands of idle workers in one group: a full look counts the runs its requests want
     only as far as a scan reads (dispatch_ready_scan_max), so its cost does not grow with the

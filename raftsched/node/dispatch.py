@@ -127,6 +127,8 @@ class Dispatcher:
         self._next_due_ms: float = float("inf")
         self._full_at = 0.0
         self._dirty = True
+        #: groups whose last look found no ready work for them: a request joining one needs no look
+        self._quiet: set[tuple] = set()
         #: requests waiting (not abandoned, not answered)
         self.waiting = 0
         #: set once run() ends (the node stops): lease requests are answered at once, empty
@@ -156,10 +158,16 @@ class Dispatcher:
             return req  # the node is stopping: no grants, at once (the worker asks another node)
         if self.waiting >= node_limits.lease_waiters_max:
             raise Unavailable(f"{self.waiting} lease requests wait at this node already; try another node")
-        self._groups.setdefault(req.key, collections.deque()).append(req)
+        q = self._groups.setdefault(req.key, collections.deque())
+        # A request joining a group that waits with no work for it changes no look's answer (the
+        # same queues, labels and types; nothing ready to share out): it waits at the back, and
+        # the next apply, due time or full look serves the group. Otherwise it is looked at now.
+        quiet = bool(q) and req.key in self._quiet
+        q.append(req)
         self.waiting += 1
-        self._dirty = True
-        self._wake.set()
+        if not quiet:
+            self._dirty = True
+            self._wake.set()
         try:
             got = await wait_event(req.done, wait_s)
             if not got and req.in_flight:
@@ -220,6 +228,7 @@ class Dispatcher:
                         req.grants, req.draining, req.error, req.in_flight = [], False, None, False
                         req.done.set()
             self._groups.clear()
+            self._quiet.clear()
             self.waiting = 0
 
     def _look(self) -> float:
@@ -260,6 +269,7 @@ class Dispatcher:
         ready_ms = now_ms - grace
         for key in list(self._groups):
             q = self._groups[key]
+            self._quiet.discard(key)
             while q and q[0].gone():
                 self._abandon(q.popleft())
             if not q:
@@ -294,6 +304,7 @@ class Dispatcher:
             if in_flight:  # what the acquires in flight will take is not there for more
                 count = max(0, count - self._cover.get(key, 0))
             if not count:
+                self._quiet.add(key)
                 nxt = self.raft.read(queries.next_due_ms, head.queues)
                 if nxt is not None and nxt + grace > now_ms:
                     timeout = min(timeout, (nxt + grace - now_ms) / 1000)
