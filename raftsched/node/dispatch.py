@@ -212,7 +212,8 @@ class Dispatcher:
                     # An entry applied: at most one look per dispatch_poll_s for that, as before,
                     # however fast entries apply; a request or an acquire's end (which make it
                     # dirty) still wakes the loop at once, and so does a due time.
-                    gap = node_limits.dispatch_poll_s - (self.clock.monotonic_s() - looked)
+                    # (never past the due time, backoff or full look the look asked to wake at)
+                    gap = min(node_limits.dispatch_poll_s, timeout) - (self.clock.monotonic_s() - looked)
                     if gap > 0:
                         self._wake.clear()
                         await wait_event(self._wake, gap)
