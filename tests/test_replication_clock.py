@@ -83,6 +83,13 @@ def test_a_follower_whose_clock_disagrees_holds_off_its_candidacy_even_when_aske
     sync._clock.tick()
     j = sync._clock.reading()
     assert j.state == clocksync.DISAGREES and j.offset_ms == pytest.approx(6000, abs=50)
+    # One anchor is not enough for a follower to act on (it may be a stale message's): the next
+    # message's anchor says the same, and it holds.
+    assert not sync._clock.holding() and sync._clock.counters["unconfirmed"] == 1
+    _append(sync, leader, clock=[2.0, WALL + 200, 1.0])
+    sync._clock._next_look = 0.0
+    sync._clock.tick()
+    assert sync._clock.reading().offset_ms == pytest.approx(5800, abs=50)
     assert sync._clock.holding()
     view = sync._clock.view()
     assert view["candidacy_held"] is True
@@ -233,6 +240,28 @@ def test_a_follower_stalled_while_it_reads_its_clock_does_not_hold_its_candidacy
     g.tick()
     assert stall.times == 0
     assert g.reading().state == clocksync.AGREES and not g.holding()
+
+
+def test_a_follower_that_handles_a_stale_message_first_does_not_judge_its_clock_fast(lone):
+    """Seen in the 1M storm: after its tick thread stalled 1.6 s, a follower handled an old
+    append_entries first, anchored cluster time on its bound (1.6 s low) and said
+    ``clock.disagrees role=follower offset_ms=1595``, holding its candidacy for 3 s. The next,
+    fresh message anchors it right; one anchor's verdict is not acted on."""
+    sync, leader, _, wall, _ = lone
+    g = sync._clock
+    wall.ms = WALL + 1600
+    _append(sync, leader, clock=[1.0, WALL + 1600, 1.0])
+    g.tick()
+    assert g.reading().state == clocksync.AGREES
+    _append(sync, leader, clock=[2.0, WALL, 1.0])  # sent 1.6 s ago, handled now: 1 600 ms low
+    g._next_look = 0.0
+    g.tick()
+    assert g.reading().state == clocksync.DISAGREES  # what the stale anchor says...
+    assert not g.holding() and g.counters["unconfirmed"] == 1  # ...is not acted on
+    _append(sync, leader, clock=[3.0, WALL + 1600, 1.0])  # the next, fresh one
+    g._next_look = 0.0
+    g.tick()
+    assert g.reading().state == clocksync.AGREES and not g.holding() and g._doubted is None
 
 
 def test_a_leader_whose_followers_answer_without_the_field_acts_unchecked(lone):

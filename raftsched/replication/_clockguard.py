@@ -110,8 +110,11 @@ class ClockGuard:
         self._unversed: frozenset[str] = frozenset()
         self._anchor: clocksync.Anchor | None = None
         self._hold_until = 0.0
+        #: a follower's anchor on which it first judged its clock disagreeing, not yet confirmed
+        #: on another anchor (None: no such verdict pending)
+        self._doubted: clocksync.Anchor | None = None
         self.counters = {"samples": 0, "malformed": 0, "steps_seen": 0, "transfers": 0, "step_downs": 0,
-                         "stalled_reads": 0}
+                         "stalled_reads": 0, "unconfirmed": 0}
 
     # -- the wire (tick thread) ------------------------------------------------------------
 
@@ -247,6 +250,19 @@ class ClockGuard:
             return
         leader = self._is_leader()
         j = self._judge(mono_ms, wall, own_err_ms)
+        if not leader and j.state == DISAGREES and (self._doubted is None or self._doubted is self._anchor):
+            # A follower's verdict rests on one anchor, a lower bound from the leader's messages:
+            # after its thread stalled, the first messages it handles are old ones, whose bound is
+            # low by their age, and it read its own clock as fast by as much (offset_ms ~1 600
+            # seen after a 1.6 s stall, holding its candidacy for nothing). It acts only once a
+            # later anchor says the same; a fresh message replaces a stale anchor at once.
+            if self._doubted is None:
+                self.counters["unconfirmed"] += 1
+            self._doubted = self._anchor
+            self.hold(now)
+            return
+        if leader or j.state != DISAGREES:
+            self._doubted = None
         if leader and j.cluster_ms is not None:
             self._anchor = clocksync.Anchor(j.cluster_ms, j.mono_ms, j.err_ms or 0.0, "self")
         if leader and j.state == UNKNOWN:
