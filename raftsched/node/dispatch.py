@@ -13,7 +13,11 @@ so they travel in one log entry and apply oldest first. Work that falls due whil
 flight, beyond what they cover, gets acquires for the next requests at once: a run due every
 20 ms does not wait for the previous run's commit. A request that waits ``wait_s`` without
 work is answered with no runs. A look costs the same however many requests wait: it reads
-the ready work and the few oldest requests of each group, never every request.
+the ready work and the few oldest requests of each group, never every request. The loop does
+not poll the replica: it sleeps until the replica applies an entry (``arm_applied``; at most
+one look per ``dispatch_poll_s`` for that), a due time, a request for a group that may have
+work, an acquire's end, or the full look of every second. A request of a worker drained while
+it waits is answered ``draining`` at the next look.
 
 The acquire is a replicated command like any other (core/leases.py): a run is granted once,
 through the log, to one worker, whichever node's dispatcher proposed the acquire. The leader's
@@ -248,7 +252,7 @@ class Dispatcher:
                    else node_limits.dispatch_poll_s)
         # A look whose answer cannot have changed is skipped: the same replica (no command applied
         # since), no due time reached, nothing new here, and a full look not long ago (time alone
-        # refills tenants' buckets). Idle requests of many groups then cost one read a poll.
+        # refills tenants' buckets). Idle requests of many groups then cost one read a wake-up.
         applied = self.raft.read(queries.applied_count)
         if (not self._dirty and applied == self._seen_applied and now_ms < self._next_due_ms
                 and mono - self._full_at < node_limits.dispatch_full_look_s):

@@ -119,16 +119,19 @@ lease_waiters_max = 20_000
 #: Idle lease answers a node aims at, per second: with more requests waiting than their wait
 #: times this, an idle answer asks the worker to wait longer next time (``next_wait_s``, at most
 #: worker/limits.py lease_wait_s_max), as Nomad's servers stretch their clients' heartbeat TTL
-#: (max_heartbeats_per_second). Each idle poll costs the node ~0.3 ms of CPU and ~100 objects
+#: (max_heartbeats_per_second). Each idle poll costs the node ~0.9 ms of CPU on the benchmark
+#: machine (its answer's send wakes a client asleep on the other vCPU) and ~100 objects
 #: that live for the whole wait (aiohttp's request, the handler's coroutines, a timer): at 10 000
 #: workers on three nodes and 20 s waits, 167 polls a second a node, 9-12 % of a core and young
 #: collections of 20-250 ms (docs/benchmarks.md, "Ten thousand idle workers"). 60 keeps a fleet
 #: of up to 1 200 workers a node at its own wait (20 s), and 3 333 a node at ~55 s.
 lease_idle_answers_per_s = 60.0
-#: While lease requests wait, how often the dispatcher looks at its replica for ready work; it
-#: also wakes at the earliest due time it sees there, if sooner (a run fired ahead is acquired
-#: as it falls due), and at once when a request arrives or an acquire ends. Bounds the time from
-#: a run queued due now (a manual trigger, a retry) to its acquire being proposed.
+#: While lease requests wait, the most often the dispatcher looks at its replica because it
+#: applied entries (the replica wakes it: RaftNode.arm_applied; a replica that cannot, it polls
+#: this often); it also wakes at the earliest due time it sees there (a run fired ahead is
+#: acquired as it falls due), at once when a request for a group with work arrives or an acquire
+#: ends, and once every dispatch_full_look_s. Bounds the time from a run queued due now (a
+#: manual trigger, a retry) to its acquire being proposed.
 dispatch_poll_s = 0.02
 #: A follower's dispatcher acquires a run only once it has been due this long (ms); the
 #: leader's, as it falls due. The leader's acquire then usually reaches the followers' replicas
