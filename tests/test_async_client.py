@@ -154,3 +154,46 @@ def test_async_lease_lost_when_no_renew_succeeds_for_a_ttl(scripted):  # noqa: F
                 await lk.release()  # the release gets 503s too: logged, not raised
 
     asyncio.run(main())
+
+
+def test_the_clients_connections_probe_a_quiet_peer_with_tcp_keepalive():
+    """A remote worker's long-poll waits up to 60 s; a node whose host vanished (no reset) is
+    noticed by the keepalive probes (~25 s), not at the end of the request's timeout."""
+    import socket
+
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    from raftsched.client import asynchronous
+
+    done = asyncio.Event()
+
+    async def long_poll(request):  # the answer's body comes later: the connection stays in use
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        await done.wait()
+        await resp.write(b"{}")
+        return resp
+
+    async def main():
+        app = web.Application()
+        app.router.add_get("/ping", long_poll)
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        client = AsyncClient([f"http://127.0.0.1:{server.port}"], token="t" * 32)
+        try:
+            async with client._http().get(f"http://127.0.0.1:{server.port}/ping") as r:
+                assert r.status == 200
+                sock = r.connection.transport.get_extra_info("socket")
+                assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+                if hasattr(socket, "TCP_KEEPIDLE"):
+                    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == asynchronous.KEEPALIVE_IDLE_S
+                    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == asynchronous.KEEPALIVE_INTERVAL_S
+                    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == asynchronous.KEEPALIVE_PROBES
+                done.set()
+                await r.read()
+        finally:
+            done.set()
+            await client.close()
+            await server.close()
+    asyncio.run(asyncio.wait_for(main(), 30))

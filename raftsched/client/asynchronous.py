@@ -29,6 +29,7 @@ request counts as not sent only if every attempt failed to connect.
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from typing import Any, Callable
 
@@ -50,6 +51,33 @@ __all__ = ["AsyncClient", "AsyncLock"]
 
 #: The errors of an attempt that never got a connection: its request cannot have left.
 _NO_CONNECTION = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
+
+#: TCP keepalive on every connection of the client: a node whose host vanished (powered off, cut
+#: off: no reset comes) is noticed ~KEEPALIVE_IDLE_S + KEEPALIVE_PROBES x KEEPALIVE_INTERVAL_S
+#: after its connection went quiet (25 s), not at the end of the request's timeout: a remote
+#: worker's long-poll waits up to 60 s when its node asks for long waits (its timeout is the
+#: wait plus 10 s). A live node's kernel answers the probes; nothing reaches the node's code.
+KEEPALIVE_IDLE_S = 10
+KEEPALIVE_INTERVAL_S = 5
+KEEPALIVE_PROBES = 3
+
+
+def keepalive_socket(addr_info: tuple) -> socket.socket:
+    """The client's socket factory (aiohttp's ``socket_factory``): a socket for ``addr_info``
+    (family, type, proto, canonname, sockaddr) with TCP keepalive on, probing as above where
+    the system lets the values be set (Linux, macOS)."""
+    family, type_, proto = addr_info[0], addr_info[1], addr_info[2]
+    sock = socket.socket(family=family, type=type_, proto=proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for name, value in (("TCP_KEEPIDLE", KEEPALIVE_IDLE_S), ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_S),
+                            ("TCP_KEEPCNT", KEEPALIVE_PROBES)):
+            opt = getattr(socket, name, None)
+            if opt is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, opt, value)
+    except OSError:
+        pass  # not a TCP socket, or options the system refuses: a connection without keepalive
+    return sock
 
 
 class _Attempts:
@@ -135,7 +163,8 @@ class AsyncClient(Transport):
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(ssl=self._ssl) if self._ssl is not None else None
+            connector = (aiohttp.TCPConnector(ssl=self._ssl, socket_factory=keepalive_socket) if self._ssl is not None
+                         else aiohttp.TCPConnector(socket_factory=keepalive_socket))
             self._session = aiohttp.ClientSession(connector=connector)
             self._own_session = True
         return self._session
