@@ -94,6 +94,19 @@ async def until(cond, timeout_s=5.0, what="condition"):
         await asyncio.sleep(0.01)  # ok-sleep: polling interval inside a deadline loop
 
 
+def count_reads(env) -> tuple[list, object]:
+    """From now on, the name of every function read on env's replica goes into the list; returns
+    it and the real read, to put back."""
+    reads: list[str] = []
+    real = env.raft.read
+
+    def counted(fn, *args):
+        reads.append(fn.__name__)
+        return real(fn, *args)
+    env.raft.read = counted
+    return reads, real
+
+
 # ---------------------------------------------------------------------------- bad input
 def test_bad_requests_name_the_field_and_change_nothing():
     async def t(env, c):
@@ -224,13 +237,7 @@ def test_idle_requests_of_many_groups_cost_no_reads_while_nothing_changes_but_a_
         polls = [asyncio.ensure_future(lease(c, f"w{k}", wait_s=10, labels={"host": f"h{k}"})) for k in range(40)]
         await until(lambda: env.fleet.dispatcher.waiting == 40, what="40 requests waiting")
         await asyncio.sleep(0.2)  # ok-sleep: lets the hellos' looks pass
-        reads = []
-        real = env.raft.read
-
-        def counted(fn, *args):
-            reads.append(fn.__name__)
-            return real(fn, *args)
-        env.raft.read = counted
+        reads, real = count_reads(env)
         await asyncio.sleep(2.3)  # ok-sleep: the window whose reads are counted
         env.raft.read = real
         full = reads.count("ready_count") // 40
@@ -256,13 +263,7 @@ def test_a_request_joining_a_group_with_no_work_costs_no_look_but_one_with_work_
         polls = [asyncio.ensure_future(lease(c, f"w{k}", wait_s=10, instance=f"i{k}")) for k in range(5)]
         await until(lambda: env.fleet.dispatcher.waiting == 5, what="5 requests waiting")
         await asyncio.sleep(0.2)  # ok-sleep: lets the hellos' looks pass
-        reads = []
-        real = env.raft.read
-
-        def counted(fn, *args):
-            reads.append(fn.__name__)
-            return real(fn, *args)
-        env.raft.read = counted
+        reads, real = count_reads(env)
         # w0 comes back (its facts unchanged: no hello) into the quiet group
         again = asyncio.ensure_future(lease(c, "w0", wait_s=10, instance="i0"))
         await until(lambda: env.fleet.dispatcher.waiting == 6, what="the sixth request waiting")
