@@ -14,6 +14,17 @@ from raftsched.replication._consumer import _StateConsumer
 from replication_helpers import FakeState, free_elsewhere, incr
 
 
+def _restore_own_dump(consumer) -> None:
+    """What the dump writer and a restart do: the consumer's dump, restored into it (the restored
+    state frozen, then unfrozen here so that the test leaves the collector as it found it)."""
+    dumped = pickle.dumps(consumer._serialize(), 2)
+    consumer._release_snapshot_lock()
+    try:
+        consumer._deserialize(pickle.loads(dumped))
+    finally:
+        gc.unfreeze()
+
+
 def test_apply_never_raises_and_the_barrier_never_reaches_the_state():
     state = FakeState()
     consumer = _StateConsumer(state)
@@ -115,12 +126,7 @@ def test_every_apply_and_restore_holds_the_replicas_lock():
     consumer = _StateConsumer(state)
     consumer._apply(incr("a"), _doApply=True)
     consumer._apply((incr("a"), incr("b")), _doApply=True)
-    dumped = pickle.dumps(consumer._serialize(), 2)
-    consumer._release_snapshot_lock()
-    try:
-        consumer._deserialize(pickle.loads(dumped))
-    finally:
-        gc.unfreeze()
+    _restore_own_dump(consumer)
     both = (True,)
     assert state.seen == [("apply",) + both] * 3 + [("restore",) + both]
     assert free_elsewhere(consumer._lock) and state.read() == {"a": 2, "b": 1}
@@ -145,10 +151,5 @@ def test_an_armed_call_runs_once_after_the_next_entry_or_restore_and_its_failure
     assert state.read() == {"a": 3} and consumer.armed is None
 
     consumer.armed = lambda: seen.append("restored")
-    dumped = pickle.dumps(consumer._serialize(), 2)
-    consumer._release_snapshot_lock()
-    try:
-        consumer._deserialize(pickle.loads(dumped))
-    finally:
-        gc.unfreeze()
+    _restore_own_dump(consumer)
     assert seen[-1] == "restored"
