@@ -4,12 +4,13 @@ both ends)."""
 from __future__ import annotations
 
 import gc
+import os
 import pickle
 
 import msgpack
 
 from raftsched.replication import BARRIER_NOOP
-from raftsched.replication._consumer import _StateConsumer
+from raftsched.replication._consumer import DUMP_WRITER_NICE, _StateConsumer
 
 from replication_helpers import FakeState, free_elsewhere, incr
 
@@ -69,6 +70,38 @@ def test_snapshot_roundtrip_through_the_consumer():
     finally:
         gc.unfreeze()
     assert other.read() == {"x": 1} and other.restores == 1
+
+
+def test_the_forked_dump_writer_yields_the_cpu_and_the_node_keeps_its_priority():
+    """The dump is encoded by a forked child (pysyncobj's useFork): it lowers its own priority
+    before encoding, so that the nodes keep the CPU while it runs; a dump encoded in the node's
+    own process (no fork) leaves the node's priority as it is."""
+    state = FakeState()
+    state.apply_bytes(incr("x"))
+    consumer = _StateConsumer(state)
+    data = consumer._serialize()
+    try:
+        before = os.nice(0)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the dump writer, as pysyncobj's serializer forks it
+            code = 1
+            try:
+                dumped = pickle.dumps(data, 2)
+                os.write(w, f"{os.nice(0)} {len(dumped)}".encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(w)
+        with os.fdopen(r, "rb") as f:
+            said = f.read().decode()
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        child_nice, size = (int(x) for x in said.split())
+        assert child_nice == min(before + DUMP_WRITER_NICE, 19) and size > 0
+        assert pickle.dumps(data, 2) and os.nice(0) == before  # in the node's process: unchanged
+    finally:
+        consumer._release_snapshot_lock()
 
 
 def test_the_collector_is_paused_while_a_snapshot_is_encoded_and_while_one_is_restored():

@@ -10,6 +10,7 @@ fork of a dump writer and every restore; the state (core/) owns no lock of its o
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Callable
@@ -25,6 +26,15 @@ logger = logging.getLogger("raftsched.replication")  # one logger for the packag
 BARRIER_NOOP = b""
 
 _DUMP_FORMAT = 1
+
+#: The niceness the forked dump writer adds to itself before it encodes (os.nice): it runs on
+#: the CPU the node leaves idle, not beside it. At 1 000 000 jobs a writer encodes for ~20 s; the
+#: three nodes' writers, started within a second of each other (the same log length), took the
+#: two cores from the nodes, and the leader's lone reads and writes took 30-80 ms (5 ms
+#: otherwise) for as long as they ran (docs/benchmarks.md, Storm). 10, not 19: on a node busy
+#: without pause the writer still gets ~10 % of a core against each busy thread, so a dump ends
+#: in minutes, and the log it truncates does not grow without bound.
+DUMP_WRITER_NICE = 10
 
 
 def replica_lock(state):
@@ -44,18 +54,31 @@ class _DeferredSnapshot:
     Unpickled, it is plain ``bytes``.
     """
 
-    __slots__ = ("_state", "_lock")
+    __slots__ = ("_state", "_lock", "_pid")
 
     def __init__(self, state, lock):
         self._state = state
         self._lock = lock
+        self._pid = os.getpid()
 
     def __reduce__(self):
+        if os.getpid() != self._pid:
+            _lower_priority()  # the forked dump writer, not the node
         # The encoding builds a container for every job at once: no collection meanwhile
         # (gcpolicy.paused). In a node it runs in the forked dump writer (useFork), whose
         # collector is the only one it pauses.
         with self._lock, gcpolicy.paused():
             return (bytes, (bytes(self._state.snapshot()),))
+
+
+def _lower_priority() -> None:
+    """Make this process (a forked dump writer) yield the CPU to the node: DUMP_WRITER_NICE."""
+    try:
+        os.nice(DUMP_WRITER_NICE)
+    except OSError:
+        # A writer at its normal priority is slower for the node, not wrong. Not logged: in a
+        # forked child another thread may have held the logging lock at the fork.
+        pass
 
 
 def _error_result(code: str, message: str) -> dict:
