@@ -538,3 +538,55 @@ def test_a_steady_load_is_told_from_a_storm_by_what_the_ordinary_ticks_measured(
     assert asyncio.run(trig.tick()) == 60
     assert trig.steady_rate == pytest.approx(1_000.0) and trig.stats()["steady_rate_per_s"] == 1_000.0, "60 entries in 60 ms"
     assert trig.commit_rate == 100.0 and not trig.commit_rate_measured, "the storm's rate unmoved"
+
+
+def test_a_second_no_larger_than_the_load_the_leader_keeps_up_with_is_no_storm():
+    """Rates aside, a second holding no more entries than the leader has been taking up a second
+    lately (times storm_load_factor, which the trigger applies) is the next second of a steady
+    load; a second far above it is still a storm."""
+    now = 9_000_000
+    sweep = [(now + 1_000, 15_000), (now + 2_000, 30_000), (now + 3_000, 30_000)]
+    args = {**ARGS, "margin": 1.0, "slack_ms": 2_000}
+    assert storm_seconds(sweep, now, 2_000, **args) == [now + 2_000, now + 3_000], "by the default rate alone"
+    assert storm_seconds(sweep, now, 2_000, **args, steady_load=60_000) == []
+    assert storm_seconds(sweep + [(now + 4_000, 200_000)], now, 2_000, **args, steady_load=60_000) == [now + 4_000]
+    assert storm_seconds(sweep, now, 2_000, **args, steady_load=60_000, started={now + 3_000}) == [now + 3_000], \
+        "a second begun as a storm stays one"
+
+
+def test_a_steady_load_taken_up_as_a_storm_at_first_goes_back_to_the_ordinary_look_ahead(small_storms):
+    """A new leader has measured no steady rate: 120 jobs every second are a storm by the rates
+    alone, and the first are taken up early, one slot an entry (up to their second's end), so
+    every job is due again the next second, and its pieces measure a rate near what that needs:
+    before storm_load_factor, they stayed a storm second after second, one slot an entry (the
+    bench's sweep at 30 000: 40-51 us a slot instead of 24-26). Once the leader has taken up that
+    many a second, their seconds are the load it keeps up with: the rest goes the ordinary way,
+    two slots an entry (fire_ahead_span_ms), and nothing more is taken up early."""
+    st, raft, clock, svc, trig = storm_setup(0, 0)
+    start = (clock.now_ms() // 1000 + 3) * 1000
+    for i in range(120):  # staggered over the second, as the bench's sweep, the first slot 2-3 s ahead
+        every = {"every_s": 1, "start_at": schedule.iso(start + i * 8)}
+        asyncio.run(svc.put_job(f"e{i}", {"schedule": every, "executor": SHELL, "misfire": MISFIRE}, None))
+    # 5 ms an entry: the storm's pieces (one slot an entry) measure ~200 entries a second, near
+    # the 120 a second the load needs that way (with the margin, still more than a second ahead).
+    TimedCommits(trig, clock, lone_ms=5, busy_ms=5, lone_n=0)
+    entries: list = []
+    timed = trig._propose_fire
+
+    async def recorded(now, fire_entries, *rest):
+        entries.extend(fire_entries)
+        return await timed(now, fire_entries, *rest)
+
+    trig._propose_fire = recorded
+    early_by_second = []
+    for _ in range(12):
+        before = trig.storm_jobs_early
+        end = clock.now_ms() + 1_000
+        while clock.now_ms() < end:
+            asyncio.run(trig.tick())
+            clock.advance(50)
+        early_by_second.append(trig.storm_jobs_early - before)
+    assert early_by_second[0] > 0, "a storm by the rates at first"
+    assert early_by_second[-6:] == [0] * 6, early_by_second
+    assert entries and all(len(e[5]) == 2 for e in entries[-120:]), "two slots an entry, the ordinary way"
+    assert trig.load_per_s() > 0

@@ -281,7 +281,8 @@ class DueIndex:
 
 def storm_seconds(counts: Iterable[tuple[int, int]], now_ms: int, rate_per_s: float, base_ms: int, max_ms: int,
                   max_slots: int, margin: float, second_min: int, slack_ms: int = 0,
-                  started: Collection[int] = (), size_rate_per_s: float | None = None) -> list[int]:
+                  started: Collection[int] = (), size_rate_per_s: float | None = None,
+                  steady_load: float = 0.0) -> list[int]:
     """The seconds ahead (their first milliseconds, ascending) whose jobs the leader must take
     up now so that, committing at ``rate_per_s`` slowed by ``margin``, all of them are committed
     before they fall due: a pure function of the due index's counts (``counts_ahead``) and the
@@ -294,7 +295,9 @@ def storm_seconds(counts: Iterable[tuple[int, int]], now_ms: int, rate_per_s: fl
     otherwise march ahead second by second; a second in ``started``, one the leader has begun to
     take up early, stays a storm however little of it is left, so that its tail is not left to the
     ordinary look-ahead; ``size_rate_per_s``, when given, is the rate this test uses instead of
-    ``rate_per_s``: what the ordinary ticks measured), and
+    ``rate_per_s``: what the ordinary ticks measured; and more than ``steady_load`` entries: a
+    second no larger than what the leader has been taking up a second lately is the next second
+    of the load it keeps up with, not a storm, whatever the rates say), and
     ``t - now <= base_ms + slack_ms + margin * cum / rate``, where
     ``cum`` counts the entries from now to the end of that second (everything due by then must be
     committed by then). Bounds: no second more than ``max_ms`` ahead, and none once ``cum``
@@ -313,7 +316,7 @@ def storm_seconds(counts: Iterable[tuple[int, int]], now_ms: int, rate_per_s: fl
         ahead = t - now_ms
         if ahead > max_ms:
             break
-        storm = t in started or (n >= second_min and n * size_entry_ms >= base_ms)
+        storm = t in started or (n >= second_min and n > steady_load and n * size_entry_ms >= base_ms)
         if ahead > base_ms and storm and ahead <= base_ms + slack_ms + cum * per_entry_ms:
             out.append(t)
     return out
@@ -348,13 +351,13 @@ def pop_due(s: SchedulerState, now_ms: int, limit: int, ahead_ms: int = 0) -> li
 
 def storm_due(s: SchedulerState, now_ms: int, rate_per_s: float, base_ms: int, max_ms: int, max_slots: int,
               margin: float, second_min: int, slack_ms: int = 0, started: Collection[int] = (),
-              size_rate_per_s: float | None = None) -> list[int]:
+              size_rate_per_s: float | None = None, steady_load: float = 0.0) -> list[int]:
     """:func:`storm_seconds` over this state's due index (none without one)."""
     due = s.due
     if due is None:
         return []
     return storm_seconds(due.counts_ahead(now_ms, max_ms), now_ms, rate_per_s, base_ms, max_ms, max_slots,
-                         margin, second_min, slack_ms, started, size_rate_per_s)
+                         margin, second_min, slack_ms, started, size_rate_per_s, steady_load)
 
 
 def pop_storm(s: SchedulerState, seconds: list[int], limit: int) -> list[tuple[int, list[str]]]:

@@ -105,6 +105,9 @@ class Trigger:
         #: for that errs on the side of the steady load), never what a storm is timed by
         self.steady_rate: float | None = None
         self._steady_samples: collections.deque[tuple[int, float]] = collections.deque(maxlen=node_limits.storm_rate_samples)
+        #: (monotonic s, entries) each tick took up (ordinary and storm) in the last
+        #: storm_load_window_s: the load a second must exceed to be a storm (storm_load_factor)
+        self._taken: collections.deque[tuple[float, int]] = collections.deque()
         #: a storm's fire commands in flight (background work: storm_fire_commands_in_flight_max)
         self._storm_window = asyncio.Semaphore(node_limits.storm_fire_commands_in_flight_max)
         #: storm slots taken up before fire_ahead_ms of their slot, since the process started
@@ -221,6 +224,7 @@ class Trigger:
     def take_due_index(self) -> None:
         """Give the state a due index of this trigger's, built from its jobs (on leading)."""
         self._storm_secs, self._probe_left, self._storm_tick_end = set(), 0, None
+        self._taken.clear()
         self.raft.read(due.attach, DueIndex())
 
     def drop_due_index(self) -> None:
@@ -243,6 +247,9 @@ class Trigger:
         jobs = self.raft.read(due.pop_due, now, node_limits.jobs_per_tick_max, ahead)
         early = self._pop_storm(now) if ahead > 0 else []
         self._storm_pending = bool(early)
+        taken = len(jobs) + sum(len(names) for _, names in early)
+        if taken:
+            self._taken.append((self.clock.monotonic_s(), taken))
         if not jobs and not early:
             self._storm_tick_end = None
             await self.judge_deadlines(now)
@@ -287,7 +294,7 @@ class Trigger:
             size_rate = None if self.steady_rate is None else max(self.steady_rate, self.commit_rate)
             seconds = self.raft.read(due.storm_due, now, rate, self.fire_ahead_ms, L.storm_ahead_ms_max,
                                      L.storm_ahead_slots_max, margin, L.storm_second_min, L.storm_commit_slack_ms,
-                                     started, size_rate)
+                                     started, size_rate, L.storm_load_factor * self.load_per_s())
         if not seconds:
             return []
         early = self.raft.read(due.pop_storm, seconds, L.storm_jobs_per_tick_max)
@@ -296,6 +303,16 @@ class Trigger:
         started.update(sec for sec, _ in early)
         self.storm_jobs_early += sum(len(names) for _, names in early)
         return early
+
+    def load_per_s(self) -> float:
+        """Entries this leader took up a second (ordinary ticks and storm pieces) over the last
+        storm_load_window_s (less while it has led for less: errs on the storm's side)."""
+        window = node_limits.storm_load_window_s
+        since = self.clock.monotonic_s() - window
+        taken = self._taken
+        while taken and taken[0][0] <= since:
+            taken.popleft()
+        return sum(n for _, n in taken) / window
 
     def timing_rate(self) -> tuple[float, float]:
         """The rate and margin the rest of a storm is timed by: the default rate, or the lower
