@@ -368,9 +368,16 @@ def _offer_range(s: SchedulerState, child: Record, parent: str, lo: int, hi: int
     # range, when this offer was deferred: a fan-out step): the range is recorded around them,
     # never over them, its parts without a count (the parent's slots in each are not known here).
     runs = s.runs
-    taken: list[tuple[int, int]] = sorted(
-        (x["slot"], x["slot_to"] if "slot_to" in x else x["slot"]) for x in (runs[r] for r in s.history.get(c, ()))
-        if x["slot"] <= hi and (x["slot_to"] if "slot_to" in x else x["slot"]) >= lo)
+    inside = [x for x in (runs[r] for r in s.history.get(c, ()))
+              if x["slot"] <= hi and (x["slot_to"] if "slot_to" in x else x["slot"]) >= lo]
+    report = [rec["state"], rec["id"], rec.get("fencing_token"), rec.get("result")]
+    for x in inside:
+        # A slot decided by another parent keeps this parent's report too, as _offer keeps it:
+        # if that parent's run is requeued (rearm), the join comes back with it, and does not
+        # wait for a report that was given already (it would wait forever: no slot is silent).
+        if x.get("kind") == "recorded" and x.get("reason") in UPSTREAM_REASONS and "upstream" in x:
+            x["upstream"].setdefault(parent, report)
+    taken: list[tuple[int, int]] = sorted((x["slot"], x["slot_to"] if "slot_to" in x else x["slot"]) for x in inside)
     parts: list[tuple[int, int, int | None]] = []
     if not taken:
         parts.append((lo, hi, rec.get("count")))
