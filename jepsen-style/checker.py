@@ -1425,7 +1425,7 @@ def check_notifications(data: dict) -> dict | None:
     Idempotency-Key is not its event id; two deliveries of one event_id differ; an event the
     sink's committed cursor passed (the final reads' ``sink``) never arrived, or the sink gave one
     up (its dead count); a run.dead event names a run that the reads show and never show dead
-    (its job never bulk-requeued); a job whose final read holds a dead run it was never paused
+    (its job never bulk-requeued, and no run.requeued event for it); a job whose final read holds a dead run it was never paused
     around has no run.dead event at all (one a failing incident: docs/notifications.md). Unknown
     when the run made no event and no dead run, or no final read shows the sink."""
     got = data.get("events")
@@ -1469,6 +1469,9 @@ def check_notifications(data: dict) -> dict | None:
         for run in r.get("runs") or []:
             seen_state.setdefault(run["id"], []).append((t, run.get("state")))
     requeued_jobs = {op["job"] for op in client_ops(data) if op["f"] == "requeue"}
+    # A requeue's filter need not name a job (the workload's bulk requeues take the dead runs of
+    # the whole queue): the run.requeued events say which runs came back, whatever the op said.
+    requeued_runs = {e.get("run_id") for e in by_id.values() if e.get("kind") == "run.requeued"}
     told_jobs: set[str] = set()
     for e in by_id.values():
         if e.get("kind") != "run.dead":
@@ -1478,7 +1481,8 @@ def check_notifications(data: dict) -> dict | None:
         at = e.get("at") if isinstance(e.get("at"), int) else 0
         states = {st for t, st in seen_state.get(e.get("run_id"), ())
                   if isinstance(t, int) and t >= at + _EVENT_READ_MARGIN_MS}
-        if states and "dead" not in states and e.get("job") not in requeued_jobs:
+        if states and "dead" not in states and e.get("job") not in requeued_jobs \
+                and e.get("run_id") not in requeued_runs:
             examples.append(f"run.dead for {e.get('run_id')}, which every read shows {sorted(states)}: {_short(e)}")
     # Every failing job is told (at least its first dead run; nothing while it is paused).
     paused = paused_ever(data)

@@ -1097,6 +1097,14 @@ def test_notifications_no_event_for_what_did_not_happen_and_every_failing_job_to
         e["event"]["at"] = READ_AT - 10_000  # long before the reads that show it succeeded
     v, ex = verdict(d, "notifications")
     assert v == "invalid" and "every read shows ['succeeded']" in ex[0], ex
+    # Requeued (a run.requeued event for it: a bulk requeue whose filter named no job), then
+    # succeeded: its run.dead was true when sent (soak seed 41318 judged this invalid).
+    again = copy.deepcopy(d)
+    dead = again["events"][0]["event"]
+    again["events"].append({"event": {**dead, "event_id": "ev-requeued", "kind": "run.requeued", "seq": 99,
+                                      "reason": "manual", "attempt": 2},
+                            "idempotency_key": "ev-requeued", "signed": True, "t_ms": dead["at"] + 1})
+    assert verdict(again, "notifications")[0] == "valid", verdict(again, "notifications")
     # A read that began before the event was committed (a final read moments before the run died)
     # cannot contradict it.
     reads = list(each_read(d))
