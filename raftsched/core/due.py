@@ -295,9 +295,10 @@ def storm_seconds(counts: Iterable[tuple[int, int]], now_ms: int, rate_per_s: fl
     otherwise march ahead second by second; a second in ``started``, one the leader has begun to
     take up early, stays a storm however little of it is left, so that its tail is not left to the
     ordinary look-ahead; ``size_rate_per_s``, when given, is the rate this test uses instead of
-    ``rate_per_s``: what the ordinary ticks measured; and more than ``steady_load`` entries: a
-    second no larger than what the leader has been taking up a second lately is the next second
-    of the load it keeps up with, not a storm, whatever the rates say), and
+    ``rate_per_s``: what the ordinary ticks measured; and more than ``steady_load`` entries: the
+    trigger passes storm_load_factor times the entries of recurring jobs it planned a second
+    lately, and a second within that is the next second of the load it keeps up with, not a
+    storm, whatever the rates say), and
     ``t - now <= base_ms + slack_ms + margin * cum / rate``, where
     ``cum`` counts the entries from now to the end of that second (everything due by then must be
     committed by then). Bounds: no second more than ``max_ms`` ahead, and none once ``cum``

@@ -105,8 +105,11 @@ class Trigger:
         #: for that errs on the side of the steady load), never what a storm is timed by
         self.steady_rate: float | None = None
         self._steady_samples: collections.deque[tuple[int, float]] = collections.deque(maxlen=node_limits.storm_rate_samples)
-        #: (monotonic s, entries) each tick took up (ordinary and storm) in the last
-        #: storm_load_window_s: the load a second must exceed to be a storm (storm_load_factor)
+        #: (monotonic s, entries) of recurring jobs (due again within storm_load_window_s of the
+        #: entry's last slot) each tick planned, ordinary and storm, over the last
+        #: storm_load_window_s: the steady load a second must exceed to be a storm
+        #: (storm_load_factor). A one-shot or hourly storm is no part of it, however fast it is
+        #: taken up, so its own later seconds are not measured against it.
         self._taken: collections.deque[tuple[float, int]] = collections.deque()
         #: a storm's fire commands in flight (background work: storm_fire_commands_in_flight_max)
         self._storm_window = asyncio.Semaphore(node_limits.storm_fire_commands_in_flight_max)
@@ -247,9 +250,6 @@ class Trigger:
         jobs = self.raft.read(due.pop_due, now, node_limits.jobs_per_tick_max, ahead)
         early = self._pop_storm(now) if ahead > 0 else []
         self._storm_pending = bool(early)
-        taken = len(jobs) + sum(len(names) for _, names in early)
-        if taken:
-            self._taken.append((self.clock.monotonic_s(), taken))
         if not jobs and not early:
             self._storm_tick_end = None
             await self.judge_deadlines(now)
@@ -304,9 +304,14 @@ class Trigger:
         self.storm_jobs_early += sum(len(names) for _, names in early)
         return early
 
+    def _note_recurring(self, n: int) -> None:
+        self._taken.append((self.clock.monotonic_s(), n))
+        self.load_per_s()  # drops what left the window
+
     def load_per_s(self) -> float:
-        """Entries this leader took up a second (ordinary ticks and storm pieces) over the last
-        storm_load_window_s (less while it has led for less: errs on the storm's side)."""
+        """Entries of recurring jobs this leader planned a second (ordinary ticks and storm
+        pieces) over the last storm_load_window_s: the steady load it keeps up with (less while
+        it has led for less than the window: errs on the storm's side)."""
         window = node_limits.storm_load_window_s
         since = self.clock.monotonic_s() - window
         taken = self._taken
@@ -348,6 +353,8 @@ class Trigger:
         commands of their own, as background work (``_send``). Returns the jobs planned."""
         plan = policy.plan_fire_compact
         chunk_n = node_limits.plan_jobs_per_yield
+        recur_ms = int(node_limits.storm_load_window_s * 1000)
+        recurring = 0
         tasks: list[asyncio.Future] = []
         cur: list[list] = []
         cur_names: list[str] = []
@@ -393,12 +400,16 @@ class Trigger:
                         cur, cur_names, cur_dl, cur_bytes = [], [], [], 0
                     cur.append(entry)
                     cur_names.append(name)
+                    if entry[4] is not None and entry[4] - entry[3] <= recur_ms:  # next - upto: due again soon
+                        recurring += 1
                     if items:
                         cur_dl.extend(items)
                     cur_bytes += size
                 await asyncio.sleep(0)  # the API and the other tasks get the loop between chunks
         if cur:
             await self._send(tasks, now, cur, cur_names, cur_dl, bg)
+        if recurring:
+            self._note_recurring(recurring)
         await asyncio.gather(*tasks)
         return total
 
