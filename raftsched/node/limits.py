@@ -49,7 +49,7 @@ storm_second_min = 2_000
 #: was left to measure: 40-51 us of the three nodes' CPU a slot, against ~30 the ordinary way
 #: (scripts/bench.py --only sweep --sweep-ns 30000, docs/benchmarks.md). Only recurring jobs
 #: count: a storm of one-shot (or hourly) jobs over several consecutive seconds, taken up at
-#: whatever rate, is never measured against itself (counting every take-up, 300 of 1 000 slots
+#: whatever rate, is never measured against itself (counting every take-up, 400 of 1 000 slots
 #: of ten such seconds were left to the one-second look-ahead and committed late: test_storm.py).
 #: 2: the seconds of a steady load differ (two slots an entry: 24 000-36 000 a second committed
 #: in the sweep); at 1.5 the sweep flipped between the two ways (2 000-54 000 a second committed, once behind).
