@@ -25,8 +25,9 @@ Scenarios (--only takes a comma-separated subset; docs/benchmarks.md says what e
   scale     in process: a SchedulerState's memory, snapshot and restore time at 100k jobs; on a cluster:
             resident memory per node at 100k jobs (1M with --scale-1m); cold restart until it fires,
             with the raft journal it replayed
-  fleet_e2e  the e2e jobs through raftsched worker processes (nodes --slots 0): completed per second,
-            slot -> start, CPU of nodes and workers a run, ratio to e2e's figure of the same run
+  fleet_e2e  no-op python jobs through raftsched worker processes (nodes --slots 0; an SDK app's
+            handler in the worker's process unless --fleet-executor sandbox): completed per second
+            against offered, slot -> start, CPU of nodes and workers a run
   fleet_rest 10 000 simulated long-polling workers (asyncio HTTP clients; 200 with --quick): the nodes'
             CPU with no work (each node's), memory per connected worker, due -> receipt of runs fired
             ahead (by node, and split at the acquire)

@@ -28,7 +28,7 @@ from .report import markdown, plot
 from .scenarios.durability import durability
 from .scenarios.e2e import e2e
 from .scenarios.failover import failover
-from .scenarios.fleet import fleet_e2e, fleet_rest
+from .scenarios.fleet import FLEET_EXECUTORS, fleet_e2e, fleet_rest
 from .scenarios.scale import scale
 from .scenarios.state_machine import state_machine_child
 from .scenarios.peers import peers
@@ -138,8 +138,11 @@ def main(argv=None) -> int:
     ap.add_argument("--storm-jobs", "--burst-jobs", dest="storm_jobs", type=int, help="override the storm size")
     ap.add_argument("--sweep-ns", help="override the sweep's job counts, comma-separated (e.g. 1000,10000)")
     ap.add_argument("--e2e-jobs", type=int, help="override the end-to-end scenarios' job count (offered runs per second; "
-                                             "e2e and fleet_e2e alike, so that their ratio compares one offered rate)")
+                                             "e2e and fleet_e2e alike, so that both are offered one rate)")
     ap.add_argument("--fleet-slots", type=int, help="override the slots of each fleet_e2e worker process")
+    ap.add_argument("--fleet-executor", choices=FLEET_EXECUTORS, default="app",
+                    help="how fleet_e2e's workers run the no-op runs: app (default), an SDK app's async handler in "
+                         "the worker's process, the scheduling alone; sandbox, each run a process as the run user")
     ap.add_argument("--pipeline-rate", type=int, help="override the pipeline scenario's offered runs a second (R "
                                                        "independent jobs, then R/2 chains)")
     ap.add_argument("--fleet-rest-workers", type=int, help="override the simulated idle workers of fleet_rest")
@@ -268,7 +271,7 @@ def main(argv=None) -> int:
                 elif name == "fleet_e2e":
                     n_jobs = args.e2e_jobs or p["fleet_e2e_jobs"]
                     res[name] = fleet_e2e(tmp, n_jobs, p["fleet_window_s"], p["fleet_warmup_s"], p["fleet_workers"],
-                                          p["fleet_slots"], clusters)
+                                          p["fleet_slots"], clusters, args.fleet_executor)
                 elif name == "fleet_rest":
                     res[name] = fleet_rest(tmp, p["fleet_rest_workers"], p["fleet_rest_procs"], p["fleet_rest_window_s"],
                                            p["fleet_rest_due_jobs"], p["fleet_rest_due_window_s"], clusters,

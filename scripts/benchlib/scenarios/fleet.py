@@ -2,9 +2,11 @@
 
 ``fleet_e2e``: three nodes that only schedule (``--slots 0``) and W ``raftsched worker``
 processes, N no-op python jobs every 1 s: runs completed per second (the workers' accepted
-outcomes, from the registry), slot -> start p50 / p99 (the e2e scenario's sample of jobs), the
-CPU of the nodes and of the workers per completed run, and the ratio to the embedded-worker e2e
-figure of the same run (the report computes it when both ran).
+outcomes, from the registry) against the N offered, slot -> start p50 / p99 (the e2e scenario's
+sample of jobs), the CPU of the nodes and of the workers per completed run. The runs start no
+process by default (``app``: benchlib/noop_app.py's async handler, ``raftsched worker --app``), so
+the CPU is what the worker protocol and the log cost a run; ``sandbox`` runs ``builtins:id``
+through a plain worker, a process a run as the run user (worker/sandbox.py).
 
 ``fleet_rest``: three nodes ``--slots 0`` and M simulated workers (scripts/benchlib/fleet_sim.py,
 a few processes of asyncio HTTP clients, one waiting lease request each): the nodes' CPU with
@@ -42,10 +44,25 @@ METRICS_TIMEOUT_S = 60.0
 _PHI = 0.6180339887498949
 
 
-def _worker_cmd(c, wid: str, slots: int) -> list[str]:
+#: fleet_e2e's ways to run a no-op python run: ``app``, an SDK App's async handler in the
+#: worker's process (benchlib/noop_app.py); ``sandbox``, ``builtins:id`` in a process of its own
+#: as the run user (every python run of a plain worker)
+FLEET_EXECUTORS = ("app", "sandbox")
+NOOP_APP = "benchlib.noop_app:app"
+
+
+def _noop_app_spec() -> dict:
+    """The spec the App sends for its job (its executor target, its placement on the app's
+    workers, queue and misfire), as ``raftsched sync`` would."""
+    from benchlib.noop_app import app
+    return app.specs()["noop"]
+
+
+def _worker_cmd(c, wid: str, slots: int, executor: str) -> list[str]:
     urls = ",".join(c.url(i) for i in range(c.n))
+    how = ["--app", NOOP_APP] if executor == "app" else ["--executors", "python"]
     return [sys.executable, "-m", "raftsched.cli", "worker", "--url", urls, "--token-file", str(c.token_file),
-            "--id", wid, "--slots", str(slots), "--executors", "python", "--queues", E2E_QUEUE, "--wait-s", "5",
+            "--id", wid, "--slots", str(slots), *how, "--queues", E2E_QUEUE, "--wait-s", "5",
             "--log-level", "warning"]
 
 
@@ -57,22 +74,28 @@ def _workers(c, prefix: str) -> dict:
     return {w["id"]: w for w in b["workers"] if w["id"].startswith(prefix)}
 
 
-def fleet_e2e(tmp: Path, n: int, window_s: float, warmup_s: float, workers: int, slots: int, clusters: list) -> dict:
+def fleet_e2e(tmp: Path, n: int, window_s: float, warmup_s: float, workers: int, slots: int, clusters: list,
+              executor: str = "app") -> dict:
+    if executor not in FLEET_EXECUTORS:
+        raise BenchError(f"fleet_e2e: executor {executor!r} is not one of {', '.join(FLEET_EXECUTORS)}")
     c = start_cluster(tmp, "fleet-e2e", clusters, ("--slots", "0"), fire_log=True)
     procs = Procs(new_session=True)
     try:
         leader, _ = leader_checked(c)
         put_queue(c, leader, E2E_QUEUE, 1_000_000, "reject")
         for k in range(workers):
-            procs.start(k, _worker_cmd(c, f"bench-w{k}", slots), c.tmp / f"worker-{k}.log",
-                        env={"PYTHONPATH": str(common.CODE_DIR)}, cwd=common.CODE_DIR)
+            procs.start(k, _worker_cmd(c, f"bench-w{k}", slots, executor), c.tmp / f"worker-{k}.log",
+                        env={"PYTHONPATH": f"{common.CODE_DIR}{os.pathsep}{REPO / 'scripts'}"}, cwd=common.CODE_DIR)
         try:
             wait_for(lambda: len(_workers(c, "bench-w")) == workers, 30, f"{workers} workers registered")
         except AssertionError as e:
             raise BenchError(f"fleet_e2e: {e}\n" + "\n".join(procs.log_tail(k, 20) for k in range(workers))) from None
         history = min(1000, int(window_s + warmup_s) + 30)
-        spec = {"schedule": {"every_s": 1}, "executor": PY_NOOP, "misfire": {"policy": "fire_all"}, "history": history,
-                "queue": E2E_QUEUE}
+        if executor == "app":
+            spec = {**_noop_app_spec(), "history": history}
+        else:
+            spec = {"schedule": {"every_s": 1}, "executor": PY_NOOP, "misfire": {"policy": "fire_all"},
+                    "history": history, "queue": E2E_QUEUE}
         reg = register_checked(c, leader, [(f"e2e-{k}", spec) for k in range(n)], f"fleet_e2e N={n}")
 
         def counters() -> dict:
@@ -110,7 +133,8 @@ def fleet_e2e(tmp: Path, n: int, window_s: float, warmup_s: float, workers: int,
         rates = {"offered": n, "leased": round(d["grants"] / secs, 1), "completed": round(done / secs, 1)}
         follower = next(i for i in range(c.n) if i != leader_checked(c)[0])
         lat = _e2e_latency(c, follower, n, w0, w1, history)
-        out = {"cluster": c.tmp.name, "jobs": n, "job_spec": spec, "workers": workers, "worker_slots": slots,
+        out = {"cluster": c.tmp.name, "jobs": n, "job_spec": spec, "executor": executor, "workers": workers,
+               "worker_slots": slots,
                "registration": {k: reg[k] for k in ("method", "jobs_per_s", "seconds")}, "window_s": round(secs, 2),
                "per_s": rates, "given_back": d["releases"], "lost": d["losses"],
                "node_cpu_s": None if node_cpu is None else round(node_cpu, 2),
@@ -330,11 +354,12 @@ def report_rows(res: dict, row, fmt, ppm, ratio) -> None:
     f = res.get("fleet_e2e")
     if isinstance(f, dict) and "per_s" in f:
         r = f["per_s"]
-        emb = ((res.get("e2e") or {}).get("per_s") or {}).get("completed")
-        row(f"fleet end to end ({f['jobs']} no-op python jobs every 1 s; nodes --slots 0, {f['workers']} raftsched "
-            f"worker processes of {f['worker_slots']} slots; window {f['window_s']} s)",
-            f"runs per second leased / completed (offered {fmt(r['offered'])}/s); baseline: the embedded workers' e2e "
-            "completed in this run", f"{fmt(r['leased'])} / {fmt(r['completed'])}", fmt(emb), ratio(r["completed"], emb))
+        how = ("an SDK app's async no-op handler in the worker's process" if f.get("executor", "sandbox") == "app"
+               else "each run a process as the run user")
+        row(f"fleet end to end ({f['jobs']} no-op python jobs every 1 s, {how}; nodes --slots 0, {f['workers']} "
+            f"raftsched worker processes of {f['worker_slots']} slots; window {f['window_s']} s)",
+            "runs per second leased / completed; baseline: offered", f"{fmt(r['leased'])} / {fmt(r['completed'])}",
+            fmt(r["offered"]), ratio(r["completed"], r["offered"]))
         row("", "slot → start (started_at − slot) ms p50 / p99 / max", ppm(f["slot_to_start_ms"]))
         row("", "slot → completion ms p50 / p99 / max", ppm(f["slot_to_completion_ms"]))
         cu = f.get("cpu_us_per_run") or {}
