@@ -307,6 +307,35 @@ def test_a_look_reads_as_many_waiting_requests_as_a_scan_covers_not_every_one():
     asyncio.run(t())
 
 
+def test_a_look_counts_no_ready_runs_for_a_group_whose_every_request_has_an_acquire_in_flight():
+    """Under load a worker's requests mostly wait for their acquire's commit, and every apply and
+    every acquire's end wakes the dispatcher: each look scanned up to the runs they want
+    (placement checked run by run) to find that the acquires in flight cover them. A group with
+    no request free to serve is passed over; one free request and it is counted again."""
+    async def t():
+        d = Dispatcher(FakeRaft(SchedulerState()), SystemClock(), None, None)  # type: ignore[arg-type]
+        reads: list[str] = []
+        real = d.raft.read
+
+        def counted(fn, *args):
+            reads.append(fn.__name__)
+            return real(fn, *args)
+        d.raft.read = counted  # type: ignore[method-assign]
+        reqs = [LeaseRequest(f"w{k}", ["q"], {}, None, 32, 10_000) for k in range(2)]
+        for r in reqs:
+            r.in_flight = True
+        key = reqs[0].key
+        d._groups[key] = collections.deque(reqs)
+        d._busy[key], d._cover[key] = 2, 64
+        d._look()
+        assert "ready_count" not in reads
+        d._groups[key].append(LeaseRequest("w2", ["q"], {}, None, 32, 10_000))
+        d._dirty = True
+        d._look()
+        assert "ready_count" in reads
+    asyncio.run(t())
+
+
 def test_an_idle_long_poll_leaves_no_audit_record_but_a_registration_and_a_grant_do(tmp_path):
     """Ten thousand idle workers poll 500 times a second (wait_s 20): one audit record each
     pushed an admin's records out of the audit log's 80 MiB within the hour, and cost the node

@@ -294,12 +294,18 @@ class Dispatcher:
             types = None if head.types is None else frozenset(head.types)
             # The runs its requests want, counted only as far as a scan reads: a look costs the
             # same with ten thousand idle requests waiting as with ten.
-            want = 0
+            want, free = 0, False
             for r in q:
                 want += r.n
+                free = free or not (r.in_flight or r.gone())
                 if want >= node_limits.dispatch_ready_scan_max:
                     want = node_limits.dispatch_ready_scan_max
                     break
+            if not free:
+                # Every request counted has an acquire in flight: what the count could show is
+                # theirs (count - cover <= want - cover <= 0). An acquire's end or a new request
+                # looks again; under load that is most looks, each a scan of up to want runs.
+                continue
             count = self.raft.read(queries.ready_count, head.queues, head.labels, types, ready_ms,
                                    node_limits.dispatch_ready_scan_max, want, head.dedicated,
                                    None if head.tenants is None else frozenset(head.tenants))
