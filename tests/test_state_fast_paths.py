@@ -1,5 +1,5 @@
 """The inlined fast paths of apply (SchedulerState._fast_paths: fire's one-slot entry,
-complete_many's success) against the general code they stand for.
+acquire's one heap, complete_many's success) against the general code they stand for.
 
 Two replicas apply the same random commands, one with the fast paths and one without; after
 every command their answers, their snapshot bytes and their derived indexes (queue heaps and
@@ -171,8 +171,14 @@ def test_the_fast_paths_are_taken(monkeypatch):
     # The general paths: must not be reached.
     monkeypatch.setattr(fire, "new_run", lambda *a, **k: calls.append("new_run"))
     monkeypatch.setattr(leases, "apply_complete", lambda *a, **k: calls.append("complete"))
+    monkeypatch.setattr(leases, "tenant_take", lambda *a, **k: calls.append("acquire's loop") or True)
     assert s.apply_bytes(commands.encode(commands.make("fire", now, None, entries=[e])))["fired"] == 1
-    got = s.apply_bytes(commands.encode(commands.make("acquire", now, None, worker="w", queues=None, max=5, ttl=30_000)))
+    # A worker of some executor types only (raftsched worker --executors, --app): the fast path too.
+    other = s.apply_bytes(commands.encode(commands.make("acquire", now, None, worker="w", queues=None, max=5,
+                                                        ttl=30_000, types=["http"])))
+    assert other["runs"] == [] and queries.queue_depth(s, "default") == 1
+    got = s.apply_bytes(commands.encode(commands.make("acquire", now, None, worker="w", queues=None, max=5, ttl=30_000,
+                                                      types=[job["spec"]["executor"]["type"]])))
     assert len(got["runs"]) == 1
     r = got["runs"][0]
     res = s.apply_bytes(commands.encode(commands.make("complete_many", now, None,

@@ -99,10 +99,11 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
                    key=lambda qph: -qph[1])
     policed = bool(s.tenant_policies)  # else only a job written by a limited token is held
     refused = 0
-    if len(heaps) == 1 and types is None and only is None and not s.tenants:
-        # One heap and nothing to hold back (no executor types nor tenants asked for, no tenant
-        # rate limits): the loop below, reduced to popping that heap in key order. Placement is
-        # looked at per run, as below: one look-up of a key a spec without placement lacks.
+    if len(heaps) == 1 and only is None and not s.tenants and s._fast_paths:
+        # One heap, no tenants asked for and no tenant rate limits: the loop below, reduced to
+        # popping that heap in key order (tests/test_state_fast_paths.py compares the two).
+        # Executor types and placement are looked at per run, in the loop's order: a worker of
+        # some executors only (raftsched worker --executors, --app) takes this path too.
         q, p, h = heaps[0]
         jobs = s.jobs
         while len(granted) < n and scanned < limits.acquire_scan_max and h and h[0][0] <= now:
@@ -113,6 +114,9 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
                 continue  # stale index entry
             scanned += 1
             job = jobs.get(run["job"])
+            if types is not None and job is not None and job["spec"]["executor"]["type"] not in types:
+                held_back.append((h, (due, rid)))  # another worker runs this executor type
+                continue
             if job is not None and (policed or LIMITED in job["spec"]) and _refused(s, run, job, now):
                 refused += 1
                 continue

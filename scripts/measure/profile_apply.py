@@ -16,6 +16,9 @@ so a depth under N * TICKS makes the later ticks drop their queue's oldest run f
 1000, an entry carries two slots, as the trigger's fire_ahead_span_ms makes for every_s: 1 jobs.
 Every replica applies every command, so a three-node cluster pays these three times.
 
+``TYPES=python,...`` makes ``e2e``'s acquires those of a worker of these executor types only
+(``raftsched worker --executors``, ``--app``), the jobs being python.
+
 ``INSTRUCTIONS=fire|acquire|complete`` counts instead of timing: the script runs itself again
 under valgrind's callgrind (``apt-get install valgrind``), which counts the instructions executed
 inside that phase's applies only, and prints instructions per slot (fire) or per run. Unlike a
@@ -92,6 +95,7 @@ def main(argv: list[str]) -> int:
     mode, N, TICKS = (args + ["sweep", "20000", "8"][len(args):])[:3]
     N, TICKS = int(N), int(TICKS)
     AHEAD = int(os.environ.get("AHEAD", 0))
+    TYPES = os.environ["TYPES"].split(",") if os.environ.get("TYPES") else None
     gc.set_threshold(20_000, *gc.get_threshold()[1:])  # node/limits.py gc_gen0_threshold
     st = SchedulerState()
     try:  # the leader's due index, attached as its trigger does (code before core/due.py kept one built in)
@@ -132,7 +136,7 @@ def main(argv: list[str]) -> int:
         if sweep:
             continue
         got = []
-        acq = C.encode(C.make("acquire", t_ms + 5, None, worker="w", queues=None, max=32, ttl=30_000))
+        acq = C.encode(C.make("acquire", t_ms + 5, None, worker="w", queues=None, max=32, ttl=30_000, types=TYPES))
         while True:
             t0 = time.perf_counter()
             r = through("acquire", st.apply_bytes, [acq])[0]
