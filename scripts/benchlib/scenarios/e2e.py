@@ -133,10 +133,15 @@ def _e2e_latency(c: LocalCluster, i: int, n: int, w0: float, w1: float, history:
     unfinished: dict[str, int] = {}
     conn = Conn(c.api_ports[i], token=c.token)
     deadline = time.monotonic() + 15
+    refused: dict[str, tuple] = {}  # a read refused while the cluster changes leader: asked again
     try:
         while pending:
             for name in sorted(pending):
                 s, b = conn.get(f"/v1/jobs/{name}/runs?limit={history}")
+                if s == 503:  # no leader to confirm the read against (an election): ask again
+                    refused[name] = (s, b)
+                    continue
+                refused.pop(name, None)
                 if s != 200:
                     raise BenchError(f"e2e: GET /v1/jobs/{name}/runs on node-{i + 1}: {s} {b}")
                 runs = [r for r in b["runs"] if r.get("kind") != "manual" and r["state"] not in ("skipped", "coalesced")
@@ -153,6 +158,10 @@ def _e2e_latency(c: LocalCluster, i: int, n: int, w0: float, w1: float, history:
             time.sleep(0.2)  # ok-sleep: polling interval inside a deadline loop
     finally:
         conn.close()
+    if refused:
+        name, (s, b) = next(iter(refused.items()))
+        raise BenchError(f"e2e: GET /v1/jobs/{name}/runs on node-{i + 1}: {s} {b} (and {len(refused) - 1} more "
+                         "jobs' runs) until the deadline")
     runs = [r for rs in done.values() for r in rs]
     fin = [iso_ms(r["finished_at"]) - r["slot_ms"] for r in runs if r.get("finished_at")]
     start = [iso_ms(r["started_at"]) - r["slot_ms"] for r in runs if r.get("started_at")]

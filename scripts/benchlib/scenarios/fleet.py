@@ -112,7 +112,10 @@ def fleet_e2e(tmp: Path, n: int, window_s: float, warmup_s: float, workers: int,
             warmup_note = f"{done0} of the first round's {n} runs completed within 60 s: the workers complete fewer runs than offered"
             print(f"[bench] fleet_e2e N={n}: {warmup_note}", file=sys.stderr)
         time.sleep(warmup_s)  # ok-sleep: measurement window (warm-up)
-        w0 = (wall_ms() // 1000 + 1) * 1000
+        # Half a second past a whole second: the slots are whole seconds and a no-op run completes
+        # within ms of its slot, so a window with its edges on them counted one slot's runs, or
+        # none, or two (the quick run's 1 s window completed 0 or 100 of 100 offered).
+        w0 = (wall_ms() // 1000 + 1) * 1000 + 500
         w1 = w0 + int(window_s) * 1000
         time.sleep(max(0.0, (w0 - wall_ms()) / 1000))  # ok-sleep: measurement window
         pids = [p.pid for p in procs.procs.values()]
