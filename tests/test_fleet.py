@@ -336,6 +336,41 @@ def test_a_look_counts_no_ready_runs_for_a_group_whose_every_request_has_an_acqu
     asyncio.run(t())
 
 
+def test_requests_gone_behind_one_in_flight_do_not_hide_a_free_request_beyond_the_scan():
+    """The counted prefix can hold requests whose client went away (not yet unlinked: only a gone
+    head is) and none free, while a free request waits beyond it: their runs are not covered by
+    any acquire, so the look counts, and serves the free request now rather than after the acquire
+    in flight ends (a review found the first cut passed the group over)."""
+    async def t():
+        state = SchedulerState()
+        raft = FakeRaft(state)
+        clock = SystemClock()
+        service = Service(raft, clock, "node-1")
+        for k in range(200):
+            await service.put_job(f"j{k}", {**SPEC, "queue": "q"}, None)
+            await service.trigger_job(f"j{k}", None)
+        proposed: list[str] = []
+
+        async def propose(cmd):
+            proposed.append(cmd["worker"])
+            await asyncio.sleep(3600)  # never answered in this test
+        d = Dispatcher(raft, clock, propose, None)  # type: ignore[arg-type]
+        head = LeaseRequest("a", ["q"], {}, None, limits.acquire_runs_max, 10_000)
+        head.in_flight = True
+        gone = [LeaseRequest(f"g{k}", ["q"], {}, None, limits.acquire_runs_max, 10_000, alive=lambda: False)
+                for k in range(2)]
+        free = LeaseRequest("c", ["q"], {}, None, 10, 10_000)
+        key = head.key
+        d._groups[key] = collections.deque([head, *gone, free])
+        d._busy[key], d._cover[key] = 1, head.n
+        d._look()
+        await until(lambda: proposed == ["c"], 2.0, "the free request's acquire")
+        for task in list(d._tasks):
+            task.cancel()
+        await asyncio.gather(*d._tasks, return_exceptions=True)
+    asyncio.run(t())
+
+
 def test_an_idle_long_poll_leaves_no_audit_record_but_a_registration_and_a_grant_do(tmp_path):
     """Ten thousand idle workers poll 500 times a second (wait_s 20): one audit record each
     pushed an admin's records out of the audit log's 80 MiB within the hour, and cost the node

@@ -27,14 +27,18 @@ QUEUES = ("q1", "q2", "default", "default")
 OVERLAPS = (None, None, None, {"policy": "allow"}, {"policy": "allow"}, {"policy": "allow", "max_concurrent": 1},
             {"policy": "forbid"}, {"policy": "queue_one"}, {"policy": "replace"})
 
+#: Mostly python, the type the acquires below ask for most; a heap then mixes types, and an
+#: acquire with types holds some of its runs back (acquire's fast path and the general loop).
+EXECUTORS = (None, None, {"type": "shell", "argv": ["true"]}, {"type": "http", "url": "https://example.com/hook"})
+
 job_specs = st.builds(
-    lambda every, ov, hist, prio, q, pol, attempts: spec_of(
+    lambda every, ov, hist, prio, q, pol, attempts, ex: spec_of(
         {"every_s": every}, pol, grace_s=1, max_catchup=3, history=hist, priority=prio, queue=q,
         retry={"max_attempts": attempts, "backoff_s": 0},
-        **({} if ov is None else {"overlap": ov})),
+        **({} if ov is None else {"overlap": ov}), **({} if ex is None else {"executor": ex})),
     st.sampled_from([1, 2]), st.sampled_from(OVERLAPS), st.sampled_from([1, 2, 5]),
     st.sampled_from([0, 1]), st.sampled_from(QUEUES), st.sampled_from(["fire_all", "fire_once", "skip"]),
-    st.sampled_from([1, 2]))
+    st.sampled_from([1, 2]), st.sampled_from(EXECUTORS))
 
 ops = st.one_of(
     st.tuples(st.just("put"), st.sampled_from(NAMES), job_specs),
@@ -46,7 +50,7 @@ ops = st.one_of(
     st.tuples(st.just("tick"), st.sampled_from([1000]), st.just(1000)),
     st.tuples(st.just("replay"), st.integers(0, 5)),
     st.tuples(st.just("acquire"), st.integers(1, 6), st.sampled_from([None, ["q1"], ["q1", "q2"], ["default"]]),
-              st.sampled_from([None, None, ["python"], ["shell"]])),
+              st.sampled_from([None, None, ["python"], ["shell"], ["python", "http"]])),
     st.tuples(st.just("acquire"), st.integers(1, 6), st.just(None), st.just(None)),
     st.tuples(st.just("acquire"), st.integers(1, 6), st.just(None), st.just(None)),
     st.tuples(st.just("complete"), st.lists(st.tuples(st.integers(0, 50), st.just(True), st.just(False),

@@ -301,10 +301,13 @@ class Dispatcher:
                 if want >= node_limits.dispatch_ready_scan_max:
                     want = node_limits.dispatch_ready_scan_max
                     break
-            if not free:
-                # Every request counted has an acquire in flight: what the count could show is
-                # theirs (count - cover <= want - cover <= 0). An acquire's end or a new request
-                # looks again; under load that is most looks, each a scan of up to want runs.
+            if not free and want <= self._cover.get(key, 0):
+                # Every request counted has an acquire in flight, and they cover what it counted:
+                # what the count could show is theirs (count - cover <= want - cover <= 0). An
+                # acquire's end or a new request looks again; under load that is most looks,
+                # each a scan of up to want runs. (Requests gone but not yet unlinked count in
+                # want and not in cover: with them the count is read, as a free request further
+                # back may be served.)
                 continue
             count = self.raft.read(queries.ready_count, head.queues, head.labels, types, ready_ms,
                                    node_limits.dispatch_ready_scan_max, want, head.dedicated,
