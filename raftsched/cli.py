@@ -163,6 +163,8 @@ def cmd_node(args) -> int:
         args.auth_failures_burst = node_limits.auth_failures_burst
     if args.auth_failures_per_s is None:
         args.auth_failures_per_s = node_limits.auth_failures_per_s
+    if args.metrics_workers_max is None:
+        args.metrics_workers_max = node_limits.metrics_workers_max_default
     try:
         api_host, api_port = parse_hostport(args.api, "--api")
         raft_host, raft_port = parse_hostport(args.raft, "--raft")
@@ -204,6 +206,9 @@ def cmd_node(args) -> int:
     if not limits.lease_ttl_ms_min <= ttl_ms <= limits.lease_ttl_ms_max:
         print(f"raftsched node: --lease-ttl-s must be {limits.lease_ttl_ms_min / 1000}..{limits.lease_ttl_ms_max / 1000}", file=sys.stderr)
         return 2
+    if not 0 <= args.metrics_workers_max <= 1_000_000:
+        print("raftsched node: --metrics-workers-max must be 0..1000000", file=sys.stderr)
+        return 2
     if args.workers_seen_interval_s is not None and not 0 < args.workers_seen_interval_s <= 86_400:
         print("raftsched node: --workers-seen-interval-s must be between 0 and 86400 seconds", file=sys.stderr)
         return 2
@@ -242,7 +247,7 @@ def cmd_node(args) -> int:
         execute_on_leader=args.execute_on_leader, lease_ttl_ms=ttl_ms, worker_labels=labels,
         dial_map=dial_map, clock_offset_file=args.clock_offset_file or None,
         fire_log_path=args.fire_log or None, workers_seen_interval_s=args.workers_seen_interval_s,
-        metrics_open=args.metrics_open, tls_cert=args.tls_cert or None, tls_key=args.tls_key or None,
+        metrics_open=args.metrics_open, metrics_workers_max=args.metrics_workers_max, tls_cert=args.tls_cert or None, tls_key=args.tls_key or None,
         tls_client_ca=args.tls_client_ca or None,
         auth_failures_burst=args.auth_failures_burst, auth_failures_per_s=args.auth_failures_per_s,
         keys_dir=keys_dir,
@@ -616,6 +621,9 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("--tls-key", default="", help="the private key of --tls-cert (PEM)")
     n.add_argument("--tls-client-ca", default="", help="mutual TLS: clients must present a certificate this CA (PEM) signed")
     n.add_argument("--metrics-open", action="store_true", help="GET /metrics needs no token")
+    n.add_argument("--metrics-workers-max", type=int, default=None,
+                   help="registered workers up to which GET /metrics has series per worker; past it only the "
+                        "fleet's totals (default 1000; 0: never per worker)")
     _isolation_args(n, "this node")
     n.add_argument("--auth-failures-burst", type=float, default=None,
                    help="refused tokens one source address may send before it is answered 429")

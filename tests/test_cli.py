@@ -28,6 +28,7 @@ def cli(*args, env=None, stdin=None):
     (["--executors", "shell,ftp"], "unknown type(s) ftp"),
     (["--slots", "1000"], "--slots must be"),
     (["--lease-ttl-s", "0.1"], "--lease-ttl-s must be"),
+    (["--metrics-workers-max", "-1"], "--metrics-workers-max must be"),
     (["--raft", "10.1.2.3:9000"], "not a loopback address"),
     (["--api", "nohost"], "expected HOST:PORT"),
     (["--labels", "pool"], "expected NAME=VALUE"),

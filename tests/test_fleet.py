@@ -601,8 +601,19 @@ def test_workers_are_listed_with_the_runs_they_hold():
         q = (await (await c.get("/v1/queues", headers=AUTH)).json())["queues"][0]
         assert q["unplaceable"] == 0
         m = env.fleet.collector()
-        names = {fam.name for fam in m.collect()}
-        assert {"raftsched_workers", "raftsched_worker_runs_held", "raftsched_runs_unplaceable"} <= names
+        fams = {fam.name: fam for fam in m.collect()}
+        assert {"raftsched_workers", "raftsched_worker_runs_held", "raftsched_runs_unplaceable"} <= set(fams)
+
+        def values(name):
+            return {tuple(sm.labels.values()): sm.value for sm in fams[name].samples}
+        assert values("raftsched_worker_lease_grants") == {("w1",): 1, ("w2",): 0}
+        assert values("raftsched_fleet_lease_grants") == {(): 1} and values("raftsched_fleet_runs_held") == {(): 1}
+        assert values("raftsched_worker_series") == {(): 1}
+        # A fleet larger than --metrics-workers-max: the fleet's totals, no series per worker.
+        env.fleet.metrics_workers_max = 1
+        fams = {fam.name: fam for fam in m.collect()}
+        assert "raftsched_worker_lease_grants" not in fams and "raftsched_worker_runs_held" not in fams
+        assert values("raftsched_fleet_lease_grants") == {(): 1} and values("raftsched_worker_series") == {(): 0}
     run(t)
 
 

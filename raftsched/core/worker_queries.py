@@ -225,17 +225,27 @@ def waiting_for_many(s: SchedulerState, run_ids: list[str], now_ms: int) -> dict
     return out
 
 
-def fleet_gauges(s: SchedulerState, now_ms: int) -> dict[str, Any]:
+def fleet_gauges(s: SchedulerState, now_ms: int, per_worker_max: int | None = None) -> dict[str, Any]:
     """What a metrics scrape shows of the fleet: ``{"by_status": {status: n} for active,
-    draining and gone, "workers": {id: (held, grants, losses, releases)}, "unplaceable":
-    {queue: n}}``."""
+    draining and gone, "workers": {id: (held, grants, losses, releases)}, "totals": (held,
+    grants, losses, releases) of every registered worker, "unplaceable": {queue: n}}``.
+    ``workers`` is None when more than ``per_worker_max`` workers are registered (None: no bound)."""
     held = _held_by(s)
     by_status = {"active": 0, "draining": 0, "gone": 0}
-    per = {}
+    per: dict[str, tuple[int, int, int, int]] | None = \
+        {} if per_worker_max is None or len(s.workers) <= per_worker_max else None
+    h_all = g_all = l_all = r_all = 0
     for wid, w in s.workers.items():
         by_status["gone" if is_gone(w, now_ms) else w["state"]] += 1
-        per[wid] = (len(held.get(wid, ())), w["grants"], w["losses"], w["releases"])
-    return {"by_status": by_status, "workers": per, "unplaceable": unplaceable(s, now_ms)}
+        h = len(held.get(wid, ()))
+        h_all += h
+        g_all += w["grants"]
+        l_all += w["losses"]
+        r_all += w["releases"]
+        if per is not None:
+            per[wid] = (h, w["grants"], w["losses"], w["releases"])
+    return {"by_status": by_status, "workers": per, "totals": (h_all, g_all, l_all, r_all),
+            "unplaceable": unplaceable(s, now_ms)}
 
 
 def ready_for(s: SchedulerState, queues: list[str] | None, labels: dict[str, str], types: frozenset[str] | None,

@@ -173,8 +173,11 @@ class Fleet:
 
     def __init__(self, raft, clock: Clock, node_id: str, *, embedded_id: str | None = None,
                  propose_timeout_s: float = node_limits.propose_timeout_s_default,
-                 seen_interval_s: float | None = None, unseal=None) -> None:
+                 seen_interval_s: float | None = None, unseal=None,
+                 metrics_workers_max: int = node_limits.metrics_workers_max_default) -> None:
         self.raft = raft
+        #: registered workers up to which /metrics has series per worker (node/limits.py)
+        self.metrics_workers_max = metrics_workers_max
         #: a grant as the worker gets it, its secrets unsealed (raftsched/sealing.py unseal_grant)
         self.unseal = unseal or functools.partial(sealing.unseal_grant, ring=sealing.PROCESS_RING)
         self.clock = clock
@@ -410,34 +413,50 @@ def _registered(s, ids: list[str]) -> list[str]:
 
 class FleetCollector:
     """The fleet's metrics (``GET /metrics``), from the local replica at scrape time: workers by
-    status, and per worker the runs it holds and its lease grants, losses and releases; per
-    queue the queued runs no live worker may take for their placement."""
+    status; the runs the fleet holds and its lease grants, losses and releases, in all and, while
+    no more than ``Fleet.metrics_workers_max`` workers are registered, per worker; per queue the
+    queued runs no live worker may take for their placement."""
 
     def __init__(self, fleet: Fleet) -> None:
         self.fleet = fleet
 
     def collect(self):
         f = self.fleet
-        g = f.raft.read(queries.fleet_gauges, f.clock.now_ms())
+        g = f.raft.read(queries.fleet_gauges, f.clock.now_ms(), f.metrics_workers_max)
         by = GaugeMetricFamily("raftsched_workers", "registered workers by status (gone: unseen for worker_gone_ms)",
                                labels=["status"])
         for st, n in g["by_status"].items():
             by.add_metric([st], n)
         yield by
-        held = GaugeMetricFamily("raftsched_worker_runs_held", "runs the worker holds (leased, running)", labels=["worker"])
-        grants = CounterMetricFamily("raftsched_worker_lease_grants", "leases granted to the worker", labels=["worker"])
-        losses = CounterMetricFamily("raftsched_worker_lease_losses", "leases of the worker that expired",
+        h_all, g_all, l_all, r_all = g["totals"]
+        yield GaugeMetricFamily("raftsched_fleet_runs_held", "runs the registered workers hold (leased, running)",
+                                value=h_all)
+        yield CounterMetricFamily("raftsched_fleet_lease_grants", "leases granted to the registered workers",
+                                  value=g_all)
+        yield CounterMetricFamily("raftsched_fleet_lease_losses", "leases of the registered workers that expired",
+                                  value=l_all)
+        yield CounterMetricFamily("raftsched_fleet_lease_releases", "leases the registered workers gave back",
+                                  value=r_all)
+        per = g["workers"]
+        yield GaugeMetricFamily("raftsched_worker_series", "1 while the per-worker series below are shown, 0 when "
+                                "more workers are registered than --metrics-workers-max", value=int(per is not None))
+        if per is not None:
+            held = GaugeMetricFamily("raftsched_worker_runs_held", "runs the worker holds (leased, running)",
                                      labels=["worker"])
-        rel = CounterMetricFamily("raftsched_worker_lease_releases", "leases the worker gave back", labels=["worker"])
-        for wid, (h, gr, lo, re) in sorted(g["workers"].items()):
-            held.add_metric([wid], h)
-            grants.add_metric([wid], gr)
-            losses.add_metric([wid], lo)
-            rel.add_metric([wid], re)
-        yield held
-        yield grants
-        yield losses
-        yield rel
+            grants = CounterMetricFamily("raftsched_worker_lease_grants", "leases granted to the worker", labels=["worker"])
+            losses = CounterMetricFamily("raftsched_worker_lease_losses", "leases of the worker that expired",
+                                         labels=["worker"])
+            rel = CounterMetricFamily("raftsched_worker_lease_releases", "leases the worker gave back",
+                                      labels=["worker"])
+            for wid, (h, gr, lo, re) in sorted(per.items()):
+                held.add_metric([wid], h)
+                grants.add_metric([wid], gr)
+                losses.add_metric([wid], lo)
+                rel.add_metric([wid], re)
+            yield held
+            yield grants
+            yield losses
+            yield rel
         un = GaugeMetricFamily("raftsched_runs_unplaceable",
                                "queued runs whose placement no live worker serving the queue satisfies", labels=["queue"])
         for q, n in sorted(g["unplaceable"].items()):

@@ -127,6 +127,11 @@ tick_sleep_s_min = 0.002
 #: lease requests wait at it): a thousand idle long-polling workers cost a few small commands
 #: every interval, not a heartbeat each. Well inside core worker_gone_ms (asserted below).
 workers_seen_interval_s = 5.0
+#: Registered workers up to which GET /metrics has series per worker (raftsched_worker_*{worker}:
+#: four families); past it, only the fleet's totals (raftsched_fleet_*): at 10 000 workers the
+#: 40 000 per-worker series cost a scrape 0.4-0.7 s of the node's CPU (docs/benchmarks.md) and a
+#: Prometheus as many series a node. ``raftsched node --metrics-workers-max`` changes it.
+metrics_workers_max_default = 1000
 #: How often the leader looks for workers gone for core worker_forget_ms (forget_workers).
 workers_forget_check_s = 60.0
 #: Lease requests one node keeps waiting at once; beyond it a request is answered 503 (the

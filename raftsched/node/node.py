@@ -95,6 +95,8 @@ class NodeConfig:
     # Security (docs/security.md).
     #: GET /metrics needs no token (a Prometheus that scrapes without one)
     metrics_open: bool = False
+    #: registered workers up to which GET /metrics has series per worker (``--metrics-workers-max``)
+    metrics_workers_max: int = node_limits.metrics_workers_max_default
     #: the API's TLS certificate chain and key (PEM files); None: plain HTTP
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -251,7 +253,8 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
     service = Service(raft, clock, cfg.node_id, fingerprint=Fingerprint.from_cluster_secret(cfg.secret),
                       keyring=keyring)
     fleet = Fleet(raft, clock, cfg.node_id, embedded_id=worker.worker_id if cfg.worker_slots > 0 else None,
-                  seen_interval_s=cfg.workers_seen_interval_s, unseal=unseal)
+                  seen_interval_s=cfg.workers_seen_interval_s, unseal=unseal,
+                  metrics_workers_max=cfg.metrics_workers_max)
     gc_pauses = gcpolicy.GcPauses(lambda: state.jobs, freeze_pause_s=node_limits.gc_freeze_pause_s,
                                   freeze_growth_records=node_limits.gc_freeze_growth_records,
                                   runs=lambda: len(state.runs),
