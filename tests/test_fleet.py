@@ -617,6 +617,41 @@ def test_workers_are_listed_with_the_runs_they_hold():
     run(t)
 
 
+def test_the_walk_of_unplaceable_runs_runs_outside_the_replicas_lock_for_metrics_and_queues(monkeypatch):
+    """Counting the queued runs no live worker may take walks every queued run when placements
+    are in use (an SDK app's jobs always have one): under the replica's lock, a scrape of a node
+    holding a million queued runs held the Raft thread for seconds. The scrape and GET /v1/queues
+    now take the heaps under the lock and walk them outside it (and off the event loop)."""
+    from raftsched.core import queries
+
+    async def t(env, c):
+        await put_job(env, "gpu", dict(SPEC, placement={"labels": {"pool": "gpu"}}))
+        await trigger(env, "gpu")
+        await lease(c, "w1", wait_s=0)  # a live worker without the label: the run is unplaceable
+        inside = []
+        real_read, real_walk = env.raft.read, queries.unplaceable_walk
+
+        def read(fn, *args):
+            inside.append(True)
+            try:
+                return real_read(fn, *args)
+            finally:
+                inside.pop()
+        walked: list[bool] = []
+
+        def walk(inputs):
+            walked.append(bool(inside))
+            return real_walk(inputs)
+        env.raft.read = read
+        monkeypatch.setattr(queries, "unplaceable_walk", walk)
+        fams = {fam.name: fam for fam in env.fleet.collector().collect()}
+        assert [(sm.labels, sm.value) for sm in fams["raftsched_runs_unplaceable"].samples] == [({"queue": "default"}, 1)]
+        q = (await (await c.get("/v1/queues", headers=AUTH)).json())["queues"][0]
+        assert q["unplaceable"] == 1
+        assert walked == [False, False]
+    run(t)
+
+
 def test_a_node_reports_the_workers_that_contacted_it_or_wait_at_it():
     async def t(env, c):
         await lease(c, "w1", wait_s=0)

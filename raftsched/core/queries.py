@@ -592,7 +592,7 @@ def replayed(s: SchedulerState, cmd: Command) -> Result | None:
 # callers read them here.
 from .worker_queries import (  # noqa: E402,F401
     workers, worker, worker_record, workers_to_forget,
-    unplaceable, waiting_for, waiting_for_many, fleet_gauges,
+    unplaceable, unplaceable_inputs, unplaceable_walk, waiting_for, waiting_for_many, fleet_gauges,
     ready_for, ready_count, applied_count, next_due_ms, NO_WORKER_MATCHES, drains_count, draining_among,
 )
 

@@ -136,36 +136,62 @@ def unplaceable(s: SchedulerState, now_ms: int) -> dict[str, int]:
     as acquire does), deciding once per distinct placement and tenant.
 
     Without a job that has a placement, nor a live worker dedicated or limited to tenants, no
-    run can count: the answer is known without the walk (:func:`may_wait_for_placement`). The
-    walk holds the replica's lock, and a metrics scrape of a node holding a top-of-the-hour
-    storm's million queued runs walked them all: 3 s or more each, the Raft thread waiting, and
-    the leader lost its quorum again and again."""
+    run can count: the answer is known without the walk (:func:`may_wait_for_placement`). Run
+    whole under the replica's lock, the walk holds it as long as it takes: a metrics scrape of a
+    node holding a top-of-the-hour storm's million queued runs walked them all, 3 s or more each,
+    the Raft thread waiting, and the leader lost its quorum again and again. So the node's readers
+    (the metrics, ``GET /v1/queues``) take :func:`unplaceable_inputs` under the lock and
+    :func:`unplaceable_walk` outside it."""
+    inputs = unplaceable_inputs(s, now_ms)
+    return {} if inputs is None else unplaceable_walk(inputs)
+
+
+#: What :func:`unplaceable_walk` reads: the live workers, whether any is restricted, the state's
+#: runs and jobs maps, and a copy of every queue's acquire heaps (queue, priority, entries).
+UnplaceableInputs: TypeAlias = tuple[list[LiveWorker], bool, dict[str, Record], dict[str, Record],
+                                     list[tuple[str, int, list[tuple[int, str]]]]]
+
+
+def unplaceable_inputs(s: SchedulerState, now_ms: int) -> UnplaceableInputs | None:
+    """Under the replica's lock (``raft.read``): what :func:`unplaceable` walks, the heaps copied
+    (a list copy each, in C: a few ms for a million entries), or None when no run can count."""
     live = _live_workers(s, now_ms)
     if not _may_wait(s, live):
-        return {}
-    any_dedicated = _restricted(live)
-    runs, jobs = s.runs, s.jobs
+        return None
+    heaps = [(q, p, list(h)) for q, prios in s._queued.items() for p, h in prios.items()]
+    return live, _restricted(live), s.runs, s.jobs, heaps
+
+
+def unplaceable_walk(inputs: UnplaceableInputs) -> dict[str, int]:
+    """:func:`unplaceable`'s count from :func:`unplaceable_inputs`, callable outside the replica's
+    lock, from any thread: it reads the runs and jobs maps one key at a time (each look-up whole,
+    under the GIL) and never iterates them, so applies go on meanwhile, and a run they change
+    while it walks is counted as it was or as it is: a gauge's reading, not a decision."""
+    live, any_dedicated, runs, jobs, heaps = inputs
     out: dict[str, int] = {}
-    memo: dict[tuple[str, int, str, str], bool] = {}  # (queue, placement, executor type, tenant) -> fits
-    for q, prios in s._queued.items():
-        seen = set()
-        for p, h in prios.items():
-            for due, rid in h:
-                r = runs.get(rid)
-                if r is None or rid in seen or r["state"] != "queued" or r["queue"] != q or r["priority"] != p \
-                        or r.get("due", r["slot"]) != due:
-                    continue
-                seen.add(rid)
-                job = jobs.get(r["job"])
-                if job is None or ("placement" not in job["spec"] and not any_dedicated):
-                    continue
-                spec = job["spec"]
-                key = (q, id(spec.get("placement")), spec["executor"]["type"], r["tenant"])
-                fits = memo.get(key)
-                if fits is None:
-                    fits = memo[key] = _placeable(live, q, spec, r["tenant"])
-                if not fits:
-                    out[q] = out.get(q, 0) + 1
+    # (queue, id of the placement, executor type, tenant) -> (fits, the placement): holding the
+    # placement keeps its id from being reused by another while the walk runs beside applies
+    memo: dict[tuple[str, int, str, str], tuple[bool, Any]] = {}
+    seen_in: dict[str, set[str]] = {}
+    for q, p, h in heaps:
+        seen = seen_in.setdefault(q, set())
+        for due, rid in h:
+            r = runs.get(rid)
+            if r is None or rid in seen or r["state"] != "queued" or r["queue"] != q or r["priority"] != p \
+                    or r.get("due", r["slot"]) != due:
+                continue
+            seen.add(rid)
+            job = jobs.get(r["job"])
+            if job is None or ("placement" not in job["spec"] and not any_dedicated):
+                continue
+            spec = job["spec"]
+            placement = spec.get("placement")
+            key = (q, id(placement), spec["executor"]["type"], r["tenant"])
+            known = memo.get(key)
+            if known is None:
+                known = memo[key] = (_placeable(live, q, spec, r["tenant"]), placement)
+            if not known[0]:
+                out[q] = out.get(q, 0) + 1
     return out
 
 
@@ -228,7 +254,8 @@ def waiting_for_many(s: SchedulerState, run_ids: list[str], now_ms: int) -> dict
 def fleet_gauges(s: SchedulerState, now_ms: int, per_worker_max: int | None = None) -> dict[str, Any]:
     """What a metrics scrape shows of the fleet: ``{"by_status": {status: n} for active,
     draining and gone, "workers": {id: (held, grants, losses, releases)}, "totals": (held,
-    grants, losses, releases) of every registered worker, "unplaceable": {queue: n}}``.
+    grants, losses, releases) of every registered worker, "unplaceable": what
+    :func:`unplaceable_walk` counts, outside the lock, or None (none can count)}``.
     ``workers`` is None when more than ``per_worker_max`` workers are registered (None: no bound)."""
     held = _held_by(s)
     by_status = {"active": 0, "draining": 0, "gone": 0}
@@ -245,7 +272,7 @@ def fleet_gauges(s: SchedulerState, now_ms: int, per_worker_max: int | None = No
         if per is not None:
             per[wid] = (h, w["grants"], w["losses"], w["releases"])
     return {"by_status": by_status, "workers": per, "totals": (h_all, g_all, l_all, r_all),
-            "unplaceable": unplaceable(s, now_ms)}
+            "unplaceable": unplaceable_inputs(s, now_ms)}
 
 
 def ready_for(s: SchedulerState, queues: list[str] | None, labels: dict[str, str], types: frozenset[str] | None,

@@ -9,6 +9,7 @@ The handlers, then ``ROUTES``: the route table (node/routes.py), one row a route
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -203,7 +204,10 @@ async def metrics_text(request: web.Request) -> web.Response:
     m = request.app.get(METRICS)
     if m is None:
         raise NotFound("metrics are not enabled on this node")
-    return web.Response(body=m.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+    # In a thread: a scrape's collectors may walk large parts of the replica (the queued runs of
+    # a placement nothing serves), and the loop serves the API and the workers meanwhile.
+    body = await asyncio.to_thread(m.render)
+    return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 
 async def openapi_json(request: web.Request) -> web.Response:
@@ -440,7 +444,8 @@ async def list_deadlines(request: web.Request) -> web.Response:
 
 async def list_queues(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(svc.list_queues(tenants_of(request)))
+    # In a thread: it walks every queued run when placements are in use (core/worker_queries.py).
+    return web.json_response(await asyncio.to_thread(svc.list_queues, tenants_of(request)))
 
 
 async def put_queue(request: web.Request) -> web.Response:

@@ -459,7 +459,9 @@ class FleetCollector:
             yield rel
         un = GaugeMetricFamily("raftsched_runs_unplaceable",
                                "queued runs whose placement no live worker serving the queue satisfies", labels=["queue"])
-        for q, n in sorted(g["unplaceable"].items()):
+        # The walk of the queued runs, outside the replica's lock (core/worker_queries.py).
+        counts = {} if g["unplaceable"] is None else queries.unplaceable_walk(g["unplaceable"])
+        for q, n in sorted(counts.items()):
             un.add_metric([q], n)
         yield un
         d = f.dispatcher.stats()

@@ -386,8 +386,10 @@ class Service:
         if tenants is not None:
             mine = self.read(queries.queues_of, tenants)
             qs = [q for q in qs if q["name"] in mine]
-        # The worker fleet: runs no live worker may take for their placement (docs/workers.md).
-        unplaceable = self.read(queries.unplaceable, now)
+        # The worker fleet: runs no live worker may take for their placement (docs/workers.md),
+        # walked outside the replica's lock (core/worker_queries.py unplaceable).
+        inputs = self.read(queries.unplaceable_inputs, now)
+        unplaceable = {} if inputs is None else queries.unplaceable_walk(inputs)
         for q in qs:
             q["unplaceable"] = unplaceable.get(q["name"], 0)
         return {"queues": qs}
