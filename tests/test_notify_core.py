@@ -246,6 +246,38 @@ def test_a_run_waiting_too_long_for_a_worker_is_reported_once() -> None:
     assert kinds(s) == ["run.unplaceable"]
 
 
+def test_the_leaders_look_for_unplaceable_runs_decided_a_slice_at_a_time_finds_the_same(monkeypatch) -> None:
+    """The leader walks every queued run for run.unplaceable: it copies the heaps under the
+    replica's lock, picks the candidates outside it, and decides them a slice under the lock at a
+    time, stopping once it has enough (node/notify.py): the same runs as one walk under the lock."""
+    from raftsched.core import limits, worker_queries
+    monkeypatch.setattr(limits, "unplaceable_runs_max", 7)
+    s = state_with(job_with([{"sink": "ops", "on": ["run.unplaceable"]}], placement={"labels": {"pool": "gpu"}}))
+    assert apply(s, commands.make("put_queue", T0, None, name="default", max_depth=100_000, on_full="reject"))["ok"]
+    spec = job_with(placement={"labels": {"pool": "gpu"}})
+    for k in range(40):
+        assert apply(s, put_cmd(s, f"p{k:02d}", spec, T0))["ok"]
+        assert apply(s, commands.make("trigger_job", T0, None, name=f"p{k:02d}"))["ok"]
+    now = T0 + limits.unplaceable_report_ms + SEC
+    whole = notify_queries.unplaceable_overdue(s, now)
+    assert len(whole) == 7 and whole == sorted(whole)
+    inputs = notify_queries.overdue_inputs(s, now)
+    assert inputs is not None
+    cand = notify_queries.overdue_candidates(inputs, now)
+    assert len(cand) == 40 and cand == sorted(cand)
+    decided: list[int] = []
+    real = notify_queries.waiting_for_many
+    monkeypatch.setattr(notify_queries, "waiting_for_many", lambda st, ids, t: decided.append(len(ids)) or real(st, ids, t))
+    sliced: list[str] = []
+    for k in range(0, len(cand), 3):
+        sliced += notify_queries.overdue_among(s, cand[k:k + 3], now)
+        if len(sliced) >= 7:
+            break
+    assert sliced[:7] == whole and sum(decided) == 9  # three slices of three: it stopped there
+    assert worker_queries.waiting_for_many is real
+
+
+
 @pytest.mark.parametrize("cmd", [
     commands.make("sink_progress", T0, None, items=[{"sink": "ops"}]),
     commands.make("sink_progress", T0, None, items=[{"sink": "ops", "cursor": 1, "dead": [{"event": 3}]}]),

@@ -1,25 +1,72 @@
 """The leader's read for ``run.unplaceable`` (core/notify.py's ``note_unplaceable``): here, not in
-notify.py, because it reads the fleet (worker_queries), whose modules import notify's hooks."""
+notify.py, because it reads the fleet (worker_queries), whose modules import notify's hooks.
+
+The look walks every queued run, so the leader takes it in three steps (node/notify.py), and holds
+the replica's lock only for the first and the last: :func:`overdue_inputs` copies the queues'
+heaps, :func:`overdue_candidates` picks the runs fired long enough ago and not told yet, outside
+the lock (one key read at a time, as worker_queries.unplaceable_walk does), and
+:func:`overdue_among` decides, under the lock again, a sorted slice of them at a time, until
+enough are found. :func:`unplaceable_overdue` is the three at once (the reference, and tests)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from . import limits
 from .worker_queries import may_wait_for_placement, waiting_for_many
 
 if TYPE_CHECKING:
+    from .records import Record
     from .state import SchedulerState
+
+#: :func:`overdue_inputs`: the state's runs map and a copy of every queue's acquire heaps.
+OverdueInputs: TypeAlias = "tuple[dict[str, Record], list[list[tuple[int, str]]]]"
 
 
 def unplaceable_overdue(s: SchedulerState, now_ms: int) -> list[str]:
     """Queued runs not reported yet that have waited longer than ``limits.unplaceable_report_ms``
     since they were fired and that no live worker may take (worker_queries.waiting_for_many's
-    rule): what the leader proposes in ``note_unplaceable``. Nothing when no sink exists."""
+    rule), sorted, at most ``limits.unplaceable_runs_max``: what the leader proposes in
+    ``note_unplaceable``. Nothing when no sink exists."""
+    inputs = overdue_inputs(s, now_ms)
+    if inputs is None:
+        return []
+    return overdue_among(s, overdue_candidates(inputs, now_ms), now_ms)
+
+
+def overdue_inputs(s: SchedulerState, now_ms: int) -> OverdueInputs | None:
+    """Under the lock: what :func:`overdue_candidates` walks (a list copy of each heap, in C), or
+    None when no run can be reported (no sink, or no run may wait for placement)."""
     if not s.sinks or not may_wait_for_placement(s, now_ms):
-        return []  # (else every queued run's id is listed and sorted: a storm's million, under the lock)
+        return None  # (else every queued run's id is listed and sorted: a storm's million)
+    return s.runs, [list(h) for q in s._queued.values() for h in q.values()]
+
+
+def overdue_candidates(inputs: OverdueInputs, now_ms: int) -> list[str]:
+    """Outside the lock, from any thread: the ids, sorted, of the queued runs fired more than
+    ``limits.unplaceable_report_ms`` ago and not reported yet (as they were when read: the last
+    step decides under the lock)."""
+    runs, heaps = inputs
     old = now_ms - limits.unplaceable_report_ms
-    ids = [rid for q in s._queued.values() for h in q.values() for _due, rid in h]
-    runs = s.runs
-    cand = sorted({rid for rid in ids if (r := runs.get(rid)) is not None and r["state"] == "queued"
-                   and r.get("unplaceable_at") is None and r["fired_at"] <= old})
-    return sorted(waiting_for_many(s, cand, now_ms))[:limits.unplaceable_runs_max]
+    out: set[str] = set()
+    for h in heaps:
+        for _due, rid in h:
+            r: Any = runs.get(rid)
+            if r is not None and r["state"] == "queued" and r.get("unplaceable_at") is None and r["fired_at"] <= old:
+                out.add(rid)
+    return sorted(out)
+
+
+def overdue_among(s: SchedulerState, candidates: list[str], now_ms: int) -> list[str]:
+    """Under the lock: those of ``candidates`` (sorted) still queued, not reported and waiting
+    for a worker none of which may take them, the first ``limits.unplaceable_runs_max``;
+    decided ``limits.unplaceable_runs_max`` at a time, so a look over a long backlog stops as
+    soon as it has enough (the node reads it a slice per lock, node/notify.py)."""
+    old = now_ms - limits.unplaceable_report_ms
+    runs, out, step = s.runs, [], limits.unplaceable_runs_max
+    for k in range(0, len(candidates), step):
+        part = [rid for rid in candidates[k:k + step] if (r := runs.get(rid)) is not None and r["state"] == "queued"
+                and r.get("unplaceable_at") is None and r["fired_at"] <= old]
+        out.extend(sorted(waiting_for_many(s, part, now_ms)))
+        if len(out) >= step:
+            break
+    return out[:step]

@@ -57,6 +57,8 @@ SEND_TIMEOUT_S = 10.0
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
 #: How often the leader looks for runs waiting too long for a worker (run.unplaceable).
 UNPLACEABLE_CHECK_S = 5.0
+#: Candidates of that look decided under one hold of the replica's lock (a few ms).
+OVERDUE_SLICE = 5_000
 SIGNATURE_HEADER = "X-Raftsched-Signature"
 TIMESTAMP_HEADER = "X-Raftsched-Timestamp"
 
@@ -290,9 +292,25 @@ class Notifier:
         now = self.clock.now_ms()
         if names and now - self._unplaceable_checked_ms >= UNPLACEABLE_CHECK_S * 1000:
             self._unplaceable_checked_ms = now
-            late = self.raft.read(notify_queries.unplaceable_overdue, now)
+            # In a thread, the replica's lock held a slice at a time (core/notify_queries.py): the
+            # look walks every queued run, a storm's million, beside the applies and the API.
+            late = await asyncio.to_thread(self._unplaceable_overdue, now)
             if late:
                 await self.proposer.propose(commands.note_unplaceable(now, runs=late))
+
+    def _unplaceable_overdue(self, now: int) -> list[str]:
+        """``notify_queries.unplaceable_overdue`` with the replica's lock held for the heaps' copy
+        and then for ``OVERDUE_SLICE`` candidates at a time, never for the whole walk."""
+        inputs = self.raft.read(notify_queries.overdue_inputs, now)
+        if inputs is None:
+            return []
+        cand = notify_queries.overdue_candidates(inputs, now)
+        late: list[str] = []
+        for k in range(0, len(cand), OVERDUE_SLICE):
+            late += self.raft.read(notify_queries.overdue_among, cand[k:k + OVERDUE_SLICE], now)
+            if len(late) >= limits.unplaceable_runs_max:
+                break
+        return late[:limits.unplaceable_runs_max]
 
     async def _sink_loop(self, name: str) -> None:
         while True:
