@@ -614,6 +614,14 @@ def test_workers_are_listed_with_the_runs_they_hold():
         fams = {fam.name: fam for fam in m.collect()}
         assert "raftsched_worker_lease_grants" not in fams and "raftsched_worker_runs_held" not in fams
         assert values("raftsched_fleet_lease_grants") == {(): 1} and values("raftsched_worker_series") == {(): 0}
+        # A worker forgotten (its record gone from the registry): its grants stay in the total, which
+        # never goes down (Prometheus would read a reset, and rate() the whole total at once).
+        del env.state.workers["w1"]
+        fams = {fam.name: fam for fam in m.collect()}
+        assert values("raftsched_fleet_lease_grants") == {(): 1}
+        env.fleet.metrics_workers_max = 0  # 0: never per worker, however few
+        fams = {fam.name: fam for fam in m.collect()}
+        assert values("raftsched_worker_series") == {(): 0} and "raftsched_worker_lease_grants" not in fams
     run(t)
 
 

@@ -8,7 +8,11 @@ from __future__ import annotations
 import pytest
 
 from core_helpers import SEC, T0, apply, new_state, put_cmd, refused, restored, resume_cmd, spec_of, tick
+import types
+
 from raftsched.core import commands, events, model, notify_queries
+from raftsched.node import notify as node_notify
+from raftsched.testing.fakes import FakeRaft
 from raftsched.core.errors import InvalidSpec
 from raftsched.core.notify import view_health
 from raftsched.core.notify_model import validate_routes, validate_sink
@@ -267,13 +271,10 @@ def test_the_leaders_look_for_unplaceable_runs_decided_a_slice_at_a_time_finds_t
     assert len(cand) == 40 and cand == sorted(cand)
     decided: list[int] = []
     real = notify_queries.waiting_for_many
-    monkeypatch.setattr(notify_queries, "waiting_for_many", lambda st, ids, t: decided.append(len(ids)) or real(st, ids, t))
-    sliced: list[str] = []
-    for k in range(0, len(cand), 3):
-        sliced += notify_queries.overdue_among(s, cand[k:k + 3], now)
-        if len(sliced) >= 7:
-            break
-    assert sliced[:7] == whole and sum(decided) == 9  # three slices of three: it stopped there
+    monkeypatch.setattr(notify_queries, "waiting_for_many", lambda st, ids, *a: decided.append(len(ids)) or real(st, ids, *a))
+    monkeypatch.setattr(node_notify, "OVERDUE_SLICE", 3)
+    sliced = node_notify.Notifier._unplaceable_overdue(types.SimpleNamespace(raft=FakeRaft(s)), now)  # type: ignore[arg-type]
+    assert sliced == whole and decided == [3, 3, 3]  # three slices of three: it stopped there
     assert worker_queries.waiting_for_many is real
 
 

@@ -226,10 +226,21 @@ def waiting_for(s: SchedulerState, run_id: str, now_ms: int) -> str | None:
 NO_WORKER_MATCHES = "no worker matches its placement"
 
 
-def waiting_for_many(s: SchedulerState, run_ids: list[str], now_ms: int) -> dict[str, str]:
+def live_workers(s: SchedulerState, now_ms: int) -> list[LiveWorker]:
+    """The live workers as :func:`waiting_for_many` judges runs against them (a walk of the
+    registry: a caller deciding runs in several calls builds it once)."""
+    return _live_workers(s, now_ms)
+
+
+def may_wait_among(s: SchedulerState, live: list[LiveWorker]) -> bool:
+    """:func:`may_wait_for_placement` with the live workers already built."""
+    return _may_wait(s, live)
+
+
+def waiting_for_many(s: SchedulerState, run_ids: list[str], now_ms: int,
+                     live: list[LiveWorker] | None = None) -> dict[str, str]:
     """``waiting_for`` of several runs, deciding once per distinct placement: run id -> reason,
-    for the runs that have one."""
-    live: list[LiveWorker] | None = None
+    for the runs that have one. ``live``: :func:`live_workers`, if the caller has it."""
     out, memo = {}, {}
     for rid in run_ids:
         r = s.runs.get(rid)
@@ -251,28 +262,17 @@ def waiting_for_many(s: SchedulerState, run_ids: list[str], now_ms: int) -> dict
     return out
 
 
-def fleet_gauges(s: SchedulerState, now_ms: int, per_worker_max: int | None = None) -> dict[str, Any]:
+def fleet_gauges(s: SchedulerState, now_ms: int) -> dict[str, Any]:
     """What a metrics scrape shows of the fleet: ``{"by_status": {status: n} for active,
-    draining and gone, "workers": {id: (held, grants, losses, releases)}, "totals": (held,
-    grants, losses, releases) of every registered worker, "unplaceable": what
-    :func:`unplaceable_walk` counts, outside the lock, or None (none can count)}``.
-    ``workers`` is None when more than ``per_worker_max`` workers are registered (None: no bound)."""
+    draining and gone, "workers": {id: (held, grants, losses, releases)}, "unplaceable": what
+    :func:`unplaceable_walk` counts, outside the lock, or None (none can count)}``."""
     held = _held_by(s)
     by_status = {"active": 0, "draining": 0, "gone": 0}
-    per: dict[str, tuple[int, int, int, int]] | None = \
-        {} if per_worker_max is None or len(s.workers) <= per_worker_max else None
-    h_all = g_all = l_all = r_all = 0
+    per = {}
     for wid, w in s.workers.items():
         by_status["gone" if is_gone(w, now_ms) else w["state"]] += 1
-        h = len(held.get(wid, ()))
-        h_all += h
-        g_all += w["grants"]
-        l_all += w["losses"]
-        r_all += w["releases"]
-        if per is not None:
-            per[wid] = (h, w["grants"], w["losses"], w["releases"])
-    return {"by_status": by_status, "workers": per, "totals": (h_all, g_all, l_all, r_all),
-            "unplaceable": unplaceable_inputs(s, now_ms)}
+        per[wid] = (len(held.get(wid, ())), w["grants"], w["losses"], w["releases"])
+    return {"by_status": by_status, "workers": per, "unplaceable": unplaceable_inputs(s, now_ms)}
 
 
 def ready_for(s: SchedulerState, queues: list[str] | None, labels: dict[str, str], types: frozenset[str] | None,

@@ -30,6 +30,7 @@ import asyncio
 import functools
 import json
 import logging
+import threading
 import uuid
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -419,25 +420,51 @@ class FleetCollector:
 
     def __init__(self, fleet: Fleet) -> None:
         self.fleet = fleet
+        # The fleet's counters must not go down when a worker is forgotten (its record leaves
+        # the registry after worker_forget_ms: Prometheus would read a reset, and rate() a spike
+        # of the whole total). So the grants, losses and releases a forgotten worker had at this
+        # node's last scrape stay in its totals (this node's: they reset when it restarts, as a
+        # counter does). Scrapes may run at once, in threads (node/api.py): one lock.
+        self._lock = threading.Lock()
+        self._last: dict[str, tuple[int, int, int]] = {}
+        self._gone = (0, 0, 0)
+
+    def _totals(self, workers: dict[str, tuple[int, int, int, int]]) -> tuple[int, int, int]:
+        """Grants, losses and releases of the registered workers, plus those forgotten workers
+        had when this node last saw them (a record whose counts went down was forgotten and
+        registered again under its id: its old counts are kept likewise)."""
+        with self._lock:
+            gone = list(self._gone)
+            now = {wid: v[1:] for wid, v in workers.items()}
+            for wid, before in self._last.items():
+                after = now.get(wid)
+                if after is None or any(a < b for a, b in zip(after, before)):
+                    gone = [x + y for x, y in zip(gone, before)]
+            self._gone = (gone[0], gone[1], gone[2])
+            self._last = now
+            return (gone[0] + sum(v[0] for v in now.values()), gone[1] + sum(v[1] for v in now.values()),
+                    gone[2] + sum(v[2] for v in now.values()))
 
     def collect(self):
         f = self.fleet
-        g = f.raft.read(queries.fleet_gauges, f.clock.now_ms(), f.metrics_workers_max)
+        g = f.raft.read(queries.fleet_gauges, f.clock.now_ms())
         by = GaugeMetricFamily("raftsched_workers", "registered workers by status (gone: unseen for worker_gone_ms)",
                                labels=["status"])
         for st, n in g["by_status"].items():
             by.add_metric([st], n)
         yield by
-        h_all, g_all, l_all, r_all = g["totals"]
+        workers = g["workers"]
+        h_all = sum(v[0] for v in workers.values())
+        g_all, l_all, r_all = self._totals(workers)
         yield GaugeMetricFamily("raftsched_fleet_runs_held", "runs the registered workers hold (leased, running)",
                                 value=h_all)
-        yield CounterMetricFamily("raftsched_fleet_lease_grants", "leases granted to the registered workers",
-                                  value=g_all)
-        yield CounterMetricFamily("raftsched_fleet_lease_losses", "leases of the registered workers that expired",
-                                  value=l_all)
-        yield CounterMetricFamily("raftsched_fleet_lease_releases", "leases the registered workers gave back",
-                                  value=r_all)
-        per = g["workers"]
+        yield CounterMetricFamily("raftsched_fleet_lease_grants", "leases granted to the workers (those forgotten "
+                                  "since this node started included)", value=g_all)
+        yield CounterMetricFamily("raftsched_fleet_lease_losses", "leases of the workers that expired (those "
+                                  "forgotten since this node started included)", value=l_all)
+        yield CounterMetricFamily("raftsched_fleet_lease_releases", "leases the workers gave back (those forgotten "
+                                  "since this node started included)", value=r_all)
+        per = workers if 0 < f.metrics_workers_max and len(workers) <= f.metrics_workers_max else None
         yield GaugeMetricFamily("raftsched_worker_series", "1 while the per-worker series below are shown, 0 when "
                                 "more workers are registered than --metrics-workers-max", value=int(per is not None))
         if per is not None:

@@ -307,7 +307,7 @@ class Notifier:
         cand = notify_queries.overdue_candidates(inputs, now)
         late: list[str] = []
         for k in range(0, len(cand), OVERDUE_SLICE):
-            late += self.raft.read(notify_queries.overdue_among, cand[k:k + OVERDUE_SLICE], now)
+            late += self.raft.read(notify_queries.overdue_among, cand[k:k + OVERDUE_SLICE], now, inputs[2])
             if len(late) >= limits.unplaceable_runs_max:
                 break
         return late[:limits.unplaceable_runs_max]
