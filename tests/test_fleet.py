@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import threading
 import time
 import urllib.parse
 
@@ -636,19 +637,19 @@ def test_the_walk_of_unplaceable_runs_runs_outside_the_replicas_lock_for_metrics
         await put_job(env, "gpu", dict(SPEC, placement={"labels": {"pool": "gpu"}}))
         await trigger(env, "gpu")
         await lease(c, "w1", wait_s=0)  # a live worker without the label: the run is unplaceable
-        inside = []
+        inside = threading.local()  # per thread: the fleet's loop may read while the walk runs
         real_read, real_walk = env.raft.read, queries.unplaceable_walk
 
         def read(fn, *args):
-            inside.append(True)
+            inside.on = True
             try:
                 return real_read(fn, *args)
             finally:
-                inside.pop()
+                inside.on = False
         walked: list[bool] = []
 
         def walk(inputs):
-            walked.append(bool(inside))
+            walked.append(getattr(inside, "on", False))
             return real_walk(inputs)
         env.raft.read = read
         monkeypatch.setattr(queries, "unplaceable_walk", walk)

@@ -9,7 +9,6 @@ The handlers, then ``ROUTES``: the route table (node/routes.py), one row a route
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import math
@@ -34,11 +33,14 @@ from .auth import Auth
 from .metrics import NodeMetrics
 from .service import Service
 from .trigger import Trigger
+from .walks import SingleFlight
 from ..worker.loop import Worker
 
 log = logging.getLogger("raftsched.api")
 #: The app's OpenAPI document, encoded at its first request (a dict: the app is frozen by then).
 OPENAPI = web.AppKey("openapi", dict)
+#: Scrapes of /metrics arriving together share one render, off the loop (node/walks.py).
+METRICS_RENDER = web.AppKey("metrics_render", SingleFlight)
 
 #: A request key: the read was served stale (``?stale=true``).
 STALE_READ = web.RequestKey("stale_read", bool)
@@ -197,6 +199,7 @@ def make_app(service: Service, token: str | None, *, trigger: Trigger | None = N
     app[BACKFILLS] = BackfillService(service)
     app[ROUTE_TABLE] = routes.install(app.router, ROUTES)
     app[OPENAPI] = {}
+    app[METRICS_RENDER] = SingleFlight()
     return app
 
 
@@ -204,9 +207,9 @@ async def metrics_text(request: web.Request) -> web.Response:
     m = request.app.get(METRICS)
     if m is None:
         raise NotFound("metrics are not enabled on this node")
-    # In a thread: a scrape's collectors may walk large parts of the replica (the queued runs of
-    # a placement nothing serves), and the loop serves the API and the workers meanwhile.
-    body = await asyncio.to_thread(m.render)
+    # Off the loop (node/walks.py): a scrape's collectors may walk large parts of the replica
+    # (the queued runs of a placement nothing serves); scrapes arriving together share one.
+    body = await request.app[METRICS_RENDER].run(m.render)
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 
@@ -444,8 +447,9 @@ async def list_deadlines(request: web.Request) -> web.Response:
 
 async def list_queues(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    # In a thread: it walks every queued run when placements are in use (core/worker_queries.py).
-    return web.json_response(await asyncio.to_thread(svc.list_queues, tenants_of(request)))
+    # The count of unplaceable runs walks every queued run when placements are in use: off the
+    # loop, one walk for the polls that arrive together (node/walks.py).
+    return web.json_response(svc.list_queues(tenants_of(request), await svc.unplaceable_counts()))
 
 
 async def put_queue(request: web.Request) -> web.Response:

@@ -116,7 +116,9 @@ class _FireLag:
     prometheus_client's Histogram.observe takes a lock and walks the buckets for each value:
     ~1 us a slot, 3.6 % of a sweep leader's samples at 30k slots/s (py-spy). Here a slot is one
     bisect into the bounds (in ms, as lags are) and an add; the same series (``_bucket``,
-    ``_count``, ``_sum``) are exposed at scrape time. Updated and read on the event loop only.
+    ``_count``, ``_sum``) are exposed at scrape time. Updated on the event loop and read by a
+    scrape in the walks' thread (node/walks.py): a scrape in the middle of a batch may show its
+    buckets ahead of its count by that batch (never an error; the next scrape is whole).
     """
 
     def __init__(self, name: str, doc: str, buckets) -> None:
@@ -269,7 +271,7 @@ class _RaftEventsCollector:
             yield m
         p = CounterMetricFamily("raftsched_proposals", "commands this node proposed (barriers included), by outcome",
                                 labels=["outcome"])
-        for outcome, n in sorted(self.proposals.items()):
+        for outcome, n in sorted(dict(self.proposals).items()):  # a copy first: scrapes run in a thread
             p.add_metric([outcome], n)
         yield p
 
@@ -283,7 +285,7 @@ class _RequestsCollector:
     def collect(self):
         m = CounterMetricFamily("raftsched_api_requests", "API requests answered, by method, route (the route "
                                 "table's template; unmatched for none) and status", labels=["method", "route", "status"])
-        for key, n in sorted(self.counts.items()):
+        for key, n in sorted(dict(self.counts).items()):  # a copy first: scrapes run in a thread (node/walks.py)
             m.add_metric(list(key), n)
         yield m
 

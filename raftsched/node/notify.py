@@ -36,6 +36,7 @@ from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from .. import sealing
+from .walks import off_loop
 from ..core import commands, events, limits, notify as core_notify, notify_queries
 from ..core.errors import Forbidden, InvalidSpec, NotFound
 from ..core.notify_model import validate_sink
@@ -294,7 +295,7 @@ class Notifier:
             self._unplaceable_checked_ms = now
             # In a thread, the replica's lock held a slice at a time (core/notify_queries.py): the
             # look walks every queued run, a storm's million, beside the applies and the API.
-            late = await asyncio.to_thread(self._unplaceable_overdue, now)
+            late = await off_loop(self._unplaceable_overdue, now)
             if late:
                 await self.proposer.propose(commands.note_unplaceable(now, runs=late))
 
@@ -546,12 +547,12 @@ class _Collector:
                                ("raftsched_events_dead", "events a sink refused past its retry budget (this node)",
                                 n.dead)):
             fam = CounterMetricFamily(metric, doc, labels=["sink", "kind"])
-            for (sink, kind), v in sorted(c.items()):
+            for (sink, kind), v in sorted(dict(c).items()):  # a copy first: scrapes run in a thread
                 fam.add_metric([sink, kind], v)
             yield fam
         lost = CounterMetricFamily("raftsched_events_lost", "events the outbox gave up before a sink was sent them "
                                    "(at most: not all of them were for it), seen by this node", labels=["sink"])
-        for sink, v in sorted(n.lost.items()):
+        for sink, v in sorted(dict(n.lost).items()):
             lost.add_metric([sink], v)
         yield lost
         h = HistogramMetricFamily("raftsched_event_delivery_seconds",

@@ -15,6 +15,7 @@ import uuid
 import msgpack
 
 from ..clock import Clock
+from .walks import SingleFlight
 from ..core import bodies, commands, deadlines, limits, model, pipelines, policy, preview, queries, schedule
 from ..core.errors import BadRequest, Conflict, Forbidden, InvalidSpec, NotFound, Unavailable
 from ..core.model import check_name
@@ -56,6 +57,8 @@ class Service:
         self.keyring = keyring
         #: The one way this node's API writes go out (raftsched/proposer.py).
         self.proposer = Proposer(raft, propose_timeout_s)
+        #: GET /v1/queues's count of unplaceable runs: one walk for the polls that arrive together
+        self._unplaceable_walk = SingleFlight()
         #: Every consistent read of this node's API waits on this (node/reads.py).
         self.reads = ReadBarrier(raft, propose_timeout_s)
 
@@ -379,17 +382,27 @@ class Service:
             out["tenants"] = owners
         return self._out(res, out)
 
-    def list_queues(self, tenants: frozenset | None = None) -> dict:
-        """Every queue's figures; with ``tenants``, of the queues their jobs use only."""
+    async def unplaceable_counts(self) -> dict[str, int]:
+        """queue -> runs no live worker may take for their placement (docs/workers.md): the
+        heaps copied under the replica's lock, walked outside it and off the loop, one walk for
+        the callers that arrive while it runs (node/walks.py)."""
+        return await self._unplaceable_walk.run(self._unplaceable_now)
+
+    def _unplaceable_now(self) -> dict[str, int]:
+        """In the walks' thread: the copy under the lock, then the walk outside it."""
+        inputs = self.read(queries.unplaceable_inputs, self.clock.now_ms())
+        return {} if inputs is None else queries.unplaceable_walk(inputs)
+
+    def list_queues(self, tenants: frozenset | None = None, unplaceable: dict[str, int] | None = None) -> dict:
+        """Every queue's figures; with ``tenants``, of the queues their jobs use only.
+        ``unplaceable``: :meth:`unplaceable_counts` (None: counted here, under the lock)."""
         now = self.clock.now_ms()
         qs = self.read(queries.queue_stats, now)
         if tenants is not None:
             mine = self.read(queries.queues_of, tenants)
             qs = [q for q in qs if q["name"] in mine]
-        # The worker fleet: runs no live worker may take for their placement (docs/workers.md),
-        # walked outside the replica's lock (core/worker_queries.py unplaceable).
-        inputs = self.read(queries.unplaceable_inputs, now)
-        unplaceable = {} if inputs is None else queries.unplaceable_walk(inputs)
+        if unplaceable is None:
+            unplaceable = self.read(queries.unplaceable, now)
         for q in qs:
             q["unplaceable"] = unplaceable.get(q["name"], 0)
         return {"queues": qs}

@@ -7,6 +7,7 @@ state, so the upper layers (service, API, trigger, worker) are tested without py
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any, Callable, TypeVar
 
 from raftsched.core.errors import Conflict, Indeterminate, InvalidSpec, Unavailable
@@ -34,6 +35,9 @@ class FakeRaft:
         self.index = 0
         self.armed: Callable[[], None] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
+        #: reads and applies one at a time, as RaftNode's lock makes them: the node reads from
+        #: threads too (node/walks.py: a metrics scrape, GET /v1/queues, the notifier's look)
+        self._lock = threading.RLock()
         #: What ``status()["replication"]`` reports (RaftNode's ReplicationWatch.view): a lone
         #: node that keeps up, unless a test sets another view.
         self.replication: dict = {"commit_stalled_s": 0.0, "leader_commit_index": 0,
@@ -64,8 +68,9 @@ class FakeRaft:
         return self.leader
 
     def read(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(state, *args)``: a plain call, since nothing here applies concurrently."""
-        return fn(self.state, *args)
+        """``fn(state, *args)`` under the lock applies take (from any thread, as RaftNode's)."""
+        with self._lock:
+            return fn(self.state, *args)
 
     async def propose(self, data: bytes, timeout_s: float = 5.0) -> dict:
         if self.fail == "unavailable":
@@ -74,7 +79,8 @@ class FakeRaft:
             raise Indeterminate("timed out")
         self.proposed.append(data)
         self.index += 1
-        res = self.state.apply_bytes(data)
+        with self._lock:
+            res = self.state.apply_bytes(data)
         armed, self.armed = self.armed, None
         if armed is not None:
             asyncio.get_running_loop().call_soon(armed)
