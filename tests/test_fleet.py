@@ -354,7 +354,7 @@ def test_requests_gone_behind_one_in_flight_do_not_hide_a_free_request_beyond_th
 
         async def propose(cmd):
             proposed.append(cmd["worker"])
-            await asyncio.sleep(3600)  # never answered in this test
+            await asyncio.Event().wait()  # never answered in this test (cancelled at its end)
         d = Dispatcher(raft, clock, propose, None)  # type: ignore[arg-type]
         head = LeaseRequest("a", ["q"], {}, None, limits.acquire_runs_max, 10_000)
         head.in_flight = True

@@ -30,7 +30,7 @@ def test_callers_that_arrive_during_a_walk_share_it_and_a_later_one_starts_anoth
         first = asyncio.ensure_future(flight.run(walk))
         await _until(lambda: calls)
         second = asyncio.ensure_future(flight.run(walk))
-        await asyncio.sleep(0)  # the second caller runs up to its wait
+        await asyncio.sleep(0)  # ok-sleep: no wait, one turn of the loop: the second caller runs up to its wait
         gate.set()
         # One walk: a walk of its own would have run after the first, in the one thread (2).
         assert await first == 1 and await second == 1 and len(calls) == 1
@@ -44,9 +44,9 @@ def test_a_cancelled_caller_does_not_cancel_the_walk_the_others_wait_for():
         flight = SingleFlight()
         gate = threading.Event()
         first = asyncio.ensure_future(flight.run(lambda: gate.wait(5) and "done"))
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # ok-sleep: no wait, one turn of the loop: the first walk starts
         second = asyncio.ensure_future(flight.run(lambda: "not run"))
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # ok-sleep: no wait, one turn of the loop: the second caller joins it
         first.cancel()
         gate.set()
         assert await second == "done"

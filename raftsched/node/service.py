@@ -393,16 +393,14 @@ class Service:
         inputs = self.read(queries.unplaceable_inputs, self.clock.now_ms())
         return {} if inputs is None else queries.unplaceable_walk(inputs)
 
-    def list_queues(self, tenants: frozenset | None = None, unplaceable: dict[str, int] | None = None) -> dict:
+    def list_queues(self, tenants: frozenset | None, unplaceable: dict[str, int]) -> dict:
         """Every queue's figures; with ``tenants``, of the queues their jobs use only.
-        ``unplaceable``: :meth:`unplaceable_counts` (None: counted here, under the lock)."""
+        ``unplaceable``: :meth:`unplaceable_counts`, taken first (off the loop)."""
         now = self.clock.now_ms()
         qs = self.read(queries.queue_stats, now)
         if tenants is not None:
             mine = self.read(queries.queues_of, tenants)
             qs = [q for q in qs if q["name"] in mine]
-        if unplaceable is None:
-            unplaceable = self.read(queries.unplaceable, now)
         for q in qs:
             q["unplaceable"] = unplaceable.get(q["name"], 0)
         return {"queues": qs}
