@@ -389,10 +389,12 @@ class Client(Transport):
         return self._send(endpoints.drain_worker(worker_id))
 
     def worker_lease(self, worker_id: str, *, max_runs: int, wait_s: float, ttl_ms: int, facts: dict | None = None,
+                     results: list | None = None, idempotent_key: str | None = None,
                      timeout_s: float | None = None, deadline_s: float | None = None) -> dict:
-        """``POST /v1/workers/{id}/lease``: up to ``max_runs`` runs, waiting up to ``wait_s``."""
+        """``POST /v1/workers/{id}/lease``: up to ``max_runs`` runs, waiting up to ``wait_s``; and ``results``."""
         return self._send(endpoints.worker_lease(worker_id, max_runs=max_runs, wait_s=wait_s, ttl_ms=ttl_ms,
-                                                 facts=facts, timeout_s=timeout_s, deadline_s=deadline_s))
+                                                 facts=facts, results=results, idempotent_key=idempotent_key,
+                                                 timeout_s=timeout_s, deadline_s=deadline_s))
 
     def worker_heartbeat(self, worker_id: str, leases: list, ttl_ms: int, *, timeout_s: float | None = None,
                          deadline_s: float | None = None) -> dict:

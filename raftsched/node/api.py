@@ -561,13 +561,14 @@ async def dlq_bulk_purge(request: web.Request) -> web.Response:
 
 # ------------------------------------------------------------------ the worker fleet
 async def worker_lease(request: web.Request) -> web.StreamResponse:
-    """A long-poll: answered when runs were granted, or with none after ``wait_s``. Runs granted
-    for a client that can no longer be answered are given back at once (release)."""
+    """A long-poll: answered when runs were granted, or with none after ``wait_s``; outcomes it
+    carries are proposed with its Idempotency-Key as their request id. Runs granted for a client
+    that can no longer be answered are given back at once (release)."""
     fleet = request.app[FLEET]
     wid = request.match_info["id"]
     res, changed = await fleet.lease_changed(wid, await json_body(request),
                                              alive=lambda: request.transport is not None and not request.transport.is_closing(),
-                                             tenants=tenants_of(request))
+                                             tenants=tenants_of(request), key=rid(request))
     resp = web.json_response(res)
     if not res["runs"]:
         if not changed:  # an idle poll: no audit record (docs/security.md, "The audit log")

@@ -53,7 +53,7 @@ log = logging.getLogger("raftsched.fleet")
 
 #: the fields of each request body of the worker protocol (docs/api.md)
 LEASE_FIELDS = {"queues", "labels", "slots", "executors", "version", "instance", "max", "wait_s", "ttl_ms",
-                "dedicated"}
+                "dedicated", "results"}
 HEARTBEAT_FIELDS = {"leases", "ttl_ms"}
 COMPLETE_FIELDS = {"results"}
 RESULT_FIELDS = {"run", "token", "success", "error", "output", "result"}
@@ -98,11 +98,13 @@ def _leases(b: dict) -> list[list]:
     return leases
 
 
-def parse_lease(body) -> tuple[dict, int, float, int]:
-    """A lease request's body -> (the worker's facts, max runs, wait_s, ttl_ms).
+def parse_lease(body) -> tuple[dict, int, float, int, list[dict] | None]:
+    """A lease request's body -> (the worker's facts, max runs, wait_s, ttl_ms, the outcomes it
+    carries: ``complete_many`` items, or None).
 
     :raises InvalidSpec: naming the field."""
     b = check_body(body, LEASE_FIELDS)
+    carried = _results(b["results"]) if "results" in b else None
     if "slots" not in b:
         raise InvalidSpec("is required: the runs this worker executes at once", field="slots")
     if "executors" not in b:
@@ -120,13 +122,18 @@ def parse_lease(body) -> tuple[dict, int, float, int]:
     if isinstance(wait, bool) or not isinstance(wait, (int, float)) \
             or not 0 <= wait <= worker_limits.lease_wait_s_max:
         raise InvalidSpec(f"must be a number of seconds between 0 and {worker_limits.lease_wait_s_max:g}", field="wait_s")
-    return facts, n, float(wait), _ttl(b)
+    return facts, n, float(wait), _ttl(b), carried
 
 
 def parse_results(body) -> list[dict]:
     """A completion request's results: ``complete_many`` items. :raises InvalidSpec:"""
     b = check_body(body, COMPLETE_FIELDS)
-    items = b.get("results")
+    return _results(b.get("results"))
+
+
+def _results(items) -> list[dict]:
+    """The ``results`` of a completion, or carried by a lease request: ``complete_many`` items.
+    :raises InvalidSpec:"""
     if not isinstance(items, list) or not 1 <= len(items) <= limits.complete_batch_max:
         raise InvalidSpec(f"must be a list of 1-{limits.complete_batch_max} outcomes", field="results")
     out = []
@@ -154,6 +161,13 @@ def parse_results(body) -> list[dict]:
             item["result"] = it["result"]
         out.append(item)
     return out
+
+
+def _retrieved(t: asyncio.Future) -> None:
+    """A done callback that retrieves a task's exception (it is answered elsewhere, or lost with
+    the request that carried it): never "exception was never retrieved"."""
+    if not t.cancelled():
+        t.exception()
 
 
 def _worker_id(wid: str) -> str:
@@ -204,30 +218,62 @@ class Fleet:
         return dict(self.dispatcher.stats(), hellos=self.hellos)
 
     # ------------------------------------------------------------------ the worker protocol
-    async def lease(self, wid: str, body, alive=None, tenants=None) -> dict:
-        """``POST /v1/workers/{id}/lease``: register the worker if its facts are new, then wait
-        for runs (node/dispatch.py). ``{"runs": [grant...], "draining": bool}``.
+    async def lease(self, wid: str, body, alive=None, tenants=None, key: str | None = None) -> dict:
+        """``POST /v1/workers/{id}/lease``: register the worker if its facts are new, propose the
+        outcomes the request carries, then wait for runs (node/dispatch.py). ``{"runs":
+        [grant...], "draining": bool}``, and ``results`` (or ``results_error``) when it carried
+        outcomes.
 
         :param alive: whether the client still waits (its connection is open): a request whose
             worker went away is passed over.
-        :param tenants: the tenants the request's token is limited to (None: every tenant)."""
-        return (await self.lease_changed(wid, body, alive, tenants))[0]
+        :param tenants: the tenants the request's token is limited to (None: every tenant).
+        :param key: the request's Idempotency-Key (scoped to its token): the request id of the
+            outcomes it carries, as of a ``complete``'s."""
+        return (await self.lease_changed(wid, body, alive, tenants, key))[0]
 
-    async def lease_changed(self, wid: str, body, alive=None, tenants=None) -> tuple[dict, bool]:
-        """``lease``, and whether it proposed a hello (registered the worker or changed its
-        facts). An answer with no runs and no hello changed nothing: an idle poll, which the
-        audit log does not record (node/api.py)."""
+    async def lease_changed(self, wid: str, body, alive=None, tenants=None,
+                            key: str | None = None) -> tuple[dict, bool]:
+        """``lease``, and whether it changed something: proposed a hello (registered the worker
+        or changed its facts) or carried outcomes. An answer with no runs that changed nothing is
+        an idle poll, which the audit log does not record (node/api.py).
+
+        Outcomes carried (``results``, as a ``complete``'s) are proposed first, as one
+        ``complete_many`` with ``key`` as its request id, and the wait for runs begins beside
+        it: both usually travel in one log entry. The answer waits for both. Should the
+        completion fail (no leader in time, its outcome unknown), the answer still carries the
+        runs granted, and ``results_error`` instead of ``results``: the worker sends the same
+        outcomes to ``complete`` with the same key, which acts at most once."""
         wid = _worker_id(wid)
-        facts, n, wait_s, ttl_ms = parse_lease(body)
+        facts, n, wait_s, ttl_ms, items = parse_lease(body)
         facts["tenants"] = None if tenants is None else sorted(tenants)
         self._seen.add(wid)
+        done = None
+        if items is not None:
+            done = asyncio.ensure_future(self.propose(commands.complete_many(
+                self.clock.now_ms(), key or uuid.uuid4().hex, results=items, worker=wid, own=True, tenants=tenants)))
+            # Retrieved here when the lease itself fails and nothing awaits it below.
+            done.add_done_callback(_retrieved)
+        answer, hello = await self._lease(wid, facts, n, wait_s, ttl_ms, alive)
+        if done is not None:
+            try:
+                res = await asyncio.shield(done)
+            except RaftschedError as e:
+                answer["results_error"] = e.to_dict()
+            else:
+                answer["results"] = res["results"]
+                if res.get("duplicate"):
+                    answer["duplicate"] = True
+        return self._timed(answer), hello or done is not None
+
+    async def _lease(self, wid: str, facts: dict, n: int, wait_s: float, ttl_ms: int, alive) -> tuple[dict, bool]:
+        """The hello when the worker's facts are new, then the wait for runs: (answer, hello)."""
         rec = self.raft.read(queries.worker_record, wid)
         hello = rec is None or any(rec[k] != v for k, v in facts.items())
         if hello:
             await self._hello(wid, facts)
             rec = self.raft.read(queries.worker_record, wid)
         if rec is not None and rec["state"] == "draining":
-            return self._timed({"runs": [], "draining": True}), hello
+            return {"runs": [], "draining": True}, hello
         types = None if set(facts["executors"]) == set(EXECUTOR_TYPES) else facts["executors"]
         req = LeaseRequest(wid, facts["queues"], facts["labels"], types, n, ttl_ms, alive, facts["dedicated"],
                            facts["tenants"])
@@ -238,7 +284,7 @@ class Fleet:
             longer = self.next_wait_s(wait_s)
             if longer is not None:
                 answer["next_wait_s"] = longer
-        return self._timed(answer), hello
+        return answer, hello
 
     def next_wait_s(self, wait_s: float) -> float | None:
         """The wait an idle worker should ask for next, when longer than its ``wait_s``: enough

@@ -227,6 +227,11 @@ def _bodies() -> dict[str, Schema]:
     ttl = _int(limits.lease_ttl_ms_min, limits.lease_ttl_ms_max)
     tenants = {"type": "array", "items": _name(limits.tenant_name_chars_max), "minItems": 1,
                "maxItems": limits.token_tenants_max}
+    outcomes = {"type": "array", "minItems": 1, "maxItems": limits.complete_batch_max,
+                "items": _obj({"run": _str(1), "token": _int(0, 2**63 - 1), "success": _BOOL,
+                               "error": _nullable({"type": "string"}), "output": _nullable({"type": "string"}),
+                               "result": {"description": "JSON the run hands its children (pipelines)"}},
+                              ("run", "token", "success"))}
     return {
         "job_spec": _job_spec(),
         "jobs_batch": _obj({"jobs": {"type": "object", "minProperties": 1, "maxProperties": limits.batch_jobs_max,
@@ -295,13 +300,14 @@ def _bodies() -> dict[str, Schema]:
                        "max": _int(1, limits.acquire_runs_max),
                        "wait_s": _num(0, worker_limits.lease_wait_s_max, description="how long to wait for runs "
                                       "(a long-poll)"),
-                       "ttl_ms": ttl, "dedicated": _nullable(_BOOL)}, ("slots", "executors", "max")),
+                       "ttl_ms": ttl,
+                       "dedicated": _nullable({"type": "array", "items": _str(1),
+                                               "description": "names of its labels it is dedicated to"}),
+                       "results": dict(outcomes, description="outcomes to report, as a complete's; the "
+                                       "request's Idempotency-Key is their request id")},
+                      ("slots", "executors", "max")),
         "heartbeat": _obj({"leases": leases, "ttl_ms": ttl}, ("leases",)),
-        "complete": _obj({"results": {"type": "array", "minItems": 1, "maxItems": limits.complete_batch_max,
-                                      "items": _obj({"run": _str(1), "token": _int(0, 2**63 - 1), "success": _BOOL,
-                                                     "error": _nullable({"type": "string"}),
-                                                     "output": _nullable({"type": "string"})},
-                                                    ("run", "token", "success"))}}, ("results",)),
+        "complete": _obj({"results": outcomes}, ("results",)),
         "release": _obj({"leases": leases, "reason": _nullable(_str(0, 200))}, ("leases",)),
         "secrets_rotate": _obj({"key": _str(1, limits.seal_key_id_chars_max)}, ("key",)),
         "sink": _sink(),
@@ -396,7 +402,8 @@ def _more_responses() -> dict[str, Schema]:
         "pinged": _open({"job": s, "run": s, "state": s}, ("job", "run", "state")),
         "deadlines": _open({"deadlines": {"type": "array", "items": _open({"slot": s, "why": s}, ("slot", "why"))}},
                            ("deadlines",)),
-        "leased": _open({"runs": objs, "draining": _BOOL, "cluster_ms": i,
+        "leased": _open({"runs": objs, "draining": _BOOL, "cluster_ms": i, "results": arr,
+                         "results_error": obj, "duplicate": _BOOL,
                          "next_wait_s": _num(0, worker_limits.lease_wait_s_max,
                                              description="in an idle answer, the wait to ask for next time "
                                                          "(the node has many workers waiting)")},

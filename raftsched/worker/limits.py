@@ -134,6 +134,16 @@ release_deadline_s = 15.0
 #: After a node refused a lease request for good (a wrong token, a full registry), the pause
 #: before the worker asks again.
 lease_refused_pause_s = 5.0
+#: Outcomes ride on a lease request sent in the same turn of the event loop (one request a
+#: batch instead of two) when they encode to at most this many bytes of JSON, well under the
+#: node's 64 KiB request body with the worker's facts beside them; larger ones go alone.
+carried_results_bytes_max = 32 * 1024
+#: The longest such a lease request waits at the node for runs: its answer also answers the
+#: outcomes, whose leases the worker renews until it comes.
+carried_lease_wait_s = 1.0
+#: After a node refused outcomes on a lease request (a node of an older version), how long the
+#: worker sends them alone before it tries again.
+carried_refused_pause_s = 300.0
 #: How long a draining ``raftsched worker`` lets its runs finish before it gives them back,
 #: unless told otherwise (``--drain-s``).
 drain_s_default = 30.0

@@ -20,7 +20,8 @@ trigger loop and the log.
   off, so a run waits behind long ones only if it was prefetched just before the runs turned
   slow.
 - Outcomes are reported in batches (``complete_many``), and the acquire for the slots they
-  free goes out in the same turn of the event loop, so both travel in one log entry.
+  free goes out in the same turn of the event loop, so both travel in one log entry (and, for
+  a remote worker, in one request: worker/remote.py).
 - A run is awaited through ``execute``: shell and python runs in the worker's sandbox
   (worker/sandbox.py: the run user, a clean environment, a directory of its own; never in this
   process), http runs here. Or through the executor ``executor_lookup`` gives for it
@@ -164,7 +165,7 @@ def run_result(value: Any) -> Any:
 
 
 class _Held:
-    __slots__ = ("grant", "cancel", "task", "token", "executing", "giving_back", "ctx")
+    __slots__ = ("grant", "cancel", "task", "token", "executing", "giving_back", "ctx", "reporting")
 
     def __init__(self, grant: dict) -> None:
         self.grant = grant
@@ -177,6 +178,8 @@ class _Held:
         self.executing = False
         #: killed by a drain: its lease is given back (release), its outcome is not reported
         self.giving_back = False
+        #: the run is over and its outcome on its way (the outbox, or a report in flight)
+        self.reporting = False
 
 
 class LeaseLoop:
@@ -532,7 +535,10 @@ class LeaseLoop:
                     self._on_draining()
                 for rid in lost:
                     h = self.held.get(rid)
-                    if h is not None and not h.cancel.is_set():
+                    # A run whose outcome is on its way has nothing left to kill: its lease is
+                    # gone because the report applied (its answer is still to come), or it
+                    # expired, and then the report is refused as stale.
+                    if h is not None and not h.cancel.is_set() and not h.reporting:
                         log.warning("worker: lease on %s lost (heartbeat refused): killing the run", rid)
                         h.cancel.set()
 
@@ -712,6 +718,7 @@ class LeaseLoop:
             else:
                 log.info("worker: run %s returned a result that is not JSON of at most %d bytes; not kept",
                          g["id"], limits.result_bytes_max)
+        h.reporting = True
         self._outbox.append((item, h))
         self._free_slot(h, out.linger)
 

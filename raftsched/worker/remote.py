@@ -25,7 +25,12 @@ unknown outcome is never reported as "definitely not". Any other error answer (4
   clock, whatever its own says. A node that does not send it (another version) leaves the
   worker on its own clock, as before.
 - Completions: batched, each batch with one Idempotency-Key for all its retries (another node
-  after a lost connection or a 504), so a batch acts once.
+  after a lost connection or a 504), so a batch acts once. A batch reported in the same turn of
+  the event loop as a lease request rides on it (``results``, with the batch's key as the
+  request's Idempotency-Key): one request instead of two, the lease's wait then at most
+  ``carried_lease_wait_s``. When that request fails, or its answer says the outcomes failed, or
+  the node is of a version that refuses them, the batch goes alone to ``complete`` with the same
+  key, which acts at most once.
 - SIGTERM (or SIGINT, or the cluster's ``draining``): drain for up to ``--drain-s``, then exit 0.
   A second signal stops at once (runs are killed; their leases expire).
 - A failure of the lease loop, its heartbeat loop or its watchdog (``WorkerFailed``): the runs
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import os
 import random
@@ -102,6 +108,19 @@ class WorkerConfig:
     in_process: bool = False
 
 
+class _Carried:
+    """A batch of outcomes that may ride on a lease request (``RemoteChannel.complete``):
+    ``answer`` is set to the results of its outcomes, or to None (then it goes alone, with the
+    same ``key``)."""
+
+    __slots__ = ("items", "key", "answer")
+
+    def __init__(self, items: list[dict], key: str) -> None:
+        self.items = items
+        self.key = key
+        self.answer: asyncio.Future[list[dict] | None] = asyncio.get_running_loop().create_future()
+
+
 class RemoteChannel:
     """The worker protocol over HTTP, through :class:`raftsched.AsyncClient` (one retry
     semantics for every client of the API: raftsched/client_rules.py), with failover between
@@ -134,6 +153,11 @@ class RemoteChannel:
         #: ``cfg.wait_s``: a node with many workers waiting at it asks them to come back less often
         self._asked_wait_s: float | None = None
         self._rng = random.Random()
+        #: outcome batches reported in this turn of the event loop, waiting for a lease request
+        #: of the same turn to carry them (``complete``, ``acquire``)
+        self._carry: list[_Carried] = []
+        #: no outcomes carried before this monotonic time (a node refused them)
+        self._carry_after = 0.0
 
     def cluster_ms(self) -> int | None:
         """Cluster time now as the last answers told it (None: no node said, or too long ago)."""
@@ -176,14 +200,34 @@ class RemoteChannel:
         self._asked_wait_s = min(float(hint), worker_limits.lease_wait_s_max) if ok else None
 
     async def acquire(self, n: int, ttl_ms: int, types: list[str] | None) -> Grants:
+        carried = self._carry.pop(0) if self._carry else None
+        try:
+            return await self._acquire(n, ttl_ms, carried)
+        finally:
+            if carried is not None and not carried.answer.done():
+                carried.answer.set_result(None)  # not answered: the batch goes alone
+
+    async def _acquire(self, n: int, ttl_ms: int, carried: "_Carried | None") -> Grants:
         wait_s = self.lease_wait_s()
+        if carried is not None:
+            wait_s = min(wait_s, worker_limits.carried_lease_wait_s)
         attempt = wait_s + worker_limits.lease_request_slack_s
         t0 = self.clock.monotonic_s()
         try:
             res = await self.client.worker_lease(self.worker_id, max_runs=n, wait_s=wait_s, ttl_ms=ttl_ms,
-                                                 facts=self.facts, timeout_s=attempt, deadline_s=attempt)
+                                                 facts=self.facts, timeout_s=attempt, deadline_s=attempt,
+                                                 results=None if carried is None else carried.items,
+                                                 idempotent_key=None if carried is None else carried.key)
         except RaftschedError as e:
             status = getattr(e, "status", None) or 0
+            if carried is not None and 400 <= status < 500 and (getattr(e, "field", None) or "").startswith("results"):
+                # A node of a version before outcomes rode on lease requests (or one that
+                # refuses these): they go alone for a while, and this request again without them.
+                log.info("worker %s: the node refuses outcomes on lease requests (%s); sending them alone",
+                         self.worker_id, e.message)
+                self._carry_after = self.clock.monotonic_s() + worker_limits.carried_refused_pause_s
+                carried.answer.set_result(None)
+                return await self._acquire(n, ttl_ms, None)
             if 400 <= status < 500:
                 # Final: a wrong token (401), a full registry (422), a body this node refuses
                 # (another version): said once a pause, not ten times a second.
@@ -192,6 +236,13 @@ class RemoteChannel:
                 return Grants([], False, worker_limits.lease_refused_pause_s)
             raise
         self._heard(res)
+        if carried is not None:
+            results = res.get("results")
+            if isinstance(results, list) and len(results) == len(carried.items):
+                carried.answer.set_result(results)
+            else:  # results_error: the batch goes alone, with the same key
+                log.info("worker %s: outcomes carried by a lease request not applied (%s); sending them alone",
+                         self.worker_id, (res.get("results_error") or {}).get("message", "no results"))
         runs, draining = res.get("runs") or [], bool(res.get("draining"))
         if not runs:
             self._asked(res)
@@ -207,8 +258,19 @@ class RemoteChannel:
         return res.get("lost", []), bool(res.get("draining"))
 
     async def complete(self, items: list[dict]) -> list[dict] | None:
+        key = uuid.uuid4().hex
+        if self.clock.monotonic_s() >= self._carry_after \
+                and len(json.dumps(items, separators=(",", ":"))) <= worker_limits.carried_results_bytes_max:
+            # A lease request of this turn carries the batch (``acquire``); if none goes out in
+            # it, or that request does not answer the outcomes, the batch goes alone.
+            carried = _Carried(items, key)
+            self._carry.append(carried)
+            asyncio.get_running_loop().call_soon(self._not_carried, carried)
+            results = await carried.answer
+            if results is not None:
+                return results
         try:
-            res = await self.client.worker_complete(self.worker_id, items, idempotent_key=uuid.uuid4().hex,
+            res = await self.client.worker_complete(self.worker_id, items, idempotent_key=key,
                                                     deadline_s=worker_limits.report_deadline_s)
         except (Indeterminate, Unavailable) as e:
             log.warning("worker: giving up reporting %d outcomes: %s (their leases will expire)", len(items), e.message)
@@ -217,6 +279,12 @@ class RemoteChannel:
             log.error("worker: outcomes refused as a whole: %s", e.message)
             return None
         return res.get("results")
+
+    def _not_carried(self, carried: "_Carried") -> None:
+        """The turn a batch was reported in is over: if no lease request took it, it goes alone."""
+        if carried in self._carry:
+            self._carry.remove(carried)
+            carried.answer.set_result(None)
 
     async def release(self, leases: list[list], reason: str) -> None:
         await self.client.worker_release(self.worker_id, leases, reason[:200], idempotent_key=uuid.uuid4().hex,
