@@ -107,6 +107,8 @@ class Node:
 
     def __init__(self, **answers: list) -> None:
         self.answers = {k: list(v) for k, v in answers.items()}
+        #: path -> seconds its answers wait (a lease request waiting at the node for runs)
+        self.delay: dict[str, float] = {}
         self.requests: list[tuple[str, str, dict]] = []
         self.server: TestServer | None = None
 
@@ -115,6 +117,8 @@ class Node:
         self.requests.append((what, request.headers.get("Idempotency-Key"), await request.json()))
         queue = self.answers.get(what) or []
         status, body = queue.pop(0) if queue else (200, {"runs": [], "draining": False})
+        if self.delay.get(what):
+            await asyncio.sleep(self.delay[what])  # ok-sleep: a node that answers that late
         return web.json_response(body, status=status)
 
     async def channel(self) -> RemoteChannel:
@@ -263,3 +267,39 @@ def test_a_remote_worker_reports_most_batches_on_its_lease_requests():
         alone = sum(1 for what, _ in seen if what == "complete")
         assert carried >= 1 and carried >= alone, seen
     run(t)
+
+
+def test_one_batch_at_a_time_rides_on_lease_requests_so_others_are_not_held_behind_its_wait():
+    """A carried batch is answered with the lease request, which may wait for runs; while it
+    waits, the next batch goes alone (the lease loop sends only so many reports at once)."""
+    node = Node(lease=[(200, {"runs": [], "draining": False, "results": [{"ok": True, "run": "r"}]})],
+                complete=[(200, {"results": [{"ok": True, "run": "r2"}]})])
+    node.delay["lease"] = 1.0
+
+    async def t(ch):
+        first = asyncio.create_task(ch.complete([ITEM]))
+        acq = asyncio.create_task(ch.acquire(4, 10_000, None))
+        await asyncio.sleep(0)  # ok-sleep: one turn, so that the acquire takes the first batch
+        second = asyncio.create_task(ch.complete([dict(ITEM, run="r2")]))
+        acq2 = asyncio.create_task(ch.acquire(4, 10_000, None))
+        assert await asyncio.wait_for(second, 5) == [{"ok": True, "run": "r2"}]
+        assert not first.done()  # still waiting with its lease request
+        assert await first == [{"ok": True, "run": "r"}]
+        await acq
+        await acq2
+        assert [("results" in b) for p, _, b in node.requests if p == "lease"] == [True, False]
+    aio(t, node)
+
+
+def test_a_reporter_that_stops_waiting_does_not_break_the_lease_request_that_carries_its_batch():
+    node = Node(lease=[(200, {"runs": [{"id": "x"}], "draining": False, "results": [{"ok": True, "run": "r"}]})])
+
+    async def t(ch):
+        rep = asyncio.create_task(ch.complete([ITEM]))
+        acq = asyncio.create_task(ch.acquire(4, 10_000, None))
+        await asyncio.sleep(0)  # ok-sleep: one turn: the acquire has taken the batch
+        rep.cancel()
+        grants = await acq
+        assert [g["id"] for g in grants.runs] == ["x"]
+        assert ch._carried_now == 0 and ch._carry == []
+    aio(t, node)

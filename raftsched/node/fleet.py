@@ -207,6 +207,8 @@ class Fleet:
         self._seen: set[str] = set()
         #: worker -> its hello in flight (a worker's concurrent requests share one)
         self._hellos: dict[str, asyncio.Task] = {}
+        #: releases of runs granted to requests cancelled before their answer (lease_changed)
+        self._releasing: set[asyncio.Future] = set()
         self.hellos = 0
 
     async def propose(self, cmd: dict) -> dict:
@@ -259,6 +261,15 @@ class Fleet:
                 res = await asyncio.shield(done)
             except RaftschedError as e:
                 answer["results_error"] = e.to_dict()
+            except asyncio.CancelledError:
+                if answer["runs"]:  # never answered: given back, as an answer not delivered is
+                    t = asyncio.ensure_future(self.release_grants(wid, answer["runs"], "the lease answer was not sent"))
+                    self._releasing.add(t)
+                    t.add_done_callback(self._releasing.discard)
+                raise
+            except Exception as e:  # a bug of the proposal's: the runs granted are answered still
+                log.exception("fleet: outcomes carried by a lease request of %s failed", wid)
+                answer["results_error"] = RaftschedError(f"the outcomes could not be proposed: {e!r}").to_dict()
             else:
                 answer["results"] = res["results"]
                 if res.get("duplicate"):

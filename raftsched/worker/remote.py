@@ -121,6 +121,13 @@ class _Carried:
         self.answer: asyncio.Future[list[dict] | None] = asyncio.get_running_loop().create_future()
 
 
+def _answer(carried: _Carried, results: list[dict] | None) -> None:
+    """Answer a carried batch, unless it was answered already, or its reporter stopped waiting
+    (cancelled)."""
+    if not carried.answer.done():
+        carried.answer.set_result(results)
+
+
 class RemoteChannel:
     """The worker protocol over HTTP, through :class:`raftsched.AsyncClient` (one retry
     semantics for every client of the API: raftsched/client_rules.py), with failover between
@@ -158,6 +165,8 @@ class RemoteChannel:
         self._carry: list[_Carried] = []
         #: no outcomes carried before this monotonic time (a node refused them)
         self._carry_after = 0.0
+        #: batches waiting to be carried or carried by a request in flight (at most one)
+        self._carried_now = 0
 
     def cluster_ms(self) -> int | None:
         """Cluster time now as the last answers told it (None: no node said, or too long ago)."""
@@ -204,8 +213,8 @@ class RemoteChannel:
         try:
             return await self._acquire(n, ttl_ms, carried)
         finally:
-            if carried is not None and not carried.answer.done():
-                carried.answer.set_result(None)  # not answered: the batch goes alone
+            if carried is not None:
+                _answer(carried, None)  # unless answered: the batch goes alone
 
     async def _acquire(self, n: int, ttl_ms: int, carried: "_Carried | None") -> Grants:
         wait_s = self.lease_wait_s()
@@ -226,7 +235,7 @@ class RemoteChannel:
                 log.info("worker %s: the node refuses outcomes on lease requests (%s); sending them alone",
                          self.worker_id, e.message)
                 self._carry_after = self.clock.monotonic_s() + worker_limits.carried_refused_pause_s
-                carried.answer.set_result(None)
+                _answer(carried, None)
                 return await self._acquire(n, ttl_ms, None)
             if 400 <= status < 500:
                 # Final: a wrong token (401), a full registry (422), a body this node refuses
@@ -239,7 +248,7 @@ class RemoteChannel:
         if carried is not None:
             results = res.get("results")
             if isinstance(results, list) and len(results) == len(carried.items):
-                carried.answer.set_result(results)
+                _answer(carried, results)
             else:  # results_error: the batch goes alone, with the same key
                 log.info("worker %s: outcomes carried by a lease request not applied (%s); sending them alone",
                          self.worker_id, (res.get("results_error") or {}).get("message", "no results"))
@@ -259,14 +268,21 @@ class RemoteChannel:
 
     async def complete(self, items: list[dict]) -> list[dict] | None:
         key = uuid.uuid4().hex
-        if self.clock.monotonic_s() >= self._carry_after \
+        if self._carried_now == 0 and self.clock.monotonic_s() >= self._carry_after \
                 and len(json.dumps(items, separators=(",", ":"))) <= worker_limits.carried_results_bytes_max:
             # A lease request of this turn carries the batch (``acquire``); if none goes out in
-            # it, or that request does not answer the outcomes, the batch goes alone.
+            # it, or that request does not answer the outcomes, the batch goes alone. One batch
+            # at a time: the answer of a lease request may wait for runs (up to
+            # carried_lease_wait_s), and the lease loop sends at most reports_in_flight_max
+            # reports at once, so the next batches go alone rather than wait behind it.
             carried = _Carried(items, key)
             self._carry.append(carried)
-            asyncio.get_running_loop().call_soon(self._not_carried, carried)
-            results = await carried.answer
+            self._carried_now += 1
+            try:
+                asyncio.get_running_loop().call_soon(self._not_carried, carried)
+                results = await carried.answer
+            finally:
+                self._carried_now -= 1
             if results is not None:
                 return results
         try:
@@ -284,7 +300,7 @@ class RemoteChannel:
         """The turn a batch was reported in is over: if no lease request took it, it goes alone."""
         if carried in self._carry:
             self._carry.remove(carried)
-            carried.answer.set_result(None)
+            _answer(carried, None)
 
     async def release(self, leases: list[list], reason: str) -> None:
         await self.client.worker_release(self.worker_id, leases, reason[:200], idempotent_key=uuid.uuid4().hex,
