@@ -630,7 +630,8 @@ def test_the_walk_of_unplaceable_runs_runs_outside_the_replicas_lock_for_metrics
     """Counting the queued runs no live worker may take walks every queued run when placements
     are in use (an SDK app's jobs always have one): under the replica's lock, a scrape of a node
     holding a million queued runs held the Raft thread for seconds. The scrape and GET /v1/queues
-    now take the heaps under the lock and walk them outside it (and off the event loop)."""
+    now take the heaps under the lock and walk them outside it (and off the event loop); so does
+    GET /v1/queues's count of ready runs, which walked every queued run whose due had come."""
     from raftsched.core import queries
 
     async def t(env, c):
@@ -638,7 +639,7 @@ def test_the_walk_of_unplaceable_runs_runs_outside_the_replicas_lock_for_metrics
         await trigger(env, "gpu")
         await lease(c, "w1", wait_s=0)  # a live worker without the label: the run is unplaceable
         inside = threading.local()  # per thread: the fleet's loop may read while the walk runs
-        real_read, real_walk = env.raft.read, queries.unplaceable_walk
+        real_read, real_walk, real_ready = env.raft.read, queries.unplaceable_walk, queries._ready_in
 
         def read(fn, *args):
             inside.on = True
@@ -651,13 +652,19 @@ def test_the_walk_of_unplaceable_runs_runs_outside_the_replicas_lock_for_metrics
         def walk(inputs):
             walked.append(getattr(inside, "on", False))
             return real_walk(inputs)
+        ready_walked: list[bool] = []
+
+        def ready_in(*args):
+            ready_walked.append(getattr(inside, "on", False))
+            return real_ready(*args)
         env.raft.read = read
         monkeypatch.setattr(queries, "unplaceable_walk", walk)
+        monkeypatch.setattr(queries, "_ready_in", ready_in)
         fams = {fam.name: fam for fam in env.fleet.collector().collect()}
         assert [(sm.labels, sm.value) for sm in fams["raftsched_runs_unplaceable"].samples] == [({"queue": "default"}, 1)]
         q = (await (await c.get("/v1/queues", headers=AUTH)).json())["queues"][0]
-        assert q["unplaceable"] == 1
-        assert walked == [False, False]
+        assert q["unplaceable"] == 1 and q["ready"] == 1 and q["oldest_waiting_age_ms"] is not None
+        assert walked == [False, False] and ready_walked == [False]
     run(t)
 
 

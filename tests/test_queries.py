@@ -79,6 +79,9 @@ def _key(r: dict):
 
 def check_against_walks(s: SchedulerState, now: int) -> None:
     assert queries.queue_stats(s, now) == queue_stats_by_walk(s, now)
+    # The same figures from the walk GET /v1/queues takes outside the replica's lock.
+    ready, _ = queries.queue_walk(queries.queue_walk_inputs(s, now))
+    assert queries.queue_stats(s, now, ready) == queue_stats_by_walk(s, now)
     assert queries.gauges(s) == gauges_by_walk(s)
     for q in (None, "q1", "q2", "nosuch"):
         got = queries.dead_runs(s, q)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from itertools import islice
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -258,13 +258,16 @@ def dead_run(s: SchedulerState, run_id: str) -> dict[str, Any] | None:
 
 
 # ------------------------------------------------------------------ queues
-def queue_stats(s: SchedulerState, now_ms: int) -> list[dict[str, Any]]:
+def queue_stats(s: SchedulerState, now_ms: int,
+                ready_by_queue: dict[str, tuple[int, int | None]] | None = None) -> list[dict[str, Any]]:
     """Every configured queue, every queue that belongs to tenants, and every queue holding
     queued, running or dead runs, by name: ``{"name", "max_depth", "on_full", "configured",
     "depth", "ready", "running", "dead", "oldest_waiting_age_ms", "tenants"}`` (``tenants``: the
     ones it belongs to, or None). Depth and running come from the state's counters, dead from the
     DLQ index, and ready (queued runs whose due has come) and the oldest ready run's wait from
-    the queue's acquire heaps: nothing here walks every run."""
+    the queue's acquire heaps: nothing here walks every run, but the heaps are walked, every
+    entry of them, unless ``ready_by_queue`` (:func:`queue_walk`'s, taken outside the replica's
+    lock) gives those two figures."""
     queues, depths, running, owners = s.queues, s._queue_depth, s._running_count, s.queue_owners
     dead = {q: len(_dead_in(s, q)) for q in s._dead}
     names = set(queues) | set(owners)
@@ -274,7 +277,10 @@ def queue_stats(s: SchedulerState, now_ms: int) -> list[dict[str, Any]]:
     out = []
     for name in sorted(names):
         cfg = queues.get(name, _QUEUE_DEFAULT)
-        ready, oldest = _ready(s, name, now_ms)
+        if ready_by_queue is None:
+            ready, oldest = _ready(s, name, now_ms)
+        else:
+            ready, oldest = ready_by_queue.get(name, (0, None))
         out.append({"name": name, "max_depth": cfg["max_depth"], "on_full": cfg["on_full"],
                     "configured": name in queues, "depth": depths.get(name, 0), "ready": ready,
                     "running": running.get(name, 0), "dead": dead.get(name, 0),
@@ -287,10 +293,17 @@ def _ready(s: SchedulerState, q: str, now_ms: int) -> tuple[int, int | None]:
     """Queued runs of ``q`` whose due has come, and the wait of the oldest of them (None when
     none), from the live entries of its acquire heaps: every queued run has one, under its
     current (due, id), and stale entries are told apart as acquire does."""
-    runs, seen = s.runs, set()
+    return _ready_in(s.runs, q, s._queued.get(q, {}).items(), now_ms)
+
+
+def _ready_in(runs: dict[str, Record], q: str, heaps: Iterable[tuple[int, list[tuple[int, str]]]],
+              now_ms: int) -> tuple[int, int | None]:
+    """:func:`_ready` over ``heaps`` ((priority, entries) of queue ``q``), reading ``runs`` one
+    key at a time."""
+    seen: set[str] = set()
     ready = 0
     oldest: int | None = None
-    for p, h in s._queued.get(q, {}).items():
+    for p, h in heaps:
         for due, rid in h:
             if due > now_ms or rid in seen:
                 continue
@@ -304,6 +317,33 @@ def _ready(s: SchedulerState, q: str, now_ms: int) -> tuple[int, int | None]:
             if oldest is None or age > oldest:
                 oldest = age
     return ready, oldest
+
+
+#: What :func:`queue_walk` reads: the time, the state's runs map, the heaps copied
+#: (worker_queries.heaps_copy), and the unplaceable count's inputs (None: no run can count).
+QueueWalkInputs: TypeAlias = tuple[int, dict[str, Record], list[tuple[str, int, list[tuple[int, str]]]], Any]
+
+
+def queue_walk_inputs(s: SchedulerState, now_ms: int) -> QueueWalkInputs:
+    """Under the replica's lock: what ``GET /v1/queues`` walks, the heaps copied once for both of
+    its walks (ready runs, and runs no live worker may take)."""
+    heaps = heaps_copy(s)
+    return now_ms, s.runs, heaps, unplaceable_inputs(s, now_ms, heaps)
+
+
+def queue_walk(inputs: QueueWalkInputs) -> tuple[dict[str, tuple[int, int | None]], dict[str, int]]:
+    """Outside the replica's lock, from any thread (as :func:`unplaceable_walk`, whose rules it
+    keeps: the runs map read one key at a time, never iterated; a run an apply changes meanwhile
+    counts as it was or as it is): queue -> (ready runs, the oldest one's wait) for
+    :func:`queue_stats`, and queue -> unplaceable runs. A node holding a storm's million queued
+    runs walked them all under the lock for each ``GET /v1/queues`` (the dashboard polls it),
+    its Raft thread waiting meanwhile."""
+    now_ms, runs, heaps, unplaceable_in = inputs
+    by_queue: dict[str, list[tuple[int, list[tuple[int, str]]]]] = {}
+    for q, p, h in heaps:
+        by_queue.setdefault(q, []).append((p, h))
+    ready = {q: _ready_in(runs, q, hs, now_ms) for q, hs in by_queue.items()}
+    return ready, ({} if unplaceable_in is None else unplaceable_walk(unplaceable_in))
 
 
 def oldest_ready(s: SchedulerState, now_ms: int) -> dict[str, int]:
@@ -592,7 +632,7 @@ def replayed(s: SchedulerState, cmd: Command) -> Result | None:
 # callers read them here.
 from .worker_queries import (  # noqa: E402,F401
     workers, worker, worker_record, workers_to_forget,
-    unplaceable, unplaceable_inputs, unplaceable_walk, waiting_for, waiting_for_many, fleet_gauges,
+    unplaceable, unplaceable_inputs, unplaceable_walk, heaps_copy, waiting_for, waiting_for_many, fleet_gauges,
     ready_for, ready_count, applied_count, next_due_ms, NO_WORKER_MATCHES, drains_count, draining_among,
 )
 

@@ -152,14 +152,20 @@ UnplaceableInputs: TypeAlias = tuple[list[LiveWorker], bool, dict[str, Record], 
                                      list[tuple[str, int, list[tuple[int, str]]]]]
 
 
-def unplaceable_inputs(s: SchedulerState, now_ms: int) -> UnplaceableInputs | None:
+def unplaceable_inputs(s: SchedulerState, now_ms: int,
+                       heaps: list[tuple[str, int, list[tuple[int, str]]]] | None = None) -> UnplaceableInputs | None:
     """Under the replica's lock (``raft.read``): what :func:`unplaceable` walks, the heaps copied
-    (a list copy each, in C: a few ms for a million entries), or None when no run can count."""
+    (:func:`heaps_copy`, unless given), or None when no run can count."""
     live = _live_workers(s, now_ms)
     if not _may_wait(s, live):
         return None
-    heaps = [(q, p, list(h)) for q, prios in s._queued.items() for p, h in prios.items()]
-    return live, _restricted(live), s.runs, s.jobs, heaps
+    return live, _restricted(live), s.runs, s.jobs, heaps_copy(s) if heaps is None else heaps
+
+
+def heaps_copy(s: SchedulerState) -> list[tuple[str, int, list[tuple[int, str]]]]:
+    """Under the replica's lock: every queue's acquire heaps as (queue, priority, entries), each a
+    list copy (in C: a few ms for a million entries), for a walk outside the lock."""
+    return [(q, p, list(h)) for q, prios in s._queued.items() for p, h in prios.items()]
 
 
 def unplaceable_walk(inputs: UnplaceableInputs) -> dict[str, int]:

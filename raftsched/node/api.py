@@ -449,7 +449,7 @@ async def list_queues(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     # The count of unplaceable runs walks every queued run when placements are in use: off the
     # loop, one walk for the polls that arrive together (node/walks.py).
-    return web.json_response(svc.list_queues(tenants_of(request), await svc.unplaceable_counts()))
+    return web.json_response(svc.list_queues(tenants_of(request), await svc.queue_walks()))
 
 
 async def put_queue(request: web.Request) -> web.Response:

@@ -57,8 +57,9 @@ class Service:
         self.keyring = keyring
         #: The one way this node's API writes go out (raftsched/proposer.py).
         self.proposer = Proposer(raft, propose_timeout_s)
-        #: GET /v1/queues's count of unplaceable runs: one walk for the polls that arrive together
-        self._unplaceable_walk = SingleFlight()
+        #: GET /v1/queues's counts of ready and unplaceable runs: one walk for the polls that
+        #: arrive together
+        self._queue_walk = SingleFlight()
         #: Every consistent read of this node's API waits on this (node/reads.py).
         self.reads = ReadBarrier(raft, propose_timeout_s)
 
@@ -382,22 +383,23 @@ class Service:
             out["tenants"] = owners
         return self._out(res, out)
 
-    async def unplaceable_counts(self) -> dict[str, int]:
-        """queue -> runs no live worker may take for their placement (docs/workers.md): the
-        heaps copied under the replica's lock, walked outside it and off the loop, one walk for
-        the callers that arrive while it runs (node/walks.py)."""
-        return await self._unplaceable_walk.run(self._unplaceable_now)
+    async def queue_walks(self) -> tuple[dict[str, tuple[int, int | None]], dict[str, int]]:
+        """What ``GET /v1/queues`` counts by walking the queues' heaps: queue -> (ready runs,
+        the oldest one's wait), and queue -> runs no live worker may take for their placement
+        (docs/workers.md). The heaps are copied under the replica's lock and walked outside it
+        and off the loop, one walk for the callers that arrive while it runs (node/walks.py)."""
+        return await self._queue_walk.run(self._queue_walk_now)
 
-    def _unplaceable_now(self) -> dict[str, int]:
+    def _queue_walk_now(self) -> tuple[dict[str, tuple[int, int | None]], dict[str, int]]:
         """In the walks' thread: the copy under the lock, then the walk outside it."""
-        inputs = self.read(queries.unplaceable_inputs, self.clock.now_ms())
-        return {} if inputs is None else queries.unplaceable_walk(inputs)
+        return queries.queue_walk(self.read(queries.queue_walk_inputs, self.clock.now_ms()))
 
-    def list_queues(self, tenants: frozenset | None, unplaceable: dict[str, int]) -> dict:
+    def list_queues(self, tenants: frozenset | None,
+                    walked: tuple[dict[str, tuple[int, int | None]], dict[str, int]]) -> dict:
         """Every queue's figures; with ``tenants``, of the queues their jobs use only.
-        ``unplaceable``: :meth:`unplaceable_counts`, taken first (off the loop)."""
-        now = self.clock.now_ms()
-        qs = self.read(queries.queue_stats, now)
+        ``walked``: :meth:`queue_walks`, taken first (off the loop)."""
+        ready, unplaceable = walked
+        qs = self.read(queries.queue_stats, self.clock.now_ms(), ready)
         if tenants is not None:
             mine = self.read(queries.queues_of, tenants)
             qs = [q for q in qs if q["name"] in mine]
