@@ -14,7 +14,7 @@ from .errors import Conflict, InvalidCommand, LimitExceeded, NotFound, StaleRepl
 from .fire import check_disjoint, check_records, new_run, record, trim
 from .model import MISFIRE_POLICIES, OVERLAP_POLICIES, is_name
 from .queries import kept_position
-from .queues import claim_queue, remove_dead
+from .queues import claim_queue, index_job, remove_dead, unindex_job
 from .backfills import trigger_job_with
 from .events import emit
 from .notify import pause
@@ -180,6 +180,10 @@ def put_job(s: SchedulerState, cmd: Command, now: int, pending: dict[str, Record
                      old["stats"] if old else [0, 0, None, 0, 0])  # see records.STATS_FIELDS
     if old is None:
         s._names.add(name)
+        index_job(s, name, spec)
+    elif old["spec"]["tenant"] != spec["tenant"] or old["spec"]["queue"] != spec["queue"]:
+        unindex_job(s, name, old["spec"])
+        index_job(s, name, spec)
     jobs[name] = job
     if spec.get("metrics"):  # the per-job gauges' jobs, kept so a scrape walks only them
         s._metric_jobs[name] = None
@@ -295,6 +299,7 @@ def apply_delete_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     s._metric_jobs.pop(name, None)
     s._placed_jobs.pop(name, None)
     s._names.discard(name)
+    unindex_job(s, name, job["spec"])
     del s.jobs[name]
     deadlines.forget_job(s, name, now)
     s.health.pop(name, None)

@@ -14,8 +14,9 @@ unique (they end with the run id), so the order in which runs are handed out is 
 every replica, whether a replica built its heaps incrementally or from a snapshot.
 
 Beside them, indexes of the jobs kept here because they are reset and rebuilt with the rest: the
-paused count, the jobs with per-job metrics, the jobs with a placement, and every job's name in
-order (a ``SortedList``: a page of ``GET /v1/jobs`` is a range of it, not a walk of every job).
+paused count, the jobs with per-job metrics, the jobs with a placement, every job's name in
+order (a ``SortedList``: a page of ``GET /v1/jobs`` is a range of it, not a walk of every job),
+each tenant's job names in order, and the tenants using each queue.
 """
 from __future__ import annotations
 
@@ -59,6 +60,39 @@ def reset_indexes(s: SchedulerState) -> None:
     #: over a million names took ~0.3 s a page under the replica's lock (the Raft thread waiting:
     #: a benchmark paging 1M jobs from three replicas saw the leader change, again and again)
     s._names = SortedList()
+    #: tenant -> its jobs' names, in order (queries.jobs_page_in: a tenant's page without a
+    #: walk of every job); queue -> tenant -> jobs of that tenant using the queue (who uses a
+    #: queue nobody owns: queries.queues_access, queues_of). Kept by index_job / unindex_job.
+    s._tenant_names = {}
+    s._queue_users = {}
+
+
+def index_job(s: SchedulerState, name: str, spec: Record) -> None:
+    """A job of ``spec`` is added under ``name``: into the tenants' and queues' indexes."""
+    tenant = spec["tenant"]
+    names = s._tenant_names.get(tenant)
+    if names is None:
+        names = s._tenant_names[tenant] = SortedList()
+    names.add(name)
+    users = s._queue_users.setdefault(spec["queue"], {})
+    users[tenant] = users.get(tenant, 0) + 1
+
+
+def unindex_job(s: SchedulerState, name: str, spec: Record) -> None:
+    """The job ``name`` of ``spec`` goes (deleted, or replaced by another spec): out of them."""
+    tenant, queue = spec["tenant"], spec["queue"]
+    names = s._tenant_names.get(tenant)
+    if names is not None:
+        names.discard(name)
+        if not names:
+            del s._tenant_names[tenant]
+    users = s._queue_users.get(queue)
+    if users is not None and tenant in users:
+        users[tenant] -= 1
+        if users[tenant] <= 0:
+            del users[tenant]
+        if not users:
+            del s._queue_users[queue]
 
 
 def rebuild_indexes(s: SchedulerState) -> None:
@@ -80,6 +114,13 @@ def rebuild_indexes(s: SchedulerState) -> None:
     s._metric_jobs = {name: None for name, j in s.jobs.items() if j["spec"].get("metrics")}
     s._placed_jobs = {name: None for name, j in s.jobs.items() if "placement" in j["spec"]}
     s._names = SortedList(s.jobs)
+    by_tenant: dict[str, list[str]] = {}
+    for name, j in s.jobs.items():
+        spec = j["spec"]
+        by_tenant.setdefault(spec["tenant"], []).append(name)
+        users = s._queue_users.setdefault(spec["queue"], {})
+        users[spec["tenant"]] = users.get(spec["tenant"], 0) + 1
+    s._tenant_names = {t: SortedList(names) for t, names in by_tenant.items()}
 
 
 def enqueue(s: SchedulerState, run: Record) -> None:

@@ -172,6 +172,8 @@ class SchedulerState:
     _metric_jobs: dict[str, None]
     _placed_jobs: dict[str, None]
     _names: SortedList
+    _tenant_names: dict[str, SortedList]
+    _queue_users: dict[str, dict[str, int]]
 
     def __init__(self) -> None:
         #: The leader's due index (due.py), or None: only a leader's trigger reads it. The
