@@ -60,6 +60,14 @@ def check(s: SchedulerState) -> None:
             assert queries.jobs_page_in(s, tenants, limit, after, {"k": "v"}) \
                 == page_by_walk(s, tenants, limit, after, {"k": "v"})
         assert queries.queues_of(s, tenants) == queues_of_by_walk(s, tenants)
+    # The labelled page as GET /v1/jobs takes it: names walked outside the lock, then the jobs.
+    for tenants in (None, ["a"], ["a", "b"], ["nosuch"]):
+        for limit, after in ((1, None), (3, None), (2, "j3"), (100, "j0")):
+            names, more, total = queries.labelled_walk(queries.labelled_inputs(s, tenants), {"k": "v"}, limit, after)
+            got = {"jobs": queries.jobs_named(s, names), "next": names[-1] if more else None, "total": total}
+            want = (queries.jobs_labelled_page(s, {"k": "v"}, limit, after) if tenants is None
+                    else page_by_walk(s, tenants, limit, after, {"k": "v"}))
+            assert got == want
     for q in QUEUES + ["nosuch"]:
         assert queries.queue_tenants(s, q) == access_by_walk(s, q, set())[1]
         for exclude in (set(), {"j1"}, set(NAMES[:4]), set(NAMES)):
@@ -103,3 +111,38 @@ def test_a_tenants_page_reads_only_its_range_of_names():
     assert queries.jobs_page_in(s, ["small"], 2, "j100")["jobs"][0]["name"] == "j200"
     assert seen == []
     assert list(heapq.merge([1, 3], [2])) == [1, 2, 3]  # (the merge the page relies on)
+
+
+def test_a_page_by_labels_walks_the_jobs_outside_the_replicas_lock(monkeypatch):
+    import threading
+
+    from test_fleet import run
+    from test_fleet import put_job as put
+
+    async def t(env, c):
+        for i in range(5):
+            await put(env, f"j{i}", {"schedule": {"every_s": 3600}, "misfire": {"policy": "skip"},
+                                     "executor": {"type": "python", "target": "builtins:id"},
+                                     "labels": {"k": "v" if i % 2 else "w"}})
+        inside = threading.local()
+        real_read, real_walk = env.raft.read, queries.labelled_walk
+
+        def read(fn, *args):
+            inside.on = True
+            try:
+                return real_read(fn, *args)
+            finally:
+                inside.on = False
+        walked: list[bool] = []
+
+        def walk(*args):
+            walked.append(getattr(inside, "on", False))
+            return real_walk(*args)
+        env.raft.read = read
+        monkeypatch.setattr(queries, "labelled_walk", walk)
+        page = await env.service.list_jobs(1, None, {"k": "v"})
+        assert [j["name"] for j in page["jobs"]] == ["j1"] and page["next"] == "j1" and page["total"] == 2
+        page = await env.service.list_jobs(5, "j1", {"k": "v"}, frozenset({"default"}))
+        assert [j["name"] for j in page["jobs"]] == ["j3"] and page["next"] is None and page["total"] == 2
+        assert walked == [False, False]
+    run(t)

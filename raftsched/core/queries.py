@@ -109,6 +109,59 @@ def jobs_labelled_page(s: SchedulerState, labels: dict[str, str], limit: int, af
             "total": len(names)}
 
 
+#: What :func:`labelled_walk` reads: the state's jobs map, and the names to look at (every
+#: job's, or those of some tenants), copied under the replica's lock.
+LabelledInputs: TypeAlias = tuple[dict[str, Record], list[str], list[Record] | None]
+
+
+def labelled_inputs(s: SchedulerState, tenants: Collection[str] | None) -> LabelledInputs:
+    """Under the replica's lock: the names a page filtered by labels looks at, copied (in C: a
+    few ms for a million), with every job's record when it looks at every job, for
+    :func:`labelled_walk` outside it."""
+    if tenants is None:
+        return s.jobs, list(s.jobs), list(s.jobs.values())
+    names: list[str] = []
+    for t in sorted(set(tenants)):
+        ns = s._tenant_names.get(t)
+        if ns is not None:
+            names.extend(ns)
+    return s.jobs, names, None
+
+
+def labelled_walk(inputs: LabelledInputs, labels: dict[str, str], limit: int,
+                  after: str | None) -> tuple[list[str], bool, int]:
+    """Outside the replica's lock, from any thread: the names of the page of jobs carrying every
+    one of ``labels`` (jobs_labelled_page's, jobs_page_in's), whether more follow, and how many
+    carry them. Reads the jobs map one key at a time, never iterates it; a job's spec is never
+    changed in place, so a job an apply replaces meanwhile is judged as it was or as it is. A
+    walk of every job (~0.3 s at a million) held the Raft thread that long under the lock."""
+    jobs, names, records = inputs
+    want = labels.items()
+    if records is not None:  # every job's record when copied (its spec is replaced, never changed in place)
+        matched = [n for n, j in zip(names, records) if want <= j["spec"].get("labels", _NONE).items()]
+    else:
+        matched = []
+        for n in names:
+            j = jobs.get(n)
+            if j is not None and want <= j["spec"].get("labels", _NONE).items():
+                matched.append(n)
+    page, more = _names_page(matched, limit, after)
+    return page, more, len(matched)
+
+
+_NONE: dict[str, str] = {}
+
+
+def jobs_named(s: SchedulerState, names: list[str]) -> list[dict[str, Any]]:
+    """:func:`job` of each of ``names`` that still exists, in order."""
+    out = []
+    for n in names:
+        j = job(s, n)
+        if j is not None:
+            out.append(j)
+    return out
+
+
 def job_runs(s: SchedulerState, name: str, limit: int, state: str | None = None,
              slot_ms: int | None = None, tenants: Collection[str] | None = None,
              window: RunWindow | None = None) -> dict[str, Any]:

@@ -310,8 +310,8 @@ async def remove_member(request: web.Request) -> web.Response:
 async def list_jobs(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     limit = int_param(request, "limit", 100, 1, node_limits.jobs_page_max)
-    return web.json_response(svc.list_jobs(limit, request.query.get("after"), label_params(request),
-                                           tenants_of(request)))
+    return web.json_response(await svc.list_jobs(limit, request.query.get("after"), label_params(request),
+                                                 tenants_of(request)))
 
 
 async def put_job(request: web.Request) -> web.Response:

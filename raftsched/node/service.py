@@ -15,7 +15,7 @@ import uuid
 import msgpack
 
 from ..clock import Clock
-from .walks import SingleFlight
+from .walks import SingleFlight, off_loop
 from ..core import bodies, commands, deadlines, limits, model, pipelines, policy, preview, queries, schedule
 from ..core.errors import BadRequest, Conflict, Forbidden, InvalidSpec, NotFound, Unavailable
 from ..core.model import check_name
@@ -583,14 +583,19 @@ class Service:
             raise NotFound(f"no job named {name!r}", field="name")
         return self.job_view(job)
 
-    def list_jobs(self, limit: int, after: str | None, labels: dict | None = None,
-                  tenants: frozenset | None = None) -> dict:
+    async def list_jobs(self, limit: int, after: str | None, labels: dict | None = None,
+                        tenants: frozenset | None = None) -> dict:
         """A page of jobs by name; with ``labels``, of the jobs that carry all of them; with
-        ``tenants``, of their jobs only (``total`` counts those)."""
-        if tenants is not None:
-            page = self.read(queries.jobs_page_in, tenants, limit, after, labels)
-        elif labels:
-            page = self.read(queries.jobs_labelled_page, labels, limit, after)
+        ``tenants``, of their jobs only (``total`` counts those). Without labels a page is a
+        range of the names kept in order; with them every job (of the tenants) is looked at,
+        outside the replica's lock and off the loop (queries.labelled_walk)."""
+        if labels:
+            inputs = self.read(queries.labelled_inputs, tenants)
+            names, more, total = await off_loop(queries.labelled_walk, inputs, labels, limit, after)
+            jobs = self.read(queries.jobs_named, names)
+            page = {"jobs": jobs, "next": names[-1] if more else None, "total": total}
+        elif tenants is not None:
+            page = self.read(queries.jobs_page_in, tenants, limit, after)
         else:
             page = self.read(queries.jobs_page, limit, after)
         page["jobs"] = [self.job_view(j) for j in page["jobs"]]
