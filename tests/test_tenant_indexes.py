@@ -64,7 +64,7 @@ def check(s: SchedulerState) -> None:
     for tenants in (None, ["a"], ["a", "b"], ["nosuch"]):
         for limit, after in ((1, None), (3, None), (2, "j3"), (100, "j0")):
             names, more, total = queries.labelled_walk(queries.labelled_inputs(s, tenants), {"k": "v"}, limit, after)
-            got = {"jobs": queries.jobs_named(s, names), "next": names[-1] if more else None, "total": total}
+            got = {"jobs": queries.jobs_named(s, names, tenants), "next": names[-1] if more else None, "total": total}
             want = (queries.jobs_labelled_page(s, {"k": "v"}, limit, after) if tenants is None
                     else page_by_walk(s, tenants, limit, after, {"k": "v"}))
             assert got == want
@@ -146,3 +146,36 @@ def test_a_page_by_labels_walks_the_jobs_outside_the_replicas_lock(monkeypatch):
         assert [j["name"] for j in page["jobs"]] == ["j3"] and page["next"] is None and page["total"] == 2
         assert walked == [False, False]
     run(t)
+
+
+def test_a_job_that_moves_to_another_tenant_mid_walk_is_not_shown_to_the_first():
+    """The names are picked outside the lock, the jobs read under it again: one that moved to
+    another tenant (or was deleted and put again by another) in between is left out."""
+    s = SchedulerState()
+    for name, tenant in (("j1", "a"), ("j2", "a")):
+        assert apply(s, put_cmd(s, name, spec_of({"every_s": 60}, name=name, tenant=tenant, labels={"k": "v"}), T0))["ok"]
+    inputs = queries.labelled_inputs(s, ["a"])
+    assert apply(s, put_cmd(s, "j1", spec_of({"every_s": 60}, name="j1", tenant="b", labels={"k": "v"}), T0))["ok"]
+    names, more, total = queries.labelled_walk(inputs, {"k": "v"}, 10, None)
+    assert names == ["j2"] and total == 1 and not more
+    assert [j["name"] for j in queries.jobs_named(s, ["j1", "j2"], ["a"])] == ["j2"]
+
+
+def test_the_users_of_many_queues_less_a_large_batch_take_one_pass_over_the_batch():
+    """A batch puts jobs each in a queue of its own: queues_access reads each excluded job once,
+    not once a queue (that was quadratic under the replica's lock)."""
+    s = SchedulerState()
+    n = 300
+    for i in range(n):
+        spec = spec_of({"every_s": 60}, name=f"j{i}", tenant="a" if i % 2 else "b", queue=f"q{i}")
+        assert apply(s, put_cmd(s, f"j{i}", spec, T0))["ok"]
+    looked: list[str] = []
+
+    class Spy(dict):
+        def get(self, k, default=None):
+            looked.append(k)
+            return super().get(k, default)
+    s.jobs = Spy(s.jobs)
+    out = queries.queues_access(s, [f"q{i}" for i in range(n)], {f"j{i}" for i in range(0, n, 3)})
+    assert len(looked) == len(range(0, n, 3))
+    assert out["q0"] == (None, set()) and out["q1"] == (None, {"a"}) and out["q2"] == (None, {"b"})

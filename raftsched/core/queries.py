@@ -111,21 +111,21 @@ def jobs_labelled_page(s: SchedulerState, labels: dict[str, str], limit: int, af
 
 #: What :func:`labelled_walk` reads: the state's jobs map, and the names to look at (every
 #: job's, or those of some tenants), copied under the replica's lock.
-LabelledInputs: TypeAlias = tuple[dict[str, Record], list[str], list[Record] | None]
+LabelledInputs: TypeAlias = tuple[dict[str, Record], list[str], frozenset[str] | None]
 
 
 def labelled_inputs(s: SchedulerState, tenants: Collection[str] | None) -> LabelledInputs:
-    """Under the replica's lock: the names a page filtered by labels looks at, copied (in C: a
-    few ms for a million), with every job's record when it looks at every job, for
-    :func:`labelled_walk` outside it."""
+    """Under the replica's lock: the names a page filtered by labels looks at (every job's, or
+    those of ``tenants``), copied (in C: a few ms for a million), for :func:`labelled_walk`
+    outside it."""
     if tenants is None:
-        return s.jobs, list(s.jobs), list(s.jobs.values())
+        return s.jobs, list(s.jobs), None
     names: list[str] = []
     for t in sorted(set(tenants)):
         ns = s._tenant_names.get(t)
         if ns is not None:
             names.extend(ns)
-    return s.jobs, names, None
+    return s.jobs, names, frozenset(tenants)
 
 
 def labelled_walk(inputs: LabelledInputs, labels: dict[str, str], limit: int,
@@ -135,16 +135,16 @@ def labelled_walk(inputs: LabelledInputs, labels: dict[str, str], limit: int,
     carry them. Reads the jobs map one key at a time, never iterates it; a job's spec is never
     changed in place, so a job an apply replaces meanwhile is judged as it was or as it is. A
     walk of every job (~0.3 s at a million) held the Raft thread that long under the lock."""
-    jobs, names, records = inputs
+    jobs, names, tenants = inputs
     want = labels.items()
-    if records is not None:  # every job's record when copied (its spec is replaced, never changed in place)
-        matched = [n for n, j in zip(names, records) if want <= j["spec"].get("labels", _NONE).items()]
-    else:
-        matched = []
-        for n in names:
-            j = jobs.get(n)
-            if j is not None and want <= j["spec"].get("labels", _NONE).items():
-                matched.append(n)
+    matched = []
+    for n in names:
+        j = jobs.get(n)
+        if j is None:
+            continue
+        spec = j["spec"]  # replaced, never changed in place
+        if want <= spec.get("labels", _NONE).items() and (tenants is None or spec["tenant"] in tenants):
+            matched.append(n)
     page, more = _names_page(matched, limit, after)
     return page, more, len(matched)
 
@@ -152,13 +152,16 @@ def labelled_walk(inputs: LabelledInputs, labels: dict[str, str], limit: int,
 _NONE: dict[str, str] = {}
 
 
-def jobs_named(s: SchedulerState, names: list[str]) -> list[dict[str, Any]]:
-    """:func:`job` of each of ``names`` that still exists, in order."""
+def jobs_named(s: SchedulerState, names: list[str], tenants: Collection[str] | None = None) -> list[dict[str, Any]]:
+    """:func:`job` of each of ``names`` that still exists (and, with ``tenants``, is still one of
+    theirs: a job may have moved to another tenant since its name was picked), in order."""
     out = []
     for n in names:
-        j = job(s, n)
-        if j is not None:
-            out.append(j)
+        j = s.jobs.get(n)
+        if j is not None and (tenants is None or j["spec"]["tenant"] in tenants):
+            view = job(s, n)
+            if view is not None:
+                out.append(view)
     return out
 
 
@@ -649,17 +652,19 @@ def queues_access(s: SchedulerState, queues: Collection[str],
     (queues.index_job) less the excluded jobs that use it, not a walk of every job (a put of a
     token limited to tenants took one, ~0.3 s at a million jobs under the replica's lock)."""
     owners, jobs = s.queue_owners, s.jobs
+    asked = set(queues)
+    left_out: dict[tuple[str, str], int] = {}  # (queue, tenant) -> excluded jobs, one pass
+    for n in set(exclude):
+        j = jobs.get(n)
+        if j is not None and j["spec"]["queue"] in asked:
+            key = (j["spec"]["queue"], j["spec"]["tenant"])
+            left_out[key] = left_out.get(key, 0) + 1
     out: dict[str, tuple[list[str] | None, set[str]]] = {}
-    for q in queues:
+    for q in asked:
         if q in owners:
             out[q] = (list(owners[q]), set())
-            continue
-        counts = dict(s._queue_users.get(q, ()))
-        for n in set(exclude):
-            j = jobs.get(n)
-            if j is not None and j["spec"]["queue"] == q and j["spec"]["tenant"] in counts:
-                counts[j["spec"]["tenant"]] -= 1
-        out[q] = (None, {t for t, k in counts.items() if k > 0})
+        else:
+            out[q] = (None, {t for t, k in s._queue_users.get(q, {}).items() if k > left_out.get((q, t), 0)})
     return out
 
 

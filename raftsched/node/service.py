@@ -592,7 +592,7 @@ class Service:
         if labels:
             inputs = self.read(queries.labelled_inputs, tenants)
             names, more, total = await off_loop(queries.labelled_walk, inputs, labels, limit, after)
-            jobs = self.read(queries.jobs_named, names)
+            jobs = self.read(queries.jobs_named, names, tenants)
             page = {"jobs": jobs, "next": names[-1] if more else None, "total": total}
         elif tenants is not None:
             page = self.read(queries.jobs_page_in, tenants, limit, after)
