@@ -138,9 +138,6 @@ lease_refused_pause_s = 5.0
 #: batch instead of two) when they encode to at most this many bytes of JSON, well under the
 #: node's 64 KiB request body with the worker's facts beside them; larger ones go alone.
 carried_results_bytes_max = 32 * 1024
-#: The longest such a lease request waits at the node for runs: its answer also answers the
-#: outcomes, whose leases the worker renews until it comes.
-carried_lease_wait_s = 1.0
 #: After a node refused outcomes on a lease request (a node of an older version), how long the
 #: worker sends them alone before it tries again.
 carried_refused_pause_s = 300.0

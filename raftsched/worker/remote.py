@@ -27,8 +27,9 @@ unknown outcome is never reported as "definitely not". Any other error answer (4
 - Completions: batched, each batch with one Idempotency-Key for all its retries (another node
   after a lost connection or a 504), so a batch acts once. A batch reported in the same turn of
   the event loop as a lease request rides on it (``results``, with the batch's key as the
-  request's Idempotency-Key): one request instead of two, the lease's wait then at most
-  ``carried_lease_wait_s``. When that request fails, or its answer says the outcomes failed, or
+  request's Idempotency-Key): one request instead of two. Such a request asks for no wait, so
+  that its answer (which answers the outcomes too) is never held at the node for runs; an
+  empty answer to it is followed at once by a lease request as usual. When that request fails, or its answer says the outcomes failed, or
   the node is of a version that refuses them, the batch goes alone to ``complete`` with the same
   key, which acts at most once.
 - SIGTERM (or SIGINT, or the cluster's ``draining``): drain for up to ``--drain-s``, then exit 0.
@@ -165,8 +166,6 @@ class RemoteChannel:
         self._carry: list[_Carried] = []
         #: no outcomes carried before this monotonic time (a node refused them)
         self._carry_after = 0.0
-        #: batches waiting to be carried or carried by a request in flight (at most one)
-        self._carried_now = 0
 
     def cluster_ms(self) -> int | None:
         """Cluster time now as the last answers told it (None: no node said, or too long ago)."""
@@ -217,9 +216,8 @@ class RemoteChannel:
                 _answer(carried, None)  # unless answered: the batch goes alone
 
     async def _acquire(self, n: int, ttl_ms: int, carried: "_Carried | None") -> Grants:
-        wait_s = self.lease_wait_s()
-        if carried is not None:
-            wait_s = min(wait_s, worker_limits.carried_lease_wait_s)
+        # A request that carries outcomes does not wait for runs: its answer answers them too.
+        wait_s = self.lease_wait_s() if carried is None else 0.0
         attempt = wait_s + worker_limits.lease_request_slack_s
         t0 = self.clock.monotonic_s()
         try:
@@ -256,8 +254,9 @@ class RemoteChannel:
         if not runs:
             self._asked(res)
         # An empty answer well before wait_s (a node that answers at once) is not a long-poll:
-        # the loop's own pause applies, so the worker does not spin on it.
-        quick = not runs and self.clock.monotonic_s() - t0 < wait_s / 2
+        # the loop's own pause applies, so the worker does not spin on it. One that carried
+        # outcomes asked for no wait: the next request goes at once, and waits.
+        quick = not runs and carried is None and self.clock.monotonic_s() - t0 < wait_s / 2
         return Grants(runs, draining, None if quick else 0.0)
 
     async def heartbeat(self, leases: list[list], ttl_ms: int, timeout_s: float) -> tuple[list[str], bool]:
@@ -268,21 +267,14 @@ class RemoteChannel:
 
     async def complete(self, items: list[dict]) -> list[dict] | None:
         key = uuid.uuid4().hex
-        if self._carried_now == 0 and self.clock.monotonic_s() >= self._carry_after \
+        if self.clock.monotonic_s() >= self._carry_after \
                 and len(json.dumps(items, separators=(",", ":"))) <= worker_limits.carried_results_bytes_max:
             # A lease request of this turn carries the batch (``acquire``); if none goes out in
-            # it, or that request does not answer the outcomes, the batch goes alone. One batch
-            # at a time: the answer of a lease request may wait for runs (up to
-            # carried_lease_wait_s), and the lease loop sends at most reports_in_flight_max
-            # reports at once, so the next batches go alone rather than wait behind it.
+            # it, or that request does not answer the outcomes, the batch goes alone.
             carried = _Carried(items, key)
             self._carry.append(carried)
-            self._carried_now += 1
-            try:
-                asyncio.get_running_loop().call_soon(self._not_carried, carried)
-                results = await carried.answer
-            finally:
-                self._carried_now -= 1
+            asyncio.get_running_loop().call_soon(self._not_carried, carried)
+            results = await carried.answer
             if results is not None:
                 return results
         try:
