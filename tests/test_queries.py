@@ -82,6 +82,9 @@ def check_against_walks(s: SchedulerState, now: int) -> None:
     # The same figures from the walk GET /v1/queues takes outside the replica's lock.
     ready, _ = queries.queue_walk(queries.queue_walk_inputs(s, now))
     assert queries.queue_stats(s, now, ready) == queue_stats_by_walk(s, now)
+    # The scrape's oldest ready run a queue (from the heaps' tops, or a walk outside the lock).
+    assert queries.oldest_ready(s, now) == {q["name"]: q["oldest_waiting_age_ms"] for q in queue_stats_by_walk(s, now)
+                                            if q["oldest_waiting_age_ms"] is not None}
     assert queries.gauges(s) == gauges_by_walk(s)
     for q in (None, "q1", "q2", "nosuch"):
         got = queries.dead_runs(s, q)
@@ -309,3 +312,19 @@ def test_the_job_names_index_follows_puts_deletes_and_restores(ops, limit):
             break
         after = page["next"]
     assert got == sorted(s.jobs)
+
+
+def test_the_scrapes_oldest_ready_walks_a_queue_whose_top_is_stale_outside_the_lock():
+    """A full drop_oldest queue drops its oldest run, whose entry stays at the top of the acquire
+    heap: every scrape walked such a queue whole under the replica's lock. Its heaps are now
+    copied there and walked outside, with the same answer."""
+    s = new_state(("j", spec_of({"every_s": 1}, queue="q")))
+    assert apply(s, commands.make("put_queue", T0, None, name="q", max_depth=3, on_full="drop_oldest"))["ok"]
+    now = T0
+    for _ in range(8):
+        now += SEC
+        tick(s, now)
+    now_ms, _runs, done, walk = queries.oldest_ready_inputs(s, now)
+    assert "q" not in done and [q for q, _ in walk] == ["q"]
+    want = {q["name"]: q["oldest_waiting_age_ms"] for q in queries.queue_stats(s, now) if q["oldest_waiting_age_ms"] is not None}
+    assert queries.oldest_ready(s, now) == want and want["q"] > 0

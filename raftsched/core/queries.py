@@ -406,11 +406,28 @@ def oldest_ready(s: SchedulerState, now_ms: int) -> dict[str, int]:
     """Per queue holding a ready run: how long its longest-waiting ready run has waited (ms).
     For the metrics scrape, without a walk: the top of each priority's acquire heap is that
     heap's earliest due when it is live; a queue whose top entry is stale (a retried or removed
-    run) is walked as queue_stats walks it."""
+    run, or the run a full ``drop_oldest`` queue dropped) is walked as queue_stats walks it.
+    The node takes :func:`oldest_ready_inputs` under the replica's lock and
+    :func:`oldest_ready_walk` outside it."""
+    return oldest_ready_walk(oldest_ready_inputs(s, now_ms))
+
+
+#: What :func:`oldest_ready_walk` reads: the time, the runs map, the answers of the queues whose
+#: heaps' tops are live, and the heaps copied of those with a stale top.
+OldestInputs: TypeAlias = tuple[int, dict[str, Record], dict[str, int],
+                                list[tuple[str, list[tuple[int, list[tuple[int, str]]]]]]]
+
+
+def oldest_ready_inputs(s: SchedulerState, now_ms: int) -> OldestInputs:
+    """Under the replica's lock: each queue's answer from its heaps' tops, or, for a queue whose
+    top entry is stale, its heaps copied for :func:`oldest_ready_walk` (a full ``drop_oldest``
+    queue of a million runs, walked under the lock at each scrape, held the Raft thread ~1 s)."""
     runs = s.runs
-    out: dict[str, int] = {}
+    done: dict[str, int] = {}
+    walk: list[tuple[str, list[tuple[int, list[tuple[int, str]]]]]] = []
     for q, heaps in s._queued.items():
         oldest: int | None = None
+        stale = False
         for p, h in heaps.items():
             if not h:
                 continue
@@ -418,13 +435,27 @@ def oldest_ready(s: SchedulerState, now_ms: int) -> dict[str, int]:
             r = runs.get(rid)
             if r is None or r["state"] != "queued" or r["queue"] != q or r["priority"] != p \
                     or r.get("due", r["slot"]) != due:
-                _, oldest = _ready(s, q, now_ms)
+                stale = True
                 break
             if due <= now_ms and (oldest is None or now_ms - due > oldest):
                 oldest = now_ms - due
+        if stale:
+            walk.append((q, [(p, list(h)) for p, h in heaps.items()]))
+        elif oldest is not None:
+            done[q] = oldest
+    return now_ms, runs, done, walk
+
+
+def oldest_ready_walk(inputs: OldestInputs) -> dict[str, int]:
+    """:func:`oldest_ready` from its inputs, outside the replica's lock, from any thread (the
+    runs map read one key at a time: :func:`queue_walk`'s rules)."""
+    now_ms, runs, done, walk = inputs
+    out = dict(done)
+    for q, heaps in walk:
+        _, oldest = _ready_in(runs, q, heaps, now_ms)
         if oldest is not None:
             out[q] = oldest
-    return out
+    return dict(sorted(out.items()))
 
 
 def apply_stats(s: SchedulerState) -> dict[str, Any]:

@@ -232,7 +232,8 @@ class _ApplyCollector:
                                    "how long the queue's longest-waiting ready run has waited (queues with one)",
                                    labels=["queue"])
         if now is not None:
-            for q, age in sorted(self.raft.read(queries.oldest_ready, now).items()):
+            # The heaps of a queue whose top is stale are walked outside the replica's lock.
+            for q, age in sorted(queries.oldest_ready_walk(self.raft.read(queries.oldest_ready_inputs, now)).items()):
                 oldest.add_metric([q], age / 1000)
         yield oldest
 
