@@ -108,6 +108,43 @@ def test_an_async_handler_past_its_timeout_is_cancelled(notes):
     run(t())
 
 
+async def execute_soon(lookup: AppExecutors, g: dict, timeout_s: float | None = None, cancel=None):
+    """The lease loop's way for an in-process handler (``soon``): started by callbacks, its one
+    Outcome handed to ``on_done`` on the loop."""
+    done = asyncio.get_running_loop().create_future()
+    ex = lookup(g)
+    assert ex.soon(ctx_of(g), g["timeout_s"] if timeout_s is None else timeout_s, cancel or CancelEvent(),
+                   done.set_result)  # a second call would raise InvalidStateError on the loop
+    return await asyncio.wait_for(done, 10)
+
+
+def test_an_in_process_handler_started_by_callbacks_ends_as_when_awaited(notes):
+    """``soon`` (no task of the lease loop's a run) gives the Outcome the awaited executor gives:
+    a return, a raise, an async timeout, a plain handler's thread that outlives its timeout; and
+    starts nothing for a cancel event already set."""
+    lookup = AppExecutors(sdk_worker_app.app, "sdk_worker_app:app")
+
+    async def t():
+        out = await execute_soon(lookup, grant("sw-sync"))
+        assert out.ok and eval(out.output)["job"] == "sw-sync", out
+        out = await execute_soon(lookup, grant("sw-async"))
+        assert out.ok and "'loop': " in out.output, out
+        out = await execute_soon(lookup, grant("sw-boom"))
+        assert (out.ok, out.error) == (False, "RuntimeError: boom on attempt 1")
+        g = grant("sw-astuck")
+        out = await execute_soon(lookup, g, timeout_s=0.3)
+        assert (out.ok, out.error, out.linger) == (False, "timed out after 0.3s", None), out
+        g = grant("sw-stuck")
+        out = await execute_soon(lookup, g, timeout_s=0.3)
+        assert out.linger is not None and not out.linger.done()
+        open(sdk_worker_app.path_of(g["id"], "release"), "w").close()
+        await asyncio.wait_for(out.linger, 10)
+        cancelled = CancelEvent()
+        cancelled.set()
+        assert lookup(grant("sw-sync")).soon(ctx_of(grant("sw-sync")), 5, cancelled, lambda out: None) is False
+    run(t())
+
+
 # ---------------------------------------------------------------------------- a child per run
 @pytest.fixture
 def child_env(notes, monkeypatch):

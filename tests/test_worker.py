@@ -204,12 +204,14 @@ def test_a_prefetched_run_whose_lease_is_lost_never_starts():
     run(t())
 
 
-def test_a_thread_that_outlives_its_run_keeps_the_slot_taken_until_it_returns():
+@pytest.mark.parametrize("way", ["awaited", "soon"])
+def test_a_thread_that_outlives_its_run_keeps_the_slot_taken_until_it_returns(way):
     """An executor whose Outcome lingers (a handler's thread that could not be stopped,
     ``run_function(..., linger=True)``): the attempt is reported at once, but the worker starts
     no other run in that slot until the thread has returned, so it never runs more threads than
-    its slots."""
-    from raftsched.worker.executors import run_function
+    its slots. The same for an executor the loop starts by callbacks (``soon``, an --app
+    worker's in-process handlers), which it never awaits."""
+    from raftsched.worker.executors import function_soon, run_function
 
     async def t():
         exec_targets.GATE.clear()
@@ -221,7 +223,17 @@ def test_a_thread_that_outlives_its_run_keeps_the_slot_taken_until_it_returns():
         for rid in ids:
             exec_targets.RECORDED.pop(rid, None)  # run ids are derived: another test may have used them
 
+        class Soon:
+            async def __call__(self, ctx, timeout_s, cancel):
+                raise AssertionError("an executor that can start by callbacks is not awaited")
+
+            def soon(self, ctx, timeout_s, cancel, on_done):
+                return function_soon(exec_targets.gate, ctx, timeout_s, cancel, on_done, name=env.target,
+                                     linger=True)
+
         def lookup(grant):
+            if way == "soon":
+                return Soon()
             return lambda ctx, timeout_s, cancel: run_function(exec_targets.gate, ctx, timeout_s, cancel,
                                                                name=env.target, linger=True)
         env.worker.executor_lookup = lookup

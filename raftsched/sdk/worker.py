@@ -32,7 +32,7 @@ import time
 from typing import Awaitable, Callable
 
 from ..worker import limits as worker_limits
-from ..worker.executors import CancelEvent, Outcome, RunContext, run_function
+from ..worker.executors import CancelEvent, Outcome, RunContext, function_soon, run_function
 from ..worker.executors._output import short, tail_str
 from ..worker.executors.shell import run_shell
 from .app import APP_LABEL, App
@@ -47,6 +47,29 @@ Executor = Callable[[RunContext, float, CancelEvent], Awaitable[Outcome]]
 
 #: what a stopped child's error adds (its process group was killed)
 KILLED = "the handler's process was killed"
+
+
+class _InProcess:
+    """The executor of a handler run in the worker's process (an ``async def`` on its loop, a
+    plain one in a run thread): awaited, or started by callbacks (``soon``: the lease loop's way
+    for a run that may start now, without a task of its own, as worker/executors
+    ``execute_soon`` for a plain python target)."""
+
+    __slots__ = ("handler", "target", "kill_grace_s", "linger")
+
+    def __init__(self, handler: Callable, target: str, kill_grace_s: float, *, linger: bool) -> None:
+        self.handler, self.target, self.kill_grace_s, self.linger = handler, target, kill_grace_s, linger
+
+    async def __call__(self, ctx: RunContext, timeout_s: float, cancel: CancelEvent) -> Outcome:
+        return await run_function(self.handler, Context.of(ctx), timeout_s, cancel, name=self.target,
+                                  kill_grace_s=self.kill_grace_s, linger=self.linger)
+
+    def soon(self, ctx: RunContext, timeout_s: float, cancel: CancelEvent,
+             on_done: Callable[[Outcome], None]) -> bool:
+        """Start the run and return True (``on_done(outcome)`` then comes once, on the loop), or
+        return False having started nothing (await the executor instead)."""
+        return function_soon(self.handler, Context.of(ctx), timeout_s, cancel, on_done, name=self.target,
+                             kill_grace_s=self.kill_grace_s, linger=self.linger)
 
 
 class AppExecutors:
@@ -93,12 +116,7 @@ class AppExecutors:
         handler = decl.handler
 
         if decl.is_async or self.isolation == "thread":
-            linger = not decl.is_async
-
-            async def in_process(ctx: RunContext, timeout_s: float, cancel: CancelEvent) -> Outcome:
-                return await run_function(handler, Context.of(ctx), timeout_s, cancel, name=target,
-                                          kill_grace_s=self.kill_grace_s, linger=linger)
-            return in_process
+            return _InProcess(handler, target, self.kill_grace_s, linger=not decl.is_async)
 
         async def in_child(ctx: RunContext, timeout_s: float, cancel: CancelEvent) -> Outcome:
             return await run_in_child(self.ref, target, ctx, timeout_s, cancel, self.kill_grace_s)

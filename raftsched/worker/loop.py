@@ -173,7 +173,8 @@ class _Held:
         self.ctx: RunContext | None = None
         self.token = grant["token"]
         self.cancel = CancelEvent()
-        self.task: asyncio.Task | None = None
+        #: the run's task, or a future done when an executor that started by callbacks is done
+        self.task: asyncio.Future | None = None
         #: True while the executor runs (False before it starts and once only its report is pending)
         self.executing = False
         #: killed by a drain: its lease is given back (release), its outcome is not reported
@@ -626,11 +627,19 @@ class LeaseLoop:
                 h.ctx = ctx
                 own = self.executor_lookup(g) if self.executor_lookup is not None else None
                 # In this process (no sandbox), a plain python function already imported runs
-                # without a task of its own.
+                # without a task of its own; so does an executor that can start by callbacks
+                # (``soon``: an --app worker's handlers, raftsched/sdk/worker.py).
                 if own is None and not early and self.sandbox is None and execute_soon(g["executor"], ctx, g["timeout_s"], functools.partial(self._executed, h, t0),
                                                 cancel=h.cancel, allowed_types=self.allowed_types,
                                                 kill_grace_s=self.kill_grace_s):
                     return
+                soon = getattr(own, "soon", None)
+                if soon is not None and not early:
+                    # Done when its Outcome comes: what a stop or a drain waits for, as for a task.
+                    done = asyncio.get_running_loop().create_future()
+                    if soon(ctx, g["timeout_s"], h.cancel, functools.partial(self._soon_done, h, t0, done)):
+                        h.task = done
+                        return
             else:
                 ctx = own = None
             h.task = asyncio.create_task(self._execute(h, ctx, t0, own, early), name=f"run {g['id']}")
@@ -690,6 +699,12 @@ class LeaseLoop:
         if not h.giving_back:
             await self._give_back([h], "given up before its slot")
         return False
+
+    def _soon_done(self, h: _Held, t0: float, done: asyncio.Future, out: Outcome) -> None:
+        """The Outcome of a run an executor started by callbacks (``soon``)."""
+        if not done.done():
+            done.set_result(None)
+        self._executed(h, t0, out)
 
     def _executed(self, h: _Held, t0: float, out: Outcome) -> None:
         """Queue the outcome for the next report and free the run's slot. Reported even when

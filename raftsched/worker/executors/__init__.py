@@ -74,7 +74,7 @@ from .. import limits
 from ._context import ALL_TYPES, Outcome, RunContext, Result
 from ._deadline import CancelEvent
 from ._output import OUTPUT_BYTES_MAX, executor_error
-from .python import run_function, run_python, start_soon
+from .python import function_soon, run_function, run_python, start_soon
 from .shell import run_shell
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ if TYPE_CHECKING:
     from ..sandbox import Sandbox
 
 __all__ = ["ALL_TYPES", "CancelEvent", "OUTPUT_BYTES_MAX", "Outcome", "RunContext", "execute", "execute_soon",
-           "run_function"]
+           "function_soon", "run_function"]
 
 log = logging.getLogger("raftsched.executors")
 

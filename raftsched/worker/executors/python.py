@@ -130,6 +130,20 @@ async def run_function(fn: Callable, ctx, timeout_s: float, cancel: asyncio.Even
     return await _awaited(run, fn)
 
 
+def function_soon(fn: Callable, ctx, timeout_s: float, cancel: CancelEvent | None,
+                  on_done: Callable[[Outcome], None], *, name: str,
+                  kill_grace_s: float = limits.kill_grace_s_default, linger: bool = False) -> bool:
+    """:func:`run_function` started by callbacks, as :func:`start_soon` starts a target: returns
+    True and calls ``on_done(outcome)`` on the loop once with the Outcome ``run_function`` would
+    have returned, without a task and a coroutine of the caller's own; or returns False having
+    started nothing, when ``cancel`` is not a :class:`CancelEvent` or is set already (then await
+    :func:`run_function`)."""
+    if cancel is not None and (not isinstance(cancel, CancelEvent) or cancel.is_set()):
+        return False
+    _PythonRun(name, ctx, timeout_s, cancel, kill_grace_s, on_done, time.monotonic(), linger).start(fn)
+    return True
+
+
 async def _awaited(run: "_PythonRun", fn: Callable | None) -> Outcome:
     """Start ``run`` (with its function, or None to import its target first) and wait for its
     Outcome; when the caller is cancelled the run is killed and the cancellation propagates."""
