@@ -11,7 +11,8 @@ The worker is the fleet's ``raftsched worker`` (worker/remote.py) with two diffe
   (worker/loop.py): for every grant it gives the executor that runs it, never the built-in
   ones. A grant whose target is one of the app's handlers runs that handler with a
   :class:`~raftsched.sdk.Context`, through the python executor's own run
-  (``executors.run_function``): an ``async def`` handler on the worker's event loop, cancelled
+  (``executors.run_function``, or ``function_soon`` when the lease loop starts it by callbacks,
+  without a task of its own): an ``async def`` handler on the worker's event loop, cancelled
   at its ``timeout_s`` or when its lease is lost; a plain one in a run thread, at most
   ``--slots`` at once. A thread cannot be stopped: past its timeout the attempt fails with
   "timed out after Ns; the handler's thread could not be stopped and is still running", and its
