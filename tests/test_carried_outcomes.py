@@ -6,6 +6,7 @@ over FakeRaft, or a stand-in node answering by path. Every wait has a deadline."
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 
 from aiohttp import web
@@ -16,7 +17,7 @@ from raftsched.worker import limits as worker_limits
 from raftsched.worker.remote import RemoteChannel, WorkerConfig, run_worker
 
 from test_fleet import AUTH, TOKEN, lease_body, path, post, put_job, run, trigger
-from test_fleet import Env  # noqa: F401 - the environment run() builds
+from test_fleet import Env
 
 ITEM = {"run": "r", "token": 3, "success": True, "error": None, "output": None}
 
@@ -51,6 +52,34 @@ def test_a_lease_request_carries_outcomes_which_apply_once_under_its_key():
         assert [g["id"] for g in more["runs"]] == [d] and more["results"][0]["ok"]
         assert env.state.runs[b]["state"] == "dead" and env.state.runs[b]["error"] == "boom"  # no retries: the DLQ
     run(t)
+
+
+def test_a_short_wait_joining_a_group_that_looked_idle_is_looked_at_now():
+    """A lease request that carries outcomes waits 50 ms. A newcomer to a group whose last look
+    found nothing waits for the next apply or full look (up to a second), so such a request was
+    answered empty with runs ready (a review saw three); a short wait is looked at at once."""
+    from raftsched.node.dispatch import Dispatcher, LeaseRequest
+
+    async def t():
+        env = Env()
+        d = Dispatcher(env.raft, env.clock, env.fleet.propose, env.fleet.release_grants)
+        wakes = []
+        d._wake.set = lambda: wakes.append(1)  # the dispatcher's loop is not running: count its wake-ups
+
+        def request(wid):
+            return LeaseRequest(wid, None, {}, None, 4, 10_000)
+        key = request("w0").key
+        d._groups[key] = collections.deque([request("w0")])  # one waits already,
+        d._quiet.add(key)  # and the group's last look found no work for it
+        d._dirty = False
+        long_poll = asyncio.ensure_future(d.lease(request("w1"), 5.0))
+        await asyncio.sleep(0)  # ok-sleep: one turn, for it to join
+        assert wakes == [] and not d._dirty  # a long poll joins quietly
+        await d.lease(request("w2"), worker_limits.carried_lease_wait_s)
+        assert wakes == [1] and d._dirty  # a short wait wakes a look
+        long_poll.cancel()
+        await asyncio.gather(long_poll, return_exceptions=True)
+    asyncio.run(asyncio.wait_for(t(), 10))
 
 
 def test_bad_outcomes_on_a_lease_request_name_the_field_and_change_nothing():
@@ -162,7 +191,7 @@ def test_a_report_and_an_acquire_of_one_turn_travel_as_one_lease_request():
         assert results == [{"ok": True, "run": "r"}] and grants.runs == []
         assert node.paths() == ["lease"]
         body = node.requests[0][2]
-        assert body["results"] == [ITEM] and body["wait_s"] == 0  # its answer answers the outcomes: no wait
+        assert body["results"] == [ITEM] and body["wait_s"] == worker_limits.carried_lease_wait_s  # a short wait
         assert grants.retry_after_s == 0.0  # none ready: the next lease request goes at once, and waits
         # A report with no acquire in its turn goes alone.
         node.answers["complete"] = [(200, {"results": [{"ok": True, "run": "r"}]})]

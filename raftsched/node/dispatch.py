@@ -166,7 +166,9 @@ class Dispatcher:
         # A request joining a group that waits with no work for it changes no look's answer (the
         # same queues, labels and types; nothing ready to share out): it waits at the back, and
         # the next apply, due time or full look serves the group. Otherwise it is looked at now.
-        quiet = bool(q) and req.key in self._quiet
+        # A short wait (a request that carries outcomes: worker/limits.py carried_lease_wait_s)
+        # is looked at now: it may be over before the next apply wakes the loop.
+        quiet = bool(q) and req.key in self._quiet and wait_s >= node_limits.dispatch_full_look_s
         q.append(req)
         self.waiting += 1
         if not quiet:

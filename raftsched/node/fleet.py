@@ -241,7 +241,7 @@ class Fleet:
 
         Outcomes carried (``results``, as a ``complete``'s) are proposed first, as one
         ``complete_many`` with ``key`` as its request id, and the wait for runs begins beside
-        it: both usually travel in one log entry. The answer waits for both. Should the
+        it. The answer waits for both. Should the
         completion fail (no leader in time, its outcome unknown), the answer still carries the
         runs granted, and ``results_error`` instead of ``results``: the worker sends the same
         outcomes to ``complete`` with the same key, which acts at most once."""

@@ -138,6 +138,11 @@ lease_refused_pause_s = 5.0
 #: batch instead of two) when they encode to at most this many bytes of JSON, well under the
 #: node's 64 KiB request body with the worker's facts beside them; larger ones go alone.
 carried_results_bytes_max = 32 * 1024
+#: The longest such a lease request waits at the node for runs: long enough for the node's
+#: dispatcher to look (a follower leaves a fresh run to the leader's for lease_follower_grace),
+#: short enough that the outcomes' answer, which comes with it, is never held for long (a wait
+#: of 1 s held a burst's last outcomes that long, and the lease loop's report slots with them).
+carried_lease_wait_s = 0.05
 #: After a node refused outcomes on a lease request (a node of an older version), how long the
 #: worker sends them alone before it tries again.
 carried_refused_pause_s = 300.0

@@ -27,9 +27,10 @@ unknown outcome is never reported as "definitely not". Any other error answer (4
 - Completions: batched, each batch with one Idempotency-Key for all its retries (another node
   after a lost connection or a 504), so a batch acts once. A batch reported in the same turn of
   the event loop as a lease request rides on it (``results``, with the batch's key as the
-  request's Idempotency-Key): one request instead of two. Such a request asks for no wait, so
-  that its answer (which answers the outcomes too) is never held at the node for runs; an
-  empty answer to it is followed at once by a lease request as usual. When that request fails, or its answer says the outcomes failed, or
+  request's Idempotency-Key): one request instead of two. Such a request waits at the node for
+  runs at most ``carried_lease_wait_s`` (50 ms), so that its answer (which answers the outcomes
+  too) is never held for long; an empty answer to it is followed at once by a lease request as
+  usual. When that request fails, or its answer says the outcomes failed, or
   the node is of a version that refuses them, the batch goes alone to ``complete`` with the same
   key, which acts at most once.
 - SIGTERM (or SIGINT, or the cluster's ``draining``): drain for up to ``--drain-s``, then exit 0.
@@ -216,8 +217,8 @@ class RemoteChannel:
                 _answer(carried, None)  # unless answered: the batch goes alone
 
     async def _acquire(self, n: int, ttl_ms: int, carried: "_Carried | None") -> Grants:
-        # A request that carries outcomes does not wait for runs: its answer answers them too.
-        wait_s = self.lease_wait_s() if carried is None else 0.0
+        # A request that carries outcomes waits for runs only briefly: its answer answers them too.
+        wait_s = self.lease_wait_s() if carried is None else worker_limits.carried_lease_wait_s
         attempt = wait_s + worker_limits.lease_request_slack_s
         t0 = self.clock.monotonic_s()
         try:
@@ -255,7 +256,7 @@ class RemoteChannel:
             self._asked(res)
         # An empty answer well before wait_s (a node that answers at once) is not a long-poll:
         # the loop's own pause applies, so the worker does not spin on it. One that carried
-        # outcomes asked for no wait: the next request goes at once, and waits.
+        # outcomes waited only briefly: the next request goes at once, and waits.
         quick = not runs and carried is None and self.clock.monotonic_s() - t0 < wait_s / 2
         return Grants(runs, draining, None if quick else 0.0)
 
