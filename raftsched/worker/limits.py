@@ -125,9 +125,10 @@ assert lease_watchdog_interval_s < core.lease_ttl_ms_min / 1000
 #: longer one), and what ``raftsched worker`` asks for unless told otherwise.
 lease_wait_s_max = 60.0
 lease_wait_s_default = 20.0
-#: A lease request's HTTP timeout is its wait_s plus this (the node answers at wait_s at the
-#: latest, then the acquire in flight for it, at most a propose timeout).
-lease_request_slack_s = propose_timeout_s_default + 5.0
+#: A lease request's HTTP timeout is its wait_s plus this: the node may first propose the
+#: worker's hello (at most a propose timeout), and answers at wait_s at the latest, then waits
+#: for the acquire in flight for it (at most a propose timeout and a second); two seconds more.
+lease_request_slack_s = 2 * propose_timeout_s_default + 3.0
 #: One completion or release request's timeout, and how long a worker keeps retrying a release.
 worker_request_timeout_s = 10.0
 release_deadline_s = 15.0
