@@ -10,7 +10,8 @@ import collections
 import json
 
 from aiohttp import web
-from aiohttp.test_utils import TestServer
+
+import test_remote
 
 from raftsched.clock import SystemClock
 from raftsched.worker import limits as worker_limits
@@ -130,16 +131,16 @@ def test_a_lease_request_that_only_carried_outcomes_is_audited(tmp_path):
 
 
 # ---------------------------------------------------------------------------- the worker's side
-class Node:
+class Node(test_remote.Node):
     """A stand-in node answering each path (``lease``, ``complete``) with the next of its
     answers (status, body), recording every request (path, Idempotency-Key, body)."""
 
     def __init__(self, **answers: list) -> None:
-        self.answers = {k: list(v) for k, v in answers.items()}
+        super().__init__([])
+        self.answers = {k: list(v) for k, v in answers.items()}  # type: ignore[assignment]
         #: path -> seconds its answers wait (a lease request waiting at the node for runs)
         self.delay: dict[str, float] = {}
-        self.requests: list[tuple[str, str, dict]] = []
-        self.server: TestServer | None = None
+        self.requests: list[tuple[str, str, dict]] = []  # type: ignore[assignment]
 
     async def handle(self, request: web.Request) -> web.Response:
         what = request.match_info["what"]
@@ -151,12 +152,7 @@ class Node:
         return web.json_response(body, status=status)
 
     async def channel(self) -> RemoteChannel:
-        app = web.Application()
-        app.router.add_post("/v1/workers/{id}/{what}", self.handle)
-        self.server = TestServer(app, host="127.0.0.1")
-        await self.server.start_server()
-        return RemoteChannel(WorkerConfig(urls=[f"http://127.0.0.1:{self.server.port}"], token=TOKEN,
-                                          worker_id="w1"), SystemClock())
+        return RemoteChannel(WorkerConfig(urls=[await self.start()], token=TOKEN, worker_id="w1"), SystemClock())
 
     def paths(self) -> list[str]:
         return [p for p, _, _ in self.requests]
@@ -300,9 +296,10 @@ def test_a_remote_worker_reports_most_batches_on_its_lease_requests():
 
 
 def test_outcomes_are_not_held_while_the_queue_is_empty():
-    """A lease request that carries outcomes asks for no wait, so a burst's last outcomes are
-    answered at once rather than when the next runs come (a review measured ~0.7 s of delay when
-    they waited with the request); the next lease request then waits as usual, without them."""
+    """A lease request that carries outcomes waits for runs 50 ms at most, so a burst's last
+    outcomes are answered then rather than when the next runs come (a review measured ~0.7 s of
+    delay when they waited 1 s with the request); the next lease request then waits as usual,
+    without them."""
     async def t(env, c):
         await put_job(env, "j")
         rid = await trigger(env, "j")
@@ -313,7 +310,7 @@ def test_outcomes_are_not_held_while_the_queue_is_empty():
             item = dict(ITEM, run=rid, token=g["token"])
             rep = asyncio.create_task(ch.complete([item]))
             acq = asyncio.create_task(ch.acquire(1, 10_000, None))
-            # Answered without the 5 s the worker's lease requests wait otherwise.
+            # Answered well within the 5 s the worker's lease requests wait otherwise.
             assert (await asyncio.wait_for(rep, 2.5))[0]["ok"] and env.state.runs[rid]["state"] == "succeeded"
             grants = await asyncio.wait_for(acq, 2.5)
             assert grants.runs == [] and grants.retry_after_s == 0.0

@@ -95,6 +95,32 @@ async def until(cond, timeout_s=5.0, what="condition"):
         await asyncio.sleep(0.01)  # ok-sleep: polling interval inside a deadline loop
 
 
+def under_lock(env, monkeypatch, *names: str) -> dict[str, list[bool]]:
+    """From now on, each call of one of ``names`` (functions of raftsched.core.queries) records
+    whether it ran inside a read of env's replica (under its lock): name -> one bool a call.
+    Per thread: the fleet's loop may read while a walk runs in the walks' thread."""
+    from raftsched.core import queries
+    inside = threading.local()
+    real_read = env.raft.read
+
+    def read(fn, *args):
+        inside.on = True
+        try:
+            return real_read(fn, *args)
+        finally:
+            inside.on = False
+    env.raft.read = read
+    calls: dict[str, list[bool]] = {}
+    for name in names:
+        real, seen = getattr(queries, name), calls.setdefault(name, [])
+
+        def spy(*args, _real=real, _seen=seen):
+            _seen.append(getattr(inside, "on", False))
+            return _real(*args)
+        monkeypatch.setattr(queries, name, spy)
+    return calls
+
+
 def count_reads(env) -> tuple[list, object]:
     """From now on, the name of every function read on env's replica goes into the list; returns
     it and the real read, to put back."""
@@ -632,34 +658,13 @@ def test_the_walk_of_unplaceable_runs_runs_outside_the_replicas_lock_for_metrics
     holding a million queued runs held the Raft thread for seconds. The scrape and GET /v1/queues
     now take the heaps under the lock and walk them outside it (and off the event loop); so does
     GET /v1/queues's count of ready runs, which walked every queued run whose due had come."""
-    from raftsched.core import queries
 
     async def t(env, c):
         await put_job(env, "gpu", dict(SPEC, placement={"labels": {"pool": "gpu"}}))
         await trigger(env, "gpu")
         await lease(c, "w1", wait_s=0)  # a live worker without the label: the run is unplaceable
-        inside = threading.local()  # per thread: the fleet's loop may read while the walk runs
-        real_read, real_walk, real_ready = env.raft.read, queries.unplaceable_walk, queries._ready_in
-
-        def read(fn, *args):
-            inside.on = True
-            try:
-                return real_read(fn, *args)
-            finally:
-                inside.on = False
-        walked: list[bool] = []
-
-        def walk(inputs):
-            walked.append(getattr(inside, "on", False))
-            return real_walk(inputs)
-        ready_walked: list[bool] = []
-
-        def ready_in(*args):
-            ready_walked.append(getattr(inside, "on", False))
-            return real_ready(*args)
-        env.raft.read = read
-        monkeypatch.setattr(queries, "unplaceable_walk", walk)
-        monkeypatch.setattr(queries, "_ready_in", ready_in)
+        calls = under_lock(env, monkeypatch, "unplaceable_walk", "_ready_in")
+        walked, ready_walked = calls["unplaceable_walk"], calls["_ready_in"]
         fams = {fam.name: fam for fam in env.fleet.collector().collect()}
         assert [(sm.labels, sm.value) for sm in fams["raftsched_runs_unplaceable"].samples] == [({"queue": "default"}, 1)]
         q = (await (await c.get("/v1/queues", headers=AUTH)).json())["queues"][0]

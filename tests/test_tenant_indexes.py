@@ -114,32 +114,14 @@ def test_a_tenants_page_reads_only_its_range_of_names():
 
 
 def test_a_page_by_labels_walks_the_jobs_outside_the_replicas_lock(monkeypatch):
-    import threading
-
-    from test_fleet import run
-    from test_fleet import put_job as put
+    from test_fleet import put_job as put, run, under_lock
 
     async def t(env, c):
         for i in range(5):
             await put(env, f"j{i}", {"schedule": {"every_s": 3600}, "misfire": {"policy": "skip"},
                                      "executor": {"type": "python", "target": "builtins:id"},
                                      "labels": {"k": "v" if i % 2 else "w"}})
-        inside = threading.local()
-        real_read, real_walk = env.raft.read, queries.labelled_walk
-
-        def read(fn, *args):
-            inside.on = True
-            try:
-                return real_read(fn, *args)
-            finally:
-                inside.on = False
-        walked: list[bool] = []
-
-        def walk(*args):
-            walked.append(getattr(inside, "on", False))
-            return real_walk(*args)
-        env.raft.read = read
-        monkeypatch.setattr(queries, "labelled_walk", walk)
+        walked = under_lock(env, monkeypatch, "labelled_walk")["labelled_walk"]
         page = await env.service.list_jobs(1, None, {"k": "v"})
         assert [j["name"] for j in page["jobs"]] == ["j1"] and page["next"] == "j1" and page["total"] == 2
         page = await env.service.list_jobs(5, "j1", {"k": "v"}, frozenset({"default"}))
