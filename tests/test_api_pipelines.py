@@ -157,6 +157,10 @@ def test_a_handlers_return_value_is_its_runs_result_and_a_result_file_is_read_sa
                                    name="t"))
     assert out.ok and rc.result == {"n": 3}
     assert run_result({"x": "y" * 5000}) is None and run_result({1, 2}) is None and run_result([1]) == [1]
+    deep: list = []
+    for _ in range(100_000):  # nested too deep to encode: no result, not an error
+        deep = [deep]
+    assert run_result(deep) is None
     f = tmp_path / "r.json"
     f.write_text('{"rows": 42}')
     assert read_result(str(f)) == {"rows": 42}

@@ -255,6 +255,47 @@ def test_a_thread_that_outlives_its_run_keeps_the_slot_taken_until_it_returns(wa
     run(t())
 
 
+@pytest.mark.parametrize("way", ["awaited", "soon", "plain"])
+def test_an_error_reporting_a_runs_outcome_frees_its_slot_and_lets_its_lease_go(way, monkeypatch):
+    """Whatever goes wrong between a run's end and its report (here: keeping its result), the
+    run is dropped (its lease expires, and the run goes again) and its slot frees, whether the
+    loop awaited the executor or was called back (``soon``, an --app worker's handlers;
+    ``execute_soon``, a plain python target): the callback's error once kept the slot taken and
+    the lease renewed for ever."""
+    from raftsched.worker import loop as loop_module
+    from raftsched.worker.executors import function_soon, run_function
+
+    def broken(value):
+        raise RuntimeError("a bug keeping the result")
+    monkeypatch.setattr(loop_module, "run_result", broken)
+
+    class Soon:
+        async def __call__(self, ctx, timeout_s, cancel):
+            return await run_function(exec_targets.record_sync, ctx, timeout_s, cancel, name="t")
+
+        def soon(self, ctx, timeout_s, cancel, on_done):
+            return function_soon(exec_targets.record_sync, ctx, timeout_s, cancel, on_done, name="t")
+
+    class Awaited:
+        async def __call__(self, ctx, timeout_s, cancel):
+            return await run_function(exec_targets.record_sync, ctx, timeout_s, cancel, name="t")
+
+    async def t():
+        env = Env(f"report-bug-{way}", "exec_targets:record_sync", runs=2, slots=1)
+        if way != "plain":
+            env.worker.executor_lookup = lambda grant: Soon() if way == "soon" else Awaited()
+        ids = await env.setup()
+        for rid in ids:
+            exec_targets.RECORDED.pop(rid, None)
+        task = asyncio.create_task(env.worker.run())
+        # Both run in the one slot: the first's failed report freed it.
+        await wait_until(lambda: all(r in exec_targets.RECORDED for r in ids), 10, "both runs to start")
+        await wait_until(lambda: not env.worker.held and env.worker._executing == 0, 10, "both leases let go")
+        await stop(task)
+        assert env.states(ids) == {"running": 2}  # not reported: the leases expire, the runs go again
+    run(t())
+
+
 class _Looks:
     """Counts the lease watchdog's looks, so a test can wait until it has looked at a clock it
     just moved (a deadline on a condition, not a sleep)."""

@@ -159,7 +159,7 @@ def run_result(value: Any) -> Any:
     result_bytes_max bytes, else None."""
     try:
         text = json.dumps(value, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # not JSON, or nested too deep to encode
         return None
     return json.loads(text) if len(text.encode()) <= limits.result_bytes_max else None
 
@@ -629,7 +629,7 @@ class LeaseLoop:
                 # In this process (no sandbox), a plain python function already imported runs
                 # without a task of its own; so does an executor that can start by callbacks
                 # (``soon``: an --app worker's handlers, raftsched/sdk/worker.py).
-                if own is None and not early and self.sandbox is None and execute_soon(g["executor"], ctx, g["timeout_s"], functools.partial(self._executed, h, t0),
+                if own is None and not early and self.sandbox is None and execute_soon(g["executor"], ctx, g["timeout_s"], functools.partial(self._soon_done, h, t0, None),
                                                 cancel=h.cancel, allowed_types=self.allowed_types,
                                                 kill_grace_s=self.kill_grace_s):
                     return
@@ -700,11 +700,20 @@ class LeaseLoop:
             await self._give_back([h], "given up before its slot")
         return False
 
-    def _soon_done(self, h: _Held, t0: float, done: asyncio.Future, out: Outcome) -> None:
-        """The Outcome of a run an executor started by callbacks (``soon``)."""
-        if not done.done():
+    def _soon_done(self, h: _Held, t0: float, done: asyncio.Future | None, out: Outcome) -> None:
+        """The Outcome of a run an executor started by callbacks (``soon``, ``execute_soon``):
+        ``_executed``, guarded as ``_execute`` guards it for an awaited run. Without the guard, an
+        error in it went to whoever called back (the loop's handler, a thread's inbox, or a
+        heartbeat that set the run's cancel event), and the run kept its slot and its lease,
+        heartbeated for ever."""
+        if done is not None and not done.done():
             done.set_result(None)
-        self._executed(h, t0, out)
+        try:
+            self._executed(h, t0, out)
+        except Exception:
+            log.exception("worker: run %s failed unexpectedly", h.grant["id"])
+            self._release(h)
+            self._free_slot(h, out.linger)
 
     def _executed(self, h: _Held, t0: float, out: Outcome) -> None:
         """Queue the outcome for the next report and free the run's slot. Reported even when
