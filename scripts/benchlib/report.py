@@ -222,6 +222,13 @@ def markdown(res: dict) -> str:
         on, off, cost = d["summary"]["on"], d["summary"]["off"], d["summary"]["cost_of_fsync"]
         label = (f"durability: fsync on vs --no-fsync (fresh clusters, medians of {d['rounds']} round(s) each; "
                  f"sweep N={fmt(d['sweep_n'])}, e2e {fmt(d['e2e_jobs'])} jobs)")
+        for role in ("leader", "follower"):
+            pp = cost.get(f"lone_{role}_paired_p50_ms")
+            if pp is not None:
+                row(label, f"lone write to the {role} p50 (ms), two clusters written in turn: on / off; "
+                           "median of the pairs' differences",
+                    f"{fmt(pp[0])} / {fmt(pp[1])}; {cost[f'lone_{role}_paired_added_ms']} ms")
+                label = ""
         for k, fig in (("lone_leader_p50_ms", "lone write to the leader p50 (ms)"),
                        ("lone_follower_p50_ms", "lone write to a follower p50 (ms)"),
                        ("register_jobs_per_s", "jobs registered per second (PUT)"),

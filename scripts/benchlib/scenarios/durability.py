@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 from ..common import IDLE_SPEC
-from ..harness import leader_checked, start_cluster, stop_clusters
+from ..harness import NO_WORKER, leader_checked, start_cluster, stop_clusters
 from ..register import register_checked
 from .e2e import e2e
 from .sweep import sweep
-from .writes import lone_writes
+from .writes import lone_writes, paired_lone_writes
 
 SETTINGS = {"on": (), "off": ("--no-fsync",)}
 
@@ -22,6 +22,12 @@ def durability(tmp: Path, p: dict, clusters: list, fire_log_ok: bool, register_b
     rounds = p["durability_rounds"]
     out: dict = {"rounds": rounds, "sweep_n": p["durability_sweep_n"], "e2e_jobs": p["durability_e2e_jobs"],
                  "writes": p["durability_writes"], "register": p["durability_register"], "on": [], "off": []}
+    # First, lone writes to a cluster of each setting at once, in turn: the sync's cost as the
+    # difference of samples taken a few ms apart. Then the rounds, on fresh clusters.
+    pair = [start_cluster(tmp, f"dur-paired-{setting}", clusters, NO_WORKER + SETTINGS[setting])
+            for setting in ("on", "off")]
+    out["paired"] = paired_lone_writes(pair[0], pair[1], p["durability_writes"])
+    stop_clusters(clusters)
     for r in range(rounds):
         for setting in (("on", "off") if r % 2 == 0 else ("off", "on")):
             args = SETTINGS[setting]
@@ -90,5 +96,10 @@ def summarize(out: dict) -> dict:
             cost[k.replace("_ms", "_added_ms")] = round(on - off, 3)
         else:
             cost[k.replace("_per_s", "_lost_pct")] = round(100 * (off - on) / off, 1)
+    paired = out.get("paired") or {}
+    for role in ("leader", "follower"):
+        if role in paired:
+            cost[f"lone_{role}_paired_added_ms"] = paired[role]["added_median_ms"]
+            cost[f"lone_{role}_paired_p50_ms"] = [paired[role]["on"]["p50"], paired[role]["off"]["p50"]]
     s["cost_of_fsync"] = cost
     return s

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from raftsched.testing.cluster import LocalCluster
 
-from ..common import BenchError, IDLE_SPEC, summary
+from ..common import BenchError, IDLE_SPEC, pct, summary
 from ..harness import BenchCluster, Conn, NO_WORKER, check_alive, leader_checked, node_log_excerpt, start_cluster
 from ..register import BULK_CONCURRENCY, BULK_PATH, CONCURRENCY, bulk_available, register_checked
 
@@ -49,6 +49,58 @@ def lone_writes(c: LocalCluster, n: int, warmup: int = 20) -> dict:
                   f"p99 {out[role]['latency_ms']['p99']} ms", file=sys.stderr)
         finally:
             conn.close()
+    return out
+
+
+def paired_lone_writes(on: LocalCluster, off: LocalCluster, n: int, warmup: int = 20) -> dict:
+    """Lone writes to two clusters at once, one request each in turn (``on`` first in even
+    pairs, ``off`` first in odd ones), to the leader of each, then to a follower of each: what
+    fsync adds to a lone write, from pairs of samples taken a few ms apart, so that the
+    machine's drift (other work, the disk's state) falls on both alike. A figure of fresh
+    clusters measured one after the other moves by more than the sync costs (docs/benchmarks.md,
+    "Durability"). Each sample: client-side time of one PUT on a kept-alive connection.
+    :returns: per role, each cluster's latency summary, and the median of the pairs'
+    differences (on - off)."""
+    out: dict = {"spec": IDLE_SPEC, "n": n, "warmup": warmup}
+    seq = 0
+    for role in ("leader", "follower"):
+        conns = {}
+        try:
+            for key, c in (("on", on), ("off", off)):
+                leader, _ = leader_checked(c)
+                i = leader if role == "leader" else (leader + 1) % c.n
+                conns[key] = (c, i, Conn(c.api_ports[i], token=c.token))
+                for w in range(warmup):
+                    s, b = conns[key][2].request("PUT", f"/v1/jobs/p-warm-{role}-{w}", IDLE_SPEC)
+                    if s not in (200, 201):
+                        raise BenchError(f"warm-up PUT on {key}'s node-{i + 1} ({role}): {s} {b}")
+            lat: dict[str, list[float]] = {"on": [], "off": []}
+            diffs = []
+            for k in range(n):
+                pair = {}
+                for key in (("on", "off") if k % 2 == 0 else ("off", "on")):
+                    c, i, conn = conns[key]
+                    path = f"/v1/jobs/p-{seq}"
+                    seq += 1
+                    a = time.perf_counter()
+                    s, b = conn.request("PUT", path, IDLE_SPEC, retry=False)
+                    pair[key] = (time.perf_counter() - a) * 1000
+                    if s != 201:
+                        raise BenchError(f"PUT {path} on {key}'s node-{i + 1} ({role}): {s} {b}\n"
+                                         + node_log_excerpt(c, i))
+                    lat[key].append(pair[key])
+                diffs.append(pair["on"] - pair["off"])
+            for c, _, _ in conns.values():
+                check_alive(c, range(c.n))
+            out[role] = {"on": summary(lat["on"], 2), "off": summary(lat["off"], 2),
+                         "added_median_ms": round(pct(diffs, 50), 3),
+                         "nodes": {key: f"node-{i + 1}" for key, (_, i, _) in conns.items()}}
+            print(f"[bench] paired lone writes to the {role}: p50 on {out[role]['on']['p50']} ms, off "
+                  f"{out[role]['off']['p50']} ms; median of the pairs' differences {out[role]['added_median_ms']} ms",
+                  file=sys.stderr)
+        finally:
+            for _, _, conn in conns.values():
+                conn.close()
     return out
 
 
