@@ -23,6 +23,7 @@ from .model import TERMINAL_STATES
 from .notify import on_slot_recorded
 from .policy import fires_ahead
 from .queues import compact_queued, drop_oldest_queued, enqueue, unqueue_count
+from .ready import ReadyIndex
 from .records import LAG_LAST, LAG_MAX, LAG_SUM, RECORDED, RUN_TEMPLATE, RUNS, Record, Result, count_fire, is_int, ok
 
 if TYPE_CHECKING:
@@ -127,12 +128,19 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
                     prios = queued[qname] = {}
                 h = prios.get(prio)
                 if h is None:
-                    h = prios[prio] = []
+                    h = prios[prio] = ReadyIndex()
+                # h.push inlined (ready.py), as the rest of this path is: a call a slot was
+                # a tenth of a slot's instructions.
+                buckets, dues, multi, unsorted = h._buckets, h._dues, h._multi, h._unsorted
+                large = h.sort_max >> 1
                 by_slot = s._by_slot.get(qname)
                 lag_sum = 0
+                pushed = 0  # into h, not yet counted in h._n
                 for slot in runs:
                     if depth >= max_depth:
                         depths[qname] = depth
+                        h._n += pushed  # (what it drops may queue a pipeline's child: h read whole)
+                        pushed = 0
                         dropped(s, drop_oldest_queued(s, qname, now), now)  # before the new run exists, as new_run
                         depth = depths[qname]
                         by_slot = s._by_slot.get(qname)
@@ -166,11 +174,25 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
                                 trim(s, hist, bound)
                         elif not excess % TRIM_SCAN_SLACK:
                             trim(s, hist, bound)
-                    heappush(h, (slot, rid))
+                    b = buckets.get(slot)
+                    if b is None:
+                        buckets[slot] = rid
+                        heappush(dues, slot)
+                    elif type(b) is str:
+                        buckets[slot] = [b, rid] if rid <= b else [rid, b]
+                        multi.add(slot)
+                    elif len(b) >= large:
+                        h.push_large(slot, b, rid)  # type: ignore[arg-type]
+                    else:
+                        if rid > b[-1]:
+                            unsorted.add(slot)
+                        b.append(rid)  # type: ignore[union-attr]
+                    pushed += 1
                     depth += 1
                     if by_slot is not None:
                         heappush(by_slot, (slot, rid))
                 depths[qname] = depth
+                h._n += pushed
                 # count_fire of each slot, at once: slots ascend, so the first has the largest lag
                 # and the last the smallest (the one kept as the last lag).
                 stats[RUNS] += len(runs)
@@ -180,7 +202,7 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
                 if lag > stats[LAG_MAX]:
                     stats[LAG_MAX] = lag
                 stats[LAG_SUM] += lag_sum
-                if len(h) > 2 * depth + limits.queue_index_stale_slack:
+                if h._n > 2 * depth + limits.queue_index_stale_slack:
                     compact_queued(s, qname, prio, h)
                 if by_slot is not None and len(by_slot) > 2 * depth + limits.queue_index_stale_slack:
                     del s._by_slot[qname]

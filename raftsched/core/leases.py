@@ -19,7 +19,6 @@ The queues a run waits in, and the dead-letter queue, are queues.py's.
 """
 from __future__ import annotations
 
-import heapq
 from typing import TYPE_CHECKING, Any
 
 from . import limits, pipelines
@@ -29,6 +28,7 @@ from .events import emit
 from .notify import on_attempt_failed, on_dead, on_success
 from .policy import backoff_ms
 from .queues import add_dead, enqueue, unqueue_count
+from .ready import ReadyIndex
 from .deadlines import on_finish
 from .records import Record, Result, bound_text, is_int, ok
 from .tenants import LIMITED, dispatch_refusal, network_of, tenant_take
@@ -86,10 +86,10 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
     queued = s._queued
     names = sorted(set(queues)) if queues is not None else sorted(queued)
     granted: list[dict[str, Any]] = []
-    held_back: list[tuple[list[tuple[int, str]], tuple[int, str]]] = []
+    held_back: list[tuple[ReadyIndex, tuple[int, str]]] = []
     scanned = 0
-    runs, pop = s.runs, heapq.heappop
-    # The served queues' heaps, highest priority first. Handed out by the key (-priority,
+    runs = s.runs
+    # The served queues' indexes (heaps, in what they hand out), highest priority first. Handed out by the key (-priority,
     # due, run id) among the runs whose due has come: a merge of the heaps' heads.
     # An entry is live when its run is queued in this heap's queue, at this priority and
     # due: a run id can come back in another queue (a job deleted and put again in another
@@ -106,8 +106,12 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
         # some executors only (raftsched worker --executors, --app) takes this path too.
         q, p, h = heaps[0]
         jobs = s.jobs
-        while len(granted) < n and scanned < limits.acquire_scan_max and h and h[0][0] <= now:
-            due, rid = pop(h)
+        pop_due_by = h.pop_due_by
+        while len(granted) < n and scanned < limits.acquire_scan_max:
+            entry = pop_due_by(now)
+            if entry is None:
+                break
+            due, rid = entry
             run = runs.get(rid)
             if run is None or run["state"] != "queued" or run["priority"] != p \
                     or run.get("due", run["slot"]) != due or run["queue"] != q:
@@ -125,30 +129,32 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
                 held_back.append((h, (due, rid)))  # I18: another worker's labels satisfy it
                 continue
             granted.append(grant(s, run, worker, ttl, now))
-        for h, entry in held_back:
-            heapq.heappush(h, entry)
+        _put_back(held_back)
         if w is not None:
             w["grants"] += len(granted)
         return _acquired(granted, refused)
     while len(granted) < n and scanned < limits.acquire_scan_max:
         best: tuple[int, int, str] | None = None  # (-priority, due, run id) of the next grant
-        best_h: list[tuple[int, str]] | None = None  # and its heap
+        best_h: ReadyIndex | None = None  # and its index
         for q, p, h in heaps:
             if best is not None and -p > best[0]:
                 break  # lower priorities than the best found so far
-            while h and h[0][0] <= now:
-                due, rid = h[0]
+            while True:
+                top = h.head()
+                if top is None or top[0] > now:
+                    break
+                due, rid = top
                 run = runs.get(rid)
                 if run is None or run["state"] != "queued" or run["priority"] != p \
                         or run.get("due", run["slot"]) != due or run["queue"] != q:
-                    pop(h)  # stale index entry
+                    h.pop()  # stale index entry
                     continue
                 if best is None or (-p, due, rid) < best:
                     best, best_h = (-p, due, rid), h
                 break
         if best is None or best_h is None:  # (both set together)
             break
-        entry = pop(best_h)
+        entry = best_h.pop()
         scanned += 1
         run = runs[best[2]]
         job = s.jobs.get(run["job"])
@@ -170,11 +176,18 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
             held_back.append((best_h, entry))  # over its rate: wait; others go ahead
             continue
         granted.append(grant(s, run, worker, ttl, now))
-    for h, entry in held_back:
-        heapq.heappush(h, entry)
+    _put_back(held_back)
     if w is not None:
         w["grants"] += len(granted)
     return _acquired(granted, refused)
+
+
+def _put_back(held_back: list[tuple[ReadyIndex, tuple[int, str]]]) -> None:
+    """Put the entries an acquire passed over back in their indexes, last taken first: each
+    index handed its own out smallest first, so each goes back in front of the rest and a
+    sorted bucket stays sorted (ready.py)."""
+    for h, (due, rid) in reversed(held_back):
+        h.push(due, rid)
 
 
 def _acquired(granted: list[dict[str, Any]], refused: int) -> Result:

@@ -126,6 +126,10 @@ queue_depth_max = 1_000_000
 #: paused, deleted, retried with a new due); without a bound a queue nothing acquires from would
 #: grow its heaps by one entry a fire, forever. Twice the depth makes the work amortised O(1).
 queue_index_stale_slack = 1024
+#: A due's list of queued run ids in an acquire index (core/ready.py) is sorted once, when first
+#: read, while it holds at most this many; beyond it, it is a heap (no sort of a storm's million
+#: ids in one apply: ~1 s, the Raft thread waiting), and back to a sorted list below half of it.
+ready_sort_max = 16_384
 #: How far past its bound a job's history may grow while its oldest entry is still active
 #: (queued, running or dead) before trimming scans behind it (fire.trim): scanning on every add
 #: cost 30 % of a follower's time with 50 queued runs a job.

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from . import limits
+from .ready import Buckets, entries_of
 from .worker_queries import LiveWorker, live_workers, may_wait_among, waiting_for_many
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 #: :func:`overdue_inputs`: the state's runs map, a copy of every queue's acquire heaps, and the
 #: live workers (built once a look: a walk of the registry, 35 ms at 10 000 workers).
-OverdueInputs: TypeAlias = "tuple[dict[str, Record], list[list[tuple[int, str]]], list[LiveWorker]]"
+OverdueInputs: TypeAlias = "tuple[dict[str, Record], list[Buckets], list[LiveWorker]]"
 
 
 def unplaceable_overdue(s: SchedulerState, now_ms: int) -> list[str]:
@@ -42,7 +43,7 @@ def overdue_inputs(s: SchedulerState, now_ms: int) -> OverdueInputs | None:
     live = live_workers(s, now_ms)
     if not may_wait_among(s, live):
         return None  # (else every queued run's id is listed and sorted: a storm's million)
-    return s.runs, [list(h) for q in s._queued.values() for h in q.values()], live
+    return s.runs, [h.copy_buckets() for q in s._queued.values() for h in q.values()], live
 
 
 def overdue_candidates(inputs: OverdueInputs, now_ms: int) -> list[str]:
@@ -53,7 +54,7 @@ def overdue_candidates(inputs: OverdueInputs, now_ms: int) -> list[str]:
     old = now_ms - limits.unplaceable_report_ms
     out: set[str] = set()
     for h in heaps:
-        for _due, rid in h:
+        for _due, rid in entries_of(h):
             r: Any = runs.get(rid)
             if r is not None and r["state"] == "queued" and r.get("unplaceable_at") is None and r["fired_at"] <= old:
                 out.add(rid)

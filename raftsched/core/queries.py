@@ -21,6 +21,7 @@ from .errors import BadRequest, NotFound
 from . import records
 from .records import STATS_FIELDS, Record, Result
 from .notify import view_health
+from .ready import Buckets, entries_of
 from .tenants import DEFAULT_POLICY, refusal as policy_refusal
 
 if TYPE_CHECKING:
@@ -352,10 +353,10 @@ def _ready(s: SchedulerState, q: str, now_ms: int) -> tuple[int, int | None]:
     return _ready_in(s.runs, q, s._queued.get(q, {}).items(), now_ms)
 
 
-def _ready_in(runs: dict[str, Record], q: str, heaps: Iterable[tuple[int, list[tuple[int, str]]]],
+def _ready_in(runs: dict[str, Record], q: str, heaps: Iterable[tuple[int, Iterable[tuple[int, str]]]],
               now_ms: int) -> tuple[int, int | None]:
-    """:func:`_ready` over ``heaps`` ((priority, entries) of queue ``q``), reading ``runs`` one
-    key at a time."""
+    """:func:`_ready` over ``heaps`` ((priority, entries (due, id)) of queue ``q``), reading
+    ``runs`` one key at a time."""
     seen: set[str] = set()
     ready = 0
     oldest: int | None = None
@@ -377,7 +378,7 @@ def _ready_in(runs: dict[str, Record], q: str, heaps: Iterable[tuple[int, list[t
 
 #: What :func:`queue_walk` reads: the time, the state's runs map, the heaps copied
 #: (worker_queries.heaps_copy), and the unplaceable count's inputs (None: no run can count).
-QueueWalkInputs: TypeAlias = tuple[int, dict[str, Record], list[tuple[str, int, list[tuple[int, str]]]], Any]
+QueueWalkInputs: TypeAlias = tuple[int, dict[str, Record], list[tuple[str, int, Buckets]], Any]
 
 
 def queue_walk_inputs(s: SchedulerState, now_ms: int) -> QueueWalkInputs:
@@ -395,9 +396,9 @@ def queue_walk(inputs: QueueWalkInputs) -> tuple[dict[str, tuple[int, int | None
     runs walked them all under the lock for each ``GET /v1/queues`` (the dashboard polls it),
     its Raft thread waiting meanwhile."""
     now_ms, runs, heaps, unplaceable_in = inputs
-    by_queue: dict[str, list[tuple[int, list[tuple[int, str]]]]] = {}
+    by_queue: dict[str, list[tuple[int, Iterable[tuple[int, str]]]]] = {}
     for q, p, h in heaps:
-        by_queue.setdefault(q, []).append((p, h))
+        by_queue.setdefault(q, []).append((p, entries_of(h)))
     ready = {q: _ready_in(runs, q, hs, now_ms) for q, hs in by_queue.items()}
     return ready, ({} if unplaceable_in is None else unplaceable_walk(unplaceable_in))
 
@@ -414,8 +415,7 @@ def oldest_ready(s: SchedulerState, now_ms: int) -> dict[str, int]:
 
 #: What :func:`oldest_ready_walk` reads: the time, the runs map, the answers of the queues whose
 #: heaps' tops are live, and the heaps copied of those with a stale top.
-OldestInputs: TypeAlias = tuple[int, dict[str, Record], dict[str, int],
-                                list[tuple[str, list[tuple[int, list[tuple[int, str]]]]]]]
+OldestInputs: TypeAlias = tuple[int, dict[str, Record], dict[str, int], list[tuple[str, list[tuple[int, Buckets]]]]]
 
 
 def oldest_ready_inputs(s: SchedulerState, now_ms: int) -> OldestInputs:
@@ -424,14 +424,15 @@ def oldest_ready_inputs(s: SchedulerState, now_ms: int) -> OldestInputs:
     queue of a million runs, walked under the lock at each scrape, held the Raft thread ~1 s)."""
     runs = s.runs
     done: dict[str, int] = {}
-    walk: list[tuple[str, list[tuple[int, list[tuple[int, str]]]]]] = []
+    walk: list[tuple[str, list[tuple[int, Buckets]]]] = []
     for q, heaps in s._queued.items():
         oldest: int | None = None
         stale = False
         for p, h in heaps.items():
-            if not h:
+            top = h.peek()
+            if top is None:
                 continue
-            due, rid = h[0]
+            due, rid = top
             r = runs.get(rid)
             if r is None or r["state"] != "queued" or r["queue"] != q or r["priority"] != p \
                     or r.get("due", r["slot"]) != due:
@@ -440,7 +441,7 @@ def oldest_ready_inputs(s: SchedulerState, now_ms: int) -> OldestInputs:
             if due <= now_ms and (oldest is None or now_ms - due > oldest):
                 oldest = now_ms - due
         if stale:
-            walk.append((q, [(p, list(h)) for p, h in heaps.items()]))
+            walk.append((q, [(p, h.copy_buckets()) for p, h in heaps.items()]))
         elif oldest is not None:
             done[q] = oldest
     return now_ms, runs, done, walk
@@ -452,7 +453,7 @@ def oldest_ready_walk(inputs: OldestInputs) -> dict[str, int]:
     now_ms, runs, done, walk = inputs
     out = dict(done)
     for q, heaps in walk:
-        _, oldest = _ready_in(runs, q, heaps, now_ms)
+        _, oldest = _ready_in(runs, q, [(p, entries_of(h)) for p, h in heaps], now_ms)
         if oldest is not None:
             out[q] = oldest
     return dict(sorted(out.items()))
@@ -480,7 +481,8 @@ def has_ready_work(s: SchedulerState, queues: list[str] | None, now_ms: int) -> 
     names = queues if queues is not None else list(s._queued)
     for q in names:
         for h in s._queued.get(q, {}).values():
-            if h and h[0][0] <= now_ms:
+            due = h.head_due()
+            if due is not None and due <= now_ms:
                 return True
     return False
 

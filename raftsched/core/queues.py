@@ -1,8 +1,9 @@
 """Run queues: their derived indexes, the queue_full policies, and the dead-letter queue.
 
 Derived indexes (not in the snapshot, made again by ``rebuild_indexes`` on restore): per queue
-and priority a heap of the queued runs ordered by (due, id), whose heads are the runs whose due
-has come (an acquire merges the heads by (-priority, due, id)); per queue the dead runs oldest
+and priority the queued runs ordered by (due, id), a ``ready.ReadyIndex`` (a heap's operations,
+laid out by due), whose heads are the runs whose due has come (an acquire merges the heads by
+(-priority, due, id)); per queue the dead runs oldest
 first, by (finished_at, id); per queue whose ``drop_oldest`` had to drop a run, a heap of its
 queued runs by (slot, id), built when first needed and kept from then on (``drop_oldest_queued``);
 and the counts of queued and running runs per queue. A heap's entries go stale when a run leaves
@@ -30,6 +31,7 @@ from . import limits, pipehooks, snapshot
 from .errors import Conflict, InvalidCommand, NotFound
 from .model import is_name
 from .events import emit
+from .ready import ReadyIndex
 from .records import Record, Result, is_int, ok
 
 if TYPE_CHECKING:
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
 
 def reset_indexes(s: SchedulerState) -> None:
     """Empty indexes, for a state with no runs."""
-    #: queue -> priority -> heap of (due, run id) of its queued runs; ready once due has come
+    #: queue -> priority -> its queued runs by (due, run id); ready once due has come
     s._queued = {}
     #: queue -> heap of (slot, run id) of its queued runs (drop_oldest's index; built lazily)
     s._by_slot = {}
@@ -133,9 +135,9 @@ def enqueue(s: SchedulerState, run: Record) -> None:
     p = run["priority"]
     h = prios.get(p)
     if h is None:
-        h = prios[p] = []
+        h = prios[p] = ReadyIndex()
     slot: int = run["slot"]
-    heapq.heappush(h, (run.get("due", slot), run["id"]))
+    h.push(run.get("due", slot), run["id"])
     if len(h) > 2 * depth + limits.queue_index_stale_slack:
         compact_queued(s, q, p, h)
     bs = s._by_slot.get(q)
@@ -145,20 +147,17 @@ def enqueue(s: SchedulerState, run: Record) -> None:
             del s._by_slot[q]  # mostly stale: rebuilt when next needed
 
 
-def compact_queued(s: SchedulerState, q: str, p: int, h: list[tuple[int, str]]) -> None:
-    """Keep only the live entries of queue ``q``'s priority ``p`` heap, in place (callers
-    hold it). Which entries a heap holds beside the live ones changes nothing any replica
+def compact_queued(s: SchedulerState, q: str, p: int, h: ReadyIndex) -> None:
+    """Keep only the live entries of queue ``q``'s priority ``p`` index, in place (callers
+    hold it). Which entries an index holds beside the live ones changes nothing any replica
     decides: acquire skips stale ones, and every queued run has a live one."""
-    runs, seen, keep = s.runs, set(), []
-    for e in h:
-        due, rid = e
+    runs = s.runs
+
+    def live(due: int, rid: str) -> bool:
         run = runs.get(rid)
-        if run is not None and rid not in seen and run["state"] == "queued" and run["queue"] == q \
-                and run["priority"] == p and run.get("due", run["slot"]) == due:
-            seen.add(rid)
-            keep.append(e)
-    heapq.heapify(keep)
-    h[:] = keep
+        return run is not None and run["state"] == "queued" and run["queue"] == q \
+            and run["priority"] == p and run.get("due", run["slot"]) == due
+    h.keep_only(live)
 
 
 def drop_oldest_queued(s: SchedulerState, qname: str, now: int) -> Record | None:
@@ -188,7 +187,7 @@ def _queued_by_slot(s: SchedulerState, qname: str) -> list[tuple[int, str]]:
     queued run has an entry there)."""
     runs, seen, out = s.runs, set(), []
     for h in s._queued.get(qname, {}).values():
-        for _, rid in h:
+        for _, rid in h:  # (every entry, stale ones too)
             run = runs.get(rid)
             if run is not None and rid not in seen and run["state"] == "queued" and run["queue"] == qname:
                 seen.add(rid)

@@ -44,6 +44,7 @@ from .leases import (
 )
 from .locks import apply_lock_acquire, apply_lock_release, apply_lock_renew
 from .queues import apply_dlq_delete, apply_dlq_requeue, apply_put_queue, rebuild_indexes, reset_indexes
+from .ready import ReadyIndex
 from .records import IntTable, PartTable, Record, Result, err, ok, replayed, request_what
 from .tenants import apply_delete_tenant, apply_put_tenant, apply_put_tenant_policy
 from .backfills import (
@@ -161,7 +162,7 @@ class SchedulerState:
     #: the pipelines' joins and their derived parent -> children index (pipelines.py)
     pipes: Pipes
     # The derived indexes of the queues (queues.reset_indexes says what each holds).
-    _queued: dict[str, dict[int, list[tuple[int, str]]]]
+    _queued: dict[str, dict[int, ReadyIndex]]
     _by_slot: dict[str, list[tuple[int, str]]]
     _dead: dict[str, deque[str]]
     _queue_depth: dict[str, int]

@@ -7,6 +7,7 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from . import limits
+from .ready import Buckets, entries_of
 from .placement import placement_ok
 from .records import Record
 from .workers import DEDICATED, FACTS, TENANTS, is_gone
@@ -149,11 +150,11 @@ def unplaceable(s: SchedulerState, now_ms: int) -> dict[str, int]:
 #: What :func:`unplaceable_walk` reads: the live workers, whether any is restricted, the state's
 #: runs and jobs maps, and a copy of every queue's acquire heaps (queue, priority, entries).
 UnplaceableInputs: TypeAlias = tuple[list[LiveWorker], bool, dict[str, Record], dict[str, Record],
-                                     list[tuple[str, int, list[tuple[int, str]]]]]
+                                     list[tuple[str, int, Buckets]]]
 
 
 def unplaceable_inputs(s: SchedulerState, now_ms: int,
-                       heaps: list[tuple[str, int, list[tuple[int, str]]]] | None = None) -> UnplaceableInputs | None:
+                       heaps: list[tuple[str, int, Buckets]] | None = None) -> UnplaceableInputs | None:
     """Under the replica's lock (``raft.read``): what :func:`unplaceable` walks, the heaps copied
     (:func:`heaps_copy`, unless given), or None when no run can count."""
     live = _live_workers(s, now_ms)
@@ -162,10 +163,11 @@ def unplaceable_inputs(s: SchedulerState, now_ms: int,
     return live, _restricted(live), s.runs, s.jobs, heaps_copy(s) if heaps is None else heaps
 
 
-def heaps_copy(s: SchedulerState) -> list[tuple[str, int, list[tuple[int, str]]]]:
-    """Under the replica's lock: every queue's acquire heaps as (queue, priority, entries), each a
-    list copy (in C: a few ms for a million entries), for a walk outside the lock."""
-    return [(q, p, list(h)) for q, prios in s._queued.items() for p, h in prios.items()]
+def heaps_copy(s: SchedulerState) -> list[tuple[str, int, Buckets]]:
+    """Under the replica's lock: every queue's acquire indexes as (queue, priority, buckets), each
+    bucket a list copy (in C: a few ms for a million entries), for a walk outside the lock
+    (``ready.entries_of``)."""
+    return [(q, p, h.copy_buckets()) for q, prios in s._queued.items() for p, h in prios.items()]
 
 
 def unplaceable_walk(inputs: UnplaceableInputs) -> dict[str, int]:
@@ -181,7 +183,7 @@ def unplaceable_walk(inputs: UnplaceableInputs) -> dict[str, int]:
     seen_in: dict[str, set[str]] = {}
     for q, p, h in heaps:
         seen = seen_in.setdefault(q, set())
-        for due, rid in h:
+        for due, rid in entries_of(h):
             r = runs.get(rid)
             if r is None or rid in seen or r["state"] != "queued" or r["queue"] != q or r["priority"] != p \
                     or r.get("due", r["slot"]) != due:
@@ -297,43 +299,39 @@ def ready_count(s: SchedulerState, queues: list[str] | None, labels: dict[str, s
     some of them), executor ``types`` (None: every type) and ``tenants`` (None: every tenant)
     serving ``queues`` (None: every queue) could hand out now: a
     cheap local count for a node's dispatcher of lease requests. Looks at the ready part of each
-    heap (the entries whose due has come, a subtree at its root) up to ``scan_max`` entries in
-    all; it may count a run acquire turns out not to hand out (another node's worker took it
+    index (the entries whose due has come) up to ``scan_max`` entries in all; it may count a run acquire turns out not to hand out (another node's worker took it
     first, or its tenant's tokens were counted once for several of its runs), and miss one
     beyond the scan (the dispatcher then tries now and then anyway)."""
     names = queues if queues is not None else list(s._queued)
     runs, jobs, rates, only, scanned, found = s.runs, s.jobs, s.tenants, tenants, 0, 0
     for q in names:
         for p, h in s._queued.get(q, {}).items():
-            stack = [0]
-            while stack and scanned < scan_max:
-                i = stack.pop()
-                if i >= len(h) or h[i][0] > now_ms:
-                    continue
-                stack.append(2 * i + 2)
-                stack.append(2 * i + 1)
-                scanned += 1
-                due, rid = h[i]
-                r = runs.get(rid)
-                if r is None or r["state"] != "queued" or r["queue"] != q or r["priority"] != p \
-                        or r.get("due", r["slot"]) != due:
-                    continue
-                job = jobs.get(r["job"])
-                if job is not None:
-                    spec = job["spec"]
-                    if types is not None and spec["executor"]["type"] not in types:
+            for due, bucket in h.ready_buckets(now_ms):
+                # (smallest first, when the list is sorted)
+                for rid in ((bucket,) if type(bucket) is str else reversed(bucket)):
+                    if scanned >= scan_max:
+                        return found
+                    scanned += 1
+                    r = runs.get(rid)
+                    if r is None or r["state"] != "queued" or r["queue"] != q or r["priority"] != p \
+                            or r.get("due", r["slot"]) != due:
                         continue
-                    if ("placement" in spec or dedicated) and not placement_ok(spec, labels, dedicated):
+                    job = jobs.get(r["job"])
+                    if job is not None:
+                        spec = job["spec"]
+                        if types is not None and spec["executor"]["type"] not in types:
+                            continue
+                        if ("placement" in spec or dedicated) and not placement_ok(spec, labels, dedicated):
+                            continue
+                    if only is not None and r["tenant"] not in only:
                         continue
-                if only is not None and r["tenant"] not in only:
-                    continue
-                t = rates.get(r["tenant"])
-                if t is not None and min(t["burst"] * 1_000_000, t["tokens_micro"]
-                                         + max(0, now_ms - t["last_ms"]) * t["rate_milli"]) < 1_000_000:
-                    continue
-                found += 1
-                if found >= limit:
-                    return found
+                    t = rates.get(r["tenant"])
+                    if t is not None and min(t["burst"] * 1_000_000, t["tokens_micro"]
+                                             + max(0, now_ms - t["last_ms"]) * t["rate_milli"]) < 1_000_000:
+                        continue
+                    found += 1
+                    if found >= limit:
+                        return found
     return found
 
 
@@ -362,6 +360,7 @@ def next_due_ms(s: SchedulerState, queues: list[str] | None) -> int | None:
     best: int | None = None
     for q in names:
         for h in s._queued.get(q, {}).values():
-            if h and (best is None or h[0][0] < best):
-                best = h[0][0]
+            due = h.head_due()
+            if due is not None and (best is None or due < best):
+                best = due
     return best

@@ -1,0 +1,144 @@
+"""core/ready.py's ReadyIndex against what it replaced, a heap of (due, run id) tuples: the same
+entries handed out in the same order, whatever the pushes, pops, put-backs and compactions.
+Pure: no network, no clock."""
+from __future__ import annotations
+
+import heapq
+
+from hypothesis import given, settings, strategies as st
+
+from raftsched.core.ready import ReadyIndex, entries_of
+
+DUES = st.integers(min_value=0, max_value=6).map(lambda k: 1_000 * k)
+RIDS = st.sampled_from([f"j{k}@{s}" for k in (0, 1, 2, 10, 11) for s in ("a", "b", "ü")])
+OPS = st.lists(st.one_of(
+    st.tuples(st.just("push"), DUES, RIDS),
+    st.tuples(st.just("pop"), st.just(0), st.just("")),
+    st.tuples(st.just("pop_due_by"), DUES, st.just("")),
+    st.tuples(st.just("take_and_put_back"), DUES, st.just("")),
+    st.tuples(st.just("keep"), st.integers(0, 3), st.just("")),
+), max_size=120)
+
+
+def live(a: int, due: int, rid: str) -> bool:
+    """A compaction's test of an entry: a run is queued under one due at most (the one its id
+    names here), and, for a < 3, only runs whose id ends with one letter are still queued."""
+    return due == 1_000 * (sum(map(ord, rid)) % 7) and (a == 3 or rid.endswith("ab\u00fc"[a]))
+
+
+class SmallLists(ReadyIndex):
+    """A due's list is a heap past 4 ids (limits.ready_sort_max is 16 384), a list below 2."""
+
+    __slots__ = ()
+    sort_max = 4
+
+
+@settings(max_examples=400, deadline=None)
+@given(OPS, st.sampled_from([ReadyIndex, SmallLists]))
+def test_hands_out_what_a_heap_of_tuples_does(ops, kind):
+    ref: list[tuple[int, str]] = []
+    idx = kind()
+    for op, a, b in ops:
+        if op == "push":
+            heapq.heappush(ref, (a, b))
+            idx.push(a, b)
+        elif op == "pop":
+            if ref:
+                assert idx.pop() == heapq.heappop(ref)
+        elif op == "pop_due_by":
+            want = heapq.heappop(ref) if ref and ref[0][0] <= a else None
+            assert idx.pop_due_by(a) == want
+        elif op == "take_and_put_back":
+            # An acquire: takes up to three ready entries, passes over some, puts those back.
+            taken = []
+            while len(taken) < 3 and ref and ref[0][0] <= a:
+                e = heapq.heappop(ref)
+                assert idx.pop_due_by(a) == e
+                taken.append(e)
+            assert len(taken) == 3 or idx.pop_due_by(a) is None
+            held = taken[::2]
+            for e in held:
+                heapq.heappush(ref, e)
+            for e in reversed(held):
+                idx.push(*e)
+        else:  # keep: a compaction (duplicates of a live entry go too)
+            seen, kept = set(), []
+            for e in ref:
+                if live(a, *e) and e[1] not in seen:
+                    seen.add(e[1])
+                    kept.append(e)
+            heapq.heapify(kept)
+            ref[:] = kept
+            idx.keep_only(lambda due, rid, a=a: live(a, due, rid))
+        assert len(idx) == len(ref) and bool(idx) == bool(ref)
+        assert sorted(idx) == sorted(ref)
+        assert sorted(entries_of(idx.copy_buckets())) == sorted(ref)
+        assert idx._multi == {d for d, b in idx._buckets.items() if type(b) is list}
+        assert idx._heaped <= idx._multi and idx._unsorted <= idx._multi
+        assert all(len(idx._buckets[d]) >= idx.sort_max >> 1 for d in idx._heaped)
+        assert idx.peek() == (ref[0] if ref else None)
+        assert idx.head() == (ref[0] if ref else None)
+        assert idx.head_due() == (ref[0][0] if ref else None)
+        for e in ref[:3]:
+            assert e in idx
+    while ref:  # and it drains in the heap's order
+        assert idx.pop() == heapq.heappop(ref)
+    assert idx.head() is None and idx.pop_due_by(10**9) is None
+
+
+def test_ready_buckets_are_those_due_and_a_read_leaves_the_layout():
+    idx = ReadyIndex()
+    for due, rid in [(3_000, "c"), (1_000, "b"), (1_000, "a"), (1_000, "z"), (2_000, "x"), (5_000, "y")]:
+        idx.push(due, rid)
+    got = {due: b if type(b) is str else list(b) for due, b in idx.ready_buckets(2_000)}
+    assert got == {1_000: ["b", "a", "z"], 2_000: "x"}  # (a due of one run: its id, no list)
+    assert idx.peek() == (1_000, "a")
+    assert list(dict(idx.ready_buckets(1_000))[1_000]) == ["b", "a", "z"]  # peek sorted nothing
+    assert idx.head() == (1_000, "a")  # (head sorts the bucket: the next one is its last)
+    assert [idx.pop() for _ in range(3)] == [(1_000, "a"), (1_000, "b"), (1_000, "z")]
+
+
+def test_equal_is_the_same_entries_whatever_the_layout():
+    a, b = ReadyIndex(), ReadyIndex()
+    for e in [(1, "x"), (1, "y"), (2, "x"), (1, "x")]:
+        a.push(*e)
+    for e in [(2, "x"), (1, "x"), (1, "y"), (1, "x")]:
+        b.push(*e)
+    assert a == b
+    b.pop()
+    assert a != b
+
+
+def test_a_storm_sized_list_is_a_heap_not_sorted_in_one_go():
+    idx = SmallLists()
+    for k in (5, 3, 9, 1, 7, 2):  # past sort_max (4): a heap from the fifth push
+        idx.push(1_000, f"r{k}")
+    assert 1_000 in idx._heaped
+    assert [idx.pop()[1] for _ in range(5)] == ["r1", "r2", "r3", "r5", "r7"]
+    assert 1_000 not in idx._heaped and idx._buckets[1_000] == ["r9"]  # under half: a list again
+
+
+def test_a_sorted_list_past_the_bound_becomes_a_heap_in_order():
+    idx = SmallLists()
+    for k in (9, 8, 7, 6, 5, 4):  # arriving largest first: sorted all along, then past the bound
+        idx.push(1_000, f"r{k}")
+    idx.push(1_000, "r0")
+    assert 1_000 in idx._heaped and 1_000 not in idx._unsorted
+    assert idx.peek() == idx.head() == (1_000, "r0")
+    assert [idx.pop()[1] for _ in range(7)] == ["r0", "r4", "r5", "r6", "r7", "r8", "r9"]
+
+
+def test_a_compaction_keeps_a_heaped_list_in_order():
+    class Eight(ReadyIndex):
+        __slots__ = ()
+        sort_max = 8
+    ids = [f"r{k}" for k in (3, 9, 1, 7, 0, 5, 2, 8, 6, 4)]
+    for drop, heaped in (({"r0", "r1"}, True), ({"r0", "r1", "r2", "r3", "r4", "r5", "r6"}, False)):
+        idx = Eight()
+        for rid in ids:
+            idx.push(1_000, rid)
+        assert 1_000 in idx._heaped
+        idx.keep_only(lambda due, rid, drop=drop: rid not in drop)
+        assert (1_000 in idx._heaped) is heaped  # (under half of sort_max: a sorted list again)
+        left = sorted(set(ids) - drop)
+        assert [idx.pop()[1] for _ in range(len(left))] == left
