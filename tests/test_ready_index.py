@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import heapq
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from raftsched.core.ready import ReadyIndex, entries_of
@@ -142,3 +143,27 @@ def test_a_compaction_keeps_a_heaped_list_in_order():
         assert (1_000 in idx._heaped) is heaped  # (under half of sort_max: a sorted list again)
         left = sorted(set(ids) - drop)
         assert [idx.pop()[1] for _ in range(len(left))] == left
+
+
+@pytest.mark.parametrize("slack", [0, 1, 1024])
+def test_a_child_queued_while_the_fire_fast_path_drops_a_run_is_indexed(monkeypatch, slack):
+    """A full drop_oldest queue: each fire drops the queued run of a, whose outcome queues its
+    child c in the same queue, and may compact the index the fast path is pushing into (a
+    review's differential run found the fast path's cached containers orphaned by that)."""
+    from raftsched.core import commands
+    from core_helpers import SEC, T0, apply, tick
+    from pipeline_helpers import chain_state, job_raw
+
+    from raftsched.core import limits
+    monkeypatch.setattr(limits, "queue_index_stale_slack", slack)  # compact at once, or never
+    s = chain_state(("a", job_raw(every_s=1, queue="q")),
+                    ("c", job_raw(after=[{"job": "a", "on": "finished"}], queue="q")))
+    assert apply(s, commands.put_queue(T0, None, name="q", fields={"max_depth": 1, "on_full": "drop_oldest"}))["ok"]
+    for i in range(1, 300):
+        tick(s, T0 + i * SEC)
+        for prios in s._queued.values():
+            for h in prios.values():
+                assert len(h) == sum(1 for _ in h) and h._buckets.keys() == set(h._dues)
+        for r in s.runs.values():
+            if r["state"] == "queued":
+                assert (r.get("due", r["slot"]), r["id"]) in s._queued[r["queue"]][r["priority"]], r["id"]
