@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import heapq
 
-import pytest
 from hypothesis import given, settings, strategies as st
 
 from raftsched.core.ready import ReadyIndex, entries_of
@@ -145,25 +144,48 @@ def test_a_compaction_keeps_a_heaped_list_in_order():
         assert [idx.pop()[1] for _ in range(len(left))] == left
 
 
-@pytest.mark.parametrize("slack", [0, 1, 1024])
-def test_a_child_queued_while_the_fire_fast_path_drops_a_run_is_indexed(monkeypatch, slack):
-    """A full drop_oldest queue: each fire drops the queued run of a, whose outcome queues its
-    child c in the same queue, and may compact the index the fast path is pushing into (a
-    review's differential run found the fast path's cached containers orphaned by that)."""
-    from raftsched.core import commands
-    from core_helpers import SEC, T0, apply, tick
-    from pipeline_helpers import chain_state, job_raw
+def check_index(h: ReadyIndex) -> None:
+    """What every ReadyIndex holds to: its count, one due a bucket, its sets exact."""
+    assert h._n == sum(1 for _ in h) and sorted(h._buckets) == sorted(h._dues)
+    assert h._multi == {d for d, b in h._buckets.items() if type(b) is list}
+    assert h._unsorted <= h._multi and h._heaped <= h._multi
+    assert all(len(h._buckets[d]) >= h.sort_max >> 1 for d in h._heaped)
 
-    from raftsched.core import limits
-    monkeypatch.setattr(limits, "queue_index_stale_slack", slack)  # compact at once, or never
-    s = chain_state(("a", job_raw(every_s=1, queue="q")),
-                    ("c", job_raw(after=[{"job": "a", "on": "finished"}], queue="q")))
-    assert apply(s, commands.put_queue(T0, None, name="q", fields={"max_depth": 1, "on_full": "drop_oldest"}))["ok"]
-    for i in range(1, 300):
-        tick(s, T0 + i * SEC)
-        for prios in s._queued.values():
-            for h in prios.values():
-                assert len(h) == sum(1 for _ in h) and h._buckets.keys() == set(h._dues)
-        for r in s.runs.values():
-            if r["state"] == "queued":
-                assert (r.get("due", r["slot"]), r["id"]) in s._queued[r["queue"]][r["priority"]], r["id"]
+
+def test_a_fire_that_raises_partway_leaves_the_index_counting_what_it_holds():
+    """apply refuses a command that raises and keeps what it did before (state.apply): the
+    fire fast path's runs queued before the failure must be handed out, as the heap did."""
+    from raftsched.core import commands, policy
+    from core_helpers import SEC, T0, apply, new_state, put_cmd, spec_of
+
+    s = new_state()
+    apply(s, put_cmd(s, "a", spec_of({"every_s": 1}, "fire_all", grace_s=3600, max_catchup=10, history=50), T0))
+    j = s.jobs["a"]
+    now = T0 + 5 * SEC
+    e = policy.plan_fire_compact(j["spec"], j["anchor"], j["cursor"], now, j["gen"], "a", 0)
+    s.runs[f"a@{e[5][2]}"] = {"id": "x", "state": "succeeded"}  # the third slot's run id taken
+    assert not apply(s, commands.make("fire", now, None, entries=[e]))["ok"]
+    h = s._queued[j["spec"]["queue"]][j["spec"]["priority"]]
+    check_index(h)
+    got = apply(s, commands.make("acquire", now, None, worker="w", queues=None, max=10, ttl=30_000, types=None))
+    assert [r["id"] for r in got["runs"]] == [f"a@{e[5][0]}", f"a@{e[5][1]}"]
+
+
+def test_the_fire_fast_path_puts_a_storm_into_a_heaped_list_in_order(monkeypatch):
+    from raftsched.core import commands
+    from core_helpers import T0, apply, new_state, put_cmd, spec_of
+
+    monkeypatch.setattr(ReadyIndex, "sort_max", 4)  # a storm is 16 385 runs of one due
+    s = new_state()
+    names = [f"j{k:02d}" for k in (7, 3, 11, 0, 9, 5, 1, 10, 4, 8, 2, 6)]
+    for n in names:
+        apply(s, put_cmd(s, n, spec_of({"at": T0 + 10_000}), T0))
+    res = apply(s, commands.make("fire", T0 + 10_000, None, entries=[
+        [n, s.jobs[n]["gen"], s.jobs[n]["cursor"], T0 + 10_000, None, [T0 + 10_000], []] for n in names]))
+    assert res["ok"] and res.get("fired") == len(names), res
+    h = next(iter(next(iter(s._queued.values())).values()))
+    check_index(h)
+    assert T0 + 10_000 in h._heaped
+    got = apply(s, commands.make("acquire", T0 + 10_000, None, worker="w", queues=None, max=32, ttl=30_000, types=None))
+    assert [r["id"] for r in got["runs"]] == sorted(f"{n}@{T0 + 10_000}" for n in names)
+    check_index(h)

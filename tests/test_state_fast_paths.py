@@ -67,6 +67,11 @@ ops = st.one_of(
 
 
 def _derived(s: SchedulerState):
+    for prios in s._queued.values():  # each acquire index holds to its own bookkeeping (core/ready.py)
+        for h in prios.values():
+            assert h._n == sum(1 for _ in h) and sorted(h._buckets) == sorted(h._dues)
+            assert h._multi == {d for d, b in h._buckets.items() if type(b) is list}
+            assert h._unsorted <= h._multi and h._heaped <= h._multi
     wheels = [(w.at, sorted(w.times), w.size) for w in ((s.due.now, s.due.ahead) if s.due is not None else ())]
     return (s._queued, s._queue_depth, list(s._running_ids), s._running_count, s.fencing_token,
             {q: list(d) for q, d in s._dead.items()}, wheels)

@@ -136,63 +136,66 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
                 by_slot = s._by_slot.get(qname)
                 lag_sum = 0
                 pushed = 0  # into h, not yet counted in h._n
-                for slot in runs:
-                    if depth >= max_depth:
-                        depths[qname] = depth
-                        h._n += pushed  # (what it drops may queue a pipeline's child: h read whole)
-                        pushed = 0
-                        dropped(s, drop_oldest_queued(s, qname, now), now)  # before the new run exists, as new_run
-                        depth = depths[qname]
-                        by_slot = s._by_slot.get(qname)
-                    rid = f"{name}@{slot}"
-                    run = RUN_TEMPLATE.copy()
-                    run["id"] = rid
-                    run["job"] = name
-                    run["slot"] = slot
-                    run["queue"] = qname
-                    run["priority"] = prio
-                    run["tenant"] = tenant
-                    run["fired_at"] = now
-                    run["due"] = slot
-                    if now > slot:
-                        lag_sum += now - slot
-                    assert rid not in all_runs, f"I2: run id {rid} already exists"
-                    all_runs[rid] = run
-                    hist.append(rid)
-                    excess = len(hist) - bound
-                    if excess > 0:
-                        # trim, unless it would return at once: the oldest entry is still
-                        # active and this is not a scan turn (a backlog, or a sweep's queued runs).
-                        # One past the bound behind a finished oldest entry (a full history of
-                        # runs that ran): trim drops that entry and returns, done here.
-                        head = hist[0]
-                        if all_runs[head]["state"] in TRIMMABLE:
-                            if excess == 1:
-                                del all_runs[head]
-                                del hist[0]
-                            else:
+                try:
+                    for slot in runs:
+                        if depth >= max_depth:
+                            depths[qname] = depth
+                            h._n += pushed  # (what it drops may queue a pipeline's child: h read whole)
+                            pushed = 0
+                            dropped(s, drop_oldest_queued(s, qname, now), now)  # before the new run exists, as new_run
+                            depth = depths[qname]
+                            by_slot = s._by_slot.get(qname)
+                        rid = f"{name}@{slot}"
+                        run = RUN_TEMPLATE.copy()
+                        run["id"] = rid
+                        run["job"] = name
+                        run["slot"] = slot
+                        run["queue"] = qname
+                        run["priority"] = prio
+                        run["tenant"] = tenant
+                        run["fired_at"] = now
+                        run["due"] = slot
+                        if now > slot:
+                            lag_sum += now - slot
+                        assert rid not in all_runs, f"I2: run id {rid} already exists"
+                        all_runs[rid] = run
+                        hist.append(rid)
+                        excess = len(hist) - bound
+                        if excess > 0:
+                            # trim, unless it would return at once: the oldest entry is still
+                            # active and this is not a scan turn (a backlog, or a sweep's queued runs).
+                            # One past the bound behind a finished oldest entry (a full history of
+                            # runs that ran): trim drops that entry and returns, done here.
+                            head = hist[0]
+                            if all_runs[head]["state"] in TRIMMABLE:
+                                if excess == 1:
+                                    del all_runs[head]
+                                    del hist[0]
+                                else:
+                                    trim(s, hist, bound)
+                            elif not excess % TRIM_SCAN_SLACK:
                                 trim(s, hist, bound)
-                        elif not excess % TRIM_SCAN_SLACK:
-                            trim(s, hist, bound)
-                    b = buckets.get(slot)
-                    if b is None:
-                        buckets[slot] = rid
-                        heappush(dues, slot)
-                    elif type(b) is str:
-                        buckets[slot] = [b, rid] if rid <= b else [rid, b]
-                        multi.add(slot)
-                    elif len(b) >= large:
-                        h.push_large(slot, b, rid)  # type: ignore[arg-type]
-                    else:
-                        if rid > b[-1]:
-                            unsorted.add(slot)
-                        b.append(rid)  # type: ignore[union-attr]
-                    pushed += 1
-                    depth += 1
-                    if by_slot is not None:
-                        heappush(by_slot, (slot, rid))
+                        b = buckets.get(slot)
+                        if b is None:
+                            buckets[slot] = rid
+                            heappush(dues, slot)
+                        elif type(b) is str:
+                            buckets[slot] = [b, rid] if rid <= b else [rid, b]
+                            multi.add(slot)
+                        elif len(b) >= large:
+                            h.push_large(slot, b, rid)  # type: ignore[arg-type]
+                        else:
+                            if rid > b[-1]:
+                                unsorted.add(slot)
+                            b.append(rid)  # type: ignore[union-attr]
+                        pushed += 1
+                        depth += 1
+                        if by_slot is not None:
+                            heappush(by_slot, (slot, rid))
+                finally:
+                    # (apply refuses a command that raises, keeping what it did: h counts what it holds)
+                    h._n += pushed
                 depths[qname] = depth
-                h._n += pushed
                 # count_fire of each slot, at once: slots ascend, so the first has the largest lag
                 # and the last the smallest (the one kept as the last lag).
                 stats[RUNS] += len(runs)

@@ -143,6 +143,7 @@ class ReadyIndex:
         if not b:
             del self._buckets[due]
             self._multi.discard(due)
+            self._heaped.discard(due)
             heapq.heappop(self._dues)
         return due, rid
 
