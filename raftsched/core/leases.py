@@ -89,8 +89,9 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
     held_back: list[tuple[ReadyIndex, tuple[int, str]]] = []
     scanned = 0
     runs = s.runs
-    # The served queues' indexes (heaps, in what they hand out), highest priority first. Handed out by the key (-priority,
-    # due, run id) among the runs whose due has come: a merge of the heaps' heads.
+    # The served queues' indexes (heaps, in what they hand out: ready.py), highest priority
+    # first. Handed out by the key (-priority, due, run id) among the runs whose due has come:
+    # a merge of the indexes' heads.
     # An entry is live when its run is queued in this heap's queue, at this priority and
     # due: a run id can come back in another queue (a job deleted and put again in another
     # queue re-creates its ids), and the old queue's entry must not hand it out; a replica

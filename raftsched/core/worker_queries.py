@@ -164,9 +164,9 @@ def unplaceable_inputs(s: SchedulerState, now_ms: int,
 
 
 def heaps_copy(s: SchedulerState) -> list[tuple[str, int, Buckets]]:
-    """Under the replica's lock: every queue's acquire indexes as (queue, priority, buckets), each
-    bucket a list copy (in C: a few ms for a million entries), for a walk outside the lock
-    (``ready.entries_of``)."""
+    """Under the replica's lock: every queue's acquire indexes as (queue, priority, copy), each
+    ``ReadyIndex.copy_buckets`` (in C: a few ms for a million entries), for a walk outside the
+    lock (``ready.entries_of``)."""
     return [(q, p, h.copy_buckets()) for q, prios in s._queued.items() for p, h in prios.items()]
 
 
@@ -299,9 +299,10 @@ def ready_count(s: SchedulerState, queues: list[str] | None, labels: dict[str, s
     some of them), executor ``types`` (None: every type) and ``tenants`` (None: every tenant)
     serving ``queues`` (None: every queue) could hand out now: a
     cheap local count for a node's dispatcher of lease requests. Looks at the ready part of each
-    index (the entries whose due has come) up to ``scan_max`` entries in all; it may count a run acquire turns out not to hand out (another node's worker took it
-    first, or its tenant's tokens were counted once for several of its runs), and miss one
-    beyond the scan (the dispatcher then tries now and then anyway)."""
+    index (the entries whose due has come) up to ``scan_max`` entries in all; it may count a run
+    acquire turns out not to hand out (another node's worker took it first, or its tenant's tokens
+    were counted once for several of its runs), and miss one beyond the scan (the dispatcher then
+    tries now and then anyway)."""
     names = queues if queues is not None else list(s._queued)
     runs, jobs, rates, only, scanned, found = s.runs, s.jobs, s.tenants, tenants, 0, 0
     for q in names:
