@@ -17,6 +17,7 @@ import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import quote
 
 import pytest
 
@@ -174,6 +175,13 @@ def test_webhook_pagerduty_and_email_and_a_leader_killed_with_events_pending(env
     survivors = [j for j in range(3) if j != leader]
     new = c.wait_leader(30, among=survivors)
     hook.refuse = False
+    # Each of the four ends dead before the recovering run is triggered: one leased by the killed
+    # node's worker is retried (with its own spec, ``exit 3``) only after its lease expires, and a
+    # dead outcome that lands after the success would rightly reopen the incident.
+    def all_dead():
+        states = [c.get(new, "/v1/runs/" + quote(rid, safe=""))[1].get("state") for rid in triggered]
+        return all(st == "dead" for st in states) and states
+    wait_for(all_dead, 45, "the four triggered runs to end dead")
     job["executor"]["argv"] = ["true"]
     s, b = c.call(new, "PUT", "/v1/jobs/nightly", job)
     assert s == 200, b
