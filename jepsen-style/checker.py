@@ -631,9 +631,11 @@ _WORKER_FAULTS = ("kill", "pause", "partition", "restart-all", "power", "member-
 _STATE_TIME_SLACK_MS = 8000
 
 
-def spurious_expiries(data: dict, runs: list[dict]) -> list[str]:
+def spurious_expiries(data: dict, runs: list[dict], windows: list[dict] | None = None) -> list[str]:
     """Attempts that failed "lease expired" although no fault stopped or cut off their worker's
-    node while the lease was held (from one lease TTL before the grant to the expiry)."""
+    node while the lease was held (from one lease TTL before the grant to the expiry). For each,
+    ``windows`` (when given) gets the wall-time span to read the logs in (``log_context``): from
+    the grant (state time, or the begin when earlier) to the expiry."""
     ttl_ms = int(((data.get("schedule") or {}).get("lease_ttl_s") or 2) * 1000)
     nodes = {n["id"]: i for i, n in enumerate(data.get("nodes") or [])} or {f"node-{i + 1}": i for i in range(3)}
     # The lease's start in wall time: its attempt's first sink write (state time can run ahead of
@@ -675,6 +677,11 @@ def spurious_expiries(data: dict, runs: list[dict]) -> list[str]:
                 whose = "that worker or any node" if worker in remote else "that worker's node"
                 out.append(f"run {r['id']} attempt {a['attempt']}: its lease (worker {a.get('worker')}) expired at {a.get('finished_at')} "
                            f"though no fault stopped or cut off {whose}{skew}" + (f"; clock jump(s) at the time: {', '.join(clocks)}" if clocks else ""))
+                if windows is not None:
+                    start = a["started_at"] if began is None else min(began, a["started_at"])
+                    end = max(a.get("finished_at") or a["started_at"], (began or a["started_at"]) + held_ms)
+                    windows.append({"run": r["id"], "attempt": a["attempt"], "worker": a.get("worker"),
+                                    "from_ms": start - 2000, "to_ms": end + 1000})
     return out
 
 
@@ -821,13 +828,17 @@ def check_retries(data: dict) -> dict:
     for read in _all_reads(data):
         for r in read["runs"]:
             latest[r["id"]] = r
-    spurious = spurious_expiries(data, list(latest.values()))
+    windows: list[dict] = []
+    spurious = spurious_expiries(data, list(latest.values()), windows)
     counts["spurious_expiries"] = len(spurious)
     examples += spurious
     if not seen:
         return _result(UNKNOWN, [], counts, "no run read")
     if examples:
-        return _result(INVALID, examples, counts)
+        res = _result(INVALID, examples, counts)
+        if windows:
+            res["log_windows"] = windows[:EXAMPLES_MAX]  # run.py prints the logs of the first (log_context)
+        return res
     if counts["retried"] == 0 or counts["dead"] == 0:
         return _result(UNKNOWN, [], counts, "not exercised: no retry or no dead letter")
     return _result(VALID, [], counts)
@@ -1516,6 +1527,47 @@ CHECKERS = {
     "notifications": check_notifications,
     "pipeline": check_pipeline,
 }
+
+
+#: What log_context keeps of the nodes' and workers' logs: roles, clocks, leases, heartbeats,
+#: and every warning or error.
+_CONTEXT_RE = re.compile(r" (warning|error) |replication\.role|clock\.|lease|heartbeat|reaper|takeover|leader")
+_CONTEXT_LINES_MAX = 80
+
+
+def log_context(results: dict, logs_dir) -> list[str]:
+    """The log lines around a counterexample that names a wall-time window (``log_windows``,
+    the retries checker's spurious expiries): every node's and worker's lines of interest in the
+    first window, oldest first, each prefixed with its file's name; so that a failure in CI, whose
+    store is gone with the machine, says what the processes saw."""
+    from pathlib import Path
+    for name, r in results.get("checkers", {}).items():
+        windows = r.get("log_windows")
+        if not windows:
+            continue
+        w = windows[0]
+        lines = []
+        for f in sorted(Path(logs_dir).glob("*.log")):
+            try:
+                text = f.read_text(errors="replace")
+            except OSError:
+                continue
+            for line in text.splitlines():
+                try:
+                    t = dt.datetime.fromisoformat(line[:23]).timestamp() * 1000
+                except ValueError:
+                    continue
+                if w["from_ms"] <= t <= w["to_ms"] and _CONTEXT_RE.search(line):
+                    lines.append((line[:23], f"{f.stem}: {line[24:][:240]}"))
+        lines.sort()
+        head = (f"logs around {name}'s first counterexample (run {w.get('run')} attempt {w.get('attempt')}, "
+                f"worker {w.get('worker')}; wall {w['from_ms']}..{w['to_ms']} ms):")
+        shown = [f"  {ts[11:]} {text}" for ts, text in lines]
+        if len(shown) > _CONTEXT_LINES_MAX:
+            half = _CONTEXT_LINES_MAX // 2
+            shown = shown[:half] + [f"  ... {len(shown) - 2 * half} lines ..."] + shown[-half:]
+        return [head] + (shown or ["  (no line of interest in that window)"])
+    return []
 
 
 def check_all(data: dict) -> dict:

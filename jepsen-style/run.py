@@ -527,6 +527,9 @@ def main(argv=None) -> int:
                                                                            "members", "remote_workers", "notes")},
                                                       default=str))
     verdict = checker.render_verdict(results, data, run_dir)
+    context = checker.log_context(results, run_dir / "nodes")
+    if context:
+        verdict += "\n" + "\n".join(context) + "\n"
     (run_dir / "verdict.txt").write_text(verdict)
     if not args.no_plot:
         try:

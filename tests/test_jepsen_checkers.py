@@ -807,6 +807,37 @@ def test_a_remote_workers_lease_expiry_is_excused_by_its_own_fault_or_any_nodes(
     assert verdict(d, "retries")[0] == "valid"
 
 
+def test_a_spurious_expiry_prints_the_logs_of_its_window(tmp_path):
+    """An unexcused lease expiry names its wall-time window, and run.py prints the processes'
+    lines of interest in it (log_context): in CI the store goes with the machine."""
+    d = good()
+    d["remote_workers"] = ["w1"]
+    r = _b_run(d, lambda r: "lease expired" in (r["attempts"][0]["error"] or ""))
+    for read in each_read(d):
+        x = next(x for x in read["runs"] if x["id"] == r["id"])
+        x["attempts"][0]["worker"] = "w1"
+    d["faults"] = []
+    res = checker.check_all(d)
+    assert res["checkers"]["retries"]["valid"] == "invalid"
+    w = res["checkers"]["retries"]["log_windows"][0]
+    a = r["attempts"][0]
+    assert w["worker"] == "w1" and w["from_ms"] <= a["started_at"] - 2000 and w["to_ms"] >= a["finished_at"] + 1000
+
+    def stamp(ms):
+        return datetime.fromtimestamp(ms / 1000).isoformat(timespec="milliseconds")
+    (tmp_path / "w1.log").write_text(
+        f"{stamp(a['started_at'])} warning raftsched.worker: worker: heartbeat failed: timeout\n"
+        f"{stamp(a['started_at'] + 10)} info raftsched.worker: nothing of interest\n"
+        f"{stamp(a['finished_at'] + 60_000)} warning raftsched.worker: worker: heartbeat failed: later\n"
+        "not a log line\n")
+    (tmp_path / "node-1.log").write_text(
+        f"{stamp(a['started_at'] + 5)} info raftsched.replication: replication.role role=leader\n")
+    lines = checker.log_context(res, tmp_path)
+    assert r["id"] in lines[0] and len(lines) == 3, lines
+    assert "w1: warning" in lines[1] and "heartbeat failed: timeout" in lines[1] and "node-1: info" in lines[2]
+    assert checker.log_context(checker.check_all(good()), tmp_path) == []
+
+
 def test_a_run_with_remote_workers_none_of_which_ran_anything_is_unknown():
     d = good()
     d["remote_workers"] = ["w1"]
