@@ -289,7 +289,8 @@ def test_cluster_shows_the_trigger_and_worker_counters_and_metrics_need_metrics(
         # The worker's stats, in this order; a worker without slots never executes.
         assert list(body["worker"].items()) == [("id", env.worker.worker_id), ("slots", 0), ("running", 0),
                                                 ("completed", 0), ("refused", 0), ("released", 0),
-                                                ("waited_for_slot", 0), ("draining", False), ("executes", False)]
+                                                ("waited_for_slot", 0), ("late_grants", 0), ("late_grants_gone", 0),
+                                                ("draining", False), ("executes", False)]
         assert (await c.get("/metrics")).status == 200
     run(with_worker, metrics=True)
 

@@ -807,6 +807,26 @@ def test_a_remote_workers_lease_expiry_is_excused_by_its_own_fault_or_any_nodes(
     assert verdict(d, "retries")[0] == "valid"
 
 
+def test_a_lease_expiry_counts_from_its_grant_when_its_attempt_began_late():
+    """A worker can begin an attempt seconds after its grant (its answer waited behind a node
+    catching up after a pause): a fault between the grant and the begin explains the expiry."""
+    d = good()
+    d["remote_workers"] = ["w1"]
+    r = _b_run(d, lambda r: "lease expired" in (r["attempts"][0]["error"] or ""))
+    a = r["attempts"][0]
+    for read in each_read(d):
+        x = next(x for x in read["runs"] if x["id"] == r["id"])
+        x["attempts"][0]["worker"] = "w1"
+    d["sink"] = [w for w in d["sink"] if not (w.get("run") == r["id"] and w.get("attempt") == 1)]
+    d["sink"].append({"run": r["id"], "attempt": 1, "phase": "begin", "t_ms": a["started_at"] + 3000})
+    d["faults"] = [{"kind": "pause", "start_ms": a["started_at"] - 5000, "end_ms": a["started_at"] + 1000,
+                    "nodes": [1], "fault": {"kind": "pause"}}]
+    assert verdict(d, "retries")[0] == "valid"
+    d["faults"][0]["end_ms"] = a["started_at"] - 1000  # over before the grant: it explains nothing
+    v, ex = verdict(d, "retries")
+    assert v == "invalid" and "began +3000 ms after its grant" in ex[0], ex
+
+
 def test_a_spurious_expiry_prints_the_logs_of_its_window(tmp_path):
     """An unexcused lease expiry names its wall-time window, and run.py prints the processes'
     lines of interest in it (log_context): in CI the store goes with the machine."""

@@ -29,6 +29,9 @@ class GroupRaft:
         #: op -> how its proposals fail: "unavailable" (refused at once, like a lost leader) or
         #: "hang" (no answer until the proposal's timeout, then Indeterminate, like RaftNode)
         self.failing: dict[str, str] = {}
+        #: op -> called with (command, result) once it applied, before its proposer hears
+        #: (what happens meanwhile while an answer is on its way)
+        self.on_applied: dict[str, object] = {}
 
     def is_leader(self) -> bool:
         return True
@@ -65,6 +68,9 @@ class GroupRaft:
             self.groups.append([commands.decode(d) for d, _ in group])
             for d, fut in group:
                 res = self.state.apply_bytes(d)
+                hook = self.on_applied.get(commands.decode(d)["op"]) if self.on_applied else None
+                if hook is not None:
+                    hook(commands.decode(d), res)
                 if not fut.done():
                     fut.set_result(res)
 
@@ -488,6 +494,81 @@ def test_a_run_granted_before_its_slot_waits_for_the_slot_by_the_workers_clock()
         clock.advance(1)
         await wait_until(lambda: env.worker.completed == 2, 5, "the run to run at its slot")
         assert env.state.runs[rid]["state"] == "succeeded" and len(exec_targets.RECORDED[rid]) == 1
+        await stop(task)
+    run(t())
+
+
+def _late_answers(env: Env, late_ms: int, expire: bool) -> list[str]:
+    """Every acquire's answer reaches the worker ``late_ms`` after it applied (a pause of the
+    worker, a node catching up); with ``expire``, the leader's reaper expires its leases meanwhile
+    (their runs are queued again, attempt + 1). Returns the runs so granted."""
+    granted: list[str] = []
+
+    def on_acquire(cmd, res):
+        runs = res.get("runs") or []
+        if not runs:
+            return
+        granted.extend(g["id"] for g in runs)
+        env.clock.advance(late_ms)
+        if expire:
+            items = [[g["id"], g["token"], env.state.runs[g["id"]]["renewals"]] for g in runs]
+            assert env.state.apply(commands.expire(env.clock.now_ms(), runs=items, locks=[]))["expired"]
+        env.raft.on_applied.pop("acquire")  # the next acquires answer in time
+    env.raft.on_applied["acquire"] = on_acquire
+    return granted
+
+
+def test_a_grant_that_arrives_after_its_lease_expired_is_not_started():
+    """A grant whose answer arrived with less than half its lease left is heartbeated before it
+    starts; its lease is gone (expired on the way, its run queued again with attempt 2), so
+    attempt 1 never starts (its writes would only be refused by the fencing token), and
+    attempt 2 runs, once."""
+    async def t():
+        clock = FakeClock()
+        env = Env("late-gone", "exec_targets:record_sync", runs=1, slots=2, clock=clock)
+        (rid,) = await env.setup()
+        granted = _late_answers(env, env.worker.lease_ttl_ms + 1000, expire=True)
+        task = asyncio.create_task(env.worker.run())
+        await wait_until(lambda: env.worker.completed == 1, 10, "the run's second attempt to complete")
+        run_ = env.state.runs[rid]
+        assert run_["state"] == "succeeded" and run_["attempt"] == 2
+        assert [a["attempt"] for a in exec_targets.RECORDED[rid]] == [2], "attempt 1 started though its lease was gone"
+        assert granted[0] == rid and env.worker.late_grants == 1 and env.worker.late_grants_gone == 1
+        beat = env.raft.ops("heartbeat")[0]
+        assert [rid, run_["attempts"][0]["token"]] in beat["leases"]
+        await stop(task)
+    run(t())
+
+
+def test_a_late_grant_whose_lease_holds_is_renewed_and_started():
+    """A grant that arrived late but whose lease is still held: the heartbeat renews it, and the
+    run starts (once, attempt 1) only after that heartbeat applied."""
+    async def t():
+        clock = FakeClock()
+        env = Env("late-held", "exec_targets:record_sync", runs=1, slots=2, clock=clock)
+        (rid,) = await env.setup()
+        _late_answers(env, int(env.worker.lease_ttl_ms * 0.6), expire=False)
+        task = asyncio.create_task(env.worker.run())
+        await wait_until(lambda: env.worker.completed == 1, 10, "the run to complete")
+        assert env.worker.late_grants == 1 and env.worker.late_grants_gone == 0
+        run_ = env.state.runs[rid]
+        assert run_["state"] == "succeeded" and run_["attempt"] == 1
+        assert [a["attempt"] for a in exec_targets.RECORDED[rid]] == [1]
+        order = [c["op"] for g in env.raft.groups for c in g if c["op"] in ("acquire", "heartbeat", "complete_many")]
+        assert order[:3] == ["acquire", "heartbeat", "complete_many"], order
+        await stop(task)
+    run(t())
+
+
+def test_a_grant_in_time_is_started_without_a_heartbeat_first():
+    async def t():
+        clock = FakeClock()
+        env = Env("in-time", "exec_targets:record_sync", runs=1, slots=2, clock=clock)
+        (rid,) = await env.setup()
+        _late_answers(env, int(env.worker.lease_ttl_ms * 0.4), expire=False)
+        task = asyncio.create_task(env.worker.run())
+        await wait_until(lambda: env.worker.completed == 1, 10, "the run to complete")
+        assert env.worker.late_grants == 0 and not env.raft.ops("heartbeat")
         await stop(task)
     run(t())
 

@@ -98,6 +98,11 @@ heartbeat_interval_s_max = 1.0
 #: A heartbeat is given up after this share of the lease TTL: one that takes longer is of no use,
 #: and the lease watchdog must not wait behind it.
 heartbeat_timeout_lease_ttl_share = 0.5
+#: A grant that reaches the worker with less than this share of its lease TTL left (its
+#: ``deadline`` against the worker's clock, the cluster's) arrived late: its answer waited behind
+#: a pause of the worker, a node catching up or an election, and the lease may be gone already.
+#: The worker heartbeats it before it starts the run, and starts only what the heartbeat kept.
+grant_late_ttl_share = 0.5
 #: How often the lease watchdog looks whether no heartbeat has succeeded for a whole TTL
 #: (docs/design.md, "A watchdog checks every 100 ms").
 lease_watchdog_interval_s = 0.1
@@ -118,6 +123,7 @@ report_retry_s = 0.2
 assert complete_batch_bytes_max > 0
 assert heartbeats_per_lease_ttl >= 2  # a lease survives a lost heartbeat
 assert 0 < heartbeat_timeout_lease_ttl_share < 1
+assert 0 < grant_late_ttl_share < 1
 assert lease_watchdog_interval_s < core.lease_ttl_ms_min / 1000
 
 # The worker protocol over HTTP (worker/remote.py; the node's side: node/fleet.py) ------------

@@ -249,16 +249,22 @@ class LeaseLoop:
         self.released = 0
         #: runs granted before their slot by the cluster's clock, which waited for it to start
         self.waited_for_slot = 0
+        #: grants that arrived with little of their lease left (confirmed by a heartbeat before
+        #: starting), and those of them whose lease was gone already (not started)
+        self.late_grants = 0
+        self.late_grants_gone = 0
 
     def stats(self) -> dict:
         """This worker: ``id``, ``slots``, ``running`` (leases held: runs executing,
         prefetched, or finished with their report on its way), ``completed`` (attempts reported
         and accepted), ``refused`` (reports refused for a stale token), ``released`` (leases
-        given back by a drain), ``draining`` and ``executes`` (whether it takes runs now: not
+        given back by a drain), ``waited_for_slot``, ``late_grants`` and ``late_grants_gone``
+        (``_confirm_late``), ``draining`` and ``executes`` (whether it takes runs now: not
         while it leads a cluster of several, unless told to, nor while draining)."""
         return {"id": self.worker_id, "slots": self.slots, "running": len(self.held),
                 "completed": self.completed, "refused": self.refused, "released": self.released,
-                "waited_for_slot": self.waited_for_slot, "draining": self.draining,
+                "waited_for_slot": self.waited_for_slot, "late_grants": self.late_grants,
+                "late_grants_gone": self.late_grants_gone, "draining": self.draining,
                 "executes": self.slots > 0 and not self.draining and self.channel.executes()}
 
     # ---------------------------------------------------------------- main loops
@@ -483,6 +489,7 @@ class LeaseLoop:
             self._acquire_rtt_s = rtt if self._acquire_rtt_s is None else self._acquire_rtt_s + worker_limits.ewma_weight * (rtt - self._acquire_rtt_s)
             # A fresh lease counts as a heartbeat that succeeded when it was asked for.
             self._last_hb_ok = max(self._last_hb_ok, sent)
+            runs = await self._confirm_late(runs)
             back = []
             for grant in runs:
                 h = _Held(grant)
@@ -517,31 +524,72 @@ class LeaseLoop:
             if not self.held:
                 self._last_hb_ok = self.clock.monotonic_s()
                 continue
-            leases = [[rid, h.token] for rid, h in self.held.items()]
-            sent = self.clock.monotonic_s()
-            # Bounded by half a TTL: a heartbeat that takes longer is of no use, and the watchdog
-            # must not wait behind it. One command carries at most heartbeat_leases_max leases
-            # (a worker with prefetched runs can hold twice its slots).
-            timeout_s = self.lease_ttl_ms / 1000 * worker_limits.heartbeat_timeout_lease_ttl_share
-            step = limits.heartbeat_leases_max
-            try:
-                parts = await asyncio.gather(*(self.channel.heartbeat(leases[k:k + step], self.lease_ttl_ms, timeout_s)
-                                               for k in range(0, len(leases), step)))
-            except RaftschedError as e:
-                log.warning("worker: heartbeat failed: %s", e.message)
-                continue
-            self._last_hb_ok = sent
-            for lost, draining in parts:
-                if draining:
-                    self._on_draining()
-                for rid in lost:
-                    h = self.held.get(rid)
-                    # A run whose outcome is on its way has nothing left to kill: its lease is
-                    # gone because the report applied (its answer is still to come), or it
-                    # expired, and then the report is refused as stale.
-                    if h is not None and not h.cancel.is_set() and not h.reporting:
-                        log.warning("worker: lease on %s lost (heartbeat refused): killing the run", rid)
-                        h.cancel.set()
+            await self._heartbeat_once()
+
+    async def _heartbeat_once(self, extra: list[list] | None = None) -> set[str] | None:
+        """One heartbeat of every lease held, and of ``extra`` (``[run, token]``: late grants not
+        held yet, ``_confirm_late``). Kills the held runs whose lease is lost. Returns the runs
+        lost, or None when the heartbeat failed."""
+        leases = [[rid, h.token] for rid, h in self.held.items()] + (extra or [])
+        sent = self.clock.monotonic_s()
+        # Bounded by half a TTL: a heartbeat that takes longer is of no use, and the watchdog
+        # must not wait behind it. One command carries at most heartbeat_leases_max leases
+        # (a worker with prefetched runs can hold twice its slots).
+        timeout_s = self.lease_ttl_ms / 1000 * worker_limits.heartbeat_timeout_lease_ttl_share
+        step = limits.heartbeat_leases_max
+        try:
+            parts = await asyncio.gather(*(self.channel.heartbeat(leases[k:k + step], self.lease_ttl_ms, timeout_s)
+                                           for k in range(0, len(leases), step)))
+        except RaftschedError as e:
+            log.warning("worker: heartbeat failed: %s", e.message)
+            return None
+        self._last_hb_ok = max(self._last_hb_ok, sent)  # the loop's and a late grant's may overlap
+        gone: set[str] = set()
+        for lost, draining in parts:
+            if draining:
+                self._on_draining()
+            gone.update(lost)
+            for rid in lost:
+                h = self.held.get(rid)
+                # A run whose outcome is on its way has nothing left to kill: its lease is
+                # gone because the report applied (its answer is still to come), or it
+                # expired, and then the report is refused as stale.
+                if h is not None and not h.cancel.is_set() and not h.reporting:
+                    log.warning("worker: lease on %s lost (heartbeat refused): killing the run", rid)
+                    h.cancel.set()
+        return gone
+
+    def _late(self, g: dict) -> bool:
+        """Whether grant ``g`` arrived with less than grant_late_ttl_share of its lease left by
+        this worker's clock (the cluster's): its lease may have expired on the way."""
+        deadline = g.get("deadline")
+        if not isinstance(deadline, int) or isinstance(deadline, bool):
+            return False
+        return deadline - self.clock.now_ms() < self.lease_ttl_ms * worker_limits.grant_late_ttl_share
+
+    async def _confirm_late(self, runs: list[dict]) -> list[dict]:
+        """The grants of ``runs`` to start: those that arrived in time, and the late ones
+        (``_late``) whose lease a heartbeat, sent now, found still held (and so renewed). A late
+        grant whose lease is gone (expired on the way, its run regranted) is not started: its
+        attempt is over, and starting it would only have the fencing token refuse its writes.
+        When the heartbeat fails, the late grants are given back (release), not started."""
+        late = [g for g in runs if self._late(g)]
+        if not late:
+            return runs
+        self.late_grants += len(late)
+        lost = await self._heartbeat_once([[g["id"], g["token"]] for g in late])
+        if lost is None:
+            log.warning("worker %s: %d runs granted late, and no heartbeat confirms their leases: giving them back",
+                        self.worker_id, len(late))
+            late_ids = {g["id"] for g in late}
+            await self._give_back([_Held(g) for g in late], "granted late, and its lease could not be confirmed")
+            return [g for g in runs if g["id"] not in late_ids]
+        gone = [g["id"] for g in late if g["id"] in lost]
+        if gone:
+            self.late_grants_gone += len(gone)
+            log.warning("worker %s: %d runs granted late whose leases are gone already, not started: %s",
+                        self.worker_id, len(gone), ", ".join(gone[:5]))
+        return [g for g in runs if g["id"] not in lost]
 
     async def _watchdog(self) -> None:
         """Kill every run once no heartbeat has succeeded for a whole TTL by this process's
