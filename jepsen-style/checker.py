@@ -638,8 +638,12 @@ def spurious_expiries(data: dict, runs: list[dict], windows: list[dict] | None =
     the grant (state time, or the begin when earlier) to the expiry."""
     ttl_ms = int(((data.get("schedule") or {}).get("lease_ttl_s") or 2) * 1000)
     nodes = {n["id"]: i for i, n in enumerate(data.get("nodes") or [])} or {f"node-{i + 1}": i for i in range(3)}
-    # The lease's start in wall time: its attempt's first sink write (state time can run ahead of
-    # or behind wall time by a clock jump, so it is only the fallback, with slack).
+    # The lease's start in wall time: the earlier of its grant (state time: the cluster's clock,
+    # the median of the members') and its attempt's first sink write. A worker can begin an
+    # attempt well after its grant (the answer waited behind a pause, a node catching up, an
+    # election): the lease was held from the grant, and a fault since then explains its expiry.
+    # Without a sink write, the grant with slack (state time can run ahead of or behind wall
+    # time by a clock jump not yet caught).
     begin_wall = {}
     for w in data.get("sink", []):
         if w.get("phase") == "begin":
@@ -655,7 +659,7 @@ def spurious_expiries(data: dict, runs: list[dict], windows: list[dict] | None =
             held_ms = (a.get("finished_at") or a["started_at"]) - a["started_at"]
             began = begin_wall.get((r["id"], a["attempt"]))
             if began is not None:
-                lo, hi = began - 500, began + held_ms + _STATE_TIME_SLACK_MS
+                lo, hi = min(began, a["started_at"]) - 500, began + held_ms + _STATE_TIME_SLACK_MS
             else:
                 lo = a["started_at"] - ttl_ms - _STATE_TIME_SLACK_MS
                 hi = a["started_at"] + held_ms + _STATE_TIME_SLACK_MS
@@ -671,7 +675,8 @@ def spurious_expiries(data: dict, runs: list[dict], windows: list[dict] | None =
                               and f.get("start_ms", 0) <= hi and (f.get("end_ms") or 1 << 62) >= lo
                               for f in data.get("faults", []))
             if not excused:
-                skew = f"; state time was {a['started_at'] - began:+d} ms off wall time at the grant" if began is not None else ""
+                skew = (f"; it began {began - a['started_at']:+d} ms after its grant by state time (a late answer, "
+                        f"or state time off wall time)" if began is not None else "")
                 clocks = [f"{f['fault'].get('offset_ms'):+d} ms on node-{f['nodes'][0] + 1}" for f in data.get("faults", [])
                           if f.get("kind") == "clock" and f.get("start_ms", 0) <= hi and (f.get("end_ms") or 1 << 62) >= lo]
                 whose = "that worker or any node" if worker in remote else "that worker's node"
