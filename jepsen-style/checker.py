@@ -1478,9 +1478,13 @@ def check_notifications(data: dict) -> dict | None:
     # No event for something that did not happen.
     # A read can contradict an event only if it began after the event was committed: the final
     # reads may be taken moments before a run dies (the event's ``at`` is the cluster's time, the
-    # read's the harness's: the margin covers the clock guard's bound between them).
+    # read's the harness's: the margin covers the clock guard's bound between them). And only a
+    # consistent read: a stale one (half the periodic reads) shows its replica as it is, which
+    # may be seconds behind (a follower cut off, catching up).
     seen_state: dict[str, list[tuple[int | None, str]]] = {}
     for r in _all_reads(data) + list(data.get("periodic") or []):
+        if r.get("consistent") is False:
+            continue
         t = r.get("t_start_ms", r.get("t_ms"))
         for run in r.get("runs") or []:
             seen_state.setdefault(run["id"], []).append((t, run.get("state")))
