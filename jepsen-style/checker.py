@@ -659,7 +659,9 @@ def spurious_expiries(data: dict, runs: list[dict], windows: list[dict] | None =
             held_ms = (a.get("finished_at") or a["started_at"]) - a["started_at"]
             began = begin_wall.get((r["id"], a["attempt"]))
             if began is not None:
-                lo, hi = min(began, a["started_at"]) - 500, began + held_ms + _STATE_TIME_SLACK_MS
+                # (bounded: state time lagging wall time must not reach back to unrelated faults)
+                lo = max(min(began, a["started_at"]) - 500, began - ttl_ms - _STATE_TIME_SLACK_MS)
+                hi = began + held_ms + _STATE_TIME_SLACK_MS
             else:
                 lo = a["started_at"] - ttl_ms - _STATE_TIME_SLACK_MS
                 hi = a["started_at"] + held_ms + _STATE_TIME_SLACK_MS
@@ -1569,7 +1571,7 @@ def log_context(results: dict, logs_dir) -> list[str]:
                 if w["from_ms"] <= t <= w["to_ms"] and _CONTEXT_RE.search(line):
                     lines.append((line[:23], f"{f.stem}: {line[24:][:240]}"))
         lines.sort()
-        head = (f"logs around {name}'s first counterexample (run {w.get('run')} attempt {w.get('attempt')}, "
+        head = (f"logs around {name}'s first unexplained lease expiry (run {w.get('run')} attempt {w.get('attempt')}, "
                 f"worker {w.get('worker')}; wall {w['from_ms']}..{w['to_ms']} ms):")
         shown = [f"  {ts[11:]} {text}" for ts, text in lines]
         if len(shown) > _CONTEXT_LINES_MAX:

@@ -527,7 +527,10 @@ def main(argv=None) -> int:
                                                                            "members", "remote_workers", "notes")},
                                                       default=str))
     verdict = checker.render_verdict(results, data, run_dir)
-    context = checker.log_context(results, run_dir / "nodes")
+    try:
+        context = checker.log_context(results, run_dir / "nodes")
+    except Exception as e:  # a view of the logs; its failure does not change the verdict
+        context = [f"run.py: log context failed: {e!r}"]
     if context:
         verdict += "\n" + "\n".join(context) + "\n"
     (run_dir / "verdict.txt").write_text(verdict)

@@ -560,6 +560,51 @@ def test_a_late_grant_whose_lease_holds_is_renewed_and_started():
     run(t())
 
 
+def test_a_drain_while_late_grants_are_confirmed_gives_them_back():
+    """A drain cancels the acquire whose late grants a heartbeat is confirming: the grants are
+    the worker's already, so they are given back (queued again, no attempt spent), not dropped
+    to wait out their TTL."""
+    async def t():
+        clock = FakeClock()
+        env = Env("late-drain", "exec_targets:record_sync", runs=1, slots=2, clock=clock, lease_ttl_ms=1000)
+        (rid,) = await env.setup()
+        _late_answers(env, 600, expire=False)
+        env.raft.failing["heartbeat"] = "hang"
+        task = asyncio.create_task(env.worker.run())
+        await wait_until(lambda: env.worker.late_grants == 1, 5, "the late grant's heartbeat to be sent")
+        await env.worker.drain(1.0)
+        assert env.state.runs[rid]["state"] == "queued" and env.raft.ops("release"), env.state.runs[rid]["state"]
+        assert rid not in exec_targets.RECORDED and not env.worker.held
+        await stop(task)
+    run(t())
+
+
+def test_a_run_granted_again_to_its_worker_is_confirmed_by_its_new_token_only():
+    """Attempt 1 runs on; the leader expired its lease (the worker looked gone) and granted
+    attempt 2 to the same worker, whose answer arrives late. The confirming heartbeat names the
+    run with its new token only (the state reports lost leases by run id): attempt 2 starts,
+    attempt 1 is killed, and its outcome would be refused."""
+    async def t():
+        exec_targets.GATE.clear()
+        clock = FakeClock()
+        env = Env("again", "exec_targets:gate", runs=1, slots=2, clock=clock)
+        (rid,) = await env.setup()
+        task = asyncio.create_task(env.worker.run())
+        await wait_until(lambda: rid in exec_targets.RECORDED, 5, "attempt 1 to start")
+        first = env.worker.held[rid]
+        _late_answers(env, int(env.worker.lease_ttl_ms * 0.6), expire=False)
+        r = env.state.runs[rid]
+        assert env.state.apply(commands.expire(clock.now_ms(), runs=[[rid, r["fencing_token"], r["renewals"]]],
+                                               locks=[]))["expired"]
+        await wait_until(lambda: [a["attempt"] for a in exec_targets.RECORDED[rid]] == [1, 2], 5, "attempt 2 to start")
+        assert first.cancel.is_set() and env.worker.late_grants == 1 and env.worker.late_grants_gone == 0
+        exec_targets.GATE.set()
+        await wait_until(lambda: env.state.runs[rid]["state"] == "succeeded", 5, "attempt 2 to succeed")
+        assert env.state.runs[rid]["attempt"] == 2
+        await stop(task)
+    run(t())
+
+
 def test_a_grant_in_time_is_started_without_a_heartbeat_first():
     async def t():
         clock = FakeClock()

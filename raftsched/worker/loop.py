@@ -164,6 +164,13 @@ def run_result(value: Any) -> Any:
     return json.loads(text) if len(text.encode()) <= limits.result_bytes_max else None
 
 
+def _log_failure(t: asyncio.Future) -> None:
+    """A done callback: log the exception of a task nobody may await any more (its awaiter
+    cancelled), rather than "exception was never retrieved"."""
+    if not t.cancelled() and t.exception() is not None:
+        log.error("worker: placing granted runs failed", exc_info=t.exception())
+
+
 class _Held:
     __slots__ = ("grant", "cancel", "task", "token", "executing", "giving_back", "ctx", "reporting")
 
@@ -232,6 +239,8 @@ class LeaseLoop:
         self._exec_s: float | None = None
         self._acquire_rtt_s: float | None = None
         self._acquiring: set[asyncio.Task] = set()
+        #: grants of answered acquires being started, held or given back (``_place``)
+        self._placing: set[asyncio.Future] = set()
         #: no acquire before this monotonic time (a pause after a failed or empty acquire)
         self._acquire_after = 0.0
         #: the last acquire granted nothing: one lease request at a time until one grants again
@@ -258,7 +267,7 @@ class LeaseLoop:
         """This worker: ``id``, ``slots``, ``running`` (leases held: runs executing,
         prefetched, or finished with their report on its way), ``completed`` (attempts reported
         and accepted), ``refused`` (reports refused for a stale token), ``released`` (leases
-        given back by a drain), ``waited_for_slot``, ``late_grants`` and ``late_grants_gone``
+        given back: a drain, or late grants whose lease could not be confirmed), ``waited_for_slot``, ``late_grants`` and ``late_grants_gone``
         (``_confirm_late``), ``draining`` and ``executes`` (whether it takes runs now: not
         while it leads a cluster of several, unless told to, nor while draining)."""
         return {"id": self.worker_id, "slots": self.slots, "running": len(self.held),
@@ -380,6 +389,7 @@ class LeaseLoop:
         self._stopping = True
         for t in list(self._acquiring):
             t.cancel()
+        await self._placed()  # grants already answered are given back (_place)
         waiting, self._waiting = list(self._waiting), collections.deque()
         running = [h for h in self.held.values() if h.executing]
         if waiting or running:
@@ -489,23 +499,47 @@ class LeaseLoop:
             self._acquire_rtt_s = rtt if self._acquire_rtt_s is None else self._acquire_rtt_s + worker_limits.ewma_weight * (rtt - self._acquire_rtt_s)
             # A fresh lease counts as a heartbeat that succeeded when it was asked for.
             self._last_hb_ok = max(self._last_hb_ok, sent)
-            runs = await self._confirm_late(runs)
-            back = []
-            for grant in runs:
-                h = _Held(grant)
-                self.held[grant["id"]] = h
-                if self.draining or self._stopping:
-                    back.append(h)  # granted as the drain began: given back at once
-                elif self._executing + self.lingering < self.slots:
-                    self._start(h)
-                else:
-                    self._waiting.append(h)  # prefetched: starts when a slot frees
-            if back:
-                await self._give_back(back, "draining")
+            # From here on the grants are this worker's: placing them goes on even if this
+            # acquire is cancelled (a drain, a failure), so that each is started, held or given
+            # back, never dropped.
+            place = asyncio.ensure_future(self._place(runs))
+            self._placing.add(place)
+            place.add_done_callback(self._placing.discard)
+            place.add_done_callback(_log_failure)
+            await asyncio.shield(place)
         finally:
             self._asked -= n
             self._acquiring.discard(asyncio.current_task())  # before _pump looks again
             self._wake.set()
+
+    async def _place(self, runs: list[dict]) -> None:
+        """Start each grant of one acquire's answer, hold it until a slot frees (prefetched), or
+        give it back (a drain or stop began); the late ones only once a heartbeat kept their
+        lease (``_confirm_late``)."""
+        try:
+            runs = await self._confirm_late(runs)
+        except Exception:  # a bug, not a failed request (those are answered in _confirm_late)
+            log.exception("worker %s: confirming late grants failed; giving them back", self.worker_id)
+            await self._give_back([_Held(g) for g in runs], "its lease could not be confirmed")
+            return
+        back = []
+        for grant in runs:
+            h = _Held(grant)
+            self.held[grant["id"]] = h
+            if self.draining or self._stopping:
+                back.append(h)  # granted as the drain began: given back at once
+            elif self._executing + self.lingering < self.slots:
+                self._start(h)
+            else:
+                self._waiting.append(h)  # prefetched: starts when a slot frees
+        if back:
+            await self._give_back(back, "draining")
+
+    async def _placed(self) -> None:
+        """Wait (at most a lease TTL) for the grants being placed (``_place``): a drain returns
+        when they are given back."""
+        if self._placing:
+            await asyncio.wait(list(self._placing), timeout=self.lease_ttl_ms / 1000)
 
     def _on_draining(self) -> None:
         if not self.drain_requested.is_set():
@@ -530,7 +564,20 @@ class LeaseLoop:
         """One heartbeat of every lease held, and of ``extra`` (``[run, token]``: late grants not
         held yet, ``_confirm_late``). Kills the held runs whose lease is lost. Returns the runs
         lost, or None when the heartbeat failed."""
-        leases = [[rid, h.token] for rid, h in self.held.items()] + (extra or [])
+        extra = extra or []
+        again = {rid for rid, _ in extra}
+        leases = []
+        for rid, h in self.held.items():
+            if rid in again:
+                # Granted again (attempt + 1) while this worker still held the attempt before:
+                # that lease is gone, its run handed on (to this worker, again). The state names
+                # lost leases by run id: heartbeating both would lose the new one too.
+                if not h.cancel.is_set() and not h.reporting:
+                    log.warning("worker: %s was granted again: its earlier attempt's lease is gone; killing it", rid)
+                    h.cancel.set()
+                continue
+            leases.append([rid, h.token])
+        leases += extra
         sent = self.clock.monotonic_s()
         # Bounded by half a TTL: a heartbeat that takes longer is of no use, and the watchdog
         # must not wait behind it. One command carries at most heartbeat_leases_max leases
@@ -573,18 +620,22 @@ class LeaseLoop:
         grant whose lease is gone (expired on the way, its run regranted) is not started: its
         attempt is over, and starting it would only have the fencing token refuse its writes.
         When the heartbeat fails, the late grants are given back (release), not started."""
+        if self.draining or self._stopping:
+            return runs  # given back by the caller, late or not
         late = [g for g in runs if self._late(g)]
         if not late:
             return runs
         self.late_grants += len(late)
-        lost = await self._heartbeat_once([[g["id"], g["token"]] for g in late])
+        # The whole answer: its grants share a deadline (one acquire), and none is renewed by
+        # the heartbeat loop before it is held.
+        lost = await self._heartbeat_once([[g["id"], g["token"]] for g in runs])
         if lost is None:
             log.warning("worker %s: %d runs granted late, and no heartbeat confirms their leases: giving them back",
                         self.worker_id, len(late))
             late_ids = {g["id"] for g in late}
             await self._give_back([_Held(g) for g in late], "granted late, and its lease could not be confirmed")
             return [g for g in runs if g["id"] not in late_ids]
-        gone = [g["id"] for g in late if g["id"] in lost]
+        gone = [g["id"] for g in runs if g["id"] in lost]
         if gone:
             self.late_grants_gone += len(gone)
             log.warning("worker %s: %d runs granted late whose leases are gone already, not started: %s",
@@ -621,6 +672,7 @@ class LeaseLoop:
                  len(self.held), drain_s)
         for t in list(self._acquiring):
             t.cancel()
+        await self._placed()  # grants already answered are given back (_place)
         waiting, self._waiting = list(self._waiting), collections.deque()
         if waiting:
             await self._give_back(waiting, "draining")
