@@ -69,9 +69,13 @@ def lease_body(**kw) -> dict:
 
 
 async def lease(c, wid, **kw):
+    """The answer, less ``held_ms`` (checked: how long the node held the request)."""
     r = await c.post(path(wid, "lease"), data=json.dumps(lease_body(**kw)), headers=AUTH)
     assert r.status == 200, await r.text()
-    return await r.json()
+    body = await r.json()
+    held = body.pop("held_ms")
+    assert isinstance(held, int) and 0 <= held <= 1000 * max(1.0, 2 * kw.get("wait_s", 0) + 5), held
+    return body
 
 
 async def post(c, p, body, status=200, headers=AUTH):
@@ -168,6 +172,16 @@ def test_bad_requests_name_the_field_and_change_nothing():
 
 
 # ---------------------------------------------------------------------------- lease
+def test_a_lease_answer_says_how_long_the_node_held_the_request():
+    """``held_ms``: the worker takes it from its round trip, and what is left was on the way
+    (worker/remote.py: a grant that spent half its lease on the way is heartbeated first)."""
+    async def t(env, c):
+        r = await c.post(path("held", "lease"), data=json.dumps(lease_body(wait_s=0.3)), headers=AUTH)
+        body = await r.json()
+        assert r.status == 200 and body["runs"] == [] and 250 <= body["held_ms"] <= 5000, body
+    run(t)
+
+
 def test_a_worker_says_hello_on_first_contact_and_again_only_when_its_facts_change():
     async def t(env, c):
         assert await lease(c, "h/1", wait_s=0) == {"runs": [], "draining": False}

@@ -52,6 +52,9 @@ class Node:
         ans = self.answers.pop(0) if self.answers else (200, {})
         if ans == "hang":
             await asyncio.sleep(30)  # ok-sleep: a node that never answers (the client times out)
+        if ans[0] == "slow":  # ("slow", seconds, answer): an answer that takes that long to come
+            await asyncio.sleep(ans[1])  # ok-sleep: the delay is what is measured
+            ans = ans[2]
         status, body = ans
         return web.json_response(body, status=status)
 
@@ -308,6 +311,28 @@ def test_the_raftsched_worker_command_exits_non_zero_when_its_lease_watchdog_fai
     rc = cli.main(["worker", "--url", f"http://127.0.0.1:{free_ports(1)[0]}", "--token-file", str(token),
                    "--id", "w1", "--log-level", "warning"])
     assert rc == 1 and time.monotonic() - t0 < 20
+
+
+def test_a_lease_answer_says_how_long_it_was_on_the_way():
+    """The round trip less the node's ``held_ms`` is the time on the way (``transit_ms``), which
+    the lease loop weighs against the lease TTL (late grants, worker/loop.py); without
+    ``held_ms`` (a node of another version) it is not known."""
+    async def t():
+        grant = {"id": "j@1", "token": 7, "deadline": 0}
+        node = Node([("slow", 0.3, (200, {"runs": [grant], "draining": False, "held_ms": 0})),
+                     ("slow", 0.3, (200, {"runs": [grant], "draining": False, "held_ms": 300})),
+                     (200, {"runs": [grant], "draining": False})])
+        ch = RemoteChannel(WorkerConfig(urls=[await node.start()], token=TOKEN, worker_id="w/1", wait_s=0),
+                           SystemClock())
+        try:
+            on_the_way = (await ch.acquire(1, 10_000, None)).transit_ms
+            assert on_the_way is not None and 290 <= on_the_way < 3000, on_the_way
+            assert 0 <= (await ch.acquire(1, 10_000, None)).transit_ms < on_the_way - 250
+            assert (await ch.acquire(1, 10_000, None)).transit_ms is None
+        finally:
+            await ch.close()
+            await node.close()
+    run(t())
 
 
 def test_a_remote_worker_runs_on_the_cluster_time_its_nodes_answer_with():

@@ -605,6 +605,31 @@ def test_a_run_granted_again_to_its_worker_is_confirmed_by_its_new_token_only():
     run(t())
 
 
+def test_a_grant_whose_answer_was_long_on_the_way_is_heartbeated_first():
+    """A remote worker's clock is anchored on the answers it hears, so an answer held up in the
+    network sets it back as much, and the grant's deadline looks far: the answer's time on the
+    way (``Grants.transit_ms``, the round trip less the node's ``held_ms``) says it was late."""
+    async def t():
+        clock = FakeClock()
+        env = Env("late-transit", "exec_targets:record_sync", runs=1, slots=2, clock=clock)
+        (rid,) = await env.setup()
+        acquire = env.worker.channel.acquire
+
+        async def on_the_way(*a, **kw):
+            res = await acquire(*a, **kw)
+            if res.runs:
+                res.transit_ms = env.worker.lease_ttl_ms * 0.6
+            return res
+        env.worker.channel.acquire = on_the_way
+        task = asyncio.create_task(env.worker.run())
+        await wait_until(lambda: env.worker.completed == 1, 10, "the run to complete")
+        assert env.worker.late_grants == 1 and env.worker.late_grants_gone == 0
+        order = [c["op"] for g in env.raft.groups for c in g if c["op"] in ("acquire", "heartbeat", "complete_many")]
+        assert order[:3] == ["acquire", "heartbeat", "complete_many"], order
+        await stop(task)
+    run(t())
+
+
 def test_a_grant_in_time_is_started_without_a_heartbeat_first():
     async def t():
         clock = FakeClock()

@@ -245,6 +245,7 @@ class Fleet:
         completion fail (no leader in time, its outcome unknown), the answer still carries the
         runs granted, and ``results_error`` instead of ``results``: the worker sends the same
         outcomes to ``complete`` with the same key, which acts at most once."""
+        t0 = self.clock.monotonic_s()
         wid = _worker_id(wid)
         facts, n, wait_s, ttl_ms, items = parse_lease(body)
         facts["tenants"] = None if tenants is None else sorted(tenants)
@@ -274,6 +275,9 @@ class Fleet:
                 answer["results"] = res["results"]
                 if res.get("duplicate"):
                     answer["duplicate"] = True
+        # How long the request was here: the worker takes it from its round trip, and what is
+        # left is time on the way, which ages the leases granted (worker/remote.py).
+        answer["held_ms"] = round((self.clock.monotonic_s() - t0) * 1000)
         return self._timed(answer), hello or done is not None
 
     async def _lease(self, wid: str, facts: dict, n: int, wait_s: float, ttl_ms: int, alive) -> tuple[dict, bool]:

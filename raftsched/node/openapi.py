@@ -402,7 +402,7 @@ def _more_responses() -> dict[str, Schema]:
         "pinged": _open({"job": s, "run": s, "state": s}, ("job", "run", "state")),
         "deadlines": _open({"deadlines": {"type": "array", "items": _open({"slot": s, "why": s}, ("slot", "why"))}},
                            ("deadlines",)),
-        "leased": _open({"runs": objs, "draining": _BOOL, "cluster_ms": i, "results": arr,
+        "leased": _open({"runs": objs, "draining": _BOOL, "cluster_ms": i, "held_ms": i, "results": arr,
                          "results_error": obj, "duplicate": _BOOL,
                          "next_wait_s": _num(0, worker_limits.lease_wait_s_max,
                                              description="in an idle answer, the wait to ask for next time "

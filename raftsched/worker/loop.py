@@ -100,15 +100,19 @@ class WorkerFailed(Exception):
 
 
 class Grants:
-    """What an acquire answered: the grants, whether the worker is draining, and how long to
-    wait before asking again when nothing was granted (None: the loop's own backoff)."""
+    """What an acquire answered: the grants, whether the worker is draining, how long to wait
+    before asking again when nothing was granted (None: the loop's own backoff), and how long
+    the answer may have been on its way (``transit_ms``: its round trip less the time the node
+    held the request; None when not known, as on a node's own channel)."""
 
-    __slots__ = ("runs", "draining", "retry_after_s")
+    __slots__ = ("runs", "draining", "retry_after_s", "transit_ms")
 
-    def __init__(self, runs: list[dict], draining: bool = False, retry_after_s: float | None = None) -> None:
+    def __init__(self, runs: list[dict], draining: bool = False, retry_after_s: float | None = None,
+                 transit_ms: float | None = None) -> None:
         self.runs = runs
         self.draining = draining
         self.retry_after_s = retry_after_s
+        self.transit_ms = transit_ms
 
 
 class Channel(Protocol):
@@ -502,7 +506,7 @@ class LeaseLoop:
             # From here on the grants are this worker's: placing them goes on even if this
             # acquire is cancelled (a drain, a failure), so that each is started, held or given
             # back, never dropped.
-            place = asyncio.ensure_future(self._place(runs))
+            place = asyncio.ensure_future(self._place(runs, res.transit_ms))
             self._placing.add(place)
             place.add_done_callback(self._placing.discard)
             place.add_done_callback(_log_failure)
@@ -512,12 +516,12 @@ class LeaseLoop:
             self._acquiring.discard(asyncio.current_task())  # before _pump looks again
             self._wake.set()
 
-    async def _place(self, runs: list[dict]) -> None:
+    async def _place(self, runs: list[dict], transit_ms: float | None = None) -> None:
         """Start each grant of one acquire's answer, hold it until a slot frees (prefetched), or
         give it back (a drain or stop began); the late ones only once a heartbeat kept their
         lease (``_confirm_late``)."""
         try:
-            runs = await self._confirm_late(runs)
+            runs = await self._confirm_late(runs, transit_ms)
         except Exception:  # a bug, not a failed request (those are answered in _confirm_late)
             log.exception("worker %s: confirming late grants failed; giving them back", self.worker_id)
             await self._give_back([_Held(g) for g in runs], "its lease could not be confirmed")
@@ -606,15 +610,21 @@ class LeaseLoop:
                     h.cancel.set()
         return gone
 
-    def _late(self, g: dict) -> bool:
-        """Whether grant ``g`` arrived with less than grant_late_ttl_share of its lease left by
-        this worker's clock (the cluster's): its lease may have expired on the way."""
+    def _late(self, g: dict, transit_ms: float | None = None) -> bool:
+        """Whether grant ``g`` arrived with less than grant_late_ttl_share of its lease left: by
+        this worker's clock (the cluster's), or by the answer's time on the way (``transit_ms``,
+        by the worker's monotonic clock). The second catches an answer held up in the network:
+        the cluster's clock a remote worker keeps is anchored on the answers it hears, so a late
+        one sets it back by as much as it was late, and the first then sees nothing."""
+        left_min = self.lease_ttl_ms * worker_limits.grant_late_ttl_share
+        if transit_ms is not None and transit_ms > self.lease_ttl_ms - left_min:
+            return True
         deadline = g.get("deadline")
         if not isinstance(deadline, int) or isinstance(deadline, bool):
             return False
-        return deadline - self.clock.now_ms() < self.lease_ttl_ms * worker_limits.grant_late_ttl_share
+        return deadline - self.clock.now_ms() < left_min
 
-    async def _confirm_late(self, runs: list[dict]) -> list[dict]:
+    async def _confirm_late(self, runs: list[dict], transit_ms: float | None = None) -> list[dict]:
         """The grants of ``runs`` to start: those that arrived in time, and the late ones
         (``_late``) whose lease a heartbeat, sent now, found still held (and so renewed). A late
         grant whose lease is gone (expired on the way, its run regranted) is not started: its
@@ -622,7 +632,7 @@ class LeaseLoop:
         When the heartbeat fails, the late grants are given back (release), not started."""
         if self.draining or self._stopping:
             return runs  # given back by the caller, late or not
-        late = [g for g in runs if self._late(g)]
+        late = [g for g in runs if self._late(g, transit_ms)]
         if not late:
             return runs
         self.late_grants += len(late)

@@ -257,8 +257,13 @@ class RemoteChannel:
         # An empty answer well before wait_s (a node that answers at once) is not a long-poll:
         # the loop's own pause applies, so the worker does not spin on it. One that carried
         # outcomes waited only briefly: the next request goes at once, and waits.
-        quick = not runs and carried is None and self.clock.monotonic_s() - t0 < wait_s / 2
-        return Grants(runs, draining, None if quick else 0.0)
+        rtt_s = self.clock.monotonic_s() - t0
+        quick = not runs and carried is None and rtt_s < wait_s / 2
+        held = res.get("held_ms")
+        # (a node of a version before held_ms: None, and the loop judges by the clock alone)
+        transit_ms = (max(0.0, rtt_s * 1000 - held) if isinstance(held, (int, float)) and not isinstance(held, bool)
+                      else None)
+        return Grants(runs, draining, None if quick else 0.0, transit_ms)
 
     async def heartbeat(self, leases: list[list], ttl_ms: int, timeout_s: float) -> tuple[list[str], bool]:
         res = await self.client.worker_heartbeat(self.worker_id, leases, ttl_ms,
