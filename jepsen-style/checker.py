@@ -1490,10 +1490,26 @@ def check_notifications(data: dict) -> dict | None:
         t = r.get("t_start_ms", r.get("t_ms"))
         for run in r.get("runs") or []:
             seen_state.setdefault(run["id"], []).append((t, run.get("state")))
-    requeued_jobs = {op["job"] for op in client_ops(data) if op["f"] == "requeue"}
+    requeued_jobs: set = set()
     # A requeue's filter need not name a job (the workload's bulk requeues take the dead runs of
-    # the whole queue): the run.requeued events say which runs came back, whatever the op said.
+    # the whole queue): the run.requeued events say which runs came back, whatever the op said;
+    # but a paused job's are not sent (events.route: nothing while a job is paused), so the runs
+    # a requeue's dry run listed count too (soak seed 602), and a bulk requeue whose answer is
+    # unknown may have taken any run dead before it ended.
     requeued_runs = {e.get("run_id") for e in by_id.values() if e.get("kind") == "run.requeued"}
+    bulk_unknown_until = None
+    for op in client_ops(data):
+        if op["f"] != "requeue" or op["type"] == "fail":
+            continue
+        body = op.get("body") or {}
+        requeued_jobs.add(op.get("job"))
+        if body.get("job"):
+            requeued_jobs.add(body["job"])
+        dry = (op.get("value") or {}).get("dry")
+        if isinstance(dry, dict) and isinstance(dry.get("runs"), list):
+            requeued_runs.update(x for x in dry["runs"] if isinstance(x, str))
+        elif not body.get("job"):
+            bulk_unknown_until = max(bulk_unknown_until or 0, op.get("t_ms") or 0)
     told_jobs: set[str] = set()
     for e in by_id.values():
         if e.get("kind") != "run.dead":
@@ -1504,7 +1520,8 @@ def check_notifications(data: dict) -> dict | None:
         states = {st for t, st in seen_state.get(e.get("run_id"), ())
                   if isinstance(t, int) and t >= at + _EVENT_READ_MARGIN_MS}
         if states and "dead" not in states and e.get("job") not in requeued_jobs \
-                and e.get("run_id") not in requeued_runs:
+                and e.get("run_id") not in requeued_runs \
+                and not (bulk_unknown_until is not None and at <= bulk_unknown_until):
             examples.append(f"run.dead for {e.get('run_id')}, which every read shows {sorted(states)}: {_short(e)}")
     # Every failing job is told (at least its first dead run; nothing while it is paused).
     paused = paused_ever(data)
