@@ -503,10 +503,14 @@ class LeaseLoop:
             self._acquire_rtt_s = rtt if self._acquire_rtt_s is None else self._acquire_rtt_s + worker_limits.ewma_weight * (rtt - self._acquire_rtt_s)
             # A fresh lease counts as a heartbeat that succeeded when it was asked for.
             self._last_hb_ok = max(self._last_hb_ok, sent)
+            late = self._late_among(runs, res.transit_ms)
+            if not late and not self.draining and not self._stopping:
+                self._hold(runs)  # the common case: nothing to wait for
+                return
             # From here on the grants are this worker's: placing them goes on even if this
             # acquire is cancelled (a drain, a failure), so that each is started, held or given
             # back, never dropped.
-            place = asyncio.ensure_future(self._place(runs, res.transit_ms))
+            place = asyncio.ensure_future(self._place(runs, late))
             self._placing.add(place)
             place.add_done_callback(self._placing.discard)
             place.add_done_callback(_log_failure)
@@ -516,16 +520,24 @@ class LeaseLoop:
             self._acquiring.discard(asyncio.current_task())  # before _pump looks again
             self._wake.set()
 
-    async def _place(self, runs: list[dict], transit_ms: float | None = None) -> None:
-        """Start each grant of one acquire's answer, hold it until a slot frees (prefetched), or
-        give it back (a drain or stop began); the late ones only once a heartbeat kept their
-        lease (``_confirm_late``)."""
-        try:
-            runs = await self._confirm_late(runs, transit_ms)
-        except Exception:  # a bug, not a failed request (those are answered in _confirm_late)
-            log.exception("worker %s: confirming late grants failed; giving them back", self.worker_id)
-            await self._give_back([_Held(g) for g in runs], "its lease could not be confirmed")
-            return
+    async def _place(self, runs: list[dict], late: list[dict]) -> None:
+        """Place the grants of one acquire's answer (``_hold``), the ``late`` ones only once a
+        heartbeat kept their lease (``_confirm_late``), and give back what a drain or stop
+        begun meanwhile leaves."""
+        if late:
+            try:
+                runs = await self._confirm_late(runs, late)
+            except Exception:  # a bug, not a failed request (those are answered in _confirm_late)
+                log.exception("worker %s: confirming late grants failed; giving them back", self.worker_id)
+                await self._give_back([_Held(g) for g in runs], "its lease could not be confirmed")
+                return
+        back = self._hold(runs)
+        if back:
+            await self._give_back(back, "draining")
+
+    def _hold(self, runs: list[dict]) -> list[_Held]:
+        """Hold each grant: start it, or keep it until a slot frees (prefetched); returns those
+        to give back instead (a drain or stop began), held until then."""
         back = []
         for grant in runs:
             h = _Held(grant)
@@ -536,8 +548,7 @@ class LeaseLoop:
                 self._start(h)
             else:
                 self._waiting.append(h)  # prefetched: starts when a slot frees
-        if back:
-            await self._give_back(back, "draining")
+        return back
 
     async def _placed(self) -> None:
         """Wait (at most a lease TTL) for the grants being placed (``_place``): a drain returns
@@ -610,7 +621,7 @@ class LeaseLoop:
                     h.cancel.set()
         return gone
 
-    def _late(self, g: dict, transit_ms: float | None = None) -> bool:
+    def _late(self, g: dict, transit_ms: float | None = None, now_ms: int | None = None) -> bool:
         """Whether grant ``g`` arrived with less than grant_late_ttl_share of its lease left: by
         this worker's clock (the cluster's), or by the answer's time on the way (``transit_ms``,
         by the worker's monotonic clock). The second catches an answer held up in the network:
@@ -622,19 +633,24 @@ class LeaseLoop:
         deadline = g.get("deadline")
         if not isinstance(deadline, int) or isinstance(deadline, bool):
             return False
-        return deadline - self.clock.now_ms() < left_min
+        return deadline - (self.clock.now_ms() if now_ms is None else now_ms) < left_min
 
-    async def _confirm_late(self, runs: list[dict], transit_ms: float | None = None) -> list[dict]:
-        """The grants of ``runs`` to start: those that arrived in time, and the late ones
+    def _late_among(self, runs: list[dict], transit_ms: float | None) -> list[dict]:
+        """The late grants of an answer (``_late``); none while a drain or stop gives every
+        grant back anyway."""
+        if self.draining or self._stopping:
+            return []
+        now_ms = self.clock.now_ms()  # once an answer: the cluster's clock is not free to read
+        return [g for g in runs if self._late(g, transit_ms, now_ms)]
+
+    async def _confirm_late(self, runs: list[dict], late: list[dict]) -> list[dict]:
+        """The grants of ``runs`` to start: those that arrived in time, and the ``late`` ones
         (``_late``) whose lease a heartbeat, sent now, found still held (and so renewed). A late
         grant whose lease is gone (expired on the way, its run regranted) is not started: its
         attempt is over, and starting it would only have the fencing token refuse its writes.
         When the heartbeat fails, the late grants are given back (release), not started."""
         if self.draining or self._stopping:
             return runs  # given back by the caller, late or not
-        late = [g for g in runs if self._late(g, transit_ms)]
-        if not late:
-            return runs
         self.late_grants += len(late)
         # The whole answer: its grants share a deadline (one acquire), and none is renewed by
         # the heartbeat loop before it is held.
