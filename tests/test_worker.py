@@ -548,16 +548,22 @@ def test_a_late_grant_whose_lease_holds_is_renewed_and_started():
         env = Env("late-held", "exec_targets:record_sync", runs=1, slots=2, clock=clock)
         (rid,) = await env.setup()
         _late_answers(env, int(env.worker.lease_ttl_ms * 0.6), expire=False)
-        task = asyncio.create_task(env.worker.run())
-        await wait_until(lambda: env.worker.completed == 1, 10, "the run to complete")
-        assert env.worker.late_grants == 1 and env.worker.late_grants_gone == 0
-        run_ = env.state.runs[rid]
-        assert run_["state"] == "succeeded" and run_["attempt"] == 1
-        assert [a["attempt"] for a in exec_targets.RECORDED[rid]] == [1]
-        order = [c["op"] for g in env.raft.groups for c in g if c["op"] in ("acquire", "heartbeat", "complete_many")]
-        assert order[:3] == ["acquire", "heartbeat", "complete_many"], order
-        await stop(task)
+        await _runs_once_after_a_heartbeat(env, rid)
     run(t())
+
+
+async def _runs_once_after_a_heartbeat(env: Env, rid: str) -> None:
+    """Run the worker until ``rid``'s one late grant ran: confirmed by a heartbeat between its
+    acquire and its outcome, attempt 1, once."""
+    task = asyncio.create_task(env.worker.run())
+    await wait_until(lambda: env.worker.completed == 1, 10, "the run to complete")
+    assert env.worker.late_grants == 1 and env.worker.late_grants_gone == 0
+    run_ = env.state.runs[rid]
+    assert run_["state"] == "succeeded" and run_["attempt"] == 1
+    assert [a["attempt"] for a in exec_targets.RECORDED[rid]] == [1]
+    order = [c["op"] for g in env.raft.groups for c in g if c["op"] in ("acquire", "heartbeat", "complete_many")]
+    assert order[:3] == ["acquire", "heartbeat", "complete_many"], order
+    await stop(task)
 
 
 def test_a_drain_while_late_grants_are_confirmed_gives_them_back():
@@ -621,12 +627,7 @@ def test_a_grant_whose_answer_was_long_on_the_way_is_heartbeated_first():
                 res.transit_ms = env.worker.lease_ttl_ms * 0.6
             return res
         env.worker.channel.acquire = on_the_way
-        task = asyncio.create_task(env.worker.run())
-        await wait_until(lambda: env.worker.completed == 1, 10, "the run to complete")
-        assert env.worker.late_grants == 1 and env.worker.late_grants_gone == 0
-        order = [c["op"] for g in env.raft.groups for c in g if c["op"] in ("acquire", "heartbeat", "complete_many")]
-        assert order[:3] == ["acquire", "heartbeat", "complete_many"], order
-        await stop(task)
+        await _runs_once_after_a_heartbeat(env, rid)
     run(t())
 
 
