@@ -407,7 +407,7 @@ def _more_responses() -> dict[str, Schema]:
                          "next_wait_s": _num(0, worker_limits.lease_wait_s_max,
                                              description="in an idle answer, the wait to ask for next time "
                                                          "(the node has many workers waiting)")},
-                        ("runs", "draining")),
+                        ("runs", "draining", "held_ms")),
         "heartbeat": _open({"extended": i, "lost": {"type": "array", "items": s}, "draining": _BOOL, "cluster_ms": i},
                            ("extended", "lost", "draining")),
         "completed": _open({"results": arr}, ("results",)),

@@ -503,7 +503,11 @@ class LeaseLoop:
             self._acquire_rtt_s = rtt if self._acquire_rtt_s is None else self._acquire_rtt_s + worker_limits.ewma_weight * (rtt - self._acquire_rtt_s)
             # A fresh lease counts as a heartbeat that succeeded when it was asked for.
             self._last_hb_ok = max(self._last_hb_ok, sent)
-            late = self._late_among(runs, res.transit_ms)
+            try:
+                late = self._late_among(runs, getattr(res, "transit_ms", None))
+            except Exception:  # a bug in judging lateness must not cost the grants: held as before
+                log.exception("worker %s: judging whether grants came late failed", self.worker_id)
+                late = []
             if not late and not self.draining and not self._stopping:
                 self._hold(runs)  # the common case: nothing to wait for
                 return
