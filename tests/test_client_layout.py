@@ -186,6 +186,23 @@ def test_an_exchange_encodes_once_and_keeps_one_key():
     assert "Idempotency-Key" not in _exchange(endpoints.get_job("j")).headers
 
 
+def test_on_answer_hears_how_long_the_answering_attempt_took():
+    """Only the attempt that ended the call counts: a 503 before it, and the wait after the 503,
+    are left out; an answer given no clock reading calls nothing."""
+    took: list[float] = []
+    ex = _exchange(endpoints.worker_lease("w", max_runs=1, wait_s=0, ttl_ms=1000, on_answer=took.append), n=1)
+    assert isinstance(ex.next(100.0), Try)
+    ex.answered(0, 503, {"retry-after": "0.5"}, {"error": {"code": "unavailable", "message": "no leader"}}, 103.0)
+    assert took == [] and isinstance(ex.next(103.0), Wait)
+    assert isinstance(ex.next(103.5), Try)
+    ex.answered(0, 200, {}, {"runs": []}, 103.75)
+    assert took == [0.25] and ex.next(103.8) is None
+    ex = _exchange(endpoints.worker_lease("w", max_runs=1, wait_s=0, ttl_ms=1000, on_answer=took.append), n=1)
+    ex.next(100.0)
+    ex.answered(0, 200, {}, {"runs": []})
+    assert took == [0.25] and ex.result() == {"runs": []}
+
+
 def test_an_exchange_that_gives_up_after_an_unknown_outcome_is_indeterminate():
     ex = _exchange(endpoints.trigger("j"), n=1, deadline_s=1.0)
     ex.next(100.0)

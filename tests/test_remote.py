@@ -335,6 +335,28 @@ def test_a_lease_answer_says_how_long_it_was_on_the_way():
     run(t())
 
 
+def test_the_time_on_the_way_is_the_answering_attempts_not_the_calls():
+    """A lease call whose first attempt met a 503 (a node with no leader, after a while) and
+    whose second was granted at once: the grants were on the way for the second attempt's round
+    trip, not for the whole call's (which would make good grants look late)."""
+    async def t():
+        grant = {"id": "j@1", "token": 7, "deadline": 0}
+        unavailable = (503, {"error": {"code": "unavailable", "message": "no leader", "field": None}})
+        node = Node([("slow", 0.8, unavailable), (200, {"runs": [grant], "draining": False, "held_ms": 0})])
+        ch = RemoteChannel(WorkerConfig(urls=[await node.start()], token=TOKEN, worker_id="w/1", wait_s=0),
+                           SystemClock())
+        try:
+            t0 = time.monotonic()
+            grants = await ch.acquire(1, 10_000, None)
+            assert time.monotonic() - t0 >= 0.8 and len(node.requests) == 2  # the call did take the 503 first
+            assert grants.runs == [grant]
+            assert grants.transit_ms is not None and 0 <= grants.transit_ms < 500, grants.transit_ms
+        finally:
+            await ch.close()
+            await node.close()
+    run(t())
+
+
 def test_a_remote_worker_runs_on_the_cluster_time_its_nodes_answer_with():
     """Lease and heartbeat answers carry cluster time; the worker keeps it on its monotonic clock
     and its lease loop runs on it (raftsched/clock.py ClusterClock), not on its own wall clock.

@@ -214,7 +214,7 @@ class AsyncClient(Transport):
                 except TransportError as e:
                     ex.failed(step.node, e)
                 else:
-                    ex.answered(step.node, *answer)
+                    ex.answered(step.node, *answer, time.monotonic())
             elif isinstance(step, Wait):
                 await asyncio.sleep(step.seconds)
             else:
@@ -490,11 +490,12 @@ class AsyncClient(Transport):
     async def worker_lease(self, worker_id: str, *, max_runs: int, wait_s: float, ttl_ms: int,
                            facts: dict | None = None, results: list | None = None,
                            idempotent_key: str | None = None, timeout_s: float | None = None,
-                           deadline_s: float | None = None) -> dict:
+                           deadline_s: float | None = None,
+                           on_answer: Callable[[float], None] | None = None) -> dict:
         """``POST /v1/workers/{id}/lease``: up to ``max_runs`` runs, waiting up to ``wait_s``; and ``results``."""
         return await self._send(endpoints.worker_lease(worker_id, max_runs=max_runs, wait_s=wait_s, ttl_ms=ttl_ms,
                                                        facts=facts, results=results, idempotent_key=idempotent_key,
-                                                       timeout_s=timeout_s, deadline_s=deadline_s))
+                                                       timeout_s=timeout_s, deadline_s=deadline_s, on_answer=on_answer))
 
     async def worker_heartbeat(self, worker_id: str, leases: list, ttl_ms: int, *, timeout_s: float | None = None,
                                deadline_s: float | None = None) -> dict:

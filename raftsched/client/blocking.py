@@ -112,7 +112,7 @@ class Client(Transport):
                 except TransportError as e:
                     ex.failed(step.node, e)
                 else:
-                    ex.answered(step.node, *answer)
+                    ex.answered(step.node, *answer, time.monotonic())
             elif isinstance(step, Wait):
                 time.sleep(step.seconds)
             else:
@@ -390,11 +390,12 @@ class Client(Transport):
 
     def worker_lease(self, worker_id: str, *, max_runs: int, wait_s: float, ttl_ms: int, facts: dict | None = None,
                      results: list | None = None, idempotent_key: str | None = None,
-                     timeout_s: float | None = None, deadline_s: float | None = None) -> dict:
+                     timeout_s: float | None = None, deadline_s: float | None = None,
+                     on_answer: Callable[[float], None] | None = None) -> dict:
         """``POST /v1/workers/{id}/lease``: up to ``max_runs`` runs, waiting up to ``wait_s``; and ``results``."""
         return self._send(endpoints.worker_lease(worker_id, max_runs=max_runs, wait_s=wait_s, ttl_ms=ttl_ms,
                                                  facts=facts, results=results, idempotent_key=idempotent_key,
-                                                 timeout_s=timeout_s, deadline_s=deadline_s))
+                                                 timeout_s=timeout_s, deadline_s=deadline_s, on_answer=on_answer))
 
     def worker_heartbeat(self, worker_id: str, leases: list, ttl_ms: int, *, timeout_s: float | None = None,
                          deadline_s: float | None = None) -> dict:

@@ -174,6 +174,9 @@ class Request:
     :param recover: called with the error the call ends with; what it returns is returned
         instead (or it raises another error).
     :param accept: error statuses whose answer is returned like a 2xx one.
+    :param on_answer: called, once the call ends with an answer, with how long the attempt that
+        answered took (seconds, from its send to its answer): the calls' earlier attempts (a 503,
+        a lost connection, the waits between) left out.
     """
 
     method: str
@@ -186,6 +189,7 @@ class Request:
     deadline_s: float | None = None
     recover: Callable[[RaftschedError], Any] | None = None
     accept: tuple[int, ...] = ()
+    on_answer: Callable[[float], None] | None = None
 
     @property
     def mutating(self) -> bool:
@@ -464,6 +468,7 @@ class Exchange:
                          budget_s=deadline_s if request.deadline_s is None else request.deadline_s,
                          now_s=now_s, accept=request.accept, uniform=uniform, fail_fast=fail_fast)
         self.end: Done | Fail | None = None
+        self._tried_s = now_s  # when the last Try was handed out
 
     @property
     def answered_by(self) -> int | None:
@@ -478,11 +483,17 @@ class Exchange:
         if isinstance(step, Fail):
             self.end = step
             return None
+        if isinstance(step, Try):
+            self._tried_s = now_s
         return step
 
-    def answered(self, node: int, status: int, headers: dict, payload: Any) -> None:
-        """Node ``node`` answered (``headers`` with lower-case names, ``payload`` decoded)."""
+    def answered(self, node: int, status: int, headers: dict, payload: Any, now_s: float | None = None) -> None:
+        """Node ``node`` answered (``headers`` with lower-case names, ``payload`` decoded) at
+        ``now_s`` (the clock :meth:`next` was given; None: the request's ``on_answer`` is not
+        called)."""
         self.end = self.call.answered(node, status, headers, payload)
+        if self.end is not None and now_s is not None and self.request.on_answer is not None:
+            self.request.on_answer(max(0.0, now_s - self._tried_s))
 
     def failed(self, node: int, e: TransportError) -> None:
         """The attempt at node ``node`` ended without an answer."""

@@ -508,19 +508,22 @@ def drain_worker(worker_id: str) -> Request:
 @endpoint
 def worker_lease(worker_id: str, *, max_runs: int, wait_s: float, ttl_ms: int, facts: dict | None = None,
                  results: list | None = None, idempotent_key: str | None = None,
-                 timeout_s: float | None = None, deadline_s: float | None = None) -> Request:
+                 timeout_s: float | None = None, deadline_s: float | None = None,
+                 on_answer: Callable[[float], None] | None = None) -> Request:
     """``POST /v1/workers/{id}/lease``: up to ``max_runs`` runs this worker's facts (queues,
     labels, slots, executors, version, instance) allow, waiting at the node up to ``wait_s``
     for work: ``{"runs": [grants], "draining"}``. Retried on another node only while no
     attempt may have granted runs (a lease is not idempotent: its runs would wait out their
     TTL). ``results``: outcomes carried to the node with the request, as ``worker_complete``'s,
     with ``idempotent_key`` as their request id; the answer has ``results`` (or
-    ``results_error``: then send them to ``worker_complete`` with the same key)."""
+    ``results_error``: then send them to ``worker_complete`` with the same key). ``on_answer``:
+    :class:`Request`'s (how long the answering attempt took: with the answer's ``held_ms``, how
+    long the grants were on the way)."""
     body = dict(facts or {}, max=max_runs, wait_s=wait_s, ttl_ms=ttl_ms)
     if results is not None:
         body["results"] = results
     return Request("POST", f"/v1/workers/{_q(worker_id)}/lease", body=body, idempotency_key=idempotent_key,
-                   timeout_s=timeout_s, deadline_s=deadline_s)
+                   timeout_s=timeout_s, deadline_s=deadline_s, on_answer=on_answer)
 
 
 @endpoint

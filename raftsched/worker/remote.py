@@ -221,11 +221,13 @@ class RemoteChannel:
         wait_s = self.lease_wait_s() if carried is None else worker_limits.carried_lease_wait_s
         attempt = wait_s + worker_limits.lease_request_slack_s
         t0 = self.clock.monotonic_s()
+        took: list[float] = []  # how long the attempt that answered took (not the call's earlier ones)
         try:
             res = await self.client.worker_lease(self.worker_id, max_runs=n, wait_s=wait_s, ttl_ms=ttl_ms,
                                                  facts=self.facts, timeout_s=attempt, deadline_s=attempt,
                                                  results=None if carried is None else carried.items,
-                                                 idempotent_key=None if carried is None else carried.key)
+                                                 idempotent_key=None if carried is None else carried.key,
+                                                 on_answer=took.append)
         except RaftschedError as e:
             status = getattr(e, "status", None) or 0
             if carried is not None and 400 <= status < 500 and (getattr(e, "field", None) or "").startswith("results"):
@@ -260,8 +262,12 @@ class RemoteChannel:
         rtt_s = self.clock.monotonic_s() - t0
         quick = not runs and carried is None and rtt_s < wait_s / 2
         held = res.get("held_ms")
-        # (a node of a version before held_ms: None, and the loop judges by the clock alone)
-        transit_ms = (max(0.0, rtt_s * 1000 - held) if isinstance(held, (int, float)) and not isinstance(held, bool)
+        # The time on the way is the answering attempt's, less what the node held it: an earlier
+        # attempt of the call (a 503 from a node with no leader, a dropped connection) granted
+        # nothing, so its time is not the grants'. (A node of a version before held_ms: None, and
+        # the loop judges by the clock alone.)
+        answer_ms = (took[-1] if took else rtt_s) * 1000
+        transit_ms = (max(0.0, answer_ms - held) if isinstance(held, (int, float)) and not isinstance(held, bool)
                       else None)
         return Grants(runs, draining, None if quick else 0.0, transit_ms)
 
