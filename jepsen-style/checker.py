@@ -1443,7 +1443,8 @@ def check_notifications(data: dict) -> dict | None:
     Idempotency-Key is not its event id; two deliveries of one event_id differ; an event the
     sink's committed cursor passed (the final reads' ``sink``) never arrived, or the sink gave one
     up (its dead count); a run.dead event names a run that the reads show and never show dead
-    (its job never bulk-requeued, and no run.requeued event for it); a job whose final read holds a dead run it was never paused
+    (no requeue names its job, no read shows it taken by a bulk requeue, and no run.requeued event
+    for it); a job whose final read holds a dead run it was never paused
     around has no run.dead event at all (one a failing incident: docs/notifications.md). Unknown
     when the run made no event and no dead run, or no final read shows the sink."""
     got = data.get("events")
@@ -1484,32 +1485,32 @@ def check_notifications(data: dict) -> dict | None:
     # consistent read: a stale one (half the periodic reads) shows its replica as it is, which
     # may be seconds behind (a follower cut off, catching up).
     seen_state: dict[str, list[tuple[int | None, str]]] = {}
+    # A run a bulk requeue took carries its id (``requeue``) from then on, in every read: that is
+    # exact, where the run.requeued events are not (none is sent while its job is paused,
+    # events.route; soak seed 602). Any read counts, a stale one too.
+    requeued_runs: set = set()
     for r in _all_reads(data) + list(data.get("periodic") or []):
+        runs = r.get("runs") if isinstance(r.get("runs"), list) else []
+        for run in runs:
+            if isinstance(run, dict) and run.get("requeue"):
+                requeued_runs.add(run.get("id"))
         if r.get("consistent") is False:
             continue
         t = r.get("t_start_ms", r.get("t_ms"))
-        for run in r.get("runs") or []:
-            seen_state.setdefault(run["id"], []).append((t, run.get("state")))
+        for run in runs:
+            if isinstance(run, dict):
+                seen_state.setdefault(run.get("id"), []).append((t, run.get("state")))
+    # And a run.requeued event says so too (a requeue of one run, or of a job's, carries no
+    # ``requeue`` field); so does a requeue op that names the job.
+    requeued_runs |= {e.get("run_id") for e in by_id.values() if e.get("kind") == "run.requeued"}
     requeued_jobs: set = set()
-    # A requeue's filter need not name a job (the workload's bulk requeues take the dead runs of
-    # the whole queue): the run.requeued events say which runs came back, whatever the op said;
-    # but a paused job's are not sent (events.route: nothing while a job is paused), so the runs
-    # a requeue's dry run listed count too (soak seed 602), and a bulk requeue whose answer is
-    # unknown may have taken any run dead before it ended.
-    requeued_runs = {e.get("run_id") for e in by_id.values() if e.get("kind") == "run.requeued"}
-    bulk_unknown_until = None
     for op in client_ops(data):
         if op["f"] != "requeue" or op["type"] == "fail":
             continue
-        body = op.get("body") or {}
+        body = op.get("body") if isinstance(op.get("body"), dict) else {}
         requeued_jobs.add(op.get("job"))
         if body.get("job"):
             requeued_jobs.add(body["job"])
-        dry = (op.get("value") or {}).get("dry")
-        if isinstance(dry, dict) and isinstance(dry.get("runs"), list):
-            requeued_runs.update(x for x in dry["runs"] if isinstance(x, str))
-        elif not body.get("job"):
-            bulk_unknown_until = max(bulk_unknown_until or 0, op.get("t_ms") or 0)
     told_jobs: set[str] = set()
     for e in by_id.values():
         if e.get("kind") != "run.dead":
@@ -1520,8 +1521,7 @@ def check_notifications(data: dict) -> dict | None:
         states = {st for t, st in seen_state.get(e.get("run_id"), ())
                   if isinstance(t, int) and t >= at + _EVENT_READ_MARGIN_MS}
         if states and "dead" not in states and e.get("job") not in requeued_jobs \
-                and e.get("run_id") not in requeued_runs \
-                and not (bulk_unknown_until is not None and at <= bulk_unknown_until):
+                and e.get("run_id") not in requeued_runs:
             examples.append(f"run.dead for {e.get('run_id')}, which every read shows {sorted(states)}: {_short(e)}")
     # Every failing job is told (at least its first dead run; nothing while it is paused).
     paused = paused_ever(data)

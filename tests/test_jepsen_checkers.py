@@ -1163,17 +1163,26 @@ def test_notifications_no_event_for_what_did_not_happen_and_every_failing_job_to
                             "idempotency_key": "ev-requeued", "signed": True, "t_ms": dead["at"] + 1})
     assert verdict(again, "notifications")[0] == "valid", verdict(again, "notifications")
     # A bulk requeue (its filter names no job; the workload's op names another) that took the
-    # run while its job was paused: no run.requeued is sent then (soak seed 602), but the dry
-    # run listed it. Without that list, and with its answer known, it excuses nothing.
+    # run while its job was paused: no run.requeued is sent then (soak seed 602), but every read
+    # after it shows the run with the requeue's id. An op whose answer is unknown, or whose dry
+    # run listed the run, excuses nothing by itself: only the run's own field does.
     bulk = copy.deepcopy(d)
-    bulk["history"].extend(_ops([("requeue", "zz", "ok", None, 201, {"dry": {"runs": [dead["run_id"]], "total": 1}})],
-                                start=len(bulk["history"])))
-    assert verdict(bulk, "notifications")[0] == "valid", verdict(bulk, "notifications")
-    bulk["history"][-1]["value"] = {"dry": {"runs": [], "total": 0}}
+    bulk["history"].extend(_ops([("requeue", "zz", "info", None, None, None)], start=len(bulk["history"])))
+    bulk["history"][-1].pop("value", None)
     assert verdict(bulk, "notifications")[0] == "invalid"
-    bulk["history"][-1]["type"] = "info"  # its answer unknown: it may have taken any run dead before it
-    del bulk["history"][-1]["value"]
+    bulk["history"][-1].update(type="ok", value={"dry": {"runs": [dead["run_id"]], "total": 1}})
+    assert verdict(bulk, "notifications")[0] == "invalid"
+    for r in each_read(bulk):
+        for run in r["runs"]:
+            if run["id"] == dead["run_id"]:
+                run["requeue"] = "rq-0-1"
     assert verdict(bulk, "notifications")[0] == "valid", verdict(bulk, "notifications")
+    # A malformed op is not a crash (an UNKNOWN verdict would hide what it judges).
+    odd = copy.deepcopy(bulk)
+    odd["history"].extend(_ops([("requeue", "zz", "ok", None, 201, None)], start=len(odd["history"])))
+    odd["history"][-1]["body"] = ["not", "a", "dict"]
+    odd["history"][-1]["value"] = "neither"
+    assert verdict(odd, "notifications")[0] == "valid", verdict(odd, "notifications")
     # A read that began before the event was committed (a final read moments before the run died)
     # cannot contradict it.
     reads = list(each_read(d))
