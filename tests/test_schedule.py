@@ -378,3 +378,24 @@ def test_dst_a_two_hour_gap_does_not_stop_a_seconds_cron():
     skip_all = dict(cron("*/30 * 1,2 * * *", "Antarctica/Troll"), dst={"spring_forward": "skip"})
     assert isos(skip_all, "2026-03-29T00:00:00Z", "2026-03-30T01:01:00Z")[:2] == [
         "2026-03-29T23:00:00Z", "2026-03-29T23:00:30Z"]
+
+
+def _iso_by_datetime(x: int) -> str | None:
+    """iso as it was before its seconds were cached: one datetime and strftime a call."""
+    from datetime import datetime, timedelta, timezone
+    try:
+        dt = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=x)
+    except OverflowError:
+        return None
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{x % 1000:03d}Z" if x % 1000 else dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(st.integers(min_value=-62_135_596_800_001, max_value=253_402_300_800_000),
+                 st.integers(), st.sampled_from([0, -1, -999, -1000, -1001, 999, 1000, limits.time_ms_max,
+                                                 limits.time_ms_max + 1])))
+def test_iso_renders_any_millisecond_as_datetime_does(x):
+    assert schedule.iso(x) == _iso_by_datetime(x)
+    assert schedule.iso(x) == schedule.iso(x)  # the second call comes from the cache
+    if 0 <= x <= limits.time_ms_max:
+        assert schedule.parse_iso_ms(schedule.iso(x), "t") == x
