@@ -23,8 +23,9 @@ from . import auth as auth_module
 from . import limits as node_limits
 from . import dashboard, notify, openapi, reads, rotation, routes, tenancy
 from .http import (AUDIT, AUTH, BACKFILLS, FLEET, METRICS, PRINCIPAL, ROUTE_TABLE, SERVICE, TOKEN,  # noqa: F401 - re-exported
-                   TRIGGER, UNCHANGED, WORKER, bool_param, choice_param, client_key, int_param, json_body, label_params,
-                   optional_json_body, rid, scope_key, state_param, tenants_of, time_param)
+                   TRIGGER, UNCHANGED, WORKER, bool_param, choice_param, client_key, int_param, json_body,
+                   json_response, label_params, optional_json_body, rid, scope_key, state_param, tenants_of,
+                   time_param)
 from .routes import CONSISTENT, OPEN, STALE, Param, Route, Tenancy
 from .backfills import BackfillService
 from .fleet import Fleet
@@ -54,7 +55,7 @@ def _error_response(e: RaftschedError) -> web.Response:
         headers["WWW-Authenticate"] = "Bearer"
     if isinstance(e, TooManyRequests):
         headers["Retry-After"] = str(max(1, math.ceil(e.extra.get("retry_after_s", 1))))
-    return web.json_response({"error": e.to_dict()}, status=e.http_status, headers=headers)
+    return json_response({"error": e.to_dict()}, status=e.http_status, headers=headers)
 
 
 @web.middleware
@@ -64,21 +65,21 @@ async def errors_middleware(request: web.Request, handler):
     except RaftschedError as e:
         return _error_response(e)
     except web.HTTPRequestEntityTooLarge:
-        return web.json_response(
+        return json_response(
             {"error": {"code": "too_large", "message": f"request body larger than {node_limits.request_bytes_max} bytes", "field": None}},
             status=413,
         )
     except web.HTTPException as e:
         if e.status >= 400:
             code = {404: "not_found", 405: "method_not_allowed"}.get(e.status, "http_error")
-            return web.json_response(
+            return json_response(
                 {"error": {"code": code, "message": e.reason, "field": None}}, status=e.status,
                 headers={k: v for k, v in e.headers.items() if k.lower() == "allow"},
             )
         raise
     except Exception:
         log.exception("api: internal error on %s %s", request.method, request.path)
-        return web.json_response(
+        return json_response(
             {"error": {"code": "internal", "message": "internal error (logged on the node)", "field": None}},
             status=500,
         )
@@ -225,7 +226,7 @@ async def healthz(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     st = svc.raft.status()
     ok = st.get("leader") is not None
-    return web.json_response({"ok": ok, "role": st.get("role"), "leader": st.get("leader")},
+    return json_response({"ok": ok, "role": st.get("role"), "leader": st.get("leader")},
                              status=200 if ok else 503, headers={} if ok else {"Retry-After": "1"})
 
 
@@ -280,7 +281,7 @@ async def cluster(request: web.Request) -> web.Response:
         ts = trigger.stats()
         body["trigger"] = {"fires_proposed": ts["fires_proposed"], "slots_fired": ts["slots_fired"],
                            "held_by_clock": ts.get("held_by_clock")}
-    return web.json_response(body)
+    return json_response(body)
 
 
 async def add_member(request: web.Request) -> web.Response:
@@ -296,7 +297,7 @@ async def add_member(request: web.Request) -> web.Response:
         raise InvalidSpec("addr is required: the new node's Raft address, HOST:PORT", "addr")
     res = await request.app[SERVICE].raft.change_members("add", body["addr"],
                                                          timeout_s=node_limits.membership_change_timeout_s)
-    return web.json_response(res, status=202 if res.get("state") == "learner" else 200)
+    return json_response(res, status=202 if res.get("state") == "learner" else 200)
 
 
 async def remove_member(request: web.Request) -> web.Response:
@@ -304,13 +305,13 @@ async def remove_member(request: web.Request) -> web.Response:
     first); not a member: 200, nothing changed."""
     res = await request.app[SERVICE].raft.change_members("remove", request.match_info["addr"],
                                                          timeout_s=node_limits.membership_change_timeout_s)
-    return web.json_response(res)
+    return json_response(res)
 
 
 async def list_jobs(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     limit = int_param(request, "limit", 100, 1, node_limits.jobs_page_max)
-    return web.json_response(await svc.list_jobs(limit, request.query.get("after"), label_params(request),
+    return json_response(await svc.list_jobs(limit, request.query.get("after"), label_params(request),
                                                  tenants_of(request)))
 
 
@@ -320,14 +321,14 @@ async def put_job(request: web.Request) -> web.Response:
     body = await json_body(request)
     create_only = request.headers.get("If-None-Match") == "*"
     res = await svc.put_job(name, body, rid(request), create_only=create_only, tenants=tenants_of(request))
-    return web.json_response(res, status=201 if res["created"] else 200)
+    return json_response(res, status=201 if res["created"] else 200)
 
 
 async def put_jobs_batch(request: web.Request) -> web.Response:
     """Create or replace many jobs; the body may be up to batch_request_bytes_max."""
     svc = request.app[SERVICE]
     limit = limits.batch_request_bytes_max
-    too_large = web.json_response(
+    too_large = json_response(
         {"error": {"code": "too_large", "message": f"request body larger than {limit} bytes; send at most "
                    f"{limits.batch_jobs_max} jobs per request", "field": None}}, status=413)
     if request.content_length is not None and request.content_length > limit:
@@ -336,35 +337,35 @@ async def put_jobs_batch(request: web.Request) -> web.Response:
         body = await json_body(request.clone(client_max_size=limit))
     except web.HTTPRequestEntityTooLarge:
         return too_large
-    return web.json_response(await svc.put_jobs(body, client_key(request), tenants_of(request),
+    return json_response(await svc.put_jobs(body, client_key(request), tenants_of(request),
                                                 lambda key: scope_key(request, key)))
 
 
 async def get_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(svc.get_job(request.match_info["name"]))
+    return json_response(svc.get_job(request.match_info["name"]))
 
 
 async def delete_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(await svc.delete_job(request.match_info["name"], rid(request),
+    return json_response(await svc.delete_job(request.match_info["name"], rid(request),
                                                   bool_param(request, "force")))
 
 
 async def job_graph(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(svc.job_graph(request.match_info["name"], tenants_of(request)))
+    return json_response(svc.job_graph(request.match_info["name"], tenants_of(request)))
 
 
 async def pause_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(await svc.pause_job(request.match_info["name"], rid(request)))
+    return json_response(await svc.pause_job(request.match_info["name"], rid(request)))
 
 
 async def resume_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     catch_up = bool_param(request, "catch_up")
-    return web.json_response(await svc.resume_job(request.match_info["name"], rid(request), catch_up))
+    return json_response(await svc.resume_job(request.match_info["name"], rid(request), catch_up))
 
 
 async def trigger_job(request: web.Request) -> web.Response:
@@ -372,8 +373,8 @@ async def trigger_job(request: web.Request) -> web.Response:
     body = await optional_json_body(request)
     if body is not None:  # a payload override or a slot: node/backfills.py
         status, body = await request.app[BACKFILLS].trigger(request.match_info["name"], body, rid(request))
-        return web.json_response(body, status=status)
-    return web.json_response(await svc.trigger_job(request.match_info["name"], rid(request)), status=201)
+        return json_response(body, status=status)
+    return json_response(await svc.trigger_job(request.match_info["name"], rid(request)), status=201)
 
 
 def _run_window(request: web.Request) -> queries.RunWindow:
@@ -395,38 +396,38 @@ async def job_runs(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     limit = int_param(request, "limit", 100, 1, limits.history_per_job_max + limits.queue_depth_max)
     slot_ms = time_param(request, "slot")
-    return web.json_response(svc.job_runs(request.match_info["name"], limit, state_param(request), slot_ms,
+    return json_response(svc.job_runs(request.match_info["name"], limit, state_param(request), slot_ms,
                                           tenants_of(request), _run_window(request)))
 
 
 async def list_runs(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     limit = int_param(request, "limit", 100, 1, node_limits.runs_page_max)
-    return web.json_response(svc.list_runs(state_param(request), limit, tenants_of(request), _run_window(request)))
+    return json_response(svc.list_runs(state_param(request), limit, tenants_of(request), _run_window(request)))
 
 
 async def get_run(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(svc.get_run(request.match_info["run"]))
+    return json_response(svc.get_run(request.match_info["run"]))
 
 
 async def preview_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     count = int_param(request, "count", 10, 1, limits.preview_count_max)
     after_ms = time_param(request, "after")
-    return web.json_response(svc.preview_job(request.match_info["name"], count, after_ms))
+    return json_response(svc.preview_job(request.match_info["name"], count, after_ms))
 
 
 async def preview_spec(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     count = int_param(request, "count", 10, 1, limits.preview_count_max)
-    return web.json_response(svc.preview_spec(await json_body(request), count))
+    return json_response(svc.preview_spec(await json_body(request), count))
 
 
 async def explain_job(request: web.Request) -> web.Response:
     """Read-only (it proposes nothing): scope read."""
     svc = request.app[SERVICE]
-    return web.json_response(svc.explain_job(request.match_info["name"], await json_body(request)))
+    return json_response(svc.explain_job(request.match_info["name"], await json_body(request)))
 
 
 async def ping_job(request: web.Request) -> web.Response:
@@ -434,14 +435,14 @@ async def ping_job(request: web.Request) -> web.Response:
     bound to this job)."""
     svc = request.app[SERVICE]
     body = await optional_json_body(request)
-    return web.json_response(await svc.ping(request.match_info["name"], body, rid(request)))
+    return json_response(await svc.ping(request.match_info["name"], body, rid(request)))
 
 
 async def list_deadlines(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     limit = int_param(request, "limit", 100, 1, node_limits.runs_page_max)
     job = request.query.get("job") or None
-    return web.json_response(svc.list_deadlines(choice_param(request, "state", deadlines.OUTCOMES), job,
+    return json_response(svc.list_deadlines(choice_param(request, "state", deadlines.OUTCOMES), job,
                                                 time_param(request, "since"), limit, tenants_of(request)))
 
 
@@ -449,74 +450,74 @@ async def list_queues(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     # The count of unplaceable runs walks every queued run when placements are in use: off the
     # loop, one walk for the polls that arrive together (node/walks.py).
-    return web.json_response(svc.list_queues(tenants_of(request), await svc.queue_walks()))
+    return json_response(svc.list_queues(tenants_of(request), await svc.queue_walks()))
 
 
 async def put_queue(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(await svc.put_queue(request.match_info["name"], await json_body(request), rid(request),
+    return json_response(await svc.put_queue(request.match_info["name"], await json_body(request), rid(request),
                                                  tenants_of(request)))
 
 
 async def list_tenants(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(svc.list_tenants(tenants_of(request)))
+    return json_response(svc.list_tenants(tenants_of(request)))
 
 
 async def get_tenant(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(svc.get_tenant(request.match_info["name"]))
+    return json_response(svc.get_tenant(request.match_info["name"]))
 
 
 async def put_tenant(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(await svc.put_tenant(request.match_info["name"], await json_body(request), rid(request)))
+    return json_response(await svc.put_tenant(request.match_info["name"], await json_body(request), rid(request)))
 
 
 async def delete_tenant(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(await svc.delete_tenant(request.match_info["name"], rid(request)))
+    return json_response(await svc.delete_tenant(request.match_info["name"], rid(request)))
 
 
 async def list_dlq(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     limit = int_param(request, "limit", 100, 1, node_limits.runs_page_max)
-    return web.json_response(svc.list_dlq(request.query.get("queue"), limit, tenants_of(request)))
+    return json_response(svc.list_dlq(request.query.get("queue"), limit, tenants_of(request)))
 
 
 async def get_dlq(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(svc.get_dlq(request.match_info["run"]))
+    return json_response(svc.get_dlq(request.match_info["run"]))
 
 
 async def dlq_requeue(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(await svc.dlq_requeue(request.match_info["run"], rid(request)))
+    return json_response(await svc.dlq_requeue(request.match_info["run"], rid(request)))
 
 
 async def dlq_delete(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(await svc.dlq_delete(request.match_info["run"], rid(request)))
+    return json_response(await svc.dlq_delete(request.match_info["run"], rid(request)))
 
 
 async def get_lock(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(svc.get_lock(request.match_info["name"]))
+    return json_response(svc.get_lock(request.match_info["name"]))
 
 
 async def lock_acquire(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(await svc.lock_acquire(request.match_info["name"], await json_body(request), rid(request)))
+    return json_response(await svc.lock_acquire(request.match_info["name"], await json_body(request), rid(request)))
 
 
 async def lock_renew(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(await svc.lock_renew(request.match_info["name"], await json_body(request), rid(request)))
+    return json_response(await svc.lock_renew(request.match_info["name"], await json_body(request), rid(request)))
 
 
 async def lock_release(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(await svc.lock_release(request.match_info["name"], await json_body(request), rid(request)))
+    return json_response(await svc.lock_release(request.match_info["name"], await json_body(request), rid(request)))
 
 
 # ------------------------------------------------------------------ backfills and bulk DLQ operations
@@ -527,28 +528,28 @@ _BACKFILL_STATES = ("running", "paused", "done", "cancelled")
 async def create_backfill(request: web.Request) -> web.Response:
     status, body = await request.app[BACKFILLS].create(request.match_info["name"], await json_body(request),
                                                        rid(request))
-    return web.json_response(body, status=status)
+    return json_response(body, status=status)
 
 
 async def list_backfills(request: web.Request) -> web.Response:
-    return web.json_response(request.app[BACKFILLS].list(
+    return json_response(request.app[BACKFILLS].list(
         choice_param(request, "kind", _BACKFILL_KINDS), request.query.get("job"),
         choice_param(request, "state", _BACKFILL_STATES)))
 
 
 async def get_backfill(request: web.Request) -> web.Response:
-    return web.json_response(request.app[BACKFILLS].get(request.match_info["id"]))
+    return json_response(request.app[BACKFILLS].get(request.match_info["id"]))
 
 
 async def control_backfill(request: web.Request) -> web.Response:
-    return web.json_response(await request.app[BACKFILLS].control(
+    return json_response(await request.app[BACKFILLS].control(
         request.match_info["id"], request.match_info["action"], rid(request)))
 
 
 async def _dlq_bulk(request: web.Request, action: str) -> web.Response:
     body = await optional_json_body(request, {})
     status, out = await request.app[BACKFILLS].dlq_bulk(action, body, rid(request))
-    return web.json_response(out, status=status)
+    return json_response(out, status=status)
 
 
 async def dlq_bulk_requeue(request: web.Request) -> web.Response:
@@ -569,7 +570,7 @@ async def worker_lease(request: web.Request) -> web.StreamResponse:
     res, changed = await fleet.lease_changed(wid, await json_body(request),
                                              alive=lambda: request.transport is not None and not request.transport.is_closing(),
                                              tenants=tenants_of(request), key=rid(request))
-    resp = web.json_response(res)
+    resp = json_response(res)
     if not res["runs"]:
         if not changed:  # an idle poll: no audit record (docs/security.md, "The audit log")
             request[UNCHANGED] = True
@@ -587,35 +588,35 @@ async def worker_lease(request: web.Request) -> web.StreamResponse:
 
 async def worker_heartbeat(request: web.Request) -> web.Response:
     fleet = request.app[FLEET]
-    return web.json_response(await fleet.heartbeat(request.match_info["id"], await json_body(request),
+    return json_response(await fleet.heartbeat(request.match_info["id"], await json_body(request),
                                                    tenants=tenants_of(request)))
 
 
 async def worker_complete(request: web.Request) -> web.Response:
     fleet = request.app[FLEET]
-    return web.json_response(await fleet.complete(request.match_info["id"], await json_body(request), rid(request),
+    return json_response(await fleet.complete(request.match_info["id"], await json_body(request), rid(request),
                                                   tenants=tenants_of(request)))
 
 
 async def worker_release(request: web.Request) -> web.Response:
     fleet = request.app[FLEET]
-    return web.json_response(await fleet.release(request.match_info["id"], await json_body(request), rid(request),
+    return json_response(await fleet.release(request.match_info["id"], await json_body(request), rid(request),
                                                  tenants=tenants_of(request)))
 
 
 async def list_workers(request: web.Request) -> web.Response:
     fleet = request.app[FLEET]
-    return web.json_response(fleet.list_workers())
+    return json_response(fleet.list_workers())
 
 
 async def get_worker(request: web.Request) -> web.Response:
     fleet = request.app[FLEET]
-    return web.json_response(fleet.get_worker(request.match_info["id"]))
+    return json_response(fleet.get_worker(request.match_info["id"]))
 
 
 async def drain_worker(request: web.Request) -> web.Response:
     fleet = request.app[FLEET]
-    return web.json_response(await fleet.drain(request.match_info["id"], rid(request)))
+    return json_response(await fleet.drain(request.match_info["id"], rid(request)))
 
 
 # ------------------------------------------------------------------ the route table

@@ -37,7 +37,7 @@ from ..core.model import check_name
 from ..core.workers import check_worker_id
 from ..core.tokens import ROLES, TOKEN_ID_RE
 from . import limits as node_limits
-from .http import CLAIMED, PRINCIPAL, SERVICE, json_body, rid
+from .http import CLAIMED, PRINCIPAL, SERVICE, json_body, json_response, rid
 from .routes import OPEN, CONSISTENT, STALE, Route, Tenancy
 
 #: The prefix of every token made by POST /v1/tokens: ``rst_<16 hex id>_<secret>``.
@@ -336,8 +336,8 @@ async def create_token(request: web.Request) -> web.Response:
         body.update(token=None, duplicate=True,
                     warning="this request id created the token already; its secret was shown once, by "
                             "that answer. If it was lost, revoke the token and create another.")
-        return web.json_response(body, status=200)
-    return web.json_response(body, status=201)
+        return json_response(body, status=200)
+    return json_response(body, status=201)
 
 
 async def list_tokens(request: web.Request) -> web.Response:
@@ -347,7 +347,7 @@ async def list_tokens(request: web.Request) -> web.Response:
     out = [{"id": BOOTSTRAP_ID, "role": "admin", "tenants": None, "workers": None, "state": "active", "created_at": None,
             "expires_at": None, "revoked_at": None, "note": "the nodes' --token-file"}]
     out += [token_view(t, now) for t in svc.read(queries.token_list)]
-    return web.json_response({"tokens": out})
+    return json_response({"tokens": out})
 
 
 async def revoke_token(request: web.Request) -> web.Response:
@@ -361,13 +361,13 @@ async def revoke_token(request: web.Request) -> web.Response:
         raise InvalidSpec("must be a token id (16 hex digits)", field="id")
     res = await svc.propose(commands.token_revoke(svc.clock.now_ms(), rid(request) or secrets.token_hex(16),
                                                   id=tid))
-    return web.json_response(svc._out(res, {"id": tid, "revoked_at": schedule.iso(res["revoked"])}))
+    return json_response(svc._out(res, {"id": tid, "revoked_at": schedule.iso(res["revoked"])}))
 
 
 async def whoami(request: web.Request) -> web.Response:
     """The caller's token: its id, role, tenants and scopes (what a dashboard may offer it)."""
     p: Principal = request[PRINCIPAL]
-    return web.json_response({"id": p.id, "role": p.role,
+    return json_response({"id": p.id, "role": p.role,
                               "tenants": None if p.tenants is None else sorted(p.tenants),
                               "scopes": sorted(ROLE_SCOPES[p.role])})
 

@@ -43,7 +43,7 @@ from ..core.notify_model import validate_sink
 from ..core.tenants import DEFAULT_POLICY
 from ..proposer import Proposer
 from ..worker.executors.http import _Pinned, checked_addresses
-from .http import PRINCIPAL, SERVICE, int_param, json_body, optional_json_body, rid, tenants_of
+from .http import PRINCIPAL, SERVICE, int_param, json_body, json_response, optional_json_body, rid, tenants_of
 from .redact import restore_redacted
 from .routes import CONSISTENT, STALE, Param, Route, Tenancy
 
@@ -120,13 +120,13 @@ async def put_sink(request: web.Request) -> web.Response:
         spec = sealing.seal_spec(spec, "sink:" + name, svc.keyring, await svc.seal_key(), svc.fingerprint.digest)
     res = await svc.propose(commands.put_sink(svc.clock.now_ms(), rid(request), name=name, spec=spec))
     rec = svc.read(core_notify.sink_record, name)
-    return web.json_response(svc._out(res, sink_view(rec, svc.fingerprint) if rec else {"name": name}),
+    return json_response(svc._out(res, sink_view(rec, svc.fingerprint) if rec else {"name": name}),
                              status=201 if res.get("created") else 200)
 
 
 async def get_sink(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(sink_view(_stored(svc, request.match_info["name"], request), svc.fingerprint))
+    return json_response(sink_view(_stored(svc, request.match_info["name"], request), svc.fingerprint))
 
 
 async def list_sinks(request: web.Request) -> web.Response:
@@ -136,7 +136,7 @@ async def list_sinks(request: web.Request) -> web.Response:
         rec = svc.read(core_notify.sink_record, name)
         if rec is not None and _visible(request, rec["spec"]):
             out.append(sink_view(rec, svc.fingerprint))
-    return web.json_response({"sinks": out})
+    return json_response({"sinks": out})
 
 
 async def delete_sink(request: web.Request) -> web.Response:
@@ -145,7 +145,7 @@ async def delete_sink(request: web.Request) -> web.Response:
     rec = _stored(svc, name, request)
     _check_access(request, rec["spec"])
     res = await svc.propose(commands.delete_sink(svc.clock.now_ms(), rid(request), name=name))
-    return web.json_response(svc._out(res, {"sink": name, "deleted": True}))
+    return json_response(svc._out(res, {"sink": name, "deleted": True}))
 
 
 async def sink_dead(request: web.Request) -> web.Response:
@@ -154,7 +154,7 @@ async def sink_dead(request: web.Request) -> web.Response:
     limit = int_param(request, "limit", 100, 1, 1000)
     _stored(svc, name, request)
     dead = svc.read(core_notify.sink_dead, name, limit) or []
-    return web.json_response({"sink": name, "dead": [
+    return json_response({"sink": name, "dead": [
         {"event": events.view(d["event"]), "error": d["error"], "attempts": d["attempts"], "at": d["at"]}
         for d in dead]})
 
@@ -173,7 +173,7 @@ async def sink_requeue(request: web.Request) -> web.Response:
     elif not isinstance(body, dict) or body:
         raise InvalidSpec("send {} (every dead event) or {\"events\": [ids]}", field="events")
     res = await svc.propose(commands.sink_requeue(svc.clock.now_ms(), rid(request), name=name, events=ids))
-    return web.json_response(svc._out(res, {"sink": name, "requeued": res.get("requeued", 0)}))
+    return json_response(svc._out(res, {"sink": name, "requeued": res.get("requeued", 0)}))
 
 
 _LIMIT = Param("limit", "integer", "at most this many, newest first", default=100, lo=1, hi=1000)

@@ -30,7 +30,7 @@ from ..core.errors import BadRequest, InvalidSpec
 from ..core.seal_keys import MAP_PATHS
 from .. import sealing
 from . import limits as node_limits
-from .http import SERVICE, json_body
+from .http import SERVICE, json_body, json_response
 from .routes import CONSISTENT, STALE, Route, Tenancy
 
 
@@ -187,12 +187,12 @@ async def rotate(svc, body) -> dict:
 
 async def secrets_status(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(status(svc))
+    return json_response(status(svc))
 
 
 async def secrets_rotate(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return web.json_response(await rotate(svc, await json_body(request)))
+    return json_response(await rotate(svc, await json_body(request)))
 
 
 #: The rows of the route table (node/routes.py): an admin's.
