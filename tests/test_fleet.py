@@ -159,6 +159,9 @@ def test_bad_requests_name_the_field_and_change_nothing():
                                   ("complete", {"results": []}, "results"),
                                   ("complete", {"results": [{"run": "r", "token": 1}]}, "results[0].success"),
                                   ("complete", {"results": [{"run": "r", "token": 1, "success": True, "x": 1}]}, "results[0].x"),
+                                  # (json.dumps writes NaN, which the node's json reads: not JSON, refused)
+                                  ("complete", {"results": [{"run": "r", "token": 1, "success": True,
+                                                             "result": {"v": float("nan")}}]}, "results[0].result"),
                                   ("release", {"leases": [["r", 1]], "reason": 5}, "reason")):
             r = await c.post(path("w1", what), data=json.dumps(body), headers=AUTH)
             assert r.status == 422, (what, body, await r.text())

@@ -156,7 +156,11 @@ def _results(items) -> list[dict]:
         item = {"run": it["run"], "token": it["token"], "success": it["success"],
                 "error": it.get("error"), "output": it.get("output")}
         if it.get("result") is not None:  # pipelines: what the run hands its children
-            if len(json.dumps(it["result"], separators=(",", ":")).encode()) > limits.result_bytes_max:
+            try:
+                size = len(json.dumps(it["result"], separators=(",", ":"), allow_nan=False).encode())
+            except ValueError:
+                raise InvalidSpec("must be JSON: NaN and infinities are not", field=f"{f}.result") from None
+            if size > limits.result_bytes_max:
                 raise InvalidSpec(f"is more than {limits.result_bytes_max} bytes as JSON", field=f"{f}.result")
             item["result"] = it["result"]
         out.append(item)

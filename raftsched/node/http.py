@@ -45,8 +45,10 @@ def dumps(value: Any) -> str:
     """The JSON text of an answer. orjson's (compact, UTF-8 as it is): the lease answer of 32
     grants encodes in ~10 us where json takes ~110 (docs/benchmarks.md, "A run, measured").
     What orjson refuses (an integer past 64 bits, a key that is not a string) goes to json as
-    before. One difference: a float NaN or infinity, which no stored value holds (payloads are
-    checked with allow_nan=False), is null where json wrote the non-JSON ``NaN``."""
+    before. One difference: a float NaN or infinity is null where json wrote the non-JSON
+    ``NaN``; none reaches an answer (payloads and run results are refused with one: model.py,
+    fleet.py), and the text differs otherwise only in spacing and in non-ASCII characters
+    written as UTF-8 rather than escaped, the same values either way."""
     try:
         return orjson.dumps(value).decode()
     except TypeError:  # orjson.JSONEncodeError is one
