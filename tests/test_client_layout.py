@@ -201,6 +201,13 @@ def test_on_answer_hears_how_long_the_answering_attempt_took():
     ex.next(100.0)
     ex.answered(0, 200, {}, {"runs": []})
     assert took == [0.25] and ex.result() == {"runs": []}
+    # A callback that raises does not take the answer away (a lease's grants would be lost).
+    def boom(_s):
+        raise RuntimeError("boom")
+    ex = _exchange(endpoints.worker_lease("w", max_runs=1, wait_s=0, ttl_ms=1000, on_answer=boom), n=1)
+    ex.next(100.0)
+    ex.answered(0, 200, {}, {"runs": ["g"]}, 100.1)
+    assert ex.next(100.2) is None and ex.result() == {"runs": ["g"]}
 
 
 def test_an_exchange_that_gives_up_after_an_unknown_outcome_is_indeterminate():

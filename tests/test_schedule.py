@@ -395,6 +395,7 @@ def _iso_by_datetime(x: int) -> str | None:
                  st.integers(), st.sampled_from([0, -1, -999, -1000, -1001, 999, 1000, limits.time_ms_max,
                                                  limits.time_ms_max + 1])))
 def test_iso_renders_any_millisecond_as_datetime_does(x):
+    assert schedule.iso(float("inf")) is None and schedule.iso(float("nan")) is None
     assert schedule.iso(x) == _iso_by_datetime(x)
     assert schedule.iso(x) == schedule.iso(x)  # the second call comes from the cache
     if 0 <= x <= limits.time_ms_max:

@@ -36,7 +36,7 @@ attempt and ``asyncio.sleep``)::
             except TransportError as e:
                 ex.failed(step.node, e)
             else:
-                ex.answered(step.node, *answer)
+                ex.answered(step.node, *answer, time.monotonic())  # (the clock: for on_answer)
         elif isinstance(step, Wait):
             time.sleep(step.seconds)
         else:
@@ -175,8 +175,9 @@ class Request:
         instead (or it raises another error).
     :param accept: error statuses whose answer is returned like a 2xx one.
     :param on_answer: called, once the call ends with an answer, with how long the attempt that
-        answered took (seconds, from its send to its answer): the calls' earlier attempts (a 503,
-        a lost connection, the waits between) left out.
+        answered took (seconds, from the transport being told to try, its connection included,
+        to the answer read): the call's earlier attempts (a 503, a lost connection, the waits
+        between) left out. What it raises is logged, not raised: the call has its answer.
     """
 
     method: str
@@ -493,7 +494,10 @@ class Exchange:
         called)."""
         self.end = self.call.answered(node, status, headers, payload)
         if self.end is not None and now_s is not None and self.request.on_answer is not None:
-            self.request.on_answer(max(0.0, now_s - self._tried_s))
+            try:
+                self.request.on_answer(max(0.0, now_s - self._tried_s))
+            except Exception as e:  # noqa: BLE001 - the call has its answer (a lease's grants) all the same
+                log.error("client: on_answer of %s %s raised %r", self.method, self.target, e)
 
     def failed(self, node: int, e: TransportError) -> None:
         """The attempt at node ``node`` ended without an answer."""

@@ -451,7 +451,7 @@ def _iso_second(second: int) -> str | None:
     history's slots) mostly share their seconds, and strftime is most of iso's cost."""
     try:
         dt = _EPOCH + timedelta(seconds=second)  # exact: no float rounding
-    except OverflowError:
+    except (OverflowError, ValueError):  # (ValueError: a float infinity or NaN)
         return None
     return dt.strftime("%Y-%m-%dT%H:%M:%S")
 

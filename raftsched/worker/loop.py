@@ -102,8 +102,9 @@ class WorkerFailed(Exception):
 class Grants:
     """What an acquire answered: the grants, whether the worker is draining, how long to wait
     before asking again when nothing was granted (None: the loop's own backoff), and how long
-    the answer may have been on its way (``transit_ms``: its round trip less the time the node
-    held the request; None when not known, as on a node's own channel)."""
+    the answer may have been on its way (``transit_ms``: the round trip of the attempt that was
+    answered less the time the node held the request; None when not known, as on a node's own
+    channel)."""
 
     __slots__ = ("runs", "draining", "retry_after_s", "transit_ms")
 
