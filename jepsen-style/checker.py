@@ -1152,17 +1152,19 @@ def check_backfills(data: dict) -> dict:
     ops = [op for op in client_ops(data) if op["f"] in ("backfill", "requeue")]
     reads = _all_reads(data) + [r for r in data.get("periodic") or [] if r.get("runs") is not None]
     listed: dict[str, set] = {}
+    def _map(x: object) -> dict:  # a malformed op's body or value is not a crash
+        return x if isinstance(x, dict) else {}
     for op in ops:
-        dry = (op.get("value") or {}).get("dry")
-        if op["f"] == "backfill" and isinstance(dry, dict) and "slots" in dry:
+        dry = _map(op.get("value")).get("dry")
+        if op["f"] == "backfill" and isinstance(dry, dict) and isinstance(dry.get("slots"), list):
             listed[op["id"]] = {_iso_ms(x) for x in dry["slots"]}
     for op in ops:
-        bf_id, value = op["id"], op.get("value") or {}
+        bf_id, value = op["id"], _map(op.get("value"))
         dry = value.get("dry") if isinstance(value.get("dry"), dict) else None
         if op["f"] == "requeue":
             stats["requeues"] += 1
-            cap = (op.get("body") or {}).get("max_count")
-            only = (op.get("body") or {}).get("job")
+            cap = _map(op.get("body")).get("max_count")
+            only = _map(op.get("body")).get("job")
             for read in reads:
                 where = f"node-{read['node'] + 1} {read.get('phase')} read"
                 mine = [r for r in read["runs"] if r.get("requeue") == bf_id]
@@ -1437,14 +1439,17 @@ def check_pipeline(data: dict) -> dict:
 _EVENT_READ_MARGIN_MS = 2000
 
 
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
 def check_notifications(data: dict) -> dict | None:
     """The webhook receiver's log (``events``: {t_ms, signed, event, idempotency_key}, duplicates
     included) against the state. Invalid when: a delivery's signature does not verify or its
     Idempotency-Key is not its event id; two deliveries of one event_id differ; an event the
     sink's committed cursor passed (the final reads' ``sink``) never arrived, or the sink gave one
     up (its dead count); a run.dead event names a run that the reads show and never show dead
-    (no requeue names its job, no read shows it taken by a bulk requeue, and no run.requeued event
-    for it); a job whose final read holds a dead run it was never paused
+    (every read of that attempt after the event: a requeue makes its attempt one higher); a job whose final read holds a dead run it was never paused
     around has no run.dead event at all (one a failing incident: docs/notifications.md). Unknown
     when the run made no event and no dead run, or no final read shows the sink."""
     got = data.get("events")
@@ -1484,33 +1489,32 @@ def check_notifications(data: dict) -> dict | None:
     # read's the harness's: the margin covers the clock guard's bound between them). And only a
     # consistent read: a stale one (half the periodic reads) shows its replica as it is, which
     # may be seconds behind (a follower cut off, catching up).
-    seen_state: dict[str, list[tuple[int | None, str]]] = {}
-    # A run a bulk requeue took carries its id (``requeue``) from then on, in every read: that is
-    # exact, where the run.requeued events are not (none is sent while its job is paused,
-    # events.route; soak seed 602). Any read counts, a stale one too.
-    requeued_runs: set = set()
+    # A requeue gives a dead run its attempt number one higher (core/queues.py apply_dlq_requeue,
+    # a bulk requeue's too): a read of the run at a higher attempt than the event's is after a
+    # requeue, and contradicts nothing (no run.requeued is sent while its job is paused, so the
+    # events cannot say; soak seed 602). Only a read of the same attempt can contradict it.
+    seen_state: dict[str, list[tuple[int | None, str, int | None]]] = {}
     for r in _all_reads(data) + list(data.get("periodic") or []):
-        runs = r.get("runs") if isinstance(r.get("runs"), list) else []
-        for run in runs:
-            if isinstance(run, dict) and run.get("requeue"):
-                requeued_runs.add(run.get("id"))
         if r.get("consistent") is False:
             continue
         t = r.get("t_start_ms", r.get("t_ms"))
-        for run in runs:
+        for run in r.get("runs") if isinstance(r.get("runs"), list) else []:
             if isinstance(run, dict):
-                seen_state.setdefault(run.get("id"), []).append((t, run.get("state")))
-    # And a run.requeued event says so too (a requeue of one run, or of a job's, carries no
-    # ``requeue`` field); so does a requeue op that names the job.
-    requeued_runs |= {e.get("run_id") for e in by_id.values() if e.get("kind") == "run.requeued"}
+                att = run.get("attempt")
+                seen_state.setdefault(run.get("id"), []).append((t, run.get("state"), att if _is_int(att) else None))
+    # Without attempt numbers (a store of an older harness): a run.requeued event for the run, a
+    # requeue op naming its job, or a read showing a bulk requeue's id on it excuses it.
+    requeued_runs = {e.get("run_id") for e in by_id.values() if e.get("kind") == "run.requeued"}
+    for r in _all_reads(data) + list(data.get("periodic") or []):
+        for run in r.get("runs") if isinstance(r.get("runs"), list) else []:
+            if isinstance(run, dict) and run.get("requeue"):
+                requeued_runs.add(run.get("id"))
     requeued_jobs: set = set()
     for op in client_ops(data):
         if op["f"] != "requeue" or op["type"] == "fail":
             continue
         body = op.get("body") if isinstance(op.get("body"), dict) else {}
-        requeued_jobs.add(op.get("job"))
-        if body.get("job"):
-            requeued_jobs.add(body["job"])
+        requeued_jobs.update(x for x in (op.get("job"), body.get("job")) if x)
     told_jobs: set[str] = set()
     for e in by_id.values():
         if e.get("kind") != "run.dead":
@@ -1518,11 +1522,18 @@ def check_notifications(data: dict) -> dict | None:
         stats["run_dead"] += 1
         told_jobs.add(e.get("job"))
         at = e.get("at") if isinstance(e.get("at"), int) else 0
-        states = {st for t, st in seen_state.get(e.get("run_id"), ())
-                  if isinstance(t, int) and t >= at + _EVENT_READ_MARGIN_MS}
-        if states and "dead" not in states and e.get("job") not in requeued_jobs \
-                and e.get("run_id") not in requeued_runs:
-            examples.append(f"run.dead for {e.get('run_id')}, which every read shows {sorted(states)}: {_short(e)}")
+        attempt = e.get("attempt") if _is_int(e.get("attempt")) else None
+        seen = [(st, att) for t, st, att in seen_state.get(e.get("run_id"), ())
+                if isinstance(t, int) and t >= at + _EVENT_READ_MARGIN_MS]
+        if attempt is not None and all(att is not None for _, att in seen):
+            states = {st for st, att in seen if att == attempt}
+            excused = False
+        else:
+            states = {st for st, _ in seen}
+            excused = e.get("job") in requeued_jobs or e.get("run_id") in requeued_runs
+        if states and "dead" not in states and not excused:
+            examples.append(f"run.dead for {e.get('run_id')} (attempt {attempt}), which every read of that attempt "
+                            f"shows {sorted(states)}: {_short(e)}")
     # Every failing job is told (at least its first dead run; nothing while it is paused).
     paused = paused_ever(data)
     final = [r for _, r in sorted(((data.get("reads") or {}).get("final") or {}).items()) if r.get("runs") is not None]
