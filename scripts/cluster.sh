@@ -138,7 +138,21 @@ ensure_venv() {
     return 0 # testing hook: the node command does not come from the venv
   fi
   if [[ -x .venv/bin/raftsched ]]; then
-    return 0
+    # A venv made before a dependency was added lacks it (the node would fail to import):
+    # the project's dependencies must each be installed (versions are scripts/test.sh's to check).
+    local missing
+    missing=$(.venv/bin/python -I -c '
+import importlib.metadata as md, re, tomllib
+deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
+out = []
+for r in deps:
+    try:
+        md.version(re.match(r"[A-Za-z0-9._-]+", r).group(0))
+    except md.PackageNotFoundError:
+        out.append(r)
+print(", ".join(out))' 2>&1) || missing="(check failed: $missing)"
+    [[ -n $missing ]] || return 0
+    echo ".venv lacks $missing"
   fi
   echo "Setting up .venv (pip install -e .) ..."
   local log
