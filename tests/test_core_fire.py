@@ -398,9 +398,46 @@ def test_trim_drops_the_entries_the_rule_drops():
         bound, full = rng.randrange(0, n + 2), rng.random() < 0.2
         want_runs, want_hist = {k: dict(v) for k, v in runs.items()}, list(hist)
         _trim_reference(want_runs, want_hist, bound, full)
-        s = types.SimpleNamespace(runs=runs)
+        s = types.SimpleNamespace(runs=runs, _fast_paths=False)
         fire.trim(s, hist, bound, full)
         assert hist == want_hist and list(runs) == list(want_runs)
+
+
+def test_trim_with_its_scan_cache_drops_what_a_full_scan_drops():
+    """A backlog grows by queued runs, now and then a run finishes or a history loses an entry
+    (each moving the epoch, as every command but the fast path's appends does), and trim runs
+    with the bound and scan turns of a fire: with the cache of entries known unfinished, it
+    drops exactly what the reference loop drops, after every step."""
+    rng = random.Random(28)
+    states = ["running", "dead", "succeeded", "failed", "skipped", "coalesced"]
+    used = 0
+    for _ in range(300):
+        s = types.SimpleNamespace(runs={}, _fast_paths=True, _trim_epoch=0, _trim_clean_epoch=0, _trim_clean={})
+        hist: list[str] = []
+        want_runs: dict = {}
+        want_hist: list[str] = []
+        bound = rng.randrange(0, 8)
+        for k in range(rng.randrange(1, 6 * fire.TRIM_SCAN_SLACK)):
+            rid = f"a@{k}"
+            s.runs[rid] = {"state": "queued"}
+            want_runs[rid] = {"state": "queued"}
+            hist.append(rid)
+            want_hist.append(rid)
+            if rng.random() < 0.05 and hist:  # a command finished a run (or changed one)
+                x = rng.choice(hist)
+                st = rng.choice(states)
+                s.runs[x]["state"] = want_runs[x]["state"] = st
+                s._trim_epoch += 1
+            if rng.random() < 0.02 and hist:  # a command took an entry out (a delete, a requeue's move)
+                i = rng.randrange(len(hist))
+                del hist[i], want_hist[i]
+                s._trim_epoch += 1
+            if len(hist) > bound:
+                fire.trim(s, hist, bound)
+                _trim_reference(want_runs, want_hist, bound, False)
+            assert hist == want_hist and s.runs == want_runs, k
+        used += bool(s._trim_clean)
+    assert used > 100  # the cache was there to be used, not only the full scan
 
 
 # ----------------------------------------------------------------------------- the fast path

@@ -218,6 +218,13 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
                     if wheel.size > due_max:
                         due.rebuild(jobs)
                 continue
+        # The general path. What only appends to histories (records, a slot recorded by its
+        # overlap policy, new runs) leaves trim's scan cache valid; what may finish an entry
+        # already there does not: replace revokes the job's active runs, a heartbeat job's fire
+        # closes its earlier runs, pipelines' hooks act on other jobs' slots. (A full
+        # drop_oldest queue's drop moves the epoch itself: queues.drop_oldest_queued.)
+        if heartbeat or "after" in spec or name in s.pipes.children or (ov is not None and ov.get("policy") == "replace"):
+            s._trim_epoch += 1
         if rec:
             # Oldest slot first, runs and records interleaved, so history reads in slot order.
             items = sorted([(slot, None) for slot in runs] + [(r[2], r) for r in rec], key=lambda it: it[0])
@@ -250,6 +257,7 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
         job["next"] = nxt
         push_due(s, job)
     if dl:
+        s._trim_epoch += 1  # deadline outcomes (trim's scan cache)
         deadlines.on_fire(s, dl, set(stale_jobs), now, now, {e[0]: e[6] for e in checked if e[6]})
     if stale_jobs:
         return ok(fired=fired, recorded=recorded, stale=stale, stale_jobs=stale_jobs)
@@ -470,9 +478,25 @@ def trim(s: SchedulerState, hist: list[str], bound: int, full: bool = False) -> 
     # The scan: the oldest ``excess`` finished entries go, wherever they are. Behind a backlog
     # it usually finds none (a sweep's runs all queued), so it looks first and rebuilds the
     # list only when something goes: the same entries go as a loop that rebuilt it each time.
-    drop = [i for i, rid in enumerate(hist) if runs[rid]["state"] in TRIMMABLE]
+    # When its last scan found none and no command since could have finished a run or changed
+    # a history but by appending queued runs (SchedulerState._trim_epoch), the entries it read
+    # then are still unfinished: only those appended since are read (a backlog's scan read
+    # every entry of every job every TRIM_SCAN_SLACK slots: a seventh of the sweep's CPU).
+    start = 0
+    if s._fast_paths:
+        if s._trim_clean_epoch != s._trim_epoch:
+            s._trim_clean.clear()
+            s._trim_clean_epoch = s._trim_epoch
+        known = s._trim_clean.get(id(hist))
+        if known is not None and known[0] is hist and known[1] <= len(hist):
+            start = known[1]
+    drop = [i for i, rid in enumerate(hist[start:] if start else hist, start) if runs[rid]["state"] in TRIMMABLE]
     if not drop:
+        if s._fast_paths:
+            s._trim_clean[id(hist)] = (hist, len(hist))
         return
+    if s._fast_paths:
+        s._trim_clean.pop(id(hist), None)
     del drop[excess:]
     for i in drop:
         del runs[hist[i]]

@@ -173,6 +173,7 @@ def drop_oldest_queued(s: SchedulerState, qname: str, now: int) -> Record | None
         slot, rid = pop(bs)
         run = runs.get(rid)
         if run is not None and run["state"] == "queued" and run["queue"] == qname and run["slot"] == slot:
+            s._trim_epoch += 1  # an entry of a history finished (fire.trim's scan cache)
             run["state"] = "skipped"
             run["reason"] = "queue_full"
             run["finished_at"] = now

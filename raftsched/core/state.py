@@ -129,6 +129,12 @@ HANDLERS: dict[str, Handler] = {
 assert tuple(HANDLERS) == commands.OPS, "commands.OPS and state.HANDLERS must list the same ops"
 
 
+#: The ops that never change a run's state nor a job's history: they leave fire.trim's scan
+#: cache valid. Every other op but ``fire`` invalidates it (``fire`` does so itself, for what it
+#: does beyond appending new queued runs to histories).
+_RUNS_UNTOUCHED = frozenset({"fire", "noop", "workers_seen", "member_url"})
+
+
 class SchedulerState:
     """The whole replicated state of a raftsched cluster."""
 
@@ -220,6 +226,13 @@ class SchedulerState:
         self._parts: PartTable = {}
         #: int -> the one object jobs hold for it (records.share_int)
         self._ints: IntTable = {}
+        #: fire.trim's scan cache: id(history list) -> (that list, how many of its first entries
+        #: were all unfinished when it was last scanned), valid while ``_trim_epoch`` is
+        #: ``_trim_clean_epoch``. The epoch moves with every command that may change a run's
+        #: state or a history other than by appending new queued runs (apply, fire.apply_fire).
+        self._trim_epoch = 0
+        self._trim_clean_epoch = 0
+        self._trim_clean: dict[int, tuple[list[str], int]] = {}
         reset_indexes(self)
 
     # ------------------------------------------------------------------ apply
@@ -244,7 +257,10 @@ class SchedulerState:
         now = cmd["now"]
         if now > self.now_ms:  # I6: state time never runs backwards
             self.now_ms = now
-        handler = HANDLERS.get(cmd["op"])
+        op = cmd["op"]
+        if op not in _RUNS_UNTOUCHED:
+            self._trim_epoch += 1  # its runs may have changed state (fire.trim's scan cache)
+        handler = HANDLERS.get(op)
         try:
             if handler is None:
                 raise InvalidCommand(f"unknown op {cmd['op']!r}")
