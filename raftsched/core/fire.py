@@ -172,9 +172,9 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
                                     del all_runs[head]
                                     del hist[0]
                                 else:
-                                    trim(s, hist, bound)
+                                    trim(s, hist, bound, cached=True)
                             elif not excess % TRIM_SCAN_SLACK:
-                                trim(s, hist, bound)
+                                trim(s, hist, bound, cached=True)
                         b = buckets.get(slot)
                         if b is None:
                             buckets[slot] = rid
@@ -218,13 +218,9 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
                     if wheel.size > due_max:
                         due.rebuild(jobs)
                 continue
-        # The general path. What only appends to histories (records, a slot recorded by its
-        # overlap policy, new runs) leaves trim's scan cache valid; what may finish an entry
-        # already there does not: replace revokes the job's active runs, a heartbeat job's fire
-        # closes its earlier runs, pipelines' hooks act on other jobs' slots. (A full
-        # drop_oldest queue's drop moves the epoch itself: queues.drop_oldest_queued.)
-        if heartbeat or "after" in spec or name in s.pipes.children or (ov is not None and ov.get("policy") == "replace"):
-            s._trim_epoch += 1
+        # The general path (its trims scan whole histories: trim's cache is the fast path's).
+        # What it does to a fast-path job's history is append, or skip a queued run to make room
+        # in a full drop_oldest queue, which moves the epoch (queues.drop_oldest_queued).
         if rec:
             # Oldest slot first, runs and records interleaved, so history reads in slot order.
             items = sorted([(slot, None) for slot in runs] + [(r[2], r) for r in rec], key=lambda it: it[0])
@@ -257,7 +253,6 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
         job["next"] = nxt
         push_due(s, job)
     if dl:
-        s._trim_epoch += 1  # deadline outcomes (trim's scan cache)
         deadlines.on_fire(s, dl, set(stale_jobs), now, now, {e[0]: e[6] for e in checked if e[6]})
     if stale_jobs:
         return ok(fired=fired, recorded=recorded, stale=stale, stale_jobs=stale_jobs)
@@ -453,7 +448,7 @@ def add_entry(s: SchedulerState, job: Record, entry: Record) -> Record:
     return entry
 
 
-def trim(s: SchedulerState, hist: list[str], bound: int, full: bool = False) -> None:
+def trim(s: SchedulerState, hist: list[str], bound: int, full: bool = False, cached: bool = False) -> None:
     """Drop the oldest finished entries beyond the bound; queued/running ones stay.
 
     Dead runs are the dead-letter queue: they leave by requeue, delete or its own bound.
@@ -464,7 +459,12 @@ def trim(s: SchedulerState, hist: list[str], bound: int, full: bool = False) -> 
     ``TRIM_SCAN_SLACK``-th entry past the bound (or when ``full``): behind such an entry,
     finished entries over the bound wait for at most that many more adds. (Scanning on every
     fire cost 30 % of a follower's time with 50 queued runs a job: scripts/measure profile-fire.)
-    The rule reads only replicated state, so every replica trims the same entries."""
+    The rule reads only replicated state, so every replica trims the same entries.
+
+    ``cached`` (the fire fast path's calls only): the scan reads only the entries appended
+    since this history's last scan found none, while nothing but the fast path's appends of
+    queued runs was applied since (SchedulerState._trim_epoch; the scan cache is not state:
+    the same entries go as with a full scan, on every replica)."""
     excess = len(hist) - bound
     runs = s.runs
     while excess > 0:
@@ -478,25 +478,26 @@ def trim(s: SchedulerState, hist: list[str], bound: int, full: bool = False) -> 
     # The scan: the oldest ``excess`` finished entries go, wherever they are. Behind a backlog
     # it usually finds none (a sweep's runs all queued), so it looks first and rebuilds the
     # list only when something goes: the same entries go as a loop that rebuilt it each time.
-    # When its last scan found none and no command since could have finished a run or changed
-    # a history but by appending queued runs (SchedulerState._trim_epoch), the entries it read
-    # then are still unfinished: only those appended since are read (a backlog's scan read
-    # every entry of every job every TRIM_SCAN_SLACK slots: a seventh of the sweep's CPU).
+    # Behind a backlog that grows for long (workers gone) it read every entry of every job
+    # every TRIM_SCAN_SLACK slots: 18.5 us a slot with 600 queued runs a job, 6.0 with the cache
+    # (docs/benchmarks.md). The cache holds the list, how many entries were read and the last
+    # one's id: a history changed otherwise than by appends fails the check and is read whole.
     start = 0
-    if s._fast_paths:
+    cache = s._trim_clean if cached and s._fast_paths else None
+    if cache is not None:
         if s._trim_clean_epoch != s._trim_epoch:
-            s._trim_clean.clear()
+            cache.clear()
             s._trim_clean_epoch = s._trim_epoch
-        known = s._trim_clean.get(id(hist))
-        if known is not None and known[0] is hist and known[1] <= len(hist):
+        known = cache.get(id(hist))
+        if known is not None and known[0] is hist and known[1] <= len(hist) and hist[known[1] - 1] == known[2]:
             start = known[1]
     drop = [i for i, rid in enumerate(hist[start:] if start else hist, start) if runs[rid]["state"] in TRIMMABLE]
     if not drop:
-        if s._fast_paths:
-            s._trim_clean[id(hist)] = (hist, len(hist))
+        if cache is not None and hist:
+            cache[id(hist)] = (hist, len(hist), hist[-1])
         return
-    if s._fast_paths:
-        s._trim_clean.pop(id(hist), None)
+    if s._trim_clean:
+        s._trim_clean.pop(id(hist), None)  # (entries go: what it knew of this list is void)
     del drop[excess:]
     for i in drop:
         del runs[hist[i]]

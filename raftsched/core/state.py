@@ -130,8 +130,8 @@ assert tuple(HANDLERS) == commands.OPS, "commands.OPS and state.HANDLERS must li
 
 
 #: The ops that never change a run's state nor a job's history: they leave fire.trim's scan
-#: cache valid. Every other op but ``fire`` invalidates it (``fire`` does so itself, for what it
-#: does beyond appending new queued runs to histories).
+#: cache valid. Every other op invalidates it; ``fire`` changes no run it did not make but by
+#: queues.drop_oldest_queued, which invalidates it itself.
 _RUNS_UNTOUCHED = frozenset({"fire", "noop", "workers_seen", "member_url"})
 
 
@@ -226,13 +226,15 @@ class SchedulerState:
         self._parts: PartTable = {}
         #: int -> the one object jobs hold for it (records.share_int)
         self._ints: IntTable = {}
-        #: fire.trim's scan cache: id(history list) -> (that list, how many of its first entries
-        #: were all unfinished when it was last scanned), valid while ``_trim_epoch`` is
-        #: ``_trim_clean_epoch``. The epoch moves with every command that may change a run's
-        #: state or a history other than by appending new queued runs (apply, fire.apply_fire).
+        #: fire.trim's scan cache (the fire fast path's): id(history list) -> (that list, how
+        #: many of its first entries were all unfinished when it was last scanned, the last of
+        #: them), valid while ``_trim_epoch`` is ``_trim_clean_epoch``. The epoch moves with
+        #: every command but those that touch no run (apply), and when a full drop_oldest queue
+        #: skips a queued run (queues.drop_oldest_queued), the one way a fire changes a run it
+        #: did not make.
         self._trim_epoch = 0
         self._trim_clean_epoch = 0
-        self._trim_clean: dict[int, tuple[list[str], int]] = {}
+        self._trim_clean: dict[int, tuple[list[str], int, str]] = {}
         reset_indexes(self)
 
     # ------------------------------------------------------------------ apply
