@@ -527,3 +527,44 @@ def test_a_descendants_deadline_is_not_tracked_when_its_roots_fire_entry_is_stal
     assert rec(s, f"b@{s1}") is None
     bad = [dl[0][:6] + [7]]
     assert apply(s, commands.fire(s1, entries=[e], dl=bad))["error"]["code"] == "invalid_command"
+
+
+def test_a_job_made_a_heartbeat_job_while_a_worker_holds_its_run_ends_that_lease():
+    """Closing a leased run (a worker's, from before the executor became heartbeat) ends its
+    lease as a revocation does: the lease indexes then hold what a restore rebuilds, and once
+    the run is trimmed the reaper's read does not meet a run that is gone (found by a review)."""
+    from raftsched.core import queries
+    s = new_state()
+    raw = raw_job({"every_s": 1}, "fire_all", grace_s=3600, history=100)
+    now = T0
+    assert apply(s, put_cmd(s, "j", model.validate_job("j", raw, now), now))["ok"]
+
+    def fire_to(t):
+        j = s.jobs["j"]
+        e = policy.plan_fire_compact(j["spec"], j["anchor"], j["cursor"], t, j["gen"], "j")
+        if e is not None:
+            assert apply(s, commands.make("fire", t, None, entries=[e]))["ok"]
+    now += SEC
+    fire_to(now)
+    g = apply(s, commands.make("acquire", now, None, worker="w", queues=None, max=1, ttl=600_000))["runs"][0]
+    raw["executor"] = {"type": "heartbeat"}
+    assert apply(s, put_cmd(s, "j", model.validate_job("j", raw, now), now))["ok"]
+    for _ in range(17):
+        now += SEC
+        fire_to(now)
+    run = s.runs[g["id"]]
+    assert run["state"] == "failed" and g["id"] not in s._running_ids and run["attempts"][-1]["ok"] is False
+    restored = SchedulerState()
+    restored.restore(s.snapshot())
+    counts = {q: n for q, n in s._running_count.items() if n}  # (a queue's 0 is no count)
+    assert list(restored._running_ids) == list(s._running_ids) and restored._running_count == counts
+    take = commands.make("takeover", now, None, node="n2")
+    assert apply(s, take) == apply(restored, take) and s.snapshot() == restored.snapshot()
+    raw["history"] = 1
+    assert apply(s, put_cmd(s, "j", model.validate_job("j", raw, now), now))["ok"]
+    for _ in range(20):
+        now += SEC
+        fire_to(now)
+    assert g["id"] not in s.runs
+    queries.lease_snapshot(s)  # the leader's reaper reads it every tick
+    assert apply(s, commands.make("takeover", now, None, node="n3"))["ok"]

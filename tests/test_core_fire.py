@@ -514,3 +514,41 @@ def test_the_fast_path_and_the_general_path_agree(monkeypatch, scenario, general
     assert next_due_ms(fast_s, 1000) == next_due_ms(general_s, 1000)
     assert general_calls["general"] > 0
     assert general_calls["fast"] == general
+
+
+def test_a_pipeline_parents_blocked_slot_trimmed_by_its_own_add_does_not_wedge_the_job():
+    """A parent with overlap forbid and history 1 behind a dead head: the record of a blocked
+    slot can be dropped by its own add's trim scan. Its children were told from s.runs[rid], a
+    KeyError: the fire was refused half-applied (runs made, the cursor not moved), and every
+    later fire of the job failed on I2 (found by a review; the code before 2026-12-03)."""
+    from raftsched.core import model
+    from raftsched.core.state import SchedulerState
+    s = SchedulerState()
+    ex = {"type": "python", "target": "app.jobs:run"}
+    now = T0
+    p = model.validate_job("p", {"schedule": {"every_s": 1}, "executor": ex, "history": 1,
+                                 "misfire": {"policy": "fire_all", "grace_s": 3600}, "retry": {"max_attempts": 1},
+                                 "overlap": {"policy": "forbid"}}, now)
+    c = model.validate_job("c", {"executor": ex, "after": [{"job": "p", "on": "success"}]}, now)
+    assert apply(s, put_cmd(s, "p", p, now))["ok"]
+    assert apply(s, commands.put_job(now, None, name="c", spec=c, next=None, cursor=now, anchor=now,
+                                     create_only=False))["ok"]
+
+    def fire_to(t):
+        j = s.jobs["p"]
+        e = policy.plan_fire_compact(j["spec"], j["anchor"], j["cursor"], t, j["gen"], "p")
+        return apply(s, commands.make("fire", t, None, entries=[e]))
+
+    def finish(ok):
+        for g in apply(s, commands.make("acquire", now, None, worker="w", queues=None, max=1, ttl=600_000))["runs"]:
+            apply(s, commands.make("complete_many", now, None,
+                                   results=[{"run": g["id"], "token": g["token"], "success": ok}]))
+    now += SEC
+    fire_to(now)
+    finish(False)  # a dead head
+    for _ in range(40):
+        now += 2 * SEC  # two slots an entry: a run, then a blocked slot's record
+        res = fire_to(now)
+        assert res["ok"], res
+        finish(True)
+    assert s.jobs["p"]["cursor"] == now

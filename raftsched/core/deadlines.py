@@ -677,7 +677,19 @@ def close_heartbeats(s: SchedulerState, job: Record, now: int) -> None:
             run.update(state="skipped", reason="not_pinged")
             on_finish(s, run, now, "never_started")
         else:
-            run.update(state="failed", error="no success or fail ping before the job's later runs closed it")
+            why = "no success or fail ping before the job's later runs closed it"
+            if rid in s._running_ids:
+                # A worker's lease from before the job became a heartbeat job: it ends with the run,
+                # as a revoked one's does (fire.revoke), so the lease indexes hold what a restore
+                # rebuilds from the runs (and the reaper never meets a run that is gone).
+                q = run["queue"]
+                s._running_count[q] = s._running_count.get(q, 1) - 1
+                s._running_ids.pop(rid, None)
+                run.setdefault("attempts", []).append({
+                    "attempt": run["attempt"], "token": run["fencing_token"], "worker": run["worker"],
+                    "started_at": run["started_at"], "finished_at": now, "ok": False, "error": why})
+                run["deadline"] = None
+            run.update(state="failed", error=why)
             on_finish(s, run, now, "still_running")
         if job["name"] in s.pipes.children:
             pipehooks.notify(s, run, now)

@@ -236,12 +236,14 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
                 blocked = overlap(s, job, rid, now)
                 if blocked is not None:
                     # The slot is handled (the cursor passes it) but becomes a record.
-                    on_slot_recorded(s, add_entry(s, job, {"id": rid, "job": name, "slot": slot, "state": blocked,
-                                       "reason": "overlap", "kind": "recorded", "fired_at": now}), now)
+                    # (the entry add_entry returns: its own trim may have dropped it already)
+                    entry = add_entry(s, job, {"id": rid, "job": name, "slot": slot, "state": blocked,
+                                               "reason": "overlap", "kind": "recorded", "fired_at": now})
+                    on_slot_recorded(s, entry, now)
                     job["stats"][RECORDED] += 1
                     recorded += 1
                     if name in s.pipes.children:
-                        pipehooks.notify(s, s.runs[rid], now)
+                        pipehooks.notify(s, entry, now)
                     continue
                 new_run(s, job, slot, now, rid, "scheduled")
                 fired += 1

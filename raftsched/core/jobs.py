@@ -377,7 +377,9 @@ def apply_trigger_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     if "slot" in cmd or "payload" in cmd:
         res = trigger_job_with(s, job, cmd, now)
         if cmd.get("propagate") is True and res.get("created"):
-            s.runs[res["run"]]["propagate"] = True
+            made = s.runs.get(res["run"])  # (a record its own add may have trimmed already)
+            if made is not None:
+                made["propagate"] = True
     else:
         s.manual_seq += 1
         rid = f"{job['name']}@{now}!manual-{s.manual_seq}"

@@ -130,8 +130,10 @@ assert tuple(HANDLERS) == commands.OPS, "commands.OPS and state.HANDLERS must li
 
 
 #: The ops that never change a run's state nor a job's history: they leave fire.trim's scan
-#: cache valid. Every other op invalidates it; ``fire`` changes no run it did not make but by
-#: queues.drop_oldest_queued, which invalidates it itself.
+#: cache valid. Every other op invalidates it. A ``fire`` changes runs it did not make only
+#: in histories the cache never reads (replace's revocations, heartbeat closes, pipelines' slots:
+#: jobs that never take the fast path, and a job's spec changes only by an op that invalidates)
+#: and by queues.drop_oldest_queued, which invalidates it itself.
 _RUNS_UNTOUCHED = frozenset({"fire", "noop", "workers_seen", "member_url"})
 
 
