@@ -318,7 +318,7 @@ def _pair():
         assert a == b, (cmd["op"], a, b)
         assert fast.snapshot() == slow.snapshot(), cmd["op"]
         return a
-    return fast, propose
+    return fast, slow, propose
 
 
 def _fire_upto(fast, propose, name, t, ahead=0):
@@ -344,7 +344,7 @@ def test_replace_revoking_what_the_last_scan_read_trims_alike():
     spec = spec_of({"every_s": 1}, "fire_all", grace_s=3600, history=1, retry={"max_attempts": 1, "backoff_s": 0},
                    overlap={"policy": "replace"})
     for catch_up in (False, True):
-        fast, propose = _pair()
+        fast, _, propose = _pair()
         now = T0
         propose(put_cmd(fast, "r", spec, now))
         now = _dead_head(fast, propose, "r", now)
@@ -361,7 +361,7 @@ def test_a_heartbeat_jobs_fire_closing_what_the_last_scan_read_trims_alike():
     import random
     for seed in range(examples(30)):
         rng = random.Random(seed)
-        fast, propose = _pair()
+        fast, _, propose = _pair()
         now = T0
         spec = spec_of({"every_s": 1}, rng.choice(["skip", "fire_all", "fire_once"]), grace_s=1, max_catchup=2,
                        history=rng.choice([1, 2, 3]), executor={"type": "heartbeat"})
@@ -378,18 +378,10 @@ def test_a_pipeline_childs_runs_finished_within_one_complete_trim_alike():
     """One complete_many: a parent's success makes a child run (its history scanned), a later
     item finishes a child run that scan read."""
     from pipeline_helpers import job_raw, put
-    fast2, slow2 = SchedulerState(), SchedulerState()
-    slow2._fast_paths = False
+    fast2, slow2, both = _pair()
     for state in (fast2, slow2):
         assert put(state, "a", job_raw(every_s=1, history=200, queue="pa"))["ok"]
         assert put(state, "b", job_raw(after=["a"], history=1, queue="pb"))["ok"]
-
-    def both(cmd):
-        data = commands.encode(cmd)
-        x, y = fast2.apply_bytes(data), slow2.apply_bytes(data)
-        assert x == y, (cmd["op"], x, y)
-        assert fast2.snapshot() == slow2.snapshot(), cmd["op"]
-        return x
     now = T0 + 40_000
     j = fast2.jobs["a"]
     both(commands.make("fire", now, None,
