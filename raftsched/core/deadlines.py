@@ -394,11 +394,13 @@ def check_fire_items(items: object) -> list[list[Any]]:
 
 
 def on_fire(s: SchedulerState, items: list[list[Any]], stale: set[str], fired_at: int, now: int,
-            ranges: dict[str, list[Any]]) -> None:
+            ranges: dict[str, list[Any]], made: dict[str, Record] | None = None) -> None:
     """Track the deadlines of the slots a fire command handled (its jobs not in ``stale``): each
     item's slot is a run or record this command made (its ``fired_at``), or a slot inside a
     range it recorded (``ranges``: job -> the records of its entry). A slot recorded skipped or
-    coalesced misses at once (``skipped``, or ``paused``), each on its own."""
+    coalesced misses at once (``skipped``, or ``paused``), each on its own. ``made``: the runs and
+    records the command made by its general path, by id: one its own adds trimmed already is
+    still judged."""
     for it in items:
         name, gen, slot, start, within, by = it[:6]
         job = s.jobs.get(name)
@@ -406,9 +408,12 @@ def on_fire(s: SchedulerState, items: list[list[Any]], stale: set[str], fired_at
                 or (len(it) == 7 and it[6] in stale):
             continue
         run = s.runs.get(f"{name}@{slot}")
+        if run is None and made:
+            run = made.get(f"{name}@{slot}")
         cause = None
         if run is None or run.get("fired_at") != fired_at:
-            inside = [rc for rc in ranges.get(name, ()) if rc[2] < slot <= rc[3]]
+            # (its record may be gone already: the entry's own adds trim its history)
+            inside = [rc for rc in ranges.get(name, ()) if rc[2] <= slot <= rc[3]]
             if inside:
                 cause = "paused" if inside[0][1] == "paused" else "skipped"
             elif "after" not in job["spec"]:
@@ -650,9 +655,13 @@ def apply_ping(s: SchedulerState, cmd: Command, now: int) -> Result:
     if run["started_at"] is None:
         run["started_at"] = now
     run["finished_at"] = now
-    run["attempts"] = [{"attempt": 1, "token": None, "worker": None, "started_at": run["started_at"],
-                        "finished_at": now, "ok": status == "success",
-                        "error": None if status == "success" else "a fail ping"}]
+    error = None if status == "success" else "a fail ping"
+    if run["id"] in s._running_ids:
+        # A worker's lease from before the job became a heartbeat job: it ends with the run.
+        _end_lease(s, run, now, status == "success", error)
+    else:
+        run["attempts"] = [{"attempt": 1, "token": None, "worker": None, "started_at": run["started_at"],
+                            "finished_at": now, "ok": status == "success", "error": error}]
     if status == "success":
         run["state"] = "succeeded"
     else:
@@ -662,6 +671,19 @@ def apply_ping(s: SchedulerState, cmd: Command, now: int) -> Result:
     if name in s.pipes.children:  # a final outcome: its children follow (pipelines)
         pipehooks.notify(s, run, now)
     return ok(run=run["id"], state=run["state"])
+
+
+def _end_lease(s: SchedulerState, run: Record, now: int, ok_: bool, error: str | None) -> None:
+    """End a worker's lease on ``run`` (in ``_running_ids``) because a heartbeat job's rule ended
+    the run: as a revoked one's ends (fire.revoke), so the lease indexes hold what a restore
+    rebuilds from the runs, and the reaper never meets a run that is gone. Its attempt is kept."""
+    q = run["queue"]
+    s._running_count[q] = s._running_count.get(q, 1) - 1
+    s._running_ids.pop(run["id"], None)
+    run.setdefault("attempts", []).append({
+        "attempt": run["attempt"], "token": run["fencing_token"], "worker": run["worker"],
+        "started_at": run["started_at"], "finished_at": now, "ok": ok_, "error": error})
+    run["deadline"] = None
 
 
 def close_heartbeats(s: SchedulerState, job: Record, now: int) -> None:
@@ -679,16 +701,7 @@ def close_heartbeats(s: SchedulerState, job: Record, now: int) -> None:
         else:
             why = "no success or fail ping before the job's later runs closed it"
             if rid in s._running_ids:
-                # A worker's lease from before the job became a heartbeat job: it ends with the run,
-                # as a revoked one's does (fire.revoke), so the lease indexes hold what a restore
-                # rebuilds from the runs (and the reaper never meets a run that is gone).
-                q = run["queue"]
-                s._running_count[q] = s._running_count.get(q, 1) - 1
-                s._running_ids.pop(rid, None)
-                run.setdefault("attempts", []).append({
-                    "attempt": run["attempt"], "token": run["fencing_token"], "worker": run["worker"],
-                    "started_at": run["started_at"], "finished_at": now, "ok": False, "error": why})
-                run["deadline"] = None
+                _end_lease(s, run, now, False, why)
             run.update(state="failed", error=why)
             on_finish(s, run, now, "still_running")
         if job["name"] in s.pipes.children:

@@ -85,6 +85,11 @@ class Outbox:
         return self.events[0]["seq"] if self.events else self.seq + 1
 
 
+def new_health() -> list[Any]:
+    """A job's health before its first outcome (the fields above)."""
+    return [None, None, 0, None, None, None]
+
+
 def event_id(seq: int) -> str:
     return f"ev-{seq}"
 
@@ -169,8 +174,13 @@ def route(s: SchedulerState, kind: str, now: int, job: str | None, tenant: str |
         if backfill and not r.get("backfills"):
             continue
         # (a backfill's runs are outside the job's health and incidents: each is told)
-        if h is not None and not backfill and not _quiet_enough(h, r, name, kind, now):
-            continue
+        if not backfill:
+            if h is None and r["repeat_every_s"] and j is not None:
+                # Noise control needs the job's health, which a job that has only recorded
+                # slots or missed deadlines has not made yet (notify.health's, made here).
+                h = s.health[job] = new_health()  # type: ignore[index]
+            if h is not None and not _quiet_enough(h, r, name, kind, now):
+                continue
         out.append(name)
     return out
 

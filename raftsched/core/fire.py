@@ -88,6 +88,7 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
         checked.append((e["job"], e["gen"], e["after"], e["upto"], e.get("next"), e["runs"], e["rec"]))
     fired = stale = recorded = 0
     stale_jobs = []
+    made: dict[str, Record] = {}  # with deadlines: the general path's runs and records, trimmed or not
     jobs, all_runs, history = s.jobs, s.runs, s.history
     queues, depths, queued = s.queues, s._queue_depth, s._queued
     due = s.due
@@ -239,13 +240,17 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
                     # (the entry add_entry returns: its own trim may have dropped it already)
                     entry = add_entry(s, job, {"id": rid, "job": name, "slot": slot, "state": blocked,
                                                "reason": "overlap", "kind": "recorded", "fired_at": now})
+                    if dl:
+                        made[rid] = entry
                     on_slot_recorded(s, entry, now)
                     job["stats"][RECORDED] += 1
                     recorded += 1
                     if name in s.pipes.children:
                         pipehooks.notify(s, entry, now)
                     continue
-                new_run(s, job, slot, now, rid, "scheduled")
+                entry = new_run(s, job, slot, now, rid, "scheduled")
+                if dl:
+                    made[rid] = entry  # (a queue_full record may be trimmed by its own add)
                 fired += 1
             else:
                 recorded += record(s, job, [r], now)
@@ -255,7 +260,7 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
         job["next"] = nxt
         push_due(s, job)
     if dl:
-        deadlines.on_fire(s, dl, set(stale_jobs), now, now, {e[0]: e[6] for e in checked if e[6]})
+        deadlines.on_fire(s, dl, set(stale_jobs), now, now, {e[0]: e[6] for e in checked if e[6]}, made)
     if stale_jobs:
         return ok(fired=fired, recorded=recorded, stale=stale, stale_jobs=stale_jobs)
     return ok(fired=fired, recorded=recorded, stale=stale)

@@ -25,7 +25,7 @@ from . import limits, pipelines
 from .errors import Conflict, InvalidCommand, NotFound
 from .placement import placement_ok
 from .events import emit
-from .notify import on_attempt_failed, on_dead, on_success
+from .notify import on_attempt_failed, on_dead, on_slot_recorded, on_success
 from .policy import backoff_ms
 from .queues import add_dead, enqueue, unqueue_count
 from .ready import ReadyIndex
@@ -206,6 +206,9 @@ def _refused(s: SchedulerState, run: Record, job: Record, now: int) -> bool:
     unqueue_count(s, run)
     run.update(state="skipped", reason="policy", error=why, finished_at=now)
     s.stats.on_recorded("skipped", "policy")
+    # A final outcome like any recorded slot's (fire.dropped): told, its deadline judged.
+    on_slot_recorded(s, run, now)
+    on_finish(s, run, now)
     if run["job"] in s.pipes.children:
         pipelines.notify(s, run, now)
     return True

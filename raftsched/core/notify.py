@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import deadlines, limits, pipehooks, snapshot
 from .errors import InvalidCommand, LimitExceeded, NotFound
-from .events import CONSECUTIVE, INCIDENT, LAST_FAILURE, LAST_SLOT, LAST_SUCCESS, SENT, emit, emit_for
+from .events import CONSECUTIVE, INCIDENT, LAST_FAILURE, LAST_SLOT, LAST_SUCCESS, SENT, emit, emit_for, new_health
 from .events import pending as events_pending
 from .notify_model import check_routes, check_sink_spec
 from .queues import unqueue_count
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 def health(s: SchedulerState, job: str) -> list[Any]:
     h: list[Any] | None = s.health.get(job)
     if h is None:
-        h = s.health[job] = [None, None, 0, None, None, None]
+        h = s.health[job] = new_health()
     return h
 
 
@@ -106,7 +106,9 @@ def on_slot_recorded(s: SchedulerState, entry: Record, now: int) -> None:
     (one event a recorded range)."""
     name = entry["job"]
     h = s.health.get(name)
-    if h is not None:  # made by a run's outcome: a job that only records slots costs nothing here
+    # (made by a run's outcome: a job that only records slots costs nothing here; a backfill's
+    # slots are outside the job's health, as its runs' outcomes are)
+    if h is not None and entry.get("kind") != "backfill":
         h[LAST_SLOT] = [entry["slot"], entry["state"], entry["reason"]]
     if s.sinks and entry["reason"] != "paused":
         extra = {"count": entry["count"], "slot_to": entry["slot_to"]} if "count" in entry else {}
