@@ -13,7 +13,7 @@ from .due import push_due
 from .errors import Conflict, InvalidCommand, LimitExceeded, NotFound, StaleReplace
 from .fire import check_disjoint, check_records, new_run, record, trim
 from .model import MISFIRE_POLICIES, OVERLAP_POLICIES, is_name
-from .queries import kept_position
+from .queries import floor_of, kept_position
 from .queues import claim_queue, index_job, remove_dead, unindex_job
 from .backfills import trigger_job_with
 from .events import emit
@@ -149,14 +149,15 @@ def put_job(s: SchedulerState, cmd: Command, now: int, pending: dict[str, Record
         # Same schedule: keep the cursor and next slot, so a replace never re-fires a slot
         # nor loses a pending one.
         cursor, anchor, nxt = kept
-    elif old is not None and old["cursor"] > cursor:
+    elif old is not None and floor_of(s, old) > cursor:
         # Another schedule: its slots start after the old one's cursor, which may be ahead of
-        # the one this replace was planned from (fired ahead, up to 2 s), so that no new slot can
-        # take the id of a run the old schedule already made (I2). The proposer plans from the
-        # same floor (queries.cursor_floor); when its replica lagged and the command's next slot
-        # is not after the cursor, the replace is refused rather than stored with a next slot
+        # the one this replace was planned from (fired ahead, up to 2 s), and after the slots
+        # its history holds (a triggered job's, which take its parents' slots), so that no new
+        # slot can take the id of a run already made (I2). The proposer plans from the same
+        # floor (queries.cursor_floor); when its replica lagged and the command's next slot is
+        # not after the cursor, the replace is refused rather than stored with a next slot
         # behind its cursor.
-        cursor = old["cursor"]
+        cursor = floor_of(s, old)
         if nxt is not None and nxt <= cursor:
             raise StaleReplace(
                 f"job {name!r} fired up to {cursor} while this replace was planned from an older "
@@ -248,17 +249,32 @@ def apply_put_jobs(s: SchedulerState, cmd: Command, now: int) -> Result:
             gens.append(None)
             created.append(False)
             stale.append(i)
+            _refused_item(s, pending, item["name"])
             continue
         except Conflict:
             gens.append(None)
             created.append(False)
             conflicts.append(i)
+            _refused_item(s, pending, item["name"])
             continue
+        if pending is not None:
+            pending[item["name"]] = item["spec"]
         gens.append(res["gen"])
         created.append(res["created"])
     if stale:  # only then: a result without it keeps the bytes it always had
         return ok(gen=gens, created=created, conflicts=conflicts, stale=stale)
     return ok(gen=gens, created=created, conflicts=conflicts)
+
+
+def _refused_item(s: SchedulerState, pending: dict[str, Record] | None, name: str) -> None:
+    """A batch item refused: the later items' edges are checked against the job as it is
+    stored, not against the spec that was refused (a cycle could otherwise be stored). (The
+    earlier items were checked against it: a batch orders parents first, raftsched sync does.)"""
+    if pending is not None:
+        if name in s.jobs:
+            pending[name] = s.jobs[name]["spec"]
+        else:
+            pending.pop(name, None)
 
 
 def _job(s: SchedulerState, cmd: Command) -> Record:

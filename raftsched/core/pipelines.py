@@ -177,6 +177,12 @@ def on_put(s: SchedulerState, name: str, old: Record | None, spec: Record) -> No
     if old is not None:
         unlink(s, name, old["spec"])
     link(s, name, spec)
+    if "after" in spec and name not in s.pipes.ranged:
+        # A job made a child keeps the ranges its history recorded before (a misfire's): they
+        # count as its children's records do, as on a replica that rebuilds ranged (rebuild).
+        runs = s.runs
+        if any("slot_to" in runs[r] for r in s.history.get(name, ())):
+            s.pipes.ranged.add(name)
     if "after" not in spec:
         s.pipes.joins.pop(name, None)
         s.pipes.latest.pop(name, None)
@@ -504,6 +510,10 @@ def _create(s: SchedulerState, child: Record, slot: int, got: dict[str, list[Any
     backfill's step (a held child released). :returns: the run when it was queued."""
     c = child["name"]
     rid = f"{c}@{slot}"
+    if rid in s.runs:
+        # The slot has its run already (a trigger of the job for that slot): it is not made
+        # twice (I2), and the parents' reports that completed its join are spent.
+        return None
     kind = "scheduled" if "schedule" in child["spec"] else "triggered"
     if child["paused"] and kind == "triggered":
         entry = {"id": rid, "job": c, "slot": slot, "state": "skipped", "reason": "paused",
@@ -726,7 +736,10 @@ def own_slot(s: SchedulerState, job: Record, slot: int, now: int) -> None:
 def rearm(s: SchedulerState, run: Record, now: int) -> list[str]:
     """A dead ``run`` was requeued: take back the records its outcome caused in its children
     (transitively), their joins restored without the reports of the jobs taken back (they will
-    report again). :returns: the re-armed ids."""
+    report again). :returns: the re-armed ids. A run that does not propagate (a manual run not
+    asked to) never decided its children's slots: nothing is taken back."""
+    if not propagates(run):
+        return []
     out: list[str] = []
     slot = run["slot"]
     again = {run["job"]}  # the jobs whose outcome for the slot is to come again

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from . import limits
 from .errors import BadRequest, NotFound
 from . import records
-from .records import STATS_FIELDS, Record, Result
+from .records import STATS_FIELDS, Record, Result, is_int
 from .notify import view_health
 from .ready import Buckets, entries_of
 from .tenants import DEFAULT_POLICY, refusal as policy_refusal
@@ -54,10 +54,26 @@ def put_position(s: SchedulerState, name: str, sched: Record) -> tuple[int, int,
 
 
 def cursor_floor(s: SchedulerState, name: str) -> int | None:
-    """The cursor a put of job ``name`` with another schedule starts from at the least (the old
-    job's, which apply keeps when it is ahead: jobs.put_job), or None for a new job."""
+    """The cursor a put of job ``name`` with another schedule starts from at the least
+    (floor_of, which apply keeps when it is ahead: jobs.put_job), or None for a new job."""
     old = s.jobs.get(name)
-    return None if old is None else old["cursor"]
+    return None if old is None else floor_of(s, old)
+
+
+def floor_of(s: SchedulerState, old: Record) -> int:
+    """The old job's cursor, or the newest slot its history holds when that is later: a
+    triggered job's runs and records take their parents' slots (fired ahead, or a trigger for
+    a given slot), which may be past its cursor, and a new schedule's slot must never take the
+    id of a run or record that is kept (I2). One scan of the history (bounded), only on a put
+    with another schedule."""
+    floor: int = old["cursor"]
+    runs = s.runs
+    for rid in s.history.get(old["name"], ()):
+        r = runs[rid]
+        top = r.get("slot_to") or r["slot"]
+        if is_int(top) and top > floor:
+            floor = top
+    return floor
 
 
 def state_time(s: SchedulerState) -> int:
