@@ -4,10 +4,10 @@ twice; a triggered job given a schedule does not fire a slot its history holds; 
 that does not propagate takes nothing back; a refused batch item does not stand for its job."""
 from __future__ import annotations
 
-from core_helpers import SEC, T0, apply, plan_tick, repush, restored, tick
+from core_helpers import MIN, SEC, T0, apply, new_state, plan_tick, put_cmd, repush, restored, spec_of, tick
 from pipeline_helpers import chain_state, finish, job_raw, lease, put
 
-from raftsched.core import commands, model, pipelines
+from raftsched.core import commands, model, pipelines, schedule
 
 
 def test_a_job_made_a_child_keeps_its_ranges_on_every_replica():
@@ -88,7 +88,52 @@ def test_a_refused_batch_item_does_not_stand_for_its_job_in_later_edges():
         item("x", job_raw(every_s=10), create_only=True),  # refused: x exists, keeps after y
         item("y", job_raw(after=["x"])),  # would close y -> x -> y
     ]))
-    assert not res["ok"] and "cycle" in res["error"]["message"]
+    assert res["ok"] and res["conflicts"] == [0] and [i for i, _ in res["invalid"]] == [1]
+    assert "cycle" in res["invalid"][0][1]
     assert "after" not in s.jobs["y"]["spec"]
     edges = pipelines.graph(s, "x")["edges"]
     assert edges == [{"from": "y", "to": "x", "on": "success"}]
+
+
+def test_a_refused_batch_item_refuses_alone_the_items_whose_edges_then_fail():
+    s = chain_state(("y", job_raw(every_s=10)), ("x", job_raw(after=["y"])))
+    now = T0 + 1
+
+    def item(name, raw, **kw):
+        d = {"name": name, "spec": model.validate_job(name, raw, now), "next": None, "cursor": now,
+             "anchor": now, "create_only": False}
+        d.update(kw)
+        return d
+
+    res = apply(s, commands.make("put_jobs", now, None, jobs=[
+        item("w", job_raw(after=["y"])),  # a new job: stored
+        item("x", job_raw(every_s=10), create_only=True),  # refused: x exists
+        item("y", job_raw(after=["x"])),  # a cycle against the x that stays: refused alone
+    ]))
+    assert res["ok"] and res["conflicts"] == [1] and [i for i, _ in res["invalid"]] == [2]
+    assert "cycle" in res["invalid"][0][1]
+    assert "w" in s.jobs and "after" not in s.jobs["y"]["spec"]
+    assert s.snapshot() == restored(s).snapshot()
+
+
+def test_a_manual_run_does_not_raise_a_replaces_cursor():
+    # an hourly job, a manual run after its first slot, then a replace by a one-shot time already
+    # past: due at once, as a one-shot replace is (the manual run's id is no slot's)
+    s = new_state()
+    assert apply(s, put_cmd(s, "j", spec_of({"every_s": 3600}), T0))["ok"]
+    tick(s, T0 + 2 * SEC)
+    assert apply(s, commands.trigger_job(T0 + 25 * MIN, None, name="j"))["ok"]
+    now = T0 + 31 * MIN
+    assert apply(s, put_cmd(s, "j", spec_of({"at": schedule.iso(T0 + 20 * MIN)}), now))["ok"]
+    assert s.jobs["j"]["next"] == T0 + 20 * MIN
+
+
+def test_the_batch_answer_names_an_item_refused_for_its_edges():
+    from raftsched.node import batch
+    chunks = [[{"name": "w", "next": None}, {"name": "y", "next": None}]]
+    res = {"ok": True, "gen": [3, None], "created": [True, False], "conflicts": [],
+           "invalid": [[1, "makes a cycle: y -> x -> y"]]}
+    out = batch.merge({"w": {}, "y": {}}, chunks, [res], "k")
+    assert out["jobs"]["w"]["created"] is True
+    assert out["jobs"]["y"] == {"error": {"code": "invalid", "field": "after", "message": "makes a cycle: y -> x -> y"}}
+    assert out["conflicts"] == 1

@@ -6,11 +6,11 @@ is given (I4): it must not depend on a replica's library versions.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import deadlines, limits
 from .due import push_due
-from .errors import Conflict, InvalidCommand, LimitExceeded, NotFound, StaleReplace
+from .errors import Conflict, InvalidCommand, InvalidSpec, LimitExceeded, NotFound, StaleReplace
 from .fire import check_disjoint, check_records, new_run, record, trim
 from .model import MISFIRE_POLICIES, OVERLAP_POLICIES, is_name
 from .queries import floor_of, kept_position
@@ -242,9 +242,20 @@ def apply_put_jobs(s: SchedulerState, cmd: Command, now: int) -> Result:
     created: list[bool] = []
     conflicts: list[int] = []
     stale: list[int] = []
+    invalid: list[list[Any]] = []
     for i, item in enumerate(items):
         try:
             res = put_job(s, item, now, pending)
+        except InvalidSpec as e:
+            if not (conflicts or stale):
+                raise  # before any item was refused: as the proposer checked it (the whole command)
+            # Its edges fail only against a job an earlier item could not replace (_refused_item):
+            # refused alone, as that item was, since earlier items are stored already.
+            gens.append(None)
+            created.append(False)
+            invalid.append([i, e.message])
+            _refused_item(s, pending, item["name"])
+            continue
         except StaleReplace:
             gens.append(None)
             created.append(False)
@@ -261,9 +272,12 @@ def apply_put_jobs(s: SchedulerState, cmd: Command, now: int) -> Result:
             pending[item["name"]] = item["spec"]
         gens.append(res["gen"])
         created.append(res["created"])
+    extra: dict[str, Any] = {}
     if stale:  # only then: a result without it keeps the bytes it always had
-        return ok(gen=gens, created=created, conflicts=conflicts, stale=stale)
-    return ok(gen=gens, created=created, conflicts=conflicts)
+        extra["stale"] = stale
+    if invalid:  # [index, why]: as stale
+        extra["invalid"] = invalid
+    return ok(gen=gens, created=created, conflicts=conflicts, **extra)
 
 
 def _refused_item(s: SchedulerState, pending: dict[str, Record] | None, name: str) -> None:

@@ -61,16 +61,19 @@ def cursor_floor(s: SchedulerState, name: str) -> int | None:
 
 
 def floor_of(s: SchedulerState, old: Record) -> int:
-    """The old job's cursor, or the newest slot its history holds when that is later: a
+    """The old job's cursor, or the newest slot its history holds under a slot's id when that is later: a
     triggered job's runs and records take their parents' slots (fired ahead, or a trigger for
     a given slot), which may be past its cursor, and a new schedule's slot must never take the
     id of a run or record that is kept (I2). One scan of the history (bounded), only on a put
     with another schedule."""
     floor: int = old["cursor"]
-    runs = s.runs
-    for rid in s.history.get(old["name"], ()):
+    runs, name = s.runs, old["name"]
+    for rid in s.history.get(name, ()):
         r = runs[rid]
-        top = r.get("slot_to") or r["slot"]
+        slot = r["slot"]
+        if rid != f"{name}@{slot}":
+            continue  # a manual run's id (job@now!manual-N), which no slot of a schedule takes
+        top = r.get("slot_to") or slot
         if is_int(top) and top > floor:
             floor = top
     return floor

@@ -133,6 +133,7 @@ def merge(jobs_raw: dict, chunks: list[list[dict]], results: list, key: str) -> 
             continue
         gens, created, conflicts = res.get("gen"), res.get("created"), set(res.get("conflicts") or ())
         stale = set(res.get("stale") or ())
+        invalid = {i: why for i, why in res.get("invalid") or ()}
         if not isinstance(gens, list) or len(gens) != len(chunk):
             # Only if the derived request id had served another request (a hash collision).
             failures.append(RaftschedError("a derived request id answered for another request", field="Idempotency-Key"))
@@ -143,6 +144,9 @@ def merge(jobs_raw: dict, chunks: list[list[dict]], results: list, key: str) -> 
             name = item["name"]
             if i in conflicts:
                 done[name] = {"error": {"code": "conflict", "message": f"job {name!r} exists", "field": "name"}}
+            elif i in invalid:
+                # its edges, against a job another item of the batch was refused to replace
+                done[name] = {"error": {"code": "invalid", "field": "after", "message": invalid[i]}}
             elif i in stale:
                 done[name] = {"error": {"code": "conflict", "field": "name", "message": (
                     f"job {name!r} fired ahead while this replace was planned from an older view; send it again")}}
