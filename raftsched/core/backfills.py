@@ -544,14 +544,14 @@ def trigger_job_with(s: SchedulerState, job: Record, cmd: Command, now: int) -> 
         r = s.runs.get(rid)
         if r is not None and r["kind"] != "recorded" and r["state"] in REAL_STATES:
             return ok(job=name, run=rid, state=r["state"], created=False)
+    spec = job["spec"]
+    depth, max_depth = queue_room(s, spec["queue"])
+    if depth >= max_depth:  # (before any change: a refused command changes nothing)
+        raise Conflict(f"queue {spec['queue']!r} is full ({depth} runs, its max_depth {max_depth})", field="queue")
     rid = base if base not in s.runs else base + "#manual"
     if rid in s.runs:  # an earlier manual run of the slot that never ran (a full queue)
         s.manual_seq += 1
         rid = f"{base}#manual-{s.manual_seq}"
-    spec = job["spec"]
-    depth, max_depth = queue_room(s, spec["queue"])
-    if depth >= max_depth:
-        raise Conflict(f"queue {spec['queue']!r} is full ({depth} runs, its max_depth {max_depth})", field="queue")
     run = RUN_TEMPLATE.copy()
     run["id"] = rid
     run["job"] = name

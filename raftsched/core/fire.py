@@ -348,11 +348,12 @@ def revoke(s: SchedulerState, run: Record, now: int, why: str) -> None:
     it, so its token goes stale."""
     q = run["queue"]
     if run["state"] == "running":
-        s._running_count[q] = s._running_count.get(q, 1) - 1
-        s._running_ids.pop(run["id"], None)
-        run.setdefault("attempts", []).append({
-            "attempt": run["attempt"], "token": run["fencing_token"], "worker": run["worker"],
-            "started_at": run["started_at"], "finished_at": now, "ok": False, "error": why})
+        if run["id"] in s._running_ids:  # a worker's lease (a heartbeat run a ping started holds none)
+            s._running_count[q] = s._running_count.get(q, 1) - 1
+            s._running_ids.pop(run["id"], None)
+            run.setdefault("attempts", []).append({
+                "attempt": run["attempt"], "token": run["fencing_token"], "worker": run["worker"],
+                "started_at": run["started_at"], "finished_at": now, "ok": False, "error": why})
     else:
         unqueue_count(s, run)
     run.update(state="failed", error=why, finished_at=now, deadline=None)

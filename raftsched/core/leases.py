@@ -87,6 +87,10 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
     names = sorted(set(queues)) if queues is not None else sorted(queued)
     granted: list[dict[str, Any]] = []
     held_back: list[tuple[ReadyIndex, tuple[int, str]]] = []
+    # The ids held back: a second entry of one of them is stale (a job deleted and put again
+    # re-creates its run ids, and its old entries look live again on a replica that kept them,
+    # where a restored one has one entry a run), passed over uncounted, as any stale entry.
+    held: set[str] = set()
     scanned = 0
     runs = s.runs
     # The served queues' indexes (heaps, in what they hand out: ready.py), highest priority
@@ -115,12 +119,13 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
             due, rid = entry
             run = runs.get(rid)
             if run is None or run["state"] != "queued" or run["priority"] != p \
-                    or run.get("due", run["slot"]) != due or run["queue"] != q:
+                    or run.get("due", run["slot"]) != due or run["queue"] != q or rid in held:
                 continue  # stale index entry
             scanned += 1
             job = jobs.get(run["job"])
             if types is not None and job is not None and job["spec"]["executor"]["type"] not in types:
                 held_back.append((h, (due, rid)))  # another worker runs this executor type
+                held.add(rid)
                 continue
             if job is not None and (policed or LIMITED in job["spec"]) and _refused(s, run, job, now):
                 refused += 1
@@ -128,6 +133,7 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
             if job is not None and ("placement" in job["spec"] or dedicated) \
                     and not placement_ok(job["spec"], labels, dedicated):
                 held_back.append((h, (due, rid)))  # I18: another worker's labels satisfy it
+                held.add(rid)
                 continue
             granted.append(grant(s, run, worker, ttl, now))
         _put_back(held_back)
@@ -156,15 +162,19 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
         if best is None or best_h is None:  # (both set together)
             break
         entry = best_h.pop()
+        if entry[1] in held:
+            continue  # a second entry of a run held back: stale (above)
         scanned += 1
         run = runs[best[2]]
         job = s.jobs.get(run["job"])
         if types is not None:
             if job is not None and job["spec"]["executor"]["type"] not in types:
                 held_back.append((best_h, entry))  # another node runs this executor type
+                held.add(entry[1])
                 continue
         if only is not None and run["tenant"] not in only:
             held_back.append((best_h, entry))  # I23: a worker of its tenant takes it
+            held.add(entry[1])
             continue
         if job is not None and (policed or LIMITED in job["spec"]) and _refused(s, run, job, now):
             refused += 1
@@ -172,9 +182,11 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
         if job is not None and ("placement" in job["spec"] or dedicated) \
                 and not placement_ok(job["spec"], labels, dedicated):
             held_back.append((best_h, entry))  # I18: another worker's labels satisfy it
+            held.add(entry[1])
             continue
         if not tenant_take(s, run["tenant"], now):
             held_back.append((best_h, entry))  # over its rate: wait; others go ahead
+            held.add(entry[1])
             continue
         granted.append(grant(s, run, worker, ttl, now))
     _put_back(held_back)
