@@ -1,10 +1,14 @@
 """Cases a review of leases, queues and backfills found (each test failed on the code before its
 fix): a run id made again after its job was deleted is one entry of the acquire index on every
-replica; a revocation of a run no worker leases ends no lease; a refused trigger changes nothing."""
+replica; a revocation of a run no worker leases ends no lease; a refused trigger changes nothing;
+a backfill knows what a trimmed history forgot, and which job it was made for."""
 from __future__ import annotations
 
-from core_helpers import SEC, MIN, T0, apply, counters, new_state, put_cmd, raw_job, restored, spec_of, tick
-from exec_helpers import do
+import pytest
+from backfill_helpers import backfill_cmd, backfill_runs, finish_runs, step
+from core_helpers import HOUR, MIN, SEC, T0, apply, counters, new_state, put_cmd, raw_job, restored, spec_of, tick
+from exec_helpers import acq, complete, do
+from test_backfills import job_state
 
 from raftsched.core import commands, limits, model, policy
 
@@ -85,3 +89,51 @@ def test_a_trigger_refused_for_a_full_queue_changes_nothing():
     res = do(s, "trigger_job", now, name="j", slot=slot)
     assert not res["ok"] and res["error"]["code"] == "conflict"
     assert s.manual_seq == before  # (the next manual run's number)
+
+
+@pytest.mark.parametrize("variant", ["purge", "raise"])
+def test_a_missing_backfill_does_not_run_slots_a_trimmed_history_forgot(variant):
+    # history 5, twelve slots run (the twelfth dead): slots 1-8 trimmed. Then the dead run is
+    # purged, or the bound raised: the history is below its bound, and still forgot slots 1-8
+    s = job_state(history=5)
+    anchor = s.jobs["j"]["anchor"]
+    for k in range(1, 13):
+        t = anchor + k * MIN
+        tick(s, t)
+        for g in acq(s, t):
+            complete(s, t, g["id"], g["token"], ok=k != 12, error=None if k != 12 else "boom")
+    end = anchor + 13 * MIN
+    tick(s, end)
+    for g in acq(s, end):
+        complete(s, end, g["id"], g["token"], ok=True)
+    if variant == "purge":
+        assert do(s, "dlq_delete", end, run=f"j@{anchor + 12 * MIN}")["ok"]
+    else:
+        spec = spec_of({"every_s": 60}, "skip", grace_s=5, retry={"max_attempts": 1}, history=50)
+        assert apply(s, put_cmd(s, "j", spec, end))["ok"]
+    now = end + MIN
+    assert apply(s, backfill_cmd(s, "j", anchor + 1, anchor + 12 * MIN + 1, now, "bf", reprocess="missing",
+                                 max_concurrent=4))["ok"]
+    for _ in range(50):
+        if s.backfills["bf"]["state"] == "done":
+            break
+        step(s, "bf", now)
+        finish_runs(s, now)
+        now += 1000
+    ran = sorted((r["slot"] - anchor) // MIN for r in backfill_runs(s, "bf"))
+    assert ran == ([12] if variant == "purge" else [])  # a purged dead run's slot has no run left
+    assert s.backfills["bf"]["left_out"]["beyond_history"] == 8
+
+
+def test_a_backfill_of_a_job_deleted_and_put_again_at_the_same_time_is_cancelled():
+    t = T0 + 10 * HOUR
+    s = new_state(now=T0)
+    assert apply(s, put_cmd(s, "j", spec_of({"cron": "0 * * * *"}, "skip", grace_s=5, history=50), t))["ok"]
+    assert apply(s, backfill_cmd(s, "j", t - 5 * HOUR, t, t, "bf", reprocess="all", max_concurrent=2))["ok"]
+    step(s, "bf", t)
+    assert apply(s, commands.make("delete_job", t, None, name="j"))["ok"]
+    spec2 = spec_of({"cron": "30 3 * * *"}, "skip", grace_s=5, history=50, queue="other")
+    assert apply(s, put_cmd(s, "j", spec2, t))["ok"]  # the same name and creation time
+    step(s, "bf", t + 1000)
+    assert s.backfills["bf"]["state"] == "cancelled"
+    assert not [r for r in backfill_runs(s, "bf") if r["queue"] == "other"]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from . import limits, pipelines
 from .fire import active_runs
 from .model import TERMINAL_STATES
-from .records import Record
+from .records import RUNS, Record
 
 if TYPE_CHECKING:
     from .state import SchedulerState
@@ -94,11 +94,14 @@ def history_horizon(s: SchedulerState, job: Record) -> int | None:
     forgotten nothing. A history that holds its bound (``spec.history``) may have been trimmed:
     its oldest finished entries went first, so the oldest scheduled or recorded entry it still
     holds (their order is the slots' order) is where its knowledge starts. With none, nothing
-    before the job's cursor is known."""
+    before the job's cursor is known. A history below its bound was trimmed too when it holds
+    fewer scheduled runs than the job ever fired (its stats): a bound raised since, or a dead
+    run purged from the dead-letter queue after trims."""
     hist = s.history.get(job["name"], ())
-    if len(hist) < job["spec"]["history"]:
-        return None
     runs = s.runs
+    if len(hist) < job["spec"]["history"] \
+            and job["stats"][RUNS] <= sum(1 for rid in hist if runs[rid]["kind"] == "scheduled"):
+        return None
     oldest: int | None = None
     for rid in hist:
         r = runs[rid]
@@ -173,8 +176,8 @@ def job_of(s: SchedulerState, bf: Record) -> Record | None:
     """The job a backfill runs, if it is still the one it was created for (not deleted, nor
     deleted and created again under the same name)."""
     job = s.jobs.get(bf["job"])
-    if job is None or job["created"] != bf["plan"]["job_created"]:
-        return None
+    if job is None or job["created"] != bf["plan"]["job_created"] or bf.get("job_gone"):
+        return None  # (job_gone: deleted, in case it was put again within the same millisecond)
     return job
 
 

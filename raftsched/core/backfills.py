@@ -447,7 +447,8 @@ def apply_backfill_control(s: SchedulerState, cmd: Command, now: int) -> Result:
     if bf["kind"] == "backfill":
         for rid in bf["active"]:
             run = s.runs.get(rid)
-            if run is not None and run["state"] == "queued":
+            if run is not None and run["state"] == "queued" and run.get("backfill") == bf_id:
+                # (its own: not a later job's run under the same id, its job deleted and put again)
                 unqueue_count(s, run)
                 run.update(state="skipped", reason="cancelled", finished_at=now)
                 s.stats.on_recorded("skipped", "cancelled")

@@ -331,6 +331,11 @@ def apply_delete_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     s._names.discard(name)
     unindex_job(s, name, job["spec"])
     del s.jobs[name]
+    for bf in s.backfills.values():
+        if bf["job"] == name and bf["state"] in ("running", "paused"):
+            # Its next step cancels it (backfill_plan.job_of), even if a job of the same name is
+            # put again at the same state time (a job is known by its name and creation time).
+            bf["job_gone"] = True
     deadlines.forget_job(s, name, now)
     s.health.pop(name, None)
     if name in s.pipes.children or "after" in job["spec"] or name in s.pipes.joins:
