@@ -88,8 +88,7 @@ def test_a_refused_batch_item_does_not_stand_for_its_job_in_later_edges():
         item("x", job_raw(every_s=10), create_only=True),  # refused: x exists, keeps after y
         item("y", job_raw(after=["x"])),  # would close y -> x -> y
     ]))
-    assert res["ok"] and res["conflicts"] == [0] and [i for i, _ in res["invalid"]] == [1]
-    assert "cycle" in res["invalid"][0][1]
+    assert not res["ok"] and "cycle" in res["error"]["message"]  # nothing stored: all refused
     assert "after" not in s.jobs["y"]["spec"]
     edges = pipelines.graph(s, "x")["edges"]
     assert edges == [{"from": "y", "to": "x", "on": "success"}]
@@ -137,3 +136,23 @@ def test_the_batch_answer_names_an_item_refused_for_its_edges():
     assert out["jobs"]["w"]["created"] is True
     assert out["jobs"]["y"] == {"error": {"code": "invalid", "field": "after", "message": "makes a cycle: y -> x -> y"}}
     assert out["conflicts"] == 1
+
+
+def test_a_batch_item_whose_edges_fail_after_others_were_stored_is_refused_alone(monkeypatch):
+    # a parent one child short of its limit: the batch's first child takes the last place, and
+    # the second (checked by the proposer against the state alone) is refused alone at apply
+    from raftsched.core import limits
+    monkeypatch.setattr(limits, "children_per_job_max", 2)
+    s = chain_state(("p", job_raw(every_s=10)), ("c0", job_raw(after=["p"])))
+    now = T0 + 1
+
+    def item(name):
+        return {"name": name, "spec": model.validate_job(name, job_raw(after=["p"]), now), "next": None,
+                "cursor": now, "anchor": now, "create_only": False}
+
+    res = apply(s, commands.make("put_jobs", now, None, jobs=[item("c1"), item("c2")]))
+    assert res["ok"] and [i for i, _ in res["invalid"]] == [1] and res["gen"][0] is not None
+    assert "c1" in s.jobs and "c2" not in s.jobs
+    # the first item refused: the whole command, nothing changed
+    res = apply(s, commands.make("put_jobs", now, None, jobs=[item("c3")]))
+    assert not res["ok"] and "c3" not in s.jobs

@@ -179,3 +179,21 @@ def test_a_backfills_withdrawn_runs_stay_out_of_the_jobs_health():
     step(s, "b1", now)
     assert apply(s, commands.make("backfill_control", now, None, name="b1", action="cancel"))["withdrawn"] > 0
     assert view_health(s.health["j"])["last_slot_outcome"] == before
+
+
+def test_a_job_no_longer_a_heartbeat_job_closes_the_runs_pings_were_to_end():
+    s = new_state()
+    raw = raw_job({"every_s": 60}, "fire_all", grace_s=3600)
+    raw["executor"] = {"type": "heartbeat"}
+    assert apply(s, put_cmd(s, "hb", model.validate_job("hb", raw, T0), T0))["ok"]
+    for k in (1, 2):
+        assert _fire(s, "hb", T0 + k * MIN)["ok"]
+    assert apply(s, commands.make("ping", T0 + 2 * MIN, None, name="hb", status="start", slot=None))["ok"]
+    raw2 = raw_job({"every_s": 60}, "fire_all", grace_s=3600, overlap={"policy": "forbid"})
+    now = T0 + 2 * MIN + 1
+    assert apply(s, put_cmd(s, "hb", model.validate_job("hb", raw2, now), now))["ok"]
+    states = {rid: (s.runs[rid]["state"], s.runs[rid].get("reason")) for rid in s.history["hb"]}
+    assert states == {f"hb@{T0 + MIN}": ("skipped", "not_pinged"), f"hb@{T0 + 2 * MIN}": ("failed", None)}
+    assert _fire(s, "hb", T0 + 3 * MIN)["ok"]
+    assert s.runs[f"hb@{T0 + 3 * MIN}"]["state"] == "queued"  # forbid sees no run of the old kind
+    assert s.snapshot() == _restored(s).snapshot()

@@ -686,20 +686,24 @@ def _end_lease(s: SchedulerState, run: Record, now: int, ok_: bool, error: str |
     run["deadline"] = None
 
 
-def close_heartbeats(s: SchedulerState, job: Record, now: int) -> None:
+def close_heartbeats(s: SchedulerState, job: Record, now: int, keep: int = limits.heartbeat_open_max,
+                     why: str = "no success or fail ping before the job's later runs closed it") -> None:
     """A heartbeat job keeps at most ``limits.heartbeat_open_max`` runs open (waiting for a ping,
     or started and not ended): past it, at its next fire, the oldest are closed: a waiting one as
-    skipped (reason ``not_pinged``), a started one as failed, each judged as it closes."""
+    skipped (reason ``not_pinged``), a started one as failed, each judged as it closes. With
+    ``keep`` 0 (the job is no longer a heartbeat job: jobs.put_job), every one a ping waits for
+    is closed, but a run a worker holds (leased before the job became a heartbeat job), which
+    its worker ends as any run."""
     hist = s.history.get(job["name"]) or []
-    open_ids = [rid for rid in hist if s.runs[rid]["state"] in ("waiting", "running")]
-    for rid in open_ids[:max(0, len(open_ids) - limits.heartbeat_open_max)]:
+    open_ids = [rid for rid in hist if s.runs[rid]["state"] in ("waiting", "running")
+                and (keep or rid not in s._running_ids)]
+    for rid in open_ids[:max(0, len(open_ids) - keep)]:
         run = s.runs[rid]
         run["finished_at"] = now
         if run["state"] == "waiting":
             run.update(state="skipped", reason="not_pinged")
             on_finish(s, run, now, "never_started")
         else:
-            why = "no success or fail ping before the job's later runs closed it"
             if rid in s._running_ids:
                 _end_lease(s, run, now, False, why)
             run.update(state="failed", error=why)

@@ -196,6 +196,10 @@ def put_job(s: SchedulerState, cmd: Command, now: int, pending: dict[str, Record
         s._placed_jobs.pop(name, None)
     if "after" in spec or (old is not None and "after" in old["spec"]):
         on_put(s, name, old, spec)
+    if old is not None and old["spec"]["executor"]["type"] == "heartbeat" != spec["executor"]["type"]:
+        # Nothing pings its runs any more: those still open end now (else a started one would
+        # stay running for good, and an overlap policy would count it).
+        deadlines.close_heartbeats(s, job, now, 0, "the job is no longer a heartbeat job")
     # A job's history list is made by its first entry (fire.add_entry), not here: an empty list
     # and its map entry cost ~110 bytes a job (1M jobs never fired: 105 MiB). The snapshot
     # writes no empty history, so a replica that made one writes the same bytes.
@@ -247,10 +251,12 @@ def apply_put_jobs(s: SchedulerState, cmd: Command, now: int) -> Result:
         try:
             res = put_job(s, item, now, pending)
         except InvalidSpec as e:
-            if not (conflicts or stale):
-                raise  # before any item was refused: as the proposer checked it (the whole command)
-            # Its edges fail only against a job an earlier item could not replace (_refused_item):
-            # refused alone, as that item was, since earlier items are stored already.
+            if all(g is None for g in gens):
+                raise  # nothing stored yet: the whole command is refused, and changes nothing
+            # Its edges fail against what an earlier item did or could not do (a parent's
+            # children now at their limit, a job it could not replace: _refused_item), or
+            # against a change applied since the proposer checked them: refused alone, since
+            # earlier items are stored already.
             gens.append(None)
             created.append(False)
             invalid.append([i, e.message])
