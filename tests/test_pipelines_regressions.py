@@ -4,6 +4,8 @@ twice; a triggered job given a schedule does not fire a slot its history holds; 
 that does not propagate takes nothing back; a refused batch item does not stand for its job."""
 from __future__ import annotations
 
+import functools
+
 from core_helpers import MIN, SEC, T0, apply, new_state, plan_tick, put_cmd, repush, restored, spec_of, tick
 from pipeline_helpers import chain_state, finish, job_raw, lease, put
 
@@ -74,15 +76,18 @@ def test_a_requeued_run_that_does_not_propagate_takes_nothing_back():
     assert s.runs[f"b@{s1}"]["reason"] == "upstream_missed" and not s.pipes.joins.get("b")
 
 
+def _item(now, name, raw, **kw):
+    """A put_jobs item of job ``name`` (``raw`` validated at ``now``)."""
+    d = {"name": name, "spec": model.validate_job(name, raw, now), "next": None, "cursor": now,
+         "anchor": now, "create_only": False}
+    d.update(kw)
+    return d
+
+
 def test_a_refused_batch_item_does_not_stand_for_its_job_in_later_edges():
     s = chain_state(("y", job_raw(every_s=10)), ("x", job_raw(after=["y"])))
     now = T0 + 1
-
-    def item(name, raw, **kw):
-        d = {"name": name, "spec": model.validate_job(name, raw, now), "next": None, "cursor": now,
-             "anchor": now, "create_only": False}
-        d.update(kw)
-        return d
+    item = functools.partial(_item, now)
 
     res = apply(s, commands.make("put_jobs", now, None, jobs=[
         item("x", job_raw(every_s=10), create_only=True),  # refused: x exists, keeps after y
@@ -97,12 +102,7 @@ def test_a_refused_batch_item_does_not_stand_for_its_job_in_later_edges():
 def test_a_refused_batch_item_refuses_alone_the_items_whose_edges_then_fail():
     s = chain_state(("y", job_raw(every_s=10)), ("x", job_raw(after=["y"])))
     now = T0 + 1
-
-    def item(name, raw, **kw):
-        d = {"name": name, "spec": model.validate_job(name, raw, now), "next": None, "cursor": now,
-             "anchor": now, "create_only": False}
-        d.update(kw)
-        return d
+    item = functools.partial(_item, now)
 
     res = apply(s, commands.make("put_jobs", now, None, jobs=[
         item("w", job_raw(after=["y"])),  # a new job: stored
