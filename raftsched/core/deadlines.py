@@ -658,7 +658,7 @@ def apply_ping(s: SchedulerState, cmd: Command, now: int) -> Result:
     error = None if status == "success" else "a fail ping"
     if run["id"] in s._running_ids:
         # A worker's lease from before the job became a heartbeat job: it ends with the run.
-        _end_lease(s, run, now, status == "success", error)
+        end_lease(s, run, now, status == "success", error)
     else:
         run["attempts"] = [{"attempt": 1, "token": None, "worker": None, "started_at": run["started_at"],
                             "finished_at": now, "ok": status == "success", "error": error}]
@@ -673,10 +673,11 @@ def apply_ping(s: SchedulerState, cmd: Command, now: int) -> Result:
     return ok(run=run["id"], state=run["state"])
 
 
-def _end_lease(s: SchedulerState, run: Record, now: int, ok_: bool, error: str | None) -> None:
-    """End a worker's lease on ``run`` (in ``_running_ids``) because a heartbeat job's rule ended
-    the run: as a revoked one's ends (fire.revoke), so the lease indexes hold what a restore
-    rebuilds from the runs, and the reaper never meets a run that is gone. Its attempt is kept."""
+def end_lease(s: SchedulerState, run: Record, now: int, ok_: bool, error: str | None) -> None:
+    """End a worker's lease on ``run`` (in ``_running_ids``) because the scheduler ended the run
+    (a heartbeat job's rule, an overlap replace: fire.revoke), so the lease indexes hold what a
+    restore rebuilds from the runs, and the reaper never meets a run that is gone. Its attempt
+    is kept."""
     q = run["queue"]
     s._running_count[q] = s._running_count.get(q, 1) - 1
     s._running_ids.pop(run["id"], None)
@@ -705,7 +706,7 @@ def close_heartbeats(s: SchedulerState, job: Record, now: int, keep: int = limit
             on_finish(s, run, now, "never_started")
         else:
             if rid in s._running_ids:
-                _end_lease(s, run, now, False, why)
+                end_lease(s, run, now, False, why)
             run.update(state="failed", error=why)
             on_finish(s, run, now, "still_running")
         if job["name"] in s.pipes.children:

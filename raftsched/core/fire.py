@@ -346,14 +346,9 @@ def overlap(s: SchedulerState, job: Record, new_id: str, now: int) -> str | None
 def revoke(s: SchedulerState, run: Record, now: int, why: str) -> None:
     """End a queued or running run as failed (overlap replace): a running one's lease ends with
     it, so its token goes stale."""
-    q = run["queue"]
     if run["state"] == "running":
         if run["id"] in s._running_ids:  # a worker's lease (a heartbeat run a ping started holds none)
-            s._running_count[q] = s._running_count.get(q, 1) - 1
-            s._running_ids.pop(run["id"], None)
-            run.setdefault("attempts", []).append({
-                "attempt": run["attempt"], "token": run["fencing_token"], "worker": run["worker"],
-                "started_at": run["started_at"], "finished_at": now, "ok": False, "error": why})
+            deadlines.end_lease(s, run, now, False, why)
     else:
         unqueue_count(s, run)
     run.update(state="failed", error=why, finished_at=now, deadline=None)
