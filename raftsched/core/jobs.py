@@ -145,11 +145,12 @@ def put_job(s: SchedulerState, cmd: Command, now: int, pending: dict[str, Record
     if "after" in spec:
         check_edges(s, name, spec, pending)  # I4: the edges against this replica's jobs, alike everywhere
     kept = kept_position(old, spec.get("schedule"))
+    floor = floor_of(s, old) if kept is None and old is not None else None  # (one history scan)
     if kept is not None:
         # Same schedule: keep the cursor and next slot, so a replace never re-fires a slot
         # nor loses a pending one.
         cursor, anchor, nxt = kept
-    elif old is not None and floor_of(s, old) > cursor:
+    elif floor is not None and floor > cursor:
         # Another schedule: its slots start after the old one's cursor, which may be ahead of
         # the one this replace was planned from (fired ahead, up to 2 s), and after the slots
         # its history holds (a triggered job's, which take its parents' slots), so that no new
@@ -157,7 +158,7 @@ def put_job(s: SchedulerState, cmd: Command, now: int, pending: dict[str, Record
         # floor (queries.cursor_floor); when its replica lagged and the command's next slot is
         # not after the cursor, the replace is refused rather than stored with a next slot
         # behind its cursor.
-        cursor = floor_of(s, old)
+        cursor = floor
         if nxt is not None and nxt <= cursor:
             raise StaleReplace(
                 f"job {name!r} fired up to {cursor} while this replace was planned from an older "
