@@ -292,3 +292,18 @@ def test_six_field_slots_match_the_model_around_dst_transitions(expr, tz, dst, y
                          int(datetime(2060, 1, 1, tzinfo=UTC).timestamp() * 1000)))
 def test_five_field_slots_match_the_model_anywhere(expr, tz, start):
     _check(expr, tz, {}, start, start + 3 * DAY)
+
+
+@settings(max_examples=40 * _SCALE, **SETTINGS)
+@given(expr=expressions(six=True), tz=st.sampled_from(ZONES), dst=DST, year=st.integers(2026, 2045),
+       k=st.integers(0, 3), after=st.integers(0, 61 * SEC))
+# Found by tests/test_rules.py's explain test: looking from 03:00:00.035, just after Sydney's gap,
+# the gap's 02:01:07 (fired at 03:00:07) was behind the wall clock and never found.
+@example(expr="7 1 * * * *", tz="Australia/Sydney", dst={"spring_forward": "run_after_gap"}, year=2026, k=1,
+         after=35)
+def test_slots_looked_for_from_just_after_a_gap_include_the_gap_slot(expr, tz, dst, year, k, after):
+    """A missing local time fires up to a minute after its gap: a look that starts inside that
+    minute (a put, a preview, an explain's outage) still sees it."""
+    ts = _transitions(tz, year)
+    t = ts[k % len(ts)] if ts else int(datetime(year, 6, 1, tzinfo=UTC).timestamp() * 1000)
+    _check(expr, tz, dst, t + after, t + after + 10 * MIN)

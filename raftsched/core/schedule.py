@@ -60,6 +60,9 @@ _HASH_OR_RANDOM_RE = re.compile(r"[hr](\(|/|\Z)", re.IGNORECASE)
 #: everywhere, 30 min on Lord Howe Island. A repeated or skipped span lies within this of its
 #: transition, so looking this far either side of an instant finds the one that matters.
 _DST_SHIFT_MAX_MS = 3 * 3_600_000
+#: How long after a spring-forward transition a missing local time may fire (_after_gap_ms: the
+#: first instant whose seconds match, under a minute after the transition).
+_AFTER_GAP_MAX_MS = 61_000
 
 
 @functools.lru_cache(maxsize=512)
@@ -304,6 +307,12 @@ def _cron_next(expr: str, tz: str, after_ms: int, dst: dict[str, str] | None = N
         # In the second pass: first occurrences of wall times up to the end of the repeated span
         # are already in the past.
         start = max(wall, span[2] - _SECOND)
+    elif run_gap and _offset_ms(after_ms - _AFTER_GAP_MAX_MS, z) < _offset_ms(after_ms, z):
+        # Just after a spring-forward gap: a missing time fires at the first instant after the
+        # gap whose seconds match (_after_gap_ms), up to a minute after the transition, and may
+        # still be ahead although its wall time is behind ``wall``. Look from the gap's start.
+        gap = _first_change_ms(z, after_ms - _AFTER_GAP_MAX_MS, after_ms)
+        start = min(wall, _wall_of(gap - 1, z))
     t = start
     for _ in range(_SKIPS_MAX):
         found = _naive_next(expr, t)
