@@ -202,3 +202,31 @@ def test_a_cascade_whose_job_is_deleted_records_the_children_it_held():
         assert (s.runs[rid]["state"], s.runs[rid]["reason"]) == ("skipped", "cancelled")
     assert (s.runs[f"c@{S1}"]["state"], s.runs[f"c@{S1}"]["reason"]) == ("skipped", "upstream_missed")
     assert restored(s).snapshot() == s.snapshot()
+
+
+def test_a_held_child_whose_job_is_deleted_and_put_again_in_the_same_millisecond_is_not_run():
+    """A job is its name and creation time, and a job put again within the millisecond of its
+    delete has the same ones: the delete itself lets go of the children held for the old job."""
+    from raftsched.core import commands as c
+    from pipeline_helpers import put
+    s, now = _pipeline()
+    now += 60 * SEC
+    assert apply(s, backfill_cmd(s, "a", S1, S1 + 20 * SEC, now, bf_id="bf", reprocess="failed",
+                                 max_concurrent=1, cascade="children"))["ok"]
+    step(s, "bf", now)
+    (g,) = lease(s, now, 1)
+    # d deleted and put again, then held, deleted and put again: all within one millisecond
+    assert apply(s, c.delete_job(now, None, name="d"))["ok"] and put(s, "d", job_raw(after=["a"]), now)["ok"]
+    finish(s, g, now, True)
+    assert sorted(s.backfills["bf"]["held"]) == [f"b@{S1}", f"d@{S1}"]
+    assert apply(s, c.delete_job(now, None, name="d"))["ok"]
+    assert sorted(s.backfills["bf"]["held"]) == [f"b@{S1}"] and list(s.pipes.held) == [f"b@{S1}"]
+    assert put(s, "d", job_raw(after=["a"]), now)["ok"]  # the same name, the same created
+    r = restored(s)
+    for state in (s, r):
+        for i in range(3):
+            step(state, "bf", now + (1 + i) * SEC)
+            for g in lease(state, now + (1 + i) * SEC):
+                finish(state, g, now + (1 + i) * SEC, True)
+        assert f"d@{S1}" not in state.runs and state.history.get("d", []) == []
+    assert r.snapshot() == s.snapshot()

@@ -21,7 +21,7 @@ from .notify import pause
 from .notify_model import check_job_fields
 from .records import Record, Result, is_int, job_record, ok, share_int, share_spec
 from .tenants import LIMITED
-from .pipelines import check_delete, check_edges, on_delete, on_put
+from .pipelines import check_delete, check_edges, forget_held, on_delete, on_put
 from .pipeline_model import check_stored_after
 
 if TYPE_CHECKING:
@@ -343,6 +343,8 @@ def apply_delete_job(s: SchedulerState, cmd: Command, now: int) -> Result:
             # Its next step cancels it (backfill_plan.job_of), even if a job of the same name is
             # put again at the same state time (a job is known by its name and creation time).
             bf["job_gone"] = True
+    if s.pipes.held:
+        forget_held(s, name)
     deadlines.forget_job(s, name, now)
     s.health.pop(name, None)
     if name in s.pipes.children or "after" in job["spec"] or name in s.pipes.joins:

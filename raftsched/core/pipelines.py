@@ -565,6 +565,16 @@ def _unhold(s: SchedulerState, bf: Record, rid: str) -> None:
         del s.pipes.held[rid]
 
 
+def forget_held(s: SchedulerState, name: str) -> None:
+    """Job ``name`` was deleted: backfills no longer hold children of it. A job put again under
+    the name, even within the same millisecond (the same ``created``), is another job, and a
+    held child of the old one must not become its run."""
+    for bf_id in sorted(set(s.pipes.held.values())):
+        bf = s.backfills[bf_id]
+        for rid in [r for r, item in bf["held"].items() if item[0] == name]:
+            _unhold(s, bf, rid)
+
+
 def release_held(s: SchedulerState, bf: Record, may: Any, took: Any, now: int) -> int:
     """Queue backfill ``bf``'s held children, oldest first, while ``may()`` allows one more run
     (its budget: concurrency, rate, the step's runs; ``took(1)`` spends it). A held child whose
