@@ -38,7 +38,7 @@ def test_round_trip_preserves_every_field():
 @settings(max_examples=60, deadline=None)
 @given(
     op=st.sampled_from(commands.OPS),
-    now=st.integers(0, 2**63 - 1),
+    now=st.integers(0, limits.time_ms_max),
     rid=st.none() | st.text(max_size=limits.request_id_chars_max),
     fields=st.dictionaries(
         st.text(min_size=1, max_size=8).filter(lambda k: k not in ("v", "op", "now", "rid")),

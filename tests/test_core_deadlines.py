@@ -568,3 +568,21 @@ def test_a_job_made_a_heartbeat_job_while_a_worker_holds_its_run_ends_that_lease
     assert g["id"] not in s.runs
     queries.lease_snapshot(s)  # the leader's reaper reads it every tick
     assert apply(s, commands.make("takeover", now, None, node="n3"))["ok"]
+
+
+def test_pausing_a_heartbeat_job_withdraws_the_slot_it_fired_ahead() -> None:
+    """A pause records the runs fired ahead for slots after it (skipped / paused): a heartbeat
+    job's too, which wait for a ping rather than in a queue. Before, that one stayed waiting, and
+    a ping started a run of the paused job."""
+    sp = spec({"every_s": 600}, {"succeed_within_s": 300}, executor={"type": "heartbeat"})
+    s = new_state(("hb", sp), now=T0)
+    first = T0 + 600 * SEC
+    tick(s, first - 900, ahead=True)
+    assert s.runs[f"hb@{first}"]["state"] == "waiting"
+    res = apply(s, commands.make("pause_job", first - 800, None, name="hb"))
+    assert res["ok"] and res.get("withdrawn") == 1, res
+    run = s.runs[f"hb@{first}"]
+    assert (run["state"], run["reason"]) == ("skipped", "paused")
+    res = apply(s, commands.ping(first - 700, None, name="hb", status="start", slot=None))
+    assert res["error"]["code"] == "conflict", res
+    assert rec(s, f"hb@{first}")["cause"] == "paused"

@@ -118,7 +118,8 @@ def decode(data: bytes) -> Command:
     if cmd.get("op") not in OPS:
         raise InvalidCommand(f"unknown op {cmd.get('op')!r}")
     now = cmd.get("now")
-    if not isinstance(now, int) or isinstance(now, bool) or now < 0:
+    if not isinstance(now, int) or isinstance(now, bool) or not 0 <= now <= limits.time_ms_max:
+        # (bounded: a state time past year 9999 would stay, and its deadlines outgrow 64 bits)
         raise InvalidCommand("command has no valid now")
     rid = cmd.get("rid")
     if rid is not None and (not isinstance(rid, str) or len(rid) > limits.request_id_chars_max):

@@ -6,6 +6,7 @@ is given (I4): it must not depend on a replica's library versions.
 """
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from . import deadlines, limits
@@ -32,6 +33,15 @@ if TYPE_CHECKING:
 _NO_SCHEDULE: Record = {}
 
 
+#: The retry block's numbers and their least values (model.validate_retry).
+_RETRY_NUMBERS = (("backoff_s", 0), ("backoff_multiplier", 1), ("backoff_max_s", 0), ("jitter", 0))
+
+
+def _number_at_least(v: object, lo: int) -> bool:
+    """A finite int or float (not a bool) of at least ``lo``."""
+    return (type(v) is int or type(v) is float) and lo <= v < math.inf
+
+
 def check_stored_spec(spec: object) -> None:
     """A structural guard on a spec inside a command. Full validation (cron, zoneinfo) runs
     on the proposer only: apply must not depend on a replica's library versions (I4)."""
@@ -52,6 +62,19 @@ def check_stored_spec(spec: object) -> None:
     for key in ("priority", "timeout_s", "history"):
         if not is_int(spec.get(key)):
             raise InvalidCommand(f"spec.{key} is malformed")
+    # What apply computes with, bounded as model.validate_job bounds it: a trim to a history
+    # under 1, an interval of 0 s, a retry or an executor without its fields would fail in a
+    # later command, after it had changed the state (a refusal half-applied).
+    if spec["history"] < 1 or spec["timeout_s"] < 1:
+        raise InvalidCommand("spec.history and spec.timeout_s must be at least 1")
+    if "every_s" in sched and sched["every_s"] < limits.every_s_min:
+        raise InvalidCommand("spec.schedule.every_s is malformed")
+    if not isinstance(spec["executor"].get("type"), str):
+        raise InvalidCommand("spec.executor.type is malformed")
+    r = spec["retry"]
+    if not (is_int(r.get("max_attempts")) and r["max_attempts"] >= 1
+            and all(_number_at_least(r.get(k), lo) for k, lo in _RETRY_NUMBERS)):
+        raise InvalidCommand("spec.retry is malformed")
     ov = spec.get("overlap")
     if ov is not None and (not isinstance(ov, dict) or ov.get("policy") not in OVERLAP_POLICIES
                            or ("max_concurrent" in ov and not is_int(ov["max_concurrent"]))):
@@ -78,7 +101,8 @@ def check_stored_spec(spec: object) -> None:
         raise InvalidCommand(f"spec.{LIMITED} is malformed")
     check_job_fields(spec)  # notify, pause_on_failure, metrics (routing reads them at apply)
     m = spec["misfire"]
-    if m.get("policy") not in MISFIRE_POLICIES or not is_int(m.get("grace_s")) or not is_int(m.get("max_catchup")):
+    if m.get("policy") not in MISFIRE_POLICIES or not is_int(m.get("grace_s")) or not is_int(m.get("max_catchup")) \
+            or m["grace_s"] < 0 or m["max_catchup"] < 0:
         raise InvalidCommand("spec.misfire is malformed")
     labels = spec.get("labels")
     if labels is not None and (not isinstance(labels, dict) or len(labels) > limits.job_labels_max

@@ -58,7 +58,7 @@ def _held(s: SchedulerState, cmd: Command, now: int) -> tuple[str, Record]:
     name, _ = _lock_args(cmd, False)
     tok = cmd.get("token")
     lk = s.locks.get(name)
-    if lk is None or lk["token"] != tok:
+    if lk is None or not is_int(tok) or lk["token"] != tok:
         raise Conflict(f"token {tok} does not hold lock {name!r}", field="token",
                        holder=lk["owner"] if lk else None,
                        expires_at_ms=lk["deadline"] if lk else None)

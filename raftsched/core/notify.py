@@ -118,16 +118,19 @@ def on_slot_recorded(s: SchedulerState, entry: Record, now: int) -> None:
 
 def pause(s: SchedulerState, job: Record, now: int) -> int:
     """Pause a job (pause_job, and pause_on_failure): runs fired ahead for slots after ``now``
-    are recorded skipped / paused. :returns: how many."""
+    (queued; a heartbeat job's waiting for their ping) are recorded skipped / paused.
+    :returns: how many."""
     if not job["paused"]:
         s._paused_count += 1  # the metrics' count of paused jobs (queues.reset_indexes)
-    job["paused"] = True
-    job["updated"] = now
+        job["paused"] = True
+        job["updated"] = now  # (pausing a paused job changes nothing: docs/api.md)
     withdrawn = 0
     for rid in s.history.get(job["name"], ()):
         run = s.runs[rid]
-        if run["state"] == "queued" and run["kind"] == "scheduled" and run["slot"] > now:
-            unqueue_count(s, run)
+        state = run["state"]
+        if (state == "queued" or state == "waiting") and run["kind"] == "scheduled" and run["slot"] > now:
+            if state == "queued":
+                unqueue_count(s, run)
             run.update(state="skipped", reason="paused", finished_at=now)
             s.stats.on_recorded("skipped", "paused")
             deadlines.on_finish(s, run, now)

@@ -141,21 +141,26 @@ def freeze(v: Any) -> tuple[Any, ...]:
         return ("d",) + tuple((k, freeze(x)) for k, x in v.items())
     if isinstance(v, list):
         return ("l",) + tuple(freeze(x) for x in v)
-    if isinstance(v, (str, int, float, bool)) or v is None:
+    if type(v) is float:
+        return ("float", v.hex())  # -0.0 == 0.0, but they encode to different bytes
+    if isinstance(v, (str, int, bool)) or v is None:
         return (type(v).__name__, v)
     raise TypeError
 
 
 def part_key(k: str, v: Any) -> tuple[Any, ...]:
     """The sharing key of spec part ``k``: equal keys encode to the same bytes. Flat maps (most
-    parts) by their items and the value types (True == 1 in a tuple, not on the wire)."""
+    parts) by their items and the value types (True == 1 in a tuple, not on the wire); a part
+    holding a float by :func:`freeze`, which tells -0.0 from 0.0."""
     if type(v) is dict:
-        key = (k, tuple(v.items()), tuple(map(type, v.values())))
-        try:
-            hash(key)  # TypeError for a value that is a map or a list: not flat
-            return key
-        except TypeError:
-            pass
+        types = tuple(map(type, v.values()))
+        if float not in types:
+            key = (k, tuple(v.items()), types)
+            try:
+                hash(key)  # TypeError for a value that is a map or a list: not flat
+                return key
+            except TypeError:
+                pass
     return (k, freeze(v))
 
 

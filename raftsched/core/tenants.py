@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 #: Micro-tokens in one token.
 _MICRO = 1_000_000
+#: The highest rate a tenant may have, in tokens per 1000 s (the API's rate_per_s bound).
+_RATE_MILLI_MAX = round(limits.tenant_rate_per_s_max * 1000)
 
 
 def apply_put_tenant(s: SchedulerState, cmd: Command, now: int) -> Result:
@@ -38,10 +40,12 @@ def apply_put_tenant(s: SchedulerState, cmd: Command, now: int) -> Result:
     burst (the bucket's size). A new bucket starts full; a changed one keeps its tokens (at
     most the new burst) and its refill time.
 
-    :raises InvalidCommand: no name, a negative rate or a burst under 1."""
+    :raises InvalidCommand: no name, a rate or a burst out of the API's bounds."""
     name, rate, burst = cmd.get("name"), cmd.get("rate_milli"), cmd.get("burst")
-    if not is_name(name) or not is_int(rate) or not is_int(burst) or rate < 0 or burst < 1:
-        raise InvalidCommand("put_tenant needs name, rate_milli >= 0, burst >= 1")
+    if not is_name(name) or not is_int(rate) or not is_int(burst) or not 0 <= rate <= _RATE_MILLI_MAX \
+            or not 1 <= burst <= limits.tenant_burst_max:
+        raise InvalidCommand(f"put_tenant needs name, 0 <= rate_milli <= {_RATE_MILLI_MAX}, "
+                             f"1 <= burst <= {limits.tenant_burst_max}")
     old = s.tenants.get(name)
     s.tenants[name] = {"rate_milli": rate, "burst": burst,
                        "tokens_micro": min(old["tokens_micro"], burst * _MICRO) if old else burst * _MICRO,

@@ -58,7 +58,7 @@ JOBS = "jobs"
 def _check_hash(h: object) -> dict[str, Any]:
     if not isinstance(h, dict) or set(h) != {"alg", "salt", "digest"}:
         raise InvalidCommand("token_create.hash must be {alg, salt, digest}")
-    sizes = HASH_ALGS.get(h["alg"])
+    sizes = HASH_ALGS.get(h["alg"]) if isinstance(h["alg"], str) else None
     if sizes is None:
         raise InvalidCommand(f"token_create.hash.alg must be one of {', '.join(HASH_ALGS)}")
     for k, n in sizes.items():

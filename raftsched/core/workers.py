@@ -370,7 +370,19 @@ def _encode(reg: dict[str, Record]) -> list[list[Any]] | None:
 
 
 def _decode(data: list[list[Any]]) -> dict[str, Record]:
-    return {wid: rec for wid, rec in data}
+    return {wid: rec if "completed" in rec else _with_completed(rec) for wid, rec in data}
+
+
+def _with_completed(rec: Record) -> Record:
+    """A record of a dump written before the registry counted outcomes (``completed``, added
+    2026-12-01): the field, at 0, in its place (complete_many adds to it)."""
+    out: Record = {}
+    for k, v in rec.items():
+        out[k] = v
+        if k == "releases":
+            out["completed"] = 0
+    out.setdefault("completed", 0)
+    return out
 
 
 EXTENSION = snapshot.register(snapshot.Extension(name="workers", new=dict, encode=_encode, decode=_decode))
