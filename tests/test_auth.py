@@ -763,3 +763,22 @@ def test_a_tenants_queue_is_its_own():
         assert (await call(c, "PUT", "/v1/queues/default", body={"tenants": None}))[1]["tenants"] is None
         assert "default" not in env.state.queue_owners
     run(t)
+
+
+def test_a_tenant_put_whose_policy_is_refused_changes_nothing(monkeypatch):
+    """A body with a rate and a policy is two commands. The policy is the one a valid body can
+    still have refused (a new policy past the cluster's limit): it goes first, so a refused
+    request leaves the tenant's rate as it was too."""
+    from raftsched.core import limits
+    async def t(env, c):
+        assert (await call(c, "PUT", "/v1/tenants/alpha", body={"executors": ["http"]}))[0] == 200
+        monkeypatch.setattr(limits, "tenant_policies_max", 1)
+        routes = [{"on": ["run.dead"], "sink": "nowhere"}]
+        s, e = await call(c, "PUT", "/v1/tenants/beta", body={"rate_per_s": 5, "executors": ["http"],
+                                                              "notify": routes})
+        assert 400 <= s < 500 and e["error"]["code"] == "limit_exceeded", (s, e)
+        st = env.state
+        assert "beta" not in st.tenants and "beta" not in st.tenant_policies and "beta" not in st.tenant_notify
+        s, b = await call(c, "PUT", "/v1/tenants/alpha", body={"rate_per_s": 5, "executors": ["http", "shell"]})
+        assert s == 200 and b["rate_per_s"] == 5 and b["policy"]["executors"] == ["http", "shell"], b
+    run(t)

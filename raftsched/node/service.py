@@ -420,6 +420,13 @@ class Service:
         rid = rid or new_request_id()
         out: dict = {"tenant": name}
         res: dict = {}
+        # The policy first: it is the one a valid body can still have refused (a new policy past
+        # tenant_policies_max), and a refused request must have changed nothing.
+        if pol is not None:
+            prid = rid if rate is None else "tp-" + hashlib.blake2b(rid.encode("utf-8", "backslashreplace"),
+                                                                   digest_size=16).hexdigest()
+            res = await self.propose(commands.put_tenant_policy(self.clock.now_ms(), prid, name=name, fields=pol))
+            out = self._out(res, dict(out, policy=policy_view(pol)))
         if routes is not None:
             nrid = "tn-" + hashlib.blake2b(rid.encode("utf-8", "backslashreplace"), digest_size=16).hexdigest()
             res = await self.propose(commands.put_tenant_notify(self.clock.now_ms(), nrid, name=name, notify=routes))
@@ -427,12 +434,7 @@ class Service:
         if rate is not None:
             res = await self.propose(commands.put_tenant(self.clock.now_ms(), rid, name=name, fields=rate))
             out = self._out(res, dict(out, rate_per_s=rate["rate_milli"] / 1000, burst=rate["burst"]))
-        if pol is not None:
-            prid = rid if rate is None else "tp-" + hashlib.blake2b(rid.encode("utf-8", "backslashreplace"),
-                                                                   digest_size=16).hexdigest()
-            res = await self.propose(commands.put_tenant_policy(self.clock.now_ms(), prid, name=name, fields=pol))
-            out = self._out(res, dict(out, policy=policy_view(pol)))
-        return out
+        return {"tenant": name, **{k: out[k] for k in ("notify", "rate_per_s", "burst", "policy", "duplicate") if k in out}}
 
     async def delete_tenant(self, name: str, rid: str | None) -> dict:
         check_name(name, "tenant", limits.tenant_name_chars_max)
