@@ -56,7 +56,11 @@ def render() -> str:
     w("| `fire_once` | the latest one | the others: `coalesced`, reason `misfire` |")
     w("| `skip` | none | all: `skipped`, reason `misfire` |")
     w("")
-    w("On-time slots always run. After firing, the next slot is the first one after the time of firing.")
+    n = f"{limits.max_catchup_max:,}".replace(",", " ")
+    w(f"On-time slots always run, up to the newest {n} of them in one fire (`max_catchup_max`): a")
+    w(f"`grace_s` longer than {n} of the schedule's intervals (`every_s: 1` with `grace_s: 3600`) treats")
+    w("the older on-time slots of a long outage as missed, and the policy decides them. After firing,")
+    w("the next slot is the first one after the time of firing.")
     w("")
     w("Time here is the cluster's clock: the median of the members' wall clocks, which no one clock "
       "moves. A leader whose own clock is more than "
@@ -123,7 +127,9 @@ def render() -> str:
     w('')
     w('`spring_forward: skip | run_after_gap` and `fall_back: once | twice` choose for either kind.')
     w('Several missing local times of one gap fire once between them (`*/10 2 * * *` fires once at')
-    w('03:00 on the spring-forward day). An hour field that names every hour (`0-23`) is fixed-hour.')
+    w('03:00 on the spring-forward day). The after-gap instant is the slot: a job put or resumed after')
+    w('the transition but before that instant (at 03:00:03 for `15 30 2 * * *`) still fires it. An hour')
+    w('field that names every hour (`0-23`) is fixed-hour.')
     w('Intervals (`every_s`) are absolute time and ignore DST. The rules hold in every zone, including')
     w('30-minute shifts (Australia/Lord_Howe) and transitions at :45 whose repeated span crosses an hour')
     w('(Pacific/Chatham: 02:45-03:44 happens twice); `tests/test_cron_differential.py` checks them')
