@@ -152,3 +152,22 @@ def test_pausing_a_paused_job_changes_nothing():
     assert do(s, "pause_job", T0 + 50_000, name="j")["ok"]
     assert s.jobs["j"]["updated"] == T0 + 1000
     assert snap_obj(s, drop=_CLOCKS) == before
+
+
+def test_a_resume_whose_next_slot_is_not_after_its_cursor_or_whose_record_counts_nothing_is_refused():
+    """``next`` at or before ``upto`` would have the next fire look at slots already handled;
+    a record of 0 slots (or fewer) would take from the job's counters."""
+    s = new_state(("j", spec_of({"every_s": 10}, "skip")))
+    assert do(s, "pause_job", T0 + 1000, name="j")["ok"]
+    job = s.jobs["j"]
+    upto = T0 + 60_000
+    base = dict(name="j", catch_up=False, gen=job["gen"], after=job["cursor"], upto=upto)
+    before = snap_obj(s, drop=_CLOCKS)
+    for bad in (dict(next=upto), dict(next=upto - 10_000),
+                dict(next=upto + 10_000, rec=[["skipped", "paused", upto - 10_000, upto, 0]]),
+                dict(next=upto + 10_000, rec=[["skipped", "paused", upto - 10_000, upto, -5]])):
+        res = do(s, "resume_job", upto, **base, **bad)
+        assert res["error"]["code"] == "invalid_command", (bad, res)
+        assert snap_obj(s, drop=_CLOCKS) == before
+    res = do(s, "resume_job", upto, **base, next=upto + 10_000, rec=[["skipped", "paused", upto - 10_000, upto, 2]])
+    assert res["ok"] and s.jobs["j"]["next"] == upto + 10_000

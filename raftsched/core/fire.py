@@ -295,7 +295,7 @@ def check_records(rec: object, after: int, upto: int) -> list[list[Any]]:
     for r in rec:
         if not (isinstance(r, list) and len(r) == 5 and r[0] in ("skipped", "coalesced")
                 and isinstance(r[1], str) and is_int(r[2]) and is_int(r[3])
-                and (r[4] is None or is_int(r[4])) and after < r[2] <= r[3] <= upto):
+                and (r[4] is None or (is_int(r[4]) and r[4] >= 1)) and after < r[2] <= r[3] <= upto):
             raise InvalidCommand("record malformed")
     return rec
 

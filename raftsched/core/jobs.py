@@ -415,6 +415,9 @@ def apply_resume_job(s: SchedulerState, cmd: Command, now: int) -> Result:
         if not is_int(upto):
             raise InvalidCommand("resume_job.upto must be an integer")
         upto = max(job["cursor"], upto)
+        if nxt is not None and nxt <= upto:
+            # (the cursor would pass slots never fired, or the next fire look at ones recorded)
+            raise InvalidCommand("resume_job.next must be after upto")
         # Validate every record before recording any: a refused command changes nothing,
         # and a record may only cover slots after the cursor (no slot handled twice).
         rec = rec or []
