@@ -131,6 +131,7 @@ def test_a_stored_spec_apply_would_fail_on_later_is_refused_at_put():
         "history": _bent(good, history=-1),
         "timeout": _bent(good, timeout_s=0),
         "every_s": _bent(good, schedule_every_s=0),
+        "every_s_and_cron": _bent(good, schedule_every_s="10", schedule_cron="* * * * *"),
         "grace": _bent(good, misfire=dict(good["misfire"], grace_s=-1)),
     }
     s = new_state(("a", good))

@@ -67,7 +67,7 @@ def check_stored_spec(spec: object) -> None:
     # later command, after it had changed the state (a refusal half-applied).
     if spec["history"] < 1 or spec["timeout_s"] < 1:
         raise InvalidCommand("spec.history and spec.timeout_s must be at least 1")
-    if "every_s" in sched and sched["every_s"] < limits.every_s_min:
+    if "every_s" in sched and not (is_int(sched["every_s"]) and sched["every_s"] >= limits.every_s_min):
         raise InvalidCommand("spec.schedule.every_s is malformed")
     if not isinstance(spec["executor"].get("type"), str):
         raise InvalidCommand("spec.executor.type is malformed")
