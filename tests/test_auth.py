@@ -782,3 +782,56 @@ def test_a_tenant_put_whose_policy_is_refused_changes_nothing(monkeypatch):
         s, b = await call(c, "PUT", "/v1/tenants/alpha", body={"rate_per_s": 5, "executors": ["http", "shell"]})
         assert s == 200 and b["rate_per_s"] == 5 and b["policy"]["executors"] == ["http", "shell"], b
     run(t)
+
+
+def test_a_tenant_put_reusing_a_key_for_other_parts_is_refused_whole():
+    """A tenant PUT is up to three commands, each under an id derived from the key. A key
+    reused with a body of other parts used to apply the parts its ids did not know yet, then
+    answer 409 (a policy widened by a refused request), or answer "duplicate" for routes it did
+    not store. Every part's id is looked up first: the request is refused whole."""
+    async def t(env, c):
+        k = {"Idempotency-Key": "tenant-k"}
+        assert (await call(c, "PUT", "/v1/tenants/alpha", body={"executors": ["http"]}, headers=k))[0] == 200
+        s, e = await call(c, "PUT", "/v1/tenants/alpha", body={"executors": ["http", "shell"], "rate_per_s": 5},
+                          headers=k)
+        assert s == 409 and e["error"]["field"] == "Idempotency-Key", e
+        assert env.state.tenant_policies["alpha"]["executors"] == ["http"] and "alpha" not in env.state.tenants
+        k = {"Idempotency-Key": "tenant-n"}
+        r1, r2 = [{"sink": "a"}], [{"sink": "b"}]
+        assert (await call(c, "PUT", "/v1/tenants/beta", body={"notify": r1}, headers=k))[0] == 200
+        s, e = await call(c, "PUT", "/v1/tenants/beta", body={"notify": r2, "rate_per_s": 2}, headers=k)
+        assert s == 409, e
+        assert env.state.tenant_notify["beta"][0]["sink"] == "a" and "beta" not in env.state.tenants
+        # The same body again is a retry: every part answered from the first time.
+        k = {"Idempotency-Key": "tenant-r"}
+        body = {"notify": r2, "rate_per_s": 2, "executors": ["http"]}
+        s, b1 = await call(c, "PUT", "/v1/tenants/gamma", body=body, headers=k)
+        s2, b2 = await call(c, "PUT", "/v1/tenants/gamma", body=body, headers=k)
+        assert s == s2 == 200 and b2.pop("duplicate") is True and b1 == b2, (b1, b2)
+    run(t)
+
+
+def test_a_retried_delete_that_applied_answers_duplicate_for_a_limited_token_too():
+    """A delete retried with its key after it applied (a lost answer) answers as the first did.
+    A token limited to tenants got a 404 from the tenancy check (the job was gone), and every
+    token from the sink route's own look-up. A remembered key still opens nothing else: another
+    tenant's job stays 404 to a GET, and a DELETE of it under a key used before is a 409."""
+    async def t(env, c):
+        tok = (await new_token(c, "operator", tenants=["alpha"]))["token"]
+        assert (await call(c, "PUT", "/v1/jobs/j1", tok, body=dict(HTTP, tenant="alpha", queue="qa")))[0] == 201
+        assert (await call(c, "PUT", "/v1/jobs/other", body=dict(HTTP, tenant="beta", queue="qb")))[0] == 201
+        k = {"Idempotency-Key": "del-1"}
+        assert await call(c, "DELETE", "/v1/jobs/j1", tok, headers=k) == (200, {"job": "j1", "deleted": True})
+        assert await call(c, "DELETE", "/v1/jobs/j1", tok, headers=k) == \
+            (200, {"job": "j1", "deleted": True, "duplicate": True})
+        assert (await call(c, "GET", "/v1/jobs/other", tok, headers=k))[0] == 404
+        s, e = await call(c, "DELETE", "/v1/jobs/other", tok, headers=k)
+        assert s == 409 and "other" in env.state.jobs, e
+        assert (await call(c, "DELETE", "/v1/jobs/other", tok, headers={"Idempotency-Key": "new"}))[0] == 404
+        sink = {"type": "webhook", "url": "https://example.com/hook", "secrets": {"signing_key": "s" * 32}}
+        assert (await call(c, "PUT", "/v1/sinks/ops", body=sink))[0] in (200, 201)
+        k = {"Idempotency-Key": "del-sink"}
+        assert (await call(c, "DELETE", "/v1/sinks/ops", headers=k))[0] == 200
+        assert await call(c, "DELETE", "/v1/sinks/ops", headers=k) == \
+            (200, {"sink": "ops", "deleted": True, "duplicate": True})
+    run(t)

@@ -733,6 +733,11 @@ def queues_of(s: SchedulerState, tenants: Collection[str]) -> set[str]:
 request_what = records.request_what
 
 
+def request_seen(s: SchedulerState, rid: str | None) -> bool:
+    """Whether request id ``rid`` was applied already (a command carrying it replays)."""
+    return rid is not None and rid in s.requests
+
+
 def replayed(s: SchedulerState, cmd: Command) -> Result | None:
     """What apply answers ``cmd`` when its request id is one the state remembers (records.replayed:
     the one rule apply uses too), or None."""

@@ -37,7 +37,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from .. import sealing
 from .walks import off_loop
-from ..core import commands, events, limits, notify as core_notify, notify_queries
+from ..core import commands, events, limits, notify as core_notify, notify_queries, queries
 from ..core.errors import Forbidden, InvalidSpec, NotFound
 from ..core.notify_model import validate_sink
 from ..core.tenants import DEFAULT_POLICY
@@ -142,8 +142,9 @@ async def list_sinks(request: web.Request) -> web.Response:
 async def delete_sink(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     name = request.match_info["name"]
-    rec = _stored(svc, name, request)
-    _check_access(request, rec["spec"])
+    if not svc.read(queries.request_seen, rid(request)):  # (a retry of one that applied replays)
+        rec = _stored(svc, name, request)
+        _check_access(request, rec["spec"])
     res = await svc.propose(commands.delete_sink(svc.clock.now_ms(), rid(request), name=name))
     return json_response(svc._out(res, {"sink": name, "deleted": True}))
 

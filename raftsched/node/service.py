@@ -408,9 +408,14 @@ class Service:
         return {"queues": qs}
 
     async def put_tenant(self, name: str, body, rid: str | None) -> dict:
-        """Set a tenant's rate limit and/or its policy (one command each: a rate limit with
-        ``put_tenant``, a policy with ``put_tenant_policy``, whose request id is derived from
-        ``rid`` so a retry of the same request applies each once)."""
+        """Set a tenant's rate limit, policy and/or default routes: one command each
+        (``put_tenant``, ``put_tenant_policy``, ``put_tenant_notify``). The request id is the
+        first present of the rate's, the policy's and the routes' own; the others' are derived
+        from it, so a retry of the same request applies each once. Before anything is proposed,
+        every part's id is looked up: a key used before for another request (another route, or
+        this route with other parts) is refused whole, changing nothing. The policy goes first:
+        it is the one a valid body can still have refused (a new policy past
+        tenant_policies_max), and a refused request must have changed nothing."""
         routes = None
         if isinstance(body, dict) and "notify" in body:  # its jobs' default routes (node/notify.py)
             body = dict(body)
@@ -418,22 +423,28 @@ class Service:
             routes = validate_routes(body.pop("notify"))
         rate, pol = bodies.validate_tenant_body(name, body) if body or routes is None else (None, None)
         rid = rid or new_request_id()
-        out: dict = {"tenant": name}
-        res: dict = {}
-        # The policy first: it is the one a valid body can still have refused (a new policy past
-        # tenant_policies_max), and a refused request must have changed nothing.
+
+        def part_rid(prefix: str, owner: bool) -> str:
+            return rid if owner else prefix + hashlib.blake2b(rid.encode("utf-8", "backslashreplace"),
+                                                              digest_size=16).hexdigest()
+        now = self.clock.now_ms()
+        parts: list[tuple[dict, dict]] = []  # (command, what its success adds to the answer)
         if pol is not None:
-            prid = rid if rate is None else "tp-" + hashlib.blake2b(rid.encode("utf-8", "backslashreplace"),
-                                                                   digest_size=16).hexdigest()
-            res = await self.propose(commands.put_tenant_policy(self.clock.now_ms(), prid, name=name, fields=pol))
-            out = self._out(res, dict(out, policy=policy_view(pol)))
+            parts.append((commands.put_tenant_policy(now, part_rid("tp-", rate is None), name=name, fields=pol),
+                          {"policy": policy_view(pol)}))
         if routes is not None:
-            nrid = "tn-" + hashlib.blake2b(rid.encode("utf-8", "backslashreplace"), digest_size=16).hexdigest()
-            res = await self.propose(commands.put_tenant_notify(self.clock.now_ms(), nrid, name=name, notify=routes))
-            out = self._out(res, dict(out, notify=routes))
+            parts.append((commands.put_tenant_notify(now, part_rid("tn-", rate is None and pol is None), name=name,
+                                                     notify=routes), {"notify": routes}))
         if rate is not None:
-            res = await self.propose(commands.put_tenant(self.clock.now_ms(), rid, name=name, fields=rate))
-            out = self._out(res, dict(out, rate_per_s=rate["rate_milli"] / 1000, burst=rate["burst"]))
+            parts.append((commands.put_tenant(now, rid, name=name, fields=rate),
+                          {"rate_per_s": rate["rate_milli"] / 1000, "burst": rate["burst"]}))
+        for cmd, _ in parts:
+            seen = self.raft.read(queries.replayed, cmd)
+            if seen is not None and not seen.get("ok"):
+                Proposer.result(seen, cmd)  # raises: the key is another request's
+        out: dict = {}
+        for cmd, adds in parts:
+            out = self._out(await self.propose(cmd), dict(out, **adds))
         return {"tenant": name, **{k: out[k] for k in ("notify", "rate_per_s", "burst", "policy", "duplicate") if k in out}}
 
     async def delete_tenant(self, name: str, rid: str | None) -> dict:
