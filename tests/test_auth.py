@@ -12,7 +12,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from raftsched.clock import FakeClock
-from raftsched.core import commands, limits
+from raftsched.core import commands, limits, schedule
 from raftsched.core.state import SchedulerState
 from raftsched.node import auth
 from raftsched.node.api import make_app
@@ -834,4 +834,48 @@ def test_a_retried_delete_that_applied_answers_duplicate_for_a_limited_token_too
         assert (await call(c, "DELETE", "/v1/sinks/ops", headers=k))[0] == 200
         assert await call(c, "DELETE", "/v1/sinks/ops", headers=k) == \
             (200, {"sink": "ops", "deleted": True, "duplicate": True})
+    run(t)
+
+
+def test_a_limited_token_learns_no_other_tenants_job_from_a_backfill():
+    """A dry-run backfill with cascade lists the children the job's graph shows this token (its
+    tenants' jobs only); a backfill id another tenant's backfill holds is refused without naming
+    that backfill's job."""
+    async def t(env, c):
+        hook = {"executor": {"type": "http", "url": "https://example.com/"}}
+        parent = dict(hook, schedule={"every_s": 60}, misfire={"policy": "skip"}, tenant="alpha", queue="qa")
+        assert (await call(c, "PUT", "/v1/jobs/a-parent", body=parent))[0] == 201
+        assert (await call(c, "PUT", "/v1/jobs/a-child", body=dict(hook, after=[{"job": "a-parent"}],
+                                                                   tenant="alpha", queue="qa")))[0] == 201
+        assert (await call(c, "PUT", "/v1/jobs/beta-secret-child", body=dict(hook, after=[{"job": "a-parent"}],
+                                                                            tenant="beta", queue="qb")))[0] == 201
+        assert (await call(c, "PUT", "/v1/jobs/beta-payroll", body=dict(parent, tenant="beta", queue="qb")))[0] == 201
+        env.clock.advance(3_600_000)
+        tok = (await new_token(c, "operator", tenants=["alpha"]))["token"]
+        rng = {"from": schedule.iso(env.clock.now_ms() - 600_000), "to": schedule.iso(env.clock.now_ms() - 300_000)}
+        s, b = await call(c, "POST", "/v1/jobs/a-parent/backfills", tok, body=dict(rng, dry_run=True, cascade="children"))
+        assert s == 200 and b["cascade"]["children"] == ["a-child"], b
+        assert all("beta" not in e["to"] for e in b["cascade"]["edges"]), b
+        s, b = await call(c, "POST", "/v1/jobs/beta-payroll/backfills", body=dict(rng, id="nightly"))
+        assert s == 201, b
+        s, e = await call(c, "POST", "/v1/jobs/a-parent/backfills", tok, body=dict(rng, id="nightly"))
+        assert s == 409 and e["error"]["field"] == "id" and "beta" not in e["error"]["message"], e
+    run(t)
+
+
+def test_a_lone_surrogate_in_a_body_is_refused_naming_its_field():
+    """JSON may hold a UTF-16 surrogate alone ("\\ud800"), which is no text: it could not be
+    stored, signed or sent on (a sink's key holding one was stored, and every delivery failed).
+    Every body is refused 422 naming the field; a pair is one character and is taken."""
+    async def t(env, c):
+        sink = {"type": "webhook", "url": "https://example.com/hook", "secrets": {"signing_key": "s" * 31 + "\ud800"}}
+        s, e = await call(c, "PUT", "/v1/sinks/s", body=sink)
+        assert s == 422 and e["error"]["field"] == "secrets.signing_key", e
+        assert "s" not in env.state.sinks
+        s, e = await call(c, "PUT", "/v1/jobs/j", body=dict(SPEC, payload={"k": ["x", "\udc00"]}))
+        assert s == 422 and e["error"]["field"] == "payload.k[1]", e
+        s, e = await call(c, "PUT", "/v1/jobs/j", body=dict(SPEC, payload={"\ud800k": 1}))
+        assert s == 422 and e["error"]["field"] == "payload.\\ud800k", e
+        s, b = await call(c, "PUT", "/v1/jobs/j", body=dict(SPEC, payload={"k": "\U0001f600"}))
+        assert s == 201 and env.state.jobs["j"]["spec"]["payload"] == {"k": "\U0001f600"}, b
     run(t)

@@ -124,8 +124,10 @@ def _same_request(old: Record, kind: str, job: str | None, req: dict[str, Any]) 
     :raises Conflict:"""
     if old["kind"] == kind and old["job"] == job and old["req"] == req:
         return ok(id=old["id"], created=False, state=old["state"])
-    raise Conflict(f"backfill id {old['id']!r} is already used by another request "
-                   f"({old['kind']} of {old['job'] or 'the dead-letter queue'})", field="id")
+    # (not naming the other request's job: a backfill id is the cluster's, and the job may be
+    # another tenant's)
+    raise Conflict(f"backfill id {old['id']!r} is already used by another request; choose another id",
+                   field="id")
 
 
 def _bound_active(s: SchedulerState) -> None:

@@ -527,7 +527,7 @@ _BACKFILL_STATES = ("running", "paused", "done", "cancelled")
 
 async def create_backfill(request: web.Request) -> web.Response:
     status, body = await request.app[BACKFILLS].create(request.match_info["name"], await json_body(request),
-                                                       rid(request))
+                                                       rid(request), tenants_of(request))
     return json_response(body, status=status)
 
 

@@ -15,7 +15,7 @@ import asyncio
 import hashlib
 import logging
 
-from ..core import backfill_model, backfill_plan, commands, limits, pipelines, queries, schedule
+from ..core import backfill_model, backfill_plan, commands, limits, queries, schedule
 from ..core.errors import Conflict, InvalidSpec, NotFound, RaftschedError
 from ..core.model import check_name
 from . import limits as node_limits
@@ -121,7 +121,7 @@ class BackfillService:
             raise NotFound(f"no backfill {bf_id!r}", field="id")
         return backfill_view(bf)
 
-    async def create(self, name: str, body, rid: str | None) -> tuple[int, dict]:
+    async def create(self, name: str, body, rid: str | None, tenants: frozenset | None = None) -> tuple[int, dict]:
         """``POST /v1/jobs/{name}/backfills``: ``(status, body)``: 200 and the dry run's answer,
         201 and the new backfill's view, or 200 and the existing one's when its id is known.
 
@@ -156,10 +156,10 @@ class BackfillService:
                    "planned": len(slots), "slots": [schedule.iso(x) for x in res["slots"]],
                    "left_out": [{"slot": schedule.iso(x), "reason": why} for x, why in res["left_out"]]}
             if "cascade" in b:  # pipelines: the jobs that follow each slot's run, and their edges
-                g = self.svc.read(pipelines.graph, name)
-                out["cascade"] = {"children": g["children"] if g else [],
-                                  "edges": [e for e in (g["edges"] if g else []) if e["to"] != name
-                                            and e["to"] in (g["children"] if g else [])]}
+                # (as the job's graph shows them to this token: its tenants' jobs only)
+                g = self.svc.job_graph(name, tenants)
+                out["cascade"] = {"children": g["children"],
+                                  "edges": [e for e in g["edges"] if e["to"] != name and e["to"] in g["children"]]}
             return 200, out
         rid = rid or new_request_id()
         bf_id = b["id"] or generated_id(rid)

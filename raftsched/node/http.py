@@ -73,11 +73,47 @@ async def json_body(request: web.Request):
     if not raw:
         raise BadRequest("request body is empty; send a JSON object")
     try:
-        return json.loads(raw)
+        doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
         raise BadRequest(f"malformed JSON: {e}") from None
     except RecursionError:
         raise BadRequest("malformed JSON: nested too deeply") from None
+    if _SURROGATE_ESCAPE_RE.search(raw):  # (a pair decodes to one character; only then look)
+        where = _lone_surrogate(doc, "")
+        if where is not None:
+            raise InvalidSpec("holds a lone UTF-16 surrogate (\\ud800-\\udfff without its pair): not text "
+                              "that can be stored or sent on", field=where or None)
+    return doc
+
+
+#: A JSON escape of a UTF-16 surrogate: JSON may pair two into one character, or hold one alone,
+#: which Python keeps as a str that no UTF-8 encoder takes (storing, signing or sending it fails).
+_SURROGATE_ESCAPE_RE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _lone_surrogate(v: Any, path: str) -> str | None:
+    """The field (``a.b[2]``) of ``v`` holding a string with a lone surrogate, or None."""
+    if isinstance(v, str):
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            return path
+        return None
+    if isinstance(v, dict):
+        for k, x in v.items():
+            name = k.encode("utf-8", "backslashreplace").decode() if isinstance(k, str) else str(k)
+            sub = f"{path}.{name}" if path else name  # (the field, printable: it is sent back)
+            if _lone_surrogate(k, sub) is not None:
+                return sub
+            found = _lone_surrogate(x, sub)
+            if found is not None:
+                return found
+    elif isinstance(v, list):
+        for i, x in enumerate(v):
+            found = _lone_surrogate(x, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
 
 
 async def optional_json_body(request: web.Request, default=None):
