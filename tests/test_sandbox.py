@@ -131,6 +131,15 @@ def c(run_id: str = "r-1", payload=None, secrets=None) -> RunContext:
     return x
 
 
+def _state(pid: int) -> bytes | None:
+    """The process's state letter (R, S, T, Z ...), None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0]
+    except FileNotFoundError:
+        return None
+
+
 def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -313,6 +322,103 @@ def test_a_lost_lease_kills_the_run_and_a_cancelled_caller_kills_it_too(marks, t
     lost = run(t(), 40)
     assert not lost.ok and lost.error == "lease lost"
     assert not alive(int((marks / "lost.pid").read_text()))
+
+
+PLANTED = """
+import os
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "ran-as"), "a") as f:
+    f.write("%d\\n" % os.geteuid())
+raise ImportError("planted")
+"""
+
+
+@as_root
+def test_the_run_server_imports_nothing_as_root_from_where_the_run_user_may_write(marks):
+    """A directory on the worker's import path that the run user can write (a shared jobs
+    directory on PYTHONPATH, a worker started in /tmp): a run could plant a module there, stop
+    the run server (its own user), and the next run's server, started as root, would import it
+    as root. Only entries the run user cannot write are read before the switch; the others are
+    the runs' import path after it."""
+    shared = marks / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    user = resolve_run_user(None)
+    for name in ("selectors", "inspect"):  # one the server imports, one it preloads
+        (shared / f"{name}.py").write_text(PLANTED)
+        os.chown(shared / f"{name}.py", user.uid, user.gid)
+    assert sb.root_import_path([str(shared), "/usr/lib"], user) == ["/usr/lib"]
+    assert sb.root_import_path([str(marks)], user) == []  # (mode 1777: writable)
+    sys.path.insert(0, str(shared))
+    try:
+        async def t():
+            s = await started()
+            try:
+                return await execute(sh('echo "$PWD"'), c("after-plant"), 20, sandbox=s)
+            finally:
+                await s.close()
+        out = run(t(), 60)
+    finally:
+        sys.path.remove(str(shared))
+    assert out.ok, out
+    ran = (shared / "ran-as").read_text().split() if (shared / "ran-as").exists() else []
+    assert "0" not in ran, f"a planted module ran as root: {ran}"
+
+
+def test_a_run_server_a_run_stopped_is_replaced_and_the_next_runs_go_on(monkeypatch):
+    """A run is the run server's user, so it may SIGSTOP it. The server answers a run at once:
+    one that does not within run_server_answer_s is killed, and a new one takes the runs it had
+    not started, once (the stopping run too, which may stop the new one: a run caught by both
+    fails, and says why)."""
+    from raftsched.worker import limits as worker_limits
+    monkeypatch.setattr(worker_limits, "run_server_answer_s", 1.0)
+
+    async def t():
+        s = await started()
+        try:
+            first = s.server.pid
+            stopper = asyncio.create_task(execute(sh("kill -STOP $PPID; echo stopped"), c("stopper"), 60, sandbox=s))
+            await wait_until(lambda: _state(first) == b"T", 10, "the run server to be stopped")
+            after = [await execute(sh("echo ok"), c(f"next-{i}"), 20, sandbox=s) for i in range(4)]
+            await asyncio.wait_for(stopper, 20)  # (it ended with the server it stopped)
+            return first, s.server.pid, after, s.server.starts
+        finally:
+            await s.close()
+    first, second, after, starts = run(t(), 90)
+    assert first != second and starts >= 2, (first, second, starts)
+    assert after[2].ok and after[3].ok, after
+    assert all(o.ok or o.error == "the run server stopped before the run started" for o in after), after
+
+
+def test_removing_a_runs_directory_opens_nothing_a_run_swapped_in(tmp_path, monkeypatch):
+    """Root empties the run's tree, which a process the run left behind may still change: an
+    entry found to be a directory may be a link to a FIFO by the time it is opened (root's open
+    of it blocked for good, holding a worker thread). Here the swap is made at that instant,
+    every time: the removal returns, opens no FIFO, and removes what it may."""
+    import threading
+    top = tmp_path / "run"
+    (top / "d" / "e").mkdir(parents=True)
+    (top / "d" / "e" / "f").write_text("x")
+    (top / "plain").write_text("y")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    real_open = os.open
+
+    def swapping_open(name, flags, mode=0o777, *, dir_fd=None):
+        if name == "d" and dir_fd is not None and os.path.isdir(f"/proc/self/fd/{dir_fd}/d"):
+            # the swap, once it was found to be a directory and just before it is opened
+            os.rename("d", "d-moved", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            os.symlink(str(fifo), "d", dir_fd=dir_fd)
+        return real_open(name, flags, mode, dir_fd=dir_fd)
+    monkeypatch.setattr(os, "open", swapping_open)
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (sb._rmtree(str(top)), done.set()), daemon=True)
+    t.start()
+    finished = done.wait(10)
+    if not finished:
+        with open(fifo, "wb"):  # let the blocked open go, so that the thread ends
+            pass
+    assert finished, "the removal blocked on a FIFO a run swapped in"
+    assert fifo.exists() and not (top / "plain").exists()
 
 
 def test_runs_die_with_the_run_server_and_the_next_run_starts_a_new_one(marks, targets):

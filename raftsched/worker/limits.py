@@ -63,6 +63,9 @@ http_cancel_grace_s = 1.0
 run_server_start_s = 30.0
 run_server_stop_s = 5.0
 run_server_restart_s = 1.0
+#: How long the run server may take to answer a run (it answers at once: a spawn or a fork).
+#: Past it the server is taken for stopped (a run may SIGSTOP it: the same user) and killed.
+run_server_answer_s = 10.0
 #: Seconds an idle python run thread waits for another run before it exits.
 run_thread_idle_s = 30.0
 #: The repr of a python run's return value: generous but bounded, so that a huge value does not

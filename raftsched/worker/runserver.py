@@ -460,13 +460,20 @@ def _capabilities() -> dict:
 
 def main(argv: list[str]) -> int:
     """``python -c ... CONFIG``: CONFIG is JSON ``{"fd", "uid", "gid", "groups", "output_bytes",
-    "result_bytes"}`` (uid None: stay the user it was started as). sys.path is set by the caller."""
+    "result_bytes", "path"}`` (uid None: stay the user it was started as). sys.path is set by the
+    caller to the entries the run user cannot write (sandbox.root_import_path): what is imported
+    before the switch comes from there only; ``path``, the worker's whole import path, is the
+    runs' (a jobs directory the run user may write among it), set after the switch."""
     cfg = json.loads(argv[0])
     ctl = cfg["fd"]
     try:
         import importlib
+        later = []
         for name in PRELOAD:
-            importlib.import_module(name)
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                later.append(name)  # only where the run user may write: imported as the run user
         if cfg.get("uid") is not None:
             os.setgroups(cfg["groups"])
             os.setgid(cfg["gid"])
@@ -476,6 +483,10 @@ def main(argv: list[str]) -> int:
             left = _capabilities()
             if left:
                 raise OSError(f"capabilities remain after the switch to uid {cfg['uid']}: {left}")
+        if cfg.get("path") is not None:
+            sys.path[:] = cfg["path"]
+        for name in later:
+            importlib.import_module(name)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         os.chdir("/")
         # Moves every object so far out of the collector's reach: a fork that never collects them

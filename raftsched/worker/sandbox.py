@@ -249,6 +249,10 @@ class RunServerError(Exception):
     """The run server could not be started, or stopped."""
 
 
+#: What a run's start says when its server died before it started the run.
+_NEVER_STARTED = "the run server stopped before the run started"
+
+
 class _Handle:
     __slots__ = ("id", "started", "exited", "done")
 
@@ -264,6 +268,42 @@ class _Handle:
 
 _BOOT = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
          "from raftsched.worker.runserver import main; sys.exit(main(sys.argv[2:]))")
+
+
+def _writable_by(path: str, user: RunUser) -> bool:
+    """Whether ``user`` may change what ``path`` holds: write into it (it, or it is owned by
+    them), or replace it through a directory above it that they may write without the sticky
+    bit (with it, they may move only their own entries)."""
+    def may_write(st: os.stat_result) -> bool:
+        m = st.st_mode
+        return (st.st_uid == user.uid or bool(m & stat.S_IWOTH)
+                or (bool(m & stat.S_IWGRP) and (st.st_gid == user.gid or st.st_gid in user.groups)))
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except OSError:
+        return True  # (missing: it could be made; nothing to import from it anyway)
+    if may_write(st):
+        return True
+    parent = os.path.dirname(real)
+    while True:
+        try:
+            pst = os.stat(parent)
+        except OSError:
+            return True
+        if pst.st_uid == user.uid or (may_write(pst) and not pst.st_mode & stat.S_ISVTX):
+            return True
+        if parent == os.path.dirname(parent):
+            return False
+        parent = os.path.dirname(parent)
+
+
+def root_import_path(path: list[str], user: RunUser) -> list[str]:
+    """The entries of ``path`` the run server may import from while it is still root (before it
+    becomes the run user): those ``user`` cannot write. A module a run could plant in any other
+    (a shared jobs directory on PYTHONPATH, a worker started in a writable directory) would run
+    as root the next time the server starts."""
+    return [p for p in path if not _writable_by(p, user)]
 
 
 class RunServer:
@@ -311,15 +351,23 @@ class RunServer:
 
     async def _start(self) -> None:
         path = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
+        root_path = path
+        if self.user.switches:
+            root_path = root_import_path(path, self.user)
+            home = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+            if _writable_by(home, self.user):
+                raise RunServerError(f"raftsched is installed in {home}, which the run user {self.user} can write "
+                                     "(or replace): a run could change the code the run server runs as root. "
+                                     "Install it where only root may write")
         cfg = {"fd": None, "uid": self.user.uid if self.user.switches else None, "gid": self.user.gid,
                "groups": list(self.user.groups), "output_bytes": OUTPUT_BYTES_MAX,
-               "result_bytes": limits.child_result_bytes_max}
+               "result_bytes": limits.child_result_bytes_max, "path": path}
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             cfg["fd"] = theirs.fileno()
             try:
                 proc = await asyncio.create_subprocess_exec(
-                    sys.executable, "-I", "-c", _BOOT, json.dumps(path), json.dumps(cfg),
+                    sys.executable, "-I", "-c", _BOOT, json.dumps(root_path), json.dumps(cfg),
                     stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),), env=self.env, cwd="/",
                     start_new_session=True)
             except (OSError, ValueError, subprocess.SubprocessError) as e:
@@ -392,6 +440,14 @@ class RunServer:
         finally:
             self._gone(why)
 
+    def stalled(self, why: str) -> None:
+        """The server stopped answering: kill it (root may, whatever its state); its socket's
+        end then fails its runs (``_gone``)."""
+        proc = self.proc
+        if proc is not None and self._writer is not None:
+            log.warning("run server (pid %d) killed: %s", proc.pid, why)
+            _kill(proc)
+
     def _gone(self, why: str) -> None:
         """The server's socket is closed: every run it had is over as far as it can tell."""
         writer, self._writer = self._writer, None
@@ -401,7 +457,7 @@ class RunServer:
         if handles:
             self.deaths += 1
         for h in handles.values():
-            _settle(h.started, "the run server stopped before the run started")
+            _settle(h.started, _NEVER_STARTED)
             _settle(h.exited, None)
             _settle(h.done, None)
         proc = self.proc
@@ -590,14 +646,33 @@ class Sandbox:
         if none came; why it could not start, or None)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, timeout_s)
-        try:
-            server = await self.server.ensure()
-        except RunServerError as e:
-            return "done", None, None, short(str(e))
-        h = server.submit(req)
         pid: int | None = None
+        for attempt in (1, 2):
+            try:
+                server = await self.server.ensure()
+            except RunServerError as e:
+                return "done", None, None, short(str(e))
+            h = server.submit(req)
+            answer_by = min(deadline, loop.time() + limits.run_server_answer_s)
+            try:
+                how = await race(h.started, answer_by - loop.time(), cancel)
+            except BaseException:
+                h.started.add_done_callback(_kill_when_started)
+                server.flush(h)
+                raise
+            if how == "timeout" and loop.time() < deadline and not h.started.done():
+                # The server answers a run at once (a spawn or a fork). One that does not is
+                # stopped or stuck (a run, as its user, may SIGSTOP it): every later run would wait
+                # for it in vain. It is killed (its runs end with it).
+                server.stalled(f"no answer to a run within {limits.run_server_answer_s:g} s")
+                await asyncio.wait({h.started}, timeout=limits.run_server_stop_s)
+                how = "done" if h.started.done() else "timeout"
+            if attempt == 2 or how != "done" or h.started.result() != _NEVER_STARTED:
+                break
+            # The server died before it started this run (killed as stalled, here or by another
+            # run's wait): the run goes to a new server, once.
+            server.forget(h)
         try:
-            how = await race(h.started, deadline - loop.time(), cancel)
             if how != "done":
                 # Not started yet (a busy run server): whenever it is, it is killed at once (the
                 # handle stays until the server says the run is done).
@@ -755,20 +830,84 @@ def _remove_run_dir(path: str) -> None:
 
 
 def _rmtree(path: str) -> None:
-    """Remove a run's directory, whatever the run left in it (a directory it made read-only too:
-    shutil.rmtree never follows a link)."""
-    def retry(func, p, _exc) -> None:  # shutil's onerror: a directory the run made read-only
-        # Only as the run's own user (root needs no permission, and must not chmod by name in a
-        # tree another user controls).
-        if os.geteuid() != 0:
-            try:
-                os.chmod(os.path.dirname(p), 0o700)
-                func(p)
-            except OSError:
-                pass
-    shutil.rmtree(path, onerror=retry)
+    """Remove a run's directory, whatever the run left in it (a directory it made read-only too).
+
+    The tree is the run user's, and the caller may be root: it is walked by descriptor, each
+    entry first unlinked (a file, a link, a FIFO: never opened), and only what unlink says is a
+    directory opened, with O_DIRECTORY, O_NOFOLLOW and O_NONBLOCK. shutil.rmtree (3.11) opens an
+    entry it found to be a directory by name, and a process the run left behind may have
+    swapped it for a link to a FIFO by then: root's open would block for good, holding a worker
+    thread, or open a path the run chose."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        top = os.open(path, flags)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        log.warning("could not remove %s: %s", path, e)
+        return
+    frames: list[tuple[int, list[str], str]] = [(top, _names(top), "")]
+    try:
+        while frames:
+            fd, names, name_in_parent = frames[-1]
+            if not names:
+                frames.pop()
+                if name_in_parent:  # a directory below the top, emptied
+                    os.close(fd)
+                    try:
+                        os.rmdir(name_in_parent, dir_fd=frames[-1][0])
+                    except OSError:
+                        pass
+                continue
+            name = names.pop()
+            child = _unlink_or_open(fd, name, flags)
+            if child is not None:
+                frames.append((child, _names(child), name))
+    finally:
+        for fd, _left, name_in_parent in frames:
+            if name_in_parent:
+                os.close(fd)
+        os.close(top)
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        pass
     if os.path.lexists(path):
         log.warning("could not remove all of %s", path)
+
+
+def _names(fd: int) -> list[str]:
+    try:
+        return os.listdir(fd)
+    except OSError:
+        return []
+
+
+def _unlink_or_open(dir_fd: int, name: str, flags: int) -> int | None:
+    """Unlink entry ``name``; when it is a directory, open it (its descriptor, to empty it)."""
+    for _ in range(2):
+        try:
+            os.unlink(name, dir_fd=dir_fd)
+            return None
+        except IsADirectoryError:
+            break
+        except PermissionError:
+            # A directory the run made read-only (only as the run's own user: root is never
+            # refused). By descriptor, so nothing is changed by name.
+            if os.geteuid() == 0:
+                break  # (EPERM for a directory on some kernels)
+            try:
+                os.fchmod(dir_fd, 0o700)
+            except OSError:
+                return None
+        except OSError:
+            return None
+    try:
+        return os.open(name, flags, dir_fd=dir_fd)
+    except OSError:
+        return None  # gone, or no longer a directory: a later pass, or the warning, says so
 
 
 __all__ = ["ALL_TYPES", "CODE_TYPES", "RunServer", "RunServerError", "RunUser", "Sandbox", "check_pass_env",
