@@ -166,6 +166,9 @@ def test_a_handlers_return_value_is_its_runs_result_and_a_result_file_is_read_sa
     assert read_result(str(f)) == {"rows": 42}
     os.symlink(f, tmp_path / "link.json")
     assert read_result(str(tmp_path / "link.json")) is None  # never followed: the run user wrote it
+    os.link(f, tmp_path / "hard.json")
+    assert read_result(str(tmp_path / "hard.json")) is None  # a second name: maybe of a file it could not read
+    assert read_result(str(f)) is None  # (either name)
     (tmp_path / "big.json").write_text('"' + "x" * 5000 + '"')
     assert read_result(str(tmp_path / "big.json")) is None and read_result(str(tmp_path / "none")) is None
 

@@ -783,13 +783,15 @@ RESULT_FILE = "raftsched-result.json"
 def read_result(path: str) -> object:
     """The JSON a run left at ``path``, or None (no file, not a regular file, not JSON, or more
     than result_bytes_max). Opened without following a link: the run user wrote it, this
-    process may be root."""
+    process may be root. Nor a hard link (a second name of a file the run did not write, which
+    root could read where the run user may not, where the kernel allows such links)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
             return None
         data = os.read(fd, core_limits.result_bytes_max + 1)
     except OSError:
