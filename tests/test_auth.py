@@ -879,3 +879,72 @@ def test_a_lone_surrogate_in_a_body_is_refused_naming_its_field():
         s, b = await call(c, "PUT", "/v1/jobs/j", body=dict(SPEC, payload={"k": "\U0001f600"}))
         assert s == 201 and env.state.jobs["j"]["spec"]["payload"] == {"k": "\U0001f600"}, b
     run(t)
+
+
+_HOOK = {"executor": {"type": "http", "url": "https://example.com/"}, "retry": {"max_attempts": 1}}
+_EVERY_MIN = dict(_HOOK, schedule={"every_s": 60}, misfire={"policy": "skip", "grace_s": 300})
+
+
+def _do(env, kind, **kw):
+    return env.state.apply_bytes(commands.encode(commands.make(kind, env.clock.now_ms(), None, **kw)))
+
+
+def _fail_running(env, error="boom"):
+    _do(env, "acquire", worker="w", queues=None, max=50, ttl=10_000, types=None)
+    for rid, r in list(env.state.runs.items()):
+        if r["state"] == "running":
+            _do(env, "complete", run=rid, token=r["fencing_token"], success=False, error=error, output="")
+
+
+def test_a_job_moved_between_tenants_shows_its_new_tenant_none_of_the_old_ones_runs():
+    """Its old runs stay the old tenant's (docs/security.md): a limited token of the new tenant
+    does not get one through explain, nor as the job's last run or health incident."""
+    async def t(env, c):
+        assert (await call(c, "PUT", "/v1/jobs/m", body=dict(_EVERY_MIN, tenant="beta", queue="qb")))[0] == 201
+        env.clock.advance(61_000)
+        await env.trigger.tick()
+        (rid,) = [k for k in env.state.runs if k.startswith("m@")]
+        _fail_running(env, "beta db password rejected: hunter2")
+        assert env.state.runs[rid]["state"] == "dead"
+        assert (await call(c, "PUT", "/v1/jobs/m", body=dict(_EVERY_MIN, tenant="alpha", queue="qa")))[0] == 200
+        alpha = (await new_token(c, "reader", tenants=["alpha"]))["token"]
+        slot = schedule.iso(env.state.runs[rid]["slot"])
+        s, b = await call(c, "POST", "/v1/jobs/m/explain", alpha, body={"slot": slot})
+        assert s == 200 and b["run"] is None and b["deadline"] is None, b
+        s, b = await call(c, "GET", "/v1/jobs/m", alpha)
+        assert s == 200 and b["state"]["last_run"] is None and "hunter2" not in json.dumps(b), b
+        s, b = await call(c, "GET", "/v1/jobs", alpha)
+        assert [j["state"]["last_run"] for j in b["jobs"]] == [None]
+        s, b = await call(c, "POST", "/v1/jobs/m/explain", body={"slot": slot})  # an admin sees it
+        assert b["run"]["id"] == rid
+    run(t)
+
+
+def test_a_pipeline_across_tenants_names_no_other_tenants_job_to_a_limited_token():
+    """An admin may make a job run after another tenant's. A token limited to one of them is
+    not told the other's job names: not in a delete's dependents, a cycle's path, nor the
+    children slots a requeue re-armed."""
+    async def t(env, c):
+        for n, body in (("a-parent", dict(_EVERY_MIN, tenant="alpha", queue="qa")),
+                        ("a-child", dict(_HOOK, after=["a-parent"], tenant="alpha", queue="qa")),
+                        ("beta-secret-child", dict(_HOOK, after=["a-parent"], tenant="beta", queue="qb")),
+                        ("a-grandchild", dict(_HOOK, after=["beta-secret-child"], tenant="alpha", queue="qa"))):
+            s, b = await call(c, "PUT", f"/v1/jobs/{n}", body=body)
+            assert s == 201, b
+        tok = (await new_token(c, "operator", tenants=["alpha"]))["token"]
+        s, e = await call(c, "DELETE", "/v1/jobs/a-parent", tok)
+        assert s == 409 and e["error"]["dependents"] == ["a-child"], e
+        assert "beta" not in e["error"]["message"] and "1 of other tenants" in e["error"]["message"], e
+        s, e = await call(c, "DELETE", "/v1/jobs/a-parent")  # an admin is told all of them
+        assert s == 409 and e["error"]["dependents"] == ["a-child", "beta-secret-child"], e
+        s, e = await call(c, "PUT", "/v1/jobs/a-parent", tok,
+                          body=dict(_EVERY_MIN, after=["a-grandchild"], tenant="alpha", queue="qa"))
+        assert s == 422 and "cycle" in e["error"]["message"] and "beta" not in e["error"]["message"], e
+        env.clock.advance(61_000)
+        await env.trigger.tick()
+        _fail_running(env)
+        (dead,) = [k for k in env.state.runs if k.startswith("a-parent@")]
+        s, b = await call(c, "POST", f"/v1/dlq/{dead}/requeue", tok)
+        assert s == 200 and all(not r.startswith("beta") for r in b.get("rearmed", [])), b
+        assert sorted(r.rpartition("@")[0] for r in b["rearmed"]) == ["a-child", "a-grandchild"], b
+    run(t)

@@ -343,13 +343,13 @@ async def put_jobs_batch(request: web.Request) -> web.Response:
 
 async def get_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return json_response(svc.get_job(request.match_info["name"]))
+    return json_response(svc.get_job(request.match_info["name"], tenants_of(request)))
 
 
 async def delete_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     return json_response(await svc.delete_job(request.match_info["name"], rid(request),
-                                                  bool_param(request, "force")))
+                                                  bool_param(request, "force"), tenants_of(request)))
 
 
 async def job_graph(request: web.Request) -> web.Response:
@@ -427,7 +427,7 @@ async def preview_spec(request: web.Request) -> web.Response:
 async def explain_job(request: web.Request) -> web.Response:
     """Read-only (it proposes nothing): scope read."""
     svc = request.app[SERVICE]
-    return json_response(svc.explain_job(request.match_info["name"], await json_body(request)))
+    return json_response(svc.explain_job(request.match_info["name"], await json_body(request), tenants_of(request)))
 
 
 async def ping_job(request: web.Request) -> web.Response:
@@ -492,7 +492,7 @@ async def get_dlq(request: web.Request) -> web.Response:
 
 async def dlq_requeue(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return json_response(await svc.dlq_requeue(request.match_info["run"], rid(request)))
+    return json_response(await svc.dlq_requeue(request.match_info["run"], rid(request), tenants_of(request)))
 
 
 async def dlq_delete(request: web.Request) -> web.Response:

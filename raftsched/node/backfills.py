@@ -173,6 +173,9 @@ class BackfillService:
             fields["cascade"] = b["cascade"]
         res = await self.svc.propose(commands.backfill(now, rid, fields))
         view = self._view(bf_id)
+        if tenants is not None and view.get("held"):  # (a cascade's children of another tenant: not named)
+            shown = set(self.svc.visible_jobs({h.rpartition("@")[0] for h in view["held"]}, tenants))
+            view["held"] = [h for h in view["held"] if h.rpartition("@")[0] in shown]
         view["created"] = bool(res.get("created"))
         return (201 if view["created"] else 200), self.svc._out(res, view)
 

@@ -137,9 +137,34 @@ class Service:
             spec[LIMITED] = True
         return claim
 
-    def job_view(self, job: dict) -> dict:
-        """``job`` (queries.job) as the API shows it, secrets redacted."""
-        return job_view(job, self.fingerprint)
+    def job_view(self, job: dict, tenants: frozenset | None = None) -> dict:
+        """``job`` (queries.job) as the API shows it, secrets redacted. For a token limited to
+        ``tenants``: a last run, or a health incident's run, of another tenant (the job was
+        moved between tenants) is not shown."""
+        out = job_view(job, self.fingerprint)
+        if tenants is not None:
+            last = out["state"].get("last_run")
+            if last is not None and not self._run_visible(last["id"], tenants):
+                out["state"]["last_run"] = None
+            h = out.get("health")
+            if h is not None:
+                if h.get("incident") and h["incident"].get("run") and not self._run_visible(h["incident"]["run"], tenants):
+                    h["incident"] = None
+                slot = h.get("last_slot_outcome")
+                if slot is not None and out["state"]["last_run"] is None and last is not None:
+                    h["last_slot_outcome"] = None
+        return out
+
+    def _run_visible(self, run_id: str, tenants: frozenset) -> bool:
+        """Whether a token limited to ``tenants`` may see run ``run_id`` (gone: not)."""
+        t = self.read(queries.run_tenant, run_id)
+        return t is not None and t in tenants
+
+    def visible_jobs(self, names, tenants: frozenset | None) -> list:
+        """``names`` without the jobs a token limited to ``tenants`` may not see (in order)."""
+        if tenants is None:
+            return list(names)
+        return [n for n in names if self.read(queries.job_tenant, n) in tenants]
 
     # ------------------------------------------------------------------ secrets at rest
     async def seal_key(self) -> str:
@@ -283,7 +308,13 @@ class Service:
         is a parent in a tenant the token may not see (a token limited to tenants)."""
         if "after" not in spec:
             return
-        self.read(pipelines.check_edges, name, spec, pending)
+        try:
+            self.read(pipelines.check_edges, name, spec, pending)
+        except InvalidSpec as e:
+            if tenants is None or not e.message.startswith("makes a cycle"):
+                raise
+            # (the jobs on the cycle's path may be other tenants': not named to this token)
+            raise InvalidSpec(f"makes a cycle: {name} -> ... -> {name}", field=e.field) from None
         if tenants is None:
             return
         for i, e in enumerate(spec["after"]):
@@ -297,8 +328,21 @@ class Service:
                 raise InvalidSpec(f"names no job: {e['job']} -> {name} (create {e['job']} first)",
                                   field=f"after[{i}].job")
 
-    async def delete_job(self, name: str, rid: str | None, force: bool = False) -> dict:
+    async def delete_job(self, name: str, rid: str | None, force: bool = False,
+                         tenants: frozenset | None = None) -> dict:
         check_name(name)
+        if tenants is not None and not force and not self.read(queries.request_seen, rid):
+            # The same refusal apply gives (pipelines.check_delete), naming only this token's
+            # tenants' jobs among the dependents.
+            kids = self.read(pipelines.dependents, name)
+            if kids:
+                shown = self.visible_jobs(kids, tenants)
+                hidden = len(kids) - len(shown)
+                named = ", ".join(shown[:20]) + (" ..." if len(shown) > 20 else "")
+                raise Conflict(f"job {name!r} has dependents: {named or ''}"
+                               f"{' and ' if named and hidden else ''}{f'{hidden} of other tenants' if hidden else ''}; "
+                               "delete them first, or delete with ?force=true (their slots are then recorded "
+                               "dependency_missing)", field="name", dependents=shown[:100])
         res = await self.propose(commands.delete_job(self.clock.now_ms(), rid or new_request_id(), name=name,
                                                      force=force))
         return self._out(res, {"job": name, "deleted": True})
@@ -479,12 +523,16 @@ class Service:
             raise NotFound(f"no run {run_id!r} in a dead-letter queue", field="run")
         return run_view(run)
 
-    async def dlq_requeue(self, run_id: str, rid: str | None) -> dict:
+    async def dlq_requeue(self, run_id: str, rid: str | None, tenants: frozenset | None = None) -> dict:
         model.check_run_id(run_id)
         res = await self.propose(commands.dlq_requeue(self.clock.now_ms(), rid or new_request_id(), run=run_id))
         out = {"run": run_id, "state": res["state"], "attempt": res["attempt"]}
-        if res.get("rearmed"):  # pipelines: the children's slots that wait for it again
-            out["rearmed"] = res["rearmed"]
+        rearmed = res.get("rearmed") or []  # pipelines: the children's slots that wait for it again
+        if tenants is not None:  # (a child job of another tenant's is not named)
+            shown = set(self.visible_jobs({r.rpartition("@")[0] for r in rearmed}, tenants))
+            rearmed = [r for r in rearmed if r.rpartition("@")[0] in shown]
+        if rearmed:
+            out["rearmed"] = rearmed
         return self._out(res, out)
 
     async def dlq_delete(self, run_id: str, rid: str | None) -> dict:
@@ -542,12 +590,12 @@ class Service:
         anchor, cursor = policy.initial_position(spec["schedule"], now)
         return {"slots": preview.preview(spec, anchor, cursor, count)}
 
-    def explain_job(self, name: str, body) -> dict:
+    def explain_job(self, name: str, body, tenants: frozenset | None = None) -> dict:
         spec, anchor = self._job_spec(name)
         if not isinstance(body, dict):
             raise BadRequest("send {\"down_from\": ISO time, \"down_to\": ISO time} or {\"slot\": ISO time}")
         if "slot" in body and "down_from" not in body:
-            return self.explain_slot(name, body["slot"])
+            return self.explain_slot(name, body["slot"], tenants)
         try:
             lo = schedule.parse_iso_ms(body.get("down_from"), "down_from")
             hi = schedule.parse_iso_ms(body.get("down_to"), "down_to")
@@ -567,8 +615,10 @@ class Service:
             out["waiting"] = self.read(pipelines.pending, name, 20)
         return out
 
-    def explain_slot(self, name: str, slot) -> dict:
-        """Why a slot met or missed its deadline: its run (or record) and its deadline block."""
+    def explain_slot(self, name: str, slot, tenants: frozenset | None = None) -> dict:
+        """Why a slot met or missed its deadline: its run (or record) and its deadline block
+        (for a token limited to ``tenants``, neither when the run is another tenant's: the job
+        was moved between tenants)."""
         try:
             slot_ms = schedule.parse_iso_ms(slot, "slot") if isinstance(slot, str) else None
         except InvalidSpec as e:
@@ -578,6 +628,8 @@ class Service:
         rid = f"{name}@{slot_ms}"
         run = self.read(queries.run, rid)
         block = self.read(deadlines.slot_views, [rid]).get(rid)
+        if tenants is not None and run is not None and not self._run_visible(rid, tenants):
+            run = block = None
         out: dict = {"job": name, "slot": schedule.iso(slot_ms),
                      "run": None if run is None else self._views([run])[0], "deadline": None}
         if block is not None:
@@ -589,12 +641,12 @@ class Service:
         return out
 
     # ------------------------------------------------------------------ reads
-    def get_job(self, name: str) -> dict:
+    def get_job(self, name: str, tenants: frozenset | None = None) -> dict:
         check_name(name)
         job = self.read(queries.job, name)
         if job is None:
             raise NotFound(f"no job named {name!r}", field="name")
-        return self.job_view(job)
+        return self.job_view(job, tenants)
 
     async def list_jobs(self, limit: int, after: str | None, labels: dict | None = None,
                         tenants: frozenset | None = None) -> dict:
@@ -611,7 +663,7 @@ class Service:
             page = self.read(queries.jobs_page_in, tenants, limit, after)
         else:
             page = self.read(queries.jobs_page, limit, after)
-        page["jobs"] = [self.job_view(j) for j in page["jobs"]]
+        page["jobs"] = [self.job_view(j, tenants) for j in page["jobs"]]
         return page
 
     def job_runs(self, name: str, limit: int, state_filter: str | None, slot_ms: int | None,
