@@ -821,3 +821,25 @@ def test_lease_and_heartbeat_answers_carry_the_nodes_cluster_time_when_it_knows_
         hb = await post(c, path("w1", "heartbeat"), {"leases": [[g["id"], g["token"]]], "ttl_ms": 10_000})
         assert hb["cluster_ms"] == 1_800_000_123_456 and hb["extended"] == 1
     run(t)
+
+
+def test_a_worker_token_limited_to_tenants_cannot_take_the_id_of_a_worker_of_other_tenants():
+    """A lease request says hello for its worker id: from a token limited to tenants, for an id
+    registered by a token of others (or of every tenant), it would rewrite that worker's facts and
+    tenants, and make a drained one active again. It is refused, changing nothing; a token of the
+    same tenants may speak for the id."""
+    async def t(env, c):
+        await lease(c, "shared-w", wait_s=0)  # an unlimited worker
+        before = dict(env.state.workers["shared-w"])
+        billing = bearer((await worker_token(c, tenants=["billing"]))["token"])
+        e = await post(c, path("shared-w", "lease"), lease_body(wait_s=0, instance="i9"), status=403, headers=billing)
+        assert e["error"]["field"] == "worker", e
+        assert env.state.workers["shared-w"] == before
+        await post(c, path("bill-w", "lease"), lease_body(wait_s=0), headers=billing)
+        ads = bearer((await worker_token(c, tenants=["ads"]))["token"])
+        await post(c, path("bill-w", "lease"), lease_body(wait_s=0), status=403, headers=ads)
+        both = bearer((await worker_token(c, tenants=["billing", "ads"]))["token"])
+        await post(c, path("bill-w", "lease"), lease_body(wait_s=0), headers=both)
+        again = bearer((await worker_token(c, tenants=["billing"]))["token"])
+        await post(c, path("bill-w", "lease"), lease_body(wait_s=0), status=403, headers=again)  # now of both
+    run(t)

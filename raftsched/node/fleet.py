@@ -38,7 +38,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from ..clock import Clock
 from ..core import commands, limits, queries
 from ..core.bodies import check_body
-from ..core.errors import InvalidSpec, NotFound, RaftschedError
+from ..core.errors import Forbidden, InvalidSpec, NotFound, RaftschedError
 from ..core.model import EXECUTOR_TYPES
 from ..core.workers import check_dedicated, check_executors, check_labels, check_queues, check_worker_id
 from ..core.records import is_int
@@ -253,6 +253,13 @@ class Fleet:
         wid = _worker_id(wid)
         facts, n, wait_s, ttl_ms, items = parse_lease(body)
         facts["tenants"] = None if tenants is None else sorted(tenants)
+        if tenants is not None:
+            # A worker id registered by a token of other tenants (or of none: every tenant) is
+            # not this token's to take: its hello would rewrite that worker's facts and tenants.
+            rec = self.raft.read(queries.worker_record, wid)
+            if rec is not None and (rec["tenants"] is None or not set(rec["tenants"]) <= set(tenants)):
+                raise Forbidden(f"worker id {wid!r} is registered for other tenants than this token's; "
+                                "give this worker an id of its own", field="worker")
         self._seen.add(wid)
         done = None
         if items is not None:
