@@ -948,3 +948,20 @@ def test_a_pipeline_across_tenants_names_no_other_tenants_job_to_a_limited_token
         assert s == 200 and all(not r.startswith("beta") for r in b.get("rearmed", [])), b
         assert sorted(r.rpartition("@")[0] for r in b["rearmed"]) == ["a-child", "a-grandchild"], b
     run(t)
+
+
+def test_a_refused_put_with_secrets_names_no_sealing_key(monkeypatch):
+    """The first secret a cluster seals has a reseal name its key first. A PUT of a job (an
+    unknown parent) or of a sink (past the cluster's sinks) refused after that reseal changed
+    the state; they are refused before it."""
+    async def t(env, c):
+        assert (await call(c, "GET", "/v1/secrets"))[1]["key"] is None
+        s, e = await call(c, "PUT", "/v1/jobs/child", body=dict(SPEC, secrets={"TOKEN": "hunter2"},
+                                                                 after=[{"job": "no-such-parent"}]))
+        assert s == 422 and e["error"]["field"] == "after[0].job", e
+        monkeypatch.setattr(limits, "sinks_max", 0)
+        sink = {"type": "webhook", "url": "https://example.com/hook", "secrets": {"signing_key": "s" * 32}}
+        s, e = await call(c, "PUT", "/v1/sinks/ops", body=sink)
+        assert s == 422 and e["error"]["code"] == "limit_exceeded", e
+        assert (await call(c, "GET", "/v1/secrets"))[1]["key"] is None and env.state.jobs == {}
+    run(t)

@@ -38,7 +38,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from .. import sealing
 from .walks import off_loop
 from ..core import commands, events, limits, notify as core_notify, notify_queries, queries
-from ..core.errors import Forbidden, InvalidSpec, NotFound
+from ..core.errors import Forbidden, InvalidSpec, LimitExceeded, NotFound
 from ..core.notify_model import validate_sink
 from ..core.tenants import DEFAULT_POLICY
 from ..proposer import Proposer
@@ -116,6 +116,9 @@ async def put_sink(request: web.Request) -> web.Response:
         _check_access(request, old["spec"])
     spec = restore_redacted(validate_sink(name, body), lambda: old["spec"] if old else None, svc.fingerprint)
     _check_access(request, spec)
+    if old is None and len(svc.read(core_notify.sink_names)) >= limits.sinks_max:
+        # apply's refusal, before anything is proposed: a first seal may name the cluster's key
+        raise LimitExceeded(f"the cluster holds {limits.sinks_max} sinks, its limit", field="name")
     if sealing.has_clear(spec):
         spec = sealing.seal_spec(spec, "sink:" + name, svc.keyring, await svc.seal_key(), svc.fingerprint.digest)
     res = await svc.propose(commands.put_sink(svc.clock.now_ms(), rid(request), name=name, spec=spec))

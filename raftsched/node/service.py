@@ -226,8 +226,8 @@ class Service:
         # for a free name), held to the rules, then its values in clear sealed.
         spec = self.unredact(name, model.validate_job(name, raw, now), tenants)
         claim = self.check_write(name, spec, tenants)
+        self.check_edges(name, spec, tenants)  # (before sealing: a first seal may name the cluster's key)
         spec = await self.seal(name, spec, tenants)
-        self.check_edges(name, spec, tenants)
         cursor, anchor, nxt = self._position(name, spec.get("schedule"), now)
         cmd = commands.put_job(now, rid or new_request_id(), name=name, spec=spec, next=nxt, cursor=cursor,
                                anchor=anchor, create_only=create_only, claim=claim)
