@@ -421,6 +421,51 @@ def test_removing_a_runs_directory_opens_nothing_a_run_swapped_in(tmp_path, monk
     assert fifo.exists() and not (top / "plain").exists()
 
 
+def _count_in_memory(pid: int, needle: bytes) -> int:
+    """How often ``needle`` is in process ``pid``'s readable memory (read as root)."""
+    found = 0
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+        for line in maps:
+            lo_hi, perms = line.split()[:2]
+            if not perms.startswith("r") or "[vvar]" in line or "[vsyscall]" in line:
+                continue
+            lo, hi = (int(x, 16) for x in lo_hi.split("-"))
+            try:
+                mem.seek(lo)
+                found += mem.read(hi - lo).count(needle)
+            except (OSError, ValueError, OverflowError):
+                pass
+    return found
+
+
+@as_root
+def test_a_python_run_does_not_hold_an_earlier_runs_secrets_in_its_memory(marks, targets):
+    """A python run is forked: from the run server it would get a copy of everything the
+    server had read, earlier runs' requests and their secrets among them (a run can read its
+    own memory). It is forked from a starter that never read a request."""
+    canary = "K" + os.urandom(12).hex()
+
+    async def t():
+        s = await started()
+        try:
+            first = await execute(sh("true"), c("shell-first", secrets={"TOKEN": canary}), 20, sandbox=s)
+            second = await execute(py("whoami"), c("py-first", secrets={"TOKEN": canary}), 20, sandbox=s)
+            probe = asyncio.create_task(execute(py("sleeps"), c("probe", {"dir": str(marks)}), 60, sandbox=s))
+            await wait_until(lambda: (marks / "probe.pid").exists(), 10, "the probe run to start")
+            pid = int((marks / "probe.pid").read_text())
+            in_probe = _count_in_memory(pid, canary.encode())
+            in_server = _count_in_memory(s.server.pid, canary.encode())
+            probe.cancel()
+            await asyncio.gather(probe, return_exceptions=True)
+            return first, second, in_probe, in_server
+        finally:
+            await s.close()
+    first, second, in_probe, in_server = run(t(), 90)
+    assert first.ok and second.ok, (first, second)
+    assert in_server > 0, "the server read the canary: what a fork of it would hold (the test's premise)"
+    assert in_probe == 0, f"a later python run holds an earlier run's secret {in_probe} times"
+
+
 def test_runs_die_with_the_run_server_and_the_next_run_starts_a_new_one(marks, targets):
     async def t():
         s = await started()

@@ -8,10 +8,11 @@ shell and python run the worker asks for:
 
 - a shell run is ``posix_spawn`` of its argv, in a session of its own, stdin /dev/null, stdout and
   stderr one pipe;
-- a python run is a ``fork`` of this process (so the interpreter and its imports are there
-  already: no interpreter starts per run), which makes itself a session, imports the target and
-  calls it with the RunContext, its stdout and stderr a pipe and its outcome written to a second
-  one.
+- a python run is a ``fork`` of this process as it was before it read any request (its python
+  starter, :class:`_Starter`, forked at start: the interpreter and its imports are there
+  already, no interpreter starts per run, and no earlier run's request is in its memory), which
+  reads its own request, makes itself a session, imports the target and calls it with the
+  RunContext, its stdout and stderr a pipe and its outcome written to a second one.
 
 Each run's working directory and environment come with its request, made by the worker. The server
 keeps the last ``output_bytes`` bytes of each run's output, reaps its process, and tells the worker
@@ -43,6 +44,7 @@ import json
 import os
 import selectors
 import signal
+import socket
 import struct
 import sys
 
@@ -70,8 +72,10 @@ class _Run:
 
 
 class Server:
-    def __init__(self, ctl: int, output_bytes: int, result_bytes: int) -> None:
+    def __init__(self, ctl: int, output_bytes: int, result_bytes: int, starter: _Starter | None = None) -> None:
         self.ctl = ctl
+        #: forks python runs from memory that never held a request (None: this process does)
+        self.starter = starter
         self.output_bytes = output_bytes
         self.result_bytes = result_bytes
         self.sel = selectors.DefaultSelector()
@@ -89,7 +93,10 @@ class Server:
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
         self.sel.register(self.ctl, selectors.EVENT_READ, self._on_ctl)
         self.sel.register(self.wake_r, selectors.EVENT_READ, self._on_wake)
+        if starter is not None:
+            self.sel.register(starter.exits, selectors.EVENT_READ, self._on_starter_exits)
         self.writing = False
+        self.exits_buf = bytearray()
 
     # ------------------------------------------------------------------ the loop
     def serve(self) -> None:
@@ -200,13 +207,16 @@ class Server:
         r, w = os.pipe()
         rr, rw = os.pipe()
         try:
-            pid = os.fork()
+            if self.starter is not None:
+                pid = self.starter.start(req, w, rw)
+            else:
+                pid = os.fork()
+                if pid == 0:
+                    _python_child(req, w, rw)  # never returns
         except BaseException:
             for fd in (r, w, rr, rw):
                 os.close(fd)
             raise
-        if pid == 0:
-            _python_child(req, w, rw)  # never returns
         os.close(w)
         os.close(rw)
         os.set_blocking(r, False)
@@ -271,16 +281,37 @@ class Server:
                 return
             if pid == 0:
                 return
-            self.live.discard(pid)
-            run = self.by_pid.pop(pid, None)
-            if run is None:
-                continue
-            run.exited = True
-            code = os.waitstatus_to_exitcode(status)
-            if run.out is None and run.res is None:
-                self._done(run, code)  # its pipes are closed already: one message says both
-            else:
-                self.send({"id": run.id, "exit": code})
+            if self.starter is not None and pid == self.starter.pid:
+                raise _Stop()  # python runs cannot start any more: the worker starts a new server
+            self._exited(pid, os.waitstatus_to_exitcode(status))
+
+    def _exited(self, pid: int, code: int) -> None:
+        self.live.discard(pid)
+        run = self.by_pid.pop(pid, None)
+        if run is None:
+            return
+        run.exited = True
+        if run.out is None and run.res is None:
+            self._done(run, code)  # its pipes are closed already: one message says both
+        else:
+            self.send({"id": run.id, "exit": code})
+
+    def _on_starter_exits(self, fd: int, _events: int) -> None:
+        """The starter's reports of python runs reaped: ``pid code`` lines."""
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            raise _Stop()  # the starter is gone
+        self.exits_buf += data
+        while b"\n" in self.exits_buf:
+            line, _, rest = bytes(self.exits_buf).partition(b"\n")
+            self.exits_buf[:] = rest
+            pid, code = (int(x) for x in line.split())
+            self._exited(pid, code)
 
     def _maybe_done(self, run: _Run) -> None:
         if run.exited and run.out is None and run.res is None:
@@ -333,6 +364,130 @@ def _spawnp(argv: list, env: dict, actions: list) -> int:
             if first is None and os.path.exists(path):
                 first = e
     raise first or FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
+
+
+# ---------------------------------------------------------------------------- the python starter
+class _Starter:
+    """The server's end of its python starter: a process forked from the server before the
+    server read any request, which forks each python run in turn. A run forked from the server
+    itself would hold in its memory what the server read before: earlier runs' requests, their
+    secrets among them (a run can read its own memory). The starter never reads a request: the
+    server writes each into a memory file (memfd) whose descriptor it passes, and only the run
+    reads it. The starter reports each run's pid at once, and its exit when reaped."""
+
+    def __init__(self) -> None:
+        self.req_s, req_z = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        exits_r, exits_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the starter
+            code = 1
+            try:
+                self.req_s.close()
+                os.close(exits_r)
+                # Nothing else of the server (its socket to the worker above all) stays open.
+                keep = sorted((req_z.fileno(), exits_w))
+                os.closerange(3, keep[0])
+                os.closerange(keep[0] + 1, keep[1])
+                os.closerange(keep[1] + 1, _FD_MAX)
+                _starter_loop(req_z, exits_w)
+                code = 0
+            finally:
+                os._exit(code)
+        req_z.close()
+        os.close(exits_w)
+        os.set_blocking(exits_r, False)
+        os.set_inheritable(exits_r, False)
+        self.pid, self.exits = pid, exits_r
+
+    def start(self, req: dict, out_w: int, res_w: int) -> int:
+        """Have run ``req`` forked, its stdout and stderr ``out_w``, its outcome ``res_w``: its pid."""
+        mfd = os.memfd_create("run", os.MFD_CLOEXEC)
+        try:
+            data = json.dumps(req).encode()
+            view = memoryview(data)
+            while view:
+                view = view[os.write(mfd, view):]
+            os.lseek(mfd, 0, os.SEEK_SET)
+            socket.send_fds(self.req_s, [b"r"], [mfd, out_w, res_w])
+        finally:
+            os.close(mfd)
+        answer = b""
+        while not answer.endswith(b"\n"):
+            chunk = self.req_s.recv(64)
+            if not chunk:
+                raise OSError(errno.EPIPE, "the python starter is gone")
+            answer += chunk
+        pid = int(answer)
+        if pid <= 0:
+            raise OSError(-pid, os.strerror(-pid))
+        return pid
+
+
+def _starter_loop(req_z: socket.socket, exits_w: int) -> None:
+    """The starter: fork a run per request, report its pid; reap, report exits. Until the
+    server's end closes."""
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    os.set_blocking(w, False)
+    signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    sel = selectors.DefaultSelector()
+    sel.register(req_z, selectors.EVENT_READ, "req")
+    sel.register(r, selectors.EVENT_READ, "wake")
+    while True:
+        for key, _ in sel.select():
+            if key.data == "wake":
+                try:
+                    while os.read(r, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+                while True:
+                    try:
+                        pid, status = os.waitpid(-1, os.WNOHANG)
+                    except ChildProcessError:
+                        break
+                    if pid == 0:
+                        break
+                    os.write(exits_w, b"%d %d\n" % (pid, os.waitstatus_to_exitcode(status)))
+                continue
+            msg, fds, _flags, _addr = socket.recv_fds(req_z, 16, 3)
+            if not msg:
+                return
+            if len(fds) != 3:
+                for fd in fds:
+                    os.close(fd)
+                req_z.sendall(b"%d\n" % -errno.EINVAL)
+                continue
+            try:
+                pid = os.fork()
+            except OSError as e:
+                pid = -(e.errno or errno.EAGAIN)
+            if pid == 0:
+                req_z.close()
+                os.close(r)
+                os.close(w)
+                os.close(exits_w)
+                _python_child_of(fds[0], fds[1], fds[2])  # never returns
+            for fd in fds:
+                os.close(fd)
+            req_z.sendall(b"%d\n" % pid)
+
+
+def _python_child_of(req_fd: int, out_w: int, res_w: int) -> None:
+    """A python run forked by the starter: its request from its memory file, then as any."""
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(req_fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(req_fd)
+        req = json.loads(b"".join(chunks))
+    except BaseException:
+        os._exit(2)
+    _python_child(req, out_w, res_w)
 
 
 # ---------------------------------------------------------------------------- a python run
@@ -435,9 +590,9 @@ async def _awaited(aw):
 
 
 # ---------------------------------------------------------------------------- start
-#: What the server imports before it drops privileges: a python run is a fork of it, so what a run
-#: needs to be called is there already (the run's own modules are imported by the run). With
-#: them, the codec every connection to a host name needs (``socket`` encodes the name as IDNA on
+#: What the server imports before it drops privileges: a python run is a fork of it (of its
+#: starter, a copy of it), so what a run needs to be called is there already (the run's own
+#: modules are imported by the run). With them, the codec every connection to a host name needs (``socket`` encodes the name as IDNA on
 #: first use): a run user who cannot read the interpreter's files (one under /root) can still
 #: open a connection.
 PRELOAD = ("asyncio", "inspect", "traceback", "encodings.idna", "raftsched.worker.executors")
@@ -492,7 +647,9 @@ def main(argv: list[str]) -> int:
         # Moves every object so far out of the collector's reach: a fork that never collects them
         # never writes their pages, so they stay shared with this process.
         gc.freeze()
-        server = Server(ctl, cfg["output_bytes"], cfg["result_bytes"])
+        # Before any request is read: python runs are forked from this clean copy (_Starter).
+        starter = _Starter() if hasattr(os, "memfd_create") and hasattr(socket, "send_fds") else None
+        server = Server(ctl, cfg["output_bytes"], cfg["result_bytes"], starter)
     except BaseException as e:
         try:
             os.set_blocking(ctl, True)

@@ -19,7 +19,8 @@ code through. Every shell and python run:
 
 The runs are started by one long-lived child process, the run server (worker/runserver.py), which
 drops to the run user once, after its imports: a shell run is a ``posix_spawn`` of it, a python
-run a ``fork`` of it, so neither starts an interpreter nor forks the worker, and no privilege is
+run a ``fork`` of a copy of it made before it read any request (so no earlier run's secrets are
+in a run's memory); neither starts an interpreter nor forks the worker, and no privilege is
 ever changed in the worker itself. Deadlines and kills stay here: the run is a process group (a
 session of its own), signalled as the shell executor signals one (SIGTERM, the kill grace,
 SIGKILL). When the run server dies, the runs it had started are killed and fail, and the next run
@@ -500,7 +501,13 @@ async def _read_frame(reader: asyncio.StreamReader) -> dict:
 
 
 def _kill(proc: asyncio.subprocess.Process) -> None:
+    """Kill the run server and its python starter (its process group: the server is a session
+    of its own; runs are sessions of theirs)."""
     if proc.returncode is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
         try:
             proc.kill()
         except ProcessLookupError:
