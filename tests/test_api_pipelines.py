@@ -157,6 +157,8 @@ def test_a_handlers_return_value_is_its_runs_result_and_a_result_file_is_read_sa
                                    name="t"))
     assert out.ok and rc.result == {"n": 3}
     assert run_result({"x": "y" * 5000}) is None and run_result({1, 2}) is None and run_result([1]) == [1]
+    # JSON that no command can carry (a hash as an int): none, not a worker that fails on it
+    assert run_result({"digest": 2**255}) is None and run_result({"n": -2**63}) == {"n": -2**63}
     deep: list = []
     for _ in range(100_000):  # nested too deep to encode: no result, not an error
         deep = [deep]

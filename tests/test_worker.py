@@ -346,10 +346,9 @@ async def _release_gated(task: asyncio.Task, ids: list[str]) -> None:
 
 @pytest.mark.parametrize("failure", ["unavailable", "hang"])
 def test_no_heartbeat_succeeding_for_a_whole_ttl_kills_every_run_the_worker_holds(failure):
-    """docs/design.md, Leases: "A watchdog ... kills the worker's runs once no heartbeat has
-    succeeded for a whole TTL by the worker's monotonic clock, counted from when the last
-    successful heartbeat (or the acquire of a fresh lease) was sent" (docs/fencing.md: "no
-    heartbeat has succeeded for a whole TTL by the worker's own monotonic clock"). Heartbeats
+    """docs/design.md, Leases: "A watchdog ... kills each run whose lease was not renewed for a
+    whole TTL by the worker's monotonic clock, counted per lease from when the last successful
+    heartbeat that named it was sent (or from its grant ...)" (docs/fencing.md). Heartbeats
     are refused at once, or hang until their timeout; the clock is moved by hand."""
     async def t():
         exec_targets.GATE.clear()

@@ -161,12 +161,19 @@ class Channel(Protocol):
 
 def run_result(value: Any) -> Any:
     """``value`` as a run's result (pipelines: handed to its children): JSON data of at most
-    result_bytes_max bytes, else None."""
+    result_bytes_max bytes that a command can carry (no integer past 64 bits), else None."""
     try:
         text = json.dumps(value, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError, RecursionError):  # not JSON, or nested too deep to encode
         return None
-    return json.loads(text) if len(text.encode()) <= limits.result_bytes_max else None
+    if len(text.encode()) > limits.result_bytes_max:
+        return None
+    out = json.loads(text)
+    try:
+        msgpack.packb(out, use_bin_type=True)
+    except (OverflowError, TypeError, ValueError):  # (a command could not carry it)
+        return None
+    return out
 
 
 def _log_failure(t: asyncio.Future) -> None:
@@ -177,10 +184,13 @@ def _log_failure(t: asyncio.Future) -> None:
 
 
 class _Held:
-    __slots__ = ("grant", "cancel", "task", "token", "executing", "giving_back", "ctx", "reporting")
+    __slots__ = ("grant", "cancel", "task", "token", "executing", "giving_back", "ctx", "reporting", "renewed")
 
-    def __init__(self, grant: dict) -> None:
+    def __init__(self, grant: dict, renewed: float = 0.0) -> None:
         self.grant = grant
+        #: when its lease was last known renewed (asked for: its grant, or a heartbeat that
+        #: kept it), by the loop's monotonic clock: the watchdog judges each lease by it
+        self.renewed = renewed
         #: the run's context once started (its ``result`` is reported with a success)
         self.ctx: RunContext | None = None
         self.token = grant["token"]
@@ -223,6 +233,8 @@ class LeaseLoop:
         self.kill_grace_s = kill_grace_s
         self.executor_lookup = executor_lookup
         self.held: dict[str, _Held] = {}
+        #: the tasks of earlier attempts of runs granted again, killed, until they end
+        self._superseded: set[asyncio.Task] = set()
         self._last_hb_ok = clock.monotonic_s()
         self._session: aiohttp.ClientSession | None = None
         #: outcomes not yet sent, oldest first, and since when the oldest waits
@@ -372,6 +384,7 @@ class LeaseLoop:
         for h in list(self.held.values()):
             h.cancel.set()
         tasks = [h.task for h in self.held.values() if h.task and not h.task.done()]
+        tasks += [t for t in self._superseded if not t.done()]  # (killed when superseded)
         grace_s = self.kill_grace_s + worker_limits.stop_report_grace_s
         deadline = self.clock.monotonic_s() + grace_s
         if tasks:
@@ -510,7 +523,10 @@ class LeaseLoop:
                 log.exception("worker %s: judging whether grants came late failed", self.worker_id)
                 late = []
             if not late and not self.draining and not self._stopping:
-                self._hold(runs)  # the common case: nothing to wait for
+                # The common case, nothing to wait for. Each lease ends no earlier than a TTL
+                # after the request was sent (it was granted after), nor than the share of a TTL
+                # an answer in time has left (_late): the watchdog counts from the later.
+                self._hold(runs, sent)
                 return
             # From here on the grants are this worker's: placing them goes on even if this
             # acquire is cancelled (a drain, a failure), so that each is started, held or given
@@ -529,6 +545,7 @@ class LeaseLoop:
         """Place the grants of one acquire's answer (``_hold``), the ``late`` ones only once a
         heartbeat kept their lease (``_confirm_late``), and give back what a drain or stop
         begun meanwhile leaves."""
+        asked_at = self.clock.monotonic_s()  # (the heartbeat _confirm_late sends renews them all)
         if late:
             try:
                 runs = await self._confirm_late(runs, late)
@@ -536,16 +553,40 @@ class LeaseLoop:
                 log.exception("worker %s: confirming late grants failed; giving them back", self.worker_id)
                 await self._give_back([_Held(g) for g in runs], "its lease could not be confirmed")
                 return
-        back = self._hold(runs)
+        back = self._hold(runs, asked_at if late else None)
         if back:
             await self._give_back(back, "draining")
 
-    def _hold(self, runs: list[dict]) -> list[_Held]:
+    def _hold(self, runs: list[dict], asked_at: float | None = None) -> list[_Held]:
         """Hold each grant: start it, or keep it until a slot frees (prefetched); returns those
-        to give back instead (a drain or stop began), held until then."""
+        to give back instead (a drain or stop began), held until then. ``asked_at``: when the
+        grants were asked for (their leases count from no earlier)."""
         back = []
+        mono, now_ms, ttl_ms = self.clock.monotonic_s(), self.clock.now_ms(), self.lease_ttl_ms
         for grant in runs:
-            h = _Held(grant)
+            # When its lease was renewed, as the watchdog counts: a TTL before it ends. It ends
+            # no earlier than a TTL after it was asked for (it was granted after), and by its
+            # deadline on the cluster's clock (an answer in time has at least
+            # grant_late_ttl_share of a TTL left: _late).
+            renewed = mono if asked_at is None else asked_at
+            deadline = grant.get("deadline")
+            if type(deadline) is int:
+                left_ms = min(ttl_ms, max(deadline - now_ms, ttl_ms * worker_limits.grant_late_ttl_share))
+                renewed = max(renewed, mono - (ttl_ms - left_ms) / 1000)
+            h = _Held(grant, renewed)
+            old = self.held.get(grant["id"])
+            if old is not None and old.token != h.token:
+                # Granted again (its earlier attempt's lease is gone, the run handed on to this
+                # worker again): the earlier attempt is killed, and kept track of until it ends,
+                # so that a stop or drain still waits for it.
+                if not old.cancel.is_set() and not old.reporting:
+                    log.warning("worker: %s was granted again: killing its earlier attempt", grant["id"])
+                    old.cancel.set()
+                if old.task is not None and not old.task.done():
+                    self._superseded.add(old.task)
+                    old.task.add_done_callback(self._superseded.discard)
+                if old in self._waiting:
+                    self._waiting.remove(old)
             self.held[grant["id"]] = h
             if self.draining or self._stopping:
                 back.append(h)  # granted as the drain began: given back at once
@@ -616,14 +657,21 @@ class LeaseLoop:
             if draining:
                 self._on_draining()
             gone.update(lost)
-            for rid in lost:
-                h = self.held.get(rid)
-                # A run whose outcome is on its way has nothing left to kill: its lease is
-                # gone because the report applied (its answer is still to come), or it
-                # expired, and then the report is refused as stale.
-                if h is not None and not h.cancel.is_set() and not h.reporting:
-                    log.warning("worker: lease on %s lost (heartbeat refused): killing the run", rid)
-                    h.cancel.set()
+        sent_tokens = {rid: tok for rid, tok in leases}
+        for rid, tok in sent_tokens.items():
+            h = self.held.get(rid)
+            # The state names a lost lease by its run id: it is the attempt this heartbeat
+            # named (its token), not one granted since (a new attempt of the same run).
+            if h is None or h.token != tok:
+                continue
+            if rid not in gone:
+                h.renewed = max(h.renewed, sent)
+            # A run whose outcome is on its way has nothing left to kill: its lease is gone
+            # because the report applied (its answer is still to come), or it expired, and
+            # then the report is refused as stale.
+            elif not h.cancel.is_set() and not h.reporting:
+                log.warning("worker: lease on %s lost (heartbeat refused): killing the run", rid)
+                h.cancel.set()
         return gone
 
     def _late(self, g: dict, transit_ms: float | None = None, now_ms: int | None = None) -> bool:
@@ -683,13 +731,14 @@ class LeaseLoop:
             self._check_heartbeats()
 
     def _check_heartbeats(self) -> None:
-        """One look of the watchdog: kill every run held if no heartbeat has succeeded for a
-        whole TTL, by the injected clock."""
-        if self.held and self.clock.monotonic_s() - self._last_hb_ok > self.lease_ttl_ms / 1000:
-            for rid, h in self.held.items():
-                if not h.cancel.is_set():
-                    log.warning("worker: no heartbeat for a lease TTL: killing %s", rid)
-                    h.cancel.set()
+        """One look of the watchdog: kill every run held whose lease was not renewed (granted,
+        or kept by a heartbeat that succeeded) for a whole TTL, by the injected clock. Per
+        lease: a fresh grant renews its own lease, not the others'."""
+        now, ttl = self.clock.monotonic_s(), self.lease_ttl_ms / 1000
+        for rid, h in self.held.items():
+            if now - h.renewed > ttl and not h.cancel.is_set():
+                log.warning("worker: no heartbeat for a lease TTL: killing %s", rid)
+                h.cancel.set()
 
     # ---------------------------------------------------------------- draining
     async def drain(self, drain_s: float) -> None:
@@ -928,7 +977,21 @@ class LeaseLoop:
         batch, size = [], 0
         while self._outbox and len(batch) < limits.complete_batch_max:
             item = self._outbox[0][0]
-            n = len(msgpack.packb(item, use_bin_type=True))
+            try:
+                n = len(msgpack.packb(item, use_bin_type=True))
+            except (OverflowError, TypeError, ValueError) as e:
+                # A value no command can carry (a result or an error made elsewhere than
+                # run_result): the outcome goes without it rather than take the batch down.
+                log.warning("worker %s: outcome of %s not encodable (%s); reported without its result",
+                            self.worker_id, item.get("run"), e)
+                item.pop("result", None)
+                if isinstance(item.get("error"), str):
+                    item["error"] = item["error"].encode("utf-8", "replace").decode()
+                try:
+                    n = len(msgpack.packb(item, use_bin_type=True))
+                except (OverflowError, TypeError, ValueError):
+                    self._outbox.popleft()  # (its lease expires: the run is taken over)
+                    continue
             if batch and size + n > worker_limits.complete_batch_bytes_max:
                 break
             batch.append(self._outbox.popleft())
