@@ -269,21 +269,10 @@ class Server:
             setattr(run, which, None)
 
     def _on_wake(self, fd: int, _events: int) -> None:
-        try:
-            while os.read(fd, 512):
-                pass
-        except BlockingIOError:
-            pass
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+        for pid, code in _reaped(fd):
             if self.starter is not None and pid == self.starter.pid:
                 raise _Stop()  # python runs cannot start any more: the worker starts a new server
-            self._exited(pid, os.waitstatus_to_exitcode(status))
+            self._exited(pid, code)
 
     def _exited(self, pid: int, code: int) -> None:
         self.live.discard(pid)
@@ -334,6 +323,26 @@ class Server:
 
 class _Stop(Exception):
     pass
+
+
+def _reaped(wake_fd: int) -> list[tuple[int, int]]:
+    """After SIGCHLD (its wakeup pipe ``wake_fd``, emptied here): every child that ended,
+    reaped, with its exit code (negative: the signal)."""
+    try:
+        while os.read(wake_fd, 512):
+            pass
+    except BlockingIOError:
+        pass
+    out = []
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+        out.append((pid, os.waitstatus_to_exitcode(status)))
+    return out
 
 
 def _kill_group(pgid: int) -> None:
@@ -437,19 +446,8 @@ def _starter_loop(req_z: socket.socket, exits_w: int) -> None:
     while True:
         for key, _ in sel.select():
             if key.data == "wake":
-                try:
-                    while os.read(r, 512):
-                        pass
-                except BlockingIOError:
-                    pass
-                while True:
-                    try:
-                        pid, status = os.waitpid(-1, os.WNOHANG)
-                    except ChildProcessError:
-                        break
-                    if pid == 0:
-                        break
-                    os.write(exits_w, b"%d %d\n" % (pid, os.waitstatus_to_exitcode(status)))
+                for pid, code in _reaped(r):
+                    os.write(exits_w, b"%d %d\n" % (pid, code))
                 continue
             msg, fds, _flags, _addr = socket.recv_fds(req_z, 16, 3)
             if not msg:
