@@ -466,6 +466,63 @@ def test_a_python_run_does_not_hold_an_earlier_runs_secrets_in_its_memory(marks,
     assert in_probe == 0, f"a later python run holds an earlier run's secret {in_probe} times"
 
 
+@as_root
+def test_the_root_import_path_is_resolved_and_counts_acls(marks, tmp_path):
+    """An entry that is a link the run user may repoint (it sits in their directory) is given
+    to the server resolved: the directory checked is the one read. A directory whose mode bits
+    keep the run user out but whose ACL lets them in is writable."""
+    user = resolve_run_user(None)
+    safe = tmp_path / "safe"
+    safe.mkdir()
+    os.chmod(tmp_path, 0o755)
+    link = marks / "link"  # (marks: mode 1777, the run user's to change)
+    os.symlink(safe, link)
+    assert sb.root_import_path([str(link)], user) == [os.path.realpath(safe)]
+    if shutil.which("setfacl"):
+        acl = tmp_path / "acl"
+        acl.mkdir(mode=0o755)
+        subprocess.run(["setfacl", "-m", f"u:{user.uid}:rwx", str(acl)], check=True)
+        assert sb.root_import_path([str(acl)], user) == []
+
+
+def test_a_stopped_run_server_is_replaced_when_every_run_times_out_sooner(monkeypatch):
+    """Runs whose timeouts are all shorter than run_server_answer_s still have a stopped server
+    replaced: the server is judged by its oldest run it did not answer."""
+    from raftsched.worker import limits as worker_limits
+    monkeypatch.setattr(worker_limits, "run_server_answer_s", 1.0)
+
+    async def t():
+        s = await started()
+        try:
+            first = s.server.pid
+            stopper = asyncio.create_task(execute(sh("kill -STOP $PPID"), c("stopper"), 0.5, sandbox=s))
+            await wait_until(lambda: _state(first) == b"T", 10, "the run server to be stopped")
+            outs = []
+            for i in range(20):  # short runs: each may time out until the server is replaced
+                outs.append(await execute(sh("echo ok"), c(f"short-{i}"), 0.5, sandbox=s))
+                if outs[-1].ok:
+                    break
+            await asyncio.gather(stopper, return_exceptions=True)
+            return first, s.server.pid, outs
+        finally:
+            await s.close()
+    first, second, outs = run(t(), 90)
+    assert first != second and outs[-1].ok, (first, second, outs)
+
+
+def test_removing_a_very_deep_tree_holds_few_descriptors_and_removes_it_all(tmp_path):
+    """A descriptor a level, bounded: a run's tree deeper than that is moved up level by level,
+    and removed whole."""
+    top = tmp_path / "run"
+    p = top
+    for _ in range(300):
+        p = p / "d"
+    p.mkdir(parents=True)
+    (p / "f").write_text("x")
+    sb._rmtree(str(top))
+    assert not top.exists()
+
+
 def test_runs_die_with_the_run_server_and_the_next_run_starts_a_new_one(marks, targets):
     async def t():
         s = await started()

@@ -191,3 +191,29 @@ def test_a_lost_lease_answer_for_an_earlier_attempt_leaves_the_new_attempt_alone
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
     run(t(), 30)
+
+
+def test_an_outcome_no_command_can_carry_is_reported_as_a_failure_and_never_dropped():
+    """An outcome whose error or output cannot be encoded (a lone surrogate from a handler of
+    the worker's own) is reported with them made text; one that still cannot is reported as a
+    failure of its own. None is dropped: a dropped outcome's lease, renewed while it is being
+    reported, would never end."""
+    from raftsched.worker.loop import _Held
+
+    async def t():
+        clock = SystemClock()
+        ch = _Channel(clock, [])
+        loop = _loop(ch)
+        for rid, item in (("r1", {"output": "ok \udc80", "error": None}),
+                          ("r2", {"output": "", "error": None, "result": {"n": 2**70}, "odd": {1, 2}})):
+            g = _grant(clock, rid, "quick")
+            h = _Held(g)
+            loop.held[rid] = h
+            loop._outbox.append(({"run": rid, "token": g["token"], "success": True, **item}, h))
+        loop._flush()
+        await asyncio.gather(*loop._reporting)
+        by_run = {it["run"]: it for it in ch.completes}
+        assert by_run["r1"]["success"] and by_run["r1"]["output"] == "ok ?", by_run
+        assert not by_run["r2"]["success"] and "could not be encoded" in by_run["r2"]["error"], by_run
+        assert loop.held == {}
+    run(t(), 30)

@@ -985,13 +985,18 @@ class LeaseLoop:
                 log.warning("worker %s: outcome of %s not encodable (%s); reported without its result",
                             self.worker_id, item.get("run"), e)
                 item.pop("result", None)
-                if isinstance(item.get("error"), str):
-                    item["error"] = item["error"].encode("utf-8", "replace").decode()
+                for k in ("error", "output"):
+                    if isinstance(item.get(k), str):
+                        item[k] = item[k].encode("utf-8", "replace").decode()
                 try:
                     n = len(msgpack.packb(item, use_bin_type=True))
                 except (OverflowError, TypeError, ValueError):
-                    self._outbox.popleft()  # (its lease expires: the run is taken over)
-                    continue
+                    # Reported as a failure of its own, which any command carries: never dropped
+                    # (its lease, renewed while it is reported, would never end).
+                    item.clear()
+                    item.update(run=self._outbox[0][1].grant["id"], token=self._outbox[0][1].token, success=False,
+                                error="the run's outcome could not be encoded", output="")
+                    n = len(msgpack.packb(item, use_bin_type=True))
             if batch and size + n > worker_limits.complete_batch_bytes_max:
                 break
             batch.append(self._outbox.popleft())

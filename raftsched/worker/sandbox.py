@@ -255,10 +255,12 @@ _NEVER_STARTED = "the run server stopped before the run started"
 
 
 class _Handle:
-    __slots__ = ("id", "started", "exited", "done")
+    __slots__ = ("id", "submitted", "started", "exited", "done")
 
     def __init__(self, rid: int, loop: asyncio.AbstractEventLoop) -> None:
         self.id = rid
+        #: when it was sent to the server (the loop's clock)
+        self.submitted = loop.time()
         #: the run's pid (its process group), or why it could not start (str)
         self.started: asyncio.Future = loop.create_future()
         #: its return code (negative: the signal), or None when the server died first
@@ -275,16 +277,17 @@ def _writable_by(path: str, user: RunUser) -> bool:
     """Whether ``user`` may change what ``path`` holds: write into it (it, or it is owned by
     them), or replace it through a directory above it that they may write without the sticky
     bit (with it, they may move only their own entries)."""
-    def may_write(st: os.stat_result) -> bool:
+    def may_write(p: str, st: os.stat_result) -> bool:
         m = st.st_mode
         return (st.st_uid == user.uid or bool(m & stat.S_IWOTH)
-                or (bool(m & stat.S_IWGRP) and (st.st_gid == user.gid or st.st_gid in user.groups)))
+                or (bool(m & stat.S_IWGRP) and (st.st_gid == user.gid or st.st_gid in user.groups))
+                or _has_acl(p))
     real = os.path.realpath(path)
     try:
         st = os.stat(real)
     except OSError:
         return True  # (missing: it could be made; nothing to import from it anyway)
-    if may_write(st):
+    if may_write(real, st):
         return True
     parent = os.path.dirname(real)
     while True:
@@ -292,19 +295,30 @@ def _writable_by(path: str, user: RunUser) -> bool:
             pst = os.stat(parent)
         except OSError:
             return True
-        if pst.st_uid == user.uid or (may_write(pst) and not pst.st_mode & stat.S_ISVTX):
+        if pst.st_uid == user.uid or (may_write(parent, pst) and not pst.st_mode & stat.S_ISVTX):
             return True
         if parent == os.path.dirname(parent):
             return False
         parent = os.path.dirname(parent)
 
 
+def _has_acl(path: str) -> bool:
+    """Whether ``path`` has a POSIX access ACL (which may grant what its mode bits do not): taken
+    as writable by anyone, rather than read."""
+    try:
+        os.getxattr(path, "system.posix_acl_access", follow_symlinks=False)
+    except OSError:
+        return False  # (none, or no ACLs on this file system)
+    return True
+
+
 def root_import_path(path: list[str], user: RunUser) -> list[str]:
     """The entries of ``path`` the run server may import from while it is still root (before it
-    becomes the run user): those ``user`` cannot write. A module a run could plant in any other
-    (a shared jobs directory on PYTHONPATH, a worker started in a writable directory) would run
-    as root the next time the server starts."""
-    return [p for p in path if not _writable_by(p, user)]
+    becomes the run user): those ``user`` cannot write, resolved (the directory checked is the
+    one read: a link on the path the run user could repoint is not followed again). A module a
+    run could plant in any other (a shared jobs directory on PYTHONPATH, a worker started in a
+    writable directory) would run as root the next time the server starts."""
+    return [os.path.realpath(p) for p in path if not _writable_by(p, user)]
 
 
 class RunServer:
@@ -440,6 +454,11 @@ class RunServer:
             why = f"{type(e).__name__}: {e}"
         finally:
             self._gone(why)
+
+    def oldest_unanswered_s(self) -> float:
+        """How long the oldest run sent and not yet answered (its start) has waited."""
+        now = asyncio.get_running_loop().time()
+        return max((now - h.submitted for h in self._handles.values() if not h.started.done()), default=0.0)
 
     def stalled(self, why: str) -> None:
         """The server stopped answering: kill it (root may, whatever its state); its socket's
@@ -667,7 +686,8 @@ class Sandbox:
                 h.started.add_done_callback(_kill_when_started)
                 server.flush(h)
                 raise
-            if how == "timeout" and loop.time() < deadline and not h.started.done():
+            if how == "timeout" and not h.started.done() and (
+                    loop.time() < deadline or server.oldest_unanswered_s() > limits.run_server_answer_s):
                 # The server answers a run at once (a spawn or a fork). One that does not is
                 # stopped or stuck (a run, as its user, may SIGSTOP it): every later run would wait
                 # for it in vain. It is killed (its runs end with it).
@@ -871,6 +891,17 @@ def _rmtree(path: str) -> None:
             name = names.pop()
             child = _unlink_or_open(fd, name, flags)
             if child is not None:
+                if len(frames) >= _RMTREE_DEPTH_MAX:
+                    # A descriptor a level, so bounded: a deeper directory is moved up to the
+                    # top (by descriptors: nothing followed), and emptied from there later.
+                    os.close(child)
+                    moved = f".raftsched-deep-{next(_deep_names)}"
+                    try:
+                        os.rename(name, moved, src_dir_fd=fd, dst_dir_fd=top)
+                        frames[0][1].append(moved)
+                    except OSError:
+                        pass
+                    continue
                 frames.append((child, _names(child), name))
     finally:
         for fd, _left, name_in_parent in frames:
@@ -885,6 +916,11 @@ def _rmtree(path: str) -> None:
         pass
     if os.path.lexists(path):
         log.warning("could not remove all of %s", path)
+
+
+#: How deep _rmtree goes (it holds a descriptor a level); a deeper directory is moved up first.
+_RMTREE_DEPTH_MAX = 64
+_deep_names = itertools.count()
 
 
 def _names(fd: int) -> list[str]:
