@@ -364,6 +364,15 @@ def test_the_run_server_imports_nothing_as_root_from_where_the_run_user_may_writ
     assert "0" not in ran, f"a planted module ran as root: {ran}"
 
 
+async def _stopped_by_a_run(s: Sandbox, timeout_s: float) -> tuple[int, asyncio.Task]:
+    """A run that SIGSTOPs its run server (its parent, its own user): the server's pid, once it
+    is stopped, and the run's task."""
+    first = s.server.pid
+    stopper = asyncio.create_task(execute(sh("kill -STOP $PPID; echo stopped"), c("stopper"), timeout_s, sandbox=s))
+    await wait_until(lambda: _state(first) == b"T", 10, "the run server to be stopped")
+    return first, stopper
+
+
 def test_a_run_server_a_run_stopped_is_replaced_and_the_next_runs_go_on(monkeypatch):
     """A run is the run server's user, so it may SIGSTOP it. The server answers a run at once:
     one that does not within run_server_answer_s is killed, and a new one takes the runs it had
@@ -375,9 +384,7 @@ def test_a_run_server_a_run_stopped_is_replaced_and_the_next_runs_go_on(monkeypa
     async def t():
         s = await started()
         try:
-            first = s.server.pid
-            stopper = asyncio.create_task(execute(sh("kill -STOP $PPID; echo stopped"), c("stopper"), 60, sandbox=s))
-            await wait_until(lambda: _state(first) == b"T", 10, "the run server to be stopped")
+            first, stopper = await _stopped_by_a_run(s, 60)
             after = [await execute(sh("echo ok"), c(f"next-{i}"), 20, sandbox=s) for i in range(4)]
             await asyncio.wait_for(stopper, 20)  # (it ended with the server it stopped)
             return first, s.server.pid, after, s.server.starts
@@ -494,9 +501,7 @@ def test_a_stopped_run_server_is_replaced_when_every_run_times_out_sooner(monkey
     async def t():
         s = await started()
         try:
-            first = s.server.pid
-            stopper = asyncio.create_task(execute(sh("kill -STOP $PPID"), c("stopper"), 0.5, sandbox=s))
-            await wait_until(lambda: _state(first) == b"T", 10, "the run server to be stopped")
+            first, stopper = await _stopped_by_a_run(s, 0.5)
             outs = []
             for i in range(20):  # short runs: each may time out until the server is replaced
                 outs.append(await execute(sh("echo ok"), c(f"short-{i}"), 0.5, sandbox=s))
