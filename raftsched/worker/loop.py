@@ -235,7 +235,6 @@ class LeaseLoop:
         self.held: dict[str, _Held] = {}
         #: the tasks of earlier attempts of runs granted again, killed, until they end
         self._superseded: set[asyncio.Task] = set()
-        self._last_hb_ok = clock.monotonic_s()
         self._session: aiohttp.ClientSession | None = None
         #: outcomes not yet sent, oldest first, and since when the oldest waits
         self._outbox: collections.deque[tuple[dict, _Held]] = collections.deque()
@@ -515,8 +514,6 @@ class LeaseLoop:
             self._acquire_after = 0.0
             rtt = self.clock.monotonic_s() - sent
             self._acquire_rtt_s = rtt if self._acquire_rtt_s is None else self._acquire_rtt_s + worker_limits.ewma_weight * (rtt - self._acquire_rtt_s)
-            # A fresh lease counts as a heartbeat that succeeded when it was asked for.
-            self._last_hb_ok = max(self._last_hb_ok, sent)
             try:
                 late = self._late_among(runs, getattr(res, "transit_ms", None))
             except Exception:  # a bug in judging lateness must not cost the grants: held as before
@@ -617,7 +614,6 @@ class LeaseLoop:
             if not self.channel.registered():
                 await self._say_hello()
             if not self.held:
-                self._last_hb_ok = self.clock.monotonic_s()
                 continue
             await self._heartbeat_once()
 
@@ -651,7 +647,6 @@ class LeaseLoop:
         except RaftschedError as e:
             log.warning("worker: heartbeat failed: %s", e.message)
             return None
-        self._last_hb_ok = max(self._last_hb_ok, sent)  # the loop's and a late grant's may overlap
         gone: set[str] = set()
         for lost, draining in parts:
             if draining:
