@@ -258,3 +258,44 @@ def test_a_client_starts_its_next_call_at_the_node_that_answered_last():
     assert ex.next(100.0) is None and ex.end == Done(1, {"node": "n1"})
     assert c._finish(ex) == {"node": "n1"}
     assert c._exchange(endpoints.cluster(), 101.0).next(101.0) == Try(1, c.timeout_s)
+
+
+@pytest.mark.parametrize("status, code", [(502, None), (500, "internal"), (429, "too_many_requests"),
+                                          (403, "forbidden")])
+def test_an_answer_that_does_not_say_after_a_lost_attempt_is_indeterminate(status, code):
+    """A write lost on one node (it may have applied), then answered by another with something
+    that does not judge the request (a proxy's 502, a 500, a 429 before it was read, a 403 of a
+    token revoked since): the outcome is unknown, never "definitely not"."""
+    ex = _exchange(endpoints.pause("j"))
+    ex.next(100.0)
+    ex.failed(1, LostAfterSendError("reset"))
+    ex.next(100.1)
+    body = {"error": {"code": code, "message": "nope"}} if code else "<html>Bad Gateway</html>"
+    ex.answered(0, status, {}, body)
+    assert ex.next(100.2) is None
+    with pytest.raises(Indeterminate) as ei:
+        ex.result()
+    assert ei.value.definite is False and ei.value.status is None and ei.value.body == body
+    assert "may have applied" in ei.value.message and isinstance(ei.value.__cause__, RaftschedError)
+
+
+def test_an_answer_that_judges_the_request_stays_definite_after_a_lost_attempt():
+    ex = _exchange(endpoints.pause("j"))
+    ex.next(100.0)
+    ex.failed(1, LostAfterSendError("reset"))
+    ex.next(100.1)
+    ex.answered(0, 404, {}, {"error": {"code": "not_found", "message": "no job j"}})
+    with pytest.raises(NotFound):
+        ex.result()
+
+
+def test_a_tls_failure_after_a_lost_attempt_is_indeterminate():
+    ex = _exchange(endpoints.pause("j"))
+    ex.next(100.0)
+    ex.failed(1, LostAfterSendError("reset"))
+    ex.next(100.1)
+    ex.failed(0, TlsFailedError("the node expects TLS"))
+    assert ex.next(100.2) is None
+    with pytest.raises(Indeterminate) as ei:
+        ex.result()
+    assert "expects TLS" in ei.value.message

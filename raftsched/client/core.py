@@ -74,6 +74,11 @@ ROUND_WAIT_S_MAX = 1.0
 ROUND_WAIT_S_DEFAULT = 0.2
 #: The shortest timeout one attempt is given, even when the call's deadline is closer.
 ATTEMPT_TIMEOUT_S_MIN = 0.05
+#: The error statuses that stay definite after an earlier attempt's outcome became unknown: the
+#: node judged the request itself, under the same Idempotency-Key (a remembered answer is
+#: replayed), so the earlier attempt would have got the same answer. Any other (5xx, 401, 403,
+#: 408, 429) ends the call as Indeterminate.
+DEFINITE_AFTER_UNKNOWN = frozenset({400, 404, 405, 409, 413, 422})
 
 
 # Errors -------------------------------------------------------------------------------------
@@ -407,7 +412,28 @@ class Call:
             log.info("client: %s answered 504 (%s); retrying with the same Idempotency-Key",
                      self.urls[node], err.message)
             return None
+        if self.maybe_applied and status not in DEFINITE_AFTER_UNKNOWN:
+            # An earlier attempt may have applied, and this answer does not say it did not: a
+            # 5xx of a proxy, a 429 refused before the request was looked at, a 401/403 of a
+            # token revoked since. Only an answer the node gave the same request under the same
+            # Idempotency-Key for what the request is (a malformed body, a missing job, a
+            # conflict it judged with the key) is definite.
+            return Fail(self.unknown_after(err), node)
         return Fail(err, node)
+
+    def unknown_after(self, err: RaftschedError) -> RaftschedError:
+        """``err``, which ends a call that an earlier attempt may have applied, as the
+        :class:`Indeterminate` it is (``err`` its cause; its status and body kept)."""
+        if isinstance(err, Indeterminate):
+            return err
+        e = with_status(Indeterminate(
+            f"the outcome is unknown: an earlier attempt may have applied, and the last node answered "
+            f"{err.message}. Look before sending it again (raftsched get, raftsched runs)",
+            **({"node": err.extra["node"]} if "node" in err.extra else {})), None)
+        e.__cause__ = err
+        if hasattr(err, "body"):
+            e.body = err.body  # type: ignore[attr-defined]
+        return e
 
     def round_error(self) -> RaftschedError:
         """The error of a ``fail_fast`` call after its one round: what happened, once, and what
@@ -502,7 +528,8 @@ class Exchange:
     def failed(self, node: int, e: TransportError) -> None:
         """The attempt at node ``node`` ended without an answer."""
         if isinstance(e, TlsFailedError):
-            self.end = Fail(with_status(Unavailable(str(e), node=self.call.urls[node]), None))
+            err = with_status(Unavailable(str(e), node=self.call.urls[node]), None)
+            self.end = Fail(self.call.unknown_after(err) if self.call.maybe_applied else err)
         elif isinstance(e, NotSentError):
             self.call.not_sent(node, str(e))
         else:
