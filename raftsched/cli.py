@@ -22,7 +22,7 @@ from .cli_target import Target, resolve
 from .client import Client
 from .client.core import BATCH_TIMEOUT_S, DEADLINE_S_DEFAULT
 from .client.endpoints import PREVIEW_COUNT_DEFAULT
-from .config import ConfigError, read_secret_file
+from .config import ConfigError, check_token, read_secret_file
 from .core import limits
 from .core.errors import RaftschedError, Unavailable
 from .core.model import EXECUTOR_TYPES
@@ -183,7 +183,8 @@ def cmd_node(args) -> int:
             raise ConfigError(f"--raft {args.raft} is not a loopback address; pass --allow-remote-raft to bind it "
                               "(the cluster secret protects it; see docs/operations.md)")
         os.makedirs(args.data_dir, mode=0o700, exist_ok=True)
-        token = read_secret_file(args.token_file, "token file") if args.token_file else ensure_token(args.data_dir)
+        token = (check_token(read_secret_file(args.token_file, "token file"), f"--token-file {args.token_file}")
+                 if args.token_file else ensure_token(args.data_dir))
         # Beside the cluster secret by default, never in the data directory (docs/operations.md).
         keys_dir = args.keys_dir or os.path.join(os.path.dirname(os.path.abspath(args.cluster_secret_file)), "keys")
         data = os.path.realpath(args.data_dir)

@@ -30,7 +30,7 @@ import os
 import tomllib
 import urllib.parse
 
-from .config import ConfigError, read_secret_file
+from .config import ConfigError, check_token, read_secret_file
 
 STATE_DIR = ".raftsched"
 #: The members cluster.sh starts when ``nodes`` does not list them.
@@ -263,4 +263,5 @@ def resolve(*, url: str = "", context: str | None = None, token: str | None = No
             else:
                 tried.append(f"{rec_token} (not sent: {', '.join(target.urls)} is not the cluster it records)")
             raise ConfigError("no token found; looked at " + ", ".join(tried))
+    check_token(target.token, target.token_source or "the token file")
     return target

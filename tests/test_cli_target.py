@@ -348,3 +348,47 @@ def test_apply_shows_a_bar_then_every_applied_answer_and_fails_on_conflicts(tmp_
     assert cli.main(argv) == 1
     out = capsys.readouterr().out
     assert out.count('"created"') == 1 and '"job": "j2"' in out  # what was applied, then the error
+
+
+@pytest.mark.parametrize("content, why", [
+    (b"line1-0123456789ab\nline2-0123456789\n", "a line break at position 19"),
+    (b"tok-0123456789 abcdef", "a space at position 15"),
+    (b"tok-0123456789\x01abcdef", "a control character"),
+    ("tok-0123456789€abcdef".encode(), "a non-ASCII character"),
+    (b"\xff\xfe0123456789abcdefgh", "not UTF-8 text"),
+])
+def test_a_token_a_header_cannot_carry_is_refused_without_showing_it(tmp_path, monkeypatch, capsys, content, why):
+    """A token file holding more than the token (the JSON `tokens create` printed, say) is exit 2
+    naming the file and why, never a traceback with the token in it."""
+    from raftsched import cli
+    tok = tmp_path / "tok"
+    tok.write_bytes(content)
+    tok.chmod(0o600)
+    for k in ENV_KEYS:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("RAFTSCHED_CONFIG", str(tmp_path / "none.toml"))
+    assert cli.main(["get", "j", "--url", "http://127.0.0.1:9", "--token-file", str(tok)]) == 2
+    err = capsys.readouterr().err
+    assert why in err and str(tok) in err and "Traceback" not in err
+    assert "0123456789" not in err.replace(str(tok), "")
+    monkeypatch.setenv("RAFTSCHED_TOKEN", "abc€0123456789abcdef")
+    assert cli.main(["get", "j", "--url", "http://127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err
+    assert "RAFTSCHED_TOKEN" in err and "non-ASCII" in err and "0123456789" not in err
+
+
+def test_a_token_file_that_is_a_directory_is_exit_2(tmp_path, monkeypatch, capsys):
+    from raftsched import cli
+    d = tmp_path / "dir"
+    d.mkdir(mode=0o700)
+    monkeypatch.setenv("RAFTSCHED_CONFIG", str(tmp_path / "none.toml"))
+    assert cli.main(["get", "j", "--url", "http://127.0.0.1:9", "--token-file", str(d)]) == 2
+    assert "Is a directory" in capsys.readouterr().err
+
+
+def test_the_client_refuses_a_token_a_header_cannot_carry_without_quoting_it():
+    from raftsched.client import Client
+    c = Client(["http://127.0.0.1:9"], token="secret-0123456789\nmore")
+    with pytest.raises(ValueError) as ei:
+        c.get_job("j")
+    assert "line break" in str(ei.value) and "secret" not in str(ei.value)

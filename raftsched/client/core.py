@@ -52,6 +52,7 @@ import urllib.parse
 import uuid
 from typing import Any, Callable
 
+from ..config import token_flaw
 from ..core.errors import Conflict, Indeterminate, NotFound, RaftschedError, Unavailable
 
 log = logging.getLogger("raftsched.client")
@@ -229,6 +230,9 @@ def prepare(method: str, body: Any, idempotent_key: str | None, token: str | Non
     if mutating:
         hdrs["Idempotency-Key"] = idempotent_key or uuid.uuid4().hex
     if token:
+        flaw = token_flaw(token)
+        if flaw is not None:  # (http.client's own error would quote the header, token and all)
+            raise ValueError(f"the client's token cannot be sent: {flaw}")
         hdrs["Authorization"] = f"Bearer {token}"
     if headers:
         hdrs.update(headers)
