@@ -435,9 +435,16 @@ def _target(a) -> Target:
 def _read_json(path: str):
     """The JSON value of a file (- for stdin), or None after printing why not."""
     try:
-        text = sys.stdin.read() if path == "-" else open(path).read()
+        if path == "-":
+            text = sys.stdin.read()
+        else:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
     except OSError as e:
         print(f"raftsched: {path}: {e.strerror}", file=sys.stderr)
+        return None
+    except UnicodeDecodeError:
+        print(f"raftsched: {path}: not UTF-8 text (give a JSON file)", file=sys.stderr)
         return None
     try:
         return json.loads(text)

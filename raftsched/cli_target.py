@@ -73,7 +73,11 @@ def split_urls(text: str, what: str) -> list[str]:
     """The URLs of a comma-separated list, each http:// or https://. :raises ConfigError:"""
     urls = [u.strip() for u in text.split(",") if u.strip()]
     for u in urls:
-        parts = urllib.parse.urlsplit(u)
+        try:
+            parts = urllib.parse.urlsplit(u)
+            parts.port  # noqa: B018 - raises ValueError for a port out of range or not a number
+        except ValueError as e:
+            raise ConfigError(f"{what}: {u!r} is not a URL ({e})") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError(f"{what}: {u!r} is not an http:// or https:// URL")
     if not urls:

@@ -392,3 +392,31 @@ def test_the_client_refuses_a_token_a_header_cannot_carry_without_quoting_it():
     with pytest.raises(ValueError) as ei:
         c.get_job("j")
     assert "line break" in str(ei.value) and "secret" not in str(ei.value)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:99999", "http://127.0.0.1:abc", "http://[::1"])
+def test_a_url_with_a_bad_port_or_host_is_exit_2_naming_it(tmp_path, monkeypatch, capsys, url):
+    from raftsched import cli
+    _recorded(tmp_path, base=18700)  # (a recorded cluster is compared with the URL given)
+    monkeypatch.chdir(tmp_path)
+    for k in ENV_KEYS:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("RAFTSCHED_CONFIG", str(tmp_path / "none.toml"))
+    assert cli.main(["get", "j", "--url", url]) == 2
+    err = capsys.readouterr().err
+    assert "--url" in err and url in err and "Traceback" not in err
+
+
+def test_a_spec_file_that_is_not_text_is_exit_1_naming_it(tmp_path, monkeypatch, capsys):
+    from raftsched import cli
+    _recorded(tmp_path, base=18700)
+    monkeypatch.chdir(tmp_path)
+    for k in ENV_KEYS:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("RAFTSCHED_CONFIG", str(tmp_path / "none.toml"))
+    spec = tmp_path / "spec.json"
+    spec.write_bytes(b"\x7fELF\xff\xfe\x00")
+    for argv in (["put", "j", str(spec)], ["apply", str(spec)], ["sinks", "put", "s", str(spec)]):
+        code = cli.main(argv)
+        err = capsys.readouterr().err
+        assert code in (1, 2) and "not UTF-8" in err and str(spec) in err, (argv, err)
