@@ -487,6 +487,28 @@ def test_removing_a_live_voter_while_another_is_down_is_refused_and_removing_the
     run(go)
 
 
+def test_right_after_an_election_a_voter_that_never_answered_does_not_count_for_a_removal(tmp_path):
+    """A new leader's pysyncobj stamps every node as having just answered, a dead one too: a
+    removal of the live follower in the second after an election passed the quorum check, left
+    {leader, dead} as the voters, and nothing committed again (through restarts too)."""
+    async def go():
+        c = Cluster(tmp_path)
+        c.start(c.addrs[0])
+        c.start(c.addrs[1])  # the third never runs
+        try:
+            leader = await c.agreed_leader()
+            await propose_retrying(c.nodes[leader], incr("r"))  # the leader's first entry is committed
+            live = next(a for a in c.addrs[:2] if a != leader)
+            with pytest.raises(Conflict) as e:
+                await c.nodes[leader].change_members("remove", live)
+            assert "1 answer the leader" in e.value.message
+            assert c.nodes[leader].status()["members"] == sorted(c.addrs)  # nothing changed
+            assert (await propose_retrying(c.nodes[leader], incr("r")))["value"] == 2
+        finally:
+            c.close()
+    run(go)
+
+
 def test_every_node_restarted_with_stale_peers_keeps_the_logs_members(tmp_path):
     """Grow to four (X added, promoted), dumps taken, one of the first three removed, then every
     node stopped and started again with the command lines of the first three: each uses its

@@ -433,6 +433,9 @@ class MembershipMixin:
         self._member_forwarded: dict[int, tuple] = {}
         self._member_next_id = 0
         self._member_transfer_at = -1e9
+        #: The answer times pysyncobj stamped on every node when this node last became leader
+        #: (not answers: a node counts as answering only once its time moved past its stamp).
+        self._members_led_stamps: dict = {}
 
     # -- the log's configurations ---------------------------------------------------------
 
@@ -693,7 +696,12 @@ class MembershipMixin:
         now = monotonic()
         within = self._SyncObj__conf.leaderFallbackTimeout
         answered = self._SyncObj__lastResponseTime
-        ids = {n.id for n in self._SyncObj__otherNodes if now - answered.get(n, -1e9) < within}
+        stamped = self._members_led_stamps
+        # A new leader stamps every node as just answered, a dead one too: for a leaderFallbackTimeout
+        # after an election, that stamp would let a removal leave a quorum of one live node and one
+        # dead (then nothing commits, and the configuration in the log keeps it so through restarts).
+        ids = {n.id for n in self._SyncObj__otherNodes
+               if now - answered.get(n, -1e9) < within and answered.get(n, -1e9) != stamped.get(n)}
         return frozenset(ids | {self._SyncObj__selfNode.id})
 
     def _member_noop_committed(self) -> bool:

@@ -251,7 +251,9 @@ class _SyncObj(MembershipMixin, SyncObj):
         self._progress = {}
         self._clock.on_become_leader()
         self._members_on_become_leader()  # learners and the server being removed get entries too
-        return SyncObj._SyncObj__onBecomeLeader(self)
+        SyncObj._SyncObj__onBecomeLeader(self)
+        # pysyncobj stamps every node as answering now, dead ones too: what it stamped is no answer.
+        self._members_led_stamps = dict(self._SyncObj__lastResponseTime)
 
     def _SyncObj__connectedToAnyone(self):
         # pysyncobj asks this only before it stands for election: a learner, or a node not in
