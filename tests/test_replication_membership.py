@@ -590,3 +590,62 @@ def test_a_node_removed_and_added_again_at_its_address_on_a_fresh_directory_catc
         finally:
             c.close()
     run(go)
+
+
+def _lone_leader(tmp_path):
+    sync = _sync(f"127.0.0.1:{free_port()}", [], str(tmp_path))
+    for _ in range(300):
+        sync.doTick(0.01)
+        if sync._isLeader() and sync._member_noop_committed():
+            return sync
+    sync.destroy()
+    raise AssertionError("a lone node did not become leader")
+
+
+@pytest.mark.parametrize("command", [
+    b"\x02" + pickle.dumps(("add", "127.0.0.1:1")),  # pysyncobj's own membership change
+    b"\x03" + pickle.dumps(99),                       # a code version no node has
+    b"\x10" + b"{}",                                  # a configuration entry
+    "not bytes", None,
+])
+def test_a_forwarded_command_that_is_no_replicated_call_is_refused_and_never_appended(tmp_path, command):
+    sync = _lone_leader(tmp_path)
+    try:
+        before = sync._SyncObj__getCurrentLogIndex()
+        sync._SyncObj__onMessageReceived(object(), {"type": "apply_command", "command": command})
+        for _ in range(10):
+            sync.doTick(0.01)
+        assert sync._SyncObj__getCurrentLogIndex() == before
+        assert not sync._SyncObj__otherNodes and tuple(sync._members().latest.voters) == (sync.selfNode.id,)
+    finally:
+        sync.destroy()
+
+
+@pytest.mark.parametrize("entry", [
+    b"\x00not a pickle",
+    b"\x00" + pickle.dumps((12345, (b"x",))),        # no such replicated method
+    b"\x00" + pickle.dumps((0, (b"x", b"y"))),       # another number of arguments
+    b"\x00" + pickle.dumps((0, (b"x",), {"z": 1})),  # keyword arguments
+    b"\x02" + pickle.dumps(("add", "127.0.0.1:1")),
+    b"\x03" + pickle.dumps(99),
+])
+def test_a_committed_entry_apply_cannot_read_is_applied_as_nothing_and_apply_goes_on(tmp_path, entry):
+    """What pysyncobj raised on (an unreadable replicated call) stopped its apply loop for good,
+    on every replica alike; its membership entry changed the members outside the rules."""
+    sync = _lone_leader(tmp_path)
+    try:
+        sync._applyCommand(entry, None)  # as the leader's own queue would append it
+        for _ in range(20):
+            sync.doTick(0.01)
+        assert sync._SyncObj__raftLastApplied == sync._SyncObj__raftCommitIndex
+        assert not sync._SyncObj__otherNodes
+        got = []
+        consumer = next(m.__self__ for m in sync._idToMethod.values() if isinstance(m.__self__, _StateConsumer))
+        consumer._apply(incr("r"), callback=lambda res, err: got.append((res, err)))
+        for _ in range(50):
+            sync.doTick(0.01)
+            if got:
+                break
+        assert got and got[0][0]["ok"] and sync._SyncObj__raftLastApplied == sync._SyncObj__raftCommitIndex
+    finally:
+        sync.destroy()

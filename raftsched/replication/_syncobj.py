@@ -11,6 +11,7 @@ import random
 import threading
 from typing import TYPE_CHECKING
 
+import pysyncobj.pickle as _pickle  # what pysyncobj pickles a replicated call with
 from pysyncobj import SyncObj
 from pysyncobj.monotonic import monotonic  # the clock pysyncobj's own timers use
 
@@ -127,6 +128,31 @@ class _SyncObj(MembershipMixin, SyncObj):
         if spent > _APPLY_STALL_S and not self._isLeader():
             self._SyncObj__raftElectionDeadline += spent
         return res
+
+    def _SyncObj__doApplyCommand(self, command):
+        # pysyncobj's, for the entries this cluster writes (a replicated call; its no-op and this
+        # package's configuration entries, applied as nothing), with what pysyncobj would raise
+        # on made a no-op instead: an entry it cannot read (a malformed pickle, an unknown
+        # method, other arguments) raised out of its apply loop, which then stopped for good on
+        # every replica, each new leader included. A pysyncobj membership or code-version
+        # entry (never written here: one would change the members outside the rules, or stop
+        # apply) is ignored alike. Every replica reads the same bytes, so each decides the same.
+        if type(command) is bytes and command[:1] == _REGULAR:
+            try:
+                call = _pickle.loads(command[1:])
+                if type(call) is tuple and len(call) == 2 and type(call[1]) is tuple and len(call[1]) == 1:
+                    method = self._idToMethod[call[0]]
+                else:
+                    raise ValueError("not a call of one argument")
+            except Exception as e:  # noqa: BLE001 - what raises here would stop apply for good
+                logger.error("replication.entry_unreadable (applied as nothing on every replica): %s",
+                             f"{type(e).__name__}: {e}"[:200])
+                return None
+            return method(call[1][0], _doApply=True)
+        if type(command) is not bytes or command[:1] not in _APPLIED_AS_NOTHING:
+            logger.error("replication.entry_ignored type=%r (not written by this cluster; applied as nothing)",
+                         command[:1] if isinstance(command, (bytes, bytearray)) else type(command).__name__)
+        return None
 
     def _SyncObj__onMessageReceived(self, node, message):
         kind = message.get("type") if type(message) is dict else None
@@ -585,6 +611,13 @@ def _empty_append(sync: SyncObj, message: dict):
     return dict(message, commit_index=min(message["commit_index"], message["prevLogIdx"]))
 
 
+#: The first byte of a replicated call's entry (pysyncobj's _COMMAND_TYPE.REGULAR).
+_REGULAR = b"\x00"
+#: Entries apply reads as nothing: pysyncobj's no-op (a new leader's first) and this package's
+#: configuration entries (read by the membership log, not by apply).
+_APPLIED_AS_NOTHING = (b"\x01", bytes([CONFIG_ENTRY]))
+
+
 def _membership_forbidden(sync: SyncObj, node, kind, message: dict) -> bool:
     """Messages that would bypass the membership rules, dropped: a vote request from a node that
     is no voter in this node's latest configuration (a learner, a removed server: it would move
@@ -597,7 +630,10 @@ def _membership_forbidden(sync: SyncObj, node, kind, message: dict) -> bool:
         return node not in sync._SyncObj__otherNodes
     if kind == "apply_command":
         command = message.get("command")
-        if isinstance(command, (bytes, bytearray)) and command[:1] == bytes([CONFIG_ENTRY]):
+        # A follower forwards only replicated calls: anything else (a configuration entry, which
+        # only the leader's own rules append; pysyncobj's membership or version entries; no bytes
+        # at all) is refused, not appended for every replica to trip on.
+        if type(command) is not bytes or command[:1] != _REGULAR:
             if "request_id" in message:
                 sync._SyncObj__transport.send(node, {"type": "apply_command_response",
                                                      "request_id": message["request_id"],
@@ -630,7 +666,7 @@ def _keep_journal_after_dump(sync: SyncObj, data) -> None:
 # The overrides above replace pysyncobj internals by their mangled names. If a pysyncobj release
 # renamed one, the override would silently stop applying: ``install`` refuses to run instead.
 # (The private attributes they read are exercised by tests/test_replication_syncobj.py.)
-_OVERRIDDEN = ("_SyncObj__applyLogEntries", "_SyncObj__onMessageReceived",
+_OVERRIDDEN = ("_SyncObj__applyLogEntries", "_SyncObj__onMessageReceived", "_SyncObj__doApplyCommand",
                "_SyncObj__deleteEntriesFrom", "_SyncObj__deleteEntriesTo",
                "_SyncObj__loadDumpFile", "_SyncObj__generateRaftTimeout",
                "_SyncObj__sendNextNodeIdx", "_SyncObj__onBecomeLeader",
