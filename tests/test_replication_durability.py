@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from raftsched.replication import _durable
+from raftsched.replication import _durable, _storage
 from raftsched.replication._storage import COMPACT_SUFFIX, StoragePath, _DurableJournal, durable_replace
 from raftsched.replication.node import RaftNode
 from raftsched.replication.powerloss import ShadowDisk, power_cut
@@ -437,14 +437,71 @@ def test_an_answer_leaves_only_after_its_sync_and_a_failed_sync_stops_the_node(m
 
     def _exit(code):
         raise Stopped(code)
-    monkeypatch.setattr(_durable.os, "_exit", _exit)
-    monkeypatch.setattr(_durable.logging, "shutdown", lambda: None)
+    monkeypatch.setattr(_storage.os, "_exit", _exit)
+    monkeypatch.setattr(_storage.logging, "shutdown", lambda: None)
     j = _GateJournal(fail=True)
     gate = _durable._SyncGate(j, lambda node, m: j.log.append(m["type"]))
     gate.send("n2", answer)
     with pytest.raises(Stopped) as stopped:
         gate.flush()
     assert stopped.value.args == (_durable.EXIT_SYNC_FAILED,) and j.log == []  # nothing answered
+
+
+class _FailingOnceDisk(ShadowDisk):
+    """A disk whose next sync or write fails once with EIO, as Linux reports a writeback error
+    once: a retried fdatasync then succeeds though the pages it could not write were dropped."""
+
+    fail: str | None = None
+
+    def sync(self, fd):
+        if self.fail == "sync":
+            self.fail = None
+            raise OSError(5, "Input/output error")
+        return super().sync(fd)
+
+    def pwrite(self, fd, data, offset):
+        if self.fail == "write":
+            self.fail = None
+            raise OSError(28, "No space left on device")
+        return super().pwrite(fd, data, offset)
+
+    def write_file(self, path, data):
+        if self.fail == "meta":
+            self.fail = None
+            raise OSError(5, "Input/output error")
+        return super().write_file(path, data)
+
+
+@pytest.mark.parametrize("fail, step", [
+    ("sync", "term"),     # a higher term arrives while the journal holds unsynced entries
+    ("meta", "term"),     # the term and vote cannot be written
+    ("write", "add"),     # an entry cannot be appended (held in memory only)
+])
+def test_every_failed_write_or_sync_of_the_journal_stops_the_node(tmp_path, monkeypatch, fail, step):
+    """Not only the gate's sync: a failed sync inside setCurrentTerm raised out of the message
+    handler, the gate's sync after it then succeeded, and the held answers went out."""
+    class Stopped(BaseException):
+        pass
+
+    def _exit(code):
+        raise Stopped(code)
+    monkeypatch.setattr(_storage.os, "_exit", _exit)
+    monkeypatch.setattr(_storage.logging, "shutdown", lambda: None)
+    disk = _FailingOnceDisk(str(tmp_path))
+    j = _DurableJournal(str(tmp_path / "raft.journal"), disk)
+    sent = []
+    gate = _durable._SyncGate(j, lambda node, m: sent.append(m) or True)
+    j.add(b"\x00entry-1", 1, 1)
+    gate.send("leader", {"type": "next_node_idx", "next_node_idx": 2, "success": True})
+    disk.fail = fail
+    with pytest.raises(Stopped) as stopped:
+        if step == "term":
+            j.setCurrentTerm(2, None)
+        else:
+            j.add(b"\x00entry-2", 2, 1)
+            gate.flush()
+    assert stopped.value.args == (_storage.EXIT_SYNC_FAILED,)
+    assert sent == []  # the answer never left
 
 
 def test_a_forked_child_does_not_keep_a_shadow_lock_another_thread_holds(tmp_path) -> None:

@@ -28,17 +28,16 @@ the messages of one poll, never one sync per entry. With ``fsync`` off there is 
 from __future__ import annotations
 
 import logging
-import os
 import time
+
+from ._storage import EXIT_SYNC_FAILED, stop_on_failed_write
+
+__all__ = ["EXIT_SYNC_FAILED", "SPEAKS_FOR_THE_LOG", "durable_transport"]
 
 logger = logging.getLogger("raftsched.replication")  # one logger for the package (docs/operations.md)
 
 #: The messages that speak for this node's log or vote: sent only with the journal synced.
 SPEAKS_FOR_THE_LOG = frozenset({"next_node_idx", "request_vote", "response_vote"})
-#: The exit status of a node whose journal could not be synced (as PostgreSQL, it stops rather
-#: than carry on past a failed fsync: Linux may have dropped the pages it could not write, and a
-#: later fsync would report success for what is no longer there).
-EXIT_SYNC_FAILED = 75
 
 
 class _SyncGate:
@@ -70,12 +69,9 @@ class _SyncGate:
         if journal.dirty:
             t0 = time.perf_counter()
             try:
-                journal.sync()
+                journal.sync()  # (the journal stops the node itself on a failed sync)
             except OSError:
-                logger.critical("replication.journal_sync_failed: stopping the node (a failed "
-                                "fsync may have lost what it was to make durable)", exc_info=True)
-                logging.shutdown()
-                os._exit(EXIT_SYNC_FAILED)
+                stop_on_failed_write("fdatasync of the journal")
             self.syncs += 1
             self.sync_s += time.perf_counter() - t0
         if self._queue:

@@ -32,6 +32,20 @@ from ._disk import Disk
 
 logger = logging.getLogger("raftsched.replication")  # one logger for the package (docs/operations.md)
 
+#: The exit status of a node whose journal could not be written or synced (as PostgreSQL, it
+#: stops rather than carry on past a failed fsync: Linux may have dropped the pages it could not
+#: write, and a later fsync would report success for what is no longer there).
+EXIT_SYNC_FAILED = 75
+
+
+def stop_on_failed_write(what: str) -> None:
+    """Stop the process at once: the journal (or its meta) failed to reach the disk, so this
+    node can no longer say what it holds. Called from inside an ``except OSError``."""
+    logger.critical("replication.journal_sync_failed: stopping the node (%s failed; what it was to "
+                    "make durable may be lost)", what, exc_info=True)
+    logging.shutdown()
+    os._exit(EXIT_SYNC_FAILED)
+
 
 class _FastGzip:
     """Stands in for ``gzip`` in ``pysyncobj.serializer``, which writes full dumps with
@@ -229,13 +243,19 @@ class _DurableJournal(Journal):
     # -- the log ------------------------------------------------------------------------------
 
     def _write_end(self) -> None:
-        self._disk.pwrite(self._fd, _HEADER.pack(self._end), LAST_RECORD_OFFSET_OFFSET)
         self.dirty = True
+        try:
+            self._disk.pwrite(self._fd, _HEADER.pack(self._end), LAST_RECORD_OFFSET_OFFSET)
+        except OSError:
+            stop_on_failed_write("writing the journal's header")
 
     def add(self, command, idx, term):
         self._entries.append((command, idx, term))
         rec = _record(command, idx, term)
-        self._disk.pwrite(self._fd, rec, self._end)
+        try:
+            self._disk.pwrite(self._fd, rec, self._end)
+        except OSError:  # (held in memory, not on disk: the two would disagree from here on)
+            stop_on_failed_write("appending to the journal")
         self._end += len(rec)
         self._write_end()
 
@@ -291,7 +311,12 @@ class _DurableJournal(Journal):
         ``fdatasync`` for all of them); returns whether it synced."""
         if not self.dirty:
             return False
-        self._disk.sync(self._fd)
+        try:
+            self._disk.sync(self._fd)
+        except OSError:
+            # Whoever called (the gate before an answer, setCurrentTerm before a vote, the commit
+            # index's writer): a retry could report success for pages the kernel dropped.
+            stop_on_failed_write("fdatasync of the journal")
         self.dirty = False
         self.synced_index = self._entries[-1][1] if self._entries else None
         self.syncs += 1
@@ -317,7 +342,10 @@ class _DurableJournal(Journal):
 
     def _store_meta(self) -> None:
         self.sync()  # the commit index stored never covers entries a power loss could take
-        self._disk.write_file(self._meta_path, _pickle_dumps(self._meta))
+        try:
+            self._disk.write_file(self._meta_path, _pickle_dumps(self._meta))
+        except OSError:  # (the term and vote in memory would run ahead of what survives a restart)
+            stop_on_failed_write("writing the term and vote")
 
     def setRaftCommitIndex(self, raftCommitIndex):
         if raftCommitIndex != self._meta.get("raftCommitIndex"):
