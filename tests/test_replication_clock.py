@@ -388,3 +388,20 @@ def test_a_node_without_the_clock_guard_ignores_the_field():
         assert ans == {"type": "next_node_idx", "next_node_idx": 3, "reset": False, "success": True}
     finally:
         stock.destroy()
+
+
+def test_a_learners_clock_does_not_count_in_the_leaders_judgement(lone):
+    """Voters: the leader and b (c unheard). A learner (replicated to, not a voter) whose clock
+    agrees with a leader 5 s ahead made a majority of two: the leader judged itself right, b the
+    liar, and fired 5 s early. The voters' clocks alone cannot tell: unknown."""
+    sync, b, _, wall, sent = lone
+    _lead(sync)
+    echo = next(m[FIELD][0] for n, m in sent if n == b and FIELD in m)
+    wall.ms += 5000  # the leader's clock is 5 s ahead of b's
+    sync._SyncObj__onMessageReceived(b, {"type": "next_node_idx", "next_node_idx": 3, "reset": False,
+                                         "success": True, "term": 1, "prev": 1, FIELD: [echo, WALL]})
+    learner = "127.0.0.1:1"  # answers as a learner does (_on_answer: every replication target)
+    sync._clock.on_answer(learner, [echo, WALL + 5000], monotonic())
+    sync._clock.tick()
+    j = sync._clock.reading()
+    assert j.state == clocksync.UNKNOWN and j.cluster_ms is None and learner not in j.peers

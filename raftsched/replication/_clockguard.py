@@ -212,9 +212,13 @@ class ClockGuard:
     def _judge(self, mono_ms: float, wall: float, own_err_ms: float) -> Judgement:
         if self._is_leader():
             sync = self._sync
-            members = len(sync._SyncObj__otherNodes) + 1
-            bests = self._bests
-            unversed = len([p for p in self._unversed if p not in bests])
+            voters = {n.id for n in sync._SyncObj__otherNodes}
+            members = len(voters) + 1
+            # The voters' clocks only: a learner (a machine still being set up) or a server just
+            # removed is replicated to and answers, but counts no more for the clock than for a
+            # commit (a leader and a learner both ahead would otherwise make the median theirs).
+            bests = {p: s for p, s in self._bests.items() if p in voters}
+            unversed = len([p for p in self._unversed if p not in bests and p in voters])
             return clocksync.judge(wall, mono_ms, bests, members, self.bound_ms, unversed=unversed,
                                    own_err_ms=own_err_ms)
         return clocksync.judge_by_anchor(wall, mono_ms, self._anchor, self.bound_ms, own_err_ms=own_err_ms)
