@@ -7,12 +7,15 @@ import gzip
 import io
 import os
 import pickle
+import struct
+
+import pytest
 
 from pysyncobj import serializer
 from pysyncobj.journal import FIRST_RECORD_OFFSET, FileJournal, ResizableFile
 
 from raftsched.replication import install
-from raftsched.replication._storage import _DurableJournal, _FastGzip, create_journal
+from raftsched.replication._storage import JOURNAL_FORMAT_CRC, JournalCorrupt, _DurableJournal, _FastGzip, create_journal
 
 
 def test_dumps_are_gzip_level_1_and_level_9_dumps_still_read(tmp_path):
@@ -49,7 +52,7 @@ def test_the_journal_is_not_mapped_and_a_compaction_keeps_only_its_live_records(
         j.add(*e)
     with open("/proc/self/maps") as f:
         assert path not in f.read()
-    record = 8 + 16 + 1000  # two lengths, index and term, the command
+    record = 8 + 16 + 1000 + 4  # two lengths, index and term, the command, its checksum
     assert os.path.getsize(path) == FIRST_RECORD_OFFSET + 60 * record
     j._destroy()
 
@@ -65,9 +68,9 @@ def test_the_journal_is_not_mapped_and_a_compaction_keeps_only_its_live_records(
     j._destroy()
 
 
-def test_the_file_format_is_pysyncobjs_both_ways(tmp_path):
-    """A journal pysyncobj's FileJournal wrote reads back here, and the other way round (the
-    benchmark's probes and an upgrade read the same file)."""
+def test_a_journal_pysyncobj_wrote_is_read_and_rewritten_with_checksums(tmp_path):
+    """A journal in pysyncobj's own format (FileJournal's; raftsched's before 2026-12-04) reads
+    back here and is rewritten at open in this format, whose records carry a checksum."""
     path = str(tmp_path / "raft.journal")
     install()
     assert serializer.gzip is _FastGzip
@@ -83,9 +86,63 @@ def test_the_file_format_is_pysyncobjs_both_ways(tmp_path):
     assert (ours.getCurrentTerm(), ours.getVotedForNodeId()) == (3, "127.0.0.1:9")
     ours.deleteEntriesFrom(8)
     ours.add(b"new", 9, 2)
-    ours.setCurrentTerm(4, None)
     ours._destroy()
-    theirs = FileJournal(path)
-    assert [tuple(theirs[i]) for i in range(len(theirs))] == entries[:8] + [(b"new", 9, 2)]
-    assert theirs.getCurrentTerm() == 4
-    theirs._destroy()
+    with open(path, "rb") as f:
+        assert struct.unpack_from("<I", f.read(40), 32)[0] == JOURNAL_FORMAT_CRC
+    again = create_journal(path)
+    assert [tuple(again[i]) for i in range(len(again))] == entries[:8] + [(b"new", 9, 2)]
+    again._destroy()
+    # pysyncobj's empty journal too: what is appended after is in this format.
+    path2 = str(tmp_path / "empty.journal")
+    FileJournal(path2)._destroy()
+    j = create_journal(path2)
+    j.add(b"x", 1, 1)
+    j._destroy()
+    assert [tuple(create_journal(path2)[0])] == [(b"x", 1, 1)]
+
+
+def _bytes_of(path):
+    with open(path, "rb") as f:
+        return bytearray(f.read())
+
+
+def test_an_entry_written_in_part_past_the_commit_index_is_cut_with_what_follows(tmp_path, caplog):
+    """A power cut can leave an unsynced entry's first and last pages on disk and not a page
+    between: its sizes agree, and only its checksum tells. It and every later entry (all past
+    the last sync) are dropped; the leader sends them again."""
+    install()
+    path = str(tmp_path / "raft.journal")
+    j = create_journal(path)
+    entries = [(b"\x00" + os.urandom(10_000), i, 1) for i in range(1, 5)]
+    for e in entries:
+        j.add(*e)
+    j.setRaftCommitIndex(2)
+    j.onOneSecondTimer()  # the commit index written: 2 (entries 1 and 2 synced)
+    j._destroy()
+    raw = _bytes_of(path)
+    third = 40 + 2 * (28 + 10_001)
+    raw[third + 4000:third + 8000] = bytes(4000)  # a page inside entry 3 never written
+    with open(path, "wb") as f:
+        f.write(raw)
+    j = create_journal(path)
+    assert [tuple(j[i]) for i in range(len(j))] == entries[:2]
+    assert "checksum differs" in caplog.text
+    j._destroy()
+
+
+def test_damage_at_or_below_the_commit_index_written_refuses_to_start(tmp_path):
+    install()
+    path = str(tmp_path / "raft.journal")
+    j = create_journal(path)
+    for i in range(1, 5):
+        j.add(b"\x00" + bytes([i]) * 100, i, 1)
+    j.setRaftCommitIndex(3)
+    j.onOneSecondTimer()
+    j._destroy()
+    raw = _bytes_of(path)
+    raw[40 + (28 + 101) + 50] ^= 0xFF  # one bit of entry 2, synced and committed
+    with open(path, "wb") as f:
+        f.write(raw)
+    with pytest.raises(JournalCorrupt) as e:
+        create_journal(path)
+    assert "entry 2" in str(e.value) and "Replacing a dead machine" in str(e.value)

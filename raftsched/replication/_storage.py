@@ -1,5 +1,5 @@
 """What a node keeps on disk, in place of three of pysyncobj's own parts: the journal
-(``_DurableJournal``, for ``FileJournal``: the same file format, written with ``pwrite``, synced
+(``_DurableJournal``, for ``FileJournal``: its file format with a checksum a record, written with ``pwrite``, synced
 in groups, compacted into a new file), the dump's rename (``durable_replace``, for
 ``atomicReplace``: the dump synced, renamed, the directory synced) and full dumps at gzip level
 1 (``_FastGzip``, for ``gzip``). ``install`` puts them in place; every file operation goes
@@ -103,18 +103,32 @@ COMMIT_SUFFIX = ".commit"
 _COMMIT = struct.Struct("<QI")  # the commit index, the CRC-32 of its 8 bytes
 _HEADER = struct.Struct("<I")
 _RECORD_HEAD = struct.Struct("<IQQ")  # size, index, term; the command follows, then the size again
+_IDX_TERM = struct.Struct("<QQ")
+#: The journal's format: pysyncobj's header and records, each record with a CRC-32 of its index,
+#: term and command between the command and the trailing size (the size counts it). pysyncobj's
+#: own format (JOURNAL_FORMAT_VERSION, 1: no checksum) is read, and rewritten in this one at open.
+JOURNAL_FORMAT_CRC = 0x52530002
+#: Where the header keeps the format (after the application's name and version).
+_FORMAT_OFFSET = NAME_SIZE + VERSION_SIZE
+
+
+class JournalCorrupt(RuntimeError):
+    """The journal does not hold together before its commit index: entries this node synced (and
+    may have acknowledged) are damaged. The node does not start on it (``raftsched node`` says
+    why and exits 1, as for a locked data directory)."""
 
 
 def _header(end: int) -> bytes:
     return (APP_NAME + b"\0" * (NAME_SIZE - len(APP_NAME))
             + APP_VERSION + b"\0" * (VERSION_SIZE - len(APP_VERSION))
-            + struct.pack("<II", JOURNAL_FORMAT_VERSION, end))
+            + struct.pack("<II", JOURNAL_FORMAT_CRC, end))
 
 
 def _record(command, idx: int, term: int) -> bytes:
     data = to_bytes(command)
-    size = 16 + len(data)
-    return b"".join((_RECORD_HEAD.pack(size, idx, term), data, _HEADER.pack(size)))
+    size = 20 + len(data)
+    crc = zlib.crc32(data, zlib.crc32(_IDX_TERM.pack(idx, term)))
+    return b"".join((_RECORD_HEAD.pack(size, idx, term), data, _HEADER.pack(crc), _HEADER.pack(size)))
 
 
 class _DurableJournal(Journal):
@@ -146,8 +160,12 @@ class _DurableJournal(Journal):
     - Opening syncs the file (a previous process may have left writes in the page cache only:
       they are answered for as soon as the node runs), drops a compaction that did not finish,
       and reads records up to the header's end offset, stopping at the first record that does
-      not hold together (a size beyond the file, a trailer that differs, an index out of
-      sequence), which it logs.
+      not hold together (a size beyond the file, a trailer that differs, a checksum that differs,
+      an index out of sequence), which it logs: the tail a power cut tore. A record that does
+      not hold together at or below the commit index written (entries this node synced) is
+      damage, not a tear: the node refuses to start (``JournalCorrupt``). A journal in
+      pysyncobj's own format (no checksums: nodes before 2026-12-04) is read and rewritten in
+      this one, as a compaction rewrites it.
     """
 
     def __init__(self, path: str, disk: Disk) -> None:
@@ -158,15 +176,29 @@ class _DurableJournal(Journal):
         self._fd = disk.open(path)
         self._entries: list[tuple] = []
         self._end = FIRST_RECORD_OFFSET
-        self._load()
+        legacy, cut = self._load()
         self._meta_path = path + ".meta"
         self._meta = self._read_meta()
         self._commit_fd = disk.open(path + COMMIT_SUFFIX)
         commit = self._read_commit()
+        if cut:
+            # A tear lies past the last sync, and the commit index written never covers an
+            # unsynced entry: one below it is damage to what this node synced (and acknowledged).
+            kept = self._entries[-1][1] if self._entries else self._first_index_cut
+            committed = max(self._meta.get("raftCommitIndex", 0), commit or 0)
+            if kept < committed:
+                disk.close(self._fd)
+                disk.close(self._commit_fd)
+                raise JournalCorrupt(
+                    f"{path}: damaged at entry {kept + 1}, at or below the commit index written "
+                    f"({committed}): entries this node synced are lost. Do not start it on this journal: "
+                    "replace the node (docs/operations.md, Replacing a dead machine)")
         # An index beyond the log is not this log's (a journal removed by hand): ignored.
         if commit is not None and commit > self._meta.get("raftCommitIndex", 1) \
                 and self._entries and commit <= self._entries[-1][1]:
             self._meta["raftCommitIndex"] = commit
+        if legacy:
+            self.deleteEntriesTo(0)  # rewritten in this format, as a compaction writes (synced, renamed)
         #: the commit index moved since it was last written (to the meta or the commit file)
         self._commit_saved = True
         #: written since the last sync
@@ -180,14 +212,25 @@ class _DurableJournal(Journal):
 
     # -- reading at start ---------------------------------------------------------------------
 
-    def _load(self) -> None:
+    def _load(self) -> tuple[bool, bool]:
+        """Read the records; returns (the file is in pysyncobj's format, a tail was cut)."""
         disk, fd = self._disk, self._fd
+        #: the index the first record cut would have had (the journal's first, when none is kept)
+        self._first_index_cut = 0
         size = disk.size(fd)
         if size < FIRST_RECORD_OFFSET:
             disk.truncate(fd, 0)
             disk.pwrite(fd, _header(FIRST_RECORD_OFFSET), 0)
-            return
-        end = _HEADER.unpack(disk.pread(fd, 4, LAST_RECORD_OFFSET_OFFSET))[0]
+            return False, False
+        fmt, end = struct.unpack("<II", disk.pread(fd, 8, _FORMAT_OFFSET))
+        if fmt == 0 and end == 0:  # a header that never reached the disk: an empty journal
+            disk.pwrite(fd, _header(FIRST_RECORD_OFFSET), 0)
+            return False, False
+        if fmt not in (JOURNAL_FORMAT_CRC, JOURNAL_FORMAT_VERSION):
+            disk.close(fd)
+            raise JournalCorrupt(f"{self._path}: journal format {fmt} is not one this version reads")
+        legacy = fmt == JOURNAL_FORMAT_VERSION
+        extra = 16 if legacy else 20  # what a record's size counts beyond its command
         off, entries, why = FIRST_RECORD_OFFSET, self._entries, None
         while off < end:
             head = disk.pread(fd, _RECORD_HEAD.size, off)
@@ -195,7 +238,7 @@ class _DurableJournal(Journal):
                 why = "a record header past the end of the file"
                 break
             rsize, idx, term = _RECORD_HEAD.unpack(head)
-            if rsize < 16 or off + 8 + rsize > min(end, size):
+            if rsize < extra or off + 8 + rsize > min(end, size):
                 why = f"a record of {rsize} bytes past the journal's end"
                 break
             if _HEADER.unpack(disk.pread(fd, 4, off + 4 + rsize))[0] != rsize:
@@ -204,13 +247,20 @@ class _DurableJournal(Journal):
             if entries and (idx != entries[-1][1] + 1 or term < entries[-1][2]):
                 why = f"entry {idx} (term {term}) after entry {entries[-1][1]} (term {entries[-1][2]})"
                 break
-            entries.append((disk.pread(fd, rsize - 16, off + 20), idx, term))
+            data = disk.pread(fd, rsize - extra, off + 20)
+            if not legacy and zlib.crc32(data, zlib.crc32(_IDX_TERM.pack(idx, term))) \
+                    != _HEADER.unpack(disk.pread(fd, 4, off + rsize))[0]:
+                why = f"entry {idx} (term {term}) whose checksum differs (written in part)"
+                break
+            entries.append((data, idx, term))
             off += 8 + rsize
         self._end = off
         if why is not None:
+            self._first_index_cut = entries[-1][1] if entries else 0
             logger.error("replication.journal_tail_dropped path=%s at=%d header_end=%d: %s; "
                          "%d entries kept", self._path, off, end, why, len(entries))
             self._write_end()
+        return legacy, why is not None
 
     def _read_commit(self) -> int | None:
         data = self._disk.pread(self._commit_fd, _COMMIT.size, 0)

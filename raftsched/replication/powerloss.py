@@ -25,7 +25,8 @@ is ever synced, and a cut leaves nothing of what the node wrote.
 What the model does not do: a sync interrupted by the kill (between the real ``fdatasync`` and
 the end of the blob's update) leaves the blob holding a prefix of the writes made since the last
 sync, in the order they were made; a disk that reorders the writes of one window is not
-modelled (the journal's format, pysyncobj's, has no checksum to find such a tear). Files the
+modelled here (the journal's records carry a checksum that finds such a tear at start:
+tests/test_replication_storage.py tears one by hand). Files the
 node writes without a ``Disk`` (its lock file, its API token, logs) are not touched by a cut.
 
 Test-only: ``raftsched node --simulate-power-loss`` is refused unless ``RAFTSCHED_TEST_POWER_LOSS=1``

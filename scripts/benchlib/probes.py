@@ -81,8 +81,8 @@ def cluster_cpu_s(c) -> float | None:
 def journal_info(path: Path) -> dict:
     """A pysyncobj journal file (raft.journal): its size on disk, and the records it holds (what
     a node replays at start, on top of its last full dump): their bytes, count and first/last
-    index. The live part ends at the last-record offset in its header (pysyncobj/journal.py,
-    format 1); a node cuts the file back to it at each compaction, and code before that let the
+    index. The live part ends at the last-record offset in its header (pysyncobj/journal.py's
+    format 1, or raftsched's with a checksum a record: raftsched/replication/_storage.py); a node cuts the file back to it at each compaction, and code before that let the
     file only grow (its size then a high-water mark)."""
     import mmap
     out: dict = {"file_bytes": None}
@@ -107,7 +107,7 @@ def _journal_records(raw, out: dict) -> None:
         (version,) = struct.unpack_from("<I", raw, 32)
         (last,) = struct.unpack_from("<I", raw, 36)
         first = 40
-        if version != 1 or not first <= last <= len(raw):
+        if version not in (1, 0x52530002) or not first <= last <= len(raw):
             return
         off, count, idx0, idx1 = first, 0, None, None
         while off < last:
