@@ -124,6 +124,30 @@ def test_the_trigger_takes_a_payload_and_a_slot_deduplicated():
     run(t)
 
 
+def test_a_heartbeat_job_takes_no_backfill_nor_a_trigger_with_a_slot_or_payload():
+    """No worker runs a heartbeat job's slots (pings close them): a backfill or a trigger for a
+    slot would queue a run every worker fails, so each is refused naming the field."""
+    async def t(env, c):
+        r = await put(c, "beat", dict(NIGHTLY, executor={"type": "heartbeat"}))
+        assert r.status == 201, await r.text()
+        for _ in range(3):
+            env.clock.advance(DAY_MS)
+            await env.trigger.tick()
+        now = env.clock.now_ms()
+        before = env.raft.index
+        body = await err(await post(c, "/v1/jobs/beat/backfills", dict(rng(now, 2), reprocess="all")),
+                         422, "invalid", "name")
+        assert "heartbeat" in body["error"]["message"]
+        await err(await post(c, "/v1/jobs/beat/backfills", dict(rng(now, 2), dry_run=True)), 422, "invalid", "name")
+        slot = schedule.iso(schedule.next_slot_after(NIGHTLY["schedule"], now - 2 * DAY_MS, 0))
+        await err(await post(c, "/v1/jobs/beat/trigger", {"slot": slot}), 422, "invalid", "slot")
+        await err(await post(c, "/v1/jobs/beat/trigger", {"payload": {"x": 1}}), 422, "invalid", "payload")
+        assert env.raft.index == before, "a refused request proposed a command"
+        r = await c.post("/v1/jobs/beat/trigger", headers=AUTH)  # no body: a slot waiting for a ping
+        assert r.status == 201 and (await r.json())["state"] == "waiting"
+    run(t)
+
+
 def test_a_bulk_requeue_dry_runs_then_requeues_the_matching_dead_runs_and_a_purge_deletes():
     async def t(env, c):
         spec = {"schedule": {"every_s": 86400}, "executor": {"type": "shell", "argv": ["false"]},

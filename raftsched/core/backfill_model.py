@@ -86,6 +86,15 @@ def check_payload(v: Any, field: str = "payload") -> Any:
     return v
 
 
+def check_not_heartbeat(job: Record, field: str, what: str) -> None:
+    """A heartbeat job runs nothing: a backfill, or a trigger with a slot or a payload (a run for
+    a worker), has nothing to run: the proposer's check, and apply's (the job may have
+    changed in between). :raises InvalidSpec: naming ``field``."""
+    if job["spec"]["executor"]["type"] == "heartbeat":
+        raise InvalidSpec(f"job {job['name']!r} is a heartbeat job: no worker runs its slots (pings close them), "
+                          f"so a {what} has nothing to run", field=field)
+
+
 def validate_backfill(body: object, now_ms: int) -> dict[str, Any]:
     """``POST /v1/jobs/{name}/backfills``'s body -> ``{"from", "to" (ms), "reprocess", "order",
     "max_concurrent", "rate_milli" (or None), "max_slots", "overlap" (or None: from the job's

@@ -30,8 +30,9 @@ KINDS = ("backfill", "requeue", "purge")
 MODES = ("missing", "failed", "all")
 ORDERS = ("oldest", "newest")
 OVERLAPS = ("allow", "forbid")
-#: States of a run that ran or will run (the others, skipped and coalesced, never ran).
-REAL_STATES = frozenset({"queued", "running", "succeeded", "failed", "dead"})
+#: States of a run that ran or will run (the others, skipped and coalesced, never ran); a
+#: heartbeat job's slot ``waiting`` for its ping is one too.
+REAL_STATES = frozenset({"queued", "waiting", "running", "succeeded", "failed", "dead"})
 ACTIVE_STATES = frozenset({"queued", "running"})
 #: A backfill's states. running and paused are active; done and cancelled are finished.
 STATES = ("running", "paused", "done", "cancelled")
@@ -356,8 +357,12 @@ class BulkWalk:
             return "left", "not_dead"
         if not matches(run, self.filters):
             return "left", "filter"
-        if self.kind == "requeue" and run["job"] not in self.s.jobs:
-            return "left", "no_job"
+        if self.kind == "requeue":
+            job = self.s.jobs.get(run["job"])
+            if job is None:
+                return "left", "no_job"
+            if job["spec"]["executor"]["type"] == "heartbeat":  # no worker would run it
+                return "left", "heartbeat_job"
         stop = self.stop_reason(run["queue"])
         if stop is not None:
             return "stop", stop
@@ -446,8 +451,8 @@ def stepper_views(s: SchedulerState, now: int) -> list[dict[str, Any]]:
         if bf["kind"] == "backfill":
             v["plan"] = {"schedule": bf["plan"]["schedule"], "anchor": bf["plan"]["anchor"]}
             job = job_of(s, bf)
-            if job is None:
-                v["job_gone"] = True
+            if job is None or job["spec"]["executor"]["type"] == "heartbeat":
+                v["job_gone"] = True  # (a heartbeat job's: one empty step cancels it too)
             else:
                 walk = BackfillWalk(s, bf, job, now)
                 v["stop"] = walk.stop_reason()

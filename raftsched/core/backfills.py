@@ -33,6 +33,7 @@ from .backfill_plan import (
     ACTIVE_STATES, FINISHED, MODES, ORDERS, OVERLAPS, REAL_STATES, BackfillWalk, BulkWalk, bucket_new,
     bucket_take, dead_matching, history_snapshot, job_of, live_active, queue_room,
 )
+from .backfill_model import check_not_heartbeat
 from .errors import Conflict, InvalidCommand, LimitExceeded, NotFound
 from .fire import add_entry, new_run
 from .model import NAME_RE
@@ -149,7 +150,8 @@ def apply_backfill(s: SchedulerState, cmd: Command, now: int) -> Result:
 
     :raises InvalidCommand: a field missing or malformed. :raises NotFound: no such job.
     :raises Conflict: the id is used by another request, or the job's schedule is no longer
-        the one planned with. :raises LimitExceeded: backfills_active_max are active."""
+        the one planned with. :raises LimitExceeded: backfills_active_max are active.
+    :raises InvalidSpec: the job is a heartbeat job (field ``name``): nothing runs its slots."""
     bf_id = _id(cmd)
     job_name = cmd.get("job")
     lo, hi = cmd.get("from"), cmd.get("to")
@@ -185,6 +187,7 @@ def apply_backfill(s: SchedulerState, cmd: Command, now: int) -> Result:
     if job["spec"].get("schedule") != sched or job["anchor"] != anchor:
         raise Conflict(f"job {job_name!r} was replaced with another schedule while this backfill was "
                        f"planned; send it again", field="name")
+    check_not_heartbeat(job, "name", "backfill")
     _bound_active(s)
     known, horizon = history_snapshot(s, job, lo, hi)
     plan = {"schedule": job["spec"]["schedule"], "anchor": anchor, "job_created": job["created"],
@@ -208,7 +211,7 @@ def apply_backfill_step(s: SchedulerState, cmd: Command, now: int) -> Result:
     backfill's runs that finished, and ends the backfill (``done``) once its range is handled and
     none of its runs is queued or running. A step for a backfill that is paused by request or
     finished, or planned from another cursor, is dropped (``stale``); one for a job deleted
-    since cancels the backfill.
+    since, or replaced by a heartbeat job, cancels the backfill.
 
     :raises NotFound: no such backfill. :raises InvalidCommand: slots not in order after the
         cursor, or outside the range (then nothing changes)."""
@@ -234,6 +237,10 @@ def apply_backfill_step(s: SchedulerState, cmd: Command, now: int) -> Result:
     job = job_of(s, bf)
     if job is None:
         _finish(s, bf, "cancelled", now, f"job {bf['job']!r} was deleted")
+        return ok(id=bf["id"], state="cancelled", created=0, left_out=0)
+    if job["spec"]["executor"]["type"] == "heartbeat":  # replaced by one since: nothing runs its slots
+        _refresh(s, bf)
+        _finish(s, bf, "cancelled", now, f"job {bf['job']!r} became a heartbeat job (no worker runs its slots)")
         return ok(id=bf["id"], state="cancelled", created=0, left_out=0)
     _refresh(s, bf)
     walk = BackfillWalk(s, bf, job, now)
@@ -353,7 +360,7 @@ def apply_dlq_bulk_step(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``dlq_bulk_step {name: id, after, runs: [[finished_at, id], ...], exhausted}``: the next
     dead runs of a bulk operation after its cursor ``after`` (a key, or nil before the first),
     ascending by key, each acted on if it is still dead with that key and matches (else left out:
-    ``gone``, ``not_dead``, ``filter``, ``no_job``), within the budget (max_count, max_concurrent
+    ``gone``, ``not_dead``, ``filter``, ``no_job``, ``heartbeat_job``), within the budget (max_count, max_concurrent
     of a requeue's runs, the rate, a requeue's queue room); stale, paused and finished as
     backfill_step.
 
@@ -523,6 +530,7 @@ def trigger_job_with(s: SchedulerState, job: Record, cmd: Command, now: int) -> 
     ``manual``; it is due now.
 
     :raises InvalidCommand: slot not an integer, payload not JSON data.
+    :raises InvalidSpec: the job is a heartbeat job (field ``slot``, else ``payload``).
     :raises Conflict: the slot is after the job's cursor (its scheduled run is still to come),
         or the job's queue is full."""
     payload_given = "payload" in cmd
@@ -530,6 +538,7 @@ def trigger_job_with(s: SchedulerState, job: Record, cmd: Command, now: int) -> 
     if payload_given and not _jsonable(payload):
         raise InvalidCommand("trigger_job.payload must be JSON data")
     slot = cmd.get("slot")
+    check_not_heartbeat(job, "slot" if slot is not None else "payload", "trigger with a slot or a payload")
     name = job["name"]
     if slot is None:  # a manual run now, as without a payload (a full queue records it skipped)
         s.manual_seq += 1

@@ -9,13 +9,13 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from . import deadlines, limits
+from . import deadlines, limits, pipehooks
 from .due import push_due
 from .errors import Conflict, InvalidCommand, InvalidSpec, LimitExceeded, NotFound, StaleReplace
 from .fire import check_disjoint, check_records, new_run, record, trim
 from .model import MISFIRE_POLICIES, OVERLAP_POLICIES, is_name
 from .queries import floor_of, kept_position
-from .queues import claim_queue, index_job, remove_dead, unindex_job
+from .queues import claim_queue, index_job, remove_dead, unindex_job, unqueue_count
 from .backfills import trigger_job_with
 from .events import emit
 from .notify import pause
@@ -225,6 +225,8 @@ def put_job(s: SchedulerState, cmd: Command, now: int, pending: dict[str, Record
         # Nothing pings its runs any more: those still open end now (else a started one would
         # stay running for good, and an overlap policy would count it).
         deadlines.close_heartbeats(s, job, now, 0, "the job is no longer a heartbeat job")
+    elif old is not None and spec["executor"]["type"] == "heartbeat" != old["spec"]["executor"]["type"]:
+        withdraw_queued(s, job, now)
     # A job's history list is made by its first entry (fire.add_entry), not here: an empty list
     # and its map entry cost ~110 bytes a job (1M jobs never fired: 105 MiB). The snapshot
     # writes no empty history, so a replica that made one writes the same bytes.
@@ -434,6 +436,26 @@ def apply_resume_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     if s.sinks:
         emit(s, "job.resumed", now, job=job["name"], reason="manual", catch_up=catch_up)
     return ok(job=job["name"], paused=False)
+
+
+def withdraw_queued(s: SchedulerState, job: Record, now: int) -> int:
+    """The job became a heartbeat job: no worker takes its runs any more (acquire would hand a
+    worker an executor it cannot run), so those still queued are recorded skipped, reason
+    ``heartbeat_job``, each judged as it ends; a run a worker leased already is its worker's to
+    end. :returns: how many."""
+    withdrawn = 0
+    name = job["name"]
+    for rid in s.history.get(name, ()):
+        run = s.runs[rid]
+        if run["state"] == "queued":
+            unqueue_count(s, run)
+            run.update(state="skipped", reason="heartbeat_job", finished_at=now)
+            s.stats.on_recorded("skipped", "heartbeat_job")
+            withdrawn += 1
+            deadlines.on_finish(s, run, now)
+            if name in s.pipes.children:  # a final outcome: its children record the slot
+                pipehooks.notify(s, run, now)
+    return withdrawn
 
 
 def apply_trigger_job(s: SchedulerState, cmd: Command, now: int) -> Result:

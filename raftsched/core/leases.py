@@ -482,6 +482,8 @@ def finish_attempt(s: SchedulerState, run: Record, now: int, success: bool, erro
             pipelines.notify(s, run, now)
         return
     job = s.jobs.get(run["job"])
+    if job is not None and job["spec"]["executor"]["type"] == "heartbeat":
+        job = None  # leased before its job became a heartbeat job: no worker would run a retry
     if lost:
         run["lost"] = run.get("lost", 0) + 1
         retry = job is not None and run["lost"] <= limits.lease_losses_max

@@ -261,11 +261,15 @@ def apply_dlq_requeue(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``dlq_requeue {run}``: a dead run queued again, due now, with fresh budgets (its
     failures and lost leases count from zero) and its attempt number one higher.
 
-    :raises NotFound: no dead run of that id. :raises Conflict: its job no longer exists."""
+    :raises NotFound: no dead run of that id. :raises Conflict: its job no longer exists, or
+        is a heartbeat job now (no worker would run it)."""
     run = _dead_run(s, cmd)
     job = s.jobs.get(run["job"])
     if job is None:
         raise Conflict(f"job {run['job']!r} no longer exists; the run cannot be requeued", field="run")
+    if job["spec"]["executor"]["type"] == "heartbeat":
+        raise Conflict(f"job {run['job']!r} is a heartbeat job now: no worker runs its slots, so the run cannot be "
+                       f"requeued", field="run")
     remove_dead(s, run)
     run["attempt"] += 1
     run["failures"] = 0  # a fresh budget: max_attempts more failures, and backoff from the start

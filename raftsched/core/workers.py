@@ -322,7 +322,8 @@ def apply_release(s: SchedulerState, cmd: Command, now: int) -> Result:
     back (it drains, or its lease request's answer could not be delivered). Each run it still
     holds with that token is queued again at once (due now) with attempt + 1; the attempt is
     recorded as released by the worker, and counts neither as a failure (``max_attempts``) nor
-    as a lost lease (``lease_losses_max``): I19. A run whose job was deleted meanwhile is dead.
+    as a lost lease (``lease_losses_max``): I19. A run whose job was deleted meanwhile, or
+    became a heartbeat job (no worker runs those), is dead.
     The others are listed as ``lost`` (not the worker's any more) and change nothing; with
     ``tenants``, so is a lease of a run of another tenant (I23).
 
@@ -348,7 +349,8 @@ def apply_release(s: SchedulerState, cmd: Command, now: int) -> Result:
         run["attempts"][-1]["released"] = True
         if w is not None:
             w["releases"] += 1
-        if s.jobs.get(run["job"]) is None:
+        job = s.jobs.get(run["job"])
+        if job is None or job["spec"]["executor"]["type"] == "heartbeat":  # no worker would run it again
             run["state"] = "dead"
             s.stats.on_finished("dead")
             add_dead(s, run, now)

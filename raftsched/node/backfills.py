@@ -135,6 +135,7 @@ class BackfillService:
         job = self.svc.read(queries.job, name)
         if job is None:
             raise NotFound(f"no job named {name!r}", field="name")
+        backfill_model.check_not_heartbeat(job, "name", "backfill")
         if "schedule" not in job["spec"]:
             raise InvalidSpec(f"job {name!r} runs after {', '.join(e['job'] for e in job['spec']['after'])} and has no "
                               f"slots of its own: backfill its parent with \"cascade\": \"children\"", field="name")
@@ -222,10 +223,12 @@ class BackfillService:
         a new run; 200 with the slot's existing run (``created`` False)."""
         check_name(name)
         t = backfill_model.validate_trigger(body)
-        if "slot" in t:
+        if "slot" in t or "payload" in t:
             job = self.svc.read(queries.job, name)
             if job is None:
                 raise NotFound(f"no job named {name!r}", field="name")
+            backfill_model.check_not_heartbeat(job, "slot" if "slot" in t else "payload", "trigger with a slot or a payload")
+        if "slot" in t:
             sched = job["spec"].get("schedule")  # a triggered job (pipelines) runs for any slot of its parents'
             if sched is not None and schedule.next_slot_after(sched, t["slot"] - 1, job["anchor"]) != t["slot"]:
                 raise InvalidSpec(f"{schedule.iso(t['slot'])} is not a slot of the schedule of job {name!r}",

@@ -1,0 +1,95 @@
+"""A heartbeat job's runs go to no worker (core/deadlines.py, docs/notifications.md "Heartbeat
+jobs"): a backfill or a trigger with a slot or a payload is refused, a job replaced by a
+heartbeat job withdraws its queued runs, and a run leased before the replace is not retried.
+Before, each of these queued a run with executor ``heartbeat``, which every worker that leased
+it failed ("unknown executor type") until it was dead."""
+from __future__ import annotations
+
+from raftsched.core import commands, model
+
+from backfill_helpers import backfill_cmd, step
+from core_helpers import MIN, T0, apply, new_state, put_cmd, raw_job, restored, snap_obj, tick
+from exec_helpers import acq, complete, do
+
+HB = {"type": "heartbeat"}
+DROP = ("applied", "now_ms")  # (a refused command still moves the state's time)
+
+
+def job_spec(executor: dict | None = None, **extra) -> dict:
+    raw = raw_job({"every_s": 60}, "fire_all", history=50, **extra)
+    if executor is not None:
+        raw["executor"] = executor
+    return model.validate_job("j", raw)
+
+
+def grants(s, now: int) -> list[dict]:
+    return acq(s, now, n=50)
+
+
+def test_a_backfill_and_a_trigger_with_a_slot_or_payload_of_a_heartbeat_job_are_refused():
+    s = new_state(("j", job_spec(HB)), now=T0)
+    for k in range(1, 6):
+        tick(s, T0 + k * MIN + 1)
+    now = T0 + 10 * MIN
+    before = snap_obj(s, DROP)
+    res = apply(s, backfill_cmd(s, "j", T0, T0 + 5 * MIN, now, reprocess="all"))
+    assert res["error"]["code"] == "invalid" and res["error"]["field"] == "name", res
+    res = do(s, "trigger_job", now, name="j", slot=T0 + 2 * MIN)
+    assert res["error"]["code"] == "invalid" and res["error"]["field"] == "slot", res
+    res = do(s, "trigger_job", now, name="j", payload={"x": 1})
+    assert res["error"]["code"] == "invalid" and res["error"]["field"] == "payload", res
+    assert snap_obj(s, DROP) == before
+    # A plain trigger opens a slot waiting for a ping, as before.
+    res = do(s, "trigger_job", now, name="j")
+    assert res["ok"] and res["state"] == "waiting", res
+    assert grants(s, now + 1) == []
+
+
+def test_a_job_made_a_heartbeat_job_withdraws_its_queued_runs_and_cancels_its_backfill():
+    s = new_state(("j", job_spec()), now=T0)
+    for k in range(1, 4):
+        tick(s, T0 + k * MIN + 1)                       # j@T0+1..3min queued for a worker
+    now = T0 + 4 * MIN
+    assert apply(s, backfill_cmd(s, "j", T0 + MIN, T0 + 3 * MIN, now, reprocess="all", max_concurrent=2))["ok"]
+    assert step(s, "b1", now)["created"] == 2
+    manual = do(s, "trigger_job", now, name="j", slot=T0 + MIN)
+    assert manual["ok"]
+    queued = [rid for rid, r in s.runs.items() if r["state"] == "queued"]
+    assert len(queued) == 5
+    assert apply(s, put_cmd(s, "j", job_spec(HB), now + 1))["ok"]
+    for rid in queued:
+        r = s.runs[rid]
+        assert (r["state"], r["reason"], r["finished_at"]) == ("skipped", "heartbeat_job", now + 1), r
+    assert s._queue_depth.get("default", 0) == 0
+    assert grants(s, now + 2) == []
+    res = step(s, "b1", now + 3)
+    assert res is not None and res["state"] == "cancelled", res
+    assert "heartbeat" in s.backfills["b1"]["reason"]
+    assert snap_obj(restored(s)) == snap_obj(s)
+
+
+def test_a_run_leased_before_its_job_became_a_heartbeat_job_is_not_run_again():
+    s = new_state(("j", job_spec(retry={"max_attempts": 5})), now=T0)
+    tick(s, T0 + MIN + 1)
+    tick(s, T0 + 2 * MIN + 1)
+    a, b = grants(s, T0 + 2 * MIN + 2)
+    assert apply(s, put_cmd(s, "j", job_spec(HB, retry={"max_attempts": 5}), T0 + 2 * MIN + 3))["ok"]
+    # One fails, the other is given back by its worker: neither goes back to a queue.
+    assert complete(s, T0 + 2 * MIN + 4, a["id"], a["token"], ok=False, error="boom")["ok"]
+    res = apply(s, commands.make("release", T0 + 2 * MIN + 5, None, worker="w1", leases=[[b["id"], b["token"]]]))
+    assert res["ok"] and res["released"] == [b["id"]], res
+    assert s.runs[a["id"]]["state"] == "dead" and s.runs[b["id"]]["state"] == "dead"
+    assert grants(s, T0 + 2 * MIN + 6) == []
+    # Nor does a requeue from the dead-letter queue queue it.
+    before = snap_obj(s, DROP)
+    res = do(s, "dlq_requeue", T0 + 2 * MIN + 7, run=a["id"])
+    assert res["error"]["code"] == "conflict" and res["error"]["field"] == "run", res
+    assert snap_obj(s, DROP) == before
+    res = apply(s, commands.make("dlq_bulk", T0 + 2 * MIN + 8, None, name="r1", action="requeue", queue=None,
+                                 job="j", error=None, dead_from=None, dead_to=T0 + 2 * MIN + 8, max_count=None,
+                                 max_concurrent=10, rate_milli=None))
+    assert res["ok"], res
+    res = step(s, "r1", T0 + 2 * MIN + 9)
+    assert res["ok"] and res.get("requeued", 0) == 0, res
+    assert s.backfills["r1"]["left_out"] == {"heartbeat_job": 2}
+    assert grants(s, T0 + 2 * MIN + 10) == []
