@@ -74,11 +74,24 @@ def _int_or_none(cmd: Command, key: str) -> int | None:
     return v
 
 
+#: The largest rate_milli the API proposes (backfill_model._rate_milli): a larger one would make a
+#: bucket's tokens, and the snapshot that holds them, overflow 64 bits.
+RATE_MILLI_MAX = round(limits.backfill_rate_per_s_max * 1000)
+
+
 def _rate(cmd: Command) -> int | None:
     rate = _int_or_none(cmd, "rate_milli")
-    if rate is not None and rate < 1:
-        raise InvalidCommand(f"{cmd['op']}.rate_milli must be at least 1")
+    if rate is not None and not 1 <= rate <= RATE_MILLI_MAX:
+        raise InvalidCommand(f"{cmd['op']}.rate_milli must be 1..{RATE_MILLI_MAX}")
     return rate
+
+
+def _time_or_none(cmd: Command, key: str) -> int | None:
+    """A time the API proposes (0..limits.time_ms_max, as schedule.parse_iso_ms bounds it), or nil."""
+    v = _int_or_none(cmd, key)
+    if v is not None and not 0 <= v <= limits.time_ms_max:
+        raise InvalidCommand(f"{cmd['op']}.{key} must be a time in 0..{limits.time_ms_max}")
+    return v
 
 
 def _concurrent(cmd: Command, required: bool) -> int | None:
@@ -155,8 +168,9 @@ def apply_backfill(s: SchedulerState, cmd: Command, now: int) -> Result:
     bf_id = _id(cmd)
     job_name = cmd.get("job")
     lo, hi = cmd.get("from"), cmd.get("to")
-    if not isinstance(job_name, str) or not is_int(lo) or not is_int(hi) or not lo < hi:
-        raise InvalidCommand("backfill needs job and integers from < to")
+    if not isinstance(job_name, str) or not is_int(lo) or not is_int(hi) \
+            or not 0 <= lo < hi <= limits.time_ms_max:  # (a cursor, lo - 1, below int64 would fail every snapshot)
+        raise InvalidCommand(f"backfill needs job and times 0 <= from < to <= {limits.time_ms_max}")
     reprocess, order, overlap = cmd.get("reprocess"), cmd.get("order"), cmd.get("overlap")
     if reprocess not in MODES or order not in ORDERS or overlap not in OVERLAPS:
         raise InvalidCommand("backfill needs reprocess, order and overlap")
@@ -337,9 +351,9 @@ def apply_dlq_bulk(s: SchedulerState, cmd: Command, now: int) -> Result:
         if v is not None and not isinstance(v, str):
             raise InvalidCommand(f"dlq_bulk.{key} must be a string or nil")
         req[key] = v
-    req["dead_from"] = _int_or_none(cmd, "dead_from")
-    req["dead_to"] = cmd.get("dead_to")
-    if not is_int(req["dead_to"]):
+    req["dead_from"] = _time_or_none(cmd, "dead_from")
+    req["dead_to"] = _time_or_none(cmd, "dead_to")
+    if req["dead_to"] is None:
         raise InvalidCommand("dlq_bulk needs dead_to")
     n = _int_or_none(cmd, "max_count")
     if n is not None and not 1 <= n <= limits.dlq_bulk_count_max:
