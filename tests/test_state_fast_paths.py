@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from long_tests import examples
 
-from raftsched.core import commands, due, fire, leases, limits, policy, queries
+from raftsched.core import commands, deadlines, due, fire, leases, limits, policy, queries
 from raftsched.core.due import DueIndex
 from raftsched.core.state import SchedulerState
 
@@ -31,14 +31,19 @@ OVERLAPS = (None, None, None, {"policy": "allow"}, {"policy": "allow"}, {"policy
 #: acquire with types holds some of its runs back (acquire's fast path and the general loop).
 EXECUTORS = (None, None, {"type": "shell", "argv": ["true"]}, {"type": "http", "url": "https://example.com/hook"})
 
+#: Mostly none; a deadline makes the fire carry its slots' items (``dl``), which the runs a full
+#: drop_oldest queue drops in the same fire must reach on both paths.
+DEADLINES = (None, None, None, {"start_within_s": 1}, {"succeed_within_s": 3})
+
 job_specs = st.builds(
-    lambda every, ov, hist, prio, q, pol, attempts, ex: spec_of(
+    lambda every, ov, hist, prio, q, pol, attempts, ex, dl: spec_of(
         {"every_s": every}, pol, grace_s=1, max_catchup=3, history=hist, priority=prio, queue=q,
         retry={"max_attempts": attempts, "backoff_s": 0},
-        **({} if ov is None else {"overlap": ov}), **({} if ex is None else {"executor": ex})),
+        **({} if ov is None else {"overlap": ov}), **({} if ex is None else {"executor": ex}),
+        **({} if dl is None else {"deadline": dl})),
     st.sampled_from([1, 2]), st.sampled_from(OVERLAPS), st.sampled_from([1, 2, 5]),
     st.sampled_from([0, 1]), st.sampled_from(QUEUES), st.sampled_from(["fire_all", "fire_once", "skip"]),
-    st.sampled_from([1, 2]), st.sampled_from(EXECUTORS))
+    st.sampled_from([1, 2]), st.sampled_from(EXECUTORS), st.sampled_from(DEADLINES))
 
 ops = st.one_of(
     st.tuples(st.just("put"), st.sampled_from(NAMES), job_specs),
@@ -112,20 +117,24 @@ def test_fast_paths_change_nothing(specs, steps, due_index):
                     else [j for j in fast.jobs.values() if j["next"] is not None and not j["paused"]])
             if due_index:
                 pop_due(slow, now, 500, op[2])  # keep the second replica's wheels in step
-            entries = []
+            entries, dl = [], []
             for j in jobs:
                 ahead = op[2] if policy.fires_ahead(j["spec"]) else 0
                 e = policy.plan_fire_compact(j["spec"], j["anchor"], j["cursor"], now, j["gen"], j["name"], ahead)
                 if e is not None:
                     entries.append(e)
+                    dl.extend(deadlines.fire_items(j["spec"], e, j["anchor"]))
             if entries:
-                cmd = commands.make("fire", now, None, entries=entries)
+                cmd = commands.make("fire", now, None, entries=entries, **({"dl": dl} if dl else {}))
                 fires.append(commands.encode(cmd))
                 res = propose(cmd)
                 assert res["ok"], res
             if due_index:
                 for s in (fast, slow):
                     repush(s, sorted(fast.jobs))
+            rids, names = deadlines.due(fast, now, limits.deadline_judge_items_max)
+            if rids or names:  # the sweep that follows, as the trigger proposes it
+                propose(commands.deadline_judge(now, runs=rids, jobs=names))
         elif kind == "replay" and fires:
             # A re-proposed or stale fire: every entry must be dropped whole on both.
             propose(commands.decode(fires[max(0, len(fires) - 1 - op[1])]))
@@ -165,6 +174,41 @@ def test_fast_paths_change_nothing(specs, steps, due_index):
                 propose(commands.make("expire", now, None, runs=[[rid, tok, renewals]], locks=[]))
         elif kind == "tenant":
             propose(commands.make("put_tenant", now, None, name="default", rate_milli=op[1], burst=1))
+
+
+def test_runs_a_full_drop_oldest_queue_drops_in_their_own_fire_miss_their_deadlines_alike():
+    """One fire of three slots into a queue of one that drops its oldest, history 1: the two runs
+    it drops (skipped, then trimmed by its own adds) miss their start deadline on both paths.
+    Before, the fast path left them untracked (one deadline missed where the general path had
+    nine by the later sweep)."""
+    fast, slow = SchedulerState(), SchedulerState()
+    slow._fast_paths = False
+    now = T0
+
+    def propose(cmd):
+        data = commands.encode(cmd)
+        a, b = fast.apply_bytes(data), slow.apply_bytes(data)
+        assert a == b, (cmd["op"], a, b)
+        assert fast.snapshot() == slow.snapshot(), cmd["op"]
+        return a
+
+    propose(commands.make("put_queue", now, None, name="q", max_depth=1, on_full="drop_oldest"))
+    propose(put_cmd(fast, "j", spec_of({"every_s": 60}, "fire_all", queue="q", history=1,
+                                       deadline={"start_within_s": 30}), now))
+
+    def tick(t):
+        j = fast.jobs["j"]
+        e = policy.plan_fire_compact(j["spec"], j["anchor"], j["cursor"], t, j["gen"], "j")
+        assert e is not None and len(e[5]) >= 3 and not e[6]
+        propose(commands.make("fire", t, None, entries=[e], dl=deadlines.fire_items(j["spec"], e, j["anchor"])))
+        rids, names = deadlines.due(fast, t, limits.deadline_judge_items_max)
+        if rids or names:
+            propose(commands.deadline_judge(t, runs=rids, jobs=names))
+
+    tick(T0 + 3 * 60 * SEC + 1)
+    tick(T0 + 10 * 60 * SEC)
+    missed = [r for r in deadlines.listing(fast, "missed", "j", None, None, 100)]
+    assert len(missed) == 9 and {r["cause"] for r in missed} == {"skipped"}
 
 
 def test_the_fast_paths_are_taken(monkeypatch):

@@ -118,8 +118,12 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
             q = queues.get(qname)
             depth = depths.get(qname, 0)
             max_depth = limits.queue_depth_default if q is None else q["max_depth"]
-            # Room for every slot, or a full queue that drops its oldest run for each.
-            if depth + len(runs) <= max_depth or (q is not None and q["on_full"] == "drop_oldest"):
+            # Room for every slot, or a full queue that drops its oldest run for each: but not
+            # for a job whose slots' deadlines this command tracks, as the runs it drops (its own
+            # too, which its history may then trim) must reach deadlines.on_fire through ``made``,
+            # which only the general path fills (a test per entry, none per slot).
+            if depth + len(runs) <= max_depth or (q is not None and q["on_full"] == "drop_oldest"
+                                                  and not (dl and "deadline" in spec)):
                 prio, tenant, bound, stats = spec["priority"], spec["tenant"], spec["history"], job["stats"]
                 hist = history.get(name)
                 if hist is None:
