@@ -199,9 +199,21 @@ class Book:
         self._heap = [(t, rid) for rid, r in self.slots.items() if r["state"] in ("pending", "missed")
                       for t in _open_instants(r)]
         heapq.heapify(self._heap)
+        self.rebuild_since(jobs)
+
+    def rebuild_since(self, jobs: dict[str, Record]) -> None:
+        """The since index alone, from the watched jobs."""
         self._since_heap = [(v[0] + _since_ms(jobs.get(job)), job) for job, v in self.since.items()
                             if not v[1] and _since_ms(jobs.get(job))]
         heapq.heapify(self._since_heap)
+
+    def push_since(self, at: int, name: str, jobs: dict[str, Record]) -> None:
+        """Index job ``name``'s since deadline at ``at``. Entries it replaces stay until popped:
+        past twice the watched jobs (and a slack) the index is rebuilt, so re-puts of the same
+        spec, successes and a sweep's put-backs cannot grow it without bound."""
+        heapq.heappush(self._since_heap, (at, name))
+        if len(self._since_heap) > 2 * len(self.since) + limits.queue_index_stale_slack:
+            self.rebuild_since(jobs)
 
 
 def _since_ms(job: Record | None) -> int:
@@ -373,9 +385,7 @@ def since_success(s: SchedulerState, job_name: str, now: int) -> None:
         w[0], w[1] = now, False
         job = s.jobs.get(job_name)
         if job is not None and "deadline" in job["spec"] and "max_since_success_s" in job["spec"]["deadline"]:
-            heapq.heappush(book._since_heap, (now + job["spec"]["deadline"]["max_since_success_s"] * 1000, job_name))
-            if len(book._since_heap) > 2 * len(book.since) + 1024:
-                book.rebuild(s.jobs)
+            book.push_since(now + job["spec"]["deadline"]["max_since_success_s"] * 1000, job_name, s.jobs)
 
 
 # ------------------------------------------------------------------ apply: fire and judge
@@ -432,8 +442,7 @@ def on_fire(s: SchedulerState, items: list[list[Any]], stale: set[str], fired_at
         job = s.jobs.get(name)
         if job is not None and "max_since_success_s" in job["spec"].get("deadline", {}) and name not in s.deadlines.since:
             s.deadlines.since[name] = [now, False]
-            heapq.heappush(s.deadlines._since_heap,
-                           (now + job["spec"]["deadline"]["max_since_success_s"] * 1000, name))
+            s.deadlines.push_since(now + job["spec"]["deadline"]["max_since_success_s"] * 1000, name, s.jobs)
 
 
 def watch_since(s: SchedulerState, job: Record, now: int) -> None:
@@ -447,7 +456,7 @@ def watch_since(s: SchedulerState, job: Record, now: int) -> None:
         return
     if name not in book.since:
         book.since[name] = [now, False]
-    heapq.heappush(book._since_heap, (book.since[name][0] + d["max_since_success_s"] * 1000, name))
+    book.push_since(book.since[name][0] + d["max_since_success_s"] * 1000, name, s.jobs)
 
 
 def forget_job(s: SchedulerState, name: str, now: int) -> None:
@@ -548,7 +557,7 @@ def repush(s: SchedulerState, rids: list[str], jobs: list[str]) -> None:
         w = book.since.get(name)
         job = s.jobs.get(name)
         if w is not None and _since_ms(job):
-            heapq.heappush(book._since_heap, (w[0] + _since_ms(job), name))
+            book.push_since(w[0] + _since_ms(job), name, s.jobs)
 
 
 def _names(v: object, field: str) -> list[str]:
