@@ -920,6 +920,37 @@ def test_a_job_moved_between_tenants_shows_its_new_tenant_none_of_the_old_ones_r
     run(t)
 
 
+def test_a_moved_jobs_trimmed_slot_shows_a_limited_token_no_deadline_of_the_old_tenant():
+    """Once the old tenant's run of the slot is trimmed (history 1), its deadline record is left,
+    naming that tenant: explain does not show it to a token of the new tenant (it did, the run
+    being gone), nor does the listing."""
+    async def t(env, c):
+        beta = dict(_EVERY_MIN, tenant="beta", queue="qb", history=1, deadline={"succeed_within_s": 30})
+        assert (await call(c, "PUT", "/v1/jobs/m", body=beta))[0] == 201
+        env.clock.advance(61_000)
+        await env.trigger.tick()
+        (rid,) = [k for k in env.state.runs if k.startswith("m@")]
+        slot = schedule.iso(env.state.runs[rid]["slot"])
+        env.clock.advance(60_000)
+        await env.trigger.tick()  # judged missed for beta (and the next slot fired)
+        _do(env, "acquire", worker="w", queues=None, max=50, ttl=10_000, types=None)
+        for k, r in list(env.state.runs.items()):  # late successes: finished, so the history may trim them
+            if r["state"] == "running":
+                _do(env, "complete", run=k, token=r["fencing_token"], success=True, error=None, output="")
+        assert (await call(c, "PUT", "/v1/jobs/m", body=dict(beta, tenant="alpha", queue="qa")))[0] == 200
+        env.clock.advance(60_000)
+        await env.trigger.tick()
+        assert rid not in env.state.runs  # trimmed: only its deadline record is left
+        alpha = (await new_token(c, "reader", tenants=["alpha"]))["token"]
+        s, b = await call(c, "POST", "/v1/jobs/m/explain", alpha, body={"slot": slot})
+        assert s == 200 and b["run"] is None and b["deadline"] is None and "beta" not in json.dumps(b), b
+        s, b = await call(c, "GET", "/v1/deadlines?job=m", alpha)
+        assert s == 200 and rid not in json.dumps(b), b
+        s, b = await call(c, "POST", "/v1/jobs/m/explain", body={"slot": slot})  # an admin sees it
+        assert b["deadline"]["tenant"] == "beta", b
+    run(t)
+
+
 def test_a_pipeline_across_tenants_names_no_other_tenants_job_to_a_limited_token():
     """An admin may make a job run after another tenant's. A token limited to one of them is
     not told the other's job names: not in a delete's dependents, a cycle's path, nor the

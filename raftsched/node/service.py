@@ -618,7 +618,8 @@ class Service:
     def explain_slot(self, name: str, slot, tenants: frozenset | None = None) -> dict:
         """Why a slot met or missed its deadline: its run (or record) and its deadline block
         (for a token limited to ``tenants``, neither when the run is another tenant's: the job
-        was moved between tenants)."""
+        was moved between tenants; nor the block when its record is another tenant's, its run
+        trimmed since)."""
         try:
             slot_ms = schedule.parse_iso_ms(slot, "slot") if isinstance(slot, str) else None
         except InvalidSpec as e:
@@ -630,6 +631,8 @@ class Service:
         block = self.read(deadlines.slot_views, [rid]).get(rid)
         if tenants is not None and run is not None and not self._run_visible(rid, tenants):
             run = block = None
+        if tenants is not None and block is not None and block["tenant"] not in tenants:
+            block = None  # its run trimmed since: the record names the tenant the slot was judged for
         out: dict = {"job": name, "slot": schedule.iso(slot_ms),
                      "run": None if run is None else self._views([run])[0], "deadline": None}
         if block is not None:
