@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from urllib.parse import quote
 
-from raftsched.core import commands, schedule
+from raftsched.core import commands, limits, schedule
 from raftsched.node.backfills import BackfillStepper
 
 from test_api import AUTH, err, put, run
@@ -145,6 +145,31 @@ def test_a_heartbeat_job_takes_no_backfill_nor_a_trigger_with_a_slot_or_payload(
         assert env.raft.index == before, "a refused request proposed a command"
         r = await c.post("/v1/jobs/beat/trigger", headers=AUTH)  # no body: a slot waiting for a ping
         assert r.status == 201 and (await r.json())["state"] == "waiting"
+    run(t)
+
+
+def test_a_payload_override_too_deep_or_with_an_integer_past_64_bits_is_refused_naming_payload():
+    """As a job's own payload is: before, the trigger and the backfill proposed such a payload,
+    and the answer was a 422 naming no field (an integer msgpack cannot hold) or an
+    invalid_command from apply (nested deeper than apply takes)."""
+    async def t(env, c):
+        now = await nightly_for_days(env, c, 3)
+        deep: object = 1
+        for _ in range(limits.payload_depth_max + 1):
+            deep = [deep]
+        ok_deep: object = 1
+        for _ in range(limits.payload_depth_max):
+            ok_deep = [ok_deep]
+        before = env.raft.index
+        for bad in ({"x": 2 ** 70}, {"x": -(2 ** 64)}, deep):
+            await err(await post(c, "/v1/jobs/nightly/trigger", {"payload": bad}), 422, "invalid", "payload")
+            await err(await post(c, "/v1/jobs/nightly/backfills", dict(rng(now, 2), payload=bad)),
+                      422, "invalid", "payload")
+        assert env.raft.index == before, "a refused request proposed a command"
+        r = await post(c, "/v1/jobs/nightly/trigger", {"payload": ok_deep})
+        assert r.status == 201, await r.text()
+        r = await post(c, "/v1/jobs/nightly/backfills", dict(rng(now, 2), payload=[2 ** 63 - 1, ok_deep[0]]))
+        assert r.status == 201, await r.text()
     run(t)
 
 

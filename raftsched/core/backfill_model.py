@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 from typing import Any, Literal, overload
 
+import msgpack
+
 from . import limits, schedule
 from .backfill_plan import MODES, ORDERS, OVERLAPS
 from .bodies import check_body
 from .errors import InvalidSpec
 from .model import NAME_RE
+from .model import _depth as payload_depth
 from .records import Record
 
 BACKFILL_FIELDS = {"from", "to", "reprocess", "order", "max_concurrent", "rate_per_s", "max_slots", "payload",
@@ -76,13 +79,21 @@ def _id(b: dict[str, Any]) -> str | None:
 
 
 def check_payload(v: Any, field: str = "payload") -> Any:
-    """A payload override: JSON data of at most payload_bytes_max."""
+    """A payload override: JSON data of at most payload_bytes_max, nested at most
+    payload_depth_max levels (apply refuses a deeper one), its integers storable (64 bits), as a
+    job's own payload (model.validate_job)."""
+    if payload_depth(v) > limits.payload_depth_max:
+        raise InvalidSpec(f"is nested more than {limits.payload_depth_max} levels deep", field=field)
     try:
         encoded = json.dumps(v, allow_nan=False)
     except (TypeError, ValueError):
         raise InvalidSpec("must be JSON-serialisable", field=field) from None
     if len(encoded) > limits.payload_bytes_max:
         raise InvalidSpec(f"is {len(encoded)} bytes as JSON; the limit is {limits.payload_bytes_max}", field=field)
+    try:
+        msgpack.packb(v, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError):
+        raise InvalidSpec("contains a value that cannot be stored (integers must fit in 64 bits)", field=field) from None
     return v
 
 
