@@ -243,6 +243,7 @@ CONSTRUCTED = [
      commands.make("put_tenant_notify", T0, "r", name="t", notify=[])),
     (commands.takeover(T0, node="n", seen=5), commands.make("takeover", T0, None, node="n", seen=5)),
     (commands.note_unplaceable(T0, runs=[]), commands.make("note_unplaceable", T0, None, runs=[])),
+    (commands.sink_reseal(T0, None, items=[]), commands.make("sink_reseal", T0, None, items=[])),
     (commands.member_url(T0, addr="h:1", url="http://h:2"), commands.make("member_url", T0, None, addr="h:1", url="http://h:2")),
     (commands.join_expire(T0, joins=[]), commands.make("join_expire", T0, None, joins=[])),
     (commands.fanout_step(T0, key="k", after=None), commands.make("fanout_step", T0, None, key="k", after=None)),

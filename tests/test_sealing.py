@@ -400,6 +400,70 @@ def test_rotation_counts_what_it_cannot_open_and_a_write_sealed_under_the_old_ke
     run_api(t, ring_in(tmp_path, "k1"))
 
 
+class WritesMeanwhile(FakeRaft):
+    """FakeRaft that, armed with ``meanwhile``, runs it just before the next proposal of a sink's
+    secrets sealed again applies: writes that land between the rotation's read and its commit."""
+
+    meanwhile = None
+
+    async def propose(self, data: bytes, timeout_s: float = 5.0) -> dict:
+        if self.meanwhile is not None and commands.decode(data)["op"] in ("put_sink", "sink_reseal"):
+            fn, self.meanwhile = self.meanwhile, None
+            await fn()
+        return await super().propose(data, timeout_s)
+
+
+def test_a_rotation_never_brings_back_a_deleted_sink_nor_reverts_one_written_meanwhile(tmp_path):
+    ring = ring_in(tmp_path, "k1")
+    hook = {"type": "webhook", "url": "http://127.0.0.1:9/old", "secrets": {"signing_key": SECRET}}
+    names = [f"s{i:02d}" for i in range(6)]
+
+    async def main():
+        state = SchedulerState()
+        raft = WritesMeanwhile(state)
+        svc = Service(raft, FakeClock(), "n1", fingerprint=FP, keyring=ring)
+        async with TestClient(TestServer(make_app(svc, TOKEN), host="127.0.0.1"), headers=AUTH) as c:
+            for n in names:
+                assert (await c.put(f"/v1/sinks/{n}", data=json.dumps(hook))).status == 201
+            before = {n: state.sinks[n]["spec"]["secrets"]["signing_key"] for n in names}
+            late = sealing.seal_spec(dict(state.sinks["s05"]["spec"], url="http://127.0.0.1:9/late",
+                                          secrets={"signing_key": "late-key"}),
+                                     "sink:s05", ring, "k1", FP.digest)
+
+            async def meanwhile():
+                r = await c.delete("/v1/sinks/s03")
+                assert r.status == 200, await r.text()
+                r = await c.put("/v1/sinks/s04", data=json.dumps(dict(hook, url="http://127.0.0.1:9/new",
+                                                                      secrets={"signing_key": "new-key"})))
+                assert r.status == 200, await r.text()
+                # A write by a node that read the key before the rotation named k2: sealed under k1.
+                res = await svc.propose(commands.put_sink(1, None, name="s05", spec=late))
+                assert res["ok"], res
+            raft.meanwhile = meanwhile
+            new_key_file(str(tmp_path / "keys"), "k2")
+            r = await c.post("/v1/secrets:rotate", data=json.dumps({"key": "k2"}))
+            body = await r.json()
+            assert r.status == 200, body
+            assert raft.meanwhile is None, "the writes landed during the rotation"
+            assert "s03" not in state.sinks, "a sink deleted meanwhile stays deleted"
+            assert sorted(state.sinks) == [n for n in names if n != "s03"]
+            s04, s05 = state.sinks["s04"]["spec"], state.sinks["s05"]["spec"]
+            assert s04["url"] == "http://127.0.0.1:9/new" and s05["url"] == "http://127.0.0.1:9/late"
+            for n, want in (("s04", "new-key"), ("s05", "late-key"), ("s00", SECRET)):
+                v = state.sinks[n]["spec"]["secrets"]["signing_key"]
+                assert sealing.key_of(v) == "k2" and ring.unseal(v, place("sink:" + n, ("secrets",), "signing_key")) == want
+            # Nothing else of a sink changed: its fingerprint reads the same.
+            assert all(sealing.fingerprint_of(state.sinks[n]["spec"]["secrets"]["signing_key"])
+                       == sealing.fingerprint_of(before[n]) for n in ("s00", "s01", "s02"))
+            assert body["complete"] is True and body["values"] == {"k2": 5}, body
+            # s00-s02 in the first pass (s03-s05 stale), s05 sealed under k1 again in the second.
+            assert body["stale"] == 3 and body["resealed"] == 4 and body["passes"] == 3, body
+            restored = SchedulerState()
+            restored.restore(state.snapshot())
+            assert restored.snapshot() == state.snapshot() and restored.sinks == state.sinks
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
 @pytest.mark.parametrize("body, status, field", [
     ({}, 400, "key"), ({"key": "k2", "x": 1}, 400, "key"), ({"key": 5}, 422, "key"),
     ({"key": "k2\n"}, 422, "key"), ({"key": "x" * 17}, 422, "key"), ({"key": "../k1"}, 422, "key"),
@@ -454,6 +518,60 @@ def test_reseal_replaces_only_a_job_of_the_generation_read_and_replicas_agree():
     restored = SchedulerState()
     restored.restore(one.snapshot())
     assert restored.seal == {"key": "k2"} and restored.snapshot() == one.snapshot()
+
+
+def _sink_state(*names):
+    s = SchedulerState()
+    for n in names:
+        spec = {"type": "webhook", "url": "http://127.0.0.1:9/", "retry": {"max_attempts": 1},
+                "secrets": {"signing_key": b"\x01old-" + n.encode()}}
+        assert s.apply(commands.put_sink(1, None, name=n, spec=spec))["ok"]
+    return s
+
+
+@pytest.mark.parametrize("bad", [
+    {}, {"items": []}, {"items": "x"}, {"items": [["a"]]}, {"items": [["", {"k": b"x"}, {"k": b"y"}]]},
+    {"items": [["a", {"signing_key": b"\x01old-a"}, {}]]},
+    {"items": [["a", {"signing_key": b"\x01old-a"}, {"signing_key": "clear"}]]},
+    {"items": [["a", {"signing_key": b"\x01old-a"}, {"other": b"y"}]]},
+    {"items": [["a", {"signing_key": 5}, {"signing_key": b"y"}]]},
+    {"items": [["a", [], {"signing_key": b"y"}]]},
+    {"items": [["a", {"signing_key": b"\x01old-a"}, {"signing_key": b"y"}], ["b", {}, {"k": b"y"}]]},
+    {"items": [["a", {"signing_key": b"\x01old-a"}, {"signing_key": b"y"}]] * 101},
+])
+def test_a_malformed_sink_reseal_is_refused_as_a_value_and_changes_nothing(bad):
+    s = _sink_state("a")
+    spec = s.sinks["a"]["spec"]
+    res = s.apply_bytes(commands.encode(commands.make("sink_reseal", 2, None, **bad)))
+    assert res["ok"] is False and res["error"]["code"] == "invalid_command"
+    assert s.sinks["a"]["spec"] is spec and spec["secrets"] == {"signing_key": b"\x01old-a"}
+
+
+def test_sink_reseal_replaces_only_the_secrets_read_never_makes_a_sink_and_replicas_agree():
+    def replica():
+        s = _sink_state("a", "b", "c")
+        s.sinks["a"]["dead"].append({"event": {"seq": 1}, "error": None, "attempts": 1, "at": 1})
+        # Written after the rotation read them: b with another url and key, c deleted.
+        s.apply(commands.put_sink(2, None, name="b", spec=dict(s.sinks["b"]["spec"], url="http://h/new",
+                                                              secrets={"signing_key": b"\x01new-b"})))
+        s.apply(commands.delete_sink(2, None, name="c"))
+        return s
+    one, two = replica(), replica()
+    cmd = commands.sink_reseal(3, None, items=[
+        ["a", {"signing_key": b"\x01old-a"}, {"signing_key": b"\x02k2-a"}],
+        ["b", {"signing_key": b"\x01old-b"}, {"signing_key": b"\x02k2-b"}],
+        ["c", {"signing_key": b"\x01old-c"}, {"signing_key": b"\x02k2-c"}],
+    ])
+    results = [s.apply_bytes(commands.encode(cmd)) for s in (one, two)]
+    assert results[0] == results[1] and results[0]["resealed"] == 1 and results[0]["stale"] == ["b", "c"]
+    assert one.sinks["a"]["spec"]["secrets"] == {"signing_key": b"\x02k2-a"} and len(one.sinks["a"]["dead"]) == 1
+    assert one.sinks["b"]["spec"]["url"] == "http://h/new"
+    assert one.sinks["b"]["spec"]["secrets"] == {"signing_key": b"\x01new-b"}, "a write meanwhile is kept"
+    assert "c" not in one.sinks, "a sink deleted meanwhile is not made again"
+    assert one.snapshot() == two.snapshot()
+    restored = SchedulerState()
+    restored.restore(one.snapshot())
+    assert restored.snapshot() == one.snapshot() and restored.sinks == one.sinks
 
 
 # ---------------------------------------------------------------------------- a node's files

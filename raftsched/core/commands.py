@@ -72,6 +72,7 @@ OPS = (
     "sink_requeue",       # a sink's dead events delivered again
     "put_tenant_notify",  # a tenant's default notify routes
     "note_unplaceable",   # the leader's report of runs waiting too long for a worker that matches
+    "sink_reseal",        # a rotation's sink secrets sealed again, if each sink is as it read it
     # The members' API URLs (core/members.py)
     "member_url",  # a node announces where its API is
     # Pipelines (core/pipelines.py)
@@ -353,6 +354,13 @@ def put_tenant_notify(now: int, rid: str | None, *, name: str, notify: list[Any]
 
 def note_unplaceable(now: int, *, runs: list[str]) -> Command:
     return make("note_unplaceable", now, None, runs=runs)
+
+
+def sink_reseal(now: int, rid: str | None, *, items: list[Any]) -> Command:
+    """``items``: ``[name, {name: stored value read}, {name: sealed bytes}]`` (core/notify.py)."""
+    return make("sink_reseal", now, rid, items=items)
+
+
 def member_url(now: int, *, addr: str, url: str) -> Command:
     """A node's announcement of its API URL (core/members.py)."""
     return make("member_url", now, None, addr=addr, url=url)

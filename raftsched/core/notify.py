@@ -173,6 +173,39 @@ def apply_put_sink(s: SchedulerState, cmd: Command, now: int) -> Result:
     return ok(sink=name, created=old is None)
 
 
+def apply_sink_reseal(s: SchedulerState, cmd: Command, now: int) -> Result:
+    """``sink_reseal {items: [[name, expect: {name: stored}, secrets: {name: sealed}], ...]}``: a
+    rotation's (node/rotation.py) values sealed again. Each item's ``secrets`` replace the sink's
+    values of those names if the sink still exists and its stored secrets are exactly ``expect``
+    (what the proposer read); else the item is ``stale`` (the sink was deleted, or written since:
+    its new values were sealed by their own write) and nothing of it changes. It never creates a
+    sink, and changes nothing of one but those values (not its spec's other fields, not its
+    cursor nor its dead list).
+
+    :raises InvalidCommand: malformed (checked before anything changes)."""
+    items = cmd.get("items")
+    if not isinstance(items, list) or not items or len(items) > limits.sinks_max:
+        raise InvalidCommand(f"sink_reseal.items must be a list of 1-{limits.sinks_max} items")
+    for i, item in enumerate(items):
+        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str) and item[0]
+                and isinstance(item[1], dict) and isinstance(item[2], dict) and item[2]
+                and all(isinstance(k, str) and isinstance(v, (str, bytes)) for k, v in item[1].items())
+                and all(isinstance(k, str) and isinstance(v, bytes) and k in item[1] for k, v in item[2].items())):
+            raise InvalidCommand(f"sink_reseal.items[{i}] must be [name, {{name: stored}}, {{name: sealed}}] "
+                                 "(sealed values only, of names it expects)")
+    resealed = 0
+    stale: list[str] = []
+    for name, expect, vals in items:
+        sk = s.sinks.get(name)
+        if sk is None or sk["spec"].get("secrets") != expect:
+            stale.append(name)
+            continue
+        # (a new spec, never the stored one changed in place: a read may hold it)
+        sk["spec"] = dict(sk["spec"], secrets={**expect, **vals})
+        resealed += 1
+    return ok(resealed=resealed, stale=stale)
+
+
 def apply_delete_sink(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``delete_sink {name}``. :raises NotFound:"""
     name = cmd.get("name")

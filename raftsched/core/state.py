@@ -59,7 +59,7 @@ from .events import Outbox
 from .deadlines import Book, apply_deadline_judge, apply_ping
 from .notify import (
     apply_delete_sink, apply_note_unplaceable, apply_put_sink, apply_put_tenant_notify, apply_sink_progress,
-    apply_sink_requeue,
+    apply_sink_requeue, apply_sink_reseal,
 )
 from .members import apply_member_url
 from .pipelines import Pipes, apply_fanout_step, apply_join_expire
@@ -121,6 +121,7 @@ HANDLERS: dict[str, Handler] = {
     "sink_requeue": apply_sink_requeue,
     "put_tenant_notify": apply_put_tenant_notify,
     "note_unplaceable": apply_note_unplaceable,
+    "sink_reseal": apply_sink_reseal,
     "member_url": apply_member_url,
     "join_expire": apply_join_expire,
     "fanout_step": apply_fanout_step,

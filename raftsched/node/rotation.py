@@ -11,11 +11,14 @@ receives it reads its ring again, and must hold ``ID``. It reads every stored se
 each one not sealed under ``ID`` it unseals (with the key it is sealed under, which it must
 hold too) and seals again under ``ID``, keeping the fingerprint it was sealed with (so reads show
 the same redaction before and after); it proposes them in ``reseal`` commands that also name
-``ID`` as the key new values are sealed under, from their commit on, by every node. A write
-proposed by a node that read the state before that commit may still land sealed under the old
-key: the rotation reads again (after a barrier) and repeats until a pass finds nothing left to
-re-seal (at most reseal_passes_max passes). Values it cannot unseal (their key is in no ring of
-this node, or they are damaged) are counted in the answer, never dropped.
+``ID`` as the key new values are sealed under, from their commit on, by every node; a
+notification sink's values, in ``sink_reseal`` commands. Each item of either applies only to
+what the rotation read (a job's generation; a sink's secrets exactly as they were stored): a job
+or sink deleted or written meanwhile is left as that write made it (``stale``), never restored.
+A write proposed by a node that read the state before that commit may still land sealed under
+the old key: the rotation reads again (after a barrier) and repeats until a pass finds nothing
+left to re-seal (at most reseal_passes_max passes). Values it cannot unseal (their key is in no
+ring of this node, or they are damaged) are counted in the answer, never dropped.
 """
 from __future__ import annotations
 
@@ -105,15 +108,15 @@ async def _pass(svc, key: str, unreadable: collections.Counter) -> list[list]:
     return items
 
 
-def _chunks(items: list[list]) -> list[list[list]]:
-    """``items`` cut into reseal commands of at most command_bytes_max (one item alone may be
-    refused as too large: a key id longer than the old one grows every value)."""
+def _chunks(items: list[list], most: int = limits.reseal_jobs_max) -> list[list[list]]:
+    """``items`` cut into commands of at most command_bytes_max and ``most`` items (one item
+    alone may be refused as too large: a key id longer than the old one grows every value)."""
     budget = limits.command_bytes_max - node_limits.put_jobs_envelope_bytes
     chunks: list[list[list]] = [[]]
     size = 0
     for item in items:
         n = len(msgpack.packb(item, use_bin_type=True))
-        if chunks[-1] and (size + n > budget or len(chunks[-1]) >= limits.reseal_jobs_max):
+        if chunks[-1] and (size + n > budget or len(chunks[-1]) >= most):
             chunks.append([])
             size = 0
         chunks[-1].append(item)
@@ -132,21 +135,22 @@ def _sink_specs(svc) -> list[tuple[str, dict]]:
     return out
 
 
-async def _reseal_sinks(svc, key: str, unreadable: collections.Counter) -> int:
-    """Every sink whose secrets are not all sealed under ``key``, written again with them sealed
-    under it (a put_sink of the same spec: its cursor and dead list stay)."""
-    done = 0
+def _sink_pass(svc, key: str, unreadable: collections.Counter) -> list[list]:
+    """The sink_reseal items of one pass: ``[name, secrets read, {name: sealed again}]`` for
+    every sink holding a value not sealed under ``key``. Apply replaces the values only if the
+    sink still holds exactly the secrets read (core/notify.py apply_sink_reseal): a sink deleted
+    or written meanwhile is left as that write made it, and read again by the next pass."""
+    items: list[list] = []
     for name, spec in _sink_specs(svc):
-        vals = spec.get("secrets") or {}
-        new, changed = dict(vals), False
+        vals = dict(spec.get("secrets") or {})
+        new = {}
         for n, v in vals.items():
             sealed = _resealed(svc, key, v, sealing.place("sink:" + name, ("secrets",), n), unreadable)
             if sealed is not None:
-                new[n], changed = sealed, True
-        if changed:
-            await svc.propose(commands.put_sink(svc.clock.now_ms(), None, name=name, spec=dict(spec, secrets=new)))
-            done += sum(1 for n in new if new[n] is not vals[n])
-    return done
+                new[n] = sealed
+        if new:
+            items.append([name, vals, new])
+    return items
 
 
 async def rotate(svc, body) -> dict:
@@ -171,13 +175,17 @@ async def rotate(svc, body) -> dict:
         await svc.raft.barrier(timeout_s=svc.propose_timeout_s)
         unreadable.clear()
         items = await _pass(svc, key, unreadable)
-        if not items and svc.read(queries.seal_key) == key:
+        sinks = _sink_pass(svc, key, unreadable)
+        if not items and not sinks and svc.read(queries.seal_key) == key:
             break
-        for chunk in _chunks(items):
+        for chunk in _chunks(items):  # (first: the key every node seals new values under)
             res = await svc.propose(commands.reseal(svc.clock.now_ms(), None, key=key, jobs=chunk))
             resealed += res["resealed"]
             stale += len(res["stale"])
-    resealed += await _reseal_sinks(svc, key, unreadable)
+        for chunk in _chunks(sinks, limits.sinks_max) if sinks else ():
+            res = await svc.propose(commands.sink_reseal(svc.clock.now_ms(), None, items=chunk))
+            resealed += res["resealed"]
+            stale += len(res["stale"])
     after = status(svc)
     left = sum(n for k, n in after["values"].items() if k != key) + after["clear"]
     return {"key": key, "resealed": resealed, "stale": stale, "passes": passes,
