@@ -249,3 +249,91 @@ def test_a_sink_further_behind_than_the_outbox_holds_is_told_so(monkeypatch):
                 await asyncio.gather(task, return_exceptions=True)
             assert n.lost == {"hook": 3} and [json.loads(b)["seq"] for _, b in got] == [4, 5]
     run(t)
+
+
+SLACK_SECRET = "T0AAAAAAA/B0BBBBBBB/xoxb-do-not-show-0123456789"
+
+
+def test_a_sink_url_delivery_could_not_parse_is_refused_at_put_naming_the_field():
+    async def t(env, c):
+        for body, field in (
+                (dict(HOOK, url="http://127.0.0.1:99999/"), "url"),
+                (dict(HOOK, url="http://127.0.0.1:0/"), "url"),
+                (dict(HOOK, url="http://127.1/"), "url"),
+                (dict(HOOK, url="http://a..b/"), "url"),
+                (dict(HOOK, url="http://h:+80/"), "url"),
+                (dict(HOOK, url="https://[::1]@/"), "url"),
+                (dict(HOOK, url="http://h\\x/"), "url"),
+                (dict(HOOK, link="http://h:70000/"), "link"),
+                ({"type": "slack", "secrets": {"url": f"https://hooks.example.com:99999/services/{SLACK_SECRET}"}},
+                 "secrets.url"),
+                ({"type": "slack", "secrets": {"url": f"https://hooks.example.com:8x/services/{SLACK_SECRET}"}},
+                 "secrets.url")):
+            s, b = await call(c, "PUT", "/v1/sinks/s", BOOT, body)
+            assert s == 422 and b["error"]["field"] == field, (body, b)
+            assert SLACK_SECRET not in json.dumps(b), "the message never shows the value"
+        assert env.state.sinks == {}, "nothing was stored"
+        for ok in ("http://127.0.0.1:65535/x", "http://[::1]:8080/", "https://h.example./p?q=1"):
+            s, b = await call(c, "PUT", "/v1/sinks/s", BOOT, dict(HOOK, url=ok))
+            assert s in (200, 201), (ok, b)
+    run(t)
+
+
+def test_a_delivery_error_never_holds_a_sinks_secret_url_nor_secret_values(caplog):
+    """A slack sink stored with a URL delivery cannot parse (by a version that let one through,
+    or an apply of a hand-made command): aiohttp's InvalidUrlClientError names the whole URL,
+    which is the sink's secret. The dead list (any reader's) and the log show the class and the
+    host only."""
+    from raftsched import sealing
+    from raftsched.core import limits
+
+    async def t(env, c):
+        url = f"https://hooks.example.com:99999/services/{SLACK_SECRET}"
+        spec = {"type": "slack", "retry": {"max_attempts": 2, "backoff_s": 0, "backoff_max_s": 0},
+                "secrets": {"url": url}}
+        svc = env.service
+        spec = sealing.seal_spec(spec, "sink:chat", svc.keyring, await svc.seal_key(), svc.fingerprint.digest)
+        assert (await svc.propose(commands.put_sink(env.clock.now_ms(), None, name="chat", spec=spec)))["ok"]
+        job = dict(SPEC, notify=[{"sink": "chat", "on": ["job.triggered"]}])
+        assert (await call(c, "PUT", "/v1/jobs/j", BOOT, job))[0] == 201
+        assert (await call(c, "POST", "/v1/jobs/j/trigger", BOOT))[0] == 201
+        notifier = Notifier(env.raft, env.clock, svc.keyring)
+        task = asyncio.ensure_future(notifier.run_while_leading())
+        try:
+            await _until(lambda: env.state.sinks["chat"]["dead"], "the dead event")
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        reader = (await new_token(c, "reader"))["token"]
+        s, b = await call(c, "GET", "/v1/sinks/chat/dead", reader)
+        assert s == 200 and b["dead"][0]["error"] == "InvalidUrlClientError (host hooks.example.com)", b
+        assert SLACK_SECRET not in json.dumps(b) and "xoxb" not in caplog.text
+        assert "gave up event" in caplog.text and "InvalidUrlClientError (host hooks.example.com)" in caplog.text
+        assert limits.sinks_max  # (the module is the one apply reads)
+    with caplog.at_level("WARNING", logger="raftsched.notify"):
+        run(t)
+
+
+def test_delivery_errors_are_masked_of_the_sinks_secrets_before_they_are_cut():
+    from raftsched.node.notify import ERROR_CHARS_MAX, exc_error, scrub
+
+    slack = {"type": "slack"}
+    url = f"https://hooks.example.com/services/{SLACK_SECRET}"
+    # A message that names the URL as yarl writes it, or only its path, shows neither.
+    for shown in (url, url.replace("https://hooks.example.com", "https://hooks.example.com:443"),
+                  f"/services/{SLACK_SECRET}", SLACK_SECRET):
+        out = scrub(f"OSError: cannot post to {shown}: refused", slack, {"url": url})
+        assert "xoxb" not in out and "***" in out, out
+    hook = {"type": "webhook", "url": "http://127.0.0.1:9/"}
+    key = "whsec-" + "k" * 40
+    # A secret that runs across the cut: masked first, so no start of it is left.
+    out = scrub("x" * (ERROR_CHARS_MAX - 10) + key, hook, {"signing_key": key})
+    assert "whsec" not in out and len(out) <= ERROR_CHARS_MAX
+    assert scrub(None, hook, {"signing_key": key}) is None
+    assert scrub("HTTP 500", hook, "sink secret signing_key cannot be unsealed") == "HTTP 500"
+    # An exception that carries a URL is told by its class and host; others as they are.
+    import aiohttp
+    from yarl import URL
+    assert exc_error(aiohttp.InvalidUrlClientError(url), url) == "InvalidUrlClientError (host hooks.example.com)"
+    assert exc_error(aiohttp.NonHttpUrlClientError(URL("ftp://x/" + SLACK_SECRET)), None) == "NonHttpUrlClientError"
+    assert exc_error(OSError("connection refused"), url) == "OSError: connection refused"

@@ -7,9 +7,12 @@ replica. Imports nothing of the core's handlers (model.py imports it).
 """
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any
 from urllib.parse import urlsplit
+
+from yarl import URL
 
 from . import limits
 from .errors import InvalidCommand, InvalidSpec
@@ -117,12 +120,53 @@ def add_job_fields(raw: dict[str, Any], spec: dict[str, Any]) -> None:
             spec["metrics"] = True
 
 
+#: What no sink URL holds: whitespace, control characters, and a backslash (which yarl, and so
+#: delivery's aiohttp, refuses in the authority).
+_URL_REFUSED_RE = re.compile(r"[\s\x00-\x1f\x7f\\]")
+#: A host of digits and dots only, which must then be an IPv4 address in its canonical form (delivery
+#: refuses "127.1" and "1.2.3.4.5" as not canonical).
+_NUMERIC_HOST_RE = re.compile(r"[0-9.]+")
+
+
 def _url(v: object, field: str) -> str:
+    """An http(s) URL that delivery (aiohttp, yarl) will take as it is: one yarl parses, with a
+    host, a port from 1 to 65535 in ASCII digits, an IPv4 host in its canonical form, each label
+    of a name 1-63 characters. (Else delivery's error would be the URL's own: aiohttp's
+    InvalidUrlClientError names it.) Messages never show the value: ``secrets.url`` is a secret."""
     if not isinstance(v, str) or len(v) > 2048:
         raise InvalidSpec("must be an http or https URL", field=field)
-    u = urlsplit(v)
-    if u.scheme not in ("http", "https") or not u.hostname:
+    if _URL_REFUSED_RE.search(v):
+        raise InvalidSpec("must be an http or https URL without spaces, control characters or backslashes",
+                          field=field)
+    try:
+        u = urlsplit(v)
+        host, port = u.hostname, u.port  # (port: ValueError out of 0-65535, or not a number)
+    except ValueError:
+        raise InvalidSpec("must be an http or https URL with a valid host and a port from 1 to 65535",
+                          field=field) from None
+    if u.scheme not in ("http", "https") or not host:
         raise InvalidSpec("must be an http or https URL", field=field)
+    try:
+        parsed = URL(v)  # (as delivery's aiohttp parses it)
+    except Exception:  # ValueError; and yarl 1.25 raises IndexError for some, e.g. "https://[::1]@"
+        parsed = None
+    if parsed is None or not parsed.raw_host or parsed.port is None:
+        raise InvalidSpec("must be an http or https URL with a valid host and a port from 1 to 65535",
+                          field=field)
+    netloc_port = u.netloc.rpartition("]")[2].rpartition("@")[2].partition(":")[2]
+    if port == 0 or (netloc_port and not (netloc_port.isascii() and netloc_port.isdigit())):
+        raise InvalidSpec("must be an http or https URL with a port from 1 to 65535", field=field)
+    if ":" not in host:  # (a name or an IPv4 address: an IPv6 one urlsplit checked)
+        if _NUMERIC_HOST_RE.fullmatch(host):
+            try:
+                ipaddress.IPv4Address(host)
+            except ValueError:
+                raise InvalidSpec("must be an http or https URL whose IPv4 host is four numbers (a.b.c.d)",
+                                  field=field) from None
+        try:
+            host.encode("idna")  # (what delivery resolves: every label 1-63 characters)
+        except UnicodeError:
+            raise InvalidSpec("must be an http or https URL with a valid host name", field=field) from None
     return v
 
 

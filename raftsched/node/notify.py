@@ -28,12 +28,13 @@ import time
 from collections import Counter
 from email.message import EmailMessage
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import aiohttp
 import msgpack
 from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from yarl import URL
 
 from .. import sealing
 from .walks import off_loop
@@ -42,7 +43,9 @@ from ..core.errors import Forbidden, InvalidSpec, LimitExceeded, NotFound
 from ..core.notify_model import validate_sink
 from ..core.tenants import DEFAULT_POLICY
 from ..proposer import Proposer
+from ..worker import limits as worker_limits
 from ..worker.executors.http import _Pinned, checked_addresses
+from ..worker.masking import mask
 from .http import PRINCIPAL, SERVICE, int_param, json_body, json_response, optional_json_body, rid, tenants_of
 from .redact import restore_redacted
 from .routes import CONSISTENT, STALE, Param, Route, Tenancy
@@ -240,6 +243,73 @@ def sign(key: str, timestamp: str, data: bytes) -> str:
     return "sha256=" + hmac.new(key.encode(), timestamp.encode() + b"." + data, hashlib.sha256).hexdigest()
 
 
+#: A delivery error kept (in the dead list) and logged is cut to this many characters, after
+#: its secrets are masked (a cut first could leave part of one that no longer matches).
+ERROR_CHARS_MAX = 300
+
+
+def _host(url: str | None) -> str | None:
+    try:
+        return urlsplit(url).hostname if url else None
+    except ValueError:
+        return None
+
+
+def _target(spec: dict, secrets) -> str | None:
+    """The URL a sink is sent to (a slack sink's is its secret ``url``), or None (email)."""
+    if spec.get("type") == "slack":
+        return secrets.get("url") if isinstance(secrets, dict) else None
+    return spec.get("url")
+
+
+#: aiohttp's exceptions whose message may hold a URL: an invalid or non-http one (a redirect's
+#: too), and a response's (its request's URL).
+_NAMES_URL = (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError, aiohttp.RedirectClientError,
+              aiohttp.ClientResponseError)
+
+
+def exc_error(e: BaseException, url: str | None) -> str:
+    """An exception of a delivery attempt as its error: ``Class: message``, except for one that
+    may carry a URL (_NAMES_URL), which is told by its class and the host of the URL the sink is
+    sent to, only: a slack sink's URL is its secret."""
+    if isinstance(e, _NAMES_URL):
+        host = _host(url)
+        return f"{type(e).__name__}" + (f" (host {host})" if host else "")
+    return f"{type(e).__name__}: {e}"
+
+
+def secret_texts(spec: dict, secrets) -> list[str]:
+    """What a sink's delivery errors are masked of, longest first: its secret values in clear
+    and, for a slack sink, its URL as given and as yarl writes it, and the URL's path and query
+    (the part that is the secret), whole and each part of the path alone."""
+    vals: set[str] = set()
+    if isinstance(secrets, dict):
+        vals.update(v for v in secrets.values() if isinstance(v, str))
+        url = secrets.get("url") if spec.get("type") == "slack" else None
+        if isinstance(url, str):
+            try:
+                parsed = URL(url)
+                vals.update((str(parsed), parsed.raw_path_qs, parsed.path_qs))
+            except Exception:  # (not a URL yarl reads: masked as it is)
+                pass
+            try:
+                u = urlsplit(url)
+            except ValueError:
+                u = None
+            if u is not None:
+                path = u.path + ("?" + u.query if u.query else "")
+                vals.update((path, path.lstrip("/"), u.query))
+                vals.update(u.path.split("/"))  # (each part alone too: a token is one)
+    return sorted((v for v in vals if len(v) >= worker_limits.mask_chars_min and v != "/"), key=len, reverse=True)
+
+
+def scrub(error: str | None, spec: dict, secrets) -> str | None:
+    """``error`` with the sink's secrets masked (``***``), then cut to ERROR_CHARS_MAX."""
+    if error is None:
+        return None
+    return (mask(error, secret_texts(spec, secrets)) or "")[:ERROR_CHARS_MAX]
+
+
 _SEVERITY = {"run.dead": "error", "deadline.missed": "error", "cluster.no_leader": "error", "worker.lost": "warning",
              "slot.missed": "warning", "run.failed": "warning", "deadline.late": "warning",
              "run.unplaceable": "warning"}
@@ -400,7 +470,7 @@ class Notifier:
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:  # a sink's failure is its own, never the loop's
-                    error = f"{type(e).__name__}: {e}"
+                    error = exc_error(e, _target(spec, secrets))
             if error is None:
                 self.delivered[(name, ev["kind"])] += 1
                 lat = max(0.0, (self.clock.now_ms() - ev["at"]) / 1000)
@@ -410,6 +480,8 @@ class Notifier:
                 self._latency[i] += 1
                 self._latency_sum += lat
                 return True, None, attempt
+            # Before it is kept in the dead list (any reader's) or logged: no secret in it.
+            error = scrub(error, spec, secrets)
             self.attempts_failed[name] += 1
             if attempt < retry["max_attempts"]:
                 await asyncio.sleep(min(retry["backoff_s"] * 2 ** (attempt - 1), retry["backoff_max_s"]))
@@ -482,7 +554,7 @@ class Notifier:
         except asyncio.TimeoutError:
             return f"no answer in {SEND_TIMEOUT_S:g} s"
         except (aiohttp.ClientError, OSError, ValueError) as e:
-            return f"{type(e).__name__}: {e}"[:300]
+            return exc_error(e, url)
         finally:
             if own is not None:
                 await own.close()
@@ -512,7 +584,7 @@ class Notifier:
                     c.login(secrets["username"], secrets.get("password", ""))
                 c.send_message(msg)
         except (smtplib.SMTPException, OSError, ssl.SSLError, ValueError) as e:
-            return f"{type(e).__name__}: {e}"[:300]
+            return exc_error(e, None)
         return None
 
     # -------------------------------------------------------------- metrics
