@@ -996,3 +996,34 @@ def test_a_refused_put_with_secrets_names_no_sealing_key(monkeypatch):
         assert s == 422 and e["error"]["code"] == "limit_exceeded", e
         assert (await call(c, "GET", "/v1/secrets"))[1]["key"] is None and env.state.jobs == {}
     run(t)
+
+
+def test_a_limited_tokens_checks_wait_until_the_replica_holds_every_acknowledged_write():
+    """A follower behind the leader judged a limited token's write by its older view: a job
+    (or sink) an admin had just created looked free, and the token's PUT took it over. Now the
+    node catches up first (one read barrier), as reads do: the token is told the name is taken."""
+    async def t(env, c):
+        assert (await call(c, "PUT", "/v1/tenants/alpha", body={"executors": ["http", "shell"]}))[0] == 200
+        tok = (await new_token(c, "operator", tenants=["alpha"]))["token"]
+        behind, since = env.state.snapshot(), len(env.raft.proposed)  # this replica, before the admin's writes
+        assert (await call(c, "PUT", "/v1/jobs/pay", body=dict(SPEC, tenant="beta")))[0] == 201
+        s, b = await call(c, "PUT", "/v1/sinks/pager",
+                          body={"type": "webhook", "url": "http://127.0.0.1:9/hook", "secrets": {"signing_key": "k"}})
+        assert s == 201, b
+        held = list(env.raft.proposed[since:])
+        env.state.restore(behind)
+        waited = []
+
+        async def catch_up():  # the barrier: this replica applies what the leader committed
+            waited.append(True)
+            while held:
+                env.state.apply_bytes(held.pop(0))
+        env.service.reads.wait = catch_up
+        s, e = await call(c, "PUT", "/v1/jobs/pay", tok, body=dict(SPEC, tenant="alpha", queue="qa"))
+        assert s == 409 and e["error"]["field"] == "name" and waited
+        assert env.state.jobs["pay"]["spec"]["tenant"] == "beta"
+        s, _ = await call(c, "PUT", "/v1/sinks/pager", tok,
+                          body={"type": "webhook", "url": "http://127.0.0.1:9/mine", "tenant": "alpha",
+                                "secrets": {"signing_key": "mine"}})
+        assert s == 404 and env.state.sinks["pager"]["spec"].get("tenant") is None
+    run(t)

@@ -20,7 +20,8 @@ otherwise succeed: the body is validated and the token's own rules are checked f
 then whether the name (or the queue) is another tenant's (409, or 403 for a queue). Names are the
 cluster's: a name another tenant holds cannot be taken.
 
-The checks read this node's replica and the command is proposed after them, so a job moved to
+The checks read this node's replica (caught up first with every acknowledged write: the auth
+middleware waits for a read barrier) and the command is proposed after them, so a job moved to
 another tenant in between (by a token allowed in both) could still be acted on once by a
 limited token of its old tenant: docs/security.md, "What tenancy does not cover".
 """
