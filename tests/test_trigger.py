@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from raftsched.clock import FakeClock
 from raftsched.core import commands, limits, queries, schedule
 from raftsched.core.state import SchedulerState
@@ -376,3 +378,26 @@ def test_the_trigger_commits_deadline_instants_with_the_fire_and_sweeps_them_by_
     n = len(raft.proposed)
     asyncio.run(trig.tick())
     assert raft.proposed[n:] == []  # nothing more to judge: no command
+
+
+def test_a_deadline_sweep_cancelled_in_flight_puts_its_slots_back():
+    """The sweep takes its slots out of the leader's index before it proposes; a proposal
+    cancelled on the way (the trigger stopped as the leadership ended) put none back, so the
+    slot waited for the index's next rebuild. Now it is judged by the next sweep."""
+    st, raft, clock, trig = setup(n_jobs=1, pol="skip")
+    asyncio.run(Service(raft, clock, "n1").put_job("d", dict(spec(pol="skip"), deadline={"succeed_within_s": 3}),
+                                                   None))
+    clock.advance(10_000)
+    asyncio.run(trig.tick())
+    (slot,) = scheduled_slots(st, "d")
+    clock.advance(3_100)
+    real = trig.proposer.propose
+
+    async def cancelled(data, **kw):
+        raise asyncio.CancelledError()
+    trig.proposer.propose = cancelled
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(trig.judge_deadlines(clock.now_ms()))
+    trig.proposer.propose = real
+    assert asyncio.run(trig.judge_deadlines(clock.now_ms())) == 1
+    assert st.deadlines.slots[f"d@{slot}"]["state"] == "missed"

@@ -577,4 +577,10 @@ class Trigger:
             log.warning("trigger: deadline sweep failed: %s", e.message)
             self.raft.read(deadlines.repush, rids, names)
             return 0
+        except BaseException:
+            # Cancelled (the leadership ended) or a bug: the slots go back as for a failure (a
+            # judge that did commit is applied as nothing the second time), never dropped from
+            # the index until its next rebuild.
+            self.raft.read(deadlines.repush, rids, names)
+            raise
         return int(res.get("judged", 0))
