@@ -157,6 +157,46 @@ def test_one_line_reads_as_a_sentence():
 
 
 
+def test_an_event_whose_reason_has_line_breaks_is_mailed_with_a_one_line_subject():
+    """A worker's error is often a traceback: the email's subject (and the other sinks' line)
+    is one line, and the body's JSON keeps the reason whole."""
+    import email
+    import email.policy
+
+    from aiosmtpd.controller import Controller
+
+    from raftsched.core.notify_model import validate_sink
+    from raftsched.testing.procs import free_ports
+
+    mails = []
+
+    class Handler:
+        async def handle_DATA(self, server, session, envelope):  # noqa: N802
+            mails.append(envelope.content)
+            return "250 OK"
+
+    port = free_ports(1)[0]
+    ctl = Controller(Handler(), hostname="127.0.0.1", port=port)
+    ctl.start()
+    try:
+        spec = validate_sink("m", {"type": "email", "retry": {"max_attempts": 1},
+                                   "smtp": {"host": "127.0.0.1", "port": port, "starttls": False,
+                                            "from": "r@example.com", "to": ["o@example.com"]}})
+        n = Notifier(raft=None, clock=type("C", (), {"now_ms": staticmethod(lambda: 2)})(), keyring=None,
+                     proposer=object())
+        reason = "Traceback (most recent call last):\r\n  File \"x\", line 1\nValueError: boom\x0b\u2028!"
+        ev = {"seq": 1, "kind": "run.dead", "at": 1, "job": "j", "tenant": "default", "slot": 1, "run_id": "j@1",
+              "attempt": 1, "reason": reason, "detail": {}, "to": ["m"]}
+        assert asyncio.run(n._deliver("m", spec, {}, ev)) == (True, None, 1)
+        msg = email.message_from_bytes(mails[0], policy=email.policy.default)
+        assert msg["Subject"].endswith("Traceback (most recent call last): File \"x\", line 1 ValueError: boom !")
+        text = msg.get_content()
+        assert json.loads(text[text.index("{"):])["reason"] == reason
+    finally:
+        ctl.stop()
+    assert one_line({"kind": "run.failed", "reason": "a\r\n\tb"}) == "run.failed: a b"
+
+
 def test_a_batch_of_large_dead_events_is_committed_in_commands_that_fit():
     sent = []
 

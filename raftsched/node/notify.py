@@ -235,7 +235,9 @@ def one_line(body: dict) -> str:
     line = ": ".join([parts[0], ", ".join(parts[1:])]) if len(parts) > 1 else parts[0]
     if body.get("reason"):
         line += f": {body['reason']}"
-    return line[:500]
+    # One line whatever the reason holds (a worker's error is often a traceback): an email's
+    # subject may hold no line break, and a chat line or a summary reads better without.
+    return " ".join(line.split())[:500]
 
 
 def sign(key: str, timestamp: str, data: bytes) -> str:
@@ -565,17 +567,18 @@ class Notifier:
 
     def _send_email(self, spec: dict, secrets: dict, body: dict, pinned: str | None = None) -> str | None:
         smtp = spec["smtp"]
-        msg = EmailMessage()
-        msg["Subject"] = "[raftsched] " + one_line(body)[:200]
-        msg["From"] = smtp["from"]
-        msg["To"] = ", ".join(smtp["to"])
-        msg["Message-ID"] = f"<{body['event_id']}.{body['at']}@raftsched>"
-        msg["X-Raftsched-Event-Id"] = body["event_id"]
-        msg["Idempotency-Key"] = body["event_id"]
-        link = _link(spec, body)
-        msg.set_content(one_line(body) + ("\n\n" + link if link else "") + "\n\n"
-                        + json.dumps(body, indent=2, sort_keys=True) + "\n")
         try:
+            # (inside: a header the message refuses is this event's failure, told as one)
+            msg = EmailMessage()
+            msg["Subject"] = "[raftsched] " + one_line(body)[:200]
+            msg["From"] = smtp["from"]
+            msg["To"] = ", ".join(smtp["to"])
+            msg["Message-ID"] = f"<{body['event_id']}.{body['at']}@raftsched>"
+            msg["X-Raftsched-Event-Id"] = body["event_id"]
+            msg["Idempotency-Key"] = body["event_id"]
+            link = _link(spec, body)
+            msg.set_content(one_line(body) + ("\n\n" + link if link else "") + "\n\n"
+                            + json.dumps(body, indent=2, sort_keys=True) + "\n")
             # (the host named at construction: STARTTLS verifies the certificate for it)
             with _SMTP(pinned, smtp["host"], smtp["port"], timeout=SEND_TIMEOUT_S) as c:
                 if smtp["starttls"]:
