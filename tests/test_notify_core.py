@@ -171,6 +171,21 @@ def test_slot_missed_with_its_reason_and_opt_in_kinds() -> None:
     assert "run.succeeded" not in validate_routes([{"sink": "ops"}])[0]["on"]
 
 
+def test_an_incident_closed_while_the_job_is_paused_is_told() -> None:
+    """pause_on_failure pauses, the operator fixes the cause and checks it with a manual run:
+    that success closes the incident, and the route told of it hears job.recovered (PagerDuty's
+    resolve), which nothing would send later."""
+    s = state_with(job_with([{"sink": "ops", "on": ["run.dead", "job.recovered", "run.succeeded"]}],
+                            pause_on_failure={"after_consecutive": 1}))
+    run_once(s, T0 + 10 * SEC, False)
+    assert s.jobs["j"]["paused"] and kinds(s) == ["run.dead"]
+    assert apply(s, commands.trigger_job(T0 + 20 * SEC, None, name="j"))["ok"]
+    run_once(s, T0 + 20 * SEC, True)
+    assert kinds(s) == ["run.dead", "job.recovered"]  # (run.succeeded is not sent while paused)
+    assert view_health(s.health["j"])["incident"] is None
+    assert restored(s).snapshot() == s.snapshot()
+
+
 def test_tenant_defaults_and_a_sink_limited_to_a_tenant() -> None:
     s = state_with(job_with())
     route = validate_routes([{"sink": "ops", "on": ["run.dead"]}])

@@ -61,8 +61,9 @@ FIELDS = ("seq", "kind", "at", "job", "tenant", "slot", "run_id", "attempt", "re
 _BODY = FIELDS[:-2]
 #: Kinds about the cluster, sent to the sinks that subscribe to them.
 CLUSTER_KINDS = frozenset(("worker.lost", "cluster.leader_changed", "cluster.no_leader"))
-#: Kinds sent even while their job is paused (they are about the pause).
-_WHILE_PAUSED = frozenset(("job.paused", "job.resumed"))
+#: Kinds sent even while their job is paused: the pause and the resume, and the close of an
+#: incident (a manual run's success while paused closes it, and nothing would tell it later).
+_WHILE_PAUSED = frozenset(("job.paused", "job.resumed", "job.recovered"))
 #: A job's health record (core/notify.py keeps it): a list, these indexes. ``sent`` maps
 #: ``"<sink>|<kind>"`` to when a route last sent that kind (noise control), or is None.
 LAST_SUCCESS, LAST_FAILURE, CONSECUTIVE, LAST_SLOT, INCIDENT, SENT = range(6)
@@ -139,7 +140,7 @@ def route(s: SchedulerState, kind: str, now: int, job: str | None, tenant: str |
       default routes; a route counts when its sink exists, its ``on`` lists the kind, the sink is
       not limited to another tenant, and (for a backfill's run) it asks for ``backfills`` (then
       each is sent: no noise control, as they are outside the job's incidents); nothing
-      while the job is paused (but the pause and the resume themselves);
+      while the job is paused (but the pause and the resume themselves, and ``job.recovered``);
     - noise control, per route and job: ``run.dead`` only once the job's consecutive failures
       reach ``after_consecutive``, once per incident, again every ``repeat_every_s`` if set;
       ``job.recovered`` only to a route that was sent the incident's ``run.dead``; any other kind
