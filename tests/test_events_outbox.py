@@ -10,8 +10,8 @@ from raftsched.core.state import SchedulerState
 
 def listening(s: SchedulerState, tenant: str = "t") -> None:
     """A sink ``ops`` that the tenant's jobs send every kind to (an event nobody is sent is not kept)."""
-    spec = {"type": "webhook", "url": "http://127.0.0.1:1/", "retry": {"max_attempts": 1, "backoff_s": 0,
-                                                                       "backoff_max_s": 0}}
+    spec = {"type": "webhook", "url": "http://127.0.0.1:1/", "secrets": {"signing_key": "k"},
+            "retry": {"max_attempts": 1, "backoff_s": 0, "backoff_max_s": 0}}
     assert s.apply(commands.put_sink(1, None, name="ops", spec=spec))["ok"]
     route = {"sink": "ops", "on": list(JOB_KINDS), "after_consecutive": 1, "repeat_every_s": 0}
     assert s.apply(commands.put_tenant_notify(1, None, name=tenant, notify=[route]))["ok"]

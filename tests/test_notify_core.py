@@ -299,6 +299,22 @@ def test_the_leaders_look_for_unplaceable_runs_decided_a_slice_at_a_time_finds_t
     commands.make("sink_progress", T0, None, items=[{"sink": "ops", "cursor": 1, "dead": [{"event": 3}]}]),
     commands.make("sink_progress", T0, None, items="x"),
     commands.make("put_sink", T0, None, name="x", spec={"type": "carrier-pigeon"}),
+    # what delivery reads: a retry without its numbers, a webhook without its URL or key, an
+    # email sink without its server, a bad address
+    commands.make("put_sink", T0, None, name="x", spec={"type": "webhook", "retry": {}}),
+    commands.make("put_sink", T0, None, name="x", spec=dict(WEBHOOK, retry=dict(WEBHOOK["retry"], max_attempts=0))),
+    commands.make("put_sink", T0, None, name="x", spec={k: v for k, v in WEBHOOK.items() if k != "url"}),
+    commands.make("put_sink", T0, None, name="x", spec={k: v for k, v in WEBHOOK.items() if k != "secrets"}),
+    commands.make("put_sink", T0, None, name="x", spec={"type": "email", "retry": WEBHOOK["retry"]}),
+    commands.make("put_sink", T0, None, name="x", spec={"type": "email", "retry": WEBHOOK["retry"], "smtp": {
+        "host": "h", "port": 25, "starttls": False, "from": "a@b\nBcc: c@d", "to": ["o@example.com"]}}),
+    commands.make("put_sink", T0, None, name="x", spec=dict(WEBHOOK, link=7)),
+    # a dead event that reads of it (its view, a requeue's delivery) would fail on
+    commands.make("sink_progress", T0, None, items=[{"sink": "ops", "cursor": 0, "dead": [
+        {"event": {"seq": 1}, "error": None, "attempts": 1}]}]),
+    commands.make("sink_progress", T0, None, items=[{"sink": "ops", "cursor": 0, "dead": [
+        {"event": {"seq": 1, "kind": "run.dead", "at": 1, "job": "j", "tenant": None, "slot": None, "run_id": None,
+                   "attempt": None, "reason": None, "detail": [], "to": []}, "error": None, "attempts": 1}]}]),
     commands.make("put_tenant_notify", T0, None, name="t", notify=[{"sink": 1}]),
     commands.make("takeover", T0, None, node="n", seen="yesterday"),
     commands.make("sink_requeue", T0, None, name="ops", events=[1]),
@@ -307,6 +323,18 @@ def test_the_leaders_look_for_unplaceable_runs_decided_a_slice_at_a_time_finds_t
 def test_a_malformed_command_is_refused_and_changes_nothing(cmd) -> None:
     s = state_with(job_with([{"sink": "ops"}]))
     refused(s, cmd, "invalid_command")
+
+
+def test_a_well_formed_email_sink_and_dead_event_are_applied() -> None:
+    s = state_with(job_with([{"sink": "ops", "on": ["job.triggered"]}]))
+    mail = validate_sink("m", {"type": "email", "smtp": {"host": "h", "from": "r@example.com", "to": ["o@example.com"]}})
+    assert apply(s, commands.put_sink(T0, None, name="m", spec=mail))["ok"]
+    assert apply(s, commands.trigger_job(T0 + SEC, None, name="j"))["ok"]
+    ev = s.outbox.events[-1]
+    assert events.is_event(ev)
+    assert apply(s, commands.sink_progress(T0 + SEC, items=[{"sink": "ops", "cursor": 0, "dead": [
+        {"event": ev, "error": "HTTP 500", "attempts": 1}]}]))["ok"]
+    assert events.view(s.sinks["ops"]["dead"][0]["event"])["kind"] == "job.triggered"
 
 
 def test_a_job_whose_stored_notify_is_malformed_is_refused_at_apply() -> None:

@@ -791,6 +791,7 @@ class Driver:
             if action[1]:
                 self.cmd("put_sink", name="ops", spec={"type": "webhook", "url": "http://127.0.0.1:9/",
                                                        "subscribe": ["cluster.leader_changed"],
+                                                       "secrets": {"signing_key": "k"},
                                                        "retry": {"max_attempts": 1, "backoff_s": 0, "backoff_max_s": 0}})
             else:
                 self.cmd("delete_sink", name="ops")

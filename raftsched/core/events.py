@@ -210,6 +210,22 @@ def _quiet_enough(h: list[Any], r: Record, sink: str, kind: str, now: int) -> bo
     return True
 
 
+def is_event(ev: object) -> bool:
+    """Whether ``ev`` has an event's shape (FIELDS, as ``emit`` makes them): what ``view``, the
+    dead list's reads and delivery read of one that a command carries (a sink's dead event).
+    (Loose where a value is only shown, so that no event ``emit`` made is ever refused.)"""
+    if not (isinstance(ev, dict) and _is_int(ev.get("seq")) and ev.get("kind") in _KIND_SET
+            and _is_int(ev.get("at")) and all(f in ev for f in _BODY)):
+        return False
+    detail, to = ev.get("detail"), ev.get("to", [])
+    return (isinstance(detail, dict) and all(isinstance(k, str) for k in detail)
+            and isinstance(to, list) and all(isinstance(x, str) for x in to))
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def view(ev: Record) -> Record:
     """An event as the API and the sinks show it (its documented JSON body)."""
     out = {"event_id": event_id(ev["seq"])}

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from . import deadlines, limits, pipehooks, snapshot
 from .errors import InvalidCommand, LimitExceeded, NotFound
-from .events import CONSECUTIVE, INCIDENT, LAST_FAILURE, LAST_SLOT, LAST_SUCCESS, SENT, emit, emit_for, new_health
+from .events import CONSECUTIVE, INCIDENT, LAST_FAILURE, LAST_SLOT, LAST_SUCCESS, SENT, emit, emit_for, is_event
+from .events import new_health
 from .events import pending as events_pending
 from .notify_model import check_routes, check_sink_spec
 from .queues import unqueue_count
@@ -232,7 +233,7 @@ def apply_sink_progress(s: SchedulerState, cmd: Command, now: int) -> Result:
         if not (isinstance(redo, list) and all(is_int(x) for x in redo)):
             raise InvalidCommand("sink_progress redo must be a list of seqs")
         if not (isinstance(dead, list) and len(dead) <= limits.sink_progress_dead_max
-                and all(isinstance(d, dict) and isinstance(d.get("event"), dict) and is_int(d["event"].get("seq"))
+                and all(isinstance(d, dict) and is_event(d.get("event"))
                         and is_int(d.get("attempts")) and isinstance(d.get("error"), (str, type(None)))
                         for d in dead)):
             raise InvalidCommand("sink_progress dead must be a bounded list of {event, error, attempts}")

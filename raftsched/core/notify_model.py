@@ -284,8 +284,26 @@ def check_job_fields(spec: dict[str, Any]) -> None:
 
 
 def check_sink_spec(spec: object) -> None:
+    """Apply's check of a sink's stored spec: every shape delivery reads (``validate_sink``'s
+    form, secret values sealed). :raises InvalidCommand:"""
     if not (isinstance(spec, dict) and spec.get("type") in SINK_TYPES and isinstance(spec.get("retry"), dict)):
         raise InvalidCommand("sink spec is malformed")
+    typ = spec["type"]
+    retry = spec["retry"]
+    if not (_is_int(retry.get("max_attempts")) and 1 <= retry["max_attempts"] <= limits.sink_attempts_max
+            and _is_int(retry.get("backoff_s")) and _is_int(retry.get("backoff_max_s"))):
+        raise InvalidCommand("sink spec.retry is malformed")
+    if typ in ("webhook", "pagerduty") and not (isinstance(spec.get("url"), str) and spec["url"]):
+        raise InvalidCommand("sink spec.url is malformed")
+    if typ == "email":
+        smtp = spec.get("smtp")
+        if not (isinstance(smtp, dict) and isinstance(smtp.get("host"), str) and smtp["host"]
+                and _is_int(smtp.get("port")) and 1 <= smtp["port"] <= 65535 and isinstance(smtp.get("starttls"), bool)
+                and _is_address(smtp.get("from")) and isinstance(smtp.get("to"), list) and smtp["to"]
+                and all(_is_address(a) for a in smtp["to"])):
+            raise InvalidCommand("sink spec.smtp is malformed")
+    if "link" in spec and not isinstance(spec["link"], str):
+        raise InvalidCommand("sink spec.link is malformed")
     if "subscribe" in spec and not (isinstance(spec["subscribe"], list)
                                     and all(isinstance(k, str) for k in spec["subscribe"])):
         raise InvalidCommand("sink spec.subscribe is malformed")
@@ -294,6 +312,12 @@ def check_sink_spec(spec: object) -> None:
     if "secrets" in spec and not (isinstance(spec["secrets"], dict)
                                   and all(isinstance(v, (str, bytes)) for v in spec["secrets"].values())):
         raise InvalidCommand("sink spec.secrets is malformed")
+    if not all(k in spec.get("secrets", ()) for k in SINK_SECRETS[typ][0]):
+        raise InvalidCommand(f"sink spec.secrets lacks what a {typ} sink needs")
+
+
+def _is_address(v: object) -> bool:
+    return isinstance(v, str) and len(v) <= 254 and _EMAIL_RE.fullmatch(v) is not None
 
 
 def _is_int(v: object) -> bool:
