@@ -197,6 +197,40 @@ def test_an_event_whose_reason_has_line_breaks_is_mailed_with_a_one_line_subject
     assert one_line({"kind": "run.failed", "reason": "a\r\n\tb"}) == "run.failed: a b"
 
 
+def test_a_sink_replaced_while_its_batch_is_retried_is_sent_it_with_the_new_spec():
+    """The operator moves a failing sink (old host gone, key rotated): the retries of the batch
+    under way stop, and its events go to the new URL signed with the new key; the old URL's
+    refusals are no dead events of the new sink."""
+    async def t(env, c):
+        app1, got1 = _receiver([500])
+        app2, got2 = _receiver([200])
+        async with TestServer(app1, host="127.0.0.1") as s1, TestServer(app2, host="127.0.0.1") as s2:
+            retry = {"max_attempts": 4, "backoff_s": 30}
+            assert (await call(c, "PUT", "/v1/sinks/hook", BOOT, {
+                "type": "webhook", "url": f"http://127.0.0.1:{s1.port}/", "secrets": {"signing_key": "OLD"},
+                "retry": retry}))[0] == 201
+            job = dict(SPEC, notify=[{"sink": "hook", "on": ["job.triggered"]}])
+            assert (await call(c, "PUT", "/v1/jobs/j", BOOT, job))[0] == 201
+            assert (await call(c, "POST", "/v1/jobs/j/trigger", BOOT))[0] == 201
+            n = Notifier(env.raft, env.clock, env.service.keyring)
+            task = asyncio.ensure_future(n.run_while_leading())
+            try:
+                await _until(lambda: len(got1) == 1, "the first attempt")
+                s, b = await call(c, "PUT", "/v1/sinks/hook", BOOT, {
+                    "type": "webhook", "url": f"http://127.0.0.1:{s2.port}/", "secrets": {"signing_key": "NEW"},
+                    "retry": retry})
+                assert s == 200, b
+                await _until(lambda: env.state.sinks["hook"]["cursor"] == env.state.outbox.seq, "the cursor")
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            assert len(got1) == 1 and len(got2) == 1 and env.state.sinks["hook"]["dead"] == []
+            h, body = got2[0]
+            assert h["X-Raftsched-Signature"] == sign("NEW", h["X-Raftsched-Timestamp"], body)
+            assert json.loads(body)["kind"] == "job.triggered"
+    run(t)
+
+
 def test_a_batch_of_large_dead_events_is_committed_in_commands_that_fit():
     sent = []
 

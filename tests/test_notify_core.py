@@ -250,6 +250,33 @@ def test_sink_progress_cursor_dead_list_and_requeue() -> None:
     assert first["seq"] == 1
 
 
+def test_a_replaced_sinks_progress_of_a_batch_read_before_is_ignored() -> None:
+    """Every put_sink changes the sink's generation; sink_progress names the generation its
+    batch was read with, and one of an older generation changes nothing (its dead events were
+    the old URL's refusals): delivery reads the batch again with the new spec."""
+    s = state_with(job_with([{"sink": "ops", "on": ["run.dead"], "repeat_every_s": 1}]))
+    run_once(s, T0 + 10 * SEC, False)
+    old = s.sinks["ops"]["gen"]
+    moved = dict(WEBHOOK, url="http://127.0.0.1:10/hook")
+    assert apply(s, commands.put_sink(T0, None, name="ops", spec=moved))["ok"]  # (an earlier time: still moves)
+    new = s.sinks["ops"]["gen"]
+    assert new > old
+    ev = s.outbox.events[0]
+    before = (s.sinks["ops"]["cursor"], list(s.sinks["ops"]["dead"]))
+    assert apply(s, commands.sink_progress(T0 + 11 * SEC, items=[{"sink": "ops", "cursor": 1, "gen": old, "dead": [
+        {"event": ev, "error": "HTTP 500", "attempts": 8}]}]))["ok"]
+    assert (s.sinks["ops"]["cursor"], s.sinks["ops"]["dead"]) == before
+    assert apply(s, commands.sink_progress(T0 + 12 * SEC, items=[{"sink": "ops", "cursor": 1, "gen": new}]))["ok"]
+    assert s.sinks["ops"]["cursor"] == 1
+    assert restored(s).snapshot() == s.snapshot() and restored(s).sinks == s.sinks
+    # a dump written before generations loads, its sinks at generation 0
+    for sk in s.sinks.values():
+        del sk["gen"]
+    assert restored(s).sinks["ops"]["gen"] == 0
+    refused(restored(s), commands.make("sink_progress", T0, None, items=[{"sink": "ops", "cursor": 1, "gen": "x"}]),
+            "invalid_command")
+
+
 def test_a_run_waiting_too_long_for_a_worker_is_reported_once() -> None:
     s = state_with(job_with([{"sink": "ops", "on": ["run.unplaceable"]}], placement={"labels": {"pool": "gpu"}}))
     tick(s, T0 + 10 * SEC)

@@ -10,10 +10,12 @@ A job's health is a list (events.LAST_SUCCESS ... SENT), made at its first outco
 last success), ``last_slot_outcome`` (``[slot, outcome, reason]``), ``incident`` (``{"since",
 "run"}`` while the job is failing, else None) and the routes' noise state.
 
-A sink is ``{"spec", "cursor", "dead", "redo"}``: its spec (secret values sealed by the proposer),
-the seq up to which delivery handled the outbox (committed by ``sink_progress``, so a new leader
-resumes there), the events refused past its retry budget (newest last, bounded), and the dead
-events requeued for delivery again.
+A sink is ``{"spec", "cursor", "dead", "redo", "gen"}``: its spec (secret values sealed by the
+proposer), the seq up to which delivery handled the outbox (committed by ``sink_progress``, so a
+new leader resumes there), the events refused past its retry budget (newest last, bounded), the
+dead events requeued for delivery again, and its generation, which every ``put_sink`` changes
+(delivery abandons a batch read with an older spec; ``sink_progress`` of an older one is
+ignored). A sink from a dump written before generations has 0.
 """
 from __future__ import annotations
 
@@ -157,7 +159,9 @@ def view_health(h: list[Any] | None) -> Record:
 def apply_put_sink(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``put_sink {name, spec}``: create or replace a sink (notify_model.validate_sink's spec,
     its secrets sealed). A new sink starts at the outbox's end (it is sent what happens from now
-    on); a replace keeps its cursor and dead list.
+    on); a replace keeps its cursor and dead list, and changes its generation: a later
+    sink_progress of a batch read before is ignored (delivery starts that batch again with the
+    new spec).
 
     :raises InvalidCommand: malformed. :raises LimitExceeded: a new sink beyond sinks_max."""
     name, spec = cmd.get("name"), cmd.get("spec")
@@ -168,9 +172,12 @@ def apply_put_sink(s: SchedulerState, cmd: Command, now: int) -> Result:
     if old is None:
         if len(s.sinks) >= limits.sinks_max:
             raise LimitExceeded(f"the cluster holds {limits.sinks_max} sinks, its limit", field="name")
-        s.sinks[name] = {"spec": spec, "cursor": s.outbox.seq, "dead": [], "redo": []}
+        s.sinks[name] = {"spec": spec, "cursor": s.outbox.seq, "dead": [], "redo": [], "gen": now}
     else:
         old["spec"] = spec
+        # (the command's time, or past the last: a sink deleted and made again within a batch
+        # gets another generation too, but in the same millisecond)
+        old["gen"] = max(now, old["gen"] + 1)
     return ok(sink=name, created=old is None)
 
 
@@ -217,18 +224,20 @@ def apply_delete_sink(s: SchedulerState, cmd: Command, now: int) -> Result:
 
 
 def apply_sink_progress(s: SchedulerState, cmd: Command, now: int) -> Result:
-    """``sink_progress {items: [{sink, cursor, redo?: [seq], dead?: [{event, error, attempts}]}]}``:
+    """``sink_progress {items: [{sink, cursor, gen?, redo?: [seq], dead?: [{event, error, attempts}]}]}``:
     the leader's delivery, batched: each sink's cursor moves forward (never back), its requeued
     events ``redo`` were handled, and ``dead`` events go to its dead list (the oldest beyond
-    sink_dead_max give way). An item for a sink that is gone is ignored.
+    sink_dead_max give way). An item for a sink that is gone, or (``gen``) for an earlier
+    generation of it (delivered with a spec replaced since), is ignored.
 
     :raises InvalidCommand: malformed (then nothing changes)."""
     items = cmd.get("items")
     if not isinstance(items, list) or len(items) > limits.sink_progress_items_max:
         raise InvalidCommand("sink_progress needs a bounded list of items")
     for it in items:
-        if not (isinstance(it, dict) and isinstance(it.get("sink"), str) and is_int(it.get("cursor"))):
-            raise InvalidCommand("sink_progress items need sink and cursor")
+        if not (isinstance(it, dict) and isinstance(it.get("sink"), str) and is_int(it.get("cursor"))
+                and ("gen" not in it or is_int(it["gen"]))):
+            raise InvalidCommand("sink_progress items need sink and cursor (and gen an integer)")
         redo, dead = it.get("redo", []), it.get("dead", [])
         if not (isinstance(redo, list) and all(is_int(x) for x in redo)):
             raise InvalidCommand("sink_progress redo must be a list of seqs")
@@ -240,7 +249,7 @@ def apply_sink_progress(s: SchedulerState, cmd: Command, now: int) -> Result:
     moved = 0
     for it in items:
         sk = s.sinks.get(it["sink"])
-        if sk is None:
+        if sk is None or ("gen" in it and it["gen"] != sk["gen"]):
             continue
         if it["cursor"] > sk["cursor"]:
             sk["cursor"] = min(it["cursor"], s.outbox.seq)
@@ -322,7 +331,14 @@ def _dec_pairs(data: list[Any]) -> dict[str, Any]:
     return {k: v for k, v in data}
 
 
-snapshot.register(snapshot.Extension(name="sinks", new=dict, encode=_enc_sorted, decode=_dec_pairs))
+def _dec_sinks(data: list[Any]) -> dict[str, Any]:
+    out = _dec_pairs(data)
+    for sk in out.values():
+        sk.setdefault("gen", 0)  # (a dump written before generations)
+    return out
+
+
+snapshot.register(snapshot.Extension(name="sinks", new=dict, encode=_enc_sorted, decode=_dec_sinks))
 snapshot.register(snapshot.Extension(name="health", new=dict, encode=_enc_sorted, decode=_dec_pairs))
 snapshot.register(snapshot.Extension(name="tenant_notify", new=dict, encode=_enc_sorted, decode=_dec_pairs))
 
@@ -358,16 +374,23 @@ def sink_dead(s: SchedulerState, name: str, limit: int) -> list[Record] | None:
             for d in reversed(sk["dead"][-limit:])]
 
 
+def sink_gen(s: SchedulerState, name: str) -> int | None:
+    """Sink ``name``'s generation (changed by every put), or None: no such sink."""
+    sk = s.sinks.get(name)
+    return None if sk is None else sk["gen"]
+
+
 def sink_batch(s: SchedulerState, name: str, n: int) -> Record | None:
-    """What delivery sends sink ``name`` next: its spec, its requeued events and up to ``n``
-    events after its cursor (copies), and the cursor they take it to; None: no such sink."""
+    """What delivery sends sink ``name`` next: its spec and generation, its requeued events and
+    up to ``n`` events after its cursor (copies), and the cursor they take it to; None: no such
+    sink."""
     sk = s.sinks.get(name)
     if sk is None:
         return None
     redo = [dict(ev) for ev in sk["redo"][:n]]
     evs, upto = events_pending(s.outbox, sk["cursor"], name, n)
-    return {"spec": sk["spec"], "redo": redo, "events": [dict(ev) for ev in evs], "upto": upto,
-            "cursor": sk["cursor"], "first": s.outbox.first_seq()}
+    return {"spec": sk["spec"], "gen": sk["gen"], "redo": redo, "events": [dict(ev) for ev in evs],
+            "upto": upto, "cursor": sk["cursor"], "first": s.outbox.first_seq()}
 
 
 def health_of(s: SchedulerState, job: str) -> Record:

@@ -17,6 +17,7 @@ not yet committed are sent again, with the same id (at least once).
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import hmac
 import json
@@ -27,7 +28,7 @@ import ssl
 import time
 from collections import Counter
 from email.message import EmailMessage
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import quote, urlsplit
 
 import aiohttp
@@ -407,24 +408,41 @@ class Notifier:
                     await self._commit(name, batch["upto"], [], [])
                 await asyncio.sleep(IDLE_S)
                 continue
-            secrets = self._secrets(name, batch["spec"])
+            spec, gen = batch["spec"], batch["gen"]
+            secrets = self._secrets(name, spec)
             dead: list[dict] = []
             done_redo: list[int] = []
             n_redo = len(batch["redo"])
-            for i, ev in enumerate(batch["redo"] + batch["events"]):
-                ok, error, attempts = await self._deliver(name, batch["spec"], secrets, ev)
-                if not ok:
-                    dead.append({"event": ev, "error": error, "attempts": attempts})
-                    self.dead[(name, ev["kind"])] += 1
-                if i < n_redo:
-                    done_redo.append(ev["seq"])
-            await self._commit(name, batch["upto"], done_redo, dead, batch["cursor"])
+            # A PUT that replaces the sink (its URL, key, tenant) while this batch is delivered:
+            # the batch is abandoned, the cursor where it was, and read again with the new spec.
+            replaced = functools.partial(self._replaced, name, gen)
+            try:
+                for i, ev in enumerate(batch["redo"] + batch["events"]):
+                    if i < n_redo:
+                        done_redo.append(ev["seq"])
+                    ok, error, attempts = await self._deliver(name, spec, secrets, ev, replaced)
+                    if not ok:
+                        dead.append({"event": ev, "error": error, "attempts": attempts})
+            except _Replaced:
+                log.info("notify: sink %s was replaced: its batch starts again with the new spec", name)
+                continue
+            for d in dead:
+                self.dead[(name, d["event"]["kind"])] += 1
+            await self._commit(name, batch["upto"], done_redo, dead, batch["cursor"], gen)
 
-    async def _commit(self, name: str, upto: int, redo: list[int], dead: list[dict], before: int = 0) -> None:
+    def _replaced(self, name: str, gen: int) -> bool:
+        """Whether sink ``name`` is no longer generation ``gen`` (replaced, or gone)."""
+        return self.raft.read(core_notify.sink_gen, name) != gen
+
+    async def _commit(self, name: str, upto: int, redo: list[int], dead: list[dict], before: int = 0,
+                      gen: int | None = None) -> None:
         """Commit a batch: the dead events first, in commands that fit (the cursor where it was,
         ``before``), then the cursor and the requeued events done. A crash in between gives the
-        batch again: at least once, for the dead list too."""
+        batch again: at least once, for the dead list too. Each command names the sink's
+        generation ``gen`` the batch was read with: apply ignores it if the sink was replaced
+        since (its next batch sends those events again, with the new spec)."""
         budget = limits.command_bytes_max // 2
+        head: dict[str, Any] = {"sink": name} if gen is None else {"sink": name, "gen": gen}
         chunk: list[dict] = []
         size = 0
         for d in dead:
@@ -433,11 +451,11 @@ class Notifier:
                 d = dict(d, event=dict(d["event"], detail={"cut": "too large to keep whole"}))
                 n = len(msgpack.packb(d, use_bin_type=True))
             if chunk and size + n > budget:
-                await self._propose_progress({"sink": name, "cursor": before, "dead": chunk})
+                await self._propose_progress(dict(head, cursor=before, dead=chunk))
                 chunk, size = [], 0
             chunk.append(d)
             size += n
-        item: dict[str, Any] = {"sink": name, "cursor": upto}
+        item: dict[str, Any] = dict(head, cursor=upto)
         if redo:
             item["redo"] = redo
         if chunk:
@@ -460,10 +478,15 @@ class Notifier:
                 return f"sink secret {k} cannot be unsealed: {e}"
         return out
 
-    async def _deliver(self, name: str, spec: dict, secrets, ev: dict) -> tuple[bool, str | None, int]:
+    async def _deliver(self, name: str, spec: dict, secrets, ev: dict,
+                       replaced: Callable[[], bool] | None = None) -> tuple[bool, str | None, int]:
+        """Send one event, retried up to the budget. :raises _Replaced: ``replaced()`` says the
+        sink was replaced since ``spec`` was read (asked before each attempt and while waiting)."""
         retry = spec["retry"]
         error: str | None = None
         for attempt in range(1, retry["max_attempts"] + 1):
+            if replaced is not None and replaced():
+                raise _Replaced
             if isinstance(secrets, str):
                 error = secrets
             else:
@@ -486,7 +509,7 @@ class Notifier:
             error = scrub(error, spec, secrets)
             self.attempts_failed[name] += 1
             if attempt < retry["max_attempts"]:
-                await asyncio.sleep(min(retry["backoff_s"] * 2 ** (attempt - 1), retry["backoff_max_s"]))
+                await _backoff(min(retry["backoff_s"] * 2 ** (attempt - 1), retry["backoff_max_s"]), replaced)
         log.warning("notify: sink %s gave up event %s after %d attempts: %s", name, events.event_id(ev["seq"]),
                     retry["max_attempts"], error)
         return False, error, retry["max_attempts"]
@@ -593,6 +616,21 @@ class Notifier:
     # -------------------------------------------------------------- metrics
     def collector(self):
         return _Collector(self)
+
+
+class _Replaced(Exception):
+    """The sink was replaced while a batch read with its older spec was delivered."""
+
+
+async def _backoff(delay_s: float, replaced: Callable[[], bool] | None) -> None:
+    """Wait ``delay_s`` before the next attempt, or less once ``replaced()`` says so (looked at
+    every IDLE_S * 5: a backoff of minutes does not hold up the sink's new spec)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + delay_s
+    while (left := end - loop.time()) > 0:
+        if replaced is not None and replaced():
+            raise _Replaced
+        await asyncio.sleep(min(left, IDLE_S * 5))
 
 
 class _SMTP(smtplib.SMTP):
