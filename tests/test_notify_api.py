@@ -231,6 +231,74 @@ def test_a_sink_replaced_while_its_batch_is_retried_is_sent_it_with_the_new_spec
     run(t)
 
 
+def test_a_sink_moved_to_another_tenant_is_sent_none_of_the_old_tenants_events():
+    async def t(env, c):
+        from raftsched.core.bodies import validate_policy
+        for ten in ("a", "b"):
+            env.state.tenant_policies[ten] = validate_policy({"executors": ["shell", "http"],
+                                                             "network": {"allow": ["127.0.0.0/8"]}})
+        app1, got1 = _receiver([500])
+        app2, got2 = _receiver([200])
+        b_reader = (await new_token(c, "reader", tenants=["b"]))["token"]
+        async with TestServer(app1, host="127.0.0.1") as s1, TestServer(app2, host="127.0.0.1") as s2:
+            assert (await call(c, "PUT", "/v1/sinks/s", BOOT, {
+                "type": "webhook", "url": f"http://127.0.0.1:{s1.port}/", "tenant": "a",
+                "secrets": {"signing_key": "k"}, "retry": {"max_attempts": 1}}))[0] == 201
+            for ten in ("a", "b"):
+                s, b = await call(c, "PUT", f"/v1/jobs/{ten}-job", BOOT,
+                                  dict(SPEC, tenant=ten, notify=[{"sink": "s", "on": ["job.triggered"]}]))
+                assert s == 201, b
+            assert (await call(c, "POST", "/v1/jobs/a-job/trigger", BOOT))[0] == 201
+            n = Notifier(env.raft, env.clock, env.service.keyring)
+            task = asyncio.ensure_future(n.run_while_leading())
+            try:
+                await _until(lambda: env.state.sinks["s"]["dead"], "the dead event")
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            assert (await call(c, "POST", "/v1/jobs/a-job/trigger", BOOT))[0] == 201  # not delivered yet
+            s, b = await call(c, "PUT", "/v1/sinks/s", BOOT, {
+                "type": "webhook", "url": f"http://127.0.0.1:{s2.port}/", "tenant": "b", "secrets": {"signing_key": "k2"}})
+            assert s == 200, b
+            s, b = await call(c, "GET", "/v1/sinks/s/dead", b_reader)
+            assert s == 200 and b["dead"] == [], b
+            assert (await call(c, "POST", "/v1/jobs/b-job/trigger", BOOT))[0] == 201
+            task = asyncio.ensure_future(n.run_while_leading())
+            try:
+                await _until(lambda: env.state.sinks["s"]["cursor"] == env.state.outbox.seq, "the cursor")
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            assert [json.loads(body)["job"] for _, body in got2] == ["b-job"]
+    run(t)
+
+
+def test_delivery_skips_an_event_of_a_tenant_the_sink_is_not_limited_to():
+    """A batch read (or a requeued event kept) from before a sink's tenant changed is not sent."""
+    sent = []
+    n = Notifier(raft=None, clock=type("C", (), {"now_ms": staticmethod(lambda: 1)})(), keyring=None)
+    spec = {"type": "webhook", "url": "http://127.0.0.1:9/", "tenant": "b", "secrets": {"signing_key": "k"},
+            "retry": {"max_attempts": 1, "backoff_s": 0, "backoff_max_s": 0}}
+    ev = {"seq": 1, "kind": "job.triggered", "at": 1, "job": "a-job", "tenant": "a", "slot": 1, "run_id": "a-job@1",
+          "attempt": None, "reason": None, "detail": {}, "to": ["s"]}
+    batches = [{"spec": spec, "gen": 1, "redo": [ev], "events": [dict(ev, seq=2)], "upto": 2, "cursor": 0,
+                "first": 1}, None]
+
+    class Raft:
+        def read(self, fn, *a):
+            return batches.pop(0) if fn.__name__ == "sink_batch" else 1
+
+    async def deliver(*a, **k):
+        sent.append(a)
+        return True, None, 1
+
+    async def commit(*a):
+        sent.append(("commit",) + a)
+    n.raft, n._deliver, n._commit = Raft(), deliver, commit  # type: ignore[method-assign]
+    asyncio.run(n._sink_loop("s"))
+    assert sent == [("commit", "s", 2, [1], [], 0, 1)]
+
+
 def test_a_batch_of_large_dead_events_is_committed_in_commands_that_fit():
     sent = []
 

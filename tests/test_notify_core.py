@@ -277,6 +277,29 @@ def test_a_replaced_sinks_progress_of_a_batch_read_before_is_ignored() -> None:
             "invalid_command")
 
 
+def test_a_sink_moved_to_another_tenant_keeps_nothing_of_the_old_one() -> None:
+    """Its dead and requeued events, and the events routed to it and not yet delivered, were the
+    old tenant's: a put that changes the tenant drops them and starts it at the outbox's end."""
+    a = validate_sink("ops", dict(WEBHOOK, tenant="a"))
+    s = new_state()
+    assert apply(s, commands.put_sink(T0, None, name="ops", spec=a))["ok"]
+    assert apply(s, put_cmd(s, "j", dict(job_with([{"sink": "ops", "on": ["job.triggered"]}]), tenant="a"), T0))["ok"]
+    for k in (1, 2, 3):
+        assert apply(s, commands.trigger_job(T0 + k * SEC, None, name="j"))["ok"]
+    first, second, _ = s.outbox.events
+    assert apply(s, commands.sink_progress(T0 + 4 * SEC, items=[{"sink": "ops", "cursor": 2, "dead": [
+        {"event": first, "error": "HTTP 500", "attempts": 1}, {"event": second, "error": "HTTP 500", "attempts": 1}]}]))["ok"]
+    assert apply(s, commands.sink_requeue(T0 + 5 * SEC, None, name="ops", events=["ev-1"]))["requeued"] == 1
+    assert apply(s, commands.put_sink(T0 + 6 * SEC, None, name="ops", spec=dict(a, url="http://127.0.0.1:10/")))["ok"]
+    assert (s.sinks["ops"]["cursor"], len(s.sinks["ops"]["dead"]), len(s.sinks["ops"]["redo"])) == (2, 1, 1)  # same tenant
+    b = validate_sink("ops", dict(WEBHOOK, tenant="b"))
+    assert apply(s, commands.put_sink(T0 + 7 * SEC, None, name="ops", spec=b))["ok"]
+    sk = s.sinks["ops"]
+    assert (sk["cursor"], sk["dead"], sk["redo"]) == (s.outbox.seq, [], [])
+    assert events.pending(s.outbox, sk["cursor"], "ops", 10)[0] == []
+    assert restored(s).snapshot() == s.snapshot()
+
+
 def test_a_run_waiting_too_long_for_a_worker_is_reported_once() -> None:
     s = state_with(job_with([{"sink": "ops", "on": ["run.unplaceable"]}], placement={"labels": {"pool": "gpu"}}))
     tick(s, T0 + 10 * SEC)

@@ -159,24 +159,28 @@ def view_health(h: list[Any] | None) -> Record:
 def apply_put_sink(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``put_sink {name, spec}``: create or replace a sink (notify_model.validate_sink's spec,
     its secrets sealed). A new sink starts at the outbox's end (it is sent what happens from now
-    on); a replace keeps its cursor and dead list, and changes its generation: a later
-    sink_progress of a batch read before is ignored (delivery starts that batch again with the
-    new spec).
+    on); a replace keeps its cursor and dead list, but for one that changes the sink's tenant,
+    which starts it at the outbox's end with no dead or requeued events (those were routed for
+    the tenant it had). Either way its generation changes: a later sink_progress of a batch
+    read before is ignored (delivery starts that batch again with the new spec).
 
     :raises InvalidCommand: malformed. :raises LimitExceeded: a new sink beyond sinks_max."""
     name, spec = cmd.get("name"), cmd.get("spec")
     if not isinstance(name, str) or not name:
         raise InvalidCommand("put_sink needs name")
     check_sink_spec(spec)
+    assert isinstance(spec, dict)  # (check_sink_spec refused anything else)
     old = s.sinks.get(name)
     if old is None:
         if len(s.sinks) >= limits.sinks_max:
             raise LimitExceeded(f"the cluster holds {limits.sinks_max} sinks, its limit", field="name")
         s.sinks[name] = {"spec": spec, "cursor": s.outbox.seq, "dead": [], "redo": [], "gen": now}
     else:
+        if spec.get("tenant") != old["spec"].get("tenant"):
+            old.update(cursor=s.outbox.seq, dead=[], redo=[])
         old["spec"] = spec
-        # (the command's time, or past the last: a sink deleted and made again within a batch
-        # gets another generation too, but in the same millisecond)
+        # (the command's time, or past the last: a sink deleted and made again while a batch
+        # of the old one is delivered has another generation too, unless in the same ms)
         old["gen"] = max(now, old["gen"] + 1)
     return ok(sink=name, created=old is None)
 

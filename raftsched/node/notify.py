@@ -420,6 +420,8 @@ class Notifier:
                 for i, ev in enumerate(batch["redo"] + batch["events"]):
                     if i < n_redo:
                         done_redo.append(ev["seq"])
+                    if spec.get("tenant") is not None and ev.get("tenant") != spec["tenant"]:
+                        continue  # (routed before the sink was limited to another tenant: not its)
                     ok, error, attempts = await self._deliver(name, spec, secrets, ev, replaced)
                     if not ok:
                         dead.append({"event": ev, "error": error, "attempts": attempts})
