@@ -523,7 +523,7 @@ def test_reseal_replaces_only_a_job_of_the_generation_read_and_replicas_agree():
 def _sink_state(*names):
     s = SchedulerState()
     for n in names:
-        spec = {"type": "webhook", "url": "http://127.0.0.1:9/", "retry": {"max_attempts": 1},
+        spec = {"type": "webhook", "url": "http://127.0.0.1:9/", "retry": {"max_attempts": 1, "backoff_s": 1, "backoff_max_s": 1},
                 "secrets": {"signing_key": b"\x01old-" + n.encode()}}
         assert s.apply(commands.put_sink(1, None, name=n, spec=spec))["ok"]
     return s
