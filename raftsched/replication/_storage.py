@@ -112,12 +112,6 @@ JOURNAL_FORMAT_CRC = 0x52530002
 _FORMAT_OFFSET = NAME_SIZE + VERSION_SIZE
 
 
-class JournalCorrupt(RuntimeError):
-    """The journal does not hold together before its commit index: entries this node synced (and
-    may have acknowledged) are damaged. The node does not start on it (``raftsched node`` says
-    why and exits 1, as for a locked data directory)."""
-
-
 def _header(end: int) -> bytes:
     return (APP_NAME + b"\0" * (NAME_SIZE - len(APP_NAME))
             + APP_VERSION + b"\0" * (VERSION_SIZE - len(APP_VERSION))
@@ -163,7 +157,7 @@ class _DurableJournal(Journal):
       not hold together (a size beyond the file, a trailer that differs, a checksum that differs,
       an index out of sequence), which it logs: the tail a power cut tore. A record that does
       not hold together at or below the commit index written (entries this node synced) is
-      damage, not a tear: the node refuses to start (``JournalCorrupt``). A journal in
+      logged as damage (``replication.journal_damaged``), unless a dump covers it. A journal in
       pysyncobj's own format (no checksums: nodes before 2026-12-04) is read and rewritten in
       this one, as a compaction rewrites it.
     """
@@ -183,16 +177,18 @@ class _DurableJournal(Journal):
         commit = self._read_commit()
         if cut:
             # A tear lies past the last sync, and the commit index written never covers an
-            # unsynced entry: one below it is damage to what this node synced (and acknowledged).
-            kept = self._entries[-1][1] if self._entries else self._first_index_cut
+            # unsynced entry: one below it is damage to what this node synced (and acknowledged),
+            # unless the full dump it loads next covers it (a journal cleared for a snapshot the
+            # leader sent, its new entries torn over the old ones). Which it is, the dump says;
+            # the journal cannot tell, so it says so loudly and keeps what holds together.
+            kept = self._entries[-1][1] if self._entries else 0
             committed = max(self._meta.get("raftCommitIndex", 0), commit or 0)
             if kept < committed:
-                disk.close(self._fd)
-                disk.close(self._commit_fd)
-                raise JournalCorrupt(
-                    f"{path}: damaged at entry {kept + 1}, at or below the commit index written "
-                    f"({committed}): entries this node synced are lost. Do not start it on this journal: "
-                    "replace the node (docs/operations.md, Replacing a dead machine)")
+                logger.critical("replication.journal_damaged path=%s: the journal holds together up to entry "
+                                "%d, below the commit index written (%d): unless this node's full dump "
+                                "covers entry %d, entries it synced are lost; check the disk, and replace "
+                                "the node if it happens again (docs/operations.md)", path, kept, committed,
+                                kept + 1)
         # An index beyond the log is not this log's (a journal removed by hand): ignored.
         if commit is not None and commit > self._meta.get("raftCommitIndex", 1) \
                 and self._entries and commit <= self._entries[-1][1]:
@@ -215,8 +211,6 @@ class _DurableJournal(Journal):
     def _load(self) -> tuple[bool, bool]:
         """Read the records; returns (the file is in pysyncobj's format, a tail was cut)."""
         disk, fd = self._disk, self._fd
-        #: the index the first record cut would have had (the journal's first, when none is kept)
-        self._first_index_cut = 0
         size = disk.size(fd)
         if size < FIRST_RECORD_OFFSET:
             disk.truncate(fd, 0)
@@ -228,7 +222,8 @@ class _DurableJournal(Journal):
             return False, False
         if fmt not in (JOURNAL_FORMAT_CRC, JOURNAL_FORMAT_VERSION):
             disk.close(fd)
-            raise JournalCorrupt(f"{self._path}: journal format {fmt} is not one this version reads")
+            raise RuntimeError(f"{self._path}: journal format {fmt} is not one this version reads "
+                               "(written by a newer version?)")
         legacy = fmt == JOURNAL_FORMAT_VERSION
         extra = 16 if legacy else 20  # what a record's size counts beyond its command
         off, entries, why = FIRST_RECORD_OFFSET, self._entries, None
@@ -256,7 +251,6 @@ class _DurableJournal(Journal):
             off += 8 + rsize
         self._end = off
         if why is not None:
-            self._first_index_cut = entries[-1][1] if entries else 0
             logger.error("replication.journal_tail_dropped path=%s at=%d header_end=%d: %s; "
                          "%d entries kept", self._path, off, end, why, len(entries))
             self._write_end()
