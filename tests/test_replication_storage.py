@@ -9,7 +9,6 @@ import os
 import pickle
 import struct
 
-import pytest
 
 from pysyncobj import serializer
 from pysyncobj.journal import FIRST_RECORD_OFFSET, FileJournal, ResizableFile
