@@ -51,6 +51,10 @@ def boom(ctx):
     raise ValueError(f"bad input {ctx.run_id}")
 
 
+def login_refused(ctx):
+    raise RuntimeError("login refused for password " + ctx.secrets["PW"])
+
+
 async def boom_async(ctx):
     await asyncio.sleep(0)  # ok-sleep: a yield, so the coroutine is really asynchronous
     raise KeyError("missing")

@@ -26,6 +26,7 @@ from procs import jobs_dir
 from raftsched.config import ConfigError
 from raftsched.worker.executors import CancelEvent, RunContext, execute
 from raftsched.worker import sandbox as sb
+from raftsched.worker.masking import deliver
 from raftsched.worker.sandbox import Sandbox, check_pass_env, check_private, resolve_run_user
 
 ROOT = os.geteuid() == 0
@@ -67,6 +68,15 @@ TARGETS = textwrap.dedent('''
         except OSError as e:
             return type(e).__name__
         return "connected"
+
+    def refused(ctx):
+        raise RuntimeError("login refused for password " + ctx.secrets["PW"])
+
+    def prints_secret(ctx):
+        sys.stdout.write(ctx.secrets["PW"] + "x" * ctx.payload["pad"])
+
+    def returns_secret(ctx):
+        return "y" * ctx.payload["pre"] + ctx.secrets["PW"] + "y" * ctx.payload["post"]
 
     def litters(ctx):
         os.makedirs("a/b")
@@ -150,6 +160,50 @@ def alive(pid: int) -> bool:
 
 def fields(output: str) -> dict:
     return dict(line.split("=", 1) for line in output.splitlines() if "=" in line)
+
+
+# ---------------------------------------------------------------------------- masking
+#: 40 characters: a run that prints it and then 4 076 more bytes has its output cut 20 characters
+#: into it, at the 4 KB kept
+CUT_SECRET = "A" * 20 + "-TAILPART-0123456789"
+#: two spaces: a reason made one line would no longer hold it
+SPACED_SECRET = "correct  horse battery"
+
+
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "in-process"])
+def test_a_runs_secrets_are_masked_before_its_output_is_cut_and_its_error_made_one_line(targets, sandboxed):
+    """Masked after the shaping, a secret the 4 KB cut went through left its end in the output,
+    and one with two spaces was no longer found in the error made one line."""
+    assert len(CUT_SECRET) == 40
+
+    async def t():
+        s = await started() if sandboxed else None
+        try:
+            secrets = {"PW": CUT_SECRET}
+            shell = await execute(deliver(sh('printf "%s" "$PW"; head -c 4076 /dev/zero | tr "\\000" x'), secrets),
+                                  c("sh-cut", secrets=secrets), 10, sandbox=s)
+            # What it prints (a run of its own only: in this process, it goes to this one's stdout),
+            # and the repr of what it returns, which keeps a long string's first and last
+            # characters: a secret at the end of what is kept of its start, and one in the middle.
+            python = [await execute(py("prints_secret"), c("py-printed", {"pad": 4076}, secrets), 10, sandbox=s)]
+            for pre, post in ((4080, 0), (2030, 3000)):
+                python.append(await execute(py("returns_secret"), c(f"py-{pre}", {"pre": pre, "post": post}, secrets),
+                                            10, sandbox=s))
+            refused = await execute(py("refused"), c("py-refused", secrets={"PW": SPACED_SECRET}), 10, sandbox=s)
+            return shell, python, refused
+        finally:
+            if s is not None:
+                await s.close()
+    shell, python, refused = run(t())
+    assert shell.ok and shell.output == "x" * 4076, shell.output[:40]
+    if sandboxed:
+        assert python[0].output.startswith("x" * 4000), python[0].output[:40]
+    for out in python:
+        assert out.ok, out
+        for part in ("TAILPART", "0123456789", "A" * 4):
+            assert part not in out.output, (part, out.output[:60], out.output[-60:])
+    assert not refused.ok and refused.error == "RuntimeError: login refused for password ***", refused.error
+    assert "horse" not in refused.output and "RuntimeError: login refused for password ***" in refused.output
 
 
 # ---------------------------------------------------------------------------- who, where, what

@@ -182,6 +182,32 @@ def test_in_a_child_process_a_handler_reports_what_it_returned_or_raised(child_e
     run(t())
 
 
+@pytest.mark.parametrize("isolation", ["thread", "subprocess"])
+def test_a_handlers_outcome_is_masked_of_the_jobs_secrets_before_it_is_cut(child_env, isolation):
+    """As a python run's (tests/test_sandbox.py): a secret with two spaces in the exception is
+    masked before the reason is made one line, and one in a long returned string before reprlib
+    keeps its first characters only; in a child too, which is given the secrets to mask with."""
+    lookup = AppExecutors(sdk_worker_app.iso, "sdk_worker_app:iso", isolation=isolation)
+    spaced, cut = "open  sesame", "A" * 20 + "-TAILPART-0123456789"
+
+    async def t():
+        g = grant("si-boom", app=sdk_worker_app.iso, run_id="r  open  sesame")
+        ctx = ctx_of(g)
+        ctx.secrets = {"PW": spaced}
+        boom = await lookup(g)(ctx, g["timeout_s"], CancelEvent())
+        g = grant("si-sync", app=sdk_worker_app.iso)
+        g["payload"] = {"k": "y" * 4080 + cut}
+        ctx = ctx_of(g)
+        ctx.secrets = {"PW": cut}
+        hello = await lookup(g)(ctx, g["timeout_s"], CancelEvent())
+        return boom, hello
+    boom, hello = run(t())
+    assert (boom.ok, boom.error) == (False, "ValueError: bad input r ***"), boom
+    assert "sesame" not in boom.output and "bad input r  ***" in boom.output
+    assert hello.ok and "yyyy" in hello.output, hello
+    assert "TAILPART" not in hello.output and "AAAA" not in hello.output, hello.output[-80:]
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -19,6 +19,7 @@ from raftsched.node.redact import Fingerprint, REDACTED_RE, redact_spec
 from raftsched.node.service import Service
 from raftsched.sealing import PROCESS_RING, place
 from raftsched.worker.loop import Worker
+from raftsched.worker.executors._output import short, tail_bytes
 from raftsched.worker.masking import deliver, mask, secret_values
 from raftsched.worker.sandbox import Sandbox, resolve_run_user
 
@@ -173,6 +174,54 @@ def test_delivery_and_masking_helpers():
     vals = secret_values({"headers": {"A": "abcd"}, "env": {"B": "abcdef", "C": "ab"}}, {"D": "zzzz"})
     assert vals[0] == "abcdef" and set(vals) == {"abcdef", "abcd", "zzzz"}, "longest first; 'ab' is too short"
     assert mask("x abcdef y abcd z ab", vals) == "x *** y *** z ab"
+
+
+def test_masking_a_tail_drops_what_a_cut_left_of_a_secret_and_a_reason_is_masked_before_it_is_one_line():
+    """A tail cut through a secret starts with its end, which no occurrence matches: dropped,
+    however short (a shortest length would let that many characters through), and not marked;
+    a whole secret there, or one overlapping it, is masked. A reason is masked before its
+    whitespace is collapsed and before it is cut."""
+    pw = "A" * 20 + "-TAILPART-0123456789"
+    assert mask("-TAILPART-0123456789xxx", [pw], cut=True) == "xxx"
+    assert mask("9xxx", [pw], cut=True) == "xxx", "a last character alone"
+    assert mask("9xxx", [pw]) == "9xxx" and mask("xx9", [pw], cut=True) == "xx9", "not cut, or not at the start"
+    assert mask(pw + "x", [pw], cut=True) == "***x"
+    assert mask("zabcdef!", ["xyzab", "abcdef"], cut=True) == "***!", "an end overlapping a whole one"
+    assert mask("aaaaaa", ["aaaa"]) == "***" and mask("secretsecret", ["secret"]) == "******"
+    assert tail_bytes((pw + "x" * 4076).encode(), masked=[pw]) == "x" * 4076
+    assert short("login refused for password correct  horse\tbattery", masked=["correct  horse\tbattery"]) == \
+        "login refused for password ***"
+    long = short("x" * 300 + " correct  horse battery", limit=310, masked=["correct  horse battery"])
+    assert long.endswith("***") and "corr" not in long
+
+
+def test_a_worker_reports_a_secret_cut_through_by_the_tail_or_respaced_in_a_reason_masked():
+    """Through the lease loop, in this process (shell, python): the output's 4 KB tail starts 20
+    characters into a 40-character secret, and a python target's exception holds a secret with
+    two spaces."""
+    pw = "A" * 20 + "-TAILPART-0123456789"
+
+    async def t():
+        state = SchedulerState()
+        raft = GroupRaft(state)
+        clock = SystemClock()
+        svc = Service(raft, clock, "n1")
+        every = {"schedule": {"every_s": 3600}, "misfire": {"policy": "skip"}, "retry": {"max_attempts": 1}}
+        await svc.put_job("cut", dict(every, secrets={"PW": pw}, executor={
+            "type": "shell", "argv": ["sh", "-c", 'printf "%s" "$PW"; head -c 4076 /dev/zero | tr "\\000" x']}), None)
+        await svc.put_job("spaced", dict(every, secrets={"PW": "correct  horse battery"},
+                                         executor={"type": "python", "target": "exec_targets:login_refused"}), None)
+        a = (await svc.trigger_job("cut", None))["run"]
+        b = (await svc.trigger_job("spaced", None))["run"]
+        worker = Worker(raft, clock, "n1", sandbox=None, slots=2, single_node=True, poll_interval_s=0.01)
+        task = asyncio.create_task(worker.run())
+        await wait_until(lambda: worker.completed == 2, 20, "both runs to report")
+        await stop(task)
+        return state.runs[a], state.runs[b]
+    ra, rb = asyncio.run(asyncio.wait_for(t(), 30))
+    assert ra["output"] == "x" * 4076, ra["output"][:40]
+    assert rb["attempts"][-1]["error"] == "RuntimeError: login refused for password ***", rb["attempts"][-1]
+    assert "horse" not in json.dumps([ra, rb]) and "TAILPART" not in json.dumps([ra, rb])
 
 
 def test_a_run_gets_its_secrets_and_its_output_is_masked_and_kept_only_when_asked():

@@ -9,7 +9,9 @@ of what it returned, or the exception and its traceback), writes ``{"ok", "error
 as JSON to RESULT_PATH, with ``result``, what the handler returned when that is JSON of at most
 result_bytes_max (pipelines: handed to the run's children, as an in-process run's is), and exits 0 when the handler succeeded, 1 when it failed, 2 when the
 run could not even start. What the handler prints, and logs (``ctx.log``, INFO and up), goes to
-the run's output. The worker kills it at the run's timeout.
+the run's output. The worker kills it at the run's timeout. ``$RAFTSCHED_CHILD_MASK`` (JSON, taken
+out of the environment before the app is imported) holds the job's secrets, which the outcome is
+masked of before it is cut, as an in-process run's is; the handler's Context does not carry them.
 """
 from __future__ import annotations
 
@@ -33,6 +35,19 @@ def _context():
                       upstream=json.loads(env["RAFTSCHED_UPSTREAM"]) if env.get("RAFTSCHED_UPSTREAM") else None)
 
 
+#: The environment variable the worker gives the child the job's secrets in (for the masking only).
+MASK_ENV = "RAFTSCHED_CHILD_MASK"
+
+
+def _secrets() -> dict[str, str]:
+    """The job's secrets the worker gave, taken out of the environment."""
+    try:
+        got = json.loads(os.environ.pop(MASK_ENV, "") or "{}")
+    except ValueError:
+        return {}
+    return {k: v for k, v in got.items() if isinstance(v, str)} if isinstance(got, dict) else {}
+
+
 def _write(path: str, result: dict) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
@@ -45,6 +60,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m raftsched.sdk.child MODULE:ATTR TARGET RESULT_PATH", file=sys.stderr)
         return 2
     ref, target, path = argv
+    secrets = _secrets()
     # The handler's log lines (ctx.log) go where its prints go: into the run's output.
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s",
@@ -55,11 +71,19 @@ def main(argv: list[str]) -> int:
         from .context import Context
         from .loader import load_app
         run_ctx = _context()
+        run_ctx.secrets = secrets  # for the masking of the outcome only (the handler's Context has none)
         ctx = Context.of(run_ctx)
         decl = load_app(ref).declaration_for(target)
     except BaseException as e:  # the app's import, or a broken environment: the run fails, saying why
-        _write(path, {"ok": False, "error": f"cannot load {ref} for {target}: {type(e).__name__}: {e}"[:400],
-                      "output": traceback.format_exc()[-4096:]})
+        reason, tb = f"cannot load {ref} for {target}: {type(e).__name__}: {e}", traceback.format_exc()
+        try:  # masked before it is cut, as a run's outcome is
+            from ..worker.executors._output import short, tail_str
+            from ..worker.masking import secret_values
+            masked = secret_values(None, secrets)
+            reason, tb = short(reason, masked=masked), tail_str(tb, masked=masked)
+        except BaseException:  # a worker package that cannot be imported: the worker masks what it can
+            reason, tb = reason[:400], tb[-4096:]
+        _write(path, {"ok": False, "error": reason, "output": tb})
         return 2
     out = asyncio.run(run_function(decl.handler, ctx, limits.timeout_s_max, None, name=target))
     res = {"ok": out.ok, "error": out.error, "output": out.output}

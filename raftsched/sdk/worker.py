@@ -30,13 +30,16 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from typing import Awaitable, Callable
 
 from ..worker import limits as worker_limits
 from ..worker.executors import CancelEvent, Outcome, RunContext, function_soon, run_function
-from ..worker.executors._output import short, tail_str
+from ..worker.executors._output import may_be_cut, short, tail_str
+from ..worker.masking import secret_values
 from ..worker.executors.shell import run_shell
 from .app import APP_LABEL, App
+from .child import MASK_ENV
 from .context import Context
 
 log = logging.getLogger("raftsched.sdk.worker")
@@ -167,12 +170,16 @@ async def run_in_child(ref: str, target: str, ctx: RunContext, timeout_s: float,
     :raises asyncio.CancelledError: the caller was cancelled (the child is killed first).
     """
     t0 = time.monotonic()
+    masked = secret_values(None, ctx.secrets)
     fd, path = tempfile.mkstemp(prefix="raftsched-result-", suffix=".json")
     os.close(fd)
     try:
         argv = [sys.executable, "-m", "raftsched.sdk.child", ref, target, path]
-        ok, error, printed = await run_shell({"argv": argv}, ctx, timeout_s, cancel, kill_grace_s)
-        result = _read_result(path)
+        # What the child masks its outcome of before it cuts it, as an in-process run does: in its
+        # environment, where a shell run has its secrets (never on disk, nor in its argv).
+        env = {MASK_ENV: json.dumps(dict(ctx.secrets))} if ctx.secrets else {}
+        ok, error, printed = await run_shell({"argv": argv, "env": env}, ctx, timeout_s, cancel, kill_grace_s)
+        result = _read_result(path, masked)
     finally:
         try:
             os.unlink(path)
@@ -186,13 +193,13 @@ async def run_in_child(ref: str, target: str, ctx: RunContext, timeout_s: float,
         # and its exit status are all there is.
         return Outcome(ok=False, error=short(f"the handler's process ended without an outcome ({error or 'exit 0'})"),
                        output=printed, duration_ms=duration_ms)
-    output = result["output"] if not printed else tail_str(printed.rstrip("\n") + "\n" + result["output"])
+    output = result["output"] if not printed else tail_str(printed.rstrip("\n") + "\n" + result["output"], masked=masked)
     if result["ok"] and "result" in result:
         ctx.result = result["result"]  # reported with the success (worker/loop.py), as in-process
     return Outcome(ok=result["ok"], error=result["error"], output=output, duration_ms=duration_ms)
 
 
-def _read_result(path: str) -> dict | None:
+def _read_result(path: str, masked: Sequence[str] = ()) -> dict | None:
     try:
         with open(path, "rb") as f:
             data = f.read(worker_limits.child_result_bytes_max + 1)
@@ -207,8 +214,8 @@ def _read_result(path: str) -> dict | None:
     if not (isinstance(res, dict) and isinstance(res.get("ok"), bool) and isinstance(res.get("output"), str)
             and (res.get("error") is None or isinstance(res["error"], str))):
         return None
-    out = {"ok": res["ok"], "error": None if res["ok"] else short(res["error"] or "failed"),
-           "output": tail_str(res["output"])}
+    out = {"ok": res["ok"], "error": None if res["ok"] else short(res["error"] or "failed", masked=masked),
+           "output": tail_str(res["output"], masked=masked, cut=may_be_cut(res["output"]))}
     if "result" in res:
         out["result"] = res["result"]  # checked again where it is reported (loop.run_result)
     return out

@@ -907,7 +907,7 @@ class LeaseLoop:
         if g.get("keep_output") is False:
             output = ""  # the job asked for its output not to be kept
         masked = masking.secret_values(g.get("executor"), g.get("secrets"))
-        if masked:  # a run that prints its secrets does not put them into the history
+        if masked:  # masked where it was cut (executors/_output.py); again here, whatever the executor
             output, error = masking.mask(output, masked), masking.mask(error, masked)
         item = {"run": g["id"], "token": g["token"], "success": out.ok, "error": error, "output": output}
         if out.ok and h.ctx is not None and h.ctx.result is not None:

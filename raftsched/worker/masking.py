@@ -4,10 +4,13 @@
 A job's secrets are the values of its executor's ``headers`` (http) and ``env`` (shell), and of
 its ``secrets`` map. The worker masks every one of them in a run's output and error before the
 outcome is sent, so a job that prints its environment does not put its secrets into the
-history. How reads show them (redacted, ``***:<fingerprint>``) is the node's side:
+history: where the output and error are cut and made one line (executors/_output.py), before
+that, and once more before the outcome is reported. How reads show them (redacted, ``***:<fingerprint>``) is the node's side:
 node/redact.py.
 """
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from . import limits as worker_limits
 
@@ -22,14 +25,65 @@ def secret_values(executor: dict | None, secrets: dict | None) -> list[str]:
     return sorted(vals, key=len, reverse=True)
 
 
-def mask(text: str | None, values: list[str]) -> str | None:
-    """``text`` with every occurrence of each of ``values`` replaced by ``***``."""
+def mask(text: str | None, values: Sequence[str], cut: bool = False) -> str | None:
+    """``text`` with every occurrence of each of ``values`` replaced by ``***`` (occurrences that
+    overlap, of one value or of two, become one ``***``, so no part of either shows).
+
+    :param cut: ``text`` is the end of something longer, cut at an arbitrary point (an output's
+        tail): a value the cut went through left only its end at the start of ``text``, which no
+        occurrence matches. Whatever ``text`` starts with that is the end of a value (the last
+        20 characters of a 40-character secret, or only its last character) is dropped. Not
+        masked with ``***``, and with no shortest length: the text starts at an arbitrary point
+        anyway, so starting it a few characters later loses nothing a reader could rely on,
+        while a shortest length would let that many characters of a secret through (three of
+        a four-character one), and a ``***`` for every accidental match of a last character
+        would mark outputs that showed no secret.
+    """
     if not text or not values:
         return text
+    spans = []
     for v in values:
-        if v in text:
-            text = text.replace(v, "***")
-    return text
+        i = text.find(v)
+        while i >= 0:
+            spans.append((i, i + len(v), True))
+            i = text.find(v, i + 1)
+    if cut:
+        lead = _cut_through(text, values)
+        if lead:
+            spans.append((0, lead, False))
+    if not spans:
+        return text
+    spans.sort()
+    out, at = [], 0
+    start, end, whole = spans[0]
+    for s, e, w in spans[1:] + [(len(text) + 1, 0, False)]:
+        if s < end:  # overlaps the span so far: one span
+            end, whole = max(end, e), whole or w
+            continue
+        out.append(text[at:start])
+        if whole:
+            out.append("***")
+        at = end
+        start, end, whole = s, e, w
+    out.append(text[at:])
+    return "".join(out)
+
+
+def _cut_through(text: str, values: Sequence[str]) -> int:
+    """The length of the longest start of ``text`` that is the end of one of ``values`` (the
+    whole value included), 0 if none."""
+    longest = 0
+    first = text[0]
+    for v in values:
+        j = v.find(first, max(0, len(v) - len(text)))
+        while j >= 0:
+            if len(v) - j <= longest:
+                break  # the ends left are shorter than one found already
+            if text.startswith(v[j:]):
+                longest = len(v) - j
+                break
+            j = v.find(first, j + 1)
+    return longest
 
 
 def deliver(executor: dict, secrets: dict | None) -> dict:

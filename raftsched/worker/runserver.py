@@ -563,7 +563,7 @@ def _call(req: dict) -> tuple:
         _leave_result(req["env"].get("RAFTSCHED_RESULT_FILE"), value)
     except BaseException as e:  # the job's SystemExit too: it ends the run with a failure
         outcome = ("exc", e)
-    return pyexec._python_result(outcome)
+    return pyexec._python_result(outcome, pyexec.run_masked(ctx))
 
 
 def _leave_result(path: str | None, value) -> None:

@@ -45,13 +45,15 @@ import struct
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 
 from ..config import ConfigError
 from ..core import limits as core_limits
 from . import limits
+from .masking import secret_values
 from .executors._context import ALL_TYPES, RunContext, Result
 from .executors._deadline import race, timed_out
-from .executors._output import OUTPUT_BYTES_MAX, short, tail_bytes, tail_str
+from .executors._output import OUTPUT_BYTES_MAX, may_be_cut, short, tail_bytes, tail_str
 from .executors.shell import _group_has_live_member, _signal_group, _terminate_group
 from .runserver import FRAME_BYTES_MAX, frame
 
@@ -438,7 +440,7 @@ class RunServer:
                 if "pid" in msg:
                     _settle(h.started, msg["pid"])
                 elif "error" in msg:
-                    _settle(h.started, short(str(msg["error"])))
+                    _settle(h.started, str(msg["error"]))  # shaped where the run's secrets are known
                     _settle(h.exited, None)
                     _settle(h.done, None)
                     self._handles.pop(h.id, None)
@@ -615,6 +617,7 @@ class Sandbox:
     async def run_shell(self, ex: dict, ctx: RunContext, timeout_s: float, cancel: asyncio.Event | None,
                         kill_grace_s: float) -> Result:
         """The shell executor's run (executors/shell.py's contract) in the sandbox."""
+        masked = secret_values(ex, ctx.secrets)
         async with _RunDir(self, ctx.run_id) as home:
             rfile = os.path.join(home, RESULT_FILE)
             env = {**self.base_env, "HOME": home, **(ex.get("env") or {}), **ctx.env(),
@@ -626,8 +629,8 @@ class Sandbox:
             if how == "done" and rc == 0:
                 ctx.result = await asyncio.to_thread(read_result, rfile)
         if error is not None:
-            return False, error, ""
-        output = _output(done)
+            return False, short(error, masked=masked), ""
+        output = _output(done, masked)
         if how != "done":
             return False, ("lease lost" if how == "cancel" else timed_out(timeout_s)), output
         if rc is None:
@@ -641,7 +644,9 @@ class Sandbox:
         """The python executor's run in a process of its own, forked from the run server: the
         target is imported there and called with ``ctx``; the outcome is the one the python
         executor reports (the repr of what it returned, or the exception and its traceback),
-        after what the run printed."""
+        after what the run printed. Both are masked of the run's secrets (``ctx.secrets``) where
+        they are cut: by the run's process (which has them), and here again."""
+        masked = secret_values(ex, ctx.secrets)
         async with _RunDir(self, ctx.run_id) as home:
             rfile = os.path.join(home, RESULT_FILE)
             req = {"op": "python", "target": ex["target"],
@@ -654,16 +659,16 @@ class Sandbox:
             if how == "done":
                 ctx.result = await asyncio.to_thread(read_result, rfile)
         if error is not None:
-            return False, error, ""
-        printed = _output(done)
+            return False, short(error, masked=masked), ""
+        printed = _output(done, masked)
         if how != "done":
             return False, ("lease lost" if how == "cancel" else timed_out(timeout_s)), printed
-        result = _result(done)
+        result = _result(done, masked)
         if result is None:
             why = "the run server stopped" if rc is None else _status(rc) if rc else "exit 0"
             return False, short(f"the run's process ended without an outcome ({why})"), printed
         ok, err, out = result
-        return ok, err, tail_str(printed.rstrip("\n") + "\n" + out) if printed else out
+        return ok, err, tail_str(printed.rstrip("\n") + "\n" + out, masked=masked) if printed else out
 
     async def _run(self, req: dict, ctx: RunContext, timeout_s: float, cancel: asyncio.Event | None,
                    kill_grace_s: float) -> tuple[str, int | None, dict | None, str | None]:
@@ -755,18 +760,20 @@ def _status(rc: int) -> str:
     return f"exit status {rc}"
 
 
-def _output(done: dict | None) -> str:
+def _output(done: dict | None, masked: Sequence[str] = ()) -> str:
     if not done:
         return ""
     try:
         data = base64.b64decode(done.get("output") or "")
     except ValueError:
         return ""
-    return tail_bytes(data, cut=int(done.get("total") or 0) > len(data))
+    return tail_bytes(data, cut=int(done.get("total") or 0) > len(data), masked=masked)
 
 
-def _result(done: dict | None) -> Result | None:
-    """A python run's outcome as its process wrote it, checked; None when there is none."""
+def _result(done: dict | None, masked: Sequence[str] = ()) -> Result | None:
+    """A python run's outcome as its process wrote it, checked and masked of ``masked`` (the
+    process masked it before it cut it; an output as long as the bound may have been cut, so
+    what it starts with of a secret is dropped); None when there is none."""
     text = (done or {}).get("result")
     if not isinstance(text, str):
         return None
@@ -777,7 +784,8 @@ def _result(done: dict | None) -> Result | None:
     if not (isinstance(res, dict) and isinstance(res.get("ok"), bool) and isinstance(res.get("output"), str)
             and (res.get("error") is None or isinstance(res["error"], str))):
         return None
-    return res["ok"], None if res["ok"] else short(res["error"] or "failed"), tail_str(res["output"])
+    return (res["ok"], None if res["ok"] else short(res["error"] or "failed", masked=masked),
+            tail_str(res["output"], masked=masked, cut=may_be_cut(res["output"])))
 
 
 class _RunDir:

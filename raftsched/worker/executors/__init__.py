@@ -73,6 +73,7 @@ from typing import TYPE_CHECKING, Callable
 from .. import limits
 from ._context import ALL_TYPES, Outcome, RunContext, Result
 from ._deadline import CancelEvent
+from ..masking import secret_values
 from ._output import OUTPUT_BYTES_MAX, executor_error
 from .python import function_soon, run_function, run_python, start_soon
 from .shell import run_shell
@@ -153,7 +154,8 @@ async def execute(executor: dict, ctx: RunContext, timeout_s: float, *,
         log.exception("%s executor for run %s failed unexpectedly",
                       executor.get("type") if isinstance(executor, dict) else type(executor).__name__,
                       getattr(ctx, "run_id", "?"))
-        result = executor_error(e)
+        result = executor_error(e, secret_values(executor if isinstance(executor, dict) else None,
+                                                 getattr(ctx, "secrets", None)))
     ok, error, output = result
     return Outcome(ok=ok, error=error, output=output,
                    duration_ms=int(round((time.monotonic() - t0) * 1000)))

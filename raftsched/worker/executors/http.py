@@ -30,6 +30,7 @@ from ...core.model import FRAMING_HEADERS
 from .. import limits
 from ._context import RunContext, Result
 from ._deadline import run_task, stopped, timed_out
+from ..masking import mask, secret_values
 from ._output import OUTPUT_BYTES_MAX, exc_reason, short, tail_bytes
 
 
@@ -104,6 +105,7 @@ async def _http_post(ex: dict, ctx: RunContext, timeout_s: float,
     if framing:
         return False, f"header {framing[0]} frames the request: the executor sets it, a job cannot", ""
     own = session is None or network is not None
+    masked = secret_values(ex, ctx.secrets)
     if network is not None:
         addrs, why = await checked_addresses(ex["url"], list(network.get("allow") or ()),
                                              str(network.get("tenant") or "?"))
@@ -133,14 +135,15 @@ async def _http_post(ex: dict, ctx: RunContext, timeout_s: float,
             return False, timed_out(timeout_s), ""
         except (aiohttp.ClientError, OSError, ValueError) as e:
             # Connection refused, DNS, TLS, a malformed response: the class says which.
-            return False, short(exc_reason(e)), ""
+            return False, short(exc_reason(e), masked=masked), ""
     finally:
         if own:
             await session.close()
     head = f"HTTP {status}\n"
     if location is not None and 300 <= status < 400:
         head += f"Location: {location}\n"
-    output = head + tail_bytes(data, max(0, OUTPUT_BYTES_MAX - len(head.encode())), cut=cut)
+    head = mask(head, masked) or ""
+    output = head + tail_bytes(data, max(0, OUTPUT_BYTES_MAX - len(head.encode())), cut=cut, masked=masked)
     if 200 <= status < 300:
         if ex.get("result") and not cut and len(data) <= core_limits.result_bytes_max:
             # Asked for (pipelines): the JSON response body is the run's result, for its children.

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import importlib
 import inspect
 import logging
@@ -14,9 +15,11 @@ import reprlib
 import sys
 import time
 import types
+from collections.abc import Sequence
 from typing import Awaitable, Callable
 
 from .. import limits
+from ..masking import mask, secret_values
 from ._context import Outcome, RunContext, Result
 from ._deadline import CancelEvent, stopped, stopped_lingering
 from ._output import OUTPUT_BYTES_MAX, exc_reason, executor_error, format_tb, short, tail_str
@@ -24,12 +27,42 @@ from ._threads import THREADS
 
 log = logging.getLogger("raftsched.executors")
 
-_repr = reprlib.Repr()
-# Generous but bounded: a huge return value must not cost a huge repr.
-_repr.maxlevel = limits.python_repr_levels_max
-_repr.maxdict = _repr.maxlist = _repr.maxtuple = _repr.maxset = _repr.maxfrozenset = _repr.maxdeque = \
-    _repr.maxarray = limits.python_repr_items_max
-_repr.maxstring = _repr.maxlong = _repr.maxother = OUTPUT_BYTES_MAX
+class _Repr(reprlib.Repr):
+    """The bounded repr of what a run returned. With ``masked`` (the run's secrets), each string
+    in it, and the repr of each other object, is masked of them before it is cut (reprlib keeps
+    the first and last characters of a long one, and would cut a secret in the middle)."""
+
+    def __init__(self, masked: Sequence[str] = ()) -> None:
+        super().__init__()
+        self.masked = masked
+        # Generous but bounded: a huge return value must not cost a huge repr.
+        self.maxlevel = limits.python_repr_levels_max
+        self.maxdict = self.maxlist = self.maxtuple = self.maxset = self.maxfrozenset = self.maxdeque = \
+            self.maxarray = limits.python_repr_items_max
+        self.maxstring = self.maxlong = self.maxother = OUTPUT_BYTES_MAX
+
+    def repr_str(self, x, level):
+        return super().repr_str((mask(x, self.masked) or "") if self.masked else x, level)
+
+    def repr_int(self, x, level):
+        return self._masked(x, self.maxlong) if self.masked else super().repr_int(x, level)
+
+    def repr_instance(self, x, level):
+        return self._masked(x, self.maxother) if self.masked else super().repr_instance(x, level)
+
+    def _masked(self, x, limit: int) -> str:
+        try:
+            s = mask(builtins.repr(x), self.masked) or ""
+        except Exception:  # a broken __repr__
+            return super().repr_instance(x, 0)
+        if len(s) > limit:  # as reprlib cuts it
+            i = max(0, (limit - 3) // 2)
+            j = max(0, limit - 3 - i)
+            s = s[:i] + self.fillvalue + s[len(s) - j:]
+        return s
+
+
+_repr = _Repr()
 
 
 def _imported(target: str) -> Callable | None:
@@ -84,15 +117,25 @@ async def _call_async(fn: Callable, ctx: RunContext) -> tuple:
     return await _guarded(aw)
 
 
-def _python_result(value: tuple) -> Result:
+def run_masked(ctx) -> list[str]:
+    """The values a python run's outcome is masked of (worker/masking.py): its context's
+    ``secrets``; for an SDK Context, those of the run context it was made of (``result_sink``)."""
+    secrets = getattr(ctx, "secrets", None)
+    if secrets is None:
+        secrets = getattr(getattr(ctx, "result_sink", None), "secrets", None)
+    return secret_values(None, secrets if isinstance(secrets, dict) else None)
+
+
+def _python_result(value: tuple, masked: Sequence[str] = ()) -> Result:
+    """The outcome of a call that returned or raised, masked of ``masked`` before it is cut."""
     kind, obj = value
     if kind == "exc":
-        return False, short(exc_reason(obj)), tail_str(format_tb(obj))
+        return False, short(exc_reason(obj), masked=masked), tail_str(format_tb(obj), masked=masked)
     try:
-        text = _repr.repr(obj)
+        text = (_Repr(masked) if masked else _repr).repr(obj)
     except Exception as e:  # a broken __repr__ must not fail a run that succeeded
         text = f"<unrepresentable {type(obj).__name__}: {exc_reason(e)}>"
-    return True, None, tail_str(text)
+    return True, None, tail_str(text, masked=masked)
 
 
 def _consume(task: asyncio.Future) -> None:
@@ -368,7 +411,7 @@ class _PythonRun:
             if isinstance(sink, RunContext):
                 sink.result = value[1]
         try:
-            result = _python_result(value)
+            result = _python_result(value, run_masked(self.ctx))
         except Exception as e:  # the contract is an Outcome, whatever went wrong in here
             self._failed(e)
             return
@@ -382,7 +425,7 @@ class _PythonRun:
             self._settle()
         if self.task is not None:
             self.task.add_done_callback(_consume)
-        asyncio.get_running_loop().call_soon(self._emit, executor_error(e))
+        asyncio.get_running_loop().call_soon(self._emit, executor_error(e, run_masked(self.ctx)))
 
     def _settle(self) -> None:
         self.settled = True

@@ -14,6 +14,7 @@ import subprocess
 from .. import limits
 from ._context import RunContext, Result
 from ._deadline import race, timed_out
+from ..masking import secret_values
 from ._output import OUTPUT_BYTES_MAX, short, tail_bytes
 
 log = logging.getLogger("raftsched.executors")
@@ -118,6 +119,7 @@ async def _terminate_group(pgid: int, main_exit: asyncio.Future, grace_s: float)
 
 async def run_shell(ex: dict, ctx: RunContext, timeout_s: float, cancel: asyncio.Event | None,
                      kill_grace_s: float) -> Result:
+    masked = secret_values(ex, ctx.secrets)
     env = dict(os.environ)
     env.update(ex.get("env") or {})
     env.update(ctx.env())
@@ -131,7 +133,7 @@ async def run_shell(ex: dict, ctx: RunContext, timeout_s: float, cancel: asyncio
             cwd=ex.get("cwd"), start_new_session=True)
     except (OSError, ValueError, subprocess.SubprocessError) as e:
         os.close(r)
-        return False, short(f"cannot execute: {e}"), ""
+        return False, short(f"cannot execute: {e}", masked=masked), ""
     except BaseException:
         os.close(r)
         raise
@@ -165,7 +167,7 @@ async def run_shell(ex: dict, ctx: RunContext, timeout_s: float, cancel: asyncio
             pipe.close()
         if not main_exit.done():
             main_exit.cancel()
-    output = tail_bytes(proto.buf, cut=proto.total > len(proto.buf))
+    output = tail_bytes(proto.buf, cut=proto.total > len(proto.buf), masked=masked)
     if how != "done":
         return False, ("lease lost" if how == "cancel" else timed_out(timeout_s)), output
     rc = proc.returncode
