@@ -210,3 +210,55 @@ def test_a_bulk_requeue_dry_runs_then_requeues_the_matching_dead_runs_and_a_purg
         await BackfillStepper(env.raft, env.clock).tick()
         assert (await (await c.get("/v1/dlq")).json())["total"] == 0
     run(t)
+
+
+def test_the_longest_run_id_of_each_kind_is_read_requeued_and_purged_through_the_api():
+    """Run ids as long as the state makes them (a 128-character job, 15-digit times, a manual
+    run's 20-digit N, a 64-character backfill id): each dead one answers GET, and is requeued
+    and purged, as the API's own description of the path parameter allows
+    (limits.run_id_chars_max, which check_run_id applies)."""
+    from raftsched.core import limits
+    from raftsched.node import openapi
+
+    async def t(env, c):
+        env.clock.jump(250_000_000_000_000 - env.clock.now_ms())  # times of 15 digits
+        name = "j" * limits.job_name_chars_max
+        spec = {"schedule": {"every_s": 3600}, "executor": {"type": "shell", "argv": ["false"]},
+                "misfire": {"policy": "skip"}, "retry": {"max_attempts": 1}}
+        assert (await put(c, name, spec)).status == 201
+        env.clock.advance(3_600_000)
+        await env.trigger.tick()  # its scheduled run, job@slot
+        env.state.manual_seq = 10 ** (limits.manual_seq_digits_max - 1)  # the next N has 20 digits
+        assert (await c.post(f"/v1/jobs/{name}/trigger", headers=AUTH)).status == 201
+
+        async def fail_all():
+            res = await env.service.propose(commands.make("acquire", env.clock.now_ms(), None, worker="w",
+                                                          queues=None, max=10, ttl=10_000))
+            for g in res["runs"]:
+                await env.service.propose(commands.make("complete", env.clock.now_ms(), None, run=g["id"],
+                                                        token=g["token"], success=False, error="no"))
+            return [g["id"] for g in res["runs"]]
+        scheduled, manual = sorted(await fail_all(), key=len)
+        slot = env.state.runs[scheduled]["slot"]
+        bf_id = "b" * limits.backfill_id_chars_max
+        env.clock.advance(1000)
+        r = await post(c, f"/v1/jobs/{name}/backfills", {"from": schedule.iso(slot), "to": schedule.iso(slot + 1),
+                                                         "id": bf_id, "reprocess": "all"})
+        assert r.status == 201, await r.text()
+        await BackfillStepper(env.raft, env.clock).tick()
+        [backfilled] = await fail_all()
+        assert (scheduled, backfilled) == (f"{name}@{slot}", f"{name}@{slot}#b{bf_id}")
+        assert "!manual-" in manual and len(manual) == len(name) + 1 + 15 + 8 + 20
+        assert len(backfilled) == limits.run_id_chars_max
+        param = openapi.PATH_PARAMS[("dlq", "run")]
+        for rid in (scheduled, manual, backfilled):
+            path = f"/v1/dlq/{quote(rid, safe='')}"
+            assert (await c.get(path)).status == 200
+            r = await c.post(path + "/requeue", headers=AUTH)
+            assert r.status == 200, (rid, await r.text())
+            assert await fail_all() == [rid]
+            r = await c.delete(path, headers=AUTH)
+            assert r.status == 200, (rid, await r.text())
+            assert rid not in env.state.runs
+            assert len(rid) <= param["maxLength"] and openapi.PATH_PARAMS[("runs", "run")] == param
+    run(t)

@@ -297,6 +297,20 @@ backfill_step_runs_max = 100
 dlq_bulk_step_runs_max = 150
 #: Longest backfill id (a client-given one; generated ones are 10 characters).
 backfill_id_chars_max = 64
+#: Digits of a time in ms a run id is made of (a slot; the now of a manual run): up to
+#: time_ms_max, and a slot an interval after it.
+time_ms_digits_max = 15
+#: Digits of the N of a manual run's id: a count the state keeps, which a snapshot encodes as an
+#: unsigned 64-bit integer at most.
+manual_seq_digits_max = 20
+#: The longest run id the state makes, which every check of a run id a client sends allows
+#: (core/model.py check_run_id, the API's run path parameters): the longest of ``job@slot`` (a
+#: scheduled run, a pipeline's child, a slot triggered), ``job@now!manual-N`` (a job triggered),
+#: ``job@slot#manual`` and ``job@slot#manual-N`` (a slot triggered again) and
+#: ``job@slot#b<backfill id>`` (a backfilled slot whose ``job@slot`` is taken), which is that.
+run_id_chars_max = job_name_chars_max + 1 + time_ms_digits_max + max(
+    len("#b") + backfill_id_chars_max, len("!manual-") + manual_seq_digits_max, len("#manual-") + manual_seq_digits_max)
+assert len(str(time_ms_max + every_s_max * 1000)) <= time_ms_digits_max
 #: Longest error substring a bulk DLQ operation filters on.
 dlq_error_filter_chars_max = 256
 #: The most dead runs one bulk operation may act on (max_count's ceiling).

@@ -117,11 +117,12 @@ def check_name(name: object, field: str = "name", max_chars: int = limits.job_na
 
 
 def check_run_id(run_id: object, field: str = "run") -> str:
-    """A run id's shape: ``job@...``, the job part a valid job name (run ids are made by apply:
-    ``job@slot_ms``, ``job@now!manual-N``). Refused before anything is proposed.
+    """A run id's shape: ``job@...``, the job part a valid job name, at most the longest id apply
+    makes (``limits.run_id_chars_max``: ``job@slot_ms``, ``job@now!manual-N``, ``job@slot#b<backfill>``
+    ...). Refused before anything is proposed.
 
     :raises InvalidSpec:"""
-    if not isinstance(run_id, str) or "@" not in run_id or len(run_id) > limits.job_name_chars_max + 64:
+    if not isinstance(run_id, str) or "@" not in run_id or len(run_id) > limits.run_id_chars_max:
         raise InvalidSpec("must be a run id, JOB@...", field=field)
     job, _, rest = run_id.partition("@")
     check_name(job, field)
