@@ -262,3 +262,30 @@ def test_the_other_operations_answers_conform_to_the_document():
     answers = asyncio.run(main())
     bad = [m for a in answers if (m := check(*a)) is not None]
     assert not bad, "\n".join(bad)
+
+
+def test_deadline_records_of_every_kind_conform_to_the_document():
+    """A slot's record (pending, then missed) and a job's max_since_success_s miss, whose
+    run_id, slot and slot_ms are null, as GET /v1/deadlines answers them."""
+    check = _validator(openapi.document(TABLE))
+    spec = {"schedule": {"every_s": 60}, "executor": {"type": "shell", "argv": ["true"]},
+            "misfire": {"policy": "skip"}, "deadline": {"start_within_s": 30, "max_since_success_s": 60}}
+
+    async def main():
+        env = Env()
+        out = []
+        async with TestClient(TestServer(env.app, host="127.0.0.1")) as c:
+            r = await c.put("/v1/jobs/d", headers=bearer(BOOT), data=json.dumps(spec))
+            assert r.status == 201, await r.text()
+            for _ in range(4):
+                env.clock.advance(31_000)
+                await env.trigger.tick()
+                r = await c.get("/v1/deadlines", headers=bearer(BOOT))
+                out.append((r.status, r.content_type, await r.read()))
+        return out
+    answers = asyncio.run(main())
+    rows = [d for _, _, body in answers for d in json.loads(body)["deadlines"]]
+    assert {d["state"] for d in rows} >= {"pending", "missed"}, rows
+    assert any(d["deadline"] == "max_since_success_s" and d["slot"] is None and d["run_id"] is None for d in rows), rows
+    bad = [m for a in answers if (m := check("GET", "/v1/deadlines", *a)) is not None]
+    assert not bad, "\n".join(bad)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..core import errors, limits
+from ..core import deadlines, errors, limits
 from ..core.backfill_plan import MODES, ORDERS, OVERLAPS
 from ..core.bodies import POLICY_FIELDS
 from ..core.notify_model import CLUSTER_KINDS, JOB_KINDS, SINK_TYPES
@@ -341,6 +341,16 @@ def _more_responses() -> dict[str, Schema]:
     s_or_null, i_or_null = {"type": ["string", "null"]}, {"type": ["integer", "null"]}
     arr, obj = {"type": "array"}, {"type": "object"}
     objs = {"type": "array", "items": obj}
+    # A slot's deadline record (node/views.py deadline_view). A max_since_success_s miss is the
+    # job's, not a slot's: its run_id, slot and slot_ms are null; a pending record has no
+    # deadline, cause, instant or judgement yet.
+    deadline = _open({"run_id": s_or_null, "job": s, "tenant": s, "slot": s_or_null, "slot_ms": i_or_null,
+                      "state": {"enum": list(deadlines.OUTCOMES)},
+                      "deadline": {"enum": [*deadlines.FIELDS, None]},
+                      "cause": s_or_null, "instant": s_or_null, "judged_at": s_or_null,
+                      "instants": {"type": "object", "additionalProperties": s}, "why": s_or_null},
+                     ("run_id", "job", "tenant", "slot", "slot_ms", "state", "deadline", "cause", "instant",
+                      "judged_at", "instants", "why"))
     slot = _open({"slot": s, "slot_ms": i, "local": s, "timezone": s, "utc_offset": s,
                   "dst": {"enum": ["spring_forward", "fall_back"]}, "ambiguous_local_time": _BOOL},
                  ("slot", "slot_ms", "local", "timezone", "utc_offset"))
@@ -400,8 +410,7 @@ def _more_responses() -> dict[str, Schema]:
                            ("lock", "token", "expires_at")),
         "lock_released": _open({"lock": s, "released": _BOOL}, ("lock", "released")),
         "pinged": _open({"job": s, "run": s, "state": s}, ("job", "run", "state")),
-        "deadlines": _open({"deadlines": {"type": "array", "items": _open({"slot": s, "why": s}, ("slot", "why"))}},
-                           ("deadlines",)),
+        "deadlines": _open({"deadlines": {"type": "array", "items": deadline}}, ("deadlines",)),
         "leased": _open({"runs": objs, "draining": _BOOL, "cluster_ms": i, "held_ms": i, "results": arr,
                          "results_error": obj, "duplicate": _BOOL,
                          "next_wait_s": _num(0, worker_limits.lease_wait_s_max,
