@@ -289,3 +289,27 @@ def test_deadline_records_of_every_kind_conform_to_the_document():
     assert any(d["deadline"] == "max_since_success_s" and d["slot"] is None and d["run_id"] is None for d in rows), rows
     bad = [m for a in answers if (m := check("GET", "/v1/deadlines", *a)) is not None]
     assert not bad, "\n".join(bad)
+
+
+def test_a_deadlines_job_that_is_no_job_name_is_a_400_naming_it_as_the_document_says():
+    """As any bad query parameter: 400 naming it (the document lists 400 for every route), and
+    the parameter is described as a job's name."""
+    doc = openapi.document(TABLE)
+    check = _validator(doc)
+    [param] = [p for p in doc["paths"]["/v1/deadlines"]["get"]["parameters"] if p["name"] == "job"]
+    assert param["schema"]["maxLength"] == 128 and "pattern" in param["schema"]
+
+    async def main():
+        env = Env()
+        out = []
+        async with TestClient(TestServer(env.app, host="127.0.0.1")) as c:
+            for job in ("-1", "x" * 129, "ok-name"):
+                r = await c.get("/v1/deadlines", params={"job": job}, headers=bearer(BOOT))
+                out.append((r.status, r.content_type, await r.read()))
+        return out
+    bad_dash, too_long, fine = asyncio.run(main())
+    for status, _, body in (bad_dash, too_long):
+        assert status == 400 and json.loads(body)["error"]["field"] == "job", body
+    assert fine[0] == 200
+    bad = [m for a in (bad_dash, too_long, fine) if (m := check("GET", "/v1/deadlines", *a)) is not None]
+    assert not bad, "\n".join(bad)

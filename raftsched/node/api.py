@@ -25,7 +25,7 @@ from . import dashboard, notify, openapi, reads, rotation, routes, tenancy
 from .http import (AUDIT, AUTH, BACKFILLS, FLEET, METRICS, PRINCIPAL, ROUTE_TABLE, SERVICE, TOKEN,  # noqa: F401 - re-exported
                    TRIGGER, UNCHANGED, WORKER, bool_param, choice_param, client_key, int_param, json_body,
                    json_response, label_params, optional_json_body, rid, scope_key, state_param, tenants_of,
-                   time_param)
+                   job_param, time_param)
 from .routes import CONSISTENT, OPEN, STALE, Param, Route, Tenancy
 from .backfills import BackfillService
 from .fleet import Fleet
@@ -452,7 +452,7 @@ async def ping_job(request: web.Request) -> web.Response:
 async def list_deadlines(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     limit = int_param(request, "limit", 100, 1, node_limits.runs_page_max)
-    job = request.query.get("job") or None
+    job = job_param(request)
     return json_response(svc.list_deadlines(choice_param(request, "state", deadlines.OUTCOMES), job,
                                                 time_param(request, "since"), limit, tenants_of(request)))
 
@@ -738,7 +738,7 @@ ROUTES: tuple[Route, ...] = (
           body="ping", body_optional=True, errors=(404, 409, 422), response="pinged"),
     Route("GET", "/v1/deadlines", list_deadlines, _R, T.FILTERED, "slots' deadline outcomes, newest first",
           params=(Param("state", "enum", "only this outcome", choices=deadlines.OUTCOMES),
-                  Param("job", "string", "only this job's"),
+                  Param("job", "job", "only this job's"),
                   Param("since", "time", "only slots at or after this time"), _RUNS_PAGE, STALE, CONSISTENT), response="deadlines"),
     # backfills and bulk operations
     Route("GET", "/v1/backfills", list_backfills, _R, T.REFUSED, "backfills and bulk DLQ operations",

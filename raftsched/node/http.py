@@ -14,7 +14,7 @@ from aiohttp import web
 
 from ..core import limits, schedule
 from ..core.errors import BadRequest, InvalidSpec
-from ..core.model import RUN_STATES, check_label_key, check_label_value
+from ..core.model import RUN_STATES, check_label_key, check_label_value, check_name
 
 #: The application's parts (make_app sets them). An app without the node's loops (tests)
 #: leaves TRIGGER, WORKER, METRICS and AUDIT unset.
@@ -181,6 +181,18 @@ def time_param(request: web.Request, name: str) -> int | None:
         return schedule.parse_iso_ms(text, name)
     except InvalidSpec as e:
         raise BadRequest(e.message, field=name) from None
+
+
+def job_param(request: web.Request, name: str = "job") -> str | None:
+    """A job's name (core.model.check_name), or None when not given (or empty).
+    :raises BadRequest: naming ``name``."""
+    text = request.query.get(name) or None
+    if text is not None:
+        try:
+            check_name(text, name)
+        except InvalidSpec as e:
+            raise BadRequest(e.message, field=name) from None
+    return text
 
 
 def bool_param(request: web.Request, name: str) -> bool:

@@ -549,6 +549,8 @@ def _query(p: Any) -> Schema:
         s = {"type": "string", "enum": list(p.choices)}
     elif p.kind == "time":
         s = TIME
+    elif p.kind == "job":
+        s = _name(limits.job_name_chars_max)
     else:
         s = {"type": "string"}
     if p.default is not None:

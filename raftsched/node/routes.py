@@ -47,7 +47,8 @@ class Tenancy(enum.Enum):
 @dataclass(frozen=True)
 class Param:
     """A query parameter: ``kind`` is ``boolean``, ``integer`` (``lo``..``hi``, ``default``),
-    ``string``, ``time`` (ISO-8601 or ms since the epoch) or ``enum`` (``choices``)."""
+    ``string``, ``job`` (a job's name), ``time`` (ISO-8601 or ms since the epoch) or ``enum``
+    (``choices``)."""
 
     name: str
     kind: str
