@@ -313,3 +313,25 @@ def test_a_deadlines_job_that_is_no_job_name_is_a_400_naming_it_as_the_document_
     assert fine[0] == 200
     bad = [m for a in (bad_dash, too_long, fine) if (m := check("GET", "/v1/deadlines", *a)) is not None]
     assert not bad, "\n".join(bad)
+
+
+def test_with_metrics_open_the_served_document_describes_metrics_as_needing_no_token():
+    """The document a node serves says what it asks a token for: GET /metrics with no security
+    and no 401 or 403 on a node started with --metrics-open, and as any read otherwise."""
+    async def served_doc(metrics_open):
+        env = Env()
+        env.auth.metrics_open = metrics_open
+        async with TestClient(TestServer(env.app, host="127.0.0.1")) as c:
+            doc = await fetch_doc(c)
+            r = await c.get("/metrics")  # no token
+            return doc, r.status
+    closed, closed_status = asyncio.run(served_doc(False))
+    opened, open_status = asyncio.run(served_doc(True))
+    shut, free = closed["paths"]["/metrics"]["get"], opened["paths"]["/metrics"]["get"]
+    assert shut["security"] == [{"bearer": ["read"]}] and {"401", "403"} <= set(shut["responses"])
+    assert closed_status == 401
+    assert free["security"] == [] and not {"401", "403"} & set(free["responses"]) and "x-raftsched-scope" not in free
+    assert open_status == 404, "no metrics in this app, but no token asked"  # 404 is documented
+    assert "404" in free["responses"]
+    validate(opened)
+    assert opened["paths"]["/v1/jobs"] == closed["paths"]["/v1/jobs"], "only /metrics is opened"

@@ -229,7 +229,9 @@ async def openapi_json(request: web.Request) -> web.Response:
     """The OpenAPI 3.1 document of this app's route table (node/openapi.py), made once."""
     cache = request.app[OPENAPI]
     if "doc" not in cache:
-        cache["doc"] = json.dumps(openapi.document(request.app[ROUTE_TABLE]), separators=(",", ":")).encode()
+        # What this node asks a token for: GET /metrics is open on a node started with --metrics-open.
+        doc = openapi.document(request.app[ROUTE_TABLE], is_open=request.app[AUTH].is_open)
+        cache["doc"] = json.dumps(doc, separators=(",", ":")).encode()
     return web.Response(body=cache["doc"], content_type="application/json")
 
 

@@ -16,7 +16,7 @@ against a real node with it.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
 from ..core import deadlines, errors, limits
 from ..core.backfill_plan import MODES, ORDERS, OVERLAPS
@@ -605,8 +605,7 @@ def _error_response(status: int) -> Schema:
     return out
 
 
-def _operation(route: Route, oid: str) -> Schema:
-    open_ = route.scope == OPEN
+def _operation(route: Route, oid: str, open_: bool) -> Schema:
     op: Schema = {"operationId": oid, "summary": route.summary,
                   "tags": [route.path.split("/")[2 if route.path.startswith("/v1/") else 1].split(":")[0]
                            or "root"]}
@@ -698,13 +697,18 @@ def _links(rows: list[Route], ops: dict[str, dict[str, Schema]], ids: dict[tuple
                 resp["links"] = {**resp.get("links", {}), **links}
 
 
-def document(routes: Any, version: str = "") -> Schema:
-    """The OpenAPI 3.1 document of ``routes`` (the app's route table: ``Route`` rows)."""
+def document(routes: Any, version: str = "", is_open: Callable[[Route], bool] | None = None) -> Schema:
+    """The OpenAPI 3.1 document of ``routes`` (the app's route table: ``Route`` rows).
+
+    :param is_open: whether a route needs no token on this node (node/auth.py ``Auth.is_open``:
+        an OPEN row, or ``GET /metrics`` on a node started with ``--metrics-open``); by default,
+        whether its row is OPEN. An open operation has no security and no 401 or 403."""
     rows = list(routes.values()) if isinstance(routes, dict) else list(routes)
     paths: dict[str, dict[str, Schema]] = {}
     ids = operation_ids(rows)
     for r in rows:
-        paths.setdefault(r.key[1], {})[r.method.lower()] = _operation(r, ids[r.key])
+        open_ = is_open(r) if is_open is not None else r.scope == OPEN
+        paths.setdefault(r.key[1], {})[r.method.lower()] = _operation(r, ids[r.key], open_)
     _links(rows, {r.path: paths[r.key[1]] for r in rows}, ids)
     used = {r.body for r in rows if r.body is not None}
     schemas: dict[str, Schema] = {"error": _error_schema()}
