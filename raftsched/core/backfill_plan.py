@@ -527,9 +527,9 @@ def plan_bulk_step(s: SchedulerState, bf_id: str, now: int) -> dict[str, Any] | 
     walk = BulkWalk(s, bf, now)
     if walk.stop_reason() == "max_count":
         return {"name": bf_id, "after": bf["cursor"], "runs": [], "exhausted": True}
-    cands = dead_matching(s, bf["req"], bf["cursor"], limits.dlq_bulk_step_runs_max)
+    cands = dead_matching(s, bf["req"], bf["cursor"], limits.run_refs_per_command)
     taken, stopped = _walk(walk, cands, lambda key: walk.took(s.runs[key[1]]["queue"]))
-    exhausted = len(cands) < limits.dlq_bulk_step_runs_max and not stopped
+    exhausted = len(cands) < limits.run_refs_per_command and not stopped
     if not taken and not exhausted:
         return None
     return {"name": bf_id, "after": bf["cursor"], "runs": taken, "exhausted": exhausted}

@@ -293,7 +293,7 @@ dlq_requeue_rate_per_s_default = 10
 #: Slots one backfill_step command may carry (9 bytes each at most) and runs it may create.
 backfill_step_slots_max = 1000
 backfill_step_runs_max = 100
-#: Dead runs one dlq_bulk_step may carry (a run id is <= ~150 bytes, with its key ~170).
+#: Dead runs one dlq_bulk_step may carry (the leader plans run_refs_per_command).
 dlq_bulk_step_runs_max = 150
 #: Longest backfill id (a client-given one; generated ones are 10 characters).
 backfill_id_chars_max = 64
@@ -311,6 +311,14 @@ manual_seq_digits_max = 20
 run_id_chars_max = job_name_chars_max + 1 + time_ms_digits_max + max(
     len("#b") + backfill_id_chars_max, len("!manual-") + manual_seq_digits_max, len("#manual-") + manual_seq_digits_max)
 assert len(str(time_ms_max + every_s_max * 1000)) <= time_ms_digits_max
+#: Run references (a run id and a token or a key, ~run_id_chars_max + 24 bytes each) the node and
+#: the worker put in one command they send: heartbeats, releases, expiries, a bulk DLQ step.
+#: Apply still takes up to the larger maxima above (heartbeat_leases_max, expire_items_max,
+#: dlq_bulk_step_runs_max: what older senders send), which run ids of the longest kind would
+#: take past command_bytes_max.
+run_refs_per_command = 128
+assert run_refs_per_command * (run_id_chars_max + 24) + 1024 < command_bytes_max
+assert run_refs_per_command <= min(heartbeat_leases_max, expire_items_max, dlq_bulk_step_runs_max)
 #: Longest error substring a bulk DLQ operation filters on.
 dlq_error_filter_chars_max = 256
 #: The most dead runs one bulk operation may act on (max_count's ceiling).
@@ -319,7 +327,6 @@ dlq_bulk_count_max = 1_000_000
 assert backfill_slots_max <= cron_slots_counted_max
 assert backfill_step_runs_max <= backfill_step_slots_max and backfill_step_runs_max <= backfill_concurrent_max
 assert backfill_step_slots_max * 9 + 1024 < command_bytes_max
-assert dlq_bulk_step_runs_max * 180 < command_bytes_max
 assert backfill_concurrent_default <= backfill_concurrent_max
 assert backfill_max_slots_default <= backfill_slots_max
 assert round(backfill_rate_per_s_min * 1000) >= 1

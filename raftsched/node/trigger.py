@@ -520,7 +520,7 @@ class Trigger:
                 del seen[key]
         if not due_runs and not due_locks:
             return
-        n = limits.expire_items_max
+        n = limits.run_refs_per_command
         due_runs, due_locks = due_runs[:n], due_locks[:max(0, n - len(due_runs[:n]))]
         try:
             res = await self.proposer.propose(commands.expire(now, runs=due_runs, locks=due_locks))
@@ -548,7 +548,7 @@ class Trigger:
         if now - self._joins_checked < 1000:
             return
         self._joins_checked = now
-        overdue = self.raft.read(pipelines.overdue, now, limits.expire_items_max)
+        overdue = self.raft.read(pipelines.overdue, now, limits.run_refs_per_command)
         if not overdue:
             return
         try:

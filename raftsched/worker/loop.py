@@ -32,7 +32,7 @@ trigger loop and the log.
   its timeout) is reported at once, and its slot stays taken until the thread ends: at most
   ``slots`` threads run at once.
 - One ``heartbeat`` per interval (a third of the lease TTL, at most 1 s) extends all its leases
-  (in as many commands as heartbeat_leases_max makes). A lease the state reports lost is killed
+  (in as many commands as run_refs_per_command makes). A lease the state reports lost is killed
   at once. If no heartbeat has succeeded for a whole TTL, by this process's monotonic clock,
   every run is killed: the leader may already have expired the leases and handed the runs to
   another worker.
@@ -637,10 +637,10 @@ class LeaseLoop:
         leases += extra
         sent = self.clock.monotonic_s()
         # Bounded by half a TTL: a heartbeat that takes longer is of no use, and the watchdog
-        # must not wait behind it. One command carries at most heartbeat_leases_max leases
+        # must not wait behind it. One command carries at most run_refs_per_command leases
         # (a worker with prefetched runs can hold twice its slots).
         timeout_s = self.lease_ttl_ms / 1000 * worker_limits.heartbeat_timeout_lease_ttl_share
-        step = limits.heartbeat_leases_max
+        step = limits.run_refs_per_command
         try:
             parts = await asyncio.gather(*(self.channel.heartbeat(leases[k:k + step], self.lease_ttl_ms, timeout_s)
                                            for k in range(0, len(leases), step)))
@@ -771,7 +771,7 @@ class LeaseLoop:
         for h in hs:
             self._release(h)
         leases = [[h.grant["id"], h.token] for h in hs]
-        step = limits.heartbeat_leases_max
+        step = limits.run_refs_per_command
         for k in range(0, len(leases), step):
             try:
                 await self.channel.release(leases[k:k + step], reason)
