@@ -39,8 +39,8 @@ def sweep_ms(n: int, routed: bool) -> float:
     for _ in range(3):
         s = SchedulerState()
         if routed:
-            sink = {"type": "webhook", "url": "http://127.0.0.1:9/", "retry": {"max_attempts": 1, "backoff_s": 0,
-                                                                                 "backoff_max_s": 0}}
+            sink = {"type": "webhook", "url": "http://127.0.0.1:9/", "secrets": {"signing_key": "k"},
+                    "retry": {"max_attempts": 1, "backoff_s": 0, "backoff_max_s": 0}}
             s.apply(commands.put_sink(T0, None, name="ops", spec=sink))
         anchor, cursor = policy.initial_position(spec["schedule"], T0)
         for i in range(n):
