@@ -382,8 +382,12 @@ def test_the_nightly_report_keeps_its_database_out_of_the_tree_and_tmp(tmp_path,
 
 # ---------------------------------------------------------------------- transport, against a scripted server
 class _Scripted:
-    """A loopback HTTP server that answers from a script: each entry is (status, body) or "drop"
-    (close the connection after reading the request). Records (path, Idempotency-Key)."""
+    """A loopback HTTP server that answers from a script: each entry is (status, body), "drop"
+    (close the connection after reading the request), "drip" (headers saying a 100 000-byte body,
+    then one byte of it every DRIP_S, DRIP_BYTES of them, then close) or "drip-head" (the status
+    line, then header bytes the same way). Records (method, path, Idempotency-Key)."""
+
+    DRIP_S, DRIP_BYTES = 0.2, 100
 
     def __init__(self, script):
         import http.server
@@ -391,7 +395,20 @@ class _Scripted:
 
         self.script = list(script)
         self.seen: list = []
+        self.stopping = threading.Event()
         outer = self
+
+        def drip(wfile, head: bytes, byte: bytes) -> None:
+            wfile.write(head)
+            wfile.flush()
+            try:
+                for _ in range(outer.DRIP_BYTES):
+                    if outer.stopping.wait(outer.DRIP_S):
+                        return
+                    wfile.write(byte)
+                    wfile.flush()
+            except OSError:
+                pass  # the client gave up and closed the connection
 
         class H(http.server.BaseHTTPRequestHandler):
             def _any(self):
@@ -402,6 +419,15 @@ class _Scripted:
                 if step == "drop":
                     self.close_connection = True
                     self.connection.shutdown(2)
+                    return
+                if step == "drip":
+                    self.close_connection = True
+                    drip(self.wfile, b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                     b"Content-Length: 100000\r\n\r\n", b" ")
+                    return
+                if step == "drip-head":
+                    self.close_connection = True
+                    drip(self.wfile, b"HTTP/1.1 200 OK\r\nX-Slow: ", b"x")
                     return
                 status, body = step
                 raw = _json.dumps(body).encode()
@@ -424,6 +450,7 @@ class _Scripted:
         self.thread.start()
 
     def close(self):
+        self.stopping.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -477,3 +504,24 @@ def test_lease_lost_when_no_renew_succeeds_for_a_ttl(scripted):
         assert 0.5 < time.monotonic() - t0 < 2.5
     finally:
         lk.release()  # the release gets 503s too: logged, not raised
+
+
+@pytest.mark.parametrize("step", ["drip", "drip-head"])
+def test_an_answer_that_trickles_in_ends_the_attempt_at_its_timeout(scripted, step):
+    # http.client's timeout bounds each socket read, and every byte restarts it: the attempt's
+    # timeout must bound the whole answer, so that the call ends by its deadline.
+    from raftsched.core.errors import Indeterminate
+    s = scripted(step)
+    c = Client([s.url], token="t", timeout_s=1, deadline_s=2)
+    t0 = time.monotonic()
+    with pytest.raises(Unavailable) as ei:
+        c.get_job("x")  # a read: no answer is only no answer
+    assert time.monotonic() - t0 < 2 + 5  # the deadline, with slack for a loaded machine
+    assert not isinstance(ei.value, Indeterminate)
+    t0 = time.monotonic()
+    with pytest.raises(Indeterminate) as ei:
+        c.trigger("x")  # a mutation: it may have applied, as after a read timeout
+    assert time.monotonic() - t0 < 2 + 5
+    assert ei.value.definite is False
+    triggers = [k for m, _, k in s.seen if m == "POST"]
+    assert len(triggers) >= 2 and len(set(triggers)) == 1  # retried with the same key

@@ -7,10 +7,18 @@ module only sends and sleeps. Its rule for a failed attempt: the connection is m
 (``connect()``), so an error before it is made is :class:`NotSentError` (nothing left), a
 certificate that does not verify is :class:`TlsFailedError`, and any error after it is
 :class:`LostAfterSendError` (the request may have left).
+
+An attempt's timeout bounds the whole attempt, as the asyncio client's ``ClientTimeout(total=)``
+does, not each socket operation (``http.client``'s own timeout): before every send and every read
+the socket's timeout is lowered to what is left of it, so a node that sends its answer a byte at
+a time cannot keep a call past its deadline. An attempt that runs out once connected is lost
+after sending, as a read timeout is.
 """
 from __future__ import annotations
 
+import functools
 import http.client
+import io
 import socket
 import ssl
 import threading
@@ -41,14 +49,57 @@ def _speaks_tls(node: Node, timeout: float) -> bool:
         return False
 
 
+class _AttemptTimeout(TimeoutError):
+    """The attempt's time ran out (raised instead of reading or sending past it)."""
+
+
+def _time_left(deadline: float) -> float:
+    """The seconds left before the monotonic ``deadline``: :class:`_AttemptTimeout` if none."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise _AttemptTimeout("the attempt's timeout passed")
+    return left
+
+
+class _BoundedReader(io.RawIOBase):
+    """A response's socket reader that gives every read only what is left of the attempt."""
+
+    def __init__(self, raw: io.RawIOBase, sock: socket.socket, deadline: float) -> None:
+        super().__init__()
+        self._raw, self._sock, self._deadline = raw, sock, deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int | None:
+        self._sock.settimeout(_time_left(self._deadline))
+        return self._raw.readinto(b)
+
+    def close(self) -> None:
+        try:
+            self._raw.close()  # (the socket's own reader: the socket closes with the last one)
+        finally:
+            super().close()
+
+
+class _BoundedResponse(http.client.HTTPResponse):
+    """An ``HTTPResponse`` whose status line, headers and body are read by a :class:`_BoundedReader`."""
+
+    def __init__(self, sock: socket.socket, *args: Any, deadline: float, **kwargs: Any) -> None:
+        super().__init__(sock, *args, **kwargs)
+        # Nothing has been read yet: the socket's reader is wrapped before it buffers anything.
+        self.fp = io.BufferedReader(_BoundedReader(self.fp.detach(), sock, deadline))
+
+
 class Client(Transport):
     """A synchronous, thread-safe client of a raftsched cluster.
 
     :param urls: one base URL (``http://127.0.0.1:8701``) or a list of them, one per node.
     :param token: the API bearer token, sent with every request (every request but
         ``/healthz`` needs one; docs/security.md).
-    :param timeout_s: the socket timeout of one HTTP attempt. Keep it above the node's propose
-        timeout (5 s) so a write that waits for a new leader is not cut short.
+    :param timeout_s: the longest one HTTP attempt may take, from connecting to the last byte of
+        the answer. Keep it above the node's propose timeout (5 s) so a write that waits for a new
+        leader is not cut short.
     :param deadline_s: how long one logical call keeps retrying (other nodes, 503, 504) before it
         raises.
     :param ca_file: for ``https://`` URLs, the CA certificate (PEM) the nodes' certificates must
@@ -69,14 +120,19 @@ class Client(Transport):
     # ------------------------------------------------------------------ transport
     def _once(self, node: Node, method: str, target: str, body: bytes | None, headers: dict,
               timeout: float) -> tuple[int, dict, Any]:
+        deadline = time.monotonic() + timeout  # the whole attempt's, connection included
         if node.https:
             conn: http.client.HTTPConnection = http.client.HTTPSConnection(node.host, node.port, timeout=timeout,
                                                                             context=self._ssl)
         else:
             conn = http.client.HTTPConnection(node.host, node.port, timeout=timeout)
+        conn.response_class = functools.partial(_BoundedResponse, deadline=deadline)  # type: ignore[assignment]
+        answered = False  # a status line came back: the node speaks HTTP
         try:
             try:
                 conn.connect()
+                assert conn.sock is not None
+                conn.sock.settimeout(_time_left(deadline))
             except ssl.SSLError as e:
                 if "WRONG_VERSION_NUMBER" in str(e):
                     raise TlsFailedError(f"{node.url}: the node does not speak TLS: use http://") from e
@@ -89,13 +145,17 @@ class Client(Transport):
             try:
                 conn.request(method, node.prefix + target, body=body, headers=headers)
                 resp = conn.getresponse()
+                answered = True
                 raw = resp.read()
             except (OSError, http.client.HTTPException) as e:
-                if not node.https and _speaks_tls(node, timeout):
+                # A TLS node drops a plain request at once: a timeout, or an error after a status
+                # line came back, is no sign of one (and the probe would outlast the attempt).
+                if not (answered or node.https or isinstance(e, TimeoutError)) and _speaks_tls(node, timeout):
                     # It could not read the request as HTTP: nothing was done.
                     raise TlsFailedError(f"{node.url}: the node expects TLS: use https://{node.base[7:]} "
                                          "(and --ca-file)") from e
-                raise LostAfterSendError(f"{node.url}: {type(e).__name__}: {e}") from e
+                why = f"no whole answer within the attempt's {timeout:g} s" if isinstance(e, _AttemptTimeout) else e
+                raise LostAfterSendError(f"{node.url}: {type(e).__name__}: {why}") from e
             return resp.status, {k.lower(): v for k, v in resp.getheaders()}, decode(raw)
         finally:
             conn.close()
