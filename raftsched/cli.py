@@ -15,6 +15,7 @@ import os
 import ssl
 import sys
 import time
+import uuid
 
 from . import backfill_cli
 from .cli_output import FORMATS, Progress, print_error, set_format, show
@@ -467,9 +468,40 @@ def _put_sink(a, c: Client) -> int:
     return show(c.put_sink(a.name, body))
 
 
+#: What ``--idempotency-key`` may be: what the API takes (1-64 characters), of the visible ASCII
+#: characters a header carries as they are.
+_KEY_CHARS = frozenset(chr(i) for i in range(0x21, 0x7f))
+
+
+def _merge_batches(answers: list[dict], split: bool) -> dict:
+    """The answers of the requests of one ``apply``, as one answer of the same shape: every
+    job's result, the counts summed, ``requests`` (how many were answered) when the file was
+    ``split`` into several, and ``duplicate`` when every request was a replay."""
+    merged: dict = {"jobs": {}, "created": 0, "replaced": 0, "conflicts": 0, "commands": 0}
+    for res in answers:
+        merged["jobs"].update(res.get("jobs") or {})
+        for k in ("created", "replaced", "conflicts", "commands"):
+            merged[k] += res.get(k) or 0
+    if split:
+        merged["requests"] = len(answers)
+    if answers and all(res.get("duplicate") for res in answers):
+        merged["duplicate"] = True
+    return merged
+
+
 def _apply(a, c: Client) -> int:
     """POST /v1/jobs:batch with the jobs of a file, at most batch_jobs_max per request (each
-    request is validated whole before it changes anything; a file of more is sent as several)."""
+    request is validated whole before it changes anything; a file of more is sent as several),
+    every request with the same Idempotency-Key (``--idempotency-key``, else a new one): each
+    command's request id is derived from the key and the command's jobs, so the same file sent
+    again with the same key applies each command at most once. What it prints is one answer
+    (:func:`_merge_batches`), with the node's ``error`` when a request failed."""
+    key = a.idempotency_key
+    if key is not None and not (0 < len(key) <= limits.request_id_chars_max and set(key) <= _KEY_CHARS):
+        print(f"raftsched: --idempotency-key: 1-{limits.request_id_chars_max} visible ASCII characters, "
+              "no spaces", file=sys.stderr)
+        return 2
+    key = key or uuid.uuid4().hex
     body = _read_json(a.file)
     if body is None:
         return 1
@@ -483,19 +515,36 @@ def _apply(a, c: Client) -> int:
         print(f"raftsched: {len(names)} jobs: sending {-(-len(names) // step)} requests of at most {step}; "
               "each is validated on its own", file=sys.stderr)
     bar = Progress(len(names), "apply")
-    answers = []
+    answers: list[dict] = []
+    failed: RaftschedError | None = None
     try:
         for k in range(0, max(len(names), 1), step):
             part = {n: body["jobs"][n] for n in names[k:k + step]}
-            answers.append(c.put_jobs(part, create_only))  # an error ends the command (_with_client)
+            res = c.put_jobs(part, create_only, idempotency_key=key)
+            answers.append(res if isinstance(res, dict) else {})
             bar.update(min(k + step, len(names)))
+    except RaftschedError as e:
+        failed = e  # the requests before it stay applied: they are printed with it
     finally:
-        # The bar's line ends before any answer is printed; the requests that were applied
-        # are printed even when a later one failed.
-        bar.close()
-        for res in answers:
-            show(res)
-    conflicts = sum(res.get("conflicts", 0) for res in answers if isinstance(res, dict))
+        bar.close()  # the bar's line ends before anything is printed
+    out: dict | None = _merge_batches(answers, len(names) > step) if answers else None
+    if failed is not None:
+        err_body = getattr(failed, "body", None)
+        err = err_body.get("error") if isinstance(err_body, dict) else None
+        if getattr(failed, "status", None) is None or not isinstance(err, dict):
+            # No node's answer to print as such (unreachable, no leader, an unknown outcome):
+            # why, on stderr; a 504's account of which jobs committed is printed all the same.
+            print(f"raftsched: {failed.message}", file=sys.stderr)
+        if not failed.definite:
+            print(f"raftsched: the Idempotency-Key was {key}: 'raftsched apply {a.file} --idempotency-key "
+                  f"{key}' sends the same jobs again and applies each command at most once", file=sys.stderr)
+        if isinstance(err, dict):
+            out = dict(out or {}, error=err)
+        if out is not None:
+            show(out)
+        return 1
+    show(out)
+    conflicts = out.get("conflicts", 0) if out else 0
     if conflicts:
         # --create-only left these jobs as they were: the file and the cluster differ.
         print(f"raftsched: {conflicts} job(s) exist already and were left as they are (--create-only)",
@@ -573,7 +622,8 @@ def _with_client(a) -> int:
         return 2
     try:
         # fail_fast: every node once, then what each said (a node waits its propose timeout
-        # for a leader before it answers 503; going round again would only repeat it).
+        # for a leader before it answers 503; going round again would only repeat it), unless
+        # a node answered a change 504: that is sent again, same key, until the deadline.
         c = Client(t.urls, token=t.token, timeout_s=BATCH_TIMEOUT_S, deadline_s=a.deadline_s,
                    ca_file=t.ca_file, cert_file=t.client_cert, key_file=t.client_key, fail_fast=True)
     except ValueError as e:
@@ -684,7 +734,7 @@ def main(argv: list[str] | None = None) -> int:
                        help="how answers are printed (default: table on a terminal, json when piped)")
         c.add_argument("--deadline-s", type=float, default=DEADLINE_S_DEFAULT,
                        help="the longest one call may take: each node of --url is tried once, then the "
-                            "command says what each answered")
+                            "command says what each answered (a change answered 504 is sent again until then)")
         if read:
             c.add_argument("--stale", action="store_true",
                            help="read the answering node's replica as it is: no read barrier, an answer with "
@@ -702,6 +752,10 @@ def main(argv: list[str] | None = None) -> int:
                         '{"jobs": {"NAME": SPEC, ...}}', run=_apply)
     c.add_argument("file")
     c.add_argument("--create-only", action="store_true", help="never replace: existing jobs are reported as conflicts")
+    c.add_argument("--idempotency-key", metavar="KEY",
+                   help="the Idempotency-Key of its requests (default: a new one): to send a file again after "
+                        "an unknown outcome, with the key that command printed, so that what applied is not "
+                        "applied twice")
     client("pause", "pause a job", lambda a, c: c.pause(a.name)).add_argument("name")
     client("resume", "resume a job", lambda a, c: c.resume(a.name)).add_argument("name")
     c = client("trigger", "trigger a job", lambda a, c: c.trigger(a.name, propagate=a.propagate))

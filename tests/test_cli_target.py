@@ -14,7 +14,7 @@ import pytest
 
 from raftsched import cli_output
 from raftsched.cli_target import resolve
-from raftsched.client.core import Call, Fail, Try
+from raftsched.client.core import Call, Fail, Try, Wait
 from raftsched.config import ConfigError
 from raftsched.core.errors import Indeterminate, Unavailable
 
@@ -200,6 +200,49 @@ def test_fail_fast_reports_one_round_at_once_with_the_next_step():
     assert not isinstance(call.next(0.1), Fail)
 
 
+def test_fail_fast_goes_round_again_after_a_504_to_a_mutation_until_the_deadline():
+    urls = ["http://127.0.0.1:8701", "http://127.0.0.1:8702"]
+    body = {"error": {"code": "indeterminate", "message": "no result within 5 s", "unknown": ["j"]}}
+
+    def call(mutating=True):
+        return Call(urls, "POST", "/v1/jobs:batch", mutating, start=0, timeout_s=10, budget_s=30, now_s=0,
+                    fail_fast=True)
+
+    c = call()
+    assert c.next(0).node == 0 and c.answered(0, 504, {}, body) is None
+    assert c.next(5).node == 1
+    c.not_sent(1, "refused")
+    assert isinstance(c.next(5.1), Wait)  # the leader's node said "unknown": ask it again
+    assert c.next(5.3).node == 0 and c.answered(0, 504, {}, body) is None
+    assert c.next(10).node == 1
+    c.not_sent(1, "refused")
+    assert isinstance(c.next(10.1), Wait)
+    end = c.next(31)  # the deadline passed: what the last round said, and the last 504's account
+    assert isinstance(end, Fail) and isinstance(end.error, Indeterminate)
+    assert end.error.message.startswith("the outcome is unknown") and end.error.message.count("HTTP 504") == 1
+    assert end.error.body == body and end.error.status is None
+    # A round of 503s after the 504 ends it at once, unknown all the same.
+    c = call()
+    c.next(0)
+    c.answered(0, 504, {}, body)
+    c.next(5)
+    c.not_sent(1, "refused")
+    c.next(5.1)
+    c.next(5.3)
+    c.answered(0, 503, {}, {"error": {"code": "unavailable", "message": "no leader"}})
+    c.next(10)
+    c.not_sent(1, "refused")
+    end = c.next(10.1)
+    assert isinstance(end, Fail) and isinstance(end.error, Indeterminate) and end.error.body == body
+    # A read is never sent again for a 504 (nothing to be unsure of).
+    c = call(mutating=False)
+    c.next(0)
+    c.answered(0, 504, {}, body)
+    c.next(1)
+    c.not_sent(1, "refused")
+    assert isinstance(c.next(1.1), Fail)
+
+
 # ---------------------------------------------------------------------- output
 RUNS = {"job": "j", "runs": [{"id": "j@1", "state": "succeeded", "slot": "2026-01-01T00:00:00Z", "worker": None},
                              {"id": "j@2", "state": "failed", "slot": "2026-01-01T00:01:00Z",
@@ -313,7 +356,7 @@ def test_a_worker_without_url_or_token_file_finds_the_recorded_cluster(tmp_path,
     assert seen[0].token == "recorded-token-0123456789"
 
 
-def test_apply_shows_a_bar_then_every_applied_answer_and_fails_on_conflicts(tmp_path, monkeypatch, capsys):
+def test_apply_shows_a_bar_then_what_was_applied_and_fails_on_conflicts(tmp_path, monkeypatch, capsys):
     from raftsched import cli
     from raftsched.client.core import error_of
     from raftsched.core import limits
@@ -323,12 +366,14 @@ def test_apply_shows_a_bar_then_every_applied_answer_and_fails_on_conflicts(tmp_
     f = tmp_path / "jobs.json"
     f.write_text(json.dumps({"jobs": {f"j{i}": {} for i in range(3)}}))
     fail_second = []
+    keys: set = set()
 
     class Fake:
         def __init__(self, urls, **kw):
             pass
 
-        def put_jobs(self, part, create_only):
+        def put_jobs(self, part, create_only, idempotency_key=None):
+            keys.add(idempotency_key)
             if fail_second and "j2" in part:
                 raise error_of(422, {"error": {"code": "invalid", "message": "no", "field": "x", "job": "j2"}})
             return {"created": len(part) - ("j0" in part), "conflicts": int("j0" in part)}
@@ -341,13 +386,15 @@ def test_apply_shows_a_bar_then_every_applied_answer_and_fails_on_conflicts(tmp_
     monkeypatch.setattr(sys, "stderr", err)
     argv = ["apply", str(f), "--create-only", "--url", "http://127.0.0.1:9", "-o", "json"]
     assert cli.main(argv) == 1  # a conflict: the file and the cluster differ
-    out = capsys.readouterr().out
-    assert out.count('"created"') == 2 and err.getvalue().startswith("raftsched: 3 jobs: sending 2 requests")
+    out = json.loads(capsys.readouterr().out)  # one answer for the two requests
+    assert out == {"jobs": {}, "created": 2, "replaced": 0, "conflicts": 1, "commands": 0, "requests": 2}
+    assert err.getvalue().startswith("raftsched: 3 jobs: sending 2 requests")
     assert "\rapply [" + "#" * 30 + "] 3/3\n" in err.getvalue() and "1 job(s) exist already" in err.getvalue()
+    assert len(keys) == 1 and None not in keys  # one Idempotency-Key for the file
     fail_second.append(True)
     assert cli.main(argv) == 1
-    out = capsys.readouterr().out
-    assert out.count('"created"') == 1 and '"job": "j2"' in out  # what was applied, then the error
+    out = json.loads(capsys.readouterr().out)  # what was applied, with the error
+    assert out["created"] == 1 and out["requests"] == 1 and out["error"]["job"] == "j2"
 
 
 @pytest.mark.parametrize("content, why", [

@@ -313,9 +313,12 @@ class Call:
         body that says why).
     :param uniform: ``random.uniform``, or a stand-in in tests: the jitter of the waits.
     :param fail_fast: one round only: once every node was tried and none answered for good
-        (unreachable, 503, 504, lost), fail at once with what each node said (the command line:
+        (unreachable, 503, lost), fail at once with what each node said (the command line:
         a node answers 503 only after waiting its propose timeout for a leader, so a second
-        round would only repeat it).
+        round would only repeat it). A round in which a node answered a mutation 504 is the
+        exception: that node has a leader and the outcome is unknown, so the request is sent
+        again (same Idempotency-Key) round after round until the deadline, as without
+        ``fail_fast``.
     """
 
     def __init__(self, urls: list[str], method: str, path: str, mutating: bool, *, start: int,
@@ -341,6 +344,10 @@ class Call:
         self.fail_fast = fail_fast
         #: what each node of this round said, when it gave no final answer: (url, 503 or None, message)
         self.round: list[tuple[str, int | None, str]] = []
+        #: a node answered this round's request 504, for a mutation (fail_fast goes round again)
+        self._round_504 = False
+        #: the body of the last 504 (a batch's says which jobs committed): the final error keeps it
+        self.unknown_body: Any = None
 
     # ------------------------------------------------------------------ what to do next
     def next(self, now_s: float) -> Try | Wait | Fail:
@@ -349,8 +356,9 @@ class Call:
         if self._waited:
             self._waited = False
             if self.deadline_s - now_s <= 0:
-                return Fail(self.final_error())
+                return Fail(self.gave_up())
             self._k, self._retry_after = 0, 0.0
+            self.round, self._round_504 = [], False
         remaining = self.deadline_s - now_s
         if self._k < n and not (remaining <= 0 and self.attempts):
             i = (self.start + self._k) % n
@@ -359,8 +367,8 @@ class Call:
             return Try(i, max(ATTEMPT_TIMEOUT_S_MIN, min(self.timeout_s, remaining)))
         # Every node was tried this round (or the deadline passed).
         if remaining <= 0:
-            return Fail(self.final_error())
-        if self.fail_fast:
+            return Fail(self.gave_up())
+        if self.fail_fast and not self._round_504:
             return Fail(self.round_error())
         self._k = n
         self._waited = True
@@ -411,6 +419,8 @@ class Call:
             return None
         if status == 504:
             self.maybe_applied = self.maybe_applied or self.mutating
+            self._round_504 = self._round_504 or self.mutating
+            self.unknown_body = payload
             self.last = err
             self.round.append((self.urls[node], 504, err.message))
             log.info("client: %s answered 504 (%s); retrying with the same Idempotency-Key",
@@ -439,14 +449,25 @@ class Call:
             e.body = err.body  # type: ignore[attr-defined]
         return e
 
+    def gave_up(self) -> RaftschedError:
+        """The error to raise when the deadline has passed: a ``fail_fast`` call's says what
+        its last round's nodes said (:meth:`round_error`)."""
+        return self.round_error() if self.fail_fast and self.round else self.final_error()
+
+    def _with_unknown_body(self, e: RaftschedError) -> RaftschedError:
+        """``e`` (an Indeterminate the call made up) with the last 504's body, when one came."""
+        if self.unknown_body is not None and not hasattr(e, "body"):
+            e.body = self.unknown_body  # type: ignore[attr-defined]
+        return e
+
     def round_error(self) -> RaftschedError:
-        """The error of a ``fail_fast`` call after its one round: what happened, once, and what
+        """The error of a ``fail_fast`` call after its last round: what happened, once, and what
         to do next."""
         said = "; ".join(f"{url}: {'HTTP %d, ' % st if st else ''}{msg}" for url, st, msg in self.round)
         if self.maybe_applied:
-            return with_status(Indeterminate(
+            return self._with_unknown_body(with_status(Indeterminate(
                 f"the outcome is unknown: the request may have applied ({said}). Look before sending it "
-                "again (raftsched get, raftsched runs)"), None)
+                "again (raftsched get, raftsched runs)"), None))
         if any(st == 503 and "leader" in msg for _, st, msg in self.round):
             return with_status(Unavailable(
                 f"no quorum: no node has a leader ({said}). Nothing was changed. Start the stopped "
@@ -462,9 +483,9 @@ class Call:
         last = self.last
         assert last is not None
         if self.maybe_applied and not isinstance(last, Indeterminate):
-            return with_status(Indeterminate(
+            return self._with_unknown_body(with_status(Indeterminate(
                 f"gave up after {self.budget_s:g} s; an earlier attempt's outcome is unknown, so the request "
-                f"may have applied (last error: {last.message})"), None)
+                f"may have applied (last error: {last.message})"), None))
         if isinstance(last, Unavailable) and getattr(last, "status", None) is None:
             return with_status(Unavailable(
                 f"no node reachable within {self.budget_s:g} s ({', '.join(self.urls)}); last: {last.message}"), None)

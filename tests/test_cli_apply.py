@@ -1,0 +1,153 @@
+"""``raftsched apply`` against a scripted loopback node: a 504 is sent again with the same
+Idempotency-Key until ``--deadline-s``, an outcome still unknown then names the key to send the
+file again with (``--idempotency-key``), and ``-o json`` prints one JSON document however many
+requests the file took."""
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+
+import pytest
+
+from raftsched import cli
+from raftsched.core import limits
+
+
+class ScriptedNode:
+    """A loopback HTTP server that answers each request with the next (status, body) of its
+    script (the last one again once the script is used up), and records (path, Idempotency-Key,
+    decoded body) of each."""
+
+    def __init__(self, *script) -> None:
+        self.script = list(script)
+        self.seen: list[tuple[str, str | None, object]] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                outer.seen.append((self.path, self.headers.get("Idempotency-Key"), json.loads(raw or b"null")))
+                status, body = outer.script.pop(0) if len(outer.script) > 1 else outer.script[0]
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *a) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def node():
+    nodes = []
+
+    def make(*script):
+        n = ScriptedNode(*script)
+        nodes.append(n)
+        return n
+
+    yield make
+    for n in nodes:
+        n.close()
+
+
+@pytest.fixture
+def jobs_file(tmp_path):
+    def make(*names):
+        path = tmp_path / "jobs.json"
+        path.write_text(json.dumps({"jobs": {n: {"schedule": {"every_s": 60}} for n in names}}))
+        return str(path)
+    return make
+
+
+@pytest.fixture
+def token_file(tmp_path):
+    path = tmp_path / "token"
+    path.write_text("0123456789abcdef0123")
+    path.chmod(0o600)
+    return str(path)
+
+
+def _ok(*names):
+    return 200, {"jobs": {n: {"created": True, "gen": i + 1, "next_slot": None} for i, n in enumerate(names)},
+                 "created": len(names), "replaced": 0, "conflicts": 0, "commands": 1}
+
+
+def _504(committed=(), unknown=()):
+    return 504, {"error": {"code": "indeterminate", "message": "1 of 1 commands failed (no result within 5 s)",
+                           "field": None, "idempotency_key": "whatever", "commands": 1, "commands_failed": 1,
+                           "jobs": {n: {"created": True} for n in committed}, "not_committed": [],
+                           "unknown": list(unknown)}}
+
+
+def _apply(n, path, token_file, *extra):
+    return cli.main(["apply", path, "--url", n.url, "--token-file", token_file, "-o", "json", *extra])
+
+
+def test_a_504_is_sent_again_with_the_same_key_until_an_answer(node, jobs_file, token_file, capsys):
+    n = node(_504(unknown=["a"]), _ok("a"))
+    assert _apply(n, jobs_file("a"), token_file, "--deadline-s", "20") == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["jobs"]["a"]["created"] is True
+    keys = [k for _, k, _ in n.seen]
+    assert len(keys) == 2 and keys[0] and len(set(keys)) == 1
+
+
+def test_an_outcome_still_unknown_names_the_key_and_a_retry_with_it_sends_it(node, jobs_file, token_file, capsys):
+    n = node(_504(committed=["a"], unknown=["b"]))
+    path = jobs_file("a", "b")
+    assert _apply(n, path, token_file, "--deadline-s", "1") == 1
+    out = capsys.readouterr()
+    keys = {k for _, k, _ in n.seen}
+    assert len(n.seen) >= 2 and len(keys) == 1  # retried, with one key
+    key, = keys
+    assert "the outcome is unknown" in out.err and f"--idempotency-key {key}" in out.err
+    doc = json.loads(out.out)  # the node's account of which jobs committed, on stdout
+    assert doc["error"]["unknown"] == ["b"] and list(doc["error"]["jobs"]) == ["a"]
+    # The same file again with that key: the same key on the wire.
+    n.script[:] = [_ok("a", "b")]
+    assert _apply(n, path, token_file, "--idempotency-key", key) == 0
+    assert n.seen[-1][1] == key and json.loads(capsys.readouterr().out)["created"] == 2
+
+
+@pytest.mark.parametrize("key", ["", "x" * 65, "a b", "caf\u00e9", "a\nb"])
+def test_a_bad_idempotency_key_is_a_usage_error(node, jobs_file, token_file, capsys, key):
+    n = node(_ok("a"))
+    assert _apply(n, jobs_file("a"), token_file, "--idempotency-key", key) == 2
+    assert "--idempotency-key" in capsys.readouterr().err and not n.seen
+
+
+def test_json_output_is_one_document_however_many_requests(node, jobs_file, token_file, capsys, monkeypatch):
+    monkeypatch.setattr(limits, "batch_jobs_max", 2)
+    path = jobs_file("a", "b", "c")
+    n = node(_ok("a", "b"), _ok("c"))
+    assert _apply(n, path, token_file) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc == {"jobs": {"a": {"created": True, "gen": 1, "next_slot": None},
+                            "b": {"created": True, "gen": 2, "next_slot": None},
+                            "c": {"created": True, "gen": 1, "next_slot": None}},
+                   "created": 3, "replaced": 0, "conflicts": 0, "commands": 2, "requests": 2}
+    assert [sorted(b["jobs"]) for _, _, b in n.seen] == [["a", "b"], ["c"]]
+    assert len({k for _, k, _ in n.seen}) == 1  # one key for the file: a retry with it dedupes each part
+    # A later request refused: what applied, and the node's error, in one document; exit 1.
+    err = {"error": {"code": "invalid", "message": "job 'c': bad", "field": "schedule", "job": "c"}}
+    n = node(_ok("a", "b"), (422, err))
+    assert _apply(n, path, token_file) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert sorted(doc["jobs"]) == ["a", "b"] and doc["error"] == err["error"] and doc["requests"] == 1
+    # A first request refused: the node's error body as it sent it, as before.
+    n = node((422, err))
+    assert _apply(n, path, token_file) == 1
+    assert json.loads(capsys.readouterr().out) == err
