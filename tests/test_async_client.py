@@ -156,6 +156,36 @@ def test_async_lease_lost_when_no_renew_succeeds_for_a_ttl(scripted):  # noqa: F
     asyncio.run(main())
 
 
+def test_cancelling_a_release_cancels_the_renewal_and_propagates(scripted):  # noqa: F811
+    # The renewal hangs at the node; the task awaiting release() (which waits for the renewal
+    # to end) is cancelled: it must end cancelled, not return as if the release were done.
+    s = scripted((200, {"lock": "x", "owner": "me", "token": 3, "expires_at": "t"}), "hang",
+                 (200, {"released": True}))
+
+    async def until(cond, what):
+        t0 = time.monotonic()
+        while not cond():
+            assert time.monotonic() - t0 < 10, what
+            await asyncio.sleep(0.01)  # ok-sleep: polling interval inside a deadline loop
+
+    async def main():
+        async with AsyncClient([s.url], token="t", timeout_s=5, deadline_s=5) as c:
+            lk = c.lock("x", owner="me", ttl_s=0.9)
+            lease = await lk.acquire()
+            renewal = lk._task
+            await until(lambda: any(p.endswith("/renew") for _, p, _ in s.seen), "the renewal was sent")
+            releasing = asyncio.create_task(lk.release())
+            await until(lk._stop.is_set, "release() started")
+            releasing.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await releasing
+            assert releasing.cancelled() and renewal.done() and lease.lost.is_set() and lk.lease is None
+            # The release is still sent, from a task of its own.
+            await until(lambda: any(p.endswith("/release") for _, p, _ in s.seen), "the release was sent")
+
+    asyncio.run(main())
+
+
 def test_the_clients_connections_probe_a_quiet_peer_with_tcp_keepalive():
     """A remote worker's long-poll waits up to 60 s; a node whose host vanished (no reset) is
     noticed by the keepalive probes (~25 s), not at the end of the request's timeout."""

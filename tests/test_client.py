@@ -385,7 +385,8 @@ class _Scripted:
     """A loopback HTTP server that answers from a script: each entry is (status, body), "drop"
     (close the connection after reading the request), "drip" (headers saying a 100 000-byte body,
     then one byte of it every DRIP_S, DRIP_BYTES of them, then close) or "drip-head" (the status
-    line, then header bytes the same way). Records (method, path, Idempotency-Key)."""
+    line, then header bytes the same way) or "hang" (no answer until the server is closed).
+    Records (method, path, Idempotency-Key)."""
 
     DRIP_S, DRIP_BYTES = 0.2, 100
 
@@ -424,6 +425,10 @@ class _Scripted:
                     self.close_connection = True
                     drip(self.wfile, b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                                      b"Content-Length: 100000\r\n\r\n", b" ")
+                    return
+                if step == "hang":
+                    self.close_connection = True
+                    outer.stopping.wait(60)
                     return
                 if step == "drip-head":
                     self.close_connection = True

@@ -555,6 +555,22 @@ class AsyncClient(Transport):
         return await self._send(endpoints.lock_info(name, consistent, stale=stale))
 
 
+#: Releases sent in the background (a release whose caller was cancelled), held until they end.
+_BACKGROUND: set[asyncio.Task] = set()
+
+
+async def _release_in_background(lock: AsyncLock, lease: Lease) -> None:
+    """Release ``lease`` for a caller that was cancelled: nobody awaits it, so every failure
+    is logged as a failed release (the lease then ends by its TTL), never raised."""
+    try:
+        await lock.client.lock_release(lock.name, lease.token,
+                                       deadline_s=lock.release_deadline_s(lock.client.deadline_s))
+    except RaftschedError as e:
+        lock.release_failed(lease, e)
+    except Exception as e:  # noqa: BLE001 - a closed session, ...: said, not raised
+        lock.release_failed(lease, RaftschedError(f"{type(e).__name__}: {e}"))
+
+
 class AsyncLock(LockPolicy):
     """:class:`raftsched.client.Lock` for asyncio: a lock held with a lease that a task renews
     every ``ttl_s / 3``; ``async with client.lock(...) as lease``. The same honesty applies:
@@ -590,7 +606,8 @@ class AsyncLock(LockPolicy):
 
     async def release(self) -> None:
         """Stop renewing and release; a refused or failed release is logged, not raised (the
-        lease then ends by its TTL)."""
+        lease then ends by its TTL). Cancelling the task that awaits it cancels the renewal,
+        leaves the release to a task of its own (best effort) and raises CancelledError."""
         lease = self.lease
         if lease is None:
             return
@@ -599,8 +616,22 @@ class AsyncLock(LockPolicy):
         if task is not None and task is not asyncio.current_task():
             try:
                 await asyncio.wait_for(task, self.stop_wait_s(self.client.timeout_s))
-            except (asyncio.TimeoutError, asyncio.CancelledError):
+            except asyncio.TimeoutError:
                 task.cancel()
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    # This task is being cancelled (wait_for has cancelled the renewal): the
+                    # lease is given up at once, its release sent from a task of its own, and
+                    # the cancellation goes on to the caller.
+                    self.lease = None
+                    lease.lost.set()
+                    releasing = asyncio.create_task(_release_in_background(self, lease),
+                                                    name=f"raftsched-lock-release:{self.name}")
+                    _BACKGROUND.add(releasing)
+                    releasing.add_done_callback(_BACKGROUND.discard)
+                    raise
+                # Else the renewal was cancelled by someone else: release as usual.
         self.lease = None
         try:
             await self.client.lock_release(self.name, lease.token,
