@@ -18,13 +18,15 @@ BAR_WIDTH = 30
 JOB_RUNS_ALL = limits.history_per_job_max + limits.queue_depth_max
 
 
-def _json_arg(text: str | None):
-    if text is None:
-        return None
+class _UsageError(Exception):
+    """A flag's value the command cannot use: said on stderr, exit status 2 (docs/api.md)."""
+
+
+def _json_arg(text: str, flag: str):
     try:
         return json.loads(text)
     except ValueError as e:
-        raise SystemExit(f"raftsched: --payload: malformed JSON: {e}") from None
+        raise _UsageError(f"{flag}: malformed JSON: {e}") from None
 
 
 def progress_line(v: dict) -> str:
@@ -65,8 +67,18 @@ def _wait(c: Client, view: dict) -> int:
     pipe or a log gets none: the final table says how it ended)."""
     tty = sys.stderr.isatty()
     last = [""]
+    paused = [False]
 
     def progress(v):
+        if v["state"] == "paused" and not paused[0]:
+            # It makes no new run until it is resumed: say so once (a pipe or a log too), or a
+            # pause by hand would look like a command that hangs.
+            if tty and last[0]:
+                sys.stderr.write("\n")
+            print(f"raftsched: {v['id']} is paused ({v.get('reason') or 'no reason given'}): it makes no new run "
+                  f"until it is resumed ('raftsched backfill-resume {v['id']}'; a pause for a full queue ends by "
+                  "itself); still waiting (interrupting stops the wait, not the operation)", file=sys.stderr)
+        paused[0] = v["state"] == "paused"
         if not tty:
             return
         line = progress_line(v)
@@ -88,10 +100,14 @@ def _wait(c: Client, view: dict) -> int:
 
 
 def _backfill(a, c: Client) -> int:
+    try:
+        payload = {} if a.payload is None else {"payload": _json_arg(a.payload, "--payload")}
+    except _UsageError as e:
+        print(f"raftsched: {e}", file=sys.stderr)
+        return 2
     res = c.backfill(a.job, a.from_, a.to, reprocess=a.reprocess, order=a.order,
                      max_concurrent=a.max_concurrent, rate_per_s=a.rate, max_slots=a.max_slots,
-                     overlap=a.overlap, dry_run=a.dry_run, backfill_id=a.id,
-                     **({"payload": _json_arg(a.payload)} if a.payload is not None else {}))
+                     overlap=a.overlap, dry_run=a.dry_run, backfill_id=a.id, **payload)
     if a.dry_run or not a.wait:
         return show(res)
     return _wait(c, res)

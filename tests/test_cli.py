@@ -338,3 +338,31 @@ def test_stale_reads_the_replica_on_every_read_subcommand_and_is_no_flag_of_a_wr
     with pytest.raises(SystemExit) as ei:  # a write has no --stale
         top.parse_args(["trigger", "j", "--stale", "--url", "http://127.0.0.1:9"])
     assert ei.value.code == 2 and "--stale" in capsys.readouterr().err
+
+
+def test_a_malformed_payload_is_a_usage_error(monkeypatch, capsys):
+    rc, made = _run(monkeypatch, ["backfill", "j", "--from", "a", "--to", "b", "--payload", "{not json"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("raftsched: --payload: malformed JSON") and err.count("\n") == 1
+
+
+def test_waiting_for_an_operation_says_once_when_it_is_paused(monkeypatch, capsys):
+    from raftsched import backfill_cli
+
+    def view(state, reason=None, purged=0):
+        return {"id": "op", "kind": "purge", "job": None, "state": state, "reason": reason,
+                "progress": {"planned": 2, "purged": purged, "left_out": 0, "left_out_reasons": {}}}
+    views = [view("running"), view("paused", "paused by request"), view("paused", "paused by request"),
+             view("running", purged=1), view("paused", "queue q is full"), view("done", purged=2)]
+
+    class Fake:
+        def wait_backfill(self, op_id, on_progress):
+            for v in views:
+                on_progress(v)
+            return views[-1]
+
+    assert backfill_cli._wait(Fake(), view("running")) == 0
+    out = capsys.readouterr()
+    notes = [line for line in out.err.splitlines() if "is paused" in line]
+    assert len(notes) == 2 and "(paused by request)" in notes[0] and "raftsched backfill-resume op" in notes[0]
+    assert "(queue q is full)" in notes[1] and out.out.startswith("purge op: done")
