@@ -214,7 +214,8 @@ def is_event(ev: object) -> bool:
     """Whether ``ev`` has an event's shape (FIELDS, as ``emit`` makes them): what ``view``, the
     dead list's reads and delivery read of one that a command carries (a sink's dead event).
     (Loose where a value is only shown, so that no event ``emit`` made is ever refused.)"""
-    if not (isinstance(ev, dict) and _is_int(ev.get("seq")) and ev.get("kind") in _KIND_SET
+    if not (isinstance(ev, dict) and _is_int(ev.get("seq")) and isinstance(ev.get("kind"), str)
+            and ev["kind"] in _KIND_SET
             and _is_int(ev.get("at")) and all(f in ev for f in _BODY)):
         return False
     detail, to = ev.get("detail"), ev.get("to", [])

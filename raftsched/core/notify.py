@@ -13,14 +13,19 @@ last success), ``last_slot_outcome`` (``[slot, outcome, reason]``), ``incident``
 A sink is ``{"spec", "cursor", "dead", "redo", "gen"}``: its spec (secret values sealed by the
 proposer), the seq up to which delivery handled the outbox (committed by ``sink_progress``, so a
 new leader resumes there), the events refused past its retry budget (newest last, bounded), the
-dead events requeued for delivery again, and its generation, which every ``put_sink`` changes
-(delivery abandons a batch read with an older spec; ``sink_progress`` of an older one is
-ignored). A sink from a dump written before generations has 0.
+dead events requeued for delivery again, and its generation: a digest of its spec
+(:func:`spec_gen`), so a put that changes what delivery sends with (its URL, tenant, a secret)
+changes it and one that changes nothing does not (delivery abandons a batch read with an older
+spec; ``sink_progress`` of an older one is ignored). A function of the spec alone, it is the same
+on a replica that replayed the put and on one that loaded a dump (of any version) after it.
 """
 from __future__ import annotations
 
+import hashlib
 from itertools import islice
 from typing import TYPE_CHECKING, Any
+
+import msgpack
 
 from . import deadlines, limits, pipehooks, snapshot
 from .errors import InvalidCommand, LimitExceeded, NotFound
@@ -156,13 +161,29 @@ def view_health(h: list[Any] | None) -> Record:
 
 
 # ------------------------------------------------------------------ sinks
+def _canonical(v: Any) -> Any:
+    if isinstance(v, dict):
+        return [[k, _canonical(v[k])] for k in sorted(v)]
+    if isinstance(v, (list, tuple)):
+        return [_canonical(x) for x in v]
+    return v
+
+
+def spec_gen(spec: dict) -> int:
+    """A sink's generation: 63 bits of a digest of its spec, keys in order (secrets as sealed:
+    a rotation's re-seal changes it, and a batch in flight is sent again once)."""
+    digest = hashlib.blake2b(msgpack.packb(_canonical(spec), use_bin_type=True), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
 def apply_put_sink(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``put_sink {name, spec}``: create or replace a sink (notify_model.validate_sink's spec,
     its secrets sealed). A new sink starts at the outbox's end (it is sent what happens from now
     on); a replace keeps its cursor and dead list, but for one that changes the sink's tenant,
     which starts it at the outbox's end with no dead or requeued events (those were routed for
-    the tenant it had). Either way its generation changes: a later sink_progress of a batch
-    read before is ignored (delivery starts that batch again with the new spec).
+    the tenant it had). A spec that differs changes its generation: a later sink_progress of a
+    batch read before is ignored (delivery starts that batch again with the new spec); the same
+    spec put again changes nothing delivery reads.
 
     :raises InvalidCommand: malformed. :raises LimitExceeded: a new sink beyond sinks_max."""
     name, spec = cmd.get("name"), cmd.get("spec")
@@ -174,14 +195,12 @@ def apply_put_sink(s: SchedulerState, cmd: Command, now: int) -> Result:
     if old is None:
         if len(s.sinks) >= limits.sinks_max:
             raise LimitExceeded(f"the cluster holds {limits.sinks_max} sinks, its limit", field="name")
-        s.sinks[name] = {"spec": spec, "cursor": s.outbox.seq, "dead": [], "redo": [], "gen": now}
+        s.sinks[name] = {"spec": spec, "cursor": s.outbox.seq, "dead": [], "redo": [], "gen": spec_gen(spec)}
     else:
         if spec.get("tenant") != old["spec"].get("tenant"):
             old.update(cursor=s.outbox.seq, dead=[], redo=[])
         old["spec"] = spec
-        # (the command's time, or past the last: a sink deleted and made again while a batch
-        # of the old one is delivered has another generation too, unless in the same ms)
-        old["gen"] = max(now, old["gen"] + 1)
+        old["gen"] = spec_gen(spec)
     return ok(sink=name, created=old is None)
 
 
@@ -214,6 +233,7 @@ def apply_sink_reseal(s: SchedulerState, cmd: Command, now: int) -> Result:
             continue
         # (a new spec, never the stored one changed in place: a read may hold it)
         sk["spec"] = dict(sk["spec"], secrets={**expect, **vals})
+        sk["gen"] = spec_gen(sk["spec"])
         resealed += 1
     return ok(resealed=resealed, stale=stale)
 
@@ -338,7 +358,7 @@ def _dec_pairs(data: list[Any]) -> dict[str, Any]:
 def _dec_sinks(data: list[Any]) -> dict[str, Any]:
     out = _dec_pairs(data)
     for sk in out.values():
-        sk.setdefault("gen", 0)  # (a dump written before generations)
+        sk["gen"] = spec_gen(sk["spec"])  # (whatever a dump holds, of any version: the spec's)
     return out
 
 
