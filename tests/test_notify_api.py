@@ -456,6 +456,32 @@ def test_a_delivery_error_never_holds_a_sinks_secret_url_nor_secret_values(caplo
         run(t)
 
 
+def test_a_dead_event_stored_with_a_secret_in_its_error_shows_none_of_it_when_read():
+    """An older version kept aiohttp's error whole, the slack sink's secret URL in it: the dead
+    list masks it again as it is read (it stays in the state until the event is requeued)."""
+    from raftsched import sealing
+
+    async def t(env, c):
+        url = f"https://hooks.example.com/services/{SLACK_SECRET}"
+        spec = {"type": "slack", "retry": {"max_attempts": 1, "backoff_s": 0, "backoff_max_s": 0},
+                "secrets": {"url": url}}
+        svc = env.service
+        spec = sealing.seal_spec(spec, "sink:chat", svc.keyring, await svc.seal_key(), svc.fingerprint.digest)
+        assert (await svc.propose(commands.put_sink(env.clock.now_ms(), None, name="chat", spec=spec)))["ok"]
+        job = dict(SPEC, notify=[{"sink": "chat", "on": ["job.triggered"]}])
+        assert (await call(c, "PUT", "/v1/jobs/j", BOOT, job))[0] == 201
+        assert (await call(c, "POST", "/v1/jobs/j/trigger", BOOT))[0] == 201
+        ev = env.state.outbox.events[-1]
+        old = {"event": ev, "error": f"InvalidUrlClientError: {url}", "attempts": 1}
+        assert (await svc.propose(commands.sink_progress(env.clock.now_ms(), items=[
+            {"sink": "chat", "cursor": ev["seq"], "dead": [old]}])))["ok"]
+        reader = (await new_token(c, "reader"))["token"]
+        s, b = await call(c, "GET", "/v1/sinks/chat/dead", reader)
+        assert s == 200 and b["dead"] and SLACK_SECRET not in json.dumps(b), b
+        assert b["dead"][0]["error"].startswith("InvalidUrlClientError: ")
+    run(t)
+
+
 def test_delivery_errors_are_masked_of_the_sinks_secrets_before_they_are_cut():
     from raftsched.node.notify import ERROR_CHARS_MAX, exc_error, scrub
 

@@ -160,10 +160,19 @@ async def sink_dead(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     name = request.match_info["name"]
     limit = int_param(request, "limit", 100, 1, 1000)
-    _stored(svc, name, request)
+    rec = _stored(svc, name, request)
     dead = svc.read(core_notify.sink_dead, name, limit) or []
+    # Masked again as it is read: an error kept by a version that did not mask (a slack sink's
+    # URL in an aiohttp error), or before a secret it holds was set, shows none of it now; one
+    # whose secrets cannot be unsealed shows only the error's kind.
+    secrets = clear_secrets(svc.keyring, name, rec["spec"])
+
+    def shown(error):
+        if not isinstance(error, str) or not isinstance(secrets, dict):
+            return None if error is None else str(error).split(":", 1)[0][:ERROR_CHARS_MAX]
+        return scrub(error, rec["spec"], secrets)
     return json_response({"sink": name, "dead": [
-        {"event": events.view(d["event"]), "error": d["error"], "attempts": d["attempts"], "at": d["at"]}
+        {"event": events.view(d["event"]), "error": shown(d["error"]), "attempts": d["attempts"], "at": d["at"]}
         for d in dead]})
 
 
@@ -304,6 +313,20 @@ def secret_texts(spec: dict, secrets) -> list[str]:
                 vals.update((path, path.lstrip("/"), u.query))
                 vals.update(u.path.split("/"))  # (each part alone too: a token is one)
     return sorted((v for v in vals if len(v) >= worker_limits.mask_chars_min and v != "/"), key=len, reverse=True)
+
+
+def clear_secrets(keyring: sealing.KeyRing, name: str, spec: dict) -> dict[str, str] | str:
+    """Sink ``name``'s secret values in clear, or why they cannot be had."""
+    out = {}
+    for k, v in (spec.get("secrets") or {}).items():
+        if isinstance(v, str):
+            out[k] = v
+            continue
+        try:
+            out[k] = keyring.unseal(v, _place(name, k))
+        except sealing.SealError as e:
+            return f"sink secret {k} cannot be unsealed: {e}"
+    return out
 
 
 def scrub(error: str | None, spec: dict, secrets) -> str | None:
@@ -469,16 +492,7 @@ class Notifier:
 
     def _secrets(self, name: str, spec: dict) -> dict[str, str] | str:
         """The sink's secret values in clear, or why they cannot be had."""
-        out = {}
-        for k, v in (spec.get("secrets") or {}).items():
-            if isinstance(v, str):
-                out[k] = v
-                continue
-            try:
-                out[k] = self.keyring.unseal(v, _place(name, k))
-            except sealing.SealError as e:
-                return f"sink secret {k} cannot be unsealed: {e}"
-        return out
+        return clear_secrets(self.keyring, name, spec)
 
     async def _deliver(self, name: str, spec: dict, secrets, ev: dict,
                        replaced: Callable[[], bool] | None = None) -> tuple[bool, str | None, int]:
