@@ -1027,3 +1027,27 @@ def test_a_limited_tokens_checks_wait_until_the_replica_holds_every_acknowledged
                                 "secrets": {"signing_key": "mine"}})
         assert s == 404 and env.state.sinks["pager"]["spec"].get("tenant") is None
     run(t)
+
+
+def test_a_limited_token_explains_without_a_leader_and_its_writes_wait_for_one():
+    """Explain reads this replica as it is (what an outage did, asked while there is no leader):
+    a limited token's too, with no barrier before its checks; a write of that token waits for
+    the barrier, which without a leader is a 503."""
+    async def t(env, c):
+        assert (await call(c, "PUT", "/v1/tenants/alpha", body={"executors": ["http", "shell"]}))[0] == 200
+        tok = (await new_token(c, "operator", tenants=["alpha"]))["token"]
+        assert (await call(c, "PUT", "/v1/jobs/a1", body=dict(SPEC, tenant="alpha", queue="qa")))[0] == 201
+
+        async def no_leader():
+            raise api.Unavailable("no leader")
+        env.service.reads.wait = no_leader
+        import datetime
+        iso = datetime.datetime.fromtimestamp(env.clock.now_ms() / 1000, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        iso2 = datetime.datetime.fromtimestamp(env.clock.now_ms() / 1000 + 3600, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        window = {"down_from": iso, "down_to": iso2}
+        s, b = await call(c, "POST", "/v1/jobs/a1/explain", tok, body=window)
+        assert s == 200, b
+        s, b = await call(c, "POST", "/v1/jobs/a1/explain?stale=true", tok, body=window)
+        assert s == 400 and b["error"]["field"] == "stale"
+        assert (await call(c, "POST", "/v1/jobs/a1/pause", tok))[0] == 503
+    run(t)
