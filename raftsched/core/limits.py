@@ -316,8 +316,10 @@ assert len(str(time_ms_max + every_s_max * 1000)) <= time_ms_digits_max
 #: Apply still takes up to the larger maxima above (heartbeat_leases_max, expire_items_max,
 #: dlq_bulk_step_runs_max: what older senders send), which run ids of the longest kind would
 #: take past command_bytes_max.
-run_refs_per_command = 128
-assert run_refs_per_command * (run_id_chars_max + 24) + 1024 < command_bytes_max
+run_refs_per_command = 110
+# (a limited worker's commands carry its token's tenants too)
+assert (run_refs_per_command * (run_id_chars_max + 24) + token_tenants_max * (tenant_name_chars_max + 2)
+        + 1024 < command_bytes_max)
 assert run_refs_per_command <= min(heartbeat_leases_max, expire_items_max, dlq_bulk_step_runs_max)
 #: Longest error substring a bulk DLQ operation filters on.
 dlq_error_filter_chars_max = 256
