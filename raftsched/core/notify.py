@@ -169,7 +169,7 @@ def _canonical(v: Any) -> Any:
     return v
 
 
-def spec_gen(spec: dict) -> int:
+def spec_gen(spec: dict[str, Any]) -> int:
     """A sink's generation: 63 bits of a digest of its spec, keys in order (secrets as sealed:
     a rotation's re-seal changes it, and a batch in flight is sent again once)."""
     digest = hashlib.blake2b(msgpack.packb(_canonical(spec), use_bin_type=True), digest_size=8).digest()
