@@ -12,6 +12,7 @@ import inspect
 import json
 import logging
 import os
+import shlex
 import ssl
 import sys
 import time
@@ -536,8 +537,10 @@ def _apply(a, c: Client) -> int:
             # why, on stderr; a 504's account of which jobs committed is printed all the same.
             print(f"raftsched: {failed.message}", file=sys.stderr)
         if not failed.definite:
-            print(f"raftsched: the Idempotency-Key was {key}: 'raftsched apply {a.file} --idempotency-key "
-                  f"{key}' sends the same jobs again and applies each command at most once", file=sys.stderr)
+            # (create_only is part of each command's id: the retry must say it as this one did)
+            again = ["raftsched", "apply", a.file, "--idempotency-key", key] + (["--create-only"] if create_only else [])
+            print(f"raftsched: the Idempotency-Key was {key}: {shlex.join(again)} (with the same token) sends the "
+                  "same jobs again and applies each command at most once", file=sys.stderr)
         if isinstance(err, dict):
             out = dict(out or {}, error=err)
         if out is not None:

@@ -122,6 +122,17 @@ def test_an_outcome_still_unknown_names_the_key_and_a_retry_with_it_sends_it(nod
     assert n.seen[-1][1] == key and json.loads(capsys.readouterr().out)["created"] == 2
 
 
+def test_the_retry_it_names_says_create_only_as_the_first_did_and_quotes_the_file(node, tmp_path, token_file, capsys):
+    """create_only is part of each command's id: a retry without it would apply again."""
+    n = node(_504(unknown=["a"]))
+    path = tmp_path / "my jobs.json"
+    path.write_text(json.dumps({"jobs": {"a": {"schedule": {"every_s": 60},
+                                                 "executor": {"type": "shell", "argv": ["true"]}}}}))
+    assert _apply(n, str(path), token_file, "--deadline-s", "1", "--create-only") == 1
+    err = capsys.readouterr().err
+    assert "--create-only" in err.split("Idempotency-Key was", 1)[1] and f"'{path}'" in err, err
+
+
 @pytest.mark.parametrize("key", ["", "x" * 65, "a b", "caf\u00e9", "a\nb"])
 def test_a_bad_idempotency_key_is_a_usage_error(node, jobs_file, token_file, capsys, key):
     n = node(_ok("a"))
