@@ -180,8 +180,9 @@ def test_cancelling_a_release_cancels_the_renewal_and_propagates(scripted):  # n
             with pytest.raises(asyncio.CancelledError):
                 await releasing
             assert releasing.cancelled() and renewal.done() and lease.lost.is_set() and lk.lease is None
-            # The release is still sent, from a task of its own.
-            await until(lambda: any(p.endswith("/release") for _, p, _ in s.seen), "the release was sent")
+            # The release was sent before the cancellation reached the caller, with the client
+            # still open (a task of its own ran after the `async with` had closed it, or never).
+            assert any(p.endswith("/release") for _, p, _ in s.seen), s.seen
 
     asyncio.run(main())
 

@@ -556,18 +556,24 @@ class AsyncClient(Transport):
 
 
 #: Releases sent in the background (a release whose caller was cancelled), held until they end.
-_BACKGROUND: set[asyncio.Task] = set()
+#: The longest a release waits for its answer in a task that is being cancelled: the
+#: cancellation is held that long, no longer (the lease then ends by its TTL).
+CANCELLED_RELEASE_S = 2.0
 
 
-async def _release_in_background(lock: AsyncLock, lease: Lease) -> None:
-    """Release ``lease`` for a caller that was cancelled: nobody awaits it, so every failure
-    is logged as a failed release (the lease then ends by its TTL), never raised."""
+async def _release_while_cancelled(lock: AsyncLock, lease: Lease) -> None:
+    """Release ``lease`` for a caller that is being cancelled, in the caller's task (its client
+    still open: a task of its own ran only after the caller's ``async with`` had closed the
+    client, or never, at the end of ``asyncio.run``), within CANCELLED_RELEASE_S. Every failure
+    is logged as a failed release, never raised: the cancellation goes on to the caller."""
     try:
-        await lock.client.lock_release(lock.name, lease.token,
-                                       deadline_s=lock.release_deadline_s(lock.client.deadline_s))
+        await asyncio.wait_for(
+            lock.client.lock_release(lock.name, lease.token,
+                                     deadline_s=min(CANCELLED_RELEASE_S, lock.release_deadline_s(lock.client.deadline_s))),
+            CANCELLED_RELEASE_S)
     except RaftschedError as e:
         lock.release_failed(lease, e)
-    except Exception as e:  # noqa: BLE001 - a closed session, ...: said, not raised
+    except (Exception, asyncio.CancelledError) as e:  # noqa: BLE001 - a closed session, a second cancel: said
         lock.release_failed(lease, RaftschedError(f"{type(e).__name__}: {e}"))
 
 
@@ -607,7 +613,7 @@ class AsyncLock(LockPolicy):
     async def release(self) -> None:
         """Stop renewing and release; a refused or failed release is logged, not raised (the
         lease then ends by its TTL). Cancelling the task that awaits it cancels the renewal,
-        leaves the release to a task of its own (best effort) and raises CancelledError."""
+        sends the release (best effort, for at most CANCELLED_RELEASE_S) and raises CancelledError."""
         lease = self.lease
         if lease is None:
             return
@@ -622,14 +628,11 @@ class AsyncLock(LockPolicy):
                 current = asyncio.current_task()
                 if current is not None and current.cancelling():
                     # This task is being cancelled (wait_for has cancelled the renewal): the
-                    # lease is given up at once, its release sent from a task of its own, and
-                    # the cancellation goes on to the caller.
+                    # lease is given up at once, its release sent before the cancellation goes on
+                    # to the caller (briefly: CANCELLED_RELEASE_S).
                     self.lease = None
                     lease.lost.set()
-                    releasing = asyncio.create_task(_release_in_background(self, lease),
-                                                    name=f"raftsched-lock-release:{self.name}")
-                    _BACKGROUND.add(releasing)
-                    releasing.add_done_callback(_BACKGROUND.discard)
+                    await _release_while_cancelled(self, lease)
                     raise
                 # Else the renewal was cancelled by someone else: release as usual.
         self.lease = None
