@@ -55,6 +55,21 @@ def login_refused(ctx):
     raise RuntimeError("login refused for password " + ctx.secrets["PW"])
 
 
+def returns_escaped_secret(ctx):
+    """The secret where a repr escapes it: in a dataclass-like object's repr, and as bytes."""
+    class Creds:
+        def __init__(self, pw):
+            self.pw = pw
+
+        def __repr__(self):
+            return f"Creds(pw={self.pw!r})"
+    return {"creds": repr(Creds(ctx.secrets["PW"])), "raw": ctx.secrets["PW"].encode()}
+
+
+def key_error_of_secret(ctx):
+    raise KeyError(ctx.secrets["PW"])
+
+
 async def boom_async(ctx):
     await asyncio.sleep(0)  # ok-sleep: a yield, so the coroutine is really asynchronous
     raise KeyError("missing")

@@ -224,6 +224,36 @@ def test_a_worker_reports_a_secret_cut_through_by_the_tail_or_respaced_in_a_reas
     assert "horse" not in json.dumps([ra, rb]) and "TAILPART" not in json.dumps([ra, rb])
 
 
+def test_a_secret_a_repr_or_json_escapes_is_masked_too():
+    """A backslash, a quote or a non-ASCII character in a secret is escaped where a repr or JSON
+    writes it (a returned object's repr, bytes, a KeyError's message, a JSON line printed), and
+    the escaped form did not match the value."""
+    pw = "pa\\ss-w\u00f6rd-\"123"
+    vals = secret_values(None, {"PW": pw})
+    for shown in (repr(pw), repr(pw.encode()), json.dumps(pw), json.dumps(pw, ensure_ascii=False)):
+        out = mask(f"x {shown} y", vals)
+        assert "ss-w" not in out and "***" in out, (shown, out)
+
+    async def t():
+        state = SchedulerState()
+        raft = GroupRaft(state)
+        clock = SystemClock()
+        svc = Service(raft, clock, "n1")
+        every = {"schedule": {"every_s": 3600}, "misfire": {"policy": "skip"}, "retry": {"max_attempts": 1}}
+        runs = []
+        for name, target in (("ret", "returns_escaped_secret"), ("key", "key_error_of_secret")):
+            await svc.put_job(name, dict(every, secrets={"PW": pw}, keep_output=True,
+                                         executor={"type": "python", "target": f"exec_targets:{target}"}), None)
+            runs.append((await svc.trigger_job(name, None))["run"])
+        worker = Worker(raft, clock, "n1", sandbox=None, slots=2, single_node=True, poll_interval_s=0.01)
+        task = asyncio.create_task(worker.run())
+        await wait_until(lambda: worker.completed == 2, 20, "both runs to report")
+        await stop(task)
+        return [state.runs[r] for r in runs]
+    got = asyncio.run(asyncio.wait_for(t(), 30))
+    assert "ss-w" not in json.dumps(got, ensure_ascii=False) and "ss-w" not in json.dumps(got), got
+
+
 def test_a_run_gets_its_secrets_and_its_output_is_masked_and_kept_only_when_asked():
     async def t():
         state = SchedulerState()

@@ -10,6 +10,7 @@ node/redact.py.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from . import limits as worker_limits
@@ -17,12 +18,27 @@ from . import limits as worker_limits
 
 def secret_values(executor: dict | None, secrets: dict | None) -> list[str]:
     """The values a run's output is masked of: the executor's headers and env, and the job's
-    secrets, longest first (so a value that contains another is masked whole)."""
-    vals = set()
+    secrets, each also as a repr, a bytes repr and JSON write it (a backslash, a quote, a control
+    or non-ASCII character escaped: a returned dataclass or bytes, a KeyError's message, a JSON
+    line a shell job prints), longest first (so a value that contains another is masked whole)."""
+    vals: set[str] = set()
     for m in ((executor or {}).get("headers"), (executor or {}).get("env"), secrets):
         if isinstance(m, dict):
-            vals.update(v for v in m.values() if isinstance(v, str) and len(v) >= worker_limits.mask_chars_min)
+            for v in m.values():
+                if isinstance(v, str) and len(v) >= worker_limits.mask_chars_min:
+                    vals.update(escaped_forms(v))
     return sorted(vals, key=len, reverse=True)
+
+
+def escaped_forms(v: str) -> set[str]:
+    """``v`` and how Python's repr (of str and of its UTF-8 bytes) and JSON write it, quotes
+    left out."""
+    forms = {v, repr(v)[1:-1], json.dumps(v)[1:-1], json.dumps(v, ensure_ascii=False)[1:-1]}
+    try:
+        forms.add(repr(v.encode())[2:-1])
+    except UnicodeEncodeError:  # (a lone surrogate)
+        pass
+    return forms
 
 
 def mask(text: str | None, values: Sequence[str], cut: bool = False) -> str | None:
