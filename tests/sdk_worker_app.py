@@ -99,3 +99,21 @@ def iso_boom(ctx):
 @iso.job("si-stuck", every_s=3600, timeout_s=1)
 def iso_stuck(ctx):
     return _block(ctx)
+
+
+@iso.job("si-peek", every_s=3600)
+def iso_peek(ctx):
+    """Where the child's process shows the job's secret (the payload names it) to itself and to
+    what it starts: its environment (as /proc shows it for its whole life), its stdin, a
+    subprocess's view of its parent."""
+    import subprocess
+    import sys
+    secret = ctx.payload["secret_reversed"][::-1]  # (the payload itself is in the environment)
+    with open("/proc/self/environ", "rb") as f:
+        environ = f.read().decode(errors="replace")
+    peek = subprocess.run([sys.executable, "-c", "import os,sys; print(open(f'/proc/{os.getppid()}/environ','rb')"
+                           ".read().decode(errors='replace') + sys.stdin.read())"],
+                          capture_output=True, text=True, timeout=30).stdout
+    return {"proc_environ": secret in environ, "os_environ": secret in str(dict(os.environ)),
+            "stdin": secret in sys.stdin.read(), "subprocess": secret in peek,
+            "run_id_seen": "RAFTSCHED_RUN_ID" in environ}

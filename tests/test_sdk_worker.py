@@ -208,6 +208,26 @@ def test_a_handlers_outcome_is_masked_of_the_jobs_secrets_before_it_is_cut(child
     assert "TAILPART" not in hello.output and "AAAA" not in hello.output, hello.output[-80:]
 
 
+def test_a_child_holds_its_jobs_secrets_nowhere_another_process_reads_them(child_env):
+    """Given in its environment, they stayed in /proc/PID/environ for the child's whole life,
+    readable by any process of the user, its handler's subprocesses too: on its stdin they are
+    read once, before the app is imported."""
+    lookup = AppExecutors(sdk_worker_app.iso, "sdk_worker_app:iso", isolation="subprocess")
+    secret = "peek-a-boo-0123456789"
+
+    async def t():
+        g = grant("si-peek", app=sdk_worker_app.iso)
+        g["payload"] = {"secret_reversed": secret[::-1]}
+        ctx = ctx_of(g)
+        ctx.secrets = {"PW": secret}
+        out = await lookup(g)(ctx, g["timeout_s"], CancelEvent())
+        return out, ctx
+    out, ctx = run(t())
+    assert out.ok, out
+    assert ctx.result == {"proc_environ": False, "os_environ": False, "stdin": False, "subprocess": False,
+                          "run_id_seen": True}, ctx.result
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

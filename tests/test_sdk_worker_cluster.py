@@ -107,7 +107,7 @@ def env(tmp_path_factory):
     try:
         e.c.wait_leader(30)
         assert "applied: 5 created" in e.sync("sdk_worker_app:app", TESTS)
-        assert "applied: 3 created" in e.sync("sdk_worker_app:iso", TESTS)
+        assert "applied: 4 created" in e.sync("sdk_worker_app:iso", TESTS)
         assert "applied: 2 created" in e.sync("nightly_report:app", EXAMPLES)
         for wid in WORKERS:
             e.start_worker(wid)

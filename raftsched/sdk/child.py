@@ -9,9 +9,11 @@ of what it returned, or the exception and its traceback), writes ``{"ok", "error
 as JSON to RESULT_PATH, with ``result``, what the handler returned when that is JSON of at most
 result_bytes_max (pipelines: handed to the run's children, as an in-process run's is), and exits 0 when the handler succeeded, 1 when it failed, 2 when the
 run could not even start. What the handler prints, and logs (``ctx.log``, INFO and up), goes to
-the run's output. The worker kills it at the run's timeout. ``$RAFTSCHED_CHILD_MASK`` (JSON, taken
-out of the environment before the app is imported) holds the job's secrets, which the outcome is
-masked of before it is cut, as an in-process run's is; the handler's Context does not carry them.
+the run's output. The worker kills it at the run's timeout. Its stdin holds the job's secrets
+(JSON), which the outcome is masked of before it is cut, as an in-process run's is: read to its
+end before the app is imported, and stdin is then /dev/null (not the environment, which
+``/proc/PID/environ`` shows any process of the user for the child's whole life). The handler's
+Context offers no ``secrets``; they are in the child's memory, as the worker's are in its own.
 """
 from __future__ import annotations
 
@@ -35,14 +37,21 @@ def _context():
                       upstream=json.loads(env["RAFTSCHED_UPSTREAM"]) if env.get("RAFTSCHED_UPSTREAM") else None)
 
 
-#: The environment variable the worker gives the child the job's secrets in (for the masking only).
-MASK_ENV = "RAFTSCHED_CHILD_MASK"
-
-
 def _secrets() -> dict[str, str]:
-    """The job's secrets the worker gave, taken out of the environment."""
+    """The job's secrets the worker wrote to this process's stdin (JSON; nothing: none), read to
+    the end; stdin is /dev/null afterwards, for the handler and what it starts."""
     try:
-        got = json.loads(os.environ.pop(MASK_ENV, "") or "{}")
+        data = sys.stdin.buffer.read() if sys.stdin is not None else b""
+    except (OSError, ValueError):
+        data = b""
+    try:
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+    except OSError:
+        pass
+    try:
+        got = json.loads(data or b"{}")
     except ValueError:
         return {}
     return {k: v for k, v in got.items() if isinstance(v, str)} if isinstance(got, dict) else {}

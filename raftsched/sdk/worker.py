@@ -39,7 +39,6 @@ from ..worker.executors._output import may_be_cut, short, tail_str
 from ..worker.masking import secret_values
 from ..worker.executors.shell import run_shell
 from .app import APP_LABEL, App
-from .child import MASK_ENV
 from .context import Context
 
 log = logging.getLogger("raftsched.sdk.worker")
@@ -175,10 +174,10 @@ async def run_in_child(ref: str, target: str, ctx: RunContext, timeout_s: float,
     os.close(fd)
     try:
         argv = [sys.executable, "-m", "raftsched.sdk.child", ref, target, path]
-        # What the child masks its outcome of before it cuts it, as an in-process run does: in its
-        # environment, where a shell run has its secrets (never on disk, nor in its argv).
-        env = {MASK_ENV: json.dumps(dict(ctx.secrets))} if ctx.secrets else {}
-        ok, error, printed = await run_shell({"argv": argv, "env": env}, ctx, timeout_s, cancel, kill_grace_s)
+        # What the child masks its outcome of before it cuts it, as an in-process run does: on its
+        # stdin (never on disk, in its argv, nor in its environment, which /proc shows for good).
+        secrets = json.dumps(dict(ctx.secrets)).encode() if ctx.secrets else None
+        ok, error, printed = await run_shell({"argv": argv}, ctx, timeout_s, cancel, kill_grace_s, stdin_data=secrets)
         result = _read_result(path, masked)
     finally:
         try:

@@ -117,8 +117,15 @@ async def _terminate_group(pgid: int, main_exit: asyncio.Future, grace_s: float)
         _signal_group(pgid, signal.SIGKILL)
 
 
+#: The most ``run_shell`` writes to a run's stdin (a pipe's buffer on Linux is 64 KiB; a job's
+#: secrets, all of its spec, are at most job_spec_bytes_max).
+STDIN_BYTES_MAX = 60_000
+
+
 async def run_shell(ex: dict, ctx: RunContext, timeout_s: float, cancel: asyncio.Event | None,
-                     kill_grace_s: float) -> Result:
+                     kill_grace_s: float, stdin_data: bytes | None = None) -> Result:
+    """Run ``ex``'s argv (module docstring). ``stdin_data``: what its stdin holds (a pipe, the
+    data written and closed before it starts: at most a pipe's buffer), else /dev/null."""
     masked = secret_values(ex, ctx.secrets)
     env = dict(os.environ)
     env.update(ex.get("env") or {})
@@ -126,10 +133,19 @@ async def run_shell(ex: dict, ctx: RunContext, timeout_s: float, cancel: asyncio
     loop = asyncio.get_running_loop()
     # Our own pipe rather than asyncio's PIPE: stdout and stderr share its write end (interleaved
     # output), and closing the read end is ours to do, even if a stray process still writes.
+    stdin: int = subprocess.DEVNULL
+    if stdin_data is not None:
+        if len(stdin_data) > STDIN_BYTES_MAX:
+            raise ValueError(f"stdin_data of {len(stdin_data)} bytes; at most {STDIN_BYTES_MAX}")
+        stdin, sw = os.pipe()
+        try:
+            os.write(sw, stdin_data)  # (fits in the pipe's buffer: never blocks)
+        finally:
+            os.close(sw)
     r, w = os.pipe()
     try:
         proc = await asyncio.create_subprocess_exec(
-            *ex["argv"], stdin=subprocess.DEVNULL, stdout=w, stderr=w, env=env,
+            *ex["argv"], stdin=stdin, stdout=w, stderr=w, env=env,
             cwd=ex.get("cwd"), start_new_session=True)
     except (OSError, ValueError, subprocess.SubprocessError) as e:
         os.close(r)
@@ -139,6 +155,8 @@ async def run_shell(ex: dict, ctx: RunContext, timeout_s: float, cancel: asyncio
         raise
     finally:
         os.close(w)  # only the child's copies remain: end-of-file once they are all closed
+        if stdin_data is not None:
+            os.close(stdin)
     pgid = proc.pid  # start_new_session: the child leads its own session and process group
     pipe = os.fdopen(r, "rb", buffering=0)  # owns r from here on
     proto = _TailProtocol(OUTPUT_BYTES_MAX)
