@@ -421,24 +421,30 @@ def test_a_sink_url_delivery_could_not_parse_is_refused_at_put_naming_the_field(
     run(t)
 
 
+async def _slack_sink_told_of_a_trigger(env, c, url: str, attempts: int) -> None:
+    """A slack sink ``chat`` of secret ``url`` (sealed as the API seals it, but put as a command:
+    the API would refuse a URL delivery cannot parse), and job j's trigger routed to it."""
+    from raftsched import sealing
+    spec = {"type": "slack", "retry": {"max_attempts": attempts, "backoff_s": 0, "backoff_max_s": 0},
+            "secrets": {"url": url}}
+    svc = env.service
+    spec = sealing.seal_spec(spec, "sink:chat", svc.keyring, await svc.seal_key(), svc.fingerprint.digest)
+    assert (await svc.propose(commands.put_sink(env.clock.now_ms(), None, name="chat", spec=spec)))["ok"]
+    job = dict(SPEC, notify=[{"sink": "chat", "on": ["job.triggered"]}])
+    assert (await call(c, "PUT", "/v1/jobs/j", BOOT, job))[0] == 201
+    assert (await call(c, "POST", "/v1/jobs/j/trigger", BOOT))[0] == 201
+
+
 def test_a_delivery_error_never_holds_a_sinks_secret_url_nor_secret_values(caplog):
     """A slack sink stored with a URL delivery cannot parse (by a version that let one through,
     or an apply of a hand-made command): aiohttp's InvalidUrlClientError names the whole URL,
     which is the sink's secret. The dead list (any reader's) and the log show the class and the
     host only."""
-    from raftsched import sealing
     from raftsched.core import limits
 
     async def t(env, c):
-        url = f"https://hooks.example.com:99999/services/{SLACK_SECRET}"
-        spec = {"type": "slack", "retry": {"max_attempts": 2, "backoff_s": 0, "backoff_max_s": 0},
-                "secrets": {"url": url}}
         svc = env.service
-        spec = sealing.seal_spec(spec, "sink:chat", svc.keyring, await svc.seal_key(), svc.fingerprint.digest)
-        assert (await svc.propose(commands.put_sink(env.clock.now_ms(), None, name="chat", spec=spec)))["ok"]
-        job = dict(SPEC, notify=[{"sink": "chat", "on": ["job.triggered"]}])
-        assert (await call(c, "PUT", "/v1/jobs/j", BOOT, job))[0] == 201
-        assert (await call(c, "POST", "/v1/jobs/j/trigger", BOOT))[0] == 201
+        await _slack_sink_told_of_a_trigger(env, c, f"https://hooks.example.com:99999/services/{SLACK_SECRET}", 2)
         notifier = Notifier(env.raft, env.clock, svc.keyring)
         task = asyncio.ensure_future(notifier.run_while_leading())
         try:
@@ -459,18 +465,11 @@ def test_a_delivery_error_never_holds_a_sinks_secret_url_nor_secret_values(caplo
 def test_a_dead_event_stored_with_a_secret_in_its_error_shows_none_of_it_when_read():
     """An older version kept aiohttp's error whole, the slack sink's secret URL in it: the dead
     list masks it again as it is read (it stays in the state until the event is requeued)."""
-    from raftsched import sealing
 
     async def t(env, c):
         url = f"https://hooks.example.com/services/{SLACK_SECRET}"
-        spec = {"type": "slack", "retry": {"max_attempts": 1, "backoff_s": 0, "backoff_max_s": 0},
-                "secrets": {"url": url}}
         svc = env.service
-        spec = sealing.seal_spec(spec, "sink:chat", svc.keyring, await svc.seal_key(), svc.fingerprint.digest)
-        assert (await svc.propose(commands.put_sink(env.clock.now_ms(), None, name="chat", spec=spec)))["ok"]
-        job = dict(SPEC, notify=[{"sink": "chat", "on": ["job.triggered"]}])
-        assert (await call(c, "PUT", "/v1/jobs/j", BOOT, job))[0] == 201
-        assert (await call(c, "POST", "/v1/jobs/j/trigger", BOOT))[0] == 201
+        await _slack_sink_told_of_a_trigger(env, c, url, 1)
         ev = env.state.outbox.events[-1]
         old = {"event": ev, "error": f"InvalidUrlClientError: {url}", "attempts": 1}
         assert (await svc.propose(commands.sink_progress(env.clock.now_ms(), items=[

@@ -422,6 +422,19 @@ class _GateJournal:
         self.dirty = False
 
 
+def _stops_instead_of_exiting(monkeypatch) -> type[BaseException]:
+    """The exception a failed journal write raises here in place of the node's exit (its code
+    the argument)."""
+    class Stopped(BaseException):
+        pass
+
+    def _exit(code):
+        raise Stopped(code)
+    monkeypatch.setattr(_storage.os, "_exit", _exit)
+    monkeypatch.setattr(_storage.logging, "shutdown", lambda: None)
+    return Stopped
+
+
 def test_an_answer_leaves_only_after_its_sync_and_a_failed_sync_stops_the_node(monkeypatch):
     j = _GateJournal()
     gate = _durable._SyncGate(j, lambda node, m: j.log.append(m["type"]))
@@ -432,13 +445,7 @@ def test_an_answer_leaves_only_after_its_sync_and_a_failed_sync_stops_the_node(m
     gate.flush()
     assert j.log == ["apply_command", "sync", "next_node_idx"] and gate.syncs == 1
 
-    class Stopped(Exception):
-        pass
-
-    def _exit(code):
-        raise Stopped(code)
-    monkeypatch.setattr(_storage.os, "_exit", _exit)
-    monkeypatch.setattr(_storage.logging, "shutdown", lambda: None)
+    Stopped = _stops_instead_of_exiting(monkeypatch)
     j = _GateJournal(fail=True)
     gate = _durable._SyncGate(j, lambda node, m: j.log.append(m["type"]))
     gate.send("n2", answer)
@@ -480,13 +487,7 @@ class _FailingOnceDisk(ShadowDisk):
 def test_every_failed_write_or_sync_of_the_journal_stops_the_node(tmp_path, monkeypatch, fail, step):
     """Not only the gate's sync: a failed sync inside setCurrentTerm raised out of the message
     handler, the gate's sync after it then succeeded, and the held answers went out."""
-    class Stopped(BaseException):
-        pass
-
-    def _exit(code):
-        raise Stopped(code)
-    monkeypatch.setattr(_storage.os, "_exit", _exit)
-    monkeypatch.setattr(_storage.logging, "shutdown", lambda: None)
+    Stopped = _stops_instead_of_exiting(monkeypatch)
     disk = _FailingOnceDisk(str(tmp_path))
     j = _DurableJournal(str(tmp_path / "raft.journal"), disk)
     sent = []

@@ -195,30 +195,37 @@ def test_masking_a_tail_drops_what_a_cut_left_of_a_secret_and_a_reason_is_masked
     assert long.endswith("***") and "corr" not in long
 
 
-def test_a_worker_reports_a_secret_cut_through_by_the_tail_or_respaced_in_a_reason_masked():
-    """Through the lease loop, in this process (shell, python): the output's 4 KB tail starts 20
-    characters into a 40-character secret, and a python target's exception holds a secret with
-    two spaces."""
-    pw = "A" * 20 + "-TAILPART-0123456789"
-
+def _runs_of(jobs: dict[str, dict]) -> list[dict]:
+    """One triggered run of each job (hourly, no retry; ``jobs`` gives the rest of each spec),
+    run through the lease loop in this process: their run records, in ``jobs``' order."""
     async def t():
         state = SchedulerState()
         raft = GroupRaft(state)
         clock = SystemClock()
         svc = Service(raft, clock, "n1")
         every = {"schedule": {"every_s": 3600}, "misfire": {"policy": "skip"}, "retry": {"max_attempts": 1}}
-        await svc.put_job("cut", dict(every, secrets={"PW": pw}, executor={
-            "type": "shell", "argv": ["sh", "-c", 'printf "%s" "$PW"; head -c 4076 /dev/zero | tr "\\000" x']}), None)
-        await svc.put_job("spaced", dict(every, secrets={"PW": "correct  horse battery"},
-                                         executor={"type": "python", "target": "exec_targets:login_refused"}), None)
-        a = (await svc.trigger_job("cut", None))["run"]
-        b = (await svc.trigger_job("spaced", None))["run"]
-        worker = Worker(raft, clock, "n1", sandbox=None, slots=2, single_node=True, poll_interval_s=0.01)
+        runs = []
+        for name, rest in jobs.items():
+            await svc.put_job(name, dict(every, **rest), None)
+            runs.append((await svc.trigger_job(name, None))["run"])
+        worker = Worker(raft, clock, "n1", sandbox=None, slots=len(jobs), single_node=True, poll_interval_s=0.01)
         task = asyncio.create_task(worker.run())
-        await wait_until(lambda: worker.completed == 2, 20, "both runs to report")
+        await wait_until(lambda: worker.completed == len(jobs), 20, "every run to report")
         await stop(task)
-        return state.runs[a], state.runs[b]
-    ra, rb = asyncio.run(asyncio.wait_for(t(), 30))
+        return [state.runs[r] for r in runs]
+    return asyncio.run(asyncio.wait_for(t(), 30))
+
+
+def test_a_worker_reports_a_secret_cut_through_by_the_tail_or_respaced_in_a_reason_masked():
+    """Through the lease loop, in this process (shell, python): the output's 4 KB tail starts 20
+    characters into a 40-character secret, and a python target's exception holds a secret with
+    two spaces."""
+    pw = "A" * 20 + "-TAILPART-0123456789"
+    ra, rb = _runs_of({
+        "cut": {"secrets": {"PW": pw}, "executor": {
+            "type": "shell", "argv": ["sh", "-c", 'printf "%s" "$PW"; head -c 4076 /dev/zero | tr "\\000" x']}},
+        "spaced": {"secrets": {"PW": "correct  horse battery"},
+                   "executor": {"type": "python", "target": "exec_targets:login_refused"}}})
     assert ra["output"] == "x" * 4076, ra["output"][:40]
     assert rb["attempts"][-1]["error"] == "RuntimeError: login refused for password ***", rb["attempts"][-1]
     assert "horse" not in json.dumps([ra, rb]) and "TAILPART" not in json.dumps([ra, rb])
@@ -234,23 +241,9 @@ def test_a_secret_a_repr_or_json_escapes_is_masked_too():
         out = mask(f"x {shown} y", vals)
         assert "ss-w" not in out and "***" in out, (shown, out)
 
-    async def t():
-        state = SchedulerState()
-        raft = GroupRaft(state)
-        clock = SystemClock()
-        svc = Service(raft, clock, "n1")
-        every = {"schedule": {"every_s": 3600}, "misfire": {"policy": "skip"}, "retry": {"max_attempts": 1}}
-        runs = []
-        for name, target in (("ret", "returns_escaped_secret"), ("key", "key_error_of_secret")):
-            await svc.put_job(name, dict(every, secrets={"PW": pw}, keep_output=True,
-                                         executor={"type": "python", "target": f"exec_targets:{target}"}), None)
-            runs.append((await svc.trigger_job(name, None))["run"])
-        worker = Worker(raft, clock, "n1", sandbox=None, slots=2, single_node=True, poll_interval_s=0.01)
-        task = asyncio.create_task(worker.run())
-        await wait_until(lambda: worker.completed == 2, 20, "both runs to report")
-        await stop(task)
-        return [state.runs[r] for r in runs]
-    got = asyncio.run(asyncio.wait_for(t(), 30))
+    got = _runs_of({name: {"secrets": {"PW": pw}, "keep_output": True,
+                           "executor": {"type": "python", "target": f"exec_targets:{target}"}}
+                    for name, target in (("ret", "returns_escaped_secret"), ("key", "key_error_of_secret"))})
     assert "ss-w" not in json.dumps(got, ensure_ascii=False) and "ss-w" not in json.dumps(got), got
 
 
