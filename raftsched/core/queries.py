@@ -733,9 +733,11 @@ def queues_of(s: SchedulerState, tenants: Collection[str]) -> set[str]:
 request_what = records.request_what
 
 
-def request_seen(s: SchedulerState, rid: str | None) -> bool:
-    """Whether request id ``rid`` was applied already (a command carrying it replays)."""
-    return rid is not None and rid in s.requests
+def request_was(s: SchedulerState, rid: str | None, what: str) -> bool:
+    """Whether request id ``rid`` was applied already as ``what`` (records.request_what: the
+    op and its target, ``delete_job:nightly``): a retry of it replays its first answer."""
+    seen = s.requests.get(rid) if rid is not None else None
+    return seen is not None and seen[0] == what
 
 
 def replayed(s: SchedulerState, cmd: Command) -> Result | None:

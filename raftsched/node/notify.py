@@ -149,7 +149,7 @@ async def list_sinks(request: web.Request) -> web.Response:
 async def delete_sink(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     name = request.match_info["name"]
-    if not svc.read(queries.request_seen, rid(request)):  # (a retry of one that applied replays)
+    if not svc.read(queries.request_was, rid(request), f"delete_sink:{name}"):  # (a retry of this delete replays)
         rec = _stored(svc, name, request)
         _check_access(request, rec["spec"])
     res = await svc.propose(commands.delete_sink(svc.clock.now_ms(), rid(request), name=name))

@@ -331,7 +331,7 @@ class Service:
     async def delete_job(self, name: str, rid: str | None, force: bool = False,
                          tenants: frozenset | None = None) -> dict:
         check_name(name)
-        if tenants is not None and not force and not self.read(queries.request_seen, rid):
+        if tenants is not None and not force and not self.read(queries.request_was, rid, f"delete_job:{name}"):
             # The same refusal apply gives (pipelines.check_delete), naming only this token's
             # tenants' jobs among the dependents.
             kids = self.read(pipelines.dependents, name)

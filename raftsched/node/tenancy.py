@@ -72,9 +72,11 @@ def check(route: Route, request: web.Request, p) -> None:
     except NotFound:
         # A retried delete that applied (its job or dead run is gone now) is answered by the
         # replay of its first answer, as for any token: its key is this token's (http.scope_key),
-        # a remembered key only ever replays (another request's: 409), and a DELETE's handler
-        # proposes and reads nothing. Any other method is held to the check.
-        if request.method != "DELETE" or not svc.read(queries.request_seen, rid(request)):
+        # and it was remembered as a delete of this very job or run (a key of another request
+        # of the token's does not pass). Any other method is held to the check.
+        what = (f"delete_job:{request.match_info['name']}" if kind is Tenancy.JOB
+                else f"dlq_delete:{request.match_info['run']}" if kind is Tenancy.DEAD_RUN else None)
+        if request.method != "DELETE" or what is None or not svc.read(queries.request_was, rid(request), what):
             raise
     if kind is Tenancy.TENANT:
         if request.match_info["name"] not in p.tenants:
