@@ -530,3 +530,38 @@ def test_an_answer_that_trickles_in_ends_the_attempt_at_its_timeout(scripted, st
     assert ei.value.definite is False
     triggers = [k for m, _, k in s.seen if m == "POST"]
     assert len(triggers) >= 2 and len(set(triggers)) == 1  # retried with the same key
+
+
+def test_connecting_gives_every_address_only_what_is_left_of_the_attempt(monkeypatch):
+    """socket.create_connection gives each address a host name resolves to the whole timeout (a
+    dead IPv6 route, then IPv4: two timeouts, and the TLS handshake a third): each address now
+    gets what is left of the one attempt. Addresses that never answer, with a clock of the test's."""
+    import socket as socket_module
+
+    from raftsched.client import blocking
+
+    now = [100.0]
+    monkeypatch.setattr(blocking.time, "monotonic", lambda: now[0])
+    tried = []
+
+    class Silent:
+        def __init__(self, *a):
+            self.timeout = None
+
+        def settimeout(self, t):
+            self.timeout = t
+
+        def connect(self, addr):
+            tried.append((addr, self.timeout))
+            now[0] += self.timeout  # waits out its timeout, as to an address that never answers
+            raise socket_module.timeout("timed out")
+
+        def close(self):
+            pass
+
+    addrs = [(socket_module.AF_INET, socket_module.SOCK_STREAM, 6, "", (f"10.0.0.{i}", 80)) for i in (1, 2, 3)]
+    monkeypatch.setattr(blocking.socket, "getaddrinfo", lambda *a, **k: addrs)
+    monkeypatch.setattr(blocking.socket, "socket", Silent)
+    with pytest.raises(OSError):
+        blocking._connect_by(101.0)(("h", 80))
+    assert tried == [(("10.0.0.1", 80), 1.0)] and now[0] == 101.0, tried

@@ -61,6 +61,32 @@ def _time_left(deadline: float) -> float:
     return left
 
 
+def _connect_by(deadline: float) -> Callable[..., socket.socket]:
+    """A ``create_connection`` for an ``HTTPConnection`` that gives each address it tries only
+    what is left of the attempt (``socket.create_connection`` gives each one the whole timeout),
+    and leaves the socket with that left for what follows (a TLS handshake). Name resolution
+    itself is the resolver's to bound."""
+    def connect(address: tuple[str, int], timeout: Any = None, source_address: Any = None) -> socket.socket:
+        host, port = address
+        err: OSError | None = None
+        for family, kind, proto, _, addr in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.settimeout(_time_left(deadline))
+                if source_address:
+                    sock.bind(source_address)
+                sock.connect(addr)
+                sock.settimeout(_time_left(deadline))
+                return sock
+            except OSError as e:  # (_AttemptTimeout is one: the attempt's time is spent)
+                sock.close()
+                err = e
+                if isinstance(e, _AttemptTimeout):
+                    break
+        raise err if err is not None else OSError(f"getaddrinfo returned nothing for {host}")
+    return connect
+
+
 class _BoundedReader(io.RawIOBase):
     """A response's socket reader that gives every read only what is left of the attempt."""
 
@@ -127,6 +153,7 @@ class Client(Transport):
         else:
             conn = http.client.HTTPConnection(node.host, node.port, timeout=timeout)
         conn.response_class = functools.partial(_BoundedResponse, deadline=deadline)  # type: ignore[assignment]
+        conn._create_connection = _connect_by(deadline)  # type: ignore[attr-defined]
         answered = False  # a status line came back: the node speaks HTTP
         try:
             try:
