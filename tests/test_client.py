@@ -565,3 +565,33 @@ def test_connecting_gives_every_address_only_what_is_left_of_the_attempt(monkeyp
     with pytest.raises(OSError):
         blocking._connect_by(101.0)(("h", 80))
     assert tried == [(("10.0.0.1", 80), 1.0)] and now[0] == 101.0, tried
+
+
+def test_an_address_whose_socket_cannot_be_made_passes_to_the_next(monkeypatch):
+    """A host with IPv6 off: localhost's ::1 cannot even have a socket; 127.0.0.1 is tried."""
+    import socket as socket_module
+
+    from raftsched.client import blocking
+
+    real = socket_module.socket
+    made = []
+
+    def socket(family, *a):
+        if family == socket_module.AF_INET6:
+            raise OSError(97, "Address family not supported by protocol")
+        made.append(family)
+        return real(family, *a)
+    srv = real(socket_module.AF_INET, socket_module.SOCK_STREAM)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    try:
+        port = srv.getsockname()[1]
+        addrs = [(socket_module.AF_INET6, socket_module.SOCK_STREAM, 6, "", ("::1", port, 0, 0)),
+                 (socket_module.AF_INET, socket_module.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
+        monkeypatch.setattr(blocking.socket, "getaddrinfo", lambda *a, **k: addrs)
+        monkeypatch.setattr(blocking.socket, "socket", socket)
+        sock = blocking._connect_by(time.monotonic() + 5)(("localhost", port))
+        sock.close()
+        assert made == [socket_module.AF_INET]
+    finally:
+        srv.close()

@@ -70,8 +70,9 @@ def _connect_by(deadline: float) -> Callable[..., socket.socket]:
         host, port = address
         err: OSError | None = None
         for family, kind, proto, _, addr in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
-            sock = socket.socket(family, kind, proto)
+            sock = None
             try:
+                sock = socket.socket(family, kind, proto)  # (IPv6 off on this host: the next address)
                 sock.settimeout(_time_left(deadline))
                 if source_address:
                     sock.bind(source_address)
@@ -79,7 +80,8 @@ def _connect_by(deadline: float) -> Callable[..., socket.socket]:
                 sock.settimeout(_time_left(deadline))
                 return sock
             except OSError as e:  # (_AttemptTimeout is one: the attempt's time is spent)
-                sock.close()
+                if sock is not None:
+                    sock.close()
                 err = e
                 if isinstance(e, _AttemptTimeout):
                     break
