@@ -240,6 +240,11 @@ def test_a_secret_a_repr_or_json_escapes_is_masked_too():
     for shown in (repr(pw), repr(pw.encode()), json.dumps(pw), json.dumps(pw, ensure_ascii=False)):
         out = mask(f"x {shown} y", vals)
         assert "ss-w" not in out and "***" in out, (shown, out)
+    # A single quote, in a string that also holds a double quote: repr writes it \'.
+    quoted = "it's-a-secret"
+    vals = secret_values(None, {"PW": quoted})
+    for shown in (repr(f'x="{quoted}"'), repr(f'pw="{quoted}"'.encode())):
+        assert "a-secret" not in mask(shown, vals), shown
 
     got = _runs_of({name: {"secrets": {"PW": pw}, "keep_output": True,
                            "executor": {"type": "python", "target": f"exec_targets:{target}"}}

@@ -33,9 +33,12 @@ def secret_values(executor: dict | None, secrets: dict | None) -> list[str]:
 def escaped_forms(v: str) -> set[str]:
     """``v`` and how Python's repr (of str and of its UTF-8 bytes) and JSON write it, quotes
     left out."""
-    forms = {v, repr(v)[1:-1], json.dumps(v)[1:-1], json.dumps(v, ensure_ascii=False)[1:-1]}
+    # repr picks its quotes by the whole string: in one that also holds a double quote, a single
+    # quote of v is written \' (v + '"' makes repr do the same with v alone).
+    forms = {v, repr(v)[1:-1], repr(v + '"')[1:-2], json.dumps(v)[1:-1], json.dumps(v, ensure_ascii=False)[1:-1]}
     try:
-        forms.add(repr(v.encode())[2:-1])
+        b = v.encode()
+        forms.update((repr(b)[2:-1], repr(b + b'"')[2:-2]))
     except UnicodeEncodeError:  # (a lone surrogate)
         pass
     return forms
