@@ -139,7 +139,15 @@ async def run_shell(ex: dict, ctx: RunContext, timeout_s: float, cancel: asyncio
             raise ValueError(f"stdin_data of {len(stdin_data)} bytes; at most {STDIN_BYTES_MAX}")
         stdin, sw = os.pipe()
         try:
-            os.write(sw, stdin_data)  # (fits in the pipe's buffer: never blocks)
+            # Written whole before the child starts, never blocking the loop: a pipe the kernel
+            # gave less room than this (a user over pipe-user-pages-soft) refuses the run.
+            os.set_blocking(sw, False)
+            written = os.write(sw, stdin_data) if stdin_data else 0
+            if written != len(stdin_data):
+                raise BlockingIOError(f"wrote {written} of {len(stdin_data)} bytes")
+        except OSError as e:
+            os.close(stdin)
+            return False, short(f"cannot hand the run its input: {e}", masked=masked), ""
         finally:
             os.close(sw)
     r, w = os.pipe()
