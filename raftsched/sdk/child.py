@@ -12,7 +12,8 @@ run could not even start. What the handler prints, and logs (``ctx.log``, INFO a
 the run's output. The worker kills it at the run's timeout. Its stdin holds the job's secrets
 (JSON), which the outcome is masked of before it is cut, as an in-process run's is: read to its
 end before the app is imported, and stdin is then /dev/null (not the environment, which
-``/proc/PID/environ`` shows any process of the user for the child's whole life). The handler's
+``/proc/PID/environ`` shows any process of the user for the child's whole life; started by hand,
+give it ``</dev/null``, or it waits for its stdin to end). The handler's
 Context offers no ``secrets``; they are in the child's memory, as the worker's are in its own.
 """
 from __future__ import annotations
