@@ -10,11 +10,11 @@ A job's health is a list (events.LAST_SUCCESS ... SENT), made at its first outco
 last success), ``last_slot_outcome`` (``[slot, outcome, reason]``), ``incident`` (``{"since",
 "run"}`` while the job is failing, else None) and the routes' noise state.
 
-A sink is ``{"spec", "cursor", "dead", "redo", "gen"}``: its spec (secret values sealed by the
+A sink is ``{"spec", "cursor", "dead", "redo"}``: its spec (secret values sealed by the
 proposer), the seq up to which delivery handled the outbox (committed by ``sink_progress``, so a
 new leader resumes there), the events refused past its retry budget (newest last, bounded), the
-dead events requeued for delivery again, and its generation: a digest of its spec
-(:func:`spec_gen`), so a put that changes what delivery sends with (its URL, tenant, a secret)
+dead events requeued for delivery again. Its generation is derived, never stored: a digest of
+its spec (:func:`spec_gen`), so a put that changes what delivery sends with (its URL, tenant, a secret)
 changes it and one that changes nothing does not (delivery abandons a batch read with an older
 spec; ``sink_progress`` of an older one is ignored). A function of the spec alone, it is the same
 on a replica that replayed the put and on one that loaded a dump (of any version) after it.
@@ -195,12 +195,11 @@ def apply_put_sink(s: SchedulerState, cmd: Command, now: int) -> Result:
     if old is None:
         if len(s.sinks) >= limits.sinks_max:
             raise LimitExceeded(f"the cluster holds {limits.sinks_max} sinks, its limit", field="name")
-        s.sinks[name] = {"spec": spec, "cursor": s.outbox.seq, "dead": [], "redo": [], "gen": spec_gen(spec)}
+        s.sinks[name] = {"spec": spec, "cursor": s.outbox.seq, "dead": [], "redo": []}
     else:
         if spec.get("tenant") != old["spec"].get("tenant"):
             old.update(cursor=s.outbox.seq, dead=[], redo=[])
         old["spec"] = spec
-        old["gen"] = spec_gen(spec)
     return ok(sink=name, created=old is None)
 
 
@@ -233,7 +232,6 @@ def apply_sink_reseal(s: SchedulerState, cmd: Command, now: int) -> Result:
             continue
         # (a new spec, never the stored one changed in place: a read may hold it)
         sk["spec"] = dict(sk["spec"], secrets={**expect, **vals})
-        sk["gen"] = spec_gen(sk["spec"])
         resealed += 1
     return ok(resealed=resealed, stale=stale)
 
@@ -273,7 +271,7 @@ def apply_sink_progress(s: SchedulerState, cmd: Command, now: int) -> Result:
     moved = 0
     for it in items:
         sk = s.sinks.get(it["sink"])
-        if sk is None or ("gen" in it and it["gen"] != sk["gen"]):
+        if sk is None or ("gen" in it and it["gen"] != spec_gen(sk["spec"])):
             continue
         if it["cursor"] > sk["cursor"]:
             sk["cursor"] = min(it["cursor"], s.outbox.seq)
@@ -358,7 +356,7 @@ def _dec_pairs(data: list[Any]) -> dict[str, Any]:
 def _dec_sinks(data: list[Any]) -> dict[str, Any]:
     out = _dec_pairs(data)
     for sk in out.values():
-        sk["gen"] = spec_gen(sk["spec"])  # (whatever a dump holds, of any version: the spec's)
+        sk.pop("gen", None)  # (a dump of a version that stored it: it is the spec's, computed when read)
     return out
 
 
@@ -401,7 +399,7 @@ def sink_dead(s: SchedulerState, name: str, limit: int) -> list[Record] | None:
 def sink_gen(s: SchedulerState, name: str) -> int | None:
     """Sink ``name``'s generation (changed by every put), or None: no such sink."""
     sk = s.sinks.get(name)
-    return None if sk is None else sk["gen"]
+    return None if sk is None else spec_gen(sk["spec"])
 
 
 def sink_batch(s: SchedulerState, name: str, n: int) -> Record | None:
@@ -413,7 +411,7 @@ def sink_batch(s: SchedulerState, name: str, n: int) -> Record | None:
         return None
     redo = [dict(ev) for ev in sk["redo"][:n]]
     evs, upto = events_pending(s.outbox, sk["cursor"], name, n)
-    return {"spec": sk["spec"], "gen": sk["gen"], "redo": redo, "events": [dict(ev) for ev in evs],
+    return {"spec": sk["spec"], "gen": spec_gen(sk["spec"]), "redo": redo, "events": [dict(ev) for ev in evs],
             "upto": upto, "cursor": sk["cursor"], "first": s.outbox.first_seq()}
 
 
