@@ -421,6 +421,26 @@ def test_a_sink_url_delivery_could_not_parse_is_refused_at_put_naming_the_field(
     run(t)
 
 
+def test_a_user_or_password_in_a_sink_url_shown_to_readers_is_refused_naming_the_field():
+    """A webhook's ``url`` and every sink's ``link`` are read back as they are by anyone who may
+    read the sink: credentials in them would be shown to all. Only ``secrets.url`` (sealed, read
+    redacted) may carry them."""
+    async def t(env, c):
+        for body, field in ((dict(HOOK, url="https://bob:hunter2@hooks.example.com/x"), "url"),
+                            (dict(HOOK, url="https://bob@hooks.example.com/x"), "url"),
+                            (dict(HOOK, link="https://bob:hunter2@ui.example.com"), "link")):
+            s, b = await call(c, "PUT", "/v1/sinks/s", BOOT, body)
+            assert s == 422 and b["error"]["field"] == field, (body, b)
+            assert "hunter2" not in json.dumps(b), "the message never shows the value"
+        assert env.state.sinks == {}, "nothing was stored"
+        s, b = await call(c, "PUT", "/v1/sinks/chat", BOOT, {
+            "type": "slack", "secrets": {"url": f"https://bob:hunter2@hooks.example.com/services/{SLACK_SECRET}"}})
+        assert s in (200, 201), b
+        s, b = await call(c, "GET", "/v1/sinks/chat", BOOT)
+        assert s == 200 and "hunter2" not in json.dumps(b), b
+    run(t)
+
+
 async def _slack_sink_told_of_a_trigger(env, c, url: str, attempts: int) -> None:
     """A slack sink ``chat`` of secret ``url`` (sealed as the API seals it, but put as a command:
     the API would refuse a URL delivery cannot parse), and job j's trigger routed to it."""

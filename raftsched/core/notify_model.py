@@ -128,11 +128,12 @@ _URL_REFUSED_RE = re.compile(r"[\s\x00-\x1f\x7f\\]")
 _NUMERIC_HOST_RE = re.compile(r"[0-9.]+")
 
 
-def _url(v: object, field: str) -> str:
+def _url(v: object, field: str, secret: bool = False) -> str:
     """An http(s) URL that delivery (aiohttp, yarl) will take as it is: one yarl parses, with a
     host, a port from 1 to 65535 in ASCII digits, an IPv4 host in its canonical form, each label
     of a name 1-63 characters. (Else delivery's error would be the URL's own: aiohttp's
-    InvalidUrlClientError names it.) Messages never show the value: ``secrets.url`` is a secret."""
+    InvalidUrlClientError names it.) Messages never show the value: ``secrets.url`` is a secret.
+    Only a ``secret`` URL (stored sealed, read redacted) may carry a user or password."""
     if not isinstance(v, str) or len(v) > 2048:
         raise InvalidSpec("must be an http or https URL", field=field)
     if _URL_REFUSED_RE.search(v):
@@ -146,6 +147,11 @@ def _url(v: object, field: str) -> str:
                           field=field) from None
     if u.scheme not in ("http", "https") or not host:
         raise InvalidSpec("must be an http or https URL", field=field)
+    if "@" in u.netloc and not secret:
+        # Every reader of the sink (GET, the dashboard, a limited token of its tenant) sees this
+        # field as it is: a user or password in it would be shown to all of them.
+        raise InvalidSpec("must not carry a user or password (user:password@host): this field is "
+                          "shown to every reader of the sink", field=field)
     try:
         parsed = URL(v)  # (as delivery's aiohttp parses it)
     except Exception:  # ValueError; and yarl 1.25 raises IndexError for some, e.g. "https://[::1]@"
@@ -254,7 +260,7 @@ def validate_sink(name: object, raw: object) -> dict[str, Any]:
         if k not in secrets:
             raise InvalidSpec(f"is required for a {typ} sink", field=f"secrets.{k}")
     if typ == "slack" and not secrets["url"].startswith("***:"):
-        _url(secrets["url"], "secrets.url")
+        _url(secrets["url"], "secrets.url", secret=True)
     if secrets:
         spec["secrets"] = dict(secrets)
     return spec
