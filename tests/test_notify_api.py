@@ -273,6 +273,42 @@ def test_a_sink_moved_to_another_tenant_is_sent_none_of_the_old_tenants_events()
     run(t)
 
 
+def test_the_counters_of_a_deleted_sink_are_dropped_and_refused_attempts_are_exported():
+    """A cluster that makes and deletes sinks under new names must not grow the leader's counters
+    (and /metrics' series) for good; refused attempts, retried ones included, are a series."""
+    names = ["kept"]
+
+    class Raft:
+        def read(self, fn, *a):
+            return list(names) if fn.__name__ == "sink_names" else None  # (no batch: loops end)
+    n = Notifier(raft=Raft(), clock=type("C", (), {"now_ms": staticmethod(lambda: 1)})(), keyring=None)
+    for sink in ("kept", "gone"):
+        n.delivered[(sink, "run.dead")] += 1
+        n.dead[(sink, "run.dead")] += 1
+        n.attempts_failed[sink] += 2
+        n.lost[sink] += 3
+        n._lost_at[sink] = 4
+
+    async def look():
+        tasks: dict = {}
+        await n._supervise(tasks)
+        await asyncio.gather(*tasks.values())
+    asyncio.run(look())
+    assert set(n.delivered) == set(n.dead) == {("kept", "run.dead")}
+    assert set(n.attempts_failed) == set(n.lost) == set(n._lost_at) == {"kept"}
+    names.clear()
+    n.raft = type("R", (), {"read": staticmethod(lambda fn, *a: list(names) if fn.__name__ == "sink_names"
+                                                  else {"seq": 0, "held": {}} if fn.__name__ == "outbox_counts"
+                                                  else [])})()
+    n.attempts_failed["kept"] += 2
+    reg = CollectorRegistry()
+    reg.register(n.collector())
+    assert 'raftsched_event_attempts_failed_total{sink="kept"} 4.0' in generate_latest(reg).decode()
+    asyncio.run(look())
+    assert not (n.delivered or n.dead or n.attempts_failed or n.lost or n._lost_at)
+    assert 'sink="kept"' not in generate_latest(reg).decode()
+
+
 def test_delivery_skips_an_event_of_a_tenant_the_sink_is_not_limited_to():
     """A batch read (or a requeued event kept) from before a sink's tenant changed is not sent."""
     sent = []

@@ -390,6 +390,7 @@ class Notifier:
                     log.error("notify: sink %s's delivery failed: %r", name, t.exception())
         for name in names - set(tasks):
             tasks[name] = asyncio.ensure_future(self._sink_loop(name))
+        self._forget_deleted(names)
         now = self.clock.now_ms()
         if names and now - self._unplaceable_checked_ms >= UNPLACEABLE_CHECK_S * 1000:
             self._unplaceable_checked_ms = now
@@ -398,6 +399,19 @@ class Notifier:
             late = await off_loop(self._unplaceable_overdue, now)
             if late:
                 await self.proposer.propose(commands.note_unplaceable(now, runs=late))
+
+    def _forget_deleted(self, names: set[str]) -> None:
+        """Drop the counters of sinks no longer in the state: else a cluster that makes and
+        deletes sinks under new names grows them (and /metrics' series) for good. A sink put again
+        under the same name starts its counters from 0, as counters do after a restart."""
+        for c in (self.delivered, self.dead):
+            for key in [k for k in c if k[0] not in names]:
+                del c[key]
+        for c in (self.attempts_failed, self.lost):
+            for key in [k for k in c if k not in names]:
+                del c[key]
+        for key in [k for k in self._lost_at if k not in names]:
+            del self._lost_at[key]
 
     def _unplaceable_overdue(self, now: int) -> list[str]:
         """``notify_queries.unplaceable_overdue`` with the replica's lock held for the heaps' copy
@@ -683,6 +697,11 @@ class _Collector:
             for (sink, kind), v in sorted(dict(c).items()):  # a copy first: scrapes run in a thread
                 fam.add_metric([sink, kind], v)
             yield fam
+        failed = CounterMetricFamily("raftsched_event_attempts_failed", "delivery attempts a sink refused or "
+                                     "that failed, retried ones included (this node, while leading)", labels=["sink"])
+        for sink, v in sorted(dict(n.attempts_failed).items()):
+            failed.add_metric([sink], v)
+        yield failed
         lost = CounterMetricFamily("raftsched_events_lost", "events the outbox gave up before a sink was sent them "
                                    "(at most: not all of them were for it), seen by this node", labels=["sink"])
         for sink, v in sorted(dict(n.lost).items()):
