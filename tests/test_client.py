@@ -567,6 +567,35 @@ def test_connecting_gives_every_address_only_what_is_left_of_the_attempt(monkeyp
     assert tried == [(("10.0.0.1", 80), 1.0)] and now[0] == 101.0, tried
 
 
+def test_a_name_the_resolver_never_answers_is_bounded_by_the_attempt(monkeypatch):
+    """The blocking client's timeout bounds the whole attempt, name resolution included: a resolver
+    that hangs (a dead DNS server) gives the attempt up when its time is spent, not when the
+    resolver's own timeouts end."""
+    import threading as threading_module
+
+    from raftsched.client import blocking
+    from raftsched.client.core import NotSentError
+
+    release = threading_module.Event()
+    asked = []
+
+    def hanging(host, *a, **k):
+        asked.append(host)
+        release.wait(30)
+        raise OSError("released")
+    monkeypatch.setattr(blocking.socket, "getaddrinfo", hanging)
+    try:
+        with pytest.raises(TimeoutError):
+            blocking._connect_by(time.monotonic() + 0.2)(("nodes.example", 80))
+        assert not release.is_set() and asked == ["nodes.example"], "it returned while the resolver still hung"
+        c = blocking.Client(["http://nodes.example:8701"], timeout_s=0.2)
+        with pytest.raises(NotSentError):
+            c._once(c._nodes[0], "GET", "/v1/status", None, {}, 0.2)
+        assert not release.is_set()
+    finally:
+        release.set()
+
+
 def test_an_address_whose_socket_cannot_be_made_passes_to_the_next(monkeypatch):
     """A host with IPv6 off: localhost's ::1 cannot even have a socket; 127.0.0.1 is tried."""
     import socket as socket_module

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import http.client
 import io
+import ipaddress
 import socket
 import ssl
 import threading
@@ -61,15 +62,43 @@ def _time_left(deadline: float) -> float:
     return left
 
 
+def _resolve_by(host: str, port: int, deadline: float) -> list:
+    """``getaddrinfo`` bounded by the attempt: a name is resolved in a daemon thread of its own,
+    waited for only until ``deadline`` (the C resolver cannot be interrupted; a thread left behind
+    ends with the resolver's own timeouts, and never holds the process at exit). An address
+    literal is resolved here, at once."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+    got: list = []
+
+    def resolve() -> None:
+        try:
+            got.append(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM))
+        except BaseException as e:  # (handed to the caller)
+            got.append(e)
+    t = threading.Thread(target=resolve, name="raftsched-resolve", daemon=True)
+    t.start()
+    t.join(_time_left(deadline))
+    if not got:
+        raise _AttemptTimeout(f"resolving {host} outlasted the attempt's timeout")
+    if isinstance(got[0], BaseException):
+        raise got[0]
+    return got[0]
+
+
 def _connect_by(deadline: float) -> Callable[..., socket.socket]:
-    """A ``create_connection`` for an ``HTTPConnection`` that gives each address it tries only
-    what is left of the attempt (``socket.create_connection`` gives each one the whole timeout),
-    and leaves the socket with that left for what follows (a TLS handshake). Name resolution
-    itself is the resolver's to bound."""
+    """A ``create_connection`` for an ``HTTPConnection`` that gives the name's resolution, then
+    each address it tries, only what is left of the attempt (``socket.create_connection`` waits
+    on the resolver unbounded and gives each address the whole timeout), and leaves the socket
+    with that left for what follows (a TLS handshake)."""
     def connect(address: tuple[str, int], timeout: Any = None, source_address: Any = None) -> socket.socket:
         host, port = address
         err: OSError | None = None
-        for family, kind, proto, _, addr in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+        for family, kind, proto, _, addr in _resolve_by(host, port, deadline):
             sock = None
             try:
                 sock = socket.socket(family, kind, proto)  # (IPv6 off on this host: the next address)
@@ -125,7 +154,7 @@ class Client(Transport):
     :param urls: one base URL (``http://127.0.0.1:8701``) or a list of them, one per node.
     :param token: the API bearer token, sent with every request (every request but
         ``/healthz`` needs one; docs/security.md).
-    :param timeout_s: the longest one HTTP attempt may take, from connecting to the last byte of
+    :param timeout_s: the longest one HTTP attempt may take, from resolving the name to the last byte of
         the answer. Keep it above the node's propose timeout (5 s) so a write that waits for a new
         leader is not cut short.
     :param deadline_s: how long one logical call keeps retrying (other nodes, 503, 504) before it
