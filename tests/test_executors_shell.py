@@ -209,3 +209,33 @@ def test_no_pipe_or_fd_leaks_across_runs():
         await execute({"type": "shell", "argv": ["/nonexistent/x"]}, ctx(), 10)
         assert fds() == before
     run(t())
+
+
+def test_stdin_data_reaches_the_run_whole_and_a_pipe_too_small_for_it_fails_the_run(tmp_path, monkeypatch):
+    """run_shell's ``stdin_data`` (what an SDK child gets its secrets on): the run reads it whole
+    on its stdin; a pipe the kernel gave less room than the data (a user over
+    pipe-user-pages-soft gets one page) fails the run saying so, starts nothing, and leaves no
+    descriptor open."""
+    import fcntl
+
+    from raftsched.worker.executors import shell
+
+    data = b"s" * 50_000
+    got = tmp_path / "got"
+    argv = [PY, "-c", f"import sys; open({str(got)!r}, 'wb').write(sys.stdin.buffer.read())"]
+    ok, error, _ = run(shell.run_shell({"argv": argv}, ctx(), 10, None, 1.0, stdin_data=data))
+    assert ok and error is None and got.read_bytes() == data
+
+    real_pipe = os.pipe
+
+    def one_page_pipe():
+        r, w = real_pipe()
+        fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 4096)
+        return r, w
+    monkeypatch.setattr(shell.os, "pipe", one_page_pipe)
+    got.unlink()
+    fds = set(os.listdir("/proc/self/fd"))
+    ok, error, out = run(shell.run_shell({"argv": argv}, ctx(), 10, None, 1.0, stdin_data=data))
+    assert not ok and "cannot hand the run its input" in error and "of 50000 bytes" in error, error
+    assert not got.exists(), "the run was not started"
+    assert set(os.listdir("/proc/self/fd")) <= fds, "no descriptor left open"
