@@ -231,6 +231,55 @@ def test_a_sink_replaced_while_its_batch_is_retried_is_sent_it_with_the_new_spec
     run(t)
 
 
+def test_a_key_rotations_reseal_does_not_restart_a_batch_in_delivery(tmp_path):
+    """A re-seal changes the sealed bytes (so the sink's generation) but not one value delivery
+    sends with: the batch under way goes on, and an event it had delivered is not sent again.
+    A change of a value in clear still restarts it (the test above)."""
+    from raftsched import sealing
+    from raftsched.node.notify import _place
+
+    async def t(env, c):
+        statuses = [200, 500]  # the first event accepted, the second refused once, then 200
+        got: list[bytes] = []
+
+        async def hook(request: web.Request) -> web.Response:
+            got.append(await request.read())
+            return web.json_response({}, status=statuses.pop(0) if statuses else 200)
+        app = web.Application()
+        app.router.add_post("/{tail:.*}", hook)
+        sealing.new_key_file(str(tmp_path / "keys"), "k1")
+        ring = env.service.keyring = sealing.KeyRing.load(str(tmp_path / "keys"))
+        async with TestServer(app, host="127.0.0.1") as srv:
+            assert (await call(c, "PUT", "/v1/sinks/hook", BOOT, {
+                "type": "webhook", "url": f"http://127.0.0.1:{srv.port}/", "secrets": {"signing_key": "K"},
+                "retry": {"max_attempts": 3, "backoff_s": 1}}))[0] == 201
+            job = dict(SPEC, notify=[{"sink": "hook", "on": ["job.triggered"]}])
+            assert (await call(c, "PUT", "/v1/jobs/j", BOOT, job))[0] == 201
+            for _ in range(2):
+                assert (await call(c, "POST", "/v1/jobs/j/trigger", BOOT))[0] == 201
+            n = Notifier(env.raft, env.clock, ring)
+            task = asyncio.ensure_future(n.run_while_leading())
+            try:
+                await _until(lambda: len(got) == 2, "the first event, and the second's refused attempt")
+                stored = env.state.sinks["hook"]["spec"]["secrets"]
+                sealing.new_key_file(str(tmp_path / "keys"), "k2")
+                ring.reload()
+                fp = sealing.fingerprint_of(stored["signing_key"])
+                resealed = ring.seal("k2", "K", fp, _place("hook", "signing_key"))
+                assert resealed != stored["signing_key"]
+                r = await env.service.propose(commands.sink_reseal(
+                    env.clock.now_ms(), None, items=[["hook", dict(stored), {"signing_key": resealed}]]))
+                assert r["resealed"] == 1, r
+                await _until(lambda: env.state.sinks["hook"]["cursor"] == env.state.outbox.seq, "the cursor")
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            seqs = [json.loads(b)["event_id"] for b in got]
+            assert len(seqs) == 3 and seqs[1] == seqs[2] and seqs[0] != seqs[1], seqs
+            assert env.state.sinks["hook"]["dead"] == []
+    run(t)
+
+
 def test_a_sink_moved_to_another_tenant_is_sent_none_of_the_old_tenants_events():
     async def t(env, c):
         from raftsched.core.bodies import validate_policy

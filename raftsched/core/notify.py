@@ -171,7 +171,8 @@ def _canonical(v: Any) -> Any:
 
 def spec_gen(spec: dict[str, Any]) -> int:
     """A sink's generation: 63 bits of a digest of its spec, keys in order (secrets as sealed:
-    a rotation's re-seal changes it, and a batch in flight is sent again once)."""
+    a rotation's re-seal changes it; the delivering node, which can open both, then goes on
+    with its batch under the new generation: node/notify.py, ``Notifier._replaced``)."""
     digest = hashlib.blake2b(msgpack.packb(_canonical(spec), use_bin_type=True), digest_size=8).digest()
     return int.from_bytes(digest, "big") >> 1
 

@@ -452,7 +452,9 @@ class Notifier:
             n_redo = len(batch["redo"])
             # A PUT that replaces the sink (its URL, key, tenant) while this batch is delivered:
             # the batch is abandoned, the cursor where it was, and read again with the new spec.
-            replaced = functools.partial(self._replaced, name, gen)
+            # (A spec that differs only in how its secrets are sealed moves ``held`` instead.)
+            held = [gen]
+            replaced = functools.partial(self._replaced, name, spec, secrets, held)
             try:
                 for i, ev in enumerate(batch["redo"] + batch["events"]):
                     if i < n_redo:
@@ -467,11 +469,26 @@ class Notifier:
                 continue
             for d in dead:
                 self.dead[(name, d["event"]["kind"])] += 1
-            await self._commit(name, batch["upto"], done_redo, dead, batch["cursor"], gen)
+            await self._commit(name, batch["upto"], done_redo, dead, batch["cursor"], held[0])
 
-    def _replaced(self, name: str, gen: int) -> bool:
-        """Whether sink ``name`` is no longer generation ``gen`` (replaced, or gone)."""
-        return self.raft.read(core_notify.sink_gen, name) != gen
+    def _replaced(self, name: str, spec: dict, secrets, held: list[int]) -> bool:
+        """Whether sink ``name`` is no longer generation ``held[0]`` (replaced, or gone). A new
+        generation whose spec is ``spec`` but for its secrets' sealed bytes, which open to the
+        same ``secrets`` (a key rotation's re-seal; a PUT of the same values sealed under the
+        newer key), is not a replace: ``held[0]`` becomes it, and the batch goes on (its
+        progress then names it, which apply takes)."""
+        gen = self.raft.read(core_notify.sink_gen, name)
+        if gen == held[0]:
+            return False
+        record = self.raft.read(core_notify.sink_record, name)
+        if gen is None or record is None or isinstance(secrets, str):
+            return True
+        new = record["spec"]
+        if {k: v for k, v in new.items() if k != "secrets"} != {k: v for k, v in spec.items() if k != "secrets"} \
+                or self._secrets(name, new) != secrets:
+            return True
+        held[0] = core_notify.spec_gen(new)  # (the spec read: gen above may be older by a put since)
+        return False
 
     async def _commit(self, name: str, upto: int, redo: list[int], dead: list[dict], before: int = 0,
                       gen: int | None = None) -> None:
