@@ -550,3 +550,40 @@ def test_a_forked_child_does_not_keep_a_shadow_lock_another_thread_holds(tmp_pat
         os.write(w, b"x")
         os.close(w)
         os.waitpid(pid, 0)
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "garbage"])
+def test_a_node_whose_dump_cannot_be_loaded_stops_instead_of_serving_nothing(tmp_path, monkeypatch, damage):
+    """pysyncobj's loader logs a dump it cannot read and goes on: the node kept an empty state
+    that its journal (trimmed to the dump) could never rebuild, while it voted, acknowledged
+    entries and could lead (then nothing committed). It stops with its own status instead;
+    the other members go on."""
+    exits: list[int] = []
+    monkeypatch.setattr(_storage.os, "_exit", exits.append)  # (the node thread goes on: recorded only)
+    monkeypatch.setattr(_storage.logging, "shutdown", lambda: None)
+
+    async def main():
+        c = Cluster(tmp_path, conf_overrides=COMPACT)
+        try:
+            c.start_all()
+            leader = await c.agreed_leader()
+            for _ in range(30):
+                await c.nodes[leader].propose(incr("r"))
+            await wait_until(lambda: all(os.path.exists(os.path.join(d, "raft.dump")) for d in c.dirs.values()),
+                             10, "a dump on every node")
+            victim = next(a for a in c.addrs if a != leader)
+            c.stop(victim)
+            path = os.path.join(c.dirs[victim], "raft.dump")
+            with open(path, "rb") as f:
+                whole = f.read()
+            with open(path, "wb") as f:
+                f.write({"empty": b"", "truncated": whole[:len(whole) // 2], "garbage": os.urandom(len(whole))}[damage])
+            c.start(victim)
+            await wait_until(lambda: exits, 10, "the victim to stop")
+            assert exits == [_storage.EXIT_DUMP_UNREADABLE]
+            c.stop(victim)  # (what the exit does)
+            ldr = await c.agreed_leader(20)
+            assert (await c.nodes[ldr].propose(incr("r")))["value"] == 31
+        finally:
+            c.close()
+    asyncio.run(main())

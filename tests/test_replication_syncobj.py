@@ -82,7 +82,7 @@ def test_loading_a_dump_restarts_a_followers_election_timeout(lone_follower, mon
     """A restore blocks the tick thread for seconds at 1M jobs; a follower that installed the
     leader's snapshot must not find its deadline long past and depose that leader."""
     sync, _, _ = lone_follower
-    monkeypatch.setattr(_SyncObj, "_load_dump", lambda self, clear: None)
+    monkeypatch.setattr(_SyncObj, "_load_dump", lambda self, clear: setattr(self, "_dump_load_done", True))
     conf = make_conf(autoTick=False, password=SECRET)
     sync._SyncObj__raftElectionDeadline = monotonic() - 5  # as after a long restore
     sync._SyncObj__loadDumpFile(True)

@@ -163,8 +163,9 @@ class _StateConsumer(SyncObjConsumer):
 
     def _deserialize(self, data) -> None:
         # A full dump loaded at start-up, or a snapshot installed from the leader. pysyncobj
-        # catches and logs an exception here and leaves the node unable to apply further: a
-        # fail-stop, which beats applying entries to a half-restored state.
+        # catches and logs an exception here; the loader's override (_syncobj.py) then stops
+        # the node (exit 76), which beats applying entries to a half-restored state, or voting
+        # with none.
         if not isinstance(data, dict) or data.get("format") != _DUMP_FORMAT \
                 or not isinstance(data.get("state"), (bytes, bytearray)):
             logger.critical("replication.dump_unreadable type=%s", type(data).__name__)

@@ -36,6 +36,8 @@ logger = logging.getLogger("raftsched.replication")  # one logger for the packag
 #: stops rather than carry on past a failed fsync: Linux may have dropped the pages it could not
 #: write, and a later fsync would report success for what is no longer there).
 EXIT_SYNC_FAILED = 75
+#: The exit status of a node whose dump (or a snapshot the leader sent) cannot be loaded.
+EXIT_DUMP_UNREADABLE = 76
 
 
 def stop_on_failed_write(what: str) -> None:
@@ -45,6 +47,18 @@ def stop_on_failed_write(what: str) -> None:
                     "make durable may be lost)", what, exc_info=True)
     logging.shutdown()
     os._exit(EXIT_SYNC_FAILED)
+
+
+def stop_on_unreadable_dump(what: str) -> None:
+    """Stop the process at once: ``what`` (the node's dump, or a snapshot from the leader) did not
+    load (pysyncobj logged why just before). Its journal holds only what follows the dump, so
+    this node cannot rebuild its state; it must not vote or acknowledge entries without one.
+    The member is replaced on an empty data directory (docs/operations.md, "When a node cannot
+    load its dump")."""
+    logger.critical("replication.dump_unreadable: stopping the node (%s could not be loaded: see the "
+                    "error above; this member must be replaced on an empty data directory)", what)
+    logging.shutdown()
+    os._exit(EXIT_DUMP_UNREADABLE)
 
 
 class _FastGzip:

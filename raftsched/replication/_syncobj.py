@@ -19,6 +19,7 @@ from . import _progress
 from ._clockguard import FIELD as _CLOCK_FIELD, ClockGuard
 from ._membership import ANSWER_MESSAGE, CONFIG_ENTRY, REFUSED_COMMAND, REQUEST_MESSAGE, MembershipMixin
 from ._progress import _Progress
+from ._storage import stop_on_unreadable_dump
 
 if TYPE_CHECKING:
     from ._crypto import _AeadEncryptor
@@ -453,9 +454,21 @@ class _SyncObj(MembershipMixin, SyncObj):
         SyncObj._SyncObj__deleteEntriesFrom(self, fromIDx)
         self._members_truncated(fromIDx)  # a configuration goes with its entry
 
+    def _SyncObj__onSetCodeVersion(self, newVersion):
+        SyncObj._SyncObj__onSetCodeVersion(self, newVersion)
+        # pysyncobj's dump loader ends with this call: reached, the load went through whole.
+        self._dump_load_done = True
+
     def _SyncObj__loadDumpFile(self, clearJournal):
+        # pysyncobj's loader catches every exception, logs it and goes on. A node whose dump
+        # did not load would keep an empty (or half-restored) state while its journal, trimmed
+        # to the dump, can never bring it back: it still voted, acknowledged entries and could
+        # win an election, after which nothing committed. It stops instead (_storage).
+        self._dump_load_done = False
         try:
             loaded = self._load_dump(clearJournal)
+            if not self._dump_load_done:
+                stop_on_unreadable_dump("a snapshot sent by the leader" if clearJournal else "raft.dump")
             # The dump's configuration, then the log's after it (not pysyncobj's issue 133).
             self._members_dump_index = self._SyncObj__raftLastApplied
             self._members_rebuild()
@@ -668,7 +681,7 @@ def _keep_journal_after_dump(sync: SyncObj, data) -> None:
 # (The private attributes they read are exercised by tests/test_replication_syncobj.py.)
 _OVERRIDDEN = ("_SyncObj__applyLogEntries", "_SyncObj__onMessageReceived", "_SyncObj__doApplyCommand",
                "_SyncObj__deleteEntriesFrom", "_SyncObj__deleteEntriesTo",
-               "_SyncObj__loadDumpFile", "_SyncObj__generateRaftTimeout",
+               "_SyncObj__loadDumpFile", "_SyncObj__onSetCodeVersion", "_SyncObj__generateRaftTimeout",
                "_SyncObj__sendNextNodeIdx", "_SyncObj__onBecomeLeader",
                "_SyncObj__sendAppendEntries", "_SyncObj__getPrevLogIndexTerm",
                "_SyncObj__getEntries", "_SyncObj__getCurrentLogIndex",
