@@ -401,3 +401,37 @@ def test_a_deadline_sweep_cancelled_in_flight_puts_its_slots_back():
     trig.proposer.propose = real
     assert asyncio.run(trig.judge_deadlines(clock.now_ms())) == 1
     assert st.deadlines.slots[f"d@{slot}"]["state"] == "missed"
+
+
+def test_a_leadership_lost_and_won_again_within_a_tick_starts_a_new_term():
+    """Two elections while a tick awaited leave ``is_leader`` true throughout: the term led is
+    still a new one, and must start with its own barrier and takeover, and lease observations
+    afresh (I15), not go on with the old term's."""
+    st, raft, clock, trig = setup(pol="skip", grace_s=1)
+
+    async def lead():
+        raft.leader = True
+        trig.on_role_change(True)
+        task = asyncio.create_task(trig._lead())
+        for _ in range(200):
+            await asyncio.sleep(0)  # ok-sleep: yields to the task under test, bounded by the loop
+            if st.leader is not None:
+                break
+        assert st.leader is not None, "took over"
+        trig._lease_seen[("a-run", 0)] = 1.0  # an observation of this term's
+        takeovers = sum(1 for d in raft.proposed if commands.decode(d)["op"] == "takeover")
+        trig.on_role_change(False)  # lost and won again, while is_leader() stayed true
+        trig.on_role_change(True)
+        await asyncio.wait_for(task, 5)  # the term it led is over
+        assert trig.raft.is_leader()
+        task = asyncio.create_task(trig._lead())  # what run() does next
+        for _ in range(200):
+            await asyncio.sleep(0)  # ok-sleep: yields to the task under test, bounded by the loop
+            if sum(1 for d in raft.proposed if commands.decode(d)["op"] == "takeover") > takeovers:
+                break
+        assert sum(1 for d in raft.proposed if commands.decode(d)["op"] == "takeover") == takeovers + 1
+        assert trig._lease_seen == {}, "the new term observes leases afresh"
+        raft.leader = False
+        await asyncio.wait_for(task, 5)
+
+    asyncio.run(lead())

@@ -59,6 +59,8 @@ class Trigger:
         #: how far ahead of their slots jobs that may fire ahead are committed (docs/design.md)
         self.fire_ahead_ms = limits.fire_ahead_ms
         self._leader_event = asyncio.Event()
+        #: leaderships lost, as delivered: a term led is this value from its start to its end
+        self._losses = 0
         self.fires_proposed = 0
         self.slots_fired = 0
         self.last_fire_error: str | None = None
@@ -138,6 +140,7 @@ class Trigger:
         if is_leader:
             self._leader_event.set()
         else:
+            self._losses += 1
             self._leader_event.clear()
 
     async def run(self) -> None:
@@ -160,6 +163,10 @@ class Trigger:
 
     async def _lead(self) -> None:
         log.info("trigger: became leader; barrier then takeover")
+        # A leadership lost and won again while a tick awaited (two elections inside one tick)
+        # is a new term: it ends this one, so that the next starts with its barrier, takeover
+        # and fresh lease observations (I15), not with this term's.
+        losses = self._losses
         await self.raft.barrier(timeout_s=node_limits.propose_timeout_s_default)
         # seen: how far the state's time got before this term (cluster.no_leader reports the gap)
         seen = self.raft.read(queries.state_time)
@@ -169,7 +176,7 @@ class Trigger:
         log.info("trigger: leading; %d jobs", self.raft.read(queries.counts)["jobs"])
         beside = [asyncio.ensure_future(task()) for task in self.leader_tasks]
         try:
-            while self.raft.is_leader():
+            while self.raft.is_leader() and self._losses == losses:
                 if self.clock_holds():
                     await asyncio.sleep(self.interval_s)
                     continue
