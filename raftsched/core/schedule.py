@@ -419,7 +419,17 @@ def count_slots(schedule: Record, after_ms: int, until_ms: int, anchor_ms: int, 
 
 
 def last_slots_until(schedule: Record, after_ms: int, until_ms: int, anchor_ms: int, count: int) -> list[int]:
-    """The last ``count`` slots in (after_ms, until_ms], ascending."""
+    """The last ``count`` slots in (after_ms, until_ms], ascending.
+
+    Cron and one-shot (and jittered intervals): slots are stepped through forwards only (a
+    backward search would need its own copy of the DST rules, which _cron_next applies forward
+    only), from a start far enough back, and no probe steps through more than O(count) slots: a
+    window before ``until_ms`` widens x8 until it holds at least ``count`` slots; when it holds
+    many more (slots bunched at its far end: ``* * * * 1 *``, every second of January, looked at
+    from February), its start is bisected between it and the previous window until the slots
+    after it number between ``count`` and a few times ``count``."""
+    if count <= 0:
+        return []
     if "every_s" in schedule and not schedule.get("jitter_ms"):
         every = schedule["every_s"] * 1000
         first = next_slot_after(schedule, after_ms, anchor_ms)
@@ -428,16 +438,35 @@ def last_slots_until(schedule: Record, after_ms: int, until_ms: int, anchor_ms: 
         last = anchor_ms + ((until_ms - anchor_ms) // every) * every
         start = max(first, last - (count - 1) * every)
         return list(range(start, last + 1, every))
-    # Cron and one-shot: step forward from a point far enough back (a backward search would need
-    # its own copy of the DST rules, which _cron_next applies forward only).
-    out: list[int] = []
+    # A window x8 wider than one with fewer than ``count`` slots holds about 8 * count of them when
+    # slots are evenly spread: walked whole, as before. More, and the start is bisected instead,
+    # until the slots after it number between count and band (each probe walks at most band + 1).
+    grow_cap = 8 * count + 64
+    band = 2 * count + 64
+    fewer = until_ms  # a start with fewer than ``count`` slots after it (none: (until, until] is empty)
     window_ms = 60_000
     while True:
         lo = max(after_ms, until_ms - window_ms)
-        out = list(iter_slots(schedule, lo, until_ms, anchor_ms, 10**6))
-        if len(out) >= count or lo == after_ms:
-            return out[-count:] if count > 0 else []  # out[-0:] would be all of them
+        out = list(iter_slots(schedule, lo, until_ms, anchor_ms, grow_cap + 1))
+        if len(out) <= grow_cap and (len(out) >= count or lo == after_ms):
+            return out[-count:]
+        if len(out) > grow_cap:
+            break
+        fewer = lo
         window_ms *= 8
+    more = lo  # more than ``band`` slots after it
+    # Slots are instants: moving the start by 1 ms changes the slots after it by at most one, so
+    # some start in (more, fewer) has between count and band slots after it.
+    while fewer - more > 1:
+        mid = (more + fewer) // 2
+        out = list(iter_slots(schedule, mid, until_ms, anchor_ms, band + 1))
+        if len(out) < count:
+            fewer = mid
+        elif len(out) > band:
+            more = mid
+        else:
+            return out[-count:]
+    return list(iter_slots(schedule, fewer, until_ms, anchor_ms, count))  # (not reached: see above)
 
 
 def iso(ms: int | None) -> str | None:
