@@ -57,3 +57,37 @@ def test_resume_of_a_job_created_but_not_yet_applied_here_is_not_a_404():
         lag.commit_later(data)
     out = asyncio.run(Service(lag, clock, "n2").resume_job("j", None))
     assert out["paused"] is False
+
+
+def test_preview_and_explain_compute_slots_off_the_event_loop(monkeypatch):
+    # A schedule's slots can take a while to compute; a read-scope request must not hold the
+    # node's event loop (the trigger, the API, lease renewals) meanwhile.
+    import threading
+
+    from raftsched.core import preview
+
+    threads: list[str] = []
+    real_preview, real_explain = preview.preview, preview.explain
+
+    def spy(real):
+        def wrapped(*args):
+            threads.append(threading.current_thread().name)
+            return real(*args)
+        return wrapped
+
+    monkeypatch.setattr(preview, "preview", spy(real_preview))
+    monkeypatch.setattr(preview, "explain", spy(real_explain))
+    raw = {"schedule": {"cron": "*/5 * * * *"}, "executor": {"type": "shell", "argv": ["true"]},
+           "misfire": {"policy": "fire_once"}}
+    svc = Service(FakeRaft(SchedulerState()), FakeClock(), "n1")
+
+    async def main():
+        await svc.put_job("j", raw, None)
+        a = await svc.preview_job("j", 3, None)
+        b = await svc.preview_spec(raw, 2)
+        c = await svc.explain_job("j", {"down_from": "2027-01-01T00:00:00Z", "down_to": "2027-01-01T01:00:00Z"})
+        return threading.current_thread().name, a, b, c
+
+    loop_thread, a, b, c = asyncio.run(main())
+    assert len(a["slots"]) == 3 and len(b["slots"]) == 2 and c["slots_due"] == 12
+    assert len(threads) == 3 and loop_thread not in threads

@@ -432,19 +432,19 @@ async def preview_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     count = int_param(request, "count", 10, 1, limits.preview_count_max)
     after_ms = time_param(request, "after")
-    return json_response(svc.preview_job(request.match_info["name"], count, after_ms))
+    return json_response(await svc.preview_job(request.match_info["name"], count, after_ms))
 
 
 async def preview_spec(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     count = int_param(request, "count", 10, 1, limits.preview_count_max)
-    return json_response(svc.preview_spec(await json_body(request), count))
+    return json_response(await svc.preview_spec(await json_body(request), count))
 
 
 async def explain_job(request: web.Request) -> web.Response:
     """Read-only (it proposes nothing): scope read."""
     svc = request.app[SERVICE]
-    return json_response(svc.explain_job(request.match_info["name"], await json_body(request), tenants_of(request)))
+    return json_response(await svc.explain_job(request.match_info["name"], await json_body(request), tenants_of(request)))
 
 
 async def ping_job(request: web.Request) -> web.Response:

@@ -34,6 +34,15 @@ def new_request_id() -> str:
     return uuid.uuid4().hex
 
 
+def _preview_spec(raw, count: int, now: int) -> dict:
+    """``POST /v1/preview``'s answer: the slots of a job made from ``raw`` at ``now`` (pure)."""
+    spec = model.validate_job("preview", raw, now)
+    if "schedule" not in spec:
+        return {"slots": [], "triggered_by": spec["after"]}
+    anchor, cursor = policy.initial_position(spec["schedule"], now)
+    return {"slots": preview.preview(spec, anchor, cursor, count)}
+
+
 class Service:
     """The proposer side of every write the API offers, and its reads of the local replica.
 
@@ -575,22 +584,22 @@ class Service:
             raise NotFound(f"no job named {name!r}", field="name")
         return job["spec"], job["anchor"]
 
-    def preview_job(self, name: str, count: int, after_ms: int | None) -> dict:
+    # Previews and explains compute slots (core.schedule), which a read-scope request should not do
+    # on the event loop: however a schedule's slots are spread, the loop keeps serving the API,
+    # the trigger and the lease renewals meanwhile. Like a backfill's slots (node/backfills.py),
+    # in the loop's default executor: the walks' one thread (node/walks.py) is for walks of the
+    # replica, which a burst of previews should not queue behind.
+    async def preview_job(self, name: str, count: int, after_ms: int | None) -> dict:
         spec, anchor = self._job_spec(name)
         if "schedule" not in spec:  # a triggered job: its parents' outcomes make its slots
             return {"job": name, "slots": [], "triggered_by": spec["after"]}
         after = self.clock.now_ms() if after_ms is None else after_ms
-        return {"job": name, "slots": preview.preview(spec, anchor, after, count)}
+        return {"job": name, "slots": await asyncio.to_thread(preview.preview, spec, anchor, after, count)}
 
-    def preview_spec(self, raw, count: int) -> dict:
-        now = self.clock.now_ms()
-        spec = model.validate_job("preview", raw, now)
-        if "schedule" not in spec:
-            return {"slots": [], "triggered_by": spec["after"]}
-        anchor, cursor = policy.initial_position(spec["schedule"], now)
-        return {"slots": preview.preview(spec, anchor, cursor, count)}
+    async def preview_spec(self, raw, count: int) -> dict:
+        return await asyncio.to_thread(_preview_spec, raw, count, self.clock.now_ms())
 
-    def explain_job(self, name: str, body, tenants: frozenset | None = None) -> dict:
+    async def explain_job(self, name: str, body, tenants: frozenset | None = None) -> dict:
         spec, anchor = self._job_spec(name)
         if not isinstance(body, dict):
             raise BadRequest("send {\"down_from\": ISO time, \"down_to\": ISO time} or {\"slot\": ISO time}")
@@ -610,7 +619,7 @@ class Service:
                    "summary": f"{name} runs after {', '.join(e['job'] for e in spec['after'])}: an outage "
                               "delays its parents' slots, and their outcomes decide its own"}
         else:
-            out = dict(job=name, **preview.explain(spec, anchor, lo, hi))
+            out = dict(job=name, **await asyncio.to_thread(preview.explain, spec, anchor, lo, hi))
         if "after" in spec:
             out["waiting"] = self.read(pipelines.pending, name, 20)
         return out
