@@ -15,7 +15,7 @@ from raftsched.replication import _durable, _storage
 from raftsched.replication._storage import COMPACT_SUFFIX, StoragePath, _DurableJournal, durable_replace
 from raftsched.replication.node import RaftNode
 from raftsched.replication.powerloss import ShadowDisk, power_cut
-from tests.replication_helpers import COMPACT, SECRET, Cluster, FakeState, incr, wait_until
+from tests.replication_helpers import COMPACT, SECRET, Cluster, FakeState, incr, propose_retrying, wait_until
 
 
 def entries(j) -> list[tuple]:
@@ -430,7 +430,7 @@ def _stops_instead_of_exiting(monkeypatch) -> type[BaseException]:
 
     def _exit(code):
         raise Stopped(code)
-    monkeypatch.setattr(_storage.os, "_exit", _exit)
+    monkeypatch.setattr(_storage, "_exit_process", _exit)
     monkeypatch.setattr(_storage.logging, "shutdown", lambda: None)
     return Stopped
 
@@ -559,7 +559,7 @@ def test_a_node_whose_dump_cannot_be_loaded_stops_instead_of_serving_nothing(tmp
     entries and could lead (then nothing committed). It stops with its own status instead;
     the other members go on."""
     exits: list[int] = []
-    monkeypatch.setattr(_storage.os, "_exit", exits.append)  # (the node thread goes on: recorded only)
+    monkeypatch.setattr(_storage, "_exit_process", exits.append)  # (the node thread goes on: recorded only)
     monkeypatch.setattr(_storage.logging, "shutdown", lambda: None)
 
     async def main():
@@ -584,6 +584,52 @@ def test_a_node_whose_dump_cannot_be_loaded_stops_instead_of_serving_nothing(tmp
             c.stop(victim)  # (what the exit does)
             ldr = await c.agreed_leader(20)
             assert (await c.nodes[ldr].propose(incr("r")))["value"] == 31
+        finally:
+            c.close()
+    asyncio.run(main())
+
+
+def test_a_node_whose_applied_entries_the_leaders_log_replaces_stops(tmp_path, monkeypatch):
+    """A member restored from an older copy of its data directory forgets entries it
+    acknowledged; a leader elected without them writes others in their place. The node that
+    applied the lost ones then holds a state the cluster's log does not: it stops (exit 77)
+    instead of answering and executing from it."""
+    exits: list[int] = []
+    monkeypatch.setattr(_storage, "_exit_process", exits.append)  # (the node thread goes on: recorded only)
+    monkeypatch.setattr(_storage.logging, "shutdown", lambda: None)
+
+    async def main():
+        c = Cluster(tmp_path)
+        try:
+            c.start_all()
+            # a leads throughout the first term, so the writes c forgets are of that term, and
+            # the leader b and c elect writes in a later one (a copy restored also takes back
+            # its term and vote: writes of the same term would not even look different).
+            a = await c.agreed_leader()
+            b, cc = (x for x in c.addrs if x != a)
+            for _ in range(5):
+                await c.nodes[a].propose(incr("r"))
+            await wait_until(lambda: all(c.nodes[x].read(FakeState.read).get("r") == 5 for x in c.addrs), 10, "5")
+            c.stop(cc)
+            shutil.copytree(c.dirs[cc], str(tmp_path / "copy"))
+            c.start(cc)
+            c.stop(b)
+            for _ in range(5):
+                await propose_retrying(c.nodes[a], incr("r"))
+            await wait_until(lambda: c.nodes[a].read(FakeState.read).get("r") == 10, 10, "a applied 10")
+            c.stop(cc)
+            shutil.rmtree(c.dirs[cc])
+            shutil.copytree(str(tmp_path / "copy"), c.dirs[cc])
+            c.stop(a)
+            c.start(b)
+            c.start(cc)
+            ldr = await c.agreed_leader(20)
+            assert ldr in (b, cc)
+            assert (await propose_retrying(c.nodes[ldr], incr("r")))["value"] == 6, "the lost writes are lost"
+            assert exits == []
+            c.start(a)
+            await wait_until(lambda: exits, 20, "a to stop")
+            assert exits[0] == _storage.EXIT_DIVERGED
         finally:
             c.close()
     asyncio.run(main())

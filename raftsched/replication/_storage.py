@@ -38,6 +38,11 @@ logger = logging.getLogger("raftsched.replication")  # one logger for the packag
 EXIT_SYNC_FAILED = 75
 #: The exit status of a node whose dump (or a snapshot the leader sent) cannot be loaded.
 EXIT_DUMP_UNREADABLE = 76
+#: The exit status of a node whose applied entries the leader's log replaces (its state diverged).
+EXIT_DIVERGED = 77
+#: How the stops below end the process (tests put a recorder here, never on ``os._exit`` itself,
+#: which the forked dump writer needs).
+_exit_process = os._exit
 
 
 def stop_on_failed_write(what: str) -> None:
@@ -46,7 +51,7 @@ def stop_on_failed_write(what: str) -> None:
     logger.critical("replication.journal_sync_failed: stopping the node (%s failed; what it was to "
                     "make durable may be lost)", what, exc_info=True)
     logging.shutdown()
-    os._exit(EXIT_SYNC_FAILED)
+    _exit_process(EXIT_SYNC_FAILED)
 
 
 def stop_on_unreadable_dump(what: str) -> None:
@@ -58,7 +63,19 @@ def stop_on_unreadable_dump(what: str) -> None:
     logger.critical("replication.dump_unreadable: stopping the node (%s could not be loaded: see the "
                     "error above; this member must be replaced on an empty data directory)", what)
     logging.shutdown()
-    os._exit(EXIT_DUMP_UNREADABLE)
+    _exit_process(EXIT_DUMP_UNREADABLE)
+
+
+def stop_on_diverged(from_index: int, last_applied: int) -> None:
+    """Stop the process at once: the leader's log replaces entries from ``from_index`` on, and
+    this node applied up to ``last_applied``: its state holds commands the cluster's log does
+    not, and no later entry can take them out. The member is replaced on an empty data
+    directory (docs/operations.md, Durability)."""
+    logger.critical("replication.applied_entries_truncated: stopping the node (the leader's log differs from "
+                    "index %d, and this node applied up to %d: its state has diverged from the cluster's; "
+                    "replace this member on an empty data directory)", from_index, last_applied)
+    logging.shutdown()
+    _exit_process(EXIT_DIVERGED)
 
 
 class _FastGzip:

@@ -19,7 +19,7 @@ from . import _progress
 from ._clockguard import FIELD as _CLOCK_FIELD, ClockGuard
 from ._membership import ANSWER_MESSAGE, CONFIG_ENTRY, REFUSED_COMMAND, REQUEST_MESSAGE, MembershipMixin
 from ._progress import _Progress
-from ._storage import stop_on_unreadable_dump
+from ._storage import stop_on_diverged, stop_on_unreadable_dump
 
 if TYPE_CHECKING:
     from ._crypto import _AeadEncryptor
@@ -451,6 +451,12 @@ class _SyncObj(MembershipMixin, SyncObj):
     def _SyncObj__deleteEntriesFrom(self, fromIDx):
         if getattr(_tick, "keep_log_tail", False):
             return  # see _entries_already_held: no entry after prevLogIdx conflicts
+        if fromIDx <= self._SyncObj__raftLastApplied:
+            # The leader's log differs from this node's at an entry this node applied: its state
+            # holds a command the cluster's log does not (a data directory restored from an
+            # older copy somewhere, a journal removed, a disk that lost synced writes). It would
+            # go on answering from that state and executing from it: it stops instead.
+            stop_on_diverged(fromIDx, self._SyncObj__raftLastApplied)
         SyncObj._SyncObj__deleteEntriesFrom(self, fromIDx)
         self._members_truncated(fromIDx)  # a configuration goes with its entry
 
