@@ -225,7 +225,11 @@ def test_the_address_rule():
                       ("10.0.0.1", "private"), ("172.16.0.1", "private"), ("192.168.1.1", "private"),
                       ("100.64.0.1", "private"), ("fc00::1", "private"), ("0.0.0.0", "unspecified"),
                       ("224.0.0.1", "multicast"), ("::ffff:127.0.0.1", "loopback"),
-                      ("64:ff9b::a9fe:a9fe", "cloud metadata"), ("nonsense", "not an IP address")):
+                      ("64:ff9b::a9fe:a9fe", "cloud metadata"), ("nonsense", "not an IP address"),
+                      # (6to4 to loopback and to the metadata service; NAT64's local-use prefix,
+                      # whose layout hides which IPv4 address it reaches; site-local)
+                      ("2002:7f00:1::1", "loopback"), ("2002:a9fe:a9fe::1", "cloud metadata"),
+                      ("64:ff9b:1:7f00:0:100:5db8:d70e", "private"), ("fec0::1", "private")):
         assert why in (network.refusal(addr, []) or ""), addr
     for addr in ("93.184.215.14", "2606:2800:220:1::1"):
         assert network.refusal(addr, []) is None, addr

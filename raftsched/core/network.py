@@ -23,9 +23,13 @@ Network: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
 #: The cloud metadata services (AWS, GCP, Azure, ...: 169.254.169.254; AWS over IPv6:
 #: fd00:ec2::254). Both are in networks refused anyway; named so a refusal says what it was.
 METADATA = frozenset({ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")})
-#: IPv6 prefixes that carry an IPv4 address in their last 32 bits and reach it (NAT64, RFC
-#: 6052): 64:ff9b::a9fe:a9fe is the metadata service behind a NAT64 gateway.
-_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+#: The IPv6 prefix that carries an IPv4 address in its last 32 bits and reaches it (NAT64's
+#: well-known prefix, RFC 6052): 64:ff9b::a9fe:a9fe is the metadata service behind a NAT64 gateway.
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+#: IPv6 networks refused as private whatever this Python's ``is_global`` says (its tables vary by
+#: version): NAT64's local-use prefix (RFC 8215: which IPv4 address an address reaches depends on
+#: the operator's layout, so none can be checked) and the deprecated site-local fec0::/10.
+_PRIVATE_V6 = (ipaddress.ip_network("64:ff9b:1::/48"), ipaddress.ip_network("fec0::/10"))
 
 
 def check_allow(raw: object, field: str) -> list[str]:
@@ -53,13 +57,15 @@ def _sort_key(text: str) -> tuple[int, str]:
 
 
 def _embedded_v4(addr: Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 one stands for (v4-mapped ``::ffff:a.b.c.d``, or NAT64), else None."""
+    """The IPv4 address an IPv6 one stands for (v4-mapped ``::ffff:a.b.c.d``, NAT64's well-known
+    prefix, or 6to4 ``2002:aabb:ccdd::``, which a relay routes to a.b.c.d), else None."""
     if isinstance(addr, ipaddress.IPv6Address):
         if addr.ipv4_mapped is not None:
             return addr.ipv4_mapped
-        for net in _NAT64:
-            if addr in net:
-                return ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
+        if addr in _NAT64:
+            return ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
+        if addr.sixtofour is not None:
+            return addr.sixtofour
     return None
 
 
@@ -71,6 +77,8 @@ def kind(addr: Address) -> str | None:
         return kind(v4)
     if addr in METADATA:
         return "cloud metadata"
+    if any(addr in net for net in _PRIVATE_V6 if addr.version == net.version):
+        return "private"
     for what, test in (("loopback", addr.is_loopback), ("unspecified", addr.is_unspecified),
                        ("link-local", addr.is_link_local), ("multicast", addr.is_multicast),
                        ("reserved", addr.is_reserved)):
