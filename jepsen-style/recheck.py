@@ -56,6 +56,21 @@ def load(run_dir: Path) -> dict:
     return data
 
 
+def carry_harness_error(results: dict, run_dir: Path) -> str | None:
+    """The harness failure the run recorded (results.json's ``harness_error``), kept in
+    ``results`` with the verdict run.py gave it (at best unknown: a run whose harness failed
+    proves nothing valid), or None. Rechecking never forgets it, nor ``--write`` overwrites it."""
+    try:
+        before = json.loads((run_dir / "results.json").read_text())
+    except (OSError, ValueError):
+        return None
+    error = before.get("harness_error") if isinstance(before, dict) else None
+    if error:
+        results["harness_error"] = error
+        results["valid"] = "unknown" if results["valid"] != "invalid" else "invalid"
+    return error
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__)
@@ -63,13 +78,18 @@ def main(argv: list[str]) -> int:
     run_dir = Path(argv[0])
     data = load(run_dir)
     results = checker.check_all(data)
+    harness_error = carry_harness_error(results, run_dir)
     text = checker.render_verdict(results, data, run_dir)
+    if harness_error:
+        text += "\nthe run's harness failed (results.json, harness_error): the verdict is at best unknown\n"
     print(text)
     if "--write" in argv:
         (run_dir / "results.json").write_text(json.dumps(results, indent=1, default=str))
         (run_dir / "verdict.txt").write_text(text)
         import timeline
         timeline.plot(data, results, run_dir / "timeline.png")
+    if harness_error:
+        return 2
     return 1 if results["valid"] == "invalid" else 0
 
 
