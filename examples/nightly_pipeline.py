@@ -39,6 +39,14 @@ import time
 
 from raftsched import App
 
+if __name__ == "__main__":
+    # Run as a script this file is ``__main__``, where the SDK refuses handlers (a worker could not
+    # import them): run the same code as the module ``nightly_pipeline`` instead.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import nightly_pipeline
+
+    sys.exit(nightly_pipeline.main())
+
 app = App("nightly-pipeline", retry={"max_attempts": 3, "backoff_s": 60, "backoff_max_s": 600})
 
 #: Who hears of what: one route to the sink ``ops`` for each step, a dead run once an incident.
@@ -126,7 +134,3 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     token = os.environ.get("RAFTSCHED_TOKEN") or open(a.token_file).read().strip()
     return demo(a.url, token, a.timeout_s)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
