@@ -86,3 +86,21 @@ def test_each_example_script_the_docs_run_starts_as_a_script(script, sub):
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert "usage:" in p.stdout
+
+
+def test_the_pipelines_extract_job_writes_json_to_its_result_file(tmp_path):
+    """The extract job of docs/pipelines.md, its argv as the doc gives it, run with a result file:
+    the file is the JSON the doc says its children see (the shell strips the quotes of
+    ``echo {"rows": 42}``, which wrote ``{rows: 42}``: no result)."""
+    import json
+    import subprocess
+
+    from raftsched.worker.sandbox import read_result
+    text = (REPO / "docs" / "pipelines.md").read_text()
+    body = re.search(r"curl [^\n]*/v1/jobs/extract -d '(.*?)'", text, re.S).group(1)
+    argv = json.loads(body)["executor"]["argv"]
+    out = tmp_path / "result.json"
+    p = subprocess.run(argv, env={"PATH": "/usr/bin:/bin", "RAFTSCHED_RESULT_FILE": str(out)},
+                       cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(out.read_text()) == {"rows": 42} and read_result(str(out)) == {"rows": 42}

@@ -126,8 +126,8 @@ async def started(**kw) -> Sandbox:
     return s
 
 
-def sh(script: str, **kw) -> dict:
-    return {"type": "shell", "argv": ["sh", "-c", script], **kw}
+def sh(script: str, argv0: str | None = None, **kw) -> dict:
+    return {"type": "shell", "argv": ["sh", "-c", script, *([] if argv0 is None else [argv0])], **kw}
 
 
 def py(target: str) -> dict:
@@ -265,6 +265,31 @@ def test_a_shell_run_that_cannot_start_says_why_and_a_failing_one_reports_its_st
     assert not b.ok and b.error == "exit status 3" and b.output == "out\nerr\n"
     assert not k.ok and k.error == "killed by signal SIGKILL"
     assert d.ok and d.output == "/\n", "a shell executor's cwd is still where it starts"
+
+
+def test_a_result_file_that_is_not_json_is_no_result_and_the_run_says_so(caplog):
+    """The shell strips the quotes of ``echo {"rows": 42}``: the file says ``{rows: 42}``, no
+    result is kept, and the run's output and the worker's log say why (once only a log line at
+    info said it)."""
+    async def t():
+        s = await started()
+        try:
+            bad, good, none = c("bad"), c("good"), c("none")
+            outs = (await execute(sh('echo out; echo {"rows": 42} > "$RAFTSCHED_RESULT_FILE"'), bad, 10, sandbox=s),
+                    await execute(sh('echo "$0" > "$RAFTSCHED_RESULT_FILE"', argv0='{"rows": 42}'), good, 10,
+                                  sandbox=s),
+                    await execute(sh("echo out"), none, 10, sandbox=s))
+            return outs, (bad.result, good.result, none.result)
+        finally:
+            await s.close()
+    caplog.set_level("WARNING", logger="raftsched.sandbox")
+    (bad, good, none), results = run(t())
+    assert results == (None, {"rows": 42}, None)
+    assert bad.ok and bad.output == "out\nraftsched: $RAFTSCHED_RESULT_FILE is not JSON; no result kept " \
+                                     '(docs/pipelines.md, "Results")\n', bad.output
+    assert good.ok and good.output == "" and none.ok and none.output == "out\n"
+    warned = [r for r in caplog.records if r.levelname == "WARNING" and "result file" in r.getMessage()]
+    assert len(warned) == 1 and "run bad is not JSON" in warned[0].getMessage()
 
 
 def test_a_python_run_is_a_process_of_its_own_as_the_run_user_with_its_context(targets):

@@ -626,11 +626,10 @@ class Sandbox:
             cwd = os.path.join(home, ex["cwd"]) if ex.get("cwd") else home
             req = {"op": "shell", "argv": list(ex["argv"]), "env": env, "cwd": cwd}
             how, rc, done, error = await self._run(req, ctx, timeout_s, cancel, kill_grace_s)
-            if how == "done" and rc == 0:
-                ctx.result = await asyncio.to_thread(read_result, rfile)
+            note = await _run_result(ctx, rfile) if how == "done" and rc == 0 else None
         if error is not None:
             return False, short(error, masked=masked), ""
-        output = _output(done, masked)
+        output = _noted(_output(done, masked), note, masked)
         if how != "done":
             return False, ("lease lost" if how == "cancel" else timed_out(timeout_s)), output
         if rc is None:
@@ -656,8 +655,7 @@ class Sandbox:
                            "fencing_token": ctx.fencing_token, "payload": ctx.payload, "worker_id": ctx.worker_id,
                            "upstream": ctx.upstream}}
             how, rc, done, error = await self._run(req, ctx, timeout_s, cancel, kill_grace_s)
-            if how == "done":
-                ctx.result = await asyncio.to_thread(read_result, rfile)
+            note = await _run_result(ctx, rfile) if how == "done" else None
         if error is not None:
             return False, short(error, masked=masked), ""
         printed = _output(done, masked)
@@ -668,7 +666,8 @@ class Sandbox:
             why = "the run server stopped" if rc is None else _status(rc) if rc else "exit 0"
             return False, short(f"the run's process ended without an outcome ({why})"), printed
         ok, err, out = result
-        return ok, err, tail_str(printed.rstrip("\n") + "\n" + out, masked=masked) if printed else out
+        out = tail_str(printed.rstrip("\n") + "\n" + out, masked=masked) if printed else out
+        return ok, err, _noted(out, note, masked) if ok else out
 
     async def _run(self, req: dict, ctx: RunContext, timeout_s: float, cancel: asyncio.Event | None,
                    kill_grace_s: float) -> tuple[str, int | None, dict | None, str | None]:
@@ -820,27 +819,52 @@ def read_result(path: str) -> object:
     than result_bytes_max). Opened without following a link: the run user wrote it, this
     process may be root. Nor a hard link (a second name of a file the run did not write, which
     root could read where the run user may not, where the kernel allows such links)."""
+    return _read_result(path)[0]
+
+
+def _read_result(path: str) -> tuple[object, str | None]:
+    """:func:`read_result`, and why a file that is there was not kept (None when it was kept,
+    or when there is none): a note for the run's output and the log, never silent."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
+    except FileNotFoundError:
+        return None, None
+    except OSError as e:
+        return None, f"cannot be opened ({e.strerror or e})"
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None, "is not a regular file"
+        if st.st_nlink != 1:
+            return None, "has more than one name (a hard link)"
         data = os.read(fd, core_limits.result_bytes_max + 1)
-    except OSError:
-        return None
+    except OSError as e:
+        return None, f"cannot be read ({e.strerror or e})"
     finally:
         os.close(fd)
     if len(data) > core_limits.result_bytes_max:
-        log.info("sandbox: a run's result file is larger than %d bytes; not kept", core_limits.result_bytes_max)
-        return None
+        return None, f"is larger than {core_limits.result_bytes_max} bytes"
     try:
-        return json.loads(data)
+        return json.loads(data), None
     except ValueError:
-        log.info("sandbox: a run's result file is not JSON; not kept")
+        return None, "is not JSON"
+
+
+async def _run_result(ctx: RunContext, path: str) -> str | None:
+    """Set ``ctx.result`` from the result file at ``path``; a note for the run's output when the
+    run left one that is not kept (logged as a warning too)."""
+    ctx.result, why = await asyncio.to_thread(_read_result, path)
+    if why is None:
         return None
+    log.warning("sandbox: the result file of run %s %s; no result kept", ctx.run_id, why)
+    return f"raftsched: $RAFTSCHED_RESULT_FILE {why}; no result kept (docs/pipelines.md, \"Results\")"
+
+
+def _noted(output: str, note: str | None, masked: Sequence[str]) -> str:
+    """``output`` with ``note`` as its last line (the tail kept, as the output's bound keeps it)."""
+    if note is None:
+        return output
+    return tail_str((output.rstrip("\n") + "\n" if output else "") + note + "\n", masked=masked)
 
 
 def _make_run_dir(runs_dir: str, prefix: str, user: RunUser) -> str:
