@@ -379,6 +379,23 @@ def test_a_heartbeat_job_is_never_leased_and_pings_move_its_slot() -> None:
     assert res["ok"] and res["run"] == f"hb@{third}", res
 
 
+def test_a_heartbeat_job_pinged_before_its_first_slot_is_refused_until_a_trigger_opens_one() -> None:
+    """README's heartbeat example: right after the job is made nothing waits for a ping (409);
+    a trigger without a body opens a slot, which the pings then start and end, its deadlines
+    judged as any slot's (docs/notifications.md, "Heartbeat jobs")."""
+    sp = spec({"cron": "0 2 * * *", "timezone": "Europe/Berlin"}, {"start_within_s": 600, "succeed_by": "04:00"},
+              "skip", executor={"type": "heartbeat"})
+    s = new_state(("backup", sp), now=T0)
+    res = apply(s, commands.ping(T0 + SEC, None, name="backup", status="start", slot=None))
+    assert res["error"]["code"] == "conflict" and "has not fired" in res["error"]["message"], res
+    opened = apply(s, commands.make("trigger_job", T0 + 2 * SEC, None, name="backup"))
+    assert opened["ok"] and opened["state"] == "waiting", opened
+    res = apply(s, commands.ping(T0 + 3 * SEC, None, name="backup", status="start", slot=None))
+    assert res["ok"] and (res["run"], res["state"]) == (opened["run"], "running"), res
+    res = apply(s, commands.ping(T0 + 4 * SEC, None, name="backup", status="success", slot=None))
+    assert res["ok"] and (res["run"], res["state"]) == (opened["run"], "succeeded"), res
+
+
 def test_a_fail_ping_misses_at_once_and_a_ping_for_another_job_is_refused() -> None:
     s = new_state(("hb", spec({"every_s": 600}, {"succeed_within_s": 300}, executor={"type": "heartbeat"})),
                   ("py", spec({"every_s": 600}, {"succeed_within_s": 300})), now=T0)
