@@ -104,3 +104,21 @@ def test_the_pipelines_extract_job_writes_json_to_its_result_file(tmp_path):
                        cwd=tmp_path, capture_output=True, text=True, timeout=30)
     assert p.returncode == 0, p.stderr
     assert json.loads(out.read_text()) == {"rows": 42} and read_result(str(out)) == {"rows": 42}
+
+
+def test_the_sdk_options_docs_sdk_md_quotes_are_the_codes():
+    """docs/sdk.md quotes the error an unknown option of ``@app.job`` raises, which lists every
+    option: the list it quotes is the whole list (it once lacked after, deadline, match and
+    max_wait_s), and the options table names each of them."""
+    from raftsched import App
+    from raftsched.sdk.app import OPTIONS, DeclarationError
+    text = (REPO / "docs" / "sdk.md").read_text()
+    quoted = re.search(r"raftsched sync: bad:app: (@app\.job\('nightly-report'\): unknown option retries; .*)", text)
+    assert quoted
+    with pytest.raises(DeclarationError) as ei:
+        App("reports").job("nightly-report", cron="0 2 * * *", misfire="fire_once", retries=3)
+    assert ei.value.message == quoted.group(1)
+    table = text[text.index("| Option | Spec field |"):]
+    table = table[:table.index("\n\n")]
+    named = set(re.findall(r"^\|([^|]*)\|", table, re.M)[2:])
+    assert OPTIONS <= set(re.findall(r"`(\w+)`", " ".join(named))), OPTIONS - set(re.findall(r"`(\w+)`", " ".join(named)))

@@ -156,8 +156,8 @@ class App:
         - ``overlap``: a policy name or the object;
         - every other top-level spec field under its own name: ``retry``, ``timeout_s``,
           ``priority``, ``payload``, ``jitter_s``, ``queue``, ``tenant``, ``history``,
-          ``description``, ``labels``, ``deadline``, ``notify``, ``pause_on_failure``, ``metrics``
-          (docs/api.md, "The job spec"; docs/notifications.md);
+          ``description``, ``labels``, ``deadline``, ``notify``, ``pause_on_failure``, ``metrics``,
+          ``secrets``, ``keep_output`` (docs/api.md, "The job spec"; docs/notifications.md);
         - ``after``: the jobs it runs after (pipelines, docs/pipelines.md): names, or
           ``{"job": NAME, "on": "success" | "failure" | "finished"}``; with no schedule the job
           is triggered by them, with one it is gated (``match``, ``max_wait_s``). The handler
