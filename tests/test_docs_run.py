@@ -122,3 +122,39 @@ def test_the_sdk_options_docs_sdk_md_quotes_are_the_codes():
     table = table[:table.index("\n\n")]
     named = set(re.findall(r"^\|([^|]*)\|", table, re.M)[2:])
     assert OPTIONS <= set(re.findall(r"`(\w+)`", " ".join(named))), OPTIONS - set(re.findall(r"`(\w+)`", " ".join(named)))
+
+
+def _route_keys(method: str, path: str) -> set[tuple[str, str]]:
+    """(method, path) with each ``{x}`` written ``{}``, and a ``{x:a|b}`` part expanded."""
+    m = re.search(r"\{\w+:([^}]*)\}", path)
+    if m:
+        return set().union(*(_route_keys(method, path[:m.start()] + alt + path[m.end():])
+                             for alt in m.group(1).split("|")))
+    return {(method, re.sub(r"\{\w*\}", "{}", path))}
+
+
+def test_the_endpoint_table_of_docs_api_md_lists_every_route_and_no_other():
+    """Each row's first cell names routes: ``METHOD /path[?query]``, and ``/x`` after it for a
+    sibling (the last segment replaced). Once it left out graph, ping and deadlines."""
+    from raftsched.node import api, routes
+    served: set[tuple[str, str]] = set()
+    for r in routes.table(api.ROUTES).values():
+        served |= _route_keys(r.method, r.path)
+    text = (REPO / "docs" / "api.md").read_text()
+    start = text.index("| Method and path | Purpose | Success |")
+    listed: set[tuple[str, str]] = set()
+    for row in text[start:text.index("\n\n", start)].splitlines()[2:]:
+        method, last = None, None
+        for item in re.findall(r"`([^`]*)`", row.split("|")[1]):
+            item = re.sub(r"\[?\?.*$", "", item)
+            m = re.fullmatch(r"([A-Z]+) (/\S*)", item)
+            if m:
+                method, last = m.groups()
+            else:
+                assert method and last and item.startswith("/"), (row, item)
+                last = last.rsplit("/", 1)[0] + item
+            listed |= _route_keys(method, last)
+    # The dashboard's row names its entry page; /ui redirects to it and /ui/{file} are its files.
+    missing = served - listed - {("GET", "/ui"), ("GET", "/ui/{}")}
+    assert not missing, f"routes the table leaves out: {sorted(missing)}"
+    assert not listed - served, f"rows that are no route: {sorted(listed - served)}"
