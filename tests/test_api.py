@@ -105,6 +105,25 @@ def test_runs_appear_after_trigger_tick_with_lag_and_history():
     run(t)
 
 
+def test_a_run_fired_ahead_of_its_slot_shows_no_negative_lag():
+    """A run the leader committed ahead of its slot (docs/design.md, "Firing ahead") has
+    ``fired_at`` before ``slot``: its view's fire_lag_ms is 0, as the job's state counts it
+    (docs/api.md), not minus the time it was early."""
+    async def t(env, c):
+        await put(c, "a")
+        nxt = (await (await c.get("/v1/jobs/a")).json())["state"]["next_slot"]
+        env.clock.advance(10_000 - 600)  # 0.6 s before the first slot (every_s 10 from the put)
+        assert await env.trigger.tick() == 1
+        runs = (await (await c.get("/v1/jobs/a/runs")).json())["runs"]
+        assert len(runs) == 1 and runs[0]["slot"] == nxt and runs[0]["fired_at"] < runs[0]["slot"], runs
+        assert runs[0]["fire_lag_ms"] == 0, runs[0]
+        one = await (await c.get("/v1/runs/" + runs[0]["id"])).json()
+        assert one["fire_lag_ms"] == 0, one
+        job = await (await c.get("/v1/jobs/a")).json()
+        assert job["state"]["fire_lag_ms"] == {"last": 0, "max": 0, "mean": 0.0}, job["state"]
+    run(t)
+
+
 def test_did_my_slot_run_and_if_not_why():
     async def t(env, c):
         await put(c, "s", dict(SPEC, misfire={"policy": "skip", "grace_s": 1}))

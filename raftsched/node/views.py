@@ -103,7 +103,9 @@ def run_view(run: dict) -> dict:
     elif run.get("kind") == "backfill":
         v["fire_lag_ms"] = None  # a past slot run on request: no lag of the trigger's
     else:
-        v["fire_lag_ms"] = (run["fired_at"] - run["slot"]) if run.get("fired_at") is not None else None
+        # 0 for a run fired ahead of its slot (committed early: docs/design.md, "Firing ahead"),
+        # as the job's state.fire_lag_ms counts it.
+        v["fire_lag_ms"] = max(0, run["fired_at"] - run["slot"]) if run.get("fired_at") is not None else None
     return v
 
 
