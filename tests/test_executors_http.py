@@ -87,7 +87,11 @@ def test_an_http_runs_json_body_is_its_result_when_asked():
 
         async def answer(request):
             return web.json_response({"rows": 42})
+
+        async def text(request):
+            return web.Response(text="rows: 42")
         app.router.add_post("/json", answer)
+        app.router.add_post("/text", text)
         server = TestServer(app, host="127.0.0.1")
         await server.start_server()
         try:
@@ -98,6 +102,13 @@ def test_an_http_runs_json_body_is_its_result_when_asked():
             c = ctx()
             assert (await execute({"type": "http", "url": url}, c, 10)).ok
             assert c.result is None  # not asked: the body is output only
+            # Asked, but the body is no JSON: the run still succeeds, and its output says why
+            # its children get no result (else they would only see a null).
+            c = ctx()
+            out = await execute({"type": "http", "url": str(server.make_url("/text")), "result": True}, c, 10)
+            assert out.ok and c.result is None
+            assert out.output.startswith("HTTP 200\n") and out.output.rstrip().endswith(
+                'the response body is not JSON; no result kept (docs/pipelines.md, "Results")'), out.output
         finally:
             await server.close()
     run(t())

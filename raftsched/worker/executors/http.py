@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import ipaddress
+import logging
 import socket
 from typing import Any
 
@@ -32,6 +33,8 @@ from ._context import RunContext, Result
 from ._deadline import run_task, stopped, timed_out
 from ..masking import mask, secret_values
 from ._output import OUTPUT_BYTES_MAX, exc_reason, short, tail_bytes
+
+log = logging.getLogger("raftsched.executors")
 
 
 async def _read_capped(content: aiohttp.StreamReader, cap: int) -> bytes:
@@ -143,14 +146,23 @@ async def _http_post(ex: dict, ctx: RunContext, timeout_s: float,
     if location is not None and 300 <= status < 400:
         head += f"Location: {location}\n"
     head = mask(head, masked) or ""
-    output = head + tail_bytes(data, max(0, OUTPUT_BYTES_MAX - len(head.encode())), cut=cut, masked=masked)
-    if 200 <= status < 300:
-        if ex.get("result") and not cut and len(data) <= core_limits.result_bytes_max:
-            # Asked for (pipelines): the JSON response body is the run's result, for its children.
+    note = ""
+    if 200 <= status < 300 and ex.get("result"):
+        # Asked for (pipelines): the JSON response body is the run's result, for its children.
+        why = None
+        if cut or len(data) > core_limits.result_bytes_max:
+            why = f"is larger than {core_limits.result_bytes_max} bytes"
+        else:
             try:
                 ctx.result = json.loads(data)
             except ValueError:
-                pass
+                why = "is not JSON"
+        if why is not None:  # said in the run's output, as a result file's is (docs/pipelines.md)
+            log.warning("http executor: the response body of run %s %s; no result kept", ctx.run_id, why)
+            note = f"\nraftsched: the response body {why}; no result kept (docs/pipelines.md, \"Results\")\n"
+    room = max(0, OUTPUT_BYTES_MAX - len(head.encode()) - len(note.encode()))
+    output = head + tail_bytes(data, room, cut=cut, masked=masked) + note
+    if 200 <= status < 300:
         return True, None, output
     return False, f"HTTP {status}", output
 
