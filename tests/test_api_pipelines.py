@@ -163,6 +163,20 @@ def test_a_handlers_return_value_is_its_runs_result_and_a_result_file_is_read_sa
     for _ in range(100_000):  # nested too deep to encode: no result, not an error
         deep = [deep]
     assert run_result(deep) is None
+    assert run_result({"s": "é", "f": 1.5, "n": None}) == {"s": "é", "f": 1.5, "n": None}
+    assert run_result([float("nan")]) is None
+
+    # A handler that returns a million rows: the worker gives up once past the bound, and does
+    # not encode the rest on its loop (counted in rows the encoder took, not in seconds).
+    taken = [0]
+
+    class Rows(list):
+        def __iter__(self):
+            for row in list.__iter__(self):
+                taken[0] += 1
+                yield row
+    assert run_result(Rows([{"id": i} for i in range(1_000_000)])) is None
+    assert taken[0] < 2_000, taken[0]
     f = tmp_path / "r.json"
     f.write_text('{"rows": 42}')
     assert read_result(str(f)) == {"rows": 42}

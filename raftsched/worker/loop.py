@@ -159,16 +159,26 @@ class Channel(Protocol):
         """Free what the channel holds (connections)."""
 
 
+#: run_result's encoder: iterencode without the one-shot C path yields as it goes.
+_RESULT_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
 def run_result(value: Any) -> Any:
     """``value`` as a run's result (pipelines: handed to its children): JSON data of at most
     result_bytes_max bytes that a command can carry (no integer past 64 bits), else None."""
+    # Encoded piece by piece, and given up once past the bound: a handler that returns a million
+    # rows costs the worker's loop a few KiB of encoding, not seconds of it.
+    parts: list[str] = []
+    size = 0
     try:
-        text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+        for part in _RESULT_ENCODER.iterencode(value):
+            size += len(part.encode())
+            if size > limits.result_bytes_max:
+                return None
+            parts.append(part)
     except (TypeError, ValueError, RecursionError):  # not JSON, or nested too deep to encode
         return None
-    if len(text.encode()) > limits.result_bytes_max:
-        return None
-    out = json.loads(text)
+    out = json.loads("".join(parts))
     try:
         msgpack.packb(out, use_bin_type=True)
     except (OverflowError, TypeError, ValueError):  # (a command could not carry it)
