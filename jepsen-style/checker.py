@@ -166,12 +166,30 @@ def _short(x, n: int = 400) -> str:
 # 1. No lost slot
 # ---------------------------------------------------------------------------------------------
 
+def _first_slot_after(schedule: dict, t_ms: int) -> int | None:
+    """The first slot of a job created at ``t_ms`` (the proposer's clock), for the schedules
+    grid_ms knows: an interval's slots start one interval after the creation time rounded up to
+    a whole second (core/policy.py initial_position); a seconds-step cron's (``*/N``, N dividing
+    60: the epoch's N-second grid) at the first point of its grid strictly after it. None for a
+    schedule with ``start_at`` or ``jitter_ms`` (the workload gives none) or another one."""
+    g = grid_ms(schedule)
+    if g is None or schedule.get("start_at") is not None or schedule.get("jitter_ms"):
+        return None
+    every, phase = g
+    if phase is None:
+        return _ceil_s(t_ms) + every
+    return (t_ms - phase) // every * every + phase + every
+
+
 def check_lost_slots(data: dict) -> dict:
     """Every slot of every job present in a final read, from its first slot up to the read time
     minus DUE_SLACK_MS (or up to its cursor while paused), is a run or inside a record whose
     state/reason one of the job's misfire policies (or a pause) allows; records count their slots
-    exactly; the first slot is no later than the create's acknowledgement allows; and every run
-    that succeeded reached the sink (an accepted "end" write, ok, with its final token)."""
+    exactly; and every run that succeeded reached the sink (an accepted "end" write, ok, with its
+    final token). The first slot is where the job's creation puts it: no earlier than the
+    create's invocation allows and no later than its acknowledgement does, or, for a create
+    whose answer was lost (info) or made during a clock fault, exactly where the read's creation
+    time (the state's) puts it; a job with no entry at all is checked from there too."""
     examples, checked_slots, jobs_checked = [], 0, 0
     versions = spec_versions(data)
     paused = paused_ever(data)
@@ -197,7 +215,8 @@ def check_lost_slots(data: dict) -> dict:
             if g is None:
                 continue
             every, phase = g
-            spans = _spans(by_job.get(name, []))
+            mine = by_job.get(name, [])
+            spans = _spans(mine)
             specs = versions.get(name) or [job["spec"]]
             allowed = _allowed_records(specs, name in paused)
             covered = set()
@@ -216,35 +235,59 @@ def check_lost_slots(data: dict) -> dict:
                         ex(("count", r["id"]), f"node-{node + 1} {read['phase']}: record {r['id']} says {r['count']} slots in {lo}..{hi}, the grid has {n}")
                 for s in range(lo, hi + 1, every):
                     covered.add(s)
-            if not covered:
-                continue
-            first, last = min(covered), max(covered)
-            # The first slot: no later than one interval after the acknowledged create.
+            # The first slot: between the first slots of a job created at the create's invocation
+            # and at its acknowledgement; else (an info create, or a clock fault around it) the
+            # first slot of a job created at the state's creation time.
             op = creates.get(name)
-            if op is not None and phase is not None and "every_s" in sched \
-                    and not _clock_fault_during(data, op["invoke_t_ms"] - 10_000, op["t_ms"] + 10_000):
-                latest_first = _ceil_s(op["t_ms"]) + every
-                earliest_first = _ceil_s(op["invoke_t_ms"]) + every
-                if first > latest_first:
-                    for s in range(latest_first - (latest_first - phase) % every, first, every):
-                        if s >= earliest_first:
-                            ex(("lost", name, s), f"node-{node + 1} {read['phase']}: job {name} slot {s} lost: created (ok) at {op['t_ms']}, its first entry is slot {first}")
-                            break
-                if first < earliest_first:
-                    ex(("early", name), f"node-{node + 1} {read['phase']}: job {name} has slot {first}, before it was created ({op['invoke_t_ms']})")
+            created = job.get("created")
+            if op is not None and not _clock_fault_during(data, op["invoke_t_ms"] - 10_000, op["t_ms"] + 10_000):
+                earliest_first, latest_first = _first_slot_after(sched, op["invoke_t_ms"]), _first_slot_after(sched, op["t_ms"])
+                how = f"created (ok) at {op['t_ms']}"
+            elif isinstance(created, int) and not isinstance(created, bool):
+                earliest_first = latest_first = _first_slot_after(sched, created)
+                how = f"created at {created} (the state's creation time)"
+            else:
+                earliest_first = latest_first = None
+            start = None  # the slot from which every slot must be handled
+            if latest_first is not None:
+                if phase is None and earliest_first == latest_first:
+                    phase = latest_first % every
+                # The grid's last point at or before latest_first: the first slot, or after it.
+                start = latest_first if phase is None else latest_first - (latest_first - phase) % every
+                if start < earliest_first:
+                    start = None  # no point of the job's grid is a possible first slot: off-grid's
+            if covered:
+                first, last = min(covered), max(covered)
+                if earliest_first is not None and first < earliest_first:
+                    ex(("early", name), f"node-{node + 1} {read['phase']}: job {name} has slot {first}, before it could be due ({how}: its first slot is at {earliest_first} or later)")
+                if start is None or start > first:
+                    start = first
+            elif start is None:
+                continue
+            else:
+                first, last = None, start - every
             # The end: due slots handled by the read (an unpaused job), else up to the cursor.
             if job.get("paused"):
-                end = job.get("cursor") or last
+                end = job.get("cursor")
+                if end is None:
+                    end = last
             else:
                 end = read["t_start_ms"] - DUE_SLACK_MS
-            for s in range(first, max(last, end) + 1, every):
+            for s in range(start, max(last, end) + 1, every):
                 if s > end and s > last:
                     break
                 checked_slots += 1
-                if s not in covered:
+                if s in covered:
+                    continue
+                if first is None:
+                    ex(("lost", name, s), f"node-{node + 1} {read['phase']}: job {name} slot {s} lost: {how}, the job has no run nor record at all "
+                                          f"(read at {read['t_start_ms']}, paused={job.get('paused')}, cursor {job.get('cursor')})")
+                elif s < first:
+                    ex(("lost", name, s), f"node-{node + 1} {read['phase']}: job {name} slot {s} lost: {how}, its first entry is slot {first}")
+                else:
                     ex(("lost", name, s), f"node-{node + 1} {read['phase']}: job {name} slot {s} is neither a run nor recorded "
                                           f"(entries {first}..{last}, read at {read['t_start_ms']}, paused={job.get('paused')})")
-            for r in by_job.get(name, []):
+            for r in mine:
                 if r["state"] == "succeeded" and (r["id"], r.get("fencing_token")) not in sink_ok:
                     ex(("sink", r["id"]), f"node-{node + 1} {read['phase']}: run {r['id']} succeeded with token {r.get('fencing_token')} but the sink has no accepted ok end write with that token")
     if not reads:

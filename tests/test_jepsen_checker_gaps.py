@@ -1,0 +1,129 @@
+"""The jepsen-style checkers on histories the first cut of them judged wrongly: real faults they
+called valid (first slots lost after an indeterminate create or of a cron job, a job that never
+fired, an acknowledged backfill gone) and correct runs they called invalid (entries the job's
+history bound trimmed). Built on test_jepsen_checkers' known-good run."""
+from __future__ import annotations
+
+import random
+
+from test_jepsen_checkers import low_thresholds  # noqa: F401  (its autouse fixture; puts jepsen-style on sys.path)
+from test_jepsen_checkers import SPEC_A, T0, _ops, each_read, good, stored, verdict
+
+import checker  # noqa: E402  (jepsen-style, on sys.path)
+import generator  # noqa: E402
+from raftsched.core import model, policy, schedule
+
+
+def _drop_scheduled(d, job, keep):
+    """Remove job's scheduled runs whose slot ``keep(slot)`` refuses, from every read and the sink."""
+    gone = set()
+    for r in each_read(d):
+        runs = []
+        for x in r["runs"]:
+            if x["job"] == job and x.get("kind") == "scheduled" and not keep(x["slot_ms"]):
+                gone.add(x["id"])
+            else:
+                runs.append(x)
+        r["runs"] = runs
+    d["sink"] = [w for w in d["sink"] if w["resource"] not in gone]
+
+
+def _set_spec(d, job, spec):
+    for o in d["history"]:
+        if o.get("job") == job and "spec" in o:
+            o["spec"] = spec
+    for r in each_read(d):
+        for j in r["jobs"]:
+            if j["name"] == job:
+                j["spec"] = stored(spec)
+
+
+def _make_info(d, job):
+    for o in d["history"]:
+        if o.get("job") == job and o["f"] == "create" and o["type"] == "ok":
+            o.update(type="info", status=504)
+            o.pop("value", None)
+
+
+# ------------------------------------------------------------------------------- the first slot
+
+def test_first_slots_lost_after_an_indeterminate_create_are_reported():
+    # Job a's create answered 504 (info) but applied: the read shows it, created at T0+60 (first
+    # slot T0+2 s). Its first five slots were never fired.
+    d = good()
+    _make_info(d, "a")
+    _drop_scheduled(d, "a", lambda s: s >= T0 + 7000)
+    v, ex = verdict(d, "no-lost-slot")
+    assert v == "invalid" and f"slot {T0 + 2000} lost" in ex[0] and "state's creation time" in ex[0], (v, ex)
+
+
+def test_an_indeterminate_create_is_judged_from_the_states_creation_time():
+    d = good()
+    _make_info(d, "a")
+    assert verdict(d, "no-lost-slot")[0] == "valid"
+    # Created (by the state) at T0+1.5 s, so first due at T0+3 s: the run of T0+2 s is early.
+    for r in each_read(d):
+        r["jobs"][0]["created"] = T0 + 1500
+    v, ex = verdict(d, "no-lost-slot")
+    assert v == "invalid" and f"slot {T0 + 2000}, before it could be due" in ex[0], (v, ex)
+
+
+def _cron_a(d, created_ms):
+    """Job a on the cron grid of every second, its create acknowledged at ``created_ms``: its
+    first slot is the next whole second (good()'s runs start at T0+2 s)."""
+    _set_spec(d, "a", dict(SPEC_A, schedule={"cron": "*/1 * * * * *"}))
+    for o in d["history"]:
+        if o.get("job") == "a" and o["f"] == "create":
+            o["t_ms"] = created_ms - 50 if o["type"] == "invoke" else created_ms
+
+
+def test_first_slots_lost_of_a_cron_job_are_reported():
+    d = good()
+    _cron_a(d, T0 + 1100)
+    assert verdict(d, "no-lost-slot")[0] == "valid"
+    _drop_scheduled(d, "a", lambda s: s >= T0 + 7000)
+    v, ex = verdict(d, "no-lost-slot")
+    assert v == "invalid" and f"slot {T0 + 2000} lost" in ex[0], (v, ex)
+
+
+def test_a_cron_jobs_first_slot_is_the_first_point_of_its_grid_after_the_create():
+    d = good()
+    _cron_a(d, T0 + 100)           # created before T0+1 s: the slot of T0+1 s is its first
+    v, ex = verdict(d, "no-lost-slot")
+    assert v == "invalid" and f"slot {T0 + 1000} lost" in ex[0], (v, ex)
+
+
+def test_the_first_slot_bound_is_the_products_for_every_schedule_the_generator_draws():
+    # checker._first_slot_after is arithmetic; the product's first slot is policy.initial_position
+    # then schedule.next_slot_after. They agree for every schedule the workload can make, created
+    # at any millisecond.
+    rng = random.Random(7)
+    drawn = {}
+    for _ in range(400):
+        spec = generator.job_spec(rng, 0.5, 1)
+        drawn[repr(spec["schedule"])] = spec
+    assert len(drawn) == 6, sorted(drawn)     # every_s 1, 2, 3 and */1, */2, */3 seconds crons
+    for spec in drawn.values():
+        for t in [T0, T0 + 1, T0 + 999, T0 + 1000, T0 + 1001, T0 + 2999] + [T0 + rng.randrange(10_000) for _ in range(50)]:
+            sched = model.validate_job("j", spec, t)["schedule"]
+            anchor, cursor = policy.initial_position(sched, t)
+            assert checker._first_slot_after(spec["schedule"], t) == schedule.next_slot_after(sched, cursor, anchor), (spec["schedule"], t)
+
+
+# ------------------------------------------------------------------------------- a job with no entry
+
+def test_a_paused_job_with_no_entry_up_to_its_cursor_is_reported():
+    # Job a created (ok) at T0, paused later; its cursor says slots up to T0+15 s were handled,
+    # yet not one of them is a run or a record.
+    d = good()
+    d["history"] += _ops([("pause", "a", "ok", None, 200, {"paused": True})], start=len(d["history"]))
+    for r in each_read(d):
+        r["jobs"][0].update(paused=True, cursor=T0 + 15_000)
+        r["runs"] = [x for x in r["runs"] if x["job"] != "a" or x.get("kind") == "backfill"]
+    d["sink"] = [w for w in d["sink"] if w.get("job") != "a" or "#b" in w["resource"]]
+    v, ex = verdict(d, "no-lost-slot")
+    assert v == "invalid" and f"slot {T0 + 2000} lost" in ex[0] and "no run nor record" in ex[0], (v, ex)
+    # Paused before its first slot came (its cursor still at its anchor): nothing was due.
+    for r in each_read(d):
+        r["jobs"][0]["cursor"] = T0 + 1000
+    assert verdict(d, "no-lost-slot")[0] == "valid"
