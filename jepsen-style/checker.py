@@ -42,6 +42,12 @@ MIN_SINK_WRITES = 30
 #: Counterexamples kept per checker.
 EXAMPLES_MAX = 20
 
+try:  # the product's bounds the checkers read (an older product states none: its values then)
+    from raftsched.core import limits as _limits
+    #: finished backfills (and bulk operations) the state keeps; beyond it the oldest are forgotten
+    BACKFILLS_KEPT_MAX = _limits.backfills_kept_max
+except (ImportError, AttributeError):  # pragma: no cover
+    BACKFILLS_KEPT_MAX = 100
 
 def combine(*verdicts: str) -> str:
     return max(verdicts, key=lambda v: _RANK[v]) if verdicts else VALID
@@ -1188,8 +1194,9 @@ def check_backfills(data: dict) -> dict:
     then (the schedule may have reached them in the milliseconds before the backfill was made);
     once it is done, every listed slot has its run, unless another backfill of the same slots ran
     beside it (a slot it ran first is then left out here, rightly) or the job was deleted since
-    (with its runs). A backfill that definitely did
-    not happen has no run. A bulk requeue requeued at most ``max_count`` runs, of its job only,
+    (with its runs). An acknowledged backfill is in every final and post-restart read that holds
+    fewer than BACKFILLS_KEPT_MAX finished ones (the state forgets the oldest beyond that). A
+    backfill that definitely did not happen has no run. A bulk requeue requeued at most ``max_count`` runs, of its job only,
     each once (one attempt after it died, not two)."""
     examples, stats = [], {"backfills": 0, "backfills_done": 0, "backfill_runs": 0, "requeues": 0, "requeued": 0}
     ops = [op for op in client_ops(data) if op["f"] in ("backfill", "requeue")]
@@ -1251,6 +1258,15 @@ def check_backfills(data: dict) -> dict:
                     examples.append(f"{where}: run {r['id']} of backfill {bf_id} has kind {r.get('kind')} and an id "
                                     f"that is neither its slot's nor the backfill's")
             view = next((b for b in read.get("backfills") or [] if b["id"] == bf_id), None)
+            if view is None and op["type"] == "ok" and read.get("phase") in ("final", "restart") \
+                    and isinstance(read.get("backfills"), list) \
+                    and sum(b.get("state") in ("done", "cancelled") for b in read["backfills"]) < BACKFILLS_KEPT_MAX:
+                # Acknowledged, so in the state from then on: a backfill leaves it only when more
+                # than backfills_kept_max finished ones (done or cancelled, of any kind) are kept,
+                # the oldest first (core/backfills.py); a deleted job's are cancelled, not removed.
+                examples.append(f"{where}: backfill {bf_id} was acknowledged ({op.get('status')}, {len(slots)} slot(s) "
+                                f"listed) but is not in the state, which holds "
+                                f"{sum(b.get('state') in ('done', 'cancelled') for b in read['backfills'])} finished ones")
             if view is not None and view["state"] == "done" and read.get("phase") in ("final", "restart"):
                 done_seen = True
                 missing = sorted(slots - set(got))

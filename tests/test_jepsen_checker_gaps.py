@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 from test_jepsen_checkers import low_thresholds  # noqa: F401  (its autouse fixture; puts jepsen-style on sys.path)
-from test_jepsen_checkers import SPEC_A, T0, _ops, each_read, good, stored, verdict
+from test_jepsen_checkers import SPEC_A, T0, _ops, each_read, good, iso, stored, verdict
 
 import checker  # noqa: E402  (jepsen-style, on sys.path)
 import generator  # noqa: E402
@@ -127,3 +127,34 @@ def test_a_paused_job_with_no_entry_up_to_its_cursor_is_reported():
     for r in each_read(d):
         r["jobs"][0]["cursor"] = T0 + 1000
     assert verdict(d, "no-lost-slot")[0] == "valid"
+
+
+# ------------------------------------------------------------------------------- backfills
+
+def _second_backfill(d):
+    slots = [T0 + 3000, T0 + 5000]
+    n = len(d["history"])
+    base = {"process": "client-0", "f": "backfill", "job": "b", "node": 0, "key": "kb9", "id": "bf-0-9"}
+    d["history"] += [dict(base, type="invoke", index=n, t_ms=T0 + 13_000),
+                     dict(base, type="ok", status=201, index=n + 1, t_ms=T0 + 13_050,
+                          value={"dry": {"dry_run": True, "slots": [iso(x) for x in slots], "left_out": []},
+                                 "res": {"id": "bf-0-9", "state": "running"}})]
+
+
+def test_an_acknowledged_backfill_missing_from_the_state_is_reported():
+    # A backfill of job b answered 201 with its dry run's slots; the final and the post-restart
+    # states have neither the backfill nor any run of it.
+    d = good()
+    _second_backfill(d)
+    v, ex = verdict(d, "backfills")
+    assert v == "invalid" and "bf-0-9 was acknowledged" in ex[0] and "not in the state" in ex[0], (v, ex)
+
+
+def test_a_backfill_the_state_may_have_forgotten_is_not_reported():
+    # With backfills_kept_max finished ones kept, the oldest finished ones are forgotten.
+    d = good()
+    _second_backfill(d)
+    for r in each_read(d):
+        r["backfills"] += [{"id": f"old-{k}", "kind": "requeue", "job": None, "state": "done", "reason": None,
+                            "progress": {}} for k in range(checker.BACKFILLS_KEPT_MAX - 1)]
+    assert verdict(d, "backfills")[0] == "valid"
