@@ -44,10 +44,20 @@ EXAMPLES_MAX = 20
 
 try:  # the product's bounds the checkers read (an older product states none: its values then)
     from raftsched.core import limits as _limits
+    #: a job's ``history`` when its spec gives none
+    HISTORY_DEFAULT = _limits.history_per_job_default
     #: finished backfills (and bulk operations) the state keeps; beyond it the oldest are forgotten
     BACKFILLS_KEPT_MAX = _limits.backfills_kept_max
+    #: how long before its slot the trigger may fire it: fire_ahead_ms, and a later slot of the
+    #: same entry fire_ahead_span_ms more (a storm, thousands of slots in one second, which this
+    #: workload never makes, is taken up earlier)
+    FIRE_AHEAD_MAX_MS = _limits.fire_ahead_ms + _limits.fire_ahead_span_ms
 except (ImportError, AttributeError):  # pragma: no cover
-    BACKFILLS_KEPT_MAX = 100
+    HISTORY_DEFAULT, BACKFILLS_KEPT_MAX, FIRE_AHEAD_MAX_MS = 100, 100, 2000
+#: The states in which a job's history trim drops its oldest entries beyond its ``history``
+#: (core/fire.py TRIMMABLE: finished, but not dead; queued and running ones stay).
+TRIMMABLE = frozenset({"succeeded", "failed", "skipped", "coalesced"})
+
 
 def combine(*verdicts: str) -> str:
     return max(verdicts, key=lambda v: _RANK[v]) if verdicts else VALID
@@ -187,6 +197,40 @@ def _first_slot_after(schedule: dict, t_ms: int) -> int | None:
     return (t_ms - phase) // every * every + phase + every
 
 
+def _history_bound(specs: list[dict]) -> int:
+    """The smallest ``history`` (entries a job keeps) of these specs."""
+    return min(s.get("history", HISTORY_DEFAULT) for s in specs)
+
+
+def _trim_cutoff(entries: list[dict]) -> float:
+    """A job's history keeps at most ``history`` entries: trim drops the oldest ones in a
+    TRIMMABLE state beyond it (core/fire.py trim), wherever they are behind queued, running or
+    dead ones, so a trim leaves a gap only where every older entry still there was not
+    trimmable when the gap's entries went. Given the job's entries in a read, this is the slot
+    from which a missing entry cannot have been trimmed: a missing range of slots from ``g``
+    may be a trim's only while ``g`` is below it. An entry still there rules out the missing
+    ones after it when it was trimmable before they were made: a record of an earlier slot
+    (always trimmable; a job's scheduled entries are kept in slot order), or any entry
+    recorded, or run that finished in a TRIMMABLE state, more than FIRE_AHEAD_MAX_MS (the
+    earliest a run or record is made before its slot) plus a second of slack before the
+    range's first slot. The times are the state's (fired_at, finished_at), which never run
+    backwards in log order (I6); a run left TRIMMABLE only by a requeue (dead), which resets
+    its finished_at."""
+    margin = FIRE_AHEAD_MAX_MS + 1000
+    cut = float("inf")
+    for y in entries:
+        if y.get("kind") == "recorded":
+            b = y["slot_ms"] + 1
+            if isinstance(y.get("fired_at"), int):
+                b = min(b, y["fired_at"] + margin + 1)
+        elif y.get("state") in TRIMMABLE and isinstance(y.get("finished_at"), int):
+            b = y["finished_at"] + margin + 1
+        else:
+            continue
+        cut = min(cut, b)
+    return cut
+
+
 def check_lost_slots(data: dict) -> dict:
     """Every slot of every job present in a final read, from its first slot up to the read time
     minus DUE_SLACK_MS (or up to its cursor while paused), is a run or inside a record whose
@@ -195,8 +239,11 @@ def check_lost_slots(data: dict) -> dict:
     final token). The first slot is where the job's creation puts it: no earlier than the
     create's invocation allows and no later than its acknowledgement does, or, for a create
     whose answer was lost (info) or made during a clock fault, exactly where the read's creation
-    time (the state's) puts it; a job with no entry at all is checked from there too."""
-    examples, checked_slots, jobs_checked = [], 0, 0
+    time (the state's) puts it; a job with no entry at all is checked from there too. A job
+    whose history is at its bound (``history`` entries or more) may have had its oldest
+    finished entries trimmed: missing slots that a trim may have dropped (_trim_cutoff) are
+    counted, not reported."""
+    examples, checked_slots, jobs_checked, trimmed = [], 0, 0, 0
     versions = spec_versions(data)
     paused = paused_ever(data)
     creates = {op["job"]: op for op in client_ops(data) if op["f"] == "create" and op["type"] == "ok"}
@@ -279,13 +326,21 @@ def check_lost_slots(data: dict) -> dict:
                     end = last
             else:
                 end = read["t_start_ms"] - DUE_SLACK_MS
+            at_bound = len(mine) >= _history_bound(specs + [job["spec"]])
+            cut = _trim_cutoff(mine) if at_bound else None
+            gap_from = None
             for s in range(start, max(last, end) + 1, every):
                 if s > end and s > last:
                     break
                 checked_slots += 1
                 if s in covered:
+                    gap_from = None
                     continue
-                if first is None:
+                if gap_from is None:
+                    gap_from = s
+                if cut is not None and gap_from < cut:
+                    trimmed += 1  # (counted per read)
+                elif first is None:
                     ex(("lost", name, s), f"node-{node + 1} {read['phase']}: job {name} slot {s} lost: {how}, the job has no run nor record at all "
                                           f"(read at {read['t_start_ms']}, paused={job.get('paused')}, cursor {job.get('cursor')})")
                 elif s < first:
@@ -298,7 +353,7 @@ def check_lost_slots(data: dict) -> dict:
                     ex(("sink", r["id"]), f"node-{node + 1} {read['phase']}: run {r['id']} succeeded with token {r.get('fencing_token')} but the sink has no accepted ok end write with that token")
     if not reads:
         return _result(UNKNOWN, [], note="no final read succeeded")
-    stats = {"jobs_checked": jobs_checked, "slots_checked": checked_slots}
+    stats = {"jobs_checked": jobs_checked, "slots_checked": checked_slots, "slots_trimmed": trimmed}
     # A run begun before its slot is no-early-start's (below); lateness is the fire lag.
     if examples:
         return _result(INVALID, examples, stats)
@@ -582,12 +637,52 @@ def job_models(ops: list[dict], budget: int = 200_000) -> tuple[set | None, dict
     return {s for s, _ in configs}, None
 
 
+def _trimmed_between(before: dict, after: dict, gone: list[dict], versions: dict[str, list[dict]]) -> set[str]:
+    """The ids of ``gone`` (entries of read ``before`` missing from the later read ``after`` of the
+    same node) that the job's history trim may have dropped in between (core/fire.py trim: the
+    oldest TRIMMABLE entries beyond ``history``): the job holds at least ``history`` entries
+    after, and none of its entries read in both was TRIMMABLE before while it precedes the gone
+    one in the history (appended earlier: an earlier fired_at, the state's time, which never
+    runs backwards, or an earlier slot among scheduled entries and records), as trim would have
+    dropped that one first."""
+    if not gone:
+        return set()
+    specs = {j["name"]: j["spec"] for j in after.get("jobs", [])}
+    count: dict[str, int] = {}
+    for r in after["runs"]:
+        count[r["job"]] = count.get(r["job"], 0) + 1
+    after_ids = {r["id"] for r in after["runs"]}
+    inf = float("inf")
+    # Per job: the earliest fired_at, and the earliest slot of a scheduled entry or record, among
+    # its entries that were TRIMMABLE before and are still there after.
+    first_fired: dict[str, float] = {}
+    first_slot: dict[str, float] = {}
+    for y in before["runs"]:
+        if y["id"] in after_ids and y.get("state") in TRIMMABLE:
+            if isinstance(y.get("fired_at"), int):
+                first_fired[y["job"]] = min(first_fired.get(y["job"], inf), y["fired_at"])
+            if y.get("kind") not in ("manual", "backfill"):
+                first_slot[y["job"]] = min(first_slot.get(y["job"], inf), y["slot_ms"])
+    out = set()
+    for r in gone:
+        name = r["job"]
+        if name not in specs or count.get(name, 0) < _history_bound((versions.get(name) or []) + [specs[name]]):
+            continue
+        if first_fired.get(name, inf) < (r["fired_at"] if isinstance(r.get("fired_at"), int) else inf):
+            continue
+        if r.get("kind") not in ("manual", "backfill") and first_slot.get(name, inf) < r["slot_ms"]:
+            continue
+        out.add(r["id"])
+    return out
+
+
 def check_durability(data: dict) -> dict:
     """Every acknowledged client write is in the final state, before and after the full restart,
     and nothing is there that no client asked for (per job: the final job, absent or present with
     its spec and paused flag, is one that some placement of the info operations explains). Info
     writes that appear are counted as recovered. Across the restart, the jobs and every run read
-    before it are still there."""
+    before it are still there, but for runs its history trim may have dropped in between
+    (_trimmed_between)."""
     examples = []
     ops = client_ops(data)
     per_job: dict[str, list] = {}
@@ -639,7 +734,9 @@ def check_durability(data: dict) -> dict:
         if not after or after.get("runs") is None or before.get("runs") is None:
             continue
         after_ids = {r["id"] for r in after["runs"]}
-        lost = [r["id"] for r in before["runs"] if r["id"] not in after_ids]
+        lost = [r for r in before["runs"] if r["id"] not in after_ids]
+        trimmed = _trimmed_between(before, after, lost, spec_versions(data))
+        lost = [r["id"] for r in lost if r["id"] not in trimmed]
         if lost:
             examples.append(f"node-{int(node) + 1}: {len(lost)} run(s) read before the full restart are gone after it, e.g. {lost[:3]}")
         bj = {j["name"]: (j["paused"], json.dumps(j["spec"], sort_keys=True)) for j in before.get("jobs", [])}

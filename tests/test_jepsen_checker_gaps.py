@@ -11,7 +11,7 @@ from test_jepsen_checkers import SPEC_A, T0, _ops, each_read, good, iso, stored,
 
 import checker  # noqa: E402  (jepsen-style, on sys.path)
 import generator  # noqa: E402
-from raftsched.core import model, policy, schedule
+from raftsched.core import fire, limits, model, policy, schedule
 
 
 def _drop_scheduled(d, job, keep):
@@ -36,6 +36,14 @@ def _set_spec(d, job, spec):
         for j in r["jobs"]:
             if j["name"] == job:
                 j["spec"] = stored(spec)
+
+
+def _backfill_runs_at_their_time(d):
+    """good()'s backfill runs finish when the backfill ran them (T0 + 12 s), not at their slots."""
+    for r in each_read(d):
+        for x in r["runs"]:
+            if x.get("kind") == "backfill":
+                x.update(started_at=T0 + 12_200, finished_at=T0 + 12_400)
 
 
 def _make_info(d, job):
@@ -158,3 +166,93 @@ def test_a_backfill_the_state_may_have_forgotten_is_not_reported():
         r["backfills"] += [{"id": f"old-{k}", "kind": "requeue", "job": None, "state": "done", "reason": None,
                             "progress": {}} for k in range(checker.BACKFILLS_KEPT_MAX - 1)]
     assert verdict(d, "backfills")[0] == "valid"
+
+
+# ------------------------------------------------------------------------------- the history bound
+
+def _history(d, bound):
+    _set_spec(d, "a", dict(SPEC_A, history=bound))
+    _backfill_runs_at_their_time(d)
+
+
+def test_runs_the_jobs_history_bound_trimmed_are_not_lost_slots():
+    # Job a keeps at most `history` entries: with 15, of its 20 slots and 3 backfill runs, the
+    # oldest finished ones go (core/fire.py trim). The product did nothing wrong.
+    d = good()
+    _history(d, 15)
+    for r in each_read(d):
+        mine = sorted((x for x in r["runs"] if x["job"] == "a"), key=lambda x: x["fired_at"])
+        trimmed = {x["id"] for x in mine[: len(mine) - 15]}
+        r["runs"] = [x for x in r["runs"] if x["id"] not in trimmed]
+    v, ex = verdict(d, "no-lost-slot")
+    assert v == "valid", (v, ex)
+    # Below its bound, a history is not trimmed: the same reads lose slots.
+    _set_spec(d, "a", dict(SPEC_A, history=16))
+    v, ex = verdict(d, "no-lost-slot")
+    assert v == "invalid" and f"slot {T0 + 2000} lost" in ex[0], (v, ex)
+
+
+def test_a_trim_behind_dead_runs_is_not_a_lost_slot():
+    # a's first three runs died (the dead-letter queue: never trimmed); the five finished runs
+    # behind them went when the history reached its bound.
+    d = good()
+    _history(d, 15)
+    for r in each_read(d):
+        for x in r["runs"]:
+            if x["job"] == "a" and x["kind"] == "scheduled" and x["slot_ms"] <= T0 + 4000:
+                x["state"] = "dead"
+    _drop_scheduled(d, "a", lambda s: not T0 + 5000 <= s <= T0 + 9000)
+    assert verdict(d, "no-lost-slot")[0] == "valid"
+
+
+def test_a_gap_behind_entries_trim_would_have_dropped_first_is_lost():
+    # At its bound, but the runs before the gap finished long before it: trim drops the oldest
+    # finished entries first, so it cannot have made this gap.
+    d = good()
+    _history(d, 15)
+    _drop_scheduled(d, "a", lambda s: not T0 + 12_000 <= s <= T0 + 16_000)
+    v, ex = verdict(d, "no-lost-slot")
+    assert v == "invalid" and f"slot {T0 + 12_000} is neither" in ex[0], (v, ex)
+    # Nor behind a record (always trimmable), even with dead runs around it.
+    d = good()
+    _history(d, 15)
+    for r in each_read(d):
+        for x in r["runs"]:
+            if x["job"] == "a" and x["kind"] == "scheduled" and x["slot_ms"] <= T0 + 4000:
+                x["state"] = "dead"
+        rec = next(x for x in r["runs"] if x["id"] == f"a@{T0 + 3000}")
+        rec.clear()
+        rec.update(id=f"a@{T0 + 3000}", job="a", slot_ms=T0 + 3000, slot_to=None, count=None, state="skipped",
+                   reason="misfire", kind="recorded", fired_at=T0 + 4500)
+    _drop_scheduled(d, "a", lambda s: not T0 + 5000 <= s <= T0 + 9000)
+    v, ex = verdict(d, "no-lost-slot")
+    assert v == "invalid" and f"slot {T0 + 5000} is neither" in ex[0], (v, ex)
+
+
+def test_runs_trimmed_between_the_final_and_the_restart_reads_are_not_lost():
+    d = good()
+    _history(d, 15)
+    for r in d["reads"]["restart"].values():
+        mine = sorted((x for x in r["runs"] if x["job"] == "a"), key=lambda x: x["fired_at"])
+        trimmed = {x["id"] for x in mine[: len(mine) - 15]}
+        r["runs"] = [x for x in r["runs"] if x["id"] not in trimmed]
+    v, ex = verdict(d, "durability")
+    assert v == "valid", (v, ex)
+
+
+def test_a_run_gone_across_the_restart_that_trim_would_not_drop_is_lost():
+    # At its bound after the restart, but older finished entries are still there: trim would
+    # have dropped those first.
+    d = good()
+    _history(d, 15)
+    gone = {f"a@{T0 + 1000 * k}" for k in (10, 11, 12)}
+    for r in d["reads"]["restart"].values():
+        r["runs"] = [x for x in r["runs"] if x["id"] not in gone]
+    v, ex = verdict(d, "durability")
+    assert v == "invalid" and "gone after it" in ex[0], (v, ex)
+
+
+def test_the_checkers_copy_of_the_products_trim_rule_is_the_products():
+    assert checker.TRIMMABLE == fire.TRIMMABLE
+    assert checker.HISTORY_DEFAULT == limits.history_per_job_default
+    assert checker.BACKFILLS_KEPT_MAX == limits.backfills_kept_max
