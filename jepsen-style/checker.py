@@ -1285,13 +1285,32 @@ def _iso_ms(text) -> int | None:
     return int((d - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) / dt.timedelta(milliseconds=1))
 
 
+def _trimmed_since(data: dict, read: dict, job: str, t_ms: int) -> bool:
+    """Whether job's history trim may have dropped, by ``read``, entries made at state time
+    ``t_ms`` or later (a backfill's runs): the job holds at least ``history`` entries (the
+    smallest of its specs') and none of its entries still there was trimmable (a record, or a
+    run finished, not dead: core/fire.py TRIMMABLE) before ``t_ms``, as trim drops the oldest
+    trimmable entries first."""
+    spec = next((j["spec"] for j in read.get("jobs", []) if j["name"] == job), None)
+    mine = [r for r in read["runs"] if r["job"] == job]
+    if spec is None or len(mine) < _history_bound((spec_versions(data).get(job) or []) + [spec]):
+        return False
+    for y in mine:
+        since = y.get("fired_at") if y.get("kind") == "recorded" else \
+            y.get("finished_at") if y.get("state") in TRIMMABLE else None
+        if isinstance(since, int) and since < t_ms:
+            return False
+    return True
+
+
 def check_backfills(data: dict) -> dict:
     """Each backfill ran exactly the slots its dry run listed, each once: in every read, its runs
     (``backfill`` naming it) are of distinct slots its dry run listed, or left out as not yet due
     then (the schedule may have reached them in the milliseconds before the backfill was made);
     once it is done, every listed slot has its run, unless another backfill of the same slots ran
-    beside it (a slot it ran first is then left out here, rightly) or the job was deleted since
-    (with its runs). An acknowledged backfill is in every final and post-restart read that holds
+    beside it (a slot it ran first is then left out here, rightly), the job was deleted since
+    (with its runs) or its history trim may have dropped them (_trimmed_since the backfill's
+    invocation, less the clock bound and any clock fault's offset: the state's time then). An acknowledged backfill is in every final and post-restart read that holds
     fewer than BACKFILLS_KEPT_MAX finished ones (the state forgets the oldest beyond that). A
     backfill that definitely did not happen has no run. A bulk requeue requeued at most ``max_count`` runs, of its job only,
     each once (one attempt after it died, not two)."""
@@ -1299,6 +1318,9 @@ def check_backfills(data: dict) -> dict:
     ops = [op for op in client_ops(data) if op["f"] in ("backfill", "requeue")]
     reads = _all_reads(data) + [r for r in data.get("periodic") or [] if r.get("runs") is not None]
     listed: dict[str, set] = {}
+    # A backfill's runs are made at state time no earlier than its invocation less this.
+    skew = CLOCK_SKEW_MS_MAX + 1000 + max([abs(f.get("offset_ms", (f.get("fault") or {}).get("offset_ms")) or 0)
+                                           for f in data.get("faults", []) if f.get("kind") == "clock"] or [0])
     def _map(x: object) -> dict:  # a malformed op's body or value is not a crash
         return x if isinstance(x, dict) else {}
     for op in ops:
@@ -1367,7 +1389,8 @@ def check_backfills(data: dict) -> dict:
             if view is not None and view["state"] == "done" and read.get("phase") in ("final", "restart"):
                 done_seen = True
                 missing = sorted(slots - set(got))
-                if missing and not beside and not deleted:
+                if missing and not beside and not deleted \
+                        and not _trimmed_since(data, read, op["job"], op["invoke_t_ms"] - skew):
                     examples.append(f"{where}: backfill {bf_id} is done, but slot(s) {missing[:3]} its dry run "
                                     f"listed have no run of it (left out: {view['progress'].get('left_out_reasons')})")
             if read.get("phase") == "final":

@@ -256,3 +256,34 @@ def test_the_checkers_copy_of_the_products_trim_rule_is_the_products():
     assert checker.TRIMMABLE == fire.TRIMMABLE
     assert checker.HISTORY_DEFAULT == limits.history_per_job_default
     assert checker.BACKFILLS_KEPT_MAX == limits.backfills_kept_max
+
+
+def _keep_newest(d, job, n):
+    for r in each_read(d):
+        mine = sorted((x for x in r["runs"] if x["job"] == job), key=lambda x: (x["fired_at"], x["slot_ms"]))
+        trimmed = {x["id"] for x in mine[: len(mine) - n]}
+        r["runs"] = [x for x in r["runs"] if x["id"] not in trimmed]
+
+
+def test_a_done_backfills_runs_its_jobs_history_trimmed_are_not_missing():
+    # Job a keeps 9 entries: its backfill's runs (made at T0+12.1 s) went with the slots fired
+    # before them, behind the runs of T0+13 s on.
+    d = good()
+    _history(d, 9)
+    _keep_newest(d, "a", 9)
+    assert not any(x.get("backfill") for r in each_read(d) for x in r["runs"])
+    v, ex = verdict(d, "backfills")
+    assert v == "valid", (v, ex)
+    assert verdict(d, "no-lost-slot")[0] == "valid"
+
+
+def test_a_done_backfills_runs_gone_behind_older_finished_entries_are_missing():
+    # At its bound, but the run of T0+2 s, finished long before the backfill, is still there:
+    # trim would have dropped it first.
+    d = good()
+    _history(d, 9)
+    _keep_newest(d, "a", 8)
+    for r, r0 in zip(each_read(d), each_read(good())):
+        r["runs"].append(next(x for x in r0["runs"] if x["id"] == f"a@{T0 + 2000}"))
+    v, ex = verdict(d, "backfills")
+    assert v == "invalid" and "bf-0-1 is done, but slot(s)" in ex[0], (v, ex)
