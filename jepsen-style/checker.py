@@ -238,8 +238,9 @@ def check_lost_slots(data: dict) -> dict:
     exactly; and every run that succeeded reached the sink (an accepted "end" write, ok, with its
     final token). The first slot is where the job's creation puts it: no earlier than the
     create's invocation allows and no later than its acknowledgement does, or, for a create
-    whose answer was lost (info) or made during a clock fault, exactly where the read's creation
-    time (the state's) puts it; a job with no entry at all is checked from there too. A job
+    whose answer was lost (info) or made during a clock fault, no later than the read's creation
+    time (the state's time when the put applied) allows and, without a clock fault, no earlier
+    than the first put's invocation does; a job with no entry at all is checked from there too. A job
     whose history is at its bound (``history`` entries or more) may have had its oldest
     finished entries trimmed: missing slots that a trim may have dropped (_trim_cutoff) are
     counted, not reported."""
@@ -247,6 +248,12 @@ def check_lost_slots(data: dict) -> dict:
     versions = spec_versions(data)
     paused = paused_ever(data)
     creates = {op["job"]: op for op in client_ops(data) if op["f"] == "create" and op["type"] == "ok"}
+    # The earliest invocation of a put that may have created each job (an update creates a job
+    # its lost create did not).
+    first_put: dict[str, int] = {}
+    for op in client_ops(data):
+        if op["f"] in ("create", "update") and op["type"] in ("ok", "info"):
+            first_put[op["job"]] = min(first_put.get(op["job"], op["invoke_t_ms"]), op["invoke_t_ms"])
     sink_ok = _sink_end_ok(data)
     reads = _all_reads(data)
     seen = set()
@@ -289,16 +296,22 @@ def check_lost_slots(data: dict) -> dict:
                 for s in range(lo, hi + 1, every):
                     covered.add(s)
             # The first slot: between the first slots of a job created at the create's invocation
-            # and at its acknowledgement; else (an info create, or a clock fault around it) the
-            # first slot of a job created at the state's creation time.
+            # and at its acknowledgement. Else (an info create, or a clock fault around it) no
+            # later than the first slot of a job created at the state's creation time: that is
+            # the state's time when the put applied, and the put's own time (the proposer's
+            # clock, from which its slots start) is no later, as state time never runs backwards
+            # (I6); and, without a clock fault, no earlier than the first put's invocation.
             op = creates.get(name)
             created = job.get("created")
             if op is not None and not _clock_fault_during(data, op["invoke_t_ms"] - 10_000, op["t_ms"] + 10_000):
                 earliest_first, latest_first = _first_slot_after(sched, op["invoke_t_ms"]), _first_slot_after(sched, op["t_ms"])
                 how = f"created (ok) at {op['t_ms']}"
             elif isinstance(created, int) and not isinstance(created, bool):
-                earliest_first = latest_first = _first_slot_after(sched, created)
-                how = f"created at {created} (the state's creation time)"
+                latest_first = _first_slot_after(sched, created)
+                lo_t = first_put.get(name)
+                earliest_first = _first_slot_after(sched, lo_t) if lo_t is not None and lo_t <= created \
+                    and not _clock_fault_during(data, lo_t - 10_000, created + 10_000) else None
+                how = f"created by {created} (the state's creation time)"
             else:
                 earliest_first = latest_first = None
             start = None  # the slot from which every slot must be handled
@@ -307,7 +320,7 @@ def check_lost_slots(data: dict) -> dict:
                     phase = latest_first % every
                 # The grid's last point at or before latest_first: the first slot, or after it.
                 start = latest_first if phase is None else latest_first - (latest_first - phase) % every
-                if start < earliest_first:
+                if earliest_first is not None and start < earliest_first:
                     start = None  # no point of the job's grid is a possible first slot: off-grid's
             if covered:
                 first, last = min(covered), max(covered)

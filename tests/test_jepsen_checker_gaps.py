@@ -65,15 +65,25 @@ def test_first_slots_lost_after_an_indeterminate_create_are_reported():
     assert v == "invalid" and f"slot {T0 + 2000} lost" in ex[0] and "state's creation time" in ex[0], (v, ex)
 
 
-def test_an_indeterminate_create_is_judged_from_the_states_creation_time():
+def test_an_indeterminate_create_is_judged_between_its_invocation_and_the_states_creation_time():
     d = good()
     _make_info(d, "a")
     assert verdict(d, "no-lost-slot")[0] == "valid"
-    # Created (by the state) at T0+1.5 s, so first due at T0+3 s: the run of T0+2 s is early.
+    # Applied late: the state's creation time is its time when the put applied (T0+1.5 s), the
+    # put's own (the proposer's clock, from which the slots count) may be as early as the
+    # invocation (T0+50 ms). Its first slot, T0+2 s, is in that window.
     for r in each_read(d):
         r["jobs"][0]["created"] = T0 + 1500
+    assert verdict(d, "no-lost-slot")[0] == "valid"
+    # Created by T0+60 ms, first due at T0+2 s: a run of T0+1 s is before it could be due.
+    d = good()
+    _make_info(d, "a")
+    early = dict(next(x for x in d["reads"]["final"]["0"]["runs"] if x["id"] == f"a@{T0 + 2000}"),
+                 id=f"a@{T0 + 1000}", slot_ms=T0 + 1000, state="failed")
+    for r in each_read(d):
+        r["runs"].append(dict(early))
     v, ex = verdict(d, "no-lost-slot")
-    assert v == "invalid" and f"slot {T0 + 2000}, before it could be due" in ex[0], (v, ex)
+    assert v == "invalid" and f"slot {T0 + 1000}, before it could be due" in ex[0], (v, ex)
 
 
 def _cron_a(d, created_ms):
