@@ -202,7 +202,14 @@ def _history_bound(specs: list[dict]) -> int:
     return min(s.get("history", HISTORY_DEFAULT) for s in specs)
 
 
-def _trim_cutoff(entries: list[dict]) -> float:
+def _slot_ordered(spec: dict) -> bool:
+    """Whether a job's scheduled entries and records join its history in slot order: those of a
+    job with a schedule of its own, not gated by parents (a pipeline's child makes its runs and
+    records as its parents' runs end, in any order)."""
+    return spec.get("schedule") is not None and not spec.get("after")
+
+
+def _trim_cutoff(entries: list[dict], slot_ordered: bool = True) -> float:
     """A job's history keeps at most ``history`` entries: trim drops the oldest ones in a
     TRIMMABLE state beyond it (core/fire.py trim), wherever they are behind queued, running or
     dead ones, so a trim leaves a gap only where every older entry still there was not
@@ -210,7 +217,8 @@ def _trim_cutoff(entries: list[dict]) -> float:
     from which a missing entry cannot have been trimmed: a missing range of slots from ``g``
     may be a trim's only while ``g`` is below it. An entry still there rules out the missing
     ones after it when it was trimmable before they were made: a record of an earlier slot
-    (always trimmable; a job's scheduled entries are kept in slot order), or any entry
+    (always trimmable; ``slot_ordered``: the job's scheduled entries join its history in slot
+    order, _slot_ordered), or any entry
     recorded, or run that finished in a TRIMMABLE state, more than FIRE_AHEAD_MAX_MS (the
     earliest a run or record is made before its slot) plus a second of slack before the
     range's first slot. The times are the state's (fired_at, finished_at), which never run
@@ -220,7 +228,7 @@ def _trim_cutoff(entries: list[dict]) -> float:
     cut = float("inf")
     for y in entries:
         if y.get("kind") == "recorded":
-            b = y["slot_ms"] + 1
+            b = y["slot_ms"] + 1 if slot_ordered else float("inf")
             if isinstance(y.get("fired_at"), int):
                 b = min(b, y["fired_at"] + margin + 1)
         elif y.get("state") in TRIMMABLE and isinstance(y.get("finished_at"), int):
@@ -340,7 +348,7 @@ def check_lost_slots(data: dict) -> dict:
             else:
                 end = read["t_start_ms"] - DUE_SLACK_MS
             at_bound = len(mine) >= _history_bound(specs + [job["spec"]])
-            cut = _trim_cutoff(mine) if at_bound else None
+            cut = _trim_cutoff(mine, all(_slot_ordered(s) for s in specs + [job["spec"]])) if at_bound else None
             gap_from = None
             for s in range(start, max(last, end) + 1, every):
                 if s > end and s > last:
@@ -656,8 +664,8 @@ def _trimmed_between(before: dict, after: dict, gone: list[dict], versions: dict
     oldest TRIMMABLE entries beyond ``history``): the job holds at least ``history`` entries
     after, and none of its entries read in both was TRIMMABLE before while it precedes the gone
     one in the history (appended earlier: an earlier fired_at, the state's time, which never
-    runs backwards, or an earlier slot among scheduled entries and records), as trim would have
-    dropped that one first."""
+    runs backwards, or an earlier slot among the scheduled entries and records of a job that
+    makes them in slot order, _slot_ordered), as trim would have dropped that one first."""
     if not gone:
         return set()
     specs = {j["name"]: j["spec"] for j in after.get("jobs", [])}
@@ -674,7 +682,7 @@ def _trimmed_between(before: dict, after: dict, gone: list[dict], versions: dict
         if y["id"] in after_ids and y.get("state") in TRIMMABLE:
             if isinstance(y.get("fired_at"), int):
                 first_fired[y["job"]] = min(first_fired.get(y["job"], inf), y["fired_at"])
-            if y.get("kind") not in ("manual", "backfill"):
+            if y.get("kind") in ("scheduled", "recorded") and y["job"] in specs and _slot_ordered(specs[y["job"]]):
                 first_slot[y["job"]] = min(first_slot.get(y["job"], inf), y["slot_ms"])
     out = set()
     for r in gone:
@@ -683,7 +691,7 @@ def _trimmed_between(before: dict, after: dict, gone: list[dict], versions: dict
             continue
         if first_fired.get(name, inf) < (r["fired_at"] if isinstance(r.get("fired_at"), int) else inf):
             continue
-        if r.get("kind") not in ("manual", "backfill") and first_slot.get(name, inf) < r["slot_ms"]:
+        if r.get("kind") in ("scheduled", "recorded") and first_slot.get(name, inf) < r["slot_ms"]:
             continue
         out.add(r["id"])
     return out

@@ -297,3 +297,20 @@ def test_a_done_backfills_runs_gone_behind_older_finished_entries_are_missing():
         r["runs"].append(next(x for x in r0["runs"] if x["id"] == f"a@{T0 + 2000}"))
     v, ex = verdict(d, "backfills")
     assert v == "invalid" and "bf-0-1 is done, but slot(s)" in ex[0], (v, ex)
+
+
+def test_a_pipeline_childs_entries_are_trimmed_in_the_order_they_were_made_not_by_slot():
+    # A child makes its runs and records as its parents' runs end: its run of T0+4 s may join
+    # its history before its record of T0+2 s, and go first.
+    spec = {"after": [{"job": "pa", "on": "success"}], "history": 1}
+    rec = {"id": f"pc@{T0 + 2000}", "job": "pc", "slot_ms": T0 + 2000, "kind": "recorded", "state": "skipped",
+           "fired_at": T0 + 6000}
+    run = {"id": f"pc@{T0 + 4000}", "job": "pc", "slot_ms": T0 + 4000, "kind": "triggered", "state": "succeeded",
+           "fired_at": T0 + 5000, "finished_at": T0 + 5200}
+    before = {"jobs": [{"name": "pc", "spec": spec}], "runs": [rec, run]}
+    after = {"jobs": [{"name": "pc", "spec": spec}], "runs": [rec]}
+    assert checker._trimmed_between(before, after, [run], {}) == {run["id"]}
+    # A scheduled job makes them in slot order: its record of T0+2 s went first.
+    sched = {"schedule": {"every_s": 2}, "history": 1}
+    before["jobs"] = after["jobs"] = [{"name": "pc", "spec": sched}]
+    assert checker._trimmed_between(before, after, [dict(run, kind="scheduled")], {}) == set()
