@@ -117,3 +117,20 @@ def iso_peek(ctx):
     return {"proc_environ": secret in environ, "os_environ": secret in str(dict(os.environ)),
             "stdin": secret in sys.stdin.read(), "subprocess": secret in peek,
             "run_id_seen": "RAFTSCHED_RUN_ID" in environ}
+
+
+#: An app of its own, so the apps above keep their job counts.
+secret_app = App("sdk-worker-secret", misfire="skip", retry={"max_attempts": 1})
+
+
+@secret_app.job("si-secret", every_s=3600, secrets={"PW": "from-ci-store"})
+def iso_secret(ctx):
+    """Reads its job's secret as ctx.secrets, and prints it (which the outcome masks)."""
+    print("the password is", ctx.secrets["PW"])
+    try:
+        ctx.secrets["PW"] = "x"  # read-only
+        writable = True
+    except TypeError:
+        writable = False
+    return {"len": len(ctx.secrets["PW"]), "names": sorted(ctx.secrets), "writable": writable,
+            "in_repr": ctx.secrets["PW"] in repr(ctx), "in_env": ctx.secrets["PW"] in str(ctx.env())}

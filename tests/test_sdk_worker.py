@@ -208,6 +208,30 @@ def test_a_handlers_outcome_is_masked_of_the_jobs_secrets_before_it_is_cut(child
     assert "TAILPART" not in hello.output and "AAAA" not in hello.output, hello.output[-80:]
 
 
+@pytest.mark.parametrize("isolation", ["thread", "subprocess"])
+def test_a_handler_reads_its_jobs_secrets_as_ctx_secrets(child_env, isolation):
+    """docs/security.md: a python function gets its job's secrets as ``ctx.secrets``; an SDK
+    handler too, in the worker's process or in a child: read-only, in no repr nor ctx.env(),
+    and masked in what the run prints."""
+    lookup = AppExecutors(sdk_worker_app.secret_app, "sdk_worker_app:secret_app", isolation=isolation)
+    secret = "s3cr3t-value-0123"
+
+    async def t():
+        g = grant("si-secret", app=sdk_worker_app.secret_app)
+        g["secrets"] = {"PW": secret}
+        ctx = ctx_of(g)
+        ctx.secrets = {"PW": secret}  # (what worker/loop.py gives the run context)
+        out = await lookup(g)(ctx, g["timeout_s"], CancelEvent())
+        return out, ctx
+    out, ctx = run(t())
+    assert out.ok, out
+    assert ctx.result == {"len": len(secret), "names": ["PW"], "writable": False, "in_repr": False,
+                          "in_env": False}, ctx.result
+    assert secret not in out.output, out.output
+    if isolation == "subprocess":  # (in the worker's process, prints go to its own stdout)
+        assert "the password is ***" in out.output, out.output
+
+
 def test_a_child_holds_its_jobs_secrets_nowhere_another_process_reads_them(child_env):
     """Given in its environment, they stayed in /proc/PID/environ for the child's whole life,
     readable by any process of the user, its handler's subprocesses too: on its stdin they are

@@ -13,8 +13,8 @@ the run's output. The worker kills it at the run's timeout. Its stdin holds the 
 (JSON), which the outcome is masked of before it is cut, as an in-process run's is: read to its
 end before the app is imported, and stdin is then /dev/null (not the environment, which
 ``/proc/PID/environ`` shows any process of the user for the child's whole life; started by hand,
-give it ``</dev/null``, or it waits for its stdin to end). The handler's
-Context offers no ``secrets``; they are in the child's memory, as the worker's are in its own.
+give it ``</dev/null``, or it waits for its stdin to end). The handler reads them as
+``ctx.secrets``, as an in-process handler does; they are in the child's memory only.
 """
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def main(argv: list[str]) -> int:
         from .context import Context
         from .loader import load_app
         run_ctx = _context()
-        run_ctx.secrets = secrets  # for the masking of the outcome only (the handler's Context has none)
+        run_ctx.secrets = secrets  # the handler's ctx.secrets, and the masking of the outcome
         ctx = Context.of(run_ctx)
         decl = load_app(ref).declaration_for(target)
     except BaseException as e:  # the app's import, or a broken environment: the run fails, saying why

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping
 from datetime import datetime, timezone
+from types import MappingProxyType
 from typing import Any
 
 from ..core.schedule import iso
@@ -28,6 +30,9 @@ class Context:
         executor that called the handler did not say).
     :param upstream: for a job that runs after others (pipelines), its parents' outcomes for
         this slot: ``[{"job", "run", "outcome", "token", "result"}, ...]``; None otherwise.
+    :param secrets: the job's ``secrets`` in clear, by name (read-only; empty for a job without
+        any). Never shown by the Context's repr, nor in :meth:`env`; what the run prints or
+        raises is masked of them.
     """
 
     run_id: str
@@ -41,6 +46,7 @@ class Context:
     #: the executor's run context this Context was made of: a handler's return value is set on it
     #: as the run's result (pipelines); not part of the Context's value
     result_sink: Any = dataclasses.field(default=None, compare=False, repr=False)
+    secrets: Mapping[str, str] = dataclasses.field(default_factory=lambda: _NO_SECRETS, compare=False, repr=False)
 
     @property
     def slot(self) -> datetime:
@@ -88,7 +94,8 @@ class Context:
                        worker=worker if worker is not None else
                        (getattr(ctx, "worker", None) or getattr(ctx, "worker_id", None)),
                        upstream=getattr(ctx, "upstream", None),
-                       result_sink=ctx if hasattr(ctx, "result") else None)
+                       result_sink=ctx if hasattr(ctx, "result") else None,
+                       secrets=_secrets_of(getattr(ctx, "secrets", None)))
         except AttributeError as e:
             raise TypeError(f"a handler is called with a run context (run_id, job, slot_ms, attempt, "
                             f"fencing_token, payload); got {type(ctx).__name__}: {e}") from None
@@ -100,4 +107,14 @@ class Context:
         raftsched.worker.loop reads them)."""
         return cls(run_id=grant["id"], job=grant["job"], slot_ms=grant["slot"], attempt=grant["attempt"],
                    fencing_token=grant["token"], payload=grant.get("payload"), worker=worker,
-                   upstream=grant.get("upstream"))
+                   upstream=grant.get("upstream"), secrets=_secrets_of(grant.get("secrets")))
+
+
+_NO_SECRETS: Mapping[str, str] = MappingProxyType({})
+
+
+def _secrets_of(values: Any) -> Mapping[str, str]:
+    """A read-only copy of a run's secrets (a map of strings), or the empty one."""
+    if not isinstance(values, Mapping) or not values:
+        return _NO_SECRETS
+    return MappingProxyType({k: v for k, v in values.items() if isinstance(k, str) and isinstance(v, str)})

@@ -15,7 +15,7 @@ import reprlib
 import sys
 import time
 import types
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Awaitable, Callable
 
 from .. import limits
@@ -121,9 +121,9 @@ def run_masked(ctx) -> list[str]:
     """The values a python run's outcome is masked of (worker/masking.py): its context's
     ``secrets``; for an SDK Context, those of the run context it was made of (``result_sink``)."""
     secrets = getattr(ctx, "secrets", None)
-    if secrets is None:
+    if not secrets:
         secrets = getattr(getattr(ctx, "result_sink", None), "secrets", None)
-    return secret_values(None, secrets if isinstance(secrets, dict) else None)
+    return secret_values(None, dict(secrets) if isinstance(secrets, Mapping) else None)
 
 
 def _python_result(value: tuple, masked: Sequence[str] = ()) -> Result:
