@@ -23,7 +23,7 @@ from .cli_output import FORMATS, Progress, print_error, set_format, show
 from .cli_target import Target, resolve
 from .client import Client
 from .client.core import BATCH_TIMEOUT_S, DEADLINE_S_DEFAULT
-from .client.endpoints import PREVIEW_COUNT_DEFAULT
+from .client.endpoints import PREVIEW_COUNT_DEFAULT, job_batches
 from .config import ConfigError, check_token, read_secret_file
 from .core import limits
 from .core.errors import RaftschedError, Unavailable
@@ -307,6 +307,9 @@ def _worker_app(args, labels: dict):
         app = load_app(args.app)
     except (AppLoadError, DeclarationError) as e:
         raise ConfigError(f"--app {args.app}: {e}") from None
+    except Exception as e:  # noqa: BLE001 - the app's own import failed: one line, not a traceback
+        from .sdk.sync import import_error
+        raise ConfigError(f"--app {args.app}: cannot import it: {import_error(e)}") from None
     if labels.get(APP_LABEL, app.name) != app.name:
         raise ConfigError(f"--labels: {APP_LABEL} is the app's name ({app.name}) with --app")
     labels[APP_LABEL] = app.name
@@ -511,24 +514,26 @@ def _apply(a, c: Client) -> int:
         return 1
     names = list(body["jobs"])
     create_only = bool(body.get("create_only")) or a.create_only
-    step = limits.batch_jobs_max
-    if len(names) > step:
-        print(f"raftsched: {len(names)} jobs: sending {-(-len(names) // step)} requests of at most {step}; "
-              "each is validated on its own", file=sys.stderr)
+    parts = job_batches(names, body["jobs"]) or [[]]
+    if len(parts) > 1:
+        print(f"raftsched: {len(names)} jobs: sending {len(parts)} requests (at most {limits.batch_jobs_max} jobs "
+              f"and {limits.batch_request_bytes_max // 2**20} MiB each); each is validated on its own", file=sys.stderr)
     bar = Progress(len(names), "apply")
     answers: list[dict] = []
     failed: RaftschedError | None = None
     try:
-        for k in range(0, max(len(names), 1), step):
-            part = {n: body["jobs"][n] for n in names[k:k + step]}
+        sent = 0
+        for names_part in parts:
+            part = {n: body["jobs"][n] for n in names_part}
             res = c.put_jobs(part, create_only, idempotency_key=key)
             answers.append(res if isinstance(res, dict) else {})
-            bar.update(min(k + step, len(names)))
+            sent += len(names_part)
+            bar.update(sent)
     except RaftschedError as e:
         failed = e  # the requests before it stay applied: they are printed with it
     finally:
         bar.close()  # the bar's line ends before anything is printed
-    out: dict | None = _merge_batches(answers, len(names) > step) if answers else None
+    out: dict | None = _merge_batches(answers, len(parts) > 1) if answers else None
     if failed is not None:
         err_body = getattr(failed, "body", None)
         err = err_body.get("error") if isinstance(err_body, dict) else None

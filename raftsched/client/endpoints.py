@@ -11,6 +11,7 @@ large before anything is sent).
 """
 from __future__ import annotations
 
+import json
 from typing import Any, Callable
 
 from ..core import limits
@@ -96,6 +97,31 @@ def put_job(name: str, spec: dict, create_only: bool = False) -> Request:
     ``If-None-Match: *`` (409 if it exists)."""
     return Request("PUT", f"/v1/jobs/{_q(name)}", body=spec,
                    headers={"If-None-Match": "*"} if create_only else None)
+
+
+#: What a batch of jobs' JSON may take of a request's body (limits.batch_request_bytes_max),
+#: leaving room for the envelope and the encoder's differences.
+BATCH_BODY_BYTES = limits.batch_request_bytes_max - 256 * 1024
+
+
+def job_batches(names: list[str], specs: dict[str, dict]) -> list[list[str]]:
+    """``names`` (in their order) cut into runs of jobs that each fit one ``POST /v1/jobs:batch``:
+    at most ``limits.batch_jobs_max`` jobs and ``BATCH_BODY_BYTES`` of JSON (a node refuses a
+    larger body with 413, whatever the count). A job too large alone is sent alone (the node
+    then says why it refuses it)."""
+    out: list[list[str]] = []
+    cur: list[str] = []
+    size = 0
+    for n in names:
+        k = len(json.dumps({n: specs[n]}).encode()) + 2
+        if cur and (len(cur) >= limits.batch_jobs_max or size + k > BATCH_BODY_BYTES):
+            out.append(cur)
+            cur, size = [], 0
+        cur.append(n)
+        size += k
+    if cur:
+        out.append(cur)
+    return out
 
 
 @endpoint

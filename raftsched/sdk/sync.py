@@ -3,11 +3,12 @@ an app's declarations.
 
 It imports the module (running its declarations, which validate themselves), reads the
 cluster's jobs of this app and the declared names (consistent reads), computes the plan
-(:func:`raftsched.sdk.plan.plan`), prints it, and unless ``--dry-run`` applies it: the creates
-and updates in one ``POST /v1/jobs:batch`` (one per 10 000 jobs), then, with ``--prune``, a
-``DELETE`` for each of this app's jobs that is no longer declared. A second sync finds nothing
-to change. Exit status: 0 done (or nothing to do), 1 a conflict or an API error, 2 the app could
-not be loaded.
+(:func:`raftsched.sdk.plan.plan`), prints it, and unless ``--dry-run`` applies it (:func:`apply`:
+the creates, create-only, then the updates, in ``POST /v1/jobs:batch`` requests that fit; then,
+with ``--prune``, a ``DELETE`` for each of this app's jobs that is no longer declared). A second
+sync finds nothing to change. Exit status: 0 done (or nothing to do), 1 a conflict, a job the
+node refused, an API error (what was applied before it is printed), 2 the app could not be
+loaded.
 """
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import json
 import sys
 from typing import Any
 
-from ..core import limits, pipelines
+from ..client.endpoints import job_batches
+from ..core import pipelines
 from ..core.errors import NotFound, RaftschedError
 from ..node import limits as node_limits
 from .app import APP_LABEL, App, DeclarationError
@@ -47,28 +49,57 @@ def existing_jobs(client, app: App) -> dict[str, dict]:
     return out
 
 
-def apply(client, app: App, p: Plan) -> dict:
-    """Apply ``p``: the puts in batches of at most batch_jobs_max, parents before the jobs that
-    run after them (pipelines), then the deletes, children first.
-    ``{"created", "updated", "deleted", "commands"}``."""
+def new_applied() -> dict:
+    """What :func:`apply` did so far: ``{"created", "updated", "deleted", "refused", "skipped",
+    "commands"}`` (``refused``: name -> the node's error; ``skipped``: jobs to prune that another
+    app or a person holds by the time they were to be deleted)."""
+    return {"created": [], "updated": [], "deleted": [], "refused": {}, "skipped": [], "commands": 0}
+
+
+def apply(client, app: App, p: Plan, done: dict | None = None) -> dict:
+    """Apply ``p`` into ``done`` (:func:`new_applied`, filled as each request succeeds, so a
+    failure part-way can say what was applied before it), and return it.
+
+    The creates first, with ``create_only`` (a job of that name made by someone else since the
+    plan was read is left as it is, and refused), then the updates; each in batches that fit a
+    request (:func:`raftsched.client.endpoints.job_batches`), parents before the jobs that run
+    after them (pipelines). Then the deletes, children first, each of a job read again just
+    before: one that no longer carries this app's label is skipped, one already gone counts as
+    deleted. A job the node refused inside a batch's answer is in ``refused``, not applied."""
+    done = new_applied() if done is None else done
     specs = app.specs()
-    puts = set(p.puts())
-    names = [n for n in pipelines.parents_first(specs) if n in puts]
-    commands = 0
-    for k in range(0, len(names), limits.batch_jobs_max):
-        res = client.put_jobs({n: specs[n] for n in names[k:k + limits.batch_jobs_max]})
-        commands += res.get("commands", 0)
-    deleted = []
-    existing = {n: client.get_job(n)["spec"] for n in p.delete} if len(p.delete) > 1 else {}
-    order = list(reversed(pipelines.parents_first(existing))) if existing else list(p.delete)
-    for name in order:
+    order = pipelines.parents_first(specs)
+    for names, create_only, into in (([n for n in order if n in set(p.create)], True, "created"),
+                                     ([n for n in order if n in {u.job for u in p.update}], False, "updated")):
+        for part in job_batches(names, specs):
+            res = client.put_jobs({n: specs[n] for n in part}, create_only)
+            done["commands"] += res.get("commands", 0) if isinstance(res, dict) else 0
+            answers = res.get("jobs") if isinstance(res, dict) else None
+            for n in part:
+                a = answers.get(n) if isinstance(answers, dict) else None
+                err = a.get("error") if isinstance(a, dict) else None
+                if err is not None:
+                    done["refused"][n] = err
+                else:
+                    done[into].append(n)
+    existing: dict[str, dict] = {}
+    for n in p.delete:
+        try:
+            spec = client.get_job(n)["spec"]
+        except NotFound:
+            done["deleted"].append(n)  # gone already (another sync, or by hand): what prune wanted
+            continue
+        if (spec.get("labels") or {}).get(APP_LABEL) != app.name:
+            done["skipped"].append(n)  # given to another app, or taken by hand, since the plan
+            continue
+        existing[n] = spec
+    for name in reversed(pipelines.parents_first(existing)):
         try:
             client.delete_job(name)
         except NotFound:
-            pass  # gone already (another sync, or by hand): what prune wanted
-        deleted.append(name)
-    return {"created": list(p.create), "updated": [u.job for u in p.update], "deleted": deleted,
-            "commands": commands}
+            pass  # gone meanwhile: what prune wanted
+        done["deleted"].append(name)
+    return done
 
 
 def _schedule_text(spec: dict) -> str:
@@ -111,41 +142,114 @@ def _fail(e: RaftschedError) -> int:
     return 1
 
 
+def load(ref: str, who: str = "raftsched sync") -> App | None:
+    """The app ``ref`` names, or None after saying on stderr why it cannot be loaded: a
+    declaration error, or any exception its import raised (a missing dependency, a syntax
+    error), as one line naming the type and where in the user's code, not a traceback."""
+    try:
+        return load_app(ref)
+    except (AppLoadError, DeclarationError) as e:
+        print(f"{who}: {ref}: {e}", file=sys.stderr)
+    except Exception as e:  # noqa: BLE001 - the app's own import failed: say so, exit 2
+        print(f"{who}: {ref}: cannot import it: {import_error(e)}", file=sys.stderr)
+    return None
+
+
+def import_error(e: BaseException) -> str:
+    """``Type: message`` of an exception an app's import raised, with the last frame of it
+    outside raftsched (the user's file and line) when there is one."""
+    where = None
+    tb = e.__traceback__
+    while tb is not None:
+        f = tb.tb_frame.f_code.co_filename
+        if "/raftsched/" not in f and not f.startswith("<frozen"):
+            where = f"{f}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    if isinstance(e, SyntaxError) and e.filename:
+        where = f"{e.filename}:{e.lineno}"
+    return f"{type(e).__name__}: {e}" + (f" ({where})" if where else "")
+
+
+def missing_parents(client, app: App, existing: dict[str, dict]) -> list[tuple[str, str]]:
+    """(job, parent) for each declared job's ``after`` parent that the app does not declare and
+    the cluster does not hold: the sync would be refused for it (422), so the dry run says so."""
+    out = []
+    known = set(app.jobs) | set(existing)
+    looked: dict[str, bool] = {}
+    for name, spec in app.specs().items():
+        for e in spec.get("after") or ():
+            parent = e["job"] if isinstance(e, dict) else e
+            if parent in known:
+                continue
+            if parent not in looked:
+                try:
+                    client.get_job(parent)
+                    looked[parent] = True
+                except NotFound:
+                    looked[parent] = False
+            if not looked[parent]:
+                out.append((name, parent))
+    return out
+
+
+def _print_applied(a: dict) -> None:
+    print(f"applied: {len(a['created'])} created, {len(a['updated'])} updated, {len(a['deleted'])} deleted"
+          + (f", {len(a['refused'])} refused" if a["refused"] else "")
+          + (f", {len(a['skipped'])} not deleted (no longer this app's)" if a["skipped"] else ""))
+
+
 def run(args: Any, client) -> int:
     """The ``raftsched sync`` subcommand (cli.py): ``args.app``, ``args.dry_run``,
     ``args.prune``, ``args.json``; ``client`` a raftsched.client.Client."""
-    try:
-        app = load_app(args.app)
-    except (AppLoadError, DeclarationError) as e:
-        print(f"raftsched sync: {args.app}: {e}", file=sys.stderr)
+    app = load(args.app)
+    if app is None:
         return 2
     try:
         existing = existing_jobs(client, app)
+        missing = missing_parents(client, app, existing)
     except RaftschedError as e:
         return _fail(e)
     p = plan(app.name, app.views(), existing, prune=args.prune)
     out: dict = {"plan": p.to_dict(), "dry_run": bool(args.dry_run), "applied": None}
+    if missing:
+        out["missing_parents"] = [{"job": j, "after": parent} for j, parent in missing]
     if not args.json:
         print(format_plan(p, app, ",".join(client.urls), args.dry_run))
-    if p.conflicts:
+    if p.conflicts or missing:
         msg = (f"{len(p.conflicts)} declared job(s) belong to another app; nothing applied. Rename them, "
-               "or delete the other app's job first")
+               "or delete the other app's job first") if p.conflicts else \
+            "; ".join(f"job {j} runs after {parent}, which the app does not declare and the cluster does not hold"
+                      for j, parent in missing) + "; nothing applied"
         if args.json:
             print(json.dumps(out, indent=2))
         print(f"raftsched sync: {msg}", file=sys.stderr)
         return 1
     if not args.dry_run and p.changes:
+        done = new_applied()
         try:
-            out["applied"] = apply(client, app, p)
+            out["applied"] = apply(client, app, p, done)
         except RaftschedError as e:
+            out["applied"] = done  # what went through before the failure stays applied
             if args.json:
+                out["error"] = e.message
                 print(json.dumps(out, indent=2))
+            else:
+                _print_applied(done)
             return _fail(e)
     if args.json:
         print(json.dumps(out, indent=2))
     elif out["applied"] is not None:
-        a = out["applied"]
-        print(f"applied: {len(a['created'])} created, {len(a['updated'])} updated, {len(a['deleted'])} deleted")
+        _print_applied(out["applied"])
     elif not p.changes:
         print("nothing to change")
+    a = out["applied"]
+    if a is not None and (a["refused"] or a["skipped"]):
+        for n, err in sorted(a["refused"].items()):
+            print(f"raftsched sync: job {n} was refused: {err.get('message') if isinstance(err, dict) else err}",
+                  file=sys.stderr)
+        for n in a["skipped"]:
+            print(f"raftsched sync: job {n} was not deleted: it no longer carries {APP_LABEL}={app.name}",
+                  file=sys.stderr)
+        print("raftsched sync: the cluster changed while syncing; run the sync again", file=sys.stderr)
+        return 1
     return 0
