@@ -15,6 +15,7 @@ import json
 from typing import Any, Callable
 
 from ..core import limits
+from ..core.records import cut_by
 from .core import LockHeld, LockLost, Request, conflict_as, none_if_not_found, quote as _q
 
 #: ``limit`` of a page of jobs, runs or dead runs when none is given (the API's own default).
@@ -109,19 +110,8 @@ def job_batches(names: list[str], specs: dict[str, dict]) -> list[list[str]]:
     at most ``limits.batch_jobs_max`` jobs and ``BATCH_BODY_BYTES`` of JSON (a node refuses a
     larger body with 413, whatever the count). A job too large alone is sent alone (the node
     then says why it refuses it)."""
-    out: list[list[str]] = []
-    cur: list[str] = []
-    size = 0
-    for n in names:
-        k = len(json.dumps({n: specs[n]}).encode()) + 2
-        if cur and (len(cur) >= limits.batch_jobs_max or size + k > BATCH_BODY_BYTES):
-            out.append(cur)
-            cur, size = [], 0
-        cur.append(n)
-        size += k
-    if cur:
-        out.append(cur)
-    return out
+    return cut_by(names, lambda n: len(json.dumps({n: specs[n]}).encode()) + 2, limits.batch_jobs_max,
+                  BATCH_BODY_BYTES)
 
 
 @endpoint

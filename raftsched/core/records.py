@@ -11,11 +11,13 @@ integer check apply uses on command fields (``is_int``) and a job's counters (``
 from __future__ import annotations
 
 import sys
-from collections.abc import Collection
-from typing import Any, TypeAlias, TypeGuard
+from collections.abc import Callable, Collection, Iterable
+from typing import Any, TypeAlias, TypeGuard, TypeVar
 
 from . import limits
 from .errors import Conflict, RaftschedError
+
+T = TypeVar("T")
 
 #: A record of the state: a job, a spec or a part of one, a run or a recorded slot, a queue, a
 #: tenant's bucket, a lock, a worker, a backfill... Plain dicts (see below), so typed as maps.
@@ -33,6 +35,25 @@ RUNS, RECORDED, LAG_LAST, LAG_MAX, LAG_SUM = range(5)
 #: A job record's fields (jobs.put_job), in the order of its map and of a version 3 snapshot's
 #: columns.
 JOB_FIELDS = ("name", "spec", "gen", "created", "updated", "anchor", "cursor", "next", "paused", "stats")
+
+
+def cut_by(items: Iterable[T], size_of: Callable[[T], int], count_max: int, bytes_max: int) -> list[list[T]]:
+    """``items`` in order, cut into runs of at most ``count_max`` items whose ``size_of`` sum to
+    at most ``bytes_max`` (what a sender puts in one command or request). An item larger than
+    ``bytes_max`` alone is a run of its own (its receiver then says why it refuses it)."""
+    out: list[list[T]] = []
+    cur: list[T] = []
+    size = 0
+    for it in items:
+        n = size_of(it)
+        if cur and (len(cur) >= count_max or size + n > bytes_max):
+            out.append(cur)
+            cur, size = [], 0
+        cur.append(it)
+        size += n
+    if cur:
+        out.append(cur)
+    return out
 
 
 def ok(**fields: Any) -> Result:

@@ -41,7 +41,7 @@ from ..core.bodies import check_body
 from ..core.errors import Forbidden, InvalidSpec, NotFound, RaftschedError
 from ..core.model import EXECUTOR_TYPES
 from ..core.workers import check_dedicated, check_executors, check_labels, check_queues, check_worker_id
-from ..core.records import is_int
+from ..core.records import cut_by, is_int
 from ..proposer import Proposer
 from .. import sealing
 from ..worker import limits as worker_limits
@@ -436,16 +436,9 @@ class Fleet:
         if self.embedded_id is not None:
             ids.add(self.embedded_id)
         known = self.raft.read(_registered, sorted(ids))
-        chunks, cur, size = [], [], 0
-        for wid in known:  # each command under its bound, in ids and in bytes
-            n = len(wid.encode()) + 3
-            if cur and (len(cur) >= limits.workers_seen_ids_max or size + n > limits.command_bytes_max - 1024):
-                chunks.append(cur)
-                cur, size = [], 0
-            cur.append(wid)
-            size += n
-        if cur:
-            chunks.append(cur)
+        # each command under its bound, in ids and in bytes
+        chunks = cut_by(known, lambda wid: len(wid.encode()) + 3, limits.workers_seen_ids_max,
+                        limits.command_bytes_max - 1024)
         for chunk in chunks:
             try:
                 await self.propose(commands.workers_seen(self.clock.now_ms(), node=self.node_id, workers=chunk))
