@@ -202,15 +202,20 @@ def test_runs_the_jobs_history_bound_trimmed_are_not_lost_slots():
     assert v == "invalid" and f"slot {T0 + 2000} lost" in ex[0], (v, ex)
 
 
+def _first_runs_of_a_died(d: dict) -> None:
+    """a's runs of slots up to T0+4 s died, in every read (the dead-letter queue: never trimmed)."""
+    for r in each_read(d):
+        for x in r["runs"]:
+            if x["job"] == "a" and x["kind"] == "scheduled" and x["slot_ms"] <= T0 + 4000:
+                x["state"] = "dead"
+
+
 def test_a_trim_behind_dead_runs_is_not_a_lost_slot():
     # a's first three runs died (the dead-letter queue: never trimmed); the five finished runs
     # behind them went when the history reached its bound.
     d = good()
     _history(d, 15)
-    for r in each_read(d):
-        for x in r["runs"]:
-            if x["job"] == "a" and x["kind"] == "scheduled" and x["slot_ms"] <= T0 + 4000:
-                x["state"] = "dead"
+    _first_runs_of_a_died(d)
     _drop_scheduled(d, "a", lambda s: not T0 + 5000 <= s <= T0 + 9000)
     assert verdict(d, "no-lost-slot")[0] == "valid"
 
@@ -226,10 +231,8 @@ def test_a_gap_behind_entries_trim_would_have_dropped_first_is_lost():
     # Nor behind a record (always trimmable), even with dead runs around it.
     d = good()
     _history(d, 15)
+    _first_runs_of_a_died(d)
     for r in each_read(d):
-        for x in r["runs"]:
-            if x["job"] == "a" and x["kind"] == "scheduled" and x["slot_ms"] <= T0 + 4000:
-                x["state"] = "dead"
         rec = next(x for x in r["runs"] if x["id"] == f"a@{T0 + 3000}")
         rec.clear()
         rec.update(id=f"a@{T0 + 3000}", job="a", slot_ms=T0 + 3000, slot_to=None, count=None, state="skipped",
