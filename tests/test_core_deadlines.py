@@ -14,7 +14,7 @@ from raftsched.core.state import SchedulerState
 
 from raftsched.core.notify_model import validate_routes, validate_sink
 
-from core_helpers import DAY, HOUR, SEC, T0, apply, ms, new_state, put_cmd, raw_job, snap_obj
+from core_helpers import DAY, HOUR, SEC, T0, apply, ms, new_state, put_cmd, raw_job, resume_cmd, snap_obj
 from long_tests import examples
 
 
@@ -587,19 +587,37 @@ def test_a_job_made_a_heartbeat_job_while_a_worker_holds_its_run_ends_that_lease
     assert apply(s, commands.make("takeover", now, None, node="n3"))["ok"]
 
 
-def test_pausing_a_heartbeat_job_withdraws_the_slot_it_fired_ahead() -> None:
-    """A pause records the runs fired ahead for slots after it (skipped / paused): a heartbeat
-    job's too, which wait for a ping rather than in a queue. Before, that one stayed waiting, and
-    a ping started a run of the paused job."""
+def test_pausing_a_heartbeat_job_holds_the_slot_it_fired_ahead() -> None:
+    """A pause holds the runs fired ahead for slots after it: a heartbeat job's too, which wait
+    for a ping rather than in a queue. A ping does not start it while the job is paused (before
+    the pause held anything, a ping started a run of the paused job); a resume after its slot
+    records it skipped / paused, and its deadline says so."""
     sp = spec({"every_s": 600}, {"succeed_within_s": 300}, executor={"type": "heartbeat"})
     s = new_state(("hb", sp), now=T0)
     first = T0 + 600 * SEC
     tick(s, first - 900, ahead=True)
     assert s.runs[f"hb@{first}"]["state"] == "waiting"
     res = apply(s, commands.make("pause_job", first - 800, None, name="hb"))
-    assert res["ok"] and res.get("withdrawn") == 1, res
+    assert res["ok"] and res.get("held") == 1, res
     run = s.runs[f"hb@{first}"]
+    assert (run["state"], run["due"]) == ("waiting", None)
+    for slot in (None, first):
+        res = apply(s, commands.ping(first - 700, None, name="hb", status="start", slot=slot))
+        assert res["error"]["code"] == "conflict", res
+    assert run["state"] == "waiting"
+    res = apply(s, resume_cmd(s, "hb", first + 10 * SEC))
+    assert (res["released"], res["skipped"]) == (0, 1), res
     assert (run["state"], run["reason"]) == ("skipped", "paused")
-    res = apply(s, commands.ping(first - 700, None, name="hb", status="start", slot=None))
-    assert res["error"]["code"] == "conflict", res
     assert rec(s, f"hb@{first}")["cause"] == "paused"
+
+
+def test_a_heartbeat_jobs_held_slot_waits_for_its_ping_again_after_a_resume_before_it() -> None:
+    sp = spec({"every_s": 600}, {"succeed_within_s": 300}, executor={"type": "heartbeat"})
+    s = new_state(("hb", sp), now=T0)
+    first = T0 + 600 * SEC
+    tick(s, first - 900, ahead=True)
+    apply(s, commands.make("pause_job", first - 800, None, name="hb"))
+    res = apply(s, resume_cmd(s, "hb", first - 600))
+    assert (res["released"], res["skipped"]) == (1, 0), res
+    res = apply(s, commands.ping(first - 500, None, name="hb", status="success", slot=None))
+    assert res["ok"] and res["run"] == f"hb@{first}" and s.runs[res["run"]]["state"] == "succeeded", res

@@ -277,23 +277,91 @@ def test_delete_without_a_name_says_so():
 
 
 # ----------------------------------------------------------------------------- pause_job
-def test_pause_withdraws_the_runs_fired_ahead_and_only_those():
+def _fired_ahead_then_paused(pause_at: int = T0 + 19_600):
+    """Job a: its T0+10s run due and queued, a manual run, its T0+20s run fired ahead at
+    T0+19.5s, then paused at ``pause_at``. :returns: (state, the manual run's id, the pause's answer)."""
     s = new_state(("a", EVERY10))
     tick(s, T0 + 10 * SEC)                                     # a@T0+10s: due, queued
     manual = apply(s, make("trigger_job", T0 + 12 * SEC, name="a"))["run"]
     # A fire committed ahead of its slot (limits.fire_ahead_ms): the run exists, queued, not due.
     ahead = [["a", 1, T0 + 10 * SEC, T0 + 20 * SEC, T0 + 30 * SEC, [T0 + 20 * SEC], []]]
     assert apply(s, make("fire", T0 + 19_500, entries=ahead))["fired"] == 1
-    res = apply(s, make("pause_job", T0 + 19_600, name="a"))
-    assert res == {"ok": True, "job": "a", "paused": True, "withdrawn": 1}
-    withdrawn = s.runs[f"a@{T0 + 20 * SEC}"]
-    assert (withdrawn["state"], withdrawn["reason"], withdrawn["finished_at"]) == ("skipped", "paused", T0 + 19_600)
+    return s, manual, apply(s, make("pause_job", pause_at, name="a"))
+
+
+def test_pause_holds_the_runs_fired_ahead_and_only_those():
+    s, manual, res = _fired_ahead_then_paused()
+    assert res == {"ok": True, "job": "a", "paused": True, "held": 1}
+    held = s.runs[f"a@{T0 + 20 * SEC}"]
+    assert (held["state"], held["due"], held["finished_at"]) == ("queued", None, None)
     assert s.runs[f"a@{T0 + 10 * SEC}"]["state"] == "queued" and s.runs[manual]["state"] == "queued"
-    assert counters(s) == counters(restored(s)) and counters(s)["depth"] == {"default": 2}
+    # Counted in its queue (it is queued), on every replica alike, but handed to no worker, even
+    # once its slot has come, on this replica and on one restored from a snapshot.
+    assert counters(s) == counters(restored(s)) and counters(s)["depth"] == {"default": 3}
     assert (s.jobs["a"]["paused"], s.jobs["a"]["updated"]) == (True, T0 + 19_600)
+    for replica in (s, restored(s)):
+        got = sorted(g["id"] for g in acquire(replica, T0 + 25 * SEC))
+        assert got == sorted([f"a@{T0 + 10 * SEC}", manual]), "a held run is never handed out"
+    assert apply(s, make("pause_job", T0 + 19_700, name="a")) == {"ok": True, "job": "a", "paused": True}
 
 
-def test_a_run_whose_slot_is_the_pause_time_is_not_withdrawn():
+def test_a_resume_before_the_slot_releases_the_held_run_and_it_runs_at_its_slot():
+    """A pause and a resume within the time runs are fired ahead lose no slot (a one-shot job's
+    included): the held run is queued again, due at its slot, on every replica."""
+    s, manual, _ = _fired_ahead_then_paused()
+    res = apply(s, resume_cmd(s, "a", T0 + 19_800))
+    assert res == {"ok": True, "job": "a", "paused": False, "released": 1, "skipped": 0}
+    rid = f"a@{T0 + 20 * SEC}"
+    assert (s.runs[rid]["state"], s.runs[rid]["due"]) == ("queued", T0 + 20 * SEC)
+    r = restored(s)
+    assert counters(s) == counters(r)
+    for replica in (s, r):
+        assert rid not in [g["id"] for g in acquire(replica, T0 + 19_900)], "not before its slot"
+        assert rid in [g["id"] for g in acquire(replica, T0 + 20 * SEC)]
+    assert s.jobs["a"]["cursor"] == T0 + 20 * SEC, "the slot is not fired again (I2)"
+
+
+def test_a_resume_after_the_slot_records_the_held_run_skipped_paused():
+    s, _, _ = _fired_ahead_then_paused()
+    res = apply(s, resume_cmd(s, "a", T0 + 25 * SEC))
+    assert res == {"ok": True, "job": "a", "paused": False, "released": 0, "skipped": 1}
+    run = s.runs[f"a@{T0 + 20 * SEC}"]
+    assert (run["state"], run["reason"], run["finished_at"]) == ("skipped", "paused", T0 + 25 * SEC)
+    assert counters(s) == counters(restored(s)) and counters(s)["depth"] == {"default": 2}
+    assert f"a@{T0 + 20 * SEC}" not in [g["id"] for g in acquire(s, T0 + 26 * SEC)]
+
+
+def test_a_catch_up_resume_after_the_slot_releases_the_held_run_late():
+    s, _, _ = _fired_ahead_then_paused()
+    res = apply(s, resume_cmd(s, "a", T0 + 25 * SEC, catch_up=True))
+    assert res == {"ok": True, "job": "a", "paused": False, "released": 1, "skipped": 0}
+    assert counters(s) == counters(restored(s))
+    assert f"a@{T0 + 20 * SEC}" in [g["id"] for g in acquire(s, T0 + 26 * SEC)]
+
+
+def test_a_full_drop_oldest_queue_never_drops_a_held_run_on_any_replica():
+    """drop_oldest passes over a held run on every replica alike, whether its by-slot index
+    holds the held run's entry (this one: built by a drop before the pause) or not (one restored
+    from a snapshot after it)."""
+    s = new_state(("a", EVERY10), ("b", EVERY10))
+    apply(s, make("put_queue", T0, name="default", max_depth=2, on_full="drop_oldest"))
+    b1 = apply(s, make("trigger_job", T0 + 9_000, name="b"))["run"]
+    b2 = apply(s, make("trigger_job", T0 + 9_100, name="b"))["run"]
+    ahead = [["a", 1, T0, T0 + 10 * SEC, T0 + 20 * SEC, [T0 + 10 * SEC], []]]
+    apply(s, make("fire", T0 + 9_500, entries=ahead))            # full: b1 dropped, a@10s queued
+    assert s.runs[b1]["reason"] == "queue_full"
+    apply(s, make("pause_job", T0 + 9_600, name="a"))
+    assert [g["id"] for g in acquire(s, T0 + 9_800)] == [b2]
+    apply(s, make("trigger_job", T0 + 11 * SEC, name="b"))        # the queue: a's held run, b3
+    r = restored(s)
+    for replica in (s, r):
+        apply(replica, make("trigger_job", T0 + 12 * SEC, name="b"))  # full: b3 goes, not a's older held run
+    assert [(x["id"], x["state"]) for x in runs_of(s, "b")] == [(x["id"], x["state"]) for x in runs_of(r, "b")]
+    assert [x["state"] for x in runs_of(s, "b")] == ["skipped", "running", "skipped", "queued"]
+    assert s.runs[f"a@{T0 + 10 * SEC}"]["state"] == "queued" and counters(s) == counters(r)
+
+
+def test_a_run_whose_slot_is_the_pause_time_is_not_held():
     s = new_state(("a", EVERY10))
     ahead = [["a", 1, T0, T0 + 10 * SEC, T0 + 20 * SEC, [T0 + 10 * SEC], []]]
     apply(s, make("fire", T0 + 9 * SEC, entries=ahead))
@@ -301,7 +369,7 @@ def test_a_run_whose_slot_is_the_pause_time_is_not_withdrawn():
     assert s.runs[f"a@{T0 + 10 * SEC}"]["state"] == "queued"
 
 
-def test_a_pause_with_nothing_to_withdraw_says_nothing_of_it():
+def test_a_pause_with_nothing_to_hold_says_nothing_of_it():
     s = new_state(("a", EVERY10))
     assert apply(s, make("pause_job", T0 + SEC, name="a")) == {"ok": True, "job": "a", "paused": True}
 

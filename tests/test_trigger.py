@@ -258,19 +258,37 @@ def test_jobs_whose_overlap_policy_reads_other_runs_fire_at_their_slot():
     assert sorted(r["job"] for r in st.runs.values() if r["kind"] == "scheduled") == ["forbid", "queue_one", "replace"]
 
 
-def test_pausing_withdraws_runs_fired_ahead():
+def test_pausing_holds_runs_fired_ahead_and_resuming_before_their_slot_releases_them():
     st, raft, clock, trig = setup()
     slot = st.jobs["j0"]["next"]
     clock.advance(slot - 100 - clock.now_ms())
     asyncio.run(trig.tick())
     assert queries.queue_depth(st, "default") == 1
     svc = Service(raft, clock, "n1")
+    assert asyncio.run(svc.pause_job("j0", None)) == {"job": "j0", "paused": True, "held": 1}
+    run = st.runs[f"j0@{slot}"]
+    assert (run["state"], run["due"]) == ("queued", None)
+    view = svc.get_run(f"j0@{slot}")
+    assert view["waiting_for"] == "its job to be resumed" and view["due"] is None
+    # Resumed before its slot: queued again, handed out at its slot.
+    clock.advance(50)
+    assert asyncio.run(svc.resume_job("j0", None)) == {"job": "j0", "paused": False, "released": 1, "skipped": 0}
+    res = st.apply(commands.make("acquire", slot, None, worker="w", queues=None, max=10, ttl=30_000))
+    assert [g["id"] for g in res["runs"]] == [f"j0@{slot}"]
+
+
+def test_a_resume_after_the_held_runs_slot_records_it_skipped_paused():
+    st, raft, clock, trig = setup()
+    slot = st.jobs["j0"]["next"]
+    clock.advance(slot - 100 - clock.now_ms())
+    asyncio.run(trig.tick())
+    svc = Service(raft, clock, "n1")
     asyncio.run(svc.pause_job("j0", None))
+    clock.advance(1_000)
+    assert asyncio.run(svc.resume_job("j0", None))["skipped"] == 1
     run = st.runs[f"j0@{slot}"]
     assert (run["state"], run["reason"]) == ("skipped", "paused")
     assert queries.queue_depth(st, "default") == 0
-    res = st.apply(commands.make("acquire", slot + 1, None, worker="w", queues=None, max=10, ttl=30_000))
-    assert res["ok"] and res["runs"] == [], "a withdrawn run is never handed out"
 
 
 def test_the_fire_log_is_buffered_and_flushed_on_its_period_or_when_forced(tmp_path):

@@ -645,7 +645,7 @@ def apply_ping(s: SchedulerState, cmd: Command, now: int) -> Result:
         for st in want:
             for rid in reversed(hist):
                 cand = s.runs[rid]
-                if cand["state"] == st and cand["slot"] <= ahead:
+                if cand["state"] == st and cand["slot"] <= ahead and cand.get("due", 0) is not None:
                     run = cand  # newest first: the newest that came, else the first still to come
                     if cand["slot"] <= now:
                         break
@@ -656,6 +656,8 @@ def apply_ping(s: SchedulerState, cmd: Command, now: int) -> Result:
                            field="slot")
     if run["state"] not in ("waiting", "running"):
         raise Conflict(f"run {run['id']} ended already ({run['state']})", field="slot")
+    if run["state"] == "waiting" and run.get("due", 0) is None:  # held by the pause (notify.pause)
+        raise Conflict(f"job {name} is paused: its run {run['id']} waits for the resume", field="name")
     if status == "start":
         if run["state"] == "waiting":
             run["state"] = "running"

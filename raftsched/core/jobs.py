@@ -18,7 +18,7 @@ from .queries import floor_of, kept_position
 from .queues import claim_queue, index_job, remove_dead, unindex_job, unqueue_count
 from .backfills import trigger_job_with
 from .events import emit
-from .notify import pause
+from .notify import pause, resume_held
 from .notify_model import check_job_fields
 from .records import Record, Result, is_int, job_record, ok, share_int, share_spec
 from .tenants import LIMITED
@@ -380,16 +380,16 @@ def apply_delete_job(s: SchedulerState, cmd: Command, now: int) -> Result:
 
 def apply_pause_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``pause_job {name}``: no slot fires until resume. Runs fired ahead for slots after now
-    (still queued, not yet startable) are recorded as skipped / paused, like the slots of the
-    pause; ``withdrawn`` counts them.
+    (still queued, not yet startable) are held: no worker takes them until the resume decides
+    them (notify.pause); ``held`` counts them.
 
     :raises NotFound: no such job."""
     job = _job(s, cmd)
     if not job["paused"] and s.sinks:
         emit(s, "job.paused", now, job=job["name"], reason="manual")
-    withdrawn = pause(s, job, now)
-    if withdrawn:
-        return ok(job=job["name"], paused=True, withdrawn=withdrawn)
+    held = pause(s, job, now)
+    if held:
+        return ok(job=job["name"], paused=True, held=held)
     return ok(job=job["name"], paused=True)
 
 
@@ -399,7 +399,9 @@ def apply_resume_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     them from its view (policy.plan_resume: ``gen`` and ``after`` are the generation and cursor
     it planned from, ``rec`` its records of slots in (after, upto], ``next`` the next slot),
     unless ``catch_up``, in which case the misfire policy decides for them at the next fire.
-    A job that is not paused is left as it is.
+    The runs the pause held are released, but those whose slot came while paused, which are
+    recorded skipped (paused) unless ``catch_up`` (notify.resume_held); ``released`` and
+    ``skipped`` count them when there were any. A job that is not paused is left as it is.
 
     :raises NotFound: no such job. :raises Conflict: the job changed since the proposer looked.
     :raises InvalidCommand: malformed next, upto or records (then nothing is recorded)."""
@@ -432,9 +434,12 @@ def apply_resume_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     job["paused"] = False
     s._paused_count -= 1  # it was paused (checked above)
     job["updated"] = now
+    released, skipped = resume_held(s, job, now, catch_up)
     push_due(s, job)
     if s.sinks:
         emit(s, "job.resumed", now, job=job["name"], reason="manual", catch_up=catch_up)
+    if released or skipped:
+        return ok(job=job["name"], paused=False, released=released, skipped=skipped)
     return ok(job=job["name"], paused=False)
 
 

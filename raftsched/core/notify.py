@@ -33,7 +33,7 @@ from .events import CONSECUTIVE, INCIDENT, LAST_FAILURE, LAST_SLOT, LAST_SUCCESS
 from .events import new_health
 from .events import pending as events_pending
 from .notify_model import check_routes, check_sink_spec
-from .queues import unqueue_count
+from .queues import release_held, unqueue_count
 from .records import Record, Result, is_int, ok
 
 if TYPE_CHECKING:
@@ -125,27 +125,62 @@ def on_slot_recorded(s: SchedulerState, entry: Record, now: int) -> None:
 
 
 def pause(s: SchedulerState, job: Record, now: int) -> int:
-    """Pause a job (pause_job, and pause_on_failure): runs fired ahead for slots after ``now``
-    (queued; a heartbeat job's waiting for their ping) are recorded skipped / paused.
-    :returns: how many."""
+    """Pause a job (pause_job, and pause_on_failure). Runs fired ahead for slots after ``now``
+    (queued; a heartbeat job's waiting for their ping) are held: they stay queued (or waiting),
+    but no worker is handed one (``due`` None: out of the acquire index; a ping still ends a
+    heartbeat job's) until the resume decides them (:func:`resume_held`). :returns: how many
+    this pause held."""
     if not job["paused"]:
         s._paused_count += 1  # the metrics' count of paused jobs (queues.reset_indexes)
         job["paused"] = True
         job["updated"] = now  # (pausing a paused job changes nothing: docs/api.md)
-    withdrawn = 0
+    held = 0
+    runs = s.runs
     for rid in s.history.get(job["name"], ()):
-        run = s.runs[rid]
+        run = runs[rid]
         state = run["state"]
-        if (state == "queued" or state == "waiting") and run["kind"] == "scheduled" and run["slot"] > now:
+        if (state == "queued" or state == "waiting") and run["kind"] == "scheduled" and run["slot"] > now \
+                and run.get("due", 0) is not None:
+            run["due"] = None  # (a queued run's index entry is stale from now: queues.py)
+            held += 1
+    return held
+
+
+def resume_held(s: SchedulerState, job: Record, now: int, catch_up: bool) -> tuple[int, int]:
+    """The job is resumed: its runs the pause held (:func:`pause`) that are still queued or
+    waiting are decided. One whose slot came while the job was paused (at or before ``now``) is
+    recorded skipped, reason ``paused``, as the slots of the pause that never fired are, unless
+    ``catch_up``: then it is released with the rest, a run that starts late (as a queued run
+    waits for a worker), not a slot missed. The others are released: queued again from their
+    slot (a heartbeat job's wait for their ping as before). :returns: (released, skipped)."""
+    released = skipped = 0
+    name = job["name"]
+    runs = s.runs
+    for rid in list(s.history.get(name, ())):
+        run = runs.get(rid)
+        if run is None or run.get("due", 0) is not None:
+            continue
+        state = run["state"]
+        if state != "queued" and state != "waiting":
+            run["due"] = run["slot"]  # (a heartbeat job's run pinged meanwhile)
+            continue
+        if run["slot"] <= now and not catch_up:
             if state == "queued":
                 unqueue_count(s, run)
+            run["due"] = run["slot"]
             run.update(state="skipped", reason="paused", finished_at=now)
             s.stats.on_recorded("skipped", "paused")
             deadlines.on_finish(s, run, now)
-            withdrawn += 1
-            if job["name"] in s.pipes.children:  # a final outcome: its children record the slot
+            skipped += 1
+            if name in s.pipes.children:  # a final outcome: its children record the slot
                 pipehooks.notify(s, run, now)
-    return withdrawn
+        elif state == "queued":
+            release_held(s, run)
+            released += 1
+        else:
+            run["due"] = run["slot"]
+            released += 1
+    return released, skipped
 
 
 def view_health(h: list[Any] | None) -> Record:

@@ -68,6 +68,7 @@ def overdue_among(s: SchedulerState, candidates: list[str], now_ms: int, live: l
     lock, and stops once it has enough: node/notify.py)."""
     old = now_ms - limits.unplaceable_report_ms
     runs = s.runs
+    # (a run held by its job's pause, ``due`` None, waits for the resume, not for a worker)
     part = [rid for rid in candidates if (r := runs.get(rid)) is not None and r["state"] == "queued"
-            and r.get("unplaceable_at") is None and r["fired_at"] <= old]
+            and r.get("unplaceable_at") is None and r["fired_at"] <= old and r.get("due", 0) is not None]
     return sorted(waiting_for_many(s, part, now_ms, live))[:limits.unplaceable_runs_max]

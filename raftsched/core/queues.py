@@ -128,9 +128,24 @@ def rebuild_indexes(s: SchedulerState) -> None:
 
 
 def enqueue(s: SchedulerState, run: Record) -> None:
-    """Put a queued run into its queue's indexes."""
+    """Put a queued run into its queue's indexes. A run held by its job's pause (``due`` None:
+    notify.pause) counts in its queue's depth but has no index entry until released."""
     q = run["queue"]
     depth = s._queue_depth[q] = s._queue_depth.get(q, 0) + 1
+    due = run.get("due", run["slot"])
+    if due is not None:
+        _index(s, run, due, depth)
+
+
+def release_held(s: SchedulerState, run: Record) -> None:
+    """A queued run held by its job's pause (counted in its queue's depth already) becomes
+    leasable again at its slot: into its queue's indexes."""
+    due = run["due"] = run["slot"]
+    _index(s, run, due, s._queue_depth.get(run["queue"], 0))
+
+
+def _index(s: SchedulerState, run: Record, due: int, depth: int) -> None:
+    q = run["queue"]
     prios = s._queued.get(q)
     if prios is None:
         prios = s._queued[q] = {}
@@ -138,8 +153,7 @@ def enqueue(s: SchedulerState, run: Record) -> None:
     h = prios.get(p)
     if h is None:
         h = prios[p] = ReadyIndex()
-    slot: int = run["slot"]
-    h.push(run.get("due", slot), run["id"])
+    h.push(due, run["id"])
     if len(h) > 2 * depth + limits.queue_index_stale_slack:
         compact_queued(s, q, p, h)
     bs = s._by_slot.get(q)
@@ -174,7 +188,8 @@ def drop_oldest_queued(s: SchedulerState, qname: str, now: int) -> Record | None
     while bs:
         slot, rid = pop(bs)
         run = runs.get(rid)
-        if run is not None and run["state"] == "queued" and run["queue"] == qname and run["slot"] == slot:
+        if run is not None and run["state"] == "queued" and run["queue"] == qname and run["slot"] == slot \
+                and run.get("due", slot) is not None:  # (a run held by its job's pause is not dropped)
             s._trim_epoch += 1  # an entry of a history finished (fire.trim's scan cache)
             run["state"] = "skipped"
             run["reason"] = "queue_full"
@@ -192,7 +207,8 @@ def _queued_by_slot(s: SchedulerState, qname: str) -> list[tuple[int, str]]:
     for h in s._queued.get(qname, {}).values():
         for _, rid in h:  # (every entry, stale ones too)
             run = runs.get(rid)
-            if run is not None and rid not in seen and run["state"] == "queued" and run["queue"] == qname:
+            if run is not None and rid not in seen and run["state"] == "queued" and run["queue"] == qname \
+                    and run.get("due", 0) is not None:
                 seen.add(rid)
                 out.append((run["slot"], rid))
     heapq.heapify(out)

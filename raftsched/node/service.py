@@ -359,12 +359,13 @@ class Service:
     async def pause_job(self, name: str, rid: str | None) -> dict:
         check_name(name)
         res = await self.propose(commands.pause_job(self.clock.now_ms(), rid or new_request_id(), name=name))
-        return self._out(res, {"job": name, "paused": True})
+        return self._out(res, {"job": name, "paused": True, "held": res.get("held", 0)})
 
     async def resume_job(self, name: str, rid: str | None, catch_up: bool = False) -> dict:
         """Resume a paused job. By default the slots that fell due while it was paused are
         recorded as skipped (reason ``paused``) and it resumes from now; with ``catch_up`` its
-        misfire policy decides for them instead."""
+        misfire policy decides for them instead. The runs the pause held are released (those
+        whose slot came meanwhile: skipped, unless ``catch_up``)."""
         check_name(name)
         # The plan is made from this replica's view of the job, which may lag the log (a follower
         # behind, a node replaying its journal after a restart): without the barrier, a resume
@@ -382,7 +383,8 @@ class Service:
         plan = None if catch_up else dict(gen=gen, **policy.plan_resume(spec, anchor, cursor, now))
         res = await self.propose(commands.resume_job(now, rid or new_request_id(), name=name, catch_up=catch_up,
                                                      plan=plan))
-        return self._out(res, {"job": name, "paused": False})
+        return self._out(res, {"job": name, "paused": False, "released": res.get("released", 0),
+                               "skipped": res.get("skipped", 0)})
 
     async def trigger_job(self, name: str, rid: str | None) -> dict:
         check_name(name)
@@ -736,7 +738,7 @@ class Service:
 
     def _views(self, runs: list[dict]) -> list[dict]:
         """run_view of each, and ``waiting_for`` on a queued run no live worker may take for its
-        placement (the worker fleet, docs/workers.md)."""
+        placement (the worker fleet, docs/workers.md) or held by its job's pause."""
         out = [run_view(r) for r in runs]
         blocks = self.read(deadlines.slot_views, [r["id"] for r in runs])
         if blocks:
@@ -748,7 +750,13 @@ class Service:
                 # a heartbeat job's slot (docs/notifications.md); a pipeline child's slot waiting
                 # for its parents says for what already (core/pipelines.py waiting_run)
                 v["waiting_for"] = "a ping: POST /v1/jobs/{name}/ping"
-        queued = [r["id"] for r in runs if r["state"] == "queued"]
+        queued = []
+        for r, v in zip(runs, out):
+            if r["state"] == "queued":
+                if r.get("due", 0) is None:  # fired ahead, held by its job's pause (core/notify.py)
+                    v["waiting_for"] = "its job to be resumed"
+                else:
+                    queued.append(r["id"])
         if queued:
             why = self.read(queries.waiting_for_many, queued, self.clock.now_ms())
             for v in out:
