@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 import traceback
+import urllib.parse
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -211,7 +212,7 @@ class Run:
                                 for b in bfs["backfills"]]
             s, sink = await self.get(i, f"/v1/sinks/{NOTIFY_SINK}?{q}")
             rec["sink"] = sink if s == 200 else None
-            runs = await self.get_retry(i, f"/v1/runs?{q}&limit=10000")
+            runs = {"runs": await self.all_runs(i, q)}
         else:
             s, runs = await self.get(i, f"/v1/runs?{q}&limit=10000", 5.0)
             if s != 200:
@@ -221,6 +222,30 @@ class Run:
         self._reads_f.write(json.dumps(rec) + "\n")
         self._reads_f.flush()
         return rec
+
+    async def all_runs(self, i: int, q: str, tries: int = 3) -> list[dict]:
+        """Every run and record node ``i`` holds, newest first: pages of 10 000, each after the
+        ``next`` of the one before (a soak past ~1 000 s holds more than one page). A page whose
+        cursor was trimmed meanwhile (400) starts the read again."""
+        last = None
+        for _ in range(tries):
+            out: list[dict] = []
+            page = await self.get_retry(i, f"/v1/runs?{q}&limit=10000")
+            out.extend(page["runs"])
+            while page.get("next"):
+                try:
+                    s, b = await self.get(i, f"/v1/runs?{q}&limit=10000&before={urllib.parse.quote(page['next'], safe='')}",
+                                          10.0)
+                except (asyncio.TimeoutError, aiohttp.ClientError, OSError, ValueError) as e:
+                    s, b = None, repr(e)
+                if s != 200:
+                    last = f"HTTP {s}: {b}"
+                    break
+                page = b
+                out.extend(page["runs"])
+            else:
+                return out
+        raise RuntimeError(f"reading every run of node {i + 1} failed {tries} times: {last}")
 
     async def reader_loop(self) -> None:
         k = 0

@@ -202,3 +202,41 @@ def test_a_burst_writer_creates_its_jobs_then_updates_them_keeping_their_schedul
         assert o["spec"]["schedule"] == base["schedule"] and o["spec"]["misfire"] == base["misfire"]
         assert len(o["spec"]["payload"]["pad"]) == b["pad_bytes"] <= 8 * 1024
     assert len({o["spec"]["payload"]["pad"] for o in ops}) == len(ops)  # every put is new bytes
+
+
+def _paged_node(runs: list[dict], trim_once_at: str | None = None):
+    """get / get_retry of a node holding ``runs`` (newest first), paging as GET /v1/runs does:
+    ``limit`` a page, ``before`` the next of the page before; the first page read after
+    ``trim_once_at`` answers 400 once (its cursor trimmed meanwhile)."""
+    import urllib.parse
+    trimmed = {"done": trim_once_at is None}
+
+    async def get(i, path, timeout_s=10.0):
+        q = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)
+        limit = int(q["limit"][0])
+        start = 0
+        if "before" in q:
+            if q["before"][0] == trim_once_at and not trimmed["done"]:
+                trimmed["done"] = True
+                return 400, {"error": {"field": "before"}}
+            start = [r["id"] for r in runs].index(q["before"][0]) + 1
+        page = runs[start:start + limit]
+        more = start + limit < len(runs)
+        return 200, {"runs": page, "next": page[-1]["id"] if more else None}
+
+    async def get_retry(i, path, tries=5, timeout_s=10.0):
+        return (await get(i, path))[1]
+    return get, get_retry
+
+
+@pytest.mark.parametrize("trim", [False, True])
+def test_a_final_read_follows_next_past_the_first_page_of_runs(trim):
+    """A soak past ~1 000 s holds more than the 10 000 runs of one page: the final read reads
+    them all (before, it read the newest 10 000, and the checker called the older slots lost)."""
+    import asyncio
+    import run as harness_run
+    runs = [{"id": f"j@{n}!x"} for n in range(25_000, 0, -1)]
+    r = harness_run.Run.__new__(harness_run.Run)
+    r.get, r.get_retry = _paged_node(runs, runs[9_999]["id"] if trim else None)
+    got = asyncio.run(r.all_runs(0, "consistent=true"))
+    assert [x["id"] for x in got] == [x["id"] for x in runs]
