@@ -1066,6 +1066,18 @@ def check_convergence(data: dict) -> dict:
                         f"{settle.get('waited_s')} s after it, e.g. {settle.get('pending_at_end', [])[:3]}")
     heal = (data.get("times") or {}).get("heal_ms")
     final = (data.get("reads") or {}).get("final", {})
+    held = settle.get("held_at_end") or []
+    if held:
+        # Held by a pause (due null): only a job paused at the end may hold a run.
+        read = next((r for _, r in sorted(final.items()) if r.get("runs") is not None), None)
+        paused = {j["name"] for j in read.get("jobs", []) if j.get("paused")} if read is not None else None
+        if paused is not None:
+            for rid in held:
+                if rid.split("@", 1)[0] not in paused:
+                    examples.append(f"liveness: run {rid} was held (due null) {settle.get('waited_s')} s after the heal, "
+                                    f"but its job is not paused in the final read")
+                    break
+        stats["held_by_pause_at_end"] = len(held)
     resumed = []
     if heal is not None and final:
         read = next((r for _, r in sorted(final.items()) if r.get("runs") is not None), None)

@@ -609,6 +609,21 @@ def test_runs_stuck_after_the_heal_are_a_liveness_failure():
     assert v == "invalid" and "still queued or running" in ex[0]
 
 
+def test_runs_held_by_a_pause_may_stay_queued_only_while_their_job_is_paused():
+    """A pause holds its job's runs fired ahead (queued, due null) until the resume: the harness
+    leaves them out of the runs that must finish after the heal, and the checker holds each to
+    its job being paused in the final read."""
+    d = good()
+    d["settle"] = {"pending_count": 0, "waited_s": 8, "pending_at_end": [], "held_at_end": ["a@1", "a@2"]}
+    v, ex = verdict(d, "convergence")
+    assert v == "invalid" and "run a@1 was held" in ex[0] and "not paused" in ex[0]
+    for read in each_read(d):
+        for j in read["jobs"]:
+            j["paused"] = j["paused"] or j["name"] == "a"
+    res = checker.check_convergence(d)
+    assert res["valid"] == "valid" and res["stats"]["held_by_pause_at_end"] == 2, res
+
+
 def test_a_node_without_a_consistent_read_after_healing_is_invalid():
     d = good()
     d["reads"]["final"]["1"] = {"node": 1, "phase": "final", "error": "GET failed 5 times: HTTP 503"}
