@@ -356,3 +356,50 @@ def test_a_run_a_full_drop_oldest_queue_drops_reaches_the_children():
     assert states(s, f"a@{S1}", f"b@{S1}") == {f"a@{S1}": ("skipped", "queue_full"),
                                                 f"b@{S1}": ("skipped", "upstream_missed")}
     assert s.pipes.joins == {}
+
+
+# ----------------------------------------------------------------------------- a paused gated child
+S1 = T0 + 10 * SEC
+
+
+def _gated_fired_ahead_and_paused():
+    """a every 10 s; g every 10 s after a. Both fired ahead for S1 at S1-1.5s (g's slot waits in
+    its join), then g paused at S1-1s. :returns: (state, a's grant for S1)."""
+    s = chain_state(("a", job_raw(every_s=10)), ("g", job_raw(every_s=10, after=["a"])))
+    ahead = [["a", s.jobs["a"]["gen"], s.jobs["a"]["cursor"], S1, S1 + 10 * SEC, [S1], []],
+             ["g", s.jobs["g"]["gen"], s.jobs["g"]["cursor"], S1, S1 + 10 * SEC, [S1], []]]
+    assert apply(s, commands.make("fire", S1 - 1500, None, entries=ahead))["fired"] == 2
+    assert s.pipes.joins["g"][S1]["own"] is True
+    assert apply(s, commands.make("pause_job", S1 - 1000, None, name="g"))["ok"]
+    (ga,) = lease(s, S1)
+    return s, ga
+
+
+def test_a_paused_gated_childs_slot_fired_ahead_is_held_when_its_parent_lets_it_be_made():
+    """Its run is made when a's run ends, while g is paused: held, as the pause holds what it
+    fired ahead (before, it was handed to a worker)."""
+    s, ga = _gated_fired_ahead_and_paused()
+    finish(s, ga, S1 + 100, True)
+    run = s.runs[f"g@{S1}"]
+    assert (run["state"], run["due"]) == ("queued", None)
+    for replica in (s, restored(s)):
+        assert f"g@{S1}" not in [g["id"] for g in lease(replica, S1 + 200)]
+    res = apply(s, commands.make("resume_job", S1 + 300, None, name="g", catch_up=True))
+    assert (res["released"], res["skipped"]) == (1, 0), res
+    assert [g["id"] for g in lease(s, S1 + 400)] == [f"g@{S1}"]
+
+
+def test_a_paused_latest_childs_run_made_before_its_slot_is_held():
+    s = chain_state(("a", job_raw(every_s=5)), ("g", job_raw(every_s=10, after=["a"], match="latest")))
+    a5 = T0 + 5 * SEC
+    apply(s, commands.make("fire", a5, None, entries=[["a", s.jobs["a"]["gen"], s.jobs["a"]["cursor"], a5,
+                                                        a5 + 5 * SEC, [a5], []]]))
+    (ga,) = lease(s, a5)
+    g = s.jobs["g"]
+    apply(s, commands.make("fire", S1 - 1500, None, entries=[["g", g["gen"], g["cursor"], S1, S1 + 10 * SEC, [S1], []]]))
+    assert f"g@{S1}" not in s.runs
+    assert apply(s, commands.make("pause_job", S1 - 1000, None, name="g"))["ok"]
+    finish(s, ga, S1 - 800, True)          # g@S1 is made now, paused, its slot still to come
+    assert s.runs[f"g@{S1}"]["due"] is None
+    for replica in (s, restored(s)):
+        assert f"g@{S1}" not in [x["id"] for x in lease(replica, S1 + 100)]

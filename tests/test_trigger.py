@@ -277,6 +277,21 @@ def test_pausing_holds_runs_fired_ahead_and_resuming_before_their_slot_releases_
     assert [g["id"] for g in res["runs"]] == [f"j0@{slot}"]
 
 
+def test_a_held_heartbeat_slot_says_it_waits_for_the_resume_not_for_a_ping():
+    st, raft, clock, trig = setup(n_jobs=0)
+    svc = Service(raft, clock, "n1")
+    raw = spec()
+    raw["executor"] = {"type": "heartbeat"}
+    asyncio.run(svc.put_job("hb", raw, None))
+    slot = st.jobs["hb"]["next"]
+    clock.advance(slot - 100 - clock.now_ms())
+    asyncio.run(trig.tick())
+    assert svc.get_run(f"hb@{slot}")["waiting_for"] == "a ping: POST /v1/jobs/{name}/ping"
+    assert asyncio.run(svc.pause_job("hb", None))["held"] == 1
+    view = svc.get_run(f"hb@{slot}")
+    assert (view["state"], view["waiting_for"]) == ("waiting", "its job to be resumed")
+
+
 def test_a_resume_after_the_held_runs_slot_records_it_skipped_paused():
     st, raft, clock, trig = setup()
     slot = st.jobs["j0"]["next"]

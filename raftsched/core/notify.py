@@ -127,15 +127,21 @@ def on_slot_recorded(s: SchedulerState, entry: Record, now: int) -> None:
 def pause(s: SchedulerState, job: Record, now: int) -> int:
     """Pause a job (pause_job, and pause_on_failure). Runs fired ahead for slots after ``now``
     (queued; a heartbeat job's waiting for their ping) are held: they stay queued (or waiting),
-    but no worker is handed one (``due`` None: out of the acquire index; a ping still ends a
-    heartbeat job's) until the resume decides them (:func:`resume_held`). :returns: how many
-    this pause held."""
+    but no worker is handed one and no ping starts one (``due`` None: out of the acquire index)
+    until the resume decides them (:func:`resume_held`); so is the run of a gated job's own slot
+    fired ahead that its parents let be made while the job is paused. Runs queued for slots at
+    or before ``now`` are not held. :returns: how many runs this pause held."""
     if not job["paused"]:
         s._paused_count += 1  # the metrics' count of paused jobs (queues.reset_indexes)
         job["paused"] = True
         job["updated"] = now  # (pausing a paused job changes nothing: docs/api.md)
     held = 0
     runs = s.runs
+    for slot, j in s.pipes.joins.get(job["name"], {}).items():
+        if j["own"] and slot > now:
+            # A gated job's own slot fired ahead, waiting for its parents: its run is made held
+            # (pipelines._create), whenever they let it be made while the job is paused.
+            j["held"] = True
     for rid in s.history.get(job["name"], ()):
         run = runs[rid]
         state = run["state"]
@@ -156,6 +162,8 @@ def resume_held(s: SchedulerState, job: Record, now: int, catch_up: bool) -> tup
     released = skipped = 0
     name = job["name"]
     runs = s.runs
+    for j in s.pipes.joins.get(name, {}).values():
+        j.pop("held", None)  # (pipelines._create: a run made from now on is not held)
     for rid in list(s.history.get(name, ())):
         run = runs.get(rid)
         if run is None or run.get("due", 0) is not None:

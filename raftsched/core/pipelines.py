@@ -500,14 +500,16 @@ def _make_run(s: SchedulerState, child: Record, slot: int, j: Record, now: int,
         if bf is not None and bf["state"] == "cancelled" and work is not None:
             _cancelled(s, child, slot, j["got"], bf_id, now, work)
             return
-    _create(s, child, slot, j["got"], now, work)
+    _create(s, child, slot, j["got"], now, work, held=j.get("held", False))
 
 
 def _create(s: SchedulerState, child: Record, slot: int, got: dict[str, list[Any]], now: int,
-            work: list[tuple[Record, int]] | None, bf: Record | None = None) -> Record | None:
+            work: list[tuple[Record, int]] | None, bf: Record | None = None, held: bool = False) -> Record | None:
     """Child ``child``'s run for ``slot`` (or its record: paused, overlap, a full queue, which
     reaches its own children through ``work``, or at once without one); ``bf``: made by that
-    backfill's step (a held child released). :returns: the run when it was queued."""
+    backfill's step (a held child released). A paused child's own slot (a gated job's) whose
+    join its pause marked ``held``, or whose slot is still to come, is made held, as the pause
+    holds the runs it fired ahead (notify.pause). :returns: the run when it was queued."""
     c = child["name"]
     rid = f"{c}@{slot}"
     if rid in s.runs:
@@ -534,6 +536,9 @@ def _create(s: SchedulerState, child: Record, slot: int, got: dict[str, list[Any
         return None
     run = fire.new_run(s, child, slot, now, rid, kind)
     run["upstream"] = upstream_of(got)
+    if child["paused"] and kind == "scheduled" and bf is None and (held or slot > now) \
+            and (run["state"] == "queued" or run["state"] == "waiting"):
+        run["due"] = None  # held until the resume (its index entry is stale from now: queues.py)
     if bf is not None:
         run["backfill"] = bf["id"]
         run["propagate"] = True  # its own children follow under the same backfill

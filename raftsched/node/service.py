@@ -30,6 +30,10 @@ from .redact import PROCESS_DEFAULT, Fingerprint, restore_redacted
 from .views import deadline_view, job_view, lock_view, policy_view, run_view, tenant_view
 
 
+#: ``waiting_for`` of a run fired ahead and held by its job's pause (its ``due`` null: core/notify.py)
+HELD_BY_PAUSE = "its job to be resumed"
+
+
 def new_request_id() -> str:
     return uuid.uuid4().hex
 
@@ -745,18 +749,16 @@ class Service:
             for v in out:
                 if v["id"] in blocks:
                     v["deadline"] = deadline_view(blocks[v["id"]])
-        for v in out:
-            if v["state"] == "waiting" and "waiting_for" not in v:
+        queued = []
+        for r, v in zip(runs, out):
+            if r["state"] in ("queued", "waiting") and r.get("due", 0) is None:
+                v["waiting_for"] = HELD_BY_PAUSE  # fired ahead, held by its job's pause (core/notify.py)
+            elif v["state"] == "waiting" and "waiting_for" not in v:
                 # a heartbeat job's slot (docs/notifications.md); a pipeline child's slot waiting
                 # for its parents says for what already (core/pipelines.py waiting_run)
                 v["waiting_for"] = "a ping: POST /v1/jobs/{name}/ping"
-        queued = []
-        for r, v in zip(runs, out):
-            if r["state"] == "queued":
-                if r.get("due", 0) is None:  # fired ahead, held by its job's pause (core/notify.py)
-                    v["waiting_for"] = "its job to be resumed"
-                else:
-                    queued.append(r["id"])
+            elif r["state"] == "queued":
+                queued.append(r["id"])
         if queued:
             why = self.read(queries.waiting_for_many, queued, self.clock.now_ms())
             for v in out:
