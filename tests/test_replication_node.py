@@ -351,3 +351,35 @@ def test_an_armed_call_reaches_the_loop_after_the_next_entry_on_every_node(tmp_p
         finally:
             c.close()
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_a_dump_before_stop_lets_each_node_restart_from_its_own_dump(tmp_path):
+    """A graceful stop writes a dump of what the node applied and trims its journal to it
+    (pysyncobj writes one only after 5 000 entries or 5 minutes): the nodes of a cluster stopped
+    together each restart from their own dump, which is what makes an upgrade of all of them
+    exact (docs/operations.md, Upgrading)."""
+    async def main():
+        c = Cluster(tmp_path)
+        try:
+            c.start_all()
+            leader = await c.agreed_leader()
+            for _ in range(30):
+                await c.nodes[leader].propose(incr("r"))
+            await c.converged({"r": 30})
+            dumps = {a: os.path.join(d, "raft.dump") for a, d in c.dirs.items()}
+            journals = {a: os.path.getsize(os.path.join(d, "raft.journal")) for a, d in c.dirs.items()}
+            assert not any(os.path.exists(p) for p in dumps.values())
+            for a, node in c.nodes.items():
+                assert await asyncio.to_thread(node.dump_before_stop, 10.0), a
+                assert os.path.exists(dumps[a]), a
+                assert os.path.getsize(os.path.join(c.dirs[a], "raft.journal")) < journals[a], a
+            written = {a: os.stat(p).st_mtime_ns for a, p in dumps.items()}
+            # Nothing applied since: the dump stands, none is written again.
+            assert await asyncio.to_thread(c.nodes[leader].dump_before_stop, 10.0)
+            assert os.stat(dumps[leader]).st_mtime_ns == written[leader]
+            stopped = c.nodes[leader]
+            await restart_all_and_count_on(c, 30)
+            assert stopped.dump_before_stop(1.0) is False  # a stopped node writes nothing
+        finally:
+            c.close()
+    run(main)

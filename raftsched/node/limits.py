@@ -308,3 +308,8 @@ gc_poll_s = 1.0
 #: Deferred fan-out steps (core/pipelines.py fanout_step) the trigger proposes a tick: each offers
 #: up to core limits.fanout_per_command children.
 fanout_steps_per_tick = 4
+
+#: A graceful stop (SIGTERM, SIGINT) waits this long for the node's dump of what it applied
+#: (replication.RaftNode.dump_before_stop) before it stops without one. A dump of a 1M-job state
+#: takes tens of seconds on a small machine; systemd's default stop timeout is 90 s.
+dump_on_stop_timeout_s = 60.0

@@ -315,4 +315,10 @@ async def _serve(cfg: NodeConfig, raft, loop, app, trigger, worker, stop, gc_pau
     finally:
         log.info("node %s: stopping", cfg.node_id)
         await runner.cleanup()
+        # A dump of what this node applied, its journal trimmed to it: it restarts without
+        # replaying the journal, and the nodes of a cluster stopped together each hold a dump
+        # of what they applied (docs/operations.md, Upgrading). Not when a loop failed: the
+        # state may be what failed.
+        if stop.is_set():
+            await asyncio.to_thread(raft.dump_before_stop, node_limits.dump_on_stop_timeout_s)
         raft.stop()

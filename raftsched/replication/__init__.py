@@ -93,6 +93,10 @@ class Replicator(Protocol):
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start replicating; results and role changes are delivered on ``loop``."""
 
+    def dump_before_stop(self, timeout_s: float) -> bool:
+        """Before a graceful stop: write a full dump of what this node has applied (waiting at
+        most ``timeout_s``); whether it was written."""
+
     def stop(self) -> None:
         """Stop; proposals still waiting end ``Indeterminate``."""
 

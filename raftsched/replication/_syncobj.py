@@ -443,6 +443,32 @@ class _SyncObj(MembershipMixin, SyncObj):
                                     rejections=pr.rejections, stale_answers=pr.stale_answers)
         return out
 
+    def dump_now(self, timeout_s: float) -> int | None:
+        """Called off the tick thread (a graceful stop): have the tick thread write a full dump
+        of what this node has applied now, and trim the journal to it, and wait for both.
+        pysyncobj writes one only after 5 000 entries or 5 minutes; a node stopped this way
+        restarts from its own state without replaying its journal, and the nodes of a cluster
+        stopped together hold dumps of what each applied (docs/operations.md, Upgrading).
+
+        :returns: the index the dump covers, once the journal is trimmed to it (or was already),
+            or None when it is not done within ``timeout_s`` or the tick thread is gone (the
+            forked writer, if one runs, finishes on its own; the next start handles either)."""
+        def dumped() -> int:  # (None until this process wrote one: pysyncobj)
+            done = self._SyncObj__lastSerializedEntry  # set after the trim
+            return -1 if done is None else done
+
+        target = self._SyncObj__raftLastApplied
+        if target < 2 or dumped() >= target - 1:
+            return max(dumped(), 0)  # nothing applied since this process's last dump
+        self.forceLogCompaction()  # the tick thread forks the writer at its next tick
+        deadline = monotonic() + timeout_s
+        pause = threading.Event()
+        while monotonic() < deadline and self.tick_thread_alive():
+            if dumped() >= target - 1:
+                return dumped()
+            pause.wait(0.005)
+        return None
+
     def _stand_soon(self) -> None:
         soon = monotonic() + random.uniform(0.0, _STAND_SOON_S)
         if self._SyncObj__raftElectionDeadline > soon:

@@ -61,6 +61,10 @@ class FakeRaft:
         """Nothing to start: remembers the loop, as RaftNode does."""
         self.loop = loop
 
+    def dump_before_stop(self, timeout_s: float) -> bool:
+        """Nothing to dump (no journal)."""
+        return True
+
     def stop(self) -> None:
         """Nothing to stop."""
 
