@@ -7,7 +7,9 @@ in ``install`` refuses to run if a pysyncobj release renamed one of them.
 from __future__ import annotations
 
 import logging
+import os
 import random
+import signal
 import threading
 from typing import TYPE_CHECKING
 
@@ -28,6 +30,9 @@ logger = logging.getLogger("raftsched.replication")  # one logger for the packag
 
 #: An apply longer than this extends a follower's election deadline by its duration (_SyncObj).
 _APPLY_STALL_S = 0.02
+#: dump_now gives up once no dump writer has run, none was asked for and none covers what it
+#: waits for, this long (the writer failed).
+_DUMP_IDLE_S = 2.0
 
 
 class _SyncObj(MembershipMixin, SyncObj):
@@ -62,6 +67,16 @@ class _SyncObj(MembershipMixin, SyncObj):
         self._progress: dict = {}
         self._members_setup(selfNode, otherNodes, join, join_marker)
         super().__init__(selfNode, otherNodes, *args, **kwargs)
+        # A leader's snapshot replaces raft.dump: a dump writer forked before it must not rename
+        # its older dump over it afterwards (_install_replaces_the_dump_writer).
+        serializer = self._SyncObj__serializer
+        receive = serializer.setTransmissionData
+
+        def set_transmission_data(data):
+            if data is not None and data[2]:  # the last part: the install renames it into place next
+                _stop_dump_writer(serializer)
+            return receive(data)
+        serializer.setTransmissionData = set_transmission_data
 
     #: The journal's sync gate (``_durable.py``; None with fsync off), set by its transport factory.
     _sync_gate = None
@@ -450,22 +465,46 @@ class _SyncObj(MembershipMixin, SyncObj):
         restarts from its own state without replaying its journal, and the nodes of a cluster
         stopped together hold dumps of what each applied (docs/operations.md, Upgrading).
 
-        :returns: the index the dump covers, once the journal is trimmed to it (or was already),
-            or None when it is not done within ``timeout_s`` or the tick thread is gone (the
-            forked writer, if one runs, finishes on its own; the next start handles either)."""
-        def dumped() -> int:  # (None until this process wrote one: pysyncobj)
-            done = self._SyncObj__lastSerializedEntry  # set after the trim
-            return -1 if done is None else done
+        :returns: the last index the dump on disk covers (the journal trimmed to it), or None when
+            none is written within ``timeout_s``, its writer failed, or the tick thread is gone
+            (a writer still running finishes on its own; the next start waits for it and keeps
+            every entry after its dump: _load_dump)."""
+        serializer = self._SyncObj__serializer
+
+        def covered() -> int:
+            # What raft.dump covers: the last dump this process wrote (its second-to-last entry,
+            # pysyncobj's id of it, is where the journal was trimmed), or a leader's snapshot
+            # installed since (the journal then starts at that snapshot's last two entries).
+            done = self._SyncObj__lastSerializedEntry  # (None until this process wrote one)
+            try:
+                first = self._SyncObj__raftLog[0][1]
+            except (IndexError, TypeError):
+                first = 1
+            # (a journal never trimmed starts at index 1, and no dump covers it)
+            return max(-1 if done is None else done, first if first > 1 else -1) + 1
 
         target = self._SyncObj__raftLastApplied
-        if target < 2 or dumped() >= target - 1:
-            return max(dumped(), 0)  # nothing applied since this process's last dump
+        if target < 2 or covered() >= target:
+            return max(covered(), 0)  # nothing applied since the dump on disk
         self.forceLogCompaction()  # the tick thread forks the writer at its next tick
         deadline = monotonic() + timeout_s
         pause = threading.Event()
+        idle_since = None  # since when no writer runs, none is asked for, and none covers it
         while monotonic() < deadline and self.tick_thread_alive():
-            if dumped() >= target - 1:
-                return dumped()
+            if covered() >= target and serializer._Serializer__pid == 0:
+                self._SyncObj__forceLogCompaction = False  # (no writer left behind to fork)
+                return covered()
+            if serializer._Serializer__pid > 0 or self._SyncObj__forceLogCompaction:
+                idle_since = None
+            elif idle_since is None:
+                idle_since = monotonic()
+            elif monotonic() - idle_since > _DUMP_IDLE_S:
+                # The writer ended without the dump (pysyncobj logged "Failed to store full
+                # dump"), or none could be started: none will come. (A writer that succeeded is
+                # idle only while the tick thread trims the journal, well under this.)
+                logger.warning("replication.dump_on_stop_failed self=%s: the dump writer did not write it",
+                               self._SyncObj__selfNode.id)
+                return None
             pause.wait(0.005)
         return None
 
@@ -547,6 +586,27 @@ class _SyncObj(MembershipMixin, SyncObj):
             return SyncObj._SyncObj__loadDumpFile(self, clearJournal)
         finally:
             del serializer.deserialize
+
+
+def _stop_dump_writer(serializer) -> None:
+    """Before a leader's snapshot is renamed over raft.dump: stop a dump writer this node forked
+    before it, and reap it, so that it cannot rename its older dump over the snapshot afterwards
+    (then the journal, which starts after the snapshot, would not follow the dump on disk, and
+    the next start would drop it: every entry this node applied after the older dump). The
+    tick thread then sees no writer (no trim for it); the snapshot is the dump."""
+    pid = serializer._Serializer__pid
+    if pid <= 0:
+        return
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+    serializer._Serializer__pid = 0
+    logger.info("replication.dump_writer_stopped pid=%d: a snapshot from the leader replaces its dump", pid)
 
 
 #: Per tick thread: set while pysyncobj handles an append_entries whose entries this follower

@@ -1,0 +1,100 @@
+"""A graceful stop's dump (RaftNode.dump_before_stop, _SyncObj.dump_now): it is not waited for
+when its writer failed, and a writer forked before a leader's snapshot arrived never lands its
+older dump over the snapshot. In-process nodes (replication_helpers); conditions with deadlines."""
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+from raftsched.replication import _consumer
+from raftsched.replication._syncobj import _SyncObj
+
+from replication_helpers import COMPACT, Cluster, FakeState, incr, run, wait_until
+
+
+def test_a_failed_dump_writer_is_not_waited_for_until_the_timeout(tmp_path):
+    """The forked writer fails (here: raft.dump.tmp cannot be created; in production a full
+    disk, an OOM-killed child): pysyncobj reports FAILED at the next tick and clears the force
+    flag, so no dump will come; the stop goes on (before, it waited the whole 60 s)."""
+    async def main():
+        c = Cluster(tmp_path)
+        try:
+            c.start_all()
+            leader = await c.agreed_leader()
+            for _ in range(5):
+                await c.nodes[leader].propose(incr("r"))
+            await c.converged({"r": 5})
+            f = next(a for a in c.addrs if a != leader)
+            os.mkdir(os.path.join(c.dirs[f], "raft.dump.tmp"))  # the writer's open() fails
+            t0 = time.monotonic()
+            ok = await asyncio.to_thread(c.nodes[f].dump_before_stop, 60.0)
+            took = time.monotonic() - t0
+            assert not ok
+            assert took < 30.0, f"waited {took:.1f} s (the timeout) for a dump whose writer had failed"
+        finally:
+            c.close()
+    run(main)
+
+
+#: addresses whose Raft messages are dropped (both ways): an in-process partition
+DROP: set[str] = set()
+_orig_on_message = _SyncObj._SyncObj__onMessageReceived
+
+
+def _dropping(self, node, message):
+    if self.selfNode.address in DROP or getattr(node, "address", None) in DROP:
+        return
+    return _orig_on_message(self, node, message)
+
+
+#: states whose forked dump writer sleeps before it encodes (a slow writer: a big state)
+SLOW: set[int] = set()
+_orig_reduce = _consumer._DeferredSnapshot.__reduce__
+
+
+def _slow_reduce(self):
+    if os.getpid() != self._pid and id(self._state) in SLOW:
+        time.sleep(4.0)
+    return _orig_reduce(self)
+
+
+def test_a_dump_forced_on_stop_does_not_land_over_a_newer_installed_snapshot(tmp_path, monkeypatch):
+    """A follower forks its stop dump (index A), then installs the leader's snapshot (index B > A)
+    and appends after it; the writer then renames its older dump over the installed one.
+    dump_before_stop reports success, and at restart the dump is A, the journal (which begins at
+    B-1) is thrown away: every entry after A that this node had acknowledged is gone from it."""
+    monkeypatch.setattr(_SyncObj, "_SyncObj__onMessageReceived", _dropping)
+    monkeypatch.setattr(_consumer._DeferredSnapshot, "__reduce__", _slow_reduce)
+
+    async def main():
+        c = Cluster(tmp_path, conf_overrides=COMPACT)
+        try:
+            c.start_all()
+            leader = await c.agreed_leader()
+            for _ in range(5):
+                await c.nodes[leader].propose(incr("r"))
+            await c.converged({"r": 5})
+            f = next(a for a in c.addrs if a != leader)
+            DROP.add(f)
+            for _ in range(60):  # the leader compacts past what f holds
+                await c.nodes[leader].propose(incr("r"))
+            await wait_until(lambda: os.path.exists(os.path.join(c.dirs[leader], "raft.dump")), 10)
+            SLOW.add(id(c.states[f]))
+            dumping = asyncio.create_task(asyncio.to_thread(c.nodes[f].dump_before_stop, 30.0))
+            serializer = c.nodes[f]._sync._SyncObj__serializer
+            await wait_until(lambda: serializer._Serializer__pid > 0, 10, "f forks its writer (of r=5)")
+            DROP.discard(f)
+            await wait_until(lambda: c.nodes[f].read(FakeState.read).get("r") == 65, 15, "f installs")
+            assert await dumping  # "dumped_on_stop": the snapshot is the dump
+            applied = c.nodes[f].read(FakeState.read)
+            for a in list(c.nodes):
+                c.stop(a)
+            c.start(f)  # alone: it has only its own disk
+            await wait_until(lambda: c.nodes[f].read(FakeState.read) == applied, 10,
+                             f"f restarted alone holding what it applied, {applied}")
+        finally:
+            DROP.clear()
+            SLOW.clear()
+            c.close()
+    run(main)
