@@ -403,3 +403,34 @@ def test_a_paused_latest_childs_run_made_before_its_slot_is_held():
     assert s.runs[f"g@{S1}"]["due"] is None
     for replica in (s, restored(s)):
         assert f"g@{S1}" not in [x["id"] for x in lease(replica, S1 + 100)]
+
+
+def test_a_rearmed_join_of_a_paused_gated_child_keeps_its_hold():
+    """g's own slot S1, fired ahead, is held by g's pause; a@S1 dies, so g@S1 is recorded
+    upstream_failed; a@S1 is requeued from the DLQ while g is still paused (its join is made
+    again) and succeeds: g@S1 is made held, not handed to a worker of the paused job. After the
+    resume, a later rearm of the slot is not held any more."""
+    s, ga = _gated_fired_ahead_and_paused()
+    assert s.pipes.joins["g"][S1].get("held") is True
+    finish(s, ga, S1 + 100, False)  # max_attempts 1: dead
+    assert s.runs[f"g@{S1}"]["reason"] == "upstream_failed"
+    res = apply(s, commands.dlq_requeue(S1 + 200, None, run=f"a@{S1}"))
+    assert res["rearmed"] == [f"g@{S1}"], res
+    (ga2,) = lease(s, S1 + 300)
+    finish(s, ga2, S1 + 400, True)
+    run = s.runs[f"g@{S1}"]
+    assert (run["state"], run["due"]) == ("queued", None), run
+    for replica in (s, restored(s)):
+        assert f"g@{S1}" not in [x["id"] for x in lease(replica, S1 + 500)]
+
+
+def test_a_slot_recorded_while_held_is_not_held_after_the_resume():
+    s, ga = _gated_fired_ahead_and_paused()
+    finish(s, ga, S1 + 100, False)
+    assert s.runs[f"g@{S1}"].get("held") is True
+    apply(s, commands.make("resume_job", S1 + 150, None, name="g", catch_up=True))
+    assert "held" not in s.runs[f"g@{S1}"]
+    assert apply(s, commands.dlq_requeue(S1 + 200, None, run=f"a@{S1}"))["rearmed"] == [f"g@{S1}"]
+    (ga2,) = lease(s, S1 + 300)
+    finish(s, ga2, S1 + 400, True)
+    assert [x["id"] for x in lease(s, S1 + 500)] == [f"g@{S1}"]

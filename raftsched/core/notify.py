@@ -166,6 +166,8 @@ def resume_held(s: SchedulerState, job: Record, now: int, catch_up: bool) -> tup
         j.pop("held", None)  # (pipelines._create: a run made from now on is not held)
     for rid in list(s.history.get(name, ())):
         run = runs.get(rid)
+        if run is not None and "held" in run:
+            del run["held"]  # a gated slot's record (pipelines._decide): a rearm now queues it
         if run is None or run.get("due", 0) is not None:
             continue
         state = run["state"]

@@ -701,6 +701,8 @@ def _decide(s: SchedulerState, c: str, slot: int, reason: str, why: str, now: in
              "fired_at": now, "error": why, "upstream": dict(j["got"]) if j else {}}
     if j is not None and j.get("own"):
         entry["own"] = True
+        if j.get("held"):  # (a rearm restores it: the slot stays held while the job is paused)
+            entry["held"] = True
     fire.add_entry(s, child, entry)
     child["stats"][RECORDED] += 1
     on_slot_recorded(s, entry, now)
@@ -771,8 +773,10 @@ def rearm(s: SchedulerState, run: Record, now: int) -> list[str]:
             hist = s.history.get(c)
             if hist is not None and rid in hist:
                 hist.remove(rid)
-            s.pipes.joins.setdefault(c, {})[slot] = {"got": dict(rec["upstream"]), "own": bool(rec.get("own")),
-                                                     "since": now}
+            join = s.pipes.joins.setdefault(c, {})[slot] = {"got": dict(rec["upstream"]), "own": bool(rec.get("own")),
+                                                            "since": now}
+            if rec.get("held"):  # fired ahead of its job's pause, which still holds it (notify.pause)
+                join["held"] = True
             out.append(rid)
             again.add(c)
             todo.append(c)
