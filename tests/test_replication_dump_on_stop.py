@@ -98,3 +98,75 @@ def test_a_dump_forced_on_stop_does_not_land_over_a_newer_installed_snapshot(tmp
             SLOW.clear()
             c.close()
     run(main)
+
+
+class _SlowRestoreState(FakeState):
+    """A state whose restore takes ``slow_restore_s`` (a big one: ~6 s at 1M jobs)."""
+    slow_restore_s = 0.0
+
+    def restore(self, data: bytes) -> None:
+        time.sleep(self.slow_restore_s)  # ok-sleep: stands for the work of a big restore
+        super().restore(data)
+
+
+def test_a_stop_dump_replaced_by_a_slowly_restored_snapshot_counts_as_written(tmp_path, monkeypatch):
+    """The stop's writer is killed by the leader's snapshot, which then takes seconds to restore:
+    the snapshot is the dump (before, the wait gave up 2 s after the kill and said none was
+    written)."""
+    import replication_helpers
+    monkeypatch.setattr(_SyncObj, "_SyncObj__onMessageReceived", _dropping)
+    monkeypatch.setattr(_consumer._DeferredSnapshot, "__reduce__", _slow_reduce)
+    monkeypatch.setattr(replication_helpers, "FakeState", _SlowRestoreState)
+
+    async def main():
+        c = Cluster(tmp_path, conf_overrides=COMPACT)
+        try:
+            c.start_all()
+            leader = await c.agreed_leader()
+            for _ in range(5):
+                await c.nodes[leader].propose(incr("r"))
+            await c.converged({"r": 5})
+            f = next(a for a in c.addrs if a != leader)
+            DROP.add(f)
+            for _ in range(60):
+                await c.nodes[leader].propose(incr("r"))
+            await wait_until(lambda: os.path.exists(os.path.join(c.dirs[leader], "raft.dump")), 10)
+            SLOW.add(id(c.states[f]))
+            c.states[f].slow_restore_s = 3.0
+            dumping = asyncio.create_task(asyncio.to_thread(c.nodes[f].dump_before_stop, 30.0))
+            serializer = c.nodes[f]._sync._SyncObj__serializer
+            await wait_until(lambda: serializer._Serializer__pid > 0, 10, "f forks its writer")
+            DROP.discard(f)
+            assert await dumping, "the installed snapshot is the dump, but the stop said none was written"
+            await wait_until(lambda: c.nodes[f].read(FakeState.read).get("r") == 65, 15, "f catches up")
+        finally:
+            DROP.clear()
+            SLOW.clear()
+            c.close()
+    run(main)
+
+
+def test_a_writer_that_fails_every_time_is_not_waited_for_until_the_timeout(tmp_path):
+    """With a journal past the compaction bound, pysyncobj forks a new writer at every tick after
+    one failed, so a writer almost always runs: the stop still ends at the first failure of one
+    forked for it."""
+    async def main():
+        c = Cluster(tmp_path, conf_overrides=COMPACT)  # logCompactionMinEntries 20
+        try:
+            c.start_all()
+            leader = await c.agreed_leader()
+            f = next(a for a in c.addrs if a != leader)
+            await c.nodes[leader].propose(incr("r"))
+            await c.converged({"r": 1})
+            os.mkdir(os.path.join(c.dirs[f], "raft.dump.tmp"))  # f's writer fails, every time
+            for _ in range(40):
+                await c.nodes[leader].propose(incr("r"))
+            await c.converged({"r": 41})
+            t0 = time.monotonic()
+            ok = await asyncio.to_thread(c.nodes[f].dump_before_stop, 60.0)
+            took = time.monotonic() - t0
+            assert not ok
+            assert took < 30.0, f"waited {took:.1f} s (the timeout) for a writer that fails every time"
+        finally:
+            c.close()
+    run(main)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import pysyncobj.pickle as _pickle  # what pysyncobj pickles a replicated call with
 from pysyncobj import SyncObj
+from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.monotonic import monotonic  # the clock pysyncobj's own timers use
 
 from . import _progress
@@ -30,9 +31,6 @@ logger = logging.getLogger("raftsched.replication")  # one logger for the packag
 
 #: An apply longer than this extends a follower's election deadline by its duration (_SyncObj).
 _APPLY_STALL_S = 0.02
-#: dump_now gives up once no dump writer has run, none was asked for and none covers what it
-#: waits for, this long (the writer failed).
-_DUMP_IDLE_S = 2.0
 
 
 class _SyncObj(MembershipMixin, SyncObj):
@@ -77,6 +75,18 @@ class _SyncObj(MembershipMixin, SyncObj):
                 _stop_dump_writer(serializer)
             return receive(data)
         serializer.setTransmissionData = set_transmission_data
+        check = serializer.checkSerializing
+
+        def check_serializing():
+            state, ident = check()
+            if state == SERIALIZER_STATE.FAILED:  # (pysyncobj logs "Failed to store full dump")
+                self._dump_failed = (ident, monotonic())
+            return state, ident
+        serializer.checkSerializing = check_serializing
+
+    #: The last dump whose writer failed: pysyncobj's id of it (its second-to-last index) and
+    #: when (monotonic s); read by dump_now.
+    _dump_failed: tuple = (None, 0.0)
 
     #: The journal's sync gate (``_durable.py``; None with fsync off), set by its transport factory.
     _sync_gate = None
@@ -465,10 +475,11 @@ class _SyncObj(MembershipMixin, SyncObj):
         restarts from its own state without replaying its journal, and the nodes of a cluster
         stopped together hold dumps of what each applied (docs/operations.md, Upgrading).
 
-        :returns: the last index the dump on disk covers (the journal trimmed to it), or None when
-            none is written within ``timeout_s``, its writer failed, or the tick thread is gone
-            (a writer still running finishes on its own; the next start waits for it and keeps
-            every entry after its dump: _load_dump)."""
+        :returns: the last index the dump on disk covers (the journal trimmed to it; a leader's
+            snapshot installed meanwhile counts), or None when none is written within
+            ``timeout_s``, a writer forked for it failed, or the tick thread is gone (a writer
+            still running finishes on its own; the next start waits for it and keeps every entry
+            after its dump: _load_dump)."""
         serializer = self._SyncObj__serializer
 
         def covered() -> int:
@@ -486,24 +497,21 @@ class _SyncObj(MembershipMixin, SyncObj):
         target = self._SyncObj__raftLastApplied
         if target < 2 or covered() >= target:
             return max(covered(), 0)  # nothing applied since the dump on disk
+        asked = monotonic()
         self.forceLogCompaction()  # the tick thread forks the writer at its next tick
-        deadline = monotonic() + timeout_s
+        deadline = asked + timeout_s
         pause = threading.Event()
-        idle_since = None  # since when no writer runs, none is asked for, and none covers it
         while monotonic() < deadline and self.tick_thread_alive():
             if covered() >= target and serializer._Serializer__pid == 0:
                 self._SyncObj__forceLogCompaction = False  # (no writer left behind to fork)
                 return covered()
-            if serializer._Serializer__pid > 0 or self._SyncObj__forceLogCompaction:
-                idle_since = None
-            elif idle_since is None:
-                idle_since = monotonic()
-            elif monotonic() - idle_since > _DUMP_IDLE_S:
-                # The writer ended without the dump (pysyncobj logged "Failed to store full
-                # dump"), or none could be started: none will come. (A writer that succeeded is
-                # idle only while the tick thread trims the journal, well under this.)
-                logger.warning("replication.dump_on_stop_failed self=%s: the dump writer did not write it",
-                               self._SyncObj__selfNode.id)
+            failed, failed_at = self._dump_failed
+            if failed is not None and failed >= target - 1 and failed_at >= asked \
+                    and serializer._Serializer__pid == 0:
+                # A writer forked for this request ended without the dump (a full disk, the
+                # writer killed): pysyncobj forks another at every tick then; none will write it.
+                logger.warning("replication.dump_on_stop_failed self=%s: the dump writer failed "
+                               "(pysyncobj: \"Failed to store full dump\")", self._SyncObj__selfNode.id)
                 return None
             pause.wait(0.005)
         return None

@@ -308,9 +308,9 @@ class RaftNode:
             logger.exception("replication.dump_on_stop_failed self=%s", self._self_addr)
             return False
         if index is None:
-            logger.warning("replication.dump_on_stop_timeout self=%s: no dump within %.0f s; the node "
-                           "stops with its journal, which it replays at its next start",
-                           self._self_addr, timeout_s)
+            logger.warning("replication.dump_on_stop_timeout self=%s: no dump written (in %.0f s, at most "
+                           "%.0f); the node stops with its journal, which it replays at its next start",
+                           self._self_addr, time.monotonic() - t0, timeout_s)
             return False
         logger.info("replication.dumped_on_stop self=%s index=%d in %.0f ms", self._self_addr, index,
                     1000 * (time.monotonic() - t0))
