@@ -133,8 +133,10 @@ def test_a_deposed_leader_with_a_stale_tail_catches_up_after_the_heal(tmp_path, 
         try:
             c.start_all()
             old, new, _ = await _isolate_leader_with_a_stale_tail(c, tail_kib)
-            # The new leader sees the old one behind (status, /v1/cluster, metrics).
-            seen = c.nodes[new].status()["replication"]["followers"][old]
+            # The new leader sees the old one behind (status, /v1/cluster, metrics): its view of
+            # the followers is refreshed on a period (replication/_watch.py), so at the next look.
+            seen = await wait_until(lambda: c.nodes[new].status()["replication"]["followers"].get(old), 5,
+                                    "the new leader's view of the old one")
             assert seen["lag_entries"] > 0 and seen["match_index"] < _commit(c.nodes[new])
             c.cut.heal()
             await _caught_up(c, old, timeout_s=10)
