@@ -77,7 +77,9 @@ def scale(tmp: Path, ns: list[int], state_ns: list[int], clusters: list, fire_lo
 
 
 def cold_restart(c: BenchCluster, expect_jobs: int, logs: FireLogs | None) -> dict:
-    """Stop every node (SIGTERM by PID, SIGKILL after 10 s), start them again on their data dirs
+    """Stop every node (SIGTERM by PID, SIGKILL after 90 s: a node stopped so writes a dump of
+    what it applied first, up to 60 s at 1M jobs; killed sooner, its dump writer would keep the
+    data dir's lock past the start's 10 s wait), start them again on their data dirs
     and ports, and time (from the start) each node's API answering, a leader agreed, each node
     holding ``expect_jobs`` jobs with last_applied at least the commit index before the stop, and
     the first fire committed after the start (fire log; else a run with fired_at after the start)."""
@@ -87,7 +89,7 @@ def cold_restart(c: BenchCluster, expect_jobs: int, logs: FireLogs | None) -> di
         raise BenchError(f"scale: barrier read on node-{leader + 1}: {s} {b}")
     ci = (c.status(leader) or {}).get("commit_index")
     t0 = time.monotonic()
-    c.stop()
+    c.children.stop_all(timeout_s=90.0)
     stop_s = time.monotonic() - t0
     # What the start will load: each node's last full dump and the journal written since the last
     # log compaction (pysyncobj compacts after 5,000 entries or 300 s; the node also asks for one
@@ -135,7 +137,7 @@ def cold_restart(c: BenchCluster, expect_jobs: int, logs: FireLogs | None) -> di
             raise BenchError(f"scale: cold restart not done after {deadline - t1:.0f} s: API up {api_up}, restored {restored}, "
                              f"leader at {leader_at}, first fire {first_fire}\n" + "\n".join(node_log_excerpt(c, i) for i in range(c.n)))
         time.sleep(0.05)  # ok-sleep: polling interval inside a deadline loop
-    return {"commit_index_before": ci, "journal": journal, "dump_bytes": dump, "stop_s": round(stop_s, 2), "stop": "SIGTERM to each node by PID (SIGKILL after 10 s)",
+    return {"commit_index_before": ci, "journal": journal, "dump_bytes": dump, "stop_s": round(stop_s, 2), "stop": "SIGTERM to each node by PID (SIGKILL after 90 s; each writes its dump first)",
             "api_up_s": {f"node-{i + 1}": v for i, v in sorted(api_up.items())}, "leader_s": leader_at,
             "restored_s": {f"node-{i + 1}": v for i, v in sorted(restored.items())},
             "all_restored_s": max(restored.values()), "first_fire_s": first_fire["s"], "first_fire": first_fire,
