@@ -66,7 +66,8 @@ class _SyncObj(MembershipMixin, SyncObj):
         self._members_setup(selfNode, otherNodes, join, join_marker)
         super().__init__(selfNode, otherNodes, *args, **kwargs)
         # A leader's snapshot replaces raft.dump: a dump writer forked before it must not rename
-        # its older dump over it afterwards (_install_replaces_the_dump_writer).
+        # its older dump over it afterwards (_stop_dump_writer). A failed writer is noted for
+        # dump_now.
         serializer = self._SyncObj__serializer
         receive = serializer.setTransmissionData
 
