@@ -7,31 +7,45 @@ import asyncio
 import os
 import time
 
+import pytest
+
 from raftsched.replication import _consumer
 from raftsched.replication._syncobj import _SyncObj
 
+import replication_helpers
 from replication_helpers import COMPACT, Cluster, FakeState, incr, run, wait_until
 
 
-def test_a_failed_dump_writer_is_not_waited_for_until_the_timeout(tmp_path):
+async def _five_then_a_follower(c: Cluster) -> tuple[str, str]:
+    """Start the three nodes, count r to 5 on all: (the leader, a follower)."""
+    c.start_all()
+    leader = await c.agreed_leader()
+    for _ in range(5):
+        await c.nodes[leader].propose(incr("r"))
+    await c.converged({"r": 5})
+    return leader, next(a for a in c.addrs if a != leader)
+
+
+@pytest.mark.parametrize("compact, after", [(None, 0), (COMPACT, 40)], ids=["fails_once", "fails_every_tick"])
+def test_a_failed_dump_writer_is_not_waited_for_until_the_timeout(tmp_path, compact, after):
     """The forked writer fails (here: raft.dump.tmp cannot be created; in production a full
-    disk, an OOM-killed child): pysyncobj reports FAILED at the next tick and clears the force
-    flag, so no dump will come; the stop goes on (before, it waited the whole 60 s)."""
+    disk, an OOM-killed child): no dump will come; the stop goes on (before, it waited the whole
+    60 s). ``fails_every_tick``: with a journal past the compaction bound (``after`` more
+    entries), pysyncobj forks a new writer at every tick after one failed, so a writer almost
+    always runs; the stop still ends at the first failure of one forked for it."""
     async def main():
-        c = Cluster(tmp_path)
+        c = Cluster(tmp_path, conf_overrides=compact)
         try:
-            c.start_all()
-            leader = await c.agreed_leader()
-            for _ in range(5):
+            leader, f = await _five_then_a_follower(c)
+            os.mkdir(os.path.join(c.dirs[f], "raft.dump.tmp"))  # the writer's open() fails, every time
+            for _ in range(after):
                 await c.nodes[leader].propose(incr("r"))
-            await c.converged({"r": 5})
-            f = next(a for a in c.addrs if a != leader)
-            os.mkdir(os.path.join(c.dirs[f], "raft.dump.tmp"))  # the writer's open() fails
+            await c.converged({"r": 5 + after})
             t0 = time.monotonic()
             ok = await asyncio.to_thread(c.nodes[f].dump_before_stop, 60.0)
             took = time.monotonic() - t0
             assert not ok
-            assert took < 30.0, f"waited {took:.1f} s (the timeout) for a dump whose writer had failed"
+            assert took < 30.0, f"waited {took:.1f} s (the timeout) for a dump whose writer failed"
         finally:
             c.close()
     run(main)
@@ -59,45 +73,22 @@ def _slow_reduce(self):
     return _orig_reduce(self)
 
 
-def test_a_dump_forced_on_stop_does_not_land_over_a_newer_installed_snapshot(tmp_path, monkeypatch):
-    """A follower forks its stop dump (index A), then installs the leader's snapshot (index B > A)
-    and appends after it; the writer then renames its older dump over the installed one.
-    dump_before_stop reports success, and at restart the dump is A, the journal (which begins at
-    B-1) is thrown away: every entry after A that this node had acknowledged is gone from it."""
-    monkeypatch.setattr(_SyncObj, "_SyncObj__onMessageReceived", _dropping)
-    monkeypatch.setattr(_consumer._DeferredSnapshot, "__reduce__", _slow_reduce)
-
-    async def main():
-        c = Cluster(tmp_path, conf_overrides=COMPACT)
-        try:
-            c.start_all()
-            leader = await c.agreed_leader()
-            for _ in range(5):
-                await c.nodes[leader].propose(incr("r"))
-            await c.converged({"r": 5})
-            f = next(a for a in c.addrs if a != leader)
-            DROP.add(f)
-            for _ in range(60):  # the leader compacts past what f holds
-                await c.nodes[leader].propose(incr("r"))
-            await wait_until(lambda: os.path.exists(os.path.join(c.dirs[leader], "raft.dump")), 10)
-            SLOW.add(id(c.states[f]))
-            dumping = asyncio.create_task(asyncio.to_thread(c.nodes[f].dump_before_stop, 30.0))
-            serializer = c.nodes[f]._sync._SyncObj__serializer
-            await wait_until(lambda: serializer._Serializer__pid > 0, 10, "f forks its writer (of r=5)")
-            DROP.discard(f)
-            await wait_until(lambda: c.nodes[f].read(FakeState.read).get("r") == 65, 15, "f installs")
-            assert await dumping  # "dumped_on_stop": the snapshot is the dump
-            applied = c.nodes[f].read(FakeState.read)
-            for a in list(c.nodes):
-                c.stop(a)
-            c.start(f)  # alone: it has only its own disk
-            await wait_until(lambda: c.nodes[f].read(FakeState.read) == applied, 10,
-                             f"f restarted alone holding what it applied, {applied}")
-        finally:
-            DROP.clear()
-            SLOW.clear()
-            c.close()
-    run(main)
+async def _stop_dump_forked_then_snapshot_sent(c: Cluster, slow_restore_s: float = 0.0):
+    """Follower f, cut off while the leader writes 60 increments and compacts past what f holds,
+    forks its stop dump (a slow writer, of r=5), then is let back: the leader sends it its
+    snapshot. :returns: (f, the stop's dump_before_stop as a task)."""
+    leader, f = await _five_then_a_follower(c)
+    DROP.add(f)
+    for _ in range(60):  # the leader compacts past what f holds
+        await c.nodes[leader].propose(incr("r"))
+    await wait_until(lambda: os.path.exists(os.path.join(c.dirs[leader], "raft.dump")), 10)
+    SLOW.add(id(c.states[f]))
+    c.states[f].slow_restore_s = slow_restore_s
+    dumping = asyncio.create_task(asyncio.to_thread(c.nodes[f].dump_before_stop, 30.0))
+    serializer = c.nodes[f]._sync._SyncObj__serializer
+    await wait_until(lambda: serializer._Serializer__pid > 0, 10, "f forks its writer (of r=5)")
+    DROP.discard(f)
+    return f, dumping
 
 
 class _SlowRestoreState(FakeState):
@@ -109,64 +100,52 @@ class _SlowRestoreState(FakeState):
         super().restore(data)
 
 
-def test_a_stop_dump_replaced_by_a_slowly_restored_snapshot_counts_as_written(tmp_path, monkeypatch):
-    """The stop's writer is killed by the leader's snapshot, which then takes seconds to restore:
-    the snapshot is the dump (before, the wait gave up 2 s after the kill and said none was
-    written)."""
-    import replication_helpers
+@pytest.fixture
+def cut_and_slow(monkeypatch):
+    """DROP cuts a node off, SLOW makes a state's dump writer slow, and the Cluster's states
+    restore as slowly as their ``slow_restore_s`` says."""
     monkeypatch.setattr(_SyncObj, "_SyncObj__onMessageReceived", _dropping)
     monkeypatch.setattr(_consumer._DeferredSnapshot, "__reduce__", _slow_reduce)
     monkeypatch.setattr(replication_helpers, "FakeState", _SlowRestoreState)
+    yield
+    DROP.clear()
+    SLOW.clear()
+
+
+def test_a_dump_forced_on_stop_does_not_land_over_a_newer_installed_snapshot(tmp_path, cut_and_slow):
+    """A follower forks its stop dump (index A), then installs the leader's snapshot (index B > A)
+    and appends after it; the writer then renames its older dump over the installed one.
+    dump_before_stop reports success, and at restart the dump is A, the journal (which begins at
+    B-1) is thrown away: every entry after A that this node had acknowledged is gone from it."""
 
     async def main():
         c = Cluster(tmp_path, conf_overrides=COMPACT)
         try:
-            c.start_all()
-            leader = await c.agreed_leader()
-            for _ in range(5):
-                await c.nodes[leader].propose(incr("r"))
-            await c.converged({"r": 5})
-            f = next(a for a in c.addrs if a != leader)
-            DROP.add(f)
-            for _ in range(60):
-                await c.nodes[leader].propose(incr("r"))
-            await wait_until(lambda: os.path.exists(os.path.join(c.dirs[leader], "raft.dump")), 10)
-            SLOW.add(id(c.states[f]))
-            c.states[f].slow_restore_s = 3.0
-            dumping = asyncio.create_task(asyncio.to_thread(c.nodes[f].dump_before_stop, 30.0))
-            serializer = c.nodes[f]._sync._SyncObj__serializer
-            await wait_until(lambda: serializer._Serializer__pid > 0, 10, "f forks its writer")
-            DROP.discard(f)
-            assert await dumping, "the installed snapshot is the dump, but the stop said none was written"
-            await wait_until(lambda: c.nodes[f].read(FakeState.read).get("r") == 65, 15, "f catches up")
+            f, dumping = await _stop_dump_forked_then_snapshot_sent(c)
+            await wait_until(lambda: c.nodes[f].read(FakeState.read).get("r") == 65, 15, "f installs")
+            assert await dumping  # "dumped_on_stop": the snapshot is the dump
+            applied = c.nodes[f].read(FakeState.read)
+            for a in list(c.nodes):
+                c.stop(a)
+            c.start(f)  # alone: it has only its own disk
+            await wait_until(lambda: c.nodes[f].read(FakeState.read) == applied, 10,
+                             f"f restarted alone holding what it applied, {applied}")
         finally:
-            DROP.clear()
-            SLOW.clear()
             c.close()
     run(main)
 
 
-def test_a_writer_that_fails_every_time_is_not_waited_for_until_the_timeout(tmp_path):
-    """With a journal past the compaction bound, pysyncobj forks a new writer at every tick after
-    one failed, so a writer almost always runs: the stop still ends at the first failure of one
-    forked for it."""
+def test_a_stop_dump_replaced_by_a_slowly_restored_snapshot_counts_as_written(tmp_path, cut_and_slow):
+    """The stop's writer is killed by the leader's snapshot, which then takes seconds to restore:
+    the snapshot is the dump (before, the wait gave up 2 s after the kill and said none was
+    written)."""
+
     async def main():
-        c = Cluster(tmp_path, conf_overrides=COMPACT)  # logCompactionMinEntries 20
+        c = Cluster(tmp_path, conf_overrides=COMPACT)
         try:
-            c.start_all()
-            leader = await c.agreed_leader()
-            f = next(a for a in c.addrs if a != leader)
-            await c.nodes[leader].propose(incr("r"))
-            await c.converged({"r": 1})
-            os.mkdir(os.path.join(c.dirs[f], "raft.dump.tmp"))  # f's writer fails, every time
-            for _ in range(40):
-                await c.nodes[leader].propose(incr("r"))
-            await c.converged({"r": 41})
-            t0 = time.monotonic()
-            ok = await asyncio.to_thread(c.nodes[f].dump_before_stop, 60.0)
-            took = time.monotonic() - t0
-            assert not ok
-            assert took < 30.0, f"waited {took:.1f} s (the timeout) for a writer that fails every time"
+            f, dumping = await _stop_dump_forked_then_snapshot_sent(c, slow_restore_s=3.0)
+            assert await dumping, "the installed snapshot is the dump, but the stop said none was written"
+            await wait_until(lambda: c.nodes[f].read(FakeState.read).get("r") == 65, 15, "f catches up")
         finally:
             c.close()
     run(main)
