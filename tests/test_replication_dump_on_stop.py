@@ -69,7 +69,7 @@ _orig_reduce = _consumer._DeferredSnapshot.__reduce__
 
 def _slow_reduce(self):
     if os.getpid() != self._pid and id(self._state) in SLOW:
-        time.sleep(4.0)
+        time.sleep(4.0)  # ok-sleep: in the forked writer, stands for encoding a big state
     return _orig_reduce(self)
 
 
