@@ -70,7 +70,7 @@ def resume_cmd(state: SchedulerState, name: str, now: int, rid: str | None = Non
     job = state.jobs[name]
     spec, cursor, anchor, gen = job["spec"], job["cursor"], job["anchor"], job["gen"]
     fields = {"name": name, "catch_up": catch_up}
-    if not catch_up:
+    if not catch_up and "schedule" in spec:
         fields.update(gen=gen, **policy.plan_resume(spec, anchor, cursor, now))
     return commands.make("resume_job", now, rid, **fields)
 

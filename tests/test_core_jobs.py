@@ -339,6 +339,27 @@ def test_a_catch_up_resume_after_the_slot_releases_the_held_run_late():
     assert f"a@{T0 + 20 * SEC}" in [g["id"] for g in acquire(s, T0 + 26 * SEC)]
 
 
+@pytest.mark.parametrize("catch_up", [False, True])
+def test_a_job_replaced_by_a_triggered_one_while_paused_keeps_the_resumes_catch_up(catch_up):
+    """A triggered job (after, no schedule) has no slot to plan on a resume, but its runs held by
+    the pause (fired ahead while it had a schedule) are decided as any job's: skipped / paused once
+    their slot came, unless ``catch_up``. (The proposer used to force catch_up for such a job, and
+    the held run then ran late.)"""
+    from pipeline_helpers import job_raw, put
+    s, _, _ = _fired_ahead_then_paused()
+    assert put(s, "p", job_raw(every_s=60))["ok"]
+    assert put(s, "a", job_raw(after=["p"]), T0 + 21 * SEC)["ok"]
+    assert s.jobs["a"]["paused"] and "schedule" not in s.jobs["a"]["spec"]
+    cmd = resume_cmd(s, "a", T0 + 25 * SEC, catch_up=catch_up)
+    assert "gen" not in cmd, "nothing planned for a triggered job"
+    res = apply(s, cmd)
+    assert res == {"ok": True, "job": "a", "paused": False, "released": int(catch_up), "skipped": int(not catch_up)}
+    run = s.runs[f"a@{T0 + 20 * SEC}"]
+    assert (run["state"], run.get("reason")) == (("queued", None) if catch_up else ("skipped", "paused"))
+    assert counters(s) == counters(restored(s))
+    assert (f"a@{T0 + 20 * SEC}" in [g["id"] for g in acquire(s, T0 + 26 * SEC)]) == catch_up
+
+
 def test_a_full_drop_oldest_queue_never_drops_a_held_run_on_any_replica():
     """drop_oldest passes over a held run on every replica alike, whether its by-slot index
     holds the held run's entry (this one: built by a drop before the pause) or not (one restored

@@ -306,6 +306,24 @@ def test_a_resume_after_the_held_runs_slot_records_it_skipped_paused():
     assert queries.queue_depth(st, "default") == 0
 
 
+def test_a_job_replaced_by_a_triggered_one_while_paused_skips_its_held_run_unless_caught_up():
+    """The service plans nothing for a triggered job's resume but sends its catch_up as given:
+    the held run whose slot came is skipped (it used to force catch_up, and the run ran late)."""
+    st, raft, clock, trig = setup()
+    slot = st.jobs["j0"]["next"]
+    clock.advance(slot - 100 - clock.now_ms())
+    asyncio.run(trig.tick())
+    svc = Service(raft, clock, "n1")
+    asyncio.run(svc.pause_job("j0", None))
+    asyncio.run(svc.put_job("p", spec(), None))
+    asyncio.run(svc.put_job("j0", {k: v for k, v in spec().items() if k != "schedule"} | {"after": ["p"]}, None))
+    assert st.jobs["j0"]["paused"] and "schedule" not in st.jobs["j0"]["spec"]
+    clock.advance(1_000)
+    assert asyncio.run(svc.resume_job("j0", None)) == {"job": "j0", "paused": False, "released": 0, "skipped": 1}
+    run = st.runs[f"j0@{slot}"]
+    assert (run["state"], run["reason"]) == ("skipped", "paused")
+
+
 def test_the_fire_log_is_buffered_and_flushed_on_its_period_or_when_forced(tmp_path):
     """The fire log (benchmarks, ``fire_log_path``): one JSON line per committed fire command,
     written through a buffer flushed at most every ``fire_log_flush_s`` (node/limits.py) while

@@ -398,7 +398,8 @@ def apply_resume_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     Slots that fell due while paused are recorded as skipped (paused), as the proposer planned
     them from its view (policy.plan_resume: ``gen`` and ``after`` are the generation and cursor
     it planned from, ``rec`` its records of slots in (after, upto], ``next`` the next slot),
-    unless ``catch_up``, in which case the misfire policy decides for them at the next fire.
+    unless ``catch_up``, in which case the misfire policy decides for them at the next fire. A
+    triggered job (no schedule) has no slot to plan: its command carries no plan either way.
     The runs the pause held are released, but those whose slot came while paused, which are
     recorded skipped (paused) unless ``catch_up`` (notify.resume_held); ``released`` and
     ``skipped`` count them when there were any. A job that is not paused is left as it is.
@@ -409,7 +410,7 @@ def apply_resume_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     if not job["paused"]:
         return ok(job=job["name"], paused=False)
     catch_up = bool(cmd.get("catch_up"))
-    if not catch_up:
+    if not catch_up and "schedule" in job["spec"]:  # (a triggered job has no slot to plan)
         nxt, rec = cmd.get("next"), cmd.get("rec")
         if nxt is not None and not is_int(nxt):
             raise InvalidCommand("resume_job.next must be an integer or nil")

@@ -382,9 +382,12 @@ class Service:
             raise NotFound(f"no job named {name!r}", field="name")
         spec, cursor, anchor, gen = job["spec"], job["cursor"], job["anchor"], job["gen"]
         # A triggered job (pipelines) has no slot of its own to record: its slots while paused
-        # were recorded paused as its parents ended; it just resumes.
-        catch_up = catch_up or "schedule" not in spec
-        plan = None if catch_up else dict(gen=gen, **policy.plan_resume(spec, anchor, cursor, now))
+        # were recorded paused as its parents ended, so there is nothing to plan; ``catch_up``
+        # still decides the runs its pause held (a job replaced by a triggered one while paused
+        # may hold runs its schedule fired ahead).
+        plan = None
+        if not catch_up and "schedule" in spec:
+            plan = dict(gen=gen, **policy.plan_resume(spec, anchor, cursor, now))
         res = await self.propose(commands.resume_job(now, rid or new_request_id(), name=name, catch_up=catch_up,
                                                      plan=plan))
         return self._out(res, {"job": name, "paused": False, "released": res.get("released", 0),
