@@ -411,3 +411,28 @@ def test_backoff_jitter_is_a_hash_of_run_and_attempt():
     assert len(across_attempts) >= 15 and len(across_runs) >= 15
     spread = across_attempts | across_runs
     assert min(spread) < 100_000 < max(spread), "jitter goes both ways"
+
+
+# ----------------------------------------------------------------------------- phased take-ups
+@settings(max_examples=300, deadline=None)
+@given(st.text(min_size=1, max_size=40), st.integers(0, 2**45), st.integers(0, 5_000), st.integers(0, 10_000))
+def test_a_phased_horizon_is_never_shorter_than_the_look_ahead_nor_longer_than_its_span(name, now, ahead, span):
+    got = policy.phased_ahead_ms(name, now, ahead, span)
+    assert ahead <= got <= ahead + span
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(min_size=1, max_size=40), st.integers(0, 2**40), st.sampled_from([1000, 2000, 3000]))
+def test_a_job_every_second_settles_into_its_own_block_whenever_it_starts(name, start, span):
+    """Taken up fire_ahead_ms before each next slot, an every-second job's entries carry
+    span / 1 s + 1 slots after the first, which ends where the job's block (its phase) ends."""
+    ahead, slot, sizes, ends = 1000, start - start % 1000, [], []
+    for _ in range(6):
+        now = slot - ahead
+        upto = now + policy.phased_ahead_ms(name, now, ahead, span)
+        n = (upto - slot) // 1000 + 1
+        sizes.append(n)
+        ends.append(upto)
+        slot += n * 1000
+    assert 1 <= sizes[0] <= span // 1000 + 1 and set(sizes[1:]) == {span // 1000 + 1}
+    assert len({(e - ends[1]) % (span + 1000) for e in ends[1:]}) == 1, "the same phase every block"

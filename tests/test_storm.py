@@ -561,7 +561,7 @@ def test_a_steady_load_taken_up_as_a_storm_at_first_goes_back_to_the_ordinary_lo
     before storm_load_factor, they stayed a storm second after second, one slot an entry (the
     bench's sweep at 30 000: 40-51 us a slot instead of 24-26). Once the leader has taken up that
     many a second, their seconds are the load it keeps up with: the rest goes the ordinary way,
-    two slots an entry (fire_ahead_span_ms), and nothing more is taken up early."""
+    fire_ahead_span_ms / 1 s + 1 slots an entry, and nothing more is taken up early."""
     st, raft, clock, svc, trig = storm_setup(0, 0)
     start = (clock.now_ms() // 1000 + 3) * 1000
     for i in range(120):  # staggered over the second, as the bench's sweep, the first slot 2-3 s ahead
@@ -588,7 +588,8 @@ def test_a_steady_load_taken_up_as_a_storm_at_first_goes_back_to_the_ordinary_lo
         early_by_second.append(trig.storm_jobs_early - before)
     assert early_by_second[0] > 0, "a storm by the rates at first"
     assert early_by_second[-6:] == [0] * 6, early_by_second
-    assert entries and all(len(e[5]) == 2 for e in entries[-120:]), "two slots an entry, the ordinary way"
+    k = limits.fire_ahead_span_ms // 1000 + 1
+    assert entries and all(len(e[5]) == k for e in entries[-120:]), "span / 1 s + 1 slots an entry, the ordinary way"
     assert trig.load_per_s() > 0
 
 

@@ -209,25 +209,50 @@ def test_allow_jobs_fire_ahead_and_their_runs_wait_for_the_slot():
     assert scheduled_slots(st, "j0") == [slot]
 
 
-def test_a_job_taken_up_ahead_has_the_next_span_of_its_slots_planned_with_it():
-    """An every_s: 1 job is planned every 2 s with two slots (limits.fire_ahead_span_ms); an
-    every_s: 2 job still one slot at a time. Every slot fires once, in order, none earlier than
-    fire_ahead_ms + fire_ahead_span_ms before it, and each entry's first slot no earlier than
-    fire_ahead_ms before it."""
-    for every_s, per_entry in ((1, 2), (2, 1)):
+@pytest.mark.parametrize("span_ms", [1000, 3000])
+def test_a_job_taken_up_ahead_has_the_next_span_of_its_slots_planned_with_it(monkeypatch, span_ms):
+    """An every_s: 1 job is planned with span_ms / 1 s + 1 slots an entry (limits.fire_ahead_span_ms:
+    two by default), after a first entry that may carry fewer (it starts the job's block,
+    policy.phased_ahead_ms); an every_s: 2 job with half as many. Every slot fires once, in
+    order, none earlier than fire_ahead_ms + fire_ahead_span_ms before it, and each entry's first
+    slot no earlier than fire_ahead_ms before it."""
+    monkeypatch.setattr(limits, "fire_ahead_span_ms", span_ms)
+    for every_s in (1, 2):
+        per_entry = span_ms // (every_s * 1000) + 1
         st, raft, clock, trig = setup(every_s=every_s)
         first = st.jobs["j0"]["next"]
         clock.advance(first - limits.fire_ahead_ms - clock.now_ms())
-        entries = tick_for(raft, clock, trig, 80)
-        assert entries and all(len(e[5]) == per_entry for e in entries), (every_s, entries)
+        entries = tick_for(raft, clock, trig, 160)
+        assert len(entries) >= 4 and len(entries[0][5]) <= per_entry, (every_s, entries)
+        assert all(len(e[5]) == per_entry for e in entries[1:]), (every_s, entries)
         slots = scheduled_slots(st, "j0")
         assert slots == sorted(set(slots)) == list(range(first, first + len(slots) * every_s * 1000, every_s * 1000))
-        assert len(slots) >= 4
         for r in (st.runs[f"j0@{s_}"] for s_ in slots):
             assert r["slot"] - r["fired_at"] <= limits.fire_ahead_ms + limits.fire_ahead_span_ms
         for e in entries:
             fired_at = st.runs[f"j0@{e[5][0]}"]["fired_at"]
             assert e[5][0] - fired_at <= limits.fire_ahead_ms
+
+
+@pytest.mark.parametrize("span_ms", [1000, 3000])
+def test_jobs_registered_at_once_are_taken_up_spread_over_their_block(monkeypatch, span_ms):
+    """400 jobs every second, all with the same slots: each is planned once a block of span_ms +
+    1 s, and the blocks' phases (a hash of the name) spread the take-ups, so each second of a
+    block plans about a quarter (span 3 s) or a half (1 s) of them, not all of them every
+    block's first second and none in the others."""
+    monkeypatch.setattr(limits, "fire_ahead_span_ms", span_ms)
+    n, k = 400, span_ms // 1000 + 1
+    st, raft, clock, trig = setup(n_jobs=n, every_s=1)
+    first = st.jobs["j0"]["next"]
+    clock.advance(first - limits.fire_ahead_ms - clock.now_ms())
+    tick_for(raft, clock, trig, 10 * k)  # past every job's first, shorter, entry
+    per_second = []
+    for _ in range(2 * k):
+        entries = tick_for(raft, clock, trig, 10)
+        per_second.append(len(entries))
+        assert {len(e[5]) for e in entries} == {k}
+    assert sum(per_second) == 2 * n
+    assert all(0.7 * n / k <= c <= 1.3 * n / k for c in per_second), per_second
 
 
 def test_a_trigger_that_fires_at_the_slot_plans_no_span():

@@ -11,6 +11,7 @@ recorded). The *due* slots are those in (cursor, now]. A due slot is *on time* w
 from __future__ import annotations
 
 import hashlib
+import zlib
 from typing import Any, TypeAlias
 
 from . import limits, schedule
@@ -113,6 +114,25 @@ def compact_entry(plan: dict[str, Any]) -> list[Any]:
     A list, not a map: no key names on the wire, and apply unpacks it without a lookup per
     field (the fire path is the hottest of the cluster; see docs/benchmarks.md)."""
     return [plan["job"], plan["gen"], plan["after"], plan["upto"], plan["next"], plan["runs"], plan["rec"]]
+
+
+def phased_ahead_ms(name: str, now_ms: int, ahead_ms: int, span_ms: int) -> int:
+    """How far past ``now_ms`` the trigger plans a job that fires ahead, taken up now with the
+    ordinary look-ahead ``ahead_ms`` (limits.fire_ahead_ms) and its span ``span_ms``
+    (limits.fire_ahead_span_ms): its slots up to the end of the job's current block of
+    ``span_ms`` + 1 s, at most ``ahead_ms + span_ms``.
+
+    The blocks' phase is a hash of the job's name, the same on every leader, so the jobs that
+    fire every second are taken up spread evenly over the block whenever they were registered (a
+    burst of registrations otherwise made bursts of take-ups, one per block, for good): a job's
+    first entry may carry fewer slots, its later ones carry ``span_ms`` / 1 s + 1. A leader's
+    planning only; apply checks what it is given, whatever the horizon."""
+    if span_ms <= 0:
+        return ahead_ms
+    block = span_ms + 1000
+    base = now_ms + ahead_ms
+    end = base + block - 1 - (base - zlib.crc32(name.encode()) % block) % block
+    return min(end, base + span_ms) - now_ms
 
 
 def plan_fire_compact(spec: Record, anchor_ms: int, cursor_ms: int, now_ms: int, gen: int, name: str,

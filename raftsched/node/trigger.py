@@ -358,7 +358,8 @@ class Trigger:
         the jobs due now with the usual span, a storm second's jobs up to that second's end and
         no further), and propose the plans in full fire commands; a storm's (``early``) in
         commands of their own, as background work (``_send``). Returns the jobs planned."""
-        plan = policy.plan_fire_compact
+        plan, phased = policy.plan_fire_compact, policy.phased_ahead_ms
+        ahead = self.fire_ahead_ms
         chunk_n = node_limits.plan_jobs_per_yield
         recur_ms = int(node_limits.storm_load_window_s * 1000)
         recurring = 0
@@ -384,7 +385,10 @@ class Trigger:
                 kids = self.raft.read(pipelines.deadline_children, jobs[i:i + chunk_n])
                 for spec, anchor, cursor, gen, name in views:
                     try:
-                        entry = plan(spec, anchor, cursor, now, gen, name, span if fires_ahead(spec) else 0)
+                        # (the usual span: up to the end of the job's block, policy.phased_ahead_ms)
+                        horizon = (0 if not fires_ahead(spec) else span if early or span <= ahead
+                                   else phased(name, now, ahead, span - ahead))
+                        entry = plan(spec, anchor, cursor, now, gen, name, horizon)
                     except Exception:
                         log.exception("trigger: cannot plan job %s", name)
                         continue
