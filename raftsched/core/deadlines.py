@@ -608,8 +608,10 @@ def apply_deadline_judge(s: SchedulerState, cmd: Command, now: int) -> Result:
 
 # ------------------------------------------------------------------ heartbeat jobs: pings
 PING_STATUSES = ("start", "success", "fail")
-#: How long before its slot a ping without a slot may be that slot's: what firing ahead commits.
-PING_AHEAD_MS = limits.fire_ahead_ms + limits.fire_ahead_span_ms
+#: How long before its slot a ping without a slot may be that slot's (the reporter's clock is not
+#: the cluster's). What firing ahead commits was 2 s before limits.fire_ahead_span_ms grew to 3 s
+#: (runs now exist up to 4 s ahead); the ping's window stayed 2 s, so no ping decides otherwise.
+PING_AHEAD_MS = 2000
 
 
 def apply_ping(s: SchedulerState, cmd: Command, now: int) -> Result:
@@ -638,9 +640,9 @@ def apply_ping(s: SchedulerState, cmd: Command, now: int) -> Result:
     else:
         hist = s.history.get(name) or []
         want = ("waiting",) if status == "start" else ("running", "waiting")
-        # A slot is committed up to PING_AHEAD_MS before it comes (firing ahead), and the
-        # reporter's clock is not the cluster's: a ping that early is the coming slot's when no
-        # slot that came is open.
+        # A slot is committed ahead of it (firing ahead), and the reporter's clock is not the
+        # cluster's: a ping up to PING_AHEAD_MS early is the coming slot's when no slot that came
+        # is open.
         ahead = now + PING_AHEAD_MS
         for st in want:
             for rid in reversed(hist):

@@ -176,7 +176,7 @@ def put_job(s: SchedulerState, cmd: Command, now: int, pending: dict[str, Record
         cursor, anchor, nxt = kept
     elif floor is not None and floor > cursor:
         # Another schedule: its slots start after the old one's cursor, which may be ahead of
-        # the one this replace was planned from (fired ahead, up to 2 s), and after the slots
+        # the one this replace was planned from (fired ahead, up to 4 s), and after the slots
         # its history holds (a triggered job's, which take its parents' slots), so that no new
         # slot can take the id of a run already made (I2). The proposer plans from the same
         # floor (queries.cursor_floor); when its replica lagged and the command's next slot is

@@ -89,7 +89,7 @@ max_catchup_max = 1000
 #: command size limit usually binds first).
 fire_entries_max = 500
 #: How long before its next slot the leader may take a job up and commit its fire (docs/design.md,
-#: "Firing ahead"; with fire_ahead_span_ms, a later slot of the same entry up to 2 s before): the run
+#: "Firing ahead"; with fire_ahead_span_ms, a later slot of the same entry up to 4 s before): the run
 #: exists, queued, but no worker may start it before its slot. Committing a 10 000-slot storm
 #: takes ~0.5-1 s on two cores; firing ahead makes it ready when the slot comes. Only for jobs whose
 #: fire decision does not depend on their other runs (policy.fires_ahead).
@@ -98,11 +98,13 @@ fire_ahead_ms = 1000
 #: copy of (records.share_spec); past this, new distinct parts are simply not shared.
 shared_spec_parts_max = 100_000
 #: A job that fires ahead, once taken up (at most fire_ahead_ms before its next slot), has its
-#: slots of this many more milliseconds planned in the same entry. An every_s: 1 job is then
-#: planned every 2 s with two slots, not every second with one: per job planned, the leader plans,
-#: encodes and replicates an entry and every replica checks it, looks the job up and moves its
-#: cursor, about half of what a one-slot entry costs (scripts/measure profile-apply, AHEAD).
-fire_ahead_span_ms = 1000
+#: slots of this many more milliseconds planned in the same entry (up to the end of its block:
+#: policy.phased_ahead_ms). An every_s: 1 job is then planned every 4 s with four slots, not
+#: every second with one: per job planned, the leader plans, encodes and replicates an entry and
+#: every replica checks it, looks the job up and moves its cursor, about half of what a one-slot
+#: entry costs (scripts/measure profile-apply, AHEAD). 1 s (two slots) until 2026-12-04: 3 s
+#: took a quarter off the CPU a slot of the 30 000-job sweep (docs/benchmarks.md).
+fire_ahead_span_ms = 3000
 #: Slots the proposer enumerates for one job in one fire (beyond that, slots are counted as a
 #: recorded range, not listed one by one).
 fire_slots_enumerated_max = max_catchup_max + 1

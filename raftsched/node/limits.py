@@ -51,7 +51,7 @@ storm_second_min = 2_000
 #: count: a storm of one-shot (or hourly) jobs over several consecutive seconds, taken up at
 #: whatever rate, is never measured against itself (counting every take-up, 400 of 1 000 slots
 #: of ten such seconds were left to the one-second look-ahead and committed late: test_storm.py).
-#: 2: the seconds of a steady load differ (two slots an entry: 24 000-36 000 a second committed
+#: 2: the seconds of a steady load differ (two slots an entry then: 24 000-36 000 a second committed
 #: in the sweep); at 1.5 the sweep flipped between the two ways (2 000-54 000 a second committed, once behind).
 storm_load_window_s = 5.0
 storm_load_factor = 2.0
