@@ -5,6 +5,7 @@ import argparse
 import inspect
 import json
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -19,9 +20,9 @@ def iso(t_s: int) -> str:
     return datetime.fromtimestamp(t_s, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def cli(*args, env=None, stdin=None):
+def cli(*args, env=None, stdin=None, cwd=REPO):
     return subprocess.run([sys.executable, "-m", "raftsched.cli", *args], capture_output=True, text=True,
-                          timeout=60, cwd=REPO, input=stdin, env=env)
+                          timeout=60, cwd=cwd, input=stdin, env=env)
 
 
 @pytest.mark.parametrize("extra,msg", [
@@ -85,7 +86,11 @@ def test_worker_flag_errors_are_one_line_and_exit_2(tmp_path, extra, msg):
     token = tmp_path / "token"
     token.write_text("t" * 32)
     token.chmod(0o600)
-    p = cli("worker", *extra, "--token-file", str(token))
+    # Away from the checkout and the caller's config: a cluster started there by scripts/cluster.sh
+    # (README's first command) would otherwise be the one the flagless worker finds.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTSCHED_")}
+    env.update(HOME=str(tmp_path), PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])))
+    p = cli("worker", *extra, "--token-file", str(token), env=env, cwd=tmp_path)
     assert p.returncode == 2, p.stderr
     assert msg in p.stderr and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
 
