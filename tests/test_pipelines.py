@@ -227,6 +227,23 @@ def test_slots_waiting_past_max_wait_are_recorded_upstream_timeout():
     assert again == {"ok": True, "expired": 0, "ignored": 1}
 
 
+def test_a_gated_slot_fired_ahead_waits_max_wait_s_from_its_slot_not_from_its_fire():
+    """g's own slot S1, fired 4 s ahead, with max_wait_s 3: it is never decided before its slot,
+    and a parent that ends 2.5 s after the slot is still in time (counted from the fire, the
+    wait ran out 1 s before the slot)."""
+    from raftsched.core import pipelines
+    s = chain_state(("a", job_raw(every_s=10)), ("g", job_raw(every_s=10, after=["a"], max_wait_s=3)))
+    ahead = [["a", s.jobs["a"]["gen"], s.jobs["a"]["cursor"], S1, S1 + 10 * SEC, [S1], []],
+             ["g", s.jobs["g"]["gen"], s.jobs["g"]["cursor"], S1, S1 + 10 * SEC, [S1], []]]
+    assert apply(s, commands.make("fire", S1 - 4000, None, entries=ahead))["fired"] == 2
+    assert pipelines.overdue(s, S1 - 1, 10) == [] and pipelines.overdue(s, S1 + 2999, 10) == []
+    late = apply(s, commands.join_expire(S1 - 1, joins=[["g", S1, S1 - 4000]]))
+    assert late == {"ok": True, "expired": 0, "ignored": 1}, "a sweep planned from the fire time"
+    finish(s, by_job(lease(s, S1))["a"], S1 + 2500, True)
+    assert s.runs[f"g@{S1}"]["state"] == "queued"
+    assert pipelines.overdue(s, S1 + 10 * SEC, 10) == []
+
+
 @pytest.mark.parametrize("joins", [None, "x", [["c"]], [["c", "slot", 1]], [[1, 2, 3]],
                                    [["c", 1, 1]] * (limits.expire_items_max + 1)])
 def test_a_malformed_join_expire_is_refused_and_changes_nothing(joins):

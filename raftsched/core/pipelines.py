@@ -740,7 +740,9 @@ def own_slot(s: SchedulerState, job: Record, slot: int, now: int) -> None:
             _decide(s, c, min(joins), "upstream_timeout",
                     f"{limits.joins_per_child_max} slots of {c} were waiting for their parents", now, work)
             joins = s.pipes.joins.setdefault(c, {})
-        j = joins[slot] = {"got": {}, "own": True, "since": now}
+        # Its wait (max_wait_s) starts at its slot: fired ahead (up to 4 s), it would otherwise
+        # run out that much sooner, and a short one before the slot it is decided at.
+        j = joins[slot] = {"got": {}, "own": True, "since": max(now, slot)}
     j["own"] = True
     if job["spec"].get("match") == "latest":
         _try_latest(s, job, now, work)
