@@ -379,6 +379,23 @@ def test_a_heartbeat_job_is_never_leased_and_pings_move_its_slot() -> None:
     assert res["ok"] and res["run"] == f"hb@{third}", res
 
 
+def test_a_ping_is_a_slot_committed_ahead_only_within_2_s_of_it() -> None:
+    """A heartbeat job every 3 s has a slot committed up to 4 s ahead (fire_ahead_ms +
+    fire_ahead_span_ms), but a ping without a slot is a coming slot's only within PING_AHEAD_MS
+    (2 s, what it was before the span grew): nodes of either version decide a ping alike."""
+    assert deadlines.PING_AHEAD_MS == 2000
+    s = new_state(("hb", spec({"every_s": 3}, {"succeed_within_s": 60}, executor={"type": "heartbeat"})), now=T0)
+    first = s.jobs["hb"]["next"]
+    tick(s, first - 1000, ahead=True)
+    assert [r["slot"] for r in s.runs.values()] == [first, first + 3 * SEC]  # the second 4 s ahead
+    assert apply(s, commands.ping(first, None, name="hb", status="success", slot=first))["ok"]
+    res = apply(s, commands.ping(first + 500, None, name="hb", status="start", slot=None))
+    assert res["error"]["code"] == "conflict" and "more than 2 s ahead" in res["error"]["message"], res
+    assert s.runs[f"hb@{first + 3 * SEC}"]["state"] == "waiting"
+    res = apply(s, commands.ping(first + 1100, None, name="hb", status="start", slot=None))
+    assert res["ok"] and res["run"] == f"hb@{first + 3 * SEC}", res
+
+
 def test_a_heartbeat_job_pinged_before_its_first_slot_is_refused_until_a_trigger_opens_one() -> None:
     """README's heartbeat example: right after the job is made nothing waits for a ping (409);
     a trigger without a body opens a slot, which the pings then start and end, its deadlines

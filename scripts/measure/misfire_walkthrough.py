@@ -162,7 +162,7 @@ def render() -> str:
     w("A paused job fires nothing. `POST /v1/jobs/{name}/resume` records the slots that fell due while it")
     w("was paused as one `skipped` range with reason `paused` and resumes from now; `?catch_up=true`")
     w("leaves them due instead, for the misfire policy to decide. Runs fired ahead of their slot before")
-    w("the pause (up to 2 s; minutes during a storm) are held by the pause, queued but handed to no")
+    w("the pause (up to 4 s; minutes during a storm) are held by the pause, queued but handed to no")
     w("worker; the resume queues them again, but those whose slot came during the pause, which it")
     w("records `skipped`, `paused` (with `catch_up`, they run, late: docs/api.md).")
     w("")
