@@ -317,13 +317,20 @@ def test_a_held_heartbeat_slot_says_it_waits_for_the_resume_not_for_a_ping():
     assert (view["state"], view["waiting_for"]) == ("waiting", "its job to be resumed")
 
 
-def test_a_resume_after_the_held_runs_slot_records_it_skipped_paused():
+def _fired_ahead_then_paused():
+    """j0's next slot fired 100 ms ahead, then j0 paused (the run held). :returns: (state,
+    clock, service, slot)."""
     st, raft, clock, trig = setup()
     slot = st.jobs["j0"]["next"]
     clock.advance(slot - 100 - clock.now_ms())
     asyncio.run(trig.tick())
     svc = Service(raft, clock, "n1")
-    asyncio.run(svc.pause_job("j0", None))
+    assert asyncio.run(svc.pause_job("j0", None))["held"] == 1
+    return st, clock, svc, slot
+
+
+def test_a_resume_after_the_held_runs_slot_records_it_skipped_paused():
+    st, clock, svc, slot = _fired_ahead_then_paused()
     clock.advance(1_000)
     assert asyncio.run(svc.resume_job("j0", None))["skipped"] == 1
     run = st.runs[f"j0@{slot}"]
@@ -331,22 +338,20 @@ def test_a_resume_after_the_held_runs_slot_records_it_skipped_paused():
     assert queries.queue_depth(st, "default") == 0
 
 
-def test_a_job_replaced_by_a_triggered_one_while_paused_skips_its_held_run_unless_caught_up():
+@pytest.mark.parametrize("catch_up", [False, True])
+def test_a_job_replaced_by_a_triggered_one_while_paused_skips_its_held_run_unless_caught_up(catch_up):
     """The service plans nothing for a triggered job's resume but sends its catch_up as given:
-    the held run whose slot came is skipped (it used to force catch_up, and the run ran late)."""
-    st, raft, clock, trig = setup()
-    slot = st.jobs["j0"]["next"]
-    clock.advance(slot - 100 - clock.now_ms())
-    asyncio.run(trig.tick())
-    svc = Service(raft, clock, "n1")
-    asyncio.run(svc.pause_job("j0", None))
+    the held run whose slot came is skipped (it used to force catch_up, and the run ran late),
+    or, caught up, queued again."""
+    st, clock, svc, slot = _fired_ahead_then_paused()
     asyncio.run(svc.put_job("p", spec(), None))
     asyncio.run(svc.put_job("j0", {k: v for k, v in spec().items() if k != "schedule"} | {"after": ["p"]}, None))
     assert st.jobs["j0"]["paused"] and "schedule" not in st.jobs["j0"]["spec"]
     clock.advance(1_000)
-    assert asyncio.run(svc.resume_job("j0", None)) == {"job": "j0", "paused": False, "released": 0, "skipped": 1}
+    assert asyncio.run(svc.resume_job("j0", None, catch_up=catch_up)) == {
+        "job": "j0", "paused": False, "released": int(catch_up), "skipped": int(not catch_up)}
     run = st.runs[f"j0@{slot}"]
-    assert (run["state"], run["reason"]) == ("skipped", "paused")
+    assert (run["state"], run.get("reason")) == (("queued", None) if catch_up else ("skipped", "paused"))
 
 
 def test_the_fire_log_is_buffered_and_flushed_on_its_period_or_when_forced(tmp_path):
