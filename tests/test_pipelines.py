@@ -244,6 +244,23 @@ def test_a_gated_slot_fired_ahead_waits_max_wait_s_from_its_slot_not_from_its_fi
     assert pipelines.overdue(s, S1 + 10 * SEC, 10) == []
 
 
+def test_a_gated_slot_whose_parent_reported_before_its_own_fire_still_waits_from_its_slot():
+    """A heartbeat parent pinged for slot S before S made g's join first (since: the ping); g's own
+    slot, fired ahead after it, moves the start of its wait to S: nothing decides g@S before S."""
+    from raftsched.core import pipelines
+    s = chain_state(("h", job_raw(every_s=10, executor={"type": "heartbeat"})), ("b", job_raw(every_s=10)),
+                    ("g", job_raw(every_s=10, after=["h", "b"], max_wait_s=1)))
+    plan = [[n, s.jobs[n]["gen"], s.jobs[n]["cursor"], S1, S1 + 10 * SEC, [S1], []] for n in ("h", "b")]
+    assert apply(s, commands.make("fire", S1 - 4000, None, entries=plan))["fired"] == 2
+    assert apply(s, commands.ping(S1 - 3000, None, name="h", status="success", slot=S1))["ok"]
+    assert s.pipes.joins["g"][S1]["since"] == S1 - 3000
+    own = [["g", s.jobs["g"]["gen"], s.jobs["g"]["cursor"], S1, S1 + 10 * SEC, [S1], []]]
+    assert apply(s, commands.make("fire", S1 - 1000, None, entries=own))["fired"] == 1
+    assert s.pipes.joins["g"][S1]["since"] == S1
+    assert pipelines.overdue(s, S1 - 1000, 10) == [] and pipelines.overdue(s, S1 + 999, 10) == []
+    assert pipelines.overdue(s, S1 + 1000, 10) == [["g", S1, S1]]
+
+
 @pytest.mark.parametrize("joins", [None, "x", [["c"]], [["c", "slot", 1]], [[1, 2, 3]],
                                    [["c", 1, 1]] * (limits.expire_items_max + 1)])
 def test_a_malformed_join_expire_is_refused_and_changes_nothing(joins):

@@ -82,7 +82,7 @@ def test_put_job_replace_with_new_schedule_never_moves_cursor_back():
 
 
 def test_put_job_replace_after_firing_ahead_plans_from_the_fired_cursor():
-    """An every-second job fires up to 2 s ahead; a replace with a cron schedule at that moment
+    """An every-second job fires up to 4 s ahead; a replace with a cron schedule at that moment
     keeps the cursor where the old schedule fired to, and its next slot is the first cron slot
     after it (the proposer's floor), not one before it."""
     s = new_state(("a", spec_of({"every_s": 20}, "skip")))

@@ -654,8 +654,10 @@ def apply_ping(s: SchedulerState, cmd: Command, now: int) -> Result:
             if run is not None:
                 break
         if run is None:
-            raise Conflict(f"job {name} has no run waiting for a {status} ping (its next slot has not fired, "
-                           f"or is more than {PING_AHEAD_MS // 1000} s ahead)", field="slot")
+            # (the text is kept as the older code's: apply's answers are part of the replicated
+            # state, its request log, and a slot fired more than PING_AHEAD_MS ahead also lands here)
+            raise Conflict(f"job {name} has no run waiting for a {status} ping (its next slot has not fired)",
+                           field="slot")
     if run["state"] not in ("waiting", "running"):
         raise Conflict(f"run {run['id']} ended already ({run['state']})", field="slot")
     if run["state"] == "waiting" and run.get("due", 0) is None:  # held by the pause (notify.pause)

@@ -743,6 +743,8 @@ def own_slot(s: SchedulerState, job: Record, slot: int, now: int) -> None:
         # Its wait (max_wait_s) starts at its slot: fired ahead (up to 4 s), it would otherwise
         # run out that much sooner, and a short one before the slot it is decided at.
         j = joins[slot] = {"got": {}, "own": True, "since": max(now, slot)}
+    elif j["since"] < slot:  # a parent reported first (a heartbeat parent pinged with this slot)
+        j["since"] = slot
     j["own"] = True
     if job["spec"].get("match") == "latest":
         _try_latest(s, job, now, work)

@@ -13,7 +13,8 @@ sys.path, to compare another checkout (``git worktree add /tmp/base HEAD``) on t
 change. ``QUEUE_DEPTH=n`` bounds the queue (default 1,000,000; ``sweep`` keeps every run queued,
 so a depth under N * TICKS makes the later ticks drop their queue's oldest run for every slot).
 ``AHEAD=ms`` plans each job's slots up to that far past the tick, ticks every 1000 + ms: with
-1000, an entry carries two slots, as the trigger's fire_ahead_span_ms makes for every_s: 1 jobs.
+1000, an entry carries two slots, as the trigger's fire_ahead_span_ms made for every_s: 1 jobs
+until 2026-12-04 (3000 and four slots since).
 Every replica applies every command, so a three-node cluster pays these three times.
 
 ``TYPES=python,...`` makes ``e2e``'s acquires those of a worker of these executor types only

@@ -77,8 +77,8 @@ def failover(tmp: Path, trials: int, clusters: list, n_jobs: int = 3) -> dict:
                         raise BenchError(f"trial {k}: GET /v1/runs on node-{i + 1}: {s} {b}")
                     hits = [r for r in b["runs"] if iso_ms(r["fired_at"]) > t_kill]
                     if hits:
-                        # The earliest slot of the first fire: an entry can carry two slots of a
-                        # job (fire_ahead_span_ms), and only its first waits for fire_ahead_ms.
+                        # The earliest slot of the first fire: an entry can carry several slots of
+                        # a job (fire_ahead_span_ms), and only its first waits for fire_ahead_ms.
                         r = min(hits, key=lambda r: (iso_ms(r["fired_at"]), r["slot_ms"]))
                         fired_at = iso_ms(r["fired_at"])
                         first = {"observed_ms": round((seen - t_kill_mono) * 1000, 1), "via": f"node-{i + 1}",
