@@ -212,7 +212,7 @@ def test_allow_jobs_fire_ahead_and_their_runs_wait_for_the_slot():
 @pytest.mark.parametrize("span_ms", [1000, 3000])
 def test_a_job_taken_up_ahead_has_the_next_span_of_its_slots_planned_with_it(monkeypatch, span_ms):
     """An every_s: 1 job is planned with span_ms / 1 s + 1 slots an entry (limits.fire_ahead_span_ms:
-    two by default), after a first entry that may carry fewer (it starts the job's block,
+    four by default), after a first entry that may carry fewer (it starts the job's block,
     policy.phased_ahead_ms); an every_s: 2 job with half as many. Every slot fires once, in
     order, none earlier than fire_ahead_ms + fire_ahead_span_ms before it, and each entry's first
     slot no earlier than fire_ahead_ms before it."""
