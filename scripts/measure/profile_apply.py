@@ -17,6 +17,9 @@ so a depth under N * TICKS makes the later ticks drop their queue's oldest run f
 until 2026-12-04 (3000 and four slots since).
 Every replica applies every command, so a three-node cluster pays these three times.
 
+``PER_TICK=1`` prints each tick's fire µs per slot to stderr (a history's trim scans come every
+limits.history_trim_scan_slack slots: with ``sweep``, at every fourth tick of AHEAD=3000).
+
 ``TYPES=python,...`` makes ``e2e``'s acquires those of a worker of these executor types only
 (``raftsched worker --executors``, ``--app``), the jobs being python.
 
@@ -96,6 +99,8 @@ def main(argv: list[str]) -> int:
     mode, N, TICKS = (args + ["sweep", "20000", "8"][len(args):])[:3]
     N, TICKS = int(N), int(TICKS)
     AHEAD = int(os.environ.get("AHEAD", 0))
+    # Entries a fire command: as many as fit its bytes (an entry carries 1 + AHEAD/1000 slots).
+    _CHUNK = 400 if AHEAD < 2000 else 200
     TYPES = os.environ["TYPES"].split(",") if os.environ.get("TYPES") else None
     gc.set_threshold(20_000, *gc.get_threshold()[1:])  # node/limits.py gc_gen0_threshold
     st = SchedulerState()
@@ -124,13 +129,16 @@ def main(argv: list[str]) -> int:
         jobs = pop_due(t_ms, 10**7)
         plans = [policy.plan_fire_compact(j["spec"], j["anchor"], j["cursor"], t_ms, j["gen"], j["name"], AHEAD)
                  for j in jobs]
-        datas = [C.encode(C.make("fire", t_ms, None, entries=plans[i:i + 400])) for i in range(0, len(plans), 400)]
+        datas = [C.encode(C.make("fire", t_ms, None, entries=plans[i:i + _CHUNK])) for i in range(0, len(plans), _CHUNK)]
         t0 = time.perf_counter()
         if counted == "fire" and k > 1:
             through("fire", st.apply_bytes, datas)
         else:
             for d in datas:
                 st.apply_bytes(d)
+        if os.environ.get("PER_TICK"):
+            print(f"tick {k}: fire {1e6 * (time.perf_counter() - t0) / max(1, sum(len(p[5]) for p in plans)):.2f}us/slot",
+                  file=sys.stderr)
         if k > 1:  # the first tick's entries carry two slots (the general path)
             tf += time.perf_counter() - t0
             nf += sum(len(p[5]) for p in plans)
