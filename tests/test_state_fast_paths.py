@@ -11,6 +11,7 @@ stale tokens, executor types and tenant limits on acquire.
 from __future__ import annotations
 
 import msgpack
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from long_tests import examples
@@ -294,15 +295,17 @@ def _backlog_run(seed: int) -> tuple[int, int]:
 
     depth = rng.choice([3, 8, 40])
     propose(commands.make("put_queue", now, None, name="small", max_depth=depth, on_full="drop_oldest"))
-    for name in ("a", "b", "c"):
+    def a_spec(heartbeat: bool = False) -> dict:
         # (replace revokes the queued run of the slot before: behind a dead head, in the
         # part of a history its last scan read)
         ov = rng.choice([None, None, {"policy": "replace"}, {"policy": "replace"}, {"policy": "queue_one"},
-                         {"policy": "forbid"}, {"policy": "allow", "max_concurrent": 1}])
-        spec = spec_of({"every_s": 1}, "fire_all", history=rng.choice([1, 2]), queue=rng.choice(["default", "small"]),
+                         {"policy": "forbid"}, {"policy": "allow", "max_concurrent": 1}]) if not heartbeat else None
+        return spec_of({"every_s": 1}, "fire_all", history=rng.choice([1, 2]), queue=rng.choice(["default", "small"]),
                        retry={"max_attempts": rng.choice([1, 3]), "backoff_s": rng.choice([5, 60])},
-                       **({} if ov is None else {"overlap": ov}))
-        propose(put_cmd(fast, name, spec, now))
+                       **({} if ov is None else {"overlap": ov}),
+                       **({"executor": {"type": "heartbeat"}} if heartbeat else {}))
+    for name in ("a", "b", "c"):
+        propose(put_cmd(fast, name, a_spec(), now))
     quiet = 0  # ticks left in a stretch of fires alone (a sweep's, or workers gone)
     for _ in range(400):
         if not quiet and rng.random() < 0.05:
@@ -343,6 +346,12 @@ def _backlog_run(seed: int) -> tuple[int, int]:
                 propose(commands.make("pause_job", now, None, name=name))
         elif r < 0.95:
             propose(commands.make("trigger_job", now, None, name=rng.choice(sorted(fast.jobs))))
+        elif r < 0.96:
+            # A job replaced (its runs' fates may change: the cache is invalidated), now and
+            # then by a heartbeat job (its queued runs withdrawn) and back; or a job created
+            # amid a backlog (which touches no run: the cache stays).
+            name = rng.choice(sorted(fast.jobs) + [f"n{len(fast.jobs)}"])
+            propose(put_cmd(fast, name, a_spec(heartbeat=rng.random() < 0.3), now))
         cached += len(fast._trim_clean)
         longest = max([longest] + [len(h) for h in fast.history.values()])
     return cached, longest
@@ -446,3 +455,93 @@ def test_a_pipeline_childs_runs_finished_within_one_complete_trim_alike():
     running = child()
     both(commands.make("complete_many", now, None,
                        results=[item(next(parents)), item(running)] + [item(next(parents)) for _ in range(16)]))
+
+
+def _scan_turn(fast, propose, name, now):
+    """Fire ``name`` one slot a command until its history's next scan turn (fire.trim) has passed."""
+    j = fast.jobs[name]
+    while True:
+        now += 1000
+        _fire_upto(fast, propose, name, now)
+        excess = len(fast.history[name]) - j["spec"]["history"]
+        if excess > 0 and excess % fire.TRIM_SCAN_SLACK == 0:
+            return now
+
+
+def test_a_replace_finishing_runs_of_a_history_known_clean_trims_alike():
+    """A history the cache knows clean (a scan turn found nothing behind its dead head), then a
+    replace by a heartbeat job (its queued runs withdrawn: skipped, under the new, larger bound,
+    so nothing is trimmed then) and back: the skipped runs go at the next scan turn on both."""
+    fast, _, propose = _pair()
+    now = T0
+    propose(put_cmd(fast, "r", spec_of({"every_s": 1}, "fire_all", history=1,
+                                       retry={"max_attempts": 1, "backoff_s": 0}), now))
+    now = _dead_head(fast, propose, "r", now, n=1)
+    now = _scan_turn(fast, propose, "r", now)
+    assert fast._trim_clean.get(id(fast.history["r"])) is fast.history["r"]  # known clean
+    for heartbeat in (True, False):
+        propose(put_cmd(fast, "r", spec_of({"every_s": 1}, "fire_all", history=20,
+                                           retry={"max_attempts": 1, "backoff_s": 0},
+                                           **({"executor": {"type": "heartbeat"}} if heartbeat else {})), now))
+    assert sum(fast.runs[r]["state"] == "skipped" for r in fast.history["r"]) > 1
+    now = _scan_turn(fast, propose, "r", now)
+    assert not any(fast.runs[r]["state"] == "skipped" for r in fast.history["r"])  # (what a full scan drops)
+
+
+def test_a_records_general_path_entry_in_a_history_known_clean_trims_alike():
+    """A history the cache knows clean, then an entry with a recorded range (a fire after a gap
+    longer than the grace: the general path) adds finished entries within the same epoch: they
+    go at the next scan turn on both."""
+    fast, _, propose = _pair()
+    now = T0
+    propose(put_cmd(fast, "k", spec_of({"every_s": 1}, "skip", grace_s=1, history=1,
+                                       retry={"max_attempts": 1, "backoff_s": 0}), now))
+    now = _dead_head(fast, propose, "k", now, n=1)
+    now = _scan_turn(fast, propose, "k", now)
+    assert fast._trim_clean.get(id(fast.history["k"])) is fast.history["k"]
+    now += 10_000
+    _fire_upto(fast, propose, "k", now)
+    assert any(fast.runs[r]["state"] == "skipped" for r in fast.history["k"])
+    now = _scan_turn(fast, propose, "k", now)
+    assert not any(fast.runs[r]["state"] == "skipped" for r in fast.history["k"])
+
+
+class _Unread(dict):
+    """A runs map whose reads fail but the head's (trim looks at the oldest entry first): a
+    scan's reads."""
+    head: str = ""
+
+    def __getitem__(self, rid):
+        if rid != self.head:
+            raise AssertionError(f"trim read {rid}")
+        return super().__getitem__(rid)
+
+
+def test_a_backlog_known_clean_is_not_read_again():
+    """A sweep's backlog (runs queued, history 1): fires alone, from the job's first, leave its
+    history known clean, and trim's scan turns read none of it, however long it grows; a
+    command that may finish a run (here an acquire granting nothing) makes the next turn read
+    it once, and a job created meanwhile (put_job) does not."""
+    s = SchedulerState()
+    now = T0
+    apply = lambda cmd: s.apply_bytes(commands.encode(cmd))  # noqa: E731
+    apply(put_cmd(s, "w", spec_of({"every_s": 1}, "fire_all", history=1, queue="q"), now))
+    for k in range(3 * fire.TRIM_SCAN_SLACK):
+        now += 1000
+        j = s.jobs["w"]
+        apply(commands.make("fire", now, None, entries=[
+            policy.plan_fire_compact(j["spec"], j["anchor"], j["cursor"], now, j["gen"], "w")]))
+        if k == fire.TRIM_SCAN_SLACK:
+            apply(put_cmd(s, "other", spec_of({"every_s": 60}, "fire_all"), now))
+    hist = s.history["w"]
+    assert len(hist) == 3 * fire.TRIM_SCAN_SLACK
+    runs, s.runs = s.runs, _Unread(s.runs)
+    s.runs.head = hist[0]
+    try:
+        hist.extend(["w@x"] * (-(len(hist) - 1) % fire.TRIM_SCAN_SLACK))  # up to a scan turn (bound 1)
+        fire.trim(s, hist, 1, cached=True)  # a scan turn: nothing read
+        apply(commands.make("acquire", now, None, worker="x", queues=["none"], max=1, ttl=30_000))
+        with pytest.raises(AssertionError, match="trim read"):
+            fire.trim(s, hist, 1, cached=True)
+    finally:
+        s.runs = runs

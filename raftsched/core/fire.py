@@ -128,6 +128,7 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
                 hist = history.get(name)
                 if hist is None:
                     hist = history[name] = []
+                    clean_history(s, hist)  # no entry yet, so none finished (trim's scan cache)
                 prios = queued.get(qname)
                 if prios is None:
                     prios = queued[qname] = {}
@@ -448,6 +449,8 @@ def add_entry(s: SchedulerState, job: Record, entry: Record) -> Record:
     s.runs[rid] = entry
     s.stats.on_entry(entry)
     hist = s.history.setdefault(job["name"], [])
+    if s._trim_clean:
+        s._trim_clean.pop(id(hist), None)  # (it may add a finished entry: trim's scan cache)
     hist.append(rid)
     bound = job["spec"]["history"]
     if len(hist) > bound:
@@ -468,10 +471,10 @@ def trim(s: SchedulerState, hist: list[str], bound: int, full: bool = False, cac
     fire cost 30 % of a follower's time with 50 queued runs a job: scripts/measure profile-fire.)
     The rule reads only replicated state, so every replica trims the same entries.
 
-    ``cached`` (the fire fast path's calls only): the scan reads only the entries appended
-    since this history's last scan found none, while nothing but the fast path's appends of
-    queued runs was applied since (SchedulerState._trim_epoch; the scan cache is not state:
-    the same entries go as with a full scan, on every replica)."""
+    ``cached`` (the fire fast path's calls only): no scan of a history known to hold no entry
+    trim may drop (``clean_history``): the scan cache, which is not state (the same entries go
+    as with a full scan, on every replica).
+    """
     excess = len(hist) - bound
     runs = s.runs
     while excess > 0:
@@ -486,27 +489,36 @@ def trim(s: SchedulerState, hist: list[str], bound: int, full: bool = False, cac
     # it usually finds none (a sweep's runs all queued), so it looks first and rebuilds the
     # list only when something goes: the same entries go as a loop that rebuilt it each time.
     # Behind a backlog that grows for long (workers gone) it read every entry of every job
-    # every TRIM_SCAN_SLACK slots: 18.5 us a slot with 600 queued runs a job, 6.0 with the cache
-    # (docs/benchmarks.md). The cache holds the list, how many entries were read and the last
-    # one's id: a history changed otherwise than by appends fails the check and is read whole.
-    start = 0
+    # every TRIM_SCAN_SLACK slots: 18.5 us a slot with 600 queued runs a job; with the cache of
+    # histories known clean, a scan reads a history once an epoch (docs/benchmarks.md).
     cache = s._trim_clean if cached and s._fast_paths else None
     if cache is not None:
         if s._trim_clean_epoch != s._trim_epoch:
             cache.clear()
             s._trim_clean_epoch = s._trim_epoch
-        known = cache.get(id(hist))
-        if known is not None and known[0] is hist and known[1] <= len(hist) and hist[known[1] - 1] == known[2]:
-            start = known[1]
-    drop = [i for i, rid in enumerate(hist[start:] if start else hist, start) if runs[rid]["state"] in TRIMMABLE]
+        elif cache.get(id(hist)) is hist:
+            return  # nothing in it trim may drop (clean_history)
+    drop = [i for i, rid in enumerate(hist) if runs[rid]["state"] in TRIMMABLE]
     if not drop:
-        if cache is not None and hist:
-            cache[id(hist)] = (hist, len(hist), hist[-1])
+        if cache is not None:
+            cache[id(hist)] = hist
         return
     if s._trim_clean:
-        s._trim_clean.pop(id(hist), None)  # (entries go: what it knew of this list is void)
+        s._trim_clean.pop(id(hist), None)  # (entries go: it is no longer known clean)
     del drop[excess:]
     for i in drop:
         del runs[hist[i]]
     gone = set(drop)
     hist[:] = [rid for i, rid in enumerate(hist) if i not in gone]
+
+
+def clean_history(s: SchedulerState, hist: list[str]) -> None:
+    """Note that no entry of ``hist`` is one trim may drop (finished, not dead), so that the fire
+    fast path's scans of it (trim, ``cached``) read nothing while that holds: until the epoch
+    moves (SchedulerState._trim_epoch: every command that may finish a run) or the general path
+    adds an entry to it (add_entry). Within one epoch only the fire fast path adds to such a
+    history, and only queued runs."""
+    if s._trim_clean_epoch != s._trim_epoch:
+        s._trim_clean.clear()
+        s._trim_clean_epoch = s._trim_epoch
+    s._trim_clean[id(hist)] = hist

@@ -166,6 +166,8 @@ def put_job(s: SchedulerState, cmd: Command, now: int, pending: dict[str, Record
         raise Conflict(f"job {name!r} exists", field="name")
     if old is None and len(jobs) >= limits.jobs_max:
         raise LimitExceeded(f"the cluster holds {limits.jobs_max} jobs, its limit", field="name")
+    if old is not None:
+        s._trim_epoch += 1  # a replace may finish its runs (fire.trim's scan cache; state._RUNS_UNTOUCHED)
     if "after" in spec:
         check_edges(s, name, spec, pending)  # I4: the edges against this replica's jobs, alike everywhere
     kept = kept_position(old, spec.get("schedule"))

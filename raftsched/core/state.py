@@ -130,12 +130,15 @@ HANDLERS: dict[str, Handler] = {
 assert tuple(HANDLERS) == commands.OPS, "commands.OPS and state.HANDLERS must list the same ops"
 
 
-#: The ops that never change a run's state nor a job's history: they leave fire.trim's scan
-#: cache valid. Every other op invalidates it. A ``fire`` changes runs it did not make only
-#: in histories the cache never reads (replace's revocations, heartbeat closes, pipelines' slots:
-#: jobs that never take the fast path, and a job's spec changes only by an op that invalidates)
-#: and by queues.drop_oldest_queued, which invalidates it itself.
-_RUNS_UNTOUCHED = frozenset({"fire", "noop", "workers_seen", "member_url"})
+#: The ops that never finish a run nor add a finished entry to a fast-path job's history, or
+#: say so themselves: they leave fire.trim's scan cache valid (fire.clean_history). Every other
+#: op invalidates it. A ``fire`` finishes runs it did not make only in histories the cache never
+#: holds (replace's revocations, heartbeat closes, pipelines' slots: jobs that never take the
+#: fast path, and a job's spec changes only by an op that invalidates), and by
+#: queues.drop_oldest_queued, which invalidates it itself; its general path's entries
+#: (fire.add_entry) take their history out of the cache. A put_job or put_jobs invalidates it
+#: when it replaces a job (jobs.put_job); one that only creates jobs touches no run.
+_RUNS_UNTOUCHED = frozenset({"fire", "noop", "workers_seen", "member_url", "put_job", "put_jobs"})
 
 
 class SchedulerState:
@@ -229,15 +232,15 @@ class SchedulerState:
         self._parts: PartTable = {}
         #: int -> the one object jobs hold for it (records.share_int)
         self._ints: IntTable = {}
-        #: fire.trim's scan cache (the fire fast path's): id(history list) -> (that list, how
-        #: many of its first entries were all unfinished when it was last scanned, the last of
-        #: them), valid while ``_trim_epoch`` is ``_trim_clean_epoch``. The epoch moves with
-        #: every command but those that touch no run (apply), and when a full drop_oldest queue
-        #: skips a queued run (queues.drop_oldest_queued), the one way a fire changes a run it
-        #: did not make.
+        #: fire.trim's scan cache (the fire fast path's): id(history list) -> that list, for the
+        #: histories known to hold no entry trim may drop (fire.clean_history), valid while
+        #: ``_trim_epoch`` is ``_trim_clean_epoch``. The epoch moves with every command that may
+        #: finish a run (apply, _RUNS_UNTOUCHED), and when a full drop_oldest queue skips a
+        #: queued run (queues.drop_oldest_queued), the one way a fire finishes a run of a job
+        #: whose history it may hold.
         self._trim_epoch = 0
         self._trim_clean_epoch = 0
-        self._trim_clean: dict[int, tuple[list[str], int, str]] = {}
+        self._trim_clean: dict[int, list[str]] = {}
         reset_indexes(self)
 
     # ------------------------------------------------------------------ apply
