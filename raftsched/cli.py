@@ -272,7 +272,7 @@ def cmd_node(args) -> int:
         print(f"raftsched node: {e}; stopped", file=sys.stderr)
         return 1
     except (OSError, RuntimeError) as e:
-        # A port in use, or the data directory locked by another node.
+        # A port in use, or the data directory locked by another node or claimed by another one.
         print(f"raftsched node: {e}", file=sys.stderr)
         return 1
     return 0

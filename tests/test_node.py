@@ -99,6 +99,20 @@ def test_raftsched_node_exits_1_when_a_loop_fails(monkeypatch, capsys, tmp_path)
     assert "the worker loop failed" in err and "disk on fire" in err
 
 
+def test_raftsched_node_exits_1_on_another_nodes_data_dir(capsys, tmp_path):
+    """A data directory claimed by another node id (replication/_identity.py): the node says
+    whose it is and how to fix it, and exits 1 before anything of the log is read."""
+    c = Cluster(tmp_path, n=1)
+    d = c.data_dir(0)
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (d / "raft.identity").write_text('{"node": "node-9"}')
+    assert cli.main(c.argv(0)[3:]) == 1
+    err = capsys.readouterr().err
+    assert "holds the log of node 'node-9', not of 'node-1'" in err, err
+    assert not (d / "raft.journal").exists()
+    assert (d / "raft.identity").read_text() == '{"node": "node-9"}'
+
+
 def test_raftsched_node_exits_0_on_sigterm(tmp_path):
     c = Cluster(tmp_path, n=1)
     c.start()

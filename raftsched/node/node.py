@@ -234,7 +234,7 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
         self_addr=cfg.raft_addr, peers=cfg.peers, data_dir=cfg.data_dir, secret=cfg.secret,
         state=state, on_role_change=on_role_change, dial_map=cfg.dial_map or None,
         conf_overrides=cfg.conf_overrides or None, wall_ms=local.now_ms, fsync=cfg.fsync, disk=disk,
-        join=cfg.join,
+        join=cfg.join, name=cfg.node_id,
     )
     clock = ClusterClock(local, raft.cluster_ms)
     trigger = Trigger(raft, clock, cfg.node_id, fire_log_path=cfg.fire_log_path)

@@ -22,6 +22,7 @@ from ._consumer import BARRIER_NOOP, _StateConsumer, replica_lock
 from ._crypto import _AeadEncryptor
 from ._disk import Disk
 from ._durable import durable_transport
+from . import _identity
 from ._install import install
 from ._membership import OPS as MEMBER_OPS, JoinMarker, check_addr
 from ._storage import StoragePath
@@ -139,7 +140,10 @@ class RaftNode:
     :param join: this node joins a running group (``peers`` are its members) and is not one of
         them: it has no vote until it is added (``change_members``) and holds the log.
     :param data_dir: holds the journal (``raft.journal``, ``.meta``, ``.commit``) and the full dump
-        (``raft.dump``); created if missing; locked against a second node.
+        (``raft.dump``); created if missing; locked against a second node; claimed by ``name``
+        (``raft.identity``, _identity.py): ``start`` refuses a directory another node claimed.
+    :param name: the name this node's data directory is claimed under: the node's id (``raftsched
+        node --id``); None: its address.
     :param secret: the cluster secret (pysyncobj's ``password``); never empty.
     :param state: a *freshly constructed* state (``apply_bytes``, ``snapshot``, ``restore``); the
         node rebuilds it from ``data_dir`` and the group. Read it through ``read``. If it has a
@@ -169,7 +173,7 @@ class RaftNode:
                  state, on_role_change: Callable[[bool], Any] | None = None,
                  dial_map: dict[str, str] | None = None, conf_overrides: dict | None = None,
                  barrier_command: bytes | None = None, wall_ms: Callable[[], int] | None = None,
-                 fsync: bool = True, disk: Disk | None = None, join: bool = False):
+                 fsync: bool = True, disk: Disk | None = None, join: bool = False, name: str | None = None):
         # The stand-ins for pysyncobj's parts, before anything of pysyncobj is built (raises
         # RuntimeError for a pysyncobj whose internals are not the expected ones).
         install()
@@ -200,6 +204,8 @@ class RaftNode:
         self._join = bool(join)
         self._members = self._peers if join else sorted(set(self._peers) | {self_addr})
         self._data_dir = os.path.abspath(data_dir)
+        #: whose ``data_dir`` is (_identity.py): the node's id, or its address
+        self._name = name or self_addr
         self._state = state
         #: The replica's lock: every apply, snapshot and restore holds it, and so does ``read``.
         self._lock = replica_lock(state)
@@ -258,6 +264,7 @@ class RaftNode:
         port and connects to the peers in the background).
 
         :raises RuntimeError: when started twice, or when another node holds ``data_dir``.
+        :raises _identity.DataDirOfAnotherNode: ``data_dir`` is another node's (a RuntimeError).
         """
         if self._sync is not None or self._stopped:
             raise RuntimeError("a RaftNode starts once; build a new one (with a fresh state)")
@@ -265,6 +272,7 @@ class RaftNode:
         self._inbox = LoopInbox(loop)
         self._lock_data_dir()
         try:
+            _identity.claim(self._data_dir, self._name, self._disk)  # before the log is read
             fresh = not any(os.path.exists(os.path.join(self._data_dir, f))
                             for f in ("raft.journal", "raft.dump"))
             marker = JoinMarker.open(self._data_dir, self._join, fresh, self._disk)
