@@ -1582,8 +1582,14 @@ def check_pipeline(data: dict) -> dict:
     (the runs it names in ``upstream``, of that slot); no child slot twice; no slot silent: once
     every parent's entry for a slot is final (a run that ended, or a record), the child has an
     entry for it (a run, or a record with its reason), unless the slot is within DUE_SLACK_MS of
-    the read."""
-    examples, checked, children = [], 0, 0
+    the read.
+
+    On a run longer than a job's ``history`` (a soak), trimming takes a job's oldest entries (the
+    oldest made first): a parent's entry or a child's that is missing is trimmed, not lost, when
+    that job's history is full and the entry would have been made before every entry it kept
+    (``fired_at``). A child's run is made as its last parent's entry ends, so that parent's entry
+    was made before it; a child's entry for a slot is made as its parents' last one ends."""
+    examples, checked, children, trimmed = [], 0, 0, 0
     final = ("succeeded", "failed", "dead", "skipped", "coalesced")
     for read in _all_reads(data):
         if read.get("runs") is None:
@@ -1599,6 +1605,14 @@ def check_pipeline(data: dict) -> dict:
                 if r["slot_ms"] <= slot <= hi and r.get("kind") in _PROPAGATING:
                     return r
             return None
+
+        def kept_since(job: str, runs=by_job, specs=specs) -> float:
+            """When the oldest entry ``job`` kept was made, if its history is full (older ones
+            were trimmed); else -inf (nothing was)."""
+            mine, bound = runs.get(job, []), specs.get(job, {}).get("history")
+            if not isinstance(bound, int) or len(mine) < bound:
+                return float("-inf")
+            return min((r["fired_at"] for r in mine if isinstance(r.get("fired_at"), int)), default=float("-inf"))
 
         where = f"node-{read['node'] + 1} {read['phase']}"
         for name, spec in specs.items():
@@ -1618,6 +1632,9 @@ def check_pipeline(data: dict) -> dict:
                 named = set(r.get("upstream") or [])
                 for e in after:
                     p = entry(e["job"], r["slot_ms"])
+                    if p is None and isinstance(r.get("fired_at"), int) and r["fired_at"] < kept_since(e["job"]):
+                        trimmed += 1  # made before every entry its parent kept: trimmed
+                        continue
                     if p is None or p["id"] not in named or not _meets(p["state"], e["on"]):
                         examples.append(f"{where}: {r['id']} ran, but {e['job']}'s run of its slot is "
                                         f"{_short(p, 200)} (edge {e['on']}; upstream {sorted(named)})")
@@ -1633,13 +1650,18 @@ def check_pipeline(data: dict) -> dict:
                     continue
                 if any(p.get("finished_at") and p["finished_at"] > read["t_start_ms"] - DUE_SLACK_MS for p in ps):
                     continue
+                if entry(name, slot) is None and max(
+                        (p.get("finished_at") or p.get("fired_at") or 0 for p in ps), default=0) < kept_since(name):
+                    trimmed += 1  # its entry would have been made before every one it kept: trimmed
+                    continue
                 checked += 1
                 if entry(name, slot) is None:
                     examples.append(f"{where}: {name} is silent for slot {slot}: its parents ended "
                                     f"{[(p['id'], p['state']) for p in ps]}")
     if not children:
         return _result(VALID, [], {"children": 0}, "no pipeline in this run")
-    return _result(VALID if not examples else INVALID, examples, {"children": children, "checked": checked})
+    return _result(VALID if not examples else INVALID, examples,
+                   {"children": children, "checked": checked, "trimmed": trimmed})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1119,6 +1119,41 @@ def test_pipeline_counterexamples(change, why):
     assert valid == "invalid" and any(why in e for e in examples), examples
 
 
+def _trimmed_read(runs: list[dict], history: dict) -> dict:
+    d = _pipe_read(runs)
+    for j in d["reads"]["final"]["0"]["jobs"]:
+        j["spec"]["history"] = history[j["name"]]
+    return d
+
+
+@pytest.mark.parametrize("full", [True, False])
+def test_pipeline_entries_trimmed_on_a_long_run_are_not_lost(full):
+    """A soak longer than the jobs' history: a child's run whose parent entry was trimmed (made
+    before every entry the full parent kept), and its parents' slot whose child entry was trimmed
+    (it would have been made before every entry the full child kept), are trimmed, not lost; the
+    same entries missing while the histories are not full are."""
+    s1, s2, s3 = T0 + 2000, T0 + 4000, T0 + 6000
+    pa = [_r("pa", s, "succeeded", fired_at=s + 100) for s in (s2, s3)]  # pa@s1 trimmed
+    pb = [_r("pb", s, "succeeded", "triggered", [f"pa@{s}"], fired_at=s + 500) for s in (s1, s2, s3)]
+    pd = [_r("pd", s, "succeeded", "triggered", [f"pa@{s}", f"pb@{s}"], fired_at=s + 1000) for s in (s2, s3)]
+    bounds = {"pa": 2, "pb": 3, "pd": 2} if full else {"pa": 3, "pb": 3, "pd": 3}
+    valid, examples = verdict(_trimmed_read(pa + pb + pd, bounds), "pipeline")
+    if full:
+        assert (valid, examples) == ("valid", [])
+    else:
+        assert valid == "invalid" and any("pb@" in e and "ran, but pa's run" in e for e in examples), examples
+    # The child's side: every parent entry of s1 there (pa's history larger), pd's s1 trimmed.
+    pa1 = [_r("pa", s1, "succeeded", fired_at=s1 + 100)] + pa
+    bounds = {"pa": 3, "pb": 3, "pd": 2} if full else {"pa": 3, "pb": 3, "pd": 3}
+    d = _trimmed_read(pa1 + pb + pd, bounds)
+    valid, examples = verdict(d, "pipeline")
+    if full:
+        assert (valid, examples) == ("valid", [])
+        assert checker.check_pipeline(d)["stats"]["trimmed"] == 1  # pd's slot s1
+    else:
+        assert valid == "invalid" and any("pd is silent for slot" in e for e in examples), examples
+
+
 def test_a_childs_upstream_record_taken_back_and_run_later_is_no_duplicate_but_a_run_fired_twice_is():
     s1 = T0 + 2000
     rec = _r("pb", s1, "skipped", "recorded", reason="upstream_failed")
