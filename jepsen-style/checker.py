@@ -1576,6 +1576,10 @@ def _meets(state: str, on: str) -> bool:
     return on == "finished" or (state == "succeeded") == (on == "success")
 
 
+#: The states of the entries trim drops (core/fire.py TRIMMABLE: finished, not dead).
+_TRIMMABLE = ("succeeded", "failed", "skipped", "coalesced")
+
+
 def check_pipeline(data: dict) -> dict:
     """The pipeline workload (generator.PIPELINE_JOBS, docs/pipelines.md), in every final read:
     no child's run without every parent's run of the same slot having ended as its edge asks
@@ -1584,11 +1588,16 @@ def check_pipeline(data: dict) -> dict:
     entry for it (a run, or a record with its reason), unless the slot is within DUE_SLACK_MS of
     the read.
 
-    On a run longer than a job's ``history`` (a soak), trimming takes a job's oldest entries (the
-    oldest made first): a parent's entry or a child's that is missing is trimmed, not lost, when
-    that job's history is full and the entry would have been made before every entry it kept
-    (``fired_at``). A child's run is made as its last parent's entry ends, so that parent's entry
-    was made before it; a child's entry for a slot is made as its parents' last one ends."""
+    On a run longer than a job's ``history`` (a soak), trimming takes a job's oldest finished
+    entries (the oldest made first; queued, running and dead ones stay): a parent's entry or a
+    child's that is missing is trimmed, not lost, when that job's history is full and the entry
+    would have been made before every finished entry it kept (``fired_at``). A child's run is
+    made as its last parent's entry ends, so that parent's entry was made before it (the run
+    must still name it in ``upstream``); a child's entry for a slot is made as its parents' last
+    one ends (true of the workload's triggered children; a fan-out deferred to a later command,
+    or a scheduled child's own slot, comes later). The read cannot tell trimmed from never made
+    while a history holds exactly its bound and nothing was trimmed yet: for that moment of a
+    long run an entry older than all it kept is excused too."""
     examples, checked, children, trimmed = [], 0, 0, 0
     final = ("succeeded", "failed", "dead", "skipped", "coalesced")
     for read in _all_reads(data):
@@ -1607,12 +1616,13 @@ def check_pipeline(data: dict) -> dict:
             return None
 
         def kept_since(job: str, runs=by_job, specs=specs) -> float:
-            """When the oldest entry ``job`` kept was made, if its history is full (older ones
-            were trimmed); else -inf (nothing was)."""
+            """When the oldest finished entry ``job`` kept was made, if its history is full
+            (older finished ones were trimmed); else -inf (none was)."""
             mine, bound = runs.get(job, []), specs.get(job, {}).get("history")
             if not isinstance(bound, int) or len(mine) < bound:
                 return float("-inf")
-            return min((r["fired_at"] for r in mine if isinstance(r.get("fired_at"), int)), default=float("-inf"))
+            return min((r["fired_at"] for r in mine if isinstance(r.get("fired_at"), int) and r["state"] in _TRIMMABLE),
+                       default=float("-inf"))
 
         where = f"node-{read['node'] + 1} {read['phase']}"
         for name, spec in specs.items():
@@ -1632,8 +1642,9 @@ def check_pipeline(data: dict) -> dict:
                 named = set(r.get("upstream") or [])
                 for e in after:
                     p = entry(e["job"], r["slot_ms"])
-                    if p is None and isinstance(r.get("fired_at"), int) and r["fired_at"] < kept_since(e["job"]):
-                        trimmed += 1  # made before every entry its parent kept: trimmed
+                    if p is None and f"{e['job']}@{r['slot_ms']}" in named and isinstance(r.get("fired_at"), int) \
+                            and r["fired_at"] < kept_since(e["job"]):
+                        trimmed += 1  # the parent's run it names was made before every one its parent kept
                         continue
                     if p is None or p["id"] not in named or not _meets(p["state"], e["on"]):
                         examples.append(f"{where}: {r['id']} ran, but {e['job']}'s run of its slot is "

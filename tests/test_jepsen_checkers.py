@@ -1154,6 +1154,26 @@ def test_pipeline_entries_trimmed_on_a_long_run_are_not_lost(full):
         assert valid == "invalid" and any("pd is silent for slot" in e for e in examples), examples
 
 
+def test_pipeline_trimmed_parents_still_judge_what_the_child_names_and_dead_entries_do_not_count():
+    """A child run whose parent entry was trimmed must still name it in upstream; and a dead
+    entry trim keeps (the DLQ) does not hold back when the kept entries were made."""
+    s0, s1, s2, s3 = T0, T0 + 2000, T0 + 4000, T0 + 6000
+    pa = [_r("pa", s2, "succeeded", fired_at=s2 + 100), _r("pa", s3, "succeeded", fired_at=s3 + 100)]
+    pb = [_r("pb", s, "succeeded", "triggered", [f"pa@{s}"], fired_at=s + 500) for s in (s2, s3)]
+    unnamed = _r("pb", s1, "succeeded", "triggered", [], fired_at=s1 + 500)  # names no parent run
+    valid, examples = verdict(_trimmed_read(pa + pb + [unnamed], {"pa": 2, "pb": 3, "pd": 3}), "pipeline")
+    assert valid == "invalid" and any(f"pb@{s1} ran, but pa's run" in e for e in examples), examples
+    # pa@s0 dead (kept), pa@s1 trimmed: the oldest finished entry kept is pa@s2's.
+    dead = _r("pa", s0, "dead", fired_at=s0 + 100)
+    rec = _r("pb", s0, "skipped", "recorded", reason="upstream_failed", fired_at=s0 + 500)
+    named = _r("pb", s1, "succeeded", "triggered", [f"pa@{s1}"], fired_at=s1 + 500)
+    pd = [_r("pd", s0, "skipped", "recorded", reason="upstream_failed", fired_at=s0 + 600)] + [
+        _r("pd", s, "succeeded", "triggered", [f"pa@{s}", f"pb@{s}"], fired_at=s + 1000) for s in (s2, s3)]
+    d = _trimmed_read([dead] + pa + pb + [rec, named] + pd, {"pa": 3, "pb": 4, "pd": 3})
+    assert verdict(d, "pipeline") == ("valid", [])
+    assert checker.check_pipeline(d)["stats"]["trimmed"] == 1
+
+
 def test_a_childs_upstream_record_taken_back_and_run_later_is_no_duplicate_but_a_run_fired_twice_is():
     s1 = T0 + 2000
     rec = _r("pb", s1, "skipped", "recorded", reason="upstream_failed")
