@@ -31,14 +31,18 @@ def test_a_fresh_directory_is_claimed_by_its_first_member_and_refused_to_another
     assert json.loads((tmp_path / FILE).read_text()) == {"node": "node-1"}  # unchanged
 
 
-def test_a_directory_written_before_identities_is_adopted(tmp_path):
+@pytest.mark.parametrize("empty", [False, True])
+def test_a_directory_written_before_identities_is_adopted(tmp_path, empty):
+    """Also one whose identity is empty: renamed but not synced before a crash (no fsync)."""
     (tmp_path / "raft.journal").write_bytes(b"an older node's journal")
+    if empty:
+        (tmp_path / FILE).write_bytes(b"")
     claim(str(tmp_path), "node-1", Disk(fsync=False))
     assert json.loads((tmp_path / FILE).read_text()) == {"node": "node-1"}
     assert (tmp_path / "raft.journal").read_bytes() == b"an older node's journal"
 
 
-@pytest.mark.parametrize("content", [b"", b"{", b"[]", b'{"node": 7}', b'{"node": ""}', b'{"who": "x"}',
+@pytest.mark.parametrize("content", [b" ", b"{", b"[]", b'{"node": 7}', b'{"node": ""}', b'{"who": "x"}',
                                      b"\xff\xfe"])
 def test_an_identity_that_cannot_be_read_refuses_the_start(tmp_path, content):
     (tmp_path / FILE).write_bytes(content)

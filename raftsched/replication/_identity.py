@@ -33,12 +33,17 @@ def claim(data_dir: str, name: str, disk: Disk) -> None:
     """Check that ``data_dir`` belongs to the node ``name``, writing its identity when it has none.
 
     :raises DataDirOfAnotherNode: it names another node, or its identity file is unreadable
-        (it is written atomically, so that is damage or a hand's edit: nothing is guessed)."""
+        (it is written atomically and synced, so that is damage or a hand's edit: nothing is
+        guessed)."""
     path = os.path.join(data_dir, FILE)
     try:
         with open(path, "rb") as f:
             raw = f.read()
     except FileNotFoundError:
+        raw = b""
+    if not raw:
+        # None yet; or empty: renamed into place but not synced when the machine went down, which
+        # only a node running without fsync can leave (its first start, seconds before).
         disk.write_file(path, json.dumps({"node": name}).encode())
         return
     try:
