@@ -90,10 +90,16 @@ def check_slots(c: Cluster, i: int, since_s: float, executed_by_ms: int) -> None
         assert len(slots) >= since_s * 0.5, (name, len(slots))
         assert max(slots) > now_ms - 5000, (name, "no recent slot")
 
-        def executed(name=name):
-            return not [r for r in runs_of(c, i, name) if r["kind"] == "scheduled"
-                        and r["slot_ms"] <= executed_by_ms and r["state"] != "succeeded"]
-        wait_for(executed, 40, f"{name}'s runs executed")
+        left: list[dict] = []
+
+        def executed(name=name, left=left):
+            left[:] = [r for r in runs_of(c, i, name) if r["kind"] == "scheduled"
+                       and r["slot_ms"] <= executed_by_ms and r["state"] != "succeeded"]
+            return not left
+        try:
+            wait_for(executed, 40, f"{name}'s runs executed")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; not succeeded: {left[:5]}") from None
 
 
 def members_of(c: Cluster, i: int) -> list[str]:
