@@ -185,6 +185,11 @@ def cmd_node(args) -> int:
             raise ConfigError(f"--raft {args.raft} is not a loopback address; pass --allow-remote-raft to bind it "
                               "(the cluster secret protects it; see docs/operations.md)")
         os.makedirs(args.data_dir, mode=0o700, exist_ok=True)
+        from .replication import data_dir_refusal  # (RaftNode.start checks it again, and claims it)
+        why = data_dir_refusal(args.data_dir, args.id)
+        if why is not None:  # before anything (a generated token) is written there
+            print(f"raftsched node: {why}", file=sys.stderr)
+            return 1
         token = (check_token(read_secret_file(args.token_file, "token file"), f"--token-file {args.token_file}")
                  if args.token_file else ensure_token(args.data_dir))
         # Beside the cluster secret by default, never in the data directory (docs/operations.md).

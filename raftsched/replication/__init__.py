@@ -69,13 +69,14 @@ import asyncio
 from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
 
 from ._consumer import BARRIER_NOOP
+from ._identity import refusal as data_dir_refusal
 from ._install import install
 from ._transport import RaftTransport
 from .conf import RAFT_CONF_DEFAULTS, make_conf
 from .node import RaftNode
 
 __all__ = ["BARRIER_NOOP", "RAFT_CONF_DEFAULTS", "RaftNode", "RaftTransport", "Replicator",
-           "install", "make_conf"]
+           "data_dir_refusal", "install", "make_conf"]
 
 
 T = TypeVar("T")

@@ -29,33 +29,40 @@ class DataDirOfAnotherNode(RuntimeError):
     """The data directory holds another node's log, or an identity that cannot be read."""
 
 
-def claim(data_dir: str, name: str, disk: Disk) -> None:
-    """Check that ``data_dir`` belongs to the node ``name``, writing its identity when it has none.
-
-    :raises DataDirOfAnotherNode: it names another node, or its identity file is unreadable
-        (it is written atomically and synced, so that is damage or a hand's edit: nothing is
-        guessed)."""
+def refusal(data_dir: str, name: str) -> str | None:
+    """Why the node ``name`` may not start on ``data_dir`` (another node's, or an identity that
+    cannot be read: it is written atomically and synced, so that is damage or a hand's edit, and
+    nothing is guessed), or None. Reads only."""
     path = os.path.join(data_dir, FILE)
     try:
         with open(path, "rb") as f:
             raw = f.read()
     except FileNotFoundError:
-        raw = b""
+        return None
     if not raw:
-        # None yet; or empty: renamed into place but not synced when the machine went down, which
-        # only a node running without fsync can leave (its first start, seconds before).
-        disk.write_file(path, json.dumps({"node": name}).encode())
-        return
+        # Renamed into place but not synced when the machine went down, which only a node running
+        # without fsync can leave (its first start, seconds before): claimed again.
+        return None
     try:
         owner = json.loads(raw)["node"]
         if not isinstance(owner, str) or not owner:
             raise ValueError(owner)
     except (ValueError, KeyError, TypeError):
-        raise DataDirOfAnotherNode(
-            f"{path} cannot be read (it should be {{\"node\": \"<the node's --id>\"}}); the node does not "
-            "start on a log it cannot tell is its own") from None
+        return (f"{path} cannot be read (it should be {{\"node\": \"<the node's --id>\"}}); the node does not "
+                "start on a log it cannot tell is its own")
     if owner != name:
-        raise DataDirOfAnotherNode(
-            f"data dir {data_dir} holds the log of node {owner!r}, not of {name!r}: start {owner!r} on it, or "
-            f"give {name!r} a data directory of its own (a node never takes another's log). If it is "
-            f"{owner!r}'s own log under a new --id, write {json.dumps({'node': name})} to {path}")
+        return (f"data dir {data_dir} holds the log of node {owner!r}, not of {name!r}: start {owner!r} on it, or "
+                f"give {name!r} a data directory of its own (a node never takes another's log). If it is "
+                f"{owner!r}'s own log under a new --id, write {json.dumps({'node': name})} to {path}")
+    return None
+
+
+def claim(data_dir: str, name: str, disk: Disk) -> None:
+    """Check that ``data_dir`` belongs to the node ``name`` (``refusal``), writing its identity
+    when it has none. :raises DataDirOfAnotherNode: with the refusal."""
+    why = refusal(data_dir, name)
+    if why is not None:
+        raise DataDirOfAnotherNode(why)
+    path = os.path.join(data_dir, FILE)
+    if not os.path.exists(path) or os.path.getsize(path) == 0:
+        disk.write_file(path, json.dumps({"node": name}).encode())
