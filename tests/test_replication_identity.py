@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
+from pathlib import Path
 
 import pytest
 
@@ -16,8 +16,7 @@ from replication_helpers import SECRET, Cluster, FakeState, incr, run
 
 
 def _files(d) -> dict[str, bytes]:
-    return {f: open(os.path.join(d, f), "rb").read() for f in sorted(os.listdir(d))
-            if os.path.isfile(os.path.join(d, f)) and f != "raft.lock"}
+    return {p.name: p.read_bytes() for p in sorted(Path(d).iterdir()) if p.is_file() and p.name != "raft.lock"}
 
 
 def test_a_fresh_directory_is_claimed_by_its_first_member_and_refused_to_another(tmp_path):
