@@ -221,6 +221,22 @@ def test_start_within_misses_when_the_run_has_not_started() -> None:
     assert (r["state"], r["cause"], r["deadline"]) == ("missed", "never_started", "start_within_s")
 
 
+def test_a_run_that_started_late_and_succeeded_at_its_first_attempt_is_late_by_its_start() -> None:
+    """A success's attempt is not kept as a record of its own (records.attempts_of): when the run
+    ends, its first start is still its own started_at."""
+    s = new_state(("j", spec({"every_s": 600}, {"start_within_s": 10, "succeed_within_s": 60})), now=T0)
+    first, second = T0 + 600 * SEC, T0 + 1200 * SEC
+    run_to(s, first, first)  # no sweep between the fire and the finish: judged when it ends
+    (g,) = acquire(s, first + 20 * SEC)
+    complete(s, first + 25 * SEC, g, True)
+    r = rec(s, f"j@{first}")
+    assert (r["state"], r["deadline"], r["instant"]) == ("late", "start_within_s", first + 10 * SEC)
+    run_to(s, second, second)
+    (g,) = acquire(s, second + 5 * SEC)
+    complete(s, second + 25 * SEC, g, True)
+    assert rec(s, f"j@{second}")["state"] == "met"
+
+
 def test_a_paused_job_misses_with_cause_paused() -> None:
     s = new_state(("j", spec({"every_s": 600}, {"succeed_within_s": 60})), now=T0)
     first = T0 + 600 * SEC

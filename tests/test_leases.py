@@ -285,8 +285,9 @@ def test_complete_with_the_current_token_succeeds():
     assert res == {"ok": True, "run": rid, "state": "succeeded", "attempt": 1}
     run = s.runs[rid]
     assert run["finished_at"] == T0 + 3 * SEC and run["deadline"] is None
-    assert run["attempts"] == [{"attempt": 1, "token": g["token"], "worker": "w1", "started_at": T0,
-                                "finished_at": T0 + 3 * SEC, "ok": True, "error": None}]
+    assert queries.run(s, rid)["attempts"] == [{"attempt": 1, "token": g["token"], "worker": "w1", "started_at": T0,
+                                               "finished_at": T0 + 3 * SEC, "ok": True, "error": None}]
+    assert "attempts" not in run, "a success's attempt is the run's own fields, not a record of its own"
     # A second completion with the same token is refused: the lease is gone.
     refused(s, commands.make("complete", T0 + 3 * SEC, None, run=rid, token=g["token"], success=True), "conflict")
     assert queries.lease_snapshot(s) == [], "a finished run holds no lease"
@@ -310,7 +311,7 @@ def test_complete_with_a_stale_token_is_a_conflict_and_keeps_the_newer_attempt()
         assert res["error"]["field"] == "token"
     assert s.runs[rid] == newer and s.runs[rid]["worker"] == "w2"
     assert complete(s, s.now_ms, rid, new["token"], ok=True)["state"] == "succeeded"
-    assert [a["token"] for a in s.runs[rid]["attempts"]] == [old["token"], new["token"]]
+    assert [a["token"] for a in queries.run(s, rid)["attempts"]] == [old["token"], new["token"]]
     # and after success, the old token is still refused
     refused(s, commands.make("complete", s.now_ms, None, run=rid, token=old["token"], success=True), "conflict")
 

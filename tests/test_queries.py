@@ -149,7 +149,7 @@ def test_runs_are_copies_that_later_commands_do_not_change():
     assert after["state"] == "succeeded" and len(after["attempts"]) == 1
     listed = queries.runs(s, None, 10)
     assert apply(s, commands.make("trigger_job", T0 + 13 * SEC, None, name="a"))["ok"]
-    s.runs[rid]["attempts"].append({"attempt": 9})  # as a later attempt would
+    s.runs[rid].setdefault("attempts", []).append({"attempt": 9})  # as a later attempt would
     assert len(after["attempts"]) == 1 and all(r["id"] != "x" for r in listed)
     assert queries.run(s, "nosuch") is None
 

@@ -258,7 +258,9 @@ def test_a_success_beyond_the_kept_attempts_drops_the_oldest_alike():
                             "ok": False, "error": None} for k in range(limits.attempts_kept_max)]
         s.apply_bytes(commands.encode(commands.make("complete_many", T0 + 6 * SEC, None, results=[
             {"run": r["id"], "token": r["token"], "success": True, "error": "e" * 5000, "output": "o" * 9000}])))
-        assert len(run["attempts"]) == limits.attempts_kept_max and run["attempts"][0]["attempt"] == 1
+        shown = queries.run(s, r["id"])["attempts"]
+        assert len(shown) == limits.attempts_kept_max and shown[0]["attempt"] == 1 and shown[-1]["ok"]
+        assert len(run["attempts"]) == limits.attempts_kept_max - 1, "the success's is not kept"
     assert states[0].snapshot() == states[1].snapshot()
 
 

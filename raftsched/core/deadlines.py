@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import events, limits, pipehooks, schedule, snapshot
 from .errors import Conflict, InvalidCommand, InvalidSpec, NotFound
-from .records import Record, Result, is_int, ok
+from .records import Record, Result, is_int, ok, success_implied
 
 if TYPE_CHECKING:  # pragma: no cover
     from .commands import Command
@@ -310,7 +310,9 @@ def _first_start(run: Record) -> int | None:
     att = run.get("attempts")
     if att and att[0].get("attempt") == 1:
         return int(att[0]["started_at"]) if att[0].get("started_at") is not None else None
-    if run.get("attempt") == 1 and run["state"] == "running":
+    if run.get("attempt") == 1 and (run["state"] == "running" or (not att and success_implied(run))):
+        # running, or succeeded at its first attempt, whose record is the run's own fields
+        # (records.attempts_of: a success's attempt is not kept)
         return run.get("started_at")
     return None
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from . import limits
 from .errors import BadRequest, NotFound
 from . import records
-from .records import STATS_FIELDS, Record, Result, is_int
+from .records import STATS_FIELDS, Record, Result, attempts_of, is_int
 from .notify import view_health
 from .ready import Buckets, entries_of
 from .tenants import DEFAULT_POLICY, refusal as policy_refusal
@@ -265,8 +265,10 @@ def plan_views(s: SchedulerState, names: list[str]) -> list[PlanView]:
 # ------------------------------------------------------------------ runs
 def _run_copy(r: Record) -> dict[str, Any]:
     out = dict(r)
-    if "attempts" in r:
-        out["attempts"] = list(r["attempts"])  # appended to in place; each attempt never changes
+    if "attempts" in r or r["state"] == "succeeded":
+        # a new list (the kept one is appended to in place; each attempt never changes), with
+        # a succeeded run's last attempt, which is not kept (records.attempts_of)
+        out["attempts"] = attempts_of(r)
     return out
 
 

@@ -80,6 +80,42 @@ def bound_text(v: object, n: int) -> str | None:
     return v if len(v) <= n else "…" + v[-(n - 1):]
 
 
+def final_attempt(run: Record) -> Record:
+    """The record of a succeeded run's last attempt, which leases.close_attempt does not store:
+    the run's own fields say all of it (``attempts_of``)."""
+    return {"attempt": run["attempt"], "token": run["fencing_token"], "worker": run["worker"],
+            "started_at": run["started_at"], "finished_at": run["finished_at"], "ok": True,
+            "error": bound_text(run["error"], limits.attempt_error_chars_max)}
+
+
+def success_implied(run: Record) -> bool:
+    """Whether ``run`` succeeded through a lease's success (leases.close_attempt), whose attempt
+    record is not kept in ``run["attempts"]`` but made from the run's fields when read: a
+    success otherwise ends what it stores with an ``ok`` record (a heartbeat job's ping), and
+    every other attempt kept failed or was lost or given back."""
+    if run.get("state") != "succeeded":
+        return False
+    kept = run.get("attempts")
+    if kept and (type(kept[-1]) is not dict or kept[-1].get("ok") is not False):
+        return False
+    # (a record of another shape, restored from an older snapshot, is shown as it is)
+    return all(k in run for k in _FINAL_FIELDS)
+
+
+#: The fields of a run final_attempt reads.
+_FINAL_FIELDS = ("attempt", "fencing_token", "worker", "started_at", "finished_at", "error")
+
+
+def attempts_of(run: Record) -> list[Record]:
+    """``run``'s attempts as the API shows them (a new list): the records kept, and a succeeded
+    run's last attempt when it is not kept (``success_implied``); the last
+    ``limits.attempts_kept_max``, as when every attempt was kept."""
+    kept = run.get("attempts") or []
+    if not success_implied(run):
+        return list(kept)
+    return (kept + [final_attempt(run)])[-limits.attempts_kept_max:]
+
+
 def count_fire(st: list[Any], lag: int) -> None:
     """Count a scheduled run and its fire lag in a job's stats (STATS_FIELDS)."""
     st[RUNS] += 1

@@ -31,8 +31,8 @@ import msgpack
 
 from .policy import fires_ahead
 from .records import (
-    JOB_FIELDS, SHARED_PARTS, STATS_FIELDS, IntTable, JobKeys, PartTable, Record, RunKeys, SpecKeys, intern_str,
-    part_key, seed_part, share_int, share_spec, shared_keys,
+    JOB_FIELDS, SHARED_PARTS, STATS_FIELDS, IntTable, JobKeys, PartTable, Record, RunKeys, SpecKeys, attempts_of,
+    final_attempt, intern_str, part_key, seed_part, share_int, share_spec, shared_keys, success_implied,
 )
 
 if TYPE_CHECKING:
@@ -274,7 +274,7 @@ def snapshot_obj(s: SchedulerState) -> dict[str, Any]:
     columns["executor"] = execs
     obj = {
         "v": SNAPSHOT_VERSION, "parts": parts, "specs": specs, "jobs": columns, "jobs_other": others,
-        "runs": s.runs, "history_at": hist_at, "history": hist,
+        "runs": _runs_written(s.runs), "history_at": hist_at, "history": hist,
         "queues": s.queues, "requests": list(s.requests.items()), "now_ms": s.now_ms,
         "gen": s.gen, "manual_seq": s.manual_seq, "fencing_token": s.fencing_token,
         "applied": s.applied, "leader": s.leader,
@@ -289,6 +289,45 @@ def snapshot_obj(s: SchedulerState) -> dict[str, Any]:
         obj["v"] = SNAPSHOT_VERSION_EXT
         obj["ext"] = ext
     return obj
+
+
+def _runs_written(runs: dict[str, Record]) -> dict[str, Record]:
+    """The runs as a snapshot writes them: a succeeded run's last attempt, which the state does
+    not keep (records.attempts_of), written in its ``attempts`` as when every attempt was kept,
+    where it was (the key before ``output``, which the same close added), so that the bytes are
+    those the code that kept it wrote, and any version reads them."""
+    out: dict[str, Record] | None = None
+    for rid, r in runs.items():
+        if r.get("state") == "succeeded" and success_implied(r):
+            if out is None:
+                out = dict(runs)
+            out[rid] = _with_final_attempt(r)
+    return runs if out is None else out
+
+
+def _with_final_attempt(r: Record) -> Record:
+    att = attempts_of(r)
+    if "attempts" in r:
+        return {**r, "attempts": att}
+    w: Record = {}
+    for k, v in r.items():
+        if k == "output":
+            w["attempts"] = att
+        w[k] = v
+    if "attempts" not in w:  # (never: the close that succeeded added output)
+        w["attempts"] = att
+    return w
+
+
+def _drop_final_attempt(run: Record) -> None:
+    """A restored succeeded run as the state keeps it: its last attempt's record dropped when the
+    run's own fields say all of it (records.final_attempt), the key kept where it was."""
+    kept = run.get("attempts")
+    if type(kept) is list and kept and type(kept[-1]) is dict and kept[-1].get("ok") is True:
+        last = kept.pop()
+        # (a record of another shape, or one the run's fields do not say, is kept)
+        if not success_implied(run) or last != final_attempt(run):
+            kept.append(last)
 
 
 # ------------------------------------------------------------------ decode
@@ -325,7 +364,9 @@ def decode(data: bytes) -> tuple[dict[str, Any], DueSource | None]:
     runs = obj["runs"]
     for rid, run in runs.items():  # to the key table runs are made with (RUN_TEMPLATE)
         if type(run) is dict:
-            runs[rid] = shared_keys(RunKeys, run.items())
+            runs[rid] = run = shared_keys(RunKeys, run.items())
+            if run.get("state") == "succeeded":
+                _drop_final_attempt(run)
     fields = {
         "jobs": jobs, "runs": runs, "history": history, "queues": obj["queues"],
         "requests": OrderedDict((k, v) for k, v in obj["requests"]),
