@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raftsched.core import commands, limits, queries
+from raftsched.core import commands, limits, queries, records
 from raftsched.core.policy import backoff_ms
 
 from core_helpers import HOUR, SEC, T0, apply, new_state, plan_tick, queued_count, restored, spec_of
@@ -287,7 +287,7 @@ def test_complete_with_the_current_token_succeeds():
     assert run["finished_at"] == T0 + 3 * SEC and run["deadline"] is None
     assert queries.run(s, rid)["attempts"] == [{"attempt": 1, "token": g["token"], "worker": "w1", "started_at": T0,
                                                "finished_at": T0 + 3 * SEC, "ok": True, "error": None}]
-    assert "attempts" not in run, "a success's attempt is the run's own fields, not a record of its own"
+    assert run["attempts"] is records.NONE_KEPT, "a success's attempt is the run's own fields, not a record"
     # A second completion with the same token is refused: the lease is gone.
     refused(s, commands.make("complete", T0 + 3 * SEC, None, run=rid, token=g["token"], success=True), "conflict")
     assert queries.lease_snapshot(s) == [], "a finished run holds no lease"

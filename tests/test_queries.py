@@ -11,7 +11,7 @@ from unittest import mock
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from raftsched.core import commands, limits, queries
+from raftsched.core import commands, limits, queries, records
 from raftsched.core.errors import BadRequest, NotFound
 from raftsched.core.state import SchedulerState
 
@@ -149,7 +149,7 @@ def test_runs_are_copies_that_later_commands_do_not_change():
     assert after["state"] == "succeeded" and len(after["attempts"]) == 1
     listed = queries.runs(s, None, 10)
     assert apply(s, commands.make("trigger_job", T0 + 13 * SEC, None, name="a"))["ok"]
-    s.runs[rid].setdefault("attempts", []).append({"attempt": 9})  # as a later attempt would
+    records.kept_attempts(s.runs[rid]).append({"attempt": 9})  # as a later attempt would
     assert len(after["attempts"]) == 1 and all(r["id"] != "x" for r in listed)
     assert queries.run(s, "nosuch") is None
 

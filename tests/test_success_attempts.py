@@ -4,7 +4,10 @@ every reader sees, the snapshot's bytes (the code before wrote the record, and a
 read a snapshot of this one), and a replica restored from such a snapshot."""
 from __future__ import annotations
 
-from raftsched.core import commands, leases, limits, policy, queries, records
+import msgpack
+import pytest
+
+from raftsched.core import commands, leases, limits, policy, queries, records, snapshot as snapshot_mod
 from raftsched.core.records import bound_text
 from raftsched.core.state import SchedulerState
 
@@ -126,3 +129,16 @@ def test_a_record_of_another_shape_is_kept_and_shown_as_it_is() -> None:
     assert restored(s).runs[rid]["attempts"] == [{"attempt": 1, "note": "older"}]
     odd = {"id": "x@1", "job": "x", "slot": 1, "state": "succeeded"}  # fields missing: shown as it is
     assert records.attempts_of(odd) == [] and not records.success_implied(odd)
+
+
+@pytest.mark.parametrize("piece", [1, 4, 15, 16, 4096])
+def test_the_runs_are_written_a_slice_at_a_time_as_one_map(monkeypatch, piece: int) -> None:
+    s = _workload()
+    for _ in range(20):  # runs enough for a map 16 header, whole and in slices
+        trig(s, "a", s.now_ms + SEC)
+    obj = snapshot_mod.snapshot_obj(s)
+    obj["runs"] = {rid: dict(r, attempts=records.attempts_of(r)) if records.success_implied(r) else r
+                   for rid, r in s.runs.items()}
+    monkeypatch.setattr(snapshot_mod, "_RUNS_SLICE", piece)
+    assert s.snapshot() == msgpack.packb(obj, use_bin_type=True)
+    assert SchedulerState().restore(s.snapshot()) is None

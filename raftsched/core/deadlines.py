@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import events, limits, pipehooks, schedule, snapshot
 from .errors import Conflict, InvalidCommand, InvalidSpec, NotFound
-from .records import Record, Result, is_int, ok, success_implied
+from .records import Record, Result, is_int, kept_attempts, ok, success_implied
 
 if TYPE_CHECKING:  # pragma: no cover
     from .commands import Command
@@ -698,7 +698,7 @@ def end_lease(s: SchedulerState, run: Record, now: int, ok_: bool, error: str | 
     q = run["queue"]
     s._running_count[q] = s._running_count.get(q, 1) - 1
     s._running_ids.pop(run["id"], None)
-    run.setdefault("attempts", []).append({
+    kept_attempts(run).append({
         "attempt": run["attempt"], "token": run["fencing_token"], "worker": run["worker"],
         "started_at": run["started_at"], "finished_at": now, "ok": ok_, "error": error})
     run["deadline"] = None

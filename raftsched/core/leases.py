@@ -30,7 +30,7 @@ from .policy import backoff_ms
 from .queues import add_dead, enqueue, unqueue_count
 from .ready import ReadyIndex
 from .deadlines import on_finish
-from .records import Record, Result, bound_text, is_int, ok
+from .records import NONE_KEPT, Record, Result, bound_text, is_int, kept_attempts, ok
 from .tenants import LIMITED, dispatch_refusal, network_of, tenant_take
 
 if TYPE_CHECKING:
@@ -457,10 +457,12 @@ def close_attempt(s: SchedulerState, run: Record, now: int, success: bool, error
         # nearly every run, ~360 of ~700 bytes a finished run's records hold (docs/design.md).
         # What is kept makes room for it as if it were.
         kept = run.get("attempts")
-        if kept is not None and len(kept) >= limits.attempts_kept_max:
+        if kept is None:
+            run["attempts"] = NONE_KEPT  # the key where the record's list would be: snapshot.py
+        elif len(kept) >= limits.attempts_kept_max:
             del kept[0]
     else:
-        attempts = run.setdefault("attempts", [])
+        attempts = kept_attempts(run)
         attempts.append({"attempt": run["attempt"], "token": run["fencing_token"], "worker": run["worker"],
                          "started_at": run["started_at"], "finished_at": now,
                          "ok": False, "error": bound_text(error, limits.attempt_error_chars_max)})

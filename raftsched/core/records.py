@@ -80,40 +80,56 @@ def bound_text(v: object, n: int) -> str | None:
     return v if len(v) <= n else "…" + v[-(n - 1):]
 
 
+#: A succeeded run's ``attempts`` when it kept no record before its success's (which it does not
+#: keep: ``attempts_of``): one shared empty tuple, the key in the place the record's list had.
+NONE_KEPT: tuple[()] = ()
+
+
 def final_attempt(run: Record) -> Record:
-    """The record of a succeeded run's last attempt, which leases.close_attempt does not store:
+    """The record of a succeeded run's last attempt, which leases.close_attempt does not keep:
     the run's own fields say all of it (``attempts_of``)."""
+    error = run["error"]
     return {"attempt": run["attempt"], "token": run["fencing_token"], "worker": run["worker"],
             "started_at": run["started_at"], "finished_at": run["finished_at"], "ok": True,
-            "error": bound_text(run["error"], limits.attempt_error_chars_max)}
+            "error": None if error is None else bound_text(error, limits.attempt_error_chars_max)}
 
 
 def success_implied(run: Record) -> bool:
     """Whether ``run`` succeeded through a lease's success (leases.close_attempt), whose attempt
-    record is not kept in ``run["attempts"]`` but made from the run's fields when read: a
-    success otherwise ends what it stores with an ``ok`` record (a heartbeat job's ping), and
-    every other attempt kept failed or was lost or given back."""
+    record is not kept in ``run["attempts"]`` (``NONE_KEPT``, or the attempts before, each of
+    which failed or was lost or given back) but made from the run's fields when read. A
+    heartbeat ping's success keeps its record (its last is ``ok``); a record of another shape,
+    restored from an older snapshot, is shown as it is."""
     if run.get("state") != "succeeded":
         return False
-    kept = run.get("attempts")
-    if kept and (type(kept[-1]) is not dict or kept[-1].get("ok") is not False):
+    kept = run.get("attempts", 0)
+    if kept == 0 or (kept and (type(kept[-1]) is not dict or kept[-1].get("ok") is not False)):
         return False
-    # (a record of another shape, restored from an older snapshot, is shown as it is)
-    return all(k in run for k in _FINAL_FIELDS)
+    return _FINAL_FIELDS <= run.keys()
 
 
-#: The fields of a run final_attempt reads.
-_FINAL_FIELDS = ("attempt", "fencing_token", "worker", "started_at", "finished_at", "error")
+#: The fields of a run final_attempt reads (snapshot.py checks them too).
+_FINAL_FIELDS = frozenset(("attempt", "fencing_token", "worker", "started_at", "finished_at", "error"))
 
 
 def attempts_of(run: Record) -> list[Record]:
     """``run``'s attempts as the API shows them (a new list): the records kept, and a succeeded
     run's last attempt when it is not kept (``success_implied``); the last
     ``limits.attempts_kept_max``, as when every attempt was kept."""
-    kept = run.get("attempts") or []
-    if not success_implied(run):
-        return list(kept)
-    return (kept + [final_attempt(run)])[-limits.attempts_kept_max:]
+    kept = list(run.get("attempts") or ())
+    if success_implied(run):
+        kept.append(final_attempt(run))
+        del kept[:-limits.attempts_kept_max]
+    return kept
+
+
+def kept_attempts(run: Record) -> list[Record]:
+    """``run["attempts"]``, to append a record to: a new list in place of none (or of
+    ``NONE_KEPT``, which a run that ends holds only once it has ended)."""
+    kept = run.get("attempts")
+    if type(kept) is not list:
+        kept = run["attempts"] = []
+    return kept
 
 
 def count_fire(st: list[Any], lag: int) -> None:

@@ -23,16 +23,16 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from itertools import repeat
-from typing import TYPE_CHECKING, Any, Callable, TypeAlias
+from itertools import islice, repeat
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeAlias
 from operator import is_, itemgetter
 
 import msgpack
 
 from .policy import fires_ahead
 from .records import (
-    JOB_FIELDS, SHARED_PARTS, STATS_FIELDS, IntTable, JobKeys, PartTable, Record, RunKeys, SpecKeys, attempts_of,
-    final_attempt, intern_str, part_key, seed_part, share_int, share_spec, shared_keys, success_implied,
+    JOB_FIELDS, NONE_KEPT, SHARED_PARTS, STATS_FIELDS, IntTable, JobKeys, PartTable, Record, RunKeys, SpecKeys,
+    _FINAL_FIELDS, attempts_of, final_attempt, intern_str, part_key, seed_part, share_int, share_spec, shared_keys, success_implied,
 )
 
 if TYPE_CHECKING:
@@ -133,8 +133,13 @@ def decode_ints(col: list[Any] | dict[str, list[Any]]) -> list[Any]:
 # ------------------------------------------------------------------ encode
 def encode(s: SchedulerState) -> bytes:
     """The whole state as bytes (msgpack, version 3)."""
-    data: bytes = msgpack.packb(snapshot_obj(s), use_bin_type=True)
-    return data
+    obj = snapshot_obj(s)
+    pk = msgpack.Packer(use_bin_type=True)
+    out = [pk.pack_map_header(len(obj))]
+    for k, v in obj.items():  # (packb(obj)'s bytes, but the runs are written a slice at a time)
+        out.append(pk.pack(k))
+        out.extend(_runs_packed(pk, v) if k == "runs" else (pk.pack(v),))
+    return b"".join(out)
 
 
 def snapshot_obj(s: SchedulerState) -> dict[str, Any]:
@@ -274,7 +279,7 @@ def snapshot_obj(s: SchedulerState) -> dict[str, Any]:
     columns["executor"] = execs
     obj = {
         "v": SNAPSHOT_VERSION, "parts": parts, "specs": specs, "jobs": columns, "jobs_other": others,
-        "runs": _runs_written(s.runs), "history_at": hist_at, "history": hist,
+        "runs": s.runs, "history_at": hist_at, "history": hist,
         "queues": s.queues, "requests": list(s.requests.items()), "now_ms": s.now_ms,
         "gen": s.gen, "manual_seq": s.manual_seq, "fencing_token": s.fencing_token,
         "applied": s.applied, "leader": s.leader,
@@ -291,43 +296,54 @@ def snapshot_obj(s: SchedulerState) -> dict[str, Any]:
     return obj
 
 
-def _runs_written(runs: dict[str, Record]) -> dict[str, Record]:
-    """The runs as a snapshot writes them: a succeeded run's last attempt, which the state does
-    not keep (records.attempts_of), written in its ``attempts`` as when every attempt was kept,
-    where it was (the key before ``output``, which the same close added), so that the bytes are
-    those the code that kept it wrote, and any version reads them."""
-    out: dict[str, Record] | None = None
-    for rid, r in runs.items():
-        if r.get("state") == "succeeded" and success_implied(r):
-            if out is None:
-                out = dict(runs)
-            out[rid] = _with_final_attempt(r)
-    return runs if out is None else out
+#: Runs a slice of the snapshot's runs map packs at once (_runs_packed).
+_RUNS_SLICE = 4096
 
 
-def _with_final_attempt(r: Record) -> Record:
-    att = attempts_of(r)
-    if "attempts" in r:
-        return {**r, "attempts": att}
-    w: Record = {}
-    for k, v in r.items():
-        if k == "output":
+def _runs_packed(pk: msgpack.Packer, runs: dict[str, Record]) -> Iterator[bytes]:
+    """The runs map as packb would write it, in pieces: each succeeded run's last attempt, which
+    the state does not keep (records.attempts_of), written in its ``attempts`` (whose key is where
+    the record's list was: ``NONE_KEPT``) as when every attempt was kept, so that the bytes are
+    those the code before wrote and any version reads them. The runs a slice rewrites exist only
+    while it is packed: a dump writer holds a slice's copies, not a copy of every run."""
+    yield pk.pack_map_header(len(runs))
+    items = iter(runs.items())
+    while True:
+        piece = dict(islice(items, _RUNS_SLICE))
+        if not piece:
+            return
+        for rid, r in piece.items():
+            if r.get("state") != "succeeded":
+                continue
+            kept = r.get("attempts", 0)
+            if kept is NONE_KEPT and _FINAL_FIELDS <= r.keys():  # (nearly every one: inline)
+                att = [final_attempt(r)]
+            elif kept != 0 and success_implied(r):
+                att = attempts_of(r)
+            else:
+                continue
+            w = piece[rid] = r.copy()
             w["attempts"] = att
-        w[k] = v
-    if "attempts" not in w:  # (never: the close that succeeded added output)
-        w["attempts"] = att
-    return w
+        data = pk.pack(piece)
+        yield data[_map_header_bytes(len(piece)):]  # its entries: the header is the whole map's
+
+
+def _map_header_bytes(n: int) -> int:
+    """The length of a msgpack map header of ``n`` entries (fixmap, map 16, map 32)."""
+    return 1 if n <= 15 else 3 if n <= 0xFFFF else 5
 
 
 def _drop_final_attempt(run: Record) -> None:
     """A restored succeeded run as the state keeps it: its last attempt's record dropped when the
-    run's own fields say all of it (records.final_attempt), the key kept where it was."""
+    run's own fields say all of it (records.final_attempt)."""
     kept = run.get("attempts")
     if type(kept) is list and kept and type(kept[-1]) is dict and kept[-1].get("ok") is True:
         last = kept.pop()
         # (a record of another shape, or one the run's fields do not say, is kept)
         if not success_implied(run) or last != final_attempt(run):
             kept.append(last)
+        elif len(run["attempts"]) == 0:
+            run["attempts"] = NONE_KEPT
 
 
 # ------------------------------------------------------------------ decode
