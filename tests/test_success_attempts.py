@@ -121,6 +121,22 @@ def test_a_snapshot_restores_to_records_without_the_success_and_writes_the_same_
     assert live.snapshot() == back.snapshot() and _shown(live) == _shown(back)
 
 
+def test_a_restored_record_is_dropped_only_when_the_run_makes_it_back_byte_for_byte(monkeypatch) -> None:
+    monkeypatch.setattr(leases, "close_attempt", _close_keeping_every_attempt)
+    older = _workload()
+    monkeypatch.undo()
+    runs = [r for r in older.runs.values() if r["state"] == "succeeded" and r["job"] == "a"]
+    renamed, retyped = runs[0], runs[1]
+    other = {("tok" if k == "token" else k): v for k, v in renamed["attempts"][-1].items()}
+    renamed["attempts"][-1] = other  # the same values, another key
+    retyped["attempts"][-1]["started_at"] = float(retyped["started_at"])  # equal, of another type
+    data = older.snapshot()
+    r = SchedulerState()
+    r.restore(data)
+    assert r.runs[renamed["id"]]["attempts"][-1] == other and r.runs[retyped["id"]]["attempts"][-1]["ok"]
+    assert r.snapshot() == data and _shown(r) == _shown(older)
+
+
 def test_a_record_of_another_shape_is_kept_and_shown_as_it_is() -> None:
     s = _workload()
     rid = next(r["id"] for r in s.runs.values() if r["state"] == "succeeded" and r["job"] == "a")

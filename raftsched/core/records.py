@@ -94,6 +94,18 @@ def final_attempt(run: Record) -> Record:
             "error": None if error is None else bound_text(error, limits.attempt_error_chars_max)}
 
 
+#: The keys of an attempt's record, in the order every version wrote them (final_attempt).
+FINAL_KEYS = ("attempt", "token", "worker", "started_at", "finished_at", "ok", "error")
+
+
+def final_values(run: Record) -> tuple[Any, ...]:
+    """final_attempt's values, in FINAL_KEYS' order (a restore compares a record kept by older
+    code with them: snapshot.py)."""
+    error = run["error"]
+    return (run["attempt"], run["fencing_token"], run["worker"], run["started_at"], run["finished_at"], True,
+            None if error is None else bound_text(error, limits.attempt_error_chars_max))
+
+
 def success_implied(run: Record) -> bool:
     """Whether ``run`` succeeded through a lease's success (leases.close_attempt), whose attempt
     record is not kept in ``run["attempts"]`` (``NONE_KEPT``, or the attempts before, each of
@@ -105,11 +117,11 @@ def success_implied(run: Record) -> bool:
     kept = run.get("attempts", 0)
     if kept == 0 or (kept and (type(kept[-1]) is not dict or kept[-1].get("ok") is not False)):
         return False
-    return _FINAL_FIELDS <= run.keys()
+    return FINAL_FIELDS <= run.keys()
 
 
 #: The fields of a run final_attempt reads (snapshot.py checks them too).
-_FINAL_FIELDS = frozenset(("attempt", "fencing_token", "worker", "started_at", "finished_at", "error"))
+FINAL_FIELDS = frozenset(("attempt", "fencing_token", "worker", "started_at", "finished_at", "error"))
 
 
 def attempts_of(run: Record) -> list[Record]:

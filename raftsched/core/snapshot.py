@@ -31,8 +31,9 @@ import msgpack
 
 from .policy import fires_ahead
 from .records import (
-    JOB_FIELDS, NONE_KEPT, SHARED_PARTS, STATS_FIELDS, IntTable, JobKeys, PartTable, Record, RunKeys, SpecKeys,
-    _FINAL_FIELDS, attempts_of, final_attempt, intern_str, part_key, seed_part, share_int, share_spec, shared_keys, success_implied,
+    FINAL_FIELDS, FINAL_KEYS, JOB_FIELDS, NONE_KEPT, SHARED_PARTS, STATS_FIELDS, IntTable, JobKeys, PartTable, Record,
+    RunKeys, SpecKeys, attempts_of, final_attempt, final_values, intern_str, part_key, seed_part, share_int, share_spec,
+    shared_keys, success_implied,
 )
 
 if TYPE_CHECKING:
@@ -316,7 +317,7 @@ def _runs_packed(pk: msgpack.Packer, runs: dict[str, Record]) -> Iterator[bytes]
             if r.get("state") != "succeeded":
                 continue
             kept = r.get("attempts", 0)
-            if kept is NONE_KEPT and _FINAL_FIELDS <= r.keys():  # (nearly every one: inline)
+            if kept is NONE_KEPT and FINAL_FIELDS <= r.keys():  # (nearly every one: inline)
                 att = [final_attempt(r)]
             elif kept != 0 and success_implied(r):
                 att = attempts_of(r)
@@ -334,16 +335,26 @@ def _map_header_bytes(n: int) -> int:
 
 
 def _drop_final_attempt(run: Record) -> None:
-    """A restored succeeded run as the state keeps it: its last attempt's record dropped when the
-    run's own fields say all of it (records.final_attempt)."""
+    """A restored succeeded run as the state keeps it: its last attempt's record dropped when it
+    is exactly (keys, their order, values and their types) what the run's own fields make
+    (records.final_attempt), so that writing it back gives the same bytes; kept otherwise."""
     kept = run.get("attempts")
-    if type(kept) is list and kept and type(kept[-1]) is dict and kept[-1].get("ok") is True:
-        last = kept.pop()
-        # (a record of another shape, or one the run's fields do not say, is kept)
-        if not success_implied(run) or last != final_attempt(run):
-            kept.append(last)
-        elif len(run["attempts"]) == 0:
-            run["attempts"] = NONE_KEPT
+    if type(kept) is not list or not kept:
+        return
+    last = kept[-1]
+    if type(last) is not dict or tuple(last) != FINAL_KEYS or not FINAL_FIELDS <= run.keys():
+        return
+    if len(kept) > 1 and (type(kept[-2]) is not dict or kept[-2].get("ok") is not False):
+        return  # (then the record would not be made back: records.success_implied)
+    made = final_values(run)
+    got = tuple(last.values())
+    if got != made or tuple(map(type, got)) != tuple(map(type, made)):
+        return
+    if len(kept) == 1:
+        run["attempts"] = NONE_KEPT
+    else:
+        kept.pop()
+
 
 
 # ------------------------------------------------------------------ decode

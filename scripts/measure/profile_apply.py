@@ -23,6 +23,11 @@ limits.history_trim_scan_slack slots: with ``sweep``, at every fourth tick of AH
 ``TYPES=python,...`` makes ``e2e``'s acquires those of a worker of these executor types only
 (``raftsched worker --executors``, ``--app``), the jobs being python.
 
+``MEMORY=1`` also prints the resident memory the ticks added, per run the state holds (its map,
+attempt records, id, integers, its place in the run map and its history; read from
+/proc/self/status after a full collection), and the seconds the final state's snapshot takes to
+encode and to restore.
+
 ``INSTRUCTIONS=fire|acquire|complete`` counts instead of timing: the script runs itself again
 under valgrind's callgrind (``apt-get install valgrind``), which counts the instructions executed
 inside that phase's applies only, and prints instructions per slot (fire) or per run. Unlike a
@@ -122,6 +127,7 @@ def main(argv: list[str]) -> int:
         off = i * 1000 // N if sweep else 0
         st.apply_bytes(C.encode(C.make("put_job", now, f"r{i}", name=f"j{i}", spec=spec, next=now + 1000 + off,
                                        cursor=now, anchor=now + off)))
+    rss0 = _rss_mib() if os.environ.get("MEMORY") else 0.0
     tf = ta = tc = 0.0
     nf = na = nc = 0
     for k in range(1, TICKS + 1):
@@ -166,5 +172,23 @@ def main(argv: list[str]) -> int:
         out += f" acquire {1e6 * ta / max(na, 1):.2f}us/run complete {1e6 * tc / max(nc, 1):.2f}us/run"
     if counted:
         out = f"counted {dict(fire=nf, acquire=na, complete=nc)[counted]}"
+    if os.environ.get("MEMORY"):
+        gc.collect()
+        added = _rss_mib() - rss0
+        t0 = time.perf_counter()
+        data = st.snapshot()
+        t1 = time.perf_counter()
+        SchedulerState().restore(data)
+        t2 = time.perf_counter()
+        out += (f" memory +{added:.0f} MiB ({added * 1048576 / max(1, len(st.runs)):.0f} bytes a run)"
+                f" snapshot {t1 - t0:.2f} s restore {t2 - t1:.2f} s ({len(data)} bytes)")
     print(out, "runs", len(st.runs), "hash", hashlib.sha256(st.snapshot()).hexdigest()[:16])
     return 0
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
