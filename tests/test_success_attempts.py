@@ -158,3 +158,31 @@ def test_the_runs_are_written_a_slice_at_a_time_as_one_map(monkeypatch, piece: i
     monkeypatch.setattr(snapshot_mod, "_RUNS_SLICE", piece)
     assert s.snapshot() == msgpack.packb(obj, use_bin_type=True)
     assert SchedulerState().restore(s.snapshot()) is None
+
+
+def test_a_success_record_past_the_kept_bound_restores_to_the_same_view_and_bytes() -> None:
+    """end_lease (a heartbeat ping that ends a worker's lease) appends without trimming: a run
+    may hold attempts_kept_max failures and then its success's record."""
+    s = _workload()
+    run = next(r for r in s.runs.values() if r["state"] == "succeeded" and r["job"] == "a")
+    fails = [{"attempt": k, "token": k, "worker": "w", "started_at": k, "finished_at": k, "ok": False, "error": None}
+             for k in range(limits.attempts_kept_max)]
+    run["attempts"] = fails + [records.final_attempt(run)]  # as end_lease leaves it
+    data = s.snapshot()
+    r = SchedulerState()
+    r.restore(data)
+    assert len(queries.run(r, run["id"])["attempts"]) == limits.attempts_kept_max + 1
+    assert _shown(r) == _shown(s) and r.snapshot() == data
+
+
+def test_a_restored_succeeded_run_whose_attempts_are_not_a_list_is_written_as_it_is() -> None:
+    s = _workload()
+    ids = [r["id"] for r in s.runs.values() if r["state"] == "succeeded" and r["job"] == "a"]
+    obj = msgpack.unpackb(s.snapshot(), raw=False, strict_map_key=False)
+    for rid, odd in zip(ids, ({}, 5, True, "x")):
+        obj["runs"][rid]["attempts"] = odd
+    data = msgpack.packb(obj, use_bin_type=True)
+    r = SchedulerState()
+    r.restore(data)
+    assert r.snapshot() == data
+    assert queries.run(r, ids[0])["attempts"] == []

@@ -115,7 +115,9 @@ def success_implied(run: Record) -> bool:
     if run.get("state") != "succeeded":
         return False
     kept = run.get("attempts", 0)
-    if kept == 0 or (kept and (type(kept[-1]) is not dict or kept[-1].get("ok") is not False)):
+    if type(kept) is not list and kept is not NONE_KEPT:
+        return False  # none (older records), or not a list of records
+    if kept and (type(kept[-1]) is not dict or kept[-1].get("ok") is not False):
         return False
     return FINAL_FIELDS <= run.keys()
 
@@ -126,12 +128,12 @@ FINAL_FIELDS = frozenset(("attempt", "fencing_token", "worker", "started_at", "f
 
 def attempts_of(run: Record) -> list[Record]:
     """``run``'s attempts as the API shows them (a new list): the records kept, and a succeeded
-    run's last attempt when it is not kept (``success_implied``); the last
-    ``limits.attempts_kept_max``, as when every attempt was kept."""
+    run's last attempt when it is not kept (``success_implied``). The close that did not keep it
+    made room for it as if it had (leases.close_attempt), so these are the records the code that
+    kept every attempt held."""
     kept = list(run.get("attempts") or ())
     if success_implied(run):
         kept.append(final_attempt(run))
-        del kept[:-limits.attempts_kept_max]
     return kept
 
 
