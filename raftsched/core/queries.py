@@ -265,7 +265,7 @@ def plan_views(s: SchedulerState, names: list[str]) -> list[PlanView]:
 # ------------------------------------------------------------------ runs
 def _run_copy(r: Record) -> dict[str, Any]:
     out = dict(r)
-    if "attempts" in r or r["state"] == "succeeded":
+    if "attempts" in r or r.get("state") == "succeeded":
         # a new list (the kept one is appended to in place; each attempt never changes), with
         # a succeeded run's last attempt, which is not kept (records.attempts_of)
         out["attempts"] = attempts_of(r)

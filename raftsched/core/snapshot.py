@@ -356,7 +356,6 @@ def _drop_final_attempt(run: Record) -> None:
         kept.pop()
 
 
-
 # ------------------------------------------------------------------ decode
 def decode(data: bytes) -> tuple[dict[str, Any], DueSource | None]:
     """The fields of the state ``data`` holds, and what builds its due index without walking
