@@ -98,14 +98,6 @@ def final_attempt(run: Record) -> Record:
 FINAL_KEYS = ("attempt", "token", "worker", "started_at", "finished_at", "ok", "error")
 
 
-def final_values(run: Record) -> tuple[Any, ...]:
-    """final_attempt's values, in FINAL_KEYS' order (a restore compares a record kept by older
-    code with them: snapshot.py)."""
-    error = run["error"]
-    return (run["attempt"], run["fencing_token"], run["worker"], run["started_at"], run["finished_at"], True,
-            None if error is None else bound_text(error, limits.attempt_error_chars_max))
-
-
 def success_implied(run: Record) -> bool:
     """Whether ``run`` succeeded through a lease's success (leases.close_attempt), whose attempt
     record is not kept in ``run["attempts"]`` (``NONE_KEPT``, or the attempts before, each of

@@ -32,7 +32,7 @@ import msgpack
 from .policy import fires_ahead
 from .records import (
     FINAL_FIELDS, FINAL_KEYS, JOB_FIELDS, NONE_KEPT, SHARED_PARTS, STATS_FIELDS, IntTable, JobKeys, PartTable, Record,
-    RunKeys, SpecKeys, attempts_of, final_attempt, final_values, intern_str, part_key, seed_part, share_int, share_spec,
+    RunKeys, SpecKeys, attempts_of, final_attempt, intern_str, part_key, seed_part, share_int, share_spec,
     shared_keys, success_implied,
 )
 
@@ -346,7 +346,7 @@ def _drop_final_attempt(run: Record) -> None:
         return
     if len(kept) > 1 and (type(kept[-2]) is not dict or kept[-2].get("ok") is not False):
         return  # (then the record would not be made back: records.success_implied)
-    made = final_values(run)
+    made = tuple(final_attempt(run).values())
     got = tuple(last.values())
     if got != made or tuple(map(type, got)) != tuple(map(type, made)):
         return
