@@ -491,13 +491,9 @@ def trim(s: SchedulerState, hist: list[str], bound: int, full: bool = False, cac
     # Behind a backlog that grows for long (workers gone) it read every entry of every job
     # every TRIM_SCAN_SLACK slots: 18.5 us a slot with 600 queued runs a job; with the cache of
     # histories known clean, a scan reads a history once an epoch (docs/benchmarks.md).
-    cache = s._trim_clean if cached and s._fast_paths else None
-    if cache is not None:
-        if s._trim_clean_epoch != s._trim_epoch:
-            cache.clear()
-            s._trim_clean_epoch = s._trim_epoch
-        elif cache.get(id(hist)) is hist:
-            return  # nothing in it trim may drop (clean_history)
+    cache = _clean_histories(s) if cached and s._fast_paths else None
+    if cache is not None and cache.get(id(hist)) is hist:
+        return  # nothing in it trim may drop (clean_history)
     drop = [i for i, rid in enumerate(hist) if runs[rid]["state"] in TRIMMABLE]
     if not drop:
         if cache is not None:
@@ -518,7 +514,12 @@ def clean_history(s: SchedulerState, hist: list[str]) -> None:
     moves (SchedulerState._trim_epoch: every command that may finish a run) or the general path
     adds an entry to it (add_entry). Within one epoch only the fire fast path adds to such a
     history, and only queued runs."""
+    _clean_histories(s)[id(hist)] = hist
+
+
+def _clean_histories(s: SchedulerState) -> dict[int, list[str]]:
+    """The scan cache of the histories known clean (clean_history), emptied when the epoch moved."""
     if s._trim_clean_epoch != s._trim_epoch:
         s._trim_clean.clear()
         s._trim_clean_epoch = s._trim_epoch
-    s._trim_clean[id(hist)] = hist
+    return s._trim_clean
