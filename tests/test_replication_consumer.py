@@ -8,9 +8,11 @@ import os
 import pickle
 
 import msgpack
+import pytest
 
 from raftsched.replication import BARRIER_NOOP
 from raftsched.replication._consumer import DUMP_WRITER_NICE, _StateConsumer
+from raftsched.replication._install import PICKLE_PROTOCOL
 
 from replication_helpers import FakeState, free_elsewhere, incr
 
@@ -18,7 +20,7 @@ from replication_helpers import FakeState, free_elsewhere, incr
 def _restore_own_dump(consumer) -> None:
     """What the dump writer and a restart do: the consumer's dump, restored into it (the restored
     state frozen, then unfrozen here so that the test leaves the collector as it found it)."""
-    dumped = pickle.dumps(consumer._serialize(), 2)
+    dumped = pickle.dumps(consumer._serialize(), PICKLE_PROTOCOL)
     consumer._release_snapshot_lock()
     try:
         consumer._deserialize(pickle.loads(dumped))
@@ -52,11 +54,16 @@ def test_a_group_applies_each_command_in_order_with_its_own_result():
     assert state.read() == {"a": 2}
 
 
-def test_snapshot_roundtrip_through_the_consumer():
+@pytest.mark.parametrize("protocol", [PICKLE_PROTOCOL, 2], ids=["this version", "pysyncobj's"])
+def test_snapshot_roundtrip_through_the_consumer(protocol):
+    """What the dump writer pickles at PICKLE_PROTOCOL, and a dump of an older version (pysyncobj's
+    protocol 2: the snapshot's bytes as a latin-1 str), both restore."""
     state = FakeState()
     state.apply_bytes(incr("x"))
     consumer = _StateConsumer(state)
-    dumped = pickle.dumps(consumer._serialize(), 2)  # what the dump writer does
+    dumped = pickle.dumps(consumer._serialize(), protocol)  # what the dump writer does
+    if protocol >= 3:  # the snapshot as bytes, not a str to encode back when read
+        assert b"_codecs" not in dumped
     # Held from the serialize to the end of the tick (across the fork of the dump writer).
     assert not free_elsewhere(consumer._lock)
     consumer._release_snapshot_lock()
@@ -87,7 +94,7 @@ def test_the_forked_dump_writer_yields_the_cpu_and_the_node_keeps_its_priority()
         if pid == 0:  # the dump writer, as pysyncobj's serializer forks it
             code = 1
             try:
-                dumped = pickle.dumps(data, 2)
+                dumped = pickle.dumps(data, PICKLE_PROTOCOL)
                 os.write(w, f"{os.nice(0)} {len(dumped)}".encode())
                 code = 0
             finally:
@@ -99,7 +106,7 @@ def test_the_forked_dump_writer_yields_the_cpu_and_the_node_keeps_its_priority()
         assert os.waitstatus_to_exitcode(status) == 0
         child_nice, size = (int(x) for x in said.split())
         assert child_nice == min(before + DUMP_WRITER_NICE, 19) and size > 0
-        assert pickle.dumps(data, 2) and os.nice(0) == before  # in the node's process: unchanged
+        assert pickle.dumps(data, PICKLE_PROTOCOL) and os.nice(0) == before  # in the node's process: unchanged
     finally:
         consumer._release_snapshot_lock()
 
@@ -123,7 +130,7 @@ def test_the_collector_is_paused_while_a_snapshot_is_encoded_and_while_one_is_re
     state = Watched()
     state.apply_bytes(incr("x"))
     consumer = _StateConsumer(state)
-    dumped = pickle.dumps(consumer._serialize(), 2)
+    dumped = pickle.dumps(consumer._serialize(), PICKLE_PROTOCOL)
     consumer._release_snapshot_lock()
     assert gc.isenabled()
     other = Watched()

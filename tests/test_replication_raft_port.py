@@ -5,8 +5,10 @@ largest frames members do send, which must still pass."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
+import pickle
 import selectors
 import socket
 import struct
@@ -30,6 +32,7 @@ from raftsched.replication._connection import _BoundedConnection, _BoundedServer
 from raftsched.replication._crypto import _AeadEncryptor
 from raftsched.replication._frames import (FrameReader, FrameTooLarge, entry_bytes_max,
                                            first_frame_bytes_max, frame_bytes_max)
+from raftsched.replication._install import PICKLE_PROTOCOL
 from raftsched.replication._transport import _Uncompressed
 from raftsched.replication.conf import make_port_options
 
@@ -118,34 +121,50 @@ def test_the_reader_drops_what_it_consumed_so_its_buffer_stays_small():
 
 # -- the caps: derived from the configuration, above every frame a member sends -----------------
 
-def _sent_frame_bytes(message, *, key: bytes | None, enc: _AeadEncryptor) -> int:
-    """The length a frame announces for ``message``, through pysyncobj's own send path."""
-    install()  # messages uncompressed, as a RaftNode sends them
-    conn = TcpConnection(poller=None)  # never connected: send() leaves the frame in its buffer
-    conn.encryptor, conn.sendRandKey = enc, key
-    conn.send(message)
+@contextlib.contextmanager
+def _pickled_at(protocol: int):
+    """pysyncobj's pickle protocol set to ``protocol`` (2: pysyncobj's own, what a member of an
+    older version sends), then back to what ``install`` set."""
+    install()
+    setattr(pysyncobj_pickle, "__protocol", protocol)
+    try:
+        yield
+    finally:
+        setattr(pysyncobj_pickle, "__protocol", PICKLE_PROTOCOL)
+
+
+def _sent_frame_bytes(message, *, key: bytes | None, enc: _AeadEncryptor,
+                      protocol: int = PICKLE_PROTOCOL) -> int:
+    """The length a frame announces for ``message``, through pysyncobj's own send path, pickled at
+    ``protocol``."""
+    with _pickled_at(protocol):  # and messages uncompressed, as a RaftNode sends them
+        conn = TcpConnection(poller=None)  # never connected: send() leaves the frame in its buffer
+        conn.encryptor, conn.sendRandKey = enc, key
+        conn.send(message)
     assert conn.getSendBufferSize() > 4
     return conn.getSendBufferSize() - 4
 
 
-def _command_entry(payload) -> bytes:
+def _command_entry(payload, protocol: int = PICKLE_PROTOCOL) -> bytes:
     """A log entry as pysyncobj makes it: the command type (REGULAR), then the pickled call of
     the one replicated method with the payload (a command, or a group of them)."""
-    return b"\x00" + pysyncobj_pickle.dumps((0, (payload,)))
+    return b"\x00" + pickle.dumps((0, (payload,)), protocol)
 
 
+@pytest.mark.parametrize("protocol", [2, PICKLE_PROTOCOL], ids=["protocol 2", "this version's"])
 @pytest.mark.parametrize("enc", [AEAD, getEncryptor(SECRET)], ids=["aes-gcm", "fernet"])
-def test_the_largest_frames_members_send_fit_the_caps_and_a_16_mib_frame_does_not(enc):
+def test_the_largest_frames_members_send_fit_the_caps_and_a_16_mib_frame_does_not(enc, protocol):
     """Under raftsched's AES-GCM, and under pysyncobj's Fernet (a RaftTransport under a plain
-    SyncObj with a password: scripts/baselines/raw_raft.py)."""
+    SyncObj with a password: scripts/baselines/raw_raft.py); pickled at pysyncobj's protocol 2 (a
+    member of an older version, the widest) and at this version's."""
     first_cap, cap = _caps(enc)
     key = os.urandom(32)
     c, batch = limits.command_bytes_max, CONF.appendEntriesBatchSizeBytes
     chunk = CONF.logCompactionBatchSize
     # The longest entries: one command of the maximum size, every byte >= 0x80 (pickle protocol 2
     # stores them as two bytes each); and a group of the most commands that fit.
-    full = _command_entry(b"\xff" * c)
-    group = _command_entry(tuple(bytes([0xff, i % 256, i // 256]) for i in range(c // 11)))
+    full = _command_entry(b"\xff" * c, protocol)
+    group = _command_entry(tuple(bytes([0xff, i % 256, i // 256]) for i in range(c // 11)), protocol)
     assert max(len(full), len(group)) <= entry_bytes_max(c)
     tiny = [(bytes([0xff, i % 256, i // 256 % 256]), BIG + i, BIG) for i in range(batch // 3)]
     noops = [(b"\x01", BIG + i, BIG) for i in range(batch - 1)]
@@ -159,12 +178,12 @@ def test_the_largest_frames_members_send_fit_the_caps_and_a_16_mib_frame_does_no
         "snapshot part": {"type": "append_entries", "term": BIG, "commit_index": BIG,
                           "serialized": (b"\xff" * chunk, False, False)},
     }
-    sizes = {name: _sent_frame_bytes(m, key=key, enc=enc) for name, m in messages.items()}
+    sizes = {name: _sent_frame_bytes(m, key=key, enc=enc, protocol=protocol) for name, m in messages.items()}
     assert all(n <= cap for n in sizes.values()), (sizes, cap)
     assert sizes["batch of small entries"] > 2 * batch  # they are large frames indeed
     # The key exchange: the dialler's key alone, then the pair that answers it.
-    first = [_sent_frame_bytes(os.urandom(32), key=None, enc=enc),
-             _sent_frame_bytes(os.urandom(32), key=os.urandom(32), enc=enc)]
+    first = [_sent_frame_bytes(os.urandom(32), key=None, enc=enc, protocol=protocol),
+             _sent_frame_bytes(os.urandom(32), key=os.urandom(32), enc=enc, protocol=protocol)]
     assert max(first) <= first_cap < 512, first
     # What the issue sent is over both caps, by far.
     assert 16 * MIB > 2 * cap and cap < 8 * MIB
@@ -259,6 +278,36 @@ def test_before_the_key_exchange_a_connection_gets_one_small_frame_that_must_ver
         link.client.sendall(struct.pack("i", 100_001))
         link.pump(link.closed)
         assert link.drops == ["frame_too_large"]
+    finally:
+        link.close()
+
+
+def test_a_member_reads_messages_pickled_by_older_members_and_pickles_bytes_as_bytes():
+    """Members pickle at PICKLE_PROTOCOL (pysyncobj: 2, where a bytes object travels as a latin-1
+    str to encode back, up to twice its length); a member of an older version sends protocol 2,
+    and each reads the other's messages, entries and all."""
+    install()
+    command = bytes(range(256)) * 16  # every byte, half of them >= 0x80
+    entry = _command_entry(command)
+    assert len(entry) < len(command) + 64 and b"_codecs" not in entry  # the bytes as they are
+    message = {"type": "append_entries", "entries": [(entry, 7, 2)], "term": 2}
+    assert len(pysyncobj_pickle.dumps(message)) < len(command) + 256  # what install() set
+    old_entry = _command_entry(command, 2)
+    assert len(old_entry) > len(command) * 3 // 2 and b"_codecs" in old_entry
+    old_message = {"type": "append_entries", "entries": [(old_entry, 8, 2)], "term": 2}
+    peer = _AeadEncryptor(SECRET)
+    link = _Link()
+    try:
+        link.client.sendall(_sealed(os.urandom(32), peer))
+        link.pump(lambda: link.messages)
+        link.conn.recvRandKey = mine = os.urandom(32)
+        with _pickled_at(2):  # an older member's frame
+            link.client.sendall(_sealed(old_message, peer, key=mine))
+        link.client.sendall(_sealed(message, peer, key=mine))
+        link.pump(lambda: len(link.messages) == 3)
+        assert link.messages[1:] == [old_message, message] and link.drops == []
+        # Either entry is the same call of the same command to the one who applies it.
+        assert pickle.loads(old_entry[1:]) == pickle.loads(entry[1:]) == (0, (command,))
     finally:
         link.close()
 

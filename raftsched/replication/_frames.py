@@ -21,11 +21,14 @@ HEADER_BYTES = _LENGTH.size
 
 # -- the largest frame a member sends ------------------------------------------------------------
 #
-# pysyncobj pickles every message with protocol 2. There a ``bytes`` object of n bytes becomes
-# ``codecs.encode(<n-character latin-1 str>, 'latin1')`` and the str is stored in UTF-8: up to 2n
-# bytes (every byte >= 0x80 takes two), plus opcodes. The bounds below follow from that; the
-# figures in brackets are measured with the widest values (tests/test_replication_raft_port.py
-# checks each bound against real pickles of the largest messages).
+# pysyncobj pickles every message with protocol 2, and so did raftsched's members before they
+# wrote protocol 4 (``_install.PICKLE_PROTOCOL``); a cluster being upgraded has both. At protocol 2
+# a ``bytes`` object of n bytes becomes ``codecs.encode(<n-character latin-1 str>, 'latin1')`` and
+# the str is stored in UTF-8: up to 2n bytes (every byte >= 0x80 takes two), plus opcodes; at
+# protocol 4 it is n bytes behind a 9-byte header at most. The bounds below follow from protocol
+# 2, the wider; the figures in brackets are measured with the widest values
+# (tests/test_replication_raft_port.py checks each bound against real pickles of the largest
+# messages at both protocols).
 
 #: Opcodes around one pickled bytes object: the str's BINUNICODE header (5), memo gets of
 #: ``codecs.encode`` and ``'latin1'`` (5 each), TUPLE2 and REDUCE (2), memo puts of the str and the
