@@ -8,6 +8,7 @@ import pytest
 from raftsched.clock import FakeClock
 from raftsched.core import commands, limits, queries, schedule
 from raftsched.core.state import SchedulerState
+from raftsched.node import limits as node_limits
 from raftsched.node.service import Service
 from raftsched.node.trigger import Trigger
 
@@ -516,3 +517,35 @@ def test_a_leadership_lost_and_won_again_within_a_tick_starts_a_new_term():
         await asyncio.wait_for(task, 5)
 
     asyncio.run(lead())
+
+
+def test_the_reaper_reads_the_leases_at_most_every_interval_and_expires_a_ttl_after_it_saw_them():
+    """A busy leader ticks hundreds of times a second: the reaper reads every lease at most every
+    reap_interval_s, and a lease left unrenewed is expired once the reaper has seen it unchanged for
+    its TTL: no earlier than its TTL, and at most two intervals (and ticks) later, one to be seen
+    and one to be seen again past its TTL."""
+    st, raft, clock, trig = setup(every_s=10)
+    reads = []
+    real_read = raft.read
+
+    def read(fn, *args, **kw):
+        if fn is queries.lease_snapshot:
+            reads.append(clock.monotonic_s())
+        return real_read(fn, *args, **kw)
+
+    raft.read = read
+    slot = st.jobs["j0"]["next"]
+    clock.advance(slot - clock.now_ms())
+    asyncio.run(trig.tick())
+    granted = st.apply(commands.make("acquire", clock.now_ms(), None, worker="w", queues=None, max=1, ttl=1_000))
+    [run_id] = [g["id"] for g in granted["runs"]]
+    start = clock.monotonic_s()
+    while st.runs[run_id]["state"] == "running":
+        assert clock.monotonic_s() - start < 2, "expired a TTL after it was seen"
+        asyncio.run(trig.tick())
+        clock.advance(7)  # a tick every 7 ms
+    expired_after = clock.monotonic_s() - start
+    assert 1.0 <= expired_after <= 1.0 + 2 * (node_limits.reap_interval_s + 0.007) + 0.007, expired_after
+    gaps = [b - a for a, b in zip(reads, reads[1:])]
+    assert len(reads) >= 10 and min(gaps) >= node_limits.reap_interval_s - 1e-9, gaps
+    assert max(gaps) < node_limits.reap_interval_s + 0.007 + 1e-9, gaps

@@ -121,6 +121,13 @@ leader_wait_s = 0.5
 #: The shortest sleep between two ticks of a leading trigger: other tasks (the API, the worker)
 #: get the loop even when slots are due back to back.
 tick_sleep_s_min = 0.002
+#: How often, at most, the leader's reaper reads every lease and lock (``Trigger.reap``): each
+#: read lists and sorts them all (a few hundred to thousands under load), and a busy leader ticks
+#: hundreds of times a second. A lease is expired up to twice this later than a whole TTL after
+#: the reaper could first have seen it unchanged (once to see it, once to see it past its TTL),
+#: never earlier; a tenth of the shortest TTL.
+reap_interval_s = 0.1
+assert reap_interval_s <= core.lease_ttl_ms_min / 10_000
 
 # The worker fleet (node/dispatch.py, node/fleet.py) --------------------------
 #: How often a node reports, in one workers_seen, the workers that contacted it (and those whose

@@ -70,6 +70,8 @@ class Trigger:
         self.lag_observer = None
         #: (kind, id, token, renewals) -> this leader's monotonic time when it first saw it
         self._lease_seen: dict[tuple, float] = {}
+        #: this leader's monotonic time of the reaper's last read (node_limits.reap_interval_s)
+        self._reaped_at: float | None = None
         #: fire commands proposed and not yet answered: a bounded pipeline (see limits)
         self._window = asyncio.Semaphore(node_limits.fire_commands_in_flight_max)
         # The fire log (benchmarks) is flushed at most every fire_log_flush_s while firing, and
@@ -173,6 +175,7 @@ class Trigger:
         await self.proposer.propose(commands.takeover(self.clock.now_ms(), node=self.node_id, seen=seen or None))
         self.take_due_index()
         self._lease_seen = {}  # a new term starts every lease's TTL afresh (I15)
+        self._reaped_at = None
         log.info("trigger: leading; %d jobs", self.raft.read(queries.counts)["jobs"])
         beside = [asyncio.ensure_future(task()) for task in self.leader_tasks]
         try:
@@ -514,8 +517,15 @@ class Trigger:
         A new leader starts with an empty view, which gives every live lease one full TTL
         (the takeover rule, I15). Apply expires an item only if its token and renewal count are
         still those the reaper saw, so a renewal that raced the expire wins.
+
+        It reads at most every ``reap_interval_s`` (node/limits.py): the ticks between read
+        nothing, so a lease is seen up to an interval later than it could have been, and seen past
+        its TTL up to another: expired at most two intervals later, never earlier.
         """
         mono = self.clock.monotonic_s()
+        if self._reaped_at is not None and 0 <= mono - self._reaped_at < node_limits.reap_interval_s:
+            return
+        self._reaped_at = mono
         leases = self.raft.read(queries.lease_snapshot)
         seen = self._lease_seen
         current = set()
