@@ -296,20 +296,19 @@ class Dispatcher:
             types = None if head.types is None else frozenset(head.types)
             # The runs its requests want, counted only as far as a scan reads: a look costs the
             # same with ten thousand idle requests waiting as with ten.
-            want, free = 0, False
+            want = 0
             for r in q:
                 want += r.n
-                free = free or not (r.in_flight or r.gone())
                 if want >= node_limits.dispatch_ready_scan_max:
                     want = node_limits.dispatch_ready_scan_max
                     break
-            if not free and want <= self._cover.get(key, 0):
-                # Every request counted has an acquire in flight, and they cover what it counted:
-                # what the count could show is theirs (count - cover <= want - cover <= 0). An
+            if want <= self._cover.get(key, 0):
+                # The acquires in flight cover as many runs as the count may show (it shows at
+                # most want): what it could find is theirs (count - cover <= want - cover <= 0),
+                # whether or not a request counted is free (a free one further back, or one
+                # that came while its group's acquires cover the scan's whole want). An
                 # acquire's end or a new request looks again; under load that is most looks,
-                # each a scan of up to want runs. (Requests gone but not yet unlinked count in
-                # want and not in cover: with them the count is read, as a free request further
-                # back may be served.)
+                # each a scan of up to want runs saved.
                 continue
             count = self.raft.read(queries.ready_count, head.queues, head.labels, types, ready_ms,
                                    node_limits.dispatch_ready_scan_max, want, head.dedicated,
