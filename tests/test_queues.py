@@ -235,6 +235,46 @@ def test_drop_oldest_drops_what_a_scan_would_and_its_heaps_stay_bounded_when_not
     assert dropped > 300
 
 
+def test_a_full_drop_oldest_queue_drops_without_reading_the_whole_queue_in_one_apply():
+    """At a bound of a million runs, the first drop built drop_oldest's heap from every queued
+    run (~1.3 s in one apply, on every replica at once: the leader was lost), and every drop left
+    its run's acquire entry stale, so the acquire index was compacted whole every ~million drops.
+    Now put_queue makes the heap (from the runs queued then) and it is kept, a restore makes it,
+    and a drop takes its run's acquire entry with it: no fire reads the whole queue, and a
+    restored replica drops the same runs."""
+    from raftsched.core import queues
+    spec = spec_of({"every_s": 1}, "fire_all", grace_s=1000, max_catchup=5, queue="q")
+    s = new_state(*((f"j{i}", spec) for i in range(6)))
+    assert apply(s, plan_tick(s, T0 + SEC)[0])["ok"]
+    assert queries.queue_depth(s, "q") == 6  # six runs queued before the queue is bounded
+    reads = []
+    real = queues._queued_by_slot
+    with mock.patch.object(queues, "_queued_by_slot", lambda st, q: reads.append(q) or real(st, q)):
+        do(s, "put_queue", T0 + SEC, name="q", max_depth=20, on_full="drop_oldest")
+        assert reads == ["q"] and len(s._by_slot["q"]) == 6  # made once, from the six queued
+        other = restored(s)
+        assert reads == ["q", "q"] and sorted(other._by_slot["q"]) == sorted(s._by_slot["q"])
+        now, dropped = T0 + SEC, 0
+        for _ in range(60):
+            now += SEC
+            cmd, _ = plan_tick(s, now)
+            for st in (s, other):
+                assert apply(st, cmd)["ok"]
+            dropped = sum(1 for r in s.runs.values() if r.get("reason") == "queue_full")
+            depth = queries.queue_depth(s, "q")
+            assert depth == queued_count(s, "q") <= 20
+            # One entry a queued run in each index: the drops took theirs with them.
+            assert sum(len(h) for h in s._queued["q"].values()) == depth == len(s._by_slot["q"])
+        assert reads == ["q", "q"], "no fire made the heap again from the whole queue"
+    assert dropped == 6 * 61 - 20
+    assert other.state_hash() == s.state_hash()
+    # Taken off drop_oldest, the heap goes; put back on, it is made from the runs queued then.
+    do(s, "put_queue", now, name="q", max_depth=20, on_full="reject")
+    assert "q" not in s._by_slot
+    do(s, "put_queue", now, name="q", max_depth=20, on_full="drop_oldest")
+    assert len(s._by_slot["q"]) == 20
+
+
 def test_a_run_id_that_comes_back_in_another_queue_is_not_handed_out_from_the_old_one():
     """A job deleted while runs fired ahead are queued, then put again in another queue,
     re-creates the same run ids there. The old queue's index entry for such an id must not hand

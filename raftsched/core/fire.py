@@ -22,7 +22,7 @@ from .errors import InvalidCommand
 from .model import TERMINAL_STATES
 from .notify import on_slot_recorded
 from .policy import fires_ahead
-from .queues import compact_queued, drop_oldest_queued, enqueue, unqueue_count
+from .queues import by_slot_pushed, compact_queued, drop_oldest_queued, enqueue, unqueue_count
 from .ready import ReadyIndex
 from .records import LAG_LAST, LAG_MAX, LAG_SUM, RECORDED, RUN_TEMPLATE, RUNS, Record, Result, count_fire, is_int, ok
 
@@ -213,8 +213,8 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
                 stats[LAG_SUM] += lag_sum
                 if h._n > 2 * depth + limits.queue_index_stale_slack:
                     compact_queued(s, qname, prio, h)
-                if by_slot is not None and len(by_slot) > 2 * depth + limits.queue_index_stale_slack:
-                    del s._by_slot[qname]
+                if by_slot is not None:
+                    by_slot_pushed(s, qname, by_slot, depth, len(runs))
                 fired += len(runs)
                 job["cursor"] = upto
                 job["next"] = nxt

@@ -5,7 +5,8 @@ and priority the queued runs ordered by (due, id), a ``ready.ReadyIndex`` (a hea
 laid out by due), whose heads are the runs whose due has come (an acquire merges the heads by
 (-priority, due, id)); per queue the dead runs oldest
 first, by (finished_at, id); per queue whose ``drop_oldest`` had to drop a run, a heap of its
-queued runs by (slot, id), built when first needed and kept from then on (``drop_oldest_queued``);
+queued runs by (slot, id), kept while the queue drops (built when ``put_queue`` makes it
+``drop_oldest``, and on restore: ``drop_oldest_queued``);
 and the counts of queued and running runs per queue. A heap's entries go stale when a run leaves
 the queue another way than by being popped; stale entries are skipped when popped, and a heap
 that holds more than twice its queue's depth in entries is compacted
@@ -43,7 +44,8 @@ def reset_indexes(s: SchedulerState) -> None:
     """Empty indexes, for a state with no runs."""
     #: queue -> priority -> its queued runs by (due, run id); ready once due has come
     s._queued = {}
-    #: queue -> heap of (slot, run id) of its queued runs (drop_oldest's index; built lazily)
+    #: queue -> heap of (slot, run id) of its queued runs: drop_oldest's index, kept for every
+    #: queue whose on_full is drop_oldest (by_slot_index)
     s._by_slot = {}
     #: queue -> ids of its dead runs, oldest first by (finished_at, id)
     s._dead = {}
@@ -114,6 +116,9 @@ def rebuild_indexes(s: SchedulerState) -> None:
             dead.append(run)
     for run in sorted(dead, key=lambda r: (r["finished_at"], r["id"])):
         s._dead.setdefault(run["queue"], deque()).append(run["id"])
+    for name, qrec in s.queues.items():
+        if qrec["on_full"] == "drop_oldest":
+            by_slot_index(s, name)
     s._paused_count = sum(1 for j in s.jobs.values() if j["paused"])
     s._metric_jobs = {name: None for name, j in s.jobs.items() if j["spec"].get("metrics")}
     s._placed_jobs = {name: None for name, j in s.jobs.items() if "placement" in j["spec"]}
@@ -159,8 +164,7 @@ def _index(s: SchedulerState, run: Record, due: int, depth: int) -> None:
     bs = s._by_slot.get(q)
     if bs is not None:
         heapq.heappush(bs, (run["slot"], run["id"]))
-        if len(bs) > 2 * depth + limits.queue_index_stale_slack:
-            del s._by_slot[q]  # mostly stale: rebuilt when next needed
+        by_slot_pushed(s, q, bs, depth, 1)
 
 
 def compact_queued(s: SchedulerState, q: str, p: int, h: ReadyIndex) -> None:
@@ -178,18 +182,21 @@ def compact_queued(s: SchedulerState, q: str, p: int, h: ReadyIndex) -> None:
 
 def drop_oldest_queued(s: SchedulerState, qname: str, now: int) -> Record | None:
     """Mark the queued run of ``qname`` with the oldest slot (the smallest id among equal
-    slots) skipped: on_full=drop_oldest. O(log n) from the queue's by-slot heap, which is
-    built from the queue's acquire heaps the first time a drop is needed. :returns: the run
-    dropped (its outcome's hooks are the caller's: fire.dropped)."""
-    bs = s._by_slot.get(qname)
-    if bs is None:
-        bs = s._by_slot[qname] = _queued_by_slot(s, qname)
+    slots) skipped: on_full=drop_oldest. O(log n) from the queue's by-slot heap
+    (``by_slot_index``). The run's entry in its acquire index goes too when it is that index's
+    head (a queue of runs due at their slots: every drop), so that a full queue's drops do not
+    leave an entry each to compact. :returns: the run dropped (its outcome's hooks are the
+    caller's: fire.dropped)."""
+    bs = by_slot_index(s, qname)
     runs, pop = s.runs, heapq.heappop
     while bs:
         slot, rid = pop(bs)
         run = runs.get(rid)
         if run is not None and run["state"] == "queued" and run["queue"] == qname and run["slot"] == slot \
                 and run.get("due", slot) is not None:  # (a run held by its job's pause is not dropped)
+            h = s._queued.get(qname, {}).get(run["priority"])
+            if h is not None and h.head() == (run.get("due", slot), rid):
+                h.pop()
             s._trim_epoch += 1  # an entry of a history finished (fire.trim's scan cache)
             run["state"] = "skipped"
             run["reason"] = "queue_full"
@@ -198,6 +205,38 @@ def drop_oldest_queued(s: SchedulerState, qname: str, now: int) -> Record | None
             s._queue_depth[qname] -= 1
             return run
     return None
+
+
+def by_slot_index(s: SchedulerState, qname: str) -> list[tuple[int, str]]:
+    """Queue ``qname``'s heap of (slot, run id), every queued run of it in it (and stale
+    entries): made from its acquire indexes when missing. It is kept for every ``drop_oldest``
+    queue from ``put_queue`` on (and made on restore), not made at the first drop: at a bound of
+    a million runs, making it took ~1.3 s in one apply, on every replica at once, and the
+    cluster lost its leader (docs/benchmarks.md, "A full queue's drops")."""
+    bs = s._by_slot.get(qname)
+    if bs is None:
+        bs = s._by_slot[qname] = _queued_by_slot(s, qname)
+    return bs
+
+
+def by_slot_pushed(s: SchedulerState, qname: str, bs: list[tuple[int, str]], depth: int, n: int) -> None:
+    """``n`` runs were pushed into queue ``qname``'s by-slot heap ``bs`` (its depth now
+    ``depth``): take up to ``n + 1`` stale entries off its top (runs leased, or gone another way:
+    a queue's runs leave it oldest first, mostly), so that stale ones do not pile up until a
+    compaction of the whole heap; compact it when they did anyway (over twice its depth)."""
+    if len(bs) > depth:
+        runs, pop = s.runs, heapq.heappop
+        for _ in range(n + 1):
+            slot, rid = bs[0]
+            run = runs.get(rid)
+            if run is not None and run["state"] == "queued" and run["queue"] == qname and run["slot"] == slot \
+                    and run.get("due", slot) is not None:
+                break
+            pop(bs)
+            if not bs:
+                break
+        if len(bs) > 2 * depth + limits.queue_index_stale_slack:
+            s._by_slot[qname] = _queued_by_slot(s, qname)
 
 
 def _queued_by_slot(s: SchedulerState, qname: str) -> list[tuple[int, str]]:
@@ -330,6 +369,10 @@ def apply_put_queue(s: SchedulerState, cmd: Command, now: int) -> Result:
                                or not all(type(t) is str and t for t in owners)):
         raise InvalidCommand("put_queue.tenants must be a list of tenant names or nil")
     s.queues[name] = {"max_depth": depth, "on_full": on_full}
+    if on_full == "drop_oldest":
+        by_slot_index(s, name)  # (from its queued runs, if any: kept from now on)
+    else:
+        s._by_slot.pop(name, None)
     if "tenants" in cmd:
         if owners is None:
             s.queue_owners.pop(name, None)
