@@ -18,7 +18,8 @@ until 2026-12-04 (3000 and four slots since).
 Every replica applies every command, so a three-node cluster pays these three times.
 
 ``PER_TICK=1`` prints each tick's fire µs per slot to stderr (a history's trim scans come every
-limits.history_trim_scan_slack slots: with ``sweep``, at every fourth tick of AHEAD=3000).
+limits.history_trim_scan_slack slots: with ``sweep``, at every fourth tick of AHEAD=3000), and the
+longest single fire command's apply in it (every replica stalls that long at once).
 
 ``TYPES=python,...`` makes ``e2e``'s acquires those of a worker of these executor types only
 (``raftsched worker --executors``, ``--app``), the jobs being python.
@@ -137,14 +138,17 @@ def main(argv: list[str]) -> int:
                  for j in jobs]
         datas = [C.encode(C.make("fire", t_ms, None, entries=plans[i:i + _CHUNK])) for i in range(0, len(plans), _CHUNK)]
         t0 = time.perf_counter()
+        longest = 0.0
         if counted == "fire" and k > 1:
             through("fire", st.apply_bytes, datas)
         else:
             for d in datas:
+                t1 = time.perf_counter()
                 st.apply_bytes(d)
+                longest = max(longest, time.perf_counter() - t1)
         if os.environ.get("PER_TICK"):
-            print(f"tick {k}: fire {1e6 * (time.perf_counter() - t0) / max(1, sum(len(p[5]) for p in plans)):.2f}us/slot",
-                  file=sys.stderr)
+            print(f"tick {k}: fire {1e6 * (time.perf_counter() - t0) / max(1, sum(len(p[5]) for p in plans)):.2f}us/slot,"
+                  f" longest command {1e3 * longest:.1f} ms", file=sys.stderr)
         if k > 1:  # the first tick's entries carry two slots (the general path)
             tf += time.perf_counter() - t0
             nf += sum(len(p[5]) for p in plans)
