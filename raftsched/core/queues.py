@@ -211,8 +211,9 @@ def by_slot_index(s: SchedulerState, qname: str) -> list[tuple[int, str]]:
     """Queue ``qname``'s heap of (slot, run id), every queued run of it in it (and stale
     entries): made from its acquire indexes when missing. It is kept for every ``drop_oldest``
     queue from ``put_queue`` on (and made on restore), not made at the first drop: at a bound of
-    a million runs, making it took ~1.3 s in one apply, on every replica at once, and the
-    cluster lost its leader (docs/benchmarks.md, "A full queue's drops")."""
+    300 000 runs making it took 0.37 s in one apply (in one process; over a second at a
+    million), on every replica at once, and the cluster lost its leader (docs/benchmarks.md,
+    "A full queue's drops")."""
     bs = s._by_slot.get(qname)
     if bs is None:
         bs = s._by_slot[qname] = _queued_by_slot(s, qname)
