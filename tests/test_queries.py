@@ -315,15 +315,16 @@ def test_the_job_names_index_follows_puts_deletes_and_restores(ops, limit):
 
 
 def test_the_scrapes_oldest_ready_walks_a_queue_whose_top_is_stale_outside_the_lock():
-    """A full drop_oldest queue drops its oldest run, whose entry stays at the top of the acquire
-    heap: every scrape walked such a queue whole under the replica's lock. Its heaps are now
-    copied there and walked outside, with the same answer."""
-    s = new_state(("j", spec_of({"every_s": 1}, queue="q")))
-    assert apply(s, commands.make("put_queue", T0, None, name="q", max_depth=3, on_full="drop_oldest"))["ok"]
+    """Runs that leave a queue but by being acquired leave their entries in the acquire heap (a
+    deleted job's: here "a"'s, whose ids sort first; until 2026-12-05 every drop of a full
+    drop_oldest queue too): every scrape walked such a queue whole under the replica's lock. Its
+    heaps are now copied there and walked outside, with the same answer."""
+    s = new_state(("a", spec_of({"every_s": 1}, queue="q")), ("j", spec_of({"every_s": 1}, queue="q")))
     now = T0
     for _ in range(8):
         now += SEC
         tick(s, now)
+    assert apply(s, commands.make("delete_job", now, None, name="a"))["ok"]
     now_ms, _runs, done, walk = queries.oldest_ready_inputs(s, now)
     assert "q" not in done and [q for q, _ in walk] == ["q"]
     want = {q["name"]: q["oldest_waiting_age_ms"] for q in queries.queue_stats(s, now) if q["oldest_waiting_age_ms"] is not None}
