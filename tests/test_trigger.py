@@ -549,3 +549,26 @@ def test_the_reaper_reads_the_leases_at_most_every_interval_and_expires_a_ttl_af
     gaps = [b - a for a, b in zip(reads, reads[1:])]
     assert len(reads) >= 10 and min(gaps) >= node_limits.reap_interval_s - 1e-9, gaps
     assert max(gaps) < node_limits.reap_interval_s + 0.007 + 1e-9, gaps
+
+
+def test_a_backlog_of_expired_leases_goes_an_expire_a_tick_not_an_expire_an_interval():
+    """A worker host holding hundreds of leases dies: one expire carries run_refs_per_command of
+    them, and the reaper reads again at the next tick while more are due, not a reap interval
+    later (which would take seconds for a few thousand)."""
+    st, raft, clock, trig = setup(n_jobs=300, every_s=10)
+    slot = min(j["next"] for j in st.jobs.values())
+    clock.advance(max(j["next"] for j in st.jobs.values()) - clock.now_ms())
+    asyncio.run(trig.tick())
+    held = []
+    while len(held) < 300:
+        got = st.apply(commands.make("acquire", clock.now_ms(), None, worker="w", queues=None, max=100, ttl=1_000))
+        assert got["runs"], (len(held), slot)
+        held += [g["id"] for g in got["runs"]]
+    start = clock.monotonic_s()
+    while any(st.runs[r]["state"] == "running" for r in held):
+        assert clock.monotonic_s() - start < 3, "all expired soon after their TTL"
+        asyncio.run(trig.tick())
+        clock.advance(7)
+    assert 300 > limits.run_refs_per_command  # (several expires' worth)
+    ticks_past_ttl = (clock.monotonic_s() - start - 1.0) / 0.007
+    assert clock.monotonic_s() - start <= 1.0 + 2 * (node_limits.reap_interval_s + 0.007) + 4 * 0.007, ticks_past_ttl

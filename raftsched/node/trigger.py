@@ -520,7 +520,8 @@ class Trigger:
 
         It reads at most every ``reap_interval_s`` (node/limits.py): the ticks between read
         nothing, so a lease is seen up to an interval later than it could have been, and seen past
-        its TTL up to another: expired at most two intervals later, never earlier.
+        its TTL up to another: expired at most two intervals later, never earlier. A read that
+        finds more due than one expire carries reads again at the next tick.
         """
         mono = self.clock.monotonic_s()
         if self._reaped_at is not None and 0 <= mono - self._reaped_at < node_limits.reap_interval_s:
@@ -542,6 +543,10 @@ class Trigger:
         if not due_runs and not due_locks:
             return
         n = limits.run_refs_per_command
+        if len(due_runs) + len(due_locks) > n:
+            # More than one expire carries: the next tick reads again (after this one commits),
+            # not an interval later; a dead host's thousands of leases go at a command a tick.
+            self._reaped_at = None
         due_runs, due_locks = due_runs[:n], due_locks[:max(0, n - len(due_runs[:n]))]
         try:
             res = await self.proposer.propose(commands.expire(now, runs=due_runs, locks=due_locks))
