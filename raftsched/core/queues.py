@@ -237,7 +237,23 @@ def by_slot_pushed(s: SchedulerState, qname: str, bs: list[tuple[int, str]], dep
             if not bs:
                 break
         if len(bs) > 2 * depth + limits.queue_index_stale_slack:
-            s._by_slot[qname] = _queued_by_slot(s, qname)
+            _compact_by_slot(s, qname, bs)
+
+
+def _compact_by_slot(s: SchedulerState, qname: str, bs: list[tuple[int, str]]) -> None:
+    """Keep only the live entries of queue ``qname``'s by-slot heap ``bs``, one a run, in place
+    (a caller may hold the list): read from the heap itself, not from the acquire indexes."""
+    runs, seen, keep = s.runs, set(), []
+    for slot, rid in bs:
+        if rid in seen:
+            continue
+        run = runs.get(rid)
+        if run is not None and run["state"] == "queued" and run["queue"] == qname and run["slot"] == slot \
+                and run.get("due", slot) is not None:
+            seen.add(rid)
+            keep.append((slot, rid))
+    heapq.heapify(keep)
+    bs[:] = keep
 
 
 def _queued_by_slot(s: SchedulerState, qname: str) -> list[tuple[int, str]]:
