@@ -4,9 +4,9 @@ Derived indexes (not in the snapshot, made again by ``rebuild_indexes`` on resto
 and priority the queued runs ordered by (due, id), a ``ready.ReadyIndex`` (a heap's operations,
 laid out by due), whose heads are the runs whose due has come (an acquire merges the heads by
 (-priority, due, id)); per queue the dead runs oldest
-first, by (finished_at, id); per queue whose ``drop_oldest`` had to drop a run, a heap of its
-queued runs by (slot, id), kept while the queue drops (built when ``put_queue`` makes it
-``drop_oldest``, and on restore: ``drop_oldest_queued``);
+first, by (finished_at, id); per queue whose ``on_full`` is ``drop_oldest``, a heap of its
+queued runs by (slot, id), made when ``put_queue`` makes it so (and on restore) and kept
+(``by_slot_index``, ``drop_oldest_queued``);
 and the counts of queued and running runs per queue. A heap's entries go stale when a run leaves
 the queue another way than by being popped; stale entries are skipped when popped, and a heap
 that holds more than twice its queue's depth in entries is compacted
