@@ -24,6 +24,11 @@ longest single fire command's apply in it (every replica stalls that long at onc
 ``TYPES=python,...`` makes ``e2e``'s acquires those of a worker of these executor types only
 (``raftsched worker --executors``, ``--app``), the jobs being python.
 
+``FLEET=1`` makes ``e2e`` what bench.py's fleet_e2e asks of the nodes: the jobs an SDK App's
+(labels and a placement on the app's workers), the worker registered with the app's label and
+dedicated to it, acquires of up to 100 python runs, and each complete_many a remote worker's
+(``worker``, ``own``, 100 outcomes).
+
 ``MEMORY=1`` also prints the resident memory the ticks added, per run the state holds (its map,
 attempt records, id, integers, its place in the run map and its history; read from
 /proc/self/status after a full collection), and the seconds the final state's snapshot takes to
@@ -122,6 +127,15 @@ def main(argv: list[str]) -> int:
     sweep = mode == "sweep"
     raw = {"schedule": {"every_s": 1}, "executor": {"type": "python", "target": "builtins:id"},
            "misfire": {"policy": "fire_all"}, "queue": "q", "history": 1 if sweep else 43}
+    fleet = os.environ.get("FLEET") == "1" and not sweep
+    batch = 100 if fleet else 32
+    if fleet:  # what an SDK App's job is (benchlib/noop_app.py), and its worker (raftsched worker --app)
+        app = {"raftsched.app": "bench-noop"}
+        raw.update(labels=app, placement={"labels": app})
+        TYPES = ["python"]
+        hello = st.apply(C.make("worker_hello", now, None, worker="w", kind="remote", labels=app, slots=100,
+                                executors=TYPES, queues=["q"], dedicated=["raftsched.app"]))
+        assert hello["ok"], hello
     st.apply(C.make("put_queue", now, None, name="q", max_depth=int(os.environ.get("QUEUE_DEPTH", 10**6)), on_full="drop_oldest" if sweep else "reject"))
     spec = model.validate_job("j", raw)
     for i in range(N):
@@ -155,7 +169,7 @@ def main(argv: list[str]) -> int:
         if sweep:
             continue
         got = []
-        acq = C.encode(C.make("acquire", t_ms + 5, None, worker="w", queues=None, max=32, ttl=30_000, types=TYPES))
+        acq = C.encode(C.make("acquire", t_ms + 5, None, worker="w", queues=None, max=batch, ttl=30_000, types=TYPES))
         while True:
             t0 = time.perf_counter()
             r = through("acquire", st.apply_bytes, [acq])[0]
@@ -164,9 +178,10 @@ def main(argv: list[str]) -> int:
                 break
             na += len(r["runs"])
             got.extend(r["runs"])
-        for i in range(0, len(got), 32):
-            d = C.encode(C.make("complete_many", t_ms + 10, None,
-                                results=[{"run": g["id"], "token": g["token"], "success": True} for g in got[i:i + 32]]))
+        for i in range(0, len(got), batch):
+            results = [{"run": g["id"], "token": g["token"], "success": True} for g in got[i:i + batch]]
+            d = C.encode(C.make("complete_many", t_ms + 10, None, results=results, worker="w", own=True)
+                         if fleet else C.make("complete_many", t_ms + 10, None, results=results))
             t0 = time.perf_counter()
             through("complete", st.apply_bytes, [d])
             tc += time.perf_counter() - t0
