@@ -36,15 +36,22 @@ EXECUTORS = (None, None, {"type": "shell", "argv": ["true"]}, {"type": "http", "
 #: drop_oldest queue drops in the same fire must reach on both paths.
 DEADLINES = (None, None, None, {"start_within_s": 1}, {"succeed_within_s": 3})
 
+#: Mostly none; a placement the labelled workers below satisfy, or one none does (acquire's
+#: fast path reads a placement once a command).
+PLACEMENTS = (None, None, {"labels": {"zone": "a"}}, {"labels": {"zone": "b"}})
+#: The acquiring workers: unregistered (no labels), registered with zone=a, and registered with
+#: zone=a and dedicated to it (only runs placed on zone=a).
+WORKERS = ("w", "wa", "wd")
+
 job_specs = st.builds(
-    lambda every, ov, hist, prio, q, pol, attempts, ex, dl: spec_of(
+    lambda every, ov, hist, prio, q, pol, attempts, ex, dl, pl: spec_of(
         {"every_s": every}, pol, grace_s=1, max_catchup=3, history=hist, priority=prio, queue=q,
         retry={"max_attempts": attempts, "backoff_s": 0},
         **({} if ov is None else {"overlap": ov}), **({} if ex is None else {"executor": ex}),
-        **({} if dl is None else {"deadline": dl})),
+        **({} if dl is None else {"deadline": dl}), **({} if pl is None else {"placement": pl})),
     st.sampled_from([1, 2]), st.sampled_from(OVERLAPS), st.sampled_from([1, 2, 5]),
     st.sampled_from([0, 1]), st.sampled_from(QUEUES), st.sampled_from(["fire_all", "fire_once", "skip"]),
-    st.sampled_from([1, 2]), st.sampled_from(EXECUTORS), st.sampled_from(DEADLINES))
+    st.sampled_from([1, 2]), st.sampled_from(EXECUTORS), st.sampled_from(DEADLINES), st.sampled_from(PLACEMENTS))
 
 ops = st.one_of(
     st.tuples(st.just("put"), st.sampled_from(NAMES), job_specs),
@@ -56,14 +63,16 @@ ops = st.one_of(
     st.tuples(st.just("tick"), st.sampled_from([1000]), st.just(1000)),
     st.tuples(st.just("replay"), st.integers(0, 5)),
     st.tuples(st.just("acquire"), st.integers(1, 6), st.sampled_from([None, ["q1"], ["q1", "q2"], ["default"]]),
-              st.sampled_from([None, None, ["python"], ["shell"], ["python", "http"]])),
-    st.tuples(st.just("acquire"), st.integers(1, 6), st.just(None), st.just(None)),
-    st.tuples(st.just("acquire"), st.integers(1, 6), st.just(None), st.just(None)),
+              st.sampled_from([None, None, ["python"], ["shell"], ["python", "http"]]), st.sampled_from(WORKERS)),
+    st.tuples(st.just("acquire"), st.integers(1, 6), st.just(None), st.just(None), st.sampled_from(WORKERS)),
+    st.tuples(st.just("acquire"), st.integers(1, 6), st.just(None), st.just(None), st.just("w")),
+    # Outcomes; with ``own``, as a remote worker reports them (node/fleet.py): its id, and an
+    # outcome for a run another worker holds refused.
     st.tuples(st.just("complete"), st.lists(st.tuples(st.integers(0, 50), st.just(True), st.just(False),
-                                                       st.just(None)), min_size=1, max_size=6)),
+                                                       st.just(None)), min_size=1, max_size=6), st.booleans()),
     st.tuples(st.just("complete"), st.lists(st.tuples(st.integers(0, 50), st.booleans(), st.booleans(),
                                                        st.sampled_from([None, "boom", "x" * 3000])),
-                                            min_size=1, max_size=6)),
+                                            min_size=1, max_size=6), st.booleans()),
     st.tuples(st.just("pause"), st.sampled_from(NAMES)),
     st.tuples(st.just("resume"), st.sampled_from(NAMES)),
     st.tuples(st.just("trigger"), st.sampled_from(NAMES)),
@@ -79,8 +88,11 @@ def _derived(s: SchedulerState):
             assert h._multi == {d for d, b in h._buckets.items() if type(b) is list}
             assert h._unsorted <= h._multi and h._heaped <= h._multi
     wheels = [(w.at, sorted(w.times), w.size) for w in ((s.due.now, s.due.ahead) if s.due is not None else ())]
+    # The metrics' counters (core/stats.py, never in a snapshot): the fast paths count alike.
+    counted = (s.stats.finished, s.stats.recorded, [(b.counts, b.sum_ms) for b in (s.stats.slot_to_start,
+                                                                                    s.stats.slot_to_completion)])
     return (s._queued, s._queue_depth, list(s._running_ids), s._running_count, s.fencing_token,
-            {q: list(d) for q, d in s._dead.items()}, wheels)
+            {q: list(d) for q, d in s._dead.items()}, wheels, counted)
 
 
 @settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -106,6 +118,11 @@ def test_fast_paths_change_nothing(specs, steps, due_index):
 
     propose(commands.make("put_queue", now, None, name="q1", max_depth=6, on_full="reject"))
     propose(commands.make("put_queue", now, None, name="q2", max_depth=4, on_full="drop_oldest"))
+    for wid, dedicated in (("wa", []), ("wd", ["zone"])):
+        res = propose(commands.make("worker_hello", now, None, worker=wid, kind="remote", labels={"zone": "a"},
+                                    slots=4, executors=["shell", "http", "python"], queues=None,
+                                    dedicated=dedicated))
+        assert res["ok"], res
     for name, spec in zip(NAMES, specs):
         propose(put_cmd(fast, name, spec, now))
     for op in steps:
@@ -140,7 +157,7 @@ def test_fast_paths_change_nothing(specs, steps, due_index):
             # A re-proposed or stale fire: every entry must be dropped whole on both.
             propose(commands.decode(fires[max(0, len(fires) - 1 - op[1])]))
         elif kind == "acquire":
-            propose(commands.make("acquire", now, None, worker="w", queues=op[2], max=op[1], ttl=30_000,
+            propose(commands.make("acquire", now, None, worker=op[4], queues=op[2], max=op[1], ttl=30_000,
                                   types=op[3]))
         elif kind == "complete":
             running = list(fast._running_ids)
@@ -160,7 +177,10 @@ def test_fast_paths_change_nothing(specs, steps, due_index):
                         > limits.command_bytes_max - 1024:
                     break
                 items.append(item)
-            if items:
+            if items and op[2]:  # the first item's holder reports them all: others' are refused
+                propose(commands.make("complete_many", now, None, results=items, own=True,
+                                      worker=fast.runs[items[0]["run"]]["worker"]))
+            elif items:
                 propose(commands.make("complete_many", now, None, results=items))
         elif kind == "pause" and op[1] in fast.jobs:
             propose(commands.make("pause_job", now, None, name=op[1]))

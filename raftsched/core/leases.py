@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from . import limits, pipelines
 from .errors import Conflict, InvalidCommand, NotFound
 from .placement import placement_ok
-from .events import emit
+from .events import CONSECUTIVE, LAST_SLOT, LAST_SUCCESS, emit
 from .notify import on_attempt_failed, on_dead, on_slot_recorded, on_success
 from .policy import backoff_ms
 from .queues import add_dead, enqueue, unqueue_count
@@ -112,6 +112,11 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
         q, p, h = heaps[0]
         jobs = s.jobs
         pop_due_by = h.pop_due_by
+        # Whether this worker's labels satisfy a placement, by the placement's object: specs share
+        # their parts (records.SHARED_PARTS), so a fleet's jobs are read once a command, not once a
+        # run. The answer depends on the placement, the labels and dedicated only, and every
+        # placement object stays alive (its spec holds it) while the command applies.
+        placed: dict[int, bool] = {}
         while len(granted) < n and scanned < limits.acquire_scan_max:
             entry = pop_due_by(now)
             if entry is None:
@@ -123,19 +128,25 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
                 continue  # stale index entry
             scanned += 1
             job = jobs.get(run["job"])
-            if types is not None and job is not None and job["spec"]["executor"]["type"] not in types:
-                held_back.append((h, (due, rid)))  # another worker runs this executor type
-                held.add(rid)
-                continue
-            if job is not None and (policed or LIMITED in job["spec"]) and _refused(s, run, job, now):
-                refused += 1
-                continue
-            if job is not None and ("placement" in job["spec"] or dedicated) \
-                    and not placement_ok(job["spec"], labels, dedicated):
-                held_back.append((h, (due, rid)))  # I18: another worker's labels satisfy it
-                held.add(rid)
-                continue
-            granted.append(grant(s, run, worker, ttl, now))
+            if job is not None:
+                spec = job["spec"]
+                if types is not None and spec["executor"]["type"] not in types:
+                    held_back.append((h, (due, rid)))  # another worker runs this executor type
+                    held.add(rid)
+                    continue
+                if (policed or LIMITED in spec) and _refused(s, run, job, now):
+                    refused += 1
+                    continue
+                if "placement" in spec or dedicated:
+                    key = id(spec.get("placement"))
+                    fits = placed.get(key)
+                    if fits is None:
+                        fits = placed[key] = placement_ok(spec, labels, dedicated)
+                    if not fits:
+                        held_back.append((h, (due, rid)))  # I18: another worker's labels satisfy it
+                        held.add(rid)
+                        continue
+            granted.append(_grant(s, run, worker, ttl, now, job))
         _put_back(held_back)
         if w is not None:
             w["grants"] += len(granted)
@@ -234,6 +245,11 @@ _NO_SPEC: Record = {}
 
 def grant(s: SchedulerState, run: Record, worker: str, ttl: int, now: int) -> dict[str, Any]:
     """Lease a queued run (out of its queue's index already) to ``worker``: the grant."""
+    return _grant(s, run, worker, ttl, now, s.jobs.get(run["job"]))
+
+
+def _grant(s: SchedulerState, run: Record, worker: str, ttl: int, now: int, job: Record | None) -> dict[str, Any]:
+    """:func:`grant`, ``job`` being the run's job (None: gone), read by the caller already."""
     s.fencing_token = tok = s.fencing_token + 1  # I13: one counter, only increases
     rid, q, deadline = run["id"], run["queue"], now + ttl
     s._queue_depth[q] = s._queue_depth.get(q, 1) - 1
@@ -248,7 +264,6 @@ def grant(s: SchedulerState, run: Record, worker: str, ttl: int, now: int) -> di
     run["renewals"] = 0
     s._running_ids[rid] = None
     s._running_count[q] = s._running_count.get(q, 0) + 1
-    job = s.jobs.get(run["job"])
     if job is None:
         executor = payload = None
         timeout_s = limits.timeout_s_default
@@ -387,8 +402,8 @@ def apply_complete_many(s: SchedulerState, cmd: Command, now: int) -> Result:
     if not isinstance(items, list) or not 1 <= len(items) <= limits.complete_batch_max:
         raise InvalidCommand(f"complete_many needs 1..{limits.complete_batch_max} results")
     for it in items:
-        if not (isinstance(it, dict) and isinstance(it.get("run"), str) and is_int(it.get("token"))
-                and isinstance(it.get("success"), bool)):
+        if not (isinstance(it, dict) and isinstance(it.get("run"), str)
+                and (type(tok := it.get("token")) is int or is_int(tok)) and isinstance(it.get("success"), bool)):
             raise InvalidCommand("each result needs run, token, success")
     worker = cmd.get("worker")
     own = cmd.get("own", False)
@@ -399,9 +414,12 @@ def apply_complete_many(s: SchedulerState, cmd: Command, now: int) -> Result:
     if w is not None and now > w["last_seen"]:
         w["last_seen"] = now  # a registered worker is seen (workers.py)
     out = []
+    accepted = 0  # the outcomes applied (the worker's count)
     fast = s._fast_paths
     runs = s.runs
     deadline_book = s.deadlines
+    running_count, running_ids, healths, children = s._running_count, s._running_ids, s.health, s.pipes.children
+    on_stats = s.stats.on_success
     for it in items:
         rid = it["run"]
         run = runs.get(rid)
@@ -417,29 +435,53 @@ def apply_complete_many(s: SchedulerState, cmd: Command, now: int) -> Result:
         if fast and it["success"] and run is not None and run["state"] == "running" \
                 and run.get("fencing_token") == it["token"]:
             # A success of the current attempt (nearly every item): apply_complete and
-            # finish_attempt inline, the same changes in the same order.
+            # finish_attempt inline (close_attempt's success, notify.on_success's job health of
+            # a job without an open incident), the same changes in the same order.
             error, output = it.get("error"), it.get("output")
             if error is not None:
                 error = bound_text(error, limits.error_chars_max)
             if output is not None:
                 output = bound_text(output, limits.output_bytes_max)
-            close_attempt(s, run, now, True, error, output)
+            q = run["queue"]
+            running_count[q] = running_count.get(q, 1) - 1
+            running_ids.pop(run["id"], None)
+            kept = run.get("attempts")
+            if kept is None:
+                run["attempts"] = NONE_KEPT  # (close_attempt says why)
+            elif len(kept) >= limits.attempts_kept_max:
+                del kept[0]
+            run["finished_at"] = now
+            run["error"] = error
+            run["output"] = output
+            run["deadline"] = None
+            on_stats(run, now)
             run["state"] = "succeeded"
             if deadline_book.slots or deadline_book.since:
                 on_finish(s, run, now)
-            on_success(s, run, now)
-            if run["job"] in s.pipes.children:
+            name = run["job"]
+            h = healths.get(name)
+            if h is None or h[CONSECUTIVE] or s.sinks or run.get("kind") == "backfill":
+                on_success(s, run, now)
+            else:
+                h[LAST_SUCCESS] = now
+                h[LAST_SLOT] = [run["slot"], "succeeded", None]
+            if name in children:
                 if it.get("result") is not None:  # kept for its children only
                     run["result"] = pipelines.check_result(it["result"])
                 pipelines.notify(s, run, now)
             out.append({"ok": True, "run": rid, "state": "succeeded", "attempt": run["attempt"]})
+            accepted += 1
             continue
         try:
-            out.append(apply_complete(s, it, now))
+            r = apply_complete(s, it, now)
         except (Conflict, NotFound) as e:
             out.append({"ok": False, "run": it["run"], "error": e.to_dict()})
+            continue
+        out.append(r)
+        if r["ok"]:
+            accepted += 1
     if w is not None:
-        w["completed"] += sum(1 for r in out if r["ok"])  # the worker's accepted outcomes
+        w["completed"] += accepted  # the worker's accepted outcomes
     return {"ok": True, "results": out}
 
 
