@@ -207,6 +207,34 @@ def test_acquire_with_tenants_grants_only_their_runs_in_the_order_it_would_grant
     assert counted >= sum(1 for r in left if s.runs[r]["tenant"] in only)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from([None, {"zone": "a"}, {"zone": "b"}, {"zone": "a", "disk": "ssd"}]),
+                min_size=1, max_size=10),
+       st.sampled_from([{"zone": "a"}, {"zone": "a", "disk": "ssd"}, {"zone": "b"}]), st.booleans(),
+       st.integers(1, 3))
+def test_ready_count_counts_what_the_workers_acquire_grants_across_placements(placements, labels, dedicated,
+                                                                            runs_each):
+    """A dispatcher's count (queries.ready_count) and an acquire agree on which runs a worker's
+    labels (dedicated to its zone, or not) may take, however the queue mixes placements: both
+    read a placement once a command, by its object (jobs share equal parts)."""
+    jobs = [(f"j{k}", jspec(**({} if pl is None else {"placement": {"labels": pl}})))
+            for k, pl in enumerate(placements)]
+    s = new_state(*jobs)
+    res = do(s, "worker_hello", T0, worker="wz", kind="remote", labels=labels, slots=100, executors=["python"],
+             queues=None, dedicated=["zone"] if dedicated else [])
+    assert res["ok"], res
+    for k in range(runs_each):
+        for name, _ in jobs:
+            trig(s, name, T0 + k)
+    counted = queries.ready_count(s, None, labels, None, T0 + 100, 10_000, 10_000, ("zone",) if dedicated else ())
+    fits = [name for name, spec in jobs
+            if (spec.get("placement") or {}).get("labels", {}).items() <= labels.items()
+            and (not dedicated or "placement" in spec)]
+    granted = acq(s, T0 + 100, worker="wz", n=limits.acquire_runs_max)
+    assert counted == len(granted) == runs_each * len(fits)
+    assert sorted({g["job"] for g in granted}) == sorted(fits)
+
+
 def test_heartbeat_and_release_with_tenants_treat_another_tenants_lease_as_lost():
     s = new_state(("a", jspec()), ("b", jspec(tenant="billing")))
     ra, rb = trig(s, "a", T0), trig(s, "b", T0)

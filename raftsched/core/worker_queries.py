@@ -305,6 +305,7 @@ def ready_count(s: SchedulerState, queues: list[str] | None, labels: dict[str, s
     tries now and then anyway)."""
     names = queues if queues is not None else list(s._queued)
     runs, jobs, rates, only, scanned, found = s.runs, s.jobs, s.tenants, tenants, 0, 0
+    placed: dict[int, bool] = {}  # by placement object, as acquire reads them (core/leases.py)
     for q in names:
         for p, h in s._queued.get(q, {}).items():
             for due, bucket in h.ready_buckets(now_ms):
@@ -322,8 +323,13 @@ def ready_count(s: SchedulerState, queues: list[str] | None, labels: dict[str, s
                         spec = job["spec"]
                         if types is not None and spec["executor"]["type"] not in types:
                             continue
-                        if ("placement" in spec or dedicated) and not placement_ok(spec, labels, dedicated):
-                            continue
+                        if "placement" in spec or dedicated:
+                            key = id(spec.get("placement"))
+                            fits = placed.get(key)
+                            if fits is None:
+                                fits = placed[key] = placement_ok(spec, labels, dedicated)
+                            if not fits:
+                                continue
                     if only is not None and r["tenant"] not in only:
                         continue
                     t = rates.get(r["tenant"])
