@@ -572,3 +572,30 @@ def test_a_backlog_of_expired_leases_goes_an_expire_a_tick_not_an_expire_an_inte
     assert 300 > limits.run_refs_per_command  # (several expires' worth)
     ticks_past_ttl = (clock.monotonic_s() - start - 1.0) / 0.007
     assert clock.monotonic_s() - start <= 1.0 + 2 * (node_limits.reap_interval_s + 0.007) + 4 * 0.007, ticks_past_ttl
+
+
+def test_a_lock_due_behind_a_backlog_of_expired_leases_goes_in_the_first_expire():
+    """A worker host holding hundreds of leases dies while another service's lock runs out: the
+    lock is released in the first expire (locks go first, up to half of one), not after every
+    expire the leases' backlog takes; and the runs still fill the rest of it."""
+    st, raft, clock, trig = setup(n_jobs=300, every_s=10)
+    clock.advance(max(j["next"] for j in st.jobs.values()) - clock.now_ms())
+    asyncio.run(trig.tick())
+    held = []
+    while len(held) < 300:
+        got = st.apply(commands.make("acquire", clock.now_ms(), None, worker="w", queues=None, max=100, ttl=1_000))
+        assert got["runs"], len(held)
+        held += [g["id"] for g in got["runs"]]
+    for k in range(3):
+        res = st.apply(commands.make("lock_acquire", clock.now_ms(), None, name=f"lk{k}", owner="svc", ttl=1_000))
+        assert res["ok"], res
+    start = clock.monotonic_s()
+    while st.locks:
+        assert clock.monotonic_s() - start < 3, "the locks expired soon after their TTL"
+        asyncio.run(trig.tick())
+        clock.advance(7)
+    expires = [commands.decode(d) for d in raft.proposed]
+    expires = [c for c in expires if c["op"] == "expire"]
+    assert expires and len(expires[0]["locks"]) == 3, [len(c["locks"]) for c in expires]
+    assert len(expires[0]["runs"]) == limits.run_refs_per_command - 3
+    assert 300 > limits.run_refs_per_command  # (several expires' worth of leases)

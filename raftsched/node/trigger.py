@@ -521,7 +521,8 @@ class Trigger:
         It reads at most every ``reap_interval_s`` (node/limits.py): the ticks between read
         nothing, so a lease is seen up to an interval later than it could have been, and seen past
         its TTL up to another: expired at most two intervals later, never earlier. A read that
-        finds more due than one expire carries reads again at the next tick.
+        finds more due than one expire carries reads again at the next tick; such an expire
+        carries the due locks first, up to half of it.
         """
         mono = self.clock.monotonic_s()
         if self._reaped_at is not None and 0 <= mono - self._reaped_at < node_limits.reap_interval_s:
@@ -547,7 +548,11 @@ class Trigger:
             # More than one expire carries: the next tick reads again (after this one commits),
             # not an interval later; a dead host's thousands of leases go at a command a tick.
             self._reaped_at = None
-        due_runs, due_locks = due_runs[:n], due_locks[:max(0, n - len(due_runs[:n]))]
+            # Locks first, up to half an expire (all the room runs leave): a dead worker host's
+            # backlog of leases must not hold another service's lock past its TTL for as many
+            # expires as the backlog takes, nor a backlog of locks the runs.
+            due_locks = due_locks[:max(n // 2, n - len(due_runs))]
+            due_runs = due_runs[:n - len(due_locks)]
         try:
             res = await self.proposer.propose(commands.expire(now, runs=due_runs, locks=due_locks))
             if res.get("expired") or res.get("released"):
