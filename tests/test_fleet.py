@@ -284,7 +284,7 @@ def test_idle_requests_of_many_groups_cost_no_reads_while_nothing_changes_but_a_
         reads, real = count_reads(env)
         await asyncio.sleep(2.3)  # ok-sleep: the window whose reads are counted
         env.raft.read = real
-        full = reads.count("ready_count") // 40
+        full = reads.count("ready_scan") // 40
         # Two or three full looks (one a second: at most three reads a group each, and a few of
         # the loop's own); polling every dispatch_poll_s read the replica ~100 times in this window.
         assert 2 <= full <= 3, (full, reads[:20])
@@ -313,7 +313,7 @@ def test_a_request_joining_a_group_with_no_work_costs_no_look_but_one_with_work_
         await until(lambda: env.fleet.dispatcher.waiting == 6, what="the sixth request waiting")
         await asyncio.sleep(0.05)  # ok-sleep: the dispatcher would have looked by now
         env.raft.read = real
-        assert "ready_count" not in reads, reads  # no look: only the handler's own read
+        assert "ready_scan" not in reads, reads  # no look: only the handler's own read
         # work for the group: the oldest request gets it at once, the newcomer after it
         await put_job(env, "j")
         rid = await trigger(env, "j")
@@ -372,12 +372,64 @@ def test_a_look_counts_no_ready_runs_for_a_group_whose_every_request_has_an_acqu
         d._groups[key] = collections.deque(reqs)
         d._busy[key], d._cover[key] = 2, 64
         d._look()
-        assert "ready_count" not in reads
+        assert "ready_scan" not in reads
         d._groups[key].append(LeaseRequest("w2", ["q"], {}, None, 32, 10_000))
         d._dirty = True
         d._look()
-        assert "ready_count" in reads
+        assert "ready_scan" in reads
     asyncio.run(t())
+
+
+def test_a_count_with_acquires_in_flight_passes_over_their_share_once_a_count_read_only_takeable_runs():
+    """Under load a worker's request comes back while another's acquire is in flight: its count
+    read the runs that acquire covers, then subtracted them (every run read about twice). Once a
+    count read nothing but runs the group's workers can take, the next passes over the share in
+    flight unread; a count that meets another's run (a placement here) counts from the head again."""
+    async def t(placed_first: bool):
+        state = SchedulerState()
+        raft = FakeRaft(state)
+        clock = SystemClock()
+        service = Service(raft, clock, "node-1")
+        if placed_first:  # runs of another worker's placement at the head of the queue
+            await service.put_job("other", {**SPEC, "queue": "q", "placement": {"labels": {"zone": "b"}}}, None)
+            for _ in range(10):
+                await service.trigger_job("other", None)
+        for k in range(200):
+            await service.put_job(f"j{k}", {**SPEC, "queue": "q"}, None)
+            await service.trigger_job(f"j{k}", None)
+        proposed: list[str] = []
+
+        async def propose(cmd):
+            proposed.append(cmd["worker"])
+            await asyncio.Event().wait()  # never answered in this test (cancelled at its end)
+        d = Dispatcher(raft, clock, propose, None)  # type: ignore[arg-type]
+        scans: list[tuple[int, int, bool]] = []  # (skip, count, clean)
+        real = raft.read
+
+        def read(fn, *args):
+            out = real(fn, *args)
+            if fn.__name__ == "ready_scan":
+                scans.append((args[-1], out[0], out[1]))
+            return out
+        raft.read = read  # type: ignore[method-assign]
+        first = LeaseRequest("a", ["q"], {}, None, 64, 10_000)
+        d._groups[first.key] = collections.deque([first])
+        d._look()
+        await until(lambda: proposed == ["a"], 2.0, "the first request's acquire")
+        assert scans == [(0, 64, not placed_first)]
+        d._groups[first.key].append(LeaseRequest("b", ["q"], {}, None, 64, 10_000))
+        d._dirty = True
+        d._look()
+        await until(lambda: proposed == ["a", "b"], 2.0, "the second request's acquire, while the first's flies")
+        if placed_first:
+            assert scans[1] == (0, 128, False)  # counted from the head: 128 found, less the 64 in flight
+        else:
+            assert scans[1] == (64, 64, True)  # the 64 in flight passed over unread
+        for task in list(d._tasks):
+            task.cancel()
+        await asyncio.gather(*d._tasks, return_exceptions=True)
+    asyncio.run(t(False))
+    asyncio.run(t(True))
 
 
 def test_requests_gone_behind_one_in_flight_do_not_hide_a_free_request_beyond_the_scan():

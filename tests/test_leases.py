@@ -235,6 +235,41 @@ def test_ready_count_counts_what_the_workers_acquire_grants_across_placements(pl
     assert sorted({g["job"] for g in granted}) == sorted(fits)
 
 
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([None, {"zone": "a"}, {"zone": "b"}]), st.integers(1, 4)),
+                min_size=1, max_size=8),
+       st.integers(0, 30), st.integers(1, 40), st.integers(1, 40))
+def test_ready_scan_passes_over_its_skip_and_says_whether_it_read_only_takeable_runs(jobs_runs, skip, limit,
+                                                                                   scan_max):
+    """The dispatcher's scan with acquires in flight (queries.ready_scan): the first ``skip``
+    entries unread, then ready_count's count. Where every entry is one the worker can take, it
+    is ready_count's count less the skip, so a dispatcher that passes over its acquires' share
+    counts what it counted when it subtracted it; it says clean exactly when every entry it read
+    was such a run."""
+    jobs = [(f"j{k}", jspec(**({} if pl is None else {"placement": {"labels": pl}})))
+            for k, (pl, _) in enumerate(jobs_runs)]
+    s = new_state(*jobs)
+    for (name, _), (_, n) in zip(jobs, jobs_runs):
+        for k in range(n):
+            trig(s, name, T0 + k)
+    labels = {"zone": "a"}
+    got, clean = queries.ready_scan(s, None, labels, None, T0 + 100, scan_max, limit, (), None, skip)
+    assert queries.ready_scan(s, None, labels, None, T0 + 100, scan_max, limit)[0] \
+        == queries.ready_count(s, None, labels, None, T0 + 100, scan_max, limit)
+    order = [rid for _, b in next(iter(s._queued["default"].values())).ready_buckets(T0 + 100)
+             for rid in ((b,) if isinstance(b, str) else reversed(b))]
+    takeable = [s.jobs[s.runs[r]["job"]]["spec"].get("placement", {"labels": {}})["labels"].items() <= labels.items()
+                for r in order]
+    read = takeable[skip:scan_max]
+    # it reads until it has found limit runs, or to the end of its scan
+    stop = next((i + 1 for i in range(len(read)) if sum(read[:i + 1]) >= limit), len(read))
+    assert got == sum(read[:stop])
+    assert clean == all(read[:stop])
+    if all(takeable):
+        full = queries.ready_count(s, None, labels, None, T0 + 100, scan_max, limit + skip)
+        assert got == max(0, full - skip)
+
+
 def test_heartbeat_and_release_with_tenants_treat_another_tenants_lease_as_lost():
     s = new_state(("a", jspec()), ("b", jspec(tenant="billing")))
     ra, rb = trig(s, "a", T0), trig(s, "b", T0)

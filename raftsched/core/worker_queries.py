@@ -3,7 +3,8 @@ core/queries.py, which re-exports them; pure functions over a state, returning p
 """
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
+from itertools import islice
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from . import limits
@@ -303,16 +304,44 @@ def ready_count(s: SchedulerState, queues: list[str] | None, labels: dict[str, s
     acquire turns out not to hand out (another node's worker took it first, or its tenant's tokens
     were counted once for several of its runs), and miss one beyond the scan (the dispatcher then
     tries now and then anyway)."""
+    return ready_scan(s, queues, labels, types, now_ms, scan_max, limit, dedicated, tenants)[0]
+
+
+def ready_scan(s: SchedulerState, queues: list[str] | None, labels: dict[str, str], types: frozenset[str] | None,
+               now_ms: int, scan_max: int, limit: int, dedicated: Collection[str] = (),
+               tenants: frozenset[str] | None = None, skip: int = 0) -> tuple[int, bool]:
+    """:func:`ready_count` past the first ``skip`` entries of its scan, passed over unread (they
+    count against ``scan_max``), and whether every entry it read was a run the worker could take
+    (not a stale entry, another worker's placement or executor type, or a tenant out of tokens).
+
+    The dispatcher passes over the share of its acquires in flight (they take the first runs
+    the worker could take) when its last scan read nothing but such runs: each entry read is a
+    look-up in the run map and the job's, and under load the scans read every run about twice
+    (node/dispatch.py)."""
     names = queues if queues is not None else list(s._queued)
     runs, jobs, rates, only, scanned, found = s.runs, s.jobs, s.tenants, tenants, 0, 0
     placed: dict[int, bool] = {}  # by placement object, as acquire reads them (core/leases.py)
     for q in names:
         for p, h in s._queued.get(q, {}).items():
             for due, bucket in h.ready_buckets(now_ms):
+                if scanned < skip:
+                    # Passed over whole when it fits (a bucket is a slot's runs: one each
+                    # interval job of a fleet's), else entry by entry.
+                    n = 1 if type(bucket) is str else len(bucket)
+                    if scanned + n <= skip:
+                        scanned += n
+                        continue
+                    start = skip - scanned
+                    scanned = skip
+                else:
+                    start = 0
                 # (smallest first, when the list is sorted)
-                for rid in ((bucket,) if type(bucket) is str else reversed(bucket)):
+                entries: Iterable[str] = (bucket,) if type(bucket) is str else reversed(bucket)
+                if start:
+                    entries = islice(entries, start, None)
+                for rid in entries:
                     if scanned >= scan_max:
-                        return found
+                        return found, found == scanned - skip
                     scanned += 1
                     r = runs.get(rid)
                     if r is None or r["state"] != "queued" or r["queue"] != q or r["priority"] != p \
@@ -338,8 +367,8 @@ def ready_count(s: SchedulerState, queues: list[str] | None, labels: dict[str, s
                         continue
                     found += 1
                     if found >= limit:
-                        return found
-    return found
+                        return found, found == scanned - skip
+    return found, found == max(0, scanned - skip)
 
 
 def applied_count(s: SchedulerState) -> int:

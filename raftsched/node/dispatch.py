@@ -11,7 +11,9 @@ are interchangeable), and, when its replica shows ready work for a group
 slots), only as many as cover the work it counted (one, for one run), in one turn of the loop,
 so they travel in one log entry and apply oldest first. Work that falls due while they are in
 flight, beyond what they cover, gets acquires for the next requests at once: a run due every
-20 ms does not wait for the previous run's commit. A request that waits ``wait_s`` without
+20 ms does not wait for the previous run's commit; that count passes over the share of the
+acquires in flight unread while the group's counts read nothing but runs its workers can take
+(``queries.ready_scan``). A request that waits ``wait_s`` without
 work is answered with no runs. A look costs the same however many requests wait: it reads
 the ready work and the few oldest requests of each group, never every request. The loop does
 not poll the replica: it sleeps until the replica applies an entry (``arm_applied``; at most
@@ -119,6 +121,9 @@ class Dispatcher:
         self._backoff: dict[tuple, float] = {}
         #: group -> monotonic time of its last acquire
         self._last_try: dict[tuple, float] = {}
+        #: groups whose last count read only runs their workers could take: the next count with
+        #: acquires in flight passes over their share unread (queries.ready_scan)
+        self._clean: set[tuple] = set()
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         #: what the last full look saw: the replica's applied count, the earliest future due time
@@ -283,6 +288,7 @@ class Dispatcher:
                 del self._groups[key]
                 self._backoff.pop(key, None)
                 self._last_try.pop(key, None)
+                self._clean.discard(key)
                 continue
             in_flight = self._busy.get(key, 0)
             if in_flight >= node_limits.dispatch_batch_max:
@@ -310,14 +316,25 @@ class Dispatcher:
                 # acquire's end or a new request looks again; under load that is most looks,
                 # each a scan of up to want runs saved.
                 continue
-            count = self.raft.read(queries.ready_count, head.queues, head.labels, types, ready_ms,
-                                   node_limits.dispatch_ready_scan_max, want, head.dedicated,
-                                   None if head.tenants is None else frozenset(head.tenants))
-            if not count and mono - self._last_try.setdefault(key, mono) >= node_limits.dispatch_retry_s:
+            # What the acquires in flight will take is not there for more. They take the first
+            # runs this group's workers can take, so when the last count read nothing else, this
+            # one passes over as many entries unread and counts what follows (each entry read is
+            # a run and a job looked up: under load every run was read about twice, once as
+            # part of the share in flight); otherwise it counts from the head and subtracts.
+            cover = self._cover.get(key, 0) if in_flight else 0
+            skip = cover if key in self._clean else 0
+            count, clean = self.raft.read(queries.ready_scan, head.queues, head.labels, types, ready_ms,
+                                          node_limits.dispatch_ready_scan_max, want - skip, head.dedicated,
+                                          None if head.tenants is None else frozenset(head.tenants), skip)
+            if clean:
+                self._clean.add(key)
+            else:
+                self._clean.discard(key)
+            if not skip:
+                count = max(0, count - cover)
+            if not count and not in_flight and mono - self._last_try.setdefault(key, mono) >= node_limits.dispatch_retry_s:
                 # Ready work beyond the scan, maybe: acquire looks further, now and then.
                 count = int(self.raft.read(queries.has_ready_work, head.queues, ready_ms))
-            if in_flight:  # what the acquires in flight will take is not there for more
-                count = max(0, count - self._cover.get(key, 0))
             if not count:
                 self._quiet.add(key)
                 nxt = self.raft.read(queries.next_due_ms, head.queues)
