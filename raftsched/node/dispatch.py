@@ -7,7 +7,7 @@ replica shows work would be a thundering herd: a thousand acquires for one run, 
 granting nothing, each a log entry. The dispatcher instead keeps the waiting requests first in,
 first out, grouped by what they can take (queues, labels, executor types: requests of one group
 are interchangeable), and, when its replica shows ready work for a group
-(``queries.ready_count``), proposes acquires for that group's oldest requests (their free
+(``queries.ready_scan``), proposes acquires for that group's oldest requests (their free
 slots), only as many as cover the work it counted (one, for one run), in one turn of the loop,
 so they travel in one log entry and apply oldest first. Work that falls due while they are in
 flight, beyond what they cover, gets acquires for the next requests at once: a run due every
