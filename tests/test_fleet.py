@@ -394,7 +394,7 @@ def test_a_count_with_acquires_in_flight_passes_over_their_share_once_a_count_re
             await service.put_job("other", {**SPEC, "queue": "q", "placement": {"labels": {"zone": "b"}}}, None)
             for _ in range(10):
                 await service.trigger_job("other", None)
-        for k in range(200):
+        for k in range(100):
             await service.put_job(f"j{k}", {**SPEC, "queue": "q"}, None)
             await service.trigger_job(f"j{k}", None)
         proposed: list[str] = []
@@ -422,14 +422,60 @@ def test_a_count_with_acquires_in_flight_passes_over_their_share_once_a_count_re
         d._look()
         await until(lambda: proposed == ["a", "b"], 2.0, "the second request's acquire, while the first's flies")
         if placed_first:
-            assert scans[1] == (0, 128, False)  # counted from the head: 128 found, less the 64 in flight
+            assert scans[1] == (0, 100, False)  # counted from the head: 100 found, less the 64 in flight
         else:
-            assert scans[1] == (64, 64, True)  # the 64 in flight passed over unread
+            assert scans[1] == (64, 36, True)  # the 64 in flight passed over unread, 36 after them
         for task in list(d._tasks):
             task.cancel()
         await asyncio.gather(*d._tasks, return_exceptions=True)
     asyncio.run(t(False))
     asyncio.run(t(True))
+
+
+def test_an_acquire_that_grants_nothing_makes_its_group_count_from_the_head_again():
+    """A count that passed over the share in flight counts runs another placement's that fell
+    due among them (the entries passed over are not read): the acquire it sends then grants
+    nothing, and the group's next count reads from the head, where those runs are."""
+    async def t():
+        state = SchedulerState()
+        raft = FakeRaft(state)
+        clock = FakeClock()
+        service = Service(raft, clock, "node-1")
+        await service.put_job("other", {**SPEC, "queue": "q", "placement": {"labels": {"zone": "b"}}}, None)
+        await service.put_job("j", {**SPEC, "queue": "q"}, None)
+        for _ in range(64):
+            await service.trigger_job("other", None)
+        clock.advance(10)  # the five after them in the scan
+        for _ in range(5):
+            await service.trigger_job("j", None)
+        clock.advance(10)
+
+        async def propose(cmd):
+            return {"ok": True, "runs": []}  # what acquire grants: another worker took the five
+        d = Dispatcher(raft, clock, propose, None)  # type: ignore[arg-type]
+        scans: list[int] = []
+        real = raft.read
+
+        def read(fn, *args):
+            if fn.__name__ == "ready_scan":
+                scans.append(args[-1])
+            return real(fn, *args)
+        raft.read = read  # type: ignore[method-assign]
+        head = LeaseRequest("a", ["q"], {}, None, 64, 10_000)
+        head.in_flight = True
+        free = LeaseRequest("b", ["q"], {}, None, 64, 10_000)
+        key = head.key
+        d._groups[key] = collections.deque([head, free])
+        d._busy[key], d._cover[key] = 1, 64
+        d._clean.add(key)  # as a count of the five alone left it, before the others fell due
+        d._look()
+        assert scans == [64]  # passed over the 64 (all "other"'s), counted the five past them
+        await until(lambda: d.stats()["acquires_empty"] == 1, 2.0, "the free request's empty acquire")
+        assert key not in d._clean
+        for task in list(d._tasks):
+            task.cancel()
+        await asyncio.gather(*d._tasks, return_exceptions=True)
+    asyncio.run(t())
 
 
 def test_requests_gone_behind_one_in_flight_do_not_hide_a_free_request_beyond_the_scan():

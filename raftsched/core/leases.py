@@ -435,8 +435,9 @@ def apply_complete_many(s: SchedulerState, cmd: Command, now: int) -> Result:
         if fast and it["success"] and run is not None and run["state"] == "running" \
                 and run.get("fencing_token") == it["token"]:
             # A success of the current attempt (nearly every item): apply_complete and
-            # finish_attempt inline (close_attempt's success, notify.on_success's job health of
-            # a job without an open incident), the same changes in the same order.
+            # finish_attempt inline (close_attempt's success, and notify.on_success's job health
+            # of a job with no consecutive failures, so no open incident, and no sinks), the same
+            # changes in the same order.
             error, output = it.get("error"), it.get("output")
             if error is not None:
                 error = bound_text(error, limits.error_chars_max)

@@ -190,7 +190,7 @@ class ReadyIndex:
     def ready_buckets(self, now: int) -> Iterator[tuple[int, str | list[str]]]:
         """The buckets whose due is at or before ``now`` (in no particular order), each as it is
         (a run id, or a list of them): for a read under the lock that may stop early
-        (``worker_queries.ready_count``). A list not known sorted is read as it is, so a read
+        (``worker_queries.ready_scan``). A list not known sorted is read as it is, so a read
         changes nothing."""
         dues, buckets, stack = self._dues, self._buckets, [0]
         while stack:

@@ -311,13 +311,16 @@ def ready_scan(s: SchedulerState, queues: list[str] | None, labels: dict[str, st
                now_ms: int, scan_max: int, limit: int, dedicated: Collection[str] = (),
                tenants: frozenset[str] | None = None, skip: int = 0) -> tuple[int, bool]:
     """:func:`ready_count` past the first ``skip`` entries of its scan, passed over unread (they
-    count against ``scan_max``), and whether every entry it read was a run the worker could take
-    (not a stale entry, another worker's placement or executor type, or a tenant out of tokens).
+    count against ``scan_max``), and whether it read at least one entry and every entry it read
+    was a run the worker could take (not a stale entry, another worker's placement or executor
+    type, or a tenant out of tokens).
 
-    The dispatcher passes over the share of its acquires in flight (they take the first runs
-    the worker could take) when its last scan read nothing but such runs: each entry read is a
-    look-up in the run map and the job's, and under load the scans read every run about twice
-    (node/dispatch.py)."""
+    The dispatcher passes over the share of its acquires in flight when its last scan read
+    nothing but such runs: each entry read is a look-up in the run map and the job's, and under
+    load the scans read every run about twice (node/dispatch.py). Where every entry is one the
+    worker can take, the count is the same as counting from the head and subtracting the share;
+    where the entries passed over hold others, it is more (an acquire may then grant nothing,
+    and the dispatcher counts from the head again)."""
     names = queues if queues is not None else list(s._queued)
     runs, jobs, rates, only, scanned, found = s.runs, s.jobs, s.tenants, tenants, 0, 0
     placed: dict[int, bool] = {}  # by placement object, as acquire reads them (core/leases.py)
@@ -341,7 +344,7 @@ def ready_scan(s: SchedulerState, queues: list[str] | None, labels: dict[str, st
                     entries = islice(entries, start, None)
                 for rid in entries:
                     if scanned >= scan_max:
-                        return found, found == scanned - skip
+                        return found, 0 < found == scanned - skip
                     scanned += 1
                     r = runs.get(rid)
                     if r is None or r["state"] != "queued" or r["queue"] != q or r["priority"] != p \
@@ -368,7 +371,7 @@ def ready_scan(s: SchedulerState, queues: list[str] | None, labels: dict[str, st
                     found += 1
                     if found >= limit:
                         return found, found == scanned - skip
-    return found, found == max(0, scanned - skip)
+    return found, 0 < found == scanned - skip
 
 
 def applied_count(s: SchedulerState) -> int:

@@ -13,7 +13,7 @@ so they travel in one log entry and apply oldest first. Work that falls due whil
 flight, beyond what they cover, gets acquires for the next requests at once: a run due every
 20 ms does not wait for the previous run's commit; that count passes over the share of the
 acquires in flight unread while the group's counts read nothing but runs its workers can take
-(``queries.ready_scan``). A request that waits ``wait_s`` without
+and its acquires grant something (``queries.ready_scan``). A request that waits ``wait_s`` without
 work is answered with no runs. A look costs the same however many requests wait: it reads
 the ready work and the few oldest requests of each group, never every request. The loop does
 not poll the replica: it sleeps until the replica applies an entry (``arm_applied``; at most
@@ -316,11 +316,13 @@ class Dispatcher:
                 # acquire's end or a new request looks again; under load that is most looks,
                 # each a scan of up to want runs saved.
                 continue
-            # What the acquires in flight will take is not there for more. They take the first
-            # runs this group's workers can take, so when the last count read nothing else, this
-            # one passes over as many entries unread and counts what follows (each entry read is
-            # a run and a job looked up: under load every run was read about twice, once as
-            # part of the share in flight); otherwise it counts from the head and subtracts.
+            # What the acquires in flight will take is not there for more. When the last count
+            # read nothing but runs this group's workers can take, this one passes over as many
+            # entries unread and counts what follows (each entry read is a run and a job looked
+            # up: under load every run was read about twice, once as part of the share in
+            # flight); otherwise it counts from the head and subtracts. Passed over, entries of
+            # another placement that fell due meanwhile count too: an acquire that then grants
+            # nothing makes the group count from the head again (_serve).
             cover = self._cover.get(key, 0) if in_flight else 0
             skip = cover if key in self._clean else 0
             count, clean = self.raft.read(queries.ready_scan, head.queues, head.labels, types, ready_ms,
@@ -383,6 +385,7 @@ class Dispatcher:
             grants, draining = res.get("runs", []), bool(res.get("draining"))
             if not grants:
                 self.acquires_empty += 1
+                self._clean.discard(key)  # its count may have passed over runs it cannot take
                 self._backoff[key] = self.clock.monotonic_s() + node_limits.dispatch_empty_backoff_s
             if req.abandoned:
                 self._drop(q, req)
