@@ -380,6 +380,20 @@ def test_a_look_counts_no_ready_runs_for_a_group_whose_every_request_has_an_acqu
     asyncio.run(t())
 
 
+async def _dispatcher_over_queued_runs(service: Service, raft: FakeRaft, clock, n: int):
+    """``n`` jobs of queue q, a run of each queued, and a dispatcher whose acquires are proposed
+    (the workers' names in the list returned) and never answered (cancel its tasks at the end)."""
+    for k in range(n):
+        await service.put_job(f"j{k}", {**SPEC, "queue": "q"}, None)
+        await service.trigger_job(f"j{k}", None)
+    proposed: list[str] = []
+
+    async def propose(cmd):
+        proposed.append(cmd["worker"])
+        await asyncio.Event().wait()
+    return Dispatcher(raft, clock, propose, None), proposed  # type: ignore[arg-type]
+
+
 def test_a_count_with_acquires_in_flight_passes_over_their_share_once_a_count_read_only_takeable_runs():
     """Under load a worker's request comes back while another's acquire is in flight: its count
     read the runs that acquire covers, then subtracted them (every run read about twice). Once a
@@ -394,15 +408,7 @@ def test_a_count_with_acquires_in_flight_passes_over_their_share_once_a_count_re
             await service.put_job("other", {**SPEC, "queue": "q", "placement": {"labels": {"zone": "b"}}}, None)
             for _ in range(10):
                 await service.trigger_job("other", None)
-        for k in range(100):
-            await service.put_job(f"j{k}", {**SPEC, "queue": "q"}, None)
-            await service.trigger_job(f"j{k}", None)
-        proposed: list[str] = []
-
-        async def propose(cmd):
-            proposed.append(cmd["worker"])
-            await asyncio.Event().wait()  # never answered in this test (cancelled at its end)
-        d = Dispatcher(raft, clock, propose, None)  # type: ignore[arg-type]
+        d, proposed = await _dispatcher_over_queued_runs(service, raft, clock, 100)
         scans: list[tuple[int, int, bool]] = []  # (skip, count, clean)
         real = raft.read
 
@@ -488,15 +494,7 @@ def test_requests_gone_behind_one_in_flight_do_not_hide_a_free_request_beyond_th
         raft = FakeRaft(state)
         clock = SystemClock()
         service = Service(raft, clock, "node-1")
-        for k in range(200):
-            await service.put_job(f"j{k}", {**SPEC, "queue": "q"}, None)
-            await service.trigger_job(f"j{k}", None)
-        proposed: list[str] = []
-
-        async def propose(cmd):
-            proposed.append(cmd["worker"])
-            await asyncio.Event().wait()  # never answered in this test (cancelled at its end)
-        d = Dispatcher(raft, clock, propose, None)  # type: ignore[arg-type]
+        d, proposed = await _dispatcher_over_queued_runs(service, raft, clock, 200)
         head = LeaseRequest("a", ["q"], {}, None, limits.acquire_runs_max, 10_000)
         head.in_flight = True
         gone = [LeaseRequest(f"g{k}", ["q"], {}, None, limits.acquire_runs_max, 10_000, alive=lambda: False)
