@@ -402,13 +402,15 @@ def test_a_count_with_acquires_in_flight_passes_over_their_share_once_a_count_re
     async def t(placed_first: bool):
         state = SchedulerState()
         raft = FakeRaft(state)
-        clock = SystemClock()
+        clock = FakeClock()
         service = Service(raft, clock, "node-1")
         if placed_first:  # runs of another worker's placement at the head of the queue
             await service.put_job("other", {**SPEC, "queue": "q", "placement": {"labels": {"zone": "b"}}}, None)
             for _ in range(10):
                 await service.trigger_job("other", None)
+            clock.advance(10)  # due before the others, whatever the run ids: first in the scan
         d, proposed = await _dispatcher_over_queued_runs(service, raft, clock, 100)
+        clock.advance(10)
         scans: list[tuple[int, int, bool]] = []  # (skip, count, clean)
         real = raft.read
 
