@@ -424,20 +424,54 @@ def test_a_count_with_acquires_in_flight_passes_over_their_share_once_a_count_re
         d._groups[first.key] = collections.deque([first])
         d._look()
         await until(lambda: proposed == ["a"], 2.0, "the first request's acquire")
-        assert scans == [(0, 64, not placed_first)]
+        assert scans == [(0, 1, not placed_first)]  # one request: one run it can take is enough
         d._groups[first.key].append(LeaseRequest("b", ["q"], {}, None, 64, 10_000))
         d._dirty = True
         d._look()
         await until(lambda: proposed == ["a", "b"], 2.0, "the second request's acquire, while the first's flies")
         if placed_first:
-            assert scans[1] == (0, 100, False)  # counted from the head: 100 found, less the 64 in flight
+            assert scans[1] == (0, 65, False)  # counted from the head: the 64 in flight and one more
         else:
-            assert scans[1] == (64, 36, True)  # the 64 in flight passed over unread, 36 after them
+            assert scans[1] == (64, 1, True)  # the 64 in flight passed over unread, one after them
         for task in list(d._tasks):
             task.cancel()
         await asyncio.gather(*d._tasks, return_exceptions=True)
     asyncio.run(t(False))
     asyncio.run(t(True))
+
+
+def test_a_count_reads_as_far_as_the_picks_need_and_picks_as_a_full_count_would():
+    """A group's count decides how many of its free requests get an acquire: as many of the
+    oldest as cover it. It reads no further than what takes all of them (their n but the last
+    one's, and one more; it read up to their whole want, each entry a run and a job looked up),
+    and the picks are those a count of every ready run would make."""
+    async def t(ready: int) -> tuple[list[str], list[int]]:
+        state = SchedulerState()
+        raft = FakeRaft(state)
+        service = Service(raft, FakeClock(), "node-1")
+        d, proposed = await _dispatcher_over_queued_runs(service, raft, service.clock, ready)
+        service.clock.advance(10)
+        found: list[int] = []
+        real = raft.read
+
+        def read(fn, *args):
+            out = real(fn, *args)
+            if fn.__name__ == "ready_scan":
+                found.append(out[0])
+            return out
+        raft.read = read  # type: ignore[method-assign]
+        reqs = [LeaseRequest(w, ["q"], {}, None, n, 10_000) for w, n in (("a", 10), ("b", 20), ("c", 30))]
+        d._groups[reqs[0].key] = collections.deque(reqs)
+        d._look()
+        await until(lambda: len(d._tasks) == 0 or len(proposed) == len(d._tasks), 2.0, "the acquires proposed")
+        for task in list(d._tasks):
+            task.cancel()
+        await asyncio.gather(*d._tasks, return_exceptions=True)
+        return proposed, found
+    for ready, picks, read in ((5, "a", 5), (10, "a", 10), (11, "ab", 11), (30, "ab", 30), (31, "abc", 31),
+                               (100, "abc", 31)):
+        proposed, found = asyncio.run(t(ready))
+        assert (proposed, found) == (list(picks), [read]), ready
 
 
 def test_an_acquire_that_grants_nothing_makes_its_group_count_from_the_head_again():

@@ -301,13 +301,29 @@ class Dispatcher:
             head = q[0]
             types = None if head.types is None else frozenset(head.types)
             # The runs its requests want, counted only as far as a scan reads: a look costs the
-            # same with ten thousand idle requests waiting as with ten.
-            want = 0
+            # same with ten thousand idle requests waiting as with ten. Among them, the requests
+            # an acquire may go to now (free), as the picking below goes through them: the count
+            # need not go past what takes all of them, their n but the last one's and one more
+            # (the picks are the same; a group of one request reads one entry, not its n).
+            # Past the scan's want, only the first free request is looked for (requests gone but
+            # not yet unlinked can hide it: test_fleet.py).
+            want, free, need, last = 0, 0, 0, 0
+            room, cap = node_limits.dispatch_batch_max - in_flight, node_limits.dispatch_ready_scan_max
             for r in q:
-                want += r.n
-                if want >= node_limits.dispatch_ready_scan_max:
-                    want = node_limits.dispatch_ready_scan_max
+                counting = want < cap
+                if not counting and free:
                     break
+                if free < room and not r.in_flight and not r.gone():
+                    n = r.n
+                    free += 1
+                    need += n
+                    last = n
+                elif counting:
+                    n = r.n
+                else:
+                    continue
+                if counting:
+                    want = min(cap, want + n)
             if want <= self._cover.get(key, 0):
                 # The acquires in flight cover as many runs as the count may show (it shows at
                 # most want): what it could find is theirs (count - cover <= want - cover <= 0),
@@ -323,10 +339,13 @@ class Dispatcher:
             # flight); otherwise it counts from the head and subtracts. Passed over, entries of
             # another placement that fell due meanwhile count too: an acquire that then grants
             # nothing makes the group count from the head again (_serve).
+            if not free:
+                continue  # those the count reads for are in flight or gone: an acquire's end looks again
             cover = self._cover.get(key, 0) if in_flight else 0
             skip = cover if key in self._clean else 0
+            limit = min(want - skip, need - last + 1 + (0 if skip else cover))
             count, clean = self.raft.read(queries.ready_scan, head.queues, head.labels, types, ready_ms,
-                                          node_limits.dispatch_ready_scan_max, want - skip, head.dedicated,
+                                          node_limits.dispatch_ready_scan_max, limit, head.dedicated,
                                           None if head.tenants is None else frozenset(head.tenants), skip)
             if clean:
                 self._clean.add(key)
