@@ -350,6 +350,9 @@ def unseal_grant(grant: dict, ring: KeyRing, where: str = "this node") -> dict:
     unsealed gives the grant without its executor or secrets and with ``secrets_error``, the
     reason, which the worker reports as the attempt's error: the run fails, recorded, and
     never runs without its secrets."""
+    ex = grant.get("executor")
+    if not grant.get("secrets") and (type(ex) is not dict or not (ex.get("headers") or ex.get("env"))):
+        return grant  # no secret map (nearly every grant): what values() finds empty, without its lists
     found = values(grant)
     if not found or all(isinstance(v, str) for _, _, v in found):
         return grant

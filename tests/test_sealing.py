@@ -305,6 +305,16 @@ def test_unseal_grant_opens_every_map_passes_values_in_clear_and_never_hands_out
         assert out["executor"] is None and "secrets" not in out
         assert out["secrets_error"].startswith("node x cannot unseal secrets.API_KEY of job 'j'")
         json.dumps(out)  # nothing sealed left in it: a lease response can carry it
+    # A grant with no secret map is handed out as it is (most grants: no list of values built);
+    # a sealed map of either kind is opened without the other.
+    for plain in ({"id": "j@3", "job": "j", "executor": {"type": "python", "target": "m:f"}},
+                  {"id": "j@4", "job": "j", "executor": {"type": "http", "headers": {}, "env": None}, "secrets": {}},
+                  {"id": "j@5", "job": "j", "executor": None}):
+        assert sealing.unseal_grant(plain, ring) is plain
+    only_headers = {k: v for k, v in grant.items() if k != "secrets"}
+    assert sealing.unseal_grant(only_headers, ring)["executor"]["headers"] == {"Authorization": "Bearer " + SECRET}
+    only_secrets = dict(grant, executor={"type": "shell", "argv": ["x"]})
+    assert sealing.unseal_grant(only_secrets, ring)["secrets"] == {"API_KEY": SECRET}
 
 
 # ---------------------------------------------------------------------------- rotation
