@@ -38,6 +38,36 @@ def test_each_outcome_is_judged_alone_and_a_stale_one_is_refused_without_the_oth
     assert again["duplicate"] is True and again["results"] == r
 
 
+def test_rows_and_maps_decide_the_same_and_a_malformed_row_is_refused_whole():
+    """The node writes outcomes as rows (commands.complete_many); maps, as older nodes wrote
+    them, are still applied, alike: the same results and the same state, through the fast path
+    and the general one (a failure, a stale token, a missing run, a success with output)."""
+    def batch(g):
+        return [{"run": g[0]["id"], "token": g[0]["token"], "success": True, "output": "x" * 10},
+                {"run": g[1]["id"], "token": g[1]["token"] - 100, "success": True},
+                {"run": g[2]["id"], "token": g[2]["token"], "success": False, "error": "boom"},
+                {"run": "nosuch@1", "token": 1, "success": True},
+                {"run": g[3]["id"], "token": g[3]["token"], "success": True, "error": "warn", "result": [1]}]
+    outcomes = []
+    for built in (lambda items: commands.complete_many(T0 + 10, "b", results=items, worker="w"),
+                  lambda items: commands.make("complete_many", T0 + 10, "b", results=items, worker="w")):
+        s, g = setup(4)
+        cmd = built(batch(g))
+        assert ("rows" in cmd) != ("results" in cmd)
+        outcomes.append((apply(s, cmd), s.snapshot()))
+    assert outcomes[0] == outcomes[1]
+    assert [r["ok"] for r in outcomes[0][0]["results"]] == [True, False, True, False, True]
+    s, g = setup(1)
+    row = [g[0]["id"], g[0]["token"], True, None, None]
+    for bad in ({"rows": []}, {"rows": [row[:4]]}, {"rows": [row + [None, None]]}, {"rows": [{"run": row[0]}]},
+                {"rows": [[1] + row[1:]]}, {"rows": [row[:2] + ["yes"] + row[3:]]}, {"rows": [row], "results": []},
+                {"rows": {"0": row}}, {"rows": [row] * (limits.complete_batch_max + 1)}):
+        res = do(s, "complete_many", T0 + 5, **bad)
+        assert res["ok"] is False and res["error"]["code"] == "invalid_command", bad
+    assert s.runs[g[0]["id"]]["state"] == "running"
+    assert do(s, "complete_many", T0 + 5, rows=[row])["results"][0]["state"] == "succeeded"
+
+
 def test_malformed_batches_are_refused_whole():
     s, g = setup(1)
     for bad in ([], [{"run": g[0]["id"]}], [{"run": 1, "token": 1, "success": True}],

@@ -178,8 +178,9 @@ def test_fast_paths_change_nothing(specs, steps, due_index):
                     break
                 items.append(item)
             if items and op[2]:  # the first item's holder reports them all: others' are refused
-                propose(commands.make("complete_many", now, None, results=items, own=True,
-                                      worker=fast.runs[items[0]["run"]]["worker"]))
+                # (as rows, as the node writes them; the others as maps, as older nodes did)
+                propose(commands.complete_many(now, None, results=items, own=True,
+                                               worker=fast.runs[items[0]["run"]]["worker"]))
             elif items:
                 propose(commands.make("complete_many", now, None, results=items))
         elif kind == "pause" and op[1] in fast.jobs:
@@ -354,7 +355,8 @@ def _backlog_run(seed: int) -> tuple[int, int]:
             rng.shuffle(running)
             items = [{"run": rid, "token": fast.runs[rid]["fencing_token"], "success": rng.random() < 0.7}
                      for rid in running[:rng.randint(1, 3)]]
-            propose(commands.make("complete_many", now, None, results=items))
+            propose(commands.complete_many(now, None, results=items, worker="w") if rng.random() < 0.5
+                    else commands.make("complete_many", now, None, results=items))
         elif r < 0.9:
             leases = [x for x in queries.lease_snapshot(fast) if x[0] == "run"]
             if leases:

@@ -137,7 +137,7 @@ def test_runs_are_reported_in_batches_that_share_an_entry_with_the_next_acquire(
         assert env.states(ids) == {"succeeded": 200}
         assert all(int(env.state.runs[r]["output"]) > 0 for r in ids)  # id()'s value, as repr
         reports = env.raft.ops("complete_many")
-        assert sum(len(c["results"]) for c in reports) == 200
+        assert sum(len(c["rows"]) for c in reports) == 200
         assert len(reports) < 200 / 4, len(reports)  # batched
         # Reports and the acquire for the slots they freed travel in one group (one log entry).
         assert any({"acquire", "complete_many"} <= {c["op"] for c in g} for g in env.raft.groups)

@@ -308,7 +308,16 @@ def heartbeat(now: int, *, worker: str, leases: list[Any], ttl: int, tenants: Te
 
 def complete_many(now: int, rid: str | None, *, results: list[Any], worker: str, own: bool = False,
                   tenants: Tenants = None) -> Command:
-    cmd = make("complete_many", now, rid, results=results, worker=worker)
+    """``results``: outcomes as maps ``{run, token, success, error?, output?, result?}``, written
+    as rows ``[run, token, success, error, output]`` (and ``result`` sixth when there is one):
+    a map's keys were most of what every replica decoded (core/leases.py apply_complete_many)."""
+    rows = []
+    for it in results:
+        row = [it["run"], it["token"], it["success"], it.get("error"), it.get("output")]
+        if it.get("result") is not None:
+            row.append(it["result"])
+        rows.append(row)
+    cmd = make("complete_many", now, rid, rows=rows, worker=worker)
     if own:
         cmd["own"] = True
     return _limited(cmd, tenants)

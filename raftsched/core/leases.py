@@ -386,25 +386,41 @@ def apply_complete(s: SchedulerState, cmd: Command, now: int) -> Result:
 
 
 def apply_complete_many(s: SchedulerState, cmd: Command, now: int) -> Result:
-    """``complete_many {results: [{run, token, success, error?, output?}, ...], worker?, own?,
+    """``complete_many {rows: [[run, token, success, error, output, result?], ...], worker?, own?,
     tenants?}``: several outcomes in one command (a worker batches the completions of a few
     ms): each item is judged like ``complete``, alone; a stale item is refused without affecting
-    the others. Returns one result per item, in order.
+    the others. Returns one result per item, in order. The outcomes are rows, not maps, since
+    2026-12-05 (commands.complete_many): a map's five keys were five strings decoded and hashed
+    on every replica, most of the command's decode. ``results: [{run, token, success, error?,
+    output?, result?}, ...]``, as older nodes wrote it, is applied the same (journals and dumps
+    of older versions replay); a command holds one of the two.
 
     What a remote worker's completions carry (node/fleet.py): with ``own: true``, an outcome for
     a running run that another worker than ``worker`` holds is refused as stale, whatever its
     token (a token is a counter's value, not a secret); with ``tenants``, an outcome for a run
     of another tenant is refused as for a run that does not exist (I23).
 
-    :raises InvalidCommand: no results, more than complete_batch_max, an item without run,
-        token and success, ``own`` not a boolean, or malformed tenants (then none applies)."""
-    items = cmd.get("results")
-    if not isinstance(items, list) or not 1 <= len(items) <= limits.complete_batch_max:
-        raise InvalidCommand(f"complete_many needs 1..{limits.complete_batch_max} results")
-    for it in items:
-        if not (isinstance(it, dict) and isinstance(it.get("run"), str)
-                and (type(tok := it.get("token")) is int or is_int(tok)) and isinstance(it.get("success"), bool)):
-            raise InvalidCommand("each result needs run, token, success")
+    :raises InvalidCommand: no outcomes or both forms, more than complete_batch_max, an item
+        without run, token and success, a row of another length, ``own`` not a boolean, or
+        malformed tenants (then none applies)."""
+    rows = cmd.get("rows")
+    if rows is not None:
+        if "results" in cmd or not isinstance(rows, list) or not 1 <= len(rows) <= limits.complete_batch_max:
+            raise InvalidCommand(f"complete_many needs 1..{limits.complete_batch_max} rows, and no results")
+        for row in rows:
+            if not (type(row) is list and 5 <= len(row) <= 6 and isinstance(row[0], str)
+                    and (type(tok := row[1]) is int or is_int(tok)) and isinstance(row[2], bool)):
+                raise InvalidCommand("each row is [run, token, success, error, output] or with a result")
+    else:
+        items = cmd.get("results")
+        if not isinstance(items, list) or not 1 <= len(items) <= limits.complete_batch_max:
+            raise InvalidCommand(f"complete_many needs 1..{limits.complete_batch_max} results")
+        for it in items:
+            if not (isinstance(it, dict) and isinstance(it.get("run"), str)
+                    and (type(tok := it.get("token")) is int or is_int(tok)) and isinstance(it.get("success"), bool)):
+                raise InvalidCommand("each result needs run, token, success")
+        rows = [[it["run"], it["token"], it["success"], it.get("error"), it.get("output"), it.get("result")]
+                for it in items]
     worker = cmd.get("worker")
     own = cmd.get("own", False)
     if not isinstance(own, bool) or (own and not isinstance(worker, str)):
@@ -420,8 +436,8 @@ def apply_complete_many(s: SchedulerState, cmd: Command, now: int) -> Result:
     deadline_book = s.deadlines
     running_count, running_ids, healths, children = s._running_count, s._running_ids, s.health, s.pipes.children
     on_stats = s.stats.on_success
-    for it in items:
-        rid = it["run"]
+    for row in rows:
+        rid = row[0]
         run = runs.get(rid)
         if run is not None and (own or only is not None):
             if outside(run, only):
@@ -432,13 +448,13 @@ def apply_complete_many(s: SchedulerState, cmd: Command, now: int) -> Result:
                     f"run {rid} is held by another worker than {worker}", field="token",
                     code_detail="stale_token").to_dict()})
                 continue
-        if fast and it["success"] and run is not None and run["state"] == "running" \
-                and run.get("fencing_token") == it["token"]:
+        if fast and row[2] and run is not None and run["state"] == "running" \
+                and run.get("fencing_token") == row[1]:
             # A success of the current attempt (nearly every item): apply_complete and
             # finish_attempt inline (close_attempt's success, and notify.on_success's job health
             # of a job with no consecutive failures, so no open incident, and no sinks), the same
             # changes in the same order.
-            error, output = it.get("error"), it.get("output")
+            error, output = row[3], row[4]
             if error is not None:
                 error = bound_text(error, limits.error_chars_max)
             if output is not None:
@@ -467,16 +483,17 @@ def apply_complete_many(s: SchedulerState, cmd: Command, now: int) -> Result:
                 h[LAST_SUCCESS] = now
                 h[LAST_SLOT] = [run["slot"], "succeeded", None]
             if name in children:
-                if it.get("result") is not None:  # kept for its children only
-                    run["result"] = pipelines.check_result(it["result"])
+                if len(row) > 5 and row[5] is not None:  # kept for its children only
+                    run["result"] = pipelines.check_result(row[5])
                 pipelines.notify(s, run, now)
             out.append({"ok": True, "run": rid, "state": "succeeded", "attempt": run["attempt"]})
             accepted += 1
             continue
         try:
-            r = apply_complete(s, it, now)
+            r = apply_complete(s, {"run": rid, "token": row[1], "success": row[2], "error": row[3], "output": row[4],
+                                   "result": row[5] if len(row) > 5 else None}, now)
         except (Conflict, NotFound) as e:
-            out.append({"ok": False, "run": it["run"], "error": e.to_dict()})
+            out.append({"ok": False, "run": rid, "error": e.to_dict()})
             continue
         out.append(r)
         if r["ok"]:

@@ -27,7 +27,8 @@ longest single fire command's apply in it (every replica stalls that long at onc
 ``FLEET=1`` makes ``e2e`` what bench.py's fleet_e2e asks of the nodes: the jobs an SDK App's
 (labels and a placement on the app's workers), the worker registered with the app's label and
 dedicated to it, acquires of up to 100 python runs, and each complete_many a remote worker's
-(``worker``, ``own``, 100 outcomes).
+(``own``, 100 outcomes). Every complete_many is built as the node builds it (commands.complete_many,
+with ``worker``).
 
 ``MEMORY=1`` also prints the resident memory the ticks added, per run the state holds (its map,
 attempt records, id, integers, its place in the run map and its history; read from
@@ -180,8 +181,8 @@ def main(argv: list[str]) -> int:
             got.extend(r["runs"])
         for i in range(0, len(got), batch):
             results = [{"run": g["id"], "token": g["token"], "success": True} for g in got[i:i + batch]]
-            d = C.encode(C.make("complete_many", t_ms + 10, None, results=results, worker="w", own=True)
-                         if fleet else C.make("complete_many", t_ms + 10, None, results=results))
+            # As the node writes it (commands.complete_many: outcomes as rows since 2026-12-05).
+            d = C.encode(C.complete_many(t_ms + 10, None, results=results, worker="w", own=fleet))
             t0 = time.perf_counter()
             through("complete", st.apply_bytes, [d])
             tc += time.perf_counter() - t0
