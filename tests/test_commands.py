@@ -220,6 +220,10 @@ CONSTRUCTED = [
      commands.make("acquire", T0, None, worker="w", queues=None, max=2, ttl=9, types=None)),
     (commands.acquire(T0, worker="w", queues=None, max=2, ttl=9, types=None, tenants={"b", "a"}),
      commands.make("acquire", T0, None, worker="w", queues=None, max=2, ttl=9, types=None, tenants=["a", "b"])),
+    # (the proposing node's name since 2026-12-05, last: core/leases.py apply_acquire)
+    (commands.acquire(T0, worker="w", queues=None, max=2, ttl=9, types=None, tenants=["a"], by="node-1"),
+     commands.make("acquire", T0, None, worker="w", queues=None, max=2, ttl=9, types=None, tenants=["a"],
+                   by="node-1")),
     (commands.heartbeat(T0, worker="w", leases=[], ttl=9), commands.make("heartbeat", T0, None, worker="w", leases=[], ttl=9)),
     # (outcomes as rows since 2026-12-05: core/leases.py apply_complete_many applies both forms)
     (commands.complete_many(T0, "r", results=[{"run": "a@1", "token": 3, "success": True},

@@ -31,6 +31,30 @@ def test_acquire_hands_out_higher_priority_first_then_earlier_due():
     assert got == [hi1, hi2, mid1, lo1, lo2]
 
 
+def test_only_the_proposers_replica_builds_an_acquires_grants_and_every_replica_leases_the_same():
+    """An acquire carries the proposing node's name (``by``): a replica of another node leases
+    the same runs under the same tokens and builds no grants (nobody reads them there), on the
+    one-heap path and the general one (two queues); an acquire without ``by``, or a replica that
+    names no node, builds them as before."""
+    for queues in (["q1"], None):
+        replicas = {name: new_state(("a", jspec(queue="q1")), ("b", jspec(queue="q2"))) for name in ("n1", "n2", None)}
+        for name, s in replicas.items():
+            s.answers_for = name
+            for k in range(3):
+                trig(s, "a", T0 + k)
+                trig(s, "b", T0 + k)
+        cmd = commands.acquire(T0 + 5, worker="w", queues=queues, max=4, ttl=TTL, types=None, by="n1")
+        out = {name: apply(s, cmd) for name, s in replicas.items()}
+        assert len(out["n1"]["runs"]) == (3 if queues else 4) and out["n1"] == out[None]
+        assert out["n2"] == {"ok": True, "runs": []}
+        snaps = {s.snapshot() for s in replicas.values()}
+        assert len(snaps) == 1, "every replica leased the same runs"
+        plain = commands.acquire(T0 + 6, worker="w", queues=None, max=1, ttl=TTL, types=None)
+        assert "by" not in plain
+        assert all(len(apply(s, plain)["runs"]) == 1 for s in replicas.values())
+        assert len({s.snapshot() for s in replicas.values()}) == 1
+
+
 def test_acquire_breaks_equal_priority_by_due_time_then_run_id():
     # Scheduled runs are due at their slot: fire both jobs' slots in one tick, then acquire.
     s = new_state(("b", spec_of({"every_s": 15}, "fire_all", grace_s=100, max_catchup=5, priority=4)),

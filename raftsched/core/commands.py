@@ -297,9 +297,14 @@ def worker_hello(now: int, *, worker: str, facts: Fields) -> Command:
 
 
 def acquire(now: int, *, worker: str, queues: list[str] | None, max: int, ttl: int,
-            types: list[str] | None, tenants: Tenants = None) -> Command:
-    return _limited(make("acquire", now, None, worker=worker, queues=queues, max=max, ttl=ttl, types=types),
-                    tenants)
+            types: list[str] | None, tenants: Tenants = None, by: str | None = None) -> Command:
+    """``by``: the name of the node proposing it; the other replicas lease the same runs and
+    build no grants (core/leases.py apply_acquire). Written last, and only when given."""
+    cmd = _limited(make("acquire", now, None, worker=worker, queues=queues, max=max, ttl=ttl, types=types),
+                   tenants)
+    if by is not None:
+        cmd["by"] = by
+    return cmd
 
 
 def heartbeat(now: int, *, worker: str, leases: list[Any], ttl: int, tenants: Tenants = None) -> Command:

@@ -58,6 +58,11 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
     runs placed on them; a draining worker is granted nothing (the result says
     ``draining``); a registered worker is seen at ``now`` and counts its grants.
 
+    ``by``, the node that proposed it (commands.acquire): a replica whose ``answers_for`` is
+    another node's name leases the same runs and builds no grants (``runs`` is empty): only the
+    proposer's answer is read, and an acquire's is remembered nowhere (it has no request id).
+    Building a grant was a sixth of an acquire's instructions a run, on every replica.
+
     :raises InvalidCommand: no worker, ``max`` outside 1..acquire_runs_max, ``ttl`` outside
         the lease range, or queues / types / tenants that are not lists of names."""
     worker, queues, n, ttl = cmd.get("worker"), cmd.get("queues"), cmd.get("max"), cmd.get("ttl")
@@ -73,6 +78,8 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
     if types is not None and (not isinstance(types, list) or not all(isinstance(t, str) for t in types)):
         raise InvalidCommand("acquire.types must be a list of executor types or nil")
     only = tenants_field(cmd, "acquire")
+    by, mine = cmd.get("by"), s.answers_for
+    answer = mine is None or type(by) is not str or by == mine
     w = s.workers.get(worker)
     if w is not None:
         if now > w["last_seen"]:
@@ -85,7 +92,7 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
         labels, dedicated = _NO_LABELS, ()
     queued = s._queued
     names = sorted(set(queues)) if queues is not None else sorted(queued)
-    granted: list[dict[str, Any]] = []
+    granted: list[dict[str, Any] | None] = []
     held_back: list[tuple[ReadyIndex, tuple[int, str]]] = []
     # The ids held back: a second entry of one of them is stale (a job deleted and put again
     # re-creates its run ids, and its old entries look live again on a replica that kept them,
@@ -146,11 +153,11 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
                         held_back.append((h, (due, rid)))  # I18: another worker's labels satisfy it
                         held.add(rid)
                         continue
-            granted.append(_grant(s, run, worker, ttl, now, job))
+            granted.append(_grant(s, run, worker, ttl, now, job, answer))
         _put_back(held_back)
         if w is not None:
             w["grants"] += len(granted)
-        return _acquired(granted, refused)
+        return _acquired(granted if answer else [], refused)
     while len(granted) < n and scanned < limits.acquire_scan_max:
         best: tuple[int, int, str] | None = None  # (-priority, due, run id) of the next grant
         best_h: ReadyIndex | None = None  # and its index
@@ -199,11 +206,11 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
             held_back.append((best_h, entry))  # over its rate: wait; others go ahead
             held.add(entry[1])
             continue
-        granted.append(grant(s, run, worker, ttl, now))
+        granted.append(grant(s, run, worker, ttl, now, answer))
     _put_back(held_back)
     if w is not None:
         w["grants"] += len(granted)
-    return _acquired(granted, refused)
+    return _acquired(granted if answer else [], refused)
 
 
 def _put_back(held_back: list[tuple[ReadyIndex, tuple[int, str]]]) -> None:
@@ -214,7 +221,7 @@ def _put_back(held_back: list[tuple[ReadyIndex, tuple[int, str]]]) -> None:
         h.push(due, rid)
 
 
-def _acquired(granted: list[dict[str, Any]], refused: int) -> Result:
+def _acquired(granted: list[dict[str, Any] | None], refused: int) -> Result:
     if refused:  # only then: a result without it is the one it always was
         return {"ok": True, "runs": granted, "refused": refused}
     return {"ok": True, "runs": granted}
@@ -243,12 +250,14 @@ _NO_LABELS: dict[str, str] = {}
 _NO_SPEC: Record = {}
 
 
-def grant(s: SchedulerState, run: Record, worker: str, ttl: int, now: int) -> dict[str, Any]:
-    """Lease a queued run (out of its queue's index already) to ``worker``: the grant."""
-    return _grant(s, run, worker, ttl, now, s.jobs.get(run["job"]))
+def grant(s: SchedulerState, run: Record, worker: str, ttl: int, now: int, answer: bool = True) -> dict[str, Any] | None:
+    """Lease a queued run (out of its queue's index already) to ``worker``: the grant (None
+    when not ``answer``: the lease is the same, only the answer is not built)."""
+    return _grant(s, run, worker, ttl, now, s.jobs.get(run["job"]), answer)
 
 
-def _grant(s: SchedulerState, run: Record, worker: str, ttl: int, now: int, job: Record | None) -> dict[str, Any]:
+def _grant(s: SchedulerState, run: Record, worker: str, ttl: int, now: int, job: Record | None,
+           answer: bool = True) -> dict[str, Any] | None:
     """:func:`grant`, ``job`` being the run's job (None: gone), read by the caller already."""
     s.fencing_token = tok = s.fencing_token + 1  # I13: one counter, only increases
     rid, q, deadline = run["id"], run["queue"], now + ttl
@@ -264,6 +273,8 @@ def _grant(s: SchedulerState, run: Record, worker: str, ttl: int, now: int, job:
     run["renewals"] = 0
     s._running_ids[rid] = None
     s._running_count[q] = s._running_count.get(q, 0) + 1
+    if not answer:
+        return None
     if job is None:
         executor = payload = None
         timeout_s = limits.timeout_s_default

@@ -148,6 +148,10 @@ class SchedulerState:
     #: complete_many's success). Always on; tests turn it off on an instance to compare the fast paths
     #: with the general code they stand for (tests/test_state_fast_paths.py).
     _fast_paths = True
+    #: The name of the node this replica belongs to (set by the node; None: none), which an
+    #: acquire's ``by`` is compared with: another node's acquire builds no grants here
+    #: (leases.apply_acquire). Not replicated, and kept across a restore.
+    answers_for: str | None = None
 
     # Declared for the type checker only (no value here: _reset sets them on the instance).
     # The sections added since snapshot version 3 (snapshot.EXTENSIONS), each set by _reset to

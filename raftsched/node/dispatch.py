@@ -106,8 +106,11 @@ class Dispatcher:
     """
 
     def __init__(self, raft, clock: Clock, propose: Callable[[dict], Awaitable[dict]],
-                 release: Callable[[str, list[dict], str], Awaitable[None]]) -> None:
+                 release: Callable[[str, list[dict], str], Awaitable[None]], by: str | None = None) -> None:
         self.raft = raft
+        #: this node's name, written into its acquires: the other replicas build no grants
+        #: (core/leases.py apply_acquire; the node sets its state's answers_for to the same)
+        self.by = by
         self.clock = clock
         self._propose = propose
         self._release = release
@@ -390,7 +393,7 @@ class Dispatcher:
         try:
             # I23: with tenants, only these tenants' runs (core/leases.py)
             cmd = commands.acquire(self.clock.now_ms(), worker=req.worker, queues=req.queues, max=req.n,
-                                   ttl=req.ttl_ms, types=req.types, tenants=req.tenants)
+                                   ttl=req.ttl_ms, types=req.types, tenants=req.tenants, by=self.by)
             self.acquires += 1
             try:
                 res = await self._propose(cmd)

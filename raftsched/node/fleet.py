@@ -222,7 +222,7 @@ class Fleet:
         self.proposer = Proposer(raft, propose_timeout_s)
         #: seconds between workers_seen reports (a test hook may make it longer)
         self.seen_interval_s = seen_interval_s or node_limits.workers_seen_interval_s
-        self.dispatcher = Dispatcher(raft, clock, self.propose, self.release_grants)
+        self.dispatcher = Dispatcher(raft, clock, self.propose, self.release_grants, by=node_id)
         #: workers that contacted this node since its last workers_seen
         self._seen: set[str] = set()
         #: worker -> its hello in flight (a worker's concurrent requests share one)

@@ -215,6 +215,9 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
                     "that need them (docs/operations.md, \"Key files\")", cfg.keys_dir or "(no --keys-dir)")
     unseal = functools.partial(sealing.unseal_grant, ring=keyring, where=f"node {cfg.node_id}")
     state = SchedulerState()  # no due index: the trigger attaches one while this node leads
+    # Another node's acquire builds no grants here (core/leases.py apply_acquire): the node's
+    # dispatcher and embedded worker write the same name into theirs (Fleet, Worker).
+    state.answers_for = cfg.node_id
     trigger_box: list[Trigger] = []
 
     def on_role_change(is_leader: bool) -> None:

@@ -1042,8 +1042,11 @@ class EmbeddedChannel:
 
     def __init__(self, raft, clock: Clock, worker_id: str, *, slots: int, queues: list[str] | None,
                  allowed_types, labels: dict | None = None, execute_on_leader: bool = False,
-                 single_node: bool = False, unseal: Callable[[dict], dict] | None = None) -> None:
+                 single_node: bool = False, unseal: Callable[[dict], dict] | None = None,
+                 by: str | None = None) -> None:
         self.raft = raft
+        #: the node's name, written into its acquires (node/dispatch.py Dispatcher.by)
+        self.by = by
         #: a grant with its secrets unsealed (raftsched/sealing.py unseal_grant, with the node's ring)
         self.unseal = unseal or functools.partial(sealing.unseal_grant, ring=sealing.PROCESS_RING)
         #: the one way a command goes out (raftsched/proposer.py), as for the rest of the node
@@ -1079,7 +1082,7 @@ class EmbeddedChannel:
 
     async def acquire(self, n: int, ttl_ms: int, types: list[str] | None) -> Grants:
         res = await self._propose(commands.acquire(self.clock.now_ms(), worker=self.worker_id, queues=self.queues,
-                                                   max=n, ttl=ttl_ms, types=types))
+                                                   max=n, ttl=ttl_ms, types=types, by=self.by))
         return Grants([self.unseal(g) for g in res.get("runs", [])], bool(res.get("draining")))
 
     async def heartbeat(self, leases: list[list], ttl_ms: int, timeout_s: float) -> tuple[list[str], bool]:
@@ -1135,7 +1138,7 @@ class Worker(LeaseLoop):
         queues = sorted(set(queues)) if queues else None
         channel = EmbeddedChannel(raft, clock, f"{node_id}/{os.getpid()}", slots=slots, queues=queues,
                                   allowed_types=allowed_types, labels=labels, execute_on_leader=execute_on_leader,
-                                  single_node=single_node, unseal=unseal)
+                                  single_node=single_node, unseal=unseal, by=node_id)
         super().__init__(channel, clock, sandbox=sandbox, slots=slots, allowed_types=allowed_types,
                          lease_ttl_ms=lease_ttl_ms, poll_interval_s=poll_interval_s, kill_grace_s=kill_grace_s)
         self.raft = raft

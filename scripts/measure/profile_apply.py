@@ -21,6 +21,9 @@ Every replica applies every command, so a three-node cluster pays these three ti
 limits.history_trim_scan_slack slots: with ``sweep``, at every fourth tick of AHEAD=3000), and the
 longest single fire command's apply in it (every replica stalls that long at once).
 
+``OTHER=1`` applies the acquires as a replica of another node than the one that proposed them
+(``by``): the same leases, no grants built (docs/benchmarks.md).
+
 ``TYPES=python,...`` makes ``e2e``'s acquires those of a worker of these executor types only
 (``raftsched worker --executors``, ``--app``), the jobs being python.
 
@@ -129,6 +132,9 @@ def main(argv: list[str]) -> int:
     raw = {"schedule": {"every_s": 1}, "executor": {"type": "python", "target": "builtins:id"},
            "misfire": {"policy": "fire_all"}, "queue": "q", "history": 1 if sweep else 43}
     fleet = os.environ.get("FLEET") == "1" and not sweep
+    other = os.environ.get("OTHER") == "1"
+    if other:  # this replica is not the acquires' proposer's (core/leases.py apply_acquire: no grants built)
+        st.answers_for = "node-2"
     batch = 100 if fleet else 32
     if fleet:  # what an SDK App's job is (benchlib/noop_app.py), and its worker (raftsched worker --app)
         app = {"raftsched.app": "bench-noop"}
@@ -170,15 +176,21 @@ def main(argv: list[str]) -> int:
         if sweep:
             continue
         got = []
-        acq = C.encode(C.make("acquire", t_ms + 5, None, worker="w", queues=None, max=batch, ttl=30_000, types=TYPES))
+        acq = C.encode(C.acquire(t_ms + 5, worker="w", queues=None, max=batch, ttl=30_000, types=TYPES, by="node-1")
+                       if other else
+                       C.make("acquire", t_ms + 5, None, worker="w", queues=None, max=batch, ttl=30_000, types=TYPES))
         while True:
+            before = len(st._running_ids)
             t0 = time.perf_counter()
             r = through("acquire", st.apply_bytes, [acq])[0]
             ta += time.perf_counter() - t0
-            if not r["runs"]:
+            leased = len(st._running_ids) - before if other else len(r["runs"])
+            if not leased:
                 break
-            na += len(r["runs"])
+            na += leased
             got.extend(r["runs"])
+        if other:  # the runs it leased, as the proposer's answer named them
+            got = [{"id": rid, "token": st.runs[rid]["fencing_token"]} for rid in st._running_ids]
         for i in range(0, len(got), batch):
             results = [{"run": g["id"], "token": g["token"], "success": True} for g in got[i:i + batch]]
             # As the node writes it (commands.complete_many: outcomes as rows since 2026-12-05).
