@@ -396,9 +396,10 @@ async def _dispatcher_over_queued_runs(service: Service, raft: FakeRaft, clock, 
 
 def test_a_count_with_acquires_in_flight_passes_over_their_share_once_a_count_read_only_takeable_runs():
     """Under load a worker's request comes back while another's acquire is in flight: its count
-    read the runs that acquire covers, then subtracted them (every run read about twice). Once a
-    count read nothing but runs the group's workers can take, the next passes over the share in
-    flight unread; a count that meets another's run (a placement here) counts from the head again."""
+    read the runs that acquire covers, then subtracted them (every run read about twice). Of the
+    share in flight, what the group's counts found from the head, all runs its workers can take,
+    is passed over unread, and each count reads on from there; a count that meets another's run
+    (a placement here) counts from the head again."""
     async def t(placed_first: bool):
         state = SchedulerState()
         raft = FakeRaft(state)
@@ -420,24 +421,58 @@ def test_a_count_with_acquires_in_flight_passes_over_their_share_once_a_count_re
                 scans.append((args[-1], out[0], out[1]))
             return out
         raft.read = read  # type: ignore[method-assign]
-        first = LeaseRequest("a", ["q"], {}, None, 64, 10_000)
-        d._groups[first.key] = collections.deque([first])
-        d._look()
-        await until(lambda: proposed == ["a"], 2.0, "the first request's acquire")
-        assert scans == [(0, 1, not placed_first)]  # one request: one run it can take is enough
-        d._groups[first.key].append(LeaseRequest("b", ["q"], {}, None, 64, 10_000))
-        d._dirty = True
-        d._look()
-        await until(lambda: proposed == ["a", "b"], 2.0, "the second request's acquire, while the first's flies")
-        if placed_first:
-            assert scans[1] == (0, 65, False)  # counted from the head: the 64 in flight and one more
-        else:
-            assert scans[1] == (64, 1, True)  # the 64 in flight passed over unread, one after them
+        group: collections.deque = collections.deque()
+        for k, w in enumerate("abc"):
+            req = LeaseRequest(w, ["q"], {}, None, 32, 10_000)
+            d._groups[req.key] = group
+            group.append(req)
+            d._dirty = True
+            d._look()
+            await until(lambda k=k: len(proposed) == k + 1, 2.0, f"request {w}'s acquire, the others' in flight")
+        assert proposed == ["a", "b", "c"]
+        if placed_first:  # from the head each time: the 10 others, the share in flight, and one more
+            assert scans == [(0, 1, False), (0, 33, False), (0, 65, False)]
+        else:  # one run is enough for a; then what was found is passed over, the rest read once
+            assert scans == [(0, 1, True), (1, 32, True), (33, 32, True)]
         for task in list(d._tasks):
             task.cancel()
         await asyncio.gather(*d._tasks, return_exceptions=True)
     asyncio.run(t(False))
     asyncio.run(t(True))
+
+
+def test_a_count_passes_over_only_what_counts_found_so_no_acquire_goes_out_for_runs_of_another_placement():
+    """A count that stopped at the one run its request needed vouches for that run only: the
+    next, with that acquire in flight, reads the rest of the share itself, and finds the runs of
+    another placement among them (the first cut passed the 64 over unread, and sent an acquire
+    that granted nothing: an entry in the log and a backoff, found by a review)."""
+    async def t():
+        state = SchedulerState()
+        raft = FakeRaft(state)
+        clock = FakeClock()
+        service = Service(raft, clock, "node-1")
+        d, proposed = await _dispatcher_over_queued_runs(service, raft, clock, 1)
+        clock.advance(10)
+        await service.put_job("other", {**SPEC, "queue": "q", "placement": {"labels": {"zone": "b"}}}, None)
+        for _ in range(10):
+            await service.trigger_job("other", None)
+        clock.advance(10)
+        for k in range(1, 64):
+            await service.put_job(f"j{k}", {**SPEC, "queue": "q"}, None)
+            await service.trigger_job(f"j{k}", None)
+        clock.advance(10)
+        a = LeaseRequest("a", ["q"], {}, None, 64, 10_000)
+        d._groups[a.key] = collections.deque([a])
+        d._look()
+        await until(lambda: proposed == ["a"], 2.0, "a's acquire")
+        d._groups[a.key].append(LeaseRequest("b", ["q"], {}, None, 64, 10_000))
+        d._dirty = True
+        d._look()
+        assert [r.worker for r in d._groups[a.key] if r.in_flight] == ["a"]  # 64 ready for it: a's
+        for task in list(d._tasks):
+            task.cancel()
+        await asyncio.gather(*d._tasks, return_exceptions=True)
+    asyncio.run(t())
 
 
 def test_a_count_reads_as_far_as_the_picks_need_and_picks_as_a_full_count_would():
@@ -509,11 +544,11 @@ def test_an_acquire_that_grants_nothing_makes_its_group_count_from_the_head_agai
         key = head.key
         d._groups[key] = collections.deque([head, free])
         d._busy[key], d._cover[key] = 1, 64
-        d._clean.add(key)  # as a count of the five alone left it, before the others fell due
+        d._known[key] = 64  # as counts of the share in flight left it, before the others fell due
         d._look()
         assert scans == [64]  # passed over the 64 (all "other"'s), counted the five past them
         await until(lambda: d.stats()["acquires_empty"] == 1, 2.0, "the free request's empty acquire")
-        assert key not in d._clean
+        assert key not in d._known
         for task in list(d._tasks):
             task.cancel()
         await asyncio.gather(*d._tasks, return_exceptions=True)
@@ -541,6 +576,31 @@ def test_requests_gone_behind_one_in_flight_do_not_hide_a_free_request_beyond_th
         d._busy[key], d._cover[key] = 1, head.n
         d._look()
         await until(lambda: proposed == ["c"], 2.0, "the free request's acquire")
+        for task in list(d._tasks):
+            task.cancel()
+        await asyncio.gather(*d._tasks, return_exceptions=True)
+    asyncio.run(t())
+
+
+def test_free_requests_past_gone_ones_get_as_many_acquires_in_one_look_as_a_full_count_gives():
+    """Requests gone but not yet unlinked fill the count's want: the free ones past them are
+    picked as a count of every ready run would pick them, two here, in one look (the first cut
+    looked at the first free one only, and served one a look: found by a review)."""
+    async def t():
+        state = SchedulerState()
+        raft = FakeRaft(state)
+        clock = SystemClock()
+        service = Service(raft, clock, "node-1")
+        d, proposed = await _dispatcher_over_queued_runs(service, raft, clock, 300)
+        head = LeaseRequest("h", ["q"], {}, None, 100, 10_000)
+        head.in_flight = True
+        gone = [LeaseRequest(f"g{k}", ["q"], {}, None, 100, 10_000, alive=lambda: False) for k in range(2)]
+        free = [LeaseRequest(f"f{k}", ["q"], {}, None, 100, 10_000) for k in range(3)]
+        key = head.key
+        d._groups[key] = collections.deque([head, *gone, *free])
+        d._busy[key], d._cover[key] = 1, head.n
+        d._look()
+        assert [r.worker for r in d._groups[key] if r.in_flight] == ["h", "f0", "f1"]
         for task in list(d._tasks):
             task.cancel()
         await asyncio.gather(*d._tasks, return_exceptions=True)

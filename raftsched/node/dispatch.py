@@ -124,9 +124,11 @@ class Dispatcher:
         self._backoff: dict[tuple, float] = {}
         #: group -> monotonic time of its last acquire
         self._last_try: dict[tuple, float] = {}
-        #: groups whose last count read only runs their workers could take: the next count with
-        #: acquires in flight passes over their share unread (queries.ready_scan)
-        self._clean: set[tuple] = set()
+        #: group -> how many queue entries from the head its counts found, all runs its workers
+        #: can take: a count with acquires in flight passes over as many of their share unread
+        #: (queries.ready_scan); less what each acquire takes as it ends, none after one that
+        #: granted nothing or a count that read any other entry
+        self._known: dict[tuple, int] = {}
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         #: what the last full look saw: the replica's applied count, the earliest future due time
@@ -291,7 +293,7 @@ class Dispatcher:
                 del self._groups[key]
                 self._backoff.pop(key, None)
                 self._last_try.pop(key, None)
-                self._clean.discard(key)
+                self._known.pop(key, None)
                 continue
             in_flight = self._busy.get(key, 0)
             if in_flight >= node_limits.dispatch_batch_max:
@@ -304,29 +306,15 @@ class Dispatcher:
             head = q[0]
             types = None if head.types is None else frozenset(head.types)
             # The runs its requests want, counted only as far as a scan reads: a look costs the
-            # same with ten thousand idle requests waiting as with ten. Among them, the requests
-            # an acquire may go to now (free), as the picking below goes through them: the count
-            # need not go past what takes all of them, their n but the last one's and one more
-            # (the picks are the same; a group of one request reads one entry, not its n).
-            # Past the scan's want, only the first free request is looked for (requests gone but
-            # not yet unlinked can hide it: test_fleet.py).
-            want, free, need, last = 0, 0, 0, 0
-            room, cap = node_limits.dispatch_batch_max - in_flight, node_limits.dispatch_ready_scan_max
+            # same with ten thousand idle requests waiting as with ten.
+            want, wants = 0, []
             for r in q:
-                counting = want < cap
-                if not counting and free:
+                n = r.n
+                wants.append(n)
+                want += n
+                if want >= node_limits.dispatch_ready_scan_max:
+                    want = node_limits.dispatch_ready_scan_max
                     break
-                if free < room and not r.in_flight and not r.gone():
-                    n = r.n
-                    free += 1
-                    need += n
-                    last = n
-                elif counting:
-                    n = r.n
-                else:
-                    continue
-                if counting:
-                    want = min(cap, want + n)
             if want <= self._cover.get(key, 0):
                 # The acquires in flight cover as many runs as the count may show (it shows at
                 # most want): what it could find is theirs (count - cover <= want - cover <= 0),
@@ -335,27 +323,39 @@ class Dispatcher:
                 # acquire's end or a new request looks again; under load that is most looks,
                 # each a scan of up to want runs saved.
                 continue
-            # What the acquires in flight will take is not there for more. When the last count
-            # read nothing but runs this group's workers can take, this one passes over as many
-            # entries unread and counts what follows (each entry read is a run and a job looked
-            # up: under load every run was read about twice, once as part of the share in
-            # flight); otherwise it counts from the head and subtracts. Passed over, entries of
-            # another placement that fell due meanwhile count too: an acquire that then grants
-            # nothing makes the group count from the head again (_serve).
-            if not free:
-                continue  # those the count reads for are in flight or gone: an acquire's end looks again
             cover = self._cover.get(key, 0) if in_flight else 0
-            skip = cover if key in self._clean else 0
-            limit = min(want - skip, need - last + 1 + (0 if skip else cover))
-            count, clean = self.raft.read(queries.ready_scan, head.queues, head.labels, types, ready_ms,
+            # The requests an acquire may go to now (free), as the picking below goes through
+            # them, as far as the largest count this look can give (want - cover) reaches: the
+            # count need not go past their n but the last one's, and one more (the picks are
+            # the same; a group of one request reads one entry where it read its n). Free ones
+            # can lie past the want's requests (requests gone but not yet unlinked: test_fleet.py).
+            free, need, last, most = 0, 0, 0, want - cover
+            room = node_limits.dispatch_batch_max - in_flight
+            for i, r in enumerate(q):
+                if free >= room or need >= most:
+                    break
+                if r.in_flight or r.gone():
+                    continue
+                n = wants[i] if i < len(wants) else r.n
+                free += 1
+                need += n
+                last = n
+            if not free:
+                continue  # all in flight or gone: an acquire's end looks again
+            # What the acquires in flight will take is not there for more: counted, then
+            # subtracted. Of their share, the entries the group's counts found from the head, all
+            # runs its workers can take, are passed over unread (each entry read is a run and a
+            # job looked up: under load every run was read about twice, once as part of the share
+            # in flight); the count reads on from there. Passed over, entries of another
+            # placement that fell due meanwhile count too: an acquire that then grants nothing
+            # makes the group count from the head again (_serve).
+            skip = min(cover, self._known.get(key, 0))
+            limit = min(want - skip, need - last + 1 + cover - skip)
+            found, clean = self.raft.read(queries.ready_scan, head.queues, head.labels, types, ready_ms,
                                           node_limits.dispatch_ready_scan_max, limit, head.dedicated,
                                           None if head.tenants is None else frozenset(head.tenants), skip)
-            if clean:
-                self._clean.add(key)
-            else:
-                self._clean.discard(key)
-            if not skip:
-                count = max(0, count - cover)
+            self._known[key] = skip + found if clean else 0
+            count = max(0, skip + found - cover)
             if not count and not in_flight and mono - self._last_try.setdefault(key, mono) >= node_limits.dispatch_retry_s:
                 # Ready work beyond the scan, maybe: acquire looks further, now and then.
                 count = int(self.raft.read(queries.has_ready_work, head.queues, ready_ms))
@@ -407,7 +407,7 @@ class Dispatcher:
             grants, draining = res.get("runs", []), bool(res.get("draining"))
             if not grants:
                 self.acquires_empty += 1
-                self._clean.discard(key)  # its count may have passed over runs it cannot take
+                self._known.pop(key, None)  # its count may have passed over runs it cannot take
                 self._backoff[key] = self.clock.monotonic_s() + node_limits.dispatch_empty_backoff_s
             if req.abandoned:
                 self._drop(q, req)
@@ -426,6 +426,8 @@ class Dispatcher:
             else:
                 self._busy.pop(key, None)
                 self._cover.pop(key, None)
+            if key in self._known:  # the runs it took were at the head (or were never counted)
+                self._known[key] = max(0, self._known[key] - req.n)
             self._dirty = True
             self._wake.set()
 
