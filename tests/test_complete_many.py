@@ -64,6 +64,10 @@ def test_rows_and_maps_decide_the_same_and_a_malformed_row_is_refused_whole():
                 {"rows": {"0": row}}, {"rows": [row] * (limits.complete_batch_max + 1)}):
         res = do(s, "complete_many", T0 + 5, **bad)
         assert res["ok"] is False and res["error"]["code"] == "invalid_command", bad
+    # An item the constructor is given without token or success: a row apply refuses, whole.
+    for item in ({"run": g[0]["id"], "success": True}, {"run": g[0]["id"], "token": g[0]["token"]}):
+        res = apply(s, commands.complete_many(T0 + 5, None, results=[item], worker="w"))
+        assert res["ok"] is False and res["error"]["code"] == "invalid_command", item
     assert s.runs[g[0]["id"]]["state"] == "running"
     assert do(s, "complete_many", T0 + 5, rows=[row])["results"][0]["state"] == "succeeded"
 

@@ -315,10 +315,11 @@ def complete_many(now: int, rid: str | None, *, results: list[Any], worker: str,
                   tenants: Tenants = None) -> Command:
     """``results``: outcomes as maps ``{run, token, success, error?, output?, result?}``, written
     as rows ``[run, token, success, error, output]`` (and ``result`` sixth when there is one):
-    a map's keys were most of what every replica decoded (core/leases.py apply_complete_many)."""
+    a map's keys were most of what every replica decoded (core/leases.py apply_complete_many).
+    An item without run, token or success gives a row apply refuses, as it refused the map."""
     rows = []
     for it in results:
-        row = [it["run"], it["token"], it["success"], it.get("error"), it.get("output")]
+        row = [it.get("run"), it.get("token"), it.get("success"), it.get("error"), it.get("output")]
         if it.get("result") is not None:
             row.append(it["result"])
         rows.append(row)
