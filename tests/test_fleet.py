@@ -401,10 +401,8 @@ def test_a_count_with_acquires_in_flight_passes_over_their_share_once_a_count_re
     is passed over unread, and each count reads on from there; a count that meets another's run
     (a placement here) counts from the head again."""
     async def t(placed_first: bool):
-        state = SchedulerState()
-        raft = FakeRaft(state)
         clock = FakeClock()
-        service = Service(raft, clock, "node-1")
+        raft, service = _service(clock)
         if placed_first:  # runs of another worker's placement at the head of the queue
             await service.put_job("other", {**SPEC, "queue": "q", "placement": {"labels": {"zone": "b"}}}, None)
             for _ in range(10):
@@ -447,10 +445,8 @@ def test_a_count_passes_over_only_what_counts_found_so_no_acquire_goes_out_for_r
     another placement among them (the first cut passed the 64 over unread, and sent an acquire
     that granted nothing: an entry in the log and a backoff, found by a review)."""
     async def t():
-        state = SchedulerState()
-        raft = FakeRaft(state)
         clock = FakeClock()
-        service = Service(raft, clock, "node-1")
+        raft, service = _service(clock)
         d, proposed = await _dispatcher_over_queued_runs(service, raft, clock, 1)
         clock.advance(10)
         await service.put_job("other", {**SPEC, "queue": "q", "placement": {"labels": {"zone": "b"}}}, None)
@@ -473,6 +469,12 @@ def test_a_count_passes_over_only_what_counts_found_so_no_acquire_goes_out_for_r
             task.cancel()
         await asyncio.gather(*d._tasks, return_exceptions=True)
     asyncio.run(t())
+
+
+def _service(clock) -> tuple[FakeRaft, Service]:
+    """A replica of its own (FakeRaft over a new state) and the service that writes to it."""
+    raft = FakeRaft(SchedulerState())
+    return raft, Service(raft, clock, "node-1")
 
 
 def test_a_count_reads_as_far_as_the_picks_need_and_picks_as_a_full_count_would():
@@ -514,10 +516,8 @@ def test_an_acquire_that_grants_nothing_makes_its_group_count_from_the_head_agai
     due among them (the entries passed over are not read): the acquire it sends then grants
     nothing, and the group's next count reads from the head, where those runs are."""
     async def t():
-        state = SchedulerState()
-        raft = FakeRaft(state)
         clock = FakeClock()
-        service = Service(raft, clock, "node-1")
+        raft, service = _service(clock)
         await service.put_job("other", {**SPEC, "queue": "q", "placement": {"labels": {"zone": "b"}}}, None)
         await service.put_job("j", {**SPEC, "queue": "q"}, None)
         for _ in range(64):
@@ -561,10 +561,8 @@ def test_requests_gone_behind_one_in_flight_do_not_hide_a_free_request_beyond_th
     any acquire, so the look counts, and serves the free request now rather than after the acquire
     in flight ends (a review found the first cut passed the group over)."""
     async def t():
-        state = SchedulerState()
-        raft = FakeRaft(state)
         clock = SystemClock()
-        service = Service(raft, clock, "node-1")
+        raft, service = _service(clock)
         d, proposed = await _dispatcher_over_queued_runs(service, raft, clock, 200)
         head = LeaseRequest("a", ["q"], {}, None, limits.acquire_runs_max, 10_000)
         head.in_flight = True
@@ -587,10 +585,8 @@ def test_free_requests_past_gone_ones_get_as_many_acquires_in_one_look_as_a_full
     picked as a count of every ready run would pick them, two here, in one look (the first cut
     looked at the first free one only, and served one a look: found by a review)."""
     async def t():
-        state = SchedulerState()
-        raft = FakeRaft(state)
         clock = SystemClock()
-        service = Service(raft, clock, "node-1")
+        raft, service = _service(clock)
         d, proposed = await _dispatcher_over_queued_runs(service, raft, clock, 300)
         head = LeaseRequest("h", ["q"], {}, None, 100, 10_000)
         head.in_flight = True
