@@ -16,6 +16,7 @@ OPS = st.lists(st.one_of(
     st.tuples(st.just("pop"), st.just(0), st.just("")),
     st.tuples(st.just("pop_due_by"), DUES, st.just("")),
     st.tuples(st.just("take_and_put_back"), DUES, st.just("")),
+    st.tuples(st.just("take_due_by"), DUES, st.integers(1, 6)),
     st.tuples(st.just("keep"), st.integers(0, 3), st.just("")),
 ), max_size=120)
 
@@ -48,6 +49,13 @@ def test_hands_out_what_a_heap_of_tuples_does(ops, kind):
         elif op == "pop_due_by":
             want = heapq.heappop(ref) if ref and ref[0][0] <= a else None
             assert idx.pop_due_by(a) == want
+        elif op == "take_due_by":
+            # What pop_due_by b times gives within the first due (an acquire's batch: leases.py)
+            want: list[tuple[int, str]] = []
+            while len(want) < b and ref and ref[0][0] <= a and (not want or ref[0][0] == want[0][0]):
+                want.append(heapq.heappop(ref))
+            got = idx.take_due_by(a, b)
+            assert (None if not want else (want[0][0], [rid for _, rid in want])) == got
         elif op == "take_and_put_back":
             # An acquire: takes up to three ready entries, passes over some, puts those back.
             taken = []
@@ -126,6 +134,24 @@ def test_a_sorted_list_past_the_bound_becomes_a_heap_in_order():
     assert 1_000 in idx._heaped and 1_000 not in idx._unsorted
     assert idx.peek() == idx.head() == (1_000, "r0")
     assert [idx.pop()[1] for _ in range(7)] == ["r0", "r4", "r5", "r6", "r7", "r8", "r9"]
+
+
+def test_a_take_from_a_heaped_list_leaves_it_as_the_pops_would():
+    """take_due_by from a due's heap: its smallest in order, and what is left a sorted list
+    again once it holds less than half the bound (as pop leaves it), then the next due's."""
+    idx = SmallLists()
+    for k in (3, 9, 1, 7, 5, 8, 2):
+        idx.push(1_000, f"r{k}")
+    idx.push(2_000, "s")
+    assert 1_000 in idx._heaped
+    assert idx.take_due_by(999, 3) is None
+    assert idx.take_due_by(1_000, 3) == (1_000, ["r1", "r2", "r3"])
+    assert 1_000 in idx._heaped and len(idx) == 5  # four left: half the bound or more
+    assert idx.take_due_by(5_000, 3) == (1_000, ["r5", "r7", "r8"])
+    assert 1_000 not in idx._heaped and idx._buckets[1_000] == ["r9"]
+    assert idx.take_due_by(5_000, 3) == (1_000, ["r9"])
+    assert idx.take_due_by(5_000, 3) == (2_000, ["s"])
+    assert not idx and idx._buckets == {} and idx._dues == [] and idx._multi == set()
 
 
 def test_a_compaction_keeps_a_heaped_list_in_order():

@@ -118,46 +118,91 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
         # some executors only (raftsched worker --executors, --app) takes this path too.
         q, p, h = heaps[0]
         jobs = s.jobs
-        pop_due_by = h.pop_due_by
+        take = h.take_due_by
         # Whether this worker's labels satisfy a placement, by the placement's object: specs share
         # their parts (records.SHARED_PARTS), so a fleet's jobs are read once a command, not once a
         # run. The answer depends on the placement, the labels and dedicated only, and every
         # placement object stays alive (its spec holds it) while the command applies.
         placed: dict[int, bool] = {}
-        while len(granted) < n and scanned < limits.acquire_scan_max:
-            entry = pop_due_by(now)
-            if entry is None:
-                break
-            due, rid = entry
-            run = runs.get(rid)
-            if run is None or run["state"] != "queued" or run["priority"] != p \
-                    or run.get("due", run["slot"]) != due or run["queue"] != q or rid in held:
-                continue  # stale index entry
-            scanned += 1
-            job = jobs.get(run["job"])
-            if job is not None:
-                spec = job["spec"]
-                if types is not None and spec["executor"]["type"] not in types:
-                    held_back.append((h, (due, rid)))  # another worker runs this executor type
-                    held.add(rid)
-                    continue
-                if (policed or LIMITED in spec) and _refused(s, run, job, now):
-                    refused += 1
-                    continue
-                if "placement" in spec or dedicated:
-                    key = id(spec.get("placement"))
-                    fits = placed.get(key)
-                    if fits is None:
-                        fits = placed[key] = placement_ok(spec, labels, dedicated)
-                    if not fits:
-                        held_back.append((h, (due, rid)))  # I18: another worker's labels satisfy it
-                        held.add(rid)
-                        continue
-            granted.append(_grant(s, run, worker, ttl, now, job, answer))
+        # The index's entries are taken a due's worth at a time, never more than the grants and
+        # the scan have room for (so exactly the entries the pops would take: an entry taken
+        # adds one at most to each count). _grant's bookkeeping is inline, in its order for each
+        # run, but for what only a reader outside this loop sees: the token, the queue's two
+        # counts and the starts' histogram are written once (``_settle``), and before a refusal,
+        # whose notifications may read them or queue a run (then the entries taken and not looked
+        # at go back, and are taken again behind it, as the pops would have found them).
+        tok = s.fencing_token
+        deadline = now + ttl
+        running_ids = s._running_ids
+        scan_max = limits.acquire_scan_max
+        started: list[Record] = []
+        count, i, due = 0, 0, 0
+        rids: list[str] = []
+        try:
+            while count < n and scanned < scan_max:
+                got = take(now, min(n - count, scan_max - scanned))
+                if got is None:
+                    break
+                due, rids = got
+                for i, rid in enumerate(rids):
+                    run = runs.get(rid)
+                    if run is None or run["state"] != "queued" or run["priority"] != p \
+                            or run.get("due", run["slot"]) != due or run["queue"] != q or rid in held:
+                        continue  # stale index entry
+                    scanned += 1
+                    job = jobs.get(run["job"])
+                    if job is not None:
+                        spec = job["spec"]
+                        if types is not None and spec["executor"]["type"] not in types:
+                            held_back.append((h, (due, rid)))  # another worker runs this executor type
+                            held.add(rid)
+                            continue
+                        if policed or LIMITED in spec:
+                            s.fencing_token = tok
+                            _settle(s, q, started, now)
+                            started = []
+                            if _refused(s, run, job, now):
+                                refused += 1
+                                for back in reversed(rids[i + 1:]):
+                                    h.push(due, back)
+                                rids = []  # (back already)
+                                break
+                        if "placement" in spec or dedicated:
+                            key = id(spec.get("placement"))
+                            fits = placed.get(key)
+                            if fits is None:
+                                fits = placed[key] = placement_ok(spec, labels, dedicated)
+                            if not fits:
+                                held_back.append((h, (due, rid)))  # I18: another worker's labels satisfy it
+                                held.add(rid)
+                                continue
+                    tok += 1  # I13: one counter, only increases
+                    started.append(run)
+                    run["state"] = "running"
+                    run["fencing_token"] = tok
+                    run["worker"] = worker
+                    run["started_at"] = now
+                    run["deadline"] = deadline
+                    run["ttl"] = ttl
+                    run["finished_at"] = None
+                    run["renewals"] = 0
+                    running_ids[rid] = None
+                    count += 1
+                    if answer:
+                        granted.append(_grant_map(s, run, job, tok, deadline))
+        except Exception:
+            # A bug (state.py refuses the command as a value): the entries taken and not looked
+            # at go back, so that no more than the run at hand leaves its index, as with a pop.
+            for back in reversed(rids[i + 1:]):
+                h.push(due, back)
+            raise
+        finally:  # (whatever happens: the counts stay true to the leases)
+            s.fencing_token = tok
+            _settle(s, q, started, now)
         _put_back(held_back)
         if w is not None:
-            w["grants"] += len(granted)
-        return _acquired(granted if answer else [], refused)
+            w["grants"] += count
+        return _acquired(granted, refused)
     while len(granted) < n and scanned < limits.acquire_scan_max:
         best: tuple[int, int, str] | None = None  # (-priority, due, run id) of the next grant
         best_h: ReadyIndex | None = None  # and its index
@@ -275,6 +320,23 @@ def _grant(s: SchedulerState, run: Record, worker: str, ttl: int, now: int, job:
     s._running_count[q] = s._running_count.get(q, 0) + 1
     if not answer:
         return None
+    return _grant_map(s, run, job, tok, deadline)
+
+
+def _settle(s: SchedulerState, q: str, started: list[Record], now: int) -> None:
+    """The counts of ``started``, runs of queue ``q`` leased by apply_acquire's one-heap loop, as
+    _grant writes them a run."""
+    c = len(started)
+    if c:
+        s._queue_depth[q] = s._queue_depth.get(q, 1) - c
+        s._running_count[q] = s._running_count.get(q, 0) + c
+        on_start = s.stats.on_start
+        for run in started:
+            on_start(run, now)
+
+
+def _grant_map(s: SchedulerState, run: Record, job: Record | None, tok: int, deadline: int) -> dict[str, Any]:
+    """A grant: what the worker needs to run ``run``, just leased with token ``tok``."""
     if job is None:
         executor = payload = None
         timeout_s = limits.timeout_s_default
@@ -285,8 +347,8 @@ def _grant(s: SchedulerState, run: Record, worker: str, ttl: int, now: int, job:
     if "payload" in run:  # a trigger's or a backfill's override
         payload = run["payload"]
     g = {
-        "id": rid, "job": run["job"], "slot": run["slot"], "attempt": run["attempt"],
-        "token": tok, "deadline": deadline, "queue": q,
+        "id": run["id"], "job": run["job"], "slot": run["slot"], "attempt": run["attempt"],
+        "token": tok, "deadline": deadline, "queue": run["queue"],
         "executor": executor, "payload": payload, "timeout_s": timeout_s,
     }
     if "upstream" in run:  # pipelines: what its parents ended with (RAFTSCHED_UPSTREAM)

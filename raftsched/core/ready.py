@@ -153,6 +153,39 @@ class ReadyIndex:
             return None
         return self.pop()
 
+    def take_due_by(self, now: int, k: int) -> tuple[int, list[str]] | None:
+        """``pop_due_by`` up to ``k`` times (k >= 1) within the smallest due's entries: that due
+        and its run ids in the order the pops would have taken them (fewer than ``k`` when the
+        due has fewer), or None when nothing is due by ``now``. The index is left as after those
+        pops. An acquire takes a request's runs this way (core/leases.py): a slice of a sorted
+        list in C instead of a method call a run."""
+        if not self._n or self._dues[0] > now:
+            return None
+        due = self._dues[0]
+        b = self._buckets[due]
+        if type(b) is str:
+            rids = [b]
+        elif due in self._heaped:
+            pop = heapq.heappop
+            rids = [pop(b) for _ in range(min(k, len(b)))]  # type: ignore[arg-type]
+            if b and len(b) < self.sort_max >> 1:
+                b.sort(reverse=True)  # type: ignore[union-attr]  # (as pop does)
+                self._heaped.discard(due)
+        else:
+            if due in self._unsorted:
+                b.sort(reverse=True)  # type: ignore[union-attr]
+                self._unsorted.discard(due)
+            rids = b[-k:]  # type: ignore[assignment]  # (largest first: the smallest k, reversed)
+            del b[-k:]  # type: ignore[union-attr]
+            rids.reverse()
+        self._n -= len(rids)
+        if type(b) is str or not b:
+            del self._buckets[due]
+            self._multi.discard(due)
+            self._heaped.discard(due)
+            heapq.heappop(self._dues)
+        return due, rids
+
     def __len__(self) -> int:
         return self._n
 
