@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import heapq
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from raftsched.core.ready import ReadyIndex, entries_of
@@ -16,7 +17,8 @@ OPS = st.lists(st.one_of(
     st.tuples(st.just("pop"), st.just(0), st.just("")),
     st.tuples(st.just("pop_due_by"), DUES, st.just("")),
     st.tuples(st.just("take_and_put_back"), DUES, st.just("")),
-    st.tuples(st.just("take_due_by"), DUES, st.integers(1, 6)),
+    st.tuples(st.just("peek_drop_all"), DUES, st.integers(1, 6)),
+    st.tuples(st.just("peek_drop_some"), DUES, st.integers(1, 6)),
     st.tuples(st.just("keep"), st.integers(0, 3), st.just("")),
 ), max_size=120)
 
@@ -49,13 +51,21 @@ def test_hands_out_what_a_heap_of_tuples_does(ops, kind):
         elif op == "pop_due_by":
             want = heapq.heappop(ref) if ref and ref[0][0] <= a else None
             assert idx.pop_due_by(a) == want
-        elif op == "take_due_by":
-            # What pop_due_by b times gives within the first due (an acquire's batch: leases.py)
-            want: list[tuple[int, str]] = []
-            while len(want) < b and ref and ref[0][0] <= a and (not want or ref[0][0] == want[0][0]):
-                want.append(heapq.heappop(ref))
-            got = idx.take_due_by(a, b)
-            assert (None if not want else (want[0][0], [rid for _, rid in want])) == got
+        elif op.startswith("peek_drop"):
+            # An acquire's read of a due (leases.py): the first entries of the smallest due, in
+            # the pops' order (one of a heap), then those looked at taken out as pops would
+            got = idx.peek_due_by(a, b)
+            if not ref or ref[0][0] > a:
+                assert got is None
+                continue
+            due, rids = got
+            same = sorted(r for d, r in ref if d == due)
+            assert due == ref[0][0] and 1 <= len(rids) <= b
+            assert rids == same[:len(rids)]
+            assert len(rids) == (1 if due in idx._heaped else min(b, len(same)))
+            j = len(rids) if op == "peek_drop_all" else len(rids) // 2
+            idx.drop_first(due, j)
+            assert [heapq.heappop(ref)[1] for _ in range(j)] == rids[:j]
         elif op == "take_and_put_back":
             # An acquire: takes up to three ready entries, passes over some, puts those back.
             taken = []
@@ -136,22 +146,33 @@ def test_a_sorted_list_past_the_bound_becomes_a_heap_in_order():
     assert [idx.pop()[1] for _ in range(7)] == ["r0", "r4", "r5", "r6", "r7", "r8", "r9"]
 
 
-def test_a_take_from_a_heaped_list_leaves_it_as_the_pops_would():
-    """take_due_by from a due's heap: its smallest in order, and what is left a sorted list
-    again once it holds less than half the bound (as pop leaves it), then the next due's."""
+def test_a_peek_at_a_heaped_list_reads_one_and_drops_leave_it_as_the_pops_would():
+    """peek_due_by at a due's heap: its smallest only (a heap's order is not a slice);
+    drop_first takes as pops do, and what is left is a sorted list again once it holds less
+    than half the bound; a sorted list's peek is up to k, and a drop of 0 takes nothing."""
     idx = SmallLists()
     for k in (3, 9, 1, 7, 5, 8, 2):
         idx.push(1_000, f"r{k}")
     idx.push(2_000, "s")
     assert 1_000 in idx._heaped
-    assert idx.take_due_by(999, 3) is None
-    assert idx.take_due_by(1_000, 3) == (1_000, ["r1", "r2", "r3"])
+    assert idx.peek_due_by(999, 3) is None
+    assert idx.peek_due_by(1_000, 3) == (1_000, ["r1"])
+    idx.drop_first(1_000, 3)  # (three pops)
     assert 1_000 in idx._heaped and len(idx) == 5  # four left: half the bound or more
-    assert idx.take_due_by(5_000, 3) == (1_000, ["r5", "r7", "r8"])
+    assert idx.peek_due_by(1_000, 3) == (1_000, ["r5"])
+    idx.drop_first(1_000, 2)
+    assert 1_000 in idx._heaped and idx._buckets[1_000] == ["r8", "r9"]  # (two: half the bound)
+    idx.drop_first(1_000, 0)
+    assert len(idx) == 3
+    idx.drop_first(1_000, 1)
     assert 1_000 not in idx._heaped and idx._buckets[1_000] == ["r9"]
-    assert idx.take_due_by(5_000, 3) == (1_000, ["r9"])
-    assert idx.take_due_by(5_000, 3) == (2_000, ["s"])
+    assert idx.peek_due_by(5_000, 2) == (1_000, ["r9"])
+    idx.drop_first(1_000, 1)
+    assert idx.peek_due_by(5_000, 3) == (2_000, ["s"])
+    idx.drop_first(2_000, 1)
     assert not idx and idx._buckets == {} and idx._dues == [] and idx._multi == set()
+    with pytest.raises(ValueError):
+        idx.peek_due_by(5_000, 0)
 
 
 def test_a_compaction_keeps_a_heaped_list_in_order():

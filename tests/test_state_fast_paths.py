@@ -577,7 +577,8 @@ def test_refusals_amid_the_runs_one_acquire_takes_alike(n, queues_a_run, monkeyp
     """acquire's one-heap path takes a due's entries a batch at a time (ReadyIndex.take_due_by).
     Runs their tenant's policy refuses (shell jobs under an http-only policy) are recorded
     skipped amid the runs taken, alike on both paths. Should a refusal's bookkeeping read the
-    counts a grant keeps, it reads them as one grant at a time leaves them; should it queue a run
+    counts a grant keeps or the queue's index, it reads them as one pop and one grant at a time
+    leave them; should it queue a run
     in the same queue at the same due (nothing does today: a refused parent's children record
     their slot; here a stand-in triggers job c), that run is handed out before the runs taken
     after the refused one, as one pop a run would have found it."""
@@ -596,7 +597,8 @@ def test_refusals_amid_the_runs_one_acquire_takes_alike(n, queues_a_run, monkeyp
         def finishing(s, run, now):
             # What the bookkeeping reads meanwhile is what one grant at a time left
             seen[s is fast].append((s.fencing_token, dict(s._queue_depth), dict(s._running_count),
-                                    list(s._running_ids), s.stats.slot_to_start.counts[:]))
+                                    list(s._running_ids), s.stats.slot_to_start.counts[:],
+                                    {q: {p: sorted(h) for p, h in prios.items()} for q, prios in s._queued.items()}))
             on_finish(s, run, now)
             if run["job"] == "b":
                 jobs_mod.apply_trigger_job(s, {"op": "trigger_job", "name": "c"}, now)
@@ -621,29 +623,75 @@ def test_refusals_amid_the_runs_one_acquire_takes_alike(n, queues_a_run, monkeyp
 
 
 def test_an_acquire_that_fails_partway_leaves_the_rest_queued_alike(monkeypatch):
-    """A bug raising amid an acquire's batch (state.py refuses the command as a value): the runs
-    leased before it stay leased and counted, the runs taken and not looked at go back to their
-    index, and the next acquire hands them out, on both paths alike."""
+    """A bug raising amid an acquire's batch, where every replica runs (a placement's check;
+    state.py refuses the command as a value): the runs leased before it stay leased and
+    counted, the run at hand is out of its index as a pop leaves it, the runs not looked at
+    stay in it, and the next acquire hands them out, on both paths alike."""
     fast, slow, propose = _pair()
-    spec = spec_of({"every_s": 10}, "fire_all")
-    for name in ("a", "b", "c", "d", "e"):
-        propose(put_cmd(fast, name, spec, T0))
+    for wid in ("w",):
+        propose(commands.make("worker_hello", T0, None, worker=wid, kind="remote", slots=9,
+                              labels={k: "1" for k in "abcde"}, executors=["shell", "http", "python"], queues=None))
+    for name in ("a", "b", "c", "d", "e"):  # a placement each: each run's is checked
+        propose(put_cmd(fast, name, spec_of({"every_s": 10}, "fire_all", placement={"labels": {name: "1"}}), T0))
     now = T0 + 10_000
     for name in ("a", "b", "c", "d", "e"):
         _fire_upto(fast, propose, name, now)
-    grant_map, calls = leases._grant_map, []
+    placement_ok = leases.placement_ok
 
-    def failing(*a):
-        calls.append(1)
-        if len(calls) % 2 == 0:  # the second grant of each replica's acquire
+    def failing(spec, *a):
+        if spec["placement"]["labels"] == {"c": "1"}:  # the third run of the acquire
             raise RuntimeError("a bug")
-        return grant_map(*a)
-    monkeypatch.setattr(leases, "_grant_map", failing)
+        return placement_ok(spec, *a)
+    monkeypatch.setattr(leases, "placement_ok", failing)
     res = propose(commands.make("acquire", now, None, worker="w", queues=None, max=5, ttl=30_000))
     assert not res["ok"] and "a bug" in res["error"]["message"]
-    monkeypatch.setattr(leases, "_grant_map", grant_map)
+    monkeypatch.setattr(leases, "placement_ok", placement_ok)
     assert fast.fencing_token == 2 and queries.queue_depth(fast, "default") == 3
     assert _derived(fast) == _derived(slow)
     res = propose(commands.make("acquire", now, None, worker="w", queues=None, max=5, ttl=30_000))
-    assert [g["job"] for g in res["runs"]] == ["c", "d", "e"]
-    assert _derived(fast) == _derived(slow) and queries.queue_depth(fast, "default") == 0
+    assert [g["job"] for g in res["runs"]] == ["d", "e"]  # (c's run, at hand, left its index)
+    assert _derived(fast) == _derived(slow)
+
+
+@pytest.mark.parametrize("fast_paths", [True, False])
+def test_a_grant_that_fails_to_build_fails_the_answer_not_the_state(fast_paths, monkeypatch):
+    """Only the proposer's replica builds grants (the answer), once the command's state has
+    moved: a bug there refuses its answer, and its state is the other replicas' still."""
+    proposer, other = SchedulerState(), SchedulerState()
+    other.answers_for = "node-2"
+    proposer._fast_paths = other._fast_paths = fast_paths
+    for s in (proposer, other):
+        s.apply_bytes(commands.encode(put_cmd(s, "a", spec_of({"every_s": 1}, "fire_all"), T0)))
+    now = T0 + 5_000
+    j = proposer.jobs["a"]
+    fire_cmd = commands.make("fire", now, None,
+                             entries=[policy.plan_fire_compact(j["spec"], j["anchor"], j["cursor"], now, j["gen"], "a")])
+    for s in (proposer, other):
+        s.apply_bytes(commands.encode(fire_cmd))
+    grant_map = leases._grant_map
+    monkeypatch.setattr(leases, "_grant_map", lambda *a: (_ for _ in ()).throw(RuntimeError("a bug")))
+    acq = commands.encode(commands.acquire(now, worker="w", queues=None, max=3, ttl=30_000, types=None, by="node-1"))
+    assert not proposer.apply_bytes(acq)["ok"]
+    assert other.apply_bytes(acq) == {"ok": True, "runs": []}
+    assert proposer.snapshot() == other.snapshot() and _derived(proposer) == _derived(other)
+    assert proposer.fencing_token == 3
+    monkeypatch.setattr(leases, "_grant_map", grant_map)
+
+
+@pytest.mark.parametrize("n", [2, 5])
+def test_the_scan_bound_holds_amid_held_back_runs_alike(n, monkeypatch):
+    """An acquire looks at no more than acquire_scan_max runs, those it holds back (another
+    executor type's) counted: its batches stop there, as one pop a run did."""
+    from pipeline_helpers import job_raw, put
+    monkeypatch.setattr(limits, "acquire_scan_max", 3)
+    fast, slow, propose = _pair()
+    shell = {"type": "shell", "argv": ["true"]}
+    for state in (fast, slow):
+        for name in ("a", "b", "c", "d", "e"):  # b and d: shell runs, held back
+            assert put(state, name, job_raw(every_s=10, **({"executor": shell} if name in "bd" else {})))["ok"]
+    now = T0 + 10_000
+    for name in ("a", "b", "c", "d", "e"):
+        _fire_upto(fast, propose, name, now)
+    res = propose(commands.make("acquire", now, None, worker="w", queues=None, max=n, ttl=30_000, types=["python"]))
+    assert [g["job"] for g in res["runs"]] == ["a", "c"]
+    assert _derived(fast) == _derived(slow)

@@ -92,7 +92,6 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
         labels, dedicated = _NO_LABELS, ()
     queued = s._queued
     names = sorted(set(queues)) if queues is not None else sorted(queued)
-    granted: list[dict[str, Any] | None] = []
     held_back: list[tuple[ReadyIndex, tuple[int, str]]] = []
     # The ids held back: a second entry of one of them is stale (a job deleted and put again
     # re-creates its run ids, and its old entries look live again on a replica that kept them,
@@ -118,33 +117,36 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
         # some executors only (raftsched worker --executors, --app) takes this path too.
         q, p, h = heaps[0]
         jobs = s.jobs
-        take = h.take_due_by
+        peek, drop = h.peek_due_by, h.drop_first
         # Whether this worker's labels satisfy a placement, by the placement's object: specs share
         # their parts (records.SHARED_PARTS), so a fleet's jobs are read once a command, not once a
         # run. The answer depends on the placement, the labels and dedicated only, and every
         # placement object stays alive (its spec holds it) while the command applies.
         placed: dict[int, bool] = {}
-        # The index's entries are taken a due's worth at a time, never more than the grants and
-        # the scan have room for (so exactly the entries the pops would take: an entry taken
-        # adds one at most to each count). _grant's bookkeeping is inline, in its order for each
-        # run, but for what only a reader outside this loop sees: the token, the queue's two
-        # counts and the starts' histogram are written once (``_settle``), and before a refusal,
-        # whose notifications may read them or queue a run (then the entries taken and not looked
-        # at go back, and are taken again behind it, as the pops would have found them).
+        # The index is read a due's worth at a time, never more than the grants and the scan
+        # have room for (so exactly the entries the pops would take: an entry adds one at most to
+        # each count), and the entries looked at are taken out after: the index is as the pops
+        # leave it whenever anything else may read it (a refusal's bookkeeping, which may queue
+        # runs: the index is read again after it). _grant's writes to the run are inline, in its
+        # order; the token, the queue's two counts and the starts' histogram are settled once,
+        # and before a refusal; the grants are built once the state has moved (the proposer's
+        # replica only builds them: a bug there fails its answer, not its state).
         tok = s.fencing_token
         deadline = now + ttl
         running_ids = s._running_ids
         scan_max = limits.acquire_scan_max
-        started: list[Record] = []
-        count, i, due = 0, 0, 0
-        rids: list[str] = []
+        started: list[Record] = []  # leased, not yet settled
+        leased: list[tuple[Record, Record | None]] = []  # leased, with their jobs: the grants
+        count = due = looked = dropped = 0  # (of the due read: the entries looked at, taken out)
         try:
             while count < n and scanned < scan_max:
-                got = take(now, min(n - count, scan_max - scanned))
+                got = peek(now, min(n - count, scan_max - scanned))
                 if got is None:
                     break
                 due, rids = got
-                for i, rid in enumerate(rids):
+                looked = dropped = 0
+                for rid in rids:
+                    looked += 1
                     run = runs.get(rid)
                     if run is None or run["state"] != "queued" or run["priority"] != p \
                             or run.get("due", run["slot"]) != due or run["queue"] != q or rid in held:
@@ -158,15 +160,16 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
                             held.add(rid)
                             continue
                         if policed or LIMITED in spec:
-                            s.fencing_token = tok
-                            _settle(s, q, started, now)
-                            started = []
-                            if _refused(s, run, job, now):
+                            why = dispatch_refusal(s, spec)
+                            if why is not None:
+                                j, dropped = looked - dropped, looked
+                                drop(due, j)
+                                s.fencing_token = tok
+                                done, started = started, []
+                                _settle(s, q, done, now)
+                                _refuse(s, run, why, now)
                                 refused += 1
-                                for back in reversed(rids[i + 1:]):
-                                    h.push(due, back)
-                                rids = []  # (back already)
-                                break
+                                break  # (the index is read again)
                         if "placement" in spec or dedicated:
                             key = id(spec.get("placement"))
                             fits = placed.get(key)
@@ -177,7 +180,6 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
                                 held.add(rid)
                                 continue
                     tok += 1  # I13: one counter, only increases
-                    started.append(run)
                     run["state"] = "running"
                     run["fencing_token"] = tok
                     run["worker"] = worker
@@ -187,23 +189,27 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
                     run["finished_at"] = None
                     run["renewals"] = 0
                     running_ids[rid] = None
-                    count += 1
+                    started.append(run)
                     if answer:
-                        granted.append(_grant_map(s, run, job, tok, deadline))
+                        leased.append((run, job))
+                    count += 1
+                j, dropped = looked - dropped, looked
+                drop(due, j)
         except Exception:
-            # A bug (state.py refuses the command as a value): the entries taken and not looked
-            # at go back, so that no more than the run at hand leaves its index, as with a pop.
-            for back in reversed(rids[i + 1:]):
-                h.push(due, back)
+            # A bug (state.py refuses the command as a value): the entries looked at are out of
+            # the index, the one at hand included, as the pops would have left them.
+            j, dropped = looked - dropped, looked
+            drop(due, j)
             raise
-        finally:  # (whatever happens: the counts stay true to the leases)
+        finally:  # (whatever happens: the counts stay true to the leases made)
             s.fencing_token = tok
             _settle(s, q, started, now)
         _put_back(held_back)
         if w is not None:
             w["grants"] += count
-        return _acquired(granted, refused)
-    while len(granted) < n and scanned < limits.acquire_scan_max:
+        return _acquired([_grant_map(s, run, job, run["fencing_token"], deadline) for run, job in leased], refused)
+    leases_made: list[tuple[Record, Record | None]] = []
+    while len(leases_made) < n and scanned < limits.acquire_scan_max:
         best: tuple[int, int, str] | None = None  # (-priority, due, run id) of the next grant
         best_h: ReadyIndex | None = None  # and its index
         for q, p, h in heaps:
@@ -251,11 +257,15 @@ def apply_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
             held_back.append((best_h, entry))  # over its rate: wait; others go ahead
             held.add(entry[1])
             continue
-        granted.append(grant(s, run, worker, ttl, now, answer))
+        _grant(s, run, worker, ttl, now)
+        leases_made.append((run, job))
     _put_back(held_back)
     if w is not None:
-        w["grants"] += len(granted)
-    return _acquired(granted if answer else [], refused)
+        w["grants"] += len(leases_made)
+    # The grants once the state has moved (the proposer's replica only: a bug there fails its
+    # answer, not its state, which stays the other replicas').
+    return _acquired([_grant_map(s, run, job, run["fencing_token"], run["deadline"]) for run, job in leases_made]
+                     if answer else [], refused)
 
 
 def _put_back(held_back: list[tuple[ReadyIndex, tuple[int, str]]]) -> None:
@@ -266,7 +276,7 @@ def _put_back(held_back: list[tuple[ReadyIndex, tuple[int, str]]]) -> None:
         h.push(due, rid)
 
 
-def _acquired(granted: list[dict[str, Any] | None], refused: int) -> Result:
+def _acquired(granted: list[dict[str, Any]], refused: int) -> Result:
     if refused:  # only then: a result without it is the one it always was
         return {"ok": True, "runs": granted, "refused": refused}
     return {"ok": True, "runs": granted}
@@ -278,6 +288,12 @@ def _refused(s: SchedulerState, run: Record, job: Record, now: int) -> bool:
     why = dispatch_refusal(s, job["spec"])
     if why is None:
         return False
+    _refuse(s, run, why, now)
+    return True
+
+
+def _refuse(s: SchedulerState, run: Record, why: str, now: int) -> None:
+    """Record ``run`` skipped, reason ``policy``, its error ``why`` (dispatch_refusal's)."""
     unqueue_count(s, run)
     run.update(state="skipped", reason="policy", error=why, finished_at=now)
     s.stats.on_recorded("skipped", "policy")
@@ -286,7 +302,6 @@ def _refused(s: SchedulerState, run: Record, job: Record, now: int) -> bool:
     on_finish(s, run, now)
     if run["job"] in s.pipes.children:
         pipelines.notify(s, run, now)
-    return True
 
 
 #: the labels of an unregistered worker (never changed)
@@ -295,37 +310,29 @@ _NO_LABELS: dict[str, str] = {}
 _NO_SPEC: Record = {}
 
 
-def grant(s: SchedulerState, run: Record, worker: str, ttl: int, now: int, answer: bool = True) -> dict[str, Any] | None:
-    """Lease a queued run (out of its queue's index already) to ``worker``: the grant (None
-    when not ``answer``: the lease is the same, only the answer is not built)."""
-    return _grant(s, run, worker, ttl, now, s.jobs.get(run["job"]), answer)
-
-
-def _grant(s: SchedulerState, run: Record, worker: str, ttl: int, now: int, job: Record | None,
-           answer: bool = True) -> dict[str, Any] | None:
-    """:func:`grant`, ``job`` being the run's job (None: gone), read by the caller already."""
+def _grant(s: SchedulerState, run: Record, worker: str, ttl: int, now: int) -> None:
+    """Lease a queued run (out of its queue's index already) to ``worker`` (its grant, the
+    answer, is ``_grant_map``'s, built once the command's state has moved)."""
     s.fencing_token = tok = s.fencing_token + 1  # I13: one counter, only increases
-    rid, q, deadline = run["id"], run["queue"], now + ttl
+    rid, q = run["id"], run["queue"]
     s._queue_depth[q] = s._queue_depth.get(q, 1) - 1
     s.stats.on_start(run, now)
     run["state"] = "running"
     run["fencing_token"] = tok
     run["worker"] = worker
     run["started_at"] = now
-    run["deadline"] = deadline
+    run["deadline"] = now + ttl
     run["ttl"] = ttl
     run["finished_at"] = None
     run["renewals"] = 0
     s._running_ids[rid] = None
     s._running_count[q] = s._running_count.get(q, 0) + 1
-    if not answer:
-        return None
-    return _grant_map(s, run, job, tok, deadline)
 
 
 def _settle(s: SchedulerState, q: str, started: list[Record], now: int) -> None:
     """The counts of ``started``, runs of queue ``q`` leased by apply_acquire's one-heap loop, as
-    _grant writes them a run."""
+    _grant writes them a run (stats.on_start reads a run's kind, attempts and slot, which a lease
+    does not change, so it may see the run leased)."""
     c = len(started)
     if c:
         s._queue_depth[q] = s._queue_depth.get(q, 1) - c

@@ -108,7 +108,7 @@ def rebuild_indexes(s: SchedulerState) -> None:
         if st == "queued":
             enqueue(s, run)
         elif st == "running" and run["fencing_token"] is not None:
-            # A worker's lease (leases.grant). A heartbeat job's run pinged "start" is running
+            # A worker's lease (leases.apply_acquire). A heartbeat job's run pinged "start" is running
             # with no token and no lease (deadlines.apply_ping): a live replica never indexed it.
             s._running_count[run["queue"]] = s._running_count.get(run["queue"], 0) + 1
             s._running_ids[run["id"]] = None

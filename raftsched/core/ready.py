@@ -153,38 +153,55 @@ class ReadyIndex:
             return None
         return self.pop()
 
-    def take_due_by(self, now: int, k: int) -> tuple[int, list[str]] | None:
-        """``pop_due_by`` up to ``k`` times (k >= 1) within the smallest due's entries: that due
-        and its run ids in the order the pops would have taken them (fewer than ``k`` when the
-        due has fewer), or None when nothing is due by ``now``. The index is left as after those
-        pops. An acquire takes a request's runs this way (core/leases.py): a slice of a sorted
-        list in C instead of a method call a run."""
+    def peek_due_by(self, now: int, k: int) -> tuple[int, list[str]] | None:
+        """The smallest due and its first run ids, in the order pops take them, if that due has
+        come by ``now`` (else None): up to ``k`` (k >= 1) of a sorted list, one of a heap (a
+        storm's: its order is not a slice). Nothing is taken: ``drop_first`` takes them, once
+        they are looked at. An acquire reads a request's runs this way (core/leases.py): a slice
+        of a sorted list in C, where a pop a run was two method calls."""
+        if k < 1:
+            raise ValueError("k must be >= 1")
         if not self._n or self._dues[0] > now:
             return None
         due = self._dues[0]
         b = self._buckets[due]
         if type(b) is str:
-            rids = [b]
+            return due, [b]
+        lst: list[str] = b  # type: ignore[assignment]
+        if due in self._heaped:
+            return due, [lst[0]]
+        if due in self._unsorted:
+            lst.sort(reverse=True)  # (as the first pop would)
+            self._unsorted.discard(due)
+        rids = lst[-k:]  # (largest first: the smallest k, reversed)
+        rids.reverse()
+        return due, rids
+
+    def drop_first(self, due: int, j: int) -> None:
+        """Take the first ``j`` entries of ``due``, the smallest due (those ``peek_due_by`` gave
+        last, or fewer): the index is left as ``j`` pops leave it. ``j`` = 0 takes nothing."""
+        if j <= 0:
+            return
+        b = self._buckets[due]
+        self._n -= j
+        if type(b) is str:
+            if j != 1:
+                raise ValueError(f"a due of one entry has no {j} to take")
+            b = ""
         elif due in self._heaped:
             pop = heapq.heappop
-            rids = [pop(b) for _ in range(min(k, len(b)))]  # type: ignore[arg-type]
-            if b and len(b) < self.sort_max >> 1:
+            for _ in range(j):
+                pop(b)  # type: ignore[arg-type]
+            if len(b) < self.sort_max >> 1:
                 b.sort(reverse=True)  # type: ignore[union-attr]  # (as pop does)
                 self._heaped.discard(due)
         else:
-            if due in self._unsorted:
-                b.sort(reverse=True)  # type: ignore[union-attr]
-                self._unsorted.discard(due)
-            rids = b[-k:]  # type: ignore[assignment]  # (largest first: the smallest k, reversed)
-            del b[-k:]  # type: ignore[union-attr]
-            rids.reverse()
-        self._n -= len(rids)
-        if type(b) is str or not b:
+            del b[-j:]  # type: ignore[union-attr]
+        if not b:
             del self._buckets[due]
             self._multi.discard(due)
             self._heaped.discard(due)
             heapq.heappop(self._dues)
-        return due, rids
 
     def __len__(self) -> int:
         return self._n
