@@ -70,7 +70,8 @@ class ApplyStats:
         self.recorded[key] = self.recorded.get(key, 0) + slots
 
     def on_start(self, run: dict[str, Any], now: int) -> None:
-        """A run was leased (leases._grant, or apply_acquire's one-heap loop): its first attempt's start, for a scheduled run."""
+        """A run was leased (leases._grant, or apply_acquire's one-heap loop): its first attempt's
+        start, for a scheduled run."""
         if run.get("kind") == "scheduled" and not run.get("attempts"):
             slot = run.get("slot")
             if isinstance(slot, int):
