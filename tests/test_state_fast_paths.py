@@ -574,14 +574,13 @@ def test_a_backlog_known_clean_is_not_read_again():
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 8])
 @pytest.mark.parametrize("queues_a_run", [False, True])
 def test_refusals_amid_the_runs_one_acquire_takes_alike(n, queues_a_run, monkeypatch):
-    """acquire's one-heap path takes a due's entries a batch at a time (ReadyIndex.take_due_by).
+    """acquire's one-heap path reads a due's entries a batch at a time (ReadyIndex.peek_due_by).
     Runs their tenant's policy refuses (shell jobs under an http-only policy) are recorded
-    skipped amid the runs taken, alike on both paths. Should a refusal's bookkeeping read the
+    skipped amid the runs read, alike on both paths. Should a refusal's bookkeeping read the
     counts a grant keeps or the queue's index, it reads them as one pop and one grant at a time
-    leave them; should it queue a run
-    in the same queue at the same due (nothing does today: a refused parent's children record
-    their slot; here a stand-in triggers job c), that run is handed out before the runs taken
-    after the refused one, as one pop a run would have found it."""
+    leave them; should it queue a run in the same queue at the same due (nothing does today: a
+    refused parent's children record their slot; here a stand-in triggers job c), that run is
+    handed out before the runs read after the refused one, as one pop a run would have found it."""
     from pipeline_helpers import job_raw, put
     from raftsched.core import jobs as jobs_mod
     http, shell = {"type": "http", "url": "https://example.com/hook"}, {"type": "shell", "argv": ["true"]}
@@ -628,9 +627,8 @@ def test_an_acquire_that_fails_partway_leaves_the_rest_queued_alike(monkeypatch)
     counted, the run at hand is out of its index as a pop leaves it, the runs not looked at
     stay in it, and the next acquire hands them out, on both paths alike."""
     fast, slow, propose = _pair()
-    for wid in ("w",):
-        propose(commands.make("worker_hello", T0, None, worker=wid, kind="remote", slots=9,
-                              labels={k: "1" for k in "abcde"}, executors=["shell", "http", "python"], queues=None))
+    propose(commands.make("worker_hello", T0, None, worker="w", kind="remote", slots=9,
+                          labels={k: "1" for k in "abcde"}, executors=["shell", "http", "python"], queues=None))
     for name in ("a", "b", "c", "d", "e"):  # a placement each: each run's is checked
         propose(put_cmd(fast, name, spec_of({"every_s": 10}, "fire_all", placement={"labels": {name: "1"}}), T0))
     now = T0 + 10_000
@@ -668,14 +666,15 @@ def test_a_grant_that_fails_to_build_fails_the_answer_not_the_state(fast_paths, 
                              entries=[policy.plan_fire_compact(j["spec"], j["anchor"], j["cursor"], now, j["gen"], "a")])
     for s in (proposer, other):
         s.apply_bytes(commands.encode(fire_cmd))
-    grant_map = leases._grant_map
-    monkeypatch.setattr(leases, "_grant_map", lambda *a: (_ for _ in ()).throw(RuntimeError("a bug")))
+
+    def failing(*a):
+        raise RuntimeError("a bug")
+    monkeypatch.setattr(leases, "_grant_map", failing)
     acq = commands.encode(commands.acquire(now, worker="w", queues=None, max=3, ttl=30_000, types=None, by="node-1"))
     assert not proposer.apply_bytes(acq)["ok"]
     assert other.apply_bytes(acq) == {"ok": True, "runs": []}
     assert proposer.snapshot() == other.snapshot() and _derived(proposer) == _derived(other)
     assert proposer.fencing_token == 3
-    monkeypatch.setattr(leases, "_grant_map", grant_map)
 
 
 @pytest.mark.parametrize("n", [2, 5])
