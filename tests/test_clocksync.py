@@ -249,3 +249,50 @@ def test_the_readings_error_widens_a_judgement():
     assert j.state == cs.AGREES and j.err_ms == 40
     a = cs.Anchor(WALL0, 10_000, 3.0, "n1")
     assert cs.judge_by_anchor(WALL0 + 5, 10_005, a, own_err_ms=2).err_ms == 5
+
+
+def test_bounds_that_waited_out_a_stall_do_not_pull_the_anchor_back():
+    """After a follower's thread stalled (6 s here), the messages that waited are handled first,
+    each bound low by its age: the anchor stays (its extrapolation is a lower bound still) while
+    they are handled, and a fresh bound takes over. observe alone took the first stale bound, and
+    cluster time fell 5.7 s behind (a job put then had slots before its creation)."""
+    a = cs.observe(None, 1000.0, 10.0, 3, "L1")
+    assert cs.anchor_now(cs.observe(a, 1300.0, 6010.0, 3, "L1"), 6010.0) == 1300.0  # (what it was)
+    doubt = None
+    for k, mono in enumerate((6010.0, 6011.0, 6012.0)):  # the burst of waiting messages
+        b, doubt = cs.observe_confirmed(a, doubt, 1300.0 + 1000 * k, mono, 3, "L1")
+        assert b is a and doubt == 6010.0
+        assert cs.anchor_now(b, mono) == 1000.0 + mono - 10.0
+    for bad in (None, float("nan")):  # not a bound: the doubt stays
+        assert cs.observe_confirmed(a, doubt, bad, 6013.0, 3, "L1") == (a, 6010.0)
+    b, doubt = cs.observe_confirmed(a, doubt, 7000.0, 6013.0, 3, "L1")  # a fresh one
+    assert doubt is None and b.cluster_ms == 7000.0 and b.mono_ms == 6013.0
+
+
+def test_a_source_whose_clock_went_back_is_believed_once_it_keeps_saying_so():
+    """A bound far below the anchor from its source, said again and again (every 50 ms here):
+    believed once bounds ANCHOR_REFRESH_MS apart say so; another source is believed at once."""
+    a = cs.observe(None, 1000.0, 0.0, 3, "L1")
+    doubt = None
+    for mono in range(50, 50 + cs.ANCHOR_REFRESH_MS, 50):
+        b, doubt = cs.observe_confirmed(a, doubt, 1000.0 + mono - 2000, float(mono), 3, "L1")
+        assert b is a and doubt == 50.0
+    b, doubt = cs.observe_confirmed(a, doubt, 1000.0 + 1050 - 2000, 1050.0, 3, "L1")
+    assert doubt is None and cs.anchor_now(b, 1050.0) == 50.0
+    # Another source starts afresh, and a bound near the extrapolation clears a doubt.
+    assert cs.observe_confirmed(a, 400.0, 0.0, 500.0, 3, "L2")[0].source == "L2"
+    b, doubt = cs.observe_confirmed(a, 400.0, 1490.0, 500.0, 3, "L1")
+    assert b is a and doubt is None
+
+
+def test_the_guard_stamps_cluster_time_from_before_a_stall():
+    """The follower's guard (replication/_clockguard.py) keeps its anchor through the messages
+    that waited out a stall: cluster time, what its node stamps commands with, stays right."""
+    from raftsched.replication._clockguard import ClockGuard
+    g = ClockGuard(object())
+    g.on_append("L1", [0, 1_000_000.0, 3], 0.010)
+    for k in range(5):  # resumed at 6.010 s: the stamps sent in the pause, oldest first
+        g.on_append("L1", [0, 1_000_300.0 + 1000 * k, 3], 6.010 + k / 1000)
+        assert g.cluster_ms(6.015) == 1_006_005
+    g.on_append("L1", [0, 1_006_020.0, 3], 6.020)  # fresh
+    assert g.cluster_ms(6.030) == 1_006_030

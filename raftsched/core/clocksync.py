@@ -251,6 +251,35 @@ def observe(cur: Anchor | None, lower_ms: object, mono_ms: float, err_ms: object
     return cur
 
 
+def observe_confirmed(cur: Anchor | None, doubt_ms: float | None, lower_ms: object, mono_ms: float, err_ms: object,
+                      source: str, *, refresh_ms: float = ANCHOR_REFRESH_MS,
+                      jump_ms: float = ANCHOR_JUMP_MS) -> tuple[Anchor | None, float | None]:
+    """:func:`observe`, but a bound below the anchor's extrapolation by more than ``jump_ms``
+    (from the anchor's source) is taken only once bounds handled at least ``refresh_ms`` apart
+    say so: ``(anchor, doubt_ms)``, ``doubt_ms`` the receiver's monotonic time (ms) of the
+    first such bound not yet taken (None: none pending; pass it back with the next bound).
+
+    After its thread stalled (a pause, a long collection), a follower first handles the
+    messages that waited meanwhile, each low by its age: :func:`observe` took the first as a
+    source's clock gone back (or as the refresh of an anchor older than ``refresh_ms``), and the
+    node stamped its commands with cluster time behind by the stall until a fresh message came
+    (a job put then had its slots start before its creation). Here the anchor stays (its
+    extrapolation is still a lower bound) while the bounds that waited are handled, in a burst;
+    a source whose clock really went back keeps saying so, and is believed ``refresh_ms`` later.
+    Any other bound clears the doubt; a value that is not a finite number changes nothing."""
+    if not finite_number(lower_ms):
+        return cur, doubt_ms
+    assert isinstance(lower_ms, (int, float))
+    if cur is not None and cur.source == source:
+        if lower_ms < cur.cluster_ms + (mono_ms - cur.mono_ms) - jump_ms:
+            if doubt_ms is None:
+                return cur, mono_ms
+            if mono_ms - doubt_ms < refresh_ms:
+                return cur, doubt_ms
+            return observe(cur, lower_ms, mono_ms, err_ms, source, refresh_ms=refresh_ms, jump_ms=jump_ms), None
+    return observe(cur, lower_ms, mono_ms, err_ms, source, refresh_ms=refresh_ms, jump_ms=jump_ms), None
+
+
 def anchor_now(a: Anchor | None, mono_ms: float, age_max_ms: float = ANCHOR_AGE_MS_MAX) -> float | None:
     """Cluster time at ``mono_ms`` from anchor ``a``; None without one, or with one older than
     ``age_max_ms`` (or from the future: another monotonic clock)."""

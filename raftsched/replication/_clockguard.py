@@ -109,6 +109,8 @@ class ClockGuard:
         self._bests: dict[str, clocksync.Sample] = {}
         self._unversed: frozenset[str] = frozenset()
         self._anchor: clocksync.Anchor | None = None
+        #: when a bound far below the anchor was first heard, not yet confirmed (clocksync.observe_confirmed)
+        self._anchor_doubt: float | None = None
         self._hold_until = 0.0
         #: a follower's anchor on which it first judged its clock disagreeing, not yet confirmed
         #: on another anchor (None: no such verdict pending)
@@ -177,7 +179,8 @@ class ClockGuard:
         try:
             if not isinstance(value, (list, tuple)) or len(value) != 3:
                 return
-            new = clocksync.observe(self._anchor, value[1], now_s * 1000, value[2], leader)
+            new, self._anchor_doubt = clocksync.observe_confirmed(self._anchor, self._anchor_doubt, value[1],
+                                                                 now_s * 1000, value[2], leader)
             if new is not self._anchor:
                 self._anchor = new
         except Exception:  # noqa: BLE001
@@ -269,6 +272,7 @@ class ClockGuard:
             self._doubted = None
         if leader and j.cluster_ms is not None:
             self._anchor = clocksync.Anchor(j.cluster_ms, j.mono_ms, j.err_ms or 0.0, "self")
+            self._anchor_doubt = None
         if leader and j.state == UNKNOWN:
             if self._unknown_since is None:
                 self._unknown_since = now
