@@ -34,8 +34,11 @@ if TYPE_CHECKING:
 #: ``valid(name, gen, next)``: whether a wheel's entry still stands for its job (_validator).
 Validator: TypeAlias = Callable[[str, int, int], bool]
 
-#: Stale entries a wheel may hold beyond twice the jobs before it is rebuilt from them.
+#: Stale entries a wheel may hold beyond twice the jobs before the pushes sweep them out.
 _REBUILD_SLACK = 1024
+
+#: Entries a push past that bound looks at (DueWheel.compact): ~10 us of an apply.
+_COMPACT_STEP = 32
 
 
 class DueWheel:
@@ -45,10 +48,10 @@ class DueWheel:
     time, not per job. A bucket is a flat list, two items a job, not a list of (name, gen)
     tuples: a tuple a job cost 64 bytes (1M jobs: 61 MiB), two list slots 16. Entries are
     checked lazily against the job (a replaced, paused, deleted or already fired job leaves a
-    stale entry behind, skipped when met); the index is rebuilt when stale entries outnumber
-    the jobs."""
+    stale entry behind, skipped when met); when stale entries outnumber the jobs, the pushes
+    that follow sweep them out a few at a time (``compact``), never all in one apply."""
 
-    __slots__ = ("at", "times", "size", "per_s")
+    __slots__ = ("at", "times", "size", "per_s", "_sweep", "_cur", "_pos", "_kept", "_keys")
 
     def __init__(self) -> None:
         #: slot -> [name, gen, name, gen, ...], the last job pushed last
@@ -58,6 +61,13 @@ class DueWheel:
         #: slot // 1000 -> entries in the buckets of that second (stale ones too, until met): what
         #: the leader sizes a storm by without walking the jobs (storm_seconds)
         self.per_s: dict[int, int] = {}
+        #: the sweep under way (compact): the times of the buckets still to sweep, the bucket
+        #: being swept (None: none) and how far, its entries kept so far and their (name, gen)
+        self._sweep: list[int] | None = None
+        self._cur: int | None = None
+        self._pos = 0
+        self._kept: list[Any] = []
+        self._keys: dict[str, int] = {}
 
     def push(self, slot: int, name: str, gen: int) -> None:
         bucket = self.at.get(slot)
@@ -110,6 +120,8 @@ class DueWheel:
               out: list[Record], seen: set[str]) -> None:
         """Pop the jobs of slot time ``t``'s bucket into ``out`` (the valid ones not ``seen``),
         until it is empty or ``out`` holds ``limit``; its count goes down by what was popped."""
+        if t == self._cur:
+            self._cur = None  # a bucket being taken is not swept on (compact)
         before = len(bucket)
         while bucket and len(out) < limit:
             gen = bucket.pop()
@@ -134,11 +146,67 @@ class DueWheel:
             per_s[sec] = per_s.get(sec, 0) + len(bucket) // 2
         self.per_s = per_s
 
+    def compact(self, valid: Validator, budget: int) -> None:
+        """Sweep stale entries out, about ``budget`` entries looked at (a bucket that is gone
+        counts one): a step of a sweep of every bucket, begun if none is under way. The index
+        calls it on each push while the wheel holds more than twice its jobs (and a slack), so
+        a sweep ends before the wheel has grown by a ``budget``-th of what it sweeps, and no
+        apply pays for more than ``budget`` entries: rebuilding the wheel from the jobs in the
+        apply that crossed the bound took 0.4-0.7 s at 1M jobs, a stalled leader.
+
+        An entry stays when ``valid`` says it still stands for its job, once per (name, gen):
+        what a rebuild from the jobs would leave of it, judged when the sweep gets to it (an
+        entry that goes stale later is skipped when met, as always; a job that becomes due
+        again is pushed again by apply). Entries pushed while its bucket is swept are looked at
+        too. A bucket a pop takes from meanwhile is left as it is (_take, peek): its time has
+        come, and what it holds goes with it."""
+        if self._sweep is None:
+            self._sweep = list(self.at)
+        at = self.at
+        while budget > 0:
+            t = self._cur
+            if t is None:
+                if not self._sweep:
+                    self._sweep = None
+                    return
+                t = self._sweep.pop()
+                if t not in at:
+                    budget -= 1
+                    continue
+                self._cur, self._pos, self._kept, self._keys = t, 0, [], {}
+            bucket = at.get(t)
+            if bucket is None:  # gone (a pop took it whole; _take already ends its sweep)
+                self._cur = None
+                continue
+            pos, kept, keys = self._pos, self._kept, self._keys
+            end = min(len(bucket), pos + 2 * budget)
+            for i in range(pos, end, 2):
+                name, gen = bucket[i], bucket[i + 1]
+                if keys.get(name) != gen and valid(name, gen, t):
+                    keys[name] = gen
+                    kept.append(name)
+                    kept.append(gen)
+            budget -= max(1, (end - pos) // 2)
+            self._pos = end
+            if end >= len(bucket):
+                dropped = (len(bucket) - len(kept)) // 2
+                if dropped:
+                    at[t] = kept
+                    self.size -= dropped
+                    self._uncount(t, dropped)
+                self._cur, self._kept, self._keys = None, [], {}
+
+    def sweeping(self) -> bool:
+        """Whether a sweep (compact) is under way."""
+        return self._sweep is not None
+
     def peek(self, valid: Validator) -> int | None:
         times, at = self.times, self.at
         while times:
             t = times[0]
             bucket = at[t]
+            if t == self._cur and bucket and not valid(bucket[-2], bucket[-1], t):
+                self._cur = None  # (as _take)
             while bucket and not valid(bucket[-2], bucket[-1], t):
                 del bucket[-2:]
                 self.size -= 1
@@ -162,16 +230,21 @@ class DueIndex:
     """The two wheels of the due index. Every method that can look at jobs is given the state's
     job map (``jobs``): a restore replaces that map, never this object."""
 
-    __slots__ = ("now", "ahead")
+    __slots__ = ("now", "ahead", "filling")
 
     def __init__(self) -> None:
         #: jobs that are planned when their slot comes
         self.now = DueWheel()
         #: jobs that may be planned up to fire_ahead_ms before it (policy.fires_ahead)
         self.ahead = DueWheel()
+        #: while the trigger fills the index in steps (attach_empty, fill, filled): the names of
+        #: the jobs apply pushed meanwhile, which the fill passes over (their entries are
+        #: current); None otherwise
+        self.filling: set[str] | None = None
 
     def clear(self) -> None:
         self.now, self.ahead = DueWheel(), DueWheel()
+        self.filling = None  # (a restore's rebuild indexes every job: a fill under way stops)
 
     def push(self, job: Record, jobs: dict[str, Record]) -> None:
         """Index ``job`` at its next slot (apply calls this whenever it moves one)."""
@@ -179,15 +252,58 @@ class DueIndex:
         if nxt is not None and not job["paused"]:
             wheel = self.ahead if fires_ahead(job["spec"]) else self.now
             wheel.push(nxt, job["name"], job["gen"])
+            if self.filling is not None:
+                self.filling.add(job["name"])
             if wheel.size > 2 * len(jobs) + _REBUILD_SLACK:
-                self.rebuild(jobs)
+                wheel.compact(_validator(jobs), _COMPACT_STEP)
 
-    def rebuild_bound(self, jobs: dict[str, Record]) -> int:
-        """The wheel size past which push rebuilds (fire's fast path checks it inline)."""
+    def compact_bound(self, jobs: dict[str, Record]) -> int:
+        """The wheel size past which a push sweeps (fire's fast path checks it inline)."""
         return 2 * len(jobs) + _REBUILD_SLACK
 
+    def compact(self, wheel: DueWheel, jobs: dict[str, Record]) -> None:
+        """A step of ``wheel``'s sweep (DueWheel.compact), as push takes one past the bound."""
+        wheel.compact(_validator(jobs), _COMPACT_STEP)
+
+    def fill(self, jobs: dict[str, Record], names: Iterable[str]) -> None:
+        """Index the jobs ``names`` but those apply pushed since the fill began (``filling``),
+        as rebuild would: one step of a fill (module function fill)."""
+        pushed = self.filling or ()
+        wheels = (self.now, self.ahead)
+        ahead_of: dict[int, bool] = {}
+        # What DueWheel.push does job by job, its counts added once at the end (as rebuild).
+        counts: tuple[dict[int, int], dict[int, int]] = ({}, {})
+        for n in names:
+            j = jobs.get(n)
+            if j is None or n in pushed:
+                continue
+            nxt = j["next"]
+            if nxt is None or j["paused"]:
+                continue
+            spec = j["spec"]
+            ov = spec.get("overlap")
+            ahead = ahead_of.get(id(ov))
+            if ahead is None:
+                ahead = ahead_of[id(ov)] = fires_ahead(spec)
+            wheel = wheels[ahead]
+            bucket = wheel.at.get(nxt)
+            if bucket is None:
+                wheel.at[nxt] = [n, j["gen"]]
+                heapq.heappush(wheel.times, nxt)
+            else:  # (an empty bucket is one pop_second emptied: its time is still in the heap)
+                bucket.append(n)
+                bucket.append(j["gen"])
+            c = counts[ahead]
+            sec = nxt // 1000
+            c[sec] = c.get(sec, 0) + 1
+        for wheel, c in zip(wheels, counts):
+            per_s = wheel.per_s
+            for sec, k in c.items():
+                per_s[sec] = per_s.get(sec, 0) + k
+                wheel.size += k
+
     def rebuild(self, jobs: dict[str, Record]) -> None:
-        """Rebuild from the jobs (on restore, and on becoming leader)."""
+        """Rebuild from the jobs, in one go (on restore; attach)."""
         self.clear()
         # The buckets are filled directly and the heaps of times made once (what push does
         # job by job, in the same order), and fires_ahead is asked once per overlap object:
@@ -337,6 +453,30 @@ def attach(s: SchedulerState, index: DueIndex) -> None:
     """Hand ``index`` to the state (its node now leads), built from the jobs."""
     s.due = index
     index.rebuild(s.jobs)
+
+
+def attach_empty(s: SchedulerState, index: DueIndex) -> list[str]:
+    """Hand an empty ``index`` to the state, to be filled in steps (``fill``, then ``filled``)
+    while apply feeds it: the names of the jobs to fill it with. ``attach`` in one read held
+    the lock applies take for 0.4 s at 1M jobs, the new leader's tick thread with it."""
+    index.clear()
+    index.filling = set()
+    s.due = index
+    return list(s.jobs)
+
+
+def fill(s: SchedulerState, index: DueIndex, names: list[str]) -> bool:
+    """Index the jobs ``names`` (a step of attach_empty's fill). False, doing nothing, when
+    ``index`` is no longer the state's or is no longer filled (a restore rebuilt it whole)."""
+    if s.due is not index or index.filling is None:
+        return False
+    index.fill(s.jobs, names)
+    return True
+
+
+def filled(s: SchedulerState, index: DueIndex) -> None:
+    """The fill is over: apply's pushes are no longer noted."""
+    index.filling = None
 
 
 def detach(s: SchedulerState) -> None:

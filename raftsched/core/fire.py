@@ -92,7 +92,7 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
     jobs, all_runs, history = s.jobs, s.runs, s.history
     queues, depths, queued = s.queues, s._queue_depth, s._queued
     due = s.due
-    due_max = due.rebuild_bound(jobs) if due is not None else 0  # no fire adds or removes jobs
+    due_max = due.compact_bound(jobs) if due is not None else 0  # no fire adds or removes jobs
     heappush = heapq.heappush
     fast = s._fast_paths
     for name, gen, after, upto, nxt, runs, rec in checked:
@@ -222,7 +222,7 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
                     wheel = due.ahead  # fires_ahead: this job's wheel (DueIndex.push)
                     wheel.push(nxt, name, gen)
                     if wheel.size > due_max:
-                        due.rebuild(jobs)
+                        due.compact(wheel, jobs)
                 continue
         # The general path (its trims scan whole histories: trim's cache is the fast path's).
         # What it does to a fast-path job's history is append, or skip a queued run to make room
