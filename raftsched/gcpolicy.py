@@ -31,6 +31,11 @@ Four measures, each used by one caller:
   since the last freeze: before a full collection would have to walk them. The runs count too:
   a top-of-the-hour storm makes a run a job in a minute, and a million unfrozen runs made a full
   collection of 1.0-2.3 s on every node, three leader changes in 25 s (docs/benchmarks.md, Storm).
+- when as many jobs were written (``written``: the state's put counter) since the last freeze:
+  a put that replaces a job makes a new record and frees the old one, so re-putting every job
+  of a large state (a deploy) grows nothing and used to freeze nothing: at 1M jobs the new
+  records piled up unfrozen, full collections of 0.3-1.0 s came every 30-40 s, and the leader
+  changed during the re-puts.
 
 The numbers (the thresholds, how often the node polls) are the node's, in node/limits.py
 (``gc_*``, with why each is what it is); the node passes them in. This module holds none, so the
@@ -113,11 +118,13 @@ class GcPauses:
     def __init__(self, jobs: Callable[[], dict], *, freeze_pause_s: float, freeze_growth_records: int,
                  log_pause_s: float,
                  runs: Callable[[], int] = lambda: 0,
+                 written: Callable[[], int] = lambda: 0,
                  clock: Callable[[], float] = time.perf_counter,
                  freeze: Callable[[], None] = gc.freeze) -> None:
         self._jobs = jobs
         self._freeze_pause_s = freeze_pause_s
         self._runs = runs
+        self._written = written
         self._freeze_growth_records = freeze_growth_records
         self._log_pause_s = log_pause_s
         self._clock = clock
@@ -127,6 +134,7 @@ class GcPauses:
         self._freeze_wanted = False
         self._jobs_map = None
         self._records_at_freeze = 0
+        self._written_at_freeze = 0
         #: per generation: collections, seconds spent in them, the longest one (s)
         self.collections = [0, 0, 0]
         self.pause_s_total = [0.0, 0.0, 0.0]
@@ -165,16 +173,21 @@ class GcPauses:
         """Freeze if a long full collection or the state's growth asks for it. :returns: whether it did."""
         jobs = self._jobs()
         n = len(jobs) + self._runs()
+        w = self._written()
         with self._lock:
             if self._jobs_map is not None and jobs is not self._jobs_map:
-                self._records_at_freeze = n  # restored, and frozen by the restore: growth counts from here
+                # restored, and frozen by the restore: growth and writes count from here
+                self._records_at_freeze, self._written_at_freeze = n, w
             self._jobs_map = jobs
-            if not (self._freeze_wanted or n - self._records_at_freeze >= self._freeze_growth_records):
+            if w < self._written_at_freeze:
+                self._written_at_freeze = w  # (a counter that went back: counted from here)
+            if not (self._freeze_wanted or n - self._records_at_freeze >= self._freeze_growth_records
+                    or w - self._written_at_freeze >= self._freeze_growth_records):
                 if n < self._records_at_freeze:
                     self._records_at_freeze = n  # jobs or runs deleted: growth counts from here
                 return False
             self._freeze_wanted = False
-            self._records_at_freeze = n
+            self._records_at_freeze, self._written_at_freeze = n, w
         t0 = self._clock()
         self._freeze()
         self.freezes += 1

@@ -90,6 +90,32 @@ def test_runs_count_with_the_jobs_so_a_storm_of_runs_is_frozen_as_it_grows():
     assert g.poll() is True and frozen == [90, 140]
 
 
+def test_jobs_written_again_freeze_as_growth_does():
+    """Every job put again (a deploy) grows nothing, but makes a new record a job: counted by
+    the put counter, they are frozen as they come (at 1M jobs, unfrozen, they made full
+    collections of 0.3-1.0 s every 30-40 s and leader changes). A restore moves the base."""
+    box = {"jobs": {f"j{i}": {} for i in range(10)}}
+    written = {"n": 0}
+    frozen = []
+    g = GcPauses(lambda: box["jobs"], written=lambda: written["n"], freeze=lambda: frozen.append(written["n"]),
+                 **{**NODE, "freeze_growth_records": 100})
+    assert g.poll() is False
+    written["n"] = 10  # the ten jobs put
+    assert g.poll() is False
+    written["n"] = 99  # the same ten jobs, put again and again: no growth
+    assert g.poll() is False
+    written["n"] = 100
+    assert g.poll() is True and frozen == [100]
+    assert g.poll() is False, "once per step"
+    box["jobs"] = dict(box["jobs"])  # restored: its put counter is the snapshot's
+    written["n"] = 5_000
+    assert g.poll() is False and frozen == [100]
+    written["n"] = 5_099
+    assert g.poll() is False
+    written["n"] = 5_100
+    assert g.poll() is True and frozen == [100, 5_100]
+
+
 def test_a_restored_state_is_not_frozen_again_and_its_size_is_the_new_base():
     """A restore freezes what it made (gcpolicy.freeze_restored); a second freeze
     here would only keep more cyclic garbage alive. Growth counts from the restored size."""

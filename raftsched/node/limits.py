@@ -308,8 +308,8 @@ reseal_step = 512
 gc_gen0_threshold = 20_000
 #: A full collection at least this long is followed by a freeze of its survivors.
 gc_freeze_pause_s = 0.05
-#: Records (jobs and runs together) added to the replica since the last freeze after which the
-#: next poll freezes.
+#: Records (jobs and runs together) added to the replica, or jobs written (a put that replaces
+#: a job makes a new record), since the last freeze after which the next poll freezes.
 gc_freeze_growth_records = 50_000
 #: Collections at least this long are logged as warnings.
 gc_log_pause_s = 0.2

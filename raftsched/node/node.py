@@ -260,7 +260,7 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
                   metrics_workers_max=cfg.metrics_workers_max)
     gc_pauses = gcpolicy.GcPauses(lambda: state.jobs, freeze_pause_s=node_limits.gc_freeze_pause_s,
                                   freeze_growth_records=node_limits.gc_freeze_growth_records,
-                                  runs=lambda: len(state.runs),
+                                  runs=lambda: len(state.runs), written=lambda: state.gen,
                                   log_pause_s=node_limits.gc_log_pause_s)
     metrics = NodeMetrics(raft, trigger, worker, gc_pauses)
     metrics.registry.register(fleet.collector())
