@@ -454,6 +454,24 @@ def test_an_answer_leaves_only_after_its_sync_and_a_failed_sync_stops_the_node(m
     assert stopped.value.args == (_durable.EXIT_SYNC_FAILED,) and j.log == []  # nothing answered
 
 
+def test_a_slow_sync_is_logged_and_the_longest_kept(monkeypatch, caplog):
+    """A sync that held the tick thread long enough to cost a leader its heartbeats is said in
+    the log (replication.slow_sync) and kept as the gate's longest (/v1/cluster durability)."""
+    clock = iter([0.0, 0.05, 1.0, 1.3])  # two syncs: 50 ms, then 300 ms
+    monkeypatch.setattr(_durable.time, "perf_counter", lambda: next(clock))
+    j = _GateJournal()
+    gate = _durable._SyncGate(j, lambda node, m: j.log.append(m["type"]))
+    with caplog.at_level("WARNING", logger="raftsched.replication"):
+        j.dirty = True
+        gate.flush()
+        assert not [r for r in caplog.records if "slow_sync" in r.getMessage()]
+        j.dirty = True
+        gate.flush()
+    slow = [r.getMessage() for r in caplog.records if "slow_sync" in r.getMessage()]
+    assert len(slow) == 1 and "ms=300" in slow[0]
+    assert gate.syncs == 2 and abs(gate.sync_max_s - 0.3) < 1e-9 and abs(gate.sync_s - 0.35) < 1e-9
+
+
 class _FailingOnceDisk(ShadowDisk):
     """A disk whose next sync or write fails once with EIO, as Linux reports a writeback error
     once: a retried fdatasync then succeeds though the pages it could not write were dropped."""

@@ -36,6 +36,11 @@ __all__ = ["EXIT_SYNC_FAILED", "SPEAKS_FOR_THE_LOG", "durable_transport"]
 
 logger = logging.getLogger("raftsched.replication")  # one logger for the package (docs/operations.md)
 
+#: A journal sync at least this long is logged (``replication.slow_sync``): the tick thread
+#: waited for it, and with it this node's heartbeats (a leader) or answers; one of half the
+#: election timeout (raftMinTimeout, 0.5 s) can cost the leadership.
+SLOW_SYNC_S = 0.2
+
 #: The messages that speak for this node's log or vote: sent only with the journal synced.
 SPEAKS_FOR_THE_LOG = frozenset({"next_node_idx", "request_vote", "response_vote"})
 
@@ -53,6 +58,7 @@ class _SyncGate:
         #: seconds the flushes spent syncing; seconds the held messages waited (summed over the
         #: messages), and the longest wait of one (``RaftNode.durability``)
         self.sync_s = 0.0
+        self.sync_max_s = 0.0
         self.held_wait_s = 0.0
         self.held_wait_max_s = 0.0
 
@@ -73,7 +79,13 @@ class _SyncGate:
             except OSError:
                 stop_on_failed_write("fdatasync of the journal")
             self.syncs += 1
-            self.sync_s += time.perf_counter() - t0
+            dt = time.perf_counter() - t0
+            self.sync_s += dt
+            if dt > self.sync_max_s:
+                self.sync_max_s = dt
+            if dt >= SLOW_SYNC_S:
+                logger.warning("replication.slow_sync ms=%.0f (the tick thread waited for the journal's "
+                               "fdatasync: no heartbeat or answer left meanwhile)", dt * 1000)
         if self._queue:
             queue, self._queue = self._queue, []
             now = time.perf_counter()

@@ -774,7 +774,8 @@ class RaftNode:
         gate = None if self._sync is None else self._sync._sync_gate
         if gate is not None:
             # The journal's group syncs and the messages that waited for them (_durable.py).
-            out["gate"] = {"syncs": gate.syncs, "sync_s": round(gate.sync_s, 6), "held": gate.held,
+            out["gate"] = {"syncs": gate.syncs, "sync_s": round(gate.sync_s, 6),
+                           "sync_max_s": round(gate.sync_max_s, 6), "held": gate.held,
                            "held_wait_s": round(gate.held_wait_s, 6),
                            "held_wait_max_s": round(gate.held_wait_max_s, 6)}
         return out
