@@ -215,6 +215,27 @@ def file_tail(p: Path, n: int = 15) -> str:
         return ""
 
 
+def add_code_args(ap) -> None:
+    """A probe's ``--git-ref``, ``--code-dir`` and ``--keep`` (choose_code reads the first two)."""
+    ap.add_argument("--git-ref", help="run the nodes from this commit (git archive) instead of the working tree")
+    ap.add_argument("--code-dir", help="run the nodes from this directory (a copy of the tree) instead")
+    ap.add_argument("--keep", action="store_true", help="keep the data dirs and node logs")
+
+
+def choose_code(code_dir: str | None, git_ref: str | None, tmp: Path) -> str:
+    """Point CODE_DIR at the code the nodes run, from a probe's ``--code-dir`` or ``--git-ref``
+    (exported into ``tmp``/code), else the working tree; what it is, in words."""
+    global CODE_DIR
+    if code_dir:
+        CODE_DIR = Path(code_dir).resolve()
+        return f"directory {CODE_DIR}"
+    if git_ref:
+        sha = export_commit(git_ref, tmp / "code")
+        CODE_DIR = tmp / "code"
+        return f"commit {sha[:12]} ({git_ref})"
+    return "working tree"
+
+
 def export_commit(ref: str, dest: Path) -> str:
     """Export commit ``ref`` of this repository into ``dest`` (created; git archive), so that nodes
     can run a fixed commit while the working tree changes. Returns the commit's full hash.

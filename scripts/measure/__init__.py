@@ -13,9 +13,9 @@ nothing; the sizes the docs quote are each script's defaults or are given in the
 
 Why a package and not a subcommand of ``scripts/bench.py``: the benchmark is one fixed run of
 scenarios against clusters, with a command line, a JSON result and exit rules that
-``scripts/test.sh`` and the docs depend on. These are ten separate probes, most of them in one
+``scripts/test.sh`` and the docs depend on. These are separate probes, most of them in one
 process, each with its own options and output, that the docs cite one by one; a subcommand
-would have put ten command lines inside the benchmark's. They share the benchmark's helpers
+would have put as many command lines inside the benchmark's. They share the benchmark's helpers
 where they start clusters (``bench-register`` uses ``scripts/benchlib``).
 
 Each module is one script, unchanged in what it measures: ``main(argv) -> int`` and ``SMOKE``,
@@ -43,6 +43,7 @@ COMMANDS = {
     "profile-apply": "profile_apply",
     "profile-fire": "profile_fire",
     "profile-backfill": "profile_backfill",
+    "due-stall": "due_stall",
     "gc-pauses": "gc_pauses",
     "pipeline-fanout": "pipeline_fanout",
     "bench-auth": "bench_auth",
@@ -54,6 +55,7 @@ COMMANDS = {
     "disk-sync": "disk_sync",
     "sync-timing": "sync_timing",
     "bench-register": "bench_register",
+    "mass-reput": "mass_reput",
 }
 
 #: The longest one smoke run may take before it counts as failed.

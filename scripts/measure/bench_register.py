@@ -84,20 +84,11 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--concurrency", type=int, default=32, help="requests in flight")
     ap.add_argument("--spec", choices=sorted(SPECS), default="at")
     ap.add_argument("--to", choices=("leader", "follower"), default="leader")
-    ap.add_argument("--git-ref", help="run the nodes from this commit (git archive) instead of the working tree")
-    ap.add_argument("--code-dir", help="run the nodes from this directory (a copy of the tree) instead")
-    ap.add_argument("--keep", action="store_true", help="keep the data dirs and node logs")
+    common.add_code_args(ap)
     args = ap.parse_args(argv)
 
     tmp = Path(tempfile.mkdtemp(prefix="raftsched-bench-register-"))
-    code = "working tree"
-    if args.code_dir:
-        common.CODE_DIR = Path(args.code_dir).resolve()
-        code = f"directory {common.CODE_DIR}"
-    elif args.git_ref:
-        sha = common.export_commit(args.git_ref, tmp / "code")
-        common.CODE_DIR = tmp / "code"
-        code = f"commit {sha[:12]} ({args.git_ref})"
+    code = common.choose_code(args.code_dir, args.git_ref, tmp)
     (tmp / "cluster").mkdir()
     c = BenchCluster(tmp / "cluster", NO_WORKER)
     failed = False
