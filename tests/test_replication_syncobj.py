@@ -93,6 +93,55 @@ def test_loading_a_dump_restarts_a_followers_election_timeout(lone_follower, mon
     assert sync._SyncObj__raftElectionDeadline == 0.0
 
 
+def test_a_follower_held_up_past_its_deadline_reads_what_waits_before_it_stands(lone_follower, monkeypatch):
+    """pysyncobj's tick checks the election deadline before it reads the network: a follower
+    whose tick thread was held up past its deadline (a collection, a sync, the interpreter lock)
+    stood for election with its leader's heartbeat waiting unread, and deposed a healthy leader.
+    It reads first now; with nothing from the leader waiting, it still stands."""
+    sync, leader, _ = lone_follower
+    sync._SyncObj__transport.tryGetReady()
+    assert sync._SyncObj__transport.ready
+    monkeypatch.setattr(sync, "_SyncObj__connectedToAnyone", lambda: True)  # its peers, as if connected
+    _append(sync, leader, 1, 1, 0, [], commit=1)  # the leader of term 1, heard
+    waiting = []
+
+    def poll(timeout):  # the sockets: what waits in them is read, whatever the timeout
+        while waiting:
+            waiting.pop(0)()
+    monkeypatch.setattr(sync._poller, "poll", poll)
+    sync._SyncObj__raftElectionDeadline = monotonic() - 0.3  # held up 0.3 s past it
+    waiting.append(lambda: _append(sync, leader, 1, 1, 0, [], commit=1))  # a heartbeat, unread
+    sync._onTick(0.0)
+    assert sync._SyncObj__raftCurrentTerm == 1 and sync._SyncObj__raftState == 0, "no election"
+    assert sync._SyncObj__raftElectionDeadline > monotonic()
+    # The leader gone: nothing waits, and the follower stands as before.
+    sync._SyncObj__raftElectionDeadline = monotonic() - 0.3
+    sync._onTick(0.0)
+    assert sync._SyncObj__raftCurrentTerm == 2 and sync._SyncObj__raftState == 1
+
+
+def test_a_tick_thread_held_up_is_logged_with_the_cpu_it_used(lone_follower, monkeypatch, caplog):
+    """A tick that starts 0.3 s or more after the one before is logged (replication.tick_gap),
+    with the thread's CPU time meanwhile: working (a long apply, a collection) or waiting (the
+    interpreter lock, a sync, the host)."""
+    from raftsched.replication import _syncobj
+    sync, _, _ = lone_follower
+    times = iter([(10.0, 1.0), (10.05, 1.01), (10.55, 1.02), (11.5, 1.9)])
+    now = {}
+
+    def step():
+        now["t"], now["cpu"] = next(times)
+        sync._note_tick_gap()
+    monkeypatch.setattr(_syncobj, "monotonic", lambda: now["t"])
+    monkeypatch.setattr(_syncobj, "thread_time", lambda: now["cpu"])
+    with caplog.at_level("WARNING", logger="raftsched.replication"):
+        for _ in range(4):
+            step()
+    gaps = [r.getMessage() for r in caplog.records if "tick_gap" in r.getMessage()]
+    assert len(gaps) == 2
+    assert "ms=500 cpu_ms=10 " in gaps[0] and "ms=950 cpu_ms=880 " in gaps[1]
+
+
 def test_a_split_vote_is_broken_by_node_id():
     """Two candidates of one term with equally recent logs each refuse the other (each voted for
     itself). The one with the lower id stands again within 0.1 s; the other waits at least a

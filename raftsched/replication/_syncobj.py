@@ -11,6 +11,7 @@ import os
 import random
 import signal
 import threading
+from time import thread_time
 from typing import TYPE_CHECKING
 
 import pysyncobj.pickle as _pickle  # what pysyncobj pickles a replicated call with
@@ -31,6 +32,13 @@ logger = logging.getLogger("raftsched.replication")  # one logger for the packag
 
 #: An apply longer than this extends a follower's election deadline by its duration (_SyncObj).
 _APPLY_STALL_S = 0.02
+
+#: A gap of at least this long between two ticks' starts is logged (``replication.tick_gap``):
+#: a tick waits at most autoTickPeriod (50 ms) for messages, so the tick thread was held up (its
+#: own work, a collection, a sync, or the interpreter lock held by another thread: the CPU it used
+#: meanwhile tells which). A leader's tick thread held up half an election timeout costs its
+#: leadership.
+_TICK_GAP_LOG_S = 0.3
 
 
 class _SyncObj(MembershipMixin, SyncObj):
@@ -91,6 +99,8 @@ class _SyncObj(MembershipMixin, SyncObj):
 
     #: The journal's sync gate (``_durable.py``; None with fsync off), set by its transport factory.
     _sync_gate = None
+    #: When the last tick started: (monotonic s, the tick thread's CPU s) (_note_tick_gap).
+    _tick_at: tuple | None = None
 
     # -- why the role changes (role_cause; logged and counted by RaftNode) -------------------
     #: Set while a message or a step that may change the role is handled: its cause.
@@ -131,14 +141,41 @@ class _SyncObj(MembershipMixin, SyncObj):
         # Sync before acknowledging (_durable.py): every tick begins with the journal synced
         # (the leader counts itself towards a commit then), and the answers to what the poll
         # at the end of the tick brought in go out after one sync, before anything else.
+        self._note_tick_gap()
         gate = self._sync_gate
         if gate is None:
+            self._read_before_electing()
             return SyncObj._onTick(self, timeToWait)
         gate.flush()
         try:
+            self._read_before_electing()
             return SyncObj._onTick(self, timeToWait)
         finally:
             gate.flush()
+
+    def _read_before_electing(self) -> None:
+        """pysyncobj's tick checks a follower's election deadline before it reads the network:
+        a follower whose tick thread was held up past its deadline (a collection, a sync, the
+        interpreter lock held by its node's event loop, the host) ran for leader though the
+        leader's heartbeats were waiting in its sockets, and deposed a healthy leader. Read
+        what waits first (a poll that does not wait): a heartbeat among it moves the deadline,
+        as it would have had the thread not been held up."""
+        if self._SyncObj__raftState == _LEADER \
+                or self._SyncObj__raftElectionDeadline >= monotonic() \
+                or not self._SyncObj__transport.ready:
+            return
+        self._poller.poll(0)
+
+    def _note_tick_gap(self) -> None:
+        """Log a tick that started _TICK_GAP_LOG_S or more after the one before (the thread's
+        CPU time meanwhile says whether it worked or waited)."""
+        now, cpu = monotonic(), thread_time()
+        last = self._tick_at
+        self._tick_at = (now, cpu)
+        if last is not None and now - last[0] >= _TICK_GAP_LOG_S:
+            logger.warning("replication.tick_gap ms=%.0f cpu_ms=%.0f leader=%s (the Raft thread was held up: "
+                           "no message read or sent meanwhile)", (now - last[0]) * 1000, (cpu - last[1]) * 1000,
+                           self._SyncObj__raftState == _LEADER)
 
     @property
     def encryptor(self):
