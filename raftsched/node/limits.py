@@ -113,8 +113,8 @@ fire_entry_bytes_max = core.command_bytes_max - 2048
 #: Jobs planned per tick; the rest wait for the next tick (keeps one tick bounded).
 jobs_per_tick_max = 50_000
 #: Jobs a new leader indexes by next slot per read, yielding between reads (Trigger.fill_due_index):
-#: ~0.9 us a job at 1M jobs (a look-up each), so ~9 ms of the lock applies take; in one read, 1M
-#: jobs held it 0.4 s.
+#: 0.9-1.5 us a job at 1M jobs (a look-up each), so 10-20 ms of the lock applies take; in one
+#: read, 1M jobs held it 0.4 s.
 due_fill_jobs_per_read = 10_000
 #: While firing, the fire log (benchmarks) is flushed at most this often (and always before the
 #: trigger idles).

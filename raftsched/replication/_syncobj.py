@@ -36,8 +36,8 @@ _APPLY_STALL_S = 0.02
 #: A gap of at least this long between two ticks' starts is logged (``replication.tick_gap``):
 #: a tick waits at most autoTickPeriod (50 ms) for messages, so the tick thread was held up (its
 #: own work, a collection, a sync, or the interpreter lock held by another thread: the CPU it used
-#: meanwhile tells which). A leader's tick thread held up half an election timeout costs its
-#: leadership.
+#: meanwhile tells which). A leader's tick thread held up for the shortest election timeout
+#: (raftMinTimeout, 0.5 s) can cost its leadership.
 _TICK_GAP_LOG_S = 0.3
 
 
