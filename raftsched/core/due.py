@@ -150,9 +150,11 @@ class DueWheel:
         """Sweep stale entries out, about ``budget`` entries looked at (a bucket that is gone
         counts one): a step of a sweep of every bucket, begun if none is under way. The index
         calls it on each push while the wheel holds more than twice its jobs (and a slack), so
-        a sweep ends before the wheel has grown by a ``budget``-th of what it sweeps, and no
-        apply pays for more than ``budget`` entries: rebuilding the wheel from the jobs in the
-        apply that crossed the bound took 0.4-0.7 s at 1M jobs, a stalled leader.
+        a sweep ends before the wheel has grown by about a ``budget``-th of what it sweeps (it
+        reads what is pushed behind it too), and no push looks at more than ``budget`` entries
+        (the step that ends a bucket also frees what it dropped: 70-80 ms for one bucket of 2M
+        entries): rebuilding the wheel from the jobs in the apply that crossed the bound took
+        0.44-0.66 s at 1M jobs, a stalled leader.
 
         An entry stays when ``valid`` says it still stands for its job, once per (name, gen):
         what a rebuild from the jobs would leave of it, judged when the sweep gets to it (an
