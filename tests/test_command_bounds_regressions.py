@@ -5,6 +5,7 @@ dump could hold different bytes. No clock, no network."""
 from __future__ import annotations
 
 import msgpack
+import pytest
 
 from raftsched.core import commands, limits
 from raftsched.core.state import SchedulerState
@@ -172,3 +173,30 @@ def test_a_resume_whose_next_slot_is_not_after_its_cursor_or_whose_record_counts
         assert snap_obj(s, drop=_CLOCKS) == before
     res = do(s, "resume_job", upto, **base, next=upto + 10_000, rec=[["skipped", "paused", upto - 10_000, upto, 2]])
     assert res["ok"] and s.jobs["j"]["next"] == upto + 10_000
+
+
+@pytest.mark.parametrize("first, second", [
+    ({"x": 1}, {"x": 1.0}), ({"x": 1}, {"x": True}), ({"x": 0}, {"x": False}),
+    ({"a": 1, "b": 2}, {"b": 2, "a": 1}), ({"x": [1, 2]}, {"x": [1, 2.0]}), ({"x": ""}, {"x": None}),
+    ({"x": {"y": 1}}, {"x": {"y": 1.0}}),
+])
+def test_shared_parts_are_keyed_by_their_bytes(first, second):
+    """Parts that compare equal in Python but encode differently (an int and a float or a bool,
+    the same items in another order) are never one shared object: each job keeps what it was
+    put with, on a live replica and on one restored after the first job is deleted."""
+    def spec(p):
+        return spec_of({"every_s": 3600}, "skip", grace_s=0, payload=p)
+    s = new_state()
+    assert apply(s, put_cmd(s, "a", spec(first), T0))["ok"]
+    assert apply(s, put_cmd(s, "b", spec(second), T0))["ok"]
+    assert repr(s.jobs["b"]["spec"]["payload"]) == repr(second)
+    assert repr(s.jobs["a"]["spec"]["payload"]) == repr(first)
+    assert apply(s, commands.make("delete_job", T0, None, name="a"))["ok"]
+    r = restored(s)
+    for state in (s, r):
+        assert apply(state, put_cmd(state, "c", spec(second), T0 + 1000))["ok"]
+        assert repr(state.jobs["c"]["spec"]["payload"]) == repr(second)
+    assert r.snapshot() == s.snapshot()
+    # Equal bytes share one object.
+    assert apply(s, put_cmd(s, "d", spec(second), T0 + 2000))["ok"]
+    assert s.jobs["d"]["spec"]["payload"] is s.jobs["b"]["spec"]["payload"]

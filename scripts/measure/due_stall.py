@@ -8,7 +8,7 @@ N (default 1,000,000) jobs on ``0 * * * *`` (one slot, one bucket of the index: 
 registered through ``put_jobs`` commands as the bulk endpoint proposes them; then the index built
 as the trigger builds it on leading (``Trigger.fill_due_index``: ``due.attach_empty`` and reads of
 ``node/limits.py due_fill_jobs_per_read`` jobs; code without it: ``due.attach`` in one read);
-then ROUNDS (default 3) re-puts of every job, each pushing an entry and leaving one stale. Until
+then ROUNDS (default 3) re-puts of every job (the longest apply, and the apply CPU time a job), each pushing an entry and leaving one stale. Until
 the stale entries were swept a push at a time (core/due.py ``DueWheel.compact``), the apply that
 crossed the bound rebuilt the index from every job. The collector is off while it measures (a node
 freezes its long-lived state, raftsched/gcpolicy.py; a collection's pause is not the index's).
@@ -47,21 +47,24 @@ def main(argv: list[str]) -> int:
                                     "executor": {"type": "python", "target": "builtins:id"}})
     per_cmd = 80  # what fits a command's bytes with this spec
 
-    def put_all(tag: str) -> float:
-        longest = 0.0
+    def put_all(tag: str) -> tuple[float, float]:
+        """The longest apply of a round, and the apply CPU time a job (seconds)."""
+        longest = cpu = 0.0
         for i in range(0, n, per_cmd):
             items = [{"name": f"j{k}", "spec": spec, "next": nxt, "cursor": now, "anchor": now, "create_only": False}
                      for k in range(i, min(n, i + per_cmd))]
             data = C.encode(C.put_jobs(now, f"{tag}-{i}", jobs=items))
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             res = st.apply_bytes(data)
             longest = max(longest, time.perf_counter() - t)
+            cpu += time.process_time() - c
             if not res.get("ok"):
                 raise SystemExit(f"put_jobs refused: {res}")
-        return longest
+        return longest, cpu / n
 
     gc.disable()
-    put_all("create")
+    _, per_job = put_all("create")
+    print(f"{n} jobs put: {1e6 * per_job:.1f} us of apply CPU a job")
     gc.collect()
     gc.freeze()
     index = DueIndex()
@@ -83,9 +86,10 @@ def main(argv: list[str]) -> int:
     total = time.perf_counter() - t0
     print(f"{n} jobs: index built {how} in {1e3 * total:.0f} ms, the longest hold of the lock {1e3 * longest:.1f} ms")
     for r in range(1, rounds + 1):
-        worst = put_all(f"round{r}")
+        worst, per_job = put_all(f"round{r}")
         size = index.now.size + index.ahead.size
-        print(f"re-put {r}: longest apply {1e3 * worst:.1f} ms (index entries {size}, {size / n:.2f} a job)")
+        print(f"re-put {r}: longest apply {1e3 * worst:.1f} ms, {1e6 * per_job:.1f} us of apply CPU a job"
+              f" (index entries {size}, {size / n:.2f} a job)")
     return 0
 
 
