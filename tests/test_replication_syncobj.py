@@ -142,6 +142,79 @@ def test_a_tick_thread_held_up_is_logged_with_the_cpu_it_used(lone_follower, mon
     assert "ms=500 cpu_ms=10 " in gaps[0] and "ms=950 cpu_ms=880 " in gaps[1]
 
 
+def test_a_tick_applies_a_bounded_share_of_a_long_commit_in_log_order(lone_follower, monkeypatch):
+    """pysyncobj applied every committed entry in one tick: a leader applying a commit of 1M
+    re-put jobs sent no heartbeat for up to 1.2 s and was deposed. A tick applies for at most
+    _APPLY_TICK_S (at least one entry), the next ticks the rest, each entry once, in log order,
+    its caller answered as before (its result, or discarded when the entry is another term's)."""
+    from pysyncobj import FAIL_REASON
+
+    from raftsched.replication import _syncobj
+    sync, leader, _ = lone_follower
+    clock = {"t": 100.0}
+    monkeypatch.setattr(_syncobj, "monotonic", lambda: clock["t"])
+    applied = []
+
+    def apply(command):  # 10 ms an entry
+        applied.append(command)
+        clock["t"] += 0.01
+        return len(applied)
+    monkeypatch.setattr(sync, "_SyncObj__doApplyCommand", apply)
+    monkeypatch.setattr(sync._SyncObj__conf, "appendEntriesUseBatch", False)  # as a RaftNode runs
+    _append(sync, leader, 1, 1, 0, [(i, 1) for i in range(2, 202)], commit=201)
+    answers = []
+    sync._SyncObj__commandsWaitingCommit[3].append((1, lambda res, why: answers.append((3, res, why))))
+    sync._SyncObj__commandsWaitingCommit[150].append((0, lambda res, why: answers.append((150, res, why))))
+    before = sync._apply_behind()
+    assert before == 201 - sync._SyncObj__raftLastApplied
+    assert sync._SyncObj__applyLogEntries() is True, "applied: the commit index goes out"
+    per_tick = round(_syncobj._APPLY_TICK_S / 0.01)
+    assert len(applied) == per_tick and sync._apply_behind() == before - per_tick
+    ticks = 1
+    while sync._apply_behind():
+        sync._SyncObj__applyLogEntries()
+        ticks += 1
+    assert ticks == -(-before // per_tick)
+    assert applied[-200:] == [f"c{i}-1".encode() for i in range(2, 202)]
+    assert len(applied) == before
+    assert answers == [(3, applied.index(b"c3-1") + 1, FAIL_REASON.SUCCESS), (150, None, FAIL_REASON.DISCARDED)]
+    assert sync._SyncObj__applyLogEntries() is False, "nothing left: nothing to send for it"
+
+
+def test_a_tick_with_entries_left_to_apply_reads_without_waiting(lone_follower, monkeypatch):
+    sync, leader, _ = lone_follower
+    sync._SyncObj__transport.tryGetReady()
+    waits = []
+    monkeypatch.setattr(sync._poller, "poll", lambda timeout: waits.append(timeout))
+    monkeypatch.setattr(sync, "_SyncObj__applyLogEntries", lambda: False)  # applies nothing
+    _append(sync, leader, 1, 1, 0, [(2, 1)], commit=2)
+    sync._onTick(0.05)
+    sync._SyncObj__raftLastApplied = sync._SyncObj__raftCommitIndex
+    sync._onTick(0.05)
+    assert waits == [0.0, 0.05]
+
+
+def test_a_leader_far_behind_in_its_applies_takes_no_new_command(lone_follower, monkeypatch):
+    """Past _APPLY_BACKLOG_MAX committed entries not yet applied, a leader leaves new commands
+    in its queue (full, they are refused: 503) rather than grow the backlog."""
+    from pysyncobj import SyncObj
+
+    from raftsched.replication import _syncobj
+    sync, _, _ = lone_follower
+    taken = []
+    monkeypatch.setattr(SyncObj, "_checkCommandsToApply", lambda self: taken.append(self._apply_behind()))
+    sync._SyncObj__raftState = 2
+    sync._SyncObj__raftCommitIndex = sync._SyncObj__raftLastApplied + _syncobj._APPLY_BACKLOG_MAX + 1
+    sync._checkCommandsToApply()
+    assert taken == []
+    sync._SyncObj__raftCommitIndex -= 1
+    sync._checkCommandsToApply()
+    sync._SyncObj__raftState = 0  # a follower forwards to its leader whatever its backlog
+    sync._SyncObj__raftCommitIndex += 100
+    sync._checkCommandsToApply()
+    assert taken == [_syncobj._APPLY_BACKLOG_MAX, _syncobj._APPLY_BACKLOG_MAX + 100]
+
+
 def test_a_split_vote_is_broken_by_node_id():
     """Two candidates of one term with equally recent logs each refuse the other (each voted for
     itself). The one with the lower id stands again within 0.1 s; the other waits at least a

@@ -15,7 +15,7 @@ from time import thread_time
 from typing import TYPE_CHECKING
 
 import pysyncobj.pickle as _pickle  # what pysyncobj pickles a replicated call with
-from pysyncobj import SyncObj
+from pysyncobj import FAIL_REASON, SyncObj
 from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.monotonic import monotonic  # the clock pysyncobj's own timers use
 
@@ -32,6 +32,19 @@ logger = logging.getLogger("raftsched.replication")  # one logger for the packag
 
 #: An apply longer than this extends a follower's election deadline by its duration (_SyncObj).
 _APPLY_STALL_S = 0.02
+
+#: The apply work one tick does (s): past it, the committed entries left wait for the next tick,
+#: after this one has sent what is due (a leader's heartbeats) and read the network (a
+#: follower's answers). pysyncobj applied every committed entry in one go: a leader applying
+#: a commit of 1M re-put jobs held its heartbeats 0.3-1.2 s and lost its leadership
+#: (docs/benchmarks.md, "The leader's due index without a stall"). Half a heartbeat period.
+_APPLY_TICK_S = 0.05
+#: Committed entries read from the log at a time by the apply loop (a slice of the log each).
+_APPLY_READ = 64
+#: A leader with more committed entries than this still to apply takes no new command from its
+#: queue: they wait there (and past commandsQueueSize are refused, 503), as when one tick applied
+#: everything, instead of growing a backlog of applies that no answer waits behind.
+_APPLY_BACKLOG_MAX = 256
 
 #: A gap of at least this long between two ticks' starts is logged (``replication.tick_gap``):
 #: a tick waits at most autoTickPeriod (50 ms) for messages, so the tick thread was held up (its
@@ -142,6 +155,8 @@ class _SyncObj(MembershipMixin, SyncObj):
         # (the leader counts itself towards a commit then), and the answers to what the poll
         # at the end of the tick brought in go out after one sync, before anything else.
         self._note_tick_gap()
+        if self._apply_behind() > 0:
+            timeToWait = 0.0  # committed entries wait to be applied: read, do not wait
         gate = self._sync_gate
         if gate is None:
             self._read_before_electing()
@@ -186,12 +201,51 @@ class _SyncObj(MembershipMixin, SyncObj):
         return SyncObj.encryptor.fget(self)
 
     def _SyncObj__applyLogEntries(self):
+        """pysyncobj's apply loop, stopped after _APPLY_TICK_S of work (at least one entry a
+        tick is applied, read from the log _APPLY_READ at a time); the next ticks apply the
+        rest, and do not wait for the network meanwhile (``_onTick``). Results reach their
+        callers in log order as before."""
         t0 = monotonic()
-        res = SyncObj._SyncObj__applyLogEntries(self)
+        end = t0 + _APPLY_TICK_S
+        applied = False
+        waiting = self._SyncObj__commandsWaitingCommit
+        apply = self._SyncObj__doApplyCommand
+        while True:
+            pending = self._SyncObj__raftCommitIndex - self._SyncObj__raftLastApplied
+            entries = self._SyncObj__getEntries(self._SyncObj__raftLastApplied + 1, min(pending, _APPLY_READ)) \
+                if pending > 0 else ()
+            if not entries:
+                break
+            for entry in entries:
+                term = entry[2]
+                subscribers = waiting.pop(entry[1], [])
+                res = apply(entry[0])
+                for subscribed_term, callback in subscribers:
+                    if subscribed_term == term:
+                        callback(res, FAIL_REASON.SUCCESS)
+                    else:
+                        callback(None, FAIL_REASON.DISCARDED)
+                self._SyncObj__raftLastApplied += 1
+                applied = True
+                if monotonic() >= end:
+                    break
+            else:
+                continue
+            break
         spent = monotonic() - t0
         if spent > _APPLY_STALL_S and not self._isLeader():
             self._SyncObj__raftElectionDeadline += spent
-        return res
+        return applied and not self._SyncObj__conf.appendEntriesUseBatch
+
+    def _apply_behind(self) -> int:
+        """Committed entries not yet applied."""
+        return self._SyncObj__raftCommitIndex - self._SyncObj__raftLastApplied
+
+    def _checkCommandsToApply(self):
+        # A leader whose applies are _APPLY_BACKLOG_MAX entries behind takes no new command.
+        if self._apply_behind() > _APPLY_BACKLOG_MAX and self._SyncObj__raftState == _LEADER:
+            return None
+        return SyncObj._checkCommandsToApply(self)
 
     def _SyncObj__doApplyCommand(self, command):
         # pysyncobj's, for the entries this cluster writes (a replicated call; its no-op and this
