@@ -120,7 +120,7 @@ class CrashingDisk(ShadowDisk):
         self.ops += 1
 
 
-for _name in ("open", "pwrite", "truncate", "sync", "close", "rename", "remove", "sync_dir", "sync_path"):
+for _name in ("open", "pwrite", "copy_range", "truncate", "sync", "close", "rename", "remove", "sync_dir", "sync_path"):
     def _wrapped(self, *a, _op=_name, **kw):
         if not self.frozen:
             self._step()

@@ -3,6 +3,7 @@ rewritten to its live records by a compaction, and dumps at gzip level 1 that st
 (Its durability: tests/test_replication_durability.py.)"""
 from __future__ import annotations
 
+import errno
 import gzip
 import io
 import os
@@ -10,6 +11,7 @@ import pickle
 import struct
 
 
+import pytest
 from pysyncobj import serializer
 from pysyncobj.journal import FIRST_RECORD_OFFSET, FileJournal, ResizableFile
 
@@ -65,6 +67,64 @@ def test_the_journal_is_not_mapped_and_a_compaction_keeps_only_its_live_records(
     j = create_journal(path)
     assert [tuple(j[i]) for i in range(len(j))] == entries[50:] + [(b"x" * 10, 61, 4)]
     j._destroy()
+
+
+@pytest.mark.parametrize("copy", ["kernel", "buffer"])
+def test_a_compaction_copies_the_records_it_keeps_without_encoding_them_again(tmp_path, monkeypatch, copy):
+    """A compaction writes the records it keeps as the file holds them (copied, in the kernel
+    where it can: Disk.copy_range), not encoded again on the tick thread: 0.2-0.4 s of CPU with
+    the interpreter lock held at 1M jobs, while the heartbeats waited. The result reads back the
+    same after any mix of appends, cuts and compactions, and after a restart."""
+    from raftsched.replication import _storage
+    install()
+    if copy == "buffer":  # a kernel or file system without copy_file_range
+        def refuse(*a):
+            raise OSError(errno.EXDEV, "cross-device")
+        monkeypatch.setattr(os, "copy_file_range", refuse)
+    path = str(tmp_path / "raft.journal")
+    j = create_journal(path)
+    model = []
+    for i in range(1, 41):
+        e = (os.urandom(10 + 37 * i % 500), i, 1 + i // 15)
+        j.add(*e)
+        model.append(e)
+    encoded = []
+    real_record = _storage._record
+    monkeypatch.setattr(_storage, "_record", lambda *e: encoded.append(e[1]) or real_record(*e))
+    j.deleteEntriesTo(25)  # keeps 26..40
+    model = model[25:]
+    assert encoded == [], "the kept records were encoded again"
+    j.deleteEntriesFrom(10)  # a conflict cuts 36..40
+    model = model[:10]
+    for i in range(36, 46):
+        e = (os.urandom(3 + i), i, 9)
+        j.add(*e)
+        model.append(e)
+    j.deleteEntriesTo(4)
+    model = model[4:]
+    assert [tuple(j[i]) for i in range(len(j))] == model
+    j._destroy()
+    j = create_journal(path)  # a restart reads every record whole (checksums, sequence)
+    assert [tuple(j[i]) for i in range(len(j))] == model
+    record_sizes = sum(8 + 16 + len(e[0]) + 4 for e in model)
+    assert os.path.getsize(path) == FIRST_RECORD_OFFSET + record_sizes
+    j.deleteEntriesTo(len(model))  # everything in the dump: an empty journal
+    j.add(b"z", 46, 9)
+    j._destroy()
+    assert [tuple(e) for e in create_journal(path)._entries] == [(b"z", 46, 9)]
+
+
+def test_a_copy_from_a_source_that_ends_early_is_an_error(tmp_path):
+    from raftsched.replication._disk import Disk
+    d = Disk()
+    src, dst = d.open(str(tmp_path / "a")), d.open(str(tmp_path / "b"))
+    d.pwrite(src, b"0123456789", 0)
+    d.copy_range(src, dst, 6, 2, 4)
+    assert d.pread(dst, 100, 0) == b"\0" * 4 + b"234567"
+    with pytest.raises(OSError):
+        d.copy_range(src, dst, 20, 0, 0)
+    d.close(src)
+    d.close(dst)
 
 
 def test_a_journal_pysyncobj_wrote_is_read_and_rewritten_with_checksums(tmp_path):

@@ -11,10 +11,16 @@ loss can take anything written since the kernel last wrote its pages back (docs/
 """
 from __future__ import annotations
 
+import errno
 import os
 import time
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+#: copy_range: bytes a copy_file_range call is asked for, and a buffer's size where it is not used.
+_COPY_MAX = 1 << 30
+_COPY_BUFFER = 1 << 20
+#: What copy_file_range raises where the kernel or the file system does not do it (then: a buffer).
+_COPY_UNSUPPORTED = frozenset({errno.ENOSYS, errno.EXDEV, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP})
 
 
 class Disk:
@@ -42,6 +48,31 @@ class Disk:
 
     def pread(self, fd: int, size: int, offset: int) -> bytes:
         return os.pread(fd, size, offset)
+
+    def copy_range(self, src: int, dst: int, count: int, src_offset: int, dst_offset: int) -> None:
+        """Copy ``count`` bytes of ``src``'s file from ``src_offset`` to ``dst``'s at
+        ``dst_offset``, as ``pwrite`` would write them: in the kernel (``copy_file_range``,
+        the interpreter lock released; a journal's compaction copies tens of MB), or through a
+        buffer where the kernel or the file system cannot.
+
+        :raises OSError: a read or a write failed, or ``src`` ends before ``count`` bytes."""
+        copy = getattr(os, "copy_file_range", None)
+        while count > 0:
+            n = 0
+            if copy is not None:
+                try:
+                    n = copy(src, dst, min(count, _COPY_MAX), src_offset, dst_offset)
+                except OSError as e:
+                    if e.errno not in _COPY_UNSUPPORTED:
+                        raise
+                    copy = None
+            if copy is None:
+                data = os.pread(src, min(count, _COPY_BUFFER), src_offset)
+                Disk.pwrite(self, dst, data, dst_offset)
+                n = len(data)
+            if n <= 0:
+                raise OSError(errno.EIO, f"copy_range: the source ended {count} bytes early")
+            count, src_offset, dst_offset = count - n, src_offset + n, dst_offset + n
 
     def size(self, fd: int) -> int:
         return os.fstat(fd).st_size

@@ -194,6 +194,12 @@ class ShadowDisk(Disk):
         if st is not None and st.pending is not None:
             st.pending.append((offset, bytes(data)))
 
+    def copy_range(self, src: int, dst: int, count: int, src_offset: int, dst_offset: int) -> None:
+        super().copy_range(src, dst, count, src_offset, dst_offset)
+        st = self._fds.get(dst)
+        if st is not None and st.pending is not None:  # what it wrote, as a pwrite of it
+            st.pending.append((dst_offset, os.pread(dst, count, dst_offset)))
+
     def truncate(self, fd: int, size: int) -> None:
         super().truncate(fd, size)
         st = self._fds.get(fd)
