@@ -60,6 +60,7 @@ def test_the_journal_is_not_mapped_and_a_compaction_keeps_only_its_live_records(
     j = create_journal(path)  # what a restarted node reads
     assert [tuple(j[i]) for i in range(len(j))] == entries
     j.deleteEntriesTo(50)  # what a compaction does
+    j._finish_compaction(wait=True)  # (its thread copies, the tick thread finishes)
     assert os.path.getsize(path) == FIRST_RECORD_OFFSET + 10 * record
     j.add(b"x" * 10, 61, 4)
     j._destroy()
@@ -102,6 +103,10 @@ def test_a_compaction_copies_the_records_it_keeps_without_encoding_them_again(tm
         model.append(e)
     j.deleteEntriesTo(4)
     model = model[4:]
+    for i in range(46, 49):  # appended while the compaction's thread copies
+        e = (os.urandom(100 + i), i, 9)
+        j.add(*e)
+        model.append(e)
     assert [tuple(j[i]) for i in range(len(j))] == model
     j._destroy()
     j = create_journal(path)  # a restart reads every record whole (checksums, sequence)
@@ -109,9 +114,39 @@ def test_a_compaction_copies_the_records_it_keeps_without_encoding_them_again(tm
     record_sizes = sum(8 + 16 + len(e[0]) + 4 for e in model)
     assert os.path.getsize(path) == FIRST_RECORD_OFFSET + record_sizes
     j.deleteEntriesTo(len(model))  # everything in the dump: an empty journal
-    j.add(b"z", 46, 9)
+    j.add(b"z", 49, 9)
     j._destroy()
-    assert [tuple(e) for e in create_journal(path)._entries] == [(b"z", 46, 9)]
+    assert [tuple(e) for e in create_journal(path)._entries] == [(b"z", 49, 9)]
+
+
+def test_a_compaction_whose_thread_failed_is_done_by_the_tick_thread(tmp_path, monkeypatch, caplog):
+    """The compaction's thread failing (a full disk, an I/O error) leaves the journal whole; the
+    tick thread, finishing it, does it all again itself and says so."""
+    from raftsched.replication._disk import Disk
+    install()
+    path = str(tmp_path / "raft.journal")
+    j = create_journal(path)
+    model = [(os.urandom(200), i, 1) for i in range(1, 21)]
+    for e in model:
+        j.add(*e)
+    real, calls = Disk.copy_range, []
+
+    def once(self, *a):
+        calls.append(a)
+        if len(calls) == 1:
+            raise OSError(errno.ENOSPC, "no space left")
+        return real(self, *a)
+    monkeypatch.setattr(Disk, "copy_range", once)
+    j.deleteEntriesTo(15)
+    j._compaction.done.wait()
+    j.add(b"late", 21, 2)
+    with caplog.at_level("WARNING", logger="raftsched.replication"):
+        j.onOneSecondTimer()  # the tick thread's timer finishes it
+    assert j._compaction is None and len(calls) == 2
+    assert "journal_compaction_retried" in caplog.text
+    j._destroy()
+    assert [tuple(e) for e in create_journal(path)._entries] == model[15:] + [(b"late", 21, 2)]
+    assert os.path.getsize(path) == FIRST_RECORD_OFFSET + 5 * (28 + 200) + 28 + 4
 
 
 def test_a_copy_from_a_source_that_ends_early_is_an_error(tmp_path):
