@@ -149,6 +149,27 @@ def test_a_compaction_whose_thread_failed_is_done_by_the_tick_thread(tmp_path, m
     assert os.path.getsize(path) == FIRST_RECORD_OFFSET + 5 * (28 + 200) + 28 + 4
 
 
+def test_a_compaction_is_said_to_be_in_progress_until_the_file_is_trimmed(tmp_path, monkeypatch):
+    """``compacting`` (what a graceful stop's dump_now waits on) stays True until the new file
+    has replaced the journal: read by another thread, a False said the file was trimmed."""
+    from raftsched.replication._disk import Disk
+    install()
+    path = str(tmp_path / "raft.journal")
+    j = create_journal(path)
+    for i in range(1, 11):
+        j.add(os.urandom(300), i, 1)
+    seen = []
+    real = Disk.rename
+    monkeypatch.setattr(Disk, "rename", lambda self, a, b: (seen.append(j.compacting), real(self, a, b))[1])
+    j.deleteEntriesTo(8)
+    assert j.compacting and len(j) == 2
+    j._compaction.done.wait()
+    j.onOneSecondTimer()
+    assert seen == [True] and not j.compacting
+    assert os.path.getsize(path) == FIRST_RECORD_OFFSET + 2 * (28 + 300)
+    j._destroy()
+
+
 def test_a_copy_from_a_source_that_ends_early_is_an_error(tmp_path):
     from raftsched.replication._disk import Disk
     d = Disk()

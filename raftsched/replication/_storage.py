@@ -400,15 +400,17 @@ class _DurableJournal(Journal):
         c = self._compaction
         if c is None or not (wait or c.done.is_set()):
             return
-        self._compaction = None
         c.done.wait()
-        if c.error is not None:
-            logger.warning("replication.journal_compaction_retried error=%r (the copy failed; "
-                           "done again on the tick thread)", c.error)
-            if c.fd is not None:
-                self._disk.close(c.fd)
-            c.fd = None
-        self._compact(c.first, c.end, c)
+        try:
+            if c.error is not None:
+                logger.warning("replication.journal_compaction_retried error=%r (the copy failed; "
+                               "done again on the tick thread)", c.error)
+                if c.fd is not None:
+                    self._disk.close(c.fd)
+                c.fd = None
+            self._compact(c.first, c.end, c)
+        finally:
+            self._compaction = None  # (after the rename: ``compacting`` says the file is trimmed)
 
     def _compact(self, first: int, end0: int, c: "_Compaction | None") -> None:
         """Replace the journal by a file of its records from offset ``first`` on: ``c``'s file
