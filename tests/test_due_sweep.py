@@ -309,8 +309,8 @@ def test_a_fill_in_steps_with_applies_between_indexes_each_due_job_once():
     s = SchedulerState()
     put_many(s, [f"a{i}" for i in range(40)])
     index = DueIndex()
-    names = due.attach_empty(s, index)
-    assert names == list(s.jobs) and s.due is index and index.filling == set()
+    records = due.attach_empty(s, index)
+    assert records == list(s.jobs.values()) and s.due is index and index.filling == set()
     between = [  # after the fill's first step (a0-a6), its second (a7-a13), ...
         lambda: put_many(s, [f"a{i}" for i in range(0, 40, 3)], every_s=30),  # re-puts: new gens
         lambda: apply(s, commands.make("pause_job", T0, None, name="a31")),
@@ -318,8 +318,8 @@ def test_a_fill_in_steps_with_applies_between_indexes_each_due_job_once():
         lambda: put_many(s, [f"b{i}" for i in range(5)]),  # new jobs
         lambda: apply(s, commands.make("delete_job", T0, None, name="a38")),
     ]
-    for k, i in enumerate(range(0, len(names), 7)):
-        assert due.fill(s, index, names[i:i + 7])
+    for k, i in enumerate(range(0, len(records), 7)):
+        assert due.fill(s, index, records[i:i + 7])
         if k < len(between):
             between[k]()
         check_counts(index)
@@ -345,14 +345,32 @@ def test_a_restore_during_a_fill_rebuilds_the_index_whole_and_ends_the_fill():
     other = copy.deepcopy(s)
     put_many(other, [f"b{i}" for i in range(5)])
     index = DueIndex()
-    names = due.attach_empty(s, index)
-    assert due.fill(s, index, names[:5])
+    records = due.attach_empty(s, index)
+    assert due.fill(s, index, records[:5])
     s.restore(other.snapshot())
     assert index.filling is None
-    assert not due.fill(s, index, names[5:]), "the fill stops"
+    assert not due.fill(s, index, records[5:]), "the fill stops"
     check_counts(index)
     assert set(valid_entries(index, s.jobs)) == plannable(s.jobs)
     assert len(valid_entries(index, s.jobs)) == len(plannable(s.jobs))
+
+
+def test_a_fill_counts_each_wheel_and_second_apart():
+    """The fill counts runs of jobs of one second at once: jobs of the two wheels (one fires
+    ahead, one does not) and of other seconds, interleaved, are each counted where they are."""
+    s = SchedulerState()
+    for i in range(30):
+        ov = {"policy": "allow"} if i % 3 else {"policy": "forbid"}
+        spec = spec_of({"every_s": 60 if i % 5 else 120}, name=f"m{i}", overlap=ov)
+        assert apply(s, put_cmd(s, f"m{i}", spec, T0))["ok"]
+    index = DueIndex()
+    records = due.attach_empty(s, index)
+    for i in range(0, len(records), 4):
+        assert due.fill(s, index, records[i:i + 4])
+    due.filled(s, index)
+    check_counts(index)
+    assert index.now.size == 10 and index.ahead.size == 20
+    assert set(valid_entries(index, s.jobs)) == plannable(s.jobs)
 
 
 def test_the_trigger_fills_its_index_a_bounded_step_a_read_and_yields_between(monkeypatch):
@@ -372,9 +390,9 @@ def test_the_trigger_fills_its_index_a_bounded_step_a_read_and_yields_between(mo
     steps: list[int] = []
     real_fill = due.fill
 
-    def fill(state, index, names):
-        steps.append(len(names))
-        return real_fill(state, index, names)
+    def fill(state, index, records):
+        steps.append(len(records))
+        return real_fill(state, index, records)
     monkeypatch.setattr(due, "fill", fill)
 
     async def lead():

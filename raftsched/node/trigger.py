@@ -248,17 +248,17 @@ class Trigger:
     async def fill_due_index(self) -> None:
         """Give the state a due index of this trigger's and fill it from its jobs (on leading),
         node_limits.due_fill_jobs_per_read jobs a read, yielding between reads: at 1M jobs the lock
-        applies take is held 10-20 ms at a time (40 ms to list the names), not 0.4 s in one read
+        applies take is held 10-20 ms at a time (~40 ms to list the jobs), not 0.4 s in one read
         (a new leader's tick thread, and its heartbeats, stalled that long). Apply feeds the index from the first read on, and the
         fill passes over the jobs it pushed (core/due.py attach_empty). The first tick comes
         after the fill. Left attached on an error or cancellation, it is taken away."""
         self._forget_storms()
         index = DueIndex()
-        names = self.raft.read(due.attach_empty, index)
+        records = self.raft.read(due.attach_empty, index)
         try:
             step = node_limits.due_fill_jobs_per_read
-            for i in range(0, len(names), step):
-                if not self.raft.read(due.fill, index, names[i:i + step]):
+            for i in range(0, len(records), step):
+                if not self.raft.read(due.fill, index, records[i:i + step]):
                     break  # a restore rebuilt it whole, or it was taken away
                 await asyncio.sleep(0)
             self.raft.read(due.filled, index)

@@ -71,11 +71,11 @@ def main(argv: list[str]) -> int:
     t0 = time.perf_counter()
     if step is not None and hasattr(due, "attach_empty"):
         t = time.perf_counter()
-        names = due.attach_empty(st, index)
+        jobs = due.attach_empty(st, index)  # the records (their names before 2026-12-05)
         longest = time.perf_counter() - t
-        for i in range(0, len(names), step):
+        for i in range(0, len(jobs), step):
             t = time.perf_counter()
-            due.fill(st, index, names[i:i + step])
+            due.fill(st, index, jobs[i:i + step])
             longest = max(longest, time.perf_counter() - t)
         due.filled(st, index)
         how = f"in reads of {step} jobs"
