@@ -182,16 +182,27 @@ def test_a_tick_applies_a_bounded_share_of_a_long_commit_in_log_order(lone_follo
 
 
 def test_a_tick_with_entries_left_to_apply_reads_without_waiting(lone_follower, monkeypatch):
+    """After an apply stopped at its budget with entries left, the next ticks read the network
+    without waiting, until the entries are applied; a tick that merely has new entries to apply
+    waits as before (polling without waiting after every message made the ticks, and their
+    fixed costs, several times as many under load)."""
+    from raftsched.replication import _syncobj
     sync, leader, _ = lone_follower
     sync._SyncObj__transport.tryGetReady()
+    clock = {"t": 100.0}
+    monkeypatch.setattr(_syncobj, "monotonic", lambda: clock["t"])
+
+    def apply(command):  # 10 ms an entry: 5 a tick
+        clock["t"] += 0.01
+    monkeypatch.setattr(sync, "_SyncObj__doApplyCommand", apply)
     waits = []
     monkeypatch.setattr(sync._poller, "poll", lambda timeout: waits.append(timeout))
-    monkeypatch.setattr(sync, "_SyncObj__applyLogEntries", lambda: False)  # applies nothing
-    _append(sync, leader, 1, 1, 0, [(2, 1)], commit=2)
-    sync._onTick(0.05)
-    sync._SyncObj__raftLastApplied = sync._SyncObj__raftCommitIndex
-    sync._onTick(0.05)
-    assert waits == [0.0, 0.05]
+    _append(sync, leader, 1, 1, 0, [(i, 1) for i in range(2, 22)], commit=21)
+    behind = sync._apply_behind()
+    for _ in range(-(-behind // 5) + 1):
+        sync._onTick(0.05)
+    assert sync._apply_behind() == 0
+    assert waits == [0.05] + [0.0] * (-(-behind // 5) - 1) + [0.05]
 
 
 def test_a_leader_far_behind_in_its_applies_takes_no_new_command(lone_follower, monkeypatch):
@@ -213,6 +224,20 @@ def test_a_leader_far_behind_in_its_applies_takes_no_new_command(lone_follower, 
     sync._SyncObj__raftCommitIndex += 100
     sync._checkCommandsToApply()
     assert taken == [_syncobj._APPLY_BACKLOG_MAX, _syncobj._APPLY_BACKLOG_MAX + 100]
+
+
+def test_the_tick_gap_log_reads_the_threads_cpu_time_at_most_every_10_ms(lone_follower, monkeypatch):
+    """Reading the thread's CPU time is a system call; a thread ticking thousands of times a
+    second read it each tick (2-6 % of the nodes' CPU in the fleet benchmark)."""
+    from raftsched.replication import _syncobj
+    sync, _, _ = lone_follower
+    now, reads = {"t": 50.0}, []
+    monkeypatch.setattr(_syncobj, "monotonic", lambda: now["t"])
+    monkeypatch.setattr(_syncobj, "thread_time", lambda: reads.append(now["t"]) or 1.0)
+    for _ in range(1000):  # a tick every ms for a second
+        now["t"] += 0.001
+        sync._note_tick_gap()
+    assert 90 <= len(reads) <= 101
 
 
 def test_a_split_vote_is_broken_by_node_id():
