@@ -8,9 +8,10 @@ N (default 1,000,000) jobs on ``0 * * * *`` (one slot, one bucket of the index: 
 registered through ``put_jobs`` commands as the bulk endpoint proposes them; then the index built
 as the trigger builds it on leading (``Trigger.fill_due_index``: ``due.attach_empty`` and reads of
 ``node/limits.py due_fill_jobs_per_read`` jobs; code without it: ``due.attach`` in one read);
-then ROUNDS (default 3) re-puts of every job (the longest apply, and the apply CPU time a job), each pushing an entry and leaving one stale. Until
-the stale entries were swept a push at a time (core/due.py ``DueWheel.compact``), the apply that
-crossed the bound rebuilt the index from every job. The collector is off while it measures (a node
+then ROUNDS (default 3) re-puts of every job (the longest apply, and the apply CPU time a job),
+each pushing an entry and leaving one stale. Until the stale entries were swept a push at a time
+(core/due.py ``DueWheel.compact``), the apply that crossed the bound rebuilt the index from every
+job. The collector is off while it measures (a node
 freezes its long-lived state, raftsched/gcpolicy.py; a collection's pause is not the index's).
 CODE_DIR (default: this checkout) is put first on sys.path, to measure another checkout.
 """
