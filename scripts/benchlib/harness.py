@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -303,3 +304,13 @@ def stop_clusters(clusters: list) -> None:
             c.stop()
         except Exception as e:  # keep stopping the others
             print(f"[bench] stopping a cluster: {e!r}", file=sys.stderr)
+
+
+def probe_cluster(args, name: str) -> tuple[Path, str, BenchCluster]:
+    """A measure probe's temporary directory, the code its nodes run (``args.code_dir`` or
+    ``args.git_ref``: common.add_code_args) and a three-node cluster without a worker there, not
+    started yet."""
+    tmp = Path(tempfile.mkdtemp(prefix=f"raftsched-{name}-"))
+    code = common.choose_code(args.code_dir, args.git_ref, tmp)
+    (tmp / "cluster").mkdir()
+    return tmp, code, BenchCluster(tmp / "cluster", NO_WORKER)

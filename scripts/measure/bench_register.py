@@ -36,11 +36,9 @@ import argparse
 import json
 import os
 import sys
-import tempfile
-from pathlib import Path
 
 from benchlib import common
-from benchlib.harness import NO_WORKER, BenchCluster
+from benchlib.harness import BenchCluster, probe_cluster
 from benchlib.probes import cpu_s
 from benchlib.register import register_jobs
 from measure import Smoke
@@ -87,10 +85,7 @@ def main(argv: list[str]) -> int:
     common.add_code_args(ap)
     args = ap.parse_args(argv)
 
-    tmp = Path(tempfile.mkdtemp(prefix="raftsched-bench-register-"))
-    code = common.choose_code(args.code_dir, args.git_ref, tmp)
-    (tmp / "cluster").mkdir()
-    c = BenchCluster(tmp / "cluster", NO_WORKER)
+    tmp, code, c = probe_cluster(args, "bench-register")
     failed = False
     try:
         c.start()

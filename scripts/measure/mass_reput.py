@@ -30,12 +30,10 @@ import re
 import shutil
 import signal
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 from benchlib import common
-from benchlib.harness import NO_WORKER, BenchCluster
+from benchlib.harness import BenchCluster, probe_cluster
 from benchlib.register import register_jobs
 from measure import Smoke
 
@@ -82,10 +80,7 @@ def main(argv: list[str]) -> int:
     common.add_code_args(ap)
     args = ap.parse_args(argv)
 
-    tmp = Path(tempfile.mkdtemp(prefix="raftsched-mass-reput-"))
-    code = common.choose_code(args.code_dir, args.git_ref, tmp)
-    (tmp / "cluster").mkdir()
-    c = BenchCluster(tmp / "cluster", NO_WORKER)
+    tmp, code, c = probe_cluster(args, "mass-reput")
     failed = False
     offsets: dict = {}
     try:
