@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import msgpack
 
-from raftsched.core import queries, commands, due, limits, model, policy, schedule
+from raftsched.core import queries, commands, due, limits, model, policy, records, schedule
 from raftsched.core.due import DueIndex
 from raftsched.core.state import SchedulerState
 
@@ -78,6 +78,22 @@ def resume_cmd(state: SchedulerState, name: str, now: int, rid: str | None = Non
 def apply(state: SchedulerState, cmd: dict) -> dict:
     """Encode and apply, as replication does."""
     return state.apply_bytes(commands.encode(cmd))
+
+
+def outcomes(res: dict, cmd: dict) -> list[dict]:
+    """A complete_many's answer of each outcome (records.outcome_results), read against the run
+    ids ``cmd`` carried (rows, or maps as older nodes wrote them)."""
+    if "rows" in cmd:
+        ids = [row[0] for row in cmd["rows"]]
+    else:
+        ids = [it.get("run") for it in cmd["results"]]
+    return records.outcome_results(res, ids)
+
+
+def complete_many(state: SchedulerState, cmd: dict) -> tuple[dict, list[dict]]:
+    """Apply a complete_many: (its answer, the answer of each outcome)."""
+    res = apply(state, cmd)
+    return res, (outcomes(res, cmd) if res.get("ok") else [])
 
 
 def plan_tick(state: SchedulerState, now: int, limit: int = limits.fire_entries_max):

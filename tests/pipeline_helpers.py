@@ -5,7 +5,7 @@ from __future__ import annotations
 from raftsched.core import commands, model
 from raftsched.core.state import SchedulerState
 
-from core_helpers import SEC, T0, apply, new_state, put_cmd, tick
+from core_helpers import SEC, T0, apply, new_state, outcomes, put_cmd, tick
 
 EXEC = {"type": "python", "target": "app.jobs:run"}
 
@@ -51,9 +51,10 @@ def finish(s: SchedulerState, grant: dict, now: int, success: bool, result=None)
     item = {"run": grant["id"], "token": grant["token"], "success": success}
     if result is not None:
         item["result"] = result
-    res = apply(s, commands.complete_many(now, None, results=[item], worker="w"))
+    cmd = commands.complete_many(now, None, results=[item], worker="w")
+    res = apply(s, cmd)
     assert res["ok"], res
-    return res["results"][0]
+    return outcomes(res, cmd)[0]
 
 
 __all__ = ["EXEC", "SEC", "T0", "apply", "chain_state", "finish", "job_raw", "lease", "put", "tick"]

@@ -45,6 +45,12 @@ def test_a_lease_request_carries_outcomes_which_apply_once_under_its_key():
         alone = await post(c, path("w1", "complete"), {"results": results}, headers=key)
         assert alone["duplicate"] is True and alone["results"] == res["results"]
         assert env.state.runs[a] == before
+        # The key again with other outcomes: not answered as the first batch's (its runs are
+        # other ones), so results_error, and the runs asked for still come.
+        other = [{"run": b, "token": grants[b]["token"], "success": True}]
+        reused = await post(c, path("w1", "lease"), lease_body(wait_s=0, results=other), headers=key)
+        assert "results" not in reused and reused["results_error"]["field"] == "Idempotency-Key"
+        assert env.state.runs[b]["state"] == "running"
         # The runs the request asks for come in the same answer.
         d = await trigger(env, "j")
         more = await post(c, path("w1", "lease"), lease_body(wait_s=5, results=[

@@ -10,7 +10,7 @@ import pytest
 from raftsched.core import commands, limits
 from raftsched.core.state import SchedulerState
 
-from core_helpers import T0, apply, new_state, put_cmd, restored, snap_obj, spec_of
+from core_helpers import T0, apply, complete_many, new_state, put_cmd, restored, snap_obj, spec_of
 from exec_helpers import acq, do, jspec, trig
 
 
@@ -52,9 +52,9 @@ def test_a_worker_record_from_a_dump_before_it_counted_outcomes_takes_a_complete
     r.restore(msgpack.packb(obj, use_bin_type=True))
     assert list(r.workers["w1"]) == list(s.workers["w1"])  # the field in its place: the same bytes
     for state in (s, r):
-        res = apply(state, commands.complete_many(T0 + 1000, "req-1", worker="w1", own=True,
-                                                  results=[{"run": g["id"], "token": g["token"], "success": True}]))
-        assert res["ok"] and res["results"][0]["ok"], res
+        res, each = complete_many(state, commands.complete_many(
+            T0 + 1000, "req-1", worker="w1", own=True, results=[{"run": g["id"], "token": g["token"], "success": True}]))
+        assert res["ok"] and each[0]["ok"], res
         assert state.workers["w1"]["completed"] == 1
     assert r.snapshot() == s.snapshot()
 

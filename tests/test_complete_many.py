@@ -1,13 +1,24 @@
 """complete_many: a worker's batch of outcomes, each judged alone."""
 from __future__ import annotations
 
-from raftsched.core import commands, limits
+import pytest
 
-from core_helpers import T0, apply, new_state, put_cmd, spec_of
+from raftsched.core import commands, limits, records
+from raftsched.core.errors import Conflict
+
+from core_helpers import T0, apply, new_state, outcomes, put_cmd, spec_of
 
 
 def do(s, op, now, rid=None, **fields):
     return apply(s, commands.make(op, now, rid, **fields))
+
+
+def judged(s, now, rid=None, **fields):
+    """A complete_many applied: (its answer, the answer of each outcome)."""
+    cmd = commands.make("complete_many", now, rid, **fields)
+    res = apply(s, cmd)
+    assert res["ok"], res
+    return res, outcomes(res, cmd)
 
 
 def setup(n):
@@ -25,17 +36,15 @@ def test_each_outcome_is_judged_alone_and_a_stale_one_is_refused_without_the_oth
              {"run": g[1]["id"], "token": g[1]["token"] - 100, "success": True},
              {"run": g[2]["id"], "token": g[2]["token"], "success": False, "error": "boom"},
              {"run": "nosuch@1", "token": 1, "success": True}]
-    res = do(s, "complete_many", T0 + 10, "batch-1", results=items)
-    assert res["ok"]
-    r = res["results"]
+    res, r = judged(s, T0 + 10, "batch-1", results=items)
     assert r[0]["ok"] and r[0]["state"] == "succeeded"
     assert not r[1]["ok"] and r[1]["error"]["code"] == "conflict"
     assert s.runs[g[1]["id"]]["state"] == "running", "the stale outcome changed nothing"
     assert r[2]["ok"] and s.runs[g[2]["id"]]["state"] == "dead"
     assert r[3]["error"]["code"] == "not_found"
     # A retried batch (same request id) does not act twice.
-    again = do(s, "complete_many", T0 + 11, "batch-1", results=items)
-    assert again["duplicate"] is True and again["results"] == r
+    again, r2 = judged(s, T0 + 11, "batch-1", results=items)
+    assert again["duplicate"] is True and r2 == r
 
 
 def test_rows_and_maps_decide_the_same_and_a_malformed_row_is_refused_whole():
@@ -48,15 +57,16 @@ def test_rows_and_maps_decide_the_same_and_a_malformed_row_is_refused_whole():
                 {"run": g[2]["id"], "token": g[2]["token"], "success": False, "error": "boom"},
                 {"run": "nosuch@1", "token": 1, "success": True},
                 {"run": g[3]["id"], "token": g[3]["token"], "success": True, "error": "warn", "result": [1]}]
-    outcomes = []
+    both = []
     for built in (lambda items: commands.complete_many(T0 + 10, "b", results=items, worker="w"),
                   lambda items: commands.make("complete_many", T0 + 10, "b", results=items, worker="w")):
         s, g = setup(4)
         cmd = built(batch(g))
         assert ("rows" in cmd) != ("results" in cmd)
-        outcomes.append((apply(s, cmd), s.snapshot()))
-    assert outcomes[0] == outcomes[1]
-    assert [r["ok"] for r in outcomes[0][0]["results"]] == [True, False, True, False, True]
+        res = apply(s, cmd)
+        both.append((res, outcomes(res, cmd), s.snapshot()))
+    assert both[0] == both[1]
+    assert [r["ok"] for r in both[0][1]] == [True, False, True, False, True]
     s, g = setup(1)
     row = [g[0]["id"], g[0]["token"], True, None, None]
     for bad in ({"rows": []}, {"rows": [row[:4]]}, {"rows": [row + [None, None]]}, {"rows": [{"run": row[0]}]},
@@ -69,7 +79,7 @@ def test_rows_and_maps_decide_the_same_and_a_malformed_row_is_refused_whole():
         res = apply(s, commands.complete_many(T0 + 5, None, results=[item], worker="w"))
         assert res["ok"] is False and res["error"]["code"] == "invalid_command", item
     assert s.runs[g[0]["id"]]["state"] == "running"
-    assert do(s, "complete_many", T0 + 5, rows=[row])["results"][0]["state"] == "succeeded"
+    assert judged(s, T0 + 5, rows=[row])[1][0]["state"] == "succeeded"
 
 
 def test_malformed_batches_are_refused_whole():
@@ -93,24 +103,53 @@ def test_a_remote_workers_outcome_for_a_run_another_worker_holds_is_refused_what
     s, g = setup(2)
     items = [{"run": g[0]["id"], "token": g[0]["token"], "success": False, "error": "forged"},
              {"run": g[1]["id"], "token": g[1]["token"], "success": True}]
-    res = do(s, "complete_many", T0 + 5, "b1", results=items[:1], worker="intruder", own=True)
-    (r,) = res["results"]
+    (r,) = judged(s, T0 + 5, "b1", results=items[:1], worker="intruder", own=True)[1]
     assert r["ok"] is False and r["error"]["code_detail"] == "stale_token" and "another worker" in r["error"]["message"]
     assert s.runs[g[0]["id"]]["state"] == "running" and not s.runs[g[0]["id"]].get("attempts")
     # Its holder's outcomes apply.
-    res = do(s, "complete_many", T0 + 6, "b2", results=[items[1]], worker="w", own=True)
-    assert res["results"][0]["ok"] and s.runs[g[1]["id"]]["state"] == "succeeded"
+    r = judged(s, T0 + 6, "b2", results=[items[1]], worker="w", own=True)[1]
+    assert r[0]["ok"] and s.runs[g[1]["id"]]["state"] == "succeeded"
     # Without ``own`` (an embedded worker's, or a command of an older log) the token alone decides.
-    res = do(s, "complete_many", T0 + 7, "b3", results=items[:1], worker="intruder")
-    assert res["results"][0]["ok"] and s.runs[g[0]["id"]]["state"] != "running"
+    r = judged(s, T0 + 7, "b3", results=items[:1], worker="intruder")[1]
+    assert r[0]["ok"] and s.runs[g[0]["id"]]["state"] != "running"
 
 
 def test_with_tenants_an_outcome_for_another_tenants_run_is_refused_as_not_found():
     s, g = setup(1)
     item = {"run": g[0]["id"], "token": g[0]["token"], "success": True}
-    res = do(s, "complete_many", T0 + 5, "b1", results=[item], worker="w", own=True, tenants=["billing"])
-    assert res["results"] == [{"ok": False, "run": g[0]["id"],
-                               "error": {"code": "not_found", "message": f"no run {g[0]['id']!r}", "field": "run"}}]
+    r = judged(s, T0 + 5, "b1", results=[item], worker="w", own=True, tenants=["billing"])[1]
+    assert r == [{"ok": False, "run": g[0]["id"],
+                  "error": {"code": "not_found", "message": f"no run {g[0]['id']!r}", "field": "run"}}]
     assert s.runs[g[0]["id"]]["state"] == "running"
-    res = do(s, "complete_many", T0 + 6, "b2", results=[item], worker="w", own=True, tenants=["default"])
-    assert res["results"][0]["ok"] and s.runs[g[0]["id"]]["state"] == "succeeded"
+    r = judged(s, T0 + 6, "b2", results=[item], worker="w", own=True, tenants=["default"])[1]
+    assert r[0]["ok"] and s.runs[g[0]["id"]]["state"] == "succeeded"
+
+
+def test_the_answer_is_kept_short_and_read_back_against_the_requests_own_runs():
+    """The state keeps every answer by its request id (I7): a success is kept as its attempt's
+    number, a refusal whole, with a digest of the run ids; ``outcome_results`` reads it back
+    with the ids of the request that gets it, and refuses an answer of other runs (a request id
+    used again for other outcomes). An answer kept in full (by a version before the short form,
+    in a dump or a journal's replay) is read as it is."""
+    s, g = setup(3)
+    items = [{"run": g[0]["id"], "token": g[0]["token"], "success": True},
+             {"run": g[1]["id"], "token": g[1]["token"] - 1, "success": True},
+             {"run": g[2]["id"], "token": g[2]["token"], "success": False, "error": "boom"}]
+    res, r = judged(s, T0 + 10, "k1", results=items)
+    assert res["judged"][0] == 1 and res["judged"][1] == r[1] and res["judged"][2] == r[2]
+    assert r[0] == {"ok": True, "run": g[0]["id"], "state": "succeeded", "attempt": 1}
+    assert r[2]["state"] == "dead" and s.requests["k1"][1] == res
+    ids = [it["run"] for it in items]
+    assert records.outcome_results(res, ids) == r
+    for other in (ids[:2], ids[::-1], ids[:2] + ["x@1"], ids + ids[:1]):
+        with pytest.raises(Conflict) as e:
+            records.outcome_results(res, other)
+        assert e.value.field == "Idempotency-Key"
+    # The same key with other outcomes: apply replays the first answer, and reading it with the
+    # second request's runs is refused rather than naming them as the first's.
+    again = apply(s, commands.complete_many(T0 + 11, "k1", results=items[:1], worker="w"))
+    assert again["duplicate"] is True
+    with pytest.raises(Conflict):
+        records.outcome_results(again, ids[:1])
+    full = {"ok": True, "results": r}
+    assert records.outcome_results(full, ["ignored"]) == r

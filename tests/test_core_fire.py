@@ -21,7 +21,7 @@ from raftsched.core import commands, fire, limits, policy
 from raftsched.core.model import TERMINAL_STATES
 from raftsched.core.records import LAG_LAST, RECORDED, RUNS
 
-from core_helpers import (SEC, T0, apply, counters, new_state, next_due_ms, pop_due, put_cmd, refused,
+from core_helpers import (complete_many, SEC, T0, apply, counters, new_state, next_due_ms, pop_due, put_cmd, refused,
                           repush, restored, runs_of, spec_of)
 
 EVERY10 = spec_of({"every_s": 10}, "fire_all", grace_s=5, max_catchup=3)
@@ -57,9 +57,9 @@ def acquire(s, now: int, n: int = 10) -> list[dict]:
 
 
 def complete(s, now: int, grants: list[dict]) -> None:
-    res = apply(s, make("complete_many", now, results=[{"run": g["id"], "token": g["token"], "success": True}
-                                                       for g in grants]))
-    assert all(r["ok"] for r in res["results"]), res
+    res, each = complete_many(s, make("complete_many", now, results=[{"run": g["id"], "token": g["token"],
+                                                                        "success": True} for g in grants]))
+    assert all(r["ok"] for r in each), res
 
 
 # ----------------------------------------------------------------------------- checks (I3)
@@ -288,9 +288,9 @@ def test_replace_revokes_the_active_runs_and_their_leases():
     assert counters(s) == counters(restored(s)) == {"depth": {"default": 1}, "running": {}, "running_ids": set(),
                                                     "dead": {}}
     # The revoked run's worker is refused: its lease is gone.
-    res = apply(s, make("complete_many", T0 + 31 * SEC, results=[{"run": grant["id"], "token": grant["token"],
-                                                                  "success": True}]))
-    assert res["results"][0]["ok"] is False
+    res, each = complete_many(s, make("complete_many", T0 + 31 * SEC, results=[
+        {"run": grant["id"], "token": grant["token"], "success": True}]))
+    assert each[0]["ok"] is False
 
 
 # ----------------------------------------------------------------------------- full queues

@@ -806,7 +806,12 @@ def test_heartbeat_complete_and_release_judge_each_lease_by_its_token():
         # A retry of the same batch acts once.
         again = await post(c, path("w1", "complete"), {"results": results}, headers=key)
         assert again["duplicate"] is True and again["results"] == res["results"]
+        # The same key with other outcomes: refused, not answered with the first batch's runs.
+        other = [{"run": d, "token": grants[d]["token"], "success": True}]
+        reused = await post(c, path("w1", "complete"), {"results": other}, status=409, headers=key)
+        assert reused["error"]["field"] == "Idempotency-Key"
         assert env.state.runs[a]["state"] == "succeeded" and env.state.runs[b]["state"] == "running"
+        assert env.state.runs[d]["state"] == "running"
         rel = await post(c, path("w1", "release"), {"leases": [[d, grants[d]["token"]], [a, grants[a]["token"]]],
                                                     "reason": "draining"})
         assert rel == {"released": [d], "lost": [a]}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from core_helpers import SEC, T0, apply, new_state, put_cmd, refused, restored, resume_cmd, spec_of, tick
+from core_helpers import SEC, T0, apply, complete_many, new_state, put_cmd, refused, restored, resume_cmd, spec_of, tick
 import types
 
 from raftsched.core import commands, events, model, notify_queries
@@ -43,10 +43,10 @@ def run_once(s: SchedulerState, now: int, success: bool) -> dict:
     tick(s, now)
     res = apply(s, commands.acquire(now, worker="w", queues=None, max=10, ttl=30_000, types=None))
     for g in res["runs"]:
-        out = apply(s, commands.complete_many(now, None, results=[
+        out, each = complete_many(s, commands.complete_many(now, None, results=[
             {"run": g["id"], "token": g["token"], "success": success, "error": None if success else "exit 1"}],
             worker="w"))
-        assert out["results"][0]["ok"], out
+        assert each[0]["ok"], out
     return res
 
 

@@ -8,7 +8,7 @@ import pytest
 from raftsched.core import commands, limits, model
 from raftsched.core.errors import InvalidSpec
 
-from core_helpers import new_state, restored
+from core_helpers import complete_many, new_state, restored
 from pipeline_helpers import SEC, T0, apply, chain_state, finish, job_raw, lease, put, tick
 
 S1 = T0 + 10 * SEC  # the first slot of an every_s 10 job put at T0
@@ -94,13 +94,13 @@ def test_a_stale_completion_triggers_nothing_and_a_retried_one_adds_nothing():
     # The lease is lost (the worker paused) and granted again: the old token's success is refused.
     apply(s, commands.expire(S1 + 1, runs=[[ga["id"], ga["token"], 0]], locks=[]))
     ga2 = lease(s, S1 + 2)[0]
-    stale = apply(s, commands.complete_many(S1 + 3, None, results=[{"run": ga["id"], "token": ga["token"],
-                                                                    "success": True}], worker="w"))
-    assert not stale["results"][0]["ok"] and f"b@{S1}" not in s.runs
+    stale = complete_many(s, commands.complete_many(S1 + 3, None, results=[{"run": ga["id"], "token": ga["token"],
+                                                                            "success": True}], worker="w"))[1]
+    assert not stale[0]["ok"] and f"b@{S1}" not in s.runs
     item = [{"run": ga2["id"], "token": ga2["token"], "success": True}]
-    assert apply(s, commands.complete_many(S1 + 4, "req-1", results=item, worker="w"))["results"][0]["ok"]
-    again = apply(s, commands.complete_many(S1 + 5, "req-1", results=item, worker="w"))
-    assert again["results"][0]["ok"]  # the same request, answered from its id
+    assert complete_many(s, commands.complete_many(S1 + 4, "req-1", results=item, worker="w"))[1][0]["ok"]
+    again, each = complete_many(s, commands.complete_many(S1 + 5, "req-1", results=item, worker="w"))
+    assert again["duplicate"] and each[0]["ok"]  # the same request, answered from its id
     assert [r for r in s.runs if r.startswith("b@")] == [f"b@{S1}"]
 
 

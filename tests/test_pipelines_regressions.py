@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 
-from core_helpers import MIN, SEC, T0, apply, new_state, plan_tick, put_cmd, repush, restored, spec_of, tick
+from core_helpers import MIN, SEC, T0, apply, complete_many, new_state, plan_tick, put_cmd, repush, restored, spec_of, tick
 from pipeline_helpers import chain_state, finish, job_raw, lease, put
 
 from raftsched.core import commands, model, pipelines, schedule
@@ -36,8 +36,8 @@ def test_a_slot_triggered_by_hand_is_not_made_again_by_its_latest_join():
     assert apply(s, commands.trigger_job(s1 + 1, None, name="g", extra={"slot": s1}))["ok"]
     (ga,) = [g for g in lease(s, s1 + 2) if g["job"] == "a"]
     item = {"run": ga["id"], "token": ga["token"], "success": True}
-    res = apply(s, commands.complete_many(s1 + 3, "req-x", results=[item], worker="w"))
-    assert res["ok"] and res["results"][0]["ok"], res
+    res, each = complete_many(s, commands.complete_many(s1 + 3, "req-x", results=[item], worker="w"))
+    assert res["ok"] and each[0]["ok"], res
     assert s.runs[f"g@{s1}"]["state"] in ("queued", "running")  # the trigger's run, made once
     assert f"h@{s1}" in s.runs  # the sibling offered after g still gets its run
     assert s.snapshot() == restored(s).snapshot()

@@ -13,6 +13,7 @@ from raftsched.core.placement import placement_ok
 from raftsched.core.state import SchedulerState
 
 from core_helpers import SEC, T0, apply, put_cmd, restored
+from raftsched.core.records import outcome_results
 from exec_helpers import TTL, acq, do, hb, jspec, refused, trig
 
 ALL = list(EXECUTOR_TYPES)
@@ -128,7 +129,7 @@ def test_commands_that_name_a_worker_see_it():
     assert s.workers["w1"]["last_seen"] == T0 + 2 * SEC
     res = do(s, "complete_many", T0 + 3 * SEC, results=[{"run": g["id"], "token": g["token"], "success": True}],
              worker="w1")
-    assert res["results"][0]["ok"] and s.workers["w1"]["last_seen"] == T0 + 3 * SEC
+    assert outcome_results(res, [g["id"]])[0]["ok"] and s.workers["w1"]["last_seen"] == T0 + 3 * SEC
     assert s.workers["w1"]["completed"] == 1
     # A refused (stale) outcome does not count.
     do(s, "complete_many", T0 + 3 * SEC, results=[{"run": g["id"], "token": g["token"], "success": True}], worker="w1")

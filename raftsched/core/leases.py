@@ -30,7 +30,7 @@ from .policy import backoff_ms
 from .queues import add_dead, enqueue, unqueue_count
 from .ready import ReadyIndex
 from .deadlines import on_finish
-from .records import NONE_KEPT, Record, Result, bound_text, is_int, kept_attempts, ok
+from .records import NONE_KEPT, Record, Result, bound_text, is_int, kept_attempts, ok, run_ids_digest
 from .tenants import LIMITED, dispatch_refusal, network_of, tenant_take
 
 if TYPE_CHECKING:
@@ -469,7 +469,9 @@ def apply_complete_many(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``complete_many {rows: [[run, token, success, error, output, result?], ...], worker?, own?,
     tenants?}``: several outcomes in one command (a worker batches the completions of a few
     ms): each item is judged like ``complete``, alone; a stale item is refused without affecting
-    the others. Returns one result per item, in order. The outcomes are rows, not maps, since
+    the others. Returns ``{"ok": true, "judged": [...], "ids": digest}``, one item per outcome,
+    in order, in short: a success's attempt number, or the outcome's whole answer
+    (records.outcome_results reads it, with the run ids of the request's outcomes). The outcomes are rows, not maps, since
     2026-12-05 (commands.complete_many): a map's five keys were five strings decoded and hashed
     on every replica, most of the command's decode. ``results: [{run, token, success, error?,
     output?, result?}, ...]``, as older nodes wrote it, is applied the same (journals and dumps
@@ -566,7 +568,7 @@ def apply_complete_many(s: SchedulerState, cmd: Command, now: int) -> Result:
                 if len(row) > 5 and row[5] is not None:  # kept for its children only
                     run["result"] = pipelines.check_result(row[5])
                 pipelines.notify(s, run, now)
-            out.append({"ok": True, "run": rid, "state": "succeeded", "attempt": run["attempt"]})
+            out.append(run["attempt"])  # (records.outcome_results: a success, in short)
             accepted += 1
             continue
         try:
@@ -575,12 +577,15 @@ def apply_complete_many(s: SchedulerState, cmd: Command, now: int) -> Result:
         except (Conflict, NotFound) as e:
             out.append({"ok": False, "run": rid, "error": e.to_dict()})
             continue
-        out.append(r)
         if r["ok"]:
             accepted += 1
+            if r["state"] == "succeeded":
+                out.append(r["attempt"])  # in short, as the fast path's
+                continue
+        out.append(r)
     if w is not None:
         w["completed"] += accepted  # the worker's accepted outcomes
-    return {"ok": True, "results": out}
+    return {"ok": True, "judged": out, "ids": run_ids_digest(row[0] for row in rows)}
 
 
 def close_attempt(s: SchedulerState, run: Record, now: int, success: bool, error: str | None,

@@ -11,6 +11,7 @@ integer check apply uses on command fields (``is_int``) and a job's counters (``
 from __future__ import annotations
 
 import sys
+import zlib
 from collections.abc import Callable, Collection, Iterable
 from typing import Any, TypeAlias, TypeGuard, TypeVar
 
@@ -289,6 +290,38 @@ def seed_part(parts: PartTable, k: str, part: Any) -> None:
             parts.setdefault(part_key(k, part), part)
         except TypeError:
             pass
+
+
+# ------------------------------------------------------------------ complete_many's answer
+def run_ids_digest(ids: Iterable[Any]) -> int:
+    """What a complete_many's answer keeps of the runs it answers: the crc32 of their ids, one a
+    line, in the order the command carried them (outcome_results reads the answer back against
+    the outcomes of the request that gets it)."""
+    return zlib.crc32("\n".join(i if type(i) is str else repr(i) for i in ids).encode("utf-8", "surrogatepass"))
+
+
+def outcome_results(res: Result, run_ids: list[Any]) -> list[Result]:
+    """The answer of each outcome of a complete_many (core/leases.py apply_complete_many), for
+    the runs ``run_ids`` its outcomes named, in their order: ``{"ok": true, "run", "state",
+    "attempt"}`` or ``{"ok": false, "run", "error"}``, as ``POST /v1/workers/{id}/complete``
+    answers them (docs/api.md).
+
+    Apply answers in short: ``{"ok": true, "judged": [...], "ids": digest}``, an outcome's item
+    the number of the attempt it ended with a success, or its whole answer otherwise. The state
+    keeps every answer by its request id (I7, ``request_ids_max`` of them): a map of four keys
+    and the run's id for each of a worker's hundred outcomes a request came to ~270 bytes an
+    outcome on every replica, a few hundred MB a node at a few thousand runs a second, and as
+    much again in every dump. The ids are the request's own; ``ids`` checks them.
+
+    :raises Conflict: the answer is of other runs: a request id used again for other outcomes."""
+    old = res.get("results")
+    if old is not None:  # an answer in full, as versions before 2026-12-06 kept it (dumps, journals)
+        return old
+    judged = res["judged"]
+    if len(judged) != len(run_ids) or res.get("ids") != run_ids_digest(run_ids):
+        raise Conflict("this request id was already used for other outcomes", field="Idempotency-Key")
+    return [{"ok": True, "run": rid, "state": "succeeded", "attempt": a} if type(a) is int else a
+            for rid, a in zip(run_ids, judged)]
 
 
 # ------------------------------------------------------------------ request ids (I7)

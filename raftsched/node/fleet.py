@@ -41,7 +41,7 @@ from ..core.bodies import check_body
 from ..core.errors import Forbidden, InvalidSpec, NotFound, RaftschedError
 from ..core.model import EXECUTOR_TYPES
 from ..core.workers import check_dedicated, check_executors, check_labels, check_queues, check_worker_id
-from ..core.records import cut_by, is_int
+from ..core.records import cut_by, is_int, outcome_results
 from ..proposer import Proposer
 from .. import sealing
 from ..worker import limits as worker_limits
@@ -299,9 +299,13 @@ class Fleet:
                 log.exception("fleet: outcomes carried by a lease request of %s failed", wid)
                 answer["results_error"] = RaftschedError(f"the outcomes could not be proposed: {e!r}").to_dict()
             else:
-                answer["results"] = res["results"]
-                if res.get("duplicate"):
-                    answer["duplicate"] = True
+                try:
+                    answer["results"] = outcome_results(res, [it["run"] for it in items])
+                except RaftschedError as e:  # a request id used again for other outcomes
+                    answer["results_error"] = e.to_dict()
+                else:
+                    if res.get("duplicate"):
+                        answer["duplicate"] = True
         # How long the request was here: the worker takes it from its round trip, and what is
         # left is time on the way, which ages the leases granted (worker/remote.py).
         answer["held_ms"] = round((self.clock.monotonic_s() - t0) * 1000)
@@ -376,7 +380,7 @@ class Fleet:
         self._seen.add(wid)
         res = await self.propose(commands.complete_many(self.clock.now_ms(), key or uuid.uuid4().hex,
                                                         results=items, worker=wid, own=True, tenants=tenants))
-        out = {"results": res["results"]}
+        out = {"results": outcome_results(res, [it["run"] for it in items])}
         if res.get("duplicate"):
             out["duplicate"] = True
         return out

@@ -70,6 +70,7 @@ import msgpack
 from ..clock import Clock
 from ..core import commands, limits, queries
 from ..core.errors import Indeterminate, RaftschedError, Unavailable
+from ..core.records import outcome_results
 from ..proposer import Proposer
 from ..aio import wait_event
 from .. import sealing
@@ -1098,7 +1099,7 @@ class EmbeddedChannel:
         while True:
             cmd = commands.complete_many(self.clock.now_ms(), rid, results=items, worker=self.worker_id)
             try:
-                return (await self._propose(cmd))["results"]
+                return outcome_results(await self._propose(cmd), [it.get("run") for it in items])
             except (Indeterminate, Unavailable) as e:
                 if self.clock.monotonic_s() > deadline:
                     log.warning("worker: giving up reporting %d outcomes: %s (their leases will expire)", len(items), e.message)

@@ -78,7 +78,8 @@ def _complete(s, g: dict, now: int) -> float:
     from raftsched.core import commands
     res, dt = _apply(s, commands.complete_many(now, None, results=[{"run": g["id"], "token": g["token"],
                                                                     "success": True}], worker="w"))
-    assert res["ok"] and res["results"][0]["ok"], res
+    from raftsched.core.records import outcome_results
+    assert res["ok"] and outcome_results(res, [g["id"]])[0]["ok"], res
     return dt
 
 

@@ -34,7 +34,8 @@ dedicated to it, acquires of up to 100 python runs, and each complete_many a rem
 with ``worker``).
 
 ``MEMORY=1`` also prints the resident memory the ticks added, per run the state holds (its map,
-attempt records, id, integers, its place in the run map and its history; read from
+attempt records, id, integers, its place in the run map and its history, and its share of the
+answers the state keeps by request id, as every complete_many has one; read from
 /proc/self/status after a full collection), and the seconds the final state's snapshot takes to
 encode and to restore.
 
@@ -151,7 +152,7 @@ def main(argv: list[str]) -> int:
                                        cursor=now, anchor=now + off)))
     rss0 = _rss_mib() if os.environ.get("MEMORY") else 0.0
     tf = ta = tc = 0.0
-    nf = na = nc = 0
+    nf = na = nc = nreq = 0
     for k in range(1, TICKS + 1):
         t_ms = now + k * (1000 + AHEAD)
         jobs = pop_due(t_ms, 10**7)
@@ -193,8 +194,10 @@ def main(argv: list[str]) -> int:
             got = [{"id": rid, "token": st.runs[rid]["fencing_token"]} for rid in st._running_ids]
         for i in range(0, len(got), batch):
             results = [{"run": g["id"], "token": g["token"], "success": True} for g in got[i:i + batch]]
-            # As the node writes it (commands.complete_many: outcomes as rows since 2026-12-05).
-            d = C.encode(C.complete_many(t_ms + 10, None, results=results, worker="w", own=fleet))
+            # As the node writes it (commands.complete_many: outcomes as rows since 2026-12-05),
+            # with a request id of a uuid's length (the state keeps its answer: I7).
+            nreq += 1
+            d = C.encode(C.complete_many(t_ms + 10, f"{nreq:032x}", results=results, worker="w", own=fleet))
             t0 = time.perf_counter()
             through("complete", st.apply_bytes, [d])
             tc += time.perf_counter() - t0
