@@ -314,8 +314,8 @@ def outcome_results(res: Result, run_ids: list[Any]) -> list[Result]:
     much again in every dump. The ids are the request's own; ``ids`` checks them.
 
     :raises Conflict: the answer is of other runs: a request id used again for other outcomes."""
-    old = res.get("results")
-    if old is not None:  # an answer in full, as versions before 2026-12-06 kept it (dumps, journals)
+    old: list[Result] | None = res.get("results")
+    if old is not None:  # an answer in full, as older versions kept it (their dumps, journals)
         return old
     judged = res["judged"]
     if len(judged) != len(run_ids) or res.get("ids") != run_ids_digest(run_ids):
