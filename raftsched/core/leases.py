@@ -585,7 +585,7 @@ def apply_complete_many(s: SchedulerState, cmd: Command, now: int) -> Result:
         out.append(r)
     if w is not None:
         w["completed"] += accepted  # the worker's accepted outcomes
-    return {"ok": True, "judged": out, "ids": run_ids_digest(row[0] for row in rows)}
+    return {"ok": True, "judged": out, "ids": run_ids_digest([row[0] for row in rows])}
 
 
 def close_attempt(s: SchedulerState, run: Record, now: int, success: bool, error: str | None,

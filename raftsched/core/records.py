@@ -293,11 +293,15 @@ def seed_part(parts: PartTable, k: str, part: Any) -> None:
 
 
 # ------------------------------------------------------------------ complete_many's answer
-def run_ids_digest(ids: Iterable[Any]) -> int:
+def run_ids_digest(ids: list[Any]) -> int:
     """What a complete_many's answer keeps of the runs it answers: the crc32 of their ids, one a
     line, in the order the command carried them (outcome_results reads the answer back against
     the outcomes of the request that gets it)."""
-    return zlib.crc32("\n".join(i if type(i) is str else repr(i) for i in ids).encode("utf-8", "surrogatepass"))
+    try:
+        text = "\n".join(ids)
+    except TypeError:  # (not from apply, whose ids are strings)
+        text = "\n".join(i if type(i) is str else repr(i) for i in ids)
+    return zlib.crc32(text.encode("utf-8", "surrogatepass"))
 
 
 def outcome_results(res: Result, run_ids: list[Any]) -> list[Result]:
