@@ -6,12 +6,13 @@ gate, replication/_durable.py)."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import shutil
 
 import pytest
 
-from raftsched.replication import _durable, _storage
+from raftsched.replication import _durable, _storage, install
 from raftsched.replication._storage import COMPACT_SUFFIX, StoragePath, _DurableJournal, durable_replace
 from raftsched.replication.node import RaftNode
 from raftsched.replication.powerloss import ShadowDisk, power_cut
@@ -664,3 +665,27 @@ def test_a_node_whose_applied_entries_the_leaders_log_replaces_stops(tmp_path, m
         finally:
             c.close()
     asyncio.run(main())
+
+
+def test_a_failed_directory_sync_after_a_compaction_stops_the_node(tmp_path, monkeypatch):
+    """The rename of a compacted journal is durable only once its directory is synced: until
+    then a power cut may bring back the old name, and with it lose entries written since to the
+    new file. A failed directory sync stops the node as a failed fdatasync does, rather than
+    answering for entries on a name that may not survive."""
+    from raftsched.replication._disk import Disk
+    from raftsched.replication._storage import create_journal
+    install()
+    path = str(tmp_path / "raft.journal")
+    j = create_journal(path)
+    for i in range(1, 11):
+        j.add(os.urandom(100), i, 1)
+    Stopped = _stops_instead_of_exiting(monkeypatch)
+
+    def fails(self, p):
+        raise OSError(errno.EIO, "I/O error")
+    monkeypatch.setattr(Disk, "sync_dir", fails)
+    j.deleteEntriesTo(8)
+    j._compaction.done.wait()
+    with pytest.raises(Stopped) as stopped:
+        j.onOneSecondTimer()
+    assert stopped.value.args == (_durable.EXIT_SYNC_FAILED,)

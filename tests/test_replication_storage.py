@@ -149,6 +149,57 @@ def test_a_compaction_whose_thread_failed_is_done_by_the_tick_thread(tmp_path, m
     assert os.path.getsize(path) == FIRST_RECORD_OFFSET + 5 * (28 + 200) + 28 + 4
 
 
+@pytest.mark.parametrize("then", ["clear", "cut", "timer", "stop"])
+def test_a_compaction_that_fails_again_leaves_the_journal_whole_and_raises_to_nobody(tmp_path, monkeypatch,
+                                                                                       caplog, then):
+    """The thread's copy and the tick thread's retry both failing (a full disk: a compaction
+    needs room for a second copy) happen before the rename, so the journal is the old file,
+    whole: the failure is logged and dropped, not raised to whoever waited for it (a snapshot
+    install's clear, which would stop the node as if its dump were unreadable; a cut; the
+    stop, which would skip its last sync and commit index), and the partial copy is removed."""
+    from raftsched.replication._disk import Disk
+    install()
+    path = str(tmp_path / "raft.journal")
+    j = create_journal(path)
+    model = [(os.urandom(200), i, 1) for i in range(1, 21)]
+    for e in model:
+        j.add(*e)
+
+    def full(self, *a):
+        raise OSError(errno.ENOSPC, "no space left")
+    monkeypatch.setattr(Disk, "copy_range", full)
+    j.deleteEntriesTo(15)
+    j._compaction.done.wait()
+    j.add(b"late", 21, 2)
+    with caplog.at_level("WARNING", logger="raftsched.replication"):
+        if then == "clear":
+            j.clear()
+        elif then == "cut":
+            j.deleteEntriesFrom(4)  # the list's positions: model[15:19] kept
+        elif then == "timer":
+            j.onOneSecondTimer()
+        j._destroy()
+    assert "journal_compaction_failed" in caplog.text and not j.compacting
+    assert not os.path.exists(path + ".compact")
+    kept = [tuple(e) for e in create_journal(path)._entries]
+    if then == "clear":
+        assert kept == []
+    elif then == "cut":
+        assert kept[-4:] == model[15:19] and len(kept) == 19  # the old file: the dropped prefix too
+    else:
+        assert kept == model + [(b"late", 21, 2)]  # whole; a restart trims it to the dump
+    monkeypatch.undo()
+    install()
+    j = create_journal(path)  # the next compaction drops what the failed one could not
+    j.add(b"next", 30, 3)
+    j.deleteEntriesTo(len(j) - 1)
+    j._compaction.done.wait()
+    j.onOneSecondTimer()
+    j._destroy()
+    assert [tuple(e) for e in create_journal(path)._entries] == [(b"next", 30, 3)]
+    assert os.path.getsize(path) == FIRST_RECORD_OFFSET + 28 + 4
+
+
 def test_a_compaction_is_said_to_be_in_progress_until_the_file_is_trimmed(tmp_path, monkeypatch):
     """``compacting`` (what a graceful stop's dump_now waits on) stays True until the new file
     has replaced the journal: read by another thread, a False said the file was trimmed."""

@@ -409,8 +409,17 @@ class _DurableJournal(Journal):
                     self._disk.close(c.fd)
                 c.fd = None
             self._compact(c.first, c.end, c)
+        except OSError as e:
+            # Failed again (a full disk: a compaction needs room for a second copy of what it
+            # keeps) before the rename, so the journal is this file, whole, and the offsets are
+            # its own: the entries dropped from the list stay in the file, the next compaction
+            # drops them, and a restart trims the file to the dump. Raising instead would fail
+            # whoever waited for it (a snapshot install's clear, a cut, the stop).
+            logger.error("replication.journal_compaction_failed error=%r (the journal keeps the entries "
+                         "before the dump until the next compaction or a restart)", e)
+            _remove_quietly(self._disk, self._path + COMPACT_SUFFIX)
         finally:
-            self._compaction = None  # (after the rename: ``compacting`` says the file is trimmed)
+            self._compaction = None  # (after the rename, or a failure: nothing is left to wait for)
 
     def _compact(self, first: int, end0: int, c: "_Compaction | None") -> None:
         """Replace the journal by a file of its records from offset ``first`` on: ``c``'s file
@@ -447,7 +456,10 @@ class _DurableJournal(Journal):
         self._offsets, self._end, self._legacy = offsets, end, False
         self.dirty = False
         self.synced_index = self._entries[-1][1] if self._entries else None
-        disk.sync_dir(self._dir)
+        try:
+            disk.sync_dir(self._dir)
+        except OSError:  # (until it is durable, a power cut may bring back the old name)
+            stop_on_failed_write("syncing the journal's directory after its compaction")
         if c is None:
             disk.close(old)
         else:  # closing the last descriptor of the old file frees it: ~60 ms for 200 MB
@@ -533,6 +545,13 @@ def _close_quietly(disk: Disk, fd: int) -> None:
         disk.close(fd)
     except BaseException as e:  # noqa: BLE001 - a descriptor left open; nothing else depends on it
         logger.warning("replication.journal_close_failed error=%r", e)
+
+
+def _remove_quietly(disk: Disk, path: str) -> None:
+    try:
+        disk.remove(path)
+    except OSError as e:  # (the next compaction writes over it, a restart removes it)
+        logger.warning("replication.journal_compaction_remove_failed path=%s error=%r", path, e)
 
 
 class _Compaction:
