@@ -6,7 +6,7 @@ import pytest
 from raftsched.core import commands, limits, records
 from raftsched.core.errors import Conflict
 
-from core_helpers import T0, apply, new_state, outcomes, put_cmd, spec_of
+from core_helpers import T0, apply, new_state, outcomes, put_cmd, restored, spec_of
 
 
 def do(s, op, now, rid=None, **fields):
@@ -151,5 +151,12 @@ def test_the_answer_is_kept_short_and_read_back_against_the_requests_own_runs():
     assert again["duplicate"] is True
     with pytest.raises(Conflict):
         records.outcome_results(again, ids[:1])
-    full = {"ok": True, "results": r}
-    assert records.outcome_results(full, ["ignored"]) == r
+    full = {"ok": True, "results": r}  # as older versions kept it: read as it is, for its own runs
+    assert records.outcome_results(full, ids) == r
+    for other in (ids[:2], ids[::-1], ids[:2] + ["x@1"]):
+        with pytest.raises(Conflict):
+            records.outcome_results(full, other)
+    # Kept in full in a dump an older version wrote, replayed after a restore: the same.
+    s.requests["k1"][1] = full
+    again = apply(restored(s), commands.complete_many(T0 + 12, "k1", results=items, worker="w"))
+    assert again["duplicate"] is True and records.outcome_results(again, ids) == r

@@ -317,15 +317,23 @@ def outcome_results(res: Result, run_ids: list[Any]) -> list[Result]:
     outcome on every replica, a few hundred MB a node at a few thousand runs a second, and as
     much again in every dump. The ids are the request's own; ``ids`` checks them.
 
-    :raises Conflict: the answer is of other runs: a request id used again for other outcomes."""
+    :raises Conflict: the answer is of other runs (other ids, more, fewer, or in another order): a
+        request id used again for other outcomes. (The same runs with other tokens or
+        successes get the first answer, as any request id sent again with another body.)"""
     old: list[Result] | None = res.get("results")
     if old is not None:  # an answer in full, as older versions kept it (their dumps, journals)
+        if [r.get("run") for r in old] != list(run_ids):
+            raise _reused()
         return old
     judged = res["judged"]
     if len(judged) != len(run_ids) or res.get("ids") != run_ids_digest(run_ids):
-        raise Conflict("this request id was already used for other outcomes", field="Idempotency-Key")
+        raise _reused()
     return [{"ok": True, "run": rid, "state": "succeeded", "attempt": a} if type(a) is int else a
             for rid, a in zip(run_ids, judged)]
+
+
+def _reused() -> Conflict:
+    return Conflict("this request id was already used for the outcomes of other runs", field="Idempotency-Key")
 
 
 # ------------------------------------------------------------------ request ids (I7)
