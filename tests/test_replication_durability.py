@@ -9,6 +9,7 @@ import asyncio
 import errno
 import os
 import shutil
+import threading
 
 import pytest
 
@@ -194,10 +195,13 @@ def test_a_compaction_crashed_at_every_step_keeps_every_entry_after_the_dump(tmp
         except _Crash:
             crashed = True
         crashed = crashed or disk.frozen  # (the compaction's thread crashed: the process did)
+        # The power cut at the crash's instant, in a copy (opening the journal syncs it whole, as
+        # a restarted node does), and the kill -9 in the directory itself: each must keep them.
+        cut = tmp_path / f"cut{k}"
+        _copy(d, cut)
+        power_cut(str(cut))
+        after_cut = entries(_DurableJournal(str(cut / "raft.journal"), ShadowDisk(str(cut))))
         killed = entries(_DurableJournal(str(d / "raft.journal"), ShadowDisk(str(d))))
-        power_cut(str(d))
-        after_cut = entries(_DurableJournal(str(d / "raft.journal"), ShadowDisk(str(d))))
-        # Opening the journal synced all 30 (as a restarted node does): each must survive both.
         for what, got in (("kill -9", killed), ("power cut", after_cut)):
             contiguous = bool(got) and got == (es + more)[got[0][1] - 1:got[-1][1]]
             if not contiguous or [e for e in es if e[1] > 20 and e not in got]:
@@ -689,3 +693,79 @@ def test_a_failed_directory_sync_after_a_compaction_stops_the_node(tmp_path, mon
     with pytest.raises(Stopped) as stopped:
         j.onOneSecondTimer()
     assert stopped.value.args == (_durable.EXIT_SYNC_FAILED,)
+
+
+class _HeldCopyDisk(CrashingDisk):
+    """A CrashingDisk whose copy_range, called by the compaction's thread, waits until ``go``:
+    the tick thread appends and syncs meanwhile, in an order that is the same on every run."""
+
+    def __init__(self, root, at: int | None) -> None:
+        super().__init__(root, at)
+        self.entered, self.go = threading.Event(), threading.Event()
+
+    def copy_range(self, *a, **kw):
+        if threading.current_thread() is not threading.main_thread():
+            self.entered.set()
+            self.go.wait(10)
+        return CrashingDisk.copy_range(self, *a, **kw)
+
+
+def test_entries_appended_and_synced_during_the_compactions_copy_survive_a_crash_at_every_step(tmp_path):
+    """The compaction's thread copies while the tick thread appends two entries to the old file
+    and syncs them (the gate's sync: they are acknowledged), then the copy goes on and the tick
+    thread finishes it. Crashed at each disk operation of both threads, then restarted as the
+    process left the files (kill -9) and after a power cut: every entry after the dump survives,
+    and so does each appended entry once its sync returned."""
+    base = tmp_path / "base"
+    base.mkdir()
+    es = _journal_with(base, 30, 25)
+    more = [(cmd(i, 30 + 7 * i), i, 4) for i in (31, 32)]
+    lost = []
+    k = 0
+    while True:
+        d = tmp_path / f"k{k}"
+        _copy(base, d)
+        disk = _HeldCopyDisk(str(d), at=None)
+        j = _DurableJournal(str(d / "raft.journal"), disk)
+        disk.ops, disk.at = 0, k
+        crashed = acked = False
+        try:
+            j.deleteEntriesTo(20)
+            c = j._compaction
+            while not (disk.entered.is_set() or c.done.is_set()):
+                c.done.wait(0.001)
+            for e in more:
+                j.add(*e)
+            j.sync()
+            acked = not disk.frozen
+            disk.go.set()
+            c.done.wait()
+            j._finish_compaction(wait=False)
+            if j._closer is not None:
+                j._closer.join()
+            j.sync()
+        except _Crash:
+            crashed = True
+        finally:
+            disk.go.set()
+            if j._compaction is not None:
+                j._compaction.done.wait()
+        crashed = crashed or disk.frozen
+        # The power cut at the crash's instant, in a copy (reading the journal, as a restart
+        # does, syncs it whole), and the kill -9 in the directory itself.
+        cut = tmp_path / f"cut{k}"
+        _copy(d, cut)
+        power_cut(str(cut))
+        after_cut = entries(_DurableJournal(str(cut / "raft.journal"), ShadowDisk(str(cut))))
+        killed = entries(_DurableJournal(str(d / "raft.journal"), ShadowDisk(str(d))))
+        for what, got in (("kill -9", killed), ("power cut", after_cut)):
+            contiguous = bool(got) and got == (es + more)[got[0][1] - 1:got[-1][1]]
+            missing = [e[1] for e in es + (more if acked else []) if e[1] > 20 and e not in got]
+            if not contiguous or missing:
+                lost.append((k, what, acked, [e[1] for e in got]))
+        if not crashed:
+            assert acked and killed[-2:] == after_cut[-2:] == more
+            break
+        k += 1
+    assert k > 8  # every step of both threads was tried
+    assert lost == []
