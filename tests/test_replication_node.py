@@ -325,6 +325,34 @@ def test_raft_port_binds_only_on_the_given_host(tmp_path):
     run(main)
 
 
+def test_a_stop_whose_tick_thread_outlives_it_keeps_the_data_dir_locked(tmp_path, caplog):
+    """A tick thread still alive after stop's wait may still write the journal (a compaction's
+    last steps, the final sync): the lock stays, so no node started in this process opens the
+    journal under it; it goes with the process (or an unlock once the thread has ended)."""
+    async def main():
+        port = free_port()
+        node = RaftNode(self_addr=f"127.0.0.1:{port}", peers=[f"127.0.0.1:{port}"],
+                        data_dir=str(tmp_path), secret=SECRET, state=FakeState())
+        node.start(asyncio.get_running_loop())
+        try:
+            await wait_until(node.is_leader, 10, "single-node leader")
+            sync = node._sync
+            sync.tick_thread_alive = lambda: True  # as a thread stuck in a write would be
+            with caplog.at_level("ERROR", logger="raftsched.replication"):
+                node.stop(timeout_s=0.05)
+            assert "replication.stop_timeout" in caplog.text
+            other = RaftNode(self_addr=f"127.0.0.1:{free_port()}", peers=[], data_dir=str(tmp_path),
+                             secret=SECRET, state=FakeState())
+            with pytest.raises(RuntimeError, match="in use"):
+                other._lock_data_dir(wait_s=0.1)
+        finally:
+            node.stop()
+            node._unlock_data_dir()  # (the real thread has ended: destroy() stopped it)
+        other._lock_data_dir(wait_s=2)
+        other._unlock_data_dir()
+    run(main)
+
+
 def test_an_armed_call_reaches_the_loop_after_the_next_entry_on_every_node(tmp_path):
     """RaftNode.arm_applied: a reader on a follower waits for the state to move instead of
     polling it; the call comes on the loop, once, after the entry is applied there."""

@@ -331,14 +331,19 @@ class RaftNode:
             return
         self._stopped = True
         sync, self._sync = self._sync, None
+        stuck = False
         if sync is not None:
             sync.destroy()
             deadline = time.monotonic() + timeout_s
             while sync.tick_thread_alive() and time.monotonic() < deadline:
                 time.sleep(0.005)
-            if sync.tick_thread_alive():
-                logger.error("replication.stop_timeout self=%s: tick thread still running",
-                             self._self_addr)
+            stuck = sync.tick_thread_alive()
+            if stuck:
+                # It may still write the journal (a compaction's last steps, the final sync):
+                # the data directory stays locked until it ends or the process exits, so no node
+                # started in this process opens the journal under it.
+                logger.error("replication.stop_timeout self=%s: tick thread still running; data_dir "
+                             "stays locked until it ends or the process exits", self._self_addr)
             else:
                 self._close_leaked_fds(sync)
         for fut in list(self._pending):
@@ -349,7 +354,8 @@ class RaftNode:
         if self._leader_flag:
             self._leader_flag = False
             self._deliver_role(False)
-        self._unlock_data_dir()
+        if not stuck:
+            self._unlock_data_dir()
         logger.info("replication.stopped self=%s", self._self_addr)
 
     @staticmethod
