@@ -390,7 +390,9 @@ class _DurableJournal(Journal):
 
     @property
     def compacting(self) -> bool:
-        """A compaction started and not finished: the file still holds the dropped entries."""
+        """A compaction started and neither finished nor dropped: until then the file holds the
+        entries dropped from the list. (A dropped one, which failed, leaves them in the file too,
+        until the next compaction; a restart trims the file to the dump either way.)"""
         return self._compaction is not None
 
     def _finish_compaction(self, wait: bool) -> None:

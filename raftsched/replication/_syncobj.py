@@ -610,7 +610,7 @@ class _SyncObj(MembershipMixin, SyncObj):
         pause = threading.Event()
         while monotonic() < deadline and self.tick_thread_alive():
             if covered() >= target and serializer._Serializer__pid == 0 \
-                    and not getattr(self._SyncObj__raftLog, "compacting", False):  # (trimmed on disk too)
+                    and not getattr(self._SyncObj__raftLog, "compacting", False):  # (trimmed on disk, or a failed trim dropped)
                 self._SyncObj__forceLogCompaction = False  # (no writer left behind to fork)
                 return covered()
             failed, failed_at = self._dump_failed
