@@ -156,6 +156,36 @@ def _compact_in_place(j: _DurableJournal, entry_to: int) -> None:
         j.add(*e)
 
 
+def _crashing_at(tmp_path, base, k: int, disk_type):
+    """The k-th try: a copy of the files in ``base``, opened on a ``disk_type`` (a CrashingDisk)
+    that crashes at its k-th operation from here on. Returns (its directory, the disk, the journal)."""
+    d = tmp_path / f"k{k}"
+    _copy(base, d)
+    disk = disk_type(str(d), at=None)
+    j = _DurableJournal(str(d / "raft.journal"), disk)
+    disk.ops, disk.at = 0, k
+    return d, disk, j
+
+
+def _kill_and_cut(tmp_path, d, k: int) -> tuple[list[tuple], list[tuple]]:
+    """The journal in ``d`` after a crash, read as a restart reads it: after a kill -9 (the files
+    as the process left them) and after a power cut at the crash's instant (in a copy, cut
+    first: reading the journal syncs it whole, as a restarted node does)."""
+    cut = tmp_path / f"cut{k}"
+    _copy(d, cut)
+    power_cut(str(cut))
+    after_cut = entries(_DurableJournal(str(cut / "raft.journal"), ShadowDisk(str(cut))))
+    killed = entries(_DurableJournal(str(d / "raft.journal"), ShadowDisk(str(d))))
+    return killed, after_cut
+
+
+def _kept(got: list[tuple], written: list[tuple], required: list[tuple]) -> bool:
+    """``got`` is a run of ``written`` (in order, none missing between its ends) holding every
+    entry of ``required``."""
+    contiguous = bool(got) and got == written[got[0][1] - 1:got[-1][1]]
+    return contiguous and all(e in got for e in required)
+
+
 @pytest.mark.parametrize("compact", ["rename", "background", "in place"])
 def test_a_compaction_crashed_at_every_step_keeps_every_entry_after_the_dump(tmp_path, compact):
     """A compaction drops the entries a durable dump holds (here 1..20 of a journal of 1..30).
@@ -171,12 +201,8 @@ def test_a_compaction_crashed_at_every_step_keeps_every_entry_after_the_dump(tmp
     lost_somewhere = []
     k = 0
     while True:
-        d = tmp_path / f"k{k}"
-        _copy(base, d)
-        disk = CrashingDisk(str(d), at=None)
-        j = _DurableJournal(str(d / "raft.journal"), disk)
+        d, disk, j = _crashing_at(tmp_path, base, k, CrashingDisk)
         j.background_compaction = compact == "background"
-        disk.ops, disk.at = 0, k
         crashed = False
         try:
             if compact == "in place":
@@ -195,16 +221,9 @@ def test_a_compaction_crashed_at_every_step_keeps_every_entry_after_the_dump(tmp
         except _Crash:
             crashed = True
         crashed = crashed or disk.frozen  # (the compaction's thread crashed: the process did)
-        # The power cut at the crash's instant, in a copy (opening the journal syncs it whole, as
-        # a restarted node does), and the kill -9 in the directory itself: each must keep them.
-        cut = tmp_path / f"cut{k}"
-        _copy(d, cut)
-        power_cut(str(cut))
-        after_cut = entries(_DurableJournal(str(cut / "raft.journal"), ShadowDisk(str(cut))))
-        killed = entries(_DurableJournal(str(d / "raft.journal"), ShadowDisk(str(d))))
+        killed, after_cut = _kill_and_cut(tmp_path, d, k)
         for what, got in (("kill -9", killed), ("power cut", after_cut)):
-            contiguous = bool(got) and got == (es + more)[got[0][1] - 1:got[-1][1]]
-            if not contiguous or [e for e in es if e[1] > 20 and e not in got]:
+            if not _kept(got, es + more, [e for e in es if e[1] > 20]):
                 lost_somewhere.append((k, what, [e[1] for e in got]))
         assert not os.path.exists(str(d / "raft.journal") + COMPACT_SUFFIX) or crashed
         if not crashed:
@@ -723,11 +742,7 @@ def test_entries_appended_and_synced_during_the_compactions_copy_survive_a_crash
     lost = []
     k = 0
     while True:
-        d = tmp_path / f"k{k}"
-        _copy(base, d)
-        disk = _HeldCopyDisk(str(d), at=None)
-        j = _DurableJournal(str(d / "raft.journal"), disk)
-        disk.ops, disk.at = 0, k
+        d, disk, j = _crashing_at(tmp_path, base, k, _HeldCopyDisk)
         crashed = acked = False
         try:
             j.deleteEntriesTo(20)
@@ -751,17 +766,9 @@ def test_entries_appended_and_synced_during_the_compactions_copy_survive_a_crash
             if j._compaction is not None:
                 j._compaction.done.wait()
         crashed = crashed or disk.frozen
-        # The power cut at the crash's instant, in a copy (reading the journal, as a restart
-        # does, syncs it whole), and the kill -9 in the directory itself.
-        cut = tmp_path / f"cut{k}"
-        _copy(d, cut)
-        power_cut(str(cut))
-        after_cut = entries(_DurableJournal(str(cut / "raft.journal"), ShadowDisk(str(cut))))
-        killed = entries(_DurableJournal(str(d / "raft.journal"), ShadowDisk(str(d))))
+        killed, after_cut = _kill_and_cut(tmp_path, d, k)
         for what, got in (("kill -9", killed), ("power cut", after_cut)):
-            contiguous = bool(got) and got == (es + more)[got[0][1] - 1:got[-1][1]]
-            missing = [e[1] for e in es + (more if acked else []) if e[1] > 20 and e not in got]
-            if not contiguous or missing:
+            if not _kept(got, es + more, [e for e in es + (more if acked else []) if e[1] > 20]):
                 lost.append((k, what, acked, [e[1] for e in got]))
         if not crashed:
             assert acked and killed[-2:] == after_cut[-2:] == more

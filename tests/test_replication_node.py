@@ -303,6 +303,15 @@ def test_a_follower_cut_off_from_the_leader_fails_definitely(tmp_path):
     run(main)
 
 
+def _locked_against_another(data_dir) -> RaftNode:
+    """A second node on ``data_dir`` cannot take its lock; returns that node (not started)."""
+    other = RaftNode(self_addr=f"127.0.0.1:{free_port()}", peers=[], data_dir=str(data_dir),
+                     secret=SECRET, state=FakeState())
+    with pytest.raises(RuntimeError, match="in use"):
+        other._lock_data_dir(wait_s=0.1)
+    return other
+
+
 def test_raft_port_binds_only_on_the_given_host(tmp_path):
     async def main():
         port = free_port()
@@ -316,10 +325,7 @@ def test_raft_port_binds_only_on_the_given_host(tmp_path):
             with socket.socket() as s:
                 s.bind(("127.0.0.2", port))
             # The data dir is locked against a second node.
-            other = RaftNode(self_addr=f"127.0.0.1:{free_port()}", peers=[], data_dir=str(tmp_path),
-                             secret=SECRET, state=FakeState())
-            with pytest.raises(RuntimeError, match="in use"):
-                other._lock_data_dir(wait_s=0.1)
+            _locked_against_another(tmp_path)
         finally:
             node.stop()
     run(main)
@@ -341,10 +347,7 @@ def test_a_stop_whose_tick_thread_outlives_it_keeps_the_data_dir_locked(tmp_path
             with caplog.at_level("ERROR", logger="raftsched.replication"):
                 node.stop(timeout_s=0.05)
             assert "replication.stop_timeout" in caplog.text
-            other = RaftNode(self_addr=f"127.0.0.1:{free_port()}", peers=[], data_dir=str(tmp_path),
-                             secret=SECRET, state=FakeState())
-            with pytest.raises(RuntimeError, match="in use"):
-                other._lock_data_dir(wait_s=0.1)
+            other = _locked_against_another(tmp_path)
         finally:
             node.stop()
             node._unlock_data_dir()  # (the real thread has ended: destroy() stopped it)

@@ -119,16 +119,22 @@ def test_a_compaction_copies_the_records_it_keeps_without_encoding_them_again(tm
     assert [tuple(e) for e in create_journal(path)._entries] == [(b"z", 49, 9)]
 
 
-def test_a_compaction_whose_thread_failed_is_done_by_the_tick_thread(tmp_path, monkeypatch, caplog):
-    """The compaction's thread failing (a full disk, an I/O error) leaves the journal whole; the
-    tick thread, finishing it, does it all again itself and says so."""
-    from raftsched.replication._disk import Disk
+def _journal_of_20(tmp_path):
+    """A journal of entries 1..20 of 200 random bytes: (its path, the journal, the entries)."""
     install()
     path = str(tmp_path / "raft.journal")
     j = create_journal(path)
     model = [(os.urandom(200), i, 1) for i in range(1, 21)]
     for e in model:
         j.add(*e)
+    return path, j, model
+
+
+def test_a_compaction_whose_thread_failed_is_done_by_the_tick_thread(tmp_path, monkeypatch, caplog):
+    """The compaction's thread failing (a full disk, an I/O error) leaves the journal whole; the
+    tick thread, finishing it, does it all again itself and says so."""
+    from raftsched.replication._disk import Disk
+    path, j, model = _journal_of_20(tmp_path)
     real, calls = Disk.copy_range, []
 
     def once(self, *a):
@@ -158,12 +164,7 @@ def test_a_compaction_that_fails_again_leaves_the_journal_whole_and_raises_to_no
     install's clear, which would stop the node as if its dump were unreadable; a cut; the
     stop, which would skip its last sync and commit index), and the partial copy is removed."""
     from raftsched.replication._disk import Disk
-    install()
-    path = str(tmp_path / "raft.journal")
-    j = create_journal(path)
-    model = [(os.urandom(200), i, 1) for i in range(1, 21)]
-    for e in model:
-        j.add(*e)
+    path, j, model = _journal_of_20(tmp_path)
 
     def full(self, *a):
         raise OSError(errno.ENOSPC, "no space left")
