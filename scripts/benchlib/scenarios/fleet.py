@@ -367,8 +367,12 @@ def report_rows(res: dict, row, fmt, ppm, ratio) -> None:
         row("", "slot → start (started_at − slot) ms p50 / p99 / max", ppm(f["slot_to_start_ms"]))
         row("", "slot → completion ms p50 / p99 / max", ppm(f["slot_to_completion_ms"]))
         cu = f.get("cpu_us_per_run") or {}
-        row("", "CPU per completed run (µs): the three nodes / the worker processes",
-            f"{fmt(cu.get('nodes'))} / {fmt(cu.get('workers'))}")
+        nodes, wk = cu.get("nodes"), cu.get("workers")
+        # The two drift together with the machine's speed (the same code: ±15 % between runs of one
+        # hour), so their ratio compares code more steadily than either (docs/benchmarks.md).
+        share = f" (÷ {nodes / wk:.2f})" if isinstance(nodes, (int, float)) and isinstance(wk, (int, float)) and wk else ""
+        row("", "CPU per completed run (µs): the three nodes / the worker processes (nodes ÷ workers)",
+            f"{fmt(nodes)} / {fmt(wk)}{share}")
     g = res.get("fleet_rest")
     if isinstance(g, dict) and "nodes_cpu_pct_of_one_core" in g:
         cpu = g["nodes_cpu_pct_of_one_core"]
