@@ -6,7 +6,7 @@ import pytest
 from raftsched.core import commands, limits, records
 from raftsched.core.errors import Conflict
 
-from core_helpers import T0, apply, new_state, outcomes, put_cmd, restored, spec_of
+from core_helpers import T0, apply, complete_many, new_state, outcomes, put_cmd, restored, spec_of
 
 
 def do(s, op, now, rid=None, **fields):
@@ -14,11 +14,10 @@ def do(s, op, now, rid=None, **fields):
 
 
 def judged(s, now, rid=None, **fields):
-    """A complete_many applied: (its answer, the answer of each outcome)."""
-    cmd = commands.make("complete_many", now, rid, **fields)
-    res = apply(s, cmd)
+    """A complete_many applied, and applied whole: (its answer, the answer of each outcome)."""
+    res, each = complete_many(s, commands.make("complete_many", now, rid, **fields))
     assert res["ok"], res
-    return res, outcomes(res, cmd)
+    return res, each
 
 
 def setup(n):
