@@ -44,6 +44,7 @@ COMMANDS = {
     "profile-fire": "profile_fire",
     "profile-backfill": "profile_backfill",
     "due-stall": "due_stall",
+    "reaper": "reaper",
     "gc-pauses": "gc_pauses",
     "pipeline-fanout": "pipeline_fanout",
     "bench-auth": "bench_auth",
