@@ -529,7 +529,7 @@ def test_the_reaper_reads_the_leases_at_most_every_interval_and_expires_a_ttl_af
     real_read = raft.read
 
     def read(fn, *args, **kw):
-        if fn is queries.lease_snapshot:
+        if fn in (queries.lease_sweep, queries.lease_views):
             reads.append(clock.monotonic_s())
         return real_read(fn, *args, **kw)
 
@@ -572,6 +572,71 @@ def test_a_backlog_of_expired_leases_goes_an_expire_a_tick_not_an_expire_an_inte
     assert 300 > limits.run_refs_per_command  # (several expires' worth)
     ticks_past_ttl = (clock.monotonic_s() - start - 1.0) / 0.007
     assert clock.monotonic_s() - start <= 1.0 + 2 * (node_limits.reap_interval_s + 0.007) + 4 * 0.007, ticks_past_ttl
+
+
+def test_beyond_a_reads_worth_of_leases_the_reaper_sweeps_them_a_part_a_read(monkeypatch):
+    """At 100 000 live leases a read of them all held the replica's lock 60 ms and the reaper
+    took more than a core, every interval: a read takes at most reap_leases_per_read of them,
+    a sweep reads them all, and a lease left unrenewed is still expired no earlier than its TTL
+    and at most three sweeps later. Renewed leases are never expired, nor a lease granted
+    while a sweep goes; what ended is forgotten when a sweep ends."""
+    monkeypatch.setattr(node_limits, "reap_leases_per_read", 7)
+    st, raft, clock, trig = setup(n_jobs=40, every_s=10)
+    clock.advance(max(j["next"] for j in st.jobs.values()) - clock.now_ms())
+    asyncio.run(trig.tick())
+    reads = []
+    real_read = raft.read
+
+    def read(fn, *args):
+        out = real_read(fn, *args)
+        if fn is queries.lease_sweep:
+            reads.append(len(out[2]))
+        elif fn is queries.lease_views:
+            reads.append(len(out))
+        return out
+
+    raft.read = read
+    held = [g["id"] for g in st.apply(commands.make("acquire", clock.now_ms(), None, worker="w", queues=None,
+                                                    max=30, ttl=1_000))["runs"]]
+    lock = st.apply(commands.make("lock_acquire", clock.now_ms(), None, name="L", owner="svc", ttl=1_000))
+    assert len(held) == 30 and lock["ok"], lock
+    sweep_s = -(-31 // 7) * (node_limits.reap_interval_s + 0.007)  # five reads, an interval (and a tick) apart
+    alive, dead = held[:20], held[20:]
+    start = clock.monotonic_s()
+    late = None
+    ended = {}
+    while clock.monotonic_s() - start < 1.0 + 3 * sweep_s + 0.5:
+        now = clock.now_ms()
+        if int((clock.monotonic_s() - start) / 0.3) != int((clock.monotonic_s() - start - 0.007) / 0.3):
+            # every 300 ms the live holders heartbeat theirs, and the lock's holder renews it
+            res = st.apply(commands.make("heartbeat", now, None, worker="w", ttl=1_000,
+                                         leases=[[r, st.runs[r]["fencing_token"]] for r in alive]))
+            assert res["ok"], res
+            res = st.apply(commands.make("lock_renew", now, None, name="L", token=lock["token"], ttl=1_000))
+            assert res["ok"], res
+        if late is None and clock.monotonic_s() - start >= 0.5:
+            # granted mid-sweep, never renewed
+            [late] = [g["id"] for g in st.apply(commands.make("acquire", now, None, worker="w2", queues=None,
+                                                               max=1, ttl=1_000))["runs"]]
+            late_at = clock.monotonic_s()
+        asyncio.run(trig.tick())
+        for r in dead + ([late] if late else []):
+            if r not in ended and st.runs[r]["state"] != "running":
+                ended[r] = clock.monotonic_s()
+        clock.advance(7)
+    assert all(st.runs[r]["state"] == "running" for r in alive), "a renewed lease was expired"
+    assert "L" in st.locks, "a renewed lock was released"
+    assert set(ended) == set(dead) | {late}, "every unrenewed lease expired"
+    for r in dead:
+        assert 1.0 <= ended[r] - start <= 1.0 + 3 * sweep_s, (r, ended[r] - start, sweep_s)
+    assert 1.0 <= ended[late] - late_at <= 1.0 + 3 * sweep_s, (ended[late] - late_at, sweep_s)
+    assert reads and max(reads) <= 7, reads
+    assert len(reads) > 10, "the sweeps went on"
+    # The expired are forgotten once a whole sweep has gone by without them.
+    for _ in range(int(2 * sweep_s / 0.007) + 2):
+        asyncio.run(trig.tick())
+        clock.advance(7)
+    assert {ident for _, ident in trig._lease_seen} <= set(alive) | {"L"}, trig._lease_seen
 
 
 def test_a_lock_due_behind_a_backlog_of_expired_leases_goes_in_the_first_expire():

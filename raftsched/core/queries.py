@@ -510,16 +510,37 @@ def has_ready_work(s: SchedulerState, queues: list[str] | None, now_ms: int) -> 
 
 # ------------------------------------------------------------------ leases, tenants, locks
 def lease_snapshot(s: SchedulerState) -> list[LeaseView]:
-    """Every live lease and lock as ``(kind, id, token, renewals, ttl_ms)``: what the leader's
-    reaper watches. Linear in running runs (bounded by the workers' slots) and held locks."""
-    out = []
-    for rid in s._running_ids:
-        r = s.runs[rid]
-        out.append(("run", rid, r["fencing_token"], r.get("renewals", 0), r["ttl"]))
-    out.extend(("lock", n, lk["token"], lk.get("renewals", 0), lk["ttl"]) for n, lk in s.locks.items())
-    # Canonical order: a replica restored from a snapshot rebuilds _running_ids in
-    # another order than the grants happened, and the reaper's command must not differ.
+    """Every live lease and lock as ``(kind, id, token, renewals, ttl_ms)``, in canonical order
+    (a replica restored from a snapshot rebuilds _running_ids in another order than the grants
+    happened). Linear in running runs and held locks: the reaper reads them a part at a time
+    (``lease_sweep``, ``lease_views``)."""
+    out = lease_views(s, s._running_ids, s.locks)
     out.sort()
+    return out
+
+
+def lease_sweep(s: SchedulerState, k: int) -> tuple[list[str], list[str], list[LeaseView]]:
+    """The start of a reaper's sweep: the ids of every running run and the names of every held
+    lock (copies of the indexes, at C speed), and the views of the first ``k`` of them (runs
+    first), read under one hold of the lock. The rest goes by ``lease_views`` reads."""
+    run_ids, lock_names = list(s._running_ids), list(s.locks)
+    head_runs = run_ids[:k]
+    return run_ids, lock_names, lease_views(s, head_runs, lock_names[:k - len(head_runs)])
+
+
+def lease_views(s: SchedulerState, run_ids: Iterable[str], lock_names: Iterable[str]) -> list[LeaseView]:
+    """``(kind, id, token, renewals, ttl_ms)`` of those of ``run_ids`` still running and those
+    of ``lock_names`` still held, in the order given (runs, then locks)."""
+    running, runs, locks = s._running_ids, s.runs, s.locks
+    out: list[LeaseView] = []
+    for rid in run_ids:
+        if rid in running:
+            r = runs[rid]
+            out.append(("run", rid, r["fencing_token"], r.get("renewals", 0), r["ttl"]))
+    for n in lock_names:
+        lk = locks.get(n)
+        if lk is not None:
+            out.append(("lock", n, lk["token"], lk.get("renewals", 0), lk["ttl"]))
     return out
 
 
