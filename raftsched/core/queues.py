@@ -10,8 +10,9 @@ queued runs by (slot, id), made when ``put_queue`` makes it so (and on restore) 
 and the counts of queued and running runs per queue. A heap's entries go stale when a run leaves
 the queue another way than by being popped; stale entries are skipped when popped, and a heap
 that holds more than twice its queue's depth in entries is compacted
-(``limits.queue_index_stale_slack``). (No lease index: the reaper reads
-``queries.lease_snapshot``, and an index nothing pops would grow with every heartbeat.) Keys are
+(``limits.queue_index_stale_slack``). (No lease index: the reaper reads the running runs' ids
+a part at a time, ``queries.lease_sweep``, and an index nothing pops would grow with every
+heartbeat.) Keys are
 unique (they end with the run id), so the order in which runs are handed out is the same on
 every replica, whether a replica built its heaps incrementally or from a snapshot.
 
