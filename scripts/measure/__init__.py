@@ -57,6 +57,7 @@ COMMANDS = {
     "sync-timing": "sync_timing",
     "bench-register": "bench_register",
     "mass-reput": "mass_reput",
+    "heartbeats": "heartbeats",
 }
 
 #: The longest one smoke run may take before it counts as failed.
