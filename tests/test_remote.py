@@ -163,6 +163,29 @@ def test_a_worker_waits_as_long_as_the_nodes_idle_answer_asks_never_less_than_it
     run(t())
 
 
+def test_a_worker_heartbeats_as_often_as_the_nodes_answer_asks_within_a_third_of_its_ttl():
+    async def t():
+        ok = {"extended": 1, "lost": [], "draining": False}
+        n = Node([(200, dict(ok, next_heartbeat_s=3)), (200, dict(ok, next_heartbeat_s=60)),
+                  (200, dict(ok, next_heartbeat_s="9")), (200, dict(ok, next_heartbeat_s=True)),
+                  (200, dict(ok, next_heartbeat_s=0.5)), (200, ok)])
+        ch = RemoteChannel(WorkerConfig(urls=[await n.start()], token=TOKEN, worker_id="w1", wait_s=0), SystemClock())
+        try:
+            ch._rng = random.Random(7)  # the spread, made repeatable
+            assert ch.heartbeat_interval_s(1.0, 10.0) == 1.0  # its own, until a node asks for more
+            got = []
+            for _ in range(6):
+                await ch.heartbeat([["r@1", 1]], 30_000, 5.0)
+                got.append(ch.heartbeat_interval_s(1.0, 10.0))
+            assert 2.4 <= got[0] <= 3.0 and got[0] != ch.heartbeat_interval_s(1.0, 10.0)  # spread over its last fifth
+            assert got[1] == 10.0  # never beyond a third of its TTL
+            assert got[2:] == [1.0, 1.0, 1.0, 1.0]  # not a number, a bool, shorter than its own, none: its own
+        finally:
+            await ch.close()
+            await n.close()
+    run(t())
+
+
 def test_a_default_worker_id_is_host_slash_pid():
     wid = default_worker_id()
     host, _, pid = wid.rpartition("/")

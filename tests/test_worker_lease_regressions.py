@@ -90,6 +90,9 @@ class _Channel:
             await asyncio.sleep(delay)  # ok-sleep: the node holds the request this long
         return Grants(grants(self.clock), False, 0.0, 1.0)
 
+    def heartbeat_interval_s(self, own_s, longest_s):
+        return own_s
+
     async def heartbeat(self, leases, ttl_ms, timeout_s):
         self.hb.append([list(x) for x in leases])
         if self._heartbeat is None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import json
 import logging
 import threading
@@ -197,6 +198,21 @@ def _worker_id(wid: str) -> str:
         raise InvalidSpec(f"worker id {e.message}", field="id") from None
 
 
+def _relay(fut: asyncio.Future, t: asyncio.Task) -> None:
+    """``t``'s outcome to ``fut``, unless ``fut`` is done (its waiter went away)."""
+    if t.cancelled():
+        if not fut.done():
+            fut.cancel()
+        return
+    e = t.exception()  # (retrieved either way: no "never retrieved" warning)
+    if fut.done():
+        return
+    if e is not None:
+        fut.set_exception(e)
+    else:
+        fut.set_result(t.result())
+
+
 # ---------------------------------------------------------------------------- the fleet
 class Fleet:
     """The worker fleet as one node serves it.
@@ -230,6 +246,12 @@ class Fleet:
         #: releases of runs granted to requests cancelled before their answer (lease_changed)
         self._releasing: set[asyncio.Future] = set()
         self.hellos = 0
+        #: heartbeats held for heartbeat_linger_s, to be proposed in one turn (one log entry)
+        self._lingering: list[tuple[dict, asyncio.Future]] = []
+        self._linger_handle: asyncio.TimerHandle | None = None
+        #: worker -> [monotonic time of its last heartbeat here, the interval it was asked for]:
+        #: the workers heartbeating at this node (next_heartbeat_s), oldest heartbeat first
+        self._heartbeating: dict[str, list] = {}
 
     async def propose(self, cmd: dict) -> dict:
         """``Proposer.propose`` (raftsched/proposer.py), without the replay look: the worker
@@ -365,9 +387,51 @@ class Fleet:
         b = check_body(body, HEARTBEAT_FIELDS)
         leases, ttl = _leases(b), _ttl(b)
         self._seen.add(wid)
-        res = await self.propose(commands.heartbeat(self.clock.now_ms(), worker=wid, leases=leases, ttl=ttl,
-                                                    tenants=tenants))
-        return self._timed({"extended": res["extended"], "lost": res["lost"], "draining": bool(res.get("draining"))})
+        longer = self.next_heartbeat_s(wid, ttl)
+        res = await self._propose_lingering(commands.heartbeat(self.clock.now_ms(), worker=wid, leases=leases,
+                                                               ttl=ttl, tenants=tenants))
+        answer = {"extended": res["extended"], "lost": res["lost"], "draining": bool(res.get("draining"))}
+        if longer is not None:
+            answer["next_heartbeat_s"] = longer
+        return self._timed(answer)
+
+    def next_heartbeat_s(self, wid: str, ttl_ms: int) -> float | None:
+        """Note worker ``wid``'s heartbeat (of leases of ``ttl_ms``), and return the interval it
+        should heartbeat at next, when longer than its own (a third of its TTL, at most
+        worker/limits.py heartbeat_interval_s_max): enough that the workers heartbeating here
+        come at ``heartbeats_per_s`` (node/limits.py), never longer than a third of its TTL.
+        None: its own is short enough. A worker counts as heartbeating here until twice the
+        interval it was asked for (at least heartbeat_seen_s) has passed without one."""
+        now = self.clock.monotonic_s()
+        seen = self._heartbeating
+        seen.pop(wid, None)
+        for w, (t, asked) in list(itertools.islice(seen.items(), 8)):  # a few of the oldest, each time
+            if now - t <= max(node_limits.heartbeat_seen_s, 2 * asked):
+                break
+            del seen[w]
+        ttl_s = ttl_ms / 1000 / worker_limits.heartbeats_per_lease_ttl
+        own = min(ttl_s, worker_limits.heartbeat_interval_s_max)
+        want = min(ttl_s, round((len(seen) + 1) / node_limits.heartbeats_per_s, 1))
+        seen[wid] = [now, max(own, want)]
+        return want if want > own else None
+
+    async def _propose_lingering(self, cmd: dict) -> dict:
+        """``propose``, after up to heartbeat_linger_s: the commands held meanwhile are proposed
+        in one turn of the event loop, so that they go out as one log entry."""
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._lingering.append((cmd, fut))
+        if self._linger_handle is None:
+            self._linger_handle = loop.call_later(node_limits.heartbeat_linger_s, self._propose_lingered)
+        return await fut
+
+    def _propose_lingered(self) -> None:
+        self._linger_handle = None
+        held, self._lingering = self._lingering, []
+        for cmd, fut in held:
+            if not fut.done():  # (its request went away meanwhile: nothing to renew for it)
+                t = asyncio.ensure_future(self.propose(cmd))
+                t.add_done_callback(functools.partial(_relay, fut))
 
     async def complete(self, wid: str, body, key: str | None, tenants=None) -> dict:
         """``POST /v1/workers/{id}/complete``: one ``complete_many`` with the request's

@@ -163,6 +163,20 @@ lease_waiters_max = 20_000
 #: collections of 20-250 ms (docs/benchmarks.md, "Ten thousand idle workers"). 60 keeps a fleet
 #: of up to 1 200 workers a node at its own wait (20 s), and 3 333 a node at ~55 s.
 lease_idle_answers_per_s = 60.0
+#: How long a node holds a worker's heartbeat before it proposes it, so that the heartbeats of a
+#: busy fleet arriving meanwhile go out together: commands proposed in one turn of the event loop
+#: are one log entry (replication/node.py, group commit), and a log entry's round of Raft
+#: messages, journal writes and syncs on three nodes was most of a heartbeat's cost (~2.4 ms of
+#: the three nodes' CPU a heartbeat at 200 a second, each its own entry). A heartbeat renews a
+#: lease of a TTL of a second or more, which its worker sends every third of it.
+heartbeat_linger_s = 0.05
+#: Heartbeats a node aims at, per second: with more workers heartbeating at it than their
+#: interval allows at this rate, a heartbeat's answer asks the worker to heartbeat less often
+#: (``next_heartbeat_s``), never less often than a third of its lease TTL (a lease survives two
+#: lost heartbeats). As lease_idle_answers_per_s, and Nomad's max_heartbeats_per_second.
+heartbeats_per_s = 60.0
+#: A worker counts as heartbeating at a node for this long after its last heartbeat there.
+heartbeat_seen_s = 10.0
 #: While lease requests wait, the most often the dispatcher looks at its replica because it
 #: applied entries (the replica wakes it: RaftNode.arm_applied; a replica that cannot, it polls
 #: this often); it also wakes at the earliest due time it sees there (a run fired ahead is

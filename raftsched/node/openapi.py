@@ -417,7 +417,11 @@ def _more_responses() -> dict[str, Schema]:
                                              description="in an idle answer, the wait to ask for next time "
                                                          "(the node has many workers waiting)")},
                         ("runs", "draining", "held_ms")),
-        "heartbeat": _open({"extended": i, "lost": {"type": "array", "items": s}, "draining": _BOOL, "cluster_ms": i},
+        "heartbeat": _open({"extended": i, "lost": {"type": "array", "items": s}, "draining": _BOOL, "cluster_ms": i,
+                            "next_heartbeat_s": _num(0, limits.lease_ttl_ms_max / 1000,
+                                                     description="the interval to heartbeat at next (the node has "
+                                                                 "many workers heartbeating), at most a third of "
+                                                                 "the lease TTL")},
                            ("extended", "lost", "draining")),
         "completed": _open({"results": arr}, ("results",)),
         "released": _open({"released": {}, "lost": arr}, ("released", "lost")),

@@ -149,6 +149,10 @@ class Channel(Protocol):
         """Extend ``leases`` (``[run, token]``, at most heartbeat_leases_max): the runs whose
         lease is lost, and whether the worker is draining."""
 
+    def heartbeat_interval_s(self, own_s: float, longest_s: float) -> float:
+        """How long to wait before the next heartbeat: ``own_s``, or longer when the cluster
+        asked for it (a remote worker's node, ``next_heartbeat_s``), never over ``longest_s``."""
+
     async def complete(self, items: list[dict]) -> list[dict] | None:
         """Report outcomes (``complete_many`` items); one result per item, or None when they
         could not be delivered (the leases then expire)."""
@@ -617,11 +621,12 @@ class LeaseLoop:
         self.draining = True
 
     async def _heartbeat_loop(self) -> None:
-        # A third of the TTL, and at most a second: a lease survives two lost heartbeats.
-        interval = min(self.lease_ttl_ms / 1000 / worker_limits.heartbeats_per_lease_ttl,
-                       worker_limits.heartbeat_interval_s_max)
+        # A third of the TTL, and at most a second: a lease survives two lost heartbeats. A
+        # node with many workers heartbeating at it asks for longer, up to the third of the TTL.
+        longest = self.lease_ttl_ms / 1000 / worker_limits.heartbeats_per_lease_ttl
+        interval = min(longest, worker_limits.heartbeat_interval_s_max)
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(self.channel.heartbeat_interval_s(interval, longest))
             if not self.channel.registered():
                 await self._say_hello()
             if not self.held:
@@ -1090,6 +1095,9 @@ class EmbeddedChannel:
         res = await self._propose(commands.heartbeat(self.clock.now_ms(), worker=self.worker_id, leases=leases,
                                                      ttl=ttl_ms), timeout_s=timeout_s)
         return res.get("lost", []), bool(res.get("draining"))
+
+    def heartbeat_interval_s(self, own_s: float, longest_s: float) -> float:
+        return own_s  # (one worker a node: its own node never asks for longer)
 
     async def complete(self, items: list[dict]) -> list[dict] | None:
         """Propose one complete_many, retrying an unknown outcome with the same request id (the

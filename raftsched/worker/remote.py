@@ -161,6 +161,9 @@ class RemoteChannel:
         #: the wait the last idle answer asked for (its ``next_wait_s``), when longer than
         #: ``cfg.wait_s``: a node with many workers waiting at it asks them to come back less often
         self._asked_wait_s: float | None = None
+        #: the heartbeat interval the last heartbeat's answer asked for (``next_heartbeat_s``),
+        #: when it asked: a node with many workers heartbeating at it asks them to come less often
+        self._asked_heartbeat_s: float | None = None
         self._rng = random.Random()
         #: outcome batches reported in this turn of the event loop, waiting for a lease request
         #: of the same turn to carry them (``complete``, ``acquire``)
@@ -275,7 +278,19 @@ class RemoteChannel:
         res = await self.client.worker_heartbeat(self.worker_id, leases, ttl_ms,
                                                  timeout_s=max(0.2, timeout_s / 2), deadline_s=timeout_s)
         self._heard(res)
+        hint = res.get("next_heartbeat_s")
+        ok = isinstance(hint, (int, float)) and not isinstance(hint, bool) and hint > 0
+        self._asked_heartbeat_s = float(hint) if ok else None
         return res.get("lost", []), bool(res.get("draining"))
+
+    def heartbeat_interval_s(self, own_s: float, longest_s: float) -> float:
+        """``own_s``, or what the last heartbeat's answer asked for (``next_heartbeat_s``), spread
+        over its last fifth so that workers asked at once do not come back at once; never over
+        ``longest_s`` (a third of the lease TTL: a lease survives two lost heartbeats)."""
+        asked = self._asked_heartbeat_s
+        if asked is None or asked <= own_s:
+            return own_s
+        return round(min(longest_s, max(own_s, asked * self._rng.uniform(0.8, 1.0))), 3)
 
     async def complete(self, items: list[dict]) -> list[dict] | None:
         key = uuid.uuid4().hex
