@@ -267,6 +267,29 @@ def test_a_shell_run_that_cannot_start_says_why_and_a_failing_one_reports_its_st
     assert d.ok and d.output == "/\n", "a shell executor's cwd is still where it starts"
 
 
+def test_a_run_the_server_cannot_start_for_a_nul_fails_alone_and_the_servers_other_runs_go_on():
+    """A NUL in a shell run's argv or cwd (a spec stored before the API refused them) made
+    posix_spawn and chdir raise ValueError, which the run server did not catch: it died, and
+    every run it had started on that worker with it. Now that run fails and says why."""
+    async def t():
+        s = await started()
+        try:
+            sleeper = asyncio.ensure_future(execute(sh("sleep 1; echo slept"), c("sleeper"), 20, sandbox=s))
+            await wait_until(lambda: s.server is not None and len(s.server._handles) == 1, 10)  # sent first
+            pid = s.server.pid
+            bad = [await execute({"type": "shell", "argv": ["echo", "a\x00b"]}, c("nul-argv"), 10, sandbox=s),
+                   await execute(sh("true", cwd="/tmp\x00x"), c("nul-cwd"), 10, sandbox=s)]
+            after = await execute(sh("echo ok"), c("after"), 10, sandbox=s)
+            return bad, await asyncio.wait_for(sleeper, 20), after, pid, s.server.pid, (s.server.starts, s.server.deaths)
+        finally:
+            await s.close()
+    bad, sleeper, after, pid, pid_after, starts = run(t(), 60)
+    assert [o.ok for o in bad] == [False, False], bad
+    assert all(o.error.startswith("cannot execute: ValueError: ") and "null" in o.error for o in bad), bad
+    assert sleeper.ok and sleeper.output == "slept\n", "the run in flight was not killed"
+    assert after.ok and (pid_after, starts) == (pid, (1, 0)), "the same server serves the next run"
+
+
 def test_a_result_file_that_is_not_json_is_no_result_and_the_run_says_so(caplog):
     """The shell strips the quotes of ``echo {"rows": 42}``: the file says ``{rows: 42}``, no
     result is kept, and the run's output and the worker's log say why (once only a log line at

@@ -222,6 +222,9 @@ def validate_executor(raw: object) -> Record:
             raise InvalidSpec("must be a non-empty list of strings (use [\"sh\", \"-c\", \"...\"] for a shell line)", field="executor.argv")
         if len(argv) > limits.argv_items_max:
             raise InvalidSpec(f"has more than {limits.argv_items_max} items", field="executor.argv")
+        for i, a in enumerate(argv):
+            if "\x00" in a:  # execve(2) takes NUL-terminated strings
+                raise InvalidSpec("holds a NUL character", field=f"executor.argv[{i}]")
         out: Record = {"type": "shell", "argv": list(argv)}
         if "env" in ex:
             env = ex["env"]
@@ -241,6 +244,8 @@ def validate_executor(raw: object) -> Record:
         if "cwd" in ex:
             if not isinstance(ex["cwd"], str) or not ex["cwd"]:
                 raise InvalidSpec("must be a non-empty string", field="executor.cwd")
+            if "\x00" in ex["cwd"]:
+                raise InvalidSpec("holds a NUL character", field="executor.cwd")
             out["cwd"] = ex["cwd"]
         return out
     if t == "http":
@@ -249,9 +254,16 @@ def validate_executor(raw: object) -> Record:
         if not isinstance(url, str) or not re.match(r"https?://[^\s/]+", url) or re.search(r"[\s\x00-\x1f\x7f]", url):
             raise InvalidSpec("must be an http:// or https:// URL (no spaces or control characters)", field="executor.url")
         try:
-            netloc = urllib.parse.urlsplit(url).netloc
+            parts = urllib.parse.urlsplit(url)
+            netloc = parts.netloc
         except ValueError:  # "http://]x": an unbalanced IPv6 bracket, and other hosts urllib refuses
             raise InvalidSpec("must be an http:// or https:// URL with a valid host", field="executor.url") from None
+        try:
+            port = parts.port  # (raises for a port that is not a number, or past 65535)
+        except ValueError:
+            port = 0
+        if port == 0:
+            raise InvalidSpec("has a port that is not 1-65535", field="executor.url")
         if "@" in netloc:
             # Every read would show it: credentials go in headers (shown redacted) or secrets.
             raise InvalidSpec("must not hold user:password@; send credentials in executor.headers "

@@ -169,8 +169,12 @@ class Server:
             else:
                 self.send({"id": rid, "error": f"unknown request {op!r}"})
                 return
-        except OSError as e:
-            self.send({"id": rid, "error": f"cannot execute: {e}"})
+        except Exception as e:  # noqa: BLE001 - one request's failure is that run's, never the server's
+            # OSError (no such program, a directory gone); ValueError (a NUL in argv or cwd,
+            # which posix_spawn and chdir refuse: a spec stored before the API refused them);
+            # anything else this request alone caused. The server's other runs go on.
+            self.send({"id": rid, "error": f"cannot execute: {e}" if isinstance(e, OSError)
+                       else f"cannot execute: {type(e).__name__}: {e}"})
             return
         self.runs[rid] = run
         self.by_pid[run.pid] = run
