@@ -382,6 +382,10 @@ ROWS: list[Row] = [
     put_row("a time zone ../../etc/passwd", with_field("schedule.timezone", "../../etc/passwd")),
     put_row("a time zone /etc/passwd", with_field("schedule.timezone", "/etc/passwd")),
     put_row("a time zone with a NUL", with_field("schedule.timezone", "UTC\x00")),
+    put_row("the host's own time zone", with_field("schedule.timezone", "localtime")),
+    put_row("a time zone counting leap seconds", with_field("schedule.timezone", "right/UTC")),
+    put_row("the zone database's posixrules", with_field("schedule.timezone", "posixrules")),
+    put_row("the zone database's Factory", with_field("schedule.timezone", "Factory")),
     put_row("a time zone of 10 000 characters", with_field("schedule.timezone", "Z" * 10_000)),
     put_row("a time zone with a traversal inside", with_field("schedule.timezone", "Europe/../../../etc/passwd")),
     # ---- tokens: stale, forged

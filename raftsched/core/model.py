@@ -173,6 +173,12 @@ def validate_schedule(raw: object, now_ms: int | None = None) -> Record:
         tz = sched.get("timezone", "UTC")
         if not isinstance(tz, str) or not tz:
             raise InvalidSpec("must be an IANA zone name such as Europe/Berlin", field="schedule.timezone")
+        if tz in HOST_ZONE_NAMES or tz.startswith(("posix/", "right/")):
+            # Names of the host's zone files that are no IANA zone: "localtime" is each machine's
+            # own /etc/localtime (a job's slots would move with the leader), "right/" zones count
+            # leap seconds, "posixrules" and "Factory" are no place's time.
+            raise InvalidSpec(f"{tz!r} is not an IANA zone name (it names a file of this host's zone "
+                              "database); name the zone, such as Europe/Berlin", field="schedule.timezone")
         schedule.zone(tz)
         expr = sched["cron"]
         schedule.check_cron(expr, now_ms, tz)
@@ -204,6 +210,10 @@ def _time_ms(v: object, field: str) -> int:
     if isinstance(v, str):
         return schedule.parse_iso_ms(v, field)  # the same range as the integer form
     return _int(v, field, 0, limits.time_ms_max)
+
+
+#: Zone files of a host's zone database that name no IANA zone (schedule.timezone refuses them).
+HOST_ZONE_NAMES = frozenset({"localtime", "posixrules", "Factory"})
 
 
 def validate_executor(raw: object) -> Record:
