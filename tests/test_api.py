@@ -153,6 +153,33 @@ def test_pause_resume_trigger():
     run(t)
 
 
+def test_a_route_that_takes_no_body_refuses_one_rather_than_ignore_it():
+    """A resume sent {"catch_up": true} resumed without catching up (the missed slots recorded
+    skipped for good), and a misspelt explain field was ignored: a body such a route does not
+    take is refused, naming the field (and saying when it is a query parameter), and changes
+    nothing; none, an empty one or {} is served as before."""
+    async def t(env, c):
+        await put(c, "p")
+        await put(c, "q")
+        assert (await c.post("/v1/jobs/p/pause", headers=AUTH)).status == 200
+        body = await err(await c.post("/v1/jobs/p/resume", json={"catch_up": True}, headers=AUTH),
+                         422, "invalid", "catch_up")
+        assert "query parameter" in body["error"]["message"], body
+        assert env.state.jobs["p"]["paused"], "refused, so still paused"
+        await err(await c.post("/v1/jobs/q/pause", json={"bogus": 1}, headers=AUTH), 422, "invalid", "bogus")
+        await err(await c.delete("/v1/jobs/q", data=b"[1]", headers=AUTH), 400, "bad_request")
+        await err(await c.delete("/v1/jobs/q", data=b"not json", headers=AUTH), 400, "bad_request")
+        assert not env.state.jobs["q"]["paused"] and "q" in env.state.jobs
+        for data in (b"", b"  ", b"{}", b" { } "):
+            assert (await c.post("/v1/jobs/q/pause", data=data, headers=AUTH)).status == 200, data
+            assert (await c.post("/v1/jobs/q/resume", data=data, headers=AUTH)).status == 200, data
+        assert (await c.post("/v1/jobs/p/resume?catch_up=true", headers=AUTH)).status == 200
+        await err(await c.post("/v1/jobs/p/explain", json={"down_fro": "2026-01-01T00:00:00Z",
+                                                           "down_to": "2026-01-01T01:00:00Z"}, headers=AUTH),
+                  400, "bad_request", "down_fro")
+    run(t)
+
+
 def test_malformed_json_is_400():
     async def t(env, c):
         r = await c.put("/v1/jobs/a", data=b"{not json", headers=AUTH)

@@ -107,6 +107,8 @@ async def auth_middleware(request: web.Request, handler):
         raise BadRequest(f"unknown query parameter {unknown!r}; {route.method} {path} takes: {takes}",  # type: ignore[union-attr]
                          field=unknown)
     client_key(request)  # a bad Idempotency-Key is a 400 on every route, read by its handler or not
+    if route is not None and route.body is None and request.body_exists:
+        await _no_body(request, route, path)
     if principal is not None and principal.tenants is not None and route is not None:
         if route.tenancy in _TENANT_DATA and (
                 (route.scope != "read" and STALE not in route.params)
@@ -120,6 +122,32 @@ async def auth_middleware(request: web.Request, handler):
             request[CAUGHT_UP] = True
         tenancy.check(route, request, principal)
     return await handler(request)
+
+
+async def _no_body(request: web.Request, route: Route, path: str | None) -> None:
+    """A route that takes no body is sent one: refused, unless it is empty or ``{}``, rather than
+    ignored (a resume sent ``{"catch_up": true}`` resumed without catching up, and the missed
+    slots were recorded skipped for good). A field that is one of the route's query parameters
+    says so."""
+    raw = await request.read()
+    if not raw.strip():
+        return
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        doc = None
+    if doc == {}:
+        return
+    where = f"{route.method} {path or route.path}"
+    if isinstance(doc, dict):
+        field = str(next(iter(doc)))[:64].encode("utf-8", "backslashreplace").decode()  # (sent back: printable)
+        param = next((p for p in route.params if p.name == field), None)
+        if param is not None:
+            raise InvalidSpec(f"{where} takes no body: {field} is a query parameter (?{field}=...)", field=field)
+        takes = ", ".join(p.name for p in route.params) or "none"
+        raise InvalidSpec(f"{where} takes no body, and no field {field!r} (its query parameters: {takes})",
+                          field=field)
+    raise BadRequest(f"{where} takes no body; send none (or {{}})")
 
 
 @web.middleware

@@ -612,6 +612,9 @@ class Service:
         spec, anchor = self._job_spec(name)
         if not isinstance(body, dict):
             raise BadRequest("send {\"down_from\": ISO time, \"down_to\": ISO time} or {\"slot\": ISO time}")
+        unknown = next((k for k in body if k not in ("down_from", "down_to", "slot")), None)
+        if unknown is not None:  # a misspelt field is refused, not ignored
+            raise BadRequest("unknown field; allowed: down_from, down_to, slot", field=str(unknown)[:64])
         if "slot" in body and "down_from" not in body:
             return self.explain_slot(name, body["slot"], tenants)
         try:
