@@ -254,10 +254,16 @@ def test_dst_spring_forward_wildcard_hour_has_no_slot_in_the_gap_unless_asked():
 
 # ----------------------------------------------------------------------------- intervals
 def test_every_s_slots_are_anchor_plus_multiples():
+    """From k = 1 (the first slot one interval after the anchor), or from k = 0 with start_at
+    (its phase, a slot itself), whatever the search starts from."""
     s = {"every_s": 10}
     anchor = T0 + 500
-    assert schedule.next_slot_after(s, T0, anchor) == anchor
-    assert schedule.next_slot_after(s, anchor - 1, anchor) == anchor
+    assert schedule.next_slot_after(s, T0, anchor) == anchor + 10 * SEC
+    assert schedule.next_slot_after(s, anchor - 1, anchor) == anchor + 10 * SEC
+    phased = {"every_s": 10, "start_at": anchor}
+    assert schedule.next_slot_after(phased, T0, anchor) == anchor
+    assert schedule.next_slot_after(phased, anchor - 1, anchor) == anchor
+    assert schedule.next_slot_after(phased, anchor, anchor) == anchor + 10 * SEC
     assert schedule.next_slot_after(s, anchor, anchor) == anchor + 10 * SEC
     assert schedule.next_slot_after(s, anchor + 15 * SEC, anchor) == anchor + 20 * SEC
     assert schedule.next_slot_after(s, anchor + 20 * SEC, anchor) == anchor + 30 * SEC
@@ -267,10 +273,24 @@ def test_every_s_slots_are_anchor_plus_multiples():
 @given(every=st.integers(1, 366 * 24 * 3600), anchor=st.integers(0, 2 * T0), delta=st.integers(-10 * DAY, 400 * DAY))
 def test_every_s_next_slot_property(every, anchor, delta):
     after = max(0, anchor + delta)
-    nxt = schedule.next_slot_after({"every_s": every}, after, anchor)
-    assert nxt > after or (after < anchor and nxt == anchor)
-    assert nxt >= anchor and (nxt - anchor) % (every * 1000) == 0
-    assert nxt == anchor or nxt - every * 1000 <= after
+    for sched, first in (({"every_s": every}, anchor + every * 1000),  # from one interval after
+                         ({"every_s": every, "start_at": anchor}, anchor)):  # the phase is a slot
+        nxt = schedule.next_slot_after(sched, after, anchor)
+        assert nxt > after
+        assert nxt >= first and (nxt - anchor) % (every * 1000) == 0
+        assert nxt == first or nxt - every * 1000 <= after
+
+
+def test_a_jittered_interval_jobs_first_slot_is_one_interval_after_its_anchor():
+    """A jittered slot's search looks back by the jitter, and found the anchor itself as a slot
+    (a run before the documented first slot, and an extra one beside it) whenever its offset
+    was above 0. Jitter only moves slots later."""
+    anchor = T0 + 500
+    for k in range(40):
+        sched = {"every_s": 20, "jitter_ms": 19_000, "jitter_key": f"jx{k}"}
+        first = schedule.next_slot_after(sched, anchor, anchor)
+        assert anchor + 20 * SEC <= first < anchor + 39 * SEC, (k, first - anchor)
+        assert list(schedule.iter_slots(sched, anchor - 5 * SEC, anchor + 20 * SEC - 1, anchor, 5)) == []
 
 
 def test_at_is_one_slot():

@@ -378,8 +378,12 @@ def next_slot_after(schedule: Record, after_ms: int, anchor_ms: int) -> int | No
 def _nominal_next(schedule: Record, after_ms: int, anchor_ms: int) -> int | None:
     if "every_s" in schedule:
         every: int = schedule["every_s"] * 1000
+        # The grid: anchor + k * every, from k = 0 with start_at (its phase: start_at is a slot),
+        # from k = 1 without (anchored at creation, "the first slot one interval after"). Asked
+        # from before the anchor (a jittered slot's search looks back by the jitter, a preview
+        # from a time inside the creation's second), the anchor is a slot with start_at only.
         if after_ms < anchor_ms:
-            return anchor_ms
+            return anchor_ms if "start_at" in schedule else anchor_ms + every
         k = (after_ms - anchor_ms) // every + 1
         return anchor_ms + k * every
     if "at" in schedule:
