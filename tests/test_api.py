@@ -180,6 +180,41 @@ def test_a_route_that_takes_no_body_refuses_one_rather_than_ignore_it():
     run(t)
 
 
+def test_a_start_at_still_ahead_corrected_by_a_replace_does_not_hold_the_new_schedule_back():
+    """A start_at a year ahead (a typo), corrected by a PUT to one a minute ahead: the job's cursor
+    was start_at - 1, where the old grid begins, and a replace with another schedule never
+    moves a cursor back, so the corrected job was silent until the typo's date, its slots neither
+    run nor recorded. A cursor that marks no slot handled counts up to now only."""
+    from datetime import datetime, timezone
+
+    def iso(ms):
+        return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+    async def t(env, c):
+        now = env.clock.now_ms()
+        near, far = now - now % 1000 + 60_000, now - now % 1000 + 365 * 86_400_000
+        spec = dict(SPEC, schedule={"every_s": 60, "start_at": iso(far)})
+        assert (await (await put(c, "typo", spec)).json())["next_slot"] == iso(far).replace(".000Z", "Z")
+        spec = dict(SPEC, schedule={"every_s": 60, "start_at": iso(near)})
+        assert (await (await put(c, "typo", spec)).json())["next_slot"] == iso(near).replace(".000Z", "Z")
+        env.clock.advance(near - now)
+        await env.trigger.tick()
+        assert f"typo@{near}" in env.state.runs, "the corrected slot fired"
+        # the same from a start_at still ahead to a cron schedule
+        spec = dict(SPEC, schedule={"every_s": 60, "start_at": iso(far)})
+        await put(c, "typo2", spec)
+        body = await (await put(c, "typo2", dict(SPEC, schedule={"cron": "* * * * *"}))).json()
+        assert body["next_slot"] <= iso(near + 60_000).replace(".000Z", "Z"), body
+        # a start_at that fired keeps its cursor: a replace never re-fires a slot it handled
+        await put(c, "fired", dict(SPEC, schedule={"every_s": 60, "start_at": iso(near - 120_000)}))
+        env.clock.advance(1)
+        await env.trigger.tick()
+        cursor = env.state.jobs["fired"]["cursor"]
+        await put(c, "fired", dict(SPEC, schedule={"every_s": 30}))
+        assert env.state.jobs["fired"]["cursor"] >= cursor
+    run(t)
+
+
 def test_malformed_json_is_400():
     async def t(env, c):
         r = await c.put("/v1/jobs/a", data=b"{not json", headers=AUTH)

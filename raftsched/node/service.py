@@ -114,7 +114,7 @@ class Service:
         else:
             # Another schedule starts after the old one's cursor when that is ahead (it fired
             # ahead of now): apply keeps the larger, so the next slot is computed from it too.
-            floor = self.read(queries.cursor_floor, name)
+            floor = self.read(queries.cursor_floor, name, now)
             if floor is not None and floor > cursor:
                 cursor = floor
         if memo is None or "cron" not in sched:
