@@ -862,19 +862,34 @@ def test_explain_is_what_the_state_machine_does_after_the_same_outage(raw, pol, 
     anchor = cmd["anchor"]
     down_from = max(start + lead * period // 10**5, cmd["cursor"])
     down_to = down_from + down * period // 10**5
-    tick(s, down_from)
+    # The last tick before the outage, as the trigger plans it: a job that fires ahead is
+    # committed up to its block's end (policy.phased_ahead_ms), and those runs are queued
+    # when the outage begins.
+    ahead = policy.phased_ahead_ms("j", down_from, limits.fire_ahead_ms, limits.fire_ahead_span_ms) \
+        if policy.fires_ahead(spec) else 0
+    names = [j["name"] for j in pop_due(s, down_from, 10, ahead)]
+    entries = [e for e in (policy.plan_fire(s.jobs[n]["spec"], s.jobs[n]["anchor"], s.jobs[n]["cursor"], down_from,
+                                            s.jobs[n]["gen"], n, ahead) for n in names) if e is not None]
+    if entries:
+        assert apply(s, commands.make("fire", down_from, None, entries=entries))["ok"]
+    else:
+        repush(s, names)
+    fired_ahead = [r["slot"] for r in (s.runs[rid] for rid in s.history.get("j", []))
+                   if r["slot"] > down_from and r["state"] == "queued"]
     seen = len(s.history.get("j", []))
     tick(s, down_to)
     runs, recs = split(entries_of(s, "j", seen))
-    ex = preview.explain(spec, anchor, down_from, down_to)
+    ex = preview.explain(spec, anchor, down_from, down_to, "j")
+    assert [r["slot_ms"] for r in ex["fired_ahead"]] == [x for x in fired_ahead if x <= down_to]
     assert [r["slot_ms"] for r in ex["runs"]] == runs
     assert [r["fire_lag_ms"] for r in ex["runs"]] == [down_to - x for x in runs]
     assert [(r["state"], r["reason"], r["from"], r["to"], r["count"]) for r in ex["recorded"]] == \
         [(st_, why, schedule.iso(lo), schedule.iso(hi), c) for st_, why, lo, hi, c in recs]
-    assert ex["slots_due"] == len(runs) + sum(c for *_, c in recs)
+    assert ex["slots_due"] == len(ex["fired_ahead"]) + len(runs) + sum(c for *_, c in recs)
     assert ex["next_slot"] == schedule.iso(s.jobs["j"]["next"])
-    e2 = policy.explain_outage(spec, anchor, down_from, down_to)
-    assert e2["runs"] == runs and e2["next"] == s.jobs["j"]["next"]
+    if not fired_ahead:
+        e2 = policy.explain_outage(spec, anchor, down_from, down_to)
+        assert e2["runs"] == runs and e2["next"] == s.jobs["j"]["next"]
 
 
 # =============================================================================== no slot is two runs

@@ -145,7 +145,10 @@ def plan_fire_compact(spec: Record, anchor_ms: int, cursor_ms: int, now_ms: int,
     if every_s is not None and not sched.get("jitter_ms"):
         every = every_s * 1000
         until = now_ms + ahead_ms
-        first = anchor_ms if cursor_ms < anchor_ms else anchor_ms + ((cursor_ms - anchor_ms) // every + 1) * every
+        if cursor_ms < anchor_ms:  # (schedule._nominal_next's grid: the anchor is a slot with start_at only)
+            first = anchor_ms if "start_at" in sched else anchor_ms + every
+        else:
+            first = anchor_ms + ((cursor_ms - anchor_ms) // every + 1) * every
         if first > until:
             return None
         if now_ms - first <= spec["misfire"]["grace_s"] * 1000:

@@ -58,11 +58,25 @@ def preview(spec: Record, anchor_ms: int, after_ms: int, count: int) -> list[dic
     return out
 
 
-def explain(spec: Record, anchor_ms: int, down_from_ms: int, down_to_ms: int) -> dict[str, Any]:
+def explain(spec: Record, anchor_ms: int, down_from_ms: int, down_to_ms: int, name: str = "explain") -> dict[str, Any]:
     """What happens to a job's slots if the scheduler is down from ``down_from_ms`` and a leader
-    fires at ``down_to_ms``: the same plan_fire the trigger loop runs, with the cursor at the
-    start of the outage."""
-    plan = policy.plan_fire(spec, anchor_ms, down_from_ms, down_to_ms, 0, "explain")
+    fires at ``down_to_ms``: the same plan_fire the trigger loop runs, with the cursor where a
+    leader keeping up had it at the start of the outage. A job that fires ahead
+    (policy.fires_ahead) had its slots up to ``phased_ahead_ms`` past then committed already
+    (``fired_ahead``): runs queued before the outage, which start when it ends, whatever the
+    misfire policy."""
+    sched = spec["schedule"]
+    cursor = down_from_ms
+    fired_ahead = []
+    if limits.fire_ahead_ms > 0 and policy.fires_ahead(spec):
+        cursor = down_from_ms + policy.phased_ahead_ms(name, down_from_ms, limits.fire_ahead_ms,
+                                                       limits.fire_ahead_span_ms)
+        for s in schedule.iter_slots(sched, down_from_ms, min(cursor, down_to_ms), anchor_ms, limits.max_catchup_max):
+            fired_ahead.append({
+                "slot": schedule.iso(s), "slot_ms": s, "start_lag_ms": max(0, down_to_ms - s),
+                "why": "committed before the outage (fired ahead): queued already, it starts when a leader "
+                       "is back, late, whatever the misfire policy"})
+    plan = policy.plan_fire(spec, anchor_ms, cursor, down_to_ms, 0, name) if cursor < down_to_ms else None
     m = spec["misfire"]
     grace_ms = m["grace_s"] * 1000
     runs = []
@@ -87,11 +101,11 @@ def explain(spec: Record, anchor_ms: int, down_from_ms: int, down_to_ms: int) ->
                 ("skipped", "catchup_limit"): "missed beyond max_catchup; fire_all records the rest",
             }.get((state, reason), reason),
         })
-    nxt = plan["next"] if plan else schedule.next_slot_after(spec["schedule"], down_to_ms, anchor_ms)
+    nxt = plan["next"] if plan else schedule.next_slot_after(sched, max(down_to_ms, cursor), anchor_ms)
     return {
         "down_from": schedule.iso(down_from_ms), "down_to": schedule.iso(down_to_ms),
         "policy": m["policy"], "grace_s": m["grace_s"], "max_catchup": m["max_catchup"],
-        "runs": runs, "recorded": recorded,
-        "slots_due": len(runs) + sum((r["count"] or 0) for r in recorded),
+        "fired_ahead": fired_ahead, "runs": runs, "recorded": recorded,
+        "slots_due": len(fired_ahead) + len(runs) + sum((r["count"] or 0) for r in recorded),
         "next_slot": schedule.iso(nxt),
     }

@@ -631,7 +631,7 @@ class Service:
                    "summary": f"{name} runs after {', '.join(e['job'] for e in spec['after'])}: an outage "
                               "delays its parents' slots, and their outcomes decide its own"}
         else:
-            out = dict(job=name, **await asyncio.to_thread(preview.explain, spec, anchor, lo, hi))
+            out = dict(job=name, **await asyncio.to_thread(preview.explain, spec, anchor, lo, hi, name))
         if "after" in spec:
             out["waiting"] = self.read(pipelines.pending, name, 20)
         return out

@@ -29,6 +29,9 @@ except ImportError:
 DOWN_FROM = "2026-12-01T01:58:45Z"
 DOWN_TO = "2026-12-01T02:00:15Z"
 ANCHOR = "2026-12-01T00:00:00Z"
+#: The outage of the fired-ahead example (an every-second job).
+AHEAD_FROM = "2026-12-01T01:27:25.400Z"
+AHEAD_TO = "2026-12-01T01:27:55.400Z"
 
 JOBS = [
     ("every-30s", {"schedule": {"every_s": 30}, "misfire": {"policy": "fire_all"}}),
@@ -81,24 +84,46 @@ def render() -> str:
       "function (`core.policy.plan_fire`) as the leader's trigger loop.")
     for name, raw in JOBS:
         spec = model.validate_job(name, dict(raw, executor={"type": "shell", "argv": ["true"]}))
-        e = preview.explain(spec, anchor, lo, hi)
+        e = preview.explain(spec, anchor, lo, hi, name)
         w("")
         w(f"### `{name}` ({raw['misfire']['policy']})")
         w("")
         w(f"Slots due: {e['slots_due']}.")
         w("")
-        if e["runs"]:
-            w("| slot | becomes | fired late by | why |")
-            w("|---|---|---|---|")
-            for r in e["runs"]:
-                w(f"| {r['slot']} | a run | {r['fire_lag_ms'] / 1000:.0f} s | {r['why']} |")
-            w("")
+        _explained_runs(w, e)
         for r in e["recorded"]:
             span = r["from"] if r["from"] == r["to"] else f"{r['from']} .. {r['to']}"
             w(f"- recorded: {span} ({r['count']} slot{'s' if r['count'] != 1 else ''}) as `{r['state']}`, reason `{r['reason']}`: {r['why']}")
         if not e["runs"]:
             w("- no run.")
         w(f"- next slot: {e['next_slot']}.")
+    w("")
+    w("## Runs fired ahead of an outage")
+    w("")
+    w(f"The leader commits the slots of a job whose overlap policy reads no other run (`allow` without "
+      f"`max_concurrent`) up to {limits.fire_ahead_ms // 1000} s before they fall due, and an "
+      f"`every_s: 1` job's up to {(limits.fire_ahead_ms + limits.fire_ahead_span_ms) // 1000} s "
+      "(docs/design.md, \"Firing ahead\"). Those runs are queued when an outage begins: decided on "
+      "time, they start when a leader is back, late, whatever the misfire policy (a `skip` job's "
+      "too). `explain` lists them as `fired_ahead`. So does a leader cut off from the majority: a "
+      "fire it proposed in the second before it stepped down commits if it is elected again with "
+      "that entry in its log (Raft keeps it), and its runs start then. During a storm, slots are "
+      "committed up to minutes ahead (`storm_ahead_ms_max`). A job that must not start late can "
+      "compare its slot (`RAFTSCHED_SLOT`, `ctx.slot_ms`) with the time it starts, or have an "
+      "overlap policy other than `allow`, whose slots are never fired ahead.")
+    w("")
+    raw = {"schedule": {"every_s": 1}, "misfire": {"policy": "skip", "grace_s": 1}}
+    spec = model.validate_job("every-second", dict(raw, executor={"type": "shell", "argv": ["true"]}))
+    flo, fhi = parse_iso_ms(AHEAD_FROM, "x"), parse_iso_ms(AHEAD_TO, "x")
+    e = preview.explain(spec, anchor, flo, fhi, "every-second")
+    w(f"`every-second`: `{json.dumps(raw['schedule'])}`, misfire `skip` with `grace_s: 1`, no leader from "
+      f"{AHEAD_FROM} to {AHEAD_TO} (30 s). Slots due: {e['slots_due']}.")
+    w("")
+    _explained_runs(w, e)
+    for r in e["recorded"]:
+        span = r["from"] if r["from"] == r["to"] else f"{r['from']} .. {r['to']}"
+        w(f"- recorded: {span} ({r['count']} slot{'s' if r['count'] != 1 else ''}) as `{r['state']}`, reason `{r['reason']}`: {r['why']}")
+    w(f"- next slot: {e['next_slot']}.")
     w("")
     w("## Overlap: a run of the job is still queued or running when the next slot fires")
     w("")
@@ -189,6 +214,19 @@ def render() -> str:
     w("- There is no default policy: a spec without `misfire.policy` is refused (422) with the choices listed.")
     w("")
     return "\n".join(out)
+
+
+def _explained_runs(w, e: dict) -> None:
+    """An explain answer's runs (those fired ahead first) as a table, when there are any."""
+    if not (e["fired_ahead"] or e["runs"]):
+        return
+    w("| slot | becomes | late by | why |")
+    w("|---|---|---|---|")
+    for r in e["fired_ahead"]:
+        w(f"| {r['slot']} | a run, fired ahead | {r['start_lag_ms'] / 1000:.0f} s (its start) | {r['why']} |")
+    for r in e["runs"]:
+        w(f"| {r['slot']} | a run | {r['fire_lag_ms'] / 1000:.0f} s | {r['why']} |")
+    w("")
 
 
 def main(argv: list[str]) -> int:
