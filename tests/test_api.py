@@ -215,6 +215,30 @@ def test_a_start_at_still_ahead_corrected_by_a_replace_does_not_hold_the_new_sch
     run(t)
 
 
+def test_a_ping_up_to_2_s_before_its_slot_waits_for_the_slot_to_be_committed():
+    """The first slot of an entry is committed at most fire_ahead_ms (1 s) ahead, so a start ping
+    1.5 s early (a reporter whose clock runs ahead of the cluster's) was a 409, though a ping up
+    to 2 s before a slot is documented as that slot's. The node waits for the slot's fire."""
+    hb = {"schedule": {"every_s": 60}, "executor": {"type": "heartbeat"}, "misfire": {"policy": "skip"},
+          "deadline": {"start_within_s": 30}}
+
+    async def t(env, c):
+        assert (await put(c, "hb", hb)).status == 201
+        slot = env.state.jobs["hb"]["next"]
+        env.clock.advance(slot - 1500 - env.clock.now_ms())
+        await env.trigger.tick()
+        assert f"hb@{slot}" not in env.state.runs, "not committed 1.5 s ahead"
+        ping = asyncio.ensure_future(c.post("/v1/jobs/hb/ping", json={"status": "start"}, headers=AUTH))
+        await asyncio.sleep(0.1)  # ok-sleep: the ping waits at the node meanwhile
+        assert not ping.done()
+        env.clock.advance(600)
+        await env.trigger.tick()  # 0.9 s ahead: committed
+        r = await asyncio.wait_for(ping, 5)
+        assert r.status == 200, await r.text()
+        assert (await r.json())["run"] == f"hb@{slot}" and env.state.runs[f"hb@{slot}"]["state"] == "running"
+    run(t)
+
+
 def test_malformed_json_is_400():
     async def t(env, c):
         r = await c.put("/v1/jobs/a", data=b"{not json", headers=AUTH)

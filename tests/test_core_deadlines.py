@@ -412,6 +412,30 @@ def test_a_ping_is_a_slot_committed_ahead_only_within_2_s_of_it() -> None:
     assert res["ok"] and res["run"] == f"hb@{first + 3 * SEC}", res
 
 
+def test_a_ping_without_a_slot_is_the_coming_slots_over_an_older_one_still_open() -> None:
+    """The node resolves a ping without a slot (deadlines.ping_target) before it proposes it: a
+    ping up to PING_AHEAD_MS before a slot is that slot's, over an older slot nothing pinged
+    (counted for it, the older slot was judged late and the one that ran missed); not committed
+    yet, it is waited for; an end goes to the slot started first; otherwise the newest that came."""
+    sp = spec({"every_s": 10}, {"start_within_s": 3}, executor={"type": "heartbeat"})
+    s = new_state(("hb", sp), now=T0)
+    s1 = s.jobs["hb"]["next"]
+    run_to(s, s1 - 2 * SEC, s1)  # s1 opens; nothing pings it
+    s2 = s1 + 10 * SEC
+    assert s.jobs["hb"]["next"] == s2
+    assert deadlines.ping_target(s, "hb", "start", s1 + 500) == (s1, False)  # just after s1: s1's
+    assert deadlines.ping_target(s, "hb", "start", s2 - 1500) == (None, True), "s2 is not committed yet: wait"
+    assert deadlines.ping_target(s, "hb", "start", s2 - 2500) == (s1, False)  # further from s2 than 2 s
+    tick(s, s2 - 900, ahead=True)  # the trigger commits s2 ahead
+    assert s.runs[f"hb@{s2}"]["state"] == "waiting" and s.runs[f"hb@{s1}"]["state"] == "waiting"
+    assert deadlines.ping_target(s, "hb", "start", s2 - 800) == (s2, False), "the coming slot, not s1"
+    assert apply(s, commands.ping(s2 - 800, None, name="hb", status="start", slot=s2))["state"] == "running"
+    assert deadlines.ping_target(s, "hb", "success", s2 + 500) == (s2, False)
+    # an end goes to a run that started, before one still waiting
+    assert deadlines.ping_target(s, "hb", "success", s2 + 9_500) == (s2, False)
+    assert deadlines.ping_target(s, "nope", "start", s2) == (None, False)
+
+
 def test_a_heartbeat_job_pinged_before_its_first_slot_is_refused_until_a_trigger_opens_one() -> None:
     """README's heartbeat example: right after the job is made nothing waits for a ping (409);
     a trigger without a body opens a slot, which the pings then start and end, its deadlines

@@ -616,6 +616,44 @@ PING_STATUSES = ("start", "success", "fail")
 PING_AHEAD_MS = 2000
 
 
+def ping_target(s: SchedulerState, name: str, status: str, now: int) -> tuple[int | None, bool]:
+    """The slot a ping without one is for, as the node resolves it before it proposes the ping
+    with that slot (node/service.py), and whether to wait for it first. A ping up to
+    PING_AHEAD_MS before a slot is that slot's: when the slot is not committed yet (only the
+    second to fourth slots of an entry are committed more than fire_ahead_ms ahead), wait
+    (``(None, True)``); when it is, it wins over an older slot still open (a slot nothing
+    pinged, which the ping would otherwise have been counted for: judged late, and the slot that
+    ran missed). An end goes to a run that started (running) before one still waiting, as in
+    apply_ping. Else, as apply_ping without a slot: the newest slot that came whose run the
+    ping can move (a start: waiting; an end: running, else waiting). ``(None, False)``: none;
+    apply_ping answers why. A read only: apply_ping's own rule for a ping without a slot, which
+    nodes of older versions propose, is unchanged."""
+    job = s.jobs.get(name)
+    if job is None or job["spec"]["executor"]["type"] != "heartbeat":
+        return None, False
+    ahead = now + PING_AHEAD_MS
+    nxt = job.get("next")
+    hist = s.history.get(name) or []
+    for st in (("waiting",) if status == "start" else ("running", "waiting")):
+        if st == "waiting" and nxt is not None and now < nxt <= ahead and f"{name}@{nxt}" not in s.runs \
+                and not job["paused"]:
+            return None, True  # (an end goes to a run that started first, whatever comes)
+        came = coming = None
+        for rid in reversed(hist):  # newest first
+            cand = s.runs[rid]
+            if cand["state"] != st or cand.get("due", 0) is None:
+                continue
+            if cand["slot"] <= now:
+                came = cand
+                break
+            if cand["slot"] <= ahead:
+                coming = cand  # the first still to come, in the end
+        pick = coming or came
+        if pick is not None:
+            return pick["slot"], False
+    return None, False
+
+
 def apply_ping(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``ping {name, status, slot?}``: what something outside reports about a heartbeat job's
     slot: ``start`` (its run is running), ``success`` or ``fail`` (it ended). Without ``slot``,

@@ -418,9 +418,24 @@ class Service:
                 slot = schedule.parse_iso_ms(slot, "slot")
             elif isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot <= limits.time_ms_max:
                 raise InvalidSpec("must be an ISO-8601 time or ms since the epoch", field="slot")
+        if slot is None:
+            slot = await self._ping_slot(name, status)
         res = await self.propose(commands.ping(self.clock.now_ms(), rid or new_request_id(), name=name,
                                                status=status, slot=slot))
         return self._out(res, {"job": name, "run": res["run"], "state": res["state"]})
+
+    async def _ping_slot(self, name: str, status: str) -> int | None:
+        """The slot a ping without one is for (deadlines.ping_target), after waiting, at most
+        PING_AHEAD_MS and a second, for a slot due within PING_AHEAD_MS to be committed: a
+        reporter whose clock runs a little ahead of the cluster's pings its slot early. None:
+        apply's own rule decides (and says why no run takes the ping)."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + deadlines.PING_AHEAD_MS / 1000 + 1.0
+        while True:
+            slot, wait = self.read(deadlines.ping_target, name, status, self.clock.now_ms())
+            if not wait or loop.time() >= give_up:
+                return slot
+            await asyncio.sleep(0.02)  # ok-sleep: the slot is committed within about a second
 
     def list_deadlines(self, state: str | None, job: str | None, since: int | None, limit: int,
                        tenants: frozenset | None = None) -> dict:
