@@ -227,6 +227,30 @@ def test_slots_waiting_past_max_wait_are_recorded_upstream_timeout():
     assert again == {"ok": True, "expired": 0, "ignored": 1}
 
 
+def test_a_triggered_childs_wait_counts_from_its_slot_whatever_its_parents_report_when():
+    """max_wait_s of a child run by its parents counted from the first parent's report: with one
+    parent, that report completed the join at once, so no wait ever ran out (a parent retried
+    for hours still ran its child); with two, it counted from the first one's end. It counts from
+    the slot: a parent whose outcome comes past it records the child upstream_timeout."""
+    from raftsched.core import pipelines
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(every_s=10)),
+                    ("one", job_raw(after=["a"], max_wait_s=3)), ("two", job_raw(after=["a", "b"], max_wait_s=3)))
+    tick(s, S1)
+    runs = by_job(lease(s, S1))
+    finish(s, runs["b"], S1 + 2500, True)  # in time
+    assert s.pipes.joins["two"][S1]["since"] == S1
+    assert pipelines.overdue(s, S1 + 2999, 10) == [] and pipelines.overdue(s, S1 + 3000, 10) == [["two", S1, S1]]
+    finish(s, runs["a"], S1 + 3500, True)  # past the wait
+    for c in ("one", "two"):
+        r = s.runs[f"{c}@{S1}"]
+        assert (r["state"], r["reason"]) == ("skipped", "upstream_timeout"), (c, r)
+    # in time, the same child runs
+    tick(s, S1 + 10 * SEC)
+    runs = by_job(lease(s, S1 + 10 * SEC))
+    finish(s, runs["a"], S1 + 12 * SEC, True)
+    assert s.runs[f"one@{S1 + 10 * SEC}"]["state"] == "queued"
+
+
 def test_a_gated_slot_fired_ahead_waits_max_wait_s_from_its_slot_not_from_its_fire():
     """g's own slot S1, fired 4 s ahead, with max_wait_s 3: it is never decided before its slot,
     and a parent that ends 2.5 s after the slot is still in time (counted from the fire, the
@@ -245,15 +269,16 @@ def test_a_gated_slot_fired_ahead_waits_max_wait_s_from_its_slot_not_from_its_fi
 
 
 def test_a_gated_slot_whose_parent_reported_before_its_own_fire_still_waits_from_its_slot():
-    """A heartbeat parent pinged for slot S before S made g's join first (since: the ping); g's own
-    slot, fired ahead after it, moves the start of its wait to S: nothing decides g@S before S."""
+    """A heartbeat parent pinged for slot S before S made g's join first; its wait counts from S
+    all the same (before 2026-12-06: from the ping, until g's own slot, fired ahead after it,
+    moved it to S): nothing decides g@S before S."""
     from raftsched.core import pipelines
     s = chain_state(("h", job_raw(every_s=10, executor={"type": "heartbeat"})), ("b", job_raw(every_s=10)),
                     ("g", job_raw(every_s=10, after=["h", "b"], max_wait_s=1)))
     plan = [[n, s.jobs[n]["gen"], s.jobs[n]["cursor"], S1, S1 + 10 * SEC, [S1], []] for n in ("h", "b")]
     assert apply(s, commands.make("fire", S1 - 4000, None, entries=plan))["fired"] == 2
     assert apply(s, commands.ping(S1 - 3000, None, name="h", status="success", slot=S1))["ok"]
-    assert s.pipes.joins["g"][S1]["since"] == S1 - 3000
+    assert s.pipes.joins["g"][S1]["since"] == S1
     own = [["g", s.jobs["g"]["gen"], s.jobs["g"]["cursor"], S1, S1 + 10 * SEC, [S1], []]]
     assert apply(s, commands.make("fire", S1 - 1000, None, entries=own))["fired"] == 1
     assert s.pipes.joins["g"][S1]["since"] == S1

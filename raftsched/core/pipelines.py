@@ -347,7 +347,10 @@ def _offer(s: SchedulerState, child: Record, parent: str, slot: int, info: list[
             _decide(s, c, oldest, "upstream_timeout",
                     f"{limits.joins_per_child_max} slots of {c} were waiting for their parents", now, work)
             joins = s.pipes.joins.setdefault(c, {})
-        j = joins[slot] = {"got": {}, "own": False, "since": now}
+        # Its wait (max_wait_s) counts from the slot, as a gated child's own (own_slot), not from
+        # the first parent's report: with one parent, that report completed the join at once, and
+        # no wait ever ran out. A backfill's slots are old: theirs counts from the backfill's run.
+        j = joins[slot] = {"got": {}, "own": False, "since": now if bf is not None else slot}
     j["got"][parent] = info
     if bf is not None:
         j["bf"] = bf
@@ -466,6 +469,15 @@ def _check(s: SchedulerState, child: Record, slot: int, now: int, work: list[tup
                     now, work)
             return
     if not waiting:
+        wait = child["spec"].get("max_wait_s", limits.max_wait_s_default) * 1000
+        if j["since"] + wait <= now:
+            # Every parent is final, but the last came past max_wait_s (what the leader's sweep
+            # records when a parent is still to come: join_expire; a child of one parent never
+            # waits in a join for it to find).
+            _decide(s, c, slot, "upstream_timeout",
+                    f"its parents' outcomes came {(now - j['since']) // 1000} s after it began to wait, past "
+                    f"max_wait_s ({wait // 1000} s)", now, work)
+            return
         _make_run(s, child, slot, j, now, work)
 
 
