@@ -243,6 +243,47 @@ def test_fail_fast_goes_round_again_after_a_504_to_a_mutation_until_the_deadline
     assert isinstance(c.next(1.1), Fail)
 
 
+def test_a_fail_fast_read_rides_through_an_election_and_says_no_leader_when_every_node_answers():
+    """A node answers a read 503 at once when it has no leader (a write only after waiting 5 s):
+    the command line's reads failed 0.16 s into an ordinary election, saying to start the stopped
+    nodes. A read goes round again for FAIL_FAST_READ_GRACE_S; past it, or for a write, the
+    round's error, which says 'no quorum' only when a node did not answer."""
+    from raftsched.client import core
+    urls = ["http://127.0.0.1:8701", "http://127.0.0.1:8702", "http://127.0.0.1:8703"]
+    no_leader = {"error": {"code": "unavailable", "message": "no leader: the leader 127.0.0.1:9702 is not reachable"}}
+
+    def call(mutating):
+        return Call(urls, "GET" if not mutating else "POST", "/v1/jobs/j/runs", mutating, start=0, timeout_s=10,
+                    budget_s=30, now_s=0, fail_fast=True)
+
+    c = call(False)
+    for t in (0.0, 0.01):
+        assert c.answered(c.next(t).node, 503, {"retry-after": "1"}, no_leader) is None
+    c.not_sent(c.next(0.02).node, "refused")  # the dead leader's node
+    wait = c.next(0.03)
+    assert isinstance(wait, Wait), "a read goes round again during an election"
+    assert c.next(1.0).node == 0 and c.answered(0, 200, {}, {"runs": []}) is not None
+    # past the grace: the round's error; every node answered 503, so not "start the stopped nodes"
+    c = call(False)
+    now = 0.0
+    while True:
+        step = c.next(now)
+        if isinstance(step, Fail):
+            break
+        if isinstance(step, Wait):
+            now += max(step.seconds, 0.5)
+            continue
+        c.answered(step.node, 503, {"retry-after": "1"}, no_leader)
+    assert now >= core.FAIL_FAST_READ_GRACE_S
+    assert step.error.message.startswith("no leader: every node answered") and "Nothing was changed" not in step.error.message
+    # a write fails after one round, as before
+    c = call(True)
+    for t in (0.0, 0.01, 0.02):
+        c.answered(c.next(t).node, 503, {}, no_leader)
+    end = c.next(0.03)
+    assert isinstance(end, Fail) and "Nothing was changed" in end.error.message
+
+
 # ---------------------------------------------------------------------- output
 RUNS = {"job": "j", "runs": [{"id": "j@1", "state": "succeeded", "slot": "2026-01-01T00:00:00Z", "worker": None},
                              {"id": "j@2", "state": "failed", "slot": "2026-01-01T00:01:00Z",

@@ -75,6 +75,11 @@ ROUND_WAIT_S_MAX = 1.0
 ROUND_WAIT_S_DEFAULT = 0.2
 #: The shortest timeout one attempt is given, even when the call's deadline is closer.
 ATTEMPT_TIMEOUT_S_MIN = 0.05
+#: How long a ``fail_fast`` read goes round again when no node has a leader: a node answers a
+#: read 503 at once (a write only after waiting its propose timeout), and an election after a
+#: leader's death takes about a second, which a read should ride through; a cluster without a
+#: quorum is told after this.
+FAIL_FAST_READ_GRACE_S = 3.0
 #: The error statuses that stay definite after an earlier attempt's outcome became unknown: the
 #: node judged the request itself, under the same Idempotency-Key (a remembered answer is
 #: replayed), so the earlier attempt would have got the same answer. Any other (5xx, 401, 403,
@@ -314,8 +319,9 @@ class Call:
     :param uniform: ``random.uniform``, or a stand-in in tests: the jitter of the waits.
     :param fail_fast: one round only: once every node was tried and none answered for good
         (unreachable, 503, lost), fail at once with what each node said (the command line:
-        a node answers 503 only after waiting its propose timeout for a leader, so a second
-        round would only repeat it). A round in which a node answered a mutation 504 is the
+        a node answers a write 503 only after waiting its propose timeout for a leader, so a
+        second round would only repeat it). A read's 503 for want of a leader comes at once: a
+        read goes round again for FAIL_FAST_READ_GRACE_S, through an election. A round in which a node answered a mutation 504 is the
         exception: that node has a leader and the outcome is unknown, so the request is sent
         again (same Idempotency-Key) round after round until the deadline, as without
         ``fail_fast``.
@@ -348,6 +354,8 @@ class Call:
         self._round_504 = False
         #: the body of the last 504 (a batch's says which jobs committed): the final error keeps it
         self.unknown_body: Any = None
+        #: a fail_fast read goes round again until then (FAIL_FAST_READ_GRACE_S)
+        self._read_grace_until = now_s + (0.0 if mutating else FAIL_FAST_READ_GRACE_S)
 
     # ------------------------------------------------------------------ what to do next
     def next(self, now_s: float) -> Try | Wait | Fail:
@@ -368,7 +376,8 @@ class Call:
         # Every node was tried this round (or the deadline passed).
         if remaining <= 0:
             return Fail(self.gave_up())
-        if self.fail_fast and not self._round_504:
+        if self.fail_fast and not self._round_504 and not (
+                now_s < self._read_grace_until and any(st == 503 and "leader" in msg for _, st, msg in self.round)):
             return Fail(self.round_error())
         self._k = n
         self._waited = True
@@ -469,8 +478,16 @@ class Call:
                 f"the outcome is unknown: the request may have applied ({said}). Look before sending it "
                 "again (raftsched get, raftsched runs)"), None))
         if any(st == 503 and "leader" in msg for _, st, msg in self.round):
+            changed = "Nothing was changed. " if self.mutating else ""
+            if all(st == 503 for _, st, _ in self.round):
+                # Every node answered, and none had a leader: no node is stopped, so no quorum
+                # is lost to a stopped one; they cannot elect (cut off from each other), or an
+                # election outlasted the call.
+                return with_status(Unavailable(
+                    f"no leader: every node answered, and none has a leader ({said}). {changed}The "
+                    "nodes may not reach each other (their Raft ports); try again"), None)
             return with_status(Unavailable(
-                f"no quorum: no node has a leader ({said}). Nothing was changed. Start the stopped "
+                f"no quorum: no node has a leader ({said}). {changed}Start the stopped "
                 "nodes (scripts/cluster.sh status lists them) and try again"), None)
         if any(st == 503 for _, st, _ in self.round):
             return with_status(Unavailable(f"unavailable ({said}). Nothing was changed; try again later"), None)
