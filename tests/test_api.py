@@ -239,6 +239,39 @@ def test_a_ping_up_to_2_s_before_its_slot_waits_for_the_slot_to_be_committed():
     run(t)
 
 
+def test_a_gated_child_whose_slots_never_meet_its_parents_is_refused_naming_the_edge():
+    """A gated child (schedule + after, match same_slot) made a second after its parent, both
+    every 3 s, never shared a slot with it (each interval grid is anchored where its job was
+    made): the PUT was accepted and every slot recorded upstream_timeout, a day later by
+    default. Refused now, as the child and as a parent whose new schedule would part them; the
+    same start_at, a batch made at once, or match latest are accepted."""
+    par = dict(SPEC, schedule={"every_s": 3})
+    kid = dict(SPEC, schedule={"every_s": 3}, after=["par"])
+
+    async def t(env, c):
+        assert (await put(c, "par", par)).status == 201
+        env.clock.advance(1500)
+        body = await err(await put(c, "kid", kid), 422, "invalid", "after[0].job")
+        assert "never meet" in body["error"]["message"] and "start_at" in body["error"]["message"]
+        assert "kid" not in env.state.jobs
+        assert (await put(c, "kid", dict(kid, match="latest"))).status == 201
+        await err(await put(c, "kid2", dict(kid, jitter_s=1)), 422, "invalid", "after[0].job")
+        # the same phase: accepted; then a parent's new interval would part them
+        phased = {"every_s": 3, "start_at": "2030-01-01T00:00:00Z"}
+        assert (await put(c, "p2", dict(SPEC, schedule=phased))).status == 201
+        assert (await put(c, "k2", dict(SPEC, schedule=dict(phased, every_s=6), after=["p2"]))).status == 201
+        await err(await put(c, "p2", dict(SPEC, schedule={"every_s": 3})), 422, "invalid", "schedule")
+        assert env.state.jobs["p2"]["spec"]["schedule"].get("start_at") is not None, "refused: unchanged"
+        # a batch makes them at one instant: aligned
+        r = await c.post("/v1/jobs:batch", json={"jobs": {"bp": par, "bk": dict(kid, after=["bp"])}}, headers=AUTH)
+        assert r.status in (200, 201), await r.text()
+        env.clock.advance(1500)
+        r = await c.post("/v1/jobs:batch", json={"jobs": {"bk2": dict(kid, after=["bp"])}}, headers=AUTH)
+        body = await err(r, 422, "invalid", "after[0].job")
+        assert body["error"]["job"] == "bk2"
+    run(t)
+
+
 def test_malformed_json_is_400():
     async def t(env, c):
         r = await c.put("/v1/jobs/a", data=b"{not json", headers=AUTH)

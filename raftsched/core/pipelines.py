@@ -27,6 +27,7 @@ A job without ``after`` and without children costs one dict look-up per final ou
 from __future__ import annotations
 
 import bisect
+import math
 from typing import TYPE_CHECKING, Any
 
 import msgpack
@@ -87,6 +88,28 @@ def check_edges(s: SchedulerState, name: str, spec: Record, pending: dict[str, R
 def dependents(s: SchedulerState, name: str) -> list[str]:
     """The jobs that name ``name`` as a parent, sorted."""
     return sorted(s.pipes.children.get(name, ()))
+
+
+def slots_never_meet(child: Record, child_anchor: int, parent: Record, parent_anchor: int) -> str | None:
+    """Why a gated child's slots (``match: same_slot``, the default) can never be its parent's
+    (each slot waits for the parent's run of the same slot, and would time out), or None when
+    they can, or when it cannot be told for sure. Two cases are certain: a ``jitter_s`` on either
+    (each job's slots move by offsets of its own name), and two interval schedules whose grids,
+    anchored where each job was made (or at its ``start_at``), have no instant in common."""
+    if "schedule" not in child or "after" not in child or child.get("match", "same_slot") != "same_slot" \
+            or "schedule" not in parent:
+        return None
+    if child["schedule"].get("jitter_ms") or parent["schedule"].get("jitter_ms"):
+        return ("jitter_s moves each job's slots by offsets of its own, so a slot of one is never a slot "
+                "of the other; drop jitter_s, or use match latest")
+    ce, pe = child["schedule"].get("every_s"), parent["schedule"].get("every_s")
+    if ce is None or pe is None:
+        return None  # (a cron schedule: not checked)
+    step = math.gcd(ce * 1000, pe * 1000)
+    if (child_anchor - parent_anchor) % step:
+        return ("their interval slots never fall on the same instant (each is anchored where its job was "
+                "made, or at its start_at); give both the same start_at, or use match latest")
+    return None
 
 
 def check_delete(s: SchedulerState, name: str, force: bool) -> None:

@@ -242,6 +242,7 @@ class Service:
         self.check_edges(name, spec, tenants)  # (before sealing: a first seal may name the cluster's key)
         spec = await self.seal(name, spec, tenants)
         cursor, anchor, nxt = self._position(name, spec.get("schedule"), now)
+        self.check_slots_meet(name, spec, anchor, tenants)
         cmd = commands.put_job(now, rid or new_request_id(), name=name, spec=spec, next=nxt, cursor=cursor,
                                anchor=anchor, create_only=create_only, claim=claim)
         res = await self.propose(cmd)
@@ -287,6 +288,26 @@ class Service:
                     raise InvalidSpec(f"job {name!r}: {e.message}", field=e.field, job=name, invalid=1,
                                       errors=[{"job": name, "field": e.field, "message": e.message}]) from None
             specs = {n: specs[n] for n in pipelines.parents_first(specs)}
+        # Gated children whose slots would never meet a parent's (in the batch or stored), either
+        # way: each job's anchor as the cut below computes it.
+        anchors: dict[str, int] = {}
+
+        def anchor_of(n: str) -> int:
+            if n not in anchors:
+                anchors[n] = self._position(n, specs[n]["schedule"], now)[1]
+            return anchors[n]
+        for name, spec in specs.items():
+            if "schedule" not in spec or not (("after" in spec and spec.get("match", "same_slot") == "same_slot")
+                                               or self.read(pipelines.dependents, name)):
+                continue
+            pos = {n: (specs[n], anchor_of(n)) for n in
+                   [e["job"] for e in spec.get("after", ()) if e["job"] in specs and "schedule" in specs[e["job"]]]
+                   + [k for k in self.read(pipelines.dependents, name) if k in specs and "schedule" in specs[k]]}
+            try:
+                self.check_slots_meet(name, spec, anchor_of(name), tenants, pos)
+            except InvalidSpec as e:
+                raise InvalidSpec(f"job {name!r}: {e.message}", field=e.field, job=name, invalid=1,
+                                  errors=[{"job": name, "field": e.field, "message": e.message}]) from None
         kid = None
         for k, (name, spec) in enumerate(specs.items()):
             if k and k % node_limits.batch_validate_step == 0:
@@ -340,6 +361,37 @@ class Service:
                 # learns nothing of others' jobs.
                 raise InvalidSpec(f"names no job: {e['job']} -> {name} (create {e['job']} first)",
                                   field=f"after[{i}].job")
+
+    def check_slots_meet(self, name: str, spec: dict, anchor: int, tenants: frozenset | None,
+                         pending: dict[str, tuple[dict, int]] | None = None) -> None:
+        """A gated job (``match: same_slot``) waits, slot by slot, for its parents' runs of the
+        same slot: one whose slots can never be a parent's would record every slot
+        ``upstream_timeout``, a day later by default, and say nothing before (pipelines.slots_never_meet
+        tells the sure cases). Refused (422) as the child (``after[i].job``), and as a parent
+        whose new schedule would part it from such a child (``schedule``). ``pending``: jobs of
+        the same batch, name -> (spec, anchor)."""
+        if "schedule" not in spec:
+            return
+
+        def stored(n: str) -> tuple[dict, int] | None:
+            got = (pending or {}).get(n)
+            if got is None:
+                job = self.read(queries.job, n)
+                got = None if job is None else (job["spec"], job["anchor"])
+            return got
+        for i, e in enumerate(spec.get("after", ())):
+            parent = stored(e["job"])
+            why = None if parent is None else pipelines.slots_never_meet(spec, anchor, parent[0], parent[1])
+            if why is not None:
+                raise InvalidSpec(f"its slots never meet those of {e['job']}, which it waits for slot by slot "
+                                  f"(match same_slot): {why}", field=f"after[{i}].job")
+        for kid in self.read(pipelines.dependents, name):
+            child = stored(kid)
+            why = None if child is None else pipelines.slots_never_meet(child[0], child[1], spec, anchor)
+            if why is not None:
+                named = kid if self.visible_jobs([kid], tenants) else "a job of another tenant"
+                raise InvalidSpec(f"its slots would never meet those of {named}, which waits for it slot by "
+                                  f"slot (match same_slot): {why}", field="schedule")
 
     async def delete_job(self, name: str, rid: str | None, force: bool = False,
                          tenants: frozenset | None = None) -> dict:
