@@ -59,7 +59,7 @@ def main(argv: list[str]) -> int:
                                     "queue": "q", "executor": {"type": "shell", "argv": ["true"]}})
     per_cmd = 80
     for i in range(0, n, per_cmd):
-        items = [{"name": f"j{k:07d}", "spec": spec, "next": slot, "cursor": now, "anchor": slot, "create_only": False}
+        items = [{"name": f"j{k:07d}", "spec": spec, "next": slot, "cursor": now, "anchor": slot - 86_400_000, "create_only": False}  # (its first slot: one interval after)
                  for k in range(i, min(n, i + per_cmd))]
         res = st.apply(C.put_jobs(now, None, jobs=items))
         if not res.get("ok"):
