@@ -249,6 +249,13 @@ def test_a_triggered_childs_wait_counts_from_its_slot_whatever_its_parents_repor
     runs = by_job(lease(s, S1 + 10 * SEC))
     finish(s, runs["a"], S1 + 12 * SEC, True)
     assert s.runs[f"one@{S1 + 10 * SEC}"]["state"] == "queued"
+    # a manual run of an old slot, asked to propagate: the wait starts with it, not at the slot
+    old = S1 - 3600 * SEC
+    made = apply(s, commands.trigger_job(S1 + 20 * SEC, None, name="a", extra={"slot": old, "propagate": True}))
+    assert made["ok"], made
+    (g,) = [g for g in lease(s, S1 + 20 * SEC) if g["id"] == made["run"]]
+    finish(s, g, S1 + 21 * SEC, True)
+    assert s.runs[f"one@{old}"]["state"] == "queued", s.runs[f"one@{old}"]
 
 
 def test_a_gated_slot_fired_ahead_waits_max_wait_s_from_its_slot_not_from_its_fire():

@@ -249,7 +249,7 @@ def notify(s: SchedulerState, run: Record, now: int) -> None:
 
 #: The fields of a run a deferred fan-out keeps (a pending item of ``Pipes.fanout``).
 _SOURCE_FIELDS = ("job", "id", "slot", "slot_to", "state", "reason", "count", "fencing_token", "result",
-                  "backfill")
+                  "backfill", "kind")
 
 
 def _drain(s: SchedulerState, work: list[tuple[Record, int]], now: int, budget: list[int] | None = None) -> None:
@@ -278,6 +278,10 @@ def _fan(s: SchedulerState, src: Record, after: str | None, now: int, work: list
     lo = src["slot"]
     hi = src["slot_to"] if "slot_to" in src else lo
     info = [src["state"], src["id"], src.get("fencing_token"), src.get("result")]
+    # A slot's own scheduled run: its children's waits count from the slot; any other run of it
+    # (a backfill's, a manual run's, which may name a slot long past) starts them now.
+    from_slot = src.get("backfill") is None and src.get("kind", "scheduled") == "scheduled" \
+        and src["id"] == f"{src['job']}@{lo}"
     for c in names:
         if budget[0] <= 0:
             s.pipes.seq += 1
@@ -291,7 +295,7 @@ def _fan(s: SchedulerState, src: Record, after: str | None, now: int, work: list
         if lo != hi:
             _offer_range(s, child, src["job"], lo, hi, src, now, work)
         else:
-            _offer(s, child, src["job"], lo, info, now, work, src.get("backfill"))
+            _offer(s, child, src["job"], lo, info, now, work, src.get("backfill"), from_slot)
 
 
 def pending_fanout(s: SchedulerState, n: int) -> list[list[Any]]:
@@ -337,7 +341,7 @@ def _satisfies(state: str, on: str) -> bool | None:
 
 
 def _offer(s: SchedulerState, child: Record, parent: str, slot: int, info: list[Any], now: int,
-           work: list[tuple[Record, int]], bf: str | None = None) -> None:
+           work: list[tuple[Record, int]], bf: str | None = None, from_slot: bool = True) -> None:
     """Parent ``parent``'s final outcome ``info`` for ``slot`` reaches ``child``. ``bf``: the
     outcome is a run of a backfill with ``cascade: children``; the child's run, when the join
     completes, is then made under that backfill's pace and concurrency (held: ``hold``)."""
@@ -372,8 +376,8 @@ def _offer(s: SchedulerState, child: Record, parent: str, slot: int, info: list[
             joins = s.pipes.joins.setdefault(c, {})
         # Its wait (max_wait_s) counts from the slot, as a gated child's own (own_slot), not from
         # the first parent's report: with one parent, that report completed the join at once, and
-        # no wait ever ran out. A backfill's slots are old: theirs counts from the backfill's run.
-        j = joins[slot] = {"got": {}, "own": False, "since": now if bf is not None else slot}
+        # no wait ever ran out. A slot's other runs (``from_slot`` false: _fan) start it now.
+        j = joins[slot] = {"got": {}, "own": False, "since": slot if from_slot else now}
     j["got"][parent] = info
     if bf is not None:
         j["bf"] = bf
