@@ -6,7 +6,7 @@ import asyncio
 import pytest
 
 from raftsched.clock import FakeClock
-from raftsched.core import commands, limits, queries, schedule
+from raftsched.core import commands, due, limits, queries, schedule
 from raftsched.core.state import SchedulerState
 from raftsched.node import limits as node_limits
 from raftsched.node.service import Service
@@ -55,6 +55,33 @@ def test_tick_fires_each_due_slot_once():
     slots = scheduled_slots(st, "j0")
     assert len(slots) == 10 and len(set(slots)) == 10
     assert all(b - a == 10_000 for a, b in zip(slots, slots[1:]))
+
+
+def test_a_job_popped_for_a_slot_its_schedule_has_not_is_moved_to_its_next_not_popped_each_tick():
+    """A jittered interval job put by the version whose grid made its anchor a slot stores that
+    next slot (anchor + offset); the planner now finds none due there, and pushed the job back at
+    the same slot, so it was popped again every tick (2 ms) until its real first slot, an
+    interval later. The trigger proposes an entry that moves no slot and sets the job's next."""
+    st, raft, clock, trig = setup(n_jobs=0)
+    raw = dict(spec(every_s=3600), jitter_s=600)
+    asyncio.run(Service(raft, clock, "n1").put_job("j0", raw, None))
+    job = st.jobs["j0"]
+    assert job["cursor"] == job["anchor"] and job["next"] > job["anchor"] + 3600 * 1000
+    real = job["next"]
+    old = job["anchor"] + 1000  # what the older grid stored: the anchor, moved by its offset
+    job["next"] = old
+    due.repush(st, ["j0"])
+    clock.advance(old - clock.now_ms())
+    n = len(raft.proposed)
+    asyncio.run(trig.tick())
+    cmds = [commands.decode(d) for d in raft.proposed[n:]]
+    assert [c["op"] for c in cmds] == ["fire"] and cmds[0]["entries"][0][4:] == [real, [], []], cmds
+    assert st.jobs["j0"]["next"] == real and not st.runs
+    n = len(raft.proposed)
+    for _ in range(20):
+        clock.advance(7)
+        asyncio.run(trig.tick())
+    assert len(raft.proposed) == n, "not popped again before its real slot"
 
 
 def test_nothing_due_proposes_nothing():

@@ -22,7 +22,7 @@ import json
 import logging
 
 from ..clock import Clock
-from ..core import commands, deadlines, due, limits, pipelines, policy, queries
+from ..core import commands, deadlines, due, limits, pipelines, policy, queries, schedule
 from ..core.due import DueIndex
 from ..core.policy import fires_ahead
 from ..core.errors import RaftschedError
@@ -426,8 +426,16 @@ class Trigger:
                         log.exception("trigger: cannot plan job %s", name)
                         continue
                     if entry is None:
-                        self.raft.read(due.repush, [name])
-                        continue
+                        # Popped for a next slot its schedule no longer has (a jittered interval
+                        # job put by a version whose grid made its anchor a slot; or a next the
+                        # planner disagrees with): index it again at the same slot and it is
+                        # popped again at once, every tick. An entry that moves no slot and sets
+                        # its next where the schedule says (apply checks it as any plan: I2).
+                        nxt = schedule.next_slot_after(spec["schedule"], cursor, anchor) if "schedule" in spec else None
+                        if nxt is not None and nxt <= now + horizon:  # (cannot be: plan_fire saw it)
+                            self.raft.read(due.repush, [name])
+                            continue
+                        entry = [name, gen, cursor, cursor, nxt, [], []]
                     size = _entry_bytes_max(entry)
                     # The slots' deadline instants, computed here with the job's schedule rules
                     # (the proposer's work, as the plan is): only for jobs with a deadline.
