@@ -8,12 +8,13 @@ import random
 import threading
 import time
 
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 import exec_targets
 from raftsched.clock import ClusterClock, SystemClock
-from raftsched.core.errors import Indeterminate, Unavailable
+from raftsched.core.errors import Indeterminate, RaftschedError, Unavailable
 from raftsched.core.state import SchedulerState
 from raftsched.worker import limits as worker_limits
 from raftsched.node.api import make_app
@@ -180,6 +181,14 @@ def test_a_worker_heartbeats_as_often_as_the_nodes_answer_asks_within_a_third_of
             assert 2.4 <= got[0] <= 3.0 and got[0] != ch.heartbeat_interval_s(1.0, 10.0)  # spread over its last fifth
             assert got[1] == 10.0  # never beyond a third of its TTL
             assert got[2:] == [1.0, 1.0, 1.0, 1.0]  # not a number, a bool, shorter than its own, none: its own
+            # asked again, then a heartbeat that fails: the next at its own interval
+            n.answers[:] = [(200, dict(ok, next_heartbeat_s=3))] + [
+                (503, {"error": {"code": "unavailable", "message": "no leader"}})] * 50
+            await ch.heartbeat([["r@1", 1]], 30_000, 5.0)
+            assert ch.heartbeat_interval_s(1.0, 10.0) > 1.0
+            with pytest.raises(RaftschedError):
+                await ch.heartbeat([["r@1", 1]], 30_000, 0.5)
+            assert ch.heartbeat_interval_s(1.0, 10.0) == 1.0
         finally:
             await ch.close()
             await n.close()

@@ -399,7 +399,8 @@ class Fleet:
         """Note worker ``wid``'s heartbeat (of leases of ``ttl_ms``), and return the interval it
         should heartbeat at next, when longer than its own (a third of its TTL, at most
         worker/limits.py heartbeat_interval_s_max): enough that the workers heartbeating here
-        come at ``heartbeats_per_s`` (node/limits.py), never longer than a third of its TTL.
+        come at ``heartbeats_per_s`` (node/limits.py), never longer than a quarter of its TTL
+        (heartbeat_asked_ttl_share_max: a lease survives a heartbeat that timed out).
         None: its own is short enough. A worker counts as heartbeating here until twice the
         interval it was asked for (at least heartbeat_seen_s) has passed without one."""
         now = self.clock.monotonic_s()
@@ -409,9 +410,9 @@ class Fleet:
             if now - t <= max(node_limits.heartbeat_seen_s, 2 * asked):
                 break
             del seen[w]
-        ttl_s = ttl_ms / 1000 / worker_limits.heartbeats_per_lease_ttl
-        own = min(ttl_s, worker_limits.heartbeat_interval_s_max)
-        want = min(ttl_s, round((len(seen) + 1) / node_limits.heartbeats_per_s, 1))
+        own = min(ttl_ms / 1000 / worker_limits.heartbeats_per_lease_ttl, worker_limits.heartbeat_interval_s_max)
+        want = min(ttl_ms / 1000 * worker_limits.heartbeat_asked_ttl_share_max,
+                   round((len(seen) + 1) / node_limits.heartbeats_per_s, 1))
         seen[wid] = [now, max(own, want)]
         return want if want > own else None
 

@@ -134,7 +134,7 @@ reap_interval_s = 0.1
 #: The leases and locks one read of the reaper's reads (under the replica's lock, ~0.6 us each,
 #: and ~0.5 us each of the leader's loop after it): beyond, a sweep of them all takes
 #: ceil(n / this) reads, an interval apart, and a lease is expired up to three sweeps after its
-#: TTL (at 100 000 live leases, ~25 reads, 2.5 s; docs/design.md "Expiry").
+#: TTL (at 100 000 live leases a sweep is ~25 reads, ~2.6 s: up to ~7.8 s; docs/design.md "Expiry").
 reap_leases_per_read = 4096
 assert reap_interval_s <= core.lease_ttl_ms_min / 10_000
 
@@ -172,8 +172,9 @@ lease_idle_answers_per_s = 60.0
 heartbeat_linger_s = 0.05
 #: Heartbeats a node aims at, per second: with more workers heartbeating at it than their
 #: interval allows at this rate, a heartbeat's answer asks the worker to heartbeat less often
-#: (``next_heartbeat_s``), never less often than a third of its lease TTL (a lease survives two
-#: lost heartbeats). As lease_idle_answers_per_s, and Nomad's max_heartbeats_per_second.
+#: (``next_heartbeat_s``), never less often than a quarter of its lease TTL (worker/limits.py
+#: heartbeat_asked_ttl_share_max: a lease survives a heartbeat that timed out). As
+#: lease_idle_answers_per_s, and Nomad's max_heartbeats_per_second.
 heartbeats_per_s = 60.0
 #: A worker counts as heartbeating at a node for this long after its last heartbeat there.
 heartbeat_seen_s = 10.0

@@ -101,6 +101,10 @@ heartbeat_interval_s_max = 1.0
 #: A heartbeat is given up after this share of the lease TTL: one that takes longer is of no use,
 #: and the lease watchdog must not wait behind it.
 heartbeat_timeout_lease_ttl_share = 0.5
+#: The longest interval a node may ask for (``next_heartbeat_s``), as a share of the lease TTL:
+#: two intervals and a heartbeat given up between them stay under a TTL, so a lease survives a
+#: heartbeat that timed out (a third of the TTL, the worker's own cadence, would not).
+heartbeat_asked_ttl_share_max = (1 - heartbeat_timeout_lease_ttl_share) / 2
 #: A grant that reaches the worker with less than this share of its lease TTL left (its
 #: ``deadline`` against the worker's clock, the cluster's) arrived late: its answer waited behind
 #: a pause of the worker, a node catching up or an election, and the lease may be gone already.
@@ -125,6 +129,7 @@ report_retry_s = 0.2
 
 assert complete_batch_bytes_max > 0
 assert heartbeats_per_lease_ttl >= 2  # a lease survives a lost heartbeat
+assert 2 * heartbeat_asked_ttl_share_max + heartbeat_timeout_lease_ttl_share <= 1
 assert 0 < heartbeat_timeout_lease_ttl_share < 1
 assert 0 < grant_late_ttl_share < 1
 assert lease_watchdog_interval_s < core.lease_ttl_ms_min / 1000

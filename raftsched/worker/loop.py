@@ -622,9 +622,11 @@ class LeaseLoop:
 
     async def _heartbeat_loop(self) -> None:
         # A third of the TTL, and at most a second: a lease survives two lost heartbeats. A
-        # node with many workers heartbeating at it asks for longer, up to the third of the TTL.
-        longest = self.lease_ttl_ms / 1000 / worker_limits.heartbeats_per_lease_ttl
-        interval = min(longest, worker_limits.heartbeat_interval_s_max)
+        # node with many workers heartbeating at it asks for longer, up to a quarter of the TTL
+        # (a lease survives a heartbeat given up after half a TTL between two such intervals).
+        interval = min(self.lease_ttl_ms / 1000 / worker_limits.heartbeats_per_lease_ttl,
+                       worker_limits.heartbeat_interval_s_max)
+        longest = max(interval, self.lease_ttl_ms / 1000 * worker_limits.heartbeat_asked_ttl_share_max)
         while True:
             await asyncio.sleep(self.channel.heartbeat_interval_s(interval, longest))
             if not self.channel.registered():

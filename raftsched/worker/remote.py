@@ -275,6 +275,7 @@ class RemoteChannel:
         return Grants(runs, draining, None if quick else 0.0, transit_ms)
 
     async def heartbeat(self, leases: list[list], ttl_ms: int, timeout_s: float) -> tuple[list[str], bool]:
+        self._asked_heartbeat_s = None  # a heartbeat that fails: the next one at the worker's own interval
         res = await self.client.worker_heartbeat(self.worker_id, leases, ttl_ms,
                                                  timeout_s=max(0.2, timeout_s / 2), deadline_s=timeout_s)
         self._heard(res)
@@ -286,7 +287,8 @@ class RemoteChannel:
     def heartbeat_interval_s(self, own_s: float, longest_s: float) -> float:
         """``own_s``, or what the last heartbeat's answer asked for (``next_heartbeat_s``), spread
         over its last fifth so that workers asked at once do not come back at once; never over
-        ``longest_s`` (a third of the lease TTL: a lease survives two lost heartbeats)."""
+        ``longest_s`` (a quarter of the lease TTL: a lease survives a heartbeat that timed out).
+        After a heartbeat that failed, its own."""
         asked = self._asked_heartbeat_s
         if asked is None or asked <= own_s:
             return own_s

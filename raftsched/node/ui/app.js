@@ -314,13 +314,17 @@ pages.job = {
 
 // What explain answered: how many slots fall due, which become runs and which are recorded, and why.
 function explained(x) {
-  const recorded = x.slots_due - x.runs.length;
+  const ahead = x.fired_ahead || [];  // runs committed before the outage: they start late, whatever the policy
+  const recorded = x.slots_due - x.runs.length - ahead.length;
   return h("div", {},
     h("p", {}, `${x.slots_due} slots due between ${x.down_from} and ${x.down_to} (${x.policy}, grace ${x.grace_s} s): `,
-      h("b", {}, `${x.runs.length} run${x.runs.length === 1 ? "" : "s"}`), ", ", h("b", {}, `${recorded} recorded`),
+      h("b", {}, `${x.runs.length + ahead.length} run${x.runs.length + ahead.length === 1 ? "" : "s"}`),
+      ahead.length ? ` (${ahead.length} fired ahead, starting late)` : "", ", ", h("b", {}, `${recorded} recorded`),
       `; then the next slot ${fmt(x.next_slot)}.`),
-    table(["run of slot", "fire lag", "why"], x.runs.map((r) => h("tr", {}, h("td", {}, r.slot),
-      h("td", {}, `${(r.fire_lag_ms / 1000).toFixed(1)} s`), h("td", {}, r.why))), "no run"),
+    table(["run of slot", "late by", "why"], ahead.map((r) => h("tr", {}, h("td", {}, r.slot),
+      h("td", {}, `${(r.start_lag_ms / 1000).toFixed(1)} s (its start)`), h("td", {}, r.why))).concat(
+      x.runs.map((r) => h("tr", {}, h("td", {}, r.slot),
+        h("td", {}, `${(r.fire_lag_ms / 1000).toFixed(1)} s`), h("td", {}, r.why)))), "no run"),
     table(["recorded", "reason", "from", "to", "slots", "why"], x.recorded.map((r) => h("tr", {}, h("td", {}, pill(r.state)),
       h("td", {}, r.reason), h("td", {}, r.from), h("td", {}, r.to), h("td", {}, fmt(r.count)), h("td", {}, r.why))), "nothing recorded"));
 }
