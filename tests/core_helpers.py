@@ -56,7 +56,7 @@ def put_cmd(state: SchedulerState | None, name: str, spec: dict, now: int, rid: 
         if kept is not None:
             cursor, anchor, _ = kept
         else:
-            floor = queries.cursor_floor(state, name, now)
+            floor = queries.cursor_floor(state, name)
             if floor is not None and floor > cursor:
                 cursor = floor
     nxt = schedule.next_slot_after(sched, cursor, anchor)

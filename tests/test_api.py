@@ -269,6 +269,20 @@ def test_a_gated_child_whose_slots_never_meet_its_parents_is_refused_naming_the_
         r = await c.post("/v1/jobs:batch", json={"jobs": {"bk2": dict(kid, after=["bp"])}}, headers=AUTH)
         body = await err(r, 422, "invalid", "after[0].job")
         assert body["error"]["job"] == "bk2"
+        # a pair stored before the check does not block the edits that part neither of them
+        from raftsched.core import pipelines
+        real = pipelines.slots_never_meet
+        pipelines.slots_never_meet = lambda *a: None
+        env.clock.advance(1000)
+        try:
+            assert (await put(c, "old", dict(kid, after=["par"]))).status == 201
+        finally:
+            pipelines.slots_never_meet = real
+        assert (env.state.jobs["old"]["anchor"] - env.state.jobs["par"]["anchor"]) % 3000, "misaligned"
+        assert (await put(c, "old", dict(kid, after=["par"], description="edited"))).status == 200
+        assert (await put(c, "par", dict(par, description="edited"))).status == 200
+        env.clock.advance(1000)
+        await err(await put(c, "par", dict(par, schedule={"every_s": 6})), 422, "invalid", "schedule")
     run(t)
 
 

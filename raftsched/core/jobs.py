@@ -171,7 +171,7 @@ def put_job(s: SchedulerState, cmd: Command, now: int, pending: dict[str, Record
     if "after" in spec:
         check_edges(s, name, spec, pending)  # I4: the edges against this replica's jobs, alike everywhere
     kept = kept_position(old, spec.get("schedule"))
-    floor = floor_of(s, old, now) if kept is None and old is not None else None  # (one history scan)
+    floor = floor_of(s, old) if kept is None and old is not None else None  # (one history scan)
     if kept is not None:
         # Same schedule: keep the cursor and next slot, so a replace never re-fires a slot
         # nor loses a pending one.

@@ -53,28 +53,27 @@ def put_position(s: SchedulerState, name: str, sched: Record) -> tuple[int, int,
     return kept_position(s.jobs.get(name), sched)
 
 
-def cursor_floor(s: SchedulerState, name: str, now: int) -> int | None:
-    """The cursor a put of job ``name`` with another schedule at ``now`` starts from at the least
+def cursor_floor(s: SchedulerState, name: str) -> int | None:
+    """The cursor a put of job ``name`` with another schedule starts from at the least
     (floor_of, which apply keeps when it is ahead: jobs.put_job), or None for a new job."""
     old = s.jobs.get(name)
-    return None if old is None else floor_of(s, old, now)
+    return None if old is None else floor_of(s, old)
 
 
-def floor_of(s: SchedulerState, old: Record, now: int) -> int:
+def floor_of(s: SchedulerState, old: Record) -> int:
     """The old job's cursor, or the newest slot its history holds under a slot's id when that is later: a
     triggered job's runs and records take their parents' slots (fired ahead, or a trigger for
     a given slot), which may be past its cursor, and a new schedule's slot must never take the
     id of a run or record that is kept (I2). One scan of the history (bounded), only on a put
     with another schedule.
 
-    The cursor of a ``start_at`` still ahead that has fired nothing (``start_at`` - 1, where its
-    grid begins: policy.initial_position) marks no slot handled: it counts up to ``now`` only.
-    Taken whole, it held a replace's new schedule silent until the old ``start_at`` (a typo of
-    a year ahead, corrected, left the job silent for that year)."""
-    floor: int = old["cursor"]
+    The cursor of a ``start_at`` that has fired nothing (``start_at`` - 1, where its grid
+    begins: policy.initial_position) marks no slot handled: only the history floors then. Taken
+    whole, it held a replace's new schedule silent until the old ``start_at`` (a typo of a year
+    ahead, corrected, left the job silent for that year). (Not bounded by ``now``: apply's state
+    time is not the proposer's clock, and the two would floor differently.)"""
     sched = old["spec"].get("schedule") or {}
-    if "start_at" in sched and floor == old["anchor"] - 1 and floor > now:
-        floor = now
+    floor: int = -1 if "start_at" in sched and old["cursor"] == old["anchor"] - 1 else old["cursor"]
     runs, name = s.runs, old["name"]
     for rid in s.history.get(name, ()):
         r = runs[rid]

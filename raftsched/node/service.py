@@ -114,7 +114,7 @@ class Service:
         else:
             # Another schedule starts after the old one's cursor when that is ahead (it fired
             # ahead of now): apply keeps the larger, so the next slot is computed from it too.
-            floor = self.read(queries.cursor_floor, name, now)
+            floor = self.read(queries.cursor_floor, name)
             if floor is not None and floor > cursor:
                 cursor = floor
         if memo is None or "cron" not in sched:
@@ -372,6 +372,10 @@ class Service:
         the same batch, name -> (spec, anchor)."""
         if "schedule" not in spec:
             return
+        # Only what this put changes: a pair stored before the check (or by a batch that made
+        # it together) does not block other edits of either job.
+        was = self.read(queries.job, name)
+        same_slots = was is not None and was["spec"].get("schedule") == spec["schedule"] and was["anchor"] == anchor
 
         def stored(n: str) -> tuple[dict, int] | None:
             got = (pending or {}).get(n)
@@ -379,13 +383,15 @@ class Service:
                 job = self.read(queries.job, n)
                 got = None if job is None else (job["spec"], job["anchor"])
             return got
-        for i, e in enumerate(spec.get("after", ())):
+        same_edges = same_slots and was["spec"].get("after") == spec.get("after") \
+            and was["spec"].get("match") == spec.get("match")
+        for i, e in enumerate(() if same_edges else spec.get("after", ())):
             parent = stored(e["job"])
             why = None if parent is None else pipelines.slots_never_meet(spec, anchor, parent[0], parent[1])
             if why is not None:
                 raise InvalidSpec(f"its slots never meet those of {e['job']}, which it waits for slot by slot "
                                   f"(match same_slot): {why}", field=f"after[{i}].job")
-        for kid in self.read(pipelines.dependents, name):
+        for kid in () if same_slots else self.read(pipelines.dependents, name):
             child = stored(kid)
             why = None if child is None else pipelines.slots_never_meet(child[0], child[1], spec, anchor)
             if why is not None:
