@@ -12,7 +12,7 @@ later, and has N simulated workers in this process (one aiohttp session, each wo
 client of the worker protocol, spread over the nodes) each lease one of their runs, with a lease
 TTL of ``--ttl-s`` (10 s, the worker's default), and then heartbeat it as ``raftsched worker``
 does: every third of the TTL, at most every second, or as long as the node's answer asks
-(``next_heartbeat_s``, spread over its last fifth), never longer than a third of the TTL. After
+(``next_heartbeat_s``, spread over its last fifth), never longer than a quarter of the TTL. After
 a warm-up of ``--warmup-s`` it counts the heartbeats answered and the three nodes' CPU (their
 processes and children) for ``--window-s``, and prints one JSON line: heartbeats a second, the
 nodes' CPU in % of one core and in us a heartbeat, the answers' latency, the intervals the nodes
@@ -46,7 +46,7 @@ async def _fleet(c, token: str, args, out: dict) -> None:
     import aiohttp  # the project's own HTTP library, as the worker's
 
     n, ttl_ms = args.workers, int(args.ttl_s * 1000)
-    longest = ttl_ms / 1000 / 3
+    longest = ttl_ms / 1000 / 4  # (what a node may ask for at the most: worker/limits.py)
     own = min(longest, 1.0)
     counts = {"sent": 0, "failed": 0}
     lost: list[str] = []
