@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -304,6 +305,16 @@ def stop_clusters(clusters: list) -> None:
             c.stop()
         except Exception as e:  # keep stopping the others
             print(f"[bench] stopping a cluster: {e!r}", file=sys.stderr)
+
+
+def stop_probe(c: BenchCluster, tmp: Path, keep: bool) -> None:
+    """A measure probe's end (in its ``finally``): its cluster stopped by PID, and its temporary
+    directory removed, or kept and said on stderr (``keep``: the run failed, or ``--keep``)."""
+    c.stop()
+    if keep:
+        print(f"data dirs and node logs kept in {tmp}", file=sys.stderr)
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def probe_cluster(args, name: str) -> tuple[Path, str, BenchCluster]:

@@ -79,6 +79,17 @@ def module(command: str):
     return importlib.import_module(f"{__name__}.{COMMANDS[command]}")
 
 
+def code_first(argv: list[str]) -> list[str] | None:
+    """An in-process probe's ``[CODE_DIR] ARGS...``: CODE_DIR (its first argument when that is
+    not a number; default this checkout) put first on sys.path, to measure another checkout, and
+    the rest returned; None for ``-h``/``--help`` (the probe prints its docstring)."""
+    args = list(argv)
+    if args and args[0] in ("-h", "--help"):
+        return None
+    sys.path.insert(0, args.pop(0) if args and not args[0].isdigit() else ROOT)
+    return args
+
+
 def summary(command: str, width: int = 100) -> str:
     """The first paragraph of a command's docstring, on one line of at most ``width``
     characters, read without importing it (importing would import raftsched)."""

@@ -35,10 +35,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 
 from benchlib import common
-from benchlib.harness import BenchCluster, probe_cluster
+from benchlib.harness import BenchCluster, probe_cluster, stop_probe
 from benchlib.probes import cpu_s
 from benchlib.register import register_jobs
 from measure import Smoke
@@ -124,10 +123,5 @@ def main(argv: list[str]) -> int:
             print(json.dumps({"dead_nodes": dead}), flush=True)
             failed = True
     finally:
-        c.stop()
-        if failed or args.keep:
-            print(f"data dirs and node logs kept in {tmp}", file=sys.stderr)
-        else:
-            import shutil
-            shutil.rmtree(tmp, ignore_errors=True)
+        stop_probe(c, tmp, failed or args.keep)
     return 1 if failed else 0

@@ -19,18 +19,16 @@ import gc
 import sys
 import time
 
-from measure import ROOT, Smoke
+from measure import Smoke, code_first
 
 SMOKE = [Smoke(("2000", "3"), "longest apply")]
 
 
 def main(argv: list[str]) -> int:
-    args = list(argv)
-    if args and args[0] in ("-h", "--help"):
+    args = code_first(argv)
+    if args is None:
         print(__doc__)
         return 0
-    code = args.pop(0) if args and not args[0].isdigit() else ROOT
-    sys.path.insert(0, code)
     from raftsched.core import commands as C, due, model  # noqa: E402
     from raftsched.core.due import DueIndex  # noqa: E402
     from raftsched.core.state import SchedulerState  # noqa: E402

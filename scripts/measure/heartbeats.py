@@ -28,12 +28,10 @@ import asyncio
 import collections
 import json
 import random
-import shutil
-import sys
 import time
 from datetime import datetime, timezone
 
-from benchlib.harness import probe_cluster
+from benchlib.harness import probe_cluster, stop_probe
 from benchlib.probes import cluster_cpu_s
 from benchlib import common
 from measure import Smoke
@@ -143,9 +141,5 @@ def main(argv: list[str]) -> int:
         print(json.dumps(out), flush=True)
         failed = bool(out["lost"] or out["failed"])
     finally:
-        c.stop()
-        if failed or args.keep:
-            print(f"data dirs and node logs kept in {tmp}", file=sys.stderr)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+        stop_probe(c, tmp, failed or args.keep)
     return 1 if failed else 0

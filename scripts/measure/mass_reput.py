@@ -27,13 +27,11 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
 import signal
-import sys
 import time
 
 from benchlib import common
-from benchlib.harness import BenchCluster, probe_cluster
+from benchlib.harness import BenchCluster, probe_cluster, stop_probe
 from benchlib.register import register_jobs
 from measure import Smoke
 
@@ -116,9 +114,5 @@ def main(argv: list[str]) -> int:
                           "terms_before": before, "terms_after": _terms(c, rest),
                           "elections": _log_since(c, offsets)}), flush=True)
     finally:
-        c.stop()
-        if failed or args.keep:
-            print(f"data dirs and node logs kept in {tmp}", file=sys.stderr)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+        stop_probe(c, tmp, failed or args.keep)
     return 1 if failed else 0

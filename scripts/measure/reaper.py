@@ -20,10 +20,9 @@ another checkout.
 """
 import asyncio
 import gc
-import sys
 import time
 
-from measure import ROOT, Smoke
+from measure import Smoke, code_first
 
 SMOKE = [Smoke(("3000", "6"), "short leases expired")]
 
@@ -34,12 +33,10 @@ TICK_MS = 7
 
 
 def main(argv: list[str]) -> int:
-    args = list(argv)
-    if args and args[0] in ("-h", "--help"):
+    args = code_first(argv)
+    if args is None:
         print(__doc__)
         return 0
-    code = args.pop(0) if args and not args[0].isdigit() else ROOT
-    sys.path.insert(0, code)
     from raftsched.clock import FakeClock  # noqa: E402
     from raftsched.core import commands as C, model, policy  # noqa: E402
     from raftsched.core.state import SchedulerState  # noqa: E402
