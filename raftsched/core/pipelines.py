@@ -112,6 +112,12 @@ def slots_never_meet(child: Record, child_anchor: int, parent: Record, parent_an
     return None
 
 
+def with_dependents(s: SchedulerState, names: list[str]) -> set[str]:
+    """Those of ``names`` that other jobs name as a parent (one read for a batch's jobs)."""
+    kids = s.pipes.children
+    return {n for n in names if kids.get(n)}
+
+
 def check_delete(s: SchedulerState, name: str, force: bool) -> None:
     """:raises Conflict: ``name`` has dependents and the delete is not forced (409 listing them)."""
     kids = dependents(s, name)

@@ -291,6 +291,7 @@ class Service:
         # Gated children whose slots would never meet a parent's (in the batch or stored), either
         # way: each job's anchor as the cut below computes it.
         anchors: dict[str, int] = {}
+        parents = self.read(pipelines.with_dependents, list(specs))  # (one read, however large the batch)
 
         def anchor_of(n: str) -> int:
             if n not in anchors:
@@ -298,11 +299,12 @@ class Service:
             return anchors[n]
         for name, spec in specs.items():
             if "schedule" not in spec or not (("after" in spec and spec.get("match", "same_slot") == "same_slot")
-                                               or self.read(pipelines.dependents, name)):
+                                               or name in parents):
                 continue
+            kids = self.read(pipelines.dependents, name) if name in parents else []
             pos = {n: (specs[n], anchor_of(n)) for n in
                    [e["job"] for e in spec.get("after", ()) if e["job"] in specs and "schedule" in specs[e["job"]]]
-                   + [k for k in self.read(pipelines.dependents, name) if k in specs and "schedule" in specs[k]]}
+                   + [k for k in kids if k in specs and "schedule" in specs[k]]}
             try:
                 self.check_slots_meet(name, spec, anchor_of(name), tenants, pos)
             except InvalidSpec as e:
