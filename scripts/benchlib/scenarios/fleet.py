@@ -121,9 +121,11 @@ def fleet_e2e(tmp: Path, n: int, window_s: float, warmup_s: float, workers: int,
         pids = [p.pid for p in procs.procs.values()]
         cpu_a, wcpu_a = cluster_cpu_s(c), [tree_cpu_s(p) for p in pids]
         ta, a = wall_ms(), counters()
+        spies = _profile_start({i: p.pid for i, p in c.procs.items()}, (w1 - ta) / 1000 - 1, "e2e")
         time.sleep(max(0.0, (w1 - wall_ms()) / 1000))  # ok-sleep: measurement window
         tb, b = wall_ms(), counters()
         cpu_b, wcpu_b = cluster_cpu_s(c), [tree_cpu_s(p) for p in pids]
+        _profile_wait(spies)
         check_alive(c, range(c.n))
         dead = [k for k in procs.procs if not procs.alive(k)]
         if dead:
