@@ -337,9 +337,7 @@ def _settle(s: SchedulerState, q: str, started: list[Record], now: int) -> None:
     if c:
         s._queue_depth[q] = s._queue_depth.get(q, 1) - c
         s._running_count[q] = s._running_count.get(q, 0) + c
-        on_start = s.stats.on_start
-        for run in started:
-            on_start(run, now)
+        s.stats.on_starts(started, now)
 
 
 def _grant_map(s: SchedulerState, run: Record, job: Record | None, tok: int, deadline: int) -> dict[str, Any]:
@@ -517,72 +515,76 @@ def apply_complete_many(s: SchedulerState, cmd: Command, now: int) -> Result:
     runs = s.runs
     deadline_book = s.deadlines
     running_count, running_ids, healths, children = s._running_count, s._running_ids, s.health, s.pipes.children
-    on_stats = s.stats.on_success
-    for row in rows:
-        rid = row[0]
-        run = runs.get(rid)
-        if run is not None and (own or only is not None):
-            if outside(run, only):
-                out.append({"ok": False, "run": rid, "error": NotFound(f"no run {rid!r}", field="run").to_dict()})
+    succeeded: list[Record] = []  # the fast path's, for the stats (once, after the loop)
+    try:
+        for row in rows:
+            rid = row[0]
+            run = runs.get(rid)
+            if run is not None and (own or only is not None):
+                if only is not None and run.get("tenant") not in only:  # outside(run, only), inline
+                    out.append({"ok": False, "run": rid, "error": NotFound(f"no run {rid!r}", field="run").to_dict()})
+                    continue
+                if own and run["state"] == "running" and run["worker"] != worker:
+                    out.append({"ok": False, "run": rid, "error": Conflict(
+                        f"run {rid} is held by another worker than {worker}", field="token",
+                        code_detail="stale_token").to_dict()})
+                    continue
+            if fast and row[2] and run is not None and run["state"] == "running" \
+                    and run.get("fencing_token") == row[1]:
+                # A success of the current attempt (nearly every item): apply_complete and
+                # finish_attempt inline (close_attempt's success, and notify.on_success's job health
+                # of a job with no consecutive failures, so no open incident, and no sinks), the same
+                # changes in the same order.
+                error, output = row[3], row[4]
+                if error is not None:
+                    error = bound_text(error, limits.error_chars_max)
+                if output is not None:
+                    output = bound_text(output, limits.output_bytes_max)
+                q = run["queue"]
+                running_count[q] = running_count.get(q, 1) - 1
+                running_ids.pop(run["id"], None)
+                kept = run.get("attempts")
+                if kept is None:
+                    run["attempts"] = NONE_KEPT  # (close_attempt says why)
+                elif len(kept) >= limits.attempts_kept_max:
+                    del kept[0]
+                run["finished_at"] = now
+                run["error"] = error
+                run["output"] = output
+                run["deadline"] = None
+                succeeded.append(run)
+                run["state"] = "succeeded"
+                if deadline_book.slots or deadline_book.since:
+                    on_finish(s, run, now)
+                name = run["job"]
+                h = healths.get(name)
+                if h is None or h[CONSECUTIVE] or s.sinks or run.get("kind") == "backfill":
+                    on_success(s, run, now)
+                else:
+                    h[LAST_SUCCESS] = now
+                    h[LAST_SLOT] = [run["slot"], "succeeded", None]
+                if name in children:
+                    if len(row) > 5 and row[5] is not None:  # kept for its children only
+                        run["result"] = pipelines.check_result(row[5])
+                    pipelines.notify(s, run, now)
+                out.append(run["attempt"])  # (records.outcome_results: a success, in short)
+                accepted += 1
                 continue
-            if own and run["state"] == "running" and run["worker"] != worker:
-                out.append({"ok": False, "run": rid, "error": Conflict(
-                    f"run {rid} is held by another worker than {worker}", field="token",
-                    code_detail="stale_token").to_dict()})
+            try:
+                r = apply_complete(s, {"run": rid, "token": row[1], "success": row[2], "error": row[3], "output": row[4],
+                                       "result": row[5] if len(row) > 5 else None}, now)
+            except (Conflict, NotFound) as e:
+                out.append({"ok": False, "run": rid, "error": e.to_dict()})
                 continue
-        if fast and row[2] and run is not None and run["state"] == "running" \
-                and run.get("fencing_token") == row[1]:
-            # A success of the current attempt (nearly every item): apply_complete and
-            # finish_attempt inline (close_attempt's success, and notify.on_success's job health
-            # of a job with no consecutive failures, so no open incident, and no sinks), the same
-            # changes in the same order.
-            error, output = row[3], row[4]
-            if error is not None:
-                error = bound_text(error, limits.error_chars_max)
-            if output is not None:
-                output = bound_text(output, limits.output_bytes_max)
-            q = run["queue"]
-            running_count[q] = running_count.get(q, 1) - 1
-            running_ids.pop(run["id"], None)
-            kept = run.get("attempts")
-            if kept is None:
-                run["attempts"] = NONE_KEPT  # (close_attempt says why)
-            elif len(kept) >= limits.attempts_kept_max:
-                del kept[0]
-            run["finished_at"] = now
-            run["error"] = error
-            run["output"] = output
-            run["deadline"] = None
-            on_stats(run, now)
-            run["state"] = "succeeded"
-            if deadline_book.slots or deadline_book.since:
-                on_finish(s, run, now)
-            name = run["job"]
-            h = healths.get(name)
-            if h is None or h[CONSECUTIVE] or s.sinks or run.get("kind") == "backfill":
-                on_success(s, run, now)
-            else:
-                h[LAST_SUCCESS] = now
-                h[LAST_SLOT] = [run["slot"], "succeeded", None]
-            if name in children:
-                if len(row) > 5 and row[5] is not None:  # kept for its children only
-                    run["result"] = pipelines.check_result(row[5])
-                pipelines.notify(s, run, now)
-            out.append(run["attempt"])  # (records.outcome_results: a success, in short)
-            accepted += 1
-            continue
-        try:
-            r = apply_complete(s, {"run": rid, "token": row[1], "success": row[2], "error": row[3], "output": row[4],
-                                   "result": row[5] if len(row) > 5 else None}, now)
-        except (Conflict, NotFound) as e:
-            out.append({"ok": False, "run": rid, "error": e.to_dict()})
-            continue
-        if r["ok"]:
-            accepted += 1
-            if r["state"] == "succeeded":
-                out.append(r["attempt"])  # in short, as the fast path's
-                continue
-        out.append(r)
+            if r["ok"]:
+                accepted += 1
+                if r["state"] == "succeeded":
+                    out.append(r["attempt"])  # in short, as the fast path's
+                    continue
+            out.append(r)
+    finally:  # (apply keeps what a command that raises did: the stats count it too)
+        if succeeded:
+            s.stats.on_successes(succeeded, now)
     if w is not None:
         w["completed"] += accepted  # the worker's accepted outcomes
     return {"ok": True, "judged": out, "ids": run_ids_digest([row[0] for row in rows])}

@@ -82,6 +82,43 @@ class ApplyStats:
                 b.counts[bisect_left(b.bounds_ms, ms)] += 1
                 b.sum_ms += ms
 
+    def on_starts(self, runs: list[dict[str, Any]], now: int) -> None:
+        """on_start of each of ``runs``, leased by one command at ``now``: the runs of one command
+        mostly share their slot, so a slot's bucket is found once for the runs after it."""
+        counts, bounds = self.slot_to_start.counts, self.slot_to_start.bounds_ms
+        last, i, total = None, 0, 0
+        for run in runs:
+            if run.get("kind") == "scheduled" and not run.get("attempts"):
+                slot = run.get("slot")
+                if isinstance(slot, int):
+                    ms = now - slot
+                    if ms < 0:
+                        ms = 0
+                    if slot != last:
+                        last, i = slot, bisect_left(bounds, ms)
+                    counts[i] += 1
+                    total += ms
+        self.slot_to_start.sum_ms += total
+
+    def on_successes(self, runs: list[dict[str, Any]], now: int) -> None:
+        """on_success of each of ``runs``, completed by one command at ``now`` (as on_starts)."""
+        finished = self.finished
+        finished["succeeded"] = finished.get("succeeded", 0) + len(runs)
+        counts, bounds = self.slot_to_completion.counts, self.slot_to_completion.bounds_ms
+        last, i, total = None, 0, 0
+        for run in runs:
+            if run.get("kind") == "scheduled":
+                slot = run.get("slot")
+                if isinstance(slot, int):
+                    ms = now - slot
+                    if ms < 0:
+                        ms = 0
+                    if slot != last:
+                        last, i = slot, bisect_left(bounds, ms)
+                    counts[i] += 1
+                    total += ms
+        self.slot_to_completion.sum_ms += total
+
     def on_deadline(self, outcome: Any, which: Any, cause: Any) -> None:
         """A deadline was judged ``missed`` (``cause``: never_started, still_running, failed, upstream,
         skipped, paused, untracked) or ``late`` (no cause), for ``which`` deadline."""
