@@ -285,6 +285,40 @@ def test_an_unknown_query_parameter_is_refused_naming_it_on_every_route():
     assert not failures, "\n".join(failures)
 
 
+def test_a_query_parameter_given_twice_is_refused_naming_it_on_every_route():
+    """``?limit=5&limit=500`` was answered by whichever one the handler read (the first): now a
+    400 naming it on every route, for each parameter the route takes, but a repeatable one
+    (``label``), which is still served; nothing is proposed."""
+    async def main():
+        state = SchedulerState()
+        app = make_app(Service(FakeRaft(state), FakeClock(NOW), "node-1"), TOKEN)
+        failures = []
+        async with TestClient(TestServer(app, host="127.0.0.1"), headers=AUTH,
+                              timeout=ClientTimeout(total=10)) as c:
+            assert (await c.put("/v1/jobs/j", data=json.dumps(SPEC))).status == 201
+            applied = state.applied
+            checked = 0
+            for r in ROUTES:
+                body = json.dumps(BODIES[r.body][0]).encode() if r.body is not None else None
+                for p in r.params:
+                    if p.repeated:
+                        continue
+                    checked += 1
+                    resp = await c.request(r.method, _path(r), params=[(p.name, "1"), (p.name, "2")], data=body)
+                    text = await resp.text()
+                    err = json.loads(text).get("error", {}) if text.startswith("{") else {}
+                    if resp.status != 400 or err.get("field") != p.name or "more than once" not in err["message"]:
+                        failures.append(f"{r.method} {r.path} ?{p.name}: {resp.status} {text[:160]}")
+            assert checked >= 10, checked
+            assert state.applied == applied, "nothing was proposed"
+            resp = await c.get("/v1/jobs", params=[("label", "a=b"), ("label", "c=d")])
+            assert resp.status == 200, await resp.text()
+        return failures
+
+    failures = asyncio.run(main())
+    assert not failures, "\n".join(failures)
+
+
 def test_a_json_null_body_is_refused_where_the_body_is_optional():
     """``null`` is a body, not the absence of one: a route whose body is optional refuses it as it
     refuses any body that is not an object (found by schemathesis: ``POST /v1/dlq:purge`` with

@@ -106,6 +106,9 @@ async def auth_middleware(request: web.Request, handler):
         takes = ", ".join(p.name for p in route.params) or "none"  # type: ignore[union-attr]
         raise BadRequest(f"unknown query parameter {unknown!r}; {route.method} {path} takes: {takes}",  # type: ignore[union-attr]
                          field=unknown)
+    twice = routes.twice_param(route, request.query) if route is not None else None
+    if twice is not None:
+        raise BadRequest(f"query parameter {twice!r} is given more than once; give it once", field=twice)
     client_key(request)  # a bad Idempotency-Key is a 400 on every route, read by its handler or not
     if route is not None and route.body is None and request.body_exists:
         await _no_body(request, route, path)

@@ -144,6 +144,21 @@ def unknown_param(route: Route, names) -> str | None:
     return next((n for n in names if n not in known), None)
 
 
+def twice_param(route: Route, query) -> str | None:
+    """The first query parameter of ``query`` (a multidict) given more than once that the row
+    does not declare repeatable, or None: ``?limit=5&limit=500`` is refused, not answered by
+    whichever one a handler happens to read."""
+    if len(query) == len(set(query)):  # (len counts every pair; iterating, each name once)
+        return None
+    repeated = {p.name for p in route.params if p.repeated}
+    seen: set[str] = set()
+    for n, _ in query.items():
+        if n in seen and n not in repeated:
+            return n  # type: ignore[no-any-return]
+        seen.add(n)
+    return None
+
+
 def lookup(t: dict[tuple[str, str], Route], method: str, path: str | None) -> Route | None:
     """The row of ``method path`` (HEAD is GET's), or None."""
     if path is None:
