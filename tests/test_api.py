@@ -286,6 +286,37 @@ def test_a_gated_child_whose_slots_never_meet_its_parents_is_refused_naming_the_
     run(t)
 
 
+def test_a_gated_pair_of_a_cron_and_an_interval_off_the_minute_is_refused():
+    """A cron's slots are whole minutes (whole seconds with a seconds field); an interval job's
+    are where it was made (rounded up to the second) plus its every_s: an hourly job made at
+    hh:mm:07.250 beside "0 * * * *", child or parent, never met a slot and timed out every one.
+    Refused either way; made on the minute, with a start_at on one, or with match latest,
+    accepted; a seconds cron asks for a whole second only."""
+    hourly = dict(SPEC, schedule={"every_s": 3600})
+    cron = dict(SPEC, schedule={"cron": "0 * * * *"})
+
+    async def t(env, c):
+        env.clock.advance(60_000 - env.clock.now_ms() % 60_000 + 7250)  # hh:mm:07.250
+        assert (await put(c, "ip", hourly)).status == 201
+        body = await err(await put(c, "ck", dict(cron, after=["ip"])), 422, "invalid", "after[0].job")
+        assert "whole minutes" in body["error"]["message"] and "start_at" in body["error"]["message"], body
+        assert (await put(c, "ck", dict(cron, after=["ip"], match="latest"))).status == 201
+        sec = dict(SPEC, schedule={"cron": "* * * * * *"})  # seconds first: every whole second
+        assert (await put(c, "cs", dict(sec, after=["ip"]))).status == 201
+        assert (await put(c, "cp", cron)).status == 201
+        await err(await put(c, "ik", dict(hourly, after=["cp"])), 422, "invalid", "after[0].job")
+        started = {"every_s": 3600, "start_at": "2031-01-01T00:00:00Z"}
+        assert (await put(c, "ik", dict(SPEC, schedule=started, after=["cp"]))).status == 201
+        # a parent's new schedule that would part it from a gated cron child: refused as the parent
+        assert (await put(c, "ip2", dict(SPEC, schedule=started))).status == 201
+        assert (await put(c, "ck2", dict(cron, after=["ip2"]))).status == 201
+        await err(await put(c, "ip2", hourly), 422, "invalid", "schedule")
+        env.clock.advance(60_000 - env.clock.now_ms() % 60_000)  # on the minute
+        assert (await put(c, "ip3", hourly)).status == 201
+        assert (await put(c, "ck3", dict(cron, after=["ip3"]))).status == 201
+    run(t)
+
+
 def test_malformed_json_is_400():
     async def t(env, c):
         r = await c.put("/v1/jobs/a", data=b"{not json", headers=AUTH)

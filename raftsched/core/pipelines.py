@@ -93,9 +93,11 @@ def dependents(s: SchedulerState, name: str) -> list[str]:
 def slots_never_meet(child: Record, child_anchor: int, parent: Record, parent_anchor: int) -> str | None:
     """Why a gated child's slots (``match: same_slot``, the default) can never be its parent's
     (each slot waits for the parent's run of the same slot, and would time out), or None when
-    they can, or when it cannot be told for sure. Two cases are certain: a ``jitter_s`` on either
-    (each job's slots move by offsets of its own name), and two interval schedules whose grids,
-    anchored where each job was made (or at its ``start_at``), have no instant in common."""
+    they can, or when it cannot be told for sure. Three cases are certain: a ``jitter_s`` on either
+    (each job's slots move by offsets of its own name), two interval schedules whose grids,
+    anchored where each job was made (or at its ``start_at``), have no instant in common, and an
+    interval schedule whose grid holds none of the whole minutes (or seconds) a cron schedule
+    beside it fires on."""
     if "schedule" not in child or "after" not in child or child.get("match", "same_slot") != "same_slot" \
             or "schedule" not in parent:
         return None
@@ -103,8 +105,25 @@ def slots_never_meet(child: Record, child_anchor: int, parent: Record, parent_an
         return ("jitter_s moves each job's slots by offsets of its own, so a slot of one is never a slot "
                 "of the other; drop jitter_s, or use match latest")
     ce, pe = child["schedule"].get("every_s"), parent["schedule"].get("every_s")
+    if ce is None and pe is None:
+        return None  # (two cron schedules, or an at: not checked)
     if ce is None or pe is None:
-        return None  # (a cron schedule: not checked)
+        # One interval, one cron. A cron's slots are whole minutes of UTC (whole minutes of its
+        # zone, whose offset is whole minutes: every zone's since 1972), or whole seconds with a
+        # seconds field; an interval's are its anchor plus multiples of its every_s. They meet
+        # only if the grid holds such an instant: an hourly interval job made at 12:00:07 (its
+        # anchor 12:00:08) never meets "0 * * * *".
+        cron, anchor, every = (child, parent_anchor, pe) if ce is None else (parent, child_anchor, ce)
+        expr = cron["schedule"].get("cron")
+        if not isinstance(expr, str):
+            return None  # (an at)
+        grain = 1000 if len(expr.split()) == 6 else 60_000
+        if anchor % math.gcd(every * 1000, grain):
+            unit = "second" if grain == 1000 else "minute"
+            return (f"the cron schedule's slots are whole {unit}s, and the interval job's never are (anchored "
+                    f"where it was made); give the interval job a start_at on a whole {unit}, or use "
+                    "match latest")
+        return None
     step = math.gcd(ce * 1000, pe * 1000)
     if (child_anchor - parent_anchor) % step:
         return ("their interval slots never fall on the same instant (each is anchored where its job was "
