@@ -83,41 +83,14 @@ class ApplyStats:
                 b.sum_ms += ms
 
     def on_starts(self, runs: list[dict[str, Any]], now: int) -> None:
-        """on_start of each of ``runs``, leased by one command at ``now``: the runs of one command
-        mostly share their slot, so a slot's bucket is found once for the runs after it."""
-        counts, bounds = self.slot_to_start.counts, self.slot_to_start.bounds_ms
-        last, i, total = None, 0, 0
-        for run in runs:
-            if run.get("kind") == "scheduled" and not run.get("attempts"):
-                slot = run.get("slot")
-                if isinstance(slot, int):
-                    ms = now - slot
-                    if ms < 0:
-                        ms = 0
-                    if slot != last:
-                        last, i = slot, bisect_left(bounds, ms)
-                    counts[i] += 1
-                    total += ms
-        self.slot_to_start.sum_ms += total
+        """on_start of each of ``runs``, leased by one command at ``now``."""
+        _observe_runs(self.slot_to_start, runs, now, first_only=True)
 
     def on_successes(self, runs: list[dict[str, Any]], now: int) -> None:
-        """on_success of each of ``runs``, completed by one command at ``now`` (as on_starts)."""
+        """on_success of each of ``runs``, completed by one command at ``now``."""
         finished = self.finished
         finished["succeeded"] = finished.get("succeeded", 0) + len(runs)
-        counts, bounds = self.slot_to_completion.counts, self.slot_to_completion.bounds_ms
-        last, i, total = None, 0, 0
-        for run in runs:
-            if run.get("kind") == "scheduled":
-                slot = run.get("slot")
-                if isinstance(slot, int):
-                    ms = now - slot
-                    if ms < 0:
-                        ms = 0
-                    if slot != last:
-                        last, i = slot, bisect_left(bounds, ms)
-                    counts[i] += 1
-                    total += ms
-        self.slot_to_completion.sum_ms += total
+        _observe_runs(self.slot_to_completion, runs, now, first_only=False)
 
     def on_deadline(self, outcome: Any, which: Any, cause: Any) -> None:
         """A deadline was judged ``missed`` (``cause``: never_started, still_running, failed, upstream,
@@ -143,3 +116,23 @@ class ApplyStats:
                     ms = 0
                 b.counts[bisect_left(b.bounds_ms, ms)] += 1
                 b.sum_ms += ms
+
+
+def _observe_runs(b: Buckets, runs: list[dict[str, Any]], now: int, first_only: bool) -> None:
+    """Observe ``now - slot`` in ``b`` for each scheduled run of ``runs`` (with ``first_only``,
+    those on their first attempt), as on_start / on_success do a run: the runs of one command
+    mostly share their slot, so a slot's bucket is found once for the runs after it."""
+    counts, bounds = b.counts, b.bounds_ms
+    last, i, total = None, 0, 0
+    for run in runs:
+        if run.get("kind") == "scheduled" and not (first_only and run.get("attempts")):
+            slot = run.get("slot")
+            if isinstance(slot, int):
+                ms = now - slot
+                if ms < 0:
+                    ms = 0
+                if slot != last:
+                    last, i = slot, bisect_left(bounds, ms)
+                counts[i] += 1
+                total += ms
+    b.sum_ms += total

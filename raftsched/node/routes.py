@@ -154,7 +154,7 @@ def twice_param(route: Route, query) -> str | None:
     seen: set[str] = set()
     for n, _ in query.items():
         if n in seen and n not in repeated:
-            return n  # type: ignore[no-any-return]
+            return n
         seen.add(n)
     return None
 
