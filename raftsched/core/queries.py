@@ -210,7 +210,7 @@ def job_runs(s: SchedulerState, name: str, limit: int, state: str | None = None,
     out: list[dict[str, Any]] = []
     ids: Any = reversed(s.history.get(name, []))
     if window is not None and window.before is not None:
-        ids = _after_cursor(ids, window.before)
+        ids = _after_cursor(s, ids, window.before, tenants)
     for rid in ids:
         r = runs[rid]
         if state and r["state"] != state:
@@ -247,12 +247,17 @@ class RunWindow:
         return self.since is None or r.get("slot_to", slot) >= self.since
 
 
-def _after_cursor(ids: Any, cursor: str) -> Any:
-    """The ids of ``ids`` after ``cursor``. :raises BadRequest: ``cursor`` is not among them."""
-    it = iter(ids)
-    for rid in it:
-        if rid == cursor:
-            return it
+def _after_cursor(s: SchedulerState, ids: Any, cursor: str, tenants: Collection[str] | None) -> Any:
+    """The ids of ``ids`` after ``cursor``. :raises BadRequest: ``cursor`` is not among them, or
+    is a run of a tenant outside ``tenants`` (None: every tenant), the same answer: a cursor
+    must not tell a token limited to tenants whether another tenant's run exists (run ids of
+    scheduled slots, ``name@slot``, can be guessed)."""
+    r = s.runs.get(cursor)
+    if r is not None and (tenants is None or _tenant_of_run(s, r) in tenants):
+        it = iter(ids)
+        for rid in it:
+            if rid == cursor:
+                return it
     raise BadRequest(f"no run {cursor[:200]!r} in this list (collected, or from another list): "
                       "start again without before", field="before")
 
@@ -307,7 +312,7 @@ def _newest(s: SchedulerState, state: str | None, limit: int,
     out: list[dict[str, Any]] = []
     values: Any = reversed(s.runs.values())
     if window is not None and window.before is not None:
-        values = (s.runs[rid] for rid in _after_cursor(reversed(s.runs), window.before))
+        values = (s.runs[rid] for rid in _after_cursor(s, reversed(s.runs), window.before, tenants))
     for r in values:
         if (state and r["state"] != state) or (tenants is not None and _tenant_of_run(s, r) not in tenants):
             continue
@@ -669,6 +674,21 @@ def job_tenant(s: SchedulerState, name: str) -> str | None:
     """The tenant of job ``name``, or None when there is no such job."""
     j = s.jobs.get(name)
     return None if j is None else j["spec"]["tenant"]
+
+
+def dependent_tenants(s: SchedulerState, name: str) -> set[str]:
+    """The tenants of the jobs that name job ``name`` as a parent (``after``), whether or not
+    ``name`` exists (a forced delete leaves its children naming it)."""
+    jobs = s.jobs
+    return {jobs[k]["spec"]["tenant"] for k in s.pipes.children.get(name, ()) if k in jobs}
+
+
+def foreign_runs(s: SchedulerState, name: str, tenants: Collection[str]) -> int:
+    """How many entries of job ``name``'s history (its runs and records, dead runs included)
+    belong to tenants outside ``tenants``: those made before the job moved to its tenant."""
+    runs = s.runs
+    return sum(1 for rid in s.history.get(name, ()) if (r := runs.get(rid)) is not None
+               and _tenant_of_run(s, r) not in tenants)
 
 
 def _tenant_of_run(s: SchedulerState, r: Record) -> str | None:

@@ -83,6 +83,13 @@ def check(route: Route, request: web.Request, p) -> None:
             raise NotFound(f"no tenant {request.match_info['name']!r}", field="name")
 
 
+#: The queue of every job that names none: it is never claimed (a tenant's first job in it
+#: would make it the tenant's, bounding and counting every other job's runs in it).
+DEFAULT_QUEUE = "default"
+_DEFAULT_QUEUE_WHY = ("the default queue belongs to no tenant until an admin shares it (every job that names no "
+                      "queue uses it)")
+
+
 def check_job(svc, tenants: frozenset | None, name: str, spec: dict, access: dict | None = None) -> str | None:
     """For a handler that puts job ``name`` with ``spec`` (validated already), written by a
     token limited to ``tenants`` (None: every tenant). The tenant's policy holds every writer; a
@@ -111,12 +118,20 @@ def check_job(svc, tenants: frozenset | None, name: str, spec: dict, access: dic
         raise Forbidden(f"queue {q!r} is not one of tenant {t!r}'s queues; give the job a queue of its own, "
                         f"or ask an admin to share this one (PUT /v1/queues/{q} with tenants)",
                         field="queue", tenant=t)
+    if owners is None and q == DEFAULT_QUEUE:
+        raise Forbidden(_DEFAULT_QUEUE_WHY + "; give the job a queue of its own (queue), or ask an admin to share "
+                        f"it (PUT /v1/queues/{q} with tenants)", field="queue", tenant=t)
     if owners is None and users - {t}:
         raise Forbidden(f"queue {q!r} is used by jobs of other tenants than {t!r}; give the job a queue of its "
                         f"own, or ask an admin to share this one (PUT /v1/queues/{q} with tenants)",
                         field="queue", tenant=t)
     current = svc.read(queries.job_tenant, name)
     if current is not None and current not in tenants:
+        raise Conflict(f"the job name {name!r} is taken", field="name")
+    if current is None and not svc.read(queries.dependent_tenants, name) <= tenants:
+        # Another tenant's children still name it (their parent was deleted with force): a job
+        # made under the name would run them, and hand them its results. The same answer as a
+        # name another tenant's job holds.
         raise Conflict(f"the job name {name!r} is taken", field="name")
     return t
 
@@ -134,6 +149,9 @@ def check_queue(svc, tenants: frozenset, name: str, fields: dict) -> None:
         raise Forbidden(f"this token is limited to tenants {_names(tenants)}: a queue it configures belongs to "
                         "some of them", field="tenants", tenant=None)
     owners, users = svc.read(queries.queue_access, name, None)
+    if owners is None and name == DEFAULT_QUEUE:
+        raise Forbidden(_DEFAULT_QUEUE_WHY + ": an admin configures it, or shares it (PUT /v1/queues/"
+                        f"{name} with tenants)", field="name", tenant=None)
     if owners is not None:
         if not set(owners) <= tenants:
             raise Forbidden(f"queue {name!r} belongs to other tenants than this token's ({_names(tenants)})",
