@@ -273,6 +273,25 @@ def test_skipped_slots_miss_at_once_and_max_since_success_catches_a_job_whose_ev
     assert len(streaks) == 2 and streaks[-1]["detail"]["since"] == back + 7 * SEC, streaks
 
 
+def test_a_job_paused_past_max_since_success_misses_with_cause_paused_and_is_told() -> None:
+    """A job paused after a success missed its max_since_success_s with cause ``skipped`` (its
+    last run succeeded: the rule for every slot since not running won over the pause), and the
+    event was not routed: nothing is told of a paused job. It is ``paused`` now, and told (the
+    miss is what catches a pause forgotten); a per-slot miss of a paused job still is not."""
+    sp = spec({"every_s": 60}, {"max_since_success_s": 150})
+    s = told_state(("j", sp), now=T0)
+    trig = apply(s, commands.trigger_job(T0 + SEC, None, name="j"))
+    (g,) = acquire(s, T0 + SEC)
+    assert g["id"] == trig["run"]
+    complete(s, T0 + 2 * SEC, g, True)
+    assert apply(s, commands.pause_job(T0 + 3 * SEC, None, name="j"))["ok"]
+    run_to(s, T0 + 4 * SEC, T0 + 200 * SEC, 4 * SEC)
+    (r,) = [r for r in deadlines.listing(s, "missed", "j", None, None, 100)]
+    assert (r["deadline"], r["cause"]) == ("max_since_success_s", "paused"), r
+    told = [e for e in s.outbox.events if e["kind"] == "deadline.missed"]
+    assert len(told) == 1 and told[0]["detail"]["cause"] == "paused" and told[0]["to"] == ["ops"], told
+
+
 def test_under_fire_once_each_coalesced_slot_is_judged_on_its_own() -> None:
     s = told_state(("j", spec({"every_s": 60}, {"succeed_within_s": 30}, policy_name="fire_once", grace_s=5)), now=T0)
     back = T0 + 640 * SEC  # ten slots missed: the last runs, nine are coalesced into one record

@@ -441,6 +441,9 @@ def test_bad_notification_fields_name_the_field(raw, field) -> None:
     ({"type": "pagerduty", "secrets": {"routing_key": "r"}, "subscribe": ["run.dead"]}, "subscribe[0]"),
     ({"type": "pagerduty", "secrets": {"routing_key": "r"}, "tenant": "t", "subscribe": ["worker.lost"]},
      "subscribe"),
+    # a cap below the first backoff, refused as a job's retry refuses it
+    ({"type": "webhook", "url": "http://x/", "secrets": {"signing_key": "k"}, "retry": {"backoff_s": 10, "backoff_max_s": 5}},
+     "retry.backoff_max_s"),
 ])
 def test_bad_sinks_name_the_field(raw, field) -> None:
     with pytest.raises(InvalidSpec) as e:

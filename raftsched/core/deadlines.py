@@ -592,11 +592,18 @@ def apply_deadline_judge(s: SchedulerState, cmd: Command, now: int) -> Result:
         at = w[0] + d["max_since_success_s"] * 1000
         hist = s.history.get(name) or []
         last = s.runs.get(hist[-1]) if hist else None
-        cause = "paused" if job["paused"] else ("never_started" if last is None else _cause(s, last))
-        if last is not None and last["state"] == "succeeded":
+        if job["paused"]:
+            cause = "paused"
+        elif last is None:
+            cause = "never_started"
+        elif last["state"] == "succeeded":
             cause = "skipped"  # succeeded before the window: every slot since did not run
+        else:
+            cause = _cause(s, last)
+        # Told while the job is paused too (events.route): a pause forgotten is what it is for.
         events.emit(s, "deadline.missed", now, job=name, tenant=job["spec"]["tenant"], slot=None, run_id=None,
-                    reason=cause, deadline="max_since_success_s", instant=at, cause=cause, since=w[0])
+                    reason=cause, deadline="max_since_success_s", instant=at, cause=cause, since=w[0],
+                    while_paused=True)
         s.stats.on_deadline("missed", "max_since_success_s", cause)
         rid = f"{name}#since@{at}"
         book.slots[rid] = {"job": name, "tenant": job["spec"]["tenant"], "slot": None, "start": None,

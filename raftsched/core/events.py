@@ -97,18 +97,20 @@ def event_id(seq: int) -> str:
 
 def emit(s: SchedulerState, kind: str, now: int, *, job: str | None = None, tenant: str | None = None,
          slot: int | None = None, run_id: str | None = None, attempt: int | None = None,
-         reason: str | None = None, **detail: Any) -> Record:
+         reason: str | None = None, while_paused: bool = False, **detail: Any) -> Record:
     """Append one event to the outbox (inside an apply, beside the change it reports) and return
     it, if some sink is to be sent it (``route``); else return it unkept, with ``seq`` 0 and
     ``to`` empty. ``tenant`` defaults to the job's. Values must be plain msgpack data.
+    ``while_paused``: sent while its job is paused too (a ``max_since_success_s`` miss).
     :raises ValueError: an unknown kind (a bug in the caller, which apply refuses as a value)."""
     return emit_for(s, kind, now, False, job=job, tenant=tenant, slot=slot, run_id=run_id, attempt=attempt,
-                    reason=reason, **detail)
+                    reason=reason, while_paused=while_paused, **detail)
 
 
 def emit_for(s: SchedulerState, kind: str, now: int, backfill: bool, *, job: str | None = None,
              tenant: str | None = None, slot: int | None = None, run_id: str | None = None,
-             attempt: int | None = None, reason: str | None = None, **detail: Any) -> Record:
+             attempt: int | None = None, reason: str | None = None, while_paused: bool = False,
+             **detail: Any) -> Record:
     """``emit``, saying whether the event is about a backfill's run (sent only to routes that
     ask for ``backfills``)."""
     if kind not in _KIND_SET:
@@ -117,7 +119,7 @@ def emit_for(s: SchedulerState, kind: str, now: int, backfill: bool, *, job: str
         j = s.jobs.get(job)
         if j is not None:
             tenant = j["spec"]["tenant"]
-    to = route(s, kind, now, job, tenant, backfill) if s.sinks else []
+    to = route(s, kind, now, job, tenant, backfill, while_paused) if s.sinks else []
     ev: Record = {"seq": 0, "kind": kind, "at": now, "job": job, "tenant": tenant, "slot": slot,
                   "run_id": run_id, "attempt": attempt, "reason": reason, "detail": dict(detail), "to": to}
     if not to:
@@ -132,7 +134,7 @@ def emit_for(s: SchedulerState, kind: str, now: int, backfill: bool, *, job: str
 
 
 def route(s: SchedulerState, kind: str, now: int, job: str | None, tenant: str | None,
-          backfill: bool = False) -> list[str]:
+          backfill: bool = False, while_paused: bool = False) -> list[str]:
     """The sinks an event is for, decided from replicated state only (every replica the same):
 
     - a cluster kind: the sinks whose ``subscribe`` lists it;
@@ -140,7 +142,8 @@ def route(s: SchedulerState, kind: str, now: int, job: str | None, tenant: str |
       default routes; a route counts when its sink exists, its ``on`` lists the kind, the sink is
       not limited to another tenant, and (for a backfill's run) it asks for ``backfills`` (then
       each is sent: no noise control, as they are outside the job's incidents); nothing
-      while the job is paused (but the pause and the resume themselves, and ``job.recovered``);
+      while the job is paused (but the pause and the resume themselves, ``job.recovered``, and
+      what is emitted ``while_paused``: a ``max_since_success_s`` miss);
     - noise control, per route and job: ``run.dead`` only once the job's consecutive failures
       reach ``after_consecutive``, once per incident, again every ``repeat_every_s`` if set;
       ``job.recovered`` only to a route that was sent the incident's ``run.dead``; any other kind
@@ -155,7 +158,7 @@ def route(s: SchedulerState, kind: str, now: int, job: str | None, tenant: str |
     j = s.jobs.get(job) if job is not None else None
     routes = None
     if j is not None:
-        if j["paused"] and kind not in _WHILE_PAUSED:
+        if j["paused"] and kind not in _WHILE_PAUSED and not while_paused:
             return []
         routes = j["spec"].get("notify")
     if routes is None and tenant is not None:

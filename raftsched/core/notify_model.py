@@ -247,6 +247,8 @@ def validate_sink(name: object, raw: object) -> dict[str, Any]:
         "backoff_s": _int(retry.get("backoff_s", 1), "retry.backoff_s", 0, 3600),
         "backoff_max_s": _int(retry.get("backoff_max_s", 300), "retry.backoff_max_s", 0, 86_400),
     }
+    if spec["retry"]["backoff_max_s"] < spec["retry"]["backoff_s"]:  # (as a job's retry)
+        raise InvalidSpec(f"must be at least backoff_s ({spec['retry']['backoff_s']})", field="retry.backoff_max_s")
     secrets = raw.get("secrets", {})
     if not isinstance(secrets, dict):
         raise InvalidSpec("must be an object of string values", field="secrets")
