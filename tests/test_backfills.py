@@ -478,6 +478,30 @@ def test_a_bulk_operation_acts_on_exactly_the_matching_dead_runs_once(queue, job
     assert follower.snapshot() == s.snapshot()
 
 
+@pytest.mark.parametrize("action", ["requeue", "purge"])
+def test_a_bulk_operations_runs_deleted_with_their_job_are_counted_left_out(action):
+    """A bulk requeue whose job was deleted mid-way ended done with planned 6, requeued 1,
+    left out 0: the job's dead runs left the DLQ index with it, so the cursor never came to them
+    and no count or reason said where they went. They are left out as ``gone`` once the range is
+    handled: created + left_out = planned."""
+    s, now = dead_state()
+    follower = paired(s)
+    assert apply(s, bulk_cmd(s, now, action=action, job="j", rate_milli=1000))["ok"]
+    assert s.backfills["q1"]["planned"] == 6
+    step(s, "q1", now)
+    assert s.backfills["q1"]["created"] == 1
+    assert do(s, "delete_job", now, name="j")["ok"]
+    for k in range(1, 20):
+        if s.backfills["q1"]["state"] == "done":
+            break
+        step(s, "q1", now + k * SEC)
+    bf = s.backfills["q1"]
+    assert bf["state"] == "done", bf
+    assert bf["created"] + sum(bf["left_out"].values()) == bf["planned"] == 6, bf
+    assert bf["left_out"] == {"gone": 5}, bf
+    assert follower.snapshot() == s.snapshot()
+
+
 def test_a_full_queue_pauses_a_requeue_and_room_resumes_it():
     s, now = dead_state(4)
     apply(s, commands.make("put_queue", now, None, name="default", max_depth=1, on_full="reject"))

@@ -432,6 +432,14 @@ def apply_dlq_bulk_step(s: SchedulerState, cmd: Command, now: int) -> Result:
                          f"the requeue resumes when there is room")
     elif stopped == "max_count" or (stopped is None and (exhausted or walk.count_left == 0)):
         bf["exhausted"] = True
+        if stopped is None and exhausted:
+            # The range is handled: the planned runs it never came to had left the dead-letter
+            # queue before their turn (deleted with their job, requeued or deleted by hand), so
+            # left out as gone, and created + left_out = planned (docs/backfill.md).
+            short = bf["planned"] - bf["created"] - sum(bf["left_out"].values())
+            if short > 0:
+                bf["left_out"]["gone"] = bf["left_out"].get("gone", 0) + short
+                left += short
     _maybe_done(s, bf, now)
     return ok(id=bf["id"], state=bf["state"], acted=acted, left_out=left)
 
