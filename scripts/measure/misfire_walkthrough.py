@@ -101,8 +101,11 @@ def render() -> str:
     w("## Runs fired ahead of an outage")
     w("")
     w(f"The leader commits the slots of a job whose overlap policy reads no other run (`allow` without "
-      f"`max_concurrent`) up to {limits.fire_ahead_ms // 1000} s before they fall due, and an "
-      f"`every_s: 1` job's up to {(limits.fire_ahead_ms + limits.fire_ahead_span_ms) // 1000} s "
+      f"`max_concurrent`) up to {limits.fire_ahead_ms // 1000} s before they fall due, with the slots "
+      f"of the {limits.fire_ahead_span_ms // 1000} s after such a slot in the same entry: the runs of a "
+      f"job whose slots come less than {(limits.fire_ahead_ms + limits.fire_ahead_span_ms) // 1000} s apart "
+      f"(`every_s` 1 to 3, a cron with seconds) are committed up to "
+      f"{(limits.fire_ahead_ms + limits.fire_ahead_span_ms) // 1000} s before their slot "
       "(docs/design.md, \"Firing ahead\"). Those runs are queued when an outage begins: decided on "
       "time, they start when a leader is back, late, whatever the misfire policy (a `skip` job's "
       "too). `explain` lists them as `fired_ahead`. So does a leader cut off from the majority: a "
@@ -134,7 +137,9 @@ def render() -> str:
     w("|---|---|---|")
     w("| `allow` (default) | a run; with `max_concurrent: N`, recorded `skipped` once N are active | untouched |")
     w("| `forbid` | recorded `skipped` | untouched |")
-    w("| `queue_one` | a run if none of the job's runs is waiting, else recorded `coalesced` | untouched |")
+    w("| `queue_one` | a run if none of the job's runs is waiting (queued), else recorded `coalesced`; runs "
+      "already running do not count, so with a free worker slot runs of the job overlap as under `allow` (one "
+      "waits behind them only when none is free; `forbid` or `max_concurrent` bound how many run) | untouched |")
     w("| `replace` | a run | revoked: state `failed`, error `replaced by run ...`; its token goes stale, its worker kills it |")
     w("")
     w("A run waiting for a retry counts as active (queued).")
