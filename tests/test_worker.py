@@ -302,6 +302,33 @@ def test_an_error_reporting_a_runs_outcome_frees_its_slot_and_lets_its_lease_go(
     run(t())
 
 
+def test_a_stopped_worker_gives_its_running_runs_back_instead_of_failing_them():
+    """A node stopped gracefully (SIGTERM cancels its worker) killed its runs and reported them
+    failed, "lease lost", with their valid tokens: a failed attempt, so a job of the default
+    max_attempts 1 went dead (found by the membership test, which stops a node under load),
+    where a crash would have had it run again. They are given back now: queued again at once,
+    the attempt recorded released, no attempt spent."""
+    async def t():
+        env = Env("stopped", "exec_targets:slow_async", runs=2, slots=2)
+        ids = await env.setup()
+        for rid in ids:
+            exec_targets.RECORDED.pop(rid, None)
+            exec_targets.STARTED[rid] = asyncio.Event()
+        task = asyncio.create_task(env.worker.run())
+        await wait_until(lambda: all(any(r["kind"] == "started" for r in exec_targets.RECORDED.get(i, ()))
+                                     for i in ids), 5, "both runs to start")
+        await stop(task)
+        assert all(any(r["kind"] == "cancelled" for r in exec_targets.RECORDED[i]) for i in ids), "killed"
+        assert not env.raft.ops("complete_many") and not env.raft.ops("complete"), "no failure reported"
+        assert sorted(lease[0] for c in env.raft.ops("release") for lease in c["leases"]) == sorted(ids)
+        for rid in ids:
+            r = env.state.runs[rid]
+            assert r["state"] == "queued" and r["attempt"] == 2 and r.get("failures", 0) == 0, r
+            assert r["attempts"][-1]["released"] is True and "stopped" in r["attempts"][-1]["error"], r
+        assert env.worker.released == 2 and not env.worker.held
+    run(t())
+
+
 class _Looks:
     """Counts the lease watchdog's looks, so a test can wait until it has looked at a clock it
     just moved (a deadline on a condition, not a sleep)."""

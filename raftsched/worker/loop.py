@@ -344,7 +344,8 @@ class LeaseLoop:
                     await self._supervised("lease loop", self._lease())
                 finally:
                     if self.failed is None:
-                        # Stopped (cancelled): runs are killed and reported, heartbeats go on meanwhile.
+                        # Stopped (cancelled): runs are killed and given back, what ended is
+                        # reported, heartbeats go on meanwhile.
                         await self._stop()
         except BaseExceptionGroup as eg:
             failures = [e for e in eg.exceptions if isinstance(e, WorkerFailed)]
@@ -386,15 +387,20 @@ class LeaseLoop:
 
     async def _stop(self) -> None:
         """Stop leasing and end every run: acquires in flight are cancelled (runs they still
-        grant are never started: their leases expire), runs waiting for a slot are forgotten
-        likewise, running ones are killed, and what ended is reported, all within the kill
-        grace plus ``stop_report_grace_s``."""
+        grant are never started: their leases expire), runs waiting for a slot and running ones,
+        killed, are given back (``release``: queued again at once, spending no attempt; a
+        release that does not get through leaves the lease to expire, a lost attempt), and what
+        ended on its own is reported, all within the kill grace plus ``stop_report_grace_s``.
+        A node stopped gracefully (SIGTERM) must not fail its runs: killed and reported, a run's
+        "lease lost" was a failed attempt, and a job with the default max_attempts of 1 went to
+        the dead-letter queue, where a crash of the node would have had it run again."""
         self._stopping = True
         for t in list(self._acquiring):
             t.cancel()
-        for h in self._waiting:
-            self._release(h)
-        self._waiting.clear()
+        waiting, self._waiting = list(self._waiting), collections.deque()
+        killed = [h for h in self.held.values() if h.executing]
+        for h in killed:
+            h.giving_back = True  # (its outcome, a kill's, is not reported: _executed)
         for h in list(self.held.values()):
             h.cancel.set()
         tasks = [h.task for h in self.held.values() if h.task and not h.task.done()]
@@ -403,6 +409,13 @@ class LeaseLoop:
         deadline = self.clock.monotonic_s() + grace_s
         if tasks:
             await asyncio.wait(tasks, timeout=grace_s)
+        if waiting or killed:
+            try:
+                await asyncio.wait_for(self._give_back(waiting + killed, "the worker stopped"),
+                                       max(0.1, deadline - self.clock.monotonic_s()))
+            except asyncio.TimeoutError:
+                log.warning("worker %s: giving back %d runs at its stop timed out (their leases will expire)",
+                            self.worker_id, len(waiting) + len(killed))
         # Report what ended within the same bound (heartbeating meanwhile, unless they failed).
         while (self._outbox or self._reporting) and self.clock.monotonic_s() < deadline:
             while self._outbox and len(self._reporting) < worker_limits.reports_in_flight_max:
