@@ -337,9 +337,40 @@ def test_a_deleted_job_cancels_its_backfill():
     anchor = s.jobs["j"]["anchor"]
     apply(s, backfill_cmd(s, "j", anchor, anchor + 4 * MIN, end, "bf"))
     apply(s, commands.make("delete_job", end, None, name="j"))
+    assert s.backfills["bf"]["state"] == "cancelled" and "deleted" in s.backfills["bf"]["reason"]
     apply(s, put_cmd(s, "j", spec_of({"every_s": 60}, "skip"), end + 1))  # the same name again
-    res = step(s, "bf", end + 2)
-    assert res["state"] == "cancelled" and "deleted" in s.backfills["bf"]["reason"]
+    assert step(s, "bf", end + 2) is None, "nothing left to step"
+    assert s.backfills["bf"]["state"] == "cancelled"
+
+
+@pytest.mark.parametrize("paused", [False, True])
+def test_a_deleted_jobs_backfill_is_cancelled_at_once_with_its_runs_counted(paused):
+    """A backfill paused by request stayed paused for good when its job was deleted (its steps
+    are dropped, and the next step was what cancelled it), holding one of the active places; and
+    the delete took its runs uncounted: succeeded 3 became 2, running 3 became nothing. The
+    delete cancels it now, its finished runs' outcomes counted and its active ones forgotten."""
+    s = job_state()
+    follower = paired(s)
+    end = history_of(s, ["missed"] * 5)
+    anchor = s.jobs["j"]["anchor"]
+    apply(s, backfill_cmd(s, "j", anchor, anchor + 6 * MIN, end, "bf", max_concurrent=5))
+    step(s, "bf", end)
+    made = backfill_runs(s, "bf")
+    assert len(made) == 5
+    two = {r["id"] for r in made[:2]}
+    res = apply(s, commands.make("acquire", end, None, worker="w1", queues=None, max=100, ttl=10_000))
+    assert len(res["runs"]) == 5, res  # 2 succeed, 3 stay running
+    assert apply(s, commands.make("complete_many", end, None, results=[
+        {"run": g["id"], "token": g["token"], "success": True} for g in res["runs"] if g["id"] in two]))["ok"]
+    if paused:
+        assert apply(s, commands.backfill_control(end, None, name="bf", action="pause"))["ok"]
+        assert s.backfills["bf"]["state"] == "paused"
+    assert apply(s, commands.make("delete_job", end + SEC, None, name="j"))["ok"]
+    bf = s.backfills["bf"]
+    assert bf["state"] == "cancelled" and "deleted" in bf["reason"], bf
+    assert bf["finished"] == {"succeeded": 2, "forgotten": 3}, bf["finished"]
+    assert bf["active"] == []
+    assert follower.snapshot() == s.snapshot()
 
 
 def test_newest_first_runs_the_latest_slot_first():

@@ -492,6 +492,27 @@ def apply_backfill_control(s: SchedulerState, cmd: Command, now: int) -> Result:
     return ok(id=bf_id, state="cancelled", withdrawn=withdrawn)
 
 
+# ------------------------------------------------------------------ a job deleted
+def of_deleted_job(s: SchedulerState, name: str) -> list[Record]:
+    """The backfills of job ``name`` still running or paused, as it is deleted (jobs.py): the
+    outcomes of their finished runs are counted now, while those runs still exist."""
+    out = [bf for bf in s.backfills.values()
+           if bf["kind"] == "backfill" and bf["job"] == name and bf["state"] in ("running", "paused")]
+    for bf in out:
+        _refresh(s, bf)
+    return out
+
+
+def cancel_for_deleted_job(s: SchedulerState, bfs: list[Record], now: int) -> None:
+    """Cancel the backfills ``of_deleted_job`` named, once the job and its runs are gone (their
+    runs still active are counted ``forgotten``). Before, the next step cancelled them, which
+    never came for one paused by request (its steps are dropped), and the outcomes of the runs
+    the delete took were counted nowhere."""
+    for bf in bfs:
+        _refresh(s, bf)
+        _finish(s, bf, "cancelled", now, f"job {bf['job']!r} was deleted")
+
+
 # ------------------------------------------------------------------ shared
 def _object(s: SchedulerState, cmd: Command, kinds: tuple[str, ...]) -> Record:
     bf_id = _id(cmd)

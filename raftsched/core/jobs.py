@@ -16,7 +16,7 @@ from .fire import check_disjoint, check_records, new_run, record, trim
 from .model import MISFIRE_POLICIES, OVERLAP_POLICIES, is_name
 from .queries import floor_of, kept_position
 from .queues import claim_queue, index_job, remove_dead, unindex_job, unqueue_count
-from .backfills import trigger_job_with
+from .backfills import cancel_for_deleted_job, of_deleted_job, trigger_job_with
 from .events import emit
 from .notify import pause, resume_held
 from .notify_model import check_job_fields
@@ -347,6 +347,7 @@ def apply_delete_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     name = job["name"]
     if name in s.pipes.children:
         check_delete(s, name, cmd.get("force") is True)
+    doomed = of_deleted_job(s, name)
     for rid in s.history.pop(name, []):
         run = s.runs.pop(rid, None)
         if run is not None and run["state"] == "queued":
@@ -366,10 +367,11 @@ def apply_delete_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     s._names.discard(name)
     unindex_job(s, name, job["spec"])
     del s.jobs[name]
+    cancel_for_deleted_job(s, doomed, now)
     for bf in s.backfills.values():
         if bf["job"] == name and bf["state"] in ("running", "paused"):
-            # Its next step cancels it (backfill_plan.job_of), even if a job of the same name is
-            # put again at the same state time (a job is known by its name and creation time).
+            # (a bulk DLQ operation's job filter; a backfill journalled by older code, its
+            # next step cancels it: backfill_plan.job_of)
             bf["job_gone"] = True
     if s.pipes.held:
         forget_held(s, name)
