@@ -50,5 +50,20 @@ def test_explain_skip_daily_job_whose_slot_fell_in_the_window():
     e = preview.explain(sp, 0, t("2026-12-01T01:59:00Z"), t("2026-12-01T02:00:30Z"))
     assert e["runs"] == []
     assert e["recorded"] == [{"state": "skipped", "reason": "misfire", "from": "2026-12-01T02:00:00Z",
-                              "to": "2026-12-01T02:00:00Z", "count": 1, "why": e["recorded"][0]["why"]}]
+                              "to": "2026-12-01T02:00:00Z", "count": 1, "count_at_least": 1,
+                              "why": e["recorded"][0]["why"]}]
+    assert e["slots_due_exact"] is True
     assert e["next_slot"] == "2026-12-02T02:00:00Z"
+
+
+def test_explain_of_a_range_too_long_to_count_says_at_least_how_many():
+    """Half a year of a cron every 15 minutes (~17 500 slots, past cron_slots_counted_max) under
+    fire_all with max_catchup 3 answered slots_due 4: the recorded range's count is unknown
+    (null) and added nothing. It adds its lower bound now, and says the figure is a lower bound."""
+    sp = spec({"cron": "*/15 * * * *", "timezone": "America/New_York"}, "fire_all", max_catchup=3)
+    e = preview.explain(sp, 0, t("2026-06-01T00:00:00Z"), t("2026-12-06T00:00:00Z"))
+    (rec,) = e["recorded"]
+    assert rec["count"] is None and rec["count_at_least"] == 10_001, rec
+    assert e["slots_due"] == len(e["runs"]) + 10_001 and e["slots_due_exact"] is False, e["slots_due"]
+    short = preview.explain(sp, 0, t("2026-09-01T00:00:00Z"), t("2026-12-06T00:00:00Z"))
+    assert short["slots_due_exact"] is True and short["slots_due"] == 9_216, short["slots_due"]

@@ -95,6 +95,8 @@ def explain(spec: Record, anchor_ms: int, down_from_ms: int, down_to_ms: int, na
         recorded.append({
             "state": state, "reason": reason, "from": schedule.iso(lo), "to": schedule.iso(hi),
             "count": count,
+            # a range too long to count (a cron's, past cron_slots_counted_max): at least this many
+            "count_at_least": count if count is not None else limits.cron_slots_counted_max + 1,
             "why": {
                 ("skipped", "misfire"): "missed by more than grace_s; policy skip records them",
                 ("coalesced", "misfire"): "missed; fire_once coalesces them into the latest missed slot's run",
@@ -106,6 +108,8 @@ def explain(spec: Record, anchor_ms: int, down_from_ms: int, down_to_ms: int, na
         "down_from": schedule.iso(down_from_ms), "down_to": schedule.iso(down_to_ms),
         "policy": m["policy"], "grace_s": m["grace_s"], "max_catchup": m["max_catchup"],
         "fired_ahead": fired_ahead, "runs": runs, "recorded": recorded,
-        "slots_due": len(fired_ahead) + len(runs) + sum((r["count"] or 0) for r in recorded),
+        # At least: a range too long to count adds its lower bound (slots_due_exact false).
+        "slots_due": len(fired_ahead) + len(runs) + sum(r["count_at_least"] for r in recorded),
+        "slots_due_exact": all(r["count"] is not None for r in recorded),
         "next_slot": schedule.iso(nxt),
     }

@@ -377,7 +377,8 @@ def _more_responses() -> dict[str, Schema]:
                        description="the next slots, local time and offset with DST changes marked"),
         "explained": {"anyOf": [
             _open({"job": s, "down_from": s, "down_to": s, "policy": s, "grace_s": i, "max_catchup": i,
-                   "fired_ahead": arr, "runs": arr, "recorded": arr, "slots_due": i, "next_slot": s_or_null},
+                   "fired_ahead": arr, "runs": arr, "recorded": arr, "slots_due": i,
+                   "slots_due_exact": {"type": "boolean"}, "next_slot": s_or_null},
                   ("job", "down_from", "down_to", "policy", "runs", "recorded", "slots_due", "next_slot")),
             _open({"job": s, "slot": s, "run": {"type": ["object", "null"]}, "deadline": {"type": ["object", "null"]},
                    "why": s}, ("job", "slot", "run", "deadline", "why"))],

@@ -316,17 +316,21 @@ pages.job = {
 function explained(x) {
   const ahead = x.fired_ahead || [];  // runs committed before the outage: they start late, whatever the policy
   const recorded = x.slots_due - x.runs.length - ahead.length;
+  // A range too long to count gives a lower bound (slots_due_exact false): "at least".
+  const least = x.slots_due_exact === false ? "at least " : "";
   return h("div", {},
-    h("p", {}, `${x.slots_due} slots due between ${x.down_from} and ${x.down_to} (${x.policy}, grace ${x.grace_s} s): `,
+    h("p", {}, `${least}${x.slots_due} slots due between ${x.down_from} and ${x.down_to} (${x.policy}, grace ${x.grace_s} s): `,
       h("b", {}, `${x.runs.length + ahead.length} run${x.runs.length + ahead.length === 1 ? "" : "s"}`),
-      ahead.length ? ` (${ahead.length} fired ahead, starting late)` : "", ", ", h("b", {}, `${recorded} recorded`),
+      ahead.length ? ` (${ahead.length} fired ahead, starting late)` : "", ", ", h("b", {}, `${least}${recorded} recorded`),
       `; then the next slot ${fmt(x.next_slot)}.`),
     table(["run of slot", "late by", "why"], ahead.map((r) => h("tr", {}, h("td", {}, r.slot),
       h("td", {}, `${(r.start_lag_ms / 1000).toFixed(1)} s (its start)`), h("td", {}, r.why))).concat(
       x.runs.map((r) => h("tr", {}, h("td", {}, r.slot),
         h("td", {}, `${(r.fire_lag_ms / 1000).toFixed(1)} s`), h("td", {}, r.why)))), "no run"),
     table(["recorded", "reason", "from", "to", "slots", "why"], x.recorded.map((r) => h("tr", {}, h("td", {}, pill(r.state)),
-      h("td", {}, r.reason), h("td", {}, r.from), h("td", {}, r.to), h("td", {}, fmt(r.count)), h("td", {}, r.why))), "nothing recorded"));
+      h("td", {}, r.reason), h("td", {}, r.from), h("td", {}, r.to),
+      h("td", {}, r.count === null && r.count_at_least ? `more than ${r.count_at_least - 1}` : fmt(r.count)),
+      h("td", {}, r.why))), "nothing recorded"));
 }
 
 function runTable(runs) {
