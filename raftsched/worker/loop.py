@@ -199,7 +199,8 @@ def _log_failure(t: asyncio.Future) -> None:
 
 
 class _Held:
-    __slots__ = ("grant", "cancel", "task", "token", "executing", "giving_back", "ctx", "reporting", "renewed")
+    __slots__ = ("grant", "cancel", "task", "token", "executing", "giving_back", "stop_killed", "ctx", "reporting",
+                 "renewed")
 
     def __init__(self, grant: dict, renewed: float = 0.0) -> None:
         self.grant = grant
@@ -216,6 +217,8 @@ class _Held:
         self.executing = False
         #: killed by a drain: its lease is given back (release), its outcome is not reported
         self.giving_back = False
+        #: killed by the worker's stop: a failure then is the kill's, not reported (_executed)
+        self.stop_killed = False
         #: the run is over and its outcome on its way (the outbox, or a report in flight)
         self.reporting = False
 
@@ -344,8 +347,8 @@ class LeaseLoop:
                     await self._supervised("lease loop", self._lease())
                 finally:
                     if self.failed is None:
-                        # Stopped (cancelled): runs are killed and given back, what ended is
-                        # reported, heartbeats go on meanwhile.
+                        # Stopped (cancelled): runs are killed (their leases expire), what ended
+                        # on its own is reported, heartbeats go on meanwhile.
                         await self._stop()
         except BaseExceptionGroup as eg:
             failures = [e for e in eg.exceptions if isinstance(e, WorkerFailed)]
@@ -387,21 +390,22 @@ class LeaseLoop:
 
     async def _stop(self) -> None:
         """Stop leasing and end every run: acquires in flight are cancelled (runs they still
-        grant are never started: their leases expire), runs waiting for a slot and running ones,
-        killed, are given back (``release``: queued again at once, spending no attempt; a
-        release that does not get through leaves the lease to expire, a lost attempt), and what
-        ended on its own is reported, all within the kill grace plus ``stop_report_grace_s``.
-        A node stopped gracefully (SIGTERM) must not fail its runs: killed and reported, a run's
-        "lease lost" was a failed attempt, and a job with the default max_attempts of 1 went to
-        the dead-letter queue, where a crash of the node would have had it run again."""
+        grant are never started: their leases expire), runs waiting for a slot are forgotten
+        likewise, running ones are killed, and what ended on its own is reported, all within the
+        kill grace plus ``stop_report_grace_s``. A run the stop killed is not reported (its
+        "lease lost" is the kill's, not the run's: reported, it was a failed attempt, and a job
+        of the default max_attempts of 1 went to the dead-letter queue on a rolling restart): its
+        lease expires, a lost attempt, and it runs again after one TTL, as after a crash,
+        bounded by the lost-lease budget (``_executed``)."""
         self._stopping = True
         for t in list(self._acquiring):
             t.cancel()
-        waiting, self._waiting = list(self._waiting), collections.deque()
-        killed = [h for h in self.held.values() if h.executing]
-        for h in killed:
-            h.giving_back = True  # (its outcome, a kill's, is not reported: _executed)
+        for h in self._waiting:
+            self._release(h)
+        self._waiting.clear()
         for h in list(self.held.values()):
+            if h.executing:
+                h.stop_killed = True
             h.cancel.set()
         tasks = [h.task for h in self.held.values() if h.task and not h.task.done()]
         tasks += [t for t in self._superseded if not t.done()]  # (killed when superseded)
@@ -409,13 +413,6 @@ class LeaseLoop:
         deadline = self.clock.monotonic_s() + grace_s
         if tasks:
             await asyncio.wait(tasks, timeout=grace_s)
-        if waiting or killed:
-            try:
-                await asyncio.wait_for(self._give_back(waiting + killed, "the worker stopped"),
-                                       max(0.1, deadline - self.clock.monotonic_s()))
-            except asyncio.TimeoutError:
-                log.warning("worker %s: giving back %d runs at its stop timed out (their leases will expire)",
-                            self.worker_id, len(waiting) + len(killed))
         # Report what ended within the same bound (heartbeating meanwhile, unless they failed).
         while (self._outbox or self._reporting) and self.clock.monotonic_s() < deadline:
             while self._outbox and len(self._reporting) < worker_limits.reports_in_flight_max:
@@ -929,6 +926,12 @@ class LeaseLoop:
         now = self.clock.monotonic_s()
         self._exec_s = now - t0 if self._exec_s is None else self._exec_s + worker_limits.ewma_weight * (now - t0 - self._exec_s)
         if h.giving_back:
+            self._free_slot(h, out.linger)
+            return
+        if h.stop_killed and not out.ok:
+            # Killed by the worker's stop (_stop): not the run's outcome. Forgotten; its lease
+            # expires (a lost attempt). A success that came first is reported as any.
+            self._release(h)
             self._free_slot(h, out.linger)
             return
         if not self._outbox:
