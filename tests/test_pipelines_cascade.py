@@ -204,6 +204,29 @@ def test_a_cascade_whose_job_is_deleted_records_the_children_it_held():
     assert restored(s).snapshot() == s.snapshot()
 
 
+def test_a_cascade_whose_job_is_deleted_withdraws_the_children_it_queued():
+    """The delete cancels the backfill at once (as a cancel by request would): its children's
+    runs it had queued already were left queued, and in its active list uncounted. They are
+    withdrawn (skipped, reason cancelled) as a cancel's are."""
+    from raftsched.core import commands as c
+    s, now = _pipeline()
+    now += 60 * SEC
+    assert apply(s, backfill_cmd(s, "a", S1, S1 + 20 * SEC, now, bf_id="bf", reprocess="failed",
+                                 max_concurrent=3, cascade="children"))["ok"]
+    step(s, "bf", now)
+    finish(s, lease(s, now, 1)[0], now, True)
+    step(s, "bf", now + SEC)  # the held children are queued now
+    kids = [r for r in s.backfills["bf"]["active"] if s.runs[r]["job"] in ("b", "d") and s.runs[r]["state"] == "queued"]
+    assert kids, s.backfills["bf"]
+    assert apply(s, c.delete_job(now + 2 * SEC, None, name="a", force=True))["ok"]
+    bf = s.backfills["bf"]
+    assert bf["state"] == "cancelled", bf
+    for rid in kids:
+        assert (s.runs[rid]["state"], s.runs[rid]["reason"]) == ("skipped", "cancelled"), s.runs[rid]
+    assert not [r for r in bf["active"] if r in s.runs and s.runs[r]["state"] == "queued"]
+    assert restored(s).snapshot() == s.snapshot()
+
+
 def test_a_held_child_whose_job_is_deleted_and_put_again_in_the_same_millisecond_is_not_run():
     """A job is its name and creation time, and a job put again within the millisecond of its
     delete has the same ones: the delete itself lets go of the children held for the old job."""

@@ -474,22 +474,28 @@ def apply_backfill_control(s: SchedulerState, cmd: Command, now: int) -> Result:
         if bf["state"] == "paused":
             bf.update(state="running", paused_by=None, reason=None)
         return ok(id=bf_id, state="running")
-    withdrawn = 0
-    if bf["kind"] == "backfill":
-        for rid in bf["active"]:
-            run = s.runs.get(rid)
-            if run is not None and run["state"] == "queued" and run.get("backfill") == bf_id:
-                # (its own: not a later job's run under the same id, its job deleted and put again)
-                unqueue_count(s, run)
-                run.update(state="skipped", reason="cancelled", finished_at=now)
-                s.stats.on_recorded("skipped", "cancelled")
-                withdrawn += 1
-                on_slot_recorded(s, run, now)
-                deadlines.on_finish(s, run, now)
-                pipelines.withdrawn(s, run, now)
+    withdrawn = _withdraw(s, bf, now) if bf["kind"] == "backfill" else 0
     _refresh(s, bf)
     _finish(s, bf, "cancelled", now, "cancelled by request")
     return ok(id=bf_id, state="cancelled", withdrawn=withdrawn)
+
+
+def _withdraw(s: SchedulerState, bf: Record, now: int) -> int:
+    """A cancel's withdrawal: the backfill's runs still queued (a cascade's children's too) are
+    recorded skipped, reason cancelled; its running ones finish. :returns: how many."""
+    withdrawn = 0
+    for rid in bf["active"]:
+        run = s.runs.get(rid)
+        if run is not None and run["state"] == "queued" and run.get("backfill") == bf["id"]:
+            # (its own: not a later job's run under the same id, its job deleted and put again)
+            unqueue_count(s, run)
+            run.update(state="skipped", reason="cancelled", finished_at=now)
+            s.stats.on_recorded("skipped", "cancelled")
+            withdrawn += 1
+            on_slot_recorded(s, run, now)
+            deadlines.on_finish(s, run, now)
+            pipelines.withdrawn(s, run, now)
+    return withdrawn
 
 
 # ------------------------------------------------------------------ a job deleted
@@ -504,11 +510,13 @@ def of_deleted_job(s: SchedulerState, name: str) -> list[Record]:
 
 
 def cancel_for_deleted_job(s: SchedulerState, bfs: list[Record], now: int) -> None:
-    """Cancel the backfills ``of_deleted_job`` named, once the job and its runs are gone (their
-    runs still active are counted ``forgotten``). Before, the next step cancelled them, which
+    """Cancel the backfills ``of_deleted_job`` named, once the job and its runs are gone (its
+    runs the delete took while active are counted ``forgotten``; a cascade's children's runs
+    still queued are withdrawn, and those running finish, as for a cancel by request). Before, the next step cancelled them, which
     never came for one paused by request (its steps are dropped), and the outcomes of the runs
     the delete took were counted nowhere."""
     for bf in bfs:
+        _withdraw(s, bf, now)  # a cascade's children's runs still queued, as a cancel's
         _refresh(s, bf)
         _finish(s, bf, "cancelled", now, f"job {bf['job']!r} was deleted")
 

@@ -148,7 +148,7 @@ def twice_param(route: Route, query) -> str | None:
     """The first query parameter of ``query`` (a multidict) given more than once that the row
     does not declare repeatable, or None: ``?limit=5&limit=500`` is refused, not answered by
     whichever one a handler happens to read."""
-    if len(query) == len(set(query)):  # (len counts every pair; iterating, each name once)
+    if len(query) == len(set(query)):  # (len counts every pair; set() of the names, each once)
         return None
     repeated = {p.name for p in route.params if p.repeated}
     seen: set[str] = set()

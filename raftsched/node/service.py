@@ -406,12 +406,11 @@ class Service:
         check_name(name)
         replayed = tenants is not None and self.read(queries.request_was, rid, f"delete_job:{name}")
         if tenants is not None and not replayed:
-            foreign = self.read(queries.foreign_runs, name, tenants)
-            if foreign:
+            if self.read(queries.foreign_runs, name, tenants):
                 # A job moved here from another tenant keeps that tenant's runs in its history
                 # (their dead runs too): a delete would take them along.
-                raise Forbidden(f"job {name!r} holds {foreign} runs of another tenant, made before it moved to this "
-                                "one, which a delete would remove: an admin deletes it", field="name", tenant=None)
+                raise Forbidden(f"job {name!r} holds runs of another tenant, made before it moved to this one, "
+                                "which a delete would remove: an admin deletes it", field="name", tenant=None)
         if tenants is not None and not force and not replayed:
             # The same refusal apply gives (pipelines.check_delete), naming only this token's
             # tenants' jobs among the dependents.
