@@ -67,3 +67,13 @@ def test_explain_of_a_range_too_long_to_count_says_at_least_how_many():
     assert e["slots_due"] == len(e["runs"]) + 10_001 and e["slots_due_exact"] is False, e["slots_due"]
     short = preview.explain(sp, 0, t("2026-09-01T00:00:00Z"), t("2026-12-06T00:00:00Z"))
     assert short["slots_due_exact"] is True and short["slots_due"] == 9_216, short["slots_due"]
+
+
+def test_preview_local_time_of_a_slot_with_milliseconds_has_milliseconds():
+    """A start_at of .500 showed local ...00:00:00.500000+00:00 beside slot ...00:00:00.500Z."""
+    start = t("2031-01-01T00:00:00.500Z")
+    sl = preview.preview(spec({"every_s": 60, "start_at": "2031-01-01T00:00:00.500Z"}), start, start - 1, 2)
+    assert [x["slot"] for x in sl] == ["2031-01-01T00:00:00.500Z", "2031-01-01T00:01:00.500Z"]
+    assert [x["local"] for x in sl] == ["2031-01-01T00:00:00.500+00:00", "2031-01-01T00:01:00.500+00:00"]
+    whole = preview.preview(spec({"every_s": 60}), t("2031-01-01T00:00:00Z"), t("2031-01-01T00:00:00Z"), 1)
+    assert whole[0]["local"] == "2031-01-01T00:01:00+00:00"

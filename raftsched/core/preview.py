@@ -20,7 +20,9 @@ def _local(ms: int, tz: str) -> tuple[str, int, bool]:
     ambiguous = naive.replace(tzinfo=z, fold=0).utcoffset() != naive.replace(tzinfo=z, fold=1).utcoffset()
     off = dt.utcoffset()
     assert off is not None  # an aware time's offset (tzinfo a ZoneInfo) is never None
-    return dt.isoformat(), int(off.total_seconds()), ambiguous
+    # In milliseconds when the slot has them (a start_at of .500), as the slot's own ISO text; a
+    # float's microseconds (.500000) are no part of a slot.
+    return dt.isoformat(timespec="milliseconds" if ms % 1000 else "seconds"), int(off.total_seconds()), ambiguous
 
 
 def _fmt_offset(sec: int) -> str:
