@@ -494,6 +494,15 @@ def test_preview_and_explain_endpoints():
         await err(await c.post("/v1/jobs/a/explain", data=json.dumps({"down_from": "2026-12-01T02:00:00Z", "down_to": "2026-12-01T01:00:00Z"})), 400, "bad_request", "down_to")
         await err(await c.post("/v1/jobs/nope/explain", data=json.dumps({})), 404, "not_found")
         await err(await c.get("/v1/jobs/a/preview?count=0"), 400, "bad_request", "count")
+        # explain of one slot: an instant that is no slot of the job says so, naming the next one
+        # (it answered "the slot has no deadline record", as for a slot not fired yet)
+        r = await c.post("/v1/jobs/a/explain", data=json.dumps({"slot": "2031-03-01T01:00:41Z"}))
+        body = await r.json()
+        assert r.status == 200 and "no slot of the job's schedule" in body["why"], body
+        assert "2031-03-02T01:00:00Z" in body["why"], body
+        r = await c.post("/v1/jobs/a/explain", data=json.dumps({"slot": "2031-03-02T01:00:00Z"}))
+        body = await r.json()
+        assert r.status == 200 and "no deadline record" in body["why"], body
     run(t)
 
 

@@ -741,10 +741,26 @@ class Service:
         if block is not None:
             out["deadline"] = deadline_view(block)
             out["why"] = out["deadline"]["why"]
+        elif run is None and (near := self._not_a_slot(name, slot_ms)) is not None:
+            out["why"] = near
         else:
             out["why"] = ("the slot has no deadline record: the job had no deadline when it fired, the slot "
                           "has not fired, or its record was given up (limits.deadlines_kept_max)")
         return out
+
+    def _not_a_slot(self, name: str, slot_ms: int) -> str | None:
+        """Why ``slot_ms`` is no slot of job ``name``'s schedule as it is now (naming the next
+        one), or None when it is one, or when that cannot be told (no such job, a triggered
+        job). A jittered schedule's slots are its jittered instants (schedule.next_slot_after)."""
+        job = self.read(queries.job, name)
+        sched = None if job is None else job["spec"].get("schedule")
+        if sched is None:
+            return None
+        nxt = schedule.next_slot_after(sched, slot_ms - 1, job["anchor"])
+        if nxt == slot_ms:
+            return None
+        return ("no slot of the job's schedule falls at that instant"
+                + (f": the next one after it is {schedule.iso(nxt)}" if nxt is not None else ""))
 
     # ------------------------------------------------------------------ reads
     def get_job(self, name: str, tenants: frozenset | None = None) -> dict:
