@@ -697,3 +697,18 @@ def test_a_heartbeat_jobs_held_slot_waits_for_its_ping_again_after_a_resume_befo
     assert (res["released"], res["skipped"]) == (1, 0), res
     res = apply(s, commands.ping(first - 500, None, name="hb", status="success", slot=None))
     assert res["ok"] and res["run"] == f"hb@{first}" and s.runs[res["run"]]["state"] == "succeeded", res
+
+
+def test_explain_of_a_slot_closed_before_its_instant_does_not_say_it_missed_that_deadline() -> None:
+    """A heartbeat slot pinged ``start`` in time, then closed by a replace, was explained as "it
+    missed its start deadline (T): its run was still running", T still ahead: the record names the
+    slot's first deadline, which it met. Judged before the instant, the sentence says the run
+    ended without succeeding; judged after it, as before."""
+    early = {"state": "missed", "deadline": "start_within_s", "cause": "still_running",
+             "instant": T0 + 100 * SEC, "judged_at": T0 + 2 * SEC}
+    why = deadlines.explain(early)
+    assert why.startswith("its run ended without succeeding, before its start deadline") and "closed" in why, why
+    failed = dict(early, cause="failed")
+    assert "its run had failed" in deadlines.explain(failed)
+    late = dict(early, judged_at=T0 + 101 * SEC)
+    assert deadlines.explain(late).startswith("it missed its start deadline"), deadlines.explain(late)

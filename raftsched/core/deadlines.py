@@ -836,6 +836,14 @@ def explain(r: Record | None) -> str | None:
               "failed": "its run had failed (dead, or waiting for a retry)",
               "skipped": "the slot was recorded skipped or coalesced, so no run was made for it",
               "paused": "the job was paused", "untracked": "more deadlines were pending than the cluster keeps"}
+    judged, instant = r.get("judged_at"), r.get("instant")
+    if r["cause"] in ("failed", "still_running") and judged is not None and instant is not None and judged < instant:
+        # Judged when its run ended for good, before the instant: the slot cannot succeed any
+        # more (its start deadline, which the record names as its first, may well have been met).
+        how = (causes["failed"] if r["cause"] == "failed"
+               else "it had started, and was closed before it ended (its job replaced, or a heartbeat job's later runs)")
+        return (f"its run ended without succeeding, before its {which.get(r['deadline'] or '', 'deadline')} "
+                f"({at}) came: {how}; a slot whose run cannot succeed any more misses at once")
     return (f"it missed its {which.get(r['deadline'] or '', 'deadline')} ({at}): "
             f"{causes.get(r['cause'] or '', r['cause'])}")
 
