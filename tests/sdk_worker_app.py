@@ -28,8 +28,12 @@ def path_of(run_id: str, event: str) -> str:
 
 def _note(ctx, event: str, text: str = "") -> None:
     if os.environ.get("SDK_WORKER_TEST_DIR"):
-        with open(path_of(ctx.run_id, event), "w") as f:
+        # Written whole, then renamed into place: a test that waits for the file to exist reads
+        # its text (a pid read from a file created but not written yet failed the any-year run).
+        path = path_of(ctx.run_id, event)
+        with open(path + ".tmp", "w") as f:
             f.write(text)
+        os.replace(path + ".tmp", path)
 
 
 def _released(ctx) -> bool:
