@@ -239,6 +239,26 @@ def test_a_ping_up_to_2_s_before_its_slot_waits_for_the_slot_to_be_committed():
     run(t)
 
 
+def test_the_readmes_heartbeat_example_pings_a_slot_opened_by_hand():
+    """README "Deadlines": a trigger without a body opens a slot, then a start ping and a success
+    ping move it. Both pings were 404 (the node proposed the slot it resolved, and apply looked
+    it up as NAME@SLOT; the run is NAME@SLOT!manual-N)."""
+    hb = dict(SPEC, schedule={"cron": "0 2 * * *"}, executor={"type": "heartbeat"},
+              deadline={"start_within_s": 600})
+
+    async def t(env, c):
+        assert (await put(c, "backup", hb)).status == 201
+        r = await c.post("/v1/jobs/backup/trigger", headers=AUTH)
+        opened = await r.json()
+        assert r.status == 201 and opened["state"] == "waiting", opened
+        r = await c.post("/v1/jobs/backup/ping", json={"status": "start"}, headers=AUTH)
+        assert r.status == 200 and (await r.json())["run"] == opened["run"], await r.text()
+        r = await c.post("/v1/jobs/backup/ping", headers=AUTH)
+        assert r.status == 200, await r.text()
+        assert env.state.runs[opened["run"]]["state"] == "succeeded"
+    run(t)
+
+
 def test_a_gated_child_whose_slots_never_meet_its_parents_is_refused_naming_the_edge():
     """A gated child (schedule + after, match same_slot) made a second after its parent, both
     every 3 s, never shared a slot with it (each interval grid is anchored where its job was

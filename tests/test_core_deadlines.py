@@ -472,6 +472,26 @@ def test_a_heartbeat_job_pinged_before_its_first_slot_is_refused_until_a_trigger
     assert res["ok"] and (res["run"], res["state"]) == (opened["run"], "succeeded"), res
 
 
+def test_a_slot_opened_by_hand_is_pinged_through_the_node_and_by_its_slot() -> None:
+    """The README's path broke: the node resolves a ping without a slot (ping_target) and
+    proposes it with that slot, and apply looked the slot up as NAME@SLOT, which a slot opened by
+    hand (NAME@SLOT!manual-N) is not: 404. ping_target leaves such a run to apply's own rule, and
+    apply finds a run of the slot among the job's runs when NAME@SLOT is none."""
+    sp = spec({"cron": "0 2 * * *", "timezone": "Europe/Berlin"}, {"start_within_s": 600},
+              "skip", executor={"type": "heartbeat"})
+    s = new_state(("backup", sp), now=T0)
+    opened = apply(s, commands.make("trigger_job", T0 + 2 * SEC, None, name="backup"))
+    assert opened["ok"] and "!manual-" in opened["run"], opened
+    slot = s.runs[opened["run"]]["slot"]
+    assert deadlines.ping_target(s, "backup", "start", T0 + 3 * SEC) == (None, False)
+    res = apply(s, commands.ping(T0 + 3 * SEC, None, name="backup", status="start", slot=slot))
+    assert res["ok"] and (res["run"], res["state"]) == (opened["run"], "running"), res
+    res = apply(s, commands.ping(T0 + 4 * SEC, None, name="backup", status="success", slot=slot))
+    assert res["ok"] and (res["run"], res["state"]) == (opened["run"], "succeeded"), res
+    res = apply(s, commands.ping(T0 + 5 * SEC, None, name="backup", status="success", slot=slot + 1))
+    assert res["error"]["code"] == "not_found", res
+
+
 def test_a_fail_ping_misses_at_once_and_a_ping_for_another_job_is_refused() -> None:
     s = new_state(("hb", spec({"every_s": 600}, {"succeed_within_s": 300}, executor={"type": "heartbeat"})),
                   ("py", spec({"every_s": 600}, {"succeed_within_s": 300})), now=T0)

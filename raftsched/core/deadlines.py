@@ -657,7 +657,9 @@ def ping_target(s: SchedulerState, name: str, status: str, now: int) -> tuple[in
                 coming = cand  # the first still to come, in the end
         pick = coming or came
         if pick is not None:
-            return pick["slot"], False
+            # A slot opened by hand (a trigger without a body: NAME@SLOT!manual-N) is not found by
+            # its slot by older replicas' apply_ping: apply's own rule, without a slot, takes it.
+            return (pick["slot"], False) if pick["id"] == f"{name}@{pick['slot']}" else (None, False)
     return None, False
 
 
@@ -682,6 +684,12 @@ def apply_ping(s: SchedulerState, cmd: Command, now: int) -> Result:
     run: Record | None = None
     if slot is not None:
         run = s.runs.get(f"{name}@{slot}")
+        if run is None:
+            # A slot opened by hand (a trigger without a body) is the run NAME@SLOT!manual-N: the
+            # newest of the job's runs of that slot a ping can still move.
+            hist = s.history.get(name) or []
+            run = next((s.runs[rid] for rid in reversed(hist)
+                        if s.runs[rid]["slot"] == slot and s.runs[rid]["state"] in ("waiting", "running")), None)
         if run is None:
             raise NotFound(f"job {name} has no run for slot {slot} (ms since the epoch)", field="slot")
     else:
