@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .cli_output import show
+from .cli_output import output_format, show
 from .client import Client
 from .core import limits
 from .core.errors import RaftschedError
@@ -95,7 +95,10 @@ def _wait(c: Client, view: dict) -> int:
             runs = [r for r in hist if r.get("backfill") == end["id"]]
         except RaftschedError:
             pass  # the job is gone: the counts say what happened
-    print(final_table(end, runs))
+    if output_format() == "table":
+        print(final_table(end, runs))
+    else:  # -o json / yaml, or a pipe: the operation as it ended, and a backfill's runs
+        show(dict(end, runs=runs) if end["kind"] == "backfill" else end)
     return 0 if end["state"] == "done" else 1
 
 

@@ -115,15 +115,17 @@ def test_the_cli_backfills_with_a_progress_bar_and_requeues_all_matching(cluster
     p = cli(cluster, "backfill", "bf-cli", "--from", lo, "--to", hi, "--max-concurrent", "2", "--wait")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "[" not in p.stderr, p.stderr  # the progress bar is drawn on a terminal only (here: a pipe)
-    assert ": done" in p.stdout and p.stdout.count("succeeded") >= n, p.stdout  # the table: a row a slot
+    # piped: JSON, as every answer (it printed the text table whatever -o said)
+    end = json.loads(p.stdout)
+    assert end["state"] == "done" and sum(r["state"] == "succeeded" for r in end["runs"]) >= n, end
     cl.put_job("bf-dead", {"schedule": {"every_s": 86400}, "executor": {"type": "shell", "argv": ["false"]},
                            "misfire": {"policy": "skip"}})
     run = cl.trigger("bf-dead")["run"]
     wait_for(lambda: any(r["id"] == run for r in cl.dlq()["runs"]), 30, "the run is dead")
     p = cli(cluster, "requeue", "--all-matching", "--job", "bf-dead", "--dry-run")
     assert p.returncode == 0 and json.loads(p.stdout)["runs"] == [run], p.stdout + p.stderr
-    p = cli(cluster, "requeue", "--all-matching", "--job", "bf-dead", "--wait")
-    assert p.returncode == 0 and "requeued 1" in p.stdout, p.stdout + p.stderr
+    p = cli(cluster, "requeue", "--all-matching", "--job", "bf-dead", "--wait", "-o", "table")
+    assert p.returncode == 0 and "requeued 1" in p.stdout, p.stdout + p.stderr  # the table, asked for
     p = cli(cluster, "requeue")
     assert p.returncode == 2 and "--all-matching" in p.stderr
     for job in ("bf-cli", "bf-dead"):
