@@ -463,6 +463,19 @@ def _read_json(path: str):
         return None
 
 
+def _explain(a, c) -> int:
+    """explain NAME FROM TO, or explain NAME --slot T: one of the two, whole (a usage error, exit
+    2, before any request: a window without its end was sent and answered 400 naming down_to)."""
+    window = a.down_from is not None or a.down_to is not None
+    if a.slot is not None and window:
+        print("raftsched explain: give FROM TO (an outage window) or --slot T (one slot), not both", file=sys.stderr)
+        return 2
+    if a.slot is None and (a.down_from is None or a.down_to is None):
+        print("raftsched explain: give FROM and TO (the outage window, ISO times), or --slot T", file=sys.stderr)
+        return 2
+    return show(c.explain(a.name, a.down_from, a.down_to, slot=a.slot))
+
+
 def _put(a, c: Client) -> int:
     body = _read_json(a.spec_file)
     if body is None:
@@ -795,7 +808,7 @@ def main(argv: list[str] | None = None) -> int:
     client("drain", "drain a worker: no more runs for it; it finishes what it runs and stops",
            lambda a, c: c.drain_worker(a.worker)).add_argument("worker")
     c = client("explain", "what an outage window would do to a job's slots, or (--slot) why a slot missed its deadline",
-               lambda a, c: c.explain(a.name, a.down_from, a.down_to, slot=a.slot))
+               run=_explain)
     c.add_argument("name")
     c.add_argument("down_from", nargs="?", help="ISO time, e.g. 2026-12-01T01:58:45Z")
     c.add_argument("down_to", nargs="?")

@@ -263,6 +263,12 @@ def test_the_deadline_subcommands_call_the_client(monkeypatch, capsys):
     assert rc == 0 and json.loads(capsys.readouterr().out) == {"called": "ping", "args": ["j", "start"]}
     rc, _ = _run(monkeypatch, ["explain", "j", "--slot", "2026-12-02T01:00:00Z"])
     assert rc == 0 and json.loads(capsys.readouterr().out) == {"called": "explain", "args": ["j", None, None]}
+    # a window without its end, or none, or both forms: a usage error, nothing sent (it was a 400 from the node)
+    for argv in (["explain", "j"], ["explain", "j", "2026-12-02T01:00:00Z"],
+                 ["explain", "j", "2026-12-02T01:00:00Z", "2026-12-02T02:00:00Z", "--slot", "2026-12-02T01:00:00Z"]):
+        rc, _ = _run(monkeypatch, argv)
+        out = capsys.readouterr()
+        assert rc == 2 and "called" not in out.out and "raftsched explain: give" in out.err, (argv, rc, out)
 
 
 @pytest.mark.parametrize("argv", [["get", "j"], ["backfills"], ["requeue", "r@1"],
@@ -370,4 +376,12 @@ def test_waiting_for_an_operation_says_once_when_it_is_paused(monkeypatch, capsy
     out = capsys.readouterr()
     notes = [line for line in out.err.splitlines() if "is paused" in line]
     assert len(notes) == 2 and "(paused by request)" in notes[0] and "raftsched backfill-resume op" in notes[0]
-    assert "(queue q is full)" in notes[1] and out.out.startswith("purge op: done")
+    # (piped, as here: the operation as it ended, in JSON; on a terminal or with -o table, the table)
+    assert "(queue q is full)" in notes[1] and json.loads(out.out)["state"] == "done", out.out
+    from raftsched import cli_output
+    cli_output.set_format("table")
+    try:
+        assert backfill_cli._wait(Fake(), view("running")) == 0
+        assert capsys.readouterr().out.startswith("purge op: done")
+    finally:
+        cli_output.set_format(None)
