@@ -149,3 +149,29 @@ def test_a_stop_dump_replaced_by_a_slowly_restored_snapshot_counts_as_written(tm
         finally:
             c.close()
     run(main)
+
+
+def test_a_dump_holds_none_of_the_nodes_own_fields_and_a_restart_from_one_reads_none(tmp_path):
+    """pysyncobj dumps every attribute a SyncObj gets after its constructor: raftsched's node-local
+    fields (when the tick thread last ticked, why the role changed) went into raft.dump and, through
+    snapshots, into other nodes, which logged a tick gap as long as the dump was old, with a
+    negative CPU time. Only pysyncobj's code version is dumped now, and a dump that holds them
+    (an older one) is read without them."""
+    from raftsched.replication._syncobj import _without_local_fields
+    async def main():
+        c = Cluster(tmp_path)
+        try:
+            leader, f = await _five_then_a_follower(c)
+            sync = c.nodes[f]._sync
+            assert sync._tick_at is not None and "_tick_at" in sync.__dict__  # set on the instance
+            dumped = {k for k in sync.__dict__ if k not in sync._SyncObj__properies}
+            assert dumped <= {"_SyncObj__enabledCodeVersion"}, dumped
+            assert await asyncio.to_thread(c.nodes[f].dump_before_stop, 60.0)
+        finally:
+            c.close()
+    run(main)
+    older = ([{"_tick_at": 5.0, "_cpu_at": (1.0, 2.0), "_role_cause": "x", "_SyncObj__enabledCodeVersion": 0},
+              {"state": 1}], ("e", 2), ("e", 1), {"n"})
+    assert _without_local_fields(older) == ([{"_SyncObj__enabledCodeVersion": 0}, {"state": 1}],
+                                            ("e", 2), ("e", 1), {"n"})
+    assert _without_local_fields((None, 1, 2, 3)) == (None, 1, 2, 3)

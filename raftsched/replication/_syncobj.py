@@ -88,6 +88,11 @@ class _SyncObj(MembershipMixin, SyncObj):
         self._progress: dict = {}
         self._members_setup(selfNode, otherNodes, join, join_marker)
         super().__init__(selfNode, otherNodes, *args, **kwargs)
+        # pysyncobj dumps every attribute set after its constructor (a subclass's too): this
+        # node's own fields (when it last ticked, why its role changed) went into its dumps and,
+        # through snapshots, into other nodes, which then logged a tick gap as long as the dump
+        # was old. The state is the consumer's; only pysyncobj's code version is replicated here.
+        self._SyncObj__properies = _LocalFields()
         # A leader's snapshot replaces raft.dump: a dump writer forked before it must not rename
         # its older dump over it afterwards (_stop_dump_writer). A failed writer is noted for
         # dump_now.
@@ -688,13 +693,13 @@ class _SyncObj(MembershipMixin, SyncObj):
         is every journal when a snapshot comes from the leader (``clearJournal``).
         """
         serializer = self._SyncObj__serializer
-        if clearJournal:
-            return SyncObj._SyncObj__loadDumpFile(self, clearJournal)
         try:
             data = serializer.deserialize()
         except Exception:  # noqa: BLE001 - the loader below logs it and fails the same way
             return SyncObj._SyncObj__loadDumpFile(self, clearJournal)
-        _keep_journal_after_dump(self, data)
+        data = _without_local_fields(data)
+        if not clearJournal:
+            _keep_journal_after_dump(self, data)
         # The loader reads the file again: hand it the copy already read (a 1M-job dump takes
         # seconds to gunzip).
         serializer.deserialize = lambda: data
@@ -861,6 +866,32 @@ def _membership_forbidden(sync: SyncObj, node, kind, message: dict) -> bool:
                                                      "error": REFUSED_COMMAND})
             return True
     return False
+
+
+#: The one field of a SyncObj's own that pysyncobj replicates through its dumps here (the
+#: state is its consumer's): its code version (setCodeVersion, never called by raftsched).
+_REPLICATED_FIELDS = frozenset({"_SyncObj__enabledCodeVersion"})
+
+
+class _LocalFields(set):
+    """What pysyncobj's dump leaves out of a SyncObj's own attributes: every one but
+    _REPLICATED_FIELDS (it tests ``name not in properties``)."""
+
+    def __contains__(self, name: object) -> bool:
+        return name not in _REPLICATED_FIELDS
+
+
+def _without_local_fields(data):
+    """A deserialized dump (``(state, last, before_last, cluster)``, state ``[own fields,
+    consumer...]``) without the node-local fields an older dump carried in its own fields."""
+    try:
+        state = data[0]
+        if isinstance(state, list) and state and isinstance(state[0], dict):
+            own = {k: v for k, v in state[0].items() if k in _REPLICATED_FIELDS}
+            return ([own] + state[1:],) + tuple(data[1:])
+    except (TypeError, IndexError):  # (malformed: the loader says so)
+        pass
+    return data
 
 
 def _keep_journal_after_dump(sync: SyncObj, data) -> None:
