@@ -470,8 +470,8 @@ alive_nodes() {
 
 # wait_for_leader TIMEOUT REQUIRED...: poll every 0.2 s until the nodes that are
 # alive agree on one leader. Nodes listed in REQUIRED must stay alive and be part
-# of the agreement. Returns 1 on timeout, 2 if a required node died (after
-# printing its log).
+# of the agreement (with PROBE_REQUIRED_ONLY set, only they are asked: restart).
+# Returns 1 on timeout, 2 if a required node died (after printing its log).
 wait_for_leader() {
   local timeout=$1 deadline n
   shift
@@ -485,6 +485,19 @@ wait_for_leader() {
         return 2
       fi
     done
+    if [[ -n ${PROBE_REQUIRED_ONLY:-} ]]; then
+      # Only the required node is asked: it is enough that it follows (or is) a leader of a
+      # member's address in a term (the leader itself may refuse this token file).
+      local r=${required[0]} addr
+      probe "$r" || true
+      addr=${P_LEADER[r]:-}
+      if [[ -n ${P_OK[r]:-} && -n $addr && $addr != - && ${addr%:*} == "$HOST" ]]; then
+        LEADER_ADDR=$addr LEADER_TERM=${P_TERM[r]} LEADER_NODE=$((${addr##*:} - RAFT_BASE))
+        return 0
+      fi
+      sleep 0.2
+      continue
+    fi
     alive_nodes
     if check_leader "${ALIVE[@]}"; then
       return 0
@@ -752,7 +765,12 @@ cmd_remove() {
   load_ports other
   ((${#NODES[@]} > 1)) || die "node-$n is the only member: a cluster needs one"
   cli_client_args
-  "${CLI_CMD[@]}" members remove "$(raft_addr "$n")" "${CLI_ARGS[@]}" >/dev/null || die "node-$n was not removed (see above)"
+  # (the CLI prints a refusal's body on stdout: kept, and shown when the remove fails)
+  local said
+  said=$("${CLI_CMD[@]}" members remove "$(raft_addr "$n")" "${CLI_ARGS[@]}") || {
+    printf '%s\n' "$said" >&2
+    die "node-$n was not removed (the answer is above)"
+  }
   local rest=() m
   for m in "${NODES[@]}"; do [[ $m == "$n" ]] || rest+=("$m"); done
   NODES=("${rest[@]}")
@@ -778,6 +796,10 @@ cmd_restart() {
   if pid=$(node_pid "$n"); then
     echo "node-$n is already running (pid $pid); not starting it again"
   else
+    # A member on an empty data directory has forgotten its log and its vote: it could help
+    # elect a second leader of a term it voted in (docs/operations.md, "Changing the members").
+    compgen -G "$(node_dir "$n")/raft.*" >/dev/null ||
+      die "node-$n has no Raft data in $(node_dir "$n") (lost, or moved away): a member started empty has forgotten its log and its vote; take it out and add a new node instead: '$PROG remove $n', then '$PROG add'"
     start_node "$n"
     echo "started node-$n (pid $(<"$(pid_file "$n")"), log $(log_file "$n"))"
   fi
@@ -785,7 +807,10 @@ cmd_restart() {
   local t0
   t0=$(now)
   local rc=0
-  wait_for_leader "$START_TIMEOUT" "$n" || rc=$?
+  # Node n's own view only: the others may be refusing this token file already (a rotation,
+  # docs/security.md: each node restarted in turn), and their 401s would trip the nodes'
+  # refused-token limiter for every client of this address.
+  PROBE_REQUIRED_ONLY=1 wait_for_leader "$START_TIMEOUT" "$n" || rc=$?
   if ((rc == 1)); then
     warn "node-$n did not join an agreed leader within ${START_TIMEOUT}s"
     alive_nodes

@@ -227,6 +227,18 @@ def test_cluster_sh_adds_a_node_on_the_next_ports_and_removes_one(tmp_path):
         r = sh("status")
         assert "node-1" not in r.stdout and "agreed by every running node" in r.stdout, r.stdout
         assert sh("restart", "1").returncode == 2  # not a member any more
+        # a member whose data directory is gone is not started empty (it forgot its vote)
+        r = sh("kill-leader")
+        assert r.returncode == 0, r.stdout + r.stderr
+        killed = r.stdout.split("node-")[1].split()[0]
+        data, away = root / ".raftsched" / f"node-{killed}", tmp_path / "away"
+        shutil.move(str(data), str(away))
+        r = sh("restart", killed)
+        assert r.returncode == 1 and "no Raft data" in r.stderr and "remove" in r.stderr, r.stdout + r.stderr
+        shutil.rmtree(data, ignore_errors=True)
+        shutil.move(str(away), str(data))
+        r = sh("restart", killed)
+        assert r.returncode == 0 and f"node-{killed} sees leader" in r.stdout, r.stdout + r.stderr
         r = sh("add")  # never reuses node 1's number (its data dir stays)
         assert r.returncode == 0 and r.stdout.strip().splitlines()[-1] == "5", r.stdout + r.stderr
     finally:

@@ -135,7 +135,7 @@ def on_success(pr: _Progress, next_idx: int, match_idx: int, idx: int) -> tuple[
 
 
 def on_rejection(pr: _Progress, next_idx: int, match_idx: int, prev: int,
-                 hint: int) -> tuple[int, int] | None:
+                 hint: int, follower: str = "?") -> tuple[int, int] | None:
     """The leader's new (next index, match index) after a follower rejected the append_entries
     whose previous index was ``prev``, hinting ``hint``, with ``pr`` put in probe; None, and
     nothing changed but a count, when the answer is stale (an earlier message's, overtaken by
@@ -152,8 +152,8 @@ def on_rejection(pr: _Progress, next_idx: int, match_idx: int, prev: int,
         # entries it acknowledged (a lost disk, a restore from an older copy). Raft assumes this
         # never happens; going below the match index is the only way it can catch up again, and
         # what is committed stays committed.
-        logger.warning("replication.follower_lost_entries match=%d rejected=%d hint=%d",
-                       match_idx, prev, hint)
+        logger.warning("replication.follower_lost_entries follower=%s match=%d rejected=%d hint=%d",
+                       follower, match_idx, prev, hint)
         new_next = max(1, min(prev, hint))
         return new_next, min(match_idx, new_next - 1)
     return max(min(prev, hint), match_idx + 1), match_idx

@@ -459,7 +459,7 @@ class _SyncObj(MembershipMixin, SyncObj):
             nexts[node] = n
             pr.probe()
             return
-        decided = _progress.on_rejection(pr, nexts[node], match[node], prev, n)
+        decided = _progress.on_rejection(pr, nexts[node], match[node], prev, n, getattr(node, "address", str(node)))
         if decided is None:
             return
         nexts[node], match[node] = decided
