@@ -35,3 +35,13 @@ def pytest_collection_modifyitems(config, items):
             seen[path] = _WALL_CLOCK_SIGNS.search(text) is not None
         if seen[path]:
             item.add_marker(pytest.mark.wallclock)
+
+
+@pytest.fixture(autouse=True)
+def _cli_output_format_reset():
+    """The CLI's ``-o`` is a module global (cli_output.set_format), which a test that runs the
+    CLI's main() leaves set: reset after every test, so that a later one in the same process
+    sees the default (table on a terminal, JSON in a pipe) whatever ran before it."""
+    yield
+    from raftsched import cli_output
+    cli_output.set_format(None)

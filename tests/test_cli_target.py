@@ -351,7 +351,10 @@ def test_version_completion_and_a_closed_pipe(capsys):
 
 
 def test_a_waited_backfill_draws_its_bar_on_a_terminal_only(monkeypatch, capsys):
-    from raftsched import backfill_cli
+    from raftsched import backfill_cli, cli_output
+    # The final answer as a table (-o table): without it, stdout here is a pipe, whose answer is
+    # JSON (tests/test_cli.py); the format is a module global another test may have left set.
+    monkeypatch.setattr(cli_output, "_format", "table")
     views = [{"id": "b1", "kind": "backfill", "job": "j", "state": s, "reason": None,
               "progress": {"planned": 4, "created": c, "left_out": 0, "left_out_reasons": {}, "succeeded": c}}
              for s, c in (("running", 2), ("done", 4))]

@@ -185,14 +185,21 @@ def test_a_cascade_paused_by_its_jobs_full_queue_still_queues_its_held_children_
     assert bf["state"] == "done" and bf["cascaded"] == 8 and bf["finished"] == {"succeeded": 12}
 
 
-def test_a_cascade_whose_job_is_deleted_records_the_children_it_held():
-    from raftsched.core import commands as c
+def _first_slot_run_again(max_concurrent: int):
+    """_pipeline, then a cascading backfill of a's failed slots whose first slot ran and
+    succeeded (its children b and d held): the state and the time."""
     s, now = _pipeline()
     now += 60 * SEC
     assert apply(s, backfill_cmd(s, "a", S1, S1 + 20 * SEC, now, bf_id="bf", reprocess="failed",
-                                 max_concurrent=1, cascade="children"))["ok"]
+                                 max_concurrent=max_concurrent, cascade="children"))["ok"]
     step(s, "bf", now)
     finish(s, lease(s, now, 1)[0], now, True)
+    return s, now
+
+
+def test_a_cascade_whose_job_is_deleted_records_the_children_it_held():
+    from raftsched.core import commands as c
+    s, now = _first_slot_run_again(1)
     assert sorted(s.backfills["bf"]["held"]) == [f"b@{S1}", f"d@{S1}"]
     assert apply(s, c.delete_job(now, None, name="a", force=True))["ok"]
     step(s, "bf", now + SEC)
@@ -209,12 +216,7 @@ def test_a_cascade_whose_job_is_deleted_withdraws_the_children_it_queued():
     runs it had queued already were left queued, and in its active list uncounted. They are
     withdrawn (skipped, reason cancelled) as a cancel's are."""
     from raftsched.core import commands as c
-    s, now = _pipeline()
-    now += 60 * SEC
-    assert apply(s, backfill_cmd(s, "a", S1, S1 + 20 * SEC, now, bf_id="bf", reprocess="failed",
-                                 max_concurrent=3, cascade="children"))["ok"]
-    step(s, "bf", now)
-    finish(s, lease(s, now, 1)[0], now, True)
+    s, now = _first_slot_run_again(3)
     step(s, "bf", now + SEC)  # the held children are queued now
     kids = [r for r in s.backfills["bf"]["active"] if s.runs[r]["job"] in ("b", "d") and s.runs[r]["state"] == "queued"]
     assert kids, s.backfills["bf"]
