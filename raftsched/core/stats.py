@@ -17,6 +17,7 @@ the commands it applied since its process started (Prometheus counters: they res
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Sequence
 from typing import Any
 
 #: Bucket bounds (ms) of the slot -> start and slot -> completion histograms: from a run leased
@@ -70,23 +71,14 @@ class ApplyStats:
         self.recorded[key] = self.recorded.get(key, 0) + slots
 
     def on_start(self, run: dict[str, Any], now: int) -> None:
-        """A run was leased (leases._grant, or apply_acquire's one-heap loop): its first attempt's
-        start, for a scheduled run."""
-        if run.get("kind") == "scheduled" and not run.get("attempts"):
-            slot = run.get("slot")
-            if isinstance(slot, int):
-                # Buckets.observe, inline: every replica counts every run's start.
-                b, ms = self.slot_to_start, now - slot
-                if ms < 0:
-                    ms = 0
-                b.counts[bisect_left(b.bounds_ms, ms)] += 1
-                b.sum_ms += ms
+        """A run was leased (leases._grant): its first attempt's start, for a scheduled run."""
+        _observe_runs(self.slot_to_start, (run,), now, first_only=True)
 
-    def on_starts(self, runs: list[dict[str, Any]], now: int) -> None:
+    def on_starts(self, runs: Sequence[dict[str, Any]], now: int) -> None:
         """on_start of each of ``runs``, leased by one command at ``now``."""
         _observe_runs(self.slot_to_start, runs, now, first_only=True)
 
-    def on_successes(self, runs: list[dict[str, Any]], now: int) -> None:
+    def on_successes(self, runs: Sequence[dict[str, Any]], now: int) -> None:
         """on_success of each of ``runs``, completed by one command at ``now``."""
         finished = self.finished
         finished["succeeded"] = finished.get("succeeded", 0) + len(runs)
@@ -105,20 +97,10 @@ class ApplyStats:
 
     def on_success(self, run: dict[str, Any], now: int) -> None:
         """A run's attempt succeeded (leases.close_attempt): the run is complete."""
-        finished = self.finished
-        finished["succeeded"] = finished.get("succeeded", 0) + 1  # on_finished, inline
-        if run.get("kind") == "scheduled":
-            slot = run.get("slot")
-            if isinstance(slot, int):
-                # Buckets.observe, inline: every replica counts nearly every run's success.
-                b, ms = self.slot_to_completion, now - slot
-                if ms < 0:
-                    ms = 0
-                b.counts[bisect_left(b.bounds_ms, ms)] += 1
-                b.sum_ms += ms
+        self.on_successes((run,), now)
 
 
-def _observe_runs(b: Buckets, runs: list[dict[str, Any]], now: int, first_only: bool) -> None:
+def _observe_runs(b: Buckets, runs: Sequence[dict[str, Any]], now: int, first_only: bool) -> None:
     """Observe ``now - slot`` in ``b`` for each scheduled run of ``runs`` (with ``first_only``,
     those on their first attempt), as on_start / on_success do a run: the runs of one command
     mostly share their slot, so a slot's bucket is found once for the runs after it."""
