@@ -120,11 +120,13 @@ def fleet_e2e(tmp: Path, n: int, window_s: float, warmup_s: float, workers: int,
         time.sleep(max(0.0, (w0 - wall_ms()) / 1000))  # ok-sleep: measurement window
         pids = [p.pid for p in procs.procs.values()]
         cpu_a, wcpu_a = cluster_cpu_s(c), [tree_cpu_s(p) for p in pids]
+        per_node_a = {i: tree_cpu_s(p.pid) for i, p in c.procs.items()}
         ta, a = wall_ms(), counters()
         spies = _profile_start({i: p.pid for i, p in c.procs.items()}, (w1 - ta) / 1000 - 1, "e2e")
         time.sleep(max(0.0, (w1 - wall_ms()) / 1000))  # ok-sleep: measurement window
         tb, b = wall_ms(), counters()
         cpu_b, wcpu_b = cluster_cpu_s(c), [tree_cpu_s(p) for p in pids]
+        per_node_b = {i: tree_cpu_s(p.pid) for i, p in c.procs.items()}
         _profile_wait(spies)
         check_alive(c, range(c.n))
         dead = [k for k in procs.procs if not procs.alive(k)]
@@ -136,7 +138,13 @@ def fleet_e2e(tmp: Path, n: int, window_s: float, warmup_s: float, workers: int,
         worker_cpu = None if None in wcpu_a + wcpu_b else sum(wcpu_b) - sum(wcpu_a)
         done = d["completed"]
         rates = {"offered": n, "leased": round(d["grants"] / secs, 1), "completed": round(done / secs, 1)}
-        follower = next(i for i in range(c.n) if i != leader_checked(c)[0])
+        lead_now = leader_checked(c)[0]
+        follower = next(i for i in range(c.n) if i != lead_now)
+        # Each node's share, the leader's first: what the leader alone spends (planning, the
+        # worker protocol, proposing) against what every replica spends (applying, the log).
+        split = {("leader" if i == lead_now else f"node-{i + 1}"): round((per_node_b[i] - per_node_a[i]) * 1e6 / done, 1)
+                 for i in sorted(per_node_a, key=lambda i: i != lead_now)
+                 if done and per_node_a[i] is not None and per_node_b.get(i) is not None}
         lat = _e2e_latency(c, follower, n, w0, w1, history)
         out = {"cluster": c.tmp.name, "jobs": n, "job_spec": spec, "executor": executor, "workers": workers,
                "worker_slots": slots,
@@ -145,10 +153,12 @@ def fleet_e2e(tmp: Path, n: int, window_s: float, warmup_s: float, workers: int,
                "node_cpu_s": None if node_cpu is None else round(node_cpu, 2),
                "worker_cpu_s": None if worker_cpu is None else round(worker_cpu, 2),
                "cpu_us_per_run": {"nodes": None if node_cpu is None or not done else round(node_cpu * 1e6 / done, 1),
-                                  "workers": None if worker_cpu is None or not done else round(worker_cpu * 1e6 / done, 1)},
+                                  "workers": None if worker_cpu is None or not done else round(worker_cpu * 1e6 / done, 1),
+                                  "per_node": split},
                **({"warmup_note": warmup_note} if warmup_note else {}), **lat}
         print(f"[bench] fleet_e2e N={n}, {workers} workers: per second {rates}; slot -> start p50 "
-              f"{lat['slot_to_start_ms'].get('p50')} ms, p99 {lat['slot_to_start_ms'].get('p99')} ms", file=sys.stderr)
+              f"{lat['slot_to_start_ms'].get('p50')} ms, p99 {lat['slot_to_start_ms'].get('p99')} ms; "
+              f"µs of CPU a run by node {split}", file=sys.stderr)
         return out
     finally:
         procs.stop_all()
@@ -375,6 +385,10 @@ def report_rows(res: dict, row, fmt, ppm, ratio) -> None:
         share = f" (÷ {nodes / wk:.2f})" if isinstance(nodes, (int, float)) and isinstance(wk, (int, float)) and wk else ""
         row("", "CPU per completed run (µs): the three nodes / the worker processes (nodes ÷ workers)",
             f"{fmt(nodes)} / {fmt(wk)}{share}")
+        split = cu.get("per_node") or {}
+        if split:  # the leader's own work against what every replica does
+            row("", "of the nodes' CPU per run (µs): the leader / each follower",
+                " / ".join(fmt(v) for v in split.values()))
     g = res.get("fleet_rest")
     if isinstance(g, dict) and "nodes_cpu_pct_of_one_core" in g:
         cpu = g["nodes_cpu_pct_of_one_core"]
