@@ -93,3 +93,43 @@ def test_a_run_leased_before_its_job_became_a_heartbeat_job_is_not_run_again():
     assert res["ok"] and res.get("requeued", 0) == 0, res
     assert s.backfills["r1"]["left_out"] == {"heartbeat_job": 2}
     assert grants(s, T0 + 2 * MIN + 10) == []
+
+
+def test_a_slot_closed_unpinged_or_withdrawn_is_told_and_counted_as_any_skipped_slot():
+    """A heartbeat job's slot closed with nobody's ping (past the open bound, or because the job
+    stopped being a heartbeat job) and a run withdrawn because its job became one are slots
+    recorded skipped instead of running: each raises ``slot.missed`` with its reason and is
+    counted among the recorded outcomes, as a misfire's or a full queue's slot is. Before, only
+    a deadline, when the job had one, said anything: a heartbeat job without one was silent."""
+    from raftsched.core import events, limits
+    from raftsched.core.notify_model import validate_sink
+    sink = validate_sink("ops", {"type": "webhook", "url": "http://127.0.0.1:9/hook", "secrets": {"signing_key": "k"}})
+    route = [{"sink": "ops", "on": ["slot.missed"]}]
+    s = new_state(now=T0)
+    assert apply(s, commands.put_sink(T0, None, name="ops", spec=sink))["ok"]
+    assert apply(s, put_cmd(s, "j", job_spec(HB, notify=route), T0))["ok"]
+    n = limits.heartbeat_open_max + 3
+    for k in range(1, n + 1):
+        tick(s, T0 + k * MIN + 1)
+    missed = [events.view(e) for e in s.outbox.events if e["kind"] == "slot.missed"]
+    closed = sorted(r["id"] for r in s.runs.values() if r.get("reason") == "not_pinged")
+    assert len(closed) == n - limits.heartbeat_open_max, closed
+    assert sorted(e["run_id"] for e in missed) == closed
+    assert {(e["reason"], e["state"]) for e in missed} == {("not_pinged", "skipped")}
+    assert s.stats.recorded[("skipped", "not_pinged")] == len(closed)
+    # No longer a heartbeat job: every slot still waiting closes at once, told the same way.
+    now = T0 + (n + 1) * MIN
+    waiting = sorted(rid for rid, r in s.runs.items() if r["state"] == "waiting")
+    assert apply(s, put_cmd(s, "j", job_spec(notify=route), now))["ok"]
+    missed = [events.view(e) for e in s.outbox.events if e["kind"] == "slot.missed"]
+    assert sorted(e["run_id"] for e in missed) == sorted(closed + waiting)
+    # And back: the runs queued for a worker are withdrawn, told with reason heartbeat_job.
+    tick(s, now + MIN + 1)
+    queued = [rid for rid, r in s.runs.items() if r["state"] == "queued"]
+    assert queued
+    told = len(s.outbox.events)
+    assert apply(s, put_cmd(s, "j", job_spec(HB, notify=route), now + 2 * MIN))["ok"]
+    late = [events.view(e) for e in list(s.outbox.events)[told:]]
+    assert sorted(e["run_id"] for e in late if e["kind"] == "slot.missed") == sorted(queued)
+    assert {e["reason"] for e in late if e["kind"] == "slot.missed"} == {"heartbeat_job"}
+    assert snap_obj(restored(s)) == snap_obj(s)

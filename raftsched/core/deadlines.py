@@ -33,7 +33,7 @@ import heapq
 import re
 from collections import OrderedDict, deque
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import events, limits, pipehooks, schedule, snapshot
 from .errors import Conflict, InvalidCommand, InvalidSpec, NotFound
@@ -757,11 +757,14 @@ def end_lease(s: SchedulerState, run: Record, now: int, ok_: bool, error: str | 
     run["deadline"] = None
 
 
-def close_heartbeats(s: SchedulerState, job: Record, now: int, keep: int = limits.heartbeat_open_max,
+def close_heartbeats(s: SchedulerState, job: Record, now: int, recorded: Callable[[SchedulerState, Record, int], None],
+                     keep: int = limits.heartbeat_open_max,
                      why: str = "no success or fail ping before the job's later runs closed it") -> None:
     """A heartbeat job keeps at most ``limits.heartbeat_open_max`` runs open (waiting for a ping,
     or started and not ended): past it, at its next fire, the oldest are closed: a waiting one as
-    skipped (reason ``not_pinged``), a started one as failed, each judged as it closes. With
+    skipped (reason ``not_pinged``: counted and told as any slot recorded skipped, through
+    ``recorded``, notify.on_slot_recorded, which imports this module), a started one as failed,
+    each judged as it closes. With
     ``keep`` 0 (the job is no longer a heartbeat job: jobs.put_job), every one a ping waits for
     is closed, but a run a worker holds (leased before the job became a heartbeat job), which
     its worker ends as any run."""
@@ -773,6 +776,8 @@ def close_heartbeats(s: SchedulerState, job: Record, now: int, keep: int = limit
         run["finished_at"] = now
         if run["state"] == "waiting":
             run.update(state="skipped", reason="not_pinged")
+            s.stats.on_recorded("skipped", "not_pinged")
+            recorded(s, run, now)
             on_finish(s, run, now, "never_started")
         else:
             if rid in s._running_ids:

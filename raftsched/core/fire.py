@@ -260,7 +260,7 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
             else:
                 recorded += record(s, job, [r], now)
         if heartbeat:
-            deadlines.close_heartbeats(s, job, now)
+            deadlines.close_heartbeats(s, job, now, on_slot_recorded)
         job["cursor"] = upto
         job["next"] = nxt
         push_due(s, job)

@@ -18,7 +18,7 @@ from .queries import floor_of, kept_position
 from .queues import claim_queue, index_job, remove_dead, unindex_job, unqueue_count
 from .backfills import cancel_for_deleted_job, of_deleted_job, trigger_job_with
 from .events import emit
-from .notify import pause, resume_held
+from .notify import on_slot_recorded, pause, resume_held
 from .notify_model import check_job_fields
 from .records import Record, Result, is_int, job_record, ok, share_int, share_spec
 from .tenants import LIMITED
@@ -226,7 +226,7 @@ def put_job(s: SchedulerState, cmd: Command, now: int, pending: dict[str, Record
     if old is not None and old["spec"]["executor"]["type"] == "heartbeat" != spec["executor"]["type"]:
         # Nothing pings its runs any more: those still open end now (else a started one would
         # stay running for good, and an overlap policy would count it).
-        deadlines.close_heartbeats(s, job, now, 0, "the job is no longer a heartbeat job")
+        deadlines.close_heartbeats(s, job, now, on_slot_recorded, 0, "the job is no longer a heartbeat job")
     elif old is not None and spec["executor"]["type"] == "heartbeat" != old["spec"]["executor"]["type"]:
         withdraw_queued(s, job, now)
     # A job's history list is made by its first entry (fire.add_entry), not here: an empty list
@@ -461,6 +461,7 @@ def withdraw_queued(s: SchedulerState, job: Record, now: int) -> int:
             unqueue_count(s, run)
             run.update(state="skipped", reason="heartbeat_job", finished_at=now)
             s.stats.on_recorded("skipped", "heartbeat_job")
+            on_slot_recorded(s, run, now)  # (told as any slot recorded skipped)
             withdrawn += 1
             deadlines.on_finish(s, run, now)
             if name in s.pipes.children:  # a final outcome: its children record the slot

@@ -205,7 +205,7 @@ class _ApplyCollector:
         st = self.raft.read(queries.apply_stats)
         rec = CounterMetricFamily("raftsched_slots_recorded", "slots that did not become runs, by state (skipped, "
                                   "coalesced) and reason (misfire, catchup_limit, overlap, queue_full, paused, policy, "
-                                  "cancelled), as this replica applied them", labels=["state", "reason"])
+                                  "cancelled, not_pinged, heartbeat_job), as this replica applied them", labels=["state", "reason"])
         for (state, reason), n in sorted(st["recorded"].items()):
             rec.add_metric([state, reason], n)
         yield rec
