@@ -5,11 +5,12 @@ final table. A
 call's error ends the command; cli._with_client prints it (cli_output.print_error)."""
 from __future__ import annotations
 
-import json
 import sys
 
 from .cli_output import output_format, show
 from .client import Client
+from .core.bodies import json_loads
+from .core.errors import BadRequest
 from .core import limits
 from .core.errors import RaftschedError
 
@@ -24,8 +25,10 @@ class _UsageError(Exception):
 
 def _json_arg(text: str, flag: str):
     try:
-        return json.loads(text)
-    except ValueError as e:
+        return json_loads(text)
+    except BadRequest as e:  # (a key twice: the message says malformed JSON)
+        raise _UsageError(f"{flag}: {e.message}") from None
+    except (ValueError, RecursionError) as e:
         raise _UsageError(f"{flag}: malformed JSON: {e}") from None
 
 

@@ -26,7 +26,8 @@ from .client.core import BATCH_TIMEOUT_S, DEADLINE_S_DEFAULT
 from .client.endpoints import PREVIEW_COUNT_DEFAULT, job_batches
 from .config import ConfigError, check_token, read_secret_file
 from .core import limits
-from .core.errors import RaftschedError, Unavailable
+from .core.bodies import json_loads
+from .core.errors import BadRequest, RaftschedError, Unavailable
 from .core.model import EXECUTOR_TYPES
 from .core.tokens import ROLES
 from .worker import limits as worker_limits
@@ -457,8 +458,11 @@ def _read_json(path: str):
         print(f"raftsched: {path}: not UTF-8 text (give a JSON file)", file=sys.stderr)
         return None
     try:
-        return json.loads(text)
-    except ValueError as e:
+        return json_loads(text)
+    except BadRequest as e:  # (a key twice: the message says malformed JSON)
+        print(f"raftsched: {path}: {e.message}", file=sys.stderr)
+        return None
+    except (ValueError, RecursionError) as e:
         print(f"raftsched: {path}: malformed JSON: {e}", file=sys.stderr)
         return None
 

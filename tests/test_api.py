@@ -348,6 +348,24 @@ def test_malformed_json_is_400():
     run(t)
 
 
+def test_a_body_naming_a_key_twice_is_refused_and_changes_nothing():
+    """JSON leaves a key named twice in one object to the reader (Python's keeps the last, other
+    parsers the first): a spec whose schedule a client's tooling reads as hourly and the node as
+    every minute is refused, naming the key, at any depth, and no job is written."""
+    async def t(env, c):
+        body = json.dumps(SPEC)[:-1] + ', "priority": 1, "priority": 9}'
+        got = await err(await c.put("/v1/jobs/a", data=body.encode(), headers=AUTH), 400, "bad_request", "priority")
+        assert "twice" in got["error"]["message"], got
+        inner = json.dumps(dict(SPEC, schedule={"cron": "0 * * * *"})).replace(
+            '{"cron": "0 * * * *"}', '{"cron": "0 * * * *", "cron": "* * * * *"}')
+        await err(await c.put("/v1/jobs/a", data=inner.encode(), headers=AUTH), 400, "bad_request", "cron")
+        assert (await c.get("/v1/jobs/a", headers=AUTH)).status == 404
+        # The same key in two objects is not a duplicate.
+        ok = json.dumps(dict(SPEC, payload={"priority": 1}))
+        assert (await c.put("/v1/jobs/a", data=ok.encode(), headers=AUTH)).status in (200, 201)
+    run(t)
+
+
 @pytest.mark.parametrize("spec,field", [
     ({k: v for k, v in SPEC.items() if k != "misfire"}, "misfire"),
     (dict(SPEC, misfire={"policy": "sometimes"}), "misfire.policy"),

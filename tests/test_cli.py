@@ -299,6 +299,11 @@ def test_the_sinks_subcommands_call_the_client(monkeypatch, capsys, tmp_path):
     spec.write_text("{not json")
     rc, made = _run(monkeypatch, ["sinks", "put", "ops", str(spec)])
     assert rc == 1 and "malformed JSON" in capsys.readouterr().err
+    # A key named twice is refused before any request, naming it (the node refuses it too).
+    spec.write_text('{"type": "slack", "type": "webhook"}')
+    rc, made = _run(monkeypatch, ["sinks", "put", "ops", str(spec)])
+    err = capsys.readouterr().err
+    assert rc == 1 and err == f"raftsched: {spec}: malformed JSON: the key 'type' appears twice in one object\n", err
 
 
 #: The read subcommands, and the client method each calls.
@@ -355,6 +360,9 @@ def test_a_malformed_payload_is_a_usage_error(monkeypatch, capsys):
     rc, made = _run(monkeypatch, ["backfill", "j", "--from", "a", "--to", "b", "--payload", "{not json"])
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("raftsched: --payload: malformed JSON") and err.count("\n") == 1
+    rc, made = _run(monkeypatch, ["backfill", "j", "--from", "a", "--to", "b", "--payload", '{"a": 1, "a": 2}'])
+    err = capsys.readouterr().err
+    assert rc == 2 and err == "raftsched: --payload: malformed JSON: the key 'a' appears twice in one object\n", err
 
 
 def test_waiting_for_an_operation_says_once_when_it_is_paused(monkeypatch, capsys):

@@ -4,13 +4,35 @@ into its command's fields (the job spec is core/model.py's). :raises InvalidSpec
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Set as AbstractSet
 from typing import Any
 
 from . import limits, network
-from .errors import InvalidSpec
+from .errors import BadRequest, InvalidSpec
 from .model import EXECUTOR_TYPES, check_name
 from .placement import validate_worker_labels
+
+
+def json_loads(raw: str | bytes) -> Any:
+    """A request body's or a spec file's JSON, refused when one object names a key twice: JSON
+    leaves what that means to the reader (Python keeps the last, other parsers the first, some
+    refuse), so a document read one way by the client's tooling and another by the node is
+    refused, not guessed at. :raises BadRequest: a key twice, naming it; :raises ValueError:
+    other malformed JSON (json.loads's); :raises RecursionError: nested too deeply."""
+    return json.loads(raw, object_pairs_hook=_object)
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                name = k[:64].encode("utf-8", "backslashreplace").decode()  # (sent back: printable)
+                raise BadRequest(f"malformed JSON: the key {name!r} appears twice in one object", field=name)
+            seen.add(k)
+    return d
 
 
 def check_body(body: object, fields: AbstractSet[str], empty_ok: bool = False) -> dict[str, Any]:

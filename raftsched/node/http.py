@@ -13,6 +13,7 @@ import orjson
 from aiohttp import web
 
 from ..core import limits, schedule
+from ..core.bodies import json_loads
 from ..core.errors import BadRequest, InvalidSpec
 from ..core.model import RUN_STATES, check_label_key, check_label_value, check_name
 
@@ -73,7 +74,9 @@ async def json_body(request: web.Request):
     if not raw:
         raise BadRequest("request body is empty; send a JSON object")
     try:
-        doc = json.loads(raw)
+        doc = json_loads(raw)
+    except BadRequest:
+        raise
     except (ValueError, UnicodeDecodeError) as e:
         raise BadRequest(f"malformed JSON: {e}") from None
     except RecursionError:
