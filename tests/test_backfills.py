@@ -594,3 +594,26 @@ def test_history_trimmed_before_the_backfill_is_beyond_history():
     reasons = dict((x, why) for x, why in res["left_out"])
     assert reasons[anchor + MIN] == "beyond_history" and reasons[anchor + 12 * MIN] == "succeeded"
     assert res["slots"] == [] and end == anchor + 12 * MIN
+
+
+def test_a_paused_jobs_backfill_goes_on_making_and_handing_out_runs():
+    """docs/backfill.md: pausing a job holds its scheduled slots only; its backfill is a request
+    of its own (often to fill in what the pause skipped), so it keeps making runs and workers are
+    handed them, until the backfill itself is paused."""
+    s = job_state()
+    for k in range(1, 11):  # slots 1..10 min fired and run (a backfill reruns what the cursor passed)
+        tick(s, T0 + k * MIN + 1)
+        for g in acq(s, T0 + k * MIN + 2, n=10):
+            assert complete(s, T0 + k * MIN + 3, g["id"], g["token"])["ok"]
+    now = T0 + 10 * MIN + 30 * SEC
+    assert do(s, "pause_job", now, name="j")["paused"] is True
+    assert apply(s, backfill_cmd(s, "j", T0 + MIN, T0 + 10 * MIN, now, reprocess="all", max_concurrent=3))["ok"]
+    assert step(s, "b1", now)["created"] == 3
+    got = acq(s, now + 1, n=10)
+    assert len(got) == 3 and all(s.runs[g["id"]]["kind"] == "backfill" for g in got), got
+    assert not any(r["kind"] == "scheduled" and r["state"] == "queued" for r in s.runs.values())
+    assert do(s, "backfill_control", now + 2, name="b1", action="pause")["state"] == "paused"
+    for g in got:
+        assert complete(s, now + 3, g["id"], g["token"])["ok"]
+    res = step(s, "b1", now + 4)
+    assert res is None or not res.get("created"), res
