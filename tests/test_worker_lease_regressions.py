@@ -220,3 +220,50 @@ def test_an_outcome_no_command_can_carry_is_reported_as_a_failure_and_never_drop
         assert not by_run["r2"]["success"] and "could not be encoded" in by_run["r2"]["error"], by_run
         assert loop.held == {}
     run(t(), 30)
+
+
+class _Unreachable(_Channel):
+    """Lease requests fail (every node tried until the request's deadline) while ``down``."""
+
+    def __init__(self, clock) -> None:
+        super().__init__(clock, [])
+        self.down = True
+
+    async def acquire(self, n, ttl_ms, types):
+        self.acquires += 1
+        if self.down:
+            await asyncio.sleep(0.01)  # ok-sleep: the client's tries, briefly
+            raise Unavailable("no node reachable within 18 s (127.0.0.1:9701, 127.0.0.1:9702)")
+        return await super().acquire(n, ttl_ms, types)
+
+
+def test_a_worker_whose_lease_requests_go_unanswered_says_so_at_once_then_now_and_then(caplog, monkeypatch):
+    """A worker pointed only at nodes that are gone logged nothing (its failed acquires were
+    debug lines) and looked idle. It says so at the first failure, naming why, again every
+    unanswered_log_every_s while it lasts (not at every retry), and once when answered again."""
+    from raftsched.worker import limits as worker_limits
+    monkeypatch.setattr(worker_limits, "unanswered_log_every_s", 0.5)
+
+    def said(part: str) -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and part in r.getMessage()]
+
+    async def t():
+        ch = _Unreachable(SystemClock())
+        loop = _loop(ch)
+        task = asyncio.create_task(loop.run())
+        try:
+            await wait_until(lambda: said("no lease request answered"), 5, "the first warning")
+            assert "no node reachable" in said("no lease request answered")[0]
+            await wait_until(lambda: len(said("no lease request answered")) >= 2, 5, "the warning again")
+            tried, warned = ch.acquires, len(said("no lease request answered"))
+            assert tried >= warned + 2, f"said at every retry ({tried} requests, {warned} warnings)"
+            ch.down = False
+            await wait_until(lambda: said("answered again"), 5, "the recovery said")
+            n, k = len(said("no lease request answered")), ch.acquires
+            await wait_until(lambda: ch.acquires >= k + 3, 5, "more (answered) lease requests")
+            assert len(said("no lease request answered")) == n and len(said("answered again")) == 1
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    with caplog.at_level("DEBUG", logger="raftsched"):
+        run(t(), 30)

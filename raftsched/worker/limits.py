@@ -149,6 +149,9 @@ release_deadline_s = 15.0
 #: After a node refused a lease request for good (a wrong token, a full registry), the pause
 #: before the worker asks again.
 lease_refused_pause_s = 5.0
+#: a worker whose lease requests go unanswered (no node reachable, no leader) says so at once,
+#: then this often while it lasts (worker/loop.py)
+unanswered_log_every_s = 60.0
 #: Outcomes ride on a lease request sent in the same turn of the event loop (one request a
 #: batch instead of two) when they encode to at most this many bytes of JSON, well under the
 #: node's 64 KiB request body with the worker's facts beside them; larger ones go alone.

@@ -277,6 +277,11 @@ class LeaseLoop:
         self._placing: set[asyncio.Future] = set()
         #: no acquire before this monotonic time (a pause after a failed or empty acquire)
         self._acquire_after = 0.0
+        #: since when (monotonic) no acquire was answered, and when that was last logged (None:
+        #: the last one was answered): said at the first failure, then every
+        #: worker_limits.unanswered_log_every_s, and once more when one is answered again
+        self._unanswered_since: float | None = None
+        self._unanswered_said = 0.0
         #: the last acquire granted nothing: one lease request at a time until one grants again
         #: (a remote worker's idle long-poll needs no second one beside it)
         self._idle = False
@@ -511,6 +516,22 @@ class LeaseLoop:
             return 0
         return self.slots
 
+    def _unanswered(self, sent: float, e: RaftschedError) -> None:
+        """An acquire sent at ``sent`` failed (every node tried until its deadline: none reachable,
+        none with a leader, ...). Said at once, then every unanswered_log_every_s while it lasts:
+        a worker pointed at nodes that are all gone said nothing, and looked idle."""
+        now = self.clock.monotonic_s()
+        first = self._unanswered_since is None
+        if first:
+            self._unanswered_since = sent
+        elif now - self._unanswered_said < worker_limits.unanswered_log_every_s:
+            log.debug("worker: acquire failed: %s", e.message)
+            return
+        self._unanswered_said = now
+        since = self._unanswered_since if self._unanswered_since is not None else sent
+        log.warning("worker %s: no lease request answered for %.0f s (%s); still asking%s", self.worker_id,
+                    now - since, e.message, "" if first else f", said again every {worker_limits.unanswered_log_every_s:g} s")
+
     async def _acquire(self, n: int) -> None:
         """One acquire for ``n`` runs (slots reserved by the caller in ``_asked``); starts every
         run granted. Backs off after a failure, or when nothing was granted (ready entries were
@@ -523,9 +544,13 @@ class LeaseLoop:
             try:
                 res = await self.channel.acquire(n, self.lease_ttl_ms, types)
             except RaftschedError as e:
-                log.debug("worker: acquire failed: %s", e.message)
+                self._unanswered(sent, e)
                 self._acquire_after = self.clock.monotonic_s() + self.poll_interval_s
                 return
+            if self._unanswered_since is not None:
+                log.warning("worker %s: lease requests answered again, after %.0f s", self.worker_id,
+                            self.clock.monotonic_s() - self._unanswered_since)
+                self._unanswered_since = None
             if res.draining:
                 self._on_draining()
             runs = res.runs
