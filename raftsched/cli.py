@@ -787,7 +787,11 @@ def main(argv: list[str] | None = None) -> int:
                         "an unknown outcome, with the key that command printed, so that what applied is not "
                         "applied twice")
     client("pause", "pause a job", lambda a, c: c.pause(a.name)).add_argument("name")
-    client("resume", "resume a job", lambda a, c: c.resume(a.name)).add_argument("name")
+    c = client("resume", "resume a job", lambda a, c: c.resume(a.name, catch_up=a.catch_up))
+    c.add_argument("name")
+    c.add_argument("--catch-up", action="store_true",
+                   help="the slots that fell due while it was paused stay due, for its misfire policy to decide "
+                        "(without it they are recorded skipped, reason paused)")
     c = client("trigger", "trigger a job", lambda a, c: c.trigger(a.name, propagate=a.propagate))
     c.add_argument("name")
     c.add_argument("--propagate", action="store_true", help="its outcome reaches the jobs that run after it")

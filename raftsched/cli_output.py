@@ -94,7 +94,15 @@ def print_error(e: RaftschedError) -> int:
         print(f"raftsched: {e.message}", file=sys.stderr)
     else:
         show(body)
+        # The node's message names its API's query parameters; the command line's flag for one.
+        said = [f"{param} is {flag} here" for param, flag in API_PARAM_FLAGS if param in (e.message or "")]
+        if said:
+            print(f"raftsched: ({'; '.join(said)})", file=sys.stderr)
     return 1
+
+
+#: Query parameters a node's error message may advise, and the CLI flag that sends each.
+API_PARAM_FLAGS = (("?force=true", "--force"), ("?stale=true", "--stale"), ("?catch_up=true", "--catch-up"))
 
 
 class Progress:

@@ -393,3 +393,36 @@ def test_waiting_for_an_operation_says_once_when_it_is_paused(monkeypatch, capsy
         assert capsys.readouterr().out.startswith("purge op: done")
     finally:
         cli_output.set_format(None)
+
+
+def test_resume_takes_catch_up_and_an_error_naming_a_query_parameter_says_its_flag(monkeypatch, capsys):
+    """`raftsched resume NAME --catch-up` sends ?catch_up=true (the API had it, the command line
+    did not). A node's error that advises a query parameter (`delete with ?force=true`) is printed
+    as the node sent it, and stderr names the command line's flag for it."""
+    from raftsched import cli as cli_mod
+    from raftsched.core.errors import Conflict
+    calls = []
+
+    class Fake(_FakeClient):
+        def resume(self, name, catch_up=False):
+            calls.append((name, catch_up))
+            return {"job": name, "paused": False}
+
+    monkeypatch.setattr(cli_mod, "Client", Fake)
+    monkeypatch.setattr(cli_mod, "_setup_logging", lambda level: None)
+    monkeypatch.setenv("RAFTSCHED_TOKEN", "t")
+    for extra, want in (([], False), (["--catch-up"], True)):
+        assert cli_mod.main(["resume", "j", *extra, "--url", "http://127.0.0.1:9"]) == 0
+        assert calls.pop() == ("j", want)
+    capsys.readouterr()
+    e = Conflict("job j has jobs that run after it: k; delete them first, or delete with ?force=true "
+                 "(their waiting slots are then recorded dependency_missing)", field="name")
+    e.status, e.body = 409, {"error": {"code": "conflict", "message": e.message, "field": "name"}}
+    rc, _ = _run(monkeypatch, ["delete", "j"], error=e)
+    out = capsys.readouterr()
+    assert rc == 1 and json.loads(out.out) == e.body
+    assert out.err == "raftsched: (?force=true is --force here)\n", out.err
+    e2 = Conflict("job j: no such thing", field="name")
+    e2.status, e2.body = 409, {"error": {"code": "conflict", "message": e2.message, "field": "name"}}
+    rc, _ = _run(monkeypatch, ["delete", "j"], error=e2)
+    assert rc == 1 and capsys.readouterr().err == ""
