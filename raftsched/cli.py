@@ -443,6 +443,12 @@ def _target(a) -> Target:
     return t
 
 
+def _slot_arg(text: str | None) -> str | int | None:
+    """A ``--slot``: ms since the epoch when it is digits only (a run id's ``NAME@MS``), else the
+    ISO time as given (the node says what is wrong with it)."""
+    return int(text) if text is not None and text.isascii() and text.isdigit() else text
+
+
 def _read_json(path: str):
     """The JSON value of a file (- for stdin), or None after printing why not."""
     try:
@@ -828,10 +834,11 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--since", help="ISO time: only slots at or after it")
     c.add_argument("--limit", type=int, default=RUNS_SHOWN_DEFAULT)
     c = client("ping", "report a heartbeat job's start, success or fail (default success)",
-               lambda a, c: c.ping(a.name, a.status, slot=a.slot))
+               lambda a, c: c.ping(a.name, a.status, slot=_slot_arg(a.slot)))
     c.add_argument("name")
     c.add_argument("--status", choices=("start", "success", "fail"), default="success")
-    c.add_argument("--slot", help="ISO time of the slot it reports (default: the newest still open)")
+    c.add_argument("--slot", help="the slot it reports: an ISO time, or ms since the epoch as in a run id "
+                                  "(NAME@MS); default: the newest still open")
     c = client("preview", "a job's next slots, with DST marks", lambda a, c: c.preview(a.name, a.count), read=True)
     c.add_argument("name")
     c.add_argument("--count", type=int, default=PREVIEW_COUNT_DEFAULT)

@@ -261,6 +261,15 @@ def test_the_deadline_subcommands_call_the_client(monkeypatch, capsys):
         "called": "list_deadlines", "args": ["missed", "j", "2026-12-01T00:00:00Z", 20]}
     rc, _ = _run(monkeypatch, ["ping", "j", "--status", "start"])
     assert rc == 0 and json.loads(capsys.readouterr().out) == {"called": "ping", "args": ["j", "start"]}
+    # --slot as a run id names it (ms) or as an ISO time: sent as an integer or as given.
+    from raftsched import cli as cli_mod
+    sent = []
+    monkeypatch.setattr(_FakeClient, "ping", lambda self, name, status, slot=None: sent.append(slot) or {}, raising=False)
+    for given, want in (("1796173200000", 1796173200000), ("2026-12-02T01:00:00Z", "2026-12-02T01:00:00Z"),
+                        ("17961732e3", "17961732e3"), ("１２３", "１２３")):
+        rc, _ = _run(monkeypatch, ["ping", "j", "--slot", given])
+        assert rc == 0 and sent.pop() == want and type(want) is type(cli_mod._slot_arg(given)), given
+    capsys.readouterr()
     rc, _ = _run(monkeypatch, ["explain", "j", "--slot", "2026-12-02T01:00:00Z"])
     assert rc == 0 and json.loads(capsys.readouterr().out) == {"called": "explain", "args": ["j", None, None]}
     # a window without its end, or none, or both forms: a usage error, nothing sent (it was a 400 from the node)

@@ -332,7 +332,7 @@ class Client(Transport):
         """``POST /v1/jobs/{name}/explain``: an outage window's effect, or why a slot missed its deadline."""
         return self._send(endpoints.explain(name, down_from, down_to, slot=slot))
 
-    def ping(self, name: str, status: str = "success", *, slot: str | None = None) -> dict:
+    def ping(self, name: str, status: str = "success", *, slot: str | int | None = None) -> dict:
         """``POST /v1/jobs/{name}/ping``: a heartbeat job's start, success or fail."""
         return self._send(endpoints.ping(name, status, slot=slot))
 
