@@ -247,6 +247,7 @@ def test_the_view_after_a_restart_is_the_logs_whatever_the_dump_was_written_with
         _append(sync, leader, 1, 1, 0, entries, commit=7)
         sync.doTick()  # applies 2..7
         assert _view(sync) == ((list(v5.voters), [], None), sorted([a, b, x]), sorted([a, b, x]))
+        assert sync.members_view()["index"] == 5
         _append(sync, leader, 1, 7, 1, [(encode_entry(v8, {"op": "remove", "node": b}), 8, 1), (NOOP, 9, 1)],
                 commit=7)
         assert _view(sync) == ((list(v5.voters), [], list(v8.voters)), sorted([a, x]), sorted([a, x]))
@@ -262,6 +263,9 @@ def test_the_view_after_a_restart_is_the_logs_whatever_the_dump_was_written_with
     try:
         sync.doTick()  # loads the dump, then the journal after it
         assert _view(sync) == ((list(v5.voters), [], list(v8.voters)), sorted([a, x]), sorted([a, x]))
+        # The committed configuration's entry (5) is in the dump, not the journal: its index
+        # was shown as 0, the one the cluster started with.
+        assert sync.members_view()["index"] == 5
         # A new leader (X, term 2) whose log has another entry 8: the removal goes with it.
         _append(sync, _node(sync, x), 2, 7, 1, [(NOOP + b"other", 8, 2)], commit=8)
         assert _view(sync) == ((list(v5.voters), [], None), sorted([a, b, x]), sorted([a, b, x]))
@@ -275,7 +279,7 @@ def test_the_view_after_a_restart_is_the_logs_whatever_the_dump_was_written_with
     finally:
         sync.destroy()
     assert dump[1][1] == 7  # the dump ends at the last applied entry,
-    assert dump[0][1]["members"] == v5.to_dict()  # holds the configuration in force there,
+    assert dump[0][1]["members"] == dict(v5.to_dict(), index=5)  # holds the configuration in force there,
     assert {n.id for n in dump[3]} == {a, f_, x}  # where pysyncobj's record is its view when writing
 
 

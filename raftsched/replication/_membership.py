@@ -180,11 +180,14 @@ class ConfigEntry:
 class MembershipLog:
     """The configurations of one node's log: ``base``, in force where the log begins (at
     ``base_index``: a full dump's last entry, 0 for the command line's), and each configuration
-    entry after it, by index. The latest is the one in use (Raft thesis 4.1)."""
+    entry after it, by index. The latest is the one in use (Raft thesis 4.1). ``config_index``:
+    the log entry ``base`` came from, as far as known (a dump records it; 0 for the command
+    line's, or a dump that predates it), what the view shows as the configuration's index."""
 
-    def __init__(self, base: Config, base_index: int = 0) -> None:
+    def __init__(self, base: Config, base_index: int = 0, config_index: int = 0) -> None:
         self.base = base
         self.base_index = base_index
+        self.config_index = config_index
         self.entries: list[ConfigEntry] = []
 
     @property
@@ -228,6 +231,7 @@ class MembershipLog:
         old = [e for e in self.entries if e.index < first]
         if old:
             self.base, self.base_index = old[-1].config, old[-1].index
+            self.config_index = old[-1].index
             self.entries = [e for e in self.entries if e.index >= first]
 
 
@@ -411,10 +415,11 @@ class MembershipMixin:
         self._members_in_force = self._members_cmdline
         #: Every node a leader sends entries to beyond pysyncobj's voters (_replication_targets).
         self._member_targets: set = set()
-        #: The base the last full dump loaded holds (None: that dump predates membership), and
-        #: that dump's last index.
+        #: The base the last full dump loaded holds (None: that dump predates membership), that
+        #: dump's last index, and the index of the entry its base came from (0: not recorded).
         self._members_dump_base: Config | None = None
         self._members_dump_index = 0
+        self._members_dump_config_index = 0
         self._members_scanned = 0
         #: The log's first index when the configurations were last folded (a compaction).
         self._members_first = 0
@@ -448,7 +453,8 @@ class MembershipMixin:
     def _members_rebuild(self, apply: bool = True) -> None:
         """From the base and the whole log (at start, and after a full dump is loaded)."""
         if self._members_dump_base is not None:
-            self._mlog = MembershipLog(self._members_dump_base, self._members_dump_index)
+            self._mlog = MembershipLog(self._members_dump_base, self._members_dump_index,
+                                       self._members_dump_config_index)
         else:
             self._mlog = MembershipLog(self._members_cmdline)
         log = self._SyncObj__raftLog
@@ -499,12 +505,18 @@ class MembershipMixin:
 
     def _members_dump(self) -> dict:
         """What a full dump records: the configuration in force at its last entry (the last
-        applied one), not the latest appended."""
-        return self._members().at(self._SyncObj__raftLastApplied).to_dict()
+        applied one), not the latest appended, and the index of the entry it came from (older
+        code reads the configuration and passes over ``index``)."""
+        ml = self._members()
+        at = self._SyncObj__raftLastApplied
+        e = ml.entry_at(at)
+        return dict(ml.at(at).to_dict(), index=e.index if e is not None else ml.config_index)
 
     def _members_dump_loaded(self, members: Any) -> None:
         """A full dump was restored (its ``members``, None for a dump that predates them)."""
         self._members_dump_base = Config.from_dict(members) if members is not None else None
+        index = members.get("index") if isinstance(members, dict) else None
+        self._members_dump_config_index = index if type(index) is int and index >= 0 else 0
         if members is not None and self._members_dump_base is None:
             logger.critical("replication.dump_members_unreadable (the command line's are used)")
 
@@ -634,7 +646,7 @@ class MembershipMixin:
         pending = self._members_pending()
         me = self._SyncObj__selfNode.id
         view = {"voters": list(committed.voters), "learners": list(committed.learners),
-                "index": done.index if done else 0,
+                "index": done.index if done else ml.config_index,
                 "pending": None if pending is None else dict(pending.config.to_dict(), index=pending.index,
                                                              change=dict(pending.change)),
                 "self": "voter" if self.is_voter() else "learner" if me in ml.latest.members else "none"}
