@@ -5,6 +5,8 @@ Before, each of these queued a run with executor ``heartbeat``, which every work
 it failed ("unknown executor type") until it was dead."""
 from __future__ import annotations
 
+import copy
+
 from raftsched.core import commands, model
 
 from backfill_helpers import backfill_cmd, step
@@ -123,13 +125,24 @@ def test_a_slot_closed_unpinged_or_withdrawn_is_told_and_counted_as_any_skipped_
     assert apply(s, put_cmd(s, "j", job_spec(notify=route), now))["ok"]
     missed = [events.view(e) for e in s.outbox.events if e["kind"] == "slot.missed"]
     assert sorted(e["run_id"] for e in missed) == sorted(closed + waiting)
-    # And back: the runs queued for a worker are withdrawn, told with reason heartbeat_job.
+    # And back: the runs queued for a worker are withdrawn, told with reason heartbeat_job. The
+    # job's health (made by a run a worker ran) is not moved by them, as pings never move it.
     tick(s, now + MIN + 1)
+    ran = grants(s, now + MIN + 2)[0]
+    assert complete(s, now + MIN + 3, ran["id"], ran["token"])["ok"]
+    tick(s, now + 2 * MIN + 1)
+    health = copy.deepcopy(s.health["j"])
     queued = [rid for rid, r in s.runs.items() if r["state"] == "queued"]
     assert queued
     told = len(s.outbox.events)
-    assert apply(s, put_cmd(s, "j", job_spec(HB, notify=route), now + 2 * MIN))["ok"]
+    assert apply(s, put_cmd(s, "j", job_spec(HB, notify=route), now + 2 * MIN + 2))["ok"]
     late = [events.view(e) for e in list(s.outbox.events)[told:]]
     assert sorted(e["run_id"] for e in late if e["kind"] == "slot.missed") == sorted(queued)
     assert {e["reason"] for e in late if e["kind"] == "slot.missed"} == {"heartbeat_job"}
+    for k in range(3, limits.heartbeat_open_max + 6):  # unpinged slots closed again, as a heartbeat job
+        tick(s, now + k * MIN + 1)
+    assert any(e["reason"] == "not_pinged" for e in map(events.view, list(s.outbox.events)[told:]))
+    # (SENT, the routes' record of what they were told, moves with every event told)
+    assert [v for k, v in enumerate(s.health["j"]) if k != events.SENT] == \
+        [v for k, v in enumerate(health) if k != events.SENT]
     assert snap_obj(restored(s)) == snap_obj(s)

@@ -757,13 +757,14 @@ def end_lease(s: SchedulerState, run: Record, now: int, ok_: bool, error: str | 
     run["deadline"] = None
 
 
-def close_heartbeats(s: SchedulerState, job: Record, now: int, recorded: Callable[[SchedulerState, Record, int], None],
+def close_heartbeats(s: SchedulerState, job: Record, now: int, recorded: Callable[..., None],
                      keep: int = limits.heartbeat_open_max,
                      why: str = "no success or fail ping before the job's later runs closed it") -> None:
     """A heartbeat job keeps at most ``limits.heartbeat_open_max`` runs open (waiting for a ping,
     or started and not ended): past it, at its next fire, the oldest are closed: a waiting one as
     skipped (reason ``not_pinged``: counted and told as any slot recorded skipped, through
-    ``recorded``, notify.on_slot_recorded, which imports this module), a started one as failed,
+    ``recorded``, notify.on_slot_recorded, which imports this module; the job's health is left
+    as it is, pings making none), a started one as failed,
     each judged as it closes. With
     ``keep`` 0 (the job is no longer a heartbeat job: jobs.put_job), every one a ping waits for
     is closed, but a run a worker holds (leased before the job became a heartbeat job), which
@@ -777,7 +778,7 @@ def close_heartbeats(s: SchedulerState, job: Record, now: int, recorded: Callabl
         if run["state"] == "waiting":
             run.update(state="skipped", reason="not_pinged")
             s.stats.on_recorded("skipped", "not_pinged")
-            recorded(s, run, now)
+            recorded(s, run, now, health=False)
             on_finish(s, run, now, "never_started")
         else:
             if rid in s._running_ids:

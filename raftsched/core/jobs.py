@@ -461,7 +461,7 @@ def withdraw_queued(s: SchedulerState, job: Record, now: int) -> int:
             unqueue_count(s, run)
             run.update(state="skipped", reason="heartbeat_job", finished_at=now)
             s.stats.on_recorded("skipped", "heartbeat_job")
-            on_slot_recorded(s, run, now)  # (told as any slot recorded skipped)
+            on_slot_recorded(s, run, now, health=False)  # told as any slot recorded skipped (health: see there)
             withdrawn += 1
             deadlines.on_finish(s, run, now)
             if name in s.pipes.children:  # a final outcome: its children record the slot

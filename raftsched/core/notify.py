@@ -108,12 +108,13 @@ def on_dead(s: SchedulerState, run: Record, now: int, error: str | None) -> None
             pause(s, job, now)
 
 
-def on_slot_recorded(s: SchedulerState, entry: Record, now: int) -> None:
+def on_slot_recorded(s: SchedulerState, entry: Record, now: int, health: bool = True) -> None:
     """A slot recorded skipped or coalesced (misfire, the catch-up limit, overlap, a full queue):
     ``last_slot_outcome`` (when the job has health already) and ``slot.missed`` with its reason
-    (one event a recorded range)."""
+    (one event a recorded range). ``health`` False: the event only (a heartbeat job's slots,
+    whose pings do not make health either: deadlines.close_heartbeats, jobs.withdraw_queued)."""
     name = entry["job"]
-    h = s.health.get(name)
+    h = s.health.get(name) if health else None
     # (made by a run's outcome: a job that only records slots costs nothing here; a backfill's
     # slots are outside the job's health, as its runs' outcomes are)
     if h is not None and entry.get("kind") != "backfill":
