@@ -674,7 +674,7 @@ def _with_client(a) -> int:
     try:
         return a.client_run(a, _StaleReads(c) if getattr(a, "stale", False) else c)
     except RaftschedError as e:
-        return print_error(e)
+        return print_error(e, a)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -805,7 +805,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("name")
     c.add_argument("--force", action="store_true", help="though other jobs run after it (their waiting slots are "
                                                        "recorded dependency_missing)")
-    c = client("graph", "the jobs a job runs after and that run after it, transitively", run=_graph)
+    c = client("graph", "the jobs a job runs after and that run after it, transitively", run=_graph, read=True)
     c.add_argument("name")
     c.add_argument("--json", action="store_true", help="print the graph as JSON")
     c = client("runs", "a job's runs and recorded slots, newest first", lambda a, c: c.runs(a.name, limit=a.limit),

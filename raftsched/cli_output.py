@@ -84,25 +84,27 @@ def table(payload: Any) -> str:
     return "\n\n".join(parts) if parts else "(empty)"
 
 
-def print_error(e: RaftschedError) -> int:
+def print_error(e: RaftschedError, flags: Any = None) -> int:
     """Print how a client call failed and return the exit status, 1: a node's error answer is
     printed on stdout as the node sent it (its JSON body); when no node answered (``status``
     None: unreachable, no leader, an unknown outcome, a TLS failure), why and what to do
-    next, once, on stderr."""
+    next, once, on stderr. A message that advises one of the API's query parameters gets a line
+    on stderr naming this command's flag for it, when ``flags`` (the parsed arguments) has it."""
     body = getattr(e, "body", None)
     if getattr(e, "status", None) is None or body is None:
         print(f"raftsched: {e.message}", file=sys.stderr)
     else:
         show(body)
-        # The node's message names its API's query parameters; the command line's flag for one.
-        said = [f"{param} is {flag} here" for param, flag in API_PARAM_FLAGS if param in (e.message or "")]
-        if said:
-            print(f"raftsched: ({'; '.join(said)})", file=sys.stderr)
+    said = [f"{param} is {flag} here" for param, flag, attr in API_PARAM_FLAGS
+            if param in (e.message or "") and hasattr(flags, attr)]
+    if said:
+        print(f"raftsched: ({'; '.join(said)})", file=sys.stderr)
     return 1
 
 
-#: Query parameters a node's error message may advise, and the CLI flag that sends each.
-API_PARAM_FLAGS = (("?force=true", "--force"), ("?stale=true", "--stale"), ("?catch_up=true", "--catch-up"))
+#: Query parameters a node's error message may advise, the CLI flag that sends each, and the
+#: parsed argument a command that has the flag holds.
+API_PARAM_FLAGS = (("?force=true", "--force", "force"), ("?stale=true", "--stale", "stale"))
 
 
 class Progress:

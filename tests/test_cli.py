@@ -435,3 +435,12 @@ def test_resume_takes_catch_up_and_an_error_naming_a_query_parameter_says_its_fl
     e2.status, e2.body = 409, {"error": {"code": "conflict", "message": e2.message, "field": "name"}}
     rc, _ = _run(monkeypatch, ["delete", "j"], error=e2)
     assert rc == 1 and capsys.readouterr().err == ""
+    # No node answered for good (no status): the reason is on stderr, and so is the flag, for a
+    # command that has it (a read); a command without it is told nothing of a flag it lacks.
+    from raftsched.core.errors import Unavailable
+    e3 = Unavailable("node-1: no leader; retry, or read its replica as it is with ?stale=true")
+    for argv, hint in ((["jobs"], True), (["graph", "j"], True), (["trigger", "j"], False)):
+        rc, _ = _run(monkeypatch, argv, error=e3)
+        err = capsys.readouterr().err
+        assert rc == 1 and err.startswith("raftsched: node-1: no leader"), (argv, err)
+        assert ("(?stale=true is --stale here)" in err) is hint, (argv, err)
