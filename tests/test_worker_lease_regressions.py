@@ -223,40 +223,51 @@ def test_an_outcome_no_command_can_carry_is_reported_as_a_failure_and_never_drop
 
 
 class _Unreachable(_Channel):
-    """Lease requests fail (every node tried until the request's deadline) while ``down``."""
+    """Lease requests fail while ``down`` (with ``error``: every node tried until the request's
+    deadline, by default)."""
 
     def __init__(self, clock) -> None:
         super().__init__(clock, [])
         self.down = True
+        self.error: Exception = Unavailable("no node reachable within 18 s (127.0.0.1:9701, 127.0.0.1:9702)")
 
     async def acquire(self, n, ttl_ms, types):
         self.acquires += 1
         if self.down:
             await asyncio.sleep(0.01)  # ok-sleep: the client's tries, briefly
-            raise Unavailable("no node reachable within 18 s (127.0.0.1:9701, 127.0.0.1:9702)")
+            raise self.error
         return await super().acquire(n, ttl_ms, types)
 
 
-def test_a_worker_whose_lease_requests_go_unanswered_says_so_at_once_then_now_and_then(caplog, monkeypatch):
+def test_a_worker_whose_lease_requests_go_unanswered_says_so_once_it_lasts_then_now_and_then(caplog, monkeypatch):
     """A worker pointed only at nodes that are gone logged nothing (its failed acquires were
-    debug lines) and looked idle. It says so at the first failure, naming why, again every
-    unanswered_log_every_s while it lasts (not at every retry), and once when answered again."""
+    debug lines) and looked idle. Once no request has been answered for unanswered_warn_after_s
+    it says so, naming why, again every unanswered_log_every_s while it lasts (not at every
+    retry), and once when answered again. A refusal is an answer: never said."""
+    from raftsched.core.errors import Conflict
     from raftsched.worker import limits as worker_limits
-    monkeypatch.setattr(worker_limits, "unanswered_log_every_s", 0.5)
+    monkeypatch.setattr(worker_limits, "unanswered_warn_after_s", 0.3)
+    monkeypatch.setattr(worker_limits, "unanswered_log_every_s", 0.6)
 
     def said(part: str) -> list[str]:
         return [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and part in r.getMessage()]
 
     async def t():
         ch = _Unreachable(SystemClock())
+        ch.error = Conflict("refused by the node")
         loop = _loop(ch)
         task = asyncio.create_task(loop.run())
         try:
+            await wait_until(lambda: ch.acquires >= 15, 10, "refused lease requests")
+            assert said("no lease request answered") == [], "a refusal said as no answer"
+            ch.error = Unavailable("no node reachable within 18 s (127.0.0.1:9701, 127.0.0.1:9702)")
+            k = ch.acquires
             await wait_until(lambda: said("no lease request answered"), 5, "the first warning")
+            assert ch.acquires >= k + 3, "said before it lasted"
             assert "no node reachable" in said("no lease request answered")[0]
             await wait_until(lambda: len(said("no lease request answered")) >= 2, 5, "the warning again")
-            tried, warned = ch.acquires, len(said("no lease request answered"))
-            assert tried >= warned + 2, f"said at every retry ({tried} requests, {warned} warnings)"
+            tried, warned = ch.acquires - k, len(said("no lease request answered"))
+            assert tried >= warned + 4, f"said at every retry ({tried} requests, {warned} warnings)"
             ch.down = False
             await wait_until(lambda: said("answered again"), 5, "the recovery said")
             n, k = len(said("no lease request answered")), ch.acquires

@@ -149,8 +149,11 @@ release_deadline_s = 15.0
 #: After a node refused a lease request for good (a wrong token, a full registry), the pause
 #: before the worker asks again.
 lease_refused_pause_s = 5.0
-#: a worker whose lease requests go unanswered (no node reachable, no leader) says so at once,
-#: then this often while it lasts (worker/loop.py)
+#: a worker whose lease requests go unanswered (no node reachable, no leader) says so once that
+#: has lasted unanswered_warn_after_s (longer than an election), then every unanswered_log_every_s
+#: while it lasts (worker/loop.py); a remote worker's request tries every node for longer than
+#: that (lease_request_slack_s and more), so its first failure is said at once
+unanswered_warn_after_s = 10.0
 unanswered_log_every_s = 60.0
 #: Outcomes ride on a lease request sent in the same turn of the event loop (one request a
 #: batch instead of two) when they encode to at most this many bytes of JSON, well under the

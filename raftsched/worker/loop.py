@@ -277,11 +277,11 @@ class LeaseLoop:
         self._placing: set[asyncio.Future] = set()
         #: no acquire before this monotonic time (a pause after a failed or empty acquire)
         self._acquire_after = 0.0
-        #: since when (monotonic) no acquire was answered, and when that was last logged (None:
-        #: the last one was answered): said at the first failure, then every
-        #: worker_limits.unanswered_log_every_s, and once more when one is answered again
+        #: since when (monotonic) no acquire was answered (None: the last one was), when that was
+        #: last logged (None: not yet), and when the latest acquire answered was sent (_unanswered)
         self._unanswered_since: float | None = None
-        self._unanswered_said = 0.0
+        self._unanswered_said: float | None = None
+        self._answered_sent = float("-inf")
         #: the last acquire granted nothing: one lease request at a time until one grants again
         #: (a remote worker's idle long-poll needs no second one beside it)
         self._idle = False
@@ -517,20 +517,34 @@ class LeaseLoop:
         return self.slots
 
     def _unanswered(self, sent: float, e: RaftschedError) -> None:
-        """An acquire sent at ``sent`` failed (every node tried until its deadline: none reachable,
-        none with a leader, ...). Said at once, then every unanswered_log_every_s while it lasts:
-        a worker pointed at nodes that are all gone said nothing, and looked idle."""
+        """An acquire sent at ``sent`` failed. When no node could take it (Unavailable,
+        Indeterminate: none reachable, no leader, no answer in time) and no acquire sent since
+        was answered, the outage is said once it has lasted unanswered_warn_after_s (a leader
+        change is shorter), then every unanswered_log_every_s: a worker pointed at nodes that
+        are all gone said nothing, and looked idle. Other errors were answers (a refusal)."""
+        if not isinstance(e, (Unavailable, Indeterminate)) or sent < self._answered_sent:
+            log.debug("worker: acquire failed: %s", e.message)
+            return
         now = self.clock.monotonic_s()
-        first = self._unanswered_since is None
-        if first:
+        if self._unanswered_since is None:
             self._unanswered_since = sent
-        elif now - self._unanswered_said < worker_limits.unanswered_log_every_s:
+        since = self._unanswered_since
+        said = self._unanswered_said
+        if now - since < worker_limits.unanswered_warn_after_s or (said is not None and now - said < worker_limits.unanswered_log_every_s):
             log.debug("worker: acquire failed: %s", e.message)
             return
         self._unanswered_said = now
-        since = self._unanswered_since if self._unanswered_since is not None else sent
         log.warning("worker %s: no lease request answered for %.0f s (%s); still asking%s", self.worker_id,
-                    now - since, e.message, "" if first else f", said again every {worker_limits.unanswered_log_every_s:g} s")
+                    now - since, e.message,
+                    "" if said is None else f", said again every {worker_limits.unanswered_log_every_s:g} s")
+
+    def _answered(self, sent: float) -> None:
+        """An acquire sent at ``sent`` was answered: an outage said is said to be over."""
+        self._answered_sent = max(self._answered_sent, sent)
+        if self._unanswered_since is not None and self._unanswered_said is not None:
+            log.warning("worker %s: lease requests answered again, after %.0f s", self.worker_id,
+                        self.clock.monotonic_s() - self._unanswered_since)
+        self._unanswered_since = self._unanswered_said = None
 
     async def _acquire(self, n: int) -> None:
         """One acquire for ``n`` runs (slots reserved by the caller in ``_asked``); starts every
@@ -547,10 +561,7 @@ class LeaseLoop:
                 self._unanswered(sent, e)
                 self._acquire_after = self.clock.monotonic_s() + self.poll_interval_s
                 return
-            if self._unanswered_since is not None:
-                log.warning("worker %s: lease requests answered again, after %.0f s", self.worker_id,
-                            self.clock.monotonic_s() - self._unanswered_since)
-                self._unanswered_since = None
+            self._answered(sent)
             if res.draining:
                 self._on_draining()
             runs = res.runs
