@@ -121,6 +121,7 @@ def fleet_e2e(tmp: Path, n: int, window_s: float, warmup_s: float, workers: int,
         pids = [p.pid for p in procs.procs.values()]
         cpu_a, wcpu_a = cluster_cpu_s(c), [tree_cpu_s(p) for p in pids]
         per_node_a = {i: tree_cpu_s(p.pid) for i, p in c.procs.items()}
+        lead_a = leader_checked(c)[0]
         ta, a = wall_ms(), counters()
         spies = _profile_start({i: p.pid for i, p in c.procs.items()}, (w1 - ta) / 1000 - 1, "e2e")
         time.sleep(max(0.0, (w1 - wall_ms()) / 1000))  # ok-sleep: measurement window
@@ -142,7 +143,8 @@ def fleet_e2e(tmp: Path, n: int, window_s: float, warmup_s: float, workers: int,
         follower = next(i for i in range(c.n) if i != lead_now)
         # Each node's share, the leader's first: what the leader alone spends (planning, the
         # worker protocol, proposing) against what every replica spends (applying, the log).
-        split = {("leader" if i == lead_now else f"node-{i + 1}"): round((per_node_b[i] - per_node_a[i]) * 1e6 / done, 1)
+        # (a leader change in the window: no node is called the leader)
+        split = {("leader" if i == lead_now == lead_a else f"node-{i + 1}"): round((per_node_b[i] - per_node_a[i]) * 1e6 / done, 1)
                  for i in sorted(per_node_a, key=lambda i: i != lead_now)
                  if done and per_node_a[i] is not None and per_node_b.get(i) is not None}
         lat = _e2e_latency(c, follower, n, w0, w1, history)
