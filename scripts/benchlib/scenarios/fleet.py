@@ -389,8 +389,8 @@ def report_rows(res: dict, row, fmt, ppm, ratio) -> None:
             f"{fmt(nodes)} / {fmt(wk)}{share}")
         split = cu.get("per_node") or {}
         if split:  # the leader's own work against what every replica does
-            row("", "of the nodes' CPU per run (µs): the leader / each follower",
-                " / ".join(fmt(v) for v in split.values()))
+            row("", "of the nodes' CPU per run (µs), each node's (the leader's first)",
+                " / ".join(f"{k} {fmt(v)}" for k, v in split.items()))
     g = res.get("fleet_rest")
     if isinstance(g, dict) and "nodes_cpu_pct_of_one_core" in g:
         cpu = g["nodes_cpu_pct_of_one_core"]
