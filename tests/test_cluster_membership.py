@@ -190,26 +190,68 @@ def test_a_killed_node_is_replaced_by_a_new_one_at_other_ports(tmp_path):
             check_slots(c, i, time.monotonic() - t0, end_ms)
 
 
+class _ClusterSh:
+    """scripts/cluster.sh in a copy of the tree (its state lives in .raftsched/ beside it), on
+    free ports: ``sh(*args)`` runs it; ``stop()`` stops it, and kills by its recorded PID any
+    node the script did not stop."""
+
+    def __init__(self, tmp_path, nodes_max: int) -> None:
+        self.root = root = tmp_path / "tree"
+        self.nodes_max = nodes_max
+        (root / "scripts").mkdir(parents=True)
+        shutil.copy(REPO / "scripts" / "cluster.sh", root / "scripts" / "cluster.sh")
+        os.symlink(REPO / "raftsched", root / "raftsched")
+        if sys.prefix != sys.base_prefix:  # the probe's interpreter, as the script looks for it
+            os.symlink(sys.prefix, root / ".venv")
+        self.api_base, raft_base = _two_free_ranges(nodes_max)
+        self.env = dict(os.environ, RAFTSCHED_API_PORT_BASE=str(self.api_base),
+                        RAFTSCHED_RAFT_PORT_BASE=str(raft_base),
+                        RAFTSCHED_NODE_CMD=f"{sys.executable} -m raftsched.cli node",
+                        RAFTSCHED_CLI_CMD=f"{sys.executable} -m raftsched.cli", PYTHONPATH=str(root))
+        self.env.pop("RAFTSCHED_TLS", None)
+        self.env.pop("RAFTSCHED_TOKEN", None)
+
+    def sh(self, *args, timeout=180):
+        return subprocess.run(["bash", str(self.root / "scripts" / "cluster.sh"), *args], cwd=self.root,
+                              env=self.env, capture_output=True, text=True, timeout=timeout)
+
+    def pid(self, n: int) -> int | None:
+        pid_file = self.root / ".raftsched" / f"node-{n}" / "pid"
+        try:
+            return int(pid_file.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def stop(self) -> None:
+        self.sh("stop", timeout=60)
+        for n in range(1, self.nodes_max + 1):
+            pid = self.pid(n)
+            if pid is not None:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # (a zombie until its parent, the script's shell long gone, is reaped by init)
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 def test_cluster_sh_adds_a_node_on_the_next_ports_and_removes_one(tmp_path):
     """scripts/cluster.sh in a copy of the tree (its state lives in .raftsched/ beside it): add
     starts node 4 on the next ports, makes it a voter and prints 4; remove 1 takes node 1 out and
     stops it; restart accepts member numbers only."""
-    root = tmp_path / "tree"
-    (root / "scripts").mkdir(parents=True)
-    shutil.copy(REPO / "scripts" / "cluster.sh", root / "scripts" / "cluster.sh")
-    os.symlink(REPO / "raftsched", root / "raftsched")
-    if sys.prefix != sys.base_prefix:  # the probe's interpreter, as the script looks for it
-        os.symlink(sys.prefix, root / ".venv")
-    api_base, raft_base = _two_free_ranges(5)
-    env = dict(os.environ, RAFTSCHED_API_PORT_BASE=str(api_base), RAFTSCHED_RAFT_PORT_BASE=str(raft_base),
-               RAFTSCHED_NODE_CMD=f"{sys.executable} -m raftsched.cli node",
-               RAFTSCHED_CLI_CMD=f"{sys.executable} -m raftsched.cli", PYTHONPATH=str(root))
-    env.pop("RAFTSCHED_TLS", None)
-    env.pop("RAFTSCHED_TOKEN", None)
-
-    def sh(*args, timeout=180):
-        return subprocess.run(["bash", str(root / "scripts" / "cluster.sh"), *args], cwd=root, env=env,
-                              capture_output=True, text=True, timeout=timeout)
+    c = _ClusterSh(tmp_path, 5)
+    root, sh, api_base = c.root, c.sh, c.api_base
     try:
         r = sh("start")
         assert r.returncode == 0, r.stdout + r.stderr
@@ -242,14 +284,35 @@ def test_cluster_sh_adds_a_node_on_the_next_ports_and_removes_one(tmp_path):
         r = sh("add")  # never reuses node 1's number (its data dir stays)
         assert r.returncode == 0 and r.stdout.strip().splitlines()[-1] == "5", r.stdout + r.stderr
     finally:
-        sh("stop", timeout=60)
-        for n in range(1, 6):  # whatever the script did not stop, by its recorded PID
-            pid_file = root / ".raftsched" / f"node-{n}" / "pid"
-            if pid_file.exists():
-                try:
-                    os.kill(int(pid_file.read_text()), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass
+        c.stop()
+
+
+def test_cluster_sh_restarts_each_node_in_turn_through_a_bootstrap_token_rotation(tmp_path):
+    """docs/security.md, "Rotating secrets": the bootstrap token file is rewritten, then each
+    node stopped and restarted in turn. Between the first and the last restart the nodes disagree
+    on the token: `restart N` asks node N alone (the others' 401s would have failed it, and
+    tripped their refused-token limiter for this address), and once every node has restarted the
+    whole cluster answers the new token."""
+    import secrets
+    c = _ClusterSh(tmp_path, 3)
+    try:
+        r = c.sh("start")
+        assert r.returncode == 0, r.stdout + r.stderr
+        token_file = c.root / ".raftsched" / "token"
+        old = token_file.read_text()
+        token_file.write_text(secrets.token_urlsafe(32) + "\n")
+        assert token_file.read_text() != old
+        for n in (1, 2, 3):
+            pid = c.pid(n)
+            assert pid is not None
+            os.kill(pid, signal.SIGTERM)
+            wait_for(lambda pid=pid: _gone(pid), 30, f"node-{n} (pid {pid}) to stop")
+            r = c.sh("restart", str(n))
+            assert r.returncode == 0 and f"node-{n} sees leader" in r.stdout, r.stdout + r.stderr
+        r = c.sh("status")
+        assert r.returncode == 0 and "agreed by every running node" in r.stdout, r.stdout + r.stderr
+    finally:
+        c.stop()
 
 
 def _two_free_ranges(k: int) -> tuple[int, int]:
