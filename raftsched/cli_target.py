@@ -174,7 +174,7 @@ def read_recorded(state: str) -> Recorded:
         pass
     # A node being added has its directory before it is listed.
     for entry in os.listdir(state):
-        if entry.startswith("node-") and entry[5:].isdigit():
+        if entry.startswith("node-") and entry[5:].isascii() and entry[5:].isdigit():
             nodes.add(int(entry[5:]))
     scheme = "https" if tls else "http"
     return Recorded(state, [f"{scheme}://{HOST}:{base + n}" for n in sorted(nodes) if 0 < base + n < 65536],
@@ -216,7 +216,7 @@ def resolve(*, url: str = "", context: str | None = None, token: str | None = No
                              f"was started with {recorded.api_base}")
         elif env.get("RAFTSCHED_API_PORT_BASE", "").strip():
             b = env["RAFTSCHED_API_PORT_BASE"].strip()
-            if not b.isdigit() or not 0 < int(b) + max(DEFAULT_NODES) < 65536:
+            if not (b.isascii() and b.isdigit()) or not 0 < int(b) + max(DEFAULT_NODES) < 65536:
                 raise ConfigError(f"RAFTSCHED_API_PORT_BASE: {b!r} is not a port base")
             target = Target([f"http://{HOST}:{int(b) + n}" for n in DEFAULT_NODES], "RAFTSCHED_API_PORT_BASE")
         else:

@@ -38,6 +38,9 @@ def test_edges_are_checked_and_a_triggered_job_has_no_slots_of_its_own():
         ex = await c.post("/v1/jobs/b/explain", data=json.dumps({"down_from": "2026-01-01T00:00:00Z",
                                                                  "down_to": "2026-01-01T01:00:00Z"}))
         assert ex.status == 200 and "runs after a" in (await ex.json())["summary"]
+        # A child's run id whose slot is not ASCII digits names no run ("²".isdigit(), int raised: 500)
+        for rid in ("b@²", "b@١٢٣", "b@"):
+            await err(await c.get(f"/v1/runs/{rid}"), 404, "not_found", "run")
     run(body)
 
 

@@ -653,3 +653,13 @@ def test_a_committed_entry_apply_cannot_read_is_applied_as_nothing_and_apply_goe
         assert got and got[0][0]["ok"] and sync._SyncObj__raftLastApplied == sync._SyncObj__raftCommitIndex
     finally:
         sync.destroy()
+
+
+def test_a_member_address_with_a_port_of_other_digits_is_refused_naming_it():
+    """"²".isdigit() is true and int("²") raises: the port is refused with the rule, not with
+    int's message."""
+    from raftsched.replication._membership import check_addr
+    for addr in ("127.0.0.1:²", "127.0.0.1:٩٧٠٤", "127.0.0.1:0", "127.0.0.1:x"):
+        with pytest.raises(ValueError, match="port is 1..65535"):
+            check_addr(addr)
+    assert check_addr("127.0.0.1:9704") == "127.0.0.1:9704"

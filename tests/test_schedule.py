@@ -191,6 +191,10 @@ def test_cron_dialect(expr, expected):
     ("0 0 30 2 *", "day-of-month"),    # 30 February never exists
     ("H * * * *", "not allowed"),
     ("0 0 L/2 * *", "L takes no step"),
+    # Digits that are not ASCII ("²".isdigit() is true, int("²") raises): refused, not a 500.
+    ("0 9 * * 1-⁵", "day-of-week"),
+    ("0 0 * * ²", "day-of-week"),
+    ("0 9 * * 1-٥", "day-of-week"),
 ])
 def test_check_cron_refuses_what_the_dialect_does_not_have(expr, words):
     with pytest.raises(InvalidSpec) as ei:

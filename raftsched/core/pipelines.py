@@ -1052,7 +1052,7 @@ def waiting_run(s: SchedulerState, run_id: str) -> Record | None:
     ``after``): what it waits for; None when the id names no such job or slot."""
     name, _, rest = run_id.partition("@")
     job = s.jobs.get(name)
-    if job is None or "after" not in job["spec"] or not rest.isdigit() or len(rest) > 19:
+    if job is None or "after" not in job["spec"] or not (rest.isascii() and rest.isdigit()) or len(rest) > 19:
         return None
     slot = int(rest)
     on = waiting_for(s, name, slot)
@@ -1070,7 +1070,7 @@ def waiting_text(items: list[Record]) -> str:
                     f"max_concurrent ({it['max_concurrent']})"
                     + (f" and rate ({it['rate_per_s']}/s)" if it["rate_per_s"] is not None else "") + " allow")
         job, _, rest = it["run"].partition("@")
-        when = iso(int(rest)) if rest.isdigit() else rest
+        when = iso(int(rest)) if rest.isascii() and rest.isdigit() else rest
         st = it["state"]
         if st in ("queued", "running") and it.get("attempt") is not None:
             st += f", attempt {it['attempt']} of {it.get('max_attempts', '?')}"

@@ -96,7 +96,8 @@ def _day_number(text: str) -> int | None:
     up = text.upper()
     if up in _DAYS:
         return _DAYS.index(up)
-    return int(text) if text.isdigit() else None
+    # (ASCII only: "²".isdigit() is true and int("²") raises; cron's digits are ASCII)
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def _wrapping_day_range(dow: str) -> str | None:

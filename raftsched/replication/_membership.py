@@ -95,7 +95,7 @@ def check_addr(addr: Any) -> str:
     host, port_s = addr.rsplit(":", 1)
     if not host or any(c.isspace() or c in ",/" for c in host) or len(addr) > 255:
         raise ValueError(f"a member is 'host:port', got {addr!r}")
-    if not port_s.isdigit() or not 0 < int(port_s) < 65536:
+    if not (port_s.isascii() and port_s.isdigit()) or not 0 < int(port_s) < 65536:
         raise ValueError(f"a member's port is 1..65535, got {addr!r}")
     return addr
 

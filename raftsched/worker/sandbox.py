@@ -93,7 +93,7 @@ class RunUser:
 
 def _user(name: str) -> RunUser:
     try:
-        pw = pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
+        pw = pwd.getpwuid(int(name)) if name.isascii() and name.isdigit() else pwd.getpwnam(name)
     except (KeyError, OverflowError):
         raise ConfigError(f"--run-as {name}: no such user") from None
     try:
@@ -217,7 +217,7 @@ def sweep_runs_dirs(parent: str) -> list[str]:
             continue
         head, _, _rand = name[len(RUNS_PREFIX):].rpartition("-")
         pid = head.rpartition(".")[2]
-        if not pid.isdigit() or _alive(int(pid)):
+        if not (pid.isascii() and pid.isdigit()) or _alive(int(pid)):
             continue
         path = os.path.join(parent, name)
         try:

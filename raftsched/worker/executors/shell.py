@@ -76,7 +76,7 @@ def _group_has_live_member(pgid: int) -> bool:
     except OSError:
         return True
     for name in names:
-        if not name.isdigit():
+        if not (name.isascii() and name.isdigit()):
             continue
         try:
             with open(f"/proc/{name}/stat", "rb") as f:
