@@ -60,19 +60,37 @@ def preview(spec: Record, anchor_ms: int, after_ms: int, count: int) -> list[dic
     return out
 
 
+def _committed_by(sched: Record, anchor_ms: int, name: str, at_ms: int) -> int:
+    """How far a leader that kept up had committed the slots of a job that fires ahead by
+    ``at_ms`` (never less than ``at_ms``): the trigger takes a job up once its next slot is
+    within fire_ahead_ms, and plans it to policy.phased_ahead_ms past then (node/trigger.py);
+    followed here from a few blocks before ``at_ms``. A slot more than fire_ahead_ms after the
+    last take-up before ``at_ms`` was not committed: the misfire policy decides it."""
+    ahead, span = limits.fire_ahead_ms, limits.fire_ahead_span_ms
+    t = cursor = at_ms - 2 * (ahead + span + 1000)
+    for _ in range(64):  # (a take-up commits at least up to fire_ahead_ms past it: few turns)
+        nxt = schedule.next_slot_after(sched, cursor, anchor_ms)
+        if nxt is None:
+            break
+        t = max(t, nxt - ahead)
+        if t > at_ms:
+            break
+        cursor = t + policy.phased_ahead_ms(name, t, ahead, span)
+    return max(cursor, at_ms)
+
+
 def explain(spec: Record, anchor_ms: int, down_from_ms: int, down_to_ms: int, name: str = "explain") -> dict[str, Any]:
     """What happens to a job's slots if the scheduler is down from ``down_from_ms`` and a leader
     fires at ``down_to_ms``: the same plan_fire the trigger loop runs, with the cursor where a
     leader keeping up had it at the start of the outage. A job that fires ahead
-    (policy.fires_ahead) had its slots up to ``phased_ahead_ms`` past then committed already
-    (``fired_ahead``): runs queued before the outage, which start when it ends, whatever the
+    (policy.fires_ahead) had its slots up to its last take-up's horizon committed already
+    (``_committed_by``, ``fired_ahead``): runs queued before the outage, which start when it ends, whatever the
     misfire policy."""
     sched = spec["schedule"]
     cursor = down_from_ms
     fired_ahead = []
     if limits.fire_ahead_ms > 0 and policy.fires_ahead(spec):
-        cursor = down_from_ms + policy.phased_ahead_ms(name, down_from_ms, limits.fire_ahead_ms,
-                                                       limits.fire_ahead_span_ms)
+        cursor = _committed_by(sched, anchor_ms, name, down_from_ms)
         for s in schedule.iter_slots(sched, down_from_ms, min(cursor, down_to_ms), anchor_ms, limits.max_catchup_max):
             fired_ahead.append({
                 "slot": schedule.iso(s), "slot_ms": s, "start_lag_ms": max(0, down_to_ms - s),
