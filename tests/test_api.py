@@ -524,6 +524,19 @@ def test_preview_and_explain_endpoints():
         r = await c.post("/v1/preview?count=2", data=json.dumps(dict(SPEC, schedule={"every_s": 60})))
         assert r.status == 200 and len((await r.json())["slots"]) == 2
         await err(await c.post("/v1/preview", data=json.dumps({"schedule": {"every_s": 60}})), 422, "invalid", "executor")
+        # A jitter offset is a hash of the job's name: with ?name= the preview is the stored
+        # job's, as PUT would make it (without, the name "preview" gave other slots), and an
+        # after naming another job is no self-edge.
+        jit = dict(SPEC, schedule={"cron": "0 * * * *"}, jitter_s=600, misfire={"policy": "skip"})
+        await put(c, "hourly-report", jit)
+        stored = (await (await c.get("/v1/jobs/hourly-report/preview?count=3")).json())["slots"]
+        named = (await (await c.post("/v1/preview?count=3&name=hourly-report", data=json.dumps(jit))).json())["slots"]
+        assert [x["slot"] for x in named] == [x["slot"] for x in stored]
+        r = await c.post("/v1/preview", data=json.dumps({"executor": SPEC["executor"], "after": ["preview"]}))
+        await err(r, 422, "invalid", "after[0].job")  # the default name: itself
+        r = await c.post("/v1/preview?name=child", data=json.dumps({"executor": SPEC["executor"], "after": ["preview"]}))
+        assert r.status == 200 and (await r.json())["triggered_by"][0]["job"] == "preview", await r.text()
+        await err(await c.post("/v1/preview?name=a%20b", data=json.dumps(jit)), 400, "bad_request", "name")
         r = await c.post("/v1/jobs/a/explain", data=json.dumps({"down_from": "2026-12-01T00:00:00Z", "down_to": "2026-12-01T02:00:30Z"}))
         body = await r.json()
         assert r.status == 200, body

@@ -469,7 +469,8 @@ async def preview_job(request: web.Request) -> web.Response:
 async def preview_spec(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     count = int_param(request, "count", 10, 1, limits.preview_count_max)
-    return json_response(await svc.preview_spec(await json_body(request), count))
+    name = job_param(request, "name")
+    return json_response(await svc.preview_spec(await json_body(request), count, name))
 
 
 async def explain_job(request: web.Request) -> web.Response:
@@ -734,7 +735,9 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/jobs/{name}/explain", explain_job, _R, T.JOB, "what an outage would do to a job's slots",
           body="explain", errors=(404, 422), response="explained"),
     Route("POST", "/v1/preview", preview_spec, _R, T.SHARED, "a spec's next slots (proposes nothing)",
-          params=(_COUNT,), body="job_spec", errors=(422,), response="slots"),
+          params=(_COUNT, Param("name", "job", "the name the job would have: a jitter_s offset is a hash of it, "
+                                "and after is checked against it, as PUT /v1/jobs/{name} would (default preview)")),
+          body="job_spec", errors=(422,), response="slots"),
     Route("POST", "/v1/jobs/{name}/backfills", create_backfill, _W, T.JOB, "run a job for a past range",
           body="backfill", ok=201, also_ok=(200,), errors=(404, 409, 422), response="backfill_created"),
     # queues and tenants

@@ -38,13 +38,19 @@ def new_request_id() -> str:
     return uuid.uuid4().hex
 
 
-def _preview_spec(raw, count: int, now: int) -> dict:
-    """``POST /v1/preview``'s answer: the slots of a job made from ``raw`` at ``now`` (pure)."""
-    spec = model.validate_job("preview", raw, now)
+def _preview_spec(raw, count: int, now: int, name: str | None = None) -> dict:
+    """``POST /v1/preview``'s answer: the slots of a job named ``name`` (default ``preview``)
+    made from ``raw`` at ``now`` (pure). The name matters: a jitter offset is a hash of it, and
+    ``after`` may not name it."""
+    spec = model.validate_job(name or PREVIEW_NAME, raw, now)
     if "schedule" not in spec:
         return {"slots": [], "triggered_by": spec["after"]}
     anchor, cursor = policy.initial_position(spec["schedule"], now)
     return {"slots": preview.preview(spec, anchor, cursor, count)}
+
+
+#: The job name POST /v1/preview validates a spec under when it is given none.
+PREVIEW_NAME = "preview"
 
 
 class Service:
@@ -687,8 +693,8 @@ class Service:
         after = self.clock.now_ms() if after_ms is None else after_ms
         return {"job": name, "slots": await asyncio.to_thread(preview.preview, spec, anchor, after, count)}
 
-    async def preview_spec(self, raw, count: int) -> dict:
-        return await asyncio.to_thread(_preview_spec, raw, count, self.clock.now_ms())
+    async def preview_spec(self, raw, count: int, name: str | None = None) -> dict:
+        return await asyncio.to_thread(_preview_spec, raw, count, self.clock.now_ms(), name)
 
     async def explain_job(self, name: str, body, tenants: frozenset | None = None) -> dict:
         spec, anchor = self._job_spec(name)
