@@ -77,3 +77,24 @@ def test_preview_local_time_of_a_slot_with_milliseconds_has_milliseconds():
     assert [x["local"] for x in sl] == ["2031-01-01T00:00:00.500+00:00", "2031-01-01T00:01:00.500+00:00"]
     whole = preview.preview(spec({"every_s": 60}), t("2031-01-01T00:00:00Z"), t("2031-01-01T00:00:00Z"), 1)
     assert whole[0]["local"] == "2031-01-01T00:01:00+00:00"
+
+
+def test_explain_says_why_slots_within_grace_past_the_on_time_cap_did_not_run_as_on_time():
+    """At most max_catchup_max (1 000) slots run as on time at once: older slots within grace_s
+    count as missed. explain called the 500 skipped of a 1 500 s outage of an every-second job
+    with grace_s 3 600 "missed by more than grace_s" (the newest was 1 000 s late), and under
+    fire_all called its catch-up runs "on time"."""
+    from raftsched.core import limits
+    start = t("2027-01-01T00:00:00Z")
+    for pol, runs in (("skip", 1000), ("fire_all", 1003), ("fire_once", 1001)):
+        sp = model.validate_job("j", {"schedule": {"every_s": 1}, "executor": {"type": "shell", "argv": ["true"]},
+                                      "misfire": {"policy": pol, "grace_s": 3600, "max_catchup": 3},
+                                      "overlap": {"policy": "allow", "max_concurrent": 5000}})
+        e = preview.explain(sp, start, start, start + 1_500_000)
+        assert len(e["runs"]) == runs
+        (rec,) = e["recorded"]
+        assert "more than grace_s" not in rec["why"] and f"newest {limits.max_catchup_max}" in rec["why"], rec
+        on_time = [r for r in e["runs"] if r["why"] == "on time (within grace_s)"]
+        assert len(on_time) == limits.max_catchup_max
+        for r in e["runs"][:runs - limits.max_catchup_max]:
+            assert "counted as missed" in r["why"] and pol in r["why"], r

@@ -60,6 +60,11 @@ def preview(spec: Record, anchor_ms: int, after_ms: int, count: int) -> list[dic
     return out
 
 
+#: Why a slot within grace_s did not run as on time (policy.plan_fire).
+_OVER_ON_TIME = (f"within grace_s, but older than the newest {limits.max_catchup_max} slots within it, "
+                 "the most that run as on time at once: counted as missed")
+
+
 def _committed_by(sched: Record, anchor_ms: int, name: str, at_ms: int) -> int:
     """How far a leader that kept up had committed the slots of a job that fires ahead by
     ``at_ms`` (never less than ``at_ms``): the trigger takes a job up once its next slot is
@@ -100,28 +105,38 @@ def explain(spec: Record, anchor_ms: int, down_from_ms: int, down_to_ms: int, na
     m = spec["misfire"]
     grace_ms = m["grace_s"] * 1000
     runs = []
-    for s in (plan["runs"] if plan else []):
+    # At most max_catchup_max slots run as on time (policy.plan_fire): the newest within grace_s.
+    # Older ones within it count as missed, whatever their lateness.
+    plan_runs = plan["runs"] if plan else []
+    in_grace = [s for s in plan_runs if down_to_ms - s <= grace_ms]
+    on_time = set(in_grace[-limits.max_catchup_max:])
+    for s in plan_runs:
         late = down_to_ms - s
         runs.append({
             "slot": schedule.iso(s), "slot_ms": s, "fire_lag_ms": late,
-            "why": "on time (within grace_s)" if late <= grace_ms else {
-                "fire_all": "missed; fire_all runs the oldest max_catchup missed slots",
-                "fire_once": "missed; fire_once runs the latest missed slot",
-                "skip": "missed",
+            "why": "on time (within grace_s)" if s in on_time else
+            ("missed" if late > grace_ms else _OVER_ON_TIME) + {
+                "fire_all": "; fire_all runs the oldest max_catchup missed slots",
+                "fire_once": "; fire_once runs the latest missed slot",
+                "skip": "",
             }[m["policy"]],
         })
     recorded = []
     for state, reason, lo, hi, count in (plan["rec"] if plan else []):
+        why = {
+            ("skipped", "misfire"): "missed by more than grace_s; policy skip records them",
+            ("coalesced", "misfire"): "missed; fire_once coalesces them into the latest missed slot's run",
+            ("skipped", "catchup_limit"): "missed beyond max_catchup; fire_all records the rest",
+        }.get((state, reason), reason)
+        if state in ("skipped", "coalesced") and down_to_ms - hi <= grace_ms:
+            why = (f"{_OVER_ON_TIME}; policy {m['policy']} records them"
+                   if down_to_ms - lo <= grace_ms else f"{why}, or within it but {_OVER_ON_TIME[10:]}")
         recorded.append({
             "state": state, "reason": reason, "from": schedule.iso(lo), "to": schedule.iso(hi),
             "count": count,
             # a range too long to count (a cron's, past cron_slots_counted_max): at least this many
             "count_at_least": count if count is not None else limits.cron_slots_counted_max + 1,
-            "why": {
-                ("skipped", "misfire"): "missed by more than grace_s; policy skip records them",
-                ("coalesced", "misfire"): "missed; fire_once coalesces them into the latest missed slot's run",
-                ("skipped", "catchup_limit"): "missed beyond max_catchup; fire_all records the rest",
-            }.get((state, reason), reason),
+            "why": why,
         })
     nxt = plan["next"] if plan else schedule.next_slot_after(sched, max(down_to_ms, cursor), anchor_ms)
     return {
