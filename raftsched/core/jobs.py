@@ -23,6 +23,7 @@ from .notify_model import check_job_fields
 from .records import Record, Result, is_int, job_record, ok, share_int, share_spec
 from .tenants import LIMITED
 from .pipelines import check_delete, check_edges, forget_held, on_delete, on_put
+from .pipelines import propagates as pipelines_propagates
 from .pipeline_model import check_stored_after
 
 if TYPE_CHECKING:
@@ -336,6 +337,10 @@ def _job(s: SchedulerState, cmd: Command) -> Record:
     return job
 
 
+#: A run in these states has no final outcome yet: its children (pipelines) wait for it.
+_UNFINISHED = frozenset({"queued", "waiting", "running"})
+
+
 def apply_delete_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``delete_job {name, force?}``: the job and its history go; its queued runs leave their queues,
     its running runs lose their leases (their heartbeats and completions are refused), its dead
@@ -348,8 +353,12 @@ def apply_delete_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     if name in s.pipes.children:
         check_delete(s, name, cmd.get("force") is True)
     doomed = of_deleted_job(s, name)
+    unfinished: set[int] = set()  # the slots of its runs taken before their final outcome (pipelines)
+    has_children = name in s.pipes.children
     for rid in s.history.pop(name, []):
         run = s.runs.pop(rid, None)
+        if has_children and run is not None and run["state"] in _UNFINISHED and pipelines_propagates(run):
+            unfinished.add(run["slot"])
         if run is not None and run["state"] == "queued":
             s._queue_depth[run["queue"]] = s._queue_depth.get(run["queue"], 1) - 1
         elif run is not None and run["state"] == "running" and rid in s._running_ids:
@@ -378,7 +387,7 @@ def apply_delete_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     deadlines.forget_job(s, name, now)
     s.health.pop(name, None)
     if name in s.pipes.children or "after" in job["spec"] or name in s.pipes.joins:
-        on_delete(s, name, job["spec"], now)
+        on_delete(s, name, job["spec"], now, tuple(sorted(unfinished)))
     return ok(job=name, deleted=True)
 
 

@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 
 #: The reasons a child's slot is recorded for (state ``skipped``); ``rearm`` takes these back.
 UPSTREAM_REASONS = ("upstream_failed", "upstream_missed", "upstream_timeout", "dependency_missing")
+#: The states of a run that exists for its slot (backfill_plan.REAL_STATES: not a record).
+_REAL_STATES = frozenset({"queued", "waiting", "running", "succeeded", "failed", "dead"})
 #: Run kinds whose final outcome propagates always; others (manual, backfill) only when marked.
 _PROPAGATING_KINDS = frozenset({"scheduled", "triggered", "recorded"})
 
@@ -238,17 +240,28 @@ def on_put(s: SchedulerState, name: str, old: Record | None, spec: Record) -> No
         s.pipes.latest.pop(name, None)
 
 
-def on_delete(s: SchedulerState, name: str, spec: Record, now: int) -> None:
+def on_delete(s: SchedulerState, name: str, spec: Record, now: int, unfinished: tuple[int, ...] = ()) -> None:
     """Job ``name`` was deleted (forced when it had children): its own joins go, and every slot
-    its children are waiting on it for is recorded ``dependency_missing``."""
+    its children are waiting on it for is recorded ``dependency_missing``: those in a join, and
+    ``unfinished``, the slots of its runs the delete took before their final outcome (a child
+    of it alone had no join for them: no parent had reported). A ``match: latest`` child's own
+    slots waiting for it likewise (and those to come, as they come: _try_latest)."""
     unlink(s, name, spec)
     s.pipes.joins.pop(name, None)
     s.pipes.latest.pop(name, None)
     kids = s.pipes.children.get(name, {})
     work: list[tuple[Record, int]] = []
+    why = f"parent {name} was deleted"
     for c in sorted(kids):  # name order: alike on a replica restored from a snapshot
         for slot in sorted(s.pipes.joins.get(c, {})):
-            _decide(s, c, slot, "dependency_missing", f"parent {name} was deleted", now, work)
+            _decide(s, c, slot, "dependency_missing", why, now, work)
+        child = s.jobs.get(c)
+        if child is not None and "schedule" not in child["spec"]:
+            for slot in unfinished:
+                # (a slot a trigger or a record of its own decided already stays as it is)
+                if f"{c}@{slot}" not in s.runs and _held_by(s, f"{c}@{slot}") is None \
+                        and not _in_range_record(s, c, slot):
+                    _decide(s, c, slot, "dependency_missing", why, now, work)
     _drain(s, work, now)
 
 
@@ -576,9 +589,11 @@ def _create(s: SchedulerState, child: Record, slot: int, got: dict[str, list[Any
     holds the runs it fired ahead (notify.pause). :returns: the run when it was queued."""
     c = child["name"]
     rid = f"{c}@{slot}"
-    if rid in s.runs:
-        # The slot has its run already (a trigger of the job for that slot): it is not made
-        # twice (I2), and the parents' reports that completed its join are spent.
+    manual = s.runs.get(rid + "#manual")
+    if rid in s.runs or (manual is not None and manual["kind"] != "recorded" and manual["state"] in _REAL_STATES):
+        # The slot has its run already (a trigger of the job for that slot: NAME@SLOT, or
+        # NAME@SLOT#manual when the slot had a record): it is not made twice (I2, and
+        # backfills.trigger_job_with's rule), and the parents' reports that completed its join are spent.
         return None
     kind = "scheduled" if "schedule" in child["spec"] else "triggered"
     if child["paused"] and kind == "triggered":
@@ -776,6 +791,13 @@ def _decide(s: SchedulerState, c: str, slot: int, reason: str, why: str, now: in
 
 def _try_latest(s: SchedulerState, child: Record, now: int, work: list[tuple[Record, int]]) -> None:
     c = child["name"]
+    gone = [e["job"] for e in child["spec"]["after"] if e["job"] not in s.jobs]
+    if gone:
+        # A parent deleted (with ?force=true) never succeeds again: each own slot is recorded
+        # as it comes, as a same_slot child's is (_check), not left waiting for good.
+        for slot in sorted(k for k, j in s.pipes.joins.get(c, {}).items() if j["own"]):
+            _decide(s, c, slot, "dependency_missing", f"parent {gone[0]} does not exist", now, work)
+        return
     got = s.pipes.latest.get(c, {})
     if any(e["job"] not in got for e in child["spec"]["after"]):
         return
