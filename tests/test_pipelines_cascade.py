@@ -8,7 +8,7 @@ from raftsched.core import backfill_plan, commands
 
 from backfill_helpers import backfill_cmd, step
 from core_helpers import restored
-from pipeline_helpers import SEC, T0, apply, chain_state, finish, job_raw, lease, tick
+from pipeline_helpers import SEC, T0, apply, chain_state, finish, job_raw, lease, put, tick
 
 S1 = T0 + 10 * SEC  # the first slot of an every_s 10 job put at T0
 
@@ -255,3 +255,41 @@ def test_a_held_child_whose_job_is_deleted_and_put_again_in_the_same_millisecond
                 finish(state, g, now + (1 + i) * SEC, True)
         assert f"d@{S1}" not in state.runs and state.history.get("d", []) == []
     assert r.snapshot() == s.snapshot()
+
+
+def test_a_cascades_children_are_told_as_the_backfills_runs_and_leave_the_childs_health_alone():
+    """docs/notifications.md: nothing is sent for a backfill's runs unless a route asks
+    (`backfills: true`), and they are outside the job's health; a cascade's children are the
+    backfill's runs too (docs/backfill.md). They were told to every route (kind triggered) and
+    counted in the child's health."""
+    from raftsched.core import events
+    from raftsched.core.notify_model import validate_sink
+    s, now = _pipeline()
+    sink = validate_sink("ops", {"type": "webhook", "url": "http://127.0.0.1:9/hook", "secrets": {"signing_key": "k"}})
+    assert apply(s, commands.put_sink(now, None, name="ops", spec=sink))["ok"]
+    assert apply(s, commands.put_sink(now, None, name="all", spec=sink))["ok"]
+    for name in ("b", "c", "d"):
+        spec = dict(s.jobs[name]["spec"], notify=[{"sink": "ops", "on": ["run.succeeded"]},
+                                                 {"sink": "all", "on": ["run.succeeded"], "backfills": True}])
+        raw = {k: v for k, v in spec.items() if k not in ("tenant",)}
+        assert put(s, name, raw, now)["ok"]
+    before = {n: list(s.health.get(n) or []) for n in ("b", "c", "d")}
+    told = len(s.outbox.events)
+    now += 60 * SEC
+    assert apply(s, backfill_cmd(s, "a", S1, S1 + 40 * SEC, now, bf_id="bf", reprocess="failed",
+                                 max_concurrent=4, cascade="children"))["ok"]
+    for _ in range(200):
+        now += SEC
+        step(s, "bf", now)
+        for g in lease(s, now):
+            finish(s, g, now, True)
+        if s.backfills["bf"]["state"] == "done":
+            break
+    assert s.backfills["bf"]["finished"] == {"succeeded": 16}
+    evs = [events.view(e) for e in list(s.outbox.events)[told:] if e["kind"] == "run.succeeded"]
+    kids = [e for e in evs if e["job"] in ("b", "c", "d")]
+    assert len(kids) == 12 and all(e["to"] == ["all"] for e in list(s.outbox.events)[told:]
+                                   if e["kind"] == "run.succeeded" and e["job"] in ("b", "c", "d")), kids
+    for n in ("b", "c", "d"):
+        assert [v for k, v in enumerate(s.health.get(n) or []) if k != events.SENT] == \
+            [v for k, v in enumerate(before[n]) if k != events.SENT], n

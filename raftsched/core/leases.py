@@ -558,7 +558,7 @@ def apply_complete_many(s: SchedulerState, cmd: Command, now: int) -> Result:
                     on_finish(s, run, now)
                 name = run["job"]
                 h = healths.get(name)
-                if h is None or h[CONSECUTIVE] or s.sinks or run.get("kind") == "backfill":
+                if h is None or h[CONSECUTIVE] or s.sinks or run.get("kind") == "backfill" or "backfill" in run:
                     on_success(s, run, now)
                 else:
                     h[LAST_SUCCESS] = now

@@ -42,6 +42,13 @@ if TYPE_CHECKING:
 
 
 # ------------------------------------------------------------------ health
+def of_backfill(run: Record) -> bool:
+    """Whether ``run`` is a backfill's: its own (kind ``backfill``), or a child its cascade made
+    (``cascade: children``, pipelines._create: kind ``triggered`` or ``scheduled``, naming the
+    backfill): outside the job's health, told only to routes that ask for ``backfills``."""
+    return run.get("kind") == "backfill" or "backfill" in run
+
+
 def health(s: SchedulerState, job: str) -> list[Any]:
     h: list[Any] | None = s.health.get(job)
     if h is None:
@@ -52,7 +59,7 @@ def health(s: SchedulerState, job: str) -> list[Any]:
 def on_success(s: SchedulerState, run: Record, now: int) -> None:
     """A run succeeded: the job's health, ``job.recovered`` when it closes an incident, and
     ``run.succeeded`` (opt-in). Nothing for a backfill's run but its opt-in event."""
-    backfill = run.get("kind") == "backfill"
+    backfill = of_backfill(run)
     if not backfill:
         h = health(s, run["job"])
         h[LAST_SUCCESS] = now
@@ -76,7 +83,7 @@ def on_success(s: SchedulerState, run: Record, now: int) -> None:
 def on_attempt_failed(s: SchedulerState, run: Record, now: int, error: str | None) -> None:
     """An attempt failed and the run will be tried again: ``run.failed`` (opt-in)."""
     if s.sinks:
-        emit_for(s, "run.failed", now, run.get("kind") == "backfill", job=run["job"], tenant=run.get("tenant"),
+        emit_for(s, "run.failed", now, of_backfill(run), job=run["job"], tenant=run.get("tenant"),
                  slot=run["slot"], run_id=run["id"], attempt=run["attempt"], reason=error)
 
 
@@ -84,7 +91,7 @@ def on_dead(s: SchedulerState, run: Record, now: int, error: str | None) -> None
     """A run is dead (its retries spent): the job's health and incident, ``run.dead``, and the
     job paused when its ``pause_on_failure`` says so (``job.paused``, reason
     ``pause_on_failure``)."""
-    backfill = run.get("kind") == "backfill"
+    backfill = of_backfill(run)
     name = run["job"]
     if backfill:
         if s.sinks:
@@ -117,11 +124,11 @@ def on_slot_recorded(s: SchedulerState, entry: Record, now: int, health: bool = 
     h = s.health.get(name) if health else None
     # (made by a run's outcome: a job that only records slots costs nothing here; a backfill's
     # slots are outside the job's health, as its runs' outcomes are)
-    if h is not None and entry.get("kind") != "backfill":
+    if h is not None and not of_backfill(entry):
         h[LAST_SLOT] = [entry["slot"], entry["state"], entry["reason"]]
     if s.sinks and entry["reason"] != "paused":
         extra = {"count": entry["count"], "slot_to": entry["slot_to"]} if "count" in entry else {}
-        emit_for(s, "slot.missed", now, entry.get("kind") == "backfill", job=name, slot=entry["slot"],
+        emit_for(s, "slot.missed", now, of_backfill(entry), job=name, slot=entry["slot"],
                  run_id=entry["id"], reason=entry["reason"], state=entry["state"], **extra)
 
 
@@ -370,7 +377,7 @@ def apply_note_unplaceable(s: SchedulerState, cmd: Command, now: int) -> Result:
             continue
         run["unplaceable_at"] = now
         told += 1
-        emit_for(s, "run.unplaceable", now, run.get("kind") == "backfill", job=run["job"], tenant=run.get("tenant"),
+        emit_for(s, "run.unplaceable", now, of_backfill(run), job=run["job"], tenant=run.get("tenant"),
                  slot=run["slot"], run_id=rid, attempt=run["attempt"], reason="no worker matches its placement",
                  queue=run["queue"], waited_ms=now - run["fired_at"])
     return ok(told=told)
