@@ -479,8 +479,7 @@ class Client(Transport):
                                               stale=stale))
 
     def preview_spec(self, spec: dict, count: int = PREVIEW_COUNT_DEFAULT, name: str | None = None) -> dict:
-        """``POST /v1/preview``: the next ``count`` slots of a spec that is not stored, as the
-        job ``name`` would have them."""
+        """``POST /v1/preview``: the next ``count`` slots of a spec not stored, as job ``name``'s."""
         return self._send(endpoints.preview_spec(spec, count, name))
 
     def healthz(self) -> dict:
