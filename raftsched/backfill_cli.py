@@ -113,7 +113,7 @@ def _backfill(a, c: Client) -> int:
         return 2
     res = c.backfill(a.job, a.from_, a.to, reprocess=a.reprocess, order=a.order,
                      max_concurrent=a.max_concurrent, rate_per_s=a.rate, max_slots=a.max_slots,
-                     overlap=a.overlap, dry_run=a.dry_run, backfill_id=a.id, **payload)
+                     overlap=a.overlap, dry_run=a.dry_run, backfill_id=a.id, cascade=a.cascade, **payload)
     if a.dry_run or not a.wait:
         return show(res)
     return _wait(c, res)
@@ -160,6 +160,9 @@ def add_commands(client) -> None:
     b.add_argument("--max-slots", type=int,
                    help=f"refuse a range of more slots (default {limits.backfill_max_slots_default})")
     b.add_argument("--overlap", choices=("allow", "forbid"), help="forbid: wait while another run of the job is active")
+    b.add_argument("--cascade", choices=("none", "children"),
+                   help="children: the jobs that run after it (pipelines) follow each slot, as its runs "
+                        "(default none)")
     b.add_argument("--payload", help="a JSON payload for its runs, instead of the job's")
     b.add_argument("--id", help="a backfill id: the same id again is the same backfill")
     b.add_argument("--dry-run", action="store_true", help="list the slots it would run and why others are left out")

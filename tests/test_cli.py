@@ -444,3 +444,24 @@ def test_resume_takes_catch_up_and_an_error_naming_a_query_parameter_says_its_fl
         err = capsys.readouterr().err
         assert rc == 1 and err.startswith("raftsched: node-1: no leader"), (argv, err)
         assert ("(?stale=true is --stale here)" in err) is hint, (argv, err)
+
+
+def test_backfill_takes_cascade(monkeypatch, capsys):
+    """`raftsched backfill JOB ... --cascade children` sends cascade (the API had it, the command
+    line did not: a cascade needed curl); without it, none is sent (the node's default)."""
+    from raftsched import cli as cli_mod
+    sent = []
+
+    class Fake(_FakeClient):
+        def backfill(self, job, from_, to, **kw):
+            sent.append(kw.get("cascade"))
+            return {"id": "b1"}
+
+    monkeypatch.setattr(cli_mod, "Client", Fake)
+    monkeypatch.setattr(cli_mod, "_setup_logging", lambda level: None)
+    monkeypatch.setenv("RAFTSCHED_TOKEN", "t")
+    base = ["backfill", "j", "--from", "2026-01-01T00:00:00Z", "--to", "2026-01-02T00:00:00Z"]
+    for extra, want in (([], None), (["--cascade", "children"], "children"), (["--cascade", "none"], "none")):
+        assert cli_mod.main(base + extra + ["--url", "http://127.0.0.1:9"]) == 0
+        assert sent.pop() == want
+    capsys.readouterr()
