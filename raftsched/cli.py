@@ -19,7 +19,7 @@ import time
 import uuid
 
 from . import backfill_cli
-from .cli_output import FORMATS, Progress, print_error, set_format, show
+from .cli_output import FORMATS, Progress, output_format, print_error, set_format, show
 from .cli_target import Target, resolve
 from .client import Client
 from .client.core import BATCH_TIMEOUT_S, DEADLINE_S_DEFAULT
@@ -334,6 +334,8 @@ def _graph(args, client) -> int:
     if args.json:
         print(json.dumps(g, indent=2))
         return 0
+    if output_format() != "table":  # -o json|yaml, or a pipe: the answer, as every command's
+        return show(g)
     kinds = {n["job"]: n["kind"] for n in g["nodes"]}
     print(f"{g['job']} ({kinds.get(g['job'])}): {len(g['parents'])} upstream, {len(g['children'])} downstream")
     for e in g["edges"]:

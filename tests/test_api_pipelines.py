@@ -139,10 +139,17 @@ def test_the_cli_graph_prints_one_line_an_edge(capsys):
                               {"job": "c", "kind": "gated"}],
                     "edges": [{"from": "a", "to": "b", "on": "success"}, {"from": "b", "to": "c", "on": "finished"}]}
 
+    from raftsched.cli_output import set_format
+    set_format("table")  # (as on a terminal)
     assert _graph(Namespace(name="b", json=False), Fake()) == 0
     out = capsys.readouterr().out.splitlines()
     assert out == ["b (triggered): 1 upstream, 1 downstream", "  a -> [b]  (on success; b is triggered)",
                    "  [b] -> c  (on finished; c is gated)"]
+    # -o json, or no -o in a pipe: the answer as JSON, as every command prints it (it printed text)
+    for fmt in ("json", None):
+        set_format(fmt)
+        assert _graph(Namespace(name="b", json=False), Fake()) == 0
+        assert json.loads(capsys.readouterr().out) == Fake().graph("b"), fmt
 
 
 def test_a_handlers_return_value_is_its_runs_result_and_a_result_file_is_read_safely(tmp_path):
