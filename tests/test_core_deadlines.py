@@ -732,3 +732,10 @@ def test_explain_of_a_slot_closed_before_its_instant_does_not_say_it_missed_that
     assert "its run had failed" in deadlines.explain(failed)
     late = dict(early, judged_at=T0 + 101 * SEC)
     assert deadlines.explain(late).startswith("it missed its start deadline"), deadlines.explain(late)
+    # A pipeline child's slot its parents decided (cause upstream) was "...: upstream", the cause
+    # raw, and read as if the instant had passed.
+    up = dict(early, cause="upstream")
+    why = deadlines.explain(up)
+    assert why.startswith("it can no longer meet its start deadline") and "parents decided" in why, why
+    assert "parents decided" in deadlines.explain(dict(up, judged_at=T0 + 101 * SEC))
+    assert "had not come yet" in deadlines.explain(dict(early, cause="skipped"))

@@ -849,8 +849,13 @@ def explain(r: Record | None) -> str | None:
     causes = {"never_started": "its run had not started", "still_running": "its run was still running",
               "failed": "its run had failed (dead, or waiting for a retry)",
               "skipped": "the slot was recorded skipped or coalesced, so no run was made for it",
-              "paused": "the job was paused", "untracked": "more deadlines were pending than the cluster keeps"}
+              "paused": "the job was paused", "untracked": "more deadlines were pending than the cluster keeps",
+              "upstream": "its parents decided it would not run (a pipeline child's slot recorded upstream_*, "
+                          "or dependency_missing)"}
     judged, instant = r.get("judged_at"), r.get("instant")
+    if r["cause"] in ("skipped", "upstream") and judged is not None and instant is not None and judged < instant:
+        return (f"it can no longer meet its {which.get(r['deadline'] or '', 'deadline')} ({at}), which had not come "
+                f"yet: {causes[r['cause']]}; a slot that will have no run misses at once")
     if r["cause"] in ("failed", "still_running") and judged is not None and instant is not None and judged < instant:
         # Judged when its run ended for good, before the instant: the slot cannot succeed any
         # more (its start deadline, which the record names as its first, may well have been met).
