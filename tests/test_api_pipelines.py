@@ -41,6 +41,9 @@ def test_edges_are_checked_and_a_triggered_job_has_no_slots_of_its_own():
         # A child's run id whose slot is not ASCII digits names no run ("²".isdigit(), int raised: 500)
         for rid in ("b@²", "b@١٢٣", "b@"):
             await err(await c.get(f"/v1/runs/{rid}"), 404, "not_found", "run")
+        # nor one that is no slot's id (leading zeros), nor a slot from before the job existed
+        for rid in ("b@0001796542320000", "b@12345"):
+            await err(await c.get(f"/v1/runs/{rid}"), 404, "not_found", "run")
     run(body)
 
 

@@ -1074,9 +1074,12 @@ def waiting_run(s: SchedulerState, run_id: str) -> Record | None:
     ``after``): what it waits for; None when the id names no such job or slot."""
     name, _, rest = run_id.partition("@")
     job = s.jobs.get(name)
-    if job is None or "after" not in job["spec"] or not (rest.isascii() and rest.isdigit()) or len(rest) > 19:
+    if job is None or "after" not in job["spec"] or not (rest.isascii() and rest.isdigit()) or len(rest) > 19 \
+            or rest != str(int(rest)):  # (the id of a slot: ms with no leading zero, as run ids are made)
         return None
     slot = int(rest)
+    if slot < job["created"] and slot not in s.pipes.joins.get(name, {}):
+        return None  # a slot from before the job existed waits for nothing (a join says otherwise)
     on = waiting_for(s, name, slot)
     return {"id": run_id, "job": name, "slot": slot, "state": "waiting", "kind": "waiting",
             "waiting_on": on, "waiting_for": waiting_text(on)}
