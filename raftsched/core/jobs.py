@@ -23,7 +23,7 @@ from .notify_model import check_job_fields
 from .records import Record, Result, is_int, job_record, ok, share_int, share_spec
 from .tenants import LIMITED
 from .pipelines import check_delete, check_edges, forget_held, on_delete, on_put
-from .pipelines import propagates as pipelines_propagates
+from .pipelines import UNFINISHED, propagates as pipelines_propagates
 from .pipeline_model import check_stored_after
 
 if TYPE_CHECKING:
@@ -337,10 +337,6 @@ def _job(s: SchedulerState, cmd: Command) -> Record:
     return job
 
 
-#: A run in these states has no final outcome yet: its children (pipelines) wait for it.
-_UNFINISHED = frozenset({"queued", "waiting", "running"})
-
-
 def apply_delete_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``delete_job {name, force?}``: the job and its history go; its queued runs leave their queues,
     its running runs lose their leases (their heartbeats and completions are refused), its dead
@@ -357,7 +353,7 @@ def apply_delete_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     has_children = name in s.pipes.children
     for rid in s.history.pop(name, []):
         run = s.runs.pop(rid, None)
-        if has_children and run is not None and run["state"] in _UNFINISHED and pipelines_propagates(run):
+        if has_children and run is not None and run["state"] in UNFINISHED and pipelines_propagates(run):
             unfinished.add(run["slot"])
         if run is not None and run["state"] == "queued":
             s._queue_depth[run["queue"]] = s._queue_depth.get(run["queue"], 1) - 1

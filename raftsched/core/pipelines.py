@@ -900,10 +900,71 @@ def overdue(s: SchedulerState, now: int, n: int) -> list[list[Any]]:
     return out
 
 
+def unreported(s: SchedulerState, now: int, n: int, after: str | None, budget: int) -> tuple[list[list[Any]], str | None]:
+    """The leader's read, beside ``overdue``: a triggered child's slots no parent has reported
+    yet, so no join holds them (a child of one parent whose run for the slot still runs), past
+    the child's max_wait_s counted from the slot: ``[child, slot, slot]`` items for
+    ``join_expire``, at most ``n``. It reads the newest ``_UNREPORTED_SCAN`` runs of each parent,
+    in name order from the parent after ``after``, at most ``budget`` runs a call: returns the
+    items and the parent to go on after (None: the end was reached, start again)."""
+    out: list[list[Any]] = []
+    parents = sorted(s.pipes.children)
+    i = bisect.bisect_right(parents, after) if after is not None else 0
+    runs, jobs, joins = s.runs, s.jobs, s.pipes.joins
+    for p in parents[i:]:
+        kids = [jobs[c] for c in sorted(s.pipes.children[p]) if c in jobs and "schedule" not in jobs[c]["spec"]]
+        hist = s.history.get(p) or ()
+        if kids and hist:
+            k = 0
+            for rid in reversed(hist):
+                k += 1
+                if k > _UNREPORTED_SCAN:
+                    break
+                run = runs[rid]
+                slot = run["slot"]
+                if run["state"] not in UNFINISHED or rid != f"{p}@{slot}":
+                    continue
+                for child in kids:
+                    c = child["name"]
+                    if slot + child["spec"].get("max_wait_s", limits.max_wait_s_default) * 1000 <= now \
+                            and slot not in joins.get(c, ()) and f"{c}@{slot}" not in runs \
+                            and [c, slot, slot] not in out:
+                        out.append([c, slot, slot])
+                        if len(out) >= n:
+                            return out, p
+            budget -= min(k, _UNREPORTED_SCAN)
+        if budget <= 0:
+            return out, p
+    return out, None
+
+
+#: The newest runs of a parent ``unreported`` reads (its unfinished runs are its newest).
+_UNREPORTED_SCAN = 64
+#: A run in these states has no final outcome yet (its children wait for it).
+UNFINISHED = frozenset({"queued", "waiting", "running"})
+
+
+def _waits_unreported(s: SchedulerState, job: Record, slot: int) -> list[str]:
+    """The parents of triggered child ``job`` whose own run for ``slot`` has no final outcome
+    yet, when ``job``'s slot has no join and no entry (``unreported``): else []."""
+    c = job["name"]
+    if "schedule" in job["spec"] or f"{c}@{slot}" in s.runs or _held_by(s, f"{c}@{slot}") is not None \
+            or _in_range_record(s, c, slot):
+        return []
+    out = []
+    for e in job["spec"]["after"]:
+        r = s.runs.get(f"{e['job']}@{slot}")
+        if r is not None and r["state"] in UNFINISHED:
+            out.append(e["job"])
+    return out
+
+
 def apply_join_expire(s: SchedulerState, cmd: Record, now: int) -> Record:
     """``join_expire {joins: [[child, slot, since], ...]}``: the leader's sweep of joins past
     their child's ``max_wait_s`` (by state time): each still waiting since ``since`` is recorded
-    ``upstream_timeout``, naming the parents it waited for; the others are ``ignored``.
+    ``upstream_timeout``, naming the parents it waited for; the others are ``ignored``. An item
+    whose slot has no join (``unreported``: ``since`` is the slot) is recorded when the child is
+    triggered, its slot has no entry, and a parent's run for the slot has no final outcome.
 
     :raises InvalidCommand: not a bounded list of [child, slot, since]."""
     items = cmd.get("joins")
@@ -918,6 +979,15 @@ def apply_join_expire(s: SchedulerState, cmd: Record, now: int) -> Record:
     for c, slot, since in items:
         j = s.pipes.joins.get(c, {}).get(slot)
         job = s.jobs.get(c)
+        if j is None and job is not None and since == slot \
+                and since + job["spec"].get("max_wait_s", limits.max_wait_s_default) * 1000 <= now:
+            waited = _waits_unreported(s, job, slot)
+            if waited:
+                _decide(s, c, slot, "upstream_timeout", "waited for " + ", ".join(f"{p}@{slot}" for p in waited)
+                        + f", past max_wait_s ({job['spec'].get('max_wait_s', limits.max_wait_s_default)} s)",
+                        now, work)
+                expired += 1
+                continue
         if j is None or job is None or j["since"] != since \
                 or since + job["spec"].get("max_wait_s", limits.max_wait_s_default) * 1000 > now:
             ignored += 1

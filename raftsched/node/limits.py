@@ -344,3 +344,8 @@ fanout_steps_per_tick = 4
 #: (replication.RaftNode.dump_before_stop) before it stops without one. A dump of a 1M-job state
 #: takes tens of seconds on a small machine; systemd's default stop timeout is 90 s.
 dump_on_stop_timeout_s = 60.0
+
+#: Runs of pipeline parents the leader reads a second for their triggered children's slots that
+#: no parent has reported yet, past max_wait_s (core/pipelines.py unreported): bounded, so many
+#: parents cost a bounded read, the newest 64 runs of a parent a time.
+unreported_scan_per_s = 8192

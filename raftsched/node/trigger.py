@@ -67,6 +67,7 @@ class Trigger:
         self.last_fire_error: str | None = None
         self.leases_expired = 0
         self._joins_checked = 0  # when expire_joins last looked (ms)
+        self._unreported_after: str | None = None  # the parent pipelines.unreported goes on after
         #: called with the fire lags (ms) of the runs each committed fire created (metrics)
         self.lag_observer = None
         #: The reaper's view (``reap``): (kind, id) -> [token, renewals, this leader's monotonic
@@ -660,6 +661,12 @@ class Trigger:
             return
         self._joins_checked = now
         overdue = self.raft.read(pipelines.overdue, now, limits.run_refs_per_command)
+        if len(overdue) < limits.run_refs_per_command:
+            # Slots no parent reported yet: a part of the parents a second (its own cursor).
+            more, self._unreported_after = self.raft.read(
+                pipelines.unreported, now, limits.run_refs_per_command - len(overdue), self._unreported_after,
+                node_limits.unreported_scan_per_s)
+            overdue += more
         if not overdue:
             return
         try:

@@ -79,3 +79,47 @@ def test_a_childs_slot_run_by_hand_is_not_run_again_when_its_parents_report():
     assert [g["id"] for g in lease(s, S1 + 8)] == []
     d_runs = [r["id"] for r in s.runs.values() if r["job"] == "d" and r["slot"] == S1 and r["kind"] != "recorded"]
     assert d_runs == [f"d@{S1}#manual"], d_runs
+
+
+def test_max_wait_s_is_kept_for_a_slot_no_parent_has_reported_yet():
+    """t (after a alone, max_wait_s 5): a@S1 runs for 40 s. No join held t@S1, so the leader's
+    sweep never saw it, and it was recorded upstream_timeout only when a ended, 35 s late. The
+    sweep's unreported read finds it past the wait; join_expire records it then, and a's outcome
+    afterwards changes nothing."""
+    from raftsched.core import pipelines
+    s = chain_state(("a", job_raw(every_s=10)), ("t", job_raw(after=["a"], max_wait_s=5)),
+                    ("u", job_raw(after=["a"])))
+    tick(s, S1)
+    (g,) = lease(s, S1)
+    assert pipelines.overdue(s, S1 + 6 * SEC, 10) == []
+    assert pipelines.unreported(s, S1 + 4 * SEC, 10, None, 1000) == ([], None)
+    items, nxt = pipelines.unreported(s, S1 + 5 * SEC, 10, None, 1000)
+    assert items == [["t", S1, S1]] and nxt is None  # u waits up to a day
+    res = apply(s, commands.join_expire(S1 + 5 * SEC, joins=items))
+    assert res["expired"] == 1, res
+    assert _state(s, f"t@{S1}") == ("skipped", "upstream_timeout")
+    assert "a@" in s.runs[f"t@{S1}"]["error"] and "max_wait_s" in s.runs[f"t@{S1}"]["error"]
+    assert apply(s, commands.join_expire(S1 + 6 * SEC, joins=items))["ignored"] == 1  # once
+    assert f"u@{S1}" not in s.runs
+    finish(s, g, S1 + 40 * SEC, True)
+    assert _state(s, f"t@{S1}") == ("skipped", "upstream_timeout")
+    assert _state(s, f"u@{S1}") == ("queued", None)
+    # An item for a slot whose parent ended, or that has no parent run, is ignored.
+    assert apply(s, commands.join_expire(S1 + 50 * SEC, joins=[["u", S1, S1], ["t", S1 + 10 * SEC, S1 + 10 * SEC]]))[
+        "ignored"] == 2
+    assert restored(s).snapshot() == s.snapshot()
+
+
+def test_the_unreported_read_goes_through_the_parents_a_part_at_a_time():
+    from raftsched.core import pipelines
+    s = chain_state(*[(f"p{i}", job_raw(every_s=10)) for i in range(3)],
+                    *[(f"c{i}", job_raw(after=[f"p{i}"], max_wait_s=1)) for i in range(3)])
+    tick(s, S1)
+    assert len(lease(s, S1)) == 3
+    found, after, calls = [], None, 0
+    for calls in range(1, 10):
+        items, after = pipelines.unreported(s, S1 + 2 * SEC, 10, after, 1)
+        found += items
+        if after is None:
+            break
+    assert sorted(found) == [[f"c{i}", S1, S1] for i in range(3)] and after is None and calls >= 3
