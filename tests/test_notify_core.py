@@ -418,7 +418,7 @@ def test_a_job_whose_stored_notify_is_malformed_is_refused_at_apply() -> None:
 @pytest.mark.parametrize("raw,field", [
     ({"notify": [{"sink": "ops", "on": ["run.exploded"]}]}, "notify[0].on[0]"),
     ({"notify": [{"sink": "ops", "after_consecutive": 0}]}, "notify[0].after_consecutive"),
-    ({"notify": [{"sink": "ops"}, {"sink": "ops"}]}, "notify"),
+    ({"notify": [{"sink": "ops"}, {"sink": "ops"}]}, "notify[1].sink"),
     ({"notify": [{"on": ["run.dead"]}]}, "notify[0].sink"),
     ({"pause_on_failure": {"after": 3}}, "pause_on_failure"),
     ({"metrics": "yes"}, "metrics"),
@@ -449,6 +449,13 @@ def test_bad_sinks_name_the_field(raw, field) -> None:
     with pytest.raises(InvalidSpec) as e:
         validate_sink("s", raw)
     assert e.value.field == field
+
+
+def test_a_sink_type_given_but_unknown_is_not_said_to_be_missing() -> None:
+    for raw, words in (({"type": "sms"}, "is no sink type"), ({}, "is required")):
+        with pytest.raises(InvalidSpec) as e:
+            validate_sink("s", raw)
+        assert e.value.field == "type" and e.value.message.startswith(words), e.value.message
 
 
 def test_a_trigger_that_finds_its_slots_run_is_no_event() -> None:

@@ -92,8 +92,11 @@ def validate_routes(raw: object, field: str = "notify") -> list[dict[str, Any]]:
             if r["backfills"]:
                 route["backfills"] = True
         out.append(route)
-    if len({r["sink"] for r in out}) != len(out):
-        raise InvalidSpec("names a sink twice (one route a sink)", field=field)
+    seen: set[str] = set()
+    for i, r in enumerate(out):
+        if r["sink"] in seen:  # the second route naming it
+            raise InvalidSpec(f"names sink {r['sink']!r} a second time (one route a sink)", field=f"{field}[{i}].sink")
+        seen.add(r["sink"])
     return out
 
 
@@ -190,7 +193,8 @@ def validate_sink(name: object, raw: object) -> dict[str, Any]:
             raise InvalidSpec(f"unknown field; allowed: {', '.join(sorted(_SINK_FIELDS))}", field=str(k))
     typ = raw.get("type")
     if typ not in SINK_TYPES:
-        raise InvalidSpec(f"is required: one of {', '.join(SINK_TYPES)}", field="type")
+        raise InvalidSpec(f"{'is required' if typ is None else 'is no sink type'}: one of {', '.join(SINK_TYPES)}",
+                          field="type")
     spec: dict[str, Any] = {"type": typ}
     if typ in ("webhook", "pagerduty"):
         if "url" in raw:
