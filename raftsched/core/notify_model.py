@@ -92,7 +92,7 @@ def validate_routes(raw: object, field: str = "notify") -> list[dict[str, Any]]:
             if r["backfills"]:
                 route["backfills"] = True
         out.append(route)
-    seen: set[str] = set()
+    seen: set[object] = set()
     for i, r in enumerate(out):
         if r["sink"] in seen:  # the second route naming it
             raise InvalidSpec(f"names sink {r['sink']!r} a second time (one route a sink)", field=f"{field}[{i}].sink")
