@@ -6,7 +6,8 @@ from __future__ import annotations
 from raftsched.core import commands
 
 from core_helpers import restored
-from pipeline_helpers import SEC, T0, apply, chain_state, finish, job_raw, lease, tick
+from backfill_helpers import backfill_cmd, step
+from pipeline_helpers import SEC, T0, apply, chain_state, finish, job_raw, lease, put, tick
 
 S1 = T0 + 10 * SEC  # the first slot of an every_s 10 job put at T0
 
@@ -117,9 +118,128 @@ def test_the_unreported_read_goes_through_the_parents_a_part_at_a_time():
     tick(s, S1)
     assert len(lease(s, S1)) == 3
     found, after, calls = [], None, 0
-    for calls in range(1, 10):
+    while calls < 10:
+        calls += 1
         items, after = pipelines.unreported(s, S1 + 2 * SEC, 10, after, 1)
         found += items
         if after is None:
             break
     assert sorted(found) == [[f"c{i}", S1, S1] for i in range(3)] and after is None and calls >= 3
+
+
+# ------------------------------------------------------------------ a review of the sweep's read
+def _sweep(s, now):
+    """The leader's expire_joins: overdue joins, then slots no parent has reported yet."""
+    from raftsched.core import pipelines
+    items = pipelines.overdue(s, now, 100)
+    more, _ = pipelines.unreported(s, now, 100, None, 8192)
+    items += more
+    return apply(s, commands.join_expire(now, joins=items)) if items else None
+
+
+def test_a_manual_parent_run_of_an_old_slot_is_no_slot_of_its_children():
+    """A manual run of a for a past slot (no propagate) has the id a@slot when the slot has no
+    entry: the first cut of the sweep recorded t's slot upstream_timeout for it."""
+    s = chain_state(("a", job_raw(every_s=10)), ("t", job_raw(after=["a"], max_wait_s=5)))
+    tick(s, S1)
+    finish(s, lease(s, S1)[0], S1 + 1, True)
+    lease(s, S1 + 2)
+    res = apply(s, commands.trigger_job(S1 + 3, None, name="a", extra={"slot": T0}))
+    assert res["ok"] and res["run"] == f"a@{T0}", res
+    _sweep(s, S1 + 4)
+    assert f"t@{T0}" not in s.runs, s.runs[f"t@{T0}"]
+
+
+def test_a_propagating_manual_run_of_an_old_slot_starts_its_childs_wait_when_it_reports():
+    """docs/pipelines.md: a manual run's children wait from when it reports. The first cut of
+    the sweep recorded t@old, and a's outcome then took the record back and ran t: twice decided."""
+    s = chain_state(("a", job_raw(every_s=10)), ("t", job_raw(after=["a"], max_wait_s=5)))
+    tick(s, S1)
+    res = apply(s, commands.trigger_job(S1 + 3, None, name="a", extra={"slot": T0, "propagate": True}))
+    assert res["ok"] and res["run"] == f"a@{T0}", res
+    _sweep(s, S1 + 4)
+    assert f"t@{T0}" not in s.runs
+    (g,) = [g for g in lease(s, S1 + 5) if g["id"] == f"a@{T0}"]
+    finish(s, g, S1 + 6, True)
+    assert _state(s, f"t@{T0}") == ("queued", None)
+
+
+def test_a_backfills_parent_runs_are_no_slots_for_the_sweep():
+    s = chain_state(("a", job_raw(every_s=10)), ("t", job_raw(after=["a"], max_wait_s=5)))
+    now = S1 + 100 * SEC
+    tick(s, S1)
+    finish(s, lease(s, S1)[0], S1 + 1, True)
+    lease(s, S1 + 2)
+    assert apply(s, backfill_cmd(s, "a", T0 - 100 * SEC, T0, now, bf_id="bf", max_concurrent=4))["ok"]
+    step(s, "bf", now + 1)
+    _sweep(s, now + 2)
+    assert [r["id"] for r in s.runs.values() if r["job"] == "t" and r["state"] == "skipped"] == []
+
+
+def test_a_grandchild_waits_from_its_triggered_parents_report_not_from_the_slot():
+    s = chain_state(("g", job_raw(every_s=10)), ("p", job_raw(after=["g"])),
+                    ("c", job_raw(after=["p"], max_wait_s=30)))
+    tick(s, S1)
+    finish(s, lease(s, S1)[0], S1 + 25 * SEC, True)  # g@S1 took 25 s: p@S1 queued
+    (gp,) = lease(s, S1 + 26 * SEC)
+    _sweep(s, S1 + 31 * SEC)  # p has run 5 s: c's wait counts from p's report, to come
+    assert f"c@{S1}" not in s.runs
+    finish(s, gp, S1 + 35 * SEC, True)
+    assert _state(s, f"c@{S1}") == ("queued", None)
+
+
+def test_a_slot_inside_a_childs_recorded_range_is_not_proposed_again_and_again():
+    s = chain_state(("a", job_raw(every_s=10, misfire={"policy": "skip", "grace_s": 0})),
+                    ("b", job_raw(every_s=10)), ("c", job_raw(after=["a", "b"], max_wait_s=1)))
+    from raftsched.core import pipelines
+    tick(s, T0 + 45 * SEC)  # a's four slots recorded as one range, c's too; b's runs queued
+    assert s.runs[f"c@{S1}"].get("slot_to") == T0 + 40 * SEC
+    for k in range(3):
+        items, _ = pipelines.unreported(s, T0 + (50 + k) * SEC, 100, None, 8192)
+        assert items == [], items
+
+
+def test_a_slot_run_by_hand_keeps_its_record_and_its_children_are_not_left_waiting():
+    """d@S1 recorded (a failed), run by hand as d@S1#manual; b's slot S1 run by hand with
+    propagate: the rearm took d@S1's record back (and e's), _create then made nothing (the slot
+    had its run), and e waited for a report of d that never comes. The slot run by hand keeps its
+    record, and nothing below it is re-armed."""
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(after=["a"])), ("d", job_raw(after=["b"])),
+                    ("e", job_raw(after=["d"])))
+    tick(s, S1)
+    finish(s, lease(s, S1)[0], S1 + 1, False)
+    made = apply(s, commands.trigger_job(S1 + 2, None, name="d", extra={"slot": S1}))
+    assert made["run"] == f"d@{S1}#manual"
+    (gd,) = lease(s, S1 + 3)
+    finish(s, gd, S1 + 4, True)
+    again = apply(s, commands.trigger_job(S1 + 5, None, name="b", extra={"slot": S1, "propagate": True}))
+    (gb,) = [g for g in lease(s, S1 + 6) if g["id"] == again["run"]]
+    finish(s, gb, S1 + 7, True)
+    assert _state(s, f"d@{S1}")[0] == "skipped" and _state(s, f"e@{S1}")[0] == "skipped"
+    assert s.pipes.joins == {}
+    assert restored(s).snapshot() == s.snapshot()
+
+
+def test_a_held_childs_view_of_a_slot_from_before_it_existed():
+    """A cascade holds a child's slots from before the child was created (no join): its view
+    says so, where the first cut of the waiting-view rule answered 404."""
+    from raftsched.core import pipelines
+    from test_pipelines_cascade import _four_dead_slots
+    s = chain_state(("a", job_raw(every_s=10)))
+    now = _four_dead_slots(s) + 60 * SEC
+    assert put(s, "late", job_raw(after=["a"]), now)["ok"]
+    now += SEC
+    assert apply(s, backfill_cmd(s, "a", S1, S1 + 40 * SEC, now, bf_id="bf", reprocess="failed",
+                                 max_concurrent=1, cascade="children"))["ok"]
+    held: list = []
+    for _ in range(5):
+        now += SEC
+        step(s, "bf", now)
+        for g in lease(s, now):
+            finish(s, g, now, True)
+        held = sorted(s.pipes.held)
+        if held:
+            break
+    assert held and s.runs.get(held[0]) is None
+    view = pipelines.waiting_run(s, held[0])
+    assert view is not None and "held by backfill" in pipelines.waiting_text(view["waiting_on"]), view

@@ -580,6 +580,18 @@ def _make_run(s: SchedulerState, child: Record, slot: int, j: Record, now: int,
     _create(s, child, slot, j["got"], now, work, held=j.get("held", False))
 
 
+def _ran_by_hand(s: SchedulerState, c: str, slot: int) -> bool:
+    """Whether job ``c``'s slot has a run made by a trigger with that slot under another id than
+    the slot's (``C@S#manual``, ``C@S#manual-N``: the slot had an entry already): that run is
+    the slot's (backfills.trigger_job_with), so its parents' reports make none."""
+    base = f"{c}@{slot}#manual"
+    for rid in [base] + [r for r in s.history.get(c, ()) if r.startswith(base + "-")]:
+        r = s.runs.get(rid)
+        if r is not None and r["kind"] != "recorded" and r["state"] in _REAL_STATES:
+            return True
+    return False
+
+
 def _create(s: SchedulerState, child: Record, slot: int, got: dict[str, list[Any]], now: int,
             work: list[tuple[Record, int]] | None, bf: Record | None = None, held: bool = False) -> Record | None:
     """Child ``child``'s run for ``slot`` (or its record: paused, overlap, a full queue, which
@@ -589,8 +601,7 @@ def _create(s: SchedulerState, child: Record, slot: int, got: dict[str, list[Any
     holds the runs it fired ahead (notify.pause). :returns: the run when it was queued."""
     c = child["name"]
     rid = f"{c}@{slot}"
-    manual = s.runs.get(rid + "#manual")
-    if rid in s.runs or (manual is not None and manual["kind"] != "recorded" and manual["state"] in _REAL_STATES):
+    if rid in s.runs or _ran_by_hand(s, c, slot):
         # The slot has its run already (a trigger of the job for that slot: NAME@SLOT, or
         # NAME@SLOT#manual when the slot had a record): it is not made twice (I2, and
         # backfills.trigger_job_with's rule), and the parents' reports that completed its join are spent.
@@ -859,6 +870,8 @@ def rearm(s: SchedulerState, run: Record, now: int) -> list[str]:
             if rec is None or rec.get("kind") != "recorded" or rec.get("reason") not in UPSTREAM_REASONS \
                     or "upstream" not in rec or "slot_to" in rec or s.jobs.get(c) is None:
                 continue
+            if _ran_by_hand(s, c, slot):
+                continue  # its slot ran by hand: the record stays, nothing below it is to come again
             s.runs.pop(rid, None)
             hist = s.history.get(c)
             if hist is not None and rid in hist:
@@ -912,6 +925,7 @@ def unreported(s: SchedulerState, now: int, n: int, after: str | None, budget: i
     i = bisect.bisect_right(parents, after) if after is not None else 0
     runs, jobs, joins = s.runs, s.jobs, s.pipes.joins
     for p in parents[i:]:
+        budget -= 1  # (a parent looked at costs, whatever it has)
         kids = [jobs[c] for c in sorted(s.pipes.children[p]) if c in jobs and "schedule" not in jobs[c]["spec"]]
         hist = s.history.get(p) or ()
         if kids and hist:
@@ -922,20 +936,29 @@ def unreported(s: SchedulerState, now: int, n: int, after: str | None, budget: i
                     break
                 run = runs[rid]
                 slot = run["slot"]
-                if run["state"] not in UNFINISHED or rid != f"{p}@{slot}":
+                if not _starts_wait_at_slot(p, run):
                     continue
+                budget -= len(kids)
                 for child in kids:
                     c = child["name"]
                     if slot + child["spec"].get("max_wait_s", limits.max_wait_s_default) * 1000 <= now \
-                            and slot not in joins.get(c, ()) and f"{c}@{slot}" not in runs \
+                            and slot not in joins.get(c, ()) and _waits_unreported(s, child, slot) \
                             and [c, slot, slot] not in out:
                         out.append([c, slot, slot])
                         if len(out) >= n:
                             return out, p
-            budget -= min(k, _UNREPORTED_SCAN)
         if budget <= 0:
             return out, p
     return out, None
+
+
+def _starts_wait_at_slot(p: str, run: Record) -> bool:
+    """Whether parent ``p``'s ``run``, unfinished, is one whose report will start its children's
+    wait at its slot (_fan's ``from_slot``): the slot's own scheduled run. A manual or backfill
+    run (which may name a slot long past) starts it when it reports, and a triggered parent's
+    when it reports too: no child of theirs waits before that."""
+    return run["state"] in UNFINISHED and run.get("kind", "scheduled") == "scheduled" and "backfill" not in run \
+        and run["id"] == f"{p}@{run['slot']}" and propagates(run)
 
 
 #: The newest runs of a parent ``unreported`` reads (its unfinished runs are its newest).
@@ -954,7 +977,7 @@ def _waits_unreported(s: SchedulerState, job: Record, slot: int) -> list[str]:
     out = []
     for e in job["spec"]["after"]:
         r = s.runs.get(f"{e['job']}@{slot}")
-        if r is not None and r["state"] in UNFINISHED:
+        if r is not None and _starts_wait_at_slot(e["job"], r):
             out.append(e["job"])
     return out
 
@@ -1148,8 +1171,9 @@ def waiting_run(s: SchedulerState, run_id: str) -> Record | None:
             or rest != str(int(rest)):  # (the id of a slot: ms with no leading zero, as run ids are made)
         return None
     slot = int(rest)
-    if slot < job["created"] and slot not in s.pipes.joins.get(name, {}):
-        return None  # a slot from before the job existed waits for nothing (a join says otherwise)
+    if slot < job["created"] and slot not in s.pipes.joins.get(name, {}) and _held_by(s, run_id) is None \
+            and not _waits_unreported(s, job, slot):
+        return None  # a slot from before the job existed waits for nothing (a join, a hold says otherwise)
     on = waiting_for(s, name, slot)
     return {"id": run_id, "job": name, "slot": slot, "state": "waiting", "kind": "waiting",
             "waiting_on": on, "waiting_for": waiting_text(on)}
