@@ -243,3 +243,17 @@ def test_a_held_childs_view_of_a_slot_from_before_it_existed():
     assert held and s.runs.get(held[0]) is None
     view = pipelines.waiting_run(s, held[0])
     assert view is not None and "held by backfill" in pipelines.waiting_text(view["waiting_on"]), view
+
+
+def test_explain_lists_a_slot_no_parent_has_reported_yet_as_waiting():
+    """explain's ``waiting`` (pipelines.pending) read joins only: rd@S1, waiting on a's run still
+    running, was missing from it while GET /v1/runs/rd@S1 said waiting."""
+    from raftsched.core import pipelines
+    s = chain_state(("a", job_raw(every_s=10)), ("rd", job_raw(after=["a"])))
+    tick(s, S1)
+    (g,) = lease(s, S1)
+    (w,) = pipelines.pending(s, "rd", 20)
+    assert w["run"] == f"rd@{S1}" and w["waiting_on"][0]["state"] == "running", w
+    assert pipelines.waiting_run(s, f"rd@{S1}")["state"] == "waiting"
+    finish(s, g, S1 + 1, True)
+    assert pipelines.pending(s, "rd", 20) == []

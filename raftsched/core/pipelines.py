@@ -27,6 +27,7 @@ A job without ``after`` and without children costs one dict look-up per final ou
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -1203,7 +1204,17 @@ def pending(s: SchedulerState, name: str, n: int) -> list[Record]:
     """Up to ``n`` of child ``name``'s slots waiting for their parents, oldest first, each with
     what it waits for (explain)."""
     out: list[Record] = []
-    for slot in sorted(s.pipes.joins.get(name, {}))[:n]:
+    slots = set(s.pipes.joins.get(name, {}))
+    job = s.jobs.get(name)
+    if job is not None and "after" in job["spec"] and "schedule" not in job["spec"]:
+        # A triggered child's slots no parent has reported yet (no join): those of its parents'
+        # own scheduled runs still unfinished (the newest of each, as the leader's sweep reads them).
+        for e in job["spec"]["after"]:
+            for rid in itertools.islice(reversed(s.history.get(e["job"]) or ()), _UNREPORTED_SCAN):
+                run = s.runs[rid]
+                if _starts_wait_at_slot(e["job"], run) and _waits_unreported(s, job, run["slot"]):
+                    slots.add(run["slot"])
+    for slot in sorted(slots)[:n]:
         on = waiting_for(s, name, slot)
         out.append({"slot": slot, "run": f"{name}@{slot}", "waiting_on": on, "waiting_for": waiting_text(on)})
     for bf in s.backfills.values():  # decided, and held by a cascade until its budget allows
