@@ -98,3 +98,11 @@ def test_explain_says_why_slots_within_grace_past_the_on_time_cap_did_not_run_as
         assert len(on_time) == limits.max_catchup_max
         for r in e["runs"][:runs - limits.max_catchup_max]:
             assert "counted as missed" in r["why"] and pol in r["why"], r
+    # A range partly beyond grace_s and partly within it (grace_s 1 200 of a 1 500 s outage).
+    sp = model.validate_job("j", {"schedule": {"every_s": 1}, "executor": {"type": "shell", "argv": ["true"]},
+                                  "misfire": {"policy": "skip", "grace_s": 1200},
+                                  "overlap": {"policy": "allow", "max_concurrent": 5000}})
+    (rec,) = preview.explain(sp, start, start, start + 1_500_000)["recorded"]
+    assert rec["why"] == ("missed by more than grace_s; policy skip records them, or within it but older than "
+                          "the newest 1000 slots within it, the most that run as on time at once: counted as "
+                          "missed"), rec["why"]

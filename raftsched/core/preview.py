@@ -61,8 +61,9 @@ def preview(spec: Record, anchor_ms: int, after_ms: int, count: int) -> list[dic
 
 
 #: Why a slot within grace_s did not run as on time (policy.plan_fire).
-_OVER_ON_TIME = (f"within grace_s, but older than the newest {limits.max_catchup_max} slots within it, "
-                 "the most that run as on time at once: counted as missed")
+_OLDER_THAN_ON_TIME = (f"older than the newest {limits.max_catchup_max} slots within it, the most that run as "
+                       "on time at once: counted as missed")
+_OVER_ON_TIME = f"within grace_s, but {_OLDER_THAN_ON_TIME}"
 
 
 def _committed_by(sched: Record, anchor_ms: int, name: str, at_ms: int) -> int:
@@ -130,7 +131,7 @@ def explain(spec: Record, anchor_ms: int, down_from_ms: int, down_to_ms: int, na
         }.get((state, reason), reason)
         if state in ("skipped", "coalesced") and down_to_ms - hi <= grace_ms:
             why = (f"{_OVER_ON_TIME}; policy {m['policy']} records them"
-                   if down_to_ms - lo <= grace_ms else f"{why}, or within it but {_OVER_ON_TIME[10:]}")
+                   if down_to_ms - lo <= grace_ms else f"{why}, or within it but {_OLDER_THAN_ON_TIME}")
         recorded.append({
             "state": state, "reason": reason, "from": schedule.iso(lo), "to": schedule.iso(hi),
             "count": count,
