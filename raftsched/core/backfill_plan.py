@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import limits, pipelines
 from .fire import active_runs
-from .model import TERMINAL_STATES
+from .model import REAL_STATES, TERMINAL_STATES
 from .records import RUNS, Record
 
 if TYPE_CHECKING:
@@ -30,9 +30,7 @@ KINDS = ("backfill", "requeue", "purge")
 MODES = ("missing", "failed", "all")
 ORDERS = ("oldest", "newest")
 OVERLAPS = ("allow", "forbid")
-#: States of a run that ran or will run (the others, skipped and coalesced, never ran); a
-#: heartbeat job's slot ``waiting`` for its ping is one too.
-REAL_STATES = frozenset({"queued", "waiting", "running", "succeeded", "failed", "dead"})
+#: A backfill's runs still active (queued or running: what its max_concurrent counts).
 ACTIVE_STATES = frozenset({"queued", "running"})
 #: A backfill's states. running and paused are active; done and cancelled are finished.
 STATES = ("running", "paused", "done", "cancelled")

@@ -30,10 +30,11 @@ from typing import TYPE_CHECKING, Any
 
 from . import deadlines, limits, pipelines, snapshot
 from .backfill_plan import (
-    ACTIVE_STATES, FINISHED, MODES, ORDERS, OVERLAPS, REAL_STATES, BackfillWalk, BulkWalk, bucket_new,
+    ACTIVE_STATES, FINISHED, MODES, ORDERS, OVERLAPS, BackfillWalk, BulkWalk, bucket_new,
     bucket_take, dead_matching, history_snapshot, job_of, live_active, queue_room,
 )
 from .backfill_model import check_not_heartbeat
+from .model import REAL_STATES
 from .errors import Conflict, InvalidCommand, LimitExceeded, NotFound
 from .fire import add_entry, new_run
 from .model import NAME_RE

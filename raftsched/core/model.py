@@ -60,6 +60,9 @@ MISFIRE_POLICIES = tuple(p.value for p in MisfirePolicy)
 RUN_STATES = tuple(s.value for s in RunState)
 
 TERMINAL_STATES = frozenset({"succeeded", "failed", "dead", "skipped", "coalesced"})
+#: States of a run that ran or will run (the others, skipped and coalesced, never ran); a
+#: heartbeat job's slot ``waiting`` for its ping is one too.
+REAL_STATES = frozenset({"queued", "waiting", "running", "succeeded", "failed", "dead"})
 EXECUTOR_TYPES = ("shell", "http", "python")
 #: What a job's executor may be: a worker's types, and ``heartbeat`` (runs nothing: something
 #: outside reports each slot by POST /v1/jobs/{name}/ping; core/deadlines.py).

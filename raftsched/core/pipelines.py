@@ -35,6 +35,7 @@ import msgpack
 
 from . import deadlines, fire, limits, snapshot
 from .errors import Conflict, InvalidCommand, InvalidSpec
+from .model import REAL_STATES
 from .notify import on_slot_recorded
 from . import pipehooks
 from .records import RECORDED, Record, is_int
@@ -44,8 +45,6 @@ if TYPE_CHECKING:
 
 #: The reasons a child's slot is recorded for (state ``skipped``); ``rearm`` takes these back.
 UPSTREAM_REASONS = ("upstream_failed", "upstream_missed", "upstream_timeout", "dependency_missing")
-#: The states of a run that exists for its slot (backfill_plan.REAL_STATES: not a record).
-_REAL_STATES = frozenset({"queued", "waiting", "running", "succeeded", "failed", "dead"})
 #: Run kinds whose final outcome propagates always; others (manual, backfill) only when marked.
 _PROPAGATING_KINDS = frozenset({"scheduled", "triggered", "recorded"})
 
@@ -588,7 +587,7 @@ def _ran_by_hand(s: SchedulerState, c: str, slot: int) -> bool:
     base = f"{c}@{slot}#manual"
     for rid in [base] + [r for r in s.history.get(c, ()) if r.startswith(base + "-")]:
         r = s.runs.get(rid)
-        if r is not None and r["kind"] != "recorded" and r["state"] in _REAL_STATES:
+        if r is not None and r["kind"] != "recorded" and r["state"] in REAL_STATES:
             return True
     return False
 
