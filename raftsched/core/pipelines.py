@@ -585,6 +585,10 @@ def _ran_by_hand(s: SchedulerState, c: str, slot: int) -> bool:
     the slot's (``C@S#manual``, ``C@S#manual-N``: the slot had an entry already): that run is
     the slot's (backfills.trigger_job_with), so its parents' reports make none."""
     base = f"{c}@{slot}#manual"
+    if base not in s.runs:
+        # (nearly every child run made: no history scan. A #manual-N is made only while
+        # #manual exists, and a history trims its oldest first, so #manual-N never outlives it.)
+        return False
     for rid in [base] + [r for r in s.history.get(c, ()) if r.startswith(base + "-")]:
         r = s.runs.get(rid)
         if r is not None and r["kind"] != "recorded" and r["state"] in REAL_STATES:
