@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from raftsched.replication import _durable, _storage, install
+from raftsched.replication import _durable, _storage, _syncobj, install
 from raftsched.replication._storage import COMPACT_SUFFIX, StoragePath, _DurableJournal, durable_replace
 from raftsched.replication.node import RaftNode
 from raftsched.replication.powerloss import ShadowDisk, power_cut
@@ -292,6 +292,41 @@ def test_a_sync_torn_at_every_write_leaves_a_journal_that_holds_together(tmp_pat
         keep += 1
 
 
+def test_a_process_forked_before_the_cut_makes_nothing_durable_after_it(tmp_path):
+    """pysyncobj's dump writer is a fork, with its own copy of the node's disk. A power cut
+    stops it too: its directory sync after the cut must not make durable the names the frozen
+    node renamed since (here the meta, rewritten after the cut and never synced: before, the
+    restart read it empty, took term and vote from the log, and lost acknowledged writes)."""
+    disk = ShadowDisk(str(tmp_path))
+    meta = str(tmp_path / "raft.journal.meta")
+    disk.write_file(meta, b"term 1")
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the dump writer: waits, then syncs the directory, as durable_replace ends
+        try:
+            os.close(go_w)
+            os.read(go_r, 1)
+            disk.sync_dir(str(tmp_path))
+        finally:
+            os._exit(0)
+    os.close(go_r)
+    disk.freeze()
+    disk.write_file(meta, b"term 2")  # the frozen node goes on: renamed, never synced
+    os.write(go_w, b"x")
+    os.close(go_w)
+    assert os.waitpid(pid, 0)[1] == 0
+    power_cut(str(tmp_path))
+    with open(meta, "rb") as f:
+        assert f.read() == b"term 1"
+    assert not os.path.exists(os.path.join(tmp_path, ".powerloss", "frozen"))  # the power is back
+    disk = ShadowDisk(str(tmp_path))
+    disk.write_file(meta, b"term 3")
+    disk.freeze()
+    power_cut(str(tmp_path))
+    with open(meta, "rb") as f:
+        assert f.read() == b"term 3"
+
+
 def test_a_dump_is_in_place_only_once_durable(tmp_path):
     """durable_replace (pysyncobj's atomicReplace): the dump synced, renamed, the directory
     synced; a cut before the directory's sync leaves the old dump whole."""
@@ -339,7 +374,10 @@ class PowerCluster(Cluster):
         for a in list(self.nodes):
             self.disks[a].freeze()
         for a in list(self.nodes):
+            sync = self.nodes[a]._sync
             self.stop(a)
+            if sync is not None:  # a dump writer it forked dies with the power, as the soak's killpg does
+                _syncobj._stop_dump_writer(sync._SyncObj__serializer)
         for a in self.addrs:
             power_cut(self.dirs[a])
 

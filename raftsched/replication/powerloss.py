@@ -22,6 +22,13 @@ cut with exactly what it synced, whatever its own bookkeeping believed: the mode
 of journals or Raft, only of syncs. With ``fsync`` off (``raftsched node --no-fsync``) nothing
 is ever synced, and a cut leaves nothing of what the node wrote.
 
+The instant of the cut (``freeze``) is a mark in the shadow, read under its lock by every
+operation that would change what is durable: a process forked before the cut (pysyncobj's dump
+writer) that runs on after it, as no process does once the power is gone, makes nothing durable
+(before 2026-12-06 only the freezing process stopped, and a writer's directory sync made names
+durable whose content the frozen node had never synced: an empty meta, an empty journal).
+``power_cut``, and a ``ShadowDisk`` made on the directory (a node started), clear the mark.
+
 What the model does not do: a sync interrupted by the kill (between the real ``fdatasync`` and
 the end of the blob's update) leaves the blob holding a prefix of the writes made since the last
 sync, in the order they were made; a disk that reorders the writes of one window is not
@@ -49,6 +56,9 @@ from ._disk import Disk
 ENV_VAR = "RAFTSCHED_TEST_POWER_LOSS"
 #: The shadow's directory, inside the data dir.
 SHADOW_DIR = ".powerloss"
+#: In the shadow's directory: the power is off (``ShadowDisk.freeze``; ``power_cut`` and a new
+#: ``ShadowDisk``, a node started, clear it).
+FROZEN_MARK = "frozen"
 
 
 class _Open:
@@ -116,6 +126,10 @@ class _Shadow:
             raise ValueError(f"{path} is not a file of {self.root}")
         return os.path.basename(p)
 
+    def is_cut(self) -> bool:
+        """The power is off (call under ``locked``)."""
+        return os.path.exists(os.path.join(self.dir, FROZEN_MARK))
+
     def blob(self, id_: str) -> str:
         return os.path.join(self.dir, "blobs", id_)
 
@@ -161,11 +175,23 @@ class ShadowDisk(Disk):
         self._fds: dict[int, _Open] = {}
         #: set by ``freeze``: the power is off for this disk (in-process tests)
         self.frozen = False
+        with self._shadow.locked():  # a disk made is a node started: the power is back
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(self._shadow.dir, FROZEN_MARK))
 
     def freeze(self) -> None:
         """The instant of a power cut, for a node that cannot be killed (one in the test's own
-        process): from now on no sync reaches the shadow. Stop the node, then ``power_cut``."""
+        process): from now on no sync reaches the shadow, from this process or from one it
+        forked (the mark in the shadow). Stop the node, then ``power_cut``."""
         self.frozen = True
+        with self._shadow.locked():
+            open(os.path.join(self._shadow.dir, FROZEN_MARK), "w").close()
+
+    def _cut(self) -> bool:
+        """The power is off: frozen here, or by another process (call under the shadow's lock)."""
+        if not self.frozen and self._shadow.is_cut():
+            self.frozen = True
+        return self.frozen
 
     def open(self, path: str, *, create_empty: bool = False) -> int:
         sh = self._shadow
@@ -175,7 +201,7 @@ class ShadowDisk(Disk):
             id_ = live.get(name)
             if id_ is None:
                 id_ = _new_id()
-                if os.path.exists(path) and not create_empty:
+                if os.path.exists(path) and not create_empty and not self._cut():
                     # A file the model has not seen (written before it was in use): durable as it is.
                     sh.copy_to_blob(path, id_)
                     durable = sh.read("durable")
@@ -214,22 +240,24 @@ class ShadowDisk(Disk):
         if st is None:
             return
         blob = self._shadow.blob(st.id)
-        if st.pending is None or not os.path.exists(blob):
-            # The first sync through this descriptor: the whole file (a previous process may
-            # have left writes in the page cache that this sync makes durable too).
-            with self._shadow.locked():
+        with self._shadow.locked():
+            if self._cut():
+                return
+            if st.pending is None or not os.path.exists(blob):
+                # The first sync through this descriptor: the whole file (a previous process may
+                # have left writes in the page cache that this sync makes durable too).
                 self._shadow.copy_to_blob(f"/proc/self/fd/{fd}", st.id)
-        else:
-            # The writes since the last sync, in the order they were made.
-            bfd = os.open(blob, os.O_RDWR)
-            try:
-                for offset, data in st.pending:
-                    if offset is None:
-                        os.ftruncate(bfd, data)  # type: ignore[arg-type]
-                    else:
-                        Disk.pwrite(self, bfd, data, offset)
-            finally:
-                os.close(bfd)
+            else:
+                # The writes since the last sync, in the order they were made.
+                bfd = os.open(blob, os.O_RDWR)
+                try:
+                    for offset, data in st.pending:
+                        if offset is None:
+                            os.ftruncate(bfd, data)  # type: ignore[arg-type]
+                        else:
+                            Disk.pwrite(self, bfd, data, offset)
+                finally:
+                    os.close(bfd)
         st.pending = []
 
     def close(self, fd: int) -> None:
@@ -243,6 +271,8 @@ class ShadowDisk(Disk):
         sh = self._shadow
         name = sh.name(path)
         with sh.locked():
+            if self._cut():
+                return
             live = sh.read("live")
             id_ = live.get(name)
             if id_ is None:  # written by other code (a dump): now known
@@ -276,6 +306,8 @@ class ShadowDisk(Disk):
         if os.path.abspath(path) != sh.root:
             return
         with sh.locked():
+            if self._cut():
+                return
             live = sh.read("live")
             sh.write("durable", live)
             sh.collect(live, live, keep=[st.id for st in self._fds.values()])
@@ -310,4 +342,6 @@ def power_cut(data_dir: str) -> dict:
             kept[name] = os.path.getsize(path)
         sh.write("live", dict(durable))
         sh.collect(durable, durable)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(sh.dir, FROZEN_MARK))  # the power is back
     return {"kept": kept, "reverted": reverted, "dropped": dropped}
