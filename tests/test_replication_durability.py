@@ -682,6 +682,62 @@ def test_a_node_whose_dump_cannot_be_loaded_stops_instead_of_serving_nothing(tmp
     asyncio.run(main())
 
 
+@pytest.mark.parametrize("damage", ["empty", "truncated", "garbage", "a list"])
+def test_a_journal_whose_term_and_vote_cannot_be_read_stops_the_node(tmp_path, monkeypatch, caplog, damage):
+    """pysyncobj started a node whose meta it could not read with no term and no vote: it could
+    vote again in a term it had voted in, and help elect a second leader of that term, whose
+    entries replace acknowledged ones. With fsync on, the meta is replaced whole and synced, so
+    an unreadable one is damage: the node stops (exit 78). With fsync off a power cut may leave
+    it empty, as any write: the node starts as before, saying so."""
+    import pickle
+
+    exits: list[int] = []
+    monkeypatch.setattr(_storage, "_exit_process", exits.append)
+    monkeypatch.setattr(_storage.logging, "shutdown", lambda: None)
+    j = open_journal(tmp_path)
+    j.add(cmd(1), 1, 3)
+    j.setCurrentTerm(3, "127.0.0.1:1")
+    j._destroy()
+    meta = tmp_path / "raft.journal.meta"
+    whole = meta.read_bytes()
+    meta.write_bytes({"empty": b"", "truncated": whole[:len(whole) // 2], "garbage": os.urandom(len(whole)),
+                      "a list": pickle.dumps([3, "127.0.0.1:1"])}[damage])
+    _DurableJournal(str(tmp_path / "raft.journal"), ShadowDisk(str(tmp_path)))._destroy()
+    assert exits == [_storage.EXIT_META_UNREADABLE]
+    assert "stopping the node" in caplog.text
+    exits.clear()
+    j = _DurableJournal(str(tmp_path / "raft.journal"), ShadowDisk(str(tmp_path), fsync=False))
+    assert exits == [] and j.getCurrentTerm() == 0 and entries(j) == [(cmd(1), 1, 3)]
+    j._destroy()
+
+
+def test_a_node_whose_term_and_vote_cannot_be_read_stops_and_the_others_go_on(tmp_path, monkeypatch):
+    exits: list[int] = []
+    monkeypatch.setattr(_storage, "_exit_process", exits.append)  # (the node thread goes on: recorded only)
+    monkeypatch.setattr(_storage.logging, "shutdown", lambda: None)
+
+    async def main():
+        c = Cluster(tmp_path)
+        try:
+            c.start_all()
+            leader = await c.agreed_leader()
+            for _ in range(5):
+                await c.nodes[leader].propose(incr("r"))
+            victim = next(a for a in c.addrs if a != leader)
+            c.stop(victim)
+            with open(os.path.join(c.dirs[victim], "raft.journal.meta"), "wb") as f:
+                f.write(b"")
+            c.start(victim)
+            await wait_until(lambda: exits, 10, "the victim to stop")
+            assert exits == [_storage.EXIT_META_UNREADABLE]
+            c.stop(victim)  # (what the exit does)
+            ldr = await c.agreed_leader(20)
+            assert (await c.nodes[ldr].propose(incr("r")))["value"] == 6
+        finally:
+            c.close()
+    asyncio.run(main())
+
+
 def test_a_node_whose_applied_entries_the_leaders_log_replaces_stops(tmp_path, monkeypatch):
     """A member restored from an older copy of its data directory forgets entries it
     acknowledged; a leader elected without them writes others in their place. The node that

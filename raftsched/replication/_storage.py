@@ -41,6 +41,8 @@ EXIT_SYNC_FAILED = 75
 EXIT_DUMP_UNREADABLE = 76
 #: The exit status of a node whose applied entries the leader's log replaces (its state diverged).
 EXIT_DIVERGED = 77
+#: The exit status of a node whose ``raft.journal.meta`` (its term and vote) cannot be read.
+EXIT_META_UNREADABLE = 78
 #: How the stops below end the process (tests put a recorder here, never on ``os._exit`` itself,
 #: which the forked dump writer needs).
 _exit_process = os._exit
@@ -65,6 +67,20 @@ def stop_on_unreadable_dump(what: str) -> None:
                     "error above; this member must be replaced on an empty data directory)", what)
     logging.shutdown()
     _exit_process(EXIT_DUMP_UNREADABLE)
+
+
+def stop_on_unreadable_meta(path: str) -> None:
+    """Stop the process at once: the term and the vote at ``path`` cannot be read. Starting
+    without them (as pysyncobj does) lets the node vote a second time in a term it already voted
+    in, so two leaders of one term can each commit: acknowledged writes lost. The meta is
+    replaced whole and synced (``Disk.write_file``), so only a damaged disk or a hand-edited file
+    comes here; the member is replaced on an empty data directory (docs/operations.md).
+    Called from inside an ``except``."""
+    logger.critical("replication.journal_meta_unreadable path=%s: stopping the node (its term and vote "
+                    "cannot be read: it could vote twice in one term; replace this member on an empty "
+                    "data directory)", path, exc_info=True)
+    logging.shutdown()
+    _exit_process(EXIT_META_UNREADABLE)
 
 
 def stop_on_diverged(from_index: int, last_applied: int) -> None:
@@ -322,10 +338,15 @@ class _DurableJournal(Journal):
             if not isinstance(meta, dict):
                 raise ValueError(f"not a dict: {type(meta).__name__}")
             return meta
-        except Exception:  # noqa: BLE001 - as pysyncobj: start without it, but say so loudly
-            logger.exception("replication.journal_meta_unreadable path=%s (term and vote "
-                             "start from the log)", self._meta_path)
-            return {}
+        except Exception:  # noqa: BLE001 - whatever the unpickler raises
+            if not self._disk.fsync:
+                # --no-fsync: a power cut may leave the meta empty, as it may take any write; the
+                # operator chose that, and the node starts as pysyncobj does, loudly.
+                logger.exception("replication.journal_meta_unreadable path=%s (fsync is off: term and "
+                                 "vote start from the log)", self._meta_path)
+                return {}
+            stop_on_unreadable_meta(self._meta_path)  # damage: a stop
+            return {}  # (a test's recorder in place of the exit)
 
     # -- the log ------------------------------------------------------------------------------
 
