@@ -293,3 +293,85 @@ def test_a_cascades_children_are_told_as_the_backfills_runs_and_leave_the_childs
     for n in ("b", "c", "d"):
         assert [v for k, v in enumerate(s.health.get(n) or []) if k != events.SENT] == \
             [v for k, v in enumerate(before[n]) if k != events.SENT], n
+
+
+# ------------------------------------------------------------------ a parent's missed range, backfilled
+def _missed_range(*extra_jobs):
+    """a (every 10 s, misfire skip) -> b -> c: a's slots S1..S1+30 s missed in one outage,
+    recorded as one range by a, and so by b and c (upstream_missed)."""
+    s = chain_state(("a", job_raw(every_s=10, misfire={"policy": "skip", "grace_s": 0})),
+                    ("b", job_raw(after=["a"])), ("c", job_raw(after=["b"])), *extra_jobs)
+    tick(s, T0 + 45 * SEC)
+    for j in ("b", "c"):
+        assert (s.runs[f"{j}@{S1}"]["slot_to"], s.runs[f"{j}@{S1}"]["count"]) == (S1 + 30 * SEC, 4)
+    return s, T0 + 46 * SEC
+
+
+def _drive(s, bf_id, now, steps=100):
+    order = []
+    for _ in range(steps):
+        now += SEC
+        step(s, bf_id, now)
+        for g in lease(s, now):
+            order.append((g["job"], g["slot"]))
+            finish(s, g, now, True)
+        if s.backfills[bf_id]["state"] == "done":
+            break
+    return order, now
+
+
+def _history(s, job):
+    return [(s.runs[r]["slot"], s.runs[r]["state"], s.runs[r].get("slot_to"), s.runs[r].get("count"))
+            for r in s.history.get(job, ())]
+
+
+def test_a_cascade_over_a_parents_missed_range_runs_the_children_of_every_slot_it_runs():
+    """The use a cascade is for: a parent missed an outage's slots (one recorded range, and so
+    its children), and a backfill of them with cascade runs the children's too, slot by slot.
+    Before, the children's range stood: the backfill ran a alone (cascaded 0)."""
+    s, now = _missed_range()
+    assert apply(s, backfill_cmd(s, "a", S1, S1 + 40 * SEC, now, bf_id="bf", cascade="children"))["ok"]
+    order, now = _drive(s, "bf", now)
+    slots = [S1 + i * 10 * SEC for i in range(4)]
+    assert order == [(j, x) for x in slots for j in ("a", "b", "c")]
+    bf = s.backfills["bf"]
+    assert bf["state"] == "done" and bf["cascaded"] == 8 and bf["finished"] == {"succeeded": 12}
+    for j in ("b", "c"):  # every slot of the range ran: nothing of it is recorded any more
+        assert _history(s, j) == [(x, "succeeded", None, None) for x in slots]
+    assert restored(s).snapshot() == s.snapshot()
+
+
+def test_a_cascade_over_part_of_a_missed_range_leaves_the_rest_recorded_with_its_counts():
+    s, now = _missed_range()
+    mid = S1 + 10 * SEC
+    assert apply(s, backfill_cmd(s, "a", mid, mid + 1, now, bf_id="bf", cascade="children"))["ok"]
+    order, now = _drive(s, "bf", now)
+    assert order == [("a", mid), ("b", mid), ("c", mid)]
+    for j in ("b", "c"):
+        assert _history(s, j) == [(S1, "skipped", mid - 1, 1), (mid + 10 * SEC, "skipped", S1 + 30 * SEC, 2),
+                                  (mid, "succeeded", None, None)]
+    # the last slot of what is left, then its first: each part shrinks to nothing, in place
+    for x in (S1 + 30 * SEC, S1):
+        assert apply(s, backfill_cmd(s, "a", x, x + 1, now, bf_id=f"bf{x}", cascade="children"))["ok"]
+        _, now = _drive(s, f"bf{x}", now)
+    assert _history(s, "b") == [(S1 + 20 * SEC, "skipped", S1 + 29999, 1), (mid, "succeeded", None, None),
+                                (S1 + 30 * SEC, "succeeded", None, None), (S1, "succeeded", None, None)]
+    assert restored(s).snapshot() == s.snapshot()
+
+
+def test_a_cascade_over_a_missed_range_joins_the_other_parents_reports():
+    """b also waits for d, which ran every slot of a's outage: the slot cut out of b's range
+    starts its join with d's outcome (read from d's history), and runs on a's."""
+    s = chain_state(("a", job_raw(every_s=10, misfire={"policy": "skip", "grace_s": 0})),
+                    ("d", job_raw(every_s=10)), ("b", job_raw(after=["a", "d"])))
+    tick(s, T0 + 45 * SEC)  # a records its range; d fires all four slots
+    now = T0 + 46 * SEC
+    for g in lease(s, now):
+        finish(s, g, now, g["slot"] != S1 + 20 * SEC)  # d's third slot fails
+    assert _history(s, "b") == [(S1, "skipped", S1 + 30 * SEC, 4)]
+    assert apply(s, backfill_cmd(s, "a", S1, S1 + 40 * SEC, now, bf_id="bf", cascade="children"))["ok"]
+    order, now = _drive(s, "bf", now)
+    assert [x for j, x in order if j == "b"] == [S1, S1 + 10 * SEC, S1 + 30 * SEC]
+    third = s.runs[f"b@{S1 + 20 * SEC}"]
+    assert (third["state"], third["reason"]) == ("skipped", "upstream_failed")
+    assert restored(s).snapshot() == s.snapshot()

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from . import deadlines, fire, limits, snapshot
+from . import deadlines, fire, limits, schedule, snapshot
 from .errors import Conflict, InvalidCommand, InvalidSpec
 from .model import REAL_STATES
 from .notify import on_slot_recorded
@@ -864,6 +864,7 @@ def rearm(s: SchedulerState, run: Record, now: int) -> list[str]:
         return []
     out: list[str] = []
     slot = run["slot"]
+    grid = _grid_of(s, run)
     again = {run["job"]}  # the jobs whose outcome for the slot is to come again
     todo = [run["job"]]
     while todo:
@@ -871,8 +872,21 @@ def rearm(s: SchedulerState, run: Record, now: int) -> list[str]:
         for c in sorted(s.pipes.children.get(parent, ())):  # name order, alike on every replica
             rid = f"{c}@{slot}"
             rec = s.runs.get(rid)
-            if rec is None or rec.get("kind") != "recorded" or rec.get("reason") not in UPSTREAM_REASONS \
-                    or "upstream" not in rec or "slot_to" in rec or s.jobs.get(c) is None:
+            child = s.jobs.get(c)
+            if child is None:
+                continue
+            if rec is None or "slot_to" in rec:
+                # No record of the slot its own, but a recorded range over it (a parent's missed
+                # slots): the slot is cut out of the range, and decided again by this outcome.
+                got = _split_range(s, child, slot, again, grid)
+                if got is None:
+                    continue
+                s.pipes.joins.setdefault(c, {})[slot] = {"got": got, "own": False, "since": now}
+                out.append(rid)
+                again.add(c)
+                todo.append(c)
+                continue
+            if rec.get("kind") != "recorded" or rec.get("reason") not in UPSTREAM_REASONS or "upstream" not in rec:
                 continue
             if _ran_by_hand(s, c, slot):
                 continue  # its slot ran by hand: the record stays, nothing below it is to come again
@@ -898,6 +912,83 @@ def rearm(s: SchedulerState, run: Record, now: int) -> list[str]:
             if j is not None:
                 j["got"] = {k: v for k, v in j["got"].items() if k not in again}
     return out
+
+
+def _grid_of(s: SchedulerState, run: Record) -> tuple[Record, int] | None:
+    """The slots ``run``'s slot is one of: its backfill's (the schedule and anchor the backfill
+    planned with; a cascade's children name it too), else its job's schedule; None for a
+    triggered job's run outside a backfill."""
+    bf = s.backfills.get(run["backfill"]) if "backfill" in run else None
+    plan = bf.get("plan") if bf is not None else None
+    if isinstance(plan, dict) and isinstance(plan.get("schedule"), dict):
+        return plan["schedule"], plan["anchor"]
+    job = s.jobs.get(run["job"])
+    if job is not None and "schedule" in job["spec"]:
+        return job["spec"]["schedule"], job["anchor"]
+    return None
+
+
+#: At most this many slots of a cron schedule are stepped through to count a range's part when
+#: a slot is cut out of it (_split_range); past it the part's count is not known (None).
+_PART_COUNT_STEPS = 64
+
+
+def _split_range(s: SchedulerState, child: Record, slot: int, again: set[str],
+                 grid: tuple[Record, int] | None) -> dict[str, list[Any]] | None:
+    """Cut ``slot`` out of the ``upstream_*`` range ``child`` recorded over it (a parent's missed
+    range, _offer_range), for a rearm: the parts before and after it stay recorded, and the slot
+    is to be decided again. ``grid`` (the rearmed run's slots, _grid_of) puts the part after it
+    at the next slot and counts each part; without one, it starts 1 ms after the slot and neither
+    part has a count, as _offer_range's parts. :returns: the reports the slot's join starts with
+    (each other parent's final outcome for it, but those of the jobs in ``again``, which come
+    again), or None when no such range covers the slot, or the slot ran by hand."""
+    c = child["name"]
+    if c not in s.pipes.ranged or _ran_by_hand(s, c, slot):
+        return None
+    hist = s.history.get(c, [])
+    runs = s.runs
+    at = next((i for i, r in enumerate(hist) if "slot_to" in runs[r] and runs[r]["slot"] <= slot <= runs[r]["slot_to"]),
+              None)
+    if at is None:
+        return None
+    rec = runs[hist[at]]
+    if rec.get("kind") != "recorded" or rec.get("reason") not in UPSTREAM_REASONS:
+        return None
+    lo, hi = rec["slot"], rec["slot_to"]
+    nxt: int | None = slot + 1
+    before = after = None
+    if grid is not None:
+        sched, anchor = grid
+        nxt = schedule.next_slot_after(sched, slot, anchor)
+        # (a part with none of the run's slots came from another parent's range: not counted)
+        before = schedule.count_slots(sched, lo - 1, slot - 1, anchor, _PART_COUNT_STEPS) or None
+        if nxt is not None and nxt <= hi:
+            after = schedule.count_slots(sched, nxt - 1, hi, anchor, _PART_COUNT_STEPS) or None
+    part = None
+    if nxt is not None and nxt <= hi:
+        part = dict(rec, id=f"{c}@{nxt}", slot=nxt, count=after)
+        if part["id"] in runs:
+            return None  # (an id a run of its own holds: the range is left whole)
+    # (Neither the stats nor the events count the parts again: the range was told once.)
+    if lo < slot:
+        rec["slot_to"], rec["count"] = slot - 1, before
+        at += 1
+    else:
+        del runs[rec["id"]]
+        del hist[at]
+    if part is not None:
+        runs[part["id"]] = part
+        hist.insert(at, part["id"])
+    if s._trim_clean:
+        s._trim_clean.pop(id(hist), None)
+    got: dict[str, list[Any]] = {}
+    for e in child["spec"]["after"]:
+        p = e["job"]
+        if p not in again:
+            info = _final_of(s, p, slot)
+            if info is not None:
+                got[p] = info
+    return got
 
 
 def overdue(s: SchedulerState, now: int, n: int) -> list[list[Any]]:
