@@ -557,8 +557,8 @@ def _final_of(s: SchedulerState, p: str, slot: int) -> list[Any] | None:
             if "slot_to" in x and x["slot"] <= slot <= x["slot_to"]:
                 r = x
                 break
-    if r is None or r["state"] in ("queued", "running") or not propagates(r):
-        return None
+    if r is None or r["state"] in UNFINISHED or not propagates(r):
+        return None  # (a heartbeat's run waiting for its ping included)
     return [r["state"], r["id"], r.get("fencing_token"), r.get("result")]
 
 
@@ -865,6 +865,7 @@ def rearm(s: SchedulerState, run: Record, now: int) -> list[str]:
     out: list[str] = []
     slot = run["slot"]
     grid = _grid_of(s, run)
+    memo: dict[tuple[int, int, Any, int], tuple[int, Any, Any]] = {}
     again = {run["job"]}  # the jobs whose outcome for the slot is to come again
     todo = [run["job"]]
     while todo:
@@ -878,7 +879,7 @@ def rearm(s: SchedulerState, run: Record, now: int) -> list[str]:
             if rec is None or "slot_to" in rec:
                 # No record of the slot its own, but a recorded range over it (a parent's missed
                 # slots): the slot is cut out of the range, and decided again by this outcome.
-                got = _split_range(s, child, slot, again, grid)
+                got = _split_range(s, child, slot, again, grid, memo)
                 if got is None:
                     continue
                 s.pipes.joins.setdefault(c, {})[slot] = {"got": got, "own": False, "since": now}
@@ -928,20 +929,45 @@ def _grid_of(s: SchedulerState, run: Record) -> tuple[Record, int] | None:
     return None
 
 
-#: At most this many slots of a cron schedule are stepped through to count a range's part when
-#: a slot is cut out of it (_split_range); past it the part's count is not known (None).
+#: At most this many slots of a cron schedule are stepped through to count a range, and its
+#: parts, when a slot is cut out of it (_split_range); past it the parts have no count.
 _PART_COUNT_STEPS = 64
 
 
+def _range_shape(grid: tuple[Record, int] | None, lo: int, hi: int, count: Any, slot: int,
+                 memo: dict[tuple[int, int, Any, int], tuple[int, Any, Any]]) -> tuple[int, Any, Any]:
+    """Where the part after ``slot`` of a range [lo, hi] of ``count`` slots starts, and the
+    count of the part before and after it: (start, before, after). On ``grid`` (the rearmed
+    run's slots) when it is the range's own (it counts ``count`` slots in the range): the next
+    slot, and counts; else (no grid, a schedule changed since, another parent's range) 1 ms after
+    the slot, and no counts, so that no slot the range held falls out of it. Memoised in
+    ``memo`` (a fan-out's children share the range)."""
+    key = (lo, hi, count, slot)
+    got = memo.get(key)
+    if got is not None:
+        return got
+    shape: tuple[int, Any, Any] = (slot + 1, None, None)
+    if grid is not None and isinstance(count, int):
+        sched, anchor = grid
+        if schedule.count_slots(sched, lo - 1, hi, anchor, _PART_COUNT_STEPS) == count:
+            nxt = schedule.next_slot_after(sched, slot, anchor)
+            nxt = hi + 1 if nxt is None else nxt
+            before = schedule.count_slots(sched, lo - 1, slot - 1, anchor, _PART_COUNT_STEPS) or None
+            after = schedule.count_slots(sched, nxt - 1, hi, anchor, _PART_COUNT_STEPS) if nxt <= hi else None
+            shape = (nxt, before, after or None)
+    memo[key] = shape
+    return shape
+
+
 def _split_range(s: SchedulerState, child: Record, slot: int, again: set[str],
-                 grid: tuple[Record, int] | None) -> dict[str, list[Any]] | None:
+                 grid: tuple[Record, int] | None,
+                 memo: dict[tuple[int, int, Any, int], tuple[int, Any, Any]]) -> dict[str, list[Any]] | None:
     """Cut ``slot`` out of the ``upstream_*`` range ``child`` recorded over it (a parent's missed
-    range, _offer_range), for a rearm: the parts before and after it stay recorded, and the slot
-    is to be decided again. ``grid`` (the rearmed run's slots, _grid_of) puts the part after it
-    at the next slot and counts each part; without one, it starts 1 ms after the slot and neither
-    part has a count, as _offer_range's parts. :returns: the reports the slot's join starts with
-    (each other parent's final outcome for it, but those of the jobs in ``again``, which come
-    again), or None when no such range covers the slot, or the slot ran by hand."""
+    range, _offer_range), for a rearm: the parts before and after it stay recorded
+    (_range_shape), and the slot is to be decided again. :returns: the reports the slot's join
+    starts with (each other parent's final outcome for it, but those of the jobs in ``again``,
+    which come again), or None when no such range covers the slot, the slot ran by hand, or
+    another parent's outcome for it decides it as it is recorded (nothing to decide again)."""
     c = child["name"]
     if c not in s.pipes.ranged or _ran_by_hand(s, c, slot):
         return None
@@ -954,21 +980,23 @@ def _split_range(s: SchedulerState, child: Record, slot: int, again: set[str],
     rec = runs[hist[at]]
     if rec.get("kind") != "recorded" or rec.get("reason") not in UPSTREAM_REASONS:
         return None
+    got: dict[str, list[Any]] = {}
+    for e in child["spec"]["after"]:
+        p = e["job"]
+        if p in again:
+            continue
+        if p not in s.jobs:
+            return None  # (dependency_missing: as recorded, it stays so)
+        info = _final_of(s, p, slot)
+        if info is not None:
+            if _satisfies(info[0], e["on"]) is not True:
+                return None  # another parent missed or failed the slot: it stays recorded
+            got[p] = info
     lo, hi = rec["slot"], rec["slot_to"]
-    nxt: int | None = slot + 1
-    before = after = None
-    if grid is not None:
-        sched, anchor = grid
-        nxt = schedule.next_slot_after(sched, slot, anchor)
-        # (a part with none of the run's slots came from another parent's range: not counted)
-        before = schedule.count_slots(sched, lo - 1, slot - 1, anchor, _PART_COUNT_STEPS) or None
-        if nxt is not None and nxt <= hi:
-            after = schedule.count_slots(sched, nxt - 1, hi, anchor, _PART_COUNT_STEPS) or None
-    part = None
-    if nxt is not None and nxt <= hi:
-        part = dict(rec, id=f"{c}@{nxt}", slot=nxt, count=after)
-        if part["id"] in runs:
-            return None  # (an id a run of its own holds: the range is left whole)
+    start, before, after = _range_shape(grid, lo, hi, rec.get("count"), slot, memo)
+    while start <= hi and f"{c}@{start}" in runs:
+        start += 1  # a run of its own there (by hand): the part starts after it (not counted)
+        after = None
     # (Neither the stats nor the events count the parts again: the range was told once.)
     if lo < slot:
         rec["slot_to"], rec["count"] = slot - 1, before
@@ -976,18 +1004,12 @@ def _split_range(s: SchedulerState, child: Record, slot: int, again: set[str],
     else:
         del runs[rec["id"]]
         del hist[at]
-    if part is not None:
+    if start <= hi:
+        part = dict(rec, id=f"{c}@{start}", slot=start, slot_to=hi, count=after)
         runs[part["id"]] = part
         hist.insert(at, part["id"])
     if s._trim_clean:
         s._trim_clean.pop(id(hist), None)
-    got: dict[str, list[Any]] = {}
-    for e in child["spec"]["after"]:
-        p = e["job"]
-        if p not in again:
-            info = _final_of(s, p, slot)
-            if info is not None:
-                got[p] = info
     return got
 
 
