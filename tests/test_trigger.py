@@ -691,3 +691,42 @@ def test_a_lock_due_behind_a_backlog_of_expired_leases_goes_in_the_first_expire(
     assert expires and len(expires[0]["locks"]) == 3, [len(c["locks"]) for c in expires]
     assert len(expires[0]["runs"]) == limits.run_refs_per_command - 3
     assert 300 > limits.run_refs_per_command  # (several expires' worth of leases)
+
+
+# ------------------------------------------------------------------ a change of jitter_s alone
+@pytest.mark.parametrize("kind", ["cron", "every"])
+@pytest.mark.parametrize("old_j, new_j, at_min", [(600, 3000, 20), (3000, 600, 20), (3000, 600, 55),
+                                                   (600, 0, 5), (0, 3000, 30), (1200, 1800, 45)])
+def test_changing_only_jitter_s_fires_every_hour_once_on_the_same_grid(kind, old_j, new_j, at_min):
+    """An hourly job whose jitter_s changes mid-hour: each hour's slot fires exactly once, at its
+    offset of the jitter in force when it fires, and an interval job keeps its anchor. Before,
+    the change was a new schedule planned from the PUT's time: an interval job's grid moved to
+    it, a slot fired at its old offset came again at a later new one, and one still to come at
+    its old offset, already past at the new one, was never fired."""
+    st, raft, clock, trig = setup(n_jobs=0)
+    svc = Service(raft, clock, "n1")
+    H = 3600 * 1000
+    raw = dict(spec(every_s=3600, pol="fire_all", grace_s=3600), **({"jitter_s": old_j} if old_j else {}))
+    if kind == "cron":
+        raw["schedule"] = {"cron": "0 * * * *"}
+    clock.advance(H // 2)  # made inside an hour
+    asyncio.run(svc.put_job("j0", raw, None))
+    anchor = st.jobs["j0"]["anchor"]
+    base = anchor if kind == "every" else 0
+    first = (st.jobs["j0"]["next"] - base) // H
+    clock.advance(base + first * H - clock.now_ms())  # the first slot's hour
+    for _ in range(at_min * 6):
+        asyncio.run(trig.tick())
+        clock.advance(10_000)
+    new = dict(raw)
+    new.pop("jitter_s", None)
+    if new_j:
+        new["jitter_s"] = new_j
+    asyncio.run(svc.put_job("j0", new, None))
+    assert st.jobs["j0"]["anchor"] == anchor
+    while clock.now_ms() < base + (first + 4) * H:  # to the end of the fourth hour, a tick each 10 s
+        asyncio.run(trig.tick())
+        clock.advance(10_000)
+    slots = sorted(r["slot"] for r in st.runs.values() if r["job"] == "j0")
+    hours = [(x - base) // H for x in slots]
+    assert hours == list(range(first, first + 4)), [(h, (x - base) % H // 1000) for h, x in zip(hours, slots)]

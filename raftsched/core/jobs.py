@@ -140,8 +140,9 @@ def apply_put_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``put_job {name, spec, next, cursor, anchor, create_only?, claim?}``: create or replace a job.
     ``spec`` is model.validate_job's output; ``cursor``, ``anchor`` and ``next`` are the
     proposer's first position for it (policy.initial_position, schedule.next_slot_after). A
-    replace with the same schedule keeps the job's position whatever the command says; with
-    another schedule, its cursor never moves back. A replace keeps the job's counters and pause.
+    replace with the same schedule, or one whose jitter alone changed (queries.kept_position),
+    keeps the job's position whatever the command says; with another schedule, its cursor
+    never moves back. A replace keeps the job's counters and pause.
     A replace into another tenant first gives the job's recorded slots its old tenant (runs have
     theirs already): its history stays the old tenant's. With ``claim`` (a tenant, written by a
     proposer for a token limited to tenants), the job's queue becomes that tenant's if it has

@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterable
 from itertools import islice
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from . import limits
+from . import limits, schedule
 from .errors import BadRequest, NotFound
 from . import records
 from .records import STATS_FIELDS, Record, Result, attempts_of, is_int
@@ -37,15 +37,35 @@ _QUEUE_DEFAULT = {"max_depth": limits.queue_depth_default, "on_full": "reject"}
 
 
 # ------------------------------------------------------------------ jobs
-def kept_position(old: Record | None, sched: Record) -> tuple[int, int, int | None] | None:
+def kept_position(old: Record | None, sched: Record | None) -> tuple[int, int, int | None] | None:
     """The ``(cursor, anchor, next)`` a put of schedule ``sched`` keeps from the job ``old`` it
     replaces: a replace with the same schedule keeps where the job was, so it never re-fires a
     slot nor loses a pending one. None when there is nothing to keep (a new job, or another
     schedule). The one statement of the rule: apply follows it (jobs.put_job), and the
     proposer follows it to compute the next slot it sends (put_position)."""
-    if old is not None and old["spec"].get("schedule") == sched:  # (a triggered job has none)
+    if old is None:
+        return None
+    was = old["spec"].get("schedule")
+    if was == sched:  # (a triggered job has none)
         return old["cursor"], old["anchor"], old["next"]
-    return None
+    if was is None or sched is None or old["next"] is None or not schedule.same_but_jitter(was, sched):
+        return None
+    # Only the jitter changed: the same nominal slots, on the same grid (anchor). The next one
+    # is the old next slot's nominal slot at its new offset, so no slot fires twice (one fired
+    # at its old offset, due again at a later new one) or never (one still to come at its old
+    # offset, past at its new one). The trigger walks from the cursor, so when a slot before
+    # that one would come again at its new offset, the cursor moves up to just before it
+    # (never back). One whose new instant is not after the cursor (the job was made or
+    # replaced after it) gives way to the next.
+    cursor, anchor = old["cursor"], old["anchor"]
+    n = schedule.nominal_of(was, old["next"], anchor)
+    if n is None:
+        return None
+    nxt = schedule.next_slot_after(sched, cursor, anchor)
+    if nxt is not None and nxt < n:
+        cursor = n - 1
+        nxt = schedule.next_slot_after(sched, cursor, anchor)
+    return cursor, anchor, nxt
 
 
 def put_position(s: SchedulerState, name: str, sched: Record) -> tuple[int, int, int | None] | None:

@@ -376,6 +376,29 @@ def next_slot_after(schedule: Record, after_ms: int, anchor_ms: int) -> int | No
     return None
 
 
+def nominal_of(schedule: Record, slot_ms: int, anchor_ms: int) -> int | None:
+    """The nominal slot whose jittered instant is ``slot_ms`` (``slot_ms`` itself without a
+    jitter), or None when no slot of the schedule falls there. The jitter is below the shortest
+    interval, so at most one nominal slot lies in (slot_ms - jitter, slot_ms]."""
+    j = schedule.get("jitter_ms")
+    if not j:
+        return slot_ms if _nominal_next(schedule, slot_ms - 1, anchor_ms) == slot_ms else None
+    n = _nominal_next(schedule, slot_ms - j, anchor_ms)
+    if n is None or n > slot_ms or n + jitter_offset_ms(schedule["jitter_key"], n, j) != slot_ms:
+        return None
+    return n
+
+
+def same_but_jitter(a: Record, b: Record) -> bool:
+    """Whether schedules ``a`` and ``b`` differ at most in their jitter (the same nominal slots)."""
+    return {k: v for k, v in a.items() if k not in _JITTER_FIELDS} == \
+        {k: v for k, v in b.items() if k not in _JITTER_FIELDS}
+
+
+#: What ``jitter_s`` adds to a schedule (model._add_jitter).
+_JITTER_FIELDS = ("jitter_ms", "jitter_key")
+
+
 def _nominal_next(schedule: Record, after_ms: int, anchor_ms: int) -> int | None:
     if "every_s" in schedule:
         every: int = schedule["every_s"] * 1000

@@ -108,21 +108,20 @@ class Service:
     # ------------------------------------------------------------------ jobs
     def _position(self, name: str, sched: dict | None, now: int, memo: dict | None = None) -> tuple[int, int, int | None]:
         """The proposer's part of a put_job: ``(cursor, anchor, next)``. A replace with the same
-        schedule keeps the job's cursor and anchor (queries.kept_position: apply keeps them
-        whatever the command says). ``memo`` caches cron next slots within one batch (20-40 us a
-        call). A triggered job (pipelines: ``after`` and no schedule) has no slot of its own."""
+        schedule, or one that changes only its jitter, keeps the job's position
+        (queries.kept_position: apply keeps it whatever the command says). ``memo`` caches cron
+        next slots within one batch (20-40 us a call). A triggered job (pipelines: ``after`` and no schedule) has no slot of its own."""
         if sched is None:
             return now, now, None
         anchor, cursor = policy.initial_position(sched, now)
         kept = self.read(queries.put_position, name, sched)
         if kept is not None:
-            cursor, anchor, _ = kept
-        else:
-            # Another schedule starts after the old one's cursor when that is ahead (it fired
-            # ahead of now): apply keeps the larger, so the next slot is computed from it too.
-            floor = self.read(queries.cursor_floor, name)
-            if floor is not None and floor > cursor:
-                cursor = floor
+            return kept  # (apply keeps it whatever the command says)
+        # Another schedule starts after the old one's cursor when that is ahead (it fired
+        # ahead of now): apply keeps the larger, so the next slot is computed from it too.
+        floor = self.read(queries.cursor_floor, name)
+        if floor is not None and floor > cursor:
+            cursor = floor
         if memo is None or "cron" not in sched:
             return cursor, anchor, schedule.next_slot_after(sched, cursor, anchor)
         key = (repr(sched), cursor, anchor)
