@@ -14,7 +14,7 @@ from .due import push_due
 from .errors import Conflict, InvalidCommand, InvalidSpec, LimitExceeded, NotFound, StaleReplace
 from .fire import check_disjoint, check_records, new_run, record, trim
 from .model import MISFIRE_POLICIES, OVERLAP_POLICIES, is_name
-from .queries import floor_of, kept_position
+from .queries import floor_of, kept_position, position_digest, same_but_jitter
 from .queues import claim_queue, index_job, remove_dead, unindex_job, unqueue_count
 from .backfills import cancel_for_deleted_job, of_deleted_job, trigger_job_with
 from .events import emit
@@ -134,14 +134,19 @@ def check_put_job(cmd: Command, what: str) -> None:
         raise InvalidCommand(f"{what}.claim must be a tenant name or nil")
     if not is_int(cursor) or not is_int(anchor):
         raise InvalidCommand(f"{what} needs cursor and anchor")
+    was = cmd.get("was")
+    if was is not None and not (is_int(was) and is_int(nxt) and nxt > cursor):
+        raise InvalidCommand(f"{what}.was must be an integer, with a next slot after the cursor")
 
 
 def apply_put_job(s: SchedulerState, cmd: Command, now: int) -> Result:
-    """``put_job {name, spec, next, cursor, anchor, create_only?, claim?}``: create or replace a job.
-    ``spec`` is model.validate_job's output; ``cursor``, ``anchor`` and ``next`` are the
-    proposer's first position for it (policy.initial_position, schedule.next_slot_after). A
-    replace with the same schedule, or one whose jitter alone changed (queries.kept_position),
-    keeps the job's position whatever the command says; with another schedule, its cursor
+    """``put_job {name, spec, next, cursor, anchor, create_only?, claim?, was?}``: create
+    or replace a job. ``spec`` is model.validate_job's output; ``cursor``, ``anchor`` and
+    ``next`` are the proposer's first position for it (policy.initial_position,
+    schedule.next_slot_after). A replace with the same schedule keeps the job's position
+    whatever the command says; one that changes only the schedule's jitter takes the command's
+    (queries.rejitter_position) if the job is still where it was planned from (``was``: a
+    digest of its gen, cursor and next), else it is refused as stale; with another schedule, its cursor
     never moves back. A replace keeps the job's counters and pause.
     A replace into another tenant first gives the job's recorded slots its old tenant (runs have
     theirs already): its history stays the old tenant's. With ``claim`` (a tenant, written by a
@@ -173,6 +178,15 @@ def put_job(s: SchedulerState, cmd: Command, now: int, pending: dict[str, Record
     if "after" in spec:
         check_edges(s, name, spec, pending)  # I4: the edges against this replica's jobs, alike everywhere
     kept = kept_position(old, spec.get("schedule"))
+    was = cmd.get("was")
+    if kept is None and was is not None:
+        # Only the jitter changed: the proposer's position (queries.rejitter_position; apply
+        # computes no slot, I4), as long as nothing fired, replaced or deleted the job since.
+        if old is None or not same_but_jitter(old["spec"].get("schedule"), spec.get("schedule")) \
+                or was != position_digest(old) or anchor != old["anchor"]:
+            raise StaleReplace(f"job {name!r} fired or was replaced while this change of its jitter was "
+                               "planned; send it again", field="name")
+        kept = (cursor, anchor, nxt)
     floor = floor_of(s, old) if kept is None and old is not None else None  # (one history scan)
     if kept is not None:
         # Same schedule: keep the cursor and next slot, so a replace never re-fires a slot

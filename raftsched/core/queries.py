@@ -42,30 +42,71 @@ def kept_position(old: Record | None, sched: Record | None) -> tuple[int, int, i
     replaces: a replace with the same schedule keeps where the job was, so it never re-fires a
     slot nor loses a pending one. None when there is nothing to keep (a new job, or another
     schedule). The one statement of the rule: apply follows it (jobs.put_job), and the
-    proposer follows it to compute the next slot it sends (put_position)."""
-    if old is None:
-        return None
-    was = old["spec"].get("schedule")
-    if was == sched:  # (a triggered job has none)
+    proposer follows it to compute the next slot it sends (put_position). (A change of the
+    jitter alone: rejitter_position, the proposer's.)"""
+    if old is not None and old["spec"].get("schedule") == sched:  # (a triggered job has none)
         return old["cursor"], old["anchor"], old["next"]
-    if was is None or sched is None or old["next"] is None or not schedule.same_but_jitter(was, sched):
+    return None
+
+
+#: What ``jitter_s`` adds to a schedule (model._add_jitter).
+_JITTER_FIELDS = ("jitter_ms", "jitter_key")
+
+
+def same_but_jitter(a: Record | None, b: Record | None) -> bool:
+    """Whether schedules ``a`` and ``b`` differ, and at most in their jitter (the same nominal
+    slots). A comparison of the records only: apply calls it (jobs.put_job)."""
+    if a is None or b is None or a == b:
+        return False
+    return {k: v for k, v in a.items() if k not in _JITTER_FIELDS} == \
+        {k: v for k, v in b.items() if k not in _JITTER_FIELDS}
+
+
+def position_digest(job: Record) -> int:
+    """A digest of where job ``job`` is (its gen, cursor and next), 63 bits: what a change of
+    its jitter was planned from (put_job's ``was``; 9 bytes, where the three would take 27 in
+    every item of a bulk put, whose size is reserved before its position is known)."""
+    h = hashlib.blake2b(b"%d:%d:%d" % (job["gen"], job["cursor"], job["next"] if job["next"] is not None else -1),
+                        digest_size=8).digest()
+    return int.from_bytes(h, "big") >> 1
+
+
+def rejitter_position(s: SchedulerState, name: str, sched: Record) -> tuple[int, int, int, int] | None:
+    """The proposer's position for a replace of job ``name`` that changes only its schedule's
+    jitter: ``(cursor, anchor, next, was)``, or None when that is not the case (or the
+    job's next slot is not one of its schedule's). The same grid (anchor) and the same nominal
+    slots: the next is the old next slot's nominal slot at its new offset, so no slot fires
+    twice (one fired at its old offset, due again at a later new one) or never (one still to
+    come at its old offset, past at its new one: it is late, and its misfire policy decides
+    it). The trigger walks from the cursor: it moves up over a slot before that one which would
+    come again at its new offset (at most a jitter ahead of the slot it ran at), or back to just
+    before that one when the trigger fired ahead past its new instant (no slot before it lies
+    later). ``was`` is the job's position_digest as read here: apply takes the position only if
+    the job is still there (jobs.put_job), and computes no slot."""
+    old = s.jobs.get(name)
+    if old is None or old["next"] is None or not same_but_jitter(old["spec"].get("schedule"), sched):
         return None
-    # Only the jitter changed: the same nominal slots, on the same grid (anchor). The next one
-    # is the old next slot's nominal slot at its new offset, so no slot fires twice (one fired
-    # at its old offset, due again at a later new one) or never (one still to come at its old
-    # offset, past at its new one). The trigger walks from the cursor, so when a slot before
-    # that one would come again at its new offset, the cursor moves up to just before it
-    # (never back). One whose new instant is not after the cursor (the job was made or
-    # replaced after it) gives way to the next.
-    cursor, anchor = old["cursor"], old["anchor"]
+    was, cursor, anchor = old["spec"]["schedule"], old["cursor"], old["anchor"]
     n = schedule.nominal_of(was, old["next"], anchor)
-    if n is None:
+    nxt = None if n is None else schedule.next_slot_after(sched, n - 1, anchor)
+    if nxt is None:
         return None
-    nxt = schedule.next_slot_after(sched, cursor, anchor)
-    if nxt is not None and nxt < n:
-        cursor = n - 1
-        nxt = schedule.next_slot_after(sched, cursor, anchor)
-    return cursor, anchor, nxt
+    if cursor >= nxt:
+        cursor = nxt - 1
+    else:
+        for _ in range(_REJITTER_STEPS):
+            x = schedule.next_slot_after(sched, cursor, anchor)
+            if x is None or x >= nxt:
+                break
+            cursor = x
+        else:
+            cursor = nxt - 1
+    return cursor, anchor, nxt, position_digest(old)
+
+
+#: rejitter_position steps the cursor over at most this many slots before the next one (one
+#: at most: a jitter is below the schedule's shortest interval).
+_REJITTER_STEPS = 4
 
 
 def put_position(s: SchedulerState, name: str, sched: Record) -> tuple[int, int, int | None] | None:

@@ -389,16 +389,6 @@ def nominal_of(schedule: Record, slot_ms: int, anchor_ms: int) -> int | None:
     return n
 
 
-def same_but_jitter(a: Record, b: Record) -> bool:
-    """Whether schedules ``a`` and ``b`` differ at most in their jitter (the same nominal slots)."""
-    return {k: v for k, v in a.items() if k not in _JITTER_FIELDS} == \
-        {k: v for k, v in b.items() if k not in _JITTER_FIELDS}
-
-
-#: What ``jitter_s`` adds to a schedule (model._add_jitter).
-_JITTER_FIELDS = ("jitter_ms", "jitter_key")
-
-
 def _nominal_next(schedule: Record, after_ms: int, anchor_ms: int) -> int | None:
     if "every_s" in schedule:
         every: int = schedule["every_s"] * 1000

@@ -26,6 +26,8 @@ from . import limits as node_limits
 
 #: Stands for a time while sizing a put_jobs item: encodes as long as any time can (9 bytes).
 _TIME_WIDEST = 2**63 - 1
+#: Room for an item's ``was`` (queries.position_digest), should its position need one.
+_WAS_ROOM = len(msgpack.packb({"was": _TIME_WIDEST}, use_bin_type=True))
 
 
 def parse_body(body) -> tuple[dict, bool]:
@@ -68,10 +70,11 @@ async def validate_all(jobs_raw: dict, now_ms: int | None = None) -> dict[str, d
 
 
 async def cut(specs: dict[str, dict], create_only: bool, key: str, now: int,
-              position: Callable[[str, dict], tuple[int, int, int | None]],
+              position: Callable[[str, dict], tuple[int, int, int | None, int | None]],
               claims: dict[str, str | None] | None = None) -> tuple[list[list[dict]], list[bytes]]:
     """The put_jobs commands for ``specs``: their items (``chunks``) and their encodings.
-    ``position(name, schedule)`` gives each job's ``(cursor, anchor, next)``; ``claims`` each
+    ``position(name, schedule)`` gives each job's ``(cursor, anchor, next, was)``
+    (Service._position; ``was`` written only when not None); ``claims`` each
     job's put_job ``claim`` (node/tenancy.py), when it has one: it depends on the token and the
     spec only, so a retry cuts the same commands."""
     step = node_limits.batch_validate_step
@@ -92,17 +95,22 @@ async def cut(specs: dict[str, dict], create_only: bool, key: str, now: int,
         if claim is not None:
             item["claim"] = claim
         widest = msgpack.packb(item, use_bin_type=True)
-        if cur and (cur_bytes + len(widest) > budget or len(cur) >= limits.put_jobs_items_max):
+        # (a job with a schedule may need a ``was``: Service._position; the room is the same
+        # whatever the state, so that a retry cuts the same commands)
+        size = len(widest) + (_WAS_ROOM if "schedule" in spec else 0)
+        if cur and (cur_bytes + size > budget or len(cur) >= limits.put_jobs_items_max):
             chunks.append(cur)
             hashes.append(h)
             cur, cur_bytes = [], 0
         if not cur:
             h = hashlib.blake2b(key.encode("utf-8", "backslashreplace") + b"\0%d\0" % len(chunks), digest_size=20)
         h.update(widest)
-        cursor, anchor, nxt = position(name, spec.get("schedule"))
+        cursor, anchor, nxt, was = position(name, spec.get("schedule"))
         item.update(next=nxt, cursor=cursor, anchor=anchor)
+        if was is not None:
+            item["was"] = was
         cur.append(item)
-        cur_bytes += len(widest)
+        cur_bytes += size
     chunks.append(cur)
     hashes.append(h)
     datas = [commands.encode(commands.put_jobs(now, "jb-" + hh.hexdigest(), jobs=chunk))

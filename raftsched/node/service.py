@@ -106,28 +106,35 @@ class Service:
             await self.reads.wait()
 
     # ------------------------------------------------------------------ jobs
-    def _position(self, name: str, sched: dict | None, now: int, memo: dict | None = None) -> tuple[int, int, int | None]:
-        """The proposer's part of a put_job: ``(cursor, anchor, next)``. A replace with the same
-        schedule, or one that changes only its jitter, keeps the job's position
-        (queries.kept_position: apply keeps it whatever the command says). ``memo`` caches cron
-        next slots within one batch (20-40 us a call). A triggered job (pipelines: ``after`` and no schedule) has no slot of its own."""
+    def _position(self, name: str, sched: dict | None, now: int,
+                  memo: dict | None = None) -> tuple[int, int, int | None, int | None]:
+        """The proposer's part of a put_job: ``(cursor, anchor, next, was)``. A replace with the
+        same schedule keeps the job's cursor and anchor (queries.kept_position: apply keeps them
+        whatever the command says); one that changes only the schedule's jitter keeps its place
+        on its grid (queries.rejitter_position: ``was``, what apply checks the job against; else
+        None). ``memo`` caches cron next slots within one batch (20-40 us a
+        call). A triggered job (pipelines: ``after`` and no schedule) has no slot of its own."""
         if sched is None:
-            return now, now, None
+            return now, now, None, None
         anchor, cursor = policy.initial_position(sched, now)
         kept = self.read(queries.put_position, name, sched)
         if kept is not None:
-            return kept  # (apply keeps it whatever the command says)
-        # Another schedule starts after the old one's cursor when that is ahead (it fired
-        # ahead of now): apply keeps the larger, so the next slot is computed from it too.
-        floor = self.read(queries.cursor_floor, name)
-        if floor is not None and floor > cursor:
-            cursor = floor
+            cursor, anchor, _ = kept
+        else:
+            moved = self.read(queries.rejitter_position, name, sched)
+            if moved is not None:
+                return moved
+            # Another schedule starts after the old one's cursor when that is ahead (it fired
+            # ahead of now): apply keeps the larger, so the next slot is computed from it too.
+            floor = self.read(queries.cursor_floor, name)
+            if floor is not None and floor > cursor:
+                cursor = floor
         if memo is None or "cron" not in sched:
-            return cursor, anchor, schedule.next_slot_after(sched, cursor, anchor)
+            return cursor, anchor, schedule.next_slot_after(sched, cursor, anchor), None
         key = (repr(sched), cursor, anchor)
         if key not in memo:
             memo[key] = schedule.next_slot_after(sched, cursor, anchor)
-        return cursor, anchor, memo[key]
+        return cursor, anchor, memo[key], None
 
     def unredact(self, name: str, raw, tenants: frozenset | None = None):
         """``raw`` with the redacted values a read showed of job ``name``'s stored secrets put
@@ -246,10 +253,10 @@ class Service:
         claim = self.check_write(name, spec, tenants)
         self.check_edges(name, spec, tenants)  # (before sealing: a first seal may name the cluster's key)
         spec = await self.seal(name, spec, tenants)
-        cursor, anchor, nxt = self._position(name, spec.get("schedule"), now)
+        cursor, anchor, nxt, was = self._position(name, spec.get("schedule"), now)
         self.check_slots_meet(name, spec, anchor, tenants)
         cmd = commands.put_job(now, rid or new_request_id(), name=name, spec=spec, next=nxt, cursor=cursor,
-                               anchor=anchor, create_only=create_only, claim=claim)
+                               anchor=anchor, create_only=create_only, claim=claim, was=was)
         res = await self.propose(cmd)
         return self._out(res, {"job": name, "created": res.get("created", False), "next_slot": schedule.iso(nxt)})
 

@@ -1,0 +1,297 @@
+"""A replace that changes only a job's jitter_s (queries.rejitter_position, jobs.put_job's
+``was``): each nominal slot a run or a record exactly once, the grid kept, and apply computing
+no slot. Found by a review of the first version, which computed the position in apply (a zone
+a replica does not know refused there, other zone rules another cursor), lost a slot the
+trigger had fired ahead past, and could move the cursor a day ahead."""
+from __future__ import annotations
+
+import asyncio
+import copy
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from raftsched.core import commands, model
+from raftsched.node.service import Service
+
+from core_helpers import T0, apply, new_state, spec_of
+from test_trigger import setup, spec
+
+
+def covered(st, name):
+    """(slot, slot_to, state, kind) of every run/record of job ``name``."""
+    out = []
+    for r in st.runs.values():
+        if r["job"] == name:
+            out.append((r["slot"], r.get("slot_to"), r["state"], r.get("kind")))
+    return sorted(out)
+
+
+def nominal_counts(st, name, anchor, every):
+    """How many runs/records cover each nominal slot (index k of anchor + k*every)."""
+    c = {}
+    for slot, to, _state, _kind in covered(st, name):
+        lo = (slot - anchor) // every
+        hi = lo if to is None else (to - anchor) // every
+        for k in range(lo, hi + 1):
+            c[k] = c.get(k, 0) + 1
+    return c
+
+
+@pytest.mark.parametrize("at_ms", range(0, 10_000, 500))
+def test_fired_ahead_cursor_past_next_nominal_then_lower_jitter(at_ms):
+    """every_s=10, jitter_s=9, fires ahead (overlap allow): change to jitter_s=1 at various
+    instants; each nominal slot must be a run or a record exactly once."""
+    st, raft, clock, trig = setup(n_jobs=0)
+    svc = Service(raft, clock, "n1")
+    raw = dict(spec(every_s=10, pol="skip"), jitter_s=9)
+    asyncio.run(svc.put_job("j0", raw, None))
+    anchor = st.jobs["j0"]["anchor"]
+    for _ in range(300):  # 30 s
+        asyncio.run(trig.tick())
+        clock.advance(100)
+    clock.advance(at_ms)
+    before = dict(st.jobs["j0"])
+    asyncio.run(svc.put_job("j0", dict(raw, jitter_s=1), None))
+    after = st.jobs["j0"]
+    for _ in range(300):
+        asyncio.run(trig.tick())
+        clock.advance(100)
+    c = nominal_counts(st, "j0", anchor, 10_000)
+    ks = sorted(c)
+    missing = [k for k in range(ks[0], ks[-1] + 1) if k not in c]
+    dup = [k for k in ks if c[k] > 1]
+    assert not missing and not dup, (missing, dup, "cursor", before["cursor"] - anchor, "old next",
+                                     before["next"] - anchor, "new cursor", after["cursor"] - anchor,
+                                     "new next", after["next"] - anchor)
+
+
+@pytest.mark.parametrize("new_j", [None, 1])
+def test_a_slot_the_trigger_fired_ahead_past_still_fires_at_its_new_offset(new_j):
+    """every_s=10, jitter_s=9 (overlap allow: fires ahead). Once a fire's cursor (now + look-ahead)
+    lies past the next slot's nominal instant but before its old instant, a replace that lowers
+    (or removes) jitter_s gives the slot a new instant at or before the cursor: the cursor moves
+    back to just before it (no slot before it lies later), and it fires once (the first version
+    walked on from the cursor, and the slot was neither run nor recorded)."""
+    st, raft, clock, trig = setup(n_jobs=0)
+    svc = Service(raft, clock, "n1")
+    raw = dict(spec(every_s=10, pol="fire_all", grace_s=3600), jitter_s=9)
+    asyncio.run(svc.put_job("j0", raw, None))
+    a = st.jobs["j0"]["anchor"]
+    E = 10_000
+    for _ in range(5000):
+        asyncio.run(trig.tick())
+        j = st.jobs["j0"]
+        if j["cursor"] >= (j["next"] - a) // E * E + a:
+            break
+        clock.advance(100)
+    else:
+        pytest.skip("never reached")
+    j = dict(st.jobs["j0"])
+    nom = (j["next"] - a) // E * E + a
+    new = dict(raw)
+    new.pop("jitter_s")
+    if new_j:
+        new["jitter_s"] = new_j
+    asyncio.run(svc.put_job("j0", new, None))
+    for _ in range(300):
+        asyncio.run(trig.tick())
+        clock.advance(100)
+    c = nominal_counts(st, "j0", a, E)
+    kn = (nom - a) // E
+    assert c.get(kn, 0) == 1, ("nominal slot", nom - a, "covered", c.get(kn, 0), sorted(c.items())[-6:])
+
+
+# ------------------------------------------------------------------ apply computes no slot (I4)
+
+
+def _cron_job(jitter_s):
+    return spec_of({"cron": "0 9 * * *", "timezone": "America/Sao_Paulo"}, "skip", jitter_s=jitter_s)
+
+
+def test_apply_of_a_jitter_change_computes_no_slot_even_in_a_zone_it_does_not_know():
+    """I4 (docs/design.md): apply computes no schedule (tests/test_core_jobs.py stores a cron and a
+    zone no library knows): a jitter-only replace of such a job applies with the proposer's
+    position (the first version ran _cron_next in apply, and a replica without the zone refused
+    it)."""
+    s = new_state()
+    spec = copy.deepcopy(_cron_job(600))
+    spec["schedule"]["timezone"] = "Mars/Olympus"
+    assert apply(s, commands.make("put_job", T0, None, name="odd", spec=spec, next=T0 + 7, cursor=T0, anchor=T0))["ok"]
+    spec2 = copy.deepcopy(spec)
+    spec2["schedule"]["jitter_ms"] = 1_200_000
+    res = apply(s, commands.make("put_job", T0 + 1, None, name="odd", spec=spec2, next=T0 + 9, cursor=T0, anchor=T0))
+    assert res["ok"], res
+
+
+def test_replicas_with_different_zone_rules_store_the_same_position(monkeypatch):
+    """Replica A's tzdata has America/Sao_Paulo's DST ending 2018-02-18; replica B's (emulated:
+    Etc/GMT+3, the zone's offset after that day) has no DST there. The same committed
+    jitter-only put_job stores the same position on both (the first version computed it in
+    apply: B moved the cursor and A did not, and the leader's next fire applied on A only)."""
+    from raftsched.core import schedule as sch
+    sp = lambda j: spec_of({"cron": "0 9 * * *", "timezone": "America/Sao_Paulo"}, "skip", jitter_s=j)
+    old, new = sp(3000), sp(600)
+    n = sch.parse_iso_ms("2018-02-18T12:00:00Z", "t")
+    c = sch.parse_iso_ms("2018-02-17T11:40:00Z", "t")  # m fired (at its old offset) by A's trigger
+    nxt = n + sch.jitter_offset_ms(old["schedule"]["jitter_key"], n, 3_000_000)
+    cmd1 = commands.make("put_job", c, None, name="j", spec=old, next=nxt, cursor=c, anchor=c)
+    cmd2 = commands.make("put_job", c + 1000, None, name="j", spec=new, next=nxt, cursor=c, anchor=c)
+    a, b = new_state(), new_state()
+    assert apply(a, cmd1)["ok"] and apply(a, cmd2)["ok"]
+    real = sch.zone
+    monkeypatch.setattr(sch, "zone", lambda name: ZoneInfo("Etc/GMT+3") if name == "America/Sao_Paulo" else real(name))
+    assert apply(b, cmd1)["ok"] and apply(b, cmd2)["ok"]
+    pa = (a.jobs["j"]["cursor"], a.jobs["j"]["next"])
+    pb = (b.jobs["j"]["cursor"], b.jobs["j"]["next"])
+    assert pa == pb, ("A", [sch.iso(x) for x in pa], "B", [sch.iso(x) for x in pb])
+
+
+def test_a_schedule_change_soon_after_a_jitter_change_still_fires_todays_new_slot():
+    """Daily cron 09:00 UTC, jitter_s 600 -> 3000 after today's slot fired at its old offset,
+    its new offset later: the cursor moves up over today's slot at its new offset (at most a
+    jitter ahead), not to tomorrow. A replace to "0 12 * * *" minutes later (a changed schedule:
+    starts from the PUT or the cursor when ahead) fires today's 12:00 (the first version moved
+    the cursor to tomorrow 08:59:59.999, and today's 12:00 never fired nor was recorded)."""
+    from raftsched.core import schedule as sch
+    st, raft, clock, trig = setup(n_jobs=0)
+    svc = Service(raft, clock, "n1")
+    D = 86_400_000
+    base = dict(spec(every_s=3600, pol="fire_all", grace_s=3600))
+    base["schedule"] = {"cron": "0 9 * * *"}
+    # find a day whose 09:00 has old offset < new offset (name "j0")
+    day0 = (clock.now_ms() // D + 1) * D
+    for d in range(50):
+        n9 = day0 + d * D + 9 * 3600_000
+        if sch.jitter_offset_ms("j0", n9, 600_000) + 60_000 < sch.jitter_offset_ms("j0", n9, 3_000_000):
+            break
+    clock.advance(n9 - 3600_000 - clock.now_ms())  # 08:00
+    asyncio.run(svc.put_job("j0", dict(base, jitter_s=600), None))
+    while clock.now_ms() < n9 + sch.jitter_offset_ms("j0", n9, 600_000) + 20_000:
+        asyncio.run(trig.tick())
+        clock.advance(1000)
+    assert any(r["job"] == "j0" for r in st.runs.values()), "today's 09:00 fired"
+    asyncio.run(svc.put_job("j0", dict(base, jitter_s=3000), None))
+    other = dict(base, schedule={"cron": "0 12 * * *"})
+    asyncio.run(svc.put_job("j0", other, None))
+    noon = n9 + 3 * 3600_000
+    clock.advance(noon + 60_000 - clock.now_ms())
+    asyncio.run(trig.tick())
+    slots = sorted(r["slot"] for r in st.runs.values() if r["job"] == "j0")
+    assert noon in slots, [sch.iso(x) for x in slots]
+
+
+def test_jitter_on_a_parent_with_a_same_slot_child_is_still_refused():
+    from raftsched.core.errors import InvalidSpec
+    st, raft, clock, trig = setup(n_jobs=0)
+    svc = Service(raft, clock, "n1")
+    phased = {"every_s": 60, "start_at": "2030-01-01T00:00:00Z"}
+    par = dict(spec(), schedule=phased)
+    asyncio.run(svc.put_job("p", par, None))
+    asyncio.run(svc.put_job("k", dict(spec(), schedule=phased, after=["p"]), None))
+    with pytest.raises(InvalidSpec):
+        asyncio.run(svc.put_job("p", dict(par, jitter_s=5), None))
+    # batch path too
+    with pytest.raises(InvalidSpec, match="never meet"):
+        asyncio.run(svc.put_jobs({"jobs": {"p": dict(par, jitter_s=5)}}, None))
+    assert "jitter_ms" not in st.jobs["p"]["spec"]["schedule"]
+
+
+@pytest.mark.parametrize("catch_up", [False, True])
+@pytest.mark.parametrize("old_j, new_j, at_min", [(600, 3000, 20), (3000, 600, 20), (3000, 600, 55), (0, 3000, 30)])
+def test_paused_job_jitter_change_then_resume(catch_up, old_j, new_j, at_min):
+    st, raft, clock, trig = setup(n_jobs=0)
+    svc = Service(raft, clock, "n1")
+    H = 3600 * 1000
+    raw = dict(spec(every_s=3600, pol="fire_all", grace_s=3600), **({"jitter_s": old_j} if old_j else {}))
+    raw["schedule"] = {"cron": "0 * * * *"}
+    clock.advance(H // 2)
+    asyncio.run(svc.put_job("j0", raw, None))
+    first = st.jobs["j0"]["next"] // H
+    clock.advance(first * H - clock.now_ms())
+    for _ in range(at_min * 6):
+        asyncio.run(trig.tick())
+        clock.advance(10_000)
+    asyncio.run(svc.pause_job("j0", None))
+    new = dict(raw)
+    new.pop("jitter_s", None)
+    if new_j:
+        new["jitter_s"] = new_j
+    asyncio.run(svc.put_job("j0", new, None))
+    for _ in range(30):
+        asyncio.run(trig.tick())
+        clock.advance(10_000)
+    asyncio.run(svc.resume_job("j0", None, catch_up=catch_up))
+    while clock.now_ms() < (first + 4) * H:
+        asyncio.run(trig.tick())
+        clock.advance(10_000)
+    c = {}
+    for r in st.runs.values():
+        if r["job"] == "j0":
+            lo = r["slot"] // H
+            hi = (r.get("slot_to") or r["slot"]) // H
+            for h in range(lo, hi + 1):
+                c.setdefault(h - first, []).append((r["state"], r.get("reason")))
+    assert sorted(c) == list(range(4)) and all(len(v) == 1 for v in c.values()), c
+
+
+def test_after_an_outage_a_jitter_change_leaves_no_slot_unrecorded():
+    """Hourly cron, jitter_s 3000, overlap forbid (fires at the slot: cursor = now). The leader is
+    down from h-1:00 to h:10; the catch-up tick at h:10 (slot h-1 missed) leaves cursor = h:10
+    with next = h + off_old(h) (> h:10). A replace to jitter_s 600 where off_new(h) < 10 min:
+    slot h's new instant is behind the cursor; it is late, and its misfire policy decides it
+    (the first version walked on from the cursor: neither fired nor recorded, I5)."""
+    from raftsched.core import schedule as sch
+    st, raft, clock, trig = setup(n_jobs=0)
+    svc = Service(raft, clock, "n1")
+    H, M = 3600_000, 60_000
+    raw = dict(spec(every_s=3600, pol="skip", grace_s=60), jitter_s=3000, overlap={"policy": "forbid"})
+    raw["schedule"] = {"cron": "0 * * * *"}
+    h0 = (clock.now_ms() // H + 1) * H
+    for k in range(2, 200):
+        h = h0 + k * H
+        if sch.jitter_offset_ms("j0", h, 3_000_000) > 12 * M and sch.jitter_offset_ms("j0", h, 600_000) < 9 * M:
+            break
+    clock.advance(h - 2 * H - clock.now_ms())
+    asyncio.run(svc.put_job("j0", raw, None))
+    while clock.now_ms() < h - H:  # up to h-1:00
+        asyncio.run(trig.tick())
+        clock.advance(10_000)
+    clock.advance(h + 10 * M - clock.now_ms())  # the leader was down until h:10
+    asyncio.run(trig.tick())
+    clock.advance(2 * M)
+    asyncio.run(svc.put_job("j0", dict(raw, jitter_s=600), None))
+    while clock.now_ms() < h + 2 * H:
+        asyncio.run(trig.tick())
+        clock.advance(10_000)
+    hours = {}
+    for r in st.runs.values():
+        if r["job"] == "j0":
+            for x in range(r["slot"] // H, (r.get("slot_to") or r["slot"]) // H + 1):
+                hours.setdefault(x * H, []).append(r["state"])
+    assert h in hours, {sch.iso(k): v for k, v in sorted(hours.items())}
+
+
+def test_a_jitter_change_planned_before_a_fire_is_refused_as_stale_and_changes_nothing():
+    """The proposer plans the position from the job as it reads it; a fire committed before the
+    put (the trigger fired the job meanwhile) makes that position stale: apply refuses it (409,
+    send it again), computing nothing, and the job is as the fire left it. Sent again, it
+    applies."""
+    st, raft, clock, trig = setup(n_jobs=0)
+    svc = Service(raft, clock, "n1")
+    raw = dict(spec(every_s=60, pol="fire_all", grace_s=3600), jitter_s=30)
+    asyncio.run(svc.put_job("j0", raw, None))
+    new = dict(raw, jitter_s=50)
+    spec_new = model.validate_job("j0", new, clock.now_ms())
+    cursor, anchor, nxt, was = svc._position("j0", spec_new["schedule"], clock.now_ms())
+    assert was is not None
+    clock.advance(st.jobs["j0"]["next"] + 1 - clock.now_ms())
+    asyncio.run(trig.tick())  # the job fires: its cursor and next move
+    fired = dict(st.jobs["j0"])
+    cmd = commands.put_job(clock.now_ms(), None, name="j0", spec=spec_new, next=nxt, cursor=cursor, anchor=anchor,
+                           create_only=False, was=was)
+    res = apply(st, cmd)
+    assert not res["ok"] and res["error"]["code"] == "conflict" and "send it again" in res["error"]["message"], res
+    assert st.jobs["j0"] == fired
+    asyncio.run(svc.put_job("j0", new, None))
+    assert st.jobs["j0"]["spec"]["schedule"]["jitter_ms"] == 50_000 and st.jobs["j0"]["cursor"] >= fired["cursor"]
