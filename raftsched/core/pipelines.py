@@ -483,10 +483,17 @@ def _in_range_record(s: SchedulerState, c: str, slot: int) -> bool:
     if c not in s.pipes.ranged:
         return False
     runs = s.runs
+    ranges = False
     for rid in s.history.get(c, ()):
         r = runs[rid]
-        if "slot_to" in r and r["slot"] <= slot <= r["slot_to"]:
-            return True
+        if "slot_to" in r:
+            if r["slot"] <= slot <= r["slot_to"]:
+                return True
+            ranges = True
+    if not ranges:
+        # Its ranges were trimmed from its history (or cut away): no scan until it records
+        # another. (Only which scans run differs from a replica that rebuilt the set: I3.)
+        s.pipes.ranged.discard(c)
     return False
 
 
