@@ -257,3 +257,31 @@ def test_explain_lists_a_slot_no_parent_has_reported_yet_as_waiting():
     assert pipelines.waiting_run(s, f"rd@{S1}")["state"] == "waiting"
     finish(s, g, S1 + 1, True)
     assert pipelines.pending(s, "rd", 20) == []
+
+
+def test_a_forced_delete_of_a_parent_with_a_backlog_records_each_childs_slots_as_ranges():
+    """a's 40 slots queued (no worker), b and d after it, c after b; b ran one slot by hand. A
+    forced delete of a records each child's slots dependency_missing as ranges around what the
+    child decided itself (one record a slot made 40 records a child, and a backlog of 10 000
+    with 16 children 160 000 in one command), and c follows b's ranges."""
+    from raftsched.core import limits
+    from raftsched.core.records import RECORDED
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(after=["a"])), ("d", job_raw(after=["a"])),
+                    ("c", job_raw(after=["b"])))
+    last = T0 + 400 * SEC
+    tick(s, last)
+    slots = sorted(s.runs[r]["slot"] for r in s.history["a"])
+    assert len(slots) == 40 > limits.delete_slots_recorded_one_by_one
+    mid = slots[20]
+    assert apply(s, commands.trigger_job(last, None, name="b", extra={"slot": mid}))["ok"]
+    assert apply(s, commands.delete_job(last + 1, None, name="a", force=True))["ok"]
+
+    def entries(job):
+        return [(s.runs[r]["slot"], s.runs[r].get("slot_to"), s.runs[r].get("count"), s.runs[r].get("reason"))
+                for r in s.history[job] if s.runs[r]["kind"] == "recorded"]
+    assert entries("d") == [(slots[0], slots[-1], 40, "dependency_missing")]
+    assert entries("b") == [(slots[0], slots[19], 20, "dependency_missing"), (slots[21], slots[-1], 19, "dependency_missing")]
+    assert s.jobs["b"]["stats"][RECORDED] == 39 and s.jobs["d"]["stats"][RECORDED] == 40
+    assert sorted((x[0], x[1], x[3]) for x in entries("c")) == [(slots[0], slots[19], "upstream_missed"),
+                                                        (slots[21], slots[-1], "upstream_missed")]
+    assert restored(s).snapshot() == s.snapshot()

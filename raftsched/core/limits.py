@@ -439,6 +439,9 @@ children_per_job_max = 10_000
 #: more) has the rest offered by the leader's fanout_step commands, this many each, so that no
 #: apply holds a replica for long (docs/pipelines.md, "Fan-out").
 fanout_per_command = 500
+#: A forced delete of a parent records each of its unfinished runs' slots dependency_missing in
+#: each triggered child: one record a slot up to this many, ranges beyond (pipelines.on_delete).
+delete_slots_recorded_one_by_one = 16
 #: Slots of one child waiting for their parents at once; a new one beyond it records the oldest
 #: ``upstream_timeout``.
 joins_per_child_max = 1_000

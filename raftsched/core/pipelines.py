@@ -257,12 +257,54 @@ def on_delete(s: SchedulerState, name: str, spec: Record, now: int, unfinished: 
             _decide(s, c, slot, "dependency_missing", why, now, work)
         child = s.jobs.get(c)
         if child is not None and "schedule" not in child["spec"]:
-            for slot in unfinished:
-                # (a slot a trigger or a record of its own decided already stays as it is)
-                if f"{c}@{slot}" not in s.runs and _held_by(s, f"{c}@{slot}") is None \
-                        and not _in_range_record(s, c, slot):
+            # (a slot a trigger or a record of its own decided already stays as it is)
+            undecided = [slot for slot in unfinished if f"{c}@{slot}" not in s.runs
+                         and _held_by(s, f"{c}@{slot}") is None and not _in_range_record(s, c, slot)]
+            if len(undecided) <= limits.delete_slots_recorded_one_by_one:
+                for slot in undecided:
                     _decide(s, c, slot, "dependency_missing", why, now, work)
+            else:
+                _missing_ranges(s, child, undecided, why, now, work)
     _drain(s, work, now)
+
+
+def _missing_ranges(s: SchedulerState, child: Record, slots: list[int], why: str, now: int,
+                    work: list[tuple[Record, int]]) -> None:
+    """Record ``slots`` (ascending) of ``child`` ``dependency_missing`` as ranges, as a misfire
+    records a parent's missed slots: each run of them with no entry of the child between
+    (a run, a record, a range) is one record with its ``count``, a lone slot a record of its
+    own. A forced delete of a parent with a backlog of 10 000 runs and 16 children made 160 000
+    records (and events) in one command, every replica stalled ~0.5 s for it, and a history of
+    100 kept the last 100."""
+    c = child["name"]
+    runs = s.runs
+    lo, hi = slots[0], slots[-1]
+    taken = sorted(x for x in ((runs[r]["slot"], runs[r]["slot_to"] if "slot_to" in runs[r] else runs[r]["slot"])
+                               for r in s.history.get(c, ())) if x[0] <= hi and x[1] >= lo)
+    starts = [a for a, _ in taken]
+    ends = list(itertools.accumulate((b for _, b in taken), max))  # the furthest end of the first k
+    groups: list[list[int]] = [[slots[0]]]
+    for slot in slots[1:]:
+        prev = groups[-1][-1]
+        # an entry of the child starts in (prev, slot), or one that starts at or before prev
+        # reaches past it
+        k = bisect.bisect_right(starts, prev)
+        if (k < len(starts) and starts[k] < slot) or (k > 0 and ends[k - 1] > prev):
+            groups.append([slot])
+        else:
+            groups[-1].append(slot)
+    for g in groups:
+        if len(g) == 1:
+            _decide(s, c, g[0], "dependency_missing", why, now, work)
+            continue
+        entry = {"id": f"{c}@{g[0]}", "job": c, "slot": g[0], "state": "skipped", "reason": "dependency_missing",
+                 "kind": "recorded", "fired_at": now, "error": why, "slot_to": g[-1], "count": len(g)}
+        s.pipes.ranged.add(c)
+        fire.add_entry(s, child, entry)
+        child["stats"][RECORDED] += len(g)
+        on_slot_recorded(s, entry, now)
+        deadlines.on_finish(s, entry, now)  # the range's first slot
+        work.append((entry, now))
 
 
 # ------------------------------------------------------------------ propagation (apply)
