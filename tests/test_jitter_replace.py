@@ -12,10 +12,13 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from raftsched.core import commands, model
+from raftsched.core import schedule as sch
 from raftsched.node.service import Service
 
 from core_helpers import T0, apply, new_state, spec_of
 from test_trigger import setup, spec
+
+MIN = 60_000
 
 
 def covered(st, name):
@@ -295,3 +298,168 @@ def test_a_jitter_change_planned_before_a_fire_is_refused_as_stale_and_changes_n
     assert st.jobs["j0"] == fired
     asyncio.run(svc.put_job("j0", new, None))
     assert st.jobs["j0"]["spec"]["schedule"]["jitter_ms"] == 50_000 and st.jobs["j0"]["cursor"] >= fired["cursor"]
+
+
+# ------------------------------------------------------------------ a second review: ids, retries
+def _ticks(trig, clock, until, step=100):
+    while clock.now_ms() < until:
+        asyncio.run(trig.tick())
+        clock.advance(step)
+
+
+def _first_minute(clock, want):
+    m0 = (clock.now_ms() // MIN + 2) * MIN
+    for k in range(500):
+        M = m0 + k * MIN
+        if want(M):
+            return M
+    raise AssertionError("no minute found")
+
+
+def test_a_clamp_back_onto_the_id_of_a_run_an_older_schedule_made_leaves_that_run_the_slots():
+    """A (every 10 s, on the minute grid) fired slot M. At M+5 s a replace to B = "* * * * *"
+    jitter_s 50 (a changed schedule: starts after A's cursor; next = M + off(M)). Then a replace
+    dropping jitter_s (jitter-only): rejitter_position clamps the cursor back to M-1, next M, so
+    the trigger fires slot M again: the id j0@M of A's run (I2)."""
+    st, raft, clock, trig = setup(n_jobs=0)
+    svc = Service(raft, clock, "n1")
+    M = _first_minute(clock, lambda M: sch.jitter_offset_ms("j0", M, 50_000) >= 25_000)
+    start = sch.iso(M - 10 * MIN)
+    a = dict(spec(every_s=10, pol="fire_all", grace_s=3600), schedule={"every_s": 10, "start_at": start})
+    clock.advance(M - 2 * MIN - clock.now_ms())
+    asyncio.run(svc.put_job("j0", a, None))
+    _ticks(trig, clock, M + 5000)
+    assert f"j0@{M}" in st.runs and st.runs[f"j0@{M}"]["kind"] == "scheduled"
+    b = dict(spec(every_s=60, pol="fire_all", grace_s=3600), schedule={"cron": "* * * * *"}, jitter_s=50)
+    asyncio.run(svc.put_job("j0", b, None))
+    b2 = dict(b)
+    b2.pop("jitter_s")
+    asyncio.run(svc.put_job("j0", b2, None))
+    _ticks(trig, clock, M + 2 * MIN)
+    assert st.jobs["j0"]["cursor"] > M, "the job is stuck: its fire of slot M is refused"
+
+
+def test_another_job_in_the_same_fires_goes_on_firing():
+    """As above, plus an unrelated job k ("* * * * *"): k's fires ride in the same fire command
+    as j0's refused one, and k never fires either."""
+    st, raft, clock, trig = setup(n_jobs=0)
+    svc = Service(raft, clock, "n1")
+    M = _first_minute(clock, lambda M: sch.jitter_offset_ms("j0", M, 50_000) >= 25_000)
+    start = sch.iso(M - 10 * MIN)
+    a = dict(spec(every_s=10, pol="fire_all", grace_s=3600), schedule={"every_s": 10, "start_at": start})
+    clock.advance(M - 2 * MIN - clock.now_ms())
+    asyncio.run(svc.put_job("j0", a, None))
+    asyncio.run(svc.put_job("k", dict(spec(every_s=60), schedule={"cron": "* * * * *"}), None))
+    _ticks(trig, clock, M + 5000)
+    b = dict(spec(every_s=60, pol="fire_all", grace_s=3600), schedule={"cron": "* * * * *"}, jitter_s=50)
+    asyncio.run(svc.put_job("j0", b, None))
+    b2 = dict(b)
+    b2.pop("jitter_s")
+    asyncio.run(svc.put_job("j0", b2, None))
+    _ticks(trig, clock, M + 5 * MIN)
+    k_slots = sorted((r["slot"] - M) // MIN for r in st.runs.values() if r["job"] == "k")
+    assert k_slots[-1] >= 4, ("k's slots (minutes from M)", k_slots)
+
+
+def test_a_clamp_back_onto_a_slot_triggered_by_hand_leaves_that_run_the_slots():
+    """A "* * * * *" jitter_s 50 job made at M+5 s (its first slot is M at M+off(M)); someone
+    triggers the run for slot M (allowed: M <= cursor). Dropping jitter_s clamps the cursor back
+    to M-1 with next M: the fire of slot M meets the id j0@M."""
+    st, raft, clock, trig = setup(n_jobs=0)
+    svc = Service(raft, clock, "n1")
+    M = _first_minute(clock, lambda M: sch.jitter_offset_ms("j0", M, 50_000) >= 25_000)
+    clock.advance(M + 5000 - clock.now_ms())
+    b = dict(spec(every_s=60, pol="fire_all", grace_s=3600), schedule={"cron": "* * * * *"}, jitter_s=50)
+    asyncio.run(svc.put_job("j0", b, None))
+    res = asyncio.run(raft.propose(commands.encode(commands.trigger_job(clock.now_ms(), None, name="j0",
+                                                                        extra={"slot": M}))))
+    assert res["ok"], res
+    b2 = dict(b)
+    b2.pop("jitter_s")
+    asyncio.run(svc.put_job("j0", b2, None))
+    _ticks(trig, clock, M + 3 * MIN)
+    assert st.jobs["j0"]["cursor"] > M + MIN, ("stuck", st.jobs["j0"]["cursor"] - M, trig.last_fire_error)
+
+
+def test_a_stale_jitter_replace_sent_again_with_its_idempotency_key_applies():
+    """docs/api.md: a jitter change planned before a fire is 409 "send it again", "and sending
+    it again succeeds". Sent again with the same Idempotency-Key (the documented way to retry a
+    write), the state machine replays the first result: 409 again, for good."""
+    from raftsched.core import model
+    from raftsched.core.errors import RaftschedError
+    st, raft, clock, trig = setup(n_jobs=0)
+    svc = Service(raft, clock, "n1")
+    raw = dict(spec(every_s=60, pol="fire_all", grace_s=3600), jitter_s=30)
+    asyncio.run(svc.put_job("j0", raw, None))
+    new = dict(raw, jitter_s=50)
+    spec_new = model.validate_job("j0", new, clock.now_ms())
+    cursor, anchor, nxt, was = svc._position("j0", spec_new["schedule"], clock.now_ms())
+    clock.advance(st.jobs["j0"]["next"] + 1 - clock.now_ms())
+    asyncio.run(trig.tick())
+    cmd = commands.put_job(clock.now_ms(), "put-j0-1", name="j0", spec=spec_new, next=nxt, cursor=cursor,
+                           anchor=anchor, create_only=False, was=was)
+    res = asyncio.run(raft.propose(commands.encode(cmd)))
+    assert not res["ok"]
+    try:
+        out = asyncio.run(svc.put_job("j0", new, "put-j0-1"))
+    except RaftschedError as e:
+        pytest.fail(f"retry with the same key: {type(e).__name__}: {e.message} {e.extra}")
+    assert st.jobs["j0"]["spec"]["schedule"]["jitter_ms"] == 50_000, out
+
+
+def test_a_batch_item_refused_as_stale_is_planned_again_within_the_request():
+    """POST /v1/jobs:batch changing jitter_s of j0 and j1; j0 fires between the cut and the
+    commit (an item 'stale'). docs/api.md "Retrying a batch": the same body with the same key
+    re-proposes the same commands... it replays, and j0 stays refused."""
+    st, raft, clock, trig = setup(n_jobs=0)
+    svc = Service(raft, clock, "n1")
+    raw = dict(spec(every_s=60, pol="fire_all", grace_s=3600), jitter_s=30)
+    asyncio.run(svc.put_job("j0", raw, None))
+    asyncio.run(svc.put_job("j1", raw, None))
+    clock.advance(min(st.jobs["j0"]["next"], st.jobs["j1"]["next"]) - 5000 - clock.now_ms())
+    real = raft.propose
+    fired = []
+
+    async def propose(data, timeout_s=5.0):
+        if commands.decode(data)["op"] == "put_jobs" and not fired:
+            fired.append(1)
+            clock.advance(6000)
+            await trig.tick()  # a fire commits while the batch is in flight
+        return await real(data, timeout_s)
+    raft.propose = propose
+    body = {"jobs": {"j0": dict(raw, jitter_s=50), "j1": dict(raw, jitter_s=50)}}
+    out1 = asyncio.run(svc.put_jobs(body, "sync-1"))
+    assert fired and all("error" not in v for v in out1["jobs"].values()), out1
+    assert all(st.jobs[n]["spec"]["schedule"]["jitter_ms"] == 50_000 for n in ("j0", "j1"))
+    again = asyncio.run(svc.put_jobs(body, "sync-1"))  # the same request again: replayed
+    assert again.pop("duplicate") and again == out1
+
+
+def test_a_former_pipeline_child_given_a_schedule_keeps_its_triggered_run_the_slots():
+    """c ran after p ("* * * * *") and has the run c@M of p's slot M. At M+5 s c gets its own
+    schedule "* * * * *" jitter_s 50 (a changed schedule: starts after M, its history's floor; next
+    M + off(M)). Dropping the jitter then clamps c's cursor back to M-1, next M: c@M again."""
+    from raftsched.core import queries
+    from core_helpers import put_cmd, tick as core_tick
+    from pipeline_helpers import T0, apply, chain_state, finish, job_raw, lease
+    from raftsched.core import model
+    M = T0 - T0 % MIN + MIN
+    while sch.jitter_offset_ms("c", M, 50_000) < 25_000:
+        M += MIN
+    s = chain_state(("p", job_raw(schedule={"cron": "* * * * *"})), ("c", job_raw(after=["p"])))
+    core_tick(s, M)
+    for g in lease(s, M):
+        finish(s, g, M + 1000, True)
+    assert f"c@{M}" in s.runs
+    raw = job_raw(schedule={"cron": "* * * * *"}, jitter_s=50)
+    spec1 = model.validate_job("c", raw, M + 5000)
+    assert apply(s, put_cmd(s, "c", spec1, M + 5000))["ok"]
+    raw2 = job_raw(schedule={"cron": "* * * * *"})
+    spec2 = model.validate_job("c", raw2, M + 6000)
+    cursor, anchor, nxt, was = queries.rejitter_position(s, "c", spec2["schedule"])
+    res = apply(s, commands.put_job(M + 6000, None, name="c", spec=spec2, next=nxt, cursor=cursor, anchor=anchor,
+                                    create_only=False, was=was))
+    assert res["ok"], res
+    assert s.jobs["c"]["next"] > M  # c@M is the slot's run
+    _cmd, res = core_tick(s, M + MIN + 1000)
+    assert res is not None and res["ok"], res

@@ -71,7 +71,8 @@ class Conflict(RaftschedError):
 
 class StaleReplace(Conflict):
     """A replace of a job's schedule planned from a view older than the job's cursor (the job
-    fired ahead meanwhile): refused, changing nothing; sending it again plans from a newer view."""
+    fired ahead meanwhile): refused, changing nothing; sending it again plans from a newer view.
+    Its answer says ``"stale": true`` (a Conflict by its code: the node plans it again)."""
 
 
 class InvalidSpec(RaftschedError, ValueError):

@@ -183,9 +183,10 @@ def put_job(s: SchedulerState, cmd: Command, now: int, pending: dict[str, Record
         # Only the jitter changed: the proposer's position (queries.rejitter_position; apply
         # computes no slot, I4), as long as nothing fired, replaced or deleted the job since.
         if old is None or not same_but_jitter(old["spec"].get("schedule"), spec.get("schedule")) \
-                or was != position_digest(old) or anchor != old["anchor"]:
+                or was != position_digest(old) or anchor != old["anchor"] or f"{name}@{nxt}" in s.runs:
+            # (the last: a trigger of that slot by hand since, which moves none of the three)
             raise StaleReplace(f"job {name!r} fired or was replaced while this change of its jitter was "
-                               "planned; send it again", field="name")
+                               "planned; send it again", field="name", stale=True)
         kept = (cursor, anchor, nxt)
     floor = floor_of(s, old) if kept is None and old is not None else None  # (one history scan)
     if kept is not None:
@@ -204,7 +205,7 @@ def put_job(s: SchedulerState, cmd: Command, now: int, pending: dict[str, Record
         if nxt is not None and nxt <= cursor:
             raise StaleReplace(
                 f"job {name!r} fired up to {cursor} while this replace was planned from an older "
-                f"view; send it again", field="name")
+                f"view; send it again", field="name", stale=True)
     if old is not None and old["spec"]["tenant"] != spec["tenant"]:
         # A run belongs to the tenant its job had when the run was made, everywhere: a recorded
         # slot carries none of its own (its job's is read), so it is given the old one now.

@@ -81,7 +81,7 @@ def rejitter_position(s: SchedulerState, name: str, sched: Record) -> tuple[int,
     it). The trigger walks from the cursor: it moves up over a slot before that one which would
     come again at its new offset (at most a jitter ahead of the slot it ran at), or back to just
     before that one when the trigger fired ahead past its new instant (no slot before it lies
-    later). ``was`` is the job's position_digest as read here: apply takes the position only if
+    later), unless a run has that slot's id already (then that run is the slot's). ``was`` is the job's position_digest as read here: apply takes the position only if
     the job is still there (jobs.put_job), and computes no slot."""
     old = s.jobs.get(name)
     if old is None or old["next"] is None or not same_but_jitter(old["spec"].get("schedule"), sched):
@@ -91,8 +91,14 @@ def rejitter_position(s: SchedulerState, name: str, sched: Record) -> tuple[int,
     nxt = None if n is None else schedule.next_slot_after(sched, n - 1, anchor)
     if nxt is None:
         return None
-    if cursor >= nxt:
+    if cursor >= nxt and f"{name}@{nxt}" not in s.runs:
         cursor = nxt - 1
+    elif cursor >= nxt:
+        # Its id is a run's already (a trigger of that slot by hand; a run of an older schedule,
+        # or of a triggered job's parent, that took that instant): that run is the slot's.
+        nxt = schedule.next_slot_after(sched, cursor, anchor)
+        if nxt is None:
+            return None
     else:
         for _ in range(_REJITTER_STEPS):
             x = schedule.next_slot_after(sched, cursor, anchor)

@@ -118,6 +118,19 @@ async def cut(specs: dict[str, dict], create_only: bool, key: str, now: int,
     return chunks, datas
 
 
+def stale_items(chunks: list[list[dict]], results: list) -> list[str]:
+    """The names of the items the commands' results refused as stale (put_jobs ``stale``)."""
+    out = []
+    for chunk, res in zip(chunks, results):
+        if isinstance(res, dict):
+            out.extend(chunk[i]["name"] for i in res.get("stale") or () if is_index(i, chunk))
+    return out
+
+
+def is_index(i: object, seq: list) -> bool:
+    return isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(seq)
+
+
 def merge(jobs_raw: dict, chunks: list[list[dict]], results: list, key: str) -> dict:
     """One answer from the commands' results (a result, or the exception its proposal raised).
 

@@ -228,6 +228,10 @@ runs_page_max = 10_000
 batch_validate_step = 256
 #: put_jobs commands of one request in flight at once (pipelined through Raft),
 put_jobs_in_flight_max = 8
+#: A replace refused as stale (the job fired while the node planned it: core StaleReplace) is
+#: planned again from the newer view and proposed again, up to this many times, under a request
+#: id derived from the first (so a retried request replays each attempt).
+stale_replans_max = 3
 #: bytes kept free in a put_jobs command for its envelope (v, op, now, rid, the jobs key, the
 #: list header),
 put_jobs_envelope_bytes = 256

@@ -253,11 +253,20 @@ class Service:
         claim = self.check_write(name, spec, tenants)
         self.check_edges(name, spec, tenants)  # (before sealing: a first seal may name the cluster's key)
         spec = await self.seal(name, spec, tenants)
-        cursor, anchor, nxt, was = self._position(name, spec.get("schedule"), now)
-        self.check_slots_meet(name, spec, anchor, tenants)
-        cmd = commands.put_job(now, rid or new_request_id(), name=name, spec=spec, next=nxt, cursor=cursor,
-                               anchor=anchor, create_only=create_only, claim=claim, was=was)
-        res = await self.propose(cmd)
+        rid = rid or new_request_id()
+        for attempt in range(node_limits.stale_replans_max + 1):
+            cursor, anchor, nxt, was = self._position(name, spec.get("schedule"), now)
+            self.check_slots_meet(name, spec, anchor, tenants)
+            cmd = commands.put_job(now, rid if not attempt else f"{rid}~{attempt}", name=name, spec=spec, next=nxt,
+                                   cursor=cursor, anchor=anchor, create_only=create_only, claim=claim, was=was)
+            try:
+                res = await self.propose(cmd)
+                break
+            except Conflict as e:
+                # The job fired while this was planned (a change of its schedule, or of its
+                # jitter): planned again from the newer view.
+                if not e.extra.get("stale") or attempt == node_limits.stale_replans_max:
+                    raise
         return self._out(res, {"job": name, "created": res.get("created", False), "next_slot": schedule.iso(nxt)})
 
     async def put_jobs(self, body, key: str | None, tenants: frozenset | None = None,
@@ -347,6 +356,18 @@ class Service:
                 return await self.propose_data(data)
 
         results = await asyncio.gather(*(one(d) for d in datas), return_exceptions=True)
+        last = (chunks, results)
+        for attempt in range(1, node_limits.stale_replans_max + 1):
+            # Items refused as stale (their job fired while the batch was planned) are planned
+            # again from the newer view, under a key derived from the request's (a retried
+            # request replays each attempt).
+            again = {name: specs[name] for name in batch.stale_items(*last)}
+            if not again:
+                break
+            more, datas = await batch.cut(again, create_only, f"{scope(key) if scope is not None else key}~{attempt}",
+                                          now, lambda name, sched: self._position(name, sched, now, memo), claims)
+            last = (more, await asyncio.gather(*(one(d) for d in datas), return_exceptions=True))
+            chunks, results = chunks + more, results + last[1]
         return batch.merge(jobs_raw, chunks, results, key)
 
     def check_edges(self, name: str, spec: dict, tenants: frozenset | None,
