@@ -279,8 +279,13 @@ def _missing_ranges(s: SchedulerState, child: Record, slots: list[int], why: str
     c = child["name"]
     runs = s.runs
     lo, hi = slots[0], slots[-1]
-    taken = sorted(x for x in ((runs[r]["slot"], runs[r]["slot_to"] if "slot_to" in runs[r] else runs[r]["slot"])
-                               for r in s.history.get(c, ())) if x[0] <= hi and x[1] >= lo)
+    taken = [x for x in ((runs[r]["slot"], runs[r]["slot_to"] if "slot_to" in runs[r] else runs[r]["slot"])
+                         for r in s.history.get(c, ())) if x[0] <= hi and x[1] >= lo]
+    prefix = f"{c}@"
+    for rid in s.pipes.held:  # a slot a backfill holds for it: decided, its run to come
+        if rid.startswith(prefix) and lo <= (x := int(rid[len(prefix):])) <= hi:
+            taken.append((x, x))
+    taken.sort()
     starts = [a for a, _ in taken]
     ends = list(itertools.accumulate((b for _, b in taken), max))  # the furthest end of the first k
     groups: list[list[int]] = [[slots[0]]]
@@ -303,7 +308,12 @@ def _missing_ranges(s: SchedulerState, child: Record, slots: list[int], why: str
         fire.add_entry(s, child, entry)
         child["stats"][RECORDED] += len(g)
         on_slot_recorded(s, entry, now)
-        deadlines.on_finish(s, entry, now)  # the range's first slot
+        deadlines.on_finish(s, entry, now)  # the range's first slot, then each other slot's record
+        book = s.deadlines.slots
+        if book:
+            for slot in g[1:]:
+                if f"{c}@{slot}" in book:
+                    deadlines.on_finish(s, dict(entry, id=f"{c}@{slot}", slot=slot), now)
         work.append((entry, now))
 
 

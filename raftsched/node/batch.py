@@ -71,12 +71,15 @@ async def validate_all(jobs_raw: dict, now_ms: int | None = None) -> dict[str, d
 
 async def cut(specs: dict[str, dict], create_only: bool, key: str, now: int,
               position: Callable[[str, dict], tuple[int, int, int | None, int | None]],
-              claims: dict[str, str | None] | None = None) -> tuple[list[list[dict]], list[bytes]]:
+              claims: dict[str, str | None] | None = None,
+              in_order: bool = False) -> tuple[list[list[dict]], list[bytes]]:
     """The put_jobs commands for ``specs``: their items (``chunks``) and their encodings.
     ``position(name, schedule)`` gives each job's ``(cursor, anchor, next, was)``
     (Service._position; ``was`` written only when not None); ``claims`` each
     job's put_job ``claim`` (node/tenancy.py), when it has one: it depends on the token and the
-    spec only, so a retry cuts the same commands."""
+    spec only, so a retry cuts the same commands. The items go by name, or in the order of
+    ``specs`` with ``in_order`` (pipelines: parents first, so that a child is checked against
+    its parent as stored when the parent's item is refused)."""
     step = node_limits.batch_validate_step
     chunks: list[list[dict]] = []  # put_jobs items
     hashes: list = []
@@ -84,7 +87,7 @@ async def cut(specs: dict[str, dict], create_only: bool, key: str, now: int,
     cur: list[dict] = []
     cur_bytes = 0
     h = None
-    for k, name in enumerate(sorted(specs)):
+    for k, name in enumerate(specs if in_order else sorted(specs)):
         if k and k % step == 0:
             await asyncio.sleep(0)
         spec = specs[name]
@@ -150,6 +153,8 @@ def merge(jobs_raw: dict, chunks: list[list[dict]], results: list, key: str) -> 
             if not isinstance(res, RaftschedError):
                 raise res  # a bug: the middleware logs it (500)
             failures.append(res)
+            for name in names:  # (a stale item planned again: its last command's outcome stands)
+                done.pop(name, None)
             (not_committed if res.definite else unknown).extend(names)
             continue
         gens, created, conflicts = res.get("gen"), res.get("created"), set(res.get("conflicts") or ())

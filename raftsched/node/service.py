@@ -345,7 +345,7 @@ class Service:
             specs[name] = spec
         memo: dict = {}
         chunks, datas = await batch.cut(specs, create_only, scope(key) if scope is not None else key, now,
-                                        lambda name, sched: self._position(name, sched, now, memo), claims)
+                                        lambda name, sched: self._position(name, sched, now, memo), claims, piped)
 
         # A batch with pipelines goes one command at a time, in order: a chunk's parents are in
         # the state (or its own chunk) when it applies.
@@ -365,7 +365,8 @@ class Service:
             if not again:
                 break
             more, datas = await batch.cut(again, create_only, f"{scope(key) if scope is not None else key}~{attempt}",
-                                          now, lambda name, sched: self._position(name, sched, now, memo), claims)
+                                          now, lambda name, sched: self._position(name, sched, now, memo), claims,
+                                          piped)
             last = (more, await asyncio.gather(*(one(d) for d in datas), return_exceptions=True))
             chunks, results = chunks + more, results + last[1]
         return batch.merge(jobs_raw, chunks, results, key)
