@@ -273,23 +273,19 @@ class SchedulerState:
         if op not in _RUNS_UNTOUCHED:
             self._trim_epoch += 1  # its runs may have changed state (fire.trim's scan cache)
         handler = HANDLERS.get(op)
-        remember = True
         try:
             if handler is None:
                 raise InvalidCommand(f"unknown op {cmd['op']!r}")
             res = handler(self, cmd, self.now_ms)
         except RaftschedError as e:
             res = err(e)
-            # A replace refused as stale changed nothing, and its request sent again is to be
-            # planned afresh, not answered the same refusal for good (jobs.put_job).
-            remember = not e.extra.get("stale")
         except Exception as e:
             # A bug, not a request: refuse as a value rather than wedge the replica. Every
             # replica runs the same code on the same input, so all refuse alike. It is an
             # ``internal`` error (HTTP 500): the proposer logs it with its command, and so does
             # every replica's consumer (replication/_consumer.py).
             res = err(RaftschedError(f"{cmd['op']} could not be applied (a bug): {type(e).__name__}: {e}"))
-        if rid is not None and remember:
+        if rid is not None:
             self.requests[rid] = [request_what(cmd), res]
             while len(self.requests) > limits.request_ids_max:
                 self.requests.popitem(last=False)

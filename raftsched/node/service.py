@@ -254,18 +254,26 @@ class Service:
         self.check_edges(name, spec, tenants)  # (before sealing: a first seal may name the cluster's key)
         spec = await self.seal(name, spec, tenants)
         rid = rid or new_request_id()
-        for attempt in range(node_limits.stale_replans_max + 1):
+        # A replace refused as stale (the job fired while this was planned: a change of its
+        # schedule, or of its jitter) is planned again from the newer view, under request ids
+        # derived from the first; a request sent again skips the tries its state remembers
+        # refused so, and replays the one that applied.
+        attempt = fresh = 0
+        while True:
             cursor, anchor, nxt, was = self._position(name, spec.get("schedule"), now)
             self.check_slots_meet(name, spec, anchor, tenants)
             cmd = commands.put_job(now, rid if not attempt else f"{rid}~{attempt}", name=name, spec=spec, next=nxt,
                                    cursor=cursor, anchor=anchor, create_only=create_only, claim=claim, was=was)
+            seen = self.read(queries.replayed, cmd)
+            attempt += 1
+            if seen is not None and not seen.get("ok") and (seen.get("error") or {}).get("stale"):
+                continue  # an earlier try's stale refusal: not counted
             try:
                 res = await self.propose(cmd)
                 break
             except Conflict as e:
-                # The job fired while this was planned (a change of its schedule, or of its
-                # jitter): planned again from the newer view.
-                if not e.extra.get("stale") or attempt == node_limits.stale_replans_max:
+                fresh += 1
+                if not e.extra.get("stale") or fresh > node_limits.stale_replans_max:
                     raise
         return self._out(res, {"job": name, "created": res.get("created", False), "next_slot": schedule.iso(nxt)})
 
@@ -308,7 +316,7 @@ class Service:
                 except InvalidSpec as e:
                     raise InvalidSpec(f"job {name!r}: {e.message}", field=e.field, job=name, invalid=1,
                                       errors=[{"job": name, "field": e.field, "message": e.message}]) from None
-            specs = {n: specs[n] for n in pipelines.parents_first(specs)}
+            specs = {n: specs[n] for n in pipelines.parents_first({n: specs[n] for n in sorted(specs)})}
         # Gated children whose slots would never meet a parent's (in the batch or stored), either
         # way: each job's anchor as the cut below computes it.
         anchors: dict[str, int] = {}
