@@ -645,12 +645,14 @@ def test_a_forked_child_does_not_keep_a_shadow_lock_another_thread_holds(tmp_pat
         os.waitpid(pid, 0)
 
 
-@pytest.mark.parametrize("damage", ["empty", "truncated", "garbage"])
-def test_a_node_whose_dump_cannot_be_loaded_stops_instead_of_serving_nothing(tmp_path, monkeypatch, damage):
+@pytest.mark.parametrize("name, damage", [("raft.dump", "empty"), ("raft.dump", "truncated"), ("raft.dump", "garbage"),
+                                          ("raft.journal.meta", "empty")])
+def test_a_node_whose_dump_or_vote_cannot_be_loaded_stops_instead_of_serving(tmp_path, monkeypatch, name, damage):
     """pysyncobj's loader logs a dump it cannot read and goes on: the node kept an empty state
     that its journal (trimmed to the dump) could never rebuild, while it voted, acknowledged
     entries and could lead (then nothing committed). It stops with its own status instead;
-    the other members go on."""
+    the other members go on. So does a node whose term and vote (the journal's meta) cannot be
+    read: it could vote twice in one term (exit 78)."""
     exits: list[int] = []
     monkeypatch.setattr(_storage, "_exit_process", exits.append)  # (the node thread goes on: recorded only)
     monkeypatch.setattr(_storage.logging, "shutdown", lambda: None)
@@ -666,14 +668,14 @@ def test_a_node_whose_dump_cannot_be_loaded_stops_instead_of_serving_nothing(tmp
                              10, "a dump on every node")
             victim = next(a for a in c.addrs if a != leader)
             c.stop(victim)
-            path = os.path.join(c.dirs[victim], "raft.dump")
+            path = os.path.join(c.dirs[victim], name)
             with open(path, "rb") as f:
                 whole = f.read()
             with open(path, "wb") as f:
                 f.write({"empty": b"", "truncated": whole[:len(whole) // 2], "garbage": os.urandom(len(whole))}[damage])
             c.start(victim)
             await wait_until(lambda: exits, 10, "the victim to stop")
-            assert exits == [_storage.EXIT_DUMP_UNREADABLE]
+            assert exits == [_storage.EXIT_DUMP_UNREADABLE if name == "raft.dump" else _storage.EXIT_META_UNREADABLE]
             c.stop(victim)  # (what the exit does)
             ldr = await c.agreed_leader(20)
             assert (await c.nodes[ldr].propose(incr("r")))["value"] == 31
@@ -709,33 +711,6 @@ def test_a_journal_whose_term_and_vote_cannot_be_read_stops_the_node(tmp_path, m
     j = _DurableJournal(str(tmp_path / "raft.journal"), ShadowDisk(str(tmp_path), fsync=False))
     assert exits == [] and j.getCurrentTerm() == 0 and entries(j) == [(cmd(1), 1, 3)]
     j._destroy()
-
-
-def test_a_node_whose_term_and_vote_cannot_be_read_stops_and_the_others_go_on(tmp_path, monkeypatch):
-    exits: list[int] = []
-    monkeypatch.setattr(_storage, "_exit_process", exits.append)  # (the node thread goes on: recorded only)
-    monkeypatch.setattr(_storage.logging, "shutdown", lambda: None)
-
-    async def main():
-        c = Cluster(tmp_path)
-        try:
-            c.start_all()
-            leader = await c.agreed_leader()
-            for _ in range(5):
-                await c.nodes[leader].propose(incr("r"))
-            victim = next(a for a in c.addrs if a != leader)
-            c.stop(victim)
-            with open(os.path.join(c.dirs[victim], "raft.journal.meta"), "wb") as f:
-                f.write(b"")
-            c.start(victim)
-            await wait_until(lambda: exits, 10, "the victim to stop")
-            assert exits == [_storage.EXIT_META_UNREADABLE]
-            c.stop(victim)  # (what the exit does)
-            ldr = await c.agreed_leader(20)
-            assert (await c.nodes[ldr].propose(incr("r")))["value"] == 6
-        finally:
-            c.close()
-    asyncio.run(main())
 
 
 def test_a_node_whose_applied_entries_the_leaders_log_replaces_stops(tmp_path, monkeypatch):

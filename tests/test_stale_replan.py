@@ -40,30 +40,17 @@ def _race(raft, clock, trig, then_fail=None):
     return n
 
 
-def test_a_replanned_item_whose_command_fails_is_only_not_committed():
+@pytest.mark.parametrize("failure", [Unavailable("no leader"), Indeterminate("timeout")], ids=["unavailable", "indeterminate"])
+def test_a_replanned_item_whose_command_fails_is_only_not_committed_or_unknown(failure):
     st, raft, clock, trig, svc, raw = _batch_setup()
-    _race(raft, clock, trig, then_fail=Unavailable("no leader"))
+    _race(raft, clock, trig, then_fail=failure)
     body = {"jobs": {"j0": dict(raw, jitter_s=50), "j1": dict(raw, jitter_s=50)}}
-    with pytest.raises(RaftschedError) as ei:
+    with pytest.raises(type(failure)) as ei:
         asyncio.run(svc.put_jobs(body, "k1"))
     e = ei.value
-    print(type(e).__name__, e.message)
-    print("jobs", e.extra["jobs"], "not_committed", e.extra["not_committed"], "unknown", e.extra["unknown"])
-    stale = [n for n in e.extra["not_committed"] + e.extra["unknown"] if n in e.extra["jobs"]]
-    assert not stale, f"{stale} both in jobs (as {[e.extra['jobs'][n] for n in stale]}) and in not_committed/unknown"
-
-
-def test_a_replanned_item_whose_command_is_indeterminate_is_only_unknown():
-    st, raft, clock, trig, svc, raw = _batch_setup()
-    _race(raft, clock, trig, then_fail=Indeterminate("timeout"))
-    body = {"jobs": {"j0": dict(raw, jitter_s=50), "j1": dict(raw, jitter_s=50)}}
-    with pytest.raises(RaftschedError) as ei:
-        asyncio.run(svc.put_jobs(body, "k1"))
-    e = ei.value
-    print(type(e).__name__, e.message)
-    print("jobs", e.extra["jobs"], "not_committed", e.extra["not_committed"], "unknown", e.extra["unknown"])
-    stale = [n for n in e.extra["not_committed"] + e.extra["unknown"] if n in e.extra["jobs"]]
-    assert not stale, f"{stale} both in jobs and in not_committed/unknown"
+    both = [n for n in e.extra["not_committed"] + e.extra["unknown"] if n in e.extra["jobs"]]
+    assert not both, f"{both} both in jobs (as {[e.extra['jobs'][n] for n in both]}) and in not_committed/unknown"
+    assert set(e.extra["jobs"]) | set(e.extra["not_committed"]) | set(e.extra["unknown"]) == {"j0", "j1"}
 
 
 def test_a_piped_batch_whose_parent_item_is_stale_stores_no_cycle():
@@ -93,13 +80,10 @@ def test_a_piped_batch_whose_parent_item_is_stale_stores_no_cycle():
     raft.propose = propose
     body = {"jobs": {"p": dict(base, jitter_s=50), "c": dict(base, after=["p"], match="latest")}}
     try:
-        out = asyncio.run(svc.put_jobs(body, "k"))
-    except RaftschedError as e:
-        out = (type(e).__name__, e.message)
-    print(seen)
-    print(out)
+        asyncio.run(svc.put_jobs(body, "k"))
+    except RaftschedError:
+        pass  # (the command with p's new spec is lost: what matters is what was stored)
     edges = {n: [e["job"] for e in st.jobs[n]["spec"].get("after", ())] for n in ("c", "p")}
-    print("stored edges", edges)
     assert not ("p" in edges["c"] and "c" in edges["p"]), f"cycle stored: {edges}"
 
 
@@ -124,10 +108,10 @@ def test_a_put_stale_four_times_sent_again_with_its_key_applies():
     new = dict(raw, jitter_s=7)
     with pytest.raises(Conflict) as e1:
         asyncio.run(svc.put_job("j0", new, "key-1"))
-    print("first:", rids, e1.value.extra)
+    assert e1.value.extra.get("stale") and rids == ["key-1", "key-1~1", "key-1~2", "key-1~3"], rids
     racing[0] = False  # nothing fires any more
     try:
         out = asyncio.run(svc.put_job("j0", new, "key-1"))
     except Conflict as e:
         pytest.fail(f"sent again with its key, no fire meanwhile: 409 again ({e.message}, {e.extra})")
-    print(out)
+    assert out["created"] is False and st.jobs["j0"]["spec"]["schedule"]["jitter_ms"] == 7000, out
