@@ -16,6 +16,7 @@ from raftsched.core import schedule as sch
 from raftsched.node.service import Service
 
 from core_helpers import T0, apply, new_state, spec_of
+from test_stale_replan import _batch_setup
 from test_trigger import setup, spec
 
 MIN = 60_000
@@ -275,11 +276,9 @@ def test_after_an_outage_a_jitter_change_leaves_no_slot_unrecorded():
     assert h in hours, {sch.iso(k): v for k, v in sorted(hours.items())}
 
 
-def test_a_jitter_change_planned_before_a_fire_is_refused_as_stale_and_changes_nothing():
-    """The proposer plans the position from the job as it reads it; a fire committed before the
-    put (the trigger fired the job meanwhile) makes that position stale: apply refuses it (409,
-    send it again), computing nothing, and the job is as the fire left it. Sent again, it
-    applies."""
+def _planned_then_fired(rid):
+    """j0 (every minute, jitter_s 30), a change to jitter_s 50 planned (its put_job command,
+    request id ``rid``), then the job fires before that command commits."""
     st, raft, clock, trig = setup(n_jobs=0)
     svc = Service(raft, clock, "n1")
     raw = dict(spec(every_s=60, pol="fire_all", grace_s=3600), jitter_s=30)
@@ -290,9 +289,18 @@ def test_a_jitter_change_planned_before_a_fire_is_refused_as_stale_and_changes_n
     assert was is not None
     clock.advance(st.jobs["j0"]["next"] + 1 - clock.now_ms())
     asyncio.run(trig.tick())  # the job fires: its cursor and next move
-    fired = dict(st.jobs["j0"])
-    cmd = commands.put_job(clock.now_ms(), None, name="j0", spec=spec_new, next=nxt, cursor=cursor, anchor=anchor,
+    cmd = commands.put_job(clock.now_ms(), rid, name="j0", spec=spec_new, next=nxt, cursor=cursor, anchor=anchor,
                            create_only=False, was=was)
+    return st, raft, clock, trig, svc, new, cmd
+
+
+def test_a_jitter_change_planned_before_a_fire_is_refused_as_stale_and_changes_nothing():
+    """The proposer plans the position from the job as it reads it; a fire committed before the
+    put (the trigger fired the job meanwhile) makes that position stale: apply refuses it (409,
+    send it again), computing nothing, and the job is as the fire left it. Sent again, it
+    applies."""
+    st, raft, clock, trig, svc, new, cmd = _planned_then_fired(None)
+    fired = dict(st.jobs["j0"])
     res = apply(st, cmd)
     assert not res["ok"] and res["error"]["code"] == "conflict" and "send it again" in res["error"]["message"], res
     assert st.jobs["j0"] == fired
@@ -382,41 +390,21 @@ def test_a_clamp_back_onto_a_slot_triggered_by_hand_leaves_that_run_the_slots():
 
 
 def test_a_stale_jitter_replace_sent_again_with_its_idempotency_key_applies():
-    """docs/api.md: a jitter change planned before a fire is 409 "send it again", "and sending
-    it again succeeds". Sent again with the same Idempotency-Key (the documented way to retry a
-    write), the state machine replays the first result: 409 again, for good."""
-    from raftsched.core import model
-    from raftsched.core.errors import RaftschedError
-    st, raft, clock, trig = setup(n_jobs=0)
-    svc = Service(raft, clock, "n1")
-    raw = dict(spec(every_s=60, pol="fire_all", grace_s=3600), jitter_s=30)
-    asyncio.run(svc.put_job("j0", raw, None))
-    new = dict(raw, jitter_s=50)
-    spec_new = model.validate_job("j0", new, clock.now_ms())
-    cursor, anchor, nxt, was = svc._position("j0", spec_new["schedule"], clock.now_ms())
-    clock.advance(st.jobs["j0"]["next"] + 1 - clock.now_ms())
-    asyncio.run(trig.tick())
-    cmd = commands.put_job(clock.now_ms(), "put-j0-1", name="j0", spec=spec_new, next=nxt, cursor=cursor,
-                           anchor=anchor, create_only=False, was=was)
+    """A jitter change refused as stale, sent again with the same Idempotency-Key (the
+    documented way to retry a write): the remembered refusal is skipped, and the change planned
+    afresh applies (the state machine replayed the refusal for good before)."""
+    st, raft, clock, trig, svc, new, cmd = _planned_then_fired("put-j0-1")
     res = asyncio.run(raft.propose(commands.encode(cmd)))
     assert not res["ok"]
-    try:
-        out = asyncio.run(svc.put_job("j0", new, "put-j0-1"))
-    except RaftschedError as e:
-        pytest.fail(f"retry with the same key: {type(e).__name__}: {e.message} {e.extra}")
+    out = asyncio.run(svc.put_job("j0", new, "put-j0-1"))
     assert st.jobs["j0"]["spec"]["schedule"]["jitter_ms"] == 50_000, out
 
 
 def test_a_batch_item_refused_as_stale_is_planned_again_within_the_request():
     """POST /v1/jobs:batch changing jitter_s of j0 and j1; j0 fires between the cut and the
-    commit (an item 'stale'). docs/api.md "Retrying a batch": the same body with the same key
-    re-proposes the same commands... it replays, and j0 stays refused."""
-    st, raft, clock, trig = setup(n_jobs=0)
-    svc = Service(raft, clock, "n1")
-    raw = dict(spec(every_s=60, pol="fire_all", grace_s=3600), jitter_s=30)
-    asyncio.run(svc.put_job("j0", raw, None))
-    asyncio.run(svc.put_job("j1", raw, None))
-    clock.advance(min(st.jobs["j0"]["next"], st.jobs["j1"]["next"]) - 5000 - clock.now_ms())
+    commit (an item 'stale'): the node plans it again within the request, and the same request
+    sent again replays the answer."""
+    st, raft, clock, trig, svc, raw = _batch_setup()
     real = raft.propose
     fired = []
 

@@ -78,23 +78,25 @@ def test_a_create_only_piped_batch_sent_again_in_another_order_answers_as_first(
 
 
 
-def test_put_retried_with_its_key_after_a_lost_success_does_not_apply_again():
+def _stale_then_applied_unanswered():
+    """j0 (every 10 s, jitter_s 3); a PUT of jitter_s 7 with key key-1: its first try is refused
+    as stale (the job fires between plan and commit), its second applies but its answer is lost
+    (504). Returns the setup and the change."""
     st, raft, clock, trig = setup(n_jobs=0)
     svc = Service(raft, clock, "n1")
     raw = dict(spec(every_s=10, pol="fire_all", grace_s=3600), jitter_s=3)
     asyncio.run(svc.put_job("j0", raw, None))
     real = raft.propose
-    phase = ["race"]
     seen = []
 
     async def propose(data, timeout_s=5.0):
         cmd = commands.decode(data)
-        if cmd["op"] == "put_job" and cmd.get("rid", "").startswith("key-1"):
+        if cmd["op"] == "put_job" and cmd.get("rid", "").startswith("key-1") and len(seen) < 2:
             seen.append(cmd["rid"])
-            if phase[0] == "race" and cmd["rid"] == "key-1":
+            if cmd["rid"] == "key-1":
                 clock.advance(st.jobs["j0"]["next"] + 1 - clock.now_ms())
                 await trig.tick()  # fires between plan and commit: stale
-            elif phase[0] == "race" and cmd["rid"] == "key-1~1":
+            else:
                 res = await real(data, timeout_s)
                 assert res["ok"], res
                 raise Indeterminate("timed out waiting for the commit")  # committed; answer lost: 504
@@ -104,7 +106,11 @@ def test_put_retried_with_its_key_after_a_lost_success_does_not_apply_again():
     with pytest.raises(Indeterminate):
         asyncio.run(svc.put_job("j0", mine, "key-1"))
     assert st.jobs["j0"]["spec"]["schedule"]["jitter_ms"] == 7000 and seen == ["key-1", "key-1~1"]
-    phase[0] = "quiet"
+    return st, raft, clock, svc, raw, mine
+
+
+def test_put_retried_with_its_key_after_a_lost_success_does_not_apply_again():
+    st, raft, clock, svc, raw, mine = _stale_then_applied_unanswered()
     # another writer changes the job meanwhile
     theirs = dict(raw, jitter_s=3, executor={"type": "shell", "argv": ["echo", "theirs"]})
     asyncio.run(svc.put_job("j0", theirs, "other-key"))
@@ -117,28 +123,7 @@ def test_put_retried_with_its_key_after_a_lost_success_does_not_apply_again():
 
 
 def test_put_retried_with_its_key_after_a_lost_success_does_not_recreate_a_deleted_job():
-    st, raft, clock, trig = setup(n_jobs=0)
-    svc = Service(raft, clock, "n1")
-    raw = dict(spec(every_s=10, pol="fire_all", grace_s=3600), jitter_s=3)
-    asyncio.run(svc.put_job("j0", raw, None))
-    real = raft.propose
-    phase = ["race"]
-
-    async def propose(data, timeout_s=5.0):
-        cmd = commands.decode(data)
-        if phase[0] == "race" and cmd["op"] == "put_job" and cmd.get("rid") == "key-1":
-            clock.advance(st.jobs["j0"]["next"] + 1 - clock.now_ms())
-            await trig.tick()
-        elif phase[0] == "race" and cmd["op"] == "put_job" and cmd.get("rid") == "key-1~1":
-            res = await real(data, timeout_s)
-            assert res["ok"], res
-            raise Indeterminate("timed out")
-        return await real(data, timeout_s)
-    raft.propose = propose
-    mine = dict(raw, jitter_s=7)
-    with pytest.raises(Indeterminate):
-        asyncio.run(svc.put_job("j0", mine, "key-1"))
-    phase[0] = "quiet"
+    st, raft, clock, svc, raw, mine = _stale_then_applied_unanswered()
     asyncio.run(raft.propose(commands.encode(commands.delete_job(clock.now_ms(), None, name="j0"))))
     assert "j0" not in st.jobs
     out = asyncio.run(svc.put_job("j0", mine, "key-1"))
