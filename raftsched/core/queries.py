@@ -120,6 +120,17 @@ def put_position(s: SchedulerState, name: str, sched: Record) -> tuple[int, int,
     return kept_position(s.jobs.get(name), sched)
 
 
+def replace_position(s: SchedulerState, name: str, sched: Record) -> tuple[
+        tuple[int, int, int | None] | None, tuple[int, int, int, int] | None]:
+    """put_position and rejitter_position in one read (the proposer's, for each job of a bulk
+    put): ``(kept, moved)``, at most one of them not None."""
+    old = s.jobs.get(name)
+    if old is None:
+        return None, None
+    kept = kept_position(old, sched)
+    return kept, (None if kept is not None else rejitter_position(s, name, sched))
+
+
 def cursor_floor(s: SchedulerState, name: str) -> int | None:
     """The cursor a put of job ``name`` with another schedule starts from at the least
     (floor_of, which apply keeps when it is ahead: jobs.put_job), or None for a new job."""

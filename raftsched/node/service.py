@@ -117,13 +117,12 @@ class Service:
         if sched is None:
             return now, now, None, None
         anchor, cursor = policy.initial_position(sched, now)
-        kept = self.read(queries.put_position, name, sched)
+        kept, moved = self.read(queries.replace_position, name, sched)
         if kept is not None:
             cursor, anchor, _ = kept
+        elif moved is not None:
+            return moved
         else:
-            moved = self.read(queries.rejitter_position, name, sched)
-            if moved is not None:
-                return moved
             # Another schedule starts after the old one's cursor when that is ahead (it fired
             # ahead of now): apply keeps the larger, so the next slot is computed from it too.
             floor = self.read(queries.cursor_floor, name)
