@@ -584,9 +584,20 @@ def _apply(a, c: Client) -> int:
     show(out)
     conflicts = out.get("conflicts", 0) if out else 0
     if conflicts:
-        # --create-only left these jobs as they were: the file and the cluster differ.
-        print(f"raftsched: {conflicts} job(s) exist already and were left as they are (--create-only)",
-              file=sys.stderr)
+        # The file and the cluster differ: say why, by kind (each job's error is in the answer).
+        errors = [r["error"] for r in (out or {}).get("jobs", {}).values() if isinstance(r, dict) and "error" in r]
+        stale = sum(1 for e in errors if e.get("stale"))
+        refused = sum(1 for e in errors if e.get("code") != "conflict")
+        exists = conflicts - stale - refused
+        if exists > 0:
+            print(f"raftsched: {exists} job(s) exist already and were left as they are (--create-only)",
+                  file=sys.stderr)
+        if stale:
+            print(f"raftsched: {stale} job(s) fired while their replace was planned, again and again, and were left "
+                  "as they are: send the file again", file=sys.stderr)
+        if refused:
+            print(f"raftsched: {refused} job(s) refused (their `after`, checked against a job of the file that was "
+                  "not replaced): see their errors", file=sys.stderr)
         return 1
     return 0
 

@@ -511,3 +511,30 @@ def test_a_spec_file_that_is_not_text_is_exit_1_naming_it(tmp_path, monkeypatch,
         code = cli.main(argv)
         err = capsys.readouterr().err
         assert code in (1, 2) and "not UTF-8" in err and str(spec) in err, (argv, err)
+
+
+def test_apply_says_why_each_job_was_left_as_it_is(tmp_path, monkeypatch, capsys):
+    """A job a create-only apply found, one the node refused as stale on every try, and one
+    whose `after` was refused are three reasons, each said (before, all three were called
+    "exist already (--create-only)")."""
+    from raftsched import cli
+    monkeypatch.setattr(cli, "_setup_logging", lambda level: None)
+    monkeypatch.setenv("RAFTSCHED_TOKEN", "t")
+    f = tmp_path / "jobs.json"
+    f.write_text(json.dumps({"jobs": {n: {} for n in ("a", "b", "c", "d")}}))
+
+    class Fake:
+        def __init__(self, urls, **kw):
+            pass
+
+        def put_jobs(self, part, create_only, idempotency_key=None):
+            return {"jobs": {"a": {"error": {"code": "conflict", "message": "job 'a' exists"}},
+                             "b": {"error": {"code": "conflict", "stale": True, "message": "fired ahead"}},
+                             "c": {"error": {"code": "invalid", "field": "after", "message": "makes a cycle"}},
+                             "d": {"created": True, "gen": 1}},
+                    "created": 1, "replaced": 0, "conflicts": 3, "commands": 1}
+    monkeypatch.setattr(cli, "Client", Fake)
+    assert cli.main(["apply", str(f), "--url", "http://127.0.0.1:9", "-o", "json"]) == 1
+    err = capsys.readouterr().err
+    assert "1 job(s) exist already" in err and "1 job(s) fired while their replace was planned" in err \
+        and "1 job(s) refused (their `after`" in err, err

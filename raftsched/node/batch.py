@@ -174,7 +174,7 @@ def merge(jobs_raw: dict, chunks: list[list[dict]], results: list, key: str) -> 
                 # its edges, against a job another item of the batch was refused to replace
                 done[name] = {"error": {"code": "invalid", "field": "after", "message": invalid[i]}}
             elif i in stale:
-                done[name] = {"error": {"code": "conflict", "field": "name", "message": (
+                done[name] = {"error": {"code": "conflict", "field": "name", "stale": True, "message": (
                     f"job {name!r} fired ahead while this replace was planned from an older view; send it again")}}
             else:
                 nxt = item["next"]
