@@ -436,3 +436,50 @@ def test_a_former_pipeline_child_given_a_schedule_keeps_its_triggered_run_the_sl
     assert s.jobs["c"]["next"] > M  # c@M is the slot's run
     _cmd, res = core_tick(s, M + MIN + 1000)
     assert res is not None and res["ok"], res
+
+
+# ------------------------------------------------------------------ any jitter change, at any moment
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st_  # noqa: E402
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=st_.sampled_from(["cron", "every"]), period_min=st_.sampled_from([10, 60]), old_f=st_.floats(0, 1),
+       new_f=st_.floats(0, 1), at_f=st_.floats(0, 1), pol=st_.sampled_from(["fire_all", "skip"]),
+       overlap=st_.sampled_from(["allow", "forbid"]))
+def test_any_jitter_change_at_any_moment_leaves_each_slot_one_run_or_record(kind, period_min, old_f, new_f, at_f, pol,
+                                                                           overlap):
+    """A job every 10 or 60 minutes, its jitter_s changed once (to anything below the period,
+    none included) at any moment of a period: every slot of the grid from its first on is a run
+    or a record exactly once (the misfire policy may record the one whose new instant had
+    passed; nothing is fired twice, nothing is silent)."""
+    st, raft, clock, trig = setup(n_jobs=0)
+    svc = Service(raft, clock, "n1")
+    P = period_min * MIN
+    old_j, new_j = int(old_f * (period_min * 60 - 1)), int(new_f * (period_min * 60 - 1))
+    raw = dict(spec(every_s=period_min * 60, pol=pol, grace_s=60), overlap={"policy": overlap},
+               **({"jitter_s": old_j} if old_j else {}))
+    if kind == "cron":
+        raw["schedule"] = {"cron": f"*/{period_min} * * * *" if period_min < 60 else "0 * * * *"}
+    clock.advance(P // 2)
+    asyncio.run(svc.put_job("j0", raw, None))
+    anchor = st.jobs["j0"]["anchor"]
+    base = anchor if kind == "every" else 0
+    first = (st.jobs["j0"]["next"] - base) // P
+    while clock.now_ms() < base + first * P + int(at_f * P):
+        asyncio.run(trig.tick())
+        clock.advance(P // 180)
+    new = {k: v for k, v in raw.items() if k != "jitter_s"}
+    if new_j:
+        new["jitter_s"] = new_j
+    asyncio.run(svc.put_job("j0", new, None))
+    while clock.now_ms() < base + (first + 3) * P:
+        asyncio.run(trig.tick())
+        clock.advance(P // 180)
+    slots: dict[int, int] = {}
+    for r in st.runs.values():
+        if r["job"] == "j0":
+            for k in range((r["slot"] - base) // P, ((r.get("slot_to") or r["slot"]) - base) // P + 1):
+                slots[k] = slots.get(k, 0) + 1
+    assert slots.get(first, 0) == 1 and slots.get(first + 1, 0) == 1 and all(n == 1 for n in slots.values()), \
+        (sorted(slots.items()), st.jobs["j0"]["cursor"] - base, st.jobs["j0"]["next"] - base)
