@@ -21,6 +21,7 @@ from typing import Callable
 import msgpack
 
 from ..core import commands, limits, model, schedule
+from ..core.records import is_int
 from ..core.errors import BadRequest, InvalidSpec, RaftschedError, Unavailable
 from . import limits as node_limits
 
@@ -131,7 +132,7 @@ def stale_items(chunks: list[list[dict]], results: list) -> list[str]:
 
 
 def is_index(i: object, seq: list) -> bool:
-    return isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(seq)
+    return is_int(i) and 0 <= i < len(seq)
 
 
 def merge(jobs_raw: dict, chunks: list[list[dict]], results: list, key: str) -> dict:
