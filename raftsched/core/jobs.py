@@ -146,8 +146,8 @@ def apply_put_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     schedule.next_slot_after). A replace with the same schedule keeps the job's position
     whatever the command says; one that changes only the schedule's jitter takes the command's
     (queries.rejitter_position) if the job is still where it was planned from (``was``: a
-    digest of its gen, cursor and next), else it is refused as stale; with another schedule, its cursor
-    never moves back. A replace keeps the job's counters and pause.
+    digest of its gen, cursor and next), else it is refused as stale; with another schedule,
+    its cursor never moves back. A replace keeps the job's counters and pause.
     A replace into another tenant first gives the job's recorded slots its old tenant (runs have
     theirs already): its history stays the old tenant's. With ``claim`` (a tenant, written by a
     proposer for a token limited to tenants), the job's queue becomes that tenant's if it has

@@ -277,10 +277,8 @@ def _missing_ranges(s: SchedulerState, child: Record, slots: list[int], why: str
     records (and events) in one command, every replica stalled ~0.5 s for it, and a history of
     100 kept the last 100."""
     c = child["name"]
-    runs = s.runs
     lo, hi = slots[0], slots[-1]
-    taken = [x for x in ((runs[r]["slot"], runs[r]["slot_to"] if "slot_to" in runs[r] else runs[r]["slot"])
-                         for r in s.history.get(c, ())) if x[0] <= hi and x[1] >= lo]
+    taken = [_span(x) for x in _entries_within(s, c, lo, hi)]
     prefix = f"{c}@"
     for rid in s.pipes.held:  # a slot a backfill holds for it: decided, its run to come
         if rid.startswith(prefix) and lo <= (x := int(rid[len(prefix):])) <= hi:
@@ -494,8 +492,7 @@ def _offer_range(s: SchedulerState, child: Record, parent: str, lo: int, hi: int
     # range, when this offer was deferred: a fan-out step): the range is recorded around them,
     # never over them, its parts without a count (the parent's slots in each are not known here).
     runs = s.runs
-    inside = [x for x in (runs[r] for r in s.history.get(c, ()))
-              if x["slot"] <= hi and (x["slot_to"] if "slot_to" in x else x["slot"]) >= lo]
+    inside = _entries_within(s, c, lo, hi)
     report = [rec["state"], rec["id"], rec.get("fencing_token"), rec.get("result")]
     for x in inside:
         # A slot decided by another parent keeps this parent's report too, as _offer keeps it:
@@ -503,7 +500,7 @@ def _offer_range(s: SchedulerState, child: Record, parent: str, lo: int, hi: int
         # wait for a report that was given already (it would wait forever: no slot is silent).
         if x.get("kind") == "recorded" and x.get("reason") in UPSTREAM_REASONS and "upstream" in x:
             x["upstream"].setdefault(parent, report)
-    taken: list[tuple[int, int]] = sorted((x["slot"], x["slot_to"] if "slot_to" in x else x["slot"]) for x in inside)
+    taken: list[tuple[int, int]] = sorted(_span(x) for x in inside)
     parts: list[tuple[int, int, int | None]] = []
     if not taken:
         parts.append((lo, hi, rec.get("count")))
@@ -527,6 +524,18 @@ def _offer_range(s: SchedulerState, child: Record, parent: str, lo: int, hi: int
         on_slot_recorded(s, entry, now)
         deadlines.on_finish(s, entry, now)  # the range's first slot; the others when their instants pass
         work.append((entry, now))
+
+
+def _span(x: Record) -> tuple[int, int]:
+    """The slots an entry covers: ``(slot, slot_to)``, a range's, or its one slot twice."""
+    return x["slot"], x["slot_to"] if "slot_to" in x else x["slot"]
+
+
+def _entries_within(s: SchedulerState, c: str, lo: int, hi: int) -> list[Record]:
+    """Job ``c``'s entries (runs, records, ranges) that cover a slot in [lo, hi], as its
+    history holds them (a scan of it)."""
+    runs = s.runs
+    return [x for x in (runs[r] for r in s.history.get(c, ())) if x["slot"] <= hi and _span(x)[1] >= lo]
 
 
 def _in_range_record(s: SchedulerState, c: str, slot: int) -> bool:

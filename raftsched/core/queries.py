@@ -81,13 +81,14 @@ def rejitter_position(s: SchedulerState, name: str, sched: Record) -> tuple[int,
     it). The trigger walks from the cursor: it moves up over a slot before that one which would
     come again at its new offset (at most a jitter ahead of the slot it ran at), or back to just
     before that one when the trigger fired ahead past its new instant (no slot before it lies
-    later), unless a run has that slot's id already (then that run is the slot's). ``was`` is the job's position_digest as read here: apply takes the position only if
-    the job is still there (jobs.put_job), and computes no slot."""
+    later), unless a run has that slot's id already (then that run is the slot's). ``was`` is
+    the job's position_digest as read here: apply takes the position only if the job is still
+    there (jobs.put_job), and computes no slot."""
     old = s.jobs.get(name)
     if old is None or old["next"] is None or not same_but_jitter(old["spec"].get("schedule"), sched):
         return None
-    was, cursor, anchor = old["spec"]["schedule"], old["cursor"], old["anchor"]
-    n = schedule.nominal_of(was, old["next"], anchor)
+    old_sched, cursor, anchor = old["spec"]["schedule"], old["cursor"], old["anchor"]
+    n = schedule.nominal_of(old_sched, old["next"], anchor)
     nxt = None if n is None else schedule.next_slot_after(sched, n - 1, anchor)
     if nxt is None:
         return None
