@@ -177,15 +177,21 @@ class Book:
     ``slots``: run id -> record, in the order they were tracked; ``final``: the run ids judged
     for good, oldest first (the first to go past ``limits.deadlines_kept_max``); ``pending``:
     how many records are not final; ``since``: job -> ``[base_ms, missed]``, the last success
-    (or when watching began) and whether that streak has missed already."""
+    (or when watching began) and whether that streak has missed already.
 
-    __slots__ = ("slots", "final", "pending", "since", "_heap", "_since_heap")
+    ``open_missed`` (derived, rebuilt on restore): job -> {run id: slot} of the records judged
+    missed but not final (a slot whose run may still come: a pipeline child's whose parents
+    have not decided it, a run queued past its start), so that a range recording such slots
+    finds them without a scan of the book (:func:`finish_range`)."""
+
+    __slots__ = ("slots", "final", "pending", "since", "open_missed", "_heap", "_since_heap")
 
     def __init__(self) -> None:
         self.slots: OrderedDict[str, Record] = OrderedDict()
         self.final: deque[str] = deque()
         self.pending = 0
         self.since: dict[str, list[Any]] = {}
+        self.open_missed: dict[str, dict[str, int]] = {}
         #: derived: (instant, run id) of the instants not yet passed, and (due, job) for since
         self._heap: list[tuple[int, str]] = []
         self._since_heap: list[tuple[int, str]] = []
@@ -195,7 +201,11 @@ class Book:
                 and self.since == other.since)
 
     def rebuild(self, jobs: dict[str, Record]) -> None:
-        """Both indexes from the records and the watched jobs (``jobs``: the state's)."""
+        """The indexes from the records and the watched jobs (``jobs``: the state's)."""
+        self.open_missed = {}
+        for rid, r in self.slots.items():
+            if r["state"] == "missed" and not r["fin"]:
+                self.open_missed.setdefault(r["job"], {})[rid] = r["slot"]
         self._heap = [(t, rid) for rid, r in self.slots.items() if r["state"] in ("pending", "missed")
                       for t in _open_instants(r)]
         heapq.heapify(self._heap)
@@ -246,6 +256,9 @@ def _finalise(s: SchedulerState, book: Book, rid: str, r: Record) -> None:
     r["fin"] = True
     book.final.append(rid)
     book.pending -= 1
+    open_ = book.open_missed.get(r["job"])
+    if open_ is not None and open_.pop(rid, None) is not None and not open_:
+        del book.open_missed[r["job"]]
     while len(book.final) > limits.deadlines_kept_max:
         book.slots.pop(book.final.popleft(), None)
 
@@ -303,6 +316,8 @@ def _miss(s: SchedulerState, book: Book, rid: str, r: Record, now: int, first: t
     _emit(s, r, rid, now, None if run is None else run.get("attempt"))
     if final:
         _finalise(s, book, rid, r)
+    elif not r["fin"]:
+        book.open_missed.setdefault(r["job"], {})[rid] = r["slot"]
 
 
 def _first_start(run: Record) -> int | None:
@@ -378,6 +393,20 @@ def on_finish(s: SchedulerState, run: Record, now: int, cause: str | None = None
         _finalise(s, book, rid, r)  # judged when its instant passed; it ends missed
         return
     _miss(s, book, rid, r, now, _first(r), cause or _cause(s, run), None)
+
+
+def finish_range(s: SchedulerState, job: str, lo: int, hi: int) -> None:
+    """A range of ``job``'s slots [lo, hi] was recorded (a pipeline child's share of its parent's
+    missed range): its records judged missed before it came, waiting for a run that now never
+    comes, are final as they stand (told already, when judged). A slot with a run of its own is
+    that run's to judge. In slot order (every replica the same); O(the job's open misses)."""
+    book: Book = s.deadlines
+    open_ = book.open_missed.get(job)
+    if not open_:
+        return
+    runs = s.runs
+    for _slot, rid in sorted((slot, rid) for rid, slot in open_.items() if lo <= slot <= hi and rid not in runs):
+        _finalise(s, book, rid, book.slots[rid])
 
 
 def since_success(s: SchedulerState, job_name: str, now: int) -> None:

@@ -522,7 +522,8 @@ def _offer_range(s: SchedulerState, child: Record, parent: str, lo: int, hi: int
         fire.add_entry(s, child, entry)
         child["stats"][RECORDED] += 1 if count is None else count
         on_slot_recorded(s, entry, now)
-        deadlines.on_finish(s, entry, now)  # the range's first slot; the others when their instants pass
+        deadlines.on_finish(s, entry, now)  # the range's first slot; the others when their instants pass,
+        deadlines.finish_range(s, c, a, b)  # or now, those judged missed before the range came
         work.append((entry, now))
 
 
