@@ -188,7 +188,8 @@ class _RaftPortCollector:
             return
         m = CounterMetricFamily("raftsched_raft_connections_dropped",
                                 "connections this node's Raft port dropped, by reason (frame_too_large, "
-                                "auth_failed, auth_timeout, bad_message; docs/security.md)", labels=["reason"])
+                                "auth_failed, auth_timeout, bad_message, closed_before_auth; docs/security.md)",
+                                labels=["reason"])
         for reason, n in sorted(dropped.items()):
             m.add_metric([reason], n)
         yield m

@@ -27,8 +27,12 @@ from ._frames import HEADER_BYTES, FrameReader, FrameTooLarge
 #: than the key exchange's frame); ``auth_failed``: a frame did not verify (another secret,
 #: garbage, a replay from another connection or an older timestamp); ``auth_timeout``: no key
 #: exchange within the bound (``RaftTransport``); ``bad_message``: a frame verified but did not
-#: decode (only a holder of the secret can send one: a bug or another version).
-DROP_REASONS = ("frame_too_large", "auth_failed", "auth_timeout", "bad_message")
+#: decode (only a holder of the secret can send one: a bug or another version);
+#: ``closed_before_auth``: a connection this node dialled was closed by the member it dialled
+#: before anything from it verified, within the authentication bound: that member refused this
+#: node's first frame, as a member with another secret does (its own log says ``auth_failed``,
+#: from an address it cannot name; without this, the dialling side said nothing).
+DROP_REASONS = ("frame_too_large", "auth_failed", "auth_timeout", "bad_message", "closed_before_auth")
 
 #: Errors of ``accept`` that leave the listening socket usable (pysyncobj's server unbound itself
 #: for good on any error but EAGAIN: out of file descriptors, the Raft port was closed forever).
@@ -73,6 +77,8 @@ class _BoundedConnection(TcpConnection):
         self._on_drop = on_drop
         self.authenticated = False
         self.admit_by = monotonic() + auth_timeout_s
+        #: when this node dialled the connection (None: accepted), for closed_before_auth
+        self.dialled_at: float | None = None
         self.peer = "?"
         if sock is not None:
             try:
@@ -92,6 +98,7 @@ class _BoundedConnection(TcpConnection):
         self._frames.clear()
         self.authenticated = False
         self.admit_by = monotonic() + self._auth_timeout_s
+        self.dialled_at = monotonic()
         self.peer = f"{host}:{port}"
         return super().connect(host, port)
 
@@ -105,6 +112,18 @@ class _BoundedConnection(TcpConnection):
         try:
             self._on_drop(self, reason, detail)
         finally:
+            self.disconnect()
+
+    def _closed_by_peer(self, how: str) -> None:
+        """The other end closed (``how``): counted as ``closed_before_auth`` when this node
+        dialled it, under a secret, and nothing from it verified within the authentication
+        bound (members exchange keys and then keepalives at once: a member that closes so soon
+        refused this node's first frame); else an ordinary disconnect."""
+        dialled = self.dialled_at
+        if dialled is not None and self.encryptor and not self.authenticated \
+                and monotonic() - dialled <= self._auth_timeout_s:
+            self.drop("closed_before_auth", f"{how} before anything from it verified")
+        else:
             self.disconnect()
 
     # -- reading ---------------------------------------------------------------------------------
@@ -121,10 +140,10 @@ class _BoundedConnection(TcpConnection):
             incoming = sock.recv(want)
         except OSError as e:
             if e.errno not in (errno.EAGAIN, errno.EWOULDBLOCK):
-                self.disconnect()
+                self._closed_by_peer(errno.errorcode.get(e.errno or 0, "reset"))
             return False
         if not incoming:
-            self.disconnect()
+            self._closed_by_peer("closed")
             return False
         try:
             self._frames.feed(incoming, cap)

@@ -31,6 +31,14 @@ _SWEEP_STALL_S = 0.25
 #: A dropped connection is logged once per reason, then at most once per this many seconds with
 #: the number of drops not logged (they are all counted: ``RaftNode.status()``).
 _DROP_LOG_EVERY_S = 60.0
+#: What a drop's log line adds, for the two reasons a member with another secret causes.
+_DROP_HINTS = {
+    "auth_failed": ": a frame that does not verify under this node's cluster secret: if the peer"
+                   " is a member, its secret differs from this node's",
+    "closed_before_auth": ": the member this node dialled closed the connection before anything"
+                          " from it verified: it refused this node's first frame; check that its"
+                          " cluster secret is this node's",
+}
 
 #: The keepalive message. A dict with an unknown 'type', so that a peer running a plain
 #: TCPTransport ignores it too (SyncObj dispatches on message['type'] and has no else branch).
@@ -170,9 +178,9 @@ class RaftTransport(TCPTransport):
             return
         self._drop_logged_at[reason] = now
         logger.warning("replication.connection_dropped reason=%s peer=%s authenticated=%s "
-                       "detail=%s unlogged_before=%d (logged once a minute per reason at most)",
+                       "detail=%s unlogged_before=%d (logged once a minute per reason at most)%s",
                        reason, conn.peer, conn.authenticated, detail,
-                       self._drops_unlogged.pop(reason, 0))
+                       self._drops_unlogged.pop(reason, 0), _DROP_HINTS.get(reason, ""))
 
     def _connectIfNecessarySingle(self, node):
         target = self._dial_map.get(node.id) if isinstance(node, TCPNode) else None
