@@ -376,7 +376,11 @@ def test_complete_with_the_current_token_succeeds():
                                                "finished_at": T0 + 3 * SEC, "ok": True, "error": None}]
     assert run["attempts"] is records.NONE_KEPT, "a success's attempt is the run's own fields, not a record"
     # A second completion with the same token is refused: the lease is gone.
-    refused(s, commands.make("complete", T0 + 3 * SEC, None, run=rid, token=g["token"], success=True), "conflict")
+    again = refused(s, commands.make("complete", T0 + 3 * SEC, None, run=rid, token=g["token"], success=True),
+                    "conflict")
+    # ...saying so, not that its current token is the one it was sent
+    assert "no longer running (the run is succeeded" in again["error"]["message"]
+    assert "current token" not in again["error"]["message"]
     assert queries.lease_snapshot(s) == [], "a finished run holds no lease"
     assert hb(s, T0 + 3 * SEC, "w1", [[rid, g["token"]]])["lost"] == [rid]
 

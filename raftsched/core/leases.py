@@ -451,16 +451,23 @@ def apply_complete(s: SchedulerState, cmd: Command, now: int) -> Result:
     if run is None:
         raise NotFound(f"no run {rid!r}", field="run")
     if run["state"] != "running" or run.get("fencing_token") != tok:  # not live(s, rid, tok)
-        raise Conflict(
-            f"token {tok} is stale for run {rid}: its current token is {run.get('fencing_token')} "
-            f"and its state {run['state']}", field="token", code_detail="stale_token",
-        )
+        raise Conflict(_stale_message(run, rid, tok), field="token", code_detail="stale_token")
     error = bound_text(cmd.get("error"), limits.error_chars_max)
     output = bound_text(cmd.get("output"), limits.output_bytes_max)
     if success and cmd.get("result") is not None and run["job"] in s.pipes.children:
         run["result"] = pipelines.check_result(cmd["result"])  # kept for its children only
     finish_attempt(s, run, now, success, error, output)
     return {"ok": True, "run": rid, "state": run["state"], "attempt": run["attempt"]}
+
+
+def _stale_message(run: Record, rid: str, tok: object) -> str:
+    """Why an outcome under token ``tok`` is refused: another attempt's token, or this
+    attempt's, once it is no longer running (reported already, or its lease lost)."""
+    cur = run.get("fencing_token")
+    if cur == tok:
+        return (f"token {tok} is stale for run {rid}: that attempt is no longer running (the run "
+                f"is {run['state']}: its outcome was reported already, or its lease was lost)")
+    return f"token {tok} is stale for run {rid}: its current token is {cur} and its state {run['state']}"
 
 
 def apply_complete_many(s: SchedulerState, cmd: Command, now: int) -> Result:
