@@ -10,15 +10,17 @@ import pytest
 from raftsched.core import commands, deadlines, limits, pipelines
 
 from core_helpers import SEC, T0, apply, restored
-from pipeline_helpers import job_raw, put
+from pipeline_helpers import finish, job_raw, lease, put
 from test_core_deadlines import deadline_events, tick, told_state
 
 PARENT = job_raw(every_s=60, misfire={"policy": "skip", "grace_s": 1})
+#: the children's routes: told_state's sink hears their deadline events
+ROUTES = [{"sink": "ops", "on": ["deadline.missed", "deadline.late"]}]
 
 
 def _open(s, job: str) -> list[str]:
-    """The job's deadline records not final, inside a's recorded range."""
-    (rng,) = [r for r in s.runs.values() if r["job"] == "a" and "slot_to" in r]
+    """The job's deadline records not final, inside a's (first) recorded range."""
+    rng = min((r for r in s.runs.values() if r["job"] == "a" and "slot_to" in r), key=lambda r: r["slot"])
     return sorted(rid for rid, r in s.deadlines.slots.items()
                   if r["job"] == job and not r["fin"] and rng["slot"] <= r["slot"] <= rng["slot_to"])
 
@@ -31,8 +33,7 @@ def _outage_then_fanout(monkeypatch: pytest.MonkeyPatch, children: int):
     s = told_state()
     assert put(s, "a", PARENT)["ok"]
     for i in range(children):
-        raw = job_raw(after=["a"], deadline={"succeed_within_s": 20},
-                      notify=[{"sink": "ops", "on": ["deadline.missed", "deadline.late"]}])
+        raw = job_raw(after=["a"], deadline={"succeed_within_s": 20}, notify=ROUTES)
         assert put(s, f"b{i}", raw)["ok"]
     tick(s, T0 + 60 * SEC)  # a's first slot: a run
     now = T0 + 11 * 60 * SEC
@@ -72,14 +73,16 @@ def test_the_index_of_open_misses_is_rebuilt_by_a_restore(monkeypatch) -> None:
     s, now = _outage_then_fanout(monkeypatch, 2)
     r2 = restored(s)
     assert r2.deadlines == s.deadlines
-    assert r2.deadlines.open_missed == s.deadlines.open_missed and len(s.deadlines.open_missed["b1"]) == 10
+    assert r2.deadlines.open == s.deadlines.open and len(s.deadlines.open["b1"]) == 11
     for state in (s, r2):
         for key, after in pipelines.pending_fanout(state, 10):
             assert apply(state, commands.fanout_step(now + SEC, key=key, after=after))["ok"]
     assert _open(r2, "b1") == [] and r2.deadlines == s.deadlines
-    # left open: the slot before the outage, whose parent's run is still queued
-    assert r2.deadlines.open_missed == s.deadlines.open_missed == {
-        "b0": {f"b0@{T0 + 60 * SEC}": T0 + 60 * SEC}, "b1": {f"b1@{T0 + 60 * SEC}": T0 + 60 * SEC}}
+    # left open: the slot before the outage, whose parent's run is still queued, and the one
+    # after it, whose instant has not passed
+    first, last = T0 + 60 * SEC, T0 + 11 * 60 * SEC
+    assert r2.deadlines.open == s.deadlines.open == {
+        b: {f"{b}@{first}": first, f"{b}@{last}": last} for b in ("b0", "b1")}
 
 
 def test_a_slot_decided_by_its_own_run_inside_the_range_stays_that_runs(monkeypatch) -> None:
@@ -96,3 +99,81 @@ def test_a_slot_decided_by_its_own_run_inside_the_range_stays_that_runs(monkeypa
     assert _open(s, "b1") == [held]
     assert s.deadlines.slots[held]["state"] == "missed"
     assert deadlines.slot_view(s, held)["cause"] == "upstream"
+
+
+def test_a_childs_slots_in_its_range_miss_at_once_so_a_range_trimmed_from_its_history_leaves_none_open() -> None:
+    """The child's range comes in the fire that records the parent's (no deferral); its slots'
+    records, still pending (their instants an hour away), miss at once as the range's first slot
+    does. Before, they waited for their instants, and a range the child's own runs had pushed
+    out of its short history by then left them missed and open for good."""
+    s = told_state()
+    assert put(s, "a", PARENT)["ok"]
+    assert put(s, "b", job_raw(after=["a"], history=3, deadline={"succeed_within_s": 3600}, notify=ROUTES))["ok"]
+    tick(s, T0 + 60 * SEC)
+    for g in lease(s, T0 + 61 * SEC):
+        finish(s, g, T0 + 62 * SEC, True)
+    now = T0 + 11 * 60 * SEC
+    tick(s, now)  # the outage: a's range, and b's, in one command
+    (rng,) = [r for r in s.runs.values() if r["job"] == "b" and "slot_to" in r]
+    inside = [rid for rid, r in s.deadlines.slots.items() if r["job"] == "b" and rng["slot"] <= r["slot"] <= rng["slot_to"]]
+    assert len(inside) == rng["count"] == 9
+    for rid in inside:
+        r = s.deadlines.slots[rid]
+        assert (r["state"], r["cause"], r["fin"]) == ("missed", "upstream", True), (rid, r)
+    assert sorted(e[1] for e in deadline_events(s)) == sorted(inside)  # told once each, now
+    t = now
+    for _ in range(8):  # b's own runs push the range out of its history of 3
+        for g in lease(s, t):
+            finish(s, g, t + SEC, True)
+        t += 60 * SEC
+        tick(s, t)
+    assert not any("slot_to" in s.runs[r] for r in s.history["b"])
+    tick(s, T0 + 2 * 3600 * SEC)
+    assert _open(s, "b") == []
+    assert s.deadlines.pending == sum(1 for r in s.deadlines.slots.values() if not r["fin"])
+    assert sorted(e[1] for e in deadline_events(s) if e[1] in inside) == sorted(inside)  # not again
+
+
+def test_a_put_that_takes_a_childs_parent_closes_the_records_only_that_parent_would_have_decided() -> None:
+    """b after a, with a deadline; a's run of slot S is queued when b's instant passes (b's
+    record missed, cause upstream, waiting); then b is put after c instead: nothing will ever
+    decide b's slot S, so its record ends missed (told once), where it stayed open for good. A
+    slot c (kept) has an entry for stays open, for c's outcome to decide."""
+    s = told_state()
+    assert put(s, "a", job_raw(every_s=60))["ok"]
+    assert put(s, "c", job_raw(every_s=60))["ok"]
+    assert put(s, "b", job_raw(after=["a", "c"], deadline={"succeed_within_s": 20}, notify=ROUTES))["ok"]
+    slot = T0 + 60 * SEC
+    tick(s, slot)  # a@S and c@S queued; b's record tracked
+    tick(s, slot + 30 * SEC)  # b's instant passed: missed (upstream), not final
+    rid = f"b@{slot}"
+    assert (s.deadlines.slots[rid]["state"], s.deadlines.slots[rid]["fin"]) == ("missed", False)
+    told = deadline_events(s)
+    # b keeps c: c has an entry for S, so S is still b's slot
+    assert put(s, "b", job_raw(after=["c"], deadline={"succeed_within_s": 20}, notify=ROUTES), now=slot + 31 * SEC)["ok"]
+    assert not s.deadlines.slots[rid]["fin"]
+    # b after d, a job with no entry for S: nothing will decide it
+    assert put(s, "d", job_raw(every_s=3600), now=slot + 32 * SEC)["ok"]
+    assert put(s, "b", job_raw(after=["d"], deadline={"succeed_within_s": 20}, notify=ROUTES), now=slot + 33 * SEC)["ok"]
+    r = s.deadlines.slots[rid]
+    assert (r["state"], r["cause"], r["fin"]) == ("missed", "upstream", True)
+    assert rid not in s.deadlines.open.get("b", {})
+    assert deadline_events(s) == told  # closed, not told again
+    for g in lease(s, slot + 40 * SEC):
+        finish(s, g, slot + 41 * SEC, True)  # a@S and c@S succeed: neither is b's parent now
+    assert rid not in s.runs and s.deadlines.slots[rid]["fin"]
+    assert s.deadlines.pending == sum(1 for x in s.deadlines.slots.values() if not x["fin"])
+
+
+def test_a_child_made_a_job_of_its_own_closes_the_records_of_the_slots_it_waited_for() -> None:
+    s = told_state()
+    assert put(s, "a", job_raw(every_s=60))["ok"]
+    assert put(s, "b", job_raw(after=["a"], deadline={"succeed_within_s": 20}, notify=ROUTES))["ok"]
+    slot = T0 + 60 * SEC
+    tick(s, slot)
+    rid = f"b@{slot}"
+    assert s.deadlines.slots[rid]["state"] == "pending"
+    assert put(s, "b", job_raw(every_s=3600, deadline={"succeed_within_s": 20}, notify=ROUTES), now=slot + SEC)["ok"]
+    assert rid not in s.deadlines.slots  # pending: dropped, its slot no longer b's
+    assert "b" not in s.deadlines.open
+    assert s.deadlines.pending == sum(1 for x in s.deadlines.slots.values() if not x["fin"])

@@ -179,19 +179,20 @@ class Book:
     how many records are not final; ``since``: job -> ``[base_ms, missed]``, the last success
     (or when watching began) and whether that streak has missed already.
 
-    ``open_missed`` (derived, rebuilt on restore): job -> {run id: slot} of the records judged
-    missed but not final (a slot whose run may still come: a pipeline child's whose parents
-    have not decided it, a run queued past its start), so that a range recording such slots
-    finds them without a scan of the book (:func:`finish_range`)."""
+    ``open`` (derived, rebuilt on restore): job -> {run id: slot} of its records not final
+    (pending, or judged missed while the slot's run may still come: a pipeline child's whose
+    parents have not decided it, a run queued past its start), so that what decides a job's
+    slots without a run of their own finds their records without a scan of the book
+    (:func:`finish_range`, :func:`close_unawaited`)."""
 
-    __slots__ = ("slots", "final", "pending", "since", "open_missed", "_heap", "_since_heap")
+    __slots__ = ("slots", "final", "pending", "since", "open", "_heap", "_since_heap")
 
     def __init__(self) -> None:
         self.slots: OrderedDict[str, Record] = OrderedDict()
         self.final: deque[str] = deque()
         self.pending = 0
         self.since: dict[str, list[Any]] = {}
-        self.open_missed: dict[str, dict[str, int]] = {}
+        self.open: dict[str, dict[str, int]] = {}
         #: derived: (instant, run id) of the instants not yet passed, and (due, job) for since
         self._heap: list[tuple[int, str]] = []
         self._since_heap: list[tuple[int, str]] = []
@@ -202,10 +203,10 @@ class Book:
 
     def rebuild(self, jobs: dict[str, Record]) -> None:
         """The indexes from the records and the watched jobs (``jobs``: the state's)."""
-        self.open_missed = {}
+        self.open = {}
         for rid, r in self.slots.items():
-            if r["state"] == "missed" and not r["fin"]:
-                self.open_missed.setdefault(r["job"], {})[rid] = r["slot"]
+            if not r["fin"] and r["slot"] is not None:
+                self.open.setdefault(r["job"], {})[rid] = r["slot"]
         self._heap = [(t, rid) for rid, r in self.slots.items() if r["state"] in ("pending", "missed")
                       for t in _open_instants(r)]
         heapq.heapify(self._heap)
@@ -256,9 +257,13 @@ def _finalise(s: SchedulerState, book: Book, rid: str, r: Record) -> None:
     r["fin"] = True
     book.final.append(rid)
     book.pending -= 1
-    open_ = book.open_missed.get(r["job"])
+    _unopen(book, r["job"], rid)
+
+
+def _unopen(book: Book, job: str, rid: str) -> None:
+    open_ = book.open.get(job)
     if open_ is not None and open_.pop(rid, None) is not None and not open_:
-        del book.open_missed[r["job"]]
+        del book.open[job]
     while len(book.final) > limits.deadlines_kept_max:
         book.slots.pop(book.final.popleft(), None)
 
@@ -285,6 +290,7 @@ def _track(s: SchedulerState, job: Record, slot: int, at: list[Any], now: int) -
     # instant at or before it is not looked at again); none yet.
     book.slots[rid] = r
     book.pending += 1
+    book.open.setdefault(job["name"], {})[rid] = slot
     if book.pending > limits.deadlines_pending_max:
         for old_id, old in book.slots.items():
             if old["state"] == "pending":
@@ -316,8 +322,6 @@ def _miss(s: SchedulerState, book: Book, rid: str, r: Record, now: int, first: t
     _emit(s, r, rid, now, None if run is None else run.get("attempt"))
     if final:
         _finalise(s, book, rid, r)
-    elif not r["fin"]:
-        book.open_missed.setdefault(r["job"], {})[rid] = r["slot"]
 
 
 def _first_start(run: Record) -> int | None:
@@ -395,18 +399,26 @@ def on_finish(s: SchedulerState, run: Record, now: int, cause: str | None = None
     _miss(s, book, rid, r, now, _first(r), cause or _cause(s, run), None)
 
 
-def finish_range(s: SchedulerState, job: str, lo: int, hi: int) -> None:
-    """A range of ``job``'s slots [lo, hi] was recorded (a pipeline child's share of its parent's
-    missed range): its records judged missed before it came, waiting for a run that now never
-    comes, are final as they stand (told already, when judged). A slot with a run of its own is
-    that run's to judge. In slot order (every replica the same); O(the job's open misses)."""
+def finish_range(s: SchedulerState, job: str, lo: int, hi: int, now: int) -> None:
+    """A range of ``job``'s slots [lo, hi] was recorded skipped (a pipeline child's share of its
+    parent's missed range), so none of them will run: each of their records is judged as the
+    range's first slot's is, at once: one still pending misses now (cause ``upstream``), as any
+    slot recorded skipped does, and one judged missed before the range came is final as it
+    stands (told already). Before, they waited for their instants and for the range to be in the
+    job's history then (a range trimmed out of it left them open for good), or for nothing (one
+    judged before a deferred fan-out brought the range). A slot with a run of its own is that
+    run's to judge. In slot order (every replica the same); O(the job's open records)."""
     book: Book = s.deadlines
-    open_ = book.open_missed.get(job)
+    open_ = book.open.get(job)
     if not open_:
         return
     runs = s.runs
     for _slot, rid in sorted((slot, rid) for rid, slot in open_.items() if lo <= slot <= hi and rid not in runs):
-        _finalise(s, book, rid, book.slots[rid])
+        r = book.slots[rid]
+        if r["state"] == "pending":
+            _miss(s, book, rid, r, now, _first(r), "upstream", None)
+        else:
+            _finalise(s, book, rid, r)
 
 
 def since_success(s: SchedulerState, job_name: str, now: int) -> None:
@@ -459,6 +471,8 @@ def on_fire(s: SchedulerState, items: list[list[Any]], stale: set[str], fired_at
                 cause = "paused" if inside[0][1] == "paused" else "skipped"
             elif "after" not in job["spec"]:
                 continue
+            elif run is None and pipehooks.in_range_record(s, name, slot):
+                cause = "upstream"  # inside the child's range its parent's (this fire's) recorded
             # else a pipeline child's slot: tracked from this fire, its run made (or not) later
         r = _track(s, job, slot, [start, within, by], now)
         if r is None:
@@ -499,14 +513,25 @@ def forget_job(s: SchedulerState, name: str, now: int) -> None:
     book.since.pop(name, None)
     if not book.slots:
         return
-    for rid, r in list(book.slots.items()):
-        if r["job"] != name or r["fin"]:
-            continue
-        if r["state"] == "pending":
-            del book.slots[rid]
-            book.pending -= 1
-        else:
-            _finalise(s, book, rid, r)
+    for rid, r in list(book.slots.items()):  # (in the order tracked, as the book finalises them)
+        if r["job"] == name:
+            close(s, rid)
+
+
+def close(s: SchedulerState, rid: str) -> None:
+    """Stop judging slot ``rid``'s record, which nothing will decide: one still pending is
+    dropped (its slot is no longer the job's to run), one judged missed ends missed (told
+    already). Nothing when it is final or there is none."""
+    book = _book(s)
+    r = book.slots.get(rid)
+    if r is None or r["fin"]:
+        return
+    if r["state"] == "pending":
+        del book.slots[rid]
+        book.pending -= 1
+        _unopen(book, r["job"], rid)
+    else:
+        _finalise(s, book, rid, r)
 
 
 def judge(s: SchedulerState, book: Book, rid: str, now: int) -> bool:

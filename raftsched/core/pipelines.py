@@ -238,6 +238,29 @@ def on_put(s: SchedulerState, name: str, old: Record | None, spec: Record) -> No
         s.pipes.latest.pop(name, None)
     elif spec.get("match") != "latest":
         s.pipes.latest.pop(name, None)
+    if old is not None and "after" in old["spec"] \
+            and {e["job"] for e in old["spec"]["after"]} - {e["job"] for e in spec.get("after", ())}:
+        _close_unawaited(s, name, spec)
+
+
+def _close_unawaited(s: SchedulerState, name: str, spec: Record) -> None:
+    """A put took parents from child ``name`` (or all of them): the deadline records of slots it
+    was waiting for that no parent it keeps awaits (no run of its own, no join, no slot a
+    backfill holds for it; none of the kept parents has an entry, a join or an open record for
+    the slot) are closed (deadlines.close): no outcome would ever judge them. In slot order;
+    O(the child's open records), on such a put only."""
+    open_ = s.deadlines.open.get(name)
+    if not open_:
+        return
+    kept = [e["job"] for e in spec.get("after", ())]
+    runs, joins, book = s.runs, s.pipes.joins, s.deadlines.open
+    mine = joins.get(name, {})
+    for slot, rid in sorted((slot, rid) for rid, slot in open_.items()):
+        if rid in runs or slot in mine or _held_by(s, rid) is not None:
+            continue
+        if any(f"{p}@{slot}" in runs or slot in joins.get(p, {}) or f"{p}@{slot}" in book.get(p, {}) for p in kept):
+            continue
+        deadlines.close(s, rid)
 
 
 def on_delete(s: SchedulerState, name: str, spec: Record, now: int, unfinished: tuple[int, ...] = ()) -> None:
@@ -522,8 +545,8 @@ def _offer_range(s: SchedulerState, child: Record, parent: str, lo: int, hi: int
         fire.add_entry(s, child, entry)
         child["stats"][RECORDED] += 1 if count is None else count
         on_slot_recorded(s, entry, now)
-        deadlines.on_finish(s, entry, now)  # the range's first slot; the others when their instants pass,
-        deadlines.finish_range(s, c, a, b)  # or now, those judged missed before the range came
+        deadlines.on_finish(s, entry, now)  # the range's first slot
+        deadlines.finish_range(s, c, a, b, now)  # and the others
         work.append((entry, now))
 
 
