@@ -373,7 +373,9 @@ def on_finish(s: SchedulerState, run: Record, now: int, cause: str | None = None
     book: Book = s.deadlines
     if not book.slots and not book.since:
         return
-    if book.since and run["state"] == "succeeded":
+    if book.since and run["state"] == "succeeded" and run.get("kind") != "backfill" and "backfill" not in run:
+        # (a backfill's run, a cascade's in a child included, is outside the job's health,
+        # notify.of_backfill: a backfill of last week's slots says nothing of today's)
         since_success(s, run["job"], now)
     rid = run["id"]
     r = book.slots.get(rid)
