@@ -239,7 +239,7 @@ def put_job(s: SchedulerState, cmd: Command, now: int, pending: dict[str, Record
     else:
         s._placed_jobs.pop(name, None)
     if "after" in spec or (old is not None and "after" in old["spec"]):
-        on_put(s, name, old, spec)
+        on_put(s, name, old, spec, now)
     if old is not None and old["spec"]["executor"]["type"] == "heartbeat" != spec["executor"]["type"]:
         # Nothing pings its runs any more: those still open end now (else a started one would
         # stay running for good, and an overlap policy would count it).

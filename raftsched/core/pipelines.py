@@ -221,9 +221,15 @@ def unlink(s: SchedulerState, name: str, spec: Record) -> None:
                 del ch[e["job"]]
 
 
-def on_put(s: SchedulerState, name: str, old: Record | None, spec: Record) -> None:
-    """A job was put: its edges replace the old ones. Joins of a job that no longer has
-    ``after`` are dropped (its slots are its own again)."""
+def on_put(s: SchedulerState, name: str, old: Record | None, spec: Record, now: int) -> None:
+    """A job was put: its edges replace the old ones, and the slots it waits for are decided
+    again by them. A job that no longer has ``after`` waits for nothing: a gated job's own
+    slots that were waiting run now, as its other slots do, and the rest of its joins (slots of
+    its parents, not its own) are dropped. A child whose edges changed (a parent taken or
+    added, an edge's ``on``) has each waiting slot checked against them at once: one the
+    parents it keeps have already allowed runs (or is recorded, as their outcomes say); before,
+    it waited for a report that had come already, or for one that would never come, until its
+    ``max_wait_s``, or for good (a gated job's own slot)."""
     if old is not None:
         unlink(s, name, old["spec"])
     link(s, name, spec)
@@ -233,34 +239,38 @@ def on_put(s: SchedulerState, name: str, old: Record | None, spec: Record) -> No
         runs = s.runs
         if any("slot_to" in runs[r] for r in s.history.get(name, ())):
             s.pipes.ranged.add(name)
+    child = s.jobs.get(name)
+    waiting = s.pipes.joins.get(name)
     if "after" not in spec:
+        s.pipes.latest.pop(name, None)
+        if waiting and child is not None and "schedule" in spec:
+            own = {k: j for k, j in waiting.items() if j["own"]}
+            if own:
+                s.pipes.joins[name] = own
+                work: list[tuple[Record, int]] = []
+                for slot in sorted(own):
+                    _make_run(s, child, slot, own[slot], now, work)
+                _drain(s, work, now)
         s.pipes.joins.pop(name, None)
-        s.pipes.latest.pop(name, None)
-    elif spec.get("match") != "latest":
-        s.pipes.latest.pop(name, None)
-    if old is not None and "after" in old["spec"] \
-            and {e["job"] for e in old["spec"]["after"]} - {e["job"] for e in spec.get("after", ())}:
-        _close_unawaited(s, name, spec)
-
-
-def _close_unawaited(s: SchedulerState, name: str, spec: Record) -> None:
-    """A put took parents from child ``name`` (or all of them): the deadline records of slots it
-    was waiting for that no parent it keeps awaits (no run of its own, no join, no slot a
-    backfill holds for it; none of the kept parents has an entry, a join or an open record for
-    the slot) are closed (deadlines.close): no outcome would ever judge them. In slot order;
-    O(the child's open records), on such a put only."""
-    open_ = s.deadlines.open.get(name)
-    if not open_:
         return
-    kept = [e["job"] for e in spec.get("after", ())]
-    runs, joins, book = s.runs, s.pipes.joins, s.deadlines.open
-    mine = joins.get(name, {})
-    for slot, rid in sorted((slot, rid) for rid, slot in open_.items()):
-        if rid in runs or slot in mine or _held_by(s, rid) is not None:
-            continue
-        if any(f"{p}@{slot}" in runs or slot in joins.get(p, {}) or f"{p}@{slot}" in book.get(p, {}) for p in kept):
-            continue
-        deadlines.close(s, rid)
+    if spec.get("match") != "latest":
+        s.pipes.latest.pop(name, None)
+    if old is None or child is None or old["spec"].get("after") == spec["after"] \
+            or old["spec"].get("match") != spec.get("match") or not (waiting or spec.get("match") == "latest"):
+        return
+    work = []
+    if spec.get("match") == "latest":
+        _try_latest(s, child, now, work)
+    else:
+        parents = {e["job"] for e in spec["after"]}
+        for slot in sorted(waiting or ()):
+            j = s.pipes.joins.get(name, {}).get(slot)
+            if j is None:
+                continue  # (decided by an earlier one: a full child's oldest, say)
+            for p in [p for p in j["got"] if p not in parents]:
+                del j["got"][p]  # a parent it no longer has: not in its runs' upstream
+            _check(s, child, slot, now, work)
+    _drain(s, work, now)
 
 
 def on_delete(s: SchedulerState, name: str, spec: Record, now: int, unfinished: tuple[int, ...] = ()) -> None:
