@@ -335,3 +335,38 @@ def test_with_metrics_open_the_served_document_describes_metrics_as_needing_no_t
     assert "404" in free["responses"]
     validate(opened)
     assert opened["paths"]["/v1/jobs"] == closed["paths"]["/v1/jobs"], "only /metrics is opened"
+
+
+def test_the_answers_a_long_fuzz_found_off_the_document_now_conform():
+    """What schemathesis's long profile found (scripts/fuzz_api.py, RAFTSCHED_FUZZ_PROFILE=long):
+    an empty ``job`` or ``name`` filter served as none (the document says a name, 1+ characters:
+    now a 400 naming it), a token created again under its request id answered ``token: null``
+    and a queue open to every tenant ``tenants: null`` (the document said a string, an array:
+    it says null may be)."""
+    doc = openapi.document(TABLE)
+    check = _validator(doc)
+
+    async def main():
+        env = Env()
+        out = []
+        async with TestClient(TestServer(env.app, host="127.0.0.1")) as c:
+            for url, path, method, body in (("/v1/deadlines?job=", "/v1/deadlines", "GET", None),
+                                            ("/v1/preview?name=", "/v1/preview", "POST", SPEC)):
+                r = await c.request(method, url, headers=bearer(BOOT), data=None if body is None else json.dumps(body))
+                out.append((method, path, r.status, r.content_type, await r.read()))
+            r = await c.put("/v1/queues/q1", headers=bearer(BOOT), data=json.dumps({"max_depth": 10, "on_full": "reject", "tenants": None}))
+            out.append(("PUT", "/v1/queues/{name}", r.status, r.content_type, await r.read()))
+            for _ in range(2):
+                r = await c.post("/v1/tokens", headers={**bearer(BOOT), "Idempotency-Key": "k-1"},
+                                 data=json.dumps({"role": "reader"}))
+                out.append(("POST", "/v1/tokens", r.status, r.content_type, await r.read()))
+        return out
+
+    answers = asyncio.run(main())
+    (dl, pv, q, t1, t2) = answers
+    assert dl[2] == 400 and json.loads(dl[4])["error"]["field"] == "job"
+    assert pv[2] == 400 and json.loads(pv[4])["error"]["field"] == "name"
+    assert q[2] == 200 and json.loads(q[4])["tenants"] is None
+    assert isinstance(json.loads(t1[4])["token"], str) and json.loads(t2[4])["token"] is None
+    bad = [m for a in answers if (m := check(*a)) is not None]
+    assert not bad, "\n".join(bad)

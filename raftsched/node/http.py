@@ -189,9 +189,10 @@ def time_param(request: web.Request, name: str) -> int | None:
 
 
 def job_param(request: web.Request, name: str = "job") -> str | None:
-    """A job's name (core.model.check_name), or None when not given (or empty).
+    """A job's name (core.model.check_name), or None when not given. Given empty, it is
+    refused: a filter left empty by a script (``?job=$JOB``) must not read as every job.
     :raises BadRequest: naming ``name``."""
-    text = request.query.get(name) or None
+    text = request.query.get(name)
     if text is not None:
         try:
             check_name(text, name)
