@@ -520,6 +520,23 @@ def forget_job(s: SchedulerState, name: str, now: int) -> None:
             close(s, rid)
 
 
+def reopen(s: SchedulerState, rid: str) -> None:
+    """Slot ``rid`` is to run again: its dead run requeued, or, in a pipeline child, the record
+    its parents' outcome made taken back by a re-arm (or the slot cut out of a range). A record
+    judged missed for good because of what is taken back is open again, still missed (told
+    already): a success now turns it ``late`` (told, closing what the miss opened), another end
+    leaves it missed (not told again). Before, it stayed missed, and the slot's success was told
+    to no one. Nothing for a record not final, or judged otherwise (met, late)."""
+    book = _book(s)
+    r = book.slots.get(rid)
+    if r is None or not r["fin"] or r["state"] != "missed" or r["slot"] is None:
+        return
+    r["fin"] = False
+    book.final.remove(rid)  # (O(kept): on a requeue or a re-arm only)
+    book.pending += 1
+    book.open.setdefault(r["job"], {})[rid] = r["slot"]
+
+
 def close(s: SchedulerState, rid: str) -> None:
     """Stop judging slot ``rid``'s record, which nothing will decide: one still pending is
     dropped (its slot is no longer the job's to run), one judged missed ends missed (told
@@ -901,6 +918,12 @@ def explain(r: Record | None) -> str | None:
     if r["state"] == "met":
         return "it met its deadlines"
     if r["state"] == "late":
+        done, instant = r.get("judged_at"), r.get("instant")
+        if done is not None and instant is not None and done <= instant:
+            # judged missed at once (its run had died, or its parents had decided it would not
+            # run), then run again (a requeue, a re-arm) and succeeded in time
+            return (f"it succeeded before its {which.get(r['deadline'] or '', 'deadline')} ({at}), once run "
+                    f"again, after it had been judged missed when its run could not succeed any more")
         return f"it succeeded after its {which.get(r['deadline'] or '', 'deadline')} ({at})"
     causes = {"never_started": "its run had not started", "still_running": "its run was still running",
               "failed": "its run had failed (dead, or waiting for a retry)",

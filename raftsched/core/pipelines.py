@@ -985,6 +985,7 @@ def rearm(s: SchedulerState, run: Record, now: int) -> list[str]:
                 if got is None:
                     continue
                 s.pipes.joins.setdefault(c, {})[slot] = {"got": got, "own": False, "since": now}
+                deadlines.reopen(s, rid)  # (judged missed with the range: to be decided again)
                 out.append(rid)
                 again.add(c)
                 todo.append(c)
@@ -1001,6 +1002,7 @@ def rearm(s: SchedulerState, run: Record, now: int) -> list[str]:
                                                             "since": now}
             if rec.get("held"):  # fired ahead of its job's pause, which still holds it (notify.pause)
                 join["held"] = True
+            deadlines.reopen(s, rid)  # (judged missed with the record taken back)
             out.append(rid)
             again.add(c)
             todo.append(c)

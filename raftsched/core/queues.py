@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from sortedcontainers import SortedList
 
-from . import limits, pipehooks, snapshot
+from . import deadlines, limits, pipehooks, snapshot
 from .errors import Conflict, InvalidCommand, NotFound
 from .model import is_name
 from .events import emit
@@ -349,6 +349,7 @@ def apply_dlq_requeue(s: SchedulerState, cmd: Command, now: int) -> Result:
     run["lost"] = 0
     run.update(state="queued", due=now, worker=None, deadline=None, finished_at=None)
     enqueue(s, run)
+    deadlines.reopen(s, run["id"])  # its slot may still succeed: then late, not missed
     if s.sinks:
         emit(s, "run.requeued", now, job=run["job"], tenant=run.get("tenant"), slot=run["slot"], run_id=run["id"],
              attempt=run["attempt"], reason="manual")
