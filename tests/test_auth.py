@@ -241,6 +241,10 @@ def test_a_ping_token_pings_only_its_jobs():
                            ({"role": "ping", "jobs": ["a", "a"]}, "jobs"), ({"role": "ping", "jobs": ["../x"]}, "jobs[0]")):
             s, body = await call(c, "POST", "/v1/tokens", body=bad)
             assert s == 422 and body["error"]["field"] == field, (bad, body)
+        # a role given but unknown is not said to be missing
+        for bad, words in (({"role": "superuser"}, "must be one of admin"), ({}, "is required: one of admin")):
+            s, body = await call(c, "POST", "/v1/tokens", body=bad)
+            assert s == 422 and body["error"]["field"] == "role" and body["error"]["message"].startswith(words), body
     run(t)
 
 

@@ -335,3 +335,14 @@ def test_an_http_url_urllib_cannot_split_is_refused_naming_the_field(url):
     with pytest.raises(InvalidSpec) as e:
         model.validate_executor({"type": "http", "url": url})
     assert e.value.field == "executor.url"
+
+
+def test_a_huge_number_out_of_range_is_said_by_its_digits_not_echoed():
+    """every_s: 1e308 was answered with its 309 digits in the message."""
+    with pytest.raises(InvalidSpec) as ei:
+        model.validate_job("j", {"schedule": {"every_s": 1e308}, "executor": {"type": "shell", "command": "true"}})
+    assert ei.value.field == "schedule.every_s"
+    assert ei.value.message.endswith("got a number of 309 digits"), ei.value.message
+    with pytest.raises(InvalidSpec) as ei:
+        model.validate_job("j", {"schedule": {"every_s": 0}, "executor": {"type": "shell", "command": "true"}})
+    assert ei.value.message.endswith("; got 0"), ei.value.message

@@ -180,8 +180,12 @@ def test_cron_dialect(expr, expected):
 @pytest.mark.parametrize("expr,words", [
     ("@reboot", "a cluster has no boot"),
     ("@fortnightly", "unknown cron alias"),
-    ("0 0 15W * *", "day-of-month"),   # W (nearest weekday) is not supported
-    ("0 0 ? * *", "day-of-month"),     # Quartz's '?' is not cron
+    # W (nearest weekday), Quartz's '?' and year field are not supported, and the message says so
+    ("0 0 15W * *", "'15W' (the weekday nearest a day of the month) is not supported; LW"),
+    ("0 0 1,15w * *", "'15w' (the weekday nearest"),
+    ("0 0 ? * *", "'?' (Quartz's \"no specific value\") is not supported: write '*'"),
+    ("0 0 * * ?", "'?'"),
+    ("0 0 0 1 1 ? 2027", "Quartz's year field is not supported"),
     ("0 0 * * FRI-MON", "day-of-week"),  # a range may not wrap around
     # ... and the message says what to write instead (Vixie cron refuses it too).
     ("0 0 * * SAT-SUN", "day-of-week range SAT-SUN runs past Saturday, which cron does not allow: use SAT,SUN or 6-7"),

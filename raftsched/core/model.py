@@ -140,7 +140,8 @@ def _int(value: object, field: str, lo: int, hi: int) -> int:
         raise InvalidSpec(f"must be an integer between {lo} and {hi}", field=field)
     value = int(value)
     if not lo <= value <= hi:
-        raise InvalidSpec(f"must be between {lo} and {hi}; got {value}", field=field)
+        got = str(value) if abs(value) < 10 ** 24 else f"a number of {len(str(abs(value)))} digits"
+        raise InvalidSpec(f"must be between {lo} and {hi}; got {got}", field=field)
     return value
 
 

@@ -146,6 +146,10 @@ def check_cron(expr: object, now_ms: int | None = None, tz: str = "UTC") -> None
         raise InvalidSpec(why, field=field)
 
 
+#: A day-of-month item naming the weekday nearest a day (``15W``): not in cronsim's dialect.
+_NEAREST_WEEKDAY_RE = re.compile(r"\d+W", re.IGNORECASE)
+
+
 @functools.lru_cache(maxsize=4096)
 def _cron_error(expr: str) -> str | None:
     """Why ``expr`` (a non-empty string of bounded length) is not a valid cron expression, or
@@ -160,10 +164,17 @@ def _cron_error(expr: str) -> str | None:
             return f"unknown cron alias {text!r}; known: {', '.join(CRON_ALIASES)}"
     parts = _fields(text).split()
     if len(parts) not in (5, 6):
-        return f"cron needs 5 fields (m h dom mon dow) or 6 with seconds first; got {len(parts)}"
+        year = " (Quartz's year field is not supported)" if len(parts) == 7 else ""
+        return f"cron needs 5 fields (m h dom mon dow) or 6 with seconds first; got {len(parts)}{year}"
     items = [item for p in parts for item in p.split(",")]
     if any(_HASH_OR_RANDOM_RE.match(item) for item in items):
         return "cron items 'H' (hashed) and 'R' (random) are not allowed: replicas would disagree"
+    if "?" in items:
+        return "cron item '?' (Quartz's \"no specific value\") is not supported: write '*'"
+    nearest = [item for item in parts[-3].split(",") if _NEAREST_WEEKDAY_RE.fullmatch(item)]
+    if nearest:
+        return (f"cron item {nearest[0]!r} (the weekday nearest a day of the month) is not supported; "
+                f"LW (the month's last weekday) is (docs/api.md, \"The cron dialect\")")
     if any("L" in item.upper() and "/" in item for item in items):
         return "L takes no step: write L, LW or nL alone"
     wrap = _wrapping_day_range(parts[-1])

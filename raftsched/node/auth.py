@@ -252,8 +252,10 @@ def validate_token_body(body, now_ms: int) -> dict:
         if k not in _TOKEN_BODY:
             raise InvalidSpec(f"unknown field; allowed: {', '.join(sorted(_TOKEN_BODY))}", field=str(k))
     role = body.get("role")
-    if role not in ROLES:
+    if role is None:
         raise InvalidSpec(f"is required: one of {', '.join(ROLES)}", field="role")
+    if role not in ROLES:
+        raise InvalidSpec(f"must be one of {', '.join(ROLES)}", field="role")
     tenants = body.get("tenants")
     if tenants is not None:
         if not isinstance(tenants, list) or not 1 <= len(tenants) <= limits.token_tenants_max:
