@@ -407,7 +407,8 @@ def test_resume_records_the_paused_slots_and_moves_the_cursor_to_upto():
     s = new_state(("a", EVERY10))
     apply(s, make("pause_job", T0 + SEC, name="a"))
     res = apply(s, resume_cmd(s, "a", T0 + 35 * SEC))
-    assert res == {"ok": True, "job": "a", "paused": False}
+    # the three slots that fell due while it was paused, recorded skipped (paused), say so
+    assert res == {"ok": True, "job": "a", "paused": False, "released": 0, "skipped": 0, "recorded": 3}
     job = s.jobs["a"]
     assert (job["paused"], job["cursor"], job["next"]) == (False, T0 + 35 * SEC, T0 + 40 * SEC)
     rec = s.runs[f"a@{T0 + 10 * SEC}"]

@@ -186,7 +186,7 @@ def test_resume_records_paused_slots_and_resumes_from_now():
     apply(s, commands.make("pause_job", T0 + 11 * SEC, None, name="a"))
     now = T0 + 65 * SEC
     res = apply(s, resume_cmd(s, "a", now))
-    assert res == {"ok": True, "job": "a", "paused": False}
+    assert res == {"ok": True, "job": "a", "paused": False, "released": 0, "skipped": 0, "recorded": 5}
     recs = [r for r in runs_of(s, "a") if r["kind"] == "recorded"]
     assert len(recs) == 1
     r = recs[0]

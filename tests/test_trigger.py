@@ -325,7 +325,8 @@ def test_pausing_holds_runs_fired_ahead_and_resuming_before_their_slot_releases_
     assert view["waiting_for"] == "its job to be resumed" and view["due"] is None
     # Resumed before its slot: queued again, handed out at its slot.
     clock.advance(50)
-    assert asyncio.run(svc.resume_job("j0", None)) == {"job": "j0", "paused": False, "released": 1, "skipped": 0}
+    assert asyncio.run(svc.resume_job("j0", None)) == {"job": "j0", "paused": False, "released": 1, "skipped": 0,
+                                                         "recorded": 0}
     res = st.apply(commands.make("acquire", slot, None, worker="w", queues=None, max=10, ttl=30_000))
     assert [g["id"] for g in res["runs"]] == [f"j0@{slot}"]
 
@@ -377,7 +378,7 @@ def test_a_job_replaced_by_a_triggered_one_while_paused_skips_its_held_run_unles
     assert st.jobs["j0"]["paused"] and "schedule" not in st.jobs["j0"]["spec"]
     clock.advance(1_000)
     assert asyncio.run(svc.resume_job("j0", None, catch_up=catch_up)) == {
-        "job": "j0", "paused": False, "released": int(catch_up), "skipped": int(not catch_up)}
+        "job": "j0", "paused": False, "released": int(catch_up), "skipped": int(not catch_up), "recorded": 0}
     run = st.runs[f"j0@{slot}"]
     assert (run["state"], run.get("reason")) == (("queued", None) if catch_up else ("skipped", "paused"))
 

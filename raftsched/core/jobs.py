@@ -427,7 +427,8 @@ def apply_resume_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     triggered job (no schedule) has no slot to plan: its command carries no plan either way.
     The runs the pause held are released, but those whose slot came while paused, which are
     recorded skipped (paused) unless ``catch_up`` (notify.resume_held); ``released`` and
-    ``skipped`` count them when there were any. A job that is not paused is left as it is.
+    ``skipped`` count them when there were any, and ``recorded`` the slots recorded skipped
+    (paused) by the plan. A job that is not paused is left as it is.
 
     :raises NotFound: no such job. :raises Conflict: the job changed since the proposer looked.
     :raises InvalidCommand: malformed next, upto or records (then nothing is recorded)."""
@@ -435,6 +436,7 @@ def apply_resume_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     if not job["paused"]:
         return ok(job=job["name"], paused=False)
     catch_up = bool(cmd.get("catch_up"))
+    recorded = 0
     if not catch_up and "schedule" in job["spec"]:  # (a triggered job has no slot to plan)
         nxt, rec = cmd.get("next"), cmd.get("rec")
         if nxt is not None and not is_int(nxt):
@@ -455,6 +457,7 @@ def apply_resume_job(s: SchedulerState, cmd: Command, now: int) -> Result:
         check_disjoint([], rec)
         if rec:
             record(s, job, rec, now)
+        recorded = sum(1 if r[4] is None else r[4] for r in rec)
         job["cursor"] = upto
         job["next"] = nxt
     job["paused"] = False
@@ -464,6 +467,8 @@ def apply_resume_job(s: SchedulerState, cmd: Command, now: int) -> Result:
     push_due(s, job)
     if s.sinks:
         emit(s, "job.resumed", now, job=job["name"], reason="manual", catch_up=catch_up)
+    if recorded:  # (the slots that fell due while it was paused, recorded skipped / paused)
+        return ok(job=job["name"], paused=False, released=released, skipped=skipped, recorded=recorded)
     if released or skipped:
         return ok(job=job["name"], paused=False, released=released, skipped=skipped)
     return ok(job=job["name"], paused=False)

@@ -499,7 +499,7 @@ class Service:
         res = await self.propose(commands.resume_job(now, rid or new_request_id(), name=name, catch_up=catch_up,
                                                      plan=plan))
         return self._out(res, {"job": name, "paused": False, "released": res.get("released", 0),
-                               "skipped": res.get("skipped", 0)})
+                               "skipped": res.get("skipped", 0), "recorded": res.get("recorded", 0)})
 
     async def trigger_job(self, name: str, rid: str | None) -> dict:
         check_name(name)
