@@ -68,19 +68,95 @@ def _records(items: list[dict]) -> str:
     return _rows(header, [[_cell(item.get(k)) for k in header] for item in items])
 
 
+def _get(item: dict, path: str) -> Any:
+    """``item``'s value at a dotted ``path`` (None where a part is missing)."""
+    v: Any = item
+    for part in path.split("."):
+        if not isinstance(v, dict):
+            return None
+        v = v.get(part)
+    return v
+
+
+def _schedule(job: dict) -> str:
+    """A job's schedule in a few words: its cron and zone, its interval, its instant, or the
+    jobs it runs after."""
+    spec = job.get("spec") if isinstance(job.get("spec"), dict) else {}
+    sc = spec.get("schedule") if isinstance(spec.get("schedule"), dict) else {}
+    if "cron" in sc:
+        tz = sc.get("timezone")
+        return f"{sc['cron']} {tz}" if tz and tz != "UTC" else str(sc["cron"])
+    if "every_s" in sc:
+        return f"every {sc['every_s']}s"
+    if "at" in sc:
+        return f"at {sc['at']}"
+    after = spec.get("after")
+    if isinstance(after, list) and after:
+        return "after " + ",".join(e.get("job", "?") if isinstance(e, dict) else str(e) for e in after)
+    return ""
+
+
+#: The columns of the lists people read most, by the key the answer holds them under (GET
+#: /v1/jobs, /v1/workers): a header and a dotted path (or a function of the item). Other
+#: lists, and ``-o json``, show every field.
+_VIEWS: dict[str, list[tuple[str, Any]]] = {
+    "jobs": [("name", "name"), ("schedule", _schedule), ("next_slot", "state.next_slot"),
+             ("paused", "state.paused"), ("last", "health.last_slot_outcome.state"),
+             ("failures", "health.consecutive_failures"), ("executor", "spec.executor.type"),
+             ("queue", "spec.queue")],
+    "workers": [("id", "id"), ("status", "status"), ("last_seen", "last_seen"), ("slots", "slots"),
+                ("held", "held"), ("executors", "executors"), ("queues", "queues"), ("labels", "labels"),
+                ("version", "version")],
+}
+
+
+def _viewed(key: str, items: list[dict]) -> str:
+    """``items`` (the list under ``key``) in their curated columns when they have them: the
+    first column's field is in every item (else every field is shown, as any list)."""
+    cols = _VIEWS.get(key)
+    if cols is None or not all(isinstance(c[1], str) and c[1] in item or callable(c[1])
+                               for item in items for c in cols[:1]):
+        return _records(items)
+    rows = []
+    for item in items:
+        row = []
+        for _h, how in cols:
+            v = how(item) if callable(how) else _get(item, how)
+            if isinstance(v, dict) and all(not isinstance(x, (dict, list)) for x in v.values()):
+                v = ",".join(f"{k}={x}" for k, x in v.items())
+            elif isinstance(v, list) and all(not isinstance(x, (dict, list)) for x in v):
+                v = ",".join(str(x) for x in v)
+            row.append(_cell(v))
+        rows.append(row)
+    return _rows([h for h, _ in cols], rows)
+
+
+def _flat(prefix: str, v: Any, out: list[list[str]], depth: int = 0) -> None:
+    """``v``'s scalar fields as rows ``[dotted.key, value]``, objects opened two levels deep."""
+    if isinstance(v, dict) and v and depth < 2:
+        for k, x in v.items():
+            _flat(f"{prefix}.{k}" if prefix else str(k), x, out, depth + 1)
+    else:
+        out.append([prefix, _cell(v)])
+
+
 def table(payload: Any) -> str:
-    """A payload as text tables: a list of objects is one table (a column per key); an object
-    is its scalar fields as KEY VALUE rows, then each of its lists of objects as a table of its
-    own under its name."""
+    """A payload as text tables: a list of objects is one table (a column per key: the curated
+    columns of jobs and workers); an object is its fields as KEY VALUE rows, nested objects
+    opened as dotted keys (``spec.schedule.cron``), then each of its lists of objects as a table
+    of its own under its name."""
     if _is_records(payload):
         return _records(payload)
     if not isinstance(payload, dict):
         return _cell(payload) if not isinstance(payload, list) else "\n".join(_cell(x) for x in payload)
     lists = {k: v for k, v in payload.items() if _is_records(v)}
-    scalars = [[k, _cell(v)] for k, v in payload.items() if k not in lists]
+    scalars: list[list[str]] = []
+    for k, v in payload.items():
+        if k not in lists:
+            _flat(k, v, scalars)
     parts = [_rows(["field", "value"], scalars)] if scalars else []
     for k, v in lists.items():
-        parts.append(f"{k.upper()} ({len(v)})\n{_records(v)}")
+        parts.append(f"{k.upper()} ({len(v)})\n{_viewed(k, v)}")
     return "\n\n".join(parts) if parts else "(empty)"
 
 

@@ -538,3 +538,41 @@ def test_apply_says_why_each_job_was_left_as_it_is(tmp_path, monkeypatch, capsys
     err = capsys.readouterr().err
     assert "1 job(s) exist already" in err and "1 job(s) fired while their replace was planned" in err \
         and "1 job(s) refused (their `after`" in err, err
+
+
+def test_jobs_and_workers_print_the_columns_people_read_and_one_object_its_nested_fields(capsys):
+    """A user's walk found `raftsched jobs` printing spec, state and health as JSON cut at 48
+    characters (no schedule, next slot or paused to be seen), and `raftsched workers` a STATE
+    of active beside a STATUS of gone in its last column."""
+    jobs = {"jobs": [
+        {"name": "nightly", "spec": {"schedule": {"cron": "0 2 * * *", "timezone": "Europe/Paris"},
+                                     "executor": {"type": "shell", "command": "x"}, "queue": "default"},
+         "state": {"paused": False, "next_slot": "2026-12-07T01:00:00Z"},
+         "health": {"last_slot_outcome": {"state": "succeeded"}, "consecutive_failures": 0}},
+        {"name": "report", "spec": {"after": [{"job": "nightly", "on": "success"}], "executor": {"type": "python"},
+                                    "queue": "q"},
+         "state": {"paused": True, "next_slot": None}, "health": {"last_slot_outcome": None, "consecutive_failures": 2}}],
+        "next": None, "total": 2}
+    cli_output.set_format("table")
+    try:
+        cli_output.show(jobs)
+        out = capsys.readouterr().out.splitlines()
+        head = out.index("JOBS (2)") + 1
+        assert out[head].split() == ["NAME", "SCHEDULE", "NEXT_SLOT", "PAUSED", "LAST", "FAILURES", "EXECUTOR", "QUEUE"]
+        assert out[head + 1].split() == ["nightly", "0", "2", "*", "*", "*", "Europe/Paris", "2026-12-07T01:00:00Z",
+                                         "false", "succeeded", "0", "shell", "default"]
+        assert out[head + 2].split() == ["report", "after", "nightly", "true", "2", "python", "q"]
+        cli_output.show({"workers": [{"id": "node-1/7", "state": "active", "status": "gone", "slots": 4, "held": 0,
+                                      "labels": {"zone": "a"}, "executors": ["shell", "python"]}]})
+        out = capsys.readouterr().out.splitlines()
+        assert out[1].split()[:3] == ["ID", "STATUS", "LAST_SEEN"] and out[2].split()[:2] == ["node-1/7", "gone"]
+        assert "zone=a" in out[2] and "shell,python" in out[2] and "active" not in out[2]
+        cli_output.show(jobs["jobs"][0])  # one job: its nested fields as dotted keys
+        rows = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines()[1:])
+        assert rows["spec.schedule.cron"] == "0 2 * * *" and rows["state.next_slot"] == "2026-12-07T01:00:00Z"
+        assert rows["health.last_slot_outcome.state"] == "succeeded"
+        # a list of another shape shows every field, as before
+        cli_output.show({"jobs": [{"x": 1}]})
+        assert capsys.readouterr().out.splitlines()[-2:] == ["X", "1"]
+    finally:
+        cli_output.set_format(None)
