@@ -576,7 +576,26 @@ cmd_start() {
   echo
   echo "Cluster:"
   print_nodes
+  print_run_warnings
   print_token_help
+}
+
+# print_run_warnings: what the nodes' workers warned at start about where jobs run (the run
+# user cannot read the Python library, jobs run as root, ...), from this start's part of each
+# node's log, once each: said here, not only in node.log.
+print_run_warnings() {
+  local n log lines=()
+  for n in "${NODES[@]}"; do
+    log=$(log_file "$n")
+    [[ -f $log ]] || continue
+    while IFS= read -r line; do
+      lines+=("$line")
+    done < <(awk '/^=== / { delete seen; k = 0; next } / warning raftsched\.sandbox: / { sub(/^.* warning raftsched\.sandbox: /, ""); w[++k] = $0 } END { for (i = 1; i <= k; i++) print w[i] }' "$log")
+  done
+  ((${#lines[@]} == 0)) && return 0
+  echo
+  echo "Warnings about where jobs run (docs/security.md, \"What a job can reach\"):"
+  printf '%s\n' "${lines[@]}" | sort -u | sed 's/^/  /'
 }
 
 # report_state N...: one line per node with what /v1/cluster says.

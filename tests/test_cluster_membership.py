@@ -255,6 +255,13 @@ def test_cluster_sh_adds_a_node_on_the_next_ports_and_removes_one(tmp_path):
     try:
         r = sh("start")
         assert r.returncode == 0, r.stdout + r.stderr
+        # what the nodes' workers warned at start about where jobs run is said by start too (a
+        # user's python jobs failed for want of a readable library, said only in node.log)
+        warned = {line.split(" warning raftsched.sandbox: ", 1)[1]
+                  for n in (1, 2, 3) for line in (root / ".raftsched" / f"node-{n}" / "node.log").read_text().splitlines()
+                  if " warning raftsched.sandbox: " in line}
+        assert ("Warnings about where jobs run" in r.stdout) == bool(warned), r.stdout
+        assert all(f"  {w}" in r.stdout.splitlines() for w in warned), (warned, r.stdout)
         r = sh("add")
         assert r.returncode == 0, r.stdout + r.stderr
         assert r.stdout.strip().splitlines()[-1] == "4", r.stdout

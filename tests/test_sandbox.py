@@ -342,14 +342,39 @@ def test_a_python_runs_failures_read_as_the_python_executors(targets):
         s = await started()
         try:
             return [await execute(py(name), c(name), 10, sandbox=s) for name in ("boom", "exits", "dies")] + \
-                [await execute({"type": "python", "target": "no_such_module_x:f"}, c("nomod"), 10, sandbox=s)]
+                [await execute({"type": "python", "target": "no_such_module_x:f"}, c("nomod"), 10, sandbox=s)] + \
+                [s.unreadable_library()]
         finally:
             await s.close()
-    boom, exits, dies, nomod = run(t())
+    boom, exits, dies, nomod, lib = run(t())
     assert not boom.ok and boom.error == "ValueError: no good" and "Traceback" in boom.output
     assert not exits.ok and exits.error == "SystemExit: 3"
     assert not dies.ok and dies.error == "the run's process ended without an outcome (exit status 9)"
-    assert not nomod.ok and nomod.error == "ModuleNotFoundError: No module named 'no_such_module_x'"
+    said = "ModuleNotFoundError: No module named 'no_such_module_x'"
+    # (where the run user cannot read the Python library, as under a pyenv in /root, the error says so)
+    assert not nomod.ok and nomod.error == (said if lib is None else said + _lib_hint(lib)), nomod.error
+
+
+def _lib_hint(lib: str) -> str:
+    return f" (the run user {resolve_run_user(None).name} cannot read the Python library, {lib}: install Python " \
+           f"where it can; docs/security.md)"
+
+
+def test_an_import_error_of_a_run_that_cannot_read_the_python_library_says_so(targets, monkeypatch):
+    """A user's python jobs failed with "No module named 'colorsys'" and nothing in the run said
+    why (the worker's log did, once, at start): the run user could not read the library."""
+    monkeypatch.setattr(Sandbox, "unreadable_library", lambda self: "/opt/py/lib/python3.11")
+
+    async def t():
+        s = await started()
+        try:
+            return [await execute({"type": "python", "target": "no_such_module_x:f"}, c("nomod"), 10, sandbox=s),
+                    await execute(py("boom"), c("boom"), 10, sandbox=s)]
+        finally:
+            await s.close()
+    nomod, boom = run(t())
+    assert nomod.error == "ModuleNotFoundError: No module named 'no_such_module_x'" + _lib_hint("/opt/py/lib/python3.11")
+    assert boom.error == "ValueError: no good"  # another failure is not given the hint
 
 
 def test_a_python_run_connects_to_a_host_by_name(targets):

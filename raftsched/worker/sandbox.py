@@ -601,12 +601,20 @@ class Sandbox:
             out.append((f"jobs run as {self.user.name}, this process's own user",
                         "their code can read what this process can (its token file, the cluster secret and the "
                         "data directory of a node); start it as root to run them as another user (docs/security.md)"))
-        lib = os.path.dirname(os.__file__)
-        if self.user.switches and not readable_by(lib, self.user):
+        lib = self.unreadable_library()
+        if lib is not None:
             out.append((f"{self.user.name} cannot read the Python library ({lib})",
                         "a python run can import only what the run server imported before it dropped to that "
                         "user; install Python where the run user can read it"))
         return out
+
+    def unreadable_library(self) -> str | None:
+        """The Python library's directory when the run user cannot read it (then a python run
+        imports only what the run server imported before it dropped to that user), else None."""
+        if not hasattr(self, "_lib_unreadable"):
+            lib = os.path.dirname(os.__file__)
+            self._lib_unreadable = lib if self.user.switches and not readable_by(lib, self.user) else None
+        return self._lib_unreadable
 
     async def close(self) -> None:
         await self.server.close()
@@ -667,6 +675,12 @@ class Sandbox:
             return False, short(f"the run's process ended without an outcome ({why})"), printed
         ok, err, out = result
         out = tail_str(printed.rstrip("\n") + "\n" + out, masked=masked) if printed else out
+        lib = None if ok or not err else self.unreadable_library()
+        if lib is not None and err is not None and ("ModuleNotFoundError" in err or "ImportError" in err):
+            # Said where the operator looks first: the run's error, not only the worker's log.
+            hint = (f" (the run user {self.user.name} cannot read the Python library, {lib}: install Python "
+                    f"where it can; docs/security.md)")
+            err = short(err, limits.outcome_error_chars_max - len(hint)) + hint
         return ok, err, _noted(out, note, masked) if ok else out
 
     async def _run(self, req: dict, ctx: RunContext, timeout_s: float, cancel: asyncio.Event | None,
