@@ -85,3 +85,113 @@ def test_a_child_whose_edge_now_takes_a_failure_runs_the_slot_that_failure_left_
     assert f"c@{slot}" not in s.runs  # a has not reported yet
     finish(s, got["a"], slot + 4 * SEC, False)
     assert s.runs[f"c@{slot}"]["state"] == "queued"
+
+
+def _batch_item(s, name: str, raw: dict, now: int) -> dict:
+    """A put_jobs item as the node plans it."""
+    from raftsched.core import commands, model
+    from core_helpers import put_cmd
+    spec = model.validate_job(name, raw, now)
+    if "schedule" in spec:
+        cmd = put_cmd(s, name, spec, now)
+    else:
+        cmd = commands.put_job(now, None, name=name, spec=spec, next=None, cursor=now, anchor=now, create_only=False)
+    return {k: cmd[k] for k in ("name", "spec", "next", "cursor", "anchor", "create_only")}
+
+
+def test_a_batch_that_puts_a_childs_new_parent_after_it_leaves_its_slots_waiting() -> None:
+    """A review's probe: c, waiting for b, is put after [a, b, p] in a batch that makes p after
+    it. Decided at once, the slot was recorded dependency_missing ("parent p does not exist")
+    though p existed once the command applied; it waits, as before edges were re-decided."""
+    from raftsched.core import commands
+    from core_helpers import apply
+    for latest in (False, True):
+        s = told_state()
+        assert put(s, "a", job_raw(every_s=60))["ok"]
+        assert put(s, "b", job_raw(every_s=60))["ok"]
+        extra = {"every_s": 60, "match": "latest"} if latest else {}
+        assert put(s, "c", job_raw(after=["a", "b"], **extra))["ok"]
+        slot = T0 + 60 * SEC
+        tick(s, slot)
+        got = {g["job"]: g for g in lease(s, slot + SEC)}
+        finish(s, got["a"], slot + 2 * SEC, True)
+        now = slot + 3 * SEC
+        items = [_batch_item(s, "c", job_raw(after=["a", "b", "p"], **extra), now),
+                 _batch_item(s, "p", job_raw(every_s=60), now)]
+        assert apply(s, commands.put_jobs(now, None, jobs=items))["ok"]
+        assert f"c@{slot}" not in s.runs and slot in s.pipes.joins["c"], latest
+
+
+def test_a_parent_added_whose_run_of_the_slot_ended_already_decides_it_at_once() -> None:
+    """c after [a, b]; a and d have run slot S; c is put after [a, d]: d's outcome came already,
+    so the slot runs (a triggered child waited for a report that had come, until max_wait_s)."""
+    s = told_state()
+    for p in ("a", "b", "d"):
+        assert put(s, p, job_raw(every_s=60))["ok"]
+    assert put(s, "c", job_raw(after=["a", "b"], max_wait_s=120))["ok"]
+    slot = T0 + 60 * SEC
+    tick(s, slot)
+    got = {g["job"]: g for g in lease(s, slot + SEC)}
+    finish(s, got["a"], slot + 2 * SEC, True)
+    finish(s, got["d"], slot + 2 * SEC, True)
+    assert put(s, "c", job_raw(after=["a", "d"], max_wait_s=120), now=slot + 3 * SEC)["ok"]
+    run = s.runs[f"c@{slot}"]
+    assert run["state"] == "queued" and [u["job"] for u in run["upstream"]] == ["a", "d"]
+
+
+def test_a_latest_child_forgets_the_successes_of_parents_it_no_longer_has() -> None:
+    s = told_state()
+    for p, every in (("a", 60), ("b", 3600), ("x", 3600)):
+        assert put(s, p, job_raw(every_s=every))["ok"]
+    assert put(s, "c", job_raw(every_s=60, after=["a", "x"], match="latest"))["ok"]
+    slot = T0 + 60 * SEC
+    tick(s, slot)
+    got = {g["job"]: g for g in lease(s, slot + SEC)}
+    finish(s, got["a"], slot + 2 * SEC, True)
+    assert "a" in s.pipes.latest["c"]
+    assert put(s, "c", job_raw(every_s=60, after=["b"], match="latest"), now=slot + 3 * SEC)["ok"]
+    assert "a" not in s.pipes.latest.get("c", {})
+    t = T0 + 3600 * SEC
+    tick(s, t)
+    for g in lease(s, t + SEC):
+        if g["job"] == "b":
+            finish(s, g, t + 2 * SEC, True)
+    ups = [[u["job"] for u in r["upstream"]] for r in s.runs.values() if r["job"] == "c" and r.get("upstream")]
+    assert ups and all(u == ["b"] for u in ups), ups
+
+
+def test_a_gated_job_made_free_runs_its_waiting_slot_with_no_upstream() -> None:
+    s = told_state()
+    assert put(s, "a", job_raw(every_s=60))["ok"]
+    assert put(s, "b", job_raw(every_s=60))["ok"]
+    assert put(s, "c", job_raw(every_s=60, after=["a", "b"]))["ok"]
+    slot = T0 + 60 * SEC
+    tick(s, slot)
+    got = {g["job"]: g for g in lease(s, slot + SEC)}
+    finish(s, got["a"], slot + 2 * SEC, True)
+    assert put(s, "c", job_raw(every_s=60), now=slot + 3 * SEC)["ok"]
+    run = s.runs[f"c@{slot}"]
+    assert run["state"] == "queued" and not run.get("upstream") and "backfill" not in run
+
+
+def test_a_child_made_a_job_of_its_own_closes_the_deadline_records_no_parent_will_decide() -> None:
+    """b after a, with a deadline; a dies, b's slot is recorded and judged missed; a is requeued
+    (b's record re-armed, open again); then b is put with a schedule of its own and no after:
+    nothing will decide that slot, so its record ends missed (it stayed open for good)."""
+    from raftsched.core import commands
+    from core_helpers import apply
+    routes = [{"sink": "ops", "on": ["deadline.missed", "deadline.late"]}]
+    s = told_state()
+    assert put(s, "a", job_raw(every_s=3600))["ok"]
+    assert put(s, "b", job_raw(after=["a"], deadline={"succeed_within_s": 600}, notify=routes))["ok"]
+    slot = T0 + 3600 * SEC
+    rid = f"b@{slot}"
+    tick(s, slot)
+    (g,) = lease(s, slot + SEC)
+    finish(s, g, slot + 2 * SEC, False)
+    assert apply(s, commands.dlq_requeue(slot + 3 * SEC, None, run=f"a@{slot}"))["ok"]
+    assert not s.deadlines.slots[rid]["fin"]
+    assert put(s, "b", job_raw(every_s=7200, deadline={"succeed_within_s": 600}, notify=routes), now=slot + 4 * SEC)["ok"]
+    r = s.deadlines.slots[rid]
+    assert (r["state"], r["fin"]) == ("missed", True) and rid not in s.deadlines.open.get("b", {})
+    assert s.deadlines.pending == sum(1 for x in s.deadlines.slots.values() if not x["fin"])

@@ -532,7 +532,11 @@ def reopen(s: SchedulerState, rid: str) -> None:
     if r is None or not r["fin"] or r["state"] != "missed" or r["slot"] is None:
         return
     r["fin"] = False
-    book.final.remove(rid)  # (O(kept): on a requeue or a re-arm only)
+    final = book.final
+    i = len(final) - 1
+    while final[i] != rid:  # (from the newest: a run requeued soon after it died is near the end)
+        i -= 1
+    del final[i]
     book.pending += 1
     book.open.setdefault(r["job"], {})[rid] = r["slot"]
 

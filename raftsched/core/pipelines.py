@@ -224,12 +224,16 @@ def unlink(s: SchedulerState, name: str, spec: Record) -> None:
 def on_put(s: SchedulerState, name: str, old: Record | None, spec: Record, now: int) -> None:
     """A job was put: its edges replace the old ones, and the slots it waits for are decided
     again by them. A job that no longer has ``after`` waits for nothing: a gated job's own
-    slots that were waiting run now, as its other slots do, and the rest of its joins (slots of
-    its parents, not its own) are dropped. A child whose edges changed (a parent taken or
-    added, an edge's ``on``) has each waiting slot checked against them at once: one the
-    parents it keeps have already allowed runs (or is recorded, as their outcomes say); before,
-    it waited for a report that had come already, or for one that would never come, until its
-    ``max_wait_s``, or for good (a gated job's own slot)."""
+    slots that were waiting run now, as its other slots do (with no upstream, under no
+    backfill), the rest of its joins (slots of its parents, not its own) are dropped, and the
+    deadline records of slots only parents would have decided are closed (deadlines.close). A
+    child whose edges changed (a parent taken or added, an edge's ``on``) has each waiting slot
+    checked against them at once, its reports of parents it no longer has dropped (and the mark
+    of a backfill of one of them) and a new parent's outcome of the slot, when it has one, taken:
+    one the parents allow runs (or is recorded, as their outcomes say); before, it waited for a
+    report that had come already, or for one that would never come, until its ``max_wait_s``,
+    or for good (a gated job's own slot). Not while a parent it names does not exist yet (a
+    batch that puts the parent after the child): then its slots wait, as before."""
     if old is not None:
         unlink(s, name, old["spec"])
     link(s, name, spec)
@@ -244,7 +248,8 @@ def on_put(s: SchedulerState, name: str, old: Record | None, spec: Record, now: 
     if "after" not in spec:
         s.pipes.latest.pop(name, None)
         if waiting and child is not None and "schedule" in spec:
-            own = {k: j for k, j in waiting.items() if j["own"]}
+            own = {k: {"got": {}, "own": True, "since": j["since"], **({"held": True} if j.get("held") else {})}
+                   for k, j in waiting.items() if j["own"]}
             if own:
                 s.pipes.joins[name] = own
                 work: list[tuple[Record, int]] = []
@@ -252,23 +257,44 @@ def on_put(s: SchedulerState, name: str, old: Record | None, spec: Record, now: 
                     _make_run(s, child, slot, own[slot], now, work)
                 _drain(s, work, now)
         s.pipes.joins.pop(name, None)
+        if old is not None and "after" in old["spec"]:
+            # No parent will decide a slot for it now: the records of those without a run of
+            # their own (tracked by a root's fire for it) are closed.
+            runs = s.runs
+            for _slot, rid in sorted((slot, rid) for rid, slot in s.deadlines.open.get(name, {}).items()
+                                     if rid not in runs and _held_by(s, rid) is None):
+                deadlines.close(s, rid)
         return
     if spec.get("match") != "latest":
         s.pipes.latest.pop(name, None)
     if old is None or child is None or old["spec"].get("after") == spec["after"] \
-            or old["spec"].get("match") != spec.get("match") or not (waiting or spec.get("match") == "latest"):
+            or old["spec"].get("match") != spec.get("match") or not (waiting or spec.get("match") == "latest") \
+            or any(e["job"] not in s.jobs for e in spec["after"]):
         return
+    parents = {e["job"] for e in spec["after"]}
     work = []
     if spec.get("match") == "latest":
+        got = s.pipes.latest.get(name)
+        if got is not None:
+            for p in [p for p in got if p not in parents]:
+                del got[p]  # a parent it no longer has: not in its runs' upstream
         _try_latest(s, child, now, work)
     else:
-        parents = {e["job"] for e in spec["after"]}
         for slot in sorted(waiting or ()):
             j = s.pipes.joins.get(name, {}).get(slot)
             if j is None:
                 continue  # (decided by an earlier one: a full child's oldest, say)
-            for p in [p for p in j["got"] if p not in parents]:
+            gone = [p for p in j["got"] if p not in parents]
+            for p in gone:
                 del j["got"][p]  # a parent it no longer has: not in its runs' upstream
+            if gone and "bf" in j and not any(s.runs.get(info[1], {}).get("backfill") == j["bf"]
+                                              for info in j["got"].values()):
+                del j["bf"]  # (no report left of that backfill's runs: its run is not the backfill's)
+            if "schedule" not in spec or j["own"]:
+                for p in parents - j["got"].keys():
+                    info = _final_of(s, p, slot)  # a new parent's outcome of the slot, come already
+                    if info is not None:
+                        j["got"][p] = info
             _check(s, child, slot, now, work)
     _drain(s, work, now)
 
