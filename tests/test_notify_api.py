@@ -609,3 +609,20 @@ def test_delivery_errors_are_masked_of_the_sinks_secrets_before_they_are_cut():
     assert exc_error(aiohttp.InvalidUrlClientError(url), url) == "InvalidUrlClientError (host hooks.example.com)"
     assert exc_error(aiohttp.NonHttpUrlClientError(URL("ftp://x/" + SLACK_SECRET)), None) == "NonHttpUrlClientError"
     assert exc_error(OSError("connection refused"), url) == "OSError: connection refused"
+
+
+def test_a_job_routed_to_a_sink_that_does_not_exist_is_accepted_with_a_warning():
+    """A user's walk: notify [{sink: "nosuch"}] answered 201 and nothing else, so a typo in a
+    sink's name silently turned alerting off. It is still accepted (a sink may be put after its
+    jobs), and the answer says which sinks do not exist yet."""
+    async def t(env, c):
+        s, b = await call(c, "PUT", "/v1/sinks/ops", BOOT, HOOK)
+        assert s == 201, b
+        s, b = await call(c, "PUT", "/v1/jobs/j", BOOT, dict(SPEC, notify=[{"sink": "ops"}, {"sink": "opz"}]))
+        assert s == 201 and b["warnings"] == [
+            "notify: no sink named 'opz' (yet): nothing is told through it until one is put (PUT /v1/sinks/opz)"], b
+        s, b = await call(c, "PUT", "/v1/jobs/j", BOOT, dict(SPEC, notify=[{"sink": "ops"}]))
+        assert s == 200 and "warnings" not in b, b
+        s, b = await call(c, "PUT", "/v1/jobs/k", BOOT, SPEC)
+        assert s == 201 and "warnings" not in b, b
+    run(t)

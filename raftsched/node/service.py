@@ -274,7 +274,21 @@ class Service:
                 fresh += 1
                 if not e.extra.get("stale") or fresh > node_limits.stale_replans_max:
                     raise
-        return self._out(res, {"job": name, "created": res.get("created", False), "next_slot": schedule.iso(nxt)})
+        out = self._out(res, {"job": name, "created": res.get("created", False), "next_slot": schedule.iso(nxt)})
+        unknown = self._unknown_sinks(spec)
+        if unknown:
+            # Accepted (a sink may be put after its jobs), but a typo would silently tell no one.
+            out["warnings"] = [f"notify: no sink named {n!r} (yet): nothing is told through it until one is put "
+                               f"(PUT /v1/sinks/{n})" for n in unknown]
+        return out
+
+    def _unknown_sinks(self, spec: dict) -> list[str]:
+        """The sinks the spec's ``notify`` routes name that this replica does not hold, sorted."""
+        names = {r["sink"] for r in spec.get("notify") or () if isinstance(r, dict) and isinstance(r.get("sink"), str)}
+        if not names:
+            return []
+        held = self.read(lambda s: set(s.sinks))
+        return sorted(names - held)
 
     async def put_jobs(self, body, key: str | None, tenants: frozenset | None = None,
                        scope=None) -> dict:
