@@ -122,21 +122,29 @@ def test_a_batch_that_puts_a_childs_new_parent_after_it_leaves_its_slots_waiting
         assert f"c@{slot}" not in s.runs and slot in s.pipes.joins["c"], latest
 
 
-def test_a_parent_added_whose_run_of_the_slot_ended_already_decides_it_at_once() -> None:
-    """c after [a, b]; a and d have run slot S; c is put after [a, d]: d's outcome came already,
-    so the slot runs (a triggered child waited for a report that had come, until max_wait_s)."""
+def test_a_batch_that_swaps_a_parent_for_one_it_makes_later_drops_the_removed_ones_report() -> None:
+    """c after [a, b], b has reported; a batch puts c after [a, p] and then makes p (after a):
+    the slot waits for p (it exists only later in the batch), and b's report is dropped at once,
+    so the run, when a and p end, names its parents only (it named b)."""
+    from raftsched.core import commands
+    from core_helpers import apply
     s = told_state()
-    for p in ("a", "b", "d"):
-        assert put(s, p, job_raw(every_s=60))["ok"]
-    assert put(s, "c", job_raw(after=["a", "b"], max_wait_s=120))["ok"]
+    assert put(s, "a", job_raw(every_s=60))["ok"]
+    assert put(s, "b", job_raw(every_s=60))["ok"]
+    assert put(s, "c", job_raw(after=["a", "b"]))["ok"]
     slot = T0 + 60 * SEC
     tick(s, slot)
     got = {g["job"]: g for g in lease(s, slot + SEC)}
-    finish(s, got["a"], slot + 2 * SEC, True)
-    finish(s, got["d"], slot + 2 * SEC, True)
-    assert put(s, "c", job_raw(after=["a", "d"], max_wait_s=120), now=slot + 3 * SEC)["ok"]
+    finish(s, got["b"], slot + 2 * SEC, True)
+    now = slot + 3 * SEC
+    items = [_batch_item(s, "c", job_raw(after=["a", "p"]), now), _batch_item(s, "p", job_raw(after=["a"]), now)]
+    assert apply(s, commands.put_jobs(now, None, jobs=items))["ok"]
+    assert s.pipes.joins["c"][slot]["got"] == {}
+    finish(s, got["a"], now + SEC, True)  # a ends: p runs, then c
+    for g in lease(s, now + 2 * SEC):
+        finish(s, g, now + 3 * SEC, True)
     run = s.runs[f"c@{slot}"]
-    assert run["state"] == "queued" and [u["job"] for u in run["upstream"]] == ["a", "d"]
+    assert run["state"] == "queued" and [u["job"] for u in run["upstream"]] == ["a", "p"]
 
 
 def test_a_latest_child_forgets_the_successes_of_parents_it_no_longer_has() -> None:

@@ -227,13 +227,14 @@ def on_put(s: SchedulerState, name: str, old: Record | None, spec: Record, now: 
     slots that were waiting run now, as its other slots do (with no upstream, under no
     backfill), the rest of its joins (slots of its parents, not its own) are dropped, and the
     deadline records of slots only parents would have decided are closed (deadlines.close). A
-    child whose edges changed (a parent taken or added, an edge's ``on``) has each waiting slot
-    checked against them at once, its reports of parents it no longer has dropped (and the mark
-    of a backfill of one of them) and a new parent's outcome of the slot, when it has one, taken:
-    one the parents allow runs (or is recorded, as their outcomes say); before, it waited for a
-    report that had come already, or for one that would never come, until its ``max_wait_s``,
-    or for good (a gated job's own slot). Not while a parent it names does not exist yet (a
-    batch that puts the parent after the child): then its slots wait, as before."""
+    child whose edges changed (a parent taken or added, an edge's ``on``) forgets the reports of
+    parents it no longer has (and the hold of a backfill that came with one), and has each
+    waiting slot checked at once against the reports it holds: one the parents allow runs (or
+    is recorded, as their outcomes say); before, it waited for a report that had come already,
+    until its ``max_wait_s``, or for good (a gated job's own slot). Not while a parent it names
+    does not exist yet (a batch that puts the parent after the child): its slots wait for that
+    parent's report, as any. A parent added whose run of a slot ended before the edge is not
+    read back for it: the slot waits for its ``max_wait_s`` (docs/pipelines.md)."""
     if old is not None:
         unlink(s, name, old["spec"])
     link(s, name, spec)
@@ -267,35 +268,31 @@ def on_put(s: SchedulerState, name: str, old: Record | None, spec: Record, now: 
         return
     if spec.get("match") != "latest":
         s.pipes.latest.pop(name, None)
-    if old is None or child is None or old["spec"].get("after") == spec["after"] \
-            or old["spec"].get("match") != spec.get("match") or not (waiting or spec.get("match") == "latest") \
-            or any(e["job"] not in s.jobs for e in spec["after"]):
+    if old is None or child is None or old["spec"].get("after") == spec["after"]:
         return
     parents = {e["job"] for e in spec["after"]}
+    got_latest = s.pipes.latest.get(name)
+    if got_latest is not None:
+        for p in [p for p in got_latest if p not in parents]:
+            del got_latest[p]  # a parent it no longer has: not in its runs' upstream
+    for j in (waiting or {}).values():
+        gone = [(p, j["got"].pop(p)) for p in [p for p in j["got"] if p not in parents]]
+        if gone and "bf" in j:
+            # The hold of a backfill whose run's report was a removed parent's, and no kept
+            # parent's: its run is not that backfill's (an unknown run, trimmed, keeps it).
+            of_bf = [s.runs.get(info[1], {}).get("backfill") == j["bf"] for _p, info in gone]
+            if any(of_bf) and not any(s.runs.get(info[1], {}).get("backfill") == j["bf"] for info in j["got"].values()):
+                del j["bf"]
+    if old["spec"].get("match") != spec.get("match") or not (waiting or spec.get("match") == "latest") \
+            or any(p not in s.jobs for p in parents):
+        return  # (a parent a batch makes after this item: its report is to come, as any)
     work = []
     if spec.get("match") == "latest":
-        got = s.pipes.latest.get(name)
-        if got is not None:
-            for p in [p for p in got if p not in parents]:
-                del got[p]  # a parent it no longer has: not in its runs' upstream
         _try_latest(s, child, now, work)
     else:
         for slot in sorted(waiting or ()):
-            j = s.pipes.joins.get(name, {}).get(slot)
-            if j is None:
-                continue  # (decided by an earlier one: a full child's oldest, say)
-            gone = [p for p in j["got"] if p not in parents]
-            for p in gone:
-                del j["got"][p]  # a parent it no longer has: not in its runs' upstream
-            if gone and "bf" in j and not any(s.runs.get(info[1], {}).get("backfill") == j["bf"]
-                                              for info in j["got"].values()):
-                del j["bf"]  # (no report left of that backfill's runs: its run is not the backfill's)
-            if "schedule" not in spec or j["own"]:
-                for p in parents - j["got"].keys():
-                    info = _final_of(s, p, slot)  # a new parent's outcome of the slot, come already
-                    if info is not None:
-                        j["got"][p] = info
-            _check(s, child, slot, now, work)
+            if slot in s.pipes.joins.get(name, {}):  # (else decided by an earlier one)
+                _check(s, child, slot, now, work)
     _drain(s, work, now)
 
 
