@@ -97,13 +97,15 @@ def _schedule(job: dict) -> str:
 
 
 #: The columns of the lists people read most, by the key the answer holds them under (GET
-#: /v1/jobs, /v1/workers): a header and a dotted path (or a function of the item). Other
-#: lists, and ``-o json``, show every field.
+#: /v1/jobs, /v1/workers, a job's or every job's runs): a header and a dotted path (or a
+#: function of the item). Other lists, and ``-o json``, show every field.
 _VIEWS: dict[str, list[tuple[str, Any]]] = {
     "jobs": [("name", "name"), ("schedule", _schedule), ("next_slot", "state.next_slot"),
              ("paused", "state.paused"), ("last", "health.last_slot_outcome.state"),
              ("failures", "health.consecutive_failures"), ("executor", "spec.executor.type"),
              ("queue", "spec.queue")],
+    "runs": [("id", "id"), ("state", "state"), ("slot", "slot"), ("attempt", "attempt"), ("worker", "worker"),
+             ("started_at", "started_at"), ("finished_at", "finished_at"), ("reason", "reason"), ("error", "error")],
     "workers": [("id", "id"), ("status", "status"), ("last_seen", "last_seen"), ("slots", "slots"),
                 ("held", "held"), ("executors", "executors"), ("queues", "queues"), ("labels", "labels"),
                 ("version", "version")],
@@ -142,7 +144,7 @@ def _flat(prefix: str, v: Any, out: list[list[str]], depth: int = 0) -> None:
 
 def table(payload: Any) -> str:
     """A payload as text tables: a list of objects is one table (a column per key: the curated
-    columns of jobs and workers); an object is its fields as KEY VALUE rows, nested objects
+    columns of jobs, runs and workers); an object is its fields as KEY VALUE rows, nested objects
     opened as dotted keys (``spec.schedule.cron``), then each of its lists of objects as a table
     of its own under its name."""
     if _is_records(payload):
