@@ -12,6 +12,20 @@ from test_core_deadlines import tick, told_state
 ROUTES = [{"sink": "ops", "on": ["deadline.missed", "deadline.late"]}]
 
 
+def _one_reported(reported: str = "a"):
+    """c after [a, b] (every 60 s); slot S fired; ``reported``'s run of it succeeded, the
+    other's is running. :returns: the state, S, and the grants by job."""
+    s = told_state()
+    assert put(s, "a", job_raw(every_s=60))["ok"]
+    assert put(s, "b", job_raw(every_s=60))["ok"]
+    assert put(s, "c", job_raw(after=["a", "b"]))["ok"]
+    slot = T0 + 60 * SEC
+    tick(s, slot)
+    got = {g["job"]: g for g in lease(s, slot + SEC)}
+    finish(s, got[reported], slot + 2 * SEC, True)
+    return s, slot, got
+
+
 def _states(s, job: str) -> dict[str, str]:
     return {rid: r["state"] for rid, r in s.runs.items() if r["job"] == job}
 
@@ -36,14 +50,7 @@ def test_a_gated_job_made_free_of_its_parents_runs_the_own_slots_that_were_waiti
 
 
 def test_a_child_whose_unreported_parent_is_taken_runs_when_the_parents_it_keeps_allowed_it() -> None:
-    s = told_state()
-    assert put(s, "a", job_raw(every_s=60))["ok"]
-    assert put(s, "b", job_raw(every_s=60))["ok"]
-    assert put(s, "c", job_raw(after=["a", "b"]))["ok"]
-    slot = T0 + 60 * SEC
-    tick(s, slot)
-    got = {g["job"]: g for g in lease(s, slot + SEC)}
-    finish(s, got["a"], slot + 2 * SEC, True)  # a reports; b's run is still going
+    s, slot, got = _one_reported()
     assert s.pipes.joins["c"][slot]["got"].keys() == {"a"}
     assert put(s, "c", job_raw(after=["a"]), now=slot + 3 * SEC)["ok"]
     run = s.runs[f"c@{slot}"]
@@ -54,14 +61,7 @@ def test_a_child_whose_unreported_parent_is_taken_runs_when_the_parents_it_keeps
 
 
 def test_a_child_whose_reported_parent_is_taken_waits_for_the_one_it_keeps() -> None:
-    s = told_state()
-    assert put(s, "a", job_raw(every_s=60))["ok"]
-    assert put(s, "b", job_raw(every_s=60))["ok"]
-    assert put(s, "c", job_raw(after=["a", "b"]))["ok"]
-    slot = T0 + 60 * SEC
-    tick(s, slot)
-    got = {g["job"]: g for g in lease(s, slot + SEC)}
-    finish(s, got["a"], slot + 2 * SEC, True)  # a reports; b's run is still going
+    s, slot, got = _one_reported()
     assert put(s, "c", job_raw(after=["b"]), now=slot + 3 * SEC)["ok"]
     assert s.pipes.joins["c"][slot]["got"] == {}  # a is no longer c's parent
     finish(s, got["b"], slot + 4 * SEC, True)
@@ -128,14 +128,7 @@ def test_a_batch_that_swaps_a_parent_for_one_it_makes_later_drops_the_removed_on
     so the run, when a and p end, names its parents only (it named b)."""
     from raftsched.core import commands
     from core_helpers import apply
-    s = told_state()
-    assert put(s, "a", job_raw(every_s=60))["ok"]
-    assert put(s, "b", job_raw(every_s=60))["ok"]
-    assert put(s, "c", job_raw(after=["a", "b"]))["ok"]
-    slot = T0 + 60 * SEC
-    tick(s, slot)
-    got = {g["job"]: g for g in lease(s, slot + SEC)}
-    finish(s, got["b"], slot + 2 * SEC, True)
+    s, slot, got = _one_reported("b")
     now = slot + 3 * SEC
     items = [_batch_item(s, "c", job_raw(after=["a", "p"]), now), _batch_item(s, "p", job_raw(after=["a"]), now)]
     assert apply(s, commands.put_jobs(now, None, jobs=items))["ok"]
