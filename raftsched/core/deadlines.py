@@ -183,7 +183,7 @@ class Book:
     (pending, or judged missed while the slot's run may still come: a pipeline child's whose
     parents have not decided it, a run queued past its start), so that what decides a job's
     slots without a run of their own finds their records without a scan of the book
-    (:func:`finish_range`, :func:`close_unawaited`)."""
+    (:func:`finish_range`; pipelines.on_put's :func:`close` of a job made free of parents)."""
 
     __slots__ = ("slots", "final", "pending", "since", "open", "_heap", "_since_heap")
 
@@ -258,14 +258,15 @@ def _finalise(s: SchedulerState, book: Book, rid: str, r: Record) -> None:
     book.final.append(rid)
     book.pending -= 1
     _unopen(book, r["job"], rid)
+    while len(book.final) > limits.deadlines_kept_max:
+        book.slots.pop(book.final.popleft(), None)
 
 
 def _unopen(book: Book, job: str, rid: str) -> None:
+    """Take ``rid`` out of job ``job``'s open records."""
     open_ = book.open.get(job)
     if open_ is not None and open_.pop(rid, None) is not None and not open_:
         del book.open[job]
-    while len(book.final) > limits.deadlines_kept_max:
-        book.slots.pop(book.final.popleft(), None)
 
 
 def _emit(s: SchedulerState, r: Record, rid: str, now: int, attempt: int | None = None) -> None:
