@@ -129,3 +129,30 @@ def test_an_accept_only_member_with_another_secret_is_reported_by_the_members_th
             n.stop()
     said = [r.getMessage() for r in caplog.records if "closed_before_auth" in r.getMessage()]
     assert said and all(f"peer={wrong}" in m and "cluster secret" in m for m in said), said
+
+
+def test_a_refusal_is_logged_from_the_third_in_a_row_to_a_member_and_a_verified_dial_starts_over(caplog) -> None:
+    """A member killed, or a link reset, just as a connection opened closes it once before it
+    verified (the soak saw one a run); a member with another secret does it at every dial (4 a
+    second). Each is counted; the log line comes from the third in a row to one member."""
+    from types import SimpleNamespace
+
+    from raftsched.replication._transport import RaftTransport
+
+    t = SimpleNamespace(_dropped={}, _drop_logged_at={}, _drops_unlogged={}, _refusals={})
+    member, other = SimpleNamespace(peer="127.0.0.1:7001", authenticated=False), SimpleNamespace(peer="127.0.0.1:7002")
+    caplog.set_level(logging.WARNING, logger="raftsched.replication")
+
+    def refused(conn, n=1):
+        for _ in range(n):
+            RaftTransport._note_drop(t, conn, "closed_before_auth", "closed before anything from it verified")
+
+    refused(member, 2)
+    refused(other)
+    RaftTransport._note_verified(t, member)  # a dial to it verified: it takes this node's frames
+    refused(member, 2)
+    assert t._dropped["closed_before_auth"] == 5 and not caplog.records
+    refused(member)  # the third in a row
+    (rec,) = caplog.records
+    assert "reason=closed_before_auth peer=127.0.0.1:7001" in rec.getMessage()
+    assert "check that its cluster secret is this node's" in rec.getMessage()

@@ -66,6 +66,7 @@ class _BoundedConnection(TcpConnection):
 
     def __init__(self, poller, *, cap: int, first_cap: int, auth_timeout_s: float,
                  on_drop: DropCallback, stats: dict | None = None,
+                 on_verified: Callable[["_BoundedConnection"], None] | None = None,
                  sock: socket.socket | None = None, **kwargs):
         # Before TcpConnection.__init__, which subscribes an accepted socket to the poller.
         self._frames = FrameReader()
@@ -75,6 +76,8 @@ class _BoundedConnection(TcpConnection):
         self._cap, self._first_cap = cap, first_cap
         self._auth_timeout_s = auth_timeout_s
         self._on_drop = on_drop
+        #: called once when a frame first verifies on a connection this node dialled
+        self._on_verified = on_verified
         self.authenticated = False
         self.admit_by = monotonic() + auth_timeout_s
         #: when this node dialled the connection (None: accepted), for closed_before_auth
@@ -183,7 +186,10 @@ class _BoundedConnection(TcpConnection):
         except Exception as e:  # noqa: BLE001 - whatever a peer sends, the connection just ends
             self.drop(reason, type(e).__name__)
             return None
-        self.authenticated = True
+        if not self.authenticated:
+            self.authenticated = True
+            if self.dialled_at is not None and self._on_verified is not None:
+                self._on_verified(self)
         if len(frame) > self._stats["frame_bytes_received_max"]:
             self._stats["frame_bytes_received_max"] = len(frame)
         return message

@@ -31,6 +31,8 @@ _SWEEP_STALL_S = 0.25
 #: A dropped connection is logged once per reason, then at most once per this many seconds with
 #: the number of drops not logged (they are all counted: ``RaftNode.status()``).
 _DROP_LOG_EVERY_S = 60.0
+#: closed_before_auth is logged from this many in a row to one member (counted from the first).
+_REFUSALS_LOGGED_FROM = 3
 #: What a drop's log line adds, for the two reasons a member with another secret causes.
 _DROP_HINTS = {
     "auth_failed": ": a frame that does not verify under this node's cluster secret: if the peer"
@@ -92,6 +94,8 @@ class RaftTransport(TCPTransport):
             self._dropped.setdefault(reason, 0)
         self._drop_logged_at: dict[str, float] = {}
         self._drops_unlogged: dict[str, int] = {}
+        #: dialled connections each member closed before anything verified, in a row
+        self._refusals: dict[str, int] = {}
         self._last_sweep = monotonic()
         super().__init__(syncObj, selfNode, otherNodes)
         syncObj.addOnTickCallback(self._keepalive_tick)
@@ -104,6 +108,7 @@ class RaftTransport(TCPTransport):
         return _BoundedConnection(
             self._syncObj._poller, cap=self.frame_cap, first_cap=self.first_frame_cap,
             auth_timeout_s=self._auth_timeout_s, on_drop=self._note_drop, stats=self._counters,
+            on_verified=self._note_verified,
             sock=sock,
             timeout=conf.connectionTimeout, sendBufferSize=conf.sendBufferSize,
             recvBufferSize=conf.recvBufferSize,
@@ -171,6 +176,13 @@ class RaftTransport(TCPTransport):
         # On the tick thread, from _BoundedConnection.drop: count always, log once per reason
         # and _DROP_LOG_EVERY_S.
         self._dropped[reason] = self._dropped.get(reason, 0) + 1
+        if reason == "closed_before_auth":
+            # Logged from the third in a row to one member: one that refuses this node's frames
+            # (another secret) does it at every dial (4 a second); a member killed or a link
+            # reset just as a connection opened does it once.
+            n = self._refusals[conn.peer] = self._refusals.get(conn.peer, 0) + 1
+            if n < _REFUSALS_LOGGED_FROM:
+                return
         now = monotonic()
         last = self._drop_logged_at.get(reason)
         if last is not None and now - last < _DROP_LOG_EVERY_S:
@@ -181,6 +193,11 @@ class RaftTransport(TCPTransport):
                        "detail=%s unlogged_before=%d (logged once a minute per reason at most)%s",
                        reason, conn.peer, conn.authenticated, detail,
                        self._drops_unlogged.pop(reason, 0), _DROP_HINTS.get(reason, ""))
+
+    def _note_verified(self, conn: _BoundedConnection) -> None:
+        # A connection this node dialled verified: that member takes its frames (again).
+        if self._refusals:
+            self._refusals.pop(conn.peer, None)
 
     def _connectIfNecessarySingle(self, node):
         target = self._dial_map.get(node.id) if isinstance(node, TCPNode) else None
