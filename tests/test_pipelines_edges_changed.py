@@ -69,10 +69,11 @@ def test_a_child_whose_reported_parent_is_taken_waits_for_the_one_it_keeps() -> 
     assert run["state"] == "queued" and [u["job"] for u in run["upstream"]] == ["b"]
 
 
-def test_a_child_whose_edge_now_takes_a_failure_runs_the_slot_that_failure_left_waiting() -> None:
-    """c after a (on success) and b; a's run failed and b's is running: the slot is decided
-    when b reports (upstream_failed). c is put with a's edge on ``finished``: a's failure now
-    allows it, and the slot runs once b succeeds, as it would have had the edge been so."""
+def test_a_report_that_comes_after_an_edge_changed_is_judged_by_the_new_edge() -> None:
+    """c after a (on success) and b; b succeeds; c is put with a's edge on ``finished``, a's run
+    still going; then a fails: the waiting slot runs, judged by the edge as it is now (a guard
+    beside the re-decision at the put, which has nothing to decide here: a join only ever holds
+    reports its edges allow, any other decides the slot at once)."""
     s = told_state()
     assert put(s, "a", job_raw(every_s=60))["ok"]
     assert put(s, "b", job_raw(every_s=60))["ok"]
