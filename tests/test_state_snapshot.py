@@ -115,6 +115,47 @@ def test_restore_shares_templates_parts_and_equal_ints():
     assert r.history.get("f0") and "late" not in r.history
 
 
+def test_restore_shares_a_job_s_name_and_its_runs_common_values():
+    """A restored run holds its job's name as the job map's own key object (a look-up of the
+    run's job compares by identity), its id as the run map's key, and one object for each state,
+    queue, kind and instant runs hold alike: decoding makes one a place each (docs/benchmarks.md,
+    "a restored node's memory"). Equal values, the same bytes (the round trip above)."""
+    s = _workload()
+    r = restored(s)
+    keys = {k: k for k in r.jobs}
+    for name, job in r.jobs.items():
+        assert job["name"] is keys[name], name
+    runs = [(rid, run) for rid, run in r.runs.items() if run.get("job") in keys]
+    assert len(runs) > 10
+    for rid, run in runs:
+        assert run["job"] is keys[run["job"]], rid
+        assert run["id"] is next(k for k in r.runs if k == rid), rid
+    by_value: dict = {}
+    for _, run in runs:
+        for k in ("state", "queue", "kind", "fired_at", "slot"):
+            v = run.get(k)
+            if v is not None and (type(v) is str or v > 256):
+                assert by_value.setdefault((k, v), v) is v, (k, v)
+    assert any(type(v) is int for (_, v) in by_value) and any(type(v) is str for (_, v) in by_value)
+    assert r.snapshot() == s.snapshot()
+
+
+def test_a_replaced_job_s_runs_hold_the_name_its_map_is_keyed_by():
+    """A put that replaces a job keeps the name object of the first (the job map keeps its first
+    key object): the runs fired after it hold that object, as those fired before."""
+    s = _workload()
+    key = next(k for k in s.jobs if k == "f2")
+    assert s.jobs["f2"]["name"] is key
+    tick(s, T0 + 75 * SEC)
+    assert [rid for rid in s.history["f2"] if s.runs[rid]["job"] is not key] == []
+
+
+def test_restore_refuses_bytes_past_the_snapshot_map():
+    s = _workload()
+    with pytest.raises(ValueError, match="past its map"):
+        new_state().restore(s.snapshot() + b"\x00")
+
+
 def _unshared(s: SchedulerState) -> SchedulerState:
     """The same content, no object shared between jobs (parts, ints, strings), every spec's keys
     in reverse order and the histories in reverse order."""

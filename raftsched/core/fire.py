@@ -125,6 +125,10 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
             if depth + len(runs) <= max_depth or (q is not None and q["on_full"] == "drop_oldest"
                                                   and not (dl and "deadline" in spec)):
                 prio, tenant, bound, stats = spec["priority"], spec["tenant"], spec["history"], job["stats"]
+                # The job map's own key object (equal to the command's): its runs and their ids
+                # hold it, so a look-up of a run's job compares by identity, not by its bytes
+                # (acquire, complete), and the runs share one string.
+                name = job["name"]
                 hist = history.get(name)
                 if hist is None:
                     hist = history[name] = []
@@ -163,8 +167,8 @@ def apply_fire(s: SchedulerState, cmd: Command, now: int) -> Result:
                         run["due"] = slot
                         if now > slot:
                             lag_sum += now - slot
-                        assert rid not in all_runs, f"I2: run id {rid} already exists"
-                        all_runs[rid] = run
+                        if all_runs.setdefault(rid, run) is not run:  # (one probe of the map, not two)
+                            raise AssertionError(f"I2: run id {rid} already exists")
                         hist.append(rid)
                         excess = len(hist) - bound
                         if excess > 0:

@@ -219,7 +219,9 @@ def put_job(s: SchedulerState, cmd: Command, now: int, pending: dict[str, Record
     s.gen += 1
     ints = s._ints
     spec = share_spec(spec, s._parts, ints)
-    job = job_record(name, spec, s.gen, old["created"] if old else now, now,
+    # A replace keeps the name object the job map holds as its key (assigning to a key keeps
+    # the first key object): runs hold it (fire.py), and look their job up by identity.
+    job = job_record(old["name"] if old else name, spec, s.gen, old["created"] if old else now, now,
                      share_int(anchor, ints), share_int(cursor, ints), share_int(nxt, ints),
                      old["paused"] if old else False,
                      old["stats"] if old else [0, 0, None, 0, 0])  # see records.STATS_FIELDS

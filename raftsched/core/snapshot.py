@@ -371,7 +371,7 @@ def decode(data: bytes) -> tuple[dict[str, Any], DueSource | None]:
 
     :raises ValueError: for a version other than 1-4, a section this code does not know, or
         malformed job columns."""
-    obj = msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False)
+    obj = _unpacked(data)
     if obj.get("v") not in (1, 2, 3, SNAPSHOT_VERSION_EXT):
         raise ValueError(f"snapshot version {obj.get('v')} is not 1, 2, 3 or {SNAPSHOT_VERSION_EXT}")
     ext = (obj.get("ext") or {}) if obj["v"] == SNAPSHOT_VERSION_EXT else {}
@@ -388,9 +388,23 @@ def decode(data: bytes) -> tuple[dict[str, Any], DueSource | None]:
     else:
         jobs, history = _jobs_v2(obj, parts, ints)
     runs = obj["runs"]
-    for rid, run in runs.items():  # to the key table runs are made with (RUN_TEMPLATE)
+    # One string object a job name and a run id, as the applies make them (jobs.py, fire.py):
+    # decoding made one for each place it is written, so a run's look-up of its job compared
+    # bytes, and each run held a copy of its job's name. Equal values: nothing else changes.
+    names = {}
+    for name, job in jobs.items():
+        names[name] = name
+        if type(job) is dict and job.get("name") == name:
+            job["name"] = name
+    for rid, run in runs.items():  # (_unpacked made them RUN_TEMPLATE's key table's)
         if type(run) is dict:
-            runs[rid] = run = shared_keys(RunKeys, run.items())
+            if run.get("state") == "succeeded":
+                _drop_final_attempt(run)
+            j = run.get("job")
+            if type(j) is str:
+                run["job"] = names.get(j, j)
+            if run.get("id") == rid:
+                run["id"] = rid
             if run.get("state") == "succeeded":
                 _drop_final_attempt(run)
     fields = {
@@ -404,6 +418,51 @@ def decode(data: bytes) -> tuple[dict[str, Any], DueSource | None]:
     for name, e in EXTENSIONS.items():
         fields[name] = e.decode(ext[name]) if name in ext else e.new()
     return fields, due_src
+
+
+#: A run's fields whose values many runs share (_unpacked): strings and ints.
+_RUN_STRS = ("state", "kind", "queue", "tenant", "worker", "reason")
+_RUN_INTS = ("slot", "due", "fired_at", "started_at", "finished_at")
+
+
+def _unpacked(data: bytes) -> dict[Any, Any]:
+    """What ``msgpack.unpackb`` makes of a snapshot, but each run made a record of the runs' key
+    table (records.RunKeys) as it is read. Decoding the whole map first held every run twice,
+    once as a plain map, until each was copied: a restored node's memory stayed at that peak
+    (the allocator keeps what it freed among live records): 645 MiB for a state that applies
+    had built in 250 (docs/benchmarks.md). :raises ValueError: and msgpack's errors, for bytes
+    that are not one map."""
+    up = msgpack.Unpacker(raw=False, use_list=True, strict_map_key=False, max_buffer_size=max(len(data), 1))
+    up.feed(data)
+    obj: dict[Any, Any] = {}
+    for _ in range(up.read_map_header()):
+        key = up.unpack()
+        if key != "runs":
+            obj[key] = up.unpack()
+            continue
+        runs: dict[Any, Any] = {}
+        strs: dict[str, str] = {}
+        ints: IntTable = {}
+        for _ in range(up.read_map_header()):
+            rid = up.unpack()
+            run = up.unpack()
+            if type(run) is dict:
+                run = shared_keys(RunKeys, run.items())
+                # The values many runs hold alike, one object each, as the applies that made
+                # them share them (a state, a queue, a command's instant, a slot's).
+                for k in _RUN_STRS:
+                    v = run.get(k)
+                    if type(v) is str:
+                        run[k] = strs.setdefault(v, v)
+                for k in _RUN_INTS:
+                    v = run.get(k)
+                    if type(v) is int:
+                        run[k] = share_int(v, ints)
+            runs[rid] = run
+        obj[key] = runs
+    if up.tell() != len(data):
+        raise ValueError("snapshot has bytes past its map")
+    return obj
 
 
 def _part_resolver(parts: list[Any], table: PartTable) -> Callable[[Record], None]:
