@@ -36,8 +36,8 @@ with ``worker``).
 ``MEMORY=1`` also prints the resident memory the ticks added, per run the state holds (its map,
 attempt records, id, integers, its place in the run map and its history, and its share of the
 answers the state keeps by request id, as every complete_many has one; read from
-/proc/self/status after a full collection), and the seconds the final state's snapshot takes to
-encode and to restore.
+/proc/self/status after a full collection), the seconds the final state's snapshot takes to
+encode and to restore, and the resident memory the restored copy adds.
 
 ``INSTRUCTIONS=fire|acquire|complete`` counts instead of timing: the script runs itself again
 under valgrind's callgrind (``apt-get install valgrind``), which counts the instructions executed
@@ -213,10 +213,17 @@ def main(argv: list[str]) -> int:
         t0 = time.perf_counter()
         data = st.snapshot()
         t1 = time.perf_counter()
-        SchedulerState().restore(data)
+        gc.collect()
+        rss1 = _rss_mib()
+        again = SchedulerState()
+        again.restore(data)
         t2 = time.perf_counter()
+        gc.collect()
+        restored = _rss_mib() - rss1
+        del again
         out += (f" memory +{added:.0f} MiB ({added * 1048576 / max(1, len(st.runs)):.0f} bytes a run)"
-                f" snapshot {t1 - t0:.2f} s restore {t2 - t1:.2f} s ({len(data)} bytes)")
+                f" snapshot {t1 - t0:.2f} s restore {t2 - t1:.2f} s ({len(data)} bytes),"
+                f" the restored state +{restored:.0f} MiB")
     print(out, "runs", len(st.runs), "hash", hashlib.sha256(st.snapshot()).hexdigest()[:16])
     return 0
 

@@ -205,7 +205,7 @@ def _profile_start(pids: dict, seconds: float, tag: str) -> list:
     if not d or not spy.exists():
         return []
     Path(d).mkdir(parents=True, exist_ok=True)
-    return [subprocess.Popen([str(spy), "record", "--rate", "200", "--nonblocking", "--format", "raw", "--duration",
+    return [subprocess.Popen([str(spy), "record", "--rate", "200", "--nonblocking", *os.environ.get("RAFTSCHED_BENCH_PYSPY_ARGS", "").split(), "--format", "raw", "--duration",
                               str(max(1, int(seconds))), "--pid", str(pid), "-o", str(Path(d) / f"{tag}-node-{i + 1}.txt")],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i, pid in pids.items()]
 
