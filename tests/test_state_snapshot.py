@@ -22,6 +22,12 @@ from core_helpers import (SEC, T0, apply, new_state, pack, pop_due, put_cmd, rep
 EVERY10 = spec_of({"every_s": 10}, "fire_all", grace_s=5, max_catchup=3)
 
 
+def restored_from(data: bytes) -> SchedulerState:
+    r = new_state()
+    r.restore(data)
+    return r
+
+
 def _unpack(data: bytes) -> dict:
     return msgpack.unpackb(data, raw=False, strict_map_key=False)
 
@@ -154,6 +160,31 @@ def test_restore_refuses_bytes_past_the_snapshot_map():
     s = _workload()
     with pytest.raises(ValueError, match="past its map"):
         new_state().restore(s.snapshot() + b"\x00")
+
+
+@pytest.mark.parametrize("cut", ["empty", "truncated", "a list", "runs a list"])
+def test_restore_refuses_a_cut_or_shapeless_snapshot_with_a_value_error(cut):
+    s = _workload()
+    data = s.snapshot()
+    obj = _unpack(data)
+    obj["runs"] = [1, 2]
+    bad = {"empty": b"", "truncated": data[:-7], "a list": pack([1, 2]), "runs a list": pack(obj)}[cut]
+    r = new_state()
+    with pytest.raises(ValueError):
+        r.restore(bad)
+    assert r.snapshot() == new_state().snapshot()
+
+
+def test_restore_shares_no_value_of_another_type_than_its_key():
+    """A run whose id equals its key but is not a string (True == 1), or a job whose name is
+    another type than its key, keeps what it held: the bytes written back are the ones read."""
+    s = _workload()
+    obj = _unpack(s.snapshot())
+    final = next(r for r in obj["runs"].values() if r["state"] not in ("queued", "running"))
+    for key, other in ((1, True), (2.0, 2)):
+        obj["runs"][key] = dict(final, id=other)
+    data = pack(obj)
+    assert restored_from(data).snapshot() == data
 
 
 def _unshared(s: SchedulerState) -> SchedulerState:

@@ -21,6 +21,7 @@ snapshots to the same bytes as the one they were taken from.
 """
 from __future__ import annotations
 
+import io
 from collections import OrderedDict
 from dataclasses import dataclass
 from itertools import islice, repeat
@@ -391,19 +392,15 @@ def decode(data: bytes) -> tuple[dict[str, Any], DueSource | None]:
     # One string object a job name and a run id, as the applies make them (jobs.py, fire.py):
     # decoding made one for each place it is written, so a run's look-up of its job compared
     # bytes, and each run held a copy of its job's name. Equal values: nothing else changes.
-    names = {}
     for name, job in jobs.items():
-        names[name] = name
-        if type(job) is dict and job.get("name") == name:
+        if type(name) is str and type(job) is dict and type(n := job.get("name")) is str and n == name:
             job["name"] = name
     for rid, run in runs.items():  # (_unpacked made them RUN_TEMPLATE's key table's)
         if type(run) is dict:
-            if run.get("state") == "succeeded":
-                _drop_final_attempt(run)
             j = run.get("job")
-            if type(j) is str:
-                run["job"] = names.get(j, j)
-            if run.get("id") == rid:
+            if type(j) is str and type(of := jobs.get(j)) is dict and type(n := of.get("name")) is str and n == j:
+                run["job"] = n  # (the key object, above)
+            if type(rid) is str and type(i := run.get("id")) is str and i == rid:
                 run["id"] = rid
             if run.get("state") == "succeeded":
                 _drop_final_attempt(run)
@@ -420,6 +417,8 @@ def decode(data: bytes) -> tuple[dict[str, Any], DueSource | None]:
     return fields, due_src
 
 
+#: What the restore's unpacker reads of the snapshot's bytes at once (_unpacked).
+_READ_SIZE = 1 << 20
 #: A run's fields whose values many runs share (_unpacked): strings and ints.
 _RUN_STRS = ("state", "kind", "queue", "tenant", "worker", "reason")
 _RUN_INTS = ("slot", "due", "fired_at", "started_at", "finished_at")
@@ -430,10 +429,18 @@ def _unpacked(data: bytes) -> dict[Any, Any]:
     table (records.RunKeys) as it is read. Decoding the whole map first held every run twice,
     once as a plain map, until each was copied: a restored node's memory stayed at that peak
     (the allocator keeps what it freed among live records): 645 MiB for a state that applies
-    had built in 250 (docs/benchmarks.md). :raises ValueError: and msgpack's errors, for bytes
+    had built in 250 (docs/benchmarks.md). :raises ValueError: for bytes
     that are not one map."""
-    up = msgpack.Unpacker(raw=False, use_list=True, strict_map_key=False, max_buffer_size=max(len(data), 1))
-    up.feed(data)
+    # (read from the bytes, not fed: feeding copies them into the unpacker's buffer)
+    up = msgpack.Unpacker(io.BytesIO(data), raw=False, use_list=True, strict_map_key=False,
+                          max_buffer_size=max(len(data), 1), read_size=min(_READ_SIZE, max(len(data), 1)))
+    try:
+        return _unpacked_from(up, len(data))
+    except (msgpack.OutOfData, msgpack.UnpackException) as e:  # (as unpackb's errors were: ValueError)
+        raise ValueError(f"snapshot is not one map: {type(e).__name__}") from None
+
+
+def _unpacked_from(up: msgpack.Unpacker, size: int) -> dict[Any, Any]:
     obj: dict[Any, Any] = {}
     for _ in range(up.read_map_header()):
         key = up.unpack()
@@ -460,7 +467,7 @@ def _unpacked(data: bytes) -> dict[Any, Any]:
                         run[k] = share_int(v, ints)
             runs[rid] = run
         obj[key] = runs
-    if up.tell() != len(data):
+    if up.tell() != size:
         raise ValueError("snapshot has bytes past its map")
     return obj
 
