@@ -455,6 +455,47 @@ def test_a_ping_without_a_slot_is_the_coming_slots_over_an_older_one_still_open(
     assert deadlines.ping_target(s, "nope", "start", s2) == (None, False)
 
 
+def _ping_as_the_node(s, name: str, status: str, now: int) -> dict:
+    """A ping without a slot as the node sends it: resolved by ping_target, proposed with it."""
+    slot, wait = deadlines.ping_target(s, name, status, now)
+    assert not wait
+    return apply(s, commands.ping(now, None, name=name, status=status, slot=slot))
+
+
+@pytest.mark.parametrize("status", ["success", "fail", "start"])
+def test_a_ping_sent_twice_is_refused_and_never_taken_for_an_older_slot_nothing_pinged(status: str) -> None:
+    """A dead-man's switch pinged twice (a retried curl): the second ping is the same slot's, which
+    the first ended (409), not an older slot nothing pinged, whose miss must stand (it was
+    closed succeeded and judged late, a deadline.late told for a run that never happened). The
+    same for a ping up to 2 s before a slot, which is that slot's."""
+    sp = spec({"every_s": 20}, {"start_within_s": 5, "succeed_within_s": 15}, executor={"type": "heartbeat"})
+    s = new_state(("hb", sp), now=T0)
+    s1 = s.jobs["hb"]["next"]
+    s2 = s1 + 20 * SEC
+    run_to(s, s1 - 2 * SEC, s2 + SEC)  # s1 came and went, nothing pinged it; s2 came
+    assert rec(s, f"hb@{s1}")["state"] == "missed" and s.runs[f"hb@{s1}"]["state"] == "waiting"
+    first = _ping_as_the_node(s, "hb", status, s2 + 2 * SEC)
+    assert first["ok"] and first["run"] == f"hb@{s2}", first
+    again = _ping_as_the_node(s, "hb", status, s2 + 3 * SEC)
+    if status == "start":  # a start of the slot already started: the same answer, nothing moves
+        assert again["ok"] and again["run"] == f"hb@{s2}" and again["state"] == "running", again
+    else:
+        assert again["error"]["code"] == "conflict" and f"hb@{s2}" in again["error"]["message"], again
+    assert s.runs[f"hb@{s1}"]["state"] == "waiting" and rec(s, f"hb@{s1}")["state"] == "missed"
+    # A ping a little before the next slot is that slot's; sent twice, the second is refused too.
+    if status == "start":
+        assert apply(s, commands.ping(s2 + 4 * SEC, None, name="hb", status="success", slot=s2))["ok"]
+    s3 = s2 + 20 * SEC
+    tick(s, s3 - 900, ahead=True)  # the trigger commits s3 ahead
+    end = "success" if status == "start" else status
+    assert _ping_as_the_node(s, "hb", end, s3 - 800)["run"] == f"hb@{s3}"
+    assert _ping_as_the_node(s, "hb", end, s3 - 700)["error"]["code"] == "conflict"
+    assert s.runs[f"hb@{s1}"]["state"] == "waiting"
+    # Its slot named, a late report for s1 is still taken: late.
+    assert apply(s, commands.ping(s3, None, name="hb", status="success", slot=s1))["ok"]
+    assert rec(s, f"hb@{s1}")["state"] == "late"
+
+
 def test_a_heartbeat_job_pinged_before_its_first_slot_is_refused_until_a_trigger_opens_one() -> None:
     """README's heartbeat example: right after the job is made nothing waits for a ping (409);
     a trigger without a body opens a slot, which the pings then start and end, its deadlines

@@ -213,8 +213,9 @@ def explain(name: str, down_from: str | None = None, down_to: str | None = None,
 @endpoint
 def ping(name: str, status: str = "success", *, slot: str | int | None = None) -> Request:
     """``POST /v1/jobs/{name}/ping``: a heartbeat job's ``start``, ``success`` or ``fail``, for
-    its newest slot still open, or for ``slot`` (ISO-8601, or ms since the epoch):
-    ``{"job", "run", "state"}``."""
+    its newest slot started (an end), else the slot at hand (its newest that came, or one due
+    within 2 s; 409 when it ended: never an older one), or for ``slot`` (ISO-8601, or ms since
+    the epoch): ``{"job", "run", "state"}``."""
     return Request("POST", f"/v1/jobs/{_q(name)}/ping", body=dict(_given(slot=slot), status=status))
 
 

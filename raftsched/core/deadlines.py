@@ -709,10 +709,12 @@ def ping_target(s: SchedulerState, name: str, status: str, now: int) -> tuple[in
     (``(None, True)``); when it is, it wins over an older slot still open (a slot nothing
     pinged, which the ping would otherwise have been counted for: judged late, and the slot that
     ran missed). An end goes to a run that started (running) before one still waiting, as in
-    apply_ping. Else, as apply_ping without a slot: the newest slot that came whose run the
-    ping can move (a start: waiting; an end: running, else waiting). ``(None, False)``: none;
-    apply_ping answers why. A read only: apply_ping's own rule for a ping without a slot, which
-    nodes of older versions propose, is unchanged."""
+    apply_ping. Else the slot at hand: the first of the job's slots within PING_AHEAD_MS still to
+    come, else the newest that came, whatever their state: apply_ping answers 409 for one that
+    ended (a ping sent twice, a retried request), where apply_ping's rule would take the newest
+    still waiting, an older slot nothing pinged (judged late, its miss undone). ``(None,
+    False)``: none; apply_ping answers why. A read only: apply_ping's own rule for a ping
+    without a slot, which nodes of older versions propose, is unchanged."""
     job = s.jobs.get(name)
     if job is None or job["spec"]["executor"]["type"] != "heartbeat":
         return None, False
@@ -726,8 +728,10 @@ def ping_target(s: SchedulerState, name: str, status: str, now: int) -> tuple[in
         came = coming = None
         for rid in reversed(hist):  # newest first
             cand = s.runs[rid]
-            if cand["state"] != st or cand.get("due", 0) is None:
+            if cand.get("due", 0) is None or (st == "running" and cand["state"] != st):
                 continue
+            # (waiting: the slot at hand whatever its state, so that a ping sent twice finds the
+            # slot the first ended, 409, and is not taken for an older slot nothing pinged)
             if cand["slot"] <= now:
                 came = cand
                 break
