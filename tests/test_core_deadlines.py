@@ -213,6 +213,26 @@ def test_a_dead_run_misses_at_once_and_a_still_running_one_is_said_so() -> None:
     assert "still running" in deadlines.explain(r)
 
 
+@pytest.mark.parametrize("deadline, which, after_s", [
+    ({"start_within_s": 10, "succeed_within_s": 20}, "succeed_within_s", 20),
+    ({"start_within_s": 10, "succeed_by": "23:59", "succeed_within_s": 20}, "succeed_within_s", 20),
+    ({"start_within_s": 10}, "start_within_s", 10),
+])
+def test_a_run_that_started_in_time_and_died_names_the_deadline_it_missed(deadline, which, after_s) -> None:
+    """A run that started on the dot and died (a timeout, no retry) did not miss its start
+    deadline: the record names its succeed deadline, and the text says the run failed before it
+    (a user's on-call was pointed at the start). With a start deadline only, that one."""
+    sp = spec({"every_s": 600}, deadline, retry={"max_attempts": 1})
+    s = new_state(("j", sp), now=T0)
+    first = T0 + 600 * SEC
+    run_to(s, first, first)
+    (g,) = acquire(s, first)
+    complete(s, first + 3 * SEC, g, False)
+    r = rec(s, f"j@{first}")
+    assert (r["state"], r["cause"], r["deadline"], r["instant"]) == ("missed", "failed", which, first + after_s * SEC)
+    assert which.split("_")[0] in deadlines.explain(r) or which == "start_within_s"
+
+
 def test_start_within_misses_when_the_run_has_not_started() -> None:
     s = new_state(("j", spec({"every_s": 600}, {"start_within_s": 10})), now=T0)
     first = T0 + 600 * SEC

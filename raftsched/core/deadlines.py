@@ -399,7 +399,26 @@ def on_finish(s: SchedulerState, run: Record, now: int, cause: str | None = None
     if r["state"] == "missed":
         _finalise(s, book, rid, r)  # judged when its instant passed; it ends missed
         return
-    _miss(s, book, rid, r, now, _first(r), cause or _cause(s, run), None)
+    _miss(s, book, rid, r, now, _first_unmet(r, run), cause or _cause(s, run), None)
+
+
+def _first_unmet(r: Record, run: Record) -> tuple[int | None, str | None]:
+    """The earliest deadline of a slot whose run ended without succeeding that the run had not
+    met already: its start deadline when it started in time is met, so the record names its
+    succeed_within_s or succeed_by (the on-call reads which deadline was missed: a run that
+    started on the dot and timed out did not miss its start). A record with a start deadline
+    only still names it: the run cannot succeed any more, and that is the slot's deadline."""
+    first = _first(r)
+    if first[1] != "start_within_s" or (r["within"] is None and r["by"] is None):
+        return first
+    started = _first_start(run)
+    if started is None or first[0] is None or started > first[0]:
+        return first
+    rest: tuple[int | None, str | None] = (None, None)
+    for t, w in ((r["within"], "succeed_within_s"), (r["by"], "succeed_by")):
+        if t is not None and (rest[0] is None or t < rest[0]):
+            rest = (t, w)
+    return rest
 
 
 def finish_range(s: SchedulerState, job: str, lo: int, hi: int, now: int) -> None:
@@ -946,7 +965,7 @@ def explain(r: Record | None) -> str | None:
                 f"yet: {causes[r['cause']]}; a slot that will have no run misses at once")
     if r["cause"] in ("failed", "still_running") and judged is not None and instant is not None and judged < instant:
         # Judged when its run ended for good, before the instant: the slot cannot succeed any
-        # more (its start deadline, which the record names as its first, may well have been met).
+        # more (the record names the first deadline the run had not met: _first_unmet).
         how = (causes["failed"] if r["cause"] == "failed"
                else "it had started, and was closed before it ended (its job replaced, or a heartbeat job's later runs)")
         return (f"its run ended without succeeding, before its {which.get(r['deadline'] or '', 'deadline')} "
