@@ -80,6 +80,23 @@ def test_graph_and_a_slots_runs_across_the_chain():
     run(body)
 
 
+def test_a_childs_run_is_shown_waiting_for_a_slot_of_its_parents_only():
+    """GET /v1/runs/b@<ms> answered 200 "waiting for a@... (its slot has not fired)" for any
+    instant: one between a's slots, one far off its grid. They are 404 saying why; a slot of a
+    that has not fired yet is still shown waiting."""
+    async def body(env, c):
+        await put(c, "a", A)
+        await put(c, "b", after("a"))
+        slot = env.state.jobs["a"]["next"]
+        for off in (1234, 10 ** 9 + 7):
+            b = await err(await c.get(f"/v1/runs/b@{slot + off}"), 404, "not_found", "run")
+            assert "is not a slot of b or of its parents' schedules" in b["error"]["message"], b
+        v = await (await c.get(f"/v1/runs/b@{slot + 10 ** 9}")).json()
+        assert v["state"] == "waiting" and v["waiting_for"].endswith("(its slot has not fired)"), v
+        await err(await c.get("/v1/runs/b@9999999999999999999"), 404, "not_found", "run")
+    run(body)
+
+
 def test_a_trigger_propagates_when_asked_and_refuses_a_bad_flag():
     async def body(env, c):
         await put(c, "a", A)

@@ -1408,19 +1408,82 @@ def slot_runs(s: SchedulerState, name: str, slot: int) -> list[Record]:
 
 def waiting_run(s: SchedulerState, run_id: str) -> Record | None:
     """The view of a child's run that does not exist yet (``report@<slot ms>`` of a job with
-    ``after``): what it waits for; None when the id names no such job or slot."""
+    ``after``): what it waits for; None when the id names no such job or slot
+    (waiting_run_or_why)."""
+    got = waiting_run_or_why(s, run_id)
+    return got if isinstance(got, dict) else None
+
+
+def waiting_run_or_why(s: SchedulerState, run_id: str) -> Record | str | None:
+    """``GET /v1/runs/{id}`` of a run not made yet: the waiting view of child ``C@S`` when S is,
+    or can be, one of C's slots (_may_wait); else why not (S names no slot of it); None when
+    the id names no child job or no slot (ms with no leading zero, as run ids are made)."""
     name, _, rest = run_id.partition("@")
     job = s.jobs.get(name)
     if job is None or "after" not in job["spec"] or not (rest.isascii() and rest.isdigit()) or len(rest) > 19 \
-            or rest != str(int(rest)):  # (the id of a slot: ms with no leading zero, as run ids are made)
+            or rest != str(int(rest)):
         return None
     slot = int(rest)
-    if slot < job["created"] and slot not in s.pipes.joins.get(name, {}) and _held_by(s, run_id) is None \
-            and not _waits_unreported(s, job, slot):
-        return None  # a slot from before the job existed waits for nothing (a join, a hold says otherwise)
+    why = _may_wait(s, job, slot)
+    if why is not None:
+        return why
     on = waiting_for(s, name, slot)
     return {"id": run_id, "job": name, "slot": slot, "state": "waiting", "kind": "waiting",
             "waiting_on": on, "waiting_for": waiting_text(on)}
+
+
+#: The latest instant a slot may be (a schedule's next slot after limits.time_ms_max).
+_SLOT_MS_MAX = limits.time_ms_max + limits.every_s_max * 1000
+
+
+def _may_wait(s: SchedulerState, job: Record, slot: int) -> str | None:
+    """None when child ``job``'s slot ``slot`` waits, or is to: it has a join, a backfill holds
+    it, or (from when the job was made) it is a slot of the job's own schedule (gated) or of its
+    parents' (triggered: of their parents' in turn, through triggered parents), or a parent's
+    run of that slot, not finished, is to report to it. Else why it is none. A dict look-up a
+    parent, and one next-slot search a schedule: cheap, and it never raises."""
+    c = job["name"]
+    if slot in s.pipes.joins.get(c, {}) or _held_by(s, f"{c}@{slot}") is not None:
+        return None
+    when = schedule.iso(slot) or str(slot)
+    if slot < job["created"]:
+        if _waits_unreported(s, job, slot):
+            return None
+        return f"{when} is before {c} was created, and nothing of that slot waits"
+    if "schedule" in job["spec"]:
+        if _on_grid(job["spec"]["schedule"], job["anchor"], slot):
+            return None
+        return f"{when} is not a slot of {c}'s schedule"
+    seen = {c}
+    todo = [e["job"] for e in job["spec"]["after"]]
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        r = s.runs.get(f"{p}@{slot}")
+        if r is not None and r["state"] in UNFINISHED and propagates(r):
+            return None
+        pj = s.jobs.get(p)
+        if pj is None:
+            continue  # deleted: no slot of its to come
+        if "schedule" in pj["spec"]:
+            if _on_grid(pj["spec"]["schedule"], pj["anchor"], slot):
+                return None
+        else:
+            todo.extend(e["job"] for e in pj["spec"]["after"])
+    return f"{when} is not a slot of {c} or of its parents' schedules"
+
+
+def _on_grid(sched: Record, anchor: int, slot: int) -> bool:
+    """Whether instant ``slot`` is a slot of schedule ``sched`` (its time zone, DST rules,
+    start_at and jitter), an instant no schedule reaches (past _SLOT_MS_MAX) being none."""
+    if not 0 <= slot <= _SLOT_MS_MAX:
+        return False
+    try:
+        return schedule.next_slot_after(sched, slot - 1, anchor) == slot
+    except (OverflowError, ValueError):  # a local time past datetime's year 9999
+        return False
 
 
 def waiting_text(items: list[Record]) -> str:

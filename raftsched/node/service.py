@@ -893,8 +893,12 @@ class Service:
     def get_run(self, run_id: str) -> dict:
         run = self.read(queries.run, run_id)
         if run is None:
-            # pipelines: a child's run its parents have not made yet says what it waits for
-            run = self.read(pipelines.waiting_run, run_id)
+            # pipelines: a child's run its parents have not made yet says what it waits for,
+            # when its slot is one of the child's; another instant is none, and says why
+            got = self.read(pipelines.waiting_run_or_why, run_id)
+            if isinstance(got, str):
+                raise NotFound(f"no run {run_id!r}: {got}", field="run")
+            run = got
         if run is None:
             raise NotFound(f"no run {run_id!r}", field="run")
         return self._views([run])[0]

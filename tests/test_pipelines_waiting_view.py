@@ -1,0 +1,90 @@
+"""The waiting view of a pipeline child's run not made yet (``GET /v1/runs/C@S``,
+pipelines.waiting_run): given for an instant that is, or can be, one of the child's slots (a
+join, a slot of its parents' schedules, a gated child's own), never invented for any other
+instant, and never raising on odd input."""
+from __future__ import annotations
+
+from raftsched.core import commands, limits, pipelines
+
+from core_helpers import ms
+from pipeline_helpers import SEC, T0, apply, chain_state, finish, job_raw, lease, tick
+
+EVERY = 30 * SEC
+S1 = T0 + EVERY  # the first slot of an every_s 30 job put at T0
+
+
+def _pipeline():
+    return chain_state(("pa", job_raw(every_s=30)), ("pd", job_raw(after=["pa"])))
+
+
+def test_an_instant_that_is_no_slot_of_the_parents_schedule_has_no_waiting_view():
+    """pd@<a past instant between pa's slots> and pd@<a far instant off pa's grid> answered
+    "waiting for pa@... (its slot has not fired)": runs that never come."""
+    s = _pipeline()
+    tick(s, S1 + 5 * EVERY)
+    for g in lease(s, S1 + 5 * EVERY):
+        finish(s, g, S1 + 5 * EVERY + 1, True)
+    for slot in (S1 + 1234, S1 + 3 * EVERY - 1, T0 + 10 ** 7 * EVERY + 7):
+        assert pipelines.waiting_run(s, f"pd@{slot}") is None, slot
+        why = pipelines.waiting_run_or_why(s, f"pd@{slot}")
+        assert isinstance(why, str) and "is not a slot of pd or of its parents' schedules" in why, why
+
+
+def test_a_slot_of_the_parent_not_fired_yet_or_running_is_shown_waiting():
+    s = _pipeline()
+    tick(s, S1)
+    (g,) = lease(s, S1)
+    view = pipelines.waiting_run(s, f"pd@{S1}")
+    assert view is not None and view["waiting_on"][0]["state"] == "running", view
+    future = S1 + 10 ** 7 * EVERY  # a genuine slot of pa, far ahead
+    view = pipelines.waiting_run(s, f"pd@{future}")
+    assert view is not None and view["state"] == "waiting", view
+    assert view["waiting_for"].endswith("(its slot has not fired)"), view
+    assert pipelines.waiting_run(s, f"pd@{future + 1}") is None  # its neighbour is none
+
+
+def test_a_child_of_a_triggered_parent_takes_the_slots_of_its_scheduled_ancestor():
+    s = chain_state(("pa", job_raw(every_s=30)), ("pb", job_raw(after=["pa"])), ("pd", job_raw(after=["pb"])))
+    assert pipelines.waiting_run(s, f"pd@{S1 + EVERY}") is not None
+    assert pipelines.waiting_run(s, f"pd@{S1 + EVERY + 1}") is None
+
+
+def test_a_gated_child_waits_on_its_own_slots_only():
+    """g (every 60 s, after pa every 30 s): pa's slot at 30 s is no slot of g."""
+    s = chain_state(("pa", job_raw(every_s=30)), ("g", job_raw(every_s=60, after=["pa"])))
+    assert pipelines.waiting_run(s, f"g@{T0 + 60 * SEC}") is not None
+    assert pipelines.waiting_run(s, f"g@{S1}") is None
+    why = pipelines.waiting_run_or_why(s, f"g@{S1}")
+    assert isinstance(why, str) and "is not a slot of g's schedule" in why, why
+
+
+def test_a_cron_parents_slots_follow_its_time_zone_and_dst():
+    """pa at 02:30 Berlin time: on 2027-03-28 02:30 does not exist, and the slot is right after
+    the gap (03:00 CEST, 01:00Z); the instant 02:30 CET would have been is none."""
+    s = chain_state(("pa", job_raw(schedule={"cron": "30 2 * * *", "timezone": "Europe/Berlin"})),
+                    ("pd", job_raw(after=["pa"])))
+    assert pipelines.waiting_run(s, f"pd@{ms('2027-03-27T01:30:00Z')}") is not None  # 02:30 CET
+    assert pipelines.waiting_run(s, f"pd@{ms('2027-03-28T01:00:00Z')}") is not None  # after the gap
+    assert pipelines.waiting_run(s, f"pd@{ms('2027-03-28T01:30:00Z')}") is None
+    assert pipelines.waiting_run(s, f"pd@{ms('2027-03-29T01:30:00Z')}") is None  # 03:30 CEST
+
+
+def test_odd_ids_answer_none_and_never_raise():
+    s = chain_state(("pa", job_raw(schedule={"cron": "0 * * * *", "timezone": "Pacific/Kiritimati"})),
+                    ("pd", job_raw(after=["pa"])))
+    top = limits.time_ms_max + limits.every_s_max * 1000
+    for rid in ("pd@9999999999999999999", f"pd@{top}", f"pd@{top + 1}", "pd@253402300799999",
+                "pd@-5", "pd@", "nope@" + str(S1), "pa@" + str(S1)):
+        assert pipelines.waiting_run(s, rid) is None, rid
+
+
+def test_a_child_of_a_deleted_parent_waits_only_on_what_it_has():
+    """pd after pa and pb; pa force-deleted: pb's slots are still pd's, and an instant on no
+    remaining parent's grid has no view (nor, with every parent gone, any instant)."""
+    s = chain_state(("pa", job_raw(every_s=30)), ("pb", job_raw(every_s=20)),
+                    ("pd", job_raw(after=["pa", "pb"])))
+    assert apply(s, commands.delete_job(T0 + 1, None, name="pa", force=True))["ok"]
+    assert pipelines.waiting_run(s, f"pd@{T0 + 60 * SEC}") is not None  # pb's slot (and was pa's)
+    assert pipelines.waiting_run(s, f"pd@{T0 + 90 * SEC}") is None  # pa's only
+    assert apply(s, commands.delete_job(T0 + 2, None, name="pb", force=True))["ok"]
+    assert pipelines.waiting_run(s, f"pd@{T0 + 60 * SEC}") is None
