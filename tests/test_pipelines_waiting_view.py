@@ -88,3 +88,12 @@ def test_a_child_of_a_deleted_parent_waits_only_on_what_it_has():
     assert pipelines.waiting_run(s, f"pd@{T0 + 90 * SEC}") is None  # pa's only
     assert apply(s, commands.delete_job(T0 + 2, None, name="pb", force=True))["ok"]
     assert pipelines.waiting_run(s, f"pd@{T0 + 60 * SEC}") is None
+
+
+def test_a_slots_pipeline_lists_a_child_waiting_only_for_one_of_its_slots():
+    """GET /v1/jobs/pa/runs?slot=S (pipelines.slot_runs) listed pd waiting for any S too."""
+    s = chain_state(("pa", job_raw(every_s=30)), ("pb", job_raw(after=["pa"])), ("pd", job_raw(after=["pb"])),
+                    ("g", job_raw(every_s=60, after=["pa"])))
+    assert {r["job"] for r in pipelines.slot_runs(s, "pa", S1 + 1234)} == set()
+    assert {r["job"] for r in pipelines.slot_runs(s, "pa", S1)} == {"pb", "pd"}
+    assert {r["job"] for r in pipelines.slot_runs(s, "pa", S1 + EVERY)} == {"pb", "pd", "g"}

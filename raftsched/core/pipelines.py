@@ -1389,17 +1389,18 @@ def _kind(s: SchedulerState, n: str) -> str:
 
 def slot_runs(s: SchedulerState, name: str, slot: int) -> list[Record]:
     """The runs and records of slot ``slot`` across ``name``'s pipeline (its graph), with what
-    each waiting child waits for."""
+    each waiting child waits for (a child for which ``slot`` is no slot has no entry: _may_wait)."""
     g = graph(s, name)
     if g is None:
         return []
     out = []
+    grid: dict[str, bool] = {}
     for node in g["nodes"]:
         n = node["job"]
         r = s.runs.get(f"{n}@{slot}")
         if r is not None:
             out.append(r)
-        elif n in s.jobs and "after" in s.jobs[n]["spec"]:
+        elif n in s.jobs and "after" in s.jobs[n]["spec"] and _may_wait(s, s.jobs[n], slot, grid) is None:
             on = waiting_for(s, n, slot)
             out.append({"id": f"{n}@{slot}", "job": n, "slot": slot, "state": "waiting", "kind": "waiting",
                         "waiting_on": on, "waiting_for": waiting_text(on)})
@@ -1436,12 +1437,15 @@ def waiting_run_or_why(s: SchedulerState, run_id: str) -> Record | str | None:
 _SLOT_MS_MAX = limits.time_ms_max + limits.every_s_max * 1000
 
 
-def _may_wait(s: SchedulerState, job: Record, slot: int) -> str | None:
+def _may_wait(s: SchedulerState, job: Record, slot: int, grid: dict[str, bool] | None = None) -> str | None:
     """None when child ``job``'s slot ``slot`` waits, or is to: it has a join, a backfill holds
     it, or (from when the job was made) it is a slot of the job's own schedule (gated) or of its
     parents' (triggered: of their parents' in turn, through triggered parents), or a parent's
     run of that slot, not finished, is to report to it. Else why it is none. A dict look-up a
-    parent, and one next-slot search a schedule: cheap, and it never raises."""
+    parent, and one next-slot search a schedule (remembered in ``grid``, by job, when given):
+    cheap, and it never raises."""
+    if grid is None:
+        grid = {}
     c = job["name"]
     if slot in s.pipes.joins.get(c, {}) or _held_by(s, f"{c}@{slot}") is not None:
         return None
@@ -1451,7 +1455,7 @@ def _may_wait(s: SchedulerState, job: Record, slot: int) -> str | None:
             return None
         return f"{when} is before {c} was created, and nothing of that slot waits"
     if "schedule" in job["spec"]:
-        if _on_grid(job["spec"]["schedule"], job["anchor"], slot):
+        if _on_grid(job, slot, grid):
             return None
         return f"{when} is not a slot of {c}'s schedule"
     seen = {c}
@@ -1468,22 +1472,27 @@ def _may_wait(s: SchedulerState, job: Record, slot: int) -> str | None:
         if pj is None:
             continue  # deleted: no slot of its to come
         if "schedule" in pj["spec"]:
-            if _on_grid(pj["spec"]["schedule"], pj["anchor"], slot):
+            if _on_grid(pj, slot, grid):
                 return None
         else:
             todo.extend(e["job"] for e in pj["spec"]["after"])
     return f"{when} is not a slot of {c} or of its parents' schedules"
 
 
-def _on_grid(sched: Record, anchor: int, slot: int) -> bool:
-    """Whether instant ``slot`` is a slot of schedule ``sched`` (its time zone, DST rules,
-    start_at and jitter), an instant no schedule reaches (past _SLOT_MS_MAX) being none."""
-    if not 0 <= slot <= _SLOT_MS_MAX:
-        return False
-    try:
-        return schedule.next_slot_after(sched, slot - 1, anchor) == slot
-    except (OverflowError, ValueError):  # a local time past datetime's year 9999
-        return False
+def _on_grid(job: Record, slot: int, grid: dict[str, bool]) -> bool:
+    """Whether instant ``slot`` is a slot of scheduled ``job``'s schedule (its time zone, DST
+    rules, start_at and jitter), an instant no schedule reaches (past _SLOT_MS_MAX) being none;
+    remembered in ``grid`` by job name."""
+    got = grid.get(job["name"])
+    if got is None:
+        got = False
+        if 0 <= slot <= _SLOT_MS_MAX:
+            try:
+                got = schedule.next_slot_after(job["spec"]["schedule"], slot - 1, job["anchor"]) == slot
+            except (OverflowError, ValueError):  # a local time past datetime's year 9999
+                got = False
+        grid[job["name"]] = got
+    return got
 
 
 def waiting_text(items: list[Record]) -> str:
