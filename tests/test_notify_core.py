@@ -116,6 +116,49 @@ def test_health_and_one_incident_per_job() -> None:
     assert kinds(s) == ["run.dead", "job.recovered", "run.dead"]
 
 
+def _requeue_and_succeed(s: SchedulerState, rid: str, now: int) -> None:
+    assert apply(s, commands.dlq_requeue(now, None, run=rid))["ok"]
+    res = apply(s, commands.acquire(now, worker="w", queues=None, max=10, ttl=30_000, types=None))
+    (g,) = [g for g in res["runs"] if g["id"] == rid]
+    out, each = complete_many(s, commands.complete_many(now, None, results=[
+        {"run": rid, "token": g["token"], "success": True, "error": None}], worker="w"))
+    assert each[0]["ok"], out
+
+
+@pytest.mark.parametrize("sinks", [("ops",), ()])
+def test_an_older_slot_requeued_and_succeeding_does_not_close_an_incident_newer_deaths_keep_open(sinks) -> None:
+    """A user's walk: four runs died, the oldest was requeued from the DLQ once fixed and
+    succeeded: job.recovered was told and the health said healthy, last outcome the old slot,
+    with the three newer slots still dead. A success of a slot older than the last outcome
+    now says nothing of the job's health but its last success (with or without sinks: the
+    complete's fast path, none, keeps the same health as on_success); a success of the newest
+    closes the incident."""
+    s = state_with(job_with([{"sink": "ops", "on": ["run.dead", "job.recovered"]}] if sinks else None), sinks=sinks)
+    now = T0
+    slots = []
+    for _ in range(3):
+        now += 10 * SEC
+        run_once(s, now, False)
+        slots.append(now)
+    now += SEC
+    _requeue_and_succeed(s, f"j@{slots[0]}", now)
+    h = view_health(s.health["j"])
+    assert h["consecutive_failures"] == 3 and h["incident"] is not None and h["last_success_at"] == now
+    assert h["last_slot_outcome"] == {"slot": slots[-1], "outcome": "dead", "reason": "exit 1"}
+    assert "job.recovered" not in kinds(s)
+    now += SEC
+    _requeue_and_succeed(s, f"j@{slots[-1]}", now)
+    h = view_health(s.health["j"])
+    assert h["consecutive_failures"] == 0 and h["incident"] is None
+    assert h["last_slot_outcome"] == {"slot": slots[-1], "outcome": "succeeded", "reason": None}
+    if sinks:
+        assert kinds(s) == ["run.dead", "job.recovered"]
+    # Once healthy, an older slot's success leaves the last outcome where it is, as the newest's.
+    now += SEC
+    _requeue_and_succeed(s, f"j@{slots[1]}", now)
+    assert view_health(s.health["j"])["last_slot_outcome"]["slot"] == slots[-1]
+
+
 def test_after_consecutive_and_repeat_every_s() -> None:
     s = state_with(job_with([{"sink": "ops", "on": ["run.dead", "job.recovered"], "after_consecutive": 2,
                               "repeat_every_s": 25}]))

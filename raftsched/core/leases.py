@@ -569,7 +569,10 @@ def apply_complete_many(s: SchedulerState, cmd: Command, now: int) -> Result:
                     on_success(s, run, now)
                 else:
                     h[LAST_SUCCESS] = now
-                    h[LAST_SLOT] = [run["slot"], "succeeded", None]
+                    last = h[LAST_SLOT]  # (not notify.older_than_last, inline)
+                    if last is None or type(last[0]) is not int or type(run["slot"]) is not int \
+                            or run["slot"] >= last[0]:
+                        h[LAST_SLOT] = [run["slot"], "succeeded", None]
                 if name in children:
                     if len(row) > 5 and row[5] is not None:  # kept for its children only
                         run["result"] = pipelines.check_result(row[5])

@@ -63,8 +63,13 @@ def on_success(s: SchedulerState, run: Record, now: int) -> None:
     if not backfill:
         h = health(s, run["job"])
         h[LAST_SUCCESS] = now
-        h[LAST_SLOT] = [run["slot"], "succeeded", None]
-        if h[CONSECUTIVE]:
+        # A slot before the last one decided (a dead run requeued from the DLQ while newer
+        # slots have died since, runs allowed to overlap ending out of order): it says nothing
+        # of the job now, so it neither closes the incident nor is the last outcome.
+        older = older_than_last(h, run["slot"])
+        if not older:
+            h[LAST_SLOT] = [run["slot"], "succeeded", None]
+        if h[CONSECUTIVE] and not older:
             inc = h[INCIDENT]
             emit(s, "job.recovered", now, job=run["job"], tenant=run.get("tenant"), slot=run["slot"],
                  run_id=run["id"], attempt=run["attempt"], failures=h[CONSECUTIVE],
@@ -78,6 +83,12 @@ def on_success(s: SchedulerState, run: Record, now: int) -> None:
     if s.sinks:
         emit_for(s, "run.succeeded", now, backfill, job=run["job"], tenant=run.get("tenant"), slot=run["slot"],
                  run_id=run["id"], attempt=run["attempt"])
+
+
+def older_than_last(h: list[Any], slot: int) -> bool:
+    """Whether ``slot`` is before the slot of the job's ``last_slot_outcome``."""
+    last = h[LAST_SLOT]
+    return last is not None and type(last[0]) is int and type(slot) is int and slot < last[0]
 
 
 def on_attempt_failed(s: SchedulerState, run: Record, now: int, error: str | None) -> None:
