@@ -293,6 +293,24 @@ def test_skipped_slots_miss_at_once_and_max_since_success_catches_a_job_whose_ev
     assert len(streaks) == 2 and streaks[-1]["detail"]["since"] == back + 7 * SEC, streaks
 
 
+def test_max_since_success_with_no_slot_due_since_says_no_slot_not_a_cause_that_did_not_happen() -> None:
+    """A user's walk: a daily job with a manual success and a 60 s window missed with cause
+    ``skipped`` ("the slot was recorded skipped or coalesced": nothing was), and a job never run
+    with ``never_started`` ("its run had not started": there was none). No slot fell due in the
+    window: ``no_slot``, said so; a slot that fell due and did not succeed still says why."""
+    sp = spec({"every_s": 86_400}, {"max_since_success_s": 60}, policy_name="skip", grace_s=0)
+    s = told_state(("daily", sp), ("never", sp), now=T0)
+    trig = apply(s, commands.trigger_job(T0 + SEC, None, name="daily"))
+    (g,) = acquire(s, T0 + SEC)
+    assert g["id"] == trig["run"]
+    complete(s, T0 + 2 * SEC, g, True)
+    run_to(s, T0 + 3 * SEC, T0 + 70 * SEC, 4 * SEC)
+    got = {(ev["job"], ev["reason"]) for ev in s.outbox.events if ev["detail"].get("deadline") == "max_since_success_s"}
+    assert got == {("daily", "no_slot"), ("never", "no_slot")}, got
+    r = [x for x in deadlines.listing(s, "missed", "daily", None, None, 10) if x["deadline"] == "max_since_success_s"]
+    assert r and "no slot of the job fell due" in deadlines.explain(r[0])
+
+
 def test_a_job_paused_past_max_since_success_misses_with_cause_paused_and_is_told() -> None:
     """A job paused after a success missed its max_since_success_s with cause ``skipped`` (its
     last run succeeded: the rule for every slot since not running won over the pause), and the

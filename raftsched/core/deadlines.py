@@ -16,8 +16,9 @@ same apply emits its event (core/events.py):
   succeeds afterwards turns the outcome into ``late``.
 
 Outcomes: ``met``; ``late`` (succeeded after a deadline); ``missed`` with a cause:
-``never_started``, ``still_running``, ``failed``, ``skipped``, ``paused`` (and ``untracked``:
-evicted past ``limits.deadlines_pending_max``, see :func:`_track`).
+``never_started``, ``still_running``, ``failed``, ``skipped``, ``paused``, ``upstream`` (and
+``untracked``: evicted past ``limits.deadlines_pending_max``, see :func:`_track`; and for
+``max_since_success_s`` only, ``no_slot``: no slot fell due since the last success).
 
 ``max_since_success_s`` is judged per job, not per slot: a job with no success for that long
 misses once (``which`` = ``max_since_success_s``), and again only after a success.
@@ -48,7 +49,7 @@ FIELDS = ("start_within_s", "succeed_within_s", "succeed_by", "max_since_success
 #: A slot record's deadlines, in the order of its instants.
 WHICH = ("start_within_s", "succeed_within_s", "succeed_by")
 OUTCOMES = ("pending", "met", "late", "missed")
-CAUSES = ("never_started", "still_running", "failed", "skipped", "paused", "untracked", "upstream")
+CAUSES = ("never_started", "still_running", "failed", "skipped", "paused", "untracked", "upstream", "no_slot")
 #: What a ``dl`` item costs in a fire command besides its job's name: five integers and framing.
 DL_ITEM_BYTES = 56
 _HHMM = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
@@ -691,10 +692,11 @@ def apply_deadline_judge(s: SchedulerState, cmd: Command, now: int) -> Result:
         last = s.runs.get(hist[-1]) if hist else None
         if job["paused"]:
             cause = "paused"
-        elif last is None:
-            cause = "never_started"
-        elif last["state"] == "succeeded":
-            cause = "skipped"  # succeeded before the window: every slot since did not run
+        elif last is None or last["state"] == "succeeded":
+            # No slot has fallen due since the last success (or since the job was written): its
+            # schedule's slots are further apart than the window, or its next is still to come.
+            # (The older code said never_started, or skipped: neither had happened.)
+            cause = "no_slot"
         else:
             cause = _cause(s, last)
         # Told while the job is paused too (events.route): a pause forgotten is what it is for.
@@ -958,7 +960,9 @@ def explain(r: Record | None) -> str | None:
               "skipped": "the slot was recorded skipped or coalesced, so no run was made for it",
               "paused": "the job was paused", "untracked": "more deadlines were pending than the cluster keeps",
               "upstream": "its parents decided it would not run (a pipeline child's slot recorded upstream_*, "
-                          "or dependency_missing)"}
+                          "or dependency_missing)",
+              "no_slot": "no slot of the job fell due since its last success (its schedule's slots are further "
+                         "apart than max_since_success_s, or its next is still to come)"}
     judged, instant = r.get("judged_at"), r.get("instant")
     if r["cause"] in ("skipped", "upstream") and judged is not None and instant is not None and judged < instant:
         return (f"it can no longer meet its {which.get(r['deadline'] or '', 'deadline')} ({at}), which had not come "

@@ -86,7 +86,7 @@ class ApplyStats:
 
     def on_deadline(self, outcome: Any, which: Any, cause: Any) -> None:
         """A deadline was judged ``missed`` (``cause``: never_started, still_running, failed, upstream,
-        skipped, paused, untracked) or ``late`` (no cause), for ``which`` deadline."""
+        skipped, paused, untracked, no_slot) or ``late`` (no cause), for ``which`` deadline."""
         key = (str(outcome), which if isinstance(which, str) else "unknown",
                cause if isinstance(cause, str) else "none")
         self.deadlines[key] = self.deadlines.get(key, 0) + 1

@@ -216,7 +216,7 @@ class _ApplyCollector:
             fin.add_metric([state], n)
         yield fin
         dl = CounterMetricFamily("raftsched_deadlines_judged", "slots' deadlines judged missed (with the cause: "
-                                 "never_started, still_running, failed, skipped, paused, untracked, upstream) or late, by "
+                                 "never_started, still_running, failed, skipped, paused, untracked, upstream, no_slot) or late, by "
                                  "deadline, as this replica applied them", labels=["outcome", "deadline", "cause"])
         for (outcome, which, cause), n in sorted(st["deadlines"].items()):
             dl.add_metric([outcome, which, cause], n)
