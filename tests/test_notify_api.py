@@ -197,6 +197,48 @@ def test_an_event_whose_reason_has_line_breaks_is_mailed_with_a_one_line_subject
     assert one_line({"kind": "run.failed", "reason": "a\r\n\tb"}) == "run.failed: a b"
 
 
+def test_a_mailed_event_carries_the_send_time_as_its_date_header():
+    """RFC 5322 requires a Date: header, and smtplib adds none: the message carries the time the
+    notifier sent it (its clock), in UTC, parseable by a mail reader."""
+    import email
+    import email.policy
+    from datetime import datetime, timezone
+    from email.utils import parsedate_to_datetime
+
+    from aiosmtpd.controller import Controller
+
+    from raftsched.core.notify_model import validate_sink
+    from raftsched.testing.procs import free_ports
+
+    mails = []
+
+    class Handler:
+        async def handle_DATA(self, server, session, envelope):  # noqa: N802
+            mails.append(envelope.content)
+            return "250 OK"
+
+    port = free_ports(1)[0]
+    ctl = Controller(Handler(), hostname="127.0.0.1", port=port)
+    ctl.start()
+    try:
+        spec = validate_sink("m", {"type": "email", "retry": {"max_attempts": 1},
+                                   "smtp": {"host": "127.0.0.1", "port": port, "starttls": False,
+                                            "from": "r@example.com", "to": ["o@example.com"]}})
+        sent_ms = 1_780_000_000_123  # the event's own time (at) is another: the Date is the send's
+        n = Notifier(raft=None, clock=type("C", (), {"now_ms": staticmethod(lambda: sent_ms)})(), keyring=None,
+                     proposer=object())
+        ev = {"seq": 1, "kind": "run.dead", "at": 1, "job": "j", "tenant": "default", "slot": 1, "run_id": "j@1",
+              "attempt": 1, "reason": "boom", "detail": {}, "to": ["m"]}
+        assert asyncio.run(n._deliver("m", spec, {}, ev)) == (True, None, 1)
+        msg = email.message_from_bytes(mails[0], policy=email.policy.default)
+        assert len(msg.get_all("Date") or []) == 1, mails[0]
+        when = parsedate_to_datetime(str(msg["Date"]))
+        assert when == datetime(2026, 5, 28, 20, 26, 40, tzinfo=timezone.utc), msg["Date"]
+        assert when.utcoffset() is not None and when.utcoffset().total_seconds() == 0, msg["Date"]  # UTC, not local
+    finally:
+        ctl.stop()
+
+
 def test_a_sink_replaced_while_its_batch_is_retried_is_sent_it_with_the_new_spec():
     """The operator moves a failing sink (old host gone, key rotated): the retries of the batch
     under way stop, and its events go to the new URL signed with the new key; the old URL's

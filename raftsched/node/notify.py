@@ -27,7 +27,9 @@ import socket
 import ssl
 import time
 from collections import Counter
+from datetime import datetime, timezone
 from email.message import EmailMessage
+from email.utils import format_datetime
 from typing import Any, Callable
 from urllib.parse import quote, urlsplit
 
@@ -643,6 +645,8 @@ class Notifier:
             msg["Subject"] = "[raftsched] " + one_line(body)[:200]
             msg["From"] = smtp["from"]
             msg["To"] = ", ".join(smtp["to"])
+            # RFC 5322 requires an origination date (smtplib adds none): the send time, in UTC
+            msg["Date"] = format_datetime(datetime.fromtimestamp(self.clock.now_ms() / 1000, timezone.utc))
             msg["Message-ID"] = f"<{body['event_id']}.{body['at']}@raftsched>"
             msg["X-Raftsched-Event-Id"] = body["event_id"]
             msg["Idempotency-Key"] = body["event_id"]
