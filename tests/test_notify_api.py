@@ -668,3 +668,39 @@ def test_a_job_routed_to_a_sink_that_does_not_exist_is_accepted_with_a_warning()
         s, b = await call(c, "PUT", "/v1/jobs/k", BOOT, SPEC)
         assert s == 201 and "warnings" not in b, b
     run(t)
+
+
+def test_a_dead_requeue_names_an_unknown_field_and_refuses_ids_not_dead_in_the_sink():
+    """``{"evnts": []}`` is refused naming ``evnts`` (as every body names an unknown field); an id
+    that is not one of the sink's dead events is a 404 naming it, whether it was never an event
+    or was delivered, and nothing is requeued, not even the dead ids beside it."""
+    async def t(env, c):
+        svc = env.service
+        assert (await call(c, "PUT", "/v1/sinks/hook", BOOT, HOOK))[0] == 201
+        job = dict(SPEC, notify=[{"sink": "hook", "on": ["job.triggered"]}])
+        assert (await call(c, "PUT", "/v1/jobs/j", BOOT, job))[0] == 201
+        for _ in range(2):
+            assert (await call(c, "POST", "/v1/jobs/j/trigger", BOOT))[0] == 201
+        delivered, dead = list(env.state.outbox.events)[-2:]
+        assert (await svc.propose(commands.sink_progress(env.clock.now_ms(), items=[
+            {"sink": "hook", "cursor": dead["seq"], "dead": [{"event": dead, "error": "HTTP 500", "attempts": 2}]}])))["ok"]
+        dead_id, delivered_id = f"ev-{dead['seq']}", f"ev-{delivered['seq']}"
+        before = json.dumps(env.state.sinks["hook"], sort_keys=True, default=repr)
+        for body, status, field, named in (
+                ({"evnts": []}, 422, "evnts", None),
+                ({"events": [dead_id], "force": True}, 422, "force", None),
+                ([dead_id], 422, None, None),
+                ({"events": ["bogus"]}, 404, "events", "'bogus'"),
+                ({"events": [delivered_id]}, 404, "events", repr(delivered_id)),
+                ({"events": [dead_id, "ev-999999"]}, 404, "events", "'ev-999999'")):
+            s, b = await call(c, "POST", "/v1/sinks/hook/dead:requeue", BOOT, body)
+            assert s == status and b["error"]["field"] == field, (body, b)
+            assert named is None or named in b["error"]["message"], (body, b)
+            assert json.dumps(env.state.sinks["hook"], sort_keys=True, default=repr) == before, "nothing changed"
+        s, b = await call(c, "POST", "/v1/sinks/hook/dead:requeue", BOOT, {"events": [dead_id]})
+        assert s == 200 and b["requeued"] == 1, b
+        s, b = await call(c, "POST", "/v1/sinks/hook/dead:requeue", BOOT, {"events": [dead_id]})
+        assert s == 404 and dead_id in b["error"]["message"], b  # requeued: no longer dead
+        s, b = await call(c, "POST", "/v1/sinks/hook/dead:requeue", BOOT, {})
+        assert s == 200 and b["requeued"] == 0, b  # all of none
+    run(t)

@@ -293,6 +293,32 @@ def test_sink_progress_cursor_dead_list_and_requeue() -> None:
     assert first["seq"] == 1
 
 
+def test_a_requeue_naming_an_event_that_is_not_dead_in_that_sink_changes_nothing() -> None:
+    """Every id a requeue names must be one of the sink's dead events: an unknown one, one of
+    the outbox that was delivered, or one dead in another sink is refused as not found, naming
+    it, and nothing is requeued, not even the ids that are dead. Replicas refuse alike."""
+    s = state_with(job_with([{"sink": "ops", "on": ["run.dead"], "repeat_every_s": 1}]), sinks=("ops", "other"))
+    run_once(s, T0 + 10 * SEC, False)
+    run_once(s, T0 + 20 * SEC, False)
+    first, second = s.outbox.events
+    assert apply(s, commands.sink_progress(T0, items=[
+        {"sink": "ops", "cursor": 2, "dead": [{"event": second, "error": "HTTP 500", "attempts": 2}]},
+        {"sink": "other", "cursor": 2, "dead": [{"event": first, "error": "HTTP 500", "attempts": 2}]}]))["ok"]
+    for ids, named in ((["bogus"], "'bogus'"), (["ev-1"], "'ev-1'"), (["ev-2", "ev-99"], "'ev-99'"),
+                       (["ev-2", "x", "x", "y"], "'x', 'y'")):
+        replica = restored(s)
+        res = refused(s, commands.sink_requeue(T0, None, name="ops", events=ids), "not_found")
+        assert res["error"]["field"] == "events" and named in res["error"]["message"], res
+        assert "'ev-2'" not in res["error"]["message"], res  # the dead one is not named
+        assert replica.apply(commands.sink_requeue(T0, None, name="ops", events=ids)) == res
+    res = refused(s, commands.sink_requeue(T0, None, name="ops", events=[f"e{i}" for i in range(25)]), "not_found")
+    assert "'e9'" in res["error"]["message"] and "'e10'" not in res["error"]["message"], res
+    assert "and 15 more" in res["error"]["message"], res  # a refusal stays small
+    assert [d["event"]["seq"] for d in s.sinks["ops"]["dead"]] == [2] and s.sinks["ops"]["redo"] == []
+    assert apply(s, commands.sink_requeue(T0, None, name="ops", events=["ev-2", "ev-2"]))["requeued"] == 1
+    assert apply(s, commands.sink_requeue(T0, None, name="other", events=[]))["requeued"] == 0  # names none
+
+
 def test_a_replaced_sinks_progress_of_a_batch_read_before_is_ignored() -> None:
     """A put_sink that changes the spec changes the sink's generation; sink_progress names the
     generation its batch was read with, and one of an older generation changes nothing (its dead

@@ -30,7 +30,7 @@ import msgpack
 from . import deadlines, limits, pipehooks, snapshot
 from .errors import InvalidCommand, LimitExceeded, NotFound
 from .events import CONSECUTIVE, INCIDENT, LAST_FAILURE, LAST_SLOT, LAST_SUCCESS, SENT, emit, emit_for, is_event
-from .events import new_health
+from .events import event_id, new_health
 from .events import pending as events_pending
 from .notify_model import check_routes, check_sink_spec
 from .queues import release_held, unqueue_count
@@ -351,9 +351,17 @@ def apply_sink_progress(s: SchedulerState, cmd: Command, now: int) -> Result:
     return ok(moved=moved)
 
 
+#: Ids a refused requeue's message names (the rest are counted): a refusal is kept with its
+#: request id, so it stays small whatever the command held.
+_NAMED_IDS_MAX = 10
+
+
 def apply_sink_requeue(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``sink_requeue {name, events?: [event_id]}``: dead events (those named, or all) are
-    delivered again (``redo``), with a fresh retry budget. :raises NotFound: no such sink."""
+    delivered again (``redo``), with a fresh retry budget.
+
+    :raises NotFound: no such sink, or an id named that is not one of its dead events (then
+        nothing changes: the check reads the state only, so every replica refuses alike)."""
     name, ids = cmd.get("name"), cmd.get("events")
     if ids is not None and not (isinstance(ids, list) and all(isinstance(x, str) for x in ids)):
         raise InvalidCommand("sink_requeue.events must be a list of event ids")
@@ -361,6 +369,14 @@ def apply_sink_requeue(s: SchedulerState, cmd: Command, now: int) -> Result:
     if sk is None:
         raise NotFound(f"no sink named {name!r}", field="name")
     want = None if ids is None else set(ids)
+    if ids is not None:
+        dead_ids = {event_id(d["event"]["seq"]) for d in sk["dead"]}
+        missing = [x for x in dict.fromkeys(ids) if x not in dead_ids]  # (in the order sent, once)
+        if missing:
+            named = ", ".join(repr(x) for x in missing[:_NAMED_IDS_MAX])
+            more = len(missing) - _NAMED_IDS_MAX
+            raise NotFound(f"no dead event {named}{f' and {more} more' if more > 0 else ''} in sink {name!r} "
+                           f"(its dead list: GET /v1/sinks/{name}/dead); nothing was requeued", field="events")
     keep: list[Record] = []
     moved: list[Record] = []
     for d in sk["dead"]:

@@ -42,6 +42,7 @@ from yarl import URL
 from .. import sealing
 from .walks import off_loop
 from ..core import commands, events, limits, notify as core_notify, notify_queries, queries
+from ..core.bodies import check_body
 from ..core.errors import Forbidden, InvalidSpec, LimitExceeded, NotFound
 from ..core.notify_model import validate_sink
 from ..core.tenants import DEFAULT_POLICY
@@ -184,13 +185,11 @@ async def sink_requeue(request: web.Request) -> web.Response:
     body = await optional_json_body(request, {})
     rec = _stored(svc, name, request)
     _check_access(request, rec["spec"])
-    ids = None
-    if isinstance(body, dict) and "events" in body:
-        ids = body["events"]
-        if not isinstance(ids, list) or len(ids) > 1000 or not all(isinstance(x, str) and len(x) <= 32 for x in ids):
-            raise InvalidSpec("must be a list of at most 1000 event ids (\"ev-17\")", field="events")
-    elif not isinstance(body, dict) or body:
-        raise InvalidSpec("send {} (every dead event) or {\"events\": [ids]}", field="events")
+    ids = check_body(body, {"events"}).get("events")  # (an unknown field is named: 422)
+    if "events" in body and (not isinstance(ids, list) or len(ids) > 1000
+                             or not all(isinstance(x, str) and len(x) <= 32 for x in ids)):
+        raise InvalidSpec("must be a list of at most 1000 event ids (\"ev-17\"); send {} for every dead event",
+                          field="events")
     res = await svc.propose(commands.sink_requeue(svc.clock.now_ms(), rid(request), name=name, events=ids))
     return json_response(svc._out(res, {"sink": name, "requeued": res.get("requeued", 0)}))
 
