@@ -704,3 +704,38 @@ def test_a_dead_requeue_names_an_unknown_field_and_refuses_ids_not_dead_in_the_s
         s, b = await call(c, "POST", "/v1/sinks/hook/dead:requeue", BOOT, {})
         assert s == 200 and b["requeued"] == 0, b  # all of none
     run(t)
+
+
+def test_sink_fields_that_could_never_work_are_refused_at_put_naming_the_field_and_why():
+    """An SMTP host with a port in it (the port is smtp.port) or that is no host name ("-h"), a
+    password without the username it logs in with (never sent), a URL host label starting or
+    ending with '-': each a 422 naming the field and saying why, and nothing is stored."""
+    mail = {"type": "email", "smtp": {"host": "smtp.example.com", "from": "r@example.com", "to": ["o@example.com"]}}
+
+    def with_host(host):
+        return dict(mail, smtp=dict(mail["smtp"], host=host))
+
+    async def t(env, c):
+        for body, field, why in (
+                (with_host("127.0.0.1:25"), "smtp.host", "the port is smtp.port"),
+                (with_host("smtp.example.com:587"), "smtp.host", "the port is smtp.port"),
+                (with_host("[::1]"), "smtp.host", "brackets"),
+                (with_host("-h"), "smtp.host", "not starting or ending with '-'"),
+                (with_host("mail-.example.com"), "smtp.host", "not starting or ending with '-'"),
+                (with_host("a..example"), "smtp.host", "host name"),
+                (with_host("127.1"), "smtp.host", "four numbers"),
+                (with_host("fe80::1%eth0"), "smtp.host", "zone"),
+                (with_host(""), "smtp.host", "is required"),
+                (dict(mail, secrets={"password": "hunter2"}), "secrets.password", "secrets.username"),
+                (dict(HOOK, url="https://-a.example/hook"), "url", "not starting or ending with '-'"),
+                (dict(HOOK, link="https://ui-.example"), "link", "not starting or ending with '-'")):
+            s, b = await call(c, "PUT", "/v1/sinks/s", BOOT, body)
+            assert s == 422 and b["error"]["field"] == field and why in b["error"]["message"], (body, b)
+            assert "hunter2" not in json.dumps(b)
+        assert env.state.sinks == {}, "nothing was stored"
+        for i, body in enumerate((with_host("127.0.0.1"), with_host("::1"), with_host("mail_1.example.com."),
+                                  with_host("bücher.example"), dict(mail, secrets={"username": "u", "password": "p"}),
+                                  dict(mail, secrets={"username": "u"}), dict(HOOK, url="https://a-b.example/hook"))):
+            s, b = await call(c, "PUT", f"/v1/sinks/ok{i}", BOOT, body)
+            assert s == 201, (body, b)
+    run(t)

@@ -129,6 +129,21 @@ _URL_REFUSED_RE = re.compile(r"[\s\x00-\x1f\x7f\\]")
 #: A host of digits and dots only, which must then be an IPv4 address in its canonical form (delivery
 #: refuses "127.1" and "1.2.3.4.5" as not canonical).
 _NUMERIC_HOST_RE = re.compile(r"[0-9.]+")
+#: A label of a host name, IDNA-encoded: letters, digits, '-' and '_' (which resolvers take), 1-63
+#: of them, not starting or ending with '-' (RFC 1123: "-h" is no name, and reads as an option).
+_LABEL_RE = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
+#: What a host name may be, said by the messages refusing one.
+_HOST_NAME_RULE = "labels of 1-63 letters, digits, '-' or '_', not starting or ending with '-'"
+
+
+def _is_host_name(host: str) -> bool:
+    """Whether ``host`` is a host name delivery can resolve (a trailing dot allowed)."""
+    try:
+        name = host.encode("idna").decode("ascii")  # (what delivery resolves; every label 1-63)
+    except UnicodeError:
+        return False
+    labels = (name[:-1] if name.endswith(".") else name).split(".")
+    return 0 < len(name) <= 253 and all(_LABEL_RE.fullmatch(label) for label in labels)
 
 
 def _url(v: object, field: str, secret: bool = False) -> str:
@@ -172,10 +187,35 @@ def _url(v: object, field: str, secret: bool = False) -> str:
             except ValueError:
                 raise InvalidSpec("must be an http or https URL whose IPv4 host is four numbers (a.b.c.d)",
                                   field=field) from None
-        try:
-            host.encode("idna")  # (what delivery resolves: every label 1-63 characters)
-        except UnicodeError:
-            raise InvalidSpec("must be an http or https URL with a valid host name", field=field) from None
+        if not _is_host_name(host):
+            raise InvalidSpec(f"must be an http or https URL with a valid host name ({_HOST_NAME_RULE})",
+                              field=field)
+    return v
+
+
+def _smtp_host(v: object) -> str:
+    """An SMTP server's host: a host name or an IP address (IPv6 without brackets), nothing more:
+    its port is ``smtp.port``. :raises InvalidSpec: naming ``smtp.host``."""
+    field = "smtp.host"
+    if not isinstance(v, str) or not v:
+        raise InvalidSpec("is required: the SMTP server's host name or IP address", field=field)
+    if len(v) > 253:
+        raise InvalidSpec("must be a host name of at most 253 characters or an IP address", field=field)
+    if "%" in v:
+        raise InvalidSpec("must be a host name or an IP address, without an IPv6 zone (%...)", field=field)
+    try:
+        ipaddress.ip_address(v)
+        return v
+    except ValueError:
+        pass
+    if ":" in v or "[" in v:
+        raise InvalidSpec("must be a host name or an IP address, without a port or brackets: the port is "
+                          "smtp.port (587 by default)", field=field)
+    if _NUMERIC_HOST_RE.fullmatch(v):
+        raise InvalidSpec("must be a host name or an IP address; an IPv4 address is four numbers (a.b.c.d)",
+                          field=field)
+    if not _is_host_name(v):
+        raise InvalidSpec(f"must be a host name ({_HOST_NAME_RULE}) or an IP address", field=field)
     return v
 
 
@@ -214,9 +254,7 @@ def validate_sink(name: object, raw: object) -> dict[str, Any]:
         for k in smtp:
             if k not in _SMTP_FIELDS:
                 raise InvalidSpec(f"unknown field; allowed: {', '.join(sorted(_SMTP_FIELDS))}", field=f"smtp.{k}")
-        host = smtp.get("host")
-        if not isinstance(host, str) or not host or len(host) > 253 or any(c in host for c in " /@"):
-            raise InvalidSpec("is required: the SMTP server's host name", field="smtp.host")
+        host = _smtp_host(smtp.get("host"))
         to = smtp.get("to")
         if not isinstance(to, list) or not to or len(to) > limits.sink_email_to_max:
             raise InvalidSpec(f"must be a list of 1-{limits.sink_email_to_max} addresses", field="smtp.to")
@@ -265,6 +303,9 @@ def validate_sink(name: object, raw: object) -> dict[str, Any]:
     for k in required:
         if k not in secrets:
             raise InvalidSpec(f"is required for a {typ} sink", field=f"secrets.{k}")
+    if typ == "email" and "password" in secrets and "username" not in secrets:
+        raise InvalidSpec("is used only with secrets.username (the SMTP login is sent only when a username "
+                          "is given): add the username, or remove the password", field="secrets.password")
     if typ == "slack" and not secrets["url"].startswith("***:"):
         _url(secrets["url"], "secrets.url", secret=True)
     if secrets:
