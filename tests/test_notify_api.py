@@ -739,3 +739,27 @@ def test_sink_fields_that_could_never_work_are_refused_at_put_naming_the_field_a
             s, b = await call(c, "PUT", f"/v1/sinks/ok{i}", BOOT, body)
             assert s == 201, (body, b)
     run(t)
+
+
+def test_a_tenants_email_sink_named_by_an_ipv6_address_is_checked_against_its_policy():
+    """smtp.host takes an IPv6 address without brackets (as smtplib does); the tenant's network
+    check reads it as a URL's host, so it is bracketed there: refused by the policy by default,
+    and sent to that address once the policy allows it, never an invalid URL. (No connection is
+    made: the address is a literal, and the send itself is replaced.)"""
+    from raftsched.core.bodies import validate_policy
+    from raftsched.core.notify_model import validate_sink
+
+    async def t(env, c):
+        n = Notifier(env.raft, env.clock, env.service.keyring)
+        sent = []
+        n._send_email = lambda spec, secrets, body, pinned=None: sent.append(pinned)  # type: ignore[method-assign]
+        mail = validate_sink("m", {"type": "email", "tenant": "billing", "retry": {"max_attempts": 1},
+                                   "smtp": {"host": "::1", "port": 2525, "starttls": False,
+                                            "from": "r@example.com", "to": ["o@example.com"]}})
+        ev = {"seq": 1, "kind": "run.dead", "at": 1, "job": "j", "tenant": "billing", "slot": 1, "run_id": "j@1",
+              "attempt": 1, "reason": "x", "detail": {}, "to": ["m"]}
+        why = await n._send("m", mail, {}, ev)
+        assert why is not None and "refused by the network policy of tenant 'billing'" in why and not sent, why
+        env.state.tenant_policies["billing"] = validate_policy({"network": {"allow": ["::1/128"]}})
+        assert await n._send("m", mail, {}, ev) is None and sent == ["::1"]
+    run(t)
