@@ -534,6 +534,44 @@ def test_a_ping_sent_twice_is_refused_and_never_taken_for_an_older_slot_nothing_
     assert rec(s, f"hb@{s1}")["state"] == "late"
 
 
+def test_a_heartbeat_jobs_pings_make_its_health_and_a_fail_ping_is_told_as_its_runs_death() -> None:
+    """A user's walk: after success pings and unpinged slots the job's health still said it never
+    succeeded, and a route on run.succeeded heard nothing. A success ping is the slot's success
+    (health, run.succeeded, job.recovered closing an incident); a fail ping its death (nothing
+    retries it): consecutive_failures, an incident told once as run.dead, pause_on_failure."""
+    from raftsched.core.notify import view_health
+    s = new_state(now=T0)
+    sink = validate_sink("ops", {"type": "webhook", "url": "https://example.com/h", "secrets": {"signing_key": "k"}})
+    assert apply(s, commands.put_sink(T0, None, name="ops", spec=sink))["ok"]
+    routes = validate_routes([{"sink": "ops", "on": ["run.dead", "job.recovered", "run.succeeded", "job.paused"]}])
+    sp = spec({"every_s": 10}, {"succeed_within_s": 9}, executor={"type": "heartbeat"})
+    assert apply(s, put_cmd(s, "hb", dict(sp, notify=routes, pause_on_failure={"after_consecutive": 2}), T0))["ok"]
+    s1 = s.jobs["hb"]["next"]
+    run_to(s, s1 - 2 * SEC, s1)
+    assert apply(s, commands.ping(s1 + SEC, None, name="hb", status="success", slot=s1))["ok"]
+    h = view_health(s.health.get("hb"))
+    assert h["last_success_at"] == s1 + SEC and h["last_slot_outcome"] == {"slot": s1, "outcome": "succeeded",
+                                                                           "reason": None}
+    s2 = s1 + 10 * SEC
+    run_to(s, s1 + 2 * SEC, s2)
+    assert apply(s, commands.ping(s2 + SEC, None, name="hb", status="fail", slot=s2))["ok"]
+    h = view_health(s.health["hb"])
+    assert h["consecutive_failures"] == 1 and h["incident"] is not None and h["last_failure_at"] == s2 + SEC
+    dead = [e for e in s.outbox.events if e["kind"] == "run.dead"]
+    assert [(e["run_id"], e["reason"]) for e in dead] == [(f"hb@{s2}", "a fail ping")]
+    s3 = s2 + 10 * SEC
+    run_to(s, s2 + 2 * SEC, s3)
+    assert apply(s, commands.ping(s3 + SEC, None, name="hb", status="success", slot=s3))["ok"]
+    assert view_health(s.health["hb"])["incident"] is None
+    assert [e["kind"] for e in s.outbox.events] == ["run.succeeded", "run.dead", "job.recovered", "run.succeeded"]
+    # Two fail pings in a row: paused, as any job whose runs die.
+    for k in (4, 5):
+        sk = s1 + (k - 1) * 10 * SEC
+        run_to(s, sk - 8 * SEC, sk)
+        assert apply(s, commands.ping(sk + SEC, None, name="hb", status="fail", slot=sk))["ok"]
+    assert s.jobs["hb"]["paused"] and s.outbox.events[-1]["kind"] == "job.paused"
+
+
 def test_a_heartbeat_job_pinged_before_its_first_slot_is_refused_until_a_trigger_opens_one() -> None:
     """README's heartbeat example: right after the job is made nothing waits for a ping (409);
     a trigger without a body opens a slot, which the pings then start and end, its deadlines

@@ -841,6 +841,14 @@ def apply_ping(s: SchedulerState, cmd: Command, now: int) -> Result:
         run["state"] = "failed"
         run["error"] = "a fail ping"
     on_finish(s, run, now)
+    # The job's health and events, as a run's outcome makes them: a success (its health, an
+    # incident closed: job.recovered, run.succeeded opt-in), a fail the run's death (nothing
+    # retries it: consecutive_failures, an incident told as run.dead, pause_on_failure).
+    from . import notify  # (notify imports this module)
+    if status == "success":
+        notify.on_success(s, run, now)
+    else:
+        notify.on_dead(s, run, now, "a fail ping")
     if name in s.pipes.children:  # a final outcome: its children follow (pipelines)
         pipehooks.notify(s, run, now)
     return ok(run=run["id"], state=run["state"])
@@ -867,7 +875,7 @@ def close_heartbeats(s: SchedulerState, job: Record, now: int, recorded: Callabl
     or started and not ended): past it, at its next fire, the oldest are closed: a waiting one as
     skipped (reason ``not_pinged``: counted and told as any slot recorded skipped, through
     ``recorded``, notify.on_slot_recorded, which imports this module; the job's health is left
-    as it is, pings making none), a started one as failed,
+    as it is: its pings make it, apply_ping), a started one as failed,
     each judged as it closes. With
     ``keep`` 0 (the job is no longer a heartbeat job: jobs.put_job), every one a ping waits for
     is closed, but a run a worker holds (leased before the job became a heartbeat job), which

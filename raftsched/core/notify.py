@@ -129,8 +129,9 @@ def on_dead(s: SchedulerState, run: Record, now: int, error: str | None) -> None
 def on_slot_recorded(s: SchedulerState, entry: Record, now: int, health: bool = True) -> None:
     """A slot recorded skipped or coalesced (misfire, the catch-up limit, overlap, a full queue):
     ``last_slot_outcome`` (when the job has health already) and ``slot.missed`` with its reason
-    (one event a recorded range). ``health`` False: the event only (a heartbeat job's slots,
-    whose pings do not make health either: deadlines.close_heartbeats, jobs.withdraw_queued)."""
+    (one event a recorded range). ``health`` False: the event only (a heartbeat job's slots
+    closed unpinged or withdrawn: deadlines.close_heartbeats, jobs.withdraw_queued; its pings
+    make its health, deadlines.apply_ping)."""
     name = entry["job"]
     h = s.health.get(name) if health else None
     # (made by a run's outcome: a job that only records slots costs nothing here; a backfill's
