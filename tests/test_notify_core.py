@@ -242,6 +242,21 @@ def test_tenant_defaults_and_a_sink_limited_to_a_tenant() -> None:
     assert kinds(s) == ["run.dead"]  # the sink hears of billing's jobs only
 
 
+def test_a_job_with_an_empty_notify_has_no_routes_not_its_tenants() -> None:
+    """A user's walk: a job put with "notify": [] under a tenant with default routes was still
+    told by them (the empty list was dropped as absent). It is the job's own routes: none."""
+    quiet = job_with([])
+    assert quiet["notify"] == []
+    s = state_with(quiet)
+    route = validate_routes([{"sink": "ops", "on": ["run.dead"]}])
+    assert apply(s, commands.put_tenant_notify(T0, None, name="default", notify=route))["ok"]
+    run_once(s, T0 + 10 * SEC, False)
+    assert kinds(s) == []
+    assert apply(s, put_cmd(s, "j", job_with(), T0 + 11 * SEC))["ok"]  # without notify: the tenant's
+    run_once(s, T0 + 20 * SEC, False)
+    assert kinds(s) == ["run.dead"]
+
+
 def test_pause_on_failure_pauses_through_apply_and_says_so() -> None:
     s = state_with(job_with([{"sink": "ops", "on": ["run.dead", "job.paused"]}],
                             pause_on_failure={"after_consecutive": 2}))

@@ -109,11 +109,12 @@ def validate_pause_on_failure(raw: object) -> dict[str, int]:
 
 def add_job_fields(raw: dict[str, Any], spec: dict[str, Any]) -> None:
     """A job spec's notification fields (``notify``, ``pause_on_failure``, ``metrics``) into the
-    validated ``spec``; absent or empty ones are not stored (the same spec as before)."""
+    validated ``spec``; absent or empty ones are not stored (the same spec as before), but an
+    empty ``notify``: a job's own routes, none, where without it its tenant's default routes
+    tell its events (events.route). Before, an empty list was dropped, and the tenant's routes
+    went on telling a job that had asked for none."""
     if "notify" in raw:
-        routes = validate_routes(raw["notify"])
-        if routes:
-            spec["notify"] = routes
+        spec["notify"] = validate_routes(raw["notify"])
     if "pause_on_failure" in raw and raw["pause_on_failure"] is not None:
         spec["pause_on_failure"] = validate_pause_on_failure(raw["pause_on_failure"])
     if "metrics" in raw:
