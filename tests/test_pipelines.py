@@ -384,7 +384,7 @@ def test_a_heartbeat_parents_pings_reach_its_children():
     res = apply(s, commands.ping(S1 + 1, None, name="hb", status="success", slot=S1))
     assert res["ok"], res
     assert states(s, f"ok@{S1}", f"onfail@{S1}") == {f"ok@{S1}": ("queued", None),
-                                                      f"onfail@{S1}": ("skipped", "upstream_failed")}
+                                                      f"onfail@{S1}": ("skipped", "upstream_succeeded")}
 
 
 def test_a_paused_childs_record_reaches_its_own_children_and_their_records_are_told():
@@ -408,6 +408,40 @@ def test_a_paused_childs_record_reaches_its_own_children_and_their_records_are_t
     assert s.pipes.joins == {}
     told = [(e["job"], e["reason"]) for e in s.outbox.events if e["kind"] == "slot.missed"]
     assert told == [("c", "upstream_missed")]
+
+
+def test_a_failure_handler_not_needed_is_recorded_upstream_succeeded_and_not_told_as_missed():
+    """A user's walk: a child `after` its parent `on: failure` (a handler of its failure) was
+    recorded upstream_failed and told as slot.missed at every success of the parent: paged on
+    every normal night, under a reason saying the parent failed. Such a slot is recorded
+    ``upstream_succeeded`` and told as nothing (its children still follow it), at once, whatever
+    its other parents are still to do. A handler whose other parent's own edge failed first is
+    upstream_failed, and told; the parent's death runs it."""
+    from raftsched.core.notify_model import validate_sink
+    s = new_state()
+    sink = validate_sink("ops", {"type": "webhook", "url": "http://127.0.0.1:9/hook", "secrets": {"signing_key": "k"}})
+    assert apply(s, commands.put_sink(T0, None, name="ops", spec=sink))["ok"]
+    told_to = [{"sink": "ops", "on": ["slot.missed"]}]
+    for name, raw in (("a", job_raw(every_s=10)), ("b", job_raw(every_s=10)),
+                      ("onfail", job_raw(after=[{"job": "a", "on": "failure"}], notify=told_to)),
+                      ("both", job_raw(after=[{"job": "a", "on": "failure"}, {"job": "b", "on": "success"}],
+                                       notify=told_to))):
+        assert put(s, name, raw)["ok"]
+    tick(s, S1)
+    got = by_job(lease(s, S1))
+    finish(s, got["b"], S1, False)  # b dead: both's success edge fails, which says more
+    finish(s, got["a"], S1, True)
+    assert states(s, f"onfail@{S1}", f"both@{S1}") == {f"onfail@{S1}": ("skipped", "upstream_succeeded"),
+                                                       f"both@{S1}": ("skipped", "upstream_failed")}
+    assert "a@" in s.runs[f"onfail@{S1}"]["error"] and "failure" in s.runs[f"onfail@{S1}"]["error"]
+    told = [(e["job"], e["reason"]) for e in s.outbox.events if e["kind"] == "slot.missed"]
+    assert told == [("both", "upstream_failed")]
+    # The next slot: a dies, and its handler runs.
+    S2 = S1 + 10 * SEC
+    tick(s, S2)
+    got = by_job(lease(s, S2))
+    finish(s, got["a"], S2, False)
+    assert "onfail" in {g["job"] for g in lease(s, S2 + 1)}
 
 
 def test_a_run_a_full_drop_oldest_queue_drops_reaches_the_children():

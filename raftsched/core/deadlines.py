@@ -344,7 +344,8 @@ def _cause(s: SchedulerState, run: Record | None) -> str:
         return "skipped"
     st = run["state"]
     if st in ("skipped", "coalesced"):
-        if run.get("reason") in ("upstream_failed", "upstream_missed", "upstream_timeout", "dependency_missing"):
+        if run.get("reason") in ("upstream_failed", "upstream_missed", "upstream_timeout", "dependency_missing",
+                                 "upstream_succeeded"):
             return "upstream"  # a pipeline child's slot its parents decided (core/pipelines.py)
         return "paused" if run.get("reason") == "paused" else "skipped"
     if st == "running":

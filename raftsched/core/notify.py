@@ -138,7 +138,9 @@ def on_slot_recorded(s: SchedulerState, entry: Record, now: int, health: bool = 
     # slots are outside the job's health, as its runs' outcomes are)
     if h is not None and not of_backfill(entry):
         h[LAST_SLOT] = [entry["slot"], entry["state"], entry["reason"]]
-    if s.sinks and entry["reason"] != "paused":
+    if s.sinks and entry["reason"] not in ("paused", "upstream_succeeded"):
+        # (nothing missed: a job paused says so itself, and a handler of a parent's failure is
+        # not needed when the parent succeeded: told, it paged on every success)
         extra = {"count": entry["count"], "slot_to": entry["slot_to"]} if "count" in entry else {}
         emit_for(s, "slot.missed", now, of_backfill(entry), job=name, slot=entry["slot"],
                  run_id=entry["id"], reason=entry["reason"], state=entry["state"], **extra)

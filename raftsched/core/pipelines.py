@@ -11,6 +11,7 @@ Everything happens inside apply, in the command that records a parent's final ou
 there, so a leader crash can neither lose a child nor make it twice, and a completion refused
 as stale (its fencing token) never reaches ``notify``. A slot that cannot satisfy the child is
 recorded, never dropped: ``upstream_failed`` (a parent's outcome fails its edge),
+``upstream_succeeded`` (a parent succeeded on an edge ``on: failure``: not needed, not told),
 ``upstream_missed`` (a parent's slot was recorded skipped or coalesced), ``upstream_timeout``
 (``max_wait_s`` passed, or the child had too many slots waiting), ``dependency_missing`` (a
 parent was deleted with ``?force=true``). A record is itself a final outcome for the child's own
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from .state import SchedulerState
 
 #: The reasons a child's slot is recorded for (state ``skipped``); ``rearm`` takes these back.
-UPSTREAM_REASONS = ("upstream_failed", "upstream_missed", "upstream_timeout", "dependency_missing")
+UPSTREAM_REASONS = ("upstream_failed", "upstream_missed", "upstream_timeout", "dependency_missing", "upstream_succeeded")
 #: Run kinds whose final outcome propagates always; others (manual, backfill) only when marked.
 _PROPAGATING_KINDS = frozenset({"scheduled", "triggered", "recorded"})
 
@@ -637,6 +638,7 @@ def _check(s: SchedulerState, child: Record, slot: int, now: int, work: list[tup
         return  # gated: its own slot has not come yet
     got = j["got"]
     waiting = False
+    quiet = None  # a `failure` edge whose parent succeeded: the child is not needed (upstream_succeeded)
     for e in child["spec"]["after"]:
         p = e["job"]
         info = got.get(p)
@@ -655,9 +657,18 @@ def _check(s: SchedulerState, child: Record, slot: int, now: int, work: list[tup
             _decide(s, c, slot, "upstream_missed", f"{info[1]} was recorded {info[0]}", now, work)
             return
         if not ok:
+            if e["on"] == "failure":  # (the only outcome that fails it: a success)
+                if quiet is None:
+                    quiet = f"{info[1]} succeeded; the edge runs {c} on its failure only"
+                continue  # (another parent's failed edge, a missed or missing one, says more)
             _decide(s, c, slot, "upstream_failed", f"{info[1]} ended {info[0]}; the edge asks for {e['on']}",
                     now, work)
             return
+    if quiet is not None:
+        # Not a miss: what a handler of its parent's failure does when the parent succeeds. Recorded
+        # (every slot has an entry, its children follow it), not told as slot.missed (notify).
+        _decide(s, c, slot, "upstream_succeeded", quiet, now, work)
+        return
     if not waiting:
         wait = child["spec"].get("max_wait_s", limits.max_wait_s_default) * 1000
         if j["since"] + wait <= now:
