@@ -78,6 +78,12 @@ def _get(item: dict, path: str) -> Any:
     return v
 
 
+def _iso(ms: Any) -> Any:
+    """An event's instant (ms since the epoch, as events carry them) as ISO-8601 text."""
+    from .core.schedule import iso
+    return iso(ms) if type(ms) is int else ms
+
+
 def _schedule(job: dict) -> str:
     """A job's schedule in a few words: its cron and zone, its interval, its instant, or the
     jobs it runs after."""
@@ -106,6 +112,9 @@ _VIEWS: dict[str, list[tuple[str, Any]]] = {
              ("queue", "spec.queue")],
     "runs": [("id", "id"), ("state", "state"), ("slot", "slot"), ("attempt", "attempt"), ("worker", "worker"),
              ("started_at", "started_at"), ("finished_at", "finished_at"), ("reason", "reason"), ("error", "error")],
+    "dead": [("event_id", lambda d: _get(d, "event.event_id")), ("kind", lambda d: _get(d, "event.kind")),
+             ("job", lambda d: _get(d, "event.job")), ("slot", lambda d: _iso(_get(d, "event.slot"))),
+             ("dead_at", lambda d: _iso(d.get("at"))), ("attempts", "attempts"), ("error", "error")],
     "workers": [("id", "id"), ("status", "status"), ("last_seen", "last_seen"), ("slots", "slots"),
                 ("held", "held"), ("executors", "executors"), ("queues", "queues"), ("labels", "labels"),
                 ("version", "version")],

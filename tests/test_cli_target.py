@@ -577,3 +577,22 @@ def test_jobs_and_workers_print_the_columns_people_read_and_one_object_its_neste
         assert capsys.readouterr().out.splitlines()[-2:] == ["X", "1"]
     finally:
         cli_output.set_format(None)
+
+
+def test_a_sinks_dead_list_shows_its_events_times_as_iso_not_ms_and_not_json(capsys):
+    """A user's walk: `raftsched sinks dead` printed its AT column in raw milliseconds and each
+    event as JSON cut at 48 characters. It shows the event's id, kind, job and slot, when it
+    went dead, its attempts and error, times as ISO-8601."""
+    dead = {"sink": "hook", "dead": [{"event": {"event_id": "ev-7", "seq": 7, "kind": "run.dead", "at": 1796572053120,
+                                                "job": "fail3", "slot": 1796572053000, "run_id": "fail3@1796572053000"},
+                                      "error": "HTTP 500", "attempts": 3, "at": 1796572060000}]}
+    cli_output.set_format("table")
+    try:
+        cli_output.show(dead)
+        out = capsys.readouterr().out.splitlines()
+        head = out.index("DEAD (1)") + 1
+        assert out[head].split() == ["EVENT_ID", "KIND", "JOB", "SLOT", "DEAD_AT", "ATTEMPTS", "ERROR"]
+        assert out[head + 1].split() == ["ev-7", "run.dead", "fail3", "2026-12-06T15:47:33Z", "2026-12-06T15:47:40Z",
+                                         "3", "HTTP", "500"]
+    finally:
+        cli_output.set_format(None)
