@@ -617,3 +617,37 @@ def test_a_paused_jobs_backfill_goes_on_making_and_handing_out_runs():
         assert complete(s, now + 3, g["id"], g["token"])["ok"]
     res = step(s, "b1", now + 4)
     assert res is None or not res.get("created"), res
+
+
+def test_a_bulk_requeue_leaves_out_a_dead_run_whose_slot_succeeded_since():
+    """A user's walk: a backfill with reprocess: failed ran a dead slot again and it succeeded
+    (its children too), and the dead run stayed in the dead-letter queue (documented): a bulk
+    requeue then ran the slot a third time. A dead run whose slot a later run of its job
+    succeeded (a backfill's, one by hand) is left out, reason ``slot_succeeded``; one by hand
+    (``POST /v1/dlq/{run}/requeue``) is still the operator's to make."""
+    s = job_state()
+    end = history_of(s, ["dead", "dead"])
+    anchor = s.jobs["j"]["anchor"]
+    first, second = f"j@{anchor + MIN}", f"j@{anchor + 2 * MIN}"
+    assert s.runs[first]["state"] == s.runs[second]["state"] == "dead"
+    follower = paired(s)
+    assert apply(s, backfill_cmd(s, "j", anchor + MIN, anchor + MIN + 1, end, reprocess="failed"))["ok"]
+    for k in range(20):
+        if s.backfills["b1"]["state"] == "done":
+            break
+        step(s, "b1", end + k)
+        finish_runs(s, end + k)
+    assert [(r["slot"], r["state"]) for r in backfill_runs(s, "b1")] == [(anchor + MIN, "succeeded")]
+    end += MIN
+    assert apply(s, bulk_cmd(s, end, job="j"))["ok"]
+    for k in range(20):
+        if s.backfills["q1"]["state"] == "done":
+            break
+        step(s, "q1", end + k * SEC)
+        finish_runs(s, end + k * SEC)
+    bf = s.backfills["q1"]
+    assert bf["state"] == "done" and bf["planned"] == 2 and bf["created"] == 1, bf
+    assert bf["left_out"] == {"slot_succeeded": 1}, bf
+    assert s.runs[first]["state"] == "dead" and s.runs[second]["state"] == "succeeded"
+    assert do(s, "dlq_requeue", end + 30 * SEC, run=first)["ok"]  # by hand: as asked
+    assert follower.state.snapshot() == s.snapshot()

@@ -330,6 +330,7 @@ class BulkWalk:
         self.count_left = None if req["max_count"] is None else req["max_count"] - bf["created"]
         self.runs_left = limits.dlq_bulk_step_runs_max
         self.depths: dict[str, int] = {}
+        self.succeeded: dict[str, set[int]] = {}  # a job's slots a run of which succeeded (this step's)
 
     def stop_reason(self, queue: str | None = None) -> str | None:
         if self.count_left is not None and self.count_left <= 0:
@@ -361,10 +362,23 @@ class BulkWalk:
                 return "left", "no_job"
             if job["spec"]["executor"]["type"] == "heartbeat":  # no worker would run it
                 return "left", "heartbeat_job"
+            if run["slot"] in self._succeeded(run["job"]):
+                # Its slot was run again and succeeded since (a backfill with reprocess, a run by
+                # hand of the slot): requeued, the dead run would run it a third time.
+                return "left", "slot_succeeded"
         stop = self.stop_reason(run["queue"])
         if stop is not None:
             return "stop", stop
         return "run", rid
+
+    def _succeeded(self, name: str) -> set[int]:
+        """The slots of job ``name`` that a run in its history succeeded (read once a step)."""
+        got = self.succeeded.get(name)
+        if got is None:
+            runs = self.s.runs
+            got = self.succeeded[name] = {r["slot"] for rid in self.s.history.get(name, ())
+                                          if (r := runs.get(rid)) is not None and r["state"] == "succeeded"}
+        return got
 
     def took(self, queue: str) -> None:
         if self.count_left is not None:
