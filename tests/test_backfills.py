@@ -639,6 +639,9 @@ def test_a_bulk_requeue_leaves_out_a_dead_run_whose_slot_succeeded_since():
         finish_runs(s, end + k)
     assert [(r["slot"], r["state"]) for r in backfill_runs(s, "b1")] == [(anchor + MIN, "succeeded")]
     end += MIN
+    keys = backfill_plan.dead_matching(s, {"queue": None, "job": "j", "error": None, "dead_from": None, "dead_to": end})
+    kept, left = backfill_plan.dry_run_requeue(s, keys)  # what the dry run answers
+    assert [k[1] for k in kept] == [second] and left == {"slot_succeeded": 1}
     assert apply(s, bulk_cmd(s, end, job="j"))["ok"]
     for k in range(20):
         if s.backfills["q1"]["state"] == "done":

@@ -317,6 +317,43 @@ def dead_matching(s: SchedulerState, f: dict[str, Any], after: list[Any] | None 
     return out
 
 
+def requeue_left_out(s: SchedulerState, run: Record, succeeded: dict[str, set[int]]) -> str | None:
+    """Why a bulk requeue leaves dead run ``run`` out whatever its pace (None: it takes it): its
+    job deleted (``no_job``), a heartbeat job now (``heartbeat_job``: no worker would run it), or
+    its slot run again and succeeded since (``slot_succeeded``: a backfill with reprocess, a run
+    by hand of the slot; requeued, the dead run would run it a third time). ``succeeded``: the
+    slots of a job that a run in its history succeeded, filled as jobs are read (a step's, a
+    dry run's)."""
+    name = run["job"]
+    job = s.jobs.get(name)
+    if job is None:
+        return "no_job"
+    if job["spec"]["executor"]["type"] == "heartbeat":
+        return "heartbeat_job"
+    got = succeeded.get(name)
+    if got is None:
+        runs = s.runs
+        got = succeeded[name] = {r["slot"] for rid in s.history.get(name, ())
+                                 if (r := runs.get(rid)) is not None and r["state"] == "succeeded"}
+    return "slot_succeeded" if run["slot"] in got else None
+
+
+def dry_run_requeue(s: SchedulerState, keys: list[list[Any]]) -> tuple[list[list[Any]], dict[str, int]]:
+    """Of the dead runs ``keys`` (dead_matching's), those a bulk requeue would take, and how many
+    it would leave out by reason (requeue_left_out)."""
+    kept: list[list[Any]] = []
+    left: dict[str, int] = {}
+    succeeded: dict[str, set[int]] = {}
+    for key in keys:
+        run = s.runs.get(key[1])
+        why = None if run is None else requeue_left_out(s, run, succeeded)
+        if why is None:
+            kept.append(key)
+        else:
+            left[why] = left.get(why, 0) + 1
+    return kept, left
+
+
 class BulkWalk:
     """BackfillWalk's counterpart for a bulk requeue or purge: ``next(key)`` over dead runs."""
 
@@ -357,28 +394,13 @@ class BulkWalk:
         if not matches(run, self.filters):
             return "left", "filter"
         if self.kind == "requeue":
-            job = self.s.jobs.get(run["job"])
-            if job is None:
-                return "left", "no_job"
-            if job["spec"]["executor"]["type"] == "heartbeat":  # no worker would run it
-                return "left", "heartbeat_job"
-            if run["slot"] in self._succeeded(run["job"]):
-                # Its slot was run again and succeeded since (a backfill with reprocess, a run by
-                # hand of the slot): requeued, the dead run would run it a third time.
-                return "left", "slot_succeeded"
+            why = requeue_left_out(self.s, run, self.succeeded)
+            if why is not None:
+                return "left", why
         stop = self.stop_reason(run["queue"])
         if stop is not None:
             return "stop", stop
         return "run", rid
-
-    def _succeeded(self, name: str) -> set[int]:
-        """The slots of job ``name`` that a run in its history succeeded (read once a step)."""
-        got = self.succeeded.get(name)
-        if got is None:
-            runs = self.s.runs
-            got = self.succeeded[name] = {r["slot"] for rid in self.s.history.get(name, ())
-                                          if (r := runs.get(rid)) is not None and r["state"] == "succeeded"}
-        return got
 
     def took(self, queue: str) -> None:
         if self.count_left is not None:

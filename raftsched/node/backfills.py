@@ -189,8 +189,12 @@ class BackfillService:
         if b["dry_run"]:
             await self.svc.raft.barrier(timeout_s=self.svc.propose_timeout_s)
             keys = self.svc.read(backfill_plan.dead_matching, filters, None, None)
+            left: dict[str, int] = {}
+            if action == "requeue":  # (what its steps would leave out whatever their pace)
+                keys, left = self.svc.read(backfill_plan.dry_run_requeue, keys)
             chosen = keys if b["max_count"] is None else keys[:b["max_count"]]
-            return 200, {"dry_run": True, "action": action, "runs": [k[1] for k in chosen], "total": len(keys)}
+            return 200, {"dry_run": True, "action": action, "runs": [k[1] for k in chosen], "total": len(keys),
+                         "left_out_reasons": left}
         rid = rid or new_request_id()
         bf_id = b["id"] or generated_id(rid)
         fields = dict(filters, name=bf_id, action=action, max_count=b["max_count"],

@@ -390,7 +390,9 @@ def _more_responses() -> dict[str, Schema]:
                   ("dry_run", "job", "planned", "slots", "left_out")), backfill]},
         "dlq_bulk_started": {"anyOf": [
             _open({"dry_run": {"const": True}, "action": {"enum": ["requeue", "purge"]},
-                   "runs": {"type": "array", "items": s}, "total": i}, ("dry_run", "action", "runs", "total")),
+                   "runs": {"type": "array", "items": s}, "total": i,
+                   "left_out_reasons": {"type": "object", "additionalProperties": i}},
+                  ("dry_run", "action", "runs", "total", "left_out_reasons")),
             backfill]},
         "backfill_controlled": _open({"id": s, "state": s, "withdrawn": {}}, ("id",)),
         "backfills": _open({"backfills": {"type": "array", "items": backfill}}, ("backfills",)),
