@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from raftsched.core import commands, limits, model
+from raftsched.core import commands, limits, model, pipelines
 from raftsched.core.errors import InvalidSpec
 
 from core_helpers import complete_many, new_state, restored
@@ -534,3 +534,24 @@ def test_a_slot_recorded_while_held_is_not_held_after_the_resume():
     (ga2,) = lease(s, S1 + 300)
     finish(s, ga2, S1 + 400, True)
     assert [x["id"] for x in lease(s, S1 + 500)] == [f"g@{S1}"]
+
+
+def test_a_slots_pipeline_view_shows_the_runs_that_ran_it_again():
+    """A user's walk: after a backfill with reprocess: failed and cascade: children, the slot's
+    pipeline view showed the parent's dead run only, beside children that had run after the
+    backfill's success. It lists each job's runs of the slot that ran it again too (a backfill's,
+    one by hand), after its scheduled one."""
+    from backfill_helpers import backfill_cmd, finish_runs, step
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(after=["a"])))
+    tick(s, S1)
+    finish(s, lease(s, S1)[0], S1, False)  # a@S1 dead: b@S1 upstream_failed
+    assert states(s, f"b@{S1}") == {f"b@{S1}": ("skipped", "upstream_failed")}
+    assert apply(s, backfill_cmd(s, "a", S1, S1 + 1, S1 + SEC, reprocess="failed", cascade="children"))["ok"]
+    for k in range(20):
+        if s.backfills["b1"]["state"] == "done":
+            break
+        step(s, "b1", S1 + 2 * SEC + k)
+        finish_runs(s, S1 + 2 * SEC + k)
+    view = [(r["id"].split("@")[0] + ("#" if "#" in r["id"] else ""), r["state"]) for r in pipelines.slot_runs(s, "a", S1)]
+    assert view[:2] == [("a", "dead"), ("a#", "succeeded")], view
+    assert ("b#", "succeeded") in view or ("b", "succeeded") in view, view

@@ -1399,18 +1399,27 @@ def _kind(s: SchedulerState, n: str) -> str:
 
 
 def slot_runs(s: SchedulerState, name: str, slot: int) -> list[Record]:
-    """The runs and records of slot ``slot`` across ``name``'s pipeline (its graph), with what
+    """The runs and records of slot ``slot`` across ``name``'s pipeline (its graph), each job's
+    scheduled run first then those that ran the slot again (a backfill's, by hand), with what
     each waiting child waits for (a child for which ``slot`` is no slot has no entry: _may_wait)."""
     g = graph(s, name)
     if g is None:
         return []
     out = []
     grid: dict[str, bool] = {}
+    runs = s.runs
     for node in g["nodes"]:
         n = node["job"]
-        r = s.runs.get(f"{n}@{slot}")
-        if r is not None:
-            out.append(r)
+        r = runs.get(f"{n}@{slot}")
+        # The slot's later runs too (a backfill's NAME@SLOT#bID, a run of the slot by hand
+        # NAME@SLOT#manual-N): a reprocessed slot showed its dead run only, its children after
+        # the backfill's success beside it.
+        again = f"{n}@{slot}#"
+        later = [runs[rid] for rid in s.history.get(n, ()) if rid.startswith(again) and rid in runs]
+        if r is not None or later:
+            if r is not None:
+                out.append(r)
+            out.extend(later)
         elif n in s.jobs and "after" in s.jobs[n]["spec"] and _may_wait(s, s.jobs[n], slot, grid) is None:
             on = waiting_for(s, n, slot)
             out.append({"id": f"{n}@{slot}", "job": n, "slot": slot, "state": "waiting", "kind": "waiting",
