@@ -767,7 +767,8 @@ def ping_target(s: SchedulerState, name: str, status: str, now: int) -> tuple[in
     return None, False
 
 
-def apply_ping(s: SchedulerState, cmd: Command, now: int) -> Result:
+def apply_ping(s: SchedulerState, cmd: Command, now: int,
+               told: tuple[Callable[..., None], Callable[..., None]] | None = None) -> Result:
     """``ping {name, status, slot?}``: what something outside reports about a heartbeat job's
     slot: ``start`` (its run is running), ``success`` or ``fail`` (it ended). Without ``slot``,
     the newest of the job's runs a ping can still move (a start: one waiting; an end: one running,
@@ -842,14 +843,16 @@ def apply_ping(s: SchedulerState, cmd: Command, now: int) -> Result:
         run["state"] = "failed"
         run["error"] = "a fail ping"
     on_finish(s, run, now)
-    # The job's health and events, as a run's outcome makes them: a success (its health, an
-    # incident closed: job.recovered, run.succeeded opt-in), a fail the run's death (nothing
-    # retries it: consecutive_failures, an incident told as run.dead, pause_on_failure).
-    from . import notify  # (notify imports this module)
-    if status == "success":
-        notify.on_success(s, run, now)
-    else:
-        notify.on_dead(s, run, now, "a fail ping")
+    # The job's health and events, as a run's outcome makes them (``told``: notify's on_success
+    # and on_dead; notify.apply_ping, which state.py applies, passes them: notify imports this
+    # module): a success (its health, an incident closed: job.recovered, run.succeeded opt-in),
+    # a fail the run's death (nothing retries it: consecutive_failures, an incident told as
+    # run.dead, pause_on_failure).
+    if told is not None:
+        if status == "success":
+            told[0](s, run, now)
+        else:
+            told[1](s, run, now, "a fail ping")
     if name in s.pipes.children:  # a final outcome: its children follow (pipelines)
         pipehooks.notify(s, run, now)
     return ok(run=run["id"], state=run["state"])

@@ -85,6 +85,12 @@ def on_success(s: SchedulerState, run: Record, now: int) -> None:
                  run_id=run["id"], attempt=run["attempt"])
 
 
+def apply_ping(s: SchedulerState, cmd: Command, now: int) -> Result:
+    """``ping``: deadlines.apply_ping, its outcome making the heartbeat job's health and events
+    as a run's does (on_success, on_dead)."""
+    return deadlines.apply_ping(s, cmd, now, (on_success, on_dead))
+
+
 def older_than_last(h: list[Any], slot: int) -> bool:
     """Whether ``slot`` is before the slot of the job's ``last_slot_outcome``."""
     last = h[LAST_SLOT]

@@ -56,10 +56,10 @@ from .workers import (
 from .tokens import apply_token_create, apply_token_revoke
 from .seal_keys import apply_reseal
 from .events import Outbox
-from .deadlines import Book, apply_deadline_judge, apply_ping
+from .deadlines import Book, apply_deadline_judge
 from .notify import (
-    apply_delete_sink, apply_note_unplaceable, apply_put_sink, apply_put_tenant_notify, apply_sink_progress,
-    apply_sink_requeue, apply_sink_reseal,
+    apply_delete_sink, apply_note_unplaceable, apply_ping, apply_put_sink, apply_put_tenant_notify,
+    apply_sink_progress, apply_sink_requeue, apply_sink_reseal,
 )
 from .members import apply_member_url
 from .pipelines import Pipes, apply_fanout_step, apply_join_expire
