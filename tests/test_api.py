@@ -259,6 +259,27 @@ def test_the_readmes_heartbeat_example_pings_a_slot_opened_by_hand():
     run(t)
 
 
+def test_a_ping_naming_a_slot_without_a_run_says_the_slot_as_it_was_sent():
+    """A user's walk: a ping naming a slot (ISO) with no run answered 404 naming it in ms. It is
+    said as an ISO time; and a ping sent twice is 409 (the slot at hand ended), not an older slot."""
+    hb = {"schedule": {"every_s": 60}, "executor": {"type": "heartbeat"}, "misfire": {"policy": "skip"}}
+
+    async def t(env, c):
+        from raftsched.core.schedule import iso
+        assert (await put(c, "hb", hb)).status == 201
+        slot = env.state.jobs["hb"]["next"]
+        r = await c.post("/v1/jobs/hb/ping", json={"slot": iso(slot + 1000)}, headers=AUTH)
+        body = await r.json()
+        assert r.status == 404 and body["error"]["field"] == "slot", body
+        assert iso(slot + 1000) in body["error"]["message"] and str(slot + 1000) not in body["error"]["message"], body
+        env.clock.advance(slot + 500 - env.clock.now_ms())
+        await env.trigger.tick()
+        assert (await c.post("/v1/jobs/hb/ping", headers=AUTH)).status == 200
+        r = await c.post("/v1/jobs/hb/ping", headers=AUTH)
+        assert r.status == 409 and "ended already" in (await r.json())["error"]["message"]
+    run(t)
+
+
 def test_a_gated_child_whose_slots_never_meet_its_parents_is_refused_naming_the_edge():
     """A gated child (schedule + after, match same_slot) made a second after its parent, both
     every 3 s, never shared a slot with it (each interval grid is anchored where its job was

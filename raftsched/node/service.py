@@ -542,8 +542,14 @@ class Service:
                 raise InvalidSpec("must be an ISO-8601 time or ms since the epoch", field="slot")
         if slot is None:
             slot = await self._ping_slot(name, status)
-        res = await self.propose(commands.ping(self.clock.now_ms(), rid or new_request_id(), name=name,
-                                               status=status, slot=slot))
+        try:
+            res = await self.propose(commands.ping(self.clock.now_ms(), rid or new_request_id(), name=name,
+                                                   status=status, slot=slot))
+        except NotFound as e:
+            if e.field != "slot" or slot is None:
+                raise
+            # (apply's text says the slot in ms, and stays so: it is in the replicated answers)
+            raise NotFound(f"job {name} has no run for slot {schedule.iso(slot)}", field="slot") from None
         return self._out(res, {"job": name, "run": res["run"], "state": res["state"]})
 
     async def _ping_slot(self, name: str, status: str) -> int | None:
