@@ -856,3 +856,35 @@ def test_explain_of_a_slot_closed_before_its_instant_does_not_say_it_missed_that
     assert why.startswith("it can no longer meet its start deadline") and "parents decided" in why, why
     assert "parents decided" in deadlines.explain(dict(up, judged_at=T0 + 101 * SEC))
     assert "had not come yet" in deadlines.explain(dict(early, cause="skipped"))
+
+
+_SINCE_ORDER_SCRIPT = """
+import hashlib, sys
+sys.path[:0] = sys.argv[1:]
+from test_core_deadlines import SEC, T0, new_state, spec, run_to
+jobs = [(f"job-{i}", spec({"every_s": 60}, {"succeed_within_s": 30, "max_since_success_s": 600})) for i in range(12)]
+s = new_state(*jobs, now=T0)
+s.deadlines.since.clear()  # watched by their puts: a replica whose book lacks them, as a fire finds it
+run_to(s, T0 + 60 * SEC, T0 + 61 * SEC)
+print(list(s.deadlines.since)[:3], hashlib.sha256(s.snapshot()).hexdigest())
+"""
+
+
+def test_the_jobs_a_fire_starts_to_watch_are_in_its_order_whatever_the_processes_hash_seed() -> None:
+    """A fire that finds jobs with max_since_success_s not watched yet watched them in the order
+    of a set of their names: the order of their hashes, which differs between processes (a
+    string's hash is seeded per process), so replicas wrote different snapshot bytes. They go in
+    the fire's order now: every seed gives the same bytes."""
+    import os
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(here)
+    outs = set()
+    for seed in ("1", "2", "3", "4", "5", "6"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        res = subprocess.run([sys.executable, "-c", _SINCE_ORDER_SCRIPT, here, root], env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+        outs.add(res.stdout.strip())
+    assert len(outs) == 1, outs

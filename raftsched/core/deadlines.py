@@ -507,7 +507,7 @@ def on_fire(s: SchedulerState, items: list[list[Any]], stale: set[str], fired_at
             _miss(s, _book(s), run["id"], r, now, _first(r), _cause(s, run), None)
         elif run is not None and run["state"] in ("succeeded", "dead"):
             on_finish(s, run, now)  # a pipeline child's slot decided before this fire tracked it
-    for name in {it[0] for it in items}:
+    for name in dict.fromkeys(it[0] for it in items):  # (in the items' order: a set's is the hash's, per process)
         job = s.jobs.get(name)
         if job is not None and "max_since_success_s" in job["spec"].get("deadline", {}) and name not in s.deadlines.since:
             s.deadlines.since[name] = [now, False]
