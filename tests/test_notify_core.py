@@ -159,6 +159,33 @@ def test_an_older_slot_requeued_and_succeeding_does_not_close_an_incident_newer_
     assert view_health(s.health["j"])["last_slot_outcome"]["slot"] == slots[-1]
 
 
+def test_a_success_outlasting_its_next_slot_recorded_skipped_still_closes_the_incident() -> None:
+    """A review: a run that outlasts its next slot under overlap forbid (the slot recorded
+    skipped, the job's last outcome) was taken for an older slot's success once it succeeded: no
+    job.recovered, the failures kept counting, and pause_on_failure paused a job that had
+    recovered. Only a run's outcome (succeeded, dead) makes a later slot's success older."""
+    s = state_with(job_with([{"sink": "ops", "on": ["run.dead", "job.recovered"]}], overlap={"policy": "forbid"},
+                            pause_on_failure={"after_consecutive": 3}))
+    now = T0
+    for _ in range(2):
+        now += 10 * SEC
+        run_once(s, now, False)
+    now += 10 * SEC
+    tick(s, now)
+    (g,) = apply(s, commands.acquire(now, worker="w", queues=None, max=10, ttl=300_000, types=None))["runs"]
+    now += 10 * SEC
+    tick(s, now)  # the next slot: recorded skipped (overlap), the last outcome
+    assert view_health(s.health["j"])["last_slot_outcome"]["outcome"] == "skipped"
+    out, each = complete_many(s, commands.complete_many(now + 2 * SEC, None, results=[
+        {"run": g["id"], "token": g["token"], "success": True, "error": None}], worker="w"))
+    assert each[0]["ok"], out
+    h = view_health(s.health["j"])
+    assert h["consecutive_failures"] == 0 and h["incident"] is None and "job.recovered" in kinds(s)
+    now += 20 * SEC
+    run_once(s, now, False)
+    assert view_health(s.health["j"])["consecutive_failures"] == 1 and not s.jobs["j"]["paused"]
+
+
 def test_after_consecutive_and_repeat_every_s() -> None:
     s = state_with(job_with([{"sink": "ops", "on": ["run.dead", "job.recovered"], "after_consecutive": 2,
                               "repeat_every_s": 25}]))

@@ -570,8 +570,8 @@ def apply_complete_many(s: SchedulerState, cmd: Command, now: int) -> Result:
                 else:
                     h[LAST_SUCCESS] = now
                     last = h[LAST_SLOT]  # (not notify.older_than_last, inline)
-                    if last is None or type(last[0]) is not int or type(run["slot"]) is not int \
-                            or run["slot"] >= last[0]:
+                    if last is None or last[1] not in ("succeeded", "dead") or type(last[0]) is not int \
+                            or type(run["slot"]) is not int or run["slot"] >= last[0]:
                         h[LAST_SLOT] = [run["slot"], "succeeded", None]
                 if name in children:
                     if len(row) > 5 and row[5] is not None:  # kept for its children only

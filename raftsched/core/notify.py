@@ -92,9 +92,12 @@ def apply_ping(s: SchedulerState, cmd: Command, now: int) -> Result:
 
 
 def older_than_last(h: list[Any], slot: int) -> bool:
-    """Whether ``slot`` is before the slot of the job's ``last_slot_outcome``."""
+    """Whether ``slot`` is before the slot of the job's ``last_slot_outcome`` when that is a run's
+    outcome (succeeded or dead): a slot recorded skipped or coalesced after a run still running
+    (its overlap, a misfire) does not make that run's success an older slot's."""
     last = h[LAST_SLOT]
-    return last is not None and type(last[0]) is int and type(slot) is int and slot < last[0]
+    return last is not None and last[1] in ("succeeded", "dead") and type(last[0]) is int and type(slot) is int \
+        and slot < last[0]
 
 
 def on_attempt_failed(s: SchedulerState, run: Record, now: int, error: str | None) -> None:
