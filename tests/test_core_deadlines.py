@@ -494,10 +494,49 @@ def test_a_ping_without_a_slot_is_the_coming_slots_over_an_older_one_still_open(
 
 
 def _ping_as_the_node(s, name: str, status: str, now: int) -> dict:
-    """A ping without a slot as the node sends it: resolved by ping_target, proposed with it."""
-    slot, wait = deadlines.ping_target(s, name, status, now)
+    """A ping without a slot as the node sends it: resolved by ping_target (whose refusal the node
+    answers itself), proposed with it."""
+    from raftsched.core.errors import Conflict
+    try:
+        slot, wait = deadlines.ping_target(s, name, status, now)
+    except Conflict as e:
+        return {"ok": False, "error": e.to_dict()}
     assert not wait
     return apply(s, commands.ping(now, None, name=name, status=status, slot=slot))
+
+
+@pytest.mark.parametrize("status", ["success", "start"])
+def test_a_ping_sent_twice_to_a_slot_opened_by_hand_is_refused_too_and_a_paused_job_says_paused(status: str) -> None:
+    """A review: the slot at hand opened by hand (NAME@SLOT!manual-N) was left to apply's own rule,
+    which took the newest slot still waiting: a second success ping closed an older slot nothing
+    had pinged, as succeeded and late. It is refused (409) as any ended slot at hand; a start sent
+    twice answers as for any start. A ping of a paused job whose slot at hand is held by the
+    pause says it is paused."""
+    sp = spec({"every_s": 60}, {"start_within_s": 5, "succeed_within_s": 15}, executor={"type": "heartbeat"})
+    s = new_state(("hb", sp), now=T0)
+    s1 = s.jobs["hb"]["next"]
+    run_to(s, s1 - 2 * SEC, s1 + 20 * SEC)  # s1 came, nothing pinged it: missed
+    opened = apply(s, commands.make("trigger_job", s1 + 21 * SEC, None, name="hb"))
+    assert opened["ok"] and "!manual-" in opened["run"], opened
+    first = _ping_as_the_node(s, "hb", status, s1 + 22 * SEC)
+    assert first["ok"] and first["run"] == opened["run"], first
+    again = _ping_as_the_node(s, "hb", status, s1 + 23 * SEC)
+    if status == "start":
+        assert again["ok"] and again["run"] == opened["run"] and again["state"] == "running", again
+    else:
+        assert again["error"]["code"] == "conflict" and opened["run"] in again["error"]["message"], again
+    assert s.runs[f"hb@{s1}"]["state"] == "waiting" and rec(s, f"hb@{s1}")["state"] == "missed"
+    # Paused: its slot fired ahead is held, and is the slot at hand once it came: "paused".
+    if status == "start":
+        return  # (the run started by hand takes the next end ping, paused or not)
+    s2 = s1 + 60 * SEC
+    tick(s, s2 - 900, ahead=True)  # s2 committed ahead, then the job paused: s2 held
+    assert apply(s, commands.make("pause_job", s2 - 800, None, name="hb"))["ok"]
+    held = s.runs[f"hb@{s2}"]
+    assert held["state"] == "waiting" and held.get("due", 0) is None
+    paused = _ping_as_the_node(s, "hb", "success", s2 + SEC)
+    assert not paused["ok"] and "paused" in paused["error"]["message"], paused
+    assert s.runs[f"hb@{s1}"]["state"] == "waiting"
 
 
 @pytest.mark.parametrize("status", ["success", "fail", "start"])

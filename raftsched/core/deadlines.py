@@ -750,8 +750,10 @@ def ping_target(s: SchedulerState, name: str, status: str, now: int) -> tuple[in
         came = coming = None
         for rid in reversed(hist):  # newest first
             cand = s.runs[rid]
-            if cand.get("due", 0) is None or (st == "running" and cand["state"] != st):
+            if st == "running" and (cand["state"] != st or cand.get("due", 0) is None):
                 continue
+            # (a run held by the pause, due None, can be the slot at hand: apply answers that the
+            # job is paused, where its rule without a slot would take an older slot still open)
             # (waiting: the slot at hand whatever its state, so that a ping sent twice finds the
             # slot the first ended, 409, and is not taken for an older slot nothing pinged)
             if cand["slot"] <= now:
@@ -761,9 +763,18 @@ def ping_target(s: SchedulerState, name: str, status: str, now: int) -> tuple[in
                 coming = cand  # the first still to come, in the end
         pick = coming or came
         if pick is not None:
-            # A slot opened by hand (a trigger without a body: NAME@SLOT!manual-N) is not found by
-            # its slot by older replicas' apply_ping: apply's own rule, without a slot, takes it.
-            return (pick["slot"], False) if pick["id"] == f"{name}@{pick['slot']}" else (None, False)
+            if pick["state"] not in ("waiting", "running"):
+                # The slot at hand ended (a ping sent twice): refused here, as apply refuses it, the
+                # more so for a slot opened by hand, which apply's own rule would pass over for an
+                # older slot nothing pinged.
+                raise Conflict(f"run {pick['id']} ended already ({pick['state']})", field="slot")
+            if pick["id"] == f"{name}@{pick['slot']}" or pick["state"] == "running":
+                # (a start sent twice to a slot opened by hand, NAME@SLOT!manual-N: apply finds it
+                # by its slot since 2026-12-06, docs/operations.md, and answers as for any start)
+                return pick["slot"], False
+            # A slot opened by hand and still waiting: apply's own rule, without a slot, takes it
+            # (older replicas' apply_ping did not find it by its slot).
+            return None, False
     return None, False
 
 
