@@ -421,9 +421,11 @@ def test_a_failure_handler_not_needed_is_recorded_upstream_succeeded_and_not_tol
     s = new_state()
     sink = validate_sink("ops", {"type": "webhook", "url": "http://127.0.0.1:9/hook", "secrets": {"signing_key": "k"}})
     assert apply(s, commands.put_sink(T0, None, name="ops", spec=sink))["ok"]
-    told_to = [{"sink": "ops", "on": ["slot.missed"]}]
+    told_to = [{"sink": "ops", "on": ["slot.missed", "deadline.missed"]}]
     for name, raw in (("a", job_raw(every_s=10)), ("b", job_raw(every_s=10)),
-                      ("onfail", job_raw(after=[{"job": "a", "on": "failure"}], notify=told_to)),
+                      ("onfail", job_raw(after=[{"job": "a", "on": "failure"}], notify=told_to,
+                                         deadline={"succeed_within_s": 60})),
+                      ("grand", job_raw(after=["onfail"], notify=told_to)),
                       ("both", job_raw(after=[{"job": "a", "on": "failure"}, {"job": "b", "on": "success"}],
                                        notify=told_to))):
         assert put(s, name, raw)["ok"]
@@ -431,11 +433,13 @@ def test_a_failure_handler_not_needed_is_recorded_upstream_succeeded_and_not_tol
     got = by_job(lease(s, S1))
     finish(s, got["b"], S1, False)  # b dead: both's success edge fails, which says more
     finish(s, got["a"], S1, True)
-    assert states(s, f"onfail@{S1}", f"both@{S1}") == {f"onfail@{S1}": ("skipped", "upstream_succeeded"),
-                                                       f"both@{S1}": ("skipped", "upstream_failed")}
+    assert states(s, f"onfail@{S1}", f"both@{S1}", f"grand@{S1}") == {
+        f"onfail@{S1}": ("skipped", "upstream_succeeded"), f"both@{S1}": ("skipped", "upstream_failed"),
+        f"grand@{S1}": ("skipped", "upstream_succeeded")}  # (its handler parent not needed: nor is it)
+    assert f"onfail@{S1}" not in s.deadlines.slots  # its deadline applies to no run: dropped, not missed
     assert "a@" in s.runs[f"onfail@{S1}"]["error"] and "failure" in s.runs[f"onfail@{S1}"]["error"]
-    told = [(e["job"], e["reason"]) for e in s.outbox.events if e["kind"] == "slot.missed"]
-    assert told == [("both", "upstream_failed")]
+    told = [(e["kind"], e["job"], e["reason"]) for e in s.outbox.events]
+    assert told == [("slot.missed", "both", "upstream_failed")], told
     # The next slot: a dies, and its handler runs.
     S2 = S1 + 10 * SEC
     tick(s, S2)

@@ -401,6 +401,11 @@ def on_finish(s: SchedulerState, run: Record, now: int, cause: str | None = None
     if r["state"] == "missed":
         _finalise(s, book, rid, r)  # judged when its instant passed; it ends missed
         return
+    if run.get("reason") == "upstream_succeeded":
+        # A handler of its parent's failure not needed (the parent succeeded): no deadline of
+        # its applies, and its miss would be told at every success of the parent.
+        close(s, rid)
+        return
     _miss(s, book, rid, r, now, _first_unmet(r, run), cause or _cause(s, run), None)
 
 

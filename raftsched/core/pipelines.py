@@ -654,6 +654,12 @@ def _check(s: SchedulerState, child: Record, slot: int, now: int, work: list[tup
             continue
         ok = _satisfies(info[0], e["on"])
         if ok is None:
+            rec = s.runs.get(info[1])
+            if rec is not None and rec.get("reason") == "upstream_succeeded":
+                # Its parent was a handler not needed: nor is it (told as nothing, as the parent).
+                if quiet is None:
+                    quiet = f"{info[1]} was not needed (upstream_succeeded)"
+                continue
             _decide(s, c, slot, "upstream_missed", f"{info[1]} was recorded {info[0]}", now, work)
             return
         if not ok:
