@@ -39,3 +39,25 @@ def test_a_backfills_success_does_not_arm_max_since_success_again() -> None:
     run_to(s, t2 + 2 * SEC, t1 + 330 * SEC, 10 * SEC)
     (miss,) = _since_misses(s)
     assert miss["detail"]["since"] == t1 + SEC
+
+
+def test_a_max_since_success_miss_after_a_backfill_says_why_the_jobs_own_slots_did_not_succeed() -> None:
+    """A review: the newest entry of the job's history was a backfill's run (succeeded), so the
+    miss said no_slot ("no slot fell due"), while the job's own slots had been recorded skipped
+    (misfire). The cause reads the newest of the job's own slots: skipped."""
+    sp = spec({"every_s": 60}, {"max_since_success_s": 300}, policy_name="skip", grace_s=0)
+    s = told_state(("j", sp), now=T0)
+    t1 = T0 + 10 * SEC
+    apply(s, commands.trigger_job(t1, None, name="j"))
+    (g,) = acquire(s, t1)
+    complete(s, t1 + SEC, g, True)
+    t2 = T0 + 305 * SEC
+    run_to(s, t2, t2)  # the leader away: the slots since recorded skipped (misfire)
+    assert s.runs[s.history["j"][-1]]["state"] == "skipped"
+    assert apply(s, backfill_cmd(s, "j", T0, T0 + 2 * 60 * SEC, t2, "bf", reprocess="all", max_concurrent=5))["ok"]
+    step(s, "bf", t2)
+    finish_runs(s, t2 + SEC)
+    assert s.runs[s.history["j"][-1]].get("backfill") == "bf"
+    run_to(s, t2 + 2 * SEC, t1 + 318 * SEC, 2 * SEC)
+    causes = [m["detail"].get("cause") for m in _since_misses(s)]
+    assert causes == ["skipped"], causes

@@ -694,8 +694,14 @@ def apply_deadline_judge(s: SchedulerState, cmd: Command, now: int) -> Result:
             continue
         w[1] = True
         at = w[0] + d["max_since_success_s"] * 1000
-        hist = s.history.get(name) or []
-        last = s.runs.get(hist[-1]) if hist else None
+        # The newest entry of the job's own slots: a backfill's run is outside the window (its
+        # success does not re-arm it, on_finish), so it says nothing of why the window passed.
+        last = None
+        for rid in reversed(s.history.get(name) or ()):
+            x = s.runs.get(rid)
+            if x is not None and x.get("kind") != "backfill" and "backfill" not in x:
+                last = x
+                break
         if job["paused"]:
             cause = "paused"
         elif last is None or last["state"] == "succeeded":
