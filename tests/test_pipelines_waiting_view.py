@@ -97,3 +97,20 @@ def test_a_slots_pipeline_lists_a_child_waiting_only_for_one_of_its_slots():
     assert {r["job"] for r in pipelines.slot_runs(s, "pa", S1 + 1234)} == set()
     assert {r["job"] for r in pipelines.slot_runs(s, "pa", S1)} == {"pb", "pd"}
     assert {r["job"] for r in pipelines.slot_runs(s, "pa", S1 + EVERY)} == {"pb", "pd", "g"}
+
+
+def test_a_child_of_a_parent_run_by_hand_with_propagate_is_shown_waiting_and_listed():
+    """A review: a manual run of the parent with propagate (a@T!manual-1) reports to its children
+    at T, but the child's view of T answered 404 ("not a slot of b or of its parents'
+    schedules") and the slot's pipeline listed nothing. Both show it now."""
+    from raftsched.core import commands, pipelines
+    from pipeline_helpers import T0, apply, chain_state, finish, job_raw, lease
+    s = chain_state(("a", job_raw(every_s=3600)), ("b", job_raw(after=["a"])))
+    r = apply(s, commands.trigger_job(T0 + 3, None, name="a", extra={"propagate": True}))
+    assert r["ok"] and "!manual-" in r["run"], r
+    got = pipelines.waiting_run_or_why(s, f"b@{T0 + 3}")
+    assert isinstance(got, dict) and got["state"] == "waiting", got
+    assert [(x["id"], x["state"]) for x in pipelines.slot_runs(s, "a", T0 + 3)] == [
+        (r["run"], "queued"), (f"b@{T0 + 3}", "waiting")]
+    finish(s, lease(s, T0 + 3)[0], T0 + 4, True)
+    assert s.runs[f"b@{T0 + 3}"]["state"] == "queued"
