@@ -654,3 +654,27 @@ def test_a_bulk_requeue_leaves_out_a_dead_run_whose_slot_succeeded_since():
     assert s.runs[first]["state"] == "dead" and s.runs[second]["state"] == "succeeded"
     assert do(s, "dlq_requeue", end + 30 * SEC, run=first)["ok"]  # by hand: as asked
     assert follower.state.snapshot() == s.snapshot()
+
+
+def test_a_parents_dead_run_whose_slot_succeeded_without_its_children_is_still_requeued():
+    """A review: a dead run of a job with children whose slot a backfill without cascade ran
+    again (its children left upstream_failed) was left out as slot_succeeded, and the children
+    never ran: the requeue is what re-arms them. Only a success the children followed counts."""
+    from pipeline_helpers import job_raw, put
+    s = job_state()
+    assert put(s, "c", job_raw(after=["j"]))["ok"]
+    end = history_of(s, ["dead"])
+    anchor = s.jobs["j"]["anchor"]
+    dead = f"j@{anchor + MIN}"
+    assert s.runs[f"c@{anchor + MIN}"]["reason"] == "upstream_failed"
+    assert apply(s, backfill_cmd(s, "j", anchor + MIN, anchor + MIN + 1, end, reprocess="failed"))["ok"]
+    for k in range(20):
+        if s.backfills["b1"]["state"] == "done":
+            break
+        step(s, "b1", end + k)
+        finish_runs(s, end + k)
+    assert [r["state"] for r in backfill_runs(s, "b1")] == ["succeeded"]
+    end += MIN
+    keys = backfill_plan.dead_matching(s, {"queue": None, "job": "j", "error": None, "dead_from": None, "dead_to": end})
+    kept, left = backfill_plan.dry_run_requeue(s, keys)
+    assert [k[1] for k in kept] == [dead] and left == {}

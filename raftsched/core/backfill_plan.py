@@ -332,9 +332,13 @@ def requeue_left_out(s: SchedulerState, run: Record, succeeded: dict[str, set[in
         return "heartbeat_job"
     got = succeeded.get(name)
     if got is None:
-        runs = s.runs
+        # A job with children counts only a success its children followed (a scheduled run's, a
+        # backfill's with cascade, one by hand with propagate): the dead run's requeue is what
+        # re-arms the children it left upstream_failed.
+        runs, kids = s.runs, name in s.pipes.children
         got = succeeded[name] = {r["slot"] for rid in s.history.get(name, ())
-                                 if (r := runs.get(rid)) is not None and r["state"] == "succeeded"}
+                                 if (r := runs.get(rid)) is not None and r["state"] == "succeeded"
+                                 and (not kids or pipelines.propagates(r))}
     return "slot_succeeded" if run["slot"] in got else None
 
 
