@@ -572,7 +572,8 @@ class Notifier:
             pinned = None
             if tenant is not None:  # the SMTP server too is held to the tenant's network policy
                 smtp = spec["smtp"]
-                host = f"[{smtp['host']}]" if ":" in smtp["host"] else smtp["host"]  # (an IPv6 address)
+                host = smtp["host"]  # (an IPv6 address bracketed, unless stored so by an older check)
+                host = f"[{host}]" if ":" in host and not host.startswith("[") else host
                 addrs, why = await checked_addresses(f"smtp://{host}:{smtp['port']}/", self._allow(tenant), tenant)
                 if addrs is None:
                     return why or "refused by the tenant's network policy"
