@@ -619,6 +619,17 @@ def test_a_paused_jobs_backfill_goes_on_making_and_handing_out_runs():
     assert res is None or not res.get("created"), res
 
 
+def _reprocess_first_slot(s, end: int) -> None:
+    """A backfill b1 of job j's first slot, reprocess failed, run to its end, its runs succeeding."""
+    anchor = s.jobs["j"]["anchor"]
+    assert apply(s, backfill_cmd(s, "j", anchor + MIN, anchor + MIN + 1, end, reprocess="failed"))["ok"]
+    for k in range(20):
+        if s.backfills["b1"]["state"] == "done":
+            break
+        step(s, "b1", end + k)
+        finish_runs(s, end + k)
+
+
 def test_a_bulk_requeue_leaves_out_a_dead_run_whose_slot_succeeded_since():
     """A user's walk: a backfill with reprocess: failed ran a dead slot again and it succeeded
     (its children too), and the dead run stayed in the dead-letter queue (documented): a bulk
@@ -631,12 +642,7 @@ def test_a_bulk_requeue_leaves_out_a_dead_run_whose_slot_succeeded_since():
     first, second = f"j@{anchor + MIN}", f"j@{anchor + 2 * MIN}"
     assert s.runs[first]["state"] == s.runs[second]["state"] == "dead"
     follower = paired(s)
-    assert apply(s, backfill_cmd(s, "j", anchor + MIN, anchor + MIN + 1, end, reprocess="failed"))["ok"]
-    for k in range(20):
-        if s.backfills["b1"]["state"] == "done":
-            break
-        step(s, "b1", end + k)
-        finish_runs(s, end + k)
+    _reprocess_first_slot(s, end)
     assert [(r["slot"], r["state"]) for r in backfill_runs(s, "b1")] == [(anchor + MIN, "succeeded")]
     end += MIN
     keys = backfill_plan.dead_matching(s, {"queue": None, "job": "j", "error": None, "dead_from": None, "dead_to": end})
@@ -667,12 +673,7 @@ def test_a_parents_dead_run_whose_slot_succeeded_without_its_children_is_still_r
     anchor = s.jobs["j"]["anchor"]
     dead = f"j@{anchor + MIN}"
     assert s.runs[f"c@{anchor + MIN}"]["reason"] == "upstream_failed"
-    assert apply(s, backfill_cmd(s, "j", anchor + MIN, anchor + MIN + 1, end, reprocess="failed"))["ok"]
-    for k in range(20):
-        if s.backfills["b1"]["state"] == "done":
-            break
-        step(s, "b1", end + k)
-        finish_runs(s, end + k)
+    _reprocess_first_slot(s, end)
     assert [r["state"] for r in backfill_runs(s, "b1")] == ["succeeded"]
     end += MIN
     keys = backfill_plan.dead_matching(s, {"queue": None, "job": "j", "error": None, "dead_from": None, "dead_to": end})

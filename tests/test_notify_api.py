@@ -5,6 +5,7 @@ requeue, and the metrics."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
@@ -157,9 +158,10 @@ def test_one_line_reads_as_a_sentence():
 
 
 
-def test_an_event_whose_reason_has_line_breaks_is_mailed_with_a_one_line_subject():
-    """A worker's error is often a traceback: the email's subject (and the other sinks' line)
-    is one line, and the body's JSON keeps the reason whole."""
+@contextlib.contextmanager
+def _mailbox():
+    """A local SMTP server (127.0.0.1, a free port) and a function that mails it one event through
+    an email sink, with the notifier's clock at ``now_ms``, and returns the message received."""
     import email
     import email.policy
 
@@ -178,65 +180,48 @@ def test_an_event_whose_reason_has_line_breaks_is_mailed_with_a_one_line_subject
     port = free_ports(1)[0]
     ctl = Controller(Handler(), hostname="127.0.0.1", port=port)
     ctl.start()
-    try:
-        spec = validate_sink("m", {"type": "email", "retry": {"max_attempts": 1},
-                                   "smtp": {"host": "127.0.0.1", "port": port, "starttls": False,
-                                            "from": "r@example.com", "to": ["o@example.com"]}})
-        n = Notifier(raft=None, clock=type("C", (), {"now_ms": staticmethod(lambda: 2)})(), keyring=None,
+    spec = validate_sink("m", {"type": "email", "retry": {"max_attempts": 1},
+                               "smtp": {"host": "127.0.0.1", "port": port, "starttls": False,
+                                        "from": "r@example.com", "to": ["o@example.com"]}})
+
+    def mail(reason: str, now_ms: int = 2):
+        n = Notifier(raft=None, clock=type("C", (), {"now_ms": staticmethod(lambda: now_ms)})(), keyring=None,
                      proposer=object())
-        reason = "Traceback (most recent call last):\r\n  File \"x\", line 1\nValueError: boom\x0b\u2028!"
         ev = {"seq": 1, "kind": "run.dead", "at": 1, "job": "j", "tenant": "default", "slot": 1, "run_id": "j@1",
               "attempt": 1, "reason": reason, "detail": {}, "to": ["m"]}
         assert asyncio.run(n._deliver("m", spec, {}, ev)) == (True, None, 1)
-        msg = email.message_from_bytes(mails[0], policy=email.policy.default)
+        return email.message_from_bytes(mails[-1], policy=email.policy.default)
+    try:
+        yield mail
+    finally:
+        ctl.stop()
+
+
+def test_an_event_whose_reason_has_line_breaks_is_mailed_with_a_one_line_subject():
+    """A worker's error is often a traceback: the email's subject (and the other sinks' line)
+    is one line, and the body's JSON keeps the reason whole."""
+    reason = "Traceback (most recent call last):\r\n  File \"x\", line 1\nValueError: boom\x0b\u2028!"
+    with _mailbox() as mail:
+        msg = mail(reason)
         assert msg["Subject"].endswith("Traceback (most recent call last): File \"x\", line 1 ValueError: boom !")
         text = msg.get_content()
         assert json.loads(text[text.index("{"):])["reason"] == reason
-    finally:
-        ctl.stop()
     assert one_line({"kind": "run.failed", "reason": "a\r\n\tb"}) == "run.failed: a b"
 
 
 def test_a_mailed_event_carries_the_send_time_as_its_date_header():
     """RFC 5322 requires a Date: header, and smtplib adds none: the message carries the time the
     notifier sent it (its clock), in UTC, parseable by a mail reader."""
-    import email
-    import email.policy
     from datetime import datetime, timezone
     from email.utils import parsedate_to_datetime
 
-    from aiosmtpd.controller import Controller
-
-    from raftsched.core.notify_model import validate_sink
-    from raftsched.testing.procs import free_ports
-
-    mails = []
-
-    class Handler:
-        async def handle_DATA(self, server, session, envelope):  # noqa: N802
-            mails.append(envelope.content)
-            return "250 OK"
-
-    port = free_ports(1)[0]
-    ctl = Controller(Handler(), hostname="127.0.0.1", port=port)
-    ctl.start()
-    try:
-        spec = validate_sink("m", {"type": "email", "retry": {"max_attempts": 1},
-                                   "smtp": {"host": "127.0.0.1", "port": port, "starttls": False,
-                                            "from": "r@example.com", "to": ["o@example.com"]}})
-        sent_ms = 1_780_000_000_123  # the event's own time (at) is another: the Date is the send's
-        n = Notifier(raft=None, clock=type("C", (), {"now_ms": staticmethod(lambda: sent_ms)})(), keyring=None,
-                     proposer=object())
-        ev = {"seq": 1, "kind": "run.dead", "at": 1, "job": "j", "tenant": "default", "slot": 1, "run_id": "j@1",
-              "attempt": 1, "reason": "boom", "detail": {}, "to": ["m"]}
-        assert asyncio.run(n._deliver("m", spec, {}, ev)) == (True, None, 1)
-        msg = email.message_from_bytes(mails[0], policy=email.policy.default)
-        assert len(msg.get_all("Date") or []) == 1, mails[0]
+    sent_ms = 1_780_000_000_123  # the event's own time (at) is another: the Date is the send's
+    with _mailbox() as mail:
+        msg = mail("boom", sent_ms)
+        assert len(msg.get_all("Date") or []) == 1, msg
         when = parsedate_to_datetime(str(msg["Date"]))
         assert when == datetime(2026, 5, 28, 20, 26, 40, tzinfo=timezone.utc), msg["Date"]
         assert when.utcoffset() is not None and when.utcoffset().total_seconds() == 0, msg["Date"]  # UTC, not local
-    finally:
-        ctl.stop()
 
 
 def test_a_sink_replaced_while_its_batch_is_retried_is_sent_it_with_the_new_spec():
