@@ -747,4 +747,7 @@ def test_a_tenants_email_sink_named_by_an_ipv6_address_is_checked_against_its_po
         assert why is not None and "refused by the network policy of tenant 'billing'" in why and not sent, why
         env.state.tenant_policies["billing"] = validate_policy({"network": {"allow": ["::1/128"]}})
         assert await n._send("m", mail, {}, ev) is None and sent == ["::1"]
+        # A host stored bracketed (an older check took "[::1]") is not bracketed twice.
+        old = dict(mail, smtp=dict(mail["smtp"], host="[::1]"))
+        assert await n._send("m", old, {}, ev) is None and sent == ["::1", "::1"], sent
     run(t)
