@@ -763,10 +763,9 @@ def ping_target(s: SchedulerState, name: str, status: str, now: int) -> tuple[in
             cand = s.runs[rid]
             if st == "running" and (cand["state"] != st or cand.get("due", 0) is None):
                 continue
-            # (a run held by the pause, due None, can be the slot at hand: apply answers that the
-            # job is paused, where its rule without a slot would take an older slot still open)
-            # (waiting: the slot at hand whatever its state, so that a ping sent twice finds the
-            # slot the first ended, 409, and is not taken for an older slot nothing pinged)
+            # (else the slot at hand whatever its state: a ping sent twice meets the slot the first
+            # ended, 409, not an older slot nothing pinged; one held by the pause, due None, is
+            # sent by its slot, and apply says the job is paused)
             if cand["slot"] <= now:
                 came = cand
                 break
