@@ -28,12 +28,18 @@ def _run_all(s, t: int, ok: bool = True) -> None:
         t += 2 * SEC
 
 
-def test_a_dead_run_requeued_that_succeeds_in_time_is_told_late_and_explained_so() -> None:
+def _hourly_with_a_deadline():
+    """A state with job j every hour, succeed_within_s 600, its deadlines told; its first slot
+    fired: (state, slot, run id)."""
     s = told_state()
     assert put(s, "j", job_raw(every_s=3600, deadline={"succeed_within_s": 600}, notify=ROUTES))["ok"]
     slot = T0 + 3600 * SEC
-    rid = f"j@{slot}"
     tick(s, slot)
+    return s, slot, f"j@{slot}"
+
+
+def test_a_dead_run_requeued_that_succeeds_in_time_is_told_late_and_explained_so() -> None:
+    s, slot, rid = _hourly_with_a_deadline()
     (g,) = lease(s, slot + SEC)
     finish(s, g, slot + 2 * SEC, False)  # one attempt: dead
     assert s.runs[rid]["state"] == "dead"
@@ -53,11 +59,7 @@ def test_a_dead_run_requeued_that_succeeds_in_time_is_told_late_and_explained_so
 
 
 def test_a_requeued_run_that_dies_again_stays_missed_and_is_not_told_twice() -> None:
-    s = told_state()
-    assert put(s, "j", job_raw(every_s=3600, deadline={"succeed_within_s": 600}, notify=ROUTES))["ok"]
-    slot = T0 + 3600 * SEC
-    rid = f"j@{slot}"
-    tick(s, slot)
+    s, slot, rid = _hourly_with_a_deadline()
     for t in (slot + SEC, slot + 60 * SEC):
         if t > slot + SEC:
             assert apply(s, commands.dlq_requeue(t - SEC, None, run=rid))["ok"]

@@ -1420,9 +1420,8 @@ def slot_runs(s: SchedulerState, name: str, slot: int) -> list[Record]:
         # The slot's later runs too (a backfill's NAME@SLOT#bID, a run of the slot by hand
         # NAME@SLOT#manual-N, a manual run NAME@T!manual-N at that instant): a reprocessed slot
         # showed its dead run only, its children after the backfill's success beside it.
-        again, by_hand = f"{n}@{slot}#", f"{n}@{slot}!"
-        later = [runs[rid] for rid in s.history.get(n, ())
-                 if (rid.startswith(again) or rid.startswith(by_hand)) and rid in runs]
+        again = (f"{n}@{slot}#", f"{n}@{slot}!")
+        later = [runs[rid] for rid in s.history.get(n, ()) if rid.startswith(again) and rid in runs]
         if r is not None or later:
             if r is not None:
                 out.append(r)
@@ -1495,8 +1494,8 @@ def _may_wait(s: SchedulerState, job: Record, slot: int, grid: dict[str, bool] |
         r = s.runs.get(f"{p}@{slot}")
         if r is not None and r["state"] in UNFINISHED and propagates(r):
             return None
-        runs = s.runs
-        if any(rid.startswith(f"{p}@{slot}!") or rid.startswith(f"{p}@{slot}#") for rid in s.history.get(p, ())
+        runs, again = s.runs, (f"{p}@{slot}!", f"{p}@{slot}#")
+        if any(rid.startswith(again) for rid in s.history.get(p, ())
                if (x := runs.get(rid)) is not None and x["slot"] == slot and x["state"] in UNFINISHED
                and propagates(x)):
             return None  # a run of the slot by hand with propagate, a backfill's with cascade
