@@ -190,7 +190,7 @@ def test_timezone_on_non_cron_schedule_is_refused(sched):
     assert _refusal(_with(schedule=sched)).field == "schedule.timezone"
 
 
-@pytest.mark.parametrize("every", [0, -1, limits.every_s_max + 1, 1.5, "60", True, None])
+@pytest.mark.parametrize("every", [0, -1, limits.every_s_max + 1, 1.5, "60", True])
 def test_bad_every_s_is_refused(every):
     assert _refusal(_with(schedule={"every_s": every})).field == "schedule.every_s"
 
@@ -211,7 +211,7 @@ def test_at_before_epoch_is_refused_in_iso_form_as_in_integer_form():
     assert _refusal(_with(schedule={"at": "1960-01-01T00:00:00Z"})).field == "schedule.at"
 
 
-@pytest.mark.parametrize("start", ["2026-06-01T12:00:00", "soon", -1, 1.5, True, None])
+@pytest.mark.parametrize("start", ["2026-06-01T12:00:00", "soon", -1, 1.5, True])
 def test_bad_interval_start_at_is_refused(start):
     assert _refusal(_with(schedule={"every_s": 5, "start_at": start})).field == "schedule.start_at"
 

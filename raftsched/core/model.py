@@ -500,6 +500,41 @@ def validate_labels(raw: object) -> dict[str, str]:
     return {k: raw[k] for k in sorted(raw)}
 
 
+#: Where a null in a job body is a value, not an absent field: the payload (any JSON), and the
+#: maps whose keys are the client's (a null value there is refused, naming its key); by the key
+#: of the object holding them (the top level's is "").
+_NULLS_KEPT: dict[str, frozenset[str]] = {"": frozenset({"payload", "secrets", "labels"}),
+                                          "executor": frozenset({"env", "headers"}),
+                                          "placement": frozenset({"labels"})}
+_NONE_KEPT: frozenset[str] = frozenset()
+
+
+def _has_nulls(v: Any, at: str) -> bool:
+    if isinstance(v, dict):
+        kept = _NULLS_KEPT.get(at, _NONE_KEPT)
+        for k, x in v.items():
+            if x is None or ((type(x) is dict or type(x) is list) and k not in kept and _has_nulls(x, k)):
+                return True
+        return False
+    return any(type(x) is dict and _has_nulls(x, at) for x in v)  # a list: its objects' fields
+
+
+def _nulls_absent(v: Any, at: str) -> Any:
+    """A job body with every field given as null left out: an optional field's null is its
+    default, at every level (a required one's is "is required"), as clients that write every
+    field of a model send them. Lists keep their null items (refused as items); the payload keeps
+    its nulls (the top level's ``payload``: null is a payload). Before 2026-12-06 (a later sitting)
+    only retry, overlap and pause_on_failure took null, the other fields refused it. A body without
+    nulls is returned as it is (read once, not copied: bulk registrations validate many)."""
+    if isinstance(v, dict):
+        kept = _NULLS_KEPT.get(at, _NONE_KEPT)
+        return {k: x if k in kept else _nulls_absent(x, k) for k, x in v.items()
+                if x is not None or (at == "" and k == "payload")}
+    if isinstance(v, list):
+        return [_nulls_absent(x, at) if isinstance(x, dict) else x for x in v]
+    return v
+
+
 def validate_job(name: str, raw: object, now_ms: int | None = None) -> Record:
     """Validate a job spec and return its normalised form.
 
@@ -509,6 +544,8 @@ def validate_job(name: str, raw: object, now_ms: int | None = None) -> Record:
     :raises InvalidSpec: naming the first offending field and why.
     """
     check_name(name)
+    if isinstance(raw, dict) and _has_nulls(raw, ""):
+        raw = _nulls_absent(raw, "")
     if not isinstance(raw, dict):
         raise InvalidSpec("the job spec must be a JSON object", field=None)
     for k in raw:

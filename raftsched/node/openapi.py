@@ -220,6 +220,34 @@ def _job_spec() -> Schema:
                            "misfire": {"policy": "fire_once", "grace_s": 5}}])
 
 
+def _nulls_absent(s: Schema) -> Schema:
+    """A job spec's schema as validate_job reads a body (core/model.py _nulls_absent): every
+    optional field of an object may be null (its default), and a branch of a oneOf takes the
+    other branches' fields as null; maps' values (labels, env, headers, secrets) may not."""
+    if s.get("type") == "object" and "properties" in s:
+        req = set(s.get("required", ()))
+        props = {}
+        for k, v in s["properties"].items():
+            v = _nulls_absent(v)
+            props[k] = v if k in req else _nullable(v)
+        out = {**s, "properties": props}
+        if "anyOf" in s:  # required in some combination (schedule and misfire, or after): not null there
+            out["anyOf"] = [{**c, "properties": {k: {"not": {"type": "null"}} for k in c["required"]}}
+                            for c in s["anyOf"]]
+        return out
+    for key in ("oneOf", "anyOf"):
+        if key in s:
+            branches = [_nulls_absent(b) for b in s[key]]
+            names = set().union(*(b.get("properties", {}) for b in branches))
+            for b in branches:
+                if b.get("additionalProperties") is False:
+                    b["properties"].update({n: {"type": "null"} for n in sorted(names - set(b["properties"]))})
+            return {**s, key: branches}
+    if s.get("type") == "array" and isinstance(s.get("items"), dict):
+        return {**s, "items": _nulls_absent(s["items"])}
+    return s
+
+
 def _bodies() -> dict[str, Schema]:
     spec = {"$ref": "#/components/schemas/job_spec"}
     lease_pair = {"type": "array", "prefixItems": [_str(1), _int(0, 2**63 - 1)], "minItems": 2, "maxItems": 2}
@@ -233,7 +261,7 @@ def _bodies() -> dict[str, Schema]:
                                "result": {"description": "JSON the run hands its children (pipelines)"}},
                               ("run", "token", "success"))}
     return {
-        "job_spec": _job_spec(),
+        "job_spec": _nulls_absent(_job_spec()),
         "jobs_batch": _obj({"jobs": {"type": "object", "minProperties": 1, "maxProperties": limits.batch_jobs_max,
                                      "propertyNames": _name(limits.job_name_chars_max),
                                      "additionalProperties": spec},
