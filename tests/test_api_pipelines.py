@@ -97,6 +97,31 @@ def test_a_childs_run_is_shown_waiting_for_a_slot_of_its_parents_only():
     run(body)
 
 
+def test_an_instant_inside_a_recorded_range_answers_the_range():
+    """GET /v1/runs/J@S for a slot a misfire recorded with others (under the range's first slot)
+    answered 404 for a scheduled job, and "waiting" for its child, whose range the parent's had
+    made: both answer the range that covers S."""
+    async def body(env, c):
+        await put(c, "a", dict(A, misfire={"policy": "skip", "grace_s": 0}))
+        await put(c, "b", after("a"))
+        first = env.state.jobs["a"]["next"]
+        env.clock.advance(first - env.clock.now_ms() + 95_000)  # ten slots gone by
+        await env.trigger.tick()
+        ranges = {}
+        for job in ("a", "b"):
+            recs = [env.state.runs[r] for r in env.state.history[job] if "slot_to" in env.state.runs[r]]
+            assert recs, (job, [env.state.runs[r] for r in env.state.history[job]])
+            ranges[job] = recs[0]
+        for job, rec in ranges.items():
+            inside = rec["slot"] + 10_000
+            assert inside <= rec["slot_to"]
+            v = await (await c.get(f"/v1/runs/{job}@{inside}")).json()
+            assert (v["id"], v["state"], v["count"]) == (rec["id"], "skipped", rec["count"]), v
+        # past the range, between two of a's slots: still no run
+        await err(await c.get(f"/v1/runs/a@{ranges['a']['slot'] + 1234}"), 404, "not_found", "run")
+    run(body)
+
+
 def test_a_trigger_propagates_when_asked_and_refuses_a_bad_flag():
     async def body(env, c):
         await put(c, "a", A)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from . import limits, schedule
 from .errors import BadRequest, NotFound
-from . import records
+from . import pipelines, records
 from .records import STATS_FIELDS, Record, Result, attempts_of, is_int
 from .notify import view_health
 from .ready import Buckets, entries_of
@@ -367,6 +367,23 @@ def run(s: SchedulerState, run_id: str) -> dict[str, Any] | None:
     """Run (or recorded slot) ``run_id``, or None."""
     r = s.runs.get(run_id)
     return None if r is None else _run_copy(r)
+
+
+def covering_record(s: SchedulerState, run_id: str) -> dict[str, Any] | None:
+    """The recorded range of the job's history that covers the slot ``run_id`` names (``J@<ms>``,
+    a slot of the job with no run of its own: a misfire or a pause recorded it with others, under
+    the range's first slot), or None; an instant between the job's slots is covered by none. A
+    scan of the job's history (bounded by its ``history``)."""
+    name, _, rest = run_id.partition("@")
+    job = s.jobs.get(name)
+    if job is None or not (rest.isascii() and rest.isdigit()) or len(rest) > 19 or rest != str(int(rest)):
+        return None
+    slot, runs = int(rest), s.runs
+    for rid in s.history.get(name, ()):
+        r = runs[rid]
+        if "slot_to" in r and r["slot"] <= slot <= r["slot_to"]:
+            return _run_copy(r) if pipelines.is_slot_of(s, job, slot) else None
+    return None
 
 
 def runs(s: SchedulerState, state: str | None, limit: int) -> list[dict[str, Any]]:

@@ -898,6 +898,8 @@ class Service:
 
     def get_run(self, run_id: str) -> dict:
         run = self.read(queries.run, run_id)
+        if run is None:  # an instant inside a recorded range answers the range (its id, its first slot)
+            run = self.read(queries.covering_record, run_id)
         if run is None:
             # pipelines: a child's run its parents have not made yet says what it waits for,
             # when its slot is one of the child's; another instant is none, and says why
