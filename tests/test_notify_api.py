@@ -14,7 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry, generate_latest
 
-from raftsched.core import commands
+from raftsched.core import commands, limits
 from raftsched.node.notify import Notifier, one_line, sign
 
 from test_auth import BOOT, SPEC, call, new_token, run
@@ -93,9 +93,65 @@ async def _until(cond, what: str, timeout_s: float = 10.0) -> None:
         await asyncio.sleep(0.02)  # ok-sleep: polling inside a bounded loop
 
 
+def test_an_outage_is_waited_out_in_order_and_a_refusal_is_not(monkeypatch):
+    """A sink that cannot take events (HTTP 503, then no one listening) did put each event in
+    its dead list after its attempts (8 by default, some four minutes): an outage of half an
+    hour lost the events of its first minutes to a dead list nobody re-drives. Past its
+    attempts an event whose sink cannot be reached is retried for retry.outage_s, the events
+    after it waiting, and all are delivered in order once it answers; the outage is a gauge
+    meanwhile. Past outage_s it is dead, as a refusal is after its attempts."""
+    monkeypatch.setattr(limits, "sink_outage_wait_s_min", 0.01)
+
+    async def t(env, c):
+        status = [503]
+        app, got = _receiver(status)
+        async with TestServer(app, host="127.0.0.1") as srv:
+            s, b = await call(c, "PUT", "/v1/sinks/hook", BOOT, {
+                "type": "webhook", "url": f"http://127.0.0.1:{srv.port}/hook", "secrets": {"signing_key": "k"},
+                "retry": {"max_attempts": 2, "backoff_s": 0, "backoff_max_s": 0, "outage_s": 600}})
+            assert s == 201 and b["spec"]["retry"]["outage_s"] == 600, b
+            assert (await call(c, "PUT", "/v1/jobs/j", BOOT, dict(SPEC, notify=[{"sink": "hook",
+                                                                                  "on": ["job.triggered"]}])))[0] == 201
+            for _ in range(2):
+                assert (await call(c, "POST", "/v1/jobs/j/trigger", BOOT))[0] == 201
+            notifier = Notifier(env.raft, env.clock, env.service.keyring)
+            reg = CollectorRegistry()
+            reg.register(notifier.collector())
+            task = asyncio.ensure_future(notifier.run_while_leading())
+            try:
+                await _until(lambda: len(got) >= 6, "tries past the attempts")
+                assert not env.state.sinks["hook"]["dead"]
+                assert {json.loads(b)["event_id"] for _, b in got} == {"ev-1"}  # the second waits behind
+                assert 'raftsched_sink_unreachable_seconds{sink="hook"}' in generate_latest(reg).decode()
+                status[0] = 200
+                await _until(lambda: env.state.sinks["hook"]["cursor"] == env.state.outbox.seq, "the cursor")
+                assert [json.loads(b)["event_id"] for _, b in got if b][-2:] == ["ev-1", "ev-2"]
+                assert not env.state.sinks["hook"]["dead"]
+                assert "raftsched_sink_unreachable_seconds{" not in generate_latest(reg).decode()
+                # An outage longer than outage_s: the event is dead then, with every attempt counted.
+                status[0] = 502
+                n = len(got)
+                assert (await call(c, "POST", "/v1/jobs/j/trigger", BOOT))[0] == 201
+                await _until(lambda: len(got) >= n + 3, "tries past the attempts")
+                env.clock.advance(601_000)
+                await _until(lambda: env.state.sinks["hook"]["dead"], "the dead event")
+                d = env.state.sinks["hook"]["dead"][0]
+                assert d["error"] == "HTTP 502" and d["attempts"] >= 3, d
+                # A refusal is dead after its attempts, outage_s or not.
+                status[0] = 403
+                n = len(got)
+                assert (await call(c, "POST", "/v1/jobs/j/trigger", BOOT))[0] == 201
+                await _until(lambda: len(env.state.sinks["hook"]["dead"]) == 2, "the refused event")
+                assert env.state.sinks["hook"]["dead"][1]["attempts"] == 2 and len(got) == n + 2
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+    run(t)
+
+
 def test_delivery_signs_webhooks_formats_slack_and_keeps_what_a_sink_refuses():
     async def t(env, c):
-        status = [500]
+        status = [400]  # a refusal (not an outage: that is waited out, test_an_outage_...)
         app, got = _receiver(status)
         async with TestServer(app, host="127.0.0.1") as srv:
             base = f"http://127.0.0.1:{srv.port}"
@@ -112,10 +168,10 @@ def test_delivery_signs_webhooks_formats_slack_and_keeps_what_a_sink_refuses():
             notifier = Notifier(env.raft, env.clock, env.service.keyring)
             task = asyncio.ensure_future(notifier.run_while_leading())
             try:
-                # The webhook answers 500: two attempts, then the event is in the sink's dead list.
+                # The webhook answers 400: two attempts, then the event is in the sink's dead list.
                 await _until(lambda: env.state.sinks["hook"]["dead"], "the dead event")
                 s, b = await call(c, "GET", "/v1/sinks/hook/dead", BOOT)
-                assert s == 200 and b["dead"][0]["error"] == "HTTP 500" and b["dead"][0]["attempts"] == 2, b
+                assert s == 200 and b["dead"][0]["error"] == "HTTP 400" and b["dead"][0]["attempts"] == 2, b
                 event_id = b["dead"][0]["event"]["event_id"]
                 assert len(got) == 2 and {h["Idempotency-Key"] for h, _ in got} == {event_id}
                 for h, body in got:
@@ -319,7 +375,7 @@ def test_a_sink_moved_to_another_tenant_is_sent_none_of_the_old_tenants_events()
         async with TestServer(app1, host="127.0.0.1") as s1, TestServer(app2, host="127.0.0.1") as s2:
             assert (await call(c, "PUT", "/v1/sinks/s", BOOT, {
                 "type": "webhook", "url": f"http://127.0.0.1:{s1.port}/", "tenant": "a",
-                "secrets": {"signing_key": "k"}, "retry": {"max_attempts": 1}}))[0] == 201
+                "secrets": {"signing_key": "k"}, "retry": {"max_attempts": 1, "outage_s": 0}}))[0] == 201
             for ten in ("a", "b"):
                 s, b = await call(c, "PUT", f"/v1/jobs/{ten}-job", BOOT,
                                   dict(SPEC, tenant=ten, notify=[{"sink": "s", "on": ["job.triggered"]}]))
@@ -751,3 +807,40 @@ def test_a_tenants_email_sink_named_by_an_ipv6_address_is_checked_against_its_po
         old = dict(mail, smtp=dict(mail["smtp"], host="[::1]"))
         assert await n._send("m", old, {}, ev) is None and sent == ["::1", "::1"], sent
     run(t)
+
+
+def test_what_an_outage_is_and_what_a_refusal_is():
+    """The errors waited out past a sink's attempts (node/notify.py Unreachable): no one
+    listening, a 5xx, 408, 429, an SMTP 4xx or a dropped SMTP connection; not a 4xx, an SMTP 5xx,
+    a refused recipient or a certificate."""
+    import smtplib
+    import ssl
+
+    from raftsched.core.notify_model import validate_sink
+    from raftsched.node.notify import Unreachable, _smtp_unreachable
+    from raftsched.testing.procs import free_port
+
+    async def t(env, c):
+        notifier = Notifier(env.raft, env.clock, env.service.keyring)
+        spec = validate_sink("s", {"type": "webhook", "url": f"http://127.0.0.1:{free_port()}/",
+                                   "secrets": {"signing_key": "k"}})
+        ev = {"seq": 1, "kind": "job.triggered", "at": env.clock.now_ms(), "job": "j", "tenant": "default",
+              "slot": None, "run_id": None, "attempt": None, "reason": None, "detail": {}, "to": None}
+        err = await notifier._send("s", spec, {"signing_key": "k"}, ev)
+        assert isinstance(err, Unreachable) and "Connect" in err, err
+        for code, down in ((500, True), (503, True), (408, True), (429, True), (400, False), (404, False),
+                           (410, False)):
+            app, _ = _receiver([code])
+            async with TestServer(app, host="127.0.0.1") as srv:
+                err = await notifier._send("s", dict(spec, url=f"http://127.0.0.1:{srv.port}/"), {"signing_key": "k"},
+                                           ev)
+            assert err == f"HTTP {code}" and isinstance(err, Unreachable) is down, code
+    run(t)
+    assert _smtp_unreachable(smtplib.SMTPResponseException(451, b"try later"))
+    assert _smtp_unreachable(smtplib.SMTPServerDisconnected("gone"))
+    assert _smtp_unreachable(ConnectionRefusedError(111, "refused"))
+    assert _smtp_unreachable(TimeoutError("timed out"))
+    assert not _smtp_unreachable(smtplib.SMTPResponseException(550, b"no such user"))
+    assert not _smtp_unreachable(smtplib.SMTPRecipientsRefused({"a@b": (550, b"no")}))
+    assert not _smtp_unreachable(ssl.SSLCertVerificationError("bad certificate"))
+    assert not _smtp_unreachable(ValueError("bad header"))

@@ -408,6 +408,12 @@ sink_redo_max = 1000
 #: A sink's delivery attempts per event (its ``retry.max_attempts``): default and bound.
 sink_attempts_default = 8
 sink_attempts_max = 20
+#: How long past its attempts an event is retried while its sink cannot be reached (its
+#: ``retry.outage_s``): default (a day) and bound (a week); and the least wait between two such
+#: tries, whatever the backoff says.
+sink_outage_s_default = 86_400
+sink_outage_s_max = 604_800
+sink_outage_wait_s_min = 1
 #: Items of one sink_progress command (one a sink) and dead events it may carry.
 sink_progress_items_max = sinks_max
 sink_progress_dead_max = 200

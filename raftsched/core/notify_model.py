@@ -28,6 +28,9 @@ CLUSTER_KINDS = ("worker.lost", "cluster.leader_changed", "cluster.no_leader")
 DEFAULT_ON = ("run.dead", "slot.missed", "deadline.missed", "job.recovered")
 SINK_TYPES = ("webhook", "slack", "email", "pagerduty")
 PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"
+#: A sink's ``retry`` fields (``outage_s``: a sink stored before 2026-12-06 (a later sitting) has
+#: none, and is delivered with limits.sink_outage_s_default).
+SINK_RETRY_FIELDS = frozenset({"max_attempts", "backoff_s", "backoff_max_s", "outage_s"})
 _ROUTE_FIELDS = frozenset({"sink", "on", "after_consecutive", "repeat_every_s", "backfills"})
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _EMAIL_RE = re.compile(r"[^@\s<>,;\"]+@[^@\s<>,;\"]+")
@@ -282,13 +285,15 @@ def validate_sink(name: object, raw: object) -> dict[str, Any]:
     if "link" in raw:
         spec["link"] = _url(raw["link"], "link")
     retry = raw.get("retry", {})
-    if not isinstance(retry, dict) or not set(retry) <= {"max_attempts", "backoff_s", "backoff_max_s"}:
-        raise InvalidSpec("must be {\"max_attempts\", \"backoff_s\", \"backoff_max_s\"}", field="retry")
+    if not isinstance(retry, dict) or not set(retry) <= SINK_RETRY_FIELDS:
+        raise InvalidSpec("must be {\"max_attempts\", \"backoff_s\", \"backoff_max_s\", \"outage_s\"}", field="retry")
     spec["retry"] = {
         "max_attempts": _int(retry.get("max_attempts", limits.sink_attempts_default), "retry.max_attempts", 1,
                              limits.sink_attempts_max),
         "backoff_s": _int(retry.get("backoff_s", 1), "retry.backoff_s", 0, 3600),
         "backoff_max_s": _int(retry.get("backoff_max_s", 300), "retry.backoff_max_s", 0, 86_400),
+        "outage_s": _int(retry.get("outage_s", limits.sink_outage_s_default), "retry.outage_s", 0,
+                         limits.sink_outage_s_max),
     }
     if spec["retry"]["backoff_max_s"] < spec["retry"]["backoff_s"]:  # (as a job's retry)
         raise InvalidSpec(f"must be at least backoff_s ({spec['retry']['backoff_s']})", field="retry.backoff_max_s")
@@ -345,7 +350,8 @@ def check_sink_spec(spec: object) -> None:
     typ = spec["type"]
     retry = spec["retry"]
     if not (_is_int(retry.get("max_attempts")) and 1 <= retry["max_attempts"] <= limits.sink_attempts_max
-            and _is_int(retry.get("backoff_s")) and _is_int(retry.get("backoff_max_s"))):
+            and _is_int(retry.get("backoff_s")) and _is_int(retry.get("backoff_max_s"))
+            and ("outage_s" not in retry or (_is_int(retry["outage_s"]) and retry["outage_s"] >= 0))):
         raise InvalidCommand("sink spec.retry is malformed")
     if typ in ("webhook", "pagerduty") and not (isinstance(spec.get("url"), str) and spec["url"]):
         raise InvalidCommand("sink spec.url is malformed")

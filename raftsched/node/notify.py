@@ -353,6 +353,8 @@ class Notifier:
         self.attempts_failed: Counter = Counter()  # sink -> attempts refused
         self.lost: Counter = Counter()  # sink -> events the outbox gave up before it was sent them (at most)
         self._lost_at: dict[str, int] = {}
+        #: sink -> when (ms) the event it is retried past its attempts first failed: an outage
+        self._unreachable: dict[str, int] = {}
         self._latency: list[int] = [0] * (len(LATENCY_BUCKETS) + 1)
         self._latency_sum = 0.0
         self._session: aiohttp.ClientSession | None = None
@@ -379,6 +381,7 @@ class Notifier:
                 await asyncio.gather(*tasks.values(), return_exceptions=True)
             await self._session.close()
             self._session = None
+            self._unreachable.clear()
 
     async def _supervise(self, tasks: dict[str, asyncio.Task]) -> None:
         """One look: a task for each sink (again for one that ended), and overdue unplaceable runs."""
@@ -411,6 +414,8 @@ class Notifier:
         for c in (self.attempts_failed, self.lost):
             for key in [k for k in c if k not in names]:
                 del c[key]
+        for key in [k for k in self._unreachable if k not in names]:
+            del self._unreachable[key]
         for key in [k for k in self._lost_at if k not in names]:
             del self._lost_at[key]
 
@@ -466,6 +471,7 @@ class Notifier:
                     if not ok:
                         dead.append({"event": ev, "error": error, "attempts": attempts})
             except _Replaced:
+                self._unreachable.pop(name, None)
                 log.info("notify: sink %s was replaced: its batch starts again with the new spec", name)
                 continue
             for d in dead:
@@ -531,8 +537,12 @@ class Notifier:
         """Send one event, retried up to the budget. :raises _Replaced: ``replaced()`` says the
         sink was replaced since ``spec`` was read (asked before each attempt and while waiting)."""
         retry = spec["retry"]
+        outage_ms = retry.get("outage_s", limits.sink_outage_s_default) * 1000
         error: str | None = None
-        for attempt in range(1, retry["max_attempts"] + 1):
+        first_ms: int | None = None  # when the first attempt failed
+        attempt = 0
+        while True:
+            attempt += 1
             if replaced is not None and replaced():
                 raise _Replaced
             if isinstance(secrets, str):
@@ -552,15 +562,36 @@ class Notifier:
                     i += 1
                 self._latency[i] += 1
                 self._latency_sum += lat
+                if attempt > retry["max_attempts"]:
+                    log.warning("notify: sink %s took event %s again, after %d attempts in %.0f s", name,
+                                events.event_id(ev["seq"]), attempt, (self.clock.now_ms() - (first_ms or 0)) / 1000)
+                    self._unreachable.pop(name, None)
                 return True, None, attempt
+            unreachable = isinstance(error, Unreachable)
             # Before it is kept in the dead list (any reader's) or logged: no secret in it.
             error = scrub(error, spec, secrets)
             self.attempts_failed[name] += 1
-            if attempt < retry["max_attempts"]:
-                await _backoff(min(retry["backoff_s"] * 2 ** (attempt - 1), retry["backoff_max_s"]), replaced)
+            now = self.clock.now_ms()
+            if first_ms is None:
+                first_ms = now
+            delay = min(retry["backoff_s"] * 2 ** min(attempt - 1, 32), retry["backoff_max_s"])
+            if attempt >= retry["max_attempts"]:
+                # Past its attempts: an outage (no answer, a connection that failed, a 5xx, 408 or
+                # 429) is waited out for outage_s, the event kept at the head of its sink's order;
+                # a refusal ends it in the dead list.
+                if not unreachable or now - first_ms >= outage_ms:
+                    break
+                if attempt == retry["max_attempts"]:
+                    self._unreachable.setdefault(name, first_ms)
+                    log.warning("notify: sink %s cannot be reached (%s): event %s is retried until %s "
+                                "(retry.outage_s), the events after it wait", name, error,
+                                events.event_id(ev["seq"]), _iso(first_ms + outage_ms))
+                delay = max(delay, limits.sink_outage_wait_s_min)
+            await _backoff(delay, replaced)
+        self._unreachable.pop(name, None)
         log.warning("notify: sink %s gave up event %s after %d attempts: %s", name, events.event_id(ev["seq"]),
-                    retry["max_attempts"], error)
-        return False, error, retry["max_attempts"]
+                    attempt, error)
+        return False, error, attempt
 
     # -------------------------------------------------------------- the sinks
     async def _send(self, name: str, spec: dict, secrets: dict, ev: dict) -> str | None:
@@ -576,7 +607,7 @@ class Notifier:
                 host = f"[{host}]" if ":" in host and not host.startswith("[") else host
                 addrs, why = await checked_addresses(f"smtp://{host}:{smtp['port']}/", self._allow(tenant), tenant)
                 if addrs is None:
-                    return why or "refused by the tenant's network policy"
+                    return _policy_error(why)
                 pinned = addrs[0][1]
             return await asyncio.to_thread(self._send_email, spec, secrets, body, pinned)
         headers = {"Content-Type": "application/json", "Idempotency-Key": body["event_id"],
@@ -613,7 +644,7 @@ class Notifier:
         if tenant is not None:  # a tenant's sink reaches what its http jobs may (core/network.py)
             addrs, why = await checked_addresses(url, self._allow(tenant), tenant)
             if addrs is None:
-                return why or "refused by the tenant's network policy"
+                return _policy_error(why)
             own = session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(resolver=_Pinned(addrs),
                                                                                  use_dns_cache=False))
         if session is None:
@@ -624,10 +655,15 @@ class Notifier:
                 await resp.read()
                 if 200 <= resp.status < 300:
                     return None
+                if resp.status >= 500 or resp.status in (408, 429):
+                    return Unreachable(f"HTTP {resp.status}")
                 return f"HTTP {resp.status}"
         except asyncio.TimeoutError:
-            return f"no answer in {SEND_TIMEOUT_S:g} s"
+            return Unreachable(f"no answer in {SEND_TIMEOUT_S:g} s")
         except (aiohttp.ClientError, OSError, ValueError) as e:
+            if isinstance(e, (aiohttp.ClientConnectionError, ConnectionError, socket.gaierror)) \
+                    and not isinstance(e, (ValueError, aiohttp.ClientSSLError, ssl.SSLError, ssl.CertificateError)):
+                return Unreachable(exc_error(e, url))
             return exc_error(e, url)
         finally:
             if own is not None:
@@ -661,12 +697,38 @@ class Notifier:
                     c.login(secrets["username"], secrets.get("password", ""))
                 c.send_message(msg)
         except (smtplib.SMTPException, OSError, ssl.SSLError, ValueError) as e:
-            return exc_error(e, None)
+            return Unreachable(exc_error(e, None)) if _smtp_unreachable(e) else exc_error(e, None)
         return None
 
     # -------------------------------------------------------------- metrics
     def collector(self):
         return _Collector(self)
+
+
+class Unreachable(str):
+    """An attempt's error that says the sink could not take the event now: no answer, a
+    connection that could not be made or broke, HTTP 5xx, 408 or 429, an SMTP 4xx reply. Past
+    its attempts such an event is retried for the sink's ``retry.outage_s``; any other error
+    (a refusal: 4xx, a certificate, a tenant's network policy, a secret that cannot be opened)
+    ends it in the dead list."""
+
+
+def _policy_error(why: str | None) -> str:
+    """A tenant's sink's address check that failed: a name that did not resolve is an outage, an
+    address the policy refuses a refusal."""
+    if why is None:
+        return "refused by the tenant's network policy"
+    return Unreachable(why) if why.startswith("cannot resolve ") else why
+
+
+def _smtp_unreachable(e: BaseException) -> bool:
+    if isinstance(e, smtplib.SMTPResponseException):
+        return 400 <= e.smtp_code < 500  # "try again later"; 5xx is a refusal
+    if isinstance(e, smtplib.SMTPServerDisconnected):
+        return True
+    if isinstance(e, (smtplib.SMTPException, ssl.SSLError, ssl.CertificateError, ValueError)):
+        return False  # recipients or sender refused, no STARTTLS, a certificate, a header
+    return isinstance(e, (ConnectionError, TimeoutError, socket.gaierror, socket.timeout))
 
 
 class _Replaced(Exception):
@@ -723,6 +785,13 @@ class _Collector:
         for sink, v in sorted(dict(n.attempts_failed).items()):
             failed.add_metric([sink], v)
         yield failed
+        down = GaugeMetricFamily("raftsched_sink_unreachable_seconds", "how long the event a sink is retried "
+                                 "past its attempts has failed (an outage: its retry.outage_s), absent when none is "
+                                 "(this node, while leading)", labels=["sink"])
+        now = n.clock.now_ms()
+        for sink, since in sorted(dict(n._unreachable).items()):
+            down.add_metric([sink], max(0, now - since) / 1000)
+        yield down
         lost = CounterMetricFamily("raftsched_events_lost", "events the outbox gave up before a sink was sent them "
                                    "(at most: not all of them were for it), seen by this node", labels=["sink"])
         for sink, v in sorted(dict(n.lost).items()):

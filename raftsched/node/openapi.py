@@ -127,7 +127,10 @@ def _sink() -> Schema:
         "tenant": _name(limits.tenant_name_chars_max),
         "subscribe": {"type": "array", "items": {"enum": list(CLUSTER_KINDS)}},
         "retry": _obj({"max_attempts": _int(1, limits.sink_attempts_max), "backoff_s": _int(0, 3600),
-                       "backoff_max_s": _int(0, 86_400)}),
+                       "backoff_max_s": _int(0, 86_400),
+                       "outage_s": _int(0, limits.sink_outage_s_max, default=limits.sink_outage_s_default,
+                                        description="how long past its attempts an event is retried while the "
+                                                    "sink cannot be reached (docs/notifications.md, Delivery)")}),
         "secrets": secrets,
         "smtp": _obj({"host": _str(1, 253), "port": _int(1, 65535), "starttls": _BOOL, "from": _str(3, 254),
                       "to": {"type": "array", "items": _str(3, 254), "minItems": 1,
