@@ -844,3 +844,14 @@ def test_what_an_outage_is_and_what_a_refusal_is():
     assert not _smtp_unreachable(smtplib.SMTPRecipientsRefused({"a@b": (550, b"no")}))
     assert not _smtp_unreachable(ssl.SSLCertVerificationError("bad certificate"))
     assert not _smtp_unreachable(ValueError("bad header"))
+
+
+def test_a_sink_stored_without_outage_s_shows_the_default_it_is_delivered_with():
+    async def t(env, c):
+        s, b = await call(c, "PUT", "/v1/sinks/old", BOOT, {"type": "webhook", "url": "https://example.com/h",
+                                                             "secrets": {"signing_key": "k"}})
+        assert s == 201 and b["spec"]["retry"]["outage_s"] == limits.sink_outage_s_default, b
+        del env.state.sinks["old"]["spec"]["retry"]["outage_s"]  # as an older version stored it
+        s, b = await call(c, "GET", "/v1/sinks/old", BOOT)
+        assert s == 200 and b["spec"]["retry"]["outage_s"] == limits.sink_outage_s_default, b
+    run(t)

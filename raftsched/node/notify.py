@@ -101,6 +101,9 @@ def sink_view(rec: dict, fp) -> dict:
     out = dict(spec)
     if isinstance(spec.get("secrets"), dict):
         out["secrets"] = {k: fp.of_stored(v) for k, v in spec["secrets"].items()}
+    if isinstance(spec.get("retry"), dict) and "outage_s" not in spec["retry"]:
+        # stored before the field was: delivered with its default, shown so
+        out["retry"] = dict(spec["retry"], outage_s=limits.sink_outage_s_default)
     return {"name": rec["name"], "spec": out, "cursor": rec["cursor"], "behind": rec["behind"],
             "dead": rec["dead"], "requeued": rec["redo"]}
 
