@@ -197,3 +197,62 @@ def test_a_child_made_a_job_of_its_own_closes_the_deadline_records_no_parent_wil
     r = s.deadlines.slots[rid]
     assert (r["state"], r["fin"]) == ("missed", True) and rid not in s.deadlines.open.get("b", {})
     assert s.deadlines.pending == sum(1 for x in s.deadlines.slots.values() if not x["fin"])
+
+
+def test_a_parent_added_is_read_back_for_a_slot_it_ran_before_the_edge() -> None:
+    """c after a; b's run of slot S succeeded before c named b; then c is put after a and b, and
+    a's run of S ends: c's slot waited for b's report, which had gone before the edge existed,
+    until max_wait_s (upstream_timeout). Now b's outcome is read back: c runs the slot, with
+    both parents upstream; a slot after the put reports as any."""
+    s = told_state()
+    assert put(s, "a", job_raw(every_s=60))["ok"]
+    assert put(s, "b", job_raw(every_s=60))["ok"]
+    assert put(s, "c", job_raw(after=["a"]))["ok"]
+    slot = T0 + 60 * SEC
+    tick(s, slot)
+    got = {g["job"]: g for g in lease(s, slot + SEC)}
+    finish(s, got["b"], slot + 2 * SEC, True)
+    assert put(s, "c", job_raw(after=["a", "b"]), now=slot + 3 * SEC)["ok"]
+    finish(s, got["a"], slot + 4 * SEC, True)
+    run = s.runs[f"c@{slot}"]
+    assert run["state"] == "queued" and sorted(u["job"] for u in run["upstream"]) == ["a", "b"], run
+    assert "c" not in s.pipes.joins or slot not in s.pipes.joins["c"]
+
+
+def test_a_parent_added_that_failed_before_the_edge_decides_the_slot_as_its_report_would() -> None:
+    s = told_state()
+    assert put(s, "a", job_raw(every_s=60))["ok"]
+    assert put(s, "b", job_raw(every_s=60))["ok"]
+    assert put(s, "c", job_raw(after=["a"]))["ok"]
+    slot = T0 + 60 * SEC
+    tick(s, slot)
+    got = {g["job"]: g for g in lease(s, slot + SEC)}
+    finish(s, got["b"], slot + 2 * SEC, False)
+    assert put(s, "c", job_raw(after=["a", "b"]), now=slot + 3 * SEC)["ok"]
+    finish(s, got["a"], slot + 4 * SEC, True)
+    rec = s.runs[f"c@{slot}"]
+    assert (rec["state"], rec["reason"]) == ("skipped", "upstream_failed"), rec
+
+
+def test_a_slot_no_parent_reported_is_decided_by_the_parents_that_replace_them() -> None:
+    """c after a, with a deadline; a's run of S still running (no report, no join), b's run of
+    S succeeded; c is put after b instead: the slot was decided by none (a's report no longer
+    counts, b's had gone), its deadline record open for good. b's outcome is read back: c runs it."""
+    s = told_state()
+    assert put(s, "a", job_raw(every_s=60))["ok"]
+    assert put(s, "b", job_raw(every_s=60))["ok"]
+    assert put(s, "c", job_raw(after=["a"], deadline={"succeed_within_s": 600}, notify=ROUTES))["ok"]
+    slot = T0 + 60 * SEC
+    rid = f"c@{slot}"
+    tick(s, slot)
+    assert rid in s.deadlines.open.get("c", {})
+    got = {g["job"]: g for g in lease(s, slot + SEC)}
+    finish(s, got["b"], slot + 2 * SEC, True)
+    assert put(s, "c", job_raw(after=["b"], deadline={"succeed_within_s": 600}, notify=ROUTES),
+               now=slot + 3 * SEC)["ok"]
+    run = s.runs[rid]
+    assert run["state"] == "queued" and [u["job"] for u in run["upstream"]] == ["b"], run
+    finish(s, got["a"], slot + 4 * SEC, True)  # a is no longer c's parent: nothing more
+    (g,) = [g for g in lease(s, slot + 5 * SEC) if g["id"] == rid]
+    finish(s, g, slot + 6 * SEC, True)
+    assert s.deadlines.slots[rid]["state"] == "met" and rid not in s.deadlines.open.get("c", {})

@@ -234,8 +234,9 @@ def on_put(s: SchedulerState, name: str, old: Record | None, spec: Record, now: 
     is recorded, as their outcomes say); before, it waited for a report that had come already,
     until its ``max_wait_s``, or for good (a gated job's own slot). Not while a parent it names
     does not exist yet (a batch that puts the parent after the child): its slots wait for that
-    parent's report, as any. A parent added whose run of a slot ended before the edge is not
-    read back for it: the slot waits for its ``max_wait_s`` (docs/pipelines.md)."""
+    parent's report, as any. A parent added whose run of a slot ended before the edge is read
+    back for it (_check, for a slot before the child's last put), and a slot a deadline record
+    tracks that no parent had reported is offered the new parents' outcomes so read."""
     if old is not None:
         unlink(s, name, old["spec"])
     link(s, name, spec)
@@ -284,8 +285,7 @@ def on_put(s: SchedulerState, name: str, old: Record | None, spec: Record, now: 
             of_bf = [s.runs.get(info[1], {}).get("backfill") == j["bf"] for _p, info in gone]
             if any(of_bf) and not any(s.runs.get(info[1], {}).get("backfill") == j["bf"] for info in j["got"].values()):
                 del j["bf"]
-    if old["spec"].get("match") != spec.get("match") or not (waiting or spec.get("match") == "latest") \
-            or any(p not in s.jobs for p in parents):
+    if old["spec"].get("match") != spec.get("match") or any(p not in s.jobs for p in parents):
         return  # (a parent a batch makes after this item: its report is to come, as any)
     work = []
     if spec.get("match") == "latest":
@@ -293,7 +293,20 @@ def on_put(s: SchedulerState, name: str, old: Record | None, spec: Record, now: 
     else:
         for slot in sorted(waiting or ()):
             if slot in s.pipes.joins.get(name, {}):  # (else decided by an earlier one)
-                _check(s, child, slot, now, work)
+                _check(s, child, slot, now, work)  # (a new parent's outcome read back: _check)
+        # A slot a deadline record tracks that no parent had reported (no join: its only parents
+        # were replaced, say): the new parents' outcomes that ended before the edge are read back
+        # as reports; one still to come reports as any.
+        runs = s.runs
+        for slot, rid in sorted((slot, rid) for rid, slot in s.deadlines.open.get(name, {}).items()):
+            if rid in runs or slot in s.pipes.joins.get(name, {}) or _held_by(s, rid) is not None:
+                continue
+            for e in spec["after"]:
+                info = _final_of(s, e["job"], slot)
+                if info is not None:
+                    _offer(s, child, e["job"], slot, info, now, work)
+                    if slot not in s.pipes.joins.get(name, {}):
+                        break  # decided
     _drain(s, work, now)
 
 
@@ -642,8 +655,10 @@ def _check(s: SchedulerState, child: Record, slot: int, now: int, work: list[tup
     for e in child["spec"]["after"]:
         p = e["job"]
         info = got.get(p)
-        if info is None and "schedule" in child["spec"]:
-            info = _final_of(s, p, slot)  # reported before the own slot came (a range, say)
+        if info is None and ("schedule" in child["spec"] or slot < child["updated"]):
+            # Reported before the own slot came (a range, say); or, a slot from before the child
+            # was last put, ended before its edge existed (a parent added): read back.
+            info = _final_of(s, p, slot)
             if info is not None:
                 got[p] = info
         if info is None:
