@@ -166,16 +166,14 @@ def read_recorded(state: str) -> Recorded:
     except (KeyError, ValueError):
         raise ConfigError(f"{path}: no valid RAFTSCHED_API_PORT_BASE") from None
     tls = rec.get("RAFTSCHED_TLS", "")
+    # The members (scripts/cluster.sh writes them on add and remove), not every node-N directory:
+    # a removed node's stays, and its port may be anyone's now (the token would go to it).
     nodes = set(DEFAULT_NODES)
     try:
         with open(os.path.join(state, "nodes")) as f:
             nodes = {int(n) for n in f.read().split()}
     except (OSError, ValueError):
         pass
-    # A node being added has its directory before it is listed.
-    for entry in os.listdir(state):
-        if entry.startswith("node-") and entry[5:].isascii() and entry[5:].isdigit():
-            nodes.add(int(entry[5:]))
     scheme = "https" if tls else "http"
     return Recorded(state, [f"{scheme}://{HOST}:{base + n}" for n in sorted(nodes) if 0 < base + n < 65536],
                     base, tls)

@@ -58,6 +58,16 @@ def test_the_recorded_cluster_is_found_from_a_directory_below_it_with_its_ports_
     assert t.urls[0] == "http://127.0.0.1:18701" and "RAFTSCHED_API_PORT_BASE=8700 is ignored" in t.notes[0]
 
 
+def test_a_removed_nodes_directory_is_not_a_node_the_token_goes_to(tmp_path):
+    """cluster.sh remove 1 leaves .raftsched/node-1 (its data) and lists 2 3 4: the client took
+    every node-N directory for a node, and sent the admin token to node-1's port first, which
+    anything may hold once the node is gone. The members are the nodes file's."""
+    state = _recorded(tmp_path, base=18700, nodes=[2, 3, 4])
+    for n in (1, 2, 3, 4):
+        (state / f"node-{n}").mkdir()
+    assert _resolve(tmp_path).urls == [f"http://127.0.0.1:{18700 + n}" for n in (2, 3, 4)]
+
+
 def test_a_tls_cluster_is_reached_over_https_with_its_ca_and_client_certificate(tmp_path):
     state = _recorded(tmp_path, base=18700, tls="mutual")
     t = _resolve(tmp_path)
