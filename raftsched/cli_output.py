@@ -107,7 +107,7 @@ def _schedule(job: dict) -> str:
 #: function of the item). Other lists, and ``-o json``, show every field.
 _VIEWS: dict[str, list[tuple[str, Any]]] = {
     "jobs": [("name", "name"), ("schedule", _schedule), ("next_slot", "state.next_slot"),
-             ("paused", "state.paused"), ("last", "health.last_slot_outcome.state"),
+             ("paused", "state.paused"), ("last", "health.last_slot_outcome.outcome"),
              ("failures", "health.consecutive_failures"), ("executor", "spec.executor.type"),
              ("queue", "spec.queue")],
     "runs": [("id", "id"), ("state", "state"), ("slot", "slot"), ("attempt", "attempt"), ("worker", "worker"),
