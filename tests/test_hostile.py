@@ -293,6 +293,13 @@ ROWS: list[Row] = [
     Row("limit=10**20", "GET", "/v1/runs?limit=" + "9" * 20, status=400, route="/v1/runs"),
     Row("limit=-1", "GET", "/v1/dlq?limit=-1", status=400, route="/v1/dlq"),
     Row("state=bogus", "GET", "/v1/runs?state=bogus", status=400, route="/v1/runs"),
+    # a name filter left empty (?job=$JOB) or no name: refused, not read as every one
+    Row("jobs after= empty", "GET", "/v1/jobs?after=", status=400, route="/v1/jobs"),
+    Row("jobs after=%20", "GET", "/v1/jobs?after=%20", status=400, route="/v1/jobs"),
+    Row("backfills job= empty", "GET", "/v1/backfills?job=", status=400, route="/v1/backfills"),
+    Row("backfills job=nosuch..", "GET", "/v1/backfills?job=.nosuch", status=400, route="/v1/backfills"),
+    Row("dlq queue= empty", "GET", "/v1/dlq?queue=", status=400, route="/v1/dlq"),
+    Row("dlq queue of 65 characters", "GET", "/v1/dlq?queue=" + "q" * 65, status=400, route="/v1/dlq"),
     Row("slot=yesterday", "GET", "/v1/jobs/victim/runs?slot=yesterday", status=400, route="/v1/jobs/{name}/runs"),
     Row("count=100000", "GET", "/v1/jobs/victim/preview?count=100000", status=400, route="/v1/jobs/{name}/preview"),
     Row("consistent=maybe", "GET", "/v1/jobs?consistent=maybe", status=400, route="/v1/jobs"),

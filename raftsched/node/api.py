@@ -25,7 +25,7 @@ from . import dashboard, notify, openapi, reads, rotation, routes, tenancy
 from .http import (AUDIT, AUTH, BACKFILLS, FLEET, METRICS, PRINCIPAL, ROUTE_TABLE, SERVICE, TOKEN,  # noqa: F401 - re-exported
                    TRIGGER, UNCHANGED, WORKER, bool_param, choice_param, client_key, int_param, json_body,
                    json_response, label_params, optional_json_body, rid, scope_key, state_param, tenants_of,
-                   job_param, time_param)
+                   job_param, queue_param, time_param)
 from .routes import CONSISTENT, OPEN, STALE, Param, Route, Tenancy
 from .backfills import BackfillService
 from .fleet import Fleet
@@ -359,7 +359,7 @@ async def remove_member(request: web.Request) -> web.Response:
 async def list_jobs(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     limit = int_param(request, "limit", 100, 1, node_limits.jobs_page_max)
-    return json_response(await svc.list_jobs(limit, request.query.get("after"), label_params(request),
+    return json_response(await svc.list_jobs(limit, job_param(request, "after"), label_params(request),
                                                  tenants_of(request)))
 
 
@@ -531,7 +531,7 @@ async def delete_tenant(request: web.Request) -> web.Response:
 async def list_dlq(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     limit = int_param(request, "limit", 100, 1, node_limits.runs_page_max)
-    return json_response(svc.list_dlq(request.query.get("queue"), limit, tenants_of(request)))
+    return json_response(svc.list_dlq(queue_param(request), limit, tenants_of(request)))
 
 
 async def get_dlq(request: web.Request) -> web.Response:
@@ -582,7 +582,7 @@ async def create_backfill(request: web.Request) -> web.Response:
 
 async def list_backfills(request: web.Request) -> web.Response:
     return json_response(request.app[BACKFILLS].list(
-        choice_param(request, "kind", _BACKFILL_KINDS), request.query.get("job"),
+        choice_param(request, "kind", _BACKFILL_KINDS), job_param(request),
         choice_param(request, "state", _BACKFILL_STATES)))
 
 
@@ -706,7 +706,7 @@ ROUTES: tuple[Route, ...] = (
           errors=(409, 422), response="member_changed"),
     # jobs
     Route("GET", "/v1/jobs", list_jobs, _R, T.FILTERED, "a page of jobs by name",
-          params=(STALE, CONSISTENT, _limit(node_limits.jobs_page_max), Param("after", "string", "the last name of the page before"),
+          params=(STALE, CONSISTENT, _limit(node_limits.jobs_page_max), Param("after", "job", "the last name of the page before"),
                   Param("label", "string", "KEY=VALUE: only jobs with this label", repeated=True)),
           response="jobs_page"),
     Route("POST", "/v1/jobs:batch", put_jobs_batch, _W, T.CHECKED, "create or replace many jobs",
@@ -755,7 +755,7 @@ ROUTES: tuple[Route, ...] = (
           "remove a tenant's rate limit and policy", errors=(404,), response="tenant_deleted"),
     # the dead-letter queue
     Route("GET", "/v1/dlq", list_dlq, _R, T.FILTERED, "dead runs, newest first",
-          params=(STALE, CONSISTENT, _RUNS_PAGE, Param("queue", "string", "only this queue's")), response="dlq_page"),
+          params=(STALE, CONSISTENT, _RUNS_PAGE, Param("queue", "queue", "only this queue's")), response="dlq_page"),
     Route("GET", "/v1/dlq/{run}", get_dlq, _R, T.DEAD_RUN, "a dead run with every attempt's error",
           params=(STALE, CONSISTENT), errors=(404,), response="run"),
     Route("POST", "/v1/dlq/{run}/requeue", dlq_requeue, "dlq.write", T.DEAD_RUN, "queue a dead run again",
@@ -787,7 +787,7 @@ ROUTES: tuple[Route, ...] = (
     # backfills and bulk operations
     Route("GET", "/v1/backfills", list_backfills, _R, T.REFUSED, "backfills and bulk DLQ operations",
           params=(STALE, CONSISTENT, Param("kind", "enum", "only this kind", choices=_BACKFILL_KINDS),
-                  Param("job", "string", "only this job's"),
+                  Param("job", "job", "only this job's"),
                   Param("state", "enum", "only in this state", choices=_BACKFILL_STATES)), response="backfills"),
     Route("GET", "/v1/backfills/{id}", get_backfill, _R, T.REFUSED, "one backfill or bulk operation",
           params=(STALE, CONSISTENT), errors=(404,), response="backfill"),

@@ -201,6 +201,18 @@ def job_param(request: web.Request, name: str = "job") -> str | None:
     return text
 
 
+def queue_param(request: web.Request, name: str = "queue") -> str | None:
+    """A queue's name (core.model.check_name, at most limits.queue_name_chars_max), or None when
+    not given; given empty, refused, as job_param. :raises BadRequest: naming ``name``."""
+    text = request.query.get(name)
+    if text is not None:
+        try:
+            check_name(text, name, limits.queue_name_chars_max)
+        except InvalidSpec as e:
+            raise BadRequest(e.message, field=name) from None
+    return text
+
+
 def bool_param(request: web.Request, name: str) -> bool:
     text = request.query.get(name, "false").lower()
     if text not in ("true", "false", "1", "0", "yes", "no"):

@@ -595,6 +595,8 @@ def _query(p: Any) -> Schema:
         s = TIME
     elif p.kind == "job":
         s = _name(limits.job_name_chars_max)
+    elif p.kind == "queue":
+        s = _name(limits.queue_name_chars_max)
     else:
         s = {"type": "string"}
     if p.default is not None:

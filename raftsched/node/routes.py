@@ -47,7 +47,7 @@ class Tenancy(enum.Enum):
 @dataclass(frozen=True)
 class Param:
     """A query parameter: ``kind`` is ``boolean``, ``integer`` (``lo``..``hi``, ``default``),
-    ``string``, ``job`` (a job's name), ``time`` (ISO-8601 or ms since the epoch) or ``enum``
+    ``string``, ``job`` (a job's name), ``queue`` (a queue's), ``time`` (ISO-8601 or ms since the epoch) or ``enum``
     (``choices``)."""
 
     name: str
