@@ -67,3 +67,21 @@ def test_lock_malformed_is_refused(op, fields):
     s = new_state()
     do(s, "lock_acquire", T0, name="L", owner="o1", ttl=5 * SEC)
     refused(s, commands.make(op, T0, None, **fields), "invalid_command")
+
+
+@pytest.mark.parametrize("body,message", [
+    ({}, "is required"),
+    ({"token": 2**64}, "must be the fencing token acquire returned"),
+    ({"token": 0}, "must be the fencing token acquire returned"),
+    ({"token": "7"}, "must be the fencing token acquire returned"),
+    ({"token": True}, "must be the fencing token acquire returned"),
+])
+def test_a_release_or_renew_token_given_wrong_says_so_not_that_it_is_missing(body, message):
+    """A token out of range was refused as "is required", though the body held one."""
+    from raftsched.core import bodies
+    from raftsched.core.errors import InvalidSpec
+    for validate in (bodies.validate_lock_release, bodies.validate_lock_renew):
+        b = dict(body, ttl_s=5) if validate is bodies.validate_lock_renew else body
+        with pytest.raises(InvalidSpec) as ei:
+            validate("l", b)
+        assert ei.value.field == "token" and ei.value.message.startswith(message), ei.value.message

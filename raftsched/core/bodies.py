@@ -175,9 +175,12 @@ def _lock_ttl_ms(b: dict[str, Any], required: bool) -> int | None:
 
 
 def _lock_token(b: dict[str, Any]) -> int:
-    t = b.get("token")
-    if isinstance(t, bool) or not isinstance(t, int) or not 1 <= t < 2**63:
+    if "token" not in b:
         raise InvalidSpec("is required: the fencing token acquire returned", field="token")
+    t = b["token"]
+    if isinstance(t, bool) or not isinstance(t, int) or not 1 <= t < 2**63:
+        raise InvalidSpec("must be the fencing token acquire returned: an integer from 1 to 2**63 - 1",
+                          field="token")
     return t
 
 
