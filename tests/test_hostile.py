@@ -305,6 +305,11 @@ ROWS: list[Row] = [
     Row("consistent=maybe", "GET", "/v1/jobs?consistent=maybe", status=400, route="/v1/jobs"),
     Row("an Idempotency-Key of 65 characters", "POST", "/v1/jobs/victim/pause", None,
         (("Idempotency-Key", "k" * 65),), status=400, route="/v1/jobs/{name}/pause"),
+    # conditional headers a job has no entity tag for: refused, not ignored (a replace)
+    Row("If-None-Match with an entity tag", "PUT", "/v1/jobs/victim", _j(SPEC), (("If-None-Match", '"abc"'),),
+        status=400, route="/v1/jobs/{name}"),
+    Row("If-Match on a job", "PUT", "/v1/jobs/victim", _j(SPEC), (("If-Match", "*"),), status=400,
+        route="/v1/jobs/{name}"),
     # ---- membership: what is not a Raft address changes nothing
     Row("a member that is a list", "POST", "/v1/cluster/members", _j([]), route="/v1/cluster/members"),
     Row("a member without addr", "POST", "/v1/cluster/members", _j({}), route="/v1/cluster/members"),

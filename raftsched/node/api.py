@@ -366,8 +366,16 @@ async def list_jobs(request: web.Request) -> web.Response:
 async def put_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     name = request.match_info["name"]
+    # Jobs have no entity tags: If-None-Match is * (create only) or nothing, and If-Match is not
+    # taken (ignored, a client's optimistic write would replace whatever is there).
+    inm = request.headers.get("If-None-Match")
+    if inm is not None and inm.strip() != "*":
+        raise BadRequest("only * is taken (create only, never replace): jobs have no entity tags",
+                         field="If-None-Match")
+    if "If-Match" in request.headers:
+        raise BadRequest("is not taken: jobs have no entity tags (If-None-Match: * creates only)", field="If-Match")
     body = await json_body(request)
-    create_only = request.headers.get("If-None-Match") == "*"
+    create_only = inm is not None
     res = await svc.put_job(name, body, rid(request), create_only=create_only, tenants=tenants_of(request))
     return json_response(res, status=201 if res["created"] else 200)
 
