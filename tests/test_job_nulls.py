@@ -95,3 +95,61 @@ def test_nested_nulls_in_a_list_of_objects_are_defaults(schema):
                                                          after=["p"]))["after"]
     assert spec["notify"] == model.validate_job("j", dict(BASE, notify=[{"sink": "ops"}]))["notify"]
     assert not list(schema.iter_errors(body))
+
+
+@pytest.mark.parametrize("path", ["retyr", "schedule.strat_at", "executor.envv", "misfire.grace", "retry.tries",
+                                  "deadline.start_in_s", "schedule.dst.spring", "placement.label",
+                                  "pause_on_failure.after", "overlap.max"])
+def test_an_unknown_field_given_null_is_refused_as_unknown(path, schema):
+    """A typo'd field given null was dropped with the nulls: the job was stored without what
+    its writer meant. It is refused naming it, as any unknown field."""
+    base = dict(BASE, deadline={"start_within_s": 60}, pause_on_failure={"after_consecutive": 2},
+                placement={"labels": {"a": "b"}}, retry={}, overlap={}, schedule={"cron": "0 2 * * *", "dst": {}})
+    body = _set(base, path, None)
+    with pytest.raises(InvalidSpec) as ei:
+        model.validate_job("j", body)
+    if path == "pause_on_failure.after":  # its message names the one field it takes
+        assert ei.value.field == "pause_on_failure" and "after_consecutive" in ei.value.message, ei.value
+    else:
+        assert ei.value.field == path and "unknown field" in ei.value.message, ei.value
+    assert list(schema.iter_errors(body)), path
+
+
+@pytest.mark.parametrize("path", ["after[0].retry", "notify[0].sinks"])
+def test_an_unknown_field_given_null_in_a_list_item_is_refused(path, schema):
+    key, field = path.split("[0].")
+    item = {"after": {"job": "p"}, "notify": {"sink": "ops"}}[key]
+    body = dict(BASE, **{key: [dict(item, **{field: None})]})
+    with pytest.raises(InvalidSpec) as ei:
+        model.validate_job("j", body)
+    assert ei.value.field == path, ei.value
+    assert list(schema.iter_errors(body)), path
+
+
+def test_the_schema_refuses_what_validate_job_refuses_for_want_of_a_field(schema):
+    """A deadline of nulls only names no deadline; a job with a schedule and after needs its
+    misfire: both 422, and the schema says both invalid (it let them through)."""
+    for body in (dict(BASE, deadline={"start_within_s": None}),
+                 {"schedule": {"every_s": 60}, "after": ["p"], "executor": BASE["executor"]}):
+        with pytest.raises(InvalidSpec):
+            model.validate_job("j", body)
+        assert list(schema.iter_errors(body)), body
+    ok = {"after": ["p"], "executor": BASE["executor"], "schedule": None}
+    model.validate_job("j", ok)
+    assert not list(schema.iter_errors(ok))
+
+
+def handler(ctx):
+    return None
+
+
+def test_an_sdk_job_declared_with_labels_none_keeps_its_apps_mark():
+    """labels=None was dropped as a null by validate_job after the App had left its mark out
+    (it merges only maps): the job lost the App's label, and sync --prune its owner."""
+    from raftsched.sdk import App
+    from raftsched.sdk.app import APP_LABEL
+    app = App("billing", misfire="skip")
+    app.job("x", every_s=60, labels=None)(handler)
+    (spec,) = app.specs().values()
+    assert spec["labels"] == {APP_LABEL: "billing"}
+    assert model.validate_job("x", spec)["labels"] == {APP_LABEL: "billing"}

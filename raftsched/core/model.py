@@ -22,9 +22,9 @@ import msgpack
 
 from . import limits, schedule
 from .pipeline_model import validate_after
-from .deadlines import validate as validate_deadline
+from .deadlines import FIELDS as DEADLINE_FIELDS, validate as validate_deadline
 from .errors import InvalidSpec
-from .notify_model import add_job_fields
+from .notify_model import ROUTE_FIELDS, add_job_fields
 from .placement import validate_worker_labels
 from .records import Record
 
@@ -500,39 +500,58 @@ def validate_labels(raw: object) -> dict[str, str]:
     return {k: raw[k] for k in sorted(raw)}
 
 
-#: Where a null in a job body is a value, not an absent field: the payload (any JSON), and the
-#: maps whose keys are the client's (a null value there is refused, naming its key); by the key
-#: of the object holding them (the top level's is "").
-_NULLS_KEPT: dict[str, frozenset[str]] = {"": frozenset({"payload", "secrets", "labels"}),
-                                          "executor": frozenset({"env", "headers"}),
-                                          "placement": frozenset({"labels"})}
-_NONE_KEPT: frozenset[str] = frozenset()
+#: The fields of each object of a job body whose null is the field left out, by the key that
+#: holds the object (the top level's is ""; a list's objects, ``after`` and ``notify``, by the
+#: list's key). A null anywhere else is a value: the payload's, a map's (labels, executor env
+#: and headers, secrets: refused naming its key), or an unknown field's (refused as unknown).
+_NULLABLE: dict[str, frozenset[str]] = {
+    "": frozenset(_TOP_FIELDS - {"payload"}),
+    "schedule": SCHEDULE_FIELDS,
+    "dst": frozenset({"spring_forward", "fall_back"}),
+    "executor": frozenset({"type", "argv", "env", "cwd", "url", "headers", "result", "target"}),
+    "misfire": frozenset({"policy", "grace_s", "max_catchup"}),
+    "retry": frozenset({"max_attempts", "backoff_s", "backoff_multiplier", "backoff_max_s", "jitter"}),
+    "overlap": frozenset({"policy", "max_concurrent"}),
+    "placement": frozenset({"labels"}),
+    "deadline": frozenset(DEADLINE_FIELDS),
+    "pause_on_failure": frozenset({"after_consecutive"}),
+    "after": frozenset({"job", "on"}),
+    "notify": ROUTE_FIELDS,
+}
+#: The objects whose fields are read as _NULLABLE says, by the key that holds them, and the key
+#: of the object that holds that key ("dst" is the schedule's; "labels" is no such object).
+_NULLABLE_IN = {"schedule": "", "executor": "", "misfire": "", "retry": "", "overlap": "", "placement": "",
+                "deadline": "", "pause_on_failure": "", "after": "", "notify": "", "dst": "schedule"}
 
 
 def _has_nulls(v: Any, at: str) -> bool:
-    if isinstance(v, dict):
-        kept = _NULLS_KEPT.get(at, _NONE_KEPT)
-        for k, x in v.items():
-            if x is None or ((type(x) is dict or type(x) is list) and k not in kept and _has_nulls(x, k)):
+    """Whether ``v`` (the object held by key ``at``, or a list of them) has a null _NULLABLE
+    leaves out."""
+    if isinstance(v, list):
+        return any(type(x) is dict and _has_nulls(x, at) for x in v)
+    fields = _NULLABLE[at]
+    for k, x in v.items():
+        if x is None:
+            if k in fields:
                 return True
-        return False
-    return any(type(x) is dict and _has_nulls(x, at) for x in v)  # a list: its objects' fields
+        elif (type(x) is dict or type(x) is list) and _NULLABLE_IN.get(k) == at and _has_nulls(x, k):
+            return True
+    return False
 
 
 def _nulls_absent(v: Any, at: str) -> Any:
     """A job body with every field given as null left out: an optional field's null is its
     default, at every level (a required one's is "is required"), as clients that write every
-    field of a model send them. Lists keep their null items (refused as items); the payload keeps
-    its nulls (the top level's ``payload``: null is a payload). Before 2026-12-06 (a later sitting)
-    only retry, overlap and pause_on_failure took null, the other fields refused it. A body without
-    nulls is returned as it is (read once, not copied: bulk registrations validate many)."""
-    if isinstance(v, dict):
-        kept = _NULLS_KEPT.get(at, _NONE_KEPT)
-        return {k: x if k in kept else _nulls_absent(x, k) for k, x in v.items()
-                if x is not None or (at == "" and k == "payload")}
+    field of a model send them. Lists keep their null items (refused as items); the payload and
+    the maps keep their nulls, and an unknown field given null is refused as unknown. Before
+    2026-12-06 (a later sitting) only retry, overlap and pause_on_failure took null, the other
+    fields refused it. A body without such nulls is returned as it is (read once, not copied:
+    bulk registrations validate many)."""
     if isinstance(v, list):
-        return [_nulls_absent(x, at) if isinstance(x, dict) else x for x in v]
-    return v
+        return [_nulls_absent(x, at) if type(x) is dict else x for x in v]
+    fields = _NULLABLE[at]
+    return {k: _nulls_absent(x, k) if (type(x) is dict or type(x) is list) and _NULLABLE_IN.get(k) == at else x
+            for k, x in v.items() if x is not None or k not in fields}
 
 
 def validate_job(name: str, raw: object, now_ms: int | None = None) -> Record:

@@ -31,7 +31,7 @@ PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"
 #: A sink's ``retry`` fields (``outage_s``: a sink stored before 2026-12-06 (a later sitting) has
 #: none, and is delivered with limits.sink_outage_s_default).
 SINK_RETRY_FIELDS = frozenset({"max_attempts", "backoff_s", "backoff_max_s", "outage_s"})
-_ROUTE_FIELDS = frozenset({"sink", "on", "after_consecutive", "repeat_every_s", "backfills"})
+ROUTE_FIELDS = frozenset({"sink", "on", "after_consecutive", "repeat_every_s", "backfills"})
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _EMAIL_RE = re.compile(r"[^@\s<>,;\"]+@[^@\s<>,;\"]+")
 #: A sink's secret fields, by type: required ones first (stored sealed, read redacted).
@@ -77,8 +77,8 @@ def validate_routes(raw: object, field: str = "notify") -> list[dict[str, Any]]:
         if not isinstance(r, dict):
             raise InvalidSpec("must be an object: {\"sink\": name, \"on\": [kinds]}", field=f)
         for k in r:
-            if k not in _ROUTE_FIELDS:
-                raise InvalidSpec(f"unknown field; allowed: {', '.join(sorted(_ROUTE_FIELDS))}", field=f"{f}.{k}")
+            if k not in ROUTE_FIELDS:
+                raise InvalidSpec(f"unknown field; allowed: {', '.join(sorted(ROUTE_FIELDS))}", field=f"{f}.{k}")
         if "sink" not in r:
             raise InvalidSpec("is required: the sink's name", field=f"{f}.sink")
         route = {

@@ -213,7 +213,9 @@ def _job_spec() -> Schema:
     }
     assert set(props) == SPEC_FIELDS, set(props) ^ SPEC_FIELDS
     return _obj(props, ("executor",),
-                anyOf=[{"required": ["schedule", "misfire"]}, {"required": ["after"]}],
+                # a scheduled job names its misfire policy; a triggered one (after, no schedule) need not
+                anyOf=[{"required": ["schedule", "misfire"]},
+                       {"required": ["after"], "properties": {"schedule": {"type": "null"}}}],
                 description="a job spec (docs/api.md, The job spec); core/model.py validate_job. schedule and "
                             "misfire are required, unless after is given (a triggered job has neither)",
                 examples=[{"schedule": {"every_s": 60}, "executor": {"type": "http", "url": "https://example.com/hook"},
@@ -235,8 +237,13 @@ def _nulls_absent(s: Schema) -> Schema:
             props[k] = v if k in req else _nullable(v)
         out = {**s, "properties": props}
         if "anyOf" in s:  # required in some combination (schedule and misfire, or after): not null there
-            out["anyOf"] = [{**c, "properties": {k: {"not": {"type": "null"}} for k in c["required"]}}
+            out["anyOf"] = [{**c, "properties": {**c.get("properties", {}),
+                                                 **{k: {"not": {"type": "null"}} for k in c["required"]}}}
                             for c in s["anyOf"]]
+        if "minProperties" in s:  # at least that many given, nulls not counted (one: the only case)
+            assert s["minProperties"] == 1 and "anyOf" not in s
+            del out["minProperties"]
+            out["anyOf"] = [{"required": [k], "properties": {k: {"not": {"type": "null"}}}} for k in props]
         return out
     for key in ("oneOf", "anyOf"):
         if key in s:

@@ -243,7 +243,9 @@ class App:
             del raw["schedule"]  # a triggered job (pipelines): its parents' outcomes make its runs
         for k, v in merged.items():
             raw[k] = {"policy": v} if k in _POLICY_SHORTHAND and isinstance(v, str) else v
-        app_labels, job_labels = self.defaults.get("labels", {}), options.get("labels", {})
+        # (None: no labels of its own, as a spec's null field is left out: the App's mark stays)
+        app_labels, job_labels = self.defaults.get("labels"), options.get("labels")
+        app_labels, job_labels = {} if app_labels is None else app_labels, {} if job_labels is None else job_labels
         if isinstance(app_labels, dict) and isinstance(job_labels, dict):
             # The App's labels, then the job's, merged; then the App's mark.
             raw["labels"] = {**app_labels, **job_labels, APP_LABEL: self.name}
