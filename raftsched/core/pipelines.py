@@ -1525,14 +1525,6 @@ def _may_wait(s: SchedulerState, job: Record, slot: int, grid: dict[str, bool] |
     return f"{when} is not a slot of {c} or of its parents' schedules"
 
 
-def is_slot_of(s: SchedulerState, job: Record, slot: int) -> bool:
-    """Whether instant ``slot`` is one of ``job``'s slots: of its schedule, or for a triggered
-    job of its parents' (through triggered parents), as _may_wait reads them."""
-    if "schedule" in job["spec"]:
-        return _on_grid(job, slot, {})
-    return _may_wait(s, job, slot) is None
-
-
 def _on_grid(job: Record, slot: int, grid: dict[str, bool]) -> bool:
     """Whether instant ``slot`` is a slot of scheduled ``job``'s schedule (its time zone, DST
     rules, start_at and jitter), an instant no schedule reaches (past _SLOT_MS_MAX) being none;

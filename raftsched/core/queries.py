@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from . import limits, schedule
 from .errors import BadRequest, NotFound
-from . import pipelines, records
+from . import records
 from .records import STATS_FIELDS, Record, Result, attempts_of, is_int
 from .notify import view_health
 from .ready import Buckets, entries_of
@@ -370,19 +370,20 @@ def run(s: SchedulerState, run_id: str) -> dict[str, Any] | None:
 
 
 def covering_record(s: SchedulerState, run_id: str) -> dict[str, Any] | None:
-    """The recorded range of the job's history that covers the slot ``run_id`` names (``J@<ms>``,
-    a slot of the job with no run of its own: a misfire or a pause recorded it with others, under
-    the range's first slot), or None; an instant between the job's slots is covered by none. A
-    scan of the job's history (bounded by its ``history``)."""
+    """The recorded range of the job's history that covers the instant ``run_id`` names
+    (``J@<ms>``, with no run of its own: a misfire or a pause recorded its slots with others,
+    under the range's first slot), or None. Any instant from the range's first slot to its last
+    (``slot_to``) is covered, as ``?slot=`` of a job's runs reads it: which of them were slots
+    is the schedule's of when it was recorded, which a replace may have changed since. A scan
+    of the job's history (bounded by its ``history``)."""
     name, _, rest = run_id.partition("@")
-    job = s.jobs.get(name)
-    if job is None or not (rest.isascii() and rest.isdigit()) or len(rest) > 19 or rest != str(int(rest)):
+    if name not in s.jobs or not (rest.isascii() and rest.isdigit()) or len(rest) > 19 or rest != str(int(rest)):
         return None
     slot, runs = int(rest), s.runs
     for rid in s.history.get(name, ()):
         r = runs[rid]
         if "slot_to" in r and r["slot"] <= slot <= r["slot_to"]:
-            return _run_copy(r) if pipelines.is_slot_of(s, job, slot) else None
+            return _run_copy(r)
     return None
 
 
@@ -800,6 +801,17 @@ def run_tenant(s: SchedulerState, run_id: str) -> str | None:
     """The tenant of run (or recorded slot) ``run_id``, or None when there is no such run."""
     r = s.runs.get(run_id)
     return None if r is None else _tenant_of_run(s, r)
+
+
+def run_or_slot_tenant(s: SchedulerState, run_id: str) -> str | None:
+    """run_tenant; for an id with no run that names a slot of a job (``J@<ms>``: a slot a
+    recorded range covers, a pipeline child's waiting slot), its job's tenant."""
+    t = run_tenant(s, run_id)
+    if t is None:
+        name, _, rest = run_id.partition("@")
+        if rest.isascii() and rest.isdigit():
+            return job_tenant(s, name)
+    return t
 
 
 def jobs_page_in(s: SchedulerState, tenants: Collection[str], limit: int, after: str | None,

@@ -46,8 +46,10 @@ def _job_in(svc, p, name: str) -> None:
         raise NotFound(f"no job named {name!r}", field="name")
 
 
-def _run_in(svc, p, run_id: str, where: str = "") -> None:
-    t = svc.read(queries.run_tenant, run_id)
+def _run_in(svc, p, run_id: str, where: str = "", slot_too: bool = False) -> None:
+    """``slot_too``: an id of no run that names a slot of a job (a recorded range's, a waiting
+    child's: GET /v1/runs/{run}) is its job's tenant's."""
+    t = svc.read(queries.run_or_slot_tenant if slot_too else queries.run_tenant, run_id)
     if t is None or t not in p.tenants:
         raise NotFound(f"no run {run_id!r}{where}", field="run")
 
@@ -66,7 +68,7 @@ def check(route: Route, request: web.Request, p) -> None:
         if kind is Tenancy.JOB:
             _job_in(svc, p, request.match_info["name"])
         elif kind is Tenancy.RUN:
-            _run_in(svc, p, request.match_info["run"])
+            _run_in(svc, p, request.match_info["run"], slot_too=True)
         elif kind is Tenancy.DEAD_RUN:
             _run_in(svc, p, request.match_info["run"], " in a dead-letter queue")
     except NotFound:
