@@ -137,12 +137,58 @@ def test_an_outage_is_waited_out_in_order_and_a_refusal_is_not(monkeypatch):
                 await _until(lambda: env.state.sinks["hook"]["dead"], "the dead event")
                 d = env.state.sinks["hook"]["dead"][0]
                 assert d["error"] == "HTTP 502" and d["attempts"] >= 3, d
+                # The outage is the sink's, not the event's: the next event, the sink still down,
+                # is dead after its attempts (not another outage_s), and the gauge goes on.
+                n = len(got)
+                assert (await call(c, "POST", "/v1/jobs/j/trigger", BOOT))[0] == 201
+                await _until(lambda: len(env.state.sinks["hook"]["dead"]) == 2, "the second dead event")
+                assert env.state.sinks["hook"]["dead"][1]["attempts"] == 2 and len(got) == n + 2
+                assert 'raftsched_sink_unreachable_seconds{sink="hook"} 601' in generate_latest(reg).decode()
                 # A refusal is dead after its attempts, outage_s or not.
                 status[0] = 403
                 n = len(got)
                 assert (await call(c, "POST", "/v1/jobs/j/trigger", BOOT))[0] == 201
-                await _until(lambda: len(env.state.sinks["hook"]["dead"]) == 2, "the refused event")
-                assert env.state.sinks["hook"]["dead"][1]["attempts"] == 2 and len(got) == n + 2
+                await _until(lambda: len(env.state.sinks["hook"]["dead"]) == 3, "the refused event")
+                assert env.state.sinks["hook"]["dead"][2]["attempts"] == 2 and len(got) == n + 2
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+    run(t)
+
+
+def test_what_a_batch_delivered_before_an_outage_is_committed_before_it_is_waited_out(monkeypatch):
+    """A batch's cursor was committed at its end only: an outage waited out for a day on its
+    third event left the two delivered before it uncommitted, sent again by a new leader. They
+    are committed before the wait, and the events after the stuck one wait behind it."""
+    monkeypatch.setattr(limits, "sink_outage_wait_s_min", 0.01)
+
+    async def t(env, c):
+        got: list[str] = []
+        down = {"ev-3"}
+
+        async def hook(request: web.Request) -> web.Response:
+            ev = json.loads(await request.read())["event_id"]
+            got.append(ev)
+            return web.json_response({}, status=503 if ev in down else 200)
+        app = web.Application()
+        app.router.add_post("/{tail:.*}", hook)
+        async with TestServer(app, host="127.0.0.1") as srv:
+            assert (await call(c, "PUT", "/v1/sinks/hook", BOOT, {
+                "type": "webhook", "url": f"http://127.0.0.1:{srv.port}/", "secrets": {"signing_key": "k"},
+                "retry": {"max_attempts": 2, "backoff_s": 0, "backoff_max_s": 0}}))[0] == 201
+            assert (await call(c, "PUT", "/v1/jobs/j", BOOT, dict(SPEC, notify=[{"sink": "hook",
+                                                                                  "on": ["job.triggered"]}])))[0] == 201
+            for _ in range(4):
+                assert (await call(c, "POST", "/v1/jobs/j/trigger", BOOT))[0] == 201
+            notifier = Notifier(env.raft, env.clock, env.service.keyring)
+            task = asyncio.ensure_future(notifier.run_while_leading())
+            try:
+                await _until(lambda: got.count("ev-3") >= 4, "tries past the attempts")
+                assert env.state.sinks["hook"]["cursor"] == 2 and got[:2] == ["ev-1", "ev-2"]
+                assert "ev-4" not in got
+                down.clear()
+                await _until(lambda: env.state.sinks["hook"]["cursor"] == env.state.outbox.seq, "the cursor")
+                assert got.count("ev-1") == 1 and got[-2:] == ["ev-3", "ev-4"]
             finally:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -829,7 +875,7 @@ def test_what_an_outage_is_and_what_a_refusal_is():
         err = await notifier._send("s", spec, {"signing_key": "k"}, ev)
         assert isinstance(err, Unreachable) and "Connect" in err, err
         for code, down in ((500, True), (503, True), (408, True), (429, True), (400, False), (404, False),
-                           (410, False)):
+                           (410, False), (501, False), (505, False)):
             app, _ = _receiver([code])
             async with TestServer(app, host="127.0.0.1") as srv:
                 err = await notifier._send("s", dict(spec, url=f"http://127.0.0.1:{srv.port}/"), {"signing_key": "k"},
@@ -840,6 +886,9 @@ def test_what_an_outage_is_and_what_a_refusal_is():
     assert _smtp_unreachable(smtplib.SMTPServerDisconnected("gone"))
     assert _smtp_unreachable(ConnectionRefusedError(111, "refused"))
     assert _smtp_unreachable(TimeoutError("timed out"))
+    assert _smtp_unreachable(OSError(113, "No route to host"))  # not a ConnectionError
+    assert _smtp_unreachable(smtplib.SMTPRecipientsRefused({"a@b": (451, b"4.7.1 greylisted")}))
+    assert _smtp_unreachable(ssl.SSLEOFError(8, "EOF in violation of protocol"))
     assert not _smtp_unreachable(smtplib.SMTPResponseException(550, b"no such user"))
     assert not _smtp_unreachable(smtplib.SMTPRecipientsRefused({"a@b": (550, b"no")}))
     assert not _smtp_unreachable(ssl.SSLCertVerificationError("bad certificate"))

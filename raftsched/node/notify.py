@@ -30,7 +30,7 @@ from collections import Counter
 from datetime import datetime, timezone
 from email.message import EmailMessage
 from email.utils import format_datetime
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 from urllib.parse import quote, urlsplit
 
 import aiohttp
@@ -356,7 +356,7 @@ class Notifier:
         self.attempts_failed: Counter = Counter()  # sink -> attempts refused
         self.lost: Counter = Counter()  # sink -> events the outbox gave up before it was sent them (at most)
         self._lost_at: dict[str, int] = {}
-        #: sink -> when (ms) the event it is retried past its attempts first failed: an outage
+        #: sink -> when (ms) its outage began: an attempt that could not reach it, none taken since
         self._unreachable: dict[str, int] = {}
         self._latency: list[int] = [0] * (len(LATENCY_BUCKETS) + 1)
         self._latency_sum = 0.0
@@ -464,22 +464,39 @@ class Notifier:
             # (A spec that differs only in how its secrets are sealed moves ``held`` instead.)
             held = [gen]
             replaced = functools.partial(self._replaced, name, spec, secrets, held)
+            at = [batch["cursor"]]  # the cursor committed
             try:
                 for i, ev in enumerate(batch["redo"] + batch["events"]):
                     if i < n_redo:
                         done_redo.append(ev["seq"])
                     if spec.get("tenant") is not None and ev.get("tenant") != spec["tenant"]:
                         continue  # (routed before the sink was limited to another tenant: not its)
-                    ok, error, attempts = await self._deliver(name, spec, secrets, ev, replaced)
+                    cursor = at[0] if i < n_redo else max(at[0], ev["seq"] - 1)
+                    ok, error, attempts = await self._deliver(
+                        name, spec, secrets, ev, replaced,
+                        functools.partial(self._checkpoint, name, cursor, at, done_redo, i < n_redo, dead, held))
                     if not ok:
                         dead.append({"event": ev, "error": error, "attempts": attempts})
+                        self.dead[(name, ev["kind"])] += 1
             except _Replaced:
                 self._unreachable.pop(name, None)
                 log.info("notify: sink %s was replaced: its batch starts again with the new spec", name)
                 continue
-            for d in dead:
-                self.dead[(name, d["event"]["kind"])] += 1
-            await self._commit(name, batch["upto"], done_redo, dead, batch["cursor"], held[0])
+            await self._commit(name, batch["upto"], done_redo, dead, at[0], held[0])
+
+    async def _checkpoint(self, name: str, cursor: int, at: list[int], done_redo: list[int], in_redo: bool,
+                          dead: list[dict], held: list[int]) -> None:
+        """Before an outage is waited out on an event: what its batch did before it is committed,
+        the cursor to ``cursor`` (the outbox events before it), the requeued events done (the one
+        at hand, the last of ``done_redo`` when ``in_redo``, is not), the dead; so a new leader,
+        or the batch read again after a replace, starts from it, not from the batch's start, which
+        a day's wait would send again. ``at[0]``: the cursor committed, moved."""
+        redo = done_redo[:-1] if in_redo else list(done_redo)
+        if redo or dead or cursor > at[0]:
+            await self._commit(name, cursor, redo, dead, at[0], held[0])
+            del done_redo[:len(redo)]
+            dead.clear()
+            at[0] = cursor
 
     def _replaced(self, name: str, spec: dict, secrets, held: list[int]) -> bool:
         """Whether sink ``name`` is no longer generation ``held[0]`` (replaced, or gone). A new
@@ -536,13 +553,16 @@ class Notifier:
         return clear_secrets(self.keyring, name, spec)
 
     async def _deliver(self, name: str, spec: dict, secrets, ev: dict,
-                       replaced: Callable[[], bool] | None = None) -> tuple[bool, str | None, int]:
-        """Send one event, retried up to the budget. :raises _Replaced: ``replaced()`` says the
-        sink was replaced since ``spec`` was read (asked before each attempt and while waiting)."""
+                       replaced: Callable[[], bool] | None = None,
+                       checkpoint: Callable[[], Awaitable[None]] | None = None) -> tuple[bool, str | None, int]:
+        """Send one event, retried up to the budget, and past it while the sink cannot be
+        reached, until its outage (counted from its first such attempt, whichever event's, by
+        this node) has lasted ``retry.outage_s``; ``checkpoint()`` is awaited before that wait.
+        :raises _Replaced: ``replaced()`` says the sink was replaced since ``spec`` was read
+        (asked before each attempt and while waiting)."""
         retry = spec["retry"]
         outage_ms = retry.get("outage_s", limits.sink_outage_s_default) * 1000
         error: str | None = None
-        first_ms: int | None = None  # when the first attempt failed
         attempt = 0
         while True:
             attempt += 1
@@ -565,33 +585,35 @@ class Notifier:
                     i += 1
                 self._latency[i] += 1
                 self._latency_sum += lat
-                if attempt > retry["max_attempts"]:
-                    log.warning("notify: sink %s took event %s again, after %d attempts in %.0f s", name,
-                                events.event_id(ev["seq"]), attempt, (self.clock.now_ms() - (first_ms or 0)) / 1000)
-                    self._unreachable.pop(name, None)
+                since = self._unreachable.pop(name, None)
+                if since is not None and attempt > retry["max_attempts"]:
+                    log.warning("notify: sink %s took event %s again, after %d attempts, its outage %.0f s long",
+                                name, events.event_id(ev["seq"]), attempt, (self.clock.now_ms() - since) / 1000)
                 return True, None, attempt
             unreachable = isinstance(error, Unreachable)
             # Before it is kept in the dead list (any reader's) or logged: no secret in it.
             error = scrub(error, spec, secrets)
             self.attempts_failed[name] += 1
             now = self.clock.now_ms()
-            if first_ms is None:
-                first_ms = now
             delay = min(retry["backoff_s"] * 2 ** min(attempt - 1, 32), retry["backoff_max_s"])
+            if unreachable:
+                self._unreachable.setdefault(name, now)  # an outage begins (until a delivery)
             if attempt >= retry["max_attempts"]:
                 # Past its attempts: an outage (no answer, a connection that failed, a 5xx, 408 or
-                # 429) is waited out for outage_s, the event kept at the head of its sink's order;
-                # a refusal ends it in the dead list.
-                if not unreachable or now - first_ms >= outage_ms:
+                # 429) is waited out until it has lasted outage_s, the event kept at the head of
+                # its sink's order; a refusal ends it in the dead list, as does an outage that
+                # has lasted longer (each later event then after its attempts, until one is taken).
+                since = self._unreachable.get(name) if unreachable else None
+                if since is None or now - since >= outage_ms:
                     break
                 if attempt == retry["max_attempts"]:
-                    self._unreachable.setdefault(name, first_ms)
                     log.warning("notify: sink %s cannot be reached (%s): event %s is retried until %s "
                                 "(retry.outage_s), the events after it wait", name, error,
-                                events.event_id(ev["seq"]), _iso(first_ms + outage_ms))
+                                events.event_id(ev["seq"]), _iso(since + outage_ms))
+                    if checkpoint is not None:
+                        await checkpoint()
                 delay = max(delay, limits.sink_outage_wait_s_min)
             await _backoff(delay, replaced)
-        self._unreachable.pop(name, None)
         log.warning("notify: sink %s gave up event %s after %d attempts: %s", name, events.event_id(ev["seq"]),
                     attempt, error)
         return False, error, attempt
@@ -658,14 +680,15 @@ class Notifier:
                 await resp.read()
                 if 200 <= resp.status < 300:
                     return None
-                if resp.status >= 500 or resp.status in (408, 429):
-                    return Unreachable(f"HTTP {resp.status}")
+                if (resp.status >= 500 and resp.status not in (501, 505)) or resp.status in (408, 429):
+                    return Unreachable(f"HTTP {resp.status}")  # (501, 505: it will never take it)
                 return f"HTTP {resp.status}"
         except asyncio.TimeoutError:
             return Unreachable(f"no answer in {SEND_TIMEOUT_S:g} s")
         except (aiohttp.ClientError, OSError, ValueError) as e:
-            if isinstance(e, (aiohttp.ClientConnectionError, ConnectionError, socket.gaierror)) \
-                    and not isinstance(e, (ValueError, aiohttp.ClientSSLError, ssl.SSLError, ssl.CertificateError)):
+            if isinstance(e, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError)) \
+                    and not isinstance(e, (ValueError, aiohttp.ClientSSLError, aiohttp.ServerFingerprintMismatch,
+                                           ssl.SSLError, ssl.CertificateError)):
                 return Unreachable(exc_error(e, url))
             return exc_error(e, url)
         finally:
@@ -710,10 +733,11 @@ class Notifier:
 
 class Unreachable(str):
     """An attempt's error that says the sink could not take the event now: no answer, a
-    connection that could not be made or broke, HTTP 5xx, 408 or 429, an SMTP 4xx reply. Past
-    its attempts such an event is retried for the sink's ``retry.outage_s``; any other error
-    (a refusal: 4xx, a certificate, a tenant's network policy, a secret that cannot be opened)
-    ends it in the dead list."""
+    connection that could not be made or broke, a name that did not resolve, HTTP 5xx (but 501
+    and 505), 408 or 429, an SMTP 4xx reply (recipients greylisted included). Past its attempts
+    such an event is retried until the sink's outage has lasted ``retry.outage_s``; any other
+    error (a refusal: 4xx, a certificate, a tenant's network policy, a secret that cannot be
+    opened) ends it in the dead list."""
 
 
 def _policy_error(why: str | None) -> str:
@@ -727,11 +751,14 @@ def _policy_error(why: str | None) -> str:
 def _smtp_unreachable(e: BaseException) -> bool:
     if isinstance(e, smtplib.SMTPResponseException):
         return 400 <= e.smtp_code < 500  # "try again later"; 5xx is a refusal
-    if isinstance(e, smtplib.SMTPServerDisconnected):
-        return True
+    if isinstance(e, smtplib.SMTPRecipientsRefused):  # each recipient's reply: 4xx for all (greylisted)
+        codes = [v[0] for v in e.recipients.values() if isinstance(v, tuple) and v]
+        return bool(codes) and all(isinstance(c, int) and 400 <= c < 500 for c in codes)
+    if isinstance(e, (smtplib.SMTPServerDisconnected, ssl.SSLEOFError)):
+        return True  # the connection broke
     if isinstance(e, (smtplib.SMTPException, ssl.SSLError, ssl.CertificateError, ValueError)):
-        return False  # recipients or sender refused, no STARTTLS, a certificate, a header
-    return isinstance(e, (ConnectionError, TimeoutError, socket.gaierror, socket.timeout))
+        return False  # a sender refused, no STARTTLS, a certificate or a handshake, a header
+    return isinstance(e, OSError)  # refused, reset, timed out, no route to the host, no such name
 
 
 class _Replaced(Exception):
@@ -788,9 +815,9 @@ class _Collector:
         for sink, v in sorted(dict(n.attempts_failed).items()):
             failed.add_metric([sink], v)
         yield failed
-        down = GaugeMetricFamily("raftsched_sink_unreachable_seconds", "how long the event a sink is retried "
-                                 "past its attempts has failed (an outage: its retry.outage_s), absent when none is "
-                                 "(this node, while leading)", labels=["sink"])
+        down = GaugeMetricFamily("raftsched_sink_unreachable_seconds", "how long a sink's outage has lasted "
+                                 "(since an attempt first could not reach it, none taken since), absent while it has "
+                                 "none (this node, while leading)", labels=["sink"])
         now = n.clock.now_ms()
         for sink, since in sorted(dict(n._unreachable).items()):
             down.add_metric([sink], max(0, now - since) / 1000)
