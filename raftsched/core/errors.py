@@ -52,6 +52,14 @@ class Forbidden(RaftschedError):
     code = "forbidden"
 
 
+class RequestTimeout(RaftschedError):
+    """A request whose body did not arrive whole within the node's bound for it (a client that
+    sent less than its Content-Length, or stalled): refused, changing nothing."""
+
+    http_status = 408
+    code = "request_timeout"
+
+
 class TooManyRequests(RaftschedError):
     """Too many refused tokens from one source: it is slowed down (Retry-After)."""
 
@@ -111,6 +119,6 @@ _BY_CODE: dict[str, type[RaftschedError]] = {
     k.code: k
     for k in (
         BadRequest, Unauthorized, NotFound, Conflict, InvalidSpec, InvalidCommand,
-        LimitExceeded, Unavailable, Indeterminate, Forbidden, TooManyRequests,
+        LimitExceeded, Unavailable, Indeterminate, Forbidden, TooManyRequests, RequestTimeout,
     )
 }

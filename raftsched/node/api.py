@@ -17,15 +17,16 @@ import os
 from aiohttp import web
 
 from ..core import deadlines, limits, members, model, queries
-from ..core.errors import BadRequest, InvalidSpec, NotFound, RaftschedError, TooManyRequests, Unauthorized, Unavailable
+from ..core.errors import (BadRequest, InvalidSpec, NotFound, RaftschedError, RequestTimeout, TooManyRequests, Unauthorized,
+                           Unavailable)
 from ..core.model import RUN_STATES
 from . import auth as auth_module
 from . import limits as node_limits
 from . import dashboard, notify, openapi, reads, rotation, routes, tenancy
 from .http import (AUDIT, AUTH, BACKFILLS, FLEET, METRICS, PRINCIPAL, ROUTE_TABLE, SERVICE, TOKEN,  # noqa: F401 - re-exported
-                   TRIGGER, UNCHANGED, WORKER, bool_param, choice_param, client_key, int_param, json_body,
-                   json_response, label_params, optional_json_body, rid, scope_key, state_param, tenants_of,
-                   job_param, queue_param, time_param)
+                   TRIGGER, UNCHANGED, WORKER, ClientGone, bool_param, choice_param, client_key, int_param, json_body,
+                   json_response, label_params, optional_json_body, read_body, rid, scope_key, state_param,
+                   tenants_of, job_param, queue_param, time_param)
 from .routes import CONSISTENT, OPEN, STALE, Param, Route, Tenancy
 from .backfills import BackfillService
 from .fleet import Fleet
@@ -60,7 +61,24 @@ def _error_response(e: RaftschedError) -> web.Response:
         headers["WWW-Authenticate"] = "Bearer"
     if isinstance(e, TooManyRequests):
         headers["Retry-After"] = str(max(1, math.ceil(e.extra.get("retry_after_s", 1))))
-    return json_response({"error": e.to_dict()}, status=e.http_status, headers=headers)
+    resp = json_response({"error": e.to_dict()}, status=e.http_status, headers=headers)
+    if isinstance(e, RequestTimeout):
+        resp.force_close()  # Connection: close: that connection's body is given up on, and it with it
+    return resp
+
+
+#: The status a request is counted with (/metrics) and audited with when its client closed the
+#: connection before it was answered: nginx's "client closed request". No client ever reads it.
+CLIENT_CLOSED = 499
+
+
+def _client_closed(request: web.Request, e: Exception) -> bool:
+    """``e`` is the client going away, not a fault of the node: its body's read lost the
+    connection (http.read_body), or a ConnectionError came while the connection is gone."""
+    if isinstance(e, ClientGone):
+        return True
+    transport = request.transport
+    return isinstance(e, ConnectionError) and (transport is None or transport.is_closing())
 
 
 @web.middleware
@@ -82,7 +100,15 @@ async def errors_middleware(request: web.Request, handler):
                 headers={k: v for k, v in e.headers.items() if k.lower() == "allow"},
             )
         raise
-    except Exception:
+    except Exception as e:
+        if _client_closed(request, e):
+            # Nothing to answer, and nothing the node did wrong: a client that gives up is no
+            # 500, nor an error in the node's log (a response is returned for the audit record
+            # and the request counters; aiohttp drops it: the connection is gone).
+            log.debug("api: %s %s: %s", request.method, request.path,
+                      e if isinstance(e, ClientGone) else f"the client closed the connection ({e!r})")
+            return json_response({"error": {"code": "client_closed", "message": "the client closed the connection",
+                                            "field": None}}, status=CLIENT_CLOSED)
         log.exception("api: internal error on %s %s", request.method, request.path)
         return json_response(
             {"error": {"code": "internal", "message": "internal error (logged on the node)", "field": None}},
@@ -132,7 +158,7 @@ async def _no_body(request: web.Request, route: Route, path: str | None) -> None
     ignored (a resume sent ``{"catch_up": true}`` resumed without catching up, and the missed
     slots were recorded skipped for good). A field that is one of the route's query parameters
     says so."""
-    raw = await request.read()
+    raw = await read_body(request)
     if not raw.strip():
         return
     try:

@@ -4,6 +4,7 @@ naming the field. api.py, auth.py and tenancy.py import them from here, never fr
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
@@ -11,11 +12,13 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from ..core import limits, schedule
 from ..core.bodies import json_loads
-from ..core.errors import BadRequest, InvalidSpec
+from ..core.errors import BadRequest, InvalidSpec, RequestTimeout
 from ..core.model import RUN_STATES, check_label_key, check_label_value, check_name
+from . import limits as node_limits
 
 #: The application's parts (make_app sets them). An app without the node's loops (tests)
 #: leaves TRIGGER, WORKER, METRICS and AUDIT unset.
@@ -69,10 +72,37 @@ def tenants_of(request: web.Request) -> frozenset | None:
     return None if p is None else p.tenants
 
 
+class ClientGone(Exception):
+    """The client closed its connection before its request's body had arrived: there is no one
+    to answer, and nothing was done (api.py errors_middleware logs it at debug, not as an error
+    of the node)."""
+
+
+async def read_body(request: web.Request) -> bytes:
+    """The request's body, whole, as every handler reads it (aiohttp keeps it: a second call
+    returns it again).
+
+    :raises RequestTimeout: it did not arrive within node_limits.request_body_s (408).
+    :raises BadRequest: its framing is broken (a bad chunk of a chunked body).
+    :raises ClientGone: the connection was lost while it arrived.
+    A body larger than the request's client_max_size raises aiohttp's 413 as before."""
+    try:
+        async with asyncio.timeout(node_limits.request_body_s):
+            return await request.read()
+    except TimeoutError:
+        sent = "" if request.content_length is None else f" (Content-Length: {request.content_length})"
+        raise RequestTimeout(f"the request body did not arrive whole{sent} within "
+                             f"{node_limits.request_body_s:g} s; nothing was done") from None
+    except (web.RequestPayloadError, HttpProcessingError) as e:
+        raise BadRequest(f"malformed request body: {e}") from None
+    except ConnectionError as e:  # aiohttp's ConnectionResetError("Connection lost") among them
+        raise ClientGone(f"the client closed the connection before its body arrived ({e!r})") from None
+
+
 async def json_body(request: web.Request, strict: bool = True):
     """The request's JSON body. ``strict``: an object naming a key twice is refused (400, the key
     named: core.bodies.json_loads); the worker protocol's routes read theirs without it."""
-    raw = await request.read()
+    raw = await read_body(request)
     if not raw:
         raise BadRequest("request body is empty; send a JSON object")
     try:
@@ -124,7 +154,7 @@ def _lone_surrogate(v: Any, path: str) -> str | None:
 async def optional_json_body(request: web.Request, default=None):
     """The JSON body, or ``default`` when the request has none. A body of JSON ``null`` is not
     "none": it is refused (422) like any other body that is not an object."""
-    if not await request.read():
+    if not await read_body(request):
         return default
     body = await json_body(request)
     if body is None:

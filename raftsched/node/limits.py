@@ -218,6 +218,18 @@ membership_change_timeout_s = 8.0
 #: Largest request body (but ``POST /v1/jobs:batch``, bounded by core batch_request_bytes_max):
 #: a job spec is at most job_spec_bytes_max encoded.
 request_bytes_max = 64 * 1024
+#: How long a handler waits for the whole of its request's body, from the first read of it: one
+#: that has not arrived by then (a client that sent less than its Content-Length and waits, or
+#: trickles it) is answered 408 and the connection closed, and nothing is done. Without it, such
+#: a request held its handler, and a graceful stop, for as long as the client kept the
+#: connection open. The same for a batch's body (16 MiB): the client's own attempt at one
+#: gives up after 30 s too (client/core.py BATCH_TIMEOUT_S).
+request_body_s = 30.0
+#: A graceful stop gives the API's requests in flight this long to be answered, then cancels
+#: them and waits as long again for their handlers to end (aiohttp's shutdown_timeout): a stop
+#: takes at most twice this for the API, whatever its clients do. A write cut this way is
+#: like one whose connection was lost: the client retries it under the same Idempotency-Key.
+api_stop_grace_s = 2.0
 #: Jobs per page of ``GET /v1/jobs`` (``limit``).
 jobs_page_max = 1000
 #: Runs per answer of ``GET /v1/runs`` and dead runs per answer of ``GET /v1/dlq`` (``limit``).
@@ -244,6 +256,7 @@ assert storm_ahead_ms_max > core.fire_ahead_ms and storm_commit_margin >= 1 and 
 assert storm_rate_probe_pieces >= 2 and storm_jobs_per_tick_max >= storm_rate_sample_min
 assert 0 < storm_fire_entries_max <= core.fire_entries_max and 0 < storm_fire_commands_in_flight_max <= fire_commands_in_flight_max
 assert request_bytes_max >= core.job_spec_bytes_max and request_bytes_max <= core.batch_request_bytes_max
+assert request_body_s > 0 and api_stop_grace_s > 0
 assert core.grace_s_default * 1000 > 2 * trigger_interval_ms
 assert lease_ttl_ms_default >= 4 * trigger_interval_ms
 assert 0 < put_jobs_envelope_bytes < core.command_bytes_max

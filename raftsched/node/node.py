@@ -281,11 +281,19 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
         audit.close(clock.now_ms())
 
 
+def api_runner(app: web.Application) -> web.AppRunner:
+    """The runner that serves the API. Its cleanup (a graceful stop) answers nothing new and
+    gives the requests in flight node_limits.api_stop_grace_s, then cancels them: aiohttp's
+    default waited 60 s for them, so a client that sent part of a body and kept its connection
+    open held the stop until the supervisor killed the node (no dump written)."""
+    return web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=node_limits.api_stop_grace_s)
+
+
 async def _serve(cfg: NodeConfig, raft, loop, app, trigger, worker, stop, gc_pauses: gcpolicy.GcPauses,
                  fleet: Fleet) -> None:
     ssl_ctx = tls_context(cfg)
     raft.start(loop)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    runner = api_runner(app)
     await runner.setup()
     site = web.TCPSite(runner, cfg.api_host, cfg.api_port, reuse_address=True, ssl_context=ssl_ctx)
     try:

@@ -641,6 +641,7 @@ def _error_response(status: int) -> Schema:
             401: "no token, or an unknown, expired or revoked one",
             403: "the token's role lacks the scope (named in scope), or the tenant is not the token's",
             404: "no such object", 405: "method not allowed", 409: "a conflict with the state",
+            408: f"the body did not arrive whole within {node_limits.request_body_s:g} s: nothing was done",
             413: f"a body larger than {node_limits.request_bytes_max} bytes",
             422: "a value refused: the field is named", 429: "too many refused tokens from this address",
             503: "no leader, or a bound reached: nothing happened; retry",
@@ -696,8 +697,8 @@ def _operation(route: Route, oid: str, open_: bool) -> Schema:
                                "barrier (?stale=true; /v1/cluster unless ?consistent=true)",
                 "schema": {"type": "string", "enum": ["true"]}}}
     statuses = set(route.errors) | set(OPEN_ERRORS if open_ else COMMON_ERRORS)
-    if route.body is not None:
-        statuses |= {413, 422}
+    if route.body is not None:  # a body too large, too slow to arrive, or refused
+        statuses |= {408, 413, 422}
     if "{" in route.path:  # a path parameter that is no valid name, id or address
         statuses.add(422)
     if route.mutates:  # an Idempotency-Key used before for another request
