@@ -256,3 +256,77 @@ def test_a_slot_no_parent_reported_is_decided_by_the_parents_that_replace_them()
     (g,) = [g for g in lease(s, slot + 5 * SEC) if g["id"] == rid]
     finish(s, g, slot + 6 * SEC, True)
     assert s.deadlines.slots[rid]["state"] == "met" and rid not in s.deadlines.open.get("c", {})
+
+
+def _rerun_by_hand(c_after):
+    """x and a every 60 s, b after x, c after ``c_after``; x's run of S dies (b@S recorded
+    upstream_failed), then b's slot S is run again by hand with propagate and succeeds."""
+    from raftsched.core import commands
+    from core_helpers import apply
+    s = told_state()
+    for n, raw in (("x", job_raw(every_s=60)), ("a", job_raw(every_s=60)), ("b", job_raw(after=["x"])),
+                   ("c", job_raw(after=c_after))):
+        assert put(s, n, raw)["ok"]
+    slot = T0 + 60 * SEC
+    tick(s, slot)
+    got = {g["job"]: g for g in lease(s, slot + SEC)}
+    finish(s, got["x"], slot + 2 * SEC, False)
+    assert s.runs[f"b@{slot}"]["reason"] == "upstream_failed"
+    r = apply(s, commands.trigger_job(slot + 3 * SEC, None, name="b", extra={"slot": slot, "propagate": True}))
+    assert r["ok"] and r["run"] == f"b@{slot}#manual", r
+    (g,) = [g for g in lease(s, slot + 4 * SEC) if g["job"] == "b"]
+    finish(s, g, slot + 5 * SEC, True)
+    return s, slot, got
+
+
+def test_a_parent_added_is_read_back_as_its_slots_newest_run_not_the_one_it_replaced() -> None:
+    """A review: the read-back took b@S (recorded upstream_failed) where b's slot had been run
+    again by hand and succeeded (b@S#manual), which its report would have said: c's slot was
+    recorded upstream_missed, where with the edge from the start it ran."""
+    for c_after, put_after in ((["a", "b"], None), (["a"], ["a", "b"])):
+        s, slot, got = _rerun_by_hand(c_after)
+        if put_after is not None:
+            assert put(s, "c", job_raw(after=put_after), now=slot + 6 * SEC)["ok"]
+        finish(s, got["a"], slot + 7 * SEC, True)
+        r = s.runs[f"c@{slot}"]
+        assert r["state"] == "queued", (c_after, r)
+
+
+def test_a_put_reads_back_no_parent_it_kept_while_a_rearm_waits_for_its_rerun() -> None:
+    """A review: c after a and b; b's slot run again by hand dies (c's slot upstream_failed),
+    and is requeued (c's record taken back, waiting for the re-run); a put that adds d read
+    b's stale record back for it and decided the slot while the re-run was still queued."""
+    from raftsched.core import commands
+    from core_helpers import apply
+    s = told_state()
+    for n, raw in (("x", job_raw(every_s=60)), ("a", job_raw(every_s=60)), ("d", job_raw(every_s=60)),
+                   ("b", job_raw(after=["x"])), ("c", job_raw(after=["a", "b"]))):
+        assert put(s, n, raw)["ok"]
+    slot = T0 + 60 * SEC
+    tick(s, slot)
+    got = {g["job"]: g for g in lease(s, slot + SEC)}
+    finish(s, got["a"], slot + 2 * SEC, True)
+    finish(s, got["d"], slot + 2 * SEC, True)
+    finish(s, got["x"], slot + 2 * SEC, False)
+    m = apply(s, commands.trigger_job(slot + 3 * SEC, None, name="b", extra={"slot": slot, "propagate": True}))["run"]
+    (g,) = [g for g in lease(s, slot + 4 * SEC) if g["id"] == m]
+    finish(s, g, slot + 5 * SEC, False)
+    assert apply(s, commands.dlq_requeue(slot + 6 * SEC, None, run=m))["ok"]
+    assert f"c@{slot}" not in s.runs and s.runs[m]["state"] == "queued"
+    assert put(s, "c", job_raw(after=["a", "b", "d"]), now=slot + 7 * SEC)["ok"]
+    assert f"c@{slot}" not in s.runs  # still waiting for b's re-run
+    assert s.pipes.joins["c"][slot]["got"].keys() == {"a", "d"}
+    (g,) = [g for g in lease(s, slot + 8 * SEC) if g["id"] == m]
+    finish(s, g, slot + 9 * SEC, True)
+    assert s.runs[f"c@{slot}"]["state"] == "queued"
+
+
+def test_a_pause_and_resume_read_nothing_back() -> None:
+    """Only a put that adds a parent reads back: a slot waiting on a parent whose report went
+    away (a rearm) is not decided by a pause and a resume of the child."""
+    s, slot, got = _one_reported("a")
+    from raftsched.core import commands
+    from core_helpers import apply
+    assert apply(s, commands.make("pause_job", slot + 3 * SEC, None, name="c"))["ok"]
+    assert apply(s, commands.make("resume_job", slot + 4 * SEC, None, name="c"))["ok"]
+    assert f"c@{slot}" not in s.runs and s.pipes.joins["c"][slot]["got"].keys() == {"a"}

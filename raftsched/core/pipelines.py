@@ -235,8 +235,7 @@ def on_put(s: SchedulerState, name: str, old: Record | None, spec: Record, now: 
     until its ``max_wait_s``, or for good (a gated job's own slot). Not while a parent it names
     does not exist yet (a batch that puts the parent after the child): its slots wait for that
     parent's report, as any. A parent added whose run of a slot ended before the edge is read
-    back for it (_check, for a slot before the child's last put), and a slot a deadline record
-    tracks that no parent had reported is offered the new parents' outcomes so read."""
+    back for the slots the child has yet to decide (_read_back)."""
     if old is not None:
         unlink(s, name, old["spec"])
     link(s, name, spec)
@@ -291,23 +290,64 @@ def on_put(s: SchedulerState, name: str, old: Record | None, spec: Record, now: 
     if spec.get("match") == "latest":
         _try_latest(s, child, now, work)
     else:
+        added = [p for p in dict.fromkeys(e["job"] for e in spec["after"])
+                 if p not in {e["job"] for e in old["spec"]["after"]}] if "after" in old["spec"] else []
+        if added:
+            _read_back(s, child, added, now, work)
         for slot in sorted(waiting or ()):
             if slot in s.pipes.joins.get(name, {}):  # (else decided by an earlier one)
-                _check(s, child, slot, now, work)  # (a new parent's outcome read back: _check)
-        # A slot a deadline record tracks that no parent had reported (no join: its only parents
-        # were replaced, say): the new parents' outcomes that ended before the edge are read back
-        # as reports; one still to come reports as any.
-        runs = s.runs
-        for slot, rid in sorted((slot, rid) for rid, slot in s.deadlines.open.get(name, {}).items()):
-            if rid in runs or slot in s.pipes.joins.get(name, {}) or _held_by(s, rid) is not None:
-                continue
-            for e in spec["after"]:
-                info = _final_of(s, e["job"], slot)
-                if info is not None:
-                    _offer(s, child, e["job"], slot, info, now, work)
-                    if slot not in s.pipes.joins.get(name, {}):
-                        break  # decided
+                _check(s, child, slot, now, work)
     _drain(s, work, now)
+
+
+def _read_back(s: SchedulerState, child: Record, added: list[str], now: int, work: list[tuple[Record, int]]) -> None:
+    """The parents a put ``added`` to ``child``: their outcomes of the slots the child has yet to
+    decide that ended before the edge existed (never reported to it) are offered now, as their
+    reports would have been. The slots: those it waits on (a join), those its deadline records
+    track, and those a parent it kept has a run of still to report. A slot's outcome is its
+    newest run that propagates (a re-run by hand or a backfill's over the scheduled one); one
+    still unfinished reports when it ends, as any. A scan of each parent's history, at the put."""
+    c = child["name"]
+    runs = s.runs
+    slots = set(s.pipes.joins.get(c, ()))
+    slots.update(slot for rid, slot in s.deadlines.open.get(c, {}).items() if rid not in runs)
+    for e in child["spec"]["after"]:
+        if e["job"] not in added:
+            slots.update(r["slot"] for r in (runs[rid] for rid in s.history.get(e["job"], ()))
+                         if r["state"] in UNFINISHED and propagates(r) and "slot_to" not in r)
+    for slot in sorted(slots):
+        rid = f"{c}@{slot}"
+        for p in added:
+            if rid in runs or _held_by(s, rid) is not None:
+                break  # decided
+            j = s.pipes.joins.get(c, {}).get(slot)
+            if j is not None and p in j["got"]:
+                continue
+            info = _slot_outcome(s, p, slot)
+            if info is not None:
+                _offer(s, child, p, slot, info, now, work)
+
+
+def _slot_outcome(s: SchedulerState, p: str, slot: int) -> list[Any] | None:
+    """Parent ``p``'s outcome of ``slot`` as a report (_final_of's), read from its history: its
+    newest entry for the slot that propagates (a run of it by hand with propagate, or a
+    backfill's, after the scheduled run or the range that recorded it); None when it has none,
+    or one is unfinished (its report is to come)."""
+    runs = s.runs
+    own, again = f"{p}@{slot}", (f"{p}@{slot}!", f"{p}@{slot}#")
+    last = None
+    for rid in s.history.get(p, ()):
+        x = runs[rid]
+        if rid == own or ("slot_to" in x and x["slot"] <= slot <= x["slot_to"]) \
+                or (x["slot"] == slot and rid.startswith(again)):
+            if not propagates(x):
+                continue
+            if x["state"] in UNFINISHED:
+                return None
+            last = x
+    if last is None:
+        return None
+    return [last["state"], last["id"], last.get("fencing_token"), last.get("result")]
 
 
 def on_delete(s: SchedulerState, name: str, spec: Record, now: int, unfinished: tuple[int, ...] = ()) -> None:
@@ -655,10 +695,8 @@ def _check(s: SchedulerState, child: Record, slot: int, now: int, work: list[tup
     for e in child["spec"]["after"]:
         p = e["job"]
         info = got.get(p)
-        if info is None and ("schedule" in child["spec"] or slot < child["updated"]):
-            # Reported before the own slot came (a range, say); or, a slot from before the child
-            # was last put, ended before its edge existed (a parent added): read back.
-            info = _final_of(s, p, slot)
+        if info is None and "schedule" in child["spec"]:
+            info = _final_of(s, p, slot)  # reported before the own slot came (a range, say)
             if info is not None:
                 got[p] = info
         if info is None:
