@@ -195,6 +195,40 @@ def test_what_a_batch_delivered_before_an_outage_is_committed_before_it_is_waite
     run(t)
 
 
+def test_a_refusal_ends_an_outage(monkeypatch):
+    """A review: only a delivery ended an outage, so a sink that answered with a refusal, and
+    hours later was down for a minute, had that minute measured from the old outage: its event
+    went dead after its attempts, not waited out."""
+    monkeypatch.setattr(limits, "sink_outage_wait_s_min", 0.01)
+
+    async def t(env, c):
+        status = [503]
+        app, got = _receiver(status)
+        async with TestServer(app, host="127.0.0.1") as srv:
+            assert (await call(c, "PUT", "/v1/sinks/hook", BOOT, {
+                "type": "webhook", "url": f"http://127.0.0.1:{srv.port}/", "secrets": {"signing_key": "k"},
+                "retry": {"max_attempts": 2, "backoff_s": 0, "backoff_max_s": 0, "outage_s": 3600}}))[0] == 201
+            assert (await call(c, "PUT", "/v1/jobs/j", BOOT, dict(SPEC, notify=[{"sink": "hook",
+                                                                                  "on": ["job.triggered"]}])))[0] == 201
+            notifier = Notifier(env.raft, env.clock, env.service.keyring)
+            task = asyncio.ensure_future(notifier.run_while_leading())
+            try:
+                assert (await call(c, "POST", "/v1/jobs/j/trigger", BOOT))[0] == 201
+                await _until(lambda: len(got) >= 1, "the first attempt")
+                status[0] = 400  # then it answers: a refusal
+                await _until(lambda: env.state.sinks["hook"]["dead"], "the refused event")
+                env.clock.advance(7_200_000)  # two hours later, down again
+                status[0] = 503
+                n = len(got)
+                assert (await call(c, "POST", "/v1/jobs/j/trigger", BOOT))[0] == 201
+                await _until(lambda: len(got) >= n + 4, "tries past the attempts")
+                assert len(env.state.sinks["hook"]["dead"]) == 1  # waited out, not dead
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+    run(t)
+
+
 def test_delivery_signs_webhooks_formats_slack_and_keeps_what_a_sink_refuses():
     async def t(env, c):
         status = [400]  # a refusal (not an outage: that is waited out, test_an_outage_...)

@@ -597,7 +597,9 @@ class Notifier:
             now = self.clock.now_ms()
             delay = min(retry["backoff_s"] * 2 ** min(attempt - 1, 32), retry["backoff_max_s"])
             if unreachable:
-                self._unreachable.setdefault(name, now)  # an outage begins (until a delivery)
+                self._unreachable.setdefault(name, now)  # an outage begins (until the sink answers)
+            else:
+                self._unreachable.pop(name, None)  # a refusal is an answer: no outage
             if attempt >= retry["max_attempts"]:
                 # Past its attempts: an outage (no answer, a connection that failed, a 5xx, 408 or
                 # 429) is waited out until it has lasted outage_s, the event kept at the head of
