@@ -557,6 +557,11 @@ def _offer(s: SchedulerState, child: Record, parent: str, slot: int, info: list[
         # Decided already (a run, or a record): keep the report with an upstream record, for rearm.
         if done.get("kind") == "recorded" and done.get("reason") in UPSTREAM_REASONS and "upstream" in done:
             done["upstream"][parent] = info
+        # A join the slot kept when it was run by hand (its own id, NAME@SLOT: the slot's run)
+        # before this report came waits for nothing: it goes.
+        waiting = s.pipes.joins.get(c)
+        if waiting is not None and waiting.pop(slot, None) is not None and not waiting:
+            del s.pipes.joins[c]
         return
     if _held_by(s, rid) is not None:
         return  # decided: its run waits for its backfill's budget
