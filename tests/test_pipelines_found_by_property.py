@@ -4,7 +4,7 @@ children put again with other edges; each test failed on the code before its fix
 from __future__ import annotations
 
 from core_helpers import SEC, T0, apply, tick
-from pipeline_helpers import chain_state, finish, job_raw, lease
+from pipeline_helpers import chain_state, finish, job_raw, lease, put
 
 from raftsched.core import commands, pipelines
 
@@ -27,3 +27,26 @@ def test_a_slot_run_by_hand_while_its_join_waited_leaves_no_join_waiting() -> No
     assert S1 not in s.pipes.joins.get("c", {}), s.pipes.joins
     assert pipelines.pending(s, "c", 20) == []
     assert [r for r in s.history["c"]] == [f"c@{S1}"]  # the run by hand, made once
+
+
+def test_a_requeue_rearms_a_slot_with_the_outcome_of_a_parent_added_since() -> None:
+    """c after a; a's run of S1 dies (c@S1 upstream_failed) and b's succeeds; c is put again
+    after a and b (S1 decided: nothing to read back). a's run requeued takes c@S1 back, its join
+    restored from the record's reports: b had never reported to c (the edge came after its
+    run), so when a succeeded the slot waited for b until max_wait_s and was recorded
+    upstream_timeout, though both parents allowed it."""
+    s = chain_state(("a", job_raw(every_s=10)), ("b", job_raw(every_s=10)), ("c", job_raw(after=["a"])))
+    tick(s, S1)
+    got = {g["job"]: g for g in lease(s, S1 + 1)}
+    finish(s, got["a"], S1 + 2, False)
+    finish(s, got["b"], S1 + 3, True)
+    assert s.runs[f"c@{S1}"]["reason"] == "upstream_failed"
+    assert put(s, "c", job_raw(after=["a", "b"]), now=S1 + 4)["ok"]
+    res = apply(s, commands.dlq_requeue(S1 + 5, None, run=f"a@{S1}"))
+    assert res["ok"] and res["rearmed"] == [f"c@{S1}"], res
+    (g,) = lease(s, S1 + 6)
+    finish(s, g, S1 + 7, True)
+    run = s.runs.get(f"c@{S1}")
+    assert run is not None, s.pipes.joins  # (it waited for b's report)
+    assert run["state"] == "queued" and [u["job"] for u in run["upstream"]] == ["a", "b"], run
+    assert "c" not in s.pipes.joins

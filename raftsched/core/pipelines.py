@@ -1096,8 +1096,8 @@ def rearm(s: SchedulerState, run: Record, now: int) -> list[str]:
             hist = s.history.get(c)
             if hist is not None and rid in hist:
                 hist.remove(rid)
-            join = s.pipes.joins.setdefault(c, {})[slot] = {"got": dict(rec["upstream"]), "own": bool(rec.get("own")),
-                                                            "since": now}
+            join = s.pipes.joins.setdefault(c, {})[slot] = {"got": _rearmed_got(s, child, slot, rec["upstream"], again),
+                                                            "own": bool(rec.get("own")), "since": now}
             if rec.get("held"):  # fired ahead of its job's pause, which still holds it (notify.pause)
                 join["held"] = True
             deadlines.reopen(s, rid)  # (judged missed with the record taken back)
@@ -1115,6 +1115,26 @@ def rearm(s: SchedulerState, run: Record, now: int) -> list[str]:
             if j is not None:
                 j["got"] = {k: v for k, v in j["got"].items() if k not in again}
     return out
+
+
+def _rearmed_got(s: SchedulerState, child: Record, slot: int, upstream: dict[str, list[Any]],
+                 again: set[str]) -> dict[str, list[Any]]:
+    """The reports a re-armed record's join starts with: those the record kept of the child's
+    parents (not of a parent a put has taken since), and, for a parent a put has added since the
+    record was made, its outcome of the slot read from its history (_slot_outcome), as a put
+    reads back a parent it adds for a slot still to decide: that parent reported before the
+    edge existed, and will not again (the join waited for it until max_wait_s). The reports of
+    the jobs taken back (``again``) go at the end of the rearm."""
+    got: dict[str, list[Any]] = {}
+    for e in child["spec"].get("after", ()):
+        p = e["job"]
+        if p in upstream:
+            got[p] = upstream[p]
+        elif p not in again:
+            info = _slot_outcome(s, p, slot)
+            if info is not None:
+                got[p] = info
+    return got
 
 
 def _grid_of(s: SchedulerState, run: Record) -> tuple[Record, int] | None:
