@@ -3,12 +3,19 @@ took in runs of a slot by hand with propagate, pauses and resumes, requeues of a
 children put again with other edges; each test failed on the code before its fix."""
 from __future__ import annotations
 
-from core_helpers import SEC, T0, apply, tick
+import pytest
+
+from core_helpers import SEC, T0, apply, resume_cmd, tick
 from pipeline_helpers import chain_state, finish, job_raw, lease, put
 
-from raftsched.core import commands, pipelines
+from raftsched.core import commands, limits, pipelines
+from raftsched.core.notify_model import validate_sink
 
 S1 = T0 + 10 * SEC
+S2 = T0 + 20 * SEC
+#: A sink told of missed slots (test_a_deferred_range_...).
+SINK = validate_sink("ops", {"type": "webhook", "url": "http://127.0.0.1:9/hook",
+                             "secrets": {"signing_key": "k"}, "retry": {"max_attempts": 1}})
 
 
 def test_a_slot_run_by_hand_while_its_join_waited_leaves_no_join_waiting() -> None:
@@ -50,3 +57,36 @@ def test_a_requeue_rearms_a_slot_with_the_outcome_of_a_parent_added_since() -> N
     assert run is not None, s.pipes.joins  # (it waited for b's report)
     assert run["state"] == "queued" and [u["job"] for u in run["upstream"]] == ["a", "b"], run
     assert "c" not in s.pipes.joins
+
+
+@pytest.mark.parametrize("via", [None, "x"])
+def test_a_deferred_range_records_no_part_between_two_slots_the_child_decided(via) -> None:
+    """c after a (or after x, a triggered child of a) and b; a paused over S1 and S2, whose b
+    runs die (c records both upstream_failed). a's resume records its S1..S2 paused (one range,
+    x's too), which reaches c in a later fan-out step (another child of a, or of x, takes the
+    first): recorded around the slots c decided, it made a part S1+1 ms..S2-1 ms, which holds no
+    slot of a's, and told it as a slot.missed."""
+    told = [{"sink": "ops", "on": ["slot.missed"]}]
+    up = via or "a"
+    jobs = [("a", job_raw(every_s=10)), ("b", job_raw(every_s=10))]
+    if via:
+        jobs.append((via, job_raw(after=["a"])))
+    jobs += [("c", job_raw(after=[up, "b"], notify=told)), ("z", job_raw(after=[up]))]
+    s = chain_state(*jobs)
+    assert apply(s, commands.put_sink(T0, None, name="ops", spec=SINK))["ok"]
+    assert apply(s, commands.pause_job(T0 + 1, None, name="a"))["ok"]
+    tick(s, S2)  # b fires S1 and S2; a is paused
+    for g in lease(s, S2 + 1):
+        finish(s, g, S2 + 2, False)  # c@S1, c@S2 upstream_failed
+    was = limits.fanout_per_command
+    limits.fanout_per_command = 1  # the range reaches c in a fan-out step (z, beside it, later)
+    try:
+        assert apply(s, resume_cmd(s, "a", S2 + 3))["ok"]  # a's S1..S2 recorded paused, one range
+        for _ in range(4):
+            for key, after in pipelines.pending_fanout(s, 10):
+                assert apply(s, commands.fanout_step(S2 + 4, key=key, after=after))["ok"]
+    finally:
+        limits.fanout_per_command = was
+    assert not s.pipes.fanout and [s.runs[r]["slot"] for r in s.history["z"]] == [S1]  # (z: the range)
+    assert [s.runs[r]["slot"] for r in s.history["c"]] == [S1, S2]
+    assert [e["slot"] for e in s.outbox.events if e["kind"] == "slot.missed" and e["job"] == "c"] == [S1, S2]

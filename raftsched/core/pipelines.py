@@ -605,7 +605,8 @@ def _offer_range(s: SchedulerState, child: Record, parent: str, lo: int, hi: int
         return  # its own slots in the range find the parent's record when they come (_final_of)
     # Slots inside the range the child decided already (another parent's failed edge or missed
     # range, when this offer was deferred: a fan-out step): the range is recorded around them,
-    # never over them, its parts without a count (the parent's slots in each are not known here).
+    # never over them, each part with the count of the range's slots it holds, on the range's
+    # grid when it is known (_range_grid; a part that holds none is not recorded), else without.
     runs = s.runs
     inside = _entries_within(s, c, lo, hi)
     report = [rec["state"], rec["id"], rec.get("fencing_token"), rec.get("result")]
@@ -627,7 +628,12 @@ def _offer_range(s: SchedulerState, child: Record, parent: str, lo: int, hi: int
             at = max(at, b + 1)
         if at <= hi:
             parts.append((at, hi, None))
+    grid = _range_grid(s, rec) if taken else None
     for a, b, count in parts:
+        if grid is not None:
+            count = schedule.count_slots(grid[0], a - 1, b, grid[1], _PART_COUNT_STEPS)
+            if count == 0:
+                continue  # (between two slots the child decided one after the other: none of the range's)
         rid = f"{c}@{a}"
         if rid in runs:
             continue
@@ -640,6 +646,42 @@ def _offer_range(s: SchedulerState, child: Record, parent: str, lo: int, hi: int
         deadlines.on_finish(s, entry, now)  # the range's first slot
         deadlines.finish_range(s, c, a, b, now)  # and the others
         work.append((entry, now))
+
+
+def _range_grid(s: SchedulerState, rec: Record) -> tuple[Record, int] | None:
+    """The grid the recorded range ``rec``'s ``count`` was counted on: its backfill's or its
+    job's schedule (_grid_of), or, for a triggered job's range (its parents' slots), a scheduled
+    ancestor's; the first on which the range holds ``count`` slots. None when none is known to
+    be the range's (no count, a schedule changed since): its parts then keep every instant."""
+    count = rec.get("count")
+    if not isinstance(count, int):
+        return None
+    lo, hi = rec["slot"], rec["slot_to"]
+    for grid in _grids(s, rec):
+        if schedule.count_slots(grid[0], lo - 1, hi, grid[1], _PART_COUNT_STEPS) == count:
+            return grid
+    return None
+
+
+def _grids(s: SchedulerState, rec: Record) -> list[tuple[Record, int]]:
+    """The grids ``rec``'s slots may be of (_range_grid): its own (_grid_of), else those of the
+    scheduled ancestors of its triggered job, nearest first."""
+    grid = _grid_of(s, rec)
+    if grid is not None:
+        return [grid]
+    out: list[tuple[Record, int]] = []
+    seen: set[str] = set()
+    todo = [rec["job"]]
+    while todo:
+        job = s.jobs.get(todo.pop(0))
+        if job is None or job["name"] in seen:
+            continue
+        seen.add(job["name"])
+        if "schedule" in job["spec"]:
+            out.append((job["spec"]["schedule"], job["anchor"]))
+        else:
+            todo.extend(e["job"] for e in job["spec"].get("after", ()))
+    return out
 
 
 def _span(x: Record) -> tuple[int, int]:
