@@ -90,3 +90,39 @@ def test_a_deferred_range_records_no_part_between_two_slots_the_child_decided(vi
     assert not s.pipes.fanout and [s.runs[r]["slot"] for r in s.history["z"]] == [S1]  # (z: the range)
     assert [s.runs[r]["slot"] for r in s.history["c"]] == [S1, S2]
     assert [e["slot"] for e in s.outbox.events if e["kind"] == "slot.missed" and e["job"] == "c"] == [S1, S2]
+
+
+def test_a_range_still_to_be_offered_is_offered_without_the_slot_a_rearm_took_back() -> None:
+    """a misses S1..S3 (one range); b, its child, records it, and b's range waits in a fan-out
+    step for b's children c and d. a's slot S1 is run by hand with propagate and succeeds: the
+    rearm cuts S1 out of b's range, and b's S1 runs; but the step then offered c the range as it
+    was, S1 included: c recorded S1 upstream_missed and never ran it after b's success."""
+    s3 = T0 + 30 * SEC
+    s = chain_state(("a", job_raw(every_s=10, misfire={"policy": "skip", "grace_s": 0})),
+                    ("b", job_raw(after=["a"])), ("c", job_raw(after=["b"])), ("d", job_raw(after=["b"])))
+    was = limits.fanout_per_command
+    limits.fanout_per_command = 1  # b's range waits in a step for c and d
+
+    def steps(now):
+        while pipelines.pending_fanout(s, 10):
+            for key, after in pipelines.pending_fanout(s, 10):
+                assert apply(s, commands.fanout_step(now, key=key, after=after))["ok"]
+
+    try:
+        tick(s, s3 + 5 * SEC)  # a's S1..S3 recorded missed, one range; b's too
+        assert s.runs[f"b@{S1}"]["slot_to"] == s3 and s.pipes.fanout
+        res = apply(s, commands.trigger_job(s3 + 6 * SEC, None, name="a", extra={"slot": S1, "propagate": True}))
+        (g,) = lease(s, s3 + 7 * SEC)
+        finish(s, g, s3 + 8 * SEC, True)  # a@S1#manual: b's range cut, b@S1 runs
+        assert res["run"] == f"a@{S1}#manual" and s.runs[f"b@{S1}"]["state"] == "queued"
+        steps(s3 + 9 * SEC)
+        (g,) = lease(s, s3 + 10 * SEC)
+        finish(s, g, s3 + 11 * SEC, True)  # b@S1 succeeds
+        steps(s3 + 12 * SEC)
+    finally:
+        limits.fanout_per_command = was
+    for child in ("c", "d"):
+        mine = [s.runs[r] for r in s.history[child] if s.runs[r]["slot"] <= S1 <= s.runs[r].get("slot_to", S1)]
+        assert [(x["id"], x["state"]) for x in mine] == [(f"{child}@{S1}", "queued")], mine
+        assert [(s.runs[r]["slot"], s.runs[r]["slot_to"], s.runs[r]["count"]) for r in s.history[child]
+                if "slot_to" in s.runs[r]] == [(S1 + 1, s3, 2)]  # the rest of b's range: S2, S3

@@ -596,8 +596,9 @@ def _offer_range(s: SchedulerState, child: Record, parent: str, lo: int, hi: int
         return
     why = f"{parent}@{lo}..{hi} was recorded {rec['state']} ({rec.get('reason')})"
     gated = "schedule" in child["spec"]
+    cut = rec.get("cut", ())  # slots a rearm took out of it while it waited in a fan-out step
     joins = s.pipes.joins.get(c, {})
-    for slot in sorted(k for k, j in joins.items() if lo <= k <= hi and (j["own"] or not gated)):
+    for slot in sorted(k for k, j in joins.items() if lo <= k <= hi and (j["own"] or not gated) and k not in cut):
         # the record names the parent whose range missed the slot, beside those that reported
         joins[slot]["got"][parent] = [rec["state"], rec["id"], rec.get("fencing_token"), rec.get("result")]
         _decide(s, c, slot, "upstream_missed", why, now, work)
@@ -614,9 +615,10 @@ def _offer_range(s: SchedulerState, child: Record, parent: str, lo: int, hi: int
         # A slot decided by another parent keeps this parent's report too, as _offer keeps it:
         # if that parent's run is requeued (rearm), the join comes back with it, and does not
         # wait for a report that was given already (it would wait forever: no slot is silent).
-        if x.get("kind") == "recorded" and x.get("reason") in UPSTREAM_REASONS and "upstream" in x:
+        if x.get("kind") == "recorded" and x.get("reason") in UPSTREAM_REASONS and "upstream" in x \
+                and x["slot"] not in cut:
             x["upstream"].setdefault(parent, report)
-    taken: list[tuple[int, int]] = sorted(_span(x) for x in inside)
+    taken: list[tuple[int, int]] = sorted([_span(x) for x in inside] + [(k, k) for k in cut if lo <= k <= hi])
     parts: list[tuple[int, int, int | None]] = []
     if not taken:
         parts.append((lo, hi, rec.get("count")))
@@ -1147,10 +1149,18 @@ def rearm(s: SchedulerState, run: Record, now: int) -> list[str]:
             again.add(c)
             todo.append(c)
     # No fan-out still to be offered, and no join of the slot, keeps a report of a job taken back:
-    # it would decide with a stale one.
-    for key in [k for k, v in s.pipes.fanout.items() if v["src"]["job"] in again and v["src"]["slot"] == slot
-                and "slot_to" not in v["src"]]:
-        del s.pipes.fanout[key]
+    # it would decide with a stale one. A range still to be offered over the slot (its parts cut
+    # above, as it was recorded before) is offered without it: ``cut``, recorded around
+    # (_offer_range), so that the slot waits for the job's new outcome.
+    for key in list(s.pipes.fanout):
+        src = s.pipes.fanout[key]["src"]
+        if src["job"] not in again:
+            continue
+        if "slot_to" not in src:
+            if src["slot"] == slot:
+                del s.pipes.fanout[key]
+        elif src["slot"] <= slot <= src["slot_to"] and slot not in src.get("cut", ()):
+            bisect.insort(src.setdefault("cut", []), slot)
     for p in again:
         for c in s.pipes.children.get(p, ()):
             j = s.pipes.joins.get(c, {}).get(slot)
