@@ -9,6 +9,7 @@ port, and spoken to over raw sockets: an HTTP client library sends whole bodies.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import logging
@@ -54,6 +55,21 @@ async def _serve(app: web.Application) -> tuple[web.AppRunner, int]:
     return runner, runner.addresses[0][1]
 
 
+@contextlib.asynccontextmanager
+async def _connected(app: web.Application):
+    """The app served on a free loopback port, and one raw connection to it: (reader, writer);
+    both closed after."""
+    runner, port = await _serve(app)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            yield reader, writer
+        finally:
+            writer.close()
+    finally:
+        await runner.cleanup()
+
+
 def _head(method: str, path: str, extra: str = "") -> bytes:
     return (f"{method} {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
             f"Content-Type: application/json\r\n{extra}\r\n").encode()
@@ -80,27 +96,20 @@ def test_a_body_shorter_than_its_content_length_is_answered_408_within_the_bound
 
     async def main():
         env = Env()
-        runner, port = await _serve(env.app)
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            try:
-                before = env.state.snapshot()
-                t0 = time.monotonic()
-                writer.write(_head(method, path, "Content-Length: 100\r\n") + b"{")
-                await writer.drain()
-                status, headers, body = await asyncio.wait_for(_answer(reader), DEADLINE_S)
-                took = time.monotonic() - t0
-                assert status == 408, body
-                assert body == {"error": {"code": "request_timeout", "field": None,
-                                          "message": body["error"]["message"]}}, body
-                assert "0.5 s" in body["error"]["message"] and "Content-Length: 100" in body["error"]["message"]
-                assert 0.5 <= took < 0.5 + 3, took
-                assert headers.get("connection", "").lower() == "close", headers
-                assert env.state.snapshot() == before, "a refused request changes nothing"
-            finally:
-                writer.close()
-        finally:
-            await runner.cleanup()
+        async with _connected(env.app) as (reader, writer):
+            before = env.state.snapshot()
+            t0 = time.monotonic()
+            writer.write(_head(method, path, "Content-Length: 100\r\n") + b"{")
+            await writer.drain()
+            status, headers, body = await asyncio.wait_for(_answer(reader), DEADLINE_S)
+            took = time.monotonic() - t0
+            assert status == 408, body
+            assert body == {"error": {"code": "request_timeout", "field": None,
+                                      "message": body["error"]["message"]}}, body
+            assert "0.5 s" in body["error"]["message"] and "Content-Length: 100" in body["error"]["message"]
+            assert 0.5 <= took < 0.5 + 3, took
+            assert headers.get("connection", "").lower() == "close", headers
+            assert env.state.snapshot() == before, "a refused request changes nothing"
     asyncio.run(main())
 
 
@@ -113,24 +122,17 @@ def test_a_broken_chunk_mid_body_is_a_400_not_a_500(monkeypatch, body_reads, cap
 
     async def main():
         env = Env()
-        runner, port = await _serve(env.app)
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            try:
-                before = env.state.snapshot()
-                writer.write(_head("PUT", "/v1/jobs/c", "Transfer-Encoding: chunked\r\n") + b"1\r\n{\r\n")
-                await writer.drain()
-                await asyncio.wait_for(body_reads.wait(), DEADLINE_S)
-                writer.write(b"zz\r\n1\r\n}\r\n0\r\n\r\n")
-                await writer.drain()
-                status, _, body = await asyncio.wait_for(_answer(reader), DEADLINE_S)
-                assert status == 400 and body["error"]["code"] == "bad_request", body
-                assert "malformed request body" in body["error"]["message"], body
-                assert env.state.snapshot() == before
-            finally:
-                writer.close()
-        finally:
-            await runner.cleanup()
+        async with _connected(env.app) as (reader, writer):
+            before = env.state.snapshot()
+            writer.write(_head("PUT", "/v1/jobs/c", "Transfer-Encoding: chunked\r\n") + b"1\r\n{\r\n")
+            await writer.drain()
+            await asyncio.wait_for(body_reads.wait(), DEADLINE_S)
+            writer.write(b"zz\r\n1\r\n}\r\n0\r\n\r\n")
+            await writer.drain()
+            status, _, body = await asyncio.wait_for(_answer(reader), DEADLINE_S)
+            assert status == 400 and body["error"]["code"] == "bad_request", body
+            assert "malformed request body" in body["error"]["message"], body
+            assert env.state.snapshot() == before
     asyncio.run(main())
     # (aiohttp itself logs the broken framing, met again as it reads what is left of the body
     # after the answer: its log, not the node's.)

@@ -5,6 +5,8 @@ parent was taken kept waiting for that parent's report until its ``max_wait_s``,
 parents it kept had allowed the slot already."""
 from __future__ import annotations
 
+import pytest
+
 from core_helpers import SEC, T0
 from pipeline_helpers import finish, job_raw, lease, put
 from test_core_deadlines import tick, told_state
@@ -199,11 +201,12 @@ def test_a_child_made_a_job_of_its_own_closes_the_deadline_records_no_parent_wil
     assert s.deadlines.pending == sum(1 for x in s.deadlines.slots.values() if not x["fin"])
 
 
-def test_a_parent_added_is_read_back_for_a_slot_it_ran_before_the_edge() -> None:
-    """c after a; b's run of slot S succeeded before c named b; then c is put after a and b, and
+@pytest.mark.parametrize("b_succeeds", [True, False])
+def test_a_parent_added_is_read_back_for_a_slot_it_ran_before_the_edge(b_succeeds: bool) -> None:
+    """c after a; b's run of slot S ended before c named b; then c is put after a and b, and
     a's run of S ends: c's slot waited for b's report, which had gone before the edge existed,
-    until max_wait_s (upstream_timeout). Now b's outcome is read back: c runs the slot, with
-    both parents upstream; a slot after the put reports as any."""
+    until max_wait_s (upstream_timeout). Now b's outcome is read back, as its report would have
+    decided: c runs the slot with both parents upstream, or records it upstream_failed."""
     s = told_state()
     assert put(s, "a", job_raw(every_s=60))["ok"]
     assert put(s, "b", job_raw(every_s=60))["ok"]
@@ -211,27 +214,15 @@ def test_a_parent_added_is_read_back_for_a_slot_it_ran_before_the_edge() -> None
     slot = T0 + 60 * SEC
     tick(s, slot)
     got = {g["job"]: g for g in lease(s, slot + SEC)}
-    finish(s, got["b"], slot + 2 * SEC, True)
+    finish(s, got["b"], slot + 2 * SEC, b_succeeds)
     assert put(s, "c", job_raw(after=["a", "b"]), now=slot + 3 * SEC)["ok"]
     finish(s, got["a"], slot + 4 * SEC, True)
     run = s.runs[f"c@{slot}"]
-    assert run["state"] == "queued" and sorted(u["job"] for u in run["upstream"]) == ["a", "b"], run
+    if b_succeeds:
+        assert run["state"] == "queued" and sorted(u["job"] for u in run["upstream"]) == ["a", "b"], run
+    else:
+        assert (run["state"], run["reason"]) == ("skipped", "upstream_failed"), run
     assert "c" not in s.pipes.joins or slot not in s.pipes.joins["c"]
-
-
-def test_a_parent_added_that_failed_before_the_edge_decides_the_slot_as_its_report_would() -> None:
-    s = told_state()
-    assert put(s, "a", job_raw(every_s=60))["ok"]
-    assert put(s, "b", job_raw(every_s=60))["ok"]
-    assert put(s, "c", job_raw(after=["a"]))["ok"]
-    slot = T0 + 60 * SEC
-    tick(s, slot)
-    got = {g["job"]: g for g in lease(s, slot + SEC)}
-    finish(s, got["b"], slot + 2 * SEC, False)
-    assert put(s, "c", job_raw(after=["a", "b"]), now=slot + 3 * SEC)["ok"]
-    finish(s, got["a"], slot + 4 * SEC, True)
-    rec = s.runs[f"c@{slot}"]
-    assert (rec["state"], rec["reason"]) == ("skipped", "upstream_failed"), rec
 
 
 def test_a_slot_no_parent_reported_is_decided_by_the_parents_that_replace_them() -> None:
