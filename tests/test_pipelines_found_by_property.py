@@ -1,4 +1,4 @@
-"""Pipelines cases the property test (tests/test_pipelines_property.py) found once its actions
+"""Pipelines cases the property test (tests/test_pipelines_property.py) and its reviews found once its actions
 took in runs of a slot by hand with propagate, pauses and resumes, requeues of any dead run and
 children put again with other edges; each test failed on the code before its fix."""
 from __future__ import annotations
@@ -126,3 +126,42 @@ def test_a_range_still_to_be_offered_is_offered_without_the_slot_a_rearm_took_ba
         assert [(x["id"], x["state"]) for x in mine] == [(f"{child}@{S1}", "queued")], mine
         assert [(s.runs[r]["slot"], s.runs[r]["slot_to"], s.runs[r]["count"]) for r in s.history[child]
                 if "slot_to" in s.runs[r]] == [(S1 + 1, s3, 2)]  # the rest of b's range: S2, S3
+
+
+@pytest.mark.parametrize("put_later", [False, True])
+def test_a_triggered_parent_read_back_starts_the_wait_at_its_report_not_at_the_slot(put_later) -> None:
+    """A review: the read-back of a parent added by a put started the slot's wait at the slot
+    for any outcome, where a triggered parent's report starts it at the report (_fan): c
+    (max_wait_s 60) recorded upstream_timeout a slot whose parents had all allowed it, which
+    it ran with the edge there from the start."""
+    from pipeline_helpers import put
+    s = chain_state(("r", job_raw(every_s=10)), ("x", job_raw(after=["r"])), ("y", job_raw(after=["r"])),
+                    ("c", job_raw(after=["x"] if put_later else ["x", "y"], max_wait_s=60)))
+    tick(s, S1)
+    (g,) = lease(s, S1 + 1)
+    finish(s, g, S1 + 2, True)
+    got = {g["job"]: g for g in lease(s, S1 + 3)}
+    finish(s, got["y"], S1 + 50 * SEC, True)
+    if put_later:
+        assert put(s, "c", job_raw(after=["x", "y"], max_wait_s=60), now=S1 + 51 * SEC)["ok"]
+    finish(s, got["x"], S1 + 100 * SEC, True)
+    r = s.runs.get(f"c@{S1}")
+    assert r is not None and r["state"] == "queued", r
+
+
+def test_a_latest_childs_slot_run_by_hand_does_not_take_its_parents_success() -> None:
+    """A review: a match-latest child's own slot run by hand kept its join; the parents' next
+    success went to that slot (already run: nothing made) and was used up, and the slot after
+    it waited on."""
+    s = chain_state(("a", job_raw(every_s=300)), ("c", job_raw(every_s=60, after=["a"], match="latest")))
+    first = T0 + 60 * SEC
+    tick(s, first)
+    tick(s, first + 60 * SEC)
+    res = apply(s, commands.trigger_job(first + 61 * SEC, None, name="c", extra={"slot": first, "propagate": True}))
+    assert res["ok"] and res["run"] == f"c@{first}", res
+    t = T0 + 300 * SEC
+    tick(s, t)
+    for g in lease(s, t + 1):
+        if g["job"] == "a":
+            finish(s, g, t + 2, True)
+    assert s.runs[f"c@{first + 60 * SEC}"]["kind"] == "scheduled"

@@ -315,6 +315,7 @@ def _read_back(s: SchedulerState, child: Record, added: list[str], now: int, wor
         if e["job"] not in added:
             slots.update(r["slot"] for r in (runs[rid] for rid in s.history.get(e["job"], ()))
                          if r["state"] in UNFINISHED and propagates(r) and "slot_to" not in r)
+    outcomes = {p: _slot_outcomes(s, p) for p in added}  # (one pass over each one's history)
     for slot in sorted(slots):
         rid = f"{c}@{slot}"
         for p in added:
@@ -323,9 +324,40 @@ def _read_back(s: SchedulerState, child: Record, added: list[str], now: int, wor
             j = s.pipes.joins.get(c, {}).get(slot)
             if j is not None and p in j["got"]:
                 continue
-            info = _slot_outcome(s, p, slot)
-            if info is not None:
-                _offer(s, child, p, slot, info, now, work)
+            by_slot, ranges = outcomes[p]
+            x = by_slot.get(slot)
+            if x is None:
+                x = next((r for r in reversed(ranges) if r["slot"] <= slot <= r["slot_to"]), None)
+            if x is None or x["state"] in UNFINISHED:
+                continue  # none, or its report is to come
+            # Its wait counts as _fan's would: from the slot for the slot's own scheduled run,
+            # from now (the report) for any other (a backfill's, a run by hand, a triggered one).
+            own = x.get("backfill") is None and x.get("kind", "scheduled") == "scheduled" and x["id"] == f"{p}@{x['slot']}"
+            _offer(s, child, p, slot, [x["state"], x["id"], x.get("fencing_token"), x.get("result")], now, work,
+                   from_slot=own)
+
+
+def _slot_outcomes(s: SchedulerState, p: str) -> tuple[dict[int, Record], list[Record]]:
+    """Parent ``p``'s entries that propagate, by slot: each slot's newest run (an unfinished one
+    kept first: its report is to come), and its recorded ranges, oldest first; one pass over
+    its history."""
+    by_slot: dict[int, Record] = {}
+    ranges: list[Record] = []
+    runs = s.runs
+    for rid in s.history.get(p, ()):
+        x = runs[rid]
+        if not propagates(x):
+            continue
+        if "slot_to" in x:
+            ranges.append(x)
+            continue
+        slot = x["slot"]
+        if rid != f"{p}@{slot}" and not rid.startswith((f"{p}@{slot}!", f"{p}@{slot}#")):
+            continue
+        old = by_slot.get(slot)
+        if old is None or old["state"] not in UNFINISHED:
+            by_slot[slot] = x
+    return by_slot, ranges
 
 
 def _slot_outcome(s: SchedulerState, p: str, slot: int) -> list[Any] | None:
@@ -1060,7 +1092,12 @@ def _try_latest(s: SchedulerState, child: Record, now: int, work: list[tuple[Rec
     got = s.pipes.latest.get(c, {})
     if any(e["job"] not in got for e in child["spec"]["after"]):
         return
-    waiting = sorted(k for k, j in s.pipes.joins.get(c, {}).items() if j["own"])
+    joins = s.pipes.joins.get(c, {})
+    for k in [k for k in joins if f"{c}@{k}" in s.runs]:
+        del joins[k]  # a slot run by hand meanwhile: decided, its parents' success is not its
+    if not joins:
+        s.pipes.joins.pop(c, None)
+    waiting = sorted(k for k, j in joins.items() if j["own"])
     if not waiting:
         return
     slot = waiting[0]
