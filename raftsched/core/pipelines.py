@@ -290,8 +290,8 @@ def on_put(s: SchedulerState, name: str, old: Record | None, spec: Record, now: 
     if spec.get("match") == "latest":
         _try_latest(s, child, now, work)
     else:
-        added = [p for p in dict.fromkeys(e["job"] for e in spec["after"])
-                 if p not in {e["job"] for e in old["spec"]["after"]}] if "after" in old["spec"] else []
+        had = {e["job"] for e in old["spec"].get("after", ())}
+        added = [p for p in dict.fromkeys(e["job"] for e in spec["after"]) if p not in had] if had else []
         if added:
             _read_back(s, child, added, now, work)
         for slot in sorted(waiting or ()):
@@ -324,17 +324,30 @@ def _read_back(s: SchedulerState, child: Record, added: list[str], now: int, wor
             j = s.pipes.joins.get(c, {}).get(slot)
             if j is not None and p in j["got"]:
                 continue
-            by_slot, ranges = outcomes[p]
-            x = by_slot.get(slot)
-            if x is None:
-                x = next((r for r in reversed(ranges) if r["slot"] <= slot <= r["slot_to"]), None)
-            if x is None or x["state"] in UNFINISHED:
-                continue  # none, or its report is to come
-            # Its wait counts as _fan's would: from the slot for the slot's own scheduled run,
-            # from now (the report) for any other (a backfill's, a run by hand, a triggered one).
-            own = x.get("backfill") is None and x.get("kind", "scheduled") == "scheduled" and x["id"] == f"{p}@{x['slot']}"
-            _offer(s, child, p, slot, [x["state"], x["id"], x.get("fencing_token"), x.get("result")], now, work,
-                   from_slot=own)
+            x = _outcome_in(outcomes[p], slot)
+            if x is not None:
+                # Its wait counts as _fan's would: from the slot for the slot's own scheduled
+                # run, from now (the report) for any other (a backfill's, a run by hand, a
+                # triggered one).
+                _offer(s, child, p, slot, [x["state"], x["id"], x.get("fencing_token"), x.get("result")], now, work,
+                       from_slot=_starts_wait_at(x, x["slot"]))
+
+
+def _starts_wait_at(src: Record, slot: int) -> bool:
+    """Whether ``src``'s report starts its children's wait at ``slot`` (the slot's own
+    scheduled run), not at the report (a backfill's run, a run by hand, a triggered one)."""
+    return src.get("backfill") is None and src.get("kind", "scheduled") == "scheduled" \
+        and src["id"] == f"{src['job']}@{slot}"
+
+
+def _outcome_in(outcomes: tuple[dict[int, Record], list[Record]], slot: int) -> Record | None:
+    """The final entry of ``slot`` in a parent's _slot_outcomes, or None (none, or one
+    unfinished: its report is to come)."""
+    by_slot, ranges = outcomes
+    x = by_slot.get(slot)
+    if x is None:
+        x = next((r for r in reversed(ranges) if r["slot"] <= slot <= r["slot_to"]), None)
+    return None if x is None or x["state"] in UNFINISHED else x
 
 
 def _slot_outcomes(s: SchedulerState, p: str) -> tuple[dict[int, Record], list[Record]]:
@@ -365,21 +378,8 @@ def _slot_outcome(s: SchedulerState, p: str, slot: int) -> list[Any] | None:
     newest entry for the slot that propagates (a run of it by hand with propagate, or a
     backfill's, after the scheduled run or the range that recorded it); None when it has none,
     or one is unfinished (its report is to come)."""
-    runs = s.runs
-    own, again = f"{p}@{slot}", (f"{p}@{slot}!", f"{p}@{slot}#")
-    last = None
-    for rid in s.history.get(p, ()):
-        x = runs[rid]
-        if rid == own or ("slot_to" in x and x["slot"] <= slot <= x["slot_to"]) \
-                or (x["slot"] == slot and rid.startswith(again)):
-            if not propagates(x):
-                continue
-            if x["state"] in UNFINISHED:
-                return None
-            last = x
-    if last is None:
-        return None
-    return [last["state"], last["id"], last.get("fencing_token"), last.get("result")]
+    x = _outcome_in(_slot_outcomes(s, p), slot)
+    return None if x is None else [x["state"], x["id"], x.get("fencing_token"), x.get("result")]
 
 
 def on_delete(s: SchedulerState, name: str, spec: Record, now: int, unfinished: tuple[int, ...] = ()) -> None:
@@ -510,8 +510,7 @@ def _fan(s: SchedulerState, src: Record, after: str | None, now: int, work: list
     info = [src["state"], src["id"], src.get("fencing_token"), src.get("result")]
     # A slot's own scheduled run: its children's waits count from the slot; any other run of it
     # (a backfill's, a manual run's, which may name a slot long past) starts them now.
-    from_slot = src.get("backfill") is None and src.get("kind", "scheduled") == "scheduled" \
-        and src["id"] == f"{src['job']}@{lo}"
+    from_slot = _starts_wait_at(src, lo)
     for c in names:
         if budget[0] <= 0:
             s.pipes.seq += 1
