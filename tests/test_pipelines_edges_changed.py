@@ -313,11 +313,26 @@ def test_a_put_reads_back_no_parent_it_kept_while_a_rearm_waits_for_its_rerun() 
 
 
 def test_a_pause_and_resume_read_nothing_back() -> None:
-    """Only a put that adds a parent reads back: a slot waiting on a parent whose report went
-    away (a rearm) is not decided by a pause and a resume of the child."""
-    s, slot, got = _one_reported("a")
+    """Only a put that adds a parent reads back: c after a and b; b's slot re-run by hand dies
+    and is requeued (c's record taken back, its join waiting for a and the re-run); c is paused
+    and resumed, then a's run reports: the join still waits for b's re-run (a first read-back,
+    gated on the child's last change, read b's stale record then and decided the slot)."""
     from raftsched.core import commands
     from core_helpers import apply
-    assert apply(s, commands.make("pause_job", slot + 3 * SEC, None, name="c"))["ok"]
-    assert apply(s, commands.make("resume_job", slot + 4 * SEC, None, name="c"))["ok"]
+    s = told_state()
+    for n, raw in (("x", job_raw(every_s=60)), ("a", job_raw(every_s=60)), ("b", job_raw(after=["x"])),
+                   ("c", job_raw(after=["a", "b"]))):
+        assert put(s, n, raw)["ok"]
+    slot = T0 + 60 * SEC
+    tick(s, slot)
+    got = {g["job"]: g for g in lease(s, slot + SEC)}
+    finish(s, got["x"], slot + 2 * SEC, False)
+    m = apply(s, commands.trigger_job(slot + 3 * SEC, None, name="b", extra={"slot": slot, "propagate": True}))["run"]
+    (g,) = [g for g in lease(s, slot + 4 * SEC) if g["id"] == m]
+    finish(s, g, slot + 5 * SEC, False)
+    assert apply(s, commands.dlq_requeue(slot + 6 * SEC, None, run=m))["ok"]
+    assert f"c@{slot}" not in s.runs
+    assert apply(s, commands.make("pause_job", slot + 7 * SEC, None, name="c"))["ok"]
+    assert apply(s, commands.make("resume_job", slot + 8 * SEC, None, name="c"))["ok"]
+    finish(s, got["a"], slot + 9 * SEC, True)
     assert f"c@{slot}" not in s.runs and s.pipes.joins["c"][slot]["got"].keys() == {"a"}
