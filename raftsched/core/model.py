@@ -119,6 +119,15 @@ def check_name(name: object, field: str = "name", max_chars: int = limits.job_na
     return name
 
 
+def slot_id(run_id: str) -> tuple[str, int] | None:
+    """``(job, slot)`` of a scheduled slot's id, ``JOB@<ms>`` (ms as run ids are made: ASCII
+    digits, no leading zero, at most 19 of them), else None (a run by hand, a backfill's, no id)."""
+    name, _, rest = run_id.partition("@")
+    if not (rest.isascii() and rest.isdigit()) or len(rest) > 19 or rest != str(int(rest)):
+        return None
+    return name, int(rest)
+
+
 def check_run_id(run_id: object, field: str = "run") -> str:
     """A run id's shape: ``job@...``, the job part a valid job name, at most the longest id apply
     makes (``limits.run_id_chars_max``: ``job@slot_ms``, ``job@now!manual-N``, ``job@slot#b<backfill>``

@@ -36,7 +36,7 @@ import msgpack
 
 from . import deadlines, fire, limits, schedule, snapshot
 from .errors import Conflict, InvalidCommand, InvalidSpec
-from .model import REAL_STATES
+from .model import REAL_STATES, slot_id
 from .notify import on_slot_recorded
 from . import pipehooks
 from .records import RECORDED, Record, is_int
@@ -1611,12 +1611,11 @@ def waiting_run_or_why(s: SchedulerState, run_id: str) -> Record | str | None:
     """``GET /v1/runs/{id}`` of a run not made yet: the waiting view of child ``C@S`` when S is,
     or can be, one of C's slots (_may_wait); else why not (S names no slot of it); None when
     the id names no child job or no slot (ms with no leading zero, as run ids are made)."""
-    name, _, rest = run_id.partition("@")
-    job = s.jobs.get(name)
-    if job is None or "after" not in job["spec"] or not (rest.isascii() and rest.isdigit()) or len(rest) > 19 \
-            or rest != str(int(rest)):
+    got = slot_id(run_id)
+    job = None if got is None else s.jobs.get(got[0])
+    if got is None or job is None or "after" not in job["spec"]:
         return None
-    slot = int(rest)
+    name, slot = got
     why = _may_wait(s, job, slot)
     if why is not None:
         return why

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from . import limits, schedule
 from .errors import BadRequest, NotFound
 from . import records
+from .model import slot_id
 from .records import STATS_FIELDS, Record, Result, attempts_of, is_int
 from .notify import view_health
 from .ready import Buckets, entries_of
@@ -376,10 +377,10 @@ def covering_record(s: SchedulerState, run_id: str) -> dict[str, Any] | None:
     (``slot_to``) is covered, as ``?slot=`` of a job's runs reads it: which of them were slots
     is the schedule's of when it was recorded, which a replace may have changed since. A scan
     of the job's history (bounded by its ``history``)."""
-    name, _, rest = run_id.partition("@")
-    if name not in s.jobs or not (rest.isascii() and rest.isdigit()) or len(rest) > 19 or rest != str(int(rest)):
+    got = slot_id(run_id)
+    if got is None or got[0] not in s.jobs:
         return None
-    slot, runs = int(rest), s.runs
+    (name, slot), runs = got, s.runs
     for rid in s.history.get(name, ()):
         r = runs[rid]
         if "slot_to" in r and r["slot"] <= slot <= r["slot_to"]:
@@ -807,10 +808,8 @@ def run_or_slot_tenant(s: SchedulerState, run_id: str) -> str | None:
     """run_tenant; for an id with no run that names a slot of a job (``J@<ms>``: a slot a
     recorded range covers, a pipeline child's waiting slot), its job's tenant."""
     t = run_tenant(s, run_id)
-    if t is None:
-        name, _, rest = run_id.partition("@")
-        if rest.isascii() and rest.isdigit():
-            return job_tenant(s, name)
+    if t is None and (got := slot_id(run_id)) is not None:
+        return job_tenant(s, got[0])
     return t
 
 

@@ -218,29 +218,22 @@ def time_param(request: web.Request, name: str) -> int | None:
         raise BadRequest(e.message, field=name) from None
 
 
-def job_param(request: web.Request, name: str = "job") -> str | None:
-    """A job's name (core.model.check_name), or None when not given. Given empty, it is
-    refused: a filter left empty by a script (``?job=$JOB``) must not read as every job.
-    :raises BadRequest: naming ``name``."""
+def job_param(request: web.Request, name: str = "job", max_chars: int = limits.job_name_chars_max) -> str | None:
+    """A job's name (core.model.check_name; a queue's with ``max_chars``), or None when not
+    given. Given empty, it is refused: a filter left empty by a script (``?job=$JOB``) must not
+    read as every job. :raises BadRequest: naming ``name``."""
     text = request.query.get(name)
     if text is not None:
         try:
-            check_name(text, name)
+            check_name(text, name, max_chars)
         except InvalidSpec as e:
             raise BadRequest(e.message, field=name) from None
     return text
 
 
 def queue_param(request: web.Request, name: str = "queue") -> str | None:
-    """A queue's name (core.model.check_name, at most limits.queue_name_chars_max), or None when
-    not given; given empty, refused, as job_param. :raises BadRequest: naming ``name``."""
-    text = request.query.get(name)
-    if text is not None:
-        try:
-            check_name(text, name, limits.queue_name_chars_max)
-        except InvalidSpec as e:
-            raise BadRequest(e.message, field=name) from None
-    return text
+    """A queue's name, as job_param reads a job's. :raises BadRequest: naming ``name``."""
+    return job_param(request, name, limits.queue_name_chars_max)
 
 
 def bool_param(request: web.Request, name: str) -> bool:
