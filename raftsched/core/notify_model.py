@@ -286,7 +286,7 @@ def validate_sink(name: object, raw: object) -> dict[str, Any]:
         spec["link"] = _url(raw["link"], "link")
     retry = raw.get("retry", {})
     if not isinstance(retry, dict) or not set(retry) <= SINK_RETRY_FIELDS:
-        raise InvalidSpec("must be {\"max_attempts\", \"backoff_s\", \"backoff_max_s\", \"outage_s\"}", field="retry")
+        raise InvalidSpec("must be an object of " + ", ".join(sorted(SINK_RETRY_FIELDS)), field="retry")
     spec["retry"] = {
         "max_attempts": _int(retry.get("max_attempts", limits.sink_attempts_default), "retry.max_attempts", 1,
                              limits.sink_attempts_max),

@@ -21,7 +21,7 @@ from typing import Any, Callable
 from ..core import deadlines, errors, limits
 from ..core.backfill_plan import MODES, ORDERS, OVERLAPS
 from ..core.bodies import POLICY_FIELDS
-from ..core.notify_model import CLUSTER_KINDS, JOB_KINDS, SINK_TYPES
+from ..core.notify_model import CLUSTER_KINDS, JOB_KINDS, SINK_RETRY_FIELDS, SINK_TYPES
 from ..core.pipeline_model import MATCH_VALUES, ON_VALUES
 from ..core.model import (EXECUTOR_TYPES, MISFIRE_POLICIES, OVERLAP_POLICIES, RUN_STATES, SCHEDULE_FIELDS,
                           SPEC_FIELDS)
@@ -118,10 +118,11 @@ _NOTIFY = {"type": "array", "maxItems": limits.notify_routes_max, "items": _obj(
 
 
 def _sink() -> Schema:
+    out: Schema
     secrets = {"type": "object", "additionalProperties": _str(1, 4096),
                "description": "by type: webhook signing_key; slack url; email username, password; "
                               "pagerduty routing_key (sealed at rest, redacted on read)"}
-    return _obj({
+    out = _obj({
         "type": {"enum": list(SINK_TYPES)},
         "url": _str(1, 2048, pattern=r"^https?://", description="webhook and pagerduty (default: PagerDuty's)"),
         "tenant": _name(limits.tenant_name_chars_max),
@@ -137,6 +138,8 @@ def _sink() -> Schema:
                              "maxItems": limits.sink_email_to_max}}, ("host", "from", "to")),
         "link": _str(1, 2048, pattern=r"^https?://"),
     }, ("type",), description="a notification sink (docs/notifications.md, Sinks)")
+    assert set(out["properties"]["retry"]["properties"]) == SINK_RETRY_FIELDS
+    return out
 
 
 def _job_spec() -> Schema:
