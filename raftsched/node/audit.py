@@ -272,7 +272,11 @@ class RedactBadRequests(logging.Filter):
     """aiohttp logs a request its HTTP parser refuses with the parser's error, which quotes the
     offending line as it came: an ``Authorization`` header with a stray character in it would put
     the caller's token into the node's log. This filter (on the ``aiohttp.server`` logger) keeps
-    the line and the error's class and status, and drops the quote. Installed by run_node."""
+    the line and the error's class and status, and drops the quote. Installed by run_node.
+
+    aiohttp logs it at ERROR (but a first request's bad method, at DEBUG): a client's malformed
+    request is the client's fault, not the node's, and is logged at INFO here, as the API's own
+    400s are (an error in a node's log is something for its operator to act on)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
@@ -282,6 +286,8 @@ class RedactBadRequests(logging.Filter):
             record.args = ()
             record.exc_info = None
             record.exc_text = None
+            if exc.code < 500 and record.levelno > logging.INFO:
+                record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
         return True
 
 
