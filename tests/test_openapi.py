@@ -370,3 +370,28 @@ def test_the_answers_a_long_fuzz_found_off_the_document_now_conform():
     assert isinstance(json.loads(t1[4])["token"], str) and json.loads(t2[4])["token"] is None
     bad = [m for a in answers if (m := check(*a)) is not None]
     assert not bad, "\n".join(bad)
+
+
+def test_a_route_that_takes_no_body_answers_a_body_sent_to_it_as_its_document_says():
+    """A route without a body reads one sent to it, to refuse it (node/api.py _no_body): too
+    large is a 413, a field a 422; both documented for it, as for a route with a body."""
+    from raftsched.node import limits as node_limits
+    doc = openapi.document(TABLE)
+    check = _validator(doc)
+
+    async def main():
+        env = Env()
+        out = []
+        async with TestClient(TestServer(env.app, host="127.0.0.1")) as c:
+            for data in (b'{"x": "' + b"a" * (node_limits.request_bytes_max + 10) + b'"}', b'{"catch_up": true}'):
+                r = await c.get("/v1/jobs", headers=bearer(BOOT), data=data)
+                out.append(("GET", "/v1/jobs", r.status, r.content_type, await r.read()))
+        return out
+
+    answers = asyncio.run(main())
+    assert [a[2] for a in answers] == [413, 422]
+    bad = [m for a in answers if (m := check(*a)) is not None]
+    assert not bad, "\n".join(bad)
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            assert {"408", "413", "422"} <= set(op["responses"]), f"{method} {path}"

@@ -700,8 +700,9 @@ def _operation(route: Route, oid: str, open_: bool) -> Schema:
                                "barrier (?stale=true; /v1/cluster unless ?consistent=true)",
                 "schema": {"type": "string", "enum": ["true"]}}}
     statuses = set(route.errors) | set(OPEN_ERRORS if open_ else COMMON_ERRORS)
-    if route.body is not None:  # a body too large, too slow to arrive, or refused
-        statuses |= {408, 413, 422}
+    # A body too large, too slow to arrive, or refused: a route that takes none reads one sent to
+    # it as well, to refuse it (node/api.py _no_body), so every route may answer these.
+    statuses |= {408, 413, 422}
     if "{" in route.path:  # a path parameter that is no valid name, id or address
         statuses.add(422)
     if route.mutates:  # an Idempotency-Key used before for another request
