@@ -199,7 +199,7 @@ def _log_failure(t: asyncio.Future) -> None:
 
 
 class _Held:
-    __slots__ = ("grant", "cancel", "task", "token", "executing", "giving_back", "stop_killed", "ctx", "reporting",
+    __slots__ = ("grant", "cancel", "task", "token", "executing", "giving_back", "kill_unreported", "ctx", "reporting",
                  "renewed")
 
     def __init__(self, grant: dict, renewed: float = 0.0) -> None:
@@ -217,8 +217,9 @@ class _Held:
         self.executing = False
         #: killed by a drain: its lease is given back (release), its outcome is not reported
         self.giving_back = False
-        #: killed by the worker's stop: a failure then is the kill's, not reported (_executed)
-        self.stop_killed = False
+        #: killed by the worker's stop or its lease watchdog: a failure then is the kill's, not
+        #: the run's, and is not reported (_executed)
+        self.kill_unreported = False
         #: the run is over and its outcome on its way (the outbox, or a report in flight)
         self.reporting = False
 
@@ -410,7 +411,7 @@ class LeaseLoop:
         self._waiting.clear()
         for h in list(self.held.values()):
             if h.executing:
-                h.stop_killed = True
+                h.kill_unreported = True
             h.cancel.set()
         tasks = [h.task for h in self.held.values() if h.task and not h.task.done()]
         tasks += [t for t in self._superseded if not t.done()]  # (killed when superseded)
@@ -796,7 +797,13 @@ class LeaseLoop:
         now, ttl = self.clock.monotonic_s(), self.lease_ttl_ms / 1000
         for rid, h in self.held.items():
             if now - h.renewed > ttl and not h.cancel.is_set():
-                log.warning("worker: no heartbeat for a lease TTL: killing %s", rid)
+                log.warning("worker: no heartbeat for a lease TTL: killing %s (not reported: its lease "
+                            "expires, and it runs again)", rid)
+                # Not the run's failure: reported, its "lease lost" was a failed attempt with a
+                # token no leader had expired yet (a cluster without a quorum for a TTL), and a
+                # job of max_attempts 1 went to the dead-letter queue. Its lease expires instead:
+                # a lost attempt, retried within the lost-lease budget, as after a crash.
+                h.kill_unreported = True
                 h.cancel.set()
 
     # ---------------------------------------------------------------- draining
@@ -964,9 +971,10 @@ class LeaseLoop:
         if h.giving_back:
             self._free_slot(h, out.linger)
             return
-        if h.stop_killed and not out.ok:
-            # Killed by the worker's stop (_stop): not the run's outcome. Forgotten; its lease
-            # expires (a lost attempt). A success that came first is reported as any.
+        if h.kill_unreported and not out.ok:
+            # Killed by the worker's stop (_stop) or its watchdog (_check_heartbeats): not the
+            # run's outcome. Forgotten; its lease expires (a lost attempt). A success that came
+            # first is reported as any.
             self._release(h)
             self._free_slot(h, out.linger)
             return
