@@ -126,7 +126,20 @@ async def auth_middleware(request: web.Request, handler):
     if route is None and path is not None and request.match_info.http_exception is None:
         log.error("api: %s %s has no row in the route table: not served", request.method, path)
         raise NotFound(f"{request.method} {path} is not served")
-    principal = auth_module.check_request(request.app[AUTH], request, route)
+    try:
+        principal = auth_module.check_request(request.app[AUTH], request, route, final=False)
+    except auth_module.UnknownToken:
+        # This replica may not hold the token yet: a node that just started replays its log, and
+        # one behind the leader has not applied a token made a moment ago. Refused (401) only if
+        # it is still unknown once this node has applied every write acknowledged before the
+        # request; without a leader to say so, 503 (the worker took a 401 as final, and dropped
+        # a batch of outcomes whose runs then ran again).
+        try:
+            await request.app[SERVICE].reads.wait()
+        except Unavailable as e:
+            raise Unavailable(f"cannot tell whether this token is known: {e.message}", leader=e.extra.get("leader")) \
+                from None
+        principal = auth_module.check_request(request.app[AUTH], request, route)
     unknown = routes.unknown_param(route, request.query) if route is not None else None
     if unknown is not None:  # after the token: an unauthenticated probe learns nothing of the table
         takes = ", ".join(p.name for p in route.params) or "none"  # type: ignore[union-attr]

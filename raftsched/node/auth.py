@@ -179,20 +179,29 @@ class Auth:
                     return Principal(tid, role, None if tenants is None else frozenset(tenants),
                                      None if workers is None else frozenset(workers),
                                      None if jobs is None else frozenset(jobs))
-            raise Unauthorized("unknown or revoked token")
+            raise UnknownToken("unknown or revoked token")
         if self._bootstrap and hmac.compare_digest(text.encode(), self._bootstrap):
             return Principal(BOOTSTRAP_ID, "admin")
         raise Unauthorized("unknown token")
+
+
+class UnknownToken(Unauthorized):
+    """A token of the right form whose id this replica does not hold: unknown, revoked, or made
+    by a write this replica has not applied yet (a node that just started and replays its log,
+    one behind the leader). The middleware reads again after the read barrier before it says
+    401 (node/api.py auth_middleware)."""
 
 
 # ------------------------------------------------------------------ the middleware's part
 # The request keys (PRINCIPAL, CLAIMED) are node/http.py's, imported above for the callers.
 
 
-def check_request(auth: Auth, request: web.Request, route: Route | None) -> Principal | None:
+def check_request(auth: Auth, request: web.Request, route: Route | None, final: bool = True) -> Principal | None:
     """Authenticate and authorize one request to ``route`` (its row in the route table; None
     when it matched no route: 404, 405, which need a valid token only): the principal, or None
-    for an open route.
+    for an open route. With ``final`` False, an UnknownToken is raised without being counted as
+    a refusal: the caller looks again once the replica is known to hold every acknowledged
+    write, and calls this again with ``final`` True.
 
     :raises TooManyRequests: the source sent too many refused tokens lately.
     :raises Unauthorized: see Auth.authenticate (the failure counts against the source).
@@ -208,14 +217,29 @@ def check_request(auth: Auth, request: web.Request, route: Route | None) -> Prin
                               retry_after_s=round(wait, 1))
     try:
         principal = auth.authenticate(request.headers.get("Authorization"))
-    except Unauthorized:
-        auth.refused += 1
-        auth.limiter.failed(source, now_s)
-        header = request.headers.get("Authorization") or ""
-        parsed = parse_token(header[7:].strip()) if header[:7].lower() == "bearer " else None
-        if parsed is not None:
-            request[CLAIMED] = parsed[0]
+    except UnknownToken:
+        if not final:
+            raise
+        _refused(auth, request, source, now_s)
         raise
+    except Unauthorized:
+        _refused(auth, request, source, now_s)
+        raise
+    return _authorized(request, route, principal)
+
+
+def _refused(auth: Auth, request: web.Request, source: str, now_s: float) -> None:
+    """Count a refused token against its source, and note the token id it claimed."""
+    auth.refused += 1
+    auth.limiter.failed(source, now_s)
+    header = request.headers.get("Authorization") or ""
+    parsed = parse_token(header[7:].strip()) if header[:7].lower() == "bearer " else None
+    if parsed is not None:
+        request[CLAIMED] = parsed[0]
+
+
+def _authorized(request: web.Request, route: Route | None, principal: Principal) -> Principal:
+    """``principal`` allowed to call ``route`` (check_request's second half)."""
     request[PRINCIPAL] = principal
     if request.match_info.http_exception is not None or route is None:
         return principal
