@@ -489,6 +489,22 @@ def test_cluster_and_healthz():
     run(t)
 
 
+def test_healthz_of_a_node_that_is_no_member_is_503_and_says_so():
+    """A node removed from the members while it still runs saw the leader and answered /healthz
+    200 (its reads all 503): a load balancer kept sending it requests."""
+    async def t(env, c):
+        status = env.raft.status
+
+        def removed():
+            st = status()
+            return dict(st, role="follower", membership=dict(st["membership"], self="none"))
+        env.raft.status = removed
+        r = await c.get("/healthz")
+        assert r.status == 503 and r.headers["Retry-After"] == "1"
+        assert await r.json() == {"ok": False, "role": "follower", "leader": "127.0.0.1:1", "member": False}
+    run(t)
+
+
 def test_members_are_added_and_removed_by_raft_address_and_bad_requests_say_which_field():
     """POST /v1/cluster/members and DELETE /v1/cluster/members/{addr} hand the change to the
     replication layer (RaftNode.change_members, tests/test_replication_membership.py); the API

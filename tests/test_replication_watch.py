@@ -17,9 +17,17 @@ class FakeSync:
         self._SyncObj__leaderCommitIndex = 10
         self.last = 10
         self.followers: dict[str, dict] = {}
+        self.leader: object | None = object()  # a node (its id is not read here)
+        self.member = "voter"
 
     def _SyncObj__getCurrentLogIndex(self):
         return self.last
+
+    def _getLeader(self):
+        return self.leader
+
+    def members_view(self):
+        return {"self": self.member}
 
     def progress(self):
         return {peer: dict(f) for peer, f in self.followers.items()}
@@ -106,3 +114,35 @@ def test_a_follower_that_only_just_fell_behind_after_an_idle_spell_is_not_stalle
     sync._SyncObj__leaderCommitIndex = 11
     v = _look(w, clock, 0.2)
     assert v["conditions"] == [] and v["commit_stalled_s"] < 1.0
+
+
+def test_no_leader_for_longer_than_an_election_is_a_condition_until_one_is_known(clock):
+    """A survivor of a lost quorum said ``conditions: []`` (and the dashboard "healthy")."""
+    sync = FakeSync()
+    w = ReplicationWatch(sync)
+    assert _look(w, clock, 0.2)["conditions"] == []
+    sync.leader = None
+    assert _look(w, clock, 0.1)["conditions"] == []  # (seen from here)
+    assert _look(w, clock, _watch.NO_LEADER_S - 0.5)["conditions"] == [], "an election is no outage"
+    v = _look(w, clock, 1.0)
+    assert [(c["type"], c["node"]) for c in v["conditions"]] == [("cluster.no_leader", "self")]
+    assert v["conditions"][0]["for_s"] == pytest.approx(_watch.NO_LEADER_S + 0.5)
+    sync.leader = object()
+    assert _look(w, clock, 0.2)["conditions"] == []
+
+
+def test_a_node_started_without_a_leader_counts_from_its_start(clock):
+    sync = FakeSync()
+    sync.leader = None
+    w = ReplicationWatch(sync)
+    assert [c["type"] for c in _look(w, clock, _watch.NO_LEADER_S + 0.2)["conditions"]] == ["cluster.no_leader"]
+
+
+def test_a_node_that_is_no_member_says_so(clock):
+    """A node removed while it still runs answered /healthz 200 with conditions []."""
+    sync = FakeSync()
+    w = ReplicationWatch(sync)
+    sync.member = "none"
+    assert _look(w, clock, 0.2)["conditions"] == [{"type": "cluster.not_a_member", "node": "self"}]
+    sync.member = "learner"
+    assert _look(w, clock, 0.2)["conditions"] == []

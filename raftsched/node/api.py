@@ -310,11 +310,18 @@ async def openapi_json(request: web.Request) -> web.Response:
 
 
 async def healthz(request: web.Request) -> web.Response:
+    """200 when this node sees a leader and is a member (a voter or a learner of the latest
+    configuration); else 503, ``member: false`` saying why when it is not one: a node removed
+    while it still runs saw the leader and answered 200, and a load balancer sent it requests
+    it answers 503."""
     svc = request.app[SERVICE]
     st = svc.raft.status()
-    ok = st.get("leader") is not None
-    return json_response({"ok": ok, "role": st.get("role"), "leader": st.get("leader")},
-                             status=200 if ok else 503, headers={} if ok else {"Retry-After": "1"})
+    member = (st.get("membership") or {}).get("self") != "none"
+    ok = st.get("leader") is not None and member
+    body = {"ok": ok, "role": st.get("role"), "leader": st.get("leader")}
+    if not member:
+        body["member"] = False
+    return json_response(body, status=200 if ok else 503, headers={} if ok else {"Retry-After": "1"})
 
 
 async def cluster(request: web.Request) -> web.Response:

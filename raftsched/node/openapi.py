@@ -504,7 +504,8 @@ def _more_responses() -> dict[str, Schema]:
 _RUN_ITEM = {"type": "object", "properties": {"state": {"enum": list(RUN_STATES)}}, "required": ["state"]}
 #: Success answers' schemas, named by ``Route.response`` (every row names one: tests/test_openapi.py).
 RESPONSES: dict[str, Schema] = {
-    "health": _obj({"ok": _BOOL, "role": {"type": ["string", "null"]}, "leader": {"type": ["string", "null"]}},
+    "health": _obj({"ok": _BOOL, "role": {"type": ["string", "null"]}, "leader": {"type": ["string", "null"]},
+                    "member": {"const": False, "description": "present when this node is not a member"}},
                    ("ok", "role", "leader"), closed=False),
     "metrics": {"type": "string", "description": "Prometheus text format 0.0.4"},
     "html": {"type": "string", "description": "an HTML page"},

@@ -14,6 +14,12 @@ Run on pysyncobj's tick thread (a tick callback), read from the event loop (``vi
 A stall longer than ``STALL_S`` is a condition, ``cluster.follower_stalled`` (``conditions``),
 logged once as a warning when it starts (``replication.follower_stalled`` on the leader,
 ``replication.commit_stalled`` on the stalled node) and once when it ends.
+
+Two more conditions of this node's own: ``cluster.no_leader`` once it has known no leader for
+``NO_LEADER_S`` (longer than an election: the majority is gone, or this node is cut off from
+it), and ``cluster.not_a_member`` while it is neither a voter nor a learner of the latest
+configuration (removed while it still runs, or started with ``--join`` and not added yet): a
+survivor of a lost quorum and a removed node each said ``conditions: []``.
 """
 from __future__ import annotations
 
@@ -27,6 +33,9 @@ logger = logging.getLogger("raftsched.replication")
 #: before it is a condition. A healthy follower is within a heartbeat (0.1 s) of the leader; one
 #: that installs a large snapshot can take a few seconds (1M jobs: ~6 s to load), so 10 s.
 STALL_S = 10.0
+#: Seconds without a known leader before it is a condition: an election after a leader's death
+#: takes about a second (docs/benchmarks.md, fail-over), so this is no election but an outage.
+NO_LEADER_S = 3.0
 #: How often the tick callback looks (it runs on every tick).
 _EVERY_S = 0.1
 
@@ -39,9 +48,11 @@ class ReplicationWatch:
         self._commit = -1
         self._commit_at = now
         self._stalled_since: float | None = None      # this node's commit, behind the leader's
+        self._no_leader_since: float | None = now      # no leader known since (None: one is)
         self._follower_seen: dict[str, tuple[int, float]] = {}  # id -> (match, since)
         self._followers_warned: set[str] = set()
-        self._view: dict = {"commit_stalled_s": 0.0, "leader_commit_index": 0, "followers": {}}
+        self._view: dict = {"commit_stalled_s": 0.0, "leader_commit_index": 0, "followers": {},
+                            "no_leader_s": 0.0, "member": True}
 
     def tick(self) -> None:
         now = monotonic()
@@ -91,8 +102,16 @@ class ReplicationWatch:
         if not followers:
             self._follower_seen.clear()
             self._followers_warned.clear()
+        if sync._getLeader() is None:
+            if self._no_leader_since is None:
+                self._no_leader_since = now
+        else:
+            self._no_leader_since = None
+        no_leader_s = 0.0 if self._no_leader_since is None else now - self._no_leader_since
+        view = sync.members_view()
         self._view = {"commit_stalled_s": round(stalled_s, 3), "leader_commit_index": leader_commit,
-                      "followers": followers}
+                      "followers": followers, "no_leader_s": round(no_leader_s, 3),
+                      "member": view is None or view.get("self") != "none"}
 
     def view(self) -> dict:
         """The last look (at most ``_EVERY_S`` old), with the conditions it implies."""
@@ -105,4 +124,8 @@ class ReplicationWatch:
             if f["stalled_s"] > STALL_S:
                 conditions.append({"type": "cluster.follower_stalled", "node": peer,
                                    "for_s": f["stalled_s"], "match_index": f["match_index"]})
+        if v["no_leader_s"] > NO_LEADER_S:
+            conditions.append({"type": "cluster.no_leader", "node": "self", "for_s": v["no_leader_s"]})
+        if not v["member"]:
+            conditions.append({"type": "cluster.not_a_member", "node": "self"})
         return dict(v, conditions=conditions)
