@@ -97,6 +97,10 @@ def test_metrics_pass_promtool_and_count_records_starts_completions_requests_and
     check_metrics(text)
     assert sample(text, "raftsched_slots_recorded_total", state="skipped", reason="misfire") >= 2
     assert sample(text, "raftsched_slot_to_start_seconds_count") == 1
+    # The process's start, which the alert rules read to leave out a node's counts re-applied at
+    # its start (docs/operations.md), beside its CPU and memory.
+    assert abs(sample(text, "process_start_time_seconds") - proc_start_time()) < 5
+    assert sample(text, "process_resident_memory_bytes") > 0
     # The oldest run was leased first: its slot 10 s in, leased at 45 s, completed at 47 s.
     assert sample(text, "raftsched_slot_to_start_seconds_sum") == 35
     assert sample(text, "raftsched_slot_to_start_seconds_bucket", le="60.0") == 1
@@ -136,6 +140,16 @@ def test_apply_stats_are_a_counter_per_reason_and_buckets_outside_the_snapshot()
     s.stats.on_recorded("skipped", "misfire", 3)
     assert (s.snapshot(), s.state_hash()) == (before, digest)
     assert queries.apply_stats(s)["recorded"] == {("skipped", "misfire"): 3}
+
+
+def proc_start_time() -> float:
+    """This process's start (s since the epoch), from /proc as the kernel counts it."""
+    import os
+    with open("/proc/self/stat") as f:
+        start_ticks = int(f.read().rpartition(")")[2].split()[19])
+    with open("/proc/stat") as f:
+        btime = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+    return btime + start_ticks / os.sysconf("SC_CLK_TCK")
 
 
 def alert_rules() -> str:

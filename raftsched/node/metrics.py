@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 from bisect import bisect_left
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
@@ -306,6 +306,11 @@ class _ReadsCollector:
 class NodeMetrics:
     def __init__(self, raft, trigger, worker, gc_pauses=None) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
+        # The process's own (process_start_time_seconds, process_cpu_seconds_total,
+        # process_resident_memory_bytes, ...): the counters below restart with the process, and
+        # count again the journal tail a restarted node re-applies, which an alert on their
+        # increase leaves out by the start time (docs/operations.md, "Alert rules").
+        ProcessCollector(registry=self.registry)
         self.registry.register(_StateCollector(raft, trigger, worker))
         self.registry.register(_RaftPortCollector(raft))
         self.registry.register(_ApplyCollector(raft, getattr(trigger, "clock", None)))
