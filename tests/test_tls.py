@@ -4,6 +4,7 @@ refused, and one that trusts another CA refuses the node at once (no retry until
 The tokens CLI runs over it too."""
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import time
 
 import pytest
 
-from raftsched.client import Client
+from raftsched.client import AsyncClient, Client
 from raftsched.core.errors import Forbidden, Indeterminate, Unavailable
 from raftsched.testing.cluster import write_private
 from raftsched.testing.procs import Procs
@@ -47,8 +48,21 @@ def test_a_client_without_a_certificate_is_refused(node):
     # TLS 1.3: the node refuses after the client's side of the handshake is done, by closing the
     # connection, so the client sees a connection lost (and retries within its deadline).
     c = Client(node.url(0), token=node.token, deadline_s=1, ca_file=str(node.tls.ca))
-    with pytest.raises((Unavailable, Indeterminate)):
+    with pytest.raises((Unavailable, Indeterminate)) as ei:
         c.cluster()
+    # That close looks like any lost connection: the message says what a certificate would do (a
+    # worker without one logged "connection lost ... may have applied" for a minute).
+    assert "requires a client certificate" in ei.value.message and "--client-cert" in ei.value.message
+
+    async def async_call():
+        ac = AsyncClient(node.url(0), token=node.token, deadline_s=1, ca_file=str(node.tls.ca))
+        try:
+            await ac.cluster()
+        finally:
+            await ac.close()
+    with pytest.raises((Unavailable, Indeterminate)) as ei:
+        asyncio.run(async_call())
+    assert "requires a client certificate" in ei.value.message
 
 
 @pytest.mark.parametrize("how", ["another CA", "the system's CAs"])

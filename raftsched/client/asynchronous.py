@@ -41,7 +41,7 @@ from ..core.errors import RaftschedError
 from . import endpoints
 from .core import (
     DEADLINE_S_DEFAULT, TIMEOUT_S_DEFAULT, LockHeld, LostAfterSendError, Node, NotSentError, Request, TlsFailedError,
-    Transport, TransportError, Try, Wait, decode,
+    Transport, TransportError, Try, Wait, decode, lost_why, NO_CLIENT_CERT_HINT,
 )
 from .endpoints import PAGE_LIMIT_DEFAULT, PREVIEW_COUNT_DEFAULT, UNSET
 from .policy import BACKFILL_POLL_S_DEFAULT, LOCK_TTL_S_DEFAULT, BackfillWait, Lease, LockPolicy
@@ -146,6 +146,7 @@ class AsyncClient(Transport):
                  ca_file: str | None = None, cert_file: str | None = None, key_file: str | None = None, fail_fast: bool = False) -> None:
         super().__init__(urls, token, timeout_s, deadline_s, fail_fast)
         self._ssl = client_tls_context(ca_file, cert_file, key_file) if self._uses_https() else None
+        self._client_cert = bool(cert_file)
         self._session = session
         self._own_session = session is None
 
@@ -191,16 +192,17 @@ class AsyncClient(Transport):
                 # A TLS port could not read the request as HTTP: nothing was done (blocking.py alike).
                 raise TlsFailedError(f"{node.url}: the node expects TLS: use https://{node.base[7:]} "
                                      "(and a CA file)") from e
+            hint = NO_CLIENT_CERT_HINT if node.https and not self._client_cert else ""
             if attempts.may_have_left:
                 # Whatever the last attempt's error (aiohttp's resend meeting "connection
                 # refused", say), an earlier attempt got a connection: the outcome is unknown.
-                raise LostAfterSendError(f"{node.url}: {type(e).__name__}: {e} (aiohttp made "
-                                         f"{attempts.made} attempt(s); one had a connection)") from e
+                raise LostAfterSendError(f"{node.url}: {lost_why(e, timeout)} (aiohttp made "
+                                         f"{attempts.made} attempt(s); one had a connection){hint}") from e
             if isinstance(e, (aiohttp.ClientConnectorCertificateError, aiohttp.ClientConnectorSSLError)):
                 raise TlsFailedError(f"TLS with {node.url} failed: {e}") from e
             if isinstance(e, _NO_CONNECTION):
                 raise NotSentError(f"{node.url}: {e}") from e
-            raise LostAfterSendError(f"{node.url}: {type(e).__name__}: {e}") from e
+            raise LostAfterSendError(f"{node.url}: {lost_why(e, timeout)}{hint}") from e
         return status, rh, decode(raw)
 
     async def _send(self, request: Request) -> Any:

@@ -30,7 +30,7 @@ from ..core.errors import RaftschedError
 from . import endpoints
 from .core import (
     DEADLINE_S_DEFAULT, TIMEOUT_S_DEFAULT, LockHeld, LostAfterSendError, Node, NotSentError, Request, TlsFailedError,
-    Transport, TransportError, Try, Wait, decode,
+    Transport, TransportError, Try, Wait, decode, lost_why, NO_CLIENT_CERT_HINT,
 )
 from .endpoints import PAGE_LIMIT_DEFAULT, PREVIEW_COUNT_DEFAULT, UNSET
 from .policy import BACKFILL_POLL_S_DEFAULT, LOCK_TTL_S_DEFAULT, BackfillWait, Lease, LockPolicy
@@ -173,6 +173,7 @@ class Client(Transport):
                  key_file: str | None = None, fail_fast: bool = False) -> None:
         super().__init__(urls, token, timeout_s, deadline_s, fail_fast)
         self._ssl = client_tls_context(ca_file, cert_file, key_file) if self._uses_https() else None
+        self._client_cert = bool(cert_file)
 
     # ------------------------------------------------------------------ transport
     def _once(self, node: Node, method: str, target: str, body: bytes | None, headers: dict,
@@ -212,8 +213,8 @@ class Client(Transport):
                     # It could not read the request as HTTP: nothing was done.
                     raise TlsFailedError(f"{node.url}: the node expects TLS: use https://{node.base[7:]} "
                                          "(and --ca-file)") from e
-                why = f"no whole answer within the attempt's {timeout:g} s" if isinstance(e, _AttemptTimeout) else e
-                raise LostAfterSendError(f"{node.url}: {type(e).__name__}: {why}") from e
+                hint = NO_CLIENT_CERT_HINT if node.https and not answered and not self._client_cert else ""
+                raise LostAfterSendError(f"{node.url}: {lost_why(e, timeout)}{hint}") from e
             return resp.status, {k.lower(): v for k, v in resp.getheaders()}, decode(raw)
         finally:
             conn.close()

@@ -85,6 +85,18 @@ FAIL_FAST_READ_GRACE_S = 3.0
 #: replayed), so the earlier attempt would have got the same answer. Any other (5xx, 401, 403,
 #: 408, 429) ends the call as Indeterminate.
 DEFINITE_AFTER_UNKNOWN = frozenset({400, 404, 405, 409, 413, 422})
+#: Added to a lost connection's message from an https node when the client shows no certificate:
+#: a node that requires one (mutual TLS) closes the connection after the handshake, which looks
+#: like any connection lost (a worker logged "connection lost ... may have applied" for a minute).
+NO_CLIENT_CERT_HINT = ("; if the node requires a client certificate (mutual TLS), give one "
+                       "(--client-cert and --client-key, or $RAFTSCHED_CLIENT_CERT)")
+
+
+def lost_why(e: BaseException, timeout_s: float) -> str:
+    """Why an attempt got no whole answer, for its message: a timeout's own text is empty."""
+    if isinstance(e, TimeoutError):  # (asyncio.TimeoutError and socket.timeout are this one)
+        return f"no whole answer within the attempt's {timeout_s:g} s"
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
 # Errors -------------------------------------------------------------------------------------
