@@ -672,6 +672,24 @@ def _names(v: object, field: str) -> list[str]:
     return v
 
 
+def _latest_come(s: SchedulerState, name: str, at: int) -> Record | None:
+    """The entry of job ``name``'s own slots whose time had come by ``at`` (its slot at or
+    before it), the latest slot of them (of one slot, the newest entry: a manual run's, say),
+    or None. Not the newest entry of the history: runs are committed up to ~4 s before their slot
+    (docs/design.md, "Firing ahead"), and a queued run of a slot still to come says nothing of why
+    the window passed (it said ``never_started`` of a job whose slot had run and failed). Not a
+    backfill's run either: it is outside the window (its success does not re-arm it, on_finish).
+    O(the job's history), bounded by its ``history``; in history order, the same on every replica."""
+    last: Record | None = None
+    for rid in s.history.get(name) or ():
+        x = s.runs.get(rid)
+        if x is None or x.get("kind") == "backfill" or "backfill" in x or x["slot"] > at:
+            continue
+        if last is None or x["slot"] >= last["slot"]:
+            last = x
+    return last
+
+
 def apply_deadline_judge(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``deadline_judge {runs, jobs}``: the leader's sweep, ``now`` the cluster's clock: judge
     the instants of these slots' records that passed by now (``runs``: run ids), and the jobs
@@ -694,14 +712,7 @@ def apply_deadline_judge(s: SchedulerState, cmd: Command, now: int) -> Result:
             continue
         w[1] = True
         at = w[0] + d["max_since_success_s"] * 1000
-        # The newest entry of the job's own slots: a backfill's run is outside the window (its
-        # success does not re-arm it, on_finish), so it says nothing of why the window passed.
-        last = None
-        for rid in reversed(s.history.get(name) or ()):
-            x = s.runs.get(rid)
-            if x is not None and x.get("kind") != "backfill" and "backfill" not in x:
-                last = x
-                break
+        last = _latest_come(s, name, at)
         if job["paused"]:
             cause = "paused"
         elif last is None or last["state"] == "succeeded":
