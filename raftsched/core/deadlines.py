@@ -940,7 +940,7 @@ def close_heartbeats(s: SchedulerState, job: Record, now: int, recorded: Callabl
 def slot_view(s: SchedulerState, rid: str) -> Record | None:
     """A run's ``deadline`` block (plain data, ms), or None when its slot has no deadline."""
     r = _book(s).slots.get(rid)
-    return None if r is None else _view(rid, r)
+    return None if r is None else _view(s, rid, r)
 
 
 def slot_views(s: SchedulerState, rids: list[str]) -> dict[str, Record]:
@@ -949,14 +949,67 @@ def slot_views(s: SchedulerState, rids: list[str]) -> dict[str, Record]:
     slots = _book(s).slots
     if not slots:
         return {}
-    return {rid: _view(rid, slots[rid]) for rid in rids if rid in slots}
+    return {rid: _view(s, rid, slots[rid]) for rid in rids if rid in slots}
 
 
-def _view(rid: str, r: Record) -> Record:
-    return {"run_id": None if r["slot"] is None else rid, "job": r["job"], "tenant": r["tenant"],
-            "slot": r["slot"], "state": r["state"], "deadline": r["which"], "cause": r["cause"],
-            "instant": r["at"], "judged_at": r["done_at"],
-            "instants": {"start_within_s": r["start"], "succeed_within_s": r["within"], "succeed_by": r["by"]}}
+#: The reasons a pipeline child's slot is recorded with when its parents decided it will not run.
+_UPSTREAM_REASONS = ("upstream_failed", "upstream_missed", "upstream_timeout", "dependency_missing",
+                     "upstream_succeeded")
+
+
+def _view(s: SchedulerState, rid: str, r: Record) -> Record:
+    out = {"run_id": None if r["slot"] is None else rid, "job": r["job"], "tenant": r["tenant"],
+           "slot": r["slot"], "state": r["state"], "deadline": r["which"], "cause": r["cause"],
+           "instant": r["at"], "judged_at": r["done_at"],
+           "instants": {"start_within_s": r["start"], "succeed_within_s": r["within"], "succeed_by": r["by"]}}
+    if r["cause"] == "upstream" and r["slot"] is not None:
+        said = _parents_said(s, r["job"], rid, r["slot"])
+        if said != "undecided" or not r["fin"]:
+            # (a final record whose slot holds nothing now: its record trimmed from the child's
+            # history; which it was is not known any more)
+            out[PARENTS_KEY] = said
+    return out
+
+
+#: The key of a view of a record missed with cause ``upstream`` that says what its parents had
+#: done (:func:`_parents_said`) for :func:`explain`; node/views.py deadline_view takes it out.
+PARENTS_KEY = "_parents"
+
+
+def _parents_said(s: SchedulerState, job: str, rid: str, slot: int) -> str:
+    """What a pipeline child's slot, missed with cause ``upstream``, holds now: ``"decided:REASON"``
+    (its parents' outcome recorded it: the slot's record, or a recorded range of the child's
+    history that covers it), ``"ran"`` (a run of its own came after the miss: the parents had
+    not decided it then, and let it run since), or ``"undecided"`` (none of these: its parents
+    have not decided it yet). A read; O(the child's history) for a slot without a run."""
+    run = s.runs.get(rid)
+    if run is not None:
+        if run.get("reason") in _UPSTREAM_REASONS:
+            return f"decided:{run['reason']}"
+        return "ran"
+    for hid in s.history.get(job) or ():
+        x = s.runs.get(hid)
+        if x is not None and "slot_to" in x and x["slot"] <= slot <= x["slot_to"] \
+                and x.get("reason") in _UPSTREAM_REASONS:
+            return f"decided:{x['reason']}"
+    return "undecided"
+
+
+def _upstream_text(parents: str | None) -> str:
+    """Why a pipeline child's slot missed with cause ``upstream``: its parents had not decided the
+    slot when its instant passed, or decided it would not run; ``parents`` (:func:`_parents_said`)
+    says which, where known."""
+    if parents is not None and parents.startswith("decided:"):
+        reason = parents.partition(":")[2] or "upstream_* or dependency_missing"
+        return f"its parents decided it would not run (its slot was recorded {reason} by their outcome)"
+    if parents == "undecided":
+        return ("its parents had not decided the slot yet (a parent still running, waiting for a retry, or "
+                "not yet fired); not final: a run that still succeeds makes it late")
+    if parents == "ran":
+        return ("its parents had not decided the slot yet when the instant passed (they let it run "
+                "afterwards)")
+    return ("either its parents decided it would not run (its slot recorded upstream_* or dependency_missing), "
+            "or they had not decided the slot yet when the instant passed (a parent still running or retrying)")
 
 
 def listing(s: SchedulerState, state: str | None, job: str | None, since: int | None, tenants: Any,
@@ -974,7 +1027,7 @@ def listing(s: SchedulerState, state: str | None, job: str | None, since: int | 
         when = r["slot"] if r["slot"] is not None else r["at"]
         if since is not None and (when is None or when < since):
             continue
-        out.append(_view(rid, r))
+        out.append(_view(s, rid, r))
         if len(out) >= limit:
             break
     return out
@@ -1003,14 +1056,16 @@ def explain(r: Record | None) -> str | None:
               "failed": "its run had failed (dead, or waiting for a retry)",
               "skipped": "the slot was recorded skipped or coalesced, so no run was made for it",
               "paused": "the job was paused", "untracked": "more deadlines were pending than the cluster keeps",
-              "upstream": "its parents decided it would not run (a pipeline child's slot recorded upstream_*, "
-                          "or dependency_missing)",
+              "upstream": _upstream_text(r.get(PARENTS_KEY)),
               "no_slot": "no slot of the job fell due since its last success (its schedule's slots are further "
                          "apart than max_since_success_s, or its next is still to come)"}
     judged, instant = r.get("judged_at"), r.get("instant")
     if r["cause"] in ("skipped", "upstream") and judged is not None and instant is not None and judged < instant:
+        # (a child's slot is judged before its instant only when its parents decided it: one
+        # they have not decided yet is judged when the instant passes)
+        why = causes["skipped"] if r["cause"] == "skipped" else _upstream_text(r.get(PARENTS_KEY) or "decided:")
         return (f"it can no longer meet its {which.get(r['deadline'] or '', 'deadline')} ({at}), which had not come "
-                f"yet: {causes[r['cause']]}; a slot that will have no run misses at once")
+                f"yet: {why}; a slot that will have no run misses at once")
     if r["cause"] in ("failed", "still_running") and judged is not None and instant is not None and judged < instant:
         # Judged when its run ended for good, before the instant: the slot cannot succeed any
         # more (the record names the first deadline the run had not met: _first_unmet).

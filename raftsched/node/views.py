@@ -152,4 +152,5 @@ def deadline_view(d: dict) -> dict:
                judged_at=schedule.iso(d["judged_at"]),
                instants={k: schedule.iso(v) for k, v in d["instants"].items() if v is not None})
     out["why"] = deadlines.explain(d)
+    out.pop(deadlines.PARENTS_KEY, None)  # (what explain reads of an upstream miss: said in ``why``)
     return out
