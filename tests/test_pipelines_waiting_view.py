@@ -114,3 +114,24 @@ def test_a_child_of_a_parent_run_by_hand_with_propagate_is_shown_waiting_and_lis
         (r["run"], "queued"), (f"b@{T0 + 3}", "waiting")]
     finish(s, lease(s, T0 + 3)[0], T0 + 4, True)
     assert s.runs[f"b@{T0 + 3}"]["state"] == "queued"
+
+
+def test_a_child_waiting_for_a_manual_run_with_propagate_names_that_run_and_its_state():
+    """A user's walk: the parent's run for the slot was a manual run with propagate
+    (``P@<ms>!manual-N``), running; the child's view of the slot (``GET /v1/jobs/C/runs?slot=S``)
+    said "waiting for P@S (its slot has not fired)", ``waiting_on.state`` ``not_fired``, naming
+    ``P@<ms>``, a run that does not exist. It names the manual run, and its state."""
+    from raftsched.core import commands, pipelines, schedule
+    from pipeline_helpers import T0, apply, chain_state, job_raw, lease
+    s = chain_state(("a", job_raw(every_s=3600, retries=2)), ("b", job_raw(after=["a"])))
+    t = T0 + 3
+    r = apply(s, commands.trigger_job(t, None, name="a", extra={"propagate": True}))
+    assert r["ok"] and "!manual-" in r["run"], r
+    (g,) = lease(s, t)
+    assert g["id"] == r["run"]
+    for view in (pipelines.waiting_run(s, f"b@{t}"),
+                 next(x for x in pipelines.slot_runs(s, "a", t) if x["job"] == "b")):
+        (on,) = view["waiting_on"]
+        assert (on["run"], on["state"], on["attempt"], on["max_attempts"]) == (r["run"], "running", 1, 2), on
+        suffix = r["run"].partition("!")[2]
+        assert view["waiting_for"] == f"waiting for a@{schedule.iso(t)}!{suffix} (running, attempt 1 of 2)", view

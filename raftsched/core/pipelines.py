@@ -1515,8 +1515,8 @@ def waiting_for(s: SchedulerState, name: str, slot: int) -> list[Record]:
         p = e["job"]
         if p in got:
             continue
-        r = s.runs.get(f"{p}@{slot}")
-        item: Record = {"job": p, "on": e["on"], "run": f"{p}@{slot}"}
+        r = _parent_run(s, p, slot)
+        item: Record = {"job": p, "on": e["on"], "run": f"{p}@{slot}" if r is None else r["id"]}
         if r is not None:
             item["state"] = r["state"]
             item["attempt"] = r.get("attempt")
@@ -1527,6 +1527,26 @@ def waiting_for(s: SchedulerState, name: str, slot: int) -> list[Record]:
             item["state"] = "not_fired" if p in s.jobs else "missing"
         out.append(item)
     return out
+
+
+def _parent_run(s: SchedulerState, p: str, slot: int) -> Record | None:
+    """Parent ``p``'s run for ``slot`` that a child waits for: one not finished that reports to
+    its children (the slot's scheduled run ``P@S``, a manual run with propagate ``P@S!manual-N``,
+    a run of the slot by hand ``P@S#manual-N``, a cascading backfill's ``P@S#bID``), the
+    scheduled one first, else the newest; else the scheduled run as it stands, or None. Before,
+    only ``P@S`` was read: a child waiting for a manual run with propagate said "its slot has not
+    fired" while that run was running. A read; O(the parent's history) when ``P@S`` is not one."""
+    runs = s.runs
+    r = runs.get(f"{p}@{slot}")
+    if r is not None and r["state"] in UNFINISHED and propagates(r):
+        return r
+    again = (f"{p}@{slot}!", f"{p}@{slot}#")
+    for rid in reversed(s.history.get(p) or ()):
+        x = runs.get(rid)
+        if x is not None and rid.startswith(again) and x["slot"] == slot and x["state"] in UNFINISHED \
+                and propagates(x):
+            return x
+    return r
 
 
 def graph(s: SchedulerState, name: str) -> Record | None:
@@ -1701,7 +1721,9 @@ def waiting_text(items: list[Record]) -> str:
                     f"max_concurrent ({it['max_concurrent']})"
                     + (f" and rate ({it['rate_per_s']}/s)" if it["rate_per_s"] is not None else "") + " allow")
         job, _, rest = it["run"].partition("@")
-        when = iso(int(rest)) if rest.isascii() and rest.isdigit() else rest
+        # (a run of the slot other than its scheduled one: P@S!manual-N, P@S#bID)
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        when = (iso(int(rest[:digits])) or rest[:digits]) + rest[digits:] if digits else rest
         st = it["state"]
         if st in ("queued", "running") and it.get("attempt") is not None:
             st += f", attempt {it['attempt']} of {it.get('max_attempts', '?')}"
