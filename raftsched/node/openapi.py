@@ -421,8 +421,9 @@ def _more_responses() -> dict[str, Schema]:
                    "fired_ahead": arr, "runs": arr, "recorded": arr, "slots_due": i,
                    "slots_due_exact": {"type": "boolean"}, "next_slot": s_or_null},
                   ("job", "down_from", "down_to", "policy", "runs", "recorded", "slots_due", "next_slot")),
-            _open({"job": s, "slot": s, "run": {"type": ["object", "null"]}, "deadline": {"type": ["object", "null"]},
-                   "why": s}, ("job", "slot", "run", "deadline", "why"))],
+            _open({"job": s, "slot": s, "run": {"type": ["object", "null"]}, "runs": objs,
+                   "deadline": {"type": ["object", "null"]}, "why": s},
+                  ("job", "slot", "run", "runs", "deadline", "why"))],
             "description": "what an outage window would do, or why one slot met or missed its deadline"},
         "backfill": backfill,
         "backfill_created": {"anyOf": [

@@ -30,6 +30,9 @@ from .redact import PROCESS_DEFAULT, Fingerprint, restore_redacted
 from .views import deadline_view, job_view, lock_view, policy_view, run_view, tenant_view
 
 
+#: How many runs of one instant ``explain`` with a slot lists (GET /v1/jobs/{name}/runs?slot= lists
+#: up to its ``limit``): the slot's own, its runs by hand, a backfill's, a range covering it.
+_EXPLAIN_RUNS_MAX = 20
 #: ``waiting_for`` of a run fired ahead and held by its job's pause (its ``due`` null: core/notify.py)
 HELD_BY_PAUSE = "its job to be resumed"
 
@@ -783,7 +786,11 @@ class Service:
         """Why a slot met or missed its deadline: its run (or record) and its deadline block
         (for a token limited to ``tenants``, neither when the run is another tenant's: the job
         was moved between tenants; nor the block when its record is another tenant's, its run
-        trimmed since)."""
+        trimmed since). ``runs``: every run and record of that instant, as ``GET
+        /v1/jobs/{name}/runs?slot=`` lists them (a manual run ``NAME@T!manual-N``, a run of the
+        slot by hand or a backfill's, a recorded range that covers it); ``run`` is the slot's
+        own (``NAME@SLOT``), else the newest of them. Only the slots the job's schedule fires
+        (and a pipeline child's slots) have a deadline record: a run by hand has none."""
         try:
             slot_ms = schedule.parse_iso_ms(slot, "slot") if isinstance(slot, str) else None
         except InvalidSpec as e:
@@ -797,12 +804,33 @@ class Service:
             run = block = None
         if tenants is not None and block is not None and block["tenant"] not in tenants:
             block = None  # its run trimmed since: the record names the tenant the slot was judged for
+        # The instant's runs as runs?slot= finds them (its tenants' only): before, a manual run's
+        # instant answered run null and "no slot ... falls at that instant" beside that list.
+        found = self.read(queries.job_runs, name, _EXPLAIN_RUNS_MAX, None, slot_ms, tenants)["runs"]
+        if run is None and found:
+            run = found[0]
+        views = self._views(found)
         out: dict = {"job": name, "slot": schedule.iso(slot_ms),
-                     "run": None if run is None else self._views([run])[0], "deadline": None}
+                     "run": None if run is None else next((v for v in views if v["id"] == run["id"]), None)
+                     or self._views([run])[0],
+                     "runs": views, "deadline": None}
+        near = None if block is not None else self._not_a_slot(name, slot_ms)
         if block is not None:
             out["deadline"] = deadline_view(block)
             out["why"] = out["deadline"]["why"]
-        elif run is None and (near := self._not_a_slot(name, slot_ms)) is not None:
+        elif run is not None and run.get("kind") == "recorded" and "slot_to" in run:
+            out["why"] = (f"{run['id']} records the slots from {schedule.iso(run['slot'])} to "
+                          f"{schedule.iso(run['slot_to'])} {run['state']} ({run.get('reason')}); that slot has no "
+                          "deadline record of its own: the job had no deadline then, the slot is past the first "
+                          f"{limits.deadline_range_slots_max} of the range, or its record was given up "
+                          "(limits.deadlines_kept_max)")
+        elif run is not None and (run["id"] != rid or run.get("kind") in ("manual", "backfill")):
+            what = {"manual": "a manual run", "backfill": "a backfill's run"}.get(run.get("kind") or "", "a run")
+            out["why"] = (f"{run['id']} is {what} ({run['state']}) at that instant, and has no deadline record: "
+                          "deadlines are judged for the slots the job's schedule fires (and a pipeline child's "
+                          "slots), not for manual or backfill runs"
+                          + (f"; {near}" if near is not None else ""))
+        elif run is None and near is not None:
             out["why"] = near
         else:
             out["why"] = ("the slot has no deadline record: the job had no deadline when it fired, the slot "
