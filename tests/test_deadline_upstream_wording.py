@@ -71,3 +71,24 @@ def test_a_record_alone_says_both_cases() -> None:
     assert "parents decided it would not run" in why and "had not decided the slot yet" in why, why
 
 
+
+
+def test_the_slots_of_a_range_the_parents_outage_recorded_say_decided_with_its_reason() -> None:
+    """A's missed slots (ten minutes without a leader, misfire skip) are one recorded range, and
+    so are the child's: each of the child's slots of it says its parents decided it, naming the
+    range's reason, in a listing as in one slot's view."""
+    from raftsched.core import pipelines as _p  # noqa: F401  (binds the hooks)
+    from pipeline_helpers import job_raw
+    s = new_state()
+    assert put(s, "a", job_raw(every_s=60, misfire={"policy": "skip", "grace_s": 1}))["ok"]
+    assert put(s, "b", job_raw(after=["a"], deadline={"succeed_within_s": 20}))["ok"]
+    tick(s, T0 + 60 * SEC)
+    tick(s, T0 + 11 * 60 * SEC)
+    (rng,) = [r for r in s.runs.values() if r["job"] == "b" and "slot_to" in r]
+    rows = [d for d in deadlines.listing(s, "missed", "b", None, None, 100)
+            if rng["slot"] <= d["slot"] <= rng["slot_to"]]
+    assert len(rows) == rng["count"] > 1, rows
+    for d in rows:
+        why = deadline_view(d)["why"]
+        assert f"its parents decided it would not run (its slot was recorded {rng['reason']}" in why, why
+    assert _why(s, f"b@{rng['slot_to']}") == deadline_view(rows[0])["why"]

@@ -940,7 +940,7 @@ def close_heartbeats(s: SchedulerState, job: Record, now: int, recorded: Callabl
 def slot_view(s: SchedulerState, rid: str) -> Record | None:
     """A run's ``deadline`` block (plain data, ms), or None when its slot has no deadline."""
     r = _book(s).slots.get(rid)
-    return None if r is None else _view(s, rid, r)
+    return None if r is None else _view(s, rid, r, {})
 
 
 def slot_views(s: SchedulerState, rids: list[str]) -> dict[str, Record]:
@@ -949,7 +949,8 @@ def slot_views(s: SchedulerState, rids: list[str]) -> dict[str, Record]:
     slots = _book(s).slots
     if not slots:
         return {}
-    return {rid: _view(s, rid, slots[rid]) for rid in rids if rid in slots}
+    ranges: dict[str, list[tuple[int, int, str]]] = {}
+    return {rid: _view(s, rid, slots[rid], ranges) for rid in rids if rid in slots}
 
 
 #: The reasons a pipeline child's slot is recorded with when its parents decided it will not run.
@@ -957,13 +958,13 @@ _UPSTREAM_REASONS = ("upstream_failed", "upstream_missed", "upstream_timeout", "
                      "upstream_succeeded")
 
 
-def _view(s: SchedulerState, rid: str, r: Record) -> Record:
+def _view(s: SchedulerState, rid: str, r: Record, ranges: dict[str, list[tuple[int, int, str]]]) -> Record:
     out = {"run_id": None if r["slot"] is None else rid, "job": r["job"], "tenant": r["tenant"],
            "slot": r["slot"], "state": r["state"], "deadline": r["which"], "cause": r["cause"],
            "instant": r["at"], "judged_at": r["done_at"],
            "instants": {"start_within_s": r["start"], "succeed_within_s": r["within"], "succeed_by": r["by"]}}
     if r["cause"] == "upstream" and r["slot"] is not None:
-        said = _parents_said(s, r["job"], rid, r["slot"])
+        said = _parents_said(s, r["job"], rid, r["slot"], ranges)
         if said != "undecided" or not r["fin"]:
             # (a final record whose slot holds nothing now: its record trimmed from the child's
             # history; which it was is not known any more)
@@ -976,22 +977,27 @@ def _view(s: SchedulerState, rid: str, r: Record) -> Record:
 PARENTS_KEY = "_parents"
 
 
-def _parents_said(s: SchedulerState, job: str, rid: str, slot: int) -> str:
+def _parents_said(s: SchedulerState, job: str, rid: str, slot: int,
+                  ranges: dict[str, list[tuple[int, int, str]]]) -> str:
     """What a pipeline child's slot, missed with cause ``upstream``, holds now: ``"decided:REASON"``
     (its parents' outcome recorded it: the slot's record, or a recorded range of the child's
     history that covers it), ``"ran"`` (a run of its own came after the miss: the parents had
     not decided it then, and let it run since), or ``"undecided"`` (none of these: its parents
-    have not decided it yet). A read; O(the child's history) for a slot without a run."""
+    have not decided it yet). A read; O(the child's history) for the first slot of a job without
+    a run, its ranges kept in ``ranges`` (job -> [(lo, hi, reason)]) for the others of a listing."""
     run = s.runs.get(rid)
     if run is not None:
         if run.get("reason") in _UPSTREAM_REASONS:
             return f"decided:{run['reason']}"
         return "ran"
-    for hid in s.history.get(job) or ():
-        x = s.runs.get(hid)
-        if x is not None and "slot_to" in x and x["slot"] <= slot <= x["slot_to"] \
-                and x.get("reason") in _UPSTREAM_REASONS:
-            return f"decided:{x['reason']}"
+    got = ranges.get(job)
+    if got is None:
+        got = ranges[job] = [(x["slot"], x["slot_to"], x["reason"]) for hid in s.history.get(job) or ()
+                             if (x := s.runs.get(hid)) is not None and "slot_to" in x
+                             and x.get("reason") in _UPSTREAM_REASONS]
+    for lo, hi, reason in got:
+        if lo <= slot <= hi:
+            return f"decided:{reason}"
     return "undecided"
 
 
@@ -1017,6 +1023,7 @@ def listing(s: SchedulerState, state: str | None, job: str | None, since: int | 
     """Deadline records, newest first: filtered by outcome, job, slot (or judgement) at or after
     ``since``, and the tenants a token may see (None: all)."""
     out: list[Record] = []
+    ranges: dict[str, list[tuple[int, int, str]]] = {}
     for rid, r in reversed(_book(s).slots.items()):
         if state is not None and r["state"] != state:
             continue
@@ -1027,7 +1034,7 @@ def listing(s: SchedulerState, state: str | None, job: str | None, since: int | 
         when = r["slot"] if r["slot"] is not None else r["at"]
         if since is not None and (when is None or when < since):
             continue
-        out.append(_view(s, rid, r))
+        out.append(_view(s, rid, r, ranges))
         if len(out) >= limit:
             break
     return out
