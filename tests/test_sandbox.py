@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pwd
+import select
 import shutil
 import signal
 import subprocess
@@ -398,7 +399,7 @@ def test_what_a_run_leaves_in_its_directory_is_removed_even_read_only(targets):
         s = await started()
         try:
             out = await execute(py("litters"), c("lit"), 10, sandbox=s)
-            left = os.listdir(s.runs_dir)
+            left = [n for n in os.listdir(s.runs_dir) if n != sb.RUNS_LOCK]  # (the worker's lock stays)
         finally:
             await s.close()
         return out, left
@@ -416,7 +417,7 @@ def test_a_run_past_its_timeout_is_killed_with_its_whole_group_and_its_directory
         try:
             out = await execute(sh(script), c("slow"), 0.5, kill_grace_s=0.3, sandbox=s)
             pout = await execute(py("sleeps"), c("pyslow", {"dir": str(marks)}), 0.5, kill_grace_s=0.3, sandbox=s)
-            left = os.listdir(s.runs_dir)
+            left = [n for n in os.listdir(s.runs_dir) if n != sb.RUNS_LOCK]  # (the worker's lock stays)
         finally:
             await s.close()
         return out, pout, left
@@ -789,25 +790,96 @@ def test_a_root_node_refuses_to_run_jobs_as_root_unless_told(tmp_path):
     assert p.returncode == 2 and "inside the data directory" in p.stderr, p.stderr
 
 
+_HOLD_LOCK = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); fcntl.flock(fd, fcntl.LOCK_EX); "
+              "print('locked', flush=True); sys.stdin.read()")
+
+
+def _hold_lock(path: Path) -> subprocess.Popen:
+    """A process that holds an exclusive flock on ``path`` until its stdin closes (or it is killed)."""
+    p = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True)
+    try:
+        ready, _, _ = select.select([p.stdout], [], [], 10)
+        assert ready and p.stdout.readline().strip() == "locked", "the helper did not take the lock"
+    except BaseException:
+        p.kill()
+        p.wait()
+        raise
+    return p
+
+
+def _runs_dir(parent: Path, name: str, lock: bool = True) -> Path:
+    d = parent / f"{sb.RUNS_PREFIX}{name}-abcdefgh"
+    (d / "r-1.xyz").mkdir(parents=True)
+    (d / "r-1.xyz" / "left").write_text("x")
+    if lock:
+        (d / sb.RUNS_LOCK).write_text("")
+    return d
+
+
 def test_a_worker_that_starts_removes_the_runs_directories_of_killed_ones(tmp_path):
     """A worker killed with SIGKILL never removes its runs' directories; the next one to start in
-    the same place does, and leaves a live worker's alone."""
+    the same place does (no one holds the directory's lock), and leaves alone a live worker's
+    (its lock is held), whatever its name's pid says: in another pid namespace (containers sharing
+    a /tmp), a live worker's pid looks dead here."""
     dead = subprocess.Popen(["true"])
     dead.wait()
-    stale = tmp_path / f"{sb.RUNS_PREFIX}node-1.{dead.pid}-abcdefgh"
-    (stale / "r-1.xyz").mkdir(parents=True)
-    (stale / "r-1.xyz" / "left").write_text("x")
-    live = tmp_path / f"{sb.RUNS_PREFIX}node-2.{os.getpid()}-abcdefgh"
-    live.mkdir()
+    stale = _runs_dir(tmp_path, f"node-1.{dead.pid}")
+    held = _runs_dir(tmp_path, f"node-2.{dead.pid}")   # a live worker of another pid namespace
+    older = _runs_dir(tmp_path, f"node-3.{dead.pid}", lock=False)  # no lock file: left alone
     other = tmp_path / "raftsched-runs-not-ours"
     other.mkdir()
+    target = _runs_dir(tmp_path / "elsewhere", f"node-4.{dead.pid}")  # a free lock, behind a link
+    link = tmp_path / f"{sb.RUNS_PREFIX}node-5.{dead.pid}-abcdefgh"
+    link.symlink_to(target)
+    holder = _hold_lock(held / sb.RUNS_LOCK)
+    try:
+        async def t():
+            first = await started(runs_parent=str(tmp_path))
+            try:
+                # A worker of this process that runs: its lock is held too (by its descriptor).
+                second = await started(runs_parent=str(tmp_path))
+                await second.close()
+                return first.runs_dir, sorted(os.listdir(first.runs_dir))
+            finally:
+                await first.close()
+        mine, inside = run(t())
+        assert inside == [sb.RUNS_LOCK]
+        assert not stale.exists() and held.exists() and older.exists() and other.exists()
+        assert (held / "r-1.xyz" / "left").exists() and (older / "r-1.xyz" / "left").exists()
+        assert link.is_symlink() and (target / "r-1.xyz" / "left").exists(), "nothing followed through a link"
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([held.name, older.name, other.name, link.name,
+                                                                     "elsewhere"])
+        assert not os.path.exists(mine)
+        # Its owner gone (killed), the lock is free: the next sweep removes it.
+        assert sb.sweep_runs_dirs(str(tmp_path)) == []
+        holder.kill()
+        holder.wait(10)
+        assert sb.sweep_runs_dirs(str(tmp_path)) == [str(held)]
+        assert not held.exists() and older.exists()
+    finally:
+        holder.kill()
+        holder.wait(10)
 
+
+def test_no_run_and_not_the_run_server_holds_the_runs_directory_lock():
+    """The lock is the worker's alone: were a run (or the run server) to hold it, a run left
+    behind by a killed worker would keep its directory from being removed, and a run could
+    drop it early."""
     async def t():
-        s = await started(runs_parent=str(tmp_path))
-        await s.close()
-    run(t())
-    assert not stale.exists() and live.exists() and other.exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
+        s = await started()  # (the system's temporary directory: the run user must reach it)
+        try:
+            res = await s.run_shell(sh("ls -l /proc/$$/fd/ 2>&1; echo done"), c(), 10, None, 1.0)
+            server_fds = [os.readlink(f"/proc/{s.server.pid}/fd/{n}") for n in os.listdir(f"/proc/{s.server.pid}/fd")]
+            swept = sb.sweep_runs_dirs(os.path.dirname(s.runs_dir))
+            return res, server_fds, s.runs_dir not in swept and os.path.exists(s.runs_dir)
+        finally:
+            await s.close()
+    (ok, err, out), server_fds, kept = run(t())
+    assert ok, (err, out)
+    assert "done" in out and sb.RUNS_LOCK not in out, out
+    assert server_fds and not any(sb.RUNS_LOCK in f for f in server_fds), server_fds
+    assert kept, "a worker's own sweep leaves its own directory"
 
 
 def _worker(tmp_path: Path, *extra: str, token_owner: int | None = None) -> subprocess.CompletedProcess:

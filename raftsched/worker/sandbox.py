@@ -15,7 +15,16 @@ code through. Every shell and python run:
 - starts in a **fresh directory** of its own, ``<tmp>/raftsched-runs-<worker>.<pid>-XXXX/<run>.XXXX``
   (mode 0700, owned by the run user; the parent is the worker's, 0711), removed when the run is
   over, killed or not (a worker killed with SIGKILL leaves them: the next worker to start there
-  removes them); a shell executor's ``cwd`` still names where it starts.
+  removes them, :func:`sweep_runs_dirs`); a shell executor's ``cwd`` still names where it starts.
+
+A worker holds an exclusive ``flock`` on a lock file in its runs directory (``RUNS_LOCK``, 0600,
+the worker's, in a directory the run user cannot write) for as long as it lives, on a descriptor
+no other process has (close-on-exec; the run server gets only its socket). The kernel drops the
+lock when the worker is gone, however it ended, so a later worker removes a runs directory only
+when it can take that lock: whatever pid namespace its owner was in (containers sharing a host's
+``/tmp`` or a volume, where a live worker's pid looks dead). A runs directory without the lock file
+(made by a raftsched before it, or by a worker killed while it made it) is left alone: its owner
+cannot be told alive or dead, and removing a live worker's directory fails its runs.
 
 The runs are started by one long-lived child process, the run server (worker/runserver.py), which
 drops to the run user once, after its imports: a shell run is a ``posix_spawn`` of it, a python
@@ -31,13 +40,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import fcntl
 import itertools
 import json
 import logging
 import os
 import pwd
 import re
-import shutil
 import signal
 import socket
 import stat
@@ -201,13 +210,87 @@ def readable_by(path: str, user: RunUser) -> bool:
 
 #: The start of a worker's runs directory's name: ``raftsched-runs-<worker>.<pid>-XXXXXXXX``.
 RUNS_PREFIX = "raftsched-runs-"
+#: The lock file in a worker's runs directory, flocked (exclusive) by that worker while it lives.
+RUNS_LOCK = ".raftsched-worker.lock"
+
+
+#: The runs directories this process's sandboxes hold the lock of: a sweep here never tries their
+#: locks (where flock is emulated with POSIX locks, on NFS, a process would get its own lock again,
+#: and closing the descriptor it tried it with would drop the lock). Each lock's descriptor, and
+#: its directory's (device, inode).
+_HELD: dict[int, tuple[int, int]] = {}
+
+
+def lock_runs_dir(runs_dir: str) -> int | None:
+    """Take this worker's lock on its runs directory (made by it, empty): its descriptor, to keep
+    open for the worker's life (closed: the lock is dropped). The file is made under another name,
+    locked, then renamed into place, so a sweep never finds it unlocked while its owner lives.
+    Close-on-exec (Python's default), and never passed on: no run process holds it. None when the
+    file system has no locks (logged): then the directory has no lock file, and no sweep removes it.
+
+    :raises OSError: the file could not be made.
+    """
+    dfd = os.open(runs_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        tmp = RUNS_LOCK + ".new"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            os.unlink(tmp, dir_fd=dfd)
+            log.warning("runs directory %s: no lock (%s): a later worker's sweep will leave it alone", runs_dir, e)
+            return None
+        try:
+            os.rename(tmp, RUNS_LOCK, src_dir_fd=dfd, dst_dir_fd=dfd)
+            st = os.fstat(dfd)
+        except BaseException:
+            os.close(fd)
+            raise
+        _HELD[fd] = (st.st_dev, st.st_ino)
+    finally:
+        os.close(dfd)
+    return fd
+
+
+def _owner_gone(path: str) -> int | None:
+    """When the worker that made the runs directory ``path`` is certainly gone (it is a directory
+    of this user, not a link, with a lock file no one holds): a descriptor holding its lock now
+    (for the caller to close once it removed the directory). None otherwise: a live owner (in
+    any pid namespace: the kernel holds its lock), no lock file (module docstring), not ours."""
+    try:
+        dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if os.fstat(dfd).st_uid != os.geteuid():
+            return None
+        try:
+            fd = os.open(RUNS_LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                os.close(fd)
+                return None
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return None  # held: its owner lives
+        return fd
+    finally:
+        os.close(dfd)
 
 
 def sweep_runs_dirs(parent: str) -> list[str]:
     """Remove the runs directories in ``parent`` that a worker of this user left when it was
-    killed (its process id no longer runs): the directories of the runs it had, which it never
-    got to remove. Returns what it removed."""
-    removed = []
+    killed (no process holds its lock any longer: module docstring): the directories of the runs
+    it had, which it never got to remove. Returns what it removed. Never follows a link: a
+    directory is opened, and emptied, by descriptor (:func:`_rmtree`)."""
+    removed: list[str] = []
+    unlocked: list[str] = []
+    held = set(_HELD.values())  # (copied at once: a worker's start may add to it meanwhile)
     try:
         names = os.listdir(parent)
     except OSError:
@@ -215,32 +298,30 @@ def sweep_runs_dirs(parent: str) -> list[str]:
     for name in names:
         if not name.startswith(RUNS_PREFIX):
             continue
-        head, _, _rand = name[len(RUNS_PREFIX):].rpartition("-")
-        pid = head.rpartition(".")[2]
-        if not (pid.isascii() and pid.isdigit()) or _alive(int(pid)):
-            continue
         path = os.path.join(parent, name)
         try:
             st = os.lstat(path)
         except OSError:
             continue
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or (st.st_dev, st.st_ino) in held:
             continue
-        _rmtree(path)
+        lock = _owner_gone(path)
+        if lock is None:
+            if not os.path.lexists(os.path.join(path, RUNS_LOCK)):
+                unlocked.append(path)
+            continue
+        try:
+            _rmtree(path)
+        finally:
+            os.close(lock)
         removed.append(path)
     if removed:
         log.info("removed %d runs directory(ies) of workers that were killed: %s", len(removed), ", ".join(removed))
+    if unlocked:
+        log.info("left %d runs directory(ies) without a lock file (made by an older raftsched, or by a worker killed "
+                 "as it started; their owner cannot be told gone): %s; remove them once no worker uses them",
+                 len(unlocked), ", ".join(unlocked))
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
 
 
 def _safe(text: str, n: int = 48) -> str:
@@ -562,6 +643,8 @@ class Sandbox:
         self.runs_parent = runs_parent
         #: this worker's runs directory, made at start
         self.runs_dir: str | None = None
+        #: the descriptor holding its lock (RUNS_LOCK), while this worker is started
+        self._lock_fd: int | None = None
         self.base_env = self._base_env()
         self.server = RunServer(user, self.base_env)
 
@@ -580,14 +663,17 @@ class Sandbox:
         parent = self.runs_parent or tempfile.gettempdir()
         await asyncio.to_thread(sweep_runs_dirs, parent)
         # 0700 from mkdtemp; the run user gets through it to its own run's directory (0711) and
-        # cannot list it. The name carries this process's id, for the sweep of a later one.
+        # cannot list it, nor make or replace anything in it (its lock file). The lock, held while
+        # this worker lives, tells a later worker's sweep whether it may remove it.
         self.runs_dir = tempfile.mkdtemp(prefix=f"{RUNS_PREFIX}{_safe(self.name, 40)}.{os.getpid()}-", dir=parent)
-        if self.user.switches:
-            os.chmod(self.runs_dir, 0o711)
         try:
+            self._lock_fd = lock_runs_dir(self.runs_dir)
+            if self.user.switches:
+                os.chmod(self.runs_dir, 0o711)
             await self.server.ensure()
         except BaseException:
-            shutil.rmtree(self.runs_dir, ignore_errors=True)
+            _rmtree(self.runs_dir)
+            self._unlock()
             raise
         for what, how in self.warnings():
             log.warning("%s: %s", what, how)
@@ -620,6 +706,14 @@ class Sandbox:
         await self.server.close()
         if self.runs_dir is not None:
             await asyncio.to_thread(_rmtree, self.runs_dir)
+        self._unlock()
+
+    def _unlock(self) -> None:
+        """Drop the runs directory's lock (after the directory is removed)."""
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            _HELD.pop(fd, None)
+            os.close(fd)
 
     # ------------------------------------------------------------------ runs
     async def run_shell(self, ex: dict, ctx: RunContext, timeout_s: float, cancel: asyncio.Event | None,
