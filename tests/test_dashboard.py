@@ -97,3 +97,24 @@ def test_whoami_tells_the_role_tenants_and_scopes():
                 assert me["tenants"] == ["billing"] and "jobs.write" in me["scopes"] and "tokens" not in me["scopes"]
         assert (await c.get("/v1/whoami")).status == 401
     run(t)
+
+
+def test_a_query_string_does_not_break_the_dashboard():
+    """A link to the page (or a file) with a query string (a cache-buster, a tracker's, a
+    bookmark's) is served as without it: the page reads no query parameter, and the API's
+    refusal of unknown parameters is for the API's routes."""
+    async def t(c):
+        for path, ctype in (("/ui/?x=1", "text/html"), ("/ui/?x=1&x=2&y", "text/html"),
+                            ("/ui/app.js?v=3", "text/javascript"), ("/ui/app.css?v=3&v=4", "text/css")):
+            r = await c.get(path)
+            assert r.status == 200, (path, r.status, await r.text())
+            assert r.headers["Content-Type"].split(";")[0] == ctype, path
+            assert "script-src 'self'" in r.headers["Content-Security-Policy"], path
+        r = await c.get("/ui?x=1", allow_redirects=False)
+        assert r.status == 308 and r.headers["Location"] == "/ui/"
+        assert (await c.get("/ui/nosuch.js?x=1")).status == 404
+        # The API still refuses a parameter it does not take.
+        r = await c.get("/v1/whoami?x=1", headers={"Authorization": f"Bearer {BOOT}"})
+        assert r.status == 400 and (await r.json())["error"]["field"] == "x"
+    run(t)
+

@@ -52,7 +52,7 @@ def _file(name: str) -> web.Response:
 
 async def ui_root(request: web.Request) -> web.StreamResponse:
     if request.path == "/ui":
-        raise web.HTTPPermanentRedirect("/ui/")
+        raise web.HTTPPermanentRedirect("/ui/")  # (a query string is dropped: the page reads none)
     return _file("index.html")
 
 
@@ -63,9 +63,9 @@ async def ui_file(request: web.Request) -> web.Response:
 #: The dashboard's rows of the route table (node/routes.py): open, like /healthz.
 UI_ROUTES = (
     Route("GET", "/ui", ui_root, OPEN, Tenancy.SHARED, "the dashboard (a redirect to /ui/)", ok=308,
-          response="redirect"),
+          response="redirect", any_query=True),
     Route("GET", "/ui/", ui_root, OPEN, Tenancy.SHARED, "the dashboard's page (no token: it asks for one)",
-          response="html"),
+          response="html", any_query=True),
     Route("GET", "/ui/{file}", ui_file, OPEN, Tenancy.SHARED, "the dashboard's script, style and icon",
-          errors=(404,), response="static"),
+          errors=(404,), response="static", any_query=True),
 )

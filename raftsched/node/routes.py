@@ -82,6 +82,9 @@ class Route:
     #: The success body: the name of its schema in node/openapi.py RESPONSES (``None``: a JSON
     #: object the document does not detail).
     response: str | None = None
+    #: The query string is not read, so any is accepted rather than refused (the dashboard's
+    #: page and files: a link to them may carry one, a cache-buster or a tracker's).
+    any_query: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
@@ -140,6 +143,8 @@ def canonical(request: web.Request) -> str | None:
 def unknown_param(route: Route, names) -> str | None:
     """The first query parameter of ``names`` the row does not declare, or None: a request is
     never answered as if a parameter it sent were not there (``POST /v1/preview?after=``)."""
+    if route.any_query:
+        return None
     known = {p.name for p in route.params}
     return next((n for n in names if n not in known), None)
 
@@ -148,7 +153,7 @@ def twice_param(route: Route, query) -> str | None:
     """The first query parameter of ``query`` (a multidict) given more than once that the row
     does not declare repeatable, or None: ``?limit=5&limit=500`` is refused, not answered by
     whichever one a handler happens to read."""
-    if len(query) == len(set(query)):  # (len counts every pair; set() of the names, each once)
+    if route.any_query or len(query) == len(set(query)):  # (len counts every pair; set() of the names, each once)
         return None
     repeated = {p.name for p in route.params if p.repeated}
     seen: set[str] = set()
