@@ -13,6 +13,7 @@ from importlib import resources
 from aiohttp.test_utils import TestClient, TestServer
 
 from raftsched.clock import FakeClock
+from raftsched.core.model import RUN_STATES
 from raftsched.core.state import SchedulerState
 from raftsched.node import dashboard
 from raftsched.node.api import make_app
@@ -118,3 +119,19 @@ def test_a_query_string_does_not_break_the_dashboard():
         assert r.status == 400 and (await r.json())["error"]["field"] == "x"
     run(t)
 
+
+def test_every_run_state_is_coloured_and_filtered_and_no_placeholder_is_left():
+    """The page's list of run states (the timeline's colours and legend, the filters) is every
+    state the API reports, each with its colour; and the page says nothing will show "once" the
+    API has what it already has (health, the pipeline graph)."""
+    ui = resources.files(dashboard.__package__) / "ui"
+    js, css = (ui / "app.js").read_text(), (ui / "app.css").read_text()
+    m = re.search(r"^const STATES = \[([^\]]*)\];", js, re.M)
+    assert m, "app.js lists STATES"
+    states = re.findall(r'"([a-z_]+)"', m.group(1))
+    assert sorted(states) == sorted(RUN_STATES), states
+    for st in states:
+        assert re.search(rf"\.cell\.{st}\s*{{[^}}]*background", css), f"no colour for a {st} cell"
+        assert re.search(rf"\.pill\.{st}\s*{{[^}}]*background", css), f"no colour for a {st} pill"
+    assert "once the API" not in js and "once jobs can" not in js and "placeholder" not in js
+    assert "/graph`" in js and ".health" in js

@@ -4,7 +4,9 @@ PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 when installing it; scripts/test.sh installs 
 apt-get when it is missing). The page loads with no console error (a violation of its
 Content-Security-Policy would be one), the cluster strip shows the agreed leader, a job created
 through the API appears, pausing it from the page shows skipped slots in its timeline, a dead run
-is requeued from the page, a reader token sees no action at all, a token limited to a tenant sees
+is requeued from the page, a failing job's health shows, a pipeline's graph shows on its jobs'
+pages, a heartbeat job's waiting slots are coloured and filtered, a link with a query string
+opens the page, a reader token sees no action at all, a token limited to a tenant sees
 only its tenant's, and the page says when its node has lost the leader."""
 from __future__ import annotations
 
@@ -139,11 +141,44 @@ def test_the_dashboard_in_a_browser(cluster, browser):
     assert s == 201, trig
     run = trig["run"]
     wait_for(lambda: http("GET", url + "/v1/runs/" + run, None, token)[1]["state"] == "dead", 20, "the run dead")
+    # Its health, as the API reports it: failing on the cluster page, one failure in a row on its own.
+    page.goto(url + "/ui/#/cluster")
+    page.wait_for_selector("#health tr[data-job='ui-dead']")
+    page.goto(url + "/ui/#/job/ui-dead")
+    page.wait_for_selector("#job-health tr[data-job='ui-dead'] td:nth-child(2):has-text('1')")
     page.goto(url + "/ui/#/dlq")
     page.once("dialog", lambda d: d.accept())
     page.click(f"tr[data-run='{run}'] button[data-action='requeue']")
     wait_for(lambda: len(http("GET", url + "/v1/runs/" + run, None, token)[1]["attempts"]) >= 2, 20,
              "the requeued run's second attempt")
+    # A pipeline: the child's page shows what it runs after (a link to the parent's page), the
+    # parent's what runs after it.
+    child = {"after": [{"job": "ui-tick", "on": "success"}], "executor": {"type": "shell", "argv": ["true"]}}
+    assert http("PUT", cluster.url(leader) + "/v1/jobs/ui-child", child, token)[0] == 201
+    page.goto(url + "/ui/#/job/ui-child")
+    page.wait_for_selector("#graph td:has-text('success')")
+    page.wait_for_selector("#graph a[href='#/job/ui-tick']")
+    page.goto(url + "/ui/#/job/ui-tick")
+    page.wait_for_selector("#graph a[href='#/job/ui-child']")
+    page.goto(url + "/ui/#/job/ui-dead")
+    page.wait_for_selector("#graph p:has-text('runs after no job')")
+    # A heartbeat job's slots wait for a ping: "waiting", coloured and a filter of the runs page.
+    beat = {"schedule": {"every_s": 1}, "executor": {"type": "heartbeat"}, "misfire": {"policy": "skip"},
+            "overlap": {"policy": "allow"}}
+    assert http("PUT", cluster.url(leader) + "/v1/jobs/ui-beat", beat, token)[0] == 201
+    page.goto(url + "/ui/#/job/ui-beat")
+    cell = page.wait_for_selector("#timeline .cell.waiting")
+    assert cell.evaluate("c => getComputedStyle(c).backgroundColor") != page.eval_on_selector(
+        ".legend .cell.skipped", "c => getComputedStyle(c).backgroundColor"), "waiting has a colour of its own"
+    page.goto(url + "/ui/#/runs")
+    page.select_option("#r-state", "waiting")
+    page.click("form.filters button[type=submit]")
+    page.wait_for_selector("#data td .pill.waiting")
+    # A link to the page with a query string (a bookmark's, a tracker's) opens it.
+    page.goto(url + "/ui/?from=a-link#/jobs")
+    page.wait_for_selector("tr[data-job='ui-beat']")
+    # (The list shows a pipeline child, which has no schedule, too.)
+    page.wait_for_selector("tr[data-job='ui-child'] td:has-text('after ui-tick')")
     assert not page.errors, page.errors
 
     # A reader sees the same pages and no action.

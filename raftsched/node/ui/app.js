@@ -6,7 +6,9 @@
 const REFRESH_MS = 2000;
 const FETCH_TIMEOUT_MS = 8000;
 const TOKEN_KEY = "raftsched.token";
-const STATES = ["succeeded", "failed", "dead", "running", "queued", "skipped", "coalesced"];
+// Every run state the API reports (core/model.py RunState): "waiting" is a pipeline child's slot
+// waiting for its parents (docs/pipelines.md) or a heartbeat job's waiting for its ping.
+const STATES = ["succeeded", "failed", "dead", "running", "queued", "waiting", "skipped", "coalesced"];
 
 const app = { me: null, cluster: null, leaderSeen: undefined, leaderChanges: 0, timer: null, page: null,
   busy: false };
@@ -201,8 +203,16 @@ pages.cluster = {
     } catch (e) {
       out.push(h("p", { class: "muted" }, "Deadlines are not shown to this token: " + e.message));
     }
-    out.push(h("h2", {}, "Health"),
-      h("p", { class: "placeholder", id: "health-slot" }, "Job health will show here once the API reports it."));
+    out.push(h("h2", {}, "Failing jobs"));
+    try {
+      // Each job's health (docs/notifications.md, "Health"): those whose last runs died, or with an open incident.
+      const page = await get("/v1/jobs?limit=1000");
+      const failing = page.jobs.filter((j) => j.health && (j.health.incident || j.health.consecutive_failures > 0));
+      out.push(h("div", { id: "health" }, healthTable(failing, "no job is failing"),
+        page.total > page.jobs.length ? h("p", { class: "muted" }, `of the first ${page.jobs.length} of ${page.total} jobs by name`) : null));
+    } catch (e) {
+      out.push(h("p", { class: "muted" }, "Job health is not shown to this token: " + e.message));
+    }
     area.replaceChildren(...out);
   },
 };
@@ -235,7 +245,7 @@ pages.jobs = {
           h("td", {}, h("a", { href: "#/job/" + encodeURIComponent(j.name) }, j.name)),
           h("td", {}, j.spec.tenant),
           h("td", {}, Object.entries(j.spec.labels || {}).map(([k, x]) => `${k}=${x}`).join(", ")),
-          h("td", {}, schedText(j.spec.schedule)),
+          h("td", {}, schedText(j.spec)),
           h("td", {}, j.state.paused ? pill("paused") : "active"),
           h("td", {}, fmt(j.state.next_slot)),
           h("td", {}, j.state.last_run ? [pill(j.state.last_run.state), " ", j.state.last_run.slot,
@@ -244,7 +254,22 @@ pages.jobs = {
   },
 };
 
-function schedText(s) {
+// Jobs' health (GET /v1/jobs: "health"), one row a job.
+function healthTable(jobs, empty) {
+  return table(["job", "failures in a row", "incident since", "last success", "last failure", "last outcome"],
+    jobs.map((j) => {
+      const x = j.health, last = x.last_slot_outcome;
+      return h("tr", { "data-job": j.name }, h("td", {}, h("a", { href: "#/job/" + encodeURIComponent(j.name) }, j.name)),
+        h("td", {}, fmt(x.consecutive_failures)), h("td", {}, x.incident ? x.incident.since : "—"),
+        h("td", {}, fmt(x.last_success_at)), h("td", {}, fmt(x.last_failure_at)),
+        h("td", {}, last ? [pill(last.outcome), " ", last.slot, last.reason ? ` (${last.reason})` : ""] : "—"));
+    }), empty);
+}
+
+// A job's schedule in a few words; a pipeline child with none (its schedule null) runs after its parents.
+function schedText(spec) {
+  const s = spec.schedule, after = (spec.after || []).map((a) => (typeof a === "string" ? a : a.job)).join(", ");
+  if (!s) return `after ${after || "its parents"}`;
   if (s.cron) return `cron ${s.cron}` + (s.timezone ? ` ${s.timezone}` : "");
   if (s.every_s) return `every ${s.every_s} s`;
   if (s.at) return `at ${s.at}`;
@@ -277,15 +302,14 @@ pages.job = {
     h("label", {}, "down to", h("input", { type: "datetime-local", id: "x-to", step: 1, required: true })),
     h("button", { type: "submit" }, "Explain"));
     view.append(h("h1", {}, "Job ", name), h("div", { id: "data" }),
-      h("h2", {}, "What would an outage do?"), explain, out,
-      h("h2", {}, "Depends on"), h("p", { class: "placeholder", id: "graph-slot" }, "The job's pipeline (after) graph will show here once jobs can depend on others."));
+      h("h2", {}, "What would an outage do?"), explain, out);
   },
   async data(area, name) {
     const n = encodeURIComponent(name);
-    let job, runs, prev;
+    let job, runs, prev, graph;
     try {
-      [job, runs, prev] = await Promise.all([get(`/v1/jobs/${n}`), get(`/v1/jobs/${n}/runs?limit=120`),
-        get(`/v1/jobs/${n}/preview?count=8`)]);
+      [job, runs, prev, graph] = await Promise.all([get(`/v1/jobs/${n}`), get(`/v1/jobs/${n}/runs?limit=120`),
+        get(`/v1/jobs/${n}/preview?count=8`), get(`/v1/jobs/${n}/graph`)]);
     } catch (e) { area.replaceChildren(h("p", { class: "error" }, e.message)); return; }
     // A slot whose deadline was missed (or met late) keeps its outcome's colour, outlined.
     const late = (r) => r.deadline && (r.deadline.state === "missed" || r.deadline.state === "late");
@@ -307,10 +331,26 @@ pages.job = {
             h("td", { class: "dst" }, s.dst ? `DST ${s.dst.replace("_", " ")}` : s.ambiguous_local_time ? "ambiguous local time" : ""))),
           "no more slots")),
         h("div", {}, h("h2", {}, "State"), h("pre", {}, JSON.stringify(job.state, null, 2)))),
+      h("h2", {}, "Health"), h("div", { id: "job-health" }, job.health ? healthTable([job]) : h("p", { class: "muted" }, "—")),
+      h("h2", {}, "Pipeline"), h("div", { id: "graph" }, graphView(name, graph)),
       h("h2", {}, "Spec"), h("pre", { id: "spec" }, JSON.stringify(job.spec, null, 2)),
       h("h2", {}, "Runs"), runTable(runs.runs.slice(0, 20)));
   },
 };
+
+// A job's pipeline (GET /v1/jobs/{name}/graph): what it runs after and what runs after it,
+// transitively, one row an edge (each job a link to its page).
+function graphView(name, g) {
+  const link = (j) => j === name ? h("b", {}, j) : h("a", { href: "#/job/" + encodeURIComponent(j) }, j);
+  const kinds = Object.fromEntries((g.nodes || []).map((x) => [x.job, x.kind]));
+  if (!(g.edges || []).length) return h("p", { class: "muted" }, "It runs after no job, and no job runs after it.");
+  return h("div", {},
+    h("p", {}, "runs after ", (g.parents || []).length ? g.parents.map((j, i) => [i ? ", " : "", link(j)]) : "no job",
+      " · runs before ", (g.children || []).length ? g.children.map((j, i) => [i ? ", " : "", link(j)]) : "no job"),
+    table(["parent", "", "child", "on"], g.edges.map((e) => h("tr", {},
+      h("td", {}, link(e.from), ` (${fmt(kinds[e.from])})`), h("td", {}, "→"),
+      h("td", {}, link(e.to), ` (${fmt(kinds[e.to])})`), h("td", {}, fmt(e.on))))));
+}
 
 // What explain answered: how many slots fall due, which become runs and which are recorded, and why.
 function explained(x) {
