@@ -6,7 +6,8 @@ stale view, or proposed twice, or by two leaders, changes nothing (I2).
 
 Terms: a job's *cursor* is the time up to which its slots have been handled (fired or
 recorded). The *due* slots are those in (cursor, now]. A due slot is *on time* when
-``now - slot <= grace``; older due slots were *missed*.
+``now - slot <= grace`` (:func:`grace_ms`: ``grace_s``, and never under
+``limits.grace_ms_floor``); older due slots were *missed*.
 """
 from __future__ import annotations
 
@@ -20,6 +21,12 @@ from .records import Record
 #: The due slots between an enumeration's head and tail: (first ms, last ms, count or None when
 #: too many to count), or None when there are none.
 Middle: TypeAlias = tuple[int, int, int | None] | None
+
+
+def grace_ms(misfire: Record) -> int:
+    """How late a slot may be fired and still be on time: the job's ``grace_s``, but never less
+    than ``limits.grace_ms_floor`` (the trigger's own lateness is no misfire)."""
+    return max(misfire["grace_s"] * 1000, limits.grace_ms_floor)
 
 
 def _enumerate_due(spec: Record, anchor_ms: int, cursor_ms: int, now_ms: int) -> tuple[list[int], Middle, list[int]]:
@@ -71,13 +78,13 @@ def plan_fire(spec: Record, anchor_ms: int, cursor_ms: int, now_ms: int, gen: in
     if not head:
         return None
     m = spec["misfire"]
-    grace_ms = m["grace_s"] * 1000
+    grace = grace_ms(m)
     newest = tail if tail else head
     # On-time slots are the newest ones; at most max_catchup_max of them run. They are looked for
     # in head and tail together: when the tail is short (just over fire_slots_enumerated_max due
     # slots), some on-time slots are still in the head and must not be treated as missed. The
     # middle only holds on-time slots when more than max_catchup_max are on time (capped anyway).
-    on_time = [s for s in head + tail if now_ms - s <= grace_ms][-limits.max_catchup_max:]
+    on_time = [s for s in head + tail if now_ms - s <= grace][-limits.max_catchup_max:]
     cut = on_time[0] if on_time else None
     head_missed = [s for s in head if cut is None or s < cut]
     tail_missed = [s for s in tail if cut is None or s < cut] if tail else []
@@ -151,7 +158,7 @@ def plan_fire_compact(spec: Record, anchor_ms: int, cursor_ms: int, now_ms: int,
             first = anchor_ms + ((cursor_ms - anchor_ms) // every + 1) * every
         if first > until:
             return None
-        if now_ms - first <= spec["misfire"]["grace_s"] * 1000:
+        if now_ms - first <= grace_ms(spec["misfire"]):
             # The oldest due slot is on time, so all are; as long as they are few enough to
             # all run (max_catchup_max), they are the runs and nothing is recorded. One slot
             # when on time, several when the trigger catches up.

@@ -104,7 +104,7 @@ def explain(spec: Record, anchor_ms: int, down_from_ms: int, down_to_ms: int, na
                        "is back, late, whatever the misfire policy"})
     plan = policy.plan_fire(spec, anchor_ms, cursor, down_to_ms, 0, name) if cursor < down_to_ms else None
     m = spec["misfire"]
-    grace_ms = m["grace_s"] * 1000
+    grace_ms = policy.grace_ms(m)
     runs = []
     # At most max_catchup_max slots run as on time (policy.plan_fire): the newest within grace_s.
     # Older ones within it count as missed, whatever their lateness.
