@@ -26,7 +26,8 @@ Middle: TypeAlias = tuple[int, int, int | None] | None
 def grace_ms(misfire: Record) -> int:
     """How late a slot may be fired and still be on time: the job's ``grace_s``, but never less
     than ``limits.grace_ms_floor`` (the trigger's own lateness is no misfire)."""
-    return max(misfire["grace_s"] * 1000, limits.grace_ms_floor)
+    grace_s: int = misfire["grace_s"]
+    return max(grace_s * 1000, limits.grace_ms_floor)
 
 
 def _enumerate_due(spec: Record, anchor_ms: int, cursor_ms: int, now_ms: int) -> tuple[list[int], Middle, list[int]]:
