@@ -352,7 +352,7 @@ class ClockGuard:
                            "leadership to a member whose clock agrees, and does not stand for election)",
                            "leader" if leader else "follower", j.offset_ms or 0.0, j.err_ms or 0.0, self.bound_ms)
         elif state == AGREES and self._said == DISAGREES:
-            logger.info("clock.agrees offset_ms=%.0f err_ms=%.0f", j.offset_ms or 0.0, j.err_ms or 0.0)
+            logger.info("clock.agrees offset_ms=%.0f err_ms=%.0f", round(j.offset_ms or 0.0), j.err_ms or 0.0)
         elif state == UNCHECKED and self._said != UNCHECKED:
             logger.warning("clock.unchecked: too few members answer with their clocks (another version?): "
                            "this leader fires by its own clock")
