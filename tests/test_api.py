@@ -469,6 +469,33 @@ def test_unknown_outcome_is_504_and_retry_with_same_key_is_safe():
     run(t)
 
 
+def test_a_key_sent_again_replays_and_a_key_reused_for_another_request_is_409_naming_it():
+    """docs/api.md, "Idempotent requests": the same request under the same key gets the first
+    answer with ``"duplicate": true``; a different request under it is a 409 that leads with
+    the key the client sent (not only the request id the node hashed it into), changing nothing."""
+    async def t(env, c):
+        await put(c, "a")
+        await put(c, "b")
+        h = dict(AUTH, **{"Idempotency-Key": "my-key-1"})
+        r = await c.post("/v1/jobs/a/trigger", headers=h)
+        assert r.status == 201, await r.text()
+        first = await r.json()
+        r = await c.post("/v1/jobs/a/trigger", headers=h)
+        again = await r.json()
+        assert r.status == 201 and again.pop("duplicate") is True and again == first, (first, again)
+        runs = len(env.state.runs)
+        body = await err(await c.post("/v1/jobs/b/trigger", headers=h), 409, "conflict", field="Idempotency-Key")
+        msg = body["error"]["message"]
+        assert msg.startswith("Idempotency-Key 'my-key-1' "), msg
+        assert "different request" in msg and "trigger_job:a" in msg, msg
+        assert len(env.state.runs) == runs
+        h = dict(AUTH, **{"X-Request-Id": "my-key-2"})
+        assert (await c.post("/v1/jobs/a/trigger", headers=h)).status == 201
+        body = await err(await c.post("/v1/jobs/b/trigger", headers=h), 409, "conflict", field="Idempotency-Key")
+        assert body["error"]["message"].startswith("X-Request-Id 'my-key-2' "), body
+    run(t)
+
+
 def test_create_only_conflict_is_409():
     async def t(env, c):
         assert (await put(c, "a")).status == 201

@@ -17,8 +17,8 @@ import os
 from aiohttp import web
 
 from ..core import deadlines, limits, members, model, queries
-from ..core.errors import (BadRequest, InvalidSpec, NotFound, RaftschedError, RequestTimeout, TooManyRequests, Unauthorized,
-                           Unavailable)
+from ..core.errors import (BadRequest, Conflict, InvalidSpec, NotFound, RaftschedError, RequestTimeout, TooManyRequests,
+                           Unauthorized, Unavailable)
 from ..core.model import RUN_STATES
 from . import auth as auth_module
 from . import limits as node_limits
@@ -81,11 +81,38 @@ def _client_closed(request: web.Request, e: Exception) -> bool:
     return isinstance(e, ConnectionError) and (transport is None or transport.is_closing())
 
 
+def _name_client_key(request: web.Request, e: Conflict) -> Conflict:
+    """A 409 for a request id used before (core/records.py ``replayed``, ``outcome_results``) names
+    the request id the state machine knows: the client's key hashed with its token (http.scope_key).
+    The answer leads with the key the client sent, in the header it sent it in, and keeps the
+    internal id after it."""
+    try:
+        key = client_key(request)
+    except RaftschedError:
+        return e
+    if key is None:
+        return e
+    header = "Idempotency-Key" if request.headers.get("Idempotency-Key") is not None else "X-Request-Id"
+    internal = scope_key(request, key)
+    ours = f"request id {internal!r}"
+    if e.message.startswith(ours):
+        tail = e.message[len(ours):]
+        msg = f"{header} {key!r} (request id {internal!r}){tail}"
+    elif e.message.startswith("this request id "):
+        msg = f"{header} {key!r} (request id {internal!r}){e.message[len('this request id'):]}"
+    else:
+        return e
+    msg += "; send a different request with a new key"
+    return type(e)(msg, e.field, **e.extra)
+
+
 @web.middleware
 async def errors_middleware(request: web.Request, handler):
     try:
         return await handler(request)
     except RaftschedError as e:
+        if isinstance(e, Conflict) and e.field == "Idempotency-Key":
+            e = _name_client_key(request, e)
         return _error_response(e)
     except web.HTTPRequestEntityTooLarge:
         return json_response(
