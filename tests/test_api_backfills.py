@@ -212,6 +212,29 @@ def test_a_bulk_requeue_dry_runs_then_requeues_the_matching_dead_runs_and_a_purg
     run(t)
 
 
+def test_a_bulk_dlq_filter_no_queue_or_job_could_have_is_refused_naming_it_and_nothing_is_stored():
+    """The queue and job filters of POST /v1/dlq:requeue and :purge are names as everywhere else
+    (model.check_name): a NUL, a time given as a job or an empty name is a 422 naming the field,
+    not an operation planning no run. The error filter is text, 1-256 characters."""
+    async def t(env, c):
+        bad = [({"queue": "\u0000"}, "queue"), ({"queue": ""}, "queue"), ({"queue": "q" * 65}, "queue"),
+               ({"queue": "-q"}, "queue"), ({"queue": 7}, "queue"),
+               ({"job": "2026-12-06T20:00:00Z"}, "job"), ({"job": "a b"}, "job"), ({"job": "j" * 129}, "job"),
+               ({"job": ["a"]}, "job"), ({"error": ""}, "error"), ({"error": "e" * 257}, "error"),
+               ({"dead_from": "\u0000"}, "dead_from"), ({"dead_to": 5}, "dead_to")]
+        for action in ("requeue", "purge"):
+            for body, field in bad:
+                for dry in (False, True):
+                    proposed = len(env.raft.proposed)
+                    r = await c.post(f"/v1/dlq:{action}", data=json.dumps(dict(body, dry_run=dry)), headers=AUTH)
+                    await err(r, 422, "invalid", field)
+                    assert len(env.raft.proposed) == proposed, (action, body)
+        assert (await (await c.get("/v1/backfills")).json())["backfills"] == []
+        r = await post(c, "/v1/dlq:purge", {"queue": "q-2", "job": "nightly.v2", "error": "\u0000 x"})
+        assert r.status == 201, await r.text()
+    run(t)
+
+
 def test_the_longest_run_id_of_each_kind_is_read_requeued_and_purged_through_the_api():
     """Run ids as long as the state makes them (a 128-character job, 15-digit times, a manual
     run's 20-digit N, a 64-character backfill id): each dead one answers GET, and is requeued

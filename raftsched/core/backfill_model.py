@@ -12,7 +12,7 @@ from . import limits, schedule
 from .backfill_plan import MODES, ORDERS, OVERLAPS
 from .bodies import check_body
 from .errors import InvalidSpec
-from .model import NAME_RE
+from .model import NAME_RE, check_name
 from .model import _depth as payload_depth
 from .records import Record
 
@@ -165,12 +165,17 @@ def validate_dlq_bulk(body: object, action: str, now_ms: int) -> dict[str, Any]:
     backfill_concurrent_max) of its runs queued or running. :raises InvalidSpec:"""
     b = check_body(body, DLQ_BULK_FIELDS, empty_ok=True)
     out: dict[str, Any] = {}
-    for key, n in (("queue", limits.queue_name_chars_max), ("job", limits.job_name_chars_max),
-                   ("error", limits.dlq_error_filter_chars_max)):
+    # A queue's or a job's name as every other request reads it (model.check_name): one that no
+    # queue or job can have is a mistake (a time given as a job), not a filter matching nothing.
+    for key, n in (("queue", limits.queue_name_chars_max), ("job", limits.job_name_chars_max)):
         v = b.get(key)
-        if v is not None and (not isinstance(v, str) or not 1 <= len(v) <= n):
-            raise InvalidSpec(f"must be a string of 1-{n} characters, or null", field=key)
+        if v is not None:
+            check_name(v, key, n)
         out[key] = v
+    v, n = b.get("error"), limits.dlq_error_filter_chars_max
+    if v is not None and (not isinstance(v, str) or not 1 <= len(v) <= n):
+        raise InvalidSpec(f"must be a string of 1-{n} characters, or null", field="error")
+    out["error"] = v
     out["dead_from"] = _time(b, "dead_from", False)
     to = _time(b, "dead_to", False)
     out["dead_to"] = now_ms if to is None else to

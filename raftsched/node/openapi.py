@@ -299,8 +299,8 @@ def _bodies() -> dict[str, Schema]:
                         "description": "children: each backfilled run's outcome reaches the job's children"}},
             ("from", "to")),
         "dlq_bulk": _obj({
-            "queue": _nullable(_str(1, limits.queue_name_chars_max)),
-            "job": _nullable(_str(1, limits.job_name_chars_max)),
+            "queue": _nullable(_name(limits.queue_name_chars_max)),
+            "job": _nullable(_name(limits.job_name_chars_max)),
             "error": _nullable(_str(1, limits.dlq_error_filter_chars_max)),
             "dead_from": _nullable(TIME), "dead_to": _nullable(TIME),
             "max_count": _nullable(_int(1, limits.dlq_bulk_count_max)),
