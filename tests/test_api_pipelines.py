@@ -58,6 +58,34 @@ def test_delete_with_dependents_is_409_unless_forced():
     run(body)
 
 
+def test_a_parent_deleted_with_force_is_a_missing_node_of_the_graph_as_the_docs_say():
+    """The graph's node kinds (pipeline_model.GRAPH_KINDS) are each documented in docs/api.md's
+    graph section and docs/pipelines.md; ``missing`` is a parent deleted with ?force=true that a
+    child's ``after`` still names (it was left out of both)."""
+    import pathlib
+    import re
+
+    from raftsched.core.pipeline_model import GRAPH_KINDS
+
+    async def body(env, c):
+        await put(c, "a", A)
+        await put(c, "b", after("a"))
+        assert (await c.delete("/v1/jobs/a?force=true")).status == 200
+        g = await (await c.get("/v1/jobs/b/graph")).json()
+        assert {n["job"]: n["kind"] for n in g["nodes"]} == {"a": "missing", "b": "triggered"}
+        assert g["edges"] == [{"from": "a", "to": "b", "on": "success"}]
+    run(body)
+    docs = pathlib.Path(__file__).resolve().parent.parent / "docs"
+    api = (docs / "api.md").read_text()
+    graph = re.search(r"A node's `kind`:(.*?)\.\n", api, re.S)
+    assert graph is not None
+    pipes = re.search(r"`nodes` \(each with its(.*?)\)", (docs / "pipelines.md").read_text(), re.S)
+    assert pipes is not None
+    for kind in GRAPH_KINDS:
+        assert f"`{kind}`" in graph.group(1), kind
+        assert f"`{kind}`" in pipes.group(1), kind
+
+
 def test_graph_and_a_slots_runs_across_the_chain():
     async def body(env, c):
         await put(c, "a", A)

@@ -15,6 +15,10 @@ from .records import Record, is_int
 
 ON_VALUES = ("success", "failure", "finished")
 MATCH_VALUES = ("same_slot", "latest")
+#: A node's ``kind`` in ``GET /v1/jobs/{name}/graph`` (pipelines.graph): no ``after``, ``after``
+#: without a schedule, both, or a parent a child's ``after`` names that is gone (deleted with
+#: ``?force=true``).
+GRAPH_KINDS = ("scheduled", "triggered", "gated", "missing")
 
 
 # ------------------------------------------------------------------ spec validation (proposer)

@@ -22,7 +22,7 @@ from ..core import deadlines, errors, limits
 from ..core.backfill_plan import MODES, ORDERS, OVERLAPS
 from ..core.bodies import POLICY_FIELDS
 from ..core.notify_model import CLUSTER_KINDS, JOB_KINDS, SINK_RETRY_FIELDS, SINK_TYPES
-from ..core.pipeline_model import MATCH_VALUES, ON_VALUES
+from ..core.pipeline_model import GRAPH_KINDS, MATCH_VALUES, ON_VALUES
 from ..core.model import (EXECUTOR_TYPES, MISFIRE_POLICIES, OVERLAP_POLICIES, RUN_STATES, SCHEDULE_FIELDS,
                           SPEC_FIELDS)
 from ..core.tokens import ROLES
@@ -528,7 +528,8 @@ RESPONSES: dict[str, Schema] = {
                       ("job", "run", "state"), closed=False),
     "job_graph": _obj({"job": {"type": "string"}, "parents": {"type": "array", "items": {"type": "string"}},
                        "children": {"type": "array", "items": {"type": "string"}},
-                       "nodes": {"type": "array", "items": {"type": "object"}},
+                       "nodes": {"type": "array", "items": _obj({"job": {"type": "string"}, "kind": {"enum": list(GRAPH_KINDS)}},
+                                                                ("job", "kind"), closed=False)},
                        "edges": {"type": "array", "items": _obj({"from": {"type": "string"}, "to": {"type": "string"},
                                                                  "on": {"enum": list(ON_VALUES)}},
                                                                 ("from", "to", "on"))}},
