@@ -496,6 +496,29 @@ def test_a_key_sent_again_replays_and_a_key_reused_for_another_request_is_409_na
     run(t)
 
 
+def test_the_get_job_example_of_docs_api_md_has_the_fields_the_answer_has():
+    """docs/api.md's ``GET /v1/jobs/{name}`` example shows every field of the answer (it lacked
+    ``health``), at the top, in ``state`` and in ``health``."""
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "api.md").read_text()
+    section = text.split("### GET /v1/jobs/{name}\n", 1)[1]
+    doc = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
+
+    async def t(env, c):
+        spec = dict(doc["spec"], executor={"type": "shell", "argv": ["true"]})
+        assert (await put(c, doc["name"], spec)).status == 201
+        assert (await c.post(f"/v1/jobs/{doc['name']}/trigger")).status == 201
+        got = await (await c.get(f"/v1/jobs/{doc['name']}")).json()
+        assert set(got) == set(doc), (set(got) ^ set(doc))
+        for part in ("spec", "state", "health"):
+            assert set(got[part]) == set(doc[part]), (part, set(got[part]) ^ set(doc[part]))
+        assert set(got["state"]["last_run"]) == set(doc["state"]["last_run"])
+        assert set(got["state"]["fire_lag_ms"]) == set(doc["state"]["fire_lag_ms"])
+    run(t)
+
+
 def test_create_only_conflict_is_409():
     async def t(env, c):
         assert (await put(c, "a")).status == 201
