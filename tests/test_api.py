@@ -519,6 +519,30 @@ def test_the_get_job_example_of_docs_api_md_has_the_fields_the_answer_has():
     run(t)
 
 
+def test_a_job_runs_limit_out_of_bounds_names_the_documented_bound_and_why():
+    """GET /v1/jobs/{name}/runs?limit=: 1 to node limits.job_runs_page_max (a job's kept history
+    plus a queue's queued runs), the bound docs/api.md states; the 400 says what it is."""
+    import pathlib
+    import re
+
+    from raftsched.core import limits
+
+    hi = limits.history_per_job_max + limits.queue_depth_max
+    text = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "api.md").read_text()
+    section = text.split("### GET /v1/jobs/{name}/runs\n", 1)[1].split("\n### ", 1)[0]
+    documented = re.search(r"- `limit`: 1-([0-9 ]+), default 100", section)
+    assert documented is not None and int(documented.group(1).replace(" ", "")) == hi
+
+    async def t(env, c):
+        await put(c, "a")
+        for bad in ("0", str(hi + 1), "x"):
+            body = await err(await c.get(f"/v1/jobs/a/runs?limit={bad}"), 400, "bad_request", "limit")
+            msg = body["error"]["message"]
+            assert f"between 1 and {hi} (a job's whole history: at most {limits.history_per_job_max} kept" in msg, msg
+        assert (await c.get(f"/v1/jobs/a/runs?limit={hi}")).status == 200
+    run(t)
+
+
 def test_create_only_conflict_is_409():
     async def t(env, c):
         assert (await put(c, "a")).status == 201

@@ -523,7 +523,9 @@ def _run_window(request: web.Request) -> queries.RunWindow:
 
 async def job_runs(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    limit = int_param(request, "limit", 100, 1, limits.history_per_job_max + limits.queue_depth_max)
+    limit = int_param(request, "limit", 100, 1, node_limits.job_runs_page_max,
+                      f"a job's whole history: at most {limits.history_per_job_max} kept entries besides up to "
+                      f"{limits.queue_depth_max} queued runs")
     slot_ms = time_param(request, "slot")
     return json_response(svc.job_runs(request.match_info["name"], limit, state_param(request), slot_ms,
                                           tenants_of(request), _run_window(request)))
@@ -809,7 +811,7 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/jobs/{name}/trigger", trigger_job, _W, T.JOB, "run a job now (or for a slot)",
           body="trigger", body_optional=True, ok=201, also_ok=(200,), errors=(404, 409, 422), response="triggered"),
     Route("GET", "/v1/jobs/{name}/runs", job_runs, _R, T.JOB, "a job's runs and recorded slots, newest first",
-          params=(STALE, CONSISTENT, _limit(limits.history_per_job_max + limits.queue_depth_max), _STATE,
+          params=(STALE, CONSISTENT, _limit(node_limits.job_runs_page_max), _STATE,
                   Param("slot", "time", "only this slot's")) + _WINDOW, errors=(404,), response="job_runs"),
     Route("GET", "/v1/jobs/{name}/preview", preview_job, _R, T.JOB, "a job's next slots",
           params=(STALE, _COUNT, Param("after", "time", "slots after this time")), errors=(404,), response="slots"),

@@ -194,15 +194,18 @@ def scope_key(request: web.Request, key: str | None) -> str | None:
     return "k-" + h.hexdigest()
 
 
-def int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
+def int_param(request: web.Request, name: str, default: int, lo: int, hi: int, why: str | None = None) -> int:
+    """An integer query parameter in ``[lo, hi]``; ``why``: what the bound is, said after it in
+    the message. :raises BadRequest: naming ``name``."""
     text = request.query.get(name)
     if text is None:
         return default
+    because = "" if why is None else f" ({why})"
     if not _INT_PARAM_RE.fullmatch(text):
-        raise BadRequest(f"must be an integer between {lo} and {hi}", field=name)
+        raise BadRequest(f"must be an integer between {lo} and {hi}{because}", field=name)
     v = int(text)
     if not lo <= v <= hi:
-        raise BadRequest(f"must be between {lo} and {hi}", field=name)
+        raise BadRequest(f"must be between {lo} and {hi}{because}", field=name)
     return v
 
 

@@ -234,6 +234,11 @@ api_stop_grace_s = 2.0
 jobs_page_max = 1000
 #: Runs per answer of ``GET /v1/runs`` and dead runs per answer of ``GET /v1/dlq`` (``limit``).
 runs_page_max = 10_000
+#: Entries per answer of ``GET /v1/jobs/{name}/runs`` (``limit``, docs/api.md): a job's whole
+#: history in one answer, its finished entries (``history``, at most history_per_job_max) beside
+#: as many queued runs as a queue holds (queue_depth_max), which the history bound never drops
+#: (the benchmarks read histories whole: scripts/benchlib). 1 001 000.
+job_runs_page_max = core.history_per_job_max + core.queue_depth_max
 #: A bulk registration (``POST /v1/jobs:batch``, node/batch.py; its size is bounded by core
 #: batch_jobs_max and batch_request_bytes_max): jobs validated between two yields to the event
 #: loop,
