@@ -543,6 +543,30 @@ def test_a_job_runs_limit_out_of_bounds_names_the_documented_bound_and_why():
     run(t)
 
 
+def test_an_integer_too_long_to_read_is_a_400_naming_the_number_and_its_field():
+    """An integer of more digits than Python reads (4300) was a 400 quoting the interpreter's
+    advice (sys.set_int_max_str_digits()): it says the number is too large, and where."""
+    huge = "9" * 5000
+
+    async def t(env, c):
+        spec = json.dumps(dict(SPEC, payload={"n": [1, 2]})).replace("2]", huge + "]")
+        body = await err(await c.put("/v1/jobs/a", data=spec), 400, "bad_request", "payload.n[1]")
+        msg = body["error"]["message"]
+        assert "too large" in msg and "5000 digits" in msg and "sys." not in msg, msg
+        assert "a" not in env.state.jobs
+        await put(c, "a")
+        for path, data, field in [
+                ("/v1/jobs/a/trigger", '{"payload": -%s}' % huge, "payload"),
+                ("/v1/jobs/a/trigger", huge, None),
+                ("/v1/jobs/a/trigger", '{"payload": %s, ' % huge, None),  # malformed after it too
+                ("/v1/workers/w1/complete", '{"results": [{"run": "a@1", "token": %s}]}' % huge, "results[0].token")]:
+            body = await err(await c.post(path, data=data), 400, "bad_request", field)
+            msg = body["error"]["message"]
+            assert "too large" in msg and "sys." not in msg and "digits" in msg, (path, msg)
+        assert not env.state.runs
+    run(t)
+
+
 def test_create_only_conflict_is_409():
     async def t(env, c):
         assert (await put(c, "a")).status == 201

@@ -14,13 +14,65 @@ from .model import EXECUTOR_TYPES, check_name
 from .placement import validate_worker_labels
 
 
-def json_loads(raw: str | bytes) -> Any:
+def json_loads(raw: str | bytes, keys_once: bool = True) -> Any:
     """A request body's or a spec file's JSON, refused when one object names a key twice: JSON
     leaves what that means to the reader (Python keeps the last, other parsers the first, some
     refuse), so a document read one way by the client's tooling and another by the node is
-    refused, not guessed at. :raises BadRequest: a key twice, naming it; :raises ValueError:
-    other malformed JSON (json.loads's); :raises RecursionError: nested too deeply."""
-    return json.loads(raw, object_pairs_hook=_object)
+    refused, not guessed at (not checked without ``keys_once``: the worker protocol's bodies).
+    An integer with more digits than Python reads (sys.get_int_max_str_digits, 4300 by default)
+    is refused naming where it is, rather than with the interpreter's advice.
+
+    :raises BadRequest: a key twice, naming it; an integer too long to read, naming its field
+        (``a.b[2]``; none for a body that is that number); :raises ValueError: other malformed
+        JSON (json.loads's); :raises RecursionError: nested too deeply."""
+    hook = _object if keys_once else None
+    try:
+        return json.loads(raw, object_pairs_hook=hook)
+    except BadRequest:
+        raise
+    except ValueError:
+        # Malformed, or an integer int() refuses: read again (only then: an int hook costs every
+        # integer of the worker protocol's bodies) marking the integers int() refuses.
+        huge: list[int] = []
+
+        def parse_int(text: str) -> Any:
+            try:
+                return int(text)
+            except ValueError:  # (the only way int() refuses what JSON's grammar matched)
+                huge.append(len(text.lstrip("-")))
+                return _HUGE
+
+        try:
+            doc = json.loads(raw, object_pairs_hook=hook, parse_int=parse_int)
+        except ValueError:
+            doc = None  # malformed after the number too: the number is what the first read stopped at
+        if not huge:
+            raise
+    where = _huge_at(doc, "")
+    what = {None: "a number", "": "the body is a number"}.get(where, f"{where}: a number")
+    raise BadRequest(f"{what} too large: an integer of {huge[0]} digits (no field takes an integer past 64 bits, "
+                     f"20 digits)", field=where or None)
+
+
+#: What json_loads reads an integer too long for int() as, found afterwards to name its field.
+_HUGE = object()
+
+
+def _huge_at(v: Any, path: str) -> str | None:
+    """The field (``a.b[2]``) of ``v`` holding _HUGE, or None."""
+    if v is _HUGE:
+        return path
+    items: Any = (v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ())
+    for k, x in items:
+        if isinstance(k, int):
+            sub = f"{path}[{k}]"
+        else:
+            name = k[:64].encode("utf-8", "backslashreplace").decode()  # (sent back: printable)
+            sub = f"{path}.{name}" if path else name
+        found = _huge_at(x, sub)
+        if found is not None:
+            return found
+    return None
 
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

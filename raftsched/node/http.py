@@ -106,7 +106,7 @@ async def json_body(request: web.Request, strict: bool = True):
     if not raw:
         raise BadRequest("request body is empty; send a JSON object")
     try:
-        doc = json_loads(raw) if strict else json.loads(raw)
+        doc = json_loads(raw, keys_once=strict)
     except BadRequest:
         raise
     except (ValueError, UnicodeDecodeError) as e:
