@@ -239,13 +239,29 @@ def test_bad_executor_type_is_refused(ex):
         assert "shell" in e.message and "http" in e.message and "python" in e.message
 
 
-@pytest.mark.parametrize("argv", [[], None, "echo hi", ["echo", 5], [None], ["x"] * (limits.argv_items_max + 1)])
+@pytest.mark.parametrize("argv", [[], None, "echo hi", ["x"] * (limits.argv_items_max + 1)])
 def test_bad_shell_argv_is_refused(argv):
     assert _refusal(_with(executor={"type": "shell", "argv": argv})).field == "executor.argv"
 
 
+@pytest.mark.parametrize("argv,field", [(["echo", 5], "executor.argv[1]"), (["echo", None], "executor.argv[1]"),
+                                        ([None], "executor.argv[0]"), (["echo", ["x"]], "executor.argv[1]"),
+                                        (["echo", "a\x00"], "executor.argv[1]")])
+def test_a_bad_argv_item_is_named_by_its_index_whatever_is_wrong_with_it(argv, field):
+    """A number or a null in argv named ``executor.argv`` while a NUL named the item: each names it."""
+    e = _refusal(_with(executor={"type": "shell", "argv": argv}))
+    assert e.field == field, e.field
+
+
+def test_a_bad_env_or_header_value_is_named_by_its_key():
+    assert _refusal(_with(executor={"type": "shell", "argv": ["a"], "env": {"A": 1}})).field == "executor.env.A"
+    assert _refusal(_with(executor={"type": "shell", "argv": ["a"], "env": {"A": None}})).field == "executor.env.A"
+    assert _refusal(_with(executor={"type": "http", "url": "http://h", "headers": {"X-A": None}})).field == \
+        "executor.headers.X-A"
+
+
 def test_bad_shell_env_and_cwd_are_named():
-    assert _refusal(_with(executor={"type": "shell", "argv": ["a"], "env": {"A": 1}})).field == "executor.env"
+    assert _refusal(_with(executor={"type": "shell", "argv": ["a"], "env": ["A"]})).field == "executor.env"
     assert _refusal(_with(executor={"type": "shell", "argv": ["a"], "cwd": ""})).field == "executor.cwd"
     assert _refusal(_with(executor={"type": "shell", "argv": ["a"], "url": "x"})).field == "executor.url"
 

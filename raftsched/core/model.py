@@ -106,6 +106,21 @@ def is_name(v: object) -> TypeGuard[str]:
     return isinstance(v, str) and NAME_RE.fullmatch(v) is not None
 
 
+def _json_type(v: object) -> str:
+    """What JSON calls ``v``'s type, for a message: null, a boolean, a number, an object..."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, (int, float)):
+        return "a number"
+    if isinstance(v, dict):
+        return "an object"
+    if isinstance(v, list):
+        return "a list"
+    return type(v).__name__
+
+
 def check_name(name: object, field: str = "name", max_chars: int = limits.job_name_chars_max) -> str:
     if not isinstance(name, str) or not name:
         raise InvalidSpec("must be a non-empty string", field=field)
@@ -241,17 +256,20 @@ def validate_executor(raw: object) -> Record:
     if t == "shell":
         ex = _obj(raw, "executor", {"type", "argv", "env", "cwd"})
         argv = ex.get("argv")
-        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+        if not isinstance(argv, list) or not argv:
             raise InvalidSpec("must be a non-empty list of strings (use [\"sh\", \"-c\", \"...\"] for a shell line)", field="executor.argv")
         if len(argv) > limits.argv_items_max:
             raise InvalidSpec(f"has more than {limits.argv_items_max} items", field="executor.argv")
-        for i, a in enumerate(argv):
+        for i, a in enumerate(argv):  # (an item is named, whatever is wrong with it)
+            if not isinstance(a, str):
+                raise InvalidSpec(f"must be a string, not {_json_type(a)} (argv is a list of strings)",
+                                  field=f"executor.argv[{i}]")
             if "\x00" in a:  # execve(2) takes NUL-terminated strings
                 raise InvalidSpec("holds a NUL character", field=f"executor.argv[{i}]")
         out: Record = {"type": "shell", "argv": list(argv)}
         if "env" in ex:
             env = ex["env"]
-            if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            if not isinstance(env, dict) or not all(isinstance(k, str) for k in env):
                 raise InvalidSpec("must be an object of string values", field="executor.env")
             if len(env) > limits.executor_env_max:
                 raise InvalidSpec(f"has more than {limits.executor_env_max} variables", field="executor.env")
@@ -261,6 +279,8 @@ def validate_executor(raw: object) -> Record:
                 if not k or "=" in k or "\x00" in k or len(k) > limits.secret_name_chars_max:
                     raise InvalidSpec(f"a variable name is 1-{limits.secret_name_chars_max} characters, "
                                       "without '=' or NUL", field="executor.env")
+                if not isinstance(v, str):
+                    raise InvalidSpec(f"must be a string, not {_json_type(v)}", field=f"executor.env.{k}")
                 if "\x00" in v:
                     raise InvalidSpec("holds a NUL character (the value is not shown)", field=f"executor.env.{k}")
             out["env"] = dict(env)
@@ -294,7 +314,7 @@ def validate_executor(raw: object) -> Record:
         out = {"type": "http", "url": url}
         if "headers" in ex:
             h = ex["headers"]
-            if not isinstance(h, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in h.items()):
+            if not isinstance(h, dict) or not all(isinstance(k, str) for k in h):
                 raise InvalidSpec("must be an object of string values", field="executor.headers")
             if len(h) > limits.executor_headers_max:
                 raise InvalidSpec(f"has more than {limits.executor_headers_max} headers", field="executor.headers")
@@ -302,6 +322,8 @@ def validate_executor(raw: object) -> Record:
                 if not HEADER_NAME_RE.fullmatch(k) or len(k) > limits.secret_name_chars_max:
                     raise InvalidSpec(f"a header name is 1-{limits.secret_name_chars_max} token characters "
                                       "(letters, digits, !#$%&'*+.^_`|~-)", field="executor.headers")
+                if not isinstance(v, str):
+                    raise InvalidSpec(f"must be a string, not {_json_type(v)}", field=f"executor.headers.{k}")
                 if _CONTROL_RE.search(v):
                     raise InvalidSpec("holds a control character such as CR or LF, which would end the "
                                       "header (the value is not shown)", field=f"executor.headers.{k}")
