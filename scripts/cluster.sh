@@ -24,8 +24,10 @@
 #   RAFTSCHED_NODE_CMD         TESTING HOOK: command prefix used to launch a node,
 #                              split on whitespace (default ".venv/bin/raftsched node").
 #                              When set, the venv is not created/installed by this script.
-#   RAFTSCHED_CLI_CMD          TESTING HOOK: the raftsched CLI 'add' and 'remove' run, split on
-#                              whitespace (default ".venv/bin/raftsched")
+#   RAFTSCHED_CLI_CMD          TESTING HOOK: the raftsched CLI 'add' and 'remove' run and start's
+#                              hint shows, split on whitespace (default: RAFTSCHED_NODE_CMD
+#                              without its last word "node" when that is set, else
+#                              ".venv/bin/raftsched")
 #   RAFTSCHED_PYTHON           interpreter used to create .venv (default python3)
 #   RAFTSCHED_TLS              at start: 1 serves the API over TLS with a local CA made in
 #                              .raftsched/tls (raftsched.testing.tls); mutual also requires a
@@ -57,7 +59,16 @@ STOP_TIMEOUT=10      # seconds between SIGTERM and SIGKILL
 
 DEFAULT_NODE_CMD=".venv/bin/raftsched node"
 read -r -a NODE_CMD <<<"${RAFTSCHED_NODE_CMD:-$DEFAULT_NODE_CMD}"
-read -r -a CLI_CMD <<<"${RAFTSCHED_CLI_CMD:-.venv/bin/raftsched}"
+# The CLI: RAFTSCHED_CLI_CMD, else the node command without its last word when that is "node"
+# (a RAFTSCHED_NODE_CMD makes no .venv: "python -m raftsched node" -> "python -m raftsched"),
+# else the venv's. 'add', 'remove' and the hint start prints all run this one.
+if [[ -n ${RAFTSCHED_CLI_CMD:-} ]]; then
+  read -r -a CLI_CMD <<<"$RAFTSCHED_CLI_CMD"
+elif [[ -n ${RAFTSCHED_NODE_CMD:-} && ${#NODE_CMD[@]} -gt 1 && ${NODE_CMD[-1]} == node ]]; then
+  CLI_CMD=("${NODE_CMD[@]:0:${#NODE_CMD[@]}-1}")
+else
+  CLI_CMD=(.venv/bin/raftsched)
+fi
 
 usage() {
   cat <<EOF
@@ -518,7 +529,7 @@ print_token_help() {
 API token (the bootstrap admin token; every request needs a token): $TOKEN_FILE
   export RAFTSCHED_TOKEN=\$(cat $TOKEN_FILE)
   curl ${curl_tls}-H "Authorization: Bearer \$RAFTSCHED_TOKEN" $(api_url 1)/v1/jobs
-  .venv/bin/raftsched jobs    # from here (or below), the CLI finds this cluster, its ports and token
+  ${CLI_CMD[*]} jobs    # from here (or below), the CLI finds this cluster, its ports and token
 EOF
   if [[ -n $TLS_MODE ]]; then
     echo "  export RAFTSCHED_CA_FILE=$TLS_DIR/ca.pem    # for the raftsched CLI run elsewhere with --url"

@@ -255,6 +255,10 @@ def test_cluster_sh_adds_a_node_on_the_next_ports_and_removes_one(tmp_path):
     try:
         r = sh("start")
         assert r.returncode == 0, r.stdout + r.stderr
+        # The CLI line of start's hint is the CLI this script runs (RAFTSCHED_CLI_CMD here), not
+        # .venv/bin/raftsched, which a tree started with RAFTSCHED_NODE_CMD need not have.
+        assert f"  {sys.executable} -m raftsched.cli jobs    # from here" in r.stdout, r.stdout
+        assert ".venv/bin/raftsched" not in r.stdout, r.stdout
         # what the nodes' workers warned at start about where jobs run is said by start too (a
         # user's python jobs failed for want of a readable library, said only in node.log)
         warned = {line.split(" warning raftsched.sandbox: ", 1)[1]
