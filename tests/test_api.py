@@ -567,6 +567,29 @@ def test_an_integer_too_long_to_read_is_a_400_naming_the_number_and_its_field():
     run(t)
 
 
+def test_explain_lists_runs_that_the_overlap_policy_then_records_skipped_as_docs_api_md_says():
+    """docs/api.md, explain: the overlap policy is not applied (it depends on runs still queued or
+    running when each slot fires). A fire_all + forbid job's outage is predicted as a run a slot;
+    the fire makes the first a run and records the rest skipped, reason overlap."""
+    from raftsched.core import schedule
+
+    async def t(env, c):
+        spec = dict(SPEC, overlap={"policy": "forbid"}, misfire={"policy": "fire_all", "grace_s": 0})
+        assert (await put(c, "f", spec)).status == 201
+        await env.trigger.tick()
+        down_from = env.clock.now_ms()
+        env.clock.advance(65_000)
+        now = env.clock.now_ms()
+        r = await c.post("/v1/jobs/f/explain", data=json.dumps({"down_from": schedule.iso(down_from),
+                                                                 "down_to": schedule.iso(now)}))
+        predicted = await r.json()
+        assert r.status == 200 and len(predicted["runs"]) == 6 and predicted["recorded"] == [], predicted
+        await env.trigger.tick()
+        runs = (await (await c.get("/v1/jobs/f/runs")).json())["runs"]
+        assert sorted((x["state"], x.get("reason")) for x in runs) == [("queued", None)] + [("skipped", "overlap")] * 5
+    run(t)
+
+
 def test_create_only_conflict_is_409():
     async def t(env, c):
         assert (await put(c, "a")).status == 201
