@@ -55,7 +55,8 @@ NODES=(1 2 3)
 ADD_TIMEOUT=120      # seconds 'add' waits for the new node to catch up and become a voter
 START_TIMEOUT=30     # seconds to wait for a leader after start/restart
 FAILOVER_TIMEOUT=15  # seconds to wait for a new leader after kill-leader
-STOP_TIMEOUT=10      # seconds between SIGTERM and SIGKILL
+STOP_TIMEOUT=        # seconds between SIGTERM and SIGKILL: a node's own stop limit (stop_timeout)
+STOP_TIMEOUT_FALLBACK=90
 
 DEFAULT_NODE_CMD=".venv/bin/raftsched node"
 read -r -a NODE_CMD <<<"${RAFTSCHED_NODE_CMD:-$DEFAULT_NODE_CMD}"
@@ -76,7 +77,8 @@ Usage: $PROG [command]
 
 Commands:
   start          start the member nodes (at first 1-3) and wait for a leader
-  stop           stop all nodes (SIGTERM, SIGKILL after ${STOP_TIMEOUT}s)
+  stop           stop all nodes (SIGTERM; SIGKILL only once a node's own stop limit has passed:
+                 it writes a dump as it stops, up to 60s)
   status         show pid, role, leader, term and commit index of each node
   kill-leader    kill -9 the current leader and time the election of a new one
   restart N      start node N again on its data dir
@@ -623,6 +625,26 @@ report_state() {
   done
 }
 
+# stop_timeout: sets STOP_TIMEOUT to the longest a node's graceful stop may take, from its limits
+# (raftsched/node/limits.py, worker/limits.py, run from the source tree as the probe is): the
+# worker's runs killed and reported (kill grace + report grace), the API's requests (twice
+# api_stop_grace_s), the dump of what it applied (dump_on_stop_timeout_s), and 10 s for the Raft
+# thread's end (replication RaftNode.stop: 5 s) and the process's exit.
+stop_timeout() {
+  [[ -z $STOP_TIMEOUT ]] || return 0
+  probe_python
+  STOP_TIMEOUT=$("$PROBE_PY" -E -S -c '
+import math
+from raftsched.node import limits as n
+from raftsched.worker import limits as w
+print(math.ceil(w.kill_grace_s_default + w.stop_report_grace_s + 2 * n.api_stop_grace_s
+                + n.dump_on_stop_timeout_s + 10))' 2>/dev/null) || STOP_TIMEOUT=
+  [[ $STOP_TIMEOUT =~ ^[0-9]+$ ]] || {
+    warn "could not read the nodes' stop limits from raftsched/node/limits.py; waiting up to ${STOP_TIMEOUT_FALLBACK}s"
+    STOP_TIMEOUT=$STOP_TIMEOUT_FALLBACK
+  }
+}
+
 cmd_stop() {
   load_ports other
   local n pid pids=() names=()
@@ -636,7 +658,11 @@ cmd_stop() {
       rm -f "$(pid_file "$n")"
     fi
   done
-  local deadline i remaining
+  ((${#pids[@]} > 0)) || return 0
+  stop_timeout
+  echo "Waiting up to ${STOP_TIMEOUT}s for the nodes to stop: each writes a dump of its state as it stops (docs/operations.md, \"Upgrading\")"
+  local deadline i remaining t0 said=0 waited
+  t0=$(now)
   deadline=$(deadline_in "$STOP_TIMEOUT")
   while ((${#pids[@]} > 0)); do
     remaining=()
@@ -644,7 +670,7 @@ cmd_stop() {
       if pid_is_node "${pids[i]}" "${names[i]}"; then
         remaining+=("$i")
       else
-        echo "node-${names[i]}: stopped"
+        echo "node-${names[i]}: stopped after $(elapsed "$t0")s"
         rm -f "$(pid_file "${names[i]}")"
         unset 'pids[i]' 'names[i]'
       fi
@@ -657,6 +683,11 @@ cmd_stop() {
         rm -f "$(pid_file "${names[i]}")"
       done
       break
+    fi
+    waited=$(elapsed "$t0")
+    if ((${waited%.*} >= said + 10)); then
+      said=$((${waited%.*} / 10 * 10))
+      echo "still waiting for$(for i in "${remaining[@]}"; do printf ' node-%s' "${names[i]}"; done) (${said}s of ${STOP_TIMEOUT}s)"
     fi
     sleep 0.2
   done
@@ -807,6 +838,8 @@ cmd_remove() {
   write_nodes
   if pid=$(node_pid "$n"); then
     kill -TERM "$pid" 2>/dev/null || true
+    stop_timeout
+    echo "node-$n removed; waiting up to ${STOP_TIMEOUT}s for it to stop (it writes a dump as it stops)"
     local deadline
     deadline=$(deadline_in "$STOP_TIMEOUT")
     while pid_is_node "$pid" "$n" && before "$deadline"; do sleep 0.2; done

@@ -203,17 +203,18 @@ class _ClusterSh:
         os.symlink(REPO / "raftsched", root / "raftsched")
         if sys.prefix != sys.base_prefix:  # the probe's interpreter, as the script looks for it
             os.symlink(sys.prefix, root / ".venv")
-        self.api_base, raft_base = _two_free_ranges(nodes_max)
+        self.api_base, self.raft_base = _two_free_ranges(nodes_max)
         self.env = dict(os.environ, RAFTSCHED_API_PORT_BASE=str(self.api_base),
-                        RAFTSCHED_RAFT_PORT_BASE=str(raft_base),
+                        RAFTSCHED_RAFT_PORT_BASE=str(self.raft_base),
                         RAFTSCHED_NODE_CMD=f"{sys.executable} -m raftsched.cli node",
                         RAFTSCHED_CLI_CMD=f"{sys.executable} -m raftsched.cli", PYTHONPATH=str(root))
         self.env.pop("RAFTSCHED_TLS", None)
         self.env.pop("RAFTSCHED_TOKEN", None)
 
-    def sh(self, *args, timeout=180):
+    def sh(self, *args, timeout=180, env=None):
         return subprocess.run(["bash", str(self.root / "scripts" / "cluster.sh"), *args], cwd=self.root,
-                              env=self.env, capture_output=True, text=True, timeout=timeout)
+                              env=self.env if env is None else env, capture_output=True, text=True,
+                              timeout=timeout)
 
     def pid(self, n: int) -> int | None:
         pid_file = self.root / ".raftsched" / f"node-{n}" / "pid"
@@ -222,8 +223,12 @@ class _ClusterSh:
         except (OSError, ValueError):
             return None
 
+    def alive(self, n: int) -> bool:
+        pid = self.pid(n)
+        return pid is not None and not _gone(pid)
+
     def stop(self) -> None:
-        self.sh("stop", timeout=60)
+        self.sh("stop", timeout=120)
         for n in range(1, self.nodes_max + 1):
             pid = self.pid(n)
             if pid is not None:
@@ -324,6 +329,53 @@ def test_cluster_sh_restarts_each_node_in_turn_through_a_bootstrap_token_rotatio
         assert r.returncode == 0 and "agreed by every running node" in r.stdout, r.stdout + r.stderr
     finally:
         c.stop()
+
+
+_SLOW_STOP_NODE = """\
+import signal, sys, time
+def stop(*_):
+    time.sleep(float(sys.argv[1]))  # ok-sleep: the dump a node writes as it stops, made slow
+    open(sys.argv[2], "w").write("dumped")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+print("ready", flush=True)
+while True:
+    signal.pause()
+"""
+
+
+def test_cluster_sh_stop_waits_as_long_as_a_node_s_own_stop(tmp_path):
+    """A node stopped gracefully writes a dump, for up to dump_on_stop_timeout_s (60 s): stop
+    waits the node's whole stop limit, saying so, before any SIGKILL (it killed every node after
+    10 s, so their logs had neither dumped_on_stop nor dump_on_stop_timeout). Here node-1 is a
+    stand-in whose stop takes 11 s."""
+    import math
+
+    from raftsched.node import limits as node_limits
+    from raftsched.worker import limits as worker_limits
+    c = _ClusterSh(tmp_path, 3)
+    data = c.root / ".raftsched" / "node-1"
+    data.mkdir(parents=True)
+    script, dumped = tmp_path / "slow_stop_node.py", tmp_path / "dumped"
+    script.write_text(_SLOW_STOP_NODE)
+    # (its command line names raftsched and node-1, as the script checks before it signals)
+    p = subprocess.Popen([sys.executable, str(script), "11", str(dumped), "raftsched", "--id", "node-1"],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        (data / "pid").write_text(f"{p.pid}\n")
+        r = c.sh("stop")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "SIGKILL" not in r.stdout and p.wait(timeout=30) == 0, r.stdout
+        assert dumped.read_text() == "dumped" and "node-1: stopped after" in r.stdout, r.stdout
+        limit = math.ceil(worker_limits.kill_grace_s_default + worker_limits.stop_report_grace_s
+                          + 2 * node_limits.api_stop_grace_s + node_limits.dump_on_stop_timeout_s + 10)
+        assert f"Waiting up to {limit}s for the nodes to stop" in r.stdout, r.stdout
+        assert "still waiting for node-1 (10s of" in r.stdout, r.stdout
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 def _two_free_ranges(k: int) -> tuple[int, int]:
