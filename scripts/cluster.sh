@@ -21,6 +21,10 @@
 # Environment:
 #   RAFTSCHED_API_PORT_BASE    API port base (default 8700); node N listens on base+N
 #   RAFTSCHED_RAFT_PORT_BASE   Raft port base (default 9700); node N uses base+N
+#                              Both, and RAFTSCHED_TLS, are recorded in ports at start; every later
+#                              command uses the record, start too. Set at a start of a stopped
+#                              cluster, they change it (the Raft base only while no member has
+#                              Raft data: the members' Raft addresses are in their logs).
 #   RAFTSCHED_NODE_CMD         TESTING HOOK: command prefix used to launch a node,
 #                              split on whitespace (default ".venv/bin/raftsched node").
 #                              When set, the venv is not created/installed by this script.
@@ -31,7 +35,7 @@
 #   RAFTSCHED_PYTHON           interpreter used to create .venv (default python3)
 #   RAFTSCHED_TLS              at start: 1 serves the API over TLS with a local CA made in
 #                              .raftsched/tls (raftsched.testing.tls); mutual also requires a
-#                              client certificate. Empty: plain HTTP.
+#                              client certificate. Empty or 0: plain HTTP. Unset: as recorded.
 set -euo pipefail
 
 # Everything this script creates (secrets, data dirs, logs) is private to the user,
@@ -255,31 +259,70 @@ read_ports_file() {
   valid_base "$REC_API" && valid_base "$REC_RAFT"
 }
 
-# load_ports MODE: MODE=start prefers the environment, anything else prefers
-# the recorded ports (the cluster that is actually running).
+# tls_mode_of VALUE: sets TLS_ASKED to the mode RAFTSCHED_TLS=VALUE asks for.
+tls_mode_of() {
+  case $1 in
+    '' | 0) TLS_ASKED= ;;
+    1 | server) TLS_ASKED=server ;;
+    mutual) TLS_ASKED=mutual ;;
+    *) die "RAFTSCHED_TLS must be empty, 0, 1 (server) or mutual, not '$1'" ;;
+  esac
+}
+
+tls_name() { echo "${1:-off (plain HTTP)}"; }
+
+# has_raft_data N: node N's data dir holds Raft files (its log, its vote, its identity).
+has_raft_data() { compgen -G "$(node_dir "$1")/raft.*" >/dev/null; }
+
+# load_ports MODE: the port bases and TLS mode. Every command but start uses the recorded ones
+# (the environment's only when nothing is recorded). start uses them too: a variable set in the
+# environment (RAFTSCHED_API_PORT_BASE, RAFTSCHED_RAFT_PORT_BASE, RAFTSCHED_TLS, even empty)
+# asks for another value, which start takes only with every node stopped, and for the Raft base
+# only while no member has a log (the members' Raft addresses are in their logs and dumps).
 load_ports() {
   local mode=$1 env_api=${RAFTSCHED_API_PORT_BASE:-} env_raft=${RAFTSCHED_RAFT_PORT_BASE:-}
   local have_rec=0
   read_ports_file && have_rec=1
-  if [[ $mode == start && $have_rec == 1 ]] && any_alive; then
-    # Nodes are running: they use the recorded ports, whatever the environment says.
-    if [[ -n $env_api && $env_api != "$REC_API" ]] || [[ -n $env_raft && $env_raft != "$REC_RAFT" ]]; then
-      die "a cluster is already running with API base $REC_API / Raft base $REC_RAFT; run '$PROG stop' first to change ports"
-    fi
-    API_BASE=$REC_API RAFT_BASE=$REC_RAFT TLS_MODE=$REC_TLS
-  elif [[ $mode == start || $have_rec == 0 ]]; then
+  if ((have_rec == 0)); then
+    [[ $mode != start && -f $PORTS_FILE ]] && warn "$PORTS_FILE is unreadable; using the environment's ports"
     API_BASE=${env_api:-8700} RAFT_BASE=${env_raft:-9700}
-    case ${RAFTSCHED_TLS:-} in
-      '' | 0) TLS_MODE= ;;
-      1 | server) TLS_MODE=server ;;
-      mutual) TLS_MODE=mutual ;;
-      *) die "RAFTSCHED_TLS must be empty, 1 (server) or mutual, not '${RAFTSCHED_TLS}'" ;;
-    esac
-  else
+    tls_mode_of "${RAFTSCHED_TLS:-}"
+    TLS_MODE=$TLS_ASKED
+  elif [[ $mode != start ]]; then
     API_BASE=$REC_API RAFT_BASE=$REC_RAFT TLS_MODE=$REC_TLS
+  else
+    API_BASE=${env_api:-$REC_API} RAFT_BASE=${env_raft:-$REC_RAFT} TLS_MODE=$REC_TLS
+    if [[ -n ${RAFTSCHED_TLS+set} ]]; then
+      tls_mode_of "$RAFTSCHED_TLS"
+      TLS_MODE=$TLS_ASKED
+    fi
+    local rec="API base $REC_API, Raft base $REC_RAFT, TLS $(tls_name "$REC_TLS")"
+    if [[ $API_BASE == "$REC_API" && $RAFT_BASE == "$REC_RAFT" && $TLS_MODE == "$REC_TLS" ]]; then
+      echo "Using the settings recorded in $PORTS_FILE: $rec"
+    else
+      local asked="API base $API_BASE, Raft base $RAFT_BASE, TLS $(tls_name "$TLS_MODE")"
+      if any_alive; then
+        die "a cluster is already running with $rec; run '$PROG stop' first to change them (asked: $asked)"
+      fi
+      if [[ $RAFT_BASE != "$REC_RAFT" ]]; then
+        local n with=()
+        for n in "${NODES[@]}"; do has_raft_data "$n" && with+=("node-$n"); done
+        ((${#with[@]} == 0)) ||
+          die "refusing Raft base $RAFT_BASE: the members' Raft addresses ($(raft_base_addrs "$REC_RAFT")) are recorded in their logs and dumps (${with[*]}), so on other Raft ports they would not find each other and elect no leader. Start with the recorded Raft base $REC_RAFT (unset RAFTSCHED_RAFT_PORT_BASE or set it to $REC_RAFT); other Raft ports need a new cluster (another .raftsched/). The API base and TLS may change on a stopped cluster"
+      fi
+      echo "Changing the settings recorded in $PORTS_FILE ($rec) to what the environment asks: $asked"
+    fi
   fi
   valid_base "$API_BASE" || die "invalid API port base: $API_BASE"
   valid_base "$RAFT_BASE" || die "invalid Raft port base: $RAFT_BASE"
+}
+
+# raft_base_addrs BASE: the members' Raft addresses on BASE, comma separated.
+raft_base_addrs() {
+  local n out=()
+  for n in "${NODES[@]}"; do out+=("$HOST:$(($1 + n))"); done
+  local IFS=,
+  echo "${out[*]}"
 }
 
 write_ports_file() {

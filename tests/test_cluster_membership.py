@@ -299,6 +299,20 @@ def test_cluster_sh_adds_a_node_on_the_next_ports_and_removes_one(tmp_path):
         assert r.returncode == 0 and f"node-{killed} sees leader" in r.stdout, r.stdout + r.stderr
         r = sh("add")  # never reuses node 1's number (its data dir stays)
         assert r.returncode == 0 and r.stdout.strip().splitlines()[-1] == "5", r.stdout + r.stderr
+        # Stopped, the members' Raft addresses stay in their logs: a start on other Raft ports
+        # is refused at once, saying why (it waited 30 s for a leader that could not be elected).
+        r = sh("stop")
+        assert r.returncode == 0, r.stdout + r.stderr
+        other_raft = _two_free_ranges(5)[0]
+        t0 = time.monotonic()
+        r = sh("start", env=dict(c.env, RAFTSCHED_RAFT_PORT_BASE=str(other_raft)))
+        assert r.returncode == 1 and f"refusing Raft base {other_raft}" in r.stderr, r.stdout + r.stderr
+        assert f"recorded Raft base {c.raft_base}" in r.stderr and "new cluster" in r.stderr, r.stderr
+        assert time.monotonic() - t0 < 15 and not [n for n in (2, 3, 4, 5) if c.alive(n)]
+        assert f"RAFTSCHED_RAFT_PORT_BASE={c.raft_base}" in (root / ".raftsched" / "ports").read_text()
+        # a plain start brings the members back
+        r = sh("start")
+        assert r.returncode == 0, r.stdout + r.stderr
     finally:
         c.stop()
 
@@ -327,6 +341,35 @@ def test_cluster_sh_restarts_each_node_in_turn_through_a_bootstrap_token_rotatio
             assert r.returncode == 0 and f"node-{n} sees leader" in r.stdout, r.stdout + r.stderr
         r = c.sh("status")
         assert r.returncode == 0 and "agreed by every running node" in r.stdout, r.stdout + r.stderr
+    finally:
+        c.stop()
+
+
+def test_cluster_sh_start_after_stop_keeps_the_recorded_tls_and_ports(tmp_path):
+    """A cluster made with RAFTSCHED_TLS=1, stopped, and started again from a shell without the
+    port and TLS variables comes back on its recorded ports over TLS (it came back on plain
+    HTTP on 8700/9700, and its workers failed with WRONG_VERSION_NUMBER); while it runs, a start
+    that asks for another TLS mode is refused. """
+    c = _ClusterSh(tmp_path, 3)
+    try:
+        r = c.sh("start", env=dict(c.env, RAFTSCHED_TLS="1"))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert f"https://127.0.0.1:{c.api_base + 1}" in r.stdout, r.stdout
+        r = c.sh("stop")
+        assert r.returncode == 0 and not [n for n in (1, 2, 3) if c.alive(n)], r.stdout + r.stderr
+        bare = {k: v for k, v in c.env.items()
+                if k not in ("RAFTSCHED_TLS", "RAFTSCHED_API_PORT_BASE", "RAFTSCHED_RAFT_PORT_BASE")}
+        r = c.sh("start", env=bare)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert f"https://127.0.0.1:{c.api_base + 1}" in r.stdout, r.stdout
+        assert (c.root / ".raftsched" / "ports").read_text().split() == [
+            f"RAFTSCHED_API_PORT_BASE={c.api_base}", f"RAFTSCHED_RAFT_PORT_BASE={c.raft_base}", "RAFTSCHED_TLS=server"]
+        assert "Using the settings recorded in .raftsched/ports" in r.stdout, r.stdout
+        r = c.sh("status", env=bare)
+        assert r.returncode == 0 and "agreed by every running node" in r.stdout, r.stdout + r.stderr
+        r = c.sh("start", env=dict(bare, RAFTSCHED_TLS="0"))
+        assert r.returncode == 1 and "already running" in r.stderr, r.stdout + r.stderr
+        assert "RAFTSCHED_TLS=server" in (c.root / ".raftsched" / "ports").read_text()
     finally:
         c.stop()
 
