@@ -595,6 +595,12 @@ print_nodes() {
 
 # ---------------------------------------------------------------- commands
 
+# empty_member_msg N: why member N, whose data dir holds no Raft data, is not started, and what
+# to do instead (restart and start say the same).
+empty_member_msg() {
+  echo "node-$1 has no Raft data in $(node_dir "$1") (lost, or moved away): a member started empty has forgotten its log and its vote; take it out and add a new node instead: '$PROG remove $1', then '$PROG add'"
+}
+
 cmd_start() {
   ensure_venv
   ensure_state
@@ -602,11 +608,23 @@ cmd_start() {
   load_ports start
   ensure_tls
   write_ports_file
-  local n pid started=()
+  # A member on an empty data directory has forgotten its log and its vote (docs/operations.md,
+  # "Data directory"): not started, unless no node has any data yet (a new cluster).
+  local n pid started=() refused=()
+  if compgen -G "$STATE/node-*/raft.*" >/dev/null; then
+    for n in "${NODES[@]}"; do
+      is_alive "$n" || has_raft_data "$n" || refused+=("$n")
+    done
+  fi
+  if ((${#refused[@]} > 0)); then
+    for n in "${refused[@]}"; do warn "not starting node-$n: $(empty_member_msg "$n")"; done
+    ((2 * ${#refused[@]} < ${#NODES[@]})) ||
+      die "not starting any node: no majority of the members (${NODES[*]}) holds its data, so none could be elected without risking acknowledged writes; restore the data directories (docs/operations.md, \"Data directory\") or start a new cluster"
+  fi
   for n in "${NODES[@]}"; do
     if pid=$(node_pid "$n"); then
       echo "node-$n is already running (pid $pid); not starting it again"
-    else
+    elif [[ " ${refused[*]} " != *" $n "* ]]; then
       start_node "$n"
       started+=("$n")
       echo "started node-$n (pid $(<"$(pid_file "$n")"), log $(log_file "$n"))"
@@ -616,7 +634,7 @@ cmd_start() {
   local t0
   t0=$(now)
   local rc=0
-  wait_for_leader "$START_TIMEOUT" "${started[@]}" || rc=$?
+  wait_for_leader "$START_TIMEOUT" ${started[@]+"${started[@]}"} || rc=$?
   if ((rc == 1)); then
     warn "no leader elected within ${START_TIMEOUT}s"
     alive_nodes
@@ -634,6 +652,11 @@ cmd_start() {
   print_nodes
   print_run_warnings
   print_token_help
+  if ((${#refused[@]} > 0)); then
+    echo >&2
+    for n in "${refused[@]}"; do warn "node-$n was not started: $(empty_member_msg "$n")"; done
+    exit 1
+  fi
 }
 
 # print_run_warnings: what the nodes' workers warned at start about where jobs run (the run
@@ -905,7 +928,7 @@ cmd_restart() {
     # A member on an empty data directory has forgotten its log and its vote: it could help
     # elect a second leader of a term it voted in (docs/operations.md, "Changing the members").
     compgen -G "$(node_dir "$n")/raft.*" >/dev/null ||
-      die "node-$n has no Raft data in $(node_dir "$n") (lost, or moved away): a member started empty has forgotten its log and its vote; take it out and add a new node instead: '$PROG remove $n', then '$PROG add'"
+      die "$(empty_member_msg "$n")"
     start_node "$n"
     echo "started node-$n (pid $(<"$(pid_file "$n")"), log $(log_file "$n"))"
   fi

@@ -374,6 +374,37 @@ def test_cluster_sh_start_after_stop_keeps_the_recorded_tls_and_ports(tmp_path):
         c.stop()
 
 
+def test_cluster_sh_start_refuses_a_member_whose_data_is_gone(tmp_path):
+    """After a power cut, start is what an operator runs: a member whose data directory lost its
+    Raft files is not started (as a voter with no log it could help elect a leader without
+    acknowledged writes), with restart's message and fix, while the others are; with a majority
+    gone, nothing is started. A new cluster (no node has data) starts."""
+    c = _ClusterSh(tmp_path, 3)
+    state = c.root / ".raftsched"
+    try:
+        r = c.sh("start")
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = c.sh("stop")
+        assert r.returncode == 0 and not [n for n in (1, 2, 3) if c.alive(n)], r.stdout + r.stderr
+        shutil.move(str(state / "node-2"), str(tmp_path / "away-2"))
+        r = c.sh("start")
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "node-2 has no Raft data" in r.stderr and "remove 2', then" in r.stderr, r.stderr
+        assert not c.alive(2) and c.alive(1) and c.alive(3), r.stdout + r.stderr
+        r = c.sh("status")
+        assert "agreed by every running node" in r.stdout, r.stdout + r.stderr
+        r = c.sh("stop")
+        assert r.returncode == 0 and not [n for n in (1, 2, 3) if c.alive(n)], r.stdout + r.stderr
+        for f in (state / "node-3").glob("raft.*"):
+            f.unlink()
+        r = c.sh("start")
+        assert r.returncode == 1 and "not starting any node" in r.stderr, r.stdout + r.stderr
+        assert "node-3 has no Raft data" in r.stderr, r.stderr
+        assert not [n for n in (1, 2, 3) if c.alive(n)], r.stdout + r.stderr
+    finally:
+        c.stop()
+
+
 _SLOW_STOP_NODE = """\
 import signal, sys, time
 def stop(*_):
