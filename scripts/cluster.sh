@@ -563,23 +563,25 @@ wait_for_leader() {
   return 1
 }
 
+# print_token_help: how to reach the cluster: a current member (the leader), and absolute paths,
+# so that the lines work from any directory.
 print_token_help() {
-  local curl_tls=
+  local curl_tls= tls=$ROOT/$TLS_DIR
   if [[ -n $TLS_MODE ]]; then
-    curl_tls="--cacert $TLS_DIR/ca.pem "
-    [[ $TLS_MODE != mutual ]] || curl_tls+="--cert $TLS_DIR/client.pem --key $TLS_DIR/client-key.pem "
+    curl_tls="--cacert $tls/ca.pem "
+    [[ $TLS_MODE != mutual ]] || curl_tls+="--cert $tls/client.pem --key $tls/client-key.pem "
   fi
   cat <<EOF
 
 API token (the bootstrap admin token; every request needs a token): $TOKEN_FILE
-  export RAFTSCHED_TOKEN=\$(cat $TOKEN_FILE)
-  curl ${curl_tls}-H "Authorization: Bearer \$RAFTSCHED_TOKEN" $(api_url 1)/v1/jobs
+  export RAFTSCHED_TOKEN=\$(cat $ROOT/$TOKEN_FILE)
+  curl ${curl_tls}-H "Authorization: Bearer \$RAFTSCHED_TOKEN" $(api_url "${LEADER_NODE:-${NODES[0]}}")/v1/jobs
   ${CLI_CMD[*]} jobs    # from here (or below), the CLI finds this cluster, its ports and token
 EOF
   if [[ -n $TLS_MODE ]]; then
-    echo "  export RAFTSCHED_CA_FILE=$TLS_DIR/ca.pem    # for the raftsched CLI run elsewhere with --url"
+    echo "  export RAFTSCHED_CA_FILE=$tls/ca.pem    # for the raftsched CLI run elsewhere with --url"
     [[ $TLS_MODE != mutual ]] ||
-      echo "  export RAFTSCHED_CLIENT_CERT=$TLS_DIR/client.pem RAFTSCHED_CLIENT_KEY=$TLS_DIR/client-key.pem"
+      echo "  export RAFTSCHED_CLIENT_CERT=$tls/client.pem RAFTSCHED_CLIENT_KEY=$tls/client-key.pem"
   fi
 }
 

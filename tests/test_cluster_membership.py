@@ -310,9 +310,12 @@ def test_cluster_sh_adds_a_node_on_the_next_ports_and_removes_one(tmp_path):
         assert f"recorded Raft base {c.raft_base}" in r.stderr and "new cluster" in r.stderr, r.stderr
         assert time.monotonic() - t0 < 15 and not [n for n in (2, 3, 4, 5) if c.alive(n)]
         assert f"RAFTSCHED_RAFT_PORT_BASE={c.raft_base}" in (root / ".raftsched" / "ports").read_text()
-        # a plain start brings the members back
+        # a plain start brings the members back, and its hints name a member (node-1 is gone)
         r = sh("start")
         assert r.returncode == 0, r.stdout + r.stderr
+        curl = [line for line in r.stdout.splitlines() if line.lstrip().startswith("curl ")]
+        assert len(curl) == 1 and f"127.0.0.1:{api_base + 1}/" not in curl[0], r.stdout
+        assert any(f"127.0.0.1:{api_base + n}/v1/jobs" in curl[0] for n in (2, 3, 4, 5)), curl
     finally:
         c.stop()
 
@@ -349,10 +352,11 @@ def test_cluster_sh_start_after_stop_keeps_the_recorded_tls_and_ports(tmp_path):
     """A cluster made with RAFTSCHED_TLS=1, stopped, and started again from a shell without the
     port and TLS variables comes back on its recorded ports over TLS (it came back on plain
     HTTP on 8700/9700, and its workers failed with WRONG_VERSION_NUMBER); while it runs, a start
-    that asks for another TLS mode is refused. """
+    that asks for another TLS mode is refused. The hints print the CA file's absolute path."""
     c = _ClusterSh(tmp_path, 3)
+    ca = c.root / ".raftsched" / "tls" / "ca.pem"
     try:
-        r = c.sh("start", env=dict(c.env, RAFTSCHED_TLS="1"))
+        r = r_first = c.sh("start", env=dict(c.env, RAFTSCHED_TLS="1"))
         assert r.returncode == 0, r.stdout + r.stderr
         assert f"https://127.0.0.1:{c.api_base + 1}" in r.stdout, r.stdout
         r = c.sh("stop")
@@ -370,6 +374,9 @@ def test_cluster_sh_start_after_stop_keeps_the_recorded_tls_and_ports(tmp_path):
         r = c.sh("start", env=dict(bare, RAFTSCHED_TLS="0"))
         assert r.returncode == 1 and "already running" in r.stderr, r.stdout + r.stderr
         assert "RAFTSCHED_TLS=server" in (c.root / ".raftsched" / "ports").read_text()
+        # the hints' paths are absolute: they are for a shell anywhere
+        assert f"export RAFTSCHED_CA_FILE={ca}    #" in r_first.stdout, r_first.stdout
+        assert f"--cacert {ca} " in r_first.stdout, r_first.stdout
     finally:
         c.stop()
 
