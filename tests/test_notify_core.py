@@ -159,6 +159,27 @@ def test_an_older_slot_requeued_and_succeeding_does_not_close_an_incident_newer_
     assert view_health(s.health["j"])["last_slot_outcome"]["slot"] == slots[-1]
 
 
+def test_an_older_slot_requeued_and_dead_again_is_not_the_last_outcome() -> None:
+    """A user's walk: last_slot_outcome went back to an older slot when a requeued old run died
+    again, while a newer slot had succeeded (a success of an older slot already left it alone)."""
+    s = state_with(job_with(None))
+    now = T0 + 10 * SEC
+    run_once(s, now, False)
+    old = now
+    now += 10 * SEC
+    run_once(s, now, True)
+    assert view_health(s.health["j"])["last_slot_outcome"] == {"slot": now, "outcome": "succeeded", "reason": None}
+    assert apply(s, commands.dlq_requeue(now + 1, None, run=f"j@{old}"))["ok"]
+    res = apply(s, commands.acquire(now + 2, worker="w", queues=None, max=10, ttl=30_000, types=None))
+    (g,) = [g for g in res["runs"] if g["id"] == f"j@{old}"]
+    complete_many(s, commands.complete_many(now + 3, None, results=[
+        {"run": g["id"], "token": g["token"], "success": False, "error": "exit 1"}], worker="w"))
+    assert s.runs[f"j@{old}"]["state"] == "dead"
+    h = view_health(s.health["j"])
+    assert h["last_slot_outcome"] == {"slot": now, "outcome": "succeeded", "reason": None}
+    assert h["consecutive_failures"] == 1  # (still counted, and told)
+
+
 def test_a_success_outlasting_its_next_slot_recorded_skipped_still_closes_the_incident() -> None:
     """A review: a run that outlasts its next slot under overlap forbid (the slot recorded
     skipped, the job's last outcome) was taken for an older slot's success once it succeeded: no

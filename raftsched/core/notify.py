@@ -121,7 +121,10 @@ def on_dead(s: SchedulerState, run: Record, now: int, error: str | None) -> None
     h = health(s, name)
     h[LAST_FAILURE] = now
     h[CONSECUTIVE] += 1
-    h[LAST_SLOT] = [run["slot"], "dead", error]
+    if not older_than_last(h, run["slot"]):
+        # (as on_success: a slot before the last run outcome's, a dead run requeued and dead
+        # again while newer slots have ended since, is not the job's last outcome)
+        h[LAST_SLOT] = [run["slot"], "dead", error]
     if h[INCIDENT] is None:
         h[INCIDENT] = {"since": now, "run": run["id"]}
     if s.sinks:
