@@ -751,6 +751,11 @@ def token_auth(s: SchedulerState, token_id: str) -> tuple[
     return None if rec is None else rec[:5]
 
 
+def token_known(s: SchedulerState, token_id: str) -> bool:
+    """Whether this replica holds a record of token ``token_id`` (revoked or not)."""
+    return token_id in s.tokens
+
+
 def token_auth_jobs(s: SchedulerState, token_id: str) -> tuple[
         str, tuple[str, ...] | None, int | None, Record, tuple[str, ...] | None, tuple[str, ...] | None] | None:
     """What a node checks a presented token against: ``(role, tenants, expires, hash, workers)``

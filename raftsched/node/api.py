@@ -158,12 +158,14 @@ async def auth_middleware(request: web.Request, handler):
     except auth_module.UnknownToken:
         # This replica may not hold the token yet: a node that just started replays its log, and
         # one behind the leader has not applied a token made a moment ago. Refused (401) only if
-        # it is still unknown once this node has applied every write acknowledged before the
-        # request; without a leader to say so, 503 (the worker took a 401 as final, and dropped
-        # a batch of outcomes whose runs then ran again).
+        # it is still unknown once this node has applied what it knows the leader committed;
+        # without a leader to say so, 503 (the worker took a 401 as final, and dropped a batch of
+        # outcomes whose runs then ran again). No entry through the log (a read barrier's
+        # would be): a client sending made-up tokens makes no commit.
         try:
-            await request.app[SERVICE].reads.wait()
+            await request.app[SERVICE].reads.caught_up()
         except Unavailable as e:
+            auth_module.note_claimed(request)  # (audited with the token id it claimed, as a 401)
             raise Unavailable(f"cannot tell whether this token is known: {e.message}", leader=e.extra.get("leader")) \
                 from None
         principal = auth_module.check_request(request.app[AUTH], request, route)

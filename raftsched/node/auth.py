@@ -179,6 +179,9 @@ class Auth:
                     return Principal(tid, role, None if tenants is None else frozenset(tenants),
                                      None if workers is None else frozenset(workers),
                                      None if jobs is None else frozenset(jobs))
+                raise Unauthorized("unknown or revoked token")  # (a wrong secret: no wait makes it right)
+            if self.read(queries.token_known, tid):
+                raise Unauthorized("unknown or revoked token")  # revoked: final
             raise UnknownToken("unknown or revoked token")
         if self._bootstrap and hmac.compare_digest(text.encode(), self._bootstrap):
             return Principal(BOOTSTRAP_ID, "admin")
@@ -232,6 +235,12 @@ def _refused(auth: Auth, request: web.Request, source: str, now_s: float) -> Non
     """Count a refused token against its source, and note the token id it claimed."""
     auth.refused += 1
     auth.limiter.failed(source, now_s)
+    note_claimed(request)
+
+
+def note_claimed(request: web.Request) -> None:
+    """Note the token id the request's ``Authorization`` claims (the audit log's ``token`` of a
+    request refused before a token was accepted), when it names one."""
     header = request.headers.get("Authorization") or ""
     parsed = parse_token(header[7:].strip()) if header[:7].lower() == "bearer " else None
     if parsed is not None:

@@ -33,6 +33,8 @@ log = logging.getLogger("raftsched.reads")
 
 #: The header a stale read's answer carries.
 STALE_HEADER = "X-Raftsched-Stale"
+#: How often ``ReadBarrier.caught_up`` looks at the replica's progress while it is behind.
+_CATCH_UP_POLL_S = 0.02
 
 
 class ReadBarrier:
@@ -71,6 +73,30 @@ class ReadBarrier:
             self._task = loop.create_task(self._rounds())
         self.reads += 1
         await asyncio.shield(fut)
+
+    async def caught_up(self, timeout_s: float | None = None) -> None:
+        """Return once this node has applied every entry it knows the leader committed (the
+        leader: its own commit index; a follower: the leader's, as its last message said), with
+        no entry of its own: what a node that just started and replays its log, or one behind,
+        has yet to apply. Weaker than :meth:`wait` (a write committed within the leader's last
+        heartbeat may not be known here yet), and free: a client that sends what this node
+        cannot know yet (a token, node/api.py) makes no commit through the log.
+
+        :raises Unavailable: no leader known, or not caught up within ``timeout_s`` (the
+            barrier's timeout by default)."""
+        st = self.raft.status()
+        if st.get("leader") is None:
+            raise Unavailable("no leader: this node cannot tell which writes are acknowledged; retry",
+                              leader=None)
+        repl = st.get("replication") or {}
+        target = max(st.get("commit_index") or 0, 0 if st.get("is_leader") else repl.get("leader_commit_index") or 0)
+        deadline = self._monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
+        while (st.get("last_applied") or 0) < target:
+            if self._monotonic() >= deadline:
+                raise Unavailable(f"this node has applied {st.get('last_applied')} of the {target} entries the "
+                                  "leader committed, and did not catch up in time; retry", leader=st.get("leader"))
+            await asyncio.sleep(_CATCH_UP_POLL_S)  # ok-sleep: polling the replica's progress within a deadline
+            st = self.raft.status()
 
     async def _rounds(self) -> None:
         while self._next is not None:
