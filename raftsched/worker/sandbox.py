@@ -256,7 +256,7 @@ def lock_runs_dir(runs_dir: str) -> int | None:
 def _owner_gone(path: str) -> int | None:
     """When the worker that made the runs directory ``path`` is certainly gone (it is a directory
     of this user, not a link, with a lock file no one holds): a descriptor holding its lock now
-    (for the caller to close once it removed the directory). None otherwise: a live owner (in
+    (for the caller to close before it removes the directory). None otherwise: a live owner (in
     any pid namespace: the kernel holds its lock), no lock file (module docstring), not ours."""
     try:
         dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -266,7 +266,9 @@ def _owner_gone(path: str) -> int | None:
         if os.fstat(dfd).st_uid != os.geteuid():
             return None
         try:
-            fd = os.open(RUNS_LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+            # For writing: on NFS, an exclusive flock (emulated with a POSIX lock) needs a file
+            # opened for writing, and fails (EBADF) on one opened to read, which read "held".
+            fd = os.open(RUNS_LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
         except OSError:
             return None
         try:
@@ -310,10 +312,11 @@ def sweep_runs_dirs(parent: str) -> list[str]:
             if not os.path.lexists(os.path.join(path, RUNS_LOCK)):
                 unlocked.append(path)
             continue
-        try:
-            _rmtree(path)
-        finally:
-            os.close(lock)
+        # Its owner is gone for good (a dead worker does not come back): the lock is let go
+        # before the lock file is removed, since NFS keeps a file unlinked while open as a
+        # ".nfs..." entry, which left the directory behind, and lock-less to later sweeps.
+        os.close(lock)
+        _rmtree(path)
         removed.append(path)
     if removed:
         log.info("removed %d runs directory(ies) of workers that were killed: %s", len(removed), ", ".join(removed))
