@@ -679,15 +679,31 @@ def _latest_come(s: SchedulerState, name: str, at: int) -> Record | None:
     (docs/design.md, "Firing ahead"), and a queued run of a slot still to come says nothing of why
     the window passed (it said ``never_started`` of a job whose slot had run and failed). Not a
     backfill's run either: it is outside the window (its success does not re-arm it, on_finish).
-    O(the job's history), bounded by its ``history``; in history order, the same on every replica."""
+    Read from the newest entry back, at most ``_LATEST_COME_SCAN`` entries past the first that
+    came (a history is in the order its entries were made, nearly the slots'), and
+    ``_LATEST_COME_SCAN_MAX`` in all: a history of queued runs is not bounded by ``history``, and
+    this runs in apply. The same bounds on every replica, so the same answer."""
     last: Record | None = None
-    for rid in s.history.get(name) or ():
-        x = s.runs.get(rid)
+    hist = s.history.get(name) or ()
+    runs = s.runs
+    left_after = _LATEST_COME_SCAN
+    for k in range(len(hist) - 1, max(-1, len(hist) - 1 - _LATEST_COME_SCAN_MAX), -1):
+        x = runs.get(hist[k])
+        if last is not None:
+            left_after -= 1
+            if left_after < 0:
+                break
         if x is None or x.get("kind") == "backfill" or "backfill" in x or x["slot"] > at:
             continue
-        if last is None or x["slot"] >= last["slot"]:
+        if last is None or x["slot"] > last["slot"]:
             last = x
     return last
+
+
+#: _latest_come reads at most this many entries past the first whose slot had come, and this
+#: many in all.
+_LATEST_COME_SCAN = 64
+_LATEST_COME_SCAN_MAX = 4096
 
 
 def apply_deadline_judge(s: SchedulerState, cmd: Command, now: int) -> Result:
