@@ -1535,18 +1535,26 @@ def _parent_run(s: SchedulerState, p: str, slot: int) -> Record | None:
     a run of the slot by hand ``P@S#manual-N``, a cascading backfill's ``P@S#bID``), the
     scheduled one first, else the newest; else the scheduled run as it stands, or None. Before,
     only ``P@S`` was read: a child waiting for a manual run with propagate said "its slot has not
-    fired" while that run was running. A read; O(the parent's history) when ``P@S`` is not one."""
+    fired" while that run was running. A read, under the replica's lock: of the parent's history,
+    the newest ``_PARENT_RUN_SCAN`` entries when ``P@S`` is not one (such a run is made when it is
+    asked for: among the newest)."""
     runs = s.runs
     r = runs.get(f"{p}@{slot}")
     if r is not None and r["state"] in UNFINISHED and propagates(r):
         return r
     again = (f"{p}@{slot}!", f"{p}@{slot}#")
-    for rid in reversed(s.history.get(p) or ()):
+    hist = s.history.get(p) or ()
+    for k in range(len(hist) - 1, max(-1, len(hist) - 1 - _PARENT_RUN_SCAN), -1):
+        rid = hist[k]
         x = runs.get(rid)
         if x is not None and rid.startswith(again) and x["slot"] == slot and x["state"] in UNFINISHED \
                 and propagates(x):
             return x
     return r
+
+
+#: The newest entries of a parent's history _parent_run reads for a run of a slot other than its own.
+_PARENT_RUN_SCAN = 256
 
 
 def graph(s: SchedulerState, name: str) -> Record | None:
