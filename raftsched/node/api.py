@@ -172,7 +172,8 @@ async def auth_middleware(request: web.Request, handler):
     unknown = routes.unknown_param(route, request.query) if route is not None else None
     if unknown is not None:  # after the token: an unauthenticated probe learns nothing of the table
         takes = ", ".join(p.name for p in route.params) or "none"  # type: ignore[union-attr]
-        raise BadRequest(f"unknown query parameter {unknown!r}; {route.method} {path} takes: {takes}",  # type: ignore[union-attr]
+        hint = routes.unknown_param_hint(route, unknown, path)  # type: ignore[arg-type]
+        raise BadRequest(f"unknown query parameter {unknown!r}; {route.method} {path} takes: {takes}{hint}",  # type: ignore[union-attr]
                          field=unknown)
     twice = routes.twice_param(route, request.query) if route is not None else None
     if twice is not None:

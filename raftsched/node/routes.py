@@ -149,6 +149,17 @@ def unknown_param(route: Route, names) -> str | None:
     return next((n for n in names if n not in known), None)
 
 
+def unknown_param_hint(route: Route, name: str, path: str | None) -> str:
+    """What to add to the 400 of an unknown parameter ``name``, or "": ``?stale=true`` sent to a
+    route that reads this node's own view already, with no read barrier unless
+    ``?consistent=true`` (``GET /v1/cluster``: the README's ``?stale=true`` opts out of the
+    barrier on every other read, and was answered as if it made no sense here)."""
+    if name == STALE.name and CONSISTENT in route.params and STALE not in route.params:
+        return (f"; {path or route.path} is this node's own view already (stale: no read barrier); "
+                "?consistent=true waits until this node has applied every write acknowledged before the request")
+    return ""
+
+
 def twice_param(route: Route, query) -> str | None:
     """The first query parameter of ``query`` (a multidict) given more than once that the row
     does not declare repeatable, or None: ``?limit=5&limit=500`` is refused, not answered by
