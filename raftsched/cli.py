@@ -478,6 +478,10 @@ def _read_json(path: str):
 def _explain(a, c) -> int:
     """explain NAME FROM TO, or explain NAME --slot T: one of the two, whole (a usage error, exit
     2, before any request: a window without its end was sent and answered 400 naming down_to)."""
+    if a.from_flag is not None or a.to_flag is not None:
+        print("raftsched explain: FROM and TO are positional: raftsched explain NAME FROM TO "
+              "(ISO times), or raftsched explain NAME --slot T", file=sys.stderr)
+        return 2
     window = a.down_from is not None or a.down_to is not None
     if a.slot is not None and window:
         print("raftsched explain: give FROM TO (an outage window) or --slot T (one slot), not both", file=sys.stderr)
@@ -690,8 +694,19 @@ def _with_client(a) -> int:
         return print_error(e, a)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Every parser of the command, subcommands' included (argparse makes them of the parent's
+    class): no abbreviated options. With them, a flag a subcommand lacks could be taken for one
+    it has (``raftsched explain --to ...``: "ambiguous option: --to could match --token"), and
+    a new flag could change what an abbreviation in a script meant."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="raftsched", description="A distributed job scheduler on Raft.")
+    p = _Parser(prog="raftsched", description="A distributed job scheduler on Raft.")
     p.add_argument("--version", action="version", version=f"raftsched {_version()}")
     sub = p.add_subparsers(dest="cmd", required=True)
 
@@ -836,10 +851,19 @@ def main(argv: list[str] | None = None) -> int:
            lambda a, c: c.drain_worker(a.worker)).add_argument("worker")
     c = client("explain", "what an outage window would do to a job's slots, or (--slot) why a slot missed its deadline",
                run=_explain)
-    c.add_argument("name")
-    c.add_argument("down_from", nargs="?", help="ISO time, e.g. 2026-12-01T01:58:45Z")
-    c.add_argument("down_to", nargs="?")
-    c.add_argument("--slot", help="ISO time of one slot: why it met or missed its deadline")
+    c.description = ("raftsched explain NAME FROM TO: what an outage from FROM to TO would do to the job's slots, "
+                     "by its misfire policy (POST /v1/jobs/NAME/explain; FROM and TO are positional, not --from/--to). "
+                     "raftsched explain NAME --slot T: why that slot met or missed its deadline.")
+    c.add_argument("name", metavar="NAME", help="the job")
+    c.add_argument("down_from", nargs="?", metavar="FROM",
+                   help="when the outage began: an ISO time, e.g. 2026-12-01T01:58:45Z (with TO; not with --slot)")
+    c.add_argument("down_to", nargs="?", metavar="TO",
+                   help="when it ended (a leader fired again): an ISO time after FROM, at most 366 days later")
+    c.add_argument("--slot", metavar="T", help="instead of FROM TO: the ISO time of one slot, to say why it met "
+                                               "or missed its deadline")
+    # backfill's range is --from/--to: here they are said to be positional, not taken as unknown.
+    c.add_argument("--from", dest="from_flag", help=argparse.SUPPRESS)
+    c.add_argument("--to", dest="to_flag", help=argparse.SUPPRESS)
     c = client("deadlines", "slots' deadline outcomes, newest first (docs/notifications.md, \"Deadlines\")",
                lambda a, c: c.list_deadlines(a.state, a.job, a.since, a.limit), read=True)
     c.add_argument("--state", choices=("pending", "met", "late", "missed"))

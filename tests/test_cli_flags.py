@@ -1,0 +1,122 @@
+"""The client subcommands' flags for what the API takes (runs' filters, a trigger's slot and
+payload, a spec file's preview), command groups without their subcommand, and no abbreviated
+options: in process, against a recording stand-in for the Client."""
+from __future__ import annotations
+
+import argparse
+import logging
+
+import pytest
+
+URL = ["--url", "http://127.0.0.1:9"]
+
+
+class _Recording:
+    """Stands in for raftsched.client.Client in cli._with_client: records each call (name,
+    positional and keyword arguments) and answers ``answers[name]``, else ``{}``."""
+
+    calls: list = []
+    answers: dict = {}
+
+    def __init__(self, urls, **kw):
+        self.urls, self.kw = urls, kw
+
+    def __getattr__(self, name):
+        def call(*args, **kw):
+            type(self).calls.append((name, args, kw))
+            answer = type(self).answers.get(name, {})
+            return answer(*args, **kw) if callable(answer) else answer
+        return call
+
+
+@pytest.fixture
+def run(monkeypatch):
+    """``run(argv, answers=None)``: cli.main(argv + --url ...) with the Client recorded; returns
+    (exit status, the calls)."""
+    from raftsched import cli as cli_mod
+
+    def go(argv, answers=None):
+        class Fake(_Recording):
+            calls: list = []
+        Fake.answers = answers or {}
+        monkeypatch.setattr(cli_mod, "Client", Fake)
+        monkeypatch.setattr(cli_mod, "_setup_logging", lambda level: None)
+        monkeypatch.setattr(logging.getLogger("raftsched.client"), "level",
+                            logging.getLogger("raftsched.client").level)
+        monkeypatch.setenv("RAFTSCHED_TOKEN", "t")
+        try:
+            rc = cli_mod.main(argv + URL)
+        except SystemExit as e:  # argparse's usage errors
+            rc = e.code
+        return rc, Fake.calls
+    return go
+
+
+def _parsers():
+    """cli.main's parser and every subcommand's, recursively."""
+    from raftsched import cli as cli_mod
+    seen = []
+    parse = argparse.ArgumentParser.parse_args
+
+    def grab(self, *a, **kw):
+        seen.append(self)
+        raise SystemExit(0)
+    argparse.ArgumentParser.parse_args = grab  # type: ignore[method-assign]
+    try:
+        with pytest.raises(SystemExit):
+            cli_mod.main(["jobs"])
+    finally:
+        argparse.ArgumentParser.parse_args = parse  # type: ignore[method-assign]
+
+    def walk(p):
+        yield p
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for sp in a.choices.values():
+                    yield from walk(sp)
+    return list(walk(seen[0]))
+
+
+# ---------------------------------------------------------------------------- abbreviations
+def test_no_parser_of_the_command_takes_an_abbreviated_option():
+    parsers = _parsers()
+    assert len(parsers) > 30
+    assert [p.prog for p in parsers if p.allow_abbrev] == []
+
+
+@pytest.mark.parametrize("argv,gone", [
+    (["explain", "j", "2026-12-01T00:00:00Z", "2026-12-01T01:00:00Z", "--sl", "2026-12-01T00:00:00Z"], "--sl"),
+    (["runs", "j", "--lim", "5"], "--lim"),
+    (["trigger", "j", "--prop"], "--prop"),
+])
+def test_an_abbreviated_option_is_refused_not_taken_for_the_one_it_begins(run, capsys, argv, gone):
+    rc, calls = run(argv)
+    err = capsys.readouterr().err
+    assert rc == 2 and calls == [] and f"unrecognized arguments: {gone}" in err, err
+
+
+def test_explain_says_from_and_to_are_positional_rather_than_matching_token(run, capsys):
+    """``raftsched explain NAME --to T`` was "ambiguous option: --to could match --token"
+    (argparse's prefix matching); now it says how the window is given, and sends nothing."""
+    for argv in (["explain", "j", "--to", "2026-12-01T01:00:00Z"],
+                 ["explain", "j", "--from", "2026-12-01T00:00:00Z", "--to", "2026-12-01T01:00:00Z"]):
+        rc, calls = run(argv)
+        err = capsys.readouterr().err
+        assert rc == 2 and calls == [], err
+        assert "ambiguous" not in err and "FROM and TO are positional: raftsched explain NAME FROM TO" in err, err
+    rc, calls = run(["explain", "j", "2026-12-01T00:00:00Z", "2026-12-01T01:00:00Z"])
+    assert rc == 0 and calls == [("explain", ("j", "2026-12-01T00:00:00Z", "2026-12-01T01:00:00Z"),
+                                  {"slot": None})]
+
+
+def test_explains_help_spells_out_its_arguments(capsys):
+    from raftsched import cli as cli_mod
+    with pytest.raises(SystemExit) as ei:
+        cli_mod.main(["explain", "--help"])
+    out = " ".join(capsys.readouterr().out.split())  # (argparse wraps it to the terminal's width)
+    assert ei.value.code == 0
+    assert "NAME [FROM] [TO]" in out and "--slot T" in out
+    for words in ("the job", "when the outage began", "when it ended", "FROM and TO are positional",
+                  "why it met"):
+        assert words in out, (words, out)
+    assert "TO_FLAG" not in out and "FROM_FLAG" not in out  # the hidden guards are not offered
