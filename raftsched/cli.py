@@ -705,6 +705,22 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
+def _group(sub, name: str, help: str):
+    """A command group (``raftsched sinks``, ``tokens`` ...): its subcommands' parsers. Without a
+    subcommand, its help on stderr and a line naming them, exit 2 (argparse said only "the
+    following arguments are required: sinks_cmd")."""
+    g = sub.add_parser(name, help=help, description=help)
+    cmds = g.add_subparsers(dest=f"{name}_cmd", metavar="COMMAND", title="commands")
+
+    def no_command(a) -> int:
+        g.print_help(sys.stderr)
+        print(f"\nraftsched {name}: give a command: {', '.join(cmds.choices)} "
+              f"(raftsched {name} COMMAND --help says more)", file=sys.stderr)
+        return 2
+    g.set_defaults(func=no_command)
+    return cmds
+
+
 def main(argv: list[str] | None = None) -> int:
     p = _Parser(prog="raftsched", description="A distributed job scheduler on Raft.")
     p.add_argument("--version", action="version", version=f"raftsched {_version()}")
@@ -888,8 +904,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--json", action="store_true", help="print the plan (and what was applied) as JSON")
 
     # Membership (admin): list, add, remove (docs/operations.md, "Changing the members").
-    ms = sub.add_parser("members", help="the cluster's members: list, add (a node started with --join), remove") \
-        .add_subparsers(dest="members_cmd", required=True)
+    ms = _group(sub, "members", help="the cluster's members: list, add (a node started with --join), remove")
     client("list", "the voters, the learners catching up, a change in progress", run=_members, parent=ms)
     mc = client("add", "add a node by its Raft HOST:PORT and wait until it is a voter", run=_member_add, parent=ms)
     mc.add_argument("addr", metavar="HOST:PORT")
@@ -900,8 +915,7 @@ def main(argv: list[str] | None = None) -> int:
            lambda a, c: c.remove_member(a.addr), parent=ms).add_argument("addr", metavar="HOST:PORT")
 
     # API tokens (admin): create, list, revoke.
-    ts = sub.add_parser("tokens", help="API tokens: create (the secret is shown once), list, revoke") \
-        .add_subparsers(dest="tokens_cmd", required=True)
+    ts = _group(sub, "tokens", help="API tokens: create (the secret is shown once), list, revoke")
     tc = client("create", "create a token; its secret is printed this once",
                 lambda a, c: c.create_token(a.role, a.tenants, a.expires, a.note, a.workers, a.jobs), parent=ts)
     tc.add_argument("--role", required=True, choices=ROLES)
@@ -918,8 +932,7 @@ def main(argv: list[str] | None = None) -> int:
            lambda a, c: c.revoke_token(a.id), parent=ts).add_argument("id")
 
     # Notification sinks (docs/notifications.md).
-    ns = sub.add_parser("sinks", help="notification sinks: list, put, get, delete, dead, requeue") \
-        .add_subparsers(dest="sinks_cmd", required=True)
+    ns = _group(sub, "sinks", help="notification sinks: list, put, get, delete, dead, requeue")
     client("list", "every sink (secrets redacted), its cursor and dead events", lambda a, c: c.sinks(), parent=ns, read=True)
     nc = client("put", "create or replace a sink from a JSON file (- for stdin)", run=_put_sink, parent=ns)
     nc.add_argument("name")
@@ -936,8 +949,7 @@ def main(argv: list[str] | None = None) -> int:
     nc.add_argument("--event", action="append", dest="events", help="an event id (repeat for several)")
 
     # Secrets at rest (docs/operations.md, "Key files"): the keys, and the rotation (admin).
-    ss = sub.add_parser("secrets", help="job secrets at rest: new-key, status, rotate-key") \
-        .add_subparsers(dest="secrets_cmd", required=True)
+    ss = _group(sub, "secrets", help="job secrets at rest: new-key, status, rotate-key")
     nk = ss.add_parser("new-key", help="write a new key file into a key ring (copy it to every node's)")
     nk.add_argument("--keys-dir", default=".raftsched/keys", help="the key ring (default: .raftsched/keys)")
     nk.add_argument("--id", help="the key's id (default: 8 random hex digits)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 
 import pytest
 
@@ -120,3 +121,25 @@ def test_explains_help_spells_out_its_arguments(capsys):
                   "why it met"):
         assert words in out, (words, out)
     assert "TO_FLAG" not in out and "FROM_FLAG" not in out  # the hidden guards are not offered
+
+
+# ---------------------------------------------------------------------------- command groups
+@pytest.mark.parametrize("group,commands", [
+    ("sinks", ["list", "put", "get", "delete", "dead", "requeue"]), ("tokens", ["create", "list", "revoke"]),
+    ("members", ["list", "add", "remove"]), ("secrets", ["new-key", "status", "rotate-key"])])
+def test_a_command_group_without_its_command_prints_its_help_and_exits_2(capsys, group, commands):
+    """``raftsched sinks`` alone was argparse's "the following arguments are required: sinks_cmd":
+    now the group's help (its commands, each with what it does) on stderr, a line naming them,
+    exit 2, and nothing sent."""
+    from raftsched import cli as cli_mod
+    assert cli_mod.main([group]) == 2
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert f"usage: raftsched {group}" in out.err and "_cmd" not in out.err, out.err
+    for name in commands:
+        assert re.search(rf"\n    {name}\s", out.err), (name, out.err)
+    assert out.err.rstrip().endswith(f"raftsched {group}: give a command: {', '.join(commands)} "
+                                     f"(raftsched {group} COMMAND --help says more)"), out.err
+    with pytest.raises(SystemExit) as ei:  # an unknown command is still argparse's usage error
+        cli_mod.main([group, "nope"])
+    assert ei.value.code == 2 and "invalid choice: 'nope'" in capsys.readouterr().err
