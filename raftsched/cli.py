@@ -28,7 +28,7 @@ from .config import ConfigError, check_token, read_secret_file
 from .core import limits
 from .core.bodies import json_loads
 from .core.errors import BadRequest, RaftschedError, Unavailable
-from .core.model import EXECUTOR_TYPES
+from .core.model import EXECUTOR_TYPES, RUN_STATES
 from .core.tokens import ROLES
 from .worker import limits as worker_limits
 
@@ -451,6 +451,33 @@ def _slot_arg(text: str | None) -> str | int | None:
     return int(text) if text is not None and text.isascii() and text.isdigit() else text
 
 
+class _UsageError(Exception):
+    """A flag's value a command cannot use: ``_with_client`` says it on stderr, exit 2, before any
+    request."""
+
+
+def _time_arg(text: str | None, flag: str) -> str | None:
+    """A time flag of a query that takes ISO-8601 times (``runs --slot/--since/--until``): the
+    ISO time as given (the node says what is wrong with it), or, when it is digits only, ms
+    since the epoch as in a run id (``NAME@MS``), sent as the ISO time it is.
+    :raises _UsageError: ms out of the API's range."""
+    if text is None or not (text.isascii() and text.isdigit()):
+        return text
+    from .core.schedule import iso
+    ms = int(text)
+    if ms > limits.time_ms_max:
+        raise _UsageError(f"{flag}: {text} ms since the epoch is after {iso(limits.time_ms_max)}, the latest "
+                          "time the API takes")
+    return iso(ms)
+
+
+def _runs(a, c: Client) -> int:
+    """``raftsched runs NAME [--state S] [--slot T] [--since T] [--until T] [--limit N]``: the
+    job's runs and recorded slots (GET /v1/jobs/NAME/runs), filtered as the API filters them."""
+    return show(c.runs(a.name, limit=a.limit, state=a.state, slot=_time_arg(a.slot, "--slot"),
+                       since=_time_arg(a.since, "--since"), until=_time_arg(a.until, "--until")))
+
+
 def _read_json(path: str):
     """The JSON value of a file (- for stdin), or None after printing why not."""
     try:
@@ -692,6 +719,9 @@ def _with_client(a) -> int:
         return a.client_run(a, _StaleReads(c) if getattr(a, "stale", False) else c)
     except RaftschedError as e:
         return print_error(e, a)
+    except _UsageError as e:
+        print(f"raftsched {a.cmd}: {e}", file=sys.stderr)
+        return 2
 
 
 class _Parser(argparse.ArgumentParser):
@@ -852,10 +882,16 @@ def main(argv: list[str] | None = None) -> int:
     c = client("graph", "the jobs a job runs after and that run after it, transitively", run=_graph, read=True)
     c.add_argument("name")
     c.add_argument("--json", action="store_true", help="print the graph as JSON")
-    c = client("runs", "a job's runs and recorded slots, newest first", lambda a, c: c.runs(a.name, limit=a.limit),
-               read=True)
+    c = client("runs", "a job's runs and recorded slots, newest first (a recorded range of missed slots is one "
+                       "entry: its SLOTS are FIRST..LAST (COUNT))", run=_runs, read=True)
     c.add_argument("name")
     c.add_argument("--limit", type=int, default=RUNS_SHOWN_DEFAULT)
+    c.add_argument("--state", choices=RUN_STATES, help="only entries in this state")
+    c.add_argument("--slot", metavar="T", help="only the entry of this slot (\"did my 02:00 run happen?\"): its "
+                                               "run, or the record whose range holds it; an ISO time, or ms since "
+                                               "the epoch as in a run id (NAME@MS)")
+    c.add_argument("--since", metavar="T", help="only entries whose slot is at or after T (ISO time, or ms)")
+    c.add_argument("--until", metavar="T", help="only entries whose slot is before T (ISO time, or ms)")
 
     client("dlq", "list dead runs (optionally of one queue)", lambda a, c: c.dlq(a.queue), read=True).add_argument("--queue")
     # requeue and purge (one run, or --all-matching), backfill, backfills, backfill-cancel ...

@@ -44,10 +44,10 @@ def show(payload: Any) -> int:
     return 0
 
 
-def _cell(v: Any) -> str:
+def _cell(v: Any, whole: bool = False) -> str:
     text = v if isinstance(v, str) else "" if v is None else json.dumps(v, separators=(",", ":"))
     text = text.replace("\n", " ")
-    return text if len(text) <= CELL_WIDTH_MAX else text[:CELL_WIDTH_MAX - 1] + "…"
+    return text if whole or len(text) <= CELL_WIDTH_MAX else text[:CELL_WIDTH_MAX - 1] + "…"
 
 
 def _rows(header: list[str], rows: list[list[str]]) -> str:
@@ -102,6 +102,19 @@ def _schedule(job: dict) -> str:
     return ""
 
 
+def _slots(run: dict) -> Any:
+    """A history entry's slots: its slot, or for a record of a range of missed slots
+    ``FIRST..LAST (COUNT)``, LAST without the date FIRST has (``2026-11-29T10:32:47Z..10:32:53Z
+    (4)``): a range shown as its first slot alone read as one slot."""
+    slot, slot_to = run.get("slot"), run.get("slot_to")
+    if not isinstance(slot, str) or not isinstance(slot_to, str) or slot_to == slot:
+        return slot
+    day, _, _ = slot.partition("T")
+    last = slot_to[len(day) + 1:] if slot_to.startswith(day + "T") else slot_to
+    count = run.get("count")
+    return f"{slot}..{last}" + (f" ({count})" if count is not None else "")
+
+
 #: The columns of the lists people read most, by the key the answer holds them under (GET
 #: /v1/jobs, /v1/workers, a job's or every job's runs): a header and a dotted path (or a
 #: function of the item). Other lists, and ``-o json``, show every field.
@@ -110,7 +123,7 @@ _VIEWS: dict[str, list[tuple[str, Any]]] = {
              ("paused", "state.paused"), ("last", "health.last_slot_outcome.outcome"),
              ("failures", "health.consecutive_failures"), ("executor", "spec.executor.type"),
              ("queue", "spec.queue")],
-    "runs": [("id", "id"), ("state", "state"), ("slot", "slot"), ("attempt", "attempt"), ("worker", "worker"),
+    "runs": [("id", "id"), ("state", "state"), ("slots", _slots), ("attempt", "attempt"), ("worker", "worker"),
              ("started_at", "started_at"), ("finished_at", "finished_at"), ("reason", "reason"), ("error", "error")],
     "dead": [("event_id", lambda d: _get(d, "event.event_id")), ("kind", lambda d: _get(d, "event.kind")),
              ("job", lambda d: _get(d, "event.job")), ("slot", lambda d: _iso(_get(d, "event.slot"))),
@@ -119,6 +132,11 @@ _VIEWS: dict[str, list[tuple[str, Any]]] = {
                 ("held", "held"), ("executors", "executors"), ("queues", "queues"), ("labels", "labels"),
                 ("version", "version")],
 }
+
+
+#: Curated columns printed whole, never cut at CELL_WIDTH_MAX: a range of slots over two days
+#: with its count is a little longer, and its end is what says it is a range.
+_UNCUT = frozenset({"slots"})
 
 
 def _viewed(key: str, items: list[dict]) -> str:
@@ -137,7 +155,7 @@ def _viewed(key: str, items: list[dict]) -> str:
                 v = ",".join(f"{k}={x}" for k, x in v.items())
             elif isinstance(v, list) and all(not isinstance(x, (dict, list)) for x in v):
                 v = ",".join(str(x) for x in v)
-            row.append(_cell(v))
+            row.append(_cell(v, whole=_h in _UNCUT))
         rows.append(row)
     return _rows([h for h, _ in cols], rows)
 

@@ -143,3 +143,54 @@ def test_a_command_group_without_its_command_prints_its_help_and_exits_2(capsys,
     with pytest.raises(SystemExit) as ei:  # an unknown command is still argparse's usage error
         cli_mod.main([group, "nope"])
     assert ei.value.code == 2 and "invalid choice: 'nope'" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- runs
+def test_runs_takes_the_filters_of_the_api(run, capsys):
+    """``raftsched runs NAME --state S --slot T --since T --until T``: the query GET
+    /v1/jobs/NAME/runs takes (the README's "did my 02:00 run happen" was curl-only). A --slot
+    (or --since, --until) of digits is ms since the epoch, as in a run id, sent as its ISO time
+    (the API's ?slot= takes ISO times); without the flags nothing is filtered."""
+    rc, calls = run(["runs", "j"])
+    assert rc == 0 and calls == [("runs", ("j",), {"limit": 20, "state": None, "slot": None, "since": None,
+                                                   "until": None})]
+    rc, calls = run(["runs", "j", "--state", "skipped", "--slot", "2026-11-30T02:00:00+01:00",
+                     "--since", "2026-11-29T00:00:00Z", "--until", "2026-12-01T00:00:00Z", "--limit", "5"])
+    assert rc == 0 and calls == [("runs", ("j",), {"limit": 5, "state": "skipped", "slot": "2026-11-30T02:00:00+01:00",
+                                                   "since": "2026-11-29T00:00:00Z", "until": "2026-12-01T00:00:00Z"})]
+    rc, calls = run(["runs", "j", "--slot", "1795948381000", "--since", "0"])
+    assert rc == 0 and calls[0][2]["slot"] == "2026-11-29T10:33:01Z" and calls[0][2]["since"] == "1970-01-01T00:00:00Z"
+    capsys.readouterr()
+    # Bad input: a state that is none, ms past the API's range: usage errors naming the flag, nothing sent.
+    rc, calls = run(["runs", "j", "--state", "done"])
+    assert rc == 2 and calls == [] and "--state: invalid choice: 'done'" in capsys.readouterr().err
+    rc, calls = run(["runs", "j", "--slot", "99999999999999999"])
+    err = capsys.readouterr().err
+    assert rc == 2 and calls == [] and err.startswith("raftsched runs: --slot: 99999999999999999 ms since the epoch "
+                                                      "is after 9999-01-01T00:00:00Z"), err
+
+
+def test_the_runs_table_shows_a_recorded_range_with_its_last_slot_and_count(run, capsys):
+    """A record of a range of missed slots (``slot_to``, ``count``) was shown by its first slot
+    alone, like one slot: the SLOTS column says FIRST..LAST (COUNT), LAST without FIRST's date
+    when it is the same day, whole even past the cell width."""
+    from raftsched import cli_output
+    runs = [{"id": "hb@1795948391000", "state": "queued", "slot": "2026-11-29T10:33:11Z", "attempt": 1},
+            {"id": "hb@1795948381000", "state": "skipped", "slot": "2026-11-29T10:33:01Z", "reason": "misfire",
+             "slot_to": "2026-11-29T10:33:07Z", "count": 4},
+            {"id": "hb@1795910400000", "state": "coalesced", "slot": "2026-11-28T23:20:00Z", "reason": "misfire",
+             "slot_to": "2026-11-29T10:33:00Z", "count": 40381}]
+    cli_output.set_format("table")
+    try:
+        rc, _ = run(["runs", "hb", "-o", "table"], answers={"runs": {"job": "hb", "runs": runs, "next": None}})
+    finally:
+        cli_output.set_format(None)
+    out = capsys.readouterr().out
+    assert rc == 0
+    lines = out.splitlines()
+    header = next(line for line in lines if line.startswith("ID "))
+    assert header.split()[:3] == ["ID", "STATE", "SLOTS"], header
+    row = {line.split()[0]: line for line in lines if line.startswith("hb@")}
+    assert "2026-11-29T10:33:11Z " in row["hb@1795948391000"] and ".." not in row["hb@1795948391000"]
+    assert "2026-11-29T10:33:01Z..10:33:07Z (4)" in row["hb@1795948381000"], out
+    assert "2026-11-28T23:20:00Z..2026-11-29T10:33:00Z (40381)" in row["hb@1795910400000"], out
