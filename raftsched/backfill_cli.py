@@ -19,17 +19,34 @@ BAR_WIDTH = 30
 JOB_RUNS_ALL = limits.history_per_job_max + limits.queue_depth_max
 
 
-class _UsageError(Exception):
+class UsageError(Exception):
     """A flag's value the command cannot use: said on stderr, exit status 2 (docs/api.md)."""
 
 
-def _json_arg(text: str, flag: str):
+def json_arg(text: str, flag: str):
+    """A JSON flag's value (``--payload``): JSON text, or ``@FILE`` for a file's (``@-``: stdin),
+    refused when an object names a key twice (as a spec file is: core/bodies.py).
+    :raises UsageError: naming the flag (and the file)."""
+    where = flag
+    if text.startswith("@"):  # (no JSON text starts with @)
+        path = text[1:]
+        where = f"{flag} {text}"
+        try:
+            if path == "-":
+                text = sys.stdin.read()
+            else:
+                with open(path, encoding="utf-8") as f:
+                    text = f.read()
+        except OSError as e:
+            raise UsageError(f"{where}: {e.strerror or e}") from None
+        except UnicodeDecodeError:
+            raise UsageError(f"{where}: not UTF-8 text (give a JSON file)") from None
     try:
         return json_loads(text)
     except BadRequest as e:  # (a key twice: the message says malformed JSON)
-        raise _UsageError(f"{flag}: {e.message}") from None
+        raise UsageError(f"{where}: {e.message}") from None
     except (ValueError, RecursionError) as e:
-        raise _UsageError(f"{flag}: malformed JSON: {e}") from None
+        raise UsageError(f"{where}: malformed JSON: {e}") from None
 
 
 def progress_line(v: dict) -> str:
@@ -107,8 +124,8 @@ def _wait(c: Client, view: dict) -> int:
 
 def _backfill(a, c: Client) -> int:
     try:
-        payload = {} if a.payload is None else {"payload": _json_arg(a.payload, "--payload")}
-    except _UsageError as e:
+        payload = {} if a.payload is None else {"payload": json_arg(a.payload, "--payload")}
+    except UsageError as e:
         print(f"raftsched: {e}", file=sys.stderr)
         return 2
     res = c.backfill(a.job, a.from_, a.to, reprocess=a.reprocess, order=a.order,
@@ -163,7 +180,8 @@ def add_commands(client) -> None:
     b.add_argument("--cascade", choices=("none", "children"),
                    help="children: the jobs that run after it (pipelines) follow each slot, as its runs "
                         "(default none)")
-    b.add_argument("--payload", help="a JSON payload for its runs, instead of the job's")
+    b.add_argument("--payload", metavar="JSON|@FILE",
+                   help="a JSON payload for its runs, instead of the job's: JSON text, or @FILE (@- for stdin)")
     b.add_argument("--id", help="a backfill id: the same id again is the same backfill")
     b.add_argument("--dry-run", action="store_true", help="list the slots it would run and why others are left out")
     b.add_argument("--wait", action="store_true", help="a progress bar on stderr until it ends, then a table")

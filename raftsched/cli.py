@@ -19,6 +19,7 @@ import time
 import uuid
 
 from . import backfill_cli
+from .backfill_cli import UsageError, json_arg
 from .cli_output import FORMATS, Progress, output_format, print_error, set_format, show
 from .cli_target import Target, resolve
 from .client import Client
@@ -451,24 +452,27 @@ def _slot_arg(text: str | None) -> str | int | None:
     return int(text) if text is not None and text.isascii() and text.isdigit() else text
 
 
-class _UsageError(Exception):
-    """A flag's value a command cannot use: ``_with_client`` says it on stderr, exit 2, before any
-    request."""
-
-
 def _time_arg(text: str | None, flag: str) -> str | None:
     """A time flag of a query that takes ISO-8601 times (``runs --slot/--since/--until``): the
     ISO time as given (the node says what is wrong with it), or, when it is digits only, ms
     since the epoch as in a run id (``NAME@MS``), sent as the ISO time it is.
-    :raises _UsageError: ms out of the API's range."""
+    :raises UsageError: ms out of the API's range."""
     if text is None or not (text.isascii() and text.isdigit()):
         return text
     from .core.schedule import iso
     ms = int(text)
     if ms > limits.time_ms_max:
-        raise _UsageError(f"{flag}: {text} ms since the epoch is after {iso(limits.time_ms_max)}, the latest "
+        raise UsageError(f"{flag}: {text} ms since the epoch is after {iso(limits.time_ms_max)}, the latest "
                           "time the API takes")
     return iso(ms)
+
+
+def _trigger(a, c: Client) -> int:
+    """``raftsched trigger NAME [--slot T] [--payload JSON|@FILE] [--propagate]``: POST
+    /v1/jobs/NAME/trigger, with a body only when a flag asks for one (a heartbeat job's trigger
+    without a body opens a slot that waits for its ping)."""
+    kw = {} if a.payload is None else {"payload": json_arg(a.payload, "--payload")}
+    return show(c.trigger(a.name, slot=_time_arg(a.slot, "--slot"), propagate=a.propagate, **kw))
 
 
 def _runs(a, c: Client) -> int:
@@ -719,7 +723,7 @@ def _with_client(a) -> int:
         return a.client_run(a, _StaleReads(c) if getattr(a, "stale", False) else c)
     except RaftschedError as e:
         return print_error(e, a)
-    except _UsageError as e:
+    except UsageError as e:
         print(f"raftsched {a.cmd}: {e}", file=sys.stderr)
         return 2
 
@@ -872,8 +876,13 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--catch-up", action="store_true",
                    help="the slots that fell due while it was paused stay due, for its misfire policy to decide "
                         "(without it they are recorded skipped, reason paused)")
-    c = client("trigger", "trigger a job", lambda a, c: c.trigger(a.name, propagate=a.propagate))
+    c = client("trigger", "trigger a job: one manual run now (or the run of --slot)", run=_trigger)
     c.add_argument("name")
+    c.add_argument("--slot", metavar="T", help="the run of this scheduled time, deduplicated: a slot that has a run "
+                                               "already answers it (created false); an ISO time, or ms since the "
+                                               "epoch as in a run id (NAME@MS)")
+    c.add_argument("--payload", metavar="JSON|@FILE", help="this run's payload instead of the job's: JSON text, "
+                                                           "or @FILE (@- for stdin)")
     c.add_argument("--propagate", action="store_true", help="its outcome reaches the jobs that run after it")
     c = client("delete", "delete a job", lambda a, c: c.delete_job(a.name, force=a.force))
     c.add_argument("name")

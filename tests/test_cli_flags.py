@@ -194,3 +194,44 @@ def test_the_runs_table_shows_a_recorded_range_with_its_last_slot_and_count(run,
     assert "2026-11-29T10:33:11Z " in row["hb@1795948391000"] and ".." not in row["hb@1795948391000"]
     assert "2026-11-29T10:33:01Z..10:33:07Z (4)" in row["hb@1795948381000"], out
     assert "2026-11-28T23:20:00Z..2026-11-29T10:33:00Z (40381)" in row["hb@1795910400000"], out
+
+
+# ---------------------------------------------------------------------------- trigger
+def test_trigger_takes_a_slot_a_payload_and_propagate(run, capsys, tmp_path, monkeypatch):
+    """``raftsched trigger NAME --slot T --payload JSON|@FILE --propagate``: the body POST
+    /v1/jobs/NAME/trigger takes (the command line had --propagate only). --payload is read as
+    backfill's is, JSON text or @FILE, and an object naming a key twice is refused before any
+    request; without the flags the trigger has no body (a heartbeat job's then waits for a ping)."""
+    rc, calls = run(["trigger", "j"])
+    assert rc == 0 and calls == [("trigger", ("j",), {"slot": None, "propagate": False})]
+    rc, calls = run(["trigger", "j", "--slot", "2026-12-01T17:29:40Z", "--payload", '{"full": true}', "--propagate"])
+    assert rc == 0 and calls == [("trigger", ("j",), {"slot": "2026-12-01T17:29:40Z", "propagate": True,
+                                                      "payload": {"full": True}})]
+    rc, calls = run(["trigger", "j", "--slot", "1796146180000", "--payload", "null"])  # null is a payload too
+    assert rc == 0 and calls == [("trigger", ("j",), {"slot": "2026-12-01T17:29:40Z", "propagate": False,
+                                                      "payload": None})]
+    f = tmp_path / "payload.json"
+    f.write_text('{"rows": [1, 2], "note": "é"}', encoding="utf-8")
+    rc, calls = run(["trigger", "j", "--payload", f"@{f}"])
+    assert rc == 0 and calls[0][2]["payload"] == {"rows": [1, 2], "note": "é"}
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO('[1, {"a": 2}]'))
+    rc, calls = run(["trigger", "j", "--payload", "@-"])
+    assert rc == 0 and calls[0][2]["payload"] == [1, {"a": 2}]
+    capsys.readouterr()
+    f.write_text('{"a": {"b": 1, "b": 2}}')
+    for value, said in (('{"a": 1, "a": 2}', "--payload: malformed JSON: the key 'a' appears twice in one object"),
+                        (f"@{f}", f"--payload @{f}: malformed JSON: the key 'b' appears twice in one object"),
+                        ("{not json", "--payload: malformed JSON: "),
+                        (f"@{tmp_path / 'nope.json'}", f"--payload @{tmp_path / 'nope.json'}: No such file")):
+        rc, calls = run(["trigger", "j", "--payload", value])
+        err = capsys.readouterr().err
+        assert rc == 2 and calls == [] and err.startswith(f"raftsched trigger: {said}"), (value, err)
+        assert err.count("\n") == 1, err
+
+
+def test_backfills_payload_takes_a_file_too(run, capsys, tmp_path):
+    f = tmp_path / "p.json"
+    f.write_text('{"full": true}')
+    rc, calls = run(["backfill", "j", "--from", "2026-01-01T00:00:00Z", "--to", "2026-01-02T00:00:00Z",
+                     "--payload", f"@{f}"])
+    assert rc == 0 and calls[0][0] == "backfill" and calls[0][2]["payload"] == {"full": True}
