@@ -475,6 +475,24 @@ def _trigger(a, c: Client) -> int:
     return show(c.trigger(a.name, slot=_time_arg(a.slot, "--slot"), propagate=a.propagate, **kw))
 
 
+def _preview(a, c: Client) -> int:
+    """``raftsched preview NAME [--count N] [--after T]`` (GET /v1/jobs/NAME/preview), or
+    ``raftsched preview --spec FILE [NAME] [--count N]`` (POST /v1/preview: the spec is
+    validated as a PUT's and nothing is stored)."""
+    if a.spec is None:
+        if a.name is None:
+            raise UsageError("give the job's NAME, or --spec FILE to preview a spec without creating its job")
+        after = _time_arg(a.after, "--after")
+        return show(c.preview(a.name, a.count, **({} if after is None else {"after": after})))
+    if a.after is not None:
+        raise UsageError("--after is for a job's preview: POST /v1/preview (--spec) takes no after and lists "
+                         "from now; raise --count to reach a later date")
+    body = _read_json(a.spec)
+    if body is None:
+        return 1
+    return show(c.preview_spec(body, a.count, a.name))
+
+
 def _runs(a, c: Client) -> int:
     """``raftsched runs NAME [--state S] [--slot T] [--since T] [--until T] [--limit N]``: the
     job's runs and recorded slots (GET /v1/jobs/NAME/runs), filtered as the API filters them."""
@@ -937,9 +955,17 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--status", choices=("start", "success", "fail"), default="success")
     c.add_argument("--slot", help="the slot it reports: an ISO time, or ms since the epoch as in a run id "
                                   "(NAME@MS); default: the newest still open")
-    c = client("preview", "a job's next slots, with DST marks", lambda a, c: c.preview(a.name, a.count), read=True)
-    c.add_argument("name")
-    c.add_argument("--count", type=int, default=PREVIEW_COUNT_DEFAULT)
+    c = client("preview", "a job's next slots, with DST marks; or (--spec FILE) a spec's, without creating the job",
+               run=_preview, read=True)
+    c.add_argument("name", nargs="?", metavar="NAME",
+                   help="the job; with --spec, the name it would have (a jitter_s offset is a hash of it; "
+                        "default preview)")
+    c.add_argument("--count", type=int, default=PREVIEW_COUNT_DEFAULT, help="how many slots (1-1000)")
+    c.add_argument("--after", metavar="T", help="a job's slots after T (ISO time, or ms; default now); not with "
+                                                "--spec: POST /v1/preview lists from now")
+    c.add_argument("--spec", metavar="FILE", help="preview this JSON spec file (- for stdin) as PUT would take it, "
+                                                  "proposing nothing (POST /v1/preview): a time zone's DST days show "
+                                                  "as dst marks")
 
     c = client("sync", "make the cluster's jobs match an app's declarations (docs/sdk.md)", run=_sync)
     c.add_argument("app", help="MODULE:ATTR of the raftsched.App, e.g. myproject.jobs:app (MODULE is imported "

@@ -4,6 +4,7 @@ options: in process, against a recording stand-in for the Client."""
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import re
 
@@ -235,3 +236,85 @@ def test_backfills_payload_takes_a_file_too(run, capsys, tmp_path):
     rc, calls = run(["backfill", "j", "--from", "2026-01-01T00:00:00Z", "--to", "2026-01-02T00:00:00Z",
                      "--payload", f"@{f}"])
     assert rc == 0 and calls[0][0] == "backfill" and calls[0][2]["payload"] == {"full": True}
+
+
+# ---------------------------------------------------------------------------- preview
+def test_preview_takes_after_for_a_job_and_a_spec_file_without_after(run, capsys, tmp_path):
+    """``raftsched preview NAME --after T`` sends GET /v1/jobs/NAME/preview's ``after``;
+    ``--spec FILE [NAME]`` sends the file to POST /v1/preview, which takes no ``after`` (400
+    naming it): --after with --spec is a usage error saying so, before any request."""
+    rc, calls = run(["preview", "j", "--count", "3", "--after", "2026-10-31T00:00:00Z"])
+    assert rc == 0 and calls == [("preview", ("j", 3), {"after": "2026-10-31T00:00:00Z"})]
+    spec = {"schedule": {"cron": "30 2 * * *", "timezone": "Europe/Berlin"},
+            "executor": {"type": "shell", "argv": ["true"]}, "misfire": {"policy": "skip"}}
+    f = tmp_path / "spec.json"
+    f.write_text(json.dumps(spec))
+    rc, calls = run(["preview", "--spec", str(f), "--count", "80"])
+    assert rc == 0 and calls == [("preview_spec", (spec, 80, None), {})]
+    rc, calls = run(["preview", "nightly", "--spec", str(f)])
+    assert rc == 0 and calls == [("preview_spec", (spec, 10, "nightly"), {})]
+    capsys.readouterr()
+    rc, calls = run(["preview", "--spec", str(f), "--after", "2027-03-01T00:00:00Z"])
+    err = capsys.readouterr().err
+    assert rc == 2 and calls == [] and err.startswith("raftsched preview: --after is for a job's preview: "
+                                                      "POST /v1/preview (--spec) takes no after"), err
+    rc, calls = run(["preview"])
+    err = capsys.readouterr().err
+    assert rc == 2 and calls == [] and "give the job's NAME, or --spec FILE" in err, err
+    f.write_text('{"schedule": {"every_s": 60}, "schedule": {"every_s": 5}}')
+    rc, calls = run(["preview", "--spec", str(f)])
+    err = capsys.readouterr().err
+    assert rc == 1 and calls == [] and "the key 'schedule' appears twice" in err, err
+
+
+def test_preview_of_a_spec_file_shows_its_dst_days_and_creates_no_job(tmp_path, monkeypatch, capsys):
+    """The whole path, against a node's API in a thread (its clock fixed at 2027-01-15T08:00Z):
+    a Europe/Berlin cron previewed from a file lists the spring-forward day with its mark, and
+    the cluster still has no job."""
+    import asyncio
+    import socket
+    import threading
+
+    from aiohttp import web
+
+    from raftsched import cli as cli_mod
+    from raftsched.clock import FakeClock
+    from raftsched.core.state import SchedulerState
+    from raftsched.node.api import make_app
+    from raftsched.node.service import Service
+
+    from fakes import FakeRaft
+
+    token = "p" * 32
+    state = SchedulerState()
+    app = make_app(Service(FakeRaft(state), FakeClock(1_800_000_000_000), "node-1"), token)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app)
+    loop.run_until_complete(runner.setup())
+    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+    t = threading.Thread(target=loop.run_forever, daemon=True)
+    t.start()
+    try:
+        f = tmp_path / "nightly.json"
+        f.write_text(json.dumps({"schedule": {"cron": "30 2 * * *", "timezone": "Europe/Berlin"},
+                                 "executor": {"type": "shell", "argv": ["true"]}, "misfire": {"policy": "skip"}}))
+        monkeypatch.setenv("RAFTSCHED_TOKEN", token)
+        monkeypatch.setattr(cli_mod, "_setup_logging", lambda level: None)
+        rc = cli_mod.main(["preview", "--spec", str(f), "--count", "80", "-o", "json",
+                           "--url", f"http://127.0.0.1:{port}"])
+        out = capsys.readouterr()
+        assert rc == 0, out
+        slots = json.loads(out.out)["slots"]
+        marked = [s for s in slots if s.get("dst")]
+        assert [(s["dst"], s["slot"], s["local"]) for s in marked] == [
+            ("spring_forward", "2027-03-28T01:00:00Z", "2027-03-28T03:00:00+02:00")], marked  # right after the gap
+        assert all(s["timezone"] == "Europe/Berlin" for s in slots)
+        assert state.jobs == {}
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        t.join(10)
+        loop.close()
