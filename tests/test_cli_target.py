@@ -310,7 +310,7 @@ def test_output_formats(monkeypatch, capsys):
     cli_output.show(RUNS)
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["FIELD", "VALUE"] and out[1].split() == ["job", "j"]
-    assert out[3] == "RUNS (2)" and out[4].split() == ["ID", "STATE", "SLOT", "ATTEMPT", "WORKER", "STARTED_AT",
+    assert out[3] == "RUNS (2)" and out[4].split() == ["ID", "STATE", "SLOTS", "ATTEMPT", "WORKER", "STARTED_AT",
                                                        "FINISHED_AT", "REASON", "ERROR"]
     assert out[6].endswith("x…") and len(out[6].split()[-1]) == cli_output.CELL_WIDTH_MAX
     # The default: JSON when piped (capsys is no terminal), a table on a terminal.
