@@ -17,8 +17,9 @@ import ssl
 import sys
 import time
 import uuid
+from typing import Callable
 
-from . import backfill_cli
+from . import backfill_cli, cli_cluster
 from .backfill_cli import UsageError, json_arg
 from .cli_output import FORMATS, Progress, output_format, print_error, set_format, show
 from .cli_target import Target, resolve
@@ -655,11 +656,46 @@ def _apply(a, c: Client) -> int:
     return 0
 
 
+#: The longest ``raftsched cluster`` and ``members list`` wait for the leader's own view
+#: (each node given is asked once).
+LEADER_VIEW_DEADLINE_S = 5.0
+
+
+def _ask_cluster(a) -> Callable[[str], dict]:
+    """``url -> GET /v1/cluster`` of that node alone, with the command's token and TLS files."""
+    t: Target = a.target
+
+    def ask(url: str) -> dict:
+        one = Client([url], token=t.token, timeout_s=LEADER_VIEW_DEADLINE_S,
+                     deadline_s=min(a.deadline_s, LEADER_VIEW_DEADLINE_S), ca_file=t.ca_file,
+                     cert_file=t.client_cert, key_file=t.client_key, fail_fast=True)
+        return one.cluster()
+    return ask
+
+
+def _with_leader_view(a, out: dict, body: dict) -> int:
+    """Print ``out`` with which members the leader hears (cli_cluster.py), saying on stderr
+    when that could not be told."""
+    why = cli_cluster.add_leader_view(out, body, a.target.urls, _ask_cluster(a))
+    if why is not None:
+        print(f"raftsched: cannot tell which members are up: {why}", file=sys.stderr)
+    return show(out)
+
+
+def _cluster(a, c: Client) -> int:
+    """``raftsched cluster``: the answering node's view (GET /v1/cluster), with whether the leader
+    hears each member and the leader's conditions."""
+    body = c.cluster()
+    return _with_leader_view(a, dict(body), body)
+
+
 def _members(a, c: Client) -> int:
-    """``raftsched members``: the committed configuration, the change in progress, the leader."""
+    """``raftsched members``: the committed configuration, the change in progress, the leader,
+    whether the leader hears each member, and the conditions."""
     st = c.cluster(consistent=True)
-    return show({"leader": st.get("leader"), "voters": st.get("members"), "learners": st.get("learners", []),
-                 "pending": (st.get("membership") or {}).get("pending")})
+    out = {"leader": st.get("leader"), "voters": st.get("members"), "learners": st.get("learners", []),
+           "pending": (st.get("membership") or {}).get("pending"), "conditions": st.get("conditions", [])}
+    return _with_leader_view(a, out, st)
 
 
 def _member_add(a, c: Client) -> int:
@@ -734,6 +770,7 @@ def _with_client(a) -> int:
     except (OSError, ssl.SSLError) as e:
         print(f"raftsched: --ca-file/--client-cert: {e}", file=sys.stderr)
         return 2
+    a.target = t
     # What went wrong is said once, by the call's final error (core.Call.round_error), not by a
     # log line per attempt as well.
     _setup_logging("warning")
@@ -874,7 +911,8 @@ def main(argv: list[str] | None = None) -> int:
         c.set_defaults(func=_with_client, client_run=run or (lambda a, cl: show(call(a, cl))))
         return c
 
-    client("cluster", "show the cluster", lambda a, c: c.cluster())
+    client("cluster", "show the cluster as the node asked sees it, whether the leader hears each member, and "
+                      "the conditions", run=_cluster)
     client("jobs", "list jobs", lambda a, c: c.list_jobs(), read=True)
     client("get", "show a job", lambda a, c: c.get_job(a.name), read=True).add_argument("name")
     c = client("put", "create or replace a job from a JSON spec file (- for stdin)", run=_put)
@@ -976,7 +1014,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # Membership (admin): list, add, remove (docs/operations.md, "Changing the members").
     ms = _group(sub, "members", help="the cluster's members: list, add (a node started with --join), remove")
-    client("list", "the voters, the learners catching up, a change in progress", run=_members, parent=ms)
+    client("list", "the voters, the learners catching up, a change in progress, whether the leader hears "
+                   "each, the conditions", run=_members, parent=ms)
     mc = client("add", "add a node by its Raft HOST:PORT and wait until it is a voter", run=_member_add, parent=ms)
     mc.add_argument("addr", metavar="HOST:PORT")
     mc.add_argument("--wait-s", type=float, default=MEMBER_WAIT_S_DEFAULT,

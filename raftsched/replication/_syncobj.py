@@ -574,10 +574,16 @@ class _SyncObj(MembershipMixin, SyncObj):
             return {}
         out = {}
         match, nexts = dict(self._SyncObj__raftMatchIndex), dict(self._SyncObj__raftNextIndex)
+        # When the leader last had an answer of each, of this term (_on_answer; its election
+        # counts as one): last_ack_age_s is the age of the last acknowledgement that moved its
+        # match index, which grows on a live follower of an idle cluster too.
+        answered, now = dict(self._SyncObj__lastResponseTime), monotonic()
         for node, pr in list(self._progress.items()):
             if node in match:
+                heard = answered.get(node)
                 out[node.id] = dict(pr.view(), match_index=match[node], next_index=nexts.get(node),
-                                    rejections=pr.rejections, stale_answers=pr.stale_answers)
+                                    rejections=pr.rejections, stale_answers=pr.stale_answers,
+                                    last_heard_s=None if heard is None else round(max(0.0, now - heard), 3))
         return out
 
     def dump_now(self, timeout_s: float) -> int | None:
