@@ -488,6 +488,8 @@ def _preview(a, c: Client) -> int:
     if a.after is not None:
         raise UsageError("--after is for a job's preview: POST /v1/preview (--spec) takes no after and lists "
                          "from now; raise --count to reach a later date")
+    if a.stale:
+        raise UsageError("--stale is for a job's preview: POST /v1/preview (--spec) reads no stored job's slots")
     body = _read_json(a.spec)
     if body is None:
         return 1

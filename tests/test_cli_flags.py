@@ -258,6 +258,9 @@ def test_preview_takes_after_for_a_job_and_a_spec_file_without_after(run, capsys
     err = capsys.readouterr().err
     assert rc == 2 and calls == [] and err.startswith("raftsched preview: --after is for a job's preview: "
                                                       "POST /v1/preview (--spec) takes no after"), err
+    rc, calls = run(["preview", "--spec", str(f), "--stale"])
+    err = capsys.readouterr().err
+    assert rc == 2 and calls == [] and err.startswith("raftsched preview: --stale is for a job's preview"), err
     rc, calls = run(["preview"])
     err = capsys.readouterr().err
     assert rc == 2 and calls == [] and "give the job's NAME, or --spec FILE" in err, err
