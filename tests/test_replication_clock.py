@@ -333,7 +333,7 @@ def test_a_leader_whose_clock_lies_hands_over_and_does_not_win_it_back(tmp_path)
             st0 = nodes[a0].clock_status()
             assert st0["state"] == "disagrees" and st0["candidacy_held"], st0
             assert abs(st0["offset_ms"] - 6000) < 200
-            assert nodes[a0].status()["replication"]["conditions"][0]["type"] == "cluster.clock_disagrees"
+            assert "cluster.clock_disagrees" in [x["type"] for x in nodes[a0].status()["replication"]["conditions"]]
             # The new leader goes away: of the two left, node 0 would stand first, but it holds off.
             other = next(a for a in addrs if a not in (a0, new))
             nodes.pop(new).stop()
