@@ -180,10 +180,12 @@ class AsyncClient(Transport):
         # A request's own middlewares replace the session's, so a given session's are put first
         # (aiohttp has no public accessor for them); ours is innermost, next to each attempt.
         middlewares = (*getattr(session, "_middlewares", ()), attempts)
+        answered = False  # a status line came back
         try:
             async with session.request(
                     method, url, data=body, headers=headers, allow_redirects=False, middlewares=middlewares,
                     timeout=aiohttp.ClientTimeout(total=timeout, sock_connect=timeout)) as resp:
+                answered = True
                 raw = await resp.read()
                 status = resp.status
                 rh = {k.lower(): v for k, v in resp.headers.items()}
@@ -192,7 +194,9 @@ class AsyncClient(Transport):
                 # A TLS port could not read the request as HTTP: nothing was done (blocking.py alike).
                 raise TlsFailedError(f"{node.url}: the node expects TLS: use https://{node.base[7:]} "
                                      "(and a CA file)") from e
-            hint = NO_CLIENT_CERT_HINT if node.https and not self._client_cert else ""
+            # (a node that wants a certificate closes the connection before any answer, at once)
+            hint = (NO_CLIENT_CERT_HINT if node.https and not self._client_cert and not answered
+                    and not isinstance(e, TimeoutError) else "")
             if attempts.may_have_left:
                 # Whatever the last attempt's error (aiohttp's resend meeting "connection
                 # refused", say), an earlier attempt got a connection: the outcome is unknown.

@@ -213,7 +213,9 @@ class Client(Transport):
                     # It could not read the request as HTTP: nothing was done.
                     raise TlsFailedError(f"{node.url}: the node expects TLS: use https://{node.base[7:]} "
                                          "(and --ca-file)") from e
-                hint = NO_CLIENT_CERT_HINT if node.https and not answered and not self._client_cert else ""
+                # (a node that wants a certificate closes the connection before any answer, at once)
+                hint = (NO_CLIENT_CERT_HINT if node.https and not answered and not self._client_cert
+                        and not isinstance(e, TimeoutError) else "")
                 raise LostAfterSendError(f"{node.url}: {lost_why(e, timeout)}{hint}") from e
             return resp.status, {k.lower(): v for k, v in resp.getheaders()}, decode(raw)
         finally:
