@@ -27,6 +27,9 @@ def test_lock_renew_with_its_token_extends_and_stale_tokens_conflict():
     res = do(s, "lock_renew", T0 + 4 * SEC, name="L", token=tok, ttl=10 * SEC)
     assert res == {"ok": True, "lock": "L", "token": tok, "deadline": T0 + 14 * SEC}
     assert do(s, "lock_renew", T0 + 5 * SEC, name="L", token=tok)["deadline"] == T0 + 15 * SEC
+    # A shorter TTL brings the deadline in: the leader expires the lock that long after this renew.
+    assert do(s, "lock_renew", T0 + 6 * SEC, name="L", token=tok, ttl=2 * SEC)["deadline"] == T0 + 8 * SEC
+    assert s.locks["L"]["deadline"] == T0 + 8 * SEC and s.locks["L"]["ttl"] == 2 * SEC
     for op in ("lock_renew", "lock_release"):
         err = refused(s, commands.make(op, T0 + 5 * SEC, None, name="L", token=tok - 1), "conflict")
         assert err["error"]["holder"] == "o1"

@@ -66,13 +66,15 @@ def _held(s: SchedulerState, cmd: Command, now: int) -> tuple[str, Record]:
 
 
 def apply_lock_renew(s: SchedulerState, cmd: Command, now: int) -> Result:
-    """``lock_renew {name, token, ttl?}``: extend a held lock to ``now + ttl`` (never shorten
-    it); without a ttl, by the one it had.
+    """``lock_renew {name, token, ttl?}``: the held lock's deadline moves to ``now + ttl``;
+    without a ttl, by the one it had. A shorter ttl brings the deadline in: the leader expires a
+    lock ``ttl`` after its last renewal, whatever the deadline said, and a deadline kept at the
+    older, later one told its holder it had 58 s it did not have (a user's walk).
 
     :raises Conflict: ``token`` does not hold the lock (released, expired or taken again)."""
     name, lk = _held(s, cmd, now)
     ttl = cmd.get("ttl") or lk["ttl"]
-    lk["deadline"] = max(lk["deadline"], now + ttl)
+    lk["deadline"] = now + ttl
     lk["ttl"] = ttl
     lk["renewals"] = lk.get("renewals", 0) + 1
     return {"ok": True, "lock": name, "token": lk["token"], "deadline": lk["deadline"]}
