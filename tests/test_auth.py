@@ -1065,3 +1065,25 @@ def test_a_limited_token_explains_without_a_leader_and_its_writes_wait_for_one()
         assert s == 400 and b["error"]["field"] == "stale"
         assert (await call(c, "POST", "/v1/jobs/a1/pause", tok))[0] == 503
     run(t)
+
+
+def test_a_refusal_reads_as_english_and_a_lock_owner_given_wrong_is_not_said_missing():
+    """A user's walk: "a operator token may not POST /v1/tokens", and a lock acquire with
+    ``{"owner": 5}`` answered "is required" though the field was there."""
+    from raftsched.core import bodies
+    from raftsched.core.errors import InvalidSpec
+
+    async def t(env, c):
+        tok = (await new_token(c, "operator"))["token"]
+        s, b = await call(c, "POST", "/v1/tokens", tok, body={"role": "reader"})
+        assert s == 403 and b["error"]["message"].startswith("an operator token may not"), b
+        tok = (await new_token(c, "reader"))["token"]
+        s, b = await call(c, "POST", "/v1/tokens", tok, body={"role": "reader"})
+        assert s == 403 and b["error"]["message"].startswith("a reader token may not"), b
+    run(t)
+    with pytest.raises(InvalidSpec) as e:
+        bodies.validate_lock_acquire("L", {"owner": 5, "ttl_s": 5})
+    assert e.value.field == "owner" and e.value.message.startswith("must be")
+    with pytest.raises(InvalidSpec) as e:
+        bodies.validate_lock_acquire("L", {"ttl_s": 5})
+    assert e.value.message.startswith("is required")

@@ -244,7 +244,8 @@ def validate_lock_acquire(name: object, body: object) -> dict[str, Any]:
     owner = b.get("owner")
     n = limits.lock_owner_chars_max
     if not isinstance(owner, str) or not owner or len(owner) > n:
-        raise InvalidSpec(f"is required: a string of 1-{n} characters naming the holder", field="owner")
+        said = "is required" if owner is None else "must be"  # (given, but not one)
+        raise InvalidSpec(f"{said}: a string of 1-{n} characters naming the holder", field="owner")
     return {"owner": owner, "ttl": _lock_ttl_ms(b, True)}
 
 

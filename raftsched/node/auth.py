@@ -254,7 +254,8 @@ def _authorized(request: web.Request, route: Route | None, principal: Principal)
         return principal
     scope = route.scope
     if not principal.allows(scope):
-        raise Forbidden(f"a {principal.role} token may not {request.method} {route.key[1]}: it needs scope {scope}",
+        article = "an" if principal.role[:1] in "aeiou" else "a"
+        raise Forbidden(f"{article} {principal.role} token may not {request.method} {route.key[1]}: it needs scope {scope}",
                         scope=scope)
     if principal.workers is not None and scope == "worker":
         wid = request.match_info.get("id")
