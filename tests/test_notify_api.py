@@ -343,6 +343,10 @@ def test_an_event_whose_reason_has_line_breaks_is_mailed_with_a_one_line_subject
         text = msg.get_content()
         assert json.loads(text[text.index("{"):])["reason"] == reason
     assert one_line({"kind": "run.failed", "reason": "a\r\n\tb"}) == "run.failed: a b"
+    # A slot refused by its tenant's policy says which rule (a user's walk: the mail said "policy").
+    assert one_line({"kind": "slot.missed", "job": "j", "reason": "policy",
+                     "error": "executor.type shell is not allowed for tenant acme"}) == \
+        "slot.missed: job j: policy (executor.type shell is not allowed for tenant acme)"
 
 
 def test_a_mailed_event_carries_the_send_time_as_its_date_header():

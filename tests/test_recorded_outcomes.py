@@ -109,6 +109,10 @@ def test_a_run_refused_by_its_tenant_policy_is_told_and_judged():
     assert s.deadlines.pending == 0
     got = [(e["kind"], e["run_id"], e["reason"]) for e in s.outbox.events]
     assert ("slot.missed", rid, "policy") in got and ("deadline.missed", rid, "skipped") in got
+    # The event says which rule refused it, as the record's error does (a user's walk: the email
+    # said only "policy").
+    (missed,) = [e for e in s.outbox.events if e["kind"] == "slot.missed"]
+    assert missed["detail"]["error"] == s.runs[rid]["error"] and "executor" in missed["detail"]["error"], missed
 
 
 def test_a_recorded_range_trimmed_by_its_own_fire_misses_each_slot():

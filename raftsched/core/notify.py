@@ -154,6 +154,8 @@ def on_slot_recorded(s: SchedulerState, entry: Record, now: int, health: bool = 
         # (nothing missed: a job paused says so itself, and a handler of a parent's failure is
         # not needed when the parent succeeded: told, it paged on every success)
         extra = {"count": entry["count"], "slot_to": entry["slot_to"]} if "count" in entry else {}
+        if entry.get("error"):  # what decided it, in words (the policy rule refused, the parent's outcome)
+            extra["error"] = entry["error"]
         emit_for(s, "slot.missed", now, of_backfill(entry), job=name, slot=entry["slot"],
                  run_id=entry["id"], reason=entry["reason"], state=entry["state"], **extra)
 

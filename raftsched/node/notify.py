@@ -249,6 +249,8 @@ def one_line(body: dict) -> str:
     line = ": ".join([parts[0], ", ".join(parts[1:])]) if len(parts) > 1 else parts[0]
     if body.get("reason"):
         line += f": {body['reason']}"
+        if body["kind"] == "slot.missed" and body.get("error"):
+            line += f" ({body['error']})"  # which rule, which parent: the reason's words
     # One line whatever the reason holds (a worker's error is often a traceback): an email's
     # subject may hold no line break, and a chat line or a summary reads better without.
     return " ".join(line.split())[:500]
