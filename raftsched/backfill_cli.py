@@ -63,7 +63,8 @@ def progress_line(v: dict) -> str:
         done = p.get("succeeded", 0)
         failed = p.get("failed", 0) + p.get("dead", 0)
         counts = f"created {made} running {p.get('running', 0) + p.get('queued', 0)} done {done} failed {failed}"
-    return f"{v['id']} [{bar}] {handled}/{p['planned']} {counts} left out {p['left_out']} ({v['state']})"
+    state = v["state"] + (f"; {v['waiting_for']}" if v.get("waiting_for") else "")  # (no worker may take its run)
+    return f"{v['id']} [{bar}] {handled}/{p['planned']} {counts} left out {p['left_out']} ({state})"
 
 
 def final_table(v: dict, runs: list[dict]) -> str:

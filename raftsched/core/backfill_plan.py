@@ -453,20 +453,56 @@ def _copy(s: SchedulerState, bf: Record) -> dict[str, Any]:
     return out
 
 
-def view(s: SchedulerState, bf_id: str) -> dict[str, Any] | None:
-    """Backfill (or bulk operation) ``bf_id`` with its live ``progress``, or None."""
+def tenant_of(s: SchedulerState, bf: Record) -> str | None:
+    """The tenant a backfill belongs to: its job's when it was made (a bulk DLQ operation, and a
+    backfill made by an older version whose job is gone: none)."""
+    if bf["kind"] != "backfill":
+        return None
+    t: str | None
+    if "tenant" in bf:
+        t = bf["tenant"]
+    else:  # (made by an older version: its job's tenant now)
+        job = s.jobs.get(bf["job"])
+        t = None if job is None else job["spec"]["tenant"]
+    return t
+
+
+def visible_to(s: SchedulerState, bf: Record, tenants: frozenset[str]) -> bool:
+    """Whether a token limited to ``tenants`` sees (and may pause, resume, cancel) ``bf``: a
+    backfill of a job of its tenants, whose cascade, if any, was asked for by a token limited to
+    some of them (an unlimited token's cascade may hold and count other tenants' runs: it stays
+    the admin's). docs/security.md, "Tenants"."""
+    if tenant_of(s, bf) not in tenants:
+        return False
+    if "cascade" not in bf["req"]:
+        return True
+    reach = bf.get("limited_to")
+    return reach is not None and set(reach) <= tenants
+
+
+def tenant_active(s: SchedulerState, tenant: str) -> int:
+    """The backfills of ``tenant`` running or paused (limits.backfills_tenant_active_max)."""
+    return sum(1 for bf in s.backfills.values() if bf["state"] not in FINISHED and tenant_of(s, bf) == tenant)
+
+
+def view(s: SchedulerState, bf_id: str, tenants: frozenset[str] | None = None) -> dict[str, Any] | None:
+    """Backfill (or bulk operation) ``bf_id`` with its live ``progress``, or None (also when it
+    is not one ``tenants``, a limited token's, sees: :func:`visible_to`)."""
     bf = s.backfills.get(bf_id)
-    return None if bf is None else _copy(s, bf)
+    if bf is None or (tenants is not None and not visible_to(s, bf, tenants)):
+        return None
+    return _copy(s, bf)
 
 
 def views(s: SchedulerState, kind: str | None = None, job: str | None = None,
-          state: str | None = None) -> list[dict[str, Any]]:
+          state: str | None = None, tenants: frozenset[str] | None = None) -> list[dict[str, Any]]:
     """Every backfill and bulk operation the state keeps, in creation order, those of ``kind``,
-    ``job`` and ``state`` only."""
+    ``job`` and ``state`` only, and those ``tenants`` (a limited token's) sees only."""
     out = []
     for bf in s.backfills.values():
         if (kind is None or bf["kind"] == kind) and (job is None or bf["job"] == job) \
-                and (state is None or bf["state"] == state):
+                and (state is None or bf["state"] == state) \
+                and (tenants is None or visible_to(s, bf, tenants)):
             out.append(_copy(s, bf))
     return out
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import deadlines, limits, pipelines, snapshot
+from . import backfill_plan, deadlines, limits, pipelines, snapshot
 from .backfill_plan import (
     ACTIVE_STATES, FINISHED, MODES, ORDERS, OVERLAPS, BackfillWalk, BulkWalk, bucket_new,
     bucket_take, dead_matching, history_snapshot, job_of, live_active, queue_room,
@@ -133,11 +133,13 @@ def _record(bf_id: str, kind: str, job: str | None, req: dict[str, Any], plan: d
     }
 
 
-def _same_request(old: Record, kind: str, job: str | None, req: dict[str, Any]) -> Result:
+def _same_request(old: Record, kind: str, job: str | None, req: dict[str, Any],
+                  limited_to: list[str] | None = None) -> Result:
     """The answer to a create whose id exists: the same request again is answered with the
-    object as it is (created False); another request under that id is refused.
+    object as it is (created False); another request under that id is refused (the same body
+    from a token limited to other tenants, or to none, is another request).
     :raises Conflict:"""
-    if old["kind"] == kind and old["job"] == job and old["req"] == req:
+    if old["kind"] == kind and old["job"] == job and old["req"] == req and old.get("limited_to") == limited_to:
         return ok(id=old["id"], created=False, state=old["state"])
     # (not naming the other request's job: a backfill id is the cluster's, and the job may be
     # another tenant's)
@@ -151,20 +153,44 @@ def _bound_active(s: SchedulerState) -> None:
                             f"paused, the limit; cancel one or wait for one to finish", field="id")
 
 
+def _limited_to(cmd: Command) -> list[str] | None:
+    """``tenants``: the tenants of the token limited to them that asked (the proposer's), or nil."""
+    v = cmd.get("tenants")
+    if v is None:
+        return None
+    if not isinstance(v, list) or not v or not all(isinstance(x, str) and x for x in v) or v != sorted(set(v)):
+        raise InvalidCommand(f"{cmd['op']}.tenants must be a sorted list of tenant names, or nil")
+    return v
+
+
+def _bound_tenant(s: SchedulerState, tenant: str) -> None:
+    n = backfill_plan.tenant_active(s, tenant)
+    if n >= limits.backfills_tenant_active_max:
+        raise LimitExceeded(f"tenant {tenant!r} has {n} backfills running or paused, the bound for a token limited "
+                            f"to tenants (backfills_tenant_active_max, {limits.backfills_tenant_active_max}); "
+                            f"cancel one or wait for one to finish", field="id",
+                            limit=limits.backfills_tenant_active_max)
+
+
 # ------------------------------------------------------------------ backfill
 def apply_backfill(s: SchedulerState, cmd: Command, now: int) -> Result:
     """``backfill {name: id, job, from, to, reprocess, order, max_concurrent, rate_milli?,
-    max_slots, overlap, payload?, planned, schedule, anchor}``: a new backfill of ``job``'s slots
+    max_slots, overlap, payload?, planned, schedule, anchor, tenants?}``: a new backfill of ``job``'s slots
     in ``[from, to)``. ``schedule`` and ``anchor`` are the job's as the proposer saw them when it
     counted the range's slots (``planned``, at most ``max_slots``); the backfill keeps them, so its
     slots are the ones counted even if the job's schedule changes later. It also keeps what the
     job's history says of the range's slots now (backfill_plan.history_snapshot) and the job's
     cursor: slots after it are left out, not yet due, for good. An id that exists with the same
-    request answers with that backfill (``created`` False).
+    request answers with that backfill (``created`` False). The backfill belongs to the job's
+    tenant (``tenant``). ``tenants``: asked for by a token limited to them (``limited_to``): the
+    job must be one of theirs (else as no such job), the job's tenant may have at most
+    backfills_tenant_active_max active, and a cascade holds and counts only their children
+    (core/pipelines.py _make_run).
 
-    :raises InvalidCommand: a field missing or malformed. :raises NotFound: no such job.
-    :raises Conflict: the id is used by another request, or the job's schedule is no longer
-        the one planned with. :raises LimitExceeded: backfills_active_max are active.
+    :raises InvalidCommand: a field missing or malformed. :raises NotFound: no such job (of
+        ``tenants``). :raises Conflict: the id is used by another request, or the job's schedule
+        is no longer the one planned with. :raises LimitExceeded: backfills_active_max are
+        active, or (``tenants``) backfills_tenant_active_max of the job's tenant.
     :raises InvalidSpec: the job is a heartbeat job (field ``name``): nothing runs its slots."""
     bf_id = _id(cmd)
     job_name = cmd.get("job")
@@ -193,22 +219,28 @@ def apply_backfill(s: SchedulerState, cmd: Command, now: int) -> Result:
         if cmd["cascade"] != "children":
             raise InvalidCommand("backfill.cascade must be children when given")
         req["cascade"] = "children"
+    limited_to = _limited_to(cmd)
     old = s.backfills.get(bf_id)
     if old is not None:
-        return _same_request(old, "backfill", job_name, req)
+        return _same_request(old, "backfill", job_name, req, limited_to)
     job = s.jobs.get(job_name)
-    if job is None:
+    if job is None or (limited_to is not None and job["spec"]["tenant"] not in limited_to):
         raise NotFound(f"no job named {job_name!r}", field="name")
     if job["spec"].get("schedule") != sched or job["anchor"] != anchor:
         raise Conflict(f"job {job_name!r} was replaced with another schedule while this backfill was "
                        f"planned; send it again", field="name")
     check_not_heartbeat(job, "name", "backfill")
     _bound_active(s)
+    if limited_to is not None:
+        _bound_tenant(s, job["spec"]["tenant"])
     known, horizon = history_snapshot(s, job, lo, hi)
     plan = {"schedule": job["spec"]["schedule"], "anchor": anchor, "job_created": job["created"],
             "job_cursor": job["cursor"], "horizon": horizon, "known": known}
     cursor = lo - 1 if order == "oldest" else hi
     bf = s.backfills[bf_id] = _record(bf_id, "backfill", job_name, req, plan, cursor, planned, req["rate_milli"], now)
+    bf["tenant"] = job["spec"]["tenant"]
+    if limited_to is not None:
+        bf["limited_to"] = limited_to
     if "cascade" in req:  # the children its runs' outcomes decide, held until its budget allows
         bf["held"] = {}
         bf["cascaded"] = 0

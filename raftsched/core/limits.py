@@ -277,6 +277,11 @@ assert job_labels_max * (label_key_chars_max + label_value_chars_max) + 1024 < j
 #: Backfills and bulk DLQ operations running or paused at once, cluster-wide: the leader's
 #: stepper looks at each of them on every one of its ticks (node/backfills.py).
 backfills_active_max = 64
+#: Backfills of one tenant's jobs running or paused at once, for a backfill a token limited to
+#: tenants asks for (apply counts them: core/backfills.py): a quarter of the cluster's bound, so
+#: one tenant's token cannot take every active slot from the other tenants and the admin's bulk
+#: DLQ operations, which share backfills_active_max (docs/backfill.md, "Bounds").
+backfills_tenant_active_max = backfills_active_max // 4
 #: Finished ones (done or cancelled) kept for GET /v1/backfills; beyond it the oldest finished
 #: one is forgotten (its runs stay in their jobs' histories, naming it).
 backfills_kept_max = 100

@@ -846,6 +846,12 @@ def _make_run(s: SchedulerState, child: Record, slot: int, j: Record, now: int,
     bf_id = j.get("bf")
     if bf_id is not None:
         bf = s.backfills.get(bf_id)
+        if bf is not None and bf.get("limited_to") is not None and child["spec"]["tenant"] not in bf["limited_to"]:
+            # A cascade a token limited to tenants asked for holds and counts only their jobs'
+            # children: another tenant's (an admin's edge) follows the backfill's run as it
+            # follows any run of its parent, queued at once, neither held by the backfill's
+            # budget, nor counted in its progress, nor withdrawn by its cancel (docs/security.md).
+            bf = None
         if bf is not None and bf["state"] in ("running", "paused"):
             hold(s, bf, child, slot, j["got"])
             return

@@ -669,7 +669,7 @@ async def create_backfill(request: web.Request) -> web.Response:
 async def list_backfills(request: web.Request) -> web.Response:
     return json_response(request.app[BACKFILLS].list(
         choice_param(request, "kind", _BACKFILL_KINDS), job_param(request),
-        choice_param(request, "state", _BACKFILL_STATES)))
+        choice_param(request, "state", _BACKFILL_STATES), tenants_of(request)))
 
 
 async def get_backfill(request: web.Request) -> web.Response:
@@ -871,13 +871,13 @@ ROUTES: tuple[Route, ...] = (
                   Param("job", "job", "only this job's"),
                   Param("since", "time", "only slots at or after this time"), _RUNS_PAGE, STALE, CONSISTENT), response="deadlines"),
     # backfills and bulk operations
-    Route("GET", "/v1/backfills", list_backfills, _R, T.REFUSED, "backfills and bulk DLQ operations",
+    Route("GET", "/v1/backfills", list_backfills, _R, T.FILTERED, "backfills and bulk DLQ operations",
           params=(STALE, CONSISTENT, Param("kind", "enum", "only this kind", choices=_BACKFILL_KINDS),
                   Param("job", "job", "only this job's"),
                   Param("state", "enum", "only in this state", choices=_BACKFILL_STATES)), response="backfills"),
-    Route("GET", "/v1/backfills/{id}", get_backfill, _R, T.REFUSED, "one backfill or bulk operation",
+    Route("GET", "/v1/backfills/{id}", get_backfill, _R, T.BACKFILL, "one backfill or bulk operation",
           params=(STALE, CONSISTENT), errors=(404,), response="backfill"),
-    Route("POST", "/v1/backfills/{id}/{action:pause|resume|cancel}", control_backfill, _W, T.REFUSED,
+    Route("POST", "/v1/backfills/{id}/{action:pause|resume|cancel}", control_backfill, _W, T.BACKFILL,
           "pause, resume or cancel a backfill", errors=(404, 409), response="backfill_controlled"),
     # the worker protocol (docs/api.md, "The worker protocol"); a worker id may hold a "/": it is
     # sent percent-encoded, and routes match the raw path

@@ -119,7 +119,20 @@ class BackfillService:
         bf = self.svc.read(backfill_plan.view, bf_id)
         if bf is None:
             raise NotFound(f"no backfill {bf_id!r}", field="id")
-        return backfill_view(bf)
+        return self._waits(bf, backfill_view(bf))
+
+    def _waits(self, bf: dict, v: dict) -> dict:
+        """``waiting_for`` on a running backfill whose queued runs no live worker may take for
+        their placement (as a run's view says it, docs/workers.md): it makes no progress until
+        such a worker comes, and ``reason`` (null while running) would not say why."""
+        if bf["state"] != "running" or not bf["active"]:
+            return v
+        why = self.svc.read(queries.waiting_for_many, bf["active"], self.svc.clock.now_ms())
+        if why:
+            rid = next(r for r in bf["active"] if r in why)
+            more = f" (and {len(why) - 1} more of its runs)" if len(why) > 1 else ""
+            v["waiting_for"] = f"its run {rid}: {why[rid]}{more}"
+        return v
 
     async def create(self, name: str, body, rid: str | None, tenants: frozenset | None = None) -> tuple[int, dict]:
         """``POST /v1/jobs/{name}/backfills``: ``(status, body)``: 200 and the dry run's answer,
@@ -172,6 +185,8 @@ class BackfillService:
             fields["payload"] = b["payload"]
         if "cascade" in b:
             fields["cascade"] = b["cascade"]
+        if tenants is not None:  # apply holds it to them and bounds their tenant's (core/backfills.py)
+            fields["tenants"] = sorted(tenants)
         res = await self.svc.propose(commands.backfill(now, rid, fields))
         view = self._view(bf_id)
         if tenants is not None and view.get("held"):  # (a cascade's children of another tenant: not named)
@@ -218,8 +233,10 @@ class BackfillService:
         check_name(bf_id, "id", limits.backfill_id_chars_max)
         return self._view(bf_id)
 
-    def list(self, kind: str | None, job: str | None, state: str | None) -> dict:
-        out = [backfill_view(bf) for bf in self.svc.read(backfill_plan.views, kind, job, state)]
+    def list(self, kind: str | None, job: str | None, state: str | None, tenants: frozenset | None = None) -> dict:
+        """``GET /v1/backfills``: a token limited to ``tenants`` sees the backfills of their jobs
+        only (core/backfill_plan.py visible_to)."""
+        out = [self._waits(bf, backfill_view(bf)) for bf in self.svc.read(backfill_plan.views, kind, job, state, tenants)]
         return {"backfills": out}
 
     async def trigger(self, name: str, body, rid: str | None) -> tuple[int, dict]:

@@ -397,7 +397,7 @@ def _more_responses() -> dict[str, Schema]:
                  ("slot", "slot_ms", "local", "timezone", "utc_offset"))
     backfill = _open({"id": s, "kind": s, "job": s_or_null, "state": s, "reason": s_or_null,
                       "created_at": s_or_null, "updated_at": s_or_null, "finished_at": s_or_null,
-                      "request": obj, "created": _BOOL},
+                      "request": obj, "created": _BOOL, "waiting_for": s},
                      ("id", "kind", "job", "state", "reason", "created_at", "updated_at", "finished_at", "request"),
                      description="a backfill or bulk DLQ operation (node/backfills.py backfill_view)")
     policy = _open({"executors": arr, "placement": obj, "network": obj}, ("executors", "placement", "network"))

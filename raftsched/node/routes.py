@@ -40,6 +40,9 @@ class Tenancy(enum.Enum):
     DEAD_RUN = "dead_run"
     #: The ``{name}`` tenant must be one of the token's (else 404, as for no such tenant).
     TENANT = "tenant"
+    #: The ``{id}`` backfill must be one the token sees: of its tenants' jobs (else 404, as for
+    #: no such backfill; core/backfill_plan.py visible_to).
+    BACKFILL = "backfill"
     #: The worker protocol: the handlers hold a worker limited to tenants to them (node/fleet.py).
     WORKER = "worker"
 

@@ -10,7 +10,7 @@ Each route's row in the route table (node/routes.py) says how (``Tenancy``): lis
 by their handlers, through the same code every token's request takes (``FILTERED``); a job's
 spec and a queue's body are checked by their handlers (``CHECKED``: ``check_job``,
 ``check_queue``); a route of one job, run, dead run or tenant is checked here before its handler
-runs (``check``); a route that is not tenant data is served as it is (``SHARED``, ``WORKER``);
+runs (``check``; a backfill's: ``BACKFILL``); a route that is not tenant data is served as it is (``SHARED``, ``WORKER``);
 any other (tokens, the fleet's admin routes, routes added later without a decision) is refused
 (``REFUSED``): limited by default. Tokens without tenants come here only for ``check_job``: a
 tenant's policy holds every writer.
@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ..core import queries
+from ..core import backfill_plan, limits, queries
+from ..core.model import check_name
 from ..core.errors import Conflict, Forbidden, InvalidSpec, NotFound
 from .http import SERVICE, rid
 from .routes import Route, Tenancy
@@ -80,6 +81,11 @@ def check(route: Route, request: web.Request, p) -> None:
                 else f"dlq_delete:{request.match_info['run']}" if kind is Tenancy.DEAD_RUN else None)
         if request.method != "DELETE" or what is None or not svc.read(queries.request_was, rid(request), what):
             raise
+    if kind is Tenancy.BACKFILL:
+        bf_id = request.match_info["id"]
+        check_name(bf_id, "id", limits.backfill_id_chars_max)  # (a malformed id: 422, as to any token)
+        if svc.read(backfill_plan.view, bf_id, p.tenants) is None:
+            raise NotFound(f"no backfill {bf_id!r}", field="id")
     if kind is Tenancy.TENANT:
         if request.match_info["name"] not in p.tenants:
             raise NotFound(f"no tenant {request.match_info['name']!r}", field="name")
