@@ -30,7 +30,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from . import limits, snapshot
-from .records import Record
+from .records import LIMITED, Record
 
 if TYPE_CHECKING:  # pragma: no cover
     from .state import SchedulerState
@@ -140,7 +140,9 @@ def route(s: SchedulerState, kind: str, now: int, job: str | None, tenant: str |
     - a cluster kind: the sinks whose ``subscribe`` lists it;
     - a job's kind: the job's ``notify`` routes, or, when its spec has none, its tenant's
       default routes; a route counts when its sink exists, its ``on`` lists the kind, the sink is
-      not limited to another tenant, and (for a backfill's run) it asks for ``backfills`` (then
+      not limited to another tenant (and, for a job's own routes written by a token limited to
+      tenants, its spec ``limited``, is limited to the job's tenant: such a token cannot send
+      into a sink for the whole cluster), and (for a backfill's run) it asks for ``backfills`` (then
       each is sent: no noise control, as they are outside the job's incidents); nothing
       while the job is paused (but the pause and the resume themselves, ``job.recovered``, and
       what is emitted ``while_paused``: a ``max_since_success_s`` miss);
@@ -157,10 +159,15 @@ def route(s: SchedulerState, kind: str, now: int, job: str | None, tenant: str |
         return [n for n in sorted(sinks) if kind in sinks[n]["spec"].get("subscribe", ())]
     j = s.jobs.get(job) if job is not None else None
     routes = None
+    own_tenant = None  # the only sinks' tenant the routes may name (limited routes only)
     if j is not None:
         if j["paused"] and kind not in _WHILE_PAUSED and not while_paused:
             return []
         routes = j["spec"].get("notify")
+        if routes is not None and j["spec"].get(LIMITED) is True:
+            # Routes a token limited to tenants wrote: only its job's tenant's sinks, never a
+            # sink for the whole cluster (an admin's, which that token cannot see).
+            own_tenant = j["spec"]["tenant"]
     if routes is None and tenant is not None:
         routes = s.tenant_notify.get(tenant)
     if not routes:
@@ -174,6 +181,8 @@ def route(s: SchedulerState, kind: str, now: int, job: str | None, tenant: str |
             continue
         limited = sk["spec"].get("tenant")
         if limited is not None and limited != tenant:
+            continue
+        if own_tenant is not None and limited != own_tenant:
             continue
         if backfill and not r.get("backfills"):
             continue

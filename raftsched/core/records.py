@@ -32,6 +32,10 @@ Result: TypeAlias = dict[str, Any]
 PartTable: TypeAlias = dict[tuple[str, bytes], Any]
 IntTable: TypeAlias = dict[int, int]
 
+#: The stored spec key of a job written by a token limited to tenants (tenants.LIMITED, which
+#: names it there; here so that events.route reads it without importing the tenants' module).
+LIMITED = "limited"
+
 #: A job's counters, a list (a 5-key map cost ~200 bytes a job; 1M jobs: 190 MB).
 STATS_FIELDS = ("runs", "recorded", "lag_ms_last", "lag_ms_max", "lag_ms_sum")
 RUNS, RECORDED, LAG_LAST, LAG_MAX, LAG_SUM = range(5)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import limits, snapshot
+from . import limits, records, snapshot
 from .errors import InvalidCommand, LimitExceeded, NotFound
 from .model import EXECUTOR_TYPES, is_name
 from .records import Record, Result, is_int, ok
@@ -72,8 +72,9 @@ def apply_delete_tenant(s: SchedulerState, cmd: Command, now: int) -> Result:
 
 # ------------------------------------------------------------------ policies
 #: The stored spec key of a job written by a token limited to tenants (node/tenancy.py): such a
-#: job is held to its tenant's policy even when the tenant has none (then to DEFAULT_POLICY).
-LIMITED = "limited"
+#: job is held to its tenant's policy even when the tenant has none (then to DEFAULT_POLICY), and
+#: its own ``notify`` routes reach only its tenant's sinks (events.route).
+LIMITED = records.LIMITED
 #: The policy of a tenant no admin gave one, for the jobs tokens limited to tenants write: http
 #: only, any placement, public addresses only (never changed).
 DEFAULT_POLICY: Record = {"executors": ["http"], "labels": {}, "allow": []}

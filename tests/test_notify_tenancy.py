@@ -1,0 +1,58 @@
+"""Notifications and tenants (a user's report, 2026-12-06): a token limited to tenant acme (``acm``)
+beside an admin. Its routes reach only its tenant's sinks, never an admin's sink for the whole
+cluster (not even one put later under a name they already name); the answers it gets about sinks
+say nothing of another tenant's (or the cluster's); a tenant's default routes are managed like
+the rest of it; a tenant's sink its network policy refuses is told at put (docs/notifications.md,
+docs/security.md)."""
+from __future__ import annotations
+
+from test_auth import BOOT, call, new_token, run
+
+HOOK = {"type": "webhook", "url": "https://hooks.example.com/x", "secrets": {"signing_key": "k"}}
+MAIL = {"type": "email", "smtp": {"host": "smtp.example.com", "port": 25, "from": "r@example.com",
+                                  "to": ["o@example.com"]}}
+
+
+def job(tenant: str = "acme", **more) -> dict:
+    return {"schedule": {"every_s": 3600}, "misfire": {"policy": "skip"}, "tenant": tenant, "queue": f"{tenant}-q",
+            "executor": {"type": "http", "url": "https://example.com/hook"}, **more}
+
+
+async def _acm(c) -> str:
+    return (await new_token(c, "operator", tenants=["acme"]))["token"]
+
+
+def _told(env, job_name: str) -> list[str]:
+    """The sinks the outbox's last event about ``job_name`` is for."""
+    evs = [ev for ev in env.state.outbox.events if ev["job"] == job_name]
+    return evs[-1]["to"] if evs else []
+
+
+def test_a_limited_tokens_routes_never_reach_a_sink_for_the_whole_cluster():
+    async def t(env, c):
+        acm = await _acm(c)
+        assert (await call(c, "PUT", "/v1/sinks/adm-mail", BOOT, MAIL))[0] == 201
+        assert (await call(c, "PUT", "/v1/sinks/acme-hook", acm, dict(HOOK, tenant="acme")))[0] == 201
+        on = ["job.triggered"]
+        s, b = await call(c, "PUT", "/v1/jobs/acme-sync2", acm,
+                          job(notify=[{"sink": "adm-mail", "on": on}, {"sink": "acme-hook", "on": on},
+                                      {"sink": "later", "on": on}]))
+        assert s == 201, b
+        # A sink for the whole cluster put later under a name the route names: not reached either.
+        assert (await call(c, "PUT", "/v1/sinks/later", BOOT, HOOK))[0] == 201
+        assert (await call(c, "POST", "/v1/jobs/acme-sync2/trigger", acm))[0] == 201
+        assert _told(env, "acme-sync2") == ["acme-hook"]
+        # The admin's own routes still reach the admin's sink, for an acme job too.
+        s, b = await call(c, "PUT", "/v1/jobs/acme-adm", BOOT,
+                          job(notify=[{"sink": "adm-mail", "on": on}, {"sink": "acme-hook", "on": on}]))
+        assert s == 201, b
+        assert (await call(c, "POST", "/v1/jobs/acme-adm/trigger", BOOT))[0] == 201
+        assert _told(env, "acme-adm") == ["adm-mail", "acme-hook"]
+        # A tenant's default routes are an admin's (PUT /v1/tenants is refused to acm): they may name it.
+        assert (await call(c, "PUT", "/v1/tenants/acme", acm, {"notify": [{"sink": "adm-mail"}]}))[0] == 403
+        s, b = await call(c, "PUT", "/v1/tenants/acme", BOOT, {"notify": [{"sink": "adm-mail", "on": on}]})
+        assert s == 200, b
+        assert (await call(c, "PUT", "/v1/jobs/acme-plain", acm, job()))[0] == 201
+        assert (await call(c, "POST", "/v1/jobs/acme-plain/trigger", acm))[0] == 201
+        assert _told(env, "acme-plain") == ["adm-mail"]
+    run(t)
