@@ -56,3 +56,28 @@ def test_a_limited_tokens_routes_never_reach_a_sink_for_the_whole_cluster():
         assert (await call(c, "POST", "/v1/jobs/acme-plain/trigger", acm))[0] == 201
         assert _told(env, "acme-plain") == ["adm-mail"]
     run(t)
+
+
+def test_a_limited_tokens_warning_is_the_same_for_a_sink_it_cannot_see_as_for_none():
+    """With acm, a route naming billing's sink (or the admin's) got no warning, and one naming no
+    sink got one: the answer told which names another tenant used."""
+    async def t(env, c):
+        acm = await _acm(c)
+        bil = (await new_token(c, "operator", tenants=["billing"]))["token"]
+        assert (await call(c, "PUT", "/v1/sinks/bil-mail", bil, dict(MAIL, tenant="billing")))[0] == 201
+        assert (await call(c, "PUT", "/v1/sinks/adm-mail", BOOT, MAIL))[0] == 201
+        assert (await call(c, "PUT", "/v1/sinks/acme-hook", acm, dict(HOOK, tenant="acme")))[0] == 201
+        lines = {}
+        for sink in ("bil-mail", "adm-mail", "nosuch-sink", "acme-hook"):
+            s, b = await call(c, "PUT", f"/v1/jobs/j-{sink}", acm, job(notify=[{"sink": sink}]))
+            assert s == 201, b
+            lines[sink] = [w.replace(sink, "X") for w in b.get("warnings", [])]
+        assert lines["acme-hook"] == []
+        assert lines["bil-mail"] == lines["adm-mail"] == lines["nosuch-sink"] == [
+            "notify: no sink named 'X' (yet): nothing is told through it until one is put (PUT /v1/sinks/X)"], lines
+        # An admin is told the sink is another tenant's (its events never reach it); not the cluster's.
+        s, b = await call(c, "PUT", "/v1/jobs/adm-j", BOOT,
+                          job(notify=[{"sink": "bil-mail"}, {"sink": "adm-mail"}]))
+        assert s == 201 and b["warnings"] == [
+            "notify: sink 'bil-mail' is limited to tenant 'billing': it is told nothing of a job of tenant 'acme'"], b
+    run(t)

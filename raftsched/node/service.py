@@ -278,20 +278,34 @@ class Service:
                 if not e.extra.get("stale") or fresh > node_limits.stale_replans_max:
                     raise
         out = self._out(res, {"job": name, "created": res.get("created", False), "next_slot": schedule.iso(nxt)})
-        unknown = self._unknown_sinks(spec)
-        if unknown:
+        warnings = self._route_warnings(spec, tenants)
+        if warnings:
             # Accepted (a sink may be put after its jobs), but a typo would silently tell no one.
-            out["warnings"] = [f"notify: no sink named {n!r} (yet): nothing is told through it until one is put "
-                               f"(PUT /v1/sinks/{n})" for n in unknown]
+            out["warnings"] = warnings
         return out
 
-    def _unknown_sinks(self, spec: dict) -> list[str]:
-        """The sinks the spec's ``notify`` routes name that this replica does not hold, sorted."""
+    def _route_warnings(self, spec: dict, tenants: frozenset | None) -> list[str]:
+        """A ``warnings`` line for each sink the spec's ``notify`` routes name that its events
+        will not reach (events.route's rule), sorted by name: one that does not exist, or, for a
+        token limited to ``tenants``, one it cannot see (another tenant's, or the cluster's: the
+        same line, so the answer says nothing of them); one it can see (or any, for another
+        token) limited to another tenant than the job's, or (for a limited token) to none."""
         names = {r["sink"] for r in spec.get("notify") or () if isinstance(r, dict) and isinstance(r.get("sink"), str)}
         if not names:
             return []
-        held = self.read(lambda s: set(s.sinks))
-        return sorted(names - held)
+        held = self.read(lambda s: {n: s.sinks[n]["spec"].get("tenant") for n in names if n in s.sinks})
+        job_tenant = spec.get("tenant")
+        out = []
+        for n in sorted(names):
+            if n in held and tenants is not None and held[n] not in tenants:
+                del held[n]  # (not this token's to see: as for no sink)
+            if n not in held:
+                out.append(f"notify: no sink named {n!r} (yet): nothing is told through it until one is put "
+                           f"(PUT /v1/sinks/{n})")
+            elif held[n] is not None and held[n] != job_tenant:
+                out.append(f"notify: sink {n!r} is limited to tenant {held[n]!r}: it is told nothing of a job of "
+                           f"tenant {job_tenant!r}")
+        return out
 
     async def put_jobs(self, body, key: str | None, tenants: frozenset | None = None,
                        scope=None) -> dict:
