@@ -1015,7 +1015,8 @@ def test_a_refused_put_with_secrets_names_no_sealing_key(monkeypatch):
 def test_a_limited_tokens_checks_wait_until_the_replica_holds_every_acknowledged_write():
     """A follower behind the leader judged a limited token's write by its older view: a job
     (or sink) an admin had just created looked free, and the token's PUT took it over. Now the
-    node catches up first (one read barrier), as reads do: the token is told the name is taken."""
+    node catches up first (one read barrier), as reads do: the token is told the name is taken
+    (a sink's too: 409, as a job's)."""
     async def t(env, c):
         assert (await call(c, "PUT", "/v1/tenants/alpha", body={"executors": ["http", "shell"]}))[0] == 200
         tok = (await new_token(c, "operator", tenants=["alpha"]))["token"]
@@ -1039,7 +1040,7 @@ def test_a_limited_tokens_checks_wait_until_the_replica_holds_every_acknowledged
         s, _ = await call(c, "PUT", "/v1/sinks/pager", tok,
                           body={"type": "webhook", "url": "http://127.0.0.1:9/mine", "tenant": "alpha",
                                 "secrets": {"signing_key": "mine"}})
-        assert s == 404 and env.state.sinks["pager"]["spec"].get("tenant") is None
+        assert s == 409 and env.state.sinks["pager"]["spec"].get("tenant") is None  # (taken, as a job's name)
     run(t)
 
 

@@ -81,3 +81,31 @@ def test_a_limited_tokens_warning_is_the_same_for_a_sink_it_cannot_see_as_for_no
         assert s == 201 and b["warnings"] == [
             "notify: sink 'bil-mail' is limited to tenant 'billing': it is told nothing of a job of tenant 'acme'"], b
     run(t)
+
+
+def test_a_limited_token_putting_a_sink_under_a_name_another_tenant_holds_is_answered_as_for_a_job():
+    """acm's create of ``bil-mail`` (billing's) answered 404 "no sink named", where a job's answers
+    409 "the job name ... is taken": now the same, after the same checks as a free name's."""
+    async def t(env, c):
+        acm = await _acm(c)
+        bil = (await new_token(c, "operator", tenants=["billing"]))["token"]
+        assert (await call(c, "PUT", "/v1/sinks/bil-mail", bil, dict(MAIL, tenant="billing")))[0] == 201
+        assert (await call(c, "PUT", "/v1/sinks/adm-mail", BOOT, MAIL))[0] == 201
+        before = dict(env.state.sinks)
+        for name in ("bil-mail", "adm-mail"):
+            s, b = await call(c, "PUT", f"/v1/sinks/{name}", acm, dict(MAIL, tenant="acme"))
+            assert s == 409 and b["error"]["message"] == f"the sink name {name!r} is taken" \
+                and b["error"]["field"] == "name", b
+            # What comes before the name is answered as for a free name: the body, the token's rules.
+            for body in (dict(MAIL, tenant="acme", retry={"max_attempts": 99}), dict(MAIL, tenant="billing"), MAIL):
+                got = await call(c, "PUT", f"/v1/sinks/{name}", acm, body)
+                free = await call(c, "PUT", "/v1/sinks/free-name", acm, body)
+                assert got[0] == free[0] in (403, 422) and got[1]["error"]["field"] == free[1]["error"]["field"], \
+                    (got, free)
+            assert (await call(c, "GET", f"/v1/sinks/{name}", acm))[0] == 404
+        assert env.state.sinks == before and "free-name" not in env.state.sinks
+        s, b = await call(c, "PUT", "/v1/jobs/bil-job", bil, job("billing"))
+        assert s == 201, b
+        s, b = await call(c, "PUT", "/v1/jobs/bil-job", acm, job())
+        assert s == 409 and b["error"]["message"] == "the job name 'bil-job' is taken", b
+    run(t)

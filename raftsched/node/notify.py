@@ -43,7 +43,7 @@ from .. import sealing
 from .walks import off_loop
 from ..core import commands, events, limits, notify as core_notify, notify_queries, queries
 from ..core.bodies import check_body
-from ..core.errors import Forbidden, InvalidSpec, LimitExceeded, NotFound
+from ..core.errors import Conflict, Forbidden, InvalidSpec, LimitExceeded, NotFound
 from ..core.notify_model import validate_sink
 from ..core.tenants import DEFAULT_POLICY
 from ..proposer import Proposer
@@ -120,12 +120,17 @@ async def put_sink(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     body = await json_body(request)
     old = svc.read(core_notify.sink_record, name)
-    if old is not None:
-        if not _visible(request, old["spec"]):
-            raise NotFound(f"no sink named {name!r}", field="name")  # (as for a name nobody uses)
+    # A sink this token may not see (another tenant's, the cluster's) is answered as a job is
+    # (node/tenancy.py): the body validated and the token's own rules checked as for a free
+    # name, and only then 409, the name taken (names are the cluster's), nothing more of it.
+    hidden = old is not None and not _visible(request, old["spec"])
+    if old is not None and not hidden:
         _check_access(request, old["spec"])
-    spec = restore_redacted(validate_sink(name, body), lambda: old["spec"] if old else None, svc.fingerprint)
+    spec = restore_redacted(validate_sink(name, body), lambda: old["spec"] if old and not hidden else None,
+                            svc.fingerprint)
     _check_access(request, spec)
+    if hidden:
+        raise Conflict(f"the sink name {name!r} is taken", field="name")
     if old is None and len(svc.read(core_notify.sink_names)) >= limits.sinks_max:
         # apply's refusal, before anything is proposed: a first seal may name the cluster's key
         raise LimitExceeded(f"the cluster holds {limits.sinks_max} sinks, its limit", field="name")
@@ -204,7 +209,7 @@ SINK_ROUTES = (
     Route("GET", "/v1/sinks", list_sinks, "read", Tenancy.FILTERED, "every sink (secrets redacted)",
           params=(STALE, CONSISTENT), response="sinks"),
     Route("PUT", "/v1/sinks/{name}", put_sink, "jobs.write", Tenancy.CHECKED,
-          "create (201) or replace (200) a sink", body="sink", ok=201, also_ok=(200,), errors=(403, 404, 422), response="sink_written"),
+          "create (201) or replace (200) a sink", body="sink", ok=201, also_ok=(200,), errors=(403, 409, 422), response="sink_written"),
     Route("GET", "/v1/sinks/{name}", get_sink, "read", Tenancy.CHECKED, "a sink and its delivery cursor",
           params=(STALE, CONSISTENT), errors=(404,), response="sink"),
     Route("DELETE", "/v1/sinks/{name}", delete_sink, "jobs.write", Tenancy.CHECKED, "delete a sink",
