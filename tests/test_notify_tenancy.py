@@ -109,3 +109,34 @@ def test_a_limited_token_putting_a_sink_under_a_name_another_tenant_holds_is_ans
         s, b = await call(c, "PUT", "/v1/jobs/bil-job", acm, job())
         assert s == 409 and b["error"]["message"] == "the job name 'bil-job' is taken", b
     run(t)
+
+
+def test_a_tenants_default_routes_are_listed_shown_deleted_and_named_like_its_other_fields():
+    """A user's walk: DELETE of a tenant with only routes answered 404 "no tenant 't1' has a rate
+    limit"; with a rate limit too, "deleted" while GET still showed the routes; GET /v1/tenants
+    listed neither; the messages of PUT never named ``notify``."""
+    async def t(env, c):
+        routes = [{"sink": "ops", "on": ["run.dead"]}]
+        assert (await call(c, "PUT", "/v1/tenants/t1", BOOT, {"notify": routes}))[0] == 200
+        assert (await call(c, "PUT", "/v1/tenants/t2", BOOT, {"rate_per_s": 5, "notify": routes}))[0] == 200
+        shown = [{"sink": "ops", "on": ["run.dead"], "after_consecutive": 1, "repeat_every_s": 0}]
+        s, b = await call(c, "GET", "/v1/tenants", BOOT)
+        assert s == 200 and [(x["name"], x["notify"]) for x in b["tenants"]] == [("t1", shown), ("t2", shown)], b
+        s, b = await call(c, "GET", "/v1/tenants/t2", BOOT)
+        assert b["notify"] == shown and b["rate_per_s"] == 5, b
+        for name in ("t1", "t2"):
+            s, b = await call(c, "DELETE", f"/v1/tenants/{name}", BOOT)
+            assert s == 200 and b["deleted"] is True, b
+            s, b = await call(c, "GET", f"/v1/tenants/{name}", BOOT)
+            assert s == 200 and b["notify"] == [] and b["rate_per_s"] is None, b
+        assert env.state.tenant_notify == {} and (await call(c, "GET", "/v1/tenants", BOOT))[1]["tenants"] == []
+        s, b = await call(c, "DELETE", "/v1/tenants/t1", BOOT)
+        assert s == 404 and b["error"]["message"] == "no tenant 't1' has a rate limit, a policy or default routes", b
+        for body in ({"bogus": 1}, {"bogus": 1, "notify": routes}):
+            s, b = await call(c, "PUT", "/v1/tenants/t1", BOOT, body)
+            assert s == 422 and b["error"]["field"] == "bogus" and "notify" in b["error"]["message"] \
+                and "rate_per_s" in b["error"]["message"], b
+        s, b = await call(c, "PUT", "/v1/tenants/t1", BOOT, {})
+        assert s == 422 and "notify" in b["error"]["message"], b
+        assert env.state.tenant_notify == {}
+    run(t)

@@ -138,18 +138,25 @@ def validate_queue(name: object, body: object) -> dict[str, Any]:
 POLICY_FIELDS = frozenset({"executors", "placement", "network"})
 
 
+#: Every field of ``PUT /v1/tenants/{name}``: a rate limit, a policy, default routes.
+TENANT_FIELDS = frozenset({"rate_per_s", "burst", "notify"}) | POLICY_FIELDS
+
+
 def validate_tenant_body(name: object, body: object) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """``{"rate_per_s"?, "burst"?, "executors"?, "placement"?, "network"?}`` -> ``(rate, policy)``:
     the put_tenant command's fields (validate_tenant) when the body sets a rate, and the
     put_tenant_policy command's (validate_policy) when it holds any policy field; at least one.
+    The body's ``notify`` (the tenant's default routes, which the caller validates:
+    notify_model.validate_routes) is left to the caller, but named by the messages, which list
+    every field of ``PUT /v1/tenants/{name}``.
 
     :raises InvalidSpec: naming the field."""
     check_name(name, "tenant", limits.tenant_name_chars_max)
-    b = check_body(body, {"rate_per_s", "burst"} | POLICY_FIELDS)
+    b = check_body(body, TENANT_FIELDS)
     has_policy = any(k in b for k in POLICY_FIELDS)
     if not has_policy and "rate_per_s" not in b:
         raise InvalidSpec("is required: runs per second this tenant may start (or send a policy: executors, "
-                          "placement, network)", field="rate_per_s")
+                          "placement, network; or default routes: notify)", field="rate_per_s")
     rate = validate_tenant(name, {k: b[k] for k in ("rate_per_s", "burst") if k in b}) \
         if ("rate_per_s" in b or "burst" in b) else None
     return rate, (validate_policy(b) if has_policy else None)

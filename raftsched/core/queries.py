@@ -661,21 +661,21 @@ def tenants(s: SchedulerState) -> list[dict[str, Any]]:
 
 
 def tenant_configs(s: SchedulerState) -> list[dict[str, Any]]:
-    """Every tenant with a rate limit or a policy, by name: ``{"name", "limit": a tenants()
-    item or None, "policy": {"executors", "labels", "allow"} or None}``."""
-    return [tenant_config(s, n) for n in sorted(set(s.tenants) | set(s.tenant_policies))]
+    """Every tenant with a rate limit, a policy or default routes, by name (tenant_config's)."""
+    return [tenant_config(s, n) for n in sorted(set(s.tenants) | set(s.tenant_policies) | set(s.tenant_notify))]
 
 
 def tenant_config(s: SchedulerState, name: str) -> dict[str, Any]:
-    """Tenant ``name``'s rate limit and policy (each None when it has none), and the policy that
+    """Tenant ``name``'s rate limit and policy (each None when it has none), the policy that
     holds the jobs tokens limited to tenants write in it (``effective``: its own, or
-    tenants.DEFAULT_POLICY)."""
+    tenants.DEFAULT_POLICY), and its default routes (``notify``: copies, [] when it has none)."""
     t, p = s.tenants.get(name), s.tenant_policies.get(name)
     pol = None if p is None else {"executors": list(p["executors"]), "labels": dict(p["labels"]),
                                   "allow": list(p["allow"])}
     eff = pol if pol is not None else {k: (dict(v) if isinstance(v, dict) else list(v))
                                        for k, v in DEFAULT_POLICY.items()}
-    return {"name": name, "limit": None if t is None else dict(t, name=name), "policy": pol, "effective": eff}
+    return {"name": name, "limit": None if t is None else dict(t, name=name), "policy": pol, "effective": eff,
+            "notify": [dict(r, on=list(r["on"])) for r in s.tenant_notify.get(name, ())]}
 
 
 def policy_check(s: SchedulerState, spec: Record, limited: bool) -> tuple[str, str] | None:

@@ -54,20 +54,26 @@ def apply_put_tenant(s: SchedulerState, cmd: Command, now: int) -> Result:
 
 
 def apply_delete_tenant(s: SchedulerState, cmd: Command, now: int) -> Result:
-    """``delete_tenant {name}``: the tenant has no rate limit and no policy any more (its
-    jobs written by tokens limited to tenants are held to ``DEFAULT_POLICY`` again).
+    """``delete_tenant {name}``: the tenant has no rate limit, no policy and no default routes
+    any more (its jobs written by tokens limited to tenants are held to ``DEFAULT_POLICY``
+    again; its jobs without ``notify`` are told through no route). Before 2026-12-06 (evening)
+    it left the default routes (core/notify.py's ``tenant_notify``) in place.
 
-    :raises NotFound: it had neither."""
+    :raises NotFound: it had none of them."""
     name: Any = cmd.get("name")  # unchecked, as ever: a value that names no tenant is NotFound
     if not isinstance(name, str):
-        raise NotFound(f"no tenant {name!r} has a rate limit", field="name")
+        raise NotFound(f"no tenant {name!r} has a rate limit, a policy or default routes", field="name")
     had_limit = s.tenants.pop(name, None) is not None
     had_policy = s.tenant_policies.pop(name, None) is not None
-    if not (had_limit or had_policy):
-        raise NotFound(f"no tenant {name!r} has a rate limit", field="name")
+    had_notify = s.tenant_notify.pop(name, None) is not None
+    if not (had_limit or had_policy or had_notify):
+        raise NotFound(f"no tenant {name!r} has a rate limit, a policy or default routes", field="name")
+    out: Result = {"ok": True, "tenant": name, "deleted": True}
     if had_policy:  # only then: a result without it keeps the bytes it always had
-        return {"ok": True, "tenant": name, "deleted": True, "policy_deleted": True}
-    return {"ok": True, "tenant": name, "deleted": True}
+        out["policy_deleted"] = True
+    if had_notify:
+        out["notify_deleted"] = True
+    return out
 
 
 # ------------------------------------------------------------------ policies

@@ -316,8 +316,10 @@ def _bodies() -> dict[str, Schema]:
                         "network": _obj({"allow": {"type": "array", "items": _str(1),
                                                    "maxItems": limits.tenant_network_allow_max}}),
                         "notify": _NOTIFY},
-                       description="rate_per_s, or a policy (executors, placement, network), or both",
-                       anyOf=[{"required": ["rate_per_s"]}] + [{"required": [f]} for f in sorted(POLICY_FIELDS)]),
+                       description="rate_per_s, or a policy (executors, placement, network), or default routes "
+                                   "(notify), or any of them together",
+                       anyOf=[{"required": ["rate_per_s"]}, {"required": ["notify"]}]
+                       + [{"required": [f]} for f in sorted(POLICY_FIELDS)]),
         "lock_acquire": _obj({"owner": _str(1, limits.lock_owner_chars_max),
                               "ttl_s": _num(limits.lease_ttl_ms_min / 1000, limits.lease_ttl_ms_max / 1000)},
                              ("owner", "ttl_s")),

@@ -640,8 +640,9 @@ class Service:
         tenant_policies_max), and a refused request must have changed nothing."""
         routes = None
         if isinstance(body, dict) and "notify" in body:  # its jobs' default routes (node/notify.py)
-            body = dict(body)
             check_name(name, "tenant", limits.tenant_name_chars_max)
+            bodies.check_body(body, bodies.TENANT_FIELDS)  # (an unknown field first, as without notify)
+            body = dict(body)
             routes = validate_routes(body.pop("notify"))
         rate, pol = bodies.validate_tenant_body(name, body) if body or routes is None else (None, None)
         rid = rid or new_request_id()
@@ -675,7 +676,7 @@ class Service:
         return self._out(res, {"tenant": name, "deleted": True})
 
     def list_tenants(self, tenants: frozenset | None = None) -> dict:
-        """Every tenant with a rate limit or a policy (of ``tenants`` only, when given)."""
+        """Every tenant with a rate limit, a policy or default routes (of ``tenants`` only, when given)."""
         return {"tenants": [tenant_view(t) for t in self.read(queries.tenant_configs)
                             if tenants is None or t["name"] in tenants]}
 
@@ -683,8 +684,7 @@ class Service:
         """Tenant ``name``'s rate limit, policy and the policy its limited tokens' jobs are held to."""
         check_name(name, "tenant", limits.tenant_name_chars_max)
         t = self.read(queries.tenant_config, name)
-        return dict(tenant_view(t), effective_policy=policy_view(t["effective"]),
-                    notify=self.read(lambda s: s.tenant_notify.get(name)) or [])
+        return dict(tenant_view(t), effective_policy=policy_view(t["effective"]))
 
     # ------------------------------------------------------------------ dead-letter queue
     def list_dlq(self, queue: str | None, limit: int, tenants: frozenset | None = None) -> dict:

@@ -111,13 +111,15 @@ def run_view(run: dict) -> dict:
 
 def tenant_view(t: dict) -> dict:
     """A tenant (queries.tenant_config): its limit in runs per second and whole tokens (null
-    when it has none), and its policy (policy_view; null when it has none)."""
+    when it has none), its policy (policy_view; null when it has none) and its default routes
+    (``notify``; [] when it has none)."""
     lim = t["limit"]
     return {"name": t["name"],
             "rate_per_s": None if lim is None else lim["rate_milli"] / 1000,
             "burst": None if lim is None else lim["burst"],
             "tokens": None if lim is None else lim["tokens_micro"] / 1_000_000,
-            "policy": None if t["policy"] is None else policy_view(t["policy"])}
+            "policy": None if t["policy"] is None else policy_view(t["policy"]),
+            "notify": t["notify"]}
 
 
 def policy_view(p: dict) -> dict:
