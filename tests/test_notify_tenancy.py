@@ -140,3 +140,33 @@ def test_a_tenants_default_routes_are_listed_shown_deleted_and_named_like_its_ot
         assert s == 422 and "notify" in b["error"]["message"], b
         assert env.state.tenant_notify == {}
     run(t)
+
+
+def test_a_tenants_sink_at_an_address_its_network_policy_refuses_is_put_with_a_warning():
+    """A user's walk: an email sink of acme at 127.0.0.1 was accepted and every event then died
+    ("127.0.0.1 is loopback"). An address literal is checked at put now (a host name is left to
+    delivery, which resolves it); the policy may change before delivery, so it is a warning."""
+    async def t(env, c):
+        acm = await _acm(c)
+        s, b = await call(c, "PUT", "/v1/sinks/m", acm, {
+            "type": "email", "tenant": "acme", "smtp": dict(MAIL["smtp"], host="127.0.0.1")})
+        assert s == 201 and b["warnings"] == [
+            "smtp.host: 127.0.0.1 is loopback, which the network policy of tenant 'acme' refuses: delivery will "
+            "refuse every event (dead: refused by the network policy); an admin may allow the network "
+            "(network.allow in PUT /v1/tenants/acme)"], b
+        s, b = await call(c, "PUT", "/v1/sinks/h", acm, dict(HOOK, tenant="acme", url="http://10.1.2.3:8080/x"))
+        assert s == 201 and [w.split(",")[0] for w in b["warnings"]] == ["url: 10.1.2.3 is private"], b
+        s, b = await call(c, "PUT", "/v1/sinks/h6", acm, dict(HOOK, tenant="acme", url="http://[::1]:8080/x"))
+        assert s == 201 and [w.split(",")[0] for w in b["warnings"]] == ["url: ::1 is loopback"], b
+        s, b = await call(c, "PUT", "/v1/sinks/sl", acm, {"type": "slack", "tenant": "acme",
+                                                          "secrets": {"url": "https://127.0.0.1/services/T0/B0/xyz"}})
+        assert s == 201 and [w.split(",")[0] for w in b["warnings"]] == ["secrets.url: its address is loopback"], b
+        assert "xyz" not in str(b["warnings"])
+        for name, body in (("n", dict(HOOK, tenant="acme")), ("adm", dict(HOOK, url="http://127.0.0.1:9/"))):
+            s, b = await call(c, "PUT", f"/v1/sinks/{name}", BOOT, body)  # a name; a sink of no tenant
+            assert s == 201 and "warnings" not in b, b
+        assert (await call(c, "PUT", "/v1/tenants/acme", BOOT, {"network": {"allow": ["127.0.0.0/8"]}}))[0] == 200
+        s, b = await call(c, "PUT", "/v1/sinks/m", acm, {
+            "type": "email", "tenant": "acme", "smtp": dict(MAIL["smtp"], host="127.0.0.1")})
+        assert s == 200 and "warnings" not in b, b
+    run(t)

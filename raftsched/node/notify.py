@@ -20,6 +20,7 @@ import asyncio
 import functools
 import hashlib
 import hmac
+import ipaddress
 import json
 import logging
 import smtplib
@@ -41,7 +42,7 @@ from yarl import URL
 
 from .. import sealing
 from .walks import off_loop
-from ..core import commands, events, limits, notify as core_notify, notify_queries, queries
+from ..core import commands, events, limits, network as net_policy, notify as core_notify, notify_queries, queries
 from ..core.bodies import check_body
 from ..core.errors import Conflict, Forbidden, InvalidSpec, LimitExceeded, NotFound
 from ..core.notify_model import validate_sink
@@ -131,6 +132,7 @@ async def put_sink(request: web.Request) -> web.Response:
     _check_access(request, spec)
     if hidden:
         raise Conflict(f"the sink name {name!r} is taken", field="name")
+    warnings = policy_warnings(spec, svc.read(_allowed, spec.get("tenant")))
     if old is None and len(svc.read(core_notify.sink_names)) >= limits.sinks_max:
         # apply's refusal, before anything is proposed: a first seal may name the cluster's key
         raise LimitExceeded(f"the cluster holds {limits.sinks_max} sinks, its limit", field="name")
@@ -138,8 +140,56 @@ async def put_sink(request: web.Request) -> web.Response:
         spec = sealing.seal_spec(spec, "sink:" + name, svc.keyring, await svc.seal_key(), svc.fingerprint.digest)
     res = await svc.propose(commands.put_sink(svc.clock.now_ms(), rid(request), name=name, spec=spec))
     rec = svc.read(core_notify.sink_record, name)
-    return json_response(svc._out(res, sink_view(rec, svc.fingerprint) if rec else {"name": name}),
-                             status=201 if res.get("created") else 200)
+    out = svc._out(res, sink_view(rec, svc.fingerprint) if rec else {"name": name})
+    if warnings:
+        out["warnings"] = warnings
+    return json_response(out, status=201 if res.get("created") else 200)
+
+
+def _allowed(s, tenant) -> list[str] | None:
+    """The networks a sink of ``tenant`` may reach beyond the public ones (its tenant's policy,
+    else DEFAULT_POLICY's), as delivery reads them (``Notifier._allow``); None: no tenant, no
+    policy holds the sink."""
+    if tenant is None:
+        return None
+    pol = s.tenant_policies.get(tenant) or DEFAULT_POLICY
+    return list(pol.get("allow") or ())
+
+
+def policy_warnings(spec: dict, allow: list[str] | None) -> list[str]:
+    """For a sink limited to a tenant (``allow``: its policy's networks), a line for each address
+    it names as an IP address literal (``url``, ``smtp.host``, a slack ``secrets.url`` in clear)
+    that the tenant's network policy refuses: delivery would refuse every event (``_send``).
+    A host name is not resolved here (its addresses are delivery's to check, each time); the
+    policy may change before delivery, so this warns, it does not refuse. A secret URL's address
+    is not repeated."""
+    if allow is None:
+        return []
+    tenant = spec.get("tenant")
+    hosts: list[tuple[str, str | None, bool]] = []  # (field, host, secret)
+    if spec.get("type") == "email":
+        hosts.append(("smtp.host", (spec.get("smtp") or {}).get("host"), False))
+    elif spec.get("type") == "slack":
+        url = (spec.get("secrets") or {}).get("url")
+        hosts.append(("secrets.url", _host(url) if isinstance(url, str) else None, True))
+    else:
+        hosts.append(("url", _host(spec.get("url")), False))
+    out = []
+    for field, host, secret in hosts:
+        if not isinstance(host, str):
+            continue
+        host = host.strip("[]")
+        try:
+            ipaddress.ip_address(host.split("%", 1)[0])
+        except ValueError:
+            continue  # a name: resolved and checked at delivery
+        what = net_policy.refused_as(host, allow)
+        if what is not None:
+            shown = f"its address is {what}" if secret else f"{host} is {what}"
+            out.append(f"{field}: {shown}, which the network policy of tenant {tenant!r} refuses: delivery will "
+                       f"refuse every event (dead: refused by the network policy); an admin may allow the network "
+                       f"(network.allow in PUT /v1/tenants/{tenant})")
+    return out
 
 
 async def get_sink(request: web.Request) -> web.Response:

@@ -494,7 +494,7 @@ def _more_responses() -> dict[str, Schema]:
                                   "malformed")),
         "sinks": _open({"sinks": {"type": "array", "items": sink}}, ("sinks",)),
         "sink": sink,
-        "sink_written": _open({"name": s, "spec": obj}, ("name",)),
+        "sink_written": _open({"name": s, "spec": obj, "warnings": {"type": "array", "items": s}}, ("name",)),
         "sink_deleted": _open({"sink": s, "deleted": _BOOL}, ("sink", "deleted")),
         "sink_dead": _open({"sink": s, "dead": {"type": "array", "items": _open(
             {"event": obj, "error": {}, "attempts": i, "at": {}}, ("event", "error", "attempts", "at"))}},
