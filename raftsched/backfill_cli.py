@@ -23,6 +23,14 @@ class UsageError(Exception):
     """A flag's value the command cannot use: said on stderr, exit status 2 (docs/api.md)."""
 
 
+def read_text(path: str) -> str:
+    """A file's text, or stdin's for ``-``. :raises OSError: :raises UnicodeDecodeError:"""
+    if path == "-":
+        return sys.stdin.read()
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
 def json_arg(text: str, flag: str):
     """A JSON flag's value (``--payload``): JSON text, or ``@FILE`` for a file's (``@-``: stdin),
     refused when an object names a key twice (as a spec file is: core/bodies.py).
@@ -32,11 +40,7 @@ def json_arg(text: str, flag: str):
         path = text[1:]
         where = f"{flag} {text}"
         try:
-            if path == "-":
-                text = sys.stdin.read()
-            else:
-                with open(path, encoding="utf-8") as f:
-                    text = f.read()
+            text = read_text(path)
         except OSError as e:
             raise UsageError(f"{where}: {e.strerror or e}") from None
         except UnicodeDecodeError:

@@ -20,7 +20,7 @@ import uuid
 from typing import Callable
 
 from . import backfill_cli, cli_cluster
-from .backfill_cli import UsageError, json_arg
+from .backfill_cli import UsageError, json_arg, read_text
 from .cli_output import FORMATS, Progress, output_format, print_error, set_format, show
 from .cli_target import Target, resolve
 from .client import Client
@@ -506,11 +506,7 @@ def _runs(a, c: Client) -> int:
 def _read_json(path: str):
     """The JSON value of a file (- for stdin), or None after printing why not."""
     try:
-        if path == "-":
-            text = sys.stdin.read()
-        else:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
+        text = read_text(path)
     except OSError as e:
         print(f"raftsched: {path}: {e.strerror}", file=sys.stderr)
         return None

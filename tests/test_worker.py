@@ -323,14 +323,20 @@ def test_a_stopped_worker_does_not_report_the_runs_it_killed_as_failed():
         await wait_until(lambda: env.state.runs[done]["state"] == "succeeded", 5, "the quick run to be reported")
         await stop(task)
         assert all(any(r["kind"] == "cancelled" for r in exec_targets.RECORDED[i]) for i in ids), "killed"
-        reported = [row[0] if isinstance(row, list) else row["run"] for c in env.raft.ops("complete_many")
-                    for row in (c.get("rows") or c.get("results") or [])]
-        assert not set(ids) & set(reported), "the kills' outcomes are not reported"
-        for rid in ids:
-            r = env.state.runs[rid]
-            assert r["state"] == "running" and r["attempt"] == 1 and not r.get("attempts"), r  # its lease expires
+        _not_reported_and_leases_left_to_expire(env, ids)
         assert not env.worker.held
     run(t())
+
+
+def _not_reported_and_leases_left_to_expire(env: Env, ids: list[str]) -> None:
+    """No outcome of ``ids`` was reported, and each is still running its first attempt: its
+    lease expires (a lost attempt), as after a crash."""
+    reported = [row[0] if isinstance(row, list) else row["run"] for c in env.raft.ops("complete_many")
+                for row in (c.get("rows") or c.get("results") or [])]
+    assert not set(ids) & set(reported), "the kills' outcomes are not reported"
+    for rid in ids:
+        r = env.state.runs[rid]
+        assert r["state"] == "running" and r["attempt"] == 1 and not r.get("attempts"), r
 
 
 class _Looks:
@@ -425,12 +431,7 @@ def test_runs_the_watchdog_killed_are_not_reported_failed_when_the_cluster_answe
         del env.raft.failing["heartbeat"]  # the cluster answers again
         await wait_until(lambda: not env.worker.held, 5, "the killed runs to be let go")
         await stop(task)
-        reported = [row[0] if isinstance(row, list) else row["run"] for c in env.raft.ops("complete_many")
-                    for row in (c.get("rows") or c.get("results") or [])]
-        assert not set(ids) & set(reported), "the kills' outcomes are not reported"
-        for rid in ids:
-            r = env.state.runs[rid]
-            assert r["state"] == "running" and r["attempt"] == 1 and not r.get("attempts"), r  # its lease expires
+        _not_reported_and_leases_left_to_expire(env, ids)
     run(t())
 
 
