@@ -116,13 +116,18 @@ class LeaseMachine(RuleBasedStateMachine):
         self.old_lock_tokens.setdefault(name, []).append(lk["token"])
         self.old_leases.append([name, lk["token"], lk["renewals"], "lock"])
 
-    def renew(self, kind: str, ident: str, lease: dict, ttl: int) -> None:
+    def renew(self, kind: str, ident: str, lease: dict, ttl: int, sets: bool = False) -> None:
         """An accepted renewal (heartbeat, lock_renew, takeover): one more renewal, whether or not
         the deadline moves (it is computed from state time, never from a lagging command's now);
         what the reaper read before is stale."""
         self.old_leases.append([ident, lease["token"], lease["renewals"]] + ([] if kind == "run" else ["lock"]))
         lease["renewals"] += 1
-        lease["deadline"] = max(lease["deadline"], self.state_time + ttl)
+        # A lock's renew sets its deadline (a shorter TTL brings it in: the reaper expires it a
+        # TTL after this renewal); a heartbeat or a takeover never shortens a lease's.
+        if sets:
+            lease["deadline"] = self.state_time + ttl
+        else:
+            lease["deadline"] = max(lease["deadline"], self.state_time + ttl)
         lease["ttl"] = ttl
 
     def fail(self, rid: str, lost: bool = False) -> None:
@@ -439,7 +444,7 @@ class LeaseMachine(RuleBasedStateMachine):
             assert res["error"]["holder"] == (lk["owner"] if lk else None)
             assert self.s.locks == before, "a refused renew changed a lock"
             return
-        self.renew("lock", name, lk, ttl or lk["ttl"])
+        self.renew("lock", name, lk, ttl or lk["ttl"], sets=True)
         assert res == {"ok": True, "lock": name, "token": tok, "deadline": lk["deadline"]}
 
     @rule(name=st.sampled_from(["L1", "L2"]), stale=st.booleans(), pick=st.integers(0, 9))

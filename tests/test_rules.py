@@ -314,13 +314,20 @@ def split(entries):
     return runs, recs
 
 
+def grace_of(spec: dict) -> int:
+    """How late (ms) a slot may be fired and be on time: grace_s, never under the floor (the
+    trigger's own lateness is no misfire: core/policy.py grace_ms)."""
+    return max(spec["misfire"]["grace_s"] * SEC, limits.grace_ms_floor)
+
+
 def expected_fire(spec: dict, anchor: int, cursor: int, now: int):
     """What one fire at ``now`` must do to the slots in (cursor, now], built from the slot list
     (not from plan_fire): (runs, records, due, missed)."""
     m = spec["misfire"]
     due = list(schedule.iter_slots(spec["schedule"], cursor, now, anchor, 10**6))
-    on_time = [s for s in due if now - s <= m["grace_s"] * SEC]
-    missed = [s for s in due if now - s > m["grace_s"] * SEC]
+    grace = grace_of(spec)
+    on_time = [s for s in due if now - s <= grace]
+    missed = [s for s in due if now - s > grace]
 
     def rec(state, reason, slots):
         return [(state, reason, slots[0], slots[-1], len(slots))] if slots else []
@@ -424,7 +431,7 @@ def test_on_time_every_slot_is_a_run_and_none_is_recorded(d):
     runs, recs = split(entries_of(s, "j", 0))
     assert runs == list(schedule.iter_slots(spec["schedule"], cursor0, last, anchor, 10**6))
     assert recs == []
-    assert all(r["fired_at"] - r["slot"] <= spec["misfire"]["grace_s"] * SEC for r in entries_of(s, "j", 0))
+    assert all(r["fired_at"] - r["slot"] <= grace_of(spec) for r in entries_of(s, "j", 0))
 
 
 @settings(max_examples=50, **SETTINGS)
@@ -455,7 +462,7 @@ def test_fire_once_one_run_per_outage_for_its_latest_missed_slot(d):
             assert per_outage[which] == [missed[-1]], "exactly one run, the latest missed slot"
             assert recs == ([("coalesced", "misfire", missed[0], missed[-2], len(missed) - 1)] if len(missed) > 1 else [])
     missed_runs = [r for r in entries_of(s, "j", 0)
-                   if r["kind"] == "scheduled" and r["fired_at"] - r["slot"] > spec["misfire"]["grace_s"] * SEC]
+                   if r["kind"] == "scheduled" and r["fired_at"] - r["slot"] > grace_of(spec)]
     assert len(missed_runs) == len(per_outage)
 
 
@@ -464,7 +471,7 @@ def test_fire_once_one_run_per_outage_for_its_latest_missed_slot(d):
 def test_skip_no_run_older_than_grace_and_every_such_slot_recorded(d):
     spec, start, until, down, lags = d
     s, fires = drive(spec, start, until, down, lags)
-    g = spec["misfire"]["grace_s"] * SEC
+    g = grace_of(spec)
     for e in entries_of(s, "j", 0):
         if e["kind"] == "scheduled":
             assert e["fired_at"] - e["slot"] <= g
