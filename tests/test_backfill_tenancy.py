@@ -90,6 +90,41 @@ def test_a_limited_tokens_tenant_cannot_take_every_active_backfill():
     run(t)
 
 
+def test_tokens_limited_to_tenants_together_leave_room_for_the_others(monkeypatch):
+    """A review: the per-tenant bound alone let a token limited to four tenants (or four tenants'
+    tokens) hold 4 x 16 = every active backfill. All limited tokens' backfills together are
+    bounded too (backfills_limited_active_max), and the rest stays the admin's."""
+    monkeypatch.setattr(limits, "backfills_tenant_active_max", 2)
+    monkeypatch.setattr(limits, "backfills_limited_active_max", 3)
+
+    async def t(env, c):
+        acm, bil, rng = await _two_tenants(env, c)
+        slow = dict(rng, rate_per_s=0.001)
+        for tok, job, ids in ((acm, "acme-sync", ("a0", "a1")), (bil, "bill-sync", ("b0",))):
+            for i in ids:
+                s, b = await call(c, "POST", f"/v1/jobs/{job}/backfills", tok, body=dict(slow, id=i))
+                assert s == 201, (i, b)
+        s, e = await call(c, "POST", "/v1/jobs/bill-sync/backfills", bil, body=dict(slow, id="b1"))
+        assert s == 422 and "backfills_limited_active_max" in e["error"]["message"] and e["error"]["limit"] == 3, e
+        assert (await call(c, "POST", "/v1/jobs/bill-sync/backfills", body=dict(slow, id="adm")))[0] == 201
+        assert (await call(c, "POST", "/v1/dlq:requeue", body={"id": "redrive"}))[0] == 201
+    run(t)
+
+
+def test_a_backfill_that_kept_no_tenant_is_shown_to_tokens_without_tenants_only():
+    """A review: a backfill made by an older version kept no tenant, and was given its job's
+    tenant now, whatever job has that name now: a job deleted and put again under the name by
+    another tenant showed that tenant the old backfill (its payload, its progress)."""
+    async def t(env, c):
+        acm, bil, rng = await _two_tenants(env, c)
+        assert (await call(c, "POST", "/v1/jobs/acme-sync/backfills", acm, body=dict(rng, id="old")))[0] == 201
+        del env.state.backfills["old"]["tenant"]  # as an older version made it
+        assert backfill_plan.tenant_of(env.state, env.state.backfills["old"]) is None
+        assert (await call(c, "GET", "/v1/backfills/old", acm))[0] == 404
+        assert (await call(c, "GET", "/v1/backfills/old"))[0] == 200
+    run(t)
+
+
 def test_a_limited_token_learns_nothing_of_an_admins_cascade_on_its_job():
     """An admin's cascade may hold and count another tenant's children (an admin's edge): it is
     the admin's, not listed to a limited token of the job's tenant, and 404 by id."""

@@ -192,8 +192,7 @@ def test_the_dashboard_in_a_browser(cluster, browser):
     assert not reader.errors, reader.errors
     reader.close()
 
-    # A token limited to a tenant sees that tenant's jobs only (here none), and the pages the API
-    # refuses it say so in place.
+    # A token limited to a tenant sees that tenant's jobs and backfills only (here none).
     s, b = http("POST", url + "/v1/tokens", {"role": "operator", "tenants": ["elsewhere"]}, token)
     assert s == 201, b
     limited = _open(browser, url, b["token"])
@@ -202,7 +201,7 @@ def test_the_dashboard_in_a_browser(cluster, browser):
     limited.wait_for_selector("#data p:has-text('0 of 0 jobs')")
     assert limited.locator("tr[data-job]").count() == 0
     limited.goto(url + "/ui/#/backfills")
-    limited.wait_for_selector("#data p:has-text('Not shown to this token')")
+    limited.wait_for_selector("#data p:has-text('no backfill')")
     limited.close()
 
     # The node the page talks to loses the leader (the two others stopped): the page says so,

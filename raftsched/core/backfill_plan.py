@@ -454,16 +454,13 @@ def _copy(s: SchedulerState, bf: Record) -> dict[str, Any]:
 
 
 def tenant_of(s: SchedulerState, bf: Record) -> str | None:
-    """The tenant a backfill belongs to: its job's when it was made (a bulk DLQ operation, and a
-    backfill made by an older version whose job is gone: none)."""
+    """The tenant a backfill belongs to: its job's when it was made; none for a bulk DLQ
+    operation, and for a backfill made by an older version, which kept no tenant (only a token
+    without tenants sees it: its job's tenant now may be another's, the job deleted and put again
+    under that name by another tenant)."""
     if bf["kind"] != "backfill":
         return None
-    t: str | None
-    if "tenant" in bf:
-        t = bf["tenant"]
-    else:  # (made by an older version: its job's tenant now)
-        job = s.jobs.get(bf["job"])
-        t = None if job is None else job["spec"]["tenant"]
+    t: str | None = bf.get("tenant")
     return t
 
 
@@ -483,6 +480,12 @@ def visible_to(s: SchedulerState, bf: Record, tenants: frozenset[str]) -> bool:
 def tenant_active(s: SchedulerState, tenant: str) -> int:
     """The backfills of ``tenant`` running or paused (limits.backfills_tenant_active_max)."""
     return sum(1 for bf in s.backfills.values() if bf["state"] not in FINISHED and tenant_of(s, bf) == tenant)
+
+
+def limited_active(s: SchedulerState) -> int:
+    """The backfills running or paused that tokens limited to tenants started
+    (limits.backfills_limited_active_max)."""
+    return sum(1 for bf in s.backfills.values() if bf["state"] not in FINISHED and "limited_to" in bf)
 
 
 def view(s: SchedulerState, bf_id: str, tenants: frozenset[str] | None = None) -> dict[str, Any] | None:

@@ -164,6 +164,12 @@ def _limited_to(cmd: Command) -> list[str] | None:
 
 
 def _bound_tenant(s: SchedulerState, tenant: str) -> None:
+    n = backfill_plan.limited_active(s)
+    if n >= limits.backfills_limited_active_max:
+        raise LimitExceeded(f"{n} backfills that tokens limited to tenants started are running or paused, the bound for "
+                            f"them all (backfills_limited_active_max, {limits.backfills_limited_active_max}; the rest "
+                            f"of the cluster's is kept for other tokens); cancel one or wait for one to finish",
+                            field="id", limit=limits.backfills_limited_active_max)
     n = backfill_plan.tenant_active(s, tenant)
     if n >= limits.backfills_tenant_active_max:
         raise LimitExceeded(f"tenant {tenant!r} has {n} backfills running or paused, the bound for a token limited "

@@ -282,6 +282,11 @@ backfills_active_max = 64
 #: one tenant's token cannot take every active slot from the other tenants and the admin's bulk
 #: DLQ operations, which share backfills_active_max (docs/backfill.md, "Bounds").
 backfills_tenant_active_max = backfills_active_max // 4
+#: Backfills running or paused at once that tokens limited to tenants started, all tenants
+#: together: a token limited to several tenants (or several tenants' tokens) cannot hold every one
+#: of backfills_active_max either; the rest is kept for tokens without tenants (an admin's bulk
+#: DLQ operations among them).
+backfills_limited_active_max = backfills_active_max - backfills_active_max // 4
 #: Finished ones (done or cancelled) kept for GET /v1/backfills; beyond it the oldest finished
 #: one is forgotten (its runs stay in their jobs' histories, naming it).
 backfills_kept_max = 100
