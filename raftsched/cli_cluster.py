@@ -31,9 +31,13 @@ def heard(follower: Any) -> str:
     idle cluster too; a leader that gives no ``last_heard_s`` (a version before it) is unknown."""
     if not isinstance(follower, dict):
         return "not heard (the leader has no answer of it)"
-    age_s = follower.get("last_heard_s")
-    if not isinstance(age_s, (int, float)) or isinstance(age_s, bool):
+    if "last_heard_s" not in follower:
         return "unknown (the leader does not say when it last heard it: an older version)"
+    age_s = follower["last_heard_s"]
+    if age_s is None:
+        return "not heard since this leader was elected"
+    if not isinstance(age_s, (int, float)) or isinstance(age_s, bool):
+        return "unknown (the leader's answer is malformed)"
     if age_s <= HEARD_WITHIN_S:
         return f"last heard {age_s:.1f} s ago"
     return f"not heard for {age_s:.0f} s"

@@ -144,6 +144,45 @@ def test_heard_in_words():
     assert heard({"last_heard_s": 2.6}) == "not heard for 3 s"
     assert heard(None) == "not heard (the leader has no answer of it)"
     assert heard({"last_ack_age_s": 0.1}).startswith("unknown (the leader does not say")
+    # (a review) None: no answer since this leader's election (a learner added while it is down,
+    # a dead voter after a fail-over), not an older version
+    assert heard({"last_heard_s": None}) == "not heard since this leader was elected"
+
+
+def test_the_leaders_view_ages_last_heard_when_read_and_an_election_stamp_is_no_answer(monkeypatch):
+    """A review: the age was taken on the tick thread and cached (a held-up tick thread showed every
+    follower freshly heard), and pysyncobj's stamps at an election (a dead node's too) counted as
+    answers: a dead voter read "last heard 0.x s ago" after a fail-over."""
+    from raftsched.replication import _watch
+    from raftsched.replication._watch import ReplicationWatch
+
+    now = [1000.0]
+    monkeypatch.setattr(_watch, "monotonic", lambda: now[0])
+
+    class Sync:
+        raftCommitIndex = 5
+        _SyncObj__leaderCommitIndex = 5
+
+        def _SyncObj__getCurrentLogIndex(self):
+            return 5
+
+        def progress(self):
+            return {"b": {"match_index": 5, "next_index": 6, "state": "replicate", "heard_at": 999.5},
+                    "c": {"match_index": 5, "next_index": 6, "state": "replicate", "heard_at": None}}
+
+        def _getLeader(self):
+            return object()
+
+        def members_view(self):
+            return {"self": "voter"}
+
+    w = ReplicationWatch(Sync())
+    now[0] += 0.2
+    w.tick()
+    now[0] += 30  # the tick thread held up: no look since
+    f = w.view()["followers"]
+    assert f["b"]["last_heard_s"] == 30.7 and "heard_at" not in f["b"]
+    assert f["c"]["last_heard_s"] is None
 
 
 def test_a_killed_member_is_shown_not_heard_by_a_real_cluster(tmp_path):

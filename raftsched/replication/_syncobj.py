@@ -577,13 +577,18 @@ class _SyncObj(MembershipMixin, SyncObj):
         # When the leader last had an answer of each, of this term (_on_answer; its election
         # counts as one): last_ack_age_s is the age of the last acknowledgement that moved its
         # match index, which grows on a live follower of an idle cluster too.
-        answered, now = dict(self._SyncObj__lastResponseTime), monotonic()
+        # The stamps pysyncobj wrote for every node at the election (a dead one too) are no
+        # answer (_member_reachable's rule): a node not heard since is None. The stamp itself is
+        # kept (``heard_at``, pysyncobj's monotonic clock): its age is taken when it is read
+        # (ReplicationWatch.view), not here, so a tick thread held up does not make it look fresh.
+        answered, stamped = dict(self._SyncObj__lastResponseTime), self._members_led_stamps
         for node, pr in list(self._progress.items()):
             if node in match:
                 heard = answered.get(node)
+                if heard is not None and heard == stamped.get(node):
+                    heard = None
                 out[node.id] = dict(pr.view(), match_index=match[node], next_index=nexts.get(node),
-                                    rejections=pr.rejections, stale_answers=pr.stale_answers,
-                                    last_heard_s=None if heard is None else round(max(0.0, now - heard), 3))
+                                    rejections=pr.rejections, stale_answers=pr.stale_answers, heard_at=heard)
         return out
 
     def dump_now(self, timeout_s: float) -> int | None:

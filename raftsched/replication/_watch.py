@@ -114,8 +114,16 @@ class ReplicationWatch:
                       "member": view is None or view.get("self") != "none"}
 
     def view(self) -> dict:
-        """The last look (at most ``_EVERY_S`` old), with the conditions it implies."""
+        """The last look (at most ``_EVERY_S`` old), with the conditions it implies; each
+        follower's ``last_heard_s`` (seconds since the leader last had an answer of it this term,
+        None before its first) aged now, from the look's ``heard_at``."""
         v = self._view
+        if any("heard_at" in f for f in v["followers"].values()):
+            now = monotonic()
+            v = dict(v, followers={
+                peer: {**{k: x for k, x in f.items() if k != "heard_at"},
+                       "last_heard_s": None if f.get("heard_at") is None else round(max(0.0, now - f["heard_at"]), 3)}
+                for peer, f in v["followers"].items()})
         conditions = []
         if v["commit_stalled_s"] > STALL_S:
             conditions.append({"type": "cluster.follower_stalled", "node": "self",
