@@ -204,6 +204,11 @@ def test_a_backfill_whose_run_no_worker_may_take_says_what_it_waits_for():
         assert s == 200 and b["state"] == "running" and b["reason"] is None, b
         assert b["waiting_for"] == f"its run {rid}: no worker matches its placement", b
         assert (await call(c, "GET", "/v1/backfills"))[1]["backfills"][0]["waiting_for"] == b["waiting_for"]
+        # (a review) its job moved to another tenant: the runs it makes are that tenant's, and the
+        # view, which a token of the backfill's tenant reads, names none of them
+        env.state.runs[rid]["tenant"] = "billing"
+        s, b = await call(c, "GET", "/v1/backfills/p1")
+        assert s == 200 and "waiting_for" not in b, b
     run(t)
 
 

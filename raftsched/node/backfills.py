@@ -108,6 +108,12 @@ def backfill_view(bf: dict) -> dict:
 
 
 # ------------------------------------------------------------------ the proposer side
+def _of_tenant(s, run_ids: list[str], tenant: str) -> list[str]:
+    """Those of ``run_ids`` whose run belongs to ``tenant`` (a read)."""
+    runs = s.runs
+    return [r for r in run_ids if (x := runs.get(r)) is not None and x.get("tenant") == tenant]
+
+
 class BackfillService:
     """The requests of backfills and bulk DLQ operations, over a node's :class:`Service` (its
     clock, propose and reads)."""
@@ -127,9 +133,14 @@ class BackfillService:
         such a worker comes, and ``reason`` (null while running) would not say why."""
         if bf["state"] != "running" or not bf["active"]:
             return v
-        why = self.svc.read(queries.waiting_for_many, bf["active"], self.svc.clock.now_ms())
+        active = bf["active"]
+        if bf.get("tenant") is not None:
+            # Only its tenant's runs are named: after its job moved to another tenant, the runs it
+            # makes are that tenant's, and a token of the backfill's tenant sees this view.
+            active = self.svc.read(_of_tenant, active, bf["tenant"])
+        why = self.svc.read(queries.waiting_for_many, active, self.svc.clock.now_ms())
         if why:
-            rid = next(r for r in bf["active"] if r in why)
+            rid = next(r for r in active if r in why)
             more = f" (and {len(why) - 1} more of its runs)" if len(why) > 1 else ""
             v["waiting_for"] = f"its run {rid}: {why[rid]}{more}"
         return v
