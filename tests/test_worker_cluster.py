@@ -136,7 +136,8 @@ def test_paused_worker_completion_is_refused_and_newer_attempt_wins(cluster):
     wait_for(lambda: (cluster.status(victim) or {}).get("worker", {}).get("refused", 0) > refused_before
              or f"killing {rid} (not reported" in log.read_text(errors="replace"), 30,
              "the stale completion refused, or not reported")
-    after = run_of(cluster, "pauseme", rid)
+    # (the woken node may not know the leader again yet: its reads answer 503 until it does)
+    after = wait_for(lambda: run_of(cluster, "pauseme", rid), 30, "a node that answers the run")
     assert after["state"] == "succeeded" and after["attempt"] == 2
     assert after["fencing_token"] == final["fencing_token"] and after["worker"] == final["worker"]
 
