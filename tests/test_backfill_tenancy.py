@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 from raftsched.core import backfill_plan, commands, limits, schedule
 
@@ -245,12 +246,14 @@ def test_the_cli_waits_for_a_backfill_with_a_token_limited_to_tenants(tmp_path, 
                     "--reprocess", "all", "--id", "X", "--wait"]
             stepper = BackfillStepper(env.raft, env.clock)
             waited = asyncio.ensure_future(asyncio.to_thread(cli.main, argv))
+            deadline = time.monotonic() + 60
             while not waited.done():  # the leader's stepper, and a worker that succeeds every run
+                assert time.monotonic() < deadline, "the CLI did not end within 60 s"
                 await stepper.tick()
                 for g in lease(env.state, env.clock.now_ms()):
                     await env.service.propose(commands.complete_many(env.clock.now_ms(), None, worker="w",
                                               results=[{"run": g["id"], "token": g["token"], "success": True}]))
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.05)  # ok-sleep: the stepper's interval, inside a deadline loop
             return await waited, env
         finally:
             await server.close()
