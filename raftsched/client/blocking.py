@@ -383,11 +383,11 @@ class Client(Transport):
         return self._send(endpoints.put_queue(name, max_depth, on_full, tenants=tenants))
 
     def tenants(self, *, stale: bool = False) -> dict:
-        """``GET /v1/tenants``: every tenant's rate limit and policy."""
+        """``GET /v1/tenants``: every tenant's rate limit, policy and default routes."""
         return self._send(endpoints.tenants(stale=stale))
 
     def tenant(self, name: str, *, stale: bool = False) -> dict:
-        """``GET /v1/tenants/{name}``: a tenant's rate limit and policy."""
+        """``GET /v1/tenants/{name}``: a tenant's rate limit, policy and default routes."""
         return self._send(endpoints.tenant(name, stale=stale))
 
     def put_tenant(self, name: str, rate_per_s: float | None = None, burst: int | None = None, *,
@@ -423,7 +423,7 @@ class Client(Transport):
         return self._send(endpoints.sink_requeue(name, events))
 
     def delete_tenant(self, name: str) -> dict:
-        """``DELETE /v1/tenants/{name}``: lift the tenant's rate limit and policy."""
+        """``DELETE /v1/tenants/{name}``: lift the tenant's rate limit, policy and default routes."""
         return self._send(endpoints.delete_tenant(name))
 
     def backfill(self, job: str, from_: str, to: str, *, reprocess: str | None = None, order: str | None = None,

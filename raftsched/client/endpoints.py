@@ -299,13 +299,13 @@ def put_queue(name: str, max_depth: int | None = None, on_full: str | None = Non
 
 @endpoint
 def tenants(*, stale: bool = False) -> Request:
-    """``GET /v1/tenants``: every tenant's rate limit and policy."""
+    """``GET /v1/tenants``: every tenant's rate limit, policy and default routes."""
     return Request("GET", "/v1/tenants", {"stale": _stale(stale)})
 
 
 @endpoint
 def tenant(name: str, *, stale: bool = False) -> Request:
-    """``GET /v1/tenants/{name}``: a tenant's rate limit and policy, and the policy that holds the
+    """``GET /v1/tenants/{name}``: a tenant's rate limit, policy and default routes, and the policy that holds the
     jobs its limited tokens write."""
     return Request("GET", f"/v1/tenants/{_q(name)}", {"stale": _stale(stale)})
 
@@ -328,7 +328,7 @@ def put_tenant(name: str, rate_per_s: float | None = None, burst: int | None = N
 
 @endpoint
 def delete_tenant(name: str) -> Request:
-    """``DELETE /v1/tenants/{name}``: lift the tenant's rate limit and policy."""
+    """``DELETE /v1/tenants/{name}``: lift the tenant's rate limit, policy and default routes."""
     return Request("DELETE", f"/v1/tenants/{_q(name)}")
 
 
