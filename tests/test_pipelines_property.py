@@ -64,7 +64,8 @@ def dags(draw):
         if draw(st.integers(0, 3)) == 0:
             extra["deadline"] = draw(st.sampled_from(DEADLINES))
         if i < roots:
-            # (a grace of 0: a slot fired a few ms late is missed, skip records it; 1 s: on time)
+            # (a grace of 0 or 1: a slot fired more than 1 s late is missed and skip records it; one
+            # within 1 s is on time, whatever grace_s: core/policy.py grace_ms)
             policy_, grace = draw(st.sampled_from([("skip", 0), ("fire_all", 0), ("skip", 1)]))
             jobs.append((name, job_raw(every_s=10, retries=retries, misfire={"policy": policy_, "grace_s": grace},
                                        **extra)))
