@@ -365,7 +365,7 @@ def _slot_outcomes(s: SchedulerState, p: str) -> tuple[dict[int, Record], list[R
             ranges.append(x)
             continue
         slot = x["slot"]
-        if rid != f"{p}@{slot}" and not rid.startswith((f"{p}@{slot}!", f"{p}@{slot}#")):
+        if rid != f"{p}@{slot}" and not rid.startswith(_rerun_ids(p, slot)):
             continue
         old = by_slot.get(slot)
         if old is None or old["state"] not in UNFINISHED:
@@ -1548,15 +1548,31 @@ def _parent_run(s: SchedulerState, p: str, slot: int) -> Record | None:
     r = runs.get(f"{p}@{slot}")
     if r is not None and r["state"] in UNFINISHED and propagates(r):
         return r
-    again = (f"{p}@{slot}!", f"{p}@{slot}#")
+    again = _unfinished_rerun(s, p, slot, _PARENT_RUN_SCAN)
+    return r if again is None else again
+
+
+def _rerun_ids(p: str, slot: int) -> tuple[str, str]:
+    """The starts of the ids of parent ``p``'s runs of ``slot`` other than its own ``P@S``: a
+    manual run with propagate (``P@S!manual-N``), a run by hand or a cascading backfill's
+    (``P@S#...``)."""
+    return f"{p}@{slot}!", f"{p}@{slot}#"
+
+
+def _unfinished_rerun(s: SchedulerState, p: str, slot: int, newest: int | None = None) -> Record | None:
+    """The newest of parent ``p``'s runs of ``slot`` other than its own (_rerun_ids) that is
+    unfinished and reports to children, among the ``newest`` last entries of its history (all of
+    them when None), or None."""
+    runs, again = s.runs, _rerun_ids(p, slot)
     hist = s.history.get(p) or ()
-    for k in range(len(hist) - 1, max(-1, len(hist) - 1 - _PARENT_RUN_SCAN), -1):
+    stop = -1 if newest is None else max(-1, len(hist) - 1 - newest)
+    for k in range(len(hist) - 1, stop, -1):
         rid = hist[k]
         x = runs.get(rid)
         if x is not None and rid.startswith(again) and x["slot"] == slot and x["state"] in UNFINISHED \
                 and propagates(x):
             return x
-    return r
+    return None
 
 
 #: The newest entries of a parent's history _parent_run reads for a run of a slot other than its own.
@@ -1693,10 +1709,7 @@ def _may_wait(s: SchedulerState, job: Record, slot: int, grid: dict[str, bool] |
         r = s.runs.get(f"{p}@{slot}")
         if r is not None and r["state"] in UNFINISHED and propagates(r):
             return None
-        runs, again = s.runs, (f"{p}@{slot}!", f"{p}@{slot}#")
-        if any(rid.startswith(again) for rid in s.history.get(p, ())
-               if (x := runs.get(rid)) is not None and x["slot"] == slot and x["state"] in UNFINISHED
-               and propagates(x)):
+        if _unfinished_rerun(s, p, slot) is not None:
             return None  # a run of the slot by hand with propagate, a backfill's with cascade
         pj = s.jobs.get(p)
         if pj is None:
