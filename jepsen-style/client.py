@@ -133,7 +133,9 @@ def bulk_body(op: dict, now_ms: int) -> dict:
             body["rate_per_s"] = op["rate_per_s"]
         return body
     body = {"max_count": op["max_count"], "rate_per_s": op["rate_per_s"], "id": op["id"]}
-    if not op.get("any_job"):
+    if op.get("any_job"):
+        body["all"] = True  # no filter: the node refuses it unless the body says every dead run is meant
+    else:
         body["job"] = op["job"]
     return body
 

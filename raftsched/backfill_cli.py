@@ -143,17 +143,24 @@ def _backfill(a, c: Client) -> int:
 
 def _bulk(action: str):
     def run(a, c: Client) -> int:
-        if not a.all_matching:
+        if not a.all_matching and not a.all:
             if not a.run:
-                print(f"raftsched {action}: give a RUN, or --all-matching with filters", file=sys.stderr)
+                print(f"raftsched {action}: give a RUN, --all-matching with filters, or --all", file=sys.stderr)
                 return 2
             call = c.dlq_requeue if action == "requeue" else c.dlq_delete
             return show(call(a.run))
         if a.run:
             print(f"raftsched {action}: --all-matching selects by filters; give no RUN", file=sys.stderr)
             return 2
+        if a.all and a.run:
+            print(f"raftsched {action}: --all takes every dead run; give no RUN", file=sys.stderr)
+            return 2
+        if not a.all and all(v is None for v in (a.queue, a.job, a.error, a.dead_from, a.dead_to)):
+            print(f"raftsched {action}: no filter would take every dead run of every queue; give one (--queue, "
+                  "--job, --error, --dead-from, --dead-to), or --all to mean that", file=sys.stderr)
+            return 2
         kw = dict(queue=a.queue, job=a.job, error=a.error, dead_from=a.dead_from, dead_to=a.dead_to,
-                  max_count=a.max, rate_per_s=a.rate, dry_run=a.dry_run, op_id=a.id)
+                  max_count=a.max, rate_per_s=a.rate, dry_run=a.dry_run, op_id=a.id, all_runs=a.all)
         if action == "requeue":
             res = c.dlq_requeue_matching(max_concurrent=a.max_concurrent, **kw)
         else:
@@ -201,9 +208,13 @@ def add_commands(client) -> None:
                (lambda f: lambda a, cl: f(cl, a.id))(call)).add_argument("id")
     for action, what in (("requeue", "requeue a dead run with a fresh attempt budget"),
                          ("purge", "delete a dead run from its dead-letter queue")):
-        r = client(action, f"{what}; --all-matching: every dead run that matches the filters", run=_bulk(action))
+        r = client(action, f"{what}; --all-matching: every dead run that matches the filters (--all: every one)",
+                   run=_bulk(action))
         r.add_argument("run", nargs="?")
         r.add_argument("--all-matching", action="store_true", help="act on every dead run matching the filters")
+        r.add_argument("--all", action="store_true",
+                       help="act on every dead run of every queue (filters, if any, still apply); without a "
+                            "filter --all-matching is refused unless --all says so")
         r.add_argument("--queue")
         r.add_argument("--job")
         r.add_argument("--error", help="a substring of the run's error")

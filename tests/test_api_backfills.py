@@ -235,6 +235,32 @@ def test_a_bulk_dlq_filter_no_queue_or_job_could_have_is_refused_naming_it_and_n
     run(t)
 
 
+def test_a_bulk_dlq_request_with_no_filter_is_refused_unless_it_says_all_and_changes_nothing():
+    """An empty body (or one holding only bounds: max_count, a rate, an id) would take every
+    dead run of every queue: a script whose filter came out empty must not purge the whole
+    DLQ. It is a 422 naming ``all``, for a dry run too (it tells what the real request does),
+    and nothing is proposed; ``"all": true`` says every dead run is meant."""
+    async def t(env, c):
+        for action in ("requeue", "purge"):
+            for body in (None, {}, {"dry_run": True}, {"max_count": 5}, {"id": "x", "rate_per_s": 1},
+                         {"all": False}, {"job": None, "queue": None}):
+                proposed = len(env.raft.proposed)
+                kw = {} if body is None else {"data": json.dumps(body)}
+                r = await c.post(f"/v1/dlq:{action}", headers=AUTH, **kw)
+                e = await err(r, 422, "invalid", "all")
+                assert "every dead run" in e["error"]["message"] and '"all": true' in e["error"]["message"], e
+                assert len(env.raft.proposed) == proposed, (action, body)
+            await err(await post(c, f"/v1/dlq:{action}", {"all": "yes"}), 422, "invalid", "all")
+            r = await post(c, f"/v1/dlq:{action}", {"all": True, "dry_run": True})
+            assert r.status == 200 and (await r.json())["total"] == 0, await r.text()
+        assert (await (await c.get("/v1/backfills")).json())["backfills"] == []
+        r = await post(c, "/v1/dlq:purge", {"all": True, "id": "everything"})
+        assert r.status == 201, await r.text()
+        r = await post(c, "/v1/dlq:requeue", {"dead_from": "2020-01-01T00:00:00Z"})
+        assert r.status == 201, await r.text()
+    run(t)
+
+
 def test_the_longest_run_id_of_each_kind_is_read_requeued_and_purged_through_the_api():
     """Run ids as long as the state makes them (a 128-character job, 15-digit times, a manual
     run's 20-digit N, a 64-character backfill id): each dead one answers GET, and is requeued

@@ -128,5 +128,10 @@ def test_the_cli_backfills_with_a_progress_bar_and_requeues_all_matching(cluster
     assert p.returncode == 0 and "requeued 1" in p.stdout, p.stdout + p.stderr  # the table, asked for
     p = cli(cluster, "requeue")
     assert p.returncode == 2 and "--all-matching" in p.stderr
+    for argv in (("--all-matching",), ("--all-matching", "--dry-run", "--max", "5")):
+        p = cli(cluster, "purge", *argv)  # no filter: every dead run; refused unless --all says so
+        assert p.returncode == 2 and "--all to mean that" in p.stderr, p.stdout + p.stderr
+    p = cli(cluster, "purge", "--all", "--dry-run")
+    assert p.returncode == 0 and json.loads(p.stdout)["dry_run"] is True, p.stdout + p.stderr
     for job in ("bf-cli", "bf-dead"):
         cl.delete_job(job)

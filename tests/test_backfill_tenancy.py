@@ -84,7 +84,7 @@ def test_a_limited_tokens_tenant_cannot_take_every_active_backfill():
         assert "dos-x" not in env.state.backfills
         # the other tenant, and the admin's bulk operations, still have room
         assert (await call(c, "POST", "/v1/jobs/bill-sync/backfills", bil, body=dict(slow, id="b1")))[0] == 201
-        assert (await call(c, "POST", "/v1/dlq:requeue", body={"id": "redrive"}))[0] == 201
+        assert (await call(c, "POST", "/v1/dlq:requeue", body={"id": "redrive", "all": True}))[0] == 201
         # the token cancels one of its own, and has room again
         assert (await call(c, "POST", "/v1/backfills/dos-0/cancel", acm))[0] == 200
         assert (await call(c, "POST", "/v1/jobs/acme-sync/backfills", acm, body=dict(slow, id="dos-x")))[0] == 201
@@ -108,7 +108,7 @@ def test_tokens_limited_to_tenants_together_leave_room_for_the_others(monkeypatc
         s, e = await call(c, "POST", "/v1/jobs/bill-sync/backfills", bil, body=dict(slow, id="b1"))
         assert s == 422 and "backfills_limited_active_max" in e["error"]["message"] and e["error"]["limit"] == 3, e
         assert (await call(c, "POST", "/v1/jobs/bill-sync/backfills", body=dict(slow, id="adm")))[0] == 201
-        assert (await call(c, "POST", "/v1/dlq:requeue", body={"id": "redrive"}))[0] == 201
+        assert (await call(c, "POST", "/v1/dlq:requeue", body={"id": "redrive", "all": True}))[0] == 201
     run(t)
 
 

@@ -460,19 +460,21 @@ class Client(Transport):
     def dlq_requeue_matching(self, *, queue: str | None = None, job: str | None = None, error: str | None = None,
                              dead_from: str | None = None, dead_to: str | None = None, max_count: int | None = None,
                              rate_per_s: float | None = None, max_concurrent: int | None = None,
-                             dry_run: bool = False, op_id: str | None = None) -> dict:
+                             dry_run: bool = False, op_id: str | None = None, all_runs: bool = False) -> dict:
         """``POST /v1/dlq:requeue``: queue again the dead runs that match, as one operation."""
         return self._send(endpoints.dlq_requeue_matching(queue=queue, job=job, error=error, dead_from=dead_from,
                                                          dead_to=dead_to, max_count=max_count, rate_per_s=rate_per_s,
-                                                         max_concurrent=max_concurrent, dry_run=dry_run, op_id=op_id))
+                                                         max_concurrent=max_concurrent, dry_run=dry_run, op_id=op_id,
+                                                         all_runs=all_runs))
 
     def dlq_purge_matching(self, *, queue: str | None = None, job: str | None = None, error: str | None = None,
                            dead_from: str | None = None, dead_to: str | None = None, max_count: int | None = None,
-                           rate_per_s: float | None = None, dry_run: bool = False, op_id: str | None = None) -> dict:
+                           rate_per_s: float | None = None, dry_run: bool = False, op_id: str | None = None,
+                           all_runs: bool = False) -> dict:
         """``POST /v1/dlq:purge``: delete the dead runs that match, as one operation."""
         return self._send(endpoints.dlq_purge_matching(queue=queue, job=job, error=error, dead_from=dead_from,
                                                        dead_to=dead_to, max_count=max_count, rate_per_s=rate_per_s,
-                                                       dry_run=dry_run, op_id=op_id))
+                                                       dry_run=dry_run, op_id=op_id, all_runs=all_runs))
 
     def list_runs(self, state: str | None = None, limit: int = PAGE_LIMIT_DEFAULT, consistent: bool = False, *,
                   since: str | None = None, until: str | None = None, before: str | None = None,

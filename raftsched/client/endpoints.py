@@ -426,8 +426,10 @@ def cancel_backfill(backfill_id: str) -> Request:
     return Request("POST", f"/v1/backfills/{_q(backfill_id)}/cancel")
 
 
-def _dlq_bulk(action: str, filters: dict, dry_run: bool, op_id: str | None) -> Request:
+def _dlq_bulk(action: str, filters: dict, dry_run: bool, op_id: str | None, all_runs: bool) -> Request:
     body = _given(**filters)
+    if all_runs:
+        body["all"] = True
     if dry_run:
         body["dry_run"] = True
     if op_id is not None:
@@ -439,25 +441,27 @@ def _dlq_bulk(action: str, filters: dict, dry_run: bool, op_id: str | None) -> R
 def dlq_requeue_matching(*, queue: str | None = None, job: str | None = None, error: str | None = None,
                          dead_from: str | None = None, dead_to: str | None = None, max_count: int | None = None,
                          rate_per_s: float | None = None, max_concurrent: int | None = None,
-                         dry_run: bool = False, op_id: str | None = None) -> Request:
+                         dry_run: bool = False, op_id: str | None = None, all_runs: bool = False) -> Request:
     """``POST /v1/dlq:requeue``: queue again, with fresh budgets, the dead runs that match
     (``error`` is a substring of their error; dead between ``dead_from`` and ``dead_to``, ISO),
     at most ``max_count``, ``rate_per_s`` a second (10 by default): one replicated operation
-    whose progress ``get_backfill`` shows. ``dry_run``: the runs it would requeue."""
+    whose progress ``get_backfill`` shows. ``dry_run``: the runs it would requeue. With no filter
+    the node refuses it unless ``all_runs`` (``"all": true``) says every dead run is meant."""
     return _dlq_bulk("requeue", {"queue": queue, "job": job, "error": error, "dead_from": dead_from,
                                  "dead_to": dead_to, "max_count": max_count, "rate_per_s": rate_per_s,
-                                 "max_concurrent": max_concurrent}, dry_run, op_id)
+                                 "max_concurrent": max_concurrent}, dry_run, op_id, all_runs)
 
 
 @endpoint
 def dlq_purge_matching(*, queue: str | None = None, job: str | None = None, error: str | None = None,
                        dead_from: str | None = None, dead_to: str | None = None, max_count: int | None = None,
-                       rate_per_s: float | None = None, dry_run: bool = False, op_id: str | None = None) -> Request:
+                       rate_per_s: float | None = None, dry_run: bool = False, op_id: str | None = None,
+                       all_runs: bool = False) -> Request:
     """``POST /v1/dlq:purge``: delete the dead runs that match, as ``dlq_requeue_matching``
-    selects them (no rate unless given)."""
+    selects them (no rate unless given; ``all_runs`` as there)."""
     return _dlq_bulk("purge", {"queue": queue, "job": job, "error": error, "dead_from": dead_from,
                                "dead_to": dead_to, "max_count": max_count, "rate_per_s": rate_per_s},
-                     dry_run, op_id)
+                     dry_run, op_id, all_runs)
 
 
 # ------------------------------------------------------------------ runs, previews, health

@@ -19,7 +19,9 @@ from .records import Record
 BACKFILL_FIELDS = {"from", "to", "reprocess", "order", "max_concurrent", "rate_per_s", "max_slots", "payload",
                    "overlap", "dry_run", "id", "cascade"}
 DLQ_BULK_FIELDS = {"queue", "job", "error", "dead_from", "dead_to", "max_count", "max_concurrent", "rate_per_s",
-                   "dry_run", "id"}
+                   "dry_run", "id", "all"}
+# What selects the dead runs of a bulk DLQ request; without one of them, "all": true must say so.
+DLQ_BULK_FILTERS = ("queue", "job", "error", "dead_from", "dead_to")
 TRIGGER_FIELDS = {"payload", "slot", "propagate"}
 
 
@@ -162,7 +164,9 @@ def validate_dlq_bulk(body: object, action: str, now_ms: int) -> dict[str, Any]:
     ``{"queue", "job", "error", "dead_from", "dead_to" (ms; now when not given), "max_count",
     "max_concurrent", "rate_milli", "dry_run", "id"}``. A requeue is rate-limited by default
     (limits.dlq_requeue_rate_per_s_default) and keeps at most max_concurrent (default
-    backfill_concurrent_max) of its runs queued or running. :raises InvalidSpec:"""
+    backfill_concurrent_max) of its runs queued or running. A request with no filter takes every
+    dead run of the cluster, so it must say so (``"all": true``): an empty body, or one whose filter
+    a script left out, is refused, not a purge of every queue. :raises InvalidSpec:"""
     b = check_body(body, DLQ_BULK_FIELDS, empty_ok=True)
     out: dict[str, Any] = {}
     # A queue's or a job's name as every other request reads it (model.check_name): one that no
@@ -193,6 +197,9 @@ def validate_dlq_bulk(body: object, action: str, now_ms: int) -> dict[str, Any]:
         out["rate_milli"] = _rate_milli(b, None)
     out["dry_run"] = _flag(b, "dry_run")
     out["id"] = _id(b)
+    if not _flag(b, "all") and all(b.get(k) is None for k in DLQ_BULK_FILTERS):
+        raise InvalidSpec(f"no filter ({', '.join(DLQ_BULK_FILTERS)}): the {action} would take every dead "
+                          "run of every queue; give a filter, or \"all\": true to mean that", field="all")
     return out
 
 

@@ -19,6 +19,7 @@ import re
 from typing import Any, Callable
 
 from ..core import deadlines, errors, limits
+from ..core.backfill_model import DLQ_BULK_FILTERS
 from ..core.backfill_plan import MODES, ORDERS, OVERLAPS
 from ..core.bodies import POLICY_FIELDS
 from ..core.notify_model import CLUSTER_KINDS, JOB_KINDS, SINK_RETRY_FIELDS, SINK_TYPES
@@ -306,7 +307,12 @@ def _bodies() -> dict[str, Schema]:
             "max_count": _nullable(_int(1, limits.dlq_bulk_count_max)),
             "max_concurrent": _nullable(_int(1, limits.backfill_concurrent_max)),
             "rate_per_s": _nullable(_num(limits.backfill_rate_per_s_min, limits.backfill_rate_per_s_max)),
-            "dry_run": _BOOL, "id": _nullable(_name(limits.backfill_id_chars_max))}),
+            "dry_run": _BOOL, "id": _nullable(_name(limits.backfill_id_chars_max)),
+            "all": {"type": "boolean", "default": False,
+                    "description": "true: every dead run is meant; required when no filter is given"}},
+            description="at least one filter (queue, job, error, dead_from, dead_to), or all: true",
+            anyOf=[{"required": [f], "properties": {f: {"not": {"type": "null"}}}} for f in DLQ_BULK_FILTERS]
+            + [{"required": ["all"], "properties": {"all": {"const": True}}}]),
         "queue": _obj({"max_depth": _int(1, limits.queue_depth_max), "on_full": {"enum": ["reject", "drop_oldest"]},
                        "tenants": _nullable(tenants)}),
         "tenant": _obj({"rate_per_s": _num(limits.tenant_rate_per_s_min, limits.tenant_rate_per_s_max),
