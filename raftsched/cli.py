@@ -924,7 +924,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="the Idempotency-Key of its requests (default: a new one): to send a file again after "
                         "an unknown outcome, with the key that command printed, so that what applied is not "
                         "applied twice")
-    client("pause", "pause a job", lambda a, c: c.pause(a.name)).add_argument("name")
+    c = client("pause", "pause a job", lambda a, c: c.pause(a.name, a.note))
+    c.add_argument("name")
+    c.add_argument("--note", help="why, in your words: kept with when and by which token, shown by 'get' until "
+                                  "the resume")
     c = client("resume", "resume a job", lambda a, c: c.resume(a.name, catch_up=a.catch_up))
     c.add_argument("name")
     c.add_argument("--catch-up", action="store_true",

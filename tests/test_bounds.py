@@ -66,6 +66,7 @@ BODIES: dict[str, tuple[object, list[tuple[str, str, str]]]] = {
     "jobs_batch": ({"jobs": {"b": SPEC}}, [("jobs.b.schedule.every_s", "int", "schedule.every_s"),
                                           ("jobs.b.timeout_s", "int", "timeout_s")]),
     "trigger": ({}, [("slot", "time", "slot")]),
+    "pause": ({}, []),
     "ping": ({"status": "start"}, [("slot", "time", "slot")]),
     "explain": ({"down_from": "2030-01-01T00:00:00Z", "down_to": "2030-01-02T00:00:00Z"},
                 [("down_from", "time", "down_from"), ("down_to", "time", "down_to")]),

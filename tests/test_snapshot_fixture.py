@@ -224,9 +224,9 @@ def _sha(data: bytes) -> str:
 
 
 #: Sections of the state added after the fixture was taken, which its commands now also write: a
-#: job's health, kept on every run outcome (core/notify.py). Compared without them; everything
-#: the fixture knew must be byte for byte the same.
-NEWER_SECTIONS = ("health",)
+#: job's health, kept on every run outcome, and why a paused job is paused (core/notify.py).
+#: Compared without them; everything the fixture knew must be byte for byte the same.
+NEWER_SECTIONS = ("health", "pauses")
 
 
 def _decided_before(s: SchedulerState) -> SchedulerState:

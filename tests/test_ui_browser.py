@@ -106,6 +106,8 @@ def test_the_dashboard_in_a_browser(cluster, browser):
     wait_for(lambda: http("GET", url + "/v1/cluster", None, token)[1]["state_now_ms"] > next_ms + 1000, 10,
              "a slot falling due while paused")
     page.goto(url + "/ui/#/job/ui-tick")
+    why = page.wait_for_selector("#pause-why").inner_text()  # since when, and which token paused it
+    assert why == f"since {job['state']['pause']['since']} by token {job['state']['pause']['by']}", why
     page.once("dialog", lambda d: d.accept())
     page.click("button[data-action='resume']")
     cell = page.wait_for_selector("#timeline .cell.skipped[title*='paused']")

@@ -330,9 +330,9 @@ class AsyncClient(Transport):
         """``POST /v1/jobs/{name}/trigger``: a manual run now (or of ``slot``, deduplicated; ``propagate``: to children)."""
         return await self._send(endpoints.trigger(name, slot=slot, payload=payload, propagate=propagate))
 
-    async def pause(self, name: str) -> dict:
-        """``POST /v1/jobs/{name}/pause``: fire no more slots until resumed."""
-        return await self._send(endpoints.pause(name))
+    async def pause(self, name: str, note: str | None = None) -> dict:
+        """``POST /v1/jobs/{name}/pause``: fire no more slots until resumed (``note``: why)."""
+        return await self._send(endpoints.pause(name, note))
 
     async def resume(self, name: str, catch_up: bool = False) -> dict:
         """``POST /v1/jobs/{name}/resume``: fire again (``catch_up``: the missed slots too)."""

@@ -243,9 +243,10 @@ def trigger(name: str, *, slot: str | None = None, payload: Any = UNSET, propaga
 
 
 @endpoint
-def pause(name: str) -> Request:
-    """``POST /v1/jobs/{name}/pause``: the job fires no more slots until resumed."""
-    return Request("POST", f"/v1/jobs/{_q(name)}/pause")
+def pause(name: str, note: str | None = None) -> Request:
+    """``POST /v1/jobs/{name}/pause``: the job fires no more slots until resumed. ``note``: why,
+    in your words, kept with when and by which token (``GET /v1/jobs/{name}``'s ``state.pause``)."""
+    return Request("POST", f"/v1/jobs/{_q(name)}/pause", body=None if note is None else {"note": note})
 
 
 @endpoint

@@ -87,6 +87,19 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return d
 
 
+def validate_pause(body: object) -> str | None:
+    """``POST /v1/jobs/{name}/pause``'s optional body -> its ``note`` (None: none given): why, in
+    the operator's words, 1-``pause_note_chars_max`` characters of text with no control character.
+    :raises InvalidSpec:"""
+    note = check_body(body, {"note"}, empty_ok=True).get("note")
+    n = limits.pause_note_chars_max
+    if note is not None and (not isinstance(note, str) or not 1 <= len(note) <= n):
+        raise InvalidSpec(f"must be a string of 1-{n} characters, or null", field="note")
+    if note is not None and any(ord(c) < 32 or c == "\x7f" for c in note):
+        raise InvalidSpec("holds a control character such as NUL, CR or LF", field="note")
+    return note
+
+
 def check_body(body: object, fields: AbstractSet[str], empty_ok: bool = False) -> dict[str, Any]:
     """``body`` if it is a JSON object holding only ``fields``. With ``empty_ok``, no body at
     all (None) is an empty one. :raises InvalidSpec: naming the first unknown field."""

@@ -171,8 +171,10 @@ def delete_job(now: int, rid: str | None, *, name: str, force: bool = False) -> 
     return cmd
 
 
-def pause_job(now: int, rid: str | None, *, name: str) -> Command:
-    return make("pause_job", now, rid, name=name)
+def pause_job(now: int, rid: str | None, *, name: str, by: str | None = None, note: str | None = None) -> Command:
+    """``by``: the token id that asked; ``note``: why, in its words (core/bodies.validate_pause)."""
+    extra = {k: v for k, v in (("by", by), ("note", note)) if v is not None}
+    return make("pause_job", now, rid, name=name, **extra)
 
 
 def resume_job(now: int, rid: str | None, *, name: str, catch_up: bool, plan: Fields | None = None) -> Command:

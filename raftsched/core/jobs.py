@@ -385,6 +385,7 @@ def apply_delete_job(s: SchedulerState, cmd: Command, now: int) -> Result:
             remove_dead(s, run)
     if job["paused"]:
         s._paused_count -= 1
+        s.pauses.pop(name, None)
     s._metric_jobs.pop(name, None)
     s._placed_jobs.pop(name, None)
     s._names.discard(name)
@@ -406,15 +407,24 @@ def apply_delete_job(s: SchedulerState, cmd: Command, now: int) -> Result:
 
 
 def apply_pause_job(s: SchedulerState, cmd: Command, now: int) -> Result:
-    """``pause_job {name}``: no slot fires until resume. Runs fired ahead for slots after now
+    """``pause_job {name, by?, note?}``: no slot fires until resume; ``by`` (the token id that
+    asked) and ``note`` are kept as why (notify.PAUSE_FIELDS) by the pause that pauses it. Runs fired ahead for slots after now
     (still queued, not yet startable) are held: no worker takes them until the resume decides
     them (notify.pause); ``held`` counts them.
 
     :raises NotFound: no such job."""
     job = _job(s, cmd)
+    by, note = cmd.get("by"), cmd.get("note")
+    if by is not None and not (isinstance(by, str) and len(by) <= limits.pause_by_chars_max):
+        raise InvalidCommand("pause_job.by must be a token id or nil")
+    if note is not None and not (isinstance(note, str) and 1 <= len(note) <= limits.pause_note_chars_max):
+        raise InvalidCommand(f"pause_job.note must be a string of 1-{limits.pause_note_chars_max} characters or nil")
     if not job["paused"] and s.sinks:
-        emit(s, "job.paused", now, job=job["name"], reason="manual")
-    held = pause(s, job, now)
+        if note is None:
+            emit(s, "job.paused", now, job=job["name"], reason="manual")
+        else:  # (the operator's words reach whoever is told: "paused for the migration")
+            emit(s, "job.paused", now, job=job["name"], reason="manual", note=note)
+    held = pause(s, job, now, ("manual", by, note))
     if held:
         return ok(job=job["name"], paused=True, held=held)
     return ok(job=job["name"], paused=True)
@@ -464,6 +474,7 @@ def apply_resume_job(s: SchedulerState, cmd: Command, now: int) -> Result:
         job["next"] = nxt
     job["paused"] = False
     s._paused_count -= 1  # it was paused (checked above)
+    s.pauses.pop(job["name"], None)
     job["updated"] = now
     released, skipped = resume_held(s, job, now, catch_up)
     push_due(s, job)

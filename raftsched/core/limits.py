@@ -186,6 +186,10 @@ lease_losses_max = 5
 lock_name_chars_max = 128
 #: Longest name a lock holder gives itself (``owner``).
 lock_owner_chars_max = 256
+#: A pause's note (POST /v1/jobs/{name}/pause {"note"}): why, in the operator's words.
+pause_note_chars_max = 256
+#: Who paused it: a token's id (16 hex digits, or ``bootstrap``).
+pause_by_chars_max = 64
 #: The rates a tenant may be given, in runs per second. A rate is stored in tokens per 1000 s
 #: (core/tenants.py), so the smallest is one token; the largest is far above what a cluster starts.
 tenant_rate_per_s_min = 0.001

@@ -135,7 +135,8 @@ def on_dead(s: SchedulerState, run: Record, now: int, error: str | None) -> None
         p = job["spec"].get("pause_on_failure")
         if p is not None and h[CONSECUTIVE] >= p["after_consecutive"]:
             emit(s, "job.paused", now, job=name, reason="pause_on_failure", consecutive_failures=h[CONSECUTIVE])
-            pause(s, job, now)
+            cause = f"{h[CONSECUTIVE]} consecutive failures; the last, run {run['id']}: {error}"
+            pause(s, job, now, ("pause_on_failure", None, cause[:limits.pause_note_chars_max]))
 
 
 def on_slot_recorded(s: SchedulerState, entry: Record, now: int, health: bool = True) -> None:
@@ -160,8 +161,18 @@ def on_slot_recorded(s: SchedulerState, entry: Record, now: int, health: bool = 
                  run_id=entry["id"], reason=entry["reason"], state=entry["state"], **extra)
 
 
-def pause(s: SchedulerState, job: Record, now: int) -> int:
-    """Pause a job (pause_job, and pause_on_failure). Runs fired ahead for slots after ``now``
+#: Why a paused job is paused: ``s.pauses[name] = [since, reason, by, note]``, made by the pause
+#: that paused it (a pause of a paused job changes nothing), dropped by its resume or delete.
+#: ``reason`` is ``manual`` (pause_job: ``by`` the token id that asked, ``note`` its words) or
+#: ``pause_on_failure`` (``note`` says which run ended the streak). A job paused by code before
+#: this section has none (GET shows ``pause: null``).
+PAUSE_FIELDS = ("since", "reason", "by", "note")
+
+
+def pause(s: SchedulerState, job: Record, now: int, why: tuple[str, str | None, str | None] = ("manual", None, None)
+          ) -> int:
+    """Pause a job (pause_job, and pause_on_failure), ``why`` its (reason, by, note) for
+    :data:`PAUSE_FIELDS`. Runs fired ahead for slots after ``now``
     (queued; a heartbeat job's waiting for their ping) are held: they stay queued (or waiting),
     but no worker is handed one and no ping starts one (``due`` None: out of the acquire index)
     until the resume decides them (:func:`resume_held`); so is the run of a gated job's own slot
@@ -171,6 +182,7 @@ def pause(s: SchedulerState, job: Record, now: int) -> int:
         s._paused_count += 1  # the metrics' count of paused jobs (queues.reset_indexes)
         job["paused"] = True
         job["updated"] = now  # (pausing a paused job changes nothing: docs/api.md)
+        s.pauses[job["name"]] = [now, *why]
     held = 0
     runs = s.runs
     for slot, j in s.pipes.joins.get(job["name"], {}).items():
@@ -461,6 +473,7 @@ def _dec_sinks(data: list[Any]) -> dict[str, Any]:
 snapshot.register(snapshot.Extension(name="sinks", new=dict, encode=_enc_sorted, decode=_dec_sinks))
 snapshot.register(snapshot.Extension(name="health", new=dict, encode=_enc_sorted, decode=_dec_pairs))
 snapshot.register(snapshot.Extension(name="tenant_notify", new=dict, encode=_enc_sorted, decode=_dec_pairs))
+snapshot.register(snapshot.Extension(name="pauses", new=dict, encode=_enc_sorted, decode=_dec_pairs))
 
 
 # ------------------------------------------------------------------ reads (node/notify.py)

@@ -21,7 +21,7 @@ from .errors import BadRequest, NotFound
 from . import records
 from .model import slot_id
 from .records import STATS_FIELDS, Record, Result, attempts_of, is_int
-from .notify import view_health
+from .notify import PAUSE_FIELDS, view_health
 from .ready import Buckets, entries_of
 from .tenants import DEFAULT_POLICY, refusal as policy_refusal
 
@@ -180,6 +180,8 @@ def job(s: SchedulerState, name: str) -> dict[str, Any] | None:
     out = dict(j)
     out["stats"] = dict(zip(STATS_FIELDS, j["stats"]))
     out["health"] = view_health(s.health.get(name))  # core/notify.py
+    why = s.pauses.get(name) if j["paused"] else None
+    out["pause"] = None if why is None else dict(zip(PAUSE_FIELDS, why))
     hist = s.history.get(name)
     last = s.runs.get(hist[-1]) if hist else None
     # The newest run or recorded slot, for a list's "last outcome" (one lookup, no scan).

@@ -173,6 +173,7 @@ class SchedulerState:
     sinks: dict[str, Record]
     health: dict[str, list[Any]]
     tenant_notify: dict[str, list[Any]]
+    pauses: dict[str, list[Any]]  # why each paused job is (notify.PAUSE_FIELDS)
     #: Raft address -> API URL, as the members announce them (members.py)
     member_urls: dict[str, str]
     #: the pipelines' joins and their derived parent -> children index (pipelines.py)

@@ -17,6 +17,7 @@ import os
 from aiohttp import web
 
 from ..core import deadlines, limits, members, model, queries
+from ..core.bodies import validate_pause
 from ..core.errors import (BadRequest, Conflict, InvalidSpec, NotFound, RaftschedError, RequestTimeout, TooManyRequests,
                            Unauthorized, Unavailable)
 from ..core.model import RUN_STATES
@@ -491,7 +492,10 @@ async def job_graph(request: web.Request) -> web.Response:
 
 async def pause_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return json_response(await svc.pause_job(request.match_info["name"], rid(request)))
+    note = validate_pause(await optional_json_body(request))
+    p = request.get(PRINCIPAL)
+    return json_response(await svc.pause_job(request.match_info["name"], rid(request),
+                                             by=None if p is None else p.id, note=note))
 
 
 async def resume_job(request: web.Request) -> web.Response:
@@ -807,7 +811,8 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/jobs/{name}/graph", job_graph, _R, T.JOB,
           "the jobs it runs after and that run after it, transitively, with each edge's condition",
           params=(STALE, CONSISTENT), errors=(404,), response="job_graph"),
-    Route("POST", "/v1/jobs/{name}/pause", pause_job, _W, T.JOB, "pause a job", errors=(404,), response="job_paused"),
+    Route("POST", "/v1/jobs/{name}/pause", pause_job, _W, T.JOB, "pause a job (with a note: why)",
+          body="pause", body_optional=True, errors=(404, 422), response="job_paused"),
     Route("POST", "/v1/jobs/{name}/resume", resume_job, _W, T.JOB, "resume a job",
           params=(Param("catch_up", "boolean", "fire the slots missed while paused, by policy", default=False),),
           errors=(404,), response="job_paused"),

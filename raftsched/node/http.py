@@ -152,9 +152,10 @@ def _lone_surrogate(v: Any, path: str) -> str | None:
 
 
 async def optional_json_body(request: web.Request, default=None):
-    """The JSON body, or ``default`` when the request has none. A body of JSON ``null`` is not
-    "none": it is refused (422) like any other body that is not an object."""
-    if not await read_body(request):
+    """The JSON body, or ``default`` when the request has none (or only white space, as a route
+    that takes no body reads it). A body of JSON ``null`` is not "none": it is refused (422) like
+    any other body that is not an object."""
+    if not (await read_body(request)).strip():
         return default
     body = await json_body(request)
     if body is None:

@@ -280,6 +280,8 @@ def _bodies() -> dict[str, Schema]:
                                      "propertyNames": _name(limits.job_name_chars_max),
                                      "additionalProperties": spec},
                             "create_only": _BOOL}, ("jobs",)),
+        "pause": _obj({"note": _nullable(_str(1, limits.pause_note_chars_max))},
+                      description="note: why, in your words; GET /v1/jobs/{name} shows it with since and by"),
         "trigger": _obj({"payload": _JSON, "slot": _nullable(TIME),
                          "propagate": {"type": "boolean", "description": "its outcome reaches the job's children "
                                        "(pipelines)"}}),

@@ -499,9 +499,11 @@ class Service:
                                                      force=force))
         return self._out(res, {"job": name, "deleted": True})
 
-    async def pause_job(self, name: str, rid: str | None) -> dict:
+    async def pause_job(self, name: str, rid: str | None, by: str | None = None, note: str | None = None) -> dict:
+        """Pause a job; ``by`` (the token id) and ``note`` are kept as why, shown by GET."""
         check_name(name)
-        res = await self.propose(commands.pause_job(self.clock.now_ms(), rid or new_request_id(), name=name))
+        res = await self.propose(commands.pause_job(self.clock.now_ms(), rid or new_request_id(), name=name,
+                                                    by=by, note=note))
         return self._out(res, {"job": name, "paused": True, "held": res.get("held", 0)})
 
     async def resume_job(self, name: str, rid: str | None, catch_up: bool = False) -> dict:

@@ -16,6 +16,9 @@ def job_view(job: dict, fp: Fingerprint = PROCESS_DEFAULT) -> dict:
         "spec": spec_view(job["spec"], fp),
         "state": {
             "paused": job["paused"],
+            # Why it is paused: since when, manual or pause_on_failure, by which token, a note
+            # (null when not paused, or paused by a version that kept none).
+            "pause": _pause_view(job.get("pause")),
             "next_slot": schedule.iso(job["next"]),
             "cursor": schedule.iso(job["cursor"]),
             "generation": job["gen"],
@@ -38,6 +41,11 @@ def job_view(job: dict, fp: Fingerprint = PROCESS_DEFAULT) -> dict:
     if "health" in job:  # docs/notifications.md, "Health"
         out["health"] = health_view(job["health"])
     return out
+
+
+def _pause_view(p: dict | None) -> dict | None:
+    """Why a job is paused (core/notify.py PAUSE_FIELDS), its time as ISO text."""
+    return None if p is None else dict(p, since=schedule.iso(p["since"]))
 
 
 def health_view(h: dict) -> dict:

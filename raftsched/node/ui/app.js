@@ -276,6 +276,13 @@ function schedText(spec) {
   return JSON.stringify(s);
 }
 
+// Why a paused job is paused: since when, by what (a token, or its pause_on_failure), the note.
+function pauseWhy(p) {
+  if (!p) return [];
+  const who = p.reason === "pause_on_failure" ? " by pause_on_failure" : p.by ? ` by token ${p.by}` : "";
+  return [h("span", { class: "pause-why", id: "pause-why" }, `since ${p.since}${who}${p.note ? ": " + p.note : ""}`), " "];
+}
+
 function jobActions(j) {
   const n = encodeURIComponent(j.name);
   return [
@@ -320,7 +327,7 @@ pages.job = {
         + (late(r) ? ` — deadline ${r.deadline.state}: ${r.deadline.why}` : "") }));
     area.replaceChildren(
       h("div", { class: "row" }, job.state.paused ? pill("paused") : h("span", {}, "active"),
-        " ", ...jobActions(job)),
+        " ", ...pauseWhy(job.state.pause), ...jobActions(job)),
       h("h2", {}, `Recent slots (${runs.runs.length}, oldest left; hover for the reason)`),
       h("div", { class: "timeline", id: "timeline" }, cells),
       h("div", { class: "legend" }, [...STATES, "deadline_missed"].map((s) => h("span", {}, h("i", { class: "cell " + s }),
