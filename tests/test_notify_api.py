@@ -795,6 +795,24 @@ def test_a_job_routed_to_a_sink_that_does_not_exist_is_accepted_with_a_warning()
     run(t)
 
 
+def test_a_batch_warns_of_a_route_to_a_sink_that_does_not_exist_on_that_jobs_result():
+    """POST /v1/jobs:batch (a crontab import, a sync) said nothing where a PUT of the same job
+    warned: a typo in a sink's name turned alerting off for every job of the import. Each job's
+    result carries the warnings its PUT would have."""
+    async def t(env, c):
+        assert (await call(c, "PUT", "/v1/sinks/ops", BOOT, HOOK))[0] == 201
+        jobs = {"a": dict(SPEC, notify=[{"sink": "ops"}, {"sink": "opz"}]), "b": dict(SPEC, notify=[{"sink": "ops"}]),
+                "c": SPEC}
+        s, b = await call(c, "POST", "/v1/jobs:batch", BOOT, {"jobs": jobs})
+        assert s == 200 and b["created"] == 3, b
+        assert b["jobs"]["a"]["warnings"] == [
+            "notify: no sink named 'opz' (yet): nothing is told through it until one is put (PUT /v1/sinks/opz)"], b
+        assert "warnings" not in b["jobs"]["b"] and "warnings" not in b["jobs"]["c"], b
+        s, b = await call(c, "POST", "/v1/jobs:batch", BOOT, {"jobs": {"a": jobs["a"]}, "create_only": True})
+        assert s == 200 and "warnings" not in b["jobs"]["a"] and b["jobs"]["a"]["error"]["code"] == "conflict", b
+    run(t)
+
+
 def test_a_dead_requeue_names_an_unknown_field_and_refuses_ids_not_dead_in_the_sink():
     """``{"evnts": []}`` is refused naming ``evnts`` (as every body names an unknown field); an id
     that is not one of the sink's dead events is a 404 naming it, whether it was never an event

@@ -75,6 +75,12 @@ def test_a_limited_tokens_warning_is_the_same_for_a_sink_it_cannot_see_as_for_no
         assert lines["acme-hook"] == []
         assert lines["bil-mail"] == lines["adm-mail"] == lines["nosuch-sink"] == [
             "notify: no sink named 'X' (yet): nothing is told through it until one is put (PUT /v1/sinks/X)"], lines
+        # The same through a batch: each job's result says what its PUT said.
+        s, b = await call(c, "POST", "/v1/jobs:batch", acm,
+                          {"jobs": {f"b-{sink}": job(notify=[{"sink": sink}]) for sink in lines}})
+        assert s == 200, b
+        assert {sink: [w.replace(sink, "X") for w in b["jobs"][f"b-{sink}"].get("warnings", [])]
+                for sink in lines} == lines, b
         # An admin is told the sink is another tenant's (its events never reach it); not the cluster's.
         s, b = await call(c, "PUT", "/v1/jobs/adm-j", BOOT,
                           job(notify=[{"sink": "bil-mail"}, {"sink": "adm-mail"}]))

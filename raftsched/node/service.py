@@ -407,7 +407,15 @@ class Service:
                                           piped)
             last = (more, await asyncio.gather(*(one(d) for d in datas), return_exceptions=True))
             chunks, results = chunks + more, results + last[1]
-        return batch.merge(jobs_raw, chunks, results, key)
+        out = batch.merge(jobs_raw, chunks, results, key)
+        for name, res in out["jobs"].items():
+            # As a PUT says it: a route to a sink its events will not reach is accepted (a sink
+            # may be put after its jobs), with a warning on that job's result.
+            if "error" not in res and name in specs and specs[name].get("notify"):
+                warnings = self._route_warnings(specs[name], tenants)
+                if warnings:
+                    res["warnings"] = warnings
+        return out
 
     def check_edges(self, name: str, spec: dict, tenants: frozenset | None,
                     pending: dict | None = None) -> None:
