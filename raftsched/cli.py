@@ -19,7 +19,7 @@ import time
 import uuid
 from typing import Callable
 
-from . import backfill_cli, cli_cluster
+from . import backfill_cli, cli_cluster, lock_cli
 from .backfill_cli import UsageError, json_arg, read_text
 from .cli_output import FORMATS, Progress, output_format, print_error, set_format, show
 from .cli_target import Target, resolve
@@ -962,6 +962,7 @@ def main(argv: list[str] | None = None) -> int:
     client("dlq", "list dead runs (optionally of one queue)", lambda a, c: c.dlq(a.queue), read=True).add_argument("--queue")
     # requeue and purge (one run, or --all-matching), backfill, backfills, backfill-cancel ...
     backfill_cli.add_commands(client)
+    lock_cli.add_commands(client)
     client("queues", "queues: depth, running, oldest waiting, dead", lambda a, c: c.queues(), read=True)
     client("workers", "the worker fleet: every worker, or one with the runs it holds (--id)",
            lambda a, c: c.worker(a.id) if a.id else c.workers(), read=True).add_argument("--id")
@@ -1075,7 +1076,10 @@ def main(argv: list[str] | None = None) -> int:
     comp.add_argument("shell", choices=("bash", "zsh"))
     comp.set_defaults(func=lambda a: _completion(p, a.shell))
 
+    argv, command = lock_cli.split_command(sys.argv[1:] if argv is None else list(argv))
     args = p.parse_args(argv)
+    if args.cmd == "lock":
+        args.command = command
     try:
         rc = args.func(args)
         sys.stdout.flush()  # inside the try: a closed pipe is found here for a short answer

@@ -1,0 +1,145 @@
+"""The CLI's lock subcommands (docs/api.md, "Locks"):
+
+- ``raftsched lock NAME [--wait] -- COMMAND ...`` runs a command of the host while it holds one
+  of the cluster's locks, as ``flock(1)`` does on one host: the cron line on every host of a
+  fleet, of which one runs. The lease is renewed in the background; the command finds its
+  fencing token in ``RAFTSCHED_LOCK_TOKEN``. When the lease is lost (a renew refused, or none
+  answered for a whole TTL) the command is sent SIGTERM, and SIGKILL ``--kill-after`` seconds
+  later. The lock is released when the command ends.
+- ``raftsched lock-show NAME``: who holds it, its token, since when, until when.
+- ``raftsched lock-release NAME --fencing-token N``: release it with its token (the holder's, as
+  ``lock-show`` says it: to free a lock whose holder is gone before its TTL ends).
+
+Exit status of ``lock``: the command's (128 + N when a signal N ended it), or
+:data:`EXIT_HELD` when the lock was held by another (and ``--wait`` was not given, or its
+``--timeout`` ran out), or :data:`EXIT_LOST` when the lease was lost while the command ran (it
+was stopped), or 127 (126) when the command could not be found (run)."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from typing import Any
+
+from .client import Client
+from .client.core import LockHeld
+from .client.policy import LOCK_TTL_S_DEFAULT
+
+#: ``raftsched lock``'s status when the command did not run: the lock is another's (EX_TEMPFAIL).
+EXIT_HELD = 75
+#: ``raftsched lock``'s status when the lease was lost while the command ran and it was stopped.
+EXIT_LOST = 74
+#: How long a command told to stop (the lease lost) has before SIGKILL, unless ``--kill-after``.
+KILL_AFTER_S_DEFAULT = 10.0
+#: The signals ``raftsched lock`` passes on to its command (then waits for it, and releases).
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def _say(msg: str) -> None:
+    print(f"raftsched lock: {msg}", file=sys.stderr, flush=True)
+
+
+def _stop_when_lost(lease: Any, child: subprocess.Popen, done: threading.Event, kill_after_s: float,
+                    lost: threading.Event) -> None:
+    """In a thread: once the lease is lost while the command runs, SIGTERM it, then SIGKILL."""
+    lease.lost.wait()
+    if done.is_set():
+        return  # (the command ended first: the release marks the lease lost)
+    lost.set()
+    _say(f"the lease of lock {lease.name!r} (token {lease.token}) is lost: stopping the command "
+         f"(SIGTERM, SIGKILL after {kill_after_s:g} s); its token may be another holder's from now")
+    try:
+        child.terminate()
+        if not done.wait(kill_after_s):
+            child.kill()
+    except ProcessLookupError:
+        pass
+
+
+def split_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """``raftsched lock NAME [flags] -- COMMAND ...``: the arguments before ``--`` (for the
+    parser: a flag of raftsched's may come anywhere before it) and the command after it, which
+    may look like flags (``-- sh -c ...``); None when the subcommand is not ``lock`` or has no
+    ``--``. (The top level takes no flag with a value: its first word that is not a flag is the
+    subcommand.)"""
+    sub = next((t for t in argv if not t.startswith("-")), None)
+    if sub != "lock" or "--" not in argv:
+        return argv, None
+    i = argv.index("--")
+    return argv[:i], argv[i + 1:]
+
+
+def run_locked(a, c: Client) -> int:
+    argv = list(a.command or ())
+    if not argv:
+        _say("give the command to run after --: raftsched lock NAME -- COMMAND [ARG...]")
+        return 2
+    if a.ttl is not None and not 1 <= a.ttl <= 600:
+        _say("--ttl must be 1-600 seconds")
+        return 2
+    if a.timeout is not None and not a.wait:
+        _say("--timeout is how long --wait waits: give --wait too")
+        return 2
+    owner = a.owner or f"{socket.gethostname()}:{os.getpid()}"
+    lock = c.lock(a.name, owner, a.ttl or LOCK_TTL_S_DEFAULT, blocking=a.wait, timeout_s=a.timeout)
+    try:
+        lease = lock.acquire()
+    except LockHeld as e:
+        until = f" (its lease ends at {e.expires_at_ms} ms unless renewed)" if e.expires_at_ms else ""
+        waited = f" after waiting {a.timeout:g} s" if a.wait else ""
+        _say(f"lock {a.name!r} is held by {e.holder!r}{until}{waited}: the command did not run")
+        return EXIT_HELD
+    env = dict(os.environ, RAFTSCHED_LOCK_NAME=a.name, RAFTSCHED_LOCK_OWNER=owner,
+               RAFTSCHED_LOCK_TOKEN=str(lease.token))
+    try:
+        child = subprocess.Popen(argv, env=env)
+    except OSError as e:
+        lock.release()
+        _say(f"cannot run {argv[0]!r}: {e.strerror or e}")
+        return 127 if isinstance(e, FileNotFoundError) else 126
+    done, lost = threading.Event(), threading.Event()
+    old = {}
+    for sig in FORWARDED:  # (a supervisor's SIGTERM reaches the command, and the lock is released after it)
+        old[sig] = signal.signal(sig, lambda n, _f: child.send_signal(n))
+    threading.Thread(target=_stop_when_lost, args=(lease, child, done, a.kill_after, lost),
+                     name="raftsched-lock-watch", daemon=True).start()
+    try:
+        rc = child.wait()
+    finally:
+        done.set()
+        for sig, h in old.items():
+            signal.signal(sig, h)
+        lock.release()
+    if lost.is_set():
+        return EXIT_LOST
+    return rc if rc >= 0 else 128 - rc
+
+
+def add_commands(client) -> None:
+    """Add the subcommands through cli.main's ``client(name, help, call, run=)``."""
+    r = client("lock", "run a command while holding one of the cluster's locks (as flock does on one host)",
+               run=run_locked)
+    r.add_argument("name")
+    r.usage = "raftsched lock NAME [flags] -- COMMAND [ARG...]"
+    r.epilog = ("The command, after --, finds its fencing token in RAFTSCHED_LOCK_TOKEN (and RAFTSCHED_LOCK_NAME, "
+                f"RAFTSCHED_LOCK_OWNER). Exit status: the command's; {EXIT_HELD} when another holds the lock; "
+                f"{EXIT_LOST} when the lease was lost and the command stopped.")
+    r.add_argument("--owner", help="the holder's name the lock shows (default: HOST:PID)")
+    r.add_argument("--ttl", type=float, help=f"the lease's TTL, 1-600 s, renewed every third of it "
+                                             f"(default {LOCK_TTL_S_DEFAULT:g})")
+    r.add_argument("--wait", action="store_true", help="wait while another holds it (default: exit "
+                                                       f"{EXIT_HELD} at once without running the command)")
+    r.add_argument("--timeout", type=float, help="with --wait: give up after this many seconds (exit "
+                                                 f"{EXIT_HELD})")
+    r.add_argument("--kill-after", type=float, default=KILL_AFTER_S_DEFAULT,
+                   help="once the lease is lost, SIGTERM the command, and SIGKILL it this many seconds "
+                        f"later (default {KILL_AFTER_S_DEFAULT:g}; the status is then {EXIT_LOST})")
+    client("lock-show", "who holds a lock, its fencing token, since and until when",
+           lambda a, c: c.lock_info(a.name) or {"lock": a.name, "held": False}, read=True).add_argument("name")
+    r = client("lock-release", "release a lock with its token (lock-show says it): free a lock whose holder is gone",
+               lambda a, c: c.lock_release(a.name, a.fencing_token))
+    r.add_argument("name")
+    r.add_argument("--fencing-token", type=int, required=True, help="the fencing token that holds it")

@@ -1,0 +1,110 @@
+"""``raftsched lock NAME -- COMMAND``: a command of the host run while it holds one of the
+cluster's locks, as flock(1) on one host (raftsched/lock_cli.py); ``lock-show`` and
+``lock-release``. Against one real node (a module's cluster), each process stopped by PID."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from procs import Cluster, REPO, wait_for
+from raftsched.client import Client
+from raftsched.lock_cli import EXIT_HELD, EXIT_LOST
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    c = Cluster(tmp_path_factory.mktemp("cli-lock"), n=1)
+    c.start()
+    try:
+        c.wait_leader(30)
+        yield c
+    finally:
+        c.stop()
+
+
+def argv(c, *args):
+    return [sys.executable, "-m", "raftsched.cli", *args[:2], "--url", c.url(0), "--token", c.token, *args[2:]]
+
+
+def cli(c, *args, timeout_s=60):
+    return subprocess.run(argv(c, *args), capture_output=True, text=True, timeout=timeout_s, cwd=REPO)
+
+
+def client(c) -> Client:
+    return Client(c.url(0), token=c.token)
+
+
+def held_by(cl: Client, name: str, owner: str):
+    info = cl.lock_info(name)
+    return info if info is not None and info["owner"] == owner else None
+
+
+def test_the_command_runs_with_its_token_its_status_is_kept_and_the_lock_is_released(node, tmp_path):
+    out = tmp_path / "token"
+    p = cli(node, "lock", "nightly", "--owner", "host-a", "--",
+            "sh", "-c", f'echo "$RAFTSCHED_LOCK_NAME $RAFTSCHED_LOCK_OWNER $RAFTSCHED_LOCK_TOKEN" > {out}; exit 3')
+    assert p.returncode == 3, p.stderr
+    name, owner, token = out.read_text().split()
+    assert (name, owner) == ("nightly", "host-a") and int(token) > 0
+    assert client(node).lock_info("nightly") is None, "released when the command ended"
+    p = cli(node, "lock", "nightly")
+    assert p.returncode == 2 and "give the command to run after --" in p.stderr
+    p = cli(node, "lock", "nightly", "--", "/nonexistent/cmd")
+    assert p.returncode == 127 and "cannot run '/nonexistent/cmd'" in p.stderr, p.stderr
+    assert client(node).lock_info("nightly") is None, "released when the command could not start"
+
+
+def test_a_lock_another_holds_runs_nothing_and_says_who_then_lock_release_frees_it(node, tmp_path):
+    cl = client(node)
+    token = cl.lock_acquire("report", "host-b", 60)["token"]
+    marker = tmp_path / "ran"
+    for extra in ((), ("--wait", "--timeout", "1")):
+        p = cli(node, "lock", "report", *extra, "--", "touch", str(marker))
+        assert p.returncode == EXIT_HELD and "held by 'host-b'" in p.stderr, (extra, p.stderr)
+        assert not marker.exists(), "the command did not run"
+    p = cli(node, "lock-show", "report", "-o", "json")
+    assert p.returncode == 0 and f'"token": {token}' in p.stdout and "host-b" in p.stdout, p.stdout
+    p = cli(node, "lock-release", "report", "--fencing-token", str(token + 1000))
+    assert p.returncode == 1 and "does not hold" in p.stdout + p.stderr, p.stdout + p.stderr
+    assert cli(node, "lock-release", "report", "--fencing-token", str(token)).returncode == 0
+    p = cli(node, "lock-show", "report", "-o", "json")
+    assert p.returncode == 0 and '"held": false' in p.stdout, p.stdout
+    assert cli(node, "lock", "report", "--", "touch", str(marker)).returncode == 0 and marker.exists()
+
+
+def test_a_lost_lease_stops_the_command_and_says_so(node):
+    cl = client(node)
+    proc = subprocess.Popen(argv(node, "lock", "lost", "--owner", "host-c", "--ttl", "2", "--kill-after", "2",
+                                 "--", "sleep", "120"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=REPO)
+    try:
+        info = wait_for(lambda: held_by(cl, "lost", "host-c"), 30, "the lock held by the command's raftsched lock")
+        cl.lock_release("lost", info["token"])  # as an operator breaking it: the next renew is refused
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == EXIT_LOST, err
+        assert "is lost: stopping the command" in err, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_signal_to_raftsched_lock_reaches_the_command_and_the_lock_is_released_after_it(node):
+    cl = client(node)
+    proc = subprocess.Popen(argv(node, "lock", "sig", "--owner", "host-d", "--",
+                                 "sh", "-c", "trap 'exit 7' TERM; while :; do sleep 0.05; done"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        wait_for(lambda: held_by(cl, "sig", "host-d"), 30, "the lock held")
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 7, err
+        assert cl.lock_info("sig") is None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
