@@ -645,6 +645,19 @@ def test_members_are_added_and_removed_by_raft_address_and_bad_requests_say_whic
             await err(await c.post("/v1/cluster/members", data=json.dumps(body)), 422, "invalid", field)
         await err(await c.post("/v1/cluster/members", data=b"{"), 400, "bad_request")
         await err(await c.delete("/v1/cluster/members/no-port"), 422, "invalid", "addr")
+        body = await err(await c.post("/v1/cluster/members", data=json.dumps({"addr": ["127.0.0.1:9"]})),
+                         422, "invalid", "addr")
+        assert "must be a string" in body["error"]["message"], body
+        # Another name of a member, or a name that resolves to nothing, was a learner nobody
+        # answered for, a member slot taken until removed: refused, and nothing changes.
+        voters = list(env.raft.voters)  # the fake's leader is 127.0.0.1:1
+        body = await err(await c.post("/v1/cluster/members", data=json.dumps({"addr": "localhost:1"})),
+                         409, "conflict", "addr")
+        assert "is member 127.0.0.1:1 under another name" in body["error"]["message"], body
+        body = await err(await c.post("/v1/cluster/members", data=json.dumps({"addr": "no-such-host.invalid:9799"})),
+                         422, "invalid", "addr")
+        assert "resolve" in body["error"]["message"], body
+        assert env.raft.voters == voters
         env.raft.refuse = "a membership change is in progress"
         body = await err(await c.post("/v1/cluster/members", data=json.dumps({"addr": "127.0.0.1:9705"})),
                          409, "conflict", "addr")

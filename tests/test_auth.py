@@ -294,6 +294,13 @@ def test_a_retried_create_cannot_show_the_secret_again():
         assert s1 == 201 and b1["token"]
         assert s2 == 200 and b2["token"] is None and b2["duplicate"] and b2["id"] == b1["id"]
         assert len(env.state.tokens) == 1
+        # The same key with another body answers the token that key made, as it is: a reader
+        # without tenants, not the operator of tenant x the second body asked for.
+        s3, b3 = await call(c, "POST", "/v1/tokens", body={"role": "operator", "tenants": ["x"], "note": "other"},
+                            headers=h)
+        assert s3 == 200 and b3["duplicate"] and b3["id"] == b1["id"], b3
+        assert (b3["role"], b3["tenants"], b3["note"], b3["state"]) == ("reader", None, None, "active"), b3
+        assert len(env.state.tokens) == 1
     run(t)
 
 

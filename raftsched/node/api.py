@@ -9,10 +9,12 @@ The handlers, then ``ROUTES``: the route table (node/routes.py), one row a route
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
 import os
+import socket
 
 from aiohttp import web
 
@@ -21,6 +23,7 @@ from ..core.bodies import validate_pause
 from ..core.errors import (BadRequest, Conflict, InvalidSpec, NotFound, RaftschedError, RequestTimeout, TooManyRequests,
                            Unauthorized, Unavailable)
 from ..core.model import RUN_STATES
+from ..replication import check_member_addr
 from . import auth as auth_module
 from . import limits as node_limits
 from . import dashboard, notify, openapi, reads, rotation, routes, tenancy
@@ -418,11 +421,54 @@ async def add_member(request: web.Request) -> web.Response:
     unknown = sorted(set(body) - {"addr"})
     if unknown:
         raise InvalidSpec(f"unknown field {unknown[0]!r}; the body is {{\"addr\": \"HOST:PORT\"}}", unknown[0])
-    if not isinstance(body.get("addr"), str):
+    if "addr" not in body:
         raise InvalidSpec("addr is required: the new node's Raft address, HOST:PORT", "addr")
-    res = await request.app[SERVICE].raft.change_members("add", body["addr"],
-                                                         timeout_s=node_limits.membership_change_timeout_s)
+    if not isinstance(body["addr"], str):
+        raise InvalidSpec(f"must be a string, the new node's Raft address HOST:PORT; got {type(body['addr']).__name__}",
+                          "addr")
+    raft = request.app[SERVICE].raft
+    await _check_new_member(raft, body["addr"])
+    res = await raft.change_members("add", body["addr"], timeout_s=node_limits.membership_change_timeout_s)
     return json_response(res, status=202 if res.get("state") == "learner" else 200)
+
+
+async def _resolved(addr: str) -> set[tuple[str, int]]:
+    """The (IP, port) pairs a member's ``HOST:PORT`` names. :raises InvalidSpec: it names none."""
+    host, _, port = addr.rpartition(":")
+    try:
+        infos = await asyncio.wait_for(asyncio.get_running_loop().getaddrinfo(
+            host.strip("[]"), int(port), type=socket.SOCK_STREAM), node_limits.member_resolve_s)
+    except (OSError, UnicodeError) as e:
+        raise InvalidSpec(f"{host!r} does not resolve ({e.strerror or e}): a member's address must be one the "
+                          f"other members can reach", "addr") from None
+    except TimeoutError:
+        raise InvalidSpec(f"{host!r} did not resolve within {node_limits.member_resolve_s:g} s: a member's "
+                          f"address must be one the other members can reach", "addr") from None
+    return {(i[4][0], i[4][1]) for i in infos}
+
+
+async def _check_new_member(raft, addr: str) -> None:
+    """Before an add: a name that resolves to nothing, or to a member's address under another
+    name (``localhost:9702`` for ``127.0.0.1:9702``), would be a learner nobody answers for, a
+    member slot taken for good until removed; refused (422, 409). A member asked again under
+    its own name is change_members' to answer (``changed`` false), as is an address of another
+    form (its error)."""
+    try:
+        check_member_addr(addr)
+    except ValueError:
+        return
+    st = raft.status()
+    members = sorted(set(st.get("members") or ()) | set(st.get("learners") or ()))
+    if addr in members:
+        return
+    mine = await _resolved(addr)
+    for m in members:
+        try:
+            theirs = await _resolved(m)
+        except InvalidSpec:
+            continue
+        if mine & theirs:
+            raise Conflict(f"{addr} is member {m} under another name: name it as the cluster does", "addr")
 
 
 async def remove_member(request: web.Request) -> web.Response:

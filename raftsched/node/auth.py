@@ -369,6 +369,11 @@ async def create_token(request: web.Request) -> web.Response:
             "workers": f.get("workers"), "jobs": f.get("jobs"), "expires_at": schedule.iso(f["expires"]), "note": f["note"]}
     if res.get("duplicate"):
         # The first answer showed the secret; it was never stored, so it cannot be shown again.
+        # What the answer describes is the token that request made, as stored (a retry whose
+        # body differs, another role say, must not read as a token of that role).
+        made = next((t for t in svc.read(queries.token_list) if t["id"] == res["id"]), None)
+        if made is not None:
+            body.update({k: v for k, v in token_view(made, now).items() if k not in ("id", "created_at")})
         body.update(token=None, duplicate=True,
                     warning="this request id created the token already; its secret was shown once, by "
                             "that answer. If it was lost, revoke the token and create another.")

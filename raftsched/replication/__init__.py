@@ -71,12 +71,13 @@ from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
 from ._consumer import BARRIER_NOOP
 from ._identity import refusal as data_dir_refusal
 from ._install import install
+from ._membership import check_addr as check_member_addr
 from ._transport import RaftTransport
 from .conf import RAFT_CONF_DEFAULTS, make_conf
 from .node import RaftNode
 
 __all__ = ["BARRIER_NOOP", "RAFT_CONF_DEFAULTS", "RaftNode", "RaftTransport", "Replicator",
-           "data_dir_refusal", "install", "make_conf"]
+           "check_member_addr", "data_dir_refusal", "install", "make_conf"]
 
 
 T = TypeVar("T")
