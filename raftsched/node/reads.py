@@ -125,6 +125,11 @@ class ReadBarrier:
     async def _round(self) -> None:
         st = self.raft.status()
         leader = st.get("leader")
+        if (st.get("membership") or {}).get("self") == "none":
+            # Removed (or not added yet): it hears no leader's entries, so no retry here helps.
+            raise Unavailable("this node is not a member of the cluster (removed, or not added yet): its replica "
+                              "is not kept up to date; ask a member, or read this replica as it is with "
+                              "?stale=true", leader=leader)
         if leader is None:
             raise Unavailable("no leader: this node cannot tell which writes are acknowledged; "
                               "retry, or read its replica as it is with ?stale=true", leader=None)
@@ -133,8 +138,19 @@ class ReadBarrier:
             # Cut off from the leader it last heard of: no round could commit before the deadline.
             raise Unavailable(f"the leader {leader} is not reachable from this node; retry, or read its "
                               "replica as it is with ?stale=true", leader=leader)
+        voters = st.get("members") or ()
+        if leader == st.get("self") and connected is not None and voters:
+            reach = 1 + sum(1 for v in voters if v != leader and v in connected)
+            if reach < len(voters) // 2 + 1:
+                # A leader cut off from its quorum (the others killed, a partition) until it steps
+                # down: no round can commit, so the read fails now rather than after the deadline.
+                raise Unavailable(f"this node leads but reaches {reach} of the {len(voters)} voters, no quorum: "
+                                  "it cannot tell which writes are acknowledged; retry, or read its replica as "
+                                  "it is with ?stale=true", leader=leader)
         try:
             await self.raft.barrier(timeout_s=self.timeout_s)
         except Indeterminate as e:
             # The barrier is a no-op: whether it applied or not, this read learnt nothing.
-            raise Unavailable(f"read barrier did not complete: {e.message}", leader=e.extra.get("leader")) from None
+            raise Unavailable(f"read barrier: no quorum confirmed within {self.timeout_s:g} s that this node holds "
+                              "every acknowledged write (a leader cut off from the others, say); retry, or read "
+                              "its replica as it is with ?stale=true", leader=e.extra.get("leader")) from None
