@@ -786,6 +786,9 @@ cmd_status() {
         [[ ${P_PID[n]} == "$pid" ]] || rec=" (WARNING: /v1/cluster reports pid ${P_PID[n]})"
         printf 'node-%s  %-24s pid %s alive%s\n         role %s, leader %s, term %s, commit index %s\n' \
           "$n" "$(api_url "$n")" "$pid" "$rec" "${P_ROLE[n]}" "${P_LEADER[n]}" "${P_TERM[n]}" "${P_COMMIT[n]}"
+        [[ ${P_ROLE[n]} != NOT-A-MEMBER ]] ||
+          printf '         removed from the cluster (or not added yet): stop it; "%s remove %s" records a removal made through the API\n' \
+            "$PROG" "$n"
       else
         printf 'node-%s  %-24s pid %s alive\n         %s\n' "$n" "$(api_url "$n")" "$pid" "${P_ERR[n]:-no response}"
       fi
@@ -969,10 +972,10 @@ main() {
     stop) (($# == 0)) || { usage >&2; exit 2; }; cmd_stop ;;
     status) (($# == 0)) || { usage >&2; exit 2; }; cmd_status ;;
     kill-leader) (($# == 0)) || { usage >&2; exit 2; }; cmd_kill_leader ;;
-    restart) node_arg "${1:-}"; (($# == 1)) || { usage >&2; exit 2; }; cmd_restart "$1" ;;
+    restart) (($# == 1)) || { usage >&2; exit 2; }; node_arg "$1"; cmd_restart "$1" ;;
     logs) { [[ ${1:-} =~ ^[1-9][0-9]*$ ]] && (($# == 1)); } || { usage >&2; exit 2; }; cmd_logs "$1" ;;
     add) (($# == 0)) || { usage >&2; exit 2; }; cmd_add ;;
-    remove) node_arg "${1:-}"; (($# == 1)) || { usage >&2; exit 2; }; cmd_remove "$1" ;;
+    remove) (($# == 1)) || { usage >&2; exit 2; }; node_arg "$1"; cmd_remove "$1" ;;
     -h | --help | help) usage ;;
     *) echo "$PROG: unknown command: $cmd" >&2; usage >&2; exit 2 ;;
   esac

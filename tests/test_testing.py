@@ -281,6 +281,10 @@ def test_cluster_sh_probe_prints_every_node_and_the_agreed_leader():
                             "1", "2"]) == 0
         assert out.getvalue().splitlines()[-2:] == ["leader\t2\t" + members[1] + "\t4\t22",
                                                     "majority\t2\t" + members[1] + "\t4\t22"]
+        # Node 1 was removed through the API and still runs: it says its old role, the probe
+        # that it is no member (cluster.sh status then says what to do).
+        _Canned.bodies[servers[0].server_address[1]] = json.dumps(dict(bodies[0], membership={"self": "none"})).encode()
+        assert run(1)[0] == ["node", "1", "ok", "NOT-A-MEMBER", members[1], "4", "7", "11"]
     finally:
         for s in servers:
             s.shutdown()

@@ -529,6 +529,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return "-" if v is None or v == "" else str(v)
     for i, b in got.items():
         if isinstance(b, dict):
+            if (b.get("membership") or {}).get("self") == "none":  # removed (or never added): it says its old role
+                b = dict(b, role="NOT-A-MEMBER")
             print("\t".join(["node", str(i + 1), "ok"] + [f(b.get(k)) for k in ("role", "leader", "term",
                                                                                "commit_index", "pid")]))
         else:
