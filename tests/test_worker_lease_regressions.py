@@ -278,3 +278,35 @@ def test_a_worker_whose_lease_requests_go_unanswered_says_so_once_it_lasts_then_
             await asyncio.gather(task, return_exceptions=True)
     with caplog.at_level("DEBUG", logger="raftsched"):
         run(t(), 30)
+
+
+def test_a_worker_whose_url_cannot_work_with_the_nodes_tls_says_so_at_once(caplog, monkeypatch):
+    """An operator's walk: `raftsched worker --url http://...` for a node serving TLS said
+    nothing for 10 s, then "no lease request answered ... still asking", though docs/security.md
+    says such a URL fails at once: no outage will end it. A TLS failure (the client's
+    TlsFailedError: the node expects TLS, a certificate that does not verify) is said at once,
+    naming the fix, and again only every unanswered_log_every_s."""
+    from raftsched.worker import limits as worker_limits
+    monkeypatch.setattr(worker_limits, "unanswered_warn_after_s", 60.0)
+    monkeypatch.setattr(worker_limits, "unanswered_log_every_s", 60.0)
+
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "--ca-file" in r.getMessage()]
+
+    async def t():
+        ch = _Unreachable(SystemClock())
+        ch.error = Unavailable("http://127.0.0.1:9701: the node expects TLS: use https://127.0.0.1:9701 (and a CA "
+                               "file)", tls_failed=True)
+        loop = _loop(ch)
+        task = asyncio.create_task(loop.run())
+        try:
+            await wait_until(said, 5, "the TLS failure said")
+            assert "the node expects TLS: use https://" in said()[0], said()
+            k = ch.acquires
+            await wait_until(lambda: ch.acquires >= k + 5, 10, "more lease requests")
+            assert len(said()) == 1, "said once, not at every retry"
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    with caplog.at_level("DEBUG", logger="raftsched"):
+        run(t(), 30)

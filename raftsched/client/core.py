@@ -582,7 +582,8 @@ class Exchange:
     def failed(self, node: int, e: TransportError) -> None:
         """The attempt at node ``node`` ended without an answer."""
         if isinstance(e, TlsFailedError):
-            err = with_status(Unavailable(str(e), node=self.call.urls[node]), None)
+            # (tls_failed: a setting of the client's, never a state of the cluster: a worker says it at once)
+            err = with_status(Unavailable(str(e), node=self.call.urls[node], tls_failed=True), None)
             self.end = Fail(self.call.unknown_after(err) if self.call.maybe_applied else err)
         elif isinstance(e, NotSentError):
             self.call.not_sent(node, str(e))

@@ -282,6 +282,7 @@ class LeaseLoop:
         #: last logged (None: not yet), and when the latest acquire answered was sent (_unanswered)
         self._unanswered_since: float | None = None
         self._unanswered_said: float | None = None
+        self._tls_said: float | None = None  # when a TLS setting that cannot work was last said (_unanswered)
         self._answered_sent = float("-inf")
         #: the last acquire granted nothing: one lease request at a time until one grants again
         #: (a remote worker's idle long-poll needs no second one beside it)
@@ -527,6 +528,13 @@ class LeaseLoop:
             log.debug("worker: acquire failed: %s", e.message)
             return
         now = self.clock.monotonic_s()
+        if e.extra.get("tls_failed") and (self._tls_said is None or now - self._tls_said >= worker_limits.unanswered_log_every_s):
+            # A URL or CA of the worker's that cannot work (http:// for a TLS node, a certificate
+            # that does not verify): no waiting out an outage that is none; said at once, and again
+            # every unanswered_log_every_s while it lasts (another of its nodes may answer meanwhile).
+            self._tls_said = now
+            log.warning("worker %s: %s; fix the worker's --url or --ca-file (still asking its other nodes, if any)",
+                        self.worker_id, e.message)
         if self._unanswered_since is None:
             self._unanswered_since = sent
         since = self._unanswered_since
