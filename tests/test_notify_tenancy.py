@@ -176,3 +176,31 @@ def test_a_tenants_sink_at_an_address_its_network_policy_refuses_is_put_with_a_w
             "type": "email", "tenant": "acme", "smtp": dict(MAIL["smtp"], host="127.0.0.1")})
         assert s == 200 and "warnings" not in b, b
     run(t)
+
+
+def test_a_limited_tokens_http_job_at_an_address_its_network_policy_refuses_is_put_with_a_warning():
+    """An operator's walk: a token limited to a tenant wrote an http job calling
+    http://127.0.0.1:9/x, answered 201, and every run then died ("127.0.0.1 is loopback"): the
+    README reads as if such a write were checked. An address literal its tenant's policy
+    refuses is said at put (PUT and batch alike); a host name is left to the run, which resolves
+    it; an admin's job is held to no policy."""
+    async def t(env, c):
+        acm = await _acm(c)
+        ex = {"type": "http", "url": "http://127.0.0.1:9/x"}
+        s, b = await call(c, "PUT", "/v1/jobs/loop", acm, job(executor=ex))
+        assert s == 201 and b["warnings"] == [
+            "executor.url: 127.0.0.1 is loopback, which the network policy of tenant 'acme' refuses: every run will "
+            "be refused (and end dead); an admin may allow the network (network.allow in PUT /v1/tenants/acme)"], b
+        s, b = await call(c, "PUT", "/v1/jobs/v6", acm, job(executor={"type": "http", "url": "http://[::1]:8080/"}))
+        assert s == 201 and [w.split(",")[0] for w in b["warnings"]] == ["executor.url: ::1 is loopback"], b
+        s, b = await call(c, "POST", "/v1/jobs:batch", acm, {"jobs": {"b-loop": job(executor=ex), "b-pub": job()}})
+        assert s == 200 and [w.split(",")[0] for w in b["jobs"]["b-loop"]["warnings"]] == [
+            "executor.url: 127.0.0.1 is loopback"] and "warnings" not in b["jobs"]["b-pub"], b
+        for who, name, body in ((acm, "named", job(executor={"type": "http", "url": "http://localhost:9/x"})),
+                                (acm, "pub", job()), (BOOT, "adm", job(executor=ex))):
+            s, b = await call(c, "PUT", f"/v1/jobs/{name}", who, body)
+            assert s == 201 and "warnings" not in b, (name, b)
+        assert (await call(c, "PUT", "/v1/tenants/acme", BOOT, {"network": {"allow": ["127.0.0.0/8"]}}))[0] == 200
+        s, b = await call(c, "PUT", "/v1/jobs/loop", acm, job(executor=ex))
+        assert s == 200 and "warnings" not in b, b
+    run(t)

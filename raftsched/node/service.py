@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import ipaddress
 import uuid
+from urllib.parse import urlsplit
 
 import msgpack
 
 from ..clock import Clock
 from .walks import SingleFlight, off_loop
-from ..core import bodies, commands, deadlines, limits, model, pipelines, policy, preview, queries, schedule
+from ..core import bodies, commands, deadlines, limits, model, network, pipelines, policy, preview, queries, schedule
 from ..core.errors import BadRequest, Conflict, Forbidden, InvalidSpec, NotFound, Unavailable
 from ..core.model import check_name
 from ..core.notify_model import validate_routes
-from ..core.tenants import LIMITED
+from ..core.tenants import DEFAULT_POLICY, LIMITED
 from .. import sealing
 from . import batch, tenancy
 from ..proposer import Proposer
@@ -278,11 +280,39 @@ class Service:
                 if not e.extra.get("stale") or fresh > node_limits.stale_replans_max:
                     raise
         out = self._out(res, {"job": name, "created": res.get("created", False), "next_slot": schedule.iso(nxt)})
-        warnings = self._route_warnings(spec, tenants)
+        warnings = self._warnings(spec, tenants)
         if warnings:
             # Accepted (a sink may be put after its jobs), but a typo would silently tell no one.
             out["warnings"] = warnings
         return out
+
+    def _warnings(self, spec: dict, tenants: frozenset | None) -> list[str]:
+        """What a PUT of ``spec`` accepts but says: routes that reach no sink, a URL its runs
+        may not call."""
+        return self._route_warnings(spec, tenants) + self._network_warnings(spec, tenants)
+
+    def _network_warnings(self, spec: dict, tenants: frozenset | None) -> list[str]:
+        """For a job written by a token limited to ``tenants`` (its tenant's network policy holds
+        its runs: docs/security.md, "Tenant policy"), a line when its http executor's URL names,
+        as an IP address literal, an address that policy refuses: every run would be refused and
+        end dead. A host name is not resolved here (each run's addresses are checked when it
+        calls), and the policy may change before a run, so this warns, it does not refuse."""
+        ex = spec.get("executor") or {}
+        if tenants is None or ex.get("type") != "http" or not isinstance(ex.get("url"), str):
+            return []
+        try:
+            host = urlsplit(ex["url"]).hostname
+            ipaddress.ip_address((host or "").split("%", 1)[0])
+        except ValueError:
+            return []
+        tenant = spec.get("tenant")
+        allow = self.read(lambda s: list((s.tenant_policies.get(tenant) or DEFAULT_POLICY).get("allow") or ()))
+        what = network.refused_as(host, allow)
+        if what is None:
+            return []
+        return [f"executor.url: {host} is {what}, which the network policy of tenant {tenant!r} refuses: every run "
+                f"will be refused (and end dead); an admin may allow the network (network.allow in PUT "
+                f"/v1/tenants/{tenant})"]
 
     def _route_warnings(self, spec: dict, tenants: frozenset | None) -> list[str]:
         """A ``warnings`` line for each sink the spec's ``notify`` routes name that its events
@@ -411,8 +441,8 @@ class Service:
         for name, res in out["jobs"].items():
             # As a PUT says it: a route to a sink its events will not reach is accepted (a sink
             # may be put after its jobs), with a warning on that job's result.
-            if "error" not in res and name in specs and specs[name].get("notify"):
-                warnings = self._route_warnings(specs[name], tenants)
+            if "error" not in res and name in specs:
+                warnings = self._warnings(specs[name], tenants)
                 if warnings:
                     res["warnings"] = warnings
         return out
