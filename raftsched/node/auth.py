@@ -399,7 +399,7 @@ async def revoke_token(request: web.Request) -> web.Response:
         raise InvalidSpec("the bootstrap token is the nodes' --token-file: write a new file and restart "
                           "the nodes one by one (docs/security.md, \"Rotating\")", field="id")
     if not TOKEN_ID_RE.fullmatch(tid):
-        raise InvalidSpec("must be a token id (16 hex digits)", field="id")
+        raise InvalidSpec("must be a token id: 16 lowercase hex digits, as GET /v1/tokens lists them", field="id")
     res = await svc.propose(commands.token_revoke(svc.clock.now_ms(), rid(request) or secrets.token_hex(16),
                                                   id=tid))
     return json_response(svc._out(res, {"id": tid, "revoked_at": schedule.iso(res["revoked"])}))
