@@ -843,3 +843,21 @@ def test_cluster_and_metrics_show_the_clocks():
         assert "raftsched_trigger_ticks_held_by_clock_total 1.0" in text
         assert "raftsched_cluster_conditions 1.0" in text
     run(t, metrics=True)
+
+
+def test_a_jittered_jobs_spec_reads_as_written_and_can_be_put_back():
+    """A user's walk (migrating with get, edit, put): a job with jitter_s read back with
+    schedule.jitter_ms and schedule.jitter_key, the state's own fields, and no jitter_s; PUT
+    back, it was refused (unknown field schedule.jitter_ms). GET shows the spec as written."""
+    async def t(env, c):
+        spec = dict(SPEC, schedule={"cron": "0 2 * * *", "timezone": "Europe/Berlin"}, jitter_s=7)
+        assert (await put(c, "jit", spec)).status == 201
+        got = (await (await c.get("/v1/jobs/jit")).json())["spec"]
+        assert got["jitter_s"] == 7 and got["schedule"] == {"cron": "0 2 * * *", "timezone": "Europe/Berlin"}, got
+        r = await put(c, "jit", got)
+        assert r.status == 200, await r.text()
+        assert (await (await c.get("/v1/jobs/jit")).json())["spec"] == got, "the same spec, put back"
+        assert env.state.jobs["jit"]["spec"]["schedule"]["jitter_ms"] == 7000
+        assert (await put(c, "plain", SPEC)).status == 201
+        assert "jitter_s" not in (await (await c.get("/v1/jobs/plain")).json())["spec"]
+    run(t)

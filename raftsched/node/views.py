@@ -59,7 +59,10 @@ def health_view(h: dict) -> dict:
 
 def spec_view(spec: dict, fp: Fingerprint = PROCESS_DEFAULT) -> dict:
     """A stored spec with its schedule's times (``at``, ``start_at``) as ISO text, its secrets
-    redacted (node/redact.py) and ``keep_output`` filled in."""
+    redacted (node/redact.py) and ``keep_output`` filled in: the spec as a client writes it, so
+    that what GET shows can be PUT back. A jitter is stored in the schedule (``jitter_ms`` and
+    its hash key, the job's name: core/model.py _add_jitter) and shown as the ``jitter_s`` it
+    was written as."""
     out = redact_spec(spec, fp)
     out.pop(LIMITED, None)  # not the client's: shown beside the spec (job_view)
     out.setdefault("keep_output", True)
@@ -70,6 +73,10 @@ def spec_view(spec: dict, fp: Fingerprint = PROCESS_DEFAULT) -> dict:
     for k in ("at", "start_at"):
         if k in sched:
             sched[k] = schedule.iso(sched[k])
+    sched.pop("jitter_key", None)
+    jitter_ms = sched.pop("jitter_ms", None)
+    if jitter_ms:
+        out["jitter_s"] = jitter_ms // 1000
     out["schedule"] = sched
     return out
 
