@@ -261,6 +261,28 @@ def test_a_bulk_dlq_request_with_no_filter_is_refused_unless_it_says_all_and_cha
     run(t)
 
 
+def test_a_bulk_dlq_request_sent_again_under_its_id_is_the_same_operation_though_dead_to_defaulted():
+    """A user's walk: POST /v1/dlq:requeue {"job": ..., "id": "same"} sent twice a second apart
+    (a retry; the CLI run again) answered 409 "already used by another request": dead_to, left
+    to default, was now, and the two nows differ. The same body under its id is the same
+    operation (200, created false); another body under it still a 409."""
+    async def t(env, c):
+        for action in ("requeue", "purge"):
+            body = {"job": "nightly", "id": f"same-{action}"}
+            r = await post(c, f"/v1/dlq:{action}", body)
+            assert r.status == 201, await r.text()
+            first = await r.json()
+            env.clock.advance(1500)
+            r = await post(c, f"/v1/dlq:{action}", body)
+            assert r.status == 200, await r.text()
+            again = await r.json()
+            assert again["created"] is False and again["request"] == first["request"], again
+            await err(await post(c, f"/v1/dlq:{action}", dict(body, job="other")), 409, "conflict", "id")
+            r = await post(c, f"/v1/dlq:{action}", dict(body, dead_to="2030-01-01T00:00:00Z"))
+            await err(r, 409, "conflict", "id")  # a dead_to of its own is another request
+    run(t)
+
+
 def test_the_longest_run_id_of_each_kind_is_read_requeued_and_purged_through_the_api():
     """Run ids as long as the state makes them (a 128-character job, 15-digit times, a manual
     run's 20-digit N, a 64-character backfill id): each dead one answers GET, and is requeued

@@ -114,6 +114,20 @@ def _of_tenant(s, run_ids: list[str], tenant: str) -> list[str]:
     return [r for r in run_ids if (x := runs.get(r)) is not None and x.get("tenant") == tenant]
 
 
+def _defaulted_dead_to(s, bf_id: str, action: str, filters: dict, b: dict) -> int | None:
+    """The ``dead_to`` of bulk operation ``bf_id`` when it is this request but for ``dead_to``
+    (which the request left to default), else None (core/backfills.py _same_request compares
+    the whole request)."""
+    old = s.backfills.get(bf_id)
+    if old is None or old["kind"] != action:
+        return None
+    req = old["req"]
+    mine = dict(filters, max_count=b["max_count"], max_concurrent=b["max_concurrent"], rate_milli=b["rate_milli"])
+    if any(req.get(k) != v for k, v in mine.items() if k != "dead_to"):
+        return None
+    return req.get("dead_to")
+
+
 class BackfillService:
     """The requests of backfills and bulk DLQ operations, over a node's :class:`Service` (its
     clock, propose and reads)."""
@@ -223,6 +237,10 @@ class BackfillService:
                          "left_out_reasons": left}
         rid = rid or new_request_id()
         bf_id = b["id"] or generated_id(rid)
+        if b["id"] is not None and (not isinstance(body, dict) or body.get("dead_to") is None):
+            # dead_to defaults to now: the same body sent again under its id (a retry, the CLI run
+            # twice) must be the same request, not "another request under that id" for its now.
+            filters["dead_to"] = self.svc.read(_defaulted_dead_to, bf_id, action, filters, b) or filters["dead_to"]
         fields = dict(filters, name=bf_id, action=action, max_count=b["max_count"],
                       max_concurrent=b["max_concurrent"], rate_milli=b["rate_milli"])
         res = await self.svc.propose(commands.dlq_bulk(now, rid, fields))
