@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from raftsched.core import pipelines, schedule
+from raftsched.core import commands, pipelines, schedule
 from raftsched.sdk import App
 
 from test_api import err, put, run
@@ -105,6 +105,16 @@ def test_graph_and_a_slots_runs_across_the_chain():
         assert chain["a"]["state"] == "queued" and chain["b"]["state"] == "waiting"
         assert chain["b"]["waiting_for"].startswith("waiting for a@") and "(queued, attempt 1 of 1)" in chain["b"]["waiting_for"]
         assert (await c.get("/v1/jobs/zz/runs", params={"slot": iso})).status == 404
+        # A user's walk: a succeeded run of the chain showed "attempts": [] (its last attempt is
+        # not kept, and the chain's view did not add it back as GET /v1/runs/{id} does).
+        now = env.clock.now_ms()
+        g = env.state.apply(commands.acquire(now, worker="t", queues=None, max=10, ttl=30_000, types=None))["runs"][0]
+        env.state.apply(commands.complete_many(now, None, results=[{"run": g["id"], "token": g["token"],
+                                                                    "success": True}], worker="t"))
+        r = await (await c.get("/v1/jobs/c/runs", params={"slot": iso})).json()
+        a = {v["job"]: v for v in r["pipeline"]}["a"]
+        own = await (await c.get(f"/v1/runs/{g['id']}")).json()
+        assert a["state"] == "succeeded" and a["attempts"] == own["attempts"] and len(own["attempts"]) == 1, (a, own)
     run(body)
 
 

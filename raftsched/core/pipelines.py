@@ -39,7 +39,7 @@ from .errors import Conflict, InvalidCommand, InvalidSpec
 from .model import REAL_STATES, slot_id
 from .notify import on_slot_recorded
 from . import pipehooks
-from .records import RECORDED, Record, is_int
+from .records import RECORDED, Record, attempts_of, is_int
 
 if TYPE_CHECKING:
     from .state import SchedulerState
@@ -1620,6 +1620,13 @@ def _kind(s: SchedulerState, n: str) -> str:
     return "gated" if "schedule" in spec else "triggered"
 
 
+def _run_view_copy(r: Record) -> Record:
+    out = dict(r)
+    if "attempts" in r or r.get("state") == "succeeded":
+        out["attempts"] = attempts_of(r)
+    return out
+
+
 def slot_runs(s: SchedulerState, name: str, slot: int) -> list[Record]:
     """The runs and records of slot ``slot`` across ``name``'s pipeline (its graph), each job's
     scheduled run first then those that ran the slot again (a backfill's, by hand), with what
@@ -1639,9 +1646,11 @@ def slot_runs(s: SchedulerState, name: str, slot: int) -> list[Record]:
         again = (f"{n}@{slot}#", f"{n}@{slot}!")
         later = [runs[rid] for rid in s.history.get(n, ()) if rid.startswith(again) and rid in runs]
         if r is not None or later:
+            # Copies, as every read answers runs (queries._run_copy): the view is made outside
+            # the replica's lock, and a succeeded run's last attempt is not kept but shown.
             if r is not None:
-                out.append(r)
-            out.extend(later)
+                out.append(_run_view_copy(r))
+            out.extend(_run_view_copy(x) for x in later)
         elif n in s.jobs and "after" in s.jobs[n]["spec"] and _may_wait(s, s.jobs[n], slot, grid) is None:
             on = waiting_for(s, n, slot)
             out.append({"id": f"{n}@{slot}", "job": n, "slot": slot, "state": "waiting", "kind": "waiting",
