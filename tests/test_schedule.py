@@ -195,6 +195,13 @@ def test_cron_dialect(expr, expected):
     ("0 0 30 2 *", "day-of-month"),    # 30 February never exists
     ("H * * * *", "not allowed"),
     ("0 0 L/2 * *", "L takes no step"),
+    # A crontab line's zone prefix (cronie, a Kubernetes CronJob): said as such, not as "L takes no
+    # step" (the L of Berlin, the / of its zone) or "Bad second" (read as six fields).
+    ("CRON_TZ=Europe/Berlin 0 2 * * *", "a CRON_TZ= prefix is not part of the expression; write the zone as "
+                                        "schedule.timezone ('Europe/Berlin')"),
+    ("CRON_TZ=UTC 0 2 * * *", "CRON_TZ= prefix"),
+    ("TZ=America/New_York 30 6 * * 1-5", "a TZ= prefix"),
+    ("0 0 L/2 * *", "invalid cron expression '0 0 L/2 * *': L takes no step"),
     # Digits that are not ASCII ("²".isdigit() is true, int("²") raises): refused, not a 500.
     ("0 9 * * 1-⁵", "day-of-week"),
     ("0 0 * * ²", "day-of-week"),

@@ -156,6 +156,11 @@ def _cron_error(expr: str) -> str | None:
     None. Memoised: the verdict depends on the text alone; a crontab import or a bulk
     registration repeats the same few expressions many times."""
     text = " ".join(expr.split())
+    prefix = re.match(r"(CRON_TZ|TZ)=(\S*)", text)
+    if prefix:
+        # A crontab line of cronie or a Kubernetes CronJob: the zone is the schedule's own field.
+        return (f"invalid cron expression {expr!r}: a {prefix.group(1)}= prefix is not part of the expression; "
+                f"write the zone as schedule.timezone ({prefix.group(2) or 'the zone'!r}) and the fields alone")
     if text.startswith("@"):
         if text.lower() == "@reboot":
             return ("@reboot is not a schedule: a cluster has no boot of its own (nodes restart one at "
@@ -175,8 +180,8 @@ def _cron_error(expr: str) -> str | None:
     if nearest:
         return (f"cron item {nearest[0]!r} (the weekday nearest a day of the month) is not supported; "
                 f"LW (the month's last weekday) is (docs/api.md, \"The cron dialect\")")
-    if any("L" in item.upper() and "/" in item for item in items):
-        return "L takes no step: write L, LW or nL alone"
+    if any("L" in item.upper() and "/" in item for p in parts[-3:] for item in p.split(",")):
+        return f"invalid cron expression {expr!r}: L takes no step: write L, LW or nL alone"
     wrap = _wrapping_day_range(parts[-1])
     if wrap is not None:
         return f"invalid cron expression {expr!r}: {wrap}"
