@@ -56,7 +56,7 @@ VALIDATORS = {
     "lock name": (lambda v: bodies.validate_lock_acquire(v, {"owner": "me", "ttl_s": 5}), "nightly-lock"),
     "backfill id": (lambda v: backfill_model.validate_backfill(
         {"from": "2026-01-01T00:00:00Z", "to": "2026-01-02T00:00:00Z", "id": v}, T0), "bf-1"),
-    "bulk DLQ id": (lambda v: backfill_model.validate_dlq_bulk({"id": v}, "purge", T0), "purge-1"),
+    "bulk DLQ id": (lambda v: backfill_model.validate_dlq_bulk({"id": v, "all": True}, "purge", T0), "purge-1"),
     "token body tenants": (lambda v: auth.validate_token_body({"role": "reader", "tenants": [v]}, T0), "billing"),
     "token body workers": (lambda v: auth.validate_token_body({"role": "worker", "workers": [v]}, T0), "gpu-7"),
     # apply's checks, which raise InvalidCommand

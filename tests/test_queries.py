@@ -128,7 +128,7 @@ def test_job_is_a_copy_with_its_counters_by_name():
     s = _state()
     j = queries.job(s, "a")
     assert set(j) == {"name", "spec", "gen", "created", "updated", "anchor", "cursor", "next", "paused", "stats",
-                      "health", "last"}
+                      "health", "last", "pause"}
     assert j["stats"]["runs"] == 2 and set(j["stats"]) == {"runs", "recorded", "lag_ms_last", "lag_ms_max",
                                                             "lag_ms_sum"}
     assert queries.job(s, "nosuch") is None

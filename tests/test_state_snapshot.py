@@ -63,6 +63,8 @@ def _continue(s: SchedulerState) -> None:
 
 def test_snapshot_is_version_3_with_job_columns_and_no_empty_history():
     s = _workload()
+    assert list(s.pauses) == ["f1"]
+    s.pauses.clear()  # (why f1 is paused: a section after version 3, "ext", which makes it version 4)
     obj = _unpack(s.snapshot())
     assert obj["v"] == snapshot_mod.SNAPSHOT_VERSION == 3
     cols = obj["jobs"]
@@ -85,6 +87,7 @@ def test_snapshot_is_version_3_with_job_columns_and_no_empty_history():
 @pytest.mark.parametrize("old", [snapshot_v1_obj, snapshot_v2_obj], ids=["v1", "v2"])
 def test_older_versions_restore_to_the_same_state(old):
     s = _workload()
+    s.pauses.clear()  # (versions 1 and 2 hold no "ext": a job paused by their code kept no why)
     obj = old(s)
     assert obj["v"] in (1, 2) and isinstance(obj["jobs"], dict)
     assert set(obj["history"]) >= set(s.jobs), "older versions wrote a history for every job"
