@@ -11,6 +11,7 @@ import functools
 import inspect
 import json
 import logging
+import math
 import os
 import shlex
 import ssl
@@ -499,8 +500,23 @@ def _preview(a, c: Client) -> int:
 def _runs(a, c: Client) -> int:
     """``raftsched runs NAME [--state S] [--slot T] [--since T] [--until T] [--limit N]``: the
     job's runs and recorded slots (GET /v1/jobs/NAME/runs), filtered as the API filters them."""
+    kw = {"before": a.before} if a.before else {}
     return show(c.runs(a.name, limit=a.limit, state=a.state, slot=_time_arg(a.slot, "--slot"),
-                       since=_time_arg(a.since, "--since"), until=_time_arg(a.until, "--until")))
+                       since=_time_arg(a.since, "--since"), until=_time_arg(a.until, "--until"), **kw))
+
+
+def _jobs(a, c: Client):
+    """``raftsched jobs [--limit N] [--after NAME] [--label K=V ...]``: a page of GET /v1/jobs."""
+    labels = {}
+    for text in a.label:
+        k, eq, v = text.partition("=")
+        if not eq or not k:
+            raise UsageError(f"--label: {text!r} is not KEY=VALUE")
+        labels[k] = v
+    kw: dict = {"labels": labels} if labels else {}
+    if a.after:
+        kw["after"] = a.after
+    return c.list_jobs(a.limit, **kw)
 
 
 def _read_json(path: str):
@@ -751,6 +767,9 @@ def _with_client(a) -> int:
     the same Idempotency-Key after an unknown outcome, one deadline. A call that fails ends the
     command: its error is printed (cli_output.print_error) and the exit status is 1."""
     set_format(a.output)
+    if not (a.deadline_s > 0 and math.isfinite(a.deadline_s)):
+        print(f"raftsched: --deadline-s must be a number of seconds above 0, got {a.deadline_s:g}", file=sys.stderr)
+        return 2
     try:
         t = _target(a)
     except ConfigError as e:
@@ -911,7 +930,11 @@ def main(argv: list[str] | None = None) -> int:
 
     client("cluster", "show the cluster as the node asked sees it, whether the leader hears each member, and "
                       "the conditions", run=_cluster)
-    client("jobs", "list jobs", lambda a, c: c.list_jobs(), read=True)
+    c = client("jobs", "list jobs, a page at a time (its 'next' is the next page's --after)", _jobs, read=True)
+    c.add_argument("--limit", type=int, default=100, help="jobs a page (1-1000, default 100)")
+    c.add_argument("--after", metavar="NAME", help="the jobs after this name: the 'next' of the page before")
+    c.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                   help="only the jobs with this label (repeat it: every one)")
     client("get", "show a job", lambda a, c: c.get_job(a.name), read=True).add_argument("name")
     c = client("put", "create or replace a job from a JSON spec file (- for stdin)", run=_put)
     c.add_argument("name")
@@ -958,8 +981,12 @@ def main(argv: list[str] | None = None) -> int:
                                                "the epoch as in a run id (NAME@MS)")
     c.add_argument("--since", metavar="T", help="only entries whose slot is at or after T (ISO time, or ms)")
     c.add_argument("--until", metavar="T", help="only entries whose slot is before T (ISO time, or ms)")
+    c.add_argument("--before", metavar="CURSOR", help="the page after the one whose 'next' this is (the entries before it)")
 
-    client("dlq", "list dead runs (optionally of one queue)", lambda a, c: c.dlq(a.queue), read=True).add_argument("--queue")
+    c = client("dlq", "list dead runs, newest first (optionally of one queue)",
+               lambda a, c: c.dlq(a.queue, a.limit), read=True)
+    c.add_argument("--queue")
+    c.add_argument("--limit", type=int, default=100, help="dead runs shown (1-10000, default 100)")
     # requeue and purge (one run, or --all-matching), backfill, backfills, backfill-cancel ...
     backfill_cli.add_commands(client)
     lock_cli.add_commands(client)

@@ -321,3 +321,26 @@ def test_preview_of_a_spec_file_shows_its_dst_days_and_creates_no_job(tmp_path, 
         loop.call_soon_threadsafe(loop.stop)
         t.join(10)
         loop.close()
+
+
+def test_the_lists_page_from_the_command_line(run, capsys):
+    """A user's walk: past the first page of jobs, dead runs or a job's runs, curl was the only
+    way (no --after, --label, --limit on jobs and dlq, no --before on runs)."""
+    rc, calls = run(["jobs"])
+    assert rc == 0 and calls == [("list_jobs", (100,), {})]
+    rc, calls = run(["jobs", "--limit", "5", "--after", "nightly-7", "--label", "team=data", "--label", "tier=1"])
+    assert rc == 0 and calls == [("list_jobs", (5,), {"after": "nightly-7", "labels": {"team": "data", "tier": "1"}})]
+    capsys.readouterr()
+    rc, calls = run(["jobs", "--label", "team"])
+    assert rc == 2 and calls == [] and "--label: 'team' is not KEY=VALUE" in capsys.readouterr().err
+    rc, calls = run(["dlq", "--queue", "q", "--limit", "500"])
+    assert rc == 0 and calls == [("dlq", ("q", 500), {})]
+    rc, calls = run(["runs", "j", "--before", "j@1795948381000"])
+    assert rc == 0 and calls[0][2]["before"] == "j@1795948381000"
+
+
+@pytest.mark.parametrize("value", ["-5", "0", "nan", "inf"])
+def test_a_deadline_that_is_no_time_is_a_usage_error(run, capsys, value):
+    """``--deadline-s -5`` ran the command (and exited 0)."""
+    rc, calls = run(["jobs", "--deadline-s", value])
+    assert rc == 2 and calls == [] and "--deadline-s must be a number of seconds above 0" in capsys.readouterr().err
