@@ -861,3 +861,31 @@ def test_a_jittered_jobs_spec_reads_as_written_and_can_be_put_back():
         assert (await put(c, "plain", SPEC)).status == 201
         assert "jitter_s" not in (await (await c.get("/v1/jobs/plain")).json())["spec"]
     run(t)
+
+
+def test_a_dead_run_requeued_by_hand_into_a_full_queue_is_refused_and_stays_dead():
+    """A user's walk: queue tiny (max_depth 1, reject) refused a new slot, yet two requeues by
+    hand queued their dead runs over its bound (depth 3). A requeue by hand respects it: 409
+    naming the queue, the run stays dead; once the queue has room it is taken."""
+    from raftsched.core import commands
+
+    async def t(env, c):
+        assert (await c.put("/v1/queues/tiny", data=json.dumps({"max_depth": 1, "on_full": "reject"}))).status in (200, 201)
+        spec = dict(SPEC, queue="tiny", retry={"max_attempts": 1})
+        assert (await put(c, "f", spec)).status == 201
+        run_id = (await (await c.post("/v1/jobs/f/trigger")).json())["run"]
+        now = env.clock.now_ms()
+        g = env.state.apply(commands.acquire(now, worker="w", queues=None, max=1, ttl=30_000, types=None))["runs"][0]
+        env.state.apply(commands.complete_many(now, None, results=[{"run": g["id"], "token": g["token"],
+                                                                    "success": False, "error": "boom"}], worker="w"))
+        assert env.state.runs[run_id]["state"] == "dead"
+        assert (await c.post("/v1/jobs/f/trigger")).status == 201  # the queue's one place taken
+        body = await err(await c.post(f"/v1/dlq/{run_id}/requeue"), 409, "conflict", "run")
+        assert "queue 'tiny' is full (1 of 1 queued): the run stays dead" in body["error"]["message"], body
+        assert env.state.runs[run_id]["state"] == "dead"
+        now = env.clock.now_ms()
+        g = env.state.apply(commands.acquire(now, worker="w", queues=None, max=1, ttl=30_000, types=None))["runs"][0]
+        assert g["id"] != run_id  # the queued one leaves the queue: room
+        r = await c.post(f"/v1/dlq/{run_id}/requeue")
+        assert r.status == 200 and (await r.json())["state"] == "queued", await r.text()
+    run(t)

@@ -403,8 +403,15 @@ class LeaseMachine(RuleBasedStateMachine):
             assert not res["ok"] and res["error"]["code"] == "not_found", "only a dead run can be requeued"
             return
         rid = dead[pick % len(dead)]
-        res = self.cmd("dlq_requeue", run=rid)
         m = self.m[rid]
+        cap = 3 if m["queue"] == "q2" else limits.queue_depth_default
+        if sum(1 for o in self.m.values() if o["place"] == "queued" and o["queue"] == m["queue"]) >= cap:
+            before = copy.deepcopy(self.s.runs[rid])
+            res = self.cmd("dlq_requeue", run=rid)  # never over the queue's bound: it stays dead
+            assert not res["ok"] and res["error"]["code"] == "conflict" and "is full" in res["error"]["message"], res
+            assert self.s.runs[rid] == before
+            return
+        res = self.cmd("dlq_requeue", run=rid)
         m["attempt"] += 1
         m["failures"] = m["lost"] = 0  # a fresh budget
         m["place"], m["due"] = "queued", self.now

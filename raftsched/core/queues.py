@@ -335,7 +335,7 @@ def apply_dlq_requeue(s: SchedulerState, cmd: Command, now: int) -> Result:
     failures and lost leases count from zero) and its attempt number one higher.
 
     :raises NotFound: no dead run of that id. :raises Conflict: its job no longer exists, or
-        is a heartbeat job now (no worker would run it)."""
+        is a heartbeat job now (no worker would run it), or its queue is full."""
     run = _dead_run(s, cmd)
     job = s.jobs.get(run["job"])
     if job is None:
@@ -343,6 +343,14 @@ def apply_dlq_requeue(s: SchedulerState, cmd: Command, now: int) -> Result:
     if job["spec"]["executor"]["type"] == "heartbeat":
         raise Conflict(f"job {run['job']!r} is a heartbeat job now: no worker runs its slots, so the run cannot be "
                        f"requeued", field="run")
+    qname = run["queue"]
+    q = s.queues.get(qname, {"max_depth": limits.queue_depth_default, "on_full": "reject"})
+    depth = s._queue_depth.get(qname, 0)
+    if depth >= q["max_depth"]:
+        # Not over its bound (a bulk requeue waits for room; a new slot is refused or drops the
+        # oldest by on_full): a requeue by hand neither drops another's run nor overfills it.
+        raise Conflict(f"queue {qname!r} is full ({depth} of {q['max_depth']} queued): the run stays dead; requeue "
+                       f"it once the queue has room", field="run")
     remove_dead(s, run)
     run["attempt"] += 1
     run["failures"] = 0  # a fresh budget: max_attempts more failures, and backoff from the start
