@@ -246,6 +246,14 @@ def test_a_ping_token_pings_only_its_jobs():
         for bad, words in (({"role": "superuser"}, "must be one of admin"), ({}, "is required: one of admin")):
             s, body = await call(c, "POST", "/v1/tokens", body=bad)
             assert s == 422 and body["error"]["field"] == "role" and body["error"]["message"].startswith(words), body
+        # A ping token for a job that does not exist (a typo) is made, and the answer says so.
+        s, body = await call(c, "POST", "/v1/tokens", body={"role": "ping", "jobs": ["a", "nosuchjob"]})
+        assert s == 201 and body["warnings"] == [
+            "jobs: no job named 'nosuchjob' (yet): this token's pings of it are refused until one is put"], body
+        s, body = await call(c, "POST", "/v1/tokens", body={"role": "ping", "jobs": ["a"]})
+        assert s == 201 and "warnings" not in body, body
+        s, body = await call(c, "POST", "/v1/tokens", body={"role": "reader"})
+        assert s == 201 and "warnings" not in body, body
     run(t)
 
 

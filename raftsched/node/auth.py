@@ -378,6 +378,12 @@ async def create_token(request: web.Request) -> web.Response:
                     warning="this request id created the token already; its secret was shown once, by "
                             "that answer. If it was lost, revoke the token and create another.")
         return json_response(body, status=200)
+    named = f.get("jobs") or ()
+    missing = sorted(svc.read(lambda s: [j for j in named if j not in s.jobs])) if named else []
+    if missing:
+        # Accepted (a job may be put after the token that pings it), but a typo would ping nothing.
+        body["warnings"] = [f"jobs: no job named {j!r} (yet): this token's pings of it are refused until one is "
+                            f"put" for j in missing]
     return json_response(body, status=201)
 
 
