@@ -99,6 +99,18 @@ def test_prune_deletes_only_this_apps_undeclared_jobs(cluster, tmp_path):
     assert rc == 0, err
     assert "undeclared pruned-dropped" in out and job(cluster, "pruned-dropped") is not None  # kept without --prune
 
+    # A job outside the app runs after it: the node would refuse its delete (409). The dry run
+    # said "1 to delete" and exit 0, and the sync then failed part-way: both say so, apply nothing.
+    s, b = cluster.call(leader, "PUT", "/v1/jobs/pruned-follower",
+                        {"after": ["pruned-dropped"], "executor": {"type": "shell", "argv": ["true"]}})
+    assert s == 201, b
+    for extra in (("--dry-run",), ("--json",)):
+        rc, out, err = sync(cluster, "pruned_jobs:app", "--prune", *extra, cwd=tmp_path)
+        assert rc == 1 and "job pruned-follower runs after pruned-dropped, which --prune would delete" in err, (out, err)
+        assert job(cluster, "pruned-dropped") is not None
+    assert json.loads(out)["blocked_deletes"] == [{"job": "pruned-follower", "runs_after": "pruned-dropped"}]
+    assert cluster.call(leader, "DELETE", "/v1/jobs/pruned-follower")[0] == 200
+
     rc, out, err = sync(cluster, "pruned_jobs:app", "--prune", "--dry-run", cwd=tmp_path)
     assert rc == 0 and "delete     pruned-dropped" in out, (out, err)
     assert job(cluster, "pruned-dropped") is not None

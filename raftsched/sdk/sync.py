@@ -192,6 +192,29 @@ def missing_parents(client, app: App, existing: dict[str, dict]) -> list[tuple[s
     return out
 
 
+def blocked_deletes(client, app: App, p: Plan) -> list[tuple[str, str]]:
+    """(child, job) for each job --prune would delete that a job it would keep runs after (one
+    of another app or a person's, or one the app still declares after it): the node refuses
+    that delete (409: its children would lose a parent), so the dry run says so, and the sync
+    applies nothing, as for a missing parent."""
+    out = []
+    specs = app.specs()
+    for name in p.delete:
+        try:
+            g = client.graph(name)
+        except NotFound:
+            continue  # gone already: nothing to refuse
+        for e in g.get("edges") or ():
+            child = e.get("to")
+            if e.get("from") != name or child in p.delete:
+                continue
+            if child in specs and name not in {x["job"] if isinstance(x, dict) else x
+                                               for x in specs[child].get("after") or ()}:
+                continue  # the app's update drops that edge before the deletes
+            out.append((child, name))
+    return sorted(set(out))
+
+
 def _print_applied(a: dict) -> None:
     print(f"applied: {len(a['created'])} created, {len(a['updated'])} updated, {len(a['deleted'])} deleted"
           + (f", {len(a['refused'])} refused" if a["refused"] else "")
@@ -210,16 +233,24 @@ def run(args: Any, client) -> int:
     except RaftschedError as e:
         return _fail(e)
     p = plan(app.name, app.views(), existing, prune=args.prune)
+    try:
+        blocked = blocked_deletes(client, app, p)
+    except RaftschedError as e:
+        return _fail(e)
     out: dict = {"plan": p.to_dict(), "dry_run": bool(args.dry_run), "applied": None}
     if missing:
         out["missing_parents"] = [{"job": j, "after": parent} for j, parent in missing]
+    if blocked:
+        out["blocked_deletes"] = [{"job": j, "runs_after": parent} for j, parent in blocked]
     if not args.json:
         print(format_plan(p, app, ",".join(client.urls), args.dry_run))
-    if p.conflicts or missing:
+    if p.conflicts or missing or blocked:
         msg = (f"{len(p.conflicts)} declared job(s) belong to another app; nothing applied. Rename them, "
                "or delete the other app's job first") if p.conflicts else \
-            "; ".join(f"job {j} runs after {parent}, which the app does not declare and the cluster does not hold"
-                      for j, parent in missing) + "; nothing applied"
+            "; ".join([f"job {j} runs after {parent}, which the app does not declare and the cluster does not hold"
+                       for j, parent in missing]
+                      + [f"job {j} runs after {parent}, which --prune would delete (the node refuses it while a "
+                         f"job runs after it)" for j, parent in blocked]) + "; nothing applied"
         if args.json:
             print(json.dumps(out, indent=2))
         print(f"raftsched sync: {msg}", file=sys.stderr)
