@@ -123,7 +123,10 @@ class App:
         self.name = name
         for k in defaults:
             if k in _JOB_ONLY:
-                raise DeclarationError(f"App({name!r}): {k} is a job's own schedule, not an app default", field=k)
+                what = "pipeline parents (@app.job(..., after=[...]))" if k in ("after", "match", "max_wait_s") \
+                    else "schedule"
+                raise DeclarationError(f"App({name!r}): {k} is part of a job's own {what}, not an app default",
+                                       field=k)
             if k not in OPTIONS:
                 raise DeclarationError(f"App({name!r}): unknown option {k}; the options are: "
                                        f"{', '.join(sorted(OPTIONS - _JOB_ONLY))}", field=k)
