@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 from .client import Client
@@ -42,21 +43,50 @@ def _say(msg: str) -> None:
     print(f"raftsched lock: {msg}", file=sys.stderr, flush=True)
 
 
+def _signal_group(child: subprocess.Popen, sig: int) -> None:
+    """``sig`` to the command and everything it started (its process group: a shell's children
+    too, which a signal to the shell alone would leave running)."""
+    try:
+        os.killpg(child.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _group_gone(child: subprocess.Popen) -> bool:
+    try:
+        os.killpg(child.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 def _stop_when_lost(lease: Any, child: subprocess.Popen, done: threading.Event, kill_after_s: float,
                     lost: threading.Event) -> None:
-    """In a thread: once the lease is lost while the command runs, SIGTERM it, then SIGKILL."""
+    """In a thread: once the lease is lost while the command runs, SIGTERM its process group,
+    then SIGKILL what is left of it ``kill_after_s`` later (the command itself may have ended
+    while a child it started still runs)."""
     lease.lost.wait()
     if done.is_set():
         return  # (the command ended first: the release marks the lease lost)
     lost.set()
     _say(f"the lease of lock {lease.name!r} (token {lease.token}) is lost: stopping the command "
          f"(SIGTERM, SIGKILL after {kill_after_s:g} s); its token may be another holder's from now")
-    try:
-        child.terminate()
-        if not done.wait(kill_after_s):
-            child.kill()
-    except ProcessLookupError:
-        pass
+    _signal_group(child, signal.SIGTERM)
+    deadline = time.monotonic() + kill_after_s
+    while time.monotonic() < deadline and not _group_gone(child):
+        time.sleep(0.05)  # ok-sleep: polling the process group within its deadline
+    if not _group_gone(child):
+        _signal_group(child, signal.SIGKILL)
+
+
+class _Interrupted(Exception):
+    """A signal came before the command was started: it is not started, the lock is released."""
+
+    def __init__(self, sig: int) -> None:
+        super().__init__(sig)
+        self.sig = sig
 
 
 def split_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
@@ -85,37 +115,62 @@ def run_locked(a, c: Client) -> int:
         return 2
     owner = a.owner or f"{socket.gethostname()}:{os.getpid()}"
     lock = c.lock(a.name, owner, a.ttl or LOCK_TTL_S_DEFAULT, blocking=a.wait, timeout_s=a.timeout)
-    try:
-        lease = lock.acquire()
-    except LockHeld as e:
-        until = f" (its lease ends at {e.expires_at_ms} ms unless renewed)" if e.expires_at_ms else ""
-        waited = f" after waiting {a.timeout:g} s" if a.wait else ""
-        _say(f"lock {a.name!r} is held by {e.holder!r}{until}{waited}: the command did not run")
-        return EXIT_HELD
-    env = dict(os.environ, RAFTSCHED_LOCK_NAME=a.name, RAFTSCHED_LOCK_OWNER=owner,
-               RAFTSCHED_LOCK_TOKEN=str(lease.token))
-    try:
-        child = subprocess.Popen(argv, env=env)
-    except OSError as e:
-        lock.release()
-        _say(f"cannot run {argv[0]!r}: {e.strerror or e}")
-        return 127 if isinstance(e, FileNotFoundError) else 126
+    # Signals are taken from the start: before the command runs one ends the wait (or the
+    # acquire) and releases what was acquired; while it runs it is passed to its process group;
+    # the lock is released only once the command has ended.
+    phase = ["acquiring"]
+    pending: list[int] = []
+    box: list[subprocess.Popen] = []
+
+    def on_signal(n: int, _f: Any) -> None:
+        if phase[0] == "acquiring":
+            raise _Interrupted(n)
+        if box:
+            _signal_group(box[0], n)
+        else:
+            pending.append(n)  # (between the acquire and the command's start: passed on once it runs)
+    old = {sig: signal.signal(sig, on_signal) for sig in FORWARDED}
     done, lost = threading.Event(), threading.Event()
-    old = {}
-    for sig in FORWARDED:  # (a supervisor's SIGTERM reaches the command, and the lock is released after it)
-        old[sig] = signal.signal(sig, lambda n, _f: child.send_signal(n))
-    threading.Thread(target=_stop_when_lost, args=(lease, child, done, a.kill_after, lost),
-                     name="raftsched-lock-watch", daemon=True).start()
+    watch: threading.Thread | None = None
     try:
+        try:
+            lease = lock.acquire()
+            phase[0] = "starting"
+        except LockHeld as e:
+            until = f" (its lease ends at {e.expires_at_ms} ms unless renewed)" if e.expires_at_ms else ""
+            waited = f" after waiting {a.timeout:g} s" if a.wait else ""
+            _say(f"lock {a.name!r} is held by {e.holder!r}{until}{waited}: the command did not run")
+            return EXIT_HELD
+        env = dict(os.environ, RAFTSCHED_LOCK_NAME=a.name, RAFTSCHED_LOCK_OWNER=owner,
+                   RAFTSCHED_LOCK_TOKEN=str(lease.token))
+        try:
+            # A process group of its own: a lost lease stops all of it, and a terminal's Ctrl-C
+            # reaches it once (passed on), not twice.
+            child = subprocess.Popen(argv, env=env, start_new_session=True)
+        except OSError as e:
+            _say(f"cannot run {argv[0]!r}: {e.strerror or e}")
+            return 127 if isinstance(e, FileNotFoundError) else 126
+        box.append(child)
+        phase[0] = "running"
+        for n in pending:
+            _signal_group(child, n)
+        watch = threading.Thread(target=_stop_when_lost, args=(lease, child, done, a.kill_after, lost),
+                                 name="raftsched-lock-watch", daemon=True)
+        watch.start()
         rc = child.wait()
+        if lost.is_set():
+            watch.join()  # (what the command started is stopped too before this exits)
+            return EXIT_LOST
+        return rc if rc >= 0 else 128 - rc
+    except _Interrupted as e:
+        _say(f"signal {e.sig} before the command ran: it did not run")
+        return 128 + e.sig
     finally:
         done.set()
+        phase[0] = "done"
+        lock.release()
         for sig, h in old.items():
             signal.signal(sig, h)
-        lock.release()
-    if lost.is_set():
-        return EXIT_LOST
-    return rc if rc >= 0 else 128 - rc
 
 
 def add_commands(client) -> None:

@@ -76,21 +76,37 @@ def test_a_lock_another_holds_runs_nothing_and_says_who_then_lock_release_frees_
     assert cli(node, "lock", "report", "--", "touch", str(marker)).returncode == 0 and marker.exists()
 
 
-def test_a_lost_lease_stops_the_command_and_says_so(node):
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_lost_lease_stops_the_command_and_all_it_started_and_says_so(node, tmp_path):
+    """And not the shell alone: its child (a review: sh -c '...' died, its sleep ran on, and
+    another host took the lock) is in the same process group, stopped with it."""
     cl = client(node)
+    pidfile = tmp_path / "grandchild"
     proc = subprocess.Popen(argv(node, "lock", "lost", "--owner", "host-c", "--ttl", "2", "--kill-after", "2",
-                                 "--", "sleep", "120"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=REPO)
+                                 "--", "sh", "-c", f"sleep 120 & echo $! > {pidfile}; wait"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    grandchild = None
     try:
         info = wait_for(lambda: held_by(cl, "lost", "host-c"), 30, "the lock held by the command's raftsched lock")
+        grandchild = int(wait_for(lambda: pidfile.read_text().strip(), 30, "the command's child started"))
         cl.lock_release("lost", info["token"])  # as an operator breaking it: the next renew is refused
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == EXIT_LOST, err
         assert "is lost: stopping the command" in err, err
+        assert not _alive(grandchild), "the command's child outlived the lost lease"
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        if grandchild is not None and _alive(grandchild):
+            os.kill(grandchild, signal.SIGKILL)
 
 
 def test_a_signal_to_raftsched_lock_reaches_the_command_and_the_lock_is_released_after_it(node):
