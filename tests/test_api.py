@@ -889,3 +889,26 @@ def test_a_dead_run_requeued_by_hand_into_a_full_queue_is_refused_and_stays_dead
         r = await c.post(f"/v1/dlq/{run_id}/requeue")
         assert r.status == 200 and (await r.json())["state"] == "queued", await r.text()
     run(t)
+
+
+def test_a_member_add_whose_names_resolve_slowly_is_refused_within_one_deadline(monkeypatch):
+    """A review: each address had its own 3 s (ten of them, 30 s, past the clients' 10 s), and a
+    resolver's timeout was caught as an OSError with an empty reason."""
+    import time as time_mod
+
+    from raftsched.node import api as api_mod
+    from raftsched.node import limits as node_limits
+
+    async def slow(addr):
+        await asyncio.sleep(5)  # ok-sleep: a resolver that does not answer
+        return set()
+    monkeypatch.setattr(api_mod, "_resolved", slow)
+    monkeypatch.setattr(node_limits, "member_resolve_s", 0.2)
+
+    async def t(env, c):
+        t0 = time_mod.monotonic()
+        body = await err(await c.post("/v1/cluster/members", data=json.dumps({"addr": "slow.example:9700"})),
+                         422, "invalid", "addr")
+        assert time_mod.monotonic() - t0 < 3, "one deadline for every address"
+        assert "did not resolve within 0.2 s" in body["error"]["message"], body
+    run(t)

@@ -432,25 +432,21 @@ async def add_member(request: web.Request) -> web.Response:
     return json_response(res, status=202 if res.get("state") == "learner" else 200)
 
 
-async def _resolved(addr: str) -> set[tuple[str, int]]:
-    """The (IP, port) pairs a member's ``HOST:PORT`` names. :raises InvalidSpec: it names none."""
+async def _resolved(addr: str) -> set[tuple[str, int]] | str:
+    """The (IP, port) pairs a member's ``HOST:PORT`` names, or why it names none."""
     host, _, port = addr.rpartition(":")
     try:
-        infos = await asyncio.wait_for(asyncio.get_running_loop().getaddrinfo(
-            host.strip("[]"), int(port), type=socket.SOCK_STREAM), node_limits.member_resolve_s)
+        infos = await asyncio.get_running_loop().getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)
     except (OSError, UnicodeError) as e:
-        raise InvalidSpec(f"{host!r} does not resolve ({e.strerror or e}): a member's address must be one the "
-                          f"other members can reach", "addr") from None
-    except TimeoutError:
-        raise InvalidSpec(f"{host!r} did not resolve within {node_limits.member_resolve_s:g} s: a member's "
-                          f"address must be one the other members can reach", "addr") from None
+        return f"{host!r} does not resolve ({getattr(e, 'strerror', None) or e})"
     return {(i[4][0], i[4][1]) for i in infos}
 
 
 async def _check_new_member(raft, addr: str) -> None:
     """Before an add: a name that resolves to nothing, or to a member's address under another
     name (``localhost:9702`` for ``127.0.0.1:9702``), would be a learner nobody answers for, a
-    member slot taken for good until removed; refused (422, 409). A member asked again under
+    member slot taken for good until removed; refused (422, 409). The address and the members'
+    are resolved together, within one deadline (member_resolve_s). A member asked again under
     its own name is change_members' to answer (``changed`` false), as is an address of another
     form (its error)."""
     try:
@@ -461,13 +457,16 @@ async def _check_new_member(raft, addr: str) -> None:
     members = sorted(set(st.get("members") or ()) | set(st.get("learners") or ()))
     if addr in members:
         return
-    mine = await _resolved(addr)
-    for m in members:
-        try:
-            theirs = await _resolved(m)
-        except InvalidSpec:
-            continue
-        if mine & theirs:
+    wait = node_limits.member_resolve_s
+    try:
+        mine, *theirs = await asyncio.wait_for(asyncio.gather(*(_resolved(a) for a in [addr, *members])), wait)
+    except TimeoutError:
+        raise InvalidSpec(f"{addr} and the members' addresses did not resolve within {wait:g} s: a member's "
+                          f"address must be one the other members can reach", "addr") from None
+    if isinstance(mine, str):
+        raise InvalidSpec(f"{mine}: a member's address must be one the other members can reach", "addr")
+    for m, got in zip(members, theirs):
+        if not isinstance(got, str) and mine & got:
             raise Conflict(f"{addr} is member {m} under another name: name it as the cluster does", "addr")
 
 
