@@ -37,6 +37,26 @@ STALE_HEADER = "X-Raftsched-Stale"
 _CATCH_UP_POLL_S = 0.02
 
 
+#: How long a leader whose connections reach no quorum waits for one to be made again before a
+#: read fails (a peer reconnecting; a leader cut off steps down after about 1 s).
+_QUORUM_GRACE_S = 1.0
+
+
+def _no_quorum(st: dict) -> tuple[int, int] | None:
+    """(voters reached, voters) when this node leads and its connections reach no quorum of the
+    voters of its latest configuration (the pending change's, else the committed one's, which
+    its connections follow), else None."""
+    leader, connected = st.get("leader"), st.get("peers_connected")
+    if leader is None or leader != st.get("self") or connected is None:
+        return None
+    pending = (st.get("membership") or {}).get("pending")
+    voters = (pending or {}).get("voters") or st.get("members") or ()
+    if not voters:
+        return None
+    reach = sum(1 for v in voters if v == leader or v in connected)
+    return None if reach >= len(voters) // 2 + 1 else (reach, len(voters))
+
+
 class ReadBarrier:
     """One barrier round for every read waiting when it starts (see the module's doc).
 
@@ -138,19 +158,24 @@ class ReadBarrier:
             # Cut off from the leader it last heard of: no round could commit before the deadline.
             raise Unavailable(f"the leader {leader} is not reachable from this node; retry, or read its "
                               "replica as it is with ?stale=true", leader=leader)
-        voters = st.get("members") or ()
-        if leader == st.get("self") and connected is not None and voters:
-            reach = 1 + sum(1 for v in voters if v != leader and v in connected)
-            if reach < len(voters) // 2 + 1:
-                # A leader cut off from its quorum (the others killed, a partition) until it steps
-                # down: no round can commit, so the read fails now rather than after the deadline.
-                raise Unavailable(f"this node leads but reaches {reach} of the {len(voters)} voters, no quorum: "
-                                  "it cannot tell which writes are acknowledged; retry, or read its replica as "
-                                  "it is with ?stale=true", leader=leader)
+        short = _no_quorum(st)
+        if short is not None:
+            # A leader cut off from its quorum (the others killed, a partition) until it steps
+            # down: no round can commit. A connection that is being made again (a peer
+            # reconnecting) is given _QUORUM_GRACE_S; then the read fails, not after the deadline.
+            deadline = self._monotonic() + _QUORUM_GRACE_S
+            while short is not None and self._monotonic() < deadline:
+                await asyncio.sleep(_CATCH_UP_POLL_S)  # ok-sleep: polling the connections within a deadline
+                short = _no_quorum(self.raft.status())
+            if short is not None:
+                raise Unavailable(f"this node leads but reaches {short[0]} of the {short[1]} voters, no quorum: it "
+                                  "cannot tell which writes are acknowledged; retry, or read its replica as it is "
+                                  "with ?stale=true", leader=leader)
         try:
             await self.raft.barrier(timeout_s=self.timeout_s)
         except Indeterminate as e:
             # The barrier is a no-op: whether it applied or not, this read learnt nothing.
-            raise Unavailable(f"read barrier: no quorum confirmed within {self.timeout_s:g} s that this node holds "
-                              "every acknowledged write (a leader cut off from the others, say); retry, or read "
-                              "its replica as it is with ?stale=true", leader=e.extra.get("leader")) from None
+            why = e.message.split("; the command may still apply")[0]
+            raise Unavailable(f"read barrier: no quorum confirmed that this node holds every acknowledged write "
+                              f"({why}); retry, or read its replica as it is with ?stale=true",
+                              leader=e.extra.get("leader")) from None
