@@ -150,10 +150,8 @@ def _bulk(action: str):
             call = c.dlq_requeue if action == "requeue" else c.dlq_delete
             return show(call(a.run))
         if a.run:
-            print(f"raftsched {action}: --all-matching selects by filters; give no RUN", file=sys.stderr)
-            return 2
-        if a.all and a.run:
-            print(f"raftsched {action}: --all takes every dead run; give no RUN", file=sys.stderr)
+            what = "--all takes every dead run" if a.all else "--all-matching selects by filters"
+            print(f"raftsched {action}: {what}; give no RUN", file=sys.stderr)
             return 2
         if not a.all and all(v is None for v in (a.queue, a.job, a.error, a.dead_from, a.dead_to)):
             print(f"raftsched {action}: no filter would take every dead run of every queue; give one (--queue, "

@@ -77,3 +77,23 @@ def test_the_api_takes_a_note_shows_why_and_refuses_a_bad_note_naming_it():
         assert (await c.post("/v1/jobs/p/resume", headers=AUTH)).status == 200
         assert (await (await c.get("/v1/jobs/p")).json())["state"]["pause"] is None
     run(t)
+
+
+def test_who_paused_a_job_is_shown_to_an_admin_and_to_that_token_only():
+    """A review: state.pause.by showed every reader (a tenant's operator too) the token ids of
+    whoever paused a job, which only GET /v1/tokens (admins) lists. The others see since,
+    reason and note."""
+    from test_auth import BOOT, SPEC as AUTH_SPEC, call, new_token, run as auth_run
+
+    async def t(env, c):
+        op = await new_token(c, "operator")
+        reader = (await new_token(c, "reader"))["token"]
+        assert (await call(c, "PUT", "/v1/jobs/j", BOOT, AUTH_SPEC))[0] == 201
+        assert (await call(c, "POST", "/v1/jobs/j/pause", op["token"], {"note": "db maintenance"}))[0] == 200
+        for token, shown in ((BOOT, op["id"]), (op["token"], op["id"]), (reader, None)):
+            s, job = await call(c, "GET", "/v1/jobs/j", token)
+            assert s == 200 and job["state"]["pause"]["note"] == "db maintenance", job
+            assert job["state"]["pause"].get("by") == shown, (token, job)
+            s, page = await call(c, "GET", "/v1/jobs", token)
+            assert page["jobs"][0]["state"]["pause"].get("by") == shown, (token, page)
+    auth_run(t)

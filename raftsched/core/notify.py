@@ -135,7 +135,7 @@ def on_dead(s: SchedulerState, run: Record, now: int, error: str | None) -> None
         p = job["spec"].get("pause_on_failure")
         if p is not None and h[CONSECUTIVE] >= p["after_consecutive"]:
             emit(s, "job.paused", now, job=name, reason="pause_on_failure", consecutive_failures=h[CONSECUTIVE])
-            cause = f"{h[CONSECUTIVE]} consecutive failures; the last, run {run['id']}: {error}"
+            cause = f"{h[CONSECUTIVE]} consecutive failures; the last, run {run['id']}" + (f": {error}" if error else "")
             pause(s, job, now, ("pause_on_failure", None, cause[:limits.pause_note_chars_max]))
 
 

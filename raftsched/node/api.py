@@ -478,11 +478,25 @@ async def remove_member(request: web.Request) -> web.Response:
     return json_response(res)
 
 
+def _pausers_shown(request: web.Request, jobs: list[dict]) -> None:
+    """A job's ``state.pause.by`` is a token id: shown to a token that may list tokens (scope
+    ``tokens``) and to the token that paused it; left out for the others (a tenant's operator
+    learns no admin's token ids)."""
+    p = request.get(PRINCIPAL)
+    if p is not None and p.allows("tokens"):
+        return
+    for job in jobs:
+        why = (job.get("state") or {}).get("pause")
+        if why and why.get("by") is not None and (p is None or why["by"] != p.id):
+            why.pop("by")
+
+
 async def list_jobs(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     limit = int_param(request, "limit", 100, 1, node_limits.jobs_page_max)
-    return json_response(await svc.list_jobs(limit, job_param(request, "after"), label_params(request),
-                                                 tenants_of(request)))
+    page = await svc.list_jobs(limit, job_param(request, "after"), label_params(request), tenants_of(request))
+    _pausers_shown(request, page["jobs"])
+    return json_response(page)
 
 
 async def put_job(request: web.Request) -> web.Response:
@@ -521,7 +535,9 @@ async def put_jobs_batch(request: web.Request) -> web.Response:
 
 async def get_job(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return json_response(svc.get_job(request.match_info["name"], tenants_of(request)))
+    job = svc.get_job(request.match_info["name"], tenants_of(request))
+    _pausers_shown(request, [job])
+    return json_response(job)
 
 
 async def delete_job(request: web.Request) -> web.Response:

@@ -240,6 +240,7 @@ class BackfillService:
         if b["id"] is not None and (not isinstance(body, dict) or body.get("dead_to") is None):
             # dead_to defaults to now: the same body sent again under its id (a retry, the CLI run
             # twice) must be the same request, not "another request under that id" for its now.
+            await self.svc.raft.barrier(timeout_s=self.svc.propose_timeout_s)  # (a follower behind sees it too)
             filters["dead_to"] = self.svc.read(_defaulted_dead_to, bf_id, action, filters, b) or filters["dead_to"]
         fields = dict(filters, name=bf_id, action=action, max_count=b["max_count"],
                       max_concurrent=b["max_concurrent"], rate_milli=b["rate_milli"])
