@@ -31,8 +31,8 @@ def _lock_args(cmd: Command, need_owner: bool) -> tuple[str, int | None]:
 
 
 def apply_lock_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
-    """``lock_acquire {name, owner, ttl}``: take a free lock for ``ttl`` ms, with a new fencing
-    token.
+    """``lock_acquire {name, owner, ttl, tenants?}``: take a free lock for ``ttl`` ms, with a new
+    fencing token; ``tenants``: those of the token limited to them that took it (kept with it).
 
     :raises InvalidCommand: no name, no owner, or a ttl out of the lease range.
     :raises Conflict: the lock is held (the error names its holder and deadline), or the
@@ -48,9 +48,17 @@ def apply_lock_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
                        holder=lk["owner"], expires_at_ms=lk["deadline"])
     if len(s.locks) >= limits.locks_max:  # (a new lock: a held one was refused above)
         raise Conflict(f"the cluster holds {limits.locks_max} locks, its limit", field="name")
+    tenants = cmd.get("tenants")
+    if tenants is not None and (not isinstance(tenants, list) or not tenants
+                                or not all(isinstance(t, str) and t for t in tenants) or tenants != sorted(set(tenants))):
+        raise InvalidCommand("lock_acquire.tenants must be a sorted list of tenant names or nil")
     s.fencing_token += 1
     s.locks[name] = {"owner": cmd["owner"], "token": s.fencing_token, "deadline": now + ttl,
                      "ttl": ttl, "since": now, "renewals": 0}
+    if tenants is not None:
+        # Taken by a token limited to these tenants: only such a token (or one of every tenant)
+        # renews or releases it (node/service.py lock_renew), whoever learnt its token.
+        s.locks[name]["tenants"] = tenants
     return {"ok": True, "lock": name, "owner": cmd["owner"], "token": s.fencing_token, "deadline": now + ttl}
 
 

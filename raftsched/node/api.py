@@ -707,17 +707,20 @@ async def get_lock(request: web.Request) -> web.Response:
 
 async def lock_acquire(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return json_response(await svc.lock_acquire(request.match_info["name"], await json_body(request), rid(request)))
+    return json_response(await svc.lock_acquire(request.match_info["name"], await json_body(request), rid(request),
+                                             tenants_of(request)))
 
 
 async def lock_renew(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return json_response(await svc.lock_renew(request.match_info["name"], await json_body(request), rid(request)))
+    return json_response(await svc.lock_renew(request.match_info["name"], await json_body(request), rid(request),
+                                             tenants_of(request)))
 
 
 async def lock_release(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
-    return json_response(await svc.lock_release(request.match_info["name"], await json_body(request), rid(request)))
+    return json_response(await svc.lock_release(request.match_info["name"], await json_body(request), rid(request),
+                                             tenants_of(request)))
 
 
 # ------------------------------------------------------------------ backfills and bulk DLQ operations

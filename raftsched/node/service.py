@@ -759,21 +759,37 @@ class Service:
         return self._out(res, {"run": run_id, "deleted": True})
 
     # ------------------------------------------------------------------ locks
-    async def lock_acquire(self, name: str, body, rid: str | None) -> dict:
+    async def lock_acquire(self, name: str, body, rid: str | None, tenants: frozenset | None = None) -> dict:
         f = bodies.validate_lock_acquire(name, body)
+        if tenants is not None:
+            f = dict(f, tenants=sorted(tenants))
         res = await self.propose(commands.lock_command("lock_acquire", self.clock.now_ms(), rid or new_request_id(),
                                                        name=name, fields=f))
         return self._out(res, {"lock": name, "owner": f["owner"], "token": res["token"],
                                "expires_at": schedule.iso(res["deadline"])})
 
-    async def lock_renew(self, name: str, body, rid: str | None) -> dict:
+    def _lock_tenancy(self, name: str, f: dict, tenants: frozenset | None) -> None:
+        """A token limited to ``tenants`` renews or releases only a lock a token of its tenants
+        took: a lock's fencing token is shown to every reader (and tokens are one counter), so the
+        token alone proves nothing. Refused as a token that does not hold it (409), which says
+        nothing of whose it is. A lock changes hands only with a new token, which apply checks."""
+        if tenants is None:
+            return
+        lk = self.read(queries.lock, name)
+        if lk is not None and not set(lk.get("tenants") or ("\0",)) <= tenants:
+            raise Conflict(f"token {f.get('token')} does not hold lock {name!r}", field="token",
+                           holder=lk["owner"], expires_at_ms=lk["deadline"])
+
+    async def lock_renew(self, name: str, body, rid: str | None, tenants: frozenset | None = None) -> dict:
         f = bodies.validate_lock_renew(name, body)
+        self._lock_tenancy(name, f, tenants)
         res = await self.propose(commands.lock_command("lock_renew", self.clock.now_ms(), rid or new_request_id(),
                                                        name=name, fields=f))
         return self._out(res, {"lock": name, "token": res["token"], "expires_at": schedule.iso(res["deadline"])})
 
-    async def lock_release(self, name: str, body, rid: str | None) -> dict:
+    async def lock_release(self, name: str, body, rid: str | None, tenants: frozenset | None = None) -> dict:
         f = bodies.validate_lock_release(name, body)
+        self._lock_tenancy(name, f, tenants)
         res = await self.propose(commands.lock_command("lock_release", self.clock.now_ms(), rid or new_request_id(),
                                                        name=name, fields=f))
         return self._out(res, {"lock": name, "released": True})

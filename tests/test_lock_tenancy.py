@@ -1,0 +1,48 @@
+"""Locks and tenants (a security review, 2026-12-06): a lock's fencing token is shown to every
+reader, so a token limited to tenants renewed and released another tenant's lock with it. A
+lock remembers the tenants of the limited token that took it; only a token of those tenants
+(or one of every tenant) renews or releases it, and the refusal is the one a wrong token gets."""
+from __future__ import annotations
+
+from raftsched.core import commands
+
+from core_helpers import T0, apply, new_state, refused
+from test_auth import BOOT, call, new_token, run
+
+
+def test_a_limited_token_renews_and_releases_only_a_lock_its_tenants_took():
+    async def t(env, c):
+        acme = (await new_token(c, "operator", tenants=["acme"]))["token"]
+        globex = (await new_token(c, "operator", tenants=["globex"]))["token"]
+        both = (await new_token(c, "operator", tenants=["acme", "globex"]))["token"]
+        s, b = await call(c, "POST", "/v1/locks/gx/acquire", globex, {"owner": "gx-1", "ttl_s": 60})
+        assert s == 200, b
+        tok = b["token"]
+        s, shown = await call(c, "GET", "/v1/locks/gx", acme)
+        assert s == 200 and shown["token"] == tok  # (every reader sees it: it proves nothing alone)
+        for path, body in (("renew", {"token": tok, "ttl_s": 600}), ("release", {"token": tok})):
+            s, e = await call(c, "POST", f"/v1/locks/gx/{path}", acme, body)
+            assert s == 409 and e["error"]["message"] == f"token {tok} does not hold lock 'gx'", e
+        assert env.state.locks["gx"]["token"] == tok and env.state.locks["gx"]["ttl"] == 60_000
+        assert env.state.locks["gx"]["tenants"] == ["globex"]
+        assert (await call(c, "POST", "/v1/locks/gx/renew", both, {"token": tok}))[0] == 200
+        assert (await call(c, "POST", "/v1/locks/gx/release", globex, {"token": tok}))[0] == 200
+        # A lock an unlimited token took: no limited token renews or releases it; an admin may
+        # release any (to free one whose holder is gone).
+        s, b = await call(c, "POST", "/v1/locks/adm/acquire", BOOT, {"owner": "ops", "ttl_s": 60})
+        assert s == 200 and "tenants" not in env.state.locks["adm"], b
+        assert (await call(c, "POST", "/v1/locks/adm/release", acme, {"token": b["token"]}))[0] == 409
+        s, b2 = await call(c, "POST", "/v1/locks/ac/acquire", acme, {"owner": "a-1", "ttl_s": 60})
+        assert (await call(c, "POST", "/v1/locks/ac/release", BOOT, {"token": b2["token"]}))[0] == 200
+        assert (await call(c, "POST", "/v1/locks/adm/release", BOOT, {"token": b["token"]}))[0] == 200
+    run(t)
+
+
+def test_a_malformed_tenants_field_of_a_lock_acquire_is_refused_and_changes_nothing():
+    s = new_state()
+    for bad in ("acme", [], ["b", "a"], ["a", "a"], [1], [""]):
+        refused(s, commands.lock_command("lock_acquire", T0, None, name="l",
+                                         fields={"owner": "o", "ttl": 5000, "tenants": bad}), "invalid_command")
+    assert apply(s, commands.lock_command("lock_acquire", T0, None, name="l",
+                                          fields={"owner": "o", "ttl": 5000, "tenants": ["a", "b"]}))["ok"]
+    assert s.locks["l"]["tenants"] == ["a", "b"]
