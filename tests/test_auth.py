@@ -1104,3 +1104,25 @@ def test_a_refusal_reads_as_english_and_a_lock_owner_given_wrong_is_not_said_mis
     with pytest.raises(InvalidSpec) as e:
         bodies.validate_lock_acquire("L", {"ttl_s": 5})
     assert e.value.message.startswith("is required")
+
+
+def test_a_ping_token_made_without_tenants_is_bound_to_its_jobs_tenants_and_pings_no_namesake():
+    """A security review: a ping token for acme's job `hb`, made as docs/notifications.md shows
+    (no tenants), pinged globex's job `hb` once acme's was deleted and globex made one of that
+    name. The token is bound, when made, to the tenants of the jobs it names."""
+    async def t(env, c):
+        hb = {"schedule": {"every_s": 60}, "executor": {"type": "heartbeat"}, "misfire": {"policy": "skip"}}
+        assert (await call(c, "PUT", "/v1/jobs/hb", body=dict(hb, tenant="acme")))[0] == 201
+        tok = await new_token(c, "ping", jobs=["hb"])
+        assert tok["tenants"] == ["acme"], tok
+        s, b = await call(c, "POST", "/v1/jobs/hb/ping", tok["token"], {"status": "start"})
+        assert s not in (401, 403, 404), b  # (let through: the job's state answers it)
+        assert (await call(c, "DELETE", "/v1/jobs/hb"))[0] == 200
+        assert (await call(c, "PUT", "/v1/jobs/hb", body=dict(hb, tenant="globex")))[0] == 201
+        s, b = await call(c, "POST", "/v1/jobs/hb/ping", tok["token"], {"status": "fail"})
+        assert s == 404, b
+        # Given tenants, it keeps them; naming no job that exists, it is bound to none (and warned).
+        assert (await new_token(c, "ping", jobs=["hb"], tenants=["acme"]))["tenants"] == ["acme"]
+        made = await new_token(c, "ping", jobs=["later"])
+        assert made["tenants"] is None and made["warnings"], made
+    run(t)

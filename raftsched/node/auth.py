@@ -362,6 +362,13 @@ async def create_token(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     now = svc.clock.now_ms()
     f = validate_token_body(await json_body(request), now)
+    if f["role"] == "ping" and f["tenants"] is None:
+        # Bound to the tenants of the jobs it names as they are now: a job of that name that
+        # another tenant makes later (the first one deleted) is not pinged by it (a review).
+        named = f.get("jobs") or ()
+        held = sorted(svc.read(lambda s: {s.jobs[j]["spec"]["tenant"] for j in named if j in s.jobs}))
+        if held:
+            f = dict(f, tenants=held)
     tid, token, h = new_token()
     res = await svc.propose(commands.token_create(now, rid(request) or secrets.token_hex(16), id=tid, hash=h,
                                                   fields=f))
