@@ -214,3 +214,26 @@ def test_paused_jobs_are_counted_as_they_change_not_walked_at_a_scrape():
         restored.restore(s.snapshot())
         assert queries.gauges(restored)["jobs_paused"] == 1
     asyncio.run(main())
+
+
+def test_the_series_the_alert_rules_read_exist_at_zero_before_their_first_event():
+    """An SRE's walk: raftsched_deadlines_judged_total and raftsched_dlq_runs had no series
+    until their first event, and a series that first appears at 1 has no increase() or delta()
+    in PromQL: DeadlineMisses and DeadLetterQueueGrowing never fired for the first miss or the
+    first dead run after a node started. Every series they read is there from the first scrape."""
+    async def main():
+        env = Env(metrics=True)
+        async with TestClient(TestServer(env.app, host="127.0.0.1"), headers=AUTH) as c:
+            assert (await put(c, "a", dict(SPEC, queue="reports"))).status == 201
+            return await (await c.get("/metrics")).text()
+    text = asyncio.run(main())
+    check_metrics(text)
+    from raftsched.core import deadlines
+    for which in deadlines.FIELDS:
+        for cause in deadlines.CAUSES:
+            assert sample(text, "raftsched_deadlines_judged_total", outcome="missed", deadline=which, cause=cause) == 0
+    for which in deadlines.WHICH:
+        assert sample(text, "raftsched_deadlines_judged_total", outcome="late", deadline=which, cause="none") == 0
+    for state in ("succeeded", "failed", "dead"):
+        assert sample(text, "raftsched_runs_finished_total", state=state) == 0
+    assert sample(text, "raftsched_dlq_runs", queue="reports") == 0, "a queue a job names, not declared"

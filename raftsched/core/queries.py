@@ -726,6 +726,8 @@ def gauges(s: SchedulerState) -> dict[str, Any]:
             per_q[q] = (a, b, n)
     for q in s.queues:
         per_q.setdefault(q, (0, 0, 0))
+    for q in s._queue_users:  # (a queue some job names, declared or not: its series from the start, at 0)
+        per_q.setdefault(q, (0, 0, 0))
     by_state = {"queued": sum(a for a, _, _ in per_q.values()), "running": sum(b for _, b, _ in per_q.values()),
                 "dead": sum(c for _, _, c in per_q.values())}
     return {"jobs": len(s.jobs), "jobs_paused": s._paused_count,

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, generate_late
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
-from ..core import queries
+from ..core import deadlines, queries
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -212,13 +212,17 @@ class _ApplyCollector:
         yield rec
         fin = CounterMetricFamily("raftsched_runs_finished", "runs that ended, by state (succeeded, failed, dead), "
                                   "as this replica applied them", labels=["state"])
-        for state, n in sorted(st["finished"].items()):
+        # Every series an alert reads exists from the first scrape, at 0: a series that first
+        # appears at 1 has no increase() in PromQL, and its first event would alert nobody.
+        for state, n in sorted((dict.fromkeys(("dead", "failed", "succeeded"), 0) | st["finished"]).items()):
             fin.add_metric([state], n)
         yield fin
         dl = CounterMetricFamily("raftsched_deadlines_judged", "slots' deadlines judged missed (with the cause: "
                                  "never_started, still_running, failed, skipped, paused, untracked, upstream, no_slot) or late, by "
                                  "deadline, as this replica applied them", labels=["outcome", "deadline", "cause"])
-        for (outcome, which, cause), n in sorted(st["deadlines"].items()):
+        known = {("missed", which, cause): 0 for which in deadlines.FIELDS for cause in deadlines.CAUSES}
+        known |= {("late", which, "none"): 0 for which in deadlines.WHICH}
+        for (outcome, which, cause), n in sorted((known | st["deadlines"]).items()):
             dl.add_metric([outcome, which, cause], n)
         yield dl
         for key, name, doc in (
