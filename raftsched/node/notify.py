@@ -856,6 +856,9 @@ class _Collector:
         counts = n.raft.read(core_notify.outbox_counts)
         yield CounterMetricFamily("raftsched_events_emitted", "events kept in the outbox since the cluster began "
                                   "(events no sink is sent are not kept)", value=counts["seq"])
+        # The sinks that exist: a deleted sink's series go at once on every node (a node that
+        # delivered for it and leads no more forgets its counters only when it leads again).
+        live = set(n.raft.read(core_notify.sink_names))
         held = GaugeMetricFamily("raftsched_events_outbox", "events held in the replicated outbox, by kind",
                                  labels=["kind"])
         for k, v in sorted(counts["held"].items()):
@@ -867,24 +870,28 @@ class _Collector:
                                 n.dead)):
             fam = CounterMetricFamily(metric, doc, labels=["sink", "kind"])
             for (sink, kind), v in sorted(dict(c).items()):  # a copy first: scrapes run in a thread
-                fam.add_metric([sink, kind], v)
+                if sink in live:
+                    fam.add_metric([sink, kind], v)
             yield fam
         failed = CounterMetricFamily("raftsched_event_attempts_failed", "delivery attempts a sink refused or "
                                      "that failed, retried ones included (this node, while leading)", labels=["sink"])
         for sink, v in sorted(dict(n.attempts_failed).items()):
-            failed.add_metric([sink], v)
+            if sink in live:
+                failed.add_metric([sink], v)
         yield failed
         down = GaugeMetricFamily("raftsched_sink_unreachable_seconds", "how long a sink's outage has lasted "
                                  "(since an attempt first could not reach it, none taken since), absent while it has "
                                  "none (this node, while leading)", labels=["sink"])
         now = n.clock.now_ms()
         for sink, since in sorted(dict(n._unreachable).items()):
-            down.add_metric([sink], max(0, now - since) / 1000)
+            if sink in live:
+                down.add_metric([sink], max(0, now - since) / 1000)
         yield down
         lost = CounterMetricFamily("raftsched_events_lost", "events the outbox gave up before a sink was sent them "
                                    "(at most: not all of them were for it), seen by this node", labels=["sink"])
         for sink, v in sorted(dict(n.lost).items()):
-            lost.add_metric([sink], v)
+            if sink in live:
+                lost.add_metric([sink], v)
         yield lost
         h = HistogramMetricFamily("raftsched_event_delivery_seconds",
                                   "from an event's commit to a sink's acceptance (this node)")
