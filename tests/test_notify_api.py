@@ -523,6 +523,7 @@ def test_the_counters_of_a_deleted_sink_are_dropped_and_refused_attempts_are_exp
     reg = CollectorRegistry()
     reg.register(n.collector())
     assert 'raftsched_event_attempts_failed_total{sink="kept"} 4.0' in generate_latest(reg).decode()
+    names.clear()
     asyncio.run(look())
     assert not (n.delivered or n.dead or n.attempts_failed or n.lost or n._lost_at)
     assert 'sink="kept"' not in generate_latest(reg).decode()
