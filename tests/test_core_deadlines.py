@@ -150,6 +150,10 @@ def test_succeed_by_is_local_time_on_the_slots_day_or_the_next_and_follows_dst()
     assert deadlines.succeed_by_ms(dict(berlin, dst={"fall_back": "twice"}), "02:30", slot) == ms("2026-10-25T01:30:00Z")
     # Interval schedules: UTC.
     assert deadlines.succeed_by_ms({"every_s": 60}, "03:00", ms("2026-06-01T02:00:00Z")) == ms("2026-06-01T03:00:00Z")
+    # A slot at the very time: it cannot succeed by the instant it falls due (it was judged
+    # missed, never_started, a millisecond later): the next day's.
+    assert deadlines.succeed_by_ms({"every_s": 60}, "03:00", ms("2026-06-01T03:00:00Z")) == ms("2026-06-02T03:00:00Z")
+    assert deadlines.succeed_by_ms(berlin, "03:00", ms("2026-06-01T01:00:00Z")) == ms("2026-06-02T01:00:00Z")
 
 
 # ------------------------------------------------------------------ per-slot judgement

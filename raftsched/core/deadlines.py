@@ -99,13 +99,14 @@ def _local_instant(wall: datetime, tz: str, dst: dict[str, str] | None) -> int:
 def succeed_by_ms(sched: Record, hhmm: str, slot: int) -> int:
     """``succeed_by`` for the slot at ``slot``: that local time on the slot's local day in the
     job's time zone (UTC for interval and one-shot schedules), or on the next day when that falls
-    before the slot."""
+    at or before the slot (a slot at 03:00 cannot succeed by 03:00: an SRE's walk found the
+    03:00 slot of a ``*/30`` job with ``succeed_by`` 03:00 missed every night)."""
     tz = sched.get("timezone", "UTC") if "cron" in sched else "UTC"
     dst = sched.get("dst")
     h, m = int(hhmm[:2]), int(hhmm[3:])
     day = schedule._wall_of(slot, schedule.zone(tz)).date()
     at = _local_instant(datetime(day.year, day.month, day.day, h, m), tz, dst)
-    if at < slot:
+    if at <= slot:
         nxt = day + timedelta(days=1)
         at = _local_instant(datetime(nxt.year, nxt.month, nxt.day, h, m), tz, dst)
     return at
