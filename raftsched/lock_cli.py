@@ -114,7 +114,8 @@ def run_locked(a, c: Client) -> int:
         _say("--timeout is how long --wait waits: give --wait too")
         return 2
     owner = a.owner or f"{socket.gethostname()}:{os.getpid()}"
-    lock = c.lock(a.name, owner, a.ttl or LOCK_TTL_S_DEFAULT, blocking=a.wait, timeout_s=a.timeout)
+    ttl = a.ttl or LOCK_TTL_S_DEFAULT
+    lock = c.lock(a.name, owner, ttl)
     # Signals are taken from the start: before the command runs one ends the wait (or the
     # acquire) and releases what was acquired; while it runs it is passed to its process group;
     # the lock is released only once the command has ended.
@@ -134,7 +135,15 @@ def run_locked(a, c: Client) -> int:
     watch: threading.Thread | None = None
     try:
         try:
-            lease = lock.acquire()
+            try:
+                lease = lock.acquire()
+            except LockHeld as e:
+                if not a.wait:
+                    raise
+                _say(f"lock {a.name!r} is held by {e.holder!r}: waiting"
+                     + (f" (at most {a.timeout:g} s)" if a.timeout is not None else ""))
+                lock = c.lock(a.name, owner, ttl, blocking=True, timeout_s=a.timeout)
+                lease = lock.acquire()
             phase[0] = "starting"
         except LockHeld as e:
             until = f" (its lease ends at {e.expires_at_ms} ms unless renewed)" if e.expires_at_ms else ""

@@ -109,13 +109,15 @@ def test_a_lost_lease_stops_the_command_and_all_it_started_and_says_so(node, tmp
             os.kill(grandchild, signal.SIGKILL)
 
 
-def test_a_signal_to_raftsched_lock_reaches_the_command_and_the_lock_is_released_after_it(node):
+def test_a_signal_to_raftsched_lock_reaches_the_command_and_the_lock_is_released_after_it(node, tmp_path):
     cl = client(node)
+    started = tmp_path / "started"
     proc = subprocess.Popen(argv(node, "lock", "sig", "--owner", "host-d", "--",
-                                 "sh", "-c", "trap 'exit 7' TERM; while :; do sleep 0.05; done"),
+                                 "sh", "-c", f"trap 'exit 7' TERM; touch {started}; while :; do sleep 0.05; done"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     try:
         wait_for(lambda: held_by(cl, "sig", "host-d"), 30, "the lock held")
+        wait_for(started.exists, 30, "the command running")  # (a signal before it runs: nothing runs)
         os.kill(proc.pid, signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 7, err
@@ -124,3 +126,28 @@ def test_a_signal_to_raftsched_lock_reaches_the_command_and_the_lock_is_released
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_signal_while_waiting_for_the_lock_ends_the_wait_and_runs_nothing(node, tmp_path):
+    """A review: a SIGTERM before the command started killed raftsched lock by the default
+    action, a lock it had acquired then held with nobody to renew or release it. The handlers are
+    in place from the start: the wait ends, nothing runs, the status is 128 + 15."""
+    cl = client(node)
+    other = cl.lock_acquire("waited", "host-e", 60)["token"]
+    marker = tmp_path / "ran"
+    proc = subprocess.Popen(argv(node, "lock", "waited", "--wait", "--", "touch", str(marker)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        first = proc.stderr.readline()  # (it says so once it waits: its handlers are in place)
+        while first.startswith("raftsched: warning"):
+            first = proc.stderr.readline()
+        assert first.startswith("raftsched lock: lock 'waited' is held by 'host-e': waiting"), first
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 128 + signal.SIGTERM and "it did not run" in err, err
+        assert not marker.exists() and cl.lock_info("waited")["token"] == other
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        cl.lock_release("waited", other)

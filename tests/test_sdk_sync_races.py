@@ -65,6 +65,14 @@ class StubClient:
                 res[n] = {"created": n not in self.jobs, "gen": 1, "next_slot": None}
         return {"jobs": res, "created": 0, "replaced": 0, "conflicts": len(self.batch_errors), "commands": 1}
 
+    def graph(self, name):
+        """The edges of the stored jobs' ``after``, as GET /v1/jobs/{name}/graph has them."""
+        if name not in self.jobs:
+            raise NotFound(f"no job named {name!r}", field="name")
+        edges = [{"from": (e["job"] if isinstance(e, dict) else e), "to": child, "on": "success"}
+                 for child, s in sorted(self.jobs.items()) for e in s.get("after") or ()]
+        return {"job": name, "edges": [e for e in edges if name in (e["from"], e["to"])]}
+
     def delete_job(self, name):
         if self.delete_error:
             raise self.delete_error
