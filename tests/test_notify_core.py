@@ -627,3 +627,33 @@ def test_the_per_job_gauges_jobs_are_kept_as_jobs_change_so_a_scrape_walks_only_
     assert apply(s, commands.delete_job(T0 + 2 * SEC, None, name="c"))["ok"]
     assert [n for n, _ in metric_jobs(s)] == ["b"]
     assert [n for n, _ in metric_jobs(restored(s))] == ["b"]
+
+
+@pytest.mark.parametrize("raw,field,words", [
+    ({"type": "email", "smtp": {"host": "smtp.example.com", "to": ["o@example.com"], "from": "notanemail"}},
+     "smtp.from", "is not an email address"),
+    ({"type": "email", "smtp": {"host": "smtp.example.com", "to": ["o@example.com"], "from": "a@b\r\nBcc: x@y"}},
+     "smtp.from", "is not an email address"),
+    ({"type": "email", "smtp": {"host": "smtp.example.com", "to": ["o@example.com"]}}, "smtp.from", "is required"),
+    ({"type": "webhook", "url": "https://h.example/x", "secrets": {"signing_key": "k" * 4097}},
+     "secrets.signing_key", "1-4096 characters"),
+    ({"type": "webhook", "url": "https://h.example/" + "x" * 2100, "secrets": {"signing_key": "k"}},
+     "url", "at most 2048 characters"),
+    ({"type": "webhook", "url": 123, "secrets": {"signing_key": "k"}}, "url", "(a string)"),
+])
+def test_a_sinks_bad_field_is_named_with_the_reason_it_has(raw, field, words):
+    """An SRE's walk: a sender that was given but is not an address read "is required", a
+    signing key one over its bound "must be a non-empty string", a URL over 2048 characters
+    or a number "must be an http or https URL"."""
+    with pytest.raises(InvalidSpec) as e:
+        validate_sink("s", raw)
+    assert e.value.field == field and words in e.value.message, (e.value.field, e.value.message)
+
+
+def test_a_route_names_a_sink_as_a_sink_can_be_named():
+    """A route to a 100-character sink name was taken (with "nothing is told through it until one
+    is put"), and no such sink can be put: names are 1-64 characters."""
+    with pytest.raises(InvalidSpec) as e:
+        validate_routes([{"sink": "s" * 65}])
+    assert e.value.field == "notify[0].sink" and "1-64" in e.value.message
+    assert validate_routes([{"sink": "s" * 64}])[0]["sink"] == "s" * 64

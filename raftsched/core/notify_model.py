@@ -82,7 +82,7 @@ def validate_routes(raw: object, field: str = "notify") -> list[dict[str, Any]]:
         if "sink" not in r:
             raise InvalidSpec("is required: the sink's name", field=f"{f}.sink")
         route = {
-            "sink": _name(r["sink"], f"{f}.sink"),
+            "sink": _name(r["sink"], f"{f}.sink", limits.queue_name_chars_max),  # (a sink's name, as PUT takes it)
             "on": _kinds(r["on"], f"{f}.on", JOB_KINDS) if "on" in r else list(DEFAULT_ON),
             "after_consecutive": (_int(r["after_consecutive"], f"{f}.after_consecutive", 1, limits.consecutive_max)
                                   if "after_consecutive" in r else 1),
@@ -156,8 +156,10 @@ def _url(v: object, field: str, secret: bool = False) -> str:
     of a name 1-63 characters. (Else delivery's error would be the URL's own: aiohttp's
     InvalidUrlClientError names it.) Messages never show the value: ``secrets.url`` is a secret.
     Only a ``secret`` URL (stored sealed, read redacted) may carry a user or password."""
-    if not isinstance(v, str) or len(v) > 2048:
-        raise InvalidSpec("must be an http or https URL", field=field)
+    if not isinstance(v, str):
+        raise InvalidSpec("must be an http or https URL (a string)", field=field)
+    if len(v) > 2048:
+        raise InvalidSpec("must be an http or https URL of at most 2048 characters", field=field)
     if _URL_REFUSED_RE.search(v):
         raise InvalidSpec("must be an http or https URL without spaces, control characters or backslashes",
                           field=field)
@@ -266,8 +268,11 @@ def validate_sink(name: object, raw: object) -> dict[str, Any]:
             if not isinstance(a, str) or len(a) > 254 or not _EMAIL_RE.fullmatch(a):
                 raise InvalidSpec("is not an email address", field=f"smtp.to[{i}]")
         frm = smtp.get("from")
-        if not isinstance(frm, str) or len(frm) > 254 or not _EMAIL_RE.fullmatch(frm):
+        if frm is None:
             raise InvalidSpec("is required: the sender's address", field="smtp.from")
+        if not isinstance(frm, str) or len(frm) > 254 or not _EMAIL_RE.fullmatch(frm):
+            raise InvalidSpec("is not an email address (the sender's: user@host, at most 254 characters)",
+                              field="smtp.from")
         starttls = smtp.get("starttls", True)
         if not isinstance(starttls, bool):
             raise InvalidSpec("must be true or false", field="smtp.starttls")
@@ -305,7 +310,7 @@ def validate_sink(name: object, raw: object) -> dict[str, Any]:
         if k not in required and k not in optional:
             raise InvalidSpec(f"a {typ} sink's secrets are {', '.join(required + optional)}", field=f"secrets.{k}")
         if not isinstance(v, str) or not v or len(v) > 4096:
-            raise InvalidSpec("must be a non-empty string", field=f"secrets.{k}")
+            raise InvalidSpec("must be a string of 1-4096 characters", field=f"secrets.{k}")
     for k in required:
         if k not in secrets:
             raise InvalidSpec(f"is required for a {typ} sink", field=f"secrets.{k}")
