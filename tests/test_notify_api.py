@@ -964,3 +964,19 @@ def test_a_sink_stored_without_outage_s_shows_the_default_it_is_delivered_with()
         s, b = await call(c, "GET", "/v1/sinks/old", BOOT)
         assert s == 200 and b["spec"]["retry"]["outage_s"] == limits.sink_outage_s_default, b
     run(t)
+
+
+def test_a_pagerduty_event_that_reports_no_failure_never_touches_the_failures_incident():
+    """An SRE's reading: run.succeeded (or job.paused, job.triggered) routed to a PagerDuty sink
+    was a trigger under the job's key, reopening (or adding to) the failure's incident that
+    job.recovered resolves. Such an event is an incident of its own kind."""
+    from raftsched.node.notify import pagerduty_message
+    spec = {"type": "pagerduty", "url": "https://events.example/v2/enqueue"}
+    base = {"job": "nightly", "tenant": "t1", "at": 1_780_000_000_000, "slot": 1_780_000_000_000}
+    dead = pagerduty_message(spec, "rk", dict(base, kind="run.dead"))
+    assert (dead["event_action"], dead["dedup_key"], dead["payload"]["severity"]) == ("trigger", "t1/nightly", "error")
+    ok = pagerduty_message(spec, "rk", dict(base, kind="run.succeeded"))
+    assert ok["event_action"] == "trigger" and ok["dedup_key"] == "t1/nightly/run.succeeded", ok
+    assert ok["payload"]["severity"] == "info"
+    assert pagerduty_message(spec, "rk", dict(base, kind="job.recovered")) == {
+        "routing_key": "rk", "event_action": "resolve", "dedup_key": "t1/nightly"}

@@ -402,6 +402,29 @@ _SEVERITY = {"run.dead": "error", "deadline.missed": "error", "cluster.no_leader
              "run.unplaceable": "warning"}
 
 
+def pagerduty_message(spec: dict, routing_key: str, body: dict) -> dict[str, Any]:
+    """The Events API v2 message of event ``body``: a ``trigger`` keyed ``TENANT/JOB`` (a job's
+    failures are one incident), or for ``job.recovered`` the ``resolve`` of that key. An event
+    that reports no failure (a success, a pause, a trigger: severity ``info``) routed here is an
+    incident of its own kind, ``TENANT/JOB/KIND``: under the job's key it reopened, or added to,
+    the failure's incident that job.recovered resolves."""
+    dedup = f"{body.get('tenant') or '-'}/{body.get('job') or body['kind']}"
+    if body["kind"] == "job.recovered":
+        return {"routing_key": routing_key, "event_action": "resolve", "dedup_key": dedup}
+    if body["kind"] not in _SEVERITY:
+        dedup = f"{dedup}/{body['kind']}"
+    msg: dict[str, Any] = {
+        "routing_key": routing_key, "event_action": "trigger", "dedup_key": dedup,
+        "payload": {"summary": one_line(body)[:1024], "source": "raftsched",
+                    "severity": _SEVERITY.get(body["kind"], "info"), "timestamp": _iso(body["at"]),
+                    "component": body.get("job") or "cluster", "group": body.get("tenant") or "cluster",
+                    "class": body["kind"], "custom_details": body}}
+    link = _link(spec, body)
+    if link:
+        msg["links"] = [{"href": link, "text": body.get("run_id") or body.get("job") or "raftsched"}]
+    return msg
+
+
 class Notifier:
     """The leader's delivery (module docstring), and its counters for /metrics."""
 
@@ -709,20 +732,7 @@ class Notifier:
             data = json.dumps({"text": text}).encode()
         else:  # pagerduty
             url = spec["url"]
-            dedup = f"{body.get('tenant') or '-'}/{body.get('job') or body['kind']}"
-            if body["kind"] == "job.recovered":
-                msg: dict[str, Any] = {"routing_key": secrets["routing_key"], "event_action": "resolve",
-                                       "dedup_key": dedup}
-            else:
-                msg = {"routing_key": secrets["routing_key"], "event_action": "trigger", "dedup_key": dedup,
-                       "payload": {"summary": one_line(body)[:1024], "source": "raftsched",
-                                   "severity": _SEVERITY.get(body["kind"], "info"), "timestamp": _iso(body["at"]),
-                                   "component": body.get("job") or "cluster", "group": body.get("tenant") or "cluster",
-                                   "class": body["kind"], "custom_details": body}}
-                link = _link(spec, body)
-                if link:
-                    msg["links"] = [{"href": link, "text": body.get("run_id") or body.get("job") or "raftsched"}]
-            data = json.dumps(msg).encode()
+            data = json.dumps(pagerduty_message(spec, secrets["routing_key"], body)).encode()
         session = self._session
         own = None
         if tenant is not None:  # a tenant's sink reaches what its http jobs may (core/network.py)
