@@ -294,6 +294,11 @@ def test_one_line_reads_as_a_sentence():
     assert one_line(body) == ("run.dead: job nightly (default), slot 2026-05-28T20:26:40.000Z, attempt 3, "
                               "consecutive failures 2: exit status 1")
     assert commands.sink_progress(0, items=[])["op"] == "sink_progress"
+    # An SRE's walk: a deadline's line did not say which deadline, nor when it was.
+    miss = {"kind": "deadline.missed", "job": "stale", "tenant": "default", "slot": None, "reason": "no_slot",
+            "deadline": "max_since_success_s", "instant": 1_780_000_000_000, "cause": "no_slot"}
+    assert one_line(miss) == ("deadline.missed: job stale (default), its max_since_success_s at "
+                              "2026-05-28T20:26:40.000Z: no_slot")
 
 
 

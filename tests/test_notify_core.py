@@ -640,6 +640,8 @@ def test_the_per_job_gauges_jobs_are_kept_as_jobs_change_so_a_scrape_walks_only_
     ({"type": "webhook", "url": "https://h.example/" + "x" * 2100, "secrets": {"signing_key": "k"}},
      "url", "at most 2048 characters"),
     ({"type": "webhook", "url": 123, "secrets": {"signing_key": "k"}}, "url", "(a string)"),
+    ({"type": "webhook", "url": "https://h.example/x", "secrets": {"signing_key": "k"}, "link": "http://h/?a=b#c"},
+     "link", "without a query (?) or fragment (#)"),
 ])
 def test_a_sinks_bad_field_is_named_with_the_reason_it_has(raw, field, words):
     """An SRE's walk: a sender that was given but is not an address read "is required", a

@@ -289,6 +289,10 @@ def validate_sink(name: object, raw: object) -> dict[str, Any]:
         spec["subscribe"] = _kinds(raw["subscribe"], "subscribe", CLUSTER_KINDS)
     if "link" in raw:
         spec["link"] = _url(raw["link"], "link")
+        if "?" in spec["link"] or "#" in spec["link"]:
+            # Messages append /v1/runs/{run} to it: a query or fragment would end up before it.
+            raise InvalidSpec("must be a base URL without a query (?) or fragment (#): messages append "
+                              "/v1/runs/{run} to it", field="link")
     retry = raw.get("retry", {})
     if not isinstance(retry, dict) or not set(retry) <= SINK_RETRY_FIELDS:
         raise InvalidSpec("must be an object of " + ", ".join(sorted(SINK_RETRY_FIELDS)), field="retry")

@@ -298,6 +298,9 @@ def one_line(body: dict) -> str:
         parts.append(f"slot {_iso(body['slot'])}")
     if body.get("attempt") is not None:
         parts.append(f"attempt {body['attempt']}")
+    if isinstance(body.get("deadline"), str):  # which deadline, and its instant (deadline.missed, .late)
+        at = body.get("instant")
+        parts.append(f"its {body['deadline']}" + (f" at {_iso(at)}" if isinstance(at, int) else ""))
     for k in ("worker", "node", "gap_ms", "consecutive_failures", "failures"):
         if body.get(k) is not None:
             parts.append(f"{k.replace('_', ' ')} {body[k]}")
