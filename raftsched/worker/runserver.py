@@ -22,14 +22,28 @@ the server reports), so a run is killed the same way whether this process lives 
 The protocol, over one stream socket from the worker: frames of a 4-byte big-endian length and a
 JSON object. Requests: ``{"op": "shell", "id", "argv", "env", "cwd"}``, ``{"op": "python", "id",
 "target", "ctx", "secrets", "env", "cwd"}``, ``{"op": "flush", "id"}`` (send what there is now,
-stop reading the run's pipes). Answers: ``{"ready", "pid", "uid", "gid", "groups"}`` once at
+stop reading the run's pipes), ``{"op": "kill_uid", "id", "uid"}`` (kill every process of that run
+uid: per-run users, below). Answers: ``{"ready", "pid", "uid", "gid", "groups"}`` once at
 start (or ``{"fatal": reason}``, then exit), then per run ``{"id", "pid"}`` or ``{"id", "error"}``
 (it could not start), ``{"id", "exit": returncode}`` when reaped (negative: the signal), and
 ``{"id", "done", "output" (base64 of the tail), "total", "result"}`` once the process is reaped
 and its pipes are closed, or on ``flush`` (with ``"exit"`` in it when its pipes closed before
-the process was reaped: one message for both). When the worker's end of the socket closes (the worker
-stopped, or died), every run still alive is killed (SIGKILL to its process group) and the server
-exits.
+the process was reaped: one message for both), ``{"id", "killed": true}`` for ``kill_uid``. When the
+worker's end of the socket closes (the worker stopped, or died), every run still alive is killed
+(SIGKILL to its process group) and the server exits.
+
+Per-run users (``--run-uids``, config ``"pool": true``): the server stays root (it never runs a
+job's code itself, and so no run can signal it), and each shell or python request names a
+``"uid"`` of the worker's pool, held by that run alone. The run's process switches to it
+(``setgroups([])``, ``setgid``, ``setuid``, then checks that nothing of root remains, as the
+server itself does otherwise) and sets no_new_privs (a setuid program another uid left in /tmp
+gives it nothing) before any of the job's code runs: a shell run is a ``fork`` and ``exec``
+(posix_spawn cannot change the user), a python run switches in its fork before it imports the
+target. ``kill_uid`` kills every process of a uid whose run is over (a fork that becomes that uid
+and calls ``kill(-1, SIGKILL)``: exactly that uid's processes), so nothing a run left behind
+outlives it into the next run of that uid; the server does it too for the uids of its runs when
+it stops, and at start for every uid of the pool that has a process (one a worker killed with
+SIGKILL left behind).
 
 Standard library only at module level, and no asyncio in the server's own loop: every python run
 is a fork of this process, and what it imports is what each fork copies.
@@ -72,8 +86,13 @@ class _Run:
 
 
 class Server:
-    def __init__(self, ctl: int, output_bytes: int, result_bytes: int, starter: _Starter | None = None) -> None:
+    def __init__(self, ctl: int, output_bytes: int, result_bytes: int, starter: _Starter | None = None,
+                 pool: bool = False) -> None:
         self.ctl = ctl
+        #: per-run users: each run names its uid, which its process switches to (module docstring)
+        self.pool = pool
+        #: the uids of runs started and not yet killed (``kill_uid``): killed when the server stops
+        self.uids: set[int] = set()
         #: forks python runs from memory that never held a request (None: this process does)
         self.starter = starter
         self.output_bytes = output_bytes
@@ -110,6 +129,9 @@ class Server:
             # Whatever still runs, and what a finished run left in its group.
             for pid in self.live | {run.pid for run in self.runs.values()}:
                 _kill_group(pid)
+            # And what they started elsewhere (a session of its own, a double fork).
+            for uid in sorted(self.uids):
+                kill_uid(uid)
 
     def send(self, obj: dict) -> None:
         self.outbuf += frame(obj)
@@ -161,6 +183,20 @@ class Server:
             if run is not None:
                 self._done(run)
             return
+        if op == "kill_uid":
+            uid = req.get("uid")
+            if not self.pool or not _pool_uid(uid):
+                self.send({"id": rid, "error": f"kill_uid: not a run uid: {uid!r}"})
+                return
+            kill_uid(uid)
+            self.uids.discard(uid)
+            self.send({"id": rid, "killed": True})
+            return
+        if self.pool and op in ("shell", "python"):
+            if not _pool_uid(req.get("uid")):
+                self.send({"id": rid, "error": "cannot execute: the run has no uid of its own"})
+                return
+            self.uids.add(req["uid"])
         try:
             if op == "shell":
                 run = self._spawn(rid, req)
@@ -190,6 +226,16 @@ class Server:
     def _spawn(self, rid: int, req: dict) -> _Run:
         argv, env, cwd = req["argv"], req["env"], req["cwd"]
         r, w = os.pipe()
+        if self.pool:
+            try:
+                pid = _fork_exec(argv, env, cwd, req["uid"], w)
+            except BaseException:
+                os.close(r)
+                raise
+            finally:
+                os.close(w)
+            os.set_blocking(r, False)
+            return _Run(rid, pid, r, None)
         try:
             # The working directory is the spawned process's: posix_spawn has no chdir action in
             # Python, and this loop is single-threaded, so the server moves there for the call.
@@ -379,6 +425,202 @@ def _spawnp(argv: list, env: dict, actions: list) -> int:
     raise first or FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
 
 
+# ---------------------------------------------------------------------------- per-run users
+#: The lowest uid a run may be given (``--run-uids`` refuses lower ones): a request naming a lower
+#: one is refused, so that ``kill_uid`` never becomes a system user (nor root: kill(-1) as root
+#: would kill every process of the host).
+RUN_UID_MIN = 1000
+RUN_UID_MAX = 2**31 - 2
+
+
+def _pool_uid(uid: object) -> bool:
+    return type(uid) is int and RUN_UID_MIN <= uid <= RUN_UID_MAX
+
+
+def become(uid: int, gid: int, groups: list) -> None:
+    """Switch this process to ``uid``:``gid`` with ``groups``, for good, and check that nothing of
+    root remains: its ids, its groups and its capabilities. :raises OSError:"""
+    os.setgroups(groups)
+    os.setgid(gid)
+    os.setuid(uid)
+    if (os.getuid() != uid or os.geteuid() != uid or os.getgid() != gid or os.getegid() != gid
+            or set(os.getgroups()) != set(groups)):
+        raise OSError("the user did not change")
+    left = _capabilities()
+    if left:
+        raise OSError(f"capabilities remain after the switch to uid {uid}: {left}")
+
+
+#: prctl(2), loaded at start in pool mode (ctypes: nothing of it is imported otherwise).
+_prctl = None
+_PR_SET_NO_NEW_PRIVS = 38
+
+
+def _no_new_privs() -> None:
+    """No exec of this process (or its children) gains privileges (a setuid or setcap program)."""
+    if _prctl is None:
+        raise OSError("prctl is not available: no_new_privs cannot be set")
+    if _prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError("prctl(PR_SET_NO_NEW_PRIVS) failed")
+
+
+def _load_prctl():
+    import ctypes
+    fn = ctypes.CDLL(None, use_errno=True).prctl
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def kill_uid(uid: int) -> None:
+    """SIGKILL every process of ``uid`` (real or saved uid: what kill(2) as that uid reaches): a
+    fork that becomes ``uid`` and calls ``kill(-1, SIGKILL)``, which reaches every process of that
+    uid but itself, atomically (no process of it forks meanwhile). Waited for here."""
+    if not _pool_uid(uid):
+        raise ValueError(f"not a run uid: {uid!r}")
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            signal.set_wakeup_fd(-1)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            if os.getuid() == uid and os.geteuid() == uid:
+                for _ in range(2):
+                    try:
+                        os.kill(-1, signal.SIGKILL)
+                    except ProcessLookupError:
+                        break
+                code = 0
+        finally:
+            os._exit(code)
+    while True:
+        try:
+            os.waitpid(pid, 0)
+            return
+        except ChildProcessError:
+            return
+        except InterruptedError:
+            continue
+
+
+def uids_running(lo: int, hi: int) -> set[int]:
+    """The uids from ``lo`` to ``hi`` that have a process (any of its real, effective, saved or
+    file system uid), from /proc."""
+    out: set[int] = set()
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status") as f:
+                for line in f:
+                    if line.startswith("Uid:"):
+                        out.update(u for u in map(int, line.split()[1:]) if lo <= u <= hi)
+                        break
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _fork_exec(argv: list, env: dict, cwd: str, uid: int, out_w: int) -> int:
+    """A shell run as ``uid`` (gid the same, no other group): fork, switch, exec (:func:`_spawnp`'s
+    search of the run's PATH). Its pid; what kept it from exec raised here, as posix_spawn would."""
+    err_r, err_w = os.pipe()
+    try:
+        pid = os.fork()
+        if pid == 0:
+            _exec_child(argv, env, cwd, uid, out_w, err_w)  # never returns
+        os.close(err_w)
+        err_w = -1
+        data = b""
+        while True:
+            chunk = os.read(err_r, 65536)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(err_r)
+        if err_w >= 0:
+            os.close(err_w)
+    if not data:
+        return pid  # exec closed the pipe (close-on-exec): the run runs
+    while True:
+        try:
+            os.waitpid(pid, 0)
+            break
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+    try:
+        why = json.loads(data)
+    except ValueError:
+        why = {"type": "OSError", "msg": "the run's process failed before exec"}
+    if why.get("errno"):
+        if why.get("filename") is not None:
+            raise OSError(why["errno"], why.get("strerror") or "", why["filename"])
+        raise OSError(why["errno"], why.get("strerror") or "")
+    if why.get("type") == "ValueError":
+        raise ValueError(why.get("msg"))
+    raise OSError(f"{why.get('type')}: {why.get('msg')}")
+
+
+def _exec_child(argv: list, env: dict, cwd: str, uid: int, out_w: int, err_w: int) -> None:
+    """The forked process of a shell run: never returns (exec, or ``os._exit``)."""
+    try:
+        signal.set_wakeup_fd(-1)
+        os.setsid()
+        out_w = fcntl.fcntl(out_w, fcntl.F_DUPFD, 10)
+        err_w = fcntl.fcntl(err_w, fcntl.F_DUPFD, 10)
+        nul = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(nul, 0)
+        os.dup2(out_w, 1)
+        os.dup2(out_w, 2)
+        os.dup2(err_w, 3, inheritable=False)
+        os.closerange(4, _FD_MAX)
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        become(uid, uid, [])
+        _no_new_privs()
+        os.chdir(cwd)  # as the run's user: its directory, or one it may enter
+        _execp(argv, env)
+    except BaseException as e:
+        try:
+            if isinstance(e, OSError) and e.errno:
+                why = {"errno": e.errno, "strerror": e.strerror, "filename": e.filename}
+            else:
+                why = {"type": type(e).__name__, "msg": str(e)}
+            data = json.dumps(why).encode()
+            while data:
+                data = data[os.write(3, data):]
+        except BaseException:
+            pass
+    os._exit(127)
+
+
+def _execp(argv: list, env: dict) -> None:
+    """exec ``argv``, found on the run's own PATH as :func:`_spawnp` finds it."""
+    name = argv[0]
+    if "/" in name:
+        os.execve(name, argv, env)
+    first = None
+    for d in os.get_exec_path(env):
+        path = os.path.join(d, name)
+        try:
+            os.execve(path, argv, env)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as e:
+            if first is None and os.path.exists(path):
+                first = e
+    raise first or FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
+
+
 # ---------------------------------------------------------------------------- the python starter
 class _Starter:
     """The server's end of its python starter: a process forked from the server before the
@@ -512,6 +754,12 @@ def _python_child(req: dict, out_w: int, res_w: int) -> None:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        if "uid" in req:
+            # Per-run users: this run's own, before anything of the job's is imported.
+            become(req["uid"], req["uid"], [])
+            _no_new_privs()
+            if _RUN_PATH is not None:
+                sys.path[:] = _RUN_PATH
         os.chdir(req["cwd"])
         os.environ.clear()
         os.environ.update(req["env"])
@@ -542,6 +790,9 @@ def _python_child(req: dict, out_w: int, res_w: int) -> None:
 
 
 _FD_MAX = os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 65536
+#: Per-run users: the worker's import path, a python run's once it is its own user (the server,
+#: root, keeps the entries no run may write).
+_RUN_PATH: list | None = None
 
 
 def _call(req: dict) -> tuple:
@@ -617,12 +868,16 @@ def _capabilities() -> dict:
 
 def main(argv: list[str]) -> int:
     """``python -c ... CONFIG``: CONFIG is JSON ``{"fd", "uid", "gid", "groups", "output_bytes",
-    "result_bytes", "path"}`` (uid None: stay the user it was started as). sys.path is set by the
-    caller to the entries the run user cannot write (sandbox.root_import_path): what is imported
-    before the switch comes from there only; ``path``, the worker's whole import path, is the
-    runs' (a jobs directory the run user may write among it), set after the switch."""
+    "result_bytes", "path", "pool", "uids"}`` (uid None: stay the user it was started as). sys.path
+    is set by the caller to the entries the run user cannot write (sandbox.root_import_path): what
+    is imported before the switch comes from there only; ``path``, the worker's whole import path,
+    is the runs' (a jobs directory the run user may write among it), set after the switch. With
+    ``pool`` (per-run users, ``uids`` the worker's ``[lo, hi]``), the server stays root and
+    ``path`` is each python run's, set once it is its own user."""
+    global _RUN_PATH, _prctl
     cfg = json.loads(argv[0])
     ctl = cfg["fd"]
+    pool = bool(cfg.get("pool"))
     try:
         import importlib
         later = []
@@ -631,19 +886,23 @@ def main(argv: list[str]) -> int:
                 importlib.import_module(name)
             except ImportError:
                 later.append(name)  # only where the run user may write: imported as the run user
-        if cfg.get("uid") is not None:
-            os.setgroups(cfg["groups"])
-            os.setgid(cfg["gid"])
-            os.setuid(cfg["uid"])
-            if os.getuid() != cfg["uid"] or os.geteuid() != cfg["uid"] or os.getegid() != cfg["gid"]:
-                raise OSError("the user did not change")
-            left = _capabilities()
-            if left:
-                raise OSError(f"capabilities remain after the switch to uid {cfg['uid']}: {left}")
-        if cfg.get("path") is not None:
-            sys.path[:] = cfg["path"]
-        for name in later:
-            importlib.import_module(name)
+        if pool:
+            if cfg.get("uid") is not None or os.geteuid() != 0:
+                raise OSError("per-run users need a run server that stays root")
+            _prctl = _load_prctl()
+            lo, hi = cfg["uids"]
+            # What a worker killed with SIGKILL (and its server) left running as a run's uid.
+            for uid in sorted(uids_running(lo, hi)):
+                kill_uid(uid)
+            _RUN_PATH = cfg.get("path")
+            # (``later``: imported by each python run, as its own user.)
+        else:
+            if cfg.get("uid") is not None:
+                become(cfg["uid"], cfg["gid"], cfg["groups"])
+            if cfg.get("path") is not None:
+                sys.path[:] = cfg["path"]
+            for name in later:
+                importlib.import_module(name)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         os.chdir("/")
         # Moves every object so far out of the collector's reach: a fork that never collects them
@@ -651,7 +910,7 @@ def main(argv: list[str]) -> int:
         gc.freeze()
         # Before any request is read: python runs are forked from this clean copy (_Starter).
         starter = _Starter() if hasattr(os, "memfd_create") and hasattr(socket, "send_fds") else None
-        server = Server(ctl, cfg["output_bytes"], cfg["result_bytes"], starter)
+        server = Server(ctl, cfg["output_bytes"], cfg["result_bytes"], starter, pool)
     except BaseException as e:
         try:
             os.set_blocking(ctl, True)
