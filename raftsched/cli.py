@@ -112,14 +112,28 @@ def parse_labels(text: str, what: str = "--labels") -> dict[str, str]:
         raise ConfigError(f"{e.field}: {e.message}") from None
 
 
+def _run_uids(args, slots: int) -> range | None:
+    """``--run-uids LO-HI``: each shell and python run as a uid of its own (worker/sandbox.py);
+    None without it. :raises ConfigError:"""
+    if not args.run_uids:
+        return None
+    from .worker.sandbox import parse_run_uids
+    if args.run_as:
+        raise ConfigError("--run-uids: not with --run-as: each run is a user of its own")
+    return parse_run_uids(args.run_uids, slots)
+
+
 def _run_user(args, types: frozenset):
     """``--run-as``, ``--allow-root-jobs``, ``--pass-env``: who a worker's shell and python runs
     execute as (None when it runs neither), and which names of its environment they get besides
     PATH, LANG and TZ (worker/sandbox.py). :raises ConfigError:"""
-    from .worker.sandbox import CODE_TYPES, check_pass_env, resolve_run_user
+    from .worker.sandbox import CODE_TYPES, check_pass_env, pool_user, resolve_run_user
     pass_env = check_pass_env([n.strip() for n in args.pass_env.split(",") if n.strip()])
     if not types & CODE_TYPES:
         return None, pass_env
+    uids = _run_uids(args, args.slots)
+    if uids is not None:
+        return pool_user(uids), pass_env  # (the files' checks: no run's uid may own them)
     return resolve_run_user(args.run_as or None, args.allow_root_jobs), pass_env
 
 
@@ -138,11 +152,15 @@ def _runs_dir(args, data_dir: str | None) -> str | None:
 
 
 def _isolation_args(p: argparse.ArgumentParser, who: str) -> None:
-    """--run-as, --allow-root-jobs, --pass-env and --runs-dir: where a worker's shell and python
-    runs execute (worker/sandbox.py, docs/security.md)."""
+    """--run-as, --run-uids, --allow-root-jobs, --pass-env and --runs-dir: where a worker's shell
+    and python runs execute (worker/sandbox.py, docs/security.md)."""
     p.add_argument("--run-as", default="", metavar="USER",
                    help=f"the user {who}'s shell and python runs execute as (default: as root, the system user "
                         "raftsched-run if it exists, else nobody; otherwise this process's own user)")
+    p.add_argument("--run-uids", default="", metavar="LO-HI",
+                   help=f"as root: each of {who}'s shell and python runs as a uid of its own from LO to HI (ids no "
+                        "user or group has, at least one a slot; not shared with another worker), its processes "
+                        "killed when it ends; instead of --run-as")
     p.add_argument("--allow-root-jobs", action="store_true",
                    help="allow --run-as root: without it, shell and python jobs never run as root")
     p.add_argument("--pass-env", default="", metavar="NAME,...",
@@ -227,6 +245,7 @@ def cmd_node(args) -> int:
     queues = [q.strip() for q in args.queues.split(",") if q.strip()] if args.queues else None
     try:
         run_user, pass_env = _run_user(args, types if args.slots > 0 else frozenset())
+        run_uids = _run_uids(args, args.slots)
         # Nothing a job's code could read may hold the keys to the cluster (docs/security.md).
         check_private(args.cluster_secret_file, "cluster secret file", run_user)
         check_private(args.token_file or os.path.join(args.data_dir, "token"), "token file", run_user)
@@ -264,7 +283,7 @@ def cmd_node(args) -> int:
         tls_client_ca=args.tls_client_ca or None,
         auth_failures_burst=args.auth_failures_burst, auth_failures_per_s=args.auth_failures_per_s,
         keys_dir=keys_dir,
-        run_user=run_user, pass_env=pass_env, runs_dir=runs_dir,
+        run_user=run_user, pass_env=pass_env, runs_dir=runs_dir, run_uids=run_uids,
         fsync=args.fsync, simulate_power_loss=args.simulate_power_loss,
     )
     try:
@@ -397,6 +416,7 @@ def cmd_worker(args) -> int:
     try:
         # An --app worker runs its app's handlers, its own code, in its own process.
         run_user, pass_env = _run_user(args, frozenset() if app_executors is not None else types)
+        run_uids = _run_uids(args, args.slots)
         if target.token_file:
             check_private(target.token_file, "token file", run_user)
         runs_dir = _runs_dir(args, None)
@@ -406,7 +426,8 @@ def cmd_worker(args) -> int:
     cfg = WorkerConfig(urls=urls, token=token, worker_id=wid, queues=queues, labels=labels, slots=args.slots,
                        executors=types, drain_s=args.drain_s, lease_ttl_ms=ttl_ms, wait_s=args.wait_s,
                        ca_file=target.ca_file, cert_file=target.client_cert,
-                       key_file=target.client_key, run_user=run_user, pass_env=pass_env, runs_dir=runs_dir)
+                       key_file=target.client_key, run_user=run_user, pass_env=pass_env, runs_dir=runs_dir,
+                       run_uids=run_uids)
     if app_executors is not None:
         from .sdk import APP_LABEL
         cfg.executor_lookup = app_executors

@@ -116,6 +116,9 @@ class NodeConfig:
     run_user: RunUser | None = None
     pass_env: tuple = ()
     runs_dir: str | None = None
+    #: per-run users (``--run-uids``, worker/sandbox.py): each run as a uid of its own of these;
+    #: None: every run as ``run_user``
+    run_uids: range | None = None
 
 
 def parse_hostport(text: str, what: str) -> tuple[str, int]:
@@ -248,7 +251,7 @@ async def run_node(cfg: NodeConfig, clock: Clock | None = None, stop: asyncio.Ev
     sandbox = None
     if cfg.worker_slots > 0 and cfg.executor_types & CODE_TYPES:
         sandbox = Sandbox(cfg.run_user or resolve_run_user(None), pass_env=tuple(cfg.pass_env), name=cfg.node_id,
-                          runs_parent=cfg.runs_dir)
+                          runs_parent=cfg.runs_dir, run_uids=cfg.run_uids)
     worker = Worker(raft, clock, cfg.node_id, sandbox=sandbox, slots=cfg.worker_slots, queues=cfg.worker_queues,
                     allowed_types=cfg.executor_types, lease_ttl_ms=cfg.lease_ttl_ms,
                     execute_on_leader=cfg.execute_on_leader,

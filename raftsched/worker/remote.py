@@ -105,6 +105,9 @@ class WorkerConfig:
     run_user: RunUser | None = None
     pass_env: tuple = ()
     runs_dir: str | None = None
+    #: per-run users (``--run-uids``, worker/sandbox.py): each run as a uid of its own of these;
+    #: None: every run as ``run_user``
+    run_uids: range | None = None
     #: A test hook: shell and python runs in this process, no sandbox (the lease loop's tests
     #: watch their targets run). A real worker never sets it.
     in_process: bool = False
@@ -358,7 +361,8 @@ async def run_worker(cfg: WorkerConfig, clock: Clock | None = None, stop: asynci
         except ConfigError as e:
             log.error("worker %s: %s", cfg.worker_id, e)
             return 2
-        sandbox = Sandbox(user, pass_env=tuple(cfg.pass_env), name=cfg.worker_id, runs_parent=cfg.runs_dir)
+        sandbox = Sandbox(user, pass_env=tuple(cfg.pass_env), name=cfg.worker_id, runs_parent=cfg.runs_dir,
+                          run_uids=cfg.run_uids)
     channel = RemoteChannel(cfg, clock)
     # The lease loop runs on the cluster's clock where the nodes tell it (its grants' slots).
     lease_loop = LeaseLoop(channel, ClusterClock(clock, channel.cluster_ms), sandbox=sandbox, slots=cfg.slots,

@@ -34,6 +34,15 @@ ever changed in the worker itself. Deadlines and kills stay here: the run is a p
 session of its own), signalled as the shell executor signals one (SIGTERM, the kill grace,
 SIGKILL). When the run server dies, the runs it had started are killed and fail, and the next run
 starts a new one.
+
+Per-run users (``--run-uids LO-HI``, :func:`parse_run_uids`): instead of one run user, each shell
+and python run gets a uid of the range that no other live run of this worker holds (its gid the
+same number, no other group), and its directory is made that uid's. The run server stays root and
+the run's own process switches before any of the job's code runs (worker/runserver.py). When the
+run is over, every process still running as its uid is killed (the run server's ``kill_uid``)
+before the directory is removed and the uid is free again: runs of different tenants cannot read
+each other's environment, signal each other or write in each other's directory, and nothing a run
+left behind lives on into the next run of its uid.
 """
 from __future__ import annotations
 
@@ -41,6 +50,7 @@ import asyncio
 import base64
 import dataclasses
 import fcntl
+import grp
 import itertools
 import json
 import logging
@@ -64,7 +74,7 @@ from .executors._context import ALL_TYPES, RunContext, Result
 from .executors._deadline import race, timed_out
 from .executors._output import OUTPUT_BYTES_MAX, may_be_cut, short, tail_bytes, tail_str
 from .executors.shell import _group_has_live_member, _signal_group, _terminate_group
-from .runserver import FRAME_BYTES_MAX, frame
+from .runserver import FRAME_BYTES_MAX, RUN_UID_MAX, RUN_UID_MIN, frame
 
 log = logging.getLogger("raftsched.sandbox")
 
@@ -151,6 +161,46 @@ def resolve_run_user(run_as: str | None, allow_root_jobs: bool = False) -> RunUs
         raise ConfigError(f"--run-as {user.name}: running jobs as another user needs root; this process runs as "
                           f"uid {euid}")
     return user
+
+
+def parse_run_uids(text: str, slots: int) -> range:
+    """``--run-uids LO-HI``: the uids (and gids) of a root worker's runs, one a run (module
+    docstring). None of /etc/passwd's or /etc/group's ids, none below RUN_UID_MIN nor above
+    RUN_UID_MAX, and at least ``slots`` of them.
+
+    :raises ConfigError:
+    """
+    m = re.fullmatch(r"\s*(\d{1,10})\s*-\s*(\d{1,10})\s*", text or "")
+    if m is None:
+        raise ConfigError(f"--run-uids {text}: expected LO-HI, two uids (e.g. 200000-200099)")
+    lo, hi = int(m.group(1)), int(m.group(2))
+    if lo > hi:
+        raise ConfigError(f"--run-uids {text}: {lo} is above {hi}")
+    if lo < RUN_UID_MIN or hi > RUN_UID_MAX:
+        raise ConfigError(f"--run-uids {text}: the uids must be from {RUN_UID_MIN} to {RUN_UID_MAX} (not root's, "
+                          "nor a system user's)")
+    uids = range(lo, hi + 1)
+    if len(uids) < slots:
+        raise ConfigError(f"--run-uids {text}: {len(uids)} uid(s) for {slots} slots: a run needs one of its own")
+    if not can_switch_user():
+        raise ConfigError(f"--run-uids: running jobs as other users needs root; this process runs as uid "
+                          f"{os.geteuid()}")
+    for pw in pwd.getpwall():
+        if pw.pw_uid in uids or pw.pw_gid in uids:
+            which = f"uid {pw.pw_uid}" if pw.pw_uid in uids else f"gid {pw.pw_gid}"
+            raise ConfigError(f"--run-uids {text}: includes {which} of user {pw.pw_name} (/etc/passwd): choose ids "
+                              "no user or group has")
+    for gr in grp.getgrall():
+        if gr.gr_gid in uids:
+            raise ConfigError(f"--run-uids {text}: includes gid {gr.gr_gid} of group {gr.gr_name} (/etc/group): "
+                              "choose ids no user or group has")
+    return uids
+
+
+def pool_user(uids: range) -> RunUser:
+    """What stands for a pool's runs where one user is asked for (the checks of what they may
+    read or write: every uid of the pool is alike, a user of no file and no group)."""
+    return RunUser(f"run uids {uids.start}-{uids.stop - 1}", uids.start, uids.start, ())
 
 
 def check_pass_env(names: list[str]) -> tuple[str, ...]:
@@ -359,14 +409,20 @@ _BOOT = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
          "from raftsched.worker.runserver import main; sys.exit(main(sys.argv[2:]))")
 
 
-def _writable_by(path: str, user: RunUser) -> bool:
-    """Whether ``user`` may change what ``path`` holds: write into it (it, or it is owned by
-    them), or replace it through a directory above it that they may write without the sticky
-    bit (with it, they may move only their own entries)."""
+def _writable_by(path: str, user: RunUser, uids: range | None = None) -> bool:
+    """Whether ``user`` (or any uid of ``uids``, gids the same) may change what ``path`` holds:
+    write into it (it, or it is owned by them), or replace it through a directory above it that
+    they may write without the sticky bit (with it, they may move only their own entries)."""
+    pool = uids if uids is not None else range(0)
+
+    def owns(st: os.stat_result) -> bool:
+        return st.st_uid == user.uid or st.st_uid in pool
+
     def may_write(p: str, st: os.stat_result) -> bool:
         m = st.st_mode
-        return (st.st_uid == user.uid or bool(m & stat.S_IWOTH)
-                or (bool(m & stat.S_IWGRP) and (st.st_gid == user.gid or st.st_gid in user.groups))
+        return (owns(st) or bool(m & stat.S_IWOTH)
+                or (bool(m & stat.S_IWGRP) and (st.st_gid == user.gid or st.st_gid in user.groups
+                                                  or st.st_gid in pool))
                 or _has_acl(p))
     real = os.path.realpath(path)
     try:
@@ -381,7 +437,7 @@ def _writable_by(path: str, user: RunUser) -> bool:
             pst = os.stat(parent)
         except OSError:
             return True
-        if pst.st_uid == user.uid or (may_write(parent, pst) and not pst.st_mode & stat.S_ISVTX):
+        if owns(pst) or (may_write(parent, pst) and not pst.st_mode & stat.S_ISVTX):
             return True
         if parent == os.path.dirname(parent):
             return False
@@ -398,22 +454,24 @@ def _has_acl(path: str) -> bool:
     return True
 
 
-def root_import_path(path: list[str], user: RunUser) -> list[str]:
+def root_import_path(path: list[str], user: RunUser, uids: range | None = None) -> list[str]:
     """The entries of ``path`` the run server may import from while it is still root (before it
     becomes the run user): those ``user`` cannot write, resolved (the directory checked is the
     one read: a link on the path the run user could repoint is not followed again). A module a
     run could plant in any other (a shared jobs directory on PYTHONPATH, a worker started in a
     writable directory) would run as root the next time the server starts."""
-    return [os.path.realpath(p) for p in path if not _writable_by(p, user)]
+    return [os.path.realpath(p) for p in path if not _writable_by(p, user, uids)]
 
 
 class RunServer:
     """The worker's end of the run server (worker/runserver.py): starts it, sends it runs, and
     hands each run's answers to its :class:`_Handle`."""
 
-    def __init__(self, user: RunUser, env: dict[str, str]) -> None:
+    def __init__(self, user: RunUser, env: dict[str, str], uids: range | None = None) -> None:
         self.user = user
         self.env = env
+        #: per-run users: the server stays root, each run names its uid of these
+        self.uids = uids
         self.proc: asyncio.subprocess.Process | None = None
         self.pid: int | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -454,15 +512,18 @@ class RunServer:
         path = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
         root_path = path
         if self.user.switches:
-            root_path = root_import_path(path, self.user)
+            root_path = root_import_path(path, self.user, self.uids)
             home = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-            if _writable_by(home, self.user):
+            if _writable_by(home, self.user, self.uids):
                 raise RunServerError(f"raftsched is installed in {home}, which the run user {self.user} can write "
                                      "(or replace): a run could change the code the run server runs as root. "
                                      "Install it where only root may write")
-        cfg = {"fd": None, "uid": self.user.uid if self.user.switches else None, "gid": self.user.gid,
+        switch = self.user.switches and self.uids is None
+        cfg = {"fd": None, "uid": self.user.uid if switch else None, "gid": self.user.gid,
                "groups": list(self.user.groups), "output_bytes": OUTPUT_BYTES_MAX,
                "result_bytes": limits.child_result_bytes_max, "path": path}
+        if self.uids is not None:
+            cfg.update(pool=True, uids=[self.uids.start, self.uids.stop - 1])
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             cfg["fd"] = theirs.fileno()
@@ -483,7 +544,7 @@ class RunServer:
                 raise RunServerError(f"the run server did not start ({type(e).__name__}: {e})") from None
             if "fatal" in hello:
                 raise RunServerError(f"the run server could not start: {hello['fatal']}")
-            want = self.user.uid if self.user.switches else os.geteuid()
+            want = self.user.uid if switch else os.geteuid()
             if hello.get("uid") != want:
                 raise RunServerError(f"the run server runs as uid {hello.get('uid')}, not {want}")
         except BaseException:
@@ -494,8 +555,11 @@ class RunServer:
         self.proc, self.pid, self._writer = proc, proc.pid, writer
         self.starts += 1
         self._reader_task = asyncio.create_task(self._read(reader), name="run server")
-        log.info("run server: pid %d, as %s, groups %s", proc.pid, self.user,
-                 ",".join(str(g) for g in hello.get("groups", [])) or "none")
+        if self.uids is not None:
+            log.info("run server: pid %d, as root; each run as a uid of its own, of %s", proc.pid, self.user)
+        else:
+            log.info("run server: pid %d, as %s, groups %s", proc.pid, self.user,
+                     ",".join(str(g) for g in hello.get("groups", [])) or "none")
 
     def submit(self, req: dict) -> _Handle:
         """Send one run; its answers arrive on the handle. The server must be alive (:meth:`ensure`)."""
@@ -521,7 +585,11 @@ class RunServer:
                 h = self._handles.get(msg.get("id"))
                 if h is None:
                     continue
-                if "pid" in msg:
+                if "killed" in msg:
+                    for fut in (h.started, h.exited, h.done):
+                        _settle(fut, msg)
+                    self._handles.pop(h.id, None)
+                elif "pid" in msg:
                     _settle(h.started, msg["pid"])
                 elif "error" in msg:
                     _settle(h.started, str(msg["error"]))  # shaped where the run's secrets are known
@@ -540,6 +608,25 @@ class RunServer:
             why = f"{type(e).__name__}: {e}"
         finally:
             self._gone(why)
+
+    async def kill_uid(self, uid: int) -> bool:
+        """Have every process of run uid ``uid`` killed (per-run users); whether the server said
+        it did."""
+        if self._closing:
+            # Stopped (the worker stops): it killed every uid it gave out as it stopped, and no
+            # new one is started for this.
+            return True
+        try:
+            server = await self.ensure()
+        except RunServerError:
+            return False
+        h = server.submit({"op": "kill_uid", "uid": uid})
+        try:
+            await asyncio.wait({h.done}, timeout=limits.run_server_answer_s)
+        finally:
+            server.forget(h)
+        msg = h.done.result() if h.done.done() else None
+        return isinstance(msg, dict) and msg.get("killed") is True
 
     def oldest_unanswered_s(self) -> float:
         """How long the oldest run sent and not yet answered (its start) has waited."""
@@ -636,11 +723,22 @@ class Sandbox:
     :param name: the worker's name, in its runs directory's name.
     :param runs_parent: where its runs directory is made (``--runs-dir``; None: the system's
         temporary directory).
+    :param run_uids: per-run users (``--run-uids``, :func:`parse_run_uids`): each run as a uid of
+        these that no other live run holds; ``user`` is then unused.
     """
 
     def __init__(self, user: RunUser, *, pass_env: tuple[str, ...] = (), name: str = "worker",
-                 runs_parent: str | None = None) -> None:
+                 runs_parent: str | None = None, run_uids: range | None = None) -> None:
+        if run_uids is not None:
+            if not (run_uids.step == 1 and len(run_uids) and run_uids.start >= RUN_UID_MIN
+                    and run_uids.stop - 1 <= RUN_UID_MAX):
+                raise ConfigError(f"--run-uids: not a range of run uids: {run_uids}")
+            user = pool_user(run_uids)
         self.user = user
+        self.run_uids = run_uids
+        #: per-run users: the uids no live run holds (the lowest is given first)
+        self._uids_free: list[int] = list(run_uids) if run_uids is not None else []
+        self._uids_free.reverse()
         self.pass_env = tuple(pass_env)
         self.name = name
         self.runs_parent = runs_parent
@@ -649,7 +747,7 @@ class Sandbox:
         #: the descriptor holding its lock (RUNS_LOCK), while this worker is started
         self._lock_fd: int | None = None
         self.base_env = self._base_env()
-        self.server = RunServer(user, self.base_env)
+        self.server = RunServer(user, self.base_env, run_uids)
 
     def _base_env(self) -> dict[str, str]:
         env = {k: os.environ[k] for k in dict.fromkeys(ENV_ALLOWED + self.pass_env) if k in os.environ}
@@ -658,7 +756,9 @@ class Sandbox:
 
     def describe(self) -> str:
         """One line for the worker's start: who runs execute as, with what, where."""
-        return (f"shell and python runs as {self.user}, environment {', '.join(sorted(self.base_env))} "
+        who = (f"each shell and python run as a uid of its own of {self.run_uids.start}-{self.run_uids.stop - 1}"
+               if self.run_uids is not None else f"shell and python runs as {self.user}")
+        return (f"{who}, environment {', '.join(sorted(self.base_env))} "
                 f"(+ HOME, the job's env and secrets, RAFTSCHED_*), each in a new directory under {self.runs_dir}")
 
     async def start(self) -> None:
@@ -718,18 +818,46 @@ class Sandbox:
             _HELD.pop(fd, None)
             os.close(fd)
 
+    # ------------------------------------------------------------------ per-run users
+    def _take_uid(self) -> int | None:
+        """A uid for a new run (per-run users; None otherwise). :raises RuntimeError: none free."""
+        if self.run_uids is None:
+            return None
+        if not self._uids_free:
+            raise RuntimeError(f"no run uid free: {len(self.run_uids)} runs hold every uid of --run-uids")
+        return self._uids_free.pop()
+
+    async def _release_uid(self, uid: int, path: str | None) -> None:
+        """The run of ``uid`` is over: kill every process of ``uid``, remove the run's directory
+        ``path``, then free the uid. A uid whose processes could not be killed is not given
+        again (logged)."""
+        # A second try goes to a new server if this one died meanwhile (one that starts kills
+        # every process of the pool's uids first).
+        ok = await self.server.kill_uid(uid) or await self.server.kill_uid(uid)
+        if path is not None:
+            await asyncio.to_thread(_remove_run_dir, path)
+        if not ok:
+            log.error("run uid %d: its processes could not be killed (the run server does not answer); it is not "
+                      "given to another run until this worker restarts", uid)
+            return
+        self._uids_free.append(uid)
+        self._uids_free.sort(reverse=True)
+
     # ------------------------------------------------------------------ runs
     async def run_shell(self, ex: dict, ctx: RunContext, timeout_s: float, cancel: asyncio.Event | None,
                         kill_grace_s: float) -> Result:
         """The shell executor's run (executors/shell.py's contract) in the sandbox."""
         masked = secret_values(ex, ctx.secrets)
-        async with _RunDir(self, ctx.run_id) as home:
+        async with _RunDir(self, ctx.run_id) as rd:
+            home = rd.home
             rfile = os.path.join(home, RESULT_FILE)
             env = {**self.base_env, "HOME": home, **(ex.get("env") or {}), **ctx.env(),
                    "RAFTSCHED_RESULT_FILE": rfile}
             # The executor's cwd if it gives one (a relative one is in the run's directory).
             cwd = os.path.join(home, ex["cwd"]) if ex.get("cwd") else home
             req = {"op": "shell", "argv": list(ex["argv"]), "env": env, "cwd": cwd}
+            if rd.uid is not None:
+                req["uid"] = rd.uid
             how, rc, done, error = await self._run(req, ctx, timeout_s, cancel, kill_grace_s)
             note = await _run_result(ctx, rfile) if how == "done" and rc == 0 else None
         if error is not None:
@@ -751,7 +879,8 @@ class Sandbox:
         after what the run printed. Both are masked of the run's secrets (``ctx.secrets``) where
         they are cut: by the run's process (which has them), and here again."""
         masked = secret_values(ex, ctx.secrets)
-        async with _RunDir(self, ctx.run_id) as home:
+        async with _RunDir(self, ctx.run_id) as rd:
+            home = rd.home
             rfile = os.path.join(home, RESULT_FILE)
             req = {"op": "python", "target": ex["target"],
                    "env": {**self.base_env, "HOME": home, **ctx.env(), "RAFTSCHED_RESULT_FILE": rfile},
@@ -759,6 +888,8 @@ class Sandbox:
                    "ctx": {"run_id": ctx.run_id, "job": ctx.job, "slot_ms": ctx.slot_ms, "attempt": ctx.attempt,
                            "fencing_token": ctx.fencing_token, "payload": ctx.payload, "worker_id": ctx.worker_id,
                            "upstream": ctx.upstream}}
+            if rd.uid is not None:
+                req["uid"] = rd.uid
             how, rc, done, error = await self._run(req, ctx, timeout_s, cancel, kill_grace_s)
             note = await _run_result(ctx, rfile) if how == "done" else None
         if error is not None:
@@ -901,23 +1032,48 @@ def _result(done: dict | None, masked: Sequence[str] = ()) -> Result | None:
 class _RunDir:
     """A run's fresh directory: made (0700, owned by the run user) on entry, removed on exit. In a
     thread: a directory made and removed costs milliseconds of waiting on a journaling file
-    system, which the event loop must not spend (``--runs-dir`` on a tmpfs costs far less)."""
+    system, which the event loop must not spend (``--runs-dir`` on a tmpfs costs far less).
+
+    With per-run users, the run's uid too: taken on entry (the directory is that uid's), and on
+    exit, every process of it killed, the directory removed, then the uid freed."""
 
     def __init__(self, sandbox: Sandbox, run_id: str) -> None:
         self.sandbox = sandbox
         self.run_id = run_id
         self.path: str | None = None
+        #: the run's own uid (per-run users), else None
+        self.uid: int | None = None
 
-    async def __aenter__(self) -> str:
+    @property
+    def home(self) -> str:
+        assert self.path is not None
+        return self.path
+
+    async def __aenter__(self) -> _RunDir:
         sb = self.sandbox
         if sb.runs_dir is None:
             raise RuntimeError("the sandbox is not started")
-        self.path = await asyncio.to_thread(_make_run_dir, sb.runs_dir, _safe(self.run_id) + ".", sb.user)
-        return self.path
+        self.uid = sb._take_uid()
+        user = sb.user if self.uid is None else RunUser(str(self.uid), self.uid, self.uid, ())
+        try:
+            self.path = await asyncio.to_thread(_make_run_dir, sb.runs_dir, _safe(self.run_id) + ".", user)
+        except BaseException:
+            if self.uid is not None:
+                sb._uids_free.append(self.uid)
+                sb._uids_free.sort(reverse=True)
+            raise
+        return self
 
     async def __aexit__(self, *exc: object) -> None:
+        await asyncio.shield(self._end())
+
+    async def _end(self) -> None:
+        if self.uid is not None:
+            # Before the directory goes: nothing of the run writes in it any more.
+            await self.sandbox._release_uid(self.uid, self.path)
+            return
         if self.path is not None:
-            await asyncio.shield(asyncio.to_thread(_remove_run_dir, self.path))
+            await asyncio.to_thread(_remove_run_dir, self.path)
 
 
 #: The file in a run's directory a run may leave its result in (``$RAFTSCHED_RESULT_FILE``; a python
@@ -979,6 +1135,7 @@ def _noted(output: str, note: str | None, masked: Sequence[str]) -> str:
 
 
 def _make_run_dir(runs_dir: str, prefix: str, user: RunUser) -> str:
+    """A run's directory in ``runs_dir``, 0700, ``user``'s (when runs switch user)."""
     path = tempfile.mkdtemp(prefix=prefix, dir=runs_dir)
     if user.switches:
         # By descriptor, never by name: a chown must not follow a link, wherever it is.
