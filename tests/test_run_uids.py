@@ -1,0 +1,294 @@
+"""Per-run users (``--run-uids LO-HI``; worker/sandbox.py, worker/runserver.py; docs/security.md,
+"What a job can reach"): each shell and python run of a root worker as a uid of its own, which no
+other live run of the worker holds; what a run leaves running is killed when it ends, before its
+uid is given again; and the flag's checks.
+
+Real processes, as root (as CI runs): skipped otherwise, or where this machine cannot switch to
+the test's uids. Every wait is for a condition under a deadline, and every process a test starts
+is killed at its end (the ``marks`` fixture, by the pid files the runs write).
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from executor_helpers import ctx, run, wait_until
+from procs import jobs_dir
+from raftsched.config import ConfigError
+from raftsched.worker.executors import RunContext, execute
+from raftsched.worker import sandbox as sb
+from raftsched.worker.sandbox import Sandbox, parse_run_uids, resolve_run_user
+
+#: Far above any uid or gid a test machine's /etc/passwd or /etc/group holds.
+LO = 1_900_000_000
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _can_switch() -> str | None:
+    """Why this machine cannot run a process as uid LO (None: it can)."""
+    if os.geteuid() != 0:
+        return "per-run users need a worker running as root"
+    try:
+        parse_run_uids(f"{LO}-{LO + 3}", 1)
+    except ConfigError as e:
+        return f"the test's uids are taken here: {e}"
+    try:
+        p = subprocess.run(["true"], user=LO, group=LO, extra_groups=[], timeout=30)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"cannot switch to uid {LO}: {e}"
+    return None if p.returncode == 0 else f"cannot switch to uid {LO}: exit {p.returncode}"
+
+
+WHY_NOT = _can_switch()
+pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=WHY_NOT or "")
+
+TARGETS = textwrap.dedent('''
+    import os
+
+    def whoami(ctx):
+        st = os.stat(".")
+        return {"uid": os.getuid(), "euid": os.geteuid(), "gid": os.getgid(), "groups": os.getgroups(),
+                "home_owner": [st.st_uid, st.st_gid, oct(st.st_mode & 0o777)], "home": os.getcwd()}
+''')
+
+
+@pytest.fixture(scope="module")
+def targets():
+    d = jobs_dir("uid-targets")
+    (d / "run_uids_targets.py").write_text(TARGETS)
+    os.chmod(d / "run_uids_targets.py", 0o644)
+    sys.path.insert(0, str(d))
+    try:
+        yield d
+    finally:
+        sys.path.remove(str(d))
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def marks():
+    """A directory every run may write (1777); every pid a run wrote there is killed after."""
+    d = jobs_dir("uid-marks")
+    try:
+        yield d
+    finally:
+        for f in d.glob("*.pid"):
+            try:
+                os.kill(int(f.read_text()), signal.SIGKILL)
+            except (ValueError, OSError):
+                pass
+        shutil.rmtree(d, ignore_errors=True)
+
+
+async def started(n: int = 4) -> Sandbox:
+    s = Sandbox(resolve_run_user(None), name="uids", run_uids=range(LO, LO + n))
+    await s.start()
+    return s
+
+
+def sh(script: str, **kw) -> dict:
+    return {"type": "shell", "argv": ["sh", "-c", script], **kw}
+
+
+def c(run_id: str) -> RunContext:
+    x = ctx(run_id, None)
+    x.worker_id = "w-1"
+    x.secrets = {}
+    return x
+
+
+def fields(output: str) -> dict:
+    return dict(line.split("=", 1) for line in output.splitlines() if "=" in line)
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X")
+    except FileNotFoundError:
+        return False
+
+
+def _wait_for(path: str, seconds: int = 20) -> str:
+    """Shell: wait (bounded) until ``path`` exists."""
+    return f'n=0; while [ ! -e "{path}" ] && [ $n -lt {seconds * 20} ]; do sleep 0.05; n=$((n+1)); done; '
+
+
+def test_two_runs_at_once_are_two_users_that_cannot_read_or_write_each_others(marks):
+    # A holds a secret in its environment and waits; B, meanwhile, tries its /proc environ and
+    # its directory.
+    a_script = (f'echo "uid=$(id -u)"; echo "home=$HOME"; echo $HOME > "{marks}/a.home"; '
+                f'echo $$ > "{marks}/a.pid.tmp"; mv "{marks}/a.pid.tmp" "{marks}/a.pid"; '
+                + _wait_for(f"{marks}/b.done") + 'echo "after=$(ls -A "$HOME")"')
+    b_script = (_wait_for(f"{marks}/a.pid") + f'a=$(cat "{marks}/a.pid"); ahome=$(cat "{marks}/a.home"); '
+                'echo "uid=$(id -u)"; '
+                'if tr "\\0" "\\n" < /proc/$a/environ; then echo "environ=read"; else echo "environ=refused"; fi; '
+                'if touch "$ahome/planted" 2>/dev/null; then echo "plant=made"; else echo "plant=refused"; fi; '
+                'if kill -0 $a 2>/dev/null; then echo "signal=sent"; else echo "signal=refused"; fi; '
+                f'touch "{marks}/b.done"')
+
+    async def t():
+        s = await started()
+        try:
+            return await asyncio.gather(
+                execute(sh(a_script, env={"TENANT_A_SECRET": "a-secret-value"}), c("a"), 30, sandbox=s),
+                execute(sh(b_script), c("b"), 30, sandbox=s))
+        finally:
+            await s.close()
+    a, b = run(t())
+    assert a.ok and b.ok, (a, b)
+    fa, fb = fields(a.output), fields(b.output)
+    assert fa["uid"] != fb["uid"], (fa, fb)
+    assert {int(fa["uid"]), int(fb["uid"])} <= set(range(LO, LO + 4))
+    assert "a-secret-value" not in b.output, b.output
+    assert fb["environ"] == "refused" and fb["plant"] == "refused" and fb["signal"] == "refused", b.output
+    assert fa["after"] == "", a.output
+
+
+@pytest.mark.parametrize("ending", ["exit", "timeout"])
+def test_what_a_run_leaves_running_is_killed_when_it_ends(marks, ending):
+    # In a session of its own: out of the run's process group, which the worker kills anyway.
+    script = (f'setsid sh -c \'echo $$ > "{marks}/bg.pid.tmp"; mv "{marks}/bg.pid.tmp" "{marks}/bg.pid"; '
+              'exec sleep 300\' > /dev/null 2>&1 < /dev/null & '
+              + _wait_for(f"{marks}/bg.pid") + 'echo left'
+              + ("; sleep 300" if ending == "timeout" else ""))
+
+    async def t():
+        s = await started()
+        try:
+            out = await execute(sh(script), c("leaves"), 30 if ending == "exit" else 2, kill_grace_s=0.3, sandbox=s)
+            pid = int((marks / "bg.pid").read_text())
+            # Killed before run_shell returned (SIGKILL, delivered at once): only its zombie may
+            # linger until it is reaped.
+            await wait_until(lambda: not alive(pid), 10, "the left process killed")
+            return out, pid, list(s._uids_free)
+        finally:
+            await s.close()
+    out, pid, free = run(t())
+    assert out.output.startswith("left"), out
+    assert out.ok == (ending == "exit"), out
+    assert not alive(pid)
+    assert sorted(free) == list(range(LO, LO + 4)), "the uid is free again"
+
+
+def test_a_run_server_that_stops_kills_what_its_runs_left_running(marks):
+    script = (f'setsid sh -c \'echo $$ > "{marks}/bg.pid.tmp"; mv "{marks}/bg.pid.tmp" "{marks}/bg.pid"; '
+              'exec sleep 300\' > /dev/null 2>&1 < /dev/null & ' + _wait_for(f"{marks}/bg.pid") + 'sleep 300')
+
+    async def t():
+        s = await started()
+        try:
+            task = asyncio.create_task(execute(sh(script), c("held"), 60, sandbox=s))
+            await wait_until(lambda: (marks / "bg.pid").exists(), 20, "the run started its process")
+        finally:
+            await s.close()  # the worker stops: its server kills every uid it gave out
+        await asyncio.gather(task, return_exceptions=True)
+        pid = int((marks / "bg.pid").read_text())
+        await wait_until(lambda: not alive(pid), 10, "the left process killed")
+        return pid
+    assert not alive(run(t()))
+
+
+def test_a_python_run_is_its_own_uid_too(targets):
+    async def t():
+        s = await started()
+        try:
+            out = await execute({"type": "python", "target": "run_uids_targets:whoami"}, c("py"), 30, sandbox=s)
+            with open(f"/proc/{s.server.pid}/status") as f:
+                server_uids = next(line.split()[1:] for line in f if line.startswith("Uid:"))
+            return out, server_uids
+        finally:
+            await s.close()
+    out, server_uids = run(t())
+    assert server_uids == ["0"] * 4, "the run server stays root: no run may signal it"
+    assert out.ok, out
+    got = eval(out.output, {"__builtins__": {}})
+    assert LO <= got["uid"] < LO + 4 and got["euid"] == got["uid"] == got["gid"], got
+    assert got["groups"] in ([], [got["gid"]]), got
+    assert got["home_owner"] == [got["uid"], got["uid"], "0o700"], got
+
+
+def test_a_uid_is_given_again_once_its_run_ended(marks):
+    async def t():
+        s = await started(2)
+        try:
+            def hold(name: str) -> str:
+                return f'touch "{marks}/{name}.up"; ' + _wait_for(f"{marks}/go") + "id -u"
+            first = asyncio.gather(execute(sh(hold("h1")), c("h1"), 30, sandbox=s),
+                                   execute(sh(hold("h2")), c("h2"), 30, sandbox=s))
+            # Both runs hold their uids at once, then end.
+            await wait_until(lambda: len(list(marks.glob("*.up"))) == 2, 20, "both runs up")
+            (marks / "go").touch()
+            both = await first
+            after = [await execute(sh("id -u"), c(f"n{k}"), 30, sandbox=s) for k in range(3)]
+            return both, after
+        finally:
+            await s.close()
+    both, after = run(t())
+    assert all(o.ok for o in both + after), (both, after)
+    assert sorted(int(o.output) for o in both) == [LO, LO + 1]
+    assert [int(o.output) for o in after] == [LO, LO, LO], "the lowest free uid, again and again"
+
+
+@pytest.mark.parametrize("value, says", [
+    ("abc", "expected LO-HI"),
+    ("1900000005-1900000001", "is above"),
+    ("0-2000", "from 1000"),
+    ("999-2000", "from 1000"),
+    (f"{LO}-{2**31 - 1}", "from 1000"),
+    (f"{LO}-{LO + 1}", "2 uid(s) for 4 slots"),
+])
+def test_bad_run_uids_are_refused_naming_the_flag(tmp_path, value, says):
+    for cmd in ("worker", "node"):
+        p = _cli(tmp_path, cmd, "--run-uids", value, "--slots", "4")
+        assert p.returncode == 2, (cmd, p.stdout, p.stderr)
+        line = p.stderr.strip().splitlines()[-1]
+        assert "--run-uids" in line and says in line, (cmd, p.stderr)
+
+
+def test_run_uids_that_hold_a_user_or_group_of_this_host_or_come_with_run_as_are_refused(tmp_path, monkeypatch):
+    import grp
+    import pwd
+    users = [pwd.struct_passwd(("tenant-x", "x", LO + 5, 100, "", "/", "/bin/sh")),
+             pwd.struct_passwd(("tenant-y", "x", 100, LO + 7, "", "/", "/bin/sh"))]
+    groups = [grp.struct_group(("team-z", "x", LO + 9, []))]
+    monkeypatch.setattr(sb.pwd, "getpwall", lambda: users)
+    monkeypatch.setattr(sb.grp, "getgrall", lambda: groups)
+    with pytest.raises(ConfigError, match=f"^--run-uids {LO}-{LO + 5}: includes uid {LO + 5} of user tenant-x"):
+        parse_run_uids(f"{LO}-{LO + 5}", 1)
+    with pytest.raises(ConfigError, match=f"^--run-uids {LO + 6}-{LO + 7}: includes gid {LO + 7} of user tenant-y"):
+        parse_run_uids(f"{LO + 6}-{LO + 7}", 1)
+    with pytest.raises(ConfigError, match=f"^--run-uids {LO + 8}-{LO + 20}: includes gid {LO + 9} of group team-z"):
+        parse_run_uids(f"{LO + 8}-{LO + 20}", 1)
+    assert parse_run_uids(f"{LO + 10}-{LO + 20}", 11) == range(LO + 10, LO + 21)
+    monkeypatch.setattr(sb.os, "geteuid", lambda: 1000)
+    with pytest.raises(ConfigError, match="^--run-uids: .*needs root"):
+        parse_run_uids(f"{LO}-{LO + 9}", 1)
+    monkeypatch.undo()
+    p = _cli(tmp_path, "worker", "--run-uids", f"{LO}-{LO + 9}", "--run-as", "nobody")
+    assert p.returncode == 2 and "--run-uids" in p.stderr and "--run-as" in p.stderr, p.stderr
+
+
+def _cli(tmp_path: Path, cmd: str, *extra: str) -> subprocess.CompletedProcess:
+    token = tmp_path / "token"
+    token.write_text("t" * 32)
+    token.chmod(0o600)
+    if cmd == "worker":
+        args = ["worker", "--url", "http://127.0.0.1:1", "--token-file", str(token), "--id", "w"]
+    else:
+        secret, data = tmp_path / "secret", tmp_path / "data"
+        secret.write_text("s" * 32)
+        secret.chmod(0o600)
+        data.mkdir(exist_ok=True, mode=0o700)
+        args = ["node", "--id", "n", "--api", "127.0.0.1:1", "--raft", "127.0.0.1:2", "--data-dir", str(data),
+                "--cluster-secret-file", str(secret), "--token-file", str(token)]
+    return subprocess.run([sys.executable, "-m", "raftsched.cli", *args, *extra],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
