@@ -292,3 +292,31 @@ def _cli(tmp_path: Path, cmd: str, *extra: str) -> subprocess.CompletedProcess:
                 "--cluster-secret-file", str(secret), "--token-file", str(token)]
     return subprocess.run([sys.executable, "-m", "raftsched.cli", *args, *extra],
                           capture_output=True, text=True, timeout=60, cwd=REPO)
+
+
+@pytest.mark.cluster
+def test_a_node_started_with_run_uids_runs_its_jobs_as_them(tmp_path):
+    """The flag, end to end: ``raftsched node --run-uids`` to the node's worker's runs."""
+    from procs import Cluster, wait_for
+    lo, hi = LO + 10, LO + 13
+    c = Cluster(tmp_path, n=1, node_args=["--slots", "2", "--run-uids", f"{lo}-{hi}"])
+    c.start()
+    try:
+        c.wait_leader(30)
+        s, b = c.call(0, "PUT", "/v1/jobs/uid-probe",
+                      {"schedule": {"every_s": 86_400}, "misfire": {"policy": "skip"},
+                       "executor": {"type": "shell", "argv": ["sh", "-c", "id -u; id -G; stat -c %u:%a $HOME"]}})
+        assert s == 201, b
+        s, b = c.call(0, "POST", "/v1/jobs/uid-probe/trigger")
+        assert s == 201, b
+        rid = b["run"]
+
+        def finished():
+            s, r = c.call(0, "GET", f"/v1/runs/{rid}")
+            return (r,) if s == 200 and r["state"] in ("succeeded", "dead", "failed") else None
+        r = wait_for(finished, 60, f"run {rid} to finish")[0]
+    finally:
+        c.stop()
+    assert r["state"] == "succeeded", r
+    uid, groups, home = r["output"].split()
+    assert lo <= int(uid) <= hi and groups == uid and home == f"{uid}:700", r["output"]
