@@ -320,3 +320,34 @@ def test_a_node_started_with_run_uids_runs_its_jobs_as_them(tmp_path):
     assert r["state"] == "succeeded", r
     uid, groups, home = r["output"].split()
     assert lo <= int(uid) <= hi and groups == uid and home == f"{uid}:700", r["output"]
+
+
+def test_a_uid_whose_processes_could_not_be_killed_waits_for_a_new_run_server(monkeypatch):
+    """Not given again while what its run left may still run; a run server that starts kills
+    every process of the range's uids, so after one the uid is free again."""
+    real = sb.RunServer.kill_uid
+    failing = [True]
+
+    async def kill_uid(self, uid):
+        return False if failing[0] else await real(self, uid)
+    monkeypatch.setattr(sb.RunServer, "kill_uid", kill_uid)
+
+    async def t():
+        s = await started(2)
+        try:
+            first = await execute(sh("id -u"), c("stuck"), 30, sandbox=s)
+            stuck = (sorted(s._uids_free), dict(s._uids_stuck))
+            failing[0] = False
+            second = await execute(sh("id -u"), c("other"), 30, sandbox=s)
+            still = sorted(s._uids_free)
+            s.server.stalled("the test")  # killed: the next run starts a new server
+            await wait_until(lambda: not s.server.alive, 10, "the server gone")
+            third = await execute(sh("id -u"), c("after"), 30, sandbox=s)
+            return first, stuck, second, still, third, sorted(s._uids_free)
+        finally:
+            await s.close()
+    first, stuck, second, still, third, free = run(t())
+    assert first.ok and second.ok and third.ok, (first, second, third)
+    assert int(first.output) == LO and stuck == ([LO + 1], {LO: 1})
+    assert int(second.output) == LO + 1 and still == [LO + 1], "the stuck uid is not given again"
+    assert free == [LO, LO + 1], "free again once a new server swept the range"

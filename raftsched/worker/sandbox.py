@@ -739,6 +739,10 @@ class Sandbox:
         #: per-run users: the uids no live run holds (the lowest is given first)
         self._uids_free: list[int] = list(run_uids) if run_uids is not None else []
         self._uids_free.reverse()
+        #: uids whose processes could not be killed when their run ended, each with the count
+        #: of run servers started then: free again once a later server has started (it kills
+        #: every process of the range's uids as it starts)
+        self._uids_stuck: dict[int, int] = {}
         self.pass_env = tuple(pass_env)
         self.name = name
         self.runs_parent = runs_parent
@@ -823,6 +827,7 @@ class Sandbox:
         """A uid for a new run (per-run users; None otherwise). :raises RuntimeError: none free."""
         if self.run_uids is None:
             return None
+        self._unstick()
         if not self._uids_free:
             raise RuntimeError(f"no run uid free: {len(self.run_uids)} runs hold every uid of --run-uids")
         return self._uids_free.pop()
@@ -838,10 +843,22 @@ class Sandbox:
             await asyncio.to_thread(_remove_run_dir, path)
         if not ok:
             log.error("run uid %d: its processes could not be killed (the run server does not answer); it is not "
-                      "given to another run until this worker restarts", uid)
+                      "given to another run until a new run server has started", uid)
+            self._uids_stuck[uid] = self.server.starts
             return
+        self._free(uid)
+        self._unstick()
+
+    def _free(self, uid: int) -> None:
         self._uids_free.append(uid)
         self._uids_free.sort(reverse=True)
+
+    def _unstick(self) -> None:
+        """Free the stuck uids a run server started since has swept."""
+        for uid, starts in list(self._uids_stuck.items()):
+            if self.server.starts > starts:
+                del self._uids_stuck[uid]
+                self._free(uid)
 
     # ------------------------------------------------------------------ runs
     async def run_shell(self, ex: dict, ctx: RunContext, timeout_s: float, cancel: asyncio.Event | None,
@@ -1059,8 +1076,7 @@ class _RunDir:
             self.path = await asyncio.to_thread(_make_run_dir, sb.runs_dir, _safe(self.run_id) + ".", user)
         except BaseException:
             if self.uid is not None:
-                sb._uids_free.append(self.uid)
-                sb._uids_free.sort(reverse=True)
+                sb._free(self.uid)
             raise
         return self
 
