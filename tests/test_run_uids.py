@@ -179,6 +179,29 @@ def test_what_a_run_leaves_running_is_killed_when_it_ends(marks, ending):
     assert sorted(free) == list(range(LO, LO + 4)), "the uid is free again"
 
 
+def test_a_run_that_stops_every_process_of_its_uid_cannot_stop_the_kill_of_its_uid(marks):
+    """A process of the run's uid that sends SIGSTOP to all it may signal, again and again: the
+    kill of its uid is no process it may signal, so the run server neither hangs nor leaves it."""
+    script = (f'setsid sh -c \'echo $$ > "{marks}/bg.pid.tmp"; mv "{marks}/bg.pid.tmp" "{marks}/bg.pid"; '
+              'while :; do kill -STOP -1; done\' > /dev/null 2>&1 < /dev/null & '
+              + _wait_for(f"{marks}/bg.pid") + 'sleep 300')
+
+    async def t():
+        s = await started()
+        try:
+            out = await execute(sh(script), c("stopper"), 2, kill_grace_s=0.3, sandbox=s)
+            pid = int((marks / "bg.pid").read_text())
+            await wait_until(lambda: not alive(pid), 10, "the stopping process killed")
+            after = await execute(sh("echo fine"), c("after"), 10, sandbox=s)
+            return out, after, s.server.starts, sorted(s._uids_free)
+        finally:
+            await s.close()
+    out, after, starts, free = run(t())
+    assert not out.ok and after.ok and after.output == "fine\n", (out, after)
+    assert starts == 1, "the run server answered throughout"
+    assert free == list(range(LO, LO + 4))
+
+
 def test_a_run_server_that_stops_kills_what_its_runs_left_running(marks):
     script = (f'setsid sh -c \'echo $$ > "{marks}/bg.pid.tmp"; mv "{marks}/bg.pid.tmp" "{marks}/bg.pid"; '
               'exec sleep 300\' > /dev/null 2>&1 < /dev/null & ' + _wait_for(f"{marks}/bg.pid") + 'sleep 300')

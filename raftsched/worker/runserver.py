@@ -39,8 +39,8 @@ job's code itself, and so no run can signal it), and each shell or python reques
 server itself does otherwise) and sets no_new_privs (a setuid program another uid left in /tmp
 gives it nothing) before any of the job's code runs: a shell run is a ``fork`` and ``exec``
 (posix_spawn cannot change the user), a python run switches in its fork before it imports the
-target. ``kill_uid`` kills every process of a uid whose run is over (a fork that becomes that uid
-and calls ``kill(-1, SIGKILL)``: exactly that uid's processes), so nothing a run left behind
+target. ``kill_uid`` kills every process of a uid whose run is over (a fork whose effective uid
+is that uid calls ``kill(-1, SIGKILL)``: exactly that uid's processes), so nothing a run left behind
 outlives it into the next run of that uid; the server does it too for the uids of its runs when
 it stops, and at start for every uid of the pool that has a process (one a worker killed with
 SIGKILL left behind).
@@ -188,7 +188,9 @@ class Server:
             if not self.pool or not _pool_uid(uid):
                 self.send({"id": rid, "error": f"kill_uid: not a run uid: {uid!r}"})
                 return
-            kill_uid(uid)
+            if not kill_uid(uid):
+                self.send({"id": rid, "error": f"kill_uid: the processes of uid {uid} could not be killed"})
+                return
             self.uids.discard(uid)
             self.send({"id": rid, "killed": True})
             return
@@ -471,35 +473,67 @@ def _load_prctl():
     return fn
 
 
-def kill_uid(uid: int) -> None:
-    """SIGKILL every process of ``uid`` (real or saved uid: what kill(2) as that uid reaches): a
-    fork that becomes ``uid`` and calls ``kill(-1, SIGKILL)``, which reaches every process of that
-    uid but itself, atomically (no process of it forks meanwhile). Waited for here."""
+#: The real and saved uid of the process that kills a run uid's processes (``--run-uids`` may not
+#: include it): one no run has, so that no run's process may signal (stop) or trace it.
+KILLER_UID = RUN_UID_MAX + 1
+
+
+def kill_uid(uid: int) -> bool:
+    """SIGKILL every process of ``uid`` (its real or saved uid: what kill(2) as that uid reaches);
+    whether it was done. A fork whose effective uid is ``uid`` calls ``kill(-1, SIGKILL)``,
+    which reaches every process of that uid at once (none of them forks meanwhile) and no other.
+    Its real and saved uid are :data:`KILLER_UID`, not ``uid``, so that no process of ``uid`` may
+    stop it (SIGSTOP) in the instant before its kill; where that uid does not exist (a user
+    namespace that maps fewer), they are ``uid``, and a fork that is stopped, or killed (by
+    another worker's, whose real uid is the same), is killed here and tried again."""
     if not _pool_uid(uid):
         raise ValueError(f"not a run uid: {uid!r}")
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            signal.set_wakeup_fd(-1)
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            if os.getuid() == uid and os.geteuid() == uid:
-                for _ in range(2):
-                    try:
-                        os.kill(-1, signal.SIGKILL)
-                    except ProcessLookupError:
-                        break
-                code = 0
-        finally:
-            os._exit(code)
+    for _ in range(10):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                signal.set_wakeup_fd(-1)
+                os.setgroups([])
+                try:
+                    os.setresgid(KILLER_UID, KILLER_UID, KILLER_UID)
+                    os.setresuid(KILLER_UID, uid, KILLER_UID)
+                except OSError:
+                    os.setresgid(uid, uid, uid)
+                    os.setresuid(uid, uid, uid)
+                if os.geteuid() == uid and 0 not in os.getresuid() and not os.getgroups() and not _capabilities():
+                    for _ in range(2):
+                        try:
+                            os.kill(-1, signal.SIGKILL)
+                        except ProcessLookupError:
+                            break
+                    code = 0
+            finally:
+                os._exit(code)
+        status = _wait_child(pid, os.WUNTRACED)
+        if status is not None and os.WIFSTOPPED(status):
+            _kill(pid)
+            status = _wait_child(pid, 0)
+            continue
+        if status is not None and os.WIFEXITED(status):
+            return os.WEXITSTATUS(status) == 0
+    return False
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _wait_child(pid: int, options: int) -> int | None:
+    """waitpid(pid, options)'s status; None when there is no such child."""
     while True:
         try:
-            os.waitpid(pid, 0)
-            return
+            return os.waitpid(pid, options)[1]
         except ChildProcessError:
-            return
+            return None
         except InterruptedError:
             continue
 
@@ -893,7 +927,8 @@ def main(argv: list[str]) -> int:
             lo, hi = cfg["uids"]
             # What a worker killed with SIGKILL (and its server) left running as a run's uid.
             for uid in sorted(uids_running(lo, hi)):
-                kill_uid(uid)
+                if not kill_uid(uid):
+                    raise OSError(f"the processes of run uid {uid} (left by an earlier worker) could not be killed")
             _RUN_PATH = cfg.get("path")
             # (``later``: imported by each python run, as its own user.)
         else:

@@ -74,7 +74,7 @@ from .executors._context import ALL_TYPES, RunContext, Result
 from .executors._deadline import race, timed_out
 from .executors._output import OUTPUT_BYTES_MAX, may_be_cut, short, tail_bytes, tail_str
 from .executors.shell import _group_has_live_member, _signal_group, _terminate_group
-from .runserver import FRAME_BYTES_MAX, RUN_UID_MAX, RUN_UID_MIN, frame
+from .runserver import FRAME_BYTES_MAX, KILLER_UID, RUN_UID_MAX, RUN_UID_MIN, frame
 
 log = logging.getLogger("raftsched.sandbox")
 
@@ -186,6 +186,9 @@ def parse_run_uids(text: str, slots: int) -> range:
         raise ConfigError(f"--run-uids: running jobs as other users needs root; this process runs as uid "
                           f"{os.geteuid()}")
     for pw in pwd.getpwall():
+        if pw.pw_uid == KILLER_UID:
+            raise ConfigError(f"--run-uids: user {pw.pw_name} has uid {KILLER_UID}, the one the processes a run left "
+                              "are killed as (they would be killed too)")
         if pw.pw_uid in uids or pw.pw_gid in uids:
             which = f"uid {pw.pw_uid}" if pw.pw_uid in uids else f"gid {pw.pw_gid}"
             raise ConfigError(f"--run-uids {text}: includes {which} of user {pw.pw_name} (/etc/passwd): choose ids "
