@@ -559,7 +559,8 @@ class RunServer:
         self.starts += 1
         self._reader_task = asyncio.create_task(self._read(reader), name="run server")
         if self.uids is not None:
-            log.info("run server: pid %d, as root; each run as a uid of its own, of %s", proc.pid, self.user)
+            log.info("run server: pid %d, as root; each run as a uid of its own of %d-%d", proc.pid,
+                     self.uids.start, self.uids.stop - 1)
         else:
             log.info("run server: pid %d, as %s, groups %s", proc.pid, self.user,
                      ",".join(str(g) for g in hello.get("groups", [])) or "none")
