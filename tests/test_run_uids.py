@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from executor_helpers import ctx, run, wait_until
+from executor_helpers import cancel_and_expect_cancelled, ctx, run, wait_until
 from procs import jobs_dir
 from raftsched.config import ConfigError
-from raftsched.worker.executors import RunContext, execute
+from raftsched.worker.executors import CancelEvent, RunContext, execute
 from raftsched.worker import sandbox as sb
 from raftsched.worker.sandbox import Sandbox, parse_run_uids, resolve_run_user
 
@@ -153,18 +153,30 @@ def test_two_runs_at_once_are_two_users_that_cannot_read_or_write_each_others(ma
     assert fa["after"] == "", a.output
 
 
-@pytest.mark.parametrize("ending", ["exit", "timeout"])
+@pytest.mark.parametrize("ending", ["exit", "timeout", "lease lost", "cancelled"])
 def test_what_a_run_leaves_running_is_killed_when_it_ends(marks, ending):
     # In a session of its own: out of the run's process group, which the worker kills anyway.
     script = (f'setsid sh -c \'echo $$ > "{marks}/bg.pid.tmp"; mv "{marks}/bg.pid.tmp" "{marks}/bg.pid"; '
               'exec sleep 300\' > /dev/null 2>&1 < /dev/null & '
               + _wait_for(f"{marks}/bg.pid") + 'echo left'
-              + ("; sleep 300" if ending == "timeout" else ""))
+              + ("" if ending == "exit" else "; sleep 300"))
 
     async def t():
         s = await started()
         try:
-            out = await execute(sh(script), c("leaves"), 30 if ending == "exit" else 2, kill_grace_s=0.3, sandbox=s)
+            cancel = CancelEvent()
+            task = asyncio.create_task(execute(sh(script), c("leaves"), 2 if ending == "timeout" else 30,
+                                               kill_grace_s=0.3, cancel=cancel, sandbox=s))
+            await wait_until(lambda: (marks / "bg.pid").exists(), 10, "the run to start its process")
+            if ending == "lease lost":
+                cancel.set()
+            if ending == "cancelled":
+                await cancel_and_expect_cancelled(task)
+                # (the run's end, its uid's kill among it, goes on shielded from the cancel)
+                await wait_until(lambda: len(s._uids_free) == 4, 10, "the uid freed")
+                out = None
+            else:
+                out = await task
             pid = int((marks / "bg.pid").read_text())
             # Killed before run_shell returned (SIGKILL, delivered at once): only its zombie may
             # linger until it is reaped.
@@ -173,8 +185,11 @@ def test_what_a_run_leaves_running_is_killed_when_it_ends(marks, ending):
         finally:
             await s.close()
     out, pid, free = run(t())
-    assert out.output.startswith("left"), out
-    assert out.ok == (ending == "exit"), out
+    if ending in ("exit", "timeout"):
+        assert out.output.startswith("left"), out
+        assert out.ok == (ending == "exit"), out
+    if ending == "lease lost":
+        assert not out.ok and out.error == "lease lost", out
     assert not alive(pid)
     assert sorted(free) == list(range(LO, LO + 4)), "the uid is free again"
 
