@@ -258,17 +258,32 @@ class Server:
     def _fork(self, rid: int, req: dict) -> _Run:
         r, w = os.pipe()
         rr, rw = os.pipe()
+        # The run says when it is in its session and, with per-run users, its own uid: its pid is
+        # reported (and its group or uid killed by it) only then. A kill before that (a lease
+        # lost at once) found no group, and a kill_uid no process of the uid, while the child,
+        # still root, went on to become that uid and run (a review).
+        gr, gw = os.pipe()
         try:
             if self.starter is not None:
-                pid = self.starter.start(req, w, rw)
+                pid = self.starter.start(req, w, rw, gw)
             else:
                 pid = os.fork()
                 if pid == 0:
-                    _python_child(req, w, rw)  # never returns
+                    os.close(gr)
+                    _python_child(req, w, rw, gw)  # never returns
+        except BaseException:
+            for fd in (r, w, rr, rw, gr, gw):
+                os.close(fd)
+            raise
+        os.close(gw)
+        try:
+            _await_ready(gr, pid)
         except BaseException:
             for fd in (r, w, rr, rw):
                 os.close(fd)
             raise
+        finally:
+            os.close(gr)
         os.close(w)
         os.close(rw)
         os.set_blocking(r, False)
@@ -605,16 +620,18 @@ def _fork_exec(argv: list, env: dict, cwd: str, uid: int, out_w: int) -> int:
 
 def _exec_child(argv: list, env: dict, cwd: str, uid: int, out_w: int, err_w: int) -> None:
     """The forked process of a shell run: never returns (exec, or ``os._exit``)."""
+    report = err_w  # (where a failure is written: the error pipe, fd 3 once moved there)
     try:
         signal.set_wakeup_fd(-1)
         os.setsid()
         out_w = fcntl.fcntl(out_w, fcntl.F_DUPFD, 10)
-        err_w = fcntl.fcntl(err_w, fcntl.F_DUPFD, 10)
+        err_w = report = fcntl.fcntl(err_w, fcntl.F_DUPFD, 10)
         nul = os.open(os.devnull, os.O_RDONLY)
         os.dup2(nul, 0)
         os.dup2(out_w, 1)
         os.dup2(out_w, 2)
         os.dup2(err_w, 3, inheritable=False)
+        report = 3
         os.closerange(4, _FD_MAX)
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
@@ -631,7 +648,7 @@ def _exec_child(argv: list, env: dict, cwd: str, uid: int, out_w: int, err_w: in
                 why = {"type": type(e).__name__, "msg": str(e)}
             data = json.dumps(why).encode()
             while data:
-                data = data[os.write(3, data):]
+                data = data[os.write(report, data):]
         except BaseException:
             pass
     os._exit(127)
@@ -688,8 +705,9 @@ class _Starter:
         os.set_inheritable(exits_r, False)
         self.pid, self.exits = pid, exits_r
 
-    def start(self, req: dict, out_w: int, res_w: int) -> int:
-        """Have run ``req`` forked, its stdout and stderr ``out_w``, its outcome ``res_w``: its pid."""
+    def start(self, req: dict, out_w: int, res_w: int, ready_w: int) -> int:
+        """Have run ``req`` forked, its stdout and stderr ``out_w``, its outcome ``res_w``, its ready
+        byte ``ready_w`` (Server._fork): its pid."""
         mfd = os.memfd_create("run", os.MFD_CLOEXEC)
         try:
             data = json.dumps(req).encode()
@@ -697,7 +715,7 @@ class _Starter:
             while view:
                 view = view[os.write(mfd, view):]
             os.lseek(mfd, 0, os.SEEK_SET)
-            socket.send_fds(self.req_s, [b"r"], [mfd, out_w, res_w])
+            socket.send_fds(self.req_s, [b"r"], [mfd, out_w, res_w, ready_w])
         finally:
             os.close(mfd)
         answer = b""
@@ -710,6 +728,29 @@ class _Starter:
         if pid <= 0:
             raise OSError(-pid, os.strerror(-pid))
         return pid
+
+
+#: How long a python run may take to be in its session (and its uid) before it is killed.
+READY_S = 10.0
+
+
+def _await_ready(fd: int, pid: int) -> None:
+    """Wait until run ``pid`` wrote its ready byte on ``fd`` (or ended: EOF, its exit is reaped
+    as any). One that is not ready within READY_S is killed. :raises OSError: then."""
+    sel = selectors.DefaultSelector()
+    sel.register(fd, selectors.EVENT_READ)
+    try:
+        while True:
+            if not sel.select(READY_S):
+                _kill(pid)
+                raise OSError(errno.ETIMEDOUT, f"the python run did not start within {READY_S:g} s")
+            try:
+                os.read(fd, 1)
+                return
+            except InterruptedError:
+                continue
+    finally:
+        sel.close()
 
 
 def _starter_loop(req_z: socket.socket, exits_w: int) -> None:
@@ -729,10 +770,10 @@ def _starter_loop(req_z: socket.socket, exits_w: int) -> None:
                 for pid, code in _reaped(r):
                     os.write(exits_w, b"%d %d\n" % (pid, code))
                 continue
-            msg, fds, _flags, _addr = socket.recv_fds(req_z, 16, 3)
+            msg, fds, _flags, _addr = socket.recv_fds(req_z, 16, 4)
             if not msg:
                 return
-            if len(fds) != 3:
+            if len(fds) != 4:
                 for fd in fds:
                     os.close(fd)
                 req_z.sendall(b"%d\n" % -errno.EINVAL)
@@ -746,13 +787,13 @@ def _starter_loop(req_z: socket.socket, exits_w: int) -> None:
                 os.close(r)
                 os.close(w)
                 os.close(exits_w)
-                _python_child_of(fds[0], fds[1], fds[2])  # never returns
+                _python_child_of(fds[0], fds[1], fds[2], fds[3])  # never returns
             for fd in fds:
                 os.close(fd)
             req_z.sendall(b"%d\n" % pid)
 
 
-def _python_child_of(req_fd: int, out_w: int, res_w: int) -> None:
+def _python_child_of(req_fd: int, out_w: int, res_w: int, ready_w: int) -> None:
     """A python run forked by the starter: its request from its memory file, then as any."""
     try:
         chunks = []
@@ -765,11 +806,11 @@ def _python_child_of(req_fd: int, out_w: int, res_w: int) -> None:
         req = json.loads(b"".join(chunks))
     except BaseException:
         os._exit(2)
-    _python_child(req, out_w, res_w)
+    _python_child(req, out_w, res_w, ready_w)
 
 
 # ---------------------------------------------------------------------------- a python run
-def _python_child(req: dict, out_w: int, res_w: int) -> None:
+def _python_child(req: dict, out_w: int, res_w: int, ready_w: int) -> None:
     """The forked process of one python run: never returns (``os._exit``)."""
     code = 2
     try:
@@ -778,12 +819,14 @@ def _python_child(req: dict, out_w: int, res_w: int) -> None:
         # (its socket to the worker above all) stays open.
         out_w = fcntl.fcntl(out_w, fcntl.F_DUPFD, 10)
         res_w = fcntl.fcntl(res_w, fcntl.F_DUPFD, 10)
+        ready_w = fcntl.fcntl(ready_w, fcntl.F_DUPFD, 10)
         nul = os.open(os.devnull, os.O_RDONLY)
         os.dup2(nul, 0)
         os.dup2(out_w, 1)
         os.dup2(out_w, 2)
         os.dup2(res_w, 3, inheritable=False)
-        os.closerange(4, _FD_MAX)  # one close_range(2) where the kernel has it
+        os.dup2(ready_w, 4, inheritable=False)
+        os.closerange(5, _FD_MAX)  # one close_range(2) where the kernel has it
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -794,6 +837,8 @@ def _python_child(req: dict, out_w: int, res_w: int) -> None:
             _no_new_privs()
             if _RUN_PATH is not None:
                 sys.path[:] = _RUN_PATH
+        os.write(4, b"r")  # in its session, its own user: the server reports its pid now
+        os.close(4)
         os.chdir(req["cwd"])
         os.environ.clear()
         os.environ.update(req["env"])
