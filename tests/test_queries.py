@@ -63,6 +63,8 @@ def gauges_by_walk(s: SchedulerState) -> dict:
             per_q[run["queue"]] = tuple(c)
     for q in s.queues:
         per_q.setdefault(q, (0, 0, 0))
+    for j in s.jobs.values():  # (a queue a job names: its series from the start, at 0)
+        per_q.setdefault(j["spec"]["queue"], (0, 0, 0))
     return {"jobs": len(s.jobs), "jobs_paused": sum(1 for j in s.jobs.values() if j["paused"]),
             "runs_by_state": {st_: by_state.get(st_, 0) for st_ in ("queued", "running", "dead")},
             "queues": per_q,
