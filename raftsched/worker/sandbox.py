@@ -172,7 +172,8 @@ def parse_run_uids(text: str, slots: int) -> range:
     """
     m = re.fullmatch(r"\s*(\d{1,10})\s*-\s*(\d{1,10})\s*", text or "")
     if m is None:
-        raise ConfigError(f"--run-uids {text}: expected LO-HI, two uids (e.g. 200000-200099)")
+        raise ConfigError(f"--run-uids {text}: expected LO-HI, two uids (e.g. 1900000000-1900000099: ids no user, "
+                          "group or subordinate range has)")
     lo, hi = int(m.group(1)), int(m.group(2))
     if lo > hi:
         raise ConfigError(f"--run-uids {text}: {lo} is above {hi}")
@@ -180,6 +181,9 @@ def parse_run_uids(text: str, slots: int) -> range:
         raise ConfigError(f"--run-uids {text}: the uids must be from {RUN_UID_MIN} to {RUN_UID_MAX} (not root's, "
                           "nor a system user's)")
     uids = range(lo, hi + 1)
+    if len(uids) > RUN_UIDS_MAX:
+        raise ConfigError(f"--run-uids {text}: {len(uids)} uids, more than {RUN_UIDS_MAX}: a run needs one, and "
+                          "the pool holds them all")
     if len(uids) < slots:
         raise ConfigError(f"--run-uids {text}: {len(uids)} uid(s) for {slots} slots: a run needs one of its own")
     if not can_switch_user():
@@ -197,7 +201,40 @@ def parse_run_uids(text: str, slots: int) -> range:
         if gr.gr_gid in uids:
             raise ConfigError(f"--run-uids {text}: includes gid {gr.gr_gid} of group {gr.gr_name} (/etc/group): "
                               "choose ids no user or group has")
+    for path in ("/etc/subuid", "/etc/subgid"):
+        # Subordinate ids (rootless containers' users): the pool's kills and files would be theirs.
+        for owner, start, count in _subordinate_ranges(path):
+            if start < uids.stop and uids.start < start + count:
+                raise ConfigError(f"--run-uids {text}: overlaps {owner}'s subordinate ids {start}-{start + count - 1} "
+                                  f"({path}): choose ids no user, group or subordinate range has")
+    for u in uids if len(uids) <= 4096 else ():
+        # Users and groups a directory service knows but does not list (getpwall enumerates /etc).
+        try:
+            pw = pwd.getpwuid(u)
+        except KeyError:
+            pw = None
+        if pw is not None:
+            raise ConfigError(f"--run-uids {text}: includes uid {u} of user {pw.pw_name}: choose ids no user or "
+                              "group has")
     return uids
+
+
+#: The most uids a pool may hold (a run needs one; they are kept as a list).
+RUN_UIDS_MAX = 65_536
+
+
+def _subordinate_ranges(path: str) -> list[tuple[str, int, int]]:
+    """``owner:start:count`` lines of /etc/subuid or /etc/subgid (none when there is no file)."""
+    out = []
+    try:
+        with open(path) as f:
+            for line in f:
+                parts = line.strip().split(":")
+                if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+                    out.append((parts[0], int(parts[1]), int(parts[2])))
+    except OSError:
+        pass
+    return out
 
 
 def pool_user(uids: range) -> RunUser:
