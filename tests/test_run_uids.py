@@ -289,6 +289,7 @@ def test_a_uid_is_given_again_once_its_run_ended(marks):
     ("999-2000", "from 1000"),
     (f"{LO}-{2**31 - 1}", "from 1000"),
     (f"{LO}-{LO + 1}", "2 uid(s) for 4 slots"),
+    ("100000-2000000000", "more than 65536"),  # (a list of ~1.9 billion uids, before)
 ])
 def test_bad_run_uids_are_refused_naming_the_flag(tmp_path, value, says):
     for cmd in ("worker", "node"):
@@ -313,6 +314,14 @@ def test_run_uids_that_hold_a_user_or_group_of_this_host_or_come_with_run_as_are
     with pytest.raises(ConfigError, match=f"^--run-uids {LO + 8}-{LO + 20}: includes gid {LO + 9} of group team-z"):
         parse_run_uids(f"{LO + 8}-{LO + 20}", 1)
     assert parse_run_uids(f"{LO + 10}-{LO + 20}", 11) == range(LO + 10, LO + 21)
+    # A user's subordinate ids (rootless containers), and a user a directory knows but does not list.
+    monkeypatch.setattr(sb, "_subordinate_ranges",
+                        lambda path: [("alice", LO + 30, 65536)] if path == "/etc/subuid" else [])
+    with pytest.raises(ConfigError, match=f"^--run-uids {LO + 21}-{LO + 40}: overlaps alice's subordinate ids"):
+        parse_run_uids(f"{LO + 21}-{LO + 40}", 1)
+    monkeypatch.setattr(sb.pwd, "getpwuid", lambda u: users[0] if u == LO + 25 else (_ for _ in ()).throw(KeyError(u)))
+    with pytest.raises(ConfigError, match=f"^--run-uids {LO + 21}-{LO + 29}: includes uid {LO + 25} of user tenant-x"):
+        parse_run_uids(f"{LO + 21}-{LO + 29}", 1)
     monkeypatch.setattr(sb.os, "geteuid", lambda: 1000)
     with pytest.raises(ConfigError, match="^--run-uids: .*needs root"):
         parse_run_uids(f"{LO}-{LO + 9}", 1)
