@@ -46,3 +46,19 @@ def test_a_malformed_tenants_field_of_a_lock_acquire_is_refused_and_changes_noth
     assert apply(s, commands.lock_command("lock_acquire", T0, None, name="l",
                                           fields={"owner": "o", "ttl": 5000, "tenants": ["a", "b"]}))["ok"]
     assert s.locks["l"]["tenants"] == ["a", "b"]
+
+
+def test_apply_refuses_a_renew_or_release_of_a_token_limited_to_other_tenants():
+    """A review: the node's check reads its replica, which may lag (or the lock change hands
+    between the check and the commit): apply checks the command's tenants too."""
+    s = new_state()
+    take = commands.lock_command("lock_acquire", T0, None, name="l", fields={"owner": "o", "ttl": 5000,
+                                                                           "tenants": ["globex"]})
+    tok = apply(s, take)["token"]
+    for op in ("lock_renew", "lock_release"):
+        res = refused(s, commands.lock_command(op, T0 + 1, None, name="l", fields={"token": tok, "tenants": ["acme"]}),
+                      "conflict")
+        assert res["error"]["message"] == f"token {tok} does not hold lock 'l'", res
+    assert apply(s, commands.lock_command("lock_renew", T0 + 2, None, name="l",
+                                          fields={"token": tok, "tenants": ["acme", "globex"]}))["ok"]
+    assert apply(s, commands.lock_command("lock_release", T0 + 3, None, name="l", fields={"token": tok}))["ok"]

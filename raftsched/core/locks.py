@@ -48,10 +48,7 @@ def apply_lock_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
                        holder=lk["owner"], expires_at_ms=lk["deadline"])
     if len(s.locks) >= limits.locks_max:  # (a new lock: a held one was refused above)
         raise Conflict(f"the cluster holds {limits.locks_max} locks, its limit", field="name")
-    tenants = cmd.get("tenants")
-    if tenants is not None and (not isinstance(tenants, list) or not tenants
-                                or not all(isinstance(t, str) and t for t in tenants) or tenants != sorted(set(tenants))):
-        raise InvalidCommand("lock_acquire.tenants must be a sorted list of tenant names or nil")
+    tenants = _tenants(cmd)
     s.fencing_token += 1
     s.locks[name] = {"owner": cmd["owner"], "token": s.fencing_token, "deadline": now + ttl,
                      "ttl": ttl, "since": now, "renewals": 0}
@@ -62,11 +59,25 @@ def apply_lock_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
     return {"ok": True, "lock": name, "owner": cmd["owner"], "token": s.fencing_token, "deadline": now + ttl}
 
 
+def _tenants(cmd: Command) -> list[str] | None:
+    """A lock command's ``tenants``: those of the token limited to them that sent it, or nil."""
+    tenants = cmd.get("tenants")
+    if tenants is not None and (not isinstance(tenants, list) or not tenants
+                                or not all(isinstance(t, str) and t for t in tenants) or tenants != sorted(set(tenants))):
+        raise InvalidCommand(f"{cmd.get('op')}.tenants must be a sorted list of tenant names or nil")
+    return tenants
+
+
 def _held(s: SchedulerState, cmd: Command, now: int) -> tuple[str, Record]:
+    """The lock the command's token holds. A command of a token limited to tenants holds only a
+    lock a token of those tenants took (its ``tenants``): the token alone is shown to every
+    reader, and the node's own check reads a replica that may lag."""
     name, _ = _lock_args(cmd, False)
     tok = cmd.get("token")
     lk = s.locks.get(name)
-    if lk is None or not is_int(tok) or lk["token"] != tok:
+    tenants = _tenants(cmd)
+    foreign = tenants is not None and lk is not None and not set(lk.get("tenants") or ("\0",)) <= set(tenants)
+    if lk is None or foreign or not is_int(tok) or lk["token"] != tok:  # (another's: as a wrong token)
         raise Conflict(f"token {tok} does not hold lock {name!r}", field="token",
                        holder=lk["owner"] if lk else None,
                        expires_at_ms=lk["deadline"] if lk else None)

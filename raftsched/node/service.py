@@ -783,6 +783,8 @@ class Service:
     async def lock_renew(self, name: str, body, rid: str | None, tenants: frozenset | None = None) -> dict:
         f = bodies.validate_lock_renew(name, body)
         self._lock_tenancy(name, f, tenants)
+        if tenants is not None:
+            f = dict(f, tenants=sorted(tenants))  # (apply checks it too: this replica may lag)
         res = await self.propose(commands.lock_command("lock_renew", self.clock.now_ms(), rid or new_request_id(),
                                                        name=name, fields=f))
         return self._out(res, {"lock": name, "token": res["token"], "expires_at": schedule.iso(res["deadline"])})
@@ -790,6 +792,8 @@ class Service:
     async def lock_release(self, name: str, body, rid: str | None, tenants: frozenset | None = None) -> dict:
         f = bodies.validate_lock_release(name, body)
         self._lock_tenancy(name, f, tenants)
+        if tenants is not None:
+            f = dict(f, tenants=sorted(tenants))
         res = await self.propose(commands.lock_command("lock_release", self.clock.now_ms(), rid or new_request_id(),
                                                        name=name, fields=f))
         return self._out(res, {"lock": name, "released": True})
