@@ -87,8 +87,10 @@ class _Run:
 
 class Server:
     def __init__(self, ctl: int, output_bytes: int, result_bytes: int, starter: _Starter | None = None,
-                 pool: bool = False) -> None:
+                 pool: bool = False, uids: tuple[int, int] | None = None) -> None:
         self.ctl = ctl
+        #: per-run users: the worker's range, the only uids a request may name (defence in depth)
+        self.uid_range = uids
         #: per-run users: each run names its uid, which its process switches to (module docstring)
         self.pool = pool
         #: the uids of runs started and not yet killed (``kill_uid``): killed when the server stops
@@ -132,6 +134,11 @@ class Server:
             # And what they started elsewhere (a session of its own, a double fork).
             for uid in sorted(self.uids):
                 kill_uid(uid)
+
+    def _in_pool(self, uid: object) -> bool:
+        if not _pool_uid(uid):
+            return False
+        return self.uid_range is None or self.uid_range[0] <= uid <= self.uid_range[1]  # type: ignore[operator]
 
     def send(self, obj: dict) -> None:
         self.outbuf += frame(obj)
@@ -185,7 +192,7 @@ class Server:
             return
         if op == "kill_uid":
             uid = req.get("uid")
-            if not self.pool or not _pool_uid(uid):
+            if not self.pool or not self._in_pool(uid):
                 self.send({"id": rid, "error": f"kill_uid: not a run uid: {uid!r}"})
                 return
             if not kill_uid(uid):
@@ -195,7 +202,7 @@ class Server:
             self.send({"id": rid, "killed": True})
             return
         if self.pool and op in ("shell", "python"):
-            if not _pool_uid(req.get("uid")):
+            if not self._in_pool(req.get("uid")):
                 self.send({"id": rid, "error": "cannot execute: the run has no uid of its own"})
                 return
             self.uids.add(req["uid"])
@@ -990,7 +997,8 @@ def main(argv: list[str]) -> int:
         gc.freeze()
         # Before any request is read: python runs are forked from this clean copy (_Starter).
         starter = _Starter() if hasattr(os, "memfd_create") and hasattr(socket, "send_fds") else None
-        server = Server(ctl, cfg["output_bytes"], cfg["result_bytes"], starter, pool)
+        server = Server(ctl, cfg["output_bytes"], cfg["result_bytes"], starter, pool,
+                        tuple(cfg["uids"]) if pool else None)
     except BaseException as e:
         try:
             os.set_blocking(ctl, True)
