@@ -61,6 +61,10 @@ import signal
 import socket
 import struct
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (annotations only: nothing more is imported into what every run forks)
+    from typing import Any, Callable
 
 #: The largest request the server reads (a run's env and secrets are bounded far below it).
 FRAME_BYTES_MAX = 8 * 1024 * 1024
@@ -430,20 +434,26 @@ def _spawnp(argv: list, env: dict, actions: list) -> int:
     """posix_spawn of ``argv`` in a new session, the executable found on the run's own PATH
     (as ``subprocess`` would: the first candidate that is not missing, else the first other
     error)."""
-    name = argv[0]
     kw = dict(file_actions=actions, setsid=True,
               setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT), setsigmask=())
+    return _on_path(argv, env, lambda path: os.posix_spawn(path, argv, env, **kw))
+
+
+def _on_path(argv: list, env: dict, start: Callable[[str], Any]) -> Any:
+    """``start(path)`` of ``argv[0]``, itself when it names a directory, else the first candidate
+    of the run's own PATH that is not missing (as ``subprocess`` finds it); else the first other
+    error (a directory of PATH this user may not search hides nothing it could run)."""
+    name = argv[0]
     if "/" in name:
-        return os.posix_spawn(name, argv, env, **kw)
+        return start(name)
     first = None
     for d in os.get_exec_path(env):
         path = os.path.join(d, name)
         try:
-            return os.posix_spawn(path, argv, env, **kw)
+            return start(path)
         except (FileNotFoundError, NotADirectoryError):
             continue
         except OSError as e:
-            # A directory of PATH this user may not search hides nothing it could run.
             if first is None and os.path.exists(path):
                 first = e
     raise first or FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
@@ -663,20 +673,7 @@ def _exec_child(argv: list, env: dict, cwd: str, uid: int, out_w: int, err_w: in
 
 def _execp(argv: list, env: dict) -> None:
     """exec ``argv``, found on the run's own PATH as :func:`_spawnp` finds it."""
-    name = argv[0]
-    if "/" in name:
-        os.execve(name, argv, env)
-    first = None
-    for d in os.get_exec_path(env):
-        path = os.path.join(d, name)
-        try:
-            os.execve(path, argv, env)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        except OSError as e:
-            if first is None and os.path.exists(path):
-                first = e
-    raise first or FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
+    _on_path(argv, env, lambda path: os.execve(path, argv, env))
 
 
 # ---------------------------------------------------------------------------- the python starter
