@@ -3,6 +3,9 @@ itself is the package's (raftsched/testing/), shared with jepsen-style/ and the 
 from __future__ import annotations
 
 import os
+import shutil
+import signal
+import sys
 import tempfile
 from pathlib import Path
 
@@ -22,6 +25,36 @@ def jobs_dir(prefix: str) -> Path:
     return d
 
 
+def targets_on_path(prefix: str, filename: str, text: str):
+    """A module of python targets (``filename`` holding ``text``) in a jobs_dir the run user can
+    read, on this process's import path (the run server's) until the generator is closed: the
+    body of a fixture, ``yield from targets_on_path(...)``."""
+    d = jobs_dir(prefix)
+    (d / filename).write_text(text)
+    os.chmod(d / filename, 0o644)
+    sys.path.insert(0, str(d))
+    try:
+        yield d
+    finally:
+        sys.path.remove(str(d))
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def pid_marks(prefix: str):
+    """A jobs_dir every run may write; every pid a run wrote there (``*.pid``) is killed when
+    the generator is closed: the body of a fixture, ``yield from pid_marks(...)``."""
+    d = jobs_dir(prefix)
+    try:
+        yield d
+    finally:
+        for f in d.glob("*.pid"):
+            try:
+                os.kill(int(f.read_text()), signal.SIGKILL)
+            except (ValueError, OSError):
+                pass
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def running_cluster(tmp, **kw):
     """A started Cluster that has a leader, stopped by its PIDs when the generator is closed:
     the body of a module-scoped fixture, ``yield from running_cluster(tmp, n=1)``."""
@@ -34,4 +67,5 @@ def running_cluster(tmp, **kw):
         c.stop()
 
 
-__all__ = ["REPO", "Cluster", "free_ports", "http", "jobs_dir", "running_cluster", "wait_for"]
+__all__ = ["REPO", "Cluster", "free_ports", "http", "jobs_dir", "pid_marks", "running_cluster", "targets_on_path",
+           "wait_for"]

@@ -10,20 +10,14 @@ import sys
 
 import pytest
 
-from procs import Cluster, REPO, wait_for
+from procs import REPO, running_cluster, wait_for
 from raftsched.client import Client
 from raftsched.lock_cli import EXIT_HELD, EXIT_LOST
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("cli-lock"), n=1)
-    c.start()
-    try:
-        c.wait_leader(30)
-        yield c
-    finally:
-        c.stop()
+    yield from running_cluster(tmp_path_factory.mktemp("cli-lock"), n=1)
 
 
 def argv(c, *args):

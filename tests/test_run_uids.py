@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import textwrap
@@ -21,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from executor_helpers import cancel_and_expect_cancelled, ctx, run, wait_until
-from procs import jobs_dir
+from procs import pid_marks, targets_on_path
 from raftsched.config import ConfigError
 from raftsched.worker.executors import CancelEvent, RunContext, execute
 from raftsched.worker import sandbox as sb
@@ -68,30 +66,13 @@ TARGETS = textwrap.dedent('''
 
 @pytest.fixture(scope="module")
 def targets():
-    d = jobs_dir("uid-targets")
-    (d / "run_uids_targets.py").write_text(TARGETS)
-    os.chmod(d / "run_uids_targets.py", 0o644)
-    sys.path.insert(0, str(d))
-    try:
-        yield d
-    finally:
-        sys.path.remove(str(d))
-        shutil.rmtree(d, ignore_errors=True)
+    yield from targets_on_path("uid-targets", "run_uids_targets.py", TARGETS)
 
 
 @pytest.fixture
 def marks():
     """A directory every run may write (1777); every pid a run wrote there is killed after."""
-    d = jobs_dir("uid-marks")
-    try:
-        yield d
-    finally:
-        for f in d.glob("*.pid"):
-            try:
-                os.kill(int(f.read_text()), signal.SIGKILL)
-            except (ValueError, OSError):
-                pass
-        shutil.rmtree(d, ignore_errors=True)
+    yield from pid_marks("uid-marks")
 
 
 async def started(n: int = 4) -> Sandbox:

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from executor_helpers import cancel_and_expect_cancelled, ctx, run, wait_until
-from procs import jobs_dir
+from procs import pid_marks, targets_on_path
 from raftsched.config import ConfigError
 from raftsched.worker.executors import CancelEvent, RunContext, execute
 from raftsched.worker import sandbox as sb
@@ -92,29 +92,12 @@ TARGETS = textwrap.dedent('''
 def targets():
     """A module of python targets, where the run user can read it, on the import path the run
     server is given (this process's)."""
-    d = jobs_dir("targets")
-    (d / "sandbox_targets.py").write_text(TARGETS)
-    os.chmod(d / "sandbox_targets.py", 0o644)
-    sys.path.insert(0, str(d))
-    try:
-        yield d
-    finally:
-        sys.path.remove(str(d))
-        shutil.rmtree(d, ignore_errors=True)
+    yield from targets_on_path("targets", "sandbox_targets.py", TARGETS)
 
 
 @pytest.fixture
 def marks():
-    d = jobs_dir("marks")
-    try:
-        yield d
-    finally:
-        for f in d.glob("*.pid"):
-            try:
-                os.kill(int(f.read_text()), signal.SIGKILL)
-            except (ValueError, OSError):
-                pass
-        shutil.rmtree(d, ignore_errors=True)
+    yield from pid_marks("marks")
 
 
 def box(**kw) -> Sandbox:
