@@ -88,22 +88,20 @@ def _client_closed(request: web.Request, e: Exception) -> bool:
 def _name_client_key(request: web.Request, e: Conflict) -> Conflict:
     """A 409 for a request id used before (core/records.py ``replayed``, ``outcome_results``) names
     the request id the state machine knows: the client's key hashed with its token (http.scope_key).
-    The answer leads with the key the client sent, in the header it sent it in, and keeps the
-    internal id after it."""
+    The answer leads with the key the client sent and keeps the internal id after it."""
     try:
         key = client_key(request)
     except RaftschedError:
         return e
     if key is None:
         return e
-    header = "Idempotency-Key" if request.headers.get("Idempotency-Key") is not None else "X-Request-Id"
     internal = scope_key(request, key)
     ours = f"request id {internal!r}"
     if e.message.startswith(ours):
         tail = e.message[len(ours):]
-        msg = f"{header} {key!r} (request id {internal!r}){tail}"
+        msg = f"Idempotency-Key {key!r} (request id {internal!r}){tail}"
     elif e.message.startswith("this request id "):
-        msg = f"{header} {key!r} (request id {internal!r}){e.message[len('this request id'):]}"
+        msg = f"Idempotency-Key {key!r} (request id {internal!r}){e.message[len('this request id'):]}"
     else:
         return e
     msg += "; send a different request with a new key"

@@ -164,10 +164,13 @@ async def optional_json_body(request: web.Request, default=None):
 
 
 def client_key(request: web.Request) -> str | None:
-    """The client's request id (``Idempotency-Key``, or ``X-Request-Id``) or None."""
+    """The client's request id (its ``Idempotency-Key``) or None.
+
+    ``X-Request-Id`` is not one: proxies and service meshes make one up per incoming request and
+    pass it on to every call made while serving it, so two different mutations would carry the
+    same one, and the second would be answered as the first's retry without being applied. It is
+    only recorded in the audit log (api.py)."""
     r = request.headers.get("Idempotency-Key")
-    if r is None:
-        r = request.headers.get("X-Request-Id")
     if r is not None and (not r or len(r) > limits.request_id_chars_max):
         raise BadRequest(f"Idempotency-Key must be 1-{limits.request_id_chars_max} characters", field="Idempotency-Key")
     return r
