@@ -146,3 +146,28 @@ def test_a_slot_closed_unpinged_or_withdrawn_is_told_and_counted_as_any_skipped_
     assert [v for k, v in enumerate(s.health["j"]) if k != events.SENT] == \
         [v for k, v in enumerate(health) if k != events.SENT]
     assert snap_obj(restored(s)) == snap_obj(s)
+
+
+def test_a_heartbeat_jobs_pinged_end_and_a_started_slot_closed_count_as_finished_runs():
+    """``raftsched_runs_finished_total`` (stats.finished) counts a heartbeat job's slot ended by a
+    ``success`` or ``fail`` ping, and a started slot closed past the open bound, as the runs a
+    worker ends are counted: an alert on failed runs sees a heartbeat job's. Before, none of
+    them was counted (only the skipped slots were, as recorded slots)."""
+    from raftsched.core import limits
+    s = new_state(now=T0)
+    assert apply(s, put_cmd(s, "j", job_spec(HB), T0))["ok"]
+    tick(s, T0 + MIN + 1)
+    before = dict(s.stats.finished)
+    assert apply(s, commands.ping(T0 + MIN + 2, None, name="j", status="success", slot=None))["ok"]
+    tick(s, T0 + 2 * MIN + 1)
+    assert apply(s, commands.ping(T0 + 2 * MIN + 2, None, name="j", status="fail", slot=None))["ok"]
+    assert s.stats.finished.get("succeeded", 0) == before.get("succeeded", 0) + 1, s.stats.finished
+    assert s.stats.finished.get("failed", 0) == before.get("failed", 0) + 1, s.stats.finished
+    # A started slot, then enough later slots that it is closed as failed.
+    tick(s, T0 + 3 * MIN + 1)
+    assert apply(s, commands.ping(T0 + 3 * MIN + 2, None, name="j", status="start", slot=None))["ok"]
+    for k in range(4, 4 + limits.heartbeat_open_max + 1):
+        tick(s, T0 + k * MIN + 1)
+    started = [r for r in s.runs.values() if r["state"] == "failed" and r.get("error") != "a fail ping"]
+    assert len(started) == 1, started
+    assert s.stats.finished["failed"] == before.get("failed", 0) + 2, s.stats.finished

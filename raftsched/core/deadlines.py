@@ -891,6 +891,7 @@ def apply_ping(s: SchedulerState, cmd: Command, now: int,
     else:
         run["state"] = "failed"
         run["error"] = "a fail ping"
+    s.stats.on_finished(run["state"])  # raftsched_runs_finished_total counts a pinged end too
     on_finish(s, run, now)
     # The job's health and events, as a run's outcome makes them (``told``: notify's on_success
     # and on_dead; notify.apply_ping, which state.py applies, passes them: notify imports this
@@ -948,6 +949,7 @@ def close_heartbeats(s: SchedulerState, job: Record, now: int, recorded: Callabl
             if rid in s._running_ids:
                 end_lease(s, run, now, False, why)
             run.update(state="failed", error=why)
+            s.stats.on_finished("failed")
             on_finish(s, run, now, "still_running")
         if job["name"] in s.pipes.children:
             pipehooks.notify(s, run, now)

@@ -92,7 +92,8 @@ class ApplyStats:
         self.deadlines[key] = self.deadlines.get(key, 0) + 1
 
     def on_finished(self, state: str) -> None:
-        """A run ended ``state`` (failed, dead; a success is on_success's)."""
+        """A run ended ``state`` (failed, dead; a worker's success is on_success's, a heartbeat
+        job's pinged one this)."""
         self.finished[state] = self.finished.get(state, 0) + 1
 
     def on_success(self, run: dict[str, Any], now: int) -> None:

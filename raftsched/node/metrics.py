@@ -210,7 +210,7 @@ class _ApplyCollector:
         for (state, reason), n in sorted(st["recorded"].items()):
             rec.add_metric([state, reason], n)
         yield rec
-        fin = CounterMetricFamily("raftsched_runs_finished", "runs that ended, by state (succeeded, failed, dead), "
+        fin = CounterMetricFamily("raftsched_runs_finished", "runs that ended, by state (succeeded, failed, dead; heartbeat jobs' pinged ends too), "
                                   "as this replica applied them", labels=["state"])
         # Every series an alert reads exists from the first scrape, at 0: a series that first
         # appears at 1 has no increase() in PromQL, and its first event would alert nobody.
