@@ -112,15 +112,19 @@ def parse_labels(text: str, what: str = "--labels") -> dict[str, str]:
         raise ConfigError(f"{e.field}: {e.message}") from None
 
 
-def _run_uids(args, slots: int) -> range | None:
+def _run_uids(args, slots: int, claim: bool = False) -> range | None:
     """``--run-uids LO-HI``: each shell and python run as a uid of its own (worker/sandbox.py);
-    None without it. :raises ConfigError:"""
+    None without it. With ``claim``, the range is this process's on this host from now on
+    (sandbox.claim_run_uids). :raises ConfigError:"""
     if not args.run_uids:
         return None
-    from .worker.sandbox import parse_run_uids
+    from .worker.sandbox import claim_run_uids, parse_run_uids
     if args.run_as:
         raise ConfigError("--run-uids: not with --run-as: each run is a user of its own")
-    return parse_run_uids(args.run_uids, slots)
+    uids = parse_run_uids(args.run_uids, slots)
+    if claim:
+        claim_run_uids(uids)
+    return uids
 
 
 def _run_user(args, types: frozenset):
@@ -245,7 +249,7 @@ def cmd_node(args) -> int:
     queues = [q.strip() for q in args.queues.split(",") if q.strip()] if args.queues else None
     try:
         run_user, pass_env = _run_user(args, types if args.slots > 0 else frozenset())
-        run_uids = _run_uids(args, args.slots)
+        run_uids = _run_uids(args, args.slots, claim=True)
         # Nothing a job's code could read may hold the keys to the cluster (docs/security.md).
         check_private(args.cluster_secret_file, "cluster secret file", run_user)
         check_private(args.token_file or os.path.join(args.data_dir, "token"), "token file", run_user)
@@ -416,7 +420,7 @@ def cmd_worker(args) -> int:
     try:
         # An --app worker runs its app's handlers, its own code, in its own process.
         run_user, pass_env = _run_user(args, frozenset() if app_executors is not None else types)
-        run_uids = _run_uids(args, args.slots)
+        run_uids = _run_uids(args, args.slots, claim=True)
         if target.token_file:
             check_private(target.token_file, "token file", run_user)
         runs_dir = _runs_dir(args, None)

@@ -311,6 +311,41 @@ def test_run_uids_that_hold_a_user_or_group_of_this_host_or_come_with_run_as_are
     assert p.returncode == 2 and "--run-uids" in p.stderr and "--run-as" in p.stderr, p.stderr
 
 
+def test_a_range_another_worker_of_the_host_holds_in_part_is_refused_and_freed_when_it_ends(tmp_path):
+    """Two workers of a host with overlapping ``--run-uids`` would give one uid to two runs, and
+    each run's end (and each run server's start) kills every process of its uids: the other
+    worker's runs too. Each process claims its range on the host (sandbox.claim_run_uids); a
+    second claim of any part of it is refused naming the uids, one of another part is not, and a
+    claim ends with its process. Before, nothing noticed."""
+    claims = str(tmp_path / "claims" / "run-uids.lock")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys
+            from raftsched.worker.sandbox import claim_run_uids
+            claim_run_uids(range({LO + 100}, {LO + 110}), {claims!r})
+            print("claimed", flush=True)
+            sys.stdin.read()
+        """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert holder.stdout.readline().strip() == "claimed"
+        with pytest.raises(ConfigError, match=f"^--run-uids {LO + 105}-{LO + 120}: another worker of this host holds "
+                                              f"part of this range \\(uids {LO + 105}-{LO + 109} of it\\)"):
+            sb.claim_run_uids(range(LO + 105, LO + 121), claims)
+        with pytest.raises(ConfigError, match="another worker of this host"):
+            sb.claim_run_uids(range(LO + 90, LO + 101), claims)
+        sb.claim_run_uids(range(LO + 110, LO + 120), claims)  # next to it: no overlap
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    sb.claim_run_uids(range(LO + 100, LO + 110), claims)  # its process ended: free again
+    # The CLI claims the range before anything else: a worker given a held range exits 2 naming it.
+    sb.claim_run_uids(range(LO + 200, LO + 209))
+    p = _cli(tmp_path, "worker", "--run-uids", f"{LO + 205}-{LO + 215}", "--slots", "2")
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    line = p.stderr.strip().splitlines()[-1]
+    assert f"--run-uids {LO + 205}-{LO + 215}: another worker of this host" in line, p.stderr
+
+
 def _cli(tmp_path: Path, cmd: str, *extra: str) -> subprocess.CompletedProcess:
     token = tmp_path / "token"
     token.write_text("t" * 32)

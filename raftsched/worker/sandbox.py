@@ -222,6 +222,50 @@ def parse_run_uids(text: str, slots: int) -> range:
 #: The most uids a pool may hold (a run needs one; they are kept as a list).
 RUN_UIDS_MAX = 65_536
 
+#: Where the workers of a host claim their ``--run-uids`` (:func:`claim_run_uids`): a lock on the
+#: bytes LO..HI of this file, one per range. It is never written.
+RUN_UIDS_CLAIMS = "/run/raftsched/run-uids.lock"
+
+#: ``struct flock`` as Linux lays it out (short type, short whence, off_t start, off_t len, pid_t pid).
+_FLOCK = "@hhqqi4x"
+
+#: The claims this process holds: open for as long as it runs (closing one gives up its range).
+_claimed: list[int] = []
+
+
+def claim_run_uids(uids: range, path: str = RUN_UIDS_CLAIMS) -> None:
+    """Claim ``uids`` on this host for as long as this process runs, or refuse them when a part is
+    another live process's claim. Two workers whose ranges overlap would give one uid to two runs
+    at once, and each run's end, and each run server's start, kills every process of its uids:
+    the other worker's runs too. The claim is an open file description's lock on the bytes
+    ``uids`` of ``path`` (F_OFD_SETLK): the kernel drops it when the process ends, however it
+    ends, so a worker killed by SIGKILL leaves no stale claim.
+
+    :raises ConfigError: a part of ``uids`` is claimed, or the claims file cannot be opened."""
+    text = f"{uids.start}-{uids.stop - 1}"
+    setlk = getattr(fcntl, "F_OFD_SETLK", fcntl.F_SETLK)
+    getlk = getattr(fcntl, "F_OFD_GETLK", fcntl.F_GETLK)
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        raise ConfigError(f"--run-uids {text}: cannot open {path}, where the workers of this host claim their "
+                          f"ranges: {e.strerror}") from None
+    want = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, uids.start, len(uids), 0)
+    try:
+        fcntl.fcntl(fd, setlk, want)
+    except OSError:
+        try:
+            _, _, start, length, _ = struct.unpack(_FLOCK, fcntl.fcntl(fd, getlk, want))
+            held = f" (uids {max(start, uids.start)}-{min(start + length, uids.stop) - 1} of it)"
+        except (OSError, struct.error):
+            held = ""
+        os.close(fd)
+        raise ConfigError(f"--run-uids {text}: another worker of this host holds part of this range{held} "
+                          f"(claimed in {path}): two workers of a host need ranges that do not overlap, "
+                          "or each kills the other's runs") from None
+    _claimed.append(fd)
+
 
 def _subordinate_ranges(path: str) -> list[tuple[str, int, int]]:
     """``owner:start:count`` lines of /etc/subuid or /etc/subgid (none when there is no file)."""
