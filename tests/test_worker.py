@@ -4,6 +4,7 @@ Every wait has a deadline; no fixed sleeps decide an outcome."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 import pytest
@@ -403,6 +404,40 @@ def test_no_heartbeat_succeeding_for_a_whole_ttl_kills_every_run_the_worker_hold
         await wait_until(lambda: all(h.cancel.is_set() for h in held.values()), 5, "every run killed")
         assert env.raft.ops("heartbeat") == []  # none got through: the kill is the watchdog's
         await _release_gated(task, ids)
+    run(t())
+
+
+def test_the_watchdog_kills_an_apps_thread_handlers_and_the_worker_goes_on(tmp_path, monkeypatch):
+    """An ``--app`` worker's plain handler runs in a thread, started by callbacks: killing it
+    (its cancel event) ends its run at once, on the loop, and the run's lease is forgotten then,
+    inside the watchdog's look over the leases held. That look raised "dictionary changed size
+    during iteration", and the worker stopped (exit 1), after any pause longer than a lease TTL
+    (a SIGSTOP, a frozen VM, every node down for a TTL: found by an SDK walk). Now every run is
+    killed and the worker goes on leasing."""
+    import sdk_worker_app
+    from raftsched.sdk.worker import AppExecutors
+    monkeypatch.setenv("SDK_WORKER_TEST_DIR", str(tmp_path))
+
+    async def t():
+        clock = FakeClock()
+        lookup = AppExecutors(sdk_worker_app.app, "sdk_worker_app:app")
+        env = Env("watched-app", "sdk_worker_app:stuck", runs=3, slots=3, clock=clock, lease_ttl_ms=1000)
+        env.worker.executor_lookup = lookup  # (what ``raftsched worker --app`` gives its lease loop)
+        ids = await env.setup()
+        env.raft.failing["heartbeat"] = "unavailable"
+        task = asyncio.create_task(env.worker.run())
+        looks = _Looks(env.worker)
+        await wait_until(lambda: set(env.worker.held) == set(ids) and all(
+            os.path.exists(sdk_worker_app.path_of(r, "started")) for r in ids), 10, "every handler to start")
+        held = dict(env.worker.held)
+        clock.advance(1001)
+        await wait_until(lambda: all(h.cancel.is_set() for h in held.values()), 5, "every run killed")
+        await looks.twice_more()
+        assert not task.done(), task.exception() if task.done() else None
+        assert not env.worker.held  # forgotten: the leases expire, lost attempts
+        for r in ids:
+            open(sdk_worker_app.path_of(r, "release"), "w").close()  # the abandoned threads return
+        await stop(task)
     run(t())
 
 

@@ -697,7 +697,7 @@ class LeaseLoop:
         extra = extra or []
         again = {rid for rid, _ in extra}
         leases = []
-        for rid, h in self.held.items():
+        for rid, h in list(self.held.items()):  # (a copy: a kill may forget a lease, _check_heartbeats)
             if rid in again:
                 # Granted again (attempt + 1) while this worker still held the attempt before:
                 # that lease is gone, its run handed on (to this worker, again). The state names
@@ -803,7 +803,9 @@ class LeaseLoop:
         or kept by a heartbeat that succeeded) for a whole TTL, by the injected clock. Per
         lease: a fresh grant renews its own lease, not the others'."""
         now, ttl = self.clock.monotonic_s(), self.lease_ttl_ms / 1000
-        for rid, h in self.held.items():
+        # (a copy: a run started by callbacks, an app's thread handler, ends inside its cancel
+        # event's set, and its lease is forgotten there: _executed)
+        for rid, h in list(self.held.items()):
             if now - h.renewed > ttl and not h.cancel.is_set():
                 log.warning("worker: no heartbeat for a lease TTL: killing %s (not reported: its lease "
                             "expires, and it runs again)", rid)
