@@ -260,6 +260,15 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _zombie(pid: int) -> bool:
+    """Dead, and not reaped yet (an orphan's reaper is init, which some containers lack)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def test_in_a_child_process_a_handler_past_its_timeout_or_lease_is_killed(child_env):
     lookup = AppExecutors(sdk_worker_app.iso, "sdk_worker_app:iso", isolation="subprocess", kill_grace_s=2)
 
@@ -280,6 +289,40 @@ def test_in_a_child_process_a_handler_past_its_timeout_or_lease_is_killed(child_
         assert out.error == "lease lost; the handler's process was killed", out
         assert not _alive(int(open(sdk_worker_app.path_of(g["id"], "pid")).read()))
     run(t(), timeout_s=40)
+
+
+def test_a_child_whose_worker_was_killed_kills_its_process_group_and_leaves_no_result_file(child_env, tmp_path):
+    """``kill -9`` of an ``--isolation subprocess`` worker left its handler's child running (a
+    process group of its own): once the lease expired the run was handed on and ran twice at
+    once, the orphan writing with the older token (found by an SDK walk), and its result file
+    stayed in /tmp. The child watches its worker now: gone, it removes the file and kills its
+    group, what the handler started included."""
+    import subprocess
+    import sys
+    import textwrap
+    results = tmp_path / "tmp"
+    results.mkdir()
+    g = grant("si-stuck", app=sdk_worker_app.iso, run_id="si-stuck@orphan")
+    worker = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import asyncio
+        from raftsched.sdk.worker import AppExecutors
+        from raftsched.worker.executors import CancelEvent
+        import sdk_worker_app, test_sdk_worker as t
+        lookup = AppExecutors(sdk_worker_app.iso, "sdk_worker_app:iso", isolation="subprocess")
+        g = t.grant("si-stuck", app=sdk_worker_app.iso, run_id={g["id"]!r})
+        asyncio.run(lookup(g)(t.ctx_of(g), 60, CancelEvent()))
+    """)], cwd=str(TESTS), env=dict(os.environ, TMPDIR=str(results)))
+    try:
+        pid_file = sdk_worker_app.path_of(g["id"], "pid")
+        run(wait_until(lambda: os.path.exists(pid_file) and os.path.getsize(pid_file) > 0, 20, "the child to start"))
+        child = int(open(pid_file).read())
+        assert _alive(child) and list(results.glob("raftsched-result-*"))
+    finally:
+        worker.kill()
+        worker.wait(timeout=30)
+    run(wait_until(lambda: not _alive(child) or _zombie(child), 10, "the orphaned child to be killed"))
+    assert not os.path.exists(sdk_worker_app.path_of(g["id"], "finished"))
+    assert list(results.glob("raftsched-result-*")) == []
 
 
 def test_a_child_that_cannot_load_the_app_fails_saying_why(child_env):

@@ -15,6 +15,13 @@ end before the app is imported, and stdin is then /dev/null (not the environment
 ``/proc/PID/environ`` shows any process of the user for the child's whole life; started by hand,
 give it ``</dev/null``, or it waits for its stdin to end). The handler reads them as
 ``ctx.secrets``, as an in-process handler does; they are in the child's memory only.
+
+The child leads a process group of its own (the shell executor's), so a worker killed by
+SIGKILL would leave it running, and the run, handed on once its lease expires, would run twice
+at once. The worker gives its pid (``RAFTSCHED_SDK_WORKER_PID``): a thread of the child watches
+its parent, and once it is another process (the worker died, the child was handed to init),
+removes the result file and kills the child's whole process group, what the handler started
+included (:func:`_watch_parent`).
 """
 from __future__ import annotations
 
@@ -22,8 +29,38 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 import traceback
+
+#: How often the child looks whether its worker is still its parent (_watch_parent).
+PARENT_LOOK_S = 0.2
+
+#: The environment variable the worker names itself in (sdk/worker.py run_in_child).
+WORKER_PID_ENV = "RAFTSCHED_SDK_WORKER_PID"
+
+
+def _watch_parent(path: str) -> None:
+    """Kill this process group once the worker that started it is gone (module docstring); from
+    a daemon thread, so whatever the handler does in the main thread. Without the worker's pid
+    (started by hand), nothing is watched."""
+    try:
+        worker = int(os.environ.get(WORKER_PID_ENV, ""))
+    except ValueError:
+        return
+
+    def watch() -> None:
+        wait = threading.Event()
+        while os.getppid() == worker:
+            wait.wait(PARENT_LOOK_S)
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="raftsched-watch-worker", daemon=True).start()
 
 
 def _context():
@@ -70,6 +107,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m raftsched.sdk.child MODULE:ATTR TARGET RESULT_PATH", file=sys.stderr)
         return 2
     ref, target, path = argv
+    _watch_parent(path)
     secrets = _secrets()
     # The handler's log lines (ctx.log) go where its prints go: into the run's output.
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,

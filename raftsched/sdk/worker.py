@@ -39,6 +39,7 @@ from ..worker.executors._output import may_be_cut, short, tail_str
 from ..worker.masking import secret_values
 from ..worker.executors.shell import run_shell
 from .app import APP_LABEL, App
+from .child import WORKER_PID_ENV
 from .context import Context
 
 log = logging.getLogger("raftsched.sdk.worker")
@@ -177,7 +178,9 @@ async def run_in_child(ref: str, target: str, ctx: RunContext, timeout_s: float,
         # What the child masks its outcome of before it cuts it, as an in-process run does: on its
         # stdin (never on disk, in its argv, nor in its environment, which /proc shows for good).
         secrets = json.dumps(dict(ctx.secrets)).encode() if ctx.secrets else None
-        ok, error, printed = await run_shell({"argv": argv}, ctx, timeout_s, cancel, kill_grace_s, stdin_data=secrets)
+        # Its pid: the child kills its process group once its parent is another (this worker died).
+        ex = {"argv": argv, "env": {WORKER_PID_ENV: str(os.getpid())}}
+        ok, error, printed = await run_shell(ex, ctx, timeout_s, cancel, kill_grace_s, stdin_data=secrets)
         result = _read_result(path, masked)
     finally:
         try:
