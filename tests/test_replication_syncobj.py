@@ -274,6 +274,51 @@ def test_a_split_vote_is_broken_by_node_id():
         sync.destroy()
 
 
+def test_a_node_with_an_empty_log_votes_only_for_empty_logs_until_a_leader_sends_it_the_log(lone_follower):
+    """A member restarted on an empty data directory (its term, vote and log lost) granted its
+    vote to a candidate that lacked acknowledged entries, which won with it and replaced them
+    (a disaster-recovery walk: a 201, then a 404, and one fencing token granted twice). An
+    empty log (pysyncobj's initial entry of term 0 alone) withholds its vote from a candidate
+    whose log is not empty; a fresh cluster's candidates (empty logs) are answered as before;
+    once a leader sent entries, the node votes as any member. And a term learnt from a leader's
+    append is that leader's vote: no other candidate of the term gets it."""
+    sync, leader, other = lone_follower
+
+    def vote(node, term, last_idx, last_term):
+        sync._SyncObj__onMessageReceived(node, {"type": "request_vote", "term": term,
+                                                "last_log_index": last_idx, "last_log_term": last_term})
+        return sync._SyncObj__votedForNodeId
+
+    assert vote(other, 7, 40, 6) is None and sync._SyncObj__raftCurrentTerm == 0  # withheld, term not moved
+    assert vote(other, 7, 1, 0) == other.id  # a fresh cluster's candidate
+    # A leader of term 8 sends the log: the term is the leader's, as if voted for.
+    _append(sync, leader, 8, 1, 0, [(2, 6), (3, 8)], commit=3)
+    assert sync._SyncObj__raftCurrentTerm == 8 and sync._SyncObj__votedForNodeId == leader.id
+    assert sync._SyncObj__raftLog.getVotedForNodeId() == leader.id  # durable, as a vote
+    assert vote(other, 8, 3, 8) == leader.id  # another candidate of term 8: not granted
+    assert vote(other, 9, 3, 8) == other.id  # of term 9 with an up-to-date log: granted
+
+
+def test_a_conflict_at_a_committed_entry_stops_the_node_as_diverged(lone_follower, monkeypatch):
+    """A leader whose log differs at an entry this node committed (its history diverged: a
+    member that lost its data helped elect a leader without it) was logged and ignored: the
+    node stayed up, never caught up, said it was healthy and served reads of a state the
+    cluster does not hold. It stops now with exit status 77, as docs/operations.md says."""
+    from raftsched.replication import _storage
+    sync, leader, _ = lone_follower
+    _append(sync, leader, 1, 1, 0, [(2, 1), (3, 1), (4, 1)], commit=4)
+    assert sync._SyncObj__raftCommitIndex == 4
+    exits: list[int] = []
+
+    def _exit(code):
+        exits.append(code)
+        raise SystemExit(code)
+    monkeypatch.setattr(_storage, "_exit_process", _exit)
+    with pytest.raises(SystemExit):
+        _append(sync, leader, 3, 3, 2, [(4, 3)], commit=4)  # entry 3 is of term 1 here, 2 there
+    assert exits == [_storage.EXIT_DIVERGED]
+
+
 def test_a_follower_asked_by_a_staler_candidate_stands_for_election_soon(lone_follower):
     sync, leader, candidate = lone_follower
     _append(sync, leader, 1, 1, 0, [(2, 1), (3, 1), (4, 1)], commit=4)

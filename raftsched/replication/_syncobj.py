@@ -316,6 +316,7 @@ class _SyncObj(MembershipMixin, SyncObj):
         _tick.clock_echo = clock  # what the answer echoes (__sendNextNodeIdx)
         if kind == "append_entries":
             self._members_note_append(message)
+            _tick.appending_from, _tick.appending_term = getattr(node, "id", None), term
         try:
             if kind == "append_entries" and "prevLogIdx" in message \
                     and "transmission" not in message:
@@ -331,6 +332,7 @@ class _SyncObj(MembershipMixin, SyncObj):
             return SyncObj._SyncObj__onMessageReceived(self, node, message)
         finally:
             self._role_cause = None
+            _tick.appending_from = _tick.appending_term = None
             _tick.keep_log_tail = False
             _tick.answer = None
             _tick.clock_echo = None
@@ -377,8 +379,14 @@ class _SyncObj(MembershipMixin, SyncObj):
             return None  # malformed: pysyncobj's handler decides, as before
         if found == "conflict":
             if prev <= commit:
-                # A leader of this term or later holds every committed entry: cannot happen.
+                # A leader of this term or later holds every committed entry, so this node's
+                # committed entry at prev is one the cluster's log does not hold: its history
+                # diverged (a member that lost its data, or voted twice in a term, helped elect a
+                # leader without it). It would never catch up, answer reads from a state the
+                # cluster does not have, and say it is healthy: it stops, as when an applied
+                # entry is replaced (docs/operations.md, Durability).
                 logger.critical("replication.conflict_below_commit prev=%d commit=%d", prev, commit)
+                stop_on_diverged(prev, self._SyncObj__raftLastApplied)
                 hint = None
             else:
                 # The entry at prev is not in the leader's log, so it is not committed, nor is
@@ -645,6 +653,16 @@ class _SyncObj(MembershipMixin, SyncObj):
         if self._SyncObj__raftElectionDeadline > soon:
             self._SyncObj__raftElectionDeadline = soon
 
+    def _SyncObj__setCurrentTerm(self, term, votedForNodeId):
+        # A term learnt from its leader's append_entries is that leader's, as a vote is (Raft
+        # leaves it free): a node that lost its vote with its data directory, then heard the
+        # leader of the term, never votes for another candidate of that term.
+        if votedForNodeId is None:
+            leader = getattr(_tick, "appending_from", None)
+            if leader is not None and term == getattr(_tick, "appending_term", None):
+                votedForNodeId = leader
+        SyncObj._SyncObj__setCurrentTerm(self, term, votedForNodeId)
+
     def _SyncObj__deleteEntriesFrom(self, fromIDx):
         if getattr(_tick, "keep_log_tail", False):
             return  # see _entries_already_held: no entry after prevLogIdx conflicts
@@ -855,6 +873,37 @@ _REGULAR = b"\x00"
 _APPLIED_AS_NOTHING = (b"\x01", bytes([CONFIG_ENTRY]))
 
 
+#: When a vote withheld by _vote_withheld was last logged (monotonic seconds; one line a second).
+_withheld_logged = [0.0]
+
+
+def _vote_withheld(sync: SyncObj, node, message: dict) -> bool:
+    """A vote request this node does not answer because its log is empty (nothing but the
+    initial entry of term 0: a new member, or one whose data directory was lost) and the
+    candidate's is not. Such a node cannot tell a candidate that holds every committed entry
+    from one that missed some, and a data directory lost with its term and vote may already
+    have voted in the term asked for: granted, its vote let a member whose log lacked
+    acknowledged entries win, and the leader replaced them (found by a disaster-recovery walk:
+    a member restarted on an empty directory with its old --peers, a 201 then a 404, and one
+    fencing token granted twice). A fresh cluster is unaffected: every log is empty until its
+    first leader, and a candidate with an empty log is asked as before. Once a leader sends it
+    entries, the node votes as any member. A cluster whose other members are down waits for
+    them rather than elect a stale one."""
+    try:
+        log = sync._SyncObj__raftLog
+        if log[len(log) - 1][2] != 0 or message["last_log_term"] == 0:
+            return False
+    except (KeyError, TypeError, IndexError):
+        return False
+    now = monotonic()
+    if now - _withheld_logged[0] >= 1.0:
+        _withheld_logged[0] = now
+        logger.warning("replication.vote_withheld candidate=%s term=%s: this node's log is empty (a new member, or "
+                       "a data directory that was lost) and the candidate's is not; it votes once a leader has sent "
+                       "it the log", getattr(node, "id", node), message.get("term"))
+    return True
+
+
 def _membership_forbidden(sync: SyncObj, node, kind, message: dict) -> bool:
     """Messages that would bypass the membership rules, dropped: a vote request from a node that
     is no voter in this node's latest configuration (a learner, a removed server: it would move
@@ -862,7 +911,7 @@ def _membership_forbidden(sync: SyncObj, node, kind, message: dict) -> bool:
     node that is no voter (pysyncobj counts every answer), and a forwarded command carrying a
     configuration entry's type (only the leader's own rules append one; it is refused)."""
     if kind == "request_vote":
-        return getattr(node, "id", None) not in sync._members().latest.voters
+        return getattr(node, "id", None) not in sync._members().latest.voters or _vote_withheld(sync, node, message)
     if kind == "response_vote":
         return node not in sync._SyncObj__otherNodes
     if kind == "apply_command":
