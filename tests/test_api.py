@@ -663,6 +663,15 @@ def test_members_are_added_and_removed_by_raft_address_and_bad_requests_say_whic
         body = await err(await c.post("/v1/cluster/members", data=json.dumps({"addr": "no-such-host.invalid:9799"})),
                          422, "invalid", "addr")
         assert "resolve" in body["error"]["message"], body
+        # A wildcard address dialled is this host: 0.0.0.0:1 was member 127.0.0.1:1 counted twice
+        # (a disaster-recovery walk: one node's death then cost the quorum). And a host with a
+        # colon is no host (it was "'127.0.0.1:9' does not resolve").
+        for addr in ("0.0.0.0:1", "0:1", "[::]:1"):
+            body = await err(await c.post("/v1/cluster/members", data=json.dumps({"addr": addr})), 422, "invalid", "addr")
+            assert "is a wildcard address" in body["error"]["message"], (addr, body)
+        body = await err(await c.post("/v1/cluster/members", data=json.dumps({"addr": "127.0.0.1:9:1"})),
+                         422, "invalid", "addr")
+        assert "is not HOST:PORT" in body["error"]["message"], body
         assert env.raft.voters == voters
         env.raft.refuse = "a membership change is in progress"
         body = await err(await c.post("/v1/cluster/members", data=json.dumps({"addr": "127.0.0.1:9705"})),

@@ -10,6 +10,7 @@ The handlers, then ``ROUTES``: the route table (node/routes.py), one row a route
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import logging
 import math
@@ -451,6 +452,10 @@ async def _check_new_member(raft, addr: str) -> None:
         check_member_addr(addr)
     except ValueError:
         return
+    host = addr.rpartition(":")[0]
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        raise InvalidSpec(f"{addr!r} is not HOST:PORT: a host holds no ':' (an IPv6 address is written in "
+                          "brackets, [::1]:9700)", "addr")
     st = raft.status()
     members = sorted(set(st.get("members") or ()) | set(st.get("learners") or ()))
     if addr in members:
@@ -463,6 +468,11 @@ async def _check_new_member(raft, addr: str) -> None:
                           f"address must be one the other members can reach", "addr") from None
     if isinstance(mine, str):
         raise InvalidSpec(f"{mine}: a member's address must be one the other members can reach", "addr")
+    if any(ipaddress.ip_address(ip.split("%")[0]).is_unspecified for ip, _ in mine):
+        # 0.0.0.0 (or "0", or ::) is every interface to listen on; dialled, it is this host: a
+        # member's address under another name the check below cannot see, counted twice.
+        raise InvalidSpec(f"{addr} is a wildcard address (every interface, and whichever host dials it): name the "
+                          "node by an address the other members reach it at", "addr")
     for m, got in zip(members, theirs):
         if not isinstance(got, str) and mine & got:
             raise Conflict(f"{addr} is member {m} under another name: name it as the cluster does", "addr")
