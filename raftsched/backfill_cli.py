@@ -135,7 +135,8 @@ def _backfill(a, c: Client) -> int:
         return 2
     res = c.backfill(a.job, a.from_, a.to, reprocess=a.reprocess, order=a.order,
                      max_concurrent=a.max_concurrent, rate_per_s=a.rate, max_slots=a.max_slots,
-                     overlap=a.overlap, dry_run=a.dry_run, backfill_id=a.id, cascade=a.cascade, **payload)
+                     overlap=a.overlap, dry_run=a.dry_run, backfill_id=a.id, cascade=a.cascade,
+                     upstream=a.upstream, **payload)
     if a.dry_run or not a.wait:
         return show(res)
     return _wait(c, res)
@@ -190,6 +191,10 @@ def add_commands(client) -> None:
     b.add_argument("--cascade", choices=("none", "children"),
                    help="children: the jobs that run after it (pipelines) follow each slot, as its runs "
                         "(default none)")
+    b.add_argument("--upstream", choices=("wait", "ignore"),
+                   help="ignore: a job that runs after others (pipelines) runs these slots whatever its parents "
+                        "did for them; without it, such a backfill is refused (backfill the parents with "
+                        "--cascade children)")
     b.add_argument("--payload", metavar="JSON|@FILE",
                    help="a JSON payload for its runs, instead of the job's: JSON text, or @FILE (@- for stdin)")
     b.add_argument("--id", help="a backfill id: the same id again is the same backfill")

@@ -305,6 +305,31 @@ def test_a_backfill_dry_run_shows_the_cascade_and_a_triggered_job_is_not_backfil
     run(body)
 
 
+def test_a_backfill_of_a_gated_job_is_refused_unless_it_says_it_ignores_its_parents():
+    """A gated job (a schedule of its own, and ``after``) backfilled ran each slot whatever its
+    parents did for it: a report published for a night whose extract failed (a pipelines walk:
+    ``upstream: null`` on a success after the parent's dead run). Refused now, naming how to
+    backfill it (its parents, with cascade); ``"upstream": "ignore"`` runs the slots anyway."""
+    async def body(env, c):
+        await put(c, "a", A)
+        await put(c, "g", {**A, "after": ["a"]})
+        env.clock.advance(3_600_000)
+        lo, hi = schedule.iso(env.clock.now_ms() - 60_000), schedule.iso(env.clock.now_ms() - 1000)
+        runs = len(env.state.runs)
+        for extra in ({}, {"dry_run": True}, {"upstream": "wait"}):
+            b = await err(await c.post("/v1/jobs/g/backfills", data=json.dumps({"from": lo, "to": hi, **extra})),
+                          422, "invalid", "upstream")
+            assert "runs after a" in b["error"]["message"] and "cascade" in b["error"]["message"], b
+        await err(await c.post("/v1/jobs/g/backfills", data=json.dumps({"from": lo, "to": hi, "upstream": "no"})),
+                  422, "invalid", "upstream")
+        assert len(env.state.runs) == runs and not env.state.backfills
+        r = await c.post("/v1/jobs/g/backfills", data=json.dumps({"from": lo, "to": hi, "upstream": "ignore"}))
+        assert r.status == 201, await r.text()
+        r = await c.post("/v1/jobs/a/backfills", data=json.dumps({"from": lo, "to": hi, "upstream": "wait"}))
+        assert r.status == 201, await r.text()  # a job without parents: nothing to wait for
+    run(body)
+
+
 def test_the_leaders_trigger_steps_a_deferred_fan_out_and_records_slots_waiting_too_long(monkeypatch):
     from raftsched.core import commands, limits as core_limits
 

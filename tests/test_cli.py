@@ -454,14 +454,15 @@ def test_backfill_takes_cascade(monkeypatch, capsys):
 
     class Fake(_FakeClient):
         def backfill(self, job, from_, to, **kw):
-            sent.append(kw.get("cascade"))
+            sent.append(kw.get("cascade") if kw.get("upstream") is None else ("upstream", kw["upstream"]))
             return {"id": "b1"}
 
     monkeypatch.setattr(cli_mod, "Client", Fake)
     monkeypatch.setattr(cli_mod, "_setup_logging", lambda level: None)
     monkeypatch.setenv("RAFTSCHED_TOKEN", "t")
     base = ["backfill", "j", "--from", "2026-01-01T00:00:00Z", "--to", "2026-01-02T00:00:00Z"]
-    for extra, want in (([], None), (["--cascade", "children"], "children"), (["--cascade", "none"], "none")):
+    for extra, want in (([], None), (["--cascade", "children"], "children"), (["--cascade", "none"], "none"),
+                        (["--upstream", "ignore"], ("upstream", "ignore"))):
         assert cli_mod.main(base + extra + ["--url", "http://127.0.0.1:9"]) == 0
         assert sent.pop() == want
     capsys.readouterr()

@@ -410,12 +410,14 @@ class AsyncClient(Transport):
     async def backfill(self, job: str, from_: str, to: str, *, reprocess: str | None = None, order: str | None = None,
                        max_concurrent: int | None = None, rate_per_s: float | None = None,
                        max_slots: int | None = None, payload: Any = UNSET, overlap: str | None = None,
-                       dry_run: bool = False, backfill_id: str | None = None, cascade: str | None = None) -> dict:
+                       dry_run: bool = False, backfill_id: str | None = None, cascade: str | None = None,
+                       upstream: str | None = None) -> dict:
         """``POST /v1/jobs/{job}/backfills``: run a job for the slots of a past range."""
         return await self._send(endpoints.backfill(job, from_, to, reprocess=reprocess, order=order,
                                                    max_concurrent=max_concurrent, rate_per_s=rate_per_s,
                                                    max_slots=max_slots, payload=payload, overlap=overlap,
-                                                   dry_run=dry_run, backfill_id=backfill_id, cascade=cascade))
+                                                   dry_run=dry_run, backfill_id=backfill_id, cascade=cascade,
+                                                   upstream=upstream))
 
     async def backfills(self, kind: str | None = None, job: str | None = None, state: str | None = None, *,
                         stale: bool = False) -> dict:

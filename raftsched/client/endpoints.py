@@ -375,7 +375,8 @@ def sink_requeue(name: str, events: list[str] | None = None) -> Request:
 def backfill(job: str, from_: str, to: str, *, reprocess: str | None = None, order: str | None = None,
              max_concurrent: int | None = None, rate_per_s: float | None = None, max_slots: int | None = None,
              payload: Any = UNSET, overlap: str | None = None, dry_run: bool = False,
-             backfill_id: str | None = None, cascade: str | None = None) -> Request:
+             backfill_id: str | None = None, cascade: str | None = None,
+             upstream: str | None = None) -> Request:
     """``POST /v1/jobs/{job}/backfills``: run ``job`` for the slots of ``[from_, to)`` (ISO-8601)
     that never ran (``reprocess`` ``missing``, the default), also those whose last run failed
     or went dead (``failed``), or all of them (``all``); ``order`` ``oldest`` (default) or
@@ -383,10 +384,12 @@ def backfill(job: str, from_: str, to: str, *, reprocess: str | None = None, ord
     ``rate_per_s`` started a second. ``dry_run``: the slots it would run and why the others
     are left out, changing nothing. ``backfill_id`` makes the call idempotent: the same id
     again answers with the same backfill (``created`` False; docs/backfill.md). ``cascade``
-    ``children``: the job's children (pipelines) follow each backfilled slot, as its runs."""
+    ``children``: the job's children (pipelines) follow each backfilled slot, as its runs.
+    ``upstream`` ``ignore``: a gated job (a schedule and ``after``) runs the slots whatever its
+    parents did for them (without it, such a backfill is refused)."""
     body: dict = {"from": from_, "to": to}
     body.update(_given(reprocess=reprocess, order=order, max_concurrent=max_concurrent, rate_per_s=rate_per_s,
-                       max_slots=max_slots, overlap=overlap, id=backfill_id, cascade=cascade))
+                       max_slots=max_slots, overlap=overlap, id=backfill_id, cascade=cascade, upstream=upstream))
     if payload is not UNSET:
         body["payload"] = payload
     if dry_run:

@@ -17,7 +17,7 @@ from .model import _depth as payload_depth
 from .records import Record
 
 BACKFILL_FIELDS = {"from", "to", "reprocess", "order", "max_concurrent", "rate_per_s", "max_slots", "payload",
-                   "overlap", "dry_run", "id", "cascade"}
+                   "overlap", "dry_run", "id", "cascade", "upstream"}
 DLQ_BULK_FIELDS = {"queue", "job", "error", "dead_from", "dead_to", "max_count", "max_concurrent", "rate_per_s",
                    "dry_run", "id", "all"}
 # What selects the dead runs of a bulk DLQ request; without one of them, "all": true must say so.
@@ -148,6 +148,10 @@ def validate_backfill(body: object, now_ms: int) -> dict[str, Any]:
                           field="cascade")
     if cascade == "children":  # pipelines: each backfilled run's outcome reaches the job's children
         out["cascade"] = "children"
+    if b.get("upstream", "wait") not in ("wait", "ignore"):
+        raise InvalidSpec("must be wait or ignore (ignore: a job that runs after others runs these slots whatever "
+                          "its parents did for them)", field="upstream")
+    # (the node's check, node/backfills.py: not part of the command, which runs what it is given)
     return out
 
 

@@ -177,6 +177,15 @@ class BackfillService:
         if "schedule" not in job["spec"]:
             raise InvalidSpec(f"job {name!r} runs after {', '.join(e['job'] for e in job['spec']['after'])} and has no "
                               f"slots of its own: backfill its parent with \"cascade\": \"children\"", field="name")
+        if job["spec"].get("after") and (body or {}).get("upstream", "wait") != "ignore":
+            # A gated job (pipelines: a schedule of its own and parents): its backfilled slots
+            # would run whatever its parents did for them, a report published over a failed
+            # extract (a pipelines walk). Its parents' backfill with cascade decides each slot.
+            parents = ", ".join(e["job"] for e in job["spec"]["after"])
+            raise InvalidSpec(f"job {name!r} runs after {parents}: a backfill of it would run its slots whatever its "
+                              f"parents did for them; backfill its parents with \"cascade\": \"children\" (it "
+                              f"follows each slot they run), or send \"upstream\": \"ignore\" to run these slots "
+                              f"without them", field="upstream")
         sched, anchor = job["spec"]["schedule"], job["anchor"]
         slots = await asyncio.to_thread(range_slots, sched, anchor, b["from"], b["to"], b["max_slots"] + 1, b["order"])
         if len(slots) > b["max_slots"]:

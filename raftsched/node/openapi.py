@@ -299,7 +299,10 @@ def _bodies() -> dict[str, Schema]:
                                   _obj({"policy": {"enum": list(OVERLAPS)}}, ("policy",))]},
             "dry_run": _BOOL, "id": _nullable(_name(limits.backfill_id_chars_max)),
             "cascade": {"enum": ["none", "children"], "default": "none",
-                        "description": "children: each backfilled run's outcome reaches the job's children"}},
+                        "description": "children: each backfilled run's outcome reaches the job's children"},
+            "upstream": {"enum": ["wait", "ignore"], "default": "wait",
+                         "description": "ignore: a job with after runs these slots whatever its parents did "
+                                        "(without it, such a backfill is refused)"}},
             ("from", "to")),
         "dlq_bulk": _obj({
             "queue": _nullable(_name(limits.queue_name_chars_max)),
