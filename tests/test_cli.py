@@ -79,6 +79,11 @@ def test_the_power_loss_model_is_refused_without_its_test_variable(tmp_path):
     (["--url", "http://127.0.0.1:9", "--app", "examples.nightly_report:nope"], "has no 'nope'"),
     (["--url", "http://127.0.0.1:9", "--app", "examples.nightly_report:app", "--executors", "shell"],
      "leave --executors out"),
+    # (taken and ignored before: the handlers ran as root, the walk's worker being root)
+    (["--url", "http://127.0.0.1:9", "--app", "examples.nightly_report:app", "--run-as", "nobody"],
+     "--run-as is not for --app"),
+    (["--url", "http://127.0.0.1:9", "--app", "examples.nightly_report:app", "--run-uids", "1900000000-1900000099"],
+     "--run-uids is not for --app"),
     (["--url", "http://127.0.0.1:9", "--app", "examples.nightly_report:app", "--labels", "raftsched.app=x"],
      "raftsched.app is the app's name (reports)"),
 ])
