@@ -214,7 +214,15 @@ ensure_state() {
   # Every node reads this one key ring; a node refuses it if others may read it.
   mkdir -p "$KEYS_DIR"
   chmod 700 "$KEYS_DIR"
-  compgen -G "$KEYS_DIR/*.key" >/dev/null || new_secret "$KEYS_DIR/k1.key"
+  if ! compgen -G "$KEYS_DIR/*.key" >/dev/null; then
+    # A new key for a cluster that has data would seal new secrets under a k1 that is not the
+    # one the old ones are sealed with, and every run of a job with secrets would fail: a restore
+    # into a fresh .raftsched/ forgot to bring the keys, or they were moved away.
+    if compgen -G "$STATE/node-*/raft.*" >/dev/null; then
+      die "$KEYS_DIR holds no key file, but the nodes hold data whose secrets are sealed with one: put the key files back (from where you keep them: docs/operations.md, \"Key files (secrets at rest)\") and start again; to start over with a new key instead (every secret stored so far becomes unreadable), make one: raftsched secrets new-key --keys-dir $KEYS_DIR"
+    fi
+    new_secret "$KEYS_DIR/k1.key"
+  fi
 }
 
 # ensure_run_user: as root, the system user the nodes run jobs' code as (a node as root picks

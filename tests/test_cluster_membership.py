@@ -393,6 +393,14 @@ def test_cluster_sh_start_refuses_a_member_whose_data_is_gone(tmp_path):
         assert r.returncode == 0, r.stdout + r.stderr
         r = c.sh("stop")
         assert r.returncode == 0 and not [n for n in (1, 2, 3) if c.alive(n)], r.stdout + r.stderr
+        # The key ring gone while the nodes hold data (a restore that forgot it): a new k1 would
+        # seal new secrets under another key than the old ones'. Refused, nothing started or made.
+        shutil.move(str(state / "keys"), str(tmp_path / "keys-away"))
+        r = c.sh("start")
+        assert r.returncode != 0 and "holds no key file" in r.stderr, r.stdout + r.stderr
+        assert not list((state / "keys").glob("*.key")) and not [n for n in (1, 2, 3) if c.alive(n)]
+        shutil.rmtree(state / "keys", ignore_errors=True)
+        shutil.move(str(tmp_path / "keys-away"), str(state / "keys"))
         shutil.move(str(state / "node-2"), str(tmp_path / "away-2"))
         r = c.sh("start")
         assert r.returncode == 1, r.stdout + r.stderr
