@@ -1085,6 +1085,12 @@ def main(argv: list[str] | None = None) -> int:
     client("remove", "remove a node by its Raft HOST:PORT (a leader hands its leadership over first)",
            lambda a, c: c.remove_member(a.addr), parent=ms).add_argument("addr", metavar="HOST:PORT")
 
+    # The fencing counter: read it, or raise it after a restore from copies (docs/fencing.md).
+    fc = client("fencing", "the highest fencing token granted; --at-least N raises the counter to N (admin; after a "
+                           "restore from copies, above every token granted before; never lowers it)",
+                lambda a, c: c.fencing() if a.at_least is None else c.raise_fencing(a.at_least))
+    fc.add_argument("--at-least", type=int, metavar="N", help="raise the counter to N when it is below")
+
     # API tokens (admin): create, list, revoke.
     ts = _group(sub, "tokens", help="API tokens: create (the secret is shown once), list, revoke")
     tc = client("create", "create a token; its secret is printed this once",

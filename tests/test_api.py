@@ -680,6 +680,32 @@ def test_members_are_added_and_removed_by_raft_address_and_bad_requests_say_whic
     run(t)
 
 
+def test_the_fencing_counter_is_read_and_raised_after_a_restore_never_lowered():
+    """A cluster restored from copies of its data directories went back to the copy's fencing
+    counter and granted again the tokens granted since (a disaster-recovery walk: 196-217 twice;
+    docs/fencing.md said a restore "continues from the same value"), with no way to move it on.
+    POST /v1/cluster/fencing raises it (never lowers it), and the next grant is above it."""
+    from raftsched.core import commands
+    async def t(env, c):
+        assert (await (await c.get("/v1/cluster/fencing")).json()) == {"fencing_token": 0}
+        r = await c.post("/v1/cluster/fencing", data=json.dumps({"at_least": 5000}))
+        assert r.status == 200 and await r.json() == {"fencing_token": 5000, "raised": True}
+        r = await c.post("/v1/cluster/fencing", data=json.dumps({"at_least": 10}))
+        assert r.status == 200 and await r.json() == {"fencing_token": 5000, "raised": False}
+        for body, field in (({}, "at_least"), ({"at_least": 0}, "at_least"), ({"at_least": 2**53}, "at_least"),
+                            ({"at_least": "9"}, "at_least"), ({"at_least": 1.0}, "at_least"),
+                            ({"at_least": 9, "x": 1}, "x")):
+            await err(await c.post("/v1/cluster/fencing", data=json.dumps(body)), 422, "invalid", field)
+        assert env.state.fencing_token == 5000
+        await put(c, "a")
+        assert (await c.post("/v1/jobs/a/trigger")).status == 201
+        got = env.state.apply(commands.acquire(env.clock.now_ms(), worker="w", queues=None, max=1, ttl=30_000,
+                                               types=None))["runs"]
+        assert [g["token"] for g in got] == [5001]
+        assert (await (await c.get("/v1/cluster/fencing")).json()) == {"fencing_token": 5001}
+    run(t)
+
+
 def test_cluster_shows_the_trigger_and_worker_counters_and_metrics_need_metrics():
     async def t(env, c):
         await put(c, "a")

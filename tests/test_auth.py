@@ -138,6 +138,7 @@ ROUTES = [  # (method, path, body): one request a route, valid enough to pass au
     ("POST", "/v1/jobs/a/ping", {"status": "start"}), ("GET", "/v1/deadlines", None), ("GET", "/v1/jobs/a/graph", None),
     ("GET", "/v1/secrets", None), ("POST", "/v1/secrets:rotate", {"key": "process"}),
     ("POST", "/v1/cluster/members", {"addr": "127.0.0.1:7"}), ("DELETE", "/v1/cluster/members/127.0.0.1:8", None),
+    ("GET", "/v1/cluster/fencing", None), ("POST", "/v1/cluster/fencing", {"at_least": 5}),
     ("GET", "/v1/sinks", None), ("GET", "/v1/sinks/s", None), ("GET", "/v1/sinks/s/dead", None),
     ("PUT", "/v1/sinks/s", {"type": "webhook", "url": "http://127.0.0.1:9/", "tenant": "t",
                             "secrets": {"signing_key": "k"}}),

@@ -35,6 +35,8 @@ CALLS = [
     (("GET", "/v1/cluster"), "cluster", ()),
     (("GET", "/v1/whoami"), "whoami", ()),
     (("POST", "/v1/cluster/members"), "add_member", ("127.0.0.1:7",)),
+    (("GET", "/v1/cluster/fencing"), "fencing", ()),
+    (("POST", "/v1/cluster/fencing"), "raise_fencing", (5,)),
     (("DELETE", "/v1/cluster/members/{addr}"), "remove_member", ("127.0.0.1:7",)),
     (("GET", "/metrics"), "metrics", ()),
     (("GET", "/v1/openapi.json"), "openapi", ()),

@@ -255,6 +255,7 @@ CONSTRUCTED = [
     (commands.note_unplaceable(T0, runs=[]), commands.make("note_unplaceable", T0, None, runs=[])),
     (commands.sink_reseal(T0, None, items=[]), commands.make("sink_reseal", T0, None, items=[])),
     (commands.member_url(T0, addr="h:1", url="http://h:2"), commands.make("member_url", T0, None, addr="h:1", url="http://h:2")),
+    (commands.fencing_floor(T0, "r", at_least=7), commands.make("fencing_floor", T0, "r", at_least=7)),
     (commands.join_expire(T0, joins=[]), commands.make("join_expire", T0, None, joins=[])),
     (commands.fanout_step(T0, key="k", after=None), commands.make("fanout_step", T0, None, key="k", after=None)),
 ]

@@ -260,6 +260,14 @@ class AsyncClient(Transport):
         """``GET /v1/whoami``: the token's id, role, tenants and scopes."""
         return await self._send(endpoints.whoami())
 
+    async def fencing(self, consistent: bool = False, *, stale: bool = False) -> dict:
+        """``GET /v1/cluster/fencing``: the highest fencing token granted."""
+        return await self._send(endpoints.fencing(consistent, stale=stale))
+
+    async def raise_fencing(self, at_least: int) -> dict:
+        """``POST /v1/cluster/fencing``: the fencing counter raised to ``at_least`` when below."""
+        return await self._send(endpoints.raise_fencing(at_least))
+
     async def add_member(self, addr: str) -> dict:
         """``POST /v1/cluster/members``: add a node (a learner, then a voter once it holds the log)."""
         return await self._send(endpoints.add_member(addr))

@@ -279,6 +279,14 @@ class Client(Transport):
         """``GET /v1/whoami``: the token's id, role, tenants and scopes."""
         return self._send(endpoints.whoami())
 
+    def fencing(self, consistent: bool = False, *, stale: bool = False) -> dict:
+        """``GET /v1/cluster/fencing``: the highest fencing token granted."""
+        return self._send(endpoints.fencing(consistent, stale=stale))
+
+    def raise_fencing(self, at_least: int) -> dict:
+        """``POST /v1/cluster/fencing``: the fencing counter raised to ``at_least`` when below."""
+        return self._send(endpoints.raise_fencing(at_least))
+
     def add_member(self, addr: str) -> dict:
         """``POST /v1/cluster/members``: add a node (a learner, then a voter once it holds the log)."""
         return self._send(endpoints.add_member(addr))

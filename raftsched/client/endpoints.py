@@ -83,6 +83,20 @@ def add_member(addr: str) -> Request:
 
 
 @endpoint
+def fencing(consistent: bool = False, *, stale: bool = False) -> Request:
+    """``GET /v1/cluster/fencing``: ``{"fencing_token"}``, the highest fencing token granted."""
+    return Request("GET", "/v1/cluster/fencing", {"stale": _stale(stale), "consistent": _consistent(consistent)})
+
+
+@endpoint
+def raise_fencing(at_least: int) -> Request:
+    """``POST /v1/cluster/fencing``: the fencing counter raised to ``at_least`` when below, never
+    lowered (``{"fencing_token", "raised"}``): after a restore from copies, above every token
+    granted before (docs/fencing.md)."""
+    return Request("POST", "/v1/cluster/fencing", body={"at_least": at_least})
+
+
+@endpoint
 def remove_member(addr: str) -> Request:
     """``DELETE /v1/cluster/members/{addr}``: remove the node at Raft address ``addr``; the
     leader removing itself hands its leadership over first. ``{"addr", "state": "removed",

@@ -284,3 +284,13 @@ def validate_lock_release(name: object, body: object) -> dict[str, Any]:
     :raises InvalidSpec: naming the field."""
     b = _lock_body(name, body, {"token"})
     return {"token": _lock_token(b)}
+
+
+def validate_fencing_floor(body: object) -> int:
+    """``POST /v1/cluster/fencing``'s ``{"at_least": N}`` -> N. :raises InvalidSpec:"""
+    from .locks import FENCING_MAX
+    b = check_body(body, {"at_least"})
+    if "at_least" not in b:
+        raise InvalidSpec("is required: the fencing counter's new floor (the next token granted is above it)",
+                          field="at_least")
+    return _int_only(b["at_least"], "at_least", 1, FENCING_MAX)

@@ -78,6 +78,8 @@ OPS = (
     # Pipelines (core/pipelines.py)
     "join_expire",  # the leader's sweep of children's slots waiting past their max_wait_s
     "fanout_step",  # the leader's next part of a fan-out too large for one command
+    # The fencing counter (core/locks.py)
+    "fencing_floor",  # an operator's: the counter at least this (after a restore from copies)
 )
 
 
@@ -381,6 +383,11 @@ def note_unplaceable(now: int, *, runs: list[str]) -> Command:
 def sink_reseal(now: int, rid: str | None, *, items: list[Any]) -> Command:
     """``items``: ``[name, {name: stored value read}, {name: sealed bytes}]`` (core/notify.py)."""
     return make("sink_reseal", now, rid, items=items)
+
+
+def fencing_floor(now: int, rid: str | None, *, at_least: int) -> Command:
+    """The fencing counter raised to at least ``at_least`` (core/locks.py)."""
+    return make("fencing_floor", now, rid, at_least=at_least)
 
 
 def member_url(now: int, *, addr: str, url: str) -> Command:

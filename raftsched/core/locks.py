@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from . import limits
 from .errors import Conflict, InvalidCommand
 from .model import is_name
-from .records import Record, Result, is_int
+from .records import Record, Result, is_int, ok
 
 if TYPE_CHECKING:
     from .commands import Command
@@ -106,3 +106,25 @@ def apply_lock_release(s: SchedulerState, cmd: Command, now: int) -> Result:
     name, lk = _held(s, cmd, now)
     del s.locks[name]
     return {"ok": True, "lock": name, "released": True}
+
+
+# ------------------------------------------------------------------ the fencing counter's floor
+#: The highest value ``fencing_floor`` takes: the largest integer a JSON reader in a double holds
+#: exactly (a downstream in JavaScript compares tokens as numbers).
+FENCING_MAX = 2**53 - 1
+
+
+def apply_fencing_floor(s: SchedulerState, cmd: Command, now: int) -> Result:
+    """``fencing_floor {at_least}``: the counter becomes ``at_least`` when it is below it (the
+    next grant gets ``at_least + 1``), else stays. An operator's, after a cluster was restored
+    from copies of its data directories: the copy's counter is below what was granted since, and
+    those tokens would be granted again (docs/fencing.md). It only ever raises the counter (I13).
+
+    :raises InvalidCommand: ``at_least`` not an integer of 1..FENCING_MAX."""
+    at_least = cmd.get("at_least")
+    if not is_int(at_least) or not 1 <= at_least <= FENCING_MAX:
+        raise InvalidCommand(f"fencing_floor.at_least must be an integer of 1..{FENCING_MAX}")
+    raised = at_least > s.fencing_token
+    if raised:
+        s.fencing_token = at_least
+    return ok(fencing_token=s.fencing_token, raised=raised)

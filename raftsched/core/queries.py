@@ -735,6 +735,11 @@ def gauges(s: SchedulerState) -> dict[str, Any]:
             "locks": len(s.locks), "fencing_token": s.fencing_token}
 
 
+def fencing_token(s: SchedulerState) -> int:
+    """The highest fencing token granted (I13)."""
+    return s.fencing_token
+
+
 # ------------------------------------------------------------------ API tokens (core/tokens.py)
 def token_list(s: SchedulerState) -> list[dict[str, Any]]:
     """Every token without its hash, oldest first (by created, then id): ``{"id", "role",

@@ -478,6 +478,15 @@ async def _check_new_member(raft, addr: str) -> None:
             raise Conflict(f"{addr} is member {m} under another name: name it as the cluster does", "addr")
 
 
+async def get_fencing(request: web.Request) -> web.Response:
+    return json_response(request.app[SERVICE].fencing())
+
+
+async def fencing_floor(request: web.Request) -> web.Response:
+    svc = request.app[SERVICE]
+    return json_response(await svc.fencing_floor(await json_body(request), rid(request)))
+
+
 async def remove_member(request: web.Request) -> web.Response:
     """Remove a node by its Raft address (a leader removing itself hands its leadership over
     first); not a member: 200, nothing changed."""
@@ -866,6 +875,11 @@ ROUTES: tuple[Route, ...] = (
           errors=(409, 422), response="member_changed"),
     Route("DELETE", "/v1/cluster/members/{addr}", remove_member, "admin", T.REFUSED, "remove a node",
           errors=(409, 422), response="member_changed"),
+    Route("GET", "/v1/cluster/fencing", get_fencing, _R, T.REFUSED, "the highest fencing token granted",
+          params=(STALE, CONSISTENT), response="fencing"),
+    Route("POST", "/v1/cluster/fencing", fencing_floor, "admin", T.REFUSED,
+          "raise the fencing counter (after a restore from copies)", body="fencing_floor", errors=(422,),
+          response="fencing_raised"),
     # jobs
     Route("GET", "/v1/jobs", list_jobs, _R, T.FILTERED, "a page of jobs by name",
           params=(STALE, CONSISTENT, _limit(node_limits.jobs_page_max), Param("after", "job", "the last name of the page before"),

@@ -367,6 +367,7 @@ def _bodies() -> dict[str, Schema]:
         "sink": _sink(),
         "sink_requeue": _obj({"events": {"type": "array", "items": _str(1, 32), "maxItems": 1000}}),
         "member": _obj({"addr": _str(1, description="the new node's Raft address, HOST:PORT")}, ("addr",)),
+        "fencing_floor": _obj({"at_least": _int(1, 2**53 - 1)}, ("at_least",)),
     }
 
 
@@ -422,6 +423,8 @@ def _more_responses() -> dict[str, Schema]:
                  ("name", "spec", "cursor", "behind", "dead", "requeued"))
     sealed = {"values": obj, "clear": {}, "malformed": {}}
     return {
+        "fencing": _open({"fencing_token": i}, ("fencing_token",)),
+        "fencing_raised": _open({"fencing_token": i, "raised": _BOOL}, ("fencing_token", "raised")),
         "member_changed": _open({"addr": s, "state": {"enum": ["voter", "learner", "removed"]}, "changed": _BOOL,
                                  "members": {}}, ("addr", "state", "changed")),
         "jobs_batch_written": _open({"jobs": {"type": "object", "additionalProperties": obj}, "created": i,

@@ -758,6 +758,17 @@ class Service:
         res = await self.propose(commands.dlq_delete(self.clock.now_ms(), rid or new_request_id(), run=run_id))
         return self._out(res, {"run": run_id, "deleted": True})
 
+    # ------------------------------------------------------------------ the fencing counter
+    def fencing(self) -> dict:
+        """``GET /v1/cluster/fencing``: the highest token granted (the next is above it)."""
+        return {"fencing_token": self.read(queries.fencing_token)}
+
+    async def fencing_floor(self, body, rid: str | None) -> dict:
+        """``POST /v1/cluster/fencing``: the counter raised to at least ``at_least``."""
+        at_least = bodies.validate_fencing_floor(body)
+        res = await self.propose(commands.fencing_floor(self.clock.now_ms(), rid or new_request_id(), at_least=at_least))
+        return self._out(res, {"fencing_token": res["fencing_token"], "raised": res["raised"]})
+
     # ------------------------------------------------------------------ locks
     async def lock_acquire(self, name: str, body, rid: str | None, tenants: frozenset | None = None) -> dict:
         f = bodies.validate_lock_acquire(name, body)
