@@ -58,6 +58,24 @@ def test_a_gated_child_waits_on_its_own_slots_only():
     assert isinstance(why, str) and "is not a slot of g's schedule" in why, why
 
 
+def test_a_gated_childs_parent_reporting_an_instant_that_is_no_slot_of_the_child_leaves_no_wait():
+    """A pipelines walk: pa every 30 s, g every 60 s after it. pa's run of the 30 s instant reported
+    to g made a join there, shown "waiting for its own slot" (GET /v1/runs/g@S, and first in
+    explain's list, hiding the real waits) until max_wait_s, a day by default, then dropped
+    unrecorded; the view of the same instant before the report is a 404. The report is kept
+    only for g's own slots now."""
+    s = chain_state(("pa", job_raw(every_s=30)), ("g", job_raw(every_s=60, after=["pa"])))
+    tick(s, S1)
+    (g,) = lease(s, S1)
+    finish(s, g, S1 + 1, True)
+    assert S1 not in s.pipes.joins.get("g", {})
+    assert pipelines.waiting_run(s, f"g@{S1}") is None
+    tick(s, S1 + EVERY)  # g's own slot and pa's: the report is kept, the slot runs
+    for gr in lease(s, S1 + EVERY):
+        finish(s, gr, S1 + EVERY + 1, True)
+    assert f"g@{S1 + EVERY}" in s.runs, sorted(s.runs)
+
+
 def test_a_cron_parents_slots_follow_its_time_zone_and_dst():
     """pa at 02:30 Berlin time: on 2027-03-28 02:30 does not exist, and the slot is right after
     the gap (03:00 CEST, 01:00Z); the instant 02:30 CET would have been is none."""
