@@ -153,3 +153,23 @@ def test_a_child_waiting_for_a_manual_run_with_propagate_names_that_run_and_its_
         assert (on["run"], on["state"], on.get("attempt"), on.get("max_attempts")) == (r["run"], "running", 1, 2), on
         suffix = r["run"].partition("!")[2]
         assert view["waiting_for"] == f"waiting for a@{schedule.iso(t)}!{suffix} (running, attempt 1 of 2)", view
+
+
+def test_a_fan_in_child_made_after_one_parents_run_reads_it_when_the_other_is_requeued():
+    """A pipelines walk: q1 and q2 every 30 s; q1@S went dead, q2@S succeeded; then qc was made
+    (after q1 and q2) and q1@S requeued by hand. q1's success reported to qc, which waited for
+    q2's report, sent before qc existed, until max_wait_s: upstream_timeout, both parents having
+    succeeded. A join of a slot older than its child reads its other parents' outcomes back."""
+    from pipeline_helpers import put
+    s = chain_state(("q1", job_raw(every_s=30)), ("q2", job_raw(every_s=30)))
+    tick(s, S1)
+    for g in lease(s, S1):
+        finish(s, g, S1 + 1, g["job"] == "q2")
+    assert s.runs[f"q1@{S1}"]["state"] == "dead" and s.runs[f"q2@{S1}"]["state"] == "succeeded"
+    put(s, "qc", job_raw(after=["q1", "q2"], max_wait_s=120), now=S1 + 2)
+    assert apply(s, commands.dlq_requeue(S1 + 3, None, run=f"q1@{S1}"))["ok"]
+    (g,) = [g for g in lease(s, S1 + 4) if g["job"] == "q1"]
+    finish(s, g, S1 + 5, True)
+    run = s.runs.get(f"qc@{S1}")
+    assert run is not None and run["state"] == "queued", run
+    assert sorted(u["job"] for u in run["upstream"]) == ["q1", "q2"], run["upstream"]

@@ -619,6 +619,18 @@ def _offer(s: SchedulerState, child: Record, parent: str, slot: int, info: list[
         # the first parent's report: with one parent, that report completed the join at once, and
         # no wait ever ran out. A slot's other runs (``from_slot`` false: _fan) start it now.
         j = joins[slot] = {"got": {}, "own": False, "since": slot if from_slot else now}
+        if "schedule" not in spec and slot < child["created"]:
+            # A slot older than the child: its other parents' runs of it may have ended before
+            # the child existed, and never reported to it (a child made after them, then one
+            # parent's run requeued by hand: it waited for reports that never came, and timed
+            # out, both parents having succeeded; a pipelines walk). Read back as a put that
+            # adds a parent does (_read_back).
+            for e in spec["after"]:
+                p = e["job"]
+                if p != parent and p in s.jobs:
+                    x = _outcome_in(_slot_outcomes(s, p), slot)
+                    if x is not None:
+                        j["got"][p] = [x["state"], x["id"], x.get("fencing_token"), x.get("result")]
     j["got"][parent] = info
     if bf is not None:
         j["bf"] = bf
