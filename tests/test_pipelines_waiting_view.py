@@ -4,7 +4,7 @@ join, a slot of its parents' schedules, a gated child's own), never invented for
 instant, and never raising on odd input."""
 from __future__ import annotations
 
-from raftsched.core import commands, limits, pipelines
+from raftsched.core import commands, limits, pipelines, schedule
 
 from core_helpers import ms
 from pipeline_helpers import SEC, T0, apply, chain_state, finish, job_raw, lease, tick
@@ -74,6 +74,16 @@ def test_a_gated_childs_parent_reporting_an_instant_that_is_no_slot_of_the_child
     for gr in lease(s, S1 + EVERY):
         finish(s, gr, S1 + EVERY + 1, True)
     assert f"g@{S1 + EVERY}" in s.runs, sorted(s.runs)
+    # A slot on g's grid from before g existed (a cascading backfill of pa reports it): not g's.
+    from pipeline_helpers import put
+    put(s, "g2", job_raw(after=["pa"], schedule={"every_s": 60, "start_at": schedule.iso(T0)}), now=S1 + 2 * EVERY + 5)
+    assert s.jobs["g2"]["created"] > S1 + EVERY
+    old = [r for r in s.runs.values() if r["job"] == "pa" and r["slot"] == S1 + EVERY][0]
+    from raftsched.core import pipelines as pl
+    work: list = []
+    pl._offer(s, s.jobs["g2"], "pa", S1 + EVERY, [old["state"], old["id"], old["fencing_token"], None],
+              S1 + 2 * EVERY + 6, work)
+    assert S1 + EVERY not in s.pipes.joins.get("g2", {})
 
 
 def test_a_cron_parents_slots_follow_its_time_zone_and_dst():

@@ -602,10 +602,11 @@ def _offer(s: SchedulerState, child: Record, parent: str, slot: int, info: list[
         if not joins:
             del s.pipes.joins[c]
         return  # decided by a recorded range (a parent's missed slots, or its own)
-    if j is None and "schedule" in spec and not _on_grid(child, slot, {}):
+    if j is None and "schedule" in spec and (slot < child["created"] or not _on_grid(child, slot, {})):
         # A gated child runs for its own slots only: a parent's instant that is none of them (a
-        # parent of a finer schedule, a manual run's instant) would wait in a join, shown
-        # "waiting for its own slot", until max_wait_s, and go unrecorded (a pipelines walk).
+        # parent of a finer schedule, a manual run's instant, a cascading backfill's slot from
+        # before the child existed) would wait in a join, shown "waiting for its own slot", until
+        # max_wait_s, and go unrecorded (a pipelines walk).
         if not joins:
             del s.pipes.joins[c]
         return
