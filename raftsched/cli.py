@@ -335,13 +335,17 @@ def _worker_app(args, labels: dict):
     from .sdk.worker import AppExecutors
     if args.executors is not None and args.executors.strip() != "python":
         raise ConfigError("--app runs the app's python handlers and nothing else: leave --executors out")
-    for flag, given in (("--run-as", args.run_as), ("--run-uids", args.run_uids),
-                        ("--allow-root-jobs", args.allow_root_jobs)):
+    for flag, given in (("--run-as", args.run_as), ("--run-uids", args.run_uids)):
         if given:
             # They were taken and ignored: the handlers ran as the worker's user (root, say).
             raise ConfigError(f"{flag} is not for --app: the app's handlers run in this process, or a child of it "
                               "(--isolation subprocess), as the user that starts the worker; start it as the user "
                               "they should run as")
+    if os.geteuid() == 0 and not args.allow_root_jobs:
+        # As a worker of built-in executors refuses to run jobs as root without it: the app's
+        # module is imported, and its handlers run, as this process's user.
+        raise ConfigError("--app as root would import the app and run its handlers as root: start the worker as the "
+                          "user they should run as (the systemd example's User=), or say --allow-root-jobs")
     try:
         app = load_app(args.app)
     except (AppLoadError, DeclarationError) as e:

@@ -88,6 +88,7 @@ BODIES: dict[str, tuple[object, list[tuple[str, str, str]]]] = {
     "release": ({"leases": [["j@1", 1]]}, [("leases.0.1", "int", "leases")]),
     "secrets_rotate": ({"key": "k2"}, []),  # a key id: no number in it
     "member": ({"addr": "127.0.0.1:1"}, []),  # a Raft address: no number field
+    "fencing_floor": ({"at_least": 5}, [("at_least", "int", "at_least")]),
     "sink": ({"type": "webhook", "url": "http://127.0.0.1:9/", "secrets": {"signing_key": "k"}},
              [("retry.max_attempts", "int", "retry.max_attempts"), ("retry.backoff_s", "int", "retry.backoff_s"),
               ("retry.backoff_max_s", "int", "retry.backoff_max_s")]),

@@ -88,6 +88,8 @@ def test_the_power_loss_model_is_refused_without_its_test_variable(tmp_path):
      "raftsched.app is the app's name (reports)"),
 ])
 def test_worker_flag_errors_are_one_line_and_exit_2(tmp_path, extra, msg):
+    if "--app" in extra and os.geteuid() == 0:
+        extra = [*extra, "--allow-root-jobs"]  # (as root: its own refusal, the next test)
     token = tmp_path / "token"
     token.write_text("t" * 32)
     token.chmod(0o600)
@@ -98,6 +100,23 @@ def test_worker_flag_errors_are_one_line_and_exit_2(tmp_path, extra, msg):
     p = cli("worker", *extra, "--token-file", str(token), env=env, cwd=tmp_path)
     assert p.returncode == 2, p.stderr
     assert msg in p.stderr and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_an_app_worker_as_root_is_refused_unless_it_allows_root_jobs(tmp_path, monkeypatch):
+    """A review: a root ``--app`` worker imported the app and ran its handlers as root, where a
+    worker of built-in executors refuses to run jobs as root without --allow-root-jobs."""
+    from raftsched import cli as cli_mod
+    from raftsched.config import ConfigError
+    import argparse
+    monkeypatch.setattr(cli_mod.os, "geteuid", lambda: 0)
+    monkeypatch.chdir(REPO)
+
+    def args(allow: bool) -> argparse.Namespace:
+        return argparse.Namespace(app="examples.nightly_report:app", isolation=None, executors=None, run_as="",
+                                  run_uids="", allow_root_jobs=allow)
+    with pytest.raises(ConfigError, match="^--app as root would import the app and run its handlers as root"):
+        cli_mod._worker_app(args(False), {})
+    assert cli_mod._worker_app(args(True), {}) is not None
 
 
 def test_client_subcommands(tmp_path):

@@ -319,6 +319,24 @@ def test_a_conflict_at_a_committed_entry_stops_the_node_as_diverged(lone_followe
     assert exits == [_storage.EXIT_DIVERGED]
 
 
+def test_a_snapshots_word_does_not_commit_a_tail_the_leaders_log_does_not_hold(lone_follower):
+    """A review: pysyncobj raised a follower's commit index on an append_entries without
+    ``prevLogIdx`` (a snapshot's part, or ``serialized: None`` while the leader writes one) to
+    min(the leader's commit, its log's end), unchecked: a tail a deposed leader left was counted
+    committed and applied, and the next append, at odds with it below that commit, stopped the
+    node as diverged. The commit index moves on that path only once a snapshot is installed."""
+    sync, _, other = lone_follower
+    _append(sync, other, 1, 1, 0, [(2, 1), (3, 1), (4, 1)], commit=2)
+    assert sync._SyncObj__raftCommitIndex == 2
+    sync._SyncObj__onMessageReceived(other, {"type": "append_entries", "term": 2, "commit_index": 50,
+                                             "serialized": None})
+    assert sync._SyncObj__raftCommitIndex == 2 and sync._SyncObj__leaderCommitIndex == 50
+    _append(sync, other, 2, 2, 1, [(3, 2)], commit=3)  # the new leader's entry 3: the tail goes
+    assert [(sync._SyncObj__raftLog[k][1], sync._SyncObj__raftLog[k][2])
+            for k in range(len(sync._SyncObj__raftLog))] == [(1, 0), (2, 1), (3, 2)]
+    assert sync._SyncObj__raftCommitIndex == 3
+
+
 def test_a_follower_asked_by_a_staler_candidate_stands_for_election_soon(lone_follower):
     sync, leader, candidate = lone_follower
     _append(sync, leader, 1, 1, 0, [(2, 1), (3, 1), (4, 1)], commit=4)

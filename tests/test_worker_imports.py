@@ -89,7 +89,7 @@ def test_the_raftsched_worker_command_loads_no_node_module(app, tmp_path):
     token.chmod(0o600)
     argv = ["worker", "--url", "http://127.0.0.1:9", "--token-file", str(token), "--id", "w1"]
     if app:
-        argv += ["--app", "sdk_worker_app:app"]
+        argv += ["--app", "sdk_worker_app:app"] + (["--allow-root-jobs"] if os.geteuid() == 0 else [])
     out = run_fresh(f"""
         import json
         import raftsched.worker.remote as remote

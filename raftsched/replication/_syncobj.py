@@ -317,6 +317,18 @@ class _SyncObj(MembershipMixin, SyncObj):
         if kind == "append_entries":
             self._members_note_append(message)
             _tick.appending_from, _tick.appending_term = getattr(node, "id", None), term
+        snapshot_commit = None
+        if kind == "append_entries" and "prevLogIdx" not in message \
+                and type(message.get("commit_index")) is int \
+                and message["commit_index"] > self._SyncObj__raftCommitIndex:
+            # A snapshot's part, or the word that one is being written (``serialized`` None):
+            # pysyncobj raises the commit index on it to min(the leader's, this log's end)
+            # without checking that this log agrees with the leader's, so a tail a deposed
+            # leader left here was counted committed and applied (found by a review). The
+            # commit index moves only once the snapshot is installed (_SyncObj__loadDumpFile).
+            snapshot_commit = message["commit_index"]
+            message = dict(message, commit_index=self._SyncObj__raftCommitIndex)
+            self._snapshot_installed = False
         try:
             if kind == "append_entries" and "prevLogIdx" in message \
                     and "transmission" not in message:
@@ -329,7 +341,15 @@ class _SyncObj(MembershipMixin, SyncObj):
                     empty = _empty_append(self, message)
                     if empty is not None:
                         message, _tick.keep_log_tail = empty, True
-            return SyncObj._SyncObj__onMessageReceived(self, node, message)
+            result = SyncObj._SyncObj__onMessageReceived(self, node, message)
+            if snapshot_commit is not None:
+                self._SyncObj__leaderCommitIndex = snapshot_commit
+                if self._snapshot_installed:
+                    commit = min(snapshot_commit, self._SyncObj__getCurrentLogIndex())
+                    if commit > self._SyncObj__raftCommitIndex:
+                        self._SyncObj__raftCommitIndex = commit
+                        self._SyncObj__raftLog.setRaftCommitIndex(commit)
+            return result
         finally:
             self._role_cause = None
             _tick.appending_from = _tick.appending_term = None
@@ -690,6 +710,7 @@ class _SyncObj(MembershipMixin, SyncObj):
             loaded = self._load_dump(clearJournal)
             if not self._dump_load_done:
                 stop_on_unreadable_dump("a snapshot sent by the leader" if clearJournal else "raft.dump")
+            self._snapshot_installed = clearJournal  # (the leader's: its commit index may follow)
             # The dump's configuration, then the log's after it (not pysyncobj's issue 133).
             self._members_dump_index = self._SyncObj__raftLastApplied
             self._members_rebuild()
@@ -885,10 +906,13 @@ def _vote_withheld(sync: SyncObj, node, message: dict) -> bool:
     have voted in the term asked for: granted, its vote let a member whose log lacked
     acknowledged entries win, and the leader replaced them (found by a disaster-recovery walk:
     a member restarted on an empty directory with its old --peers, a 201 then a 404, and one
-    fencing token granted twice). A fresh cluster is unaffected: every log is empty until its
-    first leader, and a candidate with an empty log is asked as before. Once a leader sends it
-    entries, the node votes as any member. A cluster whose other members are down waits for
-    them rather than elect a stale one."""
+    fencing token granted twice). A fresh cluster elects its first leader as before (every log
+    is empty until then). Once a leader sends it entries, the node votes as any member. The price:
+    the cluster waits (no leader) whenever the members that are up and hold a log are fewer than
+    a majority of the voters, as when a first leader reached one member of three and died before
+    the third heard from it, or when a member with the log is lost for good beside one whose log
+    is empty (then only a restore recovers). Two members that both lost their logs can still
+    elect one of them: a double fault this does not cover."""
     try:
         log = sync._SyncObj__raftLog
         if log[len(log) - 1][2] != 0 or message["last_log_term"] == 0:
@@ -979,7 +1003,7 @@ def _keep_journal_after_dump(sync: SyncObj, data) -> None:
 # renamed one, the override would silently stop applying: ``install`` refuses to run instead.
 # (The private attributes they read are exercised by tests/test_replication_syncobj.py.)
 _OVERRIDDEN = ("_SyncObj__applyLogEntries", "_SyncObj__onMessageReceived", "_SyncObj__doApplyCommand",
-               "_SyncObj__deleteEntriesFrom", "_SyncObj__deleteEntriesTo",
+               "_SyncObj__deleteEntriesFrom", "_SyncObj__deleteEntriesTo", "_SyncObj__setCurrentTerm",
                "_SyncObj__loadDumpFile", "_SyncObj__onSetCodeVersion", "_SyncObj__generateRaftTimeout",
                "_SyncObj__sendNextNodeIdx", "_SyncObj__onBecomeLeader",
                "_SyncObj__sendAppendEntries", "_SyncObj__getPrevLogIndexTerm",

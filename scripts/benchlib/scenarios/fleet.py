@@ -61,6 +61,8 @@ def _noop_app_spec() -> dict:
 def _worker_cmd(c, wid: str, slots: int, executor: str) -> list[str]:
     urls = ",".join(c.url(i) for i in range(c.n))
     how = ["--app", NOOP_APP] if executor == "app" else ["--executors", "python"]
+    if executor == "app" and os.geteuid() == 0:
+        how.append("--allow-root-jobs")  # (the no-op app's handlers, as the bench's user)
     return [sys.executable, "-m", "raftsched.cli", "worker", "--url", urls, "--token-file", str(c.token_file),
             "--id", wid, "--slots", str(slots), *how, "--queues", E2E_QUEUE, "--wait-s", "5",
             "--log-level", "warning"]
