@@ -8,6 +8,12 @@ tool) does not pay for them.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what a type checker sees of the names loaded on first use
+    from .client import Client as Client
+    from .client.asynchronous import AsyncClient as AsyncClient
+    from .sdk import App as App, Context as Context
 
 _LAZY = {
     "App": "raftsched.sdk",

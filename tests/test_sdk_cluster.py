@@ -313,6 +313,10 @@ def test_the_async_client_calls_every_endpoint_of_a_live_cluster(cluster):
             gone = await call("remove_member", "127.0.0.1:1")
             assert gone["changed"] is False and "127.0.0.1:1" not in gone["members"]["voters"], gone
 
+            # The fencing counter: read, and a floor below it changes nothing.
+            now_at = (await call("fencing"))["fencing_token"]
+            assert now_at >= 1 and await call("raise_fencing", 1) == {"fencing_token": now_at, "raised": False}
+
             st = await call("secrets_status")
             assert isinstance(st, dict), st
             try:

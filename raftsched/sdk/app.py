@@ -13,11 +13,14 @@ import inspect
 import json
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar, cast
 
 from ..core import limits, model
 from ..core.errors import InvalidSpec
 from .context import Context
+
+#: A handler, as @App.job decorates it (its signature kept for type checkers).
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 #: The label every job of an app carries, with the app's name: how ``raftsched sync --prune``
 #: tells this app's jobs from every other job.
@@ -147,7 +150,7 @@ class App:
         return f"App({self.name!r}, jobs={list(self._jobs)})"
 
     # ------------------------------------------------------------------ declaring
-    def job(self, name: str | None = None, **options: Any) -> Callable[[Callable], Callable]:
+    def job(self, name: str | None = None, **options: Any) -> Callable[[_F], _F]:
         """Declare the decorated function as the handler of job ``name`` (default: the
         function's name), with the spec the options say:
 
@@ -186,11 +189,12 @@ class App:
                     f"@app.job({name!r}): unknown option {k}; the options are: {', '.join(sorted(OPTIONS))}",
                     field=k, job=name)
 
-        def decorate(fn: Callable) -> Callable:
+        def decorate(fn: _F) -> _F:
             decl = self._declare(name or getattr(fn, "__name__", None), fn, options)
             self._jobs[decl.name] = decl
             self._by_target.setdefault(decl.target, decl)
-            return decl.handler
+            # (called as the function is: a type checker keeps the handler's own signature)
+            return cast(_F, decl.handler)
 
         return decorate
 
