@@ -680,6 +680,33 @@ def test_members_are_added_and_removed_by_raft_address_and_bad_requests_say_whic
     run(t)
 
 
+def test_cluster_and_metrics_say_which_code_the_node_runs(tmp_path, monkeypatch):
+    """A disaster-recovery walk: the upgrade notes are dated by change, and a node said only
+    "raftsched 0.1.0" anywhere, so an operator could not tell which nodes a rolling upgrade had
+    reached. /v1/cluster's ``code`` (and raftsched_build_info) name a digest of the source; a
+    changed file changes it."""
+    from raftsched.node import build
+    async def t(env, c):
+        body = await (await c.get("/v1/cluster")).json()
+        assert set(body["code"]) == {"version", "digest"} and len(body["code"]["digest"]) == build.DIGEST_HEX
+        assert body["code"] == build.code()
+    run(t)
+    # The digest is of the files: a copy of the package with one byte changed has another.
+    import shutil
+    copy = tmp_path / "raftsched"
+    shutil.copytree(build._PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    before = build.code()
+    monkeypatch.setattr(build, "_PACKAGE", str(copy))
+    build.code.cache_clear()
+    try:
+        assert build.code() == before
+        (copy / "core" / "limits.py").write_text((copy / "core" / "limits.py").read_text() + "\n# changed\n")
+        build.code.cache_clear()
+        assert build.code()["digest"] != before["digest"]
+    finally:
+        build.code.cache_clear()
+
+
 def test_the_fencing_counter_is_read_and_raised_after_a_restore_never_lowered():
     """A cluster restored from copies of its data directories went back to the copy's fencing
     counter and granted again the tokens granted since (a disaster-recovery walk: 196-217 twice;

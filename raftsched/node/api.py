@@ -27,7 +27,7 @@ from ..core.model import RUN_STATES
 from ..replication import check_member_addr
 from . import auth as auth_module
 from . import limits as node_limits
-from . import dashboard, notify, openapi, reads, rotation, routes, tenancy
+from . import build, dashboard, notify, openapi, reads, rotation, routes, tenancy
 from .http import (AUDIT, AUTH, BACKFILLS, FLEET, METRICS, PRINCIPAL, ROUTE_TABLE, SERVICE, TOKEN,  # noqa: F401 - re-exported
                    TRIGGER, UNCHANGED, WORKER, ClientGone, bool_param, choice_param, client_key, int_param, json_body,
                    json_response, label_params, optional_json_body, read_body, rid, scope_key, state_param,
@@ -376,7 +376,7 @@ async def cluster(request: web.Request) -> web.Response:
         "last_applied": st.get("last_applied"), "members": st.get("members"),
         "learners": st.get("learners", []), "membership": st.get("membership"),
         "pid": os.getpid(), "raft": st.get("self"), "jobs": c["jobs"], "runs": c["runs"],
-        "state_now_ms": c["now_ms"],
+        "state_now_ms": c["now_ms"], "code": build.code(),
     }
     if want_hash:
         body["state_hash"], body["state_applied"] = c["state_hash"], c["applied"]

@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.utils import floatToGoString
 
 from ..core import deadlines, queries
+from . import build
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -86,6 +87,11 @@ class _StateCollector:
         yield GaugeMetricFamily("raftsched_jobs_paused", "paused jobs", value=g["jobs_paused"])
         yield GaugeMetricFamily("raftsched_locks_held", "locks held", value=g["locks"])
         yield GaugeMetricFamily("raftsched_fencing_token", "highest fencing token granted", value=g["fencing_token"])
+        code = build.code()
+        info = GaugeMetricFamily("raftsched_build_info", "the code this node runs: its version and the digest of its "
+                                 "source (1)", labels=["version", "digest"])
+        info.add_metric([code["version"], code["digest"]], 1)
+        yield info
         for s, n in g["runs_by_state"].items():
             runs.add_metric([s], n)
         yield runs

@@ -20,7 +20,7 @@ from ..core.model import EXECUTOR_TYPES
 from ..core.state import SchedulerState
 from .. import gcpolicy, replication, sealing
 from ..config import ConfigError, read_secret_file
-from . import announce, limits as node_limits
+from . import announce, build, limits as node_limits
 from ..worker import limits as worker_limits
 from .api import AUDIT, make_app
 from .backfills import BackfillStepper
@@ -301,10 +301,11 @@ async def _serve(cfg: NodeConfig, raft, loop, app, trigger, worker, stop, gc_pau
     site = web.TCPSite(runner, cfg.api_host, cfg.api_port, reuse_address=True, ssl_context=ssl_ctx)
     try:
         await site.start()
-        log.info("node %s: api %s://%s:%d%s raft %s peers %s data %s pid %d", cfg.node_id,
+        log.info("node %s: api %s://%s:%d%s raft %s peers %s data %s pid %d code %s %s", cfg.node_id,
                  "https" if ssl_ctx else "http", cfg.api_host, cfg.api_port,
                  " (client certificates required)" if cfg.tls_client_ca else "",
-                 cfg.raft_addr, ",".join(cfg.peers) or "-", cfg.data_dir, os.getpid())
+                 cfg.raft_addr, ",".join(cfg.peers) or "-", cfg.data_dir, os.getpid(),
+                 build.code()["version"], build.code()["digest"])
         loops = {"trigger": trigger.run(), "gc": gcpolicy.poll_forever(gc_pauses, node_limits.gc_poll_s), "fleet": fleet.run(),
                  "audit": app[AUDIT].run(trigger.clock)}
         url = announce.api_url(cfg.api_host, cfg.api_port, ssl_ctx is not None)
