@@ -176,6 +176,7 @@ def test_bad_names_and_handlers_are_refused():
     with pytest.raises(DeclarationError) as ei:
         app.job("n", every_s=60, misfire="skip")(nested)
     assert ei.value.field == "executor.target" and "module-level function" in ei.value.message
+    assert "(option executor)" not in ei.value.message and ": the handler: " in ei.value.message, ei.value.message
 
     with pytest.raises(DeclarationError) as ei:
         app.job("g", every_s=60, misfire="skip")(sdk_targets.gen)

@@ -107,6 +107,21 @@ def test_a_sync_that_fails_midway_says_what_it_applied(tmp_path, monkeypatch):
     assert res["applied"] is not None and res["applied"]["updated"] == ["stub-a"], (res["applied"], err)
 
 
+def test_a_refusal_is_said_once(tmp_path, monkeypatch):
+    """An SDK walk: a sync with a worker token printed the refusal's message, then the same
+    error again as the answer's JSON body."""
+    from raftsched.core.errors import Forbidden
+    ref = write_app(tmp_path, monkeypatch, "stubapp", APP_V2)
+
+    class Refusing(StubClient):
+        def list_jobs(self, **kw):
+            e = Forbidden("this token lacks scope read", field=None)
+            e.body = {"error": {"code": "forbidden", "message": e.message, "field": None}}
+            raise e
+    rc, out, err = run_sync(Refusing({}), ref)
+    assert rc == 1 and err.count("lacks scope read") == 1, err
+
+
 def test_a_job_the_batch_refused_is_not_reported_applied(tmp_path, monkeypatch):
     ref = write_app(tmp_path, monkeypatch, "stubapp", APP_V2)
     app = _cluster_view(ref)

@@ -225,7 +225,10 @@ class App:
             else:
                 msg = e.message
             option = _option_of(field)
-            named = f"{field} (option {option})" if option and option != field else (field or "spec")
+            if field == "executor.target":
+                named = "the handler"  # (made of the function, no option of the decorator's)
+            else:
+                named = f"{field} (option {option})" if option and option != field else (field or "spec")
             raise DeclarationError(f"{where}: {named}: {msg}", field=field, job=name, target=target) from None
         is_async = inspect.iscoroutinefunction(fn)
         return JobDeclaration(name=name, target=target, function=fn, handler=_handler(fn, is_async),

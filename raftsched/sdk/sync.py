@@ -134,8 +134,10 @@ def format_plan(p: Plan, app: App, url: str, dry_run: bool) -> str:
 
 def _fail(e: RaftschedError) -> int:
     body = getattr(e, "body", None)
-    print(f"raftsched sync: {e.message}" + (f"\n{json.dumps(body, indent=2)}" if isinstance(body, dict) else ""),
-          file=sys.stderr)
+    # The body adds what the message does not say (a batch's answers job by job); a body that is
+    # only the error said it twice.
+    more = isinstance(body, dict) and set(body) != {"error"}
+    print(f"raftsched sync: {e.message}" + (f"\n{json.dumps(body, indent=2)}" if more else ""), file=sys.stderr)
     if not e.definite:
         print("raftsched sync: the outcome is unknown; run the sync again (it applies only what is left)",
               file=sys.stderr)
