@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -338,12 +340,59 @@ def test_a_range_another_worker_of_the_host_holds_in_part_is_refused_and_freed_w
         holder.stdin.close()
         holder.wait(timeout=30)
     sb.claim_run_uids(range(LO + 100, LO + 110), claims)  # its process ended: free again
+    # A fork of the claimant (a node's dump writer) does not keep the claim after the claimant ends.
+    gone = tmp_path / "child-may-go"
+    forker = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import os, sys, time
+            from raftsched.worker.sandbox import claim_run_uids
+            claim_run_uids(range({LO + 300}, {LO + 310}), {claims!r})
+            pid = os.fork()
+            if pid == 0:  # the child outlives its parent until the test lets it go
+                deadline = time.monotonic() + 60
+                while not os.path.exists({str(gone)!r}) and time.monotonic() < deadline:
+                    time.sleep(0.05)  # ok-sleep: waiting for a file the test makes, within a deadline
+                os._exit(0)
+            print(pid, flush=True)
+            sys.stdin.read()
+        """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
+    child = None
+    try:
+        child = int(forker.stdout.readline())
+    finally:
+        forker.stdin.close()
+        forker.wait(timeout=30)
+    try:
+        assert child is not None and _alive(child)
+        sb.claim_run_uids(range(LO + 300, LO + 310), claims)  # the claimant ended: free, its fork lives on
+    finally:
+        gone.touch()
+        if child is not None:
+            wait_until_dead(child)
     # The CLI claims the range before anything else: a worker given a held range exits 2 naming it.
     sb.claim_run_uids(range(LO + 200, LO + 209))
     p = _cli(tmp_path, "worker", "--run-uids", f"{LO + 205}-{LO + 215}", "--slots", "2")
     assert p.returncode == 2, (p.stdout, p.stderr)
     line = p.stderr.strip().splitlines()[-1]
     assert f"--run-uids {LO + 205}-{LO + 215}: another worker of this host" in line, p.stderr
+
+
+def _alive(pid: int) -> bool:
+    """Running (not gone, nor a zombie an init without a reaper keeps)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def wait_until_dead(pid: int) -> None:
+    """Wait (30 s at most) for ``pid`` to end; killed by its PID otherwise."""
+    deadline = time.monotonic() + 30
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)  # ok-sleep: polling a process's end, within a deadline
+    if _alive(pid):
+        os.kill(pid, signal.SIGKILL)
 
 
 def _cli(tmp_path: Path, cmd: str, *extra: str) -> subprocess.CompletedProcess:

@@ -233,6 +233,21 @@ _FLOCK = "@hhqqi4x"
 _claimed: list[int] = []
 
 
+def _drop_claims_in_child() -> None:
+    """A fork of this process (a node's dump writer) shares the claims' open file descriptions,
+    so the lock would outlive this process as long as the child: a node restarted meanwhile was
+    refused its own range. The child closes its copies; the lock stays this process's."""
+    for fd in _claimed:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _claimed.clear()
+
+
+os.register_at_fork(after_in_child=_drop_claims_in_child)
+
+
 def claim_run_uids(uids: range, path: str = RUN_UIDS_CLAIMS) -> None:
     """Claim ``uids`` on this host for as long as this process runs, or refuse them when a part is
     another live process's claim. Two workers whose ranges overlap would give one uid to two runs
