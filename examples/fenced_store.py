@@ -205,7 +205,7 @@ def _demo_with(args, client, db: str) -> int:
     say("result", f"{args.resource!r} = {value} (token {tok})")
     store_a.close()
     store_b.close()
-    return 0 if refused and value.get("written_by") == "B" else 1
+    return 0 if refused and value is not None and value.get("written_by") == "B" else 1
 
 
 def _read(args) -> int:
