@@ -109,9 +109,10 @@ def apply_lock_release(s: SchedulerState, cmd: Command, now: int) -> Result:
 
 
 # ------------------------------------------------------------------ the fencing counter's floor
-#: The highest value ``fencing_floor`` takes: the largest integer a JSON reader in a double holds
-#: exactly (a downstream in JavaScript compares tokens as numbers).
-FENCING_MAX = 2**53 - 1
+#: The highest value ``fencing_floor`` takes: 2^52, half the largest integer a JSON reader in a
+#: double holds exactly (a downstream in JavaScript compares tokens as numbers), so that the grants
+#: after it stay exact for 4.5e15 more.
+FENCING_MAX = 2**52
 
 
 def apply_fencing_floor(s: SchedulerState, cmd: Command, now: int) -> Result:

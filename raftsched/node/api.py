@@ -438,7 +438,17 @@ async def _resolved(addr: str) -> set[tuple[str, int]] | str:
         infos = await asyncio.get_running_loop().getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)
     except (OSError, UnicodeError) as e:
         return f"{host!r} does not resolve ({getattr(e, 'strerror', None) or e})"
-    return {(i[4][0], i[4][1]) for i in infos}
+    return {(_plain_ip(i[4][0]), i[4][1]) for i in infos}
+
+
+def _plain_ip(ip: str) -> str:
+    """An IPv4-mapped IPv6 address as the IPv4 address it is (``::ffff:127.0.0.1`` dials
+    127.0.0.1); any other address as it is."""
+    try:
+        mapped = getattr(ipaddress.ip_address(ip.split("%")[0]), "ipv4_mapped", None)
+    except ValueError:
+        return ip
+    return str(mapped) if mapped is not None else ip
 
 
 async def _check_new_member(raft, addr: str) -> None:

@@ -367,7 +367,7 @@ def _bodies() -> dict[str, Schema]:
         "sink": _sink(),
         "sink_requeue": _obj({"events": {"type": "array", "items": _str(1, 32), "maxItems": 1000}}),
         "member": _obj({"addr": _str(1, description="the new node's Raft address, HOST:PORT")}, ("addr",)),
-        "fencing_floor": _obj({"at_least": _int(1, 2**53 - 1)}, ("at_least",)),
+        "fencing_floor": _obj({"at_least": _int(1, 2**52)}, ("at_least",)),
     }
 
 
