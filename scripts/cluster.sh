@@ -488,7 +488,7 @@ probe() {
   local out kind n st a b c d e
   P_OK=() P_ROLE=() P_LEADER=() P_TERM=() P_COMMIT=() P_PID=() P_ERR=()
   LEADER_NODE='' LEADER_ADDR='' LEADER_TERM='' LEADER_PID=''
-  MAJORITY_NODE='' MAJORITY_ADDR='' MAJORITY_TERM=''
+  MAJORITY_NODE='' MAJORITY_ADDR='' MAJORITY_TERM='' P_VOTERS='' P_LEARNERS=''
   (($# > 0)) || return 1
   probe_python
   tls_probe_args
@@ -513,6 +513,9 @@ probe() {
         ;;
       majority)
         [[ $n == - ]] || MAJORITY_NODE=$n MAJORITY_ADDR=$st MAJORITY_TERM=$a
+        ;;
+      members)
+        [[ $n == - ]] || P_VOTERS=$n P_LEARNERS=${st#-}
         ;;
     esac
   done <<<"$out"
@@ -810,6 +813,10 @@ cmd_status() {
     echo "Leader: node-$MAJORITY_NODE ($MAJORITY_ADDR, term $MAJORITY_TERM), agreed by a majority but not by every running node"
   elif ((${#ALIVE[@]} > 0)); then
     echo "Leader: none agreed by a majority of the nodes"
+  fi
+  # The leader's members (Raft addresses): a change made through the API, a learner catching up.
+  if [[ -n $P_VOTERS ]]; then
+    echo "Members (the leader's): voters ${P_VOTERS//,/, }${P_LEARNERS:+; learners catching up: ${P_LEARNERS//,/, }}"
   fi
 }
 

@@ -270,17 +270,22 @@ def test_cluster_sh_probe_prints_every_node_and_the_agreed_leader():
         assert lines[2] == ["node", "3", "error", "port answered by 'node-9', not node-3"]
         # Node 3's port answers as another node: no unanimity among the three asked, but the two
         # real ones are a majority of the three members.
-        assert lines[3:] == [["leader", "-"], ["majority", "2", members[1], "4", "22"]]
-        assert run(1, 2)[-2:] == [["leader", "2", members[1], "4", "22"], ["majority", "2", members[1], "4", "22"]]
-        assert run(2)[-2:] == [["leader", "-"], ["majority", "-"]]  # one vote of three
-        assert run() == [["leader", "-"], ["majority", "-"]]
+        # (the members as the leader says: its canned body has none, hence "-")
+        assert lines[3:] == [["leader", "-"], ["majority", "2", members[1], "4", "22"], ["members", "-", "-"]]
+        assert run(1, 2)[-3:-1] == [["leader", "2", members[1], "4", "22"], ["majority", "2", members[1], "4", "22"]]
+        assert run(2)[-3:] == [["leader", "-"], ["majority", "-"], ["members", "-"]]  # one vote of three
+        assert run() == [["leader", "-"], ["majority", "-"], ["members", "-"]]
         # The members changed: nodes 1 and 2 are the voters (with node 7, down); node 3 asked too.
         out = io.StringIO()
         with redirect_stdout(out):
             assert tc.main(["probe", "--api-base", str(base), "--raft-base", "9700", "--members", "1,2,7,",
                             "1", "2"]) == 0
-        assert out.getvalue().splitlines()[-2:] == ["leader\t2\t" + members[1] + "\t4\t22",
-                                                    "majority\t2\t" + members[1] + "\t4\t22"]
+        assert out.getvalue().splitlines()[-3:-1] == ["leader\t2\t" + members[1] + "\t4\t22",
+                                                      "majority\t2\t" + members[1] + "\t4\t22"]
+        # The leader's members and learners, as it says them (a change made through the API).
+        _Canned.bodies[servers[1].server_address[1]] = json.dumps(
+            dict(bodies[1], members=members[:2], learners=["127.0.0.1:9707"])).encode()
+        assert run(1, 2)[-1] == ["members", ",".join(members[:2]), "127.0.0.1:9707"]
         # Node 1 was removed through the API and still runs: it says its old role, the probe
         # that it is no member (cluster.sh status then says what to do).
         _Canned.bodies[servers[0].server_address[1]] = json.dumps(dict(bodies[0], membership={"self": "none"})).encode()

@@ -482,6 +482,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         node N error REASON
         leader N RAFT_ADDRESS TERM PID        (or: leader -)
         majority N RAFT_ADDRESS TERM PID      (or: majority -)
+        members VOTERS LEARNERS               (as that leader says, comma-separated; or: members -)
 
     ``leader`` is the agreed leader named by every node asked (unanimous), ``majority`` the one
     a majority of the cluster names. ``--members`` is how many nodes the cluster has (nodes 1 to
@@ -535,12 +536,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                                                "commit_index", "pid")]))
         else:
             print("\t".join(["node", str(i + 1), "error", b.replace("\t", " ")]))
+    said = None
     for kind, unanimous in (("leader", True), ("majority", False)):
         i = agreed_leader(answers, members, unanimous, voters=voters) if answers else None
         if i is None:
             print(f"{kind}\t-")
         else:
             print("\t".join([kind, str(i + 1), members[i], f(got[i].get("term")), f(got[i].get("pid"))]))
+            said = said if said is not None else got[i]
+    # The members as the leader has them: a change made through the API, a learner catching up.
+    if isinstance(said, dict):
+        print("\t".join(["members", f(",".join(said.get("members") or ())), f(",".join(said.get("learners") or ()))]))
+    else:
+        print("members\t-")
     return 0
 
 
