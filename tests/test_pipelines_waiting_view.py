@@ -183,3 +183,29 @@ def test_a_fan_in_child_made_after_one_parents_run_reads_it_when_the_other_is_re
     run = s.runs.get(f"qc@{S1}")
     assert run is not None and run["state"] == "queued", run
     assert sorted(u["job"] for u in run["upstream"]) == ["q1", "q2"], run["upstream"]
+
+
+def test_a_parent_with_no_run_of_the_slot_says_why():
+    """A pipelines walk: "(its slot has not fired)" was said of a triggered parent waiting for its
+    own parents, of a paused parent, and of an instant the parent's schedule never reaches."""
+    s = chain_state(("pa", job_raw(every_s=30)), ("pb", job_raw(after=["pa"])), ("pz", job_raw(every_s=30)),
+                    ("c", job_raw(after=["pb", "pz"])))
+    assert apply(s, commands.make("pause_job", T0 + 1, None, name="pz"))["ok"]
+    states = {w["job"]: w["state"] for w in pipelines.waiting_run(s, f"c@{S1}")["waiting_on"]}
+    assert states == {"pb": "waiting_parents", "pz": "paused"}, states
+    text = pipelines.waiting_run(s, f"c@{S1}")["waiting_for"]
+    assert "(waiting for its own parents)" in text and "(paused)" in text, text
+
+
+def test_a_parent_whose_schedule_never_reaches_the_instant_says_so():
+    """A fan-in child of a parent run by hand with propagate at an instant off the other parent's
+    grid waits for it until max_wait_s: the view says it never comes."""
+    s = chain_state(("pa", job_raw(every_s=30)), ("pz", job_raw(every_s=30)), ("c", job_raw(after=["pa", "pz"])))
+    r = apply(s, commands.trigger_job(T0 + 1234, None, name="pa", extra={"propagate": True}))
+    assert r["ok"], r
+    (g,) = [g for g in lease(s, T0 + 1235) if g["id"] == r["run"]]
+    finish(s, g, T0 + 1236, True)
+    view = pipelines.waiting_run(s, f"c@{T0 + 1234}")
+    assert view is not None, sorted(s.pipes.joins.get("c", {}))
+    assert [w["state"] for w in view["waiting_on"]] == ["never"], view
+    assert "it never runs for this instant" in view["waiting_for"], view

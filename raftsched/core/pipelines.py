@@ -1550,7 +1550,17 @@ def waiting_for(s: SchedulerState, name: str, slot: int) -> list[Record]:
             if pj is not None:
                 item["max_attempts"] = pj["spec"]["retry"]["max_attempts"]
         else:
-            item["state"] = "not_fired" if p in s.jobs else "missing"
+            pj = s.jobs.get(p)
+            if pj is None:
+                item["state"] = "missing"
+            elif pj["paused"]:
+                item["state"] = "paused"  # its run of the slot comes when it is resumed, if ever
+            elif "schedule" not in pj["spec"]:
+                item["state"] = "waiting_parents"  # a triggered parent: waits for its own parents
+            elif not _on_grid(pj, slot, {}):
+                item["state"] = "never"  # an instant its schedule never reaches
+            else:
+                item["state"] = "not_fired"
         out.append(item)
     return out
 
@@ -1785,6 +1795,10 @@ def waiting_text(items: list[Record]) -> str:
             st += f", attempt {it['attempt']} of {it.get('max_attempts', '?')}"
         elif st == "not_fired":
             st = "its slot has not fired"
+        elif st == "waiting_parents":
+            st = "waiting for its own parents"
+        elif st == "never":
+            st = "no slot of its schedule: it never runs for this instant"
         parts.append(f"{job}@{when} ({st})")
     return "waiting for " + ", ".join(parts) if parts else "waiting for its own slot"
 
