@@ -47,6 +47,23 @@ def test_edges_are_checked_and_a_triggered_job_has_no_slots_of_its_own():
     run(body)
 
 
+def test_explain_gives_a_waiting_slot_as_every_answer_does():
+    """A pipelines walk: explain's ``waiting[].slot`` was raw ms where every other answer gives
+    a slot as ISO with ``slot_ms``."""
+    async def body(env, c):
+        await put(c, "a", A)
+        await put(c, "b", after("a"))
+        slot = env.state.jobs["a"]["next"]
+        env.clock.advance(slot - env.clock.now_ms())
+        await env.trigger.tick()  # a's run of the slot is queued: b's slot waits for it
+        ex = await c.post("/v1/jobs/b/explain", data=json.dumps({"down_from": "2026-01-01T00:00:00Z",
+                                                                 "down_to": "2026-01-01T01:00:00Z"}))
+        assert ex.status == 200
+        (w,) = (await ex.json())["waiting"]
+        assert w["slot"] == schedule.iso(slot) and w["slot_ms"] == slot and w["run"] == f"b@{slot}", w
+    run(body)
+
+
 def test_delete_with_dependents_is_409_unless_forced():
     async def body(env, c):
         await put(c, "a", A)

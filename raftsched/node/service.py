@@ -864,7 +864,9 @@ class Service:
         else:
             out = dict(job=name, **await asyncio.to_thread(preview.explain, spec, anchor, lo, hi, name))
         if "after" in spec:
-            out["waiting"] = self.read(pipelines.pending, name, 20)
+            # (its slot as every answer gives one: ISO, and slot_ms)
+            out["waiting"] = [dict(w, slot=schedule.iso(w["slot"]), slot_ms=w["slot"])
+                              for w in self.read(pipelines.pending, name, 20)]
         return out
 
     def explain_slot(self, name: str, slot, tenants: frozenset | None = None) -> dict:
