@@ -298,8 +298,11 @@ class RaftNode:
         except BaseException:
             self._unlock_data_dir()
             raise
+        # "joining" on a first start with --join; a node that joined before keeps its raft.join (where its
+        # membership starts) and says so, whatever its flags now.
+        how = "" if marker is None else (" (joining)" if fresh else " (joined before: raft.join)")
         logger.info("replication.started self=%s members=%s%s data_dir=%s", self._self_addr,
-                    ",".join(self._members), " (joining)" if self._join else "", self._data_dir)
+                    ",".join(self._members), how, self._data_dir)
 
     def dump_before_stop(self, timeout_s: float) -> bool:
         """Before a graceful stop: write a full dump of what this node has applied and trim its
