@@ -663,3 +663,37 @@ def test_a_member_address_with_a_port_of_other_digits_is_refused_naming_it():
         with pytest.raises(ValueError, match="port is 1..65535"):
             check_addr(addr)
     assert check_addr("127.0.0.1:9704") == "127.0.0.1:9704"
+
+
+def test_the_start_up_line_says_joining_once_and_a_log_without_a_join_ignores_the_flag(tmp_path, caplog):
+    """A disaster-recovery walk: a node that joined said "(joining)" on every restart. It says
+    "(joining)" on its first start with --join on an empty directory, "(joined before: raft.join)"
+    after; a directory that holds a log of a node that never joined ignores --join with a warning."""
+    import logging
+
+    def start_stop(d: str, join: bool, peers: list[str]) -> None:
+        async def go():
+            node = RaftNode(self_addr=me, peers=peers, data_dir=d, secret=SECRET, state=FakeState(), join=join)
+            node.start(asyncio.get_running_loop())
+            node.stop()
+        run(go)
+
+    me, other = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    joined, own = str(tmp_path / "joined"), str(tmp_path / "own")
+
+    def lines() -> list[str]:
+        got = [r.getMessage() for r in caplog.records if "replication.started" in r.getMessage()
+               or "replication.join_ignored" in r.getMessage()]
+        caplog.clear()
+        return got
+    with caplog.at_level(logging.INFO, logger="raftsched.replication"):
+        start_stop(joined, True, [other])
+        assert [ln for ln in lines() if "started" in ln][0].endswith(f"(joining) data_dir={joined}")
+        start_stop(joined, True, [other])
+        got = lines()
+        assert "(joined before: raft.join)" in got[-1] and not any("join_ignored" in ln for ln in got), got
+        start_stop(own, False, [])  # a node of its own history: one member, its log written at stop
+        lines()
+        start_stop(own, True, [other])
+        got = lines()
+        assert any("join_ignored" in ln for ln in got) and "(join" not in got[-1], got
