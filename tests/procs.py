@@ -69,3 +69,30 @@ def running_cluster(tmp, **kw):
 
 __all__ = ["REPO", "Cluster", "free_ports", "http", "jobs_dir", "pid_marks", "running_cluster", "targets_on_path",
            "wait_for"]
+
+
+def alive(pid: int) -> bool:
+    """``pid`` runs: not gone, nor a zombie (an orphan's reaper is init, which some containers
+    lack, and a zombie answers ``kill(pid, 0)``)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return False
+
+
+def wait_dead(pid: int, timeout_s: float = 30.0) -> bool:
+    """Wait until ``pid`` no longer runs (:func:`alive`), at most ``timeout_s``; then kill it by its
+    PID. True when it ended by itself."""
+    import time
+    deadline = time.monotonic() + timeout_s
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)  # ok-sleep: polling a process's end, within a deadline
+    if not alive(pid):
+        return True
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return False
+

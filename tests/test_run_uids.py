@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from executor_helpers import cancel_and_expect_cancelled, ctx, run, wait_until
-from procs import pid_marks, targets_on_path
+from procs import alive, pid_marks, targets_on_path, wait_dead
 from raftsched.config import ConfigError
 from raftsched.worker.executors import CancelEvent, RunContext, execute
 from raftsched.worker import sandbox as sb
@@ -96,14 +94,6 @@ def c(run_id: str) -> RunContext:
 
 def fields(output: str) -> dict:
     return dict(line.split("=", 1) for line in output.splitlines() if "=" in line)
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X")
-    except FileNotFoundError:
-        return False
 
 
 def _wait_for(path: str, seconds: int = 20) -> str:
@@ -363,36 +353,18 @@ def test_a_range_another_worker_of_the_host_holds_in_part_is_refused_and_freed_w
         forker.stdin.close()
         forker.wait(timeout=30)
     try:
-        assert child is not None and _alive(child)
+        assert child is not None and alive(child)
         sb.claim_run_uids(range(LO + 300, LO + 310), claims)  # the claimant ended: free, its fork lives on
     finally:
         gone.touch()
         if child is not None:
-            wait_until_dead(child)
+            wait_dead(child)
     # The CLI claims the range before anything else: a worker given a held range exits 2 naming it.
     sb.claim_run_uids(range(LO + 200, LO + 209))
     p = _cli(tmp_path, "worker", "--run-uids", f"{LO + 205}-{LO + 215}", "--slots", "2")
     assert p.returncode == 2, (p.stdout, p.stderr)
     line = p.stderr.strip().splitlines()[-1]
     assert f"--run-uids {LO + 205}-{LO + 215}: another worker of this host" in line, p.stderr
-
-
-def _alive(pid: int) -> bool:
-    """Running (not gone, nor a zombie an init without a reaper keeps)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
-def wait_until_dead(pid: int) -> None:
-    """Wait (30 s at most) for ``pid`` to end; killed by its PID otherwise."""
-    deadline = time.monotonic() + 30
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)  # ok-sleep: polling a process's end, within a deadline
-    if _alive(pid):
-        os.kill(pid, signal.SIGKILL)
 
 
 def _cli(tmp_path: Path, cmd: str, *extra: str) -> subprocess.CompletedProcess:

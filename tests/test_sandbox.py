@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from executor_helpers import cancel_and_expect_cancelled, ctx, run, wait_until
-from procs import pid_marks, targets_on_path
+from procs import alive, pid_marks, targets_on_path
 from raftsched.config import ConfigError
 from raftsched.worker.executors import CancelEvent, RunContext, execute
 from raftsched.worker import sandbox as sb
@@ -132,14 +132,6 @@ def _state(pid: int) -> bytes | None:
             return f.read().rpartition(b")")[2].split()[0]
     except FileNotFoundError:
         return None
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X")
-    except FileNotFoundError:
-        return False
 
 
 def fields(output: str) -> dict:

@@ -11,6 +11,7 @@ import pytest
 
 import sdk_worker_app
 from executor_helpers import run, wait_until
+import procs
 from procs import REPO
 from raftsched.worker.executors import CancelEvent, RunContext
 from raftsched.sdk import APP_LABEL
@@ -260,15 +261,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _zombie(pid: int) -> bool:
-    """Dead, and not reaped yet (an orphan's reaper is init, which some containers lack)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
-
-
 def test_in_a_child_process_a_handler_past_its_timeout_or_lease_is_killed(child_env):
     lookup = AppExecutors(sdk_worker_app.iso, "sdk_worker_app:iso", isolation="subprocess", kill_grace_s=2)
 
@@ -316,11 +308,11 @@ def test_a_child_whose_worker_was_killed_kills_its_process_group_and_leaves_no_r
         pid_file = sdk_worker_app.path_of(g["id"], "pid")
         run(wait_until(lambda: os.path.exists(pid_file) and os.path.getsize(pid_file) > 0, 20, "the child to start"))
         child = int(open(pid_file).read())
-        assert _alive(child) and list(results.glob("raftsched-result-*"))
+        assert procs.alive(child) and list(results.glob("raftsched-result-*"))
     finally:
         worker.kill()
         worker.wait(timeout=30)
-    run(wait_until(lambda: not _alive(child) or _zombie(child), 10, "the orphaned child to be killed"))
+    run(wait_until(lambda: not procs.alive(child), 10, "the orphaned child to be killed"))
     assert not os.path.exists(sdk_worker_app.path_of(g["id"], "finished"))
     assert list(results.glob("raftsched-result-*")) == []
 
