@@ -424,10 +424,7 @@ def _reaped(wake_fd: int) -> list[tuple[int, int]]:
 
 
 def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except OSError:
-        pass
+    _kill(-pgid)  # (kill of -pgid is killpg's: every process of the group)
 
 
 def _spawnp(argv: list, env: dict, actions: list) -> int:
