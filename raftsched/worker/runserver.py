@@ -239,25 +239,8 @@ class Server:
     def _spawn(self, rid: int, req: dict) -> _Run:
         argv, env, cwd = req["argv"], req["env"], req["cwd"]
         r, w = os.pipe()
-        if self.pool:
-            try:
-                pid = _fork_exec(argv, env, cwd, req["uid"], w)
-            except BaseException:
-                os.close(r)
-                raise
-            finally:
-                os.close(w)
-            os.set_blocking(r, False)
-            return _Run(rid, pid, r, None)
         try:
-            # The working directory is the spawned process's: posix_spawn has no chdir action in
-            # Python, and this loop is single-threaded, so the server moves there for the call.
-            os.chdir(cwd)
-            try:
-                pid = _spawnp(argv, env, [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                                          (os.POSIX_SPAWN_DUP2, w, 1), (os.POSIX_SPAWN_DUP2, w, 2)])
-            finally:
-                os.chdir("/")
+            pid = _fork_exec(argv, env, cwd, req["uid"], w) if self.pool else _spawn_in(argv, env, cwd, w)
         except BaseException:
             os.close(r)
             raise
@@ -421,6 +404,18 @@ def _reaped(wake_fd: int) -> list[tuple[int, int]]:
             break
         out.append((pid, os.waitstatus_to_exitcode(status)))
     return out
+
+
+def _spawn_in(argv: list, env: dict, cwd: str, w: int) -> int:
+    """posix_spawn of a run as the server's run user, its output to ``w``. The working directory
+    is the spawned process's: posix_spawn has no chdir action in Python, and the server's loop is
+    single-threaded, so the server moves there for the call."""
+    os.chdir(cwd)
+    try:
+        return _spawnp(argv, env, [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                                   (os.POSIX_SPAWN_DUP2, w, 1), (os.POSIX_SPAWN_DUP2, w, 2)])
+    finally:
+        os.chdir("/")
 
 
 def _kill_group(pgid: int) -> None:
