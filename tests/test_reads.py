@@ -145,6 +145,13 @@ def test_no_leader_fails_the_read_at_once_and_an_unknown_barrier_outcome_is_unav
         with pytest.raises(Unavailable, match="not a member of the cluster"):
             await rb.wait()
         assert len(raft.gates) == 3, "no round for a node that is no member"
+        # ... and a node that has not read its log yet says that, not that it is no member (a
+        # member restarted with --join said "not a member" for a moment).
+        raft.status = lambda: dict(gone, membership={"self": "starting"})
+        with pytest.raises(Unavailable, match="starting: it has not read its log yet") as e:
+            await rb.wait()
+        assert "not a member" not in str(e.value)
+        assert len(raft.gates) == 3
         raft.status = lambda: alone
         raft.barrier_error = None
         t = asyncio.ensure_future(rb.wait())

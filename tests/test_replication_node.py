@@ -56,6 +56,15 @@ def test_raft_node_and_the_fake_both_offer_what_the_node_layer_uses(tmp_path):
     assert isinstance(FakeRaft(FakeState()), Replicator)
 
 
+def test_a_node_that_has_not_read_its_log_says_starting_not_a_role(tmp_path):
+    # A member restarted with --join said "none" here (so /healthz member: false and reads "not
+    # a member") until its tick thread had read its log; and a node without --join said "voter".
+    for join in (False, True):
+        st = _node(tmp_path / str(join), join=join, peers=["127.0.0.1:7002"]).status()
+        assert st["membership"]["self"] == "starting", st["membership"]
+        assert st["running"] is False
+
+
 def test_raft_node_refuses_an_empty_secret(tmp_path):
     with pytest.raises(ValueError, match="secret"):
         _node(tmp_path, secret="")

@@ -145,7 +145,11 @@ class ReadBarrier:
     async def _round(self) -> None:
         st = self.raft.status()
         leader = st.get("leader")
-        if (st.get("membership") or {}).get("self") == "none":
+        me = (st.get("membership") or {}).get("self")
+        if me == "starting":
+            raise Unavailable("this node is starting: it has not read its log yet; retry in a moment, or read "
+                              "its replica as it is with ?stale=true", leader=leader)
+        if me == "none":
             # Removed (or not added yet): it hears no leader's entries, so no retry here helps.
             raise Unavailable("this node is not a member of the cluster (removed, or not added yet): its replica "
                               "is not kept up to date; ask a member, or read this replica as it is with "

@@ -736,8 +736,10 @@ class RaftNode:
         sync = self._sync
         view = None if sync is None else sync.members_view()
         if view is None:
+            # Its log not read yet (the tick thread publishes the view once it has): a member
+            # restarted with --join said "none" here, and its reads "not a member", for a moment.
             view = {"voters": list(self._members), "learners": [], "index": 0, "pending": None,
-                    "self": "none" if self._join else "voter"}
+                    "self": "starting"}
         if sync is None:
             return {"self": self._self_addr, "role": "follower", "leader": None, "term": 0,
                     "commit_index": 0, "last_applied": 0, "members": list(view["voters"]),
