@@ -32,6 +32,9 @@ class FakeState:
         self._guard = contextlib.nullcontext()
         self.counters: dict[str, int] = {}
         self.restores = 0
+        #: the replay's starts and ends (SchedulerState.replaying), and the increments applied in one
+        self.replays: list[bool] = []
+        self.replayed = 0
 
     def apply_bytes(self, data: bytes) -> dict:
         with self._guard:
@@ -45,8 +48,13 @@ class FakeState:
             if cmd.get("op") == "incr":
                 key = cmd["key"]
                 self.counters[key] = self.counters.get(key, 0) + 1
+                if self.replays and self.replays[-1]:
+                    self.replayed += 1
                 return {"ok": True, "value": self.counters[key]}
             return {"ok": True}
+
+    def replaying(self, on: bool) -> None:
+        self.replays.append(on)
 
     def snapshot(self) -> bytes:
         with self._guard:

@@ -142,6 +142,29 @@ def test_apply_stats_are_a_counter_per_reason_and_buckets_outside_the_snapshot()
     assert queries.apply_stats(s)["recorded"] == {("skipped", "misfire"): 3}
 
 
+def test_what_a_node_replays_at_its_start_is_not_counted_again():
+    """SchedulerState.replaying (replication's replay of what the process before applied): the
+    metrics read the counts held aside, the replay's go to a scratch copy and are dropped, and a
+    worker's drains carry on through it (the dispatcher reads them as they move)."""
+    s = SchedulerState()
+    s.stats.on_recorded("skipped", "misfire", 2)
+    s.stats.drains = 4
+    s.replaying(True)
+    s.stats.on_recorded("skipped", "misfire", 3)  # an entry applied again
+    s.stats.on_finished("dead")
+    s.stats.drains += 1
+    assert queries.apply_stats(s)["recorded"] == {("skipped", "misfire"): 2}
+    assert queries.apply_stats(s)["finished"] == {}
+    assert queries.drains_count(s) == 5
+    s.replaying(True)  # (twice: nothing more)
+    s.replaying(False)
+    s.replaying(False)
+    s.stats.on_recorded("skipped", "misfire", 1)  # past the replay: counted
+    assert queries.apply_stats(s)["recorded"] == {("skipped", "misfire"): 3}
+    assert queries.apply_stats(s)["finished"] == {}
+    assert queries.drains_count(s) == 5
+
+
 def proc_start_time() -> float:
     """This process's start (s since the epoch), from /proc as the kernel counts it."""
     import os
@@ -237,3 +260,40 @@ def test_the_series_the_alert_rules_read_exist_at_zero_before_their_first_event(
     for state in ("succeeded", "failed", "dead"):
         assert sample(text, "raftsched_runs_finished_total", state=state) == 0
     assert sample(text, "raftsched_dlq_runs", queue="reports") == 0, "a queue a job names, not declared"
+
+
+def test_deadline_misses_fires_for_a_miss_right_after_a_whole_cluster_restart(tmp_path):
+    """``promtool test rules`` on DeadlineMisses as docs/operations.md writes it: three nodes
+    that all restarted (their counters back at 0, as a restart leaves them now that a replay is
+    not counted again) count a miss two minutes later, and the alert fires. The rule left out
+    nodes younger than its window, so it stayed silent for 15 minutes after a power cut; and it
+    does not fire across the restarts alone."""
+    rules = tmp_path / "rules.yml"
+    rules.write_text(alert_rules())
+    series = []
+    for n in (1, 2, 3):
+        labels = f'job="raftsched",instance="n{n}"'
+        series.append(f"""      - series: 'raftsched_deadlines_judged_total{{{labels},outcome="missed",deadline="start_within_s",cause="never_started"}}'
+        values: '4x9 0 0 1x10'
+      - series: 'process_start_time_seconds{{{labels}}}'
+        values: '-3000x9 600x12'""")
+    (tmp_path / "test.yml").write_text(f"""rule_files: [rules.yml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+{chr(10).join(series)}
+    alert_rule_test:
+      - eval_time: 11m
+        alertname: DeadlineMisses
+        exp_alerts: []
+      - eval_time: 13m
+        alertname: DeadlineMisses
+        exp_alerts:
+          - exp_labels: {{severity: ticket, deadline: start_within_s, cause: never_started}}
+            exp_annotations:
+              summary: "slots missed their start_within_s (never_started)"
+              description: "GET /v1/deadlines?state=missed lists them with why; raftsched_queue_oldest_ready_seconds shows runs waiting for a worker."
+""")
+    p = promtool_check(["test", "rules", str(tmp_path / "test.yml")])
+    assert p.returncode == 0, f"promtool test rules: {p.stdout}\n{p.stderr}"

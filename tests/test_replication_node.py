@@ -423,3 +423,39 @@ def test_a_dump_before_stop_lets_each_node_restart_from_its_own_dump(tmp_path):
         finally:
             c.close()
     run(main)
+
+
+def test_a_node_restarted_after_a_crash_replays_what_it_had_committed_as_a_replay(tmp_path):
+    """What a node applies again at its start of the entries the process before had committed
+    (so applied, and counted in its metrics) is a replay to its state (SchedulerState.replaying:
+    not counted again); what comes after is not. Stopped without a dump (a crash), each node
+    replays its whole log up to the commit index it wrote (once a second)."""
+    async def main():
+        c = Cluster(tmp_path)
+        try:
+            c.start_all()
+            leader = await c.agreed_leader()
+            for _ in range(30):
+                await c.nodes[leader].propose(incr("r"))
+            await c.converged({"r": 30})
+            assert all(s.replays == [] for s in c.states.values())  # a fresh start replays nothing
+            commit = c.nodes[leader].status()["commit_index"]
+
+            def written(d):
+                with open(os.path.join(d, "raft.journal.commit"), "rb") as f:
+                    data = f.read(8)
+                return len(data) == 8 and int.from_bytes(data, "little") >= commit
+            await wait_until(lambda: all(written(d) for d in c.dirs.values()), 10, "commit indexes written")
+            for a in list(c.nodes):
+                c.stop(a)
+            c.start_all()
+            leader = await c.agreed_leader()
+            await c.converged({"r": 30})
+            assert (await propose_retrying(c.nodes[leader], incr("r")))["value"] == 31
+            await c.converged({"r": 31})
+            for a, st in c.states.items():
+                assert st.replays == [True, False], (a, st.replays)
+                assert st.replayed == 30, (a, st.replayed)  # the new increment counted as any
+        finally:
+            c.close()
+    asyncio.run(asyncio.wait_for(main(), 60))

@@ -596,7 +596,7 @@ def apply_stats(s: SchedulerState) -> dict[str, Any]:
     """A copy of what this replica counted as it applied (core/stats.py), for the metrics:
     ``{"recorded": {(state, reason): slots}, "slot_to_start": (bounds_ms, counts, sum_ms),
     "slot_to_completion": (...)}``."""
-    st = s.stats
+    st = s.counted  # (not what a replay at the node's start applies again)
     return {"recorded": dict(st.recorded), "finished": dict(st.finished), "deadlines": dict(st.deadlines),
             "slot_to_start": (st.slot_to_start.bounds_ms, list(st.slot_to_start.counts), st.slot_to_start.sum_ms),
             "slot_to_completion": (st.slot_to_completion.bounds_ms, list(st.slot_to_completion.counts),

@@ -202,6 +202,9 @@ class SchedulerState:
         #: What this replica applied, for the metrics (stats.py): not in the snapshot, never
         #: read by apply, kept across a restore (counters since the process started).
         self.stats = ApplyStats()
+        #: While this node replays what the process before it applied (``replaying``): the
+        #: counters the metrics read, held aside; ``stats`` then counts into a scratch copy.
+        self._counted: ApplyStats | None = None
         self._reset()
 
     # ------------------------------------------------------------------ state
@@ -317,6 +320,24 @@ class SchedulerState:
             if ext.rebuild is not None:
                 ext.rebuild(self)
         self.stats.drains += 1  # the restored workers may be draining (stats.ApplyStats.drains)
+
+    def replaying(self, on: bool) -> None:
+        """From now on (``on``), until called with False, the commands applied are this node's
+        replay at its start of entries the process before it applied and counted in its metrics
+        (replication's ``_replay_check``): they are not counted again. The applies count into a
+        scratch ``stats`` meanwhile, the metrics reading the held ones (``counted``), but for
+        ``drains``, which the dispatcher reads as it moves and which carries on."""
+        if on and self._counted is None:
+            self._counted, self.stats = self.stats, ApplyStats()
+            self.stats.drains = self._counted.drains
+        elif not on and self._counted is not None:
+            scratch, self.stats, self._counted = self.stats, self._counted, None
+            self.stats.drains = scratch.drains
+
+    @property
+    def counted(self) -> ApplyStats:
+        """The counters the metrics read (``stats``, but those held aside during a replay)."""
+        return self.stats if self._counted is None else self._counted
 
     def state_hash(self) -> str:
         return hashlib.sha256(self.snapshot()).hexdigest()

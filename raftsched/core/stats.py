@@ -3,7 +3,9 @@
 Kept beside the state (``SchedulerState.stats``), never in a snapshot, never read by apply: it
 changes no result, so replicas stay identical whatever it holds. A scrape reads these counters
 and buckets, so it costs the same with 10 jobs or 1M (no walk of the runs). Each replica counts
-the commands it applied since its process started (Prometheus counters: they restart at zero).
+the commands it applied since its process started (Prometheus counters: they restart at zero),
+but the ones it applies again at its start of what the process before it had applied and
+counted (its log after its dump, up to the commit index it had written: ``SchedulerState.replaying``).
 
 - ``finished``: runs that ended, by state (``succeeded``, ``failed``, ``dead``).
 - ``deadlines``: deadlines judged ``missed`` (with the cause) or ``late`` (deadlines.py).

@@ -118,6 +118,15 @@ class _StateConsumer(SyncObjConsumer):
         self._fire_armed()  # after the state moved: whoever armed it and then reads, sees it
         return out
 
+    def replaying(self, on: bool) -> None:
+        """The entries applied from now on (``on``), or no more, are this node's replay of what
+        the process before it applied (_SyncObj._replay_check): the state's ``replaying``, when
+        it has one."""
+        hook = getattr(self._state, "replaying", None)
+        if hook is not None:
+            with self._lock:
+                hook(on)
+
     def _fire_armed(self) -> None:
         cb = self.armed
         if cb is not None:

@@ -251,6 +251,10 @@ class _DurableJournal(Journal):
         if commit is not None and commit > self._meta.get("raftCommitIndex", 1) \
                 and self._entries and commit <= self._entries[-1][1]:
             self._meta["raftCommitIndex"] = commit
+        #: the commit index this node had written before it started (the meta's or the commit
+        #: file's): the entries up to it were applied by the process before, which counted them
+        #: in its metrics (_SyncObj's replay)
+        self.opened_commit_index: int = self._meta.get("raftCommitIndex", 1)
         if legacy:
             self.deleteEntriesTo(0)  # rewritten in this format, as a compaction writes (synced, renamed)
         #: the commit index moved since it was last written (to the meta or the commit file)

@@ -87,6 +87,11 @@ class _SyncObj(MembershipMixin, SyncObj):
         #: each election won.
         self._progress: dict = {}
         self._members_setup(selfNode, otherNodes, join, join_marker)
+        #: The last entry of this node's replay (None: not known before the first apply; 0: none
+        #: or done): what it applies again at its start of what the process before had committed,
+        #: and so applied and counted in its metrics (``_replay_check``).
+        self._replay_to: int | None = None
+        self._replay_from = 0
         super().__init__(selfNode, otherNodes, *args, **kwargs)
         # pysyncobj dumps every attribute set after its constructor (a subclass's too): this
         # node's own fields (when it last ticked, why its role changed) went into its dumps and,
@@ -229,6 +234,8 @@ class _SyncObj(MembershipMixin, SyncObj):
         applied = False
         waiting = self._SyncObj__commandsWaitingCommit
         apply = self._SyncObj__doApplyCommand
+        if self._replay_to != 0:
+            self._replay_check()
         while True:
             pending = self._SyncObj__raftCommitIndex - self._SyncObj__raftLastApplied
             entries = self._SyncObj__getEntries(self._SyncObj__raftLastApplied + 1, min(pending, _APPLY_READ)) \
@@ -246,6 +253,8 @@ class _SyncObj(MembershipMixin, SyncObj):
                         callback(None, FAIL_REASON.DISCARDED)
                 self._SyncObj__raftLastApplied += 1
                 applied = True
+                if self._replay_to:
+                    self._replay_check()
                 if monotonic() >= end:
                     break
             else:
@@ -256,6 +265,34 @@ class _SyncObj(MembershipMixin, SyncObj):
         if spent > _APPLY_STALL_S and not self._isLeader():
             self._SyncObj__raftElectionDeadline += spent
         return applied and not self._SyncObj__conf.appendEntriesUseBatch
+
+    def _replay_check(self) -> None:
+        """Start or end this node's replay. The entries after its dump up to the commit index it
+        had written before it stopped were applied by the process before, whose metrics counted
+        them (runs finished, deadlines missed, slots recorded): applied again at this start,
+        they are not counted again (the consumers' ``replaying``), or an alert on an increase
+        fired for them anew after every restart. An entry past that index counts as any: the
+        process before may have applied a few (the index is written once a second) whose counts
+        then come twice, and counts it made but no scrape read are gone, as any counter's at a
+        crash. A snapshot installed meanwhile ends the replay once past it."""
+        last = self._SyncObj__raftLastApplied
+        if self._replay_to is None:
+            to = getattr(self._SyncObj__raftLog, "opened_commit_index", 0)
+            self._replay_to = to if isinstance(to, int) and to > last else 0
+            if self._replay_to:
+                self._replay_from = last
+                self._replaying(True)
+        elif last >= self._replay_to:
+            logger.info("replication.replayed entries=%d to=%d (applied again at this start, not counted again "
+                        "in the metrics)", last - self._replay_from, self._replay_to)
+            self._replay_to = 0
+            self._replaying(False)
+
+    def _replaying(self, on: bool) -> None:
+        for consumer in self._SyncObj__consumers:
+            hook = getattr(consumer, "replaying", None)
+            if hook is not None:
+                hook(on)
 
     def _apply_behind(self) -> int:
         """Committed entries not yet applied."""
