@@ -116,6 +116,34 @@ def test_health_and_one_incident_per_job() -> None:
     assert kinds(s) == ["run.dead", "job.recovered", "run.dead"]
 
 
+@pytest.mark.parametrize("sinks", [("ops",), ()])
+def test_a_run_replaced_by_the_overlap_policy_is_the_jobs_last_outcome_but_no_death(sinks) -> None:
+    """A migrating user's walk: a `replace` job whose every run was replaced before it ended
+    showed `last_slot_outcome: null` and no failure at all, where the docs say it is the last
+    run's outcome. It is `failed` with why now; it opens no incident and sends no run.dead (a
+    deadline's max_since_success_s tells of a job that never succeeds)."""
+    s = state_with(job_with([{"sink": "ops", "on": ["run.dead", "job.recovered"]}] if sinks else None,
+                            overlap={"policy": "replace"}), sinks=sinks)
+    now = T0 + 10 * SEC
+    tick(s, now)
+    first = apply(s, commands.acquire(now, worker="w", queues=None, max=10, ttl=30_000, types=None))["runs"]
+    assert [g["id"] for g in first] == [f"j@{now}"]
+    now += 10 * SEC
+    tick(s, now)  # the next slot replaces the run still running
+    assert s.runs[f"j@{now - 10 * SEC}"]["state"] == "failed"
+    h = view_health(s.health.get("j"))
+    assert h["last_slot_outcome"] == {"slot": now - 10 * SEC, "outcome": "failed",
+                                      "reason": f"replaced by run j@{now} (overlap policy replace)"}, h
+    assert h["consecutive_failures"] == 0 and h["incident"] is None and h["last_failure_at"] is None
+    assert kinds(s) == []
+    # The replacing run succeeds: the last outcome; an older slot's cannot come after it.
+    res = apply(s, commands.acquire(now, worker="w", queues=None, max=10, ttl=30_000, types=None))
+    out, each = complete_many(s, commands.complete_many(now, None, results=[
+        {"run": g["id"], "token": g["token"], "success": True, "error": None} for g in res["runs"]], worker="w"))
+    assert view_health(s.health["j"])["last_slot_outcome"] == {"slot": now, "outcome": "succeeded", "reason": None}
+    assert restored(s).snapshot() == s.snapshot()
+
+
 def _requeue_and_succeed(s: SchedulerState, rid: str, now: int) -> None:
     assert apply(s, commands.dlq_requeue(now, None, run=rid))["ok"]
     res = apply(s, commands.acquire(now, worker="w", queues=None, max=10, ttl=30_000, types=None))

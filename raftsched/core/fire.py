@@ -20,7 +20,7 @@ from . import deadlines, limits, pipehooks
 from .due import push_due
 from .errors import InvalidCommand
 from .model import TERMINAL_STATES
-from .notify import on_slot_recorded
+from .notify import on_replaced, on_slot_recorded
 from .policy import fires_ahead
 from .queues import by_slot_pushed, compact_queued, drop_oldest_queued, enqueue, unqueue_count
 from .ready import ReadyIndex
@@ -362,6 +362,7 @@ def revoke(s: SchedulerState, run: Record, now: int, why: str) -> None:
         unqueue_count(s, run)
     run.update(state="failed", error=why, finished_at=now, deadline=None)
     s.stats.on_finished("failed")
+    on_replaced(s, run, why)
     deadlines.on_finish(s, run, now)
     if run["job"] in s.pipes.children:
         pipehooks.notify(s, run, now)

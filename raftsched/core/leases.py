@@ -25,7 +25,7 @@ from . import limits, pipelines
 from .errors import Conflict, InvalidCommand, NotFound
 from .placement import placement_ok
 from .events import CONSECUTIVE, LAST_SLOT, LAST_SUCCESS, emit
-from .notify import on_attempt_failed, on_dead, on_slot_recorded, on_success
+from .notify import RUN_OUTCOMES, on_attempt_failed, on_dead, on_slot_recorded, on_success
 from .policy import backoff_ms
 from .queues import add_dead, enqueue, unqueue_count
 from .ready import ReadyIndex
@@ -570,7 +570,7 @@ def apply_complete_many(s: SchedulerState, cmd: Command, now: int) -> Result:
                 else:
                     h[LAST_SUCCESS] = now
                     last = h[LAST_SLOT]  # (not notify.older_than_last, inline)
-                    if last is None or last[1] not in ("succeeded", "dead") or type(last[0]) is not int \
+                    if last is None or last[1] not in RUN_OUTCOMES or type(last[0]) is not int \
                             or type(run["slot"]) is not int or run["slot"] >= last[0]:
                         h[LAST_SLOT] = [run["slot"], "succeeded", None]
                 if name in children:

@@ -96,8 +96,25 @@ def older_than_last(h: list[Any], slot: int) -> bool:
     outcome (succeeded or dead): a slot recorded skipped or coalesced after a run still running
     (its overlap, a misfire) does not make that run's success an older slot's."""
     last = h[LAST_SLOT]
-    return last is not None and last[1] in ("succeeded", "dead") and type(last[0]) is int and type(slot) is int \
+    return last is not None and last[1] in RUN_OUTCOMES and type(last[0]) is int and type(slot) is int \
         and slot < last[0]
+
+
+#: the outcomes of a run in ``last_slot_outcome`` (the others are a recorded slot's)
+RUN_OUTCOMES = ("succeeded", "dead", "failed")
+
+
+def on_replaced(s: SchedulerState, run: Record, why: str) -> None:
+    """A run revoked by its job's overlap policy ``replace`` (fire.revoke): the job's last
+    outcome, ``failed`` with ``why``, unless an older slot's (as on_dead). It is no death: it
+    counts in no ``consecutive_failures``, opens no incident, sends no ``run.dead``; a job whose
+    runs are all replaced before they end is told by a deadline (``max_since_success_s``). Its
+    ``last_slot_outcome`` said the run before, or nothing, while no run of it ever ended."""
+    if of_backfill(run):
+        return
+    h = health(s, run["job"])
+    if not older_than_last(h, run["slot"]):
+        h[LAST_SLOT] = [run["slot"], "failed", why]
 
 
 def on_attempt_failed(s: SchedulerState, run: Record, now: int, error: str | None) -> None:
