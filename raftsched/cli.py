@@ -515,22 +515,19 @@ def _trigger(a, c: Client) -> int:
 
 def _preview(a, c: Client) -> int:
     """``raftsched preview NAME [--count N] [--after T]`` (GET /v1/jobs/NAME/preview), or
-    ``raftsched preview --spec FILE [NAME] [--count N]`` (POST /v1/preview: the spec is
-    validated as a PUT's and nothing is stored)."""
+    ``raftsched preview --spec FILE [NAME] [--count N] [--after T]`` (POST /v1/preview: the spec
+    is validated as a PUT's and nothing is stored)."""
+    after = _time_arg(a.after, "--after")
     if a.spec is None:
         if a.name is None:
             raise UsageError("give the job's NAME, or --spec FILE to preview a spec without creating its job")
-        after = _time_arg(a.after, "--after")
         return show(c.preview(a.name, a.count, **({} if after is None else {"after": after})))
-    if a.after is not None:
-        raise UsageError("--after is for a job's preview: POST /v1/preview (--spec) takes no after and lists "
-                         "from now; raise --count to reach a later date")
     if a.stale:
         raise UsageError("--stale is for a job's preview: POST /v1/preview (--spec) reads no stored job's slots")
     body = _read_json(a.spec)
     if body is None:
         return 1
-    return show(c.preview_spec(body, a.count, a.name))
+    return show(c.preview_spec(body, a.count, a.name, **({} if after is None else {"after": after})))
 
 
 def _runs(a, c: Client) -> int:
@@ -1064,8 +1061,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the job; with --spec, the name it would have (a jitter_s offset is a hash of it; "
                         "default preview)")
     c.add_argument("--count", type=int, default=PREVIEW_COUNT_DEFAULT, help="how many slots (1-1000)")
-    c.add_argument("--after", metavar="T", help="a job's slots after T (ISO time, or ms; default now); not with "
-                                                "--spec: POST /v1/preview lists from now")
+    c.add_argument("--after", metavar="T", help="the slots after T (ISO time, or ms; default now; with --spec, the "
+                                                "job as if made now: none before now)")
     c.add_argument("--spec", metavar="FILE", help="preview this JSON spec file (- for stdin) as PUT would take it, "
                                                   "proposing nothing (POST /v1/preview): a time zone's DST days show "
                                                   "as dst marks")

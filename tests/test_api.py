@@ -774,6 +774,27 @@ def test_preview_and_explain_endpoints():
         stored = (await (await c.get("/v1/jobs/hourly-report/preview?count=3")).json())["slots"]
         named = (await (await c.post("/v1/preview?count=3&name=hourly-report", data=json.dumps(jit))).json())["slots"]
         assert [x["slot"] for x in named] == [x["slot"] for x in stored]
+        # ?after= (a migrating user's walk: the DST days of an every-5-minutes cron were out of
+        # reach of 1 000 slots from now): the next transition of New York's offset, from the
+        # node's clock, whatever the date.
+        from datetime import datetime, timedelta, timezone
+        from zoneinfo import ZoneInfo
+        ny = ZoneInfo("America/New_York")
+        t = datetime.fromtimestamp(env.clock.now_ms() / 1000, timezone.utc).replace(minute=0, second=0, microsecond=0)
+        while (t + timedelta(hours=1)).astimezone(ny).utcoffset() == t.astimezone(ny).utcoffset():
+            t += timedelta(hours=1)
+        assert t - datetime.fromtimestamp(env.clock.now_ms() / 1000, timezone.utc) > timedelta(days=3)
+        five = dict(SPEC, schedule={"cron": "*/5 * * * *", "timezone": "America/New_York"}, misfire={"policy": "skip"})
+        after = (t - timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        r = await c.post("/v1/preview", params={"count": "60", "after": after}, data=json.dumps(five))
+        got = (await r.json())["slots"]
+        assert r.status == 200 and got[0]["slot"] > after and len(got) == 60, got[:2]
+        assert len([x for x in got if "dst" in x]) == 1, [x for x in got if "dst" in x]
+        now_first = (await (await c.post("/v1/preview?count=1", data=json.dumps(five))).json())["slots"]
+        past = (await (await c.post("/v1/preview", params={"count": "1", "after": "2000-01-01T00:00:00Z"},
+                                    data=json.dumps(five))).json())["slots"]
+        assert past == now_first  # the job as if made now has no slot before now
+        await err(await c.post("/v1/preview", params={"after": "soon"}, data=json.dumps(five)), 400, "bad_request", "after")
         r = await c.post("/v1/preview", data=json.dumps({"executor": SPEC["executor"], "after": ["preview"]}))
         await err(r, 422, "invalid", "after[0].job")  # the default name: itself
         r = await c.post("/v1/preview?name=child", data=json.dumps({"executor": SPEC["executor"], "after": ["preview"]}))

@@ -259,7 +259,7 @@ def test_run_list_cursors_and_windows_are_refused_naming_the_parameter():
 
 def test_an_unknown_query_parameter_is_refused_naming_it_on_every_route():
     """A parameter a route does not take is answered 400 naming it, never ignored
-    (``POST /v1/preview?after=...`` once answered as if it were not there); a declared one is
+    (``POST /v1/preview?after=...`` once answered as if it were not there, before it took one); a declared one is
     still served; and a request without a token learns nothing (401 first)."""
     async def main():
         app = make_app(Service(FakeRaft(SchedulerState()), FakeClock(NOW), "node-1"), TOKEN)
@@ -276,9 +276,9 @@ def test_an_unknown_query_parameter_is_refused_naming_it_on_every_route():
                 err = json.loads(text).get("error", {}) if text.startswith("{") else {}
                 if resp.status != 400 or err.get("field") != "no_such_param" or "no_such_param" not in err["message"]:
                     failures.append(f"{r.method} {r.path}: {resp.status} {text[:160]}")
-            resp = await c.post("/v1/preview", params={"after": DAY}, data=json.dumps(SPEC))
+            resp = await c.post("/v1/preview", params={"afterr": DAY}, data=json.dumps(SPEC))
             err = (await resp.json())["error"]
-            assert resp.status == 400 and err["field"] == "after" and "takes: count" in err["message"], err
+            assert resp.status == 400 and err["field"] == "afterr" and "takes: count" in err["message"], err
             resp = await c.post("/v1/preview", params={"count": "2"}, data=json.dumps(SPEC))
             assert resp.status == 200, await resp.text()
             resp = await c.get("/v1/jobs", params={"no_such_param": "1"}, headers={"Authorization": "Bearer x"})

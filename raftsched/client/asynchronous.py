@@ -476,9 +476,10 @@ class AsyncClient(Transport):
         return await self._send(endpoints.list_runs(state, limit, consistent, since=since, until=until,
                                                     before=before, stale=stale))
 
-    async def preview_spec(self, spec: dict, count: int = PREVIEW_COUNT_DEFAULT, name: str | None = None) -> dict:
-        """``POST /v1/preview``: the next ``count`` slots of a spec not stored, as job ``name``'s."""
-        return await self._send(endpoints.preview_spec(spec, count, name))
+    async def preview_spec(self, spec: dict, count: int = PREVIEW_COUNT_DEFAULT, name: str | None = None,
+                           after: str | None = None) -> dict:
+        """``POST /v1/preview``: the next ``count`` slots after ``after`` of a spec not stored, as job ``name``'s."""
+        return await self._send(endpoints.preview_spec(spec, count, name, after))
 
     async def healthz(self) -> dict:
         """``GET /healthz``: ``{"ok", "role", "leader"}`` of the node tried first (a 503 returned)."""

@@ -495,11 +495,12 @@ def list_runs(state: str | None = None, limit: int = PAGE_LIMIT_DEFAULT, consist
 
 
 @endpoint
-def preview_spec(spec: dict, count: int = PREVIEW_COUNT_DEFAULT, name: str | None = None) -> Request:
+def preview_spec(spec: dict, count: int = PREVIEW_COUNT_DEFAULT, name: str | None = None,
+                 after: str | None = None) -> Request:
     """``POST /v1/preview``: the next ``count`` slots of a spec that is not stored (it is
     validated like a PUT's), as the job ``name`` would have them (a jitter offset is a hash of
-    the name). Read-only: it proposes nothing."""
-    return Request("POST", "/v1/preview", {"count": int(count), "name": name}, body=spec)
+    the name), after ``after`` (an ISO-8601 time; default now). Read-only: it proposes nothing."""
+    return Request("POST", "/v1/preview", {"count": int(count), "name": name, "after": after}, body=spec)
 
 
 @endpoint

@@ -648,7 +648,8 @@ async def preview_spec(request: web.Request) -> web.Response:
     svc = request.app[SERVICE]
     count = int_param(request, "count", 10, 1, limits.preview_count_max)
     name = job_param(request, "name")
-    return json_response(await svc.preview_spec(await json_body(request), count, name))
+    after_ms = time_param(request, "after")
+    return json_response(await svc.preview_spec(await json_body(request), count, name, after_ms))
 
 
 async def explain_job(request: web.Request) -> web.Response:
@@ -923,7 +924,10 @@ ROUTES: tuple[Route, ...] = (
           body="explain", errors=(404, 422), response="explained"),
     Route("POST", "/v1/preview", preview_spec, _R, T.SHARED, "a spec's next slots (proposes nothing)",
           params=(_COUNT, Param("name", "job", "the name the job would have: a jitter_s offset is a hash of it, "
-                                "and after is checked against it, as PUT /v1/jobs/{name} would (default preview)")),
+                                "and the spec's after is checked against it, as PUT /v1/jobs/{name} would "
+                                "(default preview)"),
+                  Param("after", "time", "slots after this time (default now: the job as if made now, which "
+                                         "has no slot before)")),
           body="job_spec", errors=(422,), response="slots"),
     Route("POST", "/v1/jobs/{name}/backfills", create_backfill, _W, T.JOB, "run a job for a past range",
           body="backfill", ok=201, also_ok=(200,), errors=(404, 409, 422), response="backfill_created"),

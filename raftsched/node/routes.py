@@ -145,7 +145,7 @@ def canonical(request: web.Request) -> str | None:
 
 def unknown_param(route: Route, names) -> str | None:
     """The first query parameter of ``names`` the row does not declare, or None: a request is
-    never answered as if a parameter it sent were not there (``POST /v1/preview?after=``)."""
+    never answered as if a parameter it sent were not there (``POST /v1/preview?after=`` was, before it took one)."""
     if route.any_query:
         return None
     known = {p.name for p in route.params}

@@ -43,15 +43,16 @@ def new_request_id() -> str:
     return uuid.uuid4().hex
 
 
-def _preview_spec(raw, count: int, now: int, name: str | None = None) -> dict:
+def _preview_spec(raw, count: int, now: int, name: str | None = None, after_ms: int | None = None) -> dict:
     """``POST /v1/preview``'s answer: the slots of a job named ``name`` (default ``preview``)
-    made from ``raw`` at ``now`` (pure). The name matters: a jitter offset is a hash of it, and
-    ``after`` may not name it."""
+    made from ``raw`` at ``now`` (pure), after ``after_ms`` when that is later than its first
+    (the job made now has no slot before). The name matters: a jitter offset is a hash of it,
+    and the spec's ``after`` (its parents) may not name it."""
     spec = model.validate_job(name or PREVIEW_NAME, raw, now)
     if "schedule" not in spec:
         return {"slots": [], "triggered_by": spec["after"]}
     anchor, cursor = policy.initial_position(spec["schedule"], now)
-    return {"slots": preview.preview(spec, anchor, cursor, count)}
+    return {"slots": preview.preview(spec, anchor, cursor if after_ms is None else max(cursor, after_ms), count)}
 
 
 #: The job name POST /v1/preview validates a spec under when it is given none.
@@ -836,8 +837,8 @@ class Service:
         after = self.clock.now_ms() if after_ms is None else after_ms
         return {"job": name, "slots": await asyncio.to_thread(preview.preview, spec, anchor, after, count)}
 
-    async def preview_spec(self, raw, count: int, name: str | None = None) -> dict:
-        return await asyncio.to_thread(_preview_spec, raw, count, self.clock.now_ms(), name)
+    async def preview_spec(self, raw, count: int, name: str | None = None, after_ms: int | None = None) -> dict:
+        return await asyncio.to_thread(_preview_spec, raw, count, self.clock.now_ms(), name, after_ms)
 
     async def explain_job(self, name: str, body, tenants: frozenset | None = None) -> dict:
         spec, anchor = self._job_spec(name)
