@@ -90,8 +90,19 @@ def test_an_http_runs_json_body_is_its_result_when_asked():
 
         async def text(request):
             return web.Response(text="rows: 42")
+        async def deep(request):  # (a red-team walk: RecursionError out of the reader made the run dead)
+            return web.Response(text="[" * 2048 + "]" * 2048, content_type="application/json")
+
+        async def nested(request):  # parses, but deeper than a payload may be
+            return web.Response(text="[" * 40 + "]" * 40, content_type="application/json")
+
+        async def huge_int(request):
+            return web.Response(text='{"n": %d}' % 2**70, content_type="application/json")
         app.router.add_post("/json", answer)
         app.router.add_post("/text", text)
+        app.router.add_post("/deep", deep)
+        app.router.add_post("/nested", nested)
+        app.router.add_post("/huge", huge_int)
         server = TestServer(app, host="127.0.0.1")
         await server.start_server()
         try:
@@ -109,6 +120,14 @@ def test_an_http_runs_json_body_is_its_result_when_asked():
             assert out.ok and c.result is None
             assert out.output.startswith("HTTP 200\n") and out.output.rstrip().endswith(
                 'the response body is not JSON; no result kept (docs/pipelines.md, "Results")'), out.output
+            for path, why in (("/deep", "is nested more than 32 levels deep"),
+                              ("/nested", "is nested more than 32 levels deep"),
+                              ("/huge", "holds a value a command cannot carry (an integer beyond 64 bits)")):
+                c = ctx()
+                out = await execute({"type": "http", "url": str(server.make_url(path)), "result": True}, c, 10)
+                assert out.ok and c.result is None and out.error is None, (path, out)
+                assert out.output.rstrip().endswith(f'the response body {why}; no result kept '
+                                                    '(docs/pipelines.md, "Results")'), (path, out.output[-200:])
         finally:
             await server.close()
     run(t())

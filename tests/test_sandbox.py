@@ -278,6 +278,14 @@ def test_a_result_file_that_is_not_json_is_no_result_and_the_run_says_so(caplog)
                     await execute(sh('echo "$0" > "$RAFTSCHED_RESULT_FILE"', argv0='{"rows": 42}'), good, 10,
                                   sandbox=s),
                     await execute(sh("echo out"), none, 10, sandbox=s))
+            # Nested as deep as the parser goes: no result, and the run keeps its success (a
+            # RecursionError out of the reader made it dead, a traceback in its output).
+            deep = c("deep")
+            deep_out = await execute(sh('printf "%s" "$0" > "$RAFTSCHED_RESULT_FILE"', argv0="[" * 2048 + "]" * 2048),
+                                     deep, 10, sandbox=s)
+            assert deep_out.ok and deep.result is None, deep_out
+            assert deep_out.output == "raftsched: $RAFTSCHED_RESULT_FILE is nested more than 32 levels deep; no " \
+                                      'result kept (docs/pipelines.md, "Results")\n', deep_out.output
             return outs, (bad.result, good.result, none.result)
         finally:
             await s.close()
@@ -288,7 +296,7 @@ def test_a_result_file_that_is_not_json_is_no_result_and_the_run_says_so(caplog)
                                      '(docs/pipelines.md, "Results")\n', bad.output
     assert good.ok and good.output == "" and none.ok and none.output == "out\n"
     warned = [r for r in caplog.records if r.levelname == "WARNING" and "result file" in r.getMessage()]
-    assert len(warned) == 1 and "run bad is not JSON" in warned[0].getMessage()
+    assert len(warned) == 2 and "run bad is not JSON" in warned[0].getMessage()
 
 
 def test_a_python_run_is_a_process_of_its_own_as_the_run_user_with_its_context(targets):

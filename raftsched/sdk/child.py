@@ -90,7 +90,7 @@ def _secrets() -> dict[str, str]:
         pass
     try:
         got = json.loads(data or b"{}")
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     return {k: v for k, v in got.items() if isinstance(v, str)} if isinstance(got, dict) else {}
 

@@ -211,7 +211,7 @@ def _read_result(path: str, masked: Sequence[str] = ()) -> dict | None:
         return None
     try:
         res = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not (isinstance(res, dict) and isinstance(res.get("ok"), bool) and isinstance(res.get("output"), str)
             and (res.get("error") is None or isinstance(res["error"], str))):

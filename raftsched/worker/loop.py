@@ -76,6 +76,7 @@ from ..aio import wait_event
 from .. import sealing
 from . import limits as worker_limits
 from . import masking
+from .results import check_result
 from .executors import ALL_TYPES, CancelEvent, Outcome, RunContext, execute, execute_soon
 from .sandbox import RunServerError, Sandbox
 
@@ -183,11 +184,7 @@ def run_result(value: Any) -> Any:
             parts.append(part)
     except (TypeError, ValueError, RecursionError):  # not JSON, or nested too deep to encode
         return None
-    out = json.loads("".join(parts))
-    try:
-        msgpack.packb(out, use_bin_type=True)
-    except (OverflowError, TypeError, ValueError):  # (a command could not carry it)
-        return None
+    out, why = check_result(json.loads("".join(parts)))  # (too deep, or what a command cannot carry)
     return out
 
 

@@ -70,6 +70,7 @@ from ..config import ConfigError
 from ..core import limits as core_limits
 from . import limits
 from .masking import secret_values
+from .results import parse_result
 from .executors._context import ALL_TYPES, RunContext, Result
 from .executors._deadline import race, timed_out
 from .executors._output import OUTPUT_BYTES_MAX, may_be_cut, short, tail_bytes, tail_str
@@ -1137,7 +1138,7 @@ def _result(done: dict | None, masked: Sequence[str] = ()) -> Result | None:
         return None
     try:
         res = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # (what the run's own process wrote: its code could nest it)
         return None
     if not (isinstance(res, dict) and isinstance(res.get("ok"), bool) and isinstance(res.get("output"), str)
             and (res.get("error") is None or isinstance(res["error"], str))):
@@ -1225,12 +1226,7 @@ def _read_result(path: str) -> tuple[object, str | None]:
         return None, f"cannot be read ({e.strerror or e})"
     finally:
         os.close(fd)
-    if len(data) > core_limits.result_bytes_max:
-        return None, f"is larger than {core_limits.result_bytes_max} bytes"
-    try:
-        return json.loads(data), None
-    except ValueError:
-        return None, "is not JSON"
+    return parse_result(data)
 
 
 async def _run_result(ctx: RunContext, path: str) -> str | None:

@@ -15,7 +15,6 @@ not) fails without sending anything.
 from __future__ import annotations
 
 import asyncio
-import json
 import ipaddress
 import logging
 import socket
@@ -32,6 +31,7 @@ from .. import limits
 from ._context import RunContext, Result
 from ._deadline import run_task, stopped, timed_out
 from ..masking import mask, secret_values
+from ..results import parse_result
 from ._output import OUTPUT_BYTES_MAX, exc_reason, short, tail_bytes
 
 log = logging.getLogger("raftsched.executors")
@@ -149,14 +149,10 @@ async def _http_post(ex: dict, ctx: RunContext, timeout_s: float,
     note = ""
     if 200 <= status < 300 and ex.get("result"):
         # Asked for (pipelines): the JSON response body is the run's result, for its children.
-        why = None
-        if cut or len(data) > core_limits.result_bytes_max:
-            why = f"is larger than {core_limits.result_bytes_max} bytes"
+        if cut:
+            why: str | None = f"is larger than {core_limits.result_bytes_max} bytes"
         else:
-            try:
-                ctx.result = json.loads(data)
-            except ValueError:
-                why = "is not JSON"
+            ctx.result, why = parse_result(data)
         if why is not None:  # said in the run's output, as a result file's is (docs/pipelines.md)
             log.warning("http executor: the response body of run %s %s; no result kept", ctx.run_id, why)
             note = f"\nraftsched: the response body {why}; no result kept (docs/pipelines.md, \"Results\")\n"
