@@ -435,6 +435,30 @@ def test_request_id_table_is_bounded_fifo(monkeypatch):
     assert apply(s, commands.make("trigger_job", T0, "r4", name="a"))["duplicate"] is True
 
 
+def test_a_clients_keys_are_not_pushed_out_by_requests_without_a_key_nor_by_a_fleets(monkeypatch):
+    """A red-team walk: another tenant's ~20 000 lock writes without a key pushed a client's
+    Idempotency-Key out of the one log of 10 000 ids in seconds, and its retry triggered a second
+    run (a fleet's keyed completions did the same at 9 000 runs a second within two minutes).
+    The ids of clients' keys (k-), of worker tokens' keys (w-) and the ids nodes make up are
+    remembered apart, each as many; a snapshot keeps the three."""
+    monkeypatch.setattr(limits, "request_ids_max", 3)
+    s = new_state(("a", EVERY10))
+    first = apply(s, commands.make("trigger_job", T0, "k-deploy", name="a"))
+    for i in range(10):
+        apply(s, commands.make("trigger_job", T0, f"{i:032x}", name="a"))  # no key: the node's ids
+        apply(s, commands.make("trigger_job", T0, f"w-{i}", name="a"))  # a worker token's keys
+    again = apply(s, commands.make("trigger_job", T0, "k-deploy", name="a"))
+    assert again["duplicate"] is True and again["run"] == first["run"]
+    assert list(s.requests) == ["k-deploy", "w-7", "w-8", "w-9", f"{7:032x}", f"{8:032x}", f"{9:032x}"]
+    r = restored(s)
+    assert r.requests == s.requests and r.snapshot() == s.snapshot()
+    # An older snapshot's one list is sorted back by prefix, each log bounded.
+    from raftsched.core.records import RequestLog
+    old = RequestLog([("w-1", ["x", {}]), ("k-1", ["x", {}]), ("a", ["x", {}]), ("k-2", ["x", {}]),
+                      ("k-3", ["x", {}]), ("k-4", ["x", {}])])
+    assert list(old) == ["k-2", "k-3", "k-4", "w-1", "a"] and len(old) == 5 and "k-1" not in old
+
+
 # ----------------------------------------------------------------------------- bounds
 def test_history_bound_trims_oldest_terminal_entries_but_never_queued_ones():
     spec = spec_of({"every_s": 10}, "skip", grace_s=5, history=3)

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import sys
 import zlib
-from collections.abc import Callable, Collection, Iterable
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterable, Iterator
+from itertools import chain
 from typing import Any, TypeAlias, TypeGuard, TypeVar
 
 import msgpack
@@ -341,12 +343,79 @@ def _reused() -> Conflict:
 
 
 # ------------------------------------------------------------------ request ids (I7)
+#: What a request id a client's key made starts with (node/http.scope_key): a worker token's, and
+#: any other token's. Any other id is one a node made up for a request without a key.
+WORKER_KEY_PREFIX = "w-"
+CLIENT_KEY_PREFIX = "k-"
+
+
+class RequestLog:
+    """The request ids the state remembers, with ``[what, result]`` each (I7): three FIFO logs of
+    ``request_ids_max`` each, one for the ids of clients' keys, one for worker tokens' keys (a
+    fleet's completions, ~90 a second at 9 000 runs a second) and one for the ids nodes make up
+    for requests without a key (every other mutation). One log of 10 000 let a busy fleet, or
+    another tenant's writes without a key, push a client's key out within a minute or two, after
+    which its retry applied again. A snapshot writes them as one list (the clients' ids, the
+    workers', the rest), and a restore sorts any list back by prefix, an older one's too."""
+
+    __slots__ = ("client", "worker", "other")
+
+    def __init__(self, items: Any = ()) -> None:
+        self.client: OrderedDict[str, list[Any]] = OrderedDict()
+        self.worker: OrderedDict[str, list[Any]] = OrderedDict()
+        self.other: OrderedDict[str, list[Any]] = OrderedDict()
+        for rid, v in items:
+            self._log(rid)[rid] = v
+        for log in (self.client, self.worker, self.other):
+            while len(log) > limits.request_ids_max:
+                log.popitem(last=False)
+
+    def _log(self, rid: object) -> OrderedDict[str, list[Any]]:
+        if type(rid) is str:
+            if rid.startswith(CLIENT_KEY_PREFIX):
+                return self.client
+            if rid.startswith(WORKER_KEY_PREFIX):
+                return self.worker
+        return self.other
+
+    def get(self, rid: object, default: Any = None) -> Any:
+        return self._log(rid).get(rid, default)  # type: ignore[call-overload]
+
+    def __getitem__(self, rid: str) -> list[Any]:
+        return self._log(rid)[rid]
+
+    def __contains__(self, rid: object) -> bool:
+        return rid in self._log(rid)
+
+    def __setitem__(self, rid: str, value: list[Any]) -> None:
+        """Remember ``rid``: its log forgets its oldest beyond ``request_ids_max``."""
+        log = self._log(rid)
+        log[rid] = value
+        while len(log) > limits.request_ids_max:
+            log.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self.client) + len(self.worker) + len(self.other)
+
+    def __iter__(self) -> Iterator[str]:
+        return chain(self.client, self.worker, self.other)
+
+    def items(self) -> Iterator[tuple[str, list[Any]]]:
+        return chain(self.client.items(), self.worker.items(), self.other.items())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RequestLog) and (self.client, self.worker, self.other) == \
+            (other.client, other.worker, other.other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 def request_what(cmd: Record) -> str:
     """What a request id is remembered with: the command's op and target."""
     return f"{cmd['op']}:{cmd.get('name') or cmd.get('run') or ''}"
 
 
-def replayed(requests: dict[str, list[Any]], cmd: Record) -> Result | None:
+def replayed(requests: RequestLog, cmd: Record) -> Result | None:
     """The replay rule, written once: the result a command gets when its request id is one
     ``requests`` (the state's ``{rid: [what, result]}``) remembers: the first result, marked
     duplicate, or a conflict when the id was used for another request; None when it is not

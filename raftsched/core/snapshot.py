@@ -22,7 +22,6 @@ snapshots to the same bytes as the one they were taken from.
 from __future__ import annotations
 
 import io
-from collections import OrderedDict
 from dataclasses import dataclass
 from itertools import islice, repeat
 from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeAlias
@@ -33,6 +32,7 @@ import msgpack
 from .policy import fires_ahead
 from .records import (
     FINAL_FIELDS, FINAL_KEYS, JOB_FIELDS, NONE_KEPT, SHARED_PARTS, STATS_FIELDS, IntTable, JobKeys, PartTable, Record,
+    RequestLog,
     RunKeys, SpecKeys, attempts_of, final_attempt, intern_str, part_key, seed_part, share_int, share_spec,
     shared_keys, success_implied,
 )
@@ -406,7 +406,7 @@ def decode(data: bytes) -> tuple[dict[str, Any], DueSource | None]:
                 _drop_final_attempt(run)
     fields = {
         "jobs": jobs, "runs": runs, "history": history, "queues": obj["queues"],
-        "requests": OrderedDict((k, v) for k, v in obj["requests"]),
+        "requests": RequestLog(obj["requests"]),
         "now_ms": obj["now_ms"], "gen": obj["gen"], "manual_seq": obj["manual_seq"],
         "fencing_token": obj["fencing_token"], "applied": obj["applied"], "leader": obj["leader"],
         "tenants": obj["tenants"], "locks": obj["locks"],

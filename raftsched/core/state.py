@@ -24,13 +24,13 @@ applies and reads (``RaftNode.read``), and pauses the collector around a snapsho
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeAlias
 
 from sortedcontainers import SortedList
 
-from . import commands, limits, snapshot
+from . import commands, snapshot
 from .commands import Command
 from .due import DueIndex
 from .stats import ApplyStats
@@ -45,7 +45,7 @@ from .leases import (
 from .locks import apply_fencing_floor, apply_lock_acquire, apply_lock_release, apply_lock_renew
 from .queues import apply_dlq_delete, apply_dlq_requeue, apply_put_queue, rebuild_indexes, reset_indexes
 from .ready import ReadyIndex
-from .records import IntTable, PartTable, Record, Result, err, ok, replayed, request_what
+from .records import IntTable, PartTable, Record, RequestLog, Result, err, ok, replayed, request_what
 from .tenants import apply_delete_tenant, apply_put_tenant, apply_put_tenant_policy
 from .backfills import (
     apply_backfill, apply_backfill_control, apply_backfill_step, apply_dlq_bulk, apply_dlq_bulk_step,
@@ -217,8 +217,8 @@ class SchedulerState:
         self.history: dict[str, list[str]] = {}
         #: queue name -> {"max_depth", "on_full"}
         self.queues: dict[str, Record] = {}
-        #: request id -> [what, result], FIFO-bounded by request_ids_max
-        self.requests: OrderedDict[str, list[Any]] = OrderedDict()
+        #: request id -> [what, result], in three logs FIFO-bounded by request_ids_max each
+        self.requests = RequestLog()
         #: highest ``now`` seen: state time never runs backwards
         self.now_ms = 0
         #: global, only-increasing counters
@@ -291,9 +291,7 @@ class SchedulerState:
             # every replica's consumer (replication/_consumer.py).
             res = err(RaftschedError(f"{cmd['op']} could not be applied (a bug): {type(e).__name__}: {e}"))
         if rid is not None:
-            self.requests[rid] = [request_what(cmd), res]
-            while len(self.requests) > limits.request_ids_max:
-                self.requests.popitem(last=False)
+            self.requests[rid] = [request_what(cmd), res]  # (its log forgets its oldest beyond the bound)
         return res
 
     # ------------------------------------------------------------------ snapshot

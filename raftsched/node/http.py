@@ -18,6 +18,7 @@ from ..core import limits, schedule
 from ..core.bodies import json_loads
 from ..core.errors import BadRequest, InvalidSpec, RequestTimeout
 from ..core.model import RUN_STATES, check_label_key, check_label_value, check_name
+from ..core.records import CLIENT_KEY_PREFIX, WORKER_KEY_PREFIX
 from . import limits as node_limits
 
 #: The application's parts (make_app sets them). An app without the node's loops (tests)
@@ -190,12 +191,14 @@ def scope_key(request: web.Request, key: str | None) -> str | None:
     """``key`` as the principal of ``request`` owns it: keys are the token's, so another token's
     request with the same key is another request (neither replays nor conflicts with it), and
     no answer tells one token what another used a key for. A hash of the token id and the key,
-    as long as any key may be."""
+    as long as any key may be; a worker token's starts ``w-``, any other's ``k-``: the state
+    remembers each kind apart (records.RequestLog), so a fleet's completions never push a
+    client's key out."""
     p = request.get(PRINCIPAL)
     if key is None or p is None:
         return key
     h = hashlib.blake2b(f"{p.id}\0{key}".encode("utf-8", "backslashreplace"), digest_size=16)
-    return "k-" + h.hexdigest()
+    return (WORKER_KEY_PREFIX if p.role == "worker" else CLIENT_KEY_PREFIX) + h.hexdigest()
 
 
 def int_param(request: web.Request, name: str, default: int, lo: int, hi: int, why: str | None = None) -> int:
