@@ -62,3 +62,37 @@ def test_apply_refuses_a_renew_or_release_of_a_token_limited_to_other_tenants():
     assert apply(s, commands.lock_command("lock_renew", T0 + 2, None, name="l",
                                           fields={"token": tok, "tenants": ["acme", "globex"]}))["ok"]
     assert apply(s, commands.lock_command("lock_release", T0 + 3, None, name="l", fields={"token": tok}))["ok"]
+
+
+def test_a_tenant_holds_at_most_its_share_of_the_locks_and_gets_it_back_as_they_go(monkeypatch):
+    """A red-team walk: an operator token limited to one tenant took all 10 000 locks of the
+    cluster in 7 s, and every other tenant's acquire (the admin's too) was refused. A tenant's
+    tokens hold at most locks_per_tenant_max (a lock counts for each of its tenants); a release
+    or an expiry gives the room back, and a restored replica counts the same."""
+    from raftsched.core import limits
+    from core_helpers import restored
+    monkeypatch.setattr(limits, "locks_per_tenant_max", 2)
+
+    def take(s, name, tenants, now=T0):
+        return apply(s, commands.lock_command("lock_acquire", now, None, name=name,
+                                              fields={"owner": "o", "ttl": 5000, "tenants": tenants}))
+    s = new_state()
+    a1, a2 = take(s, "a1", ["acme"]), take(s, "a2", ["acme", "globex"])
+    assert a1["ok"] and a2["ok"]
+    res = take(s, "a3", ["acme"])
+    assert not res["ok"] and res["error"]["code"] == "conflict" and res["error"]["field"] == "name"
+    assert res["error"]["message"] == "tenant 'acme' holds 2 locks, a tenant's limit: release some", res
+    assert "a3" not in s.locks
+    assert take(s, "g2", ["globex", "zeta"])["ok"]  # globex held one (a2's): room for one more
+    assert not take(s, "g3", ["globex"])["ok"]
+    assert take(s, "z", ["zeta"])["ok"]  # (zeta held one, g2's)
+    unlimited = apply(s, commands.lock_command("lock_acquire", T0, None, name="ops", fields={"owner": "o", "ttl": 5000}))
+    assert unlimited["ok"]  # a token of every tenant is not counted against any
+    assert restored(s)._lock_tenants == s._lock_tenants == {"acme": 2, "globex": 2, "zeta": 2}
+    assert apply(s, commands.lock_command("lock_release", T0, None, name="a1", fields={"token": a1["token"]}))["ok"]
+    assert take(s, "a3", ["acme"])["ok"]
+    # The reaper's expiry gives the room back too.
+    reaped = apply(s, commands.expire(T0 + 6000, runs=[], locks=[["a2", a2["token"], 0]]))
+    assert reaped["released"] == ["a2"], reaped
+    assert s._lock_tenants == {"acme": 1, "globex": 1, "zeta": 2}
+    assert take(s, "g3", ["globex"], T0 + 6000)["ok"]

@@ -318,6 +318,31 @@ def test_tenant_defaults_and_a_sink_limited_to_a_tenant() -> None:
     assert kinds(s) == ["run.dead"]  # the sink hears of billing's jobs only
 
 
+def test_a_tenant_holds_at_most_its_share_of_the_sinks(monkeypatch) -> None:
+    """A red-team walk: an operator limited to one tenant made the cluster's 100 sinks, after which
+    every other tenant's sink, and the admin's, was refused. A tenant holds at most
+    sinks_per_tenant_max (by its spec's tenant): a new one, or one moved to it, is refused naming
+    the field; its own replaced, another tenant's and a cluster-wide one go on."""
+    from raftsched.core import limits
+    monkeypatch.setattr(limits, "sinks_per_tenant_max", 2)
+    s = new_state()
+
+    def sink(name, tenant):
+        raw = {"type": "webhook", "url": "http://127.0.0.1:9/", "secrets": {"signing_key": "k"}}
+        if tenant is not None:
+            raw["tenant"] = tenant
+        return apply(s, commands.put_sink(T0, None, name=name, spec=validate_sink(name, raw)))
+    assert sink("b1", "billing")["ok"] and sink("b2", "billing")["ok"]
+    res = sink("b3", "billing")
+    assert not res["ok"] and res["error"]["code"] == "limit_exceeded" and res["error"]["field"] == "tenant", res
+    assert res["error"]["message"] == "tenant 'billing' holds 2 sinks, a tenant's limit" and "b3" not in s.sinks
+    assert sink("b2", "billing")["ok"]  # its own, replaced
+    assert sink("s1", "search")["ok"] and sink("ops", None)["ok"]
+    assert not sink("s1", "billing")["ok"] and s.sinks["s1"]["spec"]["tenant"] == "search"  # moved to a full one
+    assert apply(s, commands.delete_sink(T0, None, name="b1"))["ok"]
+    assert sink("s1", "billing")["ok"]
+
+
 def test_a_job_with_an_empty_notify_has_no_routes_not_its_tenants() -> None:
     """A user's walk: a job put with "notify": [] under a tenant with default routes was still
     told by them (the empty list was dropped as absent). It is the job's own routes: none."""

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import limits, pipelines
 from .errors import Conflict, InvalidCommand, NotFound
+from .locks import count_tenants
 from .placement import placement_ok
 from .events import CONSECUTIVE, LAST_SLOT, LAST_SUCCESS, emit
 from .notify import RUN_OUTCOMES, on_attempt_failed, on_dead, on_slot_recorded, on_success
@@ -719,6 +720,7 @@ def apply_expire(s: SchedulerState, cmd: Command, now: int) -> Result:
             ignored += 1
             continue
         del s.locks[name]
+        count_tenants(s, lk.get("tenants"), -1)
         released.append(name)
     if s.sinks:
         for worker in sorted(lost_by):  # one event a worker whose leases expired

@@ -180,6 +180,9 @@ attempt_error_chars_max = 512
 dlq_per_queue_max = 10_000
 #: Locks held at once (the reaper looks at every held lock each tick).
 locks_max = 10_000
+#: Locks held at once by the tokens limited to one tenant (a lock counts for each of its tenants):
+#: one tenant cannot take every lock of a cluster it shares (a red-team walk filled it in 7 s).
+locks_per_tenant_max = 1_000
 #: Attempts of one run lost with their worker (lease expired) that are retried on top of
 #: max_attempts: losing a worker is not the handler's failure.
 lease_losses_max = 5
@@ -420,6 +423,8 @@ assert 2 * deadline_judge_items_max * (job_name_chars_max + 64) < command_bytes_
 # Notifications (core/notify.py, node/notify.py: docs/notifications.md)
 #: Sinks the cluster holds, and the routes a job's or a tenant's ``notify`` may list.
 sinks_max = 100
+#: Sinks of one tenant (``"tenant"`` in its spec): one tenant cannot take every sink of the cluster.
+sinks_per_tenant_max = 10
 notify_routes_max = 8
 #: Events a sink's dead list keeps (the oldest give way), and events a requeue moves at once.
 sink_dead_max = 1000

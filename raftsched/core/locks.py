@@ -7,7 +7,7 @@ downstream system can reject a holder that lost the lock.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import limits
 from .errors import Conflict, InvalidCommand
@@ -49,6 +49,12 @@ def apply_lock_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
     if len(s.locks) >= limits.locks_max:  # (a new lock: a held one was refused above)
         raise Conflict(f"the cluster holds {limits.locks_max} locks, its limit", field="name")
     tenants = _tenants(cmd)
+    if tenants is not None:
+        full = next((t for t in tenants if s._lock_tenants.get(t, 0) >= limits.locks_per_tenant_max), None)
+        if full is not None:
+            raise Conflict(f"tenant {full!r} holds {limits.locks_per_tenant_max} locks, a tenant's limit: release "
+                           "some", field="name")
+        count_tenants(s, tenants, 1)
     s.fencing_token += 1
     s.locks[name] = {"owner": cmd["owner"], "token": s.fencing_token, "deadline": now + ttl,
                      "ttl": ttl, "since": now, "renewals": 0}
@@ -57,6 +63,19 @@ def apply_lock_acquire(s: SchedulerState, cmd: Command, now: int) -> Result:
         # renews or releases it (node/service.py lock_renew), whoever learnt its token.
         s.locks[name]["tenants"] = tenants
     return {"ok": True, "lock": name, "owner": cmd["owner"], "token": s.fencing_token, "deadline": now + ttl}
+
+
+def count_tenants(s: SchedulerState, tenants: Any, d: int) -> None:
+    """Count a lock of ``tenants`` (a lock's, or None) taken (``d`` 1) or gone (-1) in each of
+    them (``SchedulerState._lock_tenants``, derived: queues.rebuild_indexes)."""
+    if tenants:
+        counts = s._lock_tenants
+        for t in tenants:
+            n = counts.get(t, 0) + d
+            if n > 0:
+                counts[t] = n
+            else:
+                counts.pop(t, None)
 
 
 def _tenants(cmd: Command) -> list[str] | None:
@@ -105,6 +124,7 @@ def apply_lock_release(s: SchedulerState, cmd: Command, now: int) -> Result:
     :raises Conflict: ``token`` does not hold the lock."""
     name, lk = _held(s, cmd, now)
     del s.locks[name]
+    count_tenants(s, lk.get("tenants"), -1)
     return {"ok": True, "lock": name, "released": True}
 
 

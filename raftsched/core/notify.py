@@ -303,6 +303,11 @@ def apply_put_sink(s: SchedulerState, cmd: Command, now: int) -> Result:
     check_sink_spec(spec)
     assert isinstance(spec, dict)  # (check_sink_spec refused anything else)
     old = s.sinks.get(name)
+    tenant = spec.get("tenant")
+    if tenant is not None and (old is None or old["spec"].get("tenant") != tenant) \
+            and sum(1 for x in s.sinks.values() if x["spec"].get("tenant") == tenant) >= limits.sinks_per_tenant_max:
+        raise LimitExceeded(f"tenant {tenant!r} holds {limits.sinks_per_tenant_max} sinks, a tenant's limit",
+                            field="tenant")
     if old is None:
         if len(s.sinks) >= limits.sinks_max:
             raise LimitExceeded(f"the cluster holds {limits.sinks_max} sinks, its limit", field="name")

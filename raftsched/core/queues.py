@@ -33,6 +33,7 @@ from . import deadlines, limits, pipehooks, snapshot
 from .errors import Conflict, InvalidCommand, NotFound
 from .model import is_name
 from .events import emit
+from .locks import count_tenants
 from .ready import ReadyIndex
 from .records import Record, Result, is_int, ok
 
@@ -57,6 +58,8 @@ def reset_indexes(s: SchedulerState) -> None:
     s._running_ids = {}
     #: how many jobs are paused (jobs.apply_pause_job / apply_resume_job / apply_delete_job)
     s._paused_count = 0
+    #: tenant -> locks held by its tokens (locks.count_tenants)
+    s._lock_tenants = {}
     #: the jobs whose spec says "metrics": true, in no particular order (notify.metric_jobs)
     s._metric_jobs = {}
     #: the jobs whose spec has a placement, in no particular order (worker_queries.unplaceable)
@@ -121,6 +124,8 @@ def rebuild_indexes(s: SchedulerState) -> None:
         if qrec["on_full"] == "drop_oldest":
             by_slot_index(s, name)
     s._paused_count = sum(1 for j in s.jobs.values() if j["paused"])
+    for lk in s.locks.values():
+        count_tenants(s, lk.get("tenants"), 1)
     s._metric_jobs = {name: None for name, j in s.jobs.items() if j["spec"].get("metrics")}
     s._placed_jobs = {name: None for name, j in s.jobs.items() if "placement" in j["spec"]}
     s._names = SortedList(s.jobs)

@@ -188,6 +188,7 @@ class SchedulerState:
     _running_ids: dict[str, None]
     #: paused jobs (jobs.py keeps it; the metrics read it instead of walking the jobs)
     _paused_count: int
+    _lock_tenants: dict[str, int]
     _metric_jobs: dict[str, None]
     _placed_jobs: dict[str, None]
     _names: SortedList
