@@ -33,6 +33,9 @@
 #                              without its last word "node" when that is set, else
 #                              ".venv/bin/raftsched")
 #   RAFTSCHED_PYTHON           interpreter used to create .venv (default python3)
+#   RAFTSCHED_RUN_UIDS         as root, each node runs each shell and python run as a uid of its
+#                              own (--run-uids, 16 a node from 2000000000 + 16 x its API port);
+#                              0 turns that off: every run is the user raftsched-run
 #   RAFTSCHED_TLS              at start: 1 serves the API over TLS with a local CA made in
 #                              .raftsched/tls (raftsched.testing.tls); mutual also requires a
 #                              client certificate. Empty or 0: plain HTTP. Unset: as recorded.
@@ -354,6 +357,20 @@ ensure_tls() {
     die "could not generate TLS certificates in $TLS_DIR"
 }
 
+# run_uids_args N: set UID_ARGS to node N's --run-uids, as root: each shell and python run a
+# user of its own, so runs (of different tenants) cannot read each other's environment and
+# secrets through /proc, nor signal each other (docs/security.md, "Per-run users"). Sixteen uids
+# a node (its --slots is 4), from 2000000000 + 16 x its API port: a port is one node's on a host
+# at a time, so the ranges of every cluster.sh node of the host are apart. RAFTSCHED_RUN_UIDS=0
+# turns it off (every run then shares the run user raftsched-run).
+run_uids_args() {
+  UID_ARGS=()
+  ((EUID == 0)) || return 0
+  [[ "${RAFTSCHED_RUN_UIDS:-1}" == 0 ]] && return 0
+  local lo=$((2000000000 + $(api_port "$1") * 16))
+  UID_ARGS=(--run-uids "$lo-$((lo + 15))")
+}
+
 # tls_node_args / tls_probe_args: set TLS_ARGS to the flags a node or the probe gets.
 tls_node_args() {
   TLS_ARGS=()
@@ -435,6 +452,7 @@ start_node() {
   local detach=()
   command -v setsid >/dev/null 2>&1 && detach=(setsid)
   tls_node_args
+  run_uids_args "$n"
   # shellcheck disable=SC2016  # $$, $0 and $@ are expanded by the inner bash
   "${detach[@]}" nohup bash -c 'echo $$ >"$0.tmp" && mv -f "$0.tmp" "$0" && exec "$@"' "$pidf" \
     "${NODE_CMD[@]}" \
@@ -448,6 +466,7 @@ start_node() {
     --token-file "$TOKEN_FILE" \
     --log-file "$log" \
     ${TLS_ARGS[@]+"${TLS_ARGS[@]}"} \
+    ${UID_ARGS[@]+"${UID_ARGS[@]}"} \
     </dev/null >>"$log" 2>&1 &
   local i
   for ((i = 0; i < 50; i++)); do
