@@ -217,6 +217,27 @@ def test_a_dead_run_misses_at_once_and_a_still_running_one_is_said_so() -> None:
     assert "still running" in deadlines.explain(r)
 
 
+def test_a_deadline_judged_late_names_the_cause_at_its_instant_not_at_the_sweep() -> None:
+    """An on-call walk: the cluster down across a slot's succeed_within_s instant, its run started
+    when it came back (13 s past the instant) and the first sweep said it missed "still_running";
+    at the instant it had never started."""
+    sp = spec({"every_s": 600}, {"succeed_within_s": 300}, retry={"max_attempts": 1})
+    s = new_state(("j", sp), now=T0)
+    first = T0 + 600 * SEC
+    run_to(s, first, first)  # fired, queued; then no leader until 313 s later
+    back = first + 313 * SEC
+    (g,) = acquire(s, back)  # a worker takes it before the sweep judges it
+    tick(s, back)
+    r = rec(s, f"j@{first}")
+    assert (r["state"], r["cause"]) == ("missed", "never_started"), r
+    # One that started before its instant and runs past it is still running, as before.
+    second = first + 600 * SEC
+    run_to(s, second, second)
+    acquire(s, second + SEC)
+    run_to(s, second + 300 * SEC, second + 300 * SEC)
+    assert rec(s, f"j@{second}")["cause"] == "still_running"
+
+
 @pytest.mark.parametrize("deadline, which, after_s", [
     ({"start_within_s": 10, "succeed_within_s": 20}, "succeed_within_s", 20),
     ({"start_within_s": 10, "succeed_by": "23:59", "succeed_within_s": 20}, "succeed_within_s", 20),

@@ -618,9 +618,23 @@ def judge(s: SchedulerState, book: Book, rid: str, now: int) -> bool:
             continue
         if run["state"] == "succeeded":
             continue  # judged by on_finish
-        _miss(s, book, rid, r, now, (t, w), _cause(s, run), t, final=run["state"] not in ("queued", "running", "waiting"))
+        _miss(s, book, rid, r, now, (t, w), _cause_at(s, run, t), t,
+              final=run["state"] not in ("queued", "running", "waiting"))
         return True
     return False
+
+
+def _cause_at(s: SchedulerState, run: Record, t: int) -> str:
+    """Why a slot's run had not succeeded at its deadline ``t``, judged at a sweep that may come
+    long after (the first after a leader's outage): a run whose first attempt started after
+    ``t`` had never started then, whatever it does now (an on-call walk: a slot whose run the
+    cluster, back from an outage, started 13 s past its succeed_within_s was said missed
+    "still_running")."""
+    started = _first_start(run)
+    if started is not None and started > t:
+        job = s.jobs.get(run["job"])
+        return "paused" if job is not None and job["paused"] else "never_started"
+    return _cause(s, run)
 
 
 def due(s: SchedulerState, now: int, limit: int) -> tuple[list[str], list[str]]:
