@@ -262,21 +262,10 @@ def test_the_series_the_alert_rules_read_exist_at_zero_before_their_first_event(
     assert sample(text, "raftsched_dlq_runs", queue="reports") == 0, "a queue a job names, not declared"
 
 
-def test_deadline_misses_fires_for_a_miss_right_after_a_whole_cluster_restart(tmp_path):
-    """``promtool test rules`` on DeadlineMisses as docs/operations.md writes it: three nodes
-    that all restarted (their counters back at 0, as a restart leaves them now that a replay is
-    not counted again) count a miss two minutes later, and the alert fires. The rule left out
-    nodes younger than its window, so it stayed silent for 15 minutes after a power cut; and it
-    does not fire across the restarts alone."""
-    rules = tmp_path / "rules.yml"
-    rules.write_text(alert_rules())
-    series = []
-    for n in (1, 2, 3):
-        labels = f'job="raftsched",instance="n{n}"'
-        series.append(f"""      - series: 'raftsched_deadlines_judged_total{{{labels},outcome="missed",deadline="start_within_s",cause="never_started"}}'
-        values: '4x9 0 0 1x10'
-      - series: 'process_start_time_seconds{{{labels}}}'
-        values: '-3000x9 600x12'""")
+def _promtool_test(tmp_path, series: list[str], tests: str) -> None:
+    """``promtool test rules`` of docs/operations.md's alert rules on ``series`` (lines of
+    ``- series: ... values: ...``) and ``tests`` (alert_rule_test items), one sample a minute."""
+    (tmp_path / "rules.yml").write_text(alert_rules())
     (tmp_path / "test.yml").write_text(f"""rule_files: [rules.yml]
 evaluation_interval: 1m
 tests:
@@ -284,16 +273,74 @@ tests:
     input_series:
 {chr(10).join(series)}
     alert_rule_test:
-      - eval_time: 11m
+{tests}""")
+    p = promtool_check(["test", "rules", str(tmp_path / "test.yml")])
+    assert p.returncode == 0, f"promtool test rules: {p.stdout}\n{p.stderr}"
+
+
+def _missed(n: int, values: str) -> str:
+    return (f"""      - series: 'raftsched_deadlines_judged_total{{job="raftsched",instance="n{n}",outcome="missed","""
+            f"""deadline="start_within_s",cause="never_started"}}'\n        values: '{values}'""")
+
+
+_MISS_ALERT = """        exp_alerts:
+          - exp_labels: {severity: ticket, deadline: start_within_s, cause: never_started}
+            exp_annotations:
+              summary: "slots missed their start_within_s (never_started)"
+              description: "GET /v1/deadlines?state=missed lists them with why; raftsched_queue_oldest_ready_seconds shows runs waiting for a worker."
+"""
+
+
+def test_deadline_misses_fires_for_a_miss_right_after_a_whole_cluster_restart(tmp_path):
+    """DeadlineMisses as docs/operations.md writes it: three nodes that all restarted (their
+    counters back at 0, as a restart leaves them now that a replay is not counted again) count a
+    miss two minutes later, and the alert fires. The rule left out nodes younger than its window,
+    so it stayed silent for 15 minutes after a power cut; and it does not fire across the restarts
+    alone."""
+    _promtool_test(tmp_path, [_missed(n, "4x9 0 0 1x10") for n in (1, 2, 3)], f"""      - eval_time: 11m
         alertname: DeadlineMisses
         exp_alerts: []
       - eval_time: 13m
         alertname: DeadlineMisses
-        exp_alerts:
-          - exp_labels: {{severity: ticket, deadline: start_within_s, cause: never_started}}
-            exp_annotations:
-              summary: "slots missed their start_within_s (never_started)"
-              description: "GET /v1/deadlines?state=missed lists them with why; raftsched_queue_oldest_ready_seconds shows runs waiting for a worker."
+{_MISS_ALERT}""")
+
+
+def test_deadline_misses_fires_for_what_a_cluster_back_from_a_long_outage_judged_before_its_first_scrape(tmp_path):
+    """An on-call walk: the cluster away 30 minutes judges the outage's misses within a second of
+    its start, before any scrape: the first sample holds them, and increase() shows nothing. The
+    rule fires for them while no node was scraped 15 minutes before; a single node back from as
+    long an absence, catching up on what the others told already, does not fire it."""
+    _promtool_test(tmp_path, [_missed(n, "2x9 _x30 3x20") for n in (1, 2, 3)], f"""      - eval_time: 41m
+        alertname: DeadlineMisses
+{_MISS_ALERT}      - eval_time: 58m
+        alertname: DeadlineMisses
+        exp_alerts: []
 """)
-    p = promtool_check(["test", "rules", str(tmp_path / "test.yml")])
-    assert p.returncode == 0, f"promtool test rules: {p.stdout}\n{p.stderr}"
+    _promtool_test(tmp_path, [_missed(1, "2x60"), _missed(2, "2x60"), _missed(3, "2x9 _x30 5x20")], """      - eval_time: 41m
+        alertname: DeadlineMisses
+        exp_alerts: []
+      - eval_time: 50m
+        alertname: DeadlineMisses
+        exp_alerts: []
+""")
+
+
+def test_dead_letter_queue_growing_fires_for_one_dead_run_and_ends(tmp_path):
+    """An on-call walk: with "for: 30m" over a 30-minute delta, a single dead run (a nightly job's)
+    kept the expression true for less than its "for", and the alert never fired."""
+    series = ["""      - series: 'raftsched_dlq_runs{job="raftsched",instance="n1",queue="default"}'
+        values: '0x9 1x60'"""]
+    _promtool_test(tmp_path, series, """      - eval_time: 9m
+        alertname: DeadLetterQueueGrowing
+        exp_alerts: []
+      - eval_time: 12m
+        alertname: DeadLetterQueueGrowing
+        exp_alerts:
+          - exp_labels: {severity: ticket, queue: default}
+            exp_annotations:
+              summary: "dead-letter queue default grew"
+              description: "Runs of default ended dead in the last 30 minutes: GET /v1/dlq?queue=default shows each attempt's error."
+      - eval_time: 45m
+        alertname: DeadLetterQueueGrowing
+        exp_alerts: []
+""")
